@@ -1,0 +1,103 @@
+//! Ticket spinlock: FIFO, one cache line, fine for locks that are rarely contended
+//! (the NUMA-node page pools, refilled in batches). Contended hot locks want MCS.
+
+use core::cell::UnsafeCell;
+use core::ops::{Deref, DerefMut};
+use core::sync::atomic::{AtomicU32, Ordering};
+
+pub struct TicketLock<T: ?Sized> {
+    next: AtomicU32,
+    serving: AtomicU32,
+    data: UnsafeCell<T>,
+}
+
+// SAFETY: the lock serialises all access to `data`.
+unsafe impl<T: ?Sized + Send> Sync for TicketLock<T> {}
+// SAFETY: moving the lock moves the data with it.
+unsafe impl<T: ?Sized + Send> Send for TicketLock<T> {}
+
+pub struct TicketLockGuard<'a, T: ?Sized> {
+    lock: &'a TicketLock<T>,
+    irq_token: Option<usize>,
+}
+
+impl<T> TicketLock<T> {
+    pub const fn new(value: T) -> Self {
+        Self { next: AtomicU32::new(0), serving: AtomicU32::new(0), data: UnsafeCell::new(value) }
+    }
+}
+
+impl<T: ?Sized> TicketLock<T> {
+    fn acquire(&self) {
+        let ticket = self.next.fetch_add(1, Ordering::Relaxed);
+        while self.serving.load(Ordering::Acquire) != ticket {
+            core::hint::spin_loop();
+        }
+    }
+
+    pub fn lock(&self) -> TicketLockGuard<'_, T> {
+        self.acquire();
+        TicketLockGuard { lock: self, irq_token: None }
+    }
+
+    pub fn try_lock(&self) -> Option<TicketLockGuard<'_, T>> {
+        let serving = self.serving.load(Ordering::Relaxed);
+        self.next
+            .compare_exchange(serving, serving.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| TicketLockGuard { lock: self, irq_token: None })
+    }
+
+    /// Lock with interrupts disabled on this core until the guard drops, so an interrupt
+    /// handler that takes the same lock cannot deadlock against us.
+    pub fn lock_irqsave(&self) -> TicketLockGuard<'_, T> {
+        let token = crate::cpu::irq_save();
+        self.acquire();
+        TicketLockGuard { lock: self, irq_token: Some(token) }
+    }
+
+    pub fn is_locked(&self) -> bool {
+        self.next.load(Ordering::Relaxed) != self.serving.load(Ordering::Relaxed)
+    }
+}
+
+impl<T: ?Sized> Drop for TicketLockGuard<'_, T> {
+    fn drop(&mut self) {
+        let s = self.lock.serving.load(Ordering::Relaxed);
+        self.lock.serving.store(s.wrapping_add(1), Ordering::Release);
+        if let Some(t) = self.irq_token {
+            crate::cpu::irq_restore(t);
+        }
+    }
+}
+
+impl<T: ?Sized> Deref for TicketLockGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: holding the guard means we hold the lock.
+        unsafe { &*self.lock.data.get() }
+    }
+}
+
+impl<T: ?Sized> DerefMut for TicketLockGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: holding the guard means we hold the lock exclusively.
+        unsafe { &mut *self.lock.data.get() }
+    }
+}
+
+/// A ticket lock whose `lock()` always disables interrupts (kernel structures that an
+/// interrupt handler also touches).
+pub struct IrqTicketLock<T: ?Sized>(TicketLock<T>);
+
+impl<T> IrqTicketLock<T> {
+    pub const fn new(value: T) -> Self {
+        Self(TicketLock::new(value))
+    }
+}
+
+impl<T: ?Sized> IrqTicketLock<T> {
+    pub fn lock(&self) -> TicketLockGuard<'_, T> {
+        self.0.lock_irqsave()
+    }
+}

@@ -1,0 +1,86 @@
+//! `cargo xtask`: the one host tool. Builds the kernel, boots it under QEMU (always TCG),
+//! runs the test matrix, builds the ISO and runs benchmarks.
+
+mod boot_bench;
+mod env;
+mod iso;
+mod linux;
+mod percore_tasks;
+mod plugins;
+mod qemu;
+mod test;
+
+use std::process::ExitCode;
+
+/// Pass/fail counts accumulated across the parts of `cargo xtask test`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TestTally {
+    pub passed: usize,
+    pub failed: usize,
+}
+
+impl TestTally {
+    pub fn add(&mut self, other: TestTally) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+    }
+}
+
+const HELP: &str = "\
+cargo xtask <command> [options]
+
+Commands:
+  run      Build the kernel and boot it under QEMU (TCG); returns when the kernel halts.
+           --smp N          virtual CPUs, 1..=255 (default 2)
+           --mem SIZE       guest memory, e.g. 512M, 2G (default 512M)
+           --numa NODES     split cores and memory evenly over NODES NUMA nodes
+           --cmdline \"...\"  kernel command line (e.g. \"topology\")
+           --cpu MODEL      QEMU -cpu model (default max)
+           --iso            boot the GRUB ISO instead of -kernel
+           --uefi           with --iso: boot under OVMF instead of SeaBIOS
+           --timeout SECS   kill QEMU after SECS seconds (default: none)
+  test     Host `cargo test`, loom model checks, then the in-kernel tests at 1, 2, 4, 8 vCPUs.
+           --smp LIST       vCPU counts to boot (default 1,2,4,8)
+           --host-only      skip the QEMU boots
+  iso      Build a GRUB Multiboot2 ISO (BIOS and UEFI) at target/os.iso (--out PATH)
+  bench    Benchmarks: `bench boot [--smp 2,16,64]`, `bench percore`
+  plugin   QEMU measurement plugins (see `cargo xtask plugin help`)
+  linux    Linux baseline (see `cargo xtask linux help`)
+  build    Build the kernel only
+  help     This text
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else {
+        eprint!("{HELP}");
+        return ExitCode::from(2);
+    };
+    let rest = &args[1..];
+    let result = match cmd.as_str() {
+        "run" => qemu::run_command(rest),
+        "test" => test::run(rest),
+        "iso" => iso::command(rest),
+        "build" => env::build_kernel().map(|p| println!("{}", p.display())),
+        "bench" => match rest.first().map(String::as_str) {
+            Some("boot") => boot_bench::run(&rest[1..]),
+            Some("percore") => percore_tasks::bench(&rest[1..]),
+            Some(other) => Err(format!("bench: unknown benchmark `{other}` (known: boot, percore)")),
+            None => Err("bench: name a benchmark (boot, percore)".into()),
+        },
+        "plugin" => plugins::main(rest),
+        "linux" => linux::main(rest),
+        "help" | "-h" | "--help" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        other => Err(format!("unknown command `{other}`; try `cargo xtask help`")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

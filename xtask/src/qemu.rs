@@ -1,0 +1,426 @@
+//! QEMU configuration and launching. Always TCG: KVM on these machines is emulated in
+//! software and runs kernel code hundreds of times slower.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// QEMU exit status when the kernel writes `EXIT_SUCCESS` (0x10) to isa-debug-exit.
+pub const QEMU_EXIT_SUCCESS: i32 = (0x10 << 1) | 1;
+/// ... and when it writes `EXIT_FAILURE` (0x11).
+pub const QEMU_EXIT_FAILURE: i32 = (0x11 << 1) | 1;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum BootMedium {
+    /// `-kernel ELF` through the PVH note.
+    Kernel(PathBuf),
+    /// The GRUB ISO under SeaBIOS (`uefi == false`) or OVMF.
+    Iso { path: PathBuf, uefi: bool },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmConfig {
+    pub smp: u32,
+    pub mem_mib: u64,
+    pub numa_nodes: u32,
+    pub cmdline: String,
+    pub cpu: String,
+    pub medium: Option<BootMedium>,
+    pub timeout: Option<Duration>,
+    /// Extra raw QEMU arguments (plugins, tracing).
+    pub extra: Vec<String>,
+}
+
+impl Default for VmConfig {
+    fn default() -> Self {
+        Self {
+            smp: 2,
+            mem_mib: 512,
+            numa_nodes: 0,
+            cmdline: String::new(),
+            cpu: "max".into(),
+            medium: None,
+            timeout: None,
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// Parse a memory size such as `512M`, `2G`, `1048576K` into MiB.
+pub fn parse_size_mib(s: &str) -> Result<u64, String> {
+    let bad = || format!("malformed size `{s}` (examples: 512M, 2G)");
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(bad());
+    }
+    let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => (&t[..i], &t[i..]),
+        None => (t, "M"),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let mib = match unit.to_ascii_uppercase().trim_end_matches(['B', 'I']) {
+        "K" => {
+            if n % 1024 != 0 {
+                return Err(format!("size `{s}` is not a whole number of MiB"));
+            }
+            n / 1024
+        }
+        "M" | "" => n,
+        "G" => n.checked_mul(1024).ok_or_else(bad)?,
+        "T" => n.checked_mul(1024 * 1024).ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    if mib == 0 {
+        return Err(format!("size `{s}` is zero"));
+    }
+    Ok(mib)
+}
+
+fn parse_u32(opt: &str, v: &str) -> Result<u32, String> {
+    v.parse().map_err(|_| format!("{opt}: `{v}` is not a number"))
+}
+
+impl VmConfig {
+    /// Parse the options shared by `run`, `test` and `bench`, leaving unknown ones to the caller.
+    pub fn parse(args: &[String]) -> Result<(VmConfig, Vec<String>), String> {
+        let mut cfg = VmConfig::default();
+        let mut iso = false;
+        let mut uefi = false;
+        let mut rest = Vec::new();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
+            match a.as_str() {
+                "--smp" => cfg.smp = parse_u32("--smp", &value("--smp")?)?,
+                "--mem" => cfg.mem_mib = parse_size_mib(&value("--mem")?)?,
+                "--numa" => cfg.numa_nodes = parse_u32("--numa", &value("--numa")?)?,
+                "--cmdline" => cfg.cmdline = value("--cmdline")?,
+                "--cpu" => cfg.cpu = value("--cpu")?,
+                "--timeout" => {
+                    let v = value("--timeout")?;
+                    let secs: u64 = v.parse().map_err(|_| format!("--timeout: `{v}` is not a number of seconds"))?;
+                    cfg.timeout = Some(Duration::from_secs(secs));
+                }
+                "--iso" => iso = true,
+                "--uefi" => uefi = true,
+                _ => rest.push(a.clone()),
+            }
+        }
+        if uefi && !iso {
+            return Err("--uefi needs --iso".into());
+        }
+        if iso {
+            cfg.medium = Some(BootMedium::Iso { path: crate::iso::default_iso_path(), uefi });
+        }
+        cfg.validate()?;
+        Ok((cfg, rest))
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.smp == 0 {
+            return Err("--smp: need at least 1 core".into());
+        }
+        if self.smp > 255 {
+            return Err(format!("--smp: {} cores is more than the 255 this system supports", self.smp));
+        }
+        if self.numa_nodes > self.smp {
+            return Err(format!("--numa: {} nodes is more than the {} cores", self.numa_nodes, self.smp));
+        }
+        if self.numa_nodes > 0 && self.mem_mib < self.numa_nodes as u64 {
+            return Err(format!("--numa: {} MiB cannot be split over {} nodes", self.mem_mib, self.numa_nodes));
+        }
+        if self.cpu.is_empty() || self.cpu.starts_with('-') {
+            return Err("--cpu: needs a QEMU CPU model name".into());
+        }
+        Ok(())
+    }
+
+    pub fn qemu_args(&self) -> Vec<String> {
+        let mut a: Vec<String> = Vec::new();
+        let mut push = |s: &str| a.push(s.to_string());
+        push("-accel");
+        push("tcg,thread=multi");
+        push("-machine");
+        push("q35");
+        push("-cpu");
+        push(&self.cpu);
+        push("-smp");
+        push(&self.smp.to_string());
+        push("-m");
+        push(&format!("{}M", self.mem_mib));
+        push("-display");
+        push("none");
+        push("-no-reboot");
+        push("-device");
+        push("isa-debug-exit,iobase=0xf4,iosize=0x04");
+        if self.numa_nodes > 0 {
+            let n = self.numa_nodes as u64;
+            let per = self.mem_mib / n;
+            let cpus = self.smp as u64;
+            for node in 0..n {
+                let mem = if node == 0 { per + self.mem_mib % n } else { per };
+                // Spread cores as evenly as possible: the first (cpus % n) nodes get one more.
+                let base = cpus / n;
+                let extra = cpus % n;
+                let first = node * base + node.min(extra);
+                let count = base + if node < extra { 1 } else { 0 };
+                push("-object");
+                push(&format!("memory-backend-ram,id=mem{node},size={mem}M"));
+                push("-numa");
+                push(&format!("node,nodeid={node},cpus={}-{},memdev=mem{node}", first, first + count - 1));
+            }
+        }
+        match &self.medium {
+            Some(BootMedium::Kernel(path)) => {
+                push("-kernel");
+                push(&path.display().to_string());
+                if !self.cmdline.is_empty() {
+                    push("-append");
+                    push(&self.cmdline);
+                }
+            }
+            Some(BootMedium::Iso { path, uefi }) => {
+                if *uefi {
+                    push("-bios");
+                    push(crate::iso::OVMF_CODE);
+                }
+                push("-cdrom");
+                push(&path.display().to_string());
+                push("-boot");
+                push("d");
+            }
+            None => {}
+        }
+        a.extend(self.extra.iter().cloned());
+        a
+    }
+}
+
+/// What a captured boot produced.
+#[derive(Debug)]
+pub struct BootOutput {
+    pub serial: String,
+    pub status: Option<ExitStatus>,
+    pub timed_out: bool,
+    pub elapsed: Duration,
+    /// When the first line containing `watch` appeared, measured from QEMU's start.
+    pub watch_seen_at: Option<Duration>,
+}
+
+impl BootOutput {
+    pub fn kernel_exit_ok(&self) -> bool {
+        self.status.and_then(|s| s.code()) == Some(QEMU_EXIT_SUCCESS)
+    }
+}
+
+/// Boot with serial on stdout captured (optionally echoed), stdin from `input`, and a hard
+/// timeout. `watch` names a line prefix whose arrival time is recorded.
+pub fn boot_captured(cfg: &VmConfig, input: Option<&str>, echo: bool, watch: Option<&str>) -> Result<BootOutput, String> {
+    crate::env::ensure_qemu()?;
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(cfg.qemu_args()).args(["-serial", "stdio", "-monitor", "none"]);
+    cmd.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start qemu-system-x86_64: {e}"))?;
+    if let Some(text) = input {
+        let mut stdin = child.stdin.take().expect("piped");
+        let text = text.to_string();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(text.as_bytes());
+        });
+    }
+    let stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = mpsc::channel::<(String, Duration)>();
+    let reader = std::thread::spawn(move || {
+        let mut r = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match r.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf).replace('\r', "");
+                    if tx.send((line, start.elapsed())).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let mut serial = String::new();
+    let mut watch_seen_at = None;
+    let mut timed_out = false;
+    let status;
+    loop {
+        while let Ok((line, at)) = rx.try_recv() {
+            if watch_seen_at.is_none() && watch.is_some_and(|w| line.contains(w)) {
+                watch_seen_at = Some(at);
+            }
+            if echo {
+                print!("{line}");
+                let _ = std::io::stdout().flush();
+            }
+            serial.push_str(&line);
+        }
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            status = Some(s);
+            break;
+        }
+        if cfg.timeout.is_some_and(|t| start.elapsed() > t) {
+            let _ = child.kill();
+            status = child.wait().ok();
+            timed_out = true;
+            break;
+        }
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok((line, at)) => {
+                if watch_seen_at.is_none() && watch.is_some_and(|w| line.contains(w)) {
+                    watch_seen_at = Some(at);
+                }
+                if echo {
+                    print!("{line}");
+                    let _ = std::io::stdout().flush();
+                }
+                serial.push_str(&line);
+            }
+            Err(_) => {}
+        }
+    }
+    let _ = reader.join();
+    while let Ok((line, _)) = rx.try_recv() {
+        if echo {
+            print!("{line}");
+        }
+        serial.push_str(&line);
+    }
+    let qemu_err = err_reader.join().unwrap_or_default();
+    if !timed_out {
+        if let Some(code) = status.and_then(|s| s.code()) {
+            if code != QEMU_EXIT_SUCCESS && code != QEMU_EXIT_FAILURE && !qemu_err.trim().is_empty() {
+                return Err(format!("QEMU failed: {}", qemu_err.lines().next().unwrap_or("").trim()));
+            }
+        }
+    }
+    Ok(BootOutput { serial, status, timed_out, elapsed: start.elapsed(), watch_seen_at })
+}
+
+/// `cargo xtask run`.
+pub fn run_command(args: &[String]) -> Result<(), String> {
+    let (mut cfg, rest) = VmConfig::parse(args)?;
+    if let Some(unknown) = rest.first() {
+        return Err(format!("run: unknown option `{unknown}`; try `cargo xtask help`"));
+    }
+    match cfg.medium {
+        None => cfg.medium = Some(BootMedium::Kernel(crate::env::build_kernel()?)),
+        Some(BootMedium::Iso { ref path, uefi }) => {
+            crate::iso::build_iso(path)?;
+            if uefi {
+                crate::iso::ensure_ovmf()?;
+            }
+        }
+        Some(BootMedium::Kernel(_)) => {}
+    }
+    crate::env::ensure_qemu()?;
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(cfg.qemu_args());
+    if interactive {
+        // mon:stdio multiplexes the monitor: Ctrl-A X quits, Ctrl-A C switches to the monitor.
+        cmd.args(["-serial", "mon:stdio"]);
+    } else {
+        cmd.args(["-serial", "stdio", "-monitor", "none"]);
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start qemu-system-x86_64: {e}"))?;
+    let status = match cfg.timeout {
+        None => child.wait().map_err(|e| e.to_string())?,
+        Some(t) => {
+            let start = Instant::now();
+            loop {
+                if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+                    break s;
+                }
+                if start.elapsed() > t {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("timed out after {} s", t.as_secs()));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    match status.code() {
+        Some(QEMU_EXIT_SUCCESS) => Ok(()),
+        Some(QEMU_EXIT_FAILURE) => Err("the kernel stopped with a failure".into()),
+        Some(0) => Ok(()), // closed from the QEMU monitor
+        Some(c) => Err(format!("QEMU exited with status {c}")),
+        None => Err("QEMU was killed by a signal".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size_mib("512M").unwrap(), 512);
+        assert_eq!(parse_size_mib("2G").unwrap(), 2048);
+        assert_eq!(parse_size_mib("2GiB").unwrap(), 2048);
+        assert_eq!(parse_size_mib("64").unwrap(), 64);
+        assert_eq!(parse_size_mib("2048K").unwrap(), 2);
+        for bad in ["", "M", "12Q", "-5M", "1.5G", "0M", "1000K"] {
+            assert!(parse_size_mib(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn bad_options_rejected() {
+        assert!(VmConfig::parse(&args(&["--smp", "0"])).is_err());
+        assert!(VmConfig::parse(&args(&["--smp", "256"])).is_err());
+        assert!(VmConfig::parse(&args(&["--smp", "x"])).is_err());
+        assert!(VmConfig::parse(&args(&["--smp", "2", "--numa", "3"])).is_err());
+        assert!(VmConfig::parse(&args(&["--mem", "lots"])).is_err());
+        assert!(VmConfig::parse(&args(&["--smp"])).is_err());
+        assert!(VmConfig::parse(&args(&["--uefi"])).is_err());
+        let (cfg, rest) = VmConfig::parse(&args(&["--smp", "255", "--numa", "5", "--foo"])).unwrap();
+        assert_eq!(cfg.smp, 255);
+        assert_eq!(rest, vec!["--foo".to_string()]);
+    }
+
+    #[test]
+    fn numa_split_covers_every_core_and_all_memory() {
+        let cfg = VmConfig { smp: 7, mem_mib: 1000, numa_nodes: 3, ..Default::default() };
+        let a = cfg.qemu_args();
+        let nodes: Vec<&String> = a.iter().filter(|s| s.starts_with("node,")).collect();
+        assert_eq!(nodes.len(), 3);
+        assert!(nodes[0].contains("cpus=0-2"));
+        assert!(nodes[1].contains("cpus=3-4"));
+        assert!(nodes[2].contains("cpus=5-6"));
+        let total: u64 = a
+            .iter()
+            .filter_map(|s| s.strip_prefix("memory-backend-ram,"))
+            .map(|s| s.split("size=").nth(1).unwrap().trim_end_matches('M').parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(total, 1000);
+    }
+
+    #[test]
+    fn always_tcg() {
+        let a = VmConfig::default().qemu_args();
+        assert!(a.windows(2).any(|w| w[0] == "-accel" && w[1].starts_with("tcg")));
+        assert!(!a.iter().any(|s| s.contains("kvm")));
+    }
+}

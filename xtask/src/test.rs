@@ -1,0 +1,214 @@
+//! `cargo xtask test`: host tests, loom model checks, plugin tests, then the in-kernel tests
+//! booted at several vCPU counts, then the bad-boot-condition checks. Prints the closing line
+//! `N passed, N failed` and fails on any failure or timeout.
+
+use crate::qemu::{boot_captured, BootMedium, VmConfig};
+use crate::TestTally;
+use std::process::Command;
+use std::time::Duration;
+
+/// Hard limit for one kernel boot in the test matrix. Generous: TCG with 8 vCPUs on a
+/// 2-core host is slow, and a busy CI machine is slower; a hang still ends here.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
+
+fn parse_cargo_test_output(out: &str) -> TestTally {
+    let mut t = TestTally::default();
+    for line in out.lines() {
+        // "test result: ok. 12 passed; 0 failed; 0 ignored; ..."
+        if let Some(rest) = line.trim().strip_prefix("test result: ") {
+            for part in rest.split(';') {
+                let words: Vec<&str> = part.split_whitespace().collect();
+                let n = |w: &str| words.iter().position(|x| *x == w).and_then(|i| i.checked_sub(1)).and_then(|i| words[i].parse::<usize>().ok());
+                if let Some(p) = n("passed") {
+                    t.passed += p;
+                }
+                if let Some(f) = n("failed") {
+                    t.failed += f;
+                }
+            }
+        }
+    }
+    t
+}
+
+fn host_tests() -> Result<TestTally, String> {
+    println!("== host: cargo test");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(crate::env::workspace_root())
+        .args(["test", "--workspace", "--exclude", "kernel"])
+        .output()
+        .map_err(|e| format!("cannot run cargo test: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut t = parse_cargo_test_output(&stdout);
+    for line in stdout.lines().filter(|l| l.contains("FAILED") || l.contains("panicked")) {
+        println!("   {line}");
+    }
+    if !out.status.success() && t.failed == 0 {
+        // A build failure or crash: count it, and show why.
+        eprintln!("{stderr}");
+        t.failed += 1;
+    }
+    println!("   host: {} passed, {} failed", t.passed, t.failed);
+    Ok(t)
+}
+
+/// Result of the kernel's own test run, parsed from serial.
+fn parse_kernel_tests(serial: &str) -> (TestTally, Vec<String>, bool) {
+    let mut t = TestTally::default();
+    let mut failures = Vec::new();
+    let mut summary = false;
+    for line in serial.lines() {
+        if let Some(idx) = line.find("ktest ") {
+            let rest = &line[idx + 6..];
+            if rest.ends_with("... ok") {
+                t.passed += 1;
+            } else if rest.contains("... FAILED") {
+                t.failed += 1;
+                failures.push(rest.to_string());
+            }
+        }
+        if line.contains("ktest: done") {
+            summary = true;
+        }
+    }
+    (t, failures, summary)
+}
+
+fn kernel_tests(kernel: &std::path::Path, smp: u32) -> Result<TestTally, String> {
+    let cfg = VmConfig {
+        smp,
+        mem_mib: 512,
+        cmdline: "test".into(),
+        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+        timeout: Some(BOOT_TIMEOUT),
+        ..Default::default()
+    };
+    println!("== kernel tests at {smp} vCPU(s)");
+    let out = boot_captured(&cfg, None, false, None)?;
+    let (mut t, failures, summary) = parse_kernel_tests(&out.serial);
+    for f in &failures {
+        println!("   FAILED: {f}");
+    }
+    let boot_line = out.serial.lines().find(|l| l.contains("boot: ")).map(str::to_string);
+    if let Some(l) = &boot_line {
+        println!("   {}", l.trim());
+    }
+    let mut problem = None;
+    if out.timed_out {
+        problem = Some(format!("timed out after {} s", BOOT_TIMEOUT.as_secs()));
+    } else if !summary {
+        problem = Some("the kernel stopped before finishing its tests".into());
+    } else if t.failed == 0 && !out.kernel_exit_ok() {
+        problem = Some(format!("kernel exit status {:?}", out.status.and_then(|s| s.code())));
+    }
+    if let Some(p) = problem {
+        println!("   FAILED: boot at {smp} vCPUs: {p}; last serial lines:");
+        for l in out.serial.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
+            println!("   | {l}");
+        }
+        t.failed += 1;
+    }
+    println!("   {smp} vCPU(s): {} passed, {} failed ({:.1} s)", t.passed, t.failed, out.elapsed.as_secs_f64());
+    Ok(t)
+}
+
+/// A boot that must stop cleanly with a failure exit and print `expect` on the console.
+fn bad_boot(kernel: &std::path::Path, what: &str, mut cfg: VmConfig, expect: &str) -> Result<TestTally, String> {
+    cfg.medium = Some(BootMedium::Kernel(kernel.to_path_buf()));
+    cfg.timeout = Some(Duration::from_secs(120));
+    let out = boot_captured(&cfg, None, false, None)?;
+    let code = out.status.and_then(|s| s.code());
+    let ok = !out.timed_out && code == Some(crate::qemu::QEMU_EXIT_FAILURE) && out.serial.contains(expect);
+    if ok {
+        let line = out.serial.lines().find(|l| l.contains(expect)).unwrap_or("").trim();
+        println!("   bad boot `{what}` stops cleanly: {line}");
+        Ok(TestTally { passed: 1, failed: 0 })
+    } else {
+        println!(
+            "   FAILED: bad boot `{what}`: timed out={} exit={:?}, expected a line containing `{expect}`; serial:\n{}",
+            out.timed_out, code, out.serial
+        );
+        Ok(TestTally { passed: 0, failed: 1 })
+    }
+}
+
+fn bad_boot_conditions(kernel: &std::path::Path) -> Result<TestTally, String> {
+    println!("== bad boot conditions");
+    let mut t = TestTally::default();
+    t.add(bad_boot(kernel, "--mem 16M", VmConfig { smp: 1, mem_mib: 16, ..Default::default() }, "boot: failed: too little memory")?);
+    t.add(bad_boot(
+        kernel,
+        "no ACPI",
+        VmConfig { smp: 1, extra: vec!["-machine".into(), "q35,acpi=off".into()], ..Default::default() },
+        "boot: failed: no ACPI",
+    )?);
+    t.add(bad_boot(kernel, "32-bit CPU", VmConfig { smp: 1, cpu: "qemu32".into(), ..Default::default() }, "boot: failed: CPU lacks")?);
+    Ok(t)
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut smp_list: Vec<u32> = vec![1, 2, 4, 8];
+    let mut host_only = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--smp" => {
+                let v = it.next().ok_or("--smp needs a list such as 1,2,4")?;
+                smp_list = v
+                    .split(',')
+                    .map(|s| s.trim().parse::<u32>().map_err(|_| format!("--smp: `{s}` is not a number")))
+                    .collect::<Result<_, _>>()?;
+                if smp_list.iter().any(|&n| n == 0 || n > 255) {
+                    return Err("--smp: core counts must be 1..=255".into());
+                }
+            }
+            "--host-only" => host_only = true,
+            other => return Err(format!("test: unknown option `{other}`")),
+        }
+    }
+    let mut total = TestTally::default();
+    total.add(host_tests()?);
+    println!("== loom model checks");
+    total.add(crate::percore_tasks::loom_tests()?);
+    println!("== plugin tests");
+    total.add(crate::plugins::tests()?);
+    if !host_only {
+        let kernel = crate::env::build_kernel()?;
+        crate::env::ensure_qemu()?;
+        for &smp in &smp_list {
+            total.add(kernel_tests(&kernel, smp)?);
+        }
+        total.add(bad_boot_conditions(&kernel)?);
+    }
+    println!("{} passed, {} failed", total.passed, total.failed);
+    if total.failed > 0 {
+        Err(format!("{} test(s) failed", total.failed))
+    } else if total.passed == 0 {
+        Err("no test ran".into())
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cargo_summary_lines_are_summed() {
+        let out = "running 3 tests\ntest result: ok. 3 passed; 0 failed; 0 ignored\n\ntest result: FAILED. 1 passed; 2 failed; 0 ignored";
+        let t = parse_cargo_test_output(out);
+        assert_eq!((t.passed, t.failed), (4, 2));
+    }
+
+    #[test]
+    fn kernel_lines_are_counted() {
+        let serial = "[0] ktest mm::pages ... ok\n[1] ktest heap::slab ... FAILED: leaked 3\n[0] ktest: done 1 passed, 1 failed\n";
+        let (t, f, done) = parse_kernel_tests(serial);
+        assert_eq!((t.passed, t.failed), (1, 1));
+        assert_eq!(f.len(), 1);
+        assert!(done);
+    }
+}
