@@ -1,4 +1,247 @@
+//! The kernel: boots on every core, sets up per-core memory, and (for now) runs its tests or
+//! halts. See docs/boot.md for the boot sequence.
 #![no_std]
 #![no_main]
+
+extern crate alloc;
+
+pub mod arch;
+pub mod bootinfo;
+pub mod ksyms;
+pub mod ktest;
+pub mod log;
+pub mod mm;
+pub mod percpu;
+pub mod smp;
+pub mod time;
+pub mod topology;
+
+mod tests;
+
+use core::cell::UnsafeCell;
+use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use arch::x86_64::acpi::{self, MAX_NODES};
+use arch::x86_64::{apic, cpu, serial};
+use mm::frame::NodeRange;
+use percpu::PerCpu;
+
+/// Smallest memory we boot with: page maps, per-core areas and stacks need room.
+const MIN_USABLE_MIB: u64 = 24;
+
+/// NUMA distances (SLIT, or 10 local / 20 remote).
+static NUMA_DISTANCE: [[AtomicU8; MAX_NODES]; MAX_NODES] = [const { [const { AtomicU8::new(0) }; MAX_NODES] }; MAX_NODES];
+
+pub fn numa_distance(a: usize, b: usize) -> u8 {
+    match NUMA_DISTANCE.get(a).and_then(|r| r.get(b)).map(|d| d.load(Ordering::Relaxed)) {
+        Some(d) if d != 0 => d,
+        _ if a == b => 10,
+        _ => 20,
+    }
+}
+
+struct BspArea(UnsafeCell<MaybeUninit<PerCpu>>);
+// SAFETY: written once by the boot processor before any other core exists.
+unsafe impl Sync for BspArea {}
+static BSP_AREA: BspArea = BspArea(UnsafeCell::new(MaybeUninit::uninit()));
+
+#[repr(C, align(4096))]
+struct IstStacks([[u8; arch::x86_64::gdt::IST_STACK_SIZE]; 3]);
+struct BspIst(UnsafeCell<IstStacks>);
+// SAFETY: used only as raw stack memory by the boot processor's CPU.
+unsafe impl Sync for BspIst {}
+static BSP_IST: BspIst = BspIst(UnsafeCell::new(IstStacks([[0; arch::x86_64::gdt::IST_STACK_SIZE]; 3])));
+
+/// Stop with one clear line and the failure exit code.
+fn boot_failed(why: &str) -> ! {
+    kprintln!("boot: failed: {why}");
+    cpu::exit_qemu(false)
+}
+
+fn setup_bsp_area() -> &'static PerCpu {
+    // SAFETY: single-threaded: we are the only core running, and this runs once.
+    let area: &'static mut PerCpu = unsafe {
+        let p = (*BSP_AREA.0.get()).as_mut_ptr();
+        p.write(PerCpu::new(0, 0, 0));
+        &mut *p
+    };
+    let ist_base = BSP_IST.0.get() as u64;
+    for i in 0..3 {
+        area.tss.ist[i] = ist_base + ((i + 1) * arch::x86_64::gdt::IST_STACK_SIZE) as u64;
+    }
+    let area = percpu::publish(area);
+    percpu::install(area);
+    area
+}
+
+/// Usable RAM split by NUMA node: RAM minus the first MiB (trampoline, firmware) and the
+/// kernel image, clipped to the mapped physical window.
+fn usable_ranges(bi: &bootinfo::BootInfo, acpi: &acpi::AcpiInfo, out: &mut [NodeRange; 256]) -> (usize, u64) {
+    let (kstart, kend) = mm::kernel_image_phys();
+    let window_end: u64 = 4 << 30;
+    let mut n = 0;
+    let mut dropped = 0u64;
+    let mut push = |start: u64, end: u64, node: u32, n: &mut usize| {
+        let start = (start + 4095) & !4095;
+        let end = end & !4095;
+        if end > start && *n < out.len() {
+            out[*n] = NodeRange { start, end, node };
+            *n += 1;
+        }
+    };
+    for r in bi.ram() {
+        let mut pieces = [(r.start.max(1 << 20), r.end.min(window_end)); 2];
+        if r.end > window_end {
+            dropped += r.end - r.start.max(window_end);
+        }
+        // Cut out the kernel image.
+        let (s, e) = pieces[0];
+        if kstart < e && kend > s {
+            pieces = [(s, kstart.max(s)), (kend.min(e), e)];
+        } else {
+            pieces[1] = (0, 0);
+        }
+        for (s, e) in pieces {
+            if e <= s {
+                continue;
+            }
+            if !acpi.has_srat || acpi.mem_count == 0 {
+                push(s, e, 0, &mut n);
+                continue;
+            }
+            // Split by SRAT memory affinity; anything not covered goes to node 0.
+            let mut cur = s;
+            while cur < e {
+                let hit = acpi.mem[..acpi.mem_count].iter().find(|m| m.start <= cur && cur < m.end);
+                match hit {
+                    Some(m) => {
+                        let stop = m.end.min(e);
+                        push(cur, stop, m.node, &mut n);
+                        cur = stop;
+                    }
+                    None => {
+                        let next = acpi.mem[..acpi.mem_count].iter().filter(|m| m.start > cur).map(|m| m.start).min().unwrap_or(e).min(e);
+                        push(cur, next, 0, &mut n);
+                        cur = next;
+                    }
+                }
+            }
+        }
+    }
+    (n, dropped)
+}
+
+#[no_mangle]
+extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
+    time::record_boot_start();
+    serial::init();
+    let bsp = setup_bsp_area();
+    percore::cpu::set_cpu_id_provider(percpu::current_index);
+    percore::cpu::set_irq_ops(cpu::irq_save, cpu::irq_restore);
+    let (g, t, i) = percpu::tables_of(bsp);
+    arch::x86_64::gdt::load(g, t);
+    arch::x86_64::idt::load(i);
+
+    let bi = match bootinfo::parse(protocol, info_phys as u64) {
+        Ok(b) => b,
+        Err(e) => boot_failed(e),
+    };
+    if cpu::cpuid(1, 0).edx & (1 << 9) == 0 {
+        boot_failed("CPU lacks a local APIC, which SMP and timers need");
+    }
+    if cpu::cpuid(1, 0).edx & (1 << 4) == 0 {
+        boot_failed("CPU lacks a time-stamp counter");
+    }
+    apic::init_local();
+    let bsp_apic = apic::id();
+    let acpi = match acpi::parse(bi.rsdp, bsp_apic) {
+        Ok(a) => a,
+        Err(e) => boot_failed(e),
+    };
+
+    // Physical memory, by node.
+    let mut ranges = [NodeRange { start: 0, end: 0, node: 0 }; 256];
+    let (nranges, dropped) = usable_ranges(&bi, &acpi, &mut ranges);
+    let usable: u64 = ranges[..nranges].iter().map(|r| r.end - r.start).sum();
+    if usable < MIN_USABLE_MIB << 20 {
+        // No heap yet: format straight to the console.
+        kprintln!("boot: failed: too little memory: {} MiB usable, need at least {} MiB", usable >> 20, MIN_USABLE_MIB);
+        cpu::exit_qemu(false);
+    }
+    mm::set_ram_end(bi.ram().iter().map(|r| r.end).max().unwrap_or(0));
+    if let Err(e) = mm::frame::init(&ranges[..nranges], acpi.node_count) {
+        boot_failed(e);
+    }
+    if dropped > 0 {
+        kprintln!("mm: {} MiB above 4 GiB not used yet (the physical window maps 4 GiB)", dropped >> 20);
+    }
+    for a in 0..acpi.node_count {
+        for b in 0..acpi.node_count {
+            let d = acpi.slit.as_ref().map(|m| m[a][b]).unwrap_or(if a == b { 10 } else { 20 });
+            NUMA_DISTANCE[a][b].store(d, Ordering::Relaxed);
+        }
+    }
+
+    if time::calibrate_tsc().is_none() {
+        kprintln!("time: PIT did not count; assuming a 1 GHz TSC");
+    }
+    apic::calibrate_timer();
+    smp::register_handlers();
+    tests::register_handlers();
+
+    // The boot processor's own record, then everyone else.
+    let cpus: alloc::vec::Vec<(u32, u32)> = acpi.cpus[..acpi.cpu_count].iter().map(|c| (c.apic_id, c.node)).collect();
+    // The boot processor's node is known only now, from the SRAT.
+    set_bsp_node(bsp, cpus[0].1);
+    smp::init_this_core(bsp);
+    let online = smp::start_aps(&cpus);
+    percore::cpu::set_core_count(online);
+
+    // The identity map was only needed to switch modes and start APs.
+    arch::x86_64::boot::remove_identity_map();
+    smp::run_on_all(&|_| cpu::flush_tlb_local());
+
+    let usable_mib = mm::frame::free_pages() * mm::PAGE_SIZE / (1 << 20);
+    kprintln!(
+        "boot: {}/{} cores online, {} MiB usable, {} NUMA nodes, {} ms",
+        online,
+        acpi.cpu_count,
+        usable_mib,
+        acpi.node_count,
+        time::uptime_ns() / 1_000_000
+    );
+    kprintln!(
+        "boot: via {}, {} APIC, TSC {} MHz, LAPIC timer {} kHz, {} kernel symbols, cmdline \"{}\"",
+        bi.protocol,
+        if apic::is_x2apic() { "x2" } else { "x" },
+        time::tsc_per_ms() / 1000,
+        apic::timer_ticks_per_ms(),
+        ksyms::count(),
+        bi.cmdline()
+    );
+
+    if bi.has_flag("topology") {
+        topology::print();
+    }
+    if bi.has_flag("test") {
+        let ok = ktest::run_all(bi.option("test").filter(|f| !f.is_empty()));
+        cpu::exit_qemu(ok);
+    }
+    kprintln!("kernel: boot complete; there is no shell yet, halting");
+    cpu::exit_qemu(true)
+}
+
+fn set_bsp_node(bsp: &'static PerCpu, node: u32) {
+    let p = bsp as *const PerCpu as *mut PerCpu;
+    // SAFETY: single-threaded boot; no other core reads the BSP's area yet.
+    unsafe { (*p).node = node };
+}
+
 #[panic_handler]
-fn panic(_: &core::panic::PanicInfo) -> ! { loop {} }
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    cpu::disable_interrupts();
+    serial::write_fmt_emergency(format_args!("[{}] KERNEL PANIC: {}\n", percore::cpu_id(), info));
+    arch::x86_64::idt::backtrace_from(cpu::frame_pointer());
+    cpu::exit_qemu(false)
+}

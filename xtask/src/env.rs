@@ -99,5 +99,8 @@ pub fn build_kernel_with(features: &[&str]) -> Result<PathBuf, String> {
     if !status.success() {
         return Err("kernel build failed".into());
     }
-    Ok(target_dir().join("x86_64-unknown-none/release/kernel"))
+    let linked = target_dir().join("x86_64-unknown-none/release/kernel");
+    let bootable = target_dir().join("x86_64-unknown-none/release/kernel.elf");
+    crate::ksyms::write_symbolized(&linked, &bootable)?;
+    Ok(bootable)
 }

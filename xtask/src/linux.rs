@@ -1,6 +1,401 @@
-//! The Linux baseline: fetch Debian's kernel, build an initramfs, boot it under the same
-//! QEMU configuration. Not built yet.
+//! The Linux baseline guest: fetch Debian's kernel, build an initramfs around one static
+//! program, and boot it under the same QEMU configuration as this system (q35, `-cpu max`,
+//! TCG). Used by the measurement plugins (issue 7) and meant for the Linux half of the
+//! benchmark suite (issue 6): [`fetch_kernel`], [`build_initramfs`], [`LinuxVm`], [`run_qemu`].
 
-pub fn main(_args: &[String]) -> Result<(), String> {
-    Err("linux: not built yet".into())
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const HELP: &str = "\
+cargo xtask linux <command>
+
+Commands:
+  fetch                 Download Debian's kernel package (the one linux-image-amd64 depends on)
+                        into target/linux-cache and unpack its /boot (never installs into /boot).
+  initramfs --init BIN [--out PATH]
+                        Pack BIN as /init (plus /dev/console, /proc, /tmp) into a newc cpio.
+  run [--wl NAME] [--smp N] [--mem MIB] [--append \"k=v ...\"] [--timeout SECS]
+                        Boot the measurement guest (tools/qemu-plugins/guest) running workload
+                        NAME (default null) and print its serial output.
+  help                  This text
+";
+
+/// Where the kernel package is cached and unpacked.
+pub fn cache_dir() -> PathBuf {
+    crate::env::workspace_root().join("target").join("linux-cache")
+}
+
+/// An unpacked Debian kernel.
+#[derive(Debug, Clone)]
+pub struct LinuxKernel {
+    /// e.g. `6.1.0-56-amd64`
+    pub version: String,
+    /// The bzImage (`/boot/vmlinuz-*`), which QEMU `-kernel` boots directly.
+    pub bzimage: PathBuf,
+}
+
+fn find_unpacked(dir: &Path) -> Option<LinuxKernel> {
+    let boot = dir.join("boot");
+    let entries = fs::read_dir(&boot).ok()?;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if let Some(version) = name.strip_prefix("vmlinuz-") {
+            return Some(LinuxKernel { version: version.to_string(), bzimage: e.path() });
+        }
+    }
+    None
+}
+
+fn run_ok(cmd: &mut Command, what: &str) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{what}: cannot run: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let line = err.lines().find(|l| l.starts_with("E:")).or_else(|| err.lines().last()).unwrap_or("").trim();
+        return Err(format!("{what} failed: {line}"));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// Download (once) and unpack Debian's kernel package into [`cache_dir`]. Only `/boot` is
+/// extracted: the bzImage and config are all the guest needs (no modules: the initramfs holds
+/// everything, and the drivers used are built in).
+pub fn fetch_kernel() -> Result<LinuxKernel, String> {
+    let dir = cache_dir();
+    let unpacked = dir.join("root");
+    if let Some(k) = find_unpacked(&unpacked) {
+        return Ok(k);
+    }
+    fs::create_dir_all(&unpacked).map_err(|e| format!("cannot create {}: {e}", unpacked.display()))?;
+    crate::env::ensure_tool("apt-get", &["apt"])?;
+    crate::env::ensure_tool("dpkg-deb", &["dpkg"])?;
+    let deps = run_ok(Command::new("apt-cache").args(["depends", "linux-image-amd64"]), "apt-cache depends linux-image-amd64")?;
+    let pkg = deps
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Depends: "))
+        .find(|p| p.starts_with("linux-image-"))
+        .map(str::to_string)
+        .ok_or("linux: apt-cache knows no linux-image-amd64 dependency (run apt-get update, or no Debian archive)")?;
+    let have_deb = |dir: &Path| -> Option<PathBuf> {
+        fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).find(|p| {
+            p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{pkg}_")) && n.to_string_lossy().ends_with(".deb"))
+        })
+    };
+    let deb = match have_deb(&dir) {
+        Some(d) => d,
+        None => {
+            eprintln!("linux: downloading {pkg} into {}", dir.display());
+            run_ok(Command::new("apt-get").current_dir(&dir).args(["download", "-q", &pkg]), &format!("apt-get download {pkg} (no network?)"))?;
+            have_deb(&dir).ok_or_else(|| format!("linux: apt-get download {pkg} left no .deb in {}", dir.display()))?
+        }
+    };
+    // dpkg-deb --fsys-tarfile | tar -x ./boot : skip the ~400 MB of modules.
+    let tar = Command::new("dpkg-deb")
+        .arg("--fsys-tarfile")
+        .arg(&deb)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run dpkg-deb: {e}"))?;
+    let status = Command::new("tar")
+        .current_dir(&unpacked)
+        .args(["-x", "./boot"])
+        .stdin(tar.stdout.ok_or("dpkg-deb: no stdout")?)
+        .status()
+        .map_err(|e| format!("cannot run tar: {e}"))?;
+    if !status.success() {
+        return Err(format!("linux: unpacking {} failed", deb.display()));
+    }
+    find_unpacked(&unpacked).ok_or_else(|| format!("linux: {} holds no boot/vmlinuz-*", deb.display()))
+}
+
+/// One file in a newc cpio archive.
+pub enum CpioEntry {
+    Dir(String),
+    File { path: String, mode: u32, data: Vec<u8> },
+    CharDev { path: String, major: u32, minor: u32 },
+}
+
+fn cpio_header(out: &mut Vec<u8>, ino: u32, mode: u32, size: usize, rmajor: u32, rminor: u32, name: &str) {
+    let fields = [ino, mode, 0, 0, 1, 0, size as u32, 0, 0, rmajor, rminor, (name.len() + 1) as u32, 0];
+    out.extend_from_slice(b"070701");
+    for f in fields {
+        out.extend_from_slice(format!("{f:08x}").as_bytes());
+    }
+    out.extend_from_slice(name.as_bytes());
+    out.push(0);
+    while out.len() % 4 != 0 {
+        out.push(0);
+    }
+}
+
+/// Serialize entries as a newc ("070701") cpio archive, as the kernel's initramfs unpacker reads.
+pub fn cpio_newc(entries: &[CpioEntry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let ino = i as u32 + 1;
+        match e {
+            CpioEntry::Dir(p) => cpio_header(&mut out, ino, 0o040755, 0, 0, 0, p),
+            CpioEntry::CharDev { path, major, minor } => cpio_header(&mut out, ino, 0o020600, 0, *major, *minor, path),
+            CpioEntry::File { path, mode, data } => {
+                cpio_header(&mut out, ino, 0o100000 | mode, data.len(), 0, 0, path);
+                out.extend_from_slice(data);
+                while out.len() % 4 != 0 {
+                    out.push(0);
+                }
+            }
+        }
+    }
+    cpio_header(&mut out, 0, 0, 0, 0, 0, "TRAILER!!!");
+    out
+}
+
+/// Build an initramfs whose /init is `init_binary` (a static program), plus the nodes it needs
+/// before it can mount anything: /dev/console (so init has stdio), /proc, /tmp, /sys.
+pub fn build_initramfs(init_binary: &Path, out: &Path) -> Result<(), String> {
+    let data = fs::read(init_binary).map_err(|e| format!("initramfs: cannot read {}: {e}", init_binary.display()))?;
+    if data.get(..4) != Some(b"\x7fELF") {
+        return Err(format!("initramfs: {} is not an ELF program", init_binary.display()));
+    }
+    let entries = vec![
+        CpioEntry::Dir("dev".into()),
+        CpioEntry::CharDev { path: "dev/console".into(), major: 5, minor: 1 },
+        CpioEntry::Dir("proc".into()),
+        CpioEntry::Dir("sys".into()),
+        CpioEntry::Dir("tmp".into()),
+        CpioEntry::File { path: "init".into(), mode: 0o755, data },
+    ];
+    if let Some(parent) = out.parent() {
+        fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    fs::write(out, cpio_newc(&entries)).map_err(|e| format!("cannot write {}: {e}", out.display()))
+}
+
+/// A Linux guest boot: the same machine as this system's runs (q35, -cpu max, TCG), with the
+/// knobs the measurements need.
+#[derive(Debug, Clone)]
+pub struct LinuxVm {
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    pub smp: u32,
+    pub mem_mib: u64,
+    /// Appended to the fixed part of the command line (console, quiet, nokaslr, panic).
+    pub append: String,
+    /// Single-threaded TCG: required by the cachesim and sharing plugins, and with `icount`
+    /// makes runs repeat.
+    pub single_thread: bool,
+    /// `-icount shift=N`: guest time advances by instructions (seeds/004's "instruction-based
+    /// timekeeping"), so interrupts land at the same instruction from run to run.
+    pub icount_shift: Option<u32>,
+    /// `-plugin` arguments, e.g. `/path/cachesim.so,out=/tmp/x,preset=nehalem`.
+    pub plugins: Vec<String>,
+    pub timeout: Duration,
+}
+
+impl LinuxVm {
+    pub fn new(kernel: &LinuxKernel, initrd: &Path) -> Self {
+        LinuxVm {
+            kernel: kernel.bzimage.clone(),
+            initrd: initrd.to_path_buf(),
+            smp: 1,
+            mem_mib: 512,
+            append: String::new(),
+            single_thread: false,
+            icount_shift: None,
+            plugins: Vec::new(),
+            timeout: Duration::from_secs(300),
+        }
+    }
+
+    /// The full qemu-system-x86_64 argument list.
+    pub fn qemu_args(&self) -> Vec<String> {
+        // icount needs single-threaded TCG.
+        let accel = if self.single_thread || self.icount_shift.is_some() { "tcg,thread=single" } else { "tcg,thread=multi" };
+        // nokaslr: kernel addresses match /proc/kallsyms from an earlier boot, so symbols can
+        // be cached. panic=-1 with -no-reboot ends QEMU on a guest crash instead of hanging.
+        let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable {}", self.append).trim().to_string();
+        let mut a: Vec<String> = [
+            "-accel", accel, "-machine", "q35", "-cpu", "max", "-display", "none", "-serial", "stdio", "-monitor", "none",
+            "-no-reboot", "-nodefaults",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(["-smp".into(), self.smp.to_string(), "-m".into(), format!("{}M", self.mem_mib)]);
+        if let Some(shift) = self.icount_shift {
+            a.extend(["-icount".into(), format!("shift={shift},align=off,sleep=off")]);
+        }
+        a.extend(["-kernel".into(), self.kernel.display().to_string(), "-initrd".into(), self.initrd.display().to_string()]);
+        a.extend(["-append".into(), cmdline]);
+        for p in &self.plugins {
+            a.extend(["-plugin".into(), p.clone()]);
+        }
+        a
+    }
+}
+
+/// What one QEMU run produced.
+#[derive(Debug)]
+pub struct RunOutput {
+    pub serial: String,
+    pub stderr: String,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub elapsed: Duration,
+}
+
+/// Run qemu-system-x86_64 with `args`, serial on stdout captured, killed after `timeout`.
+pub fn run_qemu(args: &[String], timeout: Duration) -> Result<RunOutput, String> {
+    crate::env::ensure_qemu()?;
+    let mut child = Command::new("qemu-system-x86_64")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start qemu-system-x86_64: {e}"))?;
+    let start = Instant::now();
+    let mut so = child.stdout.take().expect("piped");
+    let mut se = child.stderr.take().expect("piped");
+    let out_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = so.read_to_end(&mut v);
+        v
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = se.read_to_end(&mut v);
+        v
+    });
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(s);
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            timed_out = true;
+            break child.wait().ok();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let serial = String::from_utf8_lossy(&out_t.join().unwrap_or_default()).replace('\r', "");
+    let stderr = String::from_utf8_lossy(&err_t.join().unwrap_or_default()).to_string();
+    Ok(RunOutput { serial, stderr, exit_code: status.and_then(|s| s.code()), timed_out, elapsed: start.elapsed() })
+}
+
+/// The measurement guest's initramfs (the workload program from tools/qemu-plugins/guest).
+pub fn guest_initramfs() -> Result<PathBuf, String> {
+    let init = crate::plugins::build_guest()?;
+    let out = crate::plugins::artifact_dir().join("guest-initramfs.cpio");
+    build_initramfs(&init, &out)?;
+    Ok(out)
+}
+
+/// Boot the guest once with workload `wl` and return its serial output (checked for errors).
+pub fn run_workload(vm: &LinuxVm) -> Result<RunOutput, String> {
+    let out = run_qemu(&vm.qemu_args(), vm.timeout)?;
+    if out.timed_out {
+        return Err(format!("linux guest timed out after {}s", vm.timeout.as_secs()));
+    }
+    if let Some(line) = out.serial.lines().find(|l| l.starts_with("workload-error")) {
+        return Err(format!("linux guest: {line}"));
+    }
+    if out.exit_code != Some(0) {
+        let why = out.stderr.lines().next().unwrap_or("").trim().to_string();
+        return Err(format!("QEMU exited with {:?}: {why}", out.exit_code));
+    }
+    Ok(out)
+}
+
+pub fn main(args: &[String]) -> Result<(), String> {
+    let Some(cmd) = args.first() else {
+        eprint!("{HELP}");
+        return Err("linux: name a command".into());
+    };
+    let rest = &args[1..];
+    match cmd.as_str() {
+        "help" | "-h" | "--help" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        "fetch" => {
+            let k = fetch_kernel()?;
+            println!("{} {}", k.version, k.bzimage.display());
+            Ok(())
+        }
+        "initramfs" => {
+            let mut init = None;
+            let mut out = crate::plugins::artifact_dir().join("initramfs.cpio");
+            let mut it = rest.iter();
+            while let Some(a) = it.next() {
+                match a.as_str() {
+                    "--init" => init = Some(PathBuf::from(it.next().ok_or("--init needs a path")?)),
+                    "--out" => out = PathBuf::from(it.next().ok_or("--out needs a path")?),
+                    other => return Err(format!("linux initramfs: unknown option `{other}`")),
+                }
+            }
+            let init = init.ok_or("linux initramfs: --init BIN is required")?;
+            build_initramfs(&init, &out)?;
+            println!("{}", out.display());
+            Ok(())
+        }
+        "run" => {
+            let mut wl = "null".to_string();
+            let kernel = fetch_kernel()?;
+            let initrd = guest_initramfs()?;
+            let mut vm = LinuxVm::new(&kernel, &initrd);
+            let mut extra = String::new();
+            let mut it = rest.iter();
+            while let Some(a) = it.next() {
+                let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
+                match a.as_str() {
+                    "--wl" => wl = val()?,
+                    "--smp" => vm.smp = val()?.parse().map_err(|_| "--smp: not a number")?,
+                    "--mem" => vm.mem_mib = val()?.parse().map_err(|_| "--mem: not a number of MiB")?,
+                    "--append" => extra = val()?,
+                    "--timeout" => vm.timeout = Duration::from_secs(val()?.parse().map_err(|_| "--timeout: not a number")?),
+                    other => return Err(format!("linux run: unknown option `{other}`")),
+                }
+            }
+            if vm.smp == 0 || vm.smp > 64 {
+                return Err(format!("--smp: {} is not in 1..64", vm.smp));
+            }
+            vm.append = format!("wl={wl} threads={} {extra}", vm.smp);
+            let out = run_workload(&vm)?;
+            print!("{}", out.serial);
+            println!("linux: guest ran {:.1}s", out.elapsed.as_secs_f64());
+            Ok(())
+        }
+        other => Err(format!("linux: unknown command `{other}`; try `cargo xtask linux help`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpio_layout() {
+        let a = cpio_newc(&[CpioEntry::File { path: "init".into(), mode: 0o755, data: b"abc".to_vec() }]);
+        assert!(a.starts_with(b"070701"));
+        // header is 110 bytes, name "init\0" pads to 116, data 3 pads to 120, then the trailer
+        assert_eq!(&a[110..114], b"init");
+        assert_eq!(&a[116..119], b"abc");
+        assert_eq!(&a[120..126], b"070701");
+        assert_eq!(a.len() % 4, 0);
+    }
+
+    #[test]
+    fn qemu_args_have_plugins_and_icount() {
+        let k = LinuxKernel { version: "x".into(), bzimage: "/k".into() };
+        let mut vm = LinuxVm::new(&k, Path::new("/i"));
+        vm.icount_shift = Some(3);
+        vm.plugins.push("/p.so,out=/o".into());
+        let a = vm.qemu_args();
+        assert!(a.windows(2).any(|w| w[0] == "-accel" && w[1] == "tcg,thread=single"));
+        assert!(a.windows(2).any(|w| w[0] == "-plugin" && w[1] == "/p.so,out=/o"));
+        assert!(a.iter().any(|s| s.starts_with("shift=3")));
+    }
 }

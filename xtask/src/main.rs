@@ -4,6 +4,7 @@
 mod boot_bench;
 mod env;
 mod iso;
+mod ksyms;
 mod linux;
 mod percore_tasks;
 mod plugins;

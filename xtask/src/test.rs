@@ -62,7 +62,7 @@ fn parse_kernel_tests(serial: &str) -> (TestTally, Vec<String>, bool) {
     for line in serial.lines() {
         if let Some(idx) = line.find("ktest ") {
             let rest = &line[idx + 6..];
-            if rest.ends_with("... ok") {
+            if rest.contains("... ok") {
                 t.passed += 1;
             } else if rest.contains("... FAILED") {
                 t.failed += 1;

@@ -1,0 +1,146 @@
+//! The per-CPU area: everything a core owns, reached through GS. Each area is allocated on
+//! its core's NUMA node and aligned to 128 bytes; fields that other cores write (mailbox,
+//! remote-free heads) sit on their own cache lines inside it.
+
+use core::arch::asm;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+use crate::arch::x86_64::gdt::{Gdt, Tss};
+use crate::arch::x86_64::idt::Idt;
+use crate::mm::frame::FrameCache;
+use crate::mm::heap::SlabCaches;
+use crate::topology::CpuTopology;
+use percore::{CachePadded, MAX_CORES};
+
+#[repr(C, align(128))]
+pub struct PerCpu {
+    /// Must stay first: `this()` reads it through GS.
+    self_ptr: *const PerCpu,
+    /// Dense core index (0 = boot processor). Offset 8, read by `cpu_id()`.
+    pub index: usize,
+    pub apic_id: u32,
+    pub node: u32,
+    pub online: AtomicBool,
+    pub topology: CpuTopology,
+    pub frame_cache: FrameCache,
+    pub slabs: SlabCaches,
+    pub mailbox: CachePadded<Mailbox>,
+    pub stats: CachePadded<CpuStats>,
+    pub gdt: Gdt,
+    pub tss: Tss,
+    pub idt: Idt,
+    pub kernel_stack_top: u64,
+}
+
+/// A single-slot mailbox: another core posts a job and sends a wake IPI. (The general
+/// multi-message active-message queue is the core-roles issue's work.)
+pub struct Mailbox {
+    pub job: AtomicPtr<crate::smp::Job>,
+}
+
+#[derive(Default)]
+pub struct CpuStats {
+    pub interrupts: AtomicU64,
+    pub ipis_received: AtomicU64,
+    pub timer_ticks: AtomicU64,
+}
+
+// SAFETY: fields mutated by several cores are atomics; the rest is written by the owner only.
+unsafe impl Sync for PerCpu {}
+
+impl PerCpu {
+    pub fn new(index: usize, apic_id: u32, node: u32) -> Self {
+        Self {
+            self_ptr: core::ptr::null(),
+            index,
+            apic_id,
+            node,
+            online: AtomicBool::new(false),
+            topology: CpuTopology::default(),
+            frame_cache: FrameCache::new(),
+            slabs: SlabCaches::new(),
+            mailbox: CachePadded::new(Mailbox { job: AtomicPtr::new(core::ptr::null_mut()) }),
+            stats: CachePadded::new(CpuStats::default()),
+            gdt: Gdt::empty(),
+            tss: Tss::default(),
+            idt: Idt::empty(),
+            kernel_stack_top: 0,
+        }
+    }
+}
+
+static CPUS: [AtomicPtr<PerCpu>; MAX_CORES] = [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CORES];
+static ONLINE: AtomicUsize = AtomicUsize::new(0);
+
+/// Publish a core's area so other cores can find it (the boot processor does this for every
+/// core before starting it, so `all()` sees every core that exists).
+pub fn publish(area: &'static mut PerCpu) -> &'static PerCpu {
+    area.self_ptr = area as *const PerCpu;
+    CPUS[area.index].store(area, Ordering::Release);
+    area
+}
+
+/// Make `area` the calling core's per-CPU area (GS base).
+pub fn install(area: &'static PerCpu) {
+    crate::arch::x86_64::cpu::wrmsr(crate::arch::x86_64::cpu::MSR_GS_BASE, area as *const PerCpu as u64);
+    crate::arch::x86_64::cpu::wrmsr(crate::arch::x86_64::cpu::MSR_KERNEL_GS_BASE, 0);
+}
+
+/// Mutable access to a published area's descriptor tables, for the core that owns it while
+/// it sets itself up (GDT, TSS and IDT are written once, by their owner, before use).
+pub fn tables_of(area: &'static PerCpu) -> (&'static mut Gdt, &'static mut Tss, &'static mut Idt) {
+    let p = area as *const PerCpu as *mut PerCpu;
+    // SAFETY: only the owning core calls this, once, during its bring-up, before anything
+    // else reads these three fields; they are disjoint fields of a 'static allocation.
+    unsafe { (&mut (*p).gdt, &mut (*p).tss, &mut (*p).idt) }
+}
+
+/// Set the owning core's topology record during bring-up.
+pub fn set_topology(area: &'static PerCpu, t: CpuTopology) {
+    let p = area as *const PerCpu as *mut PerCpu;
+    // SAFETY: written once by the owning core before it is marked online; readers wait for
+    // `online` (Acquire) before reading it.
+    unsafe { (*p).topology = t }
+}
+
+/// Count a core as online (after its area is fully set up).
+pub fn mark_online(area: &PerCpu) {
+    area.online.store(true, Ordering::Release);
+    ONLINE.fetch_add(1, Ordering::AcqRel);
+}
+
+pub fn online_count() -> usize {
+    ONLINE.load(Ordering::Acquire)
+}
+
+/// The calling core's area.
+#[inline]
+pub fn this() -> &'static PerCpu {
+    let p: *const PerCpu;
+    // SAFETY: GS base points at this core's PerCpu (installed before any caller runs), whose
+    // first field is its own address.
+    unsafe {
+        asm!("mov {}, gs:[0]", out(reg) p, options(nostack, readonly, preserves_flags));
+        &*p
+    }
+}
+
+/// The calling core's dense index, for `percore::cpu_id()`.
+pub fn current_index() -> usize {
+    let i: usize;
+    // SAFETY: as for `this`; offset 8 is `index`.
+    unsafe { asm!("mov {}, gs:[8]", out(reg) i, options(nostack, readonly, preserves_flags)) }
+    i
+}
+
+/// Another core's area, if it exists.
+pub fn get(index: usize) -> Option<&'static PerCpu> {
+    let p = CPUS.get(index)?.load(Ordering::Acquire);
+    // SAFETY: areas are published once, never freed, and 'static.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// Every published area, in index order.
+pub fn all() -> impl Iterator<Item = &'static PerCpu> {
+    (0..MAX_CORES).map_while(get)
+}

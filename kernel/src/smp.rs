@@ -1,0 +1,215 @@
+//! Starting the application processors, and running a function on every core.
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::arch::x86_64::{apic, boot, cpu, gdt};
+use crate::mm::{frame, phys_to_virt, PAGE_SIZE};
+use crate::percpu::{self, PerCpu};
+use crate::{kprintln, time};
+
+/// Kernel stack per core: 64 KiB.
+const STACK_ORDER: usize = 4;
+/// Each IST stack: 16 KiB.
+const IST_ORDER: usize = 2;
+
+/// A function posted to other cores' mailboxes. Lives on the poster's stack; the poster
+/// waits until `pending` reaches zero before returning, so the pointer never dangles.
+pub struct Job {
+    run: *const (dyn Fn(usize) + Sync),
+    pending: AtomicUsize,
+}
+
+/// Run `f(core_index)` on every online core (this one included) and wait for all of them.
+pub fn run_on_all(f: &(dyn Fn(usize) + Sync)) {
+    let me = percpu::this().index;
+    let cores = percpu::online_count();
+    run_on(f, (0..cores).filter(|&c| c != me), true);
+}
+
+/// Run `f` on each core in `targets` (and on this core too if `include_self`), then wait.
+pub fn run_on(f: &(dyn Fn(usize) + Sync), targets: impl Iterator<Item = usize> + Clone, include_self: bool) {
+    let me = percpu::this();
+    // SAFETY: the lifetime is erased only for the duration of this call: we wait for every
+    // target to finish (pending == 0) before returning, so `f` outlives every use.
+    let run: *const (dyn Fn(usize) + Sync) = unsafe { core::mem::transmute(f as *const (dyn Fn(usize) + Sync + '_)) };
+    let job = Job { run, pending: AtomicUsize::new(0) };
+    for t in targets.clone() {
+        if t == me.index {
+            continue;
+        }
+        let Some(target) = percpu::get(t).filter(|c| c.online.load(Ordering::Acquire)) else { continue };
+        job.pending.fetch_add(1, Ordering::AcqRel);
+        let slot = &target.mailbox.job;
+        let jp = &job as *const Job as *mut Job;
+        while slot.compare_exchange(core::ptr::null_mut(), jp, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            core::hint::spin_loop();
+        }
+        apic::send_ipi(target.apic_id, apic::VECTOR_WAKE);
+    }
+    if include_self {
+        f(me.index);
+    }
+    while job.pending.load(Ordering::Acquire) != 0 {
+        core::hint::spin_loop();
+    }
+}
+
+/// Take and run a posted job, if any. Returns true if one ran.
+fn run_mailbox(area: &PerCpu) -> bool {
+    let j = area.mailbox.job.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if j.is_null() {
+        return false;
+    }
+    // SAFETY: the poster keeps the Job and the function alive until we decrement pending.
+    unsafe {
+        let f = &*(*j).run;
+        f(area.index);
+        (*j).pending.fetch_sub(1, Ordering::AcqRel);
+    }
+    true
+}
+
+/// The idle loop of every application processor: sleep until a job arrives.
+pub fn idle_loop() -> ! {
+    let area = percpu::this();
+    loop {
+        cpu::disable_interrupts();
+        if run_mailbox(area) {
+            continue;
+        }
+        // Atomic with respect to the wake IPI: a job posted after the check above raises an
+        // interrupt that ends the halt immediately.
+        cpu::enable_and_halt();
+    }
+}
+
+fn wake_handler(_f: &mut crate::arch::x86_64::idt::TrapFrame) {
+    let area = percpu::this();
+    area.stats.ipis_received.fetch_add(1, Ordering::Relaxed);
+    apic::eoi();
+}
+
+pub fn register_handlers() {
+    crate::arch::x86_64::idt::register_handler(apic::VECTOR_WAKE, wake_handler);
+}
+
+fn alloc_zeroed(order: usize, node: u32) -> Option<u64> {
+    let _ = node; // allocation prefers the calling core's node; per-node placement is a TODO
+    let pa = frame::alloc_frames(order)?;
+    // SAFETY: freshly allocated frames, mapped in the physical window.
+    unsafe { core::ptr::write_bytes(phys_to_virt(pa) as *mut u8, 0, (PAGE_SIZE as usize) << order) };
+    Some(pa)
+}
+
+/// Allocate and publish a per-CPU area with its stacks for core `index`.
+pub fn prepare_area(index: usize, apic_id: u32, node: u32) -> Option<&'static PerCpu> {
+    let size = core::mem::size_of::<PerCpu>() as u64;
+    let order = (size.div_ceil(PAGE_SIZE)).next_power_of_two().trailing_zeros() as usize;
+    let pa = alloc_zeroed(order, node)?;
+    let stack = alloc_zeroed(STACK_ORDER, node)?;
+    let ist: [u64; 3] = [alloc_zeroed(IST_ORDER, node)?, alloc_zeroed(IST_ORDER, node)?, alloc_zeroed(IST_ORDER, node)?];
+    let ptr = phys_to_virt(pa) as *mut PerCpu;
+    // SAFETY: the frames are ours, large enough for a PerCpu, and page-aligned (>= 128).
+    let area: &'static mut PerCpu = unsafe {
+        ptr.write(PerCpu::new(index, apic_id, node));
+        &mut *ptr
+    };
+    area.kernel_stack_top = phys_to_virt(stack) + (PAGE_SIZE << STACK_ORDER);
+    for (i, s) in ist.iter().enumerate() {
+        area.tss.ist[i] = phys_to_virt(*s) + (PAGE_SIZE << IST_ORDER);
+    }
+    area.tss.rsp[0] = area.kernel_stack_top;
+    Some(percpu::publish(area))
+}
+
+/// Per-core setup shared by the boot processor and the others: descriptor tables, APIC,
+/// topology, then online.
+pub fn init_this_core(area: &'static PerCpu) {
+    let (g, t, i) = percpu::tables_of(area);
+    gdt::load(g, t);
+    crate::arch::x86_64::idt::load(i);
+    apic::init_local();
+    let topo = crate::topology::detect(apic::id(), area.node);
+    percpu::set_topology(area, topo);
+    percpu::mark_online(area);
+}
+
+#[no_mangle]
+extern "C" fn ap_entry(index: u32) -> ! {
+    let Some(area) = percpu::get(index as usize) else { cpu::halt_forever() };
+    percpu::install(area);
+    init_this_core(area);
+    idle_loop()
+}
+
+extern "C" {
+    fn ap_trampoline_entry();
+}
+
+core::arch::global_asm!(
+    r#"
+    .section .text.ap_trampoline_entry, "ax"
+    .global ap_trampoline_entry
+ap_trampoline_entry:
+    /* rsp = this core's stack, edi = core index (set by the trampoline) */
+    and $-16, %rsp
+    call ap_entry
+1:  cli
+    hlt
+    jmp 1b
+"#,
+    options(att_syntax)
+);
+
+/// Start every processor in `cpus` (index 0 is us). Returns how many came online in total.
+pub fn start_aps(cpus: &[(u32, u32)]) -> usize {
+    // Copy the trampoline template below 1 MiB.
+    let (tmpl, len, slots_off) = boot::trampoline_template();
+    // SAFETY: the first MiB is excluded from the page pools; 0x8000.. is ours, and the
+    // template is a byte range in the kernel image.
+    unsafe {
+        core::ptr::copy_nonoverlapping(phys_to_virt(tmpl) as *const u8, phys_to_virt(boot::TRAMPOLINE_PHYS) as *mut u8, len);
+    }
+    let slot = |off: usize| (phys_to_virt(boot::TRAMPOLINE_PHYS) + (slots_off + off) as u64) as *mut u64;
+    // SAFETY: the slots lie inside the copied trampoline.
+    unsafe {
+        slot(boot::TRAMP_SLOT_CR3).write_volatile(boot::boot_pml4_phys());
+        slot(boot::TRAMP_SLOT_EFER).write_volatile(boot::efer_extra() as u64);
+        slot(boot::TRAMP_SLOT_ENTRY).write_volatile(ap_trampoline_entry as *const () as u64);
+    }
+    // INIT every AP once, then one wait, then start them one by one (they share the slots).
+    for &(apic_id, _) in &cpus[1..] {
+        apic::send_init(apic_id);
+        apic::send_init_deassert(apic_id);
+    }
+    time::spin_us(10_000);
+    for (index, &(apic_id, node)) in cpus.iter().enumerate().skip(1) {
+        let Some(area) = prepare_area(index, apic_id, node) else {
+            kprintln!("smp: out of memory preparing core {index}; not starting it");
+            continue;
+        };
+        // SAFETY: as above; no AP is reading the slots now (the previous one is online).
+        unsafe {
+            slot(boot::TRAMP_SLOT_STACK).write_volatile(area.kernel_stack_top);
+            slot(boot::TRAMP_SLOT_CPU).write_volatile(index as u64);
+        }
+        let page = (boot::TRAMPOLINE_PHYS >> 12) as u8;
+        apic::send_sipi(apic_id, page);
+        let quick = time::Deadline::after_ms(100);
+        while !area.online.load(Ordering::Acquire) && !quick.expired() {
+            core::hint::spin_loop();
+        }
+        if !area.online.load(Ordering::Acquire) {
+            apic::send_sipi(apic_id, page);
+            // TCG with many vCPUs on few host cores can be slow to schedule the new vCPU.
+            let slow = time::Deadline::after_ms(5_000);
+            while !area.online.load(Ordering::Acquire) && !slow.expired() {
+                core::hint::spin_loop();
+            }
+        }
+        if !area.online.load(Ordering::Acquire) {
+            kprintln!("smp: core {index} (APIC id {apic_id}) did not come online");
+        }
+    }
+    percpu::online_count()
+}
