@@ -21,7 +21,7 @@ pub fn set_cpu_id_provider(f: fn() -> usize) {
 
 /// Set the number of cores online (the length of every `PerCore` view).
 pub fn set_core_count(n: usize) {
-    assert!(n >= 1 && n <= MAX_CORES);
+    assert!((1..=MAX_CORES).contains(&n));
     CORE_COUNT.store(n, Ordering::Release);
 }
 
@@ -53,8 +53,10 @@ pub fn set_irq_ops(save: fn() -> usize, restore: fn(usize)) {
     IRQ_RESTORE.store(restore as usize, Ordering::Release);
 }
 
+/// Disable interrupts on this core (through the environment's hook) and return a token for
+/// [`irq_restore`]. Without a hook (host builds) this does nothing and returns 0.
 #[inline]
-pub(crate) fn irq_save() -> usize {
+pub fn irq_save() -> usize {
     let p = IRQ_SAVE.load(Ordering::Acquire);
     if p == 0 {
         return 0;
@@ -63,8 +65,9 @@ pub(crate) fn irq_save() -> usize {
     f()
 }
 
+/// Put back the interrupt state that [`irq_save`] returned `token` for.
 #[inline]
-pub(crate) fn irq_restore(token: usize) {
+pub fn irq_restore(token: usize) {
     let p = IRQ_RESTORE.load(Ordering::Acquire);
     if p == 0 {
         return;
@@ -85,11 +88,45 @@ fn unsafe_fn1_from_usize(p: usize) -> fn(usize) {
     unsafe { core::mem::transmute::<usize, fn(usize)>(p) }
 }
 
+/// Interrupts off on this core until dropped (restores the state found at creation).
+pub struct IrqGuard {
+    token: usize,
+    // Interrupt state belongs to the core that saved it.
+    _not_send: core::marker::PhantomData<*const ()>,
+}
+
+impl IrqGuard {
+    #[inline]
+    pub fn new() -> Self {
+        Self { token: irq_save(), _not_send: core::marker::PhantomData }
+    }
+}
+
+impl Default for IrqGuard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for IrqGuard {
+    #[inline]
+    fn drop(&mut self) {
+        irq_restore(self.token)
+    }
+}
+
 #[cfg(feature = "std")]
 mod host {
     use std::cell::Cell;
-    thread_local! {
+    // Under loom every modelled thread runs on one OS thread, so the index must be loom's
+    // thread-local to stay per modelled thread.
+    #[cfg(not(loom))]
+    std::thread_local! {
         static INDEX: Cell<usize> = const { Cell::new(0) };
+    }
+    #[cfg(loom)]
+    loom::thread_local! {
+        static INDEX: Cell<usize> = Cell::new(0);
     }
     pub fn thread_index() -> usize {
         INDEX.with(|c| c.get())
@@ -99,7 +136,9 @@ mod host {
     }
 }
 
-/// Host only: bind the calling thread to core index `i` for `cpu_id()`.
+/// Host only: bind the calling thread to core index `i` for `cpu_id()`. Threads that never
+/// register read index 0; every primitive stays correct then (several threads on one
+/// index only lose locality), because none relies on a core index being exclusive.
 #[cfg(feature = "std")]
 pub fn register_thread(i: usize) {
     assert!(i < MAX_CORES);

@@ -1,13 +1,47 @@
 //! Scalable primitives shared by the kernel and host tools.
 //!
-//! `no_std` by default; the `std` feature supplies core identity from a registered thread
-//! index so the same code can be stress-tested on the host.
+//! `no_std` (with `alloc`) by default; the `std` feature supplies core identity from a
+//! registered thread index so the same code can be stress-tested on the host. Under
+//! `cfg(loom)` the protocols' atomics are loom's, for model checking (tests/loom.rs).
+//!
+//! | module | what | after |
+//! | --- | --- | --- |
+//! | [`cpu`] | core identity, core count, interrupt save/restore hooks | |
+//! | [`per_core`] | `PerCore<T>`: one 128-byte slot per core | Corey, Tornado |
+//! | [`spin`] | ticket lock | |
+//! | [`mcs`] | MCS queue lock | Corey fig. 3 |
+//! | [`rwlock`] | scalable reader-writer lock (per-core reader counts, MCS writer queue) | Corey §2 |
+//! | [`seqlock`] | generation-counter lock-free reads/comparison | Linux dentry (seeds/002) |
+//! | [`counter`] | `SloppyCounter`, `DistributedCounter` | seeds/002, Tornado fig. 1 |
+//! | [`clustered`] | clustered objects, miss handling, policies | Tornado §3 |
+//! | [`reclaim`] | existence guarantees by quiescence (token over per-core counts) | Tornado §5 |
+//! | [`slab`] | per-core object cache over a backend | Tornado §4 |
 #![cfg_attr(not(feature = "std"), no_std)]
 
+extern crate alloc;
+
+mod sync;
+
+pub mod clustered;
+pub mod counter;
 pub mod cpu;
+pub mod mcs;
 pub mod pad;
+pub mod per_core;
+pub mod reclaim;
+pub mod rwlock;
+pub mod seqlock;
+pub mod slab;
 pub mod spin;
 
+pub use clustered::{ClusteredObject, Policy, RepInfo};
+pub use counter::{DistributedCounter, SloppyCounter};
 pub use cpu::{core_count, cpu_id, MAX_CORES};
+pub use mcs::{IrqMcsLock, McsGuard, McsLock, McsNode};
 pub use pad::CachePadded;
+pub use per_core::PerCore;
+pub use reclaim::{Domain, Operation};
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use seqlock::{ReadPath, SeqData, SeqLock};
+pub use slab::{HeapBackend, ObjectBackend, ObjectCache};
 pub use spin::{IrqTicketLock, TicketLock, TicketLockGuard};

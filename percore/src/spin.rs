@@ -1,9 +1,10 @@
 //! Ticket spinlock: FIFO, one cache line, fine for locks that are rarely contended
 //! (the NUMA-node page pools, refilled in batches). Contended hot locks want MCS.
 
+use crate::sync::{const_fn_unless_loom, spin_loop, AtomicU32, Ordering};
 use core::cell::UnsafeCell;
+use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
-use core::sync::atomic::{AtomicU32, Ordering};
 
 pub struct TicketLock<T: ?Sized> {
     next: AtomicU32,
@@ -19,11 +20,22 @@ unsafe impl<T: ?Sized + Send> Send for TicketLock<T> {}
 pub struct TicketLockGuard<'a, T: ?Sized> {
     lock: &'a TicketLock<T>,
     irq_token: Option<usize>,
+    // The interrupt state (and, in the kernel, the lock) belongs to the core that took it.
+    _not_send: PhantomData<*const ()>,
 }
 
+// SAFETY: sharing the guard only hands out `&T`, which needs `T: Sync`.
+unsafe impl<T: ?Sized + Sync> Sync for TicketLockGuard<'_, T> {}
+
 impl<T> TicketLock<T> {
-    pub const fn new(value: T) -> Self {
-        Self { next: AtomicU32::new(0), serving: AtomicU32::new(0), data: UnsafeCell::new(value) }
+    const_fn_unless_loom! {
+        pub fn new(value: T) -> Self {
+            Self { next: AtomicU32::new(0), serving: AtomicU32::new(0), data: UnsafeCell::new(value) }
+        }
+    }
+
+    pub fn into_inner(self) -> T {
+        self.data.into_inner()
     }
 }
 
@@ -31,21 +43,23 @@ impl<T: ?Sized> TicketLock<T> {
     fn acquire(&self) {
         let ticket = self.next.fetch_add(1, Ordering::Relaxed);
         while self.serving.load(Ordering::Acquire) != ticket {
-            core::hint::spin_loop();
+            spin_loop();
         }
     }
 
     pub fn lock(&self) -> TicketLockGuard<'_, T> {
         self.acquire();
-        TicketLockGuard { lock: self, irq_token: None }
+        TicketLockGuard { lock: self, irq_token: None, _not_send: PhantomData }
     }
 
     pub fn try_lock(&self) -> Option<TicketLockGuard<'_, T>> {
-        let serving = self.serving.load(Ordering::Relaxed);
+        // Acquire: if the CAS succeeds, the previous holder's release store to `serving`
+        // must happen-before our critical section.
+        let serving = self.serving.load(Ordering::Acquire);
         self.next
             .compare_exchange(serving, serving.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| TicketLockGuard { lock: self, irq_token: None })
+            .map(|_| TicketLockGuard { lock: self, irq_token: None, _not_send: PhantomData })
     }
 
     /// Lock with interrupts disabled on this core until the guard drops, so an interrupt
@@ -53,11 +67,16 @@ impl<T: ?Sized> TicketLock<T> {
     pub fn lock_irqsave(&self) -> TicketLockGuard<'_, T> {
         let token = crate::cpu::irq_save();
         self.acquire();
-        TicketLockGuard { lock: self, irq_token: Some(token) }
+        TicketLockGuard { lock: self, irq_token: Some(token), _not_send: PhantomData }
     }
 
     pub fn is_locked(&self) -> bool {
         self.next.load(Ordering::Relaxed) != self.serving.load(Ordering::Relaxed)
+    }
+
+    /// Exclusive access without locking: `&mut self` proves no one else holds the lock.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.data.get_mut()
     }
 }
 
@@ -91,13 +110,33 @@ impl<T: ?Sized> DerefMut for TicketLockGuard<'_, T> {
 pub struct IrqTicketLock<T: ?Sized>(TicketLock<T>);
 
 impl<T> IrqTicketLock<T> {
-    pub const fn new(value: T) -> Self {
-        Self(TicketLock::new(value))
+    const_fn_unless_loom! {
+        pub fn new(value: T) -> Self {
+            Self(TicketLock::new(value))
+        }
     }
 }
 
 impl<T: ?Sized> IrqTicketLock<T> {
     pub fn lock(&self) -> TicketLockGuard<'_, T> {
         self.0.lock_irqsave()
+    }
+
+    pub fn try_lock(&self) -> Option<TicketLockGuard<'_, T>> {
+        let token = crate::cpu::irq_save();
+        match self.0.try_lock() {
+            Some(mut g) => {
+                g.irq_token = Some(token);
+                Some(g)
+            }
+            None => {
+                crate::cpu::irq_restore(token);
+                None
+            }
+        }
+    }
+
+    pub fn is_locked(&self) -> bool {
+        self.0.is_locked()
     }
 }

@@ -1,0 +1,262 @@
+//! `SeqLock`: a generation counter for lock-free reads and comparisons, after the dentry name
+//! comparison of "An Analysis of Linux Scalability to Many Cores" (seeds/002).
+//!
+//! Writers take the lock, set the generation to 0 ("being modified"), write, then store the
+//! next non-zero generation. Readers remember the generation (0: fall back to the lock), copy
+//! the value, check the generation again (changed: fall back to the lock), and only then look
+//! at the copy. A reader writes nothing shared, so read-mostly data is read on every core
+//! without any cache line changing hands.
+//!
+//! The copy races with writers by design, so it is made with relaxed atomic word loads (and
+//! writers store with relaxed atomic words): a torn copy is detected by the generation check
+//! and thrown away without ever being used as a `T`. That is why `T` must be [`SeqData`].
+
+use crate::pad::CachePadded;
+use crate::spin::TicketLock;
+use crate::sync::{fence, AtomicUsize, Ordering};
+
+
+/// Plain data a seqlock can copy word by word.
+///
+/// # Safety
+/// Every byte of every value is initialised: no padding, no `MaybeUninit` fields (atomic
+/// loads of uninitialised bytes are undefined behaviour). Any `Copy` integer, array or
+/// `#[repr(C)]` struct of them without padding qualifies.
+pub unsafe trait SeqData: Copy + Send + 'static {}
+
+macro_rules! seq_data {
+    ($($t:ty),*) => { $(
+        // SAFETY: integers have no padding.
+        unsafe impl SeqData for $t {}
+    )* };
+}
+seq_data!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
+// SAFETY: an array of padding-free elements has no padding.
+unsafe impl<T: SeqData, const N: usize> SeqData for [T; N] {}
+// SAFETY: two equal-sized padding-free fields have no padding between or after them.
+unsafe impl SeqData for (u64, u64) {}
+// SAFETY: as above.
+unsafe impl SeqData for (u32, u32) {}
+// SAFETY: as above.
+unsafe impl SeqData for (usize, usize) {}
+
+/// How a read was served (for tests and statistics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadPath {
+    /// The generation was stable and non-zero: no lock taken.
+    Optimistic,
+    /// A writer was active or intervened: read under the lock.
+    Locked,
+}
+
+pub struct SeqLock<T: SeqData> {
+    generation: CachePadded<AtomicUsize>,
+    lock: TicketLock<()>,
+    data: storage::Words<T>,
+}
+
+// SAFETY: values cross threads only by copy (`T: Send`); the data is written under the lock
+// and read with atomic word loads.
+unsafe impl<T: SeqData> Sync for SeqLock<T> {}
+// SAFETY: moving the lock moves the data with it.
+unsafe impl<T: SeqData> Send for SeqLock<T> {}
+
+impl<T: SeqData> SeqLock<T> {
+    pub fn new(value: T) -> Self {
+        Self { generation: CachePadded::new(AtomicUsize::new(1)), lock: TicketLock::new(()), data: storage::Words::new(value) }
+    }
+
+    /// The current generation: 0 while a writer is modifying the value.
+    pub fn generation(&self) -> usize {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The lock-free path alone: `None` if a writer was active or intervened.
+    pub fn try_read(&self) -> Option<T> {
+        let g1 = self.generation.load(Ordering::Acquire);
+        if g1 == 0 {
+            return None;
+        }
+        let copy = self.data.load_racy();
+        // Pairs with the writer's release fence: if the copy saw any byte a writer stored
+        // after zeroing the generation, the load below sees 0 or a later generation.
+        fence(Ordering::Acquire);
+        let g2 = self.generation.load(Ordering::Relaxed);
+        if g1 == g2 {
+            // SAFETY: no writer ran during the copy, so every word came from one complete
+            // value of `T`.
+            Some(unsafe { copy.assume_init() })
+        } else {
+            None
+        }
+    }
+
+    /// Read under the lock (the fallback path).
+    pub fn read_locked(&self) -> T {
+        let _g = self.lock.lock();
+        // SAFETY: writers write only under the lock we hold.
+        unsafe { self.data.load_racy().assume_init() }
+    }
+
+    /// Optimistic read, falling back to the lock at once if it fails (as the dentry code
+    /// does: a failed optimistic read means a writer is busy right now).
+    pub fn read(&self) -> T {
+        self.read_traced().0
+    }
+
+    pub fn read_traced(&self) -> (T, ReadPath) {
+        match self.try_read() {
+            Some(v) => (v, ReadPath::Optimistic),
+            None => (self.read_locked(), ReadPath::Locked),
+        }
+    }
+
+    /// The dentry comparison: copy, check the generation, then compare the copy; fall back to
+    /// comparing under the lock. `matches` never sees a torn value.
+    pub fn compare(&self, matches: impl Fn(&T) -> bool) -> bool {
+        match self.try_read() {
+            Some(v) => matches(&v),
+            None => {
+                let _g = self.lock.lock();
+                // SAFETY: as in `read_locked`.
+                let v = unsafe { self.data.load_racy().assume_init() };
+                matches(&v)
+            }
+        }
+    }
+
+    /// Modify the value under the lock; readers see generation 0 meanwhile, then a new one.
+    pub fn write<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let _g = self.lock.lock();
+        let old_gen = self.generation.load(Ordering::Relaxed);
+        self.generation.store(0, Ordering::Relaxed);
+        // Orders the zero before every data store below, for readers' acquire fence.
+        fence(Ordering::Release);
+        // SAFETY: only writers store, and we hold the lock.
+        let mut value = unsafe { self.data.load_racy().assume_init() };
+        let r = f(&mut value);
+        self.data.store_racy(value);
+        // Skip 0 on wrap-around: 0 means "being modified".
+        let next = match old_gen.wrapping_add(1) {
+            0 => 1,
+            g => g,
+        };
+        // Release: a reader that sees `next` sees the whole new value.
+        self.generation.store(next, Ordering::Release);
+        r
+    }
+
+    pub fn set(&self, value: T) {
+        self.write(|v| *v = value)
+    }
+}
+
+#[cfg(not(loom))]
+mod storage {
+    use super::SeqData;
+    use core::cell::UnsafeCell;
+    use core::mem::{align_of, size_of, MaybeUninit};
+    use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+    /// The value, read and written with relaxed atomics of the widest size its alignment
+    /// allows, so concurrent readers and a writer never form a data race.
+    pub(super) struct Words<T>(UnsafeCell<T>);
+
+    impl<T: SeqData> Words<T> {
+        pub(super) fn new(v: T) -> Self {
+            Self(UnsafeCell::new(v))
+        }
+
+        pub(super) fn load_racy(&self) -> MaybeUninit<T> {
+            let mut out = MaybeUninit::<T>::uninit();
+            let src = self.0.get() as *const u8;
+            let dst = out.as_mut_ptr() as *mut u8;
+            let n = size_of::<T>();
+            // SAFETY: `src` points at a live, fully initialised `T` (`SeqData`), accessed only
+            // atomically by concurrent parties; `dst` is our own buffer of the same size. Each
+            // chunk is naturally aligned because `T`'s alignment is at least the chunk size.
+            unsafe {
+                if align_of::<T>() >= 8 && n.is_multiple_of(8) {
+                    for i in (0..n).step_by(8) {
+                        let v = AtomicU64::from_ptr(src.add(i) as *mut u64).load(Ordering::Relaxed);
+                        (dst.add(i) as *mut u64).write(v);
+                    }
+                } else if align_of::<T>() >= 4 && n.is_multiple_of(4) {
+                    for i in (0..n).step_by(4) {
+                        let v = AtomicU32::from_ptr(src.add(i) as *mut u32).load(Ordering::Relaxed);
+                        (dst.add(i) as *mut u32).write(v);
+                    }
+                } else {
+                    for i in 0..n {
+                        let v = AtomicU8::from_ptr(src.add(i) as *mut u8).load(Ordering::Relaxed);
+                        dst.add(i).write(v);
+                    }
+                }
+            }
+            out
+        }
+
+        pub(super) fn store_racy(&self, v: T) {
+            let src = &v as *const T as *const u8;
+            let dst = self.0.get() as *mut u8;
+            let n = size_of::<T>();
+            // SAFETY: as in `load_racy`, with the roles swapped; only the lock holder stores.
+            unsafe {
+                if align_of::<T>() >= 8 && n.is_multiple_of(8) {
+                    for i in (0..n).step_by(8) {
+                        AtomicU64::from_ptr(dst.add(i) as *mut u64).store((src.add(i) as *const u64).read(), Ordering::Relaxed);
+                    }
+                } else if align_of::<T>() >= 4 && n.is_multiple_of(4) {
+                    for i in (0..n).step_by(4) {
+                        AtomicU32::from_ptr(dst.add(i) as *mut u32).store((src.add(i) as *const u32).read(), Ordering::Relaxed);
+                    }
+                } else {
+                    for i in 0..n {
+                        AtomicU8::from_ptr(dst.add(i)).store(src.add(i).read(), Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(loom)]
+mod storage {
+    //! Under loom the value lives in loom atomics, one per 8 bytes, so the model checker sees
+    //! (and permutes) every word a reader copies.
+    use super::SeqData;
+    use core::mem::{size_of, MaybeUninit};
+    use loom::sync::atomic::{AtomicU64, Ordering};
+
+    pub(super) struct Words<T> {
+        words: Box<[AtomicU64]>,
+        _t: core::marker::PhantomData<T>,
+    }
+
+    fn to_words<T: SeqData>(v: &T) -> Vec<u64> {
+        let mut buf = vec![0u64; size_of::<T>().div_ceil(8)];
+        // SAFETY: `buf` has at least `size_of::<T>()` bytes; `T` is fully initialised.
+        unsafe { core::ptr::copy_nonoverlapping(v as *const T as *const u8, buf.as_mut_ptr() as *mut u8, size_of::<T>()) };
+        buf
+    }
+
+    impl<T: SeqData> Words<T> {
+        pub(super) fn new(v: T) -> Self {
+            let words = to_words(&v).into_iter().map(AtomicU64::new).collect();
+            Self { words, _t: core::marker::PhantomData }
+        }
+        pub(super) fn load_racy(&self) -> MaybeUninit<T> {
+            let buf: Vec<u64> = self.words.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+            let mut out = MaybeUninit::<T>::uninit();
+            // SAFETY: `buf` holds at least `size_of::<T>()` initialised bytes.
+            unsafe { core::ptr::copy_nonoverlapping(buf.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8, size_of::<T>()) };
+            out
+        }
+        pub(super) fn store_racy(&self, v: T) {
+            for (w, x) in self.words.iter().zip(to_words(&v)) {
+                w.store(x, Ordering::Relaxed);
+            }
+        }
+    }
+}
+

@@ -1,0 +1,46 @@
+//! Atomics and spinning, switched to `loom`'s model-checked versions under `cfg(loom)`.
+//!
+//! Every primitive whose protocol is model-checked takes its atomics from here, so the loom
+//! tests check the very code the kernel runs. Global configuration (the core count and the
+//! environment's function pointers in `cpu`) stays on `core` atomics: it is set once at boot
+//! and is not part of any protocol.
+
+#[cfg(not(loom))]
+pub(crate) use core::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+
+/// One iteration of a busy-wait loop. Under loom this yields, which tells the model checker
+/// that the thread cannot make progress until another one runs.
+#[inline(always)]
+pub(crate) fn spin_loop() {
+    #[cfg(not(loom))]
+    core::hint::spin_loop();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
+/// `const fn` outside loom (so kernel statics can hold the primitive), a plain `fn` under
+/// loom (whose atomics have no `const` constructor). The body is written once.
+macro_rules! const_fn_unless_loom {
+    ($(#[$m:meta])* $vis:vis fn $name:ident $($rest:tt)*) => {
+        #[cfg(not(loom))]
+        $(#[$m])* $vis const fn $name $($rest)*
+        #[cfg(loom)]
+        $(#[$m])* $vis fn $name $($rest)*
+    };
+}
+pub(crate) use const_fn_unless_loom;
+
+/// The second half of a store-then-load (Dekker) handshake written with `SeqCst` accesses.
+///
+/// With `SeqCst` on both sides, the C11 model already orders each thread's store before its
+/// load in the single total order, and on x86-64 the locked RMW or `xchg` that a `SeqCst`
+/// store becomes is a full barrier, so outside loom this is nothing. Loom models `SeqCst`
+/// accesses as `AcqRel` (loom README, "Unsupported features"), which would report false
+/// failures; it does model `fence(SeqCst)`, so under loom we put the equivalent fence here.
+#[inline(always)]
+pub(crate) fn dekker_fence() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
