@@ -1,0 +1,468 @@
+/*
+ * /init of the Linux measurement guest: runs one workload between region markers (marker.h),
+ * prints one result line, and powers the machine off. Built static (cc -static) by
+ * `cargo xtask plugin build` and packed into an initramfs by xtask/src/linux.rs.
+ *
+ * Parameters come from the kernel command line: wl=NAME threads=N iters=N size=BYTES
+ * passes=N files=N. Output: "workload name=NAME ops=N threads=N" or "workload-error: ...".
+ *
+ * Workloads (the paper's five where they fit in an initramfs; honest substitutes otherwise):
+ *   stream   one thread reads a buffer line by line (asm loop, no other memory accesses)
+ *   null     getppid() system calls
+ *   dupclose per-thread dup(0)+close on the shared descriptor table (Corey section 1 / 8.4)
+ *   counter  threads lock-add one shared 64-bit counter (user mode)
+ *   private  threads add to their own 128-byte-aligned counters (user mode)
+ *   find     substitute for the paper's find: walk a generated tree, stat every entry
+ *   zip      substitute for zip: read the generated tree, LZ-compress into an archive file
+ *   pipe     substitute for apache+ab: request/response over a socketpair between processes
+ *   spawn    substitute for make: fork + wait of short-lived children that compute a little
+ *   kallsyms dump /proc/kallsyms data symbols (used once to name kernel lines)
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/io.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../marker.h"
+
+/* The literal marker sequence; clobbers rax/rdx. Extended asm so %% escapes apply. */
+#define MARK(v) asm volatile(MARKER_ASM(v) ::: "rax", "rdx", "memory")
+
+static char cmdline[4096];
+static long param(const char *key, long def)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    char *p = strstr(cmdline, pat);
+    return p ? strtol(p + strlen(pat), NULL, 0) : def;
+}
+static const char *sparam(const char *key, char *buf, size_t n)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    char *p = strstr(cmdline, pat);
+    if (!p)
+        return NULL;
+    p += strlen(pat);
+    size_t i = 0;
+    while (p[i] && p[i] != ' ' && p[i] != '\n' && i + 1 < n) {
+        buf[i] = p[i];
+        i++;
+    }
+    buf[i] = 0;
+    return buf;
+}
+
+static void power_off(void)
+{
+    fflush(stdout);
+    sync();
+    reboot(RB_POWER_OFF);
+    for (;;)
+        pause();
+}
+
+static void fail(const char *what)
+{
+    printf("workload-error: %s: %s\n", what, strerror(errno));
+    power_off();
+}
+
+static void pin(int cpu)
+{
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu % (int)sysconf(_SC_NPROCESSORS_ONLN), &s);
+    sched_setaffinity(0, sizeof s, &s);
+}
+
+/* ---- multi-threaded workloads: each thread pinned, starts together, marks its own vCPU ---- */
+static int nthreads;
+static long iters;
+static volatile int go;
+static volatile int ready;
+static volatile uint64_t shared_counter __attribute__((aligned(128)));
+static struct {
+    volatile uint64_t v;
+    char pad[120];
+} private_counter[64] __attribute__((aligned(128)));
+static const char *wl;
+
+static void *worker(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    pin(id);
+    __atomic_add_fetch(&ready, 1, __ATOMIC_SEQ_CST);
+    while (!go)
+        ;
+    long n = iters;
+    if (!strcmp(wl, "dupclose")) {
+        MARK(1);
+        for (long i = 0; i < n; i++) {
+            int fd = dup(0);
+            close(fd);
+        }
+        MARK(2);
+    } else if (!strcmp(wl, "null")) {
+        MARK(1);
+        for (long i = 0; i < n; i++)
+            getppid();
+        MARK(2);
+    } else if (!strcmp(wl, "counter")) {
+        volatile uint64_t *c = &shared_counter;
+        /* All in registers: inside the region the only user data access is the counter. */
+        asm volatile(MARKER_ASM(1) "1: lock addq $1, (%[c])\n\tdec %[n]\n\tjnz 1b\n\t" MARKER_ASM(2)
+                     : [n] "+r"(n)
+                     : [c] "r"(c)
+                     : "rax", "rdx", "memory", "cc");
+    } else if (!strcmp(wl, "private")) {
+        volatile uint64_t *c = &private_counter[id].v;
+        asm volatile(MARKER_ASM(1) "1: addq $1, (%[c])\n\tdec %[n]\n\tjnz 1b\n\t" MARKER_ASM(2)
+                     : [n] "+r"(n)
+                     : [c] "r"(c)
+                     : "rax", "rdx", "memory", "cc");
+    }
+    return NULL;
+}
+
+static long run_threads(void)
+{
+    pthread_t t[64];
+    if (nthreads < 1 || nthreads > 64) {
+        errno = EINVAL;
+        fail("threads must be 1..64");
+    }
+    for (int i = 1; i < nthreads; i++)
+        if (pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i))
+            fail("pthread_create");
+    while (ready < nthreads - 1)
+        sched_yield();
+    go = 1;
+    worker(0);
+    for (int i = 1; i < nthreads; i++)
+        pthread_join(t[i], NULL);
+    return iters * nthreads;
+}
+
+/* ---- single-threaded workloads ---- */
+static long run_stream(void)
+{
+    long size = param("size", 64 << 10), passes = param("passes", 4);
+    if (size < 64 || size % 64 || passes < 1) {
+        errno = EINVAL;
+        fail("stream needs size a multiple of 64 and passes >= 1");
+    }
+    char *buf = aligned_alloc(4096, (size_t)size);
+    if (!buf)
+        fail("alloc");
+    memset(buf, 1, (size_t)size); /* fault every page in before the region */
+    char *end = buf + size;
+    long p = passes;
+    pin(0);
+    /* One load per line and nothing else touches memory between the markers. */
+    asm volatile(MARKER_ASM(1) "2: mov %[buf], %%rsi\n\t"
+                 "1: movb (%%rsi), %%al\n\tadd $64, %%rsi\n\tcmp %[end], %%rsi\n\tjb 1b\n\t"
+                 "dec %[p]\n\tjnz 2b\n\t" MARKER_ASM(2)
+                 : [p] "+r"(p)
+                 : [buf] "r"(buf), [end] "r"(end)
+                 : "rax", "rdx", "rsi", "memory", "cc");
+    return passes * (size / 64);
+}
+
+static void make_tree(const char *root, int files)
+{
+    char path[256];
+    mkdir(root, 0755);
+    char block[4096];
+    for (size_t i = 0; i < sizeof block; i++)
+        block[i] = (char)("the quick brown fox jumps over the lazy dog "[i % 44] ^ (i / 700));
+    for (int d = 0; d < 8; d++) {
+        snprintf(path, sizeof path, "%s/d%d", root, d);
+        mkdir(path, 0755);
+        for (int s = 0; s < 4; s++) {
+            snprintf(path, sizeof path, "%s/d%d/s%d", root, d, s);
+            mkdir(path, 0755);
+        }
+    }
+    for (int f = 0; f < files; f++) {
+        snprintf(path, sizeof path, "%s/d%d/s%d/file%d.txt", root, f % 8, (f / 8) % 4, f);
+        int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+        if (fd < 0)
+            fail("create");
+        int len = 512 + (f * 977) % 8192;
+        for (int w = 0; w < len; w += (int)sizeof block)
+            if (write(fd, block, (size_t)(len - w < (int)sizeof block ? len - w : (int)sizeof block)) < 0)
+                fail("write");
+        close(fd);
+    }
+}
+
+static long walk(const char *dir, long *bytes)
+{
+    long n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    char path[512];
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st))
+            continue;
+        n++;
+        *bytes += st.st_size;
+        if (S_ISDIR(st.st_mode))
+            n += walk(path, bytes);
+    }
+    closedir(d);
+    return n;
+}
+
+/* A small LZ77 (hash of 3 bytes, 4 KB window): enough application-side work per byte to play
+ * zip's part; the point is the OS/app mix of reading files and writing an archive. */
+static size_t lz_compress(const unsigned char *in, size_t n, unsigned char *out)
+{
+    static int32_t head[4096];
+    memset(head, -1, sizeof head);
+    size_t i = 0, o = 0;
+    while (i < n) {
+        size_t best = 0, dist = 0;
+        if (i + 3 <= n) {
+            unsigned h = ((in[i] << 4) ^ (in[i + 1] << 2) ^ in[i + 2]) & 4095;
+            int32_t c = head[h];
+            head[h] = (int32_t)i;
+            if (c >= 0 && i - (size_t)c < 4096) {
+                size_t l = 0;
+                while (i + l < n && l < 255 && in[c + l] == in[i + l])
+                    l++;
+                if (l >= 3) {
+                    best = l;
+                    dist = i - (size_t)c;
+                }
+            }
+        }
+        if (best) {
+            out[o++] = 0xff;
+            out[o++] = (unsigned char)best;
+            out[o++] = (unsigned char)(dist >> 8);
+            out[o++] = (unsigned char)dist;
+            i += best;
+        } else {
+            out[o++] = in[i++];
+        }
+    }
+    return o;
+}
+
+static long zip_dir(const char *dir, int archive)
+{
+    long n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    char path[512];
+    static unsigned char in[16384], out[16384 * 2];
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st))
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            n += zip_dir(path, archive);
+            continue;
+        }
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        ssize_t r;
+        while ((r = read(fd, in, sizeof in)) > 0) {
+            size_t c = lz_compress(in, (size_t)r, out);
+            if (write(archive, out, c) < 0)
+                fail("archive write");
+        }
+        close(fd);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static long run_fs(int zip)
+{
+    int files = (int)param("files", 200);
+    make_tree("/tmp/tree", files);
+    pin(0);
+    long ops;
+    if (zip) {
+        int a = open("/tmp/archive.lz", O_CREAT | O_WRONLY | O_TRUNC, 0644);
+        if (a < 0)
+            fail("archive");
+        MARK(1);
+        ops = zip_dir("/tmp/tree", a);
+        MARK(2);
+        close(a);
+    } else {
+        long bytes = 0;
+        long passes = param("passes", 2);
+        MARK(1);
+        ops = 0;
+        for (long p = 0; p < passes; p++)
+            ops += walk("/tmp/tree", &bytes);
+        MARK(2);
+    }
+    return ops;
+}
+
+static long run_pipe(void)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+        fail("socketpair");
+    long n = param("iters", 200);
+    pid_t child = fork();
+    if (child < 0)
+        fail("fork");
+    static char req[256], resp[4096];
+    if (child == 0) {
+        /* server: read a request, answer with a 4 KB page */
+        close(sv[0]);
+        memset(resp, 'x', sizeof resp);
+        for (long i = 0; i < n; i++) {
+            if (read(sv[1], req, sizeof req) <= 0)
+                break;
+            size_t sent = 0;
+            while (sent < sizeof resp) {
+                ssize_t w = write(sv[1], resp + sent, sizeof resp - sent);
+                if (w <= 0)
+                    _exit(1);
+                sent += (size_t)w;
+            }
+        }
+        _exit(0);
+    }
+    close(sv[1]);
+    memset(req, 'r', sizeof req);
+    MARK(3); /* both processes, wherever they run */
+    for (long i = 0; i < n; i++) {
+        if (write(sv[0], req, sizeof req) < 0)
+            fail("request");
+        size_t got = 0;
+        while (got < sizeof resp) {
+            ssize_t r = read(sv[0], resp, sizeof resp - got);
+            if (r <= 0)
+                fail("response");
+            got += (size_t)r;
+        }
+    }
+    MARK(4);
+    waitpid(child, NULL, 0);
+    return n;
+}
+
+static long run_spawn(void)
+{
+    long n = param("iters", 20);
+    MARK(3);
+    for (long i = 0; i < n; i++) {
+        pid_t c = fork();
+        if (c < 0)
+            fail("fork");
+        if (c == 0) {
+            /* a "compile": some arithmetic over a private buffer */
+            static unsigned buf[8192];
+            unsigned h = 0;
+            for (int k = 0; k < 8192; k++)
+                buf[k] = h = h * 31 + (unsigned)k;
+            _exit((int)(buf[h & 8191] & 1));
+        }
+        waitpid(c, NULL, 0);
+    }
+    MARK(4);
+    return n;
+}
+
+static void dump_kallsyms(void)
+{
+    FILE *f = fopen("/proc/kallsyms", "r");
+    if (!f)
+        fail("/proc/kallsyms");
+    char line[512];
+    printf("kallsyms-begin\n");
+    while (fgets(line, sizeof line, f)) {
+        /* "ffffffff81e00000 D name": keep data, bss and read-only data; text is never shared-written */
+        char *sp = strchr(line, ' ');
+        if (!sp || !strchr("dDbBrR", sp[1]) || strchr(line, '['))
+            continue;
+        fputs(line, stdout);
+    }
+    printf("kallsyms-end\n");
+    fclose(f);
+}
+
+int main(void)
+{
+    mkdir("/proc", 0555);
+    mkdir("/tmp", 01777);
+    mount("proc", "/proc", "proc", 0, NULL);
+    mount("tmpfs", "/tmp", "tmpfs", 0, NULL);
+    int fd = open("/proc/cmdline", O_RDONLY);
+    cmdline[0] = ' ';
+    if (fd >= 0) {
+        ssize_t r = read(fd, cmdline + 1, sizeof cmdline - 2);
+        if (r > 0)
+            cmdline[r + 1] = 0;
+        close(fd);
+    }
+    char name[64];
+    wl = sparam("wl", name, sizeof name);
+    if (!wl) {
+        printf("workload-error: no wl= on the kernel command line\n");
+        power_off();
+    }
+    if (ioperm(MARKER_PORT, 1, 1))
+        fail("ioperm(0x501)");
+    nthreads = (int)param("threads", 1);
+    iters = param("iters", 1000);
+    long ops;
+    if (!strcmp(wl, "kallsyms")) {
+        dump_kallsyms();
+        ops = 0;
+    } else if (!strcmp(wl, "stream"))
+        ops = run_stream();
+    else if (!strcmp(wl, "null") || !strcmp(wl, "dupclose") || !strcmp(wl, "counter") || !strcmp(wl, "private"))
+        ops = run_threads();
+    else if (!strcmp(wl, "find"))
+        ops = run_fs(0);
+    else if (!strcmp(wl, "zip"))
+        ops = run_fs(1);
+    else if (!strcmp(wl, "pipe"))
+        ops = run_pipe();
+    else if (!strcmp(wl, "spawn"))
+        ops = run_spawn();
+    else {
+        printf("workload-error: unknown workload `%s`\n", wl);
+        power_off();
+    }
+    printf("workload name=%s ops=%ld threads=%d\n", wl, ops, nthreads);
+    power_off();
+    return 0;
+}

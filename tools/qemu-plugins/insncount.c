@@ -1,0 +1,94 @@
+/*
+ * insncount: guest instructions per vCPU inside the marked region, split kernel / user.
+ *
+ * Each translation block gets one callback carrying its instruction count and whether it is
+ * kernel code (high-half address); the callback adds the count to its vCPU's counter if that
+ * vCPU is inside the region. Counters are per vCPU and written only by that vCPU's thread, so
+ * this plugin is safe under multi-threaded TCG too. A block left early by an exception (a page
+ * fault on a load, say) still counts whole: the over-count is at most one block per exception.
+ *
+ * Arguments: out=PATH (default: stderr).
+ */
+#include "qemu_plugin_api.h"
+#include "marker.h"
+
+#include <stdio.h>
+#include <string.h>
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = MANYCORE_QEMU_PLUGIN_VERSION;
+
+static region_t region;
+/* [vcpu][0 = kernel, 1 = user], padded so vCPU threads do not share counter lines */
+static struct {
+    uint64_t n[2];
+    uint64_t tbs;
+    uint8_t pad[40];
+} counts[REGION_MAX_VCPUS];
+static FILE *out;
+
+static void vcpu_tb_exec(unsigned int vcpu, void *udata)
+{
+    if (!region_on(&region, vcpu))
+        return;
+    uint64_t u = (uint64_t)(uintptr_t)udata;
+    counts[vcpu].n[(u >> 63) ? 0 : 1] += u & 0xffffffff;
+    counts[vcpu].tbs++;
+}
+
+static void vcpu_marker(unsigned int vcpu, void *udata)
+{
+    region_mark(&region, vcpu, (int)(uintptr_t)udata);
+}
+
+static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+    (void)id;
+    size_t n = qemu_plugin_tb_n_insns(tb);
+    uint64_t kernel = (uint64_t)vaddr_is_kernel(qemu_plugin_tb_vaddr(tb));
+    qemu_plugin_register_vcpu_tb_exec_cb(tb, vcpu_tb_exec, QEMU_PLUGIN_CB_NO_REGS,
+                                         (void *)(uintptr_t)((uint64_t)n | kernel << 63));
+    for (size_t i = 0; i < n; i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        int mv = marker_value(qemu_plugin_insn_haddr(insn), qemu_plugin_insn_vaddr(insn));
+        if (mv)
+            qemu_plugin_register_vcpu_insn_exec_cb(insn, vcpu_marker, QEMU_PLUGIN_CB_NO_REGS,
+                                                   (void *)(uintptr_t)mv);
+    }
+}
+
+static void plugin_exit(qemu_plugin_id_t id, void *p)
+{
+    (void)id;
+    (void)p;
+    FILE *f = out ? out : stderr;
+    int nv = region.nvcpus > REGION_MAX_VCPUS ? REGION_MAX_VCPUS : region.nvcpus;
+    fprintf(f, "insncount version=1 starts=%llu stops=%llu vcpus=%d\n", (unsigned long long)region.starts,
+            (unsigned long long)region.stops, nv);
+    for (int v = 0; v < nv; v++)
+        fprintf(f, "vcpu index=%d kernel=%llu user=%llu blocks=%llu\n", v, (unsigned long long)counts[v].n[0],
+                (unsigned long long)counts[v].n[1], (unsigned long long)counts[v].tbs);
+    fprintf(f, "end\n");
+    fflush(f);
+    if (out)
+        fclose(out);
+}
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        if (!strncmp(argv[i], "out=", 4)) {
+            out = fopen(argv[i] + 4, "w");
+            if (!out) {
+                fprintf(stderr, "insncount: cannot write %s\n", argv[i] + 4);
+                return -1;
+            }
+        } else {
+            fprintf(stderr, "insncount: unknown argument `%s` (out=PATH)\n", argv[i]);
+            return -1;
+        }
+    }
+    region.nvcpus = info->system_emulation ? info->system.max_vcpus : 1;
+    qemu_plugin_register_vcpu_tb_trans_cb(id, vcpu_tb_trans);
+    qemu_plugin_register_atexit_cb(id, plugin_exit, NULL);
+    return 0;
+}
