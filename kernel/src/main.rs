@@ -221,6 +221,12 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
         bi.cmdline()
     );
 
+    match bi.option("crash") {
+        Some("pagefault") => deliberate_page_fault(),
+        Some("panic") => panic!("deliberate panic requested on the command line"),
+        Some(other) => kprintln!("kernel: unknown crash={other} (known: pagefault, panic); ignored"),
+        None => {}
+    }
     if bi.has_flag("topology") {
         topology::print();
     }
@@ -230,6 +236,14 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     }
     kprintln!("kernel: boot complete; there is no shell yet, halting");
     cpu::exit_qemu(true)
+}
+
+/// `crash=pagefault`: touch an unmapped address so the exception report can be checked.
+#[inline(never)]
+fn deliberate_page_fault() {
+    // SAFETY: not safe by design: address 0x10 is unmapped (the identity map is gone), so this
+    // faults and the exception handler reports and stops the machine. Only reached on request.
+    unsafe { core::arch::asm!("mov rax, [0x10]", out("rax") _) };
 }
 
 fn set_bsp_node(bsp: &'static PerCpu, node: u32) {

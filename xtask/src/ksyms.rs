@@ -20,7 +20,6 @@ pub struct Section {
     pub offset: usize,
     pub size: usize,
     pub link: u32,
-    pub addr: u64,
 }
 
 pub fn sections(elf: &[u8]) -> Result<Vec<Section>, String> {
@@ -37,13 +36,12 @@ pub fn sections(elf: &[u8]) -> Result<Vec<Section>, String> {
         raw.push((
             u32_at(elf, o)?,
             u32_at(elf, o + 4)?,
-            u64_at(elf, o + 0x10)?,
             u64_at(elf, o + 0x18)? as usize,
             u64_at(elf, o + 0x20)? as usize,
             u32_at(elf, o + 0x28)?,
         ));
     }
-    let strtab_off = raw.get(shstrndx).ok_or("bad section string index")?.3;
+    let strtab_off = raw.get(shstrndx).ok_or("bad section string index")?.2;
     let name_at = |off: u32| -> String {
         let start = strtab_off + off as usize;
         let end = elf[start..].iter().position(|&c| c == 0).map(|p| start + p).unwrap_or(start);
@@ -51,7 +49,7 @@ pub fn sections(elf: &[u8]) -> Result<Vec<Section>, String> {
     };
     Ok(raw
         .into_iter()
-        .map(|(name, kind, addr, offset, size, link)| Section { name: name_at(name), kind, offset, size, link, addr })
+        .map(|(name, kind, offset, size, link)| Section { name: name_at(name), kind, offset, size, link })
         .collect())
 }
 

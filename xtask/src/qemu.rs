@@ -27,6 +27,8 @@ pub struct VmConfig {
     pub numa_nodes: u32,
     pub cmdline: String,
     pub cpu: String,
+    /// QEMU machine type and options (default `q35`).
+    pub machine: String,
     pub medium: Option<BootMedium>,
     pub timeout: Option<Duration>,
     /// Extra raw QEMU arguments (plugins, tracing).
@@ -41,6 +43,7 @@ impl Default for VmConfig {
             numa_nodes: 0,
             cmdline: String::new(),
             cpu: "max".into(),
+            machine: "q35".into(),
             medium: None,
             timeout: None,
             extra: Vec::new(),
@@ -143,7 +146,7 @@ impl VmConfig {
         push("-accel");
         push("tcg,thread=multi");
         push("-machine");
-        push("q35");
+        push(&self.machine);
         push("-cpu");
         push(&self.cpu);
         push("-smp");
