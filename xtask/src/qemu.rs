@@ -325,7 +325,7 @@ pub fn run_command(args: &[String]) -> Result<(), String> {
     match cfg.medium {
         None => cfg.medium = Some(BootMedium::Kernel(crate::env::build_kernel()?)),
         Some(BootMedium::Iso { ref path, uefi }) => {
-            crate::iso::build_iso(path)?;
+            crate::iso::build_iso_with(path, &cfg.cmdline)?;
             if uefi {
                 crate::iso::ensure_ovmf()?;
             }

@@ -76,16 +76,21 @@ fn parse_kernel_tests(serial: &str) -> (TestTally, Vec<String>, bool) {
     (t, failures, summary)
 }
 
-fn kernel_tests(kernel: &std::path::Path, smp: u32) -> Result<TestTally, String> {
+fn kernel_tests(kernel: &std::path::Path, smp: u32, numa_nodes: u32) -> Result<TestTally, String> {
     let cfg = VmConfig {
         smp,
+        numa_nodes,
         mem_mib: 512,
         cmdline: "test".into(),
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         timeout: Some(BOOT_TIMEOUT),
         ..Default::default()
     };
-    println!("== kernel tests at {smp} vCPU(s)");
+    if numa_nodes > 0 {
+        println!("== kernel tests at {smp} vCPU(s), {numa_nodes} NUMA nodes");
+    } else {
+        println!("== kernel tests at {smp} vCPU(s)");
+    }
     let out = boot_captured(&cfg, None, false, None)?;
     let (mut t, failures, summary) = parse_kernel_tests(&out.serial);
     for f in &failures {
@@ -157,6 +162,62 @@ fn bad_boot_conditions(kernel: &std::path::Path) -> Result<TestTally, String> {
     Ok(t)
 }
 
+/// Large configurations: every core online and every node found (boot only, no tests).
+fn summary_boots(kernel: &std::path::Path) -> Result<TestTally, String> {
+    println!("== boot summary at large configurations");
+    let mut t = TestTally::default();
+    for (smp, numa, mem) in [(64u32, 8u32, 1024u64), (16, 0, 512), (5, 3, 600)] {
+        let cfg = VmConfig {
+            smp,
+            numa_nodes: numa,
+            mem_mib: mem,
+            medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+            timeout: Some(Duration::from_secs(120)),
+            ..Default::default()
+        };
+        let out = boot_captured(&cfg, None, false, None)?;
+        let want_cores = format!("boot: {smp}/{smp} cores online");
+        let want_nodes = format!(" {} NUMA nodes", numa.max(1));
+        let line = out.serial.lines().find(|l| l.contains("cores online")).unwrap_or("").trim().to_string();
+        if line.contains(&want_cores) && line.contains(&want_nodes) && out.kernel_exit_ok() {
+            println!("   {line}");
+            t.passed += 1;
+        } else {
+            println!("   FAILED: {smp} vCPUs / {numa} nodes: got `{line}`, timed out={}", out.timed_out);
+            t.failed += 1;
+        }
+    }
+    Ok(t)
+}
+
+/// The GRUB ISO must reach the same summary line under SeaBIOS and under OVMF (UEFI).
+fn iso_boots() -> Result<TestTally, String> {
+    println!("== ISO boots (GRUB Multiboot2)");
+    let iso = crate::env::target_dir().join("os-test.iso");
+    crate::iso::build_iso_with(&iso, "")?;
+    crate::iso::ensure_ovmf()?;
+    let mut t = TestTally::default();
+    for uefi in [false, true] {
+        let cfg = VmConfig {
+            smp: 2,
+            medium: Some(BootMedium::Iso { path: iso.clone(), uefi }),
+            timeout: Some(Duration::from_secs(180)),
+            ..Default::default()
+        };
+        let out = boot_captured(&cfg, None, false, None)?;
+        let firmware = if uefi { "OVMF" } else { "SeaBIOS" };
+        let line = out.serial.lines().find(|l| l.contains("boot: 2/2 cores online"));
+        if let (Some(l), true, true) = (line, out.kernel_exit_ok(), out.serial.contains("via Multiboot2")) {
+            println!("   {firmware}: {}", l.trim());
+            t.passed += 1;
+        } else {
+            println!("   FAILED: ISO under {firmware}: timed out={} exit={:?}; serial:\n{}", out.timed_out, out.status.and_then(|s| s.code()), out.serial);
+            t.failed += 1;
+        }
+    }
+    Ok(t)
+}
+
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut smp_list: Vec<u32> = vec![1, 2, 4, 8];
     let mut host_only = false;
@@ -187,9 +248,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let kernel = crate::env::build_kernel()?;
         crate::env::ensure_qemu()?;
         for &smp in &smp_list {
-            total.add(kernel_tests(&kernel, smp)?);
+            total.add(kernel_tests(&kernel, smp, 0)?);
         }
+        total.add(kernel_tests(&kernel, 4, 2)?);
+        total.add(summary_boots(&kernel)?);
         total.add(bad_boot_conditions(&kernel)?);
+        total.add(iso_boots()?);
     }
     println!("{} passed, {} failed", total.passed, total.failed);
     if total.failed > 0 {
