@@ -27,6 +27,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_version = MANYCORE_QEMU_PLUGIN_VERSION;
 typedef struct {
     uint64_t line; /* physical line number + 1; 0 = empty slot */
     uint64_t vaddr;
+    uint64_t pc; /* instruction that first wrote it (or first touched it, if never written) */
     uint64_t readers, writers, holders; /* vCPU bitmasks; holders = current valid copies */
     uint64_t reads, writes, transfers;
     uint8_t modes; /* 1 = kernel, 2 = user */
@@ -76,7 +77,7 @@ static void grow(void)
 
 static void vcpu_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr, void *udata)
 {
-    (void)udata;
+    uint64_t pc = (uint64_t)(uintptr_t)udata;
     if (!region_on(&region, vcpu))
         return;
     if (vcpu >= MAX_TRACKED_VCPUS) {
@@ -98,7 +99,10 @@ static void vcpu_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vad
     if (l->modes == 0 || (!user && !(l->modes & 1)))
         l->vaddr = vaddr; /* prefer a kernel address: that is what gets a symbol */
     l->modes |= user ? 2 : 1;
-    if (qemu_plugin_mem_is_store(info)) {
+    int store = qemu_plugin_mem_is_store(info);
+    if (l->pc == 0 || (store && l->writes == 0))
+        l->pc = pc;
+    if (store) {
         l->writes++;
         l->writers |= bit;
         if (l->holders & ~bit)
@@ -126,7 +130,8 @@ static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     size_t n = qemu_plugin_tb_n_insns(tb);
     for (size_t i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
-        qemu_plugin_register_vcpu_mem_cb(insn, vcpu_mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW, NULL);
+        qemu_plugin_register_vcpu_mem_cb(insn, vcpu_mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
+                                         (void *)(uintptr_t)qemu_plugin_insn_vaddr(insn));
         int mv = marker_value(qemu_plugin_insn_haddr(insn), qemu_plugin_insn_vaddr(insn));
         if (mv)
             qemu_plugin_register_vcpu_insn_exec_cb(insn, vcpu_marker, QEMU_PLUGIN_CB_NO_REGS,
@@ -181,8 +186,8 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
             (unsigned long long)io_accesses, (unsigned long long)ignored_vcpu);
     for (uint64_t i = 0; i < k; i++) {
         line_t *l = list[i];
-        fprintf(f, "line pa=0x%llx vaddr=0x%llx mode=%s readers=0x%llx writers=0x%llx reads=%llu writes=%llu transfers=%llu\n",
-                (unsigned long long)((l->line - 1) << LINE_SHIFT), (unsigned long long)l->vaddr,
+        fprintf(f, "line pa=0x%llx vaddr=0x%llx pc=0x%llx mode=%s readers=0x%llx writers=0x%llx reads=%llu writes=%llu transfers=%llu\n",
+                (unsigned long long)((l->line - 1) << LINE_SHIFT), (unsigned long long)l->vaddr, (unsigned long long)l->pc,
                 l->modes == 3 ? "ku" : (l->modes & 1 ? "k" : "u"), (unsigned long long)l->readers,
                 (unsigned long long)l->writers, (unsigned long long)l->reads, (unsigned long long)l->writes,
                 (unsigned long long)l->transfers);

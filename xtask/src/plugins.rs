@@ -1,10 +1,48 @@
 //! QEMU TCG measurement plugins (issue 7): `cargo xtask plugin ...`.
+//!
+//! Builds the C plugins in tools/qemu-plugins (insncount, cachesim, sharing) with the system
+//! compiler, boots a guest (Linux from Debian's kernel, or this system's kernel) with one of
+//! them loaded, parses the plugin's `kind key=value ...` report, and writes a text table, a
+//! JSON file and, for cachesim, SVG plots. See docs/plugins.md.
 
+use crate::linux::{self, LinuxVm};
 use crate::TestTally;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
-/// Where built plugins, the guest program and run outputs go.
+const HELP: &str = "\
+cargo xtask plugin <command> [options]
+
+Commands:
+  build       Build the plugins (target/qemu-plugins/*.so), the guest /init and the simulator tests
+  test        Simulator tests on synthetic traces, then short guest runs (as `cargo xtask test`)
+  insncount   Guest instructions per vCPU, kernel/user, inside the marked region
+  cachesim    CachEMU: OS/app misses, competition, cooperation, memory CPI per placement
+  sharing     Lines written by one vCPU and touched by another, with kernel symbols (alias: audit)
+  overhead    Run time with each plugin over plain TCG on one workload
+  symbols     Fetch (once) the Linux guest's kernel symbols (/proc/kallsyms, cached)
+  help        This text
+
+Options:
+  --system linux|ours     guest system (default linux)
+  --workload NAME         (--bench NAME is the same) linux: stream null dupclose counter private
+                          find zip pipe spawn; ours: whatever `bench=NAME` the kernel runs
+  --smp N                 vCPUs (default 1; sharing default 2)
+  --params \"k=v ...\"      workload parameters (iters=, threads=, size=, passes=, files=)
+  --preset LIST           cachesim: nehalem, sweep or nehalem,sweep (default nehalem)
+  --levels G1/G2/..       cachesim: custom unified hierarchy, G = SIZE:ASSOC[:LINE], e.g. 32K:8/8M:16
+  --inclusive on|off      cachesim with --levels: back-invalidate on eviction (default on)
+  --kernel-only           sharing: ignore user-mode accesses
+  --top N                 sharing: lines to list (default 25)
+  --out DIR               where JSON and plots go (default target/plugin-results)
+  --timeout SECS          kill the guest after SECS (default 600)
+";
+
+/// Where built plugins, the guest program and raw plugin outputs go.
 pub fn artifact_dir() -> PathBuf {
     crate::env::workspace_root().join("target").join("qemu-plugins")
 }
@@ -13,7 +51,7 @@ fn src_dir() -> PathBuf {
     crate::env::workspace_root().join("tools").join("qemu-plugins")
 }
 
-fn cc(args: &[&str], what: &str) -> Result<(), String> {
+fn cc(args: &[String], what: &str) -> Result<(), String> {
     let out = Command::new("cc").args(args).output().map_err(|e| format!("cannot run cc: {e}"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
@@ -28,25 +66,1089 @@ fn ensure_compiler() -> Result<(), String> {
     crate::env::ensure_packages(&["libc6-dev"])
 }
 
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
 /// Build the static guest program (/init of the Linux measurement guest).
 pub fn build_guest() -> Result<PathBuf, String> {
     ensure_compiler()?;
     let dir = artifact_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let out = dir.join("guest-init");
     let src = src_dir().join("guest").join("workload.c");
-    cc(&["-static", "-O2", "-Wall", "-pthread", "-o", &out.display().to_string(), &src.display().to_string()], "guest/workload.c")?;
+    let args: Vec<String> = ["-static", "-O2", "-Wall", "-pthread", "-o"].iter().map(|x| x.to_string()).chain([s(&out), s(&src)]).collect();
+    cc(&args, "guest/workload.c")?;
     Ok(out)
 }
 
-pub fn main(_args: &[String]) -> Result<(), String> {
-    Err("plugin: not built yet (issue 7)".into())
+/// Paths of the built plugins and the native simulator test program.
+pub struct Built {
+    pub insncount: PathBuf,
+    pub cachesim: PathBuf,
+    pub sharing: PathBuf,
+    pub test_bin: PathBuf,
 }
 
-/// Plugin tests run by `cargo xtask test`.
+impl Built {
+    fn plugin(&self, name: &str) -> &Path {
+        match name {
+            "insncount" => &self.insncount,
+            "cachesim" => &self.cachesim,
+            _ => &self.sharing,
+        }
+    }
+}
+
+/// Build the three plugins and the native test program of the simulator core. The simulator
+/// is one C file compiled into both, so the tests check the code that produces the numbers.
+pub fn build() -> Result<Built, String> {
+    ensure_compiler()?;
+    let dir = artifact_dir();
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let src = src_dir();
+    let common = ["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror"];
+    let build_one = |out: &str, srcs: &[&str], shared: bool| -> Result<PathBuf, String> {
+        let o = dir.join(out);
+        let mut args: Vec<String> = common.iter().map(|x| x.to_string()).collect();
+        if shared {
+            args.extend(["-fPIC", "-shared", "-fvisibility=hidden"].iter().map(|x| x.to_string()));
+        }
+        args.push("-o".into());
+        args.push(s(&o));
+        args.extend(srcs.iter().map(|f| s(&src.join(f))));
+        cc(&args, out)?;
+        Ok(o)
+    };
+    let built = Built {
+        insncount: build_one("insncount.so", &["insncount.c"], true)?,
+        cachesim: build_one("cachesim.so", &["cachesim.c", "cachesim_core.c"], true)?,
+        sharing: build_one("sharing.so", &["sharing.c"], true)?,
+        test_bin: build_one("test_cachesim", &["test_cachesim.c", "cachesim_core.c"], false)?,
+    };
+    build_guest()?;
+    Ok(built)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plugin reports: one record per line, `kind key=value key=value ...`, closed by `end`.
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub kind: String,
+    pub fields: Vec<(String, String)>,
+}
+
+impl Record {
+    pub fn get(&self, k: &str) -> Option<&str> {
+        self.fields.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str())
+    }
+    pub fn u(&self, k: &str) -> u64 {
+        self.get(k).and_then(|v| if let Some(h) = v.strip_prefix("0x") { u64::from_str_radix(h, 16).ok() } else { v.parse().ok() }).unwrap_or(0)
+    }
+    pub fn f(&self, k: &str) -> f64 {
+        self.get(k).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+    }
+}
+
+pub fn parse_records(text: &str) -> Vec<Record> {
+    text.lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let kind = words.next()?.to_string();
+            let fields = words.filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            Some(Record { kind, fields })
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Guests
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum System {
+    Linux,
+    Ours,
+}
+
+impl System {
+    fn parse(v: &str) -> Result<System, String> {
+        match v {
+            "linux" => Ok(System::Linux),
+            "ours" => Ok(System::Ours),
+            other => Err(format!("--system: unknown system `{other}` (linux, ours)")),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            System::Linux => "linux",
+            System::Ours => "ours",
+        }
+    }
+}
+
+/// Linux guest workloads and their default parameters (bounded: each runs in seconds).
+const LINUX_WORKLOADS: &[(&str, &str)] = &[
+    ("stream", "size=65536 passes=4"),
+    ("null", "iters=2000"),
+    ("dupclose", "iters=1000"),
+    ("counter", "iters=10000"),
+    ("private", "iters=10000"),
+    ("find", "files=200 passes=2"),
+    ("zip", "files=100"),
+    ("pipe", "iters=200"),
+    ("spawn", "iters=10"),
+];
+
+struct GuestRun {
+    #[allow(dead_code)] // kept for debugging a failed check
+    serial: String,
+    ops: Option<u64>,
+    report: Vec<Record>,
+    elapsed: Duration,
+}
+
+struct RunSpec<'a> {
+    system: System,
+    workload: &'a str,
+    smp: u32,
+    params: &'a str,
+    timeout: Duration,
+}
+
+fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Duration), String> {
+    match spec.system {
+        System::Linux => {
+            let defaults = LINUX_WORKLOADS
+                .iter()
+                .find(|(n, _)| *n == spec.workload)
+                .map(|(_, d)| *d)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = LINUX_WORKLOADS.iter().map(|(n, _)| *n).collect();
+                    format!("unknown workload `{}` for linux (known: {})", spec.workload, names.join(", "))
+                })?;
+            let kernel = linux::fetch_kernel()?;
+            let initrd = linux::guest_initramfs()?;
+            let mut vm = LinuxVm::new(&kernel, &initrd);
+            vm.smp = spec.smp;
+            // Deterministic enough to repeat: one host thread runs all vCPUs round-robin.
+            vm.single_thread = true;
+            // The guest takes the first occurrence of a key: the caller's parameters win.
+            vm.append = format!("wl={} threads={} {} {}", spec.workload, spec.smp, spec.params, defaults);
+            vm.plugins.extend(plugin);
+            vm.timeout = spec.timeout;
+            Ok((vm.qemu_args(), vm.timeout))
+        }
+        System::Ours => {
+            let kernel = crate::env::build_kernel()?;
+            let cfg = crate::qemu::VmConfig {
+                smp: spec.smp,
+                medium: Some(crate::qemu::BootMedium::Kernel(kernel)),
+                cmdline: format!("bench={} {}", spec.workload, spec.params).trim().to_string(),
+                extra: plugin.map(|p| vec!["-plugin".to_string(), p]).unwrap_or_default(),
+                ..Default::default()
+            };
+            cfg.validate()?;
+            let mut args: Vec<String> =
+                cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
+            args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
+            Ok((args, spec.timeout))
+        }
+    }
+}
+
+fn parse_ops(serial: &str) -> Option<u64> {
+    serial
+        .lines()
+        .filter(|l| l.starts_with("workload ") || l.starts_with("bench "))
+        .filter_map(|l| parse_records(l).pop())
+        .find_map(|r| r.get("ops").and_then(|v| v.parse().ok()))
+}
+
+/// Boot the guest with `plugin` (name, extra plugin arguments) and return its parsed report.
+fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> Result<GuestRun, String> {
+    let runs = artifact_dir().join("runs");
+    fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
+    let out = runs.join(format!("{plugin}-{}-{}-{}.txt", spec.system.name(), spec.workload, spec.smp));
+    let _ = fs::remove_file(&out);
+    let mut arg = format!("{},out={}", s(built.plugin(plugin)), s(&out));
+    for e in extra {
+        arg.push(',');
+        arg.push_str(e);
+    }
+    let (args, timeout) = guest_args(spec, Some(arg))?;
+    let run = linux::run_qemu(&args, timeout)?;
+    if let Some(line) = run.serial.lines().find(|l| l.starts_with("workload-error")) {
+        return Err(format!("{} guest: {line}", spec.system.name()));
+    }
+    if run.timed_out {
+        return Err(format!("{} guest with {plugin} timed out after {}s", spec.system.name(), timeout.as_secs()));
+    }
+    let text = fs::read_to_string(&out).unwrap_or_default();
+    if !text.lines().any(|l| l == "end") {
+        let why = run.stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("no message").trim().to_string();
+        return Err(format!("{plugin}: no report from the plugin (QEMU exit {:?}: {why})", run.exit_code));
+    }
+    let report = parse_records(&text);
+    let starts = report.first().map(|r| r.u("starts")).unwrap_or(0);
+    if starts == 0 {
+        return Err(match spec.system {
+            System::Linux => format!("{plugin}: workload `{}` never executed the region marker (port 0x501)", spec.workload),
+            System::Ours => format!(
+                "{plugin}: this system's kernel never executed the region marker (port 0x501) for bench `{}`: it does not implement that benchmark yet",
+                spec.workload
+            ),
+        });
+    }
+    Ok(GuestRun { ops: parse_ops(&run.serial), serial: run.serial, report, elapsed: run.elapsed })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Symbols
+
+/// Sorted kernel symbols; names an address by the nearest symbol at or below it.
+pub struct Symbols {
+    syms: Vec<(u64, String)>,
+}
+
+impl Symbols {
+    pub fn from_pairs(mut syms: Vec<(u64, String)>) -> Symbols {
+        syms.sort();
+        syms.dedup_by_key(|p| p.0);
+        Symbols { syms }
+    }
+
+    /// Parse /proc/kallsyms lines (`addr type name`).
+    pub fn from_kallsyms(text: &str) -> Symbols {
+        Symbols::from_pairs(
+            text.lines()
+                .filter_map(|l| {
+                    let mut w = l.split_whitespace();
+                    let a = u64::from_str_radix(w.next()?, 16).ok()?;
+                    let _ty = w.next()?;
+                    Some((a, w.next()?.to_string()))
+                })
+                .filter(|(a, _)| *a != 0)
+                .collect(),
+        )
+    }
+
+    /// The symbol table (SHT_SYMTAB) of an ELF64 little-endian file.
+    pub fn from_elf(data: &[u8]) -> Result<Symbols, String> {
+        let rd = |o: usize, n: usize| -> Result<u64, String> {
+            let b = data.get(o..o + n).ok_or("ELF: truncated")?;
+            Ok(b.iter().rev().fold(0u64, |acc, x| (acc << 8) | *x as u64))
+        };
+        if data.get(..4) != Some(b"\x7fELF") || data.get(4) != Some(&2) {
+            return Err("not an ELF64 file".into());
+        }
+        let shoff = rd(0x28, 8)? as usize;
+        let shentsize = rd(0x3a, 2)? as usize;
+        let shnum = rd(0x3c, 2)? as usize;
+        let mut syms = Vec::new();
+        for i in 0..shnum {
+            let sh = shoff + i * shentsize;
+            if rd(sh + 4, 4)? != 2 {
+                continue; // not SHT_SYMTAB
+            }
+            let (off, size, link, entsize) = (rd(sh + 0x18, 8)? as usize, rd(sh + 0x20, 8)? as usize, rd(sh + 0x28, 4)? as usize, rd(sh + 0x38, 8)? as usize);
+            let strsh = shoff + link * shentsize;
+            let stroff = rd(strsh + 0x18, 8)? as usize;
+            for j in 0..size / entsize.max(1) {
+                let e = off + j * entsize;
+                let name_off = rd(e, 4)? as usize;
+                let info = rd(e + 4, 1)? as u8;
+                let value = rd(e + 8, 8)?;
+                if value == 0 || !(matches!(info & 0xf, 1 | 2)) {
+                    continue; // only objects and functions
+                }
+                let name: Vec<u8> = data.get(stroff + name_off..).unwrap_or(&[]).iter().take_while(|b| **b != 0).copied().collect();
+                syms.push((value, String::from_utf8_lossy(&name).to_string()));
+            }
+        }
+        Ok(Symbols::from_pairs(syms))
+    }
+
+    /// `name+0xoff` for a kernel-image address; None for the direct map, heap and user space.
+    pub fn name(&self, addr: u64) -> Option<String> {
+        if addr < 0xffff_ffff_8000_0000 {
+            return None;
+        }
+        let i = self.syms.partition_point(|(a, _)| *a <= addr);
+        let (a, n) = self.syms.get(i.checked_sub(1)?)?;
+        let off = addr - a;
+        if off > (1 << 20) {
+            return None;
+        }
+        Some(if off == 0 { n.clone() } else { format!("{n}+{off:#x}") })
+    }
+
+    pub fn len(&self) -> usize {
+        self.syms.len()
+    }
+}
+
+/// Linux kernel symbols: dumped once from /proc/kallsyms of a guest booted with nokaslr, so
+/// the addresses match every later boot, and cached next to the kernel.
+pub fn linux_symbols() -> Result<Symbols, String> {
+    let kernel = linux::fetch_kernel()?;
+    let cache = linux::cache_dir().join(format!("kallsyms-{}.txt", kernel.version));
+    if let Ok(text) = fs::read_to_string(&cache) {
+        return Ok(Symbols::from_kallsyms(&text));
+    }
+    eprintln!("plugin: dumping the Linux guest's /proc/kallsyms once (cached in {})", cache.display());
+    let initrd = linux::guest_initramfs()?;
+    let mut vm = LinuxVm::new(&kernel, &initrd);
+    vm.append = "wl=kallsyms".into();
+    vm.timeout = Duration::from_secs(600);
+    let out = linux::run_workload(&vm)?;
+    let body = out
+        .serial
+        .split_once("kallsyms-begin\n")
+        .and_then(|(_, rest)| rest.split_once("kallsyms-end"))
+        .map(|(b, _)| b.to_string())
+        .ok_or("plugin: the guest printed no kallsyms")?;
+    fs::write(&cache, &body).map_err(|e| format!("cannot write {}: {e}", cache.display()))?;
+    Ok(Symbols::from_kallsyms(&body))
+}
+
+fn symbols_for(system: System) -> Result<Symbols, String> {
+    match system {
+        System::Linux => linux_symbols(),
+        System::Ours => {
+            let elf = crate::env::build_kernel()?;
+            let data = fs::read(&elf).map_err(|e| format!("cannot read {}: {e}", elf.display()))?;
+            Symbols::from_elf(&data).map_err(|e| format!("{}: {e}", elf.display()))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON and SVG (by hand: xtask has no dependencies)
+
+fn jstr(v: &str) -> String {
+    let mut o = String::from("\"");
+    for c in v.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn jnum(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.6}").trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        "null".into()
+    }
+}
+
+fn record_json(r: &Record) -> String {
+    let body: Vec<String> = r
+        .fields
+        .iter()
+        .map(|(k, v)| {
+            let val = if v.parse::<f64>().is_ok() && !v.starts_with("0x") { v.clone() } else { jstr(v) };
+            format!("{}:{}", jstr(k), val)
+        })
+        .collect();
+    format!("{{\"kind\":{},{}}}", jstr(&r.kind), body.join(","))
+}
+
+fn write_out(dir: &Path, name: &str, body: &str) -> Result<PathBuf, String> {
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let p = dir.join(name);
+    fs::write(&p, body).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    Ok(p)
+}
+
+/// A line chart: x positions are categories (labels), one polyline per series.
+fn svg_lines(title: &str, ylabel: &str, labels: &[String], series: &[(&str, Vec<f64>)]) -> String {
+    let (w, h, l, r, t, b) = (720.0, 420.0, 70.0, 170.0, 40.0, 50.0);
+    let ymax = series.iter().flat_map(|(_, v)| v.iter().copied()).fold(0.0f64, f64::max).max(1e-9);
+    let ymin = series.iter().flat_map(|(_, v)| v.iter().copied()).fold(0.0f64, f64::min);
+    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"];
+    let n = labels.len().max(2) as f64;
+    let x = |i: usize| l + (w - l - r) * i as f64 / (n - 1.0);
+    let y = |v: f64| t + (h - t - b) * (1.0 - (v - ymin) / (ymax - ymin).max(1e-9));
+    let mut o = format!("<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n<text x='{}' y='20' font-size='14' text-anchor='middle'>{title}</text>\n", w / 2.0);
+    let _ = writeln!(o, "<line x1='{l}' y1='{}' x2='{}' y2='{}' stroke='black'/><line x1='{l}' y1='{t}' x2='{l}' y2='{}' stroke='black'/>", h - b, w - r, h - b, h - b);
+    for k in 0..=4 {
+        let v = ymin + (ymax - ymin) * k as f64 / 4.0;
+        let _ = writeln!(o, "<text x='{}' y='{}' text-anchor='end'>{:.3}</text>", l - 5.0, y(v) + 4.0, v);
+    }
+    if ymin < 0.0 {
+        let _ = writeln!(o, "<line x1='{l}' y1='{}' x2='{}' y2='{}' stroke='#999' stroke-dasharray='4'/>", y(0.0), w - r, y(0.0));
+    }
+    for (i, lab) in labels.iter().enumerate() {
+        let _ = writeln!(o, "<text x='{}' y='{}' text-anchor='middle'>{lab}</text>", x(i), h - b + 18.0);
+    }
+    let _ = writeln!(o, "<text x='15' y='{}' transform='rotate(-90 15 {})' text-anchor='middle'>{ylabel}</text>", h / 2.0, h / 2.0);
+    for (si, (name, vals)) in series.iter().enumerate() {
+        let c = colors[si % colors.len()];
+        let pts: Vec<String> = vals.iter().enumerate().map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v))).collect();
+        let _ = writeln!(o, "<polyline fill='none' stroke='{c}' stroke-width='2' points='{}'/>", pts.join(" "));
+        let _ = writeln!(o, "<text x='{}' y='{}' fill='{c}'>{name}</text>", w - r + 10.0, t + 18.0 * si as f64 + 10.0);
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+/// A bar chart: one bar per label.
+fn svg_bars(title: &str, ylabel: &str, bars: &[(String, f64)]) -> String {
+    let (w, h, l, t, b) = (520.0, 360.0, 70.0, 40.0, 50.0);
+    let ymax = bars.iter().map(|x| x.1).fold(0.0f64, f64::max).max(1e-9);
+    let bw = (w - l - 20.0) / bars.len().max(1) as f64;
+    let mut o = format!("<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n<text x='{}' y='20' font-size='14' text-anchor='middle'>{title}</text>\n", w / 2.0);
+    let _ = writeln!(o, "<text x='15' y='{}' transform='rotate(-90 15 {})' text-anchor='middle'>{ylabel}</text>", h / 2.0, h / 2.0);
+    for (i, (lab, v)) in bars.iter().enumerate() {
+        let bh = (h - t - b) * v / ymax;
+        let x0 = l + bw * i as f64 + bw * 0.15;
+        let _ = writeln!(o, "<rect x='{x0:.1}' y='{:.1}' width='{:.1}' height='{bh:.1}' fill='#1f77b4'/>", h - b - bh, bw * 0.7);
+        let _ = writeln!(o, "<text x='{:.1}' y='{:.1}' text-anchor='middle'>{v:.4}</text>", x0 + bw * 0.35, h - b - bh - 5.0);
+        let _ = writeln!(o, "<text x='{:.1}' y='{}' text-anchor='middle'>{lab}</text>", x0 + bw * 0.35, h - b + 18.0);
+    }
+    let _ = writeln!(o, "<line x1='{l}' y1='{}' x2='{}' y2='{}' stroke='black'/>", h - b, w - 10.0, h - b);
+    o.push_str("</svg>\n");
+    o
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+struct Opts {
+    system: System,
+    workload: Option<String>,
+    smp: Option<u32>,
+    params: String,
+    presets: Vec<String>,
+    levels: Option<String>,
+    inclusive: bool,
+    kernel_only: bool,
+    top: usize,
+    out: PathBuf,
+    timeout: Duration,
+}
+
+fn parse_opts(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        system: System::Linux,
+        workload: None,
+        smp: None,
+        params: String::new(),
+        presets: Vec::new(),
+        levels: None,
+        inclusive: true,
+        kernel_only: false,
+        top: 25,
+        out: crate::env::workspace_root().join("target").join("plugin-results"),
+        timeout: Duration::from_secs(600),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--system" => o.system = System::parse(&val()?)?,
+            "--workload" | "--bench" => o.workload = Some(val()?),
+            "--smp" => {
+                let v = val()?;
+                let n: u32 = v.parse().map_err(|_| format!("--smp: `{v}` is not a number"))?;
+                if n == 0 || n > 64 {
+                    return Err(format!("--smp: {n} is not in 1..64 (the sharing audit tracks at most 64 vCPUs)"));
+                }
+                o.smp = Some(n);
+            }
+            "--params" => o.params = val()?,
+            "--preset" => {
+                for p in val()?.split(',') {
+                    if !matches!(p, "nehalem" | "sweep") {
+                        return Err(format!("--preset: unknown preset `{p}` (nehalem, sweep)"));
+                    }
+                    o.presets.push(p.to_string());
+                }
+            }
+            "--levels" => o.levels = Some(val()?),
+            "--inclusive" => {
+                o.inclusive = match val()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    v => return Err(format!("--inclusive: `{v}` is not on or off")),
+                }
+            }
+            "--kernel-only" => o.kernel_only = true,
+            "--top" => o.top = val()?.parse().map_err(|_| "--top: not a number")?,
+            "--out" => o.out = PathBuf::from(val()?),
+            "--timeout" => o.timeout = Duration::from_secs(val()?.parse().map_err(|_| "--timeout: not a number of seconds")?),
+            other => return Err(format!("plugin: unknown option `{other}`; try `cargo xtask plugin help`")),
+        }
+    }
+    Ok(o)
+}
+
+/// Validate a --levels spec with the simulator's own parser (the native test program), so a
+/// bad geometry is one line before anything boots.
+fn check_levels(built: &Built, spec: &str) -> Result<(), String> {
+    let out = Command::new(&built.test_bin).args(["--check", spec]).output().map_err(|e| format!("cannot run {}: {e}", built.test_bin.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("--levels: {}", String::from_utf8_lossy(&out.stdout).trim()))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// insncount
+
+fn cmd_insncount(o: &Opts) -> Result<(), String> {
+    let built = build()?;
+    let workload = o.workload.as_deref().ok_or("insncount: --workload NAME is required")?;
+    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params: &o.params, timeout: o.timeout };
+    let run = run_with_plugin(&built, &spec, "insncount", &[])?;
+    let vcpus: Vec<&Record> = run.report.iter().filter(|r| r.kind == "vcpu").collect();
+    let (k, u): (u64, u64) = vcpus.iter().fold((0, 0), |(k, u), r| (k + r.u("kernel"), u + r.u("user")));
+    println!("insncount: {} {} on {} vCPU(s), ops={}", o.system.name(), workload, spec.smp, run.ops.map(|x| x.to_string()).unwrap_or("?".into()));
+    println!("{:>5} {:>14} {:>14}", "vcpu", "kernel", "user");
+    for r in &vcpus {
+        println!("{:>5} {:>14} {:>14}", r.u("index"), r.u("kernel"), r.u("user"));
+    }
+    println!("{:>5} {:>14} {:>14}", "all", k, u);
+    let per_op = run.ops.filter(|n| *n > 0).map(|n| (k as f64 / n as f64, u as f64 / n as f64));
+    if let Some((pk, pu)) = per_op {
+        println!("per op: {pk:.1} kernel + {pu:.1} user instructions");
+    }
+    let json = format!(
+        "{{\"plugin\":\"insncount\",\"evidence\":\"deterministic count under TCG\",\"system\":{},\"workload\":{},\"smp\":{},\"params\":{},\"ops\":{},\"kernel\":{k},\"user\":{u},\"per_op\":{},\"vcpus\":[{}]}}\n",
+        jstr(o.system.name()),
+        jstr(workload),
+        spec.smp,
+        jstr(&o.params),
+        run.ops.map(|x| x.to_string()).unwrap_or("null".into()),
+        per_op.map(|(a, b)| format!("{{\"kernel\":{},\"user\":{}}}", jnum(a), jnum(b))).unwrap_or("null".into()),
+        vcpus.iter().map(|r| record_json(r)).collect::<Vec<_>>().join(",")
+    );
+    let p = write_out(&o.out, &format!("insncount-{}-{}-{}.json", o.system.name(), workload, spec.smp), &json)?;
+    println!("wrote {}", p.display());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// cachesim
+
+/// One placement's totals, from `place` and `cpi` records.
+struct PlaceSummary {
+    name: String,
+    levels: usize,
+    /// misses[party][level] (fetch + data), party 0 = os
+    misses: [[u64; 4]; 2],
+    fetch_l1: [u64; 2],
+    data_l1: [u64; 2],
+    cpi: f64,
+}
+
+fn summarize(report: &[Record], model: &str) -> (Vec<PlaceSummary>, Vec<Record>) {
+    let levels = report.iter().find(|r| r.kind == "model" && r.get("name") == Some(model)).map(|r| r.u("levels") as usize).unwrap_or(1);
+    let mut places: Vec<PlaceSummary> = Vec::new();
+    for r in report.iter().filter(|r| r.kind == "place" && r.get("model") == Some(model)) {
+        let name = r.get("placement").unwrap_or("?").to_string();
+        let party = if r.get("party") == Some("os") { 0 } else { 1 };
+        if !places.iter().any(|p| p.name == name) {
+            places.push(PlaceSummary { name: name.clone(), levels, misses: [[0; 4]; 2], fetch_l1: [0; 2], data_l1: [0; 2], cpi: 0.0 });
+        }
+        let p = places.iter_mut().find(|p| p.name == name).expect("just added");
+        for l in 0..levels.min(4) {
+            p.misses[party][l] = r.u(&format!("l{}_fetch_miss", l + 1)) + r.u(&format!("l{}_data_miss", l + 1));
+        }
+        p.fetch_l1[party] = r.u("l1_fetch_miss");
+        p.data_l1[party] = r.u("l1_data_miss");
+    }
+    for r in report.iter().filter(|r| r.kind == "cpi" && r.get("model") == Some(model)) {
+        if let Some(p) = places.iter_mut().find(|p| Some(p.name.as_str()) == r.get("placement")) {
+            p.cpi = r.f("mem_cpi");
+        }
+    }
+    let cmp = report.iter().filter(|r| r.kind == "cmp" && r.get("model") == Some(model)).cloned().collect();
+    (places, cmp)
+}
+
+fn cmd_cachesim(o: &Opts) -> Result<(), String> {
+    let built = build()?;
+    let workload = o.workload.as_deref().ok_or("cachesim: --workload NAME is required")?;
+    let mut extra: Vec<String> = Vec::new();
+    let mut presets = o.presets.clone();
+    if presets.is_empty() && o.levels.is_none() {
+        presets.push("nehalem".into());
+    }
+    for p in &presets {
+        extra.push(format!("preset={p}"));
+    }
+    if let Some(l) = &o.levels {
+        check_levels(&built, l)?;
+        extra.push(format!("levels={l}"));
+        extra.push(format!("inclusive={}", if o.inclusive { "on" } else { "off" }));
+    }
+    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params: &o.params, timeout: o.timeout };
+    let run = run_with_plugin(&built, &spec, "cachesim", &extra)?;
+    let head = run.report.first().cloned().ok_or("cachesim: empty report")?;
+    let (ios, iapp) = (head.u("insns_os"), head.u("insns_app"));
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "cachesim: {} {} ({} vCPU, ops={}): {} OS + {} app instructions in the region; guest ran {:.1}s",
+        o.system.name(),
+        workload,
+        spec.smp,
+        run.ops.map(|x| x.to_string()).unwrap_or("?".into()),
+        ios,
+        iapp,
+        run.elapsed.as_secs_f64()
+    );
+    let _ = writeln!(
+        text,
+        "MMU-index cross-check: {} data accesses, {} user-MMU from kernel code, {} kernel-MMU from user code",
+        head.u("mmu_checked"),
+        head.u("mmu_user_insn_kernel"),
+        head.u("mmu_kernel_insn_user")
+    );
+    let models: Vec<String> = run.report.iter().filter(|r| r.kind == "model").filter_map(|r| r.get("name").map(str::to_string)).collect();
+    let mut json_models = Vec::new();
+    let kilo = (ios + iapp).max(1) as f64 / 1000.0;
+    let mut sweep_rows: Vec<(String, [f64; 4], f64)> = Vec::new();
+    let mut plots = Vec::new();
+    for m in &models {
+        let (places, cmp) = summarize(&run.report, m);
+        let levels = places.first().map(|p| p.levels).unwrap_or(1);
+        if !m.starts_with("sweep-") {
+            let _ = writeln!(text, "\nmodel {m}: misses by level (OS / app), memory CPI over perfect L1");
+            let mut hdr = format!("{:<18}", "placement");
+            for l in 0..levels {
+                let _ = write!(hdr, " {:>21}", format!("L{} miss os/app", l + 1));
+            }
+            let _ = writeln!(text, "{hdr} {:>9} {:>8}", "mem CPI", "speedup");
+            let base = places.first().map(|p| p.cpi).unwrap_or(0.0);
+            for p in &places {
+                let mut row = format!("{:<18}", p.name);
+                for l in 0..levels {
+                    let _ = write!(row, " {:>21}", format!("{}/{}", p.misses[0][l], p.misses[1][l]));
+                }
+                // seeds/004 fig 5: improvement assuming a non-memory CPI of 1.0
+                let speedup = (1.0 + base) / (1.0 + p.cpi) - 1.0;
+                let _ = writeln!(text, "{row} {:>9.4} {:>+7.2}%", p.cpi, speedup * 100.0);
+            }
+            if let (Some(first), Some(last)) = (places.first(), places.last()) {
+                let _ = writeln!(text, "competition / cooperation, {} vs {} (per level, OS / app):", first.name, last.name);
+            }
+            let _ = writeln!(text, "{:<6} {:>19} {:>19} {:>19}", "level", "alone", "competition", "cooperation");
+            for l in 1..=levels {
+                let get = |party: &str, k: &str| {
+                    cmp.iter().find(|r| r.u("level") == l as u64 && r.get("party") == Some(party)).map(|r| r.u(k)).unwrap_or(0)
+                };
+                let _ = writeln!(
+                    text,
+                    "L{l:<5} {:>19} {:>19} {:>19}",
+                    format!("{}/{}", get("os", "alone"), get("app", "alone")),
+                    format!("{}/{}", get("os", "competition"), get("app", "competition")),
+                    format!("{}/{}", get("os", "cooperation"), get("app", "cooperation"))
+                );
+            }
+            if m == "nehalem" {
+                let bars: Vec<(String, f64)> = places.iter().map(|p| (p.name.clone(), p.cpi)).collect();
+                plots.push((format!("cachesim-{}-{}-fig4-cpi.svg", o.system.name(), workload), svg_bars(&format!("Memory CPI, Nehalem model: {workload} ({})", o.system.name()), "extra cycles per instruction", &bars)));
+            }
+        } else {
+            let get = |party: &str, k: &str| cmp.iter().filter(|r| r.u("level") == 1 && (party == "*" || r.get("party") == Some(party))).map(|r| r.u(k)).sum::<u64>();
+            let shared = (get("*", "alone") + get("*", "competition")) as f64;
+            let separate = (get("*", "alone") + get("*", "cooperation")) as f64;
+            let dec = if shared > 0.0 { (shared - separate) / shared * 100.0 } else { 0.0 };
+            sweep_rows.push((
+                m.trim_start_matches("sweep-").to_string(),
+                [get("os", "alone") as f64 / kilo, get("app", "alone") as f64 / kilo, get("*", "competition") as f64 / kilo, get("*", "cooperation") as f64 / kilo],
+                dec,
+            ));
+        }
+        let recs: Vec<String> = run.report.iter().filter(|r| r.get("model") == Some(m.as_str()) || (r.kind == "model" && r.get("name") == Some(m.as_str()))).map(record_json).collect();
+        json_models.push(format!("{{\"name\":{},\"records\":[{}]}}", jstr(m), recs.join(",")));
+    }
+    if !sweep_rows.is_empty() {
+        let _ = writeln!(text, "\nsweep: single-level 8-way unified caches; misses per 1000 instructions (seeds/004 figs 2, 3)");
+        let _ = writeln!(text, "{:>6} {:>9} {:>9} {:>11} {:>11} {:>15}", "size", "OS alone", "app alone", "competition", "cooperation", "split saves %");
+        for (size, v, dec) in &sweep_rows {
+            let _ = writeln!(text, "{size:>6} {:>9.3} {:>9.3} {:>11.3} {:>11.3} {dec:>15.2}", v[0], v[1], v[2], v[3]);
+        }
+        let labels: Vec<String> = sweep_rows.iter().map(|r| r.0.clone()).collect();
+        let col = |i: usize| sweep_rows.iter().map(|r| r.1[i]).collect::<Vec<f64>>();
+        plots.push((
+            format!("cachesim-{}-{}-fig2-misses.svg", o.system.name(), workload),
+            svg_lines(&format!("Shared-cache misses vs size: {workload} ({})", o.system.name()), "misses per 1000 instructions", &labels, &[("OS alone", col(0)), ("app alone", col(1)), ("competition", col(2)), ("cooperation", col(3))]),
+        ));
+        plots.push((
+            format!("cachesim-{}-{}-fig3-split.svg", o.system.name(), workload),
+            svg_lines(&format!("Miss decrease from separate OS/app caches: {workload}"), "% fewer misses when split", &labels, &[("split saves %", sweep_rows.iter().map(|r| r.2).collect())]),
+        ));
+    }
+    print!("{text}");
+    let json = format!(
+        "{{\"plugin\":\"cachesim\",\"evidence\":\"deterministic simulation of the TCG trace\",\"system\":{},\"workload\":{},\"smp\":{},\"params\":{},\"ops\":{},\"insns_os\":{ios},\"insns_app\":{iapp},\"header\":{},\"models\":[{}]}}\n",
+        jstr(o.system.name()),
+        jstr(workload),
+        spec.smp,
+        jstr(&o.params),
+        run.ops.map(|x| x.to_string()).unwrap_or("null".into()),
+        record_json(&head),
+        json_models.join(",")
+    );
+    let p = write_out(&o.out, &format!("cachesim-{}-{}.json", o.system.name(), workload), &json)?;
+    println!("wrote {}", p.display());
+    write_out(&o.out, &format!("cachesim-{}-{}.txt", o.system.name(), workload), &text)?;
+    for (name, svg) in plots {
+        let p = write_out(&o.out, &name, &svg)?;
+        println!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// sharing
+
+fn cmd_sharing(o: &Opts) -> Result<(), String> {
+    let built = build()?;
+    let workload = o.workload.as_deref().ok_or("sharing: --bench NAME is required")?;
+    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(2), params: &o.params, timeout: o.timeout };
+    let extra: Vec<String> = if o.kernel_only { vec!["kernel_only=on".into()] } else { Vec::new() };
+    let syms = symbols_for(o.system)?;
+    let run = run_with_plugin(&built, &spec, "sharing", &extra)?;
+    let head = run.report.first().cloned().ok_or("sharing: empty report")?;
+    let lines: Vec<&Record> = run.report.iter().filter(|r| r.kind == "line").collect();
+    let ops = run.ops.filter(|n| *n > 0);
+    let per_op = |x: u64| ops.map(|n| format!("{:.3}", x as f64 / n as f64)).unwrap_or("-".into());
+    let name_of = |r: &Record| -> String {
+        if r.get("mode") == Some("u") {
+            return "[user]".into();
+        }
+        syms.name(r.u("vaddr")).unwrap_or_else(|| "[heap/direct map]".into())
+    };
+    let mut text = String::new();
+    let _ = writeln!(text, "sharing audit: {} {} on {} vCPUs, ops={} (symbols: {})", o.system.name(), workload, spec.smp, ops.map(|x| x.to_string()).unwrap_or("?".into()), syms.len());
+    let _ = writeln!(
+        text,
+        "lines touched: {} kernel, {} user; written by one vCPU and touched by another: {} kernel, {} user",
+        head.u("lines_kernel"),
+        head.u("lines_user"),
+        head.u("shared_kernel"),
+        head.u("shared_user")
+    );
+    let _ = writeln!(
+        text,
+        "line transfers between vCPUs: {} kernel ({} per op), {} user ({} per op)",
+        head.u("transfers_kernel"),
+        per_op(head.u("transfers_kernel")),
+        head.u("transfers_user"),
+        per_op(head.u("transfers_user"))
+    );
+    let _ = writeln!(text, "\n{:<18} {:<44} {:<36} {:>7} {:>7} {:>8} {:>8} {:>6}", "phys line", "data (symbol of the address)", "first writer (code)", "readers", "writers", "reads/op", "writes/op", "xfers");
+    for r in lines.iter().take(o.top) {
+        let code = syms.name(r.u("pc")).unwrap_or_else(|| if r.u("pc") >= 0xffff_8000_0000_0000 { "?".into() } else { "[user code]".into() });
+        let _ = writeln!(
+            text,
+            "{:<18} {:<44} {:<36} {:>7} {:>7} {:>8} {:>8} {:>6}",
+            r.get("pa").unwrap_or("?"),
+            truncate(&name_of(r), 44),
+            truncate(&code, 36),
+            r.get("readers").unwrap_or("?"),
+            r.get("writers").unwrap_or("?"),
+            per_op(r.u("reads")),
+            per_op(r.u("writes")),
+            r.u("transfers")
+        );
+    }
+    if lines.len() > o.top {
+        let _ = writeln!(text, "... {} more lines in the JSON", lines.len() - o.top);
+    }
+    // Aggregate by data symbol: which kernel structures cross cores.
+    let mut by_sym: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for r in &lines {
+        let n = name_of(r);
+        let base = n.split('+').next().unwrap_or(&n).to_string();
+        let e = by_sym.entry(base).or_default();
+        e.0 += 1;
+        e.1 += r.u("transfers");
+    }
+    let mut agg: Vec<(String, (u64, u64))> = by_sym.into_iter().collect();
+    agg.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(b.1 .0.cmp(&a.1 .0)));
+    let _ = writeln!(text, "\nby symbol: {:<44} {:>6} {:>9}", "", "lines", "transfers");
+    for (n, (c, t)) in agg.iter().take(15) {
+        let _ = writeln!(text, "  {:<52} {c:>6} {t:>9}", truncate(n, 52));
+    }
+    print!("{text}");
+    let json_lines: Vec<String> = lines
+        .iter()
+        .map(|r| {
+            let mut rec = record_json(r);
+            rec.pop();
+            format!("{rec},\"symbol\":{},\"writer_code\":{}}}", jstr(&name_of(r)), jstr(&syms.name(r.u("pc")).unwrap_or_default()))
+        })
+        .collect();
+    let json = format!(
+        "{{\"plugin\":\"sharing\",\"evidence\":\"deterministic line-sharing count under single-threaded TCG\",\"system\":{},\"bench\":{},\"smp\":{},\"params\":{},\"ops\":{},\"summary\":{},\"lines\":[{}]}}\n",
+        jstr(o.system.name()),
+        jstr(workload),
+        spec.smp,
+        jstr(&o.params),
+        ops.map(|x| x.to_string()).unwrap_or("null".into()),
+        record_json(&head),
+        json_lines.join(",\n")
+    );
+    let p = write_out(&o.out, &format!("sharing-{}-{}-{}.json", o.system.name(), workload, spec.smp), &json)?;
+    write_out(&o.out, &format!("sharing-{}-{}-{}.txt", o.system.name(), workload, spec.smp), &text)?;
+    println!("wrote {}", p.display());
+    Ok(())
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let t: String = s.chars().take(n - 1).collect();
+        format!("{t}~")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// overhead
+
+fn cmd_overhead(o: &Opts) -> Result<(), String> {
+    let built = build()?;
+    let workload = o.workload.as_deref().unwrap_or("zip");
+    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params: &o.params, timeout: o.timeout };
+    // Plain TCG, same single-threaded configuration, same boot: the boot is part of each run,
+    // so the ratio is a lower bound on the slowdown of the measured region itself.
+    let (args, timeout) = guest_args(&spec, None)?;
+    let plain = linux::run_qemu(&args, timeout)?;
+    if plain.timed_out {
+        return Err("overhead: plain run timed out".into());
+    }
+    let base = plain.elapsed.as_secs_f64();
+    println!("overhead: {} {} ({} vCPU); plain TCG {:.2}s (whole boot + workload)", o.system.name(), workload, spec.smp, base);
+    let mut rows = Vec::new();
+    for (plugin, extra) in [("insncount", vec![]), ("sharing", vec![]), ("cachesim", vec!["preset=nehalem".to_string()])] {
+        let r = run_with_plugin(&built, &spec, plugin, &extra)?;
+        let t = r.elapsed.as_secs_f64();
+        println!("  {plugin:<10} {t:>7.2}s  {:>6.2}x", t / base);
+        rows.push(format!("{{\"plugin\":{},\"seconds\":{},\"ratio\":{}}}", jstr(plugin), jnum(t), jnum(t / base)));
+    }
+    let json = format!("{{\"system\":{},\"workload\":{},\"plain_seconds\":{},\"runs\":[{}]}}\n", jstr(o.system.name()), jstr(workload), jnum(base), rows.join(","));
+    let p = write_out(&o.out, &format!("overhead-{}-{}.json", o.system.name(), workload), &json)?;
+    println!("wrote {}", p.display());
+    Ok(())
+}
+
+pub fn main(args: &[String]) -> Result<(), String> {
+    let Some(cmd) = args.first() else {
+        eprint!("{HELP}");
+        return Err("plugin: name a command".into());
+    };
+    let rest = &args[1..];
+    match cmd.as_str() {
+        "help" | "-h" | "--help" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        "build" => {
+            let b = build()?;
+            for p in [&b.insncount, &b.cachesim, &b.sharing, &b.test_bin] {
+                println!("{}", p.display());
+            }
+            Ok(())
+        }
+        "test" => {
+            let t = tests()?;
+            println!("plugin tests: {} passed, {} failed", t.passed, t.failed);
+            if t.failed > 0 {
+                Err(format!("{} plugin test(s) failed", t.failed))
+            } else {
+                Ok(())
+            }
+        }
+        "insncount" => cmd_insncount(&parse_opts(rest)?),
+        "cachesim" => cmd_cachesim(&parse_opts(rest)?),
+        "sharing" | "audit" => cmd_sharing(&parse_opts(rest)?),
+        "overhead" => cmd_overhead(&parse_opts(rest)?),
+        "symbols" => {
+            let syms = symbols_for(parse_opts(rest)?.system)?;
+            println!("{} kernel symbols", syms.len());
+            Ok(())
+        }
+        other => Err(format!("plugin: unknown command `{other}` (build, test, insncount, cachesim, sharing, audit, overhead, symbols, help)")),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests (`cargo xtask test` and `cargo xtask plugin test`)
+
+fn tally(t: &mut TestTally, name: &str, ok: bool, detail: String) {
+    if ok {
+        t.passed += 1;
+        println!("   ok   {name}");
+    } else {
+        t.failed += 1;
+        println!("   FAIL {name}: {detail}");
+    }
+}
+
+/// The simulator's synthetic-trace tests (native), then short Linux guest runs with each
+/// plugin and known answers. A few minutes at most on 2 cores; every boot has a timeout.
 pub fn tests() -> Result<TestTally, String> {
-    Ok(TestTally::default())
+    println!("== plugins: cache simulator on synthetic traces");
+    let mut t = TestTally::default();
+    let built = match build() {
+        Ok(b) => b,
+        Err(e) => {
+            tally(&mut t, "build plugins", false, e);
+            return Ok(t);
+        }
+    };
+    let out = Command::new(&built.test_bin).output().map_err(|e| format!("cannot run {}: {e}", built.test_bin.display()))?;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(name) = line.strip_prefix("ok ") {
+            tally(&mut t, name, true, String::new());
+        } else if let Some(rest) = line.strip_prefix("FAIL ") {
+            tally(&mut t, rest, false, String::new());
+        }
+    }
+    if !out.status.success() && t.failed == 0 {
+        tally(&mut t, "simulator test program", false, format!("exited {:?}", out.status.code()));
+    }
+    tally(&mut t, "bad geometry is one clear line", check_levels(&built, "48K:8").err().is_some_and(|e| e.contains("96 sets, not a power of two")), "accepted 48K:8".into());
+
+    println!("== plugins: Linux guest runs");
+    let timeout = Duration::from_secs(180);
+    let spec = |workload: &'static str, smp: u32, params: &'static str| RunSpec { system: System::Linux, workload, smp, params, timeout };
+    let mut guest = |name: &str, r: Result<GuestRun, String>, check: &dyn Fn(&GuestRun) -> Result<(), String>| match r {
+        Ok(run) => {
+            let res = check(&run);
+            tally(&mut t, name, res.is_ok(), res.err().unwrap_or_default());
+        }
+        Err(e) => tally(&mut t, name, false, e),
+    };
+    // insncount: both vCPUs count kernel and user instructions inside the marked region.
+    guest("insncount: dupclose on 2 vCPUs counts kernel and user work", run_with_plugin(&built, &spec("dupclose", 2, "iters=200"), "insncount", &[]), &|r| {
+        let h = &r.report[0];
+        let v: Vec<&Record> = r.report.iter().filter(|x| x.kind == "vcpu").collect();
+        if h.u("starts") != 2 || h.u("stops") != 2 {
+            return Err(format!("markers: {} starts, {} stops, want 2/2", h.u("starts"), h.u("stops")));
+        }
+        if v.len() != 2 || v.iter().any(|x| x.u("kernel") == 0 || x.u("user") == 0) {
+            return Err(format!("per-vCPU counts {:?}", v.iter().map(|x| (x.u("kernel"), x.u("user"))).collect::<Vec<_>>()));
+        }
+        // dup+close is a pair of system calls: far more kernel than user instructions
+        let (k, u): (u64, u64) = v.iter().fold((0, 0), |a, x| (a.0 + x.u("kernel"), a.1 + x.u("user")));
+        if k < 5 * u {
+            return Err(format!("kernel {k} vs user {u}: expected a syscall-dominated count"));
+        }
+        Ok(())
+    });
+    // cachesim: a loop over twice a 32 KB 8-way cache misses on every line, exactly.
+    let levels = vec!["levels=32K:8".to_string()];
+    guest("cachesim: loop over twice the cache misses on every line", run_with_plugin(&built, &spec("stream", 1, "size=65536 passes=4"), "cachesim", &levels), &|r| {
+        for pl in ["shared", "separate"] {
+            let rec = r.report.iter().find(|x| x.kind == "place" && x.get("placement") == Some(pl) && x.get("party") == Some("app")).ok_or("no app record")?;
+            if rec.u("l1_data_miss") != 4096 || rec.u("data") != 4096 {
+                return Err(format!("{pl}: {} data accesses, {} misses; want 4096/4096", rec.u("data"), rec.u("l1_data_miss")));
+            }
+        }
+        Ok(())
+    });
+    guest("cachesim: loop over half the cache misses only cold", run_with_plugin(&built, &spec("stream", 1, "size=16384 passes=4"), "cachesim", &levels), &|r| {
+        let rec = r.report.iter().find(|x| x.kind == "place" && x.get("placement") == Some("separate") && x.get("party") == Some("app")).ok_or("no app record")?;
+        if rec.u("l1_data_miss") != 256 || rec.u("data") != 1024 {
+            return Err(format!("{} data accesses, {} misses; want 1024/256", rec.u("data"), rec.u("l1_data_miss")));
+        }
+        Ok(())
+    });
+    // cachesim with the Nehalem preset on a syscall workload: OS and app both present, the MMU
+    // index agrees with the instruction address, CPI is positive.
+    guest("cachesim: nehalem on null syscalls attributes OS and app by MMU index", run_with_plugin(&built, &spec("null", 1, "iters=300"), "cachesim", &["preset=nehalem".into()]), &|r| {
+        let h = &r.report[0];
+        if h.u("insns_os") == 0 || h.u("insns_app") == 0 {
+            return Err(format!("insns os {} app {}", h.u("insns_os"), h.u("insns_app")));
+        }
+        if h.u("mmu_user_insn_kernel") != 0 {
+            return Err(format!("{} user-MMU accesses from kernel code", h.u("mmu_user_insn_kernel")));
+        }
+        // user code's only kernel-MMU accesses are the CPU reading the TSS I/O bitmap for the
+        // marker's `out`: a handful, not a leak of attribution
+        if h.u("mmu_kernel_insn_user") > 8 {
+            return Err(format!("{} kernel-MMU accesses from user code", h.u("mmu_kernel_insn_user")));
+        }
+        let cpi = r.report.iter().filter(|x| x.kind == "cpi" && x.get("model") == Some("nehalem")).count();
+        if cpi != 3 {
+            return Err(format!("{cpi} placements, want 3"));
+        }
+        Ok(())
+    });
+    // sharing: one shared counter is one line written by every vCPU; private counters none.
+    guest("sharing: a shared counter is one line written by every vCPU", run_with_plugin(&built, &spec("counter", 2, "iters=3000"), "sharing", &[]), &|r| {
+        let h = &r.report[0];
+        let user: Vec<&Record> = r.report.iter().filter(|x| x.kind == "line" && x.get("mode") == Some("u")).collect();
+        if h.u("shared_user") != 1 || user.len() != 1 || user[0].u("writers") != 0x3 {
+            return Err(format!("{} shared user lines, writers {:?}", h.u("shared_user"), user.iter().map(|x| x.u("writers")).collect::<Vec<_>>()));
+        }
+        Ok(())
+    });
+    guest("sharing: private per-core counters share no user line", run_with_plugin(&built, &spec("private", 2, "iters=3000"), "sharing", &[]), &|r| {
+        let h = &r.report[0];
+        if h.u("shared_user") != 0 || h.u("lines_user") == 0 {
+            return Err(format!("{} shared user lines of {} touched, want 0 of >0", h.u("shared_user"), h.u("lines_user")));
+        }
+        Ok(())
+    });
+    println!("   plugins: {} passed, {} failed", t.passed, t.failed);
+    Ok(t)
 }
 
-#[allow(dead_code)]
-fn _unused(_: &Path) {}
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn records_parse() {
+        let r = parse_records("place model=x party=os l1_data_miss=12\nline pa=0x40 mode=k\nend\n");
+        assert_eq!(r.len(), 3);
+        assert_eq!(r[0].kind, "place");
+        assert_eq!(r[0].u("l1_data_miss"), 12);
+        assert_eq!(r[1].u("pa"), 0x40);
+        assert_eq!(r[1].u("missing"), 0);
+    }
+
+    #[test]
+    fn kallsyms_lookup() {
+        let s = Symbols::from_kallsyms("ffffffff82000000 D foo\nffffffff82000040 D bar\nffffffff81000000 T text\n");
+        assert_eq!(s.name(0xffff_ffff_8200_0000).as_deref(), Some("foo"));
+        assert_eq!(s.name(0xffff_ffff_8200_0048).as_deref(), Some("bar+0x8"));
+        assert_eq!(s.name(0xff11_0000_0400_0000), None); // direct map: no symbol
+        assert_eq!(s.name(0x1000), None);
+    }
+
+    #[test]
+    fn options_reject_bad_input() {
+        let a = |v: &[&str]| parse_opts(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert!(a(&["--system", "bsd"]).err().unwrap().contains("unknown system"));
+        assert!(a(&["--preset", "skylake"]).err().unwrap().contains("unknown preset"));
+        assert!(a(&["--smp", "0"]).is_err());
+        assert!(a(&["--frobnicate"]).err().unwrap().contains("unknown option"));
+        assert!(main(&["frob".to_string()]).err().unwrap().contains("unknown command"));
+    }
+
+    #[test]
+    fn json_escapes() {
+        assert_eq!(jstr("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+        let r = parse_records("x n=3 h=0x10 s=abc").remove(0);
+        assert_eq!(record_json(&r), "{\"kind\":\"x\",\"n\":3,\"h\":\"0x10\",\"s\":\"abc\"}");
+    }
+}

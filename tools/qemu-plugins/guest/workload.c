@@ -408,9 +408,10 @@ static void dump_kallsyms(void)
     char line[512];
     printf("kallsyms-begin\n");
     while (fgets(line, sizeof line, f)) {
-        /* "ffffffff81e00000 D name": keep data, bss and read-only data; text is never shared-written */
+        /* "ffffffff81e00000 D name": text (to name the code that wrote a line), data, bss and
+         * read-only data of the kernel image; module symbols are left out */
         char *sp = strchr(line, ' ');
-        if (!sp || !strchr("dDbBrR", sp[1]) || strchr(line, '['))
+        if (!sp || !strchr("tTdDbBrR", sp[1]) || strchr(line, '['))
             continue;
         fputs(line, stdout);
     }
