@@ -79,7 +79,7 @@ fn setup_bsp_area() -> &'static PerCpu {
 /// kernel image, clipped to the mapped physical window.
 fn usable_ranges(bi: &bootinfo::BootInfo, acpi: &acpi::AcpiInfo, out: &mut [NodeRange; 256]) -> (usize, u64) {
     let (kstart, kend) = mm::kernel_image_phys();
-    let window_end: u64 = 4 << 30;
+    let window_end: u64 = mm::mapped_phys_end();
     let mut n = 0;
     let mut dropped = 0u64;
     let mut push = |start: u64, end: u64, node: u32, n: &mut usize| {
@@ -159,6 +159,29 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
         Ok(a) => a,
         Err(e) => boot_failed(e),
     };
+
+    // Map RAM above 4 GiB into the physical window, taking page directories from the first
+    // usable range above the kernel image.
+    let ram_end = bi.ram().iter().map(|r| r.end).max().unwrap_or(0);
+    if ram_end > 4 << 30 {
+        let (_, kend) = mm::kernel_image_phys();
+        let mut next = (kend + 4095) & !4095;
+        let limit = bi.ram().iter().find(|r| r.start <= next && next < r.end).map(|r| r.end.min(4 << 30)).unwrap_or(next);
+        let take = || {
+            if next + 4096 <= limit {
+                next += 4096;
+                Some(next - 4096)
+            } else {
+                None
+            }
+        };
+        match arch::x86_64::boot::extend_phys_window(ram_end, take) {
+            Ok(end) => mm::set_mapped_phys_end(end),
+            Err(e) => boot_failed(e),
+        }
+        // The page directories now sit right after the image: keep them out of the pools.
+        mm::reserve_after_kernel(next);
+    }
 
     // Physical memory, by node.
     let mut ranges = [NodeRange { start: 0, end: 0, node: 0 }; 256];

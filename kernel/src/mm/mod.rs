@@ -33,6 +33,14 @@ pub fn virt_to_phys(va: u64) -> u64 {
 
 pub const KERNEL_VMA: u64 = 0xFFFF_FFFF_8000_0000;
 
+pub fn set_mapped_phys_end(end: u64) {
+    MAPPED_PHYS_END.store(end, Ordering::Relaxed);
+}
+
+pub fn mapped_phys_end() -> u64 {
+    MAPPED_PHYS_END.load(Ordering::Relaxed)
+}
+
 pub fn set_ram_end(end: u64) {
     RAM_END.store(end, Ordering::Relaxed);
 }
@@ -67,10 +75,19 @@ extern "C" {
     static __text_end: u8;
 }
 
-/// Physical range [start, end) the kernel image occupies.
+/// Boot-time allocations placed right after the image (page directories of the physical
+/// window) extend the reserved range to here.
+static RESERVED_AFTER_KERNEL: AtomicU64 = AtomicU64::new(0);
+
+pub fn reserve_after_kernel(end: u64) {
+    RESERVED_AFTER_KERNEL.fetch_max(end, Ordering::Relaxed);
+}
+
+/// Physical range [start, end) the kernel image (and boot-time data right after it) occupies.
 pub fn kernel_image_phys() -> (u64, u64) {
     // SAFETY: linker-provided symbols; only addresses are taken.
-    unsafe { (&__kernel_phys_start as *const u8 as u64, virt_to_phys(&__kernel_end as *const u8 as u64)) }
+    let (start, end) = unsafe { (&__kernel_phys_start as *const u8 as u64, virt_to_phys(&__kernel_end as *const u8 as u64)) };
+    (start, end.max(RESERVED_AFTER_KERNEL.load(Ordering::Relaxed)))
 }
 
 pub fn kernel_text_range() -> (u64, u64) {

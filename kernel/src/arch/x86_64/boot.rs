@@ -296,6 +296,7 @@ msg_bad_loader:
     .global boot_pml4
 boot_pml4:
     .skip 4096
+    .global boot_pdpt_low
 boot_pdpt_low:
     .skip 4096
 boot_pdpt_high:
@@ -332,6 +333,7 @@ extern "C" {
     static ap_trampoline_end: u8;
     static ap_tramp_cr3: u8;
     static boot_pml4: u8;
+    static boot_pdpt_low: u8;
     static boot_efer_extra: u32;
 }
 
@@ -373,4 +375,30 @@ pub fn remove_identity_map() {
     // trampoline has finished on every core that will start).
     unsafe { pml4.write_volatile(0) };
     super::cpu::flush_tlb_local();
+}
+
+/// Extend the physical window beyond the 4 GiB the boot tables map, with 2 MiB pages, so
+/// RAM up to `end` (at most 512 GiB) is reachable. `take_page` supplies zeroed-or-not page
+/// frames for page directories (they are cleared here). Single-threaded boot only.
+pub fn extend_phys_window(end: u64, mut take_page: impl FnMut() -> Option<u64>) -> Result<u64, &'static str> {
+    const GIB: u64 = 1 << 30;
+    let end = end.min(512 * GIB);
+    // SAFETY: address of a linker-placed symbol; .boot is linked at its physical address.
+    let pdpt = crate::mm::phys_to_virt(unsafe { &boot_pdpt_low as *const u8 as u64 }) as *mut u64;
+    let mut gib = 4;
+    while gib * GIB < end {
+        let pd = take_page().ok_or("no memory for page directories of the physical window")?;
+        let pd_virt = crate::mm::phys_to_virt(pd) as *mut u64;
+        for i in 0..512u64 {
+            let pa = gib * GIB + i * (2 << 20);
+            // SAFETY: pd is a page we own; writing its 512 entries maps [gib, gib+1) GiB with
+            // present, writable, 2 MiB pages.
+            unsafe { pd_virt.add(i as usize).write_volatile(pa | 0x83) };
+        }
+        // SAFETY: entry `gib` of the low PDPT is unused (the boot code fills entries 0..4).
+        unsafe { pdpt.add(gib as usize).write_volatile(pd | 0x3) };
+        gib += 1;
+    }
+    super::cpu::flush_tlb_local();
+    Ok(end.max(4 * GIB))
 }
