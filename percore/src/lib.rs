@@ -45,3 +45,8 @@ pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use seqlock::{ReadPath, SeqData, SeqLock};
 pub use slab::{HeapBackend, ObjectBackend, ObjectCache};
 pub use spin::{IrqTicketLock, TicketLock, TicketLockGuard};
+
+/// True when built with `--cfg loom` (the primitives then use loom's atomics); the loom
+/// tests assert it so that a build that silently lost the cfg cannot pass vacuously.
+#[doc(hidden)]
+pub const MODEL_CHECKED: bool = cfg!(loom);

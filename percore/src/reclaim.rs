@@ -46,6 +46,8 @@ struct VisitState {
     /// The token's visit has switched this core's generation and waits for `parity` to drain.
     switched: bool,
     parity: usize,
+    /// The visitors' copy of the core's generation: a visit only stores the shared word.
+    generation: usize,
 }
 
 struct CoreState {
@@ -92,7 +94,7 @@ impl Domain {
             cores: PerCore::with_cores(cores, |_| CoreState {
                 generation: AtomicUsize::new(0),
                 active: [AtomicUsize::new(0), AtomicUsize::new(0)],
-                visit: TicketLock::new(VisitState { switched: false, parity: 0 }),
+                visit: TicketLock::new(VisitState { switched: false, parity: 0, generation: 0 }),
                 deferred: TicketLock::new(Vec::new()),
             }),
             token: CachePadded::new(AtomicUsize::new(0)),
@@ -144,9 +146,10 @@ impl Domain {
             return false;
         }
         if !v.switched {
-            let g = c.generation.load(Ordering::Relaxed);
+            let g = v.generation;
+            v.generation = g.wrapping_add(1);
             // Operations that start after this see the new generation.
-            c.generation.store(g.wrapping_add(1), Ordering::SeqCst);
+            c.generation.store(v.generation, Ordering::SeqCst);
             dekker_fence();
             v.switched = true;
             v.parity = g & 1;

@@ -51,7 +51,9 @@ pub enum ReadPath {
 
 pub struct SeqLock<T: SeqData> {
     generation: CachePadded<AtomicUsize>,
-    lock: TicketLock<()>,
+    /// Serialises writers and fallback readers; holds the writers' copy of the generation,
+    /// so a writer never reads the shared generation word (only stores it).
+    lock: TicketLock<usize>,
     data: storage::Words<T>,
 }
 
@@ -63,7 +65,7 @@ unsafe impl<T: SeqData> Send for SeqLock<T> {}
 
 impl<T: SeqData> SeqLock<T> {
     pub fn new(value: T) -> Self {
-        Self { generation: CachePadded::new(AtomicUsize::new(1)), lock: TicketLock::new(()), data: storage::Words::new(value) }
+        Self { generation: CachePadded::new(AtomicUsize::new(1)), lock: TicketLock::new(1), data: storage::Words::new(value) }
     }
 
     /// The current generation: 0 while a writer is modifying the value.
@@ -127,8 +129,8 @@ impl<T: SeqData> SeqLock<T> {
 
     /// Modify the value under the lock; readers see generation 0 meanwhile, then a new one.
     pub fn write<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        let _g = self.lock.lock();
-        let old_gen = self.generation.load(Ordering::Relaxed);
+        let mut gen = self.lock.lock();
+        let old_gen = *gen;
         self.generation.store(0, Ordering::Relaxed);
         // Orders the zero before every data store below, for readers' acquire fence.
         fence(Ordering::Release);
@@ -141,6 +143,7 @@ impl<T: SeqData> SeqLock<T> {
             0 => 1,
             g => g,
         };
+        *gen = next;
         // Release: a reader that sees `next` sees the whole new value.
         self.generation.store(next, Ordering::Release);
         r
