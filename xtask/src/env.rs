@@ -88,10 +88,24 @@ pub fn build_kernel() -> Result<PathBuf, String> {
     build_kernel_with(&[])
 }
 
+/// Code generation for the kernel: fixed higher-half link address (code model "kernel", not
+/// a PIE), frame pointers for exception backtraces.
+pub const KERNEL_RUSTFLAGS: &str = "-C relocation-model=static -C code-model=kernel -C force-frame-pointers=yes";
+
+/// Target directory of kernel builds (separate from user programs: different flags).
+pub fn kernel_target_dir() -> PathBuf {
+    target_dir().join("kernel")
+}
+
 pub fn build_kernel_with(features: &[&str]) -> Result<PathBuf, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(workspace_root()).args(["build", "--quiet", "--release", "-p", "kernel", "--target", "x86_64-unknown-none"]);
+    cmd.current_dir(workspace_root())
+        .env("CARGO_TARGET_X86_64_UNKNOWN_NONE_RUSTFLAGS", KERNEL_RUSTFLAGS)
+        .arg("build")
+        .arg("--target-dir")
+        .arg(kernel_target_dir())
+        .args(["--quiet", "--release", "-p", "kernel", "--target", "x86_64-unknown-none"]);
     if !features.is_empty() {
         cmd.args(["--features", &features.join(",")]);
     }
@@ -99,8 +113,8 @@ pub fn build_kernel_with(features: &[&str]) -> Result<PathBuf, String> {
     if !status.success() {
         return Err("kernel build failed".into());
     }
-    let linked = target_dir().join("x86_64-unknown-none/release/kernel");
-    let bootable = target_dir().join("x86_64-unknown-none/release/kernel.elf");
+    let linked = kernel_target_dir().join("x86_64-unknown-none/release/kernel");
+    let bootable = kernel_target_dir().join("x86_64-unknown-none/release/kernel.elf");
     crate::ksyms::write_symbolized(&linked, &bootable)?;
     Ok(bootable)
 }

@@ -1,0 +1,506 @@
+//! The system-call ABI shared by the kernel and user programs: call numbers, object ids and
+//! types, error codes, and the `repr(C)` structures passed by pointer. No dependencies.
+//!
+//! This is Corey's interface (seeds/000 section 4, figure 5) made concrete. Calling
+//! convention (x86-64 `syscall`): number in `rax`; arguments in `rdi, rsi, rdx, r10, r8, r9`;
+//! the result comes back in `rax` as an `i64`: `>= 0` is success (a value or 0), `< 0` is
+//! `-(Error as i64)`. `rcx` and `r11` are clobbered; every other register is preserved.
+//!
+//! Naming and access control: an object is named by `<share id, object id>`. A call succeeds
+//! only if the share is *reachable* from the calling core's share set (it is in the set, or
+//! it is held by a share in the set) and the share holds the object. That check is the whole
+//! access control: ids are not capabilities on their own.
+//!
+//! Lifetime: each share that holds an object counts as one reference, and so does a running
+//! pcore's use of its root address range and shares. When the last reference goes, the object
+//! is freed with everything it owns.
+#![no_std]
+#![forbid(unsafe_code)]
+
+/// A 64-bit object id, unique for the life of the system.
+pub type ObjectId = u64;
+
+/// `<share id, object id>`: how every system call names an object.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ObjName {
+    pub share: ObjectId,
+    pub object: ObjectId,
+}
+
+impl ObjName {
+    pub const fn new(share: ObjectId, object: ObjectId) -> Self {
+        Self { share, object }
+    }
+}
+
+/// `memid` value meaning "the calling core": metadata and pages come from its NUMA node.
+pub const MEMID_SELF: u64 = u64::MAX;
+
+/// Longest object name in bytes (longer names are refused with `NameTooLong`).
+pub const MAX_NAME: usize = 32;
+
+/// Page size of every mapping.
+pub const PAGE_SIZE: u64 = 4096;
+
+/// The user half of the address space is `[USER_BASE, USER_END)`; anything else is refused.
+pub const USER_BASE: u64 = 0x1000;
+pub const USER_END: u64 = 0x0000_8000_0000_0000;
+
+/// System-call numbers.
+pub mod nr {
+    pub const OBJ_GET_NAME: u64 = 1;
+    pub const OBJ_STAT: u64 = 2;
+
+    pub const SHARE_ALLOC: u64 = 10;
+    pub const SHARE_ADDOBJ: u64 = 11;
+    pub const SHARE_DELOBJ: u64 = 12;
+    pub const SELF_DROP: u64 = 13;
+    pub const SELF_SHARES: u64 = 14;
+
+    pub const SEGMENT_ALLOC: u64 = 20;
+    pub const SEGMENT_COPY: u64 = 21;
+    pub const SEGMENT_GET_NBYTES: u64 = 22;
+    pub const SEGMENT_SET_NBYTES: u64 = 23;
+
+    pub const AR_ALLOC: u64 = 30;
+    pub const AR_SET_SEG: u64 = 31;
+    pub const AR_SET_AR: u64 = 32;
+    pub const AR_GET: u64 = 33;
+    pub const AR_UNMAP: u64 = 34;
+
+    pub const PCORE_ALLOC: u64 = 40;
+    pub const PCORE_CURRENT: u64 = 41;
+    pub const PCORE_RUN: u64 = 42;
+    pub const PCORE_SET_INTERVAL: u64 = 43;
+    pub const PCORE_HALT: u64 = 44;
+    pub const PCORE_STAT: u64 = 45;
+
+    pub const DEVICE_ALLOC: u64 = 50;
+    pub const DEVICE_LIST: u64 = 51;
+    pub const DEVICE_STAT: u64 = 52;
+    pub const DEVICE_CONF: u64 = 53;
+    pub const DEVICE_BUF: u64 = 54;
+
+    pub const LOCALITY_GET: u64 = 60;
+
+    /// Kernel services outside Corey's table: console, time, counters, boot image.
+    pub const CONSOLE_WRITE: u64 = 70;
+    pub const CONSOLE_READ: u64 = 71;
+    pub const TIME_NOW: u64 = 72;
+    pub const SYS_INFO: u64 = 73;
+    pub const CORE_STATS: u64 = 74;
+    pub const INITRD_GET: u64 = 75;
+    /// Does nothing: for measuring system-call cost.
+    pub const NULL: u64 = 76;
+}
+
+/// Error codes. The value returned in `rax` is the negated discriminant.
+#[repr(i64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// Unknown system-call number.
+    NoSuchCall = 1,
+    /// An argument is outside its documented domain (bad flag, mode, kind, zero length...).
+    InvalidArgument = 2,
+    /// The share is not reachable from the caller's share set, or does not exist.
+    ShareNotReachable = 3,
+    /// The share does not hold an object with that id.
+    NoSuchObject = 4,
+    /// The object exists but is not of the type the call needs.
+    WrongType = 5,
+    /// Out of memory (pages or kernel metadata). Nothing was changed.
+    NoMemory = 6,
+    /// A user pointer is null, outside the user half, unmapped, or not writable.
+    BadAddress = 7,
+    /// An address, offset or length is not page-aligned (or not aligned to the range size).
+    Misaligned = 8,
+    /// The new mapping overlaps an existing one.
+    Overlap = 9,
+    /// An offset or length is beyond the object, or an addition overflows.
+    OutOfRange = 10,
+    /// The pcore is already running a context, or the object is in use.
+    Busy = 11,
+    /// No such core, or the core is not online.
+    NoSuchCore = 12,
+    /// The caller may not do this (another core's private share, a pcore it did not allocate).
+    NotPermitted = 13,
+    /// An object name longer than `MAX_NAME`.
+    NameTooLong = 14,
+    /// The output buffer is too small; nothing was written.
+    BufferTooSmall = 15,
+    /// The object is already in that share.
+    AlreadyExists = 16,
+    /// The operation exists in the interface but this device or object does not support it.
+    Unsupported = 17,
+    /// No such device, or no such file in the boot image.
+    NotFound = 18,
+}
+
+impl Error {
+    pub const ALL: [Error; 18] = [
+        Error::NoSuchCall,
+        Error::InvalidArgument,
+        Error::ShareNotReachable,
+        Error::NoSuchObject,
+        Error::WrongType,
+        Error::NoMemory,
+        Error::BadAddress,
+        Error::Misaligned,
+        Error::Overlap,
+        Error::OutOfRange,
+        Error::Busy,
+        Error::NoSuchCore,
+        Error::NotPermitted,
+        Error::NameTooLong,
+        Error::BufferTooSmall,
+        Error::AlreadyExists,
+        Error::Unsupported,
+        Error::NotFound,
+    ];
+
+    pub fn from_code(code: i64) -> Option<Error> {
+        Error::ALL.iter().copied().find(|e| *e as i64 == code)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Error::NoSuchCall => "no such system call",
+            Error::InvalidArgument => "invalid argument",
+            Error::ShareNotReachable => "share not reachable",
+            Error::NoSuchObject => "no such object in share",
+            Error::WrongType => "wrong object type",
+            Error::NoMemory => "out of memory",
+            Error::BadAddress => "bad address",
+            Error::Misaligned => "misaligned",
+            Error::Overlap => "overlapping mapping",
+            Error::OutOfRange => "out of range",
+            Error::Busy => "busy",
+            Error::NoSuchCore => "no such core",
+            Error::NotPermitted => "not permitted",
+            Error::NameTooLong => "name too long",
+            Error::BufferTooSmall => "buffer too small",
+            Error::AlreadyExists => "already exists",
+            Error::Unsupported => "unsupported",
+            Error::NotFound => "not found",
+        }
+    }
+}
+
+/// Encode a result into the `rax` value.
+pub fn encode(r: Result<u64, Error>) -> i64 {
+    match r {
+        Ok(v) => v as i64,
+        Err(e) => -(e as i64),
+    }
+}
+
+/// Decode `rax` into a result.
+pub fn decode(rax: i64) -> Result<u64, Error> {
+    if rax >= 0 {
+        Ok(rax as u64)
+    } else {
+        Err(Error::from_code(-rax).unwrap_or(Error::InvalidArgument))
+    }
+}
+
+/// Object types.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjType {
+    Share = 1,
+    Segment = 2,
+    AddressRange = 3,
+    Pcore = 4,
+    Device = 5,
+}
+
+impl ObjType {
+    pub fn from_u32(v: u32) -> Option<ObjType> {
+        match v {
+            1 => Some(ObjType::Share),
+            2 => Some(ObjType::Segment),
+            3 => Some(ObjType::AddressRange),
+            4 => Some(ObjType::Pcore),
+            5 => Some(ObjType::Device),
+            _ => None,
+        }
+    }
+}
+
+/// `obj_stat(share, obj, &mut ObjStat)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ObjStat {
+    pub id: ObjectId,
+    /// An `ObjType` value.
+    pub obj_type: u32,
+    /// The core whose memory holds the metadata (the `memid` at allocation).
+    pub home_core: u32,
+    /// References: shares holding it plus running pcores using it.
+    pub refs: u64,
+}
+
+/// `share_alloc` flags. A private share can be used only by the core that allocated it and
+/// takes no lock; a shared one (the default) uses a scalable reader-writer lock.
+pub const SHARE_PRIVATE: u64 = 1;
+
+/// `segment_copy` modes.
+pub const COPY_EAGER: u64 = 0;
+pub const COPY_ON_WRITE: u64 = 1;
+
+/// Address-range kinds for `ar_alloc`. A root range is a whole user address space (a page
+/// table root, what a pcore runs on); the others are page-table subtrees that `ar_set_ar`
+/// links into a range one level up, at an offset aligned to their span.
+#[repr(u64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArKind {
+    /// Top-level table: the user half, 128 TiB.
+    Root = 0,
+    /// A page-directory-pointer table: 512 GiB.
+    Span512G = 1,
+    /// A page directory: 1 GiB.
+    Span1G = 2,
+    /// A page table: 2 MiB.
+    Span2M = 3,
+}
+
+impl ArKind {
+    pub fn from_u64(v: u64) -> Option<ArKind> {
+        match v {
+            0 => Some(ArKind::Root),
+            1 => Some(ArKind::Span512G),
+            2 => Some(ArKind::Span1G),
+            3 => Some(ArKind::Span2M),
+            _ => None,
+        }
+    }
+
+    /// Bytes of address space the range covers.
+    pub fn span(self) -> u64 {
+        match self {
+            ArKind::Root => USER_END,
+            ArKind::Span512G => 512 << 30,
+            ArKind::Span1G => 1 << 30,
+            ArKind::Span2M => 2 << 20,
+        }
+    }
+}
+
+/// Mapping permission flags (`ar_set_seg`, `ar_set_ar`).
+pub const MAP_READ: u64 = 1;
+pub const MAP_WRITE: u64 = 2;
+pub const MAP_EXEC: u64 = 4;
+
+/// `ar_set_seg(ar_share, ar, &SegMapping)`: map `len` bytes at `voff` in the range to the
+/// segment's bytes starting at `soff`. `voff`, `soff` and `len` must be page-aligned; the
+/// mapping must not overlap another one in the same range.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SegMapping {
+    pub voff: u64,
+    pub seg: ObjName,
+    pub soff: u64,
+    pub len: u64,
+    pub flags: u64,
+}
+
+/// One entry returned by `ar_get`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArMapping {
+    pub voff: u64,
+    pub len: u64,
+    /// The segment or address range mapped here.
+    pub target: ObjectId,
+    /// `ObjType::Segment` or `ObjType::AddressRange`.
+    pub target_type: u32,
+    pub _pad: u32,
+    /// Offset into the segment (0 for ranges).
+    pub soff: u64,
+    pub flags: u64,
+}
+
+/// Roles a pcore can run in (the core-roles issue adds the rest of the behaviour).
+pub const ROLE_XC: u64 = 0;
+
+/// Most shares a context can start with (besides its own root share).
+pub const MAX_CONTEXT_SHARES: usize = 8;
+
+/// `pcore_run(pcore_share, pcore, &PcoreContext)`: start a user context on the pcore's core.
+/// The kernel gives the context a fresh private root share (holding the pcore object) and adds
+/// the listed shares to its share set. At entry: `rip`/`rsp` as given, `rdi = arg`,
+/// `rsi` = the new root share id, `rdx` = the pcore's object id. Interrupts are enabled.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PcoreContext {
+    pub rip: u64,
+    pub rsp: u64,
+    pub arg: u64,
+    /// The root address range (`ArKind::Root`) the context runs on.
+    pub root_ar: ObjName,
+    pub nshares: u64,
+    pub shares: [ObjectId; MAX_CONTEXT_SHARES],
+    pub role: u64,
+}
+
+/// Pcore states in `PcoreStat::state`.
+pub const PCORE_IDLE: u32 = 0;
+pub const PCORE_RUNNING: u32 = 1;
+pub const PCORE_HALTED: u32 = 2;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PcoreStat {
+    pub core: u32,
+    pub state: u32,
+    /// The code passed to `pcore_halt` (or the fault that stopped the context, see
+    /// `EXIT_FAULT_BASE`).
+    pub exit_code: u64,
+    /// How many contexts have run on this pcore object.
+    pub runs: u64,
+    pub interval_hz: u64,
+}
+
+/// A context killed by an unhandled fault exits with `EXIT_FAULT_BASE + vector`.
+pub const EXIT_FAULT_BASE: u64 = 0x1_0000;
+
+/// `device_list(buf, cap)` entries.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeviceInfo {
+    pub hwid: u64,
+    /// A `DEVICE_*` kind.
+    pub kind: u32,
+    /// Core that has it allocated, or `u32::MAX`.
+    pub owner_core: u32,
+    pub name: [u8; 16],
+}
+
+pub const DEVICE_CONSOLE: u32 = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeviceStat {
+    pub hwid: u64,
+    pub kind: u32,
+    pub _pad: u32,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub buffers: u64,
+}
+
+/// `device_conf(dev_share, dev, &DeviceConf)`: set `key` to `value`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeviceConf {
+    pub key: u64,
+    pub value: u64,
+}
+
+/// Console configuration key: 1 = translate `\n` to `\r\n` (default), 0 = raw.
+pub const CONF_CONSOLE_CRLF: u64 = 1;
+
+/// `device_buf` buffer types: transmit the segment's bytes `[offset, offset + len)`.
+pub const BUF_TX: u64 = 1;
+
+/// `locality_get(buf, cap)`: fills `n * n` entries for `n` cores (row-major), returns `n`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LocalityEntry {
+    /// 0 same core, 1 SMT sibling, 2 same package, 3 same NUMA node, 4 other node.
+    pub level: u8,
+    /// NUMA distance (10 = local).
+    pub distance: u8,
+}
+
+/// `sys_info(&mut SysInfo)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SysInfo {
+    pub cores: u64,
+    pub numa_nodes: u64,
+    pub tsc_per_ms: u64,
+    pub free_pages: u64,
+    pub total_pages: u64,
+    /// Slab objects allocated in the kernel heap, all cores.
+    pub kernel_objects: i64,
+    /// Kernel objects (shares, segments, ranges, pcores, devices) alive.
+    pub live_kobjects: u64,
+}
+
+/// `core_stats(core, &mut CoreStats)`: per-core counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CoreStats {
+    pub syscalls: u64,
+    pub soft_faults: u64,
+    pub cow_faults: u64,
+    pub tlb_flushes_local: u64,
+    pub shootdown_ipis_sent: u64,
+    pub shootdown_ipis_received: u64,
+    pub ipis_received: u64,
+    pub interrupts: u64,
+    pub timer_ticks: u64,
+}
+
+/// What the kernel puts at `rdi` for the first program (`init`): a pointer to this struct in
+/// the program's memory, followed by the argument bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StartInfo {
+    /// Address and length of the command-line arguments (space-separated, UTF-8).
+    pub args_ptr: u64,
+    pub args_len: u64,
+    pub tsc_per_ms: u64,
+    pub cores: u64,
+    /// The program's root address range id (in its root share).
+    pub root_ar: ObjectId,
+    /// Segments the kernel created for the program image and stack, in its root share.
+    pub image_seg: ObjectId,
+    pub stack_seg: ObjectId,
+}
+
+/// Where the kernel maps the first program's stack: `[INIT_STACK_TOP - INIT_STACK_SIZE,
+/// INIT_STACK_TOP)`. Its top page holds the `StartInfo` (at `INIT_START_INFO`) followed by
+/// the argument bytes; the initial `rsp` is `INIT_START_INFO` (16-byte aligned).
+pub const INIT_STACK_TOP: u64 = 0x0000_7FFF_FFF0_0000;
+pub const INIT_STACK_SIZE: u64 = 1 << 20;
+pub const INIT_START_INFO: u64 = INIT_STACK_TOP - PAGE_SIZE;
+/// Where the kernel maps the first program's ELF image: at the addresses in its program
+/// headers, which must lie in `[USER_BASE, INIT_IMAGE_LIMIT)`.
+pub const INIT_IMAGE_LIMIT: u64 = 1 << 30;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_round_trip() {
+        for e in Error::ALL {
+            assert_eq!(decode(encode(Err(e))), Err(e));
+            assert!(!e.as_str().is_empty());
+        }
+        assert_eq!(decode(encode(Ok(42))), Ok(42));
+        assert_eq!(decode(0), Ok(0));
+    }
+
+    #[test]
+    fn ar_spans_nest() {
+        assert_eq!(ArKind::Span512G.span() * 256, ArKind::Root.span());
+        assert_eq!(ArKind::Span1G.span() * 512, ArKind::Span512G.span());
+        assert_eq!(ArKind::Span2M.span() * 512, ArKind::Span1G.span());
+        for k in 0..4 {
+            assert_eq!(ArKind::from_u64(k).unwrap() as u64, k);
+        }
+        assert!(ArKind::from_u64(4).is_none());
+    }
+
+    #[test]
+    fn struct_layouts_are_stable() {
+        assert_eq!(core::mem::size_of::<ObjName>(), 16);
+        assert_eq!(core::mem::size_of::<SegMapping>(), 48);
+        assert_eq!(core::mem::size_of::<ArMapping>(), 48);
+        assert_eq!(core::mem::size_of::<PcoreContext>(), 5 * 8 + 8 + 8 * MAX_CONTEXT_SHARES + 8);
+    }
+}
