@@ -12,12 +12,40 @@ pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, Ato
 
 /// One iteration of a busy-wait loop. Under loom this yields, which tells the model checker
 /// that the thread cannot make progress until another one runs.
+///
+/// On the host (`std`), threads are not cores: the holder or the next waiter of a lock may be
+/// descheduled, and pure spinning then burns the rest of the time slice (with more threads
+/// than cores a FIFO lock can crawl). So a host waiter yields its core to the OS every
+/// `HOST_YIELD_EVERY` spins. The kernel spins purely: its lock holders are not preempted.
 #[inline(always)]
 pub(crate) fn spin_loop() {
     #[cfg(not(loom))]
-    core::hint::spin_loop();
+    {
+        core::hint::spin_loop();
+        #[cfg(feature = "std")]
+        host_backoff();
+    }
     #[cfg(loom)]
     loom::thread::yield_now();
+}
+
+#[cfg(all(feature = "std", not(loom)))]
+const HOST_YIELD_EVERY: u32 = 128;
+
+#[cfg(all(feature = "std", not(loom)))]
+#[inline(always)]
+fn host_backoff() {
+    use std::cell::Cell;
+    std::thread_local! {
+        static SPINS: Cell<u32> = const { Cell::new(0) };
+    }
+    SPINS.with(|s| {
+        let n = s.get().wrapping_add(1);
+        s.set(n);
+        if n % HOST_YIELD_EVERY == 0 {
+            std::thread::yield_now();
+        }
+    });
 }
 
 /// `const fn` outside loom (so kernel statics can hold the primitive), a plain `fn` under
