@@ -1,0 +1,109 @@
+//! The benchmark catalog: names, what each measures, its shape and its default parameters.
+//!
+//! This file is the one list both sides agree on. The `bench` crate compiles it as a module,
+//! and the host tool (`xtask/src/bench.rs`) includes the same file with `#[path]`, so the
+//! harness can validate `--only` and pass parameters without linking the guest code. It must
+//! therefore use `core` only and no other module of this crate.
+
+/// How a benchmark's workers relate in time, which decides how per-core throughput is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Every worker runs at once; throughput = ops / elapsed / workers.
+    Parallel,
+    /// Workers take turns (mempass passes a buffer from core to core); throughput = ops /
+    /// the sum of the workers' own busy times, so a perfect system stays flat with cores.
+    Relay,
+}
+
+/// Where the workers live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Threads of one address space (one descriptor table, one page table).
+    Threads,
+    /// One process per worker (separate address spaces and descriptor tables); only memory
+    /// mapped as shared before the workers start is common.
+    Processes,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct BenchSpec {
+    pub name: &'static str,
+    /// The plot/table group ("corey", "tornado", "counter", "base", "calibration", "selftest").
+    pub group: &'static str,
+    pub placement: Placement,
+    pub shape: Shape,
+    /// One line: what an operation is.
+    pub op: &'static str,
+    /// Default parameters, all integers, passed on the guest command line as `key=value`.
+    pub defaults: &'static [(&'static str, u64)],
+    /// Not in the default matrix (only with `--only`): self-tests of the harness.
+    pub hidden: bool,
+}
+
+const fn b(
+    name: &'static str,
+    group: &'static str,
+    placement: Placement,
+    shape: Shape,
+    op: &'static str,
+    defaults: &'static [(&'static str, u64)],
+) -> BenchSpec {
+    BenchSpec { name, group, placement, shape, op, defaults, hidden: false }
+}
+
+use Placement::{Processes, Threads};
+use Shape::{Parallel, Relay};
+
+/// Every benchmark, in report order. Iteration counts are sized so one run takes well under a
+/// second of guest time under TCG on this workplace's 2-core machines.
+pub const BENCHES: &[BenchSpec] = &[
+    // Corey section 8.1: private memory per core, demand-zero faults.
+    b("memclone_threads", "corey", Threads, Parallel, "first touch of a demand-zero page", &[("pages", 2048)]),
+    b("memclone_procs", "corey", Processes, Parallel, "first touch of a demand-zero page", &[("pages", 2048)]),
+    // Corey section 8.1: one buffer passed from core to core.
+    b("mempass_threads", "corey", Threads, Relay, "one core touching one page of the passed buffer", &[("pages", 2048)]),
+    b("mempass_procs", "corey", Processes, Relay, "one core touching one page of the passed buffer", &[("pages", 2048)]),
+    // Corey sections 1 and 8.4: descriptors.
+    b("dupclose", "corey", Threads, Parallel, "dup + close of a descriptor, process-wide table", &[("iters", 20000)]),
+    b("dupclose_private", "corey", Threads, Parallel, "dup + close of a descriptor, per-worker table", &[("iters", 20000)]),
+    // Corey section 8.3: shares (on Linux: dup/close in the shared vs an unshared table).
+    b("share_global", "corey", Threads, Parallel, "add + delete of an object in one global share", &[("iters", 20000)]),
+    b("share_local", "corey", Threads, Parallel, "add + delete of an object in a per-core share", &[("iters", 20000)]),
+    // Tornado figure 1: counter layouts.
+    b("counter_shared", "counter", Threads, Parallel, "atomic increment of one shared word", &[("iters", 500000)]),
+    b("counter_array", "counter", Threads, Parallel, "atomic increment of the worker's slot in a packed array", &[("iters", 500000)]),
+    b("counter_padded", "counter", Threads, Parallel, "atomic increment of the worker's 128-byte slot", &[("iters", 500000)]),
+    b("counter_sloppy", "counter", Threads, Parallel, "sloppy increment: local slot, global every `batch`", &[("iters", 500000), ("batch", 64)]),
+    b("counter_clustered", "counter", Threads, Parallel, "increment of the worker's own rep, allocated by that worker", &[("iters", 500000)]),
+    // Tornado section 7.2, multithreaded (mt) and multiprogrammed (mp).
+    b("thread_mt", "tornado", Threads, Parallel, "create + join of an empty thread", &[("iters", 300)]),
+    b("thread_mp", "tornado", Processes, Parallel, "create + join of an empty thread", &[("iters", 300)]),
+    b("pagefault_mt", "tornado", Threads, Parallel, "in-core page fault on a fresh mapping of a resident object", &[("pages", 64), ("rounds", 20)]),
+    b("pagefault_mp", "tornado", Processes, Parallel, "in-core page fault on a fresh mapping of a resident object", &[("pages", 64), ("rounds", 20)]),
+    b("stat_mt", "tornado", Threads, Parallel, "fstat of the worker's own file", &[("iters", 20000)]),
+    b("stat_mp", "tornado", Processes, Parallel, "fstat of the worker's own file", &[("iters", 20000)]),
+    // Base costs.
+    b("nullsyscall", "base", Threads, Parallel, "getpid (null system call)", &[("iters", 50000)]),
+    b("pagefault_zero", "base", Processes, Parallel, "demand-zero fault, map/touch/unmap 64-page region", &[("pages", 64), ("rounds", 20)]),
+    // Share-nothing calibration: user-only arithmetic, no memory traffic, no kernel.
+    b("calib", "calibration", Threads, Parallel, "one step of a register-only xorshift loop", &[("iters", 20000000)]),
+    // Harness self-test: never finishes, to exercise the timeout path.
+    BenchSpec { name: "selftest_hang", group: "selftest", placement: Threads, shape: Parallel, op: "none (spins forever)", defaults: &[], hidden: true },
+];
+
+/// The calibration benchmark every matrix includes.
+pub const CALIBRATION: &str = "calib";
+
+pub fn find(name: &str) -> Option<&'static BenchSpec> {
+    BENCHES.iter().find(|b| b.name == name)
+}
+
+/// The most workers (and vCPUs) a run may have: the kernel's limit and the harness's arrays.
+pub const MAX_CORES: usize = 255;
+
+/// Serial protocol, guest to host. One line per finished run:
+/// `bench-result name=N cores=C ops=O ticks=T tsc_hz=H busy_ticks=B check=ok`
+/// and on failure `bench-error name=N msg=...`; the guest prints `bench-done` last.
+pub const RESULT_PREFIX: &str = "bench-result";
+pub const ERROR_PREFIX: &str = "bench-error";
+pub const DONE_LINE: &str = "bench-done";

@@ -1,0 +1,139 @@
+//! One benchmark suite for two systems.
+//!
+//! The benchmarks of Corey (section 8), Tornado (section 7) and MOSBENCH-style counters are
+//! written once, in [`suite`], against the [`Platform`] trait. A backend implements the trait
+//! for one system: [`linux`] (std + libc, run as `/init` of a Linux guest) and [`ours`] (this
+//! system's library OS; not available until the library OS exists, issue 5).
+//!
+//! The library is `no_std` and allocation-free so the library-OS backend can link it on
+//! `x86_64-unknown-none`. All memory the harness needs comes from [`Platform::map`].
+
+#![no_std]
+
+#[cfg(target_os = "linux")]
+extern crate std;
+
+pub mod catalog;
+pub mod harness;
+#[cfg(target_os = "linux")]
+pub mod linux;
+pub mod ours;
+pub mod params;
+pub mod suite;
+
+pub use catalog::{BenchSpec, Placement, Shape, BENCHES};
+
+/// Why a benchmark could not run. Benchmarks never panic on a platform failure: they return
+/// this, and the program prints a `bench-error` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Error {
+    /// The platform call failed; `what` names the call, `code` is the system's error number.
+    Sys { what: &'static str, code: i64 },
+    /// The backend does not provide this operation (yet).
+    Unsupported(&'static str),
+    /// The benchmark's own result check failed (e.g. a counter lost updates).
+    Check(&'static str),
+    /// Bad parameters.
+    Param(&'static str),
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::Sys { what, code } => write!(f, "{what} failed (error {code})"),
+            Error::Unsupported(what) => write!(f, "{what} is not provided by this backend"),
+            Error::Check(what) => write!(f, "result check failed: {what}"),
+            Error::Param(what) => write!(f, "bad parameter: {what}"),
+        }
+    }
+}
+
+/// A system object named by a small integer: a descriptor on Linux, an object or share id on
+/// ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handle(pub u64);
+
+/// How a mapping is shared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapKind {
+    /// Demand-zero memory private to the address space (threads of it see it; forked
+    /// processes get their own copy).
+    Private,
+    /// Demand-zero memory that stays common to every process started after it was mapped
+    /// (Linux: `MAP_SHARED|MAP_ANONYMOUS`; ours: a shared address range / segment).
+    Shared,
+}
+
+/// Scope of the table a worker's descriptors or share entries live in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// One table for the whole process (POSIX descriptors; Corey's global share).
+    Process,
+    /// A table private to the calling worker (Linux: `unshare(CLONE_FILES)`; ours: the
+    /// core's private root share / private-scope descriptors).
+    Worker,
+}
+
+/// What a system must provide to run the suite. Every method may be called from any worker
+/// concurrently, except where noted.
+///
+/// Timing uses the TSC on both systems ([`Platform::ticks`]); region markers for the
+/// instruction-counting plugin are executed through [`Platform::marker`].
+pub trait Platform: Sync {
+    /// Short system name used in result lines ("linux", "ours").
+    fn name(&self) -> &'static str;
+    /// Cores the workers may use; worker `w` runs on core `w % cores()`.
+    fn cores(&self) -> usize;
+
+    /// Run `body(w)` for every `w` in `0..n` as threads of one address space, worker `w`
+    /// pinned to core `w % cores()`; returns when all have returned. Called by one worker only
+    /// (the program's main one).
+    fn run_threads(&self, n: usize, body: &(dyn Fn(usize) + Sync)) -> Result<(), Error>;
+    /// As [`run_threads`](Self::run_threads) but one process (address space, descriptor table)
+    /// per worker. Memory mapped [`MapKind::Shared`] before the call is common to all of them
+    /// and to the caller; writes to anything else stay in the worker's process.
+    fn run_processes(&self, n: usize, body: &(dyn Fn(usize) + Sync)) -> Result<(), Error>;
+    /// Create one thread that does nothing and wait for it to finish (Tornado's thread test).
+    fn thread_create_join(&self) -> Result<(), Error>;
+
+    /// Map `bytes` (a multiple of 4096) of demand-zero memory; pages are allocated on first
+    /// touch by the touching core.
+    fn map(&self, bytes: usize, kind: MapKind) -> Result<*mut u8, Error>;
+    /// Unmap what [`map`](Self::map) or [`object_map`](Self::object_map) returned.
+    fn unmap(&self, ptr: *mut u8, bytes: usize) -> Result<(), Error>;
+    /// Create a memory object of `bytes` whose pages are resident when this returns (Linux: a
+    /// tmpfs file written once; ours: a segment). It also serves as the file for `stat`.
+    fn object_create(&self, bytes: usize) -> Result<Handle, Error>;
+    /// Map an object read-write, shared; touching a page takes an in-core (minor) fault.
+    fn object_map(&self, obj: Handle, bytes: usize) -> Result<*mut u8, Error>;
+    /// Release an object.
+    fn object_destroy(&self, obj: Handle) -> Result<(), Error>;
+    /// `fstat` the object (Tornado's file stat).
+    fn stat(&self, obj: Handle) -> Result<(), Error>;
+
+    /// Make the calling worker's descriptor table have `scope` (call before `desc_*`).
+    fn desc_scope(&self, scope: Scope) -> Result<(), Error>;
+    /// A descriptor for the calling worker to duplicate.
+    fn desc_open(&self) -> Result<Handle, Error>;
+    fn desc_dup(&self, d: Handle) -> Result<Handle, Error>;
+    fn desc_close(&self, d: Handle) -> Result<(), Error>;
+
+    /// A share of `scope` for the calling worker (Corey's global vs per-core share).
+    fn share_open(&self, scope: Scope) -> Result<Handle, Error>;
+    /// Add `obj` to `share`, returning the entry's id (Linux: `dup` into the table).
+    fn share_add(&self, share: Handle, obj: Handle) -> Result<Handle, Error>;
+    /// Delete entry `id` from `share` (Linux: `close`).
+    fn share_del(&self, share: Handle, id: Handle) -> Result<(), Error>;
+
+    /// The cheapest system call there is (Linux: getpid).
+    fn null_syscall(&self);
+
+    /// Time stamp counter of the calling core.
+    fn ticks(&self) -> u64 {
+        harness::rdtsc()
+    }
+    /// TSC frequency, measured or known by the backend.
+    fn ticks_per_sec(&self) -> u64;
+    /// Execute region marker `v` (see docs/plugins.md) if this backend may; a no-op otherwise.
+    fn marker(&self, v: u8);
+}
