@@ -47,51 +47,102 @@ pub const PAGE_SIZE: u64 = 4096;
 pub const USER_BASE: u64 = 0x1000;
 pub const USER_END: u64 = 0x0000_8000_0000_0000;
 
-/// System-call numbers.
+/// System-call numbers, with each call's arguments (in register order) and result.
+/// `name` arguments are a `(ptr, len)` pair of UTF-8 bytes, at most `MAX_NAME` long.
+/// `memid` is a core index whose NUMA memory holds the new object, or `MEMID_SELF`.
 pub mod nr {
+    /// `obj_get_name(share, obj, buf, cap) -> len`: copy the object's name into `buf`.
     pub const OBJ_GET_NAME: u64 = 1;
+    /// `obj_stat(share, obj, *mut ObjStat) -> 0`.
     pub const OBJ_STAT: u64 = 2;
 
+    /// `share_alloc(parent_share, name_ptr, name_len, memid, flags) -> share id`: a new share,
+    /// held by `parent_share` (so it is reachable at once). `flags`: `SHARE_PRIVATE`.
     pub const SHARE_ALLOC: u64 = 10;
+    /// `share_addobj(dst_share, src_share, obj) -> 0`: add a reference to `<src_share, obj>`
+    /// into `dst_share`. `AlreadyExists` if it is there.
     pub const SHARE_ADDOBJ: u64 = 11;
+    /// `share_delobj(share, obj) -> 0`: remove the object from the share, dropping a reference.
     pub const SHARE_DELOBJ: u64 = 12;
+    /// `self_drop(share) -> 0`: remove a share from this core's share set (not the root share).
     pub const SELF_DROP: u64 = 13;
+    /// `self_shares(buf: *mut ObjectId, cap) -> n`: this core's share set, root share first.
     pub const SELF_SHARES: u64 = 14;
 
+    /// `segment_alloc(share, name_ptr, name_len, memid, nbytes) -> segment id`: demand-zero
+    /// memory of `nbytes` (rounded up to pages; pages are allocated on first touch).
     pub const SEGMENT_ALLOC: u64 = 20;
+    /// `segment_copy(dst_share, src_share, seg, name_ptr, name_len, mode) -> segment id`:
+    /// `COPY_EAGER` copies now; `COPY_ON_WRITE` shares pages until either side writes.
     pub const SEGMENT_COPY: u64 = 21;
+    /// `segment_get_nbytes(share, seg) -> nbytes`.
     pub const SEGMENT_GET_NBYTES: u64 = 22;
+    /// `segment_set_nbytes(share, seg, nbytes) -> 0`: grow, or shrink (`Busy` if a mapping
+    /// covers the part that would go).
     pub const SEGMENT_SET_NBYTES: u64 = 23;
 
+    /// `ar_alloc(share, name_ptr, name_len, memid, kind: ArKind) -> address range id`.
     pub const AR_ALLOC: u64 = 30;
+    /// `ar_set_seg(ar_share, ar, *const SegMapping) -> 0`.
     pub const AR_SET_SEG: u64 = 31;
+    /// `ar_set_ar(ar_share, ar, voff, child_share, child) -> 0`: link the whole child range
+    /// (kind below the parent's) at `voff`, aligned to the child's span. Every root that
+    /// reaches the child shares its page-table pages, so one core's fault fills the mapping
+    /// for all.
     pub const AR_SET_AR: u64 = 32;
+    /// `ar_get(ar_share, ar, buf: *mut ArMapping, cap) -> n`: the range's mappings, by `voff`.
+    /// `BufferTooSmall` if there are more than `cap` (nothing is written then).
     pub const AR_GET: u64 = 33;
+    /// `ar_unmap(ar_share, ar, voff, len) -> 0`: remove every mapping inside
+    /// `[voff, voff + len)`; a mapping that straddles the boundary gives `Overlap`. TLB
+    /// shootdowns go only to cores whose root reaches this range.
     pub const AR_UNMAP: u64 = 34;
 
+    /// `pcore_alloc(share, name_ptr, name_len, core) -> pcore id`: an object for physical
+    /// core `core` (a core index).
     pub const PCORE_ALLOC: u64 = 40;
+    /// `pcore_current() -> pcore id` (held in the caller's root share).
     pub const PCORE_CURRENT: u64 = 41;
+    /// `pcore_run(pcore_share, pcore, *const PcoreContext) -> 0`: `Busy` if that core runs a
+    /// context already.
     pub const PCORE_RUN: u64 = 42;
+    /// `pcore_set_interval(pcore_share, pcore, hz) -> 0`: timer tick rate (0 = none).
     pub const PCORE_SET_INTERVAL: u64 = 43;
+    /// `pcore_halt(pcore_share, pcore, exit_code) -> 0`: end the context on that core. On the
+    /// caller's own pcore this does not return.
     pub const PCORE_HALT: u64 = 44;
+    /// `pcore_stat(pcore_share, pcore, *mut PcoreStat) -> 0`.
     pub const PCORE_STAT: u64 = 45;
 
+    /// `device_alloc(share, hwid, memid) -> device id`.
     pub const DEVICE_ALLOC: u64 = 50;
+    /// `device_list(buf: *mut DeviceInfo, cap) -> n` (`BufferTooSmall` if more than `cap`).
     pub const DEVICE_LIST: u64 = 51;
+    /// `device_stat(dev_share, dev, *mut DeviceStat) -> 0`.
     pub const DEVICE_STAT: u64 = 52;
+    /// `device_conf(dev_share, dev, *const DeviceConf) -> 0` (`Unsupported` for unknown keys).
     pub const DEVICE_CONF: u64 = 53;
+    /// `device_buf(dev_share, dev, *const DeviceBuf) -> bytes transferred`.
     pub const DEVICE_BUF: u64 = 54;
 
+    /// `locality_get(buf: *mut LocalityEntry, cap_entries) -> n` (fills n*n entries).
     pub const LOCALITY_GET: u64 = 60;
 
     /// Kernel services outside Corey's table: console, time, counters, boot image.
+    /// `console_write(ptr, len) -> len`.
     pub const CONSOLE_WRITE: u64 = 70;
+    /// `console_read(ptr, cap) -> n` (non-blocking; 0 if nothing is waiting).
     pub const CONSOLE_READ: u64 = 71;
+    /// `time_now() -> TSC ticks` (see `SysInfo::tsc_per_ms`).
     pub const TIME_NOW: u64 = 72;
+    /// `sys_info(*mut SysInfo) -> 0`.
     pub const SYS_INFO: u64 = 73;
+    /// `core_stats(core, *mut CoreStats) -> 0`.
     pub const CORE_STATS: u64 = 74;
+    /// `initrd_get(share, name_ptr, name_len) -> segment id`: a copy-on-write segment with the
+    /// contents of that file of the boot image (its size is the file size).
     pub const INITRD_GET: u64 = 75;
-    /// Does nothing: for measuring system-call cost.
+    /// `null() -> 0`: does nothing, for measuring system-call cost.
     pub const NULL: u64 = 76;
 }
 
@@ -237,7 +288,8 @@ pub struct ObjStat {
     pub obj_type: u32,
     /// The core whose memory holds the metadata (the `memid` at allocation).
     pub home_core: u32,
-    /// References: shares holding it plus running pcores using it.
+    /// References: shares holding it, mappings and links using it, and running contexts
+    /// using it (not counting the lookup this call makes).
     pub refs: u64,
 }
 
@@ -403,6 +455,15 @@ pub const CONF_CONSOLE_CRLF: u64 = 1;
 
 /// `device_buf` buffer types: transmit the segment's bytes `[offset, offset + len)`.
 pub const BUF_TX: u64 = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeviceBuf {
+    pub seg: ObjName,
+    pub offset: u64,
+    pub len: u64,
+    pub buf_type: u64,
+}
 
 /// `locality_get(buf, cap)`: fills `n * n` entries for `n` cores (row-major), returns `n`.
 #[repr(C)]
