@@ -68,16 +68,20 @@ impl<T: ?Sized> McsLock<T> {
     /// # Safety
     /// `node` must stay valid and unmoved, and not be used for anything else, until the
     /// matching `release`.
+    #[inline]
     unsafe fn acquire(&self, node: *const McsNode) {
         // SAFETY: the caller lends us the node exclusively.
         let n = unsafe { &*node };
         n.next.store(ptr::null_mut(), Ordering::Relaxed);
-        n.locked.store(true, Ordering::Relaxed);
         // AcqRel: Release publishes the node's initialisation to our successor (which finds
         // the node through this swap); Acquire pairs with the releasing CAS of a holder that
         // left the queue empty.
         let prev = self.tail.swap(node as *mut McsNode, Ordering::AcqRel);
         if !prev.is_null() {
+            // Only a queued waiter needs the flag, and nobody can clear it before we link
+            // ourselves below (the release store orders the two), so the uncontended path
+            // skips this store.
+            n.locked.store(true, Ordering::Relaxed);
             // SAFETY: `prev` is the node of a holder or waiter ahead of us; it cannot leave
             // the queue (and so its node stays valid) until it has seen our link below.
             unsafe { (*prev).next.store(node as *mut McsNode, Ordering::Release) };
@@ -96,7 +100,6 @@ impl<T: ?Sized> McsLock<T> {
         // SAFETY: the caller lends us the node exclusively.
         let n = unsafe { &*node };
         n.next.store(ptr::null_mut(), Ordering::Relaxed);
-        n.locked.store(false, Ordering::Relaxed);
         self.tail
             .compare_exchange(ptr::null_mut(), node as *mut McsNode, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
@@ -106,6 +109,7 @@ impl<T: ?Sized> McsLock<T> {
     ///
     /// # Safety
     /// `node` is the node this holder acquired with.
+    #[inline]
     unsafe fn release(&self, node: *const McsNode) {
         // SAFETY: our node stays valid until we return.
         let n = unsafe { &*node };
@@ -281,6 +285,7 @@ enum NodeHandle {
 }
 
 impl NodeHandle {
+    #[inline]
     fn take() -> Self {
         let pool = pools::current();
         // SAFETY: pools live for the rest of the program (static in the kernel, leaked per
@@ -305,6 +310,7 @@ impl NodeHandle {
         }
     }
 
+    #[inline]
     fn give_back(&mut self) {
         match *self {
             NodeHandle::Pool { pool, index } => {
@@ -332,12 +338,26 @@ mod pools {
     // thread ever created).
     #[cfg(not(loom))]
     std::thread_local! {
-        static POOL: &'static NodePool = Box::leak(Box::new(NodePool::new()));
+        // A `const` initialiser makes each access a plain TLS load (no lazy-init state).
+        static POOL: std::cell::Cell<*const NodePool> = const { std::cell::Cell::new(std::ptr::null()) };
+    }
+    #[cfg(not(loom))]
+    #[inline]
+    pub(super) fn current() -> *const NodePool {
+        POOL.with(|p| {
+            let mut pool = p.get();
+            if pool.is_null() {
+                pool = Box::leak(Box::new(NodePool::new()));
+                p.set(pool);
+            }
+            pool
+        })
     }
     #[cfg(loom)]
     loom::thread_local! {
         static POOL: &'static NodePool = Box::leak(Box::new(NodePool::new()));
     }
+    #[cfg(loom)]
     pub(super) fn current() -> *const NodePool {
         POOL.with(|p| *p as *const NodePool)
     }
