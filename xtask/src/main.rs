@@ -1,6 +1,7 @@
 //! `cargo xtask`: the one host tool. Builds the kernel, boots it under QEMU (always TCG),
 //! runs the test matrix, builds the ISO and runs benchmarks.
 
+mod bench;
 mod boot_bench;
 mod env;
 mod iso;
@@ -66,8 +67,7 @@ fn main() -> ExitCode {
         "bench" => match rest.first().map(String::as_str) {
             Some("boot") => boot_bench::run(&rest[1..]),
             Some("percore") => percore_tasks::bench(&rest[1..]),
-            Some(other) => Err(format!("bench: unknown benchmark `{other}` (known: boot, percore)")),
-            None => Err("bench: name a benchmark (boot, percore)".into()),
+            Some(_) | None => bench::run(rest),
         },
         "plugin" => plugins::main(rest),
         "linux" => linux::main(rest),

@@ -1,0 +1,417 @@
+//! `cargo xtask bench [--systems ours,linux] [--smp 1,2,4,8] [--only NAME,...] [--out DIR]`:
+//! the benchmark suite (crate `bench`) on both systems, one guest boot per benchmark, vCPU
+//! count and system; results as JSON, a table with the ours/Linux ratio, and one plot per
+//! benchmark (docs/bench.md).
+
+#[path = "../../bench/src/catalog.rs"]
+#[allow(dead_code)] // shared with the guest crate; the host uses part of it
+mod catalog;
+mod json;
+mod linux_sys;
+mod ours;
+mod record;
+mod report;
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use catalog::BenchSpec;
+use record::{Record, Status};
+
+const HELP: &str = "\
+cargo xtask bench [options]        the benchmark suite on this system and on Linux (docs/bench.md)
+  --systems LIST     ours,linux (default both)
+  --smp LIST         vCPU counts, each 1..=255 (default 1,2); above 2 timings are functional only
+  --only LIST        benchmarks to run (default all); `calib` always runs as well
+  --out DIR          results.json, table.txt, plots (default target/bench-results)
+  --timeout SECS     kill one guest boot after SECS (default 180); reported as timed out
+  --param KEY=VALUE  override a parameter (e.g. iters=1000) in every benchmark that has it
+  --mem SIZE         guest memory (default 512M, as for this system's runs)
+  --insns on|off     count guest instructions with the insncount plugin (default on)
+  --list             list the benchmarks
+Also: `cargo xtask bench boot`, `cargo xtask bench percore`.";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum System {
+    Ours,
+    Linux,
+}
+
+impl System {
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Ours => "ours",
+            System::Linux => "linux",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub systems: Vec<System>,
+    pub smp: Vec<u32>,
+    pub benches: Vec<&'static BenchSpec>,
+    pub out: PathBuf,
+    pub timeout: Duration,
+    pub overrides: Vec<(String, u64)>,
+    pub mem_mib: u64,
+    pub insns: bool,
+    pub list: bool,
+    pub help: bool,
+}
+
+fn split_list(v: &str) -> impl Iterator<Item = &str> {
+    v.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
+pub fn parse_options(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        systems: vec![System::Ours, System::Linux],
+        smp: vec![1, 2],
+        benches: catalog::BENCHES.iter().filter(|b| !b.hidden).collect(),
+        out: crate::env::workspace_root().join("target").join("bench-results"),
+        timeout: Duration::from_secs(180),
+        overrides: Vec::new(),
+        mem_mib: 512,
+        insns: true,
+        list: false,
+        help: false,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().cloned().ok_or_else(|| format!("bench: {a} needs a value"));
+        match a.as_str() {
+            "--systems" => {
+                let v = value()?;
+                o.systems.clear();
+                for s in split_list(&v) {
+                    let sys = match s {
+                        "ours" => System::Ours,
+                        "linux" => System::Linux,
+                        other => return Err(format!("bench: unknown system `{other}` (known: ours, linux)")),
+                    };
+                    if !o.systems.contains(&sys) {
+                        o.systems.push(sys);
+                    }
+                }
+                if o.systems.is_empty() {
+                    return Err("bench: --systems names no system".into());
+                }
+                o.systems.sort();
+            }
+            "--smp" => {
+                let v = value()?;
+                o.smp.clear();
+                for s in split_list(&v) {
+                    let n: u32 = s.parse().map_err(|_| format!("bench: --smp: `{s}` is not a number"))?;
+                    if n == 0 || n as usize > catalog::MAX_CORES {
+                        return Err(format!("bench: --smp: {n} vCPUs is not in 1..=255 (the most this system and the harness support)"));
+                    }
+                    if !o.smp.contains(&n) {
+                        o.smp.push(n);
+                    }
+                }
+                if o.smp.is_empty() {
+                    return Err("bench: --smp names no vCPU count".into());
+                }
+                o.smp.sort();
+            }
+            "--only" => {
+                let v = value()?;
+                o.benches.clear();
+                for s in split_list(&v) {
+                    let b = catalog::find(s).ok_or_else(|| {
+                        let known: Vec<&str> = catalog::BENCHES.iter().map(|b| b.name).collect();
+                        format!("bench: unknown benchmark `{s}` (known: {})", known.join(", "))
+                    })?;
+                    if !o.benches.iter().any(|x| x.name == b.name) {
+                        o.benches.push(b);
+                    }
+                }
+                if o.benches.is_empty() {
+                    return Err("bench: --only names no benchmark".into());
+                }
+            }
+            "--out" => o.out = PathBuf::from(value()?),
+            "--timeout" => {
+                let v = value()?;
+                let s: u64 = v.parse().ok().filter(|&s| s > 0).ok_or_else(|| format!("bench: --timeout: `{v}` is not a positive number of seconds"))?;
+                o.timeout = Duration::from_secs(s);
+            }
+            "--param" => {
+                let v = value()?;
+                let (k, x) = v.split_once('=').ok_or_else(|| format!("bench: --param `{v}` is not KEY=VALUE"))?;
+                let x: u64 = x.parse().map_err(|_| format!("bench: --param {k}: `{x}` is not a whole number"))?;
+                if !catalog::BENCHES.iter().any(|b| b.defaults.iter().any(|(d, _)| *d == k)) {
+                    return Err(format!("bench: --param: no benchmark has a parameter `{k}`"));
+                }
+                o.overrides.push((k.to_string(), x));
+            }
+            "--mem" => o.mem_mib = crate::qemu::parse_size_mib(&value()?).map_err(|e| format!("bench: --mem: {e}"))?,
+            "--insns" => {
+                o.insns = match value()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("bench: --insns takes on or off, not `{other}`")),
+                }
+            }
+            "--list" => o.list = true,
+            "-h" | "--help" | "help" => o.help = true,
+            other => return Err(format!("bench: unknown benchmark or option `{other}` (try `cargo xtask bench --help`)")),
+        }
+    }
+    // The share-nothing calibration is part of every matrix: scaling ratios are divided by it.
+    if !o.benches.iter().any(|b| b.name == catalog::CALIBRATION) {
+        o.benches.push(catalog::find(catalog::CALIBRATION).expect("calibration is in the catalog"));
+    }
+    Ok(o)
+}
+
+/// The parameters one run gets: the catalog's defaults, with `--param` overrides applied.
+pub fn effective_params(spec: &BenchSpec, overrides: &[(String, u64)]) -> Vec<(String, u64)> {
+    spec.defaults
+        .iter()
+        .map(|(k, v)| {
+            let v = overrides.iter().rev().find(|(o, _)| o == k).map(|(_, x)| *x).unwrap_or(*v);
+            (k.to_string(), v)
+        })
+        .collect()
+}
+
+/// Run every benchmark × system × vCPU count through `run_one` (one call per cell, in a fixed
+/// order) and return exactly one record per cell. A system that cannot run at all
+/// (`unavailable[system]` is the reason) gets an `unavailable` record per cell without a call.
+pub fn run_matrix(
+    o: &Options,
+    unavailable: &dyn Fn(System) -> Option<String>,
+    run_one: &mut dyn FnMut(System, &'static BenchSpec, &[(String, u64)], u32) -> Record,
+) -> Vec<Record> {
+    let total = o.benches.len() * o.systems.len() * o.smp.len();
+    let mut records = Vec::with_capacity(total);
+    let mut i = 0;
+    for spec in &o.benches {
+        let params = effective_params(spec, &o.overrides);
+        for &sys in &o.systems {
+            for &cores in &o.smp {
+                i += 1;
+                let rec = match unavailable(sys) {
+                    Some(why) => Record::without_result(sys.name(), spec, params.clone(), cores, Status::Unavailable, &why),
+                    None => {
+                        let r = run_one(sys, spec, &params, cores);
+                        let how = match (r.status, r.per_core_throughput()) {
+                            (Status::Ok, Some(t)) => format!("{} ops/s/core", report::si(t)),
+                            _ => format!("{}: {}", r.status.as_str(), r.reason.as_deref().unwrap_or("")),
+                        };
+                        eprintln!("bench: [{i}/{total}] {} {} on {cores} vCPU(s): {how} ({:.1} s)", sys.name(), spec.name, r.wall_s);
+                        r
+                    }
+                };
+                records.push(rec);
+            }
+        }
+    }
+    records
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let o = parse_options(args)?;
+    if o.help {
+        println!("{HELP}");
+        return Ok(());
+    }
+    if o.list {
+        for b in catalog::BENCHES {
+            let d: Vec<String> = b.defaults.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            println!("{:<18} {:<11} {:<9?} {}{}  [{}]", b.name, b.group, b.placement, b.op, if b.hidden { " (self-test, --only)" } else { "" }, d.join(" "));
+        }
+        return Ok(());
+    }
+    fs::create_dir_all(&o.out).map_err(|e| format!("bench: cannot create {}: {e}", o.out.display()))?;
+    let ours_why = if o.systems.contains(&System::Ours) { ours::prepare().err() } else { None };
+    if let Some(why) = &ours_why {
+        eprintln!("bench: {why}");
+    }
+    // Everything Linux needs is prepared before the first boot, so a missing kernel package
+    // without network is one error line before any run.
+    let linux = if o.systems.contains(&System::Linux) { Some(linux_sys::LinuxSystem::prepare(o.mem_mib, o.insns, &o.out.join("logs"))?) } else { None };
+    let unavailable = |s: System| match s {
+        System::Ours => ours_why.clone(),
+        System::Linux => None,
+    };
+    let records = run_matrix(&o, &unavailable, &mut |sys, spec, params, cores| match (sys, &linux) {
+        (System::Linux, Some(l)) => l.run_one(spec, params, cores, o.timeout),
+        _ => Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+    });
+    let results = o.out.join("results.json");
+    fs::write(&results, record::to_json_array(&records)).map_err(|e| format!("bench: cannot write {}: {e}", results.display()))?;
+    // Read back what was written: the file others consume must parse and fit the schema.
+    let written = fs::read_to_string(&results).map_err(|e| format!("bench: cannot read back {}: {e}", results.display()))?;
+    match json::parse(&written).map_err(|e| format!("bench: results.json does not parse: {e}"))? {
+        json::Value::Arr(items) if items.len() == records.len() => {
+            for v in &items {
+                record::check_schema(v).map_err(|e| format!("bench: results.json record breaks the schema: {e}"))?;
+            }
+        }
+        _ => return Err("bench: results.json is not an array of every record".into()),
+    }
+    let text = report::table(&records, &o.smp);
+    print!("{text}");
+    fs::write(o.out.join("table.txt"), &text).map_err(|e| format!("bench: cannot write table.txt: {e}"))?;
+    let plots = report::plots(&records, &o.systems, &o.smp, &o.out.join("plots"))?;
+    println!("\nresults: {}\nplots: {} SVG in {}{}", results.display(), plots.svg, o.out.join("plots").display(), match &plots.png {
+        Ok(n) => format!(", {n} PNG"),
+        Err(e) => format!("; PNG not made: {e}"),
+    });
+    let bad: Vec<String> = records
+        .iter()
+        .filter(|r| matches!(r.status, Status::Error | Status::Timeout))
+        .map(|r| format!("{} {}@{} {}", r.system, r.benchmark, r.cores, r.status.as_str()))
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("bench: {} run(s) did not finish: {}", bad.len(), bad.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn bad_input_is_one_clear_error() {
+        for (a, needle) in [
+            ("--only nosuch", "unknown benchmark `nosuch`"),
+            ("--systems ours,bsd", "unknown system `bsd`"),
+            ("--smp 0", "not in 1..=255"),
+            ("--smp 1,256", "not in 1..=255"),
+            ("--smp two", "not a number"),
+            ("--timeout 0", "positive"),
+            ("--param nope=1", "no benchmark has"),
+            ("--frobnicate", "unknown benchmark or option"),
+            ("--smp", "needs a value"),
+        ] {
+            let e = parse_options(&args(a)).unwrap_err();
+            assert!(e.contains(needle), "{a}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+
+    #[test]
+    fn calibration_always_runs() {
+        let o = parse_options(&args("--only dupclose --smp 2,1,2")).unwrap();
+        let names: Vec<&str> = o.benches.iter().map(|b| b.name).collect();
+        assert_eq!(names, ["dupclose", "calib"]);
+        assert_eq!(o.smp, [1, 2]);
+    }
+
+    #[test]
+    fn overrides_apply_only_where_the_key_exists() {
+        let o = parse_options(&args("--param iters=7")).unwrap();
+        assert_eq!(effective_params(catalog::find("stat_mt").unwrap(), &o.overrides), [("iters".to_string(), 7)]);
+        assert_eq!(effective_params(catalog::find("memclone_procs").unwrap(), &o.overrides), [("pages".to_string(), 2048)]);
+    }
+
+    /// A fake guest: ok, error or timeout depending on the benchmark, with a made-up
+    /// measurement; what is checked is the bookkeeping, not the numbers.
+    fn fake(sys: System, spec: &'static BenchSpec, params: &[(String, u64)], cores: u32) -> Record {
+        let mut r = Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Ok, "");
+        match spec.name {
+            "stat_mt" => {
+                r.status = Status::Timeout;
+                r.reason = Some("killed after the 1 s timeout".into());
+            }
+            "thread_mp" => {
+                r.status = Status::Error;
+                r.reason = Some("guest: fork failed (error 12)".into());
+            }
+            _ => {
+                r.reason = None;
+                r.workers = Some(cores as u64);
+                r.ops = Some(1000);
+                r.ns = Some(1_000_000 * cores as u64);
+                r.busy_ns = Some(1_000_000 * cores as u64);
+                r.instructions_kernel = Some(5000);
+                r.instructions_user = Some(100);
+            }
+        }
+        r
+    }
+
+    #[test]
+    fn matrix_has_a_record_for_every_cell_and_every_record_fits_the_schema() {
+        let o = parse_options(&args("--smp 1,2,4")).unwrap();
+        let why = |s: System| (s == System::Ours).then(|| ours::WHY_NOT.to_string());
+        let mut calls = 0;
+        let records = run_matrix(&o, &why, &mut |s, b, p, c| {
+            calls += 1;
+            fake(s, b, p, c)
+        });
+        // Every benchmark (all but the self-test) × both systems × 3 core counts.
+        let benches: Vec<&str> = catalog::BENCHES.iter().filter(|b| !b.hidden).map(|b| b.name).collect();
+        assert_eq!(records.len(), benches.len() * 2 * 3);
+        assert_eq!(calls, benches.len() * 3, "ours is never booted while unavailable");
+        for b in &benches {
+            for sys in ["ours", "linux"] {
+                for cores in [1, 2, 4] {
+                    let n = records.iter().filter(|r| r.benchmark == *b && r.system == sys && r.cores == cores).count();
+                    assert_eq!(n, 1, "{b} {sys} {cores}");
+                }
+            }
+        }
+        assert!(records.iter().filter(|r| r.system == "ours").all(|r| r.status == Status::Unavailable && r.reason.as_deref() == Some(ours::WHY_NOT)));
+        assert!(records.iter().any(|r| r.status == Status::Timeout));
+        // results.json parses, holds the same number of records, and each passes the schema.
+        let text = record::to_json_array(&records);
+        let json::Value::Arr(items) = json::parse(&text).unwrap() else { panic!("not an array") };
+        assert_eq!(items.len(), records.len());
+        for (v, r) in items.iter().zip(&records) {
+            record::check_schema(v).unwrap_or_else(|e| panic!("{} {} {}: {e}", r.system, r.benchmark, r.cores));
+        }
+        // The report copes with holes (timeouts, errors, a missing system).
+        let t = report::table(&records, &o.smp);
+        assert!(t.contains("stat_mt") && t.contains("timeout"));
+        let dir = std::env::temp_dir().join(format!("xtask-bench-test-{}", std::process::id()));
+        let plots = report::plots_svg_only(&records, &o.systems, &o.smp, &dir).unwrap();
+        assert_eq!(plots, benches.len());
+        let svg = fs::read_to_string(dir.join("dupclose.svg")).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.contains("not available yet"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn schema_rejects_broken_records() {
+        let spec = catalog::find("dupclose").unwrap();
+        let good = fake(System::Linux, spec, &[("iters".into(), 1)], 2);
+        let v = json::parse(&good.to_json()).unwrap();
+        record::check_schema(&v).unwrap();
+        let mutate = |f: &dyn Fn(&mut Record)| {
+            let mut r = good.clone();
+            f(&mut r);
+            record::check_schema(&json::parse(&r.to_json()).unwrap())
+        };
+        assert!(mutate(&|r| r.ops = None).is_err(), "ok needs ops");
+        assert!(mutate(&|r| {
+            r.instructions_kernel = None;
+        })
+        .is_err(), "null instructions need a note");
+        assert!(mutate(&|r| {
+            r.instructions_kernel = None;
+            r.instructions_note = Some("plugin missing".into());
+        })
+        .is_ok());
+        assert!(mutate(&|r| r.cores = 0).is_err());
+        assert!(mutate(&|r| r.system = "bsd".into()).is_err());
+        assert!(mutate(&|r| {
+            r.status = Status::Timeout;
+        })
+        .is_err(), "timeout needs a reason and no throughput");
+        let missing = r#"{"system":"linux","benchmark":"dupclose"}"#;
+        assert!(record::check_schema(&json::parse(missing).unwrap()).is_err());
+    }
+}

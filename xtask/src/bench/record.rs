@@ -1,0 +1,218 @@
+//! One benchmark run as a record: what `results.json` holds, one per run.
+
+use super::catalog::{BenchSpec, Shape};
+use super::json::{self, Value};
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Measured.
+    Ok,
+    /// The guest reported an error, or gave no result line.
+    Error,
+    /// Killed at its timeout.
+    Timeout,
+    /// The system cannot run benchmarks yet (ours, until the library OS exists).
+    Unavailable,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Error => "error",
+            Status::Timeout => "timeout",
+            Status::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// The kind of evidence a timing is: the labelling rule.
+pub fn evidence(cores: u32) -> &'static str {
+    if cores <= 2 {
+        "TCG, emulated timing"
+    } else {
+        "TCG, functional only"
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub system: String,
+    pub benchmark: String,
+    pub group: String,
+    pub params: Vec<(String, u64)>,
+    pub cores: u32,
+    pub status: Status,
+    /// Why a run is not `ok`.
+    pub reason: Option<String>,
+    pub workers: Option<u64>,
+    pub ops: Option<u64>,
+    /// Elapsed guest time of the measured region (first worker start to last worker stop).
+    pub ns: Option<u64>,
+    /// Sum of the workers' own region times.
+    pub busy_ns: Option<u64>,
+    /// Guest instructions inside the region (insncount plugin), kernel and user.
+    pub instructions_kernel: Option<u64>,
+    pub instructions_user: Option<u64>,
+    /// Why instructions are null when the run is ok.
+    pub instructions_note: Option<String>,
+    /// Host wall-clock seconds for the whole boot.
+    pub wall_s: f64,
+    pub shape: Shape,
+}
+
+impl Record {
+    /// A record with no measurement, for a run that did not produce one.
+    pub fn without_result(system: &str, spec: &BenchSpec, params: Vec<(String, u64)>, cores: u32, status: Status, reason: &str) -> Record {
+        Record {
+            system: system.into(),
+            benchmark: spec.name.into(),
+            group: spec.group.into(),
+            params,
+            cores,
+            status,
+            reason: Some(reason.into()),
+            workers: None,
+            ops: None,
+            ns: None,
+            busy_ns: None,
+            instructions_kernel: None,
+            instructions_user: None,
+            instructions_note: None,
+            wall_s: 0.0,
+            shape: spec.shape,
+        }
+    }
+
+    pub fn instructions(&self) -> Option<u64> {
+        Some(self.instructions_kernel? + self.instructions_user?)
+    }
+
+    pub fn instructions_per_op(&self) -> Option<f64> {
+        Some(self.instructions()? as f64 / self.ops.filter(|&o| o > 0)? as f64)
+    }
+
+    /// Operations per second per core. Parallel benchmarks: ops / elapsed / workers. Relay
+    /// benchmarks (one core at a time): ops / the workers' summed busy time, so a system that
+    /// passes memory between cores for free stays flat.
+    pub fn per_core_throughput(&self) -> Option<f64> {
+        if self.status != Status::Ok {
+            return None;
+        }
+        let ops = self.ops? as f64;
+        match self.shape {
+            Shape::Parallel => Some(ops / (self.ns.filter(|&n| n > 0)? as f64 / 1e9) / self.workers.filter(|&w| w > 0)? as f64),
+            Shape::Relay => Some(ops / (self.busy_ns.filter(|&n| n > 0)? as f64 / 1e9)),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        let opt_u = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "null".into());
+        let opt_f = |v: Option<f64>| v.map(json::num).unwrap_or_else(|| "null".into());
+        let opt_s = |v: &Option<String>| v.as_deref().map(json::quote).unwrap_or_else(|| "null".into());
+        let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{}:{v}", json::quote(k))).collect();
+        format!(
+            "{{\"system\":{},\"benchmark\":{},\"group\":{},\"params\":{{{}}},\"cores\":{},\"status\":{},\"reason\":{},\"evidence\":{},\"workers\":{},\"ops\":{},\"ns\":{},\"busy_ns\":{},\"instructions\":{},\"instructions_kernel\":{},\"instructions_user\":{},\"instructions_per_op\":{},\"instructions_note\":{},\"per_core_throughput\":{},\"throughput_unit\":\"ops/s/core\",\"wall_s\":{}}}",
+            json::quote(&self.system),
+            json::quote(&self.benchmark),
+            json::quote(&self.group),
+            params.join(","),
+            self.cores,
+            json::quote(self.status.as_str()),
+            opt_s(&self.reason),
+            json::quote(evidence(self.cores)),
+            opt_u(self.workers),
+            opt_u(self.ops),
+            opt_u(self.ns),
+            opt_u(self.busy_ns),
+            opt_u(self.instructions()),
+            opt_u(self.instructions_kernel),
+            opt_u(self.instructions_user),
+            opt_f(self.instructions_per_op()),
+            opt_s(&self.instructions_note),
+            opt_f(self.per_core_throughput()),
+            json::num((self.wall_s * 100.0).round() / 100.0),
+        )
+    }
+}
+
+/// `results.json`: a JSON array, one record per line.
+pub fn to_json_array(records: &[Record]) -> String {
+    let lines: Vec<String> = records.iter().map(|r| format!("  {}", r.to_json())).collect();
+    format!("[\n{}\n]\n", lines.join(",\n"))
+}
+
+/// The schema every record must satisfy; what the report and later tools rely on.
+pub fn check_schema(v: &Value) -> Result<(), String> {
+    let Value::Obj(m) = v else { return Err("record is not an object".into()) };
+    let field = |k: &str| m.get(k).ok_or_else(|| format!("record lacks `{k}`"));
+    let is_str = |k: &str| -> Result<String, String> {
+        match field(k)? {
+            Value::Str(s) if !s.is_empty() => Ok(s.clone()),
+            _ => Err(format!("`{k}` must be a non-empty string")),
+        }
+    };
+    let count = |k: &str, nullable: bool| -> Result<Option<f64>, String> {
+        match field(k)? {
+            Value::Num(x) if *x >= 0.0 && x.fract() == 0.0 => Ok(Some(*x)),
+            Value::Null if nullable => Ok(None),
+            _ => Err(format!("`{k}` must be a non-negative integer{}", if nullable { " or null" } else { "" })),
+        }
+    };
+    let real = |k: &str| -> Result<Option<f64>, String> {
+        match field(k)? {
+            Value::Num(x) if *x >= 0.0 => Ok(Some(*x)),
+            Value::Null => Ok(None),
+            _ => Err(format!("`{k}` must be a non-negative number or null")),
+        }
+    };
+    let system = is_str("system")?;
+    if !["ours", "linux"].contains(&system.as_str()) {
+        return Err(format!("unknown system `{system}`"));
+    }
+    let bench = is_str("benchmark")?;
+    if super::catalog::find(&bench).is_none() {
+        return Err(format!("unknown benchmark `{bench}`"));
+    }
+    is_str("group")?;
+    is_str("evidence")?;
+    match field("params")? {
+        Value::Obj(p) if p.values().all(|x| matches!(x, Value::Num(n) if n.fract() == 0.0)) => {}
+        _ => return Err("`params` must be an object of integers".into()),
+    }
+    let cores = count("cores", false)?.unwrap_or(0.0);
+    if !(1.0..=255.0).contains(&cores) {
+        return Err("`cores` must be 1..=255".into());
+    }
+    let status = is_str("status")?;
+    for k in ["workers", "ops", "ns", "busy_ns", "instructions", "instructions_kernel", "instructions_user"] {
+        count(k, true)?;
+    }
+    for k in ["per_core_throughput", "instructions_per_op", "wall_s"] {
+        real(k)?;
+    }
+    let present = |k: &str| !matches!(m.get(k), Some(Value::Null) | None);
+    match status.as_str() {
+        "ok" => {
+            for k in ["workers", "ops", "ns", "per_core_throughput"] {
+                if !present(k) {
+                    return Err(format!("an ok record needs `{k}`"));
+                }
+            }
+            if !present("instructions") && !present("instructions_note") {
+                return Err("an ok record without instructions must say why (`instructions_note`)".into());
+            }
+        }
+        "error" | "timeout" | "unavailable" => {
+            if !present("reason") {
+                return Err(format!("a `{status}` record needs a `reason`"));
+            }
+            if present("per_core_throughput") {
+                return Err(format!("a `{status}` record must not carry a throughput"));
+            }
+        }
+        other => return Err(format!("unknown status `{other}`")),
+    }
+    Ok(())
+}

@@ -1,0 +1,264 @@
+//! The report: a Markdown table (per-core throughput, instructions per operation, the
+//! ours/Linux ratio), the per-core scaling ratios divided by the share-nothing calibration,
+//! and one SVG plot per benchmark (converted to PNG with rsvg-convert).
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use super::catalog::{self, BENCHES};
+use super::record::{Record, Status};
+use super::System;
+
+/// 1234567.0 -> "1.23M": short numbers for tables and axes.
+pub fn si(x: f64) -> String {
+    let (v, suffix) = match x.abs() {
+        a if a >= 1e9 => (x / 1e9, "G"),
+        a if a >= 1e6 => (x / 1e6, "M"),
+        a if a >= 1e3 => (x / 1e3, "k"),
+        _ => (x, ""),
+    };
+    if v.abs() >= 100.0 {
+        format!("{v:.0}{suffix}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}{suffix}")
+    } else {
+        format!("{v:.2}{suffix}")
+    }
+}
+
+fn find<'a>(records: &'a [Record], sys: &str, bench: &str, cores: u32) -> Option<&'a Record> {
+    records.iter().find(|r| r.system == sys && r.benchmark == bench && r.cores == cores)
+}
+
+fn cell(r: Option<&Record>) -> String {
+    match r {
+        None => "-".into(),
+        Some(r) => match (r.status, r.per_core_throughput()) {
+            (Status::Ok, Some(t)) => si(t),
+            (Status::Unavailable, _) => "-".into(),
+            (s, _) => s.as_str().into(),
+        },
+    }
+}
+
+/// Per-core throughput at `n` vCPUs over that at `base` vCPUs, for one system and benchmark.
+fn scaling(records: &[Record], sys: &str, bench: &str, base: u32, n: u32) -> Option<f64> {
+    let a = find(records, sys, bench, base)?.per_core_throughput()?;
+    let b = find(records, sys, bench, n)?.per_core_throughput()?;
+    Some(b / a)
+}
+
+fn ratio(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into())
+}
+
+pub fn table(records: &[Record], smp: &[u32]) -> String {
+    let mut t = String::new();
+    let mut benches: Vec<&str> = Vec::new();
+    for r in records {
+        if !benches.contains(&r.benchmark.as_str()) {
+            benches.push(&r.benchmark);
+        }
+    }
+    let _ = writeln!(t, "Per-core throughput (ops/s per core; TCG, emulated timing; rows above 2 vCPUs are functional only)\n");
+    let _ = writeln!(t, "| benchmark | vCPUs | linux ops/s/core | linux insns/op (kernel+user) | ours ops/s/core | ours/linux |");
+    let _ = writeln!(t, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    for b in &benches {
+        for &n in smp {
+            let l = find(records, "linux", b, n);
+            let o = find(records, "ours", b, n);
+            let insn = l.and_then(|r| r.instructions_per_op()).map(si).unwrap_or_else(|| "-".into());
+            let rat = match (o.and_then(|r| r.per_core_throughput()), l.and_then(|r| r.per_core_throughput())) {
+                (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+                _ => "-".into(),
+            };
+            let label = if n > 2 { format!("{n} (functional)") } else { n.to_string() };
+            let _ = writeln!(t, "| {b} | {label} | {} | {insn} | {} | {rat} |", cell(l), cell(o));
+        }
+    }
+    // Scaling: each larger vCPU count over the smallest, raw and divided by the share-nothing
+    // calibration measured in the same run (it shows what the emulator alone loses).
+    let Some(&base) = smp.first() else { return t };
+    let others: Vec<u32> = smp.iter().copied().filter(|&n| n != base).collect();
+    if others.is_empty() {
+        return t;
+    }
+    let _ = writeln!(t);
+    for sys in ["linux", "ours"] {
+        for &n in &others {
+            let c = scaling(records, sys, catalog::CALIBRATION, base, n);
+            let _ = writeln!(
+                t,
+                "Calibration ({sys}): share-nothing user-only loop (`calib`), per-core throughput {n} vCPUs / {base} vCPU = {}{}",
+                ratio(c),
+                if c.is_none() { " (not measured)" } else { "" }
+            );
+        }
+    }
+    let _ = writeln!(t, "\nPer-core scaling: raw = per-core throughput at N vCPUs / at {base}; calibrated = raw / the calibration ratio above (1.00 = scales like a share-nothing loop)\n");
+    let mut head = String::from("| benchmark |");
+    let mut rule = String::from("| --- |");
+    for &n in &others {
+        for sys in ["linux", "ours"] {
+            let _ = write!(head, " {sys} raw {n}/{base} | {sys} calibrated {n}/{base} |");
+            rule.push_str(" ---: | ---: |");
+        }
+    }
+    let _ = writeln!(t, "{head}\n{rule}");
+    for b in &benches {
+        let mut row = format!("| {b} |");
+        for &n in &others {
+            for sys in ["linux", "ours"] {
+                let raw = scaling(records, sys, b, base, n);
+                let cal = scaling(records, sys, catalog::CALIBRATION, base, n);
+                let calibrated = match (raw, cal) {
+                    (Some(r), Some(c)) if c > 0.0 => Some(r / c),
+                    _ => None,
+                };
+                let _ = write!(row, " {} | {} |", ratio(raw), ratio(calibrated));
+            }
+        }
+        let _ = writeln!(t, "{row}");
+    }
+    t
+}
+
+/// A "nice" axis step (1, 2 or 5 times a power of ten) giving about `ticks` ticks up to `max`.
+fn nice_step(max: f64, ticks: f64) -> f64 {
+    let raw = (max / ticks).max(f64::MIN_POSITIVE);
+    let mag = 10f64.powf(raw.log10().floor());
+    let f = raw / mag;
+    mag * if f <= 1.0 {
+        1.0
+    } else if f <= 2.0 {
+        2.0
+    } else if f <= 5.0 {
+        5.0
+    } else {
+        10.0
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// One benchmark's plot: per-core throughput against vCPUs, a line per system.
+pub fn svg(bench: &str, records: &[Record], systems: &[System], smp: &[u32]) -> String {
+    let (w, h) = (640.0, 400.0);
+    let (l, r, top, bot) = (80.0, 24.0, 64.0, 88.0);
+    let (pw, ph) = (w - l - r, h - top - bot);
+    let spec = catalog::find(bench);
+    let max = records.iter().filter(|x| x.benchmark == bench).filter_map(|x| x.per_core_throughput()).fold(0.0, f64::max);
+    let step = nice_step(if max > 0.0 { max } else { 1.0 }, 5.0);
+    let ymax = (max / step).ceil().max(1.0) * step;
+    let (xmin, xmax) = (*smp.first().unwrap_or(&1) as f64, *smp.last().unwrap_or(&1) as f64);
+    let x_of = |n: u32| if xmax > xmin { l + (n as f64 - xmin) / (xmax - xmin) * pw } else { l + pw / 2.0 };
+    let y_of = |v: f64| top + ph - v / ymax * ph;
+    let mut s = String::new();
+    let _ = writeln!(s, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">");
+    let _ = writeln!(s, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
+    let _ = writeln!(s, "<text x=\"{l}\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}</text>", esc(bench));
+    let sub = format!("{} - TCG, emulated timing; above 2 vCPUs functional only", spec.map(|b| b.op).unwrap_or(""));
+    let _ = writeln!(s, "<text x=\"{l}\" y=\"44\" font-size=\"11\" fill=\"#444\">{}</text>", esc(&sub));
+    // Axes, grid and ticks.
+    let mut v = 0.0;
+    while v <= ymax + step / 2.0 {
+        let y = y_of(v);
+        let _ = writeln!(s, "<line x1=\"{l}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>", l + pw);
+        let _ = writeln!(s, "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"end\">{}</text>", l - 6.0, y + 4.0, si(v));
+        v += step;
+    }
+    let _ = writeln!(s, "<line x1=\"{l}\" y1=\"{top}\" x2=\"{l}\" y2=\"{:.1}\" stroke=\"black\"/>", top + ph);
+    let _ = writeln!(s, "<line x1=\"{l}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"black\"/>", top + ph, l + pw, top + ph);
+    for &n in smp {
+        let x = x_of(n);
+        let _ = writeln!(s, "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"black\"/>", top + ph, top + ph + 5.0);
+        let _ = writeln!(s, "<text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"middle\">{n}</text>", top + ph + 18.0);
+    }
+    let _ = writeln!(s, "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\" text-anchor=\"middle\">vCPUs</text>", l + pw / 2.0, top + ph + 36.0);
+    let _ = writeln!(s, "<text x=\"16\" y=\"{:.1}\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 16 {:.1})\">ops/s per core</text>", top + ph / 2.0, top + ph / 2.0);
+    // One line per system; failed points are marked on the axis with their status.
+    for (i, sys) in systems.iter().enumerate() {
+        let color = match sys {
+            System::Linux => "#1f77b4",
+            System::Ours => "#d62728",
+        };
+        let mine: Vec<&Record> = smp.iter().filter_map(|&n| find(records, sys.name(), bench, n)).collect();
+        let pts: Vec<(f64, f64)> = mine.iter().filter_map(|r| Some((x_of(r.cores), y_of(r.per_core_throughput()?)))).collect();
+        if pts.len() > 1 {
+            let p: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+            let _ = writeln!(s, "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>", p.join(" "));
+        }
+        for (x, y) in &pts {
+            let _ = writeln!(s, "<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"4\" fill=\"{color}\"/>");
+        }
+        for r in mine.iter().filter(|r| matches!(r.status, Status::Error | Status::Timeout)) {
+            let x = x_of(r.cores);
+            let _ = writeln!(s, "<text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{color}\" text-anchor=\"middle\">x {}</text>", top + ph - 6.0, r.status.as_str());
+        }
+        let label = match mine.iter().find(|r| r.status == Status::Unavailable) {
+            Some(r) => r.reason.clone().unwrap_or_else(|| format!("{}: unavailable", sys.name())),
+            None => sys.name().to_string(),
+        };
+        let ly = h - 32.0 + i as f64 * 16.0 - (systems.len() as f64 - 1.0) * 8.0;
+        let _ = writeln!(s, "<line x1=\"{l}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{color}\" stroke-width=\"2\"/>", l + 24.0);
+        let _ = writeln!(s, "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">{}</text>", l + 30.0, ly + 4.0, esc(&label));
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Write one SVG per benchmark present in `records` into `dir`; returns how many.
+pub fn plots_svg_only(records: &[Record], systems: &[System], smp: &[u32], dir: &Path) -> Result<usize, String> {
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut n = 0;
+    for b in BENCHES.iter().filter(|b| records.iter().any(|r| r.benchmark == b.name)) {
+        let p = dir.join(format!("{}.svg", b.name));
+        fs::write(&p, svg(b.name, records, systems, smp)).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+pub struct Plots {
+    pub svg: usize,
+    /// How many PNGs, or why none (a missing converter is not a failed benchmark run).
+    pub png: Result<usize, String>,
+}
+
+/// SVGs, then a PNG of each through rsvg-convert (Debian's librsvg2-bin, installed on demand).
+pub fn plots(records: &[Record], systems: &[System], smp: &[u32], dir: &Path) -> Result<Plots, String> {
+    let svg = plots_svg_only(records, systems, smp, dir)?;
+    let png = (|| {
+        crate::env::ensure_tool("rsvg-convert", &["librsvg2-bin"])?;
+        let mut n = 0;
+        for b in BENCHES.iter().filter(|b| records.iter().any(|r| r.benchmark == b.name)) {
+            let (src, dst) = (dir.join(format!("{}.svg", b.name)), dir.join(format!("{}.png", b.name)));
+            let out = Command::new("rsvg-convert").arg("-o").arg(&dst).arg(&src).output().map_err(|e| format!("cannot run rsvg-convert: {e}"))?;
+            if !out.status.success() {
+                return Err(format!("rsvg-convert {}: {}", src.display(), String::from_utf8_lossy(&out.stderr).trim()));
+            }
+            n += 1;
+        }
+        Ok(n)
+    })();
+    Ok(Plots { svg, png })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_steps() {
+        assert_eq!(si(1_234_567.0), "1.23M");
+        assert_eq!(si(950.0), "950");
+        assert_eq!(si(12_500.0), "12.5k");
+        assert_eq!(nice_step(97.0, 5.0), 20.0);
+        assert_eq!(nice_step(1.0, 5.0), 0.2);
+        assert_eq!(esc("a<b&c"), "a&lt;b&amp;c");
+    }
+}
