@@ -16,6 +16,7 @@
 //! | [`clustered`] | clustered objects, miss handling, policies | Tornado §3 |
 //! | [`reclaim`] | existence guarantees by quiescence (token over per-core counts) | Tornado §5 |
 //! | [`slab`] | per-core object cache over a backend | Tornado §4 |
+//! | [`selftest`] | the all-cores stress the kernel runs (and the host, on threads) | |
 #![cfg_attr(not(feature = "std"), no_std)]
 
 extern crate alloc;
@@ -31,6 +32,7 @@ pub mod per_core;
 pub mod reclaim;
 pub mod rwlock;
 pub mod seqlock;
+pub mod selftest;
 pub mod slab;
 pub mod spin;
 

@@ -465,3 +465,17 @@ fn per_core_slots_are_padded_and_readable() {
     assert_eq!(pc.on(5).load(Ordering::Relaxed), 10, "cores past the slots wrap");
     assert!(pc.get(4).is_none());
 }
+
+#[test]
+fn kernel_selftest_on_threads() {
+    // The routine the kernel runs on all its cores, here on 2 and 8 threads.
+    for n in THREAD_COUNTS {
+        let t = Arc::new(percore::selftest::SelfTest::new(n, iters_for(n, 2_000)));
+        let t2 = t.clone();
+        let results = on_cores(n, move |core| t2.run_on_core(core));
+        for r in results {
+            assert_eq!(r, Ok(()));
+        }
+        assert_eq!(t.check(), Ok(()));
+    }
+}
