@@ -1,2 +1,62 @@
-//! Placeholder: the user runtime is being written (issue 4/5).
+//! The user runtime: program start-up, one typed wrapper per system call, console output,
+//! time, a temporary heap, and starting work on other cores. It grows into the library OS.
+//!
+//! A program is a `#![no_std] #![no_main]` binary that names its entry with [`main!`]:
+//!
+//! ```ignore
+//! #![no_std]
+//! #![no_main]
+//! rt::main!(main);
+//! fn main(args: &'static str) -> u64 {
+//!     rt::println!("hello {args}");
+//!     0
+//! }
+//! ```
+//!
+//! The returned value is the exit code passed to `pcore_halt`. See docs/user.md.
 #![no_std]
+
+extern crate alloc;
+
+pub use abi;
+
+pub mod console;
+pub mod cores;
+pub mod heap;
+pub mod layout;
+mod start;
+pub mod sys;
+pub mod time;
+
+pub use start::{args, exit, image_end, pcore, root_share, self_halt, start_info, PANIC_EXIT_CODE};
+
+/// Declare the program's entry: `fn(args: &'static str) -> u64` (the exit code).
+#[macro_export]
+macro_rules! main {
+    ($f:path) => {
+        #[doc(hidden)]
+        #[allow(unsafe_code)]
+        #[no_mangle]
+        pub fn __rt_user_main(args: &'static str) -> u64 {
+            $f(args)
+        }
+    };
+}
+
+/// Parse a decimal or `0x` hexadecimal number, with an optional `k`/`m`/`g` suffix
+/// (binary multiples), as program arguments use them ("64m", "8").
+pub fn parse_u64(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (digits, mult) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let v = if let Some(hex) = digits.strip_prefix("0x") {
+        u64::from_str_radix(hex, 16).ok()?
+    } else {
+        digits.parse::<u64>().ok()?
+    };
+    v.checked_mul(mult)
+}

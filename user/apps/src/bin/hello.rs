@@ -1,0 +1,14 @@
+//! Prints its arguments: the smallest program, for checking start-up and the console.
+#![no_std]
+#![no_main]
+#![deny(unsafe_code)]
+
+rt::main!(main);
+
+fn main(args: &'static str) -> u64 {
+    rt::println!("hello from user mode: {} argument(s)", args.split_whitespace().count());
+    for (i, a) in args.split_whitespace().enumerate() {
+        rt::println!("  arg {i}: {a}");
+    }
+    0
+}

@@ -1,0 +1,173 @@
+//! Program start-up, exit and the panic handler.
+//!
+//! The first program enters at `_start` with `rdi` = a pointer to `abi::StartInfo` and `rsp` =
+//! `abi::INIT_START_INFO`. Contexts started on other cores enter at `__rt_core_entry` (see
+//! `cores`). Both clear `rbp` (ending frame-pointer backtraces), align the stack and call Rust.
+
+use abi::{ObjName, ObjectId, StartInfo};
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// Exit code of a program that panicked.
+pub const PANIC_EXIT_CODE: u64 = 101;
+
+#[cfg(target_os = "none")]
+core::arch::global_asm!(
+    ".section .text._start,\"ax\",@progbits",
+    ".global _start",
+    "_start:",
+    "    xor ebp, ebp",
+    "    and rsp, -16",
+    "    call {start}",
+    "    ud2",
+    ".global __rt_core_entry",
+    "__rt_core_entry:",
+    "    xor ebp, ebp",
+    "    and rsp, -16",
+    "    call {core_start}",
+    "    ud2",
+    ".text",
+    start = sym rt_start,
+    core_start = sym crate::cores::rt_core_start,
+);
+
+// What the first program learnt at start-up. Written once by `rt_start` before `main`;
+// contexts on other cores see these through the read-only image mapping and must not rely
+// on them for their own identity (they get `cores::CoreCtx` instead).
+static ROOT_SHARE: AtomicU64 = AtomicU64::new(0);
+static PCORE: AtomicU64 = AtomicU64::new(0);
+static ARGS_PTR: AtomicU64 = AtomicU64::new(0);
+static ARGS_LEN: AtomicU64 = AtomicU64::new(0);
+static TSC_PER_MS: AtomicU64 = AtomicU64::new(0);
+static CORES: AtomicU64 = AtomicU64::new(0);
+static ROOT_AR: AtomicU64 = AtomicU64::new(0);
+static IMAGE_SEG: AtomicU64 = AtomicU64::new(0);
+static STACK_SEG: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(target_os = "none")]
+extern "Rust" {
+    fn __rt_user_main(args: &'static str) -> u64;
+}
+
+#[cfg(target_os = "none")]
+extern "C" {
+    static __image_end: u8;
+}
+
+/// First address past the program image (from the linker script).
+#[cfg(target_os = "none")]
+pub fn image_end() -> u64 {
+    // Only the address of the linker-defined symbol is taken (safe since Rust 1.82); it is
+    // never read.
+    core::ptr::addr_of!(__image_end) as u64
+}
+
+#[cfg(not(target_os = "none"))]
+pub fn image_end() -> u64 {
+    crate::layout::IMAGE_BASE
+}
+
+#[cfg(target_os = "none")]
+extern "C" fn rt_start(info: *const StartInfo) -> ! {
+    // SAFETY: the kernel passes a pointer to a `StartInfo` at the top of our stack mapping
+    // (abi::INIT_START_INFO), readable for the life of the program.
+    let si = unsafe { core::ptr::read(info) };
+    TSC_PER_MS.store(si.tsc_per_ms, Ordering::Relaxed);
+    CORES.store(si.cores, Ordering::Relaxed);
+    ROOT_AR.store(si.root_ar, Ordering::Relaxed);
+    IMAGE_SEG.store(si.image_seg, Ordering::Relaxed);
+    STACK_SEG.store(si.stack_seg, Ordering::Relaxed);
+    ARGS_PTR.store(si.args_ptr, Ordering::Relaxed);
+    ARGS_LEN.store(si.args_len, Ordering::Relaxed);
+    // The first program's share set is just its root share (StartInfo does not carry its id).
+    let mut shares = [0u64; 4];
+    match crate::sys::self_shares(&mut shares) {
+        Ok(n) if n >= 1 => ROOT_SHARE.store(shares[0], Ordering::Relaxed),
+        r => crate::println!("rt: self_shares at start-up failed: {r:?}"),
+    }
+    match crate::sys::pcore_current() {
+        Ok(p) => PCORE.store(p, Ordering::Relaxed),
+        Err(e) => crate::println!("rt: pcore_current at start-up failed: {e:?}"),
+    }
+    // SAFETY: `__rt_user_main` is defined by the program through `rt::main!`.
+    let code = unsafe { __rt_user_main(args()) };
+    exit(code)
+}
+
+/// The command-line arguments (the words after `--` on the kernel command line), or "".
+pub fn args() -> &'static str {
+    let ptr = ARGS_PTR.load(Ordering::Relaxed);
+    let len = ARGS_LEN.load(Ordering::Relaxed);
+    if ptr == 0 || len == 0 || len > abi::PAGE_SIZE {
+        return "";
+    }
+    // SAFETY: the kernel placed `len` argument bytes at `ptr` in the top page of our stack
+    // mapping, which stays mapped and is never written by us (it is above `rsp`).
+    let bytes = unsafe { core::slice::from_raw_parts(ptr as *const u8, len as usize) };
+    core::str::from_utf8(bytes).unwrap_or("")
+}
+
+/// The first program's start information (what `_start` received), with the runtime's view.
+pub fn start_info() -> StartInfo {
+    StartInfo {
+        args_ptr: ARGS_PTR.load(Ordering::Relaxed),
+        args_len: ARGS_LEN.load(Ordering::Relaxed),
+        tsc_per_ms: TSC_PER_MS.load(Ordering::Relaxed),
+        cores: CORES.load(Ordering::Relaxed),
+        root_ar: ROOT_AR.load(Ordering::Relaxed),
+        image_seg: IMAGE_SEG.load(Ordering::Relaxed),
+        stack_seg: STACK_SEG.load(Ordering::Relaxed),
+    }
+}
+
+/// The first program's root share (valid on the core the program started on).
+pub fn root_share() -> ObjectId {
+    ROOT_SHARE.load(Ordering::Relaxed)
+}
+
+/// The first program's pcore, named in its root share.
+pub fn pcore() -> ObjName {
+    ObjName::new(root_share(), PCORE.load(Ordering::Relaxed))
+}
+
+/// Halt the calling context with `code`, working out its pcore with system calls only (no
+/// runtime state, so it works in any context): `pcore_current()`, named through each share of
+/// the share set in turn (the root share, which holds it, comes first).
+pub fn self_halt(code: u64) -> Result<core::convert::Infallible, abi::Error> {
+    let me = crate::sys::pcore_current()?;
+    let mut shares = [0u64; 1 + abi::MAX_CONTEXT_SHARES];
+    let n = crate::sys::self_shares(&mut shares)? as usize;
+    let mut last = abi::Error::NoSuchObject;
+    for &s in &shares[..n.min(shares.len())] {
+        if let Err(e) = crate::sys::pcore_halt(ObjName::new(s, me), code) {
+            last = e;
+        }
+    }
+    Err(last)
+}
+
+/// End the calling context with exit code `code`.
+pub fn exit(code: u64) -> ! {
+    let err = match self_halt(code) {
+        Err(e) => e,
+        Ok(never) => match never {},
+    };
+    crate::println!("rt: exit({code}): pcore_halt failed: {err:?}; faulting instead");
+    // Nothing else can stop us: an invalid instruction makes the kernel end the context
+    // (exit code EXIT_FAULT_BASE + 6).
+    #[cfg(target_os = "none")]
+    // SAFETY: `ud2` raises #UD; the kernel kills the context and never returns here.
+    unsafe {
+        core::arch::asm!("ud2", options(noreturn))
+    }
+    #[cfg(not(target_os = "none"))]
+    loop {
+        core::hint::spin_loop();
+    }
+}
+
+#[cfg(target_os = "none")]
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    crate::println!("panic: {info}");
+    exit(PANIC_EXIT_CODE)
+}

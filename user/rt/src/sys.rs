@@ -1,0 +1,306 @@
+//! System-call wrappers: one typed function per number in `abi::nr`.
+//!
+//! Every wrapper returns `Result<u64, abi::Error>` (the kernel's `rax`, decoded). Objects are
+//! passed as `ObjName` (`<share, object>`) and expand to two registers, share first. Names are
+//! `&str` and expand to `(pointer, length)`. Where Corey's table (seeds/000 figure 5) has
+//! fewer parameters than the kernel needs, the extra ones come last. The register layout of
+//! every call is documented on its number in `abi::nr`; these wrappers follow it.
+//!
+//! The `raw*` functions take plain integers so tests can pass bad pointers and out-of-domain
+//! values; they are `unsafe` because the kernel may write through pointer arguments.
+
+use abi::{
+    nr, ArKind, ArMapping, CoreStats, DeviceBuf, DeviceConf, DeviceInfo, DeviceStat, Error, LocalityEntry, ObjName, ObjStat,
+    ObjectId, PcoreContext, PcoreStat, SegMapping, SysInfo,
+};
+use core::arch::asm;
+
+/// Issue system call `n` with six arguments and return the raw `rax`.
+///
+/// # Safety
+/// Pointer arguments must be valid for whatever the call reads or writes through them (the
+/// kernel checks that they are user memory, not that they belong to live Rust objects).
+#[inline(always)]
+pub unsafe fn raw6(n: u64, a0: u64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64) -> i64 {
+    let ret: i64;
+    // SAFETY: the `syscall` instruction enters the kernel, which preserves every register
+    // except rax (result), rcx and r11 (declared clobbered); it does not touch the user stack
+    // (`nostack`). Memory effects are left unrestricted (no `nomem`/`readonly`) because the
+    // kernel may read and write user memory named by the arguments; the caller vouches for
+    // those pointers.
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") n as i64 => ret,
+            in("rdi") a0,
+            in("rsi") a1,
+            in("rdx") a2,
+            in("r10") a3,
+            in("r8") a4,
+            in("r9") a5,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// `raw6` decoded into a `Result`.
+///
+/// # Safety
+/// As `raw6`.
+#[inline(always)]
+pub unsafe fn call(n: u64, a0: u64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64) -> Result<u64, Error> {
+    // SAFETY: forwarded to the caller's contract.
+    abi::decode(unsafe { raw6(n, a0, a1, a2, a3, a4, a5) })
+}
+
+/// A system call whose arguments carry no pointers (or only pointers the kernel reads from
+/// objects we own): safe to call with any values, because the kernel validates everything.
+#[inline(always)]
+fn call_nomem(n: u64, a0: u64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64) -> Result<u64, Error> {
+    // SAFETY: the arguments hold no pointers into memory the kernel would write.
+    unsafe { call(n, a0, a1, a2, a3, a4, a5) }
+}
+
+fn name_args(name: &str) -> (u64, u64) {
+    (name.as_ptr() as u64, name.len() as u64)
+}
+
+// ---------------------------------------------------------------------------------------
+// Objects
+
+/// `obj_get_name(<share, obj>, buf, cap)`: copies the object's name into `buf` and returns
+/// its length (`BufferTooSmall` if `buf` is shorter than the name).
+pub fn obj_get_name(o: ObjName, buf: &mut [u8]) -> Result<u64, Error> {
+    // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
+    unsafe { call(nr::OBJ_GET_NAME, o.share, o.object, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0) }
+}
+
+/// `obj_stat(<share, obj>, &mut ObjStat)`.
+pub fn obj_stat(o: ObjName) -> Result<ObjStat, Error> {
+    let mut st = ObjStat::default();
+    // SAFETY: `st` is a live, writable `ObjStat`.
+    unsafe { call(nr::OBJ_STAT, o.share, o.object, &mut st as *mut ObjStat as u64, 0, 0, 0)? };
+    Ok(st)
+}
+
+// ---------------------------------------------------------------------------------------
+// Shares
+
+/// `share_alloc(share, name, memid, flags)`: a new share whose id is put in `share`.
+pub fn share_alloc(share: ObjectId, name: &str, memid: u64, flags: u64) -> Result<ObjectId, Error> {
+    let (p, l) = name_args(name);
+    call_nomem(nr::SHARE_ALLOC, share, p, l, memid, flags, 0)
+}
+
+/// `share_addobj(dst, <share, obj>)`: add a reference to the object to share `dst`.
+pub fn share_addobj(dst: ObjectId, o: ObjName) -> Result<u64, Error> {
+    call_nomem(nr::SHARE_ADDOBJ, dst, o.share, o.object, 0, 0, 0)
+}
+
+/// `share_delobj(<share, obj>)`: remove the object from the share, dropping that reference.
+pub fn share_delobj(o: ObjName) -> Result<u64, Error> {
+    call_nomem(nr::SHARE_DELOBJ, o.share, o.object, 0, 0, 0, 0)
+}
+
+/// `self_drop(share)`: remove a share from the calling context's share set.
+pub fn self_drop(share: ObjectId) -> Result<u64, Error> {
+    call_nomem(nr::SELF_DROP, share, 0, 0, 0, 0, 0)
+}
+
+/// `self_shares(buf, cap)`: the calling context's share set (its root share first); returns
+/// how many ids were written.
+pub fn self_shares(buf: &mut [ObjectId]) -> Result<u64, Error> {
+    // SAFETY: `buf` is a live, writable slice of `buf.len()` ids.
+    unsafe { call(nr::SELF_SHARES, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0, 0) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Segments
+
+/// `segment_alloc(share, name, memid, nbytes)`: demand-zero memory of `nbytes` bytes.
+pub fn segment_alloc(share: ObjectId, name: &str, memid: u64, nbytes: u64) -> Result<ObjectId, Error> {
+    let (p, l) = name_args(name);
+    call_nomem(nr::SEGMENT_ALLOC, share, p, l, memid, nbytes, 0)
+}
+
+/// `segment_copy(dst_share, <share, seg>, name, mode)`: a copy (`COPY_EAGER`) or a
+/// copy-on-write copy (`COPY_ON_WRITE`) of the segment, put in `dst_share`.
+pub fn segment_copy(dst_share: ObjectId, src: ObjName, name: &str, mode: u64) -> Result<ObjectId, Error> {
+    let (p, l) = name_args(name);
+    call_nomem(nr::SEGMENT_COPY, dst_share, src.share, src.object, p, l, mode)
+}
+
+/// `segment_get_nbytes(<share, seg>)`.
+pub fn segment_get_nbytes(seg: ObjName) -> Result<u64, Error> {
+    call_nomem(nr::SEGMENT_GET_NBYTES, seg.share, seg.object, 0, 0, 0, 0)
+}
+
+/// `segment_set_nbytes(<share, seg>, nbytes)`.
+pub fn segment_set_nbytes(seg: ObjName, nbytes: u64) -> Result<u64, Error> {
+    call_nomem(nr::SEGMENT_SET_NBYTES, seg.share, seg.object, nbytes, 0, 0, 0)
+}
+
+// ---------------------------------------------------------------------------------------
+// Address ranges
+
+/// `ar_alloc(share, name, memid, kind)`.
+pub fn ar_alloc(share: ObjectId, name: &str, memid: u64, kind: ArKind) -> Result<ObjectId, Error> {
+    let (p, l) = name_args(name);
+    call_nomem(nr::AR_ALLOC, share, p, l, memid, kind as u64, 0)
+}
+
+/// `ar_set_seg(<share, ar>, &SegMapping)`: map part of a segment into the range.
+pub fn ar_set_seg(ar: ObjName, m: &SegMapping) -> Result<u64, Error> {
+    // SAFETY: the kernel only reads the mapping description, a live `SegMapping`.
+    unsafe { call(nr::AR_SET_SEG, ar.share, ar.object, m as *const SegMapping as u64, 0, 0, 0) }
+}
+
+/// `ar_set_ar(<share, ar>, voff, <child_share, child>)`: link the whole range `child` (a
+/// page-table subtree of a lower kind) into `ar` at `voff`, aligned to the child's span.
+pub fn ar_set_ar(ar: ObjName, voff: u64, child: ObjName) -> Result<u64, Error> {
+    call_nomem(nr::AR_SET_AR, ar.share, ar.object, voff, child.share, child.object, 0)
+}
+
+/// `ar_get(<share, ar>, buf, cap)`: the range's mappings; returns how many were written
+/// (`BufferTooSmall`, writing nothing, if there are more than `buf` holds).
+pub fn ar_get(ar: ObjName, buf: &mut [ArMapping]) -> Result<u64, Error> {
+    // SAFETY: `buf` is a live, writable slice of `buf.len()` entries.
+    unsafe { call(nr::AR_GET, ar.share, ar.object, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0) }
+}
+
+/// `ar_unmap(<share, ar>, voff, len)`: remove every mapping (segment or linked range) inside
+/// `[voff, voff + len)` (`Overlap` if one straddles the boundary).
+pub fn ar_unmap(ar: ObjName, voff: u64, len: u64) -> Result<u64, Error> {
+    call_nomem(nr::AR_UNMAP, ar.share, ar.object, voff, len, 0, 0)
+}
+
+// ---------------------------------------------------------------------------------------
+// Pcores
+
+/// `pcore_alloc(share, name, core)`: a pcore object for physical core `core`.
+pub fn pcore_alloc(share: ObjectId, name: &str, core: u64) -> Result<ObjectId, Error> {
+    let (p, l) = name_args(name);
+    call_nomem(nr::PCORE_ALLOC, share, p, l, core, 0, 0)
+}
+
+/// `pcore_current()`: the id of the calling context's pcore object (held in its root share).
+pub fn pcore_current() -> Result<ObjectId, Error> {
+    call_nomem(nr::PCORE_CURRENT, 0, 0, 0, 0, 0, 0)
+}
+
+/// `pcore_run(<share, pcore>, &PcoreContext)`.
+pub fn pcore_run(p: ObjName, ctx: &PcoreContext) -> Result<u64, Error> {
+    // SAFETY: the kernel only reads the context description, a live `PcoreContext`.
+    unsafe { call(nr::PCORE_RUN, p.share, p.object, ctx as *const PcoreContext as u64, 0, 0, 0) }
+}
+
+/// `pcore_set_interval(<share, pcore>, hz)` (0: no time slicing).
+pub fn pcore_set_interval(p: ObjName, hz: u64) -> Result<u64, Error> {
+    call_nomem(nr::PCORE_SET_INTERVAL, p.share, p.object, hz, 0, 0, 0)
+}
+
+/// `pcore_halt(<share, pcore>, code)`: stop the context running on the pcore with exit code
+/// `code`. On the caller's own pcore it does not return.
+pub fn pcore_halt(p: ObjName, code: u64) -> Result<u64, Error> {
+    call_nomem(nr::PCORE_HALT, p.share, p.object, code, 0, 0, 0)
+}
+
+/// `pcore_stat(<share, pcore>, &mut PcoreStat)`.
+pub fn pcore_stat(p: ObjName) -> Result<PcoreStat, Error> {
+    let mut st = PcoreStat::default();
+    // SAFETY: `st` is a live, writable `PcoreStat`.
+    unsafe { call(nr::PCORE_STAT, p.share, p.object, &mut st as *mut PcoreStat as u64, 0, 0, 0)? };
+    Ok(st)
+}
+
+// ---------------------------------------------------------------------------------------
+// Devices
+
+/// `device_alloc(share, hwid, memid)`.
+pub fn device_alloc(share: ObjectId, hwid: u64, memid: u64) -> Result<ObjectId, Error> {
+    call_nomem(nr::DEVICE_ALLOC, share, hwid, memid, 0, 0, 0)
+}
+
+/// `device_list(buf, cap)`: returns how many devices were written.
+pub fn device_list(buf: &mut [DeviceInfo]) -> Result<u64, Error> {
+    // SAFETY: `buf` is a live, writable slice of `buf.len()` entries.
+    unsafe { call(nr::DEVICE_LIST, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0, 0) }
+}
+
+/// `device_stat(<share, dev>, &mut DeviceStat)`.
+pub fn device_stat(d: ObjName) -> Result<DeviceStat, Error> {
+    let mut st = DeviceStat::default();
+    // SAFETY: `st` is a live, writable `DeviceStat`.
+    unsafe { call(nr::DEVICE_STAT, d.share, d.object, &mut st as *mut DeviceStat as u64, 0, 0, 0)? };
+    Ok(st)
+}
+
+/// `device_conf(<share, dev>, &DeviceConf)`.
+pub fn device_conf(d: ObjName, conf: &DeviceConf) -> Result<u64, Error> {
+    // SAFETY: the kernel only reads the configuration, a live `DeviceConf`.
+    unsafe { call(nr::DEVICE_CONF, d.share, d.object, conf as *const DeviceConf as u64, 0, 0, 0) }
+}
+
+/// `device_buf(<share, dev>, &DeviceBuf)`: feed bytes `[offset, offset + len)` of a segment
+/// to the device; returns the bytes transferred.
+pub fn device_buf(d: ObjName, buf: &DeviceBuf) -> Result<u64, Error> {
+    // SAFETY: the kernel only reads the description, a live `DeviceBuf`.
+    unsafe { call(nr::DEVICE_BUF, d.share, d.object, buf as *const DeviceBuf as u64, 0, 0, 0) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Locality and kernel services
+
+/// `locality_get(buf, cap)`: fills `n * n` entries and returns `n` (the core count).
+pub fn locality_get(buf: &mut [LocalityEntry]) -> Result<u64, Error> {
+    // SAFETY: `buf` is a live, writable slice of `buf.len()` entries.
+    unsafe { call(nr::LOCALITY_GET, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0, 0) }
+}
+
+/// `console_write(buf, len)`: returns the bytes written.
+pub fn console_write(buf: &[u8]) -> Result<u64, Error> {
+    // SAFETY: the kernel only reads `buf`, a live slice.
+    unsafe { call(nr::CONSOLE_WRITE, buf.as_ptr() as u64, buf.len() as u64, 0, 0, 0, 0) }
+}
+
+/// `console_read(buf, cap)`: returns the bytes read (0 when nothing is waiting).
+pub fn console_read(buf: &mut [u8]) -> Result<u64, Error> {
+    // SAFETY: `buf` is a live, writable slice.
+    unsafe { call(nr::CONSOLE_READ, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0, 0) }
+}
+
+/// `time_now()`: the time-stamp counter (ticks; `SysInfo::tsc_per_ms` per millisecond).
+pub fn time_now() -> Result<u64, Error> {
+    call_nomem(nr::TIME_NOW, 0, 0, 0, 0, 0, 0)
+}
+
+/// `sys_info(&mut SysInfo)`.
+pub fn sys_info() -> Result<SysInfo, Error> {
+    let mut si = SysInfo::default();
+    // SAFETY: `si` is a live, writable `SysInfo`.
+    unsafe { call(nr::SYS_INFO, &mut si as *mut SysInfo as u64, 0, 0, 0, 0, 0)? };
+    Ok(si)
+}
+
+/// `core_stats(core, &mut CoreStats)`.
+pub fn core_stats(core: u64) -> Result<CoreStats, Error> {
+    let mut st = CoreStats::default();
+    // SAFETY: `st` is a live, writable `CoreStats`.
+    unsafe { call(nr::CORE_STATS, core, &mut st as *mut CoreStats as u64, 0, 0, 0, 0)? };
+    Ok(st)
+}
+
+/// `initrd_get(share, name)`: a copy-on-write segment (put in `share`) holding that file of
+/// the boot image; its size is the file size.
+pub fn initrd_get(share: ObjectId, name: &str) -> Result<ObjectId, Error> {
+    let (p, l) = name_args(name);
+    call_nomem(nr::INITRD_GET, share, p, l, 0, 0, 0)
+}
+
+/// The null system call.
+pub fn null() -> Result<u64, Error> {
+    call_nomem(nr::NULL, 0, 0, 0, 0, 0, 0)
+}
