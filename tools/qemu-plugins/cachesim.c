@@ -26,6 +26,7 @@
 #include "qemu_plugin_api.h"
 #include "cachesim_core.h"
 #include "marker.h"
+#include "fast_phys.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,35 @@ static uint64_t data_accesses_io;
 static uint64_t mmu_user_insn_kernel, mmu_kernel_insn_user, mmu_checked;
 static unsigned min_line_shift = 6;
 
+/*
+ * Repeat filter: an access by the same party, of the same kind (fetch/data), to the line of
+ * the immediately preceding access hits the MRU way of L1 in every placement of every model
+ * and changes no state (a write only if that line was already written in this run of repeats:
+ * the first write has already invalidated the other party's copies). Such accesses are only
+ * counted, which keeps stack and loop traffic cheap. Exact, not an approximation.
+ */
+static uint64_t last_line = ~0ull;
+static int last_party = -1, last_fetch = -1, last_wrote;
+static uint64_t repeats[CS_PARTIES][2];
+
+static inline int repeat_access(uint64_t addr, int party, int fetch, int write)
+{
+    uint64_t line = addr >> min_line_shift;
+    if (line == last_line && party == last_party && fetch == last_fetch) {
+        if (!write || last_wrote) {
+            repeats[party][fetch ? 0 : 1]++;
+            return 1;
+        }
+        last_wrote = 1;
+        return 0;
+    }
+    last_line = line;
+    last_party = party;
+    last_fetch = fetch;
+    last_wrote = write;
+    return 0;
+}
+
 /* Fetch callbacks cover a run of consecutive instructions that start in one line (of the
  * smallest line size among the models): userdata packs host address | count << 48 | kernel
  * << 63. Repeated fetches of the line just fetched always hit and do not change LRU order. */
@@ -65,6 +95,8 @@ static void vcpu_fetch(unsigned int vcpu, void *udata)
     fetch_runs[party]++;
     if (addr == 0)
         return; /* code not in RAM (no host pointer): counted, not simulated */
+    if (repeat_access(addr, party, 1, 0))
+        return;
     for (int i = 0; i < nmodels; i++)
         cs_model_access(&models[i], party, addr, 1, 0);
 }
@@ -78,7 +110,7 @@ static void vcpu_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vad
         data_accesses_io++;
         return;
     }
-    uint64_t pa = qemu_plugin_hwaddr_phys_addr(hw);
+    uint64_t pa = fast_phys(hw);
     int user = meminfo_is_user(info);
     int insn_kernel = (int)(uintptr_t)udata;
     mmu_checked++;
@@ -88,6 +120,8 @@ static void vcpu_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vad
         mmu_kernel_insn_user++;
     int party = user ? CS_APP : CS_OS;
     int write = qemu_plugin_mem_is_store(info);
+    if (repeat_access(pa, party, 0, write))
+        return;
     for (int i = 0; i < nmodels; i++)
         cs_model_access(&models[i], party, pa, 0, write);
 }
@@ -142,12 +176,17 @@ static void report(void)
 {
     FILE *f = out ? out : stderr;
     fprintf(f, "cachesim version=1 starts=%llu stops=%llu insns_os=%llu insns_app=%llu io_accesses=%llu "
-               "mmu_checked=%llu mmu_user_insn_kernel=%llu mmu_kernel_insn_user=%llu\n",
+               "mmu_checked=%llu mmu_user_insn_kernel=%llu mmu_kernel_insn_user=%llu repeats=%llu fast_phys=%s\n",
             (unsigned long long)region.starts, (unsigned long long)region.stops, (unsigned long long)insns[0],
             (unsigned long long)insns[1], (unsigned long long)data_accesses_io, (unsigned long long)mmu_checked,
-            (unsigned long long)mmu_user_insn_kernel, (unsigned long long)mmu_kernel_insn_user);
+            (unsigned long long)mmu_user_insn_kernel, (unsigned long long)mmu_kernel_insn_user,
+            (unsigned long long)(repeats[0][0] + repeats[0][1] + repeats[1][0] + repeats[1][1]), pa_cache_off ? "off" : "on");
     for (int i = 0; i < nmodels; i++) {
         cs_model *m = &models[i];
+        for (int p = 0; p < m->nplace; p++)
+            for (int party = 0; party < CS_PARTIES; party++)
+                for (int k = 0; k < 2; k++)
+                    m->place[p].st.accesses[party][k] += repeats[party][k];
         m->insns[0] = insns[0];
         m->insns[1] = insns[1];
         const cs_shape *sh = &m->shape;

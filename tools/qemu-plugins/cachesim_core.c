@@ -126,22 +126,24 @@ int cs_cache_access(cs_cache *c, uint64_t addr, int *evicted, uint64_t *victim)
     uint32_t a = c->g.assoc;
     uint64_t *w = &c->ways[(size_t)(line & (c->sets - 1)) * a];
     *evicted = 0;
-    for (uint32_t i = 0; i < a; i++) {
-        if (w[i] == tag) {
-            /* Hit: move to the MRU position. */
-            memmove(&w[1], &w[0], i * sizeof(uint64_t));
-            w[0] = tag;
-            return 1;
-        }
-        if (w[i] == 0)
-            break; /* ways are kept compact: nothing valid after an empty one */
-    }
-    uint64_t last = w[a - 1];
-    memmove(&w[1], &w[0], (a - 1) * sizeof(uint64_t));
+    if (w[0] == tag)
+        return 1; /* MRU hit: the common case, nothing moves */
+    /* Shift ways down by one from the front until the tag (hit) or the end (miss); explicit
+     * loops because a libc memmove call costs more than moving at most 63 words. */
+    uint64_t carry = w[0];
     w[0] = tag;
-    if (last != 0) {
+    for (uint32_t i = 1; i < a; i++) {
+        uint64_t cur = w[i];
+        w[i] = carry;
+        if (cur == tag)
+            return 1;
+        if (cur == 0)
+            return 0; /* ways are kept compact: an empty way ends the valid ones */
+        carry = cur;
+    }
+    if (carry != 0) {
         *evicted = 1;
-        *victim = (last - 1) << c->line_shift;
+        *victim = (carry - 1) << c->line_shift;
     }
     return 0;
 }

@@ -14,6 +14,7 @@
  */
 #include "qemu_plugin_api.h"
 #include "marker.h"
+#include "fast_phys.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,11 @@ static uint64_t cap, used;
 static FILE *out;
 static int kernel_only;
 static uint64_t ignored_vcpu, io_accesses;
+/* Each vCPU's last line: consecutive accesses to one line skip the hash lookup. */
+static struct {
+    uint64_t line;
+    line_t *entry;
+} last[MAX_TRACKED_VCPUS];
 
 static line_t *lookup(uint64_t line)
 {
@@ -73,6 +79,8 @@ static void grow(void)
         }
     }
     free(old);
+    for (int v = 0; v < MAX_TRACKED_VCPUS; v++)
+        last[v].line = ~0ull; /* entries moved */
 }
 
 static void vcpu_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr, void *udata)
@@ -92,9 +100,17 @@ static void vcpu_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vad
         io_accesses++;
         return;
     }
-    if (used * 2 >= cap)
-        grow();
-    line_t *l = lookup(qemu_plugin_hwaddr_phys_addr(hw) >> LINE_SHIFT);
+    uint64_t ln = fast_phys(hw) >> LINE_SHIFT;
+    line_t *l;
+    if (last[vcpu].line == ln) {
+        l = last[vcpu].entry;
+    } else {
+        if (used * 2 >= cap)
+            grow();
+        l = lookup(ln);
+        last[vcpu].line = ln;
+        last[vcpu].entry = l;
+    }
     uint64_t bit = 1ull << vcpu;
     if (l->modes == 0 || (!user && !(l->modes & 1)))
         l->vaddr = vaddr; /* prefer a kernel address: that is what gets a symbol */
@@ -179,11 +195,11 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
         qsort(list, k, sizeof *list, by_transfers);
     fprintf(f, "sharing version=1 starts=%llu stops=%llu kernel_only=%d lines_kernel=%llu lines_user=%llu "
                "shared_kernel=%llu shared_user=%llu transfers_kernel=%llu transfers_user=%llu io_accesses=%llu "
-               "ignored_vcpu=%llu\n",
+               "ignored_vcpu=%llu fast_phys=%s\n",
             (unsigned long long)region.starts, (unsigned long long)region.stops, kernel_only,
             (unsigned long long)touched[0], (unsigned long long)touched[1], (unsigned long long)shared[0],
             (unsigned long long)shared[1], (unsigned long long)transfers[0], (unsigned long long)transfers[1],
-            (unsigned long long)io_accesses, (unsigned long long)ignored_vcpu);
+            (unsigned long long)io_accesses, (unsigned long long)ignored_vcpu, pa_cache_off ? "off" : "on");
     for (uint64_t i = 0; i < k; i++) {
         line_t *l = list[i];
         fprintf(f, "line pa=0x%llx vaddr=0x%llx pc=0x%llx mode=%s readers=0x%llx writers=0x%llx reads=%llu writes=%llu transfers=%llu\n",
@@ -217,6 +233,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     }
     region.nvcpus = info->system_emulation ? info->system.max_vcpus : 1;
     cap = 1 << 16;
+    for (int v = 0; v < MAX_TRACKED_VCPUS; v++)
+        last[v].line = ~0ull;
     table = calloc(cap, sizeof(line_t));
     if (!table)
         return -1;
