@@ -45,7 +45,7 @@ pub use per_core::PerCore;
 pub use reclaim::{Domain, Operation};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use seqlock::{ReadPath, SeqData, SeqLock};
-pub use slab::{HeapBackend, ObjectBackend, ObjectCache};
+pub use slab::{HeapBackend, ObjectBackend, ObjectCache, PageSlab, PageSource};
 pub use spin::{IrqTicketLock, TicketLock, TicketLockGuard};
 
 /// True when built with `--cfg loom` (the primitives then use loom's atomics); the loom

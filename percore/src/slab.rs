@@ -303,3 +303,118 @@ unsafe impl ObjectBackend for HeapBackend {
         unsafe { (obj.as_ptr().sub(core::mem::size_of::<usize>()) as *const usize).read() }
     }
 }
+
+/// Where a [`PageSlab`] gets its pages: the kernel's per-core (per-NUMA-node) page allocator.
+///
+/// # Safety
+/// `alloc_page` returns distinct, writable pages of `page_size()` bytes, aligned to
+/// `page_size()` (a power of two), that stay valid for the rest of the program (slab pages are
+/// never handed back).
+pub unsafe trait PageSource: Sync {
+    fn page_size(&self) -> usize;
+    /// A page near `core`, or `None` when out of memory.
+    fn alloc_page(&self, core: usize) -> Option<NonNull<u8>>;
+}
+
+/// Page header: the home core of every object carved from the page.
+#[repr(C)]
+struct PageHeader {
+    home: usize,
+}
+
+/// One core's slab state: objects freed back to it, and the page being carved.
+struct SlabCore {
+    free: *mut u8,
+    bump: usize,
+    end: usize,
+}
+
+// SAFETY: the pointers are free memory owned by the slab; any core holding the lock may use it.
+unsafe impl Send for SlabCore {}
+
+/// A slab backend for [`ObjectCache`] over pages: each core carves objects from its own pages,
+/// whose header names the home core, so `home()` is one load from the page start (Tornado's
+/// "extra check on each free to determine the home cluster"). Objects freed to the backend
+/// go on their home core's list and are reused before new pages are carved. This is what a
+/// kernel heap puts under one `ObjectCache` per size class.
+pub struct PageSlab<P: PageSource> {
+    source: P,
+    object: Layout,
+    first: usize,
+    cores: PerCore<TicketLock<SlabCore>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlabError {
+    /// The page size is not a power of two, or too small for the header and one object.
+    BadPage { page_size: usize },
+    /// Objects must hold a pointer at pointer alignment.
+    ObjectTooSmall { size: usize, align: usize },
+}
+
+impl<P: PageSource> PageSlab<P> {
+    pub fn new(source: P, object: Layout, cores: usize) -> Result<Self, SlabError> {
+        let page = source.page_size();
+        if object.size() < core::mem::size_of::<*mut u8>() || object.align() < core::mem::align_of::<*mut u8>() {
+            return Err(SlabError::ObjectTooSmall { size: object.size(), align: object.align() });
+        }
+        let object = object.pad_to_align();
+        let first = core::mem::size_of::<PageHeader>().next_multiple_of(object.align());
+        if !page.is_power_of_two() || first + object.size() > page || object.align() > page {
+            return Err(SlabError::BadPage { page_size: page });
+        }
+        Ok(Self {
+            source,
+            object,
+            first,
+            cores: PerCore::with_cores(cores, |_| TicketLock::new(SlabCore { free: ptr::null_mut(), bump: 0, end: 0 })),
+        })
+    }
+
+    pub fn source(&self) -> &P {
+        &self.source
+    }
+}
+
+// SAFETY: objects are carved from distinct page ranges (bump pointer under the core's lock) or
+// reused after `free`; each is `object` sized and aligned (pages are page-aligned and `first`
+// and the stride keep alignment); pages are never returned, so objects stay valid.
+unsafe impl<P: PageSource> ObjectBackend for PageSlab<P> {
+    fn layout(&self) -> Layout {
+        self.object
+    }
+
+    fn alloc(&self, core: usize) -> Option<NonNull<u8>> {
+        let slot = self.cores.slot_of(core);
+        let mut c = self.cores.on(slot).lock();
+        if let Some(p) = NonNull::new(c.free) {
+            // SAFETY: free objects hold the next link in their first word.
+            c.free = unsafe { (p.as_ptr() as *const *mut u8).read() };
+            return Some(p);
+        }
+        if c.bump + self.object.size() > c.end || c.bump == 0 {
+            let page = self.source.alloc_page(slot)?;
+            // SAFETY: a fresh page-aligned page of at least header + one object.
+            unsafe { (page.as_ptr() as *mut PageHeader).write(PageHeader { home: slot }) };
+            c.bump = page.as_ptr() as usize + self.first;
+            c.end = page.as_ptr() as usize + self.source.page_size();
+        }
+        let p = c.bump as *mut u8;
+        c.bump += self.object.size();
+        NonNull::new(p)
+    }
+
+    unsafe fn free(&self, obj: NonNull<u8>) {
+        let home = self.home(obj);
+        let mut c = self.cores.on(home).lock();
+        // SAFETY: the object is free and holds a pointer (checked at construction).
+        unsafe { (obj.as_ptr() as *mut *mut u8).write(c.free) };
+        c.free = obj.as_ptr();
+    }
+
+    fn home(&self, obj: NonNull<u8>) -> usize {
+        let page = obj.as_ptr() as usize & !(self.source.page_size() - 1);
+        // SAFETY: every object lives in a slab page whose header we wrote at its start.
+        unsafe { (*(page as *const PageHeader)).home }
+    }
+}
