@@ -20,6 +20,8 @@ pub struct BootInfo {
     cmdline_buf: [u8; CMDLINE_MAX],
     cmdline_len: usize,
     pub rsdp: Option<u64>,
+    /// The first boot module (the program archive), as a physical range.
+    pub module: Option<Region>,
 }
 
 impl BootInfo {
@@ -74,6 +76,7 @@ pub fn parse(protocol: u32, info_phys: u64) -> Result<BootInfo, &'static str> {
         cmdline_buf: [0; CMDLINE_MAX],
         cmdline_len: 0,
         rsdp: None,
+        module: None,
     };
     match protocol {
         BOOT_PVH => {
@@ -85,6 +88,15 @@ pub fn parse(protocol: u32, info_phys: u64) -> Result<BootInfo, &'static str> {
             let version: u32 = read_phys(info_phys + 4).ok_or("bad PVH start info")?;
             let cmdline: u64 = read_phys(info_phys + 24).ok_or("bad PVH start info")?;
             let rsdp: u64 = read_phys(info_phys + 32).ok_or("bad PVH start info")?;
+            let nr_modules: u32 = read_phys(info_phys + 12).ok_or("bad PVH start info")?;
+            let modlist: u64 = read_phys(info_phys + 16).ok_or("bad PVH start info")?;
+            if nr_modules > 0 && modlist != 0 {
+                let paddr: u64 = read_phys(modlist).ok_or("bad PVH module list")?;
+                let size: u64 = read_phys(modlist + 8).ok_or("bad PVH module list")?;
+                if size > 0 {
+                    bi.module = Some(Region { start: paddr, end: paddr.saturating_add(size) });
+                }
+            }
             if cmdline != 0 {
                 bi.set_cmdline_from_phys(cmdline);
             }
@@ -119,6 +131,13 @@ pub fn parse(protocol: u32, info_phys: u64) -> Result<BootInfo, &'static str> {
                 }
                 match ty {
                     1 => bi.set_cmdline_from_phys(tag + 8),
+                    3 if bi.module.is_none() => {
+                        let start: u32 = read_phys(tag + 8).ok_or("bad module tag")?;
+                        let end: u32 = read_phys(tag + 12).ok_or("bad module tag")?;
+                        if end > start {
+                            bi.module = Some(Region { start: start as u64, end: end as u64 });
+                        }
+                    }
                     6 => {
                         let esize: u32 = read_phys(tag + 8).ok_or("bad memory map tag")?;
                         if esize < 24 {

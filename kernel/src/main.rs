@@ -17,6 +17,12 @@ pub mod time;
 pub mod topology;
 
 mod tests;
+pub mod context;
+pub mod elf;
+pub mod init;
+pub mod initrd;
+pub mod kobj;
+pub mod syscall;
 
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
@@ -59,6 +65,14 @@ fn boot_failed(why: &str) -> ! {
     cpu::exit_qemu(false)
 }
 
+/// The boot processor's stack for system calls and interrupts from user mode.
+#[repr(C, align(4096))]
+struct EntryStack([u8; 64 * 1024]);
+struct BspEntry(UnsafeCell<EntryStack>);
+// SAFETY: used only as raw stack memory by the boot processor's CPU.
+unsafe impl Sync for BspEntry {}
+static BSP_ENTRY_STACK: BspEntry = BspEntry(UnsafeCell::new(EntryStack([0; 64 * 1024])));
+
 fn setup_bsp_area() -> &'static PerCpu {
     // SAFETY: single-threaded: we are the only core running, and this runs once.
     let area: &'static mut PerCpu = unsafe {
@@ -70,16 +84,23 @@ fn setup_bsp_area() -> &'static PerCpu {
     for i in 0..3 {
         area.tss.ist[i] = ist_base + ((i + 1) * arch::x86_64::gdt::IST_STACK_SIZE) as u64;
     }
+    let entry_top = BSP_ENTRY_STACK.0.get() as u64 + core::mem::size_of::<EntryStack>() as u64;
+    area.tss.rsp[0] = entry_top;
+    area.entry_stack_top.store(entry_top, Ordering::Relaxed);
     let area = percpu::publish(area);
     percpu::install(area);
     area
 }
 
-/// Usable RAM split by NUMA node: RAM minus the first MiB (trampoline, firmware) and the
-/// kernel image, clipped to the mapped physical window.
+/// Usable RAM split by NUMA node: RAM minus the first MiB (trampoline, firmware), the
+/// kernel image and the boot module, clipped to the mapped physical window.
 fn usable_ranges(bi: &bootinfo::BootInfo, acpi: &acpi::AcpiInfo, out: &mut [NodeRange; 256]) -> (usize, u64) {
-    let (kstart, kend) = mm::kernel_image_phys();
     let window_end: u64 = mm::mapped_phys_end();
+    let mut reserved = [mm::kernel_image_phys(), (0, 0)];
+    if let Some(m) = bi.module {
+        reserved[1] = (m.start & !4095, (m.end + 4095) & !4095);
+    }
+    reserved.sort();
     let mut n = 0;
     let mut dropped = 0u64;
     let mut push = |start: u64, end: u64, node: u32, n: &mut usize| {
@@ -91,21 +112,28 @@ fn usable_ranges(bi: &bootinfo::BootInfo, acpi: &acpi::AcpiInfo, out: &mut [Node
         }
     };
     for r in bi.ram() {
-        let mut pieces = [(r.start.max(1 << 20), r.end.min(window_end)); 2];
         if r.end > window_end {
             dropped += r.end - r.start.max(window_end);
         }
-        // Cut out the kernel image.
-        let (s, e) = pieces[0];
-        if kstart < e && kend > s {
-            pieces = [(s, kstart.max(s)), (kend.min(e), e)];
-        } else {
-            pieces[1] = (0, 0);
-        }
-        for (s, e) in pieces {
-            if e <= s {
+        // Subtract the reserved ranges (sorted) from [start, end).
+        let (mut cur, end) = (r.start.max(1 << 20), r.end.min(window_end));
+        let mut pieces = [(0u64, 0u64); 3];
+        let mut np = 0;
+        for &(rs, re) in &reserved {
+            if re <= rs || re <= cur || rs >= end {
                 continue;
             }
+            if rs > cur {
+                pieces[np] = (cur, rs);
+                np += 1;
+            }
+            cur = cur.max(re);
+        }
+        if cur < end {
+            pieces[np] = (cur, end);
+            np += 1;
+        }
+        for &(s, e) in &pieces[..np] {
             if !acpi.has_srat || acpi.mem_count == 0 {
                 push(s, e, 0, &mut n);
                 continue;
@@ -196,6 +224,9 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     if let Err(e) = mm::frame::init(&ranges[..nranges], acpi.node_count) {
         boot_failed(e);
     }
+    if let Some(m) = bi.module {
+        initrd::set(m.start, m.end - m.start);
+    }
     if dropped > 0 {
         kprintln!("mm: {} MiB above 4 GiB not used yet (the physical window maps 4 GiB)", dropped >> 20);
     }
@@ -257,7 +288,13 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
         let ok = ktest::run_all(bi.option("test").filter(|f| !f.is_empty()));
         cpu::exit_qemu(ok);
     }
-    kprintln!("kernel: boot complete; there is no shell yet, halting");
+    if let Some(name) = bi.option("init").filter(|n| !n.is_empty()) {
+        // Everything after `--` is the program's arguments.
+        let args = bi.cmdline().split_once(" -- ").map(|(_, a)| a).unwrap_or("");
+        let ok = init::run(name, args);
+        cpu::exit_qemu(ok);
+    }
+    kprintln!("kernel: boot complete; no init= program given, halting");
     cpu::exit_qemu(true)
 }
 

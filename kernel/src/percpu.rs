@@ -10,7 +10,7 @@ use crate::arch::x86_64::idt::Idt;
 use crate::mm::frame::FrameCache;
 use crate::mm::heap::SlabCaches;
 use crate::topology::CpuTopology;
-use percore::{CachePadded, MAX_CORES};
+use percore::{CachePadded, TicketLock, MAX_CORES};
 
 #[repr(C, align(128))]
 pub struct PerCpu {
@@ -18,6 +18,13 @@ pub struct PerCpu {
     self_ptr: *const PerCpu,
     /// Dense core index (0 = boot processor). Offset 8, read by `cpu_id()`.
     pub index: usize,
+    /// Offsets 16..48 are used by the system-call and user-entry assembly.
+    user_rsp_scratch: AtomicU64,
+    /// Top of the stack system calls and interrupts from user mode run on (= TSS.rsp0).
+    pub entry_stack_top: AtomicU64,
+    /// Non-zero: end the user context at the next return to user mode.
+    pub exit_requested: AtomicU64,
+    return_rsp: AtomicU64,
     pub apic_id: u32,
     pub node: u32,
     pub online: AtomicBool,
@@ -30,41 +37,73 @@ pub struct PerCpu {
     pub tss: Tss,
     pub idt: Idt,
     pub kernel_stack_top: u64,
+    /// The user context this core runs, if any (owner core only).
+    pub context: crate::context::ContextSlot,
+    /// A context handed to this core by `pcore_run`, waiting to start.
+    pub pending: TicketLock<Option<crate::context::Context>>,
+    /// Set while this core has a context (pending or running): `pcore_run` claims it.
+    pub busy: AtomicBool,
+    /// Exit code of the context that is ending.
+    pub exit_code: AtomicU64,
 }
 
-/// A single-slot mailbox: another core posts a job and sends a wake IPI. (The general
-/// multi-message active-message queue is the core-roles issue's work.)
+/// Jobs posted by other cores (a lock-free stack of poster-owned nodes) plus a wake IPI.
 pub struct Mailbox {
-    pub job: AtomicPtr<crate::smp::Job>,
+    pub head: AtomicPtr<crate::smp::JobNode>,
 }
 
+/// Per-core counters (NIX's measuring framework, Corey's fault and shootdown counts).
 #[derive(Default)]
 pub struct CpuStats {
     pub interrupts: AtomicU64,
     pub ipis_received: AtomicU64,
     pub timer_ticks: AtomicU64,
+    pub syscalls: AtomicU64,
+    pub soft_faults: AtomicU64,
+    pub cow_faults: AtomicU64,
+    pub tlb_flushes_local: AtomicU64,
+    pub shootdown_ipis_sent: AtomicU64,
+    pub shootdown_ipis_received: AtomicU64,
 }
 
 // SAFETY: fields mutated by several cores are atomics; the rest is written by the owner only.
 unsafe impl Sync for PerCpu {}
+
+// The assembly in arch/x86_64/{syscall,idt}.rs and `this()` depend on these offsets.
+const _: () = {
+    assert!(core::mem::offset_of!(PerCpu, self_ptr) == 0);
+    assert!(core::mem::offset_of!(PerCpu, index) == 8);
+    assert!(core::mem::offset_of!(PerCpu, user_rsp_scratch) == 16);
+    assert!(core::mem::offset_of!(PerCpu, entry_stack_top) == 24);
+    assert!(core::mem::offset_of!(PerCpu, exit_requested) == 32);
+    assert!(core::mem::offset_of!(PerCpu, return_rsp) == 40);
+};
 
 impl PerCpu {
     pub fn new(index: usize, apic_id: u32, node: u32) -> Self {
         Self {
             self_ptr: core::ptr::null(),
             index,
+            user_rsp_scratch: AtomicU64::new(0),
+            entry_stack_top: AtomicU64::new(0),
+            exit_requested: AtomicU64::new(0),
+            return_rsp: AtomicU64::new(0),
             apic_id,
             node,
             online: AtomicBool::new(false),
             topology: CpuTopology::default(),
             frame_cache: FrameCache::new(),
             slabs: SlabCaches::new(),
-            mailbox: CachePadded::new(Mailbox { job: AtomicPtr::new(core::ptr::null_mut()) }),
+            mailbox: CachePadded::new(Mailbox { head: AtomicPtr::new(core::ptr::null_mut()) }),
             stats: CachePadded::new(CpuStats::default()),
             gdt: Gdt::empty(),
             tss: Tss::default(),
             idt: Idt::empty(),
             kernel_stack_top: 0,
+            context: crate::context::ContextSlot::new(),
+            pending: TicketLock::new(None),
+            busy: AtomicBool::new(false),
+            exit_code: AtomicU64::new(0),
         }
     }
 }

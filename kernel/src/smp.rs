@@ -6,6 +6,7 @@ use crate::arch::x86_64::{apic, boot, cpu, gdt};
 use crate::mm::{frame, phys_to_virt, PAGE_SIZE};
 use crate::percpu::{self, PerCpu};
 use crate::{kprintln, time};
+use percore::MAX_CORES;
 
 /// Kernel stack per core: 64 KiB.
 const STACK_ORDER: usize = 4;
@@ -19,30 +20,47 @@ pub struct Job {
     pending: AtomicUsize,
 }
 
+/// One target's link in its mailbox (a lock-free multi-producer stack drained by its owner).
+pub struct JobNode {
+    next: *mut JobNode,
+    job: *const Job,
+}
+
 /// Run `f(core_index)` on every online core (this one included) and wait for all of them.
 pub fn run_on_all(f: &(dyn Fn(usize) + Sync)) {
-    let me = percpu::this().index;
     let cores = percpu::online_count();
-    run_on(f, (0..cores).filter(|&c| c != me), true);
+    run_on(f, 0..cores, true);
 }
 
 /// Run `f` on each core in `targets` (and on this core too if `include_self`), then wait.
+/// Targets run it from their wake-IPI handler (or their idle loop), so it must be short and
+/// must not take locks an interrupted thread of that core could hold. While waiting we
+/// serve our own mailbox, so two cores posting to each other cannot deadlock.
 pub fn run_on(f: &(dyn Fn(usize) + Sync), targets: impl Iterator<Item = usize> + Clone, include_self: bool) {
     let me = percpu::this();
     // SAFETY: the lifetime is erased only for the duration of this call: we wait for every
     // target to finish (pending == 0) before returning, so `f` outlives every use.
     let run: *const (dyn Fn(usize) + Sync) = unsafe { core::mem::transmute(f as *const (dyn Fn(usize) + Sync + '_)) };
     let job = Job { run, pending: AtomicUsize::new(0) };
+    let mut nodes = [const { JobNode { next: core::ptr::null_mut(), job: core::ptr::null() } }; MAX_CORES];
     for t in targets.clone() {
-        if t == me.index {
+        if t == me.index || t >= MAX_CORES {
             continue;
         }
         let Some(target) = percpu::get(t).filter(|c| c.online.load(Ordering::Acquire)) else { continue };
         job.pending.fetch_add(1, Ordering::AcqRel);
-        let slot = &target.mailbox.job;
-        let jp = &job as *const Job as *mut Job;
-        while slot.compare_exchange(core::ptr::null_mut(), jp, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            core::hint::spin_loop();
+        let node = &mut nodes[t] as *mut JobNode;
+        // SAFETY: node is ours until the target takes it; we publish it with the CAS.
+        unsafe { (*node).job = &job };
+        let head = &target.mailbox.head;
+        let mut cur = head.load(Ordering::Acquire);
+        loop {
+            // SAFETY: as above.
+            unsafe { (*node).next = cur };
+            match head.compare_exchange_weak(cur, node, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
         }
         apic::send_ipi(target.apic_id, apic::VECTOR_WAKE);
     }
@@ -50,26 +68,32 @@ pub fn run_on(f: &(dyn Fn(usize) + Sync), targets: impl Iterator<Item = usize> +
         f(me.index);
     }
     while job.pending.load(Ordering::Acquire) != 0 {
+        run_mailbox(me);
         core::hint::spin_loop();
     }
 }
 
-/// Take and run a posted job, if any. Returns true if one ran.
-fn run_mailbox(area: &PerCpu) -> bool {
-    let j = area.mailbox.job.swap(core::ptr::null_mut(), Ordering::AcqRel);
-    if j.is_null() {
-        return false;
+/// Run every job posted to this core. Returns true if any ran.
+pub fn run_mailbox(area: &PerCpu) -> bool {
+    let mut n = area.mailbox.head.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    let any = !n.is_null();
+    while !n.is_null() {
+        // SAFETY: the poster keeps the node, the Job and the function alive until we
+        // decrement pending; we read `next` before that.
+        unsafe {
+            let next = (*n).next;
+            let job = (*n).job;
+            let f = &*(*job).run;
+            f(area.index);
+            (*job).pending.fetch_sub(1, Ordering::AcqRel);
+            n = next;
+        }
     }
-    // SAFETY: the poster keeps the Job and the function alive until we decrement pending.
-    unsafe {
-        let f = &*(*j).run;
-        f(area.index);
-        (*j).pending.fetch_sub(1, Ordering::AcqRel);
-    }
-    true
+    any
 }
 
-/// The idle loop of every application processor: sleep until a job arrives.
+/// The idle loop of every core without a user context: run posted jobs, start a context
+/// when one is handed to this core, otherwise sleep until an interrupt.
 pub fn idle_loop() -> ! {
     let area = percpu::this();
     loop {
@@ -77,7 +101,10 @@ pub fn idle_loop() -> ! {
         if run_mailbox(area) {
             continue;
         }
-        // Atomic with respect to the wake IPI: a job posted after the check above raises an
+        if crate::context::run_pending() {
+            continue;
+        }
+        // Atomic with respect to the wake IPI: a job posted after the checks above raises an
         // interrupt that ends the halt immediately.
         cpu::enable_and_halt();
     }
@@ -87,6 +114,7 @@ fn wake_handler(_f: &mut crate::arch::x86_64::idt::TrapFrame) {
     let area = percpu::this();
     area.stats.ipis_received.fetch_add(1, Ordering::Relaxed);
     apic::eoi();
+    run_mailbox(area);
 }
 
 pub fn register_handlers() {
@@ -107,6 +135,7 @@ pub fn prepare_area(index: usize, apic_id: u32, node: u32) -> Option<&'static Pe
     let order = (size.div_ceil(PAGE_SIZE)).next_power_of_two().trailing_zeros() as usize;
     let pa = alloc_zeroed(order, node)?;
     let stack = alloc_zeroed(STACK_ORDER, node)?;
+    let entry_stack = alloc_zeroed(STACK_ORDER, node)?;
     let ist: [u64; 3] = [alloc_zeroed(IST_ORDER, node)?, alloc_zeroed(IST_ORDER, node)?, alloc_zeroed(IST_ORDER, node)?];
     let ptr = phys_to_virt(pa) as *mut PerCpu;
     // SAFETY: the frames are ours, large enough for a PerCpu, and page-aligned (>= 128).
@@ -118,7 +147,9 @@ pub fn prepare_area(index: usize, apic_id: u32, node: u32) -> Option<&'static Pe
     for (i, s) in ist.iter().enumerate() {
         area.tss.ist[i] = phys_to_virt(*s) + (PAGE_SIZE << IST_ORDER);
     }
-    area.tss.rsp[0] = area.kernel_stack_top;
+    let entry_top = phys_to_virt(entry_stack) + (PAGE_SIZE << STACK_ORDER);
+    area.tss.rsp[0] = entry_top;
+    area.entry_stack_top.store(entry_top, Ordering::Relaxed);
     Some(percpu::publish(area))
 }
 
@@ -128,6 +159,7 @@ pub fn init_this_core(area: &'static PerCpu) {
     let (g, t, i) = percpu::tables_of(area);
     gdt::load(g, t);
     crate::arch::x86_64::idt::load(i);
+    crate::arch::x86_64::syscall::init_core();
     apic::init_local();
     let topo = crate::topology::detect(apic::id(), area.node);
     percpu::set_topology(area, topo);

@@ -21,7 +21,7 @@ pub fn ensure_ovmf() -> Result<(), String> {
 fn grub_cfg(cmdline: &str) -> String {
     // GRUB's own menu stays on the screen; the kernel owns the serial console.
     format!(
-        "set timeout=0\nset default=0\n\nmenuentry \"manycore\" {{\n    multiboot2 /boot/kernel.elf {}\n    boot\n}}\n",
+        "set timeout=0\nset default=0\n\nmenuentry \"manycore\" {{\n    multiboot2 /boot/kernel.elf {}\n    module2 /boot/initrd.cpio\n    boot\n}}\n",
         cmdline.replace(['"', '\n', ';'], " ")
     )
 }
@@ -35,6 +35,8 @@ pub fn build_iso_with(out: &Path, cmdline: &str) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&stage);
     std::fs::create_dir_all(stage.join("boot/grub")).map_err(|e| format!("cannot create {}: {e}", stage.display()))?;
     std::fs::copy(&kernel, stage.join("boot/kernel.elf")).map_err(|e| format!("cannot copy the kernel: {e}"))?;
+    let initrd = crate::user::build_initrd()?;
+    std::fs::copy(&initrd, stage.join("boot/initrd.cpio")).map_err(|e| format!("cannot copy the program archive: {e}"))?;
     std::fs::write(stage.join("boot/grub/grub.cfg"), grub_cfg(cmdline)).map_err(|e| format!("cannot write grub.cfg: {e}"))?;
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;

@@ -11,6 +11,7 @@ mod percore_tasks;
 mod plugins;
 mod qemu;
 mod test;
+mod user;
 
 use std::process::ExitCode;
 

@@ -30,6 +30,8 @@ pub struct VmConfig {
     /// QEMU machine type and options (default `q35`).
     pub machine: String,
     pub medium: Option<BootMedium>,
+    /// The program archive, passed as the boot module (`-initrd`) with `-kernel`.
+    pub initrd: Option<PathBuf>,
     pub timeout: Option<Duration>,
     /// Extra raw QEMU arguments (plugins, tracing).
     pub extra: Vec<String>,
@@ -45,6 +47,7 @@ impl Default for VmConfig {
             cpu: "max".into(),
             machine: "q35".into(),
             medium: None,
+            initrd: None,
             timeout: None,
             extra: Vec::new(),
         }
@@ -179,6 +182,10 @@ impl VmConfig {
             Some(BootMedium::Kernel(path)) => {
                 push("-kernel");
                 push(&path.display().to_string());
+                if let Some(initrd) = &self.initrd {
+                    push("-initrd");
+                    push(&initrd.display().to_string());
+                }
                 if !self.cmdline.is_empty() {
                     push("-append");
                     push(&self.cmdline);
@@ -323,7 +330,10 @@ pub fn run_command(args: &[String]) -> Result<(), String> {
         return Err(format!("run: unknown option `{unknown}`; try `cargo xtask help`"));
     }
     match cfg.medium {
-        None => cfg.medium = Some(BootMedium::Kernel(crate::env::build_kernel()?)),
+        None => {
+            cfg.medium = Some(BootMedium::Kernel(crate::env::build_kernel()?));
+            cfg.initrd = Some(crate::user::build_initrd()?);
+        }
         Some(BootMedium::Iso { ref path, uefi }) => {
             crate::iso::build_iso_with(path, &cfg.cmdline)?;
             if uefi {

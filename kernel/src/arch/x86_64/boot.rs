@@ -363,8 +363,9 @@ pub fn boot_pml4_phys() -> u64 {
 
 /// The EFER bits the BSP enabled beyond LME (NXE when the CPU has it).
 pub fn efer_extra() -> u32 {
-    // SAFETY: written once by the 32-bit entry before any Rust code ran.
-    unsafe { core::ptr::read_volatile(&boot_efer_extra) }
+    // SAFETY: written once by the 32-bit entry before any Rust code ran. .boot is linked at its
+    // physical address, and the identity map is gone after boot: read through the window.
+    unsafe { core::ptr::read_volatile(crate::mm::phys_to_virt(&boot_efer_extra as *const u32 as u64) as *const u32) }
 }
 
 /// Drop the identity mapping of the low 4 GiB (PML4 entry 0) once every core runs in the

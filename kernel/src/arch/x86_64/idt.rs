@@ -37,6 +37,9 @@ trap_common:
     call trap_dispatch
     testb $3, 18*8(%rsp)
     jz 2f
+    /* Back to user mode, unless the context was told to end (halt, fatal fault). */
+    cmpq $0, %gs:32
+    jne return_to_kernel
     swapgs
 2:  pop %r15
     pop %r14
@@ -215,6 +218,9 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
             crate::kprintln!("trap: unexpected interrupt vector {v}");
             super::apic::eoi();
         }
+        return;
+    }
+    if crate::context::handle_exception(frame) {
         return;
     }
     let hook = EXCEPTION_HOOK.load(Ordering::Acquire);

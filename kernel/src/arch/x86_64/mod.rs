@@ -6,4 +6,6 @@ pub mod boot;
 pub mod cpu;
 pub mod gdt;
 pub mod idt;
+pub mod paging;
 pub mod serial;
+pub mod syscall;

@@ -48,6 +48,20 @@ pub fn try_read() -> Option<u8> {
     }
 }
 
+/// Write bytes as one unit, translating `\n` to `\r\n`.
+pub fn write_bytes_locked(bytes: &[u8]) {
+    let _g = LOCK.lock_irqsave();
+    write_bytes(bytes);
+}
+
+/// Write bytes as one unit, untranslated.
+pub fn write_raw_locked(bytes: &[u8]) {
+    let _g = LOCK.lock_irqsave();
+    for &b in bytes {
+        put(b);
+    }
+}
+
 impl core::fmt::Write for Serial {
     fn write_str(&mut self, s: &str) -> core::fmt::Result {
         write_bytes(s.as_bytes());

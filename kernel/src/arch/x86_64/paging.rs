@@ -1,0 +1,81 @@
+//! Page-table pages and entries. Address ranges (kernel/src/kobj/ar.rs) own table pages and
+//! use these helpers to read and write entries through the physical window.
+
+use crate::mm::{frame, phys_to_virt, PAGE_SIZE};
+
+pub const PTE_PRESENT: u64 = 1 << 0;
+pub const PTE_WRITE: u64 = 1 << 1;
+pub const PTE_USER: u64 = 1 << 2;
+pub const PTE_ACCESSED: u64 = 1 << 5;
+pub const PTE_DIRTY: u64 = 1 << 6;
+pub const PTE_HUGE: u64 = 1 << 7;
+pub const PTE_NX: u64 = 1 << 63;
+pub const PTE_ADDR_MASK: u64 = 0x000F_FFFF_FFFF_F000;
+
+/// Flags for a table entry pointing at a lower-level user table: permissions are enforced
+/// at the leaf, so intermediate entries allow everything.
+pub const TABLE_FLAGS: u64 = PTE_PRESENT | PTE_WRITE | PTE_USER;
+
+/// Level of a table: 4 = PML4, 3 = PDPT, 2 = page directory, 1 = page table.
+pub fn index(level: u32, rel: u64) -> usize {
+    ((rel >> (12 + 9 * (level - 1))) & 511) as usize
+}
+
+/// Bytes covered by one entry of a table at `level`.
+pub fn entry_span(level: u32) -> u64 {
+    PAGE_SIZE << (9 * (level - 1))
+}
+
+fn table(pa: u64) -> *mut u64 {
+    phys_to_virt(pa) as *mut u64
+}
+
+pub fn read_entry(table_pa: u64, idx: usize) -> u64 {
+    debug_assert!(idx < 512);
+    // SAFETY: table_pa is a page-table page owned by an address range (or the boot PML4); it
+    // is mapped in the physical window and idx < 512 stays inside it.
+    unsafe { table(table_pa).add(idx).read_volatile() }
+}
+
+pub fn write_entry(table_pa: u64, idx: usize, value: u64) {
+    debug_assert!(idx < 512);
+    // SAFETY: as for read_entry; the caller holds the owning range's lock.
+    unsafe { table(table_pa).add(idx).write_volatile(value) }
+}
+
+/// A zeroed page-table page, preferably from `node`.
+pub fn alloc_table() -> Option<u64> {
+    let pa = frame::alloc_page()?;
+    // SAFETY: a page we just allocated.
+    unsafe { core::ptr::write_bytes(table(pa), 0, 512) };
+    Some(pa)
+}
+
+pub fn free_table(pa: u64) {
+    frame::free_page(pa);
+}
+
+/// Copy the kernel half (entries 256..512) of the boot PML4 into a new root table.
+pub fn copy_kernel_half(root_pa: u64) {
+    let boot = super::boot::boot_pml4_phys();
+    for i in 256..512 {
+        write_entry(root_pa, i, read_entry(boot, i));
+    }
+}
+
+#[inline]
+pub fn invlpg(va: u64) {
+    // SAFETY: invalidating a TLB entry has no memory-safety effect.
+    unsafe { core::arch::asm!("invlpg [{}]", in(reg) va, options(nostack, preserves_flags)) }
+}
+
+/// Switch this core to the page tables rooted at `pml4_pa`.
+pub fn load_root(pml4_pa: u64) {
+    // SAFETY: the root's kernel half is a copy of the boot PML4, so the kernel stays mapped.
+    unsafe { core::arch::asm!("mov cr3, {}", in(reg) pml4_pa, options(nostack, preserves_flags)) }
+}
+
+/// The kernel's own root (used by idle cores and while a context's root is torn down).
+pub fn load_kernel_root() {
+    load_root(super::boot::boot_pml4_phys());
+}

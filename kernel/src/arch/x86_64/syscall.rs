@@ -1,0 +1,255 @@
+//! Ring 3: `syscall`/`sysret` entry, entering and leaving a user context, and copying to and
+//! from user memory without ever faulting the kernel.
+//!
+//! Per-CPU fields used from assembly (offsets fixed in `percpu.rs`):
+//! `gs:16` user rsp scratch, `gs:24` top of this core's user-entry stack (also TSS.rsp0),
+//! `gs:32` exit-requested flag, `gs:40` kernel rsp to return to when the context ends.
+
+use core::arch::global_asm;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use super::cpu::{self, rdmsr, wrmsr, MSR_EFER};
+use super::gdt::{KERNEL_CS, USER_BASE};
+
+const MSR_STAR: u32 = 0xC000_0081;
+const MSR_LSTAR: u32 = 0xC000_0082;
+const MSR_SFMASK: u32 = 0xC000_0084;
+
+/// Whether SMAP is on (then user accesses are bracketed by stac/clac).
+#[no_mangle]
+static SMAP_ENABLED: AtomicBool = AtomicBool::new(false);
+static SMEP_ENABLED: AtomicBool = AtomicBool::new(false);
+
+global_asm!(
+    r#"
+    .section .text.syscall_entry, "ax"
+    .global syscall_entry
+syscall_entry:
+    swapgs
+    mov %rsp, %gs:16
+    mov %gs:24, %rsp
+    pushq %gs:16
+    push %r11
+    push %rcx
+    push %rax
+    push %rdi
+    push %rsi
+    push %rdx
+    push %r10
+    push %r8
+    push %r9
+    mov %rsp, %rdi
+    sti
+    call syscall_dispatch
+    cli
+    cmpq $0, %gs:32
+    jne return_to_kernel
+    pop %r9
+    pop %r8
+    pop %r10
+    pop %rdx
+    pop %rsi
+    pop %rdi
+    pop %rax
+    pop %rcx
+    pop %r11
+    pop %rsp
+    swapgs
+    sysretq
+
+    /* enter_user_mode(rip, rsp, a0, a1, a2): returns when the context ends. */
+    .global enter_user_mode
+enter_user_mode:
+    push %rbx
+    push %rbp
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    cli
+    mov %rsp, %gs:40
+    pushq $0x23
+    push %rsi
+    pushq $0x202
+    pushq $0x2B
+    push %rdi
+    mov %rdx, %rdi
+    mov %rcx, %rsi
+    mov %r8, %rdx
+    xor %eax, %eax
+    xor %ebx, %ebx
+    xor %ecx, %ecx
+    xor %ebp, %ebp
+    xor %r8d, %r8d
+    xor %r9d, %r9d
+    xor %r10d, %r10d
+    xor %r11d, %r11d
+    xor %r12d, %r12d
+    xor %r13d, %r13d
+    xor %r14d, %r14d
+    xor %r15d, %r15d
+    swapgs
+    iretq
+
+    /* Abandon the user context: back to the stack saved by enter_user_mode. Interrupts
+       off, kernel GS active. Everything on the entry stack is dead by now (the Rust
+       frames that ran on it have returned). */
+    .global return_to_kernel
+return_to_kernel:
+    cli
+    movq $0, %gs:32
+    mov %gs:40, %rsp
+    pop %r15
+    pop %r14
+    pop %r13
+    pop %r12
+    pop %rbp
+    pop %rbx
+    ret
+
+    /* uaccess_copy(dst, src, len) -> 0, or 1 if a user page could not be made present. */
+    .global uaccess_copy
+uaccess_copy:
+    mov %rdx, %rcx
+    cmpb $0, SMAP_ENABLED(%rip)
+    je 1f
+    stac
+1:
+    .global uaccess_copy_insn
+uaccess_copy_insn:
+    rep movsb
+    cmpb $0, SMAP_ENABLED(%rip)
+    je 2f
+    clac
+2:  xor %eax, %eax
+    ret
+    .global uaccess_fixup
+uaccess_fixup:
+    cmpb $0, SMAP_ENABLED(%rip)
+    je 3f
+    clac
+3:  mov $1, %eax
+    ret
+"#,
+    options(att_syntax)
+);
+
+extern "C" {
+    fn syscall_entry();
+    fn enter_user_mode(rip: u64, rsp: u64, a0: u64, a1: u64, a2: u64);
+    fn uaccess_copy(dst: *mut u8, src: *const u8, len: usize) -> u64;
+    fn uaccess_copy_insn();
+    fn uaccess_fixup();
+}
+
+/// Per-core: syscall MSRs, SMEP and SMAP where the CPU has them.
+pub fn init_core() {
+    wrmsr(MSR_EFER, rdmsr(MSR_EFER) | 1); // SCE
+    wrmsr(MSR_STAR, ((USER_BASE as u64) << 48) | ((KERNEL_CS as u64) << 32));
+    wrmsr(MSR_LSTAR, syscall_entry as *const () as u64);
+    // Clear TF, IF, DF, NT and AC on entry.
+    wrmsr(MSR_SFMASK, 0x100 | 0x200 | 0x400 | 0x4000 | 0x4_0000);
+    let leaf7 = cpu::cpuid(7, 0);
+    let mut cr4 = cpu::read_cr4();
+    if leaf7.ebx & (1 << 7) != 0 {
+        cr4 |= 1 << 20;
+        SMEP_ENABLED.store(true, Ordering::Relaxed);
+    }
+    if leaf7.ebx & (1 << 20) != 0 {
+        cr4 |= 1 << 21;
+        SMAP_ENABLED.store(true, Ordering::Relaxed);
+    }
+    cpu::write_cr4(cr4);
+}
+
+pub fn smep_smap() -> (bool, bool) {
+    (SMEP_ENABLED.load(Ordering::Relaxed), SMAP_ENABLED.load(Ordering::Relaxed))
+}
+
+/// Registers saved by `syscall_entry`, lowest address first.
+#[repr(C)]
+#[derive(Debug)]
+pub struct SyscallFrame {
+    pub r9: u64,
+    pub r8: u64,
+    pub r10: u64,
+    pub rdx: u64,
+    pub rsi: u64,
+    pub rdi: u64,
+    /// Call number on entry; the result on return.
+    pub rax: u64,
+    pub rip: u64,
+    pub rflags: u64,
+    pub rsp: u64,
+}
+
+/// Run user code at `rip` with stack `rsp` and `rdi, rsi, rdx = args` on this core until the
+/// context ends (`request_exit` followed by a return to user mode).
+pub fn run_user(rip: u64, rsp: u64, args: [u64; 3]) {
+    // SAFETY: the caller installed a root address range with the user mapping and set this
+    // core's entry stack; enter_user_mode saves our callee-saved registers and comes back
+    // here through return_to_kernel.
+    unsafe { enter_user_mode(rip, rsp, args[0], args[1], args[2]) }
+}
+
+fn user_range_ok(addr: u64, len: usize) -> bool {
+    match addr.checked_add(len as u64) {
+        Some(end) => addr >= abi::USER_BASE && end <= abi::USER_END,
+        None => false,
+    }
+}
+
+/// Copy `dst.len()` bytes from user address `src`. Pages are faulted in as the context's
+/// mappings allow; anything else is `BadAddress`, never a kernel fault.
+pub fn copy_from_user(dst: &mut [u8], src: u64) -> Result<(), abi::Error> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    if !user_range_ok(src, dst.len()) {
+        return Err(abi::Error::BadAddress);
+    }
+    // SAFETY: dst is a valid kernel buffer; src was checked to lie in the user half, and any
+    // fault on it is resolved or turned into a return of 1 by the page-fault handler.
+    match unsafe { uaccess_copy(dst.as_mut_ptr(), src as *const u8, dst.len()) } {
+        0 => Ok(()),
+        _ => Err(abi::Error::BadAddress),
+    }
+}
+
+/// Copy `src` to user address `dst` (see `copy_from_user`).
+pub fn copy_to_user(dst: u64, src: &[u8]) -> Result<(), abi::Error> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    if !user_range_ok(dst, src.len()) {
+        return Err(abi::Error::BadAddress);
+    }
+    // SAFETY: as for copy_from_user, with the roles swapped.
+    match unsafe { uaccess_copy(dst as *mut u8, src.as_ptr(), src.len()) } {
+        0 => Ok(()),
+        _ => Err(abi::Error::BadAddress),
+    }
+}
+
+/// Read a plain-data value from user memory.
+pub fn read_user<T: Copy + Default>(addr: u64) -> Result<T, abi::Error> {
+    let mut v = T::default();
+    // SAFETY: T is plain data (Copy + Default, only repr(C) ABI structs and integers are used
+    // here); viewing it as bytes to fill it is sound for such types.
+    let bytes = unsafe { core::slice::from_raw_parts_mut(&mut v as *mut T as *mut u8, core::mem::size_of::<T>()) };
+    copy_from_user(bytes, addr)?;
+    Ok(v)
+}
+
+/// Write a plain-data value to user memory.
+pub fn write_user<T: Copy>(addr: u64, v: &T) -> Result<(), abi::Error> {
+    // SAFETY: reading the bytes of a Copy repr(C) value.
+    let bytes = unsafe { core::slice::from_raw_parts(v as *const T as *const u8, core::mem::size_of::<T>()) };
+    copy_to_user(addr, bytes)
+}
+
+/// If a kernel-mode fault happened inside `uaccess_copy`, the address where the copy
+/// resumes with the failure result.
+pub fn uaccess_fixup_for(rip: u64) -> Option<u64> {
+    (rip == uaccess_copy_insn as *const () as u64).then_some(uaccess_fixup as *const () as u64)
+}

@@ -1,0 +1,241 @@
+//! User contexts: what a pcore runs. One context per core (Corey's default, NIX's XC role):
+//! a root share, the share set, a root address range and the pcore object. A context starts
+//! when `pcore_run` hands it to an idle core and ends when it halts or takes a fatal fault;
+//! then its references are dropped, which frees whatever nothing else holds.
+
+use alloc::vec::Vec;
+use core::cell::UnsafeCell;
+use core::sync::atomic::Ordering;
+
+use crate::arch::x86_64::idt::TrapFrame;
+use crate::arch::x86_64::{apic, cpu, paging, syscall};
+use crate::kobj::{ar, ObjRef};
+use crate::percpu::{self, PerCpu};
+use abi::{Error, EXIT_FAULT_BASE, PCORE_HALTED, PCORE_RUNNING};
+
+pub struct Context {
+    pub root_share: ObjRef,
+    /// Shares given at `pcore_run` (the root share is not in here).
+    pub shares: Vec<ObjRef>,
+    pub root_ar: ObjRef,
+    pub pcore: ObjRef,
+    pub rip: u64,
+    pub rsp: u64,
+    pub args: [u64; 3],
+}
+
+/// The running context of a core. Only its own core touches it, never from an interrupt
+/// handler except through `exit_requested` (an atomic).
+pub struct ContextSlot(UnsafeCell<Option<Context>>);
+
+// SAFETY: owner-core-only access, as documented above.
+unsafe impl Sync for ContextSlot {}
+
+impl ContextSlot {
+    pub const fn new() -> Self {
+        ContextSlot(UnsafeCell::new(None))
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.get().is_some()
+    }
+
+    fn get(&self) -> Option<&Context> {
+        // SAFETY: only the owning core calls this (through `percpu::this()`), and no &mut to
+        // the slot is alive while system calls run (it is set before entering user mode and
+        // taken after leaving it).
+        unsafe { (*self.0.get()).as_ref() }
+    }
+
+    fn get_mut(&self) -> Option<&mut Context> {
+        // SAFETY: as for get; callers keep the reference only within one system call step.
+        unsafe { (*self.0.get()).as_mut() }
+    }
+
+    fn set(&self, c: Option<Context>) -> Option<Context> {
+        // SAFETY: as for get; called only outside user mode.
+        unsafe { core::mem::replace(&mut *self.0.get(), c) }
+    }
+}
+
+/// Run `f` on the calling core's context (system calls only).
+pub fn with_current<R>(f: impl FnOnce(&Context) -> R) -> Result<R, Error> {
+    percpu::this().context.get().map(f).ok_or(Error::NotPermitted)
+}
+
+/// Mutable access for the few calls that change the share set.
+pub fn with_current_mut<R>(f: impl FnOnce(&mut Context) -> R) -> Result<R, Error> {
+    percpu::this().context.get_mut().map(f).ok_or(Error::NotPermitted)
+}
+
+/// End the calling core's context when it next returns to user mode.
+pub fn request_exit(code: u64) {
+    let area = percpu::this();
+    area.exit_code.store(code, Ordering::Relaxed);
+    area.exit_requested.store(1, Ordering::Release);
+}
+
+/// Hand `ctx` to core `core`, which must be online and idle.
+pub fn start_on(core: usize, ctx: Context) -> Result<(), Error> {
+    let target = percpu::get(core).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
+    if target.busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return Err(Error::Busy);
+    }
+    *target.pending.lock_irqsave() = Some(ctx);
+    if core != percore::cpu_id() {
+        apic::send_ipi(target.apic_id, apic::VECTOR_WAKE);
+    }
+    Ok(())
+}
+
+/// From the idle loop (interrupts off): start a context handed to this core, if any, and
+/// run it to its end. Returns true if one ran.
+pub fn run_pending() -> bool {
+    let area = percpu::this();
+    let Some(ctx) = area.pending.lock_irqsave().take() else { return false };
+    run_context(area, ctx);
+    true
+}
+
+/// Run a context on this core until it ends, then release it. Returns the exit code.
+pub fn run_context(area: &PerCpu, ctx: Context) -> u64 {
+    let me = area.index;
+    if let Ok(p) = ctx.pcore.as_pcore() {
+        p.state.store(PCORE_RUNNING, Ordering::Release);
+        p.runs.fetch_add(1, Ordering::Relaxed);
+        let hz = p.interval_hz.load(Ordering::Relaxed);
+        if hz > 0 {
+            apic::timer_periodic_us(1_000_000 / hz);
+        }
+    }
+    let Ok(root) = ctx.root_ar.as_ar() else {
+        finish(area, ctx, EXIT_FAULT_BASE);
+        return EXIT_FAULT_BASE;
+    };
+    root.running.insert(me);
+    paging::load_root(root.table);
+    let (rip, rsp, args) = (ctx.rip, ctx.rsp, ctx.args);
+    area.exit_code.store(0, Ordering::Relaxed);
+    area.exit_requested.store(0, Ordering::Relaxed);
+    area.context.set(Some(ctx));
+    syscall::run_user(rip, rsp, args);
+    // Back in the kernel, interrupts off, the context has ended.
+    apic::timer_periodic_us(0);
+    paging::load_kernel_root();
+    let ctx = area.context.set(None);
+    let code = area.exit_code.load(Ordering::Relaxed);
+    if let Some(ctx) = ctx {
+        if let Ok(root) = ctx.root_ar.as_ar() {
+            root.running.remove(me);
+        }
+        finish(area, ctx, code);
+    }
+    code
+}
+
+fn finish(area: &PerCpu, ctx: Context, code: u64) {
+    if let Ok(p) = ctx.pcore.as_pcore() {
+        p.exit_code.store(code, Ordering::Release);
+        p.state.store(PCORE_HALTED, Ordering::Release);
+    }
+    // Dropping the context may free ranges, segments and shares: allow interrupts meanwhile
+    // so TLB shootdowns from other cores are not held up.
+    cpu::enable_interrupts();
+    drop(ctx);
+    cpu::disable_interrupts();
+    area.busy.store(false, Ordering::Release);
+}
+
+/// Ask core `core` to end its context if it is running pcore `pcore_key` (or still has it
+/// pending). Waits until the request has been delivered, not until the context is gone.
+pub fn halt_remote(core: usize, pcore_key: usize, code: u64) {
+    crate::smp::run_on(
+        &|_| {
+            let area = percpu::this();
+            if area.context.get().is_some_and(|c| c.pcore.key() == pcore_key) {
+                request_exit(code);
+                return;
+            }
+            let mut pending = area.pending.lock_irqsave();
+            if pending.as_ref().is_some_and(|c| c.pcore.key() == pcore_key) {
+                let ctx = pending.take();
+                drop(pending);
+                if let Some(ctx) = ctx {
+                    if let Ok(p) = ctx.pcore.as_pcore() {
+                        p.exit_code.store(code, Ordering::Release);
+                        p.state.store(PCORE_HALTED, Ordering::Release);
+                    }
+                    drop(ctx);
+                    area.busy.store(false, Ordering::Release);
+                }
+            }
+        },
+        core::iter::once(core),
+        core == percore::cpu_id(),
+    );
+}
+
+/// Exceptions that belong to a user context: faults in user mode, and page faults taken by
+/// the kernel while copying user memory. Returns true if handled (resolved, redirected to
+/// the copy's failure path, or the context was told to end).
+pub fn handle_exception(f: &mut TrapFrame) -> bool {
+    let from_user = f.cs & 3 == 3;
+    let uaccess_fixup = syscall::uaccess_fixup_for(f.rip);
+    if !from_user && !(f.vector == 14 && uaccess_fixup.is_some()) {
+        return false;
+    }
+    if f.vector == 14 {
+        let addr = cpu::read_cr2();
+        let write = f.error & 2 != 0;
+        let exec = f.error & 16 != 0;
+        let resolved = if addr >= abi::USER_BASE && addr < abi::USER_END {
+            let root = percpu::this().context.get().map(|c| c.root_ar.clone());
+            match root {
+                Some(root) => {
+                    // Resolving may wait for a range lock held by a core that is waiting for
+                    // our TLB shootdown acknowledgement: take interrupts meanwhile.
+                    let reenable = f.rflags & (1 << 9) != 0;
+                    if reenable {
+                        cpu::enable_interrupts();
+                    }
+                    let r = ar::resolve_fault(&root, addr & !0xFFF, write, exec);
+                    cpu::disable_interrupts();
+                    drop(root);
+                    r
+                }
+                None => Err(ar::FaultError::NotMapped),
+            }
+        } else {
+            Err(ar::FaultError::NotMapped)
+        };
+        match resolved {
+            Ok(_) => {
+                paging::invlpg(addr);
+                return true;
+            }
+            Err(why) => {
+                if let Some(fixup) = uaccess_fixup {
+                    f.rip = fixup;
+                    return true;
+                }
+                crate::kprintln!(
+                    "user fault: page fault at {addr:#x} ({why:?}, {} {}), rip {:#x}; ending the context",
+                    if write { "write" } else { "read" },
+                    if exec { "fetch" } else { "" },
+                    f.rip
+                );
+                request_exit(EXIT_FAULT_BASE + 14);
+                return true;
+            }
+        }
+    }
+    crate::kprintln!(
+        "user fault: {} (vector {}, error {:#x}) at rip {:#x}; ending the context",
+        crate::arch::x86_64::idt::exception_name(f.vector),
+        f.vector,
+        f.error,
+        f.rip
+    );
+    request_exit(EXIT_FAULT_BASE + f.vector);
+    true
+}

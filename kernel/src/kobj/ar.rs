@@ -1,0 +1,466 @@
+//! Address ranges: page-table subtrees (Corey section 4, DESIGN "Kernel objects").
+//!
+//! A range owns one top table page at its level (root = PML4, 512 GiB = PDPT, 1 GiB = page
+//! directory, 2 MiB = page table) plus the intermediate tables it creates below it. Its
+//! mappings are segment mappings, filled lazily by faults, and links to child ranges: the
+//! child's top table page is written straight into this range's tables, so every root that
+//! reaches the child shares the child's page-table pages, and a fault filled by one core is
+//! seen by all with no soft fault of their own.
+//!
+//! TLB shootdowns go to the cores whose *running* root reaches the range (the range's own
+//! `running` set, plus its parents', transitively). A private root that runs on one core
+//! flushes locally and sends no IPI.
+
+use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
+
+use super::kref::{KRef, KWeak};
+use super::segment::SegMap;
+use super::{cores_in, CoreSet, KObject, ObjRef};
+use crate::arch::x86_64::paging::{
+    self, alloc_table, entry_span, free_table, index, read_entry, write_entry, PTE_ACCESSED, PTE_ADDR_MASK, PTE_DIRTY,
+    PTE_HUGE, PTE_NX, PTE_PRESENT, PTE_USER, PTE_WRITE, TABLE_FLAGS,
+};
+use crate::mm::PAGE_SIZE;
+use abi::{ArKind, ArMapping, Error, ObjType, MAP_EXEC, MAP_READ, MAP_WRITE};
+use percore::{TicketLock, MAX_CORES};
+
+pub enum Target {
+    Seg { obj: ObjRef, soff: u64 },
+    Ar(ObjRef),
+}
+
+pub struct Mapping {
+    pub voff: u64,
+    pub len: u64,
+    pub flags: u64,
+    pub target: Target,
+}
+
+struct ArInner {
+    /// Sorted by `voff`, non-overlapping.
+    maps: Vec<Mapping>,
+    /// Intermediate tables created below the top table.
+    owned: Vec<u64>,
+}
+
+struct ParentLink {
+    parent: KWeak<KObject>,
+    /// The parent `AddressRange`'s address (identity while it lives).
+    key: usize,
+    voff: u64,
+}
+
+pub struct AddressRange {
+    pub kind: ArKind,
+    pub level: u32,
+    /// Physical address of the top table page.
+    pub table: u64,
+    pub node_core: u32,
+    inner: TicketLock<ArInner>,
+    parents: TicketLock<Vec<ParentLink>>,
+    /// Cores currently running with this range as their root.
+    pub running: CoreSet,
+}
+
+/// Why a fault could not be resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultError {
+    NotMapped,
+    Protection,
+    OutOfMemory,
+}
+
+fn level_of(kind: ArKind) -> u32 {
+    match kind {
+        ArKind::Root => 4,
+        ArKind::Span512G => 3,
+        ArKind::Span1G => 2,
+        ArKind::Span2M => 1,
+    }
+}
+
+fn nx_supported() -> bool {
+    crate::arch::x86_64::boot::efer_extra() & (1 << 11) != 0
+}
+
+fn overlaps(maps: &[Mapping], voff: u64, len: u64) -> bool {
+    maps.iter().any(|m| voff < m.voff + m.len && m.voff < voff + len)
+}
+
+fn insert_sorted(maps: &mut Vec<Mapping>, m: Mapping) -> Result<(), Error> {
+    maps.try_reserve(1).map_err(|_| Error::NoMemory)?;
+    let pos = maps.partition_point(|x| x.voff < m.voff);
+    maps.insert(pos, m);
+    Ok(())
+}
+
+/// Flush the TLBs of the cores in `bits`: locally by reloading CR3, elsewhere by IPI.
+pub fn flush_cores(bits: &[u64; MAX_CORES / 64]) {
+    let me = percore::cpu_id();
+    let stats = &crate::percpu::this().stats;
+    if bits[me / 64] & (1 << (me % 64)) != 0 {
+        crate::arch::x86_64::cpu::flush_tlb_local();
+        stats.tlb_flushes_local.fetch_add(1, Ordering::Relaxed);
+    }
+    let others = cores_in(bits).filter(move |&c| c != me);
+    let n = others.clone().count();
+    if n == 0 {
+        return;
+    }
+    stats.shootdown_ipis_sent.fetch_add(n as u64, Ordering::Relaxed);
+    crate::smp::run_on(
+        &|_| {
+            crate::arch::x86_64::cpu::flush_tlb_local();
+            let s = &crate::percpu::this().stats;
+            s.tlb_flushes_local.fetch_add(1, Ordering::Relaxed);
+            s.shootdown_ipis_received.fetch_add(1, Ordering::Relaxed);
+        },
+        others,
+        false,
+    );
+}
+
+impl AddressRange {
+    pub fn new(kind: ArKind, node_core: u32) -> Result<AddressRange, Error> {
+        let table = alloc_table().ok_or(Error::NoMemory)?;
+        if kind == ArKind::Root {
+            paging::copy_kernel_half(table);
+        }
+        Ok(AddressRange {
+            kind,
+            level: level_of(kind),
+            table,
+            node_core,
+            inner: TicketLock::new(ArInner { maps: Vec::new(), owned: Vec::new() }),
+            parents: TicketLock::new(Vec::new()),
+            running: CoreSet::new(),
+        })
+    }
+
+    fn key(&self) -> usize {
+        self as *const AddressRange as usize
+    }
+
+    fn check_range(&self, voff: u64, len: u64) -> Result<(), Error> {
+        if len == 0 {
+            return Err(Error::InvalidArgument);
+        }
+        if voff % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 {
+            return Err(Error::Misaligned);
+        }
+        let end = voff.checked_add(len).ok_or(Error::OutOfRange)?;
+        if end > self.kind.span() {
+            return Err(Error::OutOfRange);
+        }
+        if self.kind == ArKind::Root && voff < abi::USER_BASE {
+            return Err(Error::OutOfRange); // page 0 stays unmapped: null is never valid
+        }
+        Ok(())
+    }
+
+    /// The table at `stop_level` covering `rel`, walking down from the top and creating
+    /// missing intermediate tables if `create`.
+    fn table_at(&self, inner: &mut ArInner, rel: u64, stop_level: u32, create: bool) -> Result<Option<u64>, Error> {
+        let mut t = self.table;
+        let mut lvl = self.level;
+        while lvl > stop_level {
+            let idx = index(lvl, rel);
+            let e = read_entry(t, idx);
+            if e & PTE_PRESENT == 0 {
+                if !create {
+                    return Ok(None);
+                }
+                inner.owned.try_reserve(1).map_err(|_| Error::NoMemory)?;
+                let nt = alloc_table().ok_or(Error::NoMemory)?;
+                inner.owned.push(nt);
+                write_entry(t, idx, nt | TABLE_FLAGS);
+                t = nt;
+            } else if e & PTE_HUGE != 0 {
+                return Err(Error::InvalidArgument);
+            } else {
+                t = e & PTE_ADDR_MASK;
+            }
+            lvl -= 1;
+        }
+        Ok(Some(t))
+    }
+
+    /// Cores whose running root reaches this range.
+    pub fn shootdown_targets(&self) -> [u64; MAX_CORES / 64] {
+        let mut bits = self.running.snapshot();
+        let parents: Vec<KRef<KObject>> = {
+            let g = self.parents.lock();
+            g.iter().filter_map(|p| p.parent.upgrade()).collect()
+        };
+        for p in parents {
+            if let Ok(ar) = p.as_ar() {
+                let b = ar.shootdown_targets();
+                for i in 0..bits.len() {
+                    bits[i] |= b[i];
+                }
+            }
+        }
+        bits
+    }
+
+    /// Clear the leaf entries of `[rel, rel + len)`; returns true if any was present.
+    fn clear_leaves(&self, inner: &mut ArInner, rel: u64, len: u64, only_write: bool) -> bool {
+        let mut any = false;
+        let mut a = rel;
+        while a < rel + len {
+            match self.table_at(inner, a, 1, false) {
+                Ok(Some(t)) => {
+                    let i = index(1, a);
+                    let e = read_entry(t, i);
+                    if e & PTE_PRESENT != 0 {
+                        write_entry(t, i, if only_write { e & !PTE_WRITE } else { 0 });
+                        any = true;
+                    }
+                    a += PAGE_SIZE;
+                }
+                // No page table here: skip to the next 2 MiB.
+                _ => a = (a | (entry_span(2) - 1)) + 1,
+            }
+        }
+        any
+    }
+}
+
+/// `ar_set_seg`: map `[voff, voff + len)` of `ar_obj` to `seg_obj` at `soff`.
+pub fn set_seg(ar_obj: &ObjRef, voff: u64, seg_obj: &ObjRef, soff: u64, len: u64, flags: u64) -> Result<(), Error> {
+    let ar = ar_obj.as_ar()?;
+    let seg = seg_obj.as_segment()?;
+    ar.check_range(voff, len)?;
+    if soff % PAGE_SIZE != 0 {
+        return Err(Error::Misaligned);
+    }
+    if flags & !(MAP_READ | MAP_WRITE | MAP_EXEC) != 0 || flags == 0 {
+        return Err(Error::InvalidArgument);
+    }
+    let seg_end = soff.checked_add(len).ok_or(Error::OutOfRange)?;
+    if seg_end > seg.nbytes().div_ceil(PAGE_SIZE) * PAGE_SIZE {
+        return Err(Error::OutOfRange);
+    }
+    let mut g = ar.inner.lock();
+    if overlaps(&g.maps, voff, len) {
+        return Err(Error::Overlap);
+    }
+    seg.add_map(SegMap { ar: KRef::downgrade(ar_obj), ar_key: ar.key(), voff, soff, len })?;
+    if let Err(e) = insert_sorted(&mut g.maps, Mapping { voff, len, flags, target: Target::Seg { obj: seg_obj.clone(), soff } }) {
+        drop(g);
+        seg.remove_map(ar.key(), voff);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// `ar_set_ar`: link the whole of `child_obj` into `ar_obj` at `voff`.
+pub fn set_ar(ar_obj: &ObjRef, voff: u64, child_obj: &ObjRef) -> Result<(), Error> {
+    let ar = ar_obj.as_ar()?;
+    let child = child_obj.as_ar()?;
+    if KRef::ptr_eq(ar_obj, child_obj) || child.kind == ArKind::Root || child.level >= ar.level {
+        return Err(Error::InvalidArgument);
+    }
+    let span = child.kind.span();
+    if voff % span != 0 {
+        return Err(Error::Misaligned);
+    }
+    let end = voff.checked_add(span).ok_or(Error::OutOfRange)?;
+    if end > ar.kind.span() || (ar.kind == ArKind::Root && voff < abi::USER_BASE) {
+        return Err(Error::OutOfRange);
+    }
+    let mut g = ar.inner.lock();
+    if overlaps(&g.maps, voff, span) {
+        return Err(Error::Overlap);
+    }
+    child.parents.lock().try_reserve(1).map_err(|_| Error::NoMemory)?;
+    g.maps.try_reserve(1).map_err(|_| Error::NoMemory)?;
+    let t = ar.table_at(&mut g, voff, child.level + 1, true)?.ok_or(Error::NoMemory)?;
+    let idx = index(child.level + 1, voff);
+    let was_present = read_entry(t, idx) & PTE_PRESENT != 0;
+    write_entry(t, idx, child.table | TABLE_FLAGS);
+    insert_sorted(&mut g.maps, Mapping { voff, len: span, flags: MAP_READ | MAP_WRITE | MAP_EXEC, target: Target::Ar(child_obj.clone()) })?;
+    child.parents.lock().push(ParentLink { parent: KRef::downgrade(ar_obj), key: ar.key(), voff });
+    if was_present {
+        // An old intermediate table of ours was replaced: drop cached translations through it.
+        flush_cores(&ar.shootdown_targets());
+    }
+    Ok(())
+}
+
+/// `ar_unmap`: remove every mapping inside `[voff, voff + len)`.
+pub fn unmap(ar_obj: &ObjRef, voff: u64, len: u64) -> Result<(), Error> {
+    let ar = ar_obj.as_ar()?;
+    if len == 0 {
+        return Err(Error::InvalidArgument);
+    }
+    if voff % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 {
+        return Err(Error::Misaligned);
+    }
+    let end = voff.checked_add(len).ok_or(Error::OutOfRange)?;
+    if end > ar.kind.span() {
+        return Err(Error::OutOfRange);
+    }
+    let removed: Vec<Mapping>;
+    {
+        let mut g = ar.inner.lock();
+        if g.maps.iter().any(|m| m.voff < end && voff < m.voff + m.len && (m.voff < voff || m.voff + m.len > end)) {
+            return Err(Error::Overlap);
+        }
+        let (gone, keep): (Vec<Mapping>, Vec<Mapping>) = core::mem::take(&mut g.maps).into_iter().partition(|m| m.voff >= voff && m.voff + m.len <= end);
+        g.maps = keep;
+        let mut flush = false;
+        for m in &gone {
+            match &m.target {
+                Target::Seg { .. } => flush |= ar.clear_leaves(&mut g, m.voff, m.len, false),
+                Target::Ar(child_obj) => {
+                    if let Ok(child) = child_obj.as_ar() {
+                        if let Ok(Some(t)) = ar.table_at(&mut g, m.voff, child.level + 1, false) {
+                            write_entry(t, index(child.level + 1, m.voff), 0);
+                            flush = true;
+                        }
+                    }
+                }
+            }
+        }
+        if flush {
+            flush_cores(&ar.shootdown_targets());
+        }
+        removed = gone;
+    }
+    // Reverse links go after the flush, outside this range's lock.
+    for m in &removed {
+        match &m.target {
+            Target::Seg { obj, .. } => {
+                if let Ok(seg) = obj.as_segment() {
+                    seg.remove_map(ar.key(), m.voff);
+                }
+            }
+            Target::Ar(child_obj) => {
+                if let Ok(child) = child_obj.as_ar() {
+                    let mut p = child.parents.lock();
+                    if let Some(i) = p.iter().position(|l| l.key == ar.key() && l.voff == m.voff) {
+                        let link = p.swap_remove(i);
+                        drop(p);
+                        drop(link);
+                    }
+                }
+            }
+        }
+    }
+    drop(removed);
+    Ok(())
+}
+
+/// Write-protect `[voff, voff + len)` of a range (for copy-on-write copies of a segment).
+pub fn write_protect(ar_obj: &ObjRef, voff: u64, len: u64) {
+    let Ok(ar) = ar_obj.as_ar() else { return };
+    let mut g = ar.inner.lock();
+    if ar.clear_leaves(&mut g, voff, len, true) {
+        flush_cores(&ar.shootdown_targets());
+    }
+}
+
+/// `ar_get`: the mappings, by `voff`.
+pub fn mappings(ar_obj: &ObjRef) -> Result<Vec<ArMapping>, Error> {
+    let ar = ar_obj.as_ar()?;
+    let g = ar.inner.lock();
+    let mut v = Vec::new();
+    v.try_reserve(g.maps.len()).map_err(|_| Error::NoMemory)?;
+    for m in &g.maps {
+        let (target, target_type, soff) = match &m.target {
+            Target::Seg { obj, soff } => (obj.id, ObjType::Segment as u32, *soff),
+            Target::Ar(obj) => (obj.id, ObjType::AddressRange as u32, 0),
+        };
+        v.push(ArMapping { voff: m.voff, len: m.len, target, target_type, _pad: 0, soff, flags: m.flags });
+    }
+    Ok(v)
+}
+
+/// Resolve a fault at `rel` (relative to `root_obj`): find the segment mapping through any
+/// linked ranges, get (or copy) the page, and write the entry into the tables of the range
+/// that holds the mapping. Returns whether a copy-on-write copy happened.
+pub fn resolve_fault(root_obj: &ObjRef, rel: u64, write: bool, exec: bool) -> Result<bool, FaultError> {
+    let mut cur = root_obj.clone();
+    let mut rel = rel;
+    loop {
+        let ar = cur.as_ar().map_err(|_| FaultError::NotMapped)?;
+        let mut g = ar.inner.lock();
+        let Some(m) = g.maps.iter().find(|m| m.voff <= rel && rel < m.voff + m.len) else {
+            return Err(FaultError::NotMapped);
+        };
+        match &m.target {
+            Target::Ar(child) => {
+                let next = child.clone();
+                rel -= m.voff;
+                drop(g);
+                cur = next;
+            }
+            Target::Seg { obj, soff } => {
+                if (write && m.flags & MAP_WRITE == 0) || (exec && m.flags & MAP_EXEC == 0) {
+                    return Err(FaultError::Protection);
+                }
+                let flags = m.flags;
+                let page = (soff + (rel - m.voff)) / PAGE_SIZE;
+                let seg = obj.clone();
+                let (pa, exclusive, copied) =
+                    seg.as_segment().map_err(|_| FaultError::NotMapped)?.fault_page(page, write).map_err(|e| match e {
+                        Error::NoMemory => FaultError::OutOfMemory,
+                        _ => FaultError::NotMapped,
+                    })?;
+                let mut pte = pa | PTE_PRESENT | PTE_USER | PTE_ACCESSED;
+                if flags & MAP_WRITE != 0 && exclusive {
+                    pte |= PTE_WRITE | PTE_DIRTY;
+                }
+                if flags & MAP_EXEC == 0 && nx_supported() {
+                    pte |= PTE_NX;
+                }
+                let t = ar.table_at(&mut g, rel, 1, true).map_err(|_| FaultError::OutOfMemory)?.ok_or(FaultError::OutOfMemory)?;
+                let i = index(1, rel);
+                let old = read_entry(t, i);
+                write_entry(t, i, pte);
+                let stats = &crate::percpu::this().stats;
+                stats.soft_faults.fetch_add(1, Ordering::Relaxed);
+                if copied {
+                    stats.cow_faults.fetch_add(1, Ordering::Relaxed);
+                    if old & PTE_PRESENT != 0 {
+                        // Other cores may still translate to the shared page.
+                        flush_cores(&ar.shootdown_targets());
+                    }
+                }
+                return Ok(copied);
+            }
+        }
+    }
+}
+
+impl Drop for AddressRange {
+    fn drop(&mut self) {
+        let key = self.key();
+        let mut inner = self.inner.lock();
+        for m in core::mem::take(&mut inner.maps) {
+            match &m.target {
+                Target::Seg { obj, .. } => {
+                    if let Ok(seg) = obj.as_segment() {
+                        seg.remove_map(key, m.voff);
+                    }
+                }
+                Target::Ar(child_obj) => {
+                    if let Ok(child) = child_obj.as_ar() {
+                        let mut p = child.parents.lock();
+                        if let Some(i) = p.iter().position(|l| l.key == key && l.voff == m.voff) {
+                            let link = p.swap_remove(i);
+                            drop(p);
+                            drop(link);
+                        }
+                    }
+                }
+            }
+        }
+        for &t in &inner.owned {
+            free_table(t);
+        }
+        free_table(self.table);
+    }
+}

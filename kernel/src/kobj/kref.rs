@@ -1,0 +1,135 @@
+//! `KRef<T>`: an atomically reference-counted pointer whose allocation can fail with an
+//! error instead of a panic (`alloc::sync::Arc::new` aborts on out-of-memory, and a user
+//! program must never be able to panic the kernel). `KWeak<T>` does not keep the value
+//! alive; `upgrade` fails once the last `KRef` is gone.
+
+use core::alloc::Layout;
+use core::marker::PhantomData;
+use core::ops::Deref;
+use core::ptr::NonNull;
+use core::sync::atomic::{fence, AtomicUsize, Ordering};
+
+struct Inner<T> {
+    strong: AtomicUsize,
+    /// Weak references plus one held collectively by all strong ones.
+    weak: AtomicUsize,
+    value: T,
+}
+
+pub struct KRef<T> {
+    ptr: NonNull<Inner<T>>,
+    _owns: PhantomData<Inner<T>>,
+}
+
+pub struct KWeak<T> {
+    ptr: NonNull<Inner<T>>,
+}
+
+// SAFETY: like Arc: shared ownership across cores needs T: Send + Sync.
+unsafe impl<T: Send + Sync> Send for KRef<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Sync for KRef<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Send for KWeak<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Sync for KWeak<T> {}
+
+impl<T> KRef<T> {
+    /// Allocate, or give the value back if memory is exhausted.
+    pub fn try_new(value: T) -> Result<Self, T> {
+        let layout = Layout::new::<Inner<T>>();
+        let Some(p) = crate::mm::heap::try_alloc(layout) else { return Err(value) };
+        let ptr = p as *mut Inner<T>;
+        // SAFETY: p is a fresh allocation with Inner<T>'s layout.
+        unsafe { ptr.write(Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), value }) };
+        // SAFETY: p is non-null (try_alloc returned Some).
+        Ok(KRef { ptr: unsafe { NonNull::new_unchecked(ptr) }, _owns: PhantomData })
+    }
+
+    fn inner(&self) -> &Inner<T> {
+        // SAFETY: a KRef keeps the allocation and the value alive.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    pub fn strong_count(this: &Self) -> usize {
+        this.inner().strong.load(Ordering::Acquire)
+    }
+
+    pub fn ptr_eq(a: &Self, b: &Self) -> bool {
+        a.ptr == b.ptr
+    }
+
+    pub fn downgrade(this: &Self) -> KWeak<T> {
+        this.inner().weak.fetch_add(1, Ordering::Relaxed);
+        KWeak { ptr: this.ptr }
+    }
+}
+
+impl<T> Clone for KRef<T> {
+    fn clone(&self) -> Self {
+        self.inner().strong.fetch_add(1, Ordering::Relaxed);
+        KRef { ptr: self.ptr, _owns: PhantomData }
+    }
+}
+
+impl<T> Deref for KRef<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.inner().value
+    }
+}
+
+fn release_weak<T>(ptr: NonNull<Inner<T>>) {
+    // SAFETY: the caller owns one weak count, so the allocation is alive.
+    if unsafe { ptr.as_ref() }.weak.fetch_sub(1, Ordering::Release) == 1 {
+        fence(Ordering::Acquire);
+        crate::mm::heap::free(ptr.as_ptr() as *mut u8, Layout::new::<Inner<T>>());
+    }
+}
+
+impl<T> Drop for KRef<T> {
+    fn drop(&mut self) {
+        if self.inner().strong.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        fence(Ordering::Acquire);
+        // SAFETY: we were the last strong reference: nobody else can reach the value.
+        unsafe { core::ptr::drop_in_place(&mut (*self.ptr.as_ptr()).value) };
+        release_weak(self.ptr);
+    }
+}
+
+impl<T> KWeak<T> {
+    pub fn upgrade(&self) -> Option<KRef<T>> {
+        // SAFETY: a KWeak keeps the allocation (not the value) alive.
+        let inner = unsafe { self.ptr.as_ref() };
+        let mut n = inner.strong.load(Ordering::Relaxed);
+        loop {
+            if n == 0 {
+                return None;
+            }
+            match inner.strong.compare_exchange_weak(n, n + 1, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Some(KRef { ptr: self.ptr, _owns: PhantomData }),
+                Err(now) => n = now,
+            }
+        }
+    }
+
+    pub fn ptr_eq_strong(&self, s: &KRef<T>) -> bool {
+        self.ptr == s.ptr
+    }
+}
+
+impl<T> Clone for KWeak<T> {
+    fn clone(&self) -> Self {
+        // SAFETY: as in upgrade.
+        unsafe { self.ptr.as_ref() }.weak.fetch_add(1, Ordering::Relaxed);
+        KWeak { ptr: self.ptr }
+    }
+}
+
+impl<T> Drop for KWeak<T> {
+    fn drop(&mut self) {
+        release_weak(self.ptr);
+    }
+}

@@ -1,0 +1,186 @@
+//! Corey's kernel objects (seeds/000 section 4): shares, segments, address ranges, pcores
+//! and devices, named by `<share id, object id>` and freed when the last reference goes.
+//!
+//! An object is a `KRef<KObject>`. Every share entry, mapping, link and running context
+//! that uses an object holds one `KRef`, so the reference count *is* Corey's count and the
+//! object's resources are released by its `Drop`.
+
+pub mod ar;
+pub mod device;
+pub mod kref;
+pub mod pcore;
+pub mod segment;
+pub mod share;
+
+use core::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use abi::{Error, ObjType, MAX_NAME};
+use kref::KRef;
+use percore::{CachePadded, MAX_CORES};
+
+pub type ObjRef = KRef<KObject>;
+
+pub enum Kind {
+    Share(share::Share),
+    Segment(segment::Segment),
+    Ar(ar::AddressRange),
+    Pcore(pcore::Pcore),
+    Device(device::Device),
+}
+
+pub struct KObject {
+    pub id: u64,
+    name: [u8; MAX_NAME],
+    name_len: u8,
+    /// The core whose memory the object's pages come from (`memid`).
+    pub home_core: u32,
+    pub kind: Kind,
+}
+
+/// Per-core id sequence and live-object count: ids are `(core + 1) << 40 | sequence`, so no
+/// core ever writes a shared counter to name an object.
+struct CoreIds {
+    next: AtomicU64,
+    live: AtomicI64,
+}
+
+static IDS: [CachePadded<CoreIds>; MAX_CORES] =
+    [const { CachePadded::new(CoreIds { next: AtomicU64::new(1), live: AtomicI64::new(0) }) }; MAX_CORES];
+
+fn new_id() -> u64 {
+    let me = percore::cpu_id();
+    let seq = IDS[me].next.fetch_add(1, Ordering::Relaxed);
+    ((me as u64 + 1) << 40) | (seq & ((1 << 40) - 1))
+}
+
+/// Kernel objects alive, summed over cores (exact at quiescent points).
+pub fn live_objects() -> u64 {
+    (0..percore::core_count()).map(|c| IDS[c].live.load(Ordering::Relaxed)).sum::<i64>().max(0) as u64
+}
+
+/// Check a user-supplied name.
+pub fn check_name(name: &[u8]) -> Result<(), Error> {
+    if name.len() > MAX_NAME {
+        return Err(Error::NameTooLong);
+    }
+    Ok(())
+}
+
+/// Resolve `memid` to a core index.
+pub fn memid_core(memid: u64) -> Result<u32, Error> {
+    if memid == abi::MEMID_SELF {
+        return Ok(percore::cpu_id() as u32);
+    }
+    if memid as usize >= crate::percpu::online_count() {
+        return Err(Error::NoSuchCore);
+    }
+    Ok(memid as u32)
+}
+
+impl KObject {
+    /// Allocate a new object. Out of memory is an error; the kind's resources are dropped.
+    pub fn create(name: &[u8], home_core: u32, kind: Kind) -> Result<ObjRef, Error> {
+        check_name(name)?;
+        let mut n = [0u8; MAX_NAME];
+        n[..name.len()].copy_from_slice(name);
+        let obj = KObject { id: new_id(), name: n, name_len: name.len() as u8, home_core, kind };
+        let r = KRef::try_new(obj).map_err(|_| Error::NoMemory)?;
+        IDS[percore::cpu_id()].live.fetch_add(1, Ordering::Relaxed);
+        Ok(r)
+    }
+
+    pub fn name(&self) -> &[u8] {
+        &self.name[..self.name_len as usize]
+    }
+
+    pub fn obj_type(&self) -> ObjType {
+        match self.kind {
+            Kind::Share(_) => ObjType::Share,
+            Kind::Segment(_) => ObjType::Segment,
+            Kind::Ar(_) => ObjType::AddressRange,
+            Kind::Pcore(_) => ObjType::Pcore,
+            Kind::Device(_) => ObjType::Device,
+        }
+    }
+
+    pub fn as_share(&self) -> Result<&share::Share, Error> {
+        match &self.kind {
+            Kind::Share(s) => Ok(s),
+            _ => Err(Error::WrongType),
+        }
+    }
+
+    pub fn as_segment(&self) -> Result<&segment::Segment, Error> {
+        match &self.kind {
+            Kind::Segment(s) => Ok(s),
+            _ => Err(Error::WrongType),
+        }
+    }
+
+    pub fn as_ar(&self) -> Result<&ar::AddressRange, Error> {
+        match &self.kind {
+            Kind::Ar(a) => Ok(a),
+            _ => Err(Error::WrongType),
+        }
+    }
+
+    pub fn as_pcore(&self) -> Result<&pcore::Pcore, Error> {
+        match &self.kind {
+            Kind::Pcore(p) => Ok(p),
+            _ => Err(Error::WrongType),
+        }
+    }
+
+    pub fn as_device(&self) -> Result<&device::Device, Error> {
+        match &self.kind {
+            Kind::Device(d) => Ok(d),
+            _ => Err(Error::WrongType),
+        }
+    }
+
+    /// An identity key for reverse maps (the object's address; stable while it lives).
+    pub fn key(&self) -> usize {
+        self as *const KObject as usize
+    }
+}
+
+impl Drop for KObject {
+    fn drop(&mut self) {
+        IDS[percore::cpu_id()].live.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// `Vec::push` that reports out-of-memory instead of aborting.
+pub fn try_push<T>(v: &mut alloc::vec::Vec<T>, item: T) -> Result<(), Error> {
+    v.try_reserve(1).map_err(|_| Error::NoMemory)?;
+    v.push(item);
+    Ok(())
+}
+
+/// A set of cores, one bit each (who runs a root range, who must see a TLB shootdown).
+pub struct CoreSet {
+    bits: [AtomicU64; MAX_CORES / 64],
+}
+
+impl CoreSet {
+    pub const fn new() -> Self {
+        Self { bits: [const { AtomicU64::new(0) }; MAX_CORES / 64] }
+    }
+
+    pub fn insert(&self, core: usize) {
+        self.bits[core / 64].fetch_or(1 << (core % 64), Ordering::AcqRel);
+    }
+
+    pub fn remove(&self, core: usize) {
+        self.bits[core / 64].fetch_and(!(1 << (core % 64)), Ordering::AcqRel);
+    }
+
+    pub fn snapshot(&self) -> [u64; MAX_CORES / 64] {
+        core::array::from_fn(|i| self.bits[i].load(Ordering::Acquire))
+    }
+}
+
+/// Iterate the cores in a snapshot bitmap.
+pub fn cores_in(bits: &[u64; MAX_CORES / 64]) -> impl Iterator<Item = usize> + Clone + '_ {
+    (0..MAX_CORES).filter(move |&c| bits[c / 64] & (1 << (c % 64)) != 0)
+}

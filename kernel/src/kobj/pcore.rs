@@ -1,0 +1,30 @@
+//! Pcore objects: a handle on one physical core, through which an application starts,
+//! times and halts the user context that runs there (Corey section 4).
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use abi::{PcoreStat, PCORE_IDLE};
+
+pub struct Pcore {
+    pub core: u32,
+    pub state: AtomicU32,
+    pub exit_code: AtomicU64,
+    pub runs: AtomicU64,
+    pub interval_hz: AtomicU64,
+}
+
+impl Pcore {
+    pub fn new(core: u32) -> Pcore {
+        Pcore { core, state: AtomicU32::new(PCORE_IDLE), exit_code: AtomicU64::new(0), runs: AtomicU64::new(0), interval_hz: AtomicU64::new(0) }
+    }
+
+    pub fn stat(&self) -> PcoreStat {
+        PcoreStat {
+            core: self.core,
+            state: self.state.load(Ordering::Acquire),
+            exit_code: self.exit_code.load(Ordering::Acquire),
+            runs: self.runs.load(Ordering::Relaxed),
+            interval_hz: self.interval_hz.load(Ordering::Relaxed),
+        }
+    }
+}

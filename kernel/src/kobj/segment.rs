@@ -1,0 +1,235 @@
+//! Segments: physical memory, allocated page by page on first touch (demand-zero) from the
+//! NUMA node of the core `memid` named, copied eagerly or copy-on-write.
+//!
+//! Pages are `KRef<Frame>`: a copy-on-write copy shares the frames, and a write to a frame
+//! referenced by more than one segment copies it first. Each segment keeps a reverse map of
+//! where it is mapped, so a copy-on-write copy can write-protect the existing mappings.
+
+use alloc::vec::Vec;
+
+use super::kref::{KRef, KWeak};
+use super::{try_push, KObject, ObjRef};
+use crate::mm::{frame, phys_to_virt, PAGE_SIZE};
+use abi::Error;
+use percore::TicketLock;
+
+/// Largest segment: 64 GiB (the page vector itself must fit in kernel memory).
+pub const MAX_SEGMENT_BYTES: u64 = 64 << 30;
+
+/// One physical page; freed when the last segment holding it lets go.
+pub struct Frame {
+    pub pa: u64,
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        frame::free_page(self.pa);
+    }
+}
+
+/// A place this segment is mapped: `[voff, voff + len)` of an address range, starting at
+/// segment offset `soff`.
+pub struct SegMap {
+    pub ar: KWeak<KObject>,
+    pub ar_key: usize,
+    pub voff: u64,
+    pub soff: u64,
+    pub len: u64,
+}
+
+pub struct SegInner {
+    nbytes: u64,
+    pages: Vec<Option<KRef<Frame>>>,
+    pub maps: Vec<SegMap>,
+}
+
+pub struct Segment {
+    pub node_core: u32,
+    pub inner: TicketLock<SegInner>,
+}
+
+fn pages_for(nbytes: u64) -> u64 {
+    nbytes.div_ceil(PAGE_SIZE)
+}
+
+fn zeroed_page() -> Result<KRef<Frame>, Error> {
+    let pa = frame::alloc_page().ok_or(Error::NoMemory)?;
+    // SAFETY: a page we just allocated, mapped in the physical window.
+    unsafe { core::ptr::write_bytes(phys_to_virt(pa) as *mut u8, 0, PAGE_SIZE as usize) };
+    KRef::try_new(Frame { pa }).map_err(|f| {
+        drop(f);
+        Error::NoMemory
+    })
+}
+
+fn copy_of(src: &Frame) -> Result<KRef<Frame>, Error> {
+    let pa = frame::alloc_page().ok_or(Error::NoMemory)?;
+    // SAFETY: both pages are valid and distinct; the source is kept alive by `src`.
+    unsafe {
+        core::ptr::copy_nonoverlapping(phys_to_virt(src.pa) as *const u8, phys_to_virt(pa) as *mut u8, PAGE_SIZE as usize)
+    };
+    KRef::try_new(Frame { pa }).map_err(|f| {
+        drop(f);
+        Error::NoMemory
+    })
+}
+
+fn page_vec(n: u64) -> Result<Vec<Option<KRef<Frame>>>, Error> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n as usize).map_err(|_| Error::NoMemory)?;
+    v.resize_with(n as usize, || None);
+    Ok(v)
+}
+
+impl Segment {
+    pub fn new(nbytes: u64, node_core: u32) -> Result<Segment, Error> {
+        if nbytes > MAX_SEGMENT_BYTES {
+            return Err(Error::OutOfRange);
+        }
+        Ok(Segment { node_core, inner: TicketLock::new(SegInner { nbytes, pages: page_vec(pages_for(nbytes))?, maps: Vec::new() }) })
+    }
+
+    pub fn nbytes(&self) -> u64 {
+        self.inner.lock().nbytes
+    }
+
+    pub fn set_nbytes(&self, nbytes: u64) -> Result<(), Error> {
+        if nbytes > MAX_SEGMENT_BYTES {
+            return Err(Error::OutOfRange);
+        }
+        let n = pages_for(nbytes) as usize;
+        let dropped: Vec<Option<KRef<Frame>>>;
+        {
+            let mut g = self.inner.lock();
+            let mapped_end = g.maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
+            if (n as u64) * PAGE_SIZE < mapped_end {
+                return Err(Error::Busy);
+            }
+            if n > g.pages.len() {
+                let extra = n - g.pages.len();
+                g.pages.try_reserve(extra).map_err(|_| Error::NoMemory)?;
+                g.pages.resize_with(n, || None);
+                dropped = Vec::new();
+            } else {
+                dropped = g.pages.split_off(n);
+            }
+            g.nbytes = nbytes;
+        }
+        drop(dropped); // frees pages outside the lock
+        Ok(())
+    }
+
+    /// Fill `buf` from the segment at `offset` (absent pages read as zero). For the kernel's
+    /// own use (loading programs); bounds are checked.
+    pub fn write_bytes(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
+        let end = offset.checked_add(data.len() as u64).ok_or(Error::OutOfRange)?;
+        let mut g = self.inner.lock();
+        if end > g.nbytes {
+            return Err(Error::OutOfRange);
+        }
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = offset + done as u64;
+            let idx = (pos / PAGE_SIZE) as usize;
+            let in_page = (pos % PAGE_SIZE) as usize;
+            let n = (PAGE_SIZE as usize - in_page).min(data.len() - done);
+            if g.pages[idx].is_none() {
+                g.pages[idx] = Some(zeroed_page()?);
+            }
+            let pa = g.pages[idx].as_ref().map(|f| f.pa).unwrap_or(0);
+            // SAFETY: the page belongs to this segment (held under the lock) and the copy stays
+            // within it.
+            unsafe { core::ptr::copy_nonoverlapping(data[done..].as_ptr(), (phys_to_virt(pa) as *mut u8).add(in_page), n) };
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Read `buf.len()` bytes at `offset` (absent pages read as zero).
+    pub fn read_bytes(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+        let end = offset.checked_add(buf.len() as u64).ok_or(Error::OutOfRange)?;
+        let g = self.inner.lock();
+        if end > g.nbytes {
+            return Err(Error::OutOfRange);
+        }
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let idx = (pos / PAGE_SIZE) as usize;
+            let in_page = (pos % PAGE_SIZE) as usize;
+            let n = (PAGE_SIZE as usize - in_page).min(buf.len() - done);
+            match &g.pages[idx] {
+                // SAFETY: the page belongs to this segment (held under the lock).
+                Some(f) => unsafe { core::ptr::copy_nonoverlapping((phys_to_virt(f.pa) as *const u8).add(in_page), buf[done..].as_mut_ptr(), n) },
+                None => buf[done..done + n].fill(0),
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// The frame for page `idx`, allocated on first touch, copied first if `write` and it is
+    /// shared with another segment. Returns (physical address, may be mapped writable,
+    /// whether a copy-on-write copy happened).
+    pub fn fault_page(&self, idx: u64, write: bool) -> Result<(u64, bool, bool), Error> {
+        let mut g = self.inner.lock();
+        let slot = g.pages.get_mut(idx as usize).ok_or(Error::OutOfRange)?;
+        let mut copied = false;
+        match slot {
+            None => *slot = Some(zeroed_page()?),
+            Some(f) if write && KRef::strong_count(f) > 1 => {
+                let fresh = copy_of(f)?;
+                *slot = Some(fresh);
+                copied = true;
+            }
+            Some(_) => {}
+        }
+        let f = slot.as_ref().ok_or(Error::NoMemory)?;
+        Ok((f.pa, KRef::strong_count(f) == 1, copied))
+    }
+
+    /// Duplicate: `cow == false` copies every present page now; `cow == true` shares them.
+    /// Returns the copy and, for copy-on-write, where this segment is mapped (so the caller
+    /// can write-protect those mappings outside this segment's lock).
+    pub fn duplicate(&self, cow: bool, node_core: u32) -> Result<(Segment, Vec<(KWeak<KObject>, u64, u64)>), Error> {
+        let g = self.inner.lock();
+        let mut pages = page_vec(g.pages.len() as u64)?;
+        for (i, p) in g.pages.iter().enumerate() {
+            if let Some(f) = p {
+                pages[i] = Some(if cow { f.clone() } else { copy_of(f)? });
+            }
+        }
+        let mut maps = Vec::new();
+        if cow {
+            maps.try_reserve(g.maps.len()).map_err(|_| Error::NoMemory)?;
+            for m in &g.maps {
+                maps.push((m.ar.clone(), m.voff, m.len));
+            }
+        }
+        let copy = Segment { node_core, inner: TicketLock::new(SegInner { nbytes: g.nbytes, pages, maps: Vec::new() }) };
+        Ok((copy, maps))
+    }
+
+    pub fn add_map(&self, m: SegMap) -> Result<(), Error> {
+        try_push(&mut self.inner.lock().maps, m)
+    }
+
+    /// Forget the mapping of address range `ar_key` at `voff`.
+    pub fn remove_map(&self, ar_key: usize, voff: u64) {
+        let mut g = self.inner.lock();
+        if let Some(i) = g.maps.iter().position(|m| m.ar_key == ar_key && m.voff == voff) {
+            let m = g.maps.swap_remove(i);
+            drop(g);
+            drop(m);
+        }
+    }
+
+    pub fn resident_pages(&self) -> usize {
+        self.inner.lock().pages.iter().filter(|p| p.is_some()).count()
+    }
+}
+
+/// Look up the segment behind an object.
+pub fn of(obj: &ObjRef) -> Result<&Segment, Error> {
+    obj.as_segment()
+}

@@ -1,0 +1,464 @@
+//! System-call dispatch: decode arguments, check naming (the access control), call the
+//! object code, encode the result. See abi/src/lib.rs for every call's contract.
+
+use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
+
+use crate::arch::x86_64::syscall::{copy_from_user, copy_to_user, read_user, write_user, SyscallFrame};
+use crate::context::{self, with_current, with_current_mut, Context};
+use crate::kobj::kref::KRef;
+use crate::kobj::{ar, device, memid_core, pcore, segment, share, KObject, Kind, ObjRef};
+use crate::percpu;
+use abi::*;
+
+#[no_mangle]
+extern "C" fn syscall_dispatch(f: &mut SyscallFrame) {
+    percpu::this().stats.syscalls.fetch_add(1, Ordering::Relaxed);
+    let r = dispatch(f.rax, [f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9]);
+    f.rax = encode(r) as u64;
+}
+
+/// Copy a name argument in.
+fn read_name(ptr: u64, len: u64) -> Result<([u8; MAX_NAME], usize), Error> {
+    if len > MAX_NAME as u64 {
+        return Err(Error::NameTooLong);
+    }
+    let mut buf = [0u8; MAX_NAME];
+    copy_from_user(&mut buf[..len as usize], ptr)?;
+    Ok((buf, len as usize))
+}
+
+/// The share object `share_id`, if reachable from this core's share set: the root share,
+/// a share in the set, or a share held by one of those.
+fn reach_share(share_id: u64) -> Result<ObjRef, Error> {
+    let direct = with_current(|c| {
+        if c.root_share.id == share_id {
+            return Some(c.root_share.clone());
+        }
+        c.shares.iter().find(|s| s.id == share_id).cloned()
+    })?;
+    if let Some(s) = direct {
+        return Ok(s);
+    }
+    // One level of nesting: a share held by a share in the set.
+    let set: Vec<ObjRef> = with_current(|c| {
+        let mut v = Vec::new();
+        if v.try_reserve(c.shares.len() + 1).is_ok() {
+            v.push(c.root_share.clone());
+            v.extend(c.shares.iter().cloned());
+        }
+        v
+    })?;
+    for s in &set {
+        if let Ok(sh) = s.as_share() {
+            if let Ok(o) = sh.get(share_id) {
+                if o.as_share().is_ok() {
+                    return Ok(o);
+                }
+            }
+        }
+    }
+    Err(Error::ShareNotReachable)
+}
+
+/// `<share, object>` → object, with the reachability check.
+fn lookup(share_id: u64, obj_id: u64) -> Result<ObjRef, Error> {
+    reach_share(share_id)?.as_share()?.get(obj_id)
+}
+
+fn insert_new(share_obj: &ObjRef, name: &[u8], home: u32, kind: Kind) -> Result<u64, Error> {
+    let s = share_obj.as_share()?;
+    let obj = KObject::create(name, home, kind)?;
+    let id = obj.id;
+    s.insert(obj)?;
+    Ok(id)
+}
+
+/// True if `inner` is `outer` or held (transitively) by it: adding `outer` to `inner` would
+/// make a reference cycle that could never be freed.
+fn contains_share(outer: &ObjRef, inner: &ObjRef, depth: u32) -> bool {
+    if KRef::ptr_eq(outer, inner) {
+        return true;
+    }
+    if depth == 0 {
+        return true; // too deep to prove acyclic: refuse
+    }
+    let Ok(sh) = outer.as_share() else { return false };
+    let Ok(ids) = sh.ids() else { return true };
+    ids.iter().any(|&id| sh.get(id).ok().is_some_and(|o| o.as_share().is_ok() && contains_share(&o, inner, depth - 1)))
+}
+
+fn write_slice<T: Copy>(buf: u64, items: &[T]) -> Result<(), Error> {
+    // SAFETY: viewing a slice of Copy repr(C) ABI values as bytes.
+    let bytes = unsafe { core::slice::from_raw_parts(items.as_ptr() as *const u8, core::mem::size_of_val(items)) };
+    copy_to_user(buf, bytes)
+}
+
+fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
+    match nr {
+        nr::NULL => Ok(0),
+
+        nr::OBJ_GET_NAME => {
+            let o = lookup(a[0], a[1])?;
+            let name = o.name();
+            if (a[3] as usize) < name.len() {
+                return Err(Error::BufferTooSmall);
+            }
+            copy_to_user(a[2], name)?;
+            Ok(name.len() as u64)
+        }
+        nr::OBJ_STAT => {
+            let o = lookup(a[0], a[1])?;
+            let st = ObjStat { id: o.id, obj_type: o.obj_type() as u32, home_core: o.home_core, refs: KRef::strong_count(&o) as u64 - 1 };
+            write_user(a[2], &st)?;
+            Ok(0)
+        }
+
+        nr::SHARE_ALLOC => {
+            let parent = reach_share(a[0])?;
+            let (name, n) = read_name(a[1], a[2])?;
+            let home = memid_core(a[3])?;
+            if a[4] & !SHARE_PRIVATE != 0 {
+                return Err(Error::InvalidArgument);
+            }
+            let sh = if a[4] & SHARE_PRIVATE != 0 { share::Share::new_private(percore::cpu_id()) } else { share::Share::new_shared()? };
+            insert_new(&parent, &name[..n], home, Kind::Share(sh))
+        }
+        nr::SHARE_ADDOBJ => {
+            let dst = reach_share(a[0])?;
+            let o = lookup(a[1], a[2])?;
+            if o.as_share().is_ok() && contains_share(&o, &dst, 8) {
+                return Err(Error::InvalidArgument);
+            }
+            dst.as_share()?.insert(o)?;
+            Ok(0)
+        }
+        nr::SHARE_DELOBJ => {
+            let s = reach_share(a[0])?;
+            let removed = s.as_share()?.remove(a[1])?;
+            drop(s);
+            drop(removed);
+            Ok(0)
+        }
+        nr::SELF_DROP => {
+            let removed = with_current_mut(|c: &mut Context| {
+                if c.root_share.id == a[0] {
+                    return Err(Error::NotPermitted);
+                }
+                match c.shares.iter().position(|s| s.id == a[0]) {
+                    Some(i) => Ok(c.shares.remove(i)),
+                    None => Err(Error::ShareNotReachable),
+                }
+            })??;
+            drop(removed);
+            Ok(0)
+        }
+        nr::SELF_SHARES => {
+            let ids: Vec<u64> = with_current(|c| {
+                let mut v = Vec::new();
+                if v.try_reserve(c.shares.len() + 1).is_ok() {
+                    v.push(c.root_share.id);
+                    v.extend(c.shares.iter().map(|s| s.id));
+                }
+                v
+            })?;
+            if ids.is_empty() {
+                return Err(Error::NoMemory);
+            }
+            if (a[1] as usize) < ids.len() {
+                return Err(Error::BufferTooSmall);
+            }
+            write_slice(a[0], &ids)?;
+            Ok(ids.len() as u64)
+        }
+
+        nr::SEGMENT_ALLOC => {
+            let s = reach_share(a[0])?;
+            let (name, n) = read_name(a[1], a[2])?;
+            let home = memid_core(a[3])?;
+            let seg = segment::Segment::new(a[4], home)?;
+            insert_new(&s, &name[..n], home, Kind::Segment(seg))
+        }
+        nr::SEGMENT_COPY => {
+            let dst = reach_share(a[0])?;
+            let src = lookup(a[1], a[2])?;
+            let (name, n) = read_name(a[3], a[4])?;
+            let cow = match a[5] {
+                COPY_EAGER => false,
+                COPY_ON_WRITE => true,
+                _ => return Err(Error::InvalidArgument),
+            };
+            let me = percore::cpu_id() as u32;
+            let (copy, maps) = src.as_segment()?.duplicate(cow, me)?;
+            let id = insert_new(&dst, &name[..n], me, Kind::Segment(copy))?;
+            // Existing writable mappings of the source must fault before writing from now on.
+            for (weak, voff, len) in maps {
+                if let Some(ar_obj) = weak.upgrade() {
+                    ar::write_protect(&ar_obj, voff, len);
+                }
+            }
+            Ok(id)
+        }
+        nr::SEGMENT_GET_NBYTES => Ok(lookup(a[0], a[1])?.as_segment()?.nbytes()),
+        nr::SEGMENT_SET_NBYTES => {
+            lookup(a[0], a[1])?.as_segment()?.set_nbytes(a[2])?;
+            Ok(0)
+        }
+
+        nr::AR_ALLOC => {
+            let s = reach_share(a[0])?;
+            let (name, n) = read_name(a[1], a[2])?;
+            let home = memid_core(a[3])?;
+            let kind = ArKind::from_u64(a[4]).ok_or(Error::InvalidArgument)?;
+            let r = ar::AddressRange::new(kind, home)?;
+            insert_new(&s, &name[..n], home, Kind::Ar(r))
+        }
+        nr::AR_SET_SEG => {
+            let m: SegMapping = read_user(a[2])?;
+            let ar_obj = lookup(a[0], a[1])?;
+            let seg = lookup(m.seg.share, m.seg.object)?;
+            ar::set_seg(&ar_obj, m.voff, &seg, m.soff, m.len, m.flags)?;
+            Ok(0)
+        }
+        nr::AR_SET_AR => {
+            let ar_obj = lookup(a[0], a[1])?;
+            let child = lookup(a[3], a[4])?;
+            ar::set_ar(&ar_obj, a[2], &child)?;
+            Ok(0)
+        }
+        nr::AR_GET => {
+            let ar_obj = lookup(a[0], a[1])?;
+            let v = ar::mappings(&ar_obj)?;
+            if (a[3] as usize) < v.len() {
+                return Err(Error::BufferTooSmall);
+            }
+            write_slice(a[2], &v)?;
+            Ok(v.len() as u64)
+        }
+        nr::AR_UNMAP => {
+            let ar_obj = lookup(a[0], a[1])?;
+            ar::unmap(&ar_obj, a[2], a[3])?;
+            Ok(0)
+        }
+
+        nr::PCORE_ALLOC => {
+            let s = reach_share(a[0])?;
+            let (name, n) = read_name(a[1], a[2])?;
+            if a[3] as usize >= percpu::online_count() {
+                return Err(Error::NoSuchCore);
+            }
+            insert_new(&s, &name[..n], a[3] as u32, Kind::Pcore(pcore::Pcore::new(a[3] as u32)))
+        }
+        nr::PCORE_CURRENT => with_current(|c| c.pcore.id),
+        nr::PCORE_RUN => pcore_run(a[0], a[1], a[2]),
+        nr::PCORE_SET_INTERVAL => {
+            let p = lookup(a[0], a[1])?;
+            let pc = p.as_pcore()?;
+            if a[2] > 10_000 {
+                return Err(Error::InvalidArgument);
+            }
+            pc.interval_hz.store(a[2], Ordering::Relaxed);
+            // The running context on this very pcore gets the new rate at once; others at
+            // their next start.
+            if with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
+                crate::arch::x86_64::apic::timer_periodic_us(if a[2] == 0 { 0 } else { 1_000_000 / a[2] });
+            }
+            Ok(0)
+        }
+        nr::PCORE_HALT => {
+            let p = lookup(a[0], a[1])?;
+            let pc = p.as_pcore()?;
+            let core = pc.core as usize;
+            if with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
+                context::request_exit(a[2]);
+            } else {
+                context::halt_remote(core, p.key(), a[2]);
+            }
+            Ok(0)
+        }
+        nr::PCORE_STAT => {
+            let st = lookup(a[0], a[1])?.as_pcore()?.stat();
+            write_user(a[2], &st)?;
+            Ok(0)
+        }
+
+        nr::DEVICE_ALLOC => {
+            let s = reach_share(a[0])?;
+            let home = memid_core(a[2])?;
+            let d = device::Device::open(a[1])?;
+            insert_new(&s, b"console", home, Kind::Device(d))
+        }
+        nr::DEVICE_LIST => {
+            let l = device::list();
+            if (a[1] as usize) < l.len() {
+                return Err(Error::BufferTooSmall);
+            }
+            write_slice(a[0], &l)?;
+            Ok(l.len() as u64)
+        }
+        nr::DEVICE_STAT => {
+            let st = lookup(a[0], a[1])?.as_device()?.stat();
+            write_user(a[2], &st)?;
+            Ok(0)
+        }
+        nr::DEVICE_CONF => {
+            let conf: DeviceConf = read_user(a[2])?;
+            lookup(a[0], a[1])?.as_device()?.conf(conf.key, conf.value)?;
+            Ok(0)
+        }
+        nr::DEVICE_BUF => {
+            let b: DeviceBuf = read_user(a[2])?;
+            let dev_obj = lookup(a[0], a[1])?;
+            let dev = dev_obj.as_device()?;
+            if b.buf_type != BUF_TX {
+                return Err(Error::Unsupported);
+            }
+            let seg_obj = lookup(b.seg.share, b.seg.object)?;
+            let seg = seg_obj.as_segment()?;
+            let end = b.offset.checked_add(b.len).ok_or(Error::OutOfRange)?;
+            if end > seg.nbytes() {
+                return Err(Error::OutOfRange);
+            }
+            let mut chunk = [0u8; 256];
+            let mut done = 0u64;
+            while done < b.len {
+                let n = (b.len - done).min(chunk.len() as u64) as usize;
+                seg.read_bytes(b.offset + done, &mut chunk[..n])?;
+                dev.transmit(&chunk[..n]);
+                done += n as u64;
+            }
+            dev.count_buffer();
+            Ok(b.len)
+        }
+
+        nr::LOCALITY_GET => {
+            let n = percpu::online_count();
+            if (a[1] as usize) < n * n {
+                return Err(Error::BufferTooSmall);
+            }
+            let mut v: Vec<LocalityEntry> = Vec::new();
+            v.try_reserve(n * n).map_err(|_| Error::NoMemory)?;
+            for i in 0..n {
+                for j in 0..n {
+                    let (l, d) = crate::topology::locality_get(i, j).ok_or(Error::NoSuchCore)?;
+                    v.push(LocalityEntry { level: l as u8, distance: d });
+                }
+            }
+            write_slice(a[0], &v)?;
+            Ok(n as u64)
+        }
+
+        nr::CONSOLE_WRITE => {
+            let len = a[1];
+            let mut chunk = [0u8; 256];
+            let mut done = 0u64;
+            while done < len {
+                let n = (len - done).min(chunk.len() as u64) as usize;
+                copy_from_user(&mut chunk[..n], a[0].checked_add(done).ok_or(Error::BadAddress)?)?;
+                crate::arch::x86_64::serial::write_bytes_locked(&chunk[..n]);
+                done += n as u64;
+            }
+            Ok(len)
+        }
+        nr::CONSOLE_READ => {
+            let mut chunk = [0u8; 256];
+            let cap = (a[1] as usize).min(chunk.len());
+            let mut n = 0;
+            while n < cap {
+                match crate::arch::x86_64::serial::try_read() {
+                    Some(b) => {
+                        chunk[n] = b;
+                        n += 1;
+                    }
+                    None => break,
+                }
+            }
+            copy_to_user(a[0], &chunk[..n])?;
+            Ok(n as u64)
+        }
+        nr::TIME_NOW => Ok(crate::time::now_ticks()),
+        nr::SYS_INFO => {
+            let info = SysInfo {
+                cores: percpu::online_count() as u64,
+                numa_nodes: crate::mm::frame::node_count() as u64,
+                tsc_per_ms: crate::time::tsc_per_ms(),
+                free_pages: crate::mm::frame::free_pages(),
+                total_pages: crate::mm::frame::total_pages(),
+                kernel_objects: crate::mm::heap::live_objects(),
+                live_kobjects: crate::kobj::live_objects(),
+            };
+            write_user(a[0], &info)?;
+            Ok(0)
+        }
+        nr::CORE_STATS => {
+            let c = percpu::get(a[0] as usize).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
+            let s = &c.stats;
+            let st = CoreStats {
+                syscalls: s.syscalls.load(Ordering::Relaxed),
+                soft_faults: s.soft_faults.load(Ordering::Relaxed),
+                cow_faults: s.cow_faults.load(Ordering::Relaxed),
+                tlb_flushes_local: s.tlb_flushes_local.load(Ordering::Relaxed),
+                shootdown_ipis_sent: s.shootdown_ipis_sent.load(Ordering::Relaxed),
+                shootdown_ipis_received: s.shootdown_ipis_received.load(Ordering::Relaxed),
+                ipis_received: s.ipis_received.load(Ordering::Relaxed),
+                interrupts: s.interrupts.load(Ordering::Relaxed),
+                timer_ticks: s.timer_ticks.load(Ordering::Relaxed),
+            };
+            write_user(a[1], &st)?;
+            Ok(0)
+        }
+        nr::INITRD_GET => {
+            let s = reach_share(a[0])?;
+            if a[2] > 64 {
+                return Err(Error::NameTooLong);
+            }
+            let mut name = [0u8; 64];
+            copy_from_user(&mut name[..a[2] as usize], a[1])?;
+            let data = crate::initrd::find(&name[..a[2] as usize]).ok_or(Error::NotFound)?;
+            let me = percore::cpu_id() as u32;
+            let seg = segment::Segment::new(data.len() as u64, me)?;
+            seg.write_bytes(0, data)?;
+            let short = &name[..(a[2] as usize).min(MAX_NAME)];
+            insert_new(&s, short, me, Kind::Segment(seg))
+        }
+        _ => Err(Error::NoSuchCall),
+    }
+}
+
+fn pcore_run(pshare: u64, pcore_id: u64, ctx_ptr: u64) -> Result<u64, Error> {
+    let c: PcoreContext = read_user(ctx_ptr)?;
+    let p = lookup(pshare, pcore_id)?;
+    let target = p.as_pcore()?.core as usize;
+    if c.rip < USER_BASE || c.rip >= USER_END || c.rsp <= USER_BASE || c.rsp > USER_END {
+        return Err(Error::BadAddress);
+    }
+    if c.nshares as usize > MAX_CONTEXT_SHARES {
+        return Err(Error::InvalidArgument);
+    }
+    if c.role != ROLE_XC {
+        return Err(Error::Unsupported);
+    }
+    let root_ar = lookup(c.root_ar.share, c.root_ar.object)?;
+    if root_ar.as_ar()?.kind != ArKind::Root {
+        return Err(Error::InvalidArgument);
+    }
+    let mut shares = Vec::new();
+    shares.try_reserve(c.nshares as usize).map_err(|_| Error::NoMemory)?;
+    for &id in &c.shares[..c.nshares as usize] {
+        let s = reach_share(id)?;
+        if !shares.iter().any(|x: &ObjRef| KRef::ptr_eq(x, &s)) {
+            shares.push(s);
+        }
+    }
+    if percpu::get(target).is_none_or(|t| t.busy.load(Ordering::Acquire)) {
+        return Err(if percpu::get(target).is_none() { Error::NoSuchCore } else { Error::Busy });
+    }
+    let mut initial = Vec::new();
+    initial.try_reserve(1).map_err(|_| Error::NoMemory)?;
+    initial.push(p.clone());
+    let root_share = KObject::create(b"root", target as u32, Kind::Share(share::Share::new_private_with(target, initial)?))?;
+    let args = [c.arg, root_share.id, p.id];
+    let ctx = Context { root_share, shares, root_ar, pcore: p, rip: c.rip, rsp: c.rsp, args };
+    context::start_on(target, ctx)?;
+    Ok(0)
+}
