@@ -60,7 +60,7 @@ fn parse_kernel_tests(serial: &str) -> (TestTally, Vec<String>, bool) {
     let mut failures = Vec::new();
     let mut summary = false;
     for line in serial.lines() {
-        if let Some(idx) = line.find("ktest ") {
+        if let Some(idx) = line.find("ktest ").or_else(|| line.find("utest ")) {
             let rest = &line[idx + 6..];
             if rest.contains("... ok") {
                 t.passed += 1;
@@ -69,7 +69,7 @@ fn parse_kernel_tests(serial: &str) -> (TestTally, Vec<String>, bool) {
                 failures.push(rest.to_string());
             }
         }
-        if line.contains("ktest: done") {
+        if line.contains("ktest: done") || line.contains("utest: done") {
             summary = true;
         }
     }
@@ -162,6 +162,78 @@ fn bad_boot_conditions(kernel: &std::path::Path) -> Result<TestTally, String> {
     Ok(t)
 }
 
+/// User-program tests (`init=utest`): every system call's success and error paths, run as a
+/// user program; the kernel then checks that every page and object came back.
+fn user_tests(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32) -> Result<TestTally, String> {
+    let cfg = VmConfig {
+        smp,
+        cmdline: "init=utest".into(),
+        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+        initrd: Some(initrd.to_path_buf()),
+        timeout: Some(BOOT_TIMEOUT),
+        ..Default::default()
+    };
+    println!("== user tests (init=utest) at {smp} vCPU(s)");
+    let out = boot_captured(&cfg, None, false, None)?;
+    let (mut t, failures, summary) = parse_kernel_tests(&out.serial);
+    for f in &failures {
+        println!("   FAILED: {f}");
+    }
+    let leak_line = out.serial.lines().find(|l| l.contains("init: free pages")).map(|l| l.trim().to_string());
+    if out.timed_out || !summary || !out.kernel_exit_ok() {
+        println!(
+            "   FAILED: utest at {smp} vCPUs: timed out={} finished={} exit={:?}; last lines:",
+            out.timed_out,
+            summary,
+            out.status.and_then(|s| s.code())
+        );
+        for l in out.serial.lines().rev().take(12).collect::<Vec<_>>().into_iter().rev() {
+            println!("   | {l}");
+        }
+        t.failed += 1;
+    } else {
+        // The kernel's leak check after the program exited counts as a test of its own.
+        t.passed += 1;
+    }
+    if let Some(l) = leak_line {
+        println!("   {l}");
+    }
+    println!("   {smp} vCPU(s): {} passed, {} failed ({:.1} s)", t.passed, t.failed, out.elapsed.as_secs_f64());
+    Ok(t)
+}
+
+/// Each benchmark program runs to a clean exit with nothing leaked.
+fn program_runs(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<TestTally, String> {
+    println!("== user programs");
+    let mut t = TestTally::default();
+    let programs = crate::user::program_names()?;
+    let runs: [(&str, &str, u32); 3] = [("hello", "hello -- one two", 2), ("memclone", "memclone -- 4M 2", 2), ("mempass", "mempass -- 4M 2", 2)];
+    for (prog, cmd, smp) in runs {
+        if !programs.iter().any(|p| p == prog) {
+            println!("   (no `{prog}` program yet; skipped)");
+            continue;
+        }
+        let cfg = VmConfig {
+            smp,
+            cmdline: format!("init={cmd}"),
+            medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+            initrd: Some(initrd.to_path_buf()),
+            timeout: Some(BOOT_TIMEOUT),
+            ..Default::default()
+        };
+        let out = boot_captured(&cfg, None, false, None)?;
+        let exit_line = out.serial.lines().find(|l| l.contains("exited with code")).unwrap_or("").trim().to_string();
+        if out.kernel_exit_ok() && !out.timed_out {
+            println!("   {prog}: {exit_line}");
+            t.passed += 1;
+        } else {
+            println!("   FAILED: `init={cmd}` at {smp} vCPUs (timed out={}):\n{}", out.timed_out, out.serial);
+            t.failed += 1;
+        }
+    }
+    Ok(t)
+}
+
 /// Large configurations: every core online and every node found (boot only, no tests).
 fn summary_boots(kernel: &std::path::Path) -> Result<TestTally, String> {
     println!("== boot summary at large configurations");
@@ -251,6 +323,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
             total.add(kernel_tests(&kernel, smp, 0)?);
         }
         total.add(kernel_tests(&kernel, 4, 2)?);
+        let initrd = crate::user::build_initrd()?;
+        for smp in [1u32, 2, 4] {
+            total.add(user_tests(&kernel, &initrd, smp)?);
+        }
+        total.add(program_runs(&kernel, &initrd)?);
         total.add(summary_boots(&kernel)?);
         total.add(bad_boot_conditions(&kernel)?);
         total.add(iso_boots()?);
