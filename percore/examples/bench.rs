@@ -72,29 +72,36 @@ fn measure(threads: usize, dur: Duration, op: Arc<dyn Fn(usize) + Send + Sync>) 
     Run { ns_per_op, throughput: total_ops as f64 / secs }
 }
 
+/// One primitive's numbers. Each round measures, back to back, the calibration loop and the
+/// primitive at 1 thread, then both at 2 threads, so every ratio is normalised by a
+/// calibration taken under the same machine load (the host is shared); the medians over
+/// rounds are reported.
 struct Row {
     group: &'static str,
     name: &'static str,
     what: &'static str,
-    one: Run,
-    two: Run,
+    ns_1t: f64,
+    ns_2t: f64,
+    ops_1t: f64,
+    ops_2t: f64,
+    thr_ratio: f64,
+    cost_ratio: f64,
+    cal_thr_ratio: f64,
+    cal_cost_ratio: f64,
+    thr_norm: f64,
+    cost_norm: f64,
 }
 
-impl Row {
-    fn thr_ratio(&self) -> f64 {
-        self.two.throughput / self.one.throughput
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
-    fn cost_ratio(&self) -> f64 {
-        self.two.ns_per_op / self.one.ns_per_op
-    }
-}
-
-fn bench(group: &'static str, name: &'static str, what: &'static str, dur: Duration, make: impl Fn() -> Arc<dyn Fn(usize) + Send + Sync>) -> Row {
-    // A short warm-up on both CPUs, then fresh state for each measurement.
-    measure(2, dur / 10, make());
-    let one = measure(1, dur, make());
-    let two = measure(2, dur, make());
-    Row { group, name, what, one, two }
 }
 
 fn xorshift(x: u64) -> u64 {
@@ -104,19 +111,67 @@ fn xorshift(x: u64) -> u64 {
     x ^ (x << 17)
 }
 
-fn calibration(dur: Duration) -> Row {
-    // Share-nothing: each thread's state is its own stack slot; nothing crosses cores.
-    bench("calibration", "share_nothing", "xorshift on a thread-local value", dur, || {
-        Arc::new(|_t| {
-            let x = black_box(0x9e37_79b9_7f4a_7c15u64);
-            black_box(xorshift(xorshift(x)));
-        })
+/// Share-nothing calibration: each thread's state is its own register/stack value; nothing
+/// crosses cores, so its 2-thread/1-thread ratio is what this machine, under its current
+/// load, gives two threads at best.
+fn calibration_op() -> Arc<dyn Fn(usize) + Send + Sync> {
+    Arc::new(|_t| {
+        let x = black_box(0x9e37_79b9_7f4a_7c15u64);
+        black_box(xorshift(xorshift(x)));
     })
+}
+
+fn bench(
+    group: &'static str,
+    name: &'static str,
+    what: &'static str,
+    dur: Duration,
+    rounds: usize,
+    make: impl Fn() -> Arc<dyn Fn(usize) + Send + Sync>,
+) -> Row {
+    // A short warm-up on both CPUs; fresh state for every measurement after.
+    measure(2, dur / 4, make());
+    let (mut ns1, mut ns2, mut op1, mut op2) = (vec![], vec![], vec![], vec![]);
+    let (mut thr, mut cost, mut cthr, mut ccost, mut nthr, mut ncost) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let c1 = measure(1, dur, calibration_op());
+        let p1 = measure(1, dur, make());
+        let c2 = measure(2, dur, calibration_op());
+        let p2 = measure(2, dur, make());
+        let (t, c) = (p2.throughput / p1.throughput, p2.ns_per_op / p1.ns_per_op);
+        let (ct, cc) = (c2.throughput / c1.throughput, c2.ns_per_op / c1.ns_per_op);
+        ns1.push(p1.ns_per_op);
+        ns2.push(p2.ns_per_op);
+        op1.push(p1.throughput);
+        op2.push(p2.throughput);
+        thr.push(t);
+        cost.push(c);
+        cthr.push(ct);
+        ccost.push(cc);
+        nthr.push(t / ct);
+        ncost.push(c / cc);
+    }
+    Row {
+        group,
+        name,
+        what,
+        ns_1t: median(ns1),
+        ns_2t: median(ns2),
+        ops_1t: median(op1),
+        ops_2t: median(op2),
+        thr_ratio: median(thr),
+        cost_ratio: median(cost),
+        cal_thr_ratio: median(cthr),
+        cal_cost_ratio: median(ccost),
+        thr_norm: median(nthr),
+        cost_norm: median(ncost),
+    }
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut ms = 300u64;
+    let mut ms = 100u64;
+    let mut rounds = 5usize;
     let mut json_path: Option<String> = None;
     let mut i = 0;
     while i < args.len() {
@@ -125,11 +180,15 @@ fn main() {
                 ms = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or_else(|| die("--ms needs a number of milliseconds"));
                 i += 1;
             }
+            "--rounds" => {
+                rounds = args.get(i + 1).and_then(|s| s.parse().ok()).filter(|&r| r > 0).unwrap_or_else(|| die("--rounds needs a positive number"));
+                i += 1;
+            }
             "--json" => {
                 json_path = Some(args.get(i + 1).cloned().unwrap_or_else(|| die("--json needs a path")));
                 i += 1;
             }
-            other => die(&format!("unknown argument `{other}` (known: --ms N, --json PATH)")),
+            other => die(&format!("unknown argument `{other}` (known: --ms N, --rounds R, --json PATH)")),
         }
         i += 1;
     }
@@ -141,26 +200,24 @@ fn main() {
     let dur = Duration::from_millis(ms);
     let mut rows = Vec::new();
 
-    let cal_before = calibration(dur);
-
     // ---- counters (Tornado figure 1) -----------------------------------------------------
-    rows.push(bench("counter", "shared_atomic", "fetch_add on one shared word", dur, || {
+    rows.push(bench("counter", "shared_atomic", "fetch_add on one shared word", dur, rounds, || {
         let c = Arc::new(AtomicU64::new(0));
         Arc::new(move |_t| {
             c.fetch_add(1, Ordering::Relaxed);
         })
     }));
-    rows.push(bench("counter", "unpadded_array", "fetch_add on own slot of an adjacent [AtomicU64; 2]", dur, || {
+    rows.push(bench("counter", "unpadded_array", "fetch_add on own slot of an adjacent [AtomicU64; 2]", dur, rounds, || {
         let c = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
         Arc::new(move |t| {
             c[t].fetch_add(1, Ordering::Relaxed);
         })
     }));
-    rows.push(bench("counter", "padded_per_core", "DistributedCounter::inc (128-byte slots)", dur, || {
+    rows.push(bench("counter", "padded_per_core", "DistributedCounter::inc (128-byte slots)", dur, rounds, || {
         let c = Arc::new(DistributedCounter::with_cores(2));
         Arc::new(move |_t| c.inc())
     }));
-    rows.push(bench("counter", "sloppy", "SloppyCounter acquire(1) / release(1), alternating", dur, || {
+    rows.push(bench("counter", "sloppy", "SloppyCounter acquire(1) / release(1), alternating", dur, rounds, || {
         let c = Arc::new(SloppyCounter::with_config(2, 64, 32).unwrap());
         let flip: Arc<[CachePadded<AtomicBool>; 2]> = Arc::new([CachePadded::new(AtomicBool::new(false)), CachePadded::new(AtomicBool::new(false))]);
         Arc::new(move |t| {
@@ -174,7 +231,7 @@ fn main() {
             }
         })
     }));
-    rows.push(bench("counter", "clustered", "ClusteredObject (per-core reps) rep().fetch_add", dur, || {
+    rows.push(bench("counter", "clustered", "ClusteredObject (per-core reps) rep().fetch_add", dur, rounds, || {
         let c = Arc::new(ClusteredObject::with_cores(2, Policy::PerCore, |_| CachePadded::new(AtomicU64::new(0))).unwrap());
         Arc::new(move |_t| {
             c.rep().fetch_add(1, Ordering::Relaxed);
@@ -182,72 +239,58 @@ fn main() {
     }));
 
     // ---- locks (Corey figure 3): 1 thread = uncontended, 2 threads = 2 contenders ---------
-    rows.push(bench("lock", "ticket", "TicketLock lock+unlock, one lock", dur, || {
+    rows.push(bench("lock", "ticket", "TicketLock lock+unlock, one lock", dur, rounds, || {
         let l = Arc::new(TicketLock::new(0u64));
         Arc::new(move |_t| *l.lock() += 1)
     }));
-    rows.push(bench("lock", "mcs", "McsLock lock+unlock (pooled node), one lock", dur, || {
+    rows.push(bench("lock", "mcs", "McsLock lock+unlock (pooled node), one lock", dur, rounds, || {
         let l = Arc::new(McsLock::new(0u64));
         Arc::new(move |_t| *l.lock() += 1)
     }));
-    rows.push(bench("lock", "mcs_with_lock", "McsLock::with_lock (stack node), one lock", dur, || {
+    rows.push(bench("lock", "mcs_with_lock", "McsLock::with_lock (stack node), one lock", dur, rounds, || {
         let l = Arc::new(McsLock::new(0u64));
         Arc::new(move |_t| l.with_lock(|v| *v += 1))
     }));
-    rows.push(bench("lock", "rw_read", "RwLock read lock+unlock, one lock", dur, || {
+    rows.push(bench("lock", "rw_read", "RwLock read lock+unlock, one lock", dur, rounds, || {
         let l = Arc::new(RwLock::with_reader_slots(7u64, 2));
         Arc::new(move |_t| {
             black_box(*l.read());
         })
     }));
-    rows.push(bench("lock", "rw_write", "RwLock write lock+unlock, one lock", dur, || {
+    rows.push(bench("lock", "rw_write", "RwLock write lock+unlock, one lock", dur, rounds, || {
         let l = Arc::new(RwLock::with_reader_slots(7u64, 2));
         Arc::new(move |_t| *l.write() += 1)
     }));
 
-    let cal_after = calibration(dur);
-    let cal_thr = (cal_before.thr_ratio() + cal_after.thr_ratio()) / 2.0;
-    let cal_cost = (cal_before.cost_ratio() + cal_after.cost_ratio()) / 2.0;
+    let cal_thr = median(rows.iter().map(|r| r.cal_thr_ratio).collect());
+    let cal_cost = median(rows.iter().map(|r| r.cal_cost_ratio).collect());
 
-    println!("percore benchmark: host-native, threads pinned to CPUs 0 and 1 ({cpus} CPUs online), {ms} ms per point");
+    println!("percore benchmark: host-native, threads pinned to CPUs 0 and 1 ({cpus} CPUs online), {rounds} rounds of {ms} ms per point, medians");
+    println!("calibration (share-nothing, measured beside every primitive): 2t/1t throughput median {cal_thr:.2}, per-op cost median {cal_cost:.2}");
     println!(
-        "calibration (share-nothing): 2t/1t throughput {:.2} (before {:.2}, after {:.2}); 2t/1t per-op cost {:.2}",
-        cal_thr,
-        cal_before.thr_ratio(),
-        cal_after.thr_ratio(),
-        cal_cost
-    );
-    println!(
-        "{:<8} {:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "group", "primitive", "1t ns/op", "2t ns/op", "thr 2/1", "thr norm", "cost 2/1", "cost norm"
+        "{:<8} {:<16} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "group", "primitive", "1t ns/op", "2t ns/op", "thr 2/1", "cal thr", "thr norm", "cost 2/1", "cal cost", "cost nrm"
     );
     for r in &rows {
         println!(
-            "{:<8} {:<16} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
-            r.group,
-            r.name,
-            r.one.ns_per_op,
-            r.two.ns_per_op,
-            r.thr_ratio(),
-            r.thr_ratio() / cal_thr,
-            r.cost_ratio(),
-            r.cost_ratio() / cal_cost
+            "{:<8} {:<16} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+            r.group, r.name, r.ns_1t, r.ns_2t, r.thr_ratio, r.cal_thr_ratio, r.thr_norm, r.cost_ratio, r.cal_cost_ratio, r.cost_norm
         );
     }
     let find = |n: &str| rows.iter().find(|r| r.name == n).expect("row exists");
     let targets = [
-        ("padded_per_core cost norm <= 1.1", find("padded_per_core").cost_ratio() / cal_cost <= 1.1),
-        ("sloppy cost norm <= 1.1", find("sloppy").cost_ratio() / cal_cost <= 1.1),
-        ("clustered cost norm <= 1.1", find("clustered").cost_ratio() / cal_cost <= 1.1),
-        ("shared_atomic cost norm >= 3", find("shared_atomic").cost_ratio() / cal_cost >= 3.0),
-        ("mcs uncontended <= 2x ticket", find("mcs").one.ns_per_op <= 2.0 * find("ticket").one.ns_per_op),
+        ("padded_per_core cost norm <= 1.1", find("padded_per_core").cost_norm <= 1.1),
+        ("sloppy cost norm <= 1.1", find("sloppy").cost_norm <= 1.1),
+        ("clustered cost norm <= 1.1", find("clustered").cost_norm <= 1.1),
+        ("shared_atomic cost norm >= 3", find("shared_atomic").cost_norm >= 3.0),
+        ("mcs uncontended <= 2x ticket", find("mcs").ns_1t <= 2.0 * find("ticket").ns_1t),
         // 1.8x the 1-thread throughput where share-nothing gives 2x: 0.9 of share-nothing.
-        ("rw_read thr norm >= 0.9 (1.8x of 2x)", find("rw_read").thr_ratio() / cal_thr >= 0.9),
+        ("rw_read thr norm >= 0.9 (1.8x of 2x)", find("rw_read").thr_norm >= 0.9),
     ];
-    println!("normalised = raw ratio / calibration ratio: 1.00 scales exactly as well as share-nothing code");
+    println!("normalised = raw ratio / calibration ratio of the same round: 1.00 scales exactly as well as share-nothing code");
     println!("targets (issue 3), on normalised ratios:");
     for (t, ok) in &targets {
-        println!("  {:<34} {}", t, if *ok { "met" } else { "NOT met" });
+        println!("  {:<38} {}", t, if *ok { "met" } else { "NOT met" });
     }
 
     if let Some(path) = json_path {
@@ -255,31 +298,11 @@ fn main() {
         j.push_str("{\n");
         j.push_str("  \"benchmark\": \"percore\",\n");
         j.push_str("  \"evidence\": \"host-native, threads pinned to CPUs 0 and 1\",\n");
-        j.push_str(&format!("  \"cpus_online\": {cpus},\n  \"ms_per_point\": {ms},\n"));
-        j.push_str(&format!(
-            "  \"calibration\": {{\"throughput_ratio\": {:.4}, \"cost_ratio\": {:.4}, \"before\": {}, \"after\": {}}},\n",
-            cal_thr,
-            cal_cost,
-            run_json(&cal_before),
-            run_json(&cal_after)
-        ));
+        j.push_str(&format!("  \"cpus_online\": {cpus},\n  \"ms_per_point\": {ms},\n  \"rounds\": {rounds},\n"));
+        j.push_str(&format!("  \"calibration\": {{\"throughput_ratio_median\": {cal_thr:.4}, \"cost_ratio_median\": {cal_cost:.4}}},\n"));
         j.push_str("  \"rows\": [\n");
         for (i, r) in rows.iter().enumerate() {
-            j.push_str(&format!(
-                "    {{\"group\": \"{}\", \"name\": \"{}\", \"what\": \"{}\", \"ns_per_op_1t\": {:.3}, \"ns_per_op_2t\": {:.3}, \"ops_per_s_1t\": {:.0}, \"ops_per_s_2t\": {:.0}, \"throughput_ratio\": {:.4}, \"throughput_ratio_normalized\": {:.4}, \"cost_ratio\": {:.4}, \"cost_ratio_normalized\": {:.4}}}{}\n",
-                r.group,
-                r.name,
-                r.what,
-                r.one.ns_per_op,
-                r.two.ns_per_op,
-                r.one.throughput,
-                r.two.throughput,
-                r.thr_ratio(),
-                r.thr_ratio() / cal_thr,
-                r.cost_ratio(),
-                r.cost_ratio() / cal_cost,
-                if i + 1 < rows.len() { "," } else { "" }
-            ));
+            j.push_str(&format!("    {}{}\n", run_json(r), if i + 1 < rows.len() { "," } else { "" }));
         }
         j.push_str("  ],\n  \"targets\": {\n");
         for (i, (t, ok)) in targets.iter().enumerate() {
@@ -298,11 +321,8 @@ fn main() {
 
 fn run_json(r: &Row) -> String {
     format!(
-        "{{\"ns_per_op_1t\": {:.3}, \"ns_per_op_2t\": {:.3}, \"throughput_ratio\": {:.4}, \"cost_ratio\": {:.4}}}",
-        r.one.ns_per_op,
-        r.two.ns_per_op,
-        r.thr_ratio(),
-        r.cost_ratio()
+        "{{\"group\": \"{}\", \"name\": \"{}\", \"what\": \"{}\", \"ns_per_op_1t\": {:.3}, \"ns_per_op_2t\": {:.3}, \"ops_per_s_1t\": {:.0}, \"ops_per_s_2t\": {:.0}, \"throughput_ratio\": {:.4}, \"calibration_throughput_ratio\": {:.4}, \"throughput_ratio_normalized\": {:.4}, \"cost_ratio\": {:.4}, \"calibration_cost_ratio\": {:.4}, \"cost_ratio_normalized\": {:.4}}}",
+        r.group, r.name, r.what, r.ns_1t, r.ns_2t, r.ops_1t, r.ops_2t, r.thr_ratio, r.cal_thr_ratio, r.thr_norm, r.cost_ratio, r.cal_cost_ratio, r.cost_norm
     )
 }
 

@@ -39,7 +39,7 @@ pub mod spin;
 pub use clustered::{ClusteredObject, Policy, RepInfo};
 pub use counter::{DistributedCounter, SloppyCounter};
 pub use cpu::{core_count, cpu_id, MAX_CORES};
-pub use mcs::{IrqMcsLock, McsGuard, McsLock, McsNode};
+pub use mcs::{IrqMcsLock, McsGuard, McsLock};
 pub use pad::CachePadded;
 pub use per_core::PerCore;
 pub use reclaim::{Domain, Operation};
