@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define CS_TOUCHED_SLOTS (1u << 16) /* 64 KB: stays in the host L2; collisions only cost scans */
+
 static int is_pow2(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 static unsigned log2u(uint64_t x)
@@ -202,6 +204,12 @@ int cs_model_init(cs_model *m, const cs_shape *shape, int nplace, const int *fir
         return -1;
     }
     m->nplace = nplace;
+    m->touched = calloc(CS_TOUCHED_SLOTS, 1);
+    if (!m->touched) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    m->line_shift = log2u(shape->level[0].line);
     for (int p = 0; p < nplace; p++) {
         cs_placement *pl = &m->place[p];
         pl->name = names[p];
@@ -241,6 +249,8 @@ int cs_model_init(cs_model *m, const cs_shape *shape, int nplace, const int *fir
 
 void cs_model_free(cs_model *m)
 {
+    free(m->touched);
+    m->touched = NULL;
     for (int p = 0; p < m->nplace; p++)
         for (int party = 0; party < CS_PARTIES; party++)
             for (int l = 0; l <= CS_MAX_LEVELS; l++)
@@ -255,7 +265,8 @@ static cs_cache *level_cache(cs_placement *pl, const cs_shape *sh, int party, in
 }
 
 /* Returns the level that satisfied the access (shape->levels = memory). */
-static int place_access(cs_placement *pl, const cs_shape *sh, int party, uint64_t addr, int fetch, int write)
+static int place_access(cs_placement *pl, const cs_shape *sh, int party, uint64_t addr, int fetch, int write,
+                        int other_may_hold)
 {
     int sat = sh->levels;
     int kind = fetch ? 0 : 1;
@@ -293,7 +304,7 @@ static int place_access(cs_placement *pl, const cs_shape *sh, int party, uint64_
                 pl->st.back_invalidations += (uint64_t)cs_cache_invalidate(below[i], victim);
         }
     }
-    if (write) {
+    if (write && other_may_hold) {
         /* Coherence (seeds/004 2.2): a write removes the line from the other party's caches,
          * only those it does not share with the writer. */
         int other = 1 - party;
@@ -310,8 +321,12 @@ static int place_access(cs_placement *pl, const cs_shape *sh, int party, uint64_
 void cs_model_access(cs_model *m, int party, uint64_t addr, int fetch, int write)
 {
     int sat[CS_MAX_PLACEMENTS];
+    uint64_t line = addr >> m->line_shift;
+    uint8_t *t = &m->touched[(line * 0x9e3779b97f4a7c15ull) >> 48 & (CS_TOUCHED_SLOTS - 1)];
+    *t |= (uint8_t)(1u << party);
+    int other_may_hold = (*t >> (1 - party)) & 1;
     for (int p = 0; p < m->nplace; p++)
-        sat[p] = place_access(&m->place[p], &m->shape, party, addr, fetch, write);
+        sat[p] = place_access(&m->place[p], &m->shape, party, addr, fetch, write, other_may_hold);
     int shared = sat[0], separate = sat[m->nplace - 1];
     for (int l = 0; l < m->shape.levels; l++) {
         int shared_hit = shared <= l, separate_hit = separate <= l;

@@ -107,6 +107,10 @@ typedef struct {
     cs_placement place[CS_MAX_PLACEMENTS];
     cs_compare cmp;
     uint64_t insns[CS_PARTIES];
+    /* Which parties ever touched a line (hashed, direct-mapped; a collision only adds a party):
+     * a write needs no coherence invalidation when the other party never touched its line. */
+    uint8_t *touched;
+    uint32_t line_shift;
 } cs_model;
 
 /* Build a model with the given placements (first_shared values, most shared first). */
