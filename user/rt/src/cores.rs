@@ -240,7 +240,9 @@ impl Core {
     /// Whether the context started by `start` has halted.
     pub fn halted(&self) -> Result<Option<PcoreStat>, Error> {
         let st = crate::sys::pcore_stat(self.pcore)?;
-        let done = st.state == PCORE_HALTED || (st.state == PCORE_IDLE && st.runs > self.runs_before);
+        // The target core updates the state when it starts the context (RUNNING, then `runs`
+        // + 1) and when it ends it, so until `runs` moves the state is the previous run's.
+        let done = st.runs > self.runs_before && (st.state == PCORE_HALTED || st.state == PCORE_IDLE);
         Ok(done.then_some(st))
     }
 
