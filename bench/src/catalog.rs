@@ -55,38 +55,39 @@ use Placement::{Processes, Threads};
 use Shape::{Parallel, Relay};
 
 /// Every benchmark, in report order. Iteration counts are sized so one run takes well under a
-/// second of guest time under TCG on this workplace's 2-core machines.
+/// second of guest time under TCG at 1 vCPU (at least ~100 ms each, so
+/// TCG's scheduling noise does not dominate) on this workplace's 2-core machines.
 pub const BENCHES: &[BenchSpec] = &[
     // Corey section 8.1: private memory per core, demand-zero faults.
-    b("memclone_threads", "corey", Threads, Parallel, "first touch of a demand-zero page", &[("pages", 2048)]),
-    b("memclone_procs", "corey", Processes, Parallel, "first touch of a demand-zero page", &[("pages", 2048)]),
+    b("memclone_threads", "corey", Threads, Parallel, "first touch of a demand-zero page", &[("pages", 8192)]),
+    b("memclone_procs", "corey", Processes, Parallel, "first touch of a demand-zero page", &[("pages", 8192)]),
     // Corey section 8.1: one buffer passed from core to core.
-    b("mempass_threads", "corey", Threads, Relay, "one core touching one page of the passed buffer", &[("pages", 2048)]),
-    b("mempass_procs", "corey", Processes, Relay, "one core touching one page of the passed buffer", &[("pages", 2048)]),
+    b("mempass_threads", "corey", Threads, Relay, "one core touching one page of the passed buffer", &[("pages", 8192)]),
+    b("mempass_procs", "corey", Processes, Relay, "one core touching one page of the passed buffer", &[("pages", 8192)]),
     // Corey sections 1 and 8.4: descriptors.
-    b("dupclose", "corey", Threads, Parallel, "dup + close of a descriptor, process-wide table", &[("iters", 20000)]),
-    b("dupclose_private", "corey", Threads, Parallel, "dup + close of a descriptor, per-worker table", &[("iters", 20000)]),
+    b("dupclose", "corey", Threads, Parallel, "dup + close of a descriptor, process-wide table", &[("iters", 100000)]),
+    b("dupclose_private", "corey", Threads, Parallel, "dup + close of a descriptor, per-worker table", &[("iters", 100000)]),
     // Corey section 8.3: shares (on Linux: dup/close in the shared vs an unshared table).
-    b("share_global", "corey", Threads, Parallel, "add + delete of an object in one global share", &[("iters", 20000)]),
-    b("share_local", "corey", Threads, Parallel, "add + delete of an object in a per-core share", &[("iters", 20000)]),
+    b("share_global", "corey", Threads, Parallel, "add + delete of an object in one global share", &[("iters", 100000)]),
+    b("share_local", "corey", Threads, Parallel, "add + delete of an object in a per-core share", &[("iters", 100000)]),
     // Tornado figure 1: counter layouts.
-    b("counter_shared", "counter", Threads, Parallel, "atomic increment of one shared word", &[("iters", 500000)]),
-    b("counter_array", "counter", Threads, Parallel, "atomic increment of the worker's slot in a packed array", &[("iters", 500000)]),
-    b("counter_padded", "counter", Threads, Parallel, "atomic increment of the worker's 128-byte slot", &[("iters", 500000)]),
-    b("counter_sloppy", "counter", Threads, Parallel, "sloppy increment: local slot, global every `batch`", &[("iters", 500000), ("batch", 64)]),
-    b("counter_clustered", "counter", Threads, Parallel, "increment of the worker's own rep, allocated by that worker", &[("iters", 500000)]),
+    b("counter_shared", "counter", Threads, Parallel, "atomic increment of one shared word", &[("iters", 20000000)]),
+    b("counter_array", "counter", Threads, Parallel, "atomic increment of the worker's slot in a packed array", &[("iters", 20000000)]),
+    b("counter_padded", "counter", Threads, Parallel, "atomic increment of the worker's 128-byte slot", &[("iters", 20000000)]),
+    b("counter_sloppy", "counter", Threads, Parallel, "sloppy increment: local slot, global every `batch`", &[("iters", 20000000), ("batch", 64)]),
+    b("counter_clustered", "counter", Threads, Parallel, "increment of the worker's own rep, allocated by that worker", &[("iters", 20000000)]),
     // Tornado section 7.2, multithreaded (mt) and multiprogrammed (mp).
     b("thread_mt", "tornado", Threads, Parallel, "create + join of an empty thread", &[("iters", 300)]),
     b("thread_mp", "tornado", Processes, Parallel, "create + join of an empty thread", &[("iters", 300)]),
-    b("pagefault_mt", "tornado", Threads, Parallel, "in-core page fault on a fresh mapping of a resident object", &[("pages", 64), ("rounds", 20)]),
-    b("pagefault_mp", "tornado", Processes, Parallel, "in-core page fault on a fresh mapping of a resident object", &[("pages", 64), ("rounds", 20)]),
-    b("stat_mt", "tornado", Threads, Parallel, "fstat of the worker's own file", &[("iters", 20000)]),
-    b("stat_mp", "tornado", Processes, Parallel, "fstat of the worker's own file", &[("iters", 20000)]),
+    b("pagefault_mt", "tornado", Threads, Parallel, "in-core page fault on a fresh mapping of a resident object", &[("pages", 64), ("rounds", 200)]),
+    b("pagefault_mp", "tornado", Processes, Parallel, "in-core page fault on a fresh mapping of a resident object", &[("pages", 64), ("rounds", 200)]),
+    b("stat_mt", "tornado", Threads, Parallel, "fstat of the worker's own file", &[("iters", 40000)]),
+    b("stat_mp", "tornado", Processes, Parallel, "fstat of the worker's own file", &[("iters", 40000)]),
     // Base costs.
-    b("nullsyscall", "base", Threads, Parallel, "getpid (null system call)", &[("iters", 50000)]),
-    b("pagefault_zero", "base", Processes, Parallel, "demand-zero fault, map/touch/unmap 64-page region", &[("pages", 64), ("rounds", 20)]),
+    b("nullsyscall", "base", Threads, Parallel, "getpid (null system call)", &[("iters", 200000)]),
+    b("pagefault_zero", "base", Processes, Parallel, "demand-zero fault, map/touch/unmap 64-page region", &[("pages", 64), ("rounds", 80)]),
     // Share-nothing calibration: user-only arithmetic, no memory traffic, no kernel.
-    b("calib", "calibration", Threads, Parallel, "one step of a register-only xorshift loop", &[("iters", 20000000)]),
+    b("calib", "calibration", Threads, Parallel, "one step of a register-only xorshift loop", &[("iters", 40000000)]),
     // Harness self-test: never finishes, to exercise the timeout path.
     BenchSpec { name: "selftest_hang", group: "selftest", placement: Threads, shape: Parallel, op: "none (spins forever)", defaults: &[], hidden: true },
 ];

@@ -314,7 +314,7 @@ mod tests {
     fn overrides_apply_only_where_the_key_exists() {
         let o = parse_options(&args("--param iters=7")).unwrap();
         assert_eq!(effective_params(catalog::find("stat_mt").unwrap(), &o.overrides), [("iters".to_string(), 7)]);
-        assert_eq!(effective_params(catalog::find("memclone_procs").unwrap(), &o.overrides), [("pages".to_string(), 2048)]);
+        assert_eq!(effective_params(catalog::find("memclone_procs").unwrap(), &o.overrides), [("pages".to_string(), 8192)]);
     }
 
     /// A fake guest: ok, error or timeout depending on the benchmark, with a made-up
