@@ -9,13 +9,13 @@
 //! | [`cpu`] | core identity, core count, interrupt save/restore hooks | |
 //! | [`per_core`] | `PerCore<T>`: one 128-byte slot per core | Corey, Tornado |
 //! | [`spin`] | ticket lock | |
-//! | [`mcs`] | MCS queue lock | Corey fig. 3 |
+//! | [`mcs`] | MCS queue lock (qspinlock-style fast path) | Corey fig. 3 |
 //! | [`rwlock`] | scalable reader-writer lock (per-core reader counts, MCS writer queue) | Corey §2 |
 //! | [`seqlock`] | generation-counter lock-free reads/comparison | Linux dentry (seeds/002) |
 //! | [`counter`] | `SloppyCounter`, `DistributedCounter` | seeds/002, Tornado fig. 1 |
 //! | [`clustered`] | clustered objects, miss handling, policies | Tornado §3 |
 //! | [`reclaim`] | existence guarantees by quiescence (token over per-core counts) | Tornado §5 |
-//! | [`slab`] | per-core object cache over a backend | Tornado §4 |
+//! | [`slab`] | per-core object cache over a backend (page slabs, heap) | Tornado §4 |
 //! | [`selftest`] | the all-cores stress the kernel runs (and the host, on threads) | |
 #![cfg_attr(not(feature = "std"), no_std)]
 
