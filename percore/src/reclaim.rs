@@ -56,7 +56,8 @@ struct CoreState {
     active: [AtomicUsize; 2],
     /// Serialises token visits to this core.
     visit: TicketLock<VisitState>,
-    /// This core's deferred-free list.
+    /// This core's deferred-free list. Locked with interrupts off: a timer-tick `collect`
+    /// may interrupt a `retire` on the same core.
     deferred: TicketLock<Vec<Retired>>,
 }
 
@@ -183,7 +184,7 @@ impl Domain {
         fence(Ordering::SeqCst);
         let stamp = self.token.load(Ordering::SeqCst);
         let r = Retired { stamp, ptr: Box::into_raw(object) as *mut (), free: free_box::<T> };
-        self.cores.on(core).deferred.lock().push(r);
+        self.cores.on(core).deferred.lock_irqsave().push(r);
     }
 
     /// Free what the calling core retired and the token has since cleared. Returns how many
@@ -196,7 +197,7 @@ impl Domain {
         let now = self.token.load(Ordering::Acquire);
         let n = self.cores.len();
         let ready: Vec<Retired> = {
-            let mut list = self.cores.on(core).deferred.lock();
+            let mut list = self.cores.on(core).deferred.lock_irqsave();
             if list.is_empty() {
                 return 0;
             }
@@ -224,7 +225,7 @@ impl Domain {
 
     /// Objects on core `core`'s deferred-free list.
     pub fn pending_on(&self, core: usize) -> usize {
-        self.cores.on(core).deferred.lock().len()
+        self.cores.on(core).deferred.lock_irqsave().len()
     }
 
     /// Poll from core `core`'s quiescent point (timer tick, idle loop): move the token if

@@ -149,6 +149,14 @@ impl<T: SeqData> SeqLock<T> {
         r
     }
 
+    /// [`write`](Self::write) with interrupts disabled on this core: needed when readers run in
+    /// interrupt handlers, which would otherwise find the generation at 0, fall back to the
+    /// lock, and spin on the writer they interrupted.
+    pub fn write_irqsave<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let _irq = crate::cpu::IrqGuard::new();
+        self.write(f)
+    }
+
     pub fn set(&self, value: T) {
         self.write(|v| *v = value)
     }

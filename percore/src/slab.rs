@@ -9,6 +9,9 @@
 //! its home is pushed onto the home core's remote-free list (a lock-free stack that the home
 //! core empties in one swap), so memory stays with the core (NUMA node) it came from, as in
 //! Tornado's allocator, and magazines never hold another core's objects.
+//!
+//! The per-core locks are taken with interrupts disabled, so interrupt handlers may allocate
+//! and free (a kernel heap needs that); on the host this costs nothing.
 
 extern crate alloc;
 
@@ -118,7 +121,7 @@ impl<B: ObjectBackend> ObjectCache<B> {
     pub fn alloc_on(&self, core: usize) -> Option<NonNull<u8>> {
         let slot = self.cores.slot_of(core);
         let cc = self.cores.on(slot);
-        let mut m = cc.magazine.lock();
+        let mut m = cc.magazine.lock_irqsave();
         if m.len > 0 {
             m.len -= 1;
             return NonNull::new(m.objs[m.len]);
@@ -191,7 +194,7 @@ impl<B: ObjectBackend> ObjectCache<B> {
             return;
         }
         let cc = self.cores.on(slot);
-        let mut m = cc.magazine.lock();
+        let mut m = cc.magazine.lock_irqsave();
         if m.len == MAGAZINE_SIZE {
             // Full: give the older half back to the backend.
             for i in 0..MAGAZINE_SIZE / 2 {
@@ -209,7 +212,7 @@ impl<B: ObjectBackend> ObjectCache<B> {
     /// Give every cached object back to the backend (magazines and remote-free lists).
     pub fn drain(&self) {
         for cc in self.cores.iter() {
-            let mut m = cc.magazine.lock();
+            let mut m = cc.magazine.lock_irqsave();
             for i in 0..m.len {
                 // SAFETY: magazine entries are free objects of this backend.
                 unsafe { self.backend.free(NonNull::new_unchecked(m.objs[i])) };
@@ -229,7 +232,7 @@ impl<B: ObjectBackend> ObjectCache<B> {
     pub fn stats(&self) -> CacheStats {
         let mut s = CacheStats::default();
         for cc in self.cores.iter() {
-            s.cached += cc.magazine.lock().len;
+            s.cached += cc.magazine.lock_irqsave().len;
             s.remote_frees += cc.remote_frees.load(Ordering::Relaxed);
         }
         s
@@ -386,7 +389,7 @@ unsafe impl<P: PageSource> ObjectBackend for PageSlab<P> {
 
     fn alloc(&self, core: usize) -> Option<NonNull<u8>> {
         let slot = self.cores.slot_of(core);
-        let mut c = self.cores.on(slot).lock();
+        let mut c = self.cores.on(slot).lock_irqsave();
         if let Some(p) = NonNull::new(c.free) {
             // SAFETY: free objects hold the next link in their first word.
             c.free = unsafe { (p.as_ptr() as *const *mut u8).read() };
@@ -406,7 +409,7 @@ unsafe impl<P: PageSource> ObjectBackend for PageSlab<P> {
 
     unsafe fn free(&self, obj: NonNull<u8>) {
         let home = self.home(obj);
-        let mut c = self.cores.on(home).lock();
+        let mut c = self.cores.on(home).lock_irqsave();
         // SAFETY: the object is free and holds a pointer (checked at construction).
         unsafe { (obj.as_ptr() as *mut *mut u8).write(c.free) };
         c.free = obj.as_ptr();

@@ -79,3 +79,28 @@ fn irqsave_forms_disable_interrupts_for_the_guard_lifetime() {
         assert_eq!(off(), 0);
     }
 }
+
+#[test]
+fn seqlock_write_irqsave_and_kernel_paths_disable_interrupts() {
+    cpu::set_irq_ops(save, restore);
+    let s = percore::SeqLock::new(1u64);
+    s.write_irqsave(|v| {
+        assert_eq!(off(), 1);
+        *v = 2
+    });
+    assert_eq!(off(), 0);
+    assert_eq!(s.read(), 2);
+    // The object cache and the reclamation lists take their per-core locks with interrupts
+    // off and restore them.
+    let cache = percore::ObjectCache::with_cores(percore::HeapBackend::new(std::alloc::Layout::new::<u64>()).unwrap(), 1).unwrap();
+    let p = cache.alloc_on(0).unwrap();
+    assert_eq!(off(), 0);
+    // SAFETY: from this cache, unused.
+    unsafe { cache.free_on(0, p) };
+    assert_eq!(off(), 0);
+    let d = percore::Domain::with_cores(1);
+    d.retire_on(0, Box::new(5u32));
+    d.synchronize();
+    assert_eq!(d.collect_on(0), 1);
+    assert_eq!(off(), 0);
+}
