@@ -42,7 +42,8 @@ impl Write for Msg {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         for &b in s.as_bytes() {
             if self.len < self.buf.len() {
-                self.buf[self.len] = b;
+                // One line per test: expressions quoted by `stringify!` may hold newlines.
+                self.buf[self.len] = if b == b'\n' { b' ' } else { b };
                 self.len += 1;
             }
         }
@@ -192,6 +193,21 @@ fn set_param(i: usize, v: u64) {
 
 /// Time limit for a child to finish.
 const JOIN_MS: u64 = 10_000;
+
+/// Wait until the context started on `c` runs (the target core picks it up asynchronously).
+fn wait_running(c: &Core) -> Result<(), Msg> {
+    let mut last = None;
+    let running = rt::time::wait_until(2_000, || {
+        let st = sys::pcore_stat(c.pcore);
+        let r = matches!(st, Ok(s) if s.state == PCORE_RUNNING);
+        last = Some(st);
+        r
+    });
+    if !running {
+        fail!("context on core {} did not start running: {:?}", c.core, last);
+    }
+    Ok(())
+}
 
 /// Prepare a context on core 1 with the given extra shares.
 fn core1(shares: &[ObjectId]) -> Result<Core, Error> {
@@ -749,8 +765,10 @@ fn t_pcore_run_and_halt() -> TestResult {
     let st = ok!(c.wait(JOIN_MS));
     ensure!(st.exit_code == 42 && st.runs == 1 && st.core == 1, "after run: {st:?}");
     ensure!(st.state == PCORE_HALTED, "state {} after halt", st.state);
-    // The same pcore runs again.
-    ok!(c.start(child_ret42, 0));
+    // The same pcore runs again, at once: HALTED means the core is free.
+    if let Err(e) = c.start(child_ret42, 0) {
+        fail!("pcore_run right after pcore_stat said HALTED -> {e:?} (the core was not free yet)");
+    }
     let st = ok!(c.wait(JOIN_MS));
     ensure!(st.exit_code == 42 && st.runs == 2, "second run: {st:?}");
     Ok(Pass::Ok)
@@ -805,7 +823,7 @@ fn t_pcore_run_busy() -> TestResult {
     STOP.store(false, Ordering::Release);
     let mut c = ok!(core1(&[]));
     ok!(c.start(child_spin, 7));
-    ensure!(ok!(sys::pcore_stat(c.pcore)).state == PCORE_RUNNING || ok!(c.halted()).is_some(), "not running");
+    wait_running(&c)?;
     let ctx = c.context(child_spin, 8);
     err!(sys::pcore_run(c.pcore, &ctx), Error::Busy);
     // Another pcore object for the same (busy) core is busy too.
@@ -824,6 +842,7 @@ fn t_pcore_halt_remote() -> TestResult {
     STOP.store(false, Ordering::Release);
     let mut c = ok!(core1(&[]));
     ok!(c.start(child_spin, 1));
+    wait_running(&c)?;
     ok!(sys::pcore_set_interval(c.pcore, 250));
     ensure!(ok!(sys::pcore_stat(c.pcore)).interval_hz == 250, "interval of a remote pcore");
     ok!(sys::pcore_halt(c.pcore, 77));
@@ -977,6 +996,7 @@ fn t_private_unmap_no_ipi() -> TestResult {
         STOP.store(false, Ordering::Release);
         let mut c = ok!(core1(&[]));
         ok!(c.start(child_spin, 0));
+        wait_running(&c)?;
         other = Some(c);
     }
     let seg = ok!(new_seg(root(), 4));
@@ -1081,6 +1101,7 @@ fn t_shared_unmap_shootdown() -> TestResult {
     let mut c = ok!(core1(&[]));
     ok!(sys::ar_set_ar(c.root_ar, SHARED_BASE, sar.0));
     ok!(c.start(child_spin, 0));
+    wait_running(&c)?;
     let r0 = ok!(sys::core_stats(1));
     let s0 = ok!(sys::core_stats(0));
     let r = sys::ar_unmap(sar.0, 0, PAGE_SIZE);
@@ -1288,7 +1309,7 @@ fn run_one(f: fn() -> TestResult) -> Result<Pass, Msg> {
         Err(mut m) => {
             let after = settled_free(before);
             if after != before {
-                let _ = write!(m, " [and free pages {before} -> {after}]");
+                let _ = write!(m, " [free pages {before} -> {after} on this first run]");
             }
             return Err(m);
         }
