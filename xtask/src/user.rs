@@ -92,7 +92,7 @@ pub fn check_program(name: &str, data: &[u8]) -> Result<(), String> {
         }
         if ty == 1 && memsz > 0 {
             loads += 1;
-            let end = vaddr.checked_add(memsz).unwrap_or(u64::MAX);
+            let end = vaddr.saturating_add(memsz);
             if vaddr < USER_BASE || end > INIT_IMAGE_LIMIT {
                 return Err(format!(
                     "user: {name}: segment {vaddr:#x}..{end:#x} is outside [{:#x}, {:#x})",

@@ -171,7 +171,7 @@ fn map_image(ar: ObjName) -> Result<(), Error> {
 impl Core {
     /// Allocate a pcore for physical core `core`, a root range with the image and a stack.
     pub fn prepare(core: u64, opts: &CoreOpts) -> Result<Core, Error> {
-        if opts.shares.len() > MAX_CONTEXT_SHARES - 1 || opts.stack_bytes == 0 || opts.stack_bytes % PAGE_SIZE != 0 {
+        if opts.shares.len() > MAX_CONTEXT_SHARES - 1 || opts.stack_bytes == 0 || !opts.stack_bytes.is_multiple_of(PAGE_SIZE) {
             return Err(Error::InvalidArgument);
         }
         let root = crate::root_share();

@@ -13,6 +13,8 @@
 //! reports through its exit code.
 #![no_std]
 #![no_main]
+// Failure messages are formatted on the stack on purpose (no heap in tests).
+#![allow(clippy::result_large_err)]
 
 extern crate alloc;
 
@@ -165,6 +167,9 @@ fn raw(n: u64, a: [u64; 6]) -> Result<u64, Error> {
     // that wrongly wrote through them could at worst corrupt memory this test then checks.
     unsafe { sys::call(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
 }
+
+/// The largest page-aligned value (a length or offset that overflows any addition).
+const MAX_ALIGNED: u64 = !(PAGE_SIZE - 1);
 
 /// Addresses no system call may accept as a buffer.
 const KERNEL_ADDR: u64 = 0xffff_8000_0000_0000;
@@ -562,9 +567,9 @@ fn t_ar_set_seg_errors() -> TestResult {
     err!(map(rar(), v, s, 0, p, 0x80), Error::InvalidArgument);
     err!(map(rar(), v, s, 0, 5 * p, rw()), Error::OutOfRange);
     err!(map(rar(), v, s, 4 * p, p, rw()), Error::OutOfRange);
-    err!(map(rar(), v, s, 0, u64::MAX & !(p - 1), rw()), Error::OutOfRange);
-    err!(map(rar(), v, s, u64::MAX & !(p - 1), p, rw()), Error::OutOfRange);
-    err!(map(rar(), u64::MAX & !(p - 1), s, 0, p, rw()), Error::OutOfRange);
+    err!(map(rar(), v, s, 0, MAX_ALIGNED, rw()), Error::OutOfRange);
+    err!(map(rar(), v, s, MAX_ALIGNED, p, rw()), Error::OutOfRange);
+    err!(map(rar(), MAX_ALIGNED, s, 0, p, rw()), Error::OutOfRange);
     err!(map(rar(), USER_END - p, s, 0, 2 * p, rw()), Error::OutOfRange);
     err!(map(rar(), USER_END, s, 0, p, rw()), Error::OutOfRange);
     err!(map(rar(), 0, s, 0, p, rw()), Error::OutOfRange);
@@ -632,7 +637,7 @@ fn t_ar_unmap() -> TestResult {
     err!(sys::ar_unmap(rar(), v + 8, p), Error::Misaligned);
     err!(sys::ar_unmap(rar(), v, p + 8), Error::Misaligned);
     err!(sys::ar_unmap(rar(), v, 0), Error::InvalidArgument);
-    err!(sys::ar_unmap(rar(), v, u64::MAX & !(p - 1)), Error::OutOfRange);
+    err!(sys::ar_unmap(rar(), v, MAX_ALIGNED), Error::OutOfRange);
     err!(sys::ar_unmap(ObjName::new(0x7777, rar().object), v, p), Error::ShareNotReachable);
     ensure!(rd(v) == 1, "refused unmap lost data");
     ok!(sys::ar_unmap(rar(), v + 8 * p, 4 * p));
@@ -1233,7 +1238,9 @@ fn t_heap() -> TestResult {
 
 // ---------------------------------------------------------------------------------------
 
-const TESTS: &[(&str, fn() -> TestResult)] = &[
+type Test = (&'static str, fn() -> TestResult);
+
+const TESTS: &[Test] = &[
     ("null_call", t_null_call),
     ("no_such_call", t_no_such_call),
     ("sys_info", t_sys_info),

@@ -52,7 +52,7 @@ impl CoreResult {
     }
 
     pub fn decode(code: u64) -> Option<CoreResult> {
-        (code & OK_BIT != 0).then(|| CoreResult {
+        (code & OK_BIT != 0).then_some(CoreResult {
             ticks: code & ((1 << TICK_BITS) - 1),
             soft_faults: (code & !OK_BIT) >> TICK_BITS,
         })
