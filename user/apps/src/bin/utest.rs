@@ -858,53 +858,61 @@ fn t_pcore_halt_remote() -> TestResult {
     Ok(Pass::Ok)
 }
 
-/// In a child: try to run a pcore it did not allocate (`PARAM[0..2]` names it through a share
-/// it was given; `PARAM[2..4]` through the parent's root share, which it was not given).
-fn child_run_foreign(ctx: &CoreCtx) -> u64 {
+/// In a child: check it cannot reach the parent's pcore (`PARAM[1..3]`, in the parent's root
+/// share), then allocate a pcore for its own core in the share it was given (`PARAM[0]`) and
+/// return that pcore's id (small values are failed checks).
+fn child_alloc_pcore(ctx: &CoreCtx) -> u64 {
     let pctx = abi::PcoreContext { rip: 0x40_0000, rsp: 0x1000_0000, root_ar: ctx.root_ar, ..Default::default() };
-    let given = ObjName::new(param(0), param(1));
-    let hidden = ObjName::new(param(2), param(3));
-    match sys::pcore_run(given, &pctx) {
-        Err(Error::NotPermitted) | Err(Error::ShareNotReachable) => {}
-        r => {
-            println!("utest child: pcore_run(foreign pcore via a given share) -> {r:?}");
-            return 1;
-        }
-    }
+    let hidden = ObjName::new(param(1), param(2));
     match sys::pcore_run(hidden, &pctx) {
         Err(Error::ShareNotReachable) => {}
         r => {
-            println!("utest child: pcore_run(pcore in the parent's root share) -> {r:?}");
-            return 2;
+            println!("utest-child: pcore_run(pcore in the parent's root share) -> {r:?}");
+            return 1;
         }
     }
     match sys::pcore_halt(hidden, 5) {
         Err(Error::ShareNotReachable) => {}
         r => {
-            println!("utest child: pcore_halt(parent's pcore) -> {r:?}");
-            return 3;
+            println!("utest-child: pcore_halt(parent's pcore) -> {r:?}");
+            return 2;
         }
     }
-    0
+    match sys::pcore_alloc(param(0), "utest-childs", ctx.core) {
+        Ok(id) => id,
+        Err(e) => {
+            println!("utest-child: pcore_alloc in the given share -> {e:?}");
+            3
+        }
+    }
 }
 
 fn t_pcore_not_allocated() -> TestResult {
     if let Some(s) = need_cores(2) {
         return Ok(s);
     }
+    // The child allocates a pcore for core 1 in a share we both reach, and halts; core 1 is
+    // then idle, and we (who did not allocate that pcore) try to run it.
     let s = Del(ObjName::new(root(), ok!(sys::share_alloc(root(), "utest-give", MEMID_SELF, 0))));
-    // A pcore for an idle core if there is one (so `Busy` cannot hide the check).
-    let target = if cores() >= 3 { 2 } else { 0 };
-    let p = Del(ObjName::new(s.0.object, ok!(sys::pcore_alloc(s.0.object, "utest-foreign", target))));
-    set_param(0, p.0.share);
-    set_param(1, p.0.object);
-    set_param(2, root());
-    set_param(3, rt::pcore().object);
+    set_param(0, s.0.object);
+    set_param(1, root());
+    set_param(2, rt::pcore().object);
     let mut c = ok!(core1(&[s.0.object]));
-    ok!(c.start(child_run_foreign, 0));
-    let code = ok!(c.join(JOIN_MS));
-    ensure!(code == 0, "child check {code} failed (see its line above)");
-    ensure!(ok!(sys::pcore_stat(p.0)).runs == 0, "the foreign pcore ran");
+    ok!(c.start(child_alloc_pcore, 0));
+    let id = ok!(c.join(JOIN_MS));
+    ensure!(id > 0xffff_ffff, "child check {id:#x} failed (see its line above)");
+    let p = Del(ObjName::new(s.0.object, id));
+    ensure!(ok!(sys::obj_stat(p.0)).obj_type == ObjType::Pcore as u32, "the child's pcore is not a pcore");
+    let ctx = c.context(child_ret42, 0);
+    match sys::pcore_run(p.0, &ctx) {
+        Err(Error::NotPermitted) | Err(Error::ShareNotReachable) => {}
+        Ok(_) => {
+            rt::time::wait_until(JOIN_MS, || matches!(sys::pcore_stat(p.0), Ok(st) if st.runs > 0 && st.state != PCORE_RUNNING));
+            fail!("pcore_run of a pcore another core allocated (reached through a shared share) succeeded");
+        }
+        Err(e) => fail!("pcore_run(pcore another core allocated) -> {e:?}, want NotPermitted"),
+    }
+    drop(p);
     Ok(Pass::Ok)
 }
 
@@ -922,19 +930,19 @@ fn child_naming(_: &CoreCtx) -> u64 {
         if got != want {
             // NotPermitted is also a correct answer for another core's private root share.
             if !(i == 0 || i == 3) || *got != Err(Error::NotPermitted) {
-                println!("utest child: naming check {i}: got {got:?}, want {want:?}");
+                println!("utest-child: naming check {i}: got {got:?}, want {want:?}");
                 return 10 + i as u64;
             }
         }
     }
     if let Err(e) = sys::self_drop(s) {
-        println!("utest child: self_drop(given share) -> {e:?}");
+        println!("utest-child: self_drop(given share) -> {e:?}");
         return 20;
     }
     match sys::segment_get_nbytes(ObjName::new(s, y)) {
         Err(Error::ShareNotReachable) => 0,
         r => {
-            println!("utest child: after self_drop, naming through the dropped share -> {r:?}");
+            println!("utest-child: after self_drop, naming through the dropped share -> {r:?}");
             21
         }
     }
@@ -965,7 +973,7 @@ fn child_unmap_then_touch(ctx: &CoreCtx) -> u64 {
     let Ok(seg) = sys::segment_alloc(ctx.root_share, "c", MEMID_SELF, PAGE_SIZE) else { return 1 };
     let m = SegMapping { voff: SCRATCH_BASE, seg: ObjName::new(ctx.root_share, seg), soff: 0, len: PAGE_SIZE, flags: rw() };
     if let Err(e) = sys::ar_set_seg(ctx.root_ar, &m) {
-        println!("utest child: ar_set_seg -> {e:?}");
+        println!("utest-child: ar_set_seg -> {e:?}");
         return 2;
     }
     wr(SCRATCH_BASE, 99);
@@ -973,11 +981,11 @@ fn child_unmap_then_touch(ctx: &CoreCtx) -> u64 {
         return 3;
     }
     if let Err(e) = sys::ar_unmap(ctx.root_ar, SCRATCH_BASE, PAGE_SIZE) {
-        println!("utest child: ar_unmap -> {e:?}");
+        println!("utest-child: ar_unmap -> {e:?}");
         return 4;
     }
     let v = rd(SCRATCH_BASE); // must fault
-    println!("utest child: read {v} from an unmapped page");
+    println!("utest-child: read {v} from an unmapped page");
     5
 }
 
@@ -1048,7 +1056,7 @@ fn child_read_shared(ctx: &CoreCtx) -> u64 {
     }
     let want: u64 = (0..SHARED_PAGES).map(|i| 0x1000 + i).sum();
     if sum != want {
-        println!("utest child: shared pages sum {sum:#x}, want {want:#x}");
+        println!("utest-child: shared pages sum {sum:#x}, want {want:#x}");
         return 1002;
     }
     // Faults on the first pass, plus 100 times those on a second pass (for the report).
