@@ -814,9 +814,18 @@ fn cmd_cachesim(o: &Opts) -> Result<(), String> {
     let p = write_out(&o.out, &format!("cachesim-{}-{}.json", o.system.name(), workload), &json)?;
     println!("wrote {}", p.display());
     write_out(&o.out, &format!("cachesim-{}-{}.txt", o.system.name(), workload), &text)?;
+    if !plots.is_empty() {
+        crate::env::ensure_tool("rsvg-convert", &["librsvg2-bin"])?;
+    }
     for (name, svg) in plots {
         let p = write_out(&o.out, &name, &svg)?;
-        println!("wrote {}", p.display());
+        // A PNG beside each SVG, for viewers that do not open SVG.
+        let png = p.with_extension("png");
+        let ok = Command::new("rsvg-convert").arg("-o").arg(&png).arg(&p).status().map(|s| s.success()).unwrap_or(false);
+        if !ok {
+            return Err(format!("rsvg-convert could not render {}", p.display()));
+        }
+        println!("wrote {} (+ .png)", p.display());
     }
     Ok(())
 }
