@@ -1,7 +1,7 @@
 //! Core identity, supplied by the environment.
 //!
 //! In the kernel, `cpu_id()` reads the per-CPU area through GS; on the host (feature `std`)
-//! it reads a thread-local index registered with [`register_thread`]. Code above this module
+//! it reads a thread-local index registered with `register_thread`. Code above this module
 //! never cares which.
 
 use core::sync::atomic::{AtomicUsize, Ordering};
