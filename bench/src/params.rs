@@ -57,6 +57,12 @@ impl<'a> Params<'a> {
         self.spec.defaults.iter().find(|(k, _)| *k == key).map(|(_, v)| *v).ok_or(Error::Param("parameter missing"))
     }
 
+    /// A value given on the line, whether or not the benchmark declares it (harness options
+    /// such as `reps`).
+    pub fn given(&self, key: &str) -> Option<u64> {
+        self.kv[..self.n].iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+
     /// `get` for a count that must be at least 1.
     pub fn count(&self, key: &str) -> Result<usize, Error> {
         match self.get(key)? {

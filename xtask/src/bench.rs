@@ -29,6 +29,7 @@ cargo xtask bench [options]        the benchmark suite on this system and on Lin
   --param KEY=VALUE  override a parameter (e.g. iters=1000) in every benchmark that has it
   --mem SIZE         guest memory (default 512M, as for this system's runs)
   --insns on|off     count guest instructions with the insncount plugin (default on)
+  --reps N           runs per boot, the fastest is reported (default 3)
   --list             list the benchmarks
 Also: `cargo xtask bench boot`, `cargo xtask bench percore`.";
 
@@ -57,6 +58,7 @@ pub struct Options {
     pub overrides: Vec<(String, u64)>,
     pub mem_mib: u64,
     pub insns: bool,
+    pub reps: u64,
     pub list: bool,
     pub help: bool,
 }
@@ -75,6 +77,7 @@ pub fn parse_options(args: &[String]) -> Result<Options, String> {
         overrides: Vec::new(),
         mem_mib: 512,
         insns: true,
+        reps: 3,
         list: false,
         help: false,
     };
@@ -156,6 +159,10 @@ pub fn parse_options(args: &[String]) -> Result<Options, String> {
                     other => return Err(format!("bench: --insns takes on or off, not `{other}`")),
                 }
             }
+            "--reps" => {
+                let v = value()?;
+                o.reps = v.parse().ok().filter(|r| (1..=100).contains(r)).ok_or_else(|| format!("bench: --reps: `{v}` is not in 1..=100"))?;
+            }
             "--list" => o.list = true,
             "-h" | "--help" | "help" => o.help = true,
             other => return Err(format!("bench: unknown benchmark or option `{other}` (try `cargo xtask bench --help`)")),
@@ -191,7 +198,8 @@ pub fn run_matrix(
     let mut records = Vec::with_capacity(total);
     let mut i = 0;
     for spec in &o.benches {
-        let params = effective_params(spec, &o.overrides);
+        let mut params = effective_params(spec, &o.overrides);
+        params.push(("reps".to_string(), o.reps));
         for &sys in &o.systems {
             for &cores in &o.smp {
                 i += 1;

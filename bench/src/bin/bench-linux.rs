@@ -26,14 +26,29 @@ fn main() {
         Ok(params) => {
             let p = bench::linux::Linux::new(as_init);
             let name = params.spec.name;
-            match bench::suite::run(&p, &params) {
+            // Best of `reps` runs in one boot (Tornado: results after a steady state), so a
+            // burst of load on the shared host does not decide the number.
+            let reps = params.given("reps").unwrap_or(1).clamp(1, 100);
+            let mut best: Option<Result<bench::harness::Outcome, bench::Error>> = None;
+            for _ in 0..reps {
+                let r = bench::suite::run(&p, &params);
+                best = match (best, r) {
+                    (Some(Ok(b)), Ok(o)) => Some(Ok(if o.ticks < b.ticks { o } else { b })),
+                    (Some(Err(e)), _) | (_, Err(e)) => Some(Err(e)),
+                    (None, r) => Some(r),
+                };
+                if matches!(best, Some(Err(_))) {
+                    break;
+                }
+            }
+            match best.expect("reps >= 1") {
                 Ok(o) => {
                     let hz = p.ticks_per_sec().max(1) as u128;
                     let ns = o.ticks as u128 * 1_000_000_000 / hz;
                     let busy_ns = o.busy_ticks as u128 * 1_000_000_000 / hz;
                     let kv: Vec<String> = params.effective().map(|(k, v)| format!("{k}:{v}")).collect();
                     println!(
-                        "{RESULT_PREFIX} name={name} system=linux cores={} workers={} ops={} ticks={} busy_ticks={} tsc_hz={} ns={ns} busy_ns={busy_ns} markers={} params={} check=ok",
+                        "{RESULT_PREFIX} name={name} system=linux cores={} workers={} ops={} ticks={} busy_ticks={} tsc_hz={} ns={ns} busy_ns={busy_ns} markers={} reps={reps} params={} check=ok",
                         p.cores(),
                         o.workers,
                         o.ops,

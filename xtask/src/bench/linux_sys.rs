@@ -111,8 +111,10 @@ impl LinuxSystem {
                 (Ok(_), Err(_)) => rec.instructions_note = Some("the insncount plugin wrote no report".into()),
                 (Ok(_), Ok(text)) => match parse_insncount(&text) {
                     Ok((k, u)) => {
-                        rec.instructions_kernel = Some(k);
-                        rec.instructions_user = Some(u);
+                        // The plugin sums every repetition's region; a record describes one.
+                        let reps = params.iter().find(|(k, _)| k == "reps").map(|(_, v)| *v).unwrap_or(1).max(1);
+                        rec.instructions_kernel = Some(k / reps);
+                        rec.instructions_user = Some(u / reps);
                     }
                     Err(e) => rec.instructions_note = Some(e),
                 },
