@@ -174,7 +174,9 @@ pub enum Error {
     Busy = 11,
     /// No such core, or the core is not online.
     NoSuchCore = 12,
-    /// The caller may not do this (another core's private share, a pcore it did not allocate).
+    /// The caller may not do this: another core's private share; `pcore_run`/`pcore_halt`
+    /// through a pcore object another core allocated (naming it is not enough); dropping
+    /// the root share.
     NotPermitted = 13,
     /// An object name longer than `MAX_NAME`.
     NameTooLong = 14,
@@ -520,6 +522,9 @@ pub struct StartInfo {
     /// Segments the kernel created for the program image and stack, in its root share.
     pub image_seg: ObjectId,
     pub stack_seg: ObjectId,
+    /// The program's root share (also `rsi` at entry) and its pcore object.
+    pub root_share: ObjectId,
+    pub pcore: ObjectId,
 }
 
 /// Where the kernel maps the first program's stack: `[INIT_STACK_TOP - INIT_STACK_SIZE,

@@ -100,20 +100,21 @@ pub fn run_pending() -> bool {
 /// Run a context on this core until it ends, then release it. Returns the exit code.
 pub fn run_context(area: &PerCpu, ctx: Context) -> u64 {
     let me = area.index;
+    let Ok(root) = ctx.root_ar.as_ar() else {
+        finish(area, ctx, EXIT_FAULT_BASE);
+        return EXIT_FAULT_BASE;
+    };
+    // Join the root's running set (shootdown targets) before anyone can see us running.
+    root.running.insert(me);
+    paging::load_root(root.table);
     if let Ok(p) = ctx.pcore.as_pcore() {
-        p.state.store(PCORE_RUNNING, Ordering::Release);
         p.runs.fetch_add(1, Ordering::Relaxed);
         let hz = p.interval_hz.load(Ordering::Relaxed);
         if hz > 0 {
             apic::timer_periodic_us(1_000_000 / hz);
         }
+        p.state.store(PCORE_RUNNING, Ordering::Release);
     }
-    let Ok(root) = ctx.root_ar.as_ar() else {
-        finish(area, ctx, EXIT_FAULT_BASE);
-        return EXIT_FAULT_BASE;
-    };
-    root.running.insert(me);
-    paging::load_root(root.table);
     let (rip, rsp, args) = (ctx.rip, ctx.rsp, ctx.args);
     area.exit_code.store(0, Ordering::Relaxed);
     area.exit_requested.store(0, Ordering::Relaxed);
@@ -134,16 +135,21 @@ pub fn run_context(area: &PerCpu, ctx: Context) -> u64 {
 }
 
 fn finish(area: &PerCpu, ctx: Context, code: u64) {
-    if let Ok(p) = ctx.pcore.as_pcore() {
-        p.exit_code.store(code, Ordering::Release);
-        p.state.store(PCORE_HALTED, Ordering::Release);
-    }
+    let pcore = ctx.pcore.clone();
     // Dropping the context may free ranges, segments and shares: allow interrupts meanwhile
     // so TLB shootdowns from other cores are not held up.
     cpu::enable_interrupts();
     drop(ctx);
     cpu::disable_interrupts();
+    // Free the core before reporting HALTED, so whoever sees HALTED can run it again at
+    // once. This core picks up a new context only after returning to its idle loop, so the
+    // HALTED store below cannot overwrite a newer RUNNING.
     area.busy.store(false, Ordering::Release);
+    if let Ok(p) = pcore.as_pcore() {
+        p.exit_code.store(code, Ordering::Release);
+        p.state.store(PCORE_HALTED, Ordering::Release);
+    }
+    drop(pcore);
 }
 
 /// Ask core `core` to end its context if it is running pcore `pcore_key` (or still has it
@@ -161,12 +167,13 @@ pub fn halt_remote(core: usize, pcore_key: usize, code: u64) {
                 let ctx = pending.take();
                 drop(pending);
                 if let Some(ctx) = ctx {
-                    if let Ok(p) = ctx.pcore.as_pcore() {
+                    let pcore = ctx.pcore.clone();
+                    drop(ctx);
+                    area.busy.store(false, Ordering::Release);
+                    if let Ok(p) = pcore.as_pcore() {
                         p.exit_code.store(code, Ordering::Release);
                         p.state.store(PCORE_HALTED, Ordering::Release);
                     }
-                    drop(ctx);
-                    area.busy.store(false, Ordering::Release);
                 }
             }
         },

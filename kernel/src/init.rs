@@ -15,13 +15,14 @@ fn build(name: &str, args: &str) -> Result<Context, &'static str> {
     let elf = crate::initrd::find(name.as_bytes()).ok_or("no such program in the boot image")?;
     let me = percore::cpu_id() as u32;
     let oom = |_| "out of memory";
+    let root_share = KObject::create(b"root", me, Kind::Share(Share::new_private(me as usize))).map_err(oom)?;
     let root_ar = KObject::create(b"root", me, Kind::Ar(ar::AddressRange::new(ArKind::Root, me).map_err(oom)?)).map_err(oom)?;
     let image = crate::elf::load(elf, &root_ar, me)?;
     // Stack, with the start information and arguments in its top page.
     let stack = KObject::create(b"stack", me, Kind::Segment(Segment::new(INIT_STACK_SIZE, me).map_err(oom)?)).map_err(oom)?;
     let stack_base = INIT_STACK_TOP - INIT_STACK_SIZE;
     ar::set_seg(&root_ar, stack_base, &stack, 0, INIT_STACK_SIZE, MAP_READ | MAP_WRITE).map_err(|e| e.as_str())?;
-    let pcore = KObject::create(b"pcore0", me, Kind::Pcore(Pcore::new(me))).map_err(oom)?;
+    let pcore = KObject::create(b"pcore0", me, Kind::Pcore(Pcore::new(me, me))).map_err(oom)?;
     let info_size = core::mem::size_of::<StartInfo>() as u64;
     let args = &args.as_bytes()[..args.len().min((PAGE_SIZE - info_size) as usize)];
     let info = StartInfo {
@@ -32,6 +33,8 @@ fn build(name: &str, args: &str) -> Result<Context, &'static str> {
         root_ar: root_ar.id,
         image_seg: image.segment.id,
         stack_seg: stack.id,
+        root_share: root_share.id,
+        pcore: pcore.id,
     };
     let seg = stack.as_segment().map_err(|e| e.as_str())?;
     let info_off = INIT_START_INFO - stack_base;
@@ -39,10 +42,10 @@ fn build(name: &str, args: &str) -> Result<Context, &'static str> {
     let info_bytes = unsafe { core::slice::from_raw_parts(&info as *const StartInfo as *const u8, info_size as usize) };
     seg.write_bytes(info_off, info_bytes).map_err(|e| e.as_str())?;
     seg.write_bytes(info_off + info_size, args).map_err(|e| e.as_str())?;
-    let mut objs = Vec::new();
-    objs.try_reserve(4).map_err(|_| "out of memory")?;
-    objs.extend([root_ar.clone(), image.segment.clone(), stack.clone(), pcore.clone()]);
-    let root_share = KObject::create(b"root", me, Kind::Share(Share::new_private_with(me as usize, objs).map_err(oom)?)).map_err(oom)?;
+    let share = root_share.as_share().map_err(|e| e.as_str())?;
+    for o in [&root_ar, &image.segment, &stack, &pcore] {
+        share.insert(o.clone()).map_err(|e| e.as_str())?;
+    }
     let args3 = [INIT_START_INFO, root_share.id, pcore.id];
     Ok(Context { root_share, shares: Vec::new(), root_ar, pcore, rip: image.entry, rsp: INIT_START_INFO, args: args3 })
 }

@@ -88,6 +88,17 @@ fn contains_share(outer: &ObjRef, inner: &ObjRef, depth: u32) -> bool {
     ids.iter().any(|&id| sh.get(id).ok().is_some_and(|o| o.as_share().is_ok() && contains_share(&o, inner, depth - 1)))
 }
 
+/// An output buffer of `cap` elements of `T` at `buf` must lie in the user half as a whole,
+/// even if fewer elements will be written.
+fn check_out_buf<T>(buf: u64, cap: u64) -> Result<(), Error> {
+    let bytes = cap.checked_mul(core::mem::size_of::<T>() as u64).ok_or(Error::BadAddress)?;
+    let end = buf.checked_add(bytes).ok_or(Error::BadAddress)?;
+    if buf < USER_BASE || end > USER_END {
+        return Err(Error::BadAddress);
+    }
+    Ok(())
+}
+
 fn write_slice<T: Copy>(buf: u64, items: &[T]) -> Result<(), Error> {
     // SAFETY: viewing a slice of Copy repr(C) ABI values as bytes.
     let bytes = unsafe { core::slice::from_raw_parts(items.as_ptr() as *const u8, core::mem::size_of_val(items)) };
@@ -99,6 +110,7 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
         nr::NULL => Ok(0),
 
         nr::OBJ_GET_NAME => {
+            check_out_buf::<u8>(a[2], a[3])?;
             let o = lookup(a[0], a[1])?;
             let name = o.name();
             if (a[3] as usize) < name.len() {
@@ -154,6 +166,7 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             Ok(0)
         }
         nr::SELF_SHARES => {
+            check_out_buf::<u64>(a[0], a[1])?;
             let ids: Vec<u64> = with_current(|c| {
                 let mut v = Vec::new();
                 if v.try_reserve(c.shares.len() + 1).is_ok() {
@@ -227,6 +240,7 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             Ok(0)
         }
         nr::AR_GET => {
+            check_out_buf::<ArMapping>(a[2], a[3])?;
             let ar_obj = lookup(a[0], a[1])?;
             let v = ar::mappings(&ar_obj)?;
             if (a[3] as usize) < v.len() {
@@ -247,7 +261,7 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             if a[3] as usize >= percpu::online_count() {
                 return Err(Error::NoSuchCore);
             }
-            insert_new(&s, &name[..n], a[3] as u32, Kind::Pcore(pcore::Pcore::new(a[3] as u32)))
+            insert_new(&s, &name[..n], a[3] as u32, Kind::Pcore(pcore::Pcore::new(a[3] as u32, percore::cpu_id() as u32)))
         }
         nr::PCORE_CURRENT => with_current(|c| c.pcore.id),
         nr::PCORE_RUN => pcore_run(a[0], a[1], a[2]),
@@ -271,6 +285,8 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             let core = pc.core as usize;
             if with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
                 context::request_exit(a[2]);
+            } else if pc.allocator_core != percore::cpu_id() as u32 {
+                return Err(Error::NotPermitted);
             } else {
                 context::halt_remote(core, p.key(), a[2]);
             }
@@ -289,6 +305,7 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             insert_new(&s, b"console", home, Kind::Device(d))
         }
         nr::DEVICE_LIST => {
+            check_out_buf::<DeviceInfo>(a[0], a[1])?;
             let l = device::list();
             if (a[1] as usize) < l.len() {
                 return Err(Error::BufferTooSmall);
@@ -332,6 +349,7 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
         }
 
         nr::LOCALITY_GET => {
+            check_out_buf::<LocalityEntry>(a[0], a[1])?;
             let n = percpu::online_count();
             if (a[1] as usize) < n * n {
                 return Err(Error::BufferTooSmall);
@@ -361,8 +379,11 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             Ok(len)
         }
         nr::CONSOLE_READ => {
+            check_out_buf::<u8>(a[0], a[1])?;
             let mut chunk = [0u8; 256];
             let cap = (a[1] as usize).min(chunk.len());
+            // Refuse a buffer we could not fill before consuming any input from the device.
+            crate::arch::x86_64::syscall::probe_writable(a[0], cap)?;
             let mut n = 0;
             while n < cap {
                 match crate::arch::x86_64::serial::try_read() {
@@ -409,17 +430,12 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
         }
         nr::INITRD_GET => {
             let s = reach_share(a[0])?;
-            if a[2] > 64 {
-                return Err(Error::NameTooLong);
-            }
-            let mut name = [0u8; 64];
-            copy_from_user(&mut name[..a[2] as usize], a[1])?;
-            let data = crate::initrd::find(&name[..a[2] as usize]).ok_or(Error::NotFound)?;
+            let (name, n) = read_name(a[1], a[2])?;
+            let data = crate::initrd::find(&name[..n]).ok_or(Error::NotFound)?;
             let me = percore::cpu_id() as u32;
             let seg = segment::Segment::new(data.len() as u64, me)?;
             seg.write_bytes(0, data)?;
-            let short = &name[..(a[2] as usize).min(MAX_NAME)];
-            insert_new(&s, short, me, Kind::Segment(seg))
+            insert_new(&s, &name[..n], me, Kind::Segment(seg))
         }
         _ => Err(Error::NoSuchCall),
     }
@@ -429,6 +445,10 @@ fn pcore_run(pshare: u64, pcore_id: u64, ctx_ptr: u64) -> Result<u64, Error> {
     let c: PcoreContext = read_user(ctx_ptr)?;
     let p = lookup(pshare, pcore_id)?;
     let target = p.as_pcore()?.core as usize;
+    // Naming the pcore is not enough to run it: only the core that allocated it may.
+    if p.as_pcore()?.allocator_core != percore::cpu_id() as u32 {
+        return Err(Error::NotPermitted);
+    }
     if c.rip < USER_BASE || c.rip >= USER_END || c.rsp <= USER_BASE || c.rsp > USER_END {
         return Err(Error::BadAddress);
     }

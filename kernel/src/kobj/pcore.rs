@@ -7,6 +7,9 @@ use abi::{PcoreStat, PCORE_IDLE};
 
 pub struct Pcore {
     pub core: u32,
+    /// The core that allocated this object: only it may run or halt contexts through it
+    /// (a context may always halt itself).
+    pub allocator_core: u32,
     pub state: AtomicU32,
     pub exit_code: AtomicU64,
     pub runs: AtomicU64,
@@ -14,8 +17,8 @@ pub struct Pcore {
 }
 
 impl Pcore {
-    pub fn new(core: u32) -> Pcore {
-        Pcore { core, state: AtomicU32::new(PCORE_IDLE), exit_code: AtomicU64::new(0), runs: AtomicU64::new(0), interval_hz: AtomicU64::new(0) }
+    pub fn new(core: u32, allocator_core: u32) -> Pcore {
+        Pcore { core, allocator_core, state: AtomicU32::new(PCORE_IDLE), exit_code: AtomicU64::new(0), runs: AtomicU64::new(0), interval_hz: AtomicU64::new(0) }
     }
 
     pub fn stat(&self) -> PcoreStat {

@@ -78,16 +78,8 @@ extern "C" fn rt_start(info: *const StartInfo) -> ! {
     STACK_SEG.store(si.stack_seg, Ordering::Relaxed);
     ARGS_PTR.store(si.args_ptr, Ordering::Relaxed);
     ARGS_LEN.store(si.args_len, Ordering::Relaxed);
-    // The first program's share set is just its root share (StartInfo does not carry its id).
-    let mut shares = [0u64; 4];
-    match crate::sys::self_shares(&mut shares) {
-        Ok(n) if n >= 1 => ROOT_SHARE.store(shares[0], Ordering::Relaxed),
-        r => crate::println!("rt: self_shares at start-up failed: {r:?}"),
-    }
-    match crate::sys::pcore_current() {
-        Ok(p) => PCORE.store(p, Ordering::Relaxed),
-        Err(e) => crate::println!("rt: pcore_current at start-up failed: {e:?}"),
-    }
+    ROOT_SHARE.store(si.root_share, Ordering::Relaxed);
+    PCORE.store(si.pcore, Ordering::Relaxed);
     // SAFETY: `__rt_user_main` is defined by the program through `rt::main!`.
     let code = unsafe { __rt_user_main(args()) };
     exit(code)
@@ -116,6 +108,8 @@ pub fn start_info() -> StartInfo {
         root_ar: ROOT_AR.load(Ordering::Relaxed),
         image_seg: IMAGE_SEG.load(Ordering::Relaxed),
         stack_seg: STACK_SEG.load(Ordering::Relaxed),
+        root_share: ROOT_SHARE.load(Ordering::Relaxed),
+        pcore: PCORE.load(Ordering::Relaxed),
     }
 }
 

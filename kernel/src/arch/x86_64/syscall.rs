@@ -123,6 +123,22 @@ uaccess_copy_insn:
     clac
 2:  xor %eax, %eax
     ret
+    /* uaccess_probe_write(addr) -> 0 if the byte is writable (an atomic no-op write), else 1. */
+    .global uaccess_probe_write
+uaccess_probe_write:
+    cmpb $0, SMAP_ENABLED(%rip)
+    je 4f
+    stac
+4:
+    .global uaccess_probe_insn
+uaccess_probe_insn:
+    lock orb $0, (%rdi)
+    cmpb $0, SMAP_ENABLED(%rip)
+    je 5f
+    clac
+5:  xor %eax, %eax
+    ret
+
     .global uaccess_fixup
 uaccess_fixup:
     cmpb $0, SMAP_ENABLED(%rip)
@@ -139,6 +155,8 @@ extern "C" {
     fn enter_user_mode(rip: u64, rsp: u64, a0: u64, a1: u64, a2: u64);
     fn uaccess_copy(dst: *mut u8, src: *const u8, len: usize) -> u64;
     fn uaccess_copy_insn();
+    fn uaccess_probe_write(addr: u64) -> u64;
+    fn uaccess_probe_insn();
     fn uaccess_fixup();
 }
 
@@ -251,5 +269,27 @@ pub fn write_user<T: Copy>(addr: u64, v: &T) -> Result<(), abi::Error> {
 /// If a kernel-mode fault happened inside `uaccess_copy`, the address where the copy
 /// resumes with the failure result.
 pub fn uaccess_fixup_for(rip: u64) -> Option<u64> {
-    (rip == uaccess_copy_insn as *const () as u64).then_some(uaccess_fixup as *const () as u64)
+    (rip == uaccess_copy_insn as *const () as u64 || rip == uaccess_probe_insn as *const () as u64)
+        .then_some(uaccess_fixup as *const () as u64)
+}
+
+/// Check that every page of `[addr, addr + len)` is user memory this context may write
+/// (faulting pages in as needed), without changing any byte.
+pub fn probe_writable(addr: u64, len: usize) -> Result<(), abi::Error> {
+    if len == 0 {
+        return Ok(());
+    }
+    if !user_range_ok(addr, len) {
+        return Err(abi::Error::BadAddress);
+    }
+    let mut page = addr & !0xFFF;
+    while page < addr + len as u64 {
+        let probe = page.max(addr);
+        // SAFETY: probe lies in the user half; a fault is resolved or turned into 1.
+        if unsafe { uaccess_probe_write(probe) } != 0 {
+            return Err(abi::Error::BadAddress);
+        }
+        page += 0x1000;
+    }
+    Ok(())
 }
