@@ -68,6 +68,9 @@ pub mod nr {
     pub const SELF_DROP: u64 = 13;
     /// `self_shares(buf: *mut ObjectId, cap) -> n`: this core's share set, root share first.
     pub const SELF_SHARES: u64 = 14;
+    /// `share_list(share, buf: *mut ObjectId, cap) -> n`: the ids a share holds, ascending.
+    /// `BufferTooSmall` if more than `cap`.
+    pub const SHARE_LIST: u64 = 15;
 
     /// `segment_alloc(share, name_ptr, name_len, memid, nbytes) -> segment id`: demand-zero
     /// memory of `nbytes` (rounded up to pages; pages are allocated on first touch).

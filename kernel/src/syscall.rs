@@ -185,6 +185,16 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             Ok(ids.len() as u64)
         }
 
+        nr::SHARE_LIST => {
+            check_out_buf::<u64>(a[1], a[2])?;
+            let ids = reach_share(a[0])?.as_share()?.ids()?;
+            if (a[2] as usize) < ids.len() {
+                return Err(Error::BufferTooSmall);
+            }
+            write_slice(a[1], &ids)?;
+            Ok(ids.len() as u64)
+        }
+
         nr::SEGMENT_ALLOC => {
             let s = reach_share(a[0])?;
             let (name, n) = read_name(a[1], a[2])?;

@@ -117,6 +117,12 @@ pub fn self_shares(buf: &mut [ObjectId]) -> Result<u64, Error> {
     unsafe { call(nr::SELF_SHARES, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0, 0) }
 }
 
+/// `share_list(share, buf)`: the object ids the share holds, ascending.
+pub fn share_list(share: ObjectId, buf: &mut [ObjectId]) -> Result<u64, Error> {
+    // SAFETY: `buf` is a live, writable slice of `buf.len()` ids.
+    unsafe { call(nr::SHARE_LIST, share, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0) }
+}
+
 // ---------------------------------------------------------------------------------------
 // Segments
 
