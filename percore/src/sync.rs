@@ -60,15 +60,18 @@ macro_rules! const_fn_unless_loom {
 }
 pub(crate) use const_fn_unless_loom;
 
-/// The second half of a store-then-load (Dekker) handshake written with `SeqCst` accesses.
+/// The second half of a store-then-load (Dekker) handshake written with `SeqCst` accesses,
+/// placed between the store (or RMW) and the load.
 ///
 /// With `SeqCst` on both sides, the C11 model already orders each thread's store before its
-/// load in the single total order, and on x86-64 the locked RMW or `xchg` that a `SeqCst`
-/// store becomes is a full barrier, so outside loom this is nothing. Loom models `SeqCst`
-/// accesses as `AcqRel` (loom README, "Unsupported features"), which would report false
-/// failures; it does model `fence(SeqCst)`, so under loom we put the equivalent fence here.
+/// load in the single total order. Where a handshake also has to order the thread's *later*
+/// non-`SeqCst` loads (the reclamation protocol's pointer loads after `enter`), C11 wants a
+/// `SeqCst` fence. On x86-64 the locked RMW or `xchg` that a `SeqCst` RMW or store compiles to
+/// is a full barrier already, so there this is nothing; elsewhere it is `fence(SeqCst)`. Loom
+/// models `SeqCst` accesses only as `AcqRel` (loom README, "Unsupported features") but does
+/// model `fence(SeqCst)`, so under loom it is the fence too.
 #[inline(always)]
 pub(crate) fn dekker_fence() {
-    #[cfg(loom)]
+    #[cfg(any(loom, not(target_arch = "x86_64")))]
     fence(Ordering::SeqCst);
 }

@@ -425,3 +425,19 @@ fn reclamation_visit_under_way_at_retire_does_not_count() {
         |r| assert_eq!(r.domain.pending_on(1), 0),
     );
 }
+
+#[test]
+fn ticket_lock_mutual_exclusion() {
+    model_pair(
+        || percore::TicketLock::new(SyncCell::new(0usize)),
+        |l| l.lock().with_mut(|p| unsafe { *p += 1 }),
+        |l| {
+            if let Some(g) = l.try_lock() {
+                g.with_mut(|p| unsafe { *p += 10 });
+            } else {
+                l.lock_irqsave().with_mut(|p| unsafe { *p += 10 });
+            }
+        },
+        |l| assert_eq!(l.lock().with(|p| unsafe { *p }), 11),
+    );
+}
