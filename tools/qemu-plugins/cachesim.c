@@ -9,7 +9,7 @@
  * Arguments (-plugin cachesim.so,ARG=VALUE,...):
  *   out=PATH          where the report goes (default: stderr)
  *   preset=nehalem    3 levels: L1I 32K 4-way, L1D 32K 8-way, L2 256K 8-way, L3 8M 16-way
- *                     inclusive; 10/38/191 cycles; same-core, two-cores, two-chips.
+ *                     (the L3 inclusive); 10/38/191 cycles; same-core, two-cores, two-chips.
  *   preset=sweep      single-level unified 8-way caches 4K..16M; shared vs separate.
  *   levels=G1/G2/...  custom unified hierarchy, each G = SIZE:ASSOC[:LINE]
  *   inclusive=on|off  back-invalidate lower levels on eviction (custom levels; default on)
@@ -190,8 +190,8 @@ static void report(void)
         m->insns[0] = insns[0];
         m->insns[1] = insns[1];
         const cs_shape *sh = &m->shape;
-        fprintf(f, "model name=%s levels=%d split_l1=%d inclusive=%d", model_names[i], sh->levels, sh->split_l1,
-                sh->inclusive);
+        fprintf(f, "model name=%s levels=%d split_l1=%d inclusive_mask=%u", model_names[i], sh->levels, sh->split_l1,
+                sh->inclusive & ((1u << sh->levels) - 1));
         if (sh->split_l1)
             fprintf(f, " l1i=%llu:%u:%u", (unsigned long long)sh->l1i.size, sh->l1i.assoc, sh->l1i.line);
         for (int l = 0; l < sh->levels; l++)
@@ -273,7 +273,7 @@ static int add_nehalem(void)
     sh.lat[1] = 10;
     sh.lat[2] = 38;
     sh.lat[3] = 191;
-    sh.inclusive = 1; /* Nehalem's L3 is inclusive of the cores' L1/L2 */
+    sh.inclusive = 1u << 2; /* Nehalem's L3 is inclusive of the cores' L1/L2; its L2 is not of L1 */
     const int shared[] = {0, 2, 3};
     return add_model("nehalem", &sh, 3, shared, NEHALEM_PLACES);
 }
@@ -325,7 +325,7 @@ static int add_custom(const char *spec, int inclusive)
     static const uint32_t lat[] = {0, 10, 38, 191, 191};
     for (int l = 1; l <= sh.levels; l++)
         sh.lat[l] = l == sh.levels ? 191 : lat[l];
-    sh.inclusive = inclusive;
+    sh.inclusive = inclusive ? ~1u : 0; /* every level above L1 includes the ones below */
     if (sh.levels == 1) {
         const int shared[] = {0, 1};
         return add_model("custom", &sh, 2, shared, TWO_PLACES);

@@ -280,7 +280,7 @@ static int place_access(cs_placement *pl, const cs_shape *sh, int party, uint64_
             break;
         }
         pl->st.misses[party][l][kind]++;
-        if (evicted && sh->inclusive && l > 0) {
+        if (evicted && l > 0 && (sh->inclusive >> l & 1)) {
             /* Inclusion: a line leaving level l leaves every cache below it that feeds it
              * (both parties' when level l is shared). Collect them once each. */
             cs_cache *below[2 * CS_MAX_LEVELS + 2];
@@ -325,6 +325,23 @@ void cs_model_access(cs_model *m, int party, uint64_t addr, int fetch, int write
     uint8_t *t = &m->touched[(line * 0x9e3779b97f4a7c15ull) >> 48 & (CS_TOUCHED_SLOTS - 1)];
     *t |= (uint8_t)(1u << party);
     int other_may_hold = (*t >> (1 - party)) & 1;
+    /* Fast path: the line is the MRU way of this party's L1 in every placement. Then the access
+     * hits everywhere and changes nothing, except that a write must still invalidate the other
+     * party's copies when it may hold one. */
+    if (!(write && other_may_hold)) {
+        int all_mru = 1;
+        for (int p = 0; p < m->nplace && all_mru; p++) {
+            const cs_cache *c = level_cache(&m->place[p], &m->shape, party, 0, fetch);
+            uint64_t cl = addr >> c->line_shift;
+            all_mru = c->ways[(size_t)(cl & (c->sets - 1)) * c->g.assoc] == cl + 1;
+        }
+        if (all_mru) {
+            int kind = fetch ? 0 : 1;
+            for (int p = 0; p < m->nplace; p++)
+                m->place[p].st.accesses[party][kind]++;
+            return; /* L1 hit in every placement: no miss, no cycles, no comparison entries */
+        }
+    }
     for (int p = 0; p < m->nplace; p++)
         sat[p] = place_access(&m->place[p], &m->shape, party, addr, fetch, write, other_may_hold);
     int shared = sat[0], separate = sat[m->nplace - 1];

@@ -59,7 +59,9 @@ typedef struct {
     cs_geom l1i;            /* used when split_l1 */
     cs_geom level[CS_MAX_LEVELS]; /* level[0] is L1D when split_l1, the unified L1 otherwise */
     uint32_t lat[CS_MAX_LEVELS + 1];
-    int inclusive;          /* evicting from level >= 1 back-invalidates lower levels */
+    /* Bit l set: a line evicted from level l (l >= 1) is back-invalidated from the levels
+     * below it (inclusion). Nehalem: only the L3 (bit 2); its L2 is non-inclusive. */
+    unsigned inclusive;
 } cs_shape;
 
 /*

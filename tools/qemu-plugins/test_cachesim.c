@@ -89,7 +89,7 @@ static void test_inclusion(void)
         s.levels = 2;
         s.level[0] = (cs_geom){128, 2, 64}; /* L1: 1 set x 2 ways */
         s.level[1] = (cs_geom){128, 2, 64}; /* L2: 1 set x 2 ways */
-        s.inclusive = incl;
+        s.inclusive = incl ? 1u << 1 : 0; /* L2 inclusive of L1 */
         cs_model m;
         const int shared[] = {0};
         const char *const names[] = {"one"};
@@ -158,7 +158,7 @@ static void test_placement_latency(void)
     s.lat[1] = 10;
     s.lat[2] = 38;
     s.lat[3] = 191;
-    s.inclusive = 1;
+    s.inclusive = 1u << 2;
     const int shared[] = {0, 2, 3};
     const char *const names[] = {"same-core", "two-cores", "two-chips"};
     cs_model m;
