@@ -17,8 +17,12 @@ pub const IST_NMI: u8 = 2;
 pub const IST_MACHINE_CHECK: u8 = 3;
 pub const IST_STACK_SIZE: usize = 16 * 1024;
 
+/// The one I/O port user mode may write: the measurement plugins' region marker
+/// (tools/qemu-plugins/marker.h). Nothing is attached to it, so the write itself is a no-op.
+pub const MARKER_PORT: u16 = 0x501;
+const IOMAP_BYTES: usize = MARKER_PORT as usize / 8 + 1;
+
 #[repr(C, packed(4))]
-#[derive(Default)]
 pub struct Tss {
     _reserved0: u32,
     pub rsp: [u64; 3],
@@ -27,6 +31,28 @@ pub struct Tss {
     _reserved2: u64,
     _reserved3: u16,
     pub iomap_base: u16,
+    /// I/O permission bitmap (1 = denied) up to the marker port, then the 0xFF terminator
+    /// the CPU requires. Ports beyond the TSS limit are denied.
+    iomap: [u8; IOMAP_BYTES],
+    iomap_end: u8,
+}
+
+impl Default for Tss {
+    fn default() -> Self {
+        let mut iomap = [0xFF; IOMAP_BYTES];
+        iomap[MARKER_PORT as usize / 8] &= !(1 << (MARKER_PORT % 8));
+        Tss {
+            _reserved0: 0,
+            rsp: [0; 3],
+            _reserved1: 0,
+            ist: [0; 7],
+            _reserved2: 0,
+            _reserved3: 0,
+            iomap_base: 0,
+            iomap,
+            iomap_end: 0xFF,
+        }
+    }
 }
 
 #[repr(C, align(16))]
@@ -48,7 +74,7 @@ struct DescriptorPointer {
 
 /// Fill `gdt` with our segments and a TSS descriptor for `tss`, and load both.
 pub fn load(gdt: &'static mut Gdt, tss: &'static mut Tss) {
-    tss.iomap_base = core::mem::size_of::<Tss>() as u16;
+    tss.iomap_base = core::mem::offset_of!(Tss, iomap) as u16;
     let tss_addr = tss as *const Tss as u64;
     let tss_limit = (core::mem::size_of::<Tss>() - 1) as u64;
     gdt.entries = [
