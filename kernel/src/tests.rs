@@ -402,3 +402,22 @@ fn kernel_symbols_resolve() {
 fn ktest_symbol_probe() -> u64 {
     core::hint::black_box(42)
 }
+
+ktest! {
+fn percore_selftest_on_every_core() {
+    // The percore crate's all-cores stress (locks, RW lock, seqlock, counters, clustered
+    // objects, reclamation, object cache), the same routine its host tests run on threads.
+    let cores = percpu::online_count();
+    let st = percore::selftest::SelfTest::new(cores, 2000);
+    let failed = AtomicUsize::new(0);
+    smp::run_on_all(&|c| {
+        if let Err(e) = st.run_on_core(c) {
+            crate::kprintln!("selftest on core {c}: {e:?}");
+            failed.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    kassert!(failed.load(Ordering::Relaxed) == 0, "{} cores failed the percore self-test", failed.load(Ordering::Relaxed));
+    st.check().map_err(|e| alloc::format!("{e:?}"))?;
+    Ok(())
+}
+}
