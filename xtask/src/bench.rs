@@ -30,6 +30,7 @@ cargo xtask bench [options]        the benchmark suite on this system and on Lin
   --mem SIZE         guest memory (default 512M, as for this system's runs)
   --insns on|off     count guest instructions with the insncount plugin (default on)
   --reps N           runs per boot, the fastest is reported (default 3)
+  --report DIR       redraw the table and plots from DIR/results.json without running
   --list             list the benchmarks
 Also: `cargo xtask bench boot`, `cargo xtask bench percore`.";
 
@@ -61,6 +62,7 @@ pub struct Options {
     pub reps: u64,
     pub list: bool,
     pub help: bool,
+    pub report: Option<PathBuf>,
 }
 
 fn split_list(v: &str) -> impl Iterator<Item = &str> {
@@ -80,6 +82,7 @@ pub fn parse_options(args: &[String]) -> Result<Options, String> {
         reps: 3,
         list: false,
         help: false,
+        report: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -164,6 +167,7 @@ pub fn parse_options(args: &[String]) -> Result<Options, String> {
                 o.reps = v.parse().ok().filter(|r| (1..=100).contains(r)).ok_or_else(|| format!("bench: --reps: `{v}` is not in 1..=100"))?;
             }
             "--list" => o.list = true,
+            "--report" => o.report = Some(PathBuf::from(value()?)),
             "-h" | "--help" | "help" => o.help = true,
             other => return Err(format!("bench: unknown benchmark or option `{other}` (try `cargo xtask bench --help`)")),
         }
@@ -235,6 +239,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         return Ok(());
     }
+    if let Some(dir) = &o.report {
+        return redraw(dir);
+    }
     fs::create_dir_all(&o.out).map_err(|e| format!("bench: cannot create {}: {e}", o.out.display()))?;
     let ours_why = if o.systems.contains(&System::Ours) { ours::prepare().err() } else { None };
     if let Some(why) = &ours_why {
@@ -254,23 +261,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let results = o.out.join("results.json");
     fs::write(&results, record::to_json_array(&records)).map_err(|e| format!("bench: cannot write {}: {e}", results.display()))?;
     // Read back what was written: the file others consume must parse and fit the schema.
-    let written = fs::read_to_string(&results).map_err(|e| format!("bench: cannot read back {}: {e}", results.display()))?;
-    match json::parse(&written).map_err(|e| format!("bench: results.json does not parse: {e}"))? {
-        json::Value::Arr(items) if items.len() == records.len() => {
-            for v in &items {
-                record::check_schema(v).map_err(|e| format!("bench: results.json record breaks the schema: {e}"))?;
-            }
-        }
-        _ => return Err("bench: results.json is not an array of every record".into()),
+    if read_results(&o.out)? != records {
+        return Err("bench: results.json does not read back as the records written".into());
     }
-    let text = report::table(&records, &o.smp);
-    print!("{text}");
-    fs::write(o.out.join("table.txt"), &text).map_err(|e| format!("bench: cannot write table.txt: {e}"))?;
-    let plots = report::plots(&records, &o.systems, &o.smp, &o.out.join("plots"))?;
-    println!("\nresults: {}\nplots: {} SVG in {}{}", results.display(), plots.svg, o.out.join("plots").display(), match &plots.png {
-        Ok(n) => format!(", {n} PNG"),
-        Err(e) => format!("; PNG not made: {e}"),
-    });
+    write_report(&records, &o.systems, &o.smp, &o.out)?;
     let bad: Vec<String> = records
         .iter()
         .filter(|r| matches!(r.status, Status::Error | Status::Timeout))
@@ -281,6 +275,48 @@ pub fn run(args: &[String]) -> Result<(), String> {
     } else {
         Err(format!("bench: {} run(s) did not finish: {}", bad.len(), bad.join(", ")))
     }
+}
+
+/// Read `dir/results.json`, checking every record against the schema.
+fn read_results(dir: &std::path::Path) -> Result<Vec<Record>, String> {
+    let path = dir.join("results.json");
+    let text = fs::read_to_string(&path).map_err(|e| format!("bench: cannot read {}: {e}", path.display()))?;
+    match json::parse(&text).map_err(|e| format!("bench: {} does not parse: {e}", path.display()))? {
+        json::Value::Arr(items) => items.iter().map(|v| Record::from_json(v).map_err(|e| format!("bench: {}: a record breaks the schema: {e}", path.display()))).collect(),
+        _ => Err(format!("bench: {} is not a JSON array", path.display())),
+    }
+}
+
+/// Table on stdout and in `table.txt`, plots in `plots/`.
+fn write_report(records: &[Record], systems: &[System], smp: &[u32], out: &std::path::Path) -> Result<(), String> {
+    let text = report::table(records, smp);
+    print!("{text}");
+    fs::write(out.join("table.txt"), &text).map_err(|e| format!("bench: cannot write table.txt: {e}"))?;
+    let plots = report::plots(records, systems, smp, &out.join("plots"))?;
+    println!("\nresults: {}\nplots: {} SVG in {}{}", out.join("results.json").display(), plots.svg, out.join("plots").display(), match &plots.png {
+        Ok(n) => format!(", {n} PNG"),
+        Err(e) => format!("; PNG not made: {e}"),
+    });
+    Ok(())
+}
+
+/// `--report DIR`: the report again from a finished run's records.
+fn redraw(dir: &std::path::Path) -> Result<(), String> {
+    let records = read_results(dir)?;
+    let mut systems: Vec<System> = Vec::new();
+    let mut smp: Vec<u32> = Vec::new();
+    for r in &records {
+        let s = if r.system == "ours" { System::Ours } else { System::Linux };
+        if !systems.contains(&s) {
+            systems.push(s);
+        }
+        if !smp.contains(&r.cores) {
+            smp.push(r.cores);
+        }
+    }
+    systems.sort();
+    smp.sort();
+    write_report(&records, &systems, &smp, dir)
 }
 
 #[cfg(test)]
@@ -380,6 +416,7 @@ mod tests {
         assert_eq!(items.len(), records.len());
         for (v, r) in items.iter().zip(&records) {
             record::check_schema(v).unwrap_or_else(|e| panic!("{} {} {}: {e}", r.system, r.benchmark, r.cores));
+            assert_eq!(&Record::from_json(v).unwrap(), r, "records read back as written");
         }
         // The report copes with holes (timeouts, errors, a missing system).
         let t = report::table(&records, &o.smp);

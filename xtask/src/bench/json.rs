@@ -13,7 +13,6 @@ pub enum Value {
     Obj(BTreeMap<String, Value>),
 }
 
-#[cfg(test)]
 impl Value {
     pub fn get(&self, k: &str) -> Option<&Value> {
         match self {

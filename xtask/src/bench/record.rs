@@ -137,6 +137,57 @@ impl Record {
     }
 }
 
+impl Record {
+    /// Read back a record written by [`Record::to_json`] (for `--report`, redrawing without
+    /// rerunning). Derived fields (throughput, totals) are recomputed, not read.
+    pub fn from_json(v: &Value) -> Result<Record, String> {
+        check_schema(v)?;
+        let s = |k: &str| match v.get(k) {
+            Some(Value::Str(x)) => Some(x.clone()),
+            _ => None,
+        };
+        let u = |k: &str| match v.get(k) {
+            Some(Value::Num(x)) => Some(*x as u64),
+            _ => None,
+        };
+        let benchmark = s("benchmark").unwrap_or_default();
+        let spec = super::catalog::find(&benchmark).ok_or("unknown benchmark")?;
+        let status = match s("status").as_deref() {
+            Some("ok") => Status::Ok,
+            Some("error") => Status::Error,
+            Some("timeout") => Status::Timeout,
+            _ => Status::Unavailable,
+        };
+        let mut params: Vec<(String, u64)> = match v.get("params") {
+            Some(Value::Obj(m)) => m.iter().map(|(k, x)| (k.clone(), if let Value::Num(n) = x { *n as u64 } else { 0 })).collect(),
+            _ => Vec::new(),
+        };
+        // JSON objects are unordered: restore the catalog's order, harness options last.
+        params.sort_by_key(|(k, _)| spec.defaults.iter().position(|(d, _)| d == k).unwrap_or(usize::MAX));
+        Ok(Record {
+            system: s("system").unwrap_or_default(),
+            benchmark,
+            group: s("group").unwrap_or_default(),
+            params,
+            cores: u("cores").unwrap_or(1) as u32,
+            status,
+            reason: s("reason"),
+            workers: u("workers"),
+            ops: u("ops"),
+            ns: u("ns"),
+            busy_ns: u("busy_ns"),
+            instructions_kernel: u("instructions_kernel"),
+            instructions_user: u("instructions_user"),
+            instructions_note: s("instructions_note"),
+            wall_s: match v.get("wall_s") {
+                Some(Value::Num(x)) => *x,
+                _ => 0.0,
+            },
+            shape: spec.shape,
+        })
+    }
+}
+
 /// `results.json`: a JSON array, one record per line.
 pub fn to_json_array(records: &[Record]) -> String {
     let lines: Vec<String> = records.iter().map(|r| format!("  {}", r.to_json())).collect();

@@ -148,21 +148,22 @@ fn esc(s: &str) -> String {
 /// One benchmark's plot: per-core throughput against vCPUs, a line per system.
 pub fn svg(bench: &str, records: &[Record], systems: &[System], smp: &[u32]) -> String {
     let (w, h) = (640.0, 400.0);
-    let (l, r, top, bot) = (80.0, 24.0, 64.0, 88.0);
+    let (l, r, top, bot) = (80.0, 24.0, 76.0, 88.0);
     let (pw, ph) = (w - l - r, h - top - bot);
     let spec = catalog::find(bench);
     let max = records.iter().filter(|x| x.benchmark == bench).filter_map(|x| x.per_core_throughput()).fold(0.0, f64::max);
     let step = nice_step(if max > 0.0 { max } else { 1.0 }, 5.0);
     let ymax = (max / step).ceil().max(1.0) * step;
     let (xmin, xmax) = (*smp.first().unwrap_or(&1) as f64, *smp.last().unwrap_or(&1) as f64);
-    let x_of = |n: u32| if xmax > xmin { l + (n as f64 - xmin) / (xmax - xmin) * pw } else { l + pw / 2.0 };
+    // Points stay 8% inside the axes so none sits on the frame.
+    let x_of = |n: u32| if xmax > xmin { l + pw * (0.08 + 0.84 * (n as f64 - xmin) / (xmax - xmin)) } else { l + pw / 2.0 };
     let y_of = |v: f64| top + ph - v / ymax * ph;
     let mut s = String::new();
     let _ = writeln!(s, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">");
     let _ = writeln!(s, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
     let _ = writeln!(s, "<text x=\"{l}\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}</text>", esc(bench));
-    let sub = format!("{} - TCG, emulated timing; above 2 vCPUs functional only", spec.map(|b| b.op).unwrap_or(""));
-    let _ = writeln!(s, "<text x=\"{l}\" y=\"44\" font-size=\"11\" fill=\"#444\">{}</text>", esc(&sub));
+    let _ = writeln!(s, "<text x=\"{l}\" y=\"42\" font-size=\"11\" fill=\"#444\">op: {}</text>", esc(spec.map(|b| b.op).unwrap_or("")));
+    let _ = writeln!(s, "<text x=\"{l}\" y=\"57\" font-size=\"11\" fill=\"#444\">QEMU TCG: emulated timing at 1-2 vCPUs, functional only above</text>");
     // Axes, grid and ticks.
     let mut v = 0.0;
     while v <= ymax + step / 2.0 {
