@@ -116,6 +116,10 @@ pub mod nr {
     pub const PCORE_HALT: u64 = 44;
     /// `pcore_stat(pcore_share, pcore, *mut PcoreStat) -> 0`.
     pub const PCORE_STAT: u64 = 45;
+    /// `pcore_set_role(pcore_share, pcore, role) -> 0`: change an idle core's role (`Busy`
+    /// while it runs a context). Making the last kernel core something else while application
+    /// cores depend on it is `Busy`; an AC needs a KC (`NoSuchCore` if there is none).
+    pub const PCORE_SET_ROLE: u64 = 46;
 
     /// `device_alloc(share, hwid, memid) -> device id`.
     pub const DEVICE_ALLOC: u64 = 50;
@@ -378,8 +382,25 @@ pub struct ArMapping {
     pub flags: u64,
 }
 
-/// Roles a pcore can run in (the core-roles issue adds the rest of the behaviour).
+/// Core roles (NIX, seeds/003). XC: runs one context's user and kernel code (Corey's
+/// default). AC: runs one context with no timer or device interrupts; its system calls run on
+/// a kernel core. KC: runs only kernel code, serving ACs' system calls and its mailbox; never
+/// user code. TC: runs its own system calls and takes timer interrupts (time-sharing of
+/// several contexts is not implemented yet: one context at a time).
 pub const ROLE_XC: u64 = 0;
+pub const ROLE_AC: u64 = 1;
+pub const ROLE_KC: u64 = 2;
+pub const ROLE_TC: u64 = 3;
+
+pub fn role_name(role: u64) -> &'static str {
+    match role {
+        ROLE_XC => "XC",
+        ROLE_AC => "AC",
+        ROLE_KC => "KC",
+        ROLE_TC => "TC",
+        _ => "?",
+    }
+}
 
 /// Most shares a context can start with (besides its own root share).
 pub const MAX_CONTEXT_SHARES: usize = 8;
@@ -398,6 +419,9 @@ pub struct PcoreContext {
     pub root_ar: ObjName,
     pub nshares: u64,
     pub shares: [ObjectId; MAX_CONTEXT_SHARES],
+    /// `ROLE_XC` (0, the default) runs the context in the core's current role (XC, TC, or AC
+    /// as the boot policy or `pcore_set_role` made it); `ROLE_AC` or `ROLE_TC` switch the
+    /// core to that role first. Kernel cores never run contexts (`NotPermitted`).
     pub role: u64,
 }
 
@@ -508,6 +532,16 @@ pub struct CoreStats {
     pub ipis_received: u64,
     pub interrupts: u64,
     pub timer_ticks: u64,
+    /// System calls this core sent to a kernel core (as an AC).
+    pub syscalls_forwarded: u64,
+    /// System calls this core ran for other cores (as a KC).
+    pub syscalls_served: u64,
+    /// Active messages (mailbox jobs) this core ran.
+    pub active_messages: u64,
+    /// User contexts started on this core.
+    pub contexts_started: u64,
+    /// The core's role (`ROLE_*`).
+    pub role: u64,
 }
 
 /// What the kernel puts at `rdi` for the first program (`init`): a pointer to this struct in

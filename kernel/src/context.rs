@@ -41,10 +41,17 @@ impl ContextSlot {
     }
 
     fn get(&self) -> Option<&Context> {
-        // SAFETY: only the owning core calls this (through `percpu::this()`), and no &mut to
-        // the slot is alive while system calls run (it is set before entering user mode and
-        // taken after leaving it).
+        // SAFETY: only the owning core calls this (through `percpu::acting()`), or the kernel
+        // core serving it while the owner is blocked in `roles::forward`; no &mut to the slot
+        // is alive while system calls run (it is set before entering user mode and taken
+        // after leaving it).
         unsafe { (*self.0.get()).as_ref() }
+    }
+
+    /// The root range of the context, for the kernel core that serves this core's forwarded
+    /// system calls (the owner is blocked waiting for the answer).
+    pub fn root_for_server(&self) -> Option<ObjRef> {
+        self.get().map(|c| c.root_ar.clone())
     }
 
     fn get_mut(&self) -> Option<&mut Context> {
@@ -60,17 +67,18 @@ impl ContextSlot {
 
 /// Run `f` on the calling core's context (system calls only).
 pub fn with_current<R>(f: impl FnOnce(&Context) -> R) -> Result<R, Error> {
-    percpu::this().context.get().map(f).ok_or(Error::NotPermitted)
+    percpu::acting().context.get().map(f).ok_or(Error::NotPermitted)
 }
 
 /// Mutable access for the few calls that change the share set.
 pub fn with_current_mut<R>(f: impl FnOnce(&mut Context) -> R) -> Result<R, Error> {
-    percpu::this().context.get_mut().map(f).ok_or(Error::NotPermitted)
+    percpu::acting().context.get_mut().map(f).ok_or(Error::NotPermitted)
 }
 
-/// End the calling core's context when it next returns to user mode.
+/// End the calling core's context (or, on a kernel core serving a forwarded call, the
+/// client's) when it next returns to user mode.
 pub fn request_exit(code: u64) {
-    let area = percpu::this();
+    let area = percpu::acting();
     area.exit_code.store(code, Ordering::Relaxed);
     area.exit_requested.store(1, Ordering::Release);
 }
@@ -78,6 +86,9 @@ pub fn request_exit(code: u64) {
 /// Hand `ctx` to core `core`, which must be online and idle.
 pub fn start_on(core: usize, ctx: Context) -> Result<(), Error> {
     let target = percpu::get(core).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
+    if target.role.load(Ordering::Acquire) == abi::ROLE_KC {
+        return Err(Error::NotPermitted); // kernel cores never run user code
+    }
     if target.busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
         return Err(Error::Busy);
     }
@@ -107,9 +118,10 @@ pub fn run_context(area: &PerCpu, ctx: Context) -> u64 {
     // Join the root's running set (shootdown targets) before anyone can see us running.
     root.running.insert(me);
     paging::load_root(root.table);
+    area.stats.contexts_started.fetch_add(1, Ordering::Relaxed);
     if let Ok(p) = ctx.pcore.as_pcore() {
         p.runs.fetch_add(1, Ordering::Relaxed);
-        let hz = p.interval_hz.load(Ordering::Relaxed);
+        let hz = crate::roles::timer_hz(area.role.load(Ordering::Acquire), p.interval_hz.load(Ordering::Relaxed));
         if hz > 0 {
             apic::timer_periodic_us(1_000_000 / hz);
         }
@@ -196,7 +208,7 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
         let write = f.error & 2 != 0;
         let exec = f.error & 16 != 0;
         let resolved = if addr >= abi::USER_BASE && addr < abi::USER_END {
-            let root = percpu::this().context.get().map(|c| c.root_ar.clone());
+            let root = percpu::acting().context.get().map(|c| c.root_ar.clone());
             match root {
                 Some(root) => {
                     // Resolving may wait for a range lock held by a core that is waiting for

@@ -12,6 +12,7 @@ pub mod ktest;
 pub mod log;
 pub mod mm;
 pub mod percpu;
+pub mod roles;
 pub mod smp;
 pub mod time;
 pub mod topology;
@@ -275,6 +276,12 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
         bi.cmdline()
     );
 
+    if let Some(spec) = bi.option("roles") {
+        match roles::apply_boot_policy(spec) {
+            Ok(()) => kprintln!("roles: {spec}"),
+            Err(why) => kprintln!("{why}; remaining cores stay XC"),
+        }
+    }
     match bi.option("crash") {
         Some("pagefault") => deliberate_page_fault(),
         Some("panic") => panic!("deliberate panic requested on the command line"),

@@ -45,6 +45,14 @@ pub struct PerCpu {
     pub busy: AtomicBool,
     /// Exit code of the context that is ending.
     pub exit_code: AtomicU64,
+    /// The core's role (`abi::ROLE_*`).
+    pub role: AtomicU64,
+    /// This core's system-call forwarding slot (written by it as an AC, taken by a KC).
+    pub fwd: CachePadded<crate::roles::FwdSlot>,
+    /// A kernel core spinning on its work sets this; posters then skip the wake IPI.
+    pub polling: AtomicBool,
+    /// While a kernel core runs a forwarded call: the client core whose context it acts in.
+    pub acting: AtomicUsize,
 }
 
 /// Jobs posted by other cores (a lock-free stack of poster-owned nodes) plus a wake IPI.
@@ -64,6 +72,10 @@ pub struct CpuStats {
     pub tlb_flushes_local: AtomicU64,
     pub shootdown_ipis_sent: AtomicU64,
     pub shootdown_ipis_received: AtomicU64,
+    pub syscalls_forwarded: AtomicU64,
+    pub syscalls_served: AtomicU64,
+    pub active_messages: AtomicU64,
+    pub contexts_started: AtomicU64,
 }
 
 // SAFETY: fields mutated by several cores are atomics; the rest is written by the owner only.
@@ -104,6 +116,10 @@ impl PerCpu {
             pending: TicketLock::new(None),
             busy: AtomicBool::new(false),
             exit_code: AtomicU64::new(0),
+            role: AtomicU64::new(abi::ROLE_XC),
+            fwd: CachePadded::new(crate::roles::FwdSlot::new()),
+            polling: AtomicBool::new(false),
+            acting: AtomicUsize::new(crate::roles::NO_CORE),
         }
     }
 }
@@ -170,6 +186,18 @@ pub fn current_index() -> usize {
     // SAFETY: as for `this`; offset 8 is `index`.
     unsafe { asm!("mov {}, gs:[8]", out(reg) i, options(nostack, readonly, preserves_flags)) }
     i
+}
+
+/// The area whose context system calls on this core act in: our own, or while a kernel core
+/// runs a forwarded call, the client's.
+pub fn acting() -> &'static PerCpu {
+    let me = this();
+    let a = me.acting.load(Ordering::Acquire);
+    if a == crate::roles::NO_CORE {
+        me
+    } else {
+        get(a).unwrap_or(me)
+    }
 }
 
 /// Another core's area, if it exists.

@@ -85,6 +85,7 @@ pub fn run_mailbox(area: &PerCpu) -> bool {
             let job = (*n).job;
             let f = &*(*job).run;
             f(area.index);
+            area.stats.active_messages.fetch_add(1, Ordering::Relaxed);
             (*job).pending.fetch_sub(1, Ordering::AcqRel);
             n = next;
         }
@@ -99,6 +100,10 @@ pub fn idle_loop() -> ! {
     loop {
         cpu::disable_interrupts();
         if run_mailbox(area) {
+            continue;
+        }
+        if area.role.load(Ordering::Acquire) == abi::ROLE_KC {
+            crate::roles::kernel_core_loop();
             continue;
         }
         if crate::context::run_pending() {

@@ -13,9 +13,22 @@ use abi::*;
 
 #[no_mangle]
 extern "C" fn syscall_dispatch(f: &mut SyscallFrame) {
-    percpu::this().stats.syscalls.fetch_add(1, Ordering::Relaxed);
-    let r = dispatch(f.rax, [f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9]);
+    let me = percpu::this();
+    me.stats.syscalls.fetch_add(1, Ordering::Relaxed);
+    let args = [f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9];
+    let r = if me.role.load(Ordering::Acquire) == ROLE_AC {
+        // An application core runs no kernel services itself: a kernel core does.
+        crate::roles::forward(f.rax, args)
+    } else {
+        dispatch(f.rax, args)
+    };
     f.rax = encode(r) as u64;
+}
+
+/// The core whose context this call acts for: this core, or the application core a kernel
+/// core is serving.
+fn caller() -> usize {
+    percpu::acting().index
 }
 
 /// Copy a name argument in.
@@ -105,7 +118,7 @@ fn write_slice<T: Copy>(buf: u64, items: &[T]) -> Result<(), Error> {
     copy_to_user(buf, bytes)
 }
 
-fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
+pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
     match nr {
         nr::NULL => Ok(0),
 
@@ -133,7 +146,7 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             if a[4] & !SHARE_PRIVATE != 0 {
                 return Err(Error::InvalidArgument);
             }
-            let sh = if a[4] & SHARE_PRIVATE != 0 { share::Share::new_private(percore::cpu_id()) } else { share::Share::new_shared()? };
+            let sh = if a[4] & SHARE_PRIVATE != 0 { share::Share::new_private(caller()) } else { share::Share::new_shared()? };
             insert_new(&parent, &name[..n], home, Kind::Share(sh))
         }
         nr::SHARE_ADDOBJ => {
@@ -211,7 +224,7 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
                 COPY_ON_WRITE => true,
                 _ => return Err(Error::InvalidArgument),
             };
-            let me = percore::cpu_id() as u32;
+            let me = caller() as u32;
             let (copy, maps) = src.as_segment()?.duplicate(cow, me)?;
             let id = insert_new(&dst, &name[..n], me, Kind::Segment(copy))?;
             // Existing writable mappings of the source must fault before writing from now on.
@@ -271,7 +284,7 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             if a[3] as usize >= percpu::online_count() {
                 return Err(Error::NoSuchCore);
             }
-            insert_new(&s, &name[..n], a[3] as u32, Kind::Pcore(pcore::Pcore::new(a[3] as u32, percore::cpu_id() as u32)))
+            insert_new(&s, &name[..n], a[3] as u32, Kind::Pcore(pcore::Pcore::new(a[3] as u32, caller() as u32)))
         }
         nr::PCORE_CURRENT => with_current(|c| c.pcore.id),
         nr::PCORE_RUN => pcore_run(a[0], a[1], a[2]),
@@ -284,8 +297,10 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             pc.interval_hz.store(a[2], Ordering::Relaxed);
             // The running context on this very pcore gets the new rate at once; others at
             // their next start.
-            if with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
-                crate::arch::x86_64::apic::timer_periodic_us(if a[2] == 0 { 0 } else { 1_000_000 / a[2] });
+            let local = percpu::this().acting.load(Ordering::Acquire) == crate::roles::NO_CORE;
+            if local && with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
+                let hz = crate::roles::timer_hz(percpu::this().role.load(Ordering::Acquire), a[2]);
+                crate::arch::x86_64::apic::timer_periodic_us(if hz == 0 { 0 } else { 1_000_000 / hz });
             }
             Ok(0)
         }
@@ -295,11 +310,20 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             let core = pc.core as usize;
             if with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
                 context::request_exit(a[2]);
-            } else if pc.allocator_core != percore::cpu_id() as u32 {
+            } else if pc.allocator_core != caller() as u32 {
                 return Err(Error::NotPermitted);
             } else {
                 context::halt_remote(core, p.key(), a[2]);
             }
+            Ok(0)
+        }
+        nr::PCORE_SET_ROLE => {
+            let p = lookup(a[0], a[1])?;
+            let pc = p.as_pcore()?;
+            if pc.allocator_core != caller() as u32 {
+                return Err(Error::NotPermitted);
+            }
+            crate::roles::set_role(pc.core as usize, a[2])?;
             Ok(0)
         }
         nr::PCORE_STAT => {
@@ -434,6 +458,11 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
                 ipis_received: s.ipis_received.load(Ordering::Relaxed),
                 interrupts: s.interrupts.load(Ordering::Relaxed),
                 timer_ticks: s.timer_ticks.load(Ordering::Relaxed),
+                syscalls_forwarded: s.syscalls_forwarded.load(Ordering::Relaxed),
+                syscalls_served: s.syscalls_served.load(Ordering::Relaxed),
+                active_messages: s.active_messages.load(Ordering::Relaxed),
+                contexts_started: s.contexts_started.load(Ordering::Relaxed),
+                role: c.role.load(Ordering::Relaxed),
             };
             write_user(a[1], &st)?;
             Ok(0)
@@ -442,7 +471,7 @@ fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             let s = reach_share(a[0])?;
             let (name, n) = read_name(a[1], a[2])?;
             let data = crate::initrd::find(&name[..n]).ok_or(Error::NotFound)?;
-            let me = percore::cpu_id() as u32;
+            let me = caller() as u32;
             let seg = segment::Segment::new(data.len() as u64, me)?;
             seg.write_bytes(0, data)?;
             insert_new(&s, &name[..n], me, Kind::Segment(seg))
@@ -456,7 +485,7 @@ fn pcore_run(pshare: u64, pcore_id: u64, ctx_ptr: u64) -> Result<u64, Error> {
     let p = lookup(pshare, pcore_id)?;
     let target = p.as_pcore()?.core as usize;
     // Naming the pcore is not enough to run it: only the core that allocated it may.
-    if p.as_pcore()?.allocator_core != percore::cpu_id() as u32 {
+    if p.as_pcore()?.allocator_core != caller() as u32 {
         return Err(Error::NotPermitted);
     }
     if c.rip < USER_BASE || c.rip >= USER_END || c.rsp <= USER_BASE || c.rsp > USER_END {
@@ -465,8 +494,10 @@ fn pcore_run(pshare: u64, pcore_id: u64, ctx_ptr: u64) -> Result<u64, Error> {
     if c.nshares as usize > MAX_CONTEXT_SHARES {
         return Err(Error::InvalidArgument);
     }
-    if c.role != ROLE_XC {
-        return Err(Error::Unsupported);
+    // The context's role becomes the core's role: XC, TC or AC (kernel cores are made with
+    // pcore_set_role and never run contexts).
+    if !matches!(c.role, ROLE_XC | ROLE_TC | ROLE_AC) {
+        return Err(Error::InvalidArgument);
     }
     let root_ar = lookup(c.root_ar.share, c.root_ar.object)?;
     if root_ar.as_ar()?.kind != ArKind::Root {
@@ -487,6 +518,12 @@ fn pcore_run(pshare: u64, pcore_id: u64, ctx_ptr: u64) -> Result<u64, Error> {
     initial.try_reserve(1).map_err(|_| Error::NoMemory)?;
     initial.push(p.clone());
     let root_share = KObject::create(b"root", target as u32, Kind::Share(share::Share::new_private_with(target, initial)?))?;
+    if crate::roles::role_of(target) == Some(ROLE_KC) {
+        return Err(Error::NotPermitted);
+    }
+    if c.role != ROLE_XC && crate::roles::role_of(target) != Some(c.role) {
+        crate::roles::set_role(target, c.role)?;
+    }
     let args = [c.arg, root_share.id, p.id];
     let ctx = Context { root_share, shares, root_ar, pcore: p, rip: c.rip, rsp: c.rsp, args };
     context::start_on(target, ctx)?;

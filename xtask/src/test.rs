@@ -36,7 +36,7 @@ fn host_tests() -> Result<TestTally, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(crate::env::workspace_root())
-        .args(["test", "--workspace", "--exclude", "kernel"])
+        .args(["test", "--workspace", "--exclude", "kernel", "--exclude", "apps", "--exclude", "rt"])
         .output()
         .map_err(|e| format!("cannot run cargo test: {e}"))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -164,16 +164,16 @@ fn bad_boot_conditions(kernel: &std::path::Path) -> Result<TestTally, String> {
 
 /// User-program tests (`init=utest`): every system call's success and error paths, run as a
 /// user program; the kernel then checks that every page and object came back.
-fn user_tests(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32) -> Result<TestTally, String> {
+fn user_tests(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, cmdline: &str) -> Result<TestTally, String> {
     let cfg = VmConfig {
         smp,
-        cmdline: "init=utest".into(),
+        cmdline: cmdline.into(),
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         timeout: Some(BOOT_TIMEOUT),
         ..Default::default()
     };
-    println!("== user tests (init=utest) at {smp} vCPU(s)");
+    println!("== user tests ({cmdline}) at {smp} vCPU(s)");
     let out = boot_captured(&cfg, None, false, None)?;
     let (mut t, failures, summary) = parse_kernel_tests(&out.serial);
     for f in &failures {
@@ -182,7 +182,7 @@ fn user_tests(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32) -> R
     let leak_line = out.serial.lines().find(|l| l.contains("init: free pages")).map(|l| l.trim().to_string());
     if out.timed_out || !summary || !out.kernel_exit_ok() {
         println!(
-            "   FAILED: utest at {smp} vCPUs: timed out={} finished={} exit={:?}; last lines:",
+            "   FAILED: `{cmdline}` at {smp} vCPUs: timed out={} finished={} exit={:?}; last lines:",
             out.timed_out,
             summary,
             out.status.and_then(|s| s.code())
@@ -325,8 +325,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         total.add(kernel_tests(&kernel, 4, 2)?);
         let initrd = crate::user::build_initrd()?;
         for smp in [1u32, 2, 4] {
-            total.add(user_tests(&kernel, &initrd, smp)?);
+            total.add(user_tests(&kernel, &initrd, smp, "init=utest")?);
         }
+        // Core roles: an application core forwarding to kernel cores, roles changing under load.
+        total.add(user_tests(&kernel, &initrd, 4, "roles=kc:1,ac:2,kc:3 init=roletest")?);
         total.add(program_runs(&kernel, &initrd)?);
         total.add(summary_boots(&kernel)?);
         total.add(bad_boot_conditions(&kernel)?);

@@ -69,7 +69,7 @@ pub fn check_name(name: &[u8]) -> Result<(), Error> {
 /// Resolve `memid` to a core index.
 pub fn memid_core(memid: u64) -> Result<u32, Error> {
     if memid == abi::MEMID_SELF {
-        return Ok(percore::cpu_id() as u32);
+        return Ok(crate::percpu::acting().index as u32);
     }
     if memid as usize >= crate::percpu::online_count() {
         return Err(Error::NoSuchCore);

@@ -53,7 +53,7 @@ pub struct Share {
 
 /// The entries of a private map, for its owner core only.
 fn private(owner: usize, entries: &UnsafeCell<Entries>) -> Result<&mut Entries, Error> {
-    if owner != percore::cpu_id() {
+    if owner != crate::percpu::acting().index {
         return Err(Error::NotPermitted);
     }
     // SAFETY: only the owner core gets here, shares are never used from interrupt handlers,

@@ -209,6 +209,7 @@ pub fn set_exception_hook(hook: fn(&mut TrapFrame) -> bool) {
 extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     let v = frame.vector as usize;
     if v >= 32 {
+        crate::percpu::this().stats.interrupts.fetch_add(1, Ordering::Relaxed);
         let h = HANDLERS[v].load(Ordering::Acquire);
         if h != 0 {
             // SAFETY: only `fn(&mut TrapFrame)` values are stored in HANDLERS.

@@ -1,0 +1,281 @@
+//! Core roles (NIX, seeds/003) and kernel cores (Corey section 3.2).
+//!
+//! - **XC** (default): runs one context, user and kernel code, no timer unless asked.
+//! - **TC**: like XC but takes timer interrupts (100 Hz unless `pcore_set_interval` says
+//!   otherwise). Time-sharing several contexts on one core is not implemented yet.
+//! - **AC**: runs one context with no timer or device interrupts; every system call it makes
+//!   is forwarded to a kernel core and runs there.
+//! - **KC**: never runs user code; it polls the forwarding slots of the cores it serves and
+//!   its own mailbox, and halts (woken by IPI) when there has been nothing to do for a while.
+//!
+//! Forwarding: each core has one request slot on its own cache lines (an AC makes one system
+//! call at a time). The AC fills it, marks it PENDING and sends a wake IPI only if its kernel
+//! core is not polling. A kernel core takes a PENDING request with a compare-and-swap, so
+//! exactly one core runs it, even while roles change: a request whose server is no longer a
+//! kernel core is adopted by any kernel core, so a role change never loses a request. The
+//! kernel core runs the call on the AC's behalf: it switches to the AC's root address range
+//! (joining its shootdown set) and acts with the AC's share set. If no kernel core answers
+//! within the deadline the AC gets `Busy`, not a hang.
+
+use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::arch::x86_64::{apic, cpu, paging};
+use crate::percpu::{self, PerCpu};
+use abi::{Error, ROLE_AC, ROLE_KC, ROLE_TC, ROLE_XC};
+
+const EMPTY: u32 = 0;
+const PENDING: u32 = 1;
+const TAKEN: u32 = 2;
+const DONE: u32 = 3;
+const CANCELLED: u32 = 4;
+
+pub const NO_CORE: usize = usize::MAX;
+
+/// How long an AC waits for a kernel core before giving up (TCG can be slow to schedule a
+/// vCPU on a loaded host, so this is generous).
+const FORWARD_DEADLINE_MS: u64 = 5_000;
+/// Empty polls before a kernel core halts until woken.
+const POLLS_BEFORE_HALT: u32 = 20_000;
+
+/// One core's forwarding slot (see the module comment).
+pub struct FwdSlot {
+    state: AtomicU32,
+    server: AtomicUsize,
+    nr: AtomicU64,
+    args: [AtomicU64; 6],
+    result: AtomicI64,
+}
+
+impl FwdSlot {
+    pub const fn new() -> Self {
+        FwdSlot {
+            state: AtomicU32::new(EMPTY),
+            server: AtomicUsize::new(NO_CORE),
+            nr: AtomicU64::new(0),
+            args: [const { AtomicU64::new(0) }; 6],
+            result: AtomicI64::new(0),
+        }
+    }
+}
+
+pub fn role_of(core: usize) -> Option<u64> {
+    percpu::get(core).map(|c| c.role.load(Ordering::Acquire))
+}
+
+fn is_kc(core: usize) -> bool {
+    role_of(core) == Some(ROLE_KC)
+}
+
+/// The kernel core nearest to `core` (by locality, then index), if any.
+fn nearest_kc(core: usize, except: usize) -> Option<usize> {
+    let n = percpu::online_count();
+    (0..n)
+        .filter(|&k| k != except && is_kc(k))
+        .min_by_key(|&k| (crate::topology::locality_get(core, k).map(|(l, d)| (l as u8, d)).unwrap_or((9, 255)), k))
+}
+
+/// Forward the calling AC's system call to a kernel core and wait for its result.
+pub fn forward(nr: u64, args: [u64; 6]) -> Result<u64, Error> {
+    let me = percpu::this();
+    let slot = &me.fwd;
+    // A previous call that timed out may still be running on a slow kernel core.
+    let free = crate::time::Deadline::after_ms(FORWARD_DEADLINE_MS);
+    loop {
+        match slot.state.load(Ordering::Acquire) {
+            EMPTY | CANCELLED | DONE => break,
+            _ if free.expired() => return Err(Error::Busy),
+            _ => core::hint::spin_loop(),
+        }
+    }
+    let mut server = slot.server.load(Ordering::Relaxed);
+    if server == NO_CORE || !is_kc(server) {
+        server = nearest_kc(me.index, NO_CORE).ok_or(Error::NoSuchCore)?;
+        slot.server.store(server, Ordering::Relaxed);
+    }
+    slot.nr.store(nr, Ordering::Relaxed);
+    for (s, a) in slot.args.iter().zip(args) {
+        s.store(a, Ordering::Relaxed);
+    }
+    slot.state.store(PENDING, Ordering::Release);
+    me.stats.syscalls_forwarded.fetch_add(1, Ordering::Relaxed);
+    if let Some(kc) = percpu::get(server) {
+        if !kc.polling.load(Ordering::Acquire) {
+            apic::send_ipi(kc.apic_id, apic::VECTOR_WAKE);
+        }
+    }
+    let deadline = crate::time::Deadline::after_ms(FORWARD_DEADLINE_MS);
+    loop {
+        match slot.state.load(Ordering::Acquire) {
+            DONE => {
+                let r = slot.result.load(Ordering::Relaxed);
+                slot.state.store(EMPTY, Ordering::Release);
+                return abi::decode(r);
+            }
+            PENDING if deadline.expired() => {
+                if slot.state.compare_exchange(PENDING, CANCELLED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    return Err(Error::Busy);
+                }
+            }
+            TAKEN if deadline.expired() => return Err(Error::Busy),
+            _ => {
+                // Shootdowns and other messages aimed at us are served while we wait.
+                crate::smp::run_mailbox(me);
+                core::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// Run one pending request from a core this kernel core serves. Returns true if one ran.
+fn serve_one(me: &'static PerCpu) -> bool {
+    let n = percpu::online_count();
+    for c in 0..n {
+        let Some(client) = percpu::get(c) else { continue };
+        let slot = &client.fwd;
+        if slot.state.load(Ordering::Acquire) != PENDING {
+            continue;
+        }
+        let server = slot.server.load(Ordering::Relaxed);
+        // Ours, or orphaned by a role change: adopt it.
+        if server != me.index && server != NO_CORE && is_kc(server) {
+            continue;
+        }
+        if slot.state.compare_exchange(PENDING, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            continue;
+        }
+        slot.server.store(me.index, Ordering::Relaxed);
+        let nr = slot.nr.load(Ordering::Relaxed);
+        let args: [u64; 6] = core::array::from_fn(|i| slot.args[i].load(Ordering::Relaxed));
+        let r = run_for(me, client, nr, args);
+        slot.result.store(abi::encode(r), Ordering::Relaxed);
+        slot.state.store(DONE, Ordering::Release);
+        me.stats.syscalls_served.fetch_add(1, Ordering::Relaxed);
+        return true;
+    }
+    false
+}
+
+/// Run a system call in `client`'s context on this core: its root range, its shares.
+fn run_for(me: &'static PerCpu, client: &'static PerCpu, nr: u64, args: [u64; 6]) -> Result<u64, Error> {
+    // The client is blocked in `forward` until we mark the slot DONE, so its context stays
+    // put; we read it through the acting-core indirection only.
+    let Some(root) = client.context.root_for_server() else { return Err(Error::NotPermitted) };
+    let Ok(ar) = root.as_ar() else { return Err(Error::NotPermitted) };
+    ar.running.insert(me.index);
+    paging::load_root(ar.table);
+    me.acting.store(client.index, Ordering::Release);
+    cpu::enable_interrupts();
+    let r = crate::syscall::dispatch(nr, args);
+    cpu::disable_interrupts();
+    me.acting.store(NO_CORE, Ordering::Release);
+    paging::load_kernel_root();
+    ar.running.remove(me.index);
+    r
+}
+
+/// The loop of a kernel core; returns when the core's role changes.
+pub fn kernel_core_loop() {
+    let me = percpu::this();
+    me.polling.store(true, Ordering::Release);
+    let mut idle = 0u32;
+    while me.role.load(Ordering::Acquire) == ROLE_KC {
+        cpu::disable_interrupts();
+        if crate::smp::run_mailbox(me) | serve_one(me) {
+            idle = 0;
+            continue;
+        }
+        idle += 1;
+        if idle < POLLS_BEFORE_HALT {
+            core::hint::spin_loop();
+            continue;
+        }
+        // Announce that we stop polling, then look once more before sleeping: a request
+        // posted in between either is seen here or comes with a wake IPI.
+        me.polling.store(false, Ordering::SeqCst);
+        if serve_one(me) {
+            me.polling.store(true, Ordering::SeqCst);
+            idle = 0;
+            continue;
+        }
+        cpu::enable_and_halt();
+        me.polling.store(true, Ordering::SeqCst);
+        idle = 0;
+    }
+    me.polling.store(false, Ordering::Release);
+}
+
+/// Change the role of `core`, which must be idle. Safe while other cores run: requests to a
+/// kernel core that stops being one are adopted by another.
+pub fn set_role(core: usize, role: u64) -> Result<(), Error> {
+    if !matches!(role, ROLE_XC | ROLE_AC | ROLE_KC | ROLE_TC) {
+        return Err(Error::InvalidArgument);
+    }
+    let target = percpu::get(core).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
+    if core == 0 && role == ROLE_KC {
+        return Err(Error::NotPermitted); // core 0 runs init and the boot-time work
+    }
+    if target.busy.load(Ordering::Acquire) && role != target.role.load(Ordering::Acquire) {
+        return Err(Error::Busy);
+    }
+    let old = target.role.load(Ordering::Acquire);
+    if old == ROLE_KC && role != ROLE_KC {
+        // The last kernel core may not leave while an AC runs.
+        let acs_running = (0..percpu::online_count()).any(|c| role_of(c) == Some(ROLE_AC) && percpu::get(c).is_some_and(|p| p.busy.load(Ordering::Acquire)));
+        if acs_running && nearest_kc(core, core).is_none() {
+            return Err(Error::Busy);
+        }
+    }
+    if role == ROLE_AC && nearest_kc(core, core).is_none() {
+        return Err(Error::NoSuchCore);
+    }
+    target.role.store(role, Ordering::Release);
+    if core != percore::cpu_id() {
+        // Wake it so its idle loop notices (a kernel core leaves its polling loop, an idle
+        // core enters it).
+        apic::send_ipi(target.apic_id, apic::VECTOR_WAKE);
+    }
+    Ok(())
+}
+
+/// Apply `roles=kc:1,ac:2-3,tc:4` from the command line. Returns a one-line complaint for
+/// entries it could not apply.
+pub fn apply_boot_policy(spec: &str) -> Result<(), alloc::string::String> {
+    // Kernel cores first, so AC entries find one.
+    let mut entries: alloc::vec::Vec<(u64, usize, usize)> = alloc::vec::Vec::new();
+    for item in spec.split(',').filter(|s| !s.is_empty()) {
+        let (name, range) = item.split_once(':').ok_or_else(|| alloc::format!("roles: `{item}` is not ROLE:CORES"))?;
+        let role = match name {
+            "xc" => ROLE_XC,
+            "ac" => ROLE_AC,
+            "kc" => ROLE_KC,
+            "tc" => ROLE_TC,
+            _ => return Err(alloc::format!("roles: unknown role `{name}` (xc, tc, ac, kc)")),
+        };
+        let (a, b) = match range.split_once('-') {
+            Some((a, b)) => (a, b),
+            None => (range, range),
+        };
+        let a: usize = a.parse().map_err(|_| alloc::format!("roles: bad core `{a}`"))?;
+        let b: usize = b.parse().map_err(|_| alloc::format!("roles: bad core `{b}`"))?;
+        if a > b || b >= percpu::online_count() {
+            return Err(alloc::format!("roles: cores {a}-{b} are not all online ({} cores)", percpu::online_count()));
+        }
+        entries.push((role, a, b));
+    }
+    entries.sort_by_key(|&(r, _, _)| if r == ROLE_KC { 0 } else { 1 });
+    for (role, a, b) in entries {
+        for c in a..=b {
+            set_role(c, role).map_err(|e| alloc::format!("roles: core {c} cannot be {}: {}", abi::role_name(role), e.as_str()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Timer period for a context starting on a core of `role` with interval `hz` (0 = none).
+pub fn timer_hz(role: u64, hz: u64) -> u64 {
+    match role {
+        ROLE_AC => 0,
+        ROLE_TC if hz == 0 => 100,
+        _ => hz,
+    }
+}
