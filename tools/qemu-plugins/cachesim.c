@@ -50,34 +50,8 @@ static uint64_t data_accesses_io;
 static uint64_t mmu_user_insn_kernel, mmu_kernel_insn_user, mmu_checked;
 static unsigned min_line_shift = 6;
 
-/*
- * Repeat filter: an access by the same party, of the same kind (fetch/data), to the line of
- * the immediately preceding access hits the MRU way of L1 in every placement of every model
- * and changes no state (a write only if that line was already written in this run of repeats:
- * the first write has already invalidated the other party's copies). Such accesses are only
- * counted, which keeps stack and loop traffic cheap. Exact, not an approximation.
- */
-static uint64_t last_line = ~0ull;
-static int last_party = -1, last_fetch = -1, last_wrote;
-static uint64_t repeats[CS_PARTIES][2];
-
-static inline int repeat_access(uint64_t addr, int party, int fetch, int write)
-{
-    uint64_t line = addr >> min_line_shift;
-    if (line == last_line && party == last_party && fetch == last_fetch) {
-        if (!write || last_wrote) {
-            repeats[party][fetch ? 0 : 1]++;
-            return 1;
-        }
-        last_wrote = 1;
-        return 0;
-    }
-    last_line = line;
-    last_party = party;
-    last_fetch = fetch;
-    last_wrote = write;
-    return 0;
-}
+/* See cs_repeat in cachesim_core.h: exact, keeps stack and loop traffic cheap. */
+static cs_repeat repeat;
 
 /* Fetch callbacks cover a run of consecutive instructions that start in one line (of the
  * smallest line size among the models): userdata packs host address | count << 48 | kernel
@@ -95,7 +69,7 @@ static void vcpu_fetch(unsigned int vcpu, void *udata)
     fetch_runs[party]++;
     if (addr == 0)
         return; /* code not in RAM (no host pointer): counted, not simulated */
-    if (repeat_access(addr, party, 1, 0))
+    if (cs_repeat_access(&repeat, addr, min_line_shift, party, 1, 0))
         return;
     for (int i = 0; i < nmodels; i++)
         cs_model_access(&models[i], party, addr, 1, 0);
@@ -120,7 +94,7 @@ static void vcpu_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vad
         mmu_kernel_insn_user++;
     int party = user ? CS_APP : CS_OS;
     int write = qemu_plugin_mem_is_store(info);
-    if (repeat_access(pa, party, 0, write))
+    if (cs_repeat_access(&repeat, pa, min_line_shift, party, 0, write))
         return;
     for (int i = 0; i < nmodels; i++)
         cs_model_access(&models[i], party, pa, 0, write);
@@ -180,13 +154,10 @@ static void report(void)
             (unsigned long long)region.starts, (unsigned long long)region.stops, (unsigned long long)insns[0],
             (unsigned long long)insns[1], (unsigned long long)data_accesses_io, (unsigned long long)mmu_checked,
             (unsigned long long)mmu_user_insn_kernel, (unsigned long long)mmu_kernel_insn_user,
-            (unsigned long long)(repeats[0][0] + repeats[0][1] + repeats[1][0] + repeats[1][1]), pa_cache_off ? "off" : "on");
+            (unsigned long long)(repeat.repeats[0][0] + repeat.repeats[0][1] + repeat.repeats[1][0] + repeat.repeats[1][1]), pa_cache_off ? "off" : "on");
     for (int i = 0; i < nmodels; i++) {
         cs_model *m = &models[i];
-        for (int p = 0; p < m->nplace; p++)
-            for (int party = 0; party < CS_PARTIES; party++)
-                for (int k = 0; k < 2; k++)
-                    m->place[p].st.accesses[party][k] += repeats[party][k];
+        cs_model_add_repeats(m, &repeat);
         m->insns[0] = insns[0];
         m->insns[1] = insns[1];
         const cs_shape *sh = &m->shape;
@@ -369,6 +340,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     if ((want_nehalem && add_nehalem()) || (want_sweep && add_sweep()) || (levels && add_custom(levels, inclusive)))
         return -1;
     region.nvcpus = info->system_emulation ? info->system.max_vcpus : 1;
+    cs_repeat_init(&repeat);
     qemu_plugin_register_vcpu_tb_trans_cb(id, vcpu_tb_trans);
     qemu_plugin_register_atexit_cb(id, plugin_exit, NULL);
     return 0;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+int cs_fast_paths = 1;
+
 #define CS_TOUCHED_SLOTS (1u << 16) /* 64 KB: stays in the host L2; collisions only cost scans */
 
 static int is_pow2(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
@@ -324,11 +326,11 @@ void cs_model_access(cs_model *m, int party, uint64_t addr, int fetch, int write
     uint64_t line = addr >> m->line_shift;
     uint8_t *t = &m->touched[(line * 0x9e3779b97f4a7c15ull) >> 48 & (CS_TOUCHED_SLOTS - 1)];
     *t |= (uint8_t)(1u << party);
-    int other_may_hold = (*t >> (1 - party)) & 1;
+    int other_may_hold = cs_fast_paths ? (*t >> (1 - party)) & 1 : 1;
     /* Fast path: the line is the MRU way of this party's L1 in every placement. Then the access
      * hits everywhere and changes nothing, except that a write must still invalidate the other
      * party's copies when it may hold one. */
-    if (!(write && other_may_hold)) {
+    if (cs_fast_paths && !(write && other_may_hold)) {
         int all_mru = 1;
         for (int p = 0; p < m->nplace && all_mru; p++) {
             const cs_cache *c = level_cache(&m->place[p], &m->shape, party, 0, fetch);
@@ -363,4 +365,38 @@ double cs_model_cpi(const cs_model *m, int place)
         return 0.0;
     const cs_place_stats *st = &m->place[place].st;
     return (double)(st->cycles[0] + st->cycles[1]) / (double)insns;
+}
+
+void cs_repeat_init(cs_repeat *r)
+{
+    memset(r, 0, sizeof *r);
+    r->line = ~0ull;
+    r->party = -1;
+    r->fetch = -1;
+}
+
+int cs_repeat_access(cs_repeat *r, uint64_t addr, unsigned line_shift, int party, int fetch, int write)
+{
+    uint64_t line = addr >> line_shift;
+    if (line == r->line && party == r->party && fetch == r->fetch) {
+        if (!write || r->wrote) {
+            r->repeats[party][fetch ? 0 : 1]++;
+            return 1;
+        }
+        r->wrote = 1;
+        return 0;
+    }
+    r->line = line;
+    r->party = party;
+    r->fetch = fetch;
+    r->wrote = write;
+    return 0;
+}
+
+void cs_model_add_repeats(cs_model *m, const cs_repeat *r)
+{
+    for (int p = 0; p < m->nplace; p++)
+        for (int party = 0; party < CS_PARTIES; party++)
+            for (int k = 0; k < 2; k++)
+                m->place[p].st.accesses[party][k] += r->repeats[party][k];
 }

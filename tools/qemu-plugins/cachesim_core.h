@@ -115,6 +115,28 @@ typedef struct {
     uint32_t line_shift;
 } cs_model;
 
+/* Shortcuts that never change a count (L1-MRU fast path, coherence-scan filter). On by
+ * default; the native tests turn them off to check that they are exact. */
+extern int cs_fast_paths;
+
+/*
+ * Repeat filter: an access by the same party, of the same kind (fetch/data), to the line of
+ * the immediately preceding access hits the MRU way of L1 in every placement of every model
+ * and changes no state (a write only if that line was already written in this run of repeats:
+ * the first write has already invalidated the other party's copies). The caller counts such
+ * accesses instead of simulating them and adds the counts with cs_model_add_repeats().
+ */
+typedef struct {
+    uint64_t line;
+    int party, fetch, wrote;
+    uint64_t repeats[CS_PARTIES][2];
+} cs_repeat;
+
+void cs_repeat_init(cs_repeat *r);
+/* 1 if the access is a repeat (counted in r), 0 if it must be simulated. */
+int cs_repeat_access(cs_repeat *r, uint64_t addr, unsigned line_shift, int party, int fetch, int write);
+void cs_model_add_repeats(cs_model *m, const cs_repeat *r);
+
 /* Build a model with the given placements (first_shared values, most shared first). */
 int cs_model_init(cs_model *m, const cs_shape *shape, int nplace, const int *first_shared,
                   const char *const *names, char *err, size_t errlen);

@@ -181,6 +181,72 @@ static void test_placement_latency(void)
     cs_model_free(&m);
 }
 
+/* The fast paths are exact: a random trace with locality, OS and app, fetches and writes, on a
+ * small three-level shape (so that every eviction path runs) gives identical statistics with
+ * and without them. */
+static void test_fast_paths_exact(void)
+{
+    char err[256];
+    cs_shape s;
+    memset(&s, 0, sizeof s);
+    s.levels = 3;
+    s.split_l1 = 1;
+    s.l1i = (cs_geom){1024, 2, 64};
+    s.level[0] = (cs_geom){1024, 4, 64};
+    s.level[1] = (cs_geom){4096, 4, 64};
+    s.level[2] = (cs_geom){16384, 8, 64};
+    s.lat[1] = 10;
+    s.lat[2] = 38;
+    s.lat[3] = 191;
+    s.inclusive = 1u << 2;
+    const int shared[] = {0, 2, 3};
+    const char *const names[] = {"same-core", "two-cores", "two-chips"};
+    cs_model a, b, c; /* a: fast paths; b: none; c: fast paths and the repeat filter */
+    cs_repeat rep;
+    cs_repeat_init(&rep);
+    cs_fast_paths = 1;
+    cs_model_init(&a, &s, 3, shared, names, err, sizeof err);
+    cs_model_init(&c, &s, 3, shared, names, err, sizeof err);
+    cs_fast_paths = 0;
+    cs_model_init(&b, &s, 3, shared, names, err, sizeof err);
+    uint64_t x = 88172645463325252ull, cur[2] = {0, 0};
+    for (int i = 0; i < 300000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int party = (int)(x >> 60) & 1, fetch = ((x >> 40) & 7) == 0, write = !fetch && ((x >> 20) & 3) == 0;
+        /* mostly near the party's current position, sometimes a jump, sometimes shared lines */
+        if (((x >> 8) & 15) == 0)
+            cur[party] = (x >> 24) % 2048;
+        else
+            cur[party] = (cur[party] + ((x >> 4) & 3)) % 2048;
+        uint64_t line = ((x >> 33) & 7) == 0 ? 4096 + ((x >> 45) & 7) : cur[party] + (uint64_t)party * 2048;
+        cs_fast_paths = 1;
+        cs_model_access(&a, party, L(line), fetch, write);
+        if (!cs_repeat_access(&rep, L(line), 6, party, fetch, write))
+            cs_model_access(&c, party, L(line), fetch, write);
+        cs_fast_paths = 0;
+        cs_model_access(&b, party, L(line), fetch, write);
+    }
+    cs_fast_paths = 1;
+    cs_model_add_repeats(&c, &rep);
+    int same = 1, same_rep = 1;
+    for (int p = 0; p < 3; p++)
+        same_rep &= memcmp(&c.place[p].st, &b.place[p].st, sizeof c.place[p].st) == 0;
+    same_rep &= memcmp(&c.cmp, &b.cmp, sizeof c.cmp) == 0;
+    CHECK_EQ("repeat filter: identical statistics on a random trace", same_rep, 1);
+    CHECK_EQ("repeat filter: the trace had repeats", rep.repeats[0][1] + rep.repeats[1][1] > 0, 1);
+    for (int p = 0; p < 3; p++)
+        same &= memcmp(&a.place[p].st, &b.place[p].st, sizeof a.place[p].st) == 0;
+    same &= memcmp(&a.cmp, &b.cmp, sizeof a.cmp) == 0;
+    CHECK_EQ("fast paths: identical statistics on a random trace", same, 1);
+    CHECK_EQ("fast paths: the trace exercised coherence", b.place[2].st.coherence_invalidations[0] > 0, 1);
+    CHECK_EQ("fast paths: the trace exercised inclusion", b.place[0].st.back_invalidations > 0, 1);
+    cs_model_free(&a);
+    cs_model_free(&b);
+    cs_model_free(&c);
+}
+
 static void test_geometry(void)
 {
     cs_geom g;
@@ -234,6 +300,7 @@ int main(int argc, char **argv)
     test_inclusion();
     test_competition_cooperation();
     test_placement_latency();
+    test_fast_paths_exact();
     test_geometry();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
