@@ -235,7 +235,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if o.list {
         for b in catalog::BENCHES {
             let d: Vec<String> = b.defaults.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            println!("{:<18} {:<11} {:<9?} {}{}  [{}]", b.name, b.group, b.placement, b.op, if b.hidden { " (self-test, --only)" } else { "" }, d.join(" "));
+            println!("{:<18} {:<11} {:<9} {}{}  [{}]", b.name, b.group, format!("{:?}", b.placement), b.op, if b.hidden { " (self-test, --only)" } else { "" }, d.join(" "));
         }
         return Ok(());
     }
