@@ -57,7 +57,7 @@ fn counts() -> (u64, i64, u64) {
 }
 
 /// Run init to completion; returns true if it exited with 0 and nothing leaked.
-pub fn run(name: &str, args: &str) -> bool {
+pub fn run(name: &str, args: &str, inject: Option<&str>) -> bool {
     let (pages0, slab0, kobj0) = counts();
     let area = percpu::this();
     let ctx = match build(name, args) {
@@ -69,7 +69,15 @@ pub fn run(name: &str, args: &str) -> bool {
     };
     area.busy.store(true, Ordering::Release);
     kprintln!("init: starting `{name}` on core {}", area.index);
+    if let Some(spec) = inject {
+        match crate::mm::inject::configure(spec) {
+            Ok(()) => kprintln!("init: allocation fault injection on ({spec})"),
+            Err(why) => kprintln!("{why}; injection stays off"),
+        }
+    }
     let code = run_context(area, ctx);
+    let injected = crate::mm::inject::failures();
+    crate::mm::inject::suspend();
     // Stop whatever init left running on other cores.
     for c in percpu::all().take(percpu::online_count()) {
         if c.index != area.index && c.busy.load(Ordering::Acquire) {
@@ -88,12 +96,25 @@ pub fn run(name: &str, args: &str) -> bool {
     while percpu::all().take(percpu::online_count()).any(|c| c.busy.load(Ordering::Acquire)) && !deadline.expired() {
         core::hint::spin_loop();
     }
+    // Every core must still answer an active message.
+    let answered = core::sync::atomic::AtomicUsize::new(0);
+    crate::smp::run_on_all_or_stop(
+        &|_| {
+            answered.fetch_add(1, Ordering::Relaxed);
+        },
+        10_000,
+    );
+    let answered = answered.load(Ordering::Relaxed);
     let (pages1, slab1, kobj1) = counts();
     kprintln!("init: `{name}` exited with code {code}");
+    if injected > 0 {
+        kprintln!("init: {injected} allocations failed by injection");
+    }
+    kprintln!("init: {answered}/{} cores answered an active message", percpu::online_count());
     kprintln!("init: free pages {pages0} -> {pages1}, kernel heap objects {slab0} -> {slab1}, kernel objects {kobj0} -> {kobj1}");
     let leak = pages1 != pages0 || slab1 != slab0 || kobj1 != kobj0;
     if leak {
         kprintln!("init: LEAK: memory or objects were not returned after every program exited");
     }
-    code == 0 && !leak
+    code == 0 && !leak && answered == percpu::online_count()
 }

@@ -298,7 +298,7 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     if let Some(name) = bi.option("init").filter(|n| !n.is_empty()) {
         // Everything after `--` is the program's arguments.
         let args = bi.cmdline().split_once(" -- ").map(|(_, a)| a).unwrap_or("");
-        let ok = init::run(name, args);
+        let ok = init::run(name, args, bi.option("inject"));
         cpu::exit_qemu(ok);
     }
     kprintln!("kernel: boot complete; no init= program given, halting");

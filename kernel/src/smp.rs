@@ -37,6 +37,17 @@ pub fn run_on_all(f: &(dyn Fn(usize) + Sync)) {
 /// must not take locks an interrupted thread of that core could hold. While waiting we
 /// serve our own mailbox, so two cores posting to each other cannot deadlock.
 pub fn run_on(f: &(dyn Fn(usize) + Sync), targets: impl Iterator<Item = usize> + Clone, include_self: bool) {
+    run_on_until(f, targets, include_self, None)
+}
+
+/// `run_on` with a deadline for invariant checks: a core that does not answer within
+/// `deadline_ms` is a kernel failure, reported, and the machine stops (we cannot return: the
+/// posted job lives on this stack).
+pub fn run_on_all_or_stop(f: &(dyn Fn(usize) + Sync), deadline_ms: u64) {
+    run_on_until(f, 0..percpu::online_count(), true, Some(deadline_ms))
+}
+
+fn run_on_until(f: &(dyn Fn(usize) + Sync), targets: impl Iterator<Item = usize> + Clone, include_self: bool, deadline_ms: Option<u64>) {
     let me = percpu::this();
     // SAFETY: the lifetime is erased only for the duration of this call: we wait for every
     // target to finish (pending == 0) before returning, so `f` outlives every use.
@@ -67,8 +78,13 @@ pub fn run_on(f: &(dyn Fn(usize) + Sync), targets: impl Iterator<Item = usize> +
     if include_self {
         f(me.index);
     }
+    let deadline = deadline_ms.map(time::Deadline::after_ms);
     while job.pending.load(Ordering::Acquire) != 0 {
         run_mailbox(me);
+        if deadline.as_ref().is_some_and(|d| d.expired()) {
+            kprintln!("smp: {} core(s) did not answer an active message within {} ms", job.pending.load(Ordering::Acquire), deadline_ms.unwrap_or(0));
+            cpu::exit_qemu(false);
+        }
         core::hint::spin_loop();
     }
 }

@@ -33,7 +33,7 @@ fn caller() -> usize {
 
 /// Copy a name argument in.
 fn read_name(ptr: u64, len: u64) -> Result<([u8; MAX_NAME], usize), Error> {
-    if len > MAX_NAME as u64 {
+    if len > MAX_NAME as u64 && !cfg!(feature = "planted-bug") {
         return Err(Error::NameTooLong);
     }
     let mut buf = [0u8; MAX_NAME];

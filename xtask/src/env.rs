@@ -114,7 +114,12 @@ pub fn build_kernel_with(features: &[&str]) -> Result<PathBuf, String> {
         return Err("kernel build failed".into());
     }
     let linked = kernel_target_dir().join("x86_64-unknown-none/release/kernel");
-    let bootable = kernel_target_dir().join("x86_64-unknown-none/release/kernel.elf");
+    // A kernel built with features gets its own name, so it never stands in for the normal one.
+    let bootable = if features.is_empty() {
+        kernel_target_dir().join("x86_64-unknown-none/release/kernel.elf")
+    } else {
+        kernel_target_dir().join(format!("x86_64-unknown-none/release/kernel-{}.elf", features.join("-")))
+    };
     crate::ksyms::write_symbolized(&linked, &bootable)?;
     Ok(bootable)
 }

@@ -7,7 +7,7 @@
 //! The exact number of free pages is the node pools' counts plus every core's cache count.
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{phys_to_virt, PAGE_SIZE};
 use crate::arch::x86_64::acpi::MAX_NODES;
@@ -252,17 +252,13 @@ impl FrameCache {
     }
 }
 
-/// Fault injection for allocation-failure tests: fail one in `N` allocations (0 = never).
-static FAIL_ONE_IN: AtomicU64 = AtomicU64::new(0);
-static ALLOC_CALLS: AtomicU64 = AtomicU64::new(0);
-
+/// Fault injection for allocation-failure tests (see `mm::inject`).
 pub fn set_fail_one_in(n: u64) {
-    FAIL_ONE_IN.store(n, Ordering::Relaxed);
+    super::inject::set_fail_one_in(n);
 }
 
 fn injected_failure() -> bool {
-    let n = FAIL_ONE_IN.load(Ordering::Relaxed);
-    n != 0 && ALLOC_CALLS.fetch_add(1, Ordering::Relaxed) % n == n - 1
+    super::inject::should_fail()
 }
 
 fn local_node() -> usize {

@@ -281,6 +281,9 @@ fn large_order(layout: Layout) -> usize {
 
 /// Allocate, or `None` when memory is exhausted.
 pub fn try_alloc(layout: Layout) -> Option<*mut u8> {
+    if super::inject::should_fail() {
+        return None;
+    }
     let p = match class_for(layout) {
         Some(class) => alloc_small(class),
         None => frame::alloc_frames(large_order(layout)).map(|pa| phys_to_virt(pa) as *mut u8).unwrap_or(null_mut()),

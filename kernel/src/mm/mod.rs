@@ -4,6 +4,7 @@
 
 pub mod frame;
 pub mod heap;
+pub mod inject;
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
