@@ -528,6 +528,37 @@ fn svg_bars(title: &str, ylabel: &str, bars: &[(String, f64)]) -> String {
     o
 }
 
+/// A horizontal bar chart (long labels on the left), e.g. transfers by kernel symbol.
+fn svg_hbars(title: &str, xlabel: &str, bars: &[(String, f64)]) -> String {
+    let (w, l, row, t) = (760.0, 330.0, 22.0, 40.0);
+    let h = t + row * bars.len() as f64 + 40.0;
+    let xmax = bars.iter().map(|x| x.1).fold(0.0f64, f64::max).max(1e-9);
+    let mut o = format!("<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n<text x='{}' y='20' font-size='14' text-anchor='middle'>{title}</text>\n", w / 2.0);
+    for (i, (lab, v)) in bars.iter().enumerate() {
+        let y = t + row * i as f64;
+        let bw = (w - l - 80.0) * v / xmax;
+        let lab = lab.replace('<', "&lt;").replace('>', "&gt;");
+        let _ = writeln!(o, "<text x='{}' y='{:.1}' text-anchor='end'>{lab}</text>", l - 6.0, y + 14.0);
+        let _ = writeln!(o, "<rect x='{l}' y='{y:.1}' width='{bw:.1}' height='{:.1}' fill='#d62728'/>", row - 6.0);
+        let _ = writeln!(o, "<text x='{:.1}' y='{:.1}'>{v}</text>", l + bw + 4.0, y + 14.0);
+    }
+    let _ = writeln!(o, "<text x='{}' y='{}' text-anchor='middle'>{xlabel}</text>", (l + w) / 2.0, h - 12.0);
+    o.push_str("</svg>\n");
+    o
+}
+
+fn write_plot(dir: &Path, name: &str, svg: &str) -> Result<PathBuf, String> {
+    crate::env::ensure_tool("rsvg-convert", &["librsvg2-bin"])?;
+    let p = write_out(dir, name, svg)?;
+    // A PNG beside each SVG, for viewers that do not open SVG.
+    let png = p.with_extension("png");
+    let ok = Command::new("rsvg-convert").arg("-o").arg(&png).arg(&p).status().map(|s| s.success()).unwrap_or(false);
+    if !ok {
+        return Err(format!("rsvg-convert could not render {}", p.display()));
+    }
+    Ok(p)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Options
 
@@ -814,17 +845,8 @@ fn cmd_cachesim(o: &Opts) -> Result<(), String> {
     let p = write_out(&o.out, &format!("cachesim-{}-{}.json", o.system.name(), workload), &json)?;
     println!("wrote {}", p.display());
     write_out(&o.out, &format!("cachesim-{}-{}.txt", o.system.name(), workload), &text)?;
-    if !plots.is_empty() {
-        crate::env::ensure_tool("rsvg-convert", &["librsvg2-bin"])?;
-    }
     for (name, svg) in plots {
-        let p = write_out(&o.out, &name, &svg)?;
-        // A PNG beside each SVG, for viewers that do not open SVG.
-        let png = p.with_extension("png");
-        let ok = Command::new("rsvg-convert").arg("-o").arg(&png).arg(&p).status().map(|s| s.success()).unwrap_or(false);
-        if !ok {
-            return Err(format!("rsvg-convert could not render {}", p.display()));
-        }
+        let p = write_plot(&o.out, &name, &svg)?;
         println!("wrote {} (+ .png)", p.display());
     }
     Ok(())
@@ -868,6 +890,11 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
         head.u("transfers_user"),
         per_op(head.u("transfers_user"))
     );
+    // Interleaving-independent companion of the transfer count: every access to a line that
+    // another vCPU writes could miss under fine-grained interleaving (an upper bound), while the
+    // transfers seen under TCG's coarse vCPU slices are a lower bound.
+    let shared_accesses: u64 = lines.iter().map(|r| r.u("reads") + r.u("writes")).sum();
+    let _ = writeln!(text, "accesses to those lines: {shared_accesses} ({} per op; the bound on transfers at fine interleaving)", per_op(shared_accesses));
     let _ = writeln!(text, "\n{:<18} {:<44} {:<36} {:>7} {:>7} {:>8} {:>8} {:>6}", "phys line", "data (symbol of the address)", "first writer (code)", "readers", "writers", "reads/op", "writes/op", "xfers");
     for r in lines.iter().take(o.top) {
         let code = syms.name(r.u("pc")).unwrap_or_else(|| if r.u("pc") >= 0xffff_8000_0000_0000 { "?".into() } else { "[user code]".into() });
@@ -918,7 +945,7 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
         })
         .collect();
     let json = format!(
-        "{{\"plugin\":\"sharing\",\"evidence\":\"deterministic line-sharing count under single-threaded TCG\",\"system\":{},\"bench\":{},\"smp\":{},\"params\":{},\"ops\":{},\"summary\":{},\"lines\":[{}]}}\n",
+        "{{\"plugin\":\"sharing\",\"evidence\":\"deterministic line-sharing count under single-threaded TCG\",\"system\":{},\"bench\":{},\"smp\":{},\"params\":{},\"ops\":{},\"shared_line_accesses\":{shared_accesses},\"summary\":{},\"lines\":[{}]}}\n",
         jstr(o.system.name()),
         jstr(workload),
         spec.smp,
@@ -930,6 +957,12 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
     let p = write_out(&o.out, &format!("sharing-{}-{}-{}.json", o.system.name(), workload, spec.smp), &json)?;
     write_out(&o.out, &format!("sharing-{}-{}-{}.txt", o.system.name(), workload, spec.smp), &text)?;
     println!("wrote {}", p.display());
+    if !agg.is_empty() {
+        let bars: Vec<(String, f64)> = agg.iter().take(15).map(|(n, (_, t))| (truncate(n, 48), *t as f64)).collect();
+        let title = format!("Line transfers between vCPUs by kernel symbol: {workload}, {} vCPUs ({})", spec.smp, o.system.name());
+        let p = write_plot(&o.out, &format!("sharing-{}-{}-{}.svg", o.system.name(), workload, spec.smp), &svg_hbars(&title, "transfers in the region", &bars))?;
+        println!("wrote {} (+ .png)", p.display());
+    }
     Ok(())
 }
 
