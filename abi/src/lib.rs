@@ -117,7 +117,8 @@ pub mod nr {
     /// `pcore_stat(pcore_share, pcore, *mut PcoreStat) -> 0`.
     pub const PCORE_STAT: u64 = 45;
     /// `pcore_set_role(pcore_share, pcore, role) -> 0`: change an idle core's role (`Busy`
-    /// while it runs a context). Making the last kernel core something else while application
+    /// while it runs a context, unless the context changes its own core between XC, TC and
+    /// AC, which takes effect at its next system call). Making the last kernel core something else while application
     /// cores depend on it is `Busy`; an AC needs a KC (`NoSuchCore` if there is none).
     pub const PCORE_SET_ROLE: u64 = 46;
 
@@ -151,6 +152,10 @@ pub mod nr {
     pub const INITRD_GET: u64 = 75;
     /// `null() -> 0`: does nothing, for measuring system-call cost.
     pub const NULL: u64 = 76;
+    /// `syscall_batch(*mut BatchEntry, n) -> n`: run `n` (at most `MAX_BATCH`) calls in order
+    /// and store each result in its entry. On an application core the whole batch is one
+    /// round trip to the kernel core. Nested batches are refused per entry (`InvalidArgument`).
+    pub const SYSCALL_BATCH: u64 = 77;
 }
 
 /// Error codes. The value returned in `rax` is the negated discriminant.
@@ -543,6 +548,18 @@ pub struct CoreStats {
     /// The core's role (`ROLE_*`).
     pub role: u64,
 }
+
+/// One call of a `syscall_batch`: `result` receives the encoded result (`encode`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BatchEntry {
+    pub nr: u64,
+    pub args: [u64; 6],
+    pub result: i64,
+}
+
+/// Most calls in one `syscall_batch`.
+pub const MAX_BATCH: u64 = 256;
 
 /// What the kernel puts at `rdi` for the first program (`init`): a pointer to this struct in
 /// the program's memory, followed by the argument bytes.

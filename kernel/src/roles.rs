@@ -214,7 +214,10 @@ pub fn set_role(core: usize, role: u64) -> Result<(), Error> {
     if core == 0 && role == ROLE_KC {
         return Err(Error::NotPermitted); // core 0 runs init and the boot-time work
     }
-    if target.busy.load(Ordering::Acquire) && role != target.role.load(Ordering::Acquire) {
+    // A busy core's role changes only at its own request (its context switching between
+    // XC, TC and AC for its following system calls); other cores must wait until it is idle.
+    let own = core == percpu::acting().index;
+    if target.busy.load(Ordering::Acquire) && role != target.role.load(Ordering::Acquire) && (!own || role == ROLE_KC) {
         return Err(Error::Busy);
     }
     let old = target.role.load(Ordering::Acquire);

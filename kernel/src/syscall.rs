@@ -121,7 +121,32 @@ fn write_slice<T: Copy>(buf: u64, items: &[T]) -> Result<(), Error> {
 pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
     match nr {
         nr::NULL => Ok(0),
-
+        nr::SYSCALL_BATCH => {
+            let (ptr, n) = (a[0], a[1]);
+            if n > MAX_BATCH {
+                return Err(Error::InvalidArgument);
+            }
+            check_out_buf::<BatchEntry>(ptr, n)?;
+            // Entries move in chunks: one user copy each way per chunk, not per call.
+            const CHUNK: usize = 16;
+            let size = core::mem::size_of::<BatchEntry>();
+            let mut chunk = [BatchEntry::default(); CHUNK];
+            let mut done = 0u64;
+            while done < n {
+                let k = ((n - done) as usize).min(CHUNK);
+                let at = ptr + done * size as u64;
+                // SAFETY: viewing the first k plain-data entries as bytes to fill them.
+                let bytes = unsafe { core::slice::from_raw_parts_mut(chunk.as_mut_ptr() as *mut u8, k * size) };
+                copy_from_user(bytes, at)?;
+                for e in &mut chunk[..k] {
+                    let r = if e.nr == nr::SYSCALL_BATCH { Err(Error::InvalidArgument) } else { dispatch(e.nr, e.args) };
+                    e.result = encode(r);
+                }
+                write_slice(at, &chunk[..k])?;
+                done += k as u64;
+            }
+            Ok(n)
+        }
         nr::OBJ_GET_NAME => {
             check_out_buf::<u8>(a[2], a[3])?;
             let o = lookup(a[0], a[1])?;

@@ -7,7 +7,7 @@
 
 extern crate alloc;
 
-use abi::{nr, Error, ObjName, PcoreContext, ROLE_AC, ROLE_KC, ROLE_XC};
+use abi::{nr, BatchEntry, Error, ObjName, PcoreContext, ROLE_AC, ROLE_KC, ROLE_XC};
 use alloc::format;
 use alloc::string::String;
 use rt::cores::{Core, CoreCtx, CoreOpts};
@@ -46,6 +46,36 @@ fn ac_nulls(_c: &CoreCtx) -> u64 {
     failures + 1000 * (s1.interrupts - s0.interrupts) + 1_000_000 * ticks.min(1_000_000)
 }
 
+const BATCH: usize = 64;
+
+/// `NULLS` null calls in batches of `BATCH`; returns failures.
+fn batched_nulls() -> u64 {
+    let mut entries = [BatchEntry { nr: nr::NULL, args: [0; 6], result: -1 }; BATCH];
+    let mut failures = 0;
+    for _ in 0..NULLS / BATCH as u64 {
+        // SAFETY: `entries` is a live, writable array of BATCH entries.
+        let r = unsafe { sys::call(nr::SYSCALL_BATCH, entries.as_mut_ptr() as u64, BATCH as u64, 0, 0, 0, 0) };
+        if r != Ok(BATCH as u64) {
+            failures += BATCH as u64;
+            continue;
+        }
+        failures += entries.iter().filter(|e| e.result != 0).count() as u64;
+        for e in entries.iter_mut() {
+            e.result = -1;
+        }
+    }
+    failures
+}
+
+/// On the AC: batched forwarded nulls; exit code = failures + 1_000_000 * ticks per call.
+fn ac_batched(_c: &CoreCtx) -> u64 {
+    let t0 = sys::time_now().unwrap_or(0);
+    let failures = batched_nulls();
+    let calls = NULLS / BATCH as u64 * BATCH as u64;
+    let ticks = (sys::time_now().unwrap_or(0) - t0) / calls;
+    failures + 1_000_000 * ticks.min(1_000_000)
+}
+
 /// On the AC under role changes: `LOAD_NULLS` calls; exit code = failures.
 fn ac_load(_c: &CoreCtx) -> u64 {
     let mut failures = 0;
@@ -82,17 +112,33 @@ fn t_ac_forwarding() -> TestResult {
     if served < NULLS {
         return Err(format!("the KC served {served} calls, want at least {NULLS}"));
     }
+    // Batched forwarding: one round trip per BATCH calls.
+    c.start(ac_batched, 0).map_err(|e| format!("start: {e:?}"))?;
+    let bcode = c.join(60_000).map_err(|e| format!("join: {e:?}"))?;
+    if bcode % 1_000_000 != 0 {
+        return Err(format!("{} batched forwarded calls failed", bcode % 1_000_000));
+    }
+    let bticks = bcode / 1_000_000;
     // Local cost on this (XC) core, for comparison.
     let t0 = sys::time_now().unwrap_or(0);
     for _ in 0..NULLS {
         let _ = sys::null();
     }
     let local = (sys::time_now().unwrap_or(0) - t0) / NULLS;
+    let t0 = sys::time_now().unwrap_or(0);
+    let lfail = batched_nulls();
+    let lbatched = (sys::time_now().unwrap_or(0) - t0) / (NULLS / BATCH as u64 * BATCH as u64);
+    if lfail != 0 {
+        return Err(format!("{lfail} local batched calls failed"));
+    }
     let tpm = rt::start_info().tsc_per_ms.max(1);
+    let ns = |t: u64| t * 1_000_000 / tpm;
     rt::println!(
-        "roletest: null system call: local {} ns, forwarded to a KC {} ns (TCG, emulated; KC served {served})",
-        local * 1_000_000 / tpm,
-        ticks * 1_000_000 / tpm
+        "roletest: null system call ns/call (TCG, emulated): local {} | local batched x{BATCH} {} | forwarded to a KC {} | forwarded batched x{BATCH} {} (KC served {served})",
+        ns(local),
+        ns(lbatched),
+        ns(ticks),
+        ns(bticks)
     );
     Ok("")
 }
@@ -152,7 +198,54 @@ fn t_kc_refuses_contexts() -> TestResult {
     Ok("")
 }
 
-fn main(_args: &'static str) -> u64 {
+/// `roletest bench` at 2 vCPUs with `roles=kc:1`: null-call cost on this core as an XC
+/// (local), then as an AC (forwarded to the KC), each plain and batched.
+fn bench() -> u64 {
+    if role(1) != ROLE_KC {
+        rt::println!("roletest bench: needs roles=kc:1");
+        return 1;
+    }
+    let root = rt::root_share();
+    let Ok(p0) = sys::pcore_current() else { return 1 };
+    let me = ObjName::new(root, p0);
+    let tpm = rt::start_info().tsc_per_ms.max(1);
+    let measure = |batched: bool| -> (u64, u64) {
+        let t0 = sys::time_now().unwrap_or(0);
+        let failures = if batched {
+            batched_nulls()
+        } else {
+            (0..NULLS).filter(|_| sys::null() != Ok(0)).count() as u64
+        };
+        let calls = if batched { NULLS / BATCH as u64 * BATCH as u64 } else { NULLS };
+        ((sys::time_now().unwrap_or(0) - t0) * 1_000_000 / tpm / calls, failures)
+    };
+    let (local, f0) = measure(false);
+    let (local_b, f1) = measure(true);
+    if let Err(e) = pcore_set_role(me, ROLE_AC) {
+        rt::println!("roletest bench: cannot become an AC: {e:?}");
+        return 1;
+    }
+    let (fwd, f2) = measure(false);
+    let (fwd_b, f3) = measure(true);
+    let back = pcore_set_role(me, ROLE_XC);
+    let per_sec = |ns: u64| if ns == 0 { 0 } else { 1_000_000_000 / ns };
+    rt::println!("roletest bench: null system call, {NULLS} calls each, batches of {BATCH} (TCG, emulated timing)");
+    rt::println!("roletest bench: local           {local:>8} ns/call {:>10} calls/s", per_sec(local));
+    rt::println!("roletest bench: local batched   {local_b:>8} ns/call {:>10} calls/s", per_sec(local_b));
+    rt::println!("roletest bench: forwarded       {fwd:>8} ns/call {:>10} calls/s", per_sec(fwd));
+    rt::println!("roletest bench: forwarded batch {fwd_b:>8} ns/call {:>10} calls/s", per_sec(fwd_b));
+    let failures = f0 + f1 + f2 + f3;
+    if failures != 0 || back.is_err() {
+        rt::println!("roletest bench: {failures} calls failed; role back to XC: {back:?}");
+        return 1;
+    }
+    0
+}
+
+fn main(args: &'static str) -> u64 {
+    if args.split_whitespace().next() == Some("bench") {
+        return bench();
+    }
     let tests: [(&str, fn() -> TestResult); 3] =
         [("ac_forwarding", t_ac_forwarding), ("role_change_under_load", t_role_change_under_load), ("kc_refuses_contexts", t_kc_refuses_contexts)];
     let (mut passed, mut failed) = (0, 0);
