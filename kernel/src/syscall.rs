@@ -41,42 +41,36 @@ fn read_name(ptr: u64, len: u64) -> Result<([u8; MAX_NAME], usize), Error> {
     Ok((buf, len as usize))
 }
 
-/// The share object `share_id`, if reachable from this core's share set: the root share,
-/// a share in the set, or a share held by one of those.
-fn reach_share(share_id: u64) -> Result<ObjRef, Error> {
+/// Run `f` on the share object `share_id`, if reachable from this core's share set: the root
+/// share, a share in the set, or a share held by one of those. No allocation and, for the
+/// direct cases, no reference-count traffic: this is on nearly every call's path.
+fn with_share<R>(share_id: u64, f: impl FnOnce(&ObjRef) -> Result<R, Error>) -> Result<R, Error> {
+    let mut f = Some(f);
     let direct = with_current(|c| {
-        if c.root_share.id == share_id {
-            return Some(c.root_share.clone());
-        }
-        c.shares.iter().find(|s| s.id == share_id).cloned()
+        let s = if c.root_share.id == share_id { Some(&c.root_share) } else { c.shares.iter().find(|s| s.id == share_id) };
+        s.map(|s| (f.take().expect("called once"))(s))
     })?;
-    if let Some(s) = direct {
-        return Ok(s);
+    if let Some(r) = direct {
+        return r;
     }
     // One level of nesting: a share held by a share in the set.
-    let set: Vec<ObjRef> = with_current(|c| {
-        let mut v = Vec::new();
-        if v.try_reserve(c.shares.len() + 1).is_ok() {
-            v.push(c.root_share.clone());
-            v.extend(c.shares.iter().cloned());
-        }
-        v
-    })?;
-    for s in &set {
-        if let Ok(sh) = s.as_share() {
-            if let Ok(o) = sh.get(share_id) {
-                if o.as_share().is_ok() {
-                    return Ok(o);
-                }
-            }
-        }
-    }
-    Err(Error::ShareNotReachable)
+    let nested = with_current(|c| {
+        core::iter::once(&c.root_share)
+            .chain(c.shares.iter())
+            .filter_map(|s| s.as_share().ok()?.get(share_id).ok())
+            .find(|o| o.as_share().is_ok())
+    })?
+    .ok_or(Error::ShareNotReachable)?;
+    (f.take().expect("called once"))(&nested)
+}
+
+fn reach_share(share_id: u64) -> Result<ObjRef, Error> {
+    with_share(share_id, |s| Ok(s.clone()))
 }
 
 /// `<share, object>` → object, with the reachability check.
 fn lookup(share_id: u64, obj_id: u64) -> Result<ObjRef, Error> {
-    reach_share(share_id)?.as_share()?.get(obj_id)
+    with_share(share_id, |s| s.as_share()?.get(obj_id))
 }
 
 fn insert_new(share_obj: &ObjRef, name: &[u8], home: u32, kind: Kind) -> Result<u64, Error> {
@@ -175,18 +169,19 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             insert_new(&parent, &name[..n], home, Kind::Share(sh))
         }
         nr::SHARE_ADDOBJ => {
-            let dst = reach_share(a[0])?;
             let o = lookup(a[1], a[2])?;
-            if o.as_share().is_ok() && contains_share(&o, &dst, 8) {
-                return Err(Error::InvalidArgument);
-            }
-            dst.as_share()?.insert(o)?;
+            with_share(a[0], |dst| {
+                if o.as_share().is_ok() && contains_share(&o, dst, 8) {
+                    return Err(Error::InvalidArgument);
+                }
+                dst.as_share()?.insert(o)
+            })?;
             Ok(0)
         }
         nr::SHARE_DELOBJ => {
-            let s = reach_share(a[0])?;
-            let removed = s.as_share()?.remove(a[1])?;
-            drop(s);
+            // The entry is dropped after the share lookup ends (its last reference may free
+            // the object, which takes other locks).
+            let removed = with_share(a[0], |s| s.as_share()?.remove(a[1]))?;
             drop(removed);
             Ok(0)
         }

@@ -1,0 +1,153 @@
+//! Base costs of the kernel interface (issue 4 "Measure"): the null system call, a
+//! demand-zero fault in a private range, share add+delete on a private and on a shared
+//! share, and segment alloc+free. Each is measured on its own between the measurement
+//! plugins' region markers, so `insncount` gives guest instructions per operation, and
+//! timed with the TSC.
+//!
+//! `init=microbench -- NAME [iters=N]`, NAME one of: null, fault, share_private,
+//! share_global, segment, all. Prints `bench name=NAME ops=N ticks=T ns_per_op=X` per run.
+#![no_std]
+#![no_main]
+
+use abi::{ObjName, SegMapping, MAP_READ, MAP_WRITE, MEMID_SELF, PAGE_SIZE, SHARE_PRIVATE};
+use rt::sys;
+
+rt::main!(main);
+
+core::arch::global_asm!(
+    r#"
+    .section .text.microbench_marker, "ax"
+    .balign 16
+microbench_marker_start:
+    movw $0x501, %dx
+    movb $1, %al
+    outb %al, %dx
+    ret
+    .balign 16
+microbench_marker_stop:
+    movw $0x501, %dx
+    movb $2, %al
+    outb %al, %dx
+    ret
+"#,
+    options(att_syntax)
+);
+
+extern "C" {
+    fn microbench_marker_start();
+    fn microbench_marker_stop();
+}
+
+fn marker(start: bool) {
+    // SAFETY: the routines write the marker port, which the kernel's TSS I/O bitmap opens to
+    // user mode, and clobber only dx and al (caller-saved).
+    unsafe {
+        if start {
+            microbench_marker_start()
+        } else {
+            microbench_marker_stop()
+        }
+    }
+}
+
+/// Where the fault benchmark maps its segment (private root range, below the heap).
+const FAULT_BASE: u64 = 0x2000_0000_0000;
+
+fn report(name: &str, ops: u64, t0: u64, t1: u64) {
+    let tpm = rt::start_info().tsc_per_ms.max(1);
+    let ticks = t1 - t0;
+    let ns_x100 = ticks * 100_000_000 / tpm / ops.max(1);
+    rt::println!("bench name={name} ops={ops} ticks={ticks} ns_per_op={}.{:02}", ns_x100 / 100, ns_x100 % 100);
+}
+
+fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
+    let root = rt::root_share();
+    let info = rt::start_info();
+    let rar = ObjName::new(root, info.root_ar);
+    match name {
+        "null" => {
+            for _ in 0..100 {
+                sys::null()?;
+            }
+            marker(true);
+            let t0 = sys::time_now()?;
+            for _ in 0..iters {
+                sys::null()?;
+            }
+            let t1 = sys::time_now()?;
+            marker(false);
+            report(name, iters, t0, t1);
+        }
+        "fault" => {
+            let bytes = iters * PAGE_SIZE;
+            let seg = ObjName::new(root, sys::segment_alloc(root, "mb-fault", MEMID_SELF, bytes)?);
+            sys::ar_set_seg(rar, &SegMapping { voff: FAULT_BASE, seg, soff: 0, len: bytes, flags: MAP_READ | MAP_WRITE })?;
+            marker(true);
+            let t0 = sys::time_now()?;
+            for i in 0..iters {
+                // SAFETY: the page is mapped writable just above; the first write faults it in.
+                unsafe { core::ptr::write_volatile((FAULT_BASE + i * PAGE_SIZE) as *mut u64, i) };
+            }
+            let t1 = sys::time_now()?;
+            marker(false);
+            report(name, iters, t0, t1);
+            sys::ar_unmap(rar, FAULT_BASE, bytes)?;
+            sys::share_delobj(seg)?;
+        }
+        "share_private" | "share_global" => {
+            let flags = if name == "share_private" { SHARE_PRIVATE } else { 0 };
+            let sh = sys::share_alloc(root, name, MEMID_SELF, flags)?;
+            let seg = ObjName::new(root, sys::segment_alloc(root, "mb-obj", MEMID_SELF, PAGE_SIZE)?);
+            for _ in 0..100 {
+                sys::share_addobj(sh, seg)?;
+                sys::share_delobj(ObjName::new(sh, seg.object))?;
+            }
+            marker(true);
+            let t0 = sys::time_now()?;
+            for _ in 0..iters {
+                sys::share_addobj(sh, seg)?;
+                sys::share_delobj(ObjName::new(sh, seg.object))?;
+            }
+            let t1 = sys::time_now()?;
+            marker(false);
+            report(name, iters, t0, t1);
+            sys::share_delobj(seg)?;
+            sys::share_delobj(ObjName::new(root, sh))?;
+        }
+        "segment" => {
+            marker(true);
+            let t0 = sys::time_now()?;
+            for _ in 0..iters {
+                let s = sys::segment_alloc(root, "mb-seg", MEMID_SELF, PAGE_SIZE)?;
+                sys::share_delobj(ObjName::new(root, s))?;
+            }
+            let t1 = sys::time_now()?;
+            marker(false);
+            report(name, iters, t0, t1);
+        }
+        _ => return Err(abi::Error::InvalidArgument),
+    }
+    Ok(())
+}
+
+fn main(args: &'static str) -> u64 {
+    let mut words = args.split_whitespace();
+    let which = words.next().unwrap_or("all");
+    let mut iters = 2000;
+    for w in words {
+        if let Some(v) = w.strip_prefix("iters=").and_then(|v| v.parse().ok()) {
+            iters = v;
+        } else {
+            rt::println!("microbench: unknown argument `{w}` (iters=N)");
+            return 2;
+        }
+    }
+    let names: &[&str] = if which == "all" { &["null", "fault", "share_private", "share_global", "segment"] } else { &[which] };
+    for n in names {
+        if let Err(e) = run(n, iters) {
+            rt::println!("microbench: {n}: {e:?} (benchmarks: null fault share_private share_global segment all)");
+            return 1;
+        }
+    }
+    0
+}
