@@ -17,9 +17,10 @@
  *
  * Addresses: data accesses use the guest physical address (qemu_plugin_hwaddr_phys_addr).
  * The 7.2 API gives no guest-physical address for instruction fetches, only the host pointer
- * of the guest RAM holding the code (qemu_plugin_insn_haddr); within a RAM block that is the
- * guest physical address plus a constant, so fetch lines keep their relative placement in the
- * sets, but a line that is both executed and read as data counts as two lines.
+ * of the guest RAM holding the code (qemu_plugin_insn_haddr). Main RAM is one block mapped
+ * contiguously, so host - physical is a constant learned from data accesses (fast_phys.h);
+ * fetches are simulated at their guest-physical address once it is known (the report counts
+ * how many: fetch_runs_phys of fetch_runs), at their host address before that.
  *
  * Must run single-threaded TCG (-accel tcg,thread=single): the models are not locked.
  */
@@ -44,6 +45,7 @@ static int nmodels;
 static FILE *out;
 static uint64_t insns[CS_PARTIES];
 static uint64_t fetch_runs[CS_PARTIES];
+static uint64_t fetch_runs_phys; /* fetches simulated at their guest-physical address */
 static uint64_t data_accesses_io;
 /* Cross-check of the two ways to tell kernel from user: the MMU index of a data access and
  * the half of the address space the accessing instruction lives in. */
@@ -69,6 +71,11 @@ static void vcpu_fetch(unsigned int vcpu, void *udata)
     fetch_runs[party]++;
     if (addr == 0)
         return; /* code not in RAM (no host pointer): counted, not simulated */
+    uint64_t pa = fetch_phys(addr);
+    if (pa) {
+        addr = pa;
+        fetch_runs_phys++;
+    }
     if (cs_repeat_access(&repeat, addr, min_line_shift, party, 1, 0))
         return;
     for (int i = 0; i < nmodels; i++)
@@ -150,11 +157,14 @@ static void report(void)
 {
     FILE *f = out ? out : stderr;
     fprintf(f, "cachesim version=1 starts=%llu stops=%llu insns_os=%llu insns_app=%llu io_accesses=%llu "
-               "mmu_checked=%llu mmu_user_insn_kernel=%llu mmu_kernel_insn_user=%llu repeats=%llu fast_phys=%s\n",
+               "mmu_checked=%llu mmu_user_insn_kernel=%llu mmu_kernel_insn_user=%llu repeats=%llu fast_phys=%s "
+               "fetch_runs=%llu fetch_runs_phys=%llu ram_offset_conflicts=%llu\n",
             (unsigned long long)region.starts, (unsigned long long)region.stops, (unsigned long long)insns[0],
             (unsigned long long)insns[1], (unsigned long long)data_accesses_io, (unsigned long long)mmu_checked,
             (unsigned long long)mmu_user_insn_kernel, (unsigned long long)mmu_kernel_insn_user,
-            (unsigned long long)(repeat.repeats[0][0] + repeat.repeats[0][1] + repeat.repeats[1][0] + repeat.repeats[1][1]), pa_cache_off ? "off" : "on");
+            (unsigned long long)(repeat.repeats[0][0] + repeat.repeats[0][1] + repeat.repeats[1][0] + repeat.repeats[1][1]), pa_cache_off ? "off" : "on",
+            (unsigned long long)(fetch_runs[0] + fetch_runs[1]), (unsigned long long)fetch_runs_phys,
+            (unsigned long long)ram_offset_conflicts);
     for (int i = 0; i < nmodels; i++) {
         cs_model *m = &models[i];
         cs_model_add_repeats(m, &repeat);

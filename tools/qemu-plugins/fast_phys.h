@@ -38,6 +38,41 @@ static struct {
 static int pa_cache_off;
 static uint64_t pa_cache_hits;
 
+/*
+ * Instruction fetches have only a host pointer in the 7.2 API. Guest RAM from 1 MB up to the
+ * PCI hole is one RAM block ("pc.ram") mapped contiguously in the host, so host - guest
+ * physical is one constant there; learned from data accesses (official call), it turns a fetch's
+ * host pointer into its guest-physical address. A second, different constant in that range means
+ * the assumption failed: translation stops (ram_offset_conflicts in the report).
+ */
+#define RAM_LOW (1ull << 20)
+#define RAM_HIGH 0xe0000000ull
+static uint64_t ram_offset;
+static int ram_offset_known;
+static uint64_t ram_offset_conflicts;
+
+static inline void learn_ram_offset(uint64_t host, uint64_t pa)
+{
+    if (pa < RAM_LOW || pa >= RAM_HIGH)
+        return;
+    uint64_t off = host - pa;
+    if (!ram_offset_known) {
+        ram_offset = off;
+        ram_offset_known = 1;
+    } else if (off != ram_offset) {
+        ram_offset_conflicts++;
+    }
+}
+
+/* Guest-physical address of code at host pointer `host`, or 0 if unknown. */
+static inline uint64_t fetch_phys(uint64_t host)
+{
+    if (!ram_offset_known || ram_offset_conflicts)
+        return 0;
+    uint64_t pa = host - ram_offset;
+    return (pa >= RAM_LOW && pa < RAM_HIGH) ? pa : 0;
+}
+
 /* hw must be a RAM access (qemu_plugin_hwaddr_is_io() false). */
 static inline uint64_t fast_phys(const struct qemu_plugin_hwaddr *hw)
 {
@@ -64,6 +99,7 @@ static inline uint64_t fast_phys(const struct qemu_plugin_hwaddr *hw)
     }
     pa_cache[slot].host_page_plus1 = hp + 1;
     pa_cache[slot].phys_page = pa >> 12;
+    learn_ram_offset(host, pa);
     return pa;
 }
 
