@@ -5,7 +5,7 @@
 //! timed with the TSC.
 //!
 //! `init=microbench -- NAME [iters=N]`, NAME one of: null, fault, share_private,
-//! share_global, segment, all. Prints `bench name=NAME ops=N ticks=T ns_per_op=X` per run.
+//! share_global, segment, stat, all. Prints `bench name=NAME ops=N ticks=T ns_per_op=X` per run.
 #![no_std]
 #![no_main]
 
@@ -114,6 +114,19 @@ fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
             sys::share_delobj(seg)?;
             sys::share_delobj(ObjName::new(root, sh))?;
         }
+        "stat" => {
+            // One lookup through the root share plus a small copy-out: the naming path alone.
+            let seg = ObjName::new(root, sys::segment_alloc(root, "mb-obj", MEMID_SELF, PAGE_SIZE)?);
+            marker(true);
+            let t0 = sys::time_now()?;
+            for _ in 0..iters {
+                sys::obj_stat(seg)?;
+            }
+            let t1 = sys::time_now()?;
+            marker(false);
+            report(name, iters, t0, t1);
+            sys::share_delobj(seg)?;
+        }
         "segment" => {
             marker(true);
             let t0 = sys::time_now()?;
@@ -142,7 +155,7 @@ fn main(args: &'static str) -> u64 {
             return 2;
         }
     }
-    let names: &[&str] = if which == "all" { &["null", "fault", "share_private", "share_global", "segment"] } else { &[which] };
+    let names: &[&str] = if which == "all" { &["null", "stat", "fault", "share_private", "share_global", "segment"] } else { &[which] };
     for n in names {
         if let Err(e) = run(n, iters) {
             rt::println!("microbench: {n}: {e:?} (benchmarks: null fault share_private share_global segment all)");
