@@ -188,12 +188,35 @@ impl AddressRange {
 
     /// Cores whose running root reaches this range.
     pub fn shootdown_targets(&self) -> [u64; MAX_CORES / 64] {
+        const MAX_PARENTS: usize = 32;
         let mut bits = self.running.snapshot();
-        let parents: Vec<KRef<KObject>> = {
+        // Take the parents out of the lock before recursing (dropping the last reference to a
+        // parent runs its Drop, which takes our `parents` lock).
+        let mut parents: [Option<KRef<KObject>>; MAX_PARENTS] = [const { None }; MAX_PARENTS];
+        let mut too_many = false;
+        {
             let g = self.parents.lock();
-            g.iter().filter_map(|p| p.parent.upgrade()).collect()
-        };
-        for p in parents {
+            let mut n = 0;
+            for p in g.iter() {
+                if let Some(k) = p.parent.upgrade() {
+                    if n == MAX_PARENTS {
+                        too_many = true;
+                        drop(k);
+                        break;
+                    }
+                    parents[n] = Some(k);
+                    n += 1;
+                }
+            }
+        }
+        if too_many {
+            // Conservative and correct: every online core.
+            for c in 0..crate::percpu::online_count() {
+                bits[c / 64] |= 1 << (c % 64);
+            }
+            return bits;
+        }
+        for p in parents.iter().flatten() {
             if let Ok(ar) = p.as_ar() {
                 let b = ar.shootdown_targets();
                 for i in 0..bits.len() {
@@ -308,8 +331,18 @@ pub fn unmap(ar_obj: &ObjRef, voff: u64, len: u64) -> Result<(), Error> {
         if g.maps.iter().any(|m| m.voff < end && voff < m.voff + m.len && (m.voff < voff || m.voff + m.len > end)) {
             return Err(Error::Overlap);
         }
-        let (gone, keep): (Vec<Mapping>, Vec<Mapping>) = core::mem::take(&mut g.maps).into_iter().partition(|m| m.voff >= voff && m.voff + m.len <= end);
-        g.maps = keep;
+        // Move the mappings inside the range out, without allocating more than one vector.
+        let inside = |m: &Mapping| m.voff >= voff && m.voff + m.len <= end;
+        let mut gone: Vec<Mapping> = Vec::new();
+        gone.try_reserve(g.maps.iter().filter(|m| inside(m)).count()).map_err(|_| Error::NoMemory)?;
+        let mut i = 0;
+        while i < g.maps.len() {
+            if inside(&g.maps[i]) {
+                gone.push(g.maps.remove(i));
+            } else {
+                i += 1;
+            }
+        }
         let mut flush = false;
         for m in &gone {
             match &m.target {
