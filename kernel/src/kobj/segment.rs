@@ -119,20 +119,32 @@ impl Segment {
         Ok(())
     }
 
-    /// Fill `buf` from the segment at `offset` (absent pages read as zero). For the kernel's
-    /// own use (loading programs); bounds are checked.
-    pub fn write_bytes(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
-        let end = offset.checked_add(data.len() as u64).ok_or(Error::OutOfRange)?;
-        let mut g = self.inner.lock();
-        if end > g.nbytes {
+    /// Split `[offset, offset + len)` into per-page pieces `(page index, offset in page,
+    /// bytes, bytes done before)` after checking it lies inside the segment.
+    fn pieces(nbytes: u64, offset: u64, len: usize) -> Result<impl Iterator<Item = (usize, usize, usize, usize)>, Error> {
+        let end = offset.checked_add(len as u64).ok_or(Error::OutOfRange)?;
+        if end > nbytes {
             return Err(Error::OutOfRange);
         }
         let mut done = 0usize;
-        while done < data.len() {
+        Ok(core::iter::from_fn(move || {
+            if done >= len {
+                return None;
+            }
             let pos = offset + done as u64;
-            let idx = (pos / PAGE_SIZE) as usize;
             let in_page = (pos % PAGE_SIZE) as usize;
-            let n = (PAGE_SIZE as usize - in_page).min(data.len() - done);
+            let n = (PAGE_SIZE as usize - in_page).min(len - done);
+            let piece = ((pos / PAGE_SIZE) as usize, in_page, n, done);
+            done += n;
+            Some(piece)
+        }))
+    }
+
+    /// Write `data` into the segment at `offset`, allocating pages as needed. For the
+    /// kernel's own use (loading programs, start information); bounds are checked.
+    pub fn write_bytes(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
+        let mut g = self.inner.lock();
+        for (idx, in_page, n, done) in Self::pieces(g.nbytes, offset, data.len())? {
             if g.pages[idx].is_none() {
                 g.pages[idx] = Some(zeroed_page()?);
             }
@@ -140,30 +152,19 @@ impl Segment {
             // SAFETY: the page belongs to this segment (held under the lock) and the copy stays
             // within it.
             unsafe { core::ptr::copy_nonoverlapping(data[done..].as_ptr(), (phys_to_virt(pa) as *mut u8).add(in_page), n) };
-            done += n;
         }
         Ok(())
     }
 
     /// Read `buf.len()` bytes at `offset` (absent pages read as zero).
     pub fn read_bytes(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
-        let end = offset.checked_add(buf.len() as u64).ok_or(Error::OutOfRange)?;
         let g = self.inner.lock();
-        if end > g.nbytes {
-            return Err(Error::OutOfRange);
-        }
-        let mut done = 0usize;
-        while done < buf.len() {
-            let pos = offset + done as u64;
-            let idx = (pos / PAGE_SIZE) as usize;
-            let in_page = (pos % PAGE_SIZE) as usize;
-            let n = (PAGE_SIZE as usize - in_page).min(buf.len() - done);
+        for (idx, in_page, n, done) in Self::pieces(g.nbytes, offset, buf.len())? {
             match &g.pages[idx] {
                 // SAFETY: the page belongs to this segment (held under the lock).
                 Some(f) => unsafe { core::ptr::copy_nonoverlapping((phys_to_virt(f.pa) as *const u8).add(in_page), buf[done..].as_mut_ptr(), n) },
                 None => buf[done..done + n].fill(0),
             }
-            done += n;
         }
         Ok(())
     }
