@@ -295,6 +295,18 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
         let ok = ktest::run_all(bi.option("test").filter(|f| !f.is_empty()));
         cpu::exit_qemu(ok);
     }
+    // `bench=NAME k=v...` (what the measurement tools pass): run the microbench program.
+    if bi.option("init").is_none() {
+        if let Some(bench) = bi.option("bench").filter(|n| !n.is_empty()) {
+            let mut args = alloc::string::String::from(bench);
+            for w in bi.cmdline().split_whitespace().filter(|w| w.starts_with("iters=")) {
+                args.push(' ');
+                args.push_str(w);
+            }
+            let ok = init::run("microbench", &args, bi.option("inject"));
+            cpu::exit_qemu(ok);
+        }
+    }
     if let Some(name) = bi.option("init").filter(|n| !n.is_empty()) {
         // Everything after `--` is the program's arguments.
         let args = bi.cmdline().split_once(" -- ").map(|(_, a)| a).unwrap_or("");

@@ -48,6 +48,7 @@ Commands:
   iso      Build a GRUB Multiboot2 ISO (BIOS and UEFI) at target/os.iso (--out PATH)
   bench    Benchmarks: `bench boot [--smp 2,16,64]`, `bench percore`
   plugin   QEMU measurement plugins (see `cargo xtask plugin help`)
+  cachesim, audit   short for `plugin cachesim`, `plugin audit`
   linux    Linux baseline (see `cargo xtask linux help`)
   build    Build the kernel only
   help     This text
@@ -71,6 +72,12 @@ fn main() -> ExitCode {
             Some(_) | None => bench::run(rest),
         },
         "plugin" => plugins::main(rest),
+        // The short names for the two measurement commands.
+        "cachesim" | "audit" => {
+            let mut v = vec![cmd.clone()];
+            v.extend(rest.iter().cloned());
+            plugins::main(&v)
+        }
         "linux" => linux::main(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");

@@ -252,6 +252,8 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             let cfg = crate::qemu::VmConfig {
                 smp: spec.smp,
                 medium: Some(crate::qemu::BootMedium::Kernel(kernel)),
+                // The kernel runs `bench=NAME` as the microbench program from the archive.
+                initrd: Some(crate::user::build_initrd()?),
                 cmdline: format!("bench={} {}", spec.workload, spec.params).trim().to_string(),
                 extra: plugin.map(|p| vec!["-plugin".to_string(), p]).unwrap_or_default(),
                 ..Default::default()

@@ -228,9 +228,17 @@ impl BootOutput {
 /// Boot with serial on stdout captured (optionally echoed), stdin from `input`, and a hard
 /// timeout. `watch` names a line prefix whose arrival time is recorded.
 pub fn boot_captured(cfg: &VmConfig, input: Option<&str>, echo: bool, watch: Option<&str>) -> Result<BootOutput, String> {
+    let mut args = cfg.qemu_args();
+    args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|s| s.to_string()));
+    run_captured(&args, cfg.timeout, input, echo, watch)
+}
+
+/// Run QEMU with exactly `args` (which must send the serial console to stdio), capturing its
+/// output with a hard timeout; see `boot_captured`.
+pub fn run_captured(args: &[String], timeout: Option<Duration>, input: Option<&str>, echo: bool, watch: Option<&str>) -> Result<BootOutput, String> {
     crate::env::ensure_qemu()?;
     let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(cfg.qemu_args()).args(["-serial", "stdio", "-monitor", "none"]);
+    cmd.args(args);
     cmd.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() });
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let start = Instant::now();
@@ -285,7 +293,7 @@ pub fn boot_captured(cfg: &VmConfig, input: Option<&str>, echo: bool, watch: Opt
             status = Some(s);
             break;
         }
-        if cfg.timeout.is_some_and(|t| start.elapsed() > t) {
+        if timeout.is_some_and(|t| start.elapsed() > t) {
             let _ = child.kill();
             status = child.wait().ok();
             timed_out = true;
