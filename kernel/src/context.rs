@@ -120,12 +120,13 @@ pub fn run_context(area: &PerCpu, ctx: Context) -> u64 {
     paging::load_root(root.table);
     area.stats.contexts_started.fetch_add(1, Ordering::Relaxed);
     if let Ok(p) = ctx.pcore.as_pcore() {
-        p.runs.fetch_add(1, Ordering::Relaxed);
         let hz = crate::roles::timer_hz(area.role.load(Ordering::Acquire), p.interval_hz.load(Ordering::Relaxed));
         if hz > 0 {
             apic::timer_periodic_us(1_000_000 / hz);
         }
+        // State before count (see `Pcore::stat`).
         p.state.store(PCORE_RUNNING, Ordering::Release);
+        p.runs.fetch_add(1, Ordering::Release);
     }
     let (rip, rsp, args) = (ctx.rip, ctx.rsp, ctx.args);
     area.exit_code.store(0, Ordering::Relaxed);

@@ -21,13 +21,13 @@ impl Pcore {
         Pcore { core, allocator_core, state: AtomicU32::new(PCORE_IDLE), exit_code: AtomicU64::new(0), runs: AtomicU64::new(0), interval_hz: AtomicU64::new(0) }
     }
 
+    /// A consistent snapshot: `runs` is read first, and a run is counted only after its
+    /// state became RUNNING, so whoever sees the new count sees RUNNING or later (HALTED with
+    /// its exit code), never the previous run's state.
     pub fn stat(&self) -> PcoreStat {
-        PcoreStat {
-            core: self.core,
-            state: self.state.load(Ordering::Acquire),
-            exit_code: self.exit_code.load(Ordering::Acquire),
-            runs: self.runs.load(Ordering::Relaxed),
-            interval_hz: self.interval_hz.load(Ordering::Relaxed),
-        }
+        let runs = self.runs.load(Ordering::Acquire);
+        let state = self.state.load(Ordering::Acquire);
+        let exit_code = self.exit_code.load(Ordering::Acquire);
+        PcoreStat { core: self.core, state, exit_code, runs, interval_hz: self.interval_hz.load(Ordering::Relaxed) }
     }
 }
