@@ -184,8 +184,10 @@ pub fn halt_remote(core: usize, pcore_key: usize, code: u64) {
                     drop(ctx);
                     area.busy.store(false, Ordering::Release);
                     if let Ok(p) = pcore.as_pcore() {
+                        // Ended before it started: still a run, so joiners see it end.
                         p.exit_code.store(code, Ordering::Release);
                         p.state.store(PCORE_HALTED, Ordering::Release);
+                        p.runs.fetch_add(1, Ordering::Release);
                     }
                 }
             }
