@@ -3,12 +3,12 @@
 #![no_main]
 #![deny(unsafe_code)]
 
-rt::main!(main);
+libos::main!(main);
 
 fn main(args: &'static str) -> u64 {
-    rt::println!("hello from user mode: {} argument(s)", args.split_whitespace().count());
+    libos::println!("hello from user mode: {} argument(s)", args.split_whitespace().count());
     for (i, a) in args.split_whitespace().enumerate() {
-        rt::println!("  arg {i}: {a}");
+        libos::println!("  arg {i}: {a}");
     }
     0
 }

@@ -15,21 +15,21 @@ mod common;
 use abi::{ObjName, SegMapping, MAP_READ, MAP_WRITE, MEMID_SELF, PAGE_SIZE};
 use common::{measure_touch, per_page, CoreResult};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use rt::cores::{Core, CoreCtx, CoreOpts};
-use rt::layout::PRIVATE_BASE;
-use rt::println;
+use libos::cores::{Core, CoreCtx, CoreOpts};
+use libos::layout::PRIVATE_BASE;
+use libos::println;
 
-rt::main!(main);
+libos::main!(main);
 
 static BYTES: AtomicU64 = AtomicU64::new(0);
 static GO: AtomicBool = AtomicBool::new(false);
 
 /// Allocate and map this core's array (in its root share and root range).
 fn map_private(root_share: u64, root_ar: ObjName, bytes: u64) -> Result<ObjName, abi::Error> {
-    let seg = ObjName::new(root_share, rt::sys::segment_alloc(root_share, "memclone", MEMID_SELF, bytes)?);
+    let seg = ObjName::new(root_share, libos::sys::segment_alloc(root_share, "memclone", MEMID_SELF, bytes)?);
     let m = SegMapping { voff: PRIVATE_BASE, seg, soff: 0, len: bytes, flags: MAP_READ | MAP_WRITE };
-    if let Err(e) = rt::sys::ar_set_seg(root_ar, &m) {
-        let _ = rt::sys::share_delobj(seg);
+    if let Err(e) = libos::sys::ar_set_seg(root_ar, &m) {
+        let _ = libos::sys::share_delobj(seg);
         return Err(e);
     }
     Ok(seg)
@@ -42,7 +42,7 @@ fn worker(ctx: &CoreCtx) -> u64 {
         return 1;
     }
     // Wait for the parent's GO (a static we can read, not write: the image is read-only here).
-    rt::time::wait_until(60_000, || GO.load(Ordering::Acquire));
+    libos::time::wait_until(60_000, || GO.load(Ordering::Acquire));
     measure_touch(ctx.core, PRIVATE_BASE, bytes / PAGE_SIZE, ctx.core << 32).encode()
 }
 
@@ -58,7 +58,7 @@ fn main(args: &'static str) -> u64 {
     println!("memclone: {ncores} cores, {pages} pages ({} KiB) per core, private ranges", bytes >> 10);
     BYTES.store(bytes, Ordering::Release);
     GO.store(false, Ordering::Release);
-    let free0 = rt::sys::sys_info().map(|s| s.free_pages).unwrap_or(0);
+    let free0 = libos::sys::sys_info().map(|s| s.free_pages).unwrap_or(0);
 
     // Start the other cores; each maps its own array and waits for GO.
     let mut others: [Option<Core>; 64] = [const { None }; 64];
@@ -71,8 +71,8 @@ fn main(args: &'static str) -> u64 {
             }
         }
     }
-    let me = rt::start_info();
-    let seg = match map_private(rt::root_share(), ObjName::new(rt::root_share(), me.root_ar), bytes) {
+    let me = libos::start_info();
+    let seg = match map_private(libos::root_share(), ObjName::new(libos::root_share(), me.root_ar), bytes) {
         Ok(s) => s,
         Err(e) => {
             println!("memclone: core 0 cannot map its array: {e:?}");
@@ -80,8 +80,8 @@ fn main(args: &'static str) -> u64 {
         }
     };
     // Give the others a moment to map, then go together.
-    rt::time::spin_ms(20);
-    let t0 = rt::time::ticks();
+    libos::time::spin_ms(20);
+    let t0 = libos::time::ticks();
     GO.store(true, Ordering::Release);
     let mut results = [CoreResult::default(); 64];
     results[0] = measure_touch(0, PRIVATE_BASE, pages, 0);
@@ -102,9 +102,9 @@ fn main(args: &'static str) -> u64 {
             }
         }
     }
-    let wall = rt::time::ticks() - t0;
-    let _ = rt::sys::ar_unmap(ObjName::new(rt::root_share(), me.root_ar), PRIVATE_BASE, bytes);
-    let _ = rt::sys::share_delobj(seg);
+    let wall = libos::time::ticks() - t0;
+    let _ = libos::sys::ar_unmap(ObjName::new(libos::root_share(), me.root_ar), PRIVATE_BASE, bytes);
+    let _ = libos::sys::share_delobj(seg);
     drop(others);
 
     let (mut sum_ticks, mut sum_faults) = (0u64, 0u64);
@@ -115,12 +115,12 @@ fn main(args: &'static str) -> u64 {
         sum_faults += r.soft_faults;
     }
     let (cyc, ns100) = per_page(sum_ticks / ncores, pages);
-    let free1 = rt::sys::sys_info().map(|s| s.free_pages).unwrap_or(0);
+    let free1 = libos::sys::sys_info().map(|s| s.free_pages).unwrap_or(0);
     println!(
         "memclone: result cores={ncores} pages_per_core={pages} cycles_per_page={cyc} ns_per_page={}.{:02} soft_faults={sum_faults} wall_ms={} free_pages_delta={}",
         ns100 / 100,
         ns100 % 100,
-        rt::time::ticks_to_ns(wall) / 1_000_000,
+        libos::time::ticks_to_ns(wall) / 1_000_000,
         free1 as i64 - free0 as i64
     );
     u64::from(failed)

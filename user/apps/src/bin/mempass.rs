@@ -20,11 +20,11 @@ mod common;
 use abi::{ArKind, Error, ObjName, SegMapping, MAP_READ, MAP_WRITE, MEMID_SELF, PAGE_SIZE};
 use common::{measure_touch, per_page, CoreResult};
 use core::sync::atomic::{AtomicU64, Ordering};
-use rt::cores::{Core, CoreCtx, CoreOpts};
-use rt::layout::SHARED_BASE;
-use rt::println;
+use libos::cores::{Core, CoreCtx, CoreOpts};
+use libos::layout::SHARED_BASE;
+use libos::println;
 
-rt::main!(main);
+libos::main!(main);
 
 static PAGES: AtomicU64 = AtomicU64::new(0);
 
@@ -35,8 +35,8 @@ fn worker(ctx: &CoreCtx) -> u64 {
 /// Map the buffer into root range `root_ar`: link the shared range, or map the segment.
 fn attach(root_ar: ObjName, shared: Option<ObjName>, seg: ObjName, bytes: u64) -> Result<(), Error> {
     match shared {
-        Some(sar) => rt::sys::ar_set_ar(root_ar, SHARED_BASE, sar).map(|_| ()),
-        None => rt::sys::ar_set_seg(root_ar, &SegMapping { voff: SHARED_BASE, seg, soff: 0, len: bytes, flags: MAP_READ | MAP_WRITE })
+        Some(sar) => libos::sys::ar_set_ar(root_ar, SHARED_BASE, sar).map(|_| ()),
+        None => libos::sys::ar_set_seg(root_ar, &SegMapping { voff: SHARED_BASE, seg, soff: 0, len: bytes, flags: MAP_READ | MAP_WRITE })
             .map(|_| ()),
     }
 }
@@ -67,16 +67,16 @@ fn main(args: &'static str) -> u64 {
     let mode = if shared_mode { "shared range" } else { "private ranges" };
     println!("mempass: {ncores} cores, {pages} pages ({} KiB), {mode}", bytes >> 10);
     PAGES.store(pages, Ordering::Release);
-    let root = rt::root_share();
-    let my_ar = ObjName::new(root, rt::start_info().root_ar);
-    let free0 = rt::sys::sys_info().map(|s| s.free_pages).unwrap_or(0);
+    let root = libos::root_share();
+    let my_ar = ObjName::new(root, libos::start_info().root_ar);
+    let free0 = libos::sys::sys_info().map(|s| s.free_pages).unwrap_or(0);
 
     let run = || -> Result<([CoreResult; 64], u64), Error> {
-        let seg = ObjName::new(root, rt::sys::segment_alloc(root, "mempass", MEMID_SELF, bytes)?);
+        let seg = ObjName::new(root, libos::sys::segment_alloc(root, "mempass", MEMID_SELF, bytes)?);
         let _seg_del = Del(seg);
         let sar = if shared_mode {
-            let sar = ObjName::new(root, rt::sys::ar_alloc(root, "mempass-range", MEMID_SELF, kind)?);
-            rt::sys::ar_set_seg(sar, &SegMapping { voff: 0, seg, soff: 0, len: bytes, flags: MAP_READ | MAP_WRITE })?;
+            let sar = ObjName::new(root, libos::sys::ar_alloc(root, "mempass-range", MEMID_SELF, kind)?);
+            libos::sys::ar_set_seg(sar, &SegMapping { voff: 0, seg, soff: 0, len: bytes, flags: MAP_READ | MAP_WRITE })?;
             Some(sar)
         } else {
             None
@@ -91,7 +91,7 @@ fn main(args: &'static str) -> u64 {
             others[c as usize] = Some(core);
         }
         let mut results = [CoreResult::default(); 64];
-        let t0 = rt::time::ticks();
+        let t0 = libos::time::ticks();
         results[0] = measure_touch(0, SHARED_BASE, pages, 0);
         for c in 1..ncores as usize {
             let core = others[c].as_mut().expect("prepared above");
@@ -102,7 +102,7 @@ fn main(args: &'static str) -> u64 {
                 Error::InvalidArgument
             })?;
         }
-        let total = rt::time::ticks() - t0;
+        let total = libos::time::ticks() - t0;
         Ok((results, total))
     };
     let (results, total) = match run() {
@@ -119,7 +119,7 @@ fn main(args: &'static str) -> u64 {
         faults += r.soft_faults;
     }
     let (cyc, ns100) = per_page(total, pages);
-    let free1 = rt::sys::sys_info().map(|s| s.free_pages).unwrap_or(0);
+    let free1 = libos::sys::sys_info().map(|s| s.free_pages).unwrap_or(0);
     println!(
         "mempass: result mode={} cores={ncores} pages={pages} total_cycles_per_page={cyc} total_ns_per_page={}.{:02} soft_faults={faults} soft_faults_per_page={}.{:02} free_pages_delta={}",
         if shared_mode { "shared" } else { "private" },
@@ -136,7 +136,7 @@ fn main(args: &'static str) -> u64 {
 struct Del(ObjName);
 impl Drop for Del {
     fn drop(&mut self) {
-        let _ = rt::sys::share_delobj(self.0);
+        let _ = libos::sys::share_delobj(self.0);
     }
 }
 
@@ -144,6 +144,6 @@ impl Drop for Del {
 struct Unmap(ObjName, u64, u64);
 impl Drop for Unmap {
     fn drop(&mut self) {
-        let _ = rt::sys::ar_unmap(self.0, self.1, self.2);
+        let _ = libos::sys::ar_unmap(self.0, self.1, self.2);
     }
 }

@@ -10,9 +10,9 @@
 #![no_main]
 
 use abi::{ObjName, SegMapping, MAP_READ, MAP_WRITE, MEMID_SELF, PAGE_SIZE, SHARE_PRIVATE};
-use rt::sys;
+use libos::sys;
 
-rt::main!(main);
+libos::main!(main);
 
 core::arch::global_asm!(
     r#"
@@ -54,15 +54,15 @@ fn marker(start: bool) {
 const FAULT_BASE: u64 = 0x2000_0000_0000;
 
 fn report(name: &str, ops: u64, t0: u64, t1: u64) {
-    let tpm = rt::start_info().tsc_per_ms.max(1);
+    let tpm = libos::start_info().tsc_per_ms.max(1);
     let ticks = t1 - t0;
     let ns_x100 = ticks * 100_000_000 / tpm / ops.max(1);
-    rt::println!("bench name={name} ops={ops} ticks={ticks} ns_per_op={}.{:02}", ns_x100 / 100, ns_x100 % 100);
+    libos::println!("bench name={name} ops={ops} ticks={ticks} ns_per_op={}.{:02}", ns_x100 / 100, ns_x100 % 100);
 }
 
 fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
-    let root = rt::root_share();
-    let info = rt::start_info();
+    let root = libos::root_share();
+    let info = libos::start_info();
     let rar = ObjName::new(root, info.root_ar);
     match name {
         "null" => {
@@ -151,14 +151,14 @@ fn main(args: &'static str) -> u64 {
         if let Some(v) = w.strip_prefix("iters=").and_then(|v| v.parse().ok()) {
             iters = v;
         } else {
-            rt::println!("microbench: unknown argument `{w}` (iters=N)");
+            libos::println!("microbench: unknown argument `{w}` (iters=N)");
             return 2;
         }
     }
     let names: &[&str] = if which == "all" { &["null", "stat", "fault", "share_private", "share_global", "segment"] } else { &[which] };
     for n in names {
         if let Err(e) = run(n, iters) {
-            rt::println!("microbench: {n}: {e:?} (benchmarks: null fault share_private share_global segment all)");
+            libos::println!("microbench: {n}: {e:?} (benchmarks: null fault share_private share_global segment all)");
             return 1;
         }
     }

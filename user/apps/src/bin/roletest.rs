@@ -10,10 +10,10 @@ extern crate alloc;
 use abi::{nr, BatchEntry, Error, ObjName, PcoreContext, ROLE_AC, ROLE_KC, ROLE_XC};
 use alloc::format;
 use alloc::string::String;
-use rt::cores::{Core, CoreCtx, CoreOpts};
-use rt::sys;
+use libos::cores::{Core, CoreCtx, CoreOpts};
+use libos::sys;
 
-rt::main!(main);
+libos::main!(main);
 
 const NULLS: u64 = 2000;
 const LOAD_NULLS: u64 = 20_000;
@@ -131,9 +131,9 @@ fn t_ac_forwarding() -> TestResult {
     if lfail != 0 {
         return Err(format!("{lfail} local batched calls failed"));
     }
-    let tpm = rt::start_info().tsc_per_ms.max(1);
+    let tpm = libos::start_info().tsc_per_ms.max(1);
     let ns = |t: u64| t * 1_000_000 / tpm;
-    rt::println!(
+    libos::println!(
         "roletest: null system call ns/call (TCG, emulated): local {} | local batched x{BATCH} {} | forwarded to a KC {} | forwarded batched x{BATCH} {} (KC served {served})",
         ns(local),
         ns(lbatched),
@@ -148,7 +148,7 @@ fn t_role_change_under_load() -> TestResult {
     if info.cores < 4 || role(1) != ROLE_KC || role(2) != ROLE_AC || role(3) != ROLE_KC {
         return Ok("skipped: needs roles=kc:1,ac:2,kc:3");
     }
-    let root = rt::root_share();
+    let root = libos::root_share();
     let p1 = ObjName::new(root, sys::pcore_alloc(root, "kc1", 1).map_err(|e| format!("{e:?}"))?);
     let mut c = Core::prepare(2, &CoreOpts::default()).map_err(|e| format!("prepare: {e:?}"))?;
     c.start(ac_load, 0).map_err(|e| format!("start: {e:?}"))?;
@@ -158,7 +158,7 @@ fn t_role_change_under_load() -> TestResult {
         pcore_set_role(p1, to).map_err(|e| format!("pcore_set_role: {e:?}"))?;
         changes += 1;
         let t = sys::time_now().unwrap_or(0);
-        while sys::time_now().unwrap_or(0) < t + rt::start_info().tsc_per_ms * 2 {}
+        while sys::time_now().unwrap_or(0) < t + libos::start_info().tsc_per_ms * 2 {}
     }
     let failures = c.join(60_000).map_err(|e| format!("join: {e:?}"))?;
     // Leave core 1 a kernel core.
@@ -170,7 +170,7 @@ fn t_role_change_under_load() -> TestResult {
     if changes < 2 {
         return Err(format!("only {changes} role changes happened during the load"));
     }
-    rt::println!("roletest: {LOAD_NULLS} forwarded calls, {changes} role changes of a serving KC, none lost");
+    libos::println!("roletest: {LOAD_NULLS} forwarded calls, {changes} role changes of a serving KC, none lost");
     Ok("")
 }
 
@@ -202,13 +202,13 @@ fn t_kc_refuses_contexts() -> TestResult {
 /// (local), then as an AC (forwarded to the KC), each plain and batched.
 fn bench() -> u64 {
     if role(1) != ROLE_KC {
-        rt::println!("roletest bench: needs roles=kc:1");
+        libos::println!("roletest bench: needs roles=kc:1");
         return 1;
     }
-    let root = rt::root_share();
+    let root = libos::root_share();
     let Ok(p0) = sys::pcore_current() else { return 1 };
     let me = ObjName::new(root, p0);
-    let tpm = rt::start_info().tsc_per_ms.max(1);
+    let tpm = libos::start_info().tsc_per_ms.max(1);
     let measure = |batched: bool| -> (u64, u64) {
         let t0 = sys::time_now().unwrap_or(0);
         let failures = if batched {
@@ -222,21 +222,21 @@ fn bench() -> u64 {
     let (local, f0) = measure(false);
     let (local_b, f1) = measure(true);
     if let Err(e) = pcore_set_role(me, ROLE_AC) {
-        rt::println!("roletest bench: cannot become an AC: {e:?}");
+        libos::println!("roletest bench: cannot become an AC: {e:?}");
         return 1;
     }
     let (fwd, f2) = measure(false);
     let (fwd_b, f3) = measure(true);
     let back = pcore_set_role(me, ROLE_XC);
     let per_sec = |ns: u64| if ns == 0 { 0 } else { 1_000_000_000 / ns };
-    rt::println!("roletest bench: null system call, {NULLS} calls each, batches of {BATCH} (TCG, emulated timing)");
-    rt::println!("roletest bench: local           {local:>8} ns/call {:>10} calls/s", per_sec(local));
-    rt::println!("roletest bench: local batched   {local_b:>8} ns/call {:>10} calls/s", per_sec(local_b));
-    rt::println!("roletest bench: forwarded       {fwd:>8} ns/call {:>10} calls/s", per_sec(fwd));
-    rt::println!("roletest bench: forwarded batch {fwd_b:>8} ns/call {:>10} calls/s", per_sec(fwd_b));
+    libos::println!("roletest bench: null system call, {NULLS} calls each, batches of {BATCH} (TCG, emulated timing)");
+    libos::println!("roletest bench: local           {local:>8} ns/call {:>10} calls/s", per_sec(local));
+    libos::println!("roletest bench: local batched   {local_b:>8} ns/call {:>10} calls/s", per_sec(local_b));
+    libos::println!("roletest bench: forwarded       {fwd:>8} ns/call {:>10} calls/s", per_sec(fwd));
+    libos::println!("roletest bench: forwarded batch {fwd_b:>8} ns/call {:>10} calls/s", per_sec(fwd_b));
     let failures = f0 + f1 + f2 + f3;
     if failures != 0 || back.is_err() {
-        rt::println!("roletest bench: {failures} calls failed; role back to XC: {back:?}");
+        libos::println!("roletest bench: {failures} calls failed; role back to XC: {back:?}");
         return 1;
     }
     0
@@ -253,18 +253,18 @@ fn main(args: &'static str) -> u64 {
         match f() {
             Ok("") => {
                 passed += 1;
-                rt::println!("utest {name} ... ok");
+                libos::println!("utest {name} ... ok");
             }
             Ok(note) => {
                 passed += 1;
-                rt::println!("utest {name} ... ok ({note})");
+                libos::println!("utest {name} ... ok ({note})");
             }
             Err(why) => {
                 failed += 1;
-                rt::println!("utest {name} ... FAILED: {why}");
+                libos::println!("utest {name} ... FAILED: {why}");
             }
         }
     }
-    rt::println!("utest: done {passed} passed, {failed} failed");
+    libos::println!("utest: done {passed} passed, {failed} failed");
     if failed == 0 { 0 } else { 1 }
 }

@@ -8,7 +8,7 @@
 //! back to its value before the test (a test that differs is run once more, so first-use
 //! caches in the kernel are not counted; it fails if the second run differs too).
 //!
-//! Tests that need a second core run code there with `rt::cores::Core`; that code reads its
+//! Tests that need a second core run code there with `libos::cores::Core`; that code reads its
 //! parameters from `PARAM` (statics the parent writes, seen through the read-only image) and
 //! reports through its exit code.
 #![no_std]
@@ -25,11 +25,11 @@ use abi::{
 };
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use rt::cores::{Core, CoreCtx, CoreOpts};
-use rt::layout::{SCRATCH_BASE, SHARED_BASE};
-use rt::{println, sys};
+use libos::cores::{Core, CoreCtx, CoreOpts};
+use libos::layout::{SCRATCH_BASE, SHARED_BASE};
+use libos::{println, sys};
 
-rt::main!(main);
+libos::main!(main);
 
 // ---------------------------------------------------------------------------------------
 // Test plumbing
@@ -104,11 +104,11 @@ macro_rules! ensure {
 }
 
 fn root() -> ObjectId {
-    rt::root_share()
+    libos::root_share()
 }
 
 fn rar() -> ObjName {
-    ObjName::new(root(), rt::start_info().root_ar)
+    ObjName::new(root(), libos::start_info().root_ar)
 }
 
 fn cores() -> u64 {
@@ -202,7 +202,7 @@ const JOIN_MS: u64 = 10_000;
 /// Wait until the context started on `c` runs (the target core picks it up asynchronously).
 fn wait_running(c: &Core) -> Result<(), Msg> {
     let mut last = None;
-    let running = rt::time::wait_until(2_000, || {
+    let running = libos::time::wait_until(2_000, || {
         let st = sys::pcore_stat(c.pcore);
         let r = matches!(st, Ok(s) if s.state == PCORE_RUNNING);
         last = Some(st);
@@ -236,7 +236,7 @@ fn t_no_such_call() -> TestResult {
 
 fn t_sys_info() -> TestResult {
     let si = ok!(sys::sys_info());
-    ensure!(si.cores >= 1 && si.cores == rt::start_info().cores, "cores {} vs start info {}", si.cores, rt::start_info().cores);
+    ensure!(si.cores >= 1 && si.cores == libos::start_info().cores, "cores {} vs start info {}", si.cores, libos::start_info().cores);
     ensure!(si.tsc_per_ms > 0, "tsc_per_ms is 0");
     ensure!(si.free_pages > 0 && si.free_pages <= si.total_pages, "free {} total {}", si.free_pages, si.total_pages);
     ensure!(si.live_kobjects > 0, "no live kernel objects (we hold some)");
@@ -268,7 +268,7 @@ fn t_core_stats() -> TestResult {
 
 fn t_time_now() -> TestResult {
     let t0 = ok!(sys::time_now());
-    rt::time::spin_ms(2);
+    libos::time::spin_ms(2);
     let t1 = ok!(sys::time_now());
     let tpm = ok!(sys::sys_info()).tsc_per_ms;
     ensure!(t1 > t0, "time did not advance");
@@ -358,7 +358,7 @@ fn t_obj_stat_refs() -> TestResult {
     ok!(sys::share_delobj(ObjName::new(s.0.object, seg.0.object)));
     ensure!(ok!(sys::obj_stat(seg.0)).refs == 1, "refs after delobj {}", ok!(sys::obj_stat(seg.0)).refs);
     ensure!(ok!(sys::obj_stat(rar())).obj_type == ObjType::AddressRange as u32, "root range type");
-    ensure!(ok!(sys::obj_stat(rt::pcore())).obj_type == ObjType::Pcore as u32, "pcore type");
+    ensure!(ok!(sys::obj_stat(libos::pcore())).obj_type == ObjType::Pcore as u32, "pcore type");
     for bad in [0, KERNEL_ADDR, UNMAPPED_ADDR] {
         err!(raw(nr::OBJ_STAT, [seg.0.share, seg.0.object, bad, 0, 0, 0]), Error::BadAddress);
     }
@@ -582,7 +582,7 @@ fn t_ar_set_seg_errors() -> TestResult {
         err!(map(rar(), v - p, s, 0, 2 * p, rw()), Error::Overlap);
         let _m2 = ok!(map(rar(), v + 2 * p, s, 2 * p, 2 * p, MAP_READ));
         // The image is there already.
-        err!(map(rar(), rt::layout::IMAGE_BASE, s, 0, p, rw()), Error::Overlap);
+        err!(map(rar(), libos::layout::IMAGE_BASE, s, 0, p, rw()), Error::Overlap);
     }
     for bad in [0, KERNEL_ADDR, UNMAPPED_ADDR] {
         err!(raw(nr::AR_SET_SEG, [rar().share, rar().object, bad, 0, 0, 0]), Error::BadAddress);
@@ -618,7 +618,7 @@ fn t_ar_get() -> TestResult {
     }
     // Our own root range lists the image and the stack.
     let n = ok!(sys::ar_get(rar(), &mut out)) as usize;
-    let si = rt::start_info();
+    let si = libos::start_info();
     ensure!(out[..n].iter().any(|m| m.target == si.image_seg), "root range does not list the image segment");
     ensure!(out[..n].iter().any(|m| m.target == si.stack_seg), "root range does not list the stack segment");
     ok!(sys::ar_unmap(ar.0, 0x1000, USER_END - 0x1000));
@@ -704,8 +704,8 @@ fn t_bad_pointers_kernel_survives() -> TestResult {
         err!(raw(nr::CONSOLE_WRITE, [b, 8, 0, 0, 0, 0]), Error::BadAddress | Error::OutOfRange);
         err!(raw(nr::OBJ_STAT, [rar().share, rar().object, b, 0, 0, 0]), Error::BadAddress);
         err!(raw(nr::AR_SET_SEG, [rar().share, rar().object, b, 0, 0, 0]), Error::BadAddress);
-        err!(raw(nr::PCORE_RUN, [rt::pcore().share, rt::pcore().object, b, 0, 0, 0]), Error::BadAddress | Error::Busy);
-        err!(raw(nr::PCORE_STAT, [rt::pcore().share, rt::pcore().object, b, 0, 0, 0]), Error::BadAddress);
+        err!(raw(nr::PCORE_RUN, [libos::pcore().share, libos::pcore().object, b, 0, 0, 0]), Error::BadAddress | Error::Busy);
+        err!(raw(nr::PCORE_STAT, [libos::pcore().share, libos::pcore().object, b, 0, 0, 0]), Error::BadAddress);
         err!(raw(nr::LOCALITY_GET, [b, 64, 0, 0, 0, 0]), Error::BadAddress);
         err!(raw(nr::DEVICE_LIST, [b, 4, 0, 0, 0, 0]), Error::BadAddress);
         err!(raw(nr::SHARE_ALLOC, [root(), b, 4, MEMID_SELF, 0, 0]), Error::BadAddress);
@@ -729,21 +729,21 @@ fn t_bad_pointers_kernel_survives() -> TestResult {
 // Pcores
 
 fn t_pcore_self() -> TestResult {
-    ensure!(ok!(sys::pcore_current()) == rt::pcore().object, "pcore_current changed");
-    let st = ok!(sys::pcore_stat(rt::pcore()));
+    ensure!(ok!(sys::pcore_current()) == libos::pcore().object, "pcore_current changed");
+    let st = ok!(sys::pcore_stat(libos::pcore()));
     ensure!(st.state == PCORE_RUNNING && st.core == 0 && st.runs >= 1, "own pcore {st:?}");
-    ok!(sys::pcore_set_interval(rt::pcore(), 100));
-    ensure!(ok!(sys::pcore_stat(rt::pcore())).interval_hz == 100, "interval not set");
-    ok!(sys::pcore_set_interval(rt::pcore(), st.interval_hz));
-    ensure!(ok!(sys::pcore_stat(rt::pcore())).interval_hz == st.interval_hz, "interval not restored");
+    ok!(sys::pcore_set_interval(libos::pcore(), 100));
+    ensure!(ok!(sys::pcore_stat(libos::pcore())).interval_hz == 100, "interval not set");
+    ok!(sys::pcore_set_interval(libos::pcore(), st.interval_hz));
+    ensure!(ok!(sys::pcore_stat(libos::pcore())).interval_hz == st.interval_hz, "interval not restored");
     // A well-formed context for our own, running, pcore.
     let ctx = abi::PcoreContext {
-        rip: rt::layout::IMAGE_BASE,
-        rsp: rt::layout::CORE_STACK_TOP,
+        rip: libos::layout::IMAGE_BASE,
+        rsp: libos::layout::CORE_STACK_TOP,
         root_ar: rar(),
         ..Default::default()
     };
-    err!(sys::pcore_run(rt::pcore(), &ctx), Error::Busy);
+    err!(sys::pcore_run(libos::pcore(), &ctx), Error::Busy);
     err!(sys::pcore_alloc(root(), "x", cores()), Error::NoSuchCore);
     err!(sys::pcore_alloc(root(), "x", u64::MAX), Error::NoSuchCore);
     err!(sys::pcore_alloc(0x7777, "x", 0), Error::ShareNotReachable);
@@ -817,7 +817,7 @@ fn t_pcore_run_errors() -> TestResult {
 
 /// Spin until the parent sets `STOP` (at most 5 s), then return `arg`.
 fn child_spin(ctx: &CoreCtx) -> u64 {
-    rt::time::wait_until(5_000, || STOP.load(Ordering::Acquire));
+    libos::time::wait_until(5_000, || STOP.load(Ordering::Acquire));
     ctx.arg
 }
 
@@ -896,7 +896,7 @@ fn t_pcore_not_allocated() -> TestResult {
     let s = Del(ObjName::new(root(), ok!(sys::share_alloc(root(), "utest-give", MEMID_SELF, 0))));
     set_param(0, s.0.object);
     set_param(1, root());
-    set_param(2, rt::pcore().object);
+    set_param(2, libos::pcore().object);
     let mut c = ok!(core1(&[s.0.object]));
     ok!(c.start(child_alloc_pcore, 0));
     let id = ok!(c.join(JOIN_MS));
@@ -907,7 +907,7 @@ fn t_pcore_not_allocated() -> TestResult {
     match sys::pcore_run(p.0, &ctx) {
         Err(Error::NotPermitted) | Err(Error::ShareNotReachable) => {}
         Ok(_) => {
-            rt::time::wait_until(JOIN_MS, || matches!(sys::pcore_stat(p.0), Ok(st) if st.runs > 0 && st.state != PCORE_RUNNING));
+            libos::time::wait_until(JOIN_MS, || matches!(sys::pcore_stat(p.0), Ok(st) if st.runs > 0 && st.state != PCORE_RUNNING));
             fail!("pcore_run of a pcore another core allocated (reached through a shared share) succeeded");
         }
         Err(e) => fail!("pcore_run(pcore another core allocated) -> {e:?}, want NotPermitted"),
@@ -1042,7 +1042,7 @@ fn sum_pages(base: u64, n: u64) -> u64 {
 fn child_read_shared(ctx: &CoreCtx) -> u64 {
     // Warm the code path and our stack on private memory first (a first `core_stats` could
     // take a demand-zero fault on the stack page it writes, after reading the counter).
-    let _ = sum_pages(rt::layout::CORE_STACK_TOP - PAGE_SIZE, 1);
+    let _ = sum_pages(libos::layout::CORE_STACK_TOP - PAGE_SIZE, 1);
     let _ = sys::core_stats(ctx.core);
     let _ = sys::core_stats(ctx.core);
     let Ok(f0) = sys::core_stats(ctx.core) else { return 1000 };
@@ -1310,7 +1310,7 @@ fn prefault_stack(depth: u64) {
 /// Free pages once the kernel has settled (frees may be deferred to a quiescent point).
 fn settled_free(want: u64) -> u64 {
     let mut last = free_pages();
-    rt::time::wait_until(300, || {
+    libos::time::wait_until(300, || {
         last = free_pages();
         last == want
     });
@@ -1352,8 +1352,8 @@ fn run_one(f: fn() -> TestResult) -> Result<Pass, Msg> {
 }
 
 fn main(args: &'static str) -> u64 {
-    let si = rt::start_info();
-    println!("utest: {} cores, root share {:#x}, pcore {:#x}, root range {:#x}", si.cores, root(), rt::pcore().object, si.root_ar);
+    let si = libos::start_info();
+    println!("utest: {} cores, root share {:#x}, pcore {:#x}, root range {:#x}", si.cores, root(), libos::pcore().object, si.root_ar);
     prefault_stack(256 << 10);
     // Grow the heap once now, so the heap test does not count its pages as a leak.
     {

@@ -6,14 +6,14 @@ use abi::PAGE_SIZE;
 /// `[SIZE] [CORES] [WORDS...]`: bytes per core (default `default_size`), cores (default all
 /// online), and the remaining words.
 pub fn parse_args(args: &'static str, default_size: u64) -> Result<(u64, u64, impl Iterator<Item = &'static str>), &'static str> {
-    let online = rt::sys::sys_info().map(|s| s.cores).unwrap_or(1);
+    let online = libos::sys::sys_info().map(|s| s.cores).unwrap_or(1);
     let mut words = args.split_whitespace();
     let size = match words.next() {
-        Some(w) => rt::parse_u64(w).ok_or("SIZE must be a number (suffix k, m or g)")?,
+        Some(w) => libos::parse_u64(w).ok_or("SIZE must be a number (suffix k, m or g)")?,
         None => default_size,
     };
     let cores = match words.next() {
-        Some(w) => rt::parse_u64(w).ok_or("CORES must be a number")?,
+        Some(w) => libos::parse_u64(w).ok_or("CORES must be a number")?,
         None => online,
     };
     if size < PAGE_SIZE {
@@ -61,7 +61,7 @@ impl CoreResult {
 
 /// Soft faults taken so far on `core` (0 if the call fails).
 pub fn soft_faults(core: u64) -> u64 {
-    rt::sys::core_stats(core).map(|s| s.soft_faults).unwrap_or(0)
+    libos::sys::core_stats(core).map(|s| s.soft_faults).unwrap_or(0)
 }
 
 /// Touch `pages` pages at `base` on core `core`, measuring time and soft faults.
@@ -70,9 +70,9 @@ pub fn measure_touch(core: u64, base: u64, pages: u64, value: u64) -> CoreResult
     touch_pages(base, 0, 0);
     let _ = soft_faults(core);
     let f0 = soft_faults(core);
-    let t0 = rt::time::ticks();
+    let t0 = libos::time::ticks();
     touch_pages(base, pages, value);
-    let t1 = rt::time::ticks();
+    let t1 = libos::time::ticks();
     let f1 = soft_faults(core);
     CoreResult { ticks: t1 - t0, soft_faults: f1 - f0 }
 }
@@ -80,5 +80,5 @@ pub fn measure_touch(core: u64, base: u64, pages: u64, value: u64) -> CoreResult
 /// Ticks per page and nanoseconds per page (x100 for two decimals).
 pub fn per_page(ticks: u64, pages: u64) -> (u64, u64) {
     let pages = pages.max(1);
-    (ticks / pages, rt::time::ticks_to_ns(ticks) * 100 / pages)
+    (ticks / pages, libos::time::ticks_to_ns(ticks) * 100 / pages)
 }

@@ -1,34 +1,43 @@
-//! The user runtime: program start-up, one typed wrapper per system call, console output,
-//! time, a temporary heap, and starting work on other cores. It grows into the library OS.
+//! The library OS (seeds/000 section 5; DESIGN.md "Layers"): program start-up, one typed
+//! wrapper per system call, console output, time, the per-core heap, cfork, descriptors on
+//! shares, threads, and loading programs from the boot image. Every user program links it.
 //!
 //! A program is a `#![no_std] #![no_main]` binary that names its entry with [`main!`]:
 //!
 //! ```ignore
 //! #![no_std]
 //! #![no_main]
-//! rt::main!(main);
+//! libos::main!(main);
 //! fn main(args: &'static str) -> u64 {
-//!     rt::println!("hello {args}");
+//!     libos::println!("hello {args}");
 //!     0
 //! }
 //! ```
 //!
-//! The returned value is the exit code passed to `pcore_halt`. See docs/user.md.
+//! The returned value is the exit code passed to `pcore_halt`. See docs/user.md and
+//! docs/libos.md.
 #![no_std]
 
 extern crate alloc;
 
 pub use abi;
 
+pub mod cfork;
 pub mod console;
 pub mod cores;
+pub mod ctx;
+pub mod exec;
+pub mod fd;
 pub mod heap;
 pub mod layout;
+pub mod process;
 mod start;
 pub mod sys;
+pub mod thread;
 pub mod time;
 
-pub use start::{args, exit, image_end, pcore, root_share, self_halt, start_info, PANIC_EXIT_CODE};
+pub use cfork::{cfork, CforkOpts, Child};
+pub use start::{args, exit, image_end, pcore, root_share, self_halt, start_info, LaunchExt, LAUNCH_MAGIC, PANIC_EXIT_CODE};
 
 /// Declare the program's entry: `fn(args: &'static str) -> u64` (the exit code).
 #[macro_export]
@@ -41,6 +50,11 @@ macro_rules! main {
             $f(args)
         }
     };
+}
+
+/// The calling core's index (from the context page).
+pub fn core_id() -> u64 {
+    ctx::ctx().core
 }
 
 /// Parse a decimal or `0x` hexadecimal number, with an optional `k`/`m`/`g` suffix

@@ -66,11 +66,61 @@ pub fn image_end() -> u64 {
     crate::layout::IMAGE_BASE
 }
 
+/// Extension block a launcher (the shell) puts right after `StartInfo` when it sets
+/// `StartInfo::root_share` to 0 (the kernel never does): where the arena goes, the share
+/// holding the objects `StartInfo` names, and, for a program run inside the launcher's own
+/// context, the stack pointer `exit` returns to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LaunchExt {
+    pub magic: u64,
+    pub arena: u64,
+    /// Share (in the share set) holding `root_ar`, `image_seg` and `stack_seg`; 0 if they
+    /// are in the root share already.
+    pub share: ObjectId,
+    /// Embedded run: the launcher's saved stack pointer (`exec::embed_call` writes it).
+    pub exit_rsp: u64,
+    /// Embedded run: the launcher's root share and pcore (the context is the launcher's).
+    pub root_share: ObjectId,
+    pub pcore: ObjectId,
+}
+
+pub const LAUNCH_MAGIC: u64 = 0x6c61_756e_6368_3031; // "launch01"
+
+/// Embedded run: where `exit` returns to (0: halt the context as usual).
+static EXIT_RSP: AtomicU64 = AtomicU64::new(0);
+
 #[cfg(target_os = "none")]
-extern "C" fn rt_start(info: *const StartInfo) -> ! {
-    // SAFETY: the kernel passes a pointer to a `StartInfo` at the top of our stack mapping
-    // (abi::INIT_START_INFO), readable for the life of the program.
-    let si = unsafe { core::ptr::read(info) };
+extern "C" fn rt_start(info: *const StartInfo, rsi_root: u64, rdx_pcore: u64) -> ! {
+    // SAFETY: the kernel (or a launcher) passes a pointer to a `StartInfo` at the top of our
+    // stack mapping, readable for the life of the program.
+    let mut si = unsafe { core::ptr::read(info) };
+    let (mut root, mut pcore) = (si.root_share, si.pcore);
+    if si.root_share == 0 {
+        // SAFETY: a launcher that sets root_share = 0 writes a `LaunchExt` right after.
+        let ext = unsafe { core::ptr::read(info.add(1) as *const LaunchExt) };
+        if ext.magic == LAUNCH_MAGIC {
+            crate::ctx::set_arena(ext.arena);
+            EXIT_RSP.store(ext.exit_rsp, Ordering::Relaxed);
+            if ext.exit_rsp != 0 {
+                root = ext.root_share;
+                pcore = ext.pcore;
+            } else {
+                root = rsi_root;
+                pcore = rdx_pcore;
+            }
+            if ext.share != 0 {
+                for id in [si.root_ar, si.image_seg, si.stack_seg] {
+                    let _ = crate::sys::share_addobj(root, ObjName::new(ext.share, id));
+                }
+            }
+        } else {
+            root = rsi_root;
+            pcore = rdx_pcore;
+        }
+        si.root_share = root;
+        si.pcore = pcore;
+    }
     TSC_PER_MS.store(si.tsc_per_ms, Ordering::Relaxed);
     CORES.store(si.cores, Ordering::Relaxed);
     ROOT_AR.store(si.root_ar, Ordering::Relaxed);
@@ -78,9 +128,13 @@ extern "C" fn rt_start(info: *const StartInfo) -> ! {
     STACK_SEG.store(si.stack_seg, Ordering::Relaxed);
     ARGS_PTR.store(si.args_ptr, Ordering::Relaxed);
     ARGS_LEN.store(si.args_len, Ordering::Relaxed);
-    ROOT_SHARE.store(si.root_share, Ordering::Relaxed);
-    PCORE.store(si.pcore, Ordering::Relaxed);
-    // SAFETY: `__rt_user_main` is defined by the program through `rt::main!`.
+    ROOT_SHARE.store(root, Ordering::Relaxed);
+    PCORE.store(pcore, Ordering::Relaxed);
+    if let Err(e) = crate::process::init_main(&si) {
+        crate::println!("libos: start-up failed: {}", e.as_str());
+        exit(1);
+    }
+    // SAFETY: `__rt_user_main` is defined by the program through `libos::main!`.
     let code = unsafe { __rt_user_main(args()) };
     exit(code)
 }
@@ -139,13 +193,27 @@ pub fn self_halt(code: u64) -> Result<core::convert::Infallible, abi::Error> {
     Err(last)
 }
 
-/// End the calling context with exit code `code`.
+/// End the calling context with exit code `code`. In a thread or a cfork child this ends
+/// that context only; in a program the shell runs inside its own context it returns to the
+/// shell.
 pub fn exit(code: u64) -> ! {
+    let rsp = EXIT_RSP.load(Ordering::Relaxed);
+    // Only the program's first context returns to the launcher; a thread or a context on
+    // another core ends itself (their pcore ids differ from the launcher's).
+    if rsp != 0 && crate::sys::pcore_current().ok() == Some(PCORE.load(Ordering::Relaxed)) {
+        #[cfg(target_os = "none")]
+        // SAFETY: `rsp` is the launcher's stack pointer saved by `exec::embed_call`, whose
+        // frame (callee-saved registers, return address) is still live: the launcher is
+        // blocked in that call until we return through it.
+        unsafe {
+            crate::exec::embed_return(rsp, code)
+        }
+    }
     let err = match self_halt(code) {
         Err(e) => e,
         Ok(never) => match never {},
     };
-    crate::println!("rt: exit({code}): pcore_halt failed: {err:?}; faulting instead");
+    crate::println!("libos: exit({code}): pcore_halt failed: {err:?}; faulting instead");
     // Nothing else can stop us: an invalid instruction makes the kernel end the context
     // (exit code EXIT_FAULT_BASE + 6).
     #[cfg(target_os = "none")]

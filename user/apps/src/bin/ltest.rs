@@ -1,0 +1,589 @@
+//! ltest: in-QEMU tests of the library OS (threads, cfork, descriptors, the per-core heap),
+//! then a few measurements.
+//!
+//! Prints `utest NAME ... ok` / `... ok (skipped: why)` / `... FAILED: why` per test (the
+//! format `xtask test` counts), then `utest: done N passed, M failed`, and exits with 0 only
+//! if all passed. Measurements print `ltest: measure ...` lines afterwards. Arguments: words
+//! select tests whose names contain one of them (default: all); `nomeasure` skips the
+//! measurements.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use abi::{ObjName, SegMapping, MAP_READ, MAP_WRITE, MEMID_SELF, PAGE_SIZE};
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::Write;
+use core::sync::atomic::{AtomicU64, Ordering};
+use libos::fd::{self, Scope};
+use libos::layout::SCRATCH_BASE;
+use libos::thread::{self, Barrier, Mutex};
+use libos::{cfork, println, sys, CforkOpts};
+
+libos::main!(main);
+
+type TestResult = Result<Option<&'static str>, String>;
+
+macro_rules! fail {
+    ($($a:tt)*) => {{ let mut s = String::new(); let _ = write!(s, $($a)*); return Err(s) }};
+}
+macro_rules! ok {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => fail!("{} -> Err({:?})", stringify!($e), e),
+        }
+    };
+}
+macro_rules! ensure {
+    ($c:expr, $($a:tt)*) => { if !$c { fail!($($a)*) } };
+}
+
+fn ncores() -> u64 {
+    sys::sys_info().map(|s| s.cores).unwrap_or(1)
+}
+fn free_pages() -> u64 {
+    sys::sys_info().map(|s| s.free_pages).unwrap_or(0)
+}
+fn me() -> u64 {
+    libos::core_id()
+}
+fn others() -> Vec<u64> {
+    (0..ncores()).filter(|&c| c != me()).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Threads
+
+static SUM: AtomicU64 = AtomicU64::new(0);
+
+fn t_add_core(arg: u64) -> u64 {
+    // Statics are shared: the parent sees this.
+    SUM.fetch_add(libos::core_id() + 1, Ordering::SeqCst);
+    // The heap works on this core, and the block the parent passed is readable.
+    // SAFETY: `arg` is a `Box<u64>` leaked by the parent for this thread, freed here.
+    let b = unsafe { Box::from_raw(arg as *mut u64) };
+    let v: Vec<u64> = (0..100).collect();
+    *b + v.iter().sum::<u64>()
+}
+
+fn threads_share_statics() -> TestResult {
+    if ncores() < 2 {
+        return Ok(Some("1 core"));
+    }
+    SUM.store(0, Ordering::SeqCst);
+    let mut ts = Vec::new();
+    for c in others() {
+        let b = Box::into_raw(Box::new(1000 * c));
+        ts.push((c, ok!(thread::spawn(c, t_add_core, b as u64))));
+    }
+    let mut want = 0;
+    for (c, t) in ts {
+        let code = ok!(t.join());
+        ensure!(code == 1000 * c + 4950, "thread on core {c} returned {code}");
+        want += c + 1;
+    }
+    ensure!(SUM.load(Ordering::SeqCst) == want, "SUM {} want {want}", SUM.load(Ordering::SeqCst));
+    Ok(None)
+}
+
+static LOCK: Mutex<u64> = Mutex::new(0);
+static BAR: Barrier = Barrier::new(2);
+const MUTEX_ITERS: u64 = 2000;
+
+fn t_mutex(_: u64) -> u64 {
+    BAR.wait();
+    for _ in 0..MUTEX_ITERS {
+        *LOCK.lock() += 1;
+    }
+    BAR.wait();
+    0
+}
+
+fn mutex_and_barrier() -> TestResult {
+    if ncores() < 2 {
+        return Ok(Some("1 core"));
+    }
+    *LOCK.lock() = 0;
+    let t = ok!(thread::spawn(others()[0], t_mutex, 0));
+    t_mutex(0);
+    ensure!(ok!(t.join()) == 0, "thread failed");
+    let v = *LOCK.lock();
+    ensure!(v == 2 * MUTEX_ITERS, "counter {v}, want {}", 2 * MUTEX_ITERS);
+    Ok(None)
+}
+
+// ---------------------------------------------------------------------------------------
+// cfork
+
+static COW_STATIC: AtomicU64 = AtomicU64::new(7);
+
+fn child_fn(arg: u64) -> u64 {
+    // SAFETY: `arg` points at a `[u64; 4]` on the parent's heap; our copy of the heap has
+    // it at the same address.
+    let a = unsafe { &mut *(arg as *mut [u64; 4]) };
+    let seen = a[0] + COW_STATIC.load(Ordering::SeqCst);
+    // Copy-on-write: these writes must not reach the parent.
+    a[0] = 999;
+    COW_STATIC.store(555, Ordering::SeqCst);
+    let v: Vec<u64> = (0..1000).collect(); // the child's own heap works
+    let big = alloc::vec![3u8; 100_000]; // and a large block
+    if libos::core_id() != a[1] {
+        return 1;
+    }
+    seen + v.len() as u64 + big[99_999] as u64
+}
+
+fn cfork_every_core() -> TestResult {
+    let mut tried = 0;
+    for c in others() {
+        let data = Box::new([42u64, c, 0, 0]);
+        let p = &*data as *const [u64; 4] as u64;
+        let child = ok!(cfork(c, &CforkOpts::default(), child_fn, p));
+        let code = ok!(child.join());
+        ensure!(code == 42 + 7 + 1000 + 3, "child on core {c} returned {code}");
+        ensure!(data[0] == 42 && COW_STATIC.load(Ordering::SeqCst) == 7, "child's writes reached the parent");
+        tried += 1;
+    }
+    // Our own core runs us: the kernel refuses a second context there.
+    let own = cfork(me(), &CforkOpts::default(), child_fn, 0);
+    ensure!(matches!(own, Err(abi::Error::Busy)), "cfork to our own core: {:?}", own.map(|_| ()));
+    if tried == 0 {
+        return Ok(Some("1 core"));
+    }
+    Ok(None)
+}
+
+fn child_shared(arg: u64) -> u64 {
+    // SAFETY: the shared segment is mapped read-write at SCRATCH_BASE in the child too.
+    unsafe { core::ptr::write_volatile(SCRATCH_BASE as *mut u64, arg) };
+    0
+}
+
+fn cfork_shares_segment() -> TestResult {
+    if ncores() < 2 {
+        return Ok(Some("1 core"));
+    }
+    let c = libos::ctx::ctx();
+    let seg = ok!(sys::segment_alloc(c.root_share, "shared", MEMID_SELF, PAGE_SIZE));
+    let name = ObjName::new(c.root_share, seg);
+    ok!(sys::ar_set_seg(c.root_ar, &SegMapping { voff: SCRATCH_BASE, seg: name, soff: 0, len: PAGE_SIZE, flags: MAP_READ | MAP_WRITE }));
+    let r = (|| -> TestResult {
+        let child = ok!(cfork(others()[0], &CforkOpts { segments: &[seg], ..Default::default() }, child_shared, 0xabcd));
+        ok!(child.join());
+        // SAFETY: mapped above.
+        let v = unsafe { core::ptr::read_volatile(SCRATCH_BASE as *const u64) };
+        ensure!(v == 0xabcd, "shared segment reads {v:#x}");
+        Ok(None)
+    })();
+    let _ = sys::ar_unmap(c.root_ar, SCRATCH_BASE, PAGE_SIZE);
+    let _ = sys::share_delobj(name);
+    r
+}
+
+// ---------------------------------------------------------------------------------------
+// Descriptors
+
+fn t_visible(arg: u64) -> u64 {
+    // SAFETY: `arg` points at an `Fd` in a static/heap the parent keeps alive.
+    let f = unsafe { *(arg as *const fd::Fd) };
+    fd::visible(f) as u64
+}
+
+fn fd_private_invisible() -> TestResult {
+    if ncores() < 2 {
+        return Ok(Some("1 core"));
+    }
+    let a = ok!(fd::open_console(Scope::Private));
+    let d = ok!(fd::dup(a, Scope::Private));
+    ok!(fd::close(a));
+    ensure!(!fd::visible(a) && fd::visible(d), "after close: a visible={} dup visible={}", fd::visible(a), fd::visible(d));
+    ensure!(ok!(fd::kind(d)) == fd::Kind::Console, "dup kind");
+    ensure!(ok!(fd::write(d, b"")) == 0, "write");
+    let boxed = Box::new(d);
+    for c in others() {
+        let t = ok!(thread::spawn(c, t_visible, &*boxed as *const fd::Fd as u64));
+        ensure!(ok!(t.join()) == 0, "private descriptor visible on core {c}");
+    }
+    ok!(fd::close(d));
+    ensure!(!fd::visible(d), "closed dup still visible");
+    Ok(None)
+}
+
+fn fd_shared_set() -> TestResult {
+    if ncores() < 2 {
+        return Ok(Some("1 core"));
+    }
+    let n = ncores();
+    // The set: our core and every odd core; with 2 cores also once with core 1 left out.
+    let sets: Vec<Vec<u64>> = alloc::vec![(0..n).filter(|&c| c == me() || c % 2 == 1).collect(), alloc::vec![me()]];
+    for set in sets {
+        let t = ok!(fd::Table::for_cores(&set));
+        let f = ok!(fd::open_console(Scope::Table(t)));
+        let d = ok!(fd::dup(f, Scope::Table(t)));
+        let boxed = Box::new(d);
+        let mut bad = None;
+        for c in others() {
+            let th = ok!(thread::spawn(c, t_visible, &*boxed as *const fd::Fd as u64));
+            let vis = ok!(th.join()) == 1;
+            if vis != set.contains(&c) {
+                bad = Some((c, vis));
+            }
+        }
+        ok!(fd::Table::destroy(t));
+        if let Some((c, vis)) = bad {
+            fail!("set {set:?}: core {c} visible={vis}");
+        }
+    }
+    // Process-wide: every core sees it.
+    let p = ok!(fd::open_console(Scope::Process));
+    let boxed = Box::new(p);
+    for c in others() {
+        let th = ok!(thread::spawn(c, t_visible, &*boxed as *const fd::Fd as u64));
+        ensure!(ok!(th.join()) == 1, "process-wide descriptor invisible on core {c}");
+    }
+    ok!(fd::close(p));
+    Ok(None)
+}
+
+fn t_pipe_writer(arg: u64) -> u64 {
+    // SAFETY: as in `t_visible`.
+    let w = unsafe { *(arg as *const fd::Fd) };
+    let msg = b"hello through a pipe";
+    let mut sent = 0;
+    while sent < msg.len() {
+        match fd::write(w, &msg[sent..]) {
+            Ok(n) => sent += n,
+            Err(_) => return 1,
+        }
+    }
+    fd::unmap_all();
+    0
+}
+
+fn fd_pipe_and_file() -> TestResult {
+    let (r, w) = ok!(fd::pipe(Scope::Process));
+    let boxed = Box::new(w);
+    let want = b"hello through a pipe";
+    let mut got = Vec::new();
+    if ncores() >= 2 {
+        let t = ok!(thread::spawn(others()[0], t_pipe_writer, &*boxed as *const fd::Fd as u64));
+        let ok = libos::time::wait_until(10_000, || {
+            let mut b = [0u8; 8];
+            if let Ok(n) = fd::read(r, &mut b) {
+                got.extend_from_slice(&b[..n]);
+            }
+            got.len() >= want.len()
+        });
+        ensure!(ok!(t.join()) == 0 && ok, "pipe: writer failed or timed out ({} bytes)", got.len());
+    } else {
+        ensure!(t_pipe_writer(&*boxed as *const fd::Fd as u64) == 0, "write");
+        let mut b = [0u8; 64];
+        let n = ok!(fd::read(r, &mut b));
+        got.extend_from_slice(&b[..n]);
+    }
+    ensure!(got == want, "pipe read {:?}", core::str::from_utf8(&got));
+    ensure!(fd::write(r, b"x").is_err(), "wrote to a read end");
+    let f = ok!(fd::mem_file(Scope::Private, 3 * PAGE_SIZE));
+    ok!(fd::write_at(f, 5000, b"file bytes"));
+    let mut b = [0u8; 10];
+    ok!(fd::read_at(f, 5000, &mut b));
+    ensure!(&b == b"file bytes", "file read back {:?}", b);
+    let f2 = ok!(fd::dup(f, Scope::Process));
+    ok!(fd::read_at(f2, 5000, &mut b));
+    ensure!(&b == b"file bytes", "dup'ed file reads {:?}", b);
+    for x in [r, w, f, f2] {
+        ok!(fd::close(x));
+    }
+    fd::unmap_all();
+    Ok(None)
+}
+
+// ---------------------------------------------------------------------------------------
+// Heap
+
+const STRESS_BLOCKS: usize = 1500;
+const MAXC: usize = 16;
+static SLOTS: [[(AtomicU64, AtomicU64); STRESS_BLOCKS]; MAXC] = [const { [const { (AtomicU64::new(0), AtomicU64::new(0)) }; STRESS_BLOCKS] }; MAXC];
+static STRESS_BAR: AtomicU64 = AtomicU64::new(0);
+static STRESS_N: AtomicU64 = AtomicU64::new(0);
+
+fn stress_wait(phase: u64) {
+    let n = STRESS_N.load(Ordering::SeqCst);
+    STRESS_BAR.fetch_add(1, Ordering::SeqCst);
+    while STRESS_BAR.load(Ordering::SeqCst) < phase * n {
+        core::hint::spin_loop();
+    }
+}
+
+fn size_of_block(i: usize) -> usize {
+    if i % 100 == 99 {
+        20_000 // a large block: its own segment
+    } else {
+        16 + (i * 37) % 3000
+    }
+}
+
+/// Each participant (index `k` = core) allocates, then frees the blocks of core k+1, then
+/// trims its heap. Returns 0 on success.
+fn stress_body(k: u64) -> u64 {
+    let n = STRESS_N.load(Ordering::SeqCst);
+    let k = k as usize;
+    let mut local: Vec<Box<[u8]>> = Vec::new();
+    for i in 0..STRESS_BLOCKS {
+        let mut b = alloc::vec![0u8; size_of_block(i)].into_boxed_slice();
+        b[0] = k as u8;
+        if i % 3 == 0 {
+            local.push(b); // freed locally below
+        } else {
+            let len = b.len();
+            let p = Box::into_raw(b) as *mut u8 as u64;
+            SLOTS[k][i].0.store(p, Ordering::Relaxed);
+            SLOTS[k][i].1.store(len as u64, Ordering::Relaxed);
+        }
+    }
+    drop(local);
+    stress_wait(1);
+    let victim = (k + 1) % n as usize;
+    let mut bad = 0;
+    for slot in SLOTS[victim].iter() {
+        let p = slot.0.swap(0, Ordering::Relaxed);
+        if p != 0 {
+            let len = slot.1.load(Ordering::Relaxed) as usize;
+            // SAFETY: `p`/`len` describe a `Box<[u8]>` leaked by core `victim` in phase 1;
+            // we are the only core that takes it (swap to 0).
+            let b = unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(p as *mut u8, len)) };
+            if b[0] != victim as u8 {
+                bad += 1;
+            }
+        }
+    }
+    stress_wait(2);
+    bad
+}
+
+fn t_stress(k: u64) -> u64 {
+    let bad = stress_body(k);
+    // Every remote free to us was posted before barrier 2: drain and give chunks back.
+    if !libos::heap::trim() {
+        return 1000 + libos::heap::live_blocks();
+    }
+    bad
+}
+
+fn stress_once() -> Result<(), String> {
+    let n = ncores().min(MAXC as u64);
+    STRESS_N.store(n, Ordering::SeqCst);
+    STRESS_BAR.store(0, Ordering::SeqCst);
+    let mut ts = Vec::new();
+    for c in (0..n).filter(|&c| c != me()) {
+        match thread::spawn(c, t_stress, c) {
+            Ok(t) => ts.push((c, t)),
+            Err(e) => fail!("spawn on {c}: {e:?}"),
+        }
+    }
+    let mine = stress_body(me());
+    ensure!(mine == 0, "core {} freed {mine} corrupt blocks", me());
+    for (c, t) in ts {
+        let code = ok!(t.join());
+        ensure!(code == 0, "core {c}: code {code} (1000+ = live blocks left)");
+    }
+    Ok(())
+}
+
+fn heap_stress_no_leak() -> TestResult {
+    // The first run grows this core's heap and the kernel's caches; later runs must come
+    // back to the same free-page count.
+    if let Err(e) = stress_once() {
+        return Err(e);
+    }
+    let mut deltas = [0i64; 3];
+    for d in deltas.iter_mut() {
+        let f0 = free_pages();
+        if let Err(e) = stress_once() {
+            return Err(e);
+        }
+        *d = free_pages() as i64 - f0 as i64;
+        if *d == 0 {
+            let rf: u64 = (0..ncores() as usize).map(libos::heap::remote_frees).sum();
+            ensure!(ncores() == 1 || rf > 0, "no remote frees happened");
+            return Ok(None);
+        }
+    }
+    fail!("free pages changed by {deltas:?} over three runs")
+}
+
+// ---------------------------------------------------------------------------------------
+// Measurements (TCG: functional numbers, not a scalability claim)
+
+fn measure_malloc_local() {
+    let iters = 20_000u64;
+    let t0 = libos::time::ticks();
+    for i in 0..iters {
+        let b = Box::new(i);
+        core::hint::black_box(&b);
+    }
+    let dt = libos::time::ticks() - t0;
+    println!("ltest: measure malloc_free_local ns_per_op={} iters={iters}", libos::time::ticks_to_ns(dt) / iters);
+}
+
+static REMOTE_PTRS: [AtomicU64; 5000] = [const { AtomicU64::new(0) }; 5000];
+
+fn t_alloc_many(_: u64) -> u64 {
+    for p in REMOTE_PTRS.iter() {
+        p.store(Box::into_raw(Box::new(0u64)) as u64, Ordering::Relaxed);
+    }
+    0
+}
+
+fn t_drain(_: u64) -> u64 {
+    let t0 = libos::time::ticks();
+    libos::heap::trim();
+    libos::time::ticks_to_ns(libos::time::ticks() - t0)
+}
+
+fn measure_remote_free() {
+    if ncores() < 2 {
+        return;
+    }
+    let c = others()[0];
+    let Ok(t) = thread::spawn(c, t_alloc_many, 0) else { return };
+    let _ = t.join();
+    let t0 = libos::time::ticks();
+    for p in REMOTE_PTRS.iter() {
+        // SAFETY: each pointer is a `Box<u64>` the thread leaked; freed once here.
+        drop(unsafe { Box::from_raw(p.swap(0, Ordering::Relaxed) as *mut u64) });
+    }
+    let dt = libos::time::ticks() - t0;
+    let drain = thread::spawn(c, t_drain, 0).ok().and_then(|t| t.join().ok()).unwrap_or(0);
+    let n = REMOTE_PTRS.len() as u64;
+    println!(
+        "ltest: measure free_remote ns_per_op={} owner_drain_ns_per_block={} blocks={n}",
+        libos::time::ticks_to_ns(dt) / n,
+        drain / n
+    );
+}
+
+fn trivial(_: u64) -> u64 {
+    7
+}
+
+fn measure_cfork() {
+    if ncores() < 2 {
+        return;
+    }
+    let c = others()[0];
+    let runs = 5u64;
+    let t0 = libos::time::ticks();
+    for _ in 0..runs {
+        if let Ok(ch) = cfork(c, &CforkOpts::default(), trivial, 0) {
+            let _ = ch.join();
+        }
+    }
+    let dt = libos::time::ticks() - t0;
+    let t1 = libos::time::ticks();
+    for _ in 0..runs {
+        if let Ok(t) = thread::spawn(c, trivial, 0) {
+            let _ = t.join();
+        }
+    }
+    let dt2 = libos::time::ticks() - t1;
+    println!(
+        "ltest: measure cfork_join_us={} thread_spawn_join_us={} runs={runs}",
+        libos::time::ticks_to_ns(dt) / runs / 1000,
+        libos::time::ticks_to_ns(dt2) / runs / 1000
+    );
+}
+
+static DUP_GO: AtomicU64 = AtomicU64::new(0);
+const DUP_ITERS: u64 = 2000;
+
+fn dup_close_loop(_: u64) -> u64 {
+    let Ok(f) = fd::open_console(Scope::Private) else { return u64::MAX };
+    while DUP_GO.load(Ordering::Acquire) == 0 {
+        core::hint::spin_loop();
+    }
+    let t0 = libos::time::ticks();
+    for _ in 0..DUP_ITERS {
+        match fd::dup(f, Scope::Private) {
+            Ok(d) => {
+                let _ = fd::close(d);
+            }
+            Err(_) => return u64::MAX,
+        }
+    }
+    let ns = libos::time::ticks_to_ns(libos::time::ticks() - t0);
+    let _ = fd::close(f);
+    ns
+}
+
+fn measure_dup_close() {
+    for ncore in [1, ncores()] {
+        DUP_GO.store(0, Ordering::SeqCst);
+        let ts: Vec<_> = (0..ncore).filter(|&c| c != me()).filter_map(|c| thread::spawn(c, dup_close_loop, 0).ok()).collect();
+        libos::time::spin_ms(20);
+        DUP_GO.store(1, Ordering::SeqCst);
+        let mut per = Vec::new();
+        per.push(dup_close_loop(0));
+        for t in ts {
+            per.push(t.join().unwrap_or(u64::MAX));
+        }
+        let worst = per.iter().copied().max().unwrap_or(1).max(1);
+        let ops = DUP_ITERS * 1_000_000_000 / worst;
+        println!("ltest: measure fd_dup_close_private cores={ncore} per_core_ops_per_s={ops} (slowest core; dup+close pairs)");
+        if ncore == ncores() {
+            break;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+const TESTS: &[(&str, fn() -> TestResult)] = &[
+    ("thread::shares_statics", threads_share_statics),
+    ("thread::mutex_and_barrier", mutex_and_barrier),
+    ("cfork::every_core", cfork_every_core),
+    ("cfork::shares_segment", cfork_shares_segment),
+    ("fd::private_invisible", fd_private_invisible),
+    ("fd::shared_set", fd_shared_set),
+    ("fd::pipe_and_file", fd_pipe_and_file),
+    ("heap::stress_no_leak", heap_stress_no_leak),
+];
+
+fn main(args: &'static str) -> u64 {
+    let words: Vec<&str> = args.split_whitespace().filter(|w| *w != "nomeasure").collect();
+    let (mut pass, mut failed) = (0, 0);
+    for (name, f) in TESTS {
+        if !words.is_empty() && !words.iter().any(|w| name.contains(w)) {
+            continue;
+        }
+        match f() {
+            Ok(None) => {
+                println!("utest {name} ... ok");
+                pass += 1;
+            }
+            Ok(Some(why)) => {
+                println!("utest {name} ... ok (skipped: {why})");
+                pass += 1;
+            }
+            Err(m) => {
+                println!("utest {name} ... FAILED: {m}");
+                failed += 1;
+            }
+        }
+    }
+    println!("utest: done {pass} passed, {failed} failed");
+    if !args.split_whitespace().any(|w| w == "nomeasure") {
+        measure_malloc_local();
+        measure_remote_free();
+        measure_cfork();
+        measure_dup_close();
+    }
+    if failed == 0 {
+        0
+    } else {
+        1
+    }
+}

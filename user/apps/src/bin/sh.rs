@@ -1,0 +1,250 @@
+//! sh: the shell on the serial console.
+//!
+//! Commands (one per line): `run [-c CORES] PROG [ARGS...]` runs a program from the boot
+//! image on each listed core (`-c 2,3`; default: the next core after the shell's) and waits
+//! for all of them; `cores` lists online cores with their roles and locality; `objs` lists
+//! the objects in this context's shares; `stat` shows per-core counters; `help`; `halt`
+//! exits the shell (the kernel then checks for leaks and powers off).
+//!
+//! A program listed on the shell's own core runs inside the shell's context
+//! (`libos::exec::run_here`: one context per core, so there is no other way to run code
+//! there); programs on other cores run in contexts of their own (`libos::exec::spawn`).
+//! Bad input gets a one-line message and the shell keeps reading.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use abi::{CoreStats, LocalityEntry, ObjName, ObjType};
+use alloc::string::String;
+use alloc::vec::Vec;
+use libos::{print, println, sys};
+
+libos::main!(main);
+
+const PROMPT: &str = "sh> ";
+/// How long `run` waits for a program (10 minutes).
+const RUN_TIMEOUT_MS: u64 = 600_000;
+
+fn main(_args: &'static str) -> u64 {
+    println!("sh: libos shell on core {}; `help` lists commands", libos::core_id());
+    let mut line = String::new();
+    print!("{PROMPT}");
+    loop {
+        let mut buf = [0u8; 64];
+        let n = sys::console_read(&mut buf).unwrap_or(0) as usize;
+        if n == 0 {
+            // Non-blocking console: poll with a short pause.
+            libos::time::spin_ms(2);
+            continue;
+        }
+        for &b in &buf[..n] {
+            match b {
+                b'\r' | b'\n' => {
+                    println!();
+                    let cmd = core::mem::take(&mut line);
+                    if !run_line(cmd.trim()) {
+                        println!("sh: halt");
+                        return 0;
+                    }
+                    print!("{PROMPT}");
+                }
+                0x08 | 0x7f => {
+                    if line.pop().is_some() {
+                        print!("\x08 \x08");
+                    }
+                }
+                0x20..=0x7e => {
+                    if line.len() < 512 {
+                        line.push(b as char);
+                        // Echo, for a terminal (the serial line cannot tell us it is one).
+                        print!("{}", b as char);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Run one command line; false means `halt`.
+fn run_line(line: &str) -> bool {
+    let mut words = line.split_whitespace();
+    let Some(cmd) = words.next() else { return true };
+    let rest: Vec<&str> = words.collect();
+    match cmd {
+        "help" => help(),
+        "halt" | "exit" => return false,
+        "cores" => cores(),
+        "objs" => objs(),
+        "stat" => stat(),
+        "run" => run(&rest),
+        other => println!("sh: unknown command `{other}`; try `help`"),
+    }
+    true
+}
+
+fn help() {
+    println!("commands:");
+    println!("  run [-c CORES] PROG [ARGS...]  run PROG from the boot image on each core in CORES (e.g. -c 0,1)");
+    println!("  cores                          online cores, their roles and locality");
+    println!("  objs                           objects in this context's shares");
+    println!("  stat                           per-core counters");
+    println!("  help                           this list");
+    println!("  halt                           exit the shell (the kernel checks for leaks and powers off)");
+}
+
+fn ncores() -> u64 {
+    sys::sys_info().map(|s| s.cores).unwrap_or(1)
+}
+
+fn cores() {
+    let n = ncores();
+    let mut loc = alloc::vec![LocalityEntry::default(); (n * n) as usize];
+    let have_loc = sys::locality_get(&mut loc).is_ok();
+    let me = libos::core_id();
+    for c in 0..n {
+        let role = sys::core_stats(c).map(|s| abi::role_name(s.role)).unwrap_or("?");
+        let mut s = String::new();
+        if have_loc {
+            for o in 0..n {
+                let e = loc[(c * n + o) as usize];
+                use core::fmt::Write;
+                let _ = write!(s, " {}:{}/{}", o, e.level, e.distance);
+            }
+        }
+        println!("core {c}: {role}{}  locality(core:level/distance){s}", if c == me { " (sh)" } else { "" });
+    }
+}
+
+fn type_name(t: u32) -> &'static str {
+    match ObjType::from_u32(t) {
+        Some(ObjType::Share) => "share",
+        Some(ObjType::Segment) => "segment",
+        Some(ObjType::AddressRange) => "range",
+        Some(ObjType::Pcore) => "pcore",
+        Some(ObjType::Device) => "device",
+        None => "?",
+    }
+}
+
+fn objs() {
+    let mut shares = [0u64; 1 + abi::MAX_CONTEXT_SHARES];
+    let n = match sys::self_shares(&mut shares) {
+        Ok(n) => n as usize,
+        Err(e) => return println!("sh: self_shares: {}", e.as_str()),
+    };
+    for &s in &shares[..n] {
+        let mut ids = alloc::vec![0u64; 1024];
+        let k = match sys::share_list(s, &mut ids) {
+            Ok(k) => k as usize,
+            Err(e) => {
+                println!("share {s:#x}: {}", e.as_str());
+                continue;
+            }
+        };
+        println!("share {s:#x}: {k} object(s)");
+        for &o in &ids[..k] {
+            let name = ObjName::new(s, o);
+            let mut nb = [0u8; abi::MAX_NAME];
+            let nl = sys::obj_get_name(name, &mut nb).unwrap_or(0) as usize;
+            let nm = core::str::from_utf8(&nb[..nl.min(nb.len())]).unwrap_or("?");
+            match sys::obj_stat(name) {
+                Ok(st) => println!("  {o:#x} {:<8} {:<16} refs={} home=core {}", type_name(st.obj_type), nm, st.refs, st.home_core),
+                Err(e) => println!("  {o:#x} {nm}: {}", e.as_str()),
+            }
+        }
+    }
+}
+
+fn stat() {
+    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts");
+    for c in 0..ncores() {
+        let s: CoreStats = match sys::core_stats(c) {
+            Ok(s) => s,
+            Err(e) => {
+                println!("{c:>4}  {}", e.as_str());
+                continue;
+            }
+        };
+        println!(
+            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}",
+            abi::role_name(s.role),
+            s.syscalls,
+            s.soft_faults,
+            s.cow_faults,
+            s.tlb_flushes_local,
+            s.shootdown_ipis_sent,
+            s.shootdown_ipis_received,
+            s.contexts_started
+        );
+    }
+}
+
+/// Parse `2,3` into core numbers (each online, no repeats).
+fn parse_cores(s: &str) -> Result<Vec<u64>, ()> {
+    let n = ncores();
+    let mut out = Vec::new();
+    for w in s.split(',') {
+        let c: u64 = w.trim().parse().map_err(|_| ())?;
+        if c >= n || out.contains(&c) {
+            return Err(());
+        }
+        out.push(c);
+    }
+    if out.is_empty() {
+        return Err(());
+    }
+    Ok(out)
+}
+
+fn describe(code: u64) -> &'static str {
+    match code {
+        0 => "",
+        libos::PANIC_EXIT_CODE => " (panic)",
+        c if c >= abi::EXIT_FAULT_BASE => " (killed by a fault)",
+        _ => "",
+    }
+}
+
+fn run(args: &[&str]) {
+    let me = libos::core_id();
+    let (list, rest) = match args {
+        ["-c", l, rest @ ..] => match parse_cores(l) {
+            Ok(v) => (v, rest),
+            Err(()) => return println!("sh: bad core list `{l}` (want numbers below {} separated by commas, no repeats)", ncores()),
+        },
+        ["-c"] => return println!("sh: -c needs a core list"),
+        rest => (alloc::vec![(me + 1) % ncores()], rest),
+    };
+    let Some((&prog, pargs)) = rest.split_first() else { return println!("sh: run: which program?") };
+    let pargs = pargs.join(" ");
+    // Does the program exist? (one line for a typo instead of one per core)
+    match sys::initrd_get(libos::ctx::ctx().root_share, prog) {
+        Ok(seg) => {
+            let _ = sys::share_delobj(ObjName::new(libos::ctx::ctx().root_share, seg));
+        }
+        Err(abi::Error::NotFound) => return println!("sh: no such program `{prog}`"),
+        Err(e) => return println!("sh: {prog}: {}", e.as_str()),
+    }
+    // Start the other cores first, then run on our own core (if listed), then wait.
+    let mut running = Vec::new();
+    for &c in list.iter().filter(|&&c| c != me) {
+        match libos::exec::spawn(c, prog, &pargs) {
+            Ok(r) => running.push(r),
+            Err(e) => println!("sh: {prog} on core {c}: cannot start: {}", e.as_str()),
+        }
+    }
+    if list.contains(&me) {
+        match libos::exec::run_here(prog, &pargs) {
+            Ok(code) => println!("sh: {prog} on core {me} exited with code {code}{}", describe(code)),
+            Err(e) => println!("sh: {prog} on core {me}: cannot run: {}", e.as_str()),
+        }
+    }
+    for mut r in running {
+        match r.wait(RUN_TIMEOUT_MS) {
+            Ok(code) => println!("sh: {prog} on core {} exited with code {code}{}", r.core, describe(code)),
+            Err(e) => println!("sh: {prog} on core {}: {}", r.core, e.as_str()),
+        }
+    }
+}
