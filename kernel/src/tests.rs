@@ -421,3 +421,26 @@ fn percore_selftest_on_every_core() {
     Ok(())
 }
 }
+
+ktest! {
+fn segment_pages_come_from_the_memid_node() {
+    // Corey's memid: a segment allocated for core C gets its pages from C's NUMA node, even
+    // when another core touches them first.
+    let (pages0, _) = quiescent_counts();
+    for c in 0..percpu::online_count() {
+        let node = percpu::get(c).ok_or("missing core")?.node as usize;
+        if frame::node_stats(node).0 < 256 {
+            continue; // that node is nearly full; nothing to learn
+        }
+        let seg = crate::kobj::segment::Segment::new(4 * PAGE_SIZE, c as u32).map_err(|e| e.as_str())?;
+        for i in 0..4 {
+            let (pa, _, _) = seg.fault_page(i, true).map_err(|e| e.as_str())?;
+            kassert!(frame::node_of(pa) == Some(node), "page for core {c} came from node {:?}, want {node}", frame::node_of(pa));
+        }
+        drop(seg);
+    }
+    let (pages1, _) = quiescent_counts();
+    kassert!(pages1 == pages0, "pages leaked: {pages0} -> {pages1}");
+    Ok(())
+}
+}

@@ -123,7 +123,7 @@ pub fn flush_cores(bits: &[u64; MAX_CORES / 64]) {
 
 impl AddressRange {
     pub fn new(kind: ArKind, node_core: u32) -> Result<AddressRange, Error> {
-        let table = alloc_table().ok_or(Error::NoMemory)?;
+        let table = alloc_table(node_core).ok_or(Error::NoMemory)?;
         if kind == ArKind::Root {
             paging::copy_kernel_half(table);
         }
@@ -172,7 +172,7 @@ impl AddressRange {
                     return Ok(None);
                 }
                 inner.owned.try_reserve(1).map_err(|_| Error::NoMemory)?;
-                let nt = alloc_table().ok_or(Error::NoMemory)?;
+                let nt = alloc_table(self.node_core).ok_or(Error::NoMemory)?;
                 inner.owned.push(nt);
                 write_entry(t, idx, nt | TABLE_FLAGS);
                 t = nt;

@@ -52,8 +52,9 @@ fn pages_for(nbytes: u64) -> u64 {
     nbytes.div_ceil(PAGE_SIZE)
 }
 
-fn zeroed_page() -> Result<KRef<Frame>, Error> {
-    let pa = frame::alloc_page().ok_or(Error::NoMemory)?;
+/// A zeroed page from the NUMA node of core `home` (the segment's `memid`).
+fn zeroed_page(home: u32) -> Result<KRef<Frame>, Error> {
+    let pa = frame::alloc_page_for_core(home as usize).ok_or(Error::NoMemory)?;
     // SAFETY: a page we just allocated, mapped in the physical window.
     unsafe { core::ptr::write_bytes(phys_to_virt(pa) as *mut u8, 0, PAGE_SIZE as usize) };
     KRef::try_new(Frame { pa }).map_err(|f| {
@@ -62,8 +63,8 @@ fn zeroed_page() -> Result<KRef<Frame>, Error> {
     })
 }
 
-fn copy_of(src: &Frame) -> Result<KRef<Frame>, Error> {
-    let pa = frame::alloc_page().ok_or(Error::NoMemory)?;
+fn copy_of(src: &Frame, home: u32) -> Result<KRef<Frame>, Error> {
+    let pa = frame::alloc_page_for_core(home as usize).ok_or(Error::NoMemory)?;
     // SAFETY: both pages are valid and distinct; the source is kept alive by `src`.
     unsafe {
         core::ptr::copy_nonoverlapping(phys_to_virt(src.pa) as *const u8, phys_to_virt(pa) as *mut u8, PAGE_SIZE as usize)
@@ -146,7 +147,7 @@ impl Segment {
         let mut g = self.inner.lock();
         for (idx, in_page, n, done) in Self::pieces(g.nbytes, offset, data.len())? {
             if g.pages[idx].is_none() {
-                g.pages[idx] = Some(zeroed_page()?);
+                g.pages[idx] = Some(zeroed_page(self.node_core)?);
             }
             let pa = g.pages[idx].as_ref().map(|f| f.pa).unwrap_or(0);
             // SAFETY: the page belongs to this segment (held under the lock) and the copy stays
@@ -177,9 +178,9 @@ impl Segment {
         let slot = g.pages.get_mut(idx as usize).ok_or(Error::OutOfRange)?;
         let mut copied = false;
         match slot {
-            None => *slot = Some(zeroed_page()?),
+            None => *slot = Some(zeroed_page(self.node_core)?),
             Some(f) if write && KRef::strong_count(f) > 1 => {
-                let fresh = copy_of(f)?;
+                let fresh = copy_of(f, self.node_core)?;
                 *slot = Some(fresh);
                 copied = true;
             }
@@ -197,7 +198,7 @@ impl Segment {
         let mut pages = page_vec(g.pages.len() as u64)?;
         for (i, p) in g.pages.iter().enumerate() {
             if let Some(f) = p {
-                pages[i] = Some(if cow { f.clone() } else { copy_of(f)? });
+                pages[i] = Some(if cow { f.clone() } else { copy_of(f, node_core)? });
             }
         }
         let mut maps = Vec::new();

@@ -341,6 +341,20 @@ pub fn free_page(pa: u64) {
     })
 }
 
+/// One 4 KiB frame from the NUMA node of core `core` (Corey's `memid`): through this core's
+/// cache when that is our node, else straight from that node's pool (falling back to any).
+pub fn alloc_page_for_core(core: usize) -> Option<u64> {
+    let node = crate::percpu::get(core).map(|c| c.node as usize).unwrap_or_else(local_node);
+    if node == local_node() {
+        return alloc_page();
+    }
+    if injected_failure() {
+        return None;
+    }
+    let nodes = node_count();
+    (0..nodes).map(|i| (node + i) % nodes).find_map(|n| NODES[n].buddy.lock_irqsave().alloc(0)).map(|pfn| pfn * PAGE_SIZE)
+}
+
 /// Allocate 2^order contiguous, naturally aligned frames.
 pub fn alloc_frames(order: usize) -> Option<u64> {
     if order > MAX_ORDER {

@@ -43,9 +43,9 @@ pub fn write_entry(table_pa: u64, idx: usize, value: u64) {
     unsafe { table(table_pa).add(idx).write_volatile(value) }
 }
 
-/// A zeroed page-table page, preferably from `node`.
-pub fn alloc_table() -> Option<u64> {
-    let pa = frame::alloc_page()?;
+/// A zeroed page-table page from the NUMA node of core `home`.
+pub fn alloc_table(home: u32) -> Option<u64> {
+    let pa = frame::alloc_page_for_core(home as usize)?;
     // SAFETY: a page we just allocated.
     unsafe { core::ptr::write_bytes(table(pa), 0, 512) };
     Some(pa)
