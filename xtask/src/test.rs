@@ -266,7 +266,8 @@ fn summary_boots(kernel: &std::path::Path) -> Result<TestTally, String> {
 fn iso_boots() -> Result<TestTally, String> {
     println!("== ISO boots (GRUB Multiboot2)");
     let iso = crate::env::target_dir().join("os-test.iso");
-    crate::iso::build_iso_with(&iso, "")?;
+    // The ISO carries the program archive as a Multiboot2 module: run a program from it.
+    crate::iso::build_iso_with(&iso, "init=hello -- from-iso")?;
     crate::iso::ensure_ovmf()?;
     let mut t = TestTally::default();
     for uefi in [false, true] {
@@ -279,8 +280,9 @@ fn iso_boots() -> Result<TestTally, String> {
         let out = boot_captured(&cfg, None, false, None)?;
         let firmware = if uefi { "OVMF" } else { "SeaBIOS" };
         let line = out.serial.lines().find(|l| l.contains("boot: 2/2 cores online"));
-        if let (Some(l), true, true) = (line, out.kernel_exit_ok(), out.serial.contains("via Multiboot2")) {
-            println!("   {firmware}: {}", l.trim());
+        let ran = out.serial.contains("arg 0: from-iso");
+        if let (Some(l), true, true, true) = (line, out.kernel_exit_ok(), out.serial.contains("via Multiboot2"), ran) {
+            println!("   {firmware}: {} (and ran `hello` from the module)", l.trim());
             t.passed += 1;
         } else {
             println!("   FAILED: ISO under {firmware}: timed out={} exit={:?}; serial:\n{}", out.timed_out, out.status.and_then(|s| s.code()), out.serial);
