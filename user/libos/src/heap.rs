@@ -34,6 +34,7 @@ const CHUNK: u64 = 1 << 20;
 const MAX_CHUNKS: usize = 48;
 /// Tag in a remote-freed block's second word: a large block (else the size class).
 const LARGE_TAG: u64 = u64::MAX;
+const HOLES: usize = 32;
 
 #[repr(C)]
 struct Block {
@@ -54,6 +55,9 @@ struct Local {
     chunk_off: [u64; MAX_CHUNKS],
     chunk_len: [u64; MAX_CHUNKS],
     nchunks: usize,
+    /// Address-space extents of freed large blocks, `(offset, len)`, reused first-fit so
+    /// that allocate/free cycles do not walk across the range (new page tables each time).
+    holes: [(u64, u64); HOLES],
 }
 
 pub struct CoreHeap {
@@ -85,6 +89,7 @@ const EMPTY: CachePadded<CoreHeap> = CachePadded::new(CoreHeap {
         chunk_off: [0; MAX_CHUNKS],
         chunk_len: [0; MAX_CHUNKS],
         nchunks: 0,
+        holes: [(0, 0); HOLES],
     }),
 });
 
@@ -120,6 +125,18 @@ pub(crate) fn init(proc_share: ObjectId, root_ar: ObjName, ncores: usize) -> Res
         NHEAPS.store(c as u64 + 1, Ordering::Release);
     }
     Ok(())
+}
+
+/// Map the calling core's first chunk now (start-up), so programs that compare free pages
+/// around their work do not count the heap's first growth.
+pub(crate) fn pregrow() {
+    if let Some(c) = me() {
+        // SAFETY: we are core `c`, the owner of `HEAPS[c].local`.
+        let l = unsafe { &mut *HEAPS[c].local.get() };
+        if l.nchunks == 0 {
+            HEAPS[c].grow(l, window(c));
+        }
+    }
 }
 
 /// After cfork: the child's copies of the heap ranges are in `share`, linked in `root_ar`.
@@ -179,7 +196,12 @@ impl CoreHeap {
     /// Map a new segment of `len` bytes at the next free offset (aligned to `align`).
     fn map_segment(&self, l: &mut Local, len: u64, align: u64, name: &str) -> Option<(ObjectId, u64)> {
         let (share, range) = self.name();
-        let off = l.next_off.next_multiple_of(align.max(PAGE_SIZE));
+        // A hole left by a freed large block, if one fits (first fit, taken whole).
+        let hole = l.holes.iter().position(|&(o, hl)| hl >= len && o.is_multiple_of(align.max(PAGE_SIZE)));
+        let off = match hole {
+            Some(i) => l.holes[i].0,
+            None => l.next_off.next_multiple_of(align.max(PAGE_SIZE)),
+        };
         if off + len > HEAP_SPAN {
             return None;
         }
@@ -189,7 +211,10 @@ impl CoreHeap {
             let _ = crate::sys::share_delobj(ObjName::new(share, seg));
             return None;
         }
-        l.next_off = off + len;
+        match hole {
+            Some(i) => l.holes[i] = (0, 0),
+            None => l.next_off = off + len,
+        }
         Some((seg, off))
     }
 
@@ -268,10 +293,28 @@ impl CoreHeap {
     fn alloc_large(&self, l: &mut Local, base: u64, layout: Layout) -> *mut u8 {
         let align = (layout.align() as u64).max(PAGE_SIZE);
         let body = (layout.size() as u64).next_multiple_of(PAGE_SIZE);
-        // The header page sits right below the (aligned) body.
-        let off = (l.next_off + PAGE_SIZE).next_multiple_of(align) - PAGE_SIZE;
-        l.next_off = off;
+        if align > PAGE_SIZE {
+            // The header page sits right below the (aligned) body: start past a gap.
+            l.next_off = (l.next_off + PAGE_SIZE).next_multiple_of(align) - PAGE_SIZE;
+            if l.holes.iter().any(|h| h.1 != 0) {
+                // Holes are page-aligned only: do not let one be picked for this block.
+                let Some((seg, off)) = self.map_fresh(l, body + PAGE_SIZE) else { return core::ptr::null_mut() };
+                return self.finish_large(l, base, seg, off, body);
+            }
+        }
         let Some((seg, off)) = self.map_segment(l, body + PAGE_SIZE, PAGE_SIZE, "heap-large") else { return core::ptr::null_mut() };
+        self.finish_large(l, base, seg, off, body)
+    }
+
+    fn map_fresh(&self, l: &mut Local, len: u64) -> Option<(ObjectId, u64)> {
+        let saved = l.holes;
+        l.holes = [(0, 0); HOLES];
+        let r = self.map_segment(l, len, PAGE_SIZE, "heap-large");
+        l.holes = saved;
+        r
+    }
+
+    fn finish_large(&self, l: &mut Local, base: u64, seg: ObjectId, off: u64, body: u64) -> *mut u8 {
         let hdr = (base + off) as *mut u64;
         // SAFETY: the header page is the first page of the mapping just made.
         unsafe {
@@ -291,6 +334,11 @@ impl CoreHeap {
         let off = base - (range_base(self));
         let _ = crate::sys::ar_unmap(range, off, len);
         let _ = crate::sys::share_delobj(ObjName::new(share, seg));
+        if off + len == l.next_off {
+            l.next_off = off;
+        } else if let Some(h) = l.holes.iter_mut().find(|h| h.1 == 0) {
+            *h = (off, len);
+        }
         l.live -= 1;
     }
 
@@ -310,6 +358,7 @@ impl CoreHeap {
         l.bump = 0;
         l.bump_end = 0;
         l.next_off = 0;
+        l.holes = [(0, 0); HOLES];
         true
     }
 }

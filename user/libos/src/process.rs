@@ -12,6 +12,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 static PROC_SHARE: AtomicU64 = AtomicU64::new(0);
 static IMAGE_SHARE: AtomicU64 = AtomicU64::new(0);
 static IMAGE_SEG: AtomicU64 = AtomicU64::new(0);
+static STACK_SEG: AtomicU64 = AtomicU64::new(0);
 static READY: AtomicBool = AtomicBool::new(false);
 
 pub fn proc_share() -> ObjectId {
@@ -23,6 +24,12 @@ pub fn image() -> ObjName {
     ObjName::new(IMAGE_SHARE.load(Ordering::Relaxed), IMAGE_SEG.load(Ordering::Relaxed))
 }
 
+/// The first context's stack segment, named through the process share (threads map it:
+/// locks queue waiters on their stacks, so every stack must be visible to every thread).
+pub fn main_stack() -> ObjName {
+    ObjName::new(IMAGE_SHARE.load(Ordering::Relaxed), STACK_SEG.load(Ordering::Relaxed))
+}
+
 /// Whether the library OS is set up (the heap and context page work).
 pub fn ready() -> bool {
     READY.load(Ordering::Acquire)
@@ -32,6 +39,7 @@ pub(crate) fn set_after_cfork(proc_share: ObjectId, image: ObjName) {
     PROC_SHARE.store(proc_share, Ordering::Relaxed);
     IMAGE_SHARE.store(image.share, Ordering::Relaxed);
     IMAGE_SEG.store(image.object, Ordering::Relaxed);
+    STACK_SEG.store(0, Ordering::Relaxed);
 }
 
 pub(crate) fn init_main(si: &StartInfo) -> Result<(), abi::Error> {
@@ -48,8 +56,11 @@ pub(crate) fn init_main(si: &StartInfo) -> Result<(), abi::Error> {
     crate::sys::share_addobj(p, ObjName::new(root, si.image_seg))?;
     IMAGE_SHARE.store(p, Ordering::Relaxed);
     IMAGE_SEG.store(si.image_seg, Ordering::Relaxed);
+    crate::sys::share_addobj(p, ObjName::new(root, si.stack_seg))?;
+    STACK_SEG.store(si.stack_seg, Ordering::Relaxed);
     crate::heap::init(p, root_ar, si.cores as usize)?;
     READY.store(true, Ordering::Release);
+    crate::heap::pregrow();
     Ok(())
 }
 

@@ -7,8 +7,12 @@
 //!   static (the data pages are the same frames; each root has its own page-table entries);
 //! - every core's heap range, linked (shared page tables): a block allocated on any core is
 //!   readable on all, and frees from any core work (remote frees go back to the owner);
-//! - a private context page at the arena base (who am I) and a private stack at
-//!   `layout::CORE_STACK_TOP`.
+//! - the first context's stack segment, at its address, and
+//! - a private context page at the arena base (who am I).
+//!
+//! A thread's stack is a block of the spawner's heap. Every stack is thus visible to every
+//! thread, which queue locks need: an MCS waiter's node is on its stack, and the releasing
+//! thread writes it.
 //!
 //! Its share set is the process share plus the descriptor tables whose scope includes its
 //! core. Memory a thread maps itself into its root range is private to it.
@@ -17,8 +21,8 @@
 //! cache-padded counters; both work between threads because they live in shared memory (a
 //! static or the heap).
 
-use crate::layout::{CORE_STACK_TOP, THREAD_STACK_SIZE};
-use abi::{ArKind, ArMapping, Error, ObjName, ObjectId, PcoreContext, SegMapping, MAP_READ, MAP_WRITE, MAX_CONTEXT_SHARES, PCORE_HALTED, PCORE_IDLE, ROLE_XC};
+use crate::layout::THREAD_STACK_SIZE;
+use abi::{ArKind, ArMapping, Error, ObjName, ObjectId, PcoreContext, SegMapping, MAX_CONTEXT_SHARES, PCORE_HALTED, PCORE_IDLE, ROLE_XC};
 use alloc::boxed::Box;
 use core::sync::atomic::{AtomicU64, Ordering};
 use percore::pad::CachePadded;
@@ -43,17 +47,25 @@ pub struct Thread {
     pub pcore: ObjName,
     runs_before: u64,
     joined: bool,
+    stack: *mut u8,
 }
+
+const STACK_LAYOUT: core::alloc::Layout = match core::alloc::Layout::from_size_align(THREAD_STACK_SIZE as usize, 4096) {
+    Ok(l) => l,
+    Err(_) => panic!("stack layout"),
+};
 
 /// Map the image of this program into `ar` with the first context's permissions.
 pub(crate) fn map_image_shared(ar: ObjName) -> Result<(), Error> {
     let img = crate::process::image();
+    let stack = crate::process::main_stack();
     let me = crate::ctx::ctx();
     let mut maps = [ArMapping::default(); 96];
     let n = crate::sys::ar_get(me.root_ar, &mut maps)? as usize;
     let mut found = 0;
-    for m in maps[..n].iter().filter(|m| m.target == img.object && m.target_type == abi::ObjType::Segment as u32) {
-        let sm = SegMapping { voff: m.voff, seg: img, soff: m.soff, len: m.len, flags: m.flags };
+    for m in maps[..n].iter().filter(|m| (m.target == img.object || (stack.object != 0 && m.target == stack.object)) && m.target_type == abi::ObjType::Segment as u32) {
+        let seg = if m.target == img.object { img } else { stack };
+        let sm = SegMapping { voff: m.voff, seg, soff: m.soff, len: m.len, flags: m.flags };
         crate::sys::ar_set_seg(ar, &sm)?;
         found += 1;
     }
@@ -116,14 +128,16 @@ extern "C" fn thread_start(start: *mut ThreadStart, root_share: u64, pcore: u64)
 pub fn spawn_with(core: u64, f: fn(u64) -> u64, arg: u64, extra_shares: &[ObjectId]) -> Result<Thread, Error> {
     let p = crate::process::proc_share();
     let share = crate::process::new_share("thread", core)?;
-    let mut t = Thread { core, share, pcore: ObjName::default(), runs_before: 0, joined: true };
+    let mut t = Thread { core, share, pcore: ObjName::default(), runs_before: 0, joined: true, stack: core::ptr::null_mut() };
     let root = ObjName::new(share, crate::sys::ar_alloc(share, "thread-root", core, ArKind::Root)?);
     map_image_shared(root)?;
     link_heaps(root)?;
     let ctx_seg = crate::ctx::map_new(share, root, core)?;
-    let stack = crate::sys::segment_alloc(share, "thread-stack", core, THREAD_STACK_SIZE)?;
-    let sm = SegMapping { voff: CORE_STACK_TOP - THREAD_STACK_SIZE, seg: ObjName::new(share, stack), soff: 0, len: THREAD_STACK_SIZE, flags: MAP_READ | MAP_WRITE };
-    crate::sys::ar_set_seg(root, &sm)?;
+    // SAFETY: a non-zero-sized layout; the block is freed in `Drop` after the thread ended.
+    t.stack = unsafe { alloc::alloc::alloc(STACK_LAYOUT) };
+    if t.stack.is_null() {
+        return Err(Error::NoMemory);
+    }
     t.pcore = ObjName::new(share, crate::sys::pcore_alloc(share, "thread", core)?);
     let mut shares = [0; MAX_CONTEXT_SHARES];
     shares[0] = p;
@@ -140,7 +154,7 @@ pub fn spawn_with(core: u64, f: fn(u64) -> u64, arg: u64, extra_shares: &[Object
     let start = Box::into_raw(Box::new(ThreadStart { f, arg, core, root_ar: root, ctx_seg }));
     let ctx = PcoreContext {
         rip: thread_entry_address(),
-        rsp: CORE_STACK_TOP,
+        rsp: t.stack as u64 + THREAD_STACK_SIZE,
         arg: start as u64,
         root_ar: root,
         nshares: n as u64,
@@ -201,6 +215,10 @@ impl Drop for Thread {
             let _ = wait_halted(self.pcore, self.runs_before, 2000);
         }
         crate::process::del_share(self.share);
+        if !self.stack.is_null() {
+            // SAFETY: allocated in `spawn_with` with this layout; the thread has ended.
+            unsafe { alloc::alloc::dealloc(self.stack, STACK_LAYOUT) };
+        }
     }
 }
 
