@@ -5,7 +5,7 @@
 //! online core and linked into the root range of every context of the program (threads
 //! included), so a block is readable everywhere but only its owner core maps memory into it.
 //!
-//! - Small blocks (up to 2 KiB, size classes 16..2048) come from chunks: segments of 1 MiB
+//! - Small blocks (up to 64 KiB, power-of-two size classes 16..65536) come from chunks: segments of 1 MiB
 //!   and up, allocated in the core's share and mapped in its range. Their pages are touched
 //!   when the chunk is mapped (the demand-zero faults happen at growth, not inside the code
 //!   that first uses a block).
@@ -27,7 +27,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use percore::pad::CachePadded;
 
-const CLASSES: usize = 8;
+const CLASSES: usize = 13;
 const MIN_CLASS: usize = 16;
 const MAX_SMALL: usize = MIN_CLASS << (CLASSES - 1);
 const CHUNK: u64 = 1 << 20;

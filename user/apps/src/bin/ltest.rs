@@ -326,8 +326,11 @@ fn size_of_block(i: usize) -> usize {
     }
 }
 
-/// Each participant (index `k` = core) allocates, then frees the blocks of core k+1, then
-/// trims its heap. Returns 0 on success.
+static STRESS_DONE: AtomicU64 = AtomicU64::new(0);
+
+/// Each participant (index `k` = core) allocates (two thirds of the blocks are kept for
+/// another core), frees the kept blocks of core k+1 (remote frees), then frees its own
+/// rest. Returns the number of corrupt blocks seen.
 fn stress_body(k: u64) -> u64 {
     let n = STRESS_N.load(Ordering::SeqCst);
     let k = k as usize;
@@ -345,67 +348,76 @@ fn stress_body(k: u64) -> u64 {
         }
     }
     drop(local);
-    stress_wait(1);
+    stress_wait(2);
     let victim = (k + 1) % n as usize;
     let mut bad = 0;
     for slot in SLOTS[victim].iter() {
         let p = slot.0.swap(0, Ordering::Relaxed);
         if p != 0 {
             let len = slot.1.load(Ordering::Relaxed) as usize;
-            // SAFETY: `p`/`len` describe a `Box<[u8]>` leaked by core `victim` in phase 1;
-            // we are the only core that takes it (swap to 0).
+            // SAFETY: `p`/`len` describe a `Box<[u8]>` leaked by core `victim` above; we
+            // are the only core that takes it (swap to 0).
             let b = unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(p as *mut u8, len)) };
             if b[0] != victim as u8 {
                 bad += 1;
             }
         }
     }
-    stress_wait(2);
+    stress_wait(3);
     bad
 }
 
+/// A thread's part: wait for the start, run, give the heap back, wait until the main
+/// context has counted free pages (so thread set-up and tear-down are outside the window).
 fn t_stress(k: u64) -> u64 {
+    stress_wait(1);
     let bad = stress_body(k);
-    // Every remote free to us was posted before barrier 2: drain and give chunks back.
-    if !libos::heap::trim() {
-        return 1000 + libos::heap::live_blocks();
+    // Every remote free to us was posted before barrier 3: drain and give chunks back.
+    let code = if !libos::heap::trim() { 1000 + libos::heap::live_blocks() } else { bad };
+    stress_wait(4);
+    while STRESS_DONE.load(Ordering::SeqCst) == 0 {
+        core::hint::spin_loop();
     }
-    bad
+    code
 }
 
-fn stress_once() -> Result<(), String> {
+/// One run; returns the free-page change between the start and the end of the work.
+fn stress_once() -> Result<i64, String> {
     let n = ncores().min(MAXC as u64);
     STRESS_N.store(n, Ordering::SeqCst);
     STRESS_BAR.store(0, Ordering::SeqCst);
-    let mut ts = Vec::new();
+    STRESS_DONE.store(0, Ordering::SeqCst);
+    let mut ts = Vec::with_capacity(n as usize);
     for c in (0..n).filter(|&c| c != me()) {
         match thread::spawn(c, t_stress, c) {
             Ok(t) => ts.push((c, t)),
-            Err(e) => fail!("spawn on {c}: {e:?}"),
+            Err(e) => {
+                STRESS_DONE.store(1, Ordering::SeqCst);
+                fail!("spawn on {c}: {e:?}")
+            }
         }
     }
+    stress_wait(1);
+    let f0 = free_pages();
     let mine = stress_body(me());
+    stress_wait(4);
+    let f1 = free_pages();
+    STRESS_DONE.store(1, Ordering::SeqCst);
     ensure!(mine == 0, "core {} freed {mine} corrupt blocks", me());
     for (c, t) in ts {
         let code = ok!(t.join());
         ensure!(code == 0, "core {c}: code {code} (1000+ = live blocks left)");
     }
-    Ok(())
+    Ok(f1 as i64 - f0 as i64)
 }
 
 fn heap_stress_no_leak() -> TestResult {
-    // The first run grows this core's heap and the kernel's caches; later runs must come
-    // back to the same free-page count.
-    if let Err(e) = stress_once() {
-        return Err(e);
-    }
+    // The first run grows this core's heap (which keeps its chunks: it has live blocks) and
+    // the kernel's caches; a later run must come back to the same free-page count.
+    stress_once()?;
     let mut deltas = [0i64; 3];
     for d in deltas.iter_mut() {
-        let f0 = free_pages();
-        if let Err(e) = stress_once() {
-            return Err(e);
-        }
-        *d = free_pages() as i64 - f0 as i64;
+        *d = stress_once()?;
         if *d == 0 {
             let rf: u64 = (0..ncores() as usize).map(libos::heap::remote_frees).sum();
             ensure!(ncores() == 1 || rf > 0, "no remote frees happened");
