@@ -234,6 +234,57 @@ fn program_runs(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<Te
     Ok(t)
 }
 
+/// The shell (`init=sh`) with commands on its serial input: programs run on chosen cores
+/// (its own included), bad input gets one line each and the shell keeps going, `halt` ends
+/// it with nothing leaked.
+fn shell_smoke(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<TestTally, String> {
+    println!("== shell smoke test");
+    let cfg = VmConfig {
+        smp: 2,
+        mem_mib: 192,
+        cmdline: "init=sh".into(),
+        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+        initrd: Some(initrd.to_path_buf()),
+        timeout: Some(BOOT_TIMEOUT),
+        ..Default::default()
+    };
+    // Input sent while the kernel boots can lose its first bytes (the UART is reset): lead
+    // with blank lines, which the shell ignores.
+    let input = format!("{}run -c 0,1 hello a b\nfoo\nrun -c 7 hello\nrun -c 1,x hello\nrun nosuch\ncores\nstat\nobjs\nrun -c 1 hog\nrun -c 1 hello after\nhalt\n", "\n".repeat(16));
+    let out = boot_captured(&cfg, Some(&input), false, None)?;
+    let checks: [(&str, &dyn Fn(&str) -> bool); 9] = [
+        ("program output on both cores", &|s| s.matches("arg 0: a").count() == 2),
+        ("exit line from the shell's own core", &|s| s.contains("sh: hello on core 0 exited with code 0")),
+        ("exit line from another core", &|s| s.contains("sh: hello on core 1 exited with code 0")),
+        ("unknown command", &|s| s.contains("sh: unknown command `foo`")),
+        ("bad core lists", &|s| s.matches("sh: bad core list").count() == 2),
+        ("unknown program", &|s| s.contains("sh: no such program `nosuch`")),
+        ("cores, stat, objs", &|s| s.contains("core 1: XC") && s.contains("soft_faults") && s.contains("segment  image")),
+        ("out of memory, then keeps going", &|s| s.contains("sh: hog on core 1 exited with code") && s.contains("arg 0: after")),
+        ("halt: clean exit, no leak", &|s| s.contains("sh: halt") && s.contains("init: `sh` exited with code 0")),
+    ];
+    let mut t = TestTally::default();
+    for (what, check) in checks {
+        if check(&out.serial) {
+            t.passed += 1;
+        } else {
+            println!("   FAILED: shell: {what}");
+            t.failed += 1;
+        }
+    }
+    if out.timed_out || !out.kernel_exit_ok() {
+        println!("   FAILED: shell: timed out={} exit={:?}", out.timed_out, out.status.and_then(|s| s.code()));
+        t.failed += 1;
+    }
+    if t.failed > 0 {
+        for l in out.serial.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev() {
+            println!("   | {l}");
+        }
+    }
+    println!("   shell: {} passed, {} failed ({:.1} s)", t.passed, t.failed, out.elapsed.as_secs_f64());
+    Ok(t)
+}
+
 /// Large configurations: every core online and every node found (boot only, no tests).
 fn summary_boots(kernel: &std::path::Path) -> Result<TestTally, String> {
     println!("== boot summary at large configurations");
@@ -329,6 +380,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         for smp in [1u32, 2, 4] {
             total.add(user_tests(&kernel, &initrd, smp, "init=utest")?);
         }
+        // The library OS (issue 5): threads, cfork, descriptors on shares, the per-core heap.
+        for smp in [2u32, 4] {
+            total.add(user_tests(&kernel, &initrd, smp, "init=ltest -- nomeasure")?);
+        }
+        total.add(shell_smoke(&kernel, &initrd)?);
         // Core roles: an application core forwarding to kernel cores, roles changing under load.
         total.add(user_tests(&kernel, &initrd, 4, "roles=kc:1,ac:2,kc:3 init=roletest")?);
         total.add(program_runs(&kernel, &initrd)?);

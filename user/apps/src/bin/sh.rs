@@ -202,6 +202,7 @@ fn describe(code: u64) -> &'static str {
     match code {
         0 => "",
         libos::PANIC_EXIT_CODE => " (panic)",
+        c if c == abi::EXIT_FAULT_BASE + 14 => " (page fault: out of memory or a bad address)",
         c if c >= abi::EXIT_FAULT_BASE => " (killed by a fault)",
         _ => "",
     }
