@@ -15,7 +15,9 @@ pub fn init() {
     outb(COM1, 0x01); // 115200 baud
     outb(COM1 + 1, 0x00);
     outb(COM1 + 3, 0x03); // 8N1
-    outb(COM1 + 2, 0xC7); // FIFO on, cleared
+    // FIFO on, transmit FIFO cleared; the receive FIFO is kept, so input typed (or piped)
+    // while the machine boots is not lost.
+    outb(COM1 + 2, 0xC5);
     outb(COM1 + 4, 0x03); // DTR, RTS
 }
 
