@@ -1,34 +1,41 @@
-//! Backend 2: this system's library OS. **NOT AVAILABLE YET** — it needs the library OS
-//! (issue 5): user mode, threads on pcores, shares, address ranges and segments. Every
-//! method returns [`Error::Unsupported`]; the host harness does not boot it and reports
-//! "ours: not available yet (needs the library OS, issue 5)" instead of a number.
+//! Backend 2: this system's library OS (user/libos), for the `x86_64-unknown-none` user
+//! program `bench-ours` (user/apps/src/bin/bench-ours.rs). On any other target (the host)
+//! [`Ours`] is a stub that refuses every operation, so `cargo test -p bench` stays host-only.
 //!
-//! What each method will become (see docs/bench.md):
-//!
-//! | method | library OS call |
+//! | method | library OS / kernel call |
 //! | --- | --- |
-//! | `run_threads` | one context per pcore (`pcore_run`) in one shared root address range |
-//! | `run_processes` | `cfork` per worker: private root range, private share set; `Shared` memory as a shared address range |
-//! | `thread_create_join` | libos thread create + join on the calling pcore |
-//! | `map(Private)` / `map(Shared)` | segment allocated on the calling core + private / shared address range |
-//! | `object_create` / `object_map` | a resident segment; mapped into a fresh address range |
-//! | `stat` | the libos file-system `fstat` |
-//! | `desc_scope` / `desc_*` | private-scope vs process-wide descriptors (descriptors on shares) |
-//! | `share_open(Process/Worker)` / `share_add` / `share_del` | global share vs the core's local share; `share_addobj` / `share_delobj` |
-//! | `null_syscall` | the cheapest system call |
-//! | `marker` | `out` from ring 3 needs an I/O-permission bitmap in the TSS, or a system call that executes the marker in ring 0 |
+//! | `run_threads` | worker 0 on the calling context; worker `w` a `libos::thread` on core `(me + w) % cores` (one context per pcore), joined |
+//! | `run_processes` | worker 0 on the calling context; worker `w` a `libos::cfork` child (copy-on-write copy of the root range, private heap), joined |
+//! | `thread_create_join` | **unsupported**: a thread needs an idle core of its own (one context per pcore), and every core runs a worker |
+//! | `map(Private)` | `segment_alloc` (pages from the calling core) + `ar_set_seg` into a 512 GiB range linked into every thread's root range (one address space); a cfork child gets a copy of that range |
+//! | `map(Shared)` | the same into a second range that cfork children link as it is (shared page tables) |
+//! | `unmap` | `ar_unmap` + `share_delobj` of the segment |
+//! | `object_create` / `object_map` | a segment, touched once through a temporary mapping (resident), then mapped into a fresh place of the private range |
+//! | `stat` | `obj_stat` on the object (the kernel's stat; the library OS has no file system) |
+//! | `desc_scope` / `desc_*` | `libos::fd`: `Scope::Process` (process-wide table) vs `Scope::Private` (the context's `SHARE_PRIVATE` table); open = console, dup/close |
+//! | `share_open(Process/Worker)` / `share_add` / `share_del` | one shared share for the process vs a `SHARE_PRIVATE` share per core; `share_addobj` / `share_delobj` |
+//! | `null_syscall` | `null` |
+//! | `ticks` / `ticks_per_sec` | `rdtsc` / `SysInfo::tsc_per_ms` |
+//! | `marker` | the marker `out` from ring 3 (the kernel's TSS I/O bitmap opens port 0x501) |
 
+#[cfg(not(target_os = "none"))]
 use crate::{Error, Handle, MapKind, Platform, Scope};
 
-/// False until the library OS exists; the host harness reads the same fact from
-/// `xtask/src/bench/ours.rs`.
-pub const AVAILABLE: bool = false;
-pub const WHY_NOT: &str = "not available yet (needs the library OS, issue 5)";
+/// Whether this build has the real backend (only the user-program build does).
+pub const AVAILABLE: bool = cfg!(target_os = "none");
+pub const WHY_NOT: &str = "the library-OS backend exists only in the x86_64-unknown-none user program";
 
+#[cfg(target_os = "none")]
+pub use imp::Ours;
+
+/// Host stand-in: refuses everything.
+#[cfg(not(target_os = "none"))]
 pub struct Ours;
 
-const NO: Error = Error::Unsupported("the library OS (issue 5)");
+#[cfg(not(target_os = "none"))]
+const NO: Error = Error::Unsupported("the library OS (only in the bench-ours user program)");
 
+#[cfg(not(target_os = "none"))]
 impl Platform for Ours {
     fn name(&self) -> &'static str {
         "ours"
@@ -91,14 +98,404 @@ impl Platform for Ours {
     fn marker(&self, _v: u8) {}
 }
 
-#[cfg(test)]
+#[cfg(target_os = "none")]
+mod imp {
+    use crate::{Error, Handle, MapKind, Platform, Scope};
+    use abi::{ArKind, ArMapping, ObjName, ObjType, ObjectId, SegMapping, MAP_READ, MAP_WRITE, MEMID_SELF, SHARE_PRIVATE};
+    use core::cell::UnsafeCell;
+    use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use libos::sys;
+
+    /// Where the two benchmark ranges are linked in every root range (512 GiB aligned).
+    const SHARED_BASE: u64 = libos::layout::SHARED_BASE;
+    const PRIVATE_BASE: u64 = libos::layout::PRIVATE_BASE;
+    const SPAN: u64 = 512 << 30;
+    const MAX_WORKERS: usize = 64;
+    const MAX_CORES: usize = 256;
+
+    fn e(what: &'static str) -> impl Fn(abi::Error) -> Error {
+        move |x| Error::Sys { what, code: x as i64 }
+    }
+
+    static SHARED_AR: AtomicU64 = AtomicU64::new(0);
+    static SHARED_AR_SHARE: AtomicU64 = AtomicU64::new(0);
+    static PRIVATE_AR: AtomicU64 = AtomicU64::new(0);
+    static PRIVATE_AR_SHARE: AtomicU64 = AtomicU64::new(0);
+    static GLOBAL_SHARE: AtomicU64 = AtomicU64::new(0);
+    /// Set in a cfork child (its statics are its own copy).
+    static IN_CHILD: AtomicBool = AtomicBool::new(false);
+    static LOCAL_SHARES: [AtomicU64; MAX_CORES] = [const { AtomicU64::new(0) }; MAX_CORES];
+    static DESC_PRIVATE: [AtomicBool; MAX_CORES] = [const { AtomicBool::new(false) }; MAX_CORES];
+    static DESC_TABLE: [AtomicU64; MAX_CORES] = [const { AtomicU64::new(0) }; MAX_CORES];
+
+    fn shared_ar() -> ObjName {
+        ObjName::new(SHARED_AR_SHARE.load(Ordering::Relaxed), SHARED_AR.load(Ordering::Relaxed))
+    }
+    fn private_ar() -> ObjName {
+        ObjName::new(PRIVATE_AR_SHARE.load(Ordering::Relaxed), PRIVATE_AR.load(Ordering::Relaxed))
+    }
+    /// The share this process's segments go in (in a cfork child, the child's own share).
+    fn seg_share() -> ObjectId {
+        libos::process::proc_share()
+    }
+    fn core() -> usize {
+        libos::core_id() as usize % MAX_CORES
+    }
+
+    /// One mapping the backend made: where, which segment, whether unmap deletes it.
+    #[derive(Clone, Copy)]
+    struct Ent {
+        va: u64,
+        len: u64,
+        seg: ObjectId,
+        /// 0 empty, 1 mapped, 2 free address space (reusable for the same length).
+        state: u8,
+        shared: bool,
+        owned: bool,
+    }
+    const EMPTY: Ent = Ent { va: 0, len: 0, seg: 0, state: 0, shared: false, owned: false };
+    const MAX_MAPS: usize = 1024;
+
+    struct Table {
+        lock: AtomicBool,
+        inner: UnsafeCell<([Ent; MAX_MAPS], [u64; 2])>,
+    }
+    // SAFETY: `inner` is only touched with `lock` held.
+    unsafe impl Sync for Table {}
+    static TABLE: Table = Table { lock: AtomicBool::new(false), inner: UnsafeCell::new(([EMPTY; MAX_MAPS], [SPAN / 2, SPAN / 2])) };
+
+    fn with_table<R>(f: impl FnOnce(&mut [Ent; MAX_MAPS], &mut [u64; 2]) -> R) -> R {
+        while TABLE.lock.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            core::hint::spin_loop();
+        }
+        // SAFETY: the lock is held.
+        let (t, next) = unsafe { &mut *TABLE.inner.get() };
+        let r = f(t, next);
+        TABLE.lock.store(false, Ordering::Release);
+        r
+    }
+
+    /// Reserve `len` bytes of one range's address space (reusing a freed place of the same
+    /// length first, as an OS reuses virtual addresses) and record the segment there.
+    fn reserve(len: u64, seg: ObjectId, shared: bool, owned: bool) -> Result<u64, Error> {
+        with_table(|t, next| {
+            let base = if shared { SHARED_BASE } else { PRIVATE_BASE };
+            let mk = |va| Ent { va, len, seg, state: 1, shared, owned };
+            if let Some(x) = t.iter_mut().find(|x| x.state == 2 && x.len == len && x.shared == shared) {
+                *x = mk(x.va);
+                return Ok(x.va);
+            }
+            let slot = t.iter_mut().find(|x| x.state == 0).ok_or(Error::Unsupported("more than 1024 live mappings"))?;
+            let n = &mut next[shared as usize];
+            // A guard page between mappings.
+            if *n + len + 4096 > SPAN {
+                return Err(Error::Unsupported("benchmark address range exhausted"));
+            }
+            let va = base + *n;
+            *n += len + 4096;
+            *slot = mk(va);
+            Ok(va)
+        })
+    }
+
+    fn release(va: u64) {
+        with_table(|t, _| {
+            if let Some(x) = t.iter_mut().find(|x| x.state == 1 && x.va == va) {
+                x.state = 2;
+            }
+        })
+    }
+
+    fn map_seg(seg: ObjName, bytes: u64, shared: bool, owned: bool) -> Result<*mut u8, Error> {
+        if shared && IN_CHILD.load(Ordering::Relaxed) {
+            return Err(Error::Unsupported("shared mappings made inside a process worker"));
+        }
+        let va = reserve(bytes, seg.object, shared, owned)?;
+        let (ar, base) = if shared { (shared_ar(), SHARED_BASE) } else { (private_ar(), PRIVATE_BASE) };
+        let m = SegMapping { voff: va - base, seg, soff: 0, len: bytes, flags: MAP_READ | MAP_WRITE };
+        if let Err(x) = sys::ar_set_seg(ar, &m) {
+            release(va);
+            return Err(e("ar_set_seg")(x));
+        }
+        Ok(va as *mut u8)
+    }
+
+    /// Link the two benchmark ranges into the calling context's root range.
+    fn link_ranges() -> Result<(), Error> {
+        let root = libos::ctx::ctx().root_ar;
+        sys::ar_set_ar(root, SHARED_BASE, shared_ar()).map_err(e("ar_set_ar shared"))?;
+        sys::ar_set_ar(root, PRIVATE_BASE, private_ar()).map_err(e("ar_set_ar private"))?;
+        Ok(())
+    }
+
+    struct Job<'a> {
+        body: &'a (dyn Fn(usize) + Sync),
+        w: usize,
+    }
+
+    fn thread_worker(arg: u64) -> u64 {
+        // SAFETY: `arg` points at a `Job` on the spawner's stack, which every thread maps and
+        // which lives until the spawner has joined this thread.
+        let job = unsafe { &*(arg as *const Job) };
+        if let Err(Error::Sys { code, .. }) = link_ranges() {
+            return 1000 + code as u64;
+        }
+        (job.body)(job.w);
+        0
+    }
+
+    fn process_worker(arg: u64) -> u64 {
+        IN_CHILD.store(true, Ordering::Relaxed);
+        // The private range here is cfork's copy: find it where the parent's was linked.
+        let me = libos::ctx::ctx();
+        let mut maps = [ArMapping::default(); 128];
+        let n = match sys::ar_get(me.root_ar, &mut maps) {
+            Ok(n) => n as usize,
+            Err(x) => return 2000 + x as u64,
+        };
+        let Some(m) = maps[..n.min(maps.len())].iter().find(|m| m.voff == PRIVATE_BASE && m.target_type == ObjType::AddressRange as u32) else {
+            return 2999;
+        };
+        PRIVATE_AR_SHARE.store(libos::process::proc_share(), Ordering::Relaxed);
+        PRIVATE_AR.store(m.target, Ordering::Relaxed);
+        // SAFETY: as in `thread_worker`; the child reads its copy-on-write copy of the stack.
+        let job = unsafe { &*(arg as *const Job) };
+        (job.body)(job.w);
+        0
+    }
+
+    /// The library-OS platform. Make one with [`Ours::new`] in the first context, and call
+    /// [`Ours::finish`] before exiting.
+    pub struct Ours {
+        cores: usize,
+        tsc_hz: u64,
+    }
+
+    impl Ours {
+        pub fn new() -> Result<Ours, Error> {
+            let proc = libos::process::proc_share();
+            let shared = sys::ar_alloc(proc, "bench-shared", MEMID_SELF, ArKind::Span512G).map_err(e("ar_alloc"))?;
+            SHARED_AR_SHARE.store(proc, Ordering::Relaxed);
+            SHARED_AR.store(shared, Ordering::Relaxed);
+            let private = sys::ar_alloc(proc, "bench-private", MEMID_SELF, ArKind::Span512G).map_err(e("ar_alloc"))?;
+            PRIVATE_AR_SHARE.store(proc, Ordering::Relaxed);
+            PRIVATE_AR.store(private, Ordering::Relaxed);
+            link_ranges()?;
+            let g = libos::process::new_share("bench-global", MEMID_SELF).map_err(e("share_alloc"))?;
+            GLOBAL_SHARE.store(g, Ordering::Relaxed);
+            // The process-wide descriptor table, made here so the first context holds it in
+            // its root share (a table a thread made first would be out of its reach).
+            libos::fd::table(libos::fd::Scope::Process).map_err(e("descriptor table"))?;
+            let cores = (libos::start_info().cores as usize).clamp(1, MAX_WORKERS);
+            Ok(Ours { cores, tsc_hz: libos::time::tsc_per_ms() * 1000 })
+        }
+
+        /// Give back what the backend holds (the kernel checks for leaks after exit).
+        pub fn finish(&self) {
+            let root = libos::ctx::ctx().root_ar;
+            let _ = sys::ar_unmap(root, SHARED_BASE, SPAN);
+            let _ = sys::ar_unmap(root, PRIVATE_BASE, SPAN);
+            let proc = libos::process::proc_share();
+            with_table(|t, _| {
+                for x in t.iter_mut().filter(|x| x.state == 1 && x.owned) {
+                    let _ = sys::share_delobj(ObjName::new(proc, x.seg));
+                    x.state = 0;
+                }
+            });
+            let _ = sys::share_delobj(shared_ar());
+            let _ = sys::share_delobj(private_ar());
+            for s in LOCAL_SHARES.iter() {
+                let id = s.swap(0, Ordering::Relaxed);
+                if id != 0 {
+                    libos::process::del_share(id);
+                }
+            }
+            let g = GLOBAL_SHARE.swap(0, Ordering::Relaxed);
+            if g != 0 {
+                libos::process::del_share(g);
+            }
+        }
+
+        fn run(&self, n: usize, body: &(dyn Fn(usize) + Sync), processes: bool) -> Result<(), Error> {
+            if n == 0 || n > self.cores {
+                return Err(Error::Unsupported("more workers than cores (one context per core)"));
+            }
+            let me = libos::core_id() as usize;
+            let jobs: [Job; MAX_WORKERS] = core::array::from_fn(|w| Job { body, w });
+            let mut threads: [Option<libos::thread::Thread>; MAX_WORKERS] = core::array::from_fn(|_| None);
+            let mut children: [Option<libos::cfork::Child>; MAX_WORKERS] = core::array::from_fn(|_| None);
+            let shared = [SHARED_AR.load(Ordering::Relaxed)];
+            let proc = [libos::process::proc_share()];
+            for w in 1..n {
+                let c = ((me + w) % self.cores) as u64;
+                let arg = &jobs[w] as *const Job as u64;
+                if processes {
+                    let opts = libos::CforkOpts { shares: &proc, segments: &[], ranges: &shared };
+                    // On failure the children made so far are halted and deleted when dropped.
+                    children[w] = Some(libos::cfork(c, &opts, process_worker, arg).map_err(e("cfork"))?);
+                } else {
+                    threads[w] = Some(libos::thread::spawn(c, thread_worker, arg).map_err(e("thread spawn"))?);
+                }
+            }
+            body(0);
+            let mut bad = None;
+            for w in 1..n {
+                let code = if processes {
+                    children[w].as_mut().map(|c| c.join_timeout(600_000))
+                } else {
+                    threads[w].as_mut().map(|t| t.join_timeout(600_000))
+                };
+                match code {
+                    Some(Ok(0)) | None => {}
+                    Some(Ok(c)) => bad = bad.or(Some(Error::Sys { what: "worker exit code", code: c as i64 })),
+                    Some(Err(x)) => bad = bad.or(Some(e("join")(x))),
+                }
+            }
+            drop(threads);
+            drop(children);
+            bad.map_or(Ok(()), Err)
+        }
+
+        fn desc_fd(&self, d: Handle) -> libos::fd::Fd {
+            libos::fd::Fd { table: DESC_TABLE[core()].load(Ordering::Relaxed), obj: d.0 }
+        }
+        fn fd_scope(&self) -> libos::fd::Scope {
+            if DESC_PRIVATE[core()].load(Ordering::Relaxed) {
+                libos::fd::Scope::Private
+            } else {
+                libos::fd::Scope::Process
+            }
+        }
+    }
+
+    impl Platform for Ours {
+        fn name(&self) -> &'static str {
+            "ours"
+        }
+        fn cores(&self) -> usize {
+            self.cores
+        }
+        fn run_threads(&self, n: usize, body: &(dyn Fn(usize) + Sync)) -> Result<(), Error> {
+            self.run(n, body, false)
+        }
+        fn run_processes(&self, n: usize, body: &(dyn Fn(usize) + Sync)) -> Result<(), Error> {
+            self.run(n, body, true)
+        }
+        fn thread_create_join(&self) -> Result<(), Error> {
+            Err(Error::Unsupported("thread create+join on the calling core (one context per core; every core runs a worker)"))
+        }
+        fn map(&self, bytes: usize, kind: MapKind) -> Result<*mut u8, Error> {
+            let bytes = bytes as u64;
+            let seg = sys::segment_alloc(seg_share(), "bench-mem", MEMID_SELF, bytes).map_err(e("segment_alloc"))?;
+            let seg = ObjName::new(seg_share(), seg);
+            map_seg(seg, bytes, kind == MapKind::Shared, true).inspect_err(|_| {
+                let _ = sys::share_delobj(seg);
+            })
+        }
+        fn unmap(&self, ptr: *mut u8, bytes: usize) -> Result<(), Error> {
+            let va = ptr as u64;
+            let ent = with_table(|t, _| t.iter().find(|x| x.state == 1 && x.va == va).copied()).ok_or(Error::Param("unmap of an address map did not return"))?;
+            let (ar, base) = if ent.shared { (shared_ar(), SHARED_BASE) } else { (private_ar(), PRIVATE_BASE) };
+            sys::ar_unmap(ar, va - base, (bytes as u64).max(ent.len)).map_err(e("ar_unmap"))?;
+            if ent.owned {
+                sys::share_delobj(ObjName::new(seg_share(), ent.seg)).map_err(e("share_delobj"))?;
+            }
+            release(va);
+            Ok(())
+        }
+        fn object_create(&self, bytes: usize) -> Result<Handle, Error> {
+            let bytes = bytes as u64;
+            let seg = ObjName::new(seg_share(), sys::segment_alloc(seg_share(), "bench-obj", MEMID_SELF, bytes).map_err(e("segment_alloc"))?);
+            // Make every page resident: touch it once through a temporary mapping.
+            let r = map_seg(seg, bytes, false, false).and_then(|p| {
+                for off in (0..bytes).step_by(4096) {
+                    // SAFETY: a live read-write mapping of `bytes` bytes.
+                    unsafe { core::ptr::write_volatile(p.add(off as usize), 0) };
+                }
+                self.unmap(p, bytes as usize)
+            });
+            match r {
+                Ok(()) => Ok(Handle(seg.object)),
+                Err(x) => {
+                    let _ = sys::share_delobj(seg);
+                    Err(x)
+                }
+            }
+        }
+        fn object_map(&self, obj: Handle, bytes: usize) -> Result<*mut u8, Error> {
+            map_seg(ObjName::new(seg_share(), obj.0), bytes as u64, false, false)
+        }
+        fn object_destroy(&self, obj: Handle) -> Result<(), Error> {
+            sys::share_delobj(ObjName::new(seg_share(), obj.0)).map(|_| ()).map_err(e("share_delobj"))
+        }
+        fn stat(&self, obj: Handle) -> Result<(), Error> {
+            sys::obj_stat(ObjName::new(seg_share(), obj.0)).map(|_| ()).map_err(e("obj_stat"))
+        }
+        fn desc_scope(&self, scope: Scope) -> Result<(), Error> {
+            DESC_PRIVATE[core()].store(scope == Scope::Worker, Ordering::Relaxed);
+            let t = libos::fd::table(self.fd_scope()).map_err(e("descriptor table"))?;
+            DESC_TABLE[core()].store(t, Ordering::Relaxed);
+            Ok(())
+        }
+        fn desc_open(&self) -> Result<Handle, Error> {
+            libos::fd::open_console(self.fd_scope()).map(|fd| Handle(fd.obj)).map_err(e("open"))
+        }
+        fn desc_dup(&self, d: Handle) -> Result<Handle, Error> {
+            libos::fd::dup(self.desc_fd(d), self.fd_scope()).map(|fd| Handle(fd.obj)).map_err(e("dup"))
+        }
+        fn desc_close(&self, d: Handle) -> Result<(), Error> {
+            libos::fd::close(self.desc_fd(d)).map_err(e("close"))
+        }
+        fn share_open(&self, scope: Scope) -> Result<Handle, Error> {
+            match scope {
+                Scope::Process => Ok(Handle(GLOBAL_SHARE.load(Ordering::Relaxed))),
+                Scope::Worker => {
+                    let slot = &LOCAL_SHARES[core()];
+                    let s = slot.load(Ordering::Relaxed);
+                    if s != 0 {
+                        return Ok(Handle(s));
+                    }
+                    // Held by the process share (every thread has it) and, in the first
+                    // context, by its root share too (see libos::process::new_share).
+                    let p = libos::process::proc_share();
+                    let s = sys::share_alloc(p, "bench-local", MEMID_SELF, SHARE_PRIVATE).map_err(e("share_alloc"))?;
+                    let c = libos::ctx::ctx();
+                    if c.kind == libos::ctx::KIND_MAIN {
+                        sys::share_addobj(c.root_share, ObjName::new(p, s)).map_err(e("share_addobj"))?;
+                    }
+                    slot.store(s, Ordering::Relaxed);
+                    Ok(Handle(s))
+                }
+            }
+        }
+        fn share_add(&self, share: Handle, obj: Handle) -> Result<Handle, Error> {
+            sys::share_addobj(share.0, ObjName::new(seg_share(), obj.0)).map_err(e("share_addobj"))?;
+            Ok(obj)
+        }
+        fn share_del(&self, share: Handle, id: Handle) -> Result<(), Error> {
+            sys::share_delobj(ObjName::new(share.0, id.0)).map(|_| ()).map_err(e("share_delobj"))
+        }
+        fn null_syscall(&self) {
+            let _ = sys::null();
+        }
+        fn ticks_per_sec(&self) -> u64 {
+            self.tsc_hz
+        }
+        fn marker(&self, v: u8) {
+            // SAFETY: the kernel's TSS I/O-permission bitmap lets ring 3 write port 0x501.
+            unsafe { crate::harness::marker_out(v) }
+        }
+    }
+}
+
+#[cfg(all(test, not(target_os = "none")))]
 mod tests {
     use super::*;
     use crate::params::Params;
 
-    /// The stub must refuse, never produce a number.
+    /// The host stand-in must refuse, never produce a number.
     #[test]
-    fn ours_refuses_instead_of_pretending() {
+    fn host_stub_refuses_instead_of_pretending() {
         let p = Params::parse("bench=dupclose").unwrap();
         assert!(matches!(crate::suite::run(&Ours, &p), Err(Error::Unsupported(_))));
         assert!(!AVAILABLE);
