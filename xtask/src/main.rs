@@ -4,6 +4,7 @@
 mod bench;
 mod boot_bench;
 mod env;
+mod fuzz;
 mod iso;
 mod ksyms;
 mod linux;
@@ -71,6 +72,8 @@ fn main() -> ExitCode {
             Some("percore") => percore_tasks::bench(&rest[1..]),
             Some(_) | None => bench::run(rest),
         },
+        "fuzz" => fuzz::main(rest),
+        "soak" => fuzz::soak(rest),
         "plugin" => plugins::main(rest),
         // The short names for the two measurement commands.
         "cachesim" | "audit" => {

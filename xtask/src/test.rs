@@ -387,6 +387,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
         total.add(shell_smoke(&kernel, &initrd)?);
         // Core roles: an application core forwarding to kernel cores, roles changing under load.
         total.add(user_tests(&kernel, &initrd, 4, "roles=kc:1,ac:2,kc:3 init=roletest")?);
+        // Nothing a program does may break the kernel (docs/fuzz.md): isolation attacks (3
+        // vCPUs adds the forwarded-call case), a short fuzz with and without allocation
+        // injection, and the planted-bug demonstration.
+        total.add(user_tests(&kernel, &initrd, 2, "init=isolation")?);
+        total.add(user_tests(&kernel, &initrd, 3, "init=isolation")?);
+        total.add(crate::fuzz::ci_fuzz(&kernel, &initrd)?);
         total.add(program_runs(&kernel, &initrd)?);
         total.add(summary_boots(&kernel)?);
         total.add(bad_boot_conditions(&kernel)?);

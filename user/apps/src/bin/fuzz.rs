@@ -1,0 +1,1575 @@
+//! fuzz: random system calls on every core at once, from a seeded generator.
+//!
+//! Arguments (words): `seed=S` (default 1), `calls=N` (total over all cores, default
+//! 100000), `cores=K` (default: all), `trace` (print every call before issuing it: slow, for
+//! locating a kernel crash), `inject=SPEC` (only echoed in the replay line: the kernel command
+//! line turns injection on).
+//!
+//! Each core draws its calls from its own stream, `splitmix(seed, core, attempt)`, so a run is
+//! replayed by `cargo xtask fuzz --seed S` with the same `--calls`, `--smp` and `--inject`
+//! (ids returned by the kernel and the interleaving of cores differ between runs; the calls a
+//! core makes from a given state do not).
+//!
+//! Arguments come from these classes: ids of objects this core made (valid), ids it deleted
+//! (stale), ids published by other cores (their private shares, their root shares), random
+//! numbers, kernel-half and non-canonical addresses, null, unmapped, misaligned, read-only and
+//! straddling pointers, huge and negative lengths, overlapping mappings and offset ranges
+//! that overflow. Every result must be `Ok` or an `abi::Error` that the call can return
+//! (`allowed`); anything else is a failure: the core prints the seed and its last 16 calls.
+//!
+//! What the fuzzer must not do to itself: output buffers only ever point into its own scratch
+//! pages (or at memory that is not writable), its own root range is changed only inside its
+//! fuzz window, pcores are run with contexts whose `rip` is never mapped, and it deletes only
+//! what it made. At the end each core deletes everything it made and core 0 checks that free
+//! pages and kernel objects are back (the kernel checks again after the program exits).
+//!
+//! Under allocation fault injection (`inject=` on the kernel command line) a demand-zero fault
+//! that gets no memory kills the context (`EXIT_FAULT_BASE + 14`). The fuzzer touches all its
+//! memory before the run through system calls, which fail with `BadAddress` instead and are
+//! retried; a worker that still dies at start-up is restarted (up to 8 times).
+#![no_std]
+#![no_main]
+
+use abi::{
+    nr, ArKind, BatchEntry, DeviceBuf, DeviceConf, DeviceInfo, Error, ObjName, ObjectId, PcoreContext, SegMapping, SysInfo, EXIT_FAULT_BASE,
+    MAP_READ, MAP_WRITE, MAX_CONTEXT_SHARES, MEMID_SELF, PAGE_SIZE, SHARE_PRIVATE, USER_END,
+};
+use core::sync::atomic::{AtomicU64, Ordering};
+use libos::cores::{Core, CoreCtx, CoreOpts};
+use libos::{println, sys};
+
+libos::main!(main);
+
+// ---------------------------------------------------------------------------------------
+// Layout and shared control block
+
+/// The control block, shared by every core (mapped at the same address in every root range).
+const CTL_BASE: u64 = 0x2000_0000_0000;
+const CTL_PAGES: u64 = 12;
+/// Each core's scratch pages (its own segment, in its own root range): all output buffers.
+const SCR_BASE: u64 = 0x3000_0000_0000;
+const SCR_PAGES: u64 = 8;
+const SCR_END: u64 = SCR_BASE + SCR_PAGES * PAGE_SIZE;
+/// Inside the scratch: input structures, names, batch entries; outputs anywhere.
+const IN_OFF: u64 = 5 * PAGE_SIZE;
+const NAME_OFF: u64 = 6 * PAGE_SIZE;
+const BATCH_OFF: u64 = 6 * PAGE_SIZE + 512;
+/// The fuzz window: the only part of its own root range a core maps into or unmaps.
+const WIN: u64 = 0x4000_0000_0000;
+const WIN_SPAN: u64 = 512 << 30;
+/// Never mapped (above where the fuzzer maps anything in the window): `rip` of contexts it runs.
+const NEVER_MAPPED: u64 = WIN + WIN_SPAN - (1 << 30);
+
+const MAXC: usize = 32;
+const RING: usize = 16;
+const TABLE: usize = 48;
+const STALE: usize = 16;
+/// (call, result) pairs: result 0 = Ok, 1..=18 = errors.
+const NRES: usize = 19;
+const PATH_WORDS: usize = (NCALLS * NRES).div_ceil(64);
+
+#[repr(C, align(128))]
+struct Slot {
+    /// Published ids: root share, private share, root range, a segment in the private share.
+    root: AtomicU64,
+    private: AtomicU64,
+    rar: AtomicU64,
+    seg: AtomicU64,
+    calls: AtomicU64,
+    ok: AtomicU64,
+    failures: AtomicU64,
+    ticks: AtomicU64,
+    attempt: AtomicU64,
+    done: AtomicU64,
+    paths: [AtomicU64; PATH_WORDS],
+    /// Per call type: how many were issued directly and the ticks they took.
+    count: [AtomicU64; NCALLS],
+    cost: [AtomicU64; NCALLS],
+}
+
+#[repr(C)]
+struct Ctl {
+    go: AtomicU64,
+    stop: AtomicU64,
+    seed: AtomicU64,
+    calls_per_core: AtomicU64,
+    ncores: AtomicU64,
+    x_share: AtomicU64,
+    trace: AtomicU64,
+    console_hwid: AtomicU64,
+    slots: [Slot; MAXC],
+}
+
+const _: () = assert!(core::mem::size_of::<Ctl>() as u64 <= CTL_PAGES * PAGE_SIZE);
+
+fn ctl() -> &'static Ctl {
+    // SAFETY: every context running fuzz code maps the control segment read-write at
+    // CTL_BASE before it calls this (core 0 in `main`, workers through their root range set up
+    // by core 0), and never unmaps it while fuzz code runs; the segment is zero-filled demand
+    // memory, a valid bit pattern for a struct of atomics.
+    unsafe { &*(CTL_BASE as *const Ctl) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Random numbers
+
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64, core: u64, attempt: u64) -> Rng {
+        let mut r = Rng(seed ^ (core.wrapping_add(1)).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ attempt.wrapping_mul(0xD1B5_4A32_D192_ED03));
+        r.next();
+        r
+    }
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+    fn pct(&mut self, p: u64) -> bool {
+        self.below(100) < p
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Calls, their names and the errors each may return
+
+struct CallInfo {
+    nr: u64,
+    name: &'static str,
+    /// Errors this call may return besides the common ones (see `allowed`).
+    extra: u32,
+    /// The call names objects (ShareNotReachable, NoSuchObject, WrongType, NotPermitted).
+    names_objects: bool,
+}
+
+const fn bit(e: Error) -> u32 {
+    1 << (e as u32)
+}
+
+const NAME_ERRS: u32 = bit(Error::NameTooLong);
+const BUF_ERRS: u32 = bit(Error::BufferTooSmall);
+const MAP_ERRS: u32 = bit(Error::Misaligned) | bit(Error::Overlap) | bit(Error::Busy);
+
+const CALLS: [CallInfo; 39] = [
+    CallInfo { nr: nr::OBJ_GET_NAME, name: "obj_get_name", extra: BUF_ERRS, names_objects: true },
+    CallInfo { nr: nr::OBJ_STAT, name: "obj_stat", extra: 0, names_objects: true },
+    CallInfo { nr: nr::SHARE_ALLOC, name: "share_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
+    CallInfo { nr: nr::SHARE_ADDOBJ, name: "share_addobj", extra: bit(Error::AlreadyExists), names_objects: true },
+    CallInfo { nr: nr::SHARE_DELOBJ, name: "share_delobj", extra: 0, names_objects: true },
+    CallInfo { nr: nr::SELF_DROP, name: "self_drop", extra: 0, names_objects: true },
+    CallInfo { nr: nr::SELF_SHARES, name: "self_shares", extra: BUF_ERRS, names_objects: false },
+    CallInfo { nr: nr::SHARE_LIST, name: "share_list", extra: BUF_ERRS, names_objects: true },
+    CallInfo { nr: nr::SEGMENT_ALLOC, name: "segment_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
+    CallInfo { nr: nr::SEGMENT_COPY, name: "segment_copy", extra: NAME_ERRS, names_objects: true },
+    CallInfo { nr: nr::SEGMENT_GET_NBYTES, name: "segment_get_nbytes", extra: 0, names_objects: true },
+    CallInfo { nr: nr::SEGMENT_SET_NBYTES, name: "segment_set_nbytes", extra: bit(Error::Busy), names_objects: true },
+    CallInfo { nr: nr::AR_ALLOC, name: "ar_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
+    CallInfo { nr: nr::AR_SET_SEG, name: "ar_set_seg", extra: MAP_ERRS, names_objects: true },
+    CallInfo { nr: nr::AR_SET_AR, name: "ar_set_ar", extra: MAP_ERRS, names_objects: true },
+    CallInfo { nr: nr::AR_GET, name: "ar_get", extra: BUF_ERRS, names_objects: true },
+    CallInfo { nr: nr::AR_UNMAP, name: "ar_unmap", extra: MAP_ERRS, names_objects: true },
+    CallInfo { nr: nr::PCORE_ALLOC, name: "pcore_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
+    CallInfo { nr: nr::PCORE_CURRENT, name: "pcore_current", extra: 0, names_objects: false },
+    CallInfo { nr: nr::PCORE_RUN, name: "pcore_run", extra: bit(Error::Busy) | bit(Error::NoSuchCore) | bit(Error::Unsupported), names_objects: true },
+    CallInfo { nr: nr::PCORE_SET_INTERVAL, name: "pcore_set_interval", extra: 0, names_objects: true },
+    CallInfo { nr: nr::PCORE_HALT, name: "pcore_halt", extra: 0, names_objects: true },
+    CallInfo { nr: nr::PCORE_STAT, name: "pcore_stat", extra: 0, names_objects: true },
+    CallInfo {
+        nr: nr::PCORE_SET_ROLE,
+        name: "pcore_set_role",
+        extra: bit(Error::Busy) | bit(Error::NoSuchCore) | bit(Error::Unsupported),
+        names_objects: true,
+    },
+    CallInfo { nr: nr::DEVICE_ALLOC, name: "device_alloc", extra: bit(Error::NotFound) | bit(Error::NoSuchCore) | bit(Error::Busy), names_objects: true },
+    CallInfo { nr: nr::DEVICE_LIST, name: "device_list", extra: BUF_ERRS, names_objects: false },
+    CallInfo { nr: nr::DEVICE_STAT, name: "device_stat", extra: 0, names_objects: true },
+    CallInfo { nr: nr::DEVICE_CONF, name: "device_conf", extra: bit(Error::Unsupported), names_objects: true },
+    CallInfo { nr: nr::DEVICE_BUF, name: "device_buf", extra: bit(Error::Unsupported) | bit(Error::OutOfRange), names_objects: true },
+    CallInfo { nr: nr::LOCALITY_GET, name: "locality_get", extra: BUF_ERRS | bit(Error::NoSuchCore), names_objects: false },
+    CallInfo { nr: nr::CONSOLE_WRITE, name: "console_write", extra: 0, names_objects: false },
+    CallInfo { nr: nr::CONSOLE_READ, name: "console_read", extra: 0, names_objects: false },
+    CallInfo { nr: nr::TIME_NOW, name: "time_now", extra: 0, names_objects: false },
+    CallInfo { nr: nr::SYS_INFO, name: "sys_info", extra: 0, names_objects: false },
+    CallInfo { nr: nr::CORE_STATS, name: "core_stats", extra: bit(Error::NoSuchCore), names_objects: false },
+    CallInfo { nr: nr::INITRD_GET, name: "initrd_get", extra: NAME_ERRS | bit(Error::NotFound), names_objects: true },
+    CallInfo { nr: nr::NULL, name: "null", extra: 0, names_objects: false },
+    CallInfo { nr: nr::SYSCALL_BATCH, name: "syscall_batch", extra: 0, names_objects: false },
+    CallInfo { nr: u64::MAX, name: "(unknown)", extra: 0, names_objects: false },
+];
+const NCALLS: usize = CALLS.len();
+const UNKNOWN: usize = NCALLS - 1;
+
+fn call_index(n: u64) -> usize {
+    CALLS.iter().position(|c| c.nr == n).unwrap_or(UNKNOWN)
+}
+
+/// Whether `err` is a documented result of call `ci`. Common to every known call: a bad
+/// argument, a bad pointer, a range error, out of memory. Object naming errors only for calls
+/// that name objects; the rest per call (`CallInfo::extra`).
+fn allowed(ci: usize, err: Error) -> bool {
+    if ci == UNKNOWN {
+        return err == Error::NoSuchCall;
+    }
+    let c = &CALLS[ci];
+    match err {
+        Error::NoSuchCall => false,
+        Error::InvalidArgument | Error::BadAddress | Error::OutOfRange => true,
+        // Calls that allocate nothing cannot run out of memory.
+        Error::NoMemory => !matches!(c.nr, nr::NULL | nr::TIME_NOW | nr::PCORE_CURRENT),
+        Error::ShareNotReachable | Error::NoSuchObject | Error::WrongType | Error::NotPermitted => c.names_objects,
+        e => c.extra & bit(e) != 0,
+    }
+}
+
+/// A call as issued: number, arguments, raw result.
+#[derive(Clone, Copy, Default)]
+struct Rec {
+    seq: u64,
+    nr: u64,
+    a: [u64; 6],
+    r: i64,
+}
+
+fn print_rec(core: u64, rec: &Rec) {
+    let ci = call_index(rec.nr);
+    let res = if rec.r >= 0 {
+        RecRes::Ok(rec.r as u64)
+    } else {
+        match Error::from_code(-rec.r) {
+            Some(e) => RecRes::Err(e),
+            None => RecRes::Raw(rec.r),
+        }
+    };
+    println!(
+        "fuzz[{core}]   #{} {}({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x}) -> {:?}",
+        rec.seq, CALLS[ci].name, rec.a[0], rec.a[1], rec.a[2], rec.a[3], rec.a[4], rec.a[5], res
+    );
+}
+
+#[derive(Debug)]
+#[allow(dead_code)] // the fields are printed with {:?}
+enum RecRes {
+    Ok(u64),
+    Err(Error),
+    Raw(i64),
+}
+
+// ---------------------------------------------------------------------------------------
+// Per-core fuzzer state (on the core's own stack: no heap, no writable statics)
+
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Kind {
+    #[default]
+    Free,
+    Share,
+    Seg,
+    Ar(u64),
+    Pcore(u64),
+    Device,
+    /// A reference added with share_addobj (type not tracked).
+    Ref,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Obj {
+    n: ObjName,
+    kind: Kind,
+}
+
+struct Fuzz {
+    core: u64,
+    ncores: u64,
+    seed: u64,
+    attempt: u64,
+    rng: Rng,
+    root: ObjectId,
+    private: ObjectId,
+    x: ObjectId,
+    /// The worker's own shared share (holds its root range); 0 on core 0.
+    core_share: ObjectId,
+    rar: ObjName,
+    pcore: ObjName,
+    table: [Obj; TABLE],
+    stale: [ObjName; STALE],
+    nstale: usize,
+    ring: [Rec; RING],
+    seq: u64,
+    ok: u64,
+    failures: u64,
+    trace: bool,
+    paths: [u64; PATH_WORDS],
+    count: [u64; NCALLS],
+    cost: [u64; NCALLS],
+    /// Set when a call changed state that `cleanup` must restore (interval, role, console).
+    touched_interval: bool,
+    touched_role: bool,
+    touched_console: Option<ObjName>,
+}
+
+/// Addresses no call may write through (kernel half, non-canonical, wrap-around).
+const KERNEL_ADDRS: [u64; 6] =
+    [0xffff_8000_0000_0000, 0xffff_ffff_8000_0000, 0xffff_ff80_0000_0000, u64::MAX - 7, 0x0000_8000_0000_0000, 0x1234_5678_9abc_def0];
+
+impl Fuzz {
+    // ---- argument classes
+
+    fn random_id(&mut self) -> u64 {
+        match self.rng.below(4) {
+            0 => self.rng.next(),
+            1 => self.rng.below(64),
+            // Looks like an id of some core, with a sequence number no core reaches.
+            2 => ((self.rng.below(self.ncores + 2) + 1) << 40) | (1 << 39) | self.rng.below(1 << 20),
+            _ => [0, u64::MAX, 1 << 40, i64::MIN as u64][self.rng.below(4) as usize],
+        }
+    }
+
+    fn foreign_slot(&mut self) -> Option<&'static Slot> {
+        if self.ncores < 2 {
+            return None;
+        }
+        let mut other = self.rng.below(self.ncores);
+        if other == self.core {
+            other = (other + 1) % self.ncores;
+        }
+        Some(&ctl().slots[other as usize])
+    }
+
+    /// A share id from any class.
+    fn share(&mut self) -> u64 {
+        let p = self.rng.below(100);
+        if p < 55 {
+            let mut picks = [0u64; TABLE + 4];
+            let mut n = 0;
+            for s in [self.root, self.private, self.x, self.core_share] {
+                if s != 0 {
+                    picks[n] = s;
+                    n += 1;
+                }
+            }
+            for o in self.table.iter().filter(|o| o.kind == Kind::Share) {
+                picks[n] = o.n.object;
+                n += 1;
+            }
+            picks[self.rng.below(n as u64) as usize]
+        } else if p < 65 {
+            self.stale_name().object
+        } else if p < 80 {
+            match self.foreign_slot() {
+                Some(s) => {
+                    if self.rng.pct(50) {
+                        s.private.load(Ordering::Relaxed)
+                    } else {
+                        s.root.load(Ordering::Relaxed)
+                    }
+                }
+                None => self.random_id(),
+            }
+        } else {
+            self.random_id()
+        }
+    }
+
+    fn stale_name(&mut self) -> ObjName {
+        if self.nstale == 0 {
+            return ObjName::new(self.root, self.random_id());
+        }
+        self.stale[self.rng.below(self.nstale.min(STALE) as u64) as usize]
+    }
+
+    fn pick(&mut self, want: fn(Kind) -> bool) -> Option<ObjName> {
+        let n = self.table.iter().filter(|o| want(o.kind)).count() as u64;
+        if n == 0 {
+            return None;
+        }
+        let k = self.rng.below(n) as usize;
+        self.table.iter().filter(|o| want(o.kind)).nth(k).map(|o| o.n)
+    }
+
+    /// An object name: mostly of the wanted type, sometimes of any class.
+    fn obj(&mut self, want: fn(Kind) -> bool) -> ObjName {
+        let p = self.rng.below(100);
+        if p < 60 {
+            if let Some(n) = self.pick(want) {
+                return n;
+            }
+        }
+        if p < 72 {
+            if let Some(n) = self.pick(|k| k != Kind::Free) {
+                return n;
+            }
+        }
+        if p < 80 {
+            return self.stale_name();
+        }
+        if p < 90 {
+            if let Some(s) = self.foreign_slot() {
+                let (root, private, rar, seg) =
+                    (s.root.load(Ordering::Relaxed), s.private.load(Ordering::Relaxed), s.rar.load(Ordering::Relaxed), s.seg.load(Ordering::Relaxed));
+                return match self.rng.below(4) {
+                    0 => ObjName::new(private, seg),
+                    1 => ObjName::new(root, rar),
+                    // Another core's object, named through one of our own shares.
+                    2 => ObjName::new(self.share(), seg),
+                    _ => ObjName::new(root, private),
+                };
+            }
+        }
+        if p < 95 {
+            // Our own base objects, read-only uses are harmless.
+            return [self.rar, self.pcore, ObjName::new(self.root, self.private)][self.rng.below(3) as usize];
+        }
+        ObjName::new(self.share(), self.random_id())
+    }
+
+    /// A pointer for the kernel to write `size` bytes to: our scratch, or memory it must refuse.
+    fn out_ptr(&mut self, size: u64) -> u64 {
+        let p = self.rng.below(100);
+        if p < 55 {
+            let room = (SCR_PAGES * PAGE_SIZE).saturating_sub(size.min(SCR_PAGES * PAGE_SIZE));
+            let mut off = self.rng.below(room + 1);
+            if self.rng.pct(70) {
+                off &= !7;
+            }
+            SCR_BASE + off
+        } else {
+            self.bad_ptr(size)
+        }
+    }
+
+    /// Memory the kernel must not write (or cannot, all of it).
+    fn bad_ptr(&mut self, size: u64) -> u64 {
+        match self.rng.below(10) {
+            0 => KERNEL_ADDRS[self.rng.below(KERNEL_ADDRS.len() as u64) as usize],
+            1 => 0xffff_8000_0000_0000 + self.rng.below(1 << 30) * PAGE_SIZE,
+            2 => self.rng.below(PAGE_SIZE),
+            // Straddles the end of the user half, or the end of our scratch.
+            3 => USER_END - 1 - self.rng.below(size.max(2) - 1).min(USER_END - 1),
+            4 => SCR_END - 1 - self.rng.below(size.max(2) - 1).min(SCR_END - SCR_BASE - 1),
+            // Read-only: our own code.
+            5 => main as *const () as u64 + self.rng.below(64),
+            // The fuzz window: mapped or not, readable or not, by our own calls.
+            6 => WIN + self.rng.below(64) * PAGE_SIZE + if self.rng.pct(20) { self.rng.below(PAGE_SIZE) } else { 0 },
+            7 => 0x5000_0000_0000 + self.rng.below(1 << 30) * 8,
+            8 => NEVER_MAPPED,
+            _ => self.rng.next(),
+        }
+    }
+
+    /// A pointer to `size` bytes for the kernel to read.
+    fn in_ptr(&mut self, size: u64, good: u64) -> u64 {
+        if self.rng.pct(85) {
+            good
+        } else if self.rng.pct(30) {
+            // Our own code is readable: the kernel reads it as a structure.
+            main as *const () as u64
+        } else {
+            self.bad_ptr(size)
+        }
+    }
+
+    fn len(&mut self) -> u64 {
+        match self.rng.below(10) {
+            0..=4 => self.rng.below(64),
+            5 => self.rng.below(4096),
+            6 => [u64::MAX, 1 << 63, (-1i64) as u64 - 4095, 1 << 32, u64::MAX / 2][self.rng.below(5) as usize],
+            7 => (-(self.rng.below(4096) as i64)) as u64,
+            8 => 0,
+            _ => self.rng.next(),
+        }
+    }
+
+    fn name(&mut self) -> (u64, u64) {
+        let p = self.rng.below(100);
+        let good = SCR_BASE + NAME_OFF + self.rng.below(8);
+        if p < 80 {
+            (good, self.rng.below(abi::MAX_NAME as u64 + 1))
+        } else if p < 86 {
+            (good, abi::MAX_NAME as u64 + 1 + self.rng.below(64))
+        } else if p < 89 {
+            (good, [u64::MAX, 1 << 63, 1 << 40][self.rng.below(3) as usize])
+        } else {
+            let l = 1 + self.rng.below(abi::MAX_NAME as u64);
+            (self.bad_ptr(l), l)
+        }
+    }
+
+    fn memid(&mut self) -> u64 {
+        match self.rng.below(6) {
+            0..=2 => MEMID_SELF,
+            3 => self.rng.below(self.ncores),
+            4 => self.ncores + self.rng.below(4),
+            _ => self.rng.next(),
+        }
+    }
+
+    fn pages(&mut self) -> u64 {
+        match self.rng.below(10) {
+            0..=5 => (1 + self.rng.below(16)) * PAGE_SIZE,
+            6 => self.rng.below(16 * PAGE_SIZE),
+            7 => 0,
+            8 => [1 << 30, 2 << 20, (1 << 40) + PAGE_SIZE][self.rng.below(3) as usize],
+            _ => [u64::MAX, u64::MAX & !(PAGE_SIZE - 1), 1 << 63, (-(PAGE_SIZE as i64)) as u64][self.rng.below(4) as usize],
+        }
+    }
+
+    fn flags(&mut self) -> u64 {
+        match self.rng.below(10) {
+            0..=7 => self.rng.below(8),
+            8 => 0x80 | self.rng.below(8),
+            _ => self.rng.next(),
+        }
+    }
+
+    /// Write `v` into our scratch at `off` and return its address.
+    fn put<T: Copy>(&mut self, off: u64, v: T) -> u64 {
+        let addr = SCR_BASE + off;
+        // SAFETY: `off + size_of::<T>()` lies inside our scratch mapping (callers pass
+        // offsets at or below IN_OFF/BATCH_OFF with room for the structure), which is mapped
+        // read-write, touched at start-up and used by nothing else; `write_unaligned` needs no
+        // alignment.
+        unsafe { core::ptr::write_unaligned(addr as *mut T, v) };
+        addr
+    }
+
+    /// A virtual offset for a mapping in range `ar` (of kind `kind`); for our own root range,
+    /// inside the fuzz window or somewhere the kernel must refuse.
+    fn voff(&mut self, ar: ObjName, kind: Option<u64>) -> u64 {
+        // By object id: our root range may also be named through a share we added it to.
+        let own = ar.object == self.rar.object;
+        let (base, span) = match kind {
+            Some(k) if !own => (0, ArKind::from_u64(k).map(|k| k.span()).unwrap_or(USER_END)),
+            _ => (WIN, WIN_SPAN),
+        };
+        match self.rng.below(10) {
+            0..=5 => base + self.rng.below(64) * PAGE_SIZE,
+            6 => base + self.rng.below(64) * PAGE_SIZE + 8 * (1 + self.rng.below(511)),
+            7 => {
+                if own {
+                    // Outside the user half entirely: the kernel must refuse before looking.
+                    [USER_END, 0xffff_8000_0000_0000, u64::MAX & !(PAGE_SIZE - 1)][self.rng.below(3) as usize]
+                } else {
+                    span - PAGE_SIZE
+                }
+            }
+            8 => {
+                if own {
+                    WIN + (WIN_SPAN / 2)
+                } else {
+                    [span, USER_END, 0xffff_8000_0000_0000][self.rng.below(3) as usize]
+                }
+            }
+            _ => {
+                if own {
+                    KERNEL_ADDRS[self.rng.below(KERNEL_ADDRS.len() as u64) as usize] & !(PAGE_SIZE - 1)
+                } else {
+                    self.rng.next()
+                }
+            }
+        }
+    }
+
+    fn ar_kind(&mut self, ar: ObjName) -> Option<u64> {
+        if ar == self.rar {
+            return Some(ArKind::Root as u64);
+        }
+        self.table.iter().find(|o| o.n == ar).and_then(|o| if let Kind::Ar(k) = o.kind { Some(k) } else { None })
+    }
+
+    // ---- generating one call
+
+    fn gen(&mut self, in_batch: bool) -> (u64, [u64; 6]) {
+        let r = self.rng.below(1000);
+        // Weights: mapping and object calls most, services less.
+        let ci = match r {
+            0..=39 => call_index(nr::OBJ_GET_NAME),
+            40..=79 => call_index(nr::OBJ_STAT),
+            80..=139 => call_index(nr::SHARE_ALLOC),
+            140..=199 => call_index(nr::SHARE_ADDOBJ),
+            200..=269 => call_index(nr::SHARE_DELOBJ),
+            270..=284 => call_index(nr::SELF_DROP),
+            285..=299 => call_index(nr::SELF_SHARES),
+            300..=319 => call_index(nr::SHARE_LIST),
+            320..=389 => call_index(nr::SEGMENT_ALLOC),
+            390..=419 => call_index(nr::SEGMENT_COPY),
+            420..=434 => call_index(nr::SEGMENT_GET_NBYTES),
+            435..=459 => call_index(nr::SEGMENT_SET_NBYTES),
+            460..=499 => call_index(nr::AR_ALLOC),
+            500..=579 => call_index(nr::AR_SET_SEG),
+            580..=619 => call_index(nr::AR_SET_AR),
+            620..=639 => call_index(nr::AR_GET),
+            640..=689 => call_index(nr::AR_UNMAP),
+            690..=709 => call_index(nr::PCORE_ALLOC),
+            710..=714 => call_index(nr::PCORE_CURRENT),
+            715..=734 => call_index(nr::PCORE_RUN),
+            735..=744 => call_index(nr::PCORE_SET_INTERVAL),
+            745..=759 => call_index(nr::PCORE_HALT),
+            760..=769 => call_index(nr::PCORE_STAT),
+            770..=779 => call_index(nr::PCORE_SET_ROLE),
+            780..=794 => call_index(nr::DEVICE_ALLOC),
+            795..=804 => call_index(nr::DEVICE_LIST),
+            805..=814 => call_index(nr::DEVICE_STAT),
+            815..=824 => call_index(nr::DEVICE_CONF),
+            825..=839 => call_index(nr::DEVICE_BUF),
+            840..=849 => call_index(nr::LOCALITY_GET),
+            850..=864 => call_index(nr::CONSOLE_WRITE),
+            865..=874 => call_index(nr::CONSOLE_READ),
+            875..=879 => call_index(nr::TIME_NOW),
+            880..=894 => call_index(nr::SYS_INFO),
+            895..=909 => call_index(nr::CORE_STATS),
+            910..=924 => call_index(nr::INITRD_GET),
+            925..=934 => call_index(nr::NULL),
+            935..=969 => {
+                if in_batch {
+                    call_index(nr::NULL)
+                } else {
+                    call_index(nr::SYSCALL_BATCH)
+                }
+            }
+            _ => UNKNOWN,
+        };
+        let n = CALLS[ci].nr;
+        let is_ar = |k: Kind| matches!(k, Kind::Ar(_));
+        let is_seg = |k: Kind| k == Kind::Seg;
+        let is_pcore = |k: Kind| matches!(k, Kind::Pcore(_));
+        let is_dev = |k: Kind| k == Kind::Device;
+        let mut a = [0u64; 6];
+        match n {
+            nr::OBJ_GET_NAME => {
+                let o = self.obj(|k| k != Kind::Free);
+                let cap = self.len();
+                a = [o.share, o.object, self.out_ptr(cap.min(64)), cap, 0, 0];
+            }
+            nr::OBJ_STAT => {
+                let o = self.obj(|k| k != Kind::Free);
+                a = [o.share, o.object, self.out_ptr(32), 0, 0, 0];
+            }
+            nr::SHARE_ALLOC => {
+                let (p, l) = self.name();
+                let flags = match self.rng.below(6) {
+                    0..=2 => 0,
+                    3 | 4 => SHARE_PRIVATE,
+                    _ => self.flags(),
+                };
+                a = [self.share(), p, l, self.memid(), flags, 0];
+            }
+            nr::SHARE_ADDOBJ => {
+                let o = self.obj(|k| k != Kind::Free);
+                a = [self.share(), o.share, o.object, 0, 0, 0];
+            }
+            nr::SHARE_DELOBJ => {
+                // Only names we made, stale ones, other cores' and random ones: never our base
+                // objects (the root range we run on, the shares the harness needs).
+                let o = match self.rng.below(10) {
+                    0..=5 => self.pick(|k| k != Kind::Free).unwrap_or_else(|| self.stale_name()),
+                    6 => self.stale_name(),
+                    7 => match self.foreign_slot() {
+                        Some(s) => ObjName::new(s.private.load(Ordering::Relaxed), s.seg.load(Ordering::Relaxed)),
+                        None => self.stale_name(),
+                    },
+                    _ => ObjName::new(self.share(), self.random_id()),
+                };
+                a = [o.share, o.object, 0, 0, 0, 0];
+            }
+            nr::SELF_DROP => {
+                // Never the shares the harness itself needs (X, the core's share).
+                let mut s = self.share();
+                if s == self.x || s == self.core_share {
+                    s = self.root;
+                }
+                a = [s, 0, 0, 0, 0, 0];
+            }
+            nr::SELF_SHARES => {
+                let cap = self.len() % 24;
+                a = [self.out_ptr(cap * 8), cap, 0, 0, 0, 0];
+            }
+            nr::SHARE_LIST => {
+                let cap = if self.rng.pct(80) { self.rng.below(80) } else { self.len() };
+                a = [self.share(), self.out_ptr(cap.saturating_mul(8)), cap, 0, 0, 0];
+            }
+            nr::SEGMENT_ALLOC => {
+                let (p, l) = self.name();
+                a = [self.share(), p, l, self.memid(), self.pages(), 0];
+            }
+            nr::SEGMENT_COPY => {
+                let (p, l) = self.name();
+                let src = self.obj(is_seg);
+                let mode = if self.rng.pct(85) { self.rng.below(2) } else { self.rng.next() % 5 };
+                a = [self.share(), src.share, src.object, p, l, mode];
+            }
+            nr::SEGMENT_GET_NBYTES => {
+                let o = self.obj(is_seg);
+                a = [o.share, o.object, 0, 0, 0, 0];
+            }
+            nr::SEGMENT_SET_NBYTES => {
+                // Only our own segments' sizes change (never the image or a stack).
+                let o = self.pick(is_seg).unwrap_or_else(|| self.stale_name());
+                a = [o.share, o.object, self.pages(), 0, 0, 0];
+            }
+            nr::AR_ALLOC => {
+                let (p, l) = self.name();
+                let kind = if self.rng.pct(90) { self.rng.below(4) } else { self.rng.next() % 9 };
+                a = [self.share(), p, l, self.memid(), kind, 0];
+            }
+            nr::AR_SET_SEG => {
+                let ar = if self.rng.pct(35) { self.rar } else { self.pick(is_ar).unwrap_or(self.rar) };
+                let kind = self.ar_kind(ar);
+                let seg = self.obj(is_seg);
+                let m = SegMapping { voff: self.voff(ar, kind), seg, soff: if self.rng.pct(70) { self.rng.below(8) * PAGE_SIZE } else { self.pages() }, len: self.pages(), flags: self.flags() };
+                let good = self.put(IN_OFF, m);
+                a = [ar.share, ar.object, self.in_ptr(48, good), 0, 0, 0];
+            }
+            nr::AR_SET_AR => {
+                let ar = if self.rng.pct(35) { self.rar } else { self.pick(is_ar).unwrap_or(self.rar) };
+                let child = self.obj(is_ar);
+                let ck = self.ar_kind(child);
+                let kind = self.ar_kind(ar);
+                let span = ck.and_then(ArKind::from_u64).map(|k| k.span()).unwrap_or(2 << 20);
+                let voff = if self.rng.pct(70) {
+                    let base = if ar == self.rar || kind.is_none() { WIN } else { 0 };
+                    base + self.rng.below(4) * span
+                } else {
+                    self.voff(ar, kind)
+                };
+                a = [ar.share, ar.object, voff, child.share, child.object, 0];
+            }
+            nr::AR_GET => {
+                let ar = if self.rng.pct(30) { self.rar } else { self.obj(is_ar) };
+                let cap = if self.rng.pct(85) { self.rng.below(16) } else { self.len() };
+                a = [ar.share, ar.object, self.out_ptr(cap.saturating_mul(48)), cap, 0, 0];
+            }
+            nr::AR_UNMAP => {
+                let ar = if self.rng.pct(35) { self.rar } else { self.obj(is_ar) };
+                let kind = self.ar_kind(ar);
+                let voff = self.voff(ar, kind);
+                let mut len = self.pages();
+                let own = ar.object == self.rar.object;
+                if own && (WIN..WIN + WIN_SPAN).contains(&voff) {
+                    // Keep unmaps of our own root range inside the window.
+                    len = len.min(WIN + WIN_SPAN - voff);
+                    if self.rng.pct(10) {
+                        len = WIN + WIN_SPAN - voff;
+                    }
+                }
+                if own && !(WIN..WIN + WIN_SPAN).contains(&voff) && voff < USER_END {
+                    a = [ar.share, ar.object, WIN, 0, 0, 0]; // zero length: refused
+                } else {
+                    a = [ar.share, ar.object, voff, len, 0, 0];
+                }
+            }
+            nr::PCORE_ALLOC => {
+                let (p, l) = self.name();
+                let core = match self.rng.below(8) {
+                    0..=3 => self.core,
+                    4 | 5 => self.rng.below(self.ncores),
+                    6 => self.ncores + self.rng.below(3),
+                    _ => self.rng.next(),
+                };
+                a = [self.share(), p, l, core, 0, 0];
+            }
+            nr::PCORE_CURRENT => {}
+            nr::PCORE_RUN => {
+                let p = self.obj(is_pcore);
+                // A context that can only fault at once: `rip` is never mapped, and the root
+                // range is one we made (never our own).
+                let root_ar = if self.rng.pct(80) { self.pick(|k| k == Kind::Ar(0)).unwrap_or_else(|| self.stale_name()) } else { self.obj(is_ar) };
+                let root_ar = if root_ar.object == self.rar.object { self.stale_name() } else { root_ar };
+                let mut shares = [0u64; MAX_CONTEXT_SHARES];
+                let nshares = if self.rng.pct(90) { self.rng.below(3) } else { self.rng.below(12) };
+                for s in shares.iter_mut().take(nshares as usize) {
+                    *s = self.share();
+                }
+                let rip = match self.rng.below(5) {
+                    0..=2 => NEVER_MAPPED,
+                    3 => KERNEL_ADDRS[self.rng.below(KERNEL_ADDRS.len() as u64) as usize],
+                    _ => 0,
+                };
+                let role = if self.rng.pct(80) { 0 } else { self.rng.below(5) };
+                let c = PcoreContext { rip, rsp: NEVER_MAPPED + PAGE_SIZE, arg: self.rng.next(), root_ar, nshares, shares, role };
+                let good = self.put(IN_OFF, c);
+                a = [p.share, p.object, self.in_ptr(core::mem::size_of::<PcoreContext>() as u64, good), 0, 0, 0];
+            }
+            nr::PCORE_SET_INTERVAL => {
+                let p = if self.rng.pct(40) { self.pcore } else { self.obj(is_pcore) };
+                let hz = [0, 1, 100, 10_000, 10_001, u64::MAX][self.rng.below(6) as usize];
+                if p == self.pcore {
+                    self.touched_interval = true;
+                }
+                a = [p.share, p.object, hz, 0, 0, 0];
+            }
+            nr::PCORE_HALT => {
+                // Never our own pcore (that ends us); pcores we made only halt contexts started
+                // through them.
+                let mut p = self.obj(is_pcore);
+                if p.object == self.pcore.object {
+                    p = self.stale_name();
+                }
+                a = [p.share, p.object, self.rng.next(), 0, 0, 0];
+            }
+            nr::PCORE_STAT => {
+                let p = if self.rng.pct(20) { self.pcore } else { self.obj(is_pcore) };
+                a = [p.share, p.object, self.out_ptr(40), 0, 0, 0];
+            }
+            nr::PCORE_SET_ROLE => {
+                // Only pcores for our own core (a role change elsewhere could make a core the
+                // harness needs a kernel core): Busy, or a switch between XC, TC and AC.
+                let me = self.core;
+                let p = if self.rng.pct(50) {
+                    self.table.iter().find(|o| o.kind == Kind::Pcore(me)).map(|o| o.n).unwrap_or(self.pcore)
+                } else {
+                    self.stale_name()
+                };
+                let role = match self.rng.below(6) {
+                    0 | 1 => abi::ROLE_XC,
+                    2 => abi::ROLE_TC,
+                    3 => abi::ROLE_AC,
+                    4 => abi::ROLE_KC,
+                    _ => self.rng.next(),
+                };
+                self.touched_role = true;
+                a = [p.share, p.object, role, 0, 0, 0];
+            }
+            nr::DEVICE_ALLOC => {
+                let hwid = if self.rng.pct(70) { ctl().console_hwid.load(Ordering::Relaxed) } else { self.random_id() };
+                a = [self.share(), hwid, self.memid(), 0, 0, 0];
+            }
+            nr::DEVICE_LIST => {
+                let cap = if self.rng.pct(80) { self.rng.below(4) } else { self.len() };
+                a = [self.out_ptr(cap.saturating_mul(core::mem::size_of::<DeviceInfo>() as u64)), cap, 0, 0, 0, 0];
+            }
+            nr::DEVICE_STAT => {
+                let d = self.obj(is_dev);
+                a = [d.share, d.object, self.out_ptr(32), 0, 0, 0];
+            }
+            nr::DEVICE_CONF => {
+                let d = self.obj(is_dev);
+                let key = if self.rng.pct(70) { abi::CONF_CONSOLE_CRLF } else { self.rng.below(4) };
+                let conf = DeviceConf { key, value: self.rng.below(2) };
+                let good = self.put(IN_OFF, conf);
+                if self.table.iter().any(|o| o.n == d && o.kind == Kind::Device) {
+                    self.touched_console = Some(d);
+                }
+                a = [d.share, d.object, self.in_ptr(16, good), 0, 0, 0];
+            }
+            nr::DEVICE_BUF => {
+                let d = self.obj(is_dev);
+                let seg = self.obj(is_seg);
+                // Short transmissions only (a long one is legal, and slow on a serial line).
+                let (offset, len) = match self.rng.below(6) {
+                    0..=2 => (self.rng.below(2 * PAGE_SIZE), self.rng.below(8)),
+                    3 => (self.rng.below(PAGE_SIZE), u64::MAX - self.rng.below(PAGE_SIZE)),
+                    4 => (u64::MAX - self.rng.below(8), 1 + self.rng.below(8)),
+                    _ => (1 << 40, 4),
+                };
+                let buf_type = if self.rng.pct(85) { abi::BUF_TX } else { self.rng.below(4) };
+                let good = self.put(IN_OFF, DeviceBuf { seg, offset, len, buf_type });
+                a = [d.share, d.object, self.in_ptr(40, good), 0, 0, 0];
+            }
+            nr::LOCALITY_GET => {
+                let cap = if self.rng.pct(80) { self.rng.below(self.ncores * self.ncores + 2) } else { self.len() };
+                a = [self.out_ptr(cap.saturating_mul(2)), cap, 0, 0, 0, 0];
+            }
+            nr::CONSOLE_WRITE => {
+                // Valid pointers write a few dots at most; the rest must be refused.
+                let (p, l) = if self.rng.pct(30) {
+                    (SCR_BASE + NAME_OFF + 200, self.rng.below(3))
+                } else if self.rng.pct(50) {
+                    (self.bad_ptr(16), 1 + self.rng.below(64))
+                } else {
+                    // A valid pointer with a length running off the mapping or the address
+                    // space; near the end of the scratch, so the bytes the kernel may send
+                    // before it meets the unmapped page are few (a serial line is slow).
+                    (SCR_END - 1 - self.rng.below(8), [u64::MAX, 1 << 63, SCR_PAGES * PAGE_SIZE][self.rng.below(3) as usize])
+                };
+                a = [p, l, 0, 0, 0, 0];
+            }
+            nr::CONSOLE_READ => {
+                let cap = if self.rng.pct(80) { self.rng.below(64) } else { self.len() };
+                a = [self.out_ptr(cap.min(256)), cap, 0, 0, 0, 0];
+            }
+            nr::TIME_NOW | nr::NULL => {
+                // Arguments are ignored: give random ones.
+                for x in a.iter_mut() {
+                    *x = self.rng.next();
+                }
+            }
+            nr::SYS_INFO => a = [self.out_ptr(core::mem::size_of::<SysInfo>() as u64), 0, 0, 0, 0, 0],
+            nr::CORE_STATS => {
+                let c = if self.rng.pct(80) { self.rng.below(self.ncores) } else { self.ncores + self.rng.below(3) };
+                a = [c, self.out_ptr(112), 0, 0, 0, 0];
+            }
+            nr::INITRD_GET => {
+                // Real files are copied whole: rarely, and only the smallest program.
+                let (p, l) = if self.rng.pct(3) {
+                    (self.put(NAME_OFF + 128, *b"hello\0\0\0"), 5)
+                } else {
+                    self.name()
+                };
+                a = [self.share(), p, l, 0, 0, 0];
+            }
+            nr::SYSCALL_BATCH => {
+                let n = if self.rng.pct(85) { 1 + self.rng.below(8) } else { [0, abi::MAX_BATCH + 1, u64::MAX][self.rng.below(3) as usize] };
+                let k = n.min(8);
+                for i in 0..k {
+                    let (bnr, bargs) = self.gen(true);
+                    let e = BatchEntry { nr: if self.rng.pct(3) { nr::SYSCALL_BATCH } else { bnr }, args: bargs, result: 0 };
+                    self.put(BATCH_OFF + i * core::mem::size_of::<BatchEntry>() as u64, e);
+                }
+                let good = SCR_BASE + BATCH_OFF;
+                let p = if self.rng.pct(90) { good } else { self.bad_ptr(64) };
+                a = [p, n, 0, 0, 0, 0];
+            }
+            _ => {
+                let n = match self.rng.below(5) {
+                    0 => 0,
+                    1 => 3 + self.rng.below(7),
+                    2 => 78 + self.rng.below(100),
+                    3 => u64::MAX - self.rng.below(4),
+                    _ => self.rng.next() | (1 << 32),
+                };
+                for x in a.iter_mut() {
+                    *x = self.rng.next();
+                }
+                return (n, a);
+            }
+        }
+        (n, a)
+    }
+
+    // ---- issuing and checking
+
+    fn raw(&self, n: u64, a: [u64; 6]) -> i64 {
+        // SAFETY: every pointer argument the generator makes is either inside this core's
+        // scratch pages (which hold nothing else) or memory the kernel must refuse to write
+        // (kernel half, non-canonical, unmapped, read-only, the fuzz window whose mappings hold
+        // only fuzz segments). A kernel that wrongly wrote elsewhere is what we are looking for.
+        unsafe { sys::raw6(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
+    }
+
+    fn record_path(&mut self, ci: usize, r: i64) {
+        let res = if r >= 0 { 0 } else { (-r).clamp(0, NRES as i64 - 1) as usize };
+        let bitno = ci * NRES + res;
+        self.paths[bitno / 64] |= 1 << (bitno % 64);
+    }
+
+    /// Check one result; returns a reason if it is not a documented one.
+    fn check(&self, n: u64, a: &[u64; 6], r: i64) -> Option<&'static str> {
+        let ci = call_index(n);
+        if r < 0 {
+            let Some(e) = Error::from_code(-r) else { return Some("undocumented error code") };
+            if !allowed(ci, e) {
+                return Some("an error this call does not document");
+            }
+            return None;
+        }
+        if ci == UNKNOWN {
+            return Some("an unknown call number succeeded");
+        }
+        match n {
+            nr::CONSOLE_WRITE if r as u64 != a[1] => Some("console_write wrote a different length"),
+            nr::SYSCALL_BATCH if r as u64 != a[1] => Some("syscall_batch ran a different number of calls"),
+            nr::OBJ_GET_NAME if r as u64 > abi::MAX_NAME as u64 || r as u64 > a[3] => Some("name longer than the buffer or MAX_NAME"),
+            nr::SELF_SHARES | nr::SHARE_LIST | nr::AR_GET | nr::DEVICE_LIST => {
+                let cap = if n == nr::SELF_SHARES || n == nr::DEVICE_LIST { a[1] } else if n == nr::SHARE_LIST { a[2] } else { a[3] };
+                if r as u64 > cap {
+                    Some("returned more entries than the buffer holds")
+                } else {
+                    None
+                }
+            }
+            nr::CONSOLE_READ if r as u64 > a[1] => Some("read more than asked"),
+            _ => None,
+        }
+    }
+
+    fn add(&mut self, n: ObjName, kind: Kind) {
+        if let Some(slot) = self.table.iter_mut().find(|o| o.kind == Kind::Free) {
+            *slot = Obj { n, kind };
+        } else {
+            // Full: let it go at once (this call is part of the stream too).
+            let r = self.raw(nr::SHARE_DELOBJ, [n.share, n.object, 0, 0, 0, 0]);
+            self.note(nr::SHARE_DELOBJ, [n.share, n.object, 0, 0, 0, 0], r);
+        }
+    }
+
+    fn forget(&mut self, n: ObjName) {
+        for o in self.table.iter_mut().filter(|o| o.n == n) {
+            o.kind = Kind::Free;
+        }
+        self.stale[self.nstale % STALE] = n;
+        self.nstale += 1;
+    }
+
+    /// Learn from a successful call: new objects go in the table, deleted ones become stale.
+    fn learn(&mut self, n: u64, a: &[u64; 6], r: i64) {
+        if r < 0 {
+            return;
+        }
+        let id = r as u64;
+        match n {
+            nr::SHARE_ALLOC => self.add(ObjName::new(a[0], id), Kind::Share),
+            nr::SEGMENT_ALLOC | nr::INITRD_GET => self.add(ObjName::new(a[0], id), Kind::Seg),
+            nr::SEGMENT_COPY => self.add(ObjName::new(a[0], id), Kind::Seg),
+            nr::AR_ALLOC => self.add(ObjName::new(a[0], id), Kind::Ar(a[4])),
+            nr::PCORE_ALLOC => self.add(ObjName::new(a[0], id), Kind::Pcore(a[3])),
+            nr::DEVICE_ALLOC => self.add(ObjName::new(a[0], id), Kind::Device),
+            nr::SHARE_ADDOBJ => {
+                let kind = self.table.iter().find(|o| o.n == ObjName::new(a[1], a[2])).map(|o| o.kind).unwrap_or(Kind::Ref);
+                self.add(ObjName::new(a[0], a[2]), kind)
+            }
+            nr::SHARE_DELOBJ => self.forget(ObjName::new(a[0], a[1])),
+            _ => {}
+        }
+    }
+
+    fn note(&mut self, n: u64, a: [u64; 6], r: i64) {
+        self.seq += 1;
+        self.ring[(self.seq as usize) % RING] = Rec { seq: self.seq, nr: n, a, r };
+        let ci = call_index(n);
+        self.record_path(ci, r);
+        if r >= 0 {
+            self.ok += 1;
+        }
+        if let Some(why) = self.check(n, &a, r) {
+            self.fail(why);
+        }
+    }
+
+    fn fail(&mut self, why: &str) {
+        self.failures += 1;
+        let rec = self.ring[(self.seq as usize) % RING];
+        println!(
+            "fuzz: FAILED seed={} core={} attempt={} call #{}: {} -> {} ({})",
+            self.seed,
+            self.core,
+            self.attempt,
+            rec.seq,
+            CALLS[call_index(rec.nr)].name,
+            rec.r,
+            why
+        );
+        println!("fuzz[{}] last calls (oldest first):", self.core);
+        for i in 1..=RING as u64 {
+            let s = self.seq + i;
+            let rec = self.ring[(s as usize) % RING];
+            if rec.seq != 0 && rec.seq + (RING as u64) > self.seq {
+                print_rec(self.core, &rec);
+            }
+        }
+        ctl().stop.store(1, Ordering::Release);
+    }
+
+    fn step(&mut self) {
+        let (n, a) = self.gen(false);
+        if self.trace {
+            println!("fuzz[{}] #{} {}({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x})", self.core, self.seq + 1, CALLS[call_index(n)].name, a[0], a[1], a[2], a[3], a[4], a[5]);
+        }
+        let t0 = libos::time::ticks();
+        let r = self.raw(n, a);
+        let ci = call_index(n);
+        self.cost[ci] += libos::time::ticks() - t0;
+        self.count[ci] += 1;
+        self.note(n, a, r);
+        self.learn(n, &a, r);
+        if n == nr::SYSCALL_BATCH && r >= 0 {
+            // Each entry's result must be documented too, and its objects learnt.
+            for i in 0..a[1].min(8) {
+                let addr = SCR_BASE + BATCH_OFF + i * core::mem::size_of::<BatchEntry>() as u64;
+                // SAFETY: the batch entries are in our scratch mapping (written by `gen`).
+                let e: BatchEntry = unsafe { core::ptr::read_unaligned(addr as *const BatchEntry) };
+                if e.nr == nr::SYSCALL_BATCH {
+                    if e.result != -(Error::InvalidArgument as i64) {
+                        self.note(e.nr, e.args, e.result);
+                        self.fail("a nested syscall_batch was not refused");
+                    }
+                    continue;
+                }
+                self.note(e.nr, e.args, e.result);
+                self.learn(e.nr, &e.args, e.result);
+            }
+        }
+    }
+
+    /// Delete everything this core made and undo its settings. Retries on `NoMemory`.
+    fn cleanup(&mut self) {
+        let retry = |f: &mut dyn FnMut() -> Result<u64, Error>| {
+            for _ in 0..100 {
+                match f() {
+                    Err(Error::NoMemory) | Err(Error::BadAddress) => continue,
+                    _ => return,
+                }
+            }
+        };
+        if self.touched_interval {
+            let p = self.pcore;
+            retry(&mut || sys::pcore_set_interval(p, 0));
+        }
+        if self.touched_role {
+            let p = self.pcore;
+            // SAFETY: pcore_set_role takes no pointers.
+            retry(&mut || unsafe { sys::call(nr::PCORE_SET_ROLE, p.share, p.object, abi::ROLE_XC, 0, 0, 0) });
+        }
+        if let Some(d) = self.touched_console {
+            let conf = DeviceConf { key: abi::CONF_CONSOLE_CRLF, value: 1 };
+            retry(&mut || sys::device_conf(d, &conf));
+        }
+        let rar = self.rar;
+        retry(&mut || sys::ar_unmap(rar, WIN, WIN_SPAN));
+        // Contexts we started through our pcores end before their objects go.
+        for o in self.table {
+            if let Kind::Pcore(_) = o.kind {
+                let _ = sys::pcore_halt(o.n, 0);
+            }
+        }
+        for o in self.table.iter_mut() {
+            if o.kind != Kind::Free {
+                let _ = sys::share_delobj(o.n);
+                o.kind = Kind::Free;
+            }
+        }
+    }
+
+    fn publish(&self, slot: &Slot) {
+        slot.calls.store(self.seq, Ordering::Relaxed);
+        slot.ok.store(self.ok, Ordering::Relaxed);
+        slot.failures.store(self.failures, Ordering::Relaxed);
+        for (w, v) in slot.paths.iter().zip(self.paths.iter()) {
+            w.fetch_or(*v, Ordering::Relaxed);
+        }
+        for i in 0..NCALLS {
+            slot.count[i].fetch_add(self.count[i], Ordering::Relaxed);
+            slot.cost[i].fetch_add(self.cost[i], Ordering::Relaxed);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Touching memory through the kernel (no user-mode demand faults under injection)
+
+/// Make the kernel fault in the page at `addr` by writing a `SysInfo` there (only for memory
+/// whose contents do not matter yet). Retries while injection makes the fault fail.
+fn prefault_write(addr: u64) -> bool {
+    for _ in 0..200 {
+        // SAFETY: callers pass addresses in fresh scratch memory or below the live stack, where
+        // the kernel's write of a SysInfo overwrites nothing in use.
+        match unsafe { sys::call(nr::SYS_INFO, addr, 0, 0, 0, 0, 0) } {
+            Ok(_) => return true,
+            Err(Error::BadAddress) => continue,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// Make the kernel read one byte at `addr` (as a one-byte file name: `NotFound`), faulting the
+/// page in without changing it.
+fn prefault_read(root: ObjectId, addr: u64) -> bool {
+    for _ in 0..200 {
+        match unsafe_read_probe(root, addr) {
+            Err(Error::BadAddress) | Err(Error::NoMemory) => continue,
+            _ => return true,
+        }
+    }
+    false
+}
+
+fn unsafe_read_probe(root: ObjectId, addr: u64) -> Result<u64, Error> {
+    // SAFETY: initrd_get only reads the name bytes (one byte at `addr`).
+    unsafe { sys::call(nr::INITRD_GET, root, addr, 1, 0, 0, 0) }
+}
+
+/// Fault in the stack from just below the caller's frame down `bytes`.
+#[inline(never)]
+fn prefault_stack(bytes: u64) {
+    let here = {
+        let x = 0u8;
+        core::ptr::addr_of!(x) as u64
+    };
+    let mut p = (here & !(PAGE_SIZE - 1)).saturating_sub(PAGE_SIZE);
+    let lo = here.saturating_sub(bytes);
+    while p >= lo {
+        prefault_write(p);
+        p -= PAGE_SIZE;
+    }
+}
+
+fn prefault_image(root: ObjectId) {
+    let mut p = libos::layout::IMAGE_BASE;
+    while p < libos::image_end() {
+        prefault_read(root, p);
+        p += PAGE_SIZE;
+    }
+}
+
+/// Retry `f` while it fails with `NoMemory` (allocation fault injection).
+fn persist<T>(mut f: impl FnMut() -> Result<T, Error>) -> Result<T, Error> {
+    let mut last = Error::NoMemory;
+    for _ in 0..500 {
+        match f() {
+            Err(Error::NoMemory) => last = Error::NoMemory,
+            r => return r,
+        }
+    }
+    Err(last)
+}
+
+// ---------------------------------------------------------------------------------------
+// The run on one core
+
+struct Base {
+    core: u64,
+    root: ObjectId,
+    x: ObjectId,
+    core_share: ObjectId,
+    rar: ObjName,
+    pcore: ObjName,
+    attempt: u64,
+}
+
+/// Run this core's share of the calls; returns the number of failures (or a setup error code).
+fn fuzz_core(b: &Base) -> u64 {
+    let c = ctl();
+    let slot = &c.slots[b.core as usize];
+    let ncores = c.ncores.load(Ordering::Acquire);
+    // Our private share: in X for workers (other cores reach it by nesting and must be
+    // refused), in the root share on core 0.
+    let parent = if b.core == 0 { b.root } else { b.x };
+    let Ok(private) = persist(|| sys::share_alloc(parent, "fuzz-private", MEMID_SELF, SHARE_PRIVATE)) else {
+        println!("fuzz[{}]: cannot allocate the private share", b.core);
+        return 1000;
+    };
+    let Ok(seg) = persist(|| sys::segment_alloc(private, "fuzz-pub", MEMID_SELF, PAGE_SIZE)) else {
+        let _ = sys::share_delobj(ObjName::new(parent, private));
+        return 1001;
+    };
+    slot.root.store(b.root, Ordering::Relaxed);
+    slot.private.store(private, Ordering::Relaxed);
+    slot.rar.store(b.rar.object, Ordering::Relaxed);
+    slot.seg.store(seg, Ordering::Release);
+    let mut f = Fuzz {
+        core: b.core,
+        ncores,
+        seed: c.seed.load(Ordering::Relaxed),
+        attempt: b.attempt,
+        rng: Rng::new(c.seed.load(Ordering::Relaxed), b.core, b.attempt),
+        root: b.root,
+        private,
+        x: b.x,
+        core_share: b.core_share,
+        rar: b.rar,
+        pcore: b.pcore,
+        table: [Obj::default(); TABLE],
+        stale: [ObjName::default(); STALE],
+        nstale: 0,
+        ring: [Rec::default(); RING],
+        seq: 0,
+        ok: 0,
+        failures: 0,
+        trace: c.trace.load(Ordering::Relaxed) != 0,
+        paths: [0; PATH_WORDS],
+        count: [0; NCALLS],
+        cost: [0; NCALLS],
+        touched_interval: false,
+        touched_role: false,
+        touched_console: None,
+    };
+    f.table[0] = Obj { n: ObjName::new(private, seg), kind: Kind::Seg };
+    // Names for the generator: dots for the console, letters for object names.
+    for i in 0..256u64 {
+        let ch = if i >= 200 { b'.' } else { b'a' + (i % 26) as u8 };
+        f.put(NAME_OFF + i, ch);
+    }
+    let calls = c.calls_per_core.load(Ordering::Relaxed);
+    libos::time::wait_until(60_000, || c.go.load(Ordering::Acquire) != 0);
+    let t0 = libos::time::ticks();
+    while f.seq < calls && c.stop.load(Ordering::Relaxed) == 0 {
+        f.step();
+    }
+    let t1 = libos::time::ticks();
+    f.cleanup();
+    let _ = persist(|| sys::share_delobj(ObjName::new(private, seg)));
+    let _ = persist(|| sys::share_delobj(ObjName::new(parent, private)));
+    slot.ticks.store(t1 - t0, Ordering::Relaxed);
+    f.publish(slot);
+    slot.done.store(1, Ordering::Release);
+    f.failures
+}
+
+fn worker(ctx: &CoreCtx) -> u64 {
+    prefault_stack(96 << 10);
+    prefault_image(ctx.root_share);
+    let mut p = CTL_BASE;
+    while p < CTL_BASE + CTL_PAGES * PAGE_SIZE {
+        prefault_read(ctx.root_share, p);
+        p += PAGE_SIZE;
+    }
+    let mut p = SCR_BASE;
+    while p < SCR_END {
+        prefault_write(p);
+        p += PAGE_SIZE;
+    }
+    let b = Base {
+        core: ctx.core,
+        root: ctx.root_share,
+        x: ctl().x_share.load(Ordering::Acquire),
+        core_share: ctx.share,
+        rar: ctx.root_ar,
+        pcore: ctx.pcore,
+        attempt: ctx.arg,
+    };
+    ctl().slots[ctx.core as usize].attempt.store(ctx.arg, Ordering::Relaxed);
+    fuzz_core(&b)
+}
+
+// ---------------------------------------------------------------------------------------
+// Core 0: set-up, its own share of the calls, joining, the report
+
+fn arg_u64(args: &str, key: &str, default: u64) -> u64 {
+    args.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')).and_then(libos::parse_u64).unwrap_or(default)
+}
+
+fn map_seg(ar: ObjName, voff: u64, seg: ObjName, len: u64) -> Result<u64, Error> {
+    persist(|| sys::ar_set_seg(ar, &SegMapping { voff, seg, soff: 0, len, flags: MAP_READ | MAP_WRITE }))
+}
+
+fn main(args: &'static str) -> u64 {
+    prefault_stack(200 << 10);
+    let root = libos::root_share();
+    prefault_image(root);
+    let si = match persist(sys::sys_info) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("fuzz: sys_info -> {e:?}");
+            return 2;
+        }
+    };
+    let seed = arg_u64(args, "seed", 1);
+    let total = arg_u64(args, "calls", 100_000);
+    let ncores = arg_u64(args, "cores", si.cores).clamp(1, si.cores.min(MAXC as u64));
+    let trace = args.split_whitespace().any(|w| w == "trace");
+    let inject = args.split_whitespace().find_map(|w| w.strip_prefix("inject="));
+    let rar = ObjName::new(root, libos::start_info().root_ar);
+    println!("fuzz: seed={seed} calls={total} cores={ncores}{}", if inject.is_some() { " (allocation fault injection on)" } else { "" });
+
+    // The control block and our scratch.
+    let Ok(ctl_seg) = persist(|| sys::segment_alloc(root, "fuzz-ctl", MEMID_SELF, CTL_PAGES * PAGE_SIZE)) else { return 3 };
+    let ctl_seg = ObjName::new(root, ctl_seg);
+    let Ok(scr) = persist(|| sys::segment_alloc(root, "fuzz-scratch", MEMID_SELF, SCR_PAGES * PAGE_SIZE)) else { return 3 };
+    let scr = ObjName::new(root, scr);
+    if map_seg(rar, CTL_BASE, ctl_seg, CTL_PAGES * PAGE_SIZE).is_err() || map_seg(rar, SCR_BASE, scr, SCR_PAGES * PAGE_SIZE).is_err() {
+        println!("fuzz: cannot map the control block");
+        return 3;
+    }
+    for i in 0..CTL_PAGES {
+        prefault_write(CTL_BASE + i * PAGE_SIZE);
+    }
+    for i in 0..SCR_PAGES {
+        prefault_write(SCR_BASE + i * PAGE_SIZE);
+    }
+    // The probes wrote SysInfo bytes: clear the control block.
+    for i in 0..(CTL_PAGES * PAGE_SIZE / 8) {
+        // SAFETY: CTL_BASE..+CTL_PAGES pages is our read-write mapping of the control segment,
+        // faulted in just above; nothing else uses it yet.
+        unsafe { core::ptr::write_volatile((CTL_BASE + i * 8) as *mut u64, 0) };
+    }
+    let c = ctl();
+    c.seed.store(seed, Ordering::Relaxed);
+    c.calls_per_core.store(total.div_ceil(ncores), Ordering::Relaxed);
+    c.ncores.store(ncores, Ordering::Relaxed);
+    c.trace.store(trace as u64, Ordering::Relaxed);
+    let mut devs = [DeviceInfo::default(); 4];
+    if let Ok(n) = persist(|| sys::device_list(&mut devs)) {
+        if let Some(d) = devs[..n as usize].iter().find(|d| d.kind == abi::DEVICE_CONSOLE) {
+            c.console_hwid.store(d.hwid, Ordering::Relaxed);
+        }
+    }
+    let Ok(x) = persist(|| sys::share_alloc(root, "fuzz-x", MEMID_SELF, 0)) else { return 3 };
+    c.x_share.store(x, Ordering::Release);
+
+    // One worker per other core, each with the control block and its own scratch mapped.
+    const NONE: Option<Core> = None;
+    let mut workers: [Option<Core>; MAXC] = [NONE; MAXC];
+    let mut setup_failed = false;
+    for i in 1..ncores {
+        let opts = CoreOpts { stack_bytes: 128 << 10, shares: &[x], memid: None };
+        let core = persist(|| Core::prepare(i, &opts)).and_then(|core| {
+            map_seg(core.root_ar, CTL_BASE, ctl_seg, CTL_PAGES * PAGE_SIZE)?;
+            let s = persist(|| sys::segment_alloc(core.share, "fuzz-scratch", i, SCR_PAGES * PAGE_SIZE))?;
+            map_seg(core.root_ar, SCR_BASE, ObjName::new(core.share, s), SCR_PAGES * PAGE_SIZE)?;
+            Ok(core)
+        });
+        match core {
+            Ok(core) => workers[i as usize] = Some(core),
+            Err(e) => {
+                println!("fuzz: cannot prepare core {i}: {e:?}");
+                setup_failed = true;
+            }
+        }
+    }
+    let start = |w: &mut Core, attempt: u64| -> Result<(), Error> {
+        let mut r = Err(Error::Busy);
+        libos::time::wait_until(5_000, || {
+            r = w.start(worker, attempt);
+            !matches!(r, Err(Error::NoMemory) | Err(Error::Busy))
+        });
+        r
+    };
+    for (i, w) in workers.iter_mut().enumerate() {
+        if let Some(w) = w {
+            if let Err(e) = start(w, 0) {
+                println!("fuzz: cannot start core {i}: {e:?}");
+                setup_failed = true;
+            }
+        }
+    }
+    c.go.store(1, Ordering::Release);
+    let t0 = libos::time::ticks();
+    let base = Base { core: 0, root, x, core_share: 0, rar, pcore: libos::pcore(), attempt: 0 };
+    let mut failures = fuzz_core(&base);
+
+    // Join the workers; under injection a worker killed by a page fault it could not get
+    // memory for is run again (with the next attempt's stream).
+    let mut restarts = 0;
+    for (i, w) in workers.iter_mut().enumerate() {
+        let Some(w) = w else { continue };
+        let mut attempt = 0;
+        loop {
+            match w.join(600_000) {
+                Ok(0) => break,
+                Ok(code) if code == EXIT_FAULT_BASE + 14 && inject.is_some() && attempt < 8 && c.stop.load(Ordering::Relaxed) == 0 => {
+                    attempt += 1;
+                    restarts += 1;
+                    println!("fuzz: core {i} was killed by a page fault it got no memory for (injection); restarting (attempt {attempt})");
+                    c.slots[i].done.store(0, Ordering::Relaxed);
+                    if let Err(e) = start(w, attempt) {
+                        println!("fuzz: cannot restart core {i}: {e:?}");
+                        failures += 1;
+                        break;
+                    }
+                }
+                Ok(code) if code < 1000 => {
+                    failures += code;
+                    break;
+                }
+                Ok(code) => {
+                    println!("fuzz: FAILED seed={seed} core={i}: the worker ended with code {code:#x}");
+                    failures += 1;
+                    break;
+                }
+                Err(e) => {
+                    println!("fuzz: FAILED seed={seed} core={i}: did not finish ({e:?})");
+                    failures += 1;
+                    break;
+                }
+            }
+        }
+    }
+    let wall = libos::time::ticks() - t0;
+
+    // The report.
+    let (mut calls, mut ok) = (0u64, 0u64);
+    let mut paths = [0u64; PATH_WORDS];
+    let mut max_ticks = 0;
+    for s in c.slots.iter().take(ncores as usize) {
+        calls += s.calls.load(Ordering::Relaxed);
+        ok += s.ok.load(Ordering::Relaxed);
+        max_ticks = max_ticks.max(s.ticks.load(Ordering::Relaxed));
+        for (p, w) in paths.iter_mut().zip(s.paths.iter()) {
+            *p |= w.load(Ordering::Relaxed);
+        }
+    }
+    let ms = libos::time::ticks_to_ns(max_ticks.max(1)) / 1_000_000;
+    let wall_ms = libos::time::ticks_to_ns(wall) / 1_000_000;
+    let per_s = calls.saturating_mul(1000) / ms.max(1);
+    let npaths: u32 = paths.iter().map(|w| w.count_ones()).sum();
+    let error_paths: u32 = (0..NCALLS * NRES).filter(|&b| b % NRES != 0 && paths[b / 64] & (1 << (b % 64)) != 0).count() as u32;
+    for (ci, call) in CALLS.iter().enumerate() {
+        let mut line = [0u8; 200];
+        let mut len = 0;
+        for res in 1..NRES {
+            let b = ci * NRES + res;
+            if paths[b / 64] & (1 << (b % 64)) != 0 {
+                let name = Error::from_code(res as i64).map(|e| e.as_str()).unwrap_or("?");
+                for &ch in name.as_bytes().iter().chain(b", ") {
+                    if len < line.len() {
+                        line[len] = ch;
+                        len += 1;
+                    }
+                }
+            }
+        }
+        let okd = paths[(ci * NRES) / 64] & (1 << ((ci * NRES) % 64)) != 0;
+        println!(
+            "fuzz: paths {}: {}{}",
+            call.name,
+            if okd { "ok, " } else { "" },
+            core::str::from_utf8(&line[..len.saturating_sub(2)]).unwrap_or("")
+        );
+    }
+
+    // Where the time went: the call types that took the most, with their mean cost.
+    let mut count = [0u64; NCALLS];
+    let mut cost = [0u64; NCALLS];
+    for s in c.slots.iter().take(ncores as usize) {
+        for i in 0..NCALLS {
+            count[i] += s.count[i].load(Ordering::Relaxed);
+            cost[i] += s.cost[i].load(Ordering::Relaxed);
+        }
+    }
+    let mut order = [0usize; NCALLS];
+    for (i, o) in order.iter_mut().enumerate() {
+        *o = i;
+    }
+    order.sort_unstable_by_key(|&i| core::cmp::Reverse(cost[i]));
+    for &i in order.iter().take(8) {
+        if count[i] > 0 {
+            println!(
+                "fuzz: cost {}: {} calls, {} ms in all, {} us each",
+                CALLS[i].name,
+                count[i],
+                libos::time::ticks_to_ns(cost[i]) / 1_000_000,
+                libos::time::ticks_to_ns(cost[i] / count[i]) / 1000
+            );
+        }
+    }
+
+    // Clean up what core 0 made for the harness: workers (their objects), the control block.
+    for w in workers.iter_mut() {
+        drop(w.take());
+    }
+    let _ = persist(|| sys::share_delobj(ObjName::new(root, x)));
+    let _ = persist(|| sys::ar_unmap(rar, SCR_BASE, SCR_PAGES * PAGE_SIZE));
+    let _ = persist(|| sys::share_delobj(scr));
+    println!(
+        "fuzz: done seed={seed} cores={ncores} calls={calls} ok={ok} errors={} ms={ms} wall_ms={wall_ms} calls_per_s={per_s} per_vcpu={} paths={npaths} error_paths={error_paths} restarts={restarts} setup_failed={} failures={failures}",
+        calls - ok,
+        per_s / ncores.max(1),
+        setup_failed as u8,
+    );
+    if failures > 0 || setup_failed {
+        println!(
+            "fuzz: replay: cargo xtask fuzz --seed {seed} --calls {total} --smp {}{}{}",
+            si.cores,
+            if inject.is_some() { " --inject " } else { "" },
+            inject.unwrap_or("")
+        );
+    }
+    // Last: the control block (nothing reads it any more).
+    let _ = persist(|| sys::ar_unmap(rar, CTL_BASE, CTL_PAGES * PAGE_SIZE));
+    let _ = persist(|| sys::share_delobj(ctl_seg));
+    if failures > 0 || setup_failed {
+        1
+    } else {
+        0
+    }
+}

@@ -1,0 +1,505 @@
+//! `cargo xtask fuzz` and `cargo xtask soak`: boot the kernel with `init=fuzz` (the system-call
+//! fuzzer, user/apps/src/bin/fuzz.rs), judge the run, and on any failure print the seed and
+//! the command that replays it. See docs/fuzz.md.
+//!
+//! A run passes when the program printed its `fuzz: done` line with no failure, the kernel
+//! neither panicked nor took an exception, QEMU did not time out, every core answered an
+//! active message, and free pages, kernel heap objects and kernel objects came back to their
+//! values before init (the kernel's `init:` lines).
+
+use crate::qemu::{boot_captured, BootMedium, BootOutput, VmConfig};
+use crate::TestTally;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "usage: cargo xtask fuzz [--calls N] [--seed S] [--smp K] [--inject SPEC] [--planted-bug] [--trace] [--timeout SECS]";
+const SOAK_USAGE: &str = "usage: cargo xtask soak --minutes M [--smp K]";
+
+/// One fuzz run's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FuzzOpts {
+    pub calls: u64,
+    pub seed: u64,
+    pub smp: u32,
+    pub inject: Option<String>,
+    pub planted_bug: bool,
+    pub trace: bool,
+    pub timeout: Option<Duration>,
+}
+
+impl Default for FuzzOpts {
+    fn default() -> Self {
+        Self { calls: 100_000, seed: 1, smp: 4, inject: None, planted_bug: false, trace: false, timeout: None }
+    }
+}
+
+fn parse_num(opt: &str, v: Option<&String>) -> Result<u64, String> {
+    let v = v.ok_or_else(|| format!("{opt} needs a value"))?;
+    let t = v.trim();
+    let r = if let Some(h) = t.strip_prefix("0x") { u64::from_str_radix(h, 16) } else { t.replace('_', "").parse::<u64>() };
+    r.map_err(|_| format!("{opt}: `{v}` is not a number"))
+}
+
+/// Check an injection spec the way the kernel parses it (`alloc:1/N`, `alloc:seed:S:P`), so a
+/// typo is a one-line error here and not a silently uninjected run.
+pub fn check_inject(spec: &str) -> Result<(), String> {
+    let bad = || format!("--inject: `{spec}` is not alloc:1/N or alloc:seed:S:P");
+    let rest = spec.strip_prefix("alloc:").ok_or_else(bad)?;
+    if let Some(n) = rest.strip_prefix("1/") {
+        let n: u64 = n.parse().map_err(|_| bad())?;
+        if n == 0 {
+            return Err("--inject: N in alloc:1/N must be at least 1".into());
+        }
+        return Ok(());
+    }
+    let mut parts = rest.strip_prefix("seed:").ok_or_else(bad)?.split(':');
+    let _s: u64 = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+    let p: u64 = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    if p > 100 {
+        return Err("--inject: P in alloc:seed:S:P is a percentage, 0..=100".into());
+    }
+    Ok(())
+}
+
+pub fn parse_opts(args: &[String]) -> Result<FuzzOpts, String> {
+    let mut o = FuzzOpts::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--calls" => o.calls = parse_num("--calls", it.next())?,
+            "--seed" => o.seed = parse_num("--seed", it.next())?,
+            "--smp" => {
+                let n = parse_num("--smp", it.next())?;
+                if n == 0 || n > 32 {
+                    return Err(format!("--smp: {n} is outside 1..=32 (the fuzzer's core limit)"));
+                }
+                o.smp = n as u32;
+            }
+            "--inject" => {
+                let v = it.next().ok_or("--inject needs a value such as alloc:seed:1:2")?;
+                check_inject(v)?;
+                o.inject = Some(v.clone());
+            }
+            "--planted-bug" => o.planted_bug = true,
+            "--trace" => o.trace = true,
+            "--timeout" => o.timeout = Some(Duration::from_secs(parse_num("--timeout", it.next())?.max(1))),
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("fuzz: unknown option `{other}`; {USAGE}")),
+        }
+    }
+    if o.calls == 0 {
+        return Err("--calls: need at least 1 call".into());
+    }
+    Ok(o)
+}
+
+impl FuzzOpts {
+    /// The command that runs exactly this configuration again.
+    pub fn replay_command(&self) -> String {
+        let mut s = format!("cargo xtask fuzz --seed {} --calls {} --smp {}", self.seed, self.calls, self.smp);
+        if let Some(i) = &self.inject {
+            s += &format!(" --inject {i}");
+        }
+        if self.planted_bug {
+            s += " --planted-bug";
+        }
+        s
+    }
+
+    pub fn cmdline(&self) -> String {
+        let mut s = String::new();
+        if let Some(i) = &self.inject {
+            s += &format!("inject={i} ");
+        }
+        s += &format!("init=fuzz -- seed={} calls={}", self.seed, self.calls);
+        if let Some(i) = &self.inject {
+            s += &format!(" inject={i}");
+        }
+        if self.trace {
+            s += " trace";
+        }
+        s
+    }
+
+    /// A limit generous for TCG on a busy 2-core host: start-up plus a slow call rate.
+    pub fn effective_timeout(&self) -> Duration {
+        self.timeout.unwrap_or_else(|| {
+            let per_vcpu_rate = if self.trace { 200 } else { 2_000 };
+            let per_core = self.calls / self.smp.max(1) as u64;
+            Duration::from_secs(60 + per_core / per_vcpu_rate * (1 + self.smp as u64 / 2))
+        })
+    }
+}
+
+/// What a run showed.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub passed: bool,
+    /// Why it failed (one line), or empty.
+    pub reason: String,
+    /// The program's `fuzz: done` line.
+    pub done_line: Option<String>,
+    /// The kernel's invariant lines after init exited.
+    pub invariants: Vec<String>,
+    pub calls: u64,
+    pub calls_per_s: u64,
+    pub per_vcpu: u64,
+    pub error_paths: u64,
+    /// Lines describing the failure: the program's failure report or the kernel's crash.
+    pub evidence: Vec<String>,
+    pub killed_by_injection: bool,
+    /// The program's `fuzz: cost` lines (where the time went).
+    pub costs: Vec<String>,
+}
+
+fn field(line: &str, key: &str) -> Option<u64> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}
+
+/// Judge a fuzz boot from its serial output and exit status.
+pub fn judge(serial: &str, timed_out: bool, exit_ok: bool, injecting: bool, smp: u32) -> Verdict {
+    let mut v = Verdict::default();
+    let lines: Vec<&str> = serial.lines().collect();
+    v.done_line = lines.iter().find(|l| l.contains("fuzz: done")).map(|l| l.trim().to_string());
+    if let Some(d) = &v.done_line {
+        v.calls = field(d, "calls").unwrap_or(0);
+        v.calls_per_s = field(d, "calls_per_s").unwrap_or(0);
+        v.per_vcpu = field(d, "per_vcpu").unwrap_or(0);
+        v.error_paths = field(d, "error_paths").unwrap_or(0);
+    }
+    v.costs = lines.iter().filter(|l| l.contains("fuzz: cost")).map(|l| l.trim().to_string()).collect();
+    v.invariants = lines.iter().filter(|l| l.contains("init: ") && !l.contains("init: starting")).map(|l| l.trim().to_string()).collect();
+    let crash = lines.iter().position(|l| l.contains("KERNEL PANIC") || l.contains("] EXCEPTION "));
+    let program_failure = lines.iter().position(|l| l.contains("fuzz: FAILED"));
+    let leak = lines.iter().any(|l| l.contains("init: LEAK"));
+    let exit_line = lines.iter().find(|l| l.contains("exited with code")).map(|l| l.trim().to_string());
+    let answered = lines.iter().find(|l| l.contains("cores answered an active message"));
+    let all_answered = answered.is_some_and(|l| l.contains(&format!("{smp}/{smp} cores answered")));
+    let killed = exit_line.as_ref().is_some_and(|l| l.ends_with(&format!("code {}", 0x1_0000 + 14)));
+    if let Some(i) = crash {
+        let l = lines[i];
+        let at = l.find("KERNEL PANIC").or_else(|| l.find("EXCEPTION")).unwrap_or(0);
+        let at = l[..at].rfind('[').filter(|&b| at - b <= 6).unwrap_or(at);
+        v.reason = format!("kernel crash: {}", l[at..].trim());
+        v.evidence = lines[i.saturating_sub(20)..(i + 30).min(lines.len())].iter().map(|l| l.to_string()).collect();
+    } else if let Some(i) = program_failure {
+        v.reason = format!("the fuzzer saw an undocumented result: {}", lines[i].trim());
+        v.evidence = lines[i..].iter().take_while(|l| !l.contains("fuzz: paths")).take(40).map(|l| l.to_string()).collect();
+    } else if timed_out {
+        v.reason = "timed out (a hang, or a much slower host than expected)".into();
+        v.evidence = lines.iter().rev().take(15).rev().map(|l| l.to_string()).collect();
+    } else if leak {
+        v.reason = "leak: pages or objects did not come back after init exited".into();
+    } else if !all_answered {
+        v.reason = format!("not every core answered an active message: {}", answered.map(|l| l.trim()).unwrap_or("(no line)"));
+    } else if killed && injecting && v.done_line.is_none() {
+        // Allowed under injection: core 0 took a demand-zero fault the kernel had no page for.
+        v.killed_by_injection = true;
+        v.passed = true;
+    } else if v.done_line.is_none() {
+        v.reason = format!("the fuzzer did not finish ({})", exit_line.as_deref().unwrap_or("no exit line"));
+        v.evidence = lines.iter().rev().take(15).rev().map(|l| l.to_string()).collect();
+    } else if !exit_ok {
+        v.reason = format!("kernel exit status not success ({})", exit_line.as_deref().unwrap_or("no exit line"));
+    } else {
+        v.passed = true;
+    }
+    v
+}
+
+fn build(planted_bug: bool) -> Result<(PathBuf, PathBuf), String> {
+    let kernel = if planted_bug { crate::env::build_kernel_with(&["planted-bug"])? } else { crate::env::build_kernel()? };
+    let initrd = crate::user::build_initrd()?;
+    crate::env::ensure_qemu()?;
+    Ok((kernel, initrd))
+}
+
+/// Boot one fuzz run and judge it.
+pub fn run_once(kernel: &Path, initrd: &Path, o: &FuzzOpts, echo: bool) -> Result<(Verdict, BootOutput), String> {
+    let cfg = VmConfig {
+        smp: o.smp,
+        mem_mib: 512,
+        cmdline: o.cmdline(),
+        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+        initrd: Some(initrd.to_path_buf()),
+        timeout: Some(o.effective_timeout()),
+        ..Default::default()
+    };
+    let out = boot_captured(&cfg, None, echo, None)?;
+    let v = judge(&out.serial, out.timed_out, out.kernel_exit_ok(), o.inject.is_some(), o.smp);
+    Ok((v, out))
+}
+
+/// Print a run's report; returns Err with the one-line reason if it failed.
+pub fn report(o: &FuzzOpts, v: &Verdict, out: &BootOutput) -> Result<(), String> {
+    let secs = out.elapsed.as_secs_f64();
+    if let Some(d) = &v.done_line {
+        println!("   {d}");
+    }
+    for l in v.costs.iter().chain(&v.invariants) {
+        println!("   {l}");
+    }
+    if v.calls > 0 {
+        println!(
+            "   {} calls on {} vCPUs: {} calls/s in the guest ({} per vCPU), {} distinct (call, error) paths; boot to exit {:.1} s",
+            v.calls, o.smp, v.calls_per_s, v.per_vcpu, v.error_paths, secs
+        );
+    }
+    if v.passed {
+        if v.killed_by_injection {
+            println!("   ok: the first program was killed by a page fault that injection left without memory (allowed); nothing leaked");
+        }
+        return Ok(());
+    }
+    println!("   FAILED: {}", v.reason);
+    for l in &v.evidence {
+        println!("   | {l}");
+    }
+    println!("   seed: {}", o.seed);
+    println!("   replay: {}", o.replay_command());
+    if v.reason.starts_with("kernel crash") && !o.trace {
+        println!("   (add --trace to print every call before it is issued and see the one that crashed the kernel)");
+    }
+    Err(format!("fuzz failed with seed {}: {}", o.seed, v.reason))
+}
+
+/// `cargo xtask fuzz`.
+pub fn main(args: &[String]) -> Result<(), String> {
+    let o = parse_opts(args)?;
+    let (kernel, initrd) = build(o.planted_bug)?;
+    println!("== fuzz: {} calls, seed {}, {} vCPUs{}{}", o.calls, o.seed, o.smp, o.inject.as_ref().map(|i| format!(", inject {i}")).unwrap_or_default(), if o.planted_bug { ", planted-bug kernel" } else { "" });
+    let (v, out) = run_once(&kernel, &initrd, &o, o.trace)?;
+    report(&o, &v, &out)
+}
+
+// ---------------------------------------------------------------------------------------
+// CI
+
+/// The CI part: a short fuzz with and without injection at 4 vCPUs, the isolation suite at
+/// 2 vCPUs, and the planted-bug demonstration. `user_tests` runs the isolation suite (its
+/// `utest` lines are counted like utest's).
+pub fn ci_fuzz(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
+    let mut t = TestTally::default();
+    for inject in [None, Some("alloc:seed:1:2")] {
+        let o = FuzzOpts {
+            calls: 100_000,
+            seed: 1,
+            smp: 4,
+            inject: inject.map(str::to_string),
+            timeout: Some(Duration::from_secs(150)),
+            ..Default::default()
+        };
+        println!("== fuzz: {} calls at 4 vCPUs{}", o.calls, inject.map(|i| format!(", inject={i}")).unwrap_or_default());
+        let (v, out) = run_once(kernel, initrd, &o, false)?;
+        match report(&o, &v, &out) {
+            Ok(()) => t.passed += 1,
+            Err(_) => t.failed += 1,
+        }
+    }
+    t.add(planted_bug_demo(initrd)?);
+    Ok(t)
+}
+
+/// The fuzzer must find the planted bug (names skip their length check, so a long name panics
+/// the kernel) and report it with the seed and the replay command.
+pub fn planted_bug_demo(initrd: &Path) -> Result<TestTally, String> {
+    println!("== fuzz: planted-bug kernel (the fuzzer must find it)");
+    let kernel = crate::env::build_kernel_with(&["planted-bug"])?;
+    let o = FuzzOpts { calls: 20_000, seed: 7, smp: 2, planted_bug: true, timeout: Some(Duration::from_secs(90)), ..Default::default() };
+    let (v, out) = run_once(&kernel, initrd, &o, false)?;
+    let reported = report(&o, &v, &out);
+    let msg = reported.err().unwrap_or_default();
+    let found = v.reason.starts_with("kernel crash") && msg.contains(&format!("seed {}", o.seed)) && !out.timed_out;
+    if found {
+        println!("   ok: the planted bug crashed the kernel and was reported with seed {} and `{}`", o.seed, o.replay_command());
+        Ok(TestTally { passed: 1, failed: 0 })
+    } else {
+        println!("   FAILED: the fuzzer did not find the planted bug (verdict: {})", if v.passed { "passed" } else { v.reason.as_str() });
+        Ok(TestTally { passed: 0, failed: 1 })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Soak
+
+/// `cargo xtask soak --minutes M [--smp K]`: fuzz without and with injection (new seeds each
+/// round) and the memory benchmarks, in turns until the time is up.
+pub fn soak(args: &[String]) -> Result<(), String> {
+    let mut minutes = None;
+    let mut smp = 4u32;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--minutes" => minutes = Some(parse_num("--minutes", it.next())?),
+            "--smp" => {
+                let n = parse_num("--smp", it.next())?;
+                if n == 0 || n > 32 {
+                    return Err(format!("--smp: {n} is outside 1..=32"));
+                }
+                smp = n as u32;
+            }
+            "-h" | "--help" => return Err(SOAK_USAGE.into()),
+            other => return Err(format!("soak: unknown option `{other}`; {SOAK_USAGE}")),
+        }
+    }
+    let minutes = minutes.ok_or(SOAK_USAGE)?;
+    if minutes == 0 {
+        return Err("--minutes: need at least 1".into());
+    }
+    let (kernel, initrd) = build(false)?;
+    let deadline = Instant::now() + Duration::from_secs(minutes * 60);
+    let (mut runs, mut failures, mut panics, mut hangs, mut leaks) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut calls, mut guest_ms_weighted) = (0u64, 0u64);
+    let mut last_invariants: Vec<String> = Vec::new();
+    let mut round = 0u64;
+    println!("== soak: {minutes} min at {smp} vCPUs");
+    while Instant::now() < deadline {
+        round += 1;
+        let seed = 1000 + round;
+        let jobs: [(&str, Option<FuzzOpts>, &str); 4] = [
+            ("fuzz", Some(FuzzOpts { calls: 200_000, seed, smp, ..Default::default() }), ""),
+            ("fuzz+inject", Some(FuzzOpts { calls: 100_000, seed, smp, inject: Some(format!("alloc:seed:{seed}:2")), ..Default::default() }), ""),
+            ("memclone", None, "init=memclone -- 8m"),
+            ("mempass", None, "init=mempass -- 8m"),
+        ];
+        for (what, fo, cmd) in jobs {
+            if Instant::now() >= deadline {
+                break;
+            }
+            runs += 1;
+            match fo {
+                Some(o) => {
+                    let (v, out) = run_once(&kernel, &initrd, &o, false)?;
+                    calls += v.calls;
+                    guest_ms_weighted += if v.calls_per_s > 0 { v.calls * 1000 / v.calls_per_s } else { 0 };
+                    if !v.invariants.is_empty() {
+                        last_invariants = v.invariants.clone();
+                    }
+                    let status = if v.passed { "ok".to_string() } else { format!("FAILED: {}", v.reason) };
+                    println!("   round {round} {what} seed {seed}: {} calls, {} calls/s; {status}", v.calls, v.calls_per_s);
+                    if !v.passed {
+                        failures += 1;
+                        if v.reason.starts_with("kernel crash") {
+                            panics += 1;
+                        }
+                        if out.timed_out {
+                            hangs += 1;
+                        }
+                        if v.reason.starts_with("leak") {
+                            leaks += 1;
+                        }
+                        let _ = report(&o, &v, &out);
+                    }
+                }
+                None => {
+                    let cfg = VmConfig {
+                        smp,
+                        cmdline: cmd.into(),
+                        medium: Some(BootMedium::Kernel(kernel.clone())),
+                        initrd: Some(initrd.clone()),
+                        timeout: Some(Duration::from_secs(300)),
+                        ..Default::default()
+                    };
+                    let out = boot_captured(&cfg, None, false, None)?;
+                    let v = judge(&out.serial, out.timed_out, out.kernel_exit_ok(), false, smp);
+                    let crashed = v.reason.starts_with("kernel crash");
+                    let leaked = v.reason.starts_with("leak");
+                    let ok = out.kernel_exit_ok() && !out.timed_out && !crashed && !leaked;
+                    let result = out.serial.lines().find(|l| l.contains(": result")).unwrap_or("").trim().to_string();
+                    println!("   round {round} {what}: {}{}", if ok { "ok" } else { "FAILED" }, if result.is_empty() { String::new() } else { format!(" ({result})") });
+                    if !ok {
+                        failures += 1;
+                        panics += crashed as u64;
+                        hangs += out.timed_out as u64;
+                        leaks += leaked as u64;
+                        for l in out.serial.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
+                            println!("   | {l}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let rate = if guest_ms_weighted > 0 { calls * 1000 / guest_ms_weighted } else { 0 };
+    println!("== soak summary: {runs} runs in {round} rounds, {failures} failed: {panics} panics, {hangs} hangs, {leaks} leaks");
+    println!("   {calls} fuzz calls, {rate} calls/s in the guest ({} per vCPU)", rate / smp as u64);
+    for l in &last_invariants {
+        println!("   last fuzz run: {l}");
+    }
+    if failures > 0 {
+        Err(format!("soak: {failures} of {runs} runs failed"))
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn options_parse_and_replay() {
+        let o = parse_opts(&args(&["--calls", "5000", "--seed", "0x2a", "--smp", "2", "--inject", "alloc:1/7", "--planted-bug"])).unwrap();
+        assert_eq!((o.calls, o.seed, o.smp), (5000, 42, 2));
+        assert_eq!(o.replay_command(), "cargo xtask fuzz --seed 42 --calls 5000 --smp 2 --inject alloc:1/7 --planted-bug");
+        assert!(o.cmdline().starts_with("inject=alloc:1/7 init=fuzz -- seed=42 calls=5000"));
+        assert_eq!(parse_opts(&[]).unwrap(), FuzzOpts::default());
+    }
+
+    #[test]
+    fn bad_options_are_one_line_errors() {
+        for bad in [
+            &["--calls"][..],
+            &["--calls", "x"],
+            &["--calls", "0"],
+            &["--smp", "0"],
+            &["--smp", "99"],
+            &["--inject", "alloc:1/0"],
+            &["--inject", "pages:1/5"],
+            &["--inject", "alloc:seed:1:200"],
+            &["--inject", "alloc:seed:1"],
+            &["--bogus"],
+        ] {
+            let e = parse_opts(&args(bad)).unwrap_err();
+            assert!(!e.contains('\n'), "{bad:?}: {e}");
+        }
+        assert!(check_inject("alloc:seed:3:2").is_ok());
+    }
+
+    const DONE: &str = "fuzz: done seed=1 cores=2 calls=1000 ok=300 errors=700 ms=10 wall_ms=12 calls_per_s=100000 per_vcpu=50000 paths=90 error_paths=80 restarts=0 setup_failed=0 failures=0\n";
+    const GOOD_TAIL: &str = "[0] init: `fuzz` exited with code 0\n[0] init: 2/2 cores answered an active message\n[0] init: free pages 10 -> 10, kernel heap objects 5 -> 5, kernel objects 3 -> 3\n";
+
+    #[test]
+    fn a_clean_run_passes() {
+        let v = judge(&format!("{DONE}{GOOD_TAIL}"), false, true, false, 2);
+        assert!(v.passed, "{}", v.reason);
+        assert_eq!((v.calls, v.calls_per_s, v.error_paths), (1000, 100000, 80));
+        assert_eq!(v.invariants.len(), 3);
+    }
+
+    #[test]
+    fn failures_are_caught() {
+        let panic = format!("fuzz: seed=1\n[1] KERNEL PANIC: range end index 40 out of range\n");
+        let v = judge(&panic, false, false, false, 2);
+        assert!(!v.passed && v.reason.starts_with("kernel crash"));
+        let prog = format!("fuzz: FAILED seed=1 core=1 attempt=0 call #5: obj_stat -> -99 (undocumented error code)\n{DONE}{GOOD_TAIL}");
+        assert!(!judge(&prog, false, false, false, 2).passed);
+        let leak = format!("{DONE}{GOOD_TAIL}[0] init: LEAK: memory or objects were not returned\n");
+        assert!(judge(&leak, false, false, false, 2).reason.starts_with("leak"));
+        let deaf = DONE.to_string() + &GOOD_TAIL.replace("2/2", "1/2");
+        assert!(!judge(&deaf, false, false, false, 2).passed);
+        assert!(judge(DONE, true, false, false, 2).reason.starts_with("timed out"));
+        assert!(!judge("", false, true, false, 2).passed);
+        // Killed by an injected page fault: allowed only under injection.
+        let killed = GOOD_TAIL.replace("code 0", "code 65550");
+        assert!(judge(&killed, false, false, true, 2).passed);
+        assert!(!judge(&killed, false, false, false, 2).passed);
+    }
+}
