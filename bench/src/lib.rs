@@ -3,7 +3,7 @@
 //! The benchmarks of Corey (section 8), Tornado (section 7) and MOSBENCH-style counters are
 //! written once, in [`suite`], against the [`Platform`] trait. A backend implements the trait
 //! for one system: [`linux`] (std + libc, run as `/init` of a Linux guest) and [`ours`] (this
-//! system's library OS; not available until the library OS exists, issue 5).
+//! system's library OS, built into the `bench-ours` user program for x86_64-unknown-none).
 //!
 //! The library is `no_std` and allocation-free so the library-OS backend can link it on
 //! `x86_64-unknown-none`. All memory the harness needs comes from [`Platform::map`].
