@@ -178,6 +178,8 @@ pub fn judge(serial: &str, timed_out: bool, exit_ok: bool, injecting: bool, smp:
     let exit_line = lines.iter().find(|l| l.contains("exited with code")).map(|l| l.trim().to_string());
     let answered = lines.iter().find(|l| l.contains("cores answered an active message"));
     let all_answered = answered.is_some_and(|l| l.contains(&format!("{smp}/{smp} cores answered")));
+    // The library OS gives up at start-up when injection takes its first pages.
+    let startup_oom = lines.iter().any(|l| l.contains("libos: start-up failed: out of memory"));
     let killed = exit_line.as_ref().is_some_and(|l| l.ends_with(&format!("code {}", 0x1_0000 + 14)));
     if let Some(i) = crash {
         let l = lines[i];
@@ -195,7 +197,7 @@ pub fn judge(serial: &str, timed_out: bool, exit_ok: bool, injecting: bool, smp:
         v.reason = "leak: pages or objects did not come back after init exited".into();
     } else if !all_answered {
         v.reason = format!("not every core answered an active message: {}", answered.map(|l| l.trim()).unwrap_or("(no line)"));
-    } else if killed && injecting && v.done_line.is_none() {
+    } else if (killed || startup_oom) && injecting && v.done_line.is_none() {
         // Allowed under injection: core 0 took a demand-zero fault the kernel had no page for.
         v.killed_by_injection = true;
         v.passed = true;
@@ -250,7 +252,7 @@ pub fn report(o: &FuzzOpts, v: &Verdict, out: &BootOutput) -> Result<(), String>
     }
     if v.passed {
         if v.killed_by_injection {
-            println!("   ok: the first program was killed by a page fault that injection left without memory (allowed); nothing leaked");
+            println!("   ok (nothing fuzzed): injection stopped the program before it started (a page fault it got no memory for, or the library OS's start-up ran out); nothing leaked. Try another --inject seed.");
         }
         return Ok(());
     }

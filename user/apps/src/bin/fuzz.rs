@@ -349,6 +349,8 @@ impl Fuzz {
     fn share(&mut self) -> u64 {
         let p = self.rng.below(100);
         if p < 55 {
+            // Mostly shares we reach directly (objects made in shares nested two deep are
+            // unreachable, which is worth trying but not most of the time).
             let mut picks = [0u64; TABLE + 4];
             let mut n = 0;
             for s in [self.root, self.private, self.x, self.core_share] {
@@ -357,9 +359,11 @@ impl Fuzz {
                     n += 1;
                 }
             }
-            for o in self.table.iter().filter(|o| o.kind == Kind::Share) {
-                picks[n] = o.n.object;
-                n += 1;
+            if p >= 30 {
+                for o in self.table.iter().filter(|o| o.kind == Kind::Share) {
+                    picks[n] = o.n.object;
+                    n += 1;
+                }
             }
             picks[self.rng.below(n as u64) as usize]
         } else if p < 65 {
@@ -926,7 +930,15 @@ impl Fuzz {
                     self.put(BATCH_OFF + i * core::mem::size_of::<BatchEntry>() as u64, e);
                 }
                 let good = SCR_BASE + BATCH_OFF;
-                let p = if self.rng.pct(90) { good } else { self.bad_ptr(64) };
+                // Bad batch pointers are never readable memory: entries read from the fuzz
+                // window or our code would be calls we did not generate (and could name the
+                // harness's own objects, whose ids the kernel wrote there).
+                let p = if self.rng.pct(90) {
+                    good
+                } else {
+                    [KERNEL_ADDRS[self.rng.below(KERNEL_ADDRS.len() as u64) as usize], self.rng.below(PAGE_SIZE), USER_END - 64, SCR_END - 32, NEVER_MAPPED]
+                        [self.rng.below(5) as usize]
+                };
                 a = [p, n, 0, 0, 0, 0];
             }
             _ => {
@@ -1081,7 +1093,7 @@ impl Fuzz {
         self.count[ci] += 1;
         self.note(n, a, r);
         self.learn(n, &a, r);
-        if n == nr::SYSCALL_BATCH && r >= 0 {
+        if n == nr::SYSCALL_BATCH && r >= 0 && a[0] == SCR_BASE + BATCH_OFF {
             // Each entry's result must be documented too, and its objects learnt.
             for i in 0..a[1].min(8) {
                 let addr = SCR_BASE + BATCH_OFF + i * core::mem::size_of::<BatchEntry>() as u64;
