@@ -53,6 +53,9 @@ pub struct PerCpu {
     pub polling: AtomicBool,
     /// While a kernel core runs a forwarded call: the client core whose context it acts in.
     pub acting: AtomicUsize,
+    /// Set while this core runs a system call (not a page fault inside it): where
+    /// command-line fault injection applies.
+    pub injectable: AtomicBool,
 }
 
 /// Jobs posted by other cores (a lock-free stack of poster-owned nodes) plus a wake IPI.
@@ -120,6 +123,7 @@ impl PerCpu {
             fwd: CachePadded::new(crate::roles::FwdSlot::new()),
             polling: AtomicBool::new(false),
             acting: AtomicUsize::new(crate::roles::NO_CORE),
+            injectable: AtomicBool::new(false),
         }
     }
 }

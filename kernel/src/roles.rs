@@ -165,7 +165,9 @@ fn run_for(me: &'static PerCpu, client: &'static PerCpu, nr: u64, args: [u64; 6]
     paging::load_root(ar.table);
     me.acting.store(client.index, Ordering::Release);
     cpu::enable_interrupts();
+    me.injectable.store(true, Ordering::Relaxed);
     let r = crate::syscall::dispatch(nr, args);
+    me.injectable.store(false, Ordering::Relaxed);
     cpu::disable_interrupts();
     me.acting.store(NO_CORE, Ordering::Release);
     paging::load_kernel_root();

@@ -20,7 +20,10 @@ extern "C" fn syscall_dispatch(f: &mut SyscallFrame) {
         // An application core runs no kernel services itself: a kernel core does.
         crate::roles::forward(f.rax, args)
     } else {
-        dispatch(f.rax, args)
+        me.injectable.store(true, Ordering::Relaxed);
+        let r = dispatch(f.rax, args);
+        me.injectable.store(false, Ordering::Relaxed);
+        r
     };
     f.rax = encode(r) as u64;
 }
@@ -422,6 +425,17 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
 
         nr::CONSOLE_WRITE => {
             let len = a[1];
+            // All or nothing: check every page of the buffer is readable before printing.
+            let end = a[0].checked_add(len).ok_or(Error::BadAddress)?;
+            if len > 0 && (a[0] < USER_BASE || end > USER_END) {
+                return Err(Error::BadAddress);
+            }
+            let mut probe = [0u8; 1];
+            let mut page = a[0] & !(PAGE_SIZE - 1);
+            while len > 0 && page < end {
+                copy_from_user(&mut probe, page.max(a[0]))?;
+                page += PAGE_SIZE;
+            }
             let mut chunk = [0u8; 256];
             let mut done = 0u64;
             while done < len {

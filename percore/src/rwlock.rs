@@ -56,6 +56,24 @@ impl<T> RwLock<T> {
         }
     }
 
+    /// Like `new`, but out-of-memory gives the value back instead of aborting (the kernel
+    /// must not panic when a user program exhausts memory).
+    pub fn try_new(value: T) -> Result<Self, T> {
+        let slots = crate::core_count().max(1);
+        let mut readers: Vec<CachePadded<AtomicUsize>> = Vec::new();
+        if readers.try_reserve_exact(slots).is_err() {
+            return Err(value);
+        }
+        readers.extend((0..slots).map(|_| CachePadded::new(AtomicUsize::new(0))));
+        Ok(Self {
+            writers: McsLock::new(()),
+            writer_active: CachePadded::new(AtomicBool::new(false)),
+            // The capacity is exact, so this conversion does not reallocate.
+            readers: readers.into_boxed_slice(),
+            data: UnsafeCell::new(value),
+        })
+    }
+
     pub fn into_inner(self) -> T {
         self.data.into_inner()
     }

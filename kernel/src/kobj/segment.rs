@@ -99,24 +99,21 @@ impl Segment {
             return Err(Error::OutOfRange);
         }
         let n = pages_for(nbytes) as usize;
-        let dropped: Vec<Option<KRef<Frame>>>;
-        {
-            let mut g = self.inner.lock();
-            let mapped_end = g.maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
-            if (n as u64) * PAGE_SIZE < mapped_end {
-                return Err(Error::Busy);
-            }
-            if n > g.pages.len() {
-                let extra = n - g.pages.len();
-                g.pages.try_reserve(extra).map_err(|_| Error::NoMemory)?;
-                g.pages.resize_with(n, || None);
-                dropped = Vec::new();
-            } else {
-                dropped = g.pages.split_off(n);
-            }
-            g.nbytes = nbytes;
+        let mut g = self.inner.lock();
+        let mapped_end = g.maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
+        if (n as u64) * PAGE_SIZE < mapped_end {
+            return Err(Error::Busy);
         }
-        drop(dropped); // frees pages outside the lock
+        if n > g.pages.len() {
+            let extra = n - g.pages.len();
+            g.pages.try_reserve(extra).map_err(|_| Error::NoMemory)?;
+            g.pages.resize_with(n, || None);
+        } else {
+            // Frees the pages past the end in place (no allocation; freeing a frame takes
+            // only the page allocator's locks).
+            g.pages.truncate(n);
+        }
+        g.nbytes = nbytes;
         Ok(())
     }
 

@@ -86,12 +86,8 @@ impl Share {
     }
 
     pub fn new_shared() -> Result<Share, Error> {
-        // The RW lock allocates one padded reader slot per core; check the memory is there so
-        // running out is an error rather than an allocation failure inside `RwLock::new`.
-        let probe = core::alloc::Layout::from_size_align(percore::core_count().max(1) * 128, 128).map_err(|_| Error::NoMemory)?;
-        let p = crate::mm::heap::try_alloc(probe).ok_or(Error::NoMemory)?;
-        crate::mm::heap::free(p, probe);
-        Ok(Share { map: Map::Shared(RwLock::new(Entries(Vec::new()))) })
+        let lock = RwLock::try_new(Entries(Vec::new())).map_err(|_| Error::NoMemory)?;
+        Ok(Share { map: Map::Shared(lock) })
     }
 
     pub fn is_private(&self) -> bool {

@@ -5,6 +5,11 @@
 //! - `inject=alloc:1/N`: every N-th allocation on each core fails.
 //! - `inject=alloc:seed:S:P`: each allocation fails with probability P percent, from a
 //!   per-core generator seeded with S (reproducible for the same seed and schedule).
+//!
+//! From the command line, injection applies to allocations made by system calls only, which
+//! must then return `NoMemory` and free what they took. Page faults are left alone: a fault
+//! cannot return an error, so failing one only kills the program, which tests nothing.
+//! Kernel tests (`set_fail_one_in`) inject everywhere.
 
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
@@ -15,6 +20,8 @@ const ONE_IN: u8 = 1;
 const RANDOM: u8 = 2;
 
 static MODE: AtomicU8 = AtomicU8::new(OFF);
+/// Only inside system calls (and not while a system call resolves a page fault).
+static SYSCALLS_ONLY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 static PARAM: AtomicU64 = AtomicU64::new(0);
 static SEED: AtomicU64 = AtomicU64::new(0);
 static STATE: [CachePadded<AtomicU64>; MAX_CORES] = [const { CachePadded::new(AtomicU64::new(0)) }; MAX_CORES];
@@ -30,6 +37,7 @@ pub fn configure(spec: &str) -> Result<(), &'static str> {
             return Err("inject: N must be at least 1");
         }
         set_fail_one_in(n);
+        SYSCALLS_ONLY.store(true, Ordering::Relaxed);
         return Ok(());
     }
     let mut parts = rest.strip_prefix("seed:").ok_or("inject: expected alloc:1/N or alloc:seed:S:P")?.split(':');
@@ -43,12 +51,14 @@ pub fn configure(spec: &str) -> Result<(), &'static str> {
         s.store(seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1)) | 1, Ordering::Relaxed);
     }
     PARAM.store(p, Ordering::Relaxed);
+    SYSCALLS_ONLY.store(true, Ordering::Relaxed);
     MODE.store(RANDOM, Ordering::Release);
     Ok(())
 }
 
 /// Fail every `n`-th allocation on each core (0 turns injection off).
 pub fn set_fail_one_in(n: u64) {
+    SYSCALLS_ONLY.store(false, Ordering::Relaxed);
     for s in STATE.iter() {
         s.store(0, Ordering::Relaxed);
     }
@@ -79,6 +89,9 @@ pub fn failures() -> u64 {
 pub fn should_fail() -> bool {
     let mode = MODE.load(Ordering::Relaxed);
     if mode == OFF {
+        return false;
+    }
+    if SYSCALLS_ONLY.load(Ordering::Relaxed) && !crate::percpu::this().injectable.load(Ordering::Relaxed) {
         return false;
     }
     let me = percore::cpu_id();
