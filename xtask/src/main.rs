@@ -51,6 +51,8 @@ Commands:
   plugin   QEMU measurement plugins (see `cargo xtask plugin help`)
   cachesim, audit   short for `plugin cachesim`, `plugin audit`
   linux    Linux baseline (see `cargo xtask linux help`)
+  fuzz     System-call fuzzer on every core: --calls N --seed S --smp K --inject SPEC --planted-bug
+  soak     Fuzz (with and without injection) and the benchmark programs in turns: --minutes M --smp K
   build    Build the kernel only
   help     This text
 ";
