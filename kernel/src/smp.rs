@@ -138,8 +138,16 @@ fn wake_handler(_f: &mut crate::arch::x86_64::idt::TrapFrame) {
     run_mailbox(area);
 }
 
+/// The LAPIC timer: counts ticks (TC cores, `pcore_set_interval`); with one context per core
+/// there is nothing to switch to yet.
+fn timer_handler(_f: &mut crate::arch::x86_64::idt::TrapFrame) {
+    percpu::this().stats.timer_ticks.fetch_add(1, Ordering::Relaxed);
+    apic::eoi();
+}
+
 pub fn register_handlers() {
     crate::arch::x86_64::idt::register_handler(apic::VECTOR_WAKE, wake_handler);
+    crate::arch::x86_64::idt::register_handler(apic::VECTOR_TIMER, timer_handler);
 }
 
 fn alloc_zeroed(order: usize, node: u32) -> Option<u64> {

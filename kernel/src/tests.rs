@@ -10,11 +10,6 @@ use crate::arch::x86_64::{apic, cpu};
 use crate::mm::{frame, heap, phys_to_virt, PAGE_SIZE};
 use crate::{kassert, ktest, percpu, smp, time};
 
-fn timer_handler(_f: &mut TrapFrame) {
-    percpu::this().stats.timer_ticks.fetch_add(1, Ordering::Relaxed);
-    apic::eoi();
-}
-
 /// Per-core expectation of a deliberate exception: vector to expect and bytes to skip.
 static EXPECT_VECTOR: [AtomicU64; percore::MAX_CORES] = [const { AtomicU64::new(u64::MAX) }; percore::MAX_CORES];
 static SEEN_VECTOR: [AtomicU64; percore::MAX_CORES] = [const { AtomicU64::new(u64::MAX) }; percore::MAX_CORES];
@@ -33,7 +28,6 @@ fn exception_hook(f: &mut TrapFrame) -> bool {
 }
 
 pub fn register_handlers() {
-    idt::register_handler(apic::VECTOR_TIMER, timer_handler);
     idt::set_exception_hook(exception_hook);
 }
 
