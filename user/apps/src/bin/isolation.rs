@@ -18,7 +18,6 @@ use abi::{
     nr, ArKind, BatchEntry, DeviceBuf, Error, ObjName, ObjType, ObjectId, PcoreContext, SegMapping, BUF_TX, COPY_EAGER, COPY_ON_WRITE,
     EXIT_FAULT_BASE, MAP_EXEC, MAP_READ, MAP_WRITE, MEMID_SELF, PAGE_SIZE, ROLE_AC, ROLE_KC, ROLE_XC, SHARE_PRIVATE, USER_END,
 };
-use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicU64, Ordering};
 use libos::cores::{Core, CoreCtx, CoreOpts};
 use libos::layout::{SCRATCH_BASE, SHARED_BASE};
@@ -26,100 +25,19 @@ use libos::{println, sys};
 
 libos::main!(main);
 
+#[path = "../common/testkit.rs"]
+#[macro_use]
+mod testkit;
+use testkit::*;
+
 // ---------------------------------------------------------------------------------------
 // Plumbing (as in utest)
-
-struct Msg {
-    buf: [u8; 300],
-    len: usize,
-}
-
-impl Write for Msg {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        for &b in s.as_bytes() {
-            if self.len < self.buf.len() {
-                self.buf[self.len] = if b == b'\n' { b' ' } else { b };
-                self.len += 1;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Msg {
-    fn new(args: fmt::Arguments) -> Msg {
-        let mut m = Msg { buf: [0; 300], len: 0 };
-        let _ = m.write_fmt(args);
-        m
-    }
-    fn as_str(&self) -> &str {
-        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("<bad utf-8>")
-    }
-}
-
-enum Pass {
-    Ok,
-    Skipped(&'static str),
-}
-
-type TestResult = Result<Pass, Msg>;
-
-macro_rules! fail {
-    ($($a:tt)*) => { return Err(Msg::new(format_args!($($a)*))) };
-}
-
-macro_rules! ok {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(e) => fail!("{} -> Err({:?})", stringify!($e), e),
-        }
-    };
-}
 
 /// The call must be refused with one of the given errors.
 macro_rules! refused {
     ($e:expr, $p:pat) => {
-        match $e {
-            Err($p) => {}
-            other => fail!("{} -> {:?}, want {}", stringify!($e), other, stringify!($p)),
-        }
+        err!($e, $p)
     };
-}
-
-macro_rules! ensure {
-    ($c:expr, $($a:tt)*) => {
-        if !$c {
-            fail!($($a)*)
-        }
-    };
-}
-
-fn root() -> ObjectId {
-    libos::root_share()
-}
-
-fn rar() -> ObjName {
-    ObjName::new(root(), libos::start_info().root_ar)
-}
-
-fn cores() -> u64 {
-    sys::sys_info().map(|s| s.cores).unwrap_or(1)
-}
-
-fn raw(n: u64, a: [u64; 6]) -> Result<u64, Error> {
-    // SAFETY: the pointers passed are deliberately bad ones (kernel half, non-canonical,
-    // unmapped, read-only) that the kernel must refuse, or valid buffers of this program; a
-    // kernel that wrongly wrote through a bad one is what these cases look for.
-    unsafe { sys::call(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
-}
-
-#[derive(Debug)]
-struct Del(ObjName);
-impl Drop for Del {
-    fn drop(&mut self) {
-        let _ = sys::share_delobj(self.0);
-    }
 }
 
 fn new_seg(share: ObjectId, pages: u64) -> Result<Del, Error> {

@@ -23,7 +23,7 @@ use abi::{
     BUF_TX, CONF_CONSOLE_CRLF, COPY_EAGER, COPY_ON_WRITE, DEVICE_CONSOLE, EXIT_FAULT_BASE, MAP_EXEC, MAP_READ, MAP_WRITE,
     MAX_NAME, MEMID_SELF, PAGE_SIZE, PCORE_HALTED, PCORE_RUNNING, SHARE_PRIVATE, USER_END,
 };
-use core::fmt::{self, Write};
+use core::fmt::Write;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use libos::cores::{Core, CoreCtx, CoreOpts};
 use libos::layout::{SCRATCH_BASE, SHARED_BASE};
@@ -31,101 +31,16 @@ use libos::{println, sys};
 
 libos::main!(main);
 
+#[path = "../common/testkit.rs"]
+#[macro_use]
+mod testkit;
+use testkit::*;
+
 // ---------------------------------------------------------------------------------------
 // Test plumbing
 
-/// A failure message, formatted on the stack (tests do not use the heap).
-struct Msg {
-    buf: [u8; 300],
-    len: usize,
-}
-
-impl Write for Msg {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        for &b in s.as_bytes() {
-            if self.len < self.buf.len() {
-                // One line per test: expressions quoted by `stringify!` may hold newlines.
-                self.buf[self.len] = if b == b'\n' { b' ' } else { b };
-                self.len += 1;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Msg {
-    fn new(args: fmt::Arguments) -> Msg {
-        let mut m = Msg { buf: [0; 300], len: 0 };
-        let _ = m.write_fmt(args);
-        m
-    }
-    fn as_str(&self) -> &str {
-        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("<bad utf-8>")
-    }
-}
-
-enum Pass {
-    Ok,
-    Skipped(&'static str),
-}
-
-type TestResult = Result<Pass, Msg>;
-
-macro_rules! fail {
-    ($($a:tt)*) => { return Err(Msg::new(format_args!($($a)*))) };
-}
-
-/// Unwrap an `Ok`, failing the test with the expression and the error otherwise.
-macro_rules! ok {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(e) => fail!("{} -> Err({:?})", stringify!($e), e),
-        }
-    };
-}
-
-/// Expect one of the given errors.
-macro_rules! err {
-    ($e:expr, $p:pat) => {
-        match $e {
-            Err($p) => {}
-            other => fail!("{} -> {:?}, want {}", stringify!($e), other, stringify!($p)),
-        }
-    };
-}
-
-macro_rules! ensure {
-    ($c:expr, $($a:tt)*) => {
-        if !$c {
-            fail!($($a)*)
-        }
-    };
-}
-
-fn root() -> ObjectId {
-    libos::root_share()
-}
-
-fn rar() -> ObjName {
-    ObjName::new(root(), libos::start_info().root_ar)
-}
-
-fn cores() -> u64 {
-    sys::sys_info().map(|s| s.cores).unwrap_or(1)
-}
-
 fn free_pages() -> u64 {
     sys::sys_info().map(|s| s.free_pages).unwrap_or(0)
-}
-
-/// Deletes `<share, obj>` when dropped.
-#[derive(Debug)]
-struct Del(ObjName);
-impl Drop for Del {
-    fn drop(&mut self) {
-        let _ = sys::share_delobj(self.0);
-    }
 }
 
 /// Unmaps `[voff, voff + len)` of a range when dropped.
@@ -157,15 +72,6 @@ fn wr(addr: u64, v: u64) {
 fn rd(addr: u64) -> u64 {
     // SAFETY: tests only pass addresses inside readable mappings they made themselves.
     unsafe { core::ptr::read_volatile(addr as *const u64) }
-}
-
-/// A raw system call, for arguments the typed wrappers cannot express (bad pointers, unknown
-/// numbers, out-of-domain values).
-fn raw(n: u64, a: [u64; 6]) -> Result<u64, Error> {
-    // SAFETY: the pointers passed are either valid buffers of this test or deliberately bad
-    // ones (null, kernel half, unmapped, read-only) that the kernel must refuse; a kernel
-    // that wrongly wrote through them could at worst corrupt memory this test then checks.
-    unsafe { sys::call(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
 }
 
 /// The largest page-aligned value (a length or offset that overflows any addition).

@@ -1,0 +1,108 @@
+//! Plumbing shared by the user-program test suites (utest, isolation): one-line failure
+//! messages formatted on the stack, the `ok!`/`err!`/`ensure!`/`fail!` macros, and small
+//! helpers. Included with `#[path]` and `#[macro_use]`; not every suite uses every item.
+#![allow(dead_code)]
+
+use abi::{Error, ObjName, ObjectId};
+use core::fmt::{self, Write};
+use libos::sys;
+
+/// A failure message, formatted on the stack (tests do not use the heap).
+pub struct Msg {
+    buf: [u8; 300],
+    len: usize,
+}
+
+impl Write for Msg {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for &b in s.as_bytes() {
+            if self.len < self.buf.len() {
+                // One line per test: expressions quoted by `stringify!` may hold newlines.
+                self.buf[self.len] = if b == b'\n' { b' ' } else { b };
+                self.len += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Msg {
+    pub fn new(args: fmt::Arguments) -> Msg {
+        let mut m = Msg { buf: [0; 300], len: 0 };
+        let _ = m.write_fmt(args);
+        m
+    }
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("<bad utf-8>")
+    }
+}
+
+pub enum Pass {
+    Ok,
+    Skipped(&'static str),
+}
+
+pub type TestResult = Result<Pass, Msg>;
+
+macro_rules! fail {
+    ($($a:tt)*) => { return Err($crate::testkit::Msg::new(format_args!($($a)*))) };
+}
+
+/// Unwrap an `Ok`, failing the test with the expression and the error otherwise.
+macro_rules! ok {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => fail!("{} -> Err({:?})", stringify!($e), e),
+        }
+    };
+}
+
+/// Expect one of the given errors.
+macro_rules! err {
+    ($e:expr, $p:pat) => {
+        match $e {
+            Err($p) => {}
+            other => fail!("{} -> {:?}, want {}", stringify!($e), other, stringify!($p)),
+        }
+    };
+}
+
+macro_rules! ensure {
+    ($c:expr, $($a:tt)*) => {
+        if !$c {
+            fail!($($a)*)
+        }
+    };
+}
+
+pub fn root() -> ObjectId {
+    libos::root_share()
+}
+
+pub fn rar() -> ObjName {
+    ObjName::new(root(), libos::start_info().root_ar)
+}
+
+pub fn cores() -> u64 {
+    sys::sys_info().map(|s| s.cores).unwrap_or(1)
+}
+
+/// A raw system call, for arguments the typed wrappers cannot express (bad pointers, unknown
+/// numbers, out-of-domain values).
+pub fn raw(n: u64, a: [u64; 6]) -> Result<u64, Error> {
+    // SAFETY: the pointers the suites pass are either valid buffers of their own or
+    // deliberately bad ones (null, kernel half, non-canonical, unmapped, read-only) that the
+    // kernel must refuse; a kernel that wrongly wrote through them could at worst corrupt
+    // memory the suite then checks, which is what the cases look for.
+    unsafe { sys::call(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
+}
+
+/// Deletes `<share, obj>` when dropped.
+#[derive(Debug)]
+pub struct Del(pub ObjName);
+impl Drop for Del {
+    fn drop(&mut self) {
+        let _ = sys::share_delobj(self.0);
+    }
+}
