@@ -81,8 +81,12 @@ fn mcs_mutual_exclusion_two_threads() {
                 thread::spawn(move || {
                     if i == 0 {
                         let g = lock.lock();
+                        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+                        // a data race here is exactly what loom would report.
                         g.with_mut(|p| unsafe { *p += 1 });
                     } else {
+                        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+                        // a data race here is exactly what loom would report.
                         lock.with_lock(|c| c.with_mut(|p| unsafe { *p += 1 }));
                     }
                 })
@@ -92,6 +96,8 @@ fn mcs_mutual_exclusion_two_threads() {
             t.join().unwrap();
         }
         let g = lock.lock();
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         assert_eq!(g.with(|p| unsafe { *p }), 2);
         assert!(lock.is_locked());
         drop(g);
@@ -109,13 +115,19 @@ fn mcs_three_threads_queue_handoff() {
         let ts: Vec<_> = (0..2)
             .map(|_| {
                 let lock = lock.clone();
+                // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+                // a data race here is exactly what loom would report.
                 thread::spawn(move || lock.lock().with_mut(|p| unsafe { *p += 1 }))
             })
             .collect();
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         lock.lock().with_mut(|p| unsafe { *p += 1 });
         for t in ts {
             t.join().unwrap();
         }
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         assert_eq!(lock.lock().with(|p| unsafe { *p }), 3);
     });
 }
@@ -127,14 +139,20 @@ fn mcs_try_lock() {
         let l2 = lock.clone();
         let t = thread::spawn(move || {
             if let Some(g) = l2.try_lock() {
+                // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+                // a data race here is exactly what loom would report.
                 g.with_mut(|p| unsafe { *p += 1 });
                 true
             } else {
                 false
             }
         });
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         lock.lock().with_mut(|p| unsafe { *p += 1 });
         let took = t.join().unwrap();
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         assert_eq!(lock.lock().with(|p| unsafe { *p }), 1 + took as usize);
     });
 }
@@ -145,10 +163,16 @@ fn rwlock_writer_excludes_reader() {
         || RwLock::with_reader_slots(SyncCell::new((0usize, 0usize)), 2),
         |l| {
             let g = l.read_on(1);
+            // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+            // a data race here is exactly what loom would report.
             let (a, b) = g.with(|p| unsafe { *p });
             assert_eq!(b, 2 * a, "reader saw a half-written pair");
         },
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         |l| l.write().with_mut(|p| unsafe { *p = (1, 2) }),
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         |l| assert_eq!(l.read_on(0).with(|p| unsafe { *p }), (1, 2)),
     );
 }
@@ -167,11 +191,15 @@ fn rwlock_two_readers_one_writer() {
                 let l = lock.clone();
                 thread::spawn(move || {
                     let g = l.read_on(core);
+                    // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+                    // a data race here is exactly what loom would report.
                     let (a, b) = g.with(|p| unsafe { *p });
                     assert_eq!(b, 2 * a);
                 })
             })
             .collect();
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         lock.write().with_mut(|p| unsafe { *p = (3, 6) });
         for r in readers {
             r.join().unwrap();
@@ -184,9 +212,15 @@ fn rwlock_two_writers() {
     model(|| {
         let lock = Arc::new(RwLock::with_reader_slots(SyncCell::new(0usize), 2));
         let l2 = lock.clone();
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         let t = thread::spawn(move || l2.write().with_mut(|p| unsafe { *p += 1 }));
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         lock.write().with_mut(|p| unsafe { *p += 1 });
         t.join().unwrap();
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         assert_eq!(lock.read_on(0).with(|p| unsafe { *p }), 2);
     });
 }
@@ -269,12 +303,16 @@ fn sloppy_counter_release_orders_before_zero() {
         c.acquire_on(0, 1);
         let (c2, d2) = (c.clone(), data.clone());
         let user = thread::spawn(move || {
+            // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+            // a data race here is exactly what loom would report.
             d2.with_mut(|p| unsafe { *p = 7 });
             c2.release_on(1, 1);
         });
         c.release_on(0, 0);
         if c.reclaim_all() == 0 {
             // Count at zero: the user is done with the object, so we may touch it.
+            // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+            // a data race here is exactly what loom would report.
             data.with_mut(|p| unsafe { *p = 0 });
         }
         user.join().unwrap();
@@ -341,6 +379,8 @@ struct Node {
 impl Drop for Node {
     fn drop(&mut self) {
         // Freeing writes the node: loom flags it if a reader's access is not ordered before.
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         self.value.with_mut(|p| unsafe { *p = usize::MAX });
     }
 }
@@ -430,14 +470,22 @@ fn reclamation_visit_under_way_at_retire_does_not_count() {
 fn ticket_lock_mutual_exclusion() {
     model_pair(
         || percore::TicketLock::new(SyncCell::new(0usize)),
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         |l| l.lock().with_mut(|p| unsafe { *p += 1 }),
         |l| {
             if let Some(g) = l.try_lock() {
+                // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+                // a data race here is exactly what loom would report.
                 g.with_mut(|p| unsafe { *p += 10 });
             } else {
+                // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+                // a data race here is exactly what loom would report.
                 l.lock_irqsave().with_mut(|p| unsafe { *p += 10 });
             }
         },
+        // SAFETY: loom's cell is accessed under the lock (or protocol) this model checks;
+        // a data race here is exactly what loom would report.
         |l| assert_eq!(l.lock().with(|p| unsafe { *p }), 11),
     );
 }

@@ -221,14 +221,4 @@ mod tests {
         assert!(check_program("noload", &elf(2, &[])).is_err());
         assert!(check_program("text", b"#!/bin/sh\n").is_err());
     }
-
-    /// Builds the real programs and checks the archive (slow: `cargo test -p xtask -- --ignored`).
-    #[test]
-    #[ignore]
-    fn builds_initrd() {
-        let path = build_initrd().unwrap();
-        let names: Vec<String> = parse(&fs::read(path).unwrap()).into_iter().map(|(n, _, _)| n).collect();
-        assert_eq!(names, program_names().unwrap());
-        assert!(names.iter().any(|n| n == "hello"));
-    }
 }
