@@ -97,7 +97,40 @@ pub fn kernel_target_dir() -> PathBuf {
     target_dir().join("kernel")
 }
 
+/// The bare-metal target the kernel and user programs build for. rust-toolchain.toml names
+/// it, but rustup installs a file's targets only when it installs the toolchain itself, so a
+/// machine that already had stable lacks it: add it here, once, and say so.
+pub const BARE_TARGET: &str = "x86_64-unknown-none";
+
+pub fn ensure_bare_target() -> Result<(), String> {
+    static CHECKED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            let installed = Command::new("rustup")
+                .current_dir(workspace_root())
+                .args(["target", "list", "--installed"])
+                .output()
+                .map_err(|e| format!("cannot run rustup (needed to add the {BARE_TARGET} target): {e}"))?;
+            if String::from_utf8_lossy(&installed.stdout).lines().any(|l| l.trim() == BARE_TARGET) {
+                return Ok(());
+            }
+            println!("xtask: installing the missing Rust target {BARE_TARGET} (rustup target add)");
+            let status = Command::new("rustup")
+                .current_dir(workspace_root())
+                .args(["target", "add", BARE_TARGET])
+                .status()
+                .map_err(|e| format!("cannot run rustup: {e}"))?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(format!("`rustup target add {BARE_TARGET}` failed ({status}); without it nothing of the guest can be built"))
+            }
+        })
+        .clone()
+}
+
 pub fn build_kernel_with(features: &[&str]) -> Result<PathBuf, String> {
+    ensure_bare_target()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace_root())

@@ -49,6 +49,7 @@ pub fn program_names() -> Result<Vec<String>, String> {
 
 /// Build all user programs (release) and return the directory holding the binaries.
 pub fn build_programs() -> Result<PathBuf, String> {
+    crate::env::ensure_bare_target()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .current_dir(workspace_root())
