@@ -15,7 +15,7 @@ fn build(name: &str, args: &str) -> Result<Context, &'static str> {
     let elf = crate::initrd::find(name.as_bytes()).ok_or("no such program in the boot image")?;
     let me = percore::cpu_id() as u32;
     let oom = |_| "out of memory";
-    let root_share = KObject::create(b"root", me, Kind::Share(Share::new_private(me as usize))).map_err(oom)?;
+    let root_share = KObject::create(b"root", me, Kind::Share(Share::new_private_with(me as usize, Vec::new()).map_err(oom)?)).map_err(oom)?;
     let root_ar = KObject::create(b"root", me, Kind::Ar(ar::AddressRange::new(ArKind::Root, me).map_err(oom)?)).map_err(oom)?;
     let image = crate::elf::load(elf, &root_ar, me)?;
     // Stack, with the start information and arguments in its top page.
@@ -52,6 +52,7 @@ fn build(name: &str, args: &str) -> Result<Context, &'static str> {
 
 /// Quiesce and measure: free pages and kernel objects with every core's caches trimmed.
 fn counts() -> (u64, i64, u64) {
+    crate::kobj::share::reclaim_all();
     crate::smp::run_on_all(&|_| crate::mm::heap::trim_local());
     (crate::mm::frame::free_pages(), crate::mm::heap::live_objects(), crate::kobj::live_objects())
 }

@@ -252,6 +252,7 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     smp::init_this_core(bsp);
     let online = smp::start_aps(&cpus);
     percore::cpu::set_core_count(online);
+    kobj::share::init_reclaim(online);
 
     // The identity map was only needed to switch modes and start APs.
     arch::x86_64::boot::remove_identity_map();

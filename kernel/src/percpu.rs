@@ -173,7 +173,7 @@ pub fn online_count() -> usize {
 }
 
 /// The calling core's area.
-#[inline]
+#[inline(always)]
 pub fn this() -> &'static PerCpu {
     let p: *const PerCpu;
     // SAFETY: GS base points at this core's PerCpu (installed before any caller runs), whose
@@ -194,6 +194,7 @@ pub fn current_index() -> usize {
 
 /// The area whose context system calls on this core act in: our own, or while a kernel core
 /// runs a forwarded call, the client's.
+#[inline]
 pub fn acting() -> &'static PerCpu {
     let me = this();
     let a = me.acting.load(Ordering::Acquire);
@@ -205,6 +206,7 @@ pub fn acting() -> &'static PerCpu {
 }
 
 /// Another core's area, if it exists.
+#[inline]
 pub fn get(index: usize) -> Option<&'static PerCpu> {
     let p = CPUS.get(index)?.load(Ordering::Acquire);
     // SAFETY: areas are published once, never freed, and 'static.

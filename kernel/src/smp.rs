@@ -114,6 +114,9 @@ pub fn run_mailbox(area: &PerCpu) -> bool {
 pub fn idle_loop() -> ! {
     let area = percpu::this();
     loop {
+        // Free what this core retired from shared shares (with interrupts on: a freed object
+        // may wait for other cores).
+        crate::kobj::share::reclaim_poll();
         cpu::disable_interrupts();
         if run_mailbox(area) {
             continue;

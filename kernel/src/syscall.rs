@@ -48,23 +48,27 @@ fn read_name(ptr: u64, len: u64) -> Result<([u8; MAX_NAME], usize), Error> {
 /// share, a share in the set, or a share held by one of those. No allocation and, for the
 /// direct cases, no reference-count traffic: this is on nearly every call's path.
 fn with_share<R>(share_id: u64, f: impl FnOnce(&ObjRef) -> Result<R, Error>) -> Result<R, Error> {
-    let mut f = Some(f);
-    let direct = with_current(|c| {
-        let s = if c.root_share.id == share_id { Some(&c.root_share) } else { c.shares.iter().find(|s| s.id == share_id) };
-        s.map(|s| (f.take().expect("called once"))(s))
-    })?;
-    if let Some(r) = direct {
-        return r;
-    }
-    // One level of nesting: a share held by a share in the set.
-    let nested = with_current(|c| {
-        core::iter::once(&c.root_share)
-            .chain(c.shares.iter())
-            .filter_map(|s| s.as_share().ok()?.get(share_id).ok())
-            .find(|o| o.as_share().is_ok())
+    with_current(|c| {
+        if c.root_share.id == share_id {
+            return f(&c.root_share);
+        }
+        if let Some(s) = c.shares.iter().find(|s| s.id == share_id) {
+            return f(s);
+        }
+        // One level of nesting: a share held by the root share (the common case: shares are
+        // made in the root share), then by a share in the set.
+        let held = |holder: &ObjRef| holder.as_share().ok()?.get(share_id).ok().filter(|o| o.as_share().is_ok());
+        let mut nested = held(&c.root_share);
+        if nested.is_none() {
+            for s in c.shares.iter() {
+                nested = held(s);
+                if nested.is_some() {
+                    break;
+                }
+            }
+        }
+        f(&nested.ok_or(Error::ShareNotReachable)?)
     })?
-    .ok_or(Error::ShareNotReachable)?;
-    (f.take().expect("called once"))(&nested)
 }
 
 fn reach_share(share_id: u64) -> Result<ObjRef, Error> {
@@ -467,6 +471,11 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
         }
         nr::TIME_NOW => Ok(crate::time::now_ticks()),
         nr::SYS_INFO => {
+            // Exact counts: free what removals from shared shares still hold back.
+            crate::kobj::share::reclaim_all();
+            // And this core's empty slabs go back, so the count does not depend on what the
+            // heap happens to cache (other cores' caches are theirs to trim).
+            crate::mm::heap::trim_local();
             let info = SysInfo {
                 cores: percpu::online_count() as u64,
                 numa_nodes: crate::mm::frame::node_count() as u64,

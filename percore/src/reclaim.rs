@@ -31,12 +31,16 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::marker::PhantomData;
 
+#[derive(Clone, Copy)]
 struct Retired {
     /// Token value when retired.
     stamp: usize,
     ptr: *mut (),
     free: unsafe fn(*mut ()),
 }
+
+/// Placeholder free function of unused batch entries in `collect_on`.
+unsafe fn free_nothing(_: *mut ()) {}
 
 // SAFETY: only `Send` objects are retired (see `retire_on`), so freeing on another core is
 // fine.
@@ -187,40 +191,70 @@ impl Domain {
         self.cores.on(core).deferred.lock_irqsave().push(r);
     }
 
+    /// Retire an object given as a raw pointer and the function that frees it, without
+    /// allocating anything the caller cannot be told about: if core `core`'s deferred list
+    /// cannot grow, nothing is retired and `Err(())` comes back (a kernel then waits for a
+    /// grace period with [`Domain::synchronize`] and frees the object itself).
+    ///
+    /// # Safety
+    /// `free(ptr)` must be sound to call exactly once, from any core, once no operation that
+    /// began before this call is still running; the caller has already unlinked the object.
+    /// On success, returns how many objects wait on that list now.
+    pub unsafe fn try_retire_raw_on(&self, core: usize, ptr: *mut (), free: unsafe fn(*mut ())) -> Result<usize, ()> {
+        fence(Ordering::SeqCst);
+        let mut list = self.cores.on(core).deferred.lock_irqsave();
+        list.try_reserve(1).map_err(|_| ())?;
+        // Stamped under the list lock, so the list stays in stamp order (collect relies on it).
+        let stamp = self.token.load(Ordering::SeqCst);
+        list.push(Retired { stamp, ptr, free });
+        Ok(list.len())
+    }
+
     /// Free what the calling core retired and the token has since cleared. Returns how many
     /// objects were freed.
     pub fn collect(&self) -> usize {
         self.collect_on(crate::cpu_id())
     }
 
+    /// Free what core `core` retired and the token has since cleared. Allocates nothing (a
+    /// kernel calls it where allocation may fail): ready items leave the list in batches
+    /// through a buffer on the stack, and since a core's retires are stamped in list order,
+    /// the ready items are a prefix.
     pub fn collect_on(&self, core: usize) -> usize {
-        let now = self.token.load(Ordering::Acquire);
+        const BATCH: usize = 32;
         let n = self.cores.len();
-        let ready: Vec<Retired> = {
-            let mut list = self.cores.on(core).deferred.lock_irqsave();
-            if list.is_empty() {
-                return 0;
-            }
-            let mut ready = Vec::new();
-            list.retain(|r| {
+        let mut freed = 0;
+        loop {
+            let now = self.token.load(Ordering::Acquire);
+            let mut batch = [Retired { stamp: 0, ptr: core::ptr::null_mut(), free: free_nothing }; BATCH];
+            let taken = {
+                let mut list = self.cores.on(core).deferred.lock_irqsave();
                 // Visits r.stamp+1 ..= r.stamp+n completed (the visit under way at retire
                 // time may have switched before the unlink, so it does not count).
-                let safe = now.wrapping_sub(r.stamp) > n;
-                if safe {
-                    ready.push(Retired { stamp: r.stamp, ptr: r.ptr, free: r.free });
-                }
-                !safe
-            });
-            ready
-        };
-        // Frees run outside the list lock: a destructor may retire more objects.
-        let freed = ready.len();
-        for r in ready {
-            // SAFETY: `ptr`/`free` were paired in `retire_on`; the item left the list, so it
-            // is freed exactly once; the token cleared it, so no operation can still use it.
-            unsafe { (r.free)(r.ptr) };
+                let k = list.iter().take(BATCH).take_while(|r| now.wrapping_sub(r.stamp) > n).count();
+                batch[..k].copy_from_slice(&list[..k]);
+                list.drain(..k);
+                k
+            };
+            // Frees run outside the list lock: a destructor may retire more objects.
+            for r in &batch[..taken] {
+                // SAFETY: `ptr`/`free` were paired at retire time; the item left the list, so
+                // it is freed exactly once; the token cleared it, so no operation can still
+                // use it.
+                unsafe { (r.free)(r.ptr) };
+            }
+            freed += taken;
+            if taken < BATCH {
+                return freed;
+            }
         }
-        freed
+    }
+
+    /// Make room on core `core`'s deferred-free list for `n` objects up front, so retires
+    /// below that need no allocation (a kernel does this at boot: its memory accounting then
+    /// does not see lists grow and shrink).
+    pub fn reserve_on(&self, core: usize, n: usize) -> Result<(), ()> {
+        self.cores.on(core).deferred.lock_irqsave().try_reserve(n).map_err(|_| ())
     }
 
     /// Objects on core `core`'s deferred-free list.

@@ -558,3 +558,33 @@ fn object_cache_over_page_slabs() {
     eprintln!("page slab: {pages} pages");
     assert!(pages < 40, "{pages} pages for a small live set: freed objects are not reused");
 }
+
+/// Raw retires wait for operations that began before them, and collect frees them in order
+/// once the token has cleared them, without freeing anything early.
+#[test]
+fn raw_retire_waits_for_older_operations() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static FREED: AtomicUsize = AtomicUsize::new(0);
+    unsafe fn count_free(p: *mut ()) {
+        // SAFETY: every pointer retired below is a Box<u64> made for this test.
+        drop(unsafe { Box::from_raw(p as *mut u64) });
+        FREED.fetch_add(1, Ordering::SeqCst);
+    }
+    let d = percore::Domain::with_cores(2);
+    let op = d.enter_on(1); // an operation on core 1 that began before the retires
+    for i in 0..3u64 {
+        let p = Box::into_raw(Box::new(i)) as *mut ();
+        // SAFETY: p is a fresh Box<u64>, unlinked from everything; count_free frees it once.
+        unsafe { d.try_retire_raw_on(0, p, count_free) }.expect("list can grow");
+    }
+    for _ in 0..10 {
+        d.advance();
+    }
+    assert_eq!(d.collect_on(0), 0, "freed while an older operation still ran");
+    assert_eq!(d.pending_on(0), 3);
+    drop(op);
+    d.synchronize();
+    assert_eq!(d.collect_on(0), 3);
+    assert_eq!(FREED.load(Ordering::SeqCst), 3);
+    assert_eq!(d.pending_on(0), 0);
+}

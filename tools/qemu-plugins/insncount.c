@@ -7,12 +7,17 @@
  * this plugin is safe under multi-threaded TCG too. A block left early by an exception (a page
  * fault on a load, say) still counts whole: the over-count is at most one block per exception.
  *
- * Arguments: out=PATH (default: stderr).
+ * Arguments: out=PATH (default: stderr); profile=PATH also writes, per translation-block
+ * start address, how many instructions ran there inside the region (a flat profile; symbolize
+ * the addresses with the kernel's or program's symbol table). The profile table is shared by
+ * all vCPUs and updated with atomics; it holds PROFILE_SLOTS distinct blocks and counts the
+ * rest as "other".
  */
 #include "qemu_plugin_api.h"
 #include "marker.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = MANYCORE_QEMU_PLUGIN_VERSION;
@@ -26,6 +31,36 @@ static struct {
 } counts[REGION_MAX_VCPUS];
 static FILE *out;
 
+#define PROFILE_SLOTS (1u << 16)
+static struct {
+    uint64_t vaddr; /* 0 = empty */
+    uint64_t insns;
+} *profile;
+static uint64_t profile_other;
+static FILE *profile_out;
+
+static void profile_add(uint64_t vaddr, uint64_t n)
+{
+    uint64_t key = vaddr + 1; /* never 0 (no block starts at the last byte of the address space) */
+    uint32_t h = (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 48);
+    for (uint32_t probe = 0; probe < 64; probe++) {
+        uint32_t i = (h + probe) & (PROFILE_SLOTS - 1);
+        uint64_t cur = __atomic_load_n(&profile[i].vaddr, __ATOMIC_ACQUIRE);
+        if (cur == 0) {
+            uint64_t expected = 0;
+            if (__atomic_compare_exchange_n(&profile[i].vaddr, &expected, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                cur = key;
+            else
+                cur = expected;
+        }
+        if (cur == key) {
+            __atomic_fetch_add(&profile[i].insns, n, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    __atomic_fetch_add(&profile_other, n, __ATOMIC_RELAXED);
+}
+
 static void vcpu_tb_exec(unsigned int vcpu, void *udata)
 {
     if (!region_on(&region, vcpu))
@@ -33,6 +68,21 @@ static void vcpu_tb_exec(unsigned int vcpu, void *udata)
     uint64_t u = (uint64_t)(uintptr_t)udata;
     counts[vcpu].n[(u >> 63) ? 0 : 1] += u & 0xffffffff;
     counts[vcpu].tbs++;
+}
+
+/* With profile=: udata points at the block's { vaddr, packed count } pair. */
+struct tb_info {
+    uint64_t vaddr;
+    uint64_t packed;
+};
+
+static void vcpu_tb_exec_profiled(unsigned int vcpu, void *udata)
+{
+    const struct tb_info *tb = udata;
+    if (!region_on(&region, vcpu))
+        return;
+    vcpu_tb_exec(vcpu, (void *)(uintptr_t)tb->packed);
+    profile_add(tb->vaddr, tb->packed & 0xffffffff);
 }
 
 static void vcpu_marker(unsigned int vcpu, void *udata)
@@ -45,8 +95,21 @@ static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     (void)id;
     size_t n = qemu_plugin_tb_n_insns(tb);
     uint64_t kernel = (uint64_t)vaddr_is_kernel(qemu_plugin_tb_vaddr(tb));
-    qemu_plugin_register_vcpu_tb_exec_cb(tb, vcpu_tb_exec, QEMU_PLUGIN_CB_NO_REGS,
-                                         (void *)(uintptr_t)((uint64_t)n | kernel << 63));
+    uint64_t packed = (uint64_t)n | kernel << 63;
+    if (profile) {
+        /* One small record per translation; blocks are retranslated rarely, and the records
+         * live as long as the run (the plugin API gives no hook for a block's end). */
+        struct tb_info *info = malloc(sizeof *info);
+        if (info) {
+            info->vaddr = qemu_plugin_tb_vaddr(tb);
+            info->packed = packed;
+            qemu_plugin_register_vcpu_tb_exec_cb(tb, vcpu_tb_exec_profiled, QEMU_PLUGIN_CB_NO_REGS, info);
+        } else {
+            qemu_plugin_register_vcpu_tb_exec_cb(tb, vcpu_tb_exec, QEMU_PLUGIN_CB_NO_REGS, (void *)(uintptr_t)packed);
+        }
+    } else {
+        qemu_plugin_register_vcpu_tb_exec_cb(tb, vcpu_tb_exec, QEMU_PLUGIN_CB_NO_REGS, (void *)(uintptr_t)packed);
+    }
     for (size_t i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         int mv = marker_value(qemu_plugin_insn_haddr(insn), qemu_plugin_insn_vaddr(insn));
@@ -71,6 +134,15 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
     fflush(f);
     if (out)
         fclose(out);
+    if (profile_out) {
+        for (uint32_t i = 0; i < PROFILE_SLOTS; i++)
+            if (profile[i].vaddr && profile[i].insns)
+                fprintf(profile_out, "0x%016llx %llu\n", (unsigned long long)(profile[i].vaddr - 1),
+                        (unsigned long long)profile[i].insns);
+        if (profile_other)
+            fprintf(profile_out, "other %llu\n", (unsigned long long)profile_other);
+        fclose(profile_out);
+    }
 }
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
@@ -82,8 +154,15 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
                 fprintf(stderr, "insncount: cannot write %s\n", argv[i] + 4);
                 return -1;
             }
+        } else if (!strncmp(argv[i], "profile=", 8)) {
+            profile_out = fopen(argv[i] + 8, "w");
+            profile = calloc(PROFILE_SLOTS, sizeof *profile);
+            if (!profile_out || !profile) {
+                fprintf(stderr, "insncount: cannot write profile %s\n", argv[i] + 8);
+                return -1;
+            }
         } else {
-            fprintf(stderr, "insncount: unknown argument `%s` (out=PATH)\n", argv[i]);
+            fprintf(stderr, "insncount: unknown argument `%s` (out=PATH, profile=PATH)\n", argv[i]);
             return -1;
         }
     }

@@ -59,6 +59,46 @@ impl<T> KRef<T> {
         a.ptr == b.ptr
     }
 
+    /// Give up this reference as a raw pointer (for tables read without locks); `from_raw`
+    /// takes it back.
+    pub fn into_raw(this: Self) -> *mut () {
+        let p = this.ptr.as_ptr() as *mut ();
+        core::mem::forget(this);
+        p
+    }
+
+    /// Take back a reference given up by `into_raw`.
+    ///
+    /// # Safety
+    /// `ptr` came from `KRef::<T>::into_raw`, and the reference it stands for is taken back
+    /// once.
+    pub unsafe fn from_raw(ptr: *mut ()) -> Self {
+        // SAFETY: into_raw never returns null.
+        KRef { ptr: unsafe { NonNull::new_unchecked(ptr as *mut Inner<T>) }, _owns: PhantomData }
+    }
+
+    /// The value behind a raw pointer.
+    ///
+    /// # Safety
+    /// `ptr` came from `KRef::<T>::into_raw` and some reference keeps the value alive for `'a`.
+    pub unsafe fn raw_value<'a>(ptr: *mut ()) -> &'a T {
+        // SAFETY: by the caller's guarantee the allocation and the value are alive.
+        unsafe { &(*(ptr as *const Inner<T>)).value }
+    }
+
+    /// A new reference to the value behind a raw pointer.
+    ///
+    /// # Safety
+    /// `ptr` came from `KRef::<T>::into_raw` and the reference it stands for (or another) is
+    /// still held while this runs, so the count is at least one.
+    pub unsafe fn clone_raw(ptr: *mut ()) -> Self {
+        // SAFETY: as the caller guarantees, the allocation is alive with a count of at least one.
+        let inner = unsafe { &*(ptr as *const Inner<T>) };
+        inner.strong.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: non-null, as above.
+        KRef { ptr: unsafe { NonNull::new_unchecked(ptr as *mut Inner<T>) }, _owns: PhantomData }
+    }
+
     pub fn downgrade(this: &Self) -> KWeak<T> {
         this.inner().weak.fetch_add(1, Ordering::Relaxed);
         KWeak { ptr: this.ptr }

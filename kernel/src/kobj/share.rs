@@ -1,139 +1,473 @@
 //! Shares: the id → object maps through which every system call names objects.
 //!
-//! A private share (every core's root share, or `SHARE_PRIVATE`) belongs to one core: only
-//! that core may use it, so its map needs no lock at all. A shared share is protected by the
-//! scalable reader-writer lock from `percore` (readers touch only their own core's counter),
-//! since lookups vastly outnumber changes.
+//! Both kinds of share keep their entries in one open-addressed hash table (linear probing,
+//! tombstones, at most half full), whose slots are atomics so that lookups need no lock:
+//!
+//! - A **private** share (every core's root share, or `SHARE_PRIVATE`) belongs to one core:
+//!   only that core (or a kernel core acting for it) may use it, so neither its lookups nor
+//!   its changes take a lock, and a removed entry is dropped at once.
+//! - A **shared** share is read without any lock or shared write: a lookup runs inside a
+//!   reclamation operation (`percore::reclaim`, Tornado's existence guarantee by quiescence),
+//!   which touches only the calling core's counters. Changes serialise on the share's own
+//!   writer lock. A removed entry's reference, and a table replaced by a bigger one, are
+//!   retired and dropped only after every lookup that could still see them has ended.
+//!
+//! Lookups never block writers and see each entry either before or after a change. A slot is
+//! filled object-first, then id; emptied id-first (tombstone), then object. A reader that
+//! finds its id checks the object's own id, since ids name one object for ever, so a slot
+//! reused between the two loads cannot hand it a different object. See docs/objects.md.
 
 use alloc::vec::Vec;
-use core::cell::UnsafeCell;
+use core::ptr;
+use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use super::ObjRef;
+use super::kref::KRef;
+use super::{KObject, ObjRef};
 use abi::Error;
-use percore::RwLock;
+use percore::{Domain, TicketLock};
 
-struct Entries(Vec<(u64, ObjRef)>);
+/// Object ids are `(core + 1) << 40 | sequence`, never 0 and never all ones.
+const EMPTY: u64 = 0;
+const TOMBSTONE: u64 = u64::MAX;
+const MIN_SLOTS: usize = 8;
+/// Entries a new root share has room for.
+const ROOT_ENTRIES: usize = 16;
 
-impl Entries {
-    fn find(&self, id: u64) -> Result<usize, usize> {
-        self.0.binary_search_by_key(&id, |(k, _)| *k)
+struct Slot {
+    id: AtomicU64,
+    obj: AtomicPtr<()>,
+}
+
+/// The slots, a power of two of them. Never changed in size: a full table is replaced.
+struct Table {
+    shift: u32,
+    slots: Vec<Slot>,
+}
+
+impl Table {
+    fn try_new(n: usize) -> Result<*mut Table, Error> {
+        debug_assert!(n.is_power_of_two() && n >= MIN_SLOTS);
+        let mut slots = Vec::new();
+        slots.try_reserve_exact(n).map_err(|_| Error::NoMemory)?;
+        slots.extend((0..n).map(|_| Slot { id: AtomicU64::new(EMPTY), obj: AtomicPtr::new(ptr::null_mut()) }));
+        let table = Table { shift: 64 - n.trailing_zeros(), slots };
+        try_box(table)
     }
 
+    #[inline]
+    fn home(&self, id: u64) -> usize {
+        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    /// The entry for `id`, as a new reference. The caller keeps the table and its objects
+    /// alive (private: only the caller changes it; shared: inside a reclamation operation).
+    #[inline]
     fn get(&self, id: u64) -> Option<ObjRef> {
-        self.find(id).ok().map(|i| self.0[i].1.clone())
-    }
-
-    fn insert(&mut self, obj: ObjRef) -> Result<(), Error> {
-        match self.find(obj.id) {
-            Ok(_) => Err(Error::AlreadyExists),
-            Err(pos) => {
-                self.0.try_reserve(1).map_err(|_| Error::NoMemory)?;
-                self.0.insert(pos, (obj.id, obj));
-                Ok(())
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(id);
+        for _ in 0..self.slots.len() {
+            let slot = &self.slots[i & mask];
+            let k = slot.id.load(Ordering::Acquire);
+            if k == EMPTY {
+                return None;
             }
+            if k == id {
+                let p = slot.obj.load(Ordering::Acquire);
+                if p.is_null() {
+                    return None; // being removed
+                }
+                // SAFETY: p was stored from `KRef::<KObject>::into_raw`; the table's reference
+                // (or, once removed from a shared share, its retired reference) lives until
+                // the caller's operation ends.
+                if unsafe { KRef::<KObject>::raw_value(p) }.id != id {
+                    return None; // the slot was emptied and reused after our id load
+                }
+                // SAFETY: as above; the count is at least one while we run.
+                return Some(unsafe { KRef::clone_raw(p) });
+            }
+            i += 1;
         }
+        None
     }
 
-    fn remove(&mut self, id: u64) -> Result<ObjRef, Error> {
-        match self.find(id) {
-            Ok(i) => Ok(self.0.remove(i).1),
-            Err(_) => Err(Error::NoSuchObject),
+    /// Writer side: `Ok(index)` of `id`'s slot, or `Err(index)` of the slot a new `id` goes
+    /// into (the first tombstone on its probe path, else the empty slot that ends it).
+    fn find(&self, id: u64) -> Result<usize, usize> {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(id);
+        let mut free = None;
+        for _ in 0..self.slots.len() {
+            let k = self.slots[i & mask].id.load(Ordering::Relaxed);
+            if k == id {
+                return Ok(i & mask);
+            }
+            if k == EMPTY {
+                return Err(free.unwrap_or(i & mask));
+            }
+            if k == TOMBSTONE && free.is_none() {
+                free = Some(i & mask);
+            }
+            i += 1;
+        }
+        // No empty slot left: the writer keeps half the table empty, so only a tombstone can
+        // be here.
+        Err(free.expect("share table has a free slot"))
+    }
+
+    /// Writer side: fill slot `i` (object first, then id, so a reader that sees the id sees
+    /// the object).
+    fn fill(&self, i: usize, id: u64, obj: *mut ()) {
+        self.slots[i].obj.store(obj, Ordering::Release);
+        self.slots[i].id.store(id, Ordering::Release);
+    }
+
+    /// Writer side: empty slot `i` and return its reference.
+    fn empty(&self, i: usize) -> *mut () {
+        self.slots[i].id.store(TOMBSTONE, Ordering::Release);
+        self.slots[i].obj.swap(ptr::null_mut(), Ordering::AcqRel)
+    }
+
+    fn live(&self) -> impl Iterator<Item = (u64, *mut ())> + '_ {
+        self.slots.iter().filter_map(|s| {
+            let k = s.id.load(Ordering::Acquire);
+            let p = s.obj.load(Ordering::Acquire);
+            (k != EMPTY && k != TOMBSTONE && !p.is_null()).then_some((k, p))
+        })
+    }
+}
+
+/// `Box::new` without aborting when memory runs out.
+fn try_box<T>(value: T) -> Result<*mut T, Error> {
+    let p = crate::mm::heap::try_alloc(core::alloc::Layout::new::<T>()).ok_or(Error::NoMemory)? as *mut T;
+    // SAFETY: a fresh allocation with T's layout from the global heap, so `Box::from_raw`
+    // may free it later.
+    unsafe { p.write(value) };
+    Ok(p)
+}
+
+/// Free a table (not the references in it).
+///
+/// # Safety
+/// `p` came from `Table::try_new`, nobody can reach it any more, and it is freed once.
+unsafe fn free_table(p: *mut ()) {
+    // SAFETY: by the caller's guarantee.
+    drop(unsafe { alloc::boxed::Box::from_raw(p as *mut Table) });
+}
+
+/// Drop one reference given up with `into_raw`.
+///
+/// # Safety
+/// `p` came from `KRef::<KObject>::into_raw` and is dropped once.
+unsafe fn drop_ref(p: *mut ()) {
+    // SAFETY: by the caller's guarantee.
+    drop(unsafe { KRef::<KObject>::from_raw(p) });
+}
+
+/// The reclamation domain of all shared shares: one per kernel, made once every core is
+/// online. Before that only the boot core runs, and removals free at once.
+static RECLAIM: AtomicPtr<Domain> = AtomicPtr::new(ptr::null_mut());
+
+/// Items a core lets pile up on its deferred list before it drives the token itself.
+const COLLECT_BATCH: usize = 32;
+
+/// Deferred-list room made per core at boot: a core collects every `COLLECT_BATCH` retires,
+/// so its list seldom grows past this.
+const BOOT_LIST_ROOM: usize = 4 * COLLECT_BATCH;
+
+pub fn init_reclaim(cores: usize) {
+    let d = alloc::boxed::Box::new(Domain::with_cores(cores));
+    for core in 0..cores {
+        // Boot-time memory; a list that could not get it grows when used instead.
+        let _ = d.reserve_on(core, BOOT_LIST_ROOM);
+    }
+    RECLAIM.store(alloc::boxed::Box::into_raw(d), Ordering::Release);
+}
+
+fn reclaim() -> Option<&'static Domain> {
+    let p = RECLAIM.load(Ordering::Acquire);
+    // SAFETY: set once from a leaked Box and never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+fn this_core() -> usize {
+    crate::percpu::this().index
+}
+
+/// Free `p` with `free` once no lookup can still see it. If the deferred list cannot grow,
+/// wait for a grace period here instead. Every `COLLECT_BATCH` retires the core drives the
+/// token and frees what is ready. The caller holds no lock and no reclamation operation.
+///
+/// # Safety
+/// As for `Domain::try_retire_raw_on`: `p` is unlinked and `free(p)` is sound once.
+unsafe fn retire(p: *mut (), free: unsafe fn(*mut ())) {
+    let Some(d) = reclaim() else {
+        // SAFETY: before the other cores start nobody else can hold p.
+        unsafe { free(p) };
+        return;
+    };
+    let me = this_core();
+    // SAFETY: forwarded from the caller.
+    match unsafe { d.try_retire_raw_on(me, p, free) } {
+        Ok(pending) if pending % COLLECT_BATCH == 0 => drive(d, me),
+        Ok(_) => {}
+        Err(()) => {
+            d.synchronize();
+            // SAFETY: the grace period has passed: no lookup that saw p is still running.
+            unsafe { free(p) };
         }
     }
 }
 
-enum Map {
-    Private { owner: usize, entries: UnsafeCell<Entries> },
-    Shared(RwLock<Entries>),
+/// Move the token round the cores once if it can (a visit only reads the visited core's
+/// counters and waits for nobody), then free what this core retired that is now safe.
+fn drive(d: &Domain, me: usize) {
+    for _ in 0..=d.cores() {
+        if !d.advance() {
+            break;
+        }
+    }
+    d.collect_on(me);
+}
+
+/// Free what this core retired from shared shares, as far as the token allows (from the idle
+/// loop; no lock or operation held).
+pub fn reclaim_poll() {
+    let Some(d) = reclaim() else { return };
+    let me = this_core();
+    if d.pending_on(me) > 0 {
+        drive(d, me);
+    }
+}
+
+/// Wait for a grace period and free everything every core has retired. For exact object and
+/// memory counts (init's leak check, `sys_info`). The caller holds no operation.
+pub fn reclaim_all() {
+    let Some(d) = reclaim() else { return };
+    d.synchronize();
+    for core in 0..d.cores() {
+        d.collect_on(core);
+    }
 }
 
 pub struct Share {
-    map: Map,
+    /// The owning core of a private share; `None` for a shared one.
+    owner: Option<usize>,
+    /// Null until the first entry.
+    table: AtomicPtr<Table>,
+    /// Writer-side counts: entries, and entries plus tombstones.
+    live: AtomicUsize,
+    used: AtomicUsize,
+    /// Serialises changes to a shared share (unused for private ones).
+    writer: TicketLock<()>,
 }
-
-/// The entries of a private map, for its owner core only.
-fn private(owner: usize, entries: &UnsafeCell<Entries>) -> Result<&mut Entries, Error> {
-    if owner != crate::percpu::acting().index {
-        return Err(Error::NotPermitted);
-    }
-    // SAFETY: only the owner core gets here, shares are never used from interrupt handlers,
-    // and no caller keeps the reference across another call on the same share.
-    Ok(unsafe { &mut *entries.get() })
-}
-
-// SAFETY: a private map is only touched by its owner core (checked on every access, and no
-// share is used from interrupt context); a shared map is behind the RW lock.
-unsafe impl Sync for Share {}
-// SAFETY: as above; ownership moves with the object.
-unsafe impl Send for Share {}
 
 impl Share {
     pub fn new_private(owner: usize) -> Share {
-        Share { map: Map::Private { owner, entries: UnsafeCell::new(Entries(Vec::new())) } }
+        Share::empty(Some(owner))
+    }
+
+    fn empty(owner: Option<usize>) -> Share {
+        Share {
+            owner,
+            table: AtomicPtr::new(ptr::null_mut()),
+            live: AtomicUsize::new(0),
+            used: AtomicUsize::new(0),
+            writer: TicketLock::new(()),
+        }
     }
 
     /// A private share for `owner` holding `objs` from the start (a new context's root share,
     /// built by the core that starts the context).
     pub fn new_private_with(owner: usize, objs: Vec<ObjRef>) -> Result<Share, Error> {
-        let mut e: Vec<(u64, ObjRef)> = Vec::new();
-        e.try_reserve(objs.len()).map_err(|_| Error::NoMemory)?;
+        let s = Share::empty(Some(owner));
+        // A program's root share holds tens of objects: size it for that from the start, so
+        // the program's memory use does not step while it runs.
+        s.reserve(objs.len().max(ROOT_ENTRIES))?;
         for o in objs {
-            e.push((o.id, o));
+            // Duplicates (the same object passed twice) keep one entry.
+            let _ = s.insert_locked(o);
         }
-        e.sort_by_key(|(k, _)| *k);
-        e.dedup_by_key(|(k, _)| *k);
-        Ok(Share { map: Map::Private { owner, entries: UnsafeCell::new(Entries(e)) } })
+        Ok(s)
     }
 
     pub fn new_shared() -> Result<Share, Error> {
-        let lock = RwLock::try_new(Entries(Vec::new())).map_err(|_| Error::NoMemory)?;
-        Ok(Share { map: Map::Shared(lock) })
+        Ok(Share::empty(None))
     }
 
     pub fn is_private(&self) -> bool {
-        matches!(self.map, Map::Private { .. })
+        self.owner.is_some()
+    }
+
+    /// Private shares answer only their owner (or a kernel core acting for it).
+    #[inline]
+    fn check_owner(&self) -> Result<(), Error> {
+        match self.owner {
+            Some(o) if o != crate::percpu::acting().index => Err(Error::NotPermitted),
+            _ => Ok(()),
+        }
+    }
+
+    fn table(&self) -> Option<&Table> {
+        let p = self.table.load(Ordering::Acquire);
+        // SAFETY: a published table stays allocated while the owner (private) cannot replace
+        // it, or until a grace period after it was replaced (shared: callers are inside an
+        // operation or hold the writer lock).
+        (!p.is_null()).then(|| unsafe { &*p })
     }
 
     pub fn get(&self, id: u64) -> Result<ObjRef, Error> {
-        match &self.map {
-            Map::Private { owner, entries } => private(*owner, entries)?.get(id).ok_or(Error::NoSuchObject),
-            Map::Shared(lock) => lock.read().get(id).ok_or(Error::NoSuchObject),
-        }
+        self.check_owner()?;
+        let found = match (self.owner, reclaim()) {
+            (None, Some(d)) => {
+                let _op = d.enter_on(this_core());
+                self.table().and_then(|t| t.get(id))
+            }
+            _ => self.table().and_then(|t| t.get(id)),
+        };
+        found.ok_or(Error::NoSuchObject)
     }
 
     pub fn insert(&self, obj: ObjRef) -> Result<(), Error> {
-        match &self.map {
-            Map::Private { owner, entries } => private(*owner, entries)?.insert(obj),
-            Map::Shared(lock) => lock.write().insert(obj),
-        }
+        self.check_owner()?;
+        let r = {
+            let _g = self.owner.is_none().then(|| self.writer.lock());
+            self.insert_locked(obj)
+        };
+        // A refused reference is dropped here, outside the writer lock.
+        r.map_err(|(e, _refused)| e)
     }
 
-    /// Remove and return the entry; the caller drops it outside any lock (dropping the last
-    /// reference frees the object, which may take other locks).
-    pub fn remove(&self, id: u64) -> Result<ObjRef, Error> {
-        match &self.map {
-            Map::Private { owner, entries } => private(*owner, entries)?.remove(id),
-            Map::Shared(lock) => lock.write().remove(id),
+    /// Room for `extra` more entries, with entries plus tombstones at most half the slots:
+    /// short probe sequences matter more here than memory.
+    fn has_room(&self, extra: usize) -> bool {
+        let used = self.used.load(Ordering::Relaxed);
+        self.table().is_some_and(|t| (used + extra) * 2 <= t.slots.len())
+    }
+
+    /// Make room for `extra` more entries.
+    fn reserve(&self, extra: usize) -> Result<(), Error> {
+        if self.has_room(extra) {
+            return Ok(());
         }
+        // Rebuild at four times the live entries (which also clears the tombstones), and
+        // never smaller than before: like a vector's capacity, a share's memory follows its
+        // peak size, so it does not come and go with tombstones.
+        let cap = self.table().map_or(0, |t| t.slots.len());
+        let want = ((self.live.load(Ordering::Relaxed) + extra) * 4).next_power_of_two().max(MIN_SLOTS).max(cap);
+        let fresh_ptr = Table::try_new(want)?;
+        // SAFETY: just allocated, not yet published.
+        let fresh = unsafe { &*fresh_ptr };
+        let mut n = 0;
+        if let Some(old) = self.table() {
+            for (id, p) in old.live() {
+                let Err(i) = fresh.find(id) else { continue };
+                fresh.fill(i, id, p);
+                n += 1;
+            }
+        }
+        let old = self.table.swap(fresh_ptr, Ordering::AcqRel);
+        self.used.store(n, Ordering::Relaxed);
+        if !old.is_null() {
+            if self.owner.is_some() {
+                // SAFETY: only this core could reach the old table, and it no longer does.
+                unsafe { free_table(old as *mut ()) };
+            } else {
+                // SAFETY: unpublished above; lookups that loaded it finish their operations
+                // first. Its references moved to the new table, so only the table is freed.
+                unsafe { retire(old as *mut (), free_table) };
+            }
+        }
+        Ok(())
+    }
+
+    /// The insert itself; the caller is the owner core or holds the writer lock. A refused
+    /// reference comes back for the caller to drop.
+    fn insert_locked(&self, obj: ObjRef) -> Result<(), (Error, ObjRef)> {
+        // Rebuilding first (when needed) keeps this to one probe sequence; a rebuild for an
+        // id that turns out to be present already is harmless.
+        if let Err(e) = self.reserve(1) {
+            return Err((e, obj));
+        }
+        let Some(t) = self.table() else { return Err((Error::NoMemory, obj)) };
+        let Err(i) = t.find(obj.id) else { return Err((Error::AlreadyExists, obj)) };
+        if t.slots[i].id.load(Ordering::Relaxed) == EMPTY {
+            self.used.fetch_add(1, Ordering::Relaxed);
+        }
+        t.fill(i, obj.id, KRef::into_raw(obj));
+        self.live.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Remove an entry. From a private share the reference comes back for the caller to drop
+    /// (outside any lock: dropping the last reference frees the object, which may take other
+    /// locks); from a shared share it is retired and dropped after a grace period.
+    pub fn remove(&self, id: u64) -> Result<Option<ObjRef>, Error> {
+        self.check_owner()?;
+        if self.owner.is_some() {
+            let t = self.table().ok_or(Error::NoSuchObject)?;
+            let i = t.find(id).map_err(|_| Error::NoSuchObject)?;
+            let p = t.empty(i);
+            self.live.fetch_sub(1, Ordering::Relaxed);
+            // SAFETY: the slot held this reference; it left the table just now.
+            return Ok(Some(unsafe { KRef::from_raw(p) }));
+        }
+        let p = {
+            let _g = self.writer.lock();
+            let t = self.table().ok_or(Error::NoSuchObject)?;
+            let i = t.find(id).map_err(|_| Error::NoSuchObject)?;
+            let p = t.empty(i);
+            self.live.fetch_sub(1, Ordering::Relaxed);
+            p
+        };
+        // SAFETY: unlinked above; lookups that saw it end before the retired reference drops.
+        unsafe { retire(p, drop_ref) };
+        Ok(None)
     }
 
     pub fn ids(&self) -> Result<Vec<u64>, Error> {
-        let collect = |e: &Entries| -> Result<Vec<u64>, Error> {
+        self.check_owner()?;
+        let collect = |t: Option<&Table>| -> Result<Vec<u64>, Error> {
             let mut v = Vec::new();
-            v.try_reserve(e.0.len()).map_err(|_| Error::NoMemory)?;
-            v.extend(e.0.iter().map(|(k, _)| *k));
+            let Some(t) = t else { return Ok(v) };
+            v.try_reserve(self.live.load(Ordering::Relaxed)).map_err(|_| Error::NoMemory)?;
+            for (id, _) in t.live() {
+                // Entries added since the reservation are left out rather than allocated for.
+                if v.len() < v.capacity() {
+                    v.push(id);
+                }
+            }
+            v.sort_unstable();
             Ok(v)
         };
-        match &self.map {
-            Map::Private { owner, entries } => collect(private(*owner, entries)?),
-            Map::Shared(lock) => collect(&lock.read()),
+        match (self.owner, reclaim()) {
+            (None, Some(d)) => {
+                let _op = d.enter_on(this_core());
+                collect(self.table())
+            }
+            _ => collect(self.table()),
         }
     }
 
     pub fn len(&self) -> usize {
-        match &self.map {
-            Map::Private { owner, entries } => private(*owner, entries).map(|e| e.0.len()).unwrap_or(0),
-            Map::Shared(lock) => lock.read().0.len(),
+        if self.check_owner().is_err() {
+            return 0;
+        }
+        self.live.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        // The last reference to the share is gone, so no lookup can be inside it.
+        let p = *self.table.get_mut();
+        if p.is_null() {
+            return;
+        }
+        // SAFETY: as above; this is the only pointer left to the table.
+        let t = unsafe { alloc::boxed::Box::from_raw(p) };
+        for (_, obj) in t.live() {
+            // SAFETY: each live slot holds one reference.
+            unsafe { drop_ref(obj) };
         }
     }
 }
