@@ -367,6 +367,39 @@ fn numa_pages_come_from_the_local_node() {
 }
 
 ktest! {
+fn object_metadata_comes_from_the_memid_node() {
+    use crate::kobj::{share::Share, KObject, Kind};
+    let (pages0, live0) = quiescent_counts();
+    let mut checked = 0;
+    for c in percpu::all().take(percpu::online_count()) {
+        let node = c.node as usize;
+        // Only meaningful when that node still has free memory.
+        if frame::node_stats(node).0 < 1024 {
+            continue;
+        }
+        let obj = KObject::create(b"ktest-meta", c.index as u32, Kind::Share(Share::new_private(0))).map_err(|e| alloc::format!("create: {e:?}"))?;
+        let pa = crate::mm::virt_to_phys(&*obj as *const KObject as u64);
+        kassert!(frame::node_of(pa) == Some(node), "memid core {} (node {node}): metadata on node {:?}", c.index, frame::node_of(pa));
+        drop(obj);
+        // Raw node-placed allocations of every size class, freed from this core.
+        for size in [24usize, 200, 1000, 2048, 5000] {
+            let layout = Layout::from_size_align(size, 8).map_err(|_| "bad layout")?;
+            let p = heap::try_alloc_on_node(layout, node).ok_or("try_alloc_on_node failed")?;
+            let got = frame::node_of(crate::mm::virt_to_phys(p as u64));
+            heap::free(p, layout);
+            kassert!(got == Some(node), "size {size} for node {node} came from node {got:?}");
+        }
+        checked += 1;
+    }
+    kassert!(checked > 0, "no node had memory to check");
+    let (pages1, live1) = quiescent_counts();
+    kassert!(live1 == live0, "live objects {live1} != {live0}");
+    kassert!(pages1 == pages0, "free pages {pages1} != {pages0}");
+    Ok(())
+}
+}
+
+ktest! {
 fn ticket_lock_counts_exactly_across_cores() {
     let lock = percore::TicketLock::new(0u64);
     const PER_CORE: u64 = 2000;

@@ -39,11 +39,24 @@ impl<T> KRef<T> {
     pub fn try_new(value: T) -> Result<Self, T> {
         let layout = Layout::new::<Inner<T>>();
         let Some(p) = crate::mm::heap::try_alloc(layout) else { return Err(value) };
+        Ok(Self::init_at(p, value))
+    }
+
+    /// Allocate from NUMA node `node`'s memory (Corey's `memid`: object metadata lives near
+    /// the core that will use it), or give the value back if memory is exhausted.
+    pub fn try_new_on_node(value: T, node: usize) -> Result<Self, T> {
+        let layout = Layout::new::<Inner<T>>();
+        let Some(p) = crate::mm::heap::try_alloc_on_node(layout, node) else { return Err(value) };
+        Ok(Self::init_at(p, value))
+    }
+
+    /// `p`: a fresh, non-null heap allocation with `Inner<T>`'s layout.
+    fn init_at(p: *mut u8, value: T) -> Self {
         let ptr = p as *mut Inner<T>;
         // SAFETY: p is a fresh allocation with Inner<T>'s layout.
         unsafe { ptr.write(Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), value }) };
-        // SAFETY: p is non-null (try_alloc returned Some).
-        Ok(KRef { ptr: unsafe { NonNull::new_unchecked(ptr) }, _owns: PhantomData })
+        // SAFETY: p is non-null (the allocator returned Some).
+        KRef { ptr: unsafe { NonNull::new_unchecked(ptr) }, _owns: PhantomData }
     }
 
     fn inner(&self) -> &Inner<T> {

@@ -84,7 +84,9 @@ impl KObject {
         let mut n = [0u8; MAX_NAME];
         n[..name.len()].copy_from_slice(name);
         let obj = KObject { id: new_id(), name: n, name_len: name.len() as u8, home_core, kind };
-        let r = KRef::try_new(obj).map_err(|_| Error::NoMemory)?;
+        // The metadata itself comes from the memory of `memid`'s node, like the pages.
+        let node = crate::percpu::get(home_core as usize).map_or(0, |c| c.node as usize);
+        let r = KRef::try_new_on_node(obj, node).map_err(|_| Error::NoMemory)?;
         IDS[percore::cpu_id()].live.fetch_add(1, Ordering::Relaxed);
         Ok(r)
     }

@@ -355,6 +355,19 @@ pub fn alloc_page_for_core(core: usize) -> Option<u64> {
     (0..nodes).map(|i| (node + i) % nodes).find_map(|n| NODES[n].buddy.lock_irqsave().alloc(0)).map(|pfn| pfn * PAGE_SIZE)
 }
 
+/// Allocate 2^order contiguous frames from NUMA node `node` (Corey's `memid` placement),
+/// falling back to the other nodes when it has none.
+pub fn alloc_frames_on(order: usize, node: usize) -> Option<u64> {
+    if node == local_node() || node >= node_count() {
+        return alloc_frames(order);
+    }
+    if order > MAX_ORDER || injected_failure() {
+        return None;
+    }
+    let nodes = node_count();
+    (0..nodes).map(|i| (node + i) % nodes).find_map(|n| NODES[n].buddy.lock_irqsave().alloc(order)).map(|pfn| pfn * PAGE_SIZE)
+}
+
 /// Allocate 2^order contiguous, naturally aligned frames.
 pub fn alloc_frames(order: usize) -> Option<u64> {
     if order > MAX_ORDER {

@@ -7,6 +7,11 @@
 //! whole stack in one swap when it next runs short (or on `trim`), so objects return to the
 //! core whose cache they came from and no slab list is ever shared.
 //!
+//! A core keeps one set of class caches per NUMA node (up to `HEAP_NODES`): the usual one
+//! holds local memory, and `try_alloc_on_node` serves kernel-object metadata from the node
+//! that a system call's `memid` names (Corey). The slab records its node, so a free returns
+//! the object to the cache it came from.
+//!
 //! Allocation failure is a null pointer from `GlobalAlloc` and `None` from `try_alloc`,
 //! never a panic inside the allocator.
 
@@ -23,6 +28,9 @@ use percore::CachePadded;
 pub const CLASS_SIZES: [usize; 8] = [16, 32, 64, 128, 256, 512, 1024, 2048];
 pub const CLASSES: usize = CLASS_SIZES.len();
 const SLAB_MAGIC: u32 = 0x51AB_CAFE;
+/// NUMA nodes a core keeps class caches for (slot = node). Metadata for a node past these
+/// comes from the local node; a core on such a node keeps its local caches in the last slot.
+pub const HEAP_NODES: usize = 16;
 
 /// Slab order per class: one page up to 256 bytes, four pages above, so a slab holds at
 /// least seven objects.
@@ -61,7 +69,9 @@ struct SlabHeader {
     class: u16,
     home: u16,
     in_use: u32,
-    on_partial: u32,
+    on_partial: u16,
+    /// Which of the home core's per-node caches the slab belongs to.
+    node: u16,
     free: *mut FreeObject,
     next: *mut SlabHeader,
     prev: *mut SlabHeader,
@@ -76,7 +86,8 @@ struct ClassCache {
 /// A core's slab caches. `remote` heads are written by other cores, so they sit on their own
 /// cache line apart from the owner's lists.
 pub struct SlabCaches {
-    classes: UnsafeCell<[ClassCache; CLASSES]>,
+    /// Per node (index: NUMA node), per size class.
+    classes: UnsafeCell<[[ClassCache; CLASSES]; HEAP_NODES]>,
     remote: CachePadded<[AtomicPtr<FreeObject>; CLASSES]>,
     /// Objects allocated minus objects freed by this core (may go negative; the sum over
     /// cores is exact).
@@ -91,7 +102,7 @@ unsafe impl Sync for SlabCaches {}
 impl SlabCaches {
     pub const fn new() -> Self {
         Self {
-            classes: UnsafeCell::new([const { ClassCache { partial: null_mut(), slabs: 0 } }; CLASSES]),
+            classes: UnsafeCell::new([const { [const { ClassCache { partial: null_mut(), slabs: 0 } }; CLASSES] }; HEAP_NODES]),
             remote: CachePadded::new([const { AtomicPtr::new(null_mut()) }; CLASSES]),
             live: CachePadded::new(AtomicI64::new(0)),
             slab_pages: AtomicI64::new(0),
@@ -138,8 +149,9 @@ fn remove_partial(cc: &mut ClassCache, s: *mut SlabHeader) {
     }
 }
 
-fn new_slab(class: usize, home: usize, caches: &SlabCaches) -> Option<*mut SlabHeader> {
-    let pa = frame::alloc_frames(slab_order(class))?;
+/// A new slab for cache slot `slot`, with frames from NUMA node `frames_node`.
+fn new_slab(class: usize, home: usize, slot: usize, frames_node: usize, caches: &SlabCaches) -> Option<*mut SlabHeader> {
+    let pa = frame::alloc_frames_on(slab_order(class), frames_node)?;
     let base = phys_to_virt(pa) as *mut u8;
     let size = CLASS_SIZES[class];
     let first = first_object_offset(class);
@@ -160,6 +172,7 @@ fn new_slab(class: usize, home: usize, caches: &SlabCaches) -> Option<*mut SlabH
             home: home as u16,
             in_use: 0,
             on_partial: 0,
+            node: slot as u16,
             free,
             next: null_mut(),
             prev: null_mut(),
@@ -176,12 +189,26 @@ fn release_slab(class: usize, s: *mut SlabHeader, caches: &SlabCaches) {
     frame::free_frames(virt_to_phys(s as u64), slab_order(class));
 }
 
-/// Free on the home core. Keeps at most one empty slab per class; more go back to frames.
-fn free_local(cc: &mut ClassCache, class: usize, obj: *mut u8, caches: &SlabCaches) {
+/// The home core's cache of `class` for `node`.
+///
+/// # Safety
+/// Only the owning core calls this, with interrupts off, and keeps no other reference to
+/// the same cache meanwhile.
+#[allow(clippy::mut_from_ref)]
+unsafe fn cache_of(caches: &SlabCaches, node: usize, class: usize) -> &mut ClassCache {
+    // SAFETY: by the caller's guarantee.
+    unsafe { &mut (*caches.classes.get())[node][class] }
+}
+
+/// Free on the home core. Keeps at most one empty slab per class and node; more go back to
+/// frames. Must run on the home core with interrupts off.
+fn free_local(class: usize, obj: *mut u8, caches: &SlabCaches) {
     let s = slab_of(obj, class);
     // SAFETY: obj came from slab s (its address lies in s, which is one of ours); the object
-    // is no longer used by its owner, so we can store the link in it.
+    // is no longer used by its owner, so we can store the link in it. The cache is ours
+    // (home core, interrupts off, as the caller guarantees).
     unsafe {
+        let cc = cache_of(caches, (*s).node as usize, class);
         let o = obj as *mut FreeObject;
         (*o).next = (*s).free;
         (*s).free = o;
@@ -197,28 +224,32 @@ fn free_local(cc: &mut ClassCache, class: usize, obj: *mut u8, caches: &SlabCach
     }
 }
 
-/// Take every object other cores freed into this core's slabs of `class`.
-fn drain_remote(cc: &mut ClassCache, class: usize, caches: &SlabCaches) {
+/// Take every object other cores freed into this core's slabs of `class` (any node). Home
+/// core, interrupts off.
+fn drain_remote(class: usize, caches: &SlabCaches) {
     let mut o = caches.remote[class].swap(null_mut(), Ordering::Acquire);
     while !o.is_null() {
         // SAFETY: every object on the stack was pushed by `free` and belongs to one of our slabs.
         let next = unsafe { (*o).next };
-        free_local(cc, class, o as *mut u8, caches);
+        free_local(class, o as *mut u8, caches);
         o = next;
     }
 }
 
-fn alloc_small(class: usize) -> *mut u8 {
+/// From this core's cache slot `slot` of `class`; a new slab takes frames from `frames_node`.
+fn alloc_small(class: usize, slot: usize, frames_node: usize) -> *mut u8 {
     let pc = crate::percpu::this();
     let caches = &pc.slabs;
     without_interrupts(|| {
-        // SAFETY: the owning core with interrupts off is the only user of `classes`.
-        let cc = unsafe { &mut (*caches.classes.get())[class] };
-        if cc.partial.is_null() {
-            drain_remote(cc, class, caches);
+        // SAFETY: the owning core with interrupts off is the only user of `classes`; the
+        // reference is not used across drain_remote, which takes its own.
+        if unsafe { cache_of(caches, slot, class) }.partial.is_null() {
+            drain_remote(class, caches);
         }
+        // SAFETY: as above.
+        let cc = unsafe { cache_of(caches, slot, class) };
         if cc.partial.is_null() {
-            match new_slab(class, pc.index, caches) {
+            match new_slab(class, pc.index, slot, frames_node, caches) {
                 Some(s) => {
                     cc.slabs += 1;
                     push_partial(cc, s);
@@ -252,11 +283,8 @@ fn free_small(ptr: *mut u8, class: usize) {
     let pc = crate::percpu::this();
     pc.slabs.live.fetch_sub(1, Ordering::Relaxed);
     if home == pc.index {
-        without_interrupts(|| {
-            // SAFETY: we are the home core, interrupts off.
-            let cc = unsafe { &mut (*pc.slabs.classes.get())[class] };
-            free_local(cc, class, ptr, &pc.slabs);
-        });
+        // We are the home core; interrupts off.
+        without_interrupts(|| free_local(class, ptr, &pc.slabs));
     } else {
         let Some(owner) = crate::percpu::get(home) else { return };
         let head = &owner.slabs.remote[class];
@@ -285,7 +313,10 @@ pub fn try_alloc(layout: Layout) -> Option<*mut u8> {
         return None;
     }
     let p = match class_for(layout) {
-        Some(class) => alloc_small(class),
+        Some(class) => {
+            let local = crate::percpu::this().node as usize;
+            alloc_small(class, local.min(HEAP_NODES - 1), local)
+        }
         None => frame::alloc_frames(large_order(layout)).map(|pa| phys_to_virt(pa) as *mut u8).unwrap_or(null_mut()),
     };
     if p.is_null() {
@@ -293,6 +324,24 @@ pub fn try_alloc(layout: Layout) -> Option<*mut u8> {
     } else {
         Some(p)
     }
+}
+
+/// Allocate from NUMA node `node`'s memory (falling back to other nodes when it has none),
+/// through this core's cache for that node; freed with `free` like any other allocation.
+/// Nodes past `HEAP_NODES` get local memory.
+pub fn try_alloc_on_node(layout: Layout, node: usize) -> Option<*mut u8> {
+    let local = crate::percpu::this().node as usize;
+    if node == local || node >= HEAP_NODES || local >= HEAP_NODES || node >= frame::node_count() {
+        return try_alloc(layout);
+    }
+    if super::inject::should_fail() {
+        return None;
+    }
+    let p = match class_for(layout) {
+        Some(class) => alloc_small(class, node, node),
+        None => frame::alloc_frames_on(large_order(layout), node).map(|pa| phys_to_virt(pa) as *mut u8).unwrap_or(null_mut()),
+    };
+    (!p.is_null()).then_some(p)
 }
 
 /// Free memory from `try_alloc` with the same layout.
@@ -310,19 +359,21 @@ pub fn trim_local() {
     let caches = &pc.slabs;
     without_interrupts(|| {
         for class in 0..CLASSES {
-            // SAFETY: owning core, interrupts off.
-            let cc = unsafe { &mut (*caches.classes.get())[class] };
-            drain_remote(cc, class, caches);
-            let mut s = cc.partial;
-            while !s.is_null() {
-                // SAFETY: s is on our partial list.
-                let (next, empty) = unsafe { ((*s).next, (*s).in_use == 0) };
-                if empty {
-                    remove_partial(cc, s);
-                    cc.slabs -= 1;
-                    release_slab(class, s, caches);
+            drain_remote(class, caches);
+            for node in 0..HEAP_NODES {
+                // SAFETY: owning core, interrupts off; drain_remote's reference has ended.
+                let cc = unsafe { cache_of(caches, node, class) };
+                let mut s = cc.partial;
+                while !s.is_null() {
+                    // SAFETY: s is on our partial list.
+                    let (next, empty) = unsafe { ((*s).next, (*s).in_use == 0) };
+                    if empty {
+                        remove_partial(cc, s);
+                        cc.slabs -= 1;
+                        release_slab(class, s, caches);
+                    }
+                    s = next;
                 }
-                s = next;
             }
         }
     })
