@@ -742,7 +742,9 @@ fn t_pcore_run_busy() -> TestResult {
     let mut c = ok!(core1(&[]));
     ok!(c.start(child_spin, 7));
     wait_running(&c)?;
-    let ctx = c.context(child_spin, 8);
+    // The same argument: preparing a context writes the core's parameter slot, which the
+    // running child may not have read yet (RUNNING is set before its first instruction).
+    let ctx = c.context(child_spin, 7);
     err!(sys::pcore_run(c.pcore, &ctx), Error::Busy);
     // Another pcore object for the same (busy) core is busy too.
     let p2 = Del(ObjName::new(root(), ok!(sys::pcore_alloc(root(), "utest-p1", 1))));
