@@ -29,6 +29,13 @@ use percore::{Domain, TicketLock};
 /// Object ids are `(core + 1) << 40 | sequence`, never 0 and never all ones.
 const EMPTY: u64 = 0;
 const TOMBSTONE: u64 = u64::MAX;
+
+/// Whether `id` can name an object at all. Ids come from user programs: the two slot markers
+/// must never be looked up, inserted or removed as if they were ids.
+#[inline]
+fn is_object_id(id: u64) -> bool {
+    id != EMPTY && id != TOMBSTONE
+}
 const MIN_SLOTS: usize = 8;
 /// Entries a new root share has room for.
 const ROOT_ENTRIES: usize = 16;
@@ -91,18 +98,21 @@ impl Table {
     }
 
     /// Writer side: `Ok(index)` of `id`'s slot, or `Err(index)` of the slot a new `id` goes
-    /// into (the first tombstone on its probe path, else the empty slot that ends it).
+    /// into (the first tombstone on its probe path, else the empty slot that ends it). The
+    /// caller has checked that `id` is a possible object id (`is_object_id`): the two marker
+    /// values would match marker slots.
     fn find(&self, id: u64) -> Result<usize, usize> {
+        debug_assert!(is_object_id(id));
         let mask = self.slots.len() - 1;
         let mut i = self.home(id);
         let mut free = None;
         for _ in 0..self.slots.len() {
             let k = self.slots[i & mask].id.load(Ordering::Relaxed);
-            if k == id {
-                return Ok(i & mask);
-            }
             if k == EMPTY {
                 return Err(free.unwrap_or(i & mask));
+            }
+            if k == id {
+                return Ok(i & mask);
             }
             if k == TOMBSTONE && free.is_none() {
                 free = Some(i & mask);
@@ -317,6 +327,9 @@ impl Share {
 
     pub fn get(&self, id: u64) -> Result<ObjRef, Error> {
         self.check_owner()?;
+        if !is_object_id(id) {
+            return Err(Error::NoSuchObject);
+        }
         let found = match (self.owner, reclaim()) {
             (None, Some(d)) => {
                 let _op = d.enter_on(this_core());
@@ -383,6 +396,9 @@ impl Share {
     /// The insert itself; the caller is the owner core or holds the writer lock. A refused
     /// reference comes back for the caller to drop.
     fn insert_locked(&self, obj: ObjRef) -> Result<(), (Error, ObjRef)> {
+        if !is_object_id(obj.id) {
+            return Err((Error::InvalidArgument, obj)); // never made by KObject::create
+        }
         // Rebuilding first (when needed) keeps this to one probe sequence; a rebuild for an
         // id that turns out to be present already is harmless.
         if let Err(e) = self.reserve(1) {
@@ -403,6 +419,9 @@ impl Share {
     /// locks); from a shared share it is retired and dropped after a grace period.
     pub fn remove(&self, id: u64) -> Result<Option<ObjRef>, Error> {
         self.check_owner()?;
+        if !is_object_id(id) {
+            return Err(Error::NoSuchObject);
+        }
         if self.owner.is_some() {
             let t = self.table().ok_or(Error::NoSuchObject)?;
             let i = t.find(id).map_err(|_| Error::NoSuchObject)?;

@@ -322,6 +322,15 @@ fn t_share_objects() -> TestResult {
     err!(sys::share_addobj(sid, ObjName::new(0x7777, y.0.object)), Error::ShareNotReachable);
     err!(sys::share_addobj(y.0.object, ObjName::new(root(), sid)), Error::WrongType | Error::ShareNotReachable);
     err!(sys::share_delobj(ObjName::new(0x7777, 1)), Error::ShareNotReachable);
+    // Ids no object can have (the hash tables' empty and deleted markers) name nothing, in a
+    // shared share and in the private root share.
+    for bad in [0, u64::MAX] {
+        for sh in [sid, root()] {
+            err!(sys::share_delobj(ObjName::new(sh, bad)), Error::NoSuchObject);
+            err!(sys::obj_stat(ObjName::new(sh, bad)), Error::NoSuchObject);
+            err!(sys::share_addobj(sid, ObjName::new(sh, bad)), Error::NoSuchObject);
+        }
+    }
     err!(sys::share_alloc(root(), "bad-flags", MEMID_SELF, 0x80), Error::InvalidArgument);
     err!(sys::share_alloc(root(), "bad-memid", cores() + 5, 0), Error::NoSuchCore);
     err!(sys::share_alloc(0x7777, "nowhere", MEMID_SELF, 0), Error::ShareNotReachable);
