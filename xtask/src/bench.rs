@@ -6,6 +6,7 @@
 #[path = "../../bench/src/catalog.rs"]
 #[allow(dead_code)] // shared with the guest crate; the host uses part of it
 mod catalog;
+mod guest;
 mod json;
 mod linux_sys;
 mod ours;
@@ -266,10 +267,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
         System::Ours => ours_why.clone(),
         System::Linux => None,
     };
-    let records = run_matrix(&o, &unavailable, &mut |sys, spec, params, cores| match (sys, &linux, &ours_sys) {
-        (System::Linux, Some(l), _) => l.run_one(spec, params, cores, o.timeout),
-        (System::Ours, _, Some(s)) => s.run_one(spec, params, cores, o.timeout),
-        _ => Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+    let records = run_matrix(&o, &unavailable, &mut |sys, spec, params, cores| {
+        let g: Option<&dyn guest::Guest> = match sys {
+            System::Linux => linux.as_ref().map(|l| l as _),
+            System::Ours => ours_sys.as_ref().map(|s| s as _),
+        };
+        match g {
+            Some(g) => guest::run_one(g, spec, params, cores, o.timeout),
+            None => Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+        }
     });
     let results = o.out.join("results.json");
     fs::write(&results, record::to_json_array(&records)).map_err(|e| format!("bench: cannot write {}: {e}", results.display()))?;
@@ -403,7 +409,8 @@ mod tests {
     #[test]
     fn matrix_has_a_record_for_every_cell_and_every_record_fits_the_schema() {
         let o = parse_options(&args("--smp 1,2,4")).unwrap();
-        let why = |s: System| (s == System::Ours).then(|| ours::WHY_NOT.to_string());
+        const WHY_NOT: &str = "ours: not available (the kernel or the user programs did not build)";
+        let why = |s: System| (s == System::Ours).then(|| WHY_NOT.to_string());
         let mut calls = 0;
         let records = run_matrix(&o, &why, &mut |s, b, p, c| {
             calls += 1;
@@ -421,7 +428,7 @@ mod tests {
                 }
             }
         }
-        assert!(records.iter().filter(|r| r.system == "ours").all(|r| r.status == Status::Unavailable && r.reason.as_deref() == Some(ours::WHY_NOT)));
+        assert!(records.iter().filter(|r| r.system == "ours").all(|r| r.status == Status::Unavailable && r.reason.as_deref() == Some(WHY_NOT)));
         assert!(records.iter().any(|r| r.status == Status::Timeout));
         // results.json parses, holds the same number of records, and each passes the schema.
         let text = record::to_json_array(&records);
