@@ -284,6 +284,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Err("bench: results.json does not read back as the records written".into());
     }
     write_report(&records, &o.systems, &o.smp, &o.out)?;
+    unfinished(&records)
+}
+
+/// The command's verdict: it fails (one line) if any run errored or timed out. `unavailable`
+/// is not a failure: it is what a system honestly cannot run yet, with the reason recorded.
+fn unfinished(records: &[Record]) -> Result<(), String> {
     let bad: Vec<String> = records
         .iter()
         .filter(|r| matches!(r.status, Status::Error | Status::Timeout))
@@ -447,6 +453,55 @@ mod tests {
         let svg = fs::read_to_string(dir.join("dupclose.svg")).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.contains("not available"));
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A benchmark one system cannot run yet is an explicit outcome: an `unavailable` record
+    /// with the reason, never booted, that passes the schema, says `unavailable` on its table
+    /// row with the reason under the table, and does not make the command fail.
+    #[test]
+    fn unavailable_benchmarks_are_recorded_and_reported() {
+        let o = parse_options(&args("--smp 1,2 --only thread_mt,dupclose")).unwrap();
+        let mut booted = Vec::new();
+        let records = run_matrix(&o, &|_| None, &mut |s, b, p, c| {
+            if s == System::Ours {
+                if let Some(why) = ours::unsupported(b) {
+                    return Record::without_result("ours", b, p.to_vec(), c, Status::Unavailable, why);
+                }
+            }
+            booted.push((s, b.name, c));
+            fake(s, b, p, c)
+        });
+        assert_eq!(records.len(), 3 * 2 * 2, "thread_mt, dupclose, calib × 2 systems × 2 counts");
+        assert!(!booted.contains(&(System::Ours, "thread_mt", 1)) && !booted.contains(&(System::Ours, "thread_mt", 2)));
+        let unavailable: Vec<&Record> = records.iter().filter(|r| r.status == Status::Unavailable).collect();
+        assert_eq!(unavailable.len(), 2);
+        for r in &unavailable {
+            assert_eq!((r.system.as_str(), r.benchmark.as_str()), ("ours", "thread_mt"));
+            assert!(r.reason.as_deref().is_some_and(|w| w.contains("time-sharing")));
+            let v = json::parse(&r.to_json()).unwrap();
+            record::check_schema(&v).unwrap();
+            assert!(matches!(v.get("per_core_throughput"), Some(json::Value::Null)));
+        }
+        let t = report::table(&records, &o.smp);
+        let row = t.lines().find(|l| l.starts_with("| thread_mt | 1 |")).unwrap();
+        assert!(row.contains("| unavailable |") && row.ends_with("| - |"), "{row}");
+        assert!(t.lines().any(|l| l.starts_with("- thread_mt on ours: unavailable (") && l.contains("time-sharing")), "{t}");
+        assert!(unfinished(&records).is_ok(), "unavailable is not a failure");
+    }
+
+    /// A hung or failed run does not stop the matrix; the command fails at the end, naming it.
+    #[test]
+    fn timeouts_do_not_stop_the_matrix_but_fail_the_command() {
+        let o = parse_options(&args("--smp 1,2 --only stat_mt,dupclose --systems linux")).unwrap();
+        let mut order = Vec::new();
+        let records = run_matrix(&o, &|_| None, &mut |s, b, p, c| {
+            order.push((b.name, c));
+            fake(s, b, p, c)
+        });
+        assert_eq!(order, [("stat_mt", 1), ("stat_mt", 2), ("dupclose", 1), ("dupclose", 2), ("calib", 1), ("calib", 2)]);
+        assert_eq!(records.iter().filter(|r| r.status == Status::Timeout).count(), 2);
+        let e = unfinished(&records).unwrap_err();
+        assert_eq!(e, "bench: 2 run(s) did not finish: linux stat_mt@1 timeout, linux stat_mt@2 timeout");
     }
 
     #[test]

@@ -37,7 +37,6 @@ fn cell(r: Option<&Record>) -> String {
         None => "-".into(),
         Some(r) => match (r.status, r.per_core_throughput()) {
             (Status::Ok, Some(t)) => si(t),
-            (Status::Unavailable, _) => "-".into(),
             (s, _) => s.as_str().into(),
         },
     }
@@ -62,20 +61,34 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
             benches.push(&r.benchmark);
         }
     }
-    let _ = writeln!(t, "Per-core throughput (ops/s per core; TCG, emulated timing; rows above 2 vCPUs are functional only)\n");
-    let _ = writeln!(t, "| benchmark | vCPUs | linux ops/s/core | linux insns/op (kernel+user) | ours ops/s/core | ours/linux |");
-    let _ = writeln!(t, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(t, "Per-core throughput (ops/s per core; TCG, emulated timing; rows above 2 vCPUs are functional only); insns/op = guest instructions (kernel + user) per operation, insncount plugin, deterministic\n");
+    let _ = writeln!(t, "| benchmark | vCPUs | linux ops/s/core | linux insns/op | ours ops/s/core | ours insns/op | ours/linux |");
+    let _ = writeln!(t, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let insns = |r: Option<&Record>| r.and_then(|r| r.instructions_per_op()).map(si).unwrap_or_else(|| "-".into());
     for b in &benches {
         for &n in smp {
             let l = find(records, "linux", b, n);
             let o = find(records, "ours", b, n);
-            let insn = l.and_then(|r| r.instructions_per_op()).map(si).unwrap_or_else(|| "-".into());
             let rat = match (o.and_then(|r| r.per_core_throughput()), l.and_then(|r| r.per_core_throughput())) {
                 (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
                 _ => "-".into(),
             };
             let label = if n > 2 { format!("{n} (functional)") } else { n.to_string() };
-            let _ = writeln!(t, "| {b} | {label} | {} | {insn} | {} | {rat} |", cell(l), cell(o));
+            let _ = writeln!(t, "| {b} | {label} | {} | {} | {} | {} | {rat} |", cell(l), insns(l), cell(o), insns(o));
+        }
+    }
+    // Every cell without a number says why, once per benchmark, system and reason.
+    let mut why: Vec<String> = Vec::new();
+    for r in records.iter().filter(|r| r.status != Status::Ok) {
+        let line = format!("- {} on {}: {} ({})", r.benchmark, r.system, r.status.as_str(), r.reason.as_deref().unwrap_or("no reason given"));
+        if !why.contains(&line) {
+            why.push(line);
+        }
+    }
+    if !why.is_empty() {
+        let _ = writeln!(t, "\nRuns without a result:\n");
+        for line in why {
+            let _ = writeln!(t, "{line}");
         }
     }
     // Scaling: each larger vCPU count over the smallest, raw and divided by the share-nothing
