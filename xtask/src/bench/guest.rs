@@ -15,6 +15,8 @@ use crate::qemu::VmConfig;
 
 /// What both systems' boots share: the plugin, the guest memory, where the logs go.
 pub struct Common {
+    /// "ours" or "linux", as in the records.
+    system: &'static str,
     /// The insncount plugin, or why there is none (then instructions are null, with the why).
     insncount: Result<PathBuf, String>,
     mem_mib: u64,
@@ -24,7 +26,7 @@ pub struct Common {
 impl Common {
     /// Build the insncount plugin (optional: without it instructions are null) and make the
     /// log directory.
-    pub fn prepare(mem_mib: u64, insns: bool, logs: &Path) -> Result<Common, String> {
+    pub fn prepare(system: &'static str, mem_mib: u64, insns: bool, logs: &Path) -> Result<Common, String> {
         let insncount = if insns {
             crate::plugins::build().map(|b| b.insncount).map_err(|e| format!("insncount plugin unavailable: {}", e.lines().next().unwrap_or("")))
         } else {
@@ -34,14 +36,12 @@ impl Common {
             eprintln!("bench: {e}; instructions will be null");
         }
         fs::create_dir_all(logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
-        Ok(Common { insncount, mem_mib, logs: logs.to_path_buf() })
+        Ok(Common { system, insncount, mem_mib, logs: logs.to_path_buf() })
     }
 }
 
 /// One system as the matrix sees it.
 pub trait Guest {
-    /// "ours" or "linux", as in the records.
-    fn system(&self) -> &'static str;
     fn common(&self) -> &Common;
     /// The machine for one run without vCPUs, memory and plugin (set by [`run_one`]): what to
     /// boot, and `words` (`bench=NAME workers=N key=value ...`) on its command line.
@@ -68,12 +68,12 @@ pub fn words(spec: &BenchSpec, params: &[(String, u64)], cores: u32) -> String {
 
 /// Boot `g` once for one benchmark at `cores` vCPUs and turn what happened into a record.
 pub fn run_one(g: &dyn Guest, spec: &'static BenchSpec, params: &[(String, u64)], cores: u32, timeout: Duration) -> Record {
-    let system = g.system();
+    let c = g.common();
+    let system = c.system;
     let blank = |status, reason: String| Record::without_result(system, spec, params.to_vec(), cores, status, &reason);
     if let Some(why) = g.unsupported(spec) {
         return blank(Status::Unavailable, why.to_string());
     }
-    let c = g.common();
     let stem = format!("{system}-{}-{cores}", spec.name);
     let plugin_out = c.logs.join(format!("{stem}.insncount.txt"));
     let _ = fs::remove_file(&plugin_out);

@@ -140,15 +140,11 @@ impl LinuxSystem {
         let program = build_guest_program()?;
         let initrd = work_dir().join("linux-initramfs.cpio");
         crate::linux::build_initramfs(&program, &initrd)?;
-        Ok(LinuxSystem { kernel, initrd, common: Common::prepare(mem_mib, insns, logs)? })
+        Ok(LinuxSystem { kernel, initrd, common: Common::prepare("linux", mem_mib, insns, logs)? })
     }
 }
 
 impl Guest for LinuxSystem {
-    fn system(&self) -> &'static str {
-        "linux"
-    }
-
     fn common(&self) -> &Common {
         &self.common
     }

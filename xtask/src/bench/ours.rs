@@ -36,15 +36,11 @@ impl OursSystem {
     pub fn prepare(mem_mib: u64, insns: bool, logs: &Path) -> Result<OursSystem, String> {
         let kernel = crate::env::build_kernel().map_err(|e| format!("ours: {e}"))?;
         let initrd = crate::user::build_initrd().map_err(|e| format!("ours: {e}"))?;
-        Ok(OursSystem { kernel, initrd, common: Common::prepare(mem_mib, insns, logs)? })
+        Ok(OursSystem { kernel, initrd, common: Common::prepare("ours", mem_mib, insns, logs)? })
     }
 }
 
 impl Guest for OursSystem {
-    fn system(&self) -> &'static str {
-        "ours"
-    }
-
     fn common(&self) -> &Common {
         &self.common
     }
