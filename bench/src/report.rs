@@ -1,5 +1,6 @@
 //! What both guest programs (`bench-linux`, `bench-ours`) do once their command line is
-//! parsed: run the benchmark `reps` times, keep the fastest run, and describe it in the serial
+//! parsed: run the benchmark `reps` times, keep the fastest run, run the share-nothing
+//! calibration loop in the same boot with the same workers, and describe both in the serial
 //! protocol's one line (catalog.rs). The lines are `Display` values, so a program prints them
 //! with whatever `println!` it has, without allocating.
 
@@ -13,6 +14,10 @@ use crate::{suite, Error, Platform};
 /// The most repetitions one boot runs.
 pub const MAX_REPS: u64 = 100;
 
+/// The in-boot calibration: `calib` at a tenth of its catalog size (tens of ms under TCG),
+/// unmarked, so the plugin's count stays the benchmark's own.
+const CALIBRATION_LINE: &str = "bench=calib iters=4000000";
+
 /// One boot's benchmark: the fastest of its repetitions, or the first failure.
 pub struct Run<'a> {
     params: &'a Params<'a>,
@@ -22,6 +27,8 @@ pub struct Run<'a> {
     markers: bool,
     reps: u64,
     pub result: Result<Outcome, Error>,
+    /// The calibration loop's fastest run in this boot, with the benchmark's workers.
+    pub calibration: Option<Outcome>,
 }
 
 /// Run the benchmark `reps` times (the `reps` word on the line; 1 if absent, at most
@@ -29,27 +36,35 @@ pub struct Run<'a> {
 /// shared host a burst of someone else's load would otherwise decide the number. The first
 /// failing repetition ends the series. `markers` says whether the region markers reach the
 /// plugin (for the result line).
+///
+/// Then, if the benchmark ran, the share-nothing calibration loop runs `reps` times with the
+/// same workers in the same boot (unmarked). Per-core throughput divided by it is comparable
+/// between boots even when the host's load changes between them (DESIGN.md, "Measurement").
 pub fn run_best<'a, P: Platform>(p: &P, params: &'a Params<'a>, markers: bool) -> Run<'a> {
     let reps = params.given("reps").unwrap_or(1).clamp(1, MAX_REPS);
-    let mut best: Option<Outcome> = None;
-    let mut result = Err(Error::Param("no repetition ran"));
-    for _ in 0..reps {
-        match suite::run(p, params) {
-            Ok(o) => {
-                let b = match best {
-                    Some(b) if b.ticks <= o.ticks => b,
-                    _ => o,
-                };
-                best = Some(b);
-                result = Ok(b);
-            }
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
+    let result = best_of(p, params, reps);
+    let calibration = match (&result, Params::parse(CALIBRATION_LINE)) {
+        (Ok(_), Ok(mut c)) => {
+            c.workers = params.workers;
+            c.marked = false;
+            best_of(p, &c, reps).ok()
         }
+        _ => None,
+    };
+    Run { params, system: p.name(), cores: p.cores(), tsc_hz: p.ticks_per_sec(), markers, reps, result, calibration }
+}
+
+/// The fastest of `reps` runs, or the first failure.
+fn best_of<P: Platform>(p: &P, params: &Params, reps: u64) -> Result<Outcome, Error> {
+    let mut best: Option<Outcome> = None;
+    for _ in 0..reps {
+        let o = suite::run(p, params)?;
+        best = match best {
+            Some(b) if b.ticks <= o.ticks => Some(b),
+            _ => Some(o),
+        };
     }
-    Run { params, system: p.name(), cores: p.cores(), tsc_hz: p.ticks_per_sec(), markers, reps, result }
+    best.ok_or(Error::Param("no repetition ran"))
 }
 
 impl Run<'_> {
@@ -81,6 +96,9 @@ impl fmt::Display for Run<'_> {
         }
         if !any {
             f.write_str("-")?;
+        }
+        if let Some(c) = &self.calibration {
+            write!(f, " calib_ops={} calib_ns={}", c.ops, c.ticks as u128 * 1_000_000_000 / hz)?;
         }
         f.write_str(" check=ok")
     }

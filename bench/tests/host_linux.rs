@@ -47,8 +47,14 @@ fn result_line_carries_what_the_host_parses() {
         assert!(line.split_whitespace().any(|w| w == word), "{word} missing from {line}");
     }
     assert!(line.contains(" ns=") && line.contains(" busy_ns=") && !line.contains('\n'), "{line}");
+    // The in-boot calibration: the register loop with the same two workers, 4M steps each.
+    assert!(line.split_whitespace().any(|w| w == "calib_ops=8000000"), "{line}");
+    let calib = run.calibration.expect("calibration ran");
+    assert_eq!((calib.workers, calib.ops), (2, 8_000_000));
+    assert!(calib.ticks > 0);
     let bad = Params::parse("bench=stat_mt workers=2 iters=0 reps=2").unwrap();
     let run = bench::report::run_best(&p, &bad, false);
     assert!(!run.is_ok());
+    assert!(run.calibration.is_none(), "no calibration after a failed benchmark");
     assert_eq!(run.to_string(), "bench-error name=stat_mt msg=bad parameter: a count parameter is 0");
 }

@@ -407,6 +407,9 @@ mod tests {
                 r.busy_ns = Some(1_000_000 * cores as u64);
                 r.instructions_kernel = Some(5000);
                 r.instructions_user = Some(100);
+                // The in-boot calibration: 2000 steps per ms per core.
+                r.calib_ops = Some(2000 * cores as u64);
+                r.calib_ns = Some(1_000_000);
             }
         }
         r
@@ -447,6 +450,10 @@ mod tests {
         // The report copes with holes (timeouts, errors, a missing system).
         let t = report::table(&records, &o.smp);
         assert!(t.contains("stat_mt") && t.contains("timeout"));
+        // Linux: 1000 ops in `cores` ms on `cores` workers, over 2000 calibration steps per
+        // ms per core.
+        let dupclose: Vec<f64> = records.iter().filter(|r| r.benchmark == "dupclose").filter_map(|r| r.calibrated_throughput()).collect();
+        assert_eq!(dupclose, [0.5, 0.5 / 4.0, 0.5 / 16.0]);
         let dir = std::env::temp_dir().join(format!("xtask-bench-test-{}", std::process::id()));
         let plots = report::plots_svg_only(&records, &o.systems, &o.smp, &dir).unwrap();
         assert_eq!(plots, benches.len());

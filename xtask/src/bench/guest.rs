@@ -153,6 +153,8 @@ pub fn record_from_serial(system: &str, spec: &BenchSpec, params: &[(String, u64
     rec.ops = num("ops");
     rec.ns = num("ns");
     rec.busy_ns = num("busy_ns");
+    rec.calib_ops = num("calib_ops");
+    rec.calib_ns = num("calib_ns");
     if rec.ops.is_none() || rec.ns.is_none() || rec.workers.is_none() {
         return Err(format!("malformed result line: {line}"));
     }
@@ -190,9 +192,14 @@ mod tests {
     fn parses_guest_lines() {
         let spec = catalog::find("dupclose").unwrap();
         let p = vec![("iters".to_string(), 10)];
-        let ok = "noise\nbench-result name=dupclose system=linux cores=2 workers=2 ops=20 ticks=5 busy_ticks=9 tsc_hz=1 ns=1000 busy_ns=1900 markers=true params=iters:10 check=ok\nbench-done\n";
+        let ok = "noise\nbench-result name=dupclose system=linux cores=2 workers=2 ops=20 ticks=5 busy_ticks=9 tsc_hz=1 ns=1000 busy_ns=1900 markers=true params=iters:10 calib_ops=400 calib_ns=2000 check=ok\nbench-done\n";
         let r = record_from_serial("linux", spec, &p, 2, ok).unwrap();
         assert_eq!((r.ops, r.ns, r.workers), (Some(20), Some(1000), Some(2)));
+        // 10 M ops/s/core against a calibration of 100 M steps/s/core.
+        assert_eq!((r.calib_ops, r.calib_ns), (Some(400), Some(2000)));
+        assert_eq!(r.calibrated_throughput(), Some(0.1));
+        let old = record_from_serial("linux", spec, &p, 2, &ok.replace(" calib_ops=400 calib_ns=2000", "")).unwrap();
+        assert_eq!(old.calibrated_throughput(), None, "a guest without the calibration gives none");
         assert!(record_from_serial("linux", spec, &p, 2, "bench-error name=dupclose msg=dup failed (error 24)\n").unwrap_err().contains("dup failed"));
         assert!(record_from_serial("linux", spec, &p, 2, "Kernel panic\n").unwrap_err().contains("Kernel panic"));
         assert!(record_from_serial("linux", spec, &p, 4, ok).is_err(), "worker count must match the vCPUs");
