@@ -158,6 +158,16 @@ fn nice_step(max: f64, ticks: f64) -> f64 {
     }
 }
 
+/// A legend line cut to the plot's width (the table has the whole reason).
+fn fit(s: &str) -> String {
+    const MAX: usize = 88;
+    if s.chars().count() <= MAX {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(MAX - 1).collect::<String>())
+    }
+}
+
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
@@ -218,7 +228,7 @@ pub fn svg(bench: &str, records: &[Record], systems: &[System], smp: &[u32]) -> 
             let _ = writeln!(s, "<text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{color}\" text-anchor=\"middle\">x {}</text>", top + ph - 6.0, r.status.as_str());
         }
         let label = match mine.iter().find(|r| r.status == Status::Unavailable) {
-            Some(r) => r.reason.clone().unwrap_or_else(|| format!("{}: unavailable", sys.name())),
+            Some(r) => fit(&format!("{} unavailable: {}", sys.name(), r.reason.as_deref().unwrap_or("no reason given").trim_start_matches("ours: "))),
             None => sys.name().to_string(),
         };
         let ly = h - 32.0 + i as f64 * 16.0 - (systems.len() as f64 - 1.0) * 8.0;
@@ -278,5 +288,7 @@ mod tests {
         assert_eq!(nice_step(97.0, 5.0), 20.0);
         assert_eq!(nice_step(1.0, 5.0), 0.2);
         assert_eq!(esc("a<b&c"), "a&lt;b&amp;c");
+        assert_eq!(fit("short"), "short");
+        assert_eq!(fit(&"x".repeat(200)).chars().count(), 88);
     }
 }
