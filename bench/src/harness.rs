@@ -86,6 +86,9 @@ pub struct Gate<'a, P: Platform + ?Sized> {
     w: usize,
     n: usize,
     relay: bool,
+    /// Whether the region markers are executed (not for the in-boot calibration, whose
+    /// instructions must not count as the benchmark's).
+    marked: bool,
     started: Cell<bool>,
     stopped: Cell<bool>,
 }
@@ -109,7 +112,9 @@ impl<P: Platform + ?Sized> Gate<'_, P> {
             return;
         }
         self.arrive();
-        self.p.marker(MARK_START_CPU);
+        if self.marked {
+            self.p.marker(MARK_START_CPU);
+        }
         self.board.slots[self.w].start.store(self.p.ticks(), Ordering::Relaxed);
     }
 
@@ -119,7 +124,9 @@ impl<P: Platform + ?Sized> Gate<'_, P> {
             return;
         }
         let t = self.p.ticks();
-        self.p.marker(MARK_STOP_CPU);
+        if self.marked {
+            self.p.marker(MARK_STOP_CPU);
+        }
         self.board.slots[self.w].end.store(t, Ordering::Relaxed);
         if self.relay {
             self.board.turn.0.store(self.w as u64 + 1, Ordering::Release);
@@ -141,11 +148,13 @@ pub struct Outcome {
 
 /// Run `work(w, gate)` on `n` workers placed as `placement`; `work` returns its operation
 /// count and must call `gate.start()` after its setup and `gate.stop()` before its teardown.
+/// `marked`: execute the region markers for the instruction-counting plugin.
 pub fn run_workers<P: Platform>(
     p: &P,
     placement: Placement,
     shape: Shape,
     n: usize,
+    marked: bool,
     work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync),
 ) -> Result<Outcome, Error> {
     if n == 0 || n > MAX_CORES {
@@ -163,7 +172,7 @@ pub fn run_workers<P: Platform>(
     }
     let relay = shape == Shape::Relay;
     let body = |w: usize| {
-        let gate = Gate { p, board, w, n, relay, started: Cell::new(false), stopped: Cell::new(false) };
+        let gate = Gate { p, board, w, n, relay, marked, started: Cell::new(false), stopped: Cell::new(false) };
         let r = work(w, &gate);
         // A worker that failed before starting still has to arrive, or the others would wait
         // forever; one that failed inside the region still has to pass the relay turn on.

@@ -19,6 +19,7 @@ pub mod harness;
 pub mod linux;
 pub mod ours;
 pub mod params;
+pub mod report;
 pub mod suite;
 
 pub use catalog::{BenchSpec, Placement, Shape, BENCHES};

@@ -13,6 +13,9 @@ pub struct Params<'a> {
     pub spec: &'static BenchSpec,
     /// Workers; 0 means "one per core the platform has".
     pub workers: usize,
+    /// Execute the plugin's region markers (true unless the caller turns it off: the in-boot
+    /// calibration runs unmarked so its instructions are not counted as the benchmark's).
+    pub marked: bool,
     kv: [(&'a str, u64); MAX],
     n: usize,
 }
@@ -46,7 +49,7 @@ impl<'a> Params<'a> {
         if workers > catalog::MAX_CORES {
             return Err(Error::Param("workers over 255"));
         }
-        Ok(Params { spec, workers, kv, n })
+        Ok(Params { spec, workers, marked: true, kv, n })
     }
 
     /// Parameter `key`: from the line if given there, else the catalog default.

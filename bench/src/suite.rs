@@ -12,7 +12,7 @@ use crate::{Error, MapKind, Platform, Scope};
 pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
     let spec = params.spec;
     let n = if params.workers == 0 { p.cores() } else { params.workers };
-    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, work);
+    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, params.marked, work);
     match spec.name {
         "memclone_threads" | "memclone_procs" => {
             let pages = params.count("pages")?;
@@ -194,7 +194,7 @@ fn counters<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Er
     // SAFETY (for every `at` below): offsets stay inside the `bytes`-long live mapping, are
     // 8-byte aligned, and the memory is only ever accessed atomically.
     let at = |off: usize| -> &AtomicU64 { unsafe { &*((base + off) as *const AtomicU64) } };
-    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, work);
+    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, params.marked, work);
     let (r, total) = match spec.name {
         "counter_shared" => {
             let r = go(&|_, g| {

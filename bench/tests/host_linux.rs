@@ -32,3 +32,29 @@ fn bad_parameters_are_errors_not_panics() {
     let params = Params::parse("bench=stat_mt workers=2 iters=0").unwrap();
     assert!(suite::run(&p, &params).is_err());
 }
+
+/// The result line both guest programs print: best of `reps`, the fields the host parses, the
+/// effective parameters; a failing run gives the error line instead.
+#[test]
+fn result_line_carries_what_the_host_parses() {
+    let p = bench::linux::Linux::new(false);
+    let params = Params::parse("bench=counter_sloppy workers=2 iters=40 batch=4 reps=3").unwrap();
+    let run = bench::report::run_best(&p, &params, false);
+    assert!(run.is_ok());
+    let line = run.to_string();
+    assert!(line.starts_with("bench-result name=counter_sloppy system=linux "), "{line}");
+    for word in ["workers=2", "ops=80", "reps=3", "markers=false", "params=iters:40,batch:4", "check=ok"] {
+        assert!(line.split_whitespace().any(|w| w == word), "{word} missing from {line}");
+    }
+    assert!(line.contains(" ns=") && line.contains(" busy_ns=") && !line.contains('\n'), "{line}");
+    // The in-boot calibration: the register loop with the same two workers, 4M steps each.
+    assert!(line.split_whitespace().any(|w| w == "calib_ops=8000000"), "{line}");
+    let calib = run.calibration.expect("calibration ran");
+    assert_eq!((calib.workers, calib.ops), (2, 8_000_000));
+    assert!(calib.ticks > 0);
+    let bad = Params::parse("bench=stat_mt workers=2 iters=0 reps=2").unwrap();
+    let run = bench::report::run_best(&p, &bad, false);
+    assert!(!run.is_ok());
+    assert!(run.calibration.is_none(), "no calibration after a failed benchmark");
+    assert_eq!(run.to_string(), "bench-error name=stat_mt msg=bad parameter: a count parameter is 0");
+}

@@ -6,6 +6,7 @@
 #[path = "../../bench/src/catalog.rs"]
 #[allow(dead_code)] // shared with the guest crate; the host uses part of it
 mod catalog;
+mod guest;
 mod json;
 mod linux_sys;
 mod ours;
@@ -266,10 +267,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
         System::Ours => ours_why.clone(),
         System::Linux => None,
     };
-    let records = run_matrix(&o, &unavailable, &mut |sys, spec, params, cores| match (sys, &linux, &ours_sys) {
-        (System::Linux, Some(l), _) => l.run_one(spec, params, cores, o.timeout),
-        (System::Ours, _, Some(s)) => s.run_one(spec, params, cores, o.timeout),
-        _ => Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+    let records = run_matrix(&o, &unavailable, &mut |sys, spec, params, cores| {
+        let g: Option<&dyn guest::Guest> = match sys {
+            System::Linux => linux.as_ref().map(|l| l as _),
+            System::Ours => ours_sys.as_ref().map(|s| s as _),
+        };
+        match g {
+            Some(g) => guest::run_one(g, spec, params, cores, o.timeout),
+            None => Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+        }
     });
     let results = o.out.join("results.json");
     fs::write(&results, record::to_json_array(&records)).map_err(|e| format!("bench: cannot write {}: {e}", results.display()))?;
@@ -278,6 +284,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Err("bench: results.json does not read back as the records written".into());
     }
     write_report(&records, &o.systems, &o.smp, &o.out)?;
+    unfinished(&records)
+}
+
+/// The command's verdict: it fails (one line) if any run errored or timed out. `unavailable`
+/// is not a failure: it is what a system honestly cannot run yet, with the reason recorded.
+fn unfinished(records: &[Record]) -> Result<(), String> {
     let bad: Vec<String> = records
         .iter()
         .filter(|r| matches!(r.status, Status::Error | Status::Timeout))
@@ -395,6 +407,9 @@ mod tests {
                 r.busy_ns = Some(1_000_000 * cores as u64);
                 r.instructions_kernel = Some(5000);
                 r.instructions_user = Some(100);
+                // The in-boot calibration: 2000 steps per ms per core.
+                r.calib_ops = Some(2000 * cores as u64);
+                r.calib_ns = Some(1_000_000);
             }
         }
         r
@@ -403,7 +418,8 @@ mod tests {
     #[test]
     fn matrix_has_a_record_for_every_cell_and_every_record_fits_the_schema() {
         let o = parse_options(&args("--smp 1,2,4")).unwrap();
-        let why = |s: System| (s == System::Ours).then(|| ours::WHY_NOT.to_string());
+        const WHY_NOT: &str = "ours: not available (the kernel or the user programs did not build)";
+        let why = |s: System| (s == System::Ours).then(|| WHY_NOT.to_string());
         let mut calls = 0;
         let records = run_matrix(&o, &why, &mut |s, b, p, c| {
             calls += 1;
@@ -421,7 +437,7 @@ mod tests {
                 }
             }
         }
-        assert!(records.iter().filter(|r| r.system == "ours").all(|r| r.status == Status::Unavailable && r.reason.as_deref() == Some(ours::WHY_NOT)));
+        assert!(records.iter().filter(|r| r.system == "ours").all(|r| r.status == Status::Unavailable && r.reason.as_deref() == Some(WHY_NOT)));
         assert!(records.iter().any(|r| r.status == Status::Timeout));
         // results.json parses, holds the same number of records, and each passes the schema.
         let text = record::to_json_array(&records);
@@ -434,12 +450,65 @@ mod tests {
         // The report copes with holes (timeouts, errors, a missing system).
         let t = report::table(&records, &o.smp);
         assert!(t.contains("stat_mt") && t.contains("timeout"));
+        // Linux: 1000 ops in `cores` ms on `cores` workers, over 2000 calibration steps per
+        // ms per core.
+        let dupclose: Vec<f64> = records.iter().filter(|r| r.benchmark == "dupclose").filter_map(|r| r.calibrated_throughput()).collect();
+        assert_eq!(dupclose, [0.5, 0.5 / 4.0, 0.5 / 16.0]);
         let dir = std::env::temp_dir().join(format!("xtask-bench-test-{}", std::process::id()));
         let plots = report::plots_svg_only(&records, &o.systems, &o.smp, &dir).unwrap();
         assert_eq!(plots, benches.len());
         let svg = fs::read_to_string(dir.join("dupclose.svg")).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.contains("not available"));
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A benchmark one system cannot run yet is an explicit outcome: an `unavailable` record
+    /// with the reason, never booted, that passes the schema, says `unavailable` on its table
+    /// row with the reason under the table, and does not make the command fail.
+    #[test]
+    fn unavailable_benchmarks_are_recorded_and_reported() {
+        let o = parse_options(&args("--smp 1,2 --only thread_mt,dupclose")).unwrap();
+        let mut booted = Vec::new();
+        let records = run_matrix(&o, &|_| None, &mut |s, b, p, c| {
+            if s == System::Ours {
+                if let Some(why) = ours::unsupported(b) {
+                    return Record::without_result("ours", b, p.to_vec(), c, Status::Unavailable, why);
+                }
+            }
+            booted.push((s, b.name, c));
+            fake(s, b, p, c)
+        });
+        assert_eq!(records.len(), 3 * 2 * 2, "thread_mt, dupclose, calib × 2 systems × 2 counts");
+        assert!(!booted.contains(&(System::Ours, "thread_mt", 1)) && !booted.contains(&(System::Ours, "thread_mt", 2)));
+        let unavailable: Vec<&Record> = records.iter().filter(|r| r.status == Status::Unavailable).collect();
+        assert_eq!(unavailable.len(), 2);
+        for r in &unavailable {
+            assert_eq!((r.system.as_str(), r.benchmark.as_str()), ("ours", "thread_mt"));
+            assert!(r.reason.as_deref().is_some_and(|w| w.contains("time-sharing")));
+            let v = json::parse(&r.to_json()).unwrap();
+            record::check_schema(&v).unwrap();
+            assert!(matches!(v.get("per_core_throughput"), Some(json::Value::Null)));
+        }
+        let t = report::table(&records, &o.smp);
+        let row = t.lines().find(|l| l.starts_with("| thread_mt | 1 |")).unwrap();
+        assert!(row.contains("| unavailable |") && row.ends_with("| - |"), "{row}");
+        assert!(t.lines().any(|l| l.starts_with("- thread_mt on ours: unavailable (") && l.contains("time-sharing")), "{t}");
+        assert!(unfinished(&records).is_ok(), "unavailable is not a failure");
+    }
+
+    /// A hung or failed run does not stop the matrix; the command fails at the end, naming it.
+    #[test]
+    fn timeouts_do_not_stop_the_matrix_but_fail_the_command() {
+        let o = parse_options(&args("--smp 1,2 --only stat_mt,dupclose --systems linux")).unwrap();
+        let mut order = Vec::new();
+        let records = run_matrix(&o, &|_| None, &mut |s, b, p, c| {
+            order.push((b.name, c));
+            fake(s, b, p, c)
+        });
+        assert_eq!(order, [("stat_mt", 1), ("stat_mt", 2), ("dupclose", 1), ("dupclose", 2), ("calib", 1), ("calib", 2)]);
+        assert_eq!(records.iter().filter(|r| r.status == Status::Timeout).count(), 2);
+        let e = unfinished(&records).unwrap_err();
+        assert_eq!(e, "bench: 2 run(s) did not finish: linux stat_mt@1 timeout, linux stat_mt@2 timeout");
     }
 
     #[test]

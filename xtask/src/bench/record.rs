@@ -57,6 +57,10 @@ pub struct Record {
     pub instructions_user: Option<u64>,
     /// Why instructions are null when the run is ok.
     pub instructions_note: Option<String>,
+    /// The share-nothing calibration loop run in the same boot with the same workers (all in
+    /// parallel): operations and elapsed guest time.
+    pub calib_ops: Option<u64>,
+    pub calib_ns: Option<u64>,
     /// Host wall-clock seconds for the whole boot.
     pub wall_s: f64,
     pub shape: Shape,
@@ -80,6 +84,8 @@ impl Record {
             instructions_kernel: None,
             instructions_user: None,
             instructions_note: None,
+            calib_ops: None,
+            calib_ns: None,
             wall_s: 0.0,
             shape: spec.shape,
         }
@@ -107,13 +113,28 @@ impl Record {
         }
     }
 
+    /// The in-boot calibration's ops/s per core (a register loop: what one core of this boot
+    /// delivered while the benchmark's boot ran).
+    pub fn calib_per_core_throughput(&self) -> Option<f64> {
+        if self.status != Status::Ok {
+            return None;
+        }
+        Some(self.calib_ops? as f64 / (self.calib_ns.filter(|&n| n > 0)? as f64 / 1e9) / self.workers.filter(|&w| w > 0)? as f64)
+    }
+
+    /// Per-core throughput divided by the in-boot calibration's: operations per calibration
+    /// step. Load on the host slows both alike, so this compares across boots and systems.
+    pub fn calibrated_throughput(&self) -> Option<f64> {
+        Some(self.per_core_throughput()? / self.calib_per_core_throughput().filter(|&c| c > 0.0)?)
+    }
+
     pub fn to_json(&self) -> String {
         let opt_u = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "null".into());
         let opt_f = |v: Option<f64>| v.map(json::num).unwrap_or_else(|| "null".into());
         let opt_s = |v: &Option<String>| v.as_deref().map(json::quote).unwrap_or_else(|| "null".into());
         let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{}:{v}", json::quote(k))).collect();
         format!(
-            "{{\"system\":{},\"benchmark\":{},\"group\":{},\"params\":{{{}}},\"cores\":{},\"status\":{},\"reason\":{},\"evidence\":{},\"workers\":{},\"ops\":{},\"ns\":{},\"busy_ns\":{},\"instructions\":{},\"instructions_kernel\":{},\"instructions_user\":{},\"instructions_per_op\":{},\"instructions_note\":{},\"per_core_throughput\":{},\"throughput_unit\":\"ops/s/core\",\"wall_s\":{}}}",
+            "{{\"system\":{},\"benchmark\":{},\"group\":{},\"params\":{{{}}},\"cores\":{},\"status\":{},\"reason\":{},\"evidence\":{},\"workers\":{},\"ops\":{},\"ns\":{},\"busy_ns\":{},\"instructions\":{},\"instructions_kernel\":{},\"instructions_user\":{},\"instructions_per_op\":{},\"instructions_note\":{},\"per_core_throughput\":{},\"throughput_unit\":\"ops/s/core\",\"calib_ops\":{},\"calib_ns\":{},\"calib_per_core_throughput\":{},\"calibrated_throughput\":{},\"wall_s\":{}}}",
             json::quote(&self.system),
             json::quote(&self.benchmark),
             json::quote(&self.group),
@@ -132,6 +153,10 @@ impl Record {
             opt_f(self.instructions_per_op()),
             opt_s(&self.instructions_note),
             opt_f(self.per_core_throughput()),
+            opt_u(self.calib_ops),
+            opt_u(self.calib_ns),
+            opt_f(self.calib_per_core_throughput()),
+            opt_f(self.calibrated_throughput()),
             json::num((self.wall_s * 100.0).round() / 100.0),
         )
     }
@@ -179,6 +204,8 @@ impl Record {
             instructions_kernel: u("instructions_kernel"),
             instructions_user: u("instructions_user"),
             instructions_note: s("instructions_note"),
+            calib_ops: u("calib_ops"),
+            calib_ns: u("calib_ns"),
             wall_s: match v.get("wall_s") {
                 Some(Value::Num(x)) => *x,
                 _ => 0.0,
@@ -237,10 +264,10 @@ pub fn check_schema(v: &Value) -> Result<(), String> {
         return Err("`cores` must be 1..=255".into());
     }
     let status = is_str("status")?;
-    for k in ["workers", "ops", "ns", "busy_ns", "instructions", "instructions_kernel", "instructions_user"] {
+    for k in ["workers", "ops", "ns", "busy_ns", "instructions", "instructions_kernel", "instructions_user", "calib_ops", "calib_ns"] {
         count(k, true)?;
     }
-    for k in ["per_core_throughput", "instructions_per_op", "wall_s"] {
+    for k in ["per_core_throughput", "instructions_per_op", "calib_per_core_throughput", "calibrated_throughput", "wall_s"] {
         real(k)?;
     }
     let present = |k: &str| !matches!(m.get(k), Some(Value::Null) | None);

@@ -37,17 +37,24 @@ fn cell(r: Option<&Record>) -> String {
         None => "-".into(),
         Some(r) => match (r.status, r.per_core_throughput()) {
             (Status::Ok, Some(t)) => si(t),
-            (Status::Unavailable, _) => "-".into(),
             (s, _) => s.as_str().into(),
         },
     }
 }
 
-/// Per-core throughput at `n` vCPUs over that at `base` vCPUs, for one system and benchmark.
-fn scaling(records: &[Record], sys: &str, bench: &str, base: u32, n: u32) -> Option<f64> {
-    let a = find(records, sys, bench, base)?.per_core_throughput()?;
-    let b = find(records, sys, bench, n)?.per_core_throughput()?;
+/// `value` at `n` vCPUs over `value` at `base` vCPUs, for one system and benchmark.
+fn scaling(records: &[Record], sys: &str, bench: &str, base: u32, n: u32, value: fn(&Record) -> Option<f64>) -> Option<f64> {
+    let a = value(find(records, sys, bench, base)?)?;
+    let b = value(find(records, sys, bench, n)?)?;
     Some(b / a)
+}
+
+/// `value` of ours over `value` of Linux for one benchmark and vCPU count.
+fn ours_over_linux(records: &[Record], bench: &str, n: u32, value: fn(&Record) -> Option<f64>) -> String {
+    match (find(records, "ours", bench, n).and_then(value), find(records, "linux", bench, n).and_then(value)) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "-".into(),
+    }
 }
 
 fn ratio(x: Option<f64>) -> String {
@@ -62,24 +69,38 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
             benches.push(&r.benchmark);
         }
     }
-    let _ = writeln!(t, "Per-core throughput (ops/s per core; TCG, emulated timing; rows above 2 vCPUs are functional only)\n");
-    let _ = writeln!(t, "| benchmark | vCPUs | linux ops/s/core | linux insns/op (kernel+user) | ours ops/s/core | ours/linux |");
-    let _ = writeln!(t, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(t, "Per-core throughput (ops/s per core; TCG, emulated timing; rows above 2 vCPUs are functional only); insns/op = guest instructions (kernel + user) per operation, insncount plugin, deterministic\n");
+    let _ = writeln!(t, "ours/linux calibrated: each side's throughput divided by the share-nothing loop run in its own boot (corrects for the host's load differing between the two boots)\n");
+    let _ = writeln!(t, "| benchmark | vCPUs | linux ops/s/core | linux insns/op | ours ops/s/core | ours insns/op | ours/linux | ours/linux calibrated |");
+    let _ = writeln!(t, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let insns = |r: Option<&Record>| r.and_then(|r| r.instructions_per_op()).map(si).unwrap_or_else(|| "-".into());
     for b in &benches {
         for &n in smp {
             let l = find(records, "linux", b, n);
             let o = find(records, "ours", b, n);
-            let insn = l.and_then(|r| r.instructions_per_op()).map(si).unwrap_or_else(|| "-".into());
-            let rat = match (o.and_then(|r| r.per_core_throughput()), l.and_then(|r| r.per_core_throughput())) {
-                (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
-                _ => "-".into(),
-            };
+            let rat = ours_over_linux(records, b, n, Record::per_core_throughput);
+            let cal = ours_over_linux(records, b, n, Record::calibrated_throughput);
             let label = if n > 2 { format!("{n} (functional)") } else { n.to_string() };
-            let _ = writeln!(t, "| {b} | {label} | {} | {insn} | {} | {rat} |", cell(l), cell(o));
+            let _ = writeln!(t, "| {b} | {label} | {} | {} | {} | {} | {rat} | {cal} |", cell(l), insns(l), cell(o), insns(o));
+        }
+    }
+    // Every cell without a number says why, once per benchmark, system and reason.
+    let mut why: Vec<String> = Vec::new();
+    for r in records.iter().filter(|r| r.status != Status::Ok) {
+        let line = format!("- {} on {}: {} ({})", r.benchmark, r.system, r.status.as_str(), r.reason.as_deref().unwrap_or("no reason given"));
+        if !why.contains(&line) {
+            why.push(line);
+        }
+    }
+    if !why.is_empty() {
+        let _ = writeln!(t, "\nRuns without a result:\n");
+        for line in why {
+            let _ = writeln!(t, "{line}");
         }
     }
     // Scaling: each larger vCPU count over the smallest, raw and divided by the share-nothing
-    // calibration measured in the same run (it shows what the emulator alone loses).
+    // calibration measured in the same boots (it shows what the emulator and the host's load
+    // alone lose).
     let Some(&base) = smp.first() else { return t };
     let others: Vec<u32> = smp.iter().copied().filter(|&n| n != base).collect();
     if others.is_empty() {
@@ -88,16 +109,16 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
     let _ = writeln!(t);
     for sys in ["linux", "ours"] {
         for &n in &others {
-            let c = scaling(records, sys, catalog::CALIBRATION, base, n);
+            let c = scaling(records, sys, catalog::CALIBRATION, base, n, Record::per_core_throughput);
             let _ = writeln!(
                 t,
-                "Calibration ({sys}): share-nothing user-only loop (`calib`), per-core throughput {n} vCPUs / {base} vCPU = {}{}",
+                "Calibration ({sys}): share-nothing user-only loop (`calib` boots), per-core throughput {n} vCPUs / {base} vCPU = {}{}",
                 ratio(c),
                 if c.is_none() { " (not measured)" } else { "" }
             );
         }
     }
-    let _ = writeln!(t, "\nPer-core scaling: raw = per-core throughput at N vCPUs / at {base}; calibrated = raw / the calibration ratio above (1.00 = scales like a share-nothing loop)\n");
+    let _ = writeln!(t, "\nPer-core scaling: raw = per-core throughput at N vCPUs / at {base}; calibrated = the same for throughput divided by the share-nothing loop run in each record's own boot (1.00 = scales like a share-nothing loop)\n");
     let mut head = String::from("| benchmark |");
     let mut rule = String::from("| --- |");
     for &n in &others {
@@ -111,12 +132,8 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
         let mut row = format!("| {b} |");
         for &n in &others {
             for sys in ["linux", "ours"] {
-                let raw = scaling(records, sys, b, base, n);
-                let cal = scaling(records, sys, catalog::CALIBRATION, base, n);
-                let calibrated = match (raw, cal) {
-                    (Some(r), Some(c)) if c > 0.0 => Some(r / c),
-                    _ => None,
-                };
+                let raw = scaling(records, sys, b, base, n, Record::per_core_throughput);
+                let calibrated = scaling(records, sys, b, base, n, Record::calibrated_throughput);
                 let _ = write!(row, " {} | {} |", ratio(raw), ratio(calibrated));
             }
         }
@@ -138,6 +155,16 @@ fn nice_step(max: f64, ticks: f64) -> f64 {
         5.0
     } else {
         10.0
+    }
+}
+
+/// A legend line cut to the plot's width (the table has the whole reason).
+fn fit(s: &str) -> String {
+    const MAX: usize = 88;
+    if s.chars().count() <= MAX {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(MAX - 1).collect::<String>())
     }
 }
 
@@ -201,7 +228,7 @@ pub fn svg(bench: &str, records: &[Record], systems: &[System], smp: &[u32]) -> 
             let _ = writeln!(s, "<text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{color}\" text-anchor=\"middle\">x {}</text>", top + ph - 6.0, r.status.as_str());
         }
         let label = match mine.iter().find(|r| r.status == Status::Unavailable) {
-            Some(r) => r.reason.clone().unwrap_or_else(|| format!("{}: unavailable", sys.name())),
+            Some(r) => fit(&format!("{} unavailable: {}", sys.name(), r.reason.as_deref().unwrap_or("no reason given").trim_start_matches("ours: "))),
             None => sys.name().to_string(),
         };
         let ly = h - 32.0 + i as f64 * 16.0 - (systems.len() as f64 - 1.0) * 8.0;
@@ -261,5 +288,7 @@ mod tests {
         assert_eq!(nice_step(97.0, 5.0), 20.0);
         assert_eq!(nice_step(1.0, 5.0), 0.2);
         assert_eq!(esc("a<b&c"), "a&lt;b&amp;c");
+        assert_eq!(fit("short"), "short");
+        assert_eq!(fit(&"x".repeat(200)).chars().count(), 88);
     }
 }
