@@ -278,6 +278,8 @@ pub fn detach_ring(ring: &KRef<Ring>, only: Option<usize>) -> Result<(), Error> 
             continue; // moved meanwhile: look again
         }
         let removed = list.iter().position(|r| KRef::ptr_eq(r, ring)).map(|i| list.swap_remove(i));
+        // An empty list gives its buffer back (a core with no rings holds no memory).
+        let buffer = if list.is_empty() { core::mem::take(&mut *list) } else { Vec::new() };
         ring.attached.store(NOT_ATTACHED, Ordering::Release);
         if ring.status.load(Ordering::Relaxed) != RING_BROKEN {
             ring.status.store(RING_DETACHED, Ordering::Release);
@@ -287,6 +289,7 @@ pub fn detach_ring(ring: &KRef<Ring>, only: Option<usize>) -> Result<(), Error> 
         drop(list);
         // Our reference goes outside the lock (the ring's last one frees its segment).
         drop(removed);
+        drop(buffer);
         return Ok(());
     }
 }
