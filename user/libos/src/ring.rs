@@ -158,6 +158,35 @@ impl Ring {
         Ok(seq)
     }
 
+    /// Put several requests in the ring at once: all or none (`Full` if they do not all fit).
+    /// The slots are marked submitted from the last to the first, so the kernel core, which
+    /// takes slots in order, finds the whole batch when it finds its first request and takes
+    /// it in one go. Returns the first request's sequence number.
+    pub fn submit_batch(&mut self, reqs: &[(u64, [u64; 6])]) -> Result<u64, RingError> {
+        let first = self.next_submit;
+        let n = reqs.len() as u64;
+        if first - self.next_complete + n > self.slots {
+            return Err(RingError::Full);
+        }
+        for k in 0..n {
+            if self.slot(first + k).0.load(Ordering::Acquire) != RING_FREE {
+                return Err(RingError::Full);
+            }
+        }
+        for (k, (nr, args)) in reqs.iter().enumerate() {
+            let (_, snr, sargs, _) = self.slot(first + k as u64);
+            snr.store(*nr as u32, Ordering::Relaxed);
+            for (s, a) in sargs.iter().zip(args) {
+                s.store(*a, Ordering::Relaxed);
+            }
+        }
+        for k in (0..n).rev() {
+            self.slot(first + k).0.store(RING_SUBMITTED, Ordering::Release);
+        }
+        self.next_submit = first + n;
+        Ok(first)
+    }
+
     /// Ring the doorbell if the kernel core has gone to sleep (a system call only then).
     pub fn kick(&self) -> Result<(), Error> {
         // Our submissions before the kernel's flag: it clears the flag and then looks at the
