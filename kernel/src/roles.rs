@@ -341,6 +341,15 @@ fn serve_ring(me: &'static PerCpu, ring: &KRef<Ring>) -> bool {
     if ring.dead.load(Ordering::Acquire) || ring.status.load(Ordering::Acquire) == RING_BROKEN {
         return false;
     }
+    if ring.serving.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        return false; // another kernel core has it (it was just moved)
+    }
+    let did = serve_ring_locked(me, ring);
+    ring.serving.store(false, Ordering::Release);
+    did
+}
+
+fn serve_ring_locked(me: &'static PerCpu, ring: &KRef<Ring>) -> bool {
     let mut taken = [Taken::default(); TAKE_MAX];
     let first = ring.head.load(Ordering::Relaxed);
     let n = match ring.take(&mut taken) {

@@ -70,6 +70,9 @@ pub struct Ring {
     pub polling: AtomicU32,
     /// The device was freed: take nothing more.
     pub dead: AtomicBool,
+    /// Held by the core taking and completing a batch: a ring moved to another kernel core
+    /// while its old one is between reading its list and taking is served by one at a time.
+    pub serving: AtomicBool,
 }
 
 /// Where slot `i` lives: (page index, word index of its first word).
@@ -128,7 +131,9 @@ impl Ring {
             }
             n
         })?;
-        self.head.store(head + n as u64, Ordering::Relaxed);
+        if n > 0 {
+            self.head.store(head + n as u64, Ordering::Relaxed);
+        }
         Ok(n)
     }
 
@@ -188,6 +193,7 @@ impl Device {
             status: AtomicU32::new(abi::RING_DETACHED),
             polling: AtomicU32::new(0),
             dead: AtomicBool::new(false),
+            serving: AtomicBool::new(false),
         };
         let ring = KRef::try_new(ring).map_err(|_| Error::NoMemory)?;
         // The header says "detached" from the start (a recycled page could say otherwise).
