@@ -445,18 +445,19 @@ fn t_kc_refuses_contexts() -> TestResult {
     Ok("")
 }
 
-/// `roletest bench [rounds=N]` at 2 vCPUs with `roles=kc:1`: null-call cost on this core as
+/// `roletest bench [rounds=N] [verbose]` at 2 vCPUs with `roles=kc:1`: null-call cost on this core as
 /// an XC (local), as an AC (forwarded to the KC through its slot), each plain and batched, and
 /// through a syscall ring served by the KC (one at a time, and batches of `RING_BATCH`). The
 /// paths run interleaved, `rounds` times, and each reports its fastest round: on a loaded
 /// host a vCPU hand-off can wait for the host scheduler, and the minimum is the round the
-/// interference spared least.
+/// interference spared least. `verbose` prints every round.
 fn bench(args: &str) -> u64 {
     if role(1) != ROLE_KC {
         libos::println!("roletest bench: needs roles=kc:1");
         return 1;
     }
     let rounds = args.split_whitespace().find_map(|w| w.strip_prefix("rounds=")?.parse::<u64>().ok()).unwrap_or(5).max(1);
+    let verbose = args.split_whitespace().any(|w| w == "verbose");
     let root = libos::root_share();
     let Ok(p0) = sys::pcore_current() else { return 1 };
     let me = ObjName::new(root, p0);
@@ -502,6 +503,9 @@ fn bench(args: &str) -> u64 {
             let (one, batched, piped, fr) = ring_bench(&mut ring)?;
             (ns[4], ns[5], ns[6]) = (one, batched, piped);
             failures += fr;
+            if verbose {
+                libos::println!("roletest bench: round {ns:?}");
+            }
             for (b, n) in best.iter_mut().zip(ns) {
                 *b = (*b).min(n);
             }
