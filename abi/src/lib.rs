@@ -650,6 +650,10 @@ pub struct CoreStats {
     pub contexts_started: u64,
     /// The core's role (`ROLE_*`).
     pub role: u64,
+    /// TSC cycles this core spent spinning for kernel locks other cores held (ticket, MCS and
+    /// reader-writer locks), and how many lock acquisitions had to wait.
+    pub lock_spin_cycles: u64,
+    pub lock_spin_waits: u64,
 }
 
 /// One call of a `syscall_batch`: `result` receives the encoded result (`encode`).

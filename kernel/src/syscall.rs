@@ -521,6 +521,8 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
                 active_messages: s.active_messages.load(Ordering::Relaxed),
                 contexts_started: s.contexts_started.load(Ordering::Relaxed),
                 role: c.role.load(Ordering::Relaxed),
+                lock_spin_cycles: percore::cpu::spin_stats(c.index).0,
+                lock_spin_waits: percore::cpu::spin_stats(c.index).1,
             };
             write_user(a[1], &st)?;
             Ok(0)

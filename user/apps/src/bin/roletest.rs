@@ -607,6 +607,19 @@ fn main(args: &'static str) -> u64 {
             }
         }
     }
+    // Lock spinning over the whole run (issue 8's instrumentation; informational).
+    let tpm = libos::time::tsc_per_ms().max(1);
+    let ncores = sys::sys_info().map(|i| i.cores).unwrap_or(0);
+    for c in 0..ncores {
+        if let Ok(st) = sys::core_stats(c) {
+            libos::println!(
+                "roletest: core {c} ({}): {} lock acquisitions waited, {} us spinning (TSC, emulated)",
+                abi::role_name(st.role),
+                st.lock_spin_waits,
+                st.lock_spin_cycles * 1000 / tpm
+            );
+        }
+    }
     libos::println!("utest: done {passed} passed, {failed} failed");
     if failed == 0 { 0 } else { 1 }
 }
