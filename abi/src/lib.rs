@@ -125,7 +125,8 @@ pub mod nr {
     /// pcore's core; while that core is a kernel core it polls the device (Corey section
     /// 4.4). Only syscall rings (`DEVICE_SYSCALL_RING`) can be polled today: another device
     /// is `Unsupported`. `NotPermitted` through a pcore object another core allocated (as for
-    /// `pcore_run`); `Busy` if the device is attached to a core already (detach it first).
+    /// `pcore_run`); `Busy` if the device is attached to a core already (detach it first);
+    /// `NoSuchCore` if the pcore's core is not online.
     pub const PCORE_ADD_DEVICE: u64 = 47;
     /// `pcore_del_device(pcore_share, pcore, dev_share, dev) -> 0`: take the device from the
     /// pcore's core. Requests not yet taken stay in the ring (the ring's status becomes
@@ -140,8 +141,10 @@ pub mod nr {
     /// first `RING_SLOT_BYTES * (slots + 1)` bytes of that segment (a `RingHeader`, then
     /// `slots` `RingSlot`s), which the caller maps in its address range to use it. Requests
     /// run with the share set and address range the caller has now (see `RingSlot`).
-    /// `InvalidArgument` if `slots` is 0 or above `MAX_RING_SLOTS`; `OutOfRange` if the
-    /// segment is smaller than the ring; the naming errors for the segment.
+    /// `InvalidArgument` if `slots` is 0 or above `MAX_RING_SLOTS` (or the caller can name
+    /// more than `MAX_RING_SHARES` shared shares); `OutOfRange` if the segment is smaller than
+    /// the ring; `Busy` if the segment's first page is shared copy-on-write with another
+    /// segment; the naming errors for the segment.
     pub const DEVICE_ALLOC: u64 = 50;
     /// `device_list(buf: *mut DeviceInfo, cap) -> n` (`BufferTooSmall` if more than `cap`).
     pub const DEVICE_LIST: u64 = 51;
