@@ -121,8 +121,30 @@ pub mod nr {
     /// AC, which takes effect at its next system call). Making the last kernel core something else while application
     /// cores depend on it is `Busy`; an AC needs a KC (`NoSuchCore` if there is none).
     pub const PCORE_SET_ROLE: u64 = 46;
+    /// `pcore_add_device(pcore_share, pcore, dev_share, dev) -> 0`: give a device to the
+    /// pcore's core; while that core is a kernel core it polls the device (Corey section
+    /// 4.4). Only syscall rings (`DEVICE_SYSCALL_RING`) can be polled today: another device
+    /// is `Unsupported`. `NotPermitted` through a pcore object another core allocated (as for
+    /// `pcore_run`); `Busy` if the device is attached to a core already (detach it first);
+    /// `NoSuchCore` if the pcore's core is not online.
+    pub const PCORE_ADD_DEVICE: u64 = 47;
+    /// `pcore_del_device(pcore_share, pcore, dev_share, dev) -> 0`: take the device from the
+    /// pcore's core. Requests not yet taken stay in the ring (the ring's status becomes
+    /// `RING_DETACHED`, so waiters cancel them and get an error); a request the kernel core is
+    /// running completes. `NotFound` if the device is not attached to that core;
+    /// `NotPermitted` as for `pcore_add_device`.
+    pub const PCORE_DEL_DEVICE: u64 = 48;
 
-    /// `device_alloc(share, hwid, memid) -> device id`.
+    /// `device_alloc(share, hwid, memid) -> device id`. For the syscall pseudo-device
+    /// (`hwid = HWID_SYSCALL_RING`) three more arguments bind it to its ring:
+    /// `device_alloc(share, HWID_SYSCALL_RING, memid, seg_share, seg, slots)`: the ring is the
+    /// first `RING_SLOT_BYTES * (slots + 1)` bytes of that segment (a `RingHeader`, then
+    /// `slots` `RingSlot`s), which the caller maps in its address range to use it. Requests
+    /// run with the share set and address range the caller has now (see `RingSlot`).
+    /// `InvalidArgument` if `slots` is 0 or above `MAX_RING_SLOTS` (or the caller can name
+    /// more than `MAX_RING_SHARES` shared shares); `OutOfRange` if the segment is smaller than
+    /// the ring; `Busy` if the segment's first page is shared copy-on-write with another
+    /// segment; the naming errors for the segment.
     pub const DEVICE_ALLOC: u64 = 50;
     /// `device_list(buf: *mut DeviceInfo, cap) -> n` (`BufferTooSmall` if more than `cap`).
     pub const DEVICE_LIST: u64 = 51;
@@ -464,6 +486,90 @@ pub struct DeviceInfo {
 }
 
 pub const DEVICE_CONSOLE: u32 = 1;
+/// The syscall pseudo-device (Corey section 4.4): a ring of system-call requests and
+/// completions in a shared segment, run by the kernel core it is attached to
+/// (`pcore_add_device`). Not listed by `device_list` (it is not hardware); made with
+/// `device_alloc(.., HWID_SYSCALL_RING, ..)`. Its `DeviceStat::buffers` counts completed
+/// requests.
+pub const DEVICE_SYSCALL_RING: u32 = 2;
+/// The hwid that makes `device_alloc` create a syscall ring (pseudo-devices use hwids from
+/// 0xFFFF_0000 up, clear of real devices).
+pub const HWID_SYSCALL_RING: u64 = 0xFFFF_0001;
+
+/// Bytes of one ring slot and of the ring header (one cache line each).
+pub const RING_SLOT_BYTES: u64 = 64;
+/// Most slots in one syscall ring.
+pub const MAX_RING_SLOTS: u64 = 4096;
+/// Most shares a syscall ring's requests can name objects through (see `RingSlot`).
+pub const MAX_RING_SHARES: usize = 32;
+
+/// One request of a syscall ring, at byte `RING_SLOT_BYTES * (1 + i)` of the ring segment.
+/// Protocol (slots are used in ring order, `i = seq % slots`): the program writes `nr` and
+/// `args`, then stores `state = RING_SUBMITTED` (release); the kernel core takes the slot with
+/// a compare-and-swap to `RING_TAKEN`, runs the call and stores `result` (encoded as by
+/// `encode`) and then `state = RING_DONE`; the program reads `result` and stores `RING_FREE`.
+/// The program may cancel a request the kernel has not taken with a compare-and-swap
+/// `RING_SUBMITTED -> RING_FREE`: then it never runs. The kernel core takes slots strictly in
+/// order, so a slot left `RING_FREE` holds up the ones after it. A slot whose state is none
+/// of these at the kernel's turn completes with `InvalidArgument`.
+///
+/// A request runs on the kernel core with the address range of the context that made the
+/// ring and the shared (not private) shares it could name then: those in its share set and
+/// those its root share holds, at most `MAX_RING_SHARES` (more is `InvalidArgument` at
+/// `device_alloc`); shares it drops later stay usable through the ring while they live.
+/// Private shares, the root share included, are never reachable from a ring: they belong to one core and take no lock, and that core keeps
+/// running while its requests run elsewhere. Calls that act on a core rather than on objects
+/// (`pcore_alloc`, `pcore_current`, `pcore_run`, `pcore_set_interval`, `pcore_halt`,
+/// `pcore_set_role`, `self_drop`, `self_shares`, a private `share_alloc`) are `NotPermitted`,
+/// a nested `syscall_batch` is `InvalidArgument`. `MEMID_SELF` means the kernel core.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RingSlot {
+    /// `RING_FREE`, `RING_SUBMITTED`, `RING_TAKEN` or `RING_DONE`.
+    pub state: u32,
+    /// The system-call number (all are below 2^32).
+    pub nr: u32,
+    pub args: [u64; 6],
+    /// Valid once `state` is `RING_DONE`.
+    pub result: i64,
+}
+
+pub const RING_FREE: u32 = 0;
+pub const RING_SUBMITTED: u32 = 1;
+pub const RING_TAKEN: u32 = 2;
+pub const RING_DONE: u32 = 3;
+
+/// The first `RING_SLOT_BYTES` of a ring segment, written by the kernel (a program's writes
+/// there are overwritten).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RingHeader {
+    /// `RING_DETACHED`, `RING_ATTACHED`, `RING_STOPPED` or `RING_BROKEN`.
+    pub status: u32,
+    /// The core the ring is attached to (valid unless `RING_DETACHED`).
+    pub core: u32,
+    /// 1 while that kernel core polls; 0 once it has gone to sleep: a program that submits
+    /// and then (after a full fence) sees 0 must ring the doorbell, `device_conf` with
+    /// `CONF_RING_KICK`.
+    pub polling: u32,
+    pub _pad: u32,
+    pub _reserved: [u64; 6],
+}
+
+/// Not attached to any core (never attached, detached, or the device was freed): nothing
+/// will take new requests.
+pub const RING_DETACHED: u32 = 0;
+/// Attached to a kernel core, which takes requests.
+pub const RING_ATTACHED: u32 = 1;
+/// Attached to a core that is not a kernel core now: nothing takes requests until it is one
+/// again.
+pub const RING_STOPPED: u32 = 2;
+/// The kernel cannot use the ring any more (its segment shrank below it, or a ring page is
+/// shared copy-on-write with another segment, which the kernel never writes): free it.
+pub const RING_BROKEN: u32 = 3;
+
+/// `device_conf` key for a syscall ring: the doorbell (wakes the kernel core; value ignored).
+pub const CONF_RING_KICK: u64 = 2;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -547,6 +653,10 @@ pub struct CoreStats {
     pub contexts_started: u64,
     /// The core's role (`ROLE_*`).
     pub role: u64,
+    /// TSC cycles this core spent spinning for kernel locks other cores held (ticket, MCS and
+    /// reader-writer locks), and how many lock acquisitions had to wait.
+    pub lock_spin_cycles: u64,
+    pub lock_spin_waits: u64,
 }
 
 /// One call of a `syscall_batch`: `result` receives the encoded result (`encode`).
@@ -622,5 +732,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<SegMapping>(), 48);
         assert_eq!(core::mem::size_of::<ArMapping>(), 48);
         assert_eq!(core::mem::size_of::<PcoreContext>(), 5 * 8 + 8 + 8 * MAX_CONTEXT_SHARES + 8);
+        assert_eq!(core::mem::size_of::<RingSlot>() as u64, RING_SLOT_BYTES);
+        assert_eq!(core::mem::size_of::<RingHeader>() as u64, RING_SLOT_BYTES);
     }
 }

@@ -75,6 +75,21 @@ pub fn with_current_mut<R>(f: impl FnOnce(&mut Context) -> R) -> Result<R, Error
     percpu::acting().context.get_mut().map(f).ok_or(Error::NotPermitted)
 }
 
+/// Run `f` with `ctx` as this core's context, then take it back: how a kernel core acts
+/// for a syscall ring (roles.rs), whose requests run with the share set and address range
+/// the ring was made with while the context that made it keeps running elsewhere. Only for
+/// a core with no context of its own (kernel cores never run one); otherwise `Busy`.
+pub fn serve_as<R>(ctx: Context, f: impl FnOnce() -> R) -> Result<(R, Context), Error> {
+    let area = percpu::this();
+    if area.context.is_running() || area.acting.load(Ordering::Acquire) != crate::roles::NO_CORE {
+        return Err(Error::Busy);
+    }
+    area.context.set(Some(ctx));
+    let r = f();
+    let ctx = area.context.set(None).ok_or(Error::Busy)?;
+    Ok((r, ctx))
+}
+
 /// End the calling core's context (or, on a kernel core serving a forwarded call, the
 /// client's) when it next returns to user mode.
 pub fn request_exit(code: u64) {

@@ -168,6 +168,7 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     let bsp = setup_bsp_area();
     percore::cpu::set_cpu_id_provider(percpu::current_index);
     percore::cpu::set_irq_ops(cpu::irq_save, cpu::irq_restore);
+    percore::cpu::set_cycle_counter(cpu::rdtsc);
     let (g, t, i) = percpu::tables_of(bsp);
     arch::x86_64::gdt::load(g, t);
     arch::x86_64::idt::load(i);

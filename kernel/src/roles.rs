@@ -17,11 +17,15 @@
 //! (joining its shootdown set) and acts with the AC's share set. If no kernel core answers
 //! within the deadline the AC gets `Busy`, not a hang.
 
+use alloc::vec::Vec;
 use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::arch::x86_64::{apic, cpu, paging};
+use crate::kobj::device::{Ring, Taken, NOT_ATTACHED, TAKE_MAX};
+use crate::kobj::kref::KRef;
 use crate::percpu::{self, PerCpu};
-use abi::{Error, ROLE_AC, ROLE_KC, ROLE_TC, ROLE_XC};
+use abi::{nr, Error, RING_ATTACHED, RING_BROKEN, RING_DETACHED, RING_STOPPED, ROLE_AC, ROLE_KC, ROLE_TC, ROLE_XC};
+use percore::{CachePadded, TicketLock, MAX_CORES};
 
 const EMPTY: u32 = 0;
 const PENDING: u32 = 1;
@@ -179,10 +183,11 @@ fn run_for(me: &'static PerCpu, client: &'static PerCpu, nr: u64, args: [u64; 6]
 pub fn kernel_core_loop() {
     let me = percpu::this();
     me.polling.store(true, Ordering::Release);
+    set_rings_state(me.index, Some(RING_ATTACHED), 1);
     let mut idle = 0u32;
     while me.role.load(Ordering::Acquire) == ROLE_KC {
         cpu::disable_interrupts();
-        if crate::smp::run_mailbox(me) | serve_one(me) {
+        if crate::smp::run_mailbox(me) | serve_one(me) | serve_rings(me) {
             idle = 0;
             continue;
         }
@@ -191,19 +196,237 @@ pub fn kernel_core_loop() {
             core::hint::spin_loop();
             continue;
         }
-        // Announce that we stop polling, then look once more before sleeping: a request
-        // posted in between either is seen here or comes with a wake IPI.
+        // Announce that we stop polling (here and in every ring's header), then look once
+        // more before sleeping: a request posted in between either is seen here or comes
+        // with a wake IPI (a ring's doorbell).
         me.polling.store(false, Ordering::SeqCst);
-        if serve_one(me) {
+        set_rings_state(me.index, None, 0);
+        if serve_one(me) | serve_rings(me) {
             me.polling.store(true, Ordering::SeqCst);
+            set_rings_state(me.index, None, 1);
             idle = 0;
             continue;
         }
         cpu::enable_and_halt();
         me.polling.store(true, Ordering::SeqCst);
+        set_rings_state(me.index, None, 1);
         idle = 0;
     }
     me.polling.store(false, Ordering::Release);
+    // Requests not taken stay in the rings; their submitters see the status and cancel.
+    set_rings_state(me.index, Some(RING_STOPPED), 0);
+}
+
+// ---- Syscall rings (Corey's syscall pseudo-device, kobj/device.rs)
+
+/// The rings attached to each core (`pcore_add_device`). Only that core polls its list; other
+/// cores take the lock to attach and detach, and every header status change happens under
+/// it, so the statuses a core publishes are ordered.
+static RINGS: [CachePadded<TicketLock<Vec<KRef<Ring>>>>; MAX_CORES] = [const { CachePadded::new(TicketLock::new(Vec::new())) }; MAX_CORES];
+
+/// Set the status (if given) and the polling flag of every ring attached to `core`, and
+/// publish them in the rings' headers.
+fn set_rings_state(core: usize, status: Option<u32>, polling: u32) {
+    let list = RINGS[core].lock();
+    for r in list.iter() {
+        if let Some(st) = status {
+            if r.status.load(Ordering::Relaxed) != RING_BROKEN {
+                r.status.store(st, Ordering::Release);
+            }
+        }
+        r.polling.store(polling, Ordering::Release);
+        if !r.publish() {
+            r.status.store(RING_BROKEN, Ordering::Release);
+        }
+    }
+}
+
+/// `pcore_add_device` of a ring: attach it to `core`, which polls it while it is a kernel
+/// core. `Busy` if it is attached somewhere already.
+pub fn attach_ring(core: usize, ring: &KRef<Ring>) -> Result<(), Error> {
+    let target = percpu::get(core).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
+    let mut list = RINGS[core].lock();
+    if ring.attached.compare_exchange(NOT_ATTACHED, core as u32, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return Err(Error::Busy);
+    }
+    if list.try_reserve(1).is_err() {
+        ring.attached.store(NOT_ATTACHED, Ordering::Release);
+        return Err(Error::NoMemory);
+    }
+    list.push(ring.clone());
+    let kc = target.role.load(Ordering::Acquire) == ROLE_KC;
+    if ring.status.load(Ordering::Relaxed) != RING_BROKEN {
+        ring.status.store(if kc { RING_ATTACHED } else { RING_STOPPED }, Ordering::Release);
+    }
+    ring.polling.store((kc && target.polling.load(Ordering::Acquire)) as u32, Ordering::Release);
+    if !ring.publish() {
+        ring.status.store(RING_BROKEN, Ordering::Release);
+    }
+    Ok(())
+}
+
+/// Take a ring from the core it is attached to (`only`: provided it is that core).
+/// `NotFound` if it is not attached (there). Requests not taken stay in the ring.
+pub fn detach_ring(ring: &KRef<Ring>, only: Option<usize>) -> Result<(), Error> {
+    loop {
+        let core = ring.attached.load(Ordering::Acquire);
+        if core == NOT_ATTACHED || only.is_some_and(|c| c != core as usize) {
+            return Err(Error::NotFound);
+        }
+        let mut list = RINGS[core as usize].lock();
+        if ring.attached.load(Ordering::Acquire) != core {
+            continue; // moved meanwhile: look again
+        }
+        let removed = list.iter().position(|r| KRef::ptr_eq(r, ring)).map(|i| list.swap_remove(i));
+        // An empty list gives its buffer back (a core with no rings holds no memory).
+        let buffer = if list.is_empty() { core::mem::take(&mut *list) } else { Vec::new() };
+        ring.attached.store(NOT_ATTACHED, Ordering::Release);
+        if ring.status.load(Ordering::Relaxed) != RING_BROKEN {
+            ring.status.store(RING_DETACHED, Ordering::Release);
+        }
+        ring.polling.store(0, Ordering::Release);
+        let _ = ring.publish();
+        drop(list);
+        // Our reference goes outside the lock (the ring's last one frees its segment).
+        drop(removed);
+        drop(buffer);
+        return Ok(());
+    }
+}
+
+/// The doorbell: wake the kernel core a ring is attached to if it is asleep.
+pub fn kick_ring(ring: &Ring) {
+    let core = ring.attached.load(Ordering::Acquire);
+    if let Some(kc) = percpu::get(core as usize) {
+        if kc.role.load(Ordering::Acquire) == ROLE_KC && !kc.polling.load(Ordering::Acquire) {
+            apic::send_ipi(kc.apic_id, apic::VECTOR_WAKE);
+        }
+    }
+}
+
+/// Serve every ring attached to this kernel core once. Returns true if any request ran.
+fn serve_rings(me: &'static PerCpu) -> bool {
+    let mut did = false;
+    let mut i = 0;
+    loop {
+        let ring = {
+            let list = RINGS[me.index].lock();
+            match list.get(i) {
+                Some(r) => r.clone(),
+                None => break,
+            }
+        };
+        i += 1;
+        did |= serve_ring(me, &ring);
+    }
+    did
+}
+
+/// Calls a ring request may not make: they act on a core (its pcores, its share set, its
+/// private shares), and a ring's requests run for no core (see `abi::RingSlot`).
+fn ring_refuses(nr: u64, args: &[u64; 6]) -> Option<Error> {
+    match nr {
+        nr::PCORE_ALLOC | nr::PCORE_CURRENT | nr::PCORE_RUN | nr::PCORE_SET_INTERVAL | nr::PCORE_HALT | nr::PCORE_SET_ROLE | nr::SELF_DROP | nr::SELF_SHARES => {
+            Some(Error::NotPermitted)
+        }
+        nr::SHARE_ALLOC if args[4] & abi::SHARE_PRIVATE != 0 => Some(Error::NotPermitted),
+        // A batch would run its entries without these checks; the ring is a batch already.
+        nr::SYSCALL_BATCH => Some(Error::InvalidArgument),
+        _ => None,
+    }
+}
+
+/// Take a batch of requests from one ring and run them in the ring's context.
+fn serve_ring(me: &'static PerCpu, ring: &KRef<Ring>) -> bool {
+    if ring.dead.load(Ordering::Acquire) || ring.status.load(Ordering::Acquire) == RING_BROKEN {
+        return false;
+    }
+    if ring.serving.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        return false; // another kernel core has it (it was just moved)
+    }
+    let did = serve_ring_locked(me, ring);
+    ring.serving.store(false, Ordering::Release);
+    did
+}
+
+fn serve_ring_locked(me: &'static PerCpu, ring: &KRef<Ring>) -> bool {
+    let mut taken = [Taken::default(); TAKE_MAX];
+    let first = ring.head.load(Ordering::Relaxed);
+    let n = match ring.take(&mut taken) {
+        Ok(0) => return false,
+        Ok(n) => n,
+        Err(_) => {
+            broken(ring);
+            return false;
+        }
+    };
+    let mut results = [0i64; TAKE_MAX];
+    let r = run_ring_batch(me, ring, &taken[..n], &mut results[..n]);
+    if let Err(e) = r {
+        results[..n].fill(abi::encode(Err(e)));
+    }
+    if ring.complete(first, &results[..n]).is_err() {
+        broken(ring);
+    }
+    me.stats.syscalls_served.fetch_add(n as u64, Ordering::Relaxed);
+    true
+}
+
+fn broken(ring: &KRef<Ring>) {
+    let core = ring.attached.load(Ordering::Acquire);
+    let _list = (core != NOT_ATTACHED).then(|| RINGS[core as usize].lock());
+    ring.status.store(RING_BROKEN, Ordering::Release);
+    let _ = ring.publish();
+}
+
+/// Run taken requests with the ring's identity: its address range and shares, on this core.
+/// `Err` (for every request) if the ring's address range is gone.
+fn run_ring_batch(me: &'static PerCpu, ring: &Ring, taken: &[Taken], results: &mut [i64]) -> Result<(), Error> {
+    let root_ar = ring.root_ar.upgrade().ok_or(Error::NotPermitted)?;
+    let mut shares = Vec::new();
+    shares.try_reserve_exact(ring.shares.len()).map_err(|_| Error::NoMemory)?;
+    shares.extend(ring.shares.iter().filter_map(|w| w.upgrade()));
+    let ar = root_ar.as_ar()?;
+    // The ring has no root share or pcore of its own: its segment stands in for both (it is
+    // neither a share nor a pcore, so naming it as one fails).
+    let ctx = crate::context::Context {
+        root_share: ring.seg.clone(),
+        shares,
+        root_ar: root_ar.clone(),
+        pcore: ring.seg.clone(),
+        rip: 0,
+        rsp: 0,
+        args: [0; 3],
+    };
+    ar.running.insert(me.index);
+    paging::load_root(ar.table);
+    cpu::enable_interrupts();
+    let served = crate::context::serve_as(ctx, || {
+        for (t, r) in taken.iter().zip(results.iter_mut()) {
+            let res = match t.nr {
+                None => Err(Error::InvalidArgument),
+                Some(nr) => match ring_refuses(nr, &t.args) {
+                    Some(e) => Err(e),
+                    None => {
+                        me.injectable.store(true, Ordering::Relaxed);
+                        let res = crate::syscall::dispatch(nr, t.args);
+                        me.injectable.store(false, Ordering::Relaxed);
+                        res
+                    }
+                },
+            };
+            *r = abi::encode(res);
+        }
+    });
+    cpu::disable_interrupts();
+    paging::load_kernel_root();
+    ar.running.remove(me.index);
+    // Dropping the identity may free objects: with interrupts on, as a context's end does.
+    cpu::enable_interrupts();
+    let r = served.map(|(_, ctx)| drop(ctx));
+    drop(root_ar);
+    cpu::disable_interrupts();
+    r
 }
 
 /// Change the role of `core`, which must be idle. Safe while other cores run: requests to a

@@ -353,6 +353,23 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             crate::roles::set_role(pc.core as usize, a[2])?;
             Ok(0)
         }
+        nr::PCORE_ADD_DEVICE | nr::PCORE_DEL_DEVICE => {
+            let p = lookup(a[0], a[1])?;
+            let pc = p.as_pcore()?;
+            let dev_obj = lookup(a[2], a[3])?;
+            let dev = dev_obj.as_device()?;
+            // Giving a core work is running something on it: only the pcore's allocator may.
+            if pc.allocator_core != caller() as u32 {
+                return Err(Error::NotPermitted);
+            }
+            let ring = dev.ring.as_ref().ok_or(Error::Unsupported)?;
+            if nr == nr::PCORE_ADD_DEVICE {
+                crate::roles::attach_ring(pc.core as usize, ring)?;
+            } else {
+                crate::roles::detach_ring(ring, Some(pc.core as usize))?;
+            }
+            Ok(0)
+        }
         nr::PCORE_STAT => {
             let st = lookup(a[0], a[1])?.as_pcore()?.stat();
             write_user(a[2], &st)?;
@@ -362,6 +379,13 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
         nr::DEVICE_ALLOC => {
             let s = reach_share(a[0])?;
             let home = memid_core(a[2])?;
+            if a[1] == HWID_SYSCALL_RING {
+                let seg = lookup(a[3], a[4])?;
+                seg.as_segment()?;
+                let (root_ar, shares) = ring_identity()?;
+                let d = device::Device::open_ring(seg, a[5], &root_ar, &shares, caller() as u32)?;
+                return insert_new(&s, b"syscall-ring", home, Kind::Device(d));
+            }
             let d = device::Device::open(a[1])?;
             insert_new(&s, b"console", home, Kind::Device(d))
         }
@@ -506,6 +530,8 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
                 active_messages: s.active_messages.load(Ordering::Relaxed),
                 contexts_started: s.contexts_started.load(Ordering::Relaxed),
                 role: c.role.load(Ordering::Relaxed),
+                lock_spin_cycles: percore::cpu::spin_stats(c.index).0,
+                lock_spin_waits: percore::cpu::spin_stats(c.index).1,
             };
             write_user(a[1], &st)?;
             Ok(0)
@@ -521,6 +547,34 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
         }
         _ => Err(Error::NoSuchCall),
     }
+}
+
+/// What a new syscall ring's requests run with: the caller's root address range, and the
+/// shared shares it can name directly (in its share set, or held by its root share).
+/// Private ones are left out: only their own core may use them.
+fn ring_identity() -> Result<(ObjRef, Vec<ObjRef>), Error> {
+    with_current(|c| -> Result<(ObjRef, Vec<ObjRef>), Error> {
+        let mut shares: Vec<ObjRef> = Vec::new();
+        let mut add = |o: ObjRef| -> Result<(), Error> {
+            if o.as_share().is_ok_and(|s| !s.is_private()) && !shares.iter().any(|x| KRef::ptr_eq(x, &o)) {
+                if shares.len() >= MAX_RING_SHARES {
+                    return Err(Error::InvalidArgument);
+                }
+                crate::kobj::try_push(&mut shares, o)?;
+            }
+            Ok(())
+        };
+        for s in c.shares.iter() {
+            add(s.clone())?;
+        }
+        let root = c.root_share.as_share()?;
+        for id in root.ids()? {
+            if let Ok(o) = root.get(id) {
+                add(o)?;
+            }
+        }
+        Ok((c.root_ar.clone(), shares))
+    })?
 }
 
 fn pcore_run(pshare: u64, pcore_id: u64, ctx_ptr: u64) -> Result<u64, Error> {

@@ -46,6 +46,65 @@ pub fn cpu_id() -> usize {
     0
 }
 
+static CYCLES: AtomicUsize = AtomicUsize::new(0);
+
+/// Install the environment's cycle counter (the kernel's TSC), which times lock spinning
+/// (`spin_stats`). Without one nothing is timed or counted.
+pub fn set_cycle_counter(f: fn() -> u64) {
+    CYCLES.store(f as usize, Ordering::Release);
+}
+
+/// The cycle counter, or 0 if the environment installed none.
+#[inline]
+pub fn cycles() -> u64 {
+    let p = CYCLES.load(Ordering::Acquire);
+    if p == 0 {
+        return 0;
+    }
+    // SAFETY: the only writer stores a `fn() -> u64` cast to usize.
+    let f = unsafe { core::mem::transmute::<usize, fn() -> u64>(p) };
+    f()
+}
+
+/// Per-core lock spin statistics (NIX's measuring framework): cycles this core spent
+/// waiting for a lock another core held, and how many acquisitions had to wait. Each core
+/// writes only its own line. Plain `core` atomics even under loom: they are counters, not
+/// part of any protocol the models check.
+struct SpinStat {
+    cycles: core::sync::atomic::AtomicU64,
+    waits: core::sync::atomic::AtomicU64,
+}
+
+static SPIN: [crate::CachePadded<SpinStat>; MAX_CORES] = [const {
+    crate::CachePadded::new(SpinStat { cycles: core::sync::atomic::AtomicU64::new(0), waits: core::sync::atomic::AtomicU64::new(0) })
+}; MAX_CORES];
+
+/// A lock's slow path: the cycle count when it started waiting (0 if nothing is timed).
+#[inline]
+pub(crate) fn spin_start() -> u64 {
+    cycles()
+}
+
+/// A lock's slow path is over: count the wait on the calling core.
+#[inline]
+pub(crate) fn spin_end(start: u64) {
+    if start == 0 {
+        return;
+    }
+    if let Some(s) = SPIN.get(cpu_id()) {
+        s.cycles.fetch_add(cycles().saturating_sub(start), core::sync::atomic::Ordering::Relaxed);
+        s.waits.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `(cycles spent spinning, acquisitions that waited)` on core `core` since boot, over every
+/// lock of this crate (ticket, MCS, reader-writer).
+pub fn spin_stats(core: usize) -> (u64, u64) {
+    SPIN.get(core)
+        .map(|s| (s.cycles.load(core::sync::atomic::Ordering::Relaxed), s.waits.load(core::sync::atomic::Ordering::Relaxed)))
+        .unwrap_or((0, 0))
+}
+
 /// Install the environment's interrupt save/restore (kernel only). `save` disables
 /// interrupts and returns a token; `restore` puts the previous state back.
 pub fn set_irq_ops(save: fn() -> usize, restore: fn(usize)) {

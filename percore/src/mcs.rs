@@ -69,6 +69,12 @@ impl<T: ?Sized> McsLock<T> {
 
     #[cold]
     fn acquire_queued(&self) {
+        let t0 = crate::cpu::spin_start();
+        self.acquire_queued_untimed();
+        crate::cpu::spin_end(t0);
+    }
+
+    fn acquire_queued_untimed(&self) {
         let node = QueueNode { next: AtomicPtr::new(ptr::null_mut()), waiting: AtomicBool::new(true) };
         let me = &node as *const QueueNode as *mut QueueNode;
         // AcqRel: Release publishes our node's initialisation to the successor that finds it

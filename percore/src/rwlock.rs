@@ -95,9 +95,11 @@ impl<T: ?Sized> RwLock<T> {
             // A writer is in or about to be: step back so it can drain us, and wait on the
             // flag (read-only spinning; the line stays shared until the writer clears it).
             count.fetch_sub(1, Ordering::Release);
+            let t0 = crate::cpu::spin_start();
             while self.writer_active.load(Ordering::Relaxed) {
                 spin_loop();
             }
+            crate::cpu::spin_end(t0);
         }
     }
 
@@ -105,12 +107,17 @@ impl<T: ?Sized> RwLock<T> {
         let queue = self.writers.lock();
         self.writer_active.store(true, Ordering::SeqCst);
         dekker_fence();
+        let mut t0 = None;
         for count in self.readers.iter() {
             // Acquire pairs with each reader's releasing decrement, so their reads happen
             // before our writes.
             while count.load(Ordering::SeqCst) != 0 {
+                t0.get_or_insert_with(crate::cpu::spin_start);
                 spin_loop();
             }
+        }
+        if let Some(t0) = t0 {
+            crate::cpu::spin_end(t0);
         }
         queue
     }

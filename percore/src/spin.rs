@@ -42,9 +42,14 @@ impl<T> TicketLock<T> {
 impl<T: ?Sized> TicketLock<T> {
     fn acquire(&self) {
         let ticket = self.next.fetch_add(1, Ordering::Relaxed);
+        if self.serving.load(Ordering::Acquire) == ticket {
+            return;
+        }
+        let t0 = crate::cpu::spin_start();
         while self.serving.load(Ordering::Acquire) != ticket {
             spin_loop();
         }
+        crate::cpu::spin_end(t0);
     }
 
     pub fn lock(&self) -> TicketLockGuard<'_, T> {
@@ -138,5 +143,41 @@ impl<T: ?Sized> IrqTicketLock<T> {
 
     pub fn is_locked(&self) -> bool {
         self.0.is_locked()
+    }
+}
+
+#[cfg(all(test, feature = "std", not(loom)))]
+mod tests {
+    use super::*;
+
+    fn fake_cycles() -> u64 {
+        static T: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        T.fetch_add(1000, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A core that has to wait for a ticket lock gets the wait counted, once, with cycles; a
+    /// core that never waits gets nothing.
+    #[test]
+    fn contended_acquisition_is_counted_on_the_waiting_core() {
+        crate::cpu::set_cycle_counter(fake_cycles);
+        let lock = std::sync::Arc::new(TicketLock::new(0u32));
+        let (waiter, holder) = (201, 202);
+        crate::cpu::register_thread(holder);
+        let g = lock.lock();
+        let l2 = lock.clone();
+        let t = std::thread::spawn(move || {
+            crate::cpu::register_thread(waiter);
+            *l2.lock() += 1;
+        });
+        // Release only once the waiter has its ticket, so it must spin.
+        while lock.next.load(Ordering::Relaxed) < 2 {
+            std::thread::yield_now();
+        }
+        drop(g);
+        t.join().unwrap();
+        let (cycles, waits) = crate::cpu::spin_stats(waiter);
+        assert_eq!(waits, 1);
+        assert!(cycles > 0);
+        assert_eq!(crate::cpu::spin_stats(holder), (0, 0));
     }
 }

@@ -1,9 +1,21 @@
-//! Device objects. The machine model has one device today: the COM1 console (hwid 0).
+//! Device objects. The machine model has one real device: the COM1 console (hwid 0).
 //! `device_buf` transmits bytes from a segment, which is how Corey feeds buffers to devices.
+//!
+//! And one pseudo-device, Corey's syscall device (section 4.4): a ring of system-call
+//! requests and completions in a segment the program maps (`abi::RingSlot` has the
+//! protocol). A kernel core it is attached to (`pcore_add_device`, roles.rs) takes requests
+//! from it and runs them with the identity the ring was made with (`Ring::shares`,
+//! `Ring::root_ar`), while the program that submitted them keeps running.
 
+use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use abi::{DeviceInfo, DeviceStat, Error, CONF_CONSOLE_CRLF, DEVICE_CONSOLE};
+use super::kref::{KRef, KWeak};
+use super::{KObject, ObjRef};
+use abi::{
+    DeviceInfo, DeviceStat, Error, CONF_CONSOLE_CRLF, DEVICE_CONSOLE, DEVICE_SYSCALL_RING, HWID_SYSCALL_RING, MAX_RING_SHARES,
+    MAX_RING_SLOTS, PAGE_SIZE, RING_DONE, RING_FREE, RING_SLOT_BYTES, RING_SUBMITTED, RING_TAKEN,
+};
 
 pub const CONSOLE_HWID: u64 = 0;
 
@@ -13,10 +25,134 @@ static CONSOLE_OWNER: AtomicU32 = AtomicU32::new(u32::MAX);
 static CONSOLE_OUT: AtomicU64 = AtomicU64::new(0);
 static CONSOLE_BUFFERS: AtomicU64 = AtomicU64::new(0);
 
+/// `Ring::attached` when no core has the ring.
+pub const NOT_ATTACHED: u32 = u32::MAX;
+
 pub struct Device {
     pub hwid: u64,
     pub kind: u32,
     crlf: AtomicBool,
+    /// The ring of a syscall pseudo-device. Its own allocation, so the kernel core that
+    /// polls it can hold it strongly without keeping the device object (and through it the
+    /// shares that hold the device) alive: freeing the device detaches the ring.
+    pub ring: Option<KRef<Ring>>,
+}
+
+/// A taken request: its slot sequence number, call number and arguments (`nr == None`: the
+/// slot's state was malformed).
+#[derive(Clone, Copy, Default)]
+pub struct Taken {
+    pub nr: Option<u64>,
+    pub args: [u64; 6],
+}
+
+/// Most requests a kernel core takes from one ring in one go (the most slots one page holds).
+pub const TAKE_MAX: usize = (PAGE_SIZE / RING_SLOT_BYTES) as usize;
+
+pub struct Ring {
+    /// The segment whose first bytes are the ring (`RingHeader`, then the slots).
+    pub seg: ObjRef,
+    pub slots: u64,
+    /// Identity the requests run with (weak: the ring must not keep the shares that hold its
+    /// own device alive, which would be a cycle nothing frees).
+    pub root_ar: KWeak<KObject>,
+    pub shares: Vec<KWeak<KObject>>,
+    /// The core that made the ring (for the record; requests do not run as that core).
+    pub maker_core: u32,
+    /// Sequence number of the next slot to take. Only the core serving the ring writes it.
+    pub head: AtomicU64,
+    pub completed: AtomicU64,
+    /// The core the ring is attached to, or `NOT_ATTACHED`; changed under that core's ring
+    /// list lock (roles.rs).
+    pub attached: AtomicU32,
+    /// What the header says (`RING_*` status, and whether the kernel core polls).
+    pub status: AtomicU32,
+    pub polling: AtomicU32,
+    /// The device was freed: take nothing more.
+    pub dead: AtomicBool,
+    /// Held by the core taking and completing a batch: a ring moved to another kernel core
+    /// while its old one is between reading its list and taking is served by one at a time.
+    pub serving: AtomicBool,
+}
+
+/// Where slot `i` lives: (page index, word index of its first word).
+fn slot_pos(i: u64) -> (u64, usize) {
+    let byte = RING_SLOT_BYTES * (i + 1);
+    (byte / PAGE_SIZE, ((byte % PAGE_SIZE) / 8) as usize)
+}
+
+impl Ring {
+    /// Rewrite the header from the kernel's view (every writer rewrites all of it under the
+    /// segment lock, so the last one leaves the latest values). Returns false if the ring
+    /// page cannot be written (the ring is broken).
+    pub fn publish(&self) -> bool {
+        let Ok(seg) = self.seg.as_segment() else { return false };
+        seg.with_shared_page(0, |w| {
+            let word0 = self.status.load(Ordering::Acquire) as u64 | (self.attached.load(Ordering::Acquire) as u64) << 32;
+            w[0].store(word0, Ordering::Release);
+            w[1].store(self.polling.load(Ordering::Acquire) as u64, Ordering::Release);
+        })
+        .is_ok()
+    }
+
+    /// Take up to `out.len()` submitted requests in order, from one page. Returns how many
+    /// (0: nothing submitted at the head), or an error if the ring cannot be used.
+    pub fn take(&self, out: &mut [Taken]) -> Result<usize, Error> {
+        let seg = self.seg.as_segment()?;
+        let head = self.head.load(Ordering::Relaxed);
+        let (page, _) = slot_pos(head % self.slots);
+        let n = seg.with_shared_page(page, |w| {
+            let mut n = 0;
+            // A program rewriting a slot as we take it could keep the CAS failing: give up
+            // after a few tries (the next poll looks again).
+            let mut races = 0;
+            while n < out.len() && races < 4 {
+                let i = (head + n as u64) % self.slots;
+                let (p, at) = slot_pos(i);
+                if p != page || (n > 0 && i == 0) {
+                    break;
+                }
+                let word0 = w[at].load(Ordering::Acquire);
+                let state = word0 as u32;
+                if matches!(state, RING_FREE | RING_TAKEN | RING_DONE) {
+                    break;
+                }
+                // Submitted (or malformed): take it, unless the program cancels it first.
+                let taken = (word0 & !0xFFFF_FFFF) | RING_TAKEN as u64;
+                if w[at].compare_exchange(word0, taken, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                    races += 1;
+                    continue; // changed under us: look again
+                }
+                out[n] = Taken {
+                    nr: (state == RING_SUBMITTED).then_some(word0 >> 32),
+                    args: core::array::from_fn(|k| w[at + 1 + k].load(Ordering::Relaxed)),
+                };
+                n += 1;
+            }
+            n
+        })?;
+        if n > 0 {
+            self.head.store(head + n as u64, Ordering::Relaxed);
+        }
+        Ok(n)
+    }
+
+    /// Store the results of the `results.len()` requests taken last, which start at
+    /// sequence `first`, and mark them done.
+    pub fn complete(&self, first: u64, results: &[i64]) -> Result<(), Error> {
+        let seg = self.seg.as_segment()?;
+        let (page, _) = slot_pos(first % self.slots);
+        seg.with_shared_page(page, |w| {
+            for (k, &r) in results.iter().enumerate() {
+                let (_, at) = slot_pos((first + k as u64) % self.slots);
+                w[at + 7].store(r as u64, Ordering::Relaxed);
+                let word0 = w[at].load(Ordering::Relaxed);
+                w[at].store((word0 & !0xFFFF_FFFF) | RING_DONE as u64, Ordering::Release);
+            }
+        })?;
+        self.completed.fetch_add(results.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 pub fn list() -> [DeviceInfo; 1] {
@@ -31,10 +167,46 @@ impl Device {
             return Err(Error::NotFound);
         }
         CONSOLE_OWNER.store(percore::cpu_id() as u32, Ordering::Relaxed);
-        Ok(Device { hwid, kind: DEVICE_CONSOLE, crlf: AtomicBool::new(true) })
+        Ok(Device { hwid, kind: DEVICE_CONSOLE, crlf: AtomicBool::new(true), ring: None })
+    }
+
+    /// A syscall ring over the first bytes of `seg`, acting with `root_ar` and `shares`.
+    pub fn open_ring(seg: ObjRef, slots: u64, root_ar: &ObjRef, shares: &[ObjRef], maker_core: u32) -> Result<Device, Error> {
+        if slots == 0 || slots > MAX_RING_SLOTS || shares.len() > MAX_RING_SHARES {
+            return Err(Error::InvalidArgument);
+        }
+        if seg.as_segment()?.nbytes() < RING_SLOT_BYTES * (slots + 1) {
+            return Err(Error::OutOfRange);
+        }
+        let mut weak = Vec::new();
+        weak.try_reserve_exact(shares.len()).map_err(|_| Error::NoMemory)?;
+        weak.extend(shares.iter().map(KRef::downgrade));
+        let ring = Ring {
+            seg,
+            slots,
+            root_ar: KRef::downgrade(root_ar),
+            shares: weak,
+            maker_core,
+            head: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            attached: AtomicU32::new(NOT_ATTACHED),
+            status: AtomicU32::new(abi::RING_DETACHED),
+            polling: AtomicU32::new(0),
+            dead: AtomicBool::new(false),
+            serving: AtomicBool::new(false),
+        };
+        let ring = KRef::try_new(ring).map_err(|_| Error::NoMemory)?;
+        // The header says "detached" from the start (a recycled page could say otherwise).
+        if !ring.publish() {
+            return Err(Error::Busy);
+        }
+        Ok(Device { hwid: HWID_SYSCALL_RING, kind: DEVICE_SYSCALL_RING, crlf: AtomicBool::new(false), ring: Some(ring) })
     }
 
     pub fn stat(&self) -> DeviceStat {
+        if let Some(r) = &self.ring {
+            return DeviceStat { hwid: self.hwid, kind: self.kind, _pad: 0, bytes_out: 0, bytes_in: 0, buffers: r.completed.load(Ordering::Relaxed) };
+        }
         DeviceStat {
             hwid: self.hwid,
             kind: self.kind,
@@ -46,6 +218,15 @@ impl Device {
     }
 
     pub fn conf(&self, key: u64, value: u64) -> Result<(), Error> {
+        if let Some(r) = &self.ring {
+            return match key {
+                abi::CONF_RING_KICK => {
+                    crate::roles::kick_ring(r);
+                    Ok(())
+                }
+                _ => Err(Error::Unsupported),
+            };
+        }
         match key {
             CONF_CONSOLE_CRLF => match value {
                 0 | 1 => {
@@ -70,5 +251,16 @@ impl Device {
 
     pub fn count_buffer(&self) {
         CONSOLE_BUFFERS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        if let Some(r) = &self.ring {
+            // A kernel core running requests from it holds the ring and finishes them; it
+            // takes no more.
+            r.dead.store(true, Ordering::Release);
+            let _ = crate::roles::detach_ring(r, None);
+        }
     }
 }

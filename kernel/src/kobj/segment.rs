@@ -223,6 +223,29 @@ impl Segment {
         }
     }
 
+    /// Run `f` on page `idx` seen as 512 atomic words (allocated if absent), under the
+    /// segment's lock so the page is neither freed nor replaced meanwhile. For kernel code
+    /// that shares memory with user mode through a segment (a syscall ring, which user mode
+    /// writes through its own mapping at the same time, hence atomics). `OutOfRange` past the
+    /// end; `Busy` if the page is shared copy-on-write with another segment: the kernel never
+    /// writes into a page another segment sees.
+    pub fn with_shared_page<R>(&self, idx: u64, f: impl FnOnce(&[core::sync::atomic::AtomicU64; 512]) -> R) -> Result<R, Error> {
+        let mut g = self.inner.lock();
+        let slot = g.pages.get_mut(idx as usize).ok_or(Error::OutOfRange)?;
+        if slot.is_none() {
+            *slot = Some(zeroed_page(self.node_core)?);
+        }
+        let f_ref = slot.as_ref().ok_or(Error::NoMemory)?;
+        if KRef::strong_count(f_ref) > 1 {
+            return Err(Error::Busy);
+        }
+        // SAFETY: the frame belongs to this segment alone (count 1) and cannot go while we hold
+        // the lock; it is a whole 4 KiB page in the physical window, suitably aligned, and
+        // every access through the view is atomic (user mode writes it concurrently).
+        let words = unsafe { &*(phys_to_virt(f_ref.pa) as *const [core::sync::atomic::AtomicU64; 512]) };
+        Ok(f(words))
+    }
+
     pub fn resident_pages(&self) -> usize {
         self.inner.lock().pages.iter().filter(|p| p.is_some()).count()
     }

@@ -31,6 +31,7 @@ pub mod fd;
 pub mod heap;
 pub mod layout;
 pub mod process;
+pub mod ring;
 mod start;
 pub mod sys;
 pub mod thread;
