@@ -106,8 +106,10 @@ pub mod nr {
     pub const PCORE_ALLOC: u64 = 40;
     /// `pcore_current() -> pcore id` (held in the caller's root share).
     pub const PCORE_CURRENT: u64 = 41;
-    /// `pcore_run(pcore_share, pcore, *const PcoreContext) -> 0`: `Busy` if that core runs a
-    /// context already.
+    /// `pcore_run(pcore_share, pcore, *const PcoreContext) -> 0`: on an XC or AC, `Busy` if
+    /// that core runs a context already. A TC time-shares: the context joins the core's run
+    /// queue (`Busy` if `TC_MAX_QUEUED` wait there already, or this pcore object's previous
+    /// context is still queued or running).
     pub const PCORE_RUN: u64 = 42;
     /// `pcore_set_interval(pcore_share, pcore, hz) -> 0`: timer tick rate (0 = none).
     pub const PCORE_SET_INTERVAL: u64 = 43;
@@ -430,7 +432,10 @@ pub struct PcoreContext {
     pub role: u64,
 }
 
-/// Pcore states in `PcoreStat::state`.
+/// Contexts a TC core holds in its run queue besides the one running.
+pub const TC_MAX_QUEUED: usize = 16;
+
+/// Pcore states in `PcoreStat::state` (on a TC, RUNNING also covers queued).
 pub const PCORE_IDLE: u32 = 0;
 pub const PCORE_RUNNING: u32 = 1;
 pub const PCORE_HALTED: u32 = 2;
@@ -547,6 +552,8 @@ pub struct CoreStats {
     pub contexts_started: u64,
     /// The core's role (`ROLE_*`).
     pub role: u64,
+    /// Switches between user contexts on this core (a TC time-sharing several).
+    pub context_switches: u64,
 }
 
 /// One call of a `syscall_batch`: `result` receives the encoded result (`encode`).
