@@ -33,6 +33,10 @@ const STOP: usize = 64; // spinners return when this is non-zero
 const MARK: usize = 65; // MARK + i: context i has run at all
 const EXITS: usize = 100; // how many contexts have ended (exit-order test)
 const ORDER: usize = 101; // ORDER + i: context i's place in the exit order
+const GO: usize = 120; // exit-order contexts start counting when this is non-zero
+const ALIVE: usize = 121; // exit-order contexts not yet ended
+/// Exit-order place meaning "fault instead".
+const FAULT: u64 = 0xFF;
 /// Changes of every other context's counter each context must see.
 const ROUNDS: u64 = 5;
 /// How long a context keeps trying before it reports failure (generous: TCG on a loaded
@@ -91,19 +95,40 @@ fn spinner(c: &CoreCtx) -> u64 {
     0
 }
 
-/// On the TC: count to `limit` (arg >> 8) and end with 10 + index; with `limit` 0, fault.
+/// On the TC, once `GO` is set: count until it is our turn to end (`EXITS` equals our
+/// place, arg >> 8) and we have been switched out and back at least once since `GO` (a change
+/// in another context's counter since our last look), or we are the last one alive; then end
+/// with 10 + index. With place `FAULT`, fault at once instead.
 fn counter(c: &CoreCtx) -> u64 {
     let sh = shared();
-    let (me, limit) = ((c.arg & 0xFF) as usize, c.arg >> 8);
+    let (me, place) = ((c.arg & 0xFF) as usize, c.arg >> 8);
     sh[MARK + me].store(1, Ordering::Release);
-    if limit == 0 {
+    if place == FAULT {
         // A write to an unmapped page: the kernel ends this context with a fault code.
         // SAFETY: deliberately invalid; the fault ends the context, nothing is corrupted.
         unsafe { core::ptr::write_volatile(0x1000 as *mut u64, 1) };
     }
-    while sh[COUNT + me].fetch_add(1, Ordering::AcqRel) < limit {}
-    let place = sh[EXITS].fetch_add(1, Ordering::AcqRel);
-    sh[ORDER + me].store(place, Ordering::Release);
+    while sh[GO].load(Ordering::Acquire) == 0 {
+        core::hint::spin_loop();
+    }
+    let snapshot = || -> [u64; 8] { core::array::from_fn(|j| if j == me { 0 } else { sh[COUNT + j].load(Ordering::Acquire) }) };
+    let mut last = snapshot();
+    let mut resumed = false;
+    loop {
+        sh[COUNT + me].fetch_add(1, Ordering::AcqRel);
+        let now = snapshot();
+        if now != last {
+            resumed = true;
+            last = now;
+        }
+        let alone = sh[ALIVE].load(Ordering::Acquire) == 1;
+        if sh[EXITS].load(Ordering::Acquire) == place && (resumed || alone) {
+            break;
+        }
+    }
+    sh[ORDER + me].store(sh[EXITS].load(Ordering::Acquire), Ordering::Release);
+    sh[ALIVE].fetch_sub(1, Ordering::AcqRel);
+    sh[EXITS].fetch_add(1, Ordering::AcqRel);
     10 + me as u64
 }
 
@@ -193,9 +218,11 @@ fn no_leak(f: fn() -> TestResult) -> TestResult {
     let now = || sys::sys_info().map(|s| (s.free_pages, s.live_kobjects)).unwrap_or((0, 0));
     let before = now();
     let r = f()?;
-    if settled(before) == before {
+    let after = settled(before);
+    if after == before {
         return Ok(r);
     }
+    println!("tctest: first run: free pages, kernel objects {before:?} -> {after:?}; running again");
     let before2 = now();
     f()?;
     let after2 = settled(before2);
@@ -243,28 +270,32 @@ fn t_halt_queued() -> TestResult {
     no_leak(halt_queued)
 }
 
-/// Four contexts end in the order their limits give (one by a fault); run twice with the
-/// limits reversed.
+/// Four contexts end in a given order (one by a fault at once), each after being switched
+/// out and back, so the one that ends is at the head, the middle or the tail of the run queue;
+/// twice, with different orders.
 fn exit_orders() -> TestResult {
-    const UNIT: u64 = 200_000;
-    for limits in [[3 * UNIT, UNIT, 2 * UNIT, 0], [UNIT, 3 * UNIT, 0, 2 * UNIT]] {
+    let cases: [[u64; 4]; 2] = [[2, 0, 1, FAULT], [0, 2, FAULT, 1]];
+    for places in cases {
         let page = SharedPage::new()?;
         let sh = shared();
         for w in sh.iter() {
             w.store(0, Ordering::Relaxed);
         }
+        sh[ALIVE].store(places.iter().filter(|&&p| p != FAULT).count() as u64, Ordering::Release);
         let mut cs = [page.core()?, page.core()?, page.core()?, page.core()?];
         for (i, c) in cs.iter_mut().enumerate() {
-            ok!(c.start(counter, i as u64 | (limits[i] << 8)));
+            ok!(c.start(counter, i as u64 | (places[i] << 8)));
         }
-        let mut order = [0u64; 4];
+        sh[GO].store(1, Ordering::Release);
         for (i, c) in cs.iter_mut().enumerate() {
             let code = ok!(c.join(JOIN_MS));
-            let want = if limits[i] == 0 { EXIT_FAULT_BASE + 14 } else { 10 + i as u64 };
+            let want = if places[i] == FAULT { EXIT_FAULT_BASE + 14 } else { 10 + i as u64 };
             ensure!(code == want, "context {i} ended with {code:#x}, want {want:#x}");
-            order[i] = if limits[i] == 0 { u64::MAX } else { sh[ORDER + i].load(Ordering::Acquire) };
+            if places[i] != FAULT {
+                let got = sh[ORDER + i].load(Ordering::Acquire);
+                ensure!(got == places[i], "context {i} ended in place {got}, want {}", places[i]);
+            }
         }
-        println!("tctest: limits {limits:?} -> exit places {order:?} (MAX = faulted)");
     }
     Ok(Pass::Ok)
 }
