@@ -158,6 +158,10 @@ pub mod nr {
     /// and store each result in its entry. On an application core the whole batch is one
     /// round trip to the kernel core. Nested batches are refused per entry (`InvalidArgument`).
     pub const SYSCALL_BATCH: u64 = 77;
+    /// `pcore_yield() -> 0`: on a TC with other contexts queued, give the rest of this time
+    /// slice to the next one (the switch happens as the call returns to user mode); on other
+    /// cores, or with nothing queued, it does nothing.
+    pub const PCORE_YIELD: u64 = 78;
 }
 
 /// Error codes. The value returned in `rax` is the negated discriminant.

@@ -60,6 +60,8 @@ struct Inner {
     halts: bool,
     /// The timer rate this core is programmed with (0 = off).
     hz: u64,
+    /// The running context called `pcore_yield`: switch at the next user-mode interrupt.
+    yield_requested: bool,
 }
 
 impl Inner {
@@ -110,7 +112,7 @@ unsafe impl Sync for RunQueue {}
 
 impl RunQueue {
     pub fn new() -> RunQueue {
-        RunQueue(UnsafeCell::new(Inner { ring: [const { None }; MAX_QUEUED], head: 0, len: 0, halts: false, hz: 0 }))
+        RunQueue(UnsafeCell::new(Inner { ring: [const { None }; MAX_QUEUED], head: 0, len: 0, halts: false, hz: 0, yield_requested: false }))
     }
 }
 
@@ -288,7 +290,8 @@ pub fn on_user_interrupt(f: &mut TrapFrame, tick: bool) {
     if halts {
         reap_halted(area);
     }
-    if !tick || area.role.load(Ordering::Acquire) != ROLE_TC {
+    let yielded = with(|q| core::mem::take(&mut q.yield_requested));
+    if !(tick || yielded) || area.role.load(Ordering::Acquire) != ROLE_TC {
         return;
     }
     let Some(mut next) = with(|q| q.pop()) else { return };
@@ -320,6 +323,32 @@ fn requeue(t: Task) {
     if let Err(t) = with(|q| q.push(t)) {
         // Cannot fail (see above). Never drop a context with interrupts off.
         core::mem::forget(t);
+    }
+}
+
+/// `pcore_yield`: on a TC with contexts queued, ask for a switch as the call returns. A
+/// kernel core running a forwarded call, and every other core, ignore it.
+pub fn request_yield() -> Result<u64, Error> {
+    let me = percpu::this();
+    if me.acting.load(Ordering::Acquire) != crate::roles::NO_CORE || me.role.load(Ordering::Acquire) != ROLE_TC {
+        return Ok(0);
+    }
+    with(|q| q.yield_requested = q.len > 0);
+    Ok(0)
+}
+
+/// At the end of a system call: if it asked to yield, raise a wake IPI to this core with
+/// interrupts off. It is taken as soon as `sysret` re-enables interrupts, so its frame is in
+/// user mode and the handler switches there (switches happen only from user-mode frames).
+pub fn yield_on_return() {
+    let me = percpu::this();
+    // On every system call's path: two loads for every core that is not a TC.
+    if me.role.load(Ordering::Relaxed) != ROLE_TC || me.acting.load(Ordering::Relaxed) != crate::roles::NO_CORE {
+        return;
+    }
+    if with(|q| q.yield_requested) {
+        cpu::disable_interrupts();
+        apic::send_ipi(me.apic_id, apic::VECTOR_WAKE);
     }
 }
 

@@ -26,6 +26,8 @@ extern "C" fn syscall_dispatch(f: &mut SyscallFrame) {
         r
     };
     f.rax = encode(r) as u64;
+    // `pcore_yield`: switch as this call returns to user mode (sched::yield_on_return).
+    crate::sched::yield_on_return();
 }
 
 /// The core whose context this call acts for: this core, or the application core a kernel
@@ -311,6 +313,7 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
         }
         nr::PCORE_CURRENT => with_current(|c| c.pcore.id),
         nr::PCORE_RUN => pcore_run(a[0], a[1], a[2]),
+        nr::PCORE_YIELD => crate::sched::request_yield(),
         nr::PCORE_SET_INTERVAL => {
             let p = lookup(a[0], a[1])?;
             let pc = p.as_pcore()?;

@@ -158,7 +158,7 @@ fn objs() {
 }
 
 fn stat() {
-    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts");
+    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts  switches");
     for c in 0..ncores() {
         let s: CoreStats = match sys::core_stats(c) {
             Ok(s) => s,
@@ -168,7 +168,7 @@ fn stat() {
             }
         };
         println!(
-            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}",
+            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}  {:>8}",
             abi::role_name(s.role),
             s.syscalls,
             s.soft_faults,
@@ -176,7 +176,8 @@ fn stat() {
             s.tlb_flushes_local,
             s.shootdown_ipis_sent,
             s.shootdown_ipis_received,
-            s.contexts_started
+            s.contexts_started,
+            s.context_switches
         );
     }
 }

@@ -132,6 +132,37 @@ fn counter(c: &CoreCtx) -> u64 {
     10 + me as u64
 }
 
+/// Yields in one `yield_pair` context.
+const YIELDS: u64 = 200;
+
+/// On the TC, with a 1 Hz tick: count, `pcore_yield`, and see whether the other context
+/// counted meanwhile, `YIELDS` times; exit code = how many times it had.
+fn yielder(c: &CoreCtx) -> u64 {
+    let sh = shared();
+    let me = c.arg as usize;
+    let other = 1 - me;
+    sh[MARK + me].store(1, Ordering::Release);
+    while sh[MARK + other].load(Ordering::Acquire) == 0 {
+        let _ = raw(abi::nr::PCORE_YIELD, [0; 6]);
+    }
+    let mut progressed = 0;
+    for _ in 0..YIELDS {
+        sh[COUNT + me].fetch_add(1, Ordering::AcqRel);
+        let before = sh[COUNT + other].load(Ordering::Acquire);
+        let _ = raw(abi::nr::PCORE_YIELD, [0; 6]);
+        if sh[COUNT + other].load(Ordering::Acquire) != before {
+            progressed += 1;
+        }
+    }
+    // Keep yielding until the other one is done too, so its last yields find us queued.
+    sh[DONE + me].store(1, Ordering::Release);
+    while sh[DONE + other].load(Ordering::Acquire) == 0 {
+        sh[COUNT + me].fetch_add(1, Ordering::AcqRel);
+        let _ = raw(abi::nr::PCORE_YIELD, [0; 6]);
+    }
+    progressed
+}
+
 /// A segment of one page for the shared words, mapped here at `SCRATCH_BASE`.
 struct SharedPage {
     seg: ObjName,
@@ -307,6 +338,30 @@ fn t_exit_any_order() -> TestResult {
     no_leak(exit_orders)
 }
 
+fn t_yield() -> TestResult {
+    if !is_tc() {
+        return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
+    }
+    let page = SharedPage::new()?;
+    let sh = shared();
+    for w in sh.iter() {
+        w.store(0, Ordering::Relaxed);
+    }
+    let mut cs = [page.core()?, page.core()?];
+    for (i, c) in cs.iter_mut().enumerate() {
+        // One tick a second: nearly every switch must come from pcore_yield.
+        ok!(sys::pcore_set_interval(c.pcore, 1));
+        ok!(c.start(yielder, i as u64));
+    }
+    for (i, c) in cs.iter_mut().enumerate() {
+        let seen = ok!(c.join(JOIN_MS));
+        ensure!(seen >= YIELDS / 2, "context {i}: the other one ran during only {seen} of {YIELDS} yields");
+    }
+    // Anywhere but on a TC with something queued, pcore_yield does nothing.
+    ok!(raw(abi::nr::PCORE_YIELD, [0; 6]));
+    Ok(Pass::Ok)
+}
+
 fn t_queue_full() -> TestResult {
     if !is_tc() {
         return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
@@ -370,10 +425,11 @@ fn t_bad_input() -> TestResult {
 }
 
 fn main(_args: &'static str) -> u64 {
-    let tests: [(&str, fn() -> TestResult); 5] = [
+    let tests: [(&str, fn() -> TestResult); 6] = [
         ("tc_three_progress", t_three_progress),
         ("tc_halt_queued", t_halt_queued),
         ("tc_exit_any_order", t_exit_any_order),
+        ("tc_yield", t_yield),
         ("tc_queue_full", t_queue_full),
         ("tc_bad_input", t_bad_input),
     ];
