@@ -1,7 +1,8 @@
 //! TC time-sharing (issue 8): several contexts on one TC core make progress together, a
 //! halted queued context is removed and gives its memory back, contexts ending in any order
 //! (or by a fault) leave nothing behind, the core counts its switches, and bad input gets its
-//! documented error. Boot with `roles=tc:1 init=tctest` on 2 vCPUs. Prints `utest NAME ...
+//! documented error. Boot with `roles=tc:0-1 init=tctest` on 3 vCPUs (core 2 stays an XC;
+//! `roles=tc:1` on 2 vCPUs runs all but the own-core thread case). Prints `utest NAME ...
 //! ok|FAILED` lines like utest.
 //!
 //! The contexts share one page (`SCRATCH_BASE` in every root range, ours included): counters
@@ -395,14 +396,67 @@ fn t_queue_full() -> TestResult {
     Ok(Pass::Ok)
 }
 
+fn role_of(core: u64) -> u64 {
+    sys::core_stats(core).map(|s| s.role).unwrap_or(u64::MAX)
+}
+
+fn triple(x: u64) -> u64 {
+    3 * x + 1
+}
+
+/// Threads created and joined on our own core (a TC: the thread is queued behind us and
+/// runs when the join yields), then the same on core 1, side by side.
+fn t_thread_on_own_tc() -> TestResult {
+    let me = libos::core_id();
+    if role_of(me) != ROLE_TC || !is_tc() {
+        return Ok(Pass::Skipped("needs roles=tc:0-1"));
+    }
+    const N: u64 = 30;
+    let mut per_op = [0u64; 2];
+    for (k, core) in [me, TC].into_iter().enumerate() {
+        let t0 = libos::time::now_ns();
+        for i in 0..N {
+            let t = ok!(libos::thread::spawn(core, triple, i));
+            let code = ok!(t.join());
+            ensure!(code == 3 * i + 1, "thread {i} on core {core} returned {code}");
+        }
+        per_op[k] = (libos::time::now_ns() - t0) / N;
+    }
+    println!(
+        "tctest: thread create+join (TCG, emulated wall clock): on our own TC {} us, on another core {} us, ratio {}.{:02}",
+        per_op[0] / 1000,
+        per_op[1] / 1000,
+        per_op[0] / per_op[1].max(1),
+        per_op[0] * 100 / per_op[1].max(1) % 100
+    );
+    Ok(Pass::Ok)
+}
+
 fn t_bad_input() -> TestResult {
     if !is_tc() {
         return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
     }
-    // An XC keeps one context: core 0 runs us.
-    let mut x = ok!(Core::prepare(0, &CoreOpts::default()));
-    err!(x.start(spinner, 0), abi::Error::Busy);
-    drop(x);
+    // An XC keeps one context: a second pcore_run there is Busy (core 0 if it is an XC,
+    // since it runs us; else core 2 with a spinner on it).
+    if role_of(0) != ROLE_TC {
+        let mut x = ok!(Core::prepare(0, &CoreOpts::default()));
+        err!(x.start(spinner, 0), abi::Error::Busy);
+    } else if cores() >= 3 && role_of(2) != ROLE_TC && role_of(2) != ROLE_KC {
+        let page = SharedPage::new()?;
+        let sh = shared();
+        for w in sh.iter() {
+            w.store(0, Ordering::Relaxed);
+        }
+        let mut a = ok!(Core::prepare(2, &CoreOpts::default()));
+        ok!(page.map_into(a.root_ar));
+        let mut b = ok!(Core::prepare(2, &CoreOpts::default()));
+        ok!(a.start(spinner, 0));
+        let r = b.start(spinner, 1);
+        sh[STOP].store(1, Ordering::Release);
+        let code = ok!(a.join(JOIN_MS));
+        err!(r, abi::Error::Busy);
+        ensure!(code == 0, "the XC's spinner ended with {code}");
+    }
     // A kernel core runs no contexts, time-shared or not. Core 1 becomes a KC once idle.
     let mut k = ok!(Core::prepare(TC, &CoreOpts::default()));
     let mut set = Err(abi::Error::Busy);
@@ -425,12 +479,13 @@ fn t_bad_input() -> TestResult {
 }
 
 fn main(_args: &'static str) -> u64 {
-    let tests: [(&str, fn() -> TestResult); 6] = [
+    let tests: [(&str, fn() -> TestResult); 7] = [
         ("tc_three_progress", t_three_progress),
         ("tc_halt_queued", t_halt_queued),
         ("tc_exit_any_order", t_exit_any_order),
         ("tc_yield", t_yield),
         ("tc_queue_full", t_queue_full),
+        ("tc_thread_on_own_tc", t_thread_on_own_tc),
         ("tc_bad_input", t_bad_input),
     ];
     let (mut passed, mut failed) = (0, 0);
