@@ -114,24 +114,31 @@ pub fn run_pending() -> bool {
         None => sched::pop_next(),
     };
     let Some(task) = task else { return false };
-    run_tasks(area, task);
+    run_tasks(area, task, false);
     true
 }
 
-/// Run a context on this core until it ends, then release it; on a TC, keep running the
-/// contexts queued here (`sched`) until none is left. Returns the exit code of `ctx`.
+/// Run a context on this core until it ends, then release it (init's path). On a TC the
+/// contexts queued here run alongside it; when it ends, those still queued are ended too
+/// (as init's contexts on other cores are), so this returns. Returns the exit code of `ctx`.
 pub fn run_context(area: &PerCpu, ctx: Context) -> u64 {
     let first = ctx.pcore.clone();
-    run_tasks(area, Task::new(ctx));
+    run_tasks(area, Task::new(ctx), true);
     let code = first.as_pcore().map(|p| p.exit_code.load(Ordering::Acquire)).unwrap_or(EXIT_FAULT_BASE);
     drop(first);
     code
 }
 
-fn run_tasks(area: &PerCpu, first: Task) {
+/// Run `first`, then whatever is queued on this core, until nothing is left. With
+/// `stop_with_first`, the queued contexts are ended once `first` has ended.
+fn run_tasks(area: &PerCpu, first: Task, stop_with_first: bool) {
+    let first_key = first.ctx.pcore.key();
     let mut task = Some(first);
     while let Some(t) = task.take() {
-        run_task(area, t);
+        let ended = run_task(area, t);
+        if stop_with_first && ended == Some(first_key) {
+            sched::stop_all(EXIT_FAULT_BASE);
+        }
         task = sched::pop_next();
         if task.as_ref().is_some_and(|t| t.halt.is_none()) {
             area.stats.context_switches.fetch_add(1, Ordering::Relaxed);
@@ -141,16 +148,18 @@ fn run_tasks(area: &PerCpu, first: Task) {
 }
 
 /// Enter `t` and return when the context running on this core ends (with time-sharing, not
-/// necessarily `t`: the others are in the queue again).
-fn run_task(area: &PerCpu, mut t: Task) {
+/// necessarily `t`: the others are in the queue again). Returns the pcore key of the context
+/// that ended.
+fn run_task(area: &PerCpu, mut t: Task) -> Option<usize> {
     let me = area.index;
+    let key = t.ctx.pcore.key();
     if let Some(code) = t.halt {
         finish(area, t.ctx, code, t.started);
-        return;
+        return Some(key);
     }
     let Ok(root) = t.ctx.root_ar.as_ar() else {
         finish(area, t.ctx, EXIT_FAULT_BASE, t.started);
-        return;
+        return Some(key);
     };
     // Join the root's running set (shootdown targets) before anyone can see us running.
     root.running.insert(me);
@@ -166,12 +175,13 @@ fn run_task(area: &PerCpu, mut t: Task) {
     paging::load_kernel_root();
     let ctx = area.context.set(None);
     let code = area.exit_code.load(Ordering::Relaxed);
-    if let Some(ctx) = ctx {
-        if let Ok(root) = ctx.root_ar.as_ar() {
-            root.running.remove(me);
-        }
-        finish(area, ctx, code, true);
+    let ctx = ctx?;
+    let key = ctx.pcore.key();
+    if let Ok(root) = ctx.root_ar.as_ar() {
+        root.running.remove(me);
     }
+    finish(area, ctx, code, true);
+    Some(key)
 }
 
 /// Release an ended context and report it on its pcore. `started`: it ran (its start was

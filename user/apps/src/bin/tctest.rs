@@ -349,15 +349,34 @@ fn t_yield() -> TestResult {
         w.store(0, Ordering::Relaxed);
     }
     let mut cs = [page.core()?, page.core()?];
+    let sw0 = switches();
+    let t0 = libos::time::now_ns();
     for (i, c) in cs.iter_mut().enumerate() {
         // One tick a second: nearly every switch must come from pcore_yield.
         ok!(sys::pcore_set_interval(c.pcore, 1));
         ok!(c.start(yielder, i as u64));
     }
+    let mut seen = [0u64; 2];
     for (i, c) in cs.iter_mut().enumerate() {
-        let seen = ok!(c.join(JOIN_MS));
-        ensure!(seen >= YIELDS / 2, "context {i}: the other one ran during only {seen} of {YIELDS} yields");
+        seen[i] = ok!(c.join(JOIN_MS));
+        ensure!(seen[i] >= YIELDS / 2, "context {i}: the other one ran during only {} of {YIELDS} yields", seen[i]);
     }
+    let elapsed = libos::time::now_ns() - t0;
+    let sw = (switches() - sw0).max(1);
+    // The cost of a null system call on this core, in the same run, for scale.
+    let n0 = libos::time::now_ns();
+    for _ in 0..1000 {
+        let _ = sys::null();
+    }
+    let null_ns = ((libos::time::now_ns() - n0) / 1000).max(1);
+    println!(
+        "tctest: pcore_yield ping-pong (TCG, emulated wall clock): the other ran in {}+{} of {} yields; {sw} switches, {} ns per switch incl. start and join; null call {null_ns} ns; ratio {}",
+        seen[0],
+        seen[1],
+        2 * YIELDS,
+        elapsed / sw,
+        elapsed / sw / null_ns
+    );
     // Anywhere but on a TC with something queued, pcore_yield does nothing.
     ok!(raw(abi::nr::PCORE_YIELD, [0; 6]));
     Ok(Pass::Ok)
