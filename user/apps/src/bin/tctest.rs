@@ -137,7 +137,8 @@ fn counter(c: &CoreCtx) -> u64 {
 const YIELDS: u64 = 200;
 
 /// On the TC, with a 1 Hz tick: count, `pcore_yield`, and see whether the other context
-/// counted meanwhile, `YIELDS` times; exit code = how many times it had.
+/// counted meanwhile, `YIELDS` times; exit code = how many times it had + 1000 * the
+/// nanoseconds per switch (two switches per yield that found the other one queued).
 fn yielder(c: &CoreCtx) -> u64 {
     let sh = shared();
     let me = c.arg as usize;
@@ -147,6 +148,7 @@ fn yielder(c: &CoreCtx) -> u64 {
         let _ = raw(abi::nr::PCORE_YIELD, [0; 6]);
     }
     let mut progressed = 0;
+    let t0 = libos::time::now_ns();
     for _ in 0..YIELDS {
         sh[COUNT + me].fetch_add(1, Ordering::AcqRel);
         let before = sh[COUNT + other].load(Ordering::Acquire);
@@ -155,13 +157,14 @@ fn yielder(c: &CoreCtx) -> u64 {
             progressed += 1;
         }
     }
+    let per_switch = (libos::time::now_ns() - t0) / (2 * YIELDS);
     // Keep yielding until the other one is done too, so its last yields find us queued.
     sh[DONE + me].store(1, Ordering::Release);
     while sh[DONE + other].load(Ordering::Acquire) == 0 {
         sh[COUNT + me].fetch_add(1, Ordering::AcqRel);
         let _ = raw(abi::nr::PCORE_YIELD, [0; 6]);
     }
-    progressed
+    progressed + 1000 * per_switch
 }
 
 /// A segment of one page for the shared words, mapped here at `SCRATCH_BASE`.
@@ -349,20 +352,17 @@ fn t_yield() -> TestResult {
         w.store(0, Ordering::Relaxed);
     }
     let mut cs = [page.core()?, page.core()?];
-    let sw0 = switches();
-    let t0 = libos::time::now_ns();
     for (i, c) in cs.iter_mut().enumerate() {
         // One tick a second: nearly every switch must come from pcore_yield.
         ok!(sys::pcore_set_interval(c.pcore, 1));
         ok!(c.start(yielder, i as u64));
     }
-    let mut seen = [0u64; 2];
+    let (mut seen, mut ns) = ([0u64; 2], [0u64; 2]);
     for (i, c) in cs.iter_mut().enumerate() {
-        seen[i] = ok!(c.join(JOIN_MS));
+        let code = ok!(c.join(JOIN_MS));
+        (seen[i], ns[i]) = (code % 1000, code / 1000);
         ensure!(seen[i] >= YIELDS / 2, "context {i}: the other one ran during only {} of {YIELDS} yields", seen[i]);
     }
-    let elapsed = libos::time::now_ns() - t0;
-    let sw = (switches() - sw0).max(1);
     // The cost of a null system call on this core, in the same run, for scale.
     let n0 = libos::time::now_ns();
     for _ in 0..1000 {
@@ -370,12 +370,13 @@ fn t_yield() -> TestResult {
     }
     let null_ns = ((libos::time::now_ns() - n0) / 1000).max(1);
     println!(
-        "tctest: pcore_yield ping-pong (TCG, emulated wall clock): the other ran in {}+{} of {} yields; {sw} switches, {} ns per switch incl. start and join; null call {null_ns} ns; ratio {}",
+        "tctest: pcore_yield ping-pong (TCG, emulated wall clock): the other ran in {}+{} of {} yields; {} and {} ns per switch; null call {null_ns} ns; switch/null ratio {}",
         seen[0],
         seen[1],
         2 * YIELDS,
-        elapsed / sw,
-        elapsed / sw / null_ns
+        ns[0],
+        ns[1],
+        ns[0].min(ns[1]) / null_ns
     );
     // Anywhere but on a TC with something queued, pcore_yield does nothing.
     ok!(raw(abi::nr::PCORE_YIELD, [0; 6]));
