@@ -65,6 +65,8 @@ struct Inner {
 }
 
 impl Inner {
+    /// Append `t`, or hand it back when the ring is full (never dropped here: see `with`).
+    #[allow(clippy::result_large_err)]
     fn push(&mut self, t: Task) -> Result<(), Task> {
         if self.len == MAX_QUEUED {
             return Err(t);
@@ -154,7 +156,7 @@ pub fn set_timer_for(area: &PerCpu, pcore: &ObjRef) {
 pub fn set_timer_hz(hz: u64) {
     with(|q| {
         if q.hz != hz {
-            apic::timer_periodic_us(if hz == 0 { 0 } else { 1_000_000 / hz });
+            apic::timer_periodic_us(1_000_000u64.checked_div(hz).unwrap_or(0));
             q.hz = hz;
         }
     });
@@ -319,6 +321,7 @@ pub fn on_user_interrupt(f: &mut TrapFrame, tick: bool) {
 
 /// Put a task back at the tail, in an interrupt handler that has just taken one out (so
 /// there is room; interrupts stayed off in between).
+#[allow(clippy::result_large_err)]
 fn requeue(t: Task) {
     if let Err(t) = with(|q| q.push(t)) {
         // Cannot fail (see above). Never drop a context with interrupts off.
