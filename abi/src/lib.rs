@@ -106,8 +106,10 @@ pub mod nr {
     pub const PCORE_ALLOC: u64 = 40;
     /// `pcore_current() -> pcore id` (held in the caller's root share).
     pub const PCORE_CURRENT: u64 = 41;
-    /// `pcore_run(pcore_share, pcore, *const PcoreContext) -> 0`: `Busy` if that core runs a
-    /// context already.
+    /// `pcore_run(pcore_share, pcore, *const PcoreContext) -> 0`: on an XC or AC, `Busy` if
+    /// that core runs a context already. A TC time-shares: the context joins the core's run
+    /// queue (`Busy` if `TC_MAX_QUEUED` wait there already, or this pcore object's previous
+    /// context is still queued or running).
     pub const PCORE_RUN: u64 = 42;
     /// `pcore_set_interval(pcore_share, pcore, hz) -> 0`: timer tick rate (0 = none).
     pub const PCORE_SET_INTERVAL: u64 = 43;
@@ -178,6 +180,10 @@ pub mod nr {
     /// and store each result in its entry. On an application core the whole batch is one
     /// round trip to the kernel core. Nested batches are refused per entry (`InvalidArgument`).
     pub const SYSCALL_BATCH: u64 = 77;
+    /// `pcore_yield() -> 0`: on a TC with other contexts queued, give the rest of this time
+    /// slice to the next one (the switch happens as the call returns to user mode); on other
+    /// cores, or with nothing queued, it does nothing.
+    pub const PCORE_YIELD: u64 = 78;
 }
 
 /// Error codes. The value returned in `rax` is the negated discriminant.
@@ -452,7 +458,10 @@ pub struct PcoreContext {
     pub role: u64,
 }
 
-/// Pcore states in `PcoreStat::state`.
+/// Contexts a TC core holds in its run queue besides the one running.
+pub const TC_MAX_QUEUED: usize = 16;
+
+/// Pcore states in `PcoreStat::state` (on a TC, RUNNING also covers queued).
 pub const PCORE_IDLE: u32 = 0;
 pub const PCORE_RUNNING: u32 = 1;
 pub const PCORE_HALTED: u32 = 2;
@@ -657,6 +666,8 @@ pub struct CoreStats {
     /// reader-writer locks), and how many lock acquisitions had to wait.
     pub lock_spin_cycles: u64,
     pub lock_spin_waits: u64,
+    /// Switches between user contexts on this core (a TC time-sharing several).
+    pub context_switches: u64,
 }
 
 /// One call of a `syscall_batch`: `result` receives the encoded result (`encode`).

@@ -1,7 +1,8 @@
-//! User contexts: what a pcore runs. One context per core (Corey's default, NIX's XC role):
-//! a root share, the share set, a root address range and the pcore object. A context starts
-//! when `pcore_run` hands it to an idle core and ends when it halts or takes a fatal fault;
-//! then its references are dropped, which frees whatever nothing else holds.
+//! User contexts: what a pcore runs: a root share, the share set, a root address range and
+//! the pcore object. An XC or AC core runs one context (Corey's default); a TC time-shares
+//! several (`sched`). A context starts when `pcore_run` hands it to a core and ends when it
+//! halts or takes a fatal fault; then its references are dropped, which frees whatever
+//! nothing else holds.
 
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
@@ -9,9 +10,10 @@ use core::sync::atomic::Ordering;
 
 use crate::arch::x86_64::idt::TrapFrame;
 use crate::arch::x86_64::{apic, cpu, paging, syscall};
+use crate::sched::{self, Task};
 use crate::kobj::{ar, ObjRef};
 use crate::percpu::{self, PerCpu};
-use abi::{Error, EXIT_FAULT_BASE, PCORE_HALTED, PCORE_RUNNING};
+use abi::{Error, EXIT_FAULT_BASE, PCORE_HALTED};
 
 pub struct Context {
     pub root_share: ObjRef,
@@ -59,8 +61,11 @@ impl ContextSlot {
         unsafe { (*self.0.get()).as_mut() }
     }
 
-    fn set(&self, c: Option<Context>) -> Option<Context> {
-        // SAFETY: as for get; called only outside user mode.
+    /// Replace the running context (this core only: starting, ending, or `sched` switching
+    /// in an interrupt taken from user mode, when no system call holds a reference).
+    pub(crate) fn set(&self, c: Option<Context>) -> Option<Context> {
+        // SAFETY: as for get; called only outside user mode, and never while a system call
+        // of this core (or a kernel core serving it) holds a reference from `get`.
         unsafe { core::mem::replace(&mut *self.0.get(), c) }
     }
 }
@@ -114,70 +119,112 @@ pub fn start_on(core: usize, ctx: Context) -> Result<(), Error> {
     Ok(())
 }
 
-/// From the idle loop (interrupts off): start a context handed to this core, if any, and
-/// run it to its end. Returns true if one ran.
+/// From the idle loop (interrupts off): start a context handed to this core (an XC's or
+/// AC's single context, or a TC's queue), if any, and run it and whatever is queued behind
+/// it to their ends. Returns true if one ran.
 pub fn run_pending() -> bool {
     let area = percpu::this();
-    let Some(ctx) = area.pending.lock_irqsave().take() else { return false };
-    run_context(area, ctx);
+    let task = match area.pending.lock_irqsave().take() {
+        Some(ctx) => Some(Task::new(ctx)),
+        None => sched::pop_next(),
+    };
+    let Some(task) = task else { return false };
+    run_tasks(area, task, false);
     true
 }
 
-/// Run a context on this core until it ends, then release it. Returns the exit code.
+/// Run a context on this core until it ends, then release it (init's path). On a TC the
+/// contexts queued here run alongside it; when it ends, those still queued are ended too
+/// (as init's contexts on other cores are), so this returns. Returns the exit code of `ctx`.
 pub fn run_context(area: &PerCpu, ctx: Context) -> u64 {
+    let first = ctx.pcore.clone();
+    run_tasks(area, Task::new(ctx), true);
+    let code = first.as_pcore().map(|p| p.exit_code.load(Ordering::Acquire)).unwrap_or(EXIT_FAULT_BASE);
+    drop(first);
+    code
+}
+
+/// Run `first`, then whatever is queued on this core, until nothing is left. With
+/// `stop_with_first`, the queued contexts are ended once `first` has ended.
+fn run_tasks(area: &PerCpu, first: Task, stop_with_first: bool) {
+    let first_key = first.ctx.pcore.key();
+    let mut task = Some(first);
+    while let Some(t) = task.take() {
+        let ended = run_task(area, t);
+        if stop_with_first && ended == Some(first_key) {
+            sched::stop_all(EXIT_FAULT_BASE);
+        }
+        task = sched::pop_next();
+        if task.as_ref().is_some_and(|t| t.halt.is_none()) {
+            area.stats.context_switches.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    sched::set_timer_hz(0);
+}
+
+/// Enter `t` and return when the context running on this core ends (with time-sharing, not
+/// necessarily `t`: the others are in the queue again). Returns the pcore key of the context
+/// that ended.
+fn run_task(area: &PerCpu, mut t: Task) -> Option<usize> {
     let me = area.index;
-    let Ok(root) = ctx.root_ar.as_ar() else {
-        finish(area, ctx, EXIT_FAULT_BASE);
-        return EXIT_FAULT_BASE;
+    let key = t.ctx.pcore.key();
+    if let Some(code) = t.halt {
+        finish(area, t.ctx, code, t.started);
+        return Some(key);
+    }
+    let Ok(root) = t.ctx.root_ar.as_ar() else {
+        finish(area, t.ctx, EXIT_FAULT_BASE, t.started);
+        return Some(key);
     };
     // Join the root's running set (shootdown targets) before anyone can see us running.
     root.running.insert(me);
     paging::load_root(root.table);
-    area.stats.contexts_started.fetch_add(1, Ordering::Relaxed);
-    if let Ok(p) = ctx.pcore.as_pcore() {
-        let hz = crate::roles::timer_hz(area.role.load(Ordering::Acquire), p.interval_hz.load(Ordering::Relaxed));
-        if hz > 0 {
-            apic::timer_periodic_us(1_000_000 / hz);
-        }
-        // State before count (see `Pcore::stat`).
-        p.state.store(PCORE_RUNNING, Ordering::Release);
-        p.runs.fetch_add(1, Ordering::Release);
-    }
-    let (rip, rsp, args) = (ctx.rip, ctx.rsp, ctx.args);
+    sched::mark_started(area, &mut t);
+    sched::set_timer_for(area, &t.ctx.pcore);
     area.exit_code.store(0, Ordering::Relaxed);
     area.exit_requested.store(0, Ordering::Relaxed);
-    area.context.set(Some(ctx));
-    syscall::run_user(rip, rsp, args);
-    // Back in the kernel, interrupts off, the context has ended.
-    apic::timer_periodic_us(0);
+    let regs = t.regs;
+    area.context.set(Some(t.ctx));
+    syscall::run_user_regs(&regs);
+    // Back in the kernel, interrupts off, the running context has ended.
     paging::load_kernel_root();
     let ctx = area.context.set(None);
     let code = area.exit_code.load(Ordering::Relaxed);
-    if let Some(ctx) = ctx {
-        if let Ok(root) = ctx.root_ar.as_ar() {
-            root.running.remove(me);
-        }
-        finish(area, ctx, code);
+    let ctx = ctx?;
+    let key = ctx.pcore.key();
+    if let Ok(root) = ctx.root_ar.as_ar() {
+        root.running.remove(me);
     }
-    code
+    finish(area, ctx, code, true);
+    Some(key)
 }
 
-fn finish(area: &PerCpu, ctx: Context, code: u64) {
+/// Release an ended context and report it on its pcore. `started`: it ran (its start was
+/// counted); a context ended before it started still counts as a run, so joiners see it end.
+pub(crate) fn finish(area: &PerCpu, ctx: Context, code: u64, started: bool) {
     let pcore = ctx.pcore.clone();
     // Dropping the context may free ranges, segments and shares: allow interrupts meanwhile
     // so TLB shootdowns from other cores are not held up.
+    let token = cpu::irq_save();
     cpu::enable_interrupts();
     drop(ctx);
     cpu::disable_interrupts();
     // Free the core before reporting HALTED, so whoever sees HALTED can run it again at
     // once. This core picks up a new context only after returning to its idle loop, so the
-    // HALTED store below cannot overwrite a newer RUNNING.
-    area.busy.store(false, Ordering::Release);
+    // HALTED store below cannot overwrite a newer RUNNING. A TC stays busy while contexts
+    // remain queued or one runs.
+    if !area.context.is_running() && sched::queued() == 0 {
+        area.busy.store(false, Ordering::Release);
+    }
     if let Ok(p) = pcore.as_pcore() {
         p.exit_code.store(code, Ordering::Release);
         p.state.store(PCORE_HALTED, Ordering::Release);
+        if !started {
+            p.runs.fetch_add(1, Ordering::Release);
+        }
     }
     drop(pcore);
+    cpu::irq_restore(token);
 }
 
 /// Ask core `core` to end its context if it is running pcore `pcore_key` (or still has it
@@ -189,6 +236,9 @@ pub fn halt_remote(core: usize, pcore_key: usize, code: u64) {
             if area.context.get().is_some_and(|c| c.pcore.key() == pcore_key) {
                 request_exit(code);
                 return;
+            }
+            if crate::sched::halt_queued(pcore_key, code) {
+                return; // freed by this core at its next safe point
             }
             let mut pending = area.pending.lock_irqsave();
             if pending.as_ref().is_some_and(|c| c.pcore.key() == pcore_key) {

@@ -84,9 +84,7 @@ pub fn run(name: &str, args: &str, inject: Option<&str>) -> bool {
         if c.index != area.index && c.busy.load(Ordering::Acquire) {
             crate::smp::run_on(
                 &|_| {
-                    if percpu::this().context.is_running() {
-                        crate::context::request_exit(abi::EXIT_FAULT_BASE);
-                    }
+                    crate::sched::stop_all(abi::EXIT_FAULT_BASE);
                 },
                 core::iter::once(c.index),
                 false,

@@ -13,6 +13,7 @@ pub mod log;
 pub mod mm;
 pub mod percpu;
 pub mod roles;
+pub mod sched;
 pub mod smp;
 pub mod time;
 pub mod topology;

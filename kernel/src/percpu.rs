@@ -56,6 +56,8 @@ pub struct PerCpu {
     /// Set while this core runs a system call (not a page fault inside it): where
     /// command-line fault injection applies.
     pub injectable: AtomicBool,
+    /// Contexts waiting to run on this core (a TC's time-sharing queue; owner core only).
+    pub runq: crate::sched::RunQueue,
 }
 
 /// Jobs posted by other cores (a lock-free stack of poster-owned nodes) plus a wake IPI.
@@ -79,6 +81,8 @@ pub struct CpuStats {
     pub syscalls_served: AtomicU64,
     pub active_messages: AtomicU64,
     pub contexts_started: AtomicU64,
+    /// Switches from one user context to another on this core (TC time-sharing).
+    pub context_switches: AtomicU64,
 }
 
 // SAFETY: fields mutated by several cores are atomics; the rest is written by the owner only.
@@ -124,6 +128,7 @@ impl PerCpu {
             polling: AtomicBool::new(false),
             acting: AtomicUsize::new(crate::roles::NO_CORE),
             injectable: AtomicBool::new(false),
+            runq: crate::sched::RunQueue::new(),
         }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! - **XC** (default): runs one context, user and kernel code, no timer unless asked.
 //! - **TC**: like XC but takes timer interrupts (100 Hz unless `pcore_set_interval` says
-//!   otherwise). Time-sharing several contexts on one core is not implemented yet.
+//!   otherwise), and time-shares several contexts round-robin (`sched`).
 //! - **AC**: runs one context with no timer or device interrupts; every system call it makes
 //!   is forwarded to a kernel core and runs there.
 //! - **KC**: never runs user code; it polls the forwarding slots of the cores it serves and

@@ -134,18 +134,25 @@ pub fn idle_loop() -> ! {
     }
 }
 
-fn wake_handler(_f: &mut crate::arch::x86_64::idt::TrapFrame) {
+fn wake_handler(f: &mut crate::arch::x86_64::idt::TrapFrame) {
     let area = percpu::this();
     area.stats.ipis_received.fetch_add(1, Ordering::Relaxed);
     apic::eoi();
     run_mailbox(area);
+    if f.cs & 3 == 3 {
+        // A halt posted to a context queued here is freed now, not at the next tick.
+        crate::sched::on_user_interrupt(f, false);
+    }
 }
 
-/// The LAPIC timer: counts ticks (TC cores, `pcore_set_interval`); with one context per core
-/// there is nothing to switch to yet.
-fn timer_handler(_f: &mut crate::arch::x86_64::idt::TrapFrame) {
+/// The LAPIC timer: counts ticks (TC cores, `pcore_set_interval`); on a TC that interrupted
+/// user mode, switches to the next queued context (`sched`).
+fn timer_handler(f: &mut crate::arch::x86_64::idt::TrapFrame) {
     percpu::this().stats.timer_ticks.fetch_add(1, Ordering::Relaxed);
     apic::eoi();
+    if f.cs & 3 == 3 {
+        crate::sched::on_user_interrupt(f, true);
+    }
 }
 
 pub fn register_handlers() {

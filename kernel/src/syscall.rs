@@ -26,6 +26,8 @@ extern "C" fn syscall_dispatch(f: &mut SyscallFrame) {
         r
     };
     f.rax = encode(r) as u64;
+    // `pcore_yield`: switch as this call returns to user mode (sched::yield_on_return).
+    crate::sched::yield_on_return();
 }
 
 /// The core whose context this call acts for: this core, or the application core a kernel
@@ -315,6 +317,7 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
         }
         nr::PCORE_CURRENT => with_current(|c| c.pcore.id),
         nr::PCORE_RUN => pcore_run(a[0], a[1], a[2]),
+        nr::PCORE_YIELD => crate::sched::request_yield(),
         nr::PCORE_SET_INTERVAL => {
             let p = lookup(a[0], a[1])?;
             let pc = p.as_pcore()?;
@@ -326,8 +329,7 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             // their next start.
             let local = percpu::this().acting.load(Ordering::Acquire) == crate::roles::NO_CORE;
             if local && with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
-                let hz = crate::roles::timer_hz(percpu::this().role.load(Ordering::Acquire), a[2]);
-                crate::arch::x86_64::apic::timer_periodic_us(if hz == 0 { 0 } else { 1_000_000 / hz });
+                crate::sched::set_timer_hz(crate::roles::timer_hz(percpu::this().role.load(Ordering::Acquire), a[2]));
             }
             Ok(0)
         }
@@ -529,6 +531,7 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
                 syscalls_served: s.syscalls_served.load(Ordering::Relaxed),
                 active_messages: s.active_messages.load(Ordering::Relaxed),
                 contexts_started: s.contexts_started.load(Ordering::Relaxed),
+                context_switches: s.context_switches.load(Ordering::Relaxed),
                 role: c.role.load(Ordering::Relaxed),
                 lock_spin_cycles: percore::cpu::spin_stats(c.index).0,
                 lock_spin_waits: percore::cpu::spin_stats(c.index).1,
@@ -608,8 +611,11 @@ fn pcore_run(pshare: u64, pcore_id: u64, ctx_ptr: u64) -> Result<u64, Error> {
             shares.push(s);
         }
     }
-    if percpu::get(target).is_none_or(|t| t.busy.load(Ordering::Acquire)) {
-        return Err(if percpu::get(target).is_none() { Error::NoSuchCore } else { Error::Busy });
+    let Some(target_area) = percpu::get(target) else { return Err(Error::NoSuchCore) };
+    // A TC time-shares (the context joins its run queue); XC and AC run one context.
+    let time_shared = c.role == ROLE_TC || (c.role == ROLE_XC && crate::roles::role_of(target) == Some(ROLE_TC));
+    if !time_shared && target_area.busy.load(Ordering::Acquire) {
+        return Err(Error::Busy);
     }
     let mut initial = Vec::new();
     initial.try_reserve(1).map_err(|_| Error::NoMemory)?;
@@ -622,7 +628,25 @@ fn pcore_run(pshare: u64, pcore_id: u64, ctx_ptr: u64) -> Result<u64, Error> {
         crate::roles::set_role(target, c.role)?;
     }
     let args = [c.arg, root_share.id, p.id];
+    if !time_shared {
+        let ctx = Context { root_share, shares, root_ar, pcore: p, rip: c.rip, rsp: c.rsp, args };
+        context::start_on(target, ctx)?;
+        return Ok(0);
+    }
+    // One context per pcore object: claim it (RUNNING covers queued on a TC), so the same
+    // pcore is not queued twice and `pcore_halt` names exactly one context.
+    let pc = p.as_pcore()?;
+    let prev = pc.state.load(Ordering::Acquire);
+    if prev == PCORE_RUNNING || pc.state.compare_exchange(prev, PCORE_RUNNING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return Err(Error::Busy);
+    }
+    let claimed = p.clone();
     let ctx = Context { root_share, shares, root_ar, pcore: p, rip: c.rip, rsp: c.rsp, args };
-    context::start_on(target, ctx)?;
+    if let Err(e) = crate::sched::post(target, ctx) {
+        if let Ok(pc) = claimed.as_pcore() {
+            pc.state.store(prev, Ordering::Release);
+        }
+        return Err(e);
+    }
     Ok(0)
 }

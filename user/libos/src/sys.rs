@@ -214,6 +214,12 @@ pub fn pcore_halt(p: ObjName, code: u64) -> Result<u64, Error> {
     call_nomem(nr::PCORE_HALT, p.share, p.object, code, 0, 0, 0)
 }
 
+/// `pcore_yield()`: on a TC with other contexts queued, let the next one run now; elsewhere
+/// it does nothing.
+pub fn pcore_yield() -> Result<u64, Error> {
+    call_nomem(nr::PCORE_YIELD, 0, 0, 0, 0, 0, 0)
+}
+
 /// `pcore_stat(<share, pcore>, &mut PcoreStat)`.
 pub fn pcore_stat(p: ObjName) -> Result<PcoreStat, Error> {
     let mut st = PcoreStat::default();

@@ -185,7 +185,11 @@ pub(crate) fn wait_halted(pcore: ObjName, runs_before: u64, timeout_ms: u64) -> 
             out = Ok(st.exit_code);
             true
         }
-        Ok(_) => false,
+        Ok(_) => {
+            // On a TC the thread may be queued behind us: let it run (a no-op elsewhere).
+            let _ = crate::sys::pcore_yield();
+            false
+        }
         Err(e) => {
             out = Err(e);
             true

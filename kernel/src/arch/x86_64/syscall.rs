@@ -91,6 +91,42 @@ enter_user_mode:
     swapgs
     iretq
 
+    /* enter_user_regs(regs: *const UserRegs): like enter_user_mode, but every general
+       register, rip, rflags and rsp come from `regs` (a preempted context resuming on a
+       time-shared core). Returns when the running context ends, like enter_user_mode. */
+    .global enter_user_regs
+enter_user_regs:
+    push %rbx
+    push %rbp
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    cli
+    mov %rsp, %gs:40
+    pushq $0x23
+    pushq 136(%rdi)
+    pushq 128(%rdi)
+    pushq $0x2B
+    pushq 120(%rdi)
+    mov 0(%rdi), %r15
+    mov 8(%rdi), %r14
+    mov 16(%rdi), %r13
+    mov 24(%rdi), %r12
+    mov 32(%rdi), %r11
+    mov 40(%rdi), %r10
+    mov 48(%rdi), %r9
+    mov 56(%rdi), %r8
+    mov 64(%rdi), %rbp
+    mov 80(%rdi), %rsi
+    mov 88(%rdi), %rdx
+    mov 96(%rdi), %rcx
+    mov 104(%rdi), %rbx
+    mov 112(%rdi), %rax
+    mov 72(%rdi), %rdi
+    swapgs
+    iretq
+
     /* Abandon the user context: back to the stack saved by enter_user_mode. Interrupts
        off, kernel GS active. Everything on the entry stack is dead by now (the Rust
        frames that ran on it have returned). */
@@ -153,6 +189,7 @@ uaccess_fixup:
 extern "C" {
     fn syscall_entry();
     fn enter_user_mode(rip: u64, rsp: u64, a0: u64, a1: u64, a2: u64);
+    fn enter_user_regs(regs: *const UserRegs);
     fn uaccess_copy(dst: *mut u8, src: *const u8, len: usize) -> u64;
     fn uaccess_copy_insn();
     fn uaccess_probe_write(addr: u64) -> u64;
@@ -208,6 +245,107 @@ pub fn run_user(rip: u64, rsp: u64, args: [u64; 3]) {
     // core's entry stack; enter_user_mode saves our callee-saved registers and comes back
     // here through return_to_kernel.
     unsafe { enter_user_mode(rip, rsp, args[0], args[1], args[2]) }
+}
+
+/// A user context's registers while it is not running (time-shared cores). The field order
+/// matches `TrapFrame`'s general registers, then rip, rflags, rsp; `enter_user_regs` depends
+/// on these offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UserRegs {
+    pub r15: u64,
+    pub r14: u64,
+    pub r13: u64,
+    pub r12: u64,
+    pub r11: u64,
+    pub r10: u64,
+    pub r9: u64,
+    pub r8: u64,
+    pub rbp: u64,
+    pub rdi: u64,
+    pub rsi: u64,
+    pub rdx: u64,
+    pub rcx: u64,
+    pub rbx: u64,
+    pub rax: u64,
+    pub rip: u64,
+    pub rflags: u64,
+    pub rsp: u64,
+}
+
+const _: () = {
+    assert!(core::mem::offset_of!(UserRegs, rdi) == 72);
+    assert!(core::mem::offset_of!(UserRegs, rax) == 112);
+    assert!(core::mem::offset_of!(UserRegs, rip) == 120);
+    assert!(core::mem::offset_of!(UserRegs, rflags) == 128);
+    assert!(core::mem::offset_of!(UserRegs, rsp) == 136);
+};
+
+/// Flags a user context may keep across a switch: the arithmetic flags, TF, DF, OF, AC and
+/// ID; IF is always set and IOPL always 0 when it resumes.
+const USER_RFLAGS: u64 = 0x0000_0CD5 | (1 << 8) | (1 << 18) | (1 << 21);
+
+impl UserRegs {
+    /// The registers a fresh context starts with (what `enter_user_mode` sets).
+    pub fn fresh(rip: u64, rsp: u64, args: [u64; 3]) -> UserRegs {
+        UserRegs { rip, rsp, rdi: args[0], rsi: args[1], rdx: args[2], rflags: 0x202, ..Default::default() }
+    }
+
+    /// Save the user registers of an interrupt taken in user mode.
+    pub fn from_frame(f: &super::idt::TrapFrame) -> UserRegs {
+        UserRegs {
+            r15: f.r15,
+            r14: f.r14,
+            r13: f.r13,
+            r12: f.r12,
+            r11: f.r11,
+            r10: f.r10,
+            r9: f.r9,
+            r8: f.r8,
+            rbp: f.rbp,
+            rdi: f.rdi,
+            rsi: f.rsi,
+            rdx: f.rdx,
+            rcx: f.rcx,
+            rbx: f.rbx,
+            rax: f.rax,
+            rip: f.rip,
+            rflags: f.rflags,
+            rsp: f.rsp,
+        }
+    }
+
+    /// Make the interrupt taken in user mode return into these registers instead.
+    pub fn to_frame(&self, f: &mut super::idt::TrapFrame) {
+        f.r15 = self.r15;
+        f.r14 = self.r14;
+        f.r13 = self.r13;
+        f.r12 = self.r12;
+        f.r11 = self.r11;
+        f.r10 = self.r10;
+        f.r9 = self.r9;
+        f.r8 = self.r8;
+        f.rbp = self.rbp;
+        f.rdi = self.rdi;
+        f.rsi = self.rsi;
+        f.rdx = self.rdx;
+        f.rcx = self.rcx;
+        f.rbx = self.rbx;
+        f.rax = self.rax;
+        f.rip = self.rip;
+        f.rflags = (self.rflags & USER_RFLAGS) | 0x202;
+        f.rsp = self.rsp;
+    }
+}
+
+/// Run user code with registers `regs` on this core until the running context ends (the
+/// core may switch to other contexts meanwhile; see `sched`).
+pub fn run_user_regs(regs: &UserRegs) {
+    let mut r = *regs;
+    r.rflags = (r.rflags & USER_RFLAGS) | 0x202;
+    // SAFETY: as for run_user; `r` outlives the call (enter_user_regs reads it before iretq),
+    // and its rflags cannot raise IOPL or clear IF.
+    unsafe { enter_user_regs(&r) }
 }
 
 fn user_range_ok(addr: u64, len: usize) -> bool {

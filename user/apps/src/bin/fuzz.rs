@@ -161,7 +161,7 @@ const NAME_ERRS: u32 = bit(Error::NameTooLong);
 const BUF_ERRS: u32 = bit(Error::BufferTooSmall);
 const MAP_ERRS: u32 = bit(Error::Misaligned) | bit(Error::Overlap) | bit(Error::Busy);
 
-const CALLS: [CallInfo; 39] = [
+const CALLS: [CallInfo; 40] = [
     CallInfo { nr: nr::OBJ_GET_NAME, name: "obj_get_name", extra: BUF_ERRS, names_objects: true },
     CallInfo { nr: nr::OBJ_STAT, name: "obj_stat", extra: 0, names_objects: true },
     CallInfo { nr: nr::SHARE_ALLOC, name: "share_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
@@ -205,6 +205,7 @@ const CALLS: [CallInfo; 39] = [
     CallInfo { nr: nr::INITRD_GET, name: "initrd_get", extra: NAME_ERRS | bit(Error::NotFound), names_objects: true },
     CallInfo { nr: nr::NULL, name: "null", extra: 0, names_objects: false },
     CallInfo { nr: nr::SYSCALL_BATCH, name: "syscall_batch", extra: 0, names_objects: false },
+    CallInfo { nr: nr::PCORE_YIELD, name: "pcore_yield", extra: 0, names_objects: false },
     CallInfo { nr: u64::MAX, name: "(unknown)", extra: 0, names_objects: false },
 ];
 const NCALLS: usize = CALLS.len();
@@ -226,7 +227,7 @@ fn allowed(ci: usize, err: Error) -> bool {
         Error::NoSuchCall => false,
         Error::InvalidArgument | Error::BadAddress | Error::OutOfRange => true,
         // Calls that allocate nothing cannot run out of memory.
-        Error::NoMemory => !matches!(c.nr, nr::NULL | nr::TIME_NOW | nr::PCORE_CURRENT),
+        Error::NoMemory => !matches!(c.nr, nr::NULL | nr::TIME_NOW | nr::PCORE_CURRENT | nr::PCORE_YIELD),
         Error::ShareNotReachable | Error::NoSuchObject | Error::WrongType | Error::NotPermitted => c.names_objects,
         e => c.extra & bit(e) != 0,
     }

@@ -158,7 +158,7 @@ fn objs() {
 }
 
 fn stat() {
-    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts  lock_waits  lock_spin_us");
+    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts  switches  lock_waits  lock_spin_us");
     let tpm = libos::time::tsc_per_ms().max(1);
     for c in 0..ncores() {
         let s: CoreStats = match sys::core_stats(c) {
@@ -169,7 +169,7 @@ fn stat() {
             }
         };
         println!(
-            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}  {:>10}  {:>12}",
+            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}  {:>8}  {:>10}  {:>12}",
             abi::role_name(s.role),
             s.syscalls,
             s.soft_faults,
@@ -178,6 +178,7 @@ fn stat() {
             s.shootdown_ipis_sent,
             s.shootdown_ipis_received,
             s.contexts_started,
+            s.context_switches,
             s.lock_spin_waits,
             s.lock_spin_cycles * 1000 / tpm
         );
