@@ -6,7 +6,7 @@
 //! | --- | --- |
 //! | `run_threads` | worker 0 on the calling context; worker `w` a `libos::thread` on core `(me + w) % cores` (one context per pcore), joined |
 //! | `run_processes` | worker 0 on the calling context; worker `w` a `libos::cfork` child (copy-on-write copy of the root range, private heap), joined |
-//! | `thread_create_join` | **unsupported**: a thread needs an idle core of its own (one context per pcore), and every core runs a worker |
+//! | `thread_create_join` | a `libos::thread` on the calling core, which the worker first makes a time-sharing core (TC; `pcore_set_role` through a pcore it allocates for its own core); `join` yields to the thread |
 //! | `map(Private)` | `segment_alloc` (pages from the calling core) + `ar_set_seg` into a 512 GiB range linked into every thread's root range (one address space); a cfork child gets a copy of that range |
 //! | `map(Shared)` | the same into a second range that cfork children link as it is (shared page tables) |
 //! | `unmap` | `ar_unmap` + `share_delobj` of the segment |
@@ -115,6 +115,14 @@ mod imp {
 
     fn e(what: &'static str) -> impl Fn(abi::Error) -> Error {
         move |x| Error::Sys { what, code: x as i64 }
+    }
+
+    /// Cores this process has made time-sharing (for `thread_create_join`).
+    static TIME_SHARED: [AtomicBool; MAX_CORES] = [const { AtomicBool::new(false) }; MAX_CORES];
+    const EMPTY_THREAD_CODE: u64 = 42;
+
+    fn empty_thread(arg: u64) -> u64 {
+        arg
     }
 
     static SHARED_AR: AtomicU64 = AtomicU64::new(0);
@@ -382,7 +390,22 @@ mod imp {
             self.run(n, body, true)
         }
         fn thread_create_join(&self) -> Result<(), Error> {
-            Err(Error::Unsupported("thread create+join on the calling core (one context per core; every core runs a worker)"))
+            // Every core runs a worker, so the thread time-shares the worker's core: make it a
+            // TC once (a context may change its own core's role through a pcore it allocated).
+            let me = core();
+            if !TIME_SHARED[me].load(Ordering::Relaxed) {
+                let p = ObjName::new(seg_share(), sys::pcore_alloc(seg_share(), "bench-tc", libos::core_id()).map_err(e("pcore_alloc"))?);
+                let set = sys::pcore_set_role(p, abi::ROLE_TC);
+                let _ = sys::share_delobj(p);
+                set.map_err(e("pcore_set_role TC"))?;
+                TIME_SHARED[me].store(true, Ordering::Relaxed);
+            }
+            let t = libos::thread::spawn(libos::core_id(), empty_thread, EMPTY_THREAD_CODE).map_err(e("thread spawn"))?;
+            // Joining yields the core to the thread, which runs at once.
+            match t.join().map_err(e("thread join"))? {
+                EMPTY_THREAD_CODE => Ok(()),
+                _ => Err(Error::Param("the empty thread returned a wrong exit code")),
+            }
         }
         fn map(&self, bytes: usize, kind: MapKind) -> Result<*mut u8, Error> {
             let bytes = bytes as u64;

@@ -214,6 +214,12 @@ pub fn pcore_halt(p: ObjName, code: u64) -> Result<u64, Error> {
     call_nomem(nr::PCORE_HALT, p.share, p.object, code, 0, 0, 0)
 }
 
+/// `pcore_set_role(<share, pcore>, role)`: change the pcore's core to `ROLE_*` (only through a
+/// pcore this core allocated; a context may move its own core between XC, TC and AC).
+pub fn pcore_set_role(p: ObjName, role: u64) -> Result<u64, Error> {
+    call_nomem(nr::PCORE_SET_ROLE, p.share, p.object, role, 0, 0, 0)
+}
+
 /// `pcore_yield()`: on a TC with other contexts queued, let the next one run now; elsewhere
 /// it does nothing.
 pub fn pcore_yield() -> Result<u64, Error> {
