@@ -156,6 +156,8 @@ pub struct Verdict {
     pub killed_by_injection: bool,
     /// The program's `fuzz: cost` lines (where the time went).
     pub costs: Vec<String>,
+    /// The (call, error) pairs the run reached, from its `fuzz: paths` lines.
+    pub error_pairs: Vec<(String, String)>,
 }
 
 fn field(line: &str, key: &str) -> Option<u64> {
@@ -174,6 +176,14 @@ pub fn judge(serial: &str, timed_out: bool, exit_ok: bool, injecting: bool, smp:
         v.error_paths = field(d, "error_paths").unwrap_or(0);
     }
     v.costs = lines.iter().filter(|l| l.contains("fuzz: cost")).map(|l| l.trim().to_string()).collect();
+    // `fuzz: paths CALL: ok, ERROR, ...` (one line per call).
+    for l in &lines {
+        let Some(rest) = l.split("fuzz: paths ").nth(1) else { continue };
+        let Some((call, results)) = rest.split_once(": ") else { continue };
+        for r in results.split(", ").map(str::trim).filter(|r| !r.is_empty() && *r != "ok") {
+            v.error_pairs.push((call.to_string(), r.to_string()));
+        }
+    }
     v.invariants = lines.iter().filter(|l| l.contains("init: ") && !l.contains("init: starting")).map(|l| l.trim().to_string()).collect();
     let crash = lines.iter().position(|l| l.contains("KERNEL PANIC") || l.contains("] EXCEPTION "));
     let program_failure = lines.iter().position(|l| l.contains("fuzz: FAILED"));
@@ -397,19 +407,27 @@ pub fn soak(args: &[String]) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(minutes * 60);
     let (mut runs, mut failures, mut panics, mut hangs, mut leaks) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut calls, mut guest_ms_weighted) = (0u64, 0u64);
+    let (mut inject_runs, mut nothing_fuzzed) = (0u64, 0u64);
+    let (mut min_paths, mut max_paths) = (u64::MAX, 0u64);
+    let mut all_pairs = std::collections::BTreeSet::new();
     let mut last_invariants: Vec<String> = Vec::new();
     let mut round = 0u64;
     println!("== soak: {minutes} min at {smp} vCPUs");
     while Instant::now() < deadline {
         round += 1;
         let seed = 1000 + round;
-        let jobs: [(&str, Option<FuzzOpts>, &str); 4] = [
+        let inject_job = |k: u64| ("fuzz+inject", Some(FuzzOpts { calls: 100_000, seed, smp, inject: Some(format!("alloc:seed:{}:2", seed + k * 100_000)), ..Default::default() }), "");
+        let mut jobs: std::collections::VecDeque<(&str, Option<FuzzOpts>, &str)> = [
             ("fuzz", Some(FuzzOpts { calls: 200_000, seed, smp, ..Default::default() }), ""),
-            ("fuzz+inject", Some(FuzzOpts { calls: 100_000, seed, smp, inject: Some(format!("alloc:seed:{seed}:2")), ..Default::default() }), ""),
+            inject_job(0),
             ("memclone", None, "init=memclone -- 8m"),
             ("mempass", None, "init=mempass -- 8m"),
-        ];
-        for (what, fo, cmd) in jobs {
+        ]
+        .into();
+        // Injection seeds whose first failure hits the library OS's start-up fuzz nothing
+        // (allowed); up to two more injection seeds per round keep the soak fuzzing under it.
+        let mut inject_retries = 0;
+        while let Some((what, fo, cmd)) = jobs.pop_front() {
             if Instant::now() >= deadline {
                 break;
             }
@@ -418,12 +436,25 @@ pub fn soak(args: &[String]) -> Result<(), String> {
                 Some(o) => {
                     let (v, out) = run_once(&kernel, &initrd, &o, false)?;
                     calls += v.calls;
-                    guest_ms_weighted += if v.calls_per_s > 0 { v.calls * 1000 / v.calls_per_s } else { 0 };
+                    inject_runs += o.inject.is_some() as u64;
+                    nothing_fuzzed += v.killed_by_injection as u64;
+                    if v.done_line.is_some() {
+                        min_paths = min_paths.min(v.error_paths);
+                        max_paths = max_paths.max(v.error_paths);
+                    }
+                    all_pairs.extend(v.error_pairs.iter().cloned());
+                    guest_ms_weighted += (v.calls * 1000).checked_div(v.calls_per_s).unwrap_or(0);
                     if !v.invariants.is_empty() {
                         last_invariants = v.invariants.clone();
                     }
                     let status = if v.passed { "ok".to_string() } else { format!("FAILED: {}", v.reason) };
-                    println!("   round {round} {what} seed {seed}: {} calls, {} calls/s; {status}", v.calls, v.calls_per_s);
+                    let status = if v.killed_by_injection { "ok (nothing fuzzed: injection stopped the start-up)".to_string() } else { status };
+                    let inj = o.inject.as_ref().map(|i| format!(" {i}")).unwrap_or_default();
+                    println!("   round {round} {what} seed {seed}{inj}: {} calls, {} calls/s, {} error paths; {status}", v.calls, v.calls_per_s, v.error_paths);
+                    if v.killed_by_injection && inject_retries < 2 {
+                        inject_retries += 1;
+                        jobs.push_front(inject_job(inject_retries));
+                    }
                     if !v.passed {
                         failures += 1;
                         if v.reason.starts_with("kernel crash") {
@@ -467,9 +498,13 @@ pub fn soak(args: &[String]) -> Result<(), String> {
             }
         }
     }
-    let rate = if guest_ms_weighted > 0 { calls * 1000 / guest_ms_weighted } else { 0 };
+    let rate = (calls * 1000).checked_div(guest_ms_weighted).unwrap_or(0);
     println!("== soak summary: {runs} runs in {round} rounds, {failures} failed: {panics} panics, {hangs} hangs, {leaks} leaks");
-    println!("   {calls} fuzz calls, {rate} calls/s in the guest ({} per vCPU)", rate / smp as u64);
+    println!("   {calls} fuzz calls, {rate} calls/s in the guest ({} per vCPU; TCG, emulated)", rate / smp as u64);
+    if max_paths > 0 {
+        println!("   distinct (call, error) paths: {min_paths}..{max_paths} per fuzz run, {} over the whole soak", all_pairs.len());
+    }
+    println!("   {inject_runs} fuzz runs with injection, {nothing_fuzzed} of them stopped at start-up (nothing fuzzed, allowed)");
     for l in &last_invariants {
         println!("   last fuzz run: {l}");
     }
@@ -519,6 +554,14 @@ mod tests {
 
     const DONE: &str = "fuzz: done seed=1 cores=2 calls=1000 ok=300 errors=700 ms=10 wall_ms=12 calls_per_s=100000 per_vcpu=50000 paths=90 error_paths=80 restarts=0 setup_failed=0 failures=0\n";
     const GOOD_TAIL: &str = "[0] init: `fuzz` exited with code 0\n[0] init: 2/2 cores answered an active message\n[0] init: free pages 10 -> 10, kernel heap objects 5 -> 5, kernel objects 3 -> 3\n";
+
+    #[test]
+    fn error_paths_are_read_from_the_paths_lines() {
+        let serial = format!("fuzz: paths obj_stat: ok, share not reachable, bad address\nfuzz: paths null: ok\n{DONE}{GOOD_TAIL}");
+        let v = judge(&serial, false, true, false, 2);
+        let want = [("obj_stat", "share not reachable"), ("obj_stat", "bad address")].map(|(a, b)| (a.to_string(), b.to_string()));
+        assert_eq!(v.error_pairs, want);
+    }
 
     #[test]
     fn a_clean_run_passes() {
