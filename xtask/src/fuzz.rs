@@ -12,6 +12,9 @@ use crate::TestTally;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// `abi::EXIT_FAULT_BASE`: a context killed by exception vector V exits with this + V.
+const EXIT_FAULT_BASE: u64 = 0x1_0000;
+
 const USAGE: &str = "usage: cargo xtask fuzz [--calls N] [--seed S] [--smp K] [--inject SPEC] [--planted-bug] [--trace] [--timeout SECS]";
 const SOAK_USAGE: &str = "usage: cargo xtask soak --minutes M [--smp K]";
 
@@ -153,6 +156,8 @@ pub struct Verdict {
     pub killed_by_injection: bool,
     /// The program's `fuzz: cost` lines (where the time went).
     pub costs: Vec<String>,
+    /// The (call, error) pairs the run reached, from its `fuzz: paths` lines.
+    pub error_pairs: Vec<(String, String)>,
 }
 
 fn field(line: &str, key: &str) -> Option<u64> {
@@ -171,6 +176,14 @@ pub fn judge(serial: &str, timed_out: bool, exit_ok: bool, injecting: bool, smp:
         v.error_paths = field(d, "error_paths").unwrap_or(0);
     }
     v.costs = lines.iter().filter(|l| l.contains("fuzz: cost")).map(|l| l.trim().to_string()).collect();
+    // `fuzz: paths CALL: ok, ERROR, ...` (one line per call).
+    for l in &lines {
+        let Some(rest) = l.split("fuzz: paths ").nth(1) else { continue };
+        let Some((call, results)) = rest.split_once(": ") else { continue };
+        for r in results.split(", ").map(str::trim).filter(|r| !r.is_empty() && *r != "ok") {
+            v.error_pairs.push((call.to_string(), r.to_string()));
+        }
+    }
     v.invariants = lines.iter().filter(|l| l.contains("init: ") && !l.contains("init: starting")).map(|l| l.trim().to_string()).collect();
     let crash = lines.iter().position(|l| l.contains("KERNEL PANIC") || l.contains("] EXCEPTION "));
     let program_failure = lines.iter().position(|l| l.contains("fuzz: FAILED"));
@@ -178,9 +191,17 @@ pub fn judge(serial: &str, timed_out: bool, exit_ok: bool, injecting: bool, smp:
     let exit_line = lines.iter().find(|l| l.contains("exited with code")).map(|l| l.trim().to_string());
     let answered = lines.iter().find(|l| l.contains("cores answered an active message"));
     let all_answered = answered.is_some_and(|l| l.contains(&format!("{smp}/{smp} cores answered")));
-    // The library OS gives up at start-up when injection takes its first pages.
-    let startup_oom = lines.iter().any(|l| l.contains("libos: start-up failed: out of memory"));
-    let killed = exit_line.as_ref().is_some_and(|l| l.ends_with(&format!("code {}", 0x1_0000 + 14)));
+    let exit_code = exit_line.as_ref().and_then(|l| l.rsplit("code ").next()?.trim().parse::<u64>().ok());
+    // The library OS gives up at start-up when injection takes its first pages, and exits
+    // with code 1.
+    let startup_oom = lines.iter().any(|l| l.contains("libos: start-up failed: out of memory")) && exit_code == Some(1);
+    // A demand-zero page fault the kernel had no page for (EXIT_FAULT_BASE + 14).
+    let killed = exit_code == Some(EXIT_FAULT_BASE + 14);
+    // The program ended on an invalid opcode (EXIT_FAULT_BASE + 6): a Rust abort, or libos
+    // `exit` failing to halt the context and falling back to `ud2`. Never allowed: whatever
+    // the program meets (NoMemory included), it must end with the code it chose.
+    let exit_fault = lines.iter().find(|l| l.contains("libos: exit(") && l.contains("faulting instead"));
+    let aborted = exit_code == Some(EXIT_FAULT_BASE + 6);
     if let Some(i) = crash {
         let l = lines[i];
         let at = l.find("KERNEL PANIC").or_else(|| l.find("EXCEPTION")).unwrap_or(0);
@@ -197,6 +218,12 @@ pub fn judge(serial: &str, timed_out: bool, exit_ok: bool, injecting: bool, smp:
         v.reason = "leak: pages or objects did not come back after init exited".into();
     } else if !all_answered {
         v.reason = format!("not every core answered an active message: {}", answered.map(|l| l.trim()).unwrap_or("(no line)"));
+    } else if aborted || exit_fault.is_some() {
+        v.reason = format!(
+            "the program ended with an invalid-opcode fault (an abort, or libos exit falling back to ud2): {}",
+            exit_fault.map(|l| l.trim()).or(exit_line.as_deref()).unwrap_or("no exit line")
+        );
+        v.evidence = lines.iter().rev().take(15).rev().map(|l| l.to_string()).collect();
     } else if (killed || startup_oom) && injecting && v.done_line.is_none() {
         // Allowed under injection: core 0 took a demand-zero fault the kernel had no page for.
         v.killed_by_injection = true;
@@ -206,6 +233,7 @@ pub fn judge(serial: &str, timed_out: bool, exit_ok: bool, injecting: bool, smp:
         v.evidence = lines.iter().rev().take(15).rev().map(|l| l.to_string()).collect();
     } else if !exit_ok {
         v.reason = format!("kernel exit status not success ({})", exit_line.as_deref().unwrap_or("no exit line"));
+        v.evidence = lines.iter().rev().take(15).rev().map(|l| l.to_string()).collect();
     } else {
         v.passed = true;
     }
@@ -302,8 +330,31 @@ pub fn ci_fuzz(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
             Err(_) => t.failed += 1,
         }
     }
+    t.add(exit_without_memory(kernel, initrd)?);
     t.add(planted_bug_demo(initrd)?);
     Ok(t)
+}
+
+/// Every allocation a system call makes fails (`inject=alloc:1/1`): the library OS's start-up
+/// gives up at its first one, and the program must still end cleanly with exit code 1 (libos
+/// `exit` must not need memory to halt the context; before it named its pcore through the
+/// allocating `self_shares` and fell back to `ud2`, EXIT_FAULT_BASE + 6). Deterministic: with
+/// every allocation failing, the outcome does not depend on the schedule.
+pub fn exit_without_memory(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
+    println!("== fuzz: exit with every allocation failing (inject=alloc:1/1, 2 vCPUs)");
+    let o = FuzzOpts { calls: 1000, seed: 1, smp: 2, inject: Some("alloc:1/1".into()), timeout: Some(Duration::from_secs(90)), ..Default::default() };
+    let (v, out) = run_once(kernel, initrd, &o, false)?;
+    let clean_exit = out.serial.lines().any(|l| l.contains("init: `fuzz` exited with code 1"));
+    let gave_up = out.serial.contains("libos: start-up failed: out of memory");
+    if v.passed && v.killed_by_injection && clean_exit && gave_up {
+        println!("   ok: start-up gave up on NoMemory and the program exited with code 1; nothing leaked, every core answered");
+        return Ok(TestTally { passed: 1, failed: 0 });
+    }
+    let _ = report(&o, &v, &out);
+    if v.passed {
+        println!("   FAILED: expected the library OS to give up at start-up and exit with code 1 (start-up failed: {gave_up}, exit code 1: {clean_exit})");
+    }
+    Ok(TestTally { passed: 0, failed: 1 })
 }
 
 /// The fuzzer must find the planted bug (names skip their length check, so a long name panics
@@ -356,19 +407,27 @@ pub fn soak(args: &[String]) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(minutes * 60);
     let (mut runs, mut failures, mut panics, mut hangs, mut leaks) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut calls, mut guest_ms_weighted) = (0u64, 0u64);
+    let (mut inject_runs, mut nothing_fuzzed) = (0u64, 0u64);
+    let (mut min_paths, mut max_paths) = (u64::MAX, 0u64);
+    let mut all_pairs = std::collections::BTreeSet::new();
     let mut last_invariants: Vec<String> = Vec::new();
     let mut round = 0u64;
     println!("== soak: {minutes} min at {smp} vCPUs");
     while Instant::now() < deadline {
         round += 1;
         let seed = 1000 + round;
-        let jobs: [(&str, Option<FuzzOpts>, &str); 4] = [
+        let inject_job = |k: u64| ("fuzz+inject", Some(FuzzOpts { calls: 100_000, seed, smp, inject: Some(format!("alloc:seed:{}:2", seed + k * 100_000)), ..Default::default() }), "");
+        let mut jobs: std::collections::VecDeque<(&str, Option<FuzzOpts>, &str)> = [
             ("fuzz", Some(FuzzOpts { calls: 200_000, seed, smp, ..Default::default() }), ""),
-            ("fuzz+inject", Some(FuzzOpts { calls: 100_000, seed, smp, inject: Some(format!("alloc:seed:{seed}:2")), ..Default::default() }), ""),
+            inject_job(0),
             ("memclone", None, "init=memclone -- 8m"),
             ("mempass", None, "init=mempass -- 8m"),
-        ];
-        for (what, fo, cmd) in jobs {
+        ]
+        .into();
+        // Injection seeds whose first failure hits the library OS's start-up fuzz nothing
+        // (allowed); up to two more injection seeds per round keep the soak fuzzing under it.
+        let mut inject_retries = 0;
+        while let Some((what, fo, cmd)) = jobs.pop_front() {
             if Instant::now() >= deadline {
                 break;
             }
@@ -377,12 +436,25 @@ pub fn soak(args: &[String]) -> Result<(), String> {
                 Some(o) => {
                     let (v, out) = run_once(&kernel, &initrd, &o, false)?;
                     calls += v.calls;
-                    guest_ms_weighted += if v.calls_per_s > 0 { v.calls * 1000 / v.calls_per_s } else { 0 };
+                    inject_runs += o.inject.is_some() as u64;
+                    nothing_fuzzed += v.killed_by_injection as u64;
+                    if v.done_line.is_some() {
+                        min_paths = min_paths.min(v.error_paths);
+                        max_paths = max_paths.max(v.error_paths);
+                    }
+                    all_pairs.extend(v.error_pairs.iter().cloned());
+                    guest_ms_weighted += (v.calls * 1000).checked_div(v.calls_per_s).unwrap_or(0);
                     if !v.invariants.is_empty() {
                         last_invariants = v.invariants.clone();
                     }
                     let status = if v.passed { "ok".to_string() } else { format!("FAILED: {}", v.reason) };
-                    println!("   round {round} {what} seed {seed}: {} calls, {} calls/s; {status}", v.calls, v.calls_per_s);
+                    let status = if v.killed_by_injection { "ok (nothing fuzzed: injection stopped the start-up)".to_string() } else { status };
+                    let inj = o.inject.as_ref().map(|i| format!(" {i}")).unwrap_or_default();
+                    println!("   round {round} {what} seed {seed}{inj}: {} calls, {} calls/s, {} error paths; {status}", v.calls, v.calls_per_s, v.error_paths);
+                    if v.killed_by_injection && inject_retries < 2 {
+                        inject_retries += 1;
+                        jobs.push_front(inject_job(inject_retries));
+                    }
                     if !v.passed {
                         failures += 1;
                         if v.reason.starts_with("kernel crash") {
@@ -426,9 +498,13 @@ pub fn soak(args: &[String]) -> Result<(), String> {
             }
         }
     }
-    let rate = if guest_ms_weighted > 0 { calls * 1000 / guest_ms_weighted } else { 0 };
+    let rate = (calls * 1000).checked_div(guest_ms_weighted).unwrap_or(0);
     println!("== soak summary: {runs} runs in {round} rounds, {failures} failed: {panics} panics, {hangs} hangs, {leaks} leaks");
-    println!("   {calls} fuzz calls, {rate} calls/s in the guest ({} per vCPU)", rate / smp as u64);
+    println!("   {calls} fuzz calls, {rate} calls/s in the guest ({} per vCPU; TCG, emulated)", rate / smp as u64);
+    if max_paths > 0 {
+        println!("   distinct (call, error) paths: {min_paths}..{max_paths} per fuzz run, {} over the whole soak", all_pairs.len());
+    }
+    println!("   {inject_runs} fuzz runs with injection, {nothing_fuzzed} of them stopped at start-up (nothing fuzzed, allowed)");
     for l in &last_invariants {
         println!("   last fuzz run: {l}");
     }
@@ -480,6 +556,14 @@ mod tests {
     const GOOD_TAIL: &str = "[0] init: `fuzz` exited with code 0\n[0] init: 2/2 cores answered an active message\n[0] init: free pages 10 -> 10, kernel heap objects 5 -> 5, kernel objects 3 -> 3\n";
 
     #[test]
+    fn error_paths_are_read_from_the_paths_lines() {
+        let serial = format!("fuzz: paths obj_stat: ok, share not reachable, bad address\nfuzz: paths null: ok\n{DONE}{GOOD_TAIL}");
+        let v = judge(&serial, false, true, false, 2);
+        let want = [("obj_stat", "share not reachable"), ("obj_stat", "bad address")].map(|(a, b)| (a.to_string(), b.to_string()));
+        assert_eq!(v.error_pairs, want);
+    }
+
+    #[test]
     fn a_clean_run_passes() {
         let v = judge(&format!("{DONE}{GOOD_TAIL}"), false, true, false, 2);
         assert!(v.passed, "{}", v.reason);
@@ -504,5 +588,37 @@ mod tests {
         let killed = GOOD_TAIL.replace("code 0", "code 65550");
         assert!(judge(&killed, false, false, true, 2).passed);
         assert!(!judge(&killed, false, false, false, 2).passed);
+    }
+
+    #[test]
+    fn startup_oom_is_allowed_only_with_a_clean_exit() {
+        let oom = format!("libos: start-up failed: out of memory\n{}", GOOD_TAIL.replace("code 0", "code 1"));
+        let v = judge(&oom, false, false, true, 2);
+        assert!(v.passed && v.killed_by_injection, "{}", v.reason);
+        assert!(!judge(&oom, false, false, false, 2).passed);
+        // The same start-up failure, but exit could not halt the context.
+        let ud2 = format!(
+            "libos: start-up failed: out of memory\nlibos: exit(1): pcore_halt failed: NoMemory; faulting instead\n{}",
+            GOOD_TAIL.replace("code 0", "code 65542")
+        );
+        let v = judge(&ud2, false, false, true, 2);
+        assert!(!v.passed && v.reason.contains("invalid-opcode"), "{}", v.reason);
+    }
+
+    #[test]
+    fn an_abort_after_the_run_is_flagged_even_under_injection() {
+        let aborted = format!("{DONE}{}", GOOD_TAIL.replace("code 0", "code 65542"));
+        for injecting in [false, true] {
+            let v = judge(&aborted, false, false, injecting, 2);
+            assert!(!v.passed && v.reason.contains("invalid-opcode"), "{}", v.reason);
+        }
+    }
+
+    #[test]
+    fn a_halted_worker_is_flagged() {
+        let halted = format!("fuzz: FAILED seed=1 core=2: the worker ended with code 0xd1ad462e02983ecb\n{DONE}{}", GOOD_TAIL.replace("code 0", "code 1"));
+        assert!(!judge(&halted, false, false, false, 2).passed);
+        let bug = format!("fuzz: FAILED seed=1 core=3 attempt=0 call #7: pcore_run (fuzzer bug: a call that halts or runs a harness pcore (not issued))\n{DONE}{GOOD_TAIL}");
+        assert!(!judge(&bug, false, true, false, 2).passed);
     }
 }

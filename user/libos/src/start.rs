@@ -180,10 +180,27 @@ pub fn pcore() -> ObjName {
 /// Halt the calling context with `code`, working out its pcore with system calls only (no
 /// runtime state, so it works in any context): `pcore_current()`, named through each share of
 /// the share set in turn (the root share, which holds it, comes first).
+///
+/// The first program's pcore is tried first through its root share (`pcore_current` and
+/// `pcore_halt` allocate nothing; `self_shares` does): without that, a program could not end
+/// while allocations fail (fault injection, or memory running out), and `exit` would fault
+/// instead. The id comes from `pcore_current`, so in any other context this names our own
+/// pcore or nothing. `self_shares` is retried while it gets `NoMemory`.
 pub fn self_halt(code: u64) -> Result<core::convert::Infallible, abi::Error> {
     let me = crate::sys::pcore_current()?;
+    let root = ROOT_SHARE.load(Ordering::Relaxed);
+    if root != 0 {
+        let _ = crate::sys::pcore_halt(ObjName::new(root, me), code);
+    }
     let mut shares = [0u64; 1 + abi::MAX_CONTEXT_SHARES];
-    let n = crate::sys::self_shares(&mut shares)? as usize;
+    let mut listed = crate::sys::self_shares(&mut shares);
+    for _ in 0..1000 {
+        if listed != Err(abi::Error::NoMemory) {
+            break;
+        }
+        listed = crate::sys::self_shares(&mut shares);
+    }
+    let n = listed? as usize;
     let mut last = abi::Error::NoSuchObject;
     for &s in &shares[..n.min(shares.len())] {
         if let Err(e) = crate::sys::pcore_halt(ObjName::new(s, me), code) {

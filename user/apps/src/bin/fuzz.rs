@@ -75,6 +75,9 @@ struct Slot {
     private: AtomicU64,
     rar: AtomicU64,
     seg: AtomicU64,
+    /// A pcore this core allocated in X (reachable by every core, runnable and haltable only
+    /// by this one): other cores try to halt and run it and must be refused.
+    xpcore: AtomicU64,
     calls: AtomicU64,
     ok: AtomicU64,
     failures: AtomicU64,
@@ -97,6 +100,10 @@ struct Ctl {
     x_share: AtomicU64,
     trace: AtomicU64,
     console_hwid: AtomicU64,
+    /// The pcores the harness's own contexts run on: init's (index 0) and each worker's
+    /// (`Core::pcore`). No core may halt or run one: that would end or replace a fuzzing
+    /// context, a failure the fuzzer caused, not the kernel.
+    harness_pcores: [AtomicU64; MAXC],
     slots: [Slot; MAXC],
 }
 
@@ -115,19 +122,26 @@ fn ctl() -> &'static Ctl {
 
 struct Rng(u64);
 
+/// splitmix64's output function: a bijection that spreads every input bit over the word.
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 impl Rng {
     fn new(seed: u64, core: u64, attempt: u64) -> Rng {
-        let mut r = Rng(seed ^ (core.wrapping_add(1)).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ attempt.wrapping_mul(0xD1B5_4A32_D192_ED03));
+        // Core and attempt go through the mixing function: splitmix64 steps its state by a
+        // constant, so states that differ by a multiple of that constant (as `seed ^ (core + 1)
+        // * gamma` did) give the same stream shifted by a few draws on every core.
+        let mut r = Rng(mix64(seed ^ mix64(core.wrapping_add(1) ^ mix64(attempt.wrapping_add(0xA076_1D64_78BD_642F)))));
         r.next();
         r
     }
     fn next(&mut self) -> u64 {
         // splitmix64
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        mix64(self.0)
     }
     fn below(&mut self, n: u64) -> u64 {
         if n == 0 {
@@ -230,6 +244,24 @@ fn allowed(ci: usize, err: Error) -> bool {
         Error::NoMemory => !matches!(c.nr, nr::NULL | nr::TIME_NOW | nr::PCORE_CURRENT | nr::PCORE_YIELD),
         Error::ShareNotReachable | Error::NoSuchObject | Error::WrongType | Error::NotPermitted => c.names_objects,
         e => c.extra & bit(e) != 0,
+    }
+}
+
+/// A `fmt::Write` into a byte array (truncating), for formatting without a heap.
+struct Cursor<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl core::fmt::Write for Cursor<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        for &b in s.as_bytes() {
+            if self.len < self.buf.len() {
+                self.buf[self.len] = b;
+                self.len += 1;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -392,6 +424,39 @@ impl Fuzz {
         self.stale[self.rng.below(self.nstale.min(STALE) as u64) as usize]
     }
 
+    /// Whether `object` is a pcore a harness context runs on: our own, init's or a worker's.
+    fn is_harness_pcore(&self, object: ObjectId) -> bool {
+        object == self.pcore.object || (object != 0 && ctl().harness_pcores.iter().any(|p| p.load(Ordering::Relaxed) == object))
+    }
+
+    /// A pcore for `pcore_halt` and `pcore_run`: ours (made with pcore_alloc), one another core
+    /// allocated in X (must be refused), or any other class; never a harness pcore (a stale or
+    /// added name of our own pcore names the same object, so the check is by object id).
+    fn pcore_arg(&mut self) -> ObjName {
+        let is_pcore = |k: Kind| matches!(k, Kind::Pcore(_));
+        for _ in 0..8 {
+            let p = if self.rng.pct(15) {
+                match self.foreign_slot() {
+                    Some(s) => ObjName::new(self.x, s.xpcore.load(Ordering::Relaxed)),
+                    None => self.obj(is_pcore),
+                }
+            } else {
+                self.obj(is_pcore)
+            };
+            if !self.is_harness_pcore(p.object) {
+                return p;
+            }
+        }
+        // An id shaped like a real one that no core reaches (sequence numbers stay below 2^39).
+        ObjName::new(self.root, ((self.core + 1) << 40) | (1 << 39) | self.rng.below(1 << 20))
+    }
+
+    /// Whether `object` is a pcore another core published as its own (allocated by it in X).
+    fn foreign_pcore(&self, object: ObjectId) -> bool {
+        object != 0
+            && (0..self.ncores as usize).any(|c| c as u64 != self.core && ctl().slots[c].xpcore.load(Ordering::Relaxed) == object)
+    }
+
     fn pick(&mut self, want: fn(Kind) -> bool) -> Option<ObjName> {
         let n = self.table.iter().filter(|o| want(o.kind)).count() as u64;
         if n == 0 {
@@ -468,6 +533,22 @@ impl Fuzz {
             7 => 0x5000_0000_0000 + self.rng.below(1 << 30) * 8,
             8 => NEVER_MAPPED,
             _ => self.rng.next(),
+        }
+    }
+
+    /// Memory no user read may succeed on (kernel half, non-canonical, null page, never mapped,
+    /// straddling the end of the user half or of the scratch): `console_write` prints what it
+    /// can read, and printing our code or the window's contents would only put noise on the
+    /// console the harness reads.
+    fn unreadable_ptr(&mut self) -> u64 {
+        match self.rng.below(7) {
+            0 => KERNEL_ADDRS[self.rng.below(KERNEL_ADDRS.len() as u64) as usize],
+            1 => 0xffff_8000_0000_0000 + self.rng.below(1 << 30) * PAGE_SIZE,
+            2 => self.rng.below(PAGE_SIZE),
+            3 => USER_END - 1 - self.rng.below(15),
+            4 => SCR_END - 1 - self.rng.below(15),
+            5 => 0x5000_0000_0000 + self.rng.below(1 << 30) * 8,
+            _ => NEVER_MAPPED,
         }
     }
 
@@ -784,11 +865,11 @@ impl Fuzz {
             }
             nr::PCORE_CURRENT => {}
             nr::PCORE_RUN => {
-                let p = self.obj(is_pcore);
+                let p = self.pcore_arg();
                 // A context that can only fault at once: `rip` is never mapped, and the root
                 // range is one we made (never our own).
                 let root_ar = if self.rng.pct(80) { self.pick(|k| k == Kind::Ar(0)).unwrap_or_else(|| self.stale_name()) } else { self.obj(is_ar) };
-                let root_ar = if root_ar.object == self.rar.object { self.stale_name() } else { root_ar };
+                let root_ar = if root_ar.object == self.rar.object { ObjName::new(self.root, 0) } else { root_ar };
                 let mut shares = [0u64; MAX_CONTEXT_SHARES];
                 let nshares = if self.rng.pct(90) { self.rng.below(3) } else { self.rng.below(12) };
                 for s in shares.iter_mut().take(nshares as usize) {
@@ -805,20 +886,22 @@ impl Fuzz {
                 a = [p.share, p.object, self.in_ptr(core::mem::size_of::<PcoreContext>() as u64, good), 0, 0, 0];
             }
             nr::PCORE_SET_INTERVAL => {
-                let p = if self.rng.pct(40) { self.pcore } else { self.obj(is_pcore) };
+                let mut p = if self.rng.pct(40) { self.pcore } else { self.obj(is_pcore) };
+                // Another harness context's pcore (a worker's, named by core 0) keeps its
+                // interval; ours, under any name, is reset by `cleanup`.
+                if self.is_harness_pcore(p.object) && p.object != self.pcore.object {
+                    p = self.pcore;
+                }
                 let hz = [0, 1, 100, 10_000, 10_001, u64::MAX][self.rng.below(6) as usize];
-                if p == self.pcore {
+                if p.object == self.pcore.object {
                     self.touched_interval = true;
                 }
                 a = [p.share, p.object, hz, 0, 0, 0];
             }
             nr::PCORE_HALT => {
-                // Never our own pcore (that ends us); pcores we made only halt contexts started
-                // through them.
-                let mut p = self.obj(is_pcore);
-                if p.object == self.pcore.object {
-                    p = self.stale_name();
-                }
+                // Never a harness pcore (ours, init's, a worker's: that ends a fuzzing context);
+                // pcores we made only halt contexts started through them.
+                let p = self.pcore_arg();
                 a = [p.share, p.object, self.rng.next(), 0, 0, 0];
             }
             nr::PCORE_STAT => {
@@ -889,7 +972,7 @@ impl Fuzz {
                 let (p, l) = if self.rng.pct(30) {
                     (SCR_BASE + NAME_OFF + 200, self.rng.below(3))
                 } else if self.rng.pct(50) {
-                    (self.bad_ptr(16), 1 + self.rng.below(64))
+                    (self.unreadable_ptr(), 1 + self.rng.below(64))
                 } else {
                     // A valid pointer with a length running off the mapping or the address
                     // space; near the end of the scratch, so the bytes the kernel may send
@@ -988,6 +1071,9 @@ impl Fuzz {
         if ci == UNKNOWN {
             return Some("an unknown call number succeeded");
         }
+        if matches!(n, nr::PCORE_HALT | nr::PCORE_RUN) && self.foreign_pcore(a[1]) {
+            return Some("halted or ran a pcore another core allocated");
+        }
         match n {
             nr::CONSOLE_WRITE if r as u64 != a[1] => Some("console_write wrote a different length"),
             nr::SYSCALL_BATCH if r as u64 != a[1] => Some("syscall_batch ran a different number of calls"),
@@ -1034,7 +1120,12 @@ impl Fuzz {
             nr::SEGMENT_ALLOC | nr::INITRD_GET => self.add(ObjName::new(a[0], id), Kind::Seg),
             nr::SEGMENT_COPY => self.add(ObjName::new(a[0], id), Kind::Seg),
             nr::AR_ALLOC => self.add(ObjName::new(a[0], id), Kind::Ar(a[4])),
-            nr::PCORE_ALLOC => self.add(ObjName::new(a[0], id), Kind::Pcore(a[3])),
+            nr::PCORE_ALLOC => {
+                if a[0] == self.x {
+                    ctl().slots[self.core as usize].xpcore.store(id, Ordering::Relaxed);
+                }
+                self.add(ObjName::new(a[0], id), Kind::Pcore(a[3]))
+            }
             nr::DEVICE_ALLOC => self.add(ObjName::new(a[0], id), Kind::Device),
             nr::SHARE_ADDOBJ => {
                 let kind = self.table.iter().find(|o| o.n == ObjName::new(a[1], a[2])).map(|o| o.kind).unwrap_or(Kind::Ref);
@@ -1059,18 +1150,19 @@ impl Fuzz {
     }
 
     fn fail(&mut self, why: &str) {
-        self.failures += 1;
         let rec = self.ring[(self.seq as usize) % RING];
-        println!(
-            "fuzz: FAILED seed={} core={} attempt={} call #{}: {} -> {} ({})",
-            self.seed,
-            self.core,
-            self.attempt,
-            rec.seq,
-            CALLS[call_index(rec.nr)].name,
-            rec.r,
-            why
-        );
+        let mut what = [0u8; 64];
+        let mut w = Cursor { buf: &mut what, len: 0 };
+        let _ = core::fmt::write(&mut w, format_args!("{} -> {}", CALLS[call_index(rec.nr)].name, rec.r));
+        let len = w.len;
+        self.fail_with(rec.seq, core::str::from_utf8(&what[..len]).unwrap_or("?"), why);
+    }
+
+    /// Report a failure at call number `seq` (`what`: the call and its result) with the last
+    /// calls on this core, and stop every core.
+    fn fail_with(&mut self, seq: u64, what: &str, why: &str) {
+        self.failures += 1;
+        println!("fuzz: FAILED seed={} core={} attempt={} call #{}: {} ({})", self.seed, self.core, self.attempt, seq, what, why);
         println!("fuzz[{}] last calls (oldest first):", self.core);
         for i in 1..=RING as u64 {
             let s = self.seq + i;
@@ -1082,8 +1174,39 @@ impl Fuzz {
         ctl().stop.store(1, Ordering::Release);
     }
 
+    /// Whether the call (or, for a batch, any of its entries) would halt or run a harness
+    /// pcore. `gen` never makes one; this catches a generator change that would, before the
+    /// call ends a fuzzing context and the run fails for a reason that is not the kernel's.
+    fn halts_harness(&self, n: u64, a: &[u64; 6]) -> bool {
+        let bad = |n: u64, a: &[u64; 6]| matches!(n, nr::PCORE_HALT | nr::PCORE_RUN) && self.is_harness_pcore(a[1]);
+        if n == nr::SYSCALL_BATCH && a[0] == SCR_BASE + BATCH_OFF {
+            return (0..a[1].min(8)).any(|i| {
+                let addr = SCR_BASE + BATCH_OFF + i * core::mem::size_of::<BatchEntry>() as u64;
+                // SAFETY: the batch entries are in our scratch mapping (written by `gen`).
+                let e: BatchEntry = unsafe { core::ptr::read_unaligned(addr as *const BatchEntry) };
+                bad(e.nr, &e.args)
+            });
+        }
+        bad(n, a)
+    }
+
     fn step(&mut self) {
         let (n, a) = self.gen(false);
+        if self.halts_harness(n, &a) {
+            println!(
+                "fuzz[{}]   not issued: {}({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x})",
+                self.core,
+                CALLS[call_index(n)].name,
+                a[0],
+                a[1],
+                a[2],
+                a[3],
+                a[4],
+                a[5]
+            );
+            self.fail_with(self.seq + 1, CALLS[call_index(n)].name, "fuzzer bug: a call that halts or runs a harness pcore (not issued)");
+            return;
+        }
         if self.trace {
             println!("fuzz[{}] #{} {}({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x})", self.core, self.seq + 1, CALLS[call_index(n)].name, a[0], a[1], a[2], a[3], a[4], a[5]);
         }
@@ -1140,14 +1263,15 @@ impl Fuzz {
         retry(&mut || sys::ar_unmap(rar, WIN, WIN_SPAN));
         // Contexts we started through our pcores end before their objects go.
         for o in self.table {
-            if let Kind::Pcore(_) = o.kind {
-                let _ = sys::pcore_halt(o.n, 0);
+            if matches!(o.kind, Kind::Pcore(_)) && !self.is_harness_pcore(o.n.object) {
+                retry(&mut || sys::pcore_halt(o.n, 0));
             }
         }
-        for o in self.table.iter_mut() {
+        for i in 0..TABLE {
+            let o = self.table[i];
             if o.kind != Kind::Free {
-                let _ = sys::share_delobj(o.n);
-                o.kind = Kind::Free;
+                retry(&mut || sys::share_delobj(o.n));
+                self.table[i].kind = Kind::Free;
             }
         }
     }
@@ -1297,6 +1421,27 @@ fn fuzz_core(b: &Base) -> u64 {
         touched_console: None,
     };
     f.table[0] = Obj { n: ObjName::new(private, seg), kind: Kind::Seg };
+    // Harness pcores in the table, as pcores (names of our own pcore through our private
+    // share; on core 0 also the workers'): read-only and role uses are fine, and `pcore_arg`
+    // must keep them out of pcore_halt and pcore_run however they are named. Planted so that
+    // every run exercises that guard, not only runs whose stream happens to add such a name.
+    let mut planted = 1;
+    let harness: [ObjName; MAXC] = core::array::from_fn(|i| match i {
+        0 => b.pcore,
+        _ if b.core == 0 && (i as u64) < ncores => ObjName::new(b.root, c.harness_pcores[i].load(Ordering::Relaxed)),
+        _ => ObjName::default(),
+    });
+    for (i, h) in harness.iter().enumerate() {
+        // A few are enough (the table is for the objects the stream makes).
+        if h.object == 0 || planted > 4 {
+            continue;
+        }
+        if persist(|| sys::share_addobj(private, *h)).is_ok() {
+            let core = if i == 0 { b.core } else { i as u64 };
+            f.table[planted] = Obj { n: ObjName::new(private, h.object), kind: Kind::Pcore(core) };
+            planted += 1;
+        }
+    }
     // Names for the generator: dots for the console, letters for object names.
     for i in 0..256u64 {
         let ch = if i >= 200 { b'.' } else { b'a' + (i % 26) as u8 };
@@ -1408,6 +1553,7 @@ fn main(args: &'static str) -> u64 {
     }
     let Ok(x) = persist(|| sys::share_alloc(root, "fuzz-x", MEMID_SELF, 0)) else { return 3 };
     c.x_share.store(x, Ordering::Release);
+    c.harness_pcores[0].store(libos::pcore().object, Ordering::Relaxed);
 
     // One worker per other core, each with the control block and its own scratch mapped.
     const NONE: Option<Core> = None;
@@ -1422,7 +1568,11 @@ fn main(args: &'static str) -> u64 {
             Ok(core)
         });
         match core {
-            Ok(core) => workers[i as usize] = Some(core),
+            Ok(core) => {
+                // Published before any core starts fuzzing (the workers start below).
+                c.harness_pcores[i as usize].store(core.pcore.object, Ordering::Relaxed);
+                workers[i as usize] = Some(core)
+            }
             Err(e) => {
                 println!("fuzz: cannot prepare core {i}: {e:?}");
                 setup_failed = true;
