@@ -198,6 +198,8 @@ fn fd_private_invisible() -> TestResult {
     ok!(fd::close(a));
     ensure!(!fd::visible(a) && fd::visible(d), "after close: a visible={} dup visible={}", fd::visible(a), fd::visible(d));
     ensure!(ok!(fd::kind(d)) == fd::Kind::Console, "dup kind");
+    // The private kind cache forgets a closed descriptor: the kernel's answer again.
+    ensure!(fd::kind(a).is_err() && fd::dup(a, Scope::Private).is_err(), "closed descriptor still has a kind");
     ensure!(ok!(fd::write(d, b"")) == 0, "write");
     let boxed = Box::new(d);
     for c in others() {
