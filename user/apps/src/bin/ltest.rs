@@ -558,20 +558,46 @@ fn dup_close_loop(_: u64) -> u64 {
     ns
 }
 
+/// Sums over cores `0..n`: system calls, local TLB flushes, shootdown IPIs sent, IPIs received.
+fn core_counters(n: u64) -> [u64; 4] {
+    let mut out = [0; 4];
+    for c in 0..n {
+        if let Ok(s) = sys::core_stats(c) {
+            out[0] += s.syscalls;
+            out[1] += s.tlb_flushes_local;
+            out[2] += s.shootdown_ipis_sent;
+            out[3] += s.ipis_received;
+        }
+    }
+    out
+}
+
 fn measure_dup_close() {
     for ncore in [1, ncores()] {
         DUP_GO.store(0, Ordering::SeqCst);
         let ts: Vec<_> = (0..ncore).filter(|&c| c != me()).filter_map(|c| thread::spawn(c, dup_close_loop, 0).ok()).collect();
         libos::time::spin_ms(20);
+        let s0 = core_counters(ncore);
         DUP_GO.store(1, Ordering::SeqCst);
         let mut per = Vec::new();
         per.push(dup_close_loop(0));
         for t in ts {
             per.push(t.join().unwrap_or(u64::MAX));
         }
+        let s1 = core_counters(ncore);
         let worst = per.iter().copied().max().unwrap_or(1).max(1);
         let ops = DUP_ITERS * 1_000_000_000 / worst;
-        println!("ltest: measure fd_dup_close_private cores={ncore} per_core_ops_per_s={ops} (slowest core; dup+close pairs)");
+        // What the kernel did meanwhile, per pair (includes the thread start-up and join).
+        let pairs = DUP_ITERS * ncore;
+        let d: Vec<u64> = (0..4).map(|i| s1[i] - s0[i]).collect();
+        println!(
+            "ltest: measure fd_dup_close_private cores={ncore} per_core_ops_per_s={ops} (slowest core; dup+close pairs) syscalls_per_pair={}.{:02} tlb_flushes={} shootdown_ipis={} ipis_received={}",
+            d[0] / pairs,
+            d[0] * 100 / pairs % 100,
+            d[1],
+            d[2],
+            d[3]
+        );
         if ncore == ncores() {
             break;
         }
