@@ -637,6 +637,9 @@ pub struct SysInfo {
     pub kernel_objects: i64,
     /// Kernel objects (shares, segments, ranges, pcores, devices) alive.
     pub live_kobjects: u64,
+    /// Pages the kernel heap's slabs hold, all cores. They vary with when each core drains
+    /// frees other cores sent it, so an exact free-page check adds them back.
+    pub slab_pages: i64,
 }
 
 /// `core_stats(core, &mut CoreStats)`: per-core counters.

@@ -510,6 +510,7 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
                 total_pages: crate::mm::frame::total_pages(),
                 kernel_objects: crate::mm::heap::live_objects(),
                 live_kobjects: crate::kobj::live_objects(),
+                slab_pages: crate::mm::heap::slab_pages(),
             };
             write_user(a[0], &info)?;
             Ok(0)

@@ -42,7 +42,14 @@ pub struct Ctx {
     pub private_fds: ObjectId,
     /// Descriptor layer: segment id mapped in window slot i (0 = free).
     pub mapped: [ObjectId; MAP_SLOTS],
+    /// Descriptor layer: kinds of descriptors in `private_fds`, `(descriptor id, encoded
+    /// kind)`, 0 = free. Only this context can change its private table, so the cache cannot
+    /// go stale; it saves `dup` the system call that reads the descriptor's name.
+    pub private_kinds: [(ObjectId, u64); PRIVATE_KIND_SLOTS],
 }
+
+/// Slots of the private descriptors' kind cache.
+pub const PRIVATE_KIND_SLOTS: usize = 16;
 
 /// The context page, if this context has one (contexts started with `cores::Core` do not).
 pub fn try_ctx() -> Option<&'static mut Ctx> {

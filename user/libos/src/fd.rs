@@ -144,12 +144,68 @@ impl core::fmt::Write for NameBuf {
 fn kind_name(k: Kind) -> NameBuf {
     let mut n = NameBuf { buf: [0; abi::MAX_NAME], len: 0 };
     let _ = match k {
-        Kind::Console => write!(n, "fd:c"),
+        // Not through `core::fmt`: console descriptors are the ones dup'ed in hot loops.
+        Kind::Console => n.write_str("fd:c"),
         Kind::PipeRead(id) => write!(n, "fd:r{id:x}"),
         Kind::PipeWrite(id) => write!(n, "fd:w{id:x}"),
         Kind::File(id) => write!(n, "fd:f{id:x}"),
     };
     n
+}
+
+/// `Kind` packed in a word for the private kind cache: the tag in the top byte, the id
+/// (object ids fit in 48 bits: `(core + 1) << 40 | sequence`) below.
+fn encode(k: Kind) -> u64 {
+    match k {
+        Kind::Console => 1 << 56,
+        Kind::PipeRead(id) => 2 << 56 | id,
+        Kind::PipeWrite(id) => 3 << 56 | id,
+        Kind::File(id) => 4 << 56 | id,
+    }
+}
+
+fn decode(w: u64) -> Option<Kind> {
+    let id = w & ((1 << 56) - 1);
+    match w >> 56 {
+        1 => Some(Kind::Console),
+        2 => Some(Kind::PipeRead(id)),
+        3 => Some(Kind::PipeWrite(id)),
+        4 => Some(Kind::File(id)),
+        _ => None,
+    }
+}
+
+/// The cached kind of a descriptor in this context's private table.
+fn cached_kind(fd: Fd) -> Option<Kind> {
+    let c = crate::ctx::try_ctx()?;
+    if fd.table == 0 || fd.table != c.private_fds {
+        return None;
+    }
+    c.private_kinds.iter().find(|e| e.0 == fd.obj).and_then(|e| decode(e.1))
+}
+
+fn cache_kind(fd: Fd, k: Kind) {
+    let Some(c) = crate::ctx::try_ctx() else { return };
+    if fd.table != c.private_fds || id_too_big(k) {
+        return;
+    }
+    if let Some(e) = c.private_kinds.iter_mut().find(|e| e.0 == 0) {
+        *e = (fd.obj, encode(k));
+    }
+}
+
+fn id_too_big(k: Kind) -> bool {
+    matches!(k, Kind::PipeRead(id) | Kind::PipeWrite(id) | Kind::File(id) if id >> 56 != 0)
+}
+
+fn uncache_kind(fd: Fd) {
+    let Some(c) = crate::ctx::try_ctx() else { return };
+    if fd.table != c.private_fds {
+        return;
+    }
+    if let Some(e) = c.private_kinds.iter_mut().find(|e| e.0 == fd.obj) {
+        *e = (0, 0);
+    }
 }
 
 fn parse_kind(name: &[u8]) -> Option<Kind> {
@@ -171,7 +227,9 @@ fn make(table: ObjectId, k: Kind) -> Result<Fd, Error> {
     // SAFETY-free: the name is ASCII we just wrote.
     let name = core::str::from_utf8(&n.buf[..n.len]).map_err(|_| Error::InvalidArgument)?;
     let obj = crate::sys::segment_alloc(table, name, MEMID_SELF, PAGE_SIZE)?;
-    Ok(Fd { table, obj })
+    let fd = Fd { table, obj };
+    cache_kind(fd, k);
+    Ok(fd)
 }
 
 /// Open the console.
@@ -209,6 +267,9 @@ pub fn mem_file(scope: Scope, bytes: u64) -> Result<Fd, Error> {
 /// The kind of a descriptor (`NotPermitted`/`ShareNotReachable`/`NoSuchObject` if this
 /// context cannot see it).
 pub fn kind(fd: Fd) -> Result<Kind, Error> {
+    if let Some(k) = cached_kind(fd) {
+        return Ok(k);
+    }
     let mut buf = [0u8; abi::MAX_NAME];
     let n = crate::sys::obj_get_name(ObjName::new(fd.table, fd.obj), &mut buf)? as usize;
     parse_kind(&buf[..n.min(buf.len())]).ok_or(Error::WrongType)
@@ -235,8 +296,12 @@ pub fn dup(fd: Fd, scope: Scope) -> Result<Fd, Error> {
 }
 
 /// Close a descriptor. The object behind it stays in the table until the table goes.
+/// (Private descriptors must be closed here, not with `share_delobj`: their kinds are
+/// cached in the context page.)
 pub fn close(fd: Fd) -> Result<(), Error> {
-    crate::sys::share_delobj(ObjName::new(fd.table, fd.obj)).map(|_| ())
+    crate::sys::share_delobj(ObjName::new(fd.table, fd.obj))?;
+    uncache_kind(fd);
+    Ok(())
 }
 
 /// Map a segment into this context's descriptor window (cached per context).

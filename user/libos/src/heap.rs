@@ -195,6 +195,9 @@ impl CoreHeap {
 
     /// Map a new segment of `len` bytes at the next free offset (aligned to `align`).
     fn map_segment(&self, l: &mut Local, len: u64, align: u64, name: &str) -> Option<(ObjectId, u64)> {
+        if !memory_for(len) {
+            return None;
+        }
         let (share, range) = self.name();
         // A hole left by a freed large block, if one fits (first fit, taken whole).
         let hole = l.holes.iter().position(|&(o, hl)| hl >= len && o.is_multiple_of(align.max(PAGE_SIZE)));
@@ -361,6 +364,25 @@ impl CoreHeap {
         l.holes = [(0, 0); HOLES];
         true
     }
+}
+
+/// Pages the heap leaves free when it grows: for the kernel (page tables, objects) and for
+/// the per-core frame caches of other cores, which count as free but this core cannot take.
+const RESERVE_PAGES: u64 = 1024;
+const RESERVE_PAGES_PER_CORE: u64 = 64;
+
+/// Whether the kernel has `len` bytes of free memory to spare for a heap segment. Segments
+/// are demand-zero: without this check a program that asks for more than there is gets the
+/// segment, and then its context is ended by a page fault on a page the kernel cannot
+/// supply. With it the allocation fails (null), which the program can handle (`try_reserve`)
+/// or which ends it with the allocation-error panic. That matters most for a program the
+/// shell runs on its own core, in the shell's context: a fault there would end the shell
+/// too. The check and the use are not atomic: programs on other cores taking memory at the
+/// same moment can still make a fault happen.
+fn memory_for(len: u64) -> bool {
+    let Ok(si) = crate::sys::sys_info() else { return true };
+    let reserve = RESERVE_PAGES + RESERVE_PAGES_PER_CORE * si.cores;
+    si.free_pages >= len.div_ceil(PAGE_SIZE) + reserve
 }
 
 fn range_base(h: &CoreHeap) -> u64 {

@@ -44,9 +44,6 @@ macro_rules! ensure {
 fn ncores() -> u64 {
     sys::sys_info().map(|s| s.cores).unwrap_or(1)
 }
-fn free_pages() -> u64 {
-    sys::sys_info().map(|s| s.free_pages).unwrap_or(0)
-}
 fn me() -> u64 {
     libos::core_id()
 }
@@ -201,6 +198,8 @@ fn fd_private_invisible() -> TestResult {
     ok!(fd::close(a));
     ensure!(!fd::visible(a) && fd::visible(d), "after close: a visible={} dup visible={}", fd::visible(a), fd::visible(d));
     ensure!(ok!(fd::kind(d)) == fd::Kind::Console, "dup kind");
+    // The private kind cache forgets a closed descriptor: the kernel's answer again.
+    ensure!(fd::kind(a).is_err() && fd::dup(a, Scope::Private).is_err(), "closed descriptor still has a kind");
     ensure!(ok!(fd::write(d, b"")) == 0, "write");
     let boxed = Box::new(d);
     for c in others() {
@@ -320,7 +319,7 @@ fn stress_wait(phase: u64) {
 
 fn size_of_block(i: usize) -> usize {
     if i % 100 == 99 {
-        20_000 // a large block: its own segment
+        100_000 // a large block (over the 64 KiB largest size class): its own segment
     } else {
         16 + (i * 37) % 3000
     }
@@ -372,7 +371,8 @@ fn stress_body(k: u64) -> u64 {
 fn t_stress(k: u64) -> u64 {
     stress_wait(1);
     let bad = stress_body(k);
-    // Every remote free to us was posted before barrier 3: drain and give chunks back.
+    // Every remote free to us was posted before barrier 3: drain and give chunks back. A
+    // thread's heap holds nothing else, so it must be empty now.
     let code = if !libos::heap::trim() { 1000 + libos::heap::live_blocks() } else { bad };
     stress_wait(4);
     while STRESS_DONE.load(Ordering::SeqCst) == 0 {
@@ -381,8 +381,42 @@ fn t_stress(k: u64) -> u64 {
     code
 }
 
-/// One run; returns the free-page change between the start and the end of the work.
-fn stress_once() -> Result<i64, String> {
+/// What the leak check compares: pages not in use (free pages plus the pages the kernel
+/// heap's slabs hold: how many slab pages are held depends on when each core drains the
+/// frees other cores sent it, like this heap's remote-free lists), slab objects, and
+/// kernel objects. Each is an exact count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct MemCount {
+    pages: i64,
+    slab_objects: i64,
+    kobjects: u64,
+}
+
+fn mem_count() -> MemCount {
+    let s = sys::sys_info().unwrap_or_default();
+    MemCount { pages: s.free_pages as i64 + s.slab_pages, slab_objects: s.kernel_objects, kobjects: s.live_kobjects }
+}
+
+/// The main context's part. The window is exact: it opens when every thread has arrived at
+/// barrier 1 (set up, not yet allocating: nobody passes barrier 1 before we arrive) and
+/// closes at barrier 4, after every core (this one too) has drained its remote-free list and
+/// trimmed. Every page and object the work took must be back by then unless something leaks.
+fn stress_main(n: u64) -> (MemCount, MemCount, u64) {
+    while STRESS_BAR.load(Ordering::SeqCst) < n - 1 {
+        core::hint::spin_loop();
+    }
+    let before = mem_count();
+    stress_wait(1);
+    let bad = stress_body(me());
+    // This core still has live blocks (the test's own), so `trim` keeps its chunks, but it
+    // takes the remote-free list: large blocks other cores freed give their pages back now.
+    libos::heap::trim();
+    stress_wait(4);
+    (before, mem_count(), bad)
+}
+
+/// One run; returns the counts at the start and at the end of the work.
+fn stress_once() -> Result<(MemCount, MemCount), String> {
     let n = ncores().min(MAXC as u64);
     STRESS_N.store(n, Ordering::SeqCst);
     STRESS_BAR.store(0, Ordering::SeqCst);
@@ -397,34 +431,27 @@ fn stress_once() -> Result<i64, String> {
             }
         }
     }
-    stress_wait(1);
-    let f0 = free_pages();
-    let mine = stress_body(me());
-    stress_wait(4);
-    let f1 = free_pages();
+    let (before, after, mine) = stress_main(n);
     STRESS_DONE.store(1, Ordering::SeqCst);
     ensure!(mine == 0, "core {} freed {mine} corrupt blocks", me());
     for (c, t) in ts {
         let code = ok!(t.join());
         ensure!(code == 0, "core {c}: code {code} (1000+ = live blocks left)");
     }
-    Ok(f1 as i64 - f0 as i64)
+    Ok((before, after))
 }
 
 fn heap_stress_no_leak() -> TestResult {
     // The first run grows this core's heap (which keeps its chunks: it has live blocks) and
-    // the kernel's caches; a later run must come back to the same free-page count.
+    // the kernel's caches; every later run must end with exactly the counts it started with.
     stress_once()?;
-    let mut deltas = [0i64; 3];
-    for d in deltas.iter_mut() {
-        *d = stress_once()?;
-        if *d == 0 {
-            let rf: u64 = (0..ncores() as usize).map(libos::heap::remote_frees).sum();
-            ensure!(ncores() == 1 || rf > 0, "no remote frees happened");
-            return Ok(None);
-        }
+    for run in 1..=3 {
+        let (before, after) = stress_once()?;
+        ensure!(before == after, "run {run}: leak: {before:?} before, {after:?} after");
     }
-    fail!("free pages changed by {deltas:?} over three runs")
+    let rf: u64 = (0..ncores() as usize).map(libos::heap::remote_frees).sum();
+    ensure!(ncores() == 1 || rf > 0, "no remote frees happened");
+    Ok(None)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -531,20 +558,46 @@ fn dup_close_loop(_: u64) -> u64 {
     ns
 }
 
+/// Sums over cores `0..n`: system calls, local TLB flushes, shootdown IPIs sent, IPIs received.
+fn core_counters(n: u64) -> [u64; 4] {
+    let mut out = [0; 4];
+    for c in 0..n {
+        if let Ok(s) = sys::core_stats(c) {
+            out[0] += s.syscalls;
+            out[1] += s.tlb_flushes_local;
+            out[2] += s.shootdown_ipis_sent;
+            out[3] += s.ipis_received;
+        }
+    }
+    out
+}
+
 fn measure_dup_close() {
     for ncore in [1, ncores()] {
         DUP_GO.store(0, Ordering::SeqCst);
         let ts: Vec<_> = (0..ncore).filter(|&c| c != me()).filter_map(|c| thread::spawn(c, dup_close_loop, 0).ok()).collect();
         libos::time::spin_ms(20);
+        let s0 = core_counters(ncore);
         DUP_GO.store(1, Ordering::SeqCst);
         let mut per = Vec::new();
         per.push(dup_close_loop(0));
         for t in ts {
             per.push(t.join().unwrap_or(u64::MAX));
         }
+        let s1 = core_counters(ncore);
         let worst = per.iter().copied().max().unwrap_or(1).max(1);
         let ops = DUP_ITERS * 1_000_000_000 / worst;
-        println!("ltest: measure fd_dup_close_private cores={ncore} per_core_ops_per_s={ops} (slowest core; dup+close pairs)");
+        // What the kernel did meanwhile, per pair (includes the thread start-up and join).
+        let pairs = DUP_ITERS * ncore;
+        let d: Vec<u64> = (0..4).map(|i| s1[i] - s0[i]).collect();
+        println!(
+            "ltest: measure fd_dup_close_private cores={ncore} per_core_ops_per_s={ops} (slowest core; dup+close pairs) syscalls_per_pair={}.{:02} tlb_flushes={} shootdown_ipis={} ipis_received={}",
+            d[0] / pairs,
+            d[0] * 100 / pairs % 100,
+            d[1],
+            d[2],
+            d[3]
+        );
         if ncore == ncores() {
             break;
         }
