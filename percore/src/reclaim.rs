@@ -210,6 +210,24 @@ impl Domain {
         Ok(list.len())
     }
 
+    /// Like [`Domain::try_retire_raw_on`], but never allocates: it retires only if core
+    /// `core`'s list already has room (see [`Domain::reserve_on`]), and otherwise returns
+    /// `Err(())` having done nothing. A kernel that counts its memory exactly keeps its lists
+    /// at their boot size this way.
+    ///
+    /// # Safety
+    /// As for [`Domain::try_retire_raw_on`].
+    pub unsafe fn try_retire_raw_in_room_on(&self, core: usize, ptr: *mut (), free: unsafe fn(*mut ())) -> Result<usize, ()> {
+        fence(Ordering::SeqCst);
+        let mut list = self.cores.on(core).deferred.lock_irqsave();
+        if list.len() == list.capacity() {
+            return Err(());
+        }
+        let stamp = self.token.load(Ordering::SeqCst);
+        list.push(Retired { stamp, ptr, free });
+        Ok(list.len())
+    }
+
     /// Free what the calling core retired and the token has since cleared. Returns how many
     /// objects were freed.
     pub fn collect(&self) -> usize {

@@ -587,4 +587,29 @@ fn raw_retire_waits_for_older_operations() {
     assert_eq!(d.collect_on(0), 3);
     assert_eq!(FREED.load(Ordering::SeqCst), 3);
     assert_eq!(d.pending_on(0), 0);
+    // Within the room made up front only: the list never grows.
+    let d = percore::Domain::with_cores(1);
+    d.reserve_on(0, 2).expect("room");
+    let mut kept = Vec::new();
+    loop {
+        let p = Box::into_raw(Box::new(7u64)) as *mut ();
+        // SAFETY: as above.
+        match unsafe { d.try_retire_raw_in_room_on(0, p, count_free) } {
+            Ok(_) => {}
+            Err(()) => {
+                kept.push(p);
+                break;
+            }
+        }
+        assert!(d.pending_on(0) <= 64, "the list grew past its room");
+    }
+    assert!(d.pending_on(0) >= 2, "the reserved room was used");
+    d.synchronize();
+    let before = FREED.load(Ordering::SeqCst);
+    let n = d.collect_on(0);
+    assert_eq!(FREED.load(Ordering::SeqCst), before + n);
+    for p in kept {
+        // SAFETY: refused above, so still ours; a Box<u64>.
+        unsafe { count_free(p) };
+    }
 }

@@ -180,14 +180,15 @@ static RECLAIM: AtomicPtr<Domain> = AtomicPtr::new(ptr::null_mut());
 /// Items a core lets pile up on its deferred list before it drives the token itself.
 const COLLECT_BATCH: usize = 32;
 
-/// Deferred-list room made per core at boot: a core collects every `COLLECT_BATCH` retires,
-/// so its list seldom grows past this.
+/// Deferred-list room made per core at boot (the lists never grow past it): a core collects
+/// every `COLLECT_BATCH` retires, so it seldom finds its list full.
 const BOOT_LIST_ROOM: usize = 4 * COLLECT_BATCH;
 
 pub fn init_reclaim(cores: usize) {
     let d = alloc::boxed::Box::new(Domain::with_cores(cores));
     for core in 0..cores {
-        // Boot-time memory; a list that could not get it grows when used instead.
+        // Boot-time memory; a list that could not get it makes every remover wait for a grace
+        // period instead (correct, only slower).
         let _ = d.reserve_on(core, BOOT_LIST_ROOM);
     }
     RECLAIM.store(alloc::boxed::Box::into_raw(d), Ordering::Release);
@@ -203,9 +204,10 @@ fn this_core() -> usize {
     crate::percpu::this().index
 }
 
-/// Free `p` with `free` once no lookup can still see it. If the deferred list cannot grow,
-/// wait for a grace period here instead. Every `COLLECT_BATCH` retires the core drives the
-/// token and frees what is ready. The caller holds no lock and no reclamation operation.
+/// Free `p` with `free` once no lookup can still see it. If the deferred list is full (it
+/// keeps the room it got at boot), wait for a grace period here instead. Every
+/// `COLLECT_BATCH` retires the core drives the token and frees what is ready. The caller
+/// holds no lock and no reclamation operation.
 ///
 /// # Safety
 /// As for `Domain::try_retire_raw_on`: `p` is unlinked and `free(p)` is sound once.
@@ -216,8 +218,15 @@ unsafe fn retire(p: *mut (), free: unsafe fn(*mut ())) {
         return;
     };
     let me = this_core();
+    // The list never grows past the room it got at boot (the kernel's memory counts stay
+    // exact): when it is full, free what is ready and try once more, else wait here.
     // SAFETY: forwarded from the caller.
-    match unsafe { d.try_retire_raw_on(me, p, free) } {
+    let retired = unsafe { d.try_retire_raw_in_room_on(me, p, free) }.or_else(|()| {
+        drive(d, me);
+        // SAFETY: as above; the first attempt retired nothing.
+        unsafe { d.try_retire_raw_in_room_on(me, p, free) }
+    });
+    match retired {
         Ok(pending) if pending % COLLECT_BATCH == 0 => drive(d, me),
         Ok(_) => {}
         Err(()) => {
