@@ -134,7 +134,8 @@ pub mod nr {
     /// pcore's core. Requests not yet taken stay in the ring (the ring's status becomes
     /// `RING_DETACHED`, so waiters cancel them and get an error); a request the kernel core is
     /// running completes. `NotFound` if the device is not attached to that core;
-    /// `NotPermitted` as for `pcore_add_device`.
+    /// `Unsupported` for a device that is not a syscall ring; `NotPermitted` as for
+    /// `pcore_add_device`.
     pub const PCORE_DEL_DEVICE: u64 = 48;
 
     /// `device_alloc(share, hwid, memid) -> device id`. For the syscall pseudo-device

@@ -175,7 +175,7 @@ const NAME_ERRS: u32 = bit(Error::NameTooLong);
 const BUF_ERRS: u32 = bit(Error::BufferTooSmall);
 const MAP_ERRS: u32 = bit(Error::Misaligned) | bit(Error::Overlap) | bit(Error::Busy);
 
-const CALLS: [CallInfo; 40] = [
+const CALLS: [CallInfo; 42] = [
     CallInfo { nr: nr::OBJ_GET_NAME, name: "obj_get_name", extra: BUF_ERRS, names_objects: true },
     CallInfo { nr: nr::OBJ_STAT, name: "obj_stat", extra: 0, names_objects: true },
     CallInfo { nr: nr::SHARE_ALLOC, name: "share_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
@@ -210,6 +210,13 @@ const CALLS: [CallInfo; 40] = [
     CallInfo { nr: nr::DEVICE_STAT, name: "device_stat", extra: 0, names_objects: true },
     CallInfo { nr: nr::DEVICE_CONF, name: "device_conf", extra: bit(Error::Unsupported), names_objects: true },
     CallInfo { nr: nr::DEVICE_BUF, name: "device_buf", extra: bit(Error::Unsupported) | bit(Error::OutOfRange), names_objects: true },
+    CallInfo {
+        nr: nr::PCORE_ADD_DEVICE,
+        name: "pcore_add_device",
+        extra: bit(Error::Unsupported) | bit(Error::Busy) | bit(Error::NoSuchCore),
+        names_objects: true,
+    },
+    CallInfo { nr: nr::PCORE_DEL_DEVICE, name: "pcore_del_device", extra: bit(Error::NotFound) | bit(Error::Unsupported), names_objects: true },
     CallInfo { nr: nr::LOCALITY_GET, name: "locality_get", extra: BUF_ERRS | bit(Error::NoSuchCore), names_objects: false },
     CallInfo { nr: nr::CONSOLE_WRITE, name: "console_write", extra: 0, names_objects: false },
     CallInfo { nr: nr::CONSOLE_READ, name: "console_read", extra: 0, names_objects: false },
@@ -703,8 +710,10 @@ impl Fuzz {
             760..=769 => call_index(nr::PCORE_STAT),
             770..=779 => call_index(nr::PCORE_SET_ROLE),
             780..=794 => call_index(nr::DEVICE_ALLOC),
-            795..=804 => call_index(nr::DEVICE_LIST),
-            805..=814 => call_index(nr::DEVICE_STAT),
+            795..=799 => call_index(nr::DEVICE_LIST),
+            800..=804 => call_index(nr::PCORE_ADD_DEVICE),
+            805..=809 => call_index(nr::DEVICE_STAT),
+            810..=814 => call_index(nr::PCORE_DEL_DEVICE),
             815..=824 => call_index(nr::DEVICE_CONF),
             825..=839 => call_index(nr::DEVICE_BUF),
             840..=849 => call_index(nr::LOCALITY_GET),
@@ -928,8 +937,28 @@ impl Fuzz {
                 a = [p.share, p.object, role, 0, 0, 0];
             }
             nr::DEVICE_ALLOC => {
-                let hwid = if self.rng.pct(70) { ctl().console_hwid.load(Ordering::Relaxed) } else { self.random_id() };
-                a = [self.share(), hwid, self.memid(), 0, 0, 0];
+                if self.rng.pct(30) {
+                    // A syscall ring over one of our segments (too small, shared copy-on-write,
+                    // or not a segment at all, as it comes), with good and bad slot counts.
+                    let seg = self.obj(is_seg);
+                    let slots = match self.rng.below(6) {
+                        0 => 0,
+                        1 => abi::MAX_RING_SLOTS + 1 + self.rng.below(8),
+                        2 => u64::MAX - self.rng.below(4),
+                        _ => 1 + self.rng.below(64),
+                    };
+                    a = [self.share(), abi::HWID_SYSCALL_RING, self.memid(), seg.share, seg.object, slots];
+                } else {
+                    let hwid = if self.rng.pct(70) { ctl().console_hwid.load(Ordering::Relaxed) } else { self.random_id() };
+                    a = [self.share(), hwid, self.memid(), 0, 0, 0];
+                }
+            }
+            nr::PCORE_ADD_DEVICE | nr::PCORE_DEL_DEVICE => {
+                // Rings (and the console, which is refused) to our own core, to pcores we made,
+                // or to any name; another core's pcore must be refused.
+                let p = if self.rng.pct(40) { self.pcore } else { self.obj(is_pcore) };
+                let d = self.obj(is_dev);
+                a = [p.share, p.object, d.share, d.object, 0, 0];
             }
             nr::DEVICE_LIST => {
                 let cap = if self.rng.pct(80) { self.rng.below(4) } else { self.len() };
