@@ -890,30 +890,12 @@ const TESTS: &[Test] = &[
 
 fn main(args: &'static str) -> u64 {
     println!("isolation: {} cores, {} cases", cores(), TESTS.len());
-    let (mut passed, mut failed) = (0u64, 0u64);
+    let mut tally = Tally::default();
     for &(name, f) in TESTS {
-        if !args.split_whitespace().all(|w| w.starts_with('-')) && !args.split_whitespace().any(|w| name.contains(w)) {
+        if !selected(args, name) {
             continue;
         }
-        match f() {
-            Ok(Pass::Ok) => {
-                passed += 1;
-                println!("utest {name} ... ok");
-            }
-            Ok(Pass::Skipped(why)) => {
-                passed += 1;
-                println!("utest {name} ... ok (skipped: {why})");
-            }
-            Err(m) => {
-                failed += 1;
-                println!("utest {name} ... FAILED: {}", m.as_str());
-            }
-        }
+        tally.record(name, f());
     }
-    println!("utest: done {passed} passed, {failed} failed");
-    if failed == 0 {
-        0
-    } else {
-        1
-    }
+    tally.finish()
 }

@@ -508,27 +508,9 @@ fn main(_args: &'static str) -> u64 {
         ("tc_thread_on_own_tc", t_thread_on_own_tc),
         ("tc_bad_input", t_bad_input),
     ];
-    let (mut passed, mut failed) = (0, 0);
+    let mut tally = Tally::default();
     for (name, f) in tests {
-        match f() {
-            Ok(Pass::Ok) => {
-                passed += 1;
-                println!("utest {name} ... ok");
-            }
-            Ok(Pass::Skipped(why)) => {
-                passed += 1;
-                println!("utest {name} ... ok (skipped: {why})");
-            }
-            Err(m) => {
-                failed += 1;
-                println!("utest {name} ... FAILED: {}", m.as_str());
-            }
-        }
+        tally.record(name, f());
     }
-    println!("utest: done {passed} passed, {failed} failed");
-    if failed == 0 {
-        0
-    } else {
-        1
-    }
+    tally.finish()
 }

@@ -1285,34 +1285,16 @@ fn main(args: &'static str) -> u64 {
         drop(v);
     }
     let boot_free = free_pages();
-    let (mut passed, mut failed) = (0u64, 0u64);
+    let mut tally = Tally::default();
     for &(name, f) in TESTS {
-        if !args.split_whitespace().all(|w| w.starts_with('-')) && !args.split_whitespace().any(|w| name.contains(w)) {
+        if !selected(args, name) {
             continue;
         }
-        match run_one(f) {
-            Ok(Pass::Ok) => {
-                passed += 1;
-                println!("utest {name} ... ok");
-            }
-            Ok(Pass::Skipped(why)) => {
-                passed += 1;
-                println!("utest {name} ... ok (skipped: {why})");
-            }
-            Err(m) => {
-                failed += 1;
-                println!("utest {name} ... FAILED: {}", m.as_str());
-            }
-        }
+        tally.record(name, run_one(f));
     }
     let end_free = settled_free(boot_free);
     if end_free != boot_free {
         println!("utest: free pages {boot_free} before the tests, {end_free} after");
     }
-    println!("utest: done {passed} passed, {failed} failed");
-    if failed == 0 {
-        0
-    } else {
-        1
-    }
+    tally.finish()
 }

@@ -1,4 +1,4 @@
-//! Plumbing shared by the user-program test suites (utest, isolation): one-line failure
+//! Plumbing shared by the user-program test suites (utest, isolation, tctest): one-line failure
 //! messages formatted on the stack, the `ok!`/`err!`/`ensure!`/`fail!` macros, and small
 //! helpers. Included with `#[path]` and `#[macro_use]`; not every suite uses every item.
 #![allow(dead_code)]
@@ -43,6 +43,46 @@ pub enum Pass {
 }
 
 pub type TestResult = Result<Pass, Msg>;
+
+/// Passed and failed tests, reported in the `utest NAME ... ok|FAILED` form that
+/// `cargo xtask test` parses.
+#[derive(Default)]
+pub struct Tally {
+    pub passed: u64,
+    pub failed: u64,
+}
+
+impl Tally {
+    /// Print test `name`'s outcome and count it.
+    pub fn record(&mut self, name: &str, r: TestResult) {
+        match r {
+            Ok(Pass::Ok) => {
+                self.passed += 1;
+                libos::println!("utest {name} ... ok");
+            }
+            Ok(Pass::Skipped(why)) => {
+                self.passed += 1;
+                libos::println!("utest {name} ... ok (skipped: {why})");
+            }
+            Err(m) => {
+                self.failed += 1;
+                libos::println!("utest {name} ... FAILED: {}", m.as_str());
+            }
+        }
+    }
+
+    /// Print the closing line; the program's exit code (0 only if every test passed).
+    pub fn finish(&self) -> u64 {
+        libos::println!("utest: done {} passed, {} failed", self.passed, self.failed);
+        u64::from(self.failed != 0)
+    }
+}
+
+/// Whether `name` is selected by the program's arguments (words not starting with `-`; none
+/// selects every test).
+pub fn selected(args: &str, name: &str) -> bool {
+    args.split_whitespace().all(|w| w.starts_with('-')) || args.split_whitespace().any(|w| name.contains(w))
+}
 
 macro_rules! fail {
     ($($a:tt)*) => { return Err($crate::testkit::Msg::new(format_args!($($a)*))) };
