@@ -210,6 +210,19 @@ pub fn acting() -> &'static PerCpu {
     }
 }
 
+/// `acting().index` without the area lookup: the index of the core whose context this core's
+/// system calls act in (on the path of every share lookup, for the private-share check).
+#[inline]
+pub fn acting_index() -> usize {
+    let me = this();
+    let a = me.acting.load(Ordering::Acquire);
+    if a == crate::roles::NO_CORE {
+        me.index
+    } else {
+        a
+    }
+}
+
 /// Another core's area, if it exists.
 #[inline]
 pub fn get(index: usize) -> Option<&'static PerCpu> {

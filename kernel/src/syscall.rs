@@ -48,29 +48,48 @@ fn read_name(ptr: u64, len: u64) -> Result<([u8; MAX_NAME], usize), Error> {
 
 /// Run `f` on the share object `share_id`, if reachable from this core's share set: the root
 /// share, a share in the set, or a share held by one of those. No allocation and, for the
-/// direct cases, no reference-count traffic: this is on nearly every call's path.
+/// direct cases and a share held by the (private) root share, no reference-count traffic:
+/// this is on nearly every call's path.
 fn with_share<R>(share_id: u64, f: impl FnOnce(&ObjRef) -> Result<R, Error>) -> Result<R, Error> {
-    with_current(|c| {
-        if c.root_share.id == share_id {
-            return f(&c.root_share);
+    with_current(|c| with_share_in(c, share_id, f))?
+}
+
+/// `with_share` inside `with_current` (calls that name several objects look them all up in
+/// one visit to the context).
+fn with_share_in<R>(c: &Context, share_id: u64, f: impl FnOnce(&ObjRef) -> Result<R, Error>) -> Result<R, Error> {
+    if c.root_share.id == share_id {
+        return f(&c.root_share);
+    }
+    if let Some(s) = c.shares.iter().find(|s| s.id == share_id) {
+        return f(s);
+    }
+    // One level of nesting: a share held by the root share (the common case: shares are made
+    // in the root share), then by a share in the set. The root share is private, so its
+    // entry is lent to `f` without a reference of its own.
+    let root = c.root_share.as_share()?;
+    let mut f = Some(f);
+    if root.is_private() {
+        let lent = root.with_private_entry(share_id, |o| match o.as_share() {
+            Ok(_) => Some((f.take().expect("f runs once"))(o)),
+            Err(_) => None,
+        });
+        // Not held there (or not a share): try the shares in the set, as below.
+        if let Ok(Some(Some(r))) = lent {
+            return r;
         }
-        if let Some(s) = c.shares.iter().find(|s| s.id == share_id) {
-            return f(s);
-        }
-        // One level of nesting: a share held by the root share (the common case: shares are
-        // made in the root share), then by a share in the set.
-        let held = |holder: &ObjRef| holder.as_share().ok()?.get(share_id).ok().filter(|o| o.as_share().is_ok());
-        let mut nested = held(&c.root_share);
-        if nested.is_none() {
-            for s in c.shares.iter() {
-                nested = held(s);
-                if nested.is_some() {
-                    break;
-                }
+    }
+    let held = |holder: &ObjRef| holder.as_share().ok()?.get(share_id).ok().filter(|o| o.as_share().is_ok());
+    let mut nested = if root.is_private() { None } else { held(&c.root_share) };
+    if nested.is_none() {
+        for s in c.shares.iter() {
+            nested = held(s);
+            if nested.is_some() {
+                break;
             }
         }
-        f(&nested.ok_or(Error::ShareNotReachable)?)
-    })?
+    }
+    let f = f.take().ok_or(Error::ShareNotReachable)?;
+    f(&nested.ok_or(Error::ShareNotReachable)?)
 }
 
 fn reach_share(share_id: u64) -> Result<ObjRef, Error> {
@@ -174,19 +193,19 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
             if a[4] & !SHARE_PRIVATE != 0 {
                 return Err(Error::InvalidArgument);
             }
-            let sh = if a[4] & SHARE_PRIVATE != 0 { share::Share::new_private(caller()) } else { share::Share::new_shared()? };
+            let sh = if a[4] & SHARE_PRIVATE != 0 { share::Share::new_private(caller(), home) } else { share::Share::new_shared(home)? };
             insert_new(&parent, &name[..n], home, Kind::Share(sh))
         }
-        nr::SHARE_ADDOBJ => {
-            let o = lookup(a[1], a[2])?;
-            with_share(a[0], |dst| {
+        nr::SHARE_ADDOBJ => with_current(|c| {
+            let o = with_share_in(c, a[1], |s| s.as_share()?.get(a[2]))?;
+            with_share_in(c, a[0], |dst| {
                 if o.as_share().is_ok() && contains_share(&o, dst, 8) {
                     return Err(Error::InvalidArgument);
                 }
                 dst.as_share()?.insert(o)
             })?;
             Ok(0)
-        }
+        })?,
         nr::SHARE_DELOBJ => {
             // The entry is dropped after the share lookup ends (its last reference may free
             // the object, which takes other locks).

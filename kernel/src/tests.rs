@@ -377,9 +377,19 @@ fn object_metadata_comes_from_the_memid_node() {
         if frame::node_stats(node).0 < 1024 {
             continue;
         }
-        let obj = KObject::create(b"ktest-meta", c.index as u32, Kind::Share(Share::new_private(0))).map_err(|e| alloc::format!("create: {e:?}"))?;
-        let pa = crate::mm::virt_to_phys(&*obj as *const KObject as u64);
-        kassert!(frame::node_of(pa) == Some(node), "memid core {} (node {node}): metadata on node {:?}", c.index, frame::node_of(pa));
+        let home = c.index as u32;
+        let me = percpu::this().index;
+        let obj = KObject::create(b"ktest-meta", home, Kind::Share(Share::new_private(me, home))).map_err(|e| alloc::format!("create: {e:?}"))?;
+        let seg = crate::kobj::segment::Segment::new(64 * crate::mm::PAGE_SIZE, home).map_err(|e| alloc::format!("segment: {e:?}"))?;
+        let seg = KObject::create(b"ktest-meta-seg", home, Kind::Segment(seg)).map_err(|e| alloc::format!("create: {e:?}"))?;
+        obj.as_share().map_err(|e| alloc::format!("{e:?}"))?.insert(seg.clone()).map_err(|e| alloc::format!("insert: {e:?}"))?;
+        let table = obj.as_share().map_err(|e| alloc::format!("{e:?}"))?.table_addrs().ok_or("no table after an insert")?;
+        let pages = seg.as_segment().map_err(|e| alloc::format!("{e:?}"))?.page_list_addr();
+        for (what, va) in [("object", &*obj as *const KObject as u64), ("share table", table[0]), ("share slots", table[1]), ("segment page list", pages)] {
+            let at = frame::node_of(crate::mm::virt_to_phys(va));
+            kassert!(at == Some(node), "memid core {} (node {node}): {what} on node {at:?}", c.index);
+        }
+        drop(seg);
         drop(obj);
         // Raw node-placed allocations of every size class, freed from this core.
         for size in [24usize, 200, 1000, 2048, 5000] {

@@ -66,6 +66,11 @@ pub fn check_name(name: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
+/// The NUMA node of core `core` (0 for a core that does not exist).
+pub fn node_of_core(core: u32) -> usize {
+    crate::percpu::get(core as usize).map_or(0, |c| c.node as usize)
+}
+
 /// Resolve `memid` to a core index.
 pub fn memid_core(memid: u64) -> Result<u32, Error> {
     if memid == abi::MEMID_SELF {
@@ -85,7 +90,7 @@ impl KObject {
         n[..name.len()].copy_from_slice(name);
         let obj = KObject { id: new_id(), name: n, name_len: name.len() as u8, home_core, kind };
         // The metadata itself comes from the memory of `memid`'s node, like the pages.
-        let node = crate::percpu::get(home_core as usize).map_or(0, |c| c.node as usize);
+        let node = node_of_core(home_core);
         let r = KRef::try_new_on_node(obj, node).map_err(|_| Error::NoMemory)?;
         IDS[percore::cpu_id()].live.fetch_add(1, Ordering::Relaxed);
         Ok(r)

@@ -10,6 +10,7 @@ use alloc::vec::Vec;
 use super::kref::{KRef, KWeak};
 use super::{try_push, KObject, ObjRef};
 use crate::mm::{frame, phys_to_virt, PAGE_SIZE};
+use crate::mm::nodevec::NodeVec;
 use abi::Error;
 use percore::TicketLock;
 
@@ -39,7 +40,8 @@ pub struct SegMap {
 
 pub struct SegInner {
     nbytes: u64,
-    pages: Vec<Option<KRef<Frame>>>,
+    /// From the memory of `memid`'s node, like the pages (`NodeVec`).
+    pages: NodeVec<Option<KRef<Frame>>>,
     pub maps: Vec<SegMap>,
 }
 
@@ -57,7 +59,7 @@ fn zeroed_page(home: u32) -> Result<KRef<Frame>, Error> {
     let pa = frame::alloc_page_for_core(home as usize).ok_or(Error::NoMemory)?;
     // SAFETY: a page we just allocated, mapped in the physical window.
     unsafe { core::ptr::write_bytes(phys_to_virt(pa) as *mut u8, 0, PAGE_SIZE as usize) };
-    KRef::try_new(Frame { pa }).map_err(|f| {
+    KRef::try_new_on_node(Frame { pa }, super::node_of_core(home)).map_err(|f| {
         drop(f);
         Error::NoMemory
     })
@@ -69,17 +71,15 @@ fn copy_of(src: &Frame, home: u32) -> Result<KRef<Frame>, Error> {
     unsafe {
         core::ptr::copy_nonoverlapping(phys_to_virt(src.pa) as *const u8, phys_to_virt(pa) as *mut u8, PAGE_SIZE as usize)
     };
-    KRef::try_new(Frame { pa }).map_err(|f| {
+    KRef::try_new_on_node(Frame { pa }, super::node_of_core(home)).map_err(|f| {
         drop(f);
         Error::NoMemory
     })
 }
 
-fn page_vec(n: u64) -> Result<Vec<Option<KRef<Frame>>>, Error> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n as usize).map_err(|_| Error::NoMemory)?;
-    v.resize_with(n as usize, || None);
-    Ok(v)
+/// `n` absent pages, the list in the memory of core `home`'s node.
+fn page_vec(n: u64, home: u32) -> Result<NodeVec<Option<KRef<Frame>>>, Error> {
+    NodeVec::try_from_fn(n as usize, super::node_of_core(home), |_| None).map_err(|_| Error::NoMemory)
 }
 
 impl Segment {
@@ -87,7 +87,7 @@ impl Segment {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(Error::OutOfRange);
         }
-        Ok(Segment { node_core, inner: TicketLock::new(SegInner { nbytes, pages: page_vec(pages_for(nbytes))?, maps: Vec::new() }) })
+        Ok(Segment { node_core, inner: TicketLock::new(SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, maps: Vec::new() }) })
     }
 
     pub fn nbytes(&self) -> u64 {
@@ -192,7 +192,7 @@ impl Segment {
     /// can write-protect those mappings outside this segment's lock).
     pub fn duplicate(&self, cow: bool, node_core: u32) -> Result<(Segment, Vec<(KWeak<KObject>, u64, u64)>), Error> {
         let g = self.inner.lock();
-        let mut pages = page_vec(g.pages.len() as u64)?;
+        let mut pages = page_vec(g.pages.len() as u64, node_core)?;
         for (i, p) in g.pages.iter().enumerate() {
             if let Some(f) = p {
                 pages[i] = Some(if cow { f.clone() } else { copy_of(f, node_core)? });
@@ -244,6 +244,11 @@ impl Segment {
         // every access through the view is atomic (user mode writes it concurrently).
         let words = unsafe { &*(phys_to_virt(f_ref.pa) as *const [core::sync::atomic::AtomicU64; 512]) };
         Ok(f(words))
+    }
+
+    /// Where the page list is (for the test that it is on `memid`'s node).
+    pub fn page_list_addr(&self) -> u64 {
+        self.inner.lock().pages.as_ptr() as u64
     }
 
     pub fn resident_pages(&self) -> usize {

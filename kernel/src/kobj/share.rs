@@ -22,6 +22,7 @@ use core::ptr;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use super::kref::KRef;
+use crate::mm::nodevec::NodeVec;
 use super::{KObject, ObjRef};
 use abi::Error;
 use percore::{Domain, TicketLock};
@@ -46,19 +47,19 @@ struct Slot {
 }
 
 /// The slots, a power of two of them. Never changed in size: a full table is replaced.
+/// The table and its slots come from the memory of the share's `memid` node.
 struct Table {
     shift: u32,
-    slots: Vec<Slot>,
+    slots: NodeVec<Slot>,
 }
 
 impl Table {
-    fn try_new(n: usize) -> Result<*mut Table, Error> {
+    fn try_new(n: usize, node: usize) -> Result<*mut Table, Error> {
         debug_assert!(n.is_power_of_two() && n >= MIN_SLOTS);
-        let mut slots = Vec::new();
-        slots.try_reserve_exact(n).map_err(|_| Error::NoMemory)?;
-        slots.extend((0..n).map(|_| Slot { id: AtomicU64::new(EMPTY), obj: AtomicPtr::new(ptr::null_mut()) }));
+        let slots = NodeVec::try_from_fn(n, node, |_| Slot { id: AtomicU64::new(EMPTY), obj: AtomicPtr::new(ptr::null_mut()) })
+            .map_err(|_| Error::NoMemory)?;
         let table = Table { shift: 64 - n.trailing_zeros(), slots };
-        try_box(table)
+        try_box_on(table, node)
     }
 
     #[inline]
@@ -66,41 +67,47 @@ impl Table {
         (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
-    /// The entry for `id`, as a new reference. The caller keeps the table and its objects
-    /// alive (private: only the caller changes it; shared: inside a reclamation operation).
+    /// The raw reference in `id`'s slot, if the slot holds `id`. The caller keeps the table
+    /// and its objects alive (private: only the caller changes it; shared: inside a
+    /// reclamation operation). The table is never more than half used, so a probe sequence
+    /// always ends at an empty slot; the bound only guards against a broken invariant.
     #[inline]
-    fn get(&self, id: u64) -> Option<ObjRef> {
+    fn find_raw(&self, id: u64) -> Option<*mut ()> {
         let mask = self.slots.len() - 1;
         let mut i = self.home(id);
         for _ in 0..self.slots.len() {
             let slot = &self.slots[i & mask];
             let k = slot.id.load(Ordering::Acquire);
-            if k == EMPTY {
-                return None;
-            }
             if k == id {
                 let p = slot.obj.load(Ordering::Acquire);
-                if p.is_null() {
-                    return None; // being removed
-                }
+                // Null: being removed. A different id: the slot was emptied and reused after
+                // our id load (ids name one object for ever).
                 // SAFETY: p was stored from `KRef::<KObject>::into_raw`; the table's reference
                 // (or, once removed from a shared share, its retired reference) lives until
                 // the caller's operation ends.
-                if unsafe { KRef::<KObject>::raw_value(p) }.id != id {
-                    return None; // the slot was emptied and reused after our id load
-                }
-                // SAFETY: as above; the count is at least one while we run.
-                return Some(unsafe { KRef::clone_raw(p) });
+                return (!p.is_null() && unsafe { KRef::<KObject>::raw_value(p) }.id == id).then_some(p);
+            }
+            if k == EMPTY {
+                return None;
             }
             i += 1;
         }
         None
     }
 
+    /// The entry for `id`, as a new reference (same rules as `find_raw`).
+    #[inline]
+    fn get(&self, id: u64) -> Option<ObjRef> {
+        // SAFETY: `find_raw` found a live reference the caller keeps alive while this runs, so
+        // the count is at least one.
+        self.find_raw(id).map(|p| unsafe { KRef::clone_raw(p) })
+    }
+
     /// Writer side: `Ok(index)` of `id`'s slot, or `Err(index)` of the slot a new `id` goes
     /// into (the first tombstone on its probe path, else the empty slot that ends it). The
     /// caller has checked that `id` is a possible object id (`is_object_id`): the two marker
     /// values would match marker slots.
+    #[inline]
     fn find(&self, id: u64) -> Result<usize, usize> {
         debug_assert!(is_object_id(id));
         let mask = self.slots.len() - 1;
@@ -133,8 +140,12 @@ impl Table {
 
     /// Writer side: empty slot `i` and return its reference.
     fn empty(&self, i: usize) -> *mut () {
+        // Writers are serialised (the owner core, or the writer lock), so a load and a store
+        // do: no locked read-modify-write on the call path.
+        let p = self.slots[i].obj.load(Ordering::Relaxed);
         self.slots[i].id.store(TOMBSTONE, Ordering::Release);
-        self.slots[i].obj.swap(ptr::null_mut(), Ordering::AcqRel)
+        self.slots[i].obj.store(ptr::null_mut(), Ordering::Release);
+        p
     }
 
     fn live(&self) -> impl Iterator<Item = (u64, *mut ())> + '_ {
@@ -146,11 +157,19 @@ impl Table {
     }
 }
 
-/// `Box::new` without aborting when memory runs out.
-fn try_box<T>(value: T) -> Result<*mut T, Error> {
-    let p = crate::mm::heap::try_alloc(core::alloc::Layout::new::<T>()).ok_or(Error::NoMemory)? as *mut T;
-    // SAFETY: a fresh allocation with T's layout from the global heap, so `Box::from_raw`
-    // may free it later.
+/// Change a writer-side count. Writers are serialised (the owner core, or the writer lock),
+/// so this is a load and a store, not a locked read-modify-write; readers only load it.
+#[inline]
+fn bump(count: &AtomicUsize, by: isize) {
+    count.store(count.load(Ordering::Relaxed).wrapping_add_signed(by), Ordering::Relaxed);
+}
+
+/// `Box::new` without aborting when memory runs out, with the memory from NUMA node `node`.
+fn try_box_on<T>(value: T, node: usize) -> Result<*mut T, Error> {
+    let p = crate::mm::heap::try_alloc_on_node(core::alloc::Layout::new::<T>(), node).ok_or(Error::NoMemory)? as *mut T;
+    // SAFETY: a fresh allocation with T's layout from the kernel heap (whose `free`, behind
+    // the global allocator's `dealloc`, takes memory of any node), so `Box::from_raw` may
+    // free it later.
     unsafe { p.write(value) };
     Ok(p)
 }
@@ -271,6 +290,8 @@ pub fn reclaim_all() {
 pub struct Share {
     /// The owning core of a private share; `None` for a shared one.
     owner: Option<usize>,
+    /// The NUMA node its table comes from (`memid`'s).
+    node: usize,
     /// Null until the first entry.
     table: AtomicPtr<Table>,
     /// Writer-side counts: entries, and entries plus tombstones.
@@ -278,27 +299,33 @@ pub struct Share {
     used: AtomicUsize,
     /// Serialises changes to a shared share (unused for private ones).
     writer: TicketLock<()>,
+    /// Private shares: the id whose entry `with_private_entry` has lent out without a
+    /// reference of its own (0: none). Removing it meanwhile is refused.
+    lent: AtomicU64,
 }
 
 impl Share {
-    pub fn new_private(owner: usize) -> Share {
-        Share::empty(Some(owner))
+    /// A private share of core `owner` whose table comes from core `home`'s node.
+    pub fn new_private(owner: usize, home: u32) -> Share {
+        Share::empty(Some(owner), home)
     }
 
-    fn empty(owner: Option<usize>) -> Share {
+    fn empty(owner: Option<usize>, home: u32) -> Share {
         Share {
             owner,
+            node: super::node_of_core(home),
             table: AtomicPtr::new(ptr::null_mut()),
             live: AtomicUsize::new(0),
             used: AtomicUsize::new(0),
             writer: TicketLock::new(()),
+            lent: AtomicU64::new(EMPTY),
         }
     }
 
     /// A private share for `owner` holding `objs` from the start (a new context's root share,
     /// built by the core that starts the context).
     pub fn new_private_with(owner: usize, objs: Vec<ObjRef>) -> Result<Share, Error> {
-        let s = Share::empty(Some(owner));
+        let s = Share::empty(Some(owner), owner as u32);
         // A program's root share holds tens of objects: size it for that from the start, so
         // the program's memory use does not step while it runs.
         s.reserve(objs.len().max(ROOT_ENTRIES))?;
@@ -309,8 +336,9 @@ impl Share {
         Ok(s)
     }
 
-    pub fn new_shared() -> Result<Share, Error> {
-        Ok(Share::empty(None))
+    /// A shared share whose table comes from core `home`'s node.
+    pub fn new_shared(home: u32) -> Result<Share, Error> {
+        Ok(Share::empty(None, home))
     }
 
     pub fn is_private(&self) -> bool {
@@ -321,11 +349,12 @@ impl Share {
     #[inline]
     fn check_owner(&self) -> Result<(), Error> {
         match self.owner {
-            Some(o) if o != crate::percpu::acting().index => Err(Error::NotPermitted),
+            Some(o) if o != crate::percpu::acting_index() => Err(Error::NotPermitted),
             _ => Ok(()),
         }
     }
 
+    #[inline]
     fn table(&self) -> Option<&Table> {
         let p = self.table.load(Ordering::Acquire);
         // SAFETY: a published table stays allocated while the owner (private) cannot replace
@@ -334,21 +363,61 @@ impl Share {
         (!p.is_null()).then(|| unsafe { &*p })
     }
 
+    #[inline]
     pub fn get(&self, id: u64) -> Result<ObjRef, Error> {
         self.check_owner()?;
         if !is_object_id(id) {
             return Err(Error::NoSuchObject);
         }
-        let found = match (self.owner, reclaim()) {
-            (None, Some(d)) => {
-                let _op = d.enter_on(this_core());
-                self.table().and_then(|t| t.get(id))
+        let found = if self.owner.is_some() {
+            self.table().and_then(|t| t.get(id))
+        } else {
+            match reclaim() {
+                Some(d) => {
+                    let _op = d.enter_on(this_core());
+                    self.table().and_then(|t| t.get(id))
+                }
+                None => self.table().and_then(|t| t.get(id)),
             }
-            _ => self.table().and_then(|t| t.get(id)),
         };
         found.ok_or(Error::NoSuchObject)
     }
 
+    /// A private share's owner runs `f` on the entry for `id` without taking a reference:
+    /// how a system call reaches a share held by the root share (nearly every call that names
+    /// one), without the count traffic of a new reference. The entry stays alive because
+    /// only the owner core changes a private share, and while `f` runs this share refuses to
+    /// remove `id` (`Busy`), so the table's reference outlives `f`. `None` if `id` is not
+    /// here; `WrongType` for a shared share (use `get`).
+    #[inline]
+    pub fn with_private_entry<R>(&self, id: u64, f: impl FnOnce(&ObjRef) -> R) -> Result<Option<R>, Error> {
+        if self.owner.is_none() {
+            return Err(Error::WrongType);
+        }
+        self.check_owner()?;
+        if !is_object_id(id) {
+            return Ok(None);
+        }
+        let Some(p) = self.table().and_then(|t| t.find_raw(id)) else { return Ok(None) };
+        if self.lent.load(Ordering::Relaxed) != EMPTY {
+            // Already lending one entry further up the call: this one gets a reference of its
+            // own (one lent id at a time keeps the check in `remove` a single compare).
+            // SAFETY: the table's reference keeps the count at least one while this runs.
+            let own = unsafe { KRef::<KObject>::clone_raw(p) };
+            return Ok(Some(f(&own)));
+        }
+        // SAFETY: `p` is the table's reference, which this share keeps while `f` runs: only
+        // the owner, this core, changes a private share, and `remove` refuses `id` until
+        // `lent` is cleared below. The borrowed `KRef` is never dropped (ManuallyDrop), so
+        // the count is untouched.
+        let borrowed = core::mem::ManuallyDrop::new(unsafe { KRef::<KObject>::from_raw(p) });
+        self.lent.store(id, Ordering::Relaxed);
+        let r = f(&borrowed);
+        self.lent.store(EMPTY, Ordering::Relaxed);
+        Ok(Some(r))
+    }
+
+    #[inline]
     pub fn insert(&self, obj: ObjRef) -> Result<(), Error> {
         self.check_owner()?;
         let r = {
@@ -361,22 +430,30 @@ impl Share {
 
     /// Room for `extra` more entries, with entries plus tombstones at most half the slots:
     /// short probe sequences matter more here than memory.
+    #[inline]
     fn has_room(&self, extra: usize) -> bool {
         let used = self.used.load(Ordering::Relaxed);
         self.table().is_some_and(|t| (used + extra) * 2 <= t.slots.len())
     }
 
     /// Make room for `extra` more entries.
+    #[inline]
     fn reserve(&self, extra: usize) -> Result<(), Error> {
         if self.has_room(extra) {
             return Ok(());
         }
+        self.rebuild(extra)
+    }
+
+    /// Replace the table by a bigger one with room for `extra` more entries.
+    #[cold]
+    fn rebuild(&self, extra: usize) -> Result<(), Error> {
         // Rebuild at four times the live entries (which also clears the tombstones), and
         // never smaller than before: like a vector's capacity, a share's memory follows its
         // peak size, so it does not come and go with tombstones.
         let cap = self.table().map_or(0, |t| t.slots.len());
         let want = ((self.live.load(Ordering::Relaxed) + extra) * 4).next_power_of_two().max(MIN_SLOTS).max(cap);
-        let fresh_ptr = Table::try_new(want)?;
+        let fresh_ptr = Table::try_new(want, self.node)?;
         // SAFETY: just allocated, not yet published.
         let fresh = unsafe { &*fresh_ptr };
         let mut n = 0;
@@ -404,6 +481,7 @@ impl Share {
 
     /// The insert itself; the caller is the owner core or holds the writer lock. A refused
     /// reference comes back for the caller to drop.
+    #[inline]
     fn insert_locked(&self, obj: ObjRef) -> Result<(), (Error, ObjRef)> {
         if !is_object_id(obj.id) {
             return Err((Error::InvalidArgument, obj)); // never made by KObject::create
@@ -416,26 +494,30 @@ impl Share {
         let Some(t) = self.table() else { return Err((Error::NoMemory, obj)) };
         let Err(i) = t.find(obj.id) else { return Err((Error::AlreadyExists, obj)) };
         if t.slots[i].id.load(Ordering::Relaxed) == EMPTY {
-            self.used.fetch_add(1, Ordering::Relaxed);
+            bump(&self.used, 1);
         }
         t.fill(i, obj.id, KRef::into_raw(obj));
-        self.live.fetch_add(1, Ordering::Relaxed);
+        bump(&self.live, 1);
         Ok(())
     }
 
     /// Remove an entry. From a private share the reference comes back for the caller to drop
     /// (outside any lock: dropping the last reference frees the object, which may take other
     /// locks); from a shared share it is retired and dropped after a grace period.
+    #[inline]
     pub fn remove(&self, id: u64) -> Result<Option<ObjRef>, Error> {
         self.check_owner()?;
         if !is_object_id(id) {
             return Err(Error::NoSuchObject);
         }
         if self.owner.is_some() {
+            if self.lent.load(Ordering::Relaxed) == id {
+                return Err(Error::Busy); // in use by `with_private_entry` further up the call
+            }
             let t = self.table().ok_or(Error::NoSuchObject)?;
             let i = t.find(id).map_err(|_| Error::NoSuchObject)?;
             let p = t.empty(i);
-            self.live.fetch_sub(1, Ordering::Relaxed);
+            bump(&self.live, -1);
             // SAFETY: the slot held this reference; it left the table just now.
             return Ok(Some(unsafe { KRef::from_raw(p) }));
         }
@@ -444,7 +526,7 @@ impl Share {
             let t = self.table().ok_or(Error::NoSuchObject)?;
             let i = t.find(id).map_err(|_| Error::NoSuchObject)?;
             let p = t.empty(i);
-            self.live.fetch_sub(1, Ordering::Relaxed);
+            bump(&self.live, -1);
             p
         };
         // SAFETY: unlinked above; lookups that saw it end before the retired reference drops.
@@ -474,6 +556,11 @@ impl Share {
             }
             _ => collect(self.table()),
         }
+    }
+
+    /// Where the table and its slots are (for the test that they are on `memid`'s node).
+    pub fn table_addrs(&self) -> Option<[u64; 2]> {
+        self.table().map(|t| [t as *const Table as u64, t.slots.as_ptr() as u64])
     }
 
     pub fn len(&self) -> usize {
