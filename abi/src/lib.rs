@@ -290,6 +290,7 @@ pub fn encode(r: Result<u64, Error>) -> i64 {
 }
 
 /// Decode `rax` into a result.
+#[inline]
 pub fn decode(rax: i64) -> Result<u64, Error> {
     if rax >= 0 {
         Ok(rax as u64)

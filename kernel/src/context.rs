@@ -71,6 +71,7 @@ impl ContextSlot {
 }
 
 /// Run `f` on the calling core's context (system calls only).
+#[inline]
 pub fn with_current<R>(f: impl FnOnce(&Context) -> R) -> Result<R, Error> {
     percpu::acting().context.get().map(f).ok_or(Error::NotPermitted)
 }

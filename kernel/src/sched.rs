@@ -343,6 +343,7 @@ pub fn request_yield() -> Result<u64, Error> {
 /// At the end of a system call: if it asked to yield, raise a wake IPI to this core with
 /// interrupts off. It is taken as soon as `sysret` re-enables interrupts, so its frame is in
 /// user mode and the handler switches there (switches happen only from user-mode frames).
+#[inline]
 pub fn yield_on_return() {
     let me = percpu::this();
     // On every system call's path: two loads for every core that is not a TC.

@@ -15,13 +15,12 @@ use abi::*;
 extern "C" fn syscall_dispatch(f: &mut SyscallFrame) {
     let me = percpu::this();
     me.stats.syscalls.fetch_add(1, Ordering::Relaxed);
-    let args = [f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9];
     let r = if me.role.load(Ordering::Acquire) == ROLE_AC {
         // An application core runs no kernel services itself: a kernel core does.
-        crate::roles::forward(f.rax, args)
+        crate::roles::forward(f.rax, f.args)
     } else {
         me.injectable.store(true, Ordering::Relaxed);
-        let r = dispatch(f.rax, args);
+        let r = dispatch_in(f.rax, &f.args);
         me.injectable.store(false, Ordering::Relaxed);
         r
     };
@@ -66,9 +65,11 @@ fn with_share_in<R>(c: &Context, share_id: u64, f: impl FnOnce(&ObjRef) -> Resul
     // One level of nesting: a share held by the root share (the common case: shares are made
     // in the root share), then by a share in the set. The root share is private, so its
     // entry is lent to `f` without a reference of its own.
-    let root = c.root_share.as_share()?;
+    // (A kernel core serving a syscall ring has a root "share" that is no share: it names
+    // nothing, so only the share set counts.)
+    let private_root = c.root_share.as_share().ok().filter(|r| r.is_private());
     let mut f = Some(f);
-    if root.is_private() {
+    if let Some(root) = private_root {
         let lent = root.with_private_entry(share_id, |o| match o.as_share() {
             Ok(_) => Some((f.take().expect("f runs once"))(o)),
             Err(_) => None,
@@ -79,7 +80,7 @@ fn with_share_in<R>(c: &Context, share_id: u64, f: impl FnOnce(&ObjRef) -> Resul
         }
     }
     let held = |holder: &ObjRef| holder.as_share().ok()?.get(share_id).ok().filter(|o| o.as_share().is_ok());
-    let mut nested = if root.is_private() { None } else { held(&c.root_share) };
+    let mut nested = if private_root.is_some() { None } else { held(&c.root_share) };
     if nested.is_none() {
         for s in c.shares.iter() {
             nested = held(s);
@@ -140,7 +141,14 @@ fn write_slice<T: Copy>(buf: u64, items: &[T]) -> Result<(), Error> {
     copy_to_user(buf, bytes)
 }
 
+/// Run system call `nr` with arguments `a` on this core (for the context it acts in).
+#[inline]
 pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
+    dispatch_in(nr, &a)
+}
+
+/// `dispatch` with the arguments read where they are (the entry frame), not copied.
+fn dispatch_in(nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     match nr {
         nr::NULL => Ok(0),
         nr::SYSCALL_BATCH => {

@@ -481,3 +481,54 @@ fn segment_pages_come_from_the_memid_node() {
     Ok(())
 }
 }
+
+ktest! {
+fn private_share_table_survives_churn_and_guards_lent_entries() {
+    use crate::kobj::{segment::Segment, share::Share, KObject, Kind};
+    let (pages0, live0) = quiescent_counts();
+    let me = percpu::this().index;
+    let err = |e: abi::Error| alloc::format!("{e:?}");
+    let share = KObject::create(b"ktest-churn", me as u32, Kind::Share(Share::new_private(me, me as u32))).map_err(err)?;
+    let sh = share.as_share().map_err(err)?;
+    // Objects come and go in an order that leaves tombstones and empties clusters, so both
+    // ways of emptying a slot (tombstone, or empty when it ends its cluster) are taken.
+    let mut objs = alloc::vec::Vec::new();
+    for i in 0..64u64 {
+        let o = KObject::create(b"ktest-churn-obj", me as u32, Kind::Segment(Segment::new(PAGE_SIZE, me as u32).map_err(err)?)).map_err(err)?;
+        let present = i % 3 != 0;
+        if present {
+            sh.insert(o.clone()).map_err(err)?;
+        }
+        objs.push((o, present));
+    }
+    for round in 0..20u64 {
+        for (i, (o, present)) in objs.iter_mut().enumerate() {
+            if (i as u64 * 7 + round) % 5 == 0 {
+                if *present {
+                    kassert!(sh.remove(o.id).map_err(err)?.is_some(), "remove of a present entry returned nothing");
+                } else {
+                    sh.insert(o.clone()).map_err(err)?;
+                }
+                *present = !*present;
+            }
+        }
+        for (o, present) in &objs {
+            let found = sh.get(o.id).is_ok();
+            kassert!(found == *present, "round {round}: id {:#x} found={found}, want {present}", o.id);
+        }
+        let want = objs.iter().filter(|(_, p)| *p).count();
+        kassert!(sh.len() == want, "round {round}: len {} want {want}", sh.len());
+    }
+    // A lent entry cannot be removed while it is lent, and can be afterwards.
+    let (o, _) = objs.iter().find(|(_, p)| *p).ok_or("no present entry")?;
+    let inside = sh.with_private_entry(o.id, |lent| (lent.id, sh.remove(o.id).err())).map_err(err)?;
+    kassert!(inside == Some((o.id, Some(abi::Error::Busy))), "remove inside the lend: {inside:?}");
+    kassert!(sh.remove(o.id).map_err(err)?.is_some(), "remove after the lend failed");
+    drop(objs);
+    drop(share);
+    let (pages1, live1) = quiescent_counts();
+    kassert!(live1 == live0, "live objects {live1} != {live0}");
+    kassert!(pages1 == pages0, "free pages {pages1} != {pages0}");
+    Ok(())
+}
+}

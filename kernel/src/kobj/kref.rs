@@ -141,15 +141,26 @@ fn release_weak<T>(ptr: NonNull<Inner<T>>) {
 }
 
 impl<T> Drop for KRef<T> {
+    /// Inline: dropping a reference that is not the last is one locked decrement on nearly
+    /// every system call's path; only the last one calls out.
+    #[inline]
     fn drop(&mut self) {
         if self.inner().strong.fetch_sub(1, Ordering::Release) != 1 {
             return;
         }
-        fence(Ordering::Acquire);
-        // SAFETY: we were the last strong reference: nobody else can reach the value.
-        unsafe { core::ptr::drop_in_place(&mut (*self.ptr.as_ptr()).value) };
-        release_weak(self.ptr);
+        drop_last(self.ptr);
     }
+}
+
+/// The last strong reference to `ptr`'s value is gone: drop the value, then the weak count
+/// the strong ones held together.
+#[cold]
+#[inline(never)]
+fn drop_last<T>(ptr: NonNull<Inner<T>>) {
+    fence(Ordering::Acquire);
+    // SAFETY: the caller was the last strong reference: nobody else can reach the value.
+    unsafe { core::ptr::drop_in_place(&mut (*ptr.as_ptr()).value) };
+    release_weak(ptr);
 }
 
 impl<T> KWeak<T> {

@@ -138,14 +138,38 @@ impl Table {
         self.slots[i].id.store(id, Ordering::Release);
     }
 
-    /// Writer side: empty slot `i` and return its reference.
-    fn empty(&self, i: usize) -> *mut () {
-        // Writers are serialised (the owner core, or the writer lock), so a load and a store
+    /// Writer side: empty slot `i`; returns its reference and how many slots became empty
+    /// again (the caller takes them off `used`).
+    ///
+    /// A removed entry whose next slot is empty ends its probe cluster, so no entry lies past
+    /// it on any probe path: the slot becomes empty rather than a tombstone, and so do the
+    /// tombstones just before it. This keeps probe sequences short when the same entry comes
+    /// and goes (a share add+delete loop would otherwise always step over a tombstone). A
+    /// concurrent lookup is unaffected: an id it looks for cannot lie beyond an empty slot,
+    /// and one that loaded this slot's id before it changed finds the object null or, if the
+    /// slot was reused, another object whose own id differs.
+    #[inline]
+    fn empty(&self, i: usize) -> (*mut (), usize) {
+        // Writers are serialised (the owner core, or the writer lock), so loads and stores
         // do: no locked read-modify-write on the call path.
+        let mask = self.slots.len() - 1;
         let p = self.slots[i].obj.load(Ordering::Relaxed);
-        self.slots[i].id.store(TOMBSTONE, Ordering::Release);
+        if self.slots[(i + 1) & mask].id.load(Ordering::Relaxed) != EMPTY {
+            self.slots[i].id.store(TOMBSTONE, Ordering::Release);
+            self.slots[i].obj.store(ptr::null_mut(), Ordering::Release);
+            return (p, 0);
+        }
+        self.slots[i].id.store(EMPTY, Ordering::Release);
         self.slots[i].obj.store(ptr::null_mut(), Ordering::Release);
-        p
+        let mut freed = 1;
+        let mut j = i.wrapping_sub(1) & mask;
+        // The table always has empty slots, so this stops; `freed` bounds it regardless.
+        while freed < self.slots.len() && self.slots[j].id.load(Ordering::Relaxed) == TOMBSTONE {
+            self.slots[j].id.store(EMPTY, Ordering::Release);
+            freed += 1;
+            j = j.wrapping_sub(1) & mask;
+        }
+        (p, freed)
     }
 
     fn live(&self) -> impl Iterator<Item = (u64, *mut ())> + '_ {
@@ -516,8 +540,9 @@ impl Share {
             }
             let t = self.table().ok_or(Error::NoSuchObject)?;
             let i = t.find(id).map_err(|_| Error::NoSuchObject)?;
-            let p = t.empty(i);
+            let (p, freed) = t.empty(i);
             bump(&self.live, -1);
+            bump(&self.used, -(freed as isize));
             // SAFETY: the slot held this reference; it left the table just now.
             return Ok(Some(unsafe { KRef::from_raw(p) }));
         }
@@ -525,8 +550,9 @@ impl Share {
             let _g = self.writer.lock();
             let t = self.table().ok_or(Error::NoSuchObject)?;
             let i = t.find(id).map_err(|_| Error::NoSuchObject)?;
-            let p = t.empty(i);
+            let (p, freed) = t.empty(i);
             bump(&self.live, -1);
+            bump(&self.used, -(freed as isize));
             p
         };
         // SAFETY: unlinked above; lookups that saw it end before the retired reference drops.

@@ -32,24 +32,24 @@ syscall_entry:
     push %r11
     push %rcx
     push %rax
-    push %rdi
-    push %rsi
-    push %rdx
-    push %r10
-    push %r8
     push %r9
+    push %r8
+    push %r10
+    push %rdx
+    push %rsi
+    push %rdi
     mov %rsp, %rdi
     sti
     call syscall_dispatch
     cli
     cmpq $0, %gs:32
     jne return_to_kernel
-    pop %r9
-    pop %r8
-    pop %r10
-    pop %rdx
-    pop %rsi
     pop %rdi
+    pop %rsi
+    pop %rdx
+    pop %r10
+    pop %r8
+    pop %r9
     pop %rax
     pop %rcx
     pop %r11
@@ -225,12 +225,9 @@ pub fn smep_smap() -> (bool, bool) {
 #[repr(C)]
 #[derive(Debug)]
 pub struct SyscallFrame {
-    pub r9: u64,
-    pub r8: u64,
-    pub r10: u64,
-    pub rdx: u64,
-    pub rsi: u64,
-    pub rdi: u64,
+    /// The six arguments in ABI order (rdi, rsi, rdx, r10, r8, r9), pushed so that they lie
+    /// in memory as one array: dispatch reads them in place.
+    pub args: [u64; 6],
     /// Call number on entry; the result on return.
     pub rax: u64,
     pub rip: u64,
