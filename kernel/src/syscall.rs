@@ -55,42 +55,72 @@ fn with_share<R>(share_id: u64, f: impl FnOnce(&ObjRef) -> Result<R, Error>) -> 
 
 /// `with_share` inside `with_current` (calls that name several objects look them all up in
 /// one visit to the context).
+#[inline]
 fn with_share_in<R>(c: &Context, share_id: u64, f: impl FnOnce(&ObjRef) -> Result<R, Error>) -> Result<R, Error> {
-    if c.root_share.id == share_id {
-        return f(&c.root_share);
-    }
-    if let Some(s) = c.shares.iter().find(|s| s.id == share_id) {
-        return f(s);
-    }
-    // One level of nesting: a share held by the root share (the common case: shares are made
-    // in the root share), then by a share in the set. The root share is private, so its
-    // entry is lent to `f` without a reference of its own.
-    // (A kernel core serving a syscall ring has a root "share" that is no share: it names
-    // nothing, so only the share set counts.)
-    let private_root = c.root_share.as_share().ok().filter(|r| r.is_private());
-    let mut f = Some(f);
-    if let Some(root) = private_root {
-        let lent = root.with_private_entry(share_id, |o| match o.as_share() {
-            Ok(_) => Some((f.take().expect("f runs once"))(o)),
-            Err(_) => None,
-        });
-        // Not held there (or not a share): try the shares in the set, as below.
-        if let Ok(Some(Some(r))) = lent {
-            return r;
+    let s = resolve_share(c, share_id)?;
+    f(&s)
+}
+
+/// A share reached from a context (see `resolve_share`).
+enum ShareRef<'a> {
+    /// The root share or one in the share set.
+    Here(&'a ObjRef),
+    /// Held by the (private) root share: lent, not counted.
+    Borrowed(share::Borrowed<'a>),
+    /// Held by a share in the set: a reference of its own.
+    Owned(ObjRef),
+}
+
+impl core::ops::Deref for ShareRef<'_> {
+    type Target = ObjRef;
+    #[inline]
+    fn deref(&self) -> &ObjRef {
+        match self {
+            ShareRef::Here(o) => o,
+            ShareRef::Borrowed(b) => b,
+            ShareRef::Owned(o) => o,
         }
     }
-    let held = |holder: &ObjRef| holder.as_share().ok()?.get(share_id).ok().filter(|o| o.as_share().is_ok());
-    let mut nested = if private_root.is_some() { None } else { held(&c.root_share) };
-    if nested.is_none() {
-        for s in c.shares.iter() {
-            nested = held(s);
-            if nested.is_some() {
-                break;
+}
+
+/// The share `share_id` if it is reachable from context `c`: the root share, a share in the
+/// set, or a share held by one of those. No allocation and, for the direct cases and a share
+/// held by the (private) root share, no reference-count traffic. The common cases are inline
+/// (this is on nearly every call's path); the rest is `resolve_slow`.
+#[inline(always)]
+fn resolve_share(c: &Context, share_id: u64) -> Result<ShareRef<'_>, Error> {
+    if c.root_share.id == share_id {
+        return Ok(ShareRef::Here(&c.root_share));
+    }
+    if let Some(s) = c.shares.iter().find(|s| s.id == share_id) {
+        return Ok(ShareRef::Here(s));
+    }
+    // One level of nesting, first through the root share (the common case: shares are made
+    // in the root share).
+    if let Ok(root) = c.root_share.as_share() {
+        if root.is_private() {
+            if let Ok(Some(b)) = root.lend(share_id) {
+                if b.as_share().is_ok() {
+                    return Ok(ShareRef::Borrowed(b));
+                }
             }
         }
     }
-    let f = f.take().ok_or(Error::ShareNotReachable)?;
-    f(&nested.ok_or(Error::ShareNotReachable)?)
+    resolve_slow(c, share_id)
+}
+
+/// The rest of `resolve_share`: a share held by a shared root share, then by a share in the
+/// set. (A kernel core serving a syscall ring has a root "share" that is no share: it names
+/// nothing, so only the share set counts.)
+#[inline(never)]
+fn resolve_slow(c: &Context, share_id: u64) -> Result<ShareRef<'_>, Error> {
+    let held = |holder: &ObjRef| holder.as_share().ok()?.get(share_id).ok().filter(|o| o.as_share().is_ok());
+    if c.root_share.as_share().is_ok_and(|r| !r.is_private()) {
+        if let Some(o) = held(&c.root_share) {
+            return Ok(ShareRef::Owned(o));
+        }
+    }
+    c.shares.iter().find_map(held).map(ShareRef::Owned).ok_or(Error::ShareNotReachable)
 }
 
 fn reach_share(share_id: u64) -> Result<ObjRef, Error> {

@@ -521,8 +521,16 @@ fn private_share_table_survives_churn_and_guards_lent_entries() {
     }
     // A lent entry cannot be removed while it is lent, and can be afterwards.
     let (o, _) = objs.iter().find(|(_, p)| *p).ok_or("no present entry")?;
-    let inside = sh.with_private_entry(o.id, |lent| (lent.id, sh.remove(o.id).err())).map_err(err)?;
-    kassert!(inside == Some((o.id, Some(abi::Error::Busy))), "remove inside the lend: {inside:?}");
+    {
+        let lent = sh.lend(o.id).map_err(err)?.ok_or("lend found nothing")?;
+        kassert!(matches!(lent, crate::kobj::share::Borrowed::Lent(_)), "first lend was not a lend");
+        kassert!(lent.id == o.id, "lent {:#x}, want {:#x}", lent.id, o.id);
+        let busy = sh.remove(o.id).err();
+        kassert!(busy == Some(abi::Error::Busy), "remove while lent: {busy:?}");
+        // A second borrow while one is lent gets a counted reference.
+        let second = sh.lend(o.id).map_err(err)?.ok_or("second lend found nothing")?;
+        kassert!(matches!(second, crate::kobj::share::Borrowed::Owned(_)), "second lend was not counted");
+    }
     kassert!(sh.remove(o.id).map_err(err)?.is_some(), "remove after the lend failed");
     drop(objs);
     drop(share);

@@ -311,6 +311,38 @@ pub fn reclaim_all() {
     }
 }
 
+/// An entry of a private share lent to its owner core (`Share::lend`).
+pub struct Lent<'a> {
+    share: &'a Share,
+    obj: core::mem::ManuallyDrop<ObjRef>,
+}
+
+impl Drop for Lent<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // The table's reference was never ours: nothing to drop but the lend mark.
+        self.share.lent.store(EMPTY, Ordering::Relaxed);
+    }
+}
+
+/// What `Share::lend` hands out: the lent entry, or a reference of its own when another
+/// entry is already lent.
+pub enum Borrowed<'a> {
+    Lent(Lent<'a>),
+    Owned(ObjRef),
+}
+
+impl core::ops::Deref for Borrowed<'_> {
+    type Target = ObjRef;
+    #[inline]
+    fn deref(&self) -> &ObjRef {
+        match self {
+            Borrowed::Lent(l) => &l.obj,
+            Borrowed::Owned(o) => o,
+        }
+    }
+}
+
 pub struct Share {
     /// The owning core of a private share; `None` for a shared one.
     owner: Option<usize>,
@@ -387,7 +419,7 @@ impl Share {
         (!p.is_null()).then(|| unsafe { &*p })
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, id: u64) -> Result<ObjRef, Error> {
         self.check_owner()?;
         if !is_object_id(id) {
@@ -407,14 +439,15 @@ impl Share {
         found.ok_or(Error::NoSuchObject)
     }
 
-    /// A private share's owner runs `f` on the entry for `id` without taking a reference:
-    /// how a system call reaches a share held by the root share (nearly every call that names
-    /// one), without the count traffic of a new reference. The entry stays alive because
-    /// only the owner core changes a private share, and while `f` runs this share refuses to
-    /// remove `id` (`Busy`), so the table's reference outlives `f`. `None` if `id` is not
-    /// here; `WrongType` for a shared share (use `get`).
+    /// A private share's owner borrows the entry for `id` without taking a reference: how a
+    /// system call reaches a share held by the root share (nearly every call that names one)
+    /// without the count traffic of a new reference. The entry stays alive because only the
+    /// owner core changes a private share, and while the `Lent` guard lives this share
+    /// refuses to remove `id` (`Busy`), so the table's reference outlives the guard. One
+    /// entry is lent at a time: a second borrow gets a reference of its own (`Owned`).
+    /// `None` if `id` is not here; `WrongType` for a shared share (use `get`).
     #[inline]
-    pub fn with_private_entry<R>(&self, id: u64, f: impl FnOnce(&ObjRef) -> R) -> Result<Option<R>, Error> {
+    pub fn lend(&self, id: u64) -> Result<Option<Borrowed<'_>>, Error> {
         if self.owner.is_none() {
             return Err(Error::WrongType);
         }
@@ -424,24 +457,19 @@ impl Share {
         }
         let Some(p) = self.table().and_then(|t| t.find_raw(id)) else { return Ok(None) };
         if self.lent.load(Ordering::Relaxed) != EMPTY {
-            // Already lending one entry further up the call: this one gets a reference of its
-            // own (one lent id at a time keeps the check in `remove` a single compare).
             // SAFETY: the table's reference keeps the count at least one while this runs.
-            let own = unsafe { KRef::<KObject>::clone_raw(p) };
-            return Ok(Some(f(&own)));
+            return Ok(Some(Borrowed::Owned(unsafe { KRef::<KObject>::clone_raw(p) })));
         }
-        // SAFETY: `p` is the table's reference, which this share keeps while `f` runs: only
-        // the owner, this core, changes a private share, and `remove` refuses `id` until
-        // `lent` is cleared below. The borrowed `KRef` is never dropped (ManuallyDrop), so
-        // the count is untouched.
-        let borrowed = core::mem::ManuallyDrop::new(unsafe { KRef::<KObject>::from_raw(p) });
         self.lent.store(id, Ordering::Relaxed);
-        let r = f(&borrowed);
-        self.lent.store(EMPTY, Ordering::Relaxed);
-        Ok(Some(r))
+        // SAFETY: `p` is the table's reference, which this share keeps while the guard lives:
+        // only the owner, this core, changes a private share, and `remove` refuses `id` until
+        // the guard's drop clears `lent`. The borrowed `KRef` is never dropped (ManuallyDrop),
+        // so the count is untouched.
+        let obj = core::mem::ManuallyDrop::new(unsafe { KRef::<KObject>::from_raw(p) });
+        Ok(Some(Borrowed::Lent(Lent { share: self, obj })))
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn insert(&self, obj: ObjRef) -> Result<(), Error> {
         self.check_owner()?;
         let r = {
