@@ -177,437 +177,543 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
     dispatch_in(nr, &a)
 }
 
+/// A system call's handler: `(call number, arguments)`.
+type Handler = fn(u64, &[u64; 6]) -> Result<u64, Error>;
+
+/// One past the highest call number.
+const CALLS: usize = 96;
+
+fn sys_no_such_call(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {
+    Err(Error::NoSuchCall)
+}
+
+/// The call table: an indexed jump to each call's own function, so a call pays for its own
+/// stack frame only (one `match` over every call made one large frame for all of them).
+static HANDLERS: [Handler; CALLS] = {
+    let mut t: [Handler; CALLS] = [sys_no_such_call; CALLS];
+    t[nr::NULL as usize] = sys_null;
+    t[nr::SYSCALL_BATCH as usize] = sys_syscall_batch;
+    t[nr::OBJ_GET_NAME as usize] = sys_obj_get_name;
+    t[nr::OBJ_STAT as usize] = sys_obj_stat;
+    t[nr::SHARE_ALLOC as usize] = sys_share_alloc;
+    t[nr::SHARE_ADDOBJ as usize] = sys_share_addobj;
+    t[nr::SHARE_DELOBJ as usize] = sys_share_delobj;
+    t[nr::SELF_DROP as usize] = sys_self_drop;
+    t[nr::SELF_SHARES as usize] = sys_self_shares;
+    t[nr::SHARE_LIST as usize] = sys_share_list;
+    t[nr::SEGMENT_ALLOC as usize] = sys_segment_alloc;
+    t[nr::SEGMENT_COPY as usize] = sys_segment_copy;
+    t[nr::SEGMENT_GET_NBYTES as usize] = sys_segment_get_nbytes;
+    t[nr::SEGMENT_SET_NBYTES as usize] = sys_segment_set_nbytes;
+    t[nr::AR_ALLOC as usize] = sys_ar_alloc;
+    t[nr::AR_SET_SEG as usize] = sys_ar_set_seg;
+    t[nr::AR_SET_AR as usize] = sys_ar_set_ar;
+    t[nr::AR_GET as usize] = sys_ar_get;
+    t[nr::AR_UNMAP as usize] = sys_ar_unmap;
+    t[nr::PCORE_ALLOC as usize] = sys_pcore_alloc;
+    t[nr::PCORE_CURRENT as usize] = sys_pcore_current;
+    t[nr::PCORE_RUN as usize] = sys_pcore_run;
+    t[nr::PCORE_YIELD as usize] = sys_pcore_yield;
+    t[nr::PCORE_SET_INTERVAL as usize] = sys_pcore_set_interval;
+    t[nr::PCORE_HALT as usize] = sys_pcore_halt;
+    t[nr::PCORE_SET_ROLE as usize] = sys_pcore_set_role;
+    t[nr::PCORE_ADD_DEVICE as usize] = sys_pcore_add_device_or_pcore_del_device;
+    t[nr::PCORE_DEL_DEVICE as usize] = sys_pcore_add_device_or_pcore_del_device;
+    t[nr::PCORE_STAT as usize] = sys_pcore_stat;
+    t[nr::DEVICE_ALLOC as usize] = sys_device_alloc;
+    t[nr::DEVICE_LIST as usize] = sys_device_list;
+    t[nr::DEVICE_STAT as usize] = sys_device_stat;
+    t[nr::DEVICE_CONF as usize] = sys_device_conf;
+    t[nr::DEVICE_BUF as usize] = sys_device_buf;
+    t[nr::LOCALITY_GET as usize] = sys_locality_get;
+    t[nr::CONSOLE_WRITE as usize] = sys_console_write;
+    t[nr::CONSOLE_READ as usize] = sys_console_read;
+    t[nr::TIME_NOW as usize] = sys_time_now;
+    t[nr::SYS_INFO as usize] = sys_sys_info;
+    t[nr::CORE_STATS as usize] = sys_core_stats;
+    t[nr::INITRD_GET as usize] = sys_initrd_get;
+    t
+};
+
 /// `dispatch` with the arguments read where they are (the entry frame), not copied.
+#[inline]
 fn dispatch_in(nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    match nr {
-        nr::NULL => Ok(0),
-        nr::SYSCALL_BATCH => {
-            let (ptr, n) = (a[0], a[1]);
-            if n > MAX_BATCH {
-                return Err(Error::InvalidArgument);
-            }
-            check_out_buf::<BatchEntry>(ptr, n)?;
-            // Entries move in chunks: one user copy each way per chunk, not per call.
-            const CHUNK: usize = 16;
-            let size = core::mem::size_of::<BatchEntry>();
-            let mut chunk = [BatchEntry::default(); CHUNK];
-            let mut done = 0u64;
-            while done < n {
-                let k = ((n - done) as usize).min(CHUNK);
-                let at = ptr + done * size as u64;
-                // SAFETY: viewing the first k plain-data entries as bytes to fill them.
-                let bytes = unsafe { core::slice::from_raw_parts_mut(chunk.as_mut_ptr() as *mut u8, k * size) };
-                copy_from_user(bytes, at)?;
-                for e in &mut chunk[..k] {
-                    let r = if e.nr == nr::SYSCALL_BATCH { Err(Error::InvalidArgument) } else { dispatch(e.nr, e.args) };
-                    e.result = encode(r);
-                }
-                write_slice(at, &chunk[..k])?;
-                done += k as u64;
-            }
-            Ok(n)
-        }
-        nr::OBJ_GET_NAME => {
-            check_out_buf::<u8>(a[2], a[3])?;
-            let o = lookup(a[0], a[1])?;
-            let name = o.name();
-            if (a[3] as usize) < name.len() {
-                return Err(Error::BufferTooSmall);
-            }
-            copy_to_user(a[2], name)?;
-            Ok(name.len() as u64)
-        }
-        nr::OBJ_STAT => {
-            let o = lookup(a[0], a[1])?;
-            let st = ObjStat { id: o.id, obj_type: o.obj_type() as u32, home_core: o.home_core, refs: KRef::strong_count(&o) as u64 - 1 };
-            write_user(a[2], &st)?;
-            Ok(0)
-        }
-
-        nr::SHARE_ALLOC => {
-            let parent = reach_share(a[0])?;
-            let (name, n) = read_name(a[1], a[2])?;
-            let home = memid_core(a[3])?;
-            if a[4] & !SHARE_PRIVATE != 0 {
-                return Err(Error::InvalidArgument);
-            }
-            let sh = if a[4] & SHARE_PRIVATE != 0 { share::Share::new_private(caller(), home) } else { share::Share::new_shared(home)? };
-            insert_new(&parent, &name[..n], home, Kind::Share(sh))
-        }
-        nr::SHARE_ADDOBJ => with_current(|c| {
-            let o = with_share_in(c, a[1], |s| s.as_share()?.get(a[2]))?;
-            with_share_in(c, a[0], |dst| {
-                if o.as_share().is_ok() && contains_share(&o, dst, 8) {
-                    return Err(Error::InvalidArgument);
-                }
-                dst.as_share()?.insert(o)
-            })?;
-            Ok(0)
-        })?,
-        nr::SHARE_DELOBJ => {
-            // The entry is dropped after the share lookup ends (its last reference may free
-            // the object, which takes other locks).
-            let removed = with_share(a[0], |s| s.as_share()?.remove(a[1]))?;
-            drop(removed);
-            Ok(0)
-        }
-        nr::SELF_DROP => {
-            let removed = with_current_mut(|c: &mut Context| {
-                if c.root_share.id == a[0] {
-                    return Err(Error::NotPermitted);
-                }
-                match c.shares.iter().position(|s| s.id == a[0]) {
-                    Some(i) => Ok(c.shares.remove(i)),
-                    None => Err(Error::ShareNotReachable),
-                }
-            })??;
-            drop(removed);
-            Ok(0)
-        }
-        nr::SELF_SHARES => {
-            check_out_buf::<u64>(a[0], a[1])?;
-            let ids: Vec<u64> = with_current(|c| {
-                let mut v = Vec::new();
-                if v.try_reserve(c.shares.len() + 1).is_ok() {
-                    v.push(c.root_share.id);
-                    v.extend(c.shares.iter().map(|s| s.id));
-                }
-                v
-            })?;
-            if ids.is_empty() {
-                return Err(Error::NoMemory);
-            }
-            if (a[1] as usize) < ids.len() {
-                return Err(Error::BufferTooSmall);
-            }
-            write_slice(a[0], &ids)?;
-            Ok(ids.len() as u64)
-        }
-
-        nr::SHARE_LIST => {
-            check_out_buf::<u64>(a[1], a[2])?;
-            let ids = reach_share(a[0])?.as_share()?.ids()?;
-            if (a[2] as usize) < ids.len() {
-                return Err(Error::BufferTooSmall);
-            }
-            write_slice(a[1], &ids)?;
-            Ok(ids.len() as u64)
-        }
-
-        nr::SEGMENT_ALLOC => {
-            let s = reach_share(a[0])?;
-            let (name, n) = read_name(a[1], a[2])?;
-            let home = memid_core(a[3])?;
-            let seg = segment::Segment::new(a[4], home)?;
-            insert_new(&s, &name[..n], home, Kind::Segment(seg))
-        }
-        nr::SEGMENT_COPY => {
-            let dst = reach_share(a[0])?;
-            let src = lookup(a[1], a[2])?;
-            let (name, n) = read_name(a[3], a[4])?;
-            let cow = match a[5] {
-                COPY_EAGER => false,
-                COPY_ON_WRITE => true,
-                _ => return Err(Error::InvalidArgument),
-            };
-            let me = caller() as u32;
-            let (copy, maps) = src.as_segment()?.duplicate(cow, me)?;
-            let id = insert_new(&dst, &name[..n], me, Kind::Segment(copy))?;
-            // Existing writable mappings of the source must fault before writing from now on.
-            for (weak, voff, len) in maps {
-                if let Some(ar_obj) = weak.upgrade() {
-                    ar::write_protect(&ar_obj, voff, len);
-                }
-            }
-            Ok(id)
-        }
-        nr::SEGMENT_GET_NBYTES => Ok(lookup(a[0], a[1])?.as_segment()?.nbytes()),
-        nr::SEGMENT_SET_NBYTES => {
-            lookup(a[0], a[1])?.as_segment()?.set_nbytes(a[2])?;
-            Ok(0)
-        }
-
-        nr::AR_ALLOC => {
-            let s = reach_share(a[0])?;
-            let (name, n) = read_name(a[1], a[2])?;
-            let home = memid_core(a[3])?;
-            let kind = ArKind::from_u64(a[4]).ok_or(Error::InvalidArgument)?;
-            let r = ar::AddressRange::new(kind, home)?;
-            insert_new(&s, &name[..n], home, Kind::Ar(r))
-        }
-        nr::AR_SET_SEG => {
-            let m: SegMapping = read_user(a[2])?;
-            let ar_obj = lookup(a[0], a[1])?;
-            let seg = lookup(m.seg.share, m.seg.object)?;
-            ar::set_seg(&ar_obj, m.voff, &seg, m.soff, m.len, m.flags)?;
-            Ok(0)
-        }
-        nr::AR_SET_AR => {
-            let ar_obj = lookup(a[0], a[1])?;
-            let child = lookup(a[3], a[4])?;
-            ar::set_ar(&ar_obj, a[2], &child)?;
-            Ok(0)
-        }
-        nr::AR_GET => {
-            check_out_buf::<ArMapping>(a[2], a[3])?;
-            let ar_obj = lookup(a[0], a[1])?;
-            let v = ar::mappings(&ar_obj)?;
-            if (a[3] as usize) < v.len() {
-                return Err(Error::BufferTooSmall);
-            }
-            write_slice(a[2], &v)?;
-            Ok(v.len() as u64)
-        }
-        nr::AR_UNMAP => {
-            let ar_obj = lookup(a[0], a[1])?;
-            ar::unmap(&ar_obj, a[2], a[3])?;
-            Ok(0)
-        }
-
-        nr::PCORE_ALLOC => {
-            let s = reach_share(a[0])?;
-            let (name, n) = read_name(a[1], a[2])?;
-            if a[3] as usize >= percpu::online_count() {
-                return Err(Error::NoSuchCore);
-            }
-            insert_new(&s, &name[..n], a[3] as u32, Kind::Pcore(pcore::Pcore::new(a[3] as u32, caller() as u32)))
-        }
-        nr::PCORE_CURRENT => with_current(|c| c.pcore.id),
-        nr::PCORE_RUN => pcore_run(a[0], a[1], a[2]),
-        nr::PCORE_YIELD => crate::sched::request_yield(),
-        nr::PCORE_SET_INTERVAL => {
-            let p = lookup(a[0], a[1])?;
-            let pc = p.as_pcore()?;
-            if a[2] > 10_000 {
-                return Err(Error::InvalidArgument);
-            }
-            pc.interval_hz.store(a[2], Ordering::Relaxed);
-            // The running context on this very pcore gets the new rate at once; others at
-            // their next start.
-            let local = percpu::this().acting.load(Ordering::Acquire) == crate::roles::NO_CORE;
-            if local && with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
-                crate::sched::set_timer_hz(crate::roles::timer_hz(percpu::this().role.load(Ordering::Acquire), a[2]));
-            }
-            Ok(0)
-        }
-        nr::PCORE_HALT => {
-            let p = lookup(a[0], a[1])?;
-            let pc = p.as_pcore()?;
-            let core = pc.core as usize;
-            if with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
-                context::request_exit(a[2]);
-            } else if pc.allocator_core != caller() as u32 {
-                return Err(Error::NotPermitted);
-            } else {
-                context::halt_remote(core, p.key(), a[2]);
-            }
-            Ok(0)
-        }
-        nr::PCORE_SET_ROLE => {
-            let p = lookup(a[0], a[1])?;
-            let pc = p.as_pcore()?;
-            if pc.allocator_core != caller() as u32 {
-                return Err(Error::NotPermitted);
-            }
-            crate::roles::set_role(pc.core as usize, a[2])?;
-            Ok(0)
-        }
-        nr::PCORE_ADD_DEVICE | nr::PCORE_DEL_DEVICE => {
-            let p = lookup(a[0], a[1])?;
-            let pc = p.as_pcore()?;
-            let dev_obj = lookup(a[2], a[3])?;
-            let dev = dev_obj.as_device()?;
-            // Giving a core work is running something on it: only the pcore's allocator may.
-            if pc.allocator_core != caller() as u32 {
-                return Err(Error::NotPermitted);
-            }
-            let ring = dev.ring.as_ref().ok_or(Error::Unsupported)?;
-            if nr == nr::PCORE_ADD_DEVICE {
-                crate::roles::attach_ring(pc.core as usize, ring)?;
-            } else {
-                crate::roles::detach_ring(ring, Some(pc.core as usize))?;
-            }
-            Ok(0)
-        }
-        nr::PCORE_STAT => {
-            let st = lookup(a[0], a[1])?.as_pcore()?.stat();
-            write_user(a[2], &st)?;
-            Ok(0)
-        }
-
-        nr::DEVICE_ALLOC => {
-            let s = reach_share(a[0])?;
-            let home = memid_core(a[2])?;
-            if a[1] == HWID_SYSCALL_RING {
-                let seg = lookup(a[3], a[4])?;
-                seg.as_segment()?;
-                let (root_ar, shares) = ring_identity()?;
-                let d = device::Device::open_ring(seg, a[5], &root_ar, &shares, caller() as u32)?;
-                return insert_new(&s, b"syscall-ring", home, Kind::Device(d));
-            }
-            let d = device::Device::open(a[1])?;
-            insert_new(&s, b"console", home, Kind::Device(d))
-        }
-        nr::DEVICE_LIST => {
-            check_out_buf::<DeviceInfo>(a[0], a[1])?;
-            let l = device::list();
-            if (a[1] as usize) < l.len() {
-                return Err(Error::BufferTooSmall);
-            }
-            write_slice(a[0], &l)?;
-            Ok(l.len() as u64)
-        }
-        nr::DEVICE_STAT => {
-            let st = lookup(a[0], a[1])?.as_device()?.stat();
-            write_user(a[2], &st)?;
-            Ok(0)
-        }
-        nr::DEVICE_CONF => {
-            let conf: DeviceConf = read_user(a[2])?;
-            lookup(a[0], a[1])?.as_device()?.conf(conf.key, conf.value)?;
-            Ok(0)
-        }
-        nr::DEVICE_BUF => {
-            let b: DeviceBuf = read_user(a[2])?;
-            let dev_obj = lookup(a[0], a[1])?;
-            let dev = dev_obj.as_device()?;
-            if b.buf_type != BUF_TX {
-                return Err(Error::Unsupported);
-            }
-            let seg_obj = lookup(b.seg.share, b.seg.object)?;
-            let seg = seg_obj.as_segment()?;
-            let end = b.offset.checked_add(b.len).ok_or(Error::OutOfRange)?;
-            if end > seg.nbytes() {
-                return Err(Error::OutOfRange);
-            }
-            let mut chunk = [0u8; 256];
-            let mut done = 0u64;
-            while done < b.len {
-                let n = (b.len - done).min(chunk.len() as u64) as usize;
-                seg.read_bytes(b.offset + done, &mut chunk[..n])?;
-                dev.transmit(&chunk[..n]);
-                done += n as u64;
-            }
-            dev.count_buffer();
-            Ok(b.len)
-        }
-
-        nr::LOCALITY_GET => {
-            check_out_buf::<LocalityEntry>(a[0], a[1])?;
-            let n = percpu::online_count();
-            if (a[1] as usize) < n * n {
-                return Err(Error::BufferTooSmall);
-            }
-            let mut v: Vec<LocalityEntry> = Vec::new();
-            v.try_reserve(n * n).map_err(|_| Error::NoMemory)?;
-            for i in 0..n {
-                for j in 0..n {
-                    let (l, d) = crate::topology::locality_get(i, j).ok_or(Error::NoSuchCore)?;
-                    v.push(LocalityEntry { level: l as u8, distance: d });
-                }
-            }
-            write_slice(a[0], &v)?;
-            Ok(n as u64)
-        }
-
-        nr::CONSOLE_WRITE => {
-            let len = a[1];
-            // All or nothing: check every page of the buffer is readable before printing.
-            let end = a[0].checked_add(len).ok_or(Error::BadAddress)?;
-            if len > 0 && (a[0] < USER_BASE || end > USER_END) {
-                return Err(Error::BadAddress);
-            }
-            let mut probe = [0u8; 1];
-            let mut page = a[0] & !(PAGE_SIZE - 1);
-            while len > 0 && page < end {
-                copy_from_user(&mut probe, page.max(a[0]))?;
-                page += PAGE_SIZE;
-            }
-            let mut chunk = [0u8; 256];
-            let mut done = 0u64;
-            while done < len {
-                let n = (len - done).min(chunk.len() as u64) as usize;
-                copy_from_user(&mut chunk[..n], a[0].checked_add(done).ok_or(Error::BadAddress)?)?;
-                crate::arch::x86_64::serial::write_bytes_locked(&chunk[..n]);
-                done += n as u64;
-            }
-            Ok(len)
-        }
-        nr::CONSOLE_READ => {
-            check_out_buf::<u8>(a[0], a[1])?;
-            let mut chunk = [0u8; 256];
-            let cap = (a[1] as usize).min(chunk.len());
-            // Refuse a buffer we could not fill before consuming any input from the device.
-            crate::arch::x86_64::syscall::probe_writable(a[0], cap)?;
-            let mut n = 0;
-            while n < cap {
-                match crate::arch::x86_64::serial::try_read() {
-                    Some(b) => {
-                        chunk[n] = b;
-                        n += 1;
-                    }
-                    None => break,
-                }
-            }
-            copy_to_user(a[0], &chunk[..n])?;
-            Ok(n as u64)
-        }
-        nr::TIME_NOW => Ok(crate::time::now_ticks()),
-        nr::SYS_INFO => {
-            // Exact counts: free what removals from shared shares still hold back.
-            crate::kobj::share::reclaim_all();
-            // And this core's empty slabs go back, so the count does not depend on what the
-            // heap happens to cache (other cores' caches are theirs to trim).
-            crate::mm::heap::trim_local();
-            let info = SysInfo {
-                cores: percpu::online_count() as u64,
-                numa_nodes: crate::mm::frame::node_count() as u64,
-                tsc_per_ms: crate::time::tsc_per_ms(),
-                free_pages: crate::mm::frame::free_pages(),
-                total_pages: crate::mm::frame::total_pages(),
-                kernel_objects: crate::mm::heap::live_objects(),
-                live_kobjects: crate::kobj::live_objects(),
-                slab_pages: crate::mm::heap::slab_pages(),
-            };
-            write_user(a[0], &info)?;
-            Ok(0)
-        }
-        nr::CORE_STATS => {
-            let c = percpu::get(a[0] as usize).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
-            let s = &c.stats;
-            let st = CoreStats {
-                syscalls: s.syscalls.load(Ordering::Relaxed),
-                soft_faults: s.soft_faults.load(Ordering::Relaxed),
-                cow_faults: s.cow_faults.load(Ordering::Relaxed),
-                tlb_flushes_local: s.tlb_flushes_local.load(Ordering::Relaxed),
-                shootdown_ipis_sent: s.shootdown_ipis_sent.load(Ordering::Relaxed),
-                shootdown_ipis_received: s.shootdown_ipis_received.load(Ordering::Relaxed),
-                ipis_received: s.ipis_received.load(Ordering::Relaxed),
-                interrupts: s.interrupts.load(Ordering::Relaxed),
-                timer_ticks: s.timer_ticks.load(Ordering::Relaxed),
-                syscalls_forwarded: s.syscalls_forwarded.load(Ordering::Relaxed),
-                syscalls_served: s.syscalls_served.load(Ordering::Relaxed),
-                active_messages: s.active_messages.load(Ordering::Relaxed),
-                contexts_started: s.contexts_started.load(Ordering::Relaxed),
-                context_switches: s.context_switches.load(Ordering::Relaxed),
-                role: c.role.load(Ordering::Relaxed),
-                lock_spin_cycles: percore::cpu::spin_stats(c.index).0,
-                lock_spin_waits: percore::cpu::spin_stats(c.index).1,
-            };
-            write_user(a[1], &st)?;
-            Ok(0)
-        }
-        nr::INITRD_GET => {
-            let s = reach_share(a[0])?;
-            let (name, n) = read_name(a[1], a[2])?;
-            let data = crate::initrd::find(&name[..n]).ok_or(Error::NotFound)?;
-            let me = caller() as u32;
-            let seg = segment::Segment::new(data.len() as u64, me)?;
-            seg.write_bytes(0, data)?;
-            insert_new(&s, &name[..n], me, Kind::Segment(seg))
-        }
-        _ => Err(Error::NoSuchCall),
+    match HANDLERS.get(nr as usize) {
+        Some(h) => h(nr, a),
+        None => Err(Error::NoSuchCall),
     }
+}
+
+fn sys_null(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {
+    Ok(0)
+}
+
+fn sys_syscall_batch(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let (ptr, n) = (a[0], a[1]);
+    if n > MAX_BATCH {
+        return Err(Error::InvalidArgument);
+    }
+    check_out_buf::<BatchEntry>(ptr, n)?;
+    // Entries move in chunks: one user copy each way per chunk, not per call.
+    const CHUNK: usize = 16;
+    let size = core::mem::size_of::<BatchEntry>();
+    let mut chunk = [BatchEntry::default(); CHUNK];
+    let mut done = 0u64;
+    while done < n {
+        let k = ((n - done) as usize).min(CHUNK);
+        let at = ptr + done * size as u64;
+        // SAFETY: viewing the first k plain-data entries as bytes to fill them.
+        let bytes = unsafe { core::slice::from_raw_parts_mut(chunk.as_mut_ptr() as *mut u8, k * size) };
+        copy_from_user(bytes, at)?;
+        for e in &mut chunk[..k] {
+            let r = if e.nr == nr::SYSCALL_BATCH { Err(Error::InvalidArgument) } else { dispatch(e.nr, e.args) };
+            e.result = encode(r);
+        }
+        write_slice(at, &chunk[..k])?;
+        done += k as u64;
+    }
+    Ok(n)
+}
+
+fn sys_obj_get_name(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    check_out_buf::<u8>(a[2], a[3])?;
+    let o = lookup(a[0], a[1])?;
+    let name = o.name();
+    if (a[3] as usize) < name.len() {
+        return Err(Error::BufferTooSmall);
+    }
+    copy_to_user(a[2], name)?;
+    Ok(name.len() as u64)
+}
+
+fn sys_obj_stat(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let o = lookup(a[0], a[1])?;
+    let st = ObjStat { id: o.id, obj_type: o.obj_type() as u32, home_core: o.home_core, refs: KRef::strong_count(&o) as u64 - 1 };
+    write_user(a[2], &st)?;
+    Ok(0)
+}
+
+fn sys_share_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let parent = reach_share(a[0])?;
+    let (name, n) = read_name(a[1], a[2])?;
+    let home = memid_core(a[3])?;
+    if a[4] & !SHARE_PRIVATE != 0 {
+        return Err(Error::InvalidArgument);
+    }
+    let sh = if a[4] & SHARE_PRIVATE != 0 { share::Share::new_private(caller(), home) } else { share::Share::new_shared(home)? };
+    insert_new(&parent, &name[..n], home, Kind::Share(sh))
+}
+
+fn sys_share_addobj(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    with_current(|c| {
+    let o = with_share_in(c, a[1], |s| s.as_share()?.get(a[2]))?;
+    with_share_in(c, a[0], |dst| {
+        if o.as_share().is_ok() && contains_share(&o, dst, 8) {
+            return Err(Error::InvalidArgument);
+        }
+        dst.as_share()?.insert(o)
+    })?;
+    Ok(0)
+})?
+}
+
+fn sys_share_delobj(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    // The entry is dropped after the share lookup ends (its last reference may free
+    // the object, which takes other locks).
+    let removed = with_share(a[0], |s| s.as_share()?.remove(a[1]))?;
+    drop(removed);
+    Ok(0)
+}
+
+fn sys_self_drop(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let removed = with_current_mut(|c: &mut Context| {
+        if c.root_share.id == a[0] {
+            return Err(Error::NotPermitted);
+        }
+        match c.shares.iter().position(|s| s.id == a[0]) {
+            Some(i) => Ok(c.shares.remove(i)),
+            None => Err(Error::ShareNotReachable),
+        }
+    })??;
+    drop(removed);
+    Ok(0)
+}
+
+fn sys_self_shares(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    check_out_buf::<u64>(a[0], a[1])?;
+    let ids: Vec<u64> = with_current(|c| {
+        let mut v = Vec::new();
+        if v.try_reserve(c.shares.len() + 1).is_ok() {
+            v.push(c.root_share.id);
+            v.extend(c.shares.iter().map(|s| s.id));
+        }
+        v
+    })?;
+    if ids.is_empty() {
+        return Err(Error::NoMemory);
+    }
+    if (a[1] as usize) < ids.len() {
+        return Err(Error::BufferTooSmall);
+    }
+    write_slice(a[0], &ids)?;
+    Ok(ids.len() as u64)
+}
+
+fn sys_share_list(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    check_out_buf::<u64>(a[1], a[2])?;
+    let ids = reach_share(a[0])?.as_share()?.ids()?;
+    if (a[2] as usize) < ids.len() {
+        return Err(Error::BufferTooSmall);
+    }
+    write_slice(a[1], &ids)?;
+    Ok(ids.len() as u64)
+}
+
+fn sys_segment_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let s = reach_share(a[0])?;
+    let (name, n) = read_name(a[1], a[2])?;
+    let home = memid_core(a[3])?;
+    let seg = segment::Segment::new(a[4], home)?;
+    insert_new(&s, &name[..n], home, Kind::Segment(seg))
+}
+
+fn sys_segment_copy(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let dst = reach_share(a[0])?;
+    let src = lookup(a[1], a[2])?;
+    let (name, n) = read_name(a[3], a[4])?;
+    let cow = match a[5] {
+        COPY_EAGER => false,
+        COPY_ON_WRITE => true,
+        _ => return Err(Error::InvalidArgument),
+    };
+    let me = caller() as u32;
+    let (copy, maps) = src.as_segment()?.duplicate(cow, me)?;
+    let id = insert_new(&dst, &name[..n], me, Kind::Segment(copy))?;
+    // Existing writable mappings of the source must fault before writing from now on.
+    for (weak, voff, len) in maps {
+        if let Some(ar_obj) = weak.upgrade() {
+            ar::write_protect(&ar_obj, voff, len);
+        }
+    }
+    Ok(id)
+}
+
+fn sys_segment_get_nbytes(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    Ok(lookup(a[0], a[1])?.as_segment()?.nbytes())
+}
+
+fn sys_segment_set_nbytes(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    lookup(a[0], a[1])?.as_segment()?.set_nbytes(a[2])?;
+    Ok(0)
+}
+
+fn sys_ar_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let s = reach_share(a[0])?;
+    let (name, n) = read_name(a[1], a[2])?;
+    let home = memid_core(a[3])?;
+    let kind = ArKind::from_u64(a[4]).ok_or(Error::InvalidArgument)?;
+    let r = ar::AddressRange::new(kind, home)?;
+    insert_new(&s, &name[..n], home, Kind::Ar(r))
+}
+
+fn sys_ar_set_seg(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let m: SegMapping = read_user(a[2])?;
+    let ar_obj = lookup(a[0], a[1])?;
+    let seg = lookup(m.seg.share, m.seg.object)?;
+    ar::set_seg(&ar_obj, m.voff, &seg, m.soff, m.len, m.flags)?;
+    Ok(0)
+}
+
+fn sys_ar_set_ar(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let ar_obj = lookup(a[0], a[1])?;
+    let child = lookup(a[3], a[4])?;
+    ar::set_ar(&ar_obj, a[2], &child)?;
+    Ok(0)
+}
+
+fn sys_ar_get(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    check_out_buf::<ArMapping>(a[2], a[3])?;
+    let ar_obj = lookup(a[0], a[1])?;
+    let v = ar::mappings(&ar_obj)?;
+    if (a[3] as usize) < v.len() {
+        return Err(Error::BufferTooSmall);
+    }
+    write_slice(a[2], &v)?;
+    Ok(v.len() as u64)
+}
+
+fn sys_ar_unmap(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let ar_obj = lookup(a[0], a[1])?;
+    ar::unmap(&ar_obj, a[2], a[3])?;
+    Ok(0)
+}
+
+fn sys_pcore_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let s = reach_share(a[0])?;
+    let (name, n) = read_name(a[1], a[2])?;
+    if a[3] as usize >= percpu::online_count() {
+        return Err(Error::NoSuchCore);
+    }
+    insert_new(&s, &name[..n], a[3] as u32, Kind::Pcore(pcore::Pcore::new(a[3] as u32, caller() as u32)))
+}
+
+fn sys_pcore_current(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {
+    with_current(|c| c.pcore.id)
+}
+
+fn sys_pcore_run(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    pcore_run(a[0], a[1], a[2])
+}
+
+fn sys_pcore_yield(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {
+    crate::sched::request_yield()
+}
+
+fn sys_pcore_set_interval(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let p = lookup(a[0], a[1])?;
+    let pc = p.as_pcore()?;
+    if a[2] > 10_000 {
+        return Err(Error::InvalidArgument);
+    }
+    pc.interval_hz.store(a[2], Ordering::Relaxed);
+    // The running context on this very pcore gets the new rate at once; others at
+    // their next start.
+    let local = percpu::this().acting.load(Ordering::Acquire) == crate::roles::NO_CORE;
+    if local && with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
+        crate::sched::set_timer_hz(crate::roles::timer_hz(percpu::this().role.load(Ordering::Acquire), a[2]));
+    }
+    Ok(0)
+}
+
+fn sys_pcore_halt(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let p = lookup(a[0], a[1])?;
+    let pc = p.as_pcore()?;
+    let core = pc.core as usize;
+    if with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
+        context::request_exit(a[2]);
+    } else if pc.allocator_core != caller() as u32 {
+        return Err(Error::NotPermitted);
+    } else {
+        context::halt_remote(core, p.key(), a[2]);
+    }
+    Ok(0)
+}
+
+fn sys_pcore_set_role(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let p = lookup(a[0], a[1])?;
+    let pc = p.as_pcore()?;
+    if pc.allocator_core != caller() as u32 {
+        return Err(Error::NotPermitted);
+    }
+    crate::roles::set_role(pc.core as usize, a[2])?;
+    Ok(0)
+}
+
+fn sys_pcore_add_device_or_pcore_del_device(nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let p = lookup(a[0], a[1])?;
+    let pc = p.as_pcore()?;
+    let dev_obj = lookup(a[2], a[3])?;
+    let dev = dev_obj.as_device()?;
+    // Giving a core work is running something on it: only the pcore's allocator may.
+    if pc.allocator_core != caller() as u32 {
+        return Err(Error::NotPermitted);
+    }
+    let ring = dev.ring.as_ref().ok_or(Error::Unsupported)?;
+    if nr == nr::PCORE_ADD_DEVICE {
+        crate::roles::attach_ring(pc.core as usize, ring)?;
+    } else {
+        crate::roles::detach_ring(ring, Some(pc.core as usize))?;
+    }
+    Ok(0)
+}
+
+fn sys_pcore_stat(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let st = lookup(a[0], a[1])?.as_pcore()?.stat();
+    write_user(a[2], &st)?;
+    Ok(0)
+}
+
+fn sys_device_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let s = reach_share(a[0])?;
+    let home = memid_core(a[2])?;
+    if a[1] == HWID_SYSCALL_RING {
+        let seg = lookup(a[3], a[4])?;
+        seg.as_segment()?;
+        let (root_ar, shares) = ring_identity()?;
+        let d = device::Device::open_ring(seg, a[5], &root_ar, &shares, caller() as u32)?;
+        return insert_new(&s, b"syscall-ring", home, Kind::Device(d));
+    }
+    let d = device::Device::open(a[1])?;
+    insert_new(&s, b"console", home, Kind::Device(d))
+}
+
+fn sys_device_list(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    check_out_buf::<DeviceInfo>(a[0], a[1])?;
+    let l = device::list();
+    if (a[1] as usize) < l.len() {
+        return Err(Error::BufferTooSmall);
+    }
+    write_slice(a[0], &l)?;
+    Ok(l.len() as u64)
+}
+
+fn sys_device_stat(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let st = lookup(a[0], a[1])?.as_device()?.stat();
+    write_user(a[2], &st)?;
+    Ok(0)
+}
+
+fn sys_device_conf(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let conf: DeviceConf = read_user(a[2])?;
+    lookup(a[0], a[1])?.as_device()?.conf(conf.key, conf.value)?;
+    Ok(0)
+}
+
+fn sys_device_buf(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let b: DeviceBuf = read_user(a[2])?;
+    let dev_obj = lookup(a[0], a[1])?;
+    let dev = dev_obj.as_device()?;
+    if b.buf_type != BUF_TX {
+        return Err(Error::Unsupported);
+    }
+    let seg_obj = lookup(b.seg.share, b.seg.object)?;
+    let seg = seg_obj.as_segment()?;
+    let end = b.offset.checked_add(b.len).ok_or(Error::OutOfRange)?;
+    if end > seg.nbytes() {
+        return Err(Error::OutOfRange);
+    }
+    let mut chunk = [0u8; 256];
+    let mut done = 0u64;
+    while done < b.len {
+        let n = (b.len - done).min(chunk.len() as u64) as usize;
+        seg.read_bytes(b.offset + done, &mut chunk[..n])?;
+        dev.transmit(&chunk[..n]);
+        done += n as u64;
+    }
+    dev.count_buffer();
+    Ok(b.len)
+}
+
+fn sys_locality_get(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    check_out_buf::<LocalityEntry>(a[0], a[1])?;
+    let n = percpu::online_count();
+    if (a[1] as usize) < n * n {
+        return Err(Error::BufferTooSmall);
+    }
+    let mut v: Vec<LocalityEntry> = Vec::new();
+    v.try_reserve(n * n).map_err(|_| Error::NoMemory)?;
+    for i in 0..n {
+        for j in 0..n {
+            let (l, d) = crate::topology::locality_get(i, j).ok_or(Error::NoSuchCore)?;
+            v.push(LocalityEntry { level: l as u8, distance: d });
+        }
+    }
+    write_slice(a[0], &v)?;
+    Ok(n as u64)
+}
+
+fn sys_console_write(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let len = a[1];
+    // All or nothing: check every page of the buffer is readable before printing.
+    let end = a[0].checked_add(len).ok_or(Error::BadAddress)?;
+    if len > 0 && (a[0] < USER_BASE || end > USER_END) {
+        return Err(Error::BadAddress);
+    }
+    let mut probe = [0u8; 1];
+    let mut page = a[0] & !(PAGE_SIZE - 1);
+    while len > 0 && page < end {
+        copy_from_user(&mut probe, page.max(a[0]))?;
+        page += PAGE_SIZE;
+    }
+    let mut chunk = [0u8; 256];
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(chunk.len() as u64) as usize;
+        copy_from_user(&mut chunk[..n], a[0].checked_add(done).ok_or(Error::BadAddress)?)?;
+        crate::arch::x86_64::serial::write_bytes_locked(&chunk[..n]);
+        done += n as u64;
+    }
+    Ok(len)
+}
+
+fn sys_console_read(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    check_out_buf::<u8>(a[0], a[1])?;
+    let mut chunk = [0u8; 256];
+    let cap = (a[1] as usize).min(chunk.len());
+    // Refuse a buffer we could not fill before consuming any input from the device.
+    crate::arch::x86_64::syscall::probe_writable(a[0], cap)?;
+    let mut n = 0;
+    while n < cap {
+        match crate::arch::x86_64::serial::try_read() {
+            Some(b) => {
+                chunk[n] = b;
+                n += 1;
+            }
+            None => break,
+        }
+    }
+    copy_to_user(a[0], &chunk[..n])?;
+    Ok(n as u64)
+}
+
+fn sys_time_now(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {
+    Ok(crate::time::now_ticks())
+}
+
+fn sys_sys_info(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    // Exact counts: free what removals from shared shares still hold back.
+    crate::kobj::share::reclaim_all();
+    // And this core's empty slabs go back, so the count does not depend on what the
+    // heap happens to cache (other cores' caches are theirs to trim).
+    crate::mm::heap::trim_local();
+    let info = SysInfo {
+        cores: percpu::online_count() as u64,
+        numa_nodes: crate::mm::frame::node_count() as u64,
+        tsc_per_ms: crate::time::tsc_per_ms(),
+        free_pages: crate::mm::frame::free_pages(),
+        total_pages: crate::mm::frame::total_pages(),
+        kernel_objects: crate::mm::heap::live_objects(),
+        live_kobjects: crate::kobj::live_objects(),
+        slab_pages: crate::mm::heap::slab_pages(),
+    };
+    write_user(a[0], &info)?;
+    Ok(0)
+}
+
+fn sys_core_stats(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let c = percpu::get(a[0] as usize).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
+    let s = &c.stats;
+    let st = CoreStats {
+        syscalls: s.syscalls.load(Ordering::Relaxed),
+        soft_faults: s.soft_faults.load(Ordering::Relaxed),
+        cow_faults: s.cow_faults.load(Ordering::Relaxed),
+        tlb_flushes_local: s.tlb_flushes_local.load(Ordering::Relaxed),
+        shootdown_ipis_sent: s.shootdown_ipis_sent.load(Ordering::Relaxed),
+        shootdown_ipis_received: s.shootdown_ipis_received.load(Ordering::Relaxed),
+        ipis_received: s.ipis_received.load(Ordering::Relaxed),
+        interrupts: s.interrupts.load(Ordering::Relaxed),
+        timer_ticks: s.timer_ticks.load(Ordering::Relaxed),
+        syscalls_forwarded: s.syscalls_forwarded.load(Ordering::Relaxed),
+        syscalls_served: s.syscalls_served.load(Ordering::Relaxed),
+        active_messages: s.active_messages.load(Ordering::Relaxed),
+        contexts_started: s.contexts_started.load(Ordering::Relaxed),
+        context_switches: s.context_switches.load(Ordering::Relaxed),
+        role: c.role.load(Ordering::Relaxed),
+        lock_spin_cycles: percore::cpu::spin_stats(c.index).0,
+        lock_spin_waits: percore::cpu::spin_stats(c.index).1,
+    };
+    write_user(a[1], &st)?;
+    Ok(0)
+}
+
+fn sys_initrd_get(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let s = reach_share(a[0])?;
+    let (name, n) = read_name(a[1], a[2])?;
+    let data = crate::initrd::find(&name[..n]).ok_or(Error::NotFound)?;
+    let me = caller() as u32;
+    let seg = segment::Segment::new(data.len() as u64, me)?;
+    seg.write_bytes(0, data)?;
+    insert_new(&s, &name[..n], me, Kind::Segment(seg))
 }
 
 /// What a new syscall ring's requests run with: the caller's root address range, and the
