@@ -71,8 +71,10 @@ impl Table {
     /// and its objects alive (private: only the caller changes it; shared: inside a
     /// reclamation operation). The table is never more than half used, so a probe sequence
     /// always ends at an empty slot; the bound only guards against a broken invariant.
+    /// `SHARED`: writers may run meanwhile (a shared share), so the pair read from the slot
+    /// is checked; a private share's owner is its only writer and reads a consistent pair.
     #[inline]
-    fn find_raw(&self, id: u64) -> Option<*mut ()> {
+    fn find_raw<const SHARED: bool>(&self, id: u64) -> Option<*mut ()> {
         let mask = self.slots.len() - 1;
         let mut i = self.home(id);
         for _ in 0..self.slots.len() {
@@ -80,6 +82,9 @@ impl Table {
             let k = slot.id.load(Ordering::Acquire);
             if k == id {
                 let p = slot.obj.load(Ordering::Acquire);
+                if !SHARED {
+                    return Some(p); // filled object-first by this core: never null here
+                }
                 // Null: being removed. A different id: the slot was emptied and reused after
                 // our id load (ids name one object for ever).
                 // SAFETY: p was stored from `KRef::<KObject>::into_raw`; the table's reference
@@ -97,10 +102,10 @@ impl Table {
 
     /// The entry for `id`, as a new reference (same rules as `find_raw`).
     #[inline]
-    fn get(&self, id: u64) -> Option<ObjRef> {
+    fn get<const SHARED: bool>(&self, id: u64) -> Option<ObjRef> {
         // SAFETY: `find_raw` found a live reference the caller keeps alive while this runs, so
         // the count is at least one.
-        self.find_raw(id).map(|p| unsafe { KRef::clone_raw(p) })
+        self.find_raw::<SHARED>(id).map(|p| unsafe { KRef::clone_raw(p) })
     }
 
     /// Writer side: `Ok(index)` of `id`'s slot, or `Err(index)` of the slot a new `id` goes
@@ -350,8 +355,8 @@ pub struct Share {
     node: usize,
     /// Null until the first entry.
     table: AtomicPtr<Table>,
-    /// Writer-side counts: entries, and entries plus tombstones.
-    live: AtomicUsize,
+    /// Writer-side count of entries plus tombstones (the load factor). The number of entries
+    /// is not kept: only a rebuild, `ids` and `len` need it, and they count.
     used: AtomicUsize,
     /// Serialises changes to a shared share (unused for private ones).
     writer: TicketLock<()>,
@@ -371,7 +376,6 @@ impl Share {
             owner,
             node: super::node_of_core(home),
             table: AtomicPtr::new(ptr::null_mut()),
-            live: AtomicUsize::new(0),
             used: AtomicUsize::new(0),
             writer: TicketLock::new(()),
             lent: AtomicU64::new(EMPTY),
@@ -426,14 +430,14 @@ impl Share {
             return Err(Error::NoSuchObject);
         }
         let found = if self.owner.is_some() {
-            self.table().and_then(|t| t.get(id))
+            self.table().and_then(|t| t.get::<false>(id))
         } else {
             match reclaim() {
                 Some(d) => {
                     let _op = d.enter_on(this_core());
-                    self.table().and_then(|t| t.get(id))
+                    self.table().and_then(|t| t.get::<true>(id))
                 }
-                None => self.table().and_then(|t| t.get(id)),
+                None => self.table().and_then(|t| t.get::<true>(id)),
             }
         };
         found.ok_or(Error::NoSuchObject)
@@ -455,7 +459,7 @@ impl Share {
         if !is_object_id(id) {
             return Ok(None);
         }
-        let Some(p) = self.table().and_then(|t| t.find_raw(id)) else { return Ok(None) };
+        let Some(p) = self.table().and_then(|t| t.find_raw::<false>(id)) else { return Ok(None) };
         if self.lent.load(Ordering::Relaxed) != EMPTY {
             // SAFETY: the table's reference keeps the count at least one while this runs.
             return Ok(Some(Borrowed::Owned(unsafe { KRef::<KObject>::clone_raw(p) })));
@@ -504,7 +508,8 @@ impl Share {
         // never smaller than before: like a vector's capacity, a share's memory follows its
         // peak size, so it does not come and go with tombstones.
         let cap = self.table().map_or(0, |t| t.slots.len());
-        let want = ((self.live.load(Ordering::Relaxed) + extra) * 4).next_power_of_two().max(MIN_SLOTS).max(cap);
+        let live = self.table().map_or(0, |t| t.live().count());
+        let want = ((live + extra) * 4).next_power_of_two().max(MIN_SLOTS).max(cap);
         let fresh_ptr = Table::try_new(want, self.node)?;
         // SAFETY: just allocated, not yet published.
         let fresh = unsafe { &*fresh_ptr };
@@ -533,11 +538,10 @@ impl Share {
 
     /// The insert itself; the caller is the owner core or holds the writer lock. A refused
     /// reference comes back for the caller to drop.
-    #[inline]
+    #[inline(always)]
     fn insert_locked(&self, obj: ObjRef) -> Result<(), (Error, ObjRef)> {
-        if !is_object_id(obj.id) {
-            return Err((Error::InvalidArgument, obj)); // never made by KObject::create
-        }
+        // Ids come from `KObject::create` (never a slot marker) and objects from tables or new.
+        debug_assert!(is_object_id(obj.id));
         // Rebuilding first (when needed) keeps this to one probe sequence; a rebuild for an
         // id that turns out to be present already is harmless.
         if let Err(e) = self.reserve(1) {
@@ -549,7 +553,6 @@ impl Share {
             bump(&self.used, 1);
         }
         t.fill(i, obj.id, KRef::into_raw(obj));
-        bump(&self.live, 1);
         Ok(())
     }
 
@@ -569,7 +572,6 @@ impl Share {
             let t = self.table().ok_or(Error::NoSuchObject)?;
             let i = t.find(id).map_err(|_| Error::NoSuchObject)?;
             let (p, freed) = t.empty(i);
-            bump(&self.live, -1);
             bump(&self.used, -(freed as isize));
             // SAFETY: the slot held this reference; it left the table just now.
             return Ok(Some(unsafe { KRef::from_raw(p) }));
@@ -579,7 +581,6 @@ impl Share {
             let t = self.table().ok_or(Error::NoSuchObject)?;
             let i = t.find(id).map_err(|_| Error::NoSuchObject)?;
             let (p, freed) = t.empty(i);
-            bump(&self.live, -1);
             bump(&self.used, -(freed as isize));
             p
         };
@@ -593,7 +594,7 @@ impl Share {
         let collect = |t: Option<&Table>| -> Result<Vec<u64>, Error> {
             let mut v = Vec::new();
             let Some(t) = t else { return Ok(v) };
-            v.try_reserve(self.live.load(Ordering::Relaxed)).map_err(|_| Error::NoMemory)?;
+            v.try_reserve(t.live().count()).map_err(|_| Error::NoMemory)?;
             for (id, _) in t.live() {
                 // Entries added since the reservation are left out rather than allocated for.
                 if v.len() < v.capacity() {
@@ -617,11 +618,19 @@ impl Share {
         self.table().map(|t| [t as *const Table as u64, t.slots.as_ptr() as u64])
     }
 
+    /// Entries (counted: for tests and diagnostics, not hot paths).
     pub fn len(&self) -> usize {
         if self.check_owner().is_err() {
             return 0;
         }
-        self.live.load(Ordering::Relaxed)
+        let count = |t: Option<&Table>| t.map_or(0, |t| t.live().count());
+        match (self.owner, reclaim()) {
+            (None, Some(d)) => {
+                let _op = d.enter_on(this_core());
+                count(self.table())
+            }
+            _ => count(self.table()),
+        }
     }
 }
 

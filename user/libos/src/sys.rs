@@ -46,6 +46,30 @@ pub unsafe fn raw6(n: u64, a0: u64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64)
     ret
 }
 
+/// Issue system call `n` with three arguments (the calls that take no more): the other
+/// argument registers are left as they are, which the kernel ignores for these calls.
+///
+/// # Safety
+/// As `raw6`.
+#[inline(always)]
+pub unsafe fn raw3(n: u64, a0: u64, a1: u64, a2: u64) -> i64 {
+    let ret: i64;
+    // SAFETY: as in `raw6`; r8-r10 are not inputs, and the kernel preserves them.
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") n as i64 => ret,
+            in("rdi") a0,
+            in("rsi") a1,
+            in("rdx") a2,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
 /// `raw6` decoded into a `Result`.
 ///
 /// # Safety
@@ -62,6 +86,13 @@ pub unsafe fn call(n: u64, a0: u64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64)
 fn call_nomem(n: u64, a0: u64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64) -> Result<u64, Error> {
     // SAFETY: the arguments hold no pointers into memory the kernel would write.
     unsafe { call(n, a0, a1, a2, a3, a4, a5) }
+}
+
+/// `call_nomem` for calls with at most three arguments.
+#[inline(always)]
+fn call_nomem3(n: u64, a0: u64, a1: u64, a2: u64) -> Result<u64, Error> {
+    // SAFETY: as in `call_nomem`.
+    abi::decode(unsafe { raw3(n, a0, a1, a2) })
 }
 
 fn name_args(name: &str) -> (u64, u64) {
@@ -97,17 +128,17 @@ pub fn share_alloc(share: ObjectId, name: &str, memid: u64, flags: u64) -> Resul
 
 /// `share_addobj(dst, <share, obj>)`: add a reference to the object to share `dst`.
 pub fn share_addobj(dst: ObjectId, o: ObjName) -> Result<u64, Error> {
-    call_nomem(nr::SHARE_ADDOBJ, dst, o.share, o.object, 0, 0, 0)
+    call_nomem3(nr::SHARE_ADDOBJ, dst, o.share, o.object)
 }
 
 /// `share_delobj(<share, obj>)`: remove the object from the share, dropping that reference.
 pub fn share_delobj(o: ObjName) -> Result<u64, Error> {
-    call_nomem(nr::SHARE_DELOBJ, o.share, o.object, 0, 0, 0, 0)
+    call_nomem3(nr::SHARE_DELOBJ, o.share, o.object, 0)
 }
 
 /// `self_drop(share)`: remove a share from the calling context's share set.
 pub fn self_drop(share: ObjectId) -> Result<u64, Error> {
-    call_nomem(nr::SELF_DROP, share, 0, 0, 0, 0, 0)
+    call_nomem3(nr::SELF_DROP, share, 0, 0)
 }
 
 /// `self_shares(buf, cap)`: the calling context's share set (its root share first); returns
@@ -141,12 +172,12 @@ pub fn segment_copy(dst_share: ObjectId, src: ObjName, name: &str, mode: u64) ->
 
 /// `segment_get_nbytes(<share, seg>)`.
 pub fn segment_get_nbytes(seg: ObjName) -> Result<u64, Error> {
-    call_nomem(nr::SEGMENT_GET_NBYTES, seg.share, seg.object, 0, 0, 0, 0)
+    call_nomem3(nr::SEGMENT_GET_NBYTES, seg.share, seg.object, 0)
 }
 
 /// `segment_set_nbytes(<share, seg>, nbytes)`.
 pub fn segment_set_nbytes(seg: ObjName, nbytes: u64) -> Result<u64, Error> {
-    call_nomem(nr::SEGMENT_SET_NBYTES, seg.share, seg.object, nbytes, 0, 0, 0)
+    call_nomem3(nr::SEGMENT_SET_NBYTES, seg.share, seg.object, nbytes)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -194,7 +225,7 @@ pub fn pcore_alloc(share: ObjectId, name: &str, core: u64) -> Result<ObjectId, E
 
 /// `pcore_current()`: the id of the calling context's pcore object (held in its root share).
 pub fn pcore_current() -> Result<ObjectId, Error> {
-    call_nomem(nr::PCORE_CURRENT, 0, 0, 0, 0, 0, 0)
+    call_nomem3(nr::PCORE_CURRENT, 0, 0, 0)
 }
 
 /// `pcore_run(<share, pcore>, &PcoreContext)`.
@@ -205,25 +236,25 @@ pub fn pcore_run(p: ObjName, ctx: &PcoreContext) -> Result<u64, Error> {
 
 /// `pcore_set_interval(<share, pcore>, hz)` (0: no time slicing).
 pub fn pcore_set_interval(p: ObjName, hz: u64) -> Result<u64, Error> {
-    call_nomem(nr::PCORE_SET_INTERVAL, p.share, p.object, hz, 0, 0, 0)
+    call_nomem3(nr::PCORE_SET_INTERVAL, p.share, p.object, hz)
 }
 
 /// `pcore_halt(<share, pcore>, code)`: stop the context running on the pcore with exit code
 /// `code`. On the caller's own pcore it does not return.
 pub fn pcore_halt(p: ObjName, code: u64) -> Result<u64, Error> {
-    call_nomem(nr::PCORE_HALT, p.share, p.object, code, 0, 0, 0)
+    call_nomem3(nr::PCORE_HALT, p.share, p.object, code)
 }
 
 /// `pcore_set_role(<share, pcore>, role)`: change the pcore's core to `ROLE_*` (only through a
 /// pcore this core allocated; a context may move its own core between XC, TC and AC).
 pub fn pcore_set_role(p: ObjName, role: u64) -> Result<u64, Error> {
-    call_nomem(nr::PCORE_SET_ROLE, p.share, p.object, role, 0, 0, 0)
+    call_nomem3(nr::PCORE_SET_ROLE, p.share, p.object, role)
 }
 
 /// `pcore_yield()`: on a TC with other contexts queued, let the next one run now; elsewhere
 /// it does nothing.
 pub fn pcore_yield() -> Result<u64, Error> {
-    call_nomem(nr::PCORE_YIELD, 0, 0, 0, 0, 0, 0)
+    call_nomem3(nr::PCORE_YIELD, 0, 0, 0)
 }
 
 /// `pcore_stat(<share, pcore>, &mut PcoreStat)`.
@@ -292,7 +323,7 @@ pub fn console_read(buf: &mut [u8]) -> Result<u64, Error> {
 
 /// `time_now()`: the time-stamp counter (ticks; `SysInfo::tsc_per_ms` per millisecond).
 pub fn time_now() -> Result<u64, Error> {
-    call_nomem(nr::TIME_NOW, 0, 0, 0, 0, 0, 0)
+    call_nomem3(nr::TIME_NOW, 0, 0, 0)
 }
 
 /// `sys_info(&mut SysInfo)`.
@@ -315,10 +346,10 @@ pub fn core_stats(core: u64) -> Result<CoreStats, Error> {
 /// the boot image; its size is the file size.
 pub fn initrd_get(share: ObjectId, name: &str) -> Result<ObjectId, Error> {
     let (p, l) = name_args(name);
-    call_nomem(nr::INITRD_GET, share, p, l, 0, 0, 0)
+    call_nomem3(nr::INITRD_GET, share, p, l)
 }
 
 /// The null system call.
 pub fn null() -> Result<u64, Error> {
-    call_nomem(nr::NULL, 0, 0, 0, 0, 0, 0)
+    call_nomem3(nr::NULL, 0, 0, 0)
 }
