@@ -33,6 +33,8 @@ pub fn register_handlers() {
 
 /// Trim every core's slabs and report (free pages, live slab objects) at a quiescent point.
 fn quiescent_counts() -> (u64, i64) {
+    // Memory retired by shared shares (tables, objects' deferred frees) is freed first.
+    crate::kobj::share::reclaim_all();
     smp::run_on_all(&|_| heap::trim_local());
     (frame::free_pages(), heap::live_objects())
 }
@@ -534,6 +536,79 @@ fn private_share_table_survives_churn_and_guards_lent_entries() {
     kassert!(sh.remove(o.id).map_err(err)?.is_some(), "remove after the lend failed");
     drop(objs);
     drop(share);
+    let (pages1, live1) = quiescent_counts();
+    kassert!(live1 == live0, "live objects {live1} != {live0}");
+    kassert!(pages1 == pages0, "free pages {pages1} != {pages0}");
+    Ok(())
+}
+}
+
+ktest! {
+fn shared_share_lookups_race_removals_and_frees() {
+    use crate::kobj::{segment::Segment, share::Share, KObject, Kind};
+    let cores = percpu::online_count();
+    let (pages0, live0) = quiescent_counts();
+    let err = |e: abi::Error| alloc::format!("{e:?}");
+    let share = KObject::create(b"ktest-race", 0, Kind::Share(Share::new_shared(0).map_err(err)?)).map_err(err)?;
+    const IDS: usize = 16;
+    let ids: Vec<AtomicU64> = (0..IDS).map(|_| AtomicU64::new(0)).collect();
+    let done = AtomicBool::new(false);
+    let wrong = AtomicUsize::new(0);
+    let found = AtomicU64::new(0);
+    let writes = AtomicU64::new(0);
+    smp::run_on_all(&|i| {
+        let Ok(sh) = share.as_share() else { return };
+        if i == 0 {
+            // The writer: each object is made, published, looked up by the others, removed and
+            // dropped, its last reference going while readers may still hold its pointer.
+            let deadline = time::Deadline::after_ms(1500);
+            let mut n = 0usize;
+            while !deadline.expired() || n < 2000 {
+                let Ok(seg) = Segment::new(PAGE_SIZE, 0) else { break };
+                let Ok(o) = KObject::create(b"ktest-race-obj", 0, Kind::Segment(seg)) else { break };
+                let id = o.id;
+                if sh.insert(o).is_err() {
+                    break;
+                }
+                let old = ids[n % IDS].swap(id, Ordering::AcqRel);
+                if old != 0 {
+                    drop(sh.remove(old));
+                }
+                n += 1;
+            }
+            writes.store(n as u64, Ordering::Relaxed);
+            done.store(true, Ordering::Release);
+        } else {
+            let mut k = i;
+            while !done.load(Ordering::Acquire) {
+                let id = ids[k % IDS].load(Ordering::Acquire);
+                k += 1;
+                if id == 0 {
+                    continue;
+                }
+                match sh.get(id) {
+                    Ok(o) if o.id == id => {
+                        found.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(abi::Error::NoSuchObject) => {}
+                    _ => {
+                        wrong.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    });
+    for slot in &ids {
+        let id = slot.swap(0, Ordering::AcqRel);
+        if id != 0 {
+            drop(share.as_share().map_err(err)?.remove(id).map_err(err)?);
+        }
+    }
+    kassert!(wrong.load(Ordering::Relaxed) == 0, "{} lookups returned a wrong object or error", wrong.load(Ordering::Relaxed));
+    kassert!(writes.load(Ordering::Relaxed) >= 2000, "only {} objects made", writes.load(Ordering::Relaxed));
+    kassert!(cores < 2 || found.load(Ordering::Relaxed) > 0, "readers never found a live object");
+    drop(share);
+    drop(ids);
     let (pages1, live1) = quiescent_counts();
     kassert!(live1 == live0, "live objects {live1} != {live0}");
     kassert!(pages1 == pages0, "free pages {pages1} != {pages0}");

@@ -7,12 +7,14 @@ use core::alloc::Layout;
 use core::marker::PhantomData;
 use core::ops::Deref;
 use core::ptr::NonNull;
-use core::sync::atomic::{fence, AtomicUsize, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 
 struct Inner<T> {
     strong: AtomicUsize,
     /// Weak references plus one held collectively by all strong ones.
     weak: AtomicUsize,
+    /// Free the allocation only after a reclamation grace period (`KRef::defer_free`).
+    deferred: AtomicBool,
     value: T,
 }
 
@@ -54,7 +56,7 @@ impl<T> KRef<T> {
     fn init_at(p: *mut u8, value: T) -> Self {
         let ptr = p as *mut Inner<T>;
         // SAFETY: p is a fresh allocation with Inner<T>'s layout.
-        unsafe { ptr.write(Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), value }) };
+        unsafe { ptr.write(Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), value }) };
         // SAFETY: p is non-null (the allocator returned Some).
         KRef { ptr: unsafe { NonNull::new_unchecked(ptr) }, _owns: PhantomData }
     }
@@ -112,6 +114,38 @@ impl<T> KRef<T> {
         KRef { ptr: unsafe { NonNull::new_unchecked(ptr as *mut Inner<T>) }, _owns: PhantomData }
     }
 
+    /// A new reference to the value behind a raw pointer, unless its last reference is
+    /// already gone (`None`): for lock-free readers that found `ptr` in a table whose
+    /// reference may be dropped meanwhile (a shared share).
+    ///
+    /// # Safety
+    /// `ptr` came from `KRef::<T>::into_raw` and its allocation is not freed while this runs:
+    /// it was marked with `defer_free` before the reader could see it, and the reader is
+    /// inside a reclamation operation.
+    pub unsafe fn try_clone_raw(ptr: *mut ()) -> Option<Self> {
+        // SAFETY: by the caller's guarantee the allocation (not necessarily the value) is alive.
+        let inner = unsafe { &*(ptr as *const Inner<T>) };
+        let mut n = inner.strong.load(Ordering::Relaxed);
+        loop {
+            if n == 0 {
+                return None;
+            }
+            match inner.strong.compare_exchange_weak(n, n + 1, Ordering::Acquire, Ordering::Relaxed) {
+                // SAFETY: non-null, as above.
+                Ok(_) => return Some(KRef { ptr: unsafe { NonNull::new_unchecked(ptr as *mut Inner<T>) }, _owns: PhantomData }),
+                Err(now) => n = now,
+            }
+        }
+    }
+
+    /// From now on, free this allocation only after a reclamation grace period (Tornado's
+    /// existence guarantee, like Linux's SLAB_TYPESAFE_BY_RCU): set before the reference is
+    /// published where lock-free readers can find it, so a reader inside a reclamation
+    /// operation may try `try_clone_raw` even after the last reference went.
+    pub fn defer_free(this: &Self) {
+        this.inner().deferred.store(true, Ordering::Release);
+    }
+
     pub fn downgrade(this: &Self) -> KWeak<T> {
         this.inner().weak.fetch_add(1, Ordering::Relaxed);
         KWeak { ptr: this.ptr }
@@ -134,10 +168,26 @@ impl<T> Deref for KRef<T> {
 
 fn release_weak<T>(ptr: NonNull<Inner<T>>) {
     // SAFETY: the caller owns one weak count, so the allocation is alive.
-    if unsafe { ptr.as_ref() }.weak.fetch_sub(1, Ordering::Release) == 1 {
+    let inner = unsafe { ptr.as_ref() };
+    if inner.weak.fetch_sub(1, Ordering::Release) == 1 {
         fence(Ordering::Acquire);
-        crate::mm::heap::free(ptr.as_ptr() as *mut u8, Layout::new::<Inner<T>>());
+        if inner.deferred.load(Ordering::Acquire) {
+            // SAFETY: the last reference of either kind is gone, so only lock-free readers
+            // that found the pointer before it was unlinked can still look at the allocation;
+            // they are inside reclamation operations, which the grace period waits for.
+            unsafe { super::share::retire_memory(ptr.as_ptr() as *mut (), free_inner::<T>) };
+        } else {
+            crate::mm::heap::free(ptr.as_ptr() as *mut u8, Layout::new::<Inner<T>>());
+        }
     }
+}
+
+/// Free an `Inner<T>` allocation whose value was dropped.
+///
+/// # Safety
+/// `p` is such an allocation, which nobody can reach any more, freed once.
+unsafe fn free_inner<T>(p: *mut ()) {
+    crate::mm::heap::free(p as *mut u8, Layout::new::<Inner<T>>());
 }
 
 impl<T> Drop for KRef<T> {

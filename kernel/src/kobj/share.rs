@@ -71,8 +71,7 @@ impl Table {
     /// and its objects alive (private: only the caller changes it; shared: inside a
     /// reclamation operation). The table is never more than half used, so a probe sequence
     /// always ends at an empty slot; the bound only guards against a broken invariant.
-    /// `SHARED`: writers may run meanwhile (a shared share), so the pair read from the slot
-    /// is checked; a private share's owner is its only writer and reads a consistent pair.
+    /// `SHARED`: writers may run meanwhile (a shared share; `get` checks what it found).
     #[inline]
     fn find_raw<const SHARED: bool>(&self, id: u64) -> Option<*mut ()> {
         let mask = self.slots.len() - 1;
@@ -82,15 +81,9 @@ impl Table {
             let k = slot.id.load(Ordering::Acquire);
             if k == id {
                 let p = slot.obj.load(Ordering::Acquire);
-                if !SHARED {
-                    return Some(p); // filled object-first by this core: never null here
-                }
-                // Null: being removed. A different id: the slot was emptied and reused after
-                // our id load (ids name one object for ever).
-                // SAFETY: p was stored from `KRef::<KObject>::into_raw`; the table's reference
-                // (or, once removed from a shared share, its retired reference) lives until
-                // the caller's operation ends.
-                return (!p.is_null() && unsafe { KRef::<KObject>::raw_value(p) }.id == id).then_some(p);
+                // Null: being removed (only while writers run, in a shared share; a private
+                // share's owner fills slots object-first itself).
+                return (!p.is_null()).then_some(p);
             }
             if k == EMPTY {
                 return None;
@@ -100,12 +93,21 @@ impl Table {
         None
     }
 
-    /// The entry for `id`, as a new reference (same rules as `find_raw`).
+    /// A shared share's entry for `id`, as a new reference (same rules as `find_raw`). The
+    /// table's reference may be dropped meanwhile, so the count is raised only if it is
+    /// not zero (the allocation outlives the caller's operation: `defer_free`), and the id is
+    /// checked on the live object. `Err` carries a reference to drop once the caller's
+    /// operation has ended (dropping may free, and freeing may wait for a grace period).
     #[inline]
-    fn get<const SHARED: bool>(&self, id: u64) -> Option<ObjRef> {
-        // SAFETY: `find_raw` found a live reference the caller keeps alive while this runs, so
-        // the count is at least one.
-        self.find_raw::<SHARED>(id).map(|p| unsafe { KRef::clone_raw(p) })
+    fn get_shared(&self, id: u64) -> Result<Option<ObjRef>, ObjRef> {
+        let Some(p) = self.find_raw::<true>(id) else { return Ok(None) };
+        // SAFETY: `p` was published after `KRef::defer_free`, and the caller is inside a
+        // reclamation operation, so the allocation is alive.
+        match unsafe { KRef::<KObject>::try_clone_raw(p) } {
+            Some(r) if r.id == id => Ok(Some(r)),
+            Some(other) => Err(other), // the slot was emptied and reused
+            None => Ok(None),          // being removed
+        }
     }
 
     /// Writer side: `Ok(index)` of `id`'s slot, or `Err(index)` of the slot a new `id` goes
@@ -285,6 +287,16 @@ unsafe fn retire(p: *mut (), free: unsafe fn(*mut ())) {
     }
 }
 
+/// Free an object's memory once no lookup in a shared share can still see it (`KRef`'s
+/// deferred free; see `KRef::defer_free`). The caller holds no reclamation operation.
+///
+/// # Safety
+/// As for `retire`.
+pub(super) unsafe fn retire_memory(p: *mut (), free: unsafe fn(*mut ())) {
+    // SAFETY: forwarded from the caller.
+    unsafe { retire(p, free) }
+}
+
 /// Move the token round the cores once if it can (a visit only reads the visited core's
 /// counters and waits for nobody), then free what this core retired that is now safe.
 fn drive(d: &Domain, me: usize) {
@@ -429,17 +441,23 @@ impl Share {
         if !is_object_id(id) {
             return Err(Error::NoSuchObject);
         }
-        let found = if self.owner.is_some() {
-            self.table().and_then(|t| t.get::<false>(id))
-        } else {
-            match reclaim() {
-                Some(d) => {
-                    let _op = d.enter_on(this_core());
-                    self.table().and_then(|t| t.get::<true>(id))
-                }
-                None => self.table().and_then(|t| t.get::<true>(id)),
+        if self.owner.is_some() {
+            // SAFETY: the owner core's table reference keeps the count at least one.
+            let found = self.table().and_then(|t| t.find_raw::<false>(id)).map(|p| unsafe { KRef::clone_raw(p) });
+            return found.ok_or(Error::NoSuchObject);
+        }
+        let found = match reclaim() {
+            Some(d) => {
+                let _op = d.enter_on(this_core());
+                self.table().map_or(Ok(None), |t| t.get_shared(id))
             }
+            None => self.table().map_or(Ok(None), |t| t.get_shared(id)),
         };
+        // A reference to a reused slot's object is dropped here, outside the operation.
+        let found = found.unwrap_or_else(|other| {
+            drop(other);
+            None
+        });
         found.ok_or(Error::NoSuchObject)
     }
 
@@ -476,8 +494,12 @@ impl Share {
     #[inline(always)]
     pub fn insert(&self, obj: ObjRef) -> Result<(), Error> {
         self.check_owner()?;
-        let r = {
-            let _g = self.owner.is_none().then(|| self.writer.lock());
+        let r = if self.owner.is_some() {
+            self.insert_locked(obj)
+        } else {
+            // Lock-free readers will see it: its memory must outlive their operations.
+            KRef::defer_free(&obj);
+            let _g = self.writer.lock();
             self.insert_locked(obj)
         };
         // A refused reference is dropped here, outside the writer lock.
@@ -556,9 +578,10 @@ impl Share {
         Ok(())
     }
 
-    /// Remove an entry. From a private share the reference comes back for the caller to drop
-    /// (outside any lock: dropping the last reference frees the object, which may take other
-    /// locks); from a shared share it is retired and dropped after a grace period.
+    /// Remove an entry. Its reference comes back for the caller to drop (outside any lock:
+    /// dropping the last reference frees the object, which may take other locks). Lookups in
+    /// a shared share that still saw it cannot revive it (`get`), and the memory of an object
+    /// that was ever in a shared share is freed only after a grace period.
     #[inline]
     pub fn remove(&self, id: u64) -> Result<Option<ObjRef>, Error> {
         self.check_owner()?;
@@ -584,9 +607,11 @@ impl Share {
             bump(&self.used, -(freed as isize));
             p
         };
-        // SAFETY: unlinked above; lookups that saw it end before the retired reference drops.
-        unsafe { retire(p, drop_ref) };
-        Ok(None)
+        // The reference goes back to the caller at once (to drop outside any lock): a lookup
+        // that still saw it only raises the count if it is not zero, and the object's memory
+        // outlives that lookup (`defer_free` at insert).
+        // SAFETY: the slot held this reference; it left the table just now.
+        Ok(Some(unsafe { KRef::from_raw(p) }))
     }
 
     pub fn ids(&self) -> Result<Vec<u64>, Error> {
