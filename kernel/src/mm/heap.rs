@@ -329,9 +329,17 @@ pub fn try_alloc(layout: Layout) -> Option<*mut u8> {
 /// Allocate from NUMA node `node`'s memory (falling back to other nodes when it has none),
 /// through this core's cache for that node; freed with `free` like any other allocation.
 /// Nodes past `HEAP_NODES` get local memory.
+#[inline]
 pub fn try_alloc_on_node(layout: Layout, node: usize) -> Option<*mut u8> {
     let local = crate::percpu::this().node as usize;
-    if node == local || node >= HEAP_NODES || local >= HEAP_NODES || node >= frame::node_count() {
+    if node == local {
+        return try_alloc(layout); // the common case: the object is for a core of this node
+    }
+    try_alloc_on_other_node(layout, node, local)
+}
+
+fn try_alloc_on_other_node(layout: Layout, node: usize, local: usize) -> Option<*mut u8> {
+    if node >= HEAP_NODES || local >= HEAP_NODES || node >= frame::node_count() {
         return try_alloc(layout);
     }
     if super::inject::should_fail() {
