@@ -429,7 +429,7 @@ fn t_foreign_private(arg: u64) -> u64 {
     let f = unsafe { *(arg as *const Foreign) };
     let mut bad = 0;
     let np = |r: Result<(), abi::Error>| r != Err(abi::Error::NotPermitted);
-    bad |= (fd::visible(f.fd) as u64) << 0;
+    bad |= fd::visible(f.fd) as u64;
     bad |= (np(fd::kind(f.fd).map(|_| ())) as u64) << 1;
     bad |= (np(fd::dup(f.fd, Scope::Private).map(|_| ())) as u64) << 2;
     bad |= (np(fd::dup(f.fd, Scope::Process).map(|_| ())) as u64) << 3;
