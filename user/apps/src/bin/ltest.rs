@@ -420,10 +420,11 @@ struct Foreign {
     obj: ObjName,
 }
 
-/// On another core: the main context's private descriptor is nothing here (every call is
-/// refused, the kernel refuses its object too), while this context's own private table,
-/// which may hand out the very same slot number, works. Leaves one descriptor open on
-/// purpose: the thread's teardown must take its kernel object.
+/// In another context on another core (a thread or a cfork child): the main context's
+/// private descriptor is nothing here (every call is refused, the kernel refuses its object
+/// too), while this context's own private table, which may hand out the very same slot
+/// number, works. Leaves one descriptor open on purpose: the context's teardown must take
+/// its kernel object.
 fn t_foreign_private(arg: u64) -> u64 {
     // SAFETY: `arg` points at a `Foreign` the parent keeps alive until the join.
     let f = unsafe { *(arg as *const Foreign) };
@@ -469,6 +470,13 @@ fn fd_private_other_core() -> TestResult {
         let back = libos::time::wait_until(1000, || live_kobjects() == k0);
         ensure!(back, "core {c}: {} kernel objects more after the thread ended", live_kobjects() as i64 - k0 as i64);
     }
+    // A cfork child (a copy of this context's memory, but a fresh context segment): the
+    // parent's private descriptors are not inherited.
+    let child = ok!(cfork(others()[0], &CforkOpts::default(), t_foreign_private, &*boxed as *const Foreign as u64));
+    let bad = ok!(child.join());
+    ensure!(bad == 0, "cfork child: checks failed, bit mask {bad:#x}");
+    let back = libos::time::wait_until(1000, || live_kobjects() == k0);
+    ensure!(back, "{} kernel objects more after the cfork child ended", live_kobjects() as i64 - k0 as i64);
     ensure!(fd::private_counts().descriptors == c0.descriptors + 2 && ok!(fd::kind(d)) == fd::Kind::Console, "our table changed: {:?}", fd::private_counts());
     ok!(fd::close(a));
     ok!(fd::close(d));
