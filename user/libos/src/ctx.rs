@@ -38,18 +38,20 @@ pub struct Ctx {
     pub ctx_seg: ObjectId,
     /// `KIND_MAIN`, `KIND_THREAD` or `KIND_CHILD`.
     pub kind: u64,
-    /// The private descriptor table of this context (0 until first used).
+    /// The share holding the kernel objects of this context's private open files (a
+    /// `SHARE_PRIVATE` share in `root_share`; 0 until first used). The private descriptor
+    /// table itself is user memory after this page (`fd::PrivateTable`).
     pub private_fds: ObjectId,
     /// Descriptor layer: segment id mapped in window slot i (0 = free).
     pub mapped: [ObjectId; MAP_SLOTS],
-    /// Descriptor layer: kinds of descriptors in `private_fds`, `(descriptor id, encoded
-    /// kind)`, 0 = free. Only this context can change its private table, so the cache cannot
-    /// go stale; it saves `dup` the system call that reads the descriptor's name.
-    pub private_kinds: [(ObjectId, u64); PRIVATE_KIND_SLOTS],
 }
 
-/// Slots of the private descriptors' kind cache.
-pub const PRIVATE_KIND_SLOTS: usize = 16;
+/// Bytes of a context's segment: the context page, then the private descriptor table
+/// (`fd::PrivateTable`, at `arena() + PAGE_SIZE`). The segment is demand-zero, so the table's
+/// pages cost nothing until the context first opens a private descriptor.
+pub const CTX_BYTES: u64 = abi::PAGE_SIZE + (core::mem::size_of::<crate::fd::PrivateTable>() as u64).next_multiple_of(abi::PAGE_SIZE);
+
+const _: () = assert!(core::mem::size_of::<Ctx>() as u64 <= abi::PAGE_SIZE);
 
 /// The context page, if this context has one (contexts started with `cores::Core` do not).
 pub fn try_ctx() -> Option<&'static mut Ctx> {
@@ -95,10 +97,11 @@ pub fn core_id() -> usize {
     ctx().core as usize
 }
 
-/// Map a fresh context page at `arena()` into `root_ar`, its segment in `share`.
+/// Map a fresh context segment (`CTX_BYTES`: the context page and the private descriptor
+/// table) at `arena()` into `root_ar`, its segment in `share`.
 pub(crate) fn map_new(share: ObjectId, root_ar: ObjName, memid: u64) -> Result<ObjectId, abi::Error> {
-    let seg = crate::sys::segment_alloc(share, "ctx", memid, abi::PAGE_SIZE)?;
-    let m = abi::SegMapping { voff: arena(), seg: ObjName::new(share, seg), soff: 0, len: abi::PAGE_SIZE, flags: abi::MAP_READ | abi::MAP_WRITE };
+    let seg = crate::sys::segment_alloc(share, "ctx", memid, CTX_BYTES)?;
+    let m = abi::SegMapping { voff: arena(), seg: ObjName::new(share, seg), soff: 0, len: CTX_BYTES, flags: abi::MAP_READ | abi::MAP_WRITE };
     if let Err(e) = crate::sys::ar_set_seg(root_ar, &m) {
         let _ = crate::sys::share_delobj(ObjName::new(share, seg));
         return Err(e);

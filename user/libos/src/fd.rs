@@ -1,19 +1,32 @@
-//! Descriptors on shares: an open/dup/close API whose descriptor tables are shares.
+//! Descriptors: an open/dup/close API over kernel objects, with a per-context table in user
+//! memory for private descriptors and shares as tables for shared ones.
 //!
-//! A descriptor is a kernel object (an empty one-page segment that is never touched, so it
-//! costs metadata only) in a *table*, which is a share; the descriptor's kind and the object
-//! behind it are in its name (`c` console, `r`/`w` + ring id for pipe ends, `f` + segment id
-//! for in-memory files), and the object behind it is held by the same table. The caller
-//! chooses the scope of every descriptor, which is the table it goes in:
+//! An *open file* is a kernel object: an empty one-page segment that is never touched (so it
+//! costs metadata only) whose name says the kind and the object behind it (`c` console,
+//! `r`/`w` + ring id for pipe ends, `f` + segment id for in-memory files); the object behind
+//! it is held by the same share. The caller chooses the scope of every descriptor:
 //!
-//! - `Scope::Private`: the context's private table, a `SHARE_PRIVATE` share held by its root
-//!   share. Only this core can use it and the kernel takes no lock for it: `dup`/`close` here
-//!   write no cache line another core reads (Corey figure 1, the fix).
-//! - `Scope::Cores(&[..])`: a shared table for a named set of cores, made with
+//! - `Scope::Private`: a slot in this context's *private descriptor table*, user memory right
+//!   after the context page (`PrivateTable`), which only this context reads or writes. A
+//!   slot points at an open file record (the kernel object, which the context's
+//!   `SHARE_PRIVATE` share `Ctx::private_fds` holds, its kind and a reference count). `dup`
+//!   into private scope is a free slot and a count incremented, `close` the slot freed and
+//!   the count decremented: no system call, no lock, no atomic instruction, and no cache line
+//!   another core reads (Corey figure 1, "a per-thread table without contention"). Opening
+//!   makes the kernel object; the last close of an open file deletes it (and the pipe ring or
+//!   file segment behind it once no private open file uses that any more). Like Linux's fd
+//!   table pointing at `struct file`.
+//! - `Scope::Table(t)`: a shared table for a named set of cores, made with
 //!   `Table::for_cores`; threads the program spawns on those cores get it in their share set,
-//!   and no other context can reach it.
+//!   and no other context can reach it. The descriptor is the open file's kernel object itself.
 //! - `Scope::Process`: the process-wide table, held by the process share, which every thread
-//!   has.
+//!   has. As for `Table`.
+//!
+//! A private descriptor is `Fd { table: private share, obj: PRIVATE_FD | generation << 32 |
+//! slot }`. Another context (another core) gets `NotPermitted` for it without looking at any
+//! table (its own private share has another id), and the kernel refuses it the share as well.
+//! The slot's generation changes at every close, so a closed descriptor stays invalid
+//! (`NoSuchObject`) even after its slot is reused.
 //!
 //! Pipes are rings in a shared segment (a spin lock word, head and tail counters, then the
 //! data); files are segments. Both are mapped on demand into the context's descriptor window
@@ -33,7 +46,8 @@ pub enum Scope {
     Process,
 }
 
-/// A descriptor: `<table, object>`.
+/// A descriptor: `<table, object>` (for a private descriptor, `<private share, slot>`: see
+/// the module comment).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fd {
     pub table: ObjectId,
@@ -48,6 +62,16 @@ pub enum Kind {
     File(ObjectId),
 }
 
+impl Kind {
+    /// The pipe ring or file segment behind the descriptor, if any.
+    fn behind(self) -> Option<ObjectId> {
+        match self {
+            Kind::Console => None,
+            Kind::PipeRead(id) | Kind::PipeWrite(id) | Kind::File(id) => Some(id),
+        }
+    }
+}
+
 const MAX_TABLES: usize = 8;
 static TABLES: [AtomicU64; MAX_TABLES] = [const { AtomicU64::new(0) }; MAX_TABLES];
 static TABLE_CORES: [AtomicU64; MAX_TABLES] = [const { AtomicU64::new(0) }; MAX_TABLES];
@@ -56,6 +80,207 @@ static PROC_TABLE: AtomicU64 = AtomicU64::new(0);
 /// Pipe ring size (one segment): 64 bytes of header, then data.
 pub const PIPE_BYTES: u64 = 64 << 10;
 const PIPE_HDR: u64 = 64;
+
+// ---------------------------------------------------------------------------------------
+// The private descriptor table
+
+/// Bit 63 of `Fd::obj` marks a private descriptor. Kernel object ids are `(core + 1) << 40 |
+/// sequence`, so no kernel-object descriptor has it.
+pub const PRIVATE_FD: u64 = 1 << 63;
+/// Slot generations are 31 bits (bit 63 of the descriptor is the mark).
+const GEN_MASK: u32 = 0x7fff_ffff;
+
+/// Slots (descriptors) of a context's private table; the table is full at this many open
+/// private descriptors (`Busy`). Also the most open files it can hold, since every open file
+/// has at least one slot.
+pub const PRIVATE_SLOTS: usize = 256;
+const WORDS: usize = PRIVATE_SLOTS / 64;
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Slot {
+    /// Index of the open file in `PrivateTable::files`.
+    file: u32,
+    /// Bumped at every close (masked by `GEN_MASK`).
+    generation: u32,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct OpenFile {
+    /// The kernel object (in `Ctx::private_fds`).
+    obj: ObjectId,
+    /// `encode(Kind)`.
+    kind: u64,
+}
+
+/// A context's private descriptor table, at `arena() + PAGE_SIZE` in the context's own
+/// segment (`ctx::CTX_BYTES`). Only the owner context maps it, reads it or writes it, so it
+/// needs no lock; every field is a plain integer, valid for any bits.
+#[repr(C)]
+pub struct PrivateTable {
+    slot_used: [u64; WORDS],
+    file_used: [u64; WORDS],
+    slots: [Slot; PRIVATE_SLOTS],
+    files: [OpenFile; PRIVATE_SLOTS],
+    /// Slots pointing at each open file.
+    refs: [u32; PRIVATE_SLOTS],
+}
+
+/// Counts of this context's private table (for tests and tools).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PrivateCounts {
+    /// Descriptors (slots in use).
+    pub descriptors: u32,
+    /// Open files (kernel objects the table holds).
+    pub open_files: u32,
+}
+
+/// This context's private table. Callers first check that this context has a context page
+/// (`try_ctx`) and must not hold two results at once.
+fn private_table() -> &'static mut PrivateTable {
+    let p = (crate::ctx::arena() + PAGE_SIZE) as *mut PrivateTable;
+    // SAFETY: every library-OS context maps its own context segment (`CTX_BYTES` bytes,
+    // read-write) at `arena()`, and the table lies after the first page of it; no other
+    // context maps that segment, one context runs on one core at a time, and callers hold
+    // one reference at a time. All fields are integers, valid for any bit pattern.
+    unsafe { &mut *p }
+}
+
+fn take_bit(bits: &mut [u64; WORDS]) -> Option<usize> {
+    for (i, w) in bits.iter_mut().enumerate() {
+        if *w != u64::MAX {
+            let b = w.trailing_ones() as usize;
+            *w |= 1 << b;
+            return Some(i * 64 + b);
+        }
+    }
+    None
+}
+
+fn clear_bit(bits: &mut [u64; WORDS], i: usize) {
+    bits[i / 64] &= !(1 << (i % 64));
+}
+
+fn bit(bits: &[u64; WORDS], i: usize) -> bool {
+    bits[i / 64] & (1 << (i % 64)) != 0
+}
+
+impl PrivateTable {
+    fn fd_obj(&self, slot: usize) -> ObjectId {
+        PRIVATE_FD | (self.slots[slot].generation as u64) << 32 | slot as u64
+    }
+
+    /// The slot a private descriptor names, if it is open (same generation).
+    fn slot_of(&self, obj: ObjectId) -> Option<usize> {
+        let slot = (obj & 0xffff_ffff) as usize;
+        let generation = (obj >> 32) & GEN_MASK as u64;
+        (slot < PRIVATE_SLOTS && bit(&self.slot_used, slot) && self.slots[slot].generation as u64 == generation).then_some(slot)
+    }
+
+    fn file_of(&self, slot: usize) -> usize {
+        self.slots[slot].file as usize
+    }
+
+    /// A new slot for open file `file`.
+    fn new_slot(&mut self, file: usize) -> Result<usize, Error> {
+        let s = take_bit(&mut self.slot_used).ok_or(Error::Busy)?;
+        self.slots[s].file = file as u32;
+        self.refs[file] += 1;
+        Ok(s)
+    }
+}
+
+/// Which table a descriptor is in, as seen from this context.
+enum Where {
+    /// A kernel-object descriptor in a shared table (the kernel decides who may use it).
+    Shared,
+    /// Open slot `1` of this context's private table `0`.
+    Private(&'static mut PrivateTable, usize),
+}
+
+fn resolve(fd: Fd) -> Result<Where, Error> {
+    let mine = crate::ctx::try_ctx().map_or(0, |c| c.private_fds);
+    if fd.obj & PRIVATE_FD == 0 {
+        // Through this context's private share the raw kernel objects behind the table
+        // (open files, pipe rings) are reachable; only the table may change them.
+        return if mine != 0 && fd.table == mine { Err(Error::NoSuchObject) } else { Ok(Where::Shared) };
+    }
+    if mine == 0 || fd.table != mine {
+        // Another context's private descriptor: its table is not even mapped here.
+        return Err(Error::NotPermitted);
+    }
+    let t = private_table();
+    let slot = t.slot_of(fd.obj).ok_or(Error::NoSuchObject)?;
+    Ok(Where::Private(t, slot))
+}
+
+/// Open a private descriptor for a new open file of kind `k` in `share` (the private share).
+fn open_private(share: ObjectId, k: Kind) -> Result<Fd, Error> {
+    let t = private_table();
+    // Room first: a full table changes nothing and makes no kernel object.
+    let slot = take_bit(&mut t.slot_used).ok_or(Error::Busy)?;
+    let Some(file) = take_bit(&mut t.file_used) else {
+        clear_bit(&mut t.slot_used, slot);
+        return Err(Error::Busy);
+    };
+    match make_object(share, k) {
+        Ok(obj) => {
+            t.files[file] = OpenFile { obj, kind: encode(k) };
+            t.refs[file] = 1;
+            t.slots[slot].file = file as u32;
+            Ok(Fd { table: share, obj: t.fd_obj(slot) })
+        }
+        Err(e) => {
+            clear_bit(&mut t.slot_used, slot);
+            clear_bit(&mut t.file_used, file);
+            Err(e)
+        }
+    }
+}
+
+fn close_private(share: ObjectId, t: &mut PrivateTable, slot: usize) -> Result<(), Error> {
+    clear_bit(&mut t.slot_used, slot);
+    t.slots[slot].generation = t.slots[slot].generation.wrapping_add(1) & GEN_MASK;
+    let f = t.file_of(slot);
+    t.refs[f] -= 1;
+    if t.refs[f] != 0 {
+        return Ok(());
+    }
+    last_close(share, t, f)
+}
+
+/// The last descriptor of private open file `f` closed: delete its kernel object, and the
+/// pipe ring or file segment behind it if no other private open file uses that (it stays
+/// alive in any shared table it was dup'ed into, which holds its own reference).
+#[cold]
+fn last_close(share: ObjectId, t: &mut PrivateTable, f: usize) -> Result<(), Error> {
+    clear_bit(&mut t.file_used, f);
+    let OpenFile { obj, kind } = t.files[f];
+    let r = crate::sys::share_delobj(ObjName::new(share, obj)).map(|_| ());
+    let Some(id) = decode(kind).and_then(Kind::behind) else { return r };
+    let used = (0..PRIVATE_SLOTS).any(|i| bit(&t.file_used, i) && decode(t.files[i].kind).and_then(Kind::behind) == Some(id));
+    if used {
+        return r;
+    }
+    unmap_one(id);
+    r.and(crate::sys::share_delobj(ObjName::new(share, id)).map(|_| ()))
+}
+
+/// Counts of this context's private table (zero before the first private descriptor).
+pub fn private_counts() -> PrivateCounts {
+    match crate::ctx::try_ctx() {
+        Some(c) if c.private_fds != 0 => {
+            let t = private_table();
+            let ones = |b: &[u64; WORDS]| b.iter().map(|w| w.count_ones()).sum();
+            PrivateCounts { descriptors: ones(&t.slot_used), open_files: ones(&t.file_used) }
+        }
+        _ => PrivateCounts::default(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tables
 
 /// A descriptor table shared by a named set of cores.
 pub struct Table;
@@ -96,14 +321,21 @@ pub fn shares_for_core(core: u64) -> [ObjectId; MAX_TABLES] {
     out
 }
 
-/// The table of a scope (made on first use for the private and process tables).
+/// The table of a scope (made on first use for the private and process tables). For
+/// `Scope::Private` this is the share holding the private open files' kernel objects.
 pub fn table(scope: Scope) -> Result<ObjectId, Error> {
     match scope {
         Scope::Table(t) => Ok(t),
         Scope::Private => {
             let c = crate::ctx::ctx();
             if c.private_fds == 0 {
-                c.private_fds = crate::sys::share_alloc(c.root_share, "fds-private", MEMID_SELF, SHARE_PRIVATE)?;
+                let s = crate::sys::share_alloc(c.root_share, "fds-private", MEMID_SELF, SHARE_PRIVATE)?;
+                // Empty the table: the context segment is demand-zero when new, but this does
+                // not depend on it. (Slots and files are read only where the bitmaps say.)
+                let t = private_table();
+                t.slot_used = [0; WORDS];
+                t.file_used = [0; WORDS];
+                c.private_fds = s;
             }
             Ok(c.private_fds)
         }
@@ -123,6 +355,9 @@ pub fn table(scope: Scope) -> Result<ObjectId, Error> {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Open files as kernel objects
 
 struct NameBuf {
     buf: [u8; abi::MAX_NAME],
@@ -144,7 +379,7 @@ impl core::fmt::Write for NameBuf {
 fn kind_name(k: Kind) -> NameBuf {
     let mut n = NameBuf { buf: [0; abi::MAX_NAME], len: 0 };
     let _ = match k {
-        // Not through `core::fmt`: console descriptors are the ones dup'ed in hot loops.
+        // Not through `core::fmt`: console descriptors are the ones opened most.
         Kind::Console => n.write_str("fd:c"),
         Kind::PipeRead(id) => write!(n, "fd:r{id:x}"),
         Kind::PipeWrite(id) => write!(n, "fd:w{id:x}"),
@@ -153,8 +388,8 @@ fn kind_name(k: Kind) -> NameBuf {
     n
 }
 
-/// `Kind` packed in a word for the private kind cache: the tag in the top byte, the id
-/// (object ids fit in 48 bits: `(core + 1) << 40 | sequence`) below.
+/// `Kind` packed in a word for the private table: the tag in the top byte, the id (object
+/// ids fit in 48 bits: `(core + 1) << 40 | sequence`) below.
 fn encode(k: Kind) -> u64 {
     match k {
         Kind::Console => 1 << 56,
@@ -175,39 +410,6 @@ fn decode(w: u64) -> Option<Kind> {
     }
 }
 
-/// The cached kind of a descriptor in this context's private table.
-fn cached_kind(fd: Fd) -> Option<Kind> {
-    let c = crate::ctx::try_ctx()?;
-    if fd.table == 0 || fd.table != c.private_fds {
-        return None;
-    }
-    c.private_kinds.iter().find(|e| e.0 == fd.obj).and_then(|e| decode(e.1))
-}
-
-fn cache_kind(fd: Fd, k: Kind) {
-    let Some(c) = crate::ctx::try_ctx() else { return };
-    if fd.table != c.private_fds || id_too_big(k) {
-        return;
-    }
-    if let Some(e) = c.private_kinds.iter_mut().find(|e| e.0 == 0) {
-        *e = (fd.obj, encode(k));
-    }
-}
-
-fn id_too_big(k: Kind) -> bool {
-    matches!(k, Kind::PipeRead(id) | Kind::PipeWrite(id) | Kind::File(id) if id >> 56 != 0)
-}
-
-fn uncache_kind(fd: Fd) {
-    let Some(c) = crate::ctx::try_ctx() else { return };
-    if fd.table != c.private_fds {
-        return;
-    }
-    if let Some(e) = c.private_kinds.iter_mut().find(|e| e.0 == fd.obj) {
-        *e = (0, 0);
-    }
-}
-
 fn parse_kind(name: &[u8]) -> Option<Kind> {
     let s = core::str::from_utf8(name).ok()?.strip_prefix("fd:")?;
     let (k, rest) = s.split_at(1);
@@ -221,36 +423,46 @@ fn parse_kind(name: &[u8]) -> Option<Kind> {
     }
 }
 
-/// Make a descriptor of kind `k` in `table`.
-fn make(table: ObjectId, k: Kind) -> Result<Fd, Error> {
+/// Make the kernel object of an open file of kind `k` in `share`.
+fn make_object(share: ObjectId, k: Kind) -> Result<ObjectId, Error> {
+    if k.behind().is_some_and(|id| id >> 56 != 0) {
+        // Not a kernel object id (they fit in 48 bits); `encode` could not hold it.
+        return Err(Error::InvalidArgument);
+    }
     let n = kind_name(k);
-    // SAFETY-free: the name is ASCII we just wrote.
     let name = core::str::from_utf8(&n.buf[..n.len]).map_err(|_| Error::InvalidArgument)?;
-    let obj = crate::sys::segment_alloc(table, name, MEMID_SELF, PAGE_SIZE)?;
-    let fd = Fd { table, obj };
-    cache_kind(fd, k);
-    Ok(fd)
+    crate::sys::segment_alloc(share, name, MEMID_SELF, PAGE_SIZE)
+}
+
+/// Open a new open file of kind `k` in `scope`, whose table is `t`.
+fn open_in(scope: Scope, t: ObjectId, k: Kind) -> Result<Fd, Error> {
+    match scope {
+        Scope::Private => open_private(t, k),
+        Scope::Table(_) | Scope::Process => Ok(Fd { table: t, obj: make_object(t, k)? }),
+    }
 }
 
 /// Open the console.
 pub fn open_console(scope: Scope) -> Result<Fd, Error> {
-    make(table(scope)?, Kind::Console)
+    open_in(scope, table(scope)?, Kind::Console)
 }
 
 /// A pipe: `(read end, write end)`, both in `scope`. The ring is a segment in the table.
 pub fn pipe(scope: Scope) -> Result<(Fd, Fd), Error> {
     let t = table(scope)?;
     let ring = crate::sys::segment_alloc(t, "pipe-ring", MEMID_SELF, PIPE_BYTES)?;
-    let r = make(t, Kind::PipeRead(ring));
-    let w = make(t, Kind::PipeWrite(ring));
+    let r = open_in(scope, t, Kind::PipeRead(ring));
+    let w = open_in(scope, t, Kind::PipeWrite(ring));
     match (r, w) {
         (Ok(r), Ok(w)) => Ok((r, w)),
         (r, w) => {
+            let err = r.and(w).err().unwrap_or(Error::NoMemory);
             for fd in [r.ok(), w.ok()].into_iter().flatten() {
                 let _ = close(fd);
             }
+            // (In private scope the close above already deleted the ring: NoSuchObject.)
             let _ = crate::sys::share_delobj(ObjName::new(t, ring));
-            Err(Error::NoMemory)
+            Err(err)
         }
     }
 }
@@ -259,50 +471,91 @@ pub fn pipe(scope: Scope) -> Result<(Fd, Fd), Error> {
 pub fn mem_file(scope: Scope, bytes: u64) -> Result<Fd, Error> {
     let t = table(scope)?;
     let seg = crate::sys::segment_alloc(t, "file", MEMID_SELF, bytes.max(PAGE_SIZE))?;
-    make(t, Kind::File(seg)).inspect_err(|_| {
+    open_in(scope, t, Kind::File(seg)).inspect_err(|_| {
         let _ = crate::sys::share_delobj(ObjName::new(t, seg));
     })
 }
 
-/// The kind of a descriptor (`NotPermitted`/`ShareNotReachable`/`NoSuchObject` if this
-/// context cannot see it).
-pub fn kind(fd: Fd) -> Result<Kind, Error> {
-    if let Some(k) = cached_kind(fd) {
-        return Ok(k);
-    }
+/// The kind of a shared descriptor, from its kernel object's name (a system call).
+fn shared_kind(fd: Fd) -> Result<Kind, Error> {
     let mut buf = [0u8; abi::MAX_NAME];
     let n = crate::sys::obj_get_name(ObjName::new(fd.table, fd.obj), &mut buf)? as usize;
     parse_kind(&buf[..n.min(buf.len())]).ok_or(Error::WrongType)
 }
 
-/// Whether this context can see (name) the descriptor.
-pub fn visible(fd: Fd) -> bool {
-    crate::sys::obj_stat(ObjName::new(fd.table, fd.obj)).is_ok()
+/// The kind of a descriptor. Errors if this context cannot use it: another context's
+/// private descriptor is `NotPermitted`, a closed one `NoSuchObject`; for shared ones the
+/// kernel's answer (`ShareNotReachable`, `NoSuchObject`, ...).
+pub fn kind(fd: Fd) -> Result<Kind, Error> {
+    match resolve(fd)? {
+        Where::Private(t, slot) => decode(t.files[t.file_of(slot)].kind).ok_or(Error::WrongType),
+        Where::Shared => shared_kind(fd),
+    }
 }
 
-/// A new descriptor for the same object in `scope` (which may differ from `fd`'s).
+/// Whether this context can use the descriptor.
+pub fn visible(fd: Fd) -> bool {
+    match resolve(fd) {
+        Ok(Where::Private(..)) => true,
+        Ok(Where::Shared) => crate::sys::obj_stat(ObjName::new(fd.table, fd.obj)).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// The kernel object of the open file behind a descriptor (for a shared descriptor, the
+/// descriptor itself), for `obj_stat` and friends.
+pub fn object(fd: Fd) -> Result<ObjName, Error> {
+    match resolve(fd)? {
+        Where::Private(t, slot) => Ok(ObjName::new(fd.table, t.files[t.file_of(slot)].obj)),
+        Where::Shared => Ok(ObjName::new(fd.table, fd.obj)),
+    }
+}
+
+/// A new descriptor for the same object in `scope` (which may differ from `fd`'s). Private
+/// to private shares the open file (no system call); any other combination opens a new open
+/// file in `scope`'s table, adding the pipe ring or file segment behind it to that table.
 pub fn dup(fd: Fd, scope: Scope) -> Result<Fd, Error> {
-    let k = kind(fd)?;
+    let k = match resolve(fd)? {
+        Where::Private(t, slot) => {
+            let f = t.file_of(slot);
+            if let Scope::Private = scope {
+                let new = t.new_slot(f)?;
+                return Ok(Fd { table: fd.table, obj: t.fd_obj(new) });
+            }
+            decode(t.files[f].kind).ok_or(Error::WrongType)?
+        }
+        Where::Shared => shared_kind(fd)?,
+    };
     let t = table(scope)?;
+    let mut added = None;
     if t != fd.table {
-        if let Kind::PipeRead(id) | Kind::PipeWrite(id) | Kind::File(id) = k {
+        if let Some(id) = k.behind() {
             match crate::sys::share_addobj(t, ObjName::new(fd.table, id)) {
-                Ok(_) | Err(Error::AlreadyExists) => {}
+                Ok(_) => added = Some(id),
+                Err(Error::AlreadyExists) => {}
                 Err(e) => return Err(e),
             }
         }
     }
-    make(t, k)
+    open_in(scope, t, k).inspect_err(|_| {
+        if let Some(id) = added {
+            let _ = crate::sys::share_delobj(ObjName::new(t, id));
+        }
+    })
 }
 
-/// Close a descriptor. The object behind it stays in the table until the table goes.
-/// (Private descriptors must be closed here, not with `share_delobj`: their kinds are
-/// cached in the context page.)
+/// Close a descriptor. A private one frees its slot, and the last descriptor of a private
+/// open file deletes the open file's kernel object (see `last_close`). A shared one deletes
+/// its kernel object; the pipe or file behind it stays in its table until the table goes.
 pub fn close(fd: Fd) -> Result<(), Error> {
-    crate::sys::share_delobj(ObjName::new(fd.table, fd.obj))?;
-    uncache_kind(fd);
-    Ok(())
+    match resolve(fd)? {
+        Where::Private(t, slot) => close_private(fd.table, t, slot),
+        Where::Shared => crate::sys::share_delobj(ObjName::new(fd.table, fd.obj)).map(|_| ()),
+    }
 }
+
+// ---------------------------------------------------------------------------------------
+// Reading and writing
 
 /// Map a segment into this context's descriptor window (cached per context).
 fn map(seg: ObjName) -> Result<(u64, u64), Error> {
@@ -317,6 +570,15 @@ fn map(seg: ObjName) -> Result<(u64, u64), Error> {
     crate::sys::ar_set_seg(c.root_ar, &SegMapping { voff: va, seg, soff: 0, len, flags: MAP_READ | MAP_WRITE })?;
     c.mapped[i] = seg.object;
     Ok((va, len))
+}
+
+/// Unmap segment `seg` from this context's descriptor window, if it is mapped there.
+fn unmap_one(seg: ObjectId) {
+    let c = crate::ctx::ctx();
+    if let Some(i) = c.mapped.iter().position(|&m| m == seg) {
+        let _ = crate::sys::ar_unmap(c.root_ar, crate::ctx::arena() + MAPWIN_OFF + i as u64 * MAPWIN_SLOT, MAPWIN_SLOT);
+        c.mapped[i] = 0;
+    }
 }
 
 /// Unmap every segment this context mapped for descriptors.

@@ -10,7 +10,7 @@
 //!
 //! | offset | what |
 //! | --- | --- |
-//! | `0` | the context page (`ctx`): core index, root share, pcore, root range (one per context) |
+//! | `0` | the context segment (one per context): the context page (`ctx`: core index, root share, pcore, root range), then the private descriptor table (`fd::PrivateTable`) |
 //! | `1 GiB + slot * 64 MiB` | segments the descriptor layer maps (pipe rings, files), 256 slots |
 //! | `(64 + k) GiB` (top) | stacks of cfork children |
 //! | `(1 + c) * 512 GiB` | core `c`'s heap range (`ArKind::Span512G`), for `c < HEAP_CORES` |
