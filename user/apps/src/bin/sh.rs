@@ -113,7 +113,11 @@ fn cores() {
                 let _ = write!(s, " {}:{}/{}", o, e.level, e.distance);
             }
         }
-        println!("core {c}: {role}{}  locality(core:level/distance){s}", if c == me { " (sh)" } else { "" });
+        let granted = match sys::core_stats(c).map(|s| s.granted_to) {
+            Ok(0) | Err(_) => String::new(),
+            Ok(owner) => alloc::format!(" granted to {owner:#x}"),
+        };
+        println!("core {c}: {role}{}{granted}  locality(core:level/distance){s}", if c == me { " (sh)" } else { "" });
     }
 }
 
@@ -158,7 +162,7 @@ fn objs() {
 }
 
 fn stat() {
-    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts  switches  lock_waits  lock_spin_us");
+    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts  switches  lock_waits  lock_spin_us  sched_msgs");
     let tpm = libos::time::tsc_per_ms().max(1);
     for c in 0..ncores() {
         let s: CoreStats = match sys::core_stats(c) {
@@ -169,7 +173,7 @@ fn stat() {
             }
         };
         println!(
-            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}  {:>8}  {:>10}  {:>12}",
+            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}  {:>8}  {:>10}  {:>12}  {:>10}",
             abi::role_name(s.role),
             s.syscalls,
             s.soft_faults,
@@ -180,7 +184,8 @@ fn stat() {
             s.contexts_started,
             s.context_switches,
             s.lock_spin_waits,
-            s.lock_spin_cycles * 1000 / tpm
+            s.lock_spin_cycles * 1000 / tpm,
+            s.sched_messages
         );
     }
 }
