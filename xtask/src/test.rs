@@ -393,6 +393,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         // Core roles: an application core forwarding to kernel cores, roles changing under load.
         total.add(user_tests(&kernel, &initrd, 4, "roles=kc:1,ac:2,kc:3 init=roletest")?);
         total.add(user_tests(&kernel, &initrd, 3, "roles=tc:0-1 init=tctest")?);
+        // The core scheduler on core 0 (NIX): grants, exhaustion, owners, races; and off by
+        // default.
+        total.add(user_tests(&kernel, &initrd, 4, "sched=core0 init=schedtest")?);
+        total.add(user_tests(&kernel, &initrd, 2, "init=schedtest -- off")?);
         // Nothing a program does may break the kernel (docs/fuzz.md): isolation attacks (3
         // vCPUs adds the forwarded-call case), a short fuzz with and without allocation
         // injection, and the planted-bug demonstration.
