@@ -187,8 +187,8 @@ pub mod nr {
     pub const PCORE_YIELD: u64 = 78;
     /// `core_request(n, role, near, buf: *mut u64) -> n`: ask the core scheduler on core 0
     /// (boot option `sched=core0`, NIX's asymmetric scheduling) for `n` cores of their own.
-    /// All or nothing: on success the core indices, nearest to `near` first, are written to
-    /// `buf[0..n]` and the cores are granted to the caller (its context, named by its root
+    /// All or nothing: the free cores nearest to `near` are chosen; on success their indices
+    /// are written to `buf[0..n]`, ascending, and the cores are granted to the caller (its context, named by its root
     /// share: see `CoreStats::granted_to`) until it releases them (`core_release`) or its
     /// context ends. A core is free if it is online, not core 0, not a kernel core, not
     /// granted and runs no context. `role`: `GRANT_ROLE_ANY` keeps the cores' roles, `ROLE_XC`,

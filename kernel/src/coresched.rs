@@ -83,8 +83,8 @@ struct Grant {
     n: usize,
     role: u64,
     near: usize,
-    /// The granted cores, `cores[..n]`, on success.
-    cores: [u16; MAX_CORES],
+    /// The granted cores (bit `c % 64` of word `c / 64`), on success.
+    granted: [u64; MAX_CORES / 64],
     result: Result<(), Error>,
 }
 
@@ -127,7 +127,7 @@ pub fn request(n: u64, role: u64, near: u64, buf: u64) -> Result<u64, Error> {
     // The answer must fit before anything is granted.
     let bytes = n * core::mem::size_of::<u64>();
     crate::arch::x86_64::syscall::probe_writable(buf, bytes)?;
-    let cell = TicketLock::new(Grant { owner, n, role, near, cores: [0; MAX_CORES], result: Err(Error::Busy) });
+    let cell = TicketLock::new(Grant { owner, n, role, near, granted: [0; MAX_CORES / 64], result: Err(Error::Busy) });
     on_sched_core(&|| {
         let mut g = cell.lock();
         let r = grant(&mut g);
@@ -135,17 +135,42 @@ pub fn request(n: u64, role: u64, near: u64, buf: u64) -> Result<u64, Error> {
     });
     let g = cell.lock();
     g.result?;
-    let cores = g.cores;
+    let granted = g.granted;
     drop(g);
-    let mut out = [0u8; MAX_CORES * 8];
-    for (o, &c) in out.chunks_exact_mut(8).zip(&cores[..n]) {
-        o.copy_from_slice(&(c as u64).to_le_bytes());
+    // The set bits, ascending (a word at a time: most of the 256 bits are clear).
+    let cores = || {
+        granted.iter().enumerate().flat_map(|(w, &bits)| {
+            let mut left = bits;
+            core::iter::from_fn(move || {
+                (left != 0).then(|| {
+                    let b = left.trailing_zeros() as usize;
+                    left &= left - 1;
+                    w * 64 + b
+                })
+            })
+        })
+    };
+    // The indices go out in chunks (one user copy per 16 cores), ascending.
+    let mut chunk = [0u8; 16 * 8];
+    let (mut k, mut at) = (0, buf);
+    let mut copied = Ok(());
+    for c in cores() {
+        chunk[k * 8..k * 8 + 8].copy_from_slice(&(c as u64).to_le_bytes());
+        k += 1;
+        if k == 16 {
+            copied = copied.and_then(|_| crate::arch::x86_64::syscall::copy_to_user(at, &chunk));
+            at += chunk.len() as u64;
+            k = 0;
+        }
     }
-    if let Err(e) = crate::arch::x86_64::syscall::copy_to_user(buf, &out[..bytes]) {
+    if k > 0 {
+        copied = copied.and_then(|_| crate::arch::x86_64::syscall::copy_to_user(at, &chunk[..k * 8]));
+    }
+    if let Err(e) = copied {
         // The buffer went away after the probe (another core unmapped it): give the cores
         // back, so the failed call leaves nothing behind.
-        for &c in &cores[..n] {
-            let _ = release_one(owner, c as usize);
+        for c in cores() {
+            let _ = release_one(owner, c);
         }
         return Err(e);
     }
@@ -177,24 +202,25 @@ fn grant(g: &mut Grant) -> Result<(), Error> {
     free[..k].sort_unstable_by_key(key);
     let chosen = &free[..g.n];
     if g.role != GRANT_ROLE_ANY {
-        let mut old = [0u64; MAX_CORES];
+        let mut old = [0u8; MAX_CORES];
         for (i, &c) in chosen.iter().enumerate() {
-            old[i] = crate::roles::role_of(c as usize).unwrap_or(ROLE_XC);
-            if old[i] == g.role {
+            let was = crate::roles::role_of(c as usize).unwrap_or(ROLE_XC);
+            old[i] = was as u8; // roles are 0..=3
+            if was == g.role {
                 continue;
             }
             if let Err(e) = crate::roles::set_role(c as usize, g.role) {
                 // Put back the roles changed so far: a refused request changes nothing.
                 for (j, &d) in chosen[..i].iter().enumerate() {
-                    let _ = crate::roles::set_role(d as usize, old[j]);
+                    let _ = crate::roles::set_role(d as usize, old[j] as u64);
                 }
                 return Err(e);
             }
         }
     }
-    for (i, &c) in chosen.iter().enumerate() {
+    for &c in chosen {
         GRANTS[c as usize].store(g.owner, Ordering::Release);
-        g.cores[i] = c;
+        g.granted[c as usize / 64] |= 1 << (c % 64);
     }
     Ok(())
 }

@@ -258,8 +258,8 @@ pub fn pcore_yield() -> Result<u64, Error> {
 }
 
 /// `core_request(n, role, near, buf)` with `n = cores.len()`: ask the core scheduler on core
-/// 0 (`sched=core0`) for that many cores; on success `cores` holds their indices, nearest to
-/// `near` first. `role`: `abi::GRANT_ROLE_ANY` or `ROLE_XC`/`ROLE_TC`/`ROLE_AC`; `near`: a
+/// 0 (`sched=core0`) for that many cores (the free ones nearest to `near`); on success
+/// `cores` holds their indices, ascending. `role`: `abi::GRANT_ROLE_ANY` or `ROLE_XC`/`ROLE_TC`/`ROLE_AC`; `near`: a
 /// core or `abi::NEAR_CALLER`. `Busy` if not enough cores are free, `Unsupported` when the
 /// scheduler is off (see `abi::nr::CORE_REQUEST`).
 pub fn core_request(cores: &mut [u64], role: u64, near: u64) -> Result<u64, Error> {
