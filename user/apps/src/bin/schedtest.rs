@@ -3,8 +3,8 @@
 //! are the pool. Checks: a grant and its release, exhaustion (`Busy`) and reuse, cores that
 //! run a context are not granted, the locality and role arguments, bad arguments, two
 //! owners getting disjoint cores (and `pcore_run` on the other's core refused), an owner's
-//! cores coming back when its context ends, and requests racing from three cores never
-//! granting one core twice. `init=schedtest -- off` (no `sched=`) checks that the calls are
+//! cores coming back when its context ends, requests racing from three cores never
+//! granting one core twice, and a request forwarded from an AC through a kernel core. `init=schedtest -- off` (no `sched=`) checks that the calls are
 //! `Unsupported`; `-- bench` measures a grant round trip (request + release) from core 0
 //! and from core 1. Prints `utest NAME ... ok|FAILED` lines like utest.
 //!
@@ -354,6 +354,57 @@ fn t_two_owners() -> TestResult {
     Ok(Pass::Ok)
 }
 
+/// On an AC: ask for a core (the call is forwarded to the kernel core), check it is ours,
+/// give it back. Exit code: the core got, or 100 + the error, or 200 + a failed check.
+fn from_ac(c: &CoreCtx) -> u64 {
+    let fwd0 = sys::core_stats(c.core).map(|s| s.syscalls_forwarded).unwrap_or(0);
+    let mut one = [0u64; 1];
+    if let Err(e) = sys::core_request(&mut one, GRANT_ROLE_ANY, NEAR_CALLER) {
+        return 100 + e as u64;
+    }
+    if granted_to(one[0]) != c.root_share {
+        return 201;
+    }
+    if sys::core_release(one[0]) != Ok(1) {
+        return 202;
+    }
+    if sys::core_stats(c.core).map(|s| s.syscalls_forwarded).unwrap_or(0) < fwd0 + 4 {
+        return 203; // the calls did not go through the kernel core
+    }
+    one[0]
+}
+
+fn t_from_ac() -> TestResult {
+    if cores() < 4 {
+        return Ok(Pass::Skipped("needs 4 cores"));
+    }
+    let page = SharedPage::new()?;
+    let kc = cores() - 1;
+    let kc_pcore = ObjName::new(root(), ok!(sys::pcore_alloc(root(), "sched-kc", kc)));
+    let _del = Del(kc_pcore);
+    ok!(sys::pcore_set_role(kc_pcore, ROLE_KC));
+    let r = (|| -> TestResult {
+        // A kernel core is never granted; an AC grant now works.
+        let ac = ok!(request1(ROLE_AC, 1));
+        ensure!(ac == 1, "asked near core 1, got {ac}");
+        ensure!(ok!(sys::core_stats(ac)).role == ROLE_AC, "core {ac} did not become an AC");
+        let mut b = page.core(ac)?;
+        ok!(b.start(from_ac, 0));
+        let code = ok!(b.join(JOIN_MS));
+        ensure!(code != 0 && code != ac && code != kc && code < cores(), "the AC's request ended with {code} (core, 100 + error, or 200 + check)");
+        drop(b);
+        // Back to an XC through the scheduler.
+        ok!(sys::core_release(ac));
+        ensure!(ok!(request1(ROLE_XC, ac)) == ac, "could not take core {ac} back");
+        ok!(sys::core_release(ac));
+        Ok(Pass::Ok)
+    })();
+    ok!(sys::pcore_set_role(kc_pcore, ROLE_XC));
+    r?;
+    none_granted()?;
+    Ok(Pass::Ok)
+}
+
 /// One racer: `RACE_ROUNDS` times ask for a core, check nobody else holds it, give it back.
 fn race(me: usize, owner: u64) {
     let sh = shared();
@@ -481,7 +532,7 @@ fn main(args: &'static str) -> u64 {
         tally.record("sched_on", Err(Msg::new(format_args!("core_release is Unsupported: boot with sched=core0"))));
         return tally.finish();
     }
-    let tests: [(&str, fn() -> TestResult); 8] = [
+    let tests: [(&str, fn() -> TestResult); 9] = [
         ("sched_basic", t_basic),
         ("sched_exhaust_reuse", t_exhaust_reuse),
         ("sched_skips_busy", t_skips_busy),
@@ -490,6 +541,7 @@ fn main(args: &'static str) -> u64 {
         ("sched_bad_args", t_bad_args),
         ("sched_two_owners", t_two_owners),
         ("sched_race", t_race),
+        ("sched_from_ac", t_from_ac),
     ];
     for (name, f) in tests {
         if selected(args, name) {
