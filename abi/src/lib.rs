@@ -185,7 +185,37 @@ pub mod nr {
     /// slice to the next one (the switch happens as the call returns to user mode); on other
     /// cores, or with nothing queued, it does nothing.
     pub const PCORE_YIELD: u64 = 78;
+    /// `core_request(n, role, near, buf: *mut u64) -> n`: ask the core scheduler on core 0
+    /// (boot option `sched=core0`, NIX's asymmetric scheduling) for `n` cores of their own.
+    /// All or nothing: the free cores nearest to `near` are chosen; on success their indices
+    /// are written to `buf[0..n]`, ascending, and the cores are granted to the caller (its context, named by its root
+    /// share: see `CoreStats::granted_to`) until it releases them (`core_release`) or its
+    /// context ends. A core is free if it is online, not core 0, not a kernel core, not
+    /// granted and runs no context. `role`: `GRANT_ROLE_ANY` keeps the cores' roles, `ROLE_XC`,
+    /// `ROLE_TC` or `ROLE_AC` sets them (an AC needs a kernel core: `NoSuchCore`). `near`: a
+    /// core index, or `NEAR_CALLER` for the calling core. While a core is granted, `pcore_run`
+    /// on it by any other context is `NotPermitted`.
+    /// Errors: `Unsupported` when the scheduler is off; `InvalidArgument` for `n = 0`, `n`
+    /// beyond the cores that could ever be granted (online cores but core 0), a kernel-core
+    /// or unknown `role`; `NoSuchCore` for a `near` that is not an online core; `BadAddress`
+    /// for a `buf` that cannot take `n` entries (nothing is granted then); `Busy` if fewer than
+    /// `n` cores are free now; `NotPermitted` from a syscall ring (its requests belong to no
+    /// context).
+    pub const CORE_REQUEST: u64 = 79;
+    /// `core_release(core) -> released`: give a granted core back to the scheduler's pool
+    /// (`CORE_ALL`: every core the caller holds; returns how many). A context still running
+    /// there keeps running; the core is granted again once it is idle. Errors: `Unsupported`
+    /// when the scheduler is off; `NoSuchCore` for an index that is not an online core;
+    /// `NotFound` if the caller does not hold that core; `NotPermitted` from a syscall ring.
+    pub const CORE_RELEASE: u64 = 80;
 }
+
+/// `core_request` role argument: keep the granted cores' roles.
+pub const GRANT_ROLE_ANY: u64 = u64::MAX;
+/// `core_request` `near` argument: prefer cores near the calling core.
+pub const NEAR_CALLER: u64 = u64::MAX;
+/// `core_release` argument: every core the caller holds.
+pub const CORE_ALL: u64 = u64::MAX;
 
 /// Error codes. The value returned in `rax` is the negated discriminant.
 #[repr(i64)]
@@ -673,6 +703,12 @@ pub struct CoreStats {
     pub lock_spin_waits: u64,
     /// Switches between user contexts on this core (a TC time-sharing several).
     pub context_switches: u64,
+    /// With `sched=core0`: the owner this core is granted to (the root share id of the
+    /// context that got it from `core_request`), 0 if none.
+    pub granted_to: u64,
+    /// Core-scheduler messages (grant and release requests) this core ran: non-zero on core
+    /// 0 only.
+    pub sched_messages: u64,
 }
 
 /// One call of a `syscall_batch`: `result` receives the encoded result (`encode`).

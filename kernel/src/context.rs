@@ -208,7 +208,10 @@ pub(crate) fn finish(area: &PerCpu, ctx: Context, code: u64, started: bool) {
     // so TLB shootdowns from other cores are not held up.
     let token = cpu::irq_save();
     cpu::enable_interrupts();
+    let owner = ctx.root_share.id;
     drop(ctx);
+    // Cores the core scheduler granted to this context go back to its pool.
+    crate::coresched::owner_gone(owner);
     cpu::disable_interrupts();
     // Free the core before reporting HALTED, so whoever sees HALTED can run it again at
     // once. This core picks up a new context only after returning to its idle loop, so the

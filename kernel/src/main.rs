@@ -13,6 +13,7 @@ pub mod log;
 pub mod mm;
 pub mod percpu;
 pub mod roles;
+pub mod coresched;
 pub mod sched;
 pub mod smp;
 pub mod time;
@@ -283,6 +284,12 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
         match roles::apply_boot_policy(spec) {
             Ok(()) => kprintln!("roles: {spec}"),
             Err(why) => kprintln!("{why}; remaining cores stay XC"),
+        }
+    }
+    if let Some(value) = bi.option("sched") {
+        match coresched::apply_boot_option(value) {
+            Ok(()) => kprintln!("sched: core 0 grants cores (core_request, core_release)"),
+            Err(why) => kprintln!("{why}; the core scheduler stays off"),
         }
     }
     match bi.option("crash") {

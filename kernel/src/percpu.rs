@@ -83,6 +83,8 @@ pub struct CpuStats {
     pub contexts_started: AtomicU64,
     /// Switches from one user context to another on this core (TC time-sharing).
     pub context_switches: AtomicU64,
+    /// Core-scheduler messages (grants, releases) run here: core 0 only (`coresched`).
+    pub sched_messages: AtomicU64,
 }
 
 // SAFETY: fields mutated by several cores are atomics; the rest is written by the owner only.

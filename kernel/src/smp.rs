@@ -53,20 +53,21 @@ fn run_on_until(f: &(dyn Fn(usize) + Sync), targets: impl Iterator<Item = usize>
     // target to finish (pending == 0) before returning, so `f` outlives every use.
     let run: *const (dyn Fn(usize) + Sync) = unsafe { core::mem::transmute(f as *const (dyn Fn(usize) + Sync + '_)) };
     let job = Job { run, pending: AtomicUsize::new(0) };
-    let mut nodes = [const { JobNode { next: core::ptr::null_mut(), job: core::ptr::null() } }; MAX_CORES];
+    // One node per possible target, left uninitialised: zeroing 4 KiB on every message was
+    // most of a one-target message's cost. A node is written whole before it is published.
+    let mut nodes = [const { core::mem::MaybeUninit::<JobNode>::uninit() }; MAX_CORES];
     for t in targets.clone() {
         if t == me.index || t >= MAX_CORES {
             continue;
         }
         let Some(target) = percpu::get(t).filter(|c| c.online.load(Ordering::Acquire)) else { continue };
         job.pending.fetch_add(1, Ordering::AcqRel);
-        let node = &mut nodes[t] as *mut JobNode;
-        // SAFETY: node is ours until the target takes it; we publish it with the CAS.
-        unsafe { (*node).job = &job };
+        let node = nodes[t].write(JobNode { next: core::ptr::null_mut(), job: &job }) as *mut JobNode;
         let head = &target.mailbox.head;
         let mut cur = head.load(Ordering::Acquire);
         loop {
-            // SAFETY: as above.
+            // SAFETY: the node is initialised (just written) and ours until the target takes
+            // it, which it can only do after the CAS below publishes it.
             unsafe { (*node).next = cur };
             match head.compare_exchange_weak(cur, node, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break,

@@ -232,6 +232,8 @@ static HANDLERS: [Handler; CALLS] = {
     t[nr::SYS_INFO as usize] = sys_sys_info;
     t[nr::CORE_STATS as usize] = sys_core_stats;
     t[nr::INITRD_GET as usize] = sys_initrd_get;
+    t[nr::CORE_REQUEST as usize] = sys_core_request;
+    t[nr::CORE_RELEASE as usize] = sys_core_release;
     t
 };
 
@@ -469,6 +471,14 @@ fn sys_pcore_yield(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {
     crate::sched::request_yield()
 }
 
+fn sys_core_request(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    crate::coresched::request(a[0], a[1], a[2], a[3])
+}
+
+fn sys_core_release(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    crate::coresched::release(a[0])
+}
+
 fn sys_pcore_set_interval(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     let p = lookup(a[0], a[1])?;
     let pc = p.as_pcore()?;
@@ -701,6 +711,8 @@ fn sys_core_stats(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         role: c.role.load(Ordering::Relaxed),
         lock_spin_cycles: percore::cpu::spin_stats(c.index).0,
         lock_spin_waits: percore::cpu::spin_stats(c.index).1,
+        granted_to: crate::coresched::granted_to(c.index),
+        sched_messages: s.sched_messages.load(Ordering::Relaxed),
     };
     write_user(a[1], &st)?;
     Ok(0)
@@ -776,6 +788,8 @@ fn pcore_run(pshare: u64, pcore_id: u64, ctx_ptr: u64) -> Result<u64, Error> {
         }
     }
     let Some(target_area) = percpu::get(target) else { return Err(Error::NoSuchCore) };
+    // With `sched=core0`, a core granted to another context is not ours to run.
+    crate::coresched::check_run(target)?;
     // A TC time-shares (the context joins its run queue); XC and AC run one context.
     let time_shared = c.role == ROLE_TC || (c.role == ROLE_XC && crate::roles::role_of(target) == Some(ROLE_TC));
     if !time_shared && target_area.busy.load(Ordering::Acquire) {

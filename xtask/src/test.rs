@@ -250,9 +250,9 @@ fn shell_smoke(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<Tes
     };
     // Input sent while the kernel boots can lose its first bytes (the UART is reset): lead
     // with blank lines, which the shell ignores.
-    let input = format!("{}run -c 0,1 hello a b\nfoo\nrun -c 7 hello\nrun -c 1,x hello\nrun nosuch\ncores\nstat\nobjs\nrun -c 1 hog\nrun -c 0 hog\nrun -c 1 hello after\nhalt\n", "\n".repeat(16));
+    let input = format!("{}run -c 0,1 hello a b\nfoo\nrun -c 7 hello\nrun -c 1,x hello\nrun nosuch\ncores\nstat\nobjs\ngrant 1\nrun -c 1 hog\nrun -c 0 hog\nrun -c 1 hello after\nhalt\n", "\n".repeat(16));
     let out = boot_captured(&cfg, Some(&input), false, None)?;
-    let checks: [(&str, &dyn Fn(&str) -> bool); 10] = [
+    let checks: [(&str, &dyn Fn(&str) -> bool); 11] = [
         ("program output on both cores", &|s| s.lines().filter(|l| l.trim() == "arg 0: a").count() == 2),
         ("exit line from the shell's own core", &|s| s.contains("sh: hello on core 0 exited with code 0")),
         ("exit line from another core", &|s| s.contains("sh: hello on core 1 exited with code 0")),
@@ -260,6 +260,7 @@ fn shell_smoke(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<Tes
         ("bad core lists", &|s| s.matches("sh: bad core list").count() == 2),
         ("unknown program", &|s| s.contains("sh: no such program `nosuch`")),
         ("cores, stat, objs", &|s| s.contains("core 1: XC") && s.contains("soft_faults") && s.contains("segment  image")),
+        ("grant without sched=core0", &|s| s.contains("sh: grant: unsupported")),
         ("out of memory, then keeps going", &|s| s.contains("sh: hog on core 1 exited with code") && s.contains("arg 0: after")),
         // On the shell's own core the program runs in the shell's context: running out of
         // memory must be a failed allocation (exit 2 from hog), not a fault ending the shell.
@@ -393,6 +394,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         // Core roles: an application core forwarding to kernel cores, roles changing under load.
         total.add(user_tests(&kernel, &initrd, 4, "roles=kc:1,ac:2,kc:3 init=roletest")?);
         total.add(user_tests(&kernel, &initrd, 3, "roles=tc:0-1 init=tctest")?);
+        // The core scheduler on core 0 (NIX): grants, exhaustion, owners, races; and off by
+        // default.
+        total.add(user_tests(&kernel, &initrd, 4, "sched=core0 init=schedtest")?);
+        total.add(user_tests(&kernel, &initrd, 2, "init=schedtest -- off")?);
         // Nothing a program does may break the kernel (docs/fuzz.md): isolation attacks (3
         // vCPUs adds the forwarded-call case), a short fuzz with and without allocation
         // injection, and the planted-bug demonstration.

@@ -257,6 +257,22 @@ pub fn pcore_yield() -> Result<u64, Error> {
     call_nomem3(nr::PCORE_YIELD, 0, 0, 0)
 }
 
+/// `core_request(n, role, near, buf)` with `n = cores.len()`: ask the core scheduler on core
+/// 0 (`sched=core0`) for that many cores (the free ones nearest to `near`); on success
+/// `cores` holds their indices, ascending. `role`: `abi::GRANT_ROLE_ANY` or `ROLE_XC`/`ROLE_TC`/`ROLE_AC`; `near`: a
+/// core or `abi::NEAR_CALLER`. `Busy` if not enough cores are free, `Unsupported` when the
+/// scheduler is off (see `abi::nr::CORE_REQUEST`).
+pub fn core_request(cores: &mut [u64], role: u64, near: u64) -> Result<u64, Error> {
+    // SAFETY: `cores` is a live, writable slice of `cores.len()` entries.
+    unsafe { call(nr::CORE_REQUEST, cores.len() as u64, role, near, cores.as_mut_ptr() as u64, 0, 0) }
+}
+
+/// `core_release(core)`: give a granted core back (`abi::CORE_ALL`: all of them; returns how
+/// many were released).
+pub fn core_release(core: u64) -> Result<u64, Error> {
+    call_nomem(nr::CORE_RELEASE, core, 0, 0, 0, 0, 0)
+}
+
 /// `pcore_stat(<share, pcore>, &mut PcoreStat)`.
 pub fn pcore_stat(p: ObjName) -> Result<PcoreStat, Error> {
     let mut st = PcoreStat::default();

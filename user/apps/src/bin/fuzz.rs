@@ -175,7 +175,7 @@ const NAME_ERRS: u32 = bit(Error::NameTooLong);
 const BUF_ERRS: u32 = bit(Error::BufferTooSmall);
 const MAP_ERRS: u32 = bit(Error::Misaligned) | bit(Error::Overlap) | bit(Error::Busy);
 
-const CALLS: [CallInfo; 42] = [
+const CALLS: [CallInfo; 44] = [
     CallInfo { nr: nr::OBJ_GET_NAME, name: "obj_get_name", extra: BUF_ERRS, names_objects: true },
     CallInfo { nr: nr::OBJ_STAT, name: "obj_stat", extra: 0, names_objects: true },
     CallInfo { nr: nr::SHARE_ALLOC, name: "share_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
@@ -227,6 +227,13 @@ const CALLS: [CallInfo; 42] = [
     CallInfo { nr: nr::NULL, name: "null", extra: 0, names_objects: false },
     CallInfo { nr: nr::SYSCALL_BATCH, name: "syscall_batch", extra: 0, names_objects: false },
     CallInfo { nr: nr::PCORE_YIELD, name: "pcore_yield", extra: 0, names_objects: false },
+    CallInfo {
+        nr: nr::CORE_REQUEST,
+        name: "core_request",
+        extra: bit(Error::Unsupported) | bit(Error::Busy) | bit(Error::NoSuchCore),
+        names_objects: false,
+    },
+    CallInfo { nr: nr::CORE_RELEASE, name: "core_release", extra: bit(Error::Unsupported) | bit(Error::NoSuchCore) | bit(Error::NotFound), names_objects: false },
     CallInfo { nr: u64::MAX, name: "(unknown)", extra: 0, names_objects: false },
 ];
 const NCALLS: usize = CALLS.len();
@@ -731,6 +738,8 @@ impl Fuzz {
                     call_index(nr::SYSCALL_BATCH)
                 }
             }
+            970..=974 => call_index(nr::CORE_REQUEST),
+            975..=979 => call_index(nr::CORE_RELEASE),
             _ => UNKNOWN,
         };
         let n = CALLS[ci].nr;
@@ -1023,7 +1032,19 @@ impl Fuzz {
             nr::SYS_INFO => a = [self.out_ptr(core::mem::size_of::<SysInfo>() as u64), 0, 0, 0, 0, 0],
             nr::CORE_STATS => {
                 let c = if self.rng.pct(80) { self.rng.below(self.ncores) } else { self.ncores + self.rng.below(3) };
-                a = [c, self.out_ptr(112), 0, 0, 0, 0];
+                a = [c, self.out_ptr(core::mem::size_of::<abi::CoreStats>() as u64), 0, 0, 0, 0];
+            }
+            nr::CORE_REQUEST => {
+                // Mostly small counts (0 is refused), sometimes more than exist; roles valid,
+                // kernel-core, or garbage; near a core, the caller, or off the end.
+                let n = if self.rng.pct(80) { self.rng.below(self.ncores + 1) } else { self.rng.next() };
+                let role = [abi::GRANT_ROLE_ANY, abi::ROLE_XC, abi::ROLE_TC, abi::ROLE_KC, self.rng.next()][self.rng.below(5) as usize];
+                let near = [abi::NEAR_CALLER, self.rng.below(self.ncores), self.ncores + self.rng.below(3)][self.rng.below(3) as usize];
+                a = [n, role, near, self.out_ptr(8 * n.min(64)), 0, 0];
+            }
+            nr::CORE_RELEASE => {
+                let c = [abi::CORE_ALL, self.rng.below(self.ncores), self.rng.next()][self.rng.below(3) as usize];
+                a = [c, 0, 0, 0, 0, 0];
             }
             nr::INITRD_GET => {
                 // Real files are copied whole: rarely, and only the smallest program.

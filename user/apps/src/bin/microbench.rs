@@ -5,7 +5,8 @@
 //! timed with the TSC.
 //!
 //! `init=microbench -- NAME [iters=N]`, NAME one of: null, fault, share_private,
-//! share_global, segment, stat, all. Prints `bench name=NAME ops=N ticks=T ns_per_op=X` per run.
+//! share_global, segment, stat, all; and grant (a core-scheduler request + release, with
+//! `sched=core0` and at least 2 cores; not in `all`). Prints `bench name=NAME ops=N ticks=T ns_per_op=X` per run.
 #![no_std]
 #![no_main]
 
@@ -138,6 +139,24 @@ fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
             marker(false);
             report(name, iters, t0, t1);
         }
+        "grant" => {
+            // The core scheduler (`sched=core0`, at least 2 cores): request one core and
+            // release it, from core 0, so both messages run on core 0 itself (no IPI).
+            let mut one = [0u64; 1];
+            for _ in 0..100 {
+                sys::core_request(&mut one, abi::GRANT_ROLE_ANY, abi::NEAR_CALLER)?;
+                sys::core_release(one[0])?;
+            }
+            marker(true);
+            let t0 = sys::time_now()?;
+            for _ in 0..iters {
+                sys::core_request(&mut one, abi::GRANT_ROLE_ANY, abi::NEAR_CALLER)?;
+                sys::core_release(one[0])?;
+            }
+            let t1 = sys::time_now()?;
+            marker(false);
+            report(name, iters, t0, t1);
+        }
         _ => return Err(abi::Error::InvalidArgument),
     }
     Ok(())
@@ -158,7 +177,7 @@ fn main(args: &'static str) -> u64 {
     let names: &[&str] = if which == "all" { &["null", "stat", "fault", "share_private", "share_global", "segment"] } else { &[which] };
     for n in names {
         if let Err(e) = run(n, iters) {
-            libos::println!("microbench: {n}: {e:?} (benchmarks: null fault share_private share_global segment all)");
+            libos::println!("microbench: {n}: {e:?} (benchmarks: null fault share_private share_global segment grant all)");
             return 1;
         }
     }

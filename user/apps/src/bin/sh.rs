@@ -3,8 +3,10 @@
 //! Commands (one per line): `run [-c CORES] PROG [ARGS...]` runs a program from the boot
 //! image on each listed core (`-c 2,3`; default: the next core after the shell's) and waits
 //! for all of them; `cores` lists online cores with their roles and locality; `objs` lists
-//! the objects in this context's shares; `stat` shows per-core counters; `help`; `halt`
-//! exits the shell (the kernel then checks for leaks and powers off).
+//! the objects in this context's shares; `stat` shows per-core counters; `grant N [xc|tc|ac]`
+//! and `release CORE|all` ask the core scheduler on core 0 for cores and give them back
+//! (`sched=core0`); `help`; `halt` exits the shell (the kernel then checks for leaks and
+//! powers off).
 //!
 //! A program listed on the shell's own core runs inside the shell's context
 //! (`libos::exec::run_here`: one context per core, so there is no other way to run code
@@ -79,6 +81,8 @@ fn run_line(line: &str) -> bool {
         "objs" => objs(),
         "stat" => stat(),
         "run" => run(&rest),
+        "grant" => grant(&rest),
+        "release" => release(&rest),
         other => println!("sh: unknown command `{other}`; try `help`"),
     }
     true
@@ -90,6 +94,8 @@ fn help() {
     println!("  cores                          online cores, their roles and locality");
     println!("  objs                           objects in this context's shares");
     println!("  stat                           per-core counters");
+    println!("  grant N [xc|tc|ac]             ask the core scheduler (sched=core0) for N cores");
+    println!("  release CORE|all               give granted cores back");
     println!("  help                           this list");
     println!("  halt                           exit the shell (the kernel checks for leaks and powers off)");
 }
@@ -113,7 +119,44 @@ fn cores() {
                 let _ = write!(s, " {}:{}/{}", o, e.level, e.distance);
             }
         }
-        println!("core {c}: {role}{}  locality(core:level/distance){s}", if c == me { " (sh)" } else { "" });
+        let granted = match sys::core_stats(c).map(|s| s.granted_to) {
+            Ok(0) | Err(_) => String::new(),
+            Ok(owner) => alloc::format!(" granted to {owner:#x}"),
+        };
+        println!("core {c}: {role}{}{granted}  locality(core:level/distance){s}", if c == me { " (sh)" } else { "" });
+    }
+}
+
+fn grant(args: &[&str]) {
+    let role = match args.get(1).copied() {
+        None => abi::GRANT_ROLE_ANY,
+        Some("xc") => abi::ROLE_XC,
+        Some("tc") => abi::ROLE_TC,
+        Some("ac") => abi::ROLE_AC,
+        Some(r) => return println!("sh: grant: unknown role `{r}` (xc, tc, ac)"),
+    };
+    let Some(n) = args.first().and_then(|n| n.parse::<usize>().ok()).filter(|&n| n > 0 && n < 256) else {
+        return println!("sh: grant N [xc|tc|ac]: N is a number of cores");
+    };
+    let mut cores = alloc::vec![0u64; n];
+    match sys::core_request(&mut cores, role, abi::NEAR_CALLER) {
+        Ok(_) => println!("sh: granted cores {cores:?}"),
+        Err(e) => println!("sh: grant: {}", e.as_str()),
+    }
+}
+
+fn release(args: &[&str]) {
+    let core = match args.first().copied() {
+        Some("all") => abi::CORE_ALL,
+        Some(c) => match c.parse::<u64>() {
+            Ok(c) => c,
+            Err(_) => return println!("sh: release CORE|all: `{c}` is not a core"),
+        },
+        None => return println!("sh: release CORE|all"),
+    };
+    match sys::core_release(core) {
+        Ok(n) => println!("sh: released {n} core(s)"),
+        Err(e) => println!("sh: release: {}", e.as_str()),
     }
 }
 
@@ -158,7 +201,7 @@ fn objs() {
 }
 
 fn stat() {
-    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts  switches  lock_waits  lock_spin_us");
+    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts  switches  lock_waits  lock_spin_us  sched_msgs");
     let tpm = libos::time::tsc_per_ms().max(1);
     for c in 0..ncores() {
         let s: CoreStats = match sys::core_stats(c) {
@@ -169,7 +212,7 @@ fn stat() {
             }
         };
         println!(
-            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}  {:>8}  {:>10}  {:>12}",
+            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}  {:>8}  {:>10}  {:>12}  {:>10}",
             abi::role_name(s.role),
             s.syscalls,
             s.soft_faults,
@@ -180,7 +223,8 @@ fn stat() {
             s.contexts_started,
             s.context_switches,
             s.lock_spin_waits,
-            s.lock_spin_cycles * 1000 / tpm
+            s.lock_spin_cycles * 1000 / tpm,
+            s.sched_messages
         );
     }
 }
