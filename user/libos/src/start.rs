@@ -94,6 +94,16 @@ pub struct LaunchExt {
 
 pub const LAUNCH_MAGIC: u64 = 0x6c61_756e_6368_3031; // "launch01"
 
+/// Whether the kernel started this program (as init) rather than a launcher.
+static BY_KERNEL: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether the kernel started this program as init (`init=NAME`): then nothing else runs
+/// and every core but ours is free, unless the program started something there. A program
+/// the shell runs (`exec::spawn` or `exec::run_here`) shares the machine with the shell.
+pub fn started_by_kernel() -> bool {
+    BY_KERNEL.load(Ordering::Relaxed)
+}
+
 /// Embedded run: where `exit` returns to (0: halt the context as usual).
 static EXIT_RSP: AtomicU64 = AtomicU64::new(0);
 /// Embedded run: the launcher's mappings (`LaunchExt::host_maps`) and the root range they are
@@ -124,6 +134,7 @@ extern "C" fn rt_start(info: *const StartInfo, rsi_root: u64, rdx_pcore: u64) ->
     // stack mapping, readable for the life of the program.
     let mut si = unsafe { core::ptr::read(info) };
     let (mut root, mut pcore) = (si.root_share, si.pcore);
+    BY_KERNEL.store(si.root_share != 0, Ordering::Relaxed);
     if si.root_share == 0 {
         // SAFETY: a launcher that sets root_share = 0 writes a `LaunchExt` right after.
         let ext = unsafe { core::ptr::read(info.add(1) as *const LaunchExt) };
