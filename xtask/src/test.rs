@@ -289,6 +289,56 @@ fn shell_smoke(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<Tes
     Ok(t)
 }
 
+/// `ltest` run by the shell (issue 5's cfork-under-the-shell bug): once on the shell's own
+/// core (inside the shell's context, where cfork must leave the shell's mappings alone) and
+/// once on core 1 (where core 0, the shell's, is busy: `Busy` for threads and cfork there,
+/// the tests use core 2). Every `utest` line counts; both runs must exit 0, the second must
+/// have found core 0 busy, and `halt` must end cleanly with nothing leaked.
+fn shell_ltest(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<TestTally, String> {
+    println!("== ltest under the shell at 3 vCPUs (its core, then another)");
+    let cfg = VmConfig {
+        smp: 3,
+        cmdline: "init=sh".into(),
+        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+        initrd: Some(initrd.to_path_buf()),
+        timeout: Some(BOOT_TIMEOUT),
+        ..Default::default()
+    };
+    // Blank lines first: input sent while the kernel boots can lose bytes (see shell_smoke).
+    let input = format!("{}run -c 0 ltest nomeasure\nrun -c 1 ltest nomeasure\nhalt\n", "\n".repeat(16));
+    let out = boot_captured(&cfg, Some(&input), false, None)?;
+    let (mut t, failures, _) = parse_kernel_tests(&out.serial);
+    for f in &failures {
+        println!("   FAILED: {f}");
+    }
+    let checks: [(&str, &dyn Fn(&str) -> bool); 5] = [
+        ("both runs finished", &|s| s.matches("utest: done").count() == 2),
+        ("exit 0 on the shell's core", &|s| s.contains("sh: ltest on core 0 exited with code 0")),
+        ("exit 0 on another core", &|s| s.contains("sh: ltest on core 1 exited with code 0")),
+        ("the shell's core found busy from core 1", &|s| s.contains("cores::probe ... ok (free: [2], busy: [0])")),
+        ("halt: clean exit, no leak", &|s| s.contains("sh: halt") && s.contains("init: `sh` exited with code 0")),
+    ];
+    for (what, check) in checks {
+        if check(&out.serial) {
+            t.passed += 1;
+        } else {
+            println!("   FAILED: shell ltest: {what}");
+            t.failed += 1;
+        }
+    }
+    if out.timed_out || !out.kernel_exit_ok() {
+        println!("   FAILED: shell ltest: timed out={} exit={:?}", out.timed_out, out.status.and_then(|s| s.code()));
+        t.failed += 1;
+    }
+    if t.failed > 0 {
+        for l in out.serial.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev() {
+            println!("   | {l}");
+        }
+    }
+    println!("   shell ltest: {} passed, {} failed ({:.1} s)", t.passed, t.failed, out.elapsed.as_secs_f64());
+    Ok(t)
+}
+
 /// Large configurations: every core online and every node found (boot only, no tests).
 fn summary_boots(kernel: &std::path::Path) -> Result<TestTally, String> {
     println!("== boot summary at large configurations");
@@ -391,6 +441,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             total.add(user_tests(&kernel, &initrd, smp, "init=ltest -- nomeasure")?);
         }
         total.add(shell_smoke(&kernel, &initrd)?);
+        total.add(shell_ltest(&kernel, &initrd)?);
         // Core roles: an application core forwarding to kernel cores, roles changing under load.
         total.add(user_tests(&kernel, &initrd, 4, "roles=kc:1,ac:2,kc:3 init=roletest")?);
         total.add(user_tests(&kernel, &initrd, 3, "roles=tc:0-1 init=tctest")?);

@@ -9,7 +9,10 @@
 //! - for every address range linked there (the heap ranges, ranges a program linked): the
 //!   same range if listed in `CforkOpts::ranges` (shared page tables), otherwise a new range
 //!   of the same kind whose segments are copied the same way (recursively);
-//! - a fresh context page and a fresh stack; descriptor-layer windows are not copied.
+//! - a fresh context page and a fresh stack; descriptor-layer windows are not copied;
+//! - nothing of the launcher's, for a program the shell runs inside its own context (the
+//!   root range is the shell's then: its image, stack and arena stay out of the child, see
+//!   `start::launcher_mappings`).
 //!
 //! Its share set is a new share `T` (held by the process share; it holds the child's pcore,
 //! root range and every copy) plus `CforkOpts::shares`. In the child, `T` plays the process
@@ -231,7 +234,20 @@ pub fn cfork(core: u64, opts: &CforkOpts, f: fn(u64) -> u64, arg: u64) -> Result
     let root = ObjName::new(share, crate::sys::ar_alloc(share, "cfork-root", core, ArKind::Root)?);
     let mut maps = alloc_maps();
     let n = crate::sys::ar_get(me.root_ar, &mut maps)? as usize;
-    let maps = &maps[..n];
+    // In a program the shell runs inside its own context, the root range also holds the
+    // shell's mappings (its image, stack, arena and heap ranges): not ours to copy, and the
+    // shell's heap ranges cannot even be named from here (they are in the shell's heap
+    // shares, two levels below its root share), so copying them failed with NoSuchObject.
+    let host = crate::start::launcher_mappings(me.root_ar);
+    let mut k = 0;
+    for i in 0..n {
+        let m = maps[i];
+        if !host.iter().any(|h| h.voff == m.voff && h.target == m.target) {
+            maps[k] = m;
+            k += 1;
+        }
+    }
+    let maps = &maps[..k];
     let img = crate::process::image().object;
     let image_voff = maps.iter().filter(|m| m.target == img).map(|m| m.voff).min().unwrap_or(crate::layout::IMAGE_BASE);
     // A stack slot no mapping of ours covers.

@@ -286,7 +286,17 @@ pub fn run_here(name: &str, args: &str) -> Result<u64, Error> {
         crate::sys::ar_set_seg(root_ar, &SegMapping { voff: EMBEDDED_STACK_TOP - INIT_STACK_SIZE, seg: stack, soff: 0, len: INIT_STACK_SIZE, flags: MAP_READ | MAP_WRITE })?;
         let info_va = EMBEDDED_STACK_TOP - PAGE_SIZE;
         let si = StartInfo { root_ar: root_ar.object, image_seg: img.seg.object, stack_seg: stack.object, ..base_info() };
-        let ext = LaunchExt { magic: LAUNCH_MAGIC, arena: ARENA_EMBEDDED, share: 0, exit_rsp: 0, root_share: root, pcore: c.pcore.object };
+        // Our own mappings: the program must leave them alone (cfork does not copy them).
+        let ext = LaunchExt {
+            magic: LAUNCH_MAGIC,
+            arena: ARENA_EMBEDDED,
+            share: 0,
+            exit_rsp: 0,
+            root_share: root,
+            pcore: c.pcore.object,
+            host_maps: maps_before.as_ptr() as u64,
+            host_nmaps: maps_before.len() as u64,
+        };
         // SAFETY: the stack's top page is mapped read-write at `info_va` in our own range.
         let page = unsafe { core::slice::from_raw_parts_mut(info_va as *mut u8, PAGE_SIZE as usize) };
         let slot_off = write_start(page, info_va, si, ext, args);

@@ -38,7 +38,7 @@ pub mod thread;
 pub mod time;
 
 pub use cfork::{cfork, CforkOpts, Child};
-pub use start::{args, exit, image_end, pcore, root_share, self_halt, start_info, LaunchExt, LAUNCH_MAGIC, PANIC_EXIT_CODE};
+pub use start::{args, exit, image_end, pcore, root_share, self_halt, start_info, started_by_kernel, LaunchExt, LAUNCH_MAGIC, PANIC_EXIT_CODE};
 
 /// Declare the program's entry: `fn(args: &'static str) -> u64` (the exit code).
 #[macro_export]

@@ -83,12 +83,50 @@ pub struct LaunchExt {
     /// Embedded run: the launcher's root share and pcore (the context is the launcher's).
     pub root_share: ObjectId,
     pub pcore: ObjectId,
+    /// Embedded run: the launcher's own mappings in the shared root range (what it had
+    /// before it mapped the program), as a pointer to `host_nmaps` `abi::ArMapping`s in the
+    /// launcher's memory, valid until the program's first context exits. They are not the
+    /// program's: `cfork` does not copy them (the program cannot even name most of their
+    /// objects, which the launcher keeps in its own process shares).
+    pub host_maps: u64,
+    pub host_nmaps: u64,
 }
 
 pub const LAUNCH_MAGIC: u64 = 0x6c61_756e_6368_3031; // "launch01"
 
+/// Whether the kernel started this program (as init) rather than a launcher.
+static BY_KERNEL: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether the kernel started this program as init (`init=NAME`): then nothing else runs
+/// and every core but ours is free, unless the program started something there. A program
+/// the shell runs (`exec::spawn` or `exec::run_here`) shares the machine with the shell.
+pub fn started_by_kernel() -> bool {
+    BY_KERNEL.load(Ordering::Relaxed)
+}
+
 /// Embedded run: where `exit` returns to (0: halt the context as usual).
 static EXIT_RSP: AtomicU64 = AtomicU64::new(0);
+/// Embedded run: the launcher's mappings (`LaunchExt::host_maps`) and the root range they are
+/// in (the launcher's, which our first context runs in).
+static HOST_MAPS: AtomicU64 = AtomicU64::new(0);
+static HOST_NMAPS: AtomicU64 = AtomicU64::new(0);
+static HOST_ROOT_AR: AtomicU64 = AtomicU64::new(0);
+
+/// The mappings of `root_ar` that belong to the launcher whose context this program runs in
+/// (empty unless `root_ar` is that shared root range, i.e. unless the caller is the first
+/// context of a program the shell runs inside its own context). A thread's root, a cfork
+/// child's root or the first root of a program with a context of its own has none.
+pub(crate) fn launcher_mappings(root_ar: ObjName) -> &'static [abi::ArMapping] {
+    let (ptr, n) = (HOST_MAPS.load(Ordering::Relaxed), HOST_NMAPS.load(Ordering::Relaxed));
+    if ptr == 0 || n == 0 || root_ar.object != HOST_ROOT_AR.load(Ordering::Relaxed) || root_ar.share != ROOT_SHARE.load(Ordering::Relaxed) {
+        return &[];
+    }
+    // SAFETY: the launcher passed `n` mappings at `ptr` in its own memory, which is mapped
+    // in its root range (the one named `root_ar`, so we run in it now) and stays unchanged
+    // while it waits in `embed_call` for our first context to exit. Other contexts have other
+    // root ranges and never get here.
+    unsafe { core::slice::from_raw_parts(ptr as *const abi::ArMapping, n as usize) }
+}
 
 #[cfg(target_os = "none")]
 extern "C" fn rt_start(info: *const StartInfo, rsi_root: u64, rdx_pcore: u64) -> ! {
@@ -96,6 +134,7 @@ extern "C" fn rt_start(info: *const StartInfo, rsi_root: u64, rdx_pcore: u64) ->
     // stack mapping, readable for the life of the program.
     let mut si = unsafe { core::ptr::read(info) };
     let (mut root, mut pcore) = (si.root_share, si.pcore);
+    BY_KERNEL.store(si.root_share != 0, Ordering::Relaxed);
     if si.root_share == 0 {
         // SAFETY: a launcher that sets root_share = 0 writes a `LaunchExt` right after.
         let ext = unsafe { core::ptr::read(info.add(1) as *const LaunchExt) };
@@ -105,6 +144,11 @@ extern "C" fn rt_start(info: *const StartInfo, rsi_root: u64, rdx_pcore: u64) ->
             if ext.exit_rsp != 0 {
                 root = ext.root_share;
                 pcore = ext.pcore;
+                if ext.host_maps != 0 && ext.host_maps % core::mem::align_of::<abi::ArMapping>() as u64 == 0 {
+                    HOST_MAPS.store(ext.host_maps, Ordering::Relaxed);
+                    HOST_NMAPS.store(ext.host_nmaps, Ordering::Relaxed);
+                    HOST_ROOT_AR.store(si.root_ar, Ordering::Relaxed);
+                }
             } else {
                 root = rsi_root;
                 pcore = rdx_pcore;

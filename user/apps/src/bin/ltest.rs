@@ -6,6 +6,10 @@
 //! if all passed. Measurements print `ltest: measure ...` lines afterwards. Arguments: words
 //! select tests whose names contain one of them (default: all); `nomeasure` skips the
 //! measurements.
+//!
+//! ltest runs as init (`init=ltest`) or under the shell (`run -c N ltest`), where the
+//! shell's core is taken: `cores::probe` (always run first) finds which other cores are
+//! free, and the tests start threads and cfork children on those only.
 #![no_std]
 #![no_main]
 
@@ -16,7 +20,7 @@ use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Write;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use libos::fd::{self, Scope};
 use libos::layout::SCRATCH_BASE;
 use libos::thread::{self, Barrier, Mutex};
@@ -47,8 +51,58 @@ fn ncores() -> u64 {
 fn me() -> u64 {
     libos::core_id()
 }
+
+/// What `cores::probe` found for each core (`FREE`, `BUSY`; `UNKNOWN` before it ran).
+static CORE_STATE: [AtomicU8; 256] = [const { AtomicU8::new(UNKNOWN) }; 256];
+const UNKNOWN: u8 = 0;
+const FREE: u8 = 1;
+const BUSY: u8 = 2;
+
+fn state_of(c: u64) -> u8 {
+    CORE_STATE.get(c as usize).map_or(UNKNOWN, |s| s.load(Ordering::Relaxed))
+}
+
+/// The other cores we can start contexts on.
 fn others() -> Vec<u64> {
-    (0..ncores()).filter(|&c| c != me()).collect()
+    (0..ncores()).filter(|&c| c != me() && state_of(c) == FREE).collect()
+}
+
+/// The other cores that run something else (the shell, when it runs us on another core).
+fn busy_others() -> Vec<u64> {
+    (0..ncores()).filter(|&c| c != me() && state_of(c) == BUSY).collect()
+}
+
+/// Why a test that needs another core skips.
+fn no_other_core() -> &'static str {
+    if ncores() < 2 {
+        "1 core"
+    } else {
+        "no other core is free"
+    }
+}
+
+/// `cores::probe`: start a thread on every other core. A free core runs it; a core that
+/// runs another context refuses it with `Busy` (one context per core); nothing else is
+/// right. Started by the kernel as init, nothing else runs, so every core must be free.
+fn cores_probe() -> TestResult {
+    for c in (0..ncores()).filter(|&c| c != me()) {
+        let state = match thread::spawn(c, trivial, 0) {
+            Ok(t) => {
+                let code = ok!(t.join());
+                ensure!(code == 7, "probe thread on core {c} returned {code}");
+                FREE
+            }
+            Err(abi::Error::Busy) => {
+                ensure!(!libos::started_by_kernel(), "core {c} is Busy, but we are init: nothing else runs");
+                BUSY
+            }
+            Err(e) => fail!("thread::spawn on core {c}: {e:?}"),
+        };
+        if let Some(slot) = CORE_STATE.get(c as usize) {
+            slot.store(state, Ordering::Relaxed);
+        }
+    }
+    Ok(None)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -67,8 +121,8 @@ fn t_add_core(arg: u64) -> u64 {
 }
 
 fn threads_share_statics() -> TestResult {
-    if ncores() < 2 {
-        return Ok(Some("1 core"));
+    if others().is_empty() {
+        return Ok(Some(no_other_core()));
     }
     SUM.store(0, Ordering::SeqCst);
     let mut ts = Vec::new();
@@ -100,8 +154,8 @@ fn t_mutex(_: u64) -> u64 {
 }
 
 fn mutex_and_barrier() -> TestResult {
-    if ncores() < 2 {
-        return Ok(Some("1 core"));
+    if others().is_empty() {
+        return Ok(Some(no_other_core()));
     }
     *LOCK.lock() = 0;
     let t = ok!(thread::spawn(others()[0], t_mutex, 0));
@@ -144,11 +198,18 @@ fn cfork_every_core() -> TestResult {
         ensure!(data[0] == 42 && COW_STATIC.load(Ordering::SeqCst) == 7, "child's writes reached the parent");
         tried += 1;
     }
-    // Our own core runs us: the kernel refuses a second context there.
-    let own = cfork(me(), &CforkOpts::default(), child_fn, 0);
-    ensure!(matches!(own, Err(abi::Error::Busy)), "cfork to our own core: {:?}", own.map(|_| ()));
+    // Our own core runs us, and a busy core (the shell's, when it runs us on another core)
+    // runs another context: the kernel refuses a second context there. The refusal comes
+    // after cfork copied everything, which must all go again.
+    for c in busy_others().into_iter().chain([me()]) {
+        let k0 = live_kobjects();
+        let r = cfork(c, &CforkOpts::default(), child_fn, 0);
+        ensure!(matches!(r, Err(abi::Error::Busy)), "cfork to busy core {c}: {:?}, want Busy", r.map(|_| ()));
+        let back = libos::time::wait_until(1000, || live_kobjects() == k0);
+        ensure!(back, "cfork to busy core {c}: {} kernel objects more after the refusal", live_kobjects() as i64 - k0 as i64);
+    }
     if tried == 0 {
-        return Ok(Some("1 core"));
+        return Ok(Some(no_other_core()));
     }
     Ok(None)
 }
@@ -160,15 +221,13 @@ fn child_shared(arg: u64) -> u64 {
 }
 
 fn cfork_shares_segment() -> TestResult {
-    if ncores() < 2 {
-        return Ok(Some("1 core"));
-    }
+    let Some(&other) = others().first() else { return Ok(Some(no_other_core())) };
     let c = libos::ctx::ctx();
     let seg = ok!(sys::segment_alloc(c.root_share, "shared", MEMID_SELF, PAGE_SIZE));
     let name = ObjName::new(c.root_share, seg);
     ok!(sys::ar_set_seg(c.root_ar, &SegMapping { voff: SCRATCH_BASE, seg: name, soff: 0, len: PAGE_SIZE, flags: MAP_READ | MAP_WRITE }));
     let r = (|| -> TestResult {
-        let child = ok!(cfork(others()[0], &CforkOpts { segments: &[seg], ..Default::default() }, child_shared, 0xabcd));
+        let child = ok!(cfork(other, &CforkOpts { segments: &[seg], ..Default::default() }, child_shared, 0xabcd));
         ok!(child.join());
         // SAFETY: mapped above.
         let v = unsafe { core::ptr::read_volatile(SCRATCH_BASE as *const u64) };
@@ -190,8 +249,8 @@ fn t_visible(arg: u64) -> u64 {
 }
 
 fn fd_private_invisible() -> TestResult {
-    if ncores() < 2 {
-        return Ok(Some("1 core"));
+    if others().is_empty() {
+        return Ok(Some(no_other_core()));
     }
     let a = ok!(fd::open_console(Scope::Private));
     let d = ok!(fd::dup(a, Scope::Private));
@@ -212,8 +271,8 @@ fn fd_private_invisible() -> TestResult {
 }
 
 fn fd_shared_set() -> TestResult {
-    if ncores() < 2 {
-        return Ok(Some("1 core"));
+    if others().is_empty() {
+        return Ok(Some(no_other_core()));
     }
     let n = ncores();
     // The set: our core and every odd core; with 2 cores also once with core 1 left out.
@@ -267,8 +326,8 @@ fn fd_pipe_and_file() -> TestResult {
     let boxed = Box::new(w);
     let want = b"hello through a pipe";
     let mut got = Vec::new();
-    if ncores() >= 2 {
-        let t = ok!(thread::spawn(others()[0], t_pipe_writer, &*boxed as *const fd::Fd as u64));
+    if let Some(&other) = others().first() {
+        let t = ok!(thread::spawn(other, t_pipe_writer, &*boxed as *const fd::Fd as u64));
         let ok = libos::time::wait_until(10_000, || {
             let mut b = [0u8; 8];
             if let Ok(n) = fd::read(r, &mut b) {
@@ -453,9 +512,7 @@ fn t_foreign_private(arg: u64) -> u64 {
 }
 
 fn fd_private_other_core() -> TestResult {
-    if ncores() < 2 {
-        return Ok(Some("1 core"));
-    }
+    let Some(&other) = others().first() else { return Ok(Some(no_other_core())) };
     ok!(fd::table(Scope::Private));
     let c0 = fd::private_counts();
     let a = ok!(fd::open_console(Scope::Private));
@@ -471,15 +528,12 @@ fn fd_private_other_core() -> TestResult {
         ensure!(back, "core {c}: {} kernel objects more after the thread ended", live_kobjects() as i64 - k0 as i64);
     }
     // A cfork child (a copy of this context's memory, but a fresh context segment): the
-    // parent's private descriptors are not inherited. (Not when ltest runs inside the
-    // shell's context: cfork fails there with NoSuchObject, as `cfork::every_core` shows.)
-    if libos::ctx::arena() != libos::layout::ARENA_EMBEDDED {
-        let child = ok!(cfork(others()[0], &CforkOpts::default(), t_foreign_private, &*boxed as *const Foreign as u64));
-        let bad = ok!(child.join());
-        ensure!(bad == 0, "cfork child: checks failed, bit mask {bad:#x}");
-        let back = libos::time::wait_until(1000, || live_kobjects() == k0);
-        ensure!(back, "{} kernel objects more after the cfork child ended", live_kobjects() as i64 - k0 as i64);
-    }
+    // parent's private descriptors are not inherited.
+    let child = ok!(cfork(other, &CforkOpts::default(), t_foreign_private, &*boxed as *const Foreign as u64));
+    let bad = ok!(child.join());
+    ensure!(bad == 0, "cfork child: checks failed, bit mask {bad:#x}");
+    let back = libos::time::wait_until(1000, || live_kobjects() == k0);
+    ensure!(back, "{} kernel objects more after the cfork child ended", live_kobjects() as i64 - k0 as i64);
     ensure!(fd::private_counts().descriptors == c0.descriptors + 2 && ok!(fd::kind(d)) == fd::Kind::Console, "our table changed: {:?}", fd::private_counts());
     ok!(fd::close(a));
     ok!(fd::close(d));
@@ -594,7 +648,7 @@ fn stress_main(n: u64) -> (MemCount, MemCount, u64) {
     }
     let before = mem_count();
     stress_wait(1);
-    let bad = stress_body(me());
+    let bad = stress_body(0);
     // This core still has live blocks (the test's own), so `trim` keeps its chunks, but it
     // takes the remote-free list: large blocks other cores freed give their pages back now.
     libos::heap::trim();
@@ -604,13 +658,15 @@ fn stress_main(n: u64) -> (MemCount, MemCount, u64) {
 
 /// One run; returns the counts at the start and at the end of the work.
 fn stress_once() -> Result<(MemCount, MemCount), String> {
-    let n = ncores().min(MAXC as u64);
+    // Participant k works on SLOTS[k]: we are 0, the threads on the free cores 1.. .
+    let cores: Vec<u64> = core::iter::once(me()).chain(others()).take(MAXC).collect();
+    let n = cores.len() as u64;
     STRESS_N.store(n, Ordering::SeqCst);
     STRESS_BAR.store(0, Ordering::SeqCst);
     STRESS_DONE.store(0, Ordering::SeqCst);
-    let mut ts = Vec::with_capacity(n as usize);
-    for c in (0..n).filter(|&c| c != me()) {
-        match thread::spawn(c, t_stress, c) {
+    let mut ts = Vec::with_capacity(cores.len());
+    for (k, &c) in cores.iter().enumerate().skip(1) {
+        match thread::spawn(c, t_stress, k as u64) {
             Ok(t) => ts.push((c, t)),
             Err(e) => {
                 STRESS_DONE.store(1, Ordering::SeqCst);
@@ -637,7 +693,7 @@ fn heap_stress_no_leak() -> TestResult {
         ensure!(before == after, "run {run}: leak: {before:?} before, {after:?} after");
     }
     let rf: u64 = (0..ncores() as usize).map(libos::heap::remote_frees).sum();
-    ensure!(ncores() == 1 || rf > 0, "no remote frees happened");
+    ensure!(others().is_empty() || rf > 0, "no remote frees happened");
     Ok(None)
 }
 
@@ -671,10 +727,7 @@ fn t_drain(_: u64) -> u64 {
 }
 
 fn measure_remote_free() {
-    if ncores() < 2 {
-        return;
-    }
-    let c = others()[0];
+    let Some(&c) = others().first() else { return };
     let Ok(t) = thread::spawn(c, t_alloc_many, 0) else { return };
     let _ = t.join();
     let t0 = libos::time::ticks();
@@ -697,10 +750,7 @@ fn trivial(_: u64) -> u64 {
 }
 
 fn measure_cfork() {
-    if ncores() < 2 {
-        return;
-    }
-    let c = others()[0];
+    let Some(&c) = others().first() else { return };
     let runs = 5u64;
     let t0 = libos::time::ticks();
     for _ in 0..runs {
@@ -755,10 +805,10 @@ fn dup_close_loop(_: u64) -> u64 {
     ns
 }
 
-/// Sums over cores `0..n`: system calls, local TLB flushes, shootdown IPIs sent, IPIs received.
-fn core_counters(n: u64) -> [u64; 4] {
+/// Sums over `cores`: system calls, local TLB flushes, shootdown IPIs sent, IPIs received.
+fn core_counters(cores: &[u64]) -> [u64; 4] {
     let mut out = [0; 4];
-    for c in 0..n {
+    for &c in cores {
         if let Ok(s) = sys::core_stats(c) {
             out[0] += s.syscalls;
             out[1] += s.tlb_flushes_local;
@@ -770,18 +820,21 @@ fn core_counters(n: u64) -> [u64; 4] {
 }
 
 fn measure_dup_close() {
-    for ncore in [1, ncores()] {
+    // We and the free cores.
+    let all: Vec<u64> = core::iter::once(me()).chain(others()).collect();
+    for ncore in [1, all.len() as u64] {
+        let cores = &all[..ncore as usize];
         DUP_GO.store(0, Ordering::SeqCst);
-        let ts: Vec<_> = (0..ncore).filter(|&c| c != me()).filter_map(|c| thread::spawn(c, dup_close_loop, 0).ok()).collect();
+        let ts: Vec<_> = cores[1..].iter().filter_map(|&c| thread::spawn(c, dup_close_loop, 0).ok()).collect();
         libos::time::spin_ms(20);
-        let s0 = core_counters(ncore);
+        let s0 = core_counters(cores);
         DUP_GO.store(1, Ordering::SeqCst);
         let mut per = Vec::new();
         per.push(dup_close_loop(0));
         for t in ts {
             per.push(t.join().unwrap_or(u64::MAX));
         }
-        let s1 = core_counters(ncore);
+        let s1 = core_counters(cores);
         let worst = per.iter().copied().max().unwrap_or(1).max(1);
         let ops = DUP_ITERS * 1_000_000_000 / worst;
         // What the kernel did meanwhile, per pair (includes the thread start-up and join).
@@ -795,7 +848,7 @@ fn measure_dup_close() {
             d[2],
             d[3]
         );
-        if ncore == ncores() {
+        if ncore == all.len() as u64 {
             break;
         }
     }
@@ -819,6 +872,17 @@ const TESTS: &[(&str, fn() -> TestResult)] = &[
 fn main(args: &'static str) -> u64 {
     let words: Vec<&str> = args.split_whitespace().filter(|w| *w != "nomeasure").collect();
     let (mut pass, mut failed) = (0, 0);
+    // Always first: the other tests use the free cores it finds.
+    match cores_probe() {
+        Ok(_) => {
+            println!("utest cores::probe ... ok (free: {:?}, busy: {:?})", others(), busy_others());
+            pass += 1;
+        }
+        Err(m) => {
+            println!("utest cores::probe ... FAILED: {m}");
+            failed += 1;
+        }
+    }
     for (name, f) in TESTS {
         if !words.is_empty() && !words.iter().any(|w| name.contains(w)) {
             continue;
