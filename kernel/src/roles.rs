@@ -22,7 +22,7 @@ use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 
 use crate::arch::x86_64::{apic, cpu, paging};
 use crate::kobj::device::{Ring, Taken, NOT_ATTACHED, TAKE_MAX};
-use crate::kobj::kref::KRef;
+use crate::kobj::kref::{KRef, KWeak};
 use crate::percpu::{self, PerCpu};
 use abi::{nr, Error, RING_ATTACHED, RING_BROKEN, RING_DETACHED, RING_STOPPED, ROLE_AC, ROLE_KC, ROLE_TC, ROLE_XC};
 use percore::{CachePadded, TicketLock, MAX_CORES};
@@ -131,7 +131,7 @@ pub fn forward(nr: u64, args: [u64; 6]) -> Result<u64, Error> {
 }
 
 /// Run one pending request from a core this kernel core serves. Returns true if one ran.
-fn serve_one(me: &'static PerCpu) -> bool {
+fn serve_one(me: &'static PerCpu, root: &mut LoadedRoot) -> bool {
     let n = percpu::online_count();
     for c in 0..n {
         let Some(client) = percpu::get(c) else { continue };
@@ -150,7 +150,7 @@ fn serve_one(me: &'static PerCpu) -> bool {
         slot.server.store(me.index, Ordering::Relaxed);
         let nr = slot.nr.load(Ordering::Relaxed);
         let args: [u64; 6] = core::array::from_fn(|i| slot.args[i].load(Ordering::Relaxed));
-        let r = run_for(me, client, nr, args);
+        let r = run_for(me, root, client, nr, args);
         slot.result.store(abi::encode(r), Ordering::Relaxed);
         slot.state.store(DONE, Ordering::Release);
         me.stats.syscalls_served.fetch_add(1, Ordering::Relaxed);
@@ -160,13 +160,11 @@ fn serve_one(me: &'static PerCpu) -> bool {
 }
 
 /// Run a system call in `client`'s context on this core: its root range, its shares.
-fn run_for(me: &'static PerCpu, client: &'static PerCpu, nr: u64, args: [u64; 6]) -> Result<u64, Error> {
+fn run_for(me: &'static PerCpu, root: &mut LoadedRoot, client: &'static PerCpu, nr: u64, args: [u64; 6]) -> Result<u64, Error> {
     // The client is blocked in `forward` until we mark the slot DONE, so its context stays
     // put; we read it through the acting-core indirection only.
-    let Some(root) = client.context.root_for_server() else { return Err(Error::NotPermitted) };
-    let Ok(ar) = root.as_ar() else { return Err(Error::NotPermitted) };
-    ar.running.insert(me.index);
-    paging::load_root(ar.table);
+    let Some(ar) = client.context.root_for_server() else { return Err(Error::NotPermitted) };
+    root.enter(me, &ar)?;
     me.acting.store(client.index, Ordering::Release);
     cpu::enable_interrupts();
     me.injectable.store(true, Ordering::Relaxed);
@@ -174,20 +172,84 @@ fn run_for(me: &'static PerCpu, client: &'static PerCpu, nr: u64, args: [u64; 6]
     me.injectable.store(false, Ordering::Relaxed);
     cpu::disable_interrupts();
     me.acting.store(NO_CORE, Ordering::Release);
-    paging::load_kernel_root();
-    ar.running.remove(me.index);
     r
+}
+
+/// The user root range a kernel core keeps loaded between requests. Loading a root (a CR3
+/// write) is the dearest part of a hand-off under TCG, where it flushes the vCPU's whole
+/// software TLB and its jump cache, so a kernel core serving the same range again and again
+/// loads it once and stays in the range's `running` set, so TLB shootdowns for it reach the
+/// core (which serves its mailbox while it polls). It holds no reference: the range's
+/// lifetime is what its users make it. A range being freed sends an active message to the
+/// cores in its `running` set (`evict_loaded_root`), and a kernel core leaves its loaded range
+/// before it runs any active message, so the page tables never go while loaded. It also
+/// leaves when it serves another range, before it halts, and when it stops being a kernel
+/// core. Requests hold a reference to their range while they run.
+struct LoadedRoot(Option<KWeak<crate::kobj::KObject>>);
+
+impl LoadedRoot {
+    /// Load `ar`'s root on this core unless it is loaded already.
+    fn enter(&mut self, me: &'static PerCpu, ar: &crate::kobj::ObjRef) -> Result<(), Error> {
+        if self.0.as_ref().is_some_and(|l| l.ptr_eq_strong(ar)) {
+            return Ok(());
+        }
+        let range = ar.as_ar().map_err(|_| Error::NotPermitted)?;
+        self.leave(me);
+        range.running.insert(me.index);
+        paging::load_root(range.table);
+        self.0 = Some(KRef::downgrade(ar));
+        Ok(())
+    }
+
+    /// Back to the kernel's root.
+    fn leave(&mut self, me: &'static PerCpu) {
+        let Some(old) = self.0.take() else { return };
+        paging::load_kernel_root();
+        // A range being freed (no reference left) is waiting for us to answer its message,
+        // and its `running` set goes with it.
+        if let Some(ar) = old.upgrade() {
+            if let Ok(range) = ar.as_ar() {
+                range.running.remove(me.index);
+            }
+            // The last reference frees the range: with interrupts on, as a context's end.
+            let on = cpu::interrupts_enabled();
+            cpu::enable_interrupts();
+            drop(ar);
+            if !on {
+                cpu::disable_interrupts();
+            }
+        }
+    }
+}
+
+/// Called as an address range is freed, before its page tables go: the kernel cores that
+/// keep it loaded (`LoadedRoot`; they are in its `running` set and hold no reference) load
+/// the kernel's root, which they do before answering any active message.
+pub fn evict_loaded_root(running: &crate::kobj::CoreSet) {
+    let me = percore::cpu_id();
+    let bits = running.snapshot();
+    let cores = crate::kobj::cores_in(&bits).filter(move |&c| c != me);
+    if cores.clone().next().is_some() {
+        crate::smp::run_on(&|_| {}, cores, false);
+    }
 }
 
 /// The loop of a kernel core; returns when the core's role changes.
 pub fn kernel_core_loop() {
     let me = percpu::this();
+    let mut root = LoadedRoot(None);
     me.polling.store(true, Ordering::Release);
     set_rings_state(me.index, Some(RING_ATTACHED), 1);
     let mut idle = 0u32;
     while me.role.load(Ordering::Acquire) == ROLE_KC {
         cpu::disable_interrupts();
-        if crate::smp::run_mailbox(me) | serve_one(me) | serve_rings(me) {
+        // The loaded range goes before a message is answered (`evict_loaded_root` counts on
+        // it). Messages are rare here (shootdowns, halts, checks); the next request loads the
+        // range again.
+        if crate::smp::mailbox_pending(me) {
+            root.leave(me);
+        }
+        if crate::smp::run_mailbox(me) | serve_one(me, &mut root) | serve_rings(me, &mut root) {
             idle = 0;
             continue;
         }
@@ -196,12 +258,23 @@ pub fn kernel_core_loop() {
             core::hint::spin_loop();
             continue;
         }
+        // Nothing runs in a user range while we sleep: leave it (no shootdowns to answer).
+        // Before the announcement: leaving may take interrupts, and a wake IPI taken after
+        // it would be lost to the halt below.
+        root.leave(me);
         // Announce that we stop polling (here and in every ring's header), then look once
         // more before sleeping: a request posted in between either is seen here or comes
         // with a wake IPI (a ring's doorbell).
         me.polling.store(false, Ordering::SeqCst);
         set_rings_state(me.index, None, 0);
-        if serve_one(me) | serve_rings(me) {
+        if serve_one(me, &mut root) | serve_rings(me, &mut root) {
+            me.polling.store(true, Ordering::SeqCst);
+            set_rings_state(me.index, None, 1);
+            idle = 0;
+            continue;
+        }
+        if root.0.is_some() {
+            // The last look loaded a range (and found nothing): poll on.
             me.polling.store(true, Ordering::SeqCst);
             set_rings_state(me.index, None, 1);
             idle = 0;
@@ -212,6 +285,7 @@ pub fn kernel_core_loop() {
         set_rings_state(me.index, None, 1);
         idle = 0;
     }
+    root.leave(me);
     me.polling.store(false, Ordering::Release);
     // Requests not taken stay in the rings; their submitters see the status and cancel.
     set_rings_state(me.index, Some(RING_STOPPED), 0);
@@ -305,7 +379,7 @@ pub fn kick_ring(ring: &Ring) {
 }
 
 /// Serve every ring attached to this kernel core once. Returns true if any request ran.
-fn serve_rings(me: &'static PerCpu) -> bool {
+fn serve_rings(me: &'static PerCpu, root: &mut LoadedRoot) -> bool {
     let mut did = false;
     let mut i = 0;
     loop {
@@ -317,7 +391,7 @@ fn serve_rings(me: &'static PerCpu) -> bool {
             }
         };
         i += 1;
-        did |= serve_ring(me, &ring);
+        did |= serve_ring(me, root, &ring);
     }
     did
 }
@@ -337,19 +411,19 @@ fn ring_refuses(nr: u64, args: &[u64; 6]) -> Option<Error> {
 }
 
 /// Take a batch of requests from one ring and run them in the ring's context.
-fn serve_ring(me: &'static PerCpu, ring: &KRef<Ring>) -> bool {
+fn serve_ring(me: &'static PerCpu, root: &mut LoadedRoot, ring: &KRef<Ring>) -> bool {
     if ring.dead.load(Ordering::Acquire) || ring.status.load(Ordering::Acquire) == RING_BROKEN {
         return false;
     }
     if ring.serving.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
         return false; // another kernel core has it (it was just moved)
     }
-    let did = serve_ring_locked(me, ring);
+    let did = serve_ring_locked(me, root, ring);
     ring.serving.store(false, Ordering::Release);
     did
 }
 
-fn serve_ring_locked(me: &'static PerCpu, ring: &KRef<Ring>) -> bool {
+fn serve_ring_locked(me: &'static PerCpu, root: &mut LoadedRoot, ring: &KRef<Ring>) -> bool {
     let mut taken = [Taken::default(); TAKE_MAX];
     let first = ring.head.load(Ordering::Relaxed);
     let n = match ring.take(&mut taken) {
@@ -361,7 +435,7 @@ fn serve_ring_locked(me: &'static PerCpu, ring: &KRef<Ring>) -> bool {
         }
     };
     let mut results = [0i64; TAKE_MAX];
-    let r = run_ring_batch(me, ring, &taken[..n], &mut results[..n]);
+    let r = run_ring_batch(me, root, ring, &taken[..n], &mut results[..n]);
     if let Err(e) = r {
         results[..n].fill(abi::encode(Err(e)));
     }
@@ -381,12 +455,12 @@ fn broken(ring: &KRef<Ring>) {
 
 /// Run taken requests with the ring's identity: its address range and shares, on this core.
 /// `Err` (for every request) if the ring's address range is gone.
-fn run_ring_batch(me: &'static PerCpu, ring: &Ring, taken: &[Taken], results: &mut [i64]) -> Result<(), Error> {
+fn run_ring_batch(me: &'static PerCpu, root: &mut LoadedRoot, ring: &Ring, taken: &[Taken], results: &mut [i64]) -> Result<(), Error> {
     let root_ar = ring.root_ar.upgrade().ok_or(Error::NotPermitted)?;
     let mut shares = Vec::new();
     shares.try_reserve_exact(ring.shares.len()).map_err(|_| Error::NoMemory)?;
     shares.extend(ring.shares.iter().filter_map(|w| w.upgrade()));
-    let ar = root_ar.as_ar()?;
+    root_ar.as_ar()?;
     // The ring has no root share or pcore of its own: its segment stands in for both (it is
     // neither a share nor a pcore, so naming it as one fails).
     let ctx = crate::context::Context {
@@ -398,8 +472,7 @@ fn run_ring_batch(me: &'static PerCpu, ring: &Ring, taken: &[Taken], results: &m
         rsp: 0,
         args: [0; 3],
     };
-    ar.running.insert(me.index);
-    paging::load_root(ar.table);
+    root.enter(me, &root_ar)?;
     cpu::enable_interrupts();
     let served = crate::context::serve_as(ctx, || {
         for (t, r) in taken.iter().zip(results.iter_mut()) {
@@ -418,13 +491,8 @@ fn run_ring_batch(me: &'static PerCpu, ring: &Ring, taken: &[Taken], results: &m
             *r = abi::encode(res);
         }
     });
-    cpu::disable_interrupts();
-    paging::load_kernel_root();
-    ar.running.remove(me.index);
     // Dropping the identity may free objects: with interrupts on, as a context's end does.
-    cpu::enable_interrupts();
     let r = served.map(|(_, ctx)| drop(ctx));
-    drop(root_ar);
     cpu::disable_interrupts();
     r
 }
