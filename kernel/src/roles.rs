@@ -160,6 +160,7 @@ fn serve_one(me: &'static PerCpu, root: &mut LoadedRoot) -> bool {
 }
 
 /// Run a system call in `client`'s context on this core: its root range, its shares.
+#[inline(never)]
 fn run_for(me: &'static PerCpu, root: &mut LoadedRoot, client: &'static PerCpu, nr: u64, args: [u64; 6]) -> Result<u64, Error> {
     // The client is blocked in `forward` until we mark the slot DONE, so its context stays
     // put; we read it through the acting-core indirection only.
@@ -238,6 +239,7 @@ pub fn evict_loaded_root(running: &crate::kobj::CoreSet) {
 pub fn kernel_core_loop() {
     let me = percpu::this();
     let mut root = LoadedRoot(None);
+    let mut buf = RingBuffers { taken: [Taken::default(); TAKE_MAX], results: [0; TAKE_MAX] };
     me.polling.store(true, Ordering::Release);
     set_rings_state(me.index, Some(RING_ATTACHED), 1);
     let mut idle = 0u32;
@@ -249,7 +251,7 @@ pub fn kernel_core_loop() {
         if crate::smp::mailbox_pending(me) {
             root.leave(me);
         }
-        if crate::smp::run_mailbox(me) | serve_one(me, &mut root) | serve_rings(me, &mut root) {
+        if crate::smp::run_mailbox(me) | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) {
             idle = 0;
             continue;
         }
@@ -267,7 +269,7 @@ pub fn kernel_core_loop() {
         // with a wake IPI (a ring's doorbell).
         me.polling.store(false, Ordering::SeqCst);
         set_rings_state(me.index, None, 0);
-        if serve_one(me, &mut root) | serve_rings(me, &mut root) {
+        if serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) {
             me.polling.store(true, Ordering::SeqCst);
             set_rings_state(me.index, None, 1);
             idle = 0;
@@ -379,19 +381,19 @@ pub fn kick_ring(ring: &Ring) {
 }
 
 /// Serve every ring attached to this kernel core once. Returns true if any request ran.
-fn serve_rings(me: &'static PerCpu, root: &mut LoadedRoot) -> bool {
+/// An empty poll looks at each ring's head slot under the list lock and takes nothing else:
+/// no reference, no `serving` flag, no buffers.
+fn serve_rings(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingBuffers) -> bool {
     let mut did = false;
-    let mut i = 0;
+    let mut from = 0;
     loop {
         let ring = {
             let list = RINGS[me.index].lock();
-            match list.get(i) {
-                Some(r) => r.clone(),
-                None => break,
-            }
+            let Some(i) = (from..list.len()).find(|&i| list[i].has_request()) else { break };
+            from = i + 1;
+            list[i].clone()
         };
-        i += 1;
-        did |= serve_ring(me, root, &ring);
+        did |= serve_ring(me, root, buf, &ring);
     }
     did
 }
@@ -411,22 +413,31 @@ fn ring_refuses(nr: u64, args: &[u64; 6]) -> Option<Error> {
 }
 
 /// Take a batch of requests from one ring and run them in the ring's context.
-fn serve_ring(me: &'static PerCpu, root: &mut LoadedRoot, ring: &KRef<Ring>) -> bool {
+#[inline(never)]
+fn serve_ring(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingBuffers, ring: &KRef<Ring>) -> bool {
     if ring.dead.load(Ordering::Acquire) || ring.status.load(Ordering::Acquire) == RING_BROKEN {
         return false;
     }
     if ring.serving.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
         return false; // another kernel core has it (it was just moved)
     }
-    let did = serve_ring_locked(me, root, ring);
+    let did = serve_ring_locked(me, root, buf, ring);
     ring.serving.store(false, Ordering::Release);
     did
 }
 
-fn serve_ring_locked(me: &'static PerCpu, root: &mut LoadedRoot, ring: &KRef<Ring>) -> bool {
-    let mut taken = [Taken::default(); TAKE_MAX];
+/// A kernel core's room for one batch of ring requests and their results, made once: an
+/// array of `TAKE_MAX` requests is 4 KiB, and filling it on every poll cost more than the
+/// requests it carried.
+pub struct RingBuffers {
+    taken: [Taken; TAKE_MAX],
+    results: [i64; TAKE_MAX],
+}
+
+fn serve_ring_locked(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingBuffers, ring: &KRef<Ring>) -> bool {
+    let RingBuffers { taken, results } = buf;
     let first = ring.head.load(Ordering::Relaxed);
-    let n = match ring.take(&mut taken) {
+    let n = match ring.take(taken) {
         Ok(0) => return false,
         Ok(n) => n,
         Err(_) => {
@@ -434,7 +445,6 @@ fn serve_ring_locked(me: &'static PerCpu, root: &mut LoadedRoot, ring: &KRef<Rin
             return false;
         }
     };
-    let mut results = [0i64; TAKE_MAX];
     let r = run_ring_batch(me, root, ring, &taken[..n], &mut results[..n]);
     if let Err(e) = r {
         results[..n].fill(abi::encode(Err(e)));
@@ -455,6 +465,7 @@ fn broken(ring: &KRef<Ring>) {
 
 /// Run taken requests with the ring's identity: its address range and shares, on this core.
 /// `Err` (for every request) if the ring's address range is gone.
+#[inline(never)]
 fn run_ring_batch(me: &'static PerCpu, root: &mut LoadedRoot, ring: &Ring, taken: &[Taken], results: &mut [i64]) -> Result<(), Error> {
     let root_ar = ring.root_ar.upgrade().ok_or(Error::NotPermitted)?;
     let mut shares = Vec::new();
