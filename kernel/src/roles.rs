@@ -486,21 +486,19 @@ fn run_ring_batch(me: &'static PerCpu, root: &mut LoadedRoot, ring: &Ring, taken
     root.enter(me, &root_ar)?;
     cpu::enable_interrupts();
     let served = crate::context::serve_as(ctx, || {
+        // Allocation failures may be injected into the calls (nothing else here allocates).
+        me.injectable.store(true, Ordering::Relaxed);
         for (t, r) in taken.iter().zip(results.iter_mut()) {
             let res = match t.nr {
                 None => Err(Error::InvalidArgument),
                 Some(nr) => match ring_refuses(nr, &t.args) {
                     Some(e) => Err(e),
-                    None => {
-                        me.injectable.store(true, Ordering::Relaxed);
-                        let res = crate::syscall::dispatch(nr, t.args);
-                        me.injectable.store(false, Ordering::Relaxed);
-                        res
-                    }
+                    None => crate::syscall::dispatch(nr, t.args),
                 },
             };
             *r = abi::encode(res);
         }
+        me.injectable.store(false, Ordering::Relaxed);
     });
     // Dropping the identity may free objects: with interrupts on, as a context's end does.
     let r = served.map(|(_, ctx)| drop(ctx));
