@@ -239,7 +239,7 @@ pub fn evict_loaded_root(running: &crate::kobj::CoreSet) {
 pub fn kernel_core_loop() {
     let me = percpu::this();
     let mut root = LoadedRoot(None);
-    let mut buf = RingBuffers { taken: [Taken::default(); TAKE_MAX], results: [0; TAKE_MAX] };
+    let mut buf = RingBuffers { taken: [Taken::default(); TAKE_MAX], results: [0; TAKE_MAX], shares: Vec::new() };
     me.polling.store(true, Ordering::Release);
     set_rings_state(me.index, Some(RING_ATTACHED), 1);
     let mut idle = 0u32;
@@ -250,6 +250,7 @@ pub fn kernel_core_loop() {
         // range again.
         if crate::smp::mailbox_pending(me) {
             root.leave(me);
+            buf.release();
         }
         if crate::smp::run_mailbox(me) | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) {
             idle = 0;
@@ -264,6 +265,7 @@ pub fn kernel_core_loop() {
         // Before the announcement: leaving may take interrupts, and a wake IPI taken after
         // it would be lost to the halt below.
         root.leave(me);
+        buf.release();
         // Announce that we stop polling (here and in every ring's header), then look once
         // more before sleeping: a request posted in between either is seen here or comes
         // with a wake IPI (a ring's doorbell).
@@ -288,6 +290,7 @@ pub fn kernel_core_loop() {
         idle = 0;
     }
     root.leave(me);
+    buf.release();
     me.polling.store(false, Ordering::Release);
     // Requests not taken stay in the rings; their submitters see the status and cancel.
     set_rings_state(me.index, Some(RING_STOPPED), 0);
@@ -432,10 +435,20 @@ fn serve_ring(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingBuffers,
 pub struct RingBuffers {
     taken: [Taken; TAKE_MAX],
     results: [i64; TAKE_MAX],
+    /// The share list of the identity a batch runs with, kept (empty) between batches so a
+    /// batch allocates nothing. Let go with the loaded root (`release`): a program's exit
+    /// check counts heap objects after asking every core for an answer.
+    shares: Vec<crate::kobj::ObjRef>,
+}
+
+impl RingBuffers {
+    fn release(&mut self) {
+        self.shares = Vec::new();
+    }
 }
 
 fn serve_ring_locked(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingBuffers, ring: &KRef<Ring>) -> bool {
-    let RingBuffers { taken, results } = buf;
+    let RingBuffers { taken, results, shares } = buf;
     let first = ring.head.load(Ordering::Relaxed);
     let n = match ring.take(taken) {
         Ok(0) => return false,
@@ -445,7 +458,7 @@ fn serve_ring_locked(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingB
             return false;
         }
     };
-    let r = run_ring_batch(me, root, ring, &taken[..n], &mut results[..n]);
+    let r = run_ring_batch(me, root, shares, ring, &taken[..n], &mut results[..n]);
     if let Err(e) = r {
         results[..n].fill(abi::encode(Err(e)));
     }
@@ -466,9 +479,16 @@ fn broken(ring: &KRef<Ring>) {
 /// Run taken requests with the ring's identity: its address range and shares, on this core.
 /// `Err` (for every request) if the ring's address range is gone.
 #[inline(never)]
-fn run_ring_batch(me: &'static PerCpu, root: &mut LoadedRoot, ring: &Ring, taken: &[Taken], results: &mut [i64]) -> Result<(), Error> {
+fn run_ring_batch(
+    me: &'static PerCpu,
+    root: &mut LoadedRoot,
+    spare: &mut Vec<crate::kobj::ObjRef>,
+    ring: &Ring,
+    taken: &[Taken],
+    results: &mut [i64],
+) -> Result<(), Error> {
     let root_ar = ring.root_ar.upgrade().ok_or(Error::NotPermitted)?;
-    let mut shares = Vec::new();
+    let mut shares = core::mem::take(spare);
     shares.try_reserve_exact(ring.shares.len()).map_err(|_| Error::NoMemory)?;
     shares.extend(ring.shares.iter().filter_map(|w| w.upgrade()));
     root_ar.as_ar()?;
@@ -501,7 +521,12 @@ fn run_ring_batch(me: &'static PerCpu, root: &mut LoadedRoot, ring: &Ring, taken
         me.injectable.store(false, Ordering::Relaxed);
     });
     // Dropping the identity may free objects: with interrupts on, as a context's end does.
-    let r = served.map(|(_, ctx)| drop(ctx));
+    let r = served.map(|(_, mut ctx)| {
+        let mut list = core::mem::take(&mut ctx.shares);
+        drop(ctx);
+        list.clear();
+        *spare = list;
+    });
     cpu::disable_interrupts();
     r
 }
