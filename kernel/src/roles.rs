@@ -449,24 +449,44 @@ impl RingBuffers {
 
 fn serve_ring_locked(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingBuffers, ring: &KRef<Ring>) -> bool {
     let RingBuffers { taken, results, shares } = buf;
-    let first = ring.head.load(Ordering::Relaxed);
-    let n = match ring.take(taken) {
-        Ok(0) => return false,
-        Ok(n) => n,
-        Err(_) => {
-            broken(ring);
-            return false;
+    // One take stops at the end of a page or of the ring; a batch goes on across them (a
+    // batch of 32 in a 64-slot ring straddles the first page's end), so it is one batch.
+    let mut parts = [(0u64, 0usize); 4]; // (first sequence number, count) of each take
+    let (mut nparts, mut n, mut failed) = (0, 0, false);
+    while nparts < parts.len() && n < TAKE_MAX {
+        let first = ring.head.load(Ordering::Relaxed);
+        match ring.take(&mut taken[n..]) {
+            Ok(0) => break,
+            Ok(k) => {
+                parts[nparts] = (first, k);
+                nparts += 1;
+                n += k;
+                if k < ring.run_length(first) {
+                    break; // stopped at a slot not submitted: nothing more now
+                }
+            }
+            Err(_) => {
+                failed = true;
+                break;
+            }
         }
-    };
-    let r = run_ring_batch(me, root, shares, ring, &taken[..n], &mut results[..n]);
-    if let Err(e) = r {
-        results[..n].fill(abi::encode(Err(e)));
     }
-    if ring.complete(first, &results[..n]).is_err() {
+    if n > 0 {
+        let r = run_ring_batch(me, root, shares, ring, &taken[..n], &mut results[..n]);
+        if let Err(e) = r {
+            results[..n].fill(abi::encode(Err(e)));
+        }
+        let mut at = 0;
+        for &(first, k) in &parts[..nparts] {
+            failed |= ring.complete(first, &results[at..at + k]).is_err();
+            at += k;
+        }
+        me.stats.syscalls_served.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    if failed {
         broken(ring);
     }
-    me.stats.syscalls_served.fetch_add(n as u64, Ordering::Relaxed);
-    true
+    n > 0
 }
 
 fn broken(ring: &KRef<Ring>) {

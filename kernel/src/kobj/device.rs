@@ -108,6 +108,15 @@ impl Ring {
         seg.with_shared_page(page, |w| !matches!(w[at].load(Ordering::Acquire) as u32, RING_FREE | RING_TAKEN | RING_DONE)).unwrap_or(true)
     }
 
+    /// How many slots one `take` can reach from sequence number `seq`: to the end of its
+    /// page or of the ring, whichever comes first.
+    pub fn run_length(&self, seq: u64) -> usize {
+        let i = seq % self.slots;
+        let (page, _) = slot_pos(i);
+        let page_end = (PAGE_SIZE * (page + 1)) / RING_SLOT_BYTES - 1; // first slot index past the page
+        (page_end.min(self.slots) - i) as usize
+    }
+
     /// Take up to `out.len()` submitted requests in order, from one page. Returns how many
     /// (0: nothing submitted at the head), or an error if the ring cannot be used.
     #[inline(never)]
