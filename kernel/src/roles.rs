@@ -40,6 +40,14 @@ pub const NO_CORE: usize = usize::MAX;
 const FORWARD_DEADLINE_MS: u64 = 5_000;
 /// Empty polls before a kernel core halts until woken.
 const POLLS_BEFORE_HALT: u32 = 20_000;
+/// The waits on the hand-off (a kernel core's empty polls, an AC waiting for its result)
+/// execute `pause` once per this many looks, not at every look. Under QEMU's multi-threaded
+/// TCG `pause` leaves the translated code and the vCPU thread goes through its outer loop
+/// (which takes QEMU's global lock) before it looks again, so a waiter pausing at every look
+/// notices the other side late: measured, a forwarded null call took 1-6 µs with a pause per
+/// look and 0.7-0.9 µs with one per 16 (docs/results.md, issue 8). On hardware a pause per
+/// 16 short looks still keeps the spin polite.
+const PAUSE_EVERY: u32 = 16;
 
 /// One core's forwarding slot (see the module comment).
 pub struct FwdSlot {
@@ -108,6 +116,7 @@ pub fn forward(nr: u64, args: [u64; 6]) -> Result<u64, Error> {
         }
     }
     let deadline = crate::time::Deadline::after_ms(FORWARD_DEADLINE_MS);
+    let mut spins = 0u32;
     loop {
         match slot.state.load(Ordering::Acquire) {
             DONE => {
@@ -124,7 +133,10 @@ pub fn forward(nr: u64, args: [u64; 6]) -> Result<u64, Error> {
             _ => {
                 // Shootdowns and other messages aimed at us are served while we wait.
                 crate::smp::run_mailbox(me);
-                core::hint::spin_loop();
+                spins += 1;
+                if spins % PAUSE_EVERY == 0 {
+                    core::hint::spin_loop();
+                }
             }
         }
     }
@@ -258,7 +270,9 @@ pub fn kernel_core_loop() {
         }
         idle += 1;
         if idle < POLLS_BEFORE_HALT {
-            core::hint::spin_loop();
+            if idle % PAUSE_EVERY == 0 {
+                core::hint::spin_loop();
+            }
             continue;
         }
         // Nothing runs in a user range while we sleep: leave it (no shootdowns to answer).

@@ -635,7 +635,7 @@ fn failures_warm(r: &mut Ring) -> Result<(), String> {
 /// in whenever one fits, while the KC runs the previous one. Returns the failures.
 fn ring_pipelined(r: &mut Ring, batches: u64) -> Result<u64, String> {
     let reqs = [(nr::NULL, [0u64; 6]); RING_BATCH as usize];
-    let (mut submitted, mut collected, mut failures) = (0, 0, 0);
+    let (mut submitted, mut collected, mut failures, mut misses) = (0, 0, 0, 0u32);
     while collected < batches * RING_BATCH {
         if submitted < batches * RING_BATCH && r.slots() - r.in_flight() >= RING_BATCH && r.submit_batch(&reqs).is_ok() {
             submitted += RING_BATCH;
@@ -647,7 +647,13 @@ fn ring_pipelined(r: &mut Ring, batches: u64) -> Result<u64, String> {
                 failures += (res != Ok(0)) as u64;
             }
             None if r.status() != RING_ATTACHED => return Err(format!("ring status {} while pipelining", r.status())),
-            None => core::hint::spin_loop(),
+            // A pause per 16 misses, as `Ring::wait` does.
+            None => {
+                misses = misses.wrapping_add(1);
+                if misses % 16 == 0 {
+                    core::hint::spin_loop();
+                }
+            }
         }
     }
     Ok(failures)
