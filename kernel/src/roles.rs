@@ -124,19 +124,28 @@ pub fn forward(nr: u64, args: [u64; 6]) -> Result<u64, Error> {
                 slot.state.store(EMPTY, Ordering::Release);
                 return abi::decode(r);
             }
-            PENDING if deadline.expired() => {
-                if slot.state.compare_exchange(PENDING, CANCELLED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                    return Err(Error::Busy);
-                }
-            }
-            TAKEN if deadline.expired() => return Err(Error::Busy),
-            _ => {
+            state => {
                 // Shootdowns and other messages aimed at us are served while we wait.
                 crate::smp::run_mailbox(me);
                 spins += 1;
-                if spins % PAUSE_EVERY == 0 {
-                    core::hint::spin_loop();
+                if spins % PAUSE_EVERY != 0 {
+                    continue;
                 }
+                // The clock once per PAUSE_EVERY looks: under TCG every `rdtsc` takes a lock
+                // all vCPUs share, and an AC reading it at every look slowed the kernel core
+                // serving it.
+                if deadline.expired() {
+                    if state == PENDING {
+                        if slot.state.compare_exchange(PENDING, CANCELLED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                            return Err(Error::Busy);
+                        }
+                        continue; // taken meanwhile: wait for it as for any taken request
+                    }
+                    if state == TAKEN {
+                        return Err(Error::Busy);
+                    }
+                }
+                core::hint::spin_loop();
             }
         }
     }
