@@ -490,7 +490,8 @@ fn marker_all(start: bool) {
 /// times, and each reports its fastest round: on a loaded host a vCPU hand-off can wait for
 /// the host scheduler, and the minimum is the round the interference spared least. `verbose`
 /// prints every round. `path=NAME` (one of `PATH_KEYS`) runs that path only, once to warm up
-/// and once between the plugins' region markers on every vCPU, for `insncount`.
+/// and `repeat=N` times (default 1) between the plugins' region markers on every vCPU, for
+/// `insncount` (and long enough for a host profiler).
 fn bench(args: &str) -> u64 {
     if role(1) != ROLE_KC {
         libos::println!("roletest bench: needs roles=kc:1");
@@ -498,6 +499,7 @@ fn bench(args: &str) -> u64 {
     }
     let rounds = args.split_whitespace().find_map(|w| w.strip_prefix("rounds=")?.parse::<u64>().ok()).unwrap_or(5).max(1);
     let verbose = args.split_whitespace().any(|w| w == "verbose");
+    let repeat = args.split_whitespace().find_map(|w| w.strip_prefix("repeat=")?.parse::<u64>().ok()).unwrap_or(1).max(1);
     let only = args.split_whitespace().find_map(|w| w.strip_prefix("path="));
     let only = match only.map(|n| PATH_KEYS.iter().position(|&k| k == n)) {
         None => None,
@@ -526,10 +528,15 @@ fn bench(args: &str) -> u64 {
         if let Some(i) = only {
             run_path(i, me, &mut ring)?;
             marker_all(true);
-            let (ns, f) = run_path(i, me, &mut ring)?;
+            let (mut ns, mut f) = (0, 0);
+            for _ in 0..repeat {
+                let (n, fr) = run_path(i, me, &mut ring)?;
+                ns += n;
+                f += fr;
+            }
             marker_all(false);
             failures += f;
-            libos::println!("bench name=roles_{} ops={} ns_per_op={ns}", PATH_KEYS[i], path_calls(i));
+            libos::println!("bench name=roles_{} ops={} ns_per_op={}", PATH_KEYS[i], path_calls(i) * repeat, ns / repeat);
         } else {
             for _ in 0..rounds {
                 let mut ns = [0u64; PATHS];
