@@ -22,7 +22,7 @@ use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 
 use crate::arch::x86_64::{apic, cpu, paging};
 use crate::kobj::device::{Ring, Taken, NOT_ATTACHED, TAKE_MAX};
-use crate::kobj::kref::KRef;
+use crate::kobj::kref::{KRef, KWeak};
 use crate::percpu::{self, PerCpu};
 use abi::{nr, Error, RING_ATTACHED, RING_BROKEN, RING_DETACHED, RING_STOPPED, ROLE_AC, ROLE_KC, ROLE_TC, ROLE_XC};
 use percore::{CachePadded, TicketLock, MAX_CORES};
@@ -40,6 +40,14 @@ pub const NO_CORE: usize = usize::MAX;
 const FORWARD_DEADLINE_MS: u64 = 5_000;
 /// Empty polls before a kernel core halts until woken.
 const POLLS_BEFORE_HALT: u32 = 20_000;
+/// The waits on the hand-off (a kernel core's empty polls, an AC waiting for its result)
+/// execute `pause` once per this many looks, not at every look. Under QEMU's multi-threaded
+/// TCG `pause` leaves the translated code and the vCPU thread goes through its outer loop
+/// (which takes QEMU's global lock) before it looks again, so a waiter pausing at every look
+/// notices the other side late: measured, a forwarded null call took 1-6 µs with a pause per
+/// look and 0.7-0.9 µs with one per 16 (docs/results.md, issue 8). On hardware a pause per
+/// 16 short looks still keeps the spin polite.
+const PAUSE_EVERY: u32 = 16;
 
 /// One core's forwarding slot (see the module comment).
 pub struct FwdSlot {
@@ -108,6 +116,7 @@ pub fn forward(nr: u64, args: [u64; 6]) -> Result<u64, Error> {
         }
     }
     let deadline = crate::time::Deadline::after_ms(FORWARD_DEADLINE_MS);
+    let mut spins = 0u32;
     loop {
         match slot.state.load(Ordering::Acquire) {
             DONE => {
@@ -115,15 +124,27 @@ pub fn forward(nr: u64, args: [u64; 6]) -> Result<u64, Error> {
                 slot.state.store(EMPTY, Ordering::Release);
                 return abi::decode(r);
             }
-            PENDING if deadline.expired() => {
-                if slot.state.compare_exchange(PENDING, CANCELLED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                    return Err(Error::Busy);
-                }
-            }
-            TAKEN if deadline.expired() => return Err(Error::Busy),
-            _ => {
+            state => {
                 // Shootdowns and other messages aimed at us are served while we wait.
                 crate::smp::run_mailbox(me);
+                spins += 1;
+                if spins % PAUSE_EVERY != 0 {
+                    continue;
+                }
+                // The clock once per PAUSE_EVERY looks: under TCG every `rdtsc` takes a lock
+                // all vCPUs share, and an AC reading it at every look slowed the kernel core
+                // serving it.
+                if deadline.expired() {
+                    if state == PENDING {
+                        if slot.state.compare_exchange(PENDING, CANCELLED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                            return Err(Error::Busy);
+                        }
+                        continue; // taken meanwhile: wait for it as for any taken request
+                    }
+                    if state == TAKEN {
+                        return Err(Error::Busy);
+                    }
+                }
                 core::hint::spin_loop();
             }
         }
@@ -131,7 +152,7 @@ pub fn forward(nr: u64, args: [u64; 6]) -> Result<u64, Error> {
 }
 
 /// Run one pending request from a core this kernel core serves. Returns true if one ran.
-fn serve_one(me: &'static PerCpu) -> bool {
+fn serve_one(me: &'static PerCpu, root: &mut LoadedRoot) -> bool {
     let n = percpu::online_count();
     for c in 0..n {
         let Some(client) = percpu::get(c) else { continue };
@@ -150,7 +171,7 @@ fn serve_one(me: &'static PerCpu) -> bool {
         slot.server.store(me.index, Ordering::Relaxed);
         let nr = slot.nr.load(Ordering::Relaxed);
         let args: [u64; 6] = core::array::from_fn(|i| slot.args[i].load(Ordering::Relaxed));
-        let r = run_for(me, client, nr, args);
+        let r = run_for(me, root, client, nr, args);
         slot.result.store(abi::encode(r), Ordering::Relaxed);
         slot.state.store(DONE, Ordering::Release);
         me.stats.syscalls_served.fetch_add(1, Ordering::Relaxed);
@@ -160,13 +181,12 @@ fn serve_one(me: &'static PerCpu) -> bool {
 }
 
 /// Run a system call in `client`'s context on this core: its root range, its shares.
-fn run_for(me: &'static PerCpu, client: &'static PerCpu, nr: u64, args: [u64; 6]) -> Result<u64, Error> {
+#[inline(never)]
+fn run_for(me: &'static PerCpu, root: &mut LoadedRoot, client: &'static PerCpu, nr: u64, args: [u64; 6]) -> Result<u64, Error> {
     // The client is blocked in `forward` until we mark the slot DONE, so its context stays
     // put; we read it through the acting-core indirection only.
-    let Some(root) = client.context.root_for_server() else { return Err(Error::NotPermitted) };
-    let Ok(ar) = root.as_ar() else { return Err(Error::NotPermitted) };
-    ar.running.insert(me.index);
-    paging::load_root(ar.table);
+    let Some(ar) = client.context.root_for_server() else { return Err(Error::NotPermitted) };
+    root.enter(me, &ar)?;
     me.acting.store(client.index, Ordering::Release);
     cpu::enable_interrupts();
     me.injectable.store(true, Ordering::Relaxed);
@@ -174,34 +194,114 @@ fn run_for(me: &'static PerCpu, client: &'static PerCpu, nr: u64, args: [u64; 6]
     me.injectable.store(false, Ordering::Relaxed);
     cpu::disable_interrupts();
     me.acting.store(NO_CORE, Ordering::Release);
-    paging::load_kernel_root();
-    ar.running.remove(me.index);
     r
+}
+
+/// The user root range a kernel core keeps loaded between requests. Loading a root (a CR3
+/// write) is the dearest part of a hand-off under TCG, where it flushes the vCPU's whole
+/// software TLB and its jump cache, so a kernel core serving the same range again and again
+/// loads it once and stays in the range's `running` set, so TLB shootdowns for it reach the
+/// core (which serves its mailbox while it polls). It holds no reference: the range's
+/// lifetime is what its users make it. A range being freed sends an active message to the
+/// cores in its `running` set (`evict_loaded_root`), and a kernel core leaves its loaded range
+/// before it runs any active message, so the page tables never go while loaded. It also
+/// leaves when it serves another range, before it halts, and when it stops being a kernel
+/// core. Requests hold a reference to their range while they run.
+struct LoadedRoot(Option<KWeak<crate::kobj::KObject>>);
+
+impl LoadedRoot {
+    /// Load `ar`'s root on this core unless it is loaded already.
+    fn enter(&mut self, me: &'static PerCpu, ar: &crate::kobj::ObjRef) -> Result<(), Error> {
+        if self.0.as_ref().is_some_and(|l| l.ptr_eq_strong(ar)) {
+            return Ok(());
+        }
+        let range = ar.as_ar().map_err(|_| Error::NotPermitted)?;
+        self.leave(me);
+        range.running.insert(me.index);
+        paging::load_root(range.table);
+        self.0 = Some(KRef::downgrade(ar));
+        Ok(())
+    }
+
+    /// Back to the kernel's root.
+    fn leave(&mut self, me: &'static PerCpu) {
+        let Some(old) = self.0.take() else { return };
+        paging::load_kernel_root();
+        // A range being freed (no reference left) is waiting for us to answer its message,
+        // and its `running` set goes with it.
+        if let Some(ar) = old.upgrade() {
+            if let Ok(range) = ar.as_ar() {
+                range.running.remove(me.index);
+            }
+            // The last reference frees the range: with interrupts on, as a context's end.
+            let on = cpu::interrupts_enabled();
+            cpu::enable_interrupts();
+            drop(ar);
+            if !on {
+                cpu::disable_interrupts();
+            }
+        }
+    }
+}
+
+/// Called as an address range is freed, before its page tables go: the kernel cores that
+/// keep it loaded (`LoadedRoot`; they are in its `running` set and hold no reference) load
+/// the kernel's root, which they do before answering any active message.
+pub fn evict_loaded_root(running: &crate::kobj::CoreSet) {
+    let me = percore::cpu_id();
+    let bits = running.snapshot();
+    let cores = crate::kobj::cores_in(&bits).filter(move |&c| c != me);
+    if cores.clone().next().is_some() {
+        crate::smp::run_on(&|_| {}, cores, false);
+    }
 }
 
 /// The loop of a kernel core; returns when the core's role changes.
 pub fn kernel_core_loop() {
     let me = percpu::this();
+    let mut root = LoadedRoot(None);
+    let mut buf = RingBuffers { taken: [Taken::default(); TAKE_MAX], results: [0; TAKE_MAX], shares: Vec::new() };
     me.polling.store(true, Ordering::Release);
     set_rings_state(me.index, Some(RING_ATTACHED), 1);
     let mut idle = 0u32;
     while me.role.load(Ordering::Acquire) == ROLE_KC {
         cpu::disable_interrupts();
-        if crate::smp::run_mailbox(me) | serve_one(me) | serve_rings(me) {
+        // The loaded range goes before a message is answered (`evict_loaded_root` counts on
+        // it). Messages are rare here (shootdowns, halts, checks); the next request loads the
+        // range again.
+        if crate::smp::mailbox_pending(me) {
+            root.leave(me);
+            buf.release();
+        }
+        if crate::smp::run_mailbox(me) | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) {
             idle = 0;
             continue;
         }
         idle += 1;
         if idle < POLLS_BEFORE_HALT {
-            core::hint::spin_loop();
+            if idle % PAUSE_EVERY == 0 {
+                core::hint::spin_loop();
+            }
             continue;
         }
+        // Nothing runs in a user range while we sleep: leave it (no shootdowns to answer).
+        // Before the announcement: leaving may take interrupts, and a wake IPI taken after
+        // it would be lost to the halt below.
+        root.leave(me);
+        buf.release();
         // Announce that we stop polling (here and in every ring's header), then look once
         // more before sleeping: a request posted in between either is seen here or comes
         // with a wake IPI (a ring's doorbell).
         me.polling.store(false, Ordering::SeqCst);
         set_rings_state(me.index, None, 0);
-        if serve_one(me) | serve_rings(me) {
+        if serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) {
+            me.polling.store(true, Ordering::SeqCst);
+            set_rings_state(me.index, None, 1);
+            idle = 0;
+            continue;
+        }
+        if root.0.is_some() {
+            // The last look loaded a range (and found nothing): poll on.
             me.polling.store(true, Ordering::SeqCst);
             set_rings_state(me.index, None, 1);
             idle = 0;
@@ -212,6 +312,8 @@ pub fn kernel_core_loop() {
         set_rings_state(me.index, None, 1);
         idle = 0;
     }
+    root.leave(me);
+    buf.release();
     me.polling.store(false, Ordering::Release);
     // Requests not taken stay in the rings; their submitters see the status and cancel.
     set_rings_state(me.index, Some(RING_STOPPED), 0);
@@ -305,19 +407,19 @@ pub fn kick_ring(ring: &Ring) {
 }
 
 /// Serve every ring attached to this kernel core once. Returns true if any request ran.
-fn serve_rings(me: &'static PerCpu) -> bool {
+/// An empty poll looks at each ring's head slot under the list lock and takes nothing else:
+/// no reference, no `serving` flag, no buffers.
+fn serve_rings(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingBuffers) -> bool {
     let mut did = false;
-    let mut i = 0;
+    let mut from = 0;
     loop {
         let ring = {
             let list = RINGS[me.index].lock();
-            match list.get(i) {
-                Some(r) => r.clone(),
-                None => break,
-            }
+            let Some(i) = (from..list.len()).find(|&i| list[i].has_request()) else { break };
+            from = i + 1;
+            list[i].clone()
         };
-        i += 1;
-        did |= serve_ring(me, &ring);
+        did |= serve_ring(me, root, buf, &ring);
     }
     did
 }
@@ -337,39 +439,77 @@ fn ring_refuses(nr: u64, args: &[u64; 6]) -> Option<Error> {
 }
 
 /// Take a batch of requests from one ring and run them in the ring's context.
-fn serve_ring(me: &'static PerCpu, ring: &KRef<Ring>) -> bool {
+#[inline(never)]
+fn serve_ring(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingBuffers, ring: &KRef<Ring>) -> bool {
     if ring.dead.load(Ordering::Acquire) || ring.status.load(Ordering::Acquire) == RING_BROKEN {
         return false;
     }
     if ring.serving.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
         return false; // another kernel core has it (it was just moved)
     }
-    let did = serve_ring_locked(me, ring);
+    let did = serve_ring_locked(me, root, buf, ring);
     ring.serving.store(false, Ordering::Release);
     did
 }
 
-fn serve_ring_locked(me: &'static PerCpu, ring: &KRef<Ring>) -> bool {
-    let mut taken = [Taken::default(); TAKE_MAX];
-    let first = ring.head.load(Ordering::Relaxed);
-    let n = match ring.take(&mut taken) {
-        Ok(0) => return false,
-        Ok(n) => n,
-        Err(_) => {
-            broken(ring);
-            return false;
-        }
-    };
-    let mut results = [0i64; TAKE_MAX];
-    let r = run_ring_batch(me, ring, &taken[..n], &mut results[..n]);
-    if let Err(e) = r {
-        results[..n].fill(abi::encode(Err(e)));
+/// A kernel core's room for one batch of ring requests and their results, made once: an
+/// array of `TAKE_MAX` requests is 4 KiB, and filling it on every poll cost more than the
+/// requests it carried.
+pub struct RingBuffers {
+    taken: [Taken; TAKE_MAX],
+    results: [i64; TAKE_MAX],
+    /// The share list of the identity a batch runs with, kept (empty) between batches so a
+    /// batch allocates nothing. Let go with the loaded root (`release`): a program's exit
+    /// check counts heap objects after asking every core for an answer.
+    shares: Vec<crate::kobj::ObjRef>,
+}
+
+impl RingBuffers {
+    fn release(&mut self) {
+        self.shares = Vec::new();
     }
-    if ring.complete(first, &results[..n]).is_err() {
+}
+
+fn serve_ring_locked(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingBuffers, ring: &KRef<Ring>) -> bool {
+    let RingBuffers { taken, results, shares } = buf;
+    // One take stops at the end of a page or of the ring; a batch goes on across them (a
+    // batch of 32 in a 64-slot ring straddles the first page's end), so it is one batch.
+    let mut parts = [(0u64, 0usize); 4]; // (first sequence number, count) of each take
+    let (mut nparts, mut n, mut failed) = (0, 0, false);
+    while nparts < parts.len() && n < TAKE_MAX {
+        let first = ring.head.load(Ordering::Relaxed);
+        match ring.take(&mut taken[n..]) {
+            Ok(0) => break,
+            Ok(k) => {
+                parts[nparts] = (first, k);
+                nparts += 1;
+                n += k;
+                if k < ring.run_length(first) {
+                    break; // stopped at a slot not submitted: nothing more now
+                }
+            }
+            Err(_) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    if n > 0 {
+        let r = run_ring_batch(me, root, shares, ring, &taken[..n], &mut results[..n]);
+        if let Err(e) = r {
+            results[..n].fill(abi::encode(Err(e)));
+        }
+        let mut at = 0;
+        for &(first, k) in &parts[..nparts] {
+            failed |= ring.complete(first, &results[at..at + k]).is_err();
+            at += k;
+        }
+        me.stats.syscalls_served.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    if failed {
         broken(ring);
     }
-    me.stats.syscalls_served.fetch_add(n as u64, Ordering::Relaxed);
-    true
+    n > 0
 }
 
 fn broken(ring: &KRef<Ring>) {
@@ -381,12 +521,20 @@ fn broken(ring: &KRef<Ring>) {
 
 /// Run taken requests with the ring's identity: its address range and shares, on this core.
 /// `Err` (for every request) if the ring's address range is gone.
-fn run_ring_batch(me: &'static PerCpu, ring: &Ring, taken: &[Taken], results: &mut [i64]) -> Result<(), Error> {
+#[inline(never)]
+fn run_ring_batch(
+    me: &'static PerCpu,
+    root: &mut LoadedRoot,
+    spare: &mut Vec<crate::kobj::ObjRef>,
+    ring: &Ring,
+    taken: &[Taken],
+    results: &mut [i64],
+) -> Result<(), Error> {
     let root_ar = ring.root_ar.upgrade().ok_or(Error::NotPermitted)?;
-    let mut shares = Vec::new();
+    let mut shares = core::mem::take(spare);
     shares.try_reserve_exact(ring.shares.len()).map_err(|_| Error::NoMemory)?;
     shares.extend(ring.shares.iter().filter_map(|w| w.upgrade()));
-    let ar = root_ar.as_ar()?;
+    root_ar.as_ar()?;
     // The ring has no root share or pcore of its own: its segment stands in for both (it is
     // neither a share nor a pcore, so naming it as one fails).
     let ctx = crate::context::Context {
@@ -398,33 +546,30 @@ fn run_ring_batch(me: &'static PerCpu, ring: &Ring, taken: &[Taken], results: &m
         rsp: 0,
         args: [0; 3],
     };
-    ar.running.insert(me.index);
-    paging::load_root(ar.table);
+    root.enter(me, &root_ar)?;
     cpu::enable_interrupts();
     let served = crate::context::serve_as(ctx, || {
+        // Allocation failures may be injected into the calls (nothing else here allocates).
+        me.injectable.store(true, Ordering::Relaxed);
         for (t, r) in taken.iter().zip(results.iter_mut()) {
             let res = match t.nr {
                 None => Err(Error::InvalidArgument),
                 Some(nr) => match ring_refuses(nr, &t.args) {
                     Some(e) => Err(e),
-                    None => {
-                        me.injectable.store(true, Ordering::Relaxed);
-                        let res = crate::syscall::dispatch(nr, t.args);
-                        me.injectable.store(false, Ordering::Relaxed);
-                        res
-                    }
+                    None => crate::syscall::dispatch(nr, t.args),
                 },
             };
             *r = abi::encode(res);
         }
+        me.injectable.store(false, Ordering::Relaxed);
     });
-    cpu::disable_interrupts();
-    paging::load_kernel_root();
-    ar.running.remove(me.index);
     // Dropping the identity may free objects: with interrupts on, as a context's end does.
-    cpu::enable_interrupts();
-    let r = served.map(|(_, ctx)| drop(ctx));
-    drop(root_ar);
+    let r = served.map(|(_, mut ctx)| {
+        let mut list = core::mem::take(&mut ctx.shares);
+        drop(ctx);
+        list.clear();
+        *spare = list;
+    });
     cpu::disable_interrupts();
     r
 }

@@ -90,8 +90,18 @@ fn run_on_until(f: &(dyn Fn(usize) + Sync), targets: impl Iterator<Item = usize>
     }
 }
 
+/// Whether a job waits in this core's mailbox.
+pub fn mailbox_pending(area: &PerCpu) -> bool {
+    !area.mailbox.head.load(Ordering::Acquire).is_null()
+}
+
 /// Run every job posted to this core. Returns true if any ran.
 pub fn run_mailbox(area: &PerCpu) -> bool {
+    // A look before the swap: pollers call this in a loop, and an empty mailbox should not
+    // cost a write to a line other cores post to.
+    if !mailbox_pending(area) {
+        return false;
+    }
     let mut n = area.mailbox.head.swap(core::ptr::null_mut(), Ordering::AcqRel);
     let any = !n.is_null();
     while !n.is_null() {

@@ -470,6 +470,8 @@ pub fn resolve_fault(root_obj: &ObjRef, rel: u64, write: bool, exec: bool) -> Re
 
 impl Drop for AddressRange {
     fn drop(&mut self) {
+        // Kernel cores may keep this range loaded between requests without a reference.
+        crate::roles::evict_loaded_root(&self.running);
         let key = self.key();
         let mut inner = self.inner.lock();
         for m in core::mem::take(&mut inner.maps) {

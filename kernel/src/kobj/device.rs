@@ -95,21 +95,49 @@ impl Ring {
         .is_ok()
     }
 
+    /// Whether the slot at the head holds something to take (a request, or a malformed
+    /// state), or the ring cannot be read (`take` then says so). False for a dead or broken
+    /// ring. Only loads: this is a kernel core's poll.
+    #[inline(never)]
+    pub fn has_request(&self) -> bool {
+        if self.dead.load(Ordering::Acquire) || self.status.load(Ordering::Acquire) == abi::RING_BROKEN {
+            return false;
+        }
+        let Ok(seg) = self.seg.as_segment() else { return true };
+        let (page, at) = slot_pos(self.head.load(Ordering::Relaxed) % self.slots);
+        seg.with_shared_page(page, |w| !matches!(w[at].load(Ordering::Acquire) as u32, RING_FREE | RING_TAKEN | RING_DONE)).unwrap_or(true)
+    }
+
+    /// How many slots one `take` can reach from sequence number `seq`: to the end of its
+    /// page or of the ring, whichever comes first.
+    pub fn run_length(&self, seq: u64) -> usize {
+        let i = seq % self.slots;
+        let (page, _) = slot_pos(i);
+        let page_end = (PAGE_SIZE * (page + 1)) / RING_SLOT_BYTES - 1; // first slot index past the page
+        (page_end.min(self.slots) - i) as usize
+    }
+
     /// Take up to `out.len()` submitted requests in order, from one page. Returns how many
     /// (0: nothing submitted at the head), or an error if the ring cannot be used.
+    #[inline(never)]
     pub fn take(&self, out: &mut [Taken]) -> Result<usize, Error> {
         let seg = self.seg.as_segment()?;
         let head = self.head.load(Ordering::Relaxed);
-        let (page, _) = slot_pos(head % self.slots);
+        let first = head % self.slots;
+        let (page, _) = slot_pos(first);
         let n = seg.with_shared_page(page, |w| {
             let mut n = 0;
             // A program rewriting a slot as we take it could keep the CAS failing: give up
             // after a few tries (the next poll looks again).
             let mut races = 0;
             while n < out.len() && races < 4 {
-                let i = (head + n as u64) % self.slots;
+                // No wrap inside one take: it stops at the ring's end.
+                let i = first + n as u64;
+                if i >= self.slots {
+                    break;
+                }
                 let (p, at) = slot_pos(i);
-                if p != page || (n > 0 && i == 0) {
+                if p != page {
                     break;
                 }
                 let word0 = w[at].load(Ordering::Acquire);
@@ -139,12 +167,15 @@ impl Ring {
 
     /// Store the results of the `results.len()` requests taken last, which start at
     /// sequence `first`, and mark them done.
+    #[inline(never)]
     pub fn complete(&self, first: u64, results: &[i64]) -> Result<(), Error> {
         let seg = self.seg.as_segment()?;
-        let (page, _) = slot_pos(first % self.slots);
+        // `take` took them from one page, without wrapping.
+        let start = first % self.slots;
+        let (page, _) = slot_pos(start);
         seg.with_shared_page(page, |w| {
             for (k, &r) in results.iter().enumerate() {
-                let (_, at) = slot_pos((first + k as u64) % self.slots);
+                let (_, at) = slot_pos(start + k as u64);
                 w[at + 7].store(r as u64, Ordering::Relaxed);
                 let word0 = w[at].load(Ordering::Relaxed);
                 w[at].store((word0 & !0xFFFF_FFFF) | RING_DONE as u64, Ordering::Release);

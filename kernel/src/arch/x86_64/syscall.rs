@@ -146,13 +146,22 @@ return_to_kernel:
     /* uaccess_copy(dst, src, len) -> 0, or 1 if a user page could not be made present. */
     .global uaccess_copy
 uaccess_copy:
+    /* Eight bytes per step, then the rest: under TCG every step of a rep string instruction
+       is a pass through the translated block, so rep movsb costs 8x as much (batched system
+       calls copy their entries in and out with this). */
     mov %rdx, %rcx
+    shr $3, %rcx
     cmpb $0, SMAP_ENABLED(%rip)
     je 1f
     stac
 1:
     .global uaccess_copy_insn
 uaccess_copy_insn:
+    rep movsq
+    mov %rdx, %rcx
+    and $7, %rcx
+    .global uaccess_copy_tail_insn
+uaccess_copy_tail_insn:
     rep movsb
     cmpb $0, SMAP_ENABLED(%rip)
     je 2f
@@ -192,6 +201,7 @@ extern "C" {
     fn enter_user_regs(regs: *const UserRegs);
     fn uaccess_copy(dst: *mut u8, src: *const u8, len: usize) -> u64;
     fn uaccess_copy_insn();
+    fn uaccess_copy_tail_insn();
     fn uaccess_probe_write(addr: u64) -> u64;
     fn uaccess_probe_insn();
     fn uaccess_fixup();
@@ -404,7 +414,9 @@ pub fn write_user<T: Copy>(addr: u64, v: &T) -> Result<(), abi::Error> {
 /// If a kernel-mode fault happened inside `uaccess_copy`, the address where the copy
 /// resumes with the failure result.
 pub fn uaccess_fixup_for(rip: u64) -> Option<u64> {
-    (rip == uaccess_copy_insn as *const () as u64 || rip == uaccess_probe_insn as *const () as u64)
+    (rip == uaccess_copy_insn as *const () as u64
+        || rip == uaccess_copy_tail_insn as *const () as u64
+        || rip == uaccess_probe_insn as *const () as u64)
         .then_some(uaccess_fixup as *const () as u64)
 }
 

@@ -445,12 +445,53 @@ fn t_kc_refuses_contexts() -> TestResult {
     Ok("")
 }
 
-/// `roletest bench [rounds=N] [verbose]` at 2 vCPUs with `roles=kc:1`: null-call cost on this core as
-/// an XC (local), as an AC (forwarded to the KC through its slot), each plain and batched, and
-/// through a syscall ring served by the KC (one at a time, and batches of `RING_BATCH`). The
-/// paths run interleaved, `rounds` times, and each reports its fastest round: on a loaded
-/// host a vCPU hand-off can wait for the host scheduler, and the minimum is the round the
-/// interference spared least. `verbose` prints every round.
+core::arch::global_asm!(
+    r#"
+    .section .text.roletest_marker, "ax"
+    .balign 16
+roletest_marker_start_all:
+    movw $0x501, %dx
+    movb $3, %al
+    outb %al, %dx
+    ret
+    .balign 16
+roletest_marker_stop_all:
+    movw $0x501, %dx
+    movb $4, %al
+    outb %al, %dx
+    ret
+"#,
+    options(att_syntax)
+);
+
+extern "C" {
+    fn roletest_marker_start_all();
+    fn roletest_marker_stop_all();
+}
+
+/// The measurement plugins' region marker (tools/qemu-plugins/marker.h), on every vCPU: with
+/// `insncount` the kernel core's instructions count too.
+fn marker_all(start: bool) {
+    // SAFETY: the routines write the marker port, which the kernel's TSS I/O bitmap opens to
+    // user mode, and clobber only dx and al (caller-saved).
+    unsafe {
+        if start {
+            roletest_marker_start_all()
+        } else {
+            roletest_marker_stop_all()
+        }
+    }
+}
+
+/// `roletest bench [rounds=N] [verbose] [path=NAME]` at 2 vCPUs with `roles=kc:1`: null-call
+/// cost on this core as an XC (local), as an AC (forwarded to the KC through its slot), each
+/// plain and batched, and through a syscall ring served by the KC (one at a time, batches of
+/// `RING_BATCH` submitted then collected, and pipelined). The paths run interleaved, `rounds`
+/// times, and each reports its fastest round: on a loaded host a vCPU hand-off can wait for
+/// the host scheduler, and the minimum is the round the interference spared least. `verbose`
+/// prints every round. `path=NAME` (one of `PATH_KEYS`) runs that path only, once to warm up
+/// and `repeat=N` times (default 1) between the plugins' region markers on every vCPU, for
+/// `insncount` (and long enough for a host profiler).
 fn bench(args: &str) -> u64 {
     if role(1) != ROLE_KC {
         libos::println!("roletest bench: needs roles=kc:1");
@@ -458,23 +499,20 @@ fn bench(args: &str) -> u64 {
     }
     let rounds = args.split_whitespace().find_map(|w| w.strip_prefix("rounds=")?.parse::<u64>().ok()).unwrap_or(5).max(1);
     let verbose = args.split_whitespace().any(|w| w == "verbose");
+    let repeat = args.split_whitespace().find_map(|w| w.strip_prefix("repeat=")?.parse::<u64>().ok()).unwrap_or(1).max(1);
+    let only = args.split_whitespace().find_map(|w| w.strip_prefix("path="));
+    let only = match only.map(|n| PATH_KEYS.iter().position(|&k| k == n)) {
+        None => None,
+        Some(Some(i)) => Some(i),
+        Some(None) => {
+            libos::println!("roletest bench: unknown path (one of {PATH_KEYS:?})");
+            return 1;
+        }
+    };
     let root = libos::root_share();
     let Ok(p0) = sys::pcore_current() else { return 1 };
     let me = ObjName::new(root, p0);
-    let tpm = libos::start_info().tsc_per_ms.max(1);
-    let measure = |batched: bool| -> (u64, u64) {
-        let t0 = sys::time_now().unwrap_or(0);
-        let failures = if batched {
-            batched_nulls()
-        } else {
-            (0..NULLS).filter(|_| sys::null() != Ok(0)).count() as u64
-        };
-        let calls = if batched { NULLS / BATCH as u64 * BATCH as u64 } else { NULLS };
-        ((sys::time_now().unwrap_or(0) - t0) * 1_000_000 / tpm / calls, failures)
-    };
-    const PATHS: [&str; 7] =
-        ["local          ", "local batched  ", "forwarded      ", "forwarded batch", "ring x1        ", "ring batch     ", "ring pipelined "];
-    let mut best = [u64::MAX; 7];
+    let mut best = [u64::MAX; PATHS];
     let mut failures = 0;
     let sh = match sys::share_alloc(root, "ring-bench", MEMID_SELF, 0) {
         Ok(s) => s,
@@ -487,27 +525,32 @@ fn bench(args: &str) -> u64 {
         let p1 = ObjName::new(root, sys::pcore_alloc(root, "kc1", 1).map_err(|e| format!("{e:?}"))?);
         let mut ring = Ring::create_here(sh, RING_VA, RING_SLOTS).map_err(|e| format!("Ring::create: {e:?}"))?;
         ring.attach(p1).map_err(|e| format!("pcore_add_device: {e:?}"))?;
-        for _ in 0..rounds {
-            let mut ns = [0u64; 7];
-            let mut f;
-            (ns[0], f) = measure(false);
-            failures += f;
-            (ns[1], f) = measure(true);
-            failures += f;
-            pcore_set_role(me, ROLE_AC).map_err(|e| format!("cannot become an AC: {e:?}"))?;
-            let (a, fa) = measure(false);
-            let (b, fb) = measure(true);
-            pcore_set_role(me, ROLE_XC).map_err(|e| format!("back to XC: {e:?}"))?;
-            (ns[2], ns[3]) = (a, b);
-            failures += fa + fb;
-            let (one, batched, piped, fr) = ring_bench(&mut ring)?;
-            (ns[4], ns[5], ns[6]) = (one, batched, piped);
-            failures += fr;
-            if verbose {
-                libos::println!("roletest bench: round {ns:?}");
+        if let Some(i) = only {
+            run_path(i, me, &mut ring)?;
+            marker_all(true);
+            let (mut ns, mut f) = (0, 0);
+            for _ in 0..repeat {
+                let (n, fr) = run_path(i, me, &mut ring)?;
+                ns += n;
+                f += fr;
             }
-            for (b, n) in best.iter_mut().zip(ns) {
-                *b = (*b).min(n);
+            marker_all(false);
+            failures += f;
+            libos::println!("bench name=roles_{} ops={} ns_per_op={}", PATH_KEYS[i], path_calls(i) * repeat, ns / repeat);
+        } else {
+            for _ in 0..rounds {
+                let mut ns = [0u64; PATHS];
+                for (i, n) in ns.iter_mut().enumerate() {
+                    let f;
+                    (*n, f) = run_path(i, me, &mut ring)?;
+                    failures += f;
+                }
+                if verbose {
+                    libos::println!("roletest bench: round {ns:?}");
+                }
+                for (b, n) in best.iter_mut().zip(ns) {
+                    *b = (*b).min(n);
+                }
             }
         }
         drop(ring);
@@ -519,15 +562,17 @@ fn bench(args: &str) -> u64 {
         libos::println!("roletest bench: {e}");
         return 1;
     }
-    let per_sec = |ns: u64| if ns == 0 { 0 } else { 1_000_000_000 / ns };
-    let local = best[0];
-    libos::println!(
-        "roletest bench: null system call, {NULLS} calls per path per round, fastest of {rounds} interleaved rounds; batches of {BATCH}, ring batches of {RING_BATCH} (TCG, emulated timing)"
-    );
-    libos::println!("roletest bench: path              ns/call    calls/s  throughput vs local");
-    for (name, ns) in PATHS.iter().zip(best) {
-        let ratio = if ns == 0 { 0.0 } else { local as f64 / ns as f64 };
-        libos::println!("roletest bench: {name} {ns:>8} {:>10}  {ratio:.3}", per_sec(ns));
+    if only.is_none() {
+        let per_sec = |ns: u64| if ns == 0 { 0 } else { 1_000_000_000 / ns };
+        let local = best[0];
+        libos::println!(
+            "roletest bench: null system call, {NULLS} calls per path per round, fastest of {rounds} interleaved rounds; batches of {BATCH}, ring batches of {RING_BATCH} (TCG, emulated timing)"
+        );
+        libos::println!("roletest bench: path              ns/call    calls/s  throughput vs local");
+        for (name, ns) in PATH_NAMES.iter().zip(best) {
+            let ratio = if ns == 0 { 0.0 } else { local as f64 / ns as f64 };
+            libos::println!("roletest bench: {name} {ns:>8} {:>10}  {ratio:.3}", per_sec(ns));
+        }
     }
     if failures != 0 {
         libos::println!("roletest bench: {failures} calls failed");
@@ -536,33 +581,70 @@ fn bench(args: &str) -> u64 {
     0
 }
 
+const PATHS: usize = 7;
+const PATH_NAMES: [&str; PATHS] =
+    ["local          ", "local batched  ", "forwarded      ", "forwarded batch", "ring x1        ", "ring batch     ", "ring pipelined "];
+const PATH_KEYS: [&str; PATHS] = ["local", "local_batch", "forwarded", "forwarded_batch", "ring1", "ring_batch", "ring_pipelined"];
+
 const RING_BATCH: u64 = 32;
 
-/// ns/call through a syscall ring attached to KC 1: `NULLS` calls one at a time, and in
-/// batches of `RING_BATCH` (submitted together, then collected), and pipelined (two batches
-/// in flight); and the failures.
-fn ring_bench(r: &mut Ring) -> Result<(u64, u64, u64, u64), String> {
+/// Calls path `i` makes.
+fn path_calls(i: usize) -> u64 {
+    match i {
+        1 | 3 => NULLS / BATCH as u64 * BATCH as u64,
+        5 | 6 => NULLS / RING_BATCH * RING_BATCH,
+        _ => NULLS,
+    }
+}
+
+/// Run path `i` (`PATH_KEYS`) once: (ns per call, failures). Forwarded paths switch this
+/// core (`me`) to an AC for the measurement; ring paths run on it as an XC (submitting needs
+/// no system call, so the submitter's role does not matter).
+fn run_path(i: usize, me: ObjName, r: &mut Ring) -> Result<(u64, u64), String> {
     let tpm = libos::start_info().tsc_per_ms.max(1);
-    let mut failures = ring_batch(r, RING_BATCH)?; // wakes the KC if it slept
+    let plain = || (0..NULLS).filter(|_| sys::null() != Ok(0)).count() as u64;
+    if i >= 4 {
+        failures_warm(r)?;
+    }
+    if i == 2 || i == 3 {
+        pcore_set_role(me, ROLE_AC).map_err(|e| format!("cannot become an AC: {e:?}"))?;
+    }
     let t0 = sys::time_now().unwrap_or(0);
-    for _ in 0..NULLS {
-        if r.call(nr::NULL, [0; 6], RING_WAIT_MS) != Ok(Ok(0)) {
-            failures += 1;
+    let failures = match i {
+        0 | 2 => plain(),
+        1 | 3 => batched_nulls(),
+        4 => (0..NULLS).filter(|_| r.call(nr::NULL, [0; 6], RING_WAIT_MS) != Ok(Ok(0))).count() as u64,
+        5 => {
+            let mut f = 0;
+            for _ in 0..NULLS / RING_BATCH {
+                f += ring_batch(r, RING_BATCH)?;
+            }
+            f
         }
+        _ => ring_pipelined(r, NULLS / RING_BATCH)?,
+    };
+    let t1 = sys::time_now().unwrap_or(0);
+    if i == 2 || i == 3 {
+        pcore_set_role(me, ROLE_XC).map_err(|e| format!("back to XC: {e:?}"))?;
     }
-    let one = (sys::time_now().unwrap_or(0) - t0) * 1_000_000 / tpm / NULLS;
-    let rounds = NULLS / RING_BATCH;
-    let t0 = sys::time_now().unwrap_or(0);
-    for _ in 0..rounds {
-        failures += ring_batch(r, RING_BATCH)?;
+    Ok(((t1 - t0) * 1_000_000 / tpm / path_calls(i), failures))
+}
+
+/// One batch through the ring before a ring path is timed: wakes the KC if it slept.
+fn failures_warm(r: &mut Ring) -> Result<(), String> {
+    match ring_batch(r, RING_BATCH)? {
+        0 => Ok(()),
+        f => Err(format!("{f} ring calls failed while warming up")),
     }
-    let batched = (sys::time_now().unwrap_or(0) - t0) * 1_000_000 / tpm / (rounds * RING_BATCH);
-    // Pipelined: a new batch goes in whenever one fits, while the KC runs the previous one.
+}
+
+/// `batches` batches of `RING_BATCH` null calls through the ring, pipelined: a new batch goes
+/// in whenever one fits, while the KC runs the previous one. Returns the failures.
+fn ring_pipelined(r: &mut Ring, batches: u64) -> Result<u64, String> {
     let reqs = [(nr::NULL, [0u64; 6]); RING_BATCH as usize];
-    let t0 = sys::time_now().unwrap_or(0);
-    let (mut submitted, mut collected) = (0, 0);
-    while collected < rounds * RING_BATCH {
-        if submitted < rounds * RING_BATCH && r.slots() - r.in_flight() >= RING_BATCH && r.submit_batch(&reqs).is_ok() {
+    let (mut submitted, mut collected, mut failures, mut misses) = (0, 0, 0, 0u32);
+    while collected < batches * RING_BATCH {
+        if submitted < batches * RING_BATCH && r.slots() - r.in_flight() >= RING_BATCH && r.submit_batch(&reqs).is_ok() {
             submitted += RING_BATCH;
             r.kick().map_err(|e| format!("kick: {e:?}"))?;
         }
@@ -572,11 +654,16 @@ fn ring_bench(r: &mut Ring) -> Result<(u64, u64, u64, u64), String> {
                 failures += (res != Ok(0)) as u64;
             }
             None if r.status() != RING_ATTACHED => return Err(format!("ring status {} while pipelining", r.status())),
-            None => core::hint::spin_loop(),
+            // A pause per 16 misses, as `Ring::wait` does.
+            None => {
+                misses = misses.wrapping_add(1);
+                if misses % 16 == 0 {
+                    core::hint::spin_loop();
+                }
+            }
         }
     }
-    let piped = (sys::time_now().unwrap_or(0) - t0) * 1_000_000 / tpm / (rounds * RING_BATCH);
-    Ok((one, batched, piped, failures))
+    Ok(failures)
 }
 
 fn main(args: &'static str) -> u64 {
