@@ -450,8 +450,8 @@ pub struct ArMapping {
 /// Core roles (NIX, seeds/003). XC: runs one context's user and kernel code (Corey's
 /// default). AC: runs one context with no timer or device interrupts; its system calls run on
 /// a kernel core. KC: runs only kernel code, serving ACs' system calls and its mailbox; never
-/// user code. TC: runs its own system calls and takes timer interrupts (time-sharing of
-/// several contexts is not implemented yet: one context at a time).
+/// user code. TC: runs its own system calls and takes timer interrupts, and time-shares the
+/// contexts queued on it (round-robin at timer ticks and `pcore_yield`; docs/roles.md).
 pub const ROLE_XC: u64 = 0;
 pub const ROLE_AC: u64 = 1;
 pub const ROLE_KC: u64 = 2;

@@ -740,6 +740,7 @@ impl Fuzz {
             }
             970..=974 => call_index(nr::CORE_REQUEST),
             975..=979 => call_index(nr::CORE_RELEASE),
+            980..=984 => call_index(nr::PCORE_YIELD),
             _ => UNKNOWN,
         };
         let n = CALLS[ci].nr;
@@ -1023,7 +1024,7 @@ impl Fuzz {
                 let cap = if self.rng.pct(80) { self.rng.below(64) } else { self.len() };
                 a = [self.out_ptr(cap.min(256)), cap, 0, 0, 0, 0];
             }
-            nr::TIME_NOW | nr::NULL => {
+            nr::TIME_NOW | nr::NULL | nr::PCORE_YIELD => {
                 // Arguments are ignored: give random ones.
                 for x in a.iter_mut() {
                     *x = self.rng.next();
