@@ -146,15 +146,45 @@ return_to_kernel:
     /* uaccess_copy(dst, src, len) -> 0, or 1 if a user page could not be made present. */
     .global uaccess_copy
 uaccess_copy:
-    /* Eight bytes per step, then the rest: under TCG every step of a rep string instruction
-       is a pass through the translated block, so rep movsb costs 8x as much (batched system
-       calls copy their entries in and out with this). */
-    mov %rdx, %rcx
-    shr $3, %rcx
+    /* 64 bytes per loop step with plain moves, then eight bytes per step, then the rest:
+       under TCG every step of a rep string instruction is a pass through the translated
+       block, so long copies (a batch of system calls copies its entries in and out with
+       this) run as an unrolled loop of ordinary loads and stores. Scratch: rax, r8-r11. */
     cmpb $0, SMAP_ENABLED(%rip)
     je 1f
     stac
 1:
+    mov %rdx, %rcx
+    shr $6, %rcx
+    jz 3f
+    .global uaccess_copy_block_start
+uaccess_copy_block_start:
+5:  mov (%rsi), %rax
+    mov 8(%rsi), %r8
+    mov 16(%rsi), %r9
+    mov 24(%rsi), %r10
+    mov %rax, (%rdi)
+    mov %r8, 8(%rdi)
+    mov %r9, 16(%rdi)
+    mov %r10, 24(%rdi)
+    mov 32(%rsi), %rax
+    mov 40(%rsi), %r8
+    mov 48(%rsi), %r9
+    mov 56(%rsi), %r10
+    mov %rax, 32(%rdi)
+    mov %r8, 40(%rdi)
+    mov %r9, 48(%rdi)
+    mov %r10, 56(%rdi)
+    .global uaccess_copy_block_end
+uaccess_copy_block_end:
+    add $64, %rsi
+    add $64, %rdi
+    dec %rcx
+    jnz 5b
+3:
+    mov %rdx, %rcx
+    and $63, %rcx
+    shr $3, %rcx
     .global uaccess_copy_insn
 uaccess_copy_insn:
     rep movsq
@@ -202,6 +232,8 @@ extern "C" {
     fn uaccess_copy(dst: *mut u8, src: *const u8, len: usize) -> u64;
     fn uaccess_copy_insn();
     fn uaccess_copy_tail_insn();
+    fn uaccess_copy_block_start();
+    fn uaccess_copy_block_end();
     fn uaccess_probe_write(addr: u64) -> u64;
     fn uaccess_probe_insn();
     fn uaccess_fixup();
@@ -414,7 +446,9 @@ pub fn write_user<T: Copy>(addr: u64, v: &T) -> Result<(), abi::Error> {
 /// If a kernel-mode fault happened inside `uaccess_copy`, the address where the copy
 /// resumes with the failure result.
 pub fn uaccess_fixup_for(rip: u64) -> Option<u64> {
-    (rip == uaccess_copy_insn as *const () as u64
+    let in_block = (uaccess_copy_block_start as *const () as u64..uaccess_copy_block_end as *const () as u64).contains(&rip);
+    (in_block
+        || rip == uaccess_copy_insn as *const () as u64
         || rip == uaccess_copy_tail_insn as *const () as u64
         || rip == uaccess_probe_insn as *const () as u64)
         .then_some(uaccess_fixup as *const () as u64)
