@@ -133,6 +133,9 @@ mod imp {
     /// Set in a cfork child (its statics are its own copy).
     static IN_CHILD: AtomicBool = AtomicBool::new(false);
     static LOCAL_SHARES: [AtomicU64; MAX_CORES] = [const { AtomicU64::new(0) }; MAX_CORES];
+    /// The root share each `LOCAL_SHARES` entry was made in (a later context on the core
+    /// makes its own).
+    static LOCAL_ROOTS: [AtomicU64; MAX_CORES] = [const { AtomicU64::new(0) }; MAX_CORES];
     static DESC_PRIVATE: [AtomicBool; MAX_CORES] = [const { AtomicBool::new(false) }; MAX_CORES];
     static DESC_TABLE: [AtomicU64; MAX_CORES] = [const { AtomicU64::new(0) }; MAX_CORES];
 
@@ -145,6 +148,12 @@ mod imp {
     /// The share this process's segments go in (in a cfork child, the child's own share).
     fn seg_share() -> ObjectId {
         libos::process::proc_share()
+    }
+    /// Where a worker's own objects go: its context's root share, which is private to the
+    /// core it runs on (Corey: a per-core segment lives in the core's private root share, so
+    /// naming it takes no lock and no reference-count traffic on a shared line).
+    fn worker_share() -> ObjectId {
+        libos::ctx::ctx().root_share
     }
     fn core() -> usize {
         libos::core_id() as usize % MAX_CORES
@@ -333,7 +342,10 @@ mod imp {
             let mut threads: [Option<libos::thread::Thread>; MAX_WORKERS] = core::array::from_fn(|_| None);
             let mut children: [Option<libos::cfork::Child>; MAX_WORKERS] = core::array::from_fn(|_| None);
             let shared = [SHARED_AR.load(Ordering::Relaxed)];
-            let proc = [libos::process::proc_share()];
+            // The global share goes in every worker's share set (Corey: a share used by several
+            // cores is in their share sets), so naming it is a direct hit, not a lookup
+            // through the process share.
+            let proc = [libos::process::proc_share(), GLOBAL_SHARE.load(Ordering::Relaxed)];
             for w in 1..n {
                 let c = ((me + w) % self.cores) as u64;
                 let arg = &jobs[w] as *const Job as u64;
@@ -342,7 +354,7 @@ mod imp {
                     // On failure the children made so far are halted and deleted when dropped.
                     children[w] = Some(libos::cfork(c, &opts, process_worker, arg).map_err(e("cfork"))?);
                 } else {
-                    threads[w] = Some(libos::thread::spawn(c, thread_worker, arg).map_err(e("thread spawn"))?);
+                    threads[w] = Some(libos::thread::spawn_with(c, thread_worker, arg, &proc[1..]).map_err(e("thread spawn"))?);
                 }
             }
             body(0);
@@ -428,7 +440,7 @@ mod imp {
         }
         fn object_create(&self, bytes: usize) -> Result<Handle, Error> {
             let bytes = bytes as u64;
-            let seg = ObjName::new(seg_share(), sys::segment_alloc(seg_share(), "bench-obj", MEMID_SELF, bytes).map_err(e("segment_alloc"))?);
+            let seg = ObjName::new(worker_share(), sys::segment_alloc(worker_share(), "bench-obj", MEMID_SELF, bytes).map_err(e("segment_alloc"))?);
             // Make every page resident: touch it once through a temporary mapping.
             let r = map_seg(seg, bytes, false, false).and_then(|p| {
                 for off in (0..bytes).step_by(4096) {
@@ -446,13 +458,13 @@ mod imp {
             }
         }
         fn object_map(&self, obj: Handle, bytes: usize) -> Result<*mut u8, Error> {
-            map_seg(ObjName::new(seg_share(), obj.0), bytes as u64, false, false)
+            map_seg(ObjName::new(worker_share(), obj.0), bytes as u64, false, false)
         }
         fn object_destroy(&self, obj: Handle) -> Result<(), Error> {
-            sys::share_delobj(ObjName::new(seg_share(), obj.0)).map(|_| ()).map_err(e("share_delobj"))
+            sys::share_delobj(ObjName::new(worker_share(), obj.0)).map(|_| ()).map_err(e("share_delobj"))
         }
         fn stat(&self, obj: Handle) -> Result<(), Error> {
-            sys::obj_stat(ObjName::new(seg_share(), obj.0)).map(|_| ()).map_err(e("obj_stat"))
+            sys::obj_stat(ObjName::new(worker_share(), obj.0)).map(|_| ()).map_err(e("obj_stat"))
         }
         fn desc_scope(&self, scope: Scope) -> Result<(), Error> {
             DESC_PRIVATE[core()].store(scope == Scope::Worker, Ordering::Relaxed);
@@ -473,26 +485,23 @@ mod imp {
             match scope {
                 Scope::Process => Ok(Handle(GLOBAL_SHARE.load(Ordering::Relaxed))),
                 Scope::Worker => {
-                    let slot = &LOCAL_SHARES[core()];
+                    // A private share in the worker's own root share (the lookups through it
+                    // are the root share's, lock-free and uncounted), made once per context.
+                    let root = worker_share();
+                    let (slot, owner) = (&LOCAL_SHARES[core()], &LOCAL_ROOTS[core()]);
                     let s = slot.load(Ordering::Relaxed);
-                    if s != 0 {
+                    if s != 0 && owner.load(Ordering::Relaxed) == root {
                         return Ok(Handle(s));
                     }
-                    // Held by the process share (every thread has it) and, in the first
-                    // context, by its root share too (see libos::process::new_share).
-                    let p = libos::process::proc_share();
-                    let s = sys::share_alloc(p, "bench-local", MEMID_SELF, SHARE_PRIVATE).map_err(e("share_alloc"))?;
-                    let c = libos::ctx::ctx();
-                    if c.kind == libos::ctx::KIND_MAIN {
-                        sys::share_addobj(c.root_share, ObjName::new(p, s)).map_err(e("share_addobj"))?;
-                    }
+                    let s = sys::share_alloc(root, "bench-local", MEMID_SELF, SHARE_PRIVATE).map_err(e("share_alloc"))?;
                     slot.store(s, Ordering::Relaxed);
+                    owner.store(root, Ordering::Relaxed);
                     Ok(Handle(s))
                 }
             }
         }
         fn share_add(&self, share: Handle, obj: Handle) -> Result<Handle, Error> {
-            sys::share_addobj(share.0, ObjName::new(seg_share(), obj.0)).map_err(e("share_addobj"))?;
+            sys::share_addobj(share.0, ObjName::new(worker_share(), obj.0)).map_err(e("share_addobj"))?;
             Ok(obj)
         }
         fn share_del(&self, share: Handle, id: Handle) -> Result<(), Error> {

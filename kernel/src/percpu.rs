@@ -52,7 +52,12 @@ pub struct PerCpu {
     /// A kernel core spinning on its work sets this; posters then skip the wake IPI.
     pub polling: AtomicBool,
     /// While a kernel core runs a forwarded call: the client core whose context it acts in.
+    /// Changed only through `act_for`/`stop_acting`, which keep `acting_index` in step.
     pub acting: AtomicUsize,
+    /// The core whose context this core's system calls act in: `acting`, or this core's own
+    /// index when it acts for nobody. Read gs-relative on every share lookup (the private
+    /// share owner check), so it is one load.
+    acting_index: AtomicUsize,
     /// Set while this core runs a system call (not a page fault inside it): where
     /// command-line fault injection applies.
     pub injectable: AtomicBool,
@@ -129,6 +134,7 @@ impl PerCpu {
             fwd: CachePadded::new(crate::roles::FwdSlot::new()),
             polling: AtomicBool::new(false),
             acting: AtomicUsize::new(crate::roles::NO_CORE),
+            acting_index: AtomicUsize::new(index),
             injectable: AtomicBool::new(false),
             runq: crate::sched::RunQueue::new(),
         }
@@ -212,16 +218,31 @@ pub fn acting() -> &'static PerCpu {
     }
 }
 
-/// `acting().index` without the area lookup: the index of the core whose context this core's
+/// `acting().index` in one gs-relative load: the index of the core whose context this core's
 /// system calls act in (on the path of every share lookup, for the private-share check).
-#[inline]
+#[inline(always)]
 pub fn acting_index() -> usize {
-    let me = this();
-    let a = me.acting.load(Ordering::Acquire);
-    if a == crate::roles::NO_CORE {
-        me.index
-    } else {
-        a
+    let i: usize;
+    // SAFETY: as for `this`: GS points at this core's PerCpu, and `acting_index` is a field
+    // of it (an AtomicUsize; a plain aligned load is an atomic load on x86-64). Only this core
+    // writes it.
+    unsafe {
+        asm!("mov {}, gs:[{off}]", out(reg) i, off = const core::mem::offset_of!(PerCpu, acting_index), options(nostack, readonly, preserves_flags))
+    }
+    i
+}
+
+impl PerCpu {
+    /// Start acting for `client`'s context (a kernel core serving a forwarded call).
+    pub fn act_for(&self, client: usize) {
+        self.acting_index.store(client, Ordering::Release);
+        self.acting.store(client, Ordering::Release);
+    }
+
+    /// Act for this core's own context again.
+    pub fn stop_acting(&self) {
+        self.acting.store(crate::roles::NO_CORE, Ordering::Release);
+        self.acting_index.store(self.index, Ordering::Release);
     }
 }
 

@@ -187,13 +187,13 @@ fn run_for(me: &'static PerCpu, root: &mut LoadedRoot, client: &'static PerCpu, 
     // put; we read it through the acting-core indirection only.
     let Some(ar) = client.context.root_for_server() else { return Err(Error::NotPermitted) };
     root.enter(me, &ar)?;
-    me.acting.store(client.index, Ordering::Release);
+    me.act_for(client.index);
     cpu::enable_interrupts();
     me.injectable.store(true, Ordering::Relaxed);
     let r = crate::syscall::dispatch(nr, args);
     me.injectable.store(false, Ordering::Relaxed);
     cpu::disable_interrupts();
-    me.acting.store(NO_CORE, Ordering::Release);
+    me.stop_acting();
     r
 }
 

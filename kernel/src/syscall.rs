@@ -308,15 +308,15 @@ fn sys_share_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 
 fn sys_share_addobj(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     with_current(|c| {
-    let o = with_share_in(c, a[1], |s| s.as_share()?.get(a[2]))?;
-    with_share_in(c, a[0], |dst| {
-        if o.as_share().is_ok() && contains_share(&o, dst, 8) {
-            return Err(Error::InvalidArgument);
-        }
-        dst.as_share()?.insert(o)
-    })?;
-    Ok(0)
-})?
+        let o = with_share_in(c, a[1], |s| s.as_share()?.get(a[2]))?;
+        with_share_in(c, a[0], |dst| {
+            if o.as_share().is_ok() && contains_share(&o, dst, 8) {
+                return Err(Error::InvalidArgument);
+            }
+            dst.as_share()?.insert(o)
+        })?;
+        Ok(0)
+    })?
 }
 
 fn sys_share_delobj(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
