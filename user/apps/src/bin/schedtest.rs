@@ -12,10 +12,9 @@
 #![no_std]
 #![no_main]
 
-use abi::{nr, Error, ObjName, SegMapping, CORE_ALL, GRANT_ROLE_ANY, MAP_READ, MAP_WRITE, NEAR_CALLER, PAGE_SIZE, ROLE_AC, ROLE_KC, ROLE_TC, ROLE_XC};
-use core::sync::atomic::{AtomicU64, Ordering};
-use libos::cores::{Core, CoreCtx, CoreOpts};
-use libos::layout::SCRATCH_BASE;
+use abi::{nr, Error, ObjName, CORE_ALL, GRANT_ROLE_ANY, NEAR_CALLER, ROLE_AC, ROLE_KC, ROLE_TC, ROLE_XC};
+use core::sync::atomic::Ordering;
+use libos::cores::CoreCtx;
 use libos::{println, sys};
 
 libos::main!(main);
@@ -45,46 +44,6 @@ const WAIT_MS: u64 = 60_000;
 const RACE_ROUNDS: u64 = 300;
 const BENCH_ROUNDS: u64 = 2000;
 
-fn shared() -> &'static [AtomicU64; 512] {
-    // SAFETY: every context of this test (and the test itself) maps the shared page
-    // read-write at SCRATCH_BASE before it runs; AtomicU64 has the layout of u64.
-    unsafe { &*(SCRATCH_BASE as *const [AtomicU64; 512]) }
-}
-
-/// A segment of one page for the shared words, mapped here at `SCRATCH_BASE`.
-struct SharedPage {
-    seg: ObjName,
-}
-
-impl SharedPage {
-    fn new() -> Result<SharedPage, Msg> {
-        let seg = ObjName::new(root(), ok!(sys::segment_alloc(root(), "sched-shared", 0, PAGE_SIZE)));
-        let p = SharedPage { seg };
-        ok!(p.map_into(rar()));
-        for w in shared().iter() {
-            w.store(0, Ordering::Relaxed);
-        }
-        Ok(p)
-    }
-
-    fn map_into(&self, ar: ObjName) -> Result<u64, Error> {
-        sys::ar_set_seg(ar, &SegMapping { voff: SCRATCH_BASE, seg: self.seg, soff: 0, len: PAGE_SIZE, flags: MAP_READ | MAP_WRITE })
-    }
-
-    /// A context prepared for `core` with this page mapped.
-    fn core(&self, core: u64) -> Result<Core, Msg> {
-        let c = ok!(Core::prepare(core, &CoreOpts::default()));
-        ok!(self.map_into(c.root_ar));
-        Ok(c)
-    }
-}
-
-impl Drop for SharedPage {
-    fn drop(&mut self) {
-        let _ = sys::ar_unmap(rar(), SCRATCH_BASE, PAGE_SIZE);
-        let _ = sys::share_delobj(self.seg);
-    }
-}
 
 fn encode(r: Result<u64, Error>) -> u64 {
     abi::encode(r) as u64
@@ -184,7 +143,7 @@ fn spinner(_c: &CoreCtx) -> u64 {
 }
 
 fn t_skips_busy() -> TestResult {
-    let page = SharedPage::new()?;
+    let page = SharedPage::new("sched-shared")?;
     let busy = cores() - 1;
     // A context started on a core nobody was granted (allowed: the scheduler does not own
     // every core, only the ones it grants).
@@ -317,7 +276,7 @@ fn t_two_owners() -> TestResult {
     if cores() < 4 {
         return Ok(Pass::Skipped("needs 4 cores"));
     }
-    let page = SharedPage::new()?;
+    let page = SharedPage::new("sched-shared")?;
     let sh = shared();
     let a1 = ok!(request1(GRANT_ROLE_ANY, NEAR_CALLER));
     let mut b = page.core(a1)?;
@@ -378,7 +337,7 @@ fn t_from_ac() -> TestResult {
     if cores() < 4 {
         return Ok(Pass::Skipped("needs 4 cores"));
     }
-    let page = SharedPage::new()?;
+    let page = SharedPage::new("sched-shared")?;
     let kc = cores() - 1;
     let kc_pcore = ObjName::new(root(), ok!(sys::pcore_alloc(root(), "sched-kc", kc)));
     let _del = Del(kc_pcore);
@@ -452,7 +411,7 @@ fn t_race() -> TestResult {
     if cores() < 4 {
         return Ok(Pass::Skipped("needs 4 cores"));
     }
-    let page = SharedPage::new()?;
+    let page = SharedPage::new("sched-shared")?;
     let sh = shared();
     // Racers on cores 1 and 2 (not granted: started directly), and us on core 0; the pool
     // is core 3 alone, so every round is a contest.
@@ -498,7 +457,7 @@ fn bench_remote(_c: &CoreCtx) -> u64 {
 }
 
 fn t_bench() -> TestResult {
-    let page = SharedPage::new()?;
+    let page = SharedPage::new("sched-shared")?;
     let t0 = libos::time::ticks();
     for _ in 0..BENCH_ROUNDS {
         ok!(sys::null());

@@ -12,10 +12,9 @@
 #![no_std]
 #![no_main]
 
-use abi::{ObjName, PcoreStat, SegMapping, EXIT_FAULT_BASE, MAP_READ, MAP_WRITE, PAGE_SIZE, ROLE_KC, ROLE_TC, TC_MAX_QUEUED};
-use core::sync::atomic::{AtomicU64, Ordering};
+use abi::{PcoreStat, EXIT_FAULT_BASE, ROLE_KC, ROLE_TC, TC_MAX_QUEUED};
+use core::sync::atomic::Ordering;
 use libos::cores::{Core, CoreCtx, CoreOpts};
-use libos::layout::SCRATCH_BASE;
 use libos::{println, sys};
 
 libos::main!(main);
@@ -45,11 +44,6 @@ const ROUNDS: u64 = 5;
 const CHILD_DEADLINE_MS: u64 = 240_000;
 const JOIN_MS: u64 = 300_000;
 
-fn shared() -> &'static [AtomicU64; 512] {
-    // SAFETY: every context of this test (and the test itself) maps the shared page
-    // read-write at SCRATCH_BASE before it runs; AtomicU64 has the layout of u64.
-    unsafe { &*(SCRATCH_BASE as *const [AtomicU64; 512]) }
-}
 
 /// On the TC: count, and watch the other `n - 1` contexts' counters; done when each has
 /// changed `ROUNDS` times and every context says so. Exit code 0, or 1000 + the fewest
@@ -167,38 +161,6 @@ fn yielder(c: &CoreCtx) -> u64 {
     progressed + 1000 * per_switch
 }
 
-/// A segment of one page for the shared words, mapped here at `SCRATCH_BASE`.
-struct SharedPage {
-    seg: ObjName,
-}
-
-impl SharedPage {
-    fn new() -> Result<SharedPage, Msg> {
-        let seg = ObjName::new(root(), ok!(sys::segment_alloc(root(), "tc-shared", 0, PAGE_SIZE)));
-        let p = SharedPage { seg };
-        ok!(p.map_into(rar()));
-        Ok(p)
-    }
-
-    fn map_into(&self, ar: ObjName) -> Result<u64, abi::Error> {
-        sys::ar_set_seg(ar, &SegMapping { voff: SCRATCH_BASE, seg: self.seg, soff: 0, len: PAGE_SIZE, flags: MAP_READ | MAP_WRITE })
-    }
-
-    /// A core prepared for the TC with this page mapped.
-    fn core(&self) -> Result<Core, Msg> {
-        let c = ok!(Core::prepare(TC, &CoreOpts::default()));
-        ok!(self.map_into(c.root_ar));
-        Ok(c)
-    }
-}
-
-impl Drop for SharedPage {
-    fn drop(&mut self) {
-        let _ = sys::ar_unmap(rar(), SCRATCH_BASE, PAGE_SIZE);
-        let _ = sys::share_delobj(self.seg);
-    }
-}
-
 fn switches() -> u64 {
     sys::core_stats(TC).map(|s| s.context_switches).unwrap_or(0)
 }
@@ -215,10 +177,10 @@ fn t_three_progress() -> TestResult {
     if !is_tc() {
         return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
     }
-    let page = SharedPage::new()?;
+    let page = SharedPage::new("tc-shared")?;
     let sw0 = switches();
     let ticks0 = sys::core_stats(TC).map(|s| s.timer_ticks).unwrap_or(0);
-    let mut cs = [page.core()?, page.core()?, page.core()?];
+    let mut cs = [page.core(TC)?, page.core(TC)?, page.core(TC)?];
     for (i, c) in cs.iter_mut().enumerate() {
         // A second, third context on a TC is queued, not refused (`Busy` before).
         ok!(c.start(progress, i as u64 | (3 << 8)));
@@ -266,13 +228,13 @@ fn no_leak(f: fn() -> TestResult) -> TestResult {
 }
 
 fn halt_queued() -> TestResult {
-    let page = SharedPage::new()?;
+    let page = SharedPage::new("tc-shared")?;
     let sh = shared();
     for w in sh.iter() {
         w.store(0, Ordering::Relaxed);
     }
-    let mut a = page.core()?;
-    let mut b = page.core()?;
+    let mut a = page.core(TC)?;
+    let mut b = page.core(TC)?;
     // A runs with one tick a second, so B stays queued behind it for a while.
     ok!(sys::pcore_set_interval(a.pcore, 1));
     ok!(a.start(spinner, 0));
@@ -311,13 +273,13 @@ fn t_halt_queued() -> TestResult {
 fn exit_orders() -> TestResult {
     let cases: [[u64; 4]; 2] = [[2, 0, 1, FAULT], [0, 2, FAULT, 1]];
     for places in cases {
-        let page = SharedPage::new()?;
+        let page = SharedPage::new("tc-shared")?;
         let sh = shared();
         for w in sh.iter() {
             w.store(0, Ordering::Relaxed);
         }
         sh[ALIVE].store(places.iter().filter(|&&p| p != FAULT).count() as u64, Ordering::Release);
-        let mut cs = [page.core()?, page.core()?, page.core()?, page.core()?];
+        let mut cs = [page.core(TC)?, page.core(TC)?, page.core(TC)?, page.core(TC)?];
         for (i, c) in cs.iter_mut().enumerate() {
             ok!(c.start(counter, i as u64 | (places[i] << 8)));
         }
@@ -346,12 +308,12 @@ fn t_yield() -> TestResult {
     if !is_tc() {
         return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
     }
-    let page = SharedPage::new()?;
+    let page = SharedPage::new("tc-shared")?;
     let sh = shared();
     for w in sh.iter() {
         w.store(0, Ordering::Relaxed);
     }
-    let mut cs = [page.core()?, page.core()?];
+    let mut cs = [page.core(TC)?, page.core(TC)?];
     for (i, c) in cs.iter_mut().enumerate() {
         // One tick a second: nearly every switch must come from pcore_yield.
         ok!(sys::pcore_set_interval(c.pcore, 1));
@@ -387,7 +349,7 @@ fn t_queue_full() -> TestResult {
     if !is_tc() {
         return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
     }
-    let page = SharedPage::new()?;
+    let page = SharedPage::new("tc-shared")?;
     let sh = shared();
     for w in sh.iter() {
         w.store(0, Ordering::Relaxed);
@@ -395,7 +357,7 @@ fn t_queue_full() -> TestResult {
     // One running plus TC_MAX_QUEUED queued: the next one is refused.
     let mut cs: [Option<Core>; TC_MAX_QUEUED + 2] = [const { None }; TC_MAX_QUEUED + 2];
     for (i, slot) in cs.iter_mut().enumerate() {
-        *slot = Some(page.core()?);
+        *slot = Some(page.core(TC)?);
         let c = slot.as_mut().ok_or_else(|| Msg::new(format_args!("no core")))?;
         let r = c.start(spinner, i as u64);
         if i <= TC_MAX_QUEUED {
@@ -462,7 +424,7 @@ fn t_bad_input() -> TestResult {
         let mut x = ok!(Core::prepare(0, &CoreOpts::default()));
         err!(x.start(spinner, 0), abi::Error::Busy);
     } else if cores() >= 3 && role_of(2) != ROLE_TC && role_of(2) != ROLE_KC {
-        let page = SharedPage::new()?;
+        let page = SharedPage::new("tc-shared")?;
         let sh = shared();
         for w in sh.iter() {
             w.store(0, Ordering::Relaxed);

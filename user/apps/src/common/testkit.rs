@@ -1,4 +1,4 @@
-//! Plumbing shared by the user-program test suites (utest, isolation, tctest): one-line failure
+//! Plumbing shared by the user-program test suites (utest, isolation, tctest, schedtest): one-line failure
 //! messages formatted on the stack, the `ok!`/`err!`/`ensure!`/`fail!` macros, and small
 //! helpers. Included with `#[path]` and `#[macro_use]`; not every suite uses every item.
 #![allow(dead_code)]
@@ -144,5 +144,57 @@ pub struct Del(pub ObjName);
 impl Drop for Del {
     fn drop(&mut self) {
         let _ = sys::share_delobj(self.0);
+    }
+}
+
+/// The words of the page every context of a test maps at `SCRATCH_BASE` (`SharedPage`).
+pub fn shared() -> &'static [core::sync::atomic::AtomicU64; 512] {
+    // SAFETY: every context of the test (and the test itself) maps the shared page
+    // read-write at SCRATCH_BASE before it runs (`SharedPage`); AtomicU64 has the layout of
+    // u64.
+    unsafe { &*(libos::layout::SCRATCH_BASE as *const [core::sync::atomic::AtomicU64; 512]) }
+}
+
+/// A segment of one page for words shared with contexts on other cores, mapped here at
+/// `SCRATCH_BASE` and in every context made with `core` (tctest, schedtest).
+pub struct SharedPage {
+    pub seg: ObjName,
+}
+
+impl SharedPage {
+    /// Make the page (named `name`), map it here and clear its words.
+    pub fn new(name: &str) -> Result<SharedPage, Msg> {
+        let seg = ObjName::new(root(), ok!(sys::segment_alloc(root(), name, 0, abi::PAGE_SIZE)));
+        let p = SharedPage { seg };
+        ok!(p.map_into(rar()));
+        for w in shared().iter() {
+            w.store(0, core::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(p)
+    }
+
+    pub fn map_into(&self, ar: ObjName) -> Result<u64, Error> {
+        let m = abi::SegMapping {
+            voff: libos::layout::SCRATCH_BASE,
+            seg: self.seg,
+            soff: 0,
+            len: abi::PAGE_SIZE,
+            flags: abi::MAP_READ | abi::MAP_WRITE,
+        };
+        sys::ar_set_seg(ar, &m)
+    }
+
+    /// A context prepared for `core` with this page mapped.
+    pub fn core(&self, core: u64) -> Result<libos::cores::Core, Msg> {
+        let c = ok!(libos::cores::Core::prepare(core, &libos::cores::CoreOpts::default()));
+        ok!(self.map_into(c.root_ar));
+        Ok(c)
+    }
+}
+
+impl Drop for SharedPage {
+    fn drop(&mut self) {
+        let _ = sys::ar_unmap(rar(), libos::layout::SCRATCH_BASE, abi::PAGE_SIZE);
+        let _ = sys::share_delobj(self.seg);
     }
 }
