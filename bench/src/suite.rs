@@ -11,7 +11,7 @@ use crate::{Error, MapKind, Platform, Scope};
 /// Run the benchmark `params` names with `params.workers` workers (0: one per core).
 pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
     let spec = params.spec;
-    let n = if params.workers == 0 { p.cores() } else { params.workers };
+    let n = if spec.kernel_core { spec.workers(p.cores()) } else if params.workers == 0 { p.cores() } else { params.workers };
     let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, params.marked, work);
     match spec.name {
         "memclone_threads" | "memclone_procs" => {
@@ -125,6 +125,42 @@ pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
                 }
                 gate.stop();
                 Ok(iters as u64)
+            })
+        }
+        "nullsyscall_forwarded" | "nullsyscall_batched" => {
+            let iters = params.count("iters")?;
+            let batch = if spec.name == "nullsyscall_batched" { params.count("batch")? } else { 1 };
+            let rounds = iters / batch;
+            if rounds == 0 {
+                return Err(Error::Param("iters is smaller than batch"));
+            }
+            let ops = (rounds * batch) as u64;
+            go(&|_, gate| {
+                p.forward_begin()?;
+                gate.start();
+                let mut r = Ok(());
+                if batch == 1 {
+                    // The same loop as `nullsyscall`, only on an application core.
+                    for _ in 0..rounds {
+                        p.null_syscall();
+                    }
+                } else {
+                    for _ in 0..rounds {
+                        r = p.null_syscall_batch(batch);
+                        if r.is_err() {
+                            break;
+                        }
+                    }
+                }
+                gate.stop();
+                // Roles are restored on every path, errors included.
+                let served = p.forward_end();
+                r?;
+                // One forwarded system call per batch (the batch is one round trip).
+                if served? < ops / batch as u64 {
+                    return Err(Error::Check("the kernel core served fewer calls than were forwarded"));
+                }
+                Ok(ops)
             })
         }
         "pagefault_zero" => {
