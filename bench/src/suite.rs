@@ -4,7 +4,7 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::catalog::MAX_CORES;
-use crate::harness::{run_workers, Gate, Outcome, PAGE};
+use crate::harness::{run_workers, Gate, Marks, Outcome, PAGE};
 use crate::params::Params;
 use crate::{Error, MapKind, Platform, Scope};
 
@@ -12,7 +12,7 @@ use crate::{Error, MapKind, Platform, Scope};
 pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
     let spec = params.spec;
     let n = if spec.kernel_core { spec.workers(p.cores()) } else if params.workers == 0 { p.cores() } else { params.workers };
-    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, params.marked, work);
+    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, marks(params), work);
     match spec.name {
         "memclone_threads" | "memclone_procs" => {
             let pages = params.count("pages")?;
@@ -196,6 +196,17 @@ pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
     }
 }
 
+/// The region markers of a run: none for the unmarked calibration; every vCPU for a
+/// kernel-core benchmark (its one worker's calls run on the kernel core, whose polling and
+/// serving count); otherwise each worker's own vCPU.
+fn marks(params: &Params) -> Marks {
+    match (params.marked, params.spec.kernel_core) {
+        (false, _) => Marks::Off,
+        (true, true) => Marks::AllVcpus,
+        (true, false) => Marks::PerWorker,
+    }
+}
+
 /// Write one byte in each page: the first write to a demand-zero page, or to a fresh mapping
 /// of a resident page, is one page fault.
 fn touch_pages(mem: *mut u8, pages: usize) {
@@ -230,7 +241,7 @@ fn counters<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Er
     // SAFETY (for every `at` below): offsets stay inside the `bytes`-long live mapping, are
     // 8-byte aligned, and the memory is only ever accessed atomically.
     let at = |off: usize| -> &AtomicU64 { unsafe { &*((base + off) as *const AtomicU64) } };
-    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, params.marked, work);
+    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, marks(params), work);
     let (r, total) = match spec.name {
         "counter_shared" => {
             let r = go(&|_, g| {
