@@ -172,6 +172,14 @@ pub fn unsupported(spec: &BenchSpec) -> Option<&'static str> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn kernel_core_benchmarks_are_unavailable_on_linux() {
+        for b in super::super::catalog::BENCHES {
+            assert_eq!(unsupported(b).is_some(), b.kernel_core, "{}", b.name);
+        }
+        assert!(unsupported(super::super::catalog::find("nullsyscall_forwarded").unwrap()).is_some_and(|w| w.contains("no kernel cores")));
+    }
+
     /// A minimal ELF64 with one PT_NOTE segment holding `notes` (name, type).
     fn elf_with_notes(notes: &[(&[u8], u32)]) -> Vec<u8> {
         let mut body = Vec::new();
