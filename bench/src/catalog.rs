@@ -38,6 +38,22 @@ pub struct BenchSpec {
     pub defaults: &'static [(&'static str, u64)],
     /// Not in the default matrix (only with `--only`): self-tests of the harness.
     pub hidden: bool,
+    /// Needs a kernel core (issue 8): one worker only, on an application core whose system
+    /// calls a second core, made a kernel core for the run, executes. Needs at least 2 cores;
+    /// a system without kernel cores (Linux) cannot run it.
+    pub kernel_core: bool,
+}
+
+impl BenchSpec {
+    /// Workers a run of this benchmark has on `cores` cores: one per core, or one for a
+    /// benchmark whose second core is a kernel core.
+    pub const fn workers(&self, cores: usize) -> usize {
+        if self.kernel_core {
+            1
+        } else {
+            cores
+        }
+    }
 }
 
 const fn b(
@@ -48,7 +64,12 @@ const fn b(
     op: &'static str,
     defaults: &'static [(&'static str, u64)],
 ) -> BenchSpec {
-    BenchSpec { name, group, placement, shape, op, defaults, hidden: false }
+    BenchSpec { name, group, placement, shape, op, defaults, hidden: false, kernel_core: false }
+}
+
+/// A single-worker benchmark on an application core served by a kernel core.
+const fn kc(name: &'static str, op: &'static str, defaults: &'static [(&'static str, u64)]) -> BenchSpec {
+    BenchSpec { kernel_core: true, ..b(name, "base", Placement::Threads, Shape::Parallel, op, defaults) }
 }
 
 use Placement::{Processes, Threads};
@@ -88,11 +109,16 @@ pub const BENCHES: &[BenchSpec] = &[
     b("stat_mp", "tornado", Processes, Parallel, "fstat of the worker's own file", &[("iters", 40000)]),
     // Base costs.
     b("nullsyscall", "base", Threads, Parallel, "getpid (null system call)", &[("iters", 200000)]),
+    // Issue 8: the null call from an application core, executed by a kernel core (one worker;
+    // the kernel core is the second core). Forwarded one by one costs a cross-vCPU hand-off
+    // each (microseconds under TCG), hence fewer iterations.
+    kc("nullsyscall_forwarded", "null call forwarded to a kernel core", &[("iters", 20000)]),
+    kc("nullsyscall_batched", "null call in a syscall_batch of `batch`, forwarded to a kernel core", &[("iters", 200000), ("batch", 64)]),
     b("pagefault_zero", "base", Processes, Parallel, "demand-zero fault, map/touch/unmap 64-page region", &[("pages", 64), ("rounds", 80)]),
     // Share-nothing calibration: user-only arithmetic, no memory traffic, no kernel.
     b("calib", "calibration", Threads, Parallel, "one step of a register-only xorshift loop", &[("iters", 40000000)]),
     // Harness self-test: never finishes, to exercise the timeout path.
-    BenchSpec { name: "selftest_hang", group: "selftest", placement: Threads, shape: Parallel, op: "none (spins forever)", defaults: &[], hidden: true },
+    BenchSpec { name: "selftest_hang", group: "selftest", placement: Threads, shape: Parallel, op: "none (spins forever)", defaults: &[], hidden: true, kernel_core: false },
 ];
 
 /// The calibration benchmark every matrix includes.

@@ -19,6 +19,38 @@ pub const PAGE: usize = 4096;
 /// Marker values (docs/plugins.md): start/stop measuring on the executing vCPU.
 pub const MARK_START_CPU: u8 = 1;
 pub const MARK_STOP_CPU: u8 = 2;
+/// Start/stop measuring on every vCPU.
+pub const MARK_START_ALL: u8 = 3;
+pub const MARK_STOP_ALL: u8 = 4;
+
+/// Which instructions a run's region markers count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marks {
+    /// No markers (the in-boot calibration, whose instructions must not count as the
+    /// benchmark's).
+    Off,
+    /// Each worker marks its own vCPU: setup and teardown on other vCPUs stay outside.
+    PerWorker,
+    /// The (single) worker marks every vCPU: what a kernel core does for it counts too.
+    AllVcpus,
+}
+
+impl Marks {
+    fn start(self) -> Option<u8> {
+        match self {
+            Marks::Off => None,
+            Marks::PerWorker => Some(MARK_START_CPU),
+            Marks::AllVcpus => Some(MARK_START_ALL),
+        }
+    }
+    fn stop(self) -> Option<u8> {
+        match self {
+            Marks::Off => None,
+            Marks::PerWorker => Some(MARK_STOP_CPU),
+            Marks::AllVcpus => Some(MARK_STOP_ALL),
+        }
+    }
+}
 
 pub fn rdtsc() -> u64 {
     // SAFETY: RDTSC has no memory effects and exists on every x86-64 CPU.
@@ -86,9 +118,7 @@ pub struct Gate<'a, P: Platform + ?Sized> {
     w: usize,
     n: usize,
     relay: bool,
-    /// Whether the region markers are executed (not for the in-boot calibration, whose
-    /// instructions must not count as the benchmark's).
-    marked: bool,
+    marks: Marks,
     started: Cell<bool>,
     stopped: Cell<bool>,
 }
@@ -112,8 +142,8 @@ impl<P: Platform + ?Sized> Gate<'_, P> {
             return;
         }
         self.arrive();
-        if self.marked {
-            self.p.marker(MARK_START_CPU);
+        if let Some(m) = self.marks.start() {
+            self.p.marker(m);
         }
         self.board.slots[self.w].start.store(self.p.ticks(), Ordering::Relaxed);
     }
@@ -124,8 +154,8 @@ impl<P: Platform + ?Sized> Gate<'_, P> {
             return;
         }
         let t = self.p.ticks();
-        if self.marked {
-            self.p.marker(MARK_STOP_CPU);
+        if let Some(m) = self.marks.stop() {
+            self.p.marker(m);
         }
         self.board.slots[self.w].end.store(t, Ordering::Relaxed);
         if self.relay {
@@ -148,13 +178,13 @@ pub struct Outcome {
 
 /// Run `work(w, gate)` on `n` workers placed as `placement`; `work` returns its operation
 /// count and must call `gate.start()` after its setup and `gate.stop()` before its teardown.
-/// `marked`: execute the region markers for the instruction-counting plugin.
+/// `marks`: which region markers to execute for the instruction-counting plugin.
 pub fn run_workers<P: Platform>(
     p: &P,
     placement: Placement,
     shape: Shape,
     n: usize,
-    marked: bool,
+    marks: Marks,
     work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync),
 ) -> Result<Outcome, Error> {
     if n == 0 || n > MAX_CORES {
@@ -172,7 +202,7 @@ pub fn run_workers<P: Platform>(
     }
     let relay = shape == Shape::Relay;
     let body = |w: usize| {
-        let gate = Gate { p, board, w, n, relay, marked, started: Cell::new(false), stopped: Cell::new(false) };
+        let gate = Gate { p, board, w, n, relay, marks, started: Cell::new(false), stopped: Cell::new(false) };
         let r = work(w, &gate);
         // A worker that failed before starting still has to arrive, or the others would wait
         // forever; one that failed inside the region still has to pass the relay turn on.

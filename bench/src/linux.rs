@@ -79,6 +79,9 @@ fn calibrate_tsc() -> u64 {
     ((t1 - t0) as u128 * 1_000_000_000 / (n1 - n0).max(1) as u128) as u64
 }
 
+/// Why the kernel-core benchmarks do not run on Linux.
+pub const NO_KERNEL_CORES: &str = "forwarding system calls to a kernel core (Linux has no kernel cores)";
+
 impl Platform for Linux {
     fn name(&self) -> &'static str {
         "linux"
@@ -269,6 +272,20 @@ impl Platform for Linux {
         // The raw system call: libc wrappers may cache getpid.
         // SAFETY: getpid has no arguments and no effects.
         unsafe { libc::syscall(libc::SYS_getpid) };
+    }
+
+    /// Linux has no kernel cores: no core runs another core's system calls, so there is
+    /// nothing to batch them to either (the harness does not boot these benchmarks on Linux).
+    fn null_syscall_batch(&self, _n: usize) -> Result<(), Error> {
+        Err(Error::Unsupported(NO_KERNEL_CORES))
+    }
+
+    fn forward_begin(&self) -> Result<(), Error> {
+        Err(Error::Unsupported(NO_KERNEL_CORES))
+    }
+
+    fn forward_end(&self) -> Result<u64, Error> {
+        Err(Error::Unsupported(NO_KERNEL_CORES))
     }
 
     fn ticks_per_sec(&self) -> u64 {

@@ -15,6 +15,8 @@
 //! | `desc_scope` / `desc_*` | `libos::fd`: `Scope::Process` (process-wide table) vs `Scope::Private` (the context's `SHARE_PRIVATE` table); open = console, dup/close |
 //! | `share_open(Process/Worker)` / `share_add` / `share_del` | one shared share for the process vs a `SHARE_PRIVATE` share per core; `share_addobj` / `share_delobj` |
 //! | `null_syscall` | `null` |
+//! | `null_syscall_batch` | `syscall_batch` of `null` entries (at most 64), every entry's result checked |
+//! | `forward_begin` / `forward_end` | the highest other core made a kernel core and the caller's core an application core (`pcore_set_role` through pcore objects made for them); afterwards both get their old roles back and the KC's `core_stats().syscalls_served` difference is returned |
 //! | `ticks` / `ticks_per_sec` | `rdtsc` / `SysInfo::tsc_per_ms` |
 //! | `marker` | the marker `out` from ring 3 (the kernel's TSS I/O bitmap opens port 0x501) |
 
@@ -92,6 +94,15 @@ impl Platform for Ours {
         Err(NO)
     }
     fn null_syscall(&self) {}
+    fn null_syscall_batch(&self, _n: usize) -> Result<(), Error> {
+        Err(NO)
+    }
+    fn forward_begin(&self) -> Result<(), Error> {
+        Err(NO)
+    }
+    fn forward_end(&self) -> Result<u64, Error> {
+        Err(NO)
+    }
     fn ticks_per_sec(&self) -> u64 {
         0
     }
@@ -101,7 +112,7 @@ impl Platform for Ours {
 #[cfg(target_os = "none")]
 mod imp {
     use crate::{Error, Handle, MapKind, Platform, Scope};
-    use abi::{ArKind, ArMapping, ObjName, ObjType, ObjectId, SegMapping, MAP_READ, MAP_WRITE, MEMID_SELF, SHARE_PRIVATE};
+    use abi::{nr, ArKind, ArMapping, BatchEntry, ObjName, ObjType, ObjectId, SegMapping, MAP_READ, MAP_WRITE, MEMID_SELF, ROLE_AC, ROLE_KC, SHARE_PRIVATE};
     use core::cell::UnsafeCell;
     use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use libos::sys;
@@ -138,6 +149,56 @@ mod imp {
     static LOCAL_ROOTS: [AtomicU64; MAX_CORES] = [const { AtomicU64::new(0) }; MAX_CORES];
     static DESC_PRIVATE: [AtomicBool; MAX_CORES] = [const { AtomicBool::new(false) }; MAX_CORES];
     static DESC_TABLE: [AtomicU64; MAX_CORES] = [const { AtomicU64::new(0) }; MAX_CORES];
+
+    /// Most null calls in one `null_syscall_batch` (the entries live on the stack).
+    const MAX_NULL_BATCH: usize = 64;
+
+    /// What `forward_begin` changed, for `forward_end` to undo (one forwarding worker at a
+    /// time).
+    struct Forwarding {
+        /// The kernel core, its pcore object and its role before.
+        kc: u64,
+        kc_pcore: ObjName,
+        kc_role: u64,
+        /// The caller's core's pcore object and its role before.
+        me_pcore: ObjName,
+        me_role: u64,
+        /// The kernel core's `syscalls_served` when it became one.
+        served: u64,
+    }
+    struct ForwardState {
+        lock: AtomicBool,
+        inner: UnsafeCell<Option<Forwarding>>,
+    }
+    // SAFETY: `inner` is only touched by the caller that set `lock` (see `with_forwarding`).
+    unsafe impl Sync for ForwardState {}
+    static FORWARDING: ForwardState = ForwardState { lock: AtomicBool::new(false), inner: UnsafeCell::new(None) };
+
+    fn with_forwarding<R>(f: impl FnOnce(&mut Option<Forwarding>) -> R) -> R {
+        while FORWARDING.lock.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            core::hint::spin_loop();
+        }
+        // SAFETY: the lock is held.
+        let r = f(unsafe { &mut *FORWARDING.inner.get() });
+        FORWARDING.lock.store(false, Ordering::Release);
+        r
+    }
+
+    fn role_of(core: u64) -> Result<u64, Error> {
+        sys::core_stats(core).map(|s| s.role).map_err(e("core_stats"))
+    }
+
+    /// A pcore object for `core` in the process share, deleted again if `f` fails.
+    fn with_pcore<R>(name: &str, core: u64, f: impl FnOnce(ObjName) -> Result<R, Error>) -> Result<(ObjName, R), Error> {
+        let p = ObjName::new(seg_share(), sys::pcore_alloc(seg_share(), name, core).map_err(e("pcore_alloc"))?);
+        match f(p) {
+            Ok(r) => Ok((p, r)),
+            Err(x) => {
+                let _ = sys::share_delobj(p);
+                Err(x)
+            }
+        }
+    }
 
     fn shared_ar() -> ObjName {
         ObjName::new(SHARED_AR_SHARE.load(Ordering::Relaxed), SHARED_AR.load(Ordering::Relaxed))
@@ -509,6 +570,70 @@ mod imp {
         }
         fn null_syscall(&self) {
             let _ = sys::null();
+        }
+        fn null_syscall_batch(&self, n: usize) -> Result<(), Error> {
+            if n == 0 || n > MAX_NULL_BATCH {
+                return Err(Error::Param("batch must be 1..=64"));
+            }
+            let mut entries = [BatchEntry { nr: nr::NULL, args: [0; 6], result: -1 }; MAX_NULL_BATCH];
+            // SAFETY: `entries` is a live, writable array of at least `n` entries.
+            let r = unsafe { sys::call(nr::SYSCALL_BATCH, entries.as_mut_ptr() as u64, n as u64, 0, 0, 0, 0) };
+            match r {
+                Ok(k) if k == n as u64 => {}
+                Ok(_) => return Err(Error::Check("syscall_batch ran fewer calls than it was given")),
+                Err(x) => return Err(e("syscall_batch")(x)),
+            }
+            if entries[..n].iter().any(|x| x.result != 0) {
+                return Err(Error::Check("a batched null call failed"));
+            }
+            Ok(())
+        }
+        fn forward_begin(&self) -> Result<(), Error> {
+            if self.cores < 2 {
+                return Err(Error::Unsupported("a kernel core at 1 vCPU (no second core to make one)"));
+            }
+            with_forwarding(|state| {
+                if state.is_some() {
+                    return Err(Error::Unsupported("two forwarding workers at once"));
+                }
+                let me = libos::core_id();
+                // The highest core the caller is not on: with one worker (on core 0) it runs
+                // nothing, and only an idle core can become a kernel core.
+                let kc = (0..self.cores as u64).rev().find(|&c| c != me).ok_or(Error::Param("no other core"))?;
+                let (kc_role, me_role) = (role_of(kc)?, role_of(me)?);
+                let (kc_pcore, served) = with_pcore("bench-kc", kc, |p| {
+                    sys::pcore_set_role(p, ROLE_KC).map_err(e("pcore_set_role KC"))?;
+                    let served = sys::core_stats(kc).map(|s| s.syscalls_served).map_err(e("core_stats"));
+                    if served.is_err() {
+                        let _ = sys::pcore_set_role(p, kc_role);
+                    }
+                    served
+                })?;
+                // The caller's own core becomes an AC (from its next system call on).
+                let me_pcore = with_pcore("bench-ac", me, |p| sys::pcore_set_role(p, ROLE_AC).map(|_| ()).map_err(e("pcore_set_role AC")));
+                let me_pcore = match me_pcore {
+                    Ok((p, ())) => p,
+                    Err(x) => {
+                        let _ = sys::pcore_set_role(kc_pcore, kc_role);
+                        let _ = sys::share_delobj(kc_pcore);
+                        return Err(x);
+                    }
+                };
+                *state = Some(Forwarding { kc, kc_pcore, kc_role, me_pcore, me_role, served });
+                Ok(())
+            })
+        }
+        fn forward_end(&self) -> Result<u64, Error> {
+            let f = with_forwarding(|state| state.take()).ok_or(Error::Param("forward_end without forward_begin"))?;
+            // The caller's core first: the last kernel core cannot stop while an AC runs.
+            let me_back = sys::pcore_set_role(f.me_pcore, f.me_role).map_err(e("pcore_set_role back from AC"));
+            let served = sys::core_stats(f.kc).map(|s| s.syscalls_served.wrapping_sub(f.served)).map_err(e("core_stats"));
+            let kc_back = sys::pcore_set_role(f.kc_pcore, f.kc_role).map_err(e("pcore_set_role back from KC"));
+            let _ = sys::share_delobj(f.me_pcore);
+            let _ = sys::share_delobj(f.kc_pcore);
+            me_back?;
+            kc_back?;
+            served
         }
         fn ticks_per_sec(&self) -> u64 {
             self.tsc_hz

@@ -4,15 +4,15 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::catalog::MAX_CORES;
-use crate::harness::{run_workers, Gate, Outcome, PAGE};
+use crate::harness::{run_workers, Gate, Marks, Outcome, PAGE};
 use crate::params::Params;
 use crate::{Error, MapKind, Platform, Scope};
 
 /// Run the benchmark `params` names with `params.workers` workers (0: one per core).
 pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
     let spec = params.spec;
-    let n = if params.workers == 0 { p.cores() } else { params.workers };
-    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, params.marked, work);
+    let n = if spec.kernel_core { spec.workers(p.cores()) } else if params.workers == 0 { p.cores() } else { params.workers };
+    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, marks(params), work);
     match spec.name {
         "memclone_threads" | "memclone_procs" => {
             let pages = params.count("pages")?;
@@ -127,6 +127,42 @@ pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
                 Ok(iters as u64)
             })
         }
+        "nullsyscall_forwarded" | "nullsyscall_batched" => {
+            let iters = params.count("iters")?;
+            let batch = if spec.name == "nullsyscall_batched" { params.count("batch")? } else { 1 };
+            let rounds = iters / batch;
+            if rounds == 0 {
+                return Err(Error::Param("iters is smaller than batch"));
+            }
+            let ops = (rounds * batch) as u64;
+            go(&|_, gate| {
+                p.forward_begin()?;
+                gate.start();
+                let mut r = Ok(());
+                if batch == 1 {
+                    // The same loop as `nullsyscall`, only on an application core.
+                    for _ in 0..rounds {
+                        p.null_syscall();
+                    }
+                } else {
+                    for _ in 0..rounds {
+                        r = p.null_syscall_batch(batch);
+                        if r.is_err() {
+                            break;
+                        }
+                    }
+                }
+                gate.stop();
+                // Roles are restored on every path, errors included.
+                let served = p.forward_end();
+                r?;
+                // One forwarded system call per batch (the batch is one round trip).
+                if served? < ops / batch as u64 {
+                    return Err(Error::Check("the kernel core served fewer calls than were forwarded"));
+                }
+                Ok(ops)
+            })
+        }
         "pagefault_zero" => {
             let (pages, rounds) = (params.count("pages")?, params.count("rounds")?);
             go(&|_, gate| {
@@ -157,6 +193,17 @@ pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
             }
         }),
         _ => Err(Error::Unsupported("benchmark listed in the catalog but not in the suite")),
+    }
+}
+
+/// The region markers of a run: none for the unmarked calibration; every vCPU for a
+/// kernel-core benchmark (its one worker's calls run on the kernel core, whose polling and
+/// serving count); otherwise each worker's own vCPU.
+fn marks(params: &Params) -> Marks {
+    match (params.marked, params.spec.kernel_core) {
+        (false, _) => Marks::Off,
+        (true, true) => Marks::AllVcpus,
+        (true, false) => Marks::PerWorker,
     }
 }
 
@@ -194,7 +241,7 @@ fn counters<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Er
     // SAFETY (for every `at` below): offsets stay inside the `bytes`-long live mapping, are
     // 8-byte aligned, and the memory is only ever accessed atomically.
     let at = |off: usize| -> &AtomicU64 { unsafe { &*((base + off) as *const AtomicU64) } };
-    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, params.marked, work);
+    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, marks(params), work);
     let (r, total) = match spec.name {
         "counter_shared" => {
             let r = go(&|_, g| {

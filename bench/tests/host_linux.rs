@@ -10,7 +10,7 @@ use bench::{suite, Platform, BENCHES};
 #[test]
 fn every_benchmark_runs_natively_with_two_workers() {
     let p = bench::linux::Linux::new(false);
-    for spec in BENCHES.iter().filter(|b| !b.hidden) {
+    for spec in BENCHES.iter().filter(|b| !b.hidden && !b.kernel_core) {
         let line = format!("bench={} workers=2 iters=40 pages=4 rounds=3 batch=4", spec.name);
         let params = Params::parse(&line).unwrap();
         let out = suite::run(&p, &params).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
@@ -24,6 +24,21 @@ fn every_benchmark_runs_natively_with_two_workers() {
         assert!(out.ticks > 0 && out.busy_ticks > 0, "{}: no time measured", spec.name);
     }
     assert!(p.ticks_per_sec() > 1_000_000, "TSC calibration");
+}
+
+/// Linux has no kernel cores: the benchmarks that need one refuse (the harness records them
+/// as unavailable without booting), with one worker and before anything is timed.
+#[test]
+fn kernel_core_benchmarks_are_refused_on_linux() {
+    let p = bench::linux::Linux::new(false);
+    for spec in BENCHES.iter().filter(|b| b.kernel_core) {
+        assert_eq!(spec.workers(4), 1, "{}", spec.name);
+        let line = format!("bench={} workers=2 iters=128", spec.name);
+        let params = Params::parse(&line).unwrap();
+        let r = suite::run(&p, &params);
+        assert_eq!(r, Err(bench::Error::Unsupported(bench::linux::NO_KERNEL_CORES)), "{}", spec.name);
+    }
+    assert!(BENCHES.iter().filter(|b| b.kernel_core).count() >= 2);
 }
 
 #[test]

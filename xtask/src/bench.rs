@@ -474,7 +474,7 @@ mod tests {
         let lacks = |b: &BenchSpec| (b.name == "thread_mt").then_some("ours: an empty thread needs time-sharing (test backend)");
         let records = run_matrix(&o, &|_| None, &mut |s, b, p, c| {
             if s == System::Ours {
-                if let Some(why) = lacks(b).or(ours::unsupported(b)) {
+                if let Some(why) = lacks(b).or(ours::unsupported(b, c)) {
                     return Record::without_result("ours", b, p.to_vec(), c, Status::Unavailable, why);
                 }
             }

@@ -46,8 +46,8 @@ pub trait Guest {
     /// The machine for one run without vCPUs, memory and plugin (set by [`run_one`]): what to
     /// boot, and `words` (`bench=NAME workers=N key=value ...`) on its command line.
     fn vm(&self, words: &str) -> VmConfig;
-    /// Why this system cannot run `spec` at all, if it cannot (then it is not booted).
-    fn unsupported(&self, _spec: &BenchSpec) -> Option<&'static str> {
+    /// Why this system cannot run `spec` at `cores` vCPUs, if it cannot (then it is not booted).
+    fn unsupported(&self, _spec: &BenchSpec, _cores: u32) -> Option<&'static str> {
         None
     }
     /// The record for a guest that ran to the end, from what its result line said. The
@@ -57,9 +57,10 @@ pub trait Guest {
     }
 }
 
-/// The guest's command-line words for one run.
+/// The guest's command-line words for one run: one worker per vCPU, or one for a benchmark
+/// whose second core is a kernel core (`BenchSpec::kernel_core`).
 pub fn words(spec: &BenchSpec, params: &[(String, u64)], cores: u32) -> String {
-    let mut w = format!("bench={} workers={cores}", spec.name);
+    let mut w = format!("bench={} workers={}", spec.name, spec.workers(cores as usize));
     for (k, v) in params {
         w.push_str(&format!(" {k}={v}"));
     }
@@ -71,7 +72,7 @@ pub fn run_one(g: &dyn Guest, spec: &'static BenchSpec, params: &[(String, u64)]
     let c = g.common();
     let system = c.system;
     let blank = |status, reason: String| Record::without_result(system, spec, params.to_vec(), cores, status, &reason);
-    if let Some(why) = g.unsupported(spec) {
+    if let Some(why) = g.unsupported(spec, cores) {
         return blank(Status::Unavailable, why.to_string());
     }
     let stem = format!("{system}-{}-{cores}", spec.name);
@@ -158,8 +159,9 @@ pub fn record_from_serial(system: &str, spec: &BenchSpec, params: &[(String, u64
     if rec.ops.is_none() || rec.ns.is_none() || rec.workers.is_none() {
         return Err(format!("malformed result line: {line}"));
     }
-    if rec.workers != Some(cores as u64) {
-        return Err(format!("the guest ran {} workers on {cores} vCPUs", rec.workers.unwrap_or(0)));
+    let want = spec.workers(cores as usize) as u64;
+    if rec.workers != Some(want) {
+        return Err(format!("the guest ran {} workers on {cores} vCPUs, want {want}", rec.workers.unwrap_or(0)));
     }
     Ok(rec)
 }
@@ -203,6 +205,10 @@ mod tests {
         assert!(record_from_serial("linux", spec, &p, 2, "bench-error name=dupclose msg=dup failed (error 24)\n").unwrap_err().contains("dup failed"));
         assert!(record_from_serial("linux", spec, &p, 2, "Kernel panic\n").unwrap_err().contains("Kernel panic"));
         assert!(record_from_serial("linux", spec, &p, 4, ok).is_err(), "worker count must match the vCPUs");
+        let kc = catalog::find("nullsyscall_forwarded").unwrap();
+        let one = ok.replace("name=dupclose", "name=nullsyscall_forwarded").replace("workers=2", "workers=1");
+        assert_eq!(record_from_serial("ours", kc, &p, 2, &one).unwrap().workers, Some(1), "one worker, the other vCPU is the kernel core");
+        assert!(record_from_serial("ours", kc, &p, 2, &ok.replace("name=dupclose", "name=nullsyscall_forwarded")).is_err());
         let other = ok.replace("name=dupclose", "name=stat_mt");
         assert!(record_from_serial("linux", spec, &p, 2, &other).is_err());
     }
@@ -220,5 +226,8 @@ mod tests {
         let spec = catalog::find("counter_sloppy").unwrap();
         let p = vec![("iters".to_string(), 5), ("batch".to_string(), 8), ("reps".to_string(), 3)];
         assert_eq!(words(spec, &p, 2), "bench=counter_sloppy workers=2 iters=5 batch=8 reps=3");
+        // A kernel-core benchmark has one worker; the other vCPU becomes the kernel core.
+        let kc = catalog::find("nullsyscall_batched").unwrap();
+        assert_eq!(words(kc, &[("iters".to_string(), 128)], 2), "bench=nullsyscall_batched workers=1 iters=128");
     }
 }

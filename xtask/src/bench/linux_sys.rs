@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::catalog::BenchSpec;
 use super::guest::{Common, Guest};
 use crate::qemu::VmConfig;
 
@@ -155,11 +156,29 @@ impl Guest for LinuxSystem {
         let extra = vec!["-kernel".into(), self.kernel.display().to_string(), "-initrd".into(), self.initrd.display().to_string(), "-append".into(), cmdline];
         VmConfig { extra, ..VmConfig::default() }
     }
+
+    fn unsupported(&self, spec: &BenchSpec, _cores: u32) -> Option<&'static str> {
+        unsupported(spec)
+    }
+}
+
+/// Why Linux cannot run a benchmark: the kernel-core ones need a core that runs other cores'
+/// system calls, which Linux does not have.
+pub fn unsupported(spec: &BenchSpec) -> Option<&'static str> {
+    spec.kernel_core.then_some("Linux has no kernel cores (no core runs another core's system calls)")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_core_benchmarks_are_unavailable_on_linux() {
+        for b in super::super::catalog::BENCHES {
+            assert_eq!(unsupported(b).is_some(), b.kernel_core, "{}", b.name);
+        }
+        assert!(unsupported(super::super::catalog::find("nullsyscall_forwarded").unwrap()).is_some_and(|w| w.contains("no kernel cores")));
+    }
 
     /// A minimal ELF64 with one PT_NOTE segment holding `notes` (name, type).
     fn elf_with_notes(notes: &[(&[u8], u32)]) -> Vec<u8> {

@@ -12,12 +12,11 @@ use super::guest::{Common, Guest};
 use super::record::{Record, Status};
 use crate::qemu::{BootMedium, VmConfig};
 
-/// Why a benchmark cannot run on this system, or None if it can.
-pub fn unsupported(spec: &BenchSpec) -> Option<&'static str> {
-    // Every benchmark of the catalog runs here now (thread_mt/thread_mp time-share each
-    // worker's core with its threads, since TC cores exist). Kept for the next one that cannot.
-    let _ = spec;
-    None
+/// Why a benchmark cannot run on this system at `cores` vCPUs, or None if it can. Every
+/// benchmark of the catalog runs here (thread_mt/thread_mp time-share each worker's core with
+/// its threads, since TC cores exist); the kernel-core ones need a second core.
+pub fn unsupported(spec: &BenchSpec, cores: u32) -> Option<&'static str> {
+    (spec.kernel_core && cores < 2).then_some("needs 2 vCPUs or more: no second core to make a kernel core at 1 vCPU")
 }
 
 /// What the library OS backend says when it lacks an operation (`bench::Error::Unsupported`).
@@ -53,8 +52,8 @@ impl Guest for OursSystem {
         }
     }
 
-    fn unsupported(&self, spec: &BenchSpec) -> Option<&'static str> {
-        unsupported(spec)
+    fn unsupported(&self, spec: &BenchSpec, cores: u32) -> Option<&'static str> {
+        unsupported(spec, cores)
     }
 
     /// A missing operation is `unavailable`, not an error; a result is only good if the
@@ -90,7 +89,10 @@ mod tests {
         let missing = "bench-error name=stat_mt msg=thread_create_join is not provided by this backend\nbench-done\n";
         assert_eq!(rec(missing).unwrap_err().0, Status::Unavailable);
         assert_eq!(rec("bench-error name=stat_mt msg=obj_stat failed (error 3)\n").unwrap_err().0, Status::Error);
-        assert!(unsupported(catalog::find("thread_mt").unwrap()).is_none());
-        assert!(unsupported(spec).is_none());
+        assert!(unsupported(catalog::find("thread_mt").unwrap(), 1).is_none());
+        assert!(unsupported(spec, 2).is_none());
+        let kc = catalog::find("nullsyscall_batched").unwrap();
+        assert!(unsupported(kc, 1).is_some_and(|w| w.contains("kernel core")));
+        assert!(unsupported(kc, 2).is_none());
     }
 }
