@@ -123,16 +123,24 @@ impl<T> KRef<T> {
     /// it was marked with `defer_free` before the reader could see it, and the reader is
     /// inside a reclamation operation.
     pub unsafe fn try_clone_raw(ptr: *mut ()) -> Option<Self> {
-        // SAFETY: by the caller's guarantee the allocation (not necessarily the value) is alive.
-        let inner = unsafe { &*(ptr as *const Inner<T>) };
+        // SAFETY: by the caller's guarantee the allocation (not necessarily the value) is
+        // alive; `into_raw` never returns null.
+        let ptr = unsafe { NonNull::new_unchecked(ptr as *mut Inner<T>) };
+        Self::from_live_allocation(ptr)
+    }
+
+    /// A new reference if the value still has one (count raised only from non-zero).
+    /// `ptr`'s allocation must be alive (a weak reference, or a deferred free).
+    fn from_live_allocation(ptr: NonNull<Inner<T>>) -> Option<Self> {
+        // SAFETY: as the callers guarantee, the allocation is alive.
+        let inner = unsafe { ptr.as_ref() };
         let mut n = inner.strong.load(Ordering::Relaxed);
         loop {
             if n == 0 {
                 return None;
             }
             match inner.strong.compare_exchange_weak(n, n + 1, Ordering::Acquire, Ordering::Relaxed) {
-                // SAFETY: non-null, as above.
-                Ok(_) => return Some(KRef { ptr: unsafe { NonNull::new_unchecked(ptr as *mut Inner<T>) }, _owns: PhantomData }),
+                Ok(_) => return Some(KRef { ptr, _owns: PhantomData }),
                 Err(now) => n = now,
             }
         }
@@ -175,7 +183,7 @@ fn release_weak<T>(ptr: NonNull<Inner<T>>) {
             // SAFETY: the last reference of either kind is gone, so only lock-free readers
             // that found the pointer before it was unlinked can still look at the allocation;
             // they are inside reclamation operations, which the grace period waits for.
-            unsafe { super::share::retire_memory(ptr.as_ptr() as *mut (), free_inner::<T>) };
+            unsafe { super::share::retire(ptr.as_ptr() as *mut (), free_inner::<T>) };
         } else {
             crate::mm::heap::free(ptr.as_ptr() as *mut u8, Layout::new::<Inner<T>>());
         }
@@ -215,18 +223,8 @@ fn drop_last<T>(ptr: NonNull<Inner<T>>) {
 
 impl<T> KWeak<T> {
     pub fn upgrade(&self) -> Option<KRef<T>> {
-        // SAFETY: a KWeak keeps the allocation (not the value) alive.
-        let inner = unsafe { self.ptr.as_ref() };
-        let mut n = inner.strong.load(Ordering::Relaxed);
-        loop {
-            if n == 0 {
-                return None;
-            }
-            match inner.strong.compare_exchange_weak(n, n + 1, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => return Some(KRef { ptr: self.ptr, _owns: PhantomData }),
-                Err(now) => n = now,
-            }
-        }
+        // A KWeak keeps the allocation (not the value) alive.
+        KRef::from_live_allocation(self.ptr)
     }
 
     pub fn ptr_eq_strong(&self, s: &KRef<T>) -> bool {

@@ -71,9 +71,8 @@ impl Table {
     /// and its objects alive (private: only the caller changes it; shared: inside a
     /// reclamation operation). The table is never more than half used, so a probe sequence
     /// always ends at an empty slot; the bound only guards against a broken invariant.
-    /// `SHARED`: writers may run meanwhile (a shared share; `get` checks what it found).
     #[inline]
-    fn find_raw<const SHARED: bool>(&self, id: u64) -> Option<*mut ()> {
+    fn find_raw(&self, id: u64) -> Option<*mut ()> {
         let mask = self.slots.len() - 1;
         let mut i = self.home(id);
         for _ in 0..self.slots.len() {
@@ -100,7 +99,7 @@ impl Table {
     /// operation has ended (dropping may free, and freeing may wait for a grace period).
     #[inline]
     fn get_shared(&self, id: u64) -> Result<Option<ObjRef>, ObjRef> {
-        let Some(p) = self.find_raw::<true>(id) else { return Ok(None) };
+        let Some(p) = self.find_raw(id) else { return Ok(None) };
         // SAFETY: `p` was published after `KRef::defer_free`, and the caller is inside a
         // reclamation operation, so the allocation is alive.
         match unsafe { KRef::<KObject>::try_clone_raw(p) } {
@@ -256,12 +255,14 @@ fn this_core() -> usize {
 
 /// Free `p` with `free` once no lookup can still see it. If the deferred list is full (it
 /// keeps the room it got at boot), wait for a grace period here instead. Every
-/// `COLLECT_BATCH` retires the core drives the token and frees what is ready. The caller
-/// holds no lock and no reclamation operation.
+/// `COLLECT_BATCH` retires the core drives the token and frees what is ready. Used for
+/// replaced tables and, through `KRef`'s deferred free, for the memory of objects that were
+/// in a shared share. The caller holds no reclamation operation (waiting for a grace period
+/// inside one would wait for itself); locks are fine, since lookups never take them.
 ///
 /// # Safety
 /// As for `Domain::try_retire_raw_on`: `p` is unlinked and `free(p)` is sound once.
-unsafe fn retire(p: *mut (), free: unsafe fn(*mut ())) {
+pub(super) unsafe fn retire(p: *mut (), free: unsafe fn(*mut ())) {
     let Some(d) = reclaim() else {
         // SAFETY: before the other cores start nobody else can hold p.
         unsafe { free(p) };
@@ -285,16 +286,6 @@ unsafe fn retire(p: *mut (), free: unsafe fn(*mut ())) {
             unsafe { free(p) };
         }
     }
-}
-
-/// Free an object's memory once no lookup in a shared share can still see it (`KRef`'s
-/// deferred free; see `KRef::defer_free`). The caller holds no reclamation operation.
-///
-/// # Safety
-/// As for `retire`.
-pub(super) unsafe fn retire_memory(p: *mut (), free: unsafe fn(*mut ())) {
-    // SAFETY: forwarded from the caller.
-    unsafe { retire(p, free) }
 }
 
 /// Move the token round the cores once if it can (a visit only reads the visited core's
@@ -443,7 +434,7 @@ impl Share {
         }
         if self.owner.is_some() {
             // SAFETY: the owner core's table reference keeps the count at least one.
-            let found = self.table().and_then(|t| t.find_raw::<false>(id)).map(|p| unsafe { KRef::clone_raw(p) });
+            let found = self.table().and_then(|t| t.find_raw(id)).map(|p| unsafe { KRef::clone_raw(p) });
             return found.ok_or(Error::NoSuchObject);
         }
         let found = match reclaim() {
@@ -477,7 +468,7 @@ impl Share {
         if !is_object_id(id) {
             return Ok(None);
         }
-        let Some(p) = self.table().and_then(|t| t.find_raw::<false>(id)) else { return Ok(None) };
+        let Some(p) = self.table().and_then(|t| t.find_raw(id)) else { return Ok(None) };
         if self.lent.load(Ordering::Relaxed) != EMPTY {
             // SAFETY: the table's reference keeps the count at least one while this runs.
             return Ok(Some(Borrowed::Owned(unsafe { KRef::<KObject>::clone_raw(p) })));

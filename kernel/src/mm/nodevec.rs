@@ -37,14 +37,6 @@ impl<T> NodeVec<T> {
         NodeVec { ptr: NonNull::dangling(), len: 0, cap: 0, node, _owns: PhantomData }
     }
 
-    pub fn node(&self) -> usize {
-        self.node
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.cap
-    }
-
     fn layout(cap: usize) -> Result<Layout, NoMemory> {
         Layout::array::<T>(cap).map_err(|_| NoMemory)
     }

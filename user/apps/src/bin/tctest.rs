@@ -230,9 +230,6 @@ fn no_leak(f: fn() -> TestResult) -> TestResult {
 fn halt_queued() -> TestResult {
     let page = SharedPage::new("tc-shared")?;
     let sh = shared();
-    for w in sh.iter() {
-        w.store(0, Ordering::Relaxed);
-    }
     let mut a = page.core(TC)?;
     let mut b = page.core(TC)?;
     // A runs with one tick a second, so B stays queued behind it for a while.
@@ -275,9 +272,6 @@ fn exit_orders() -> TestResult {
     for places in cases {
         let page = SharedPage::new("tc-shared")?;
         let sh = shared();
-        for w in sh.iter() {
-            w.store(0, Ordering::Relaxed);
-        }
         sh[ALIVE].store(places.iter().filter(|&&p| p != FAULT).count() as u64, Ordering::Release);
         let mut cs = [page.core(TC)?, page.core(TC)?, page.core(TC)?, page.core(TC)?];
         for (i, c) in cs.iter_mut().enumerate() {
@@ -309,10 +303,6 @@ fn t_yield() -> TestResult {
         return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
     }
     let page = SharedPage::new("tc-shared")?;
-    let sh = shared();
-    for w in sh.iter() {
-        w.store(0, Ordering::Relaxed);
-    }
     let mut cs = [page.core(TC)?, page.core(TC)?];
     for (i, c) in cs.iter_mut().enumerate() {
         // One tick a second: nearly every switch must come from pcore_yield.
@@ -351,9 +341,6 @@ fn t_queue_full() -> TestResult {
     }
     let page = SharedPage::new("tc-shared")?;
     let sh = shared();
-    for w in sh.iter() {
-        w.store(0, Ordering::Relaxed);
-    }
     // One running plus TC_MAX_QUEUED queued: the next one is refused.
     let mut cs: [Option<Core>; TC_MAX_QUEUED + 2] = [const { None }; TC_MAX_QUEUED + 2];
     for (i, slot) in cs.iter_mut().enumerate() {
@@ -426,9 +413,6 @@ fn t_bad_input() -> TestResult {
     } else if cores() >= 3 && role_of(2) != ROLE_TC && role_of(2) != ROLE_KC {
         let page = SharedPage::new("tc-shared")?;
         let sh = shared();
-        for w in sh.iter() {
-            w.store(0, Ordering::Relaxed);
-        }
         let mut a = ok!(Core::prepare(2, &CoreOpts::default()));
         ok!(page.map_into(a.root_ar));
         let mut b = ok!(Core::prepare(2, &CoreOpts::default()));
