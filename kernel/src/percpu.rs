@@ -58,6 +58,9 @@ pub struct PerCpu {
     /// index when it acts for nobody. Read gs-relative on every share lookup (the private
     /// share owner check), so it is one load.
     acting_index: AtomicUsize,
+    /// The area of `acting_index`: this area, or the client's while acting for it. Read
+    /// gs-relative at the start of every system call that names an object (`acting`).
+    acting_area: AtomicPtr<PerCpu>,
     /// Set while this core runs a system call (not a page fault inside it): where
     /// command-line fault injection applies.
     pub injectable: AtomicBool,
@@ -135,6 +138,7 @@ impl PerCpu {
             polling: AtomicBool::new(false),
             acting: AtomicUsize::new(crate::roles::NO_CORE),
             acting_index: AtomicUsize::new(index),
+            acting_area: AtomicPtr::new(core::ptr::null_mut()),
             injectable: AtomicBool::new(false),
             runq: crate::sched::RunQueue::new(),
         }
@@ -148,6 +152,7 @@ static ONLINE: AtomicUsize = AtomicUsize::new(0);
 /// core before starting it, so `all()` sees every core that exists).
 pub fn publish(area: &'static mut PerCpu) -> &'static PerCpu {
     area.self_ptr = area as *const PerCpu;
+    *area.acting_area.get_mut() = area as *mut PerCpu;
     CPUS[area.index].store(area, Ordering::Release);
     area
 }
@@ -207,14 +212,17 @@ pub fn current_index() -> usize {
 
 /// The area whose context system calls on this core act in: our own, or while a kernel core
 /// runs a forwarded call, the client's.
-#[inline]
+#[inline(always)]
 pub fn acting() -> &'static PerCpu {
-    let me = this();
-    let a = me.acting.load(Ordering::Acquire);
-    if a == crate::roles::NO_CORE {
-        me
-    } else {
-        get(a).unwrap_or(me)
+    let p: *const PerCpu;
+    // SAFETY: as for `this`: GS points at this core's PerCpu, and `acting_area` is a field of
+    // it (an AtomicPtr; a plain aligned load is an atomic load on x86-64) that only this core
+    // writes. It holds a published area's address from `publish` on (areas are published
+    // before their core runs anything) and is only ever set to published areas, which are
+    // 'static.
+    unsafe {
+        asm!("mov {}, gs:[{off}]", out(reg) p, off = const core::mem::offset_of!(PerCpu, acting_area), options(nostack, readonly, preserves_flags));
+        &*p
     }
 }
 
@@ -234,15 +242,17 @@ pub fn acting_index() -> usize {
 
 impl PerCpu {
     /// Start acting for `client`'s context (a kernel core serving a forwarded call).
-    pub fn act_for(&self, client: usize) {
-        self.acting_index.store(client, Ordering::Release);
-        self.acting.store(client, Ordering::Release);
+    pub fn act_for(&self, client: &'static PerCpu) {
+        self.acting_area.store(client as *const PerCpu as *mut PerCpu, Ordering::Release);
+        self.acting_index.store(client.index, Ordering::Release);
+        self.acting.store(client.index, Ordering::Release);
     }
 
     /// Act for this core's own context again.
     pub fn stop_acting(&self) {
         self.acting.store(crate::roles::NO_CORE, Ordering::Release);
         self.acting_index.store(self.index, Ordering::Release);
+        self.acting_area.store(self as *const PerCpu as *mut PerCpu, Ordering::Release);
     }
 }
 

@@ -187,7 +187,7 @@ fn run_for(me: &'static PerCpu, root: &mut LoadedRoot, client: &'static PerCpu, 
     // put; we read it through the acting-core indirection only.
     let Some(ar) = client.context.root_for_server() else { return Err(Error::NotPermitted) };
     root.enter(me, &ar)?;
-    me.act_for(client.index);
+    me.act_for(client);
     cpu::enable_interrupts();
     me.injectable.store(true, Ordering::Relaxed);
     let r = crate::syscall::dispatch(nr, args);

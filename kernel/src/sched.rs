@@ -344,8 +344,7 @@ pub fn request_yield() -> Result<u64, Error> {
 /// interrupts off. It is taken as soon as `sysret` re-enables interrupts, so its frame is in
 /// user mode and the handler switches there (switches happen only from user-mode frames).
 #[inline]
-pub fn yield_on_return() {
-    let me = percpu::this();
+pub fn yield_on_return(me: &percpu::PerCpu) {
     // On every system call's path: two loads for every core that is not a TC.
     if me.role.load(Ordering::Relaxed) != ROLE_TC || me.acting.load(Ordering::Relaxed) != crate::roles::NO_CORE {
         return;

@@ -7,6 +7,7 @@ use core::sync::atomic::Ordering;
 use crate::arch::x86_64::syscall::{copy_from_user, copy_to_user, read_user, write_user, SyscallFrame};
 use crate::context::{self, with_current, with_current_mut, Context};
 use crate::kobj::kref::KRef;
+use crate::kobj::share::Lease;
 use crate::kobj::{ar, device, memid_core, pcore, segment, share, KObject, Kind, ObjRef};
 use crate::percpu;
 use abi::*;
@@ -26,7 +27,7 @@ extern "C" fn syscall_dispatch(f: &mut SyscallFrame) {
     };
     f.rax = encode(r) as u64;
     // `pcore_yield`: switch as this call returns to user mode (sched::yield_on_return).
-    crate::sched::yield_on_return();
+    crate::sched::yield_on_return(me);
 }
 
 /// The core whose context this call acts for: this core, or the application core a kernel
@@ -61,39 +62,20 @@ fn with_share_in<R>(c: &Context, share_id: u64, f: impl FnOnce(&ObjRef) -> Resul
     f(&s)
 }
 
-/// A share reached from a context (see `resolve_share`).
-enum ShareRef<'a> {
-    /// The root share or one in the share set.
-    Here(&'a ObjRef),
-    /// Held by the (private) root share: lent, not counted.
-    Borrowed(share::Borrowed<'a>),
-    /// Held by a share in the set: a reference of its own.
-    Owned(ObjRef),
-}
-
-impl core::ops::Deref for ShareRef<'_> {
-    type Target = ObjRef;
-    #[inline]
-    fn deref(&self) -> &ObjRef {
-        match self {
-            ShareRef::Here(o) => o,
-            ShareRef::Borrowed(b) => b,
-            ShareRef::Owned(o) => o,
-        }
-    }
-}
-
 /// The share `share_id` if it is reachable from context `c`: the root share, a share in the
 /// set, or a share held by one of those. No allocation and, for the direct cases and a share
 /// held by the (private) root share, no reference-count traffic. The common cases are inline
 /// (this is on nearly every call's path); the rest is `resolve_slow`.
 #[inline(always)]
-fn resolve_share(c: &Context, share_id: u64) -> Result<ShareRef<'_>, Error> {
+fn resolve_share(c: &Context, share_id: u64) -> Result<Lease<'_>, Error> {
     if c.root_share.id == share_id {
-        return Ok(ShareRef::Here(&c.root_share));
+        return Ok(Lease::alias(&c.root_share));
     }
-    if let Some(s) = c.shares.iter().find(|s| s.id == share_id) {
-        return Ok(ShareRef::Here(s));
+    // Most contexts have no share set: an empty one costs one test.
+    if !c.shares.is_empty() {
+        if let Some(s) = c.shares.iter().find(|s| s.id == share_id) {
+            return Ok(Lease::alias(s));
+        }
     }
     // One level of nesting, first through the root share (the common case: shares are made
     // in the root share).
@@ -101,26 +83,26 @@ fn resolve_share(c: &Context, share_id: u64) -> Result<ShareRef<'_>, Error> {
         if root.is_private() {
             if let Ok(Some(b)) = root.lend(share_id) {
                 if b.as_share().is_ok() {
-                    return Ok(ShareRef::Borrowed(b));
+                    return Ok(b);
                 }
             }
         }
     }
-    resolve_slow(c, share_id)
+    resolve_slow(c, share_id).map(Lease::counted)
 }
 
 /// The rest of `resolve_share`: a share held by a shared root share, then by a share in the
 /// set. (A kernel core serving a syscall ring has a root "share" that is no share: it names
 /// nothing, so only the share set counts.)
 #[inline(never)]
-fn resolve_slow(c: &Context, share_id: u64) -> Result<ShareRef<'_>, Error> {
+fn resolve_slow(c: &Context, share_id: u64) -> Result<ObjRef, Error> {
     let held = |holder: &ObjRef| holder.as_share().ok()?.get(share_id).ok().filter(|o| o.as_share().is_ok());
     if c.root_share.as_share().is_ok_and(|r| !r.is_private()) {
         if let Some(o) = held(&c.root_share) {
-            return Ok(ShareRef::Owned(o));
+            return Ok(o);
         }
     }
-    c.shares.iter().find_map(held).map(ShareRef::Owned).ok_or(Error::ShareNotReachable)
+    c.shares.iter().find_map(held).ok_or(Error::ShareNotReachable)
 }
 
 fn reach_share(share_id: u64) -> Result<ObjRef, Error> {

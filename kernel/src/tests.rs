@@ -525,13 +525,19 @@ fn private_share_table_survives_churn_and_guards_lent_entries() {
     let (o, _) = objs.iter().find(|(_, p)| *p).ok_or("no present entry")?;
     {
         let lent = sh.lend(o.id).map_err(err)?.ok_or("lend found nothing")?;
-        kassert!(matches!(lent, crate::kobj::share::Borrowed::Lent(_)), "first lend was not a lend");
+        kassert!(lent.is_lent(), "first lend was not a lend");
         kassert!(lent.id == o.id, "lent {:#x}, want {:#x}", lent.id, o.id);
         let busy = sh.remove(o.id).err();
         kassert!(busy == Some(abi::Error::Busy), "remove while lent: {busy:?}");
-        // A second borrow while one is lent gets a counted reference.
+        // Lends nest, and while any is out no entry can be removed.
         let second = sh.lend(o.id).map_err(err)?.ok_or("second lend found nothing")?;
-        kassert!(matches!(second, crate::kobj::share::Borrowed::Owned(_)), "second lend was not counted");
+        kassert!(second.is_lent(), "second lend was not a lend");
+        let other = objs.iter().find(|(x, p)| *p && x.id != o.id).map(|(x, _)| x.id).ok_or("no second present entry")?;
+        drop(lent);
+        let busy = sh.remove(other).err();
+        kassert!(busy == Some(abi::Error::Busy), "remove of another entry while one lend is out: {busy:?}");
+        drop(second);
+        kassert!(sh.remove(other).map_err(err)?.is_some(), "remove after both lends ended failed");
     }
     kassert!(sh.remove(o.id).map_err(err)?.is_some(), "remove after the lend failed");
     drop(objs);

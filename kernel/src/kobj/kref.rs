@@ -82,6 +82,12 @@ impl<T> KRef<T> {
         p
     }
 
+    /// This reference's raw pointer, which stays this reference's (`into_raw` without giving
+    /// it up).
+    pub fn as_raw(this: &Self) -> *mut () {
+        this.ptr.as_ptr() as *mut ()
+    }
+
     /// Take back a reference given up by `into_raw`.
     ///
     /// # Safety

@@ -71,18 +71,29 @@ impl Table {
     /// and its objects alive (private: only the caller changes it; shared: inside a
     /// reclamation operation). The table is never more than half used, so a probe sequence
     /// always ends at an empty slot; the bound only guards against a broken invariant.
+    ///
+    /// Any id may be asked for, the two slot markers included: a slot whose id is a marker
+    /// has a null object once its writer is done (`empty`, a new table), so a private share
+    /// finds nothing for them, and a shared share's caller checks the id on the object.
     #[inline]
     fn find_raw(&self, id: u64) -> Option<*mut ()> {
+        let i = self.position(id)?;
+        let p = self.slots[i].obj.load(Ordering::Acquire);
+        // Null: being removed (only while writers run, in a shared share; a private share's
+        // owner fills slots object-first itself), or a marker id's slot.
+        (!p.is_null()).then_some(p)
+    }
+
+    /// The index of the slot holding `id`, for readers (as `find_raw`) and for a writer
+    /// removing `id` (which needs no tombstone on the way, unlike `find`).
+    #[inline]
+    fn position(&self, id: u64) -> Option<usize> {
         let mask = self.slots.len() - 1;
         let mut i = self.home(id);
         for _ in 0..self.slots.len() {
-            let slot = &self.slots[i & mask];
-            let k = slot.id.load(Ordering::Acquire);
+            let k = self.slots[i & mask].id.load(Ordering::Acquire);
             if k == id {
-                let p = slot.obj.load(Ordering::Acquire);
-                // Null: being removed (only while writers run, in a shared share; a private
-                // share's owner fills slots object-first itself).
-                return (!p.is_null()).then_some(p);
+                return Some(i & mask);
             }
             if k == EMPTY {
                 return None;
@@ -109,12 +120,13 @@ impl Table {
         }
     }
 
-    /// Writer side: `Ok(index)` of `id`'s slot, or `Err(index)` of the slot a new `id` goes
-    /// into (the first tombstone on its probe path, else the empty slot that ends it). The
+    /// Writer side: `Ok(index)` of `id`'s slot, or `Err((index, empty))` of the slot a new
+    /// `id` goes into (the first tombstone on its probe path, else the empty slot that ends
+    /// it; `empty` tells which, for the load-factor count). The
     /// caller has checked that `id` is a possible object id (`is_object_id`): the two marker
     /// values would match marker slots.
     #[inline]
-    fn find(&self, id: u64) -> Result<usize, usize> {
+    fn find(&self, id: u64) -> Result<usize, (usize, bool)> {
         debug_assert!(is_object_id(id));
         let mask = self.slots.len() - 1;
         let mut i = self.home(id);
@@ -122,7 +134,7 @@ impl Table {
         for _ in 0..self.slots.len() {
             let k = self.slots[i & mask].id.load(Ordering::Relaxed);
             if k == EMPTY {
-                return Err(free.unwrap_or(i & mask));
+                return Err(free.map_or((i & mask, true), |f| (f, false)));
             }
             if k == id {
                 return Ok(i & mask);
@@ -134,7 +146,7 @@ impl Table {
         }
         // No empty slot left: the writer keeps half the table empty, so only a tombstone can
         // be here.
-        Err(free.expect("share table has a free slot"))
+        Err((free.expect("share table has a free slot"), false))
     }
 
     /// Writer side: fill slot `i` (object first, then id, so a reader that sees the id sees
@@ -319,35 +331,64 @@ pub fn reclaim_all() {
     }
 }
 
-/// An entry of a private share lent to its owner core (`Share::lend`).
-pub struct Lent<'a> {
-    share: &'a Share,
+/// An object reference a system call holds while it runs, in the cheapest form that keeps the
+/// object alive: an alias of a reference held elsewhere for longer (the caller's context, or
+/// a private share's entry lent by `Share::lend`), or a counted reference of its own. Every
+/// form derefs to the same `ObjRef` with no branch; only the end differs.
+pub struct Lease<'a> {
     obj: core::mem::ManuallyDrop<ObjRef>,
+    end: LeaseEnd<'a>,
 }
 
-impl Drop for Lent<'_> {
+enum LeaseEnd<'a> {
+    /// An alias of a reference that outlives `'a`: nothing to do.
+    Alias(core::marker::PhantomData<&'a ObjRef>),
+    /// A lent entry of this (private) share: end the lend (`lending`).
+    Unlend(&'a Share),
+    /// A counted reference: drop it.
+    Counted,
+}
+
+impl<'a> Lease<'a> {
+    /// An alias of `obj`, which outlives the lease.
     #[inline]
-    fn drop(&mut self) {
-        // The table's reference was never ours: nothing to drop but the lend mark.
-        self.share.lent.store(EMPTY, Ordering::Relaxed);
+    pub fn alias(obj: &'a ObjRef) -> Lease<'a> {
+        // SAFETY: a bitwise copy of a reference that lives for 'a (the borrow), never dropped
+        // (ManuallyDrop, and `drop` leaves it alone): the count is untouched and stays right.
+        let copy = unsafe { KRef::<KObject>::from_raw(KRef::as_raw(obj)) };
+        Lease { obj: core::mem::ManuallyDrop::new(copy), end: LeaseEnd::Alias(core::marker::PhantomData) }
+    }
+
+    /// A reference of its own.
+    #[inline]
+    pub fn counted(obj: ObjRef) -> Lease<'a> {
+        Lease { obj: core::mem::ManuallyDrop::new(obj), end: LeaseEnd::Counted }
+    }
+
+    /// Whether this is a lent table entry (for tests).
+    pub fn is_lent(&self) -> bool {
+        matches!(self.end, LeaseEnd::Unlend(_))
     }
 }
 
-/// What `Share::lend` hands out: the lent entry, or a reference of its own when another
-/// entry is already lent.
-pub enum Borrowed<'a> {
-    Lent(Lent<'a>),
-    Owned(ObjRef),
+impl Drop for Lease<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        match self.end {
+            LeaseEnd::Alias(_) => {}
+            // The table's reference was never ours: nothing to drop but the lend mark.
+            LeaseEnd::Unlend(share) => bump(&share.lending, -1),
+            // SAFETY: a counted reference of this lease's own, dropped once, here.
+            LeaseEnd::Counted => unsafe { core::mem::ManuallyDrop::drop(&mut self.obj) },
+        }
+    }
 }
 
-impl core::ops::Deref for Borrowed<'_> {
+impl core::ops::Deref for Lease<'_> {
     type Target = ObjRef;
     #[inline]
     fn deref(&self) -> &ObjRef {
-        match self {
-            Borrowed::Lent(l) => &l.obj,
-            Borrowed::Owned(o) => o,
-        }
+        &self.obj
     }
 }
 
@@ -363,9 +404,9 @@ pub struct Share {
     used: AtomicUsize,
     /// Serialises changes to a shared share (unused for private ones).
     writer: TicketLock<()>,
-    /// Private shares: the id whose entry `with_private_entry` has lent out without a
+    /// Private shares: how many entries `lend` has lent out without a reference of their own
     /// reference of its own (0: none). Removing it meanwhile is refused.
-    lent: AtomicU64,
+    lending: AtomicUsize,
 }
 
 impl Share {
@@ -381,7 +422,7 @@ impl Share {
             table: AtomicPtr::new(ptr::null_mut()),
             used: AtomicUsize::new(0),
             writer: TicketLock::new(()),
-            lent: AtomicU64::new(EMPTY),
+            lending: AtomicUsize::new(0),
         }
     }
 
@@ -429,9 +470,7 @@ impl Share {
     #[inline(always)]
     pub fn get(&self, id: u64) -> Result<ObjRef, Error> {
         self.check_owner()?;
-        if !is_object_id(id) {
-            return Err(Error::NoSuchObject);
-        }
+        // No `is_object_id` check: `find_raw` finds nothing for the two marker ids.
         if self.owner.is_some() {
             // SAFETY: the owner core's table reference keeps the count at least one.
             let found = self.table().and_then(|t| t.find_raw(id)).map(|p| unsafe { KRef::clone_raw(p) });
@@ -455,31 +494,26 @@ impl Share {
     /// A private share's owner borrows the entry for `id` without taking a reference: how a
     /// system call reaches a share held by the root share (nearly every call that names one)
     /// without the count traffic of a new reference. The entry stays alive because only the
-    /// owner core changes a private share, and while the `Lent` guard lives this share
-    /// refuses to remove `id` (`Busy`), so the table's reference outlives the guard. One
-    /// entry is lent at a time: a second borrow gets a reference of its own (`Owned`).
-    /// `None` if `id` is not here; `WrongType` for a shared share (use `get`).
+    /// owner core changes a private share, and while any `Lease` from it lives this share
+    /// refuses every removal (`Busy`), so the table's reference outlives the lease. (A system
+    /// call lends from its root share only to run one step on the lent share: no call removes
+    /// from the root share meanwhile, so the refusal is a guard, never a path taken. A count
+    /// rather than the lent id keeps lending to one add and one subtract, and lends nest.)
+    /// `None` if `id` is not here. Private shares only (the caller checks `is_private`; a
+    /// shared share's entries are reached with `get`).
     #[inline]
-    pub fn lend(&self, id: u64) -> Result<Option<Borrowed<'_>>, Error> {
-        if self.owner.is_none() {
-            return Err(Error::WrongType);
-        }
+    pub fn lend(&self, id: u64) -> Result<Option<Lease<'_>>, Error> {
+        // Callers check `is_private` (`check_owner` passes any core for a shared share).
+        debug_assert!(self.owner.is_some(), "lend on a shared share");
         self.check_owner()?;
-        if !is_object_id(id) {
-            return Ok(None);
-        }
         let Some(p) = self.table().and_then(|t| t.find_raw(id)) else { return Ok(None) };
-        if self.lent.load(Ordering::Relaxed) != EMPTY {
-            // SAFETY: the table's reference keeps the count at least one while this runs.
-            return Ok(Some(Borrowed::Owned(unsafe { KRef::<KObject>::clone_raw(p) })));
-        }
-        self.lent.store(id, Ordering::Relaxed);
-        // SAFETY: `p` is the table's reference, which this share keeps while the guard lives:
-        // only the owner, this core, changes a private share, and `remove` refuses `id` until
-        // the guard's drop clears `lent`. The borrowed `KRef` is never dropped (ManuallyDrop),
-        // so the count is untouched.
+        bump(&self.lending, 1);
+        // SAFETY: `p` is the table's reference, which this share keeps while the lease lives:
+        // only the owner, this core, changes a private share, and `remove` refuses until the
+        // lease's drop has taken it off `lending`. The lease never drops this copy
+        // (ManuallyDrop, and its end is `Unlend`), so the count is untouched.
         let obj = core::mem::ManuallyDrop::new(unsafe { KRef::<KObject>::from_raw(p) });
-        Ok(Some(Borrowed::Lent(Lent { share: self, obj })))
+        Ok(Some(Lease { obj, end: LeaseEnd::Unlend(self) }))
     }
 
     #[inline(always)]
@@ -529,7 +563,7 @@ impl Share {
         let mut n = 0;
         if let Some(old) = self.table() {
             for (id, p) in old.live() {
-                let Err(i) = fresh.find(id) else { continue };
+                let Err((i, _)) = fresh.find(id) else { continue };
                 fresh.fill(i, id, p);
                 n += 1;
             }
@@ -556,13 +590,20 @@ impl Share {
         // Ids come from `KObject::create` (never a slot marker) and objects from tables or new.
         debug_assert!(is_object_id(obj.id));
         // Rebuilding first (when needed) keeps this to one probe sequence; a rebuild for an
-        // id that turns out to be present already is harmless.
-        if let Err(e) = self.reserve(1) {
-            return Err((e, obj));
-        }
-        let Some(t) = self.table() else { return Err((Error::NoMemory, obj)) };
-        let Err(i) = t.find(obj.id) else { return Err((Error::AlreadyExists, obj)) };
-        if t.slots[i].id.load(Ordering::Relaxed) == EMPTY {
+        // id that turns out to be present already is harmless. (`reserve`, with the table
+        // loaded once: this is on every share_addobj's path.)
+        let t = match self.table() {
+            Some(t) if (self.used.load(Ordering::Relaxed) + 1) * 2 <= t.slots.len() => t,
+            _ => {
+                if let Err(e) = self.rebuild(1) {
+                    return Err((e, obj));
+                }
+                let Some(t) = self.table() else { return Err((Error::NoMemory, obj)) };
+                t
+            }
+        };
+        let Err((i, empty)) = t.find(obj.id) else { return Err((Error::AlreadyExists, obj)) };
+        if empty {
             bump(&self.used, 1);
         }
         t.fill(i, obj.id, KRef::into_raw(obj));
@@ -580,11 +621,11 @@ impl Share {
             return Err(Error::NoSuchObject);
         }
         if self.owner.is_some() {
-            if self.lent.load(Ordering::Relaxed) == id {
-                return Err(Error::Busy); // in use by `with_private_entry` further up the call
+            if self.lending.load(Ordering::Relaxed) != 0 {
+                return Err(Error::Busy); // an entry is lent further up the call (`lend`)
             }
             let t = self.table().ok_or(Error::NoSuchObject)?;
-            let i = t.find(id).map_err(|_| Error::NoSuchObject)?;
+            let i = t.position(id).ok_or(Error::NoSuchObject)?;
             let (p, freed) = t.empty(i);
             bump(&self.used, -(freed as isize));
             // SAFETY: the slot held this reference; it left the table just now.
@@ -593,7 +634,7 @@ impl Share {
         let p = {
             let _g = self.writer.lock();
             let t = self.table().ok_or(Error::NoSuchObject)?;
-            let i = t.find(id).map_err(|_| Error::NoSuchObject)?;
+            let i = t.position(id).ok_or(Error::NoSuchObject)?;
             let (p, freed) = t.empty(i);
             bump(&self.used, -(freed as isize));
             p
