@@ -109,6 +109,13 @@ pub trait Platform: Sync {
     fn object_map(&self, obj: Handle, bytes: usize) -> Result<*mut u8, Error>;
     /// Release an object.
     fn object_destroy(&self, obj: Handle) -> Result<(), Error>;
+    /// Allocate a memory object of `bytes` (0 allowed) with no page allocated yet (ours:
+    /// `segment_alloc` into the worker's share; Linux: `memfd_create`, then `ftruncate` to
+    /// `bytes` unless 0).
+    fn segment_alloc(&self, bytes: usize) -> Result<Handle, Error>;
+    /// Free what `segment_alloc` made (ours: `share_delobj` of its only reference; Linux:
+    /// `close` of its only descriptor).
+    fn segment_free(&self, seg: Handle) -> Result<(), Error>;
     /// `fstat` the object (Tornado's file stat).
     fn stat(&self, obj: Handle) -> Result<(), Error>;
 

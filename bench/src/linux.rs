@@ -212,6 +212,30 @@ impl Platform for Linux {
         self.desc_close(obj)
     }
 
+    fn segment_alloc(&self, bytes: usize) -> Result<Handle, Error> {
+        // SAFETY: the name is NUL-terminated; memfd_create only reads it.
+        let fd = unsafe { libc::memfd_create(b"bench-seg\0".as_ptr() as *const libc::c_char, libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(sys("memfd_create"));
+        }
+        // SAFETY: `fd` is the descriptor just made.
+        if bytes > 0 && unsafe { libc::ftruncate(fd, bytes as libc::off_t) } != 0 {
+            let err = sys("ftruncate");
+            // SAFETY: as above; it is closed once.
+            unsafe { libc::close(fd) };
+            return Err(err);
+        }
+        Ok(Handle(fd as u64))
+    }
+
+    fn segment_free(&self, seg: Handle) -> Result<(), Error> {
+        // SAFETY: closing a descriptor `segment_alloc` returned, once.
+        if unsafe { libc::close(seg.0 as i32) } != 0 {
+            return Err(sys("close"));
+        }
+        Ok(())
+    }
+
     fn stat(&self, obj: Handle) -> Result<(), Error> {
         // SAFETY: `st` is a valid stat buffer.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };

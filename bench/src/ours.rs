@@ -69,6 +69,12 @@ impl Platform for Ours {
     fn object_destroy(&self, _obj: Handle) -> Result<(), Error> {
         Err(NO)
     }
+    fn segment_alloc(&self, _bytes: usize) -> Result<Handle, Error> {
+        Err(NO)
+    }
+    fn segment_free(&self, _seg: Handle) -> Result<(), Error> {
+        Err(NO)
+    }
     fn stat(&self, _obj: Handle) -> Result<(), Error> {
         Err(NO)
     }
@@ -523,6 +529,12 @@ mod imp {
         }
         fn object_destroy(&self, obj: Handle) -> Result<(), Error> {
             sys::share_delobj(ObjName::new(worker_share(), obj.0)).map(|_| ()).map_err(e("share_delobj"))
+        }
+        fn segment_alloc(&self, bytes: usize) -> Result<Handle, Error> {
+            sys::segment_alloc(worker_share(), "bench-seg", MEMID_SELF, bytes as u64).map(Handle).map_err(e("segment_alloc"))
+        }
+        fn segment_free(&self, seg: Handle) -> Result<(), Error> {
+            sys::share_delobj(ObjName::new(worker_share(), seg.0)).map(|_| ()).map_err(e("share_delobj"))
         }
         fn stat(&self, obj: Handle) -> Result<(), Error> {
             sys::obj_stat(ObjName::new(worker_share(), obj.0)).map(|_| ()).map_err(e("obj_stat"))

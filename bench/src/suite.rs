@@ -74,6 +74,19 @@ pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
                 Ok(iters as u64)
             })
         }
+        "segment_allocfree" => {
+            let iters = params.count("iters")?;
+            let bytes = params.get("bytes")? as usize;
+            go(&|_, gate| {
+                gate.start();
+                for _ in 0..iters {
+                    let seg = p.segment_alloc(bytes)?;
+                    p.segment_free(seg)?;
+                }
+                gate.stop();
+                Ok(iters as u64)
+            })
+        }
         "counter_shared" | "counter_array" | "counter_padded" | "counter_sloppy" | "counter_clustered" => counters(p, params, n),
         "thread_mt" | "thread_mp" => {
             let iters = params.count("iters")?;

@@ -343,16 +343,25 @@ pub fn request_yield() -> Result<u64, Error> {
 /// At the end of a system call: if it asked to yield, raise a wake IPI to this core with
 /// interrupts off. It is taken as soon as `sysret` re-enables interrupts, so its frame is in
 /// user mode and the handler switches there (switches happen only from user-mode frames).
+/// Takes and gives back the call's encoded result `ret`, so the caller holds nothing across
+/// the (rare) out-of-line part.
 #[inline]
-pub fn yield_on_return(me: &percpu::PerCpu) {
+pub fn yield_on_return(me: &percpu::PerCpu, ret: i64) -> i64 {
     // On every system call's path: two loads for every core that is not a TC.
-    if me.role.load(Ordering::Relaxed) != ROLE_TC || me.acting.load(Ordering::Relaxed) != crate::roles::NO_CORE {
-        return;
+    if me.role.load(Ordering::Relaxed) == ROLE_TC && me.acting.load(Ordering::Relaxed) == crate::roles::NO_CORE {
+        return yield_if_requested(me, ret);
     }
+    ret
+}
+
+/// `yield_on_return` on a TC (out of line: the common path keeps no registers for it).
+#[inline(never)]
+fn yield_if_requested(me: &percpu::PerCpu, ret: i64) -> i64 {
     if with(|q| q.yield_requested) {
         cpu::disable_interrupts();
         apic::send_ipi(me.apic_id, apic::VECTOR_WAKE);
     }
+    ret
 }
 
 /// Move this core from `from`'s root range to `to`'s: join the new range's shootdown set

@@ -12,22 +12,23 @@ use crate::kobj::{ar, device, memid_core, pcore, segment, share, KObject, Kind, 
 use crate::percpu;
 use abi::*;
 
+/// The system call in frame `f`; returns the encoded result, which the entry stub returns in
+/// `rax`. Nothing is kept across the handler call (the per-CPU area is loaded again after it),
+/// so this frame saves no registers.
 #[no_mangle]
-extern "C" fn syscall_dispatch(f: &mut SyscallFrame) {
+extern "C" fn syscall_dispatch(f: &SyscallFrame) -> i64 {
     let me = percpu::this();
     me.stats.syscalls.fetch_add(1, Ordering::Relaxed);
-    let r = if me.role.load(Ordering::Acquire) == ROLE_AC {
+    if me.role.load(Ordering::Acquire) == ROLE_AC {
         // An application core runs no kernel services itself: a kernel core does.
-        crate::roles::forward(f.rax, f.args)
-    } else {
-        me.injectable.store(true, Ordering::Relaxed);
-        let r = dispatch_in(f.rax, &f.args);
-        me.injectable.store(false, Ordering::Relaxed);
-        r
-    };
-    f.rax = encode(r) as u64;
+        return encode(crate::roles::forward(f.rax, f.args));
+    }
+    me.injectable.store(true, Ordering::Relaxed);
+    let r = dispatch_in(f.rax, &f.args);
+    let me = percpu::this();
+    me.injectable.store(false, Ordering::Relaxed);
     // `pcore_yield`: switch as this call returns to user mode (sched::yield_on_return).
-    crate::sched::yield_on_return(me);
+    crate::sched::yield_on_return(me, encode(r))
 }
 
 /// The core whose context this call acts for: this core, or the application core a kernel

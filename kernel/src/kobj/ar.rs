@@ -161,6 +161,7 @@ impl AddressRange {
 
     /// The table at `stop_level` covering `rel`, walking down from the top and creating
     /// missing intermediate tables if `create`.
+    #[inline] // on the fault path, where its constant arguments fold away
     fn table_at(&self, inner: &mut ArInner, rel: u64, stop_level: u32, create: bool) -> Result<Option<u64>, Error> {
         let mut t = self.table;
         let mut lvl = self.level;

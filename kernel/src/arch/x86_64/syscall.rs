@@ -50,7 +50,7 @@ syscall_entry:
     pop %r10
     pop %r8
     pop %r9
-    pop %rax
+    lea 8(%rsp), %rsp       /* the call number; rax holds the result */
     pop %rcx
     pop %r11
     pop %rsp
@@ -270,7 +270,7 @@ pub struct SyscallFrame {
     /// The six arguments in ABI order (rdi, rsi, rdx, r10, r8, r9), pushed so that they lie
     /// in memory as one array: dispatch reads them in place.
     pub args: [u64; 6],
-    /// Call number on entry; the result on return.
+    /// The call number (the result goes back in `rax` from `syscall_dispatch`'s return value).
     pub rax: u64,
     pub rip: u64,
     pub rflags: u64,
