@@ -1,8 +1,8 @@
 //! Descriptors: an open/dup/close API over kernel objects, with a per-context table in user
 //! memory for private descriptors and shares as tables for shared ones.
 //!
-//! An *open file* is a kernel object: an empty one-page segment that is never touched (so it
-//! costs metadata only) whose name says the kind and the object behind it (`c` console,
+//! An *open file* is a kernel object: a zero-byte segment (metadata only, no page list) whose
+//! name says the kind and the object behind it (`c` console,
 //! `r`/`w` + ring id for pipe ends, `f` + segment id for in-memory files); the object behind
 //! it is held by the same share. The caller chooses the scope of every descriptor:
 //!
@@ -410,15 +410,27 @@ fn decode(w: u64) -> Option<Kind> {
     }
 }
 
+/// The kind an open file's name says (`kind_name`'s inverse), read as bytes: this is on every
+/// shared `dup`'s path.
 fn parse_kind(name: &[u8]) -> Option<Kind> {
-    let s = core::str::from_utf8(name).ok()?.strip_prefix("fd:")?;
-    let (k, rest) = s.split_at(1);
-    let id = if rest.is_empty() { 0 } else { u64::from_str_radix(rest, 16).ok()? };
-    match k {
-        "c" => Some(Kind::Console),
-        "r" => Some(Kind::PipeRead(id)),
-        "w" => Some(Kind::PipeWrite(id)),
-        "f" => Some(Kind::File(id)),
+    let [b'f', b'd', b':', k, rest @ ..] = name else { return None };
+    if rest.len() > 16 {
+        return None;
+    }
+    let mut id = 0u64;
+    for &c in rest {
+        let digit = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => return None,
+        };
+        id = id << 4 | digit as u64;
+    }
+    match (k, rest.is_empty()) {
+        (b'c', true) => Some(Kind::Console),
+        (b'r', false) => Some(Kind::PipeRead(id)),
+        (b'w', false) => Some(Kind::PipeWrite(id)),
+        (b'f', false) => Some(Kind::File(id)),
         _ => None,
     }
 }
@@ -430,8 +442,8 @@ fn make_object(share: ObjectId, k: Kind) -> Result<ObjectId, Error> {
         return Err(Error::InvalidArgument);
     }
     let n = kind_name(k);
-    let name = core::str::from_utf8(&n.buf[..n.len]).map_err(|_| Error::InvalidArgument)?;
-    crate::sys::segment_alloc(share, name, MEMID_SELF, PAGE_SIZE)
+    // Zero bytes: the record is its name and its place in the share, no page list.
+    crate::sys::segment_alloc_bytes(share, &n.buf[..n.len], MEMID_SELF, 0)
 }
 
 /// Open a new open file of kind `k` in `scope`, whose table is `t`.

@@ -95,7 +95,7 @@ fn call_nomem3(n: u64, a0: u64, a1: u64, a2: u64) -> Result<u64, Error> {
     abi::decode(unsafe { raw3(n, a0, a1, a2) })
 }
 
-fn name_args(name: &str) -> (u64, u64) {
+fn name_args(name: &[u8]) -> (u64, u64) {
     (name.as_ptr() as u64, name.len() as u64)
 }
 
@@ -122,7 +122,7 @@ pub fn obj_stat(o: ObjName) -> Result<ObjStat, Error> {
 
 /// `share_alloc(share, name, memid, flags)`: a new share whose id is put in `share`.
 pub fn share_alloc(share: ObjectId, name: &str, memid: u64, flags: u64) -> Result<ObjectId, Error> {
-    let (p, l) = name_args(name);
+    let (p, l) = name_args(name.as_bytes());
     call_nomem(nr::SHARE_ALLOC, share, p, l, memid, flags, 0)
 }
 
@@ -159,6 +159,12 @@ pub fn share_list(share: ObjectId, buf: &mut [ObjectId]) -> Result<u64, Error> {
 
 /// `segment_alloc(share, name, memid, nbytes)`: demand-zero memory of `nbytes` bytes.
 pub fn segment_alloc(share: ObjectId, name: &str, memid: u64, nbytes: u64) -> Result<ObjectId, Error> {
+    segment_alloc_bytes(share, name.as_bytes(), memid, nbytes)
+}
+
+/// `segment_alloc` with the name as bytes (the kernel takes names as bytes; the descriptor
+/// code builds its names in a byte buffer).
+pub(crate) fn segment_alloc_bytes(share: ObjectId, name: &[u8], memid: u64, nbytes: u64) -> Result<ObjectId, Error> {
     let (p, l) = name_args(name);
     call_nomem(nr::SEGMENT_ALLOC, share, p, l, memid, nbytes, 0)
 }
@@ -166,7 +172,7 @@ pub fn segment_alloc(share: ObjectId, name: &str, memid: u64, nbytes: u64) -> Re
 /// `segment_copy(dst_share, <share, seg>, name, mode)`: a copy (`COPY_EAGER`) or a
 /// copy-on-write copy (`COPY_ON_WRITE`) of the segment, put in `dst_share`.
 pub fn segment_copy(dst_share: ObjectId, src: ObjName, name: &str, mode: u64) -> Result<ObjectId, Error> {
-    let (p, l) = name_args(name);
+    let (p, l) = name_args(name.as_bytes());
     call_nomem(nr::SEGMENT_COPY, dst_share, src.share, src.object, p, l, mode)
 }
 
@@ -185,7 +191,7 @@ pub fn segment_set_nbytes(seg: ObjName, nbytes: u64) -> Result<u64, Error> {
 
 /// `ar_alloc(share, name, memid, kind)`.
 pub fn ar_alloc(share: ObjectId, name: &str, memid: u64, kind: ArKind) -> Result<ObjectId, Error> {
-    let (p, l) = name_args(name);
+    let (p, l) = name_args(name.as_bytes());
     call_nomem(nr::AR_ALLOC, share, p, l, memid, kind as u64, 0)
 }
 
@@ -219,7 +225,7 @@ pub fn ar_unmap(ar: ObjName, voff: u64, len: u64) -> Result<u64, Error> {
 
 /// `pcore_alloc(share, name, core)`: a pcore object for physical core `core`.
 pub fn pcore_alloc(share: ObjectId, name: &str, core: u64) -> Result<ObjectId, Error> {
-    let (p, l) = name_args(name);
+    let (p, l) = name_args(name.as_bytes());
     call_nomem(nr::PCORE_ALLOC, share, p, l, core, 0, 0)
 }
 
@@ -361,7 +367,7 @@ pub fn core_stats(core: u64) -> Result<CoreStats, Error> {
 /// `initrd_get(share, name)`: a copy-on-write segment (put in `share`) holding that file of
 /// the boot image; its size is the file size.
 pub fn initrd_get(share: ObjectId, name: &str) -> Result<ObjectId, Error> {
-    let (p, l) = name_args(name);
+    let (p, l) = name_args(name.as_bytes());
     call_nomem3(nr::INITRD_GET, share, p, l)
 }
 

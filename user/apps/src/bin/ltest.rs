@@ -323,6 +323,11 @@ fn t_pipe_writer(arg: u64) -> u64 {
 
 fn fd_pipe_and_file() -> TestResult {
     let (r, w) = ok!(fd::pipe(Scope::Process));
+    // A shared descriptor's kind comes back from its kernel object's name.
+    match (ok!(fd::kind(r)), ok!(fd::kind(w))) {
+        (fd::Kind::PipeRead(a), fd::Kind::PipeWrite(b)) => ensure!(a == b && a != 0, "pipe ends name rings {a:#x} and {b:#x}"),
+        other => return Err(alloc::format!("pipe ends have kinds {other:?}")),
+    }
     let boxed = Box::new(w);
     let want = b"hello through a pipe";
     let mut got = Vec::new();
@@ -350,6 +355,7 @@ fn fd_pipe_and_file() -> TestResult {
     ok!(fd::read_at(f, 5000, &mut b));
     ensure!(&b == b"file bytes", "file read back {:?}", b);
     let f2 = ok!(fd::dup(f, Scope::Process));
+    ensure!(ok!(fd::kind(f2)) == ok!(fd::kind(f)), "shared dup of a file has kind {:?}, the original {:?}", fd::kind(f2), fd::kind(f));
     ok!(fd::read_at(f2, 5000, &mut b));
     ensure!(&b == b"file bytes", "dup'ed file reads {:?}", b);
     for x in [r, w, f, f2] {
