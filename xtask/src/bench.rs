@@ -5,7 +5,7 @@
 
 #[path = "../../bench/src/catalog.rs"]
 #[allow(dead_code)] // shared with the guest crate; the host uses part of it
-mod catalog;
+pub(crate) mod catalog;
 mod guest;
 mod json;
 mod linux_sys;

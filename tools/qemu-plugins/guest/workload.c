@@ -10,6 +10,9 @@
  *   stream   one thread reads a buffer line by line (asm loop, no other memory accesses)
  *   null     getppid() system calls
  *   dupclose per-thread dup(0)+close on the shared descriptor table (Corey section 1 / 8.4)
+ *   dupclose_unshared  dup+close of the thread's own open file (open("/") of its own) in a
+ *            table of its own (unshare(CLONE_FILES)): nothing shared by design, like ours'
+ *            share_local
  *   counter  threads lock-add one shared 64-bit counter (user mode)
  *   private  threads add to their own 128-byte-aligned counters (user mode)
  *   find     substitute for the paper's find: walk a generated tree, stat every entry
@@ -116,10 +119,19 @@ static void *worker(void *arg)
     while (!go)
         ;
     long n = iters;
-    if (!strcmp(wl, "dupclose")) {
+    if (!strcmp(wl, "dupclose") || !strcmp(wl, "dupclose_unshared")) {
+        int base = 0;
+        /* Before the region: the thread's own copy of the table and its own open file (a
+           struct file of its own), so no line needs to be shared. */
+        if (wl[8] == '_') {
+            if (unshare(CLONE_FILES) != 0 || (base = open("/", O_RDONLY | O_DIRECTORY)) < 0) {
+                printf("workload-error: unshare(CLONE_FILES) or open(/): %s\n", strerror(errno));
+                return NULL;
+            }
+        }
         MARK_START(1);
         for (long i = 0; i < n; i++) {
-            int fd = dup(0);
+            int fd = dup(base);
             close(fd);
         }
         MARK_STOP(2);
@@ -456,7 +468,7 @@ int main(void)
         ops = 0;
     } else if (!strcmp(wl, "stream"))
         ops = run_stream();
-    else if (!strcmp(wl, "null") || !strcmp(wl, "dupclose") || !strcmp(wl, "counter") || !strcmp(wl, "private"))
+    else if (!strcmp(wl, "null") || !strcmp(wl, "dupclose") || !strcmp(wl, "dupclose_unshared") || !strcmp(wl, "counter") || !strcmp(wl, "private"))
         ops = run_threads();
     else if (!strcmp(wl, "find"))
         ops = run_fs(0);
