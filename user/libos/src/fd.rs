@@ -92,8 +92,10 @@ const GEN_MASK: u32 = 0x7fff_ffff;
 
 /// Slots (descriptors) of a context's private table; the table is full at this many open
 /// private descriptors (`Busy`). Also the most open files it can hold, since every open file
-/// has at least one slot.
-pub const PRIVATE_SLOTS: usize = 256;
+/// has at least one slot. Linux's default limit (`RLIMIT_NOFILE`'s soft value). The table's
+/// pages are demand-zero: a context pays for the pages its descriptors touch, not for the
+/// limit.
+pub const PRIVATE_SLOTS: usize = 1024;
 const WORDS: usize = PRIVATE_SLOTS / 64;
 
 #[derive(Clone, Copy)]
@@ -259,7 +261,9 @@ fn last_close(share: ObjectId, t: &mut PrivateTable, f: usize) -> Result<(), Err
     let OpenFile { obj, kind } = t.files[f];
     let r = crate::sys::share_delobj(ObjName::new(share, obj)).map(|_| ());
     let Some(id) = decode(kind).and_then(Kind::behind) else { return r };
-    let used = (0..PRIVATE_SLOTS).any(|i| bit(&t.file_used, i) && decode(t.files[i].kind).and_then(Kind::behind) == Some(id));
+    let used = (0..PRIVATE_SLOTS)
+        .filter(|&i| t.file_used[i / 64] != 0 && bit(&t.file_used, i))
+        .any(|i| decode(t.files[i].kind).and_then(Kind::behind) == Some(id));
     if used {
         return r;
     }
