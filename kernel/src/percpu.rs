@@ -202,7 +202,9 @@ pub fn this() -> &'static PerCpu {
     }
 }
 
-/// The calling core's dense index, for `percore::cpu_id()`.
+/// The calling core's dense index, for `percore::cpu_id()` (which reaches it through a
+/// function pointer; kernel code on hot paths calls this directly: one gs-relative load).
+#[inline(always)]
 pub fn current_index() -> usize {
     let i: usize;
     // SAFETY: as for `this`; offset 8 is `index`.

@@ -97,7 +97,7 @@ fn insert_sorted(maps: &mut Vec<Mapping>, m: Mapping) -> Result<(), Error> {
 
 /// Flush the TLBs of the cores in `bits`: locally by reloading CR3, elsewhere by IPI.
 pub fn flush_cores(bits: &[u64; MAX_CORES / 64]) {
-    let me = percore::cpu_id();
+    let me = crate::percpu::current_index();
     let stats = &crate::percpu::this().stats;
     if bits[me / 64] & (1 << (me % 64)) != 0 {
         crate::arch::x86_64::cpu::flush_tlb_local();

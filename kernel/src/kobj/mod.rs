@@ -48,7 +48,7 @@ static IDS: [CachePadded<CoreIds>; MAX_CORES] =
     [const { CachePadded::new(CoreIds { next: AtomicU64::new(1), live: AtomicI64::new(0) }) }; MAX_CORES];
 
 fn new_id() -> u64 {
-    let me = percore::cpu_id();
+    let me = crate::percpu::current_index();
     let seq = IDS[me].next.fetch_add(1, Ordering::Relaxed);
     ((me as u64 + 1) << 40) | (seq & ((1 << 40) - 1))
 }
@@ -92,7 +92,7 @@ impl KObject {
         // The metadata itself comes from the memory of `memid`'s node, like the pages.
         let node = node_of_core(home_core);
         let r = KRef::try_new_on_node(obj, node).map_err(|_| Error::NoMemory)?;
-        IDS[percore::cpu_id()].live.fetch_add(1, Ordering::Relaxed);
+        IDS[crate::percpu::current_index()].live.fetch_add(1, Ordering::Relaxed);
         Ok(r)
     }
 
@@ -153,7 +153,7 @@ impl KObject {
 
 impl Drop for KObject {
     fn drop(&mut self) {
-        IDS[percore::cpu_id()].live.fetch_sub(1, Ordering::Relaxed);
+        IDS[crate::percpu::current_index()].live.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
