@@ -550,6 +550,63 @@ fn private_share_table_survives_churn_and_guards_lent_entries() {
 }
 
 ktest! {
+fn private_share_removal_keeps_every_probe_path() {
+    // A small private table (8 slots while it holds up to 4 entries) has long clusters that
+    // wrap around its end. A removal moves later entries of the cluster back (no tombstones
+    // in a private table); after every change every present entry must still be found, every
+    // removed one not, and no slot may hold a tombstone.
+    use crate::kobj::{segment::Segment, share::Share, KObject, Kind};
+    let (pages0, live0) = quiescent_counts();
+    let me = percpu::this().index;
+    let err = |e: abi::Error| alloc::format!("{e:?}");
+    let share = KObject::create(b"ktest-shift", me as u32, Kind::Share(Share::new_private(me, me as u32))).map_err(err)?;
+    let sh = share.as_share().map_err(err)?;
+    let mut objs = Vec::new();
+    for _ in 0..12 {
+        let o = KObject::create(b"ktest-shift-obj", me as u32, Kind::Segment(Segment::new(0, me as u32).map_err(err)?)).map_err(err)?;
+        objs.push((o, false));
+    }
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut removals = 0;
+    for step in 0..2000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // At most 4 present: the table stays at 8 slots, half full at most.
+        let present = objs.iter().filter(|(_, p)| *p).count();
+        let i = (x % objs.len() as u64) as usize;
+        let (o, p) = &mut objs[i];
+        if *p {
+            kassert!(sh.remove(o.id).map_err(err)?.is_some(), "step {step}: remove of a present entry returned nothing");
+            *p = false;
+            removals += 1;
+        } else if present < 4 {
+            sh.insert(o.clone()).map_err(err)?;
+            *p = true;
+        }
+        for (o, p) in &objs {
+            let found = sh.get(o.id).is_ok();
+            kassert!(found == *p, "step {step}: id {:#x} found={found}, want {p}", o.id);
+        }
+        kassert!(sh.tombstones() == 0, "step {step}: {} tombstones in a private table", sh.tombstones());
+    }
+    kassert!(removals > 500, "only {removals} removals");
+    for (o, p) in &objs {
+        if *p {
+            sh.remove(o.id).map_err(err)?;
+        }
+    }
+    kassert!(sh.len() == 0, "{} entries left", sh.len());
+    drop(objs);
+    drop(share);
+    let (pages1, live1) = quiescent_counts();
+    kassert!(live1 == live0, "live objects {live1} != {live0}");
+    kassert!(pages1 == pages0, "free pages {pages1} != {pages0}");
+    Ok(())
+}
+}
+
+ktest! {
 fn shared_share_lookups_race_removals_and_frees() {
     use crate::kobj::{segment::Segment, share::Share, KObject, Kind};
     let cores = percpu::online_count();

@@ -156,8 +156,9 @@ impl Table {
         self.slots[i].id.store(id, Ordering::Release);
     }
 
-    /// Writer side: empty slot `i`; returns its reference and how many slots became empty
-    /// again (the caller takes them off `used`).
+    /// Writer side of a shared share: empty slot `i`; returns its reference and how many
+    /// slots became empty again (the caller takes them off `used`). (A private share uses
+    /// `remove_shifting`.)
     ///
     /// A removed entry whose next slot is empty ends its probe cluster, so no entry lies past
     /// it on any probe path: the slot becomes empty rather than a tombstone, and so do the
@@ -188,6 +189,40 @@ impl Table {
             j = j.wrapping_sub(1) & mask;
         }
         (p, freed)
+    }
+
+    /// Owner side of a private share, which no other core reads: empty slot `i` by moving
+    /// back the entries after it that may move (linear probing's deletion without tombstones,
+    /// Knuth's algorithm 6.4R), so a private table never gets a tombstone and never needs a
+    /// rebuild to shed them. Returns slot `i`'s reference.
+    #[inline]
+    fn remove_shifting(&self, i: usize) -> *mut () {
+        let mask = self.slots.len() - 1;
+        let p = self.slots[i].obj.load(Ordering::Relaxed);
+        let mut hole = i;
+        let mut j = i;
+        // The table always has an empty slot, which ends this; the bound only guards it.
+        for _ in 0..self.slots.len() {
+            j = (j + 1) & mask;
+            let k = self.slots[j].id.load(Ordering::Relaxed);
+            if k == EMPTY {
+                break;
+            }
+            // The entry at `j` can fill the hole unless its home lies cyclically in
+            // (hole, j]: then its probe path from home to the hole stays unbroken. (A private
+            // table has no tombstones; one moved like an entry would stay harmless.)
+            let h = self.home(k) & mask;
+            let stays = if hole <= j { hole < h && h <= j } else { hole < h || h <= j };
+            if !stays {
+                let o = self.slots[j].obj.load(Ordering::Relaxed);
+                self.slots[hole].obj.store(o, Ordering::Relaxed);
+                self.slots[hole].id.store(k, Ordering::Relaxed);
+                hole = j;
+            }
+        }
+        self.slots[hole].id.store(EMPTY, Ordering::Relaxed);
+        self.slots[hole].obj.store(ptr::null_mut(), Ordering::Relaxed);
+        p
     }
 
     fn live(&self) -> impl Iterator<Item = (u64, *mut ())> + '_ {
@@ -626,8 +661,8 @@ impl Share {
             }
             let t = self.table().ok_or(Error::NoSuchObject)?;
             let i = t.position(id).ok_or(Error::NoSuchObject)?;
-            let (p, freed) = t.empty(i);
-            bump(&self.used, -(freed as isize));
+            let p = t.remove_shifting(i);
+            bump(&self.used, -1);
             // SAFETY: the slot held this reference; it left the table just now.
             return Ok(Some(unsafe { KRef::from_raw(p) }));
         }
@@ -667,6 +702,21 @@ impl Share {
                 collect(self.table())
             }
             _ => collect(self.table()),
+        }
+    }
+
+    /// Slots holding a tombstone (for tests: a private share never has one).
+    pub fn tombstones(&self) -> usize {
+        if self.check_owner().is_err() {
+            return 0;
+        }
+        let count = |t: Option<&Table>| t.map_or(0, |t| t.slots.iter().filter(|s| s.id.load(Ordering::Acquire) == TOMBSTONE).count());
+        match (self.owner, reclaim()) {
+            (None, Some(d)) => {
+                let _op = d.enter_on(this_core());
+                count(self.table())
+            }
+            _ => count(self.table()),
         }
     }
 
