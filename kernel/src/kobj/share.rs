@@ -411,7 +411,7 @@ impl Drop for Lease<'_> {
     fn drop(&mut self) {
         match self.end {
             LeaseEnd::Alias(_) => {}
-            // The table's reference was never ours: nothing to drop but the lend mark.
+            // The table's reference was never ours: nothing to do but end the lend.
             LeaseEnd::Unlend(share) => bump(&share.lending, -1),
             // SAFETY: a counted reference of this lease's own, dropped once, here.
             LeaseEnd::Counted => unsafe { core::mem::ManuallyDrop::drop(&mut self.obj) },
@@ -434,13 +434,14 @@ pub struct Share {
     node: usize,
     /// Null until the first entry.
     table: AtomicPtr<Table>,
-    /// Writer-side count of entries plus tombstones (the load factor). The number of entries
-    /// is not kept: only a rebuild, `ids` and `len` need it, and they count.
+    /// Writer-side count of entries plus tombstones (the load factor; a private table has no
+    /// tombstones, so there it counts entries). The number of entries is not kept for a
+    /// shared share: only a rebuild, `ids` and `len` need it, and they count.
     used: AtomicUsize,
     /// Serialises changes to a shared share (unused for private ones).
     writer: TicketLock<()>,
-    /// Private shares: how many entries `lend` has lent out without a reference of their own
-    /// reference of its own (0: none). Removing it meanwhile is refused.
+    /// Private shares: how many leases `lend` has out (entries lent without a reference of
+    /// their own). While it is not 0, every removal is refused (`Busy`).
     lending: AtomicUsize,
 }
 
