@@ -87,7 +87,7 @@ pub fn with_current_mut<R>(f: impl FnOnce(&mut Context) -> R) -> Result<R, Error
 /// a core with no context of its own (kernel cores never run one); otherwise `Busy`.
 pub fn serve_as<R>(ctx: Context, f: impl FnOnce() -> R) -> Result<(R, Context), Error> {
     let area = percpu::this();
-    if area.context.is_running() || area.acting.load(Ordering::Acquire) != crate::roles::NO_CORE {
+    if area.context.is_running() || area.is_acting() {
         return Err(Error::Busy);
     }
     area.context.set(Some(ctx));

@@ -71,7 +71,7 @@ pub fn granted_to(core: usize) -> u64 {
 /// requests (a kernel core serving a ring acts for no context; see `context::serve_as`).
 fn owner() -> Result<u64, Error> {
     let me = percpu::this();
-    if me.role.load(Ordering::Acquire) == ROLE_KC && me.acting.load(Ordering::Acquire) == crate::roles::NO_CORE {
+    if me.role.load(Ordering::Acquire) == ROLE_KC && !me.is_acting() {
         return Err(Error::NotPermitted);
     }
     crate::context::with_current(|c| c.root_share.id)

@@ -51,12 +51,10 @@ pub struct PerCpu {
     pub fwd: CachePadded<crate::roles::FwdSlot>,
     /// A kernel core spinning on its work sets this; posters then skip the wake IPI.
     pub polling: AtomicBool,
-    /// While a kernel core runs a forwarded call: the client core whose context it acts in.
-    /// Changed only through `act_for`/`stop_acting`, which keep `acting_index` in step.
-    pub acting: AtomicUsize,
-    /// The core whose context this core's system calls act in: `acting`, or this core's own
-    /// index when it acts for nobody. Read gs-relative on every share lookup (the private
-    /// share owner check), so it is one load.
+    /// The core whose context this core's system calls act in: the client core while a kernel
+    /// core runs a forwarded call, else this core's own index (`is_acting` tells which). Read
+    /// gs-relative on every share lookup (the private share owner check), so it is one load.
+    /// Changed only through `act_for`/`stop_acting`, which keep `acting_area` in step.
     acting_index: AtomicUsize,
     /// The area of `acting_index`: this area, or the client's while acting for it. Read
     /// gs-relative at the start of every system call that names an object (`acting`).
@@ -136,7 +134,6 @@ impl PerCpu {
             role: AtomicU64::new(abi::ROLE_XC),
             fwd: CachePadded::new(crate::roles::FwdSlot::new()),
             polling: AtomicBool::new(false),
-            acting: AtomicUsize::new(crate::roles::NO_CORE),
             acting_index: AtomicUsize::new(index),
             acting_area: AtomicPtr::new(core::ptr::null_mut()),
             injectable: AtomicBool::new(false),
@@ -247,12 +244,17 @@ impl PerCpu {
     pub fn act_for(&self, client: &'static PerCpu) {
         self.acting_area.store(client as *const PerCpu as *mut PerCpu, Ordering::Release);
         self.acting_index.store(client.index, Ordering::Release);
-        self.acting.store(client.index, Ordering::Release);
+    }
+
+    /// Whether this core is running a forwarded call in another core's context (its own
+    /// core only reads this).
+    #[inline]
+    pub fn is_acting(&self) -> bool {
+        self.acting_index.load(Ordering::Acquire) != self.index
     }
 
     /// Act for this core's own context again.
     pub fn stop_acting(&self) {
-        self.acting.store(crate::roles::NO_CORE, Ordering::Release);
         self.acting_index.store(self.index, Ordering::Release);
         self.acting_area.store(self as *const PerCpu as *mut PerCpu, Ordering::Release);
     }

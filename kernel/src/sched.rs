@@ -333,7 +333,7 @@ fn requeue(t: Task) {
 /// kernel core running a forwarded call, and every other core, ignore it.
 pub fn request_yield() -> Result<u64, Error> {
     let me = percpu::this();
-    if me.acting.load(Ordering::Acquire) != crate::roles::NO_CORE || me.role.load(Ordering::Acquire) != ROLE_TC {
+    if me.is_acting() || me.role.load(Ordering::Acquire) != ROLE_TC {
         return Ok(0);
     }
     with(|q| q.yield_requested = q.len > 0);
@@ -348,7 +348,7 @@ pub fn request_yield() -> Result<u64, Error> {
 #[inline]
 pub fn yield_on_return(me: &percpu::PerCpu, ret: i64) -> i64 {
     // On every system call's path: two loads for every core that is not a TC.
-    if me.role.load(Ordering::Relaxed) == ROLE_TC && me.acting.load(Ordering::Relaxed) == crate::roles::NO_CORE {
+    if me.role.load(Ordering::Relaxed) == ROLE_TC && !me.is_acting() {
         return yield_if_requested(me, ret);
     }
     ret

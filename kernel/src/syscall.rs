@@ -471,7 +471,7 @@ fn sys_pcore_set_interval(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     pc.interval_hz.store(a[2], Ordering::Relaxed);
     // The running context on this very pcore gets the new rate at once; others at
     // their next start.
-    let local = percpu::this().acting.load(Ordering::Acquire) == crate::roles::NO_CORE;
+    let local = !percpu::this().is_acting();
     if local && with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
         crate::sched::set_timer_hz(crate::roles::timer_hz(percpu::this().role.load(Ordering::Acquire), a[2]));
     }
