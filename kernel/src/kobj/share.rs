@@ -697,12 +697,19 @@ impl Share {
             v.sort_unstable();
             Ok(v)
         };
+        self.read_table(collect)
+    }
+
+    /// `read` on the current table, off the hot paths (`ids`, `len`, `tombstones`): inside a
+    /// reclamation operation for a shared share, whose table a writer may replace and retire
+    /// meanwhile; directly for a private one, which only this core changes.
+    fn read_table<R>(&self, read: impl FnOnce(Option<&Table>) -> R) -> R {
         match (self.owner, reclaim()) {
             (None, Some(d)) => {
                 let _op = d.enter_on(this_core());
-                collect(self.table())
+                read(self.table())
             }
-            _ => collect(self.table()),
+            _ => read(self.table()),
         }
     }
 
@@ -712,13 +719,7 @@ impl Share {
             return 0;
         }
         let count = |t: Option<&Table>| t.map_or(0, |t| t.slots.iter().filter(|s| s.id.load(Ordering::Acquire) == TOMBSTONE).count());
-        match (self.owner, reclaim()) {
-            (None, Some(d)) => {
-                let _op = d.enter_on(this_core());
-                count(self.table())
-            }
-            _ => count(self.table()),
-        }
+        self.read_table(count)
     }
 
     /// Where the table and its slots are (for the test that they are on `memid`'s node).
@@ -732,13 +733,7 @@ impl Share {
             return 0;
         }
         let count = |t: Option<&Table>| t.map_or(0, |t| t.live().count());
-        match (self.owner, reclaim()) {
-            (None, Some(d)) => {
-                let _op = d.enter_on(this_core());
-                count(self.table())
-            }
-            _ => count(self.table()),
-        }
+        self.read_table(count)
     }
 }
 
