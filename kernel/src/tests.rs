@@ -39,6 +39,15 @@ fn quiescent_counts() -> (u64, i64) {
     (frame::free_pages(), heap::live_objects())
 }
 
+/// The end of a test that must give back everything it took: heap objects and free pages are
+/// what `quiescent_counts` said at its start.
+fn nothing_leaked_since((pages0, live0): (u64, i64)) -> Result<(), alloc::string::String> {
+    let (pages1, live1) = quiescent_counts();
+    kassert!(live1 == live0, "live objects {live1} != {live0}");
+    kassert!(pages1 == pages0, "free pages {pages1} != {pages0}");
+    Ok(())
+}
+
 ktest! {
 fn boot_every_core_online() {
     let online = percpu::online_count();
@@ -136,10 +145,7 @@ fn heap_classes_alignment_and_reuse() {
         kassert!(b[47] == i as u8, "box {i} corrupted");
     }
     drop(v);
-    let (pages1, live1) = quiescent_counts();
-    kassert!(live1 == live0, "live objects {live1} != {live0}");
-    kassert!(pages1 == pages0, "free pages {pages1} != {pages0}");
-    Ok(())
+    nothing_leaked_since((pages0, live0))
 }
 }
 
@@ -404,10 +410,7 @@ fn object_metadata_comes_from_the_memid_node() {
         checked += 1;
     }
     kassert!(checked > 0, "no node had memory to check");
-    let (pages1, live1) = quiescent_counts();
-    kassert!(live1 == live0, "live objects {live1} != {live0}");
-    kassert!(pages1 == pages0, "free pages {pages1} != {pages0}");
-    Ok(())
+    nothing_leaked_since((pages0, live0))
 }
 }
 
@@ -543,10 +546,7 @@ fn private_share_table_survives_churn_and_guards_lent_entries() {
     kassert!(sh.remove(o.id).map_err(err)?.is_some(), "remove after the lend failed");
     drop(objs);
     drop(share);
-    let (pages1, live1) = quiescent_counts();
-    kassert!(live1 == live0, "live objects {live1} != {live0}");
-    kassert!(pages1 == pages0, "free pages {pages1} != {pages0}");
-    Ok(())
+    nothing_leaked_since((pages0, live0))
 }
 }
 
@@ -600,10 +600,7 @@ fn private_share_removal_keeps_every_probe_path() {
     kassert!(sh.len() == 0, "{} entries left", sh.len());
     drop(objs);
     drop(share);
-    let (pages1, live1) = quiescent_counts();
-    kassert!(live1 == live0, "live objects {live1} != {live0}");
-    kassert!(pages1 == pages0, "free pages {pages1} != {pages0}");
-    Ok(())
+    nothing_leaked_since((pages0, live0))
 }
 }
 
@@ -673,9 +670,6 @@ fn shared_share_lookups_race_removals_and_frees() {
     kassert!(cores < 2 || found.load(Ordering::Relaxed) > 0, "readers never found a live object");
     drop(share);
     drop(ids);
-    let (pages1, live1) = quiescent_counts();
-    kassert!(live1 == live0, "live objects {live1} != {live0}");
-    kassert!(pages1 == pages0, "free pages {pages1} != {pages0}");
-    Ok(())
+    nothing_leaked_since((pages0, live0))
 }
 }
