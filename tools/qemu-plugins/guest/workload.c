@@ -123,7 +123,7 @@ static void *worker(void *arg)
         int base = 0;
         /* Before the region: the thread's own copy of the table and its own open file (a
            struct file of its own), so no line needs to be shared. */
-        if (wl[8] == '_') {
+        if (!strcmp(wl, "dupclose_unshared")) {
             if (unshare(CLONE_FILES) != 0 || (base = open("/", O_RDONLY | O_DIRECTORY)) < 0) {
                 printf("workload-error: unshare(CLONE_FILES) or open(/): %s\n", strerror(errno));
                 return NULL;
