@@ -17,6 +17,9 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+pub mod net;
+pub use net::*;
+
 /// A 64-bit object id, unique for the life of the system.
 pub type ObjectId = u64;
 
@@ -125,8 +128,8 @@ pub mod nr {
     pub const PCORE_SET_ROLE: u64 = 46;
     /// `pcore_add_device(pcore_share, pcore, dev_share, dev) -> 0`: give a device to the
     /// pcore's core; while that core is a kernel core it polls the device (Corey section
-    /// 4.4). Only syscall rings (`DEVICE_SYSCALL_RING`) can be polled today: another device
-    /// is `Unsupported`. `NotPermitted` through a pcore object another core allocated (as for
+    /// 4.4). Syscall rings (`DEVICE_SYSCALL_RING`) and virtual NICs (`DEVICE_NET`, see
+    /// `net`) can be polled: another device is `Unsupported`. `NotPermitted` through a pcore object another core allocated (as for
     /// `pcore_run`); `Busy` if the device is attached to a core already (detach it first);
     /// `NoSuchCore` if the pcore's core is not online.
     pub const PCORE_ADD_DEVICE: u64 = 47;
@@ -138,7 +141,14 @@ pub mod nr {
     /// `pcore_add_device`.
     pub const PCORE_DEL_DEVICE: u64 = 48;
 
-    /// `device_alloc(share, hwid, memid) -> device id`. For the syscall pseudo-device
+    /// `device_alloc(share, hwid, memid) -> device id`. For a network card (`DEVICE_NET`,
+    /// see `net`): `device_alloc(share, hwid, memid, seg_share, seg, nchannels)` makes a
+    /// virtual NIC whose channels' rings and packet buffers are in that segment (`Busy` if
+    /// another virtual NIC has the card, or a page of the segment is shared copy-on-write;
+    /// `InvalidArgument` for 0 or more than `NET_MAX_CHANNELS` channels; `OutOfRange` if the
+    /// segment holds fewer than `NET_MIN_BUFFERS_PER_CHANNEL` buffers per channel). While the
+    /// virtual NIC lives, the segment's pages are pinned: copy-on-write copies and shrinking
+    /// are `Busy`. For the syscall pseudo-device
     /// (`hwid = HWID_SYSCALL_RING`) three more arguments bind it to its ring:
     /// `device_alloc(share, HWID_SYSCALL_RING, memid, seg_share, seg, slots)`: the ring is the
     /// first `RING_SLOT_BYTES * (slots + 1)` bytes of that segment (a `RingHeader`, then
@@ -621,6 +631,12 @@ pub struct DeviceStat {
     pub bytes_out: u64,
     pub bytes_in: u64,
     pub buffers: u64,
+    /// Frames received and transmitted (network devices; 0 for others).
+    pub packets_in: u64,
+    pub packets_out: u64,
+    /// Frames dropped (no buffer, ring full, malformed) and errors (a device or ring error).
+    pub drops: u64,
+    pub errors: u64,
 }
 
 /// `device_conf(dev_share, dev, &DeviceConf)`: set `key` to `value`.

@@ -14,6 +14,7 @@ pub mod mm;
 pub mod percpu;
 pub mod roles;
 pub mod coresched;
+pub mod dev;
 pub mod sched;
 pub mod smp;
 pub mod time;
@@ -279,6 +280,9 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
         ksyms::count(),
         bi.cmdline()
     );
+
+    // Devices: before any user address range exists (kernel mappings are copied into each).
+    dev::init(acpi.ecam);
 
     if let Some(spec) = bi.option("roles") {
         match roles::apply_boot_policy(spec) {

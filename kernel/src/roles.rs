@@ -273,8 +273,12 @@ pub fn kernel_core_loop() {
             root.leave(me);
             buf.release();
         }
-        if crate::smp::run_mailbox(me) | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) {
+        if crate::smp::run_mailbox(me) | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | crate::dev::net::poll_attached(me.index) {
             idle = 0;
+            continue;
+        }
+        // A kernel core with a device polls it without pause (Corey: no device interrupts).
+        if crate::dev::net::has_attached(me.index) {
             continue;
         }
         idle += 1;

@@ -511,6 +511,13 @@ fn sys_pcore_add_device_or_pcore_del_device(nr: u64, a: &[u64; 6]) -> Result<u64
     if pc.allocator_core != caller() as u32 {
         return Err(Error::NotPermitted);
     }
+    if let Some(n) = &dev.net {
+        return if nr == nr::PCORE_ADD_DEVICE {
+            crate::dev::net::attach(pc.core as usize, n).map(|()| 0)
+        } else {
+            crate::dev::net::detach(n, Some(pc.core as usize)).map(|()| 0)
+        };
+    }
     let ring = dev.ring.as_ref().ok_or(Error::Unsupported)?;
     if nr == nr::PCORE_ADD_DEVICE {
         crate::roles::attach_ring(pc.core as usize, ring)?;
@@ -535,6 +542,12 @@ fn sys_device_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         let (root_ar, shares) = ring_identity()?;
         let d = device::Device::open_ring(seg, a[5], &root_ar, &shares, caller() as u32)?;
         return insert_new(&s, b"syscall-ring", home, Kind::Device(d));
+    }
+    if a[1] >= abi::HWID_PCI_BASE && a[1] < HWID_SYSCALL_RING {
+        let seg = lookup(a[3], a[4])?;
+        seg.as_segment()?;
+        let d = device::Device::open_net(a[1], seg, a[5])?;
+        return insert_new(&s, b"vnic", home, Kind::Device(d));
     }
     let d = device::Device::open(a[1])?;
     insert_new(&s, b"console", home, Kind::Device(d))
@@ -566,6 +579,9 @@ fn sys_device_buf(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     let b: DeviceBuf = read_user(a[2])?;
     let dev_obj = lookup(a[0], a[1])?;
     let dev = dev_obj.as_device()?;
+    if let Some(n) = &dev.net {
+        return n.buf(b.buf_type, b.seg.share, b.offset, b.len);
+    }
     if b.buf_type != BUF_TX {
         return Err(Error::Unsupported);
     }

@@ -36,6 +36,9 @@ pub struct Device {
     /// polls it can hold it strongly without keeping the device object (and through it the
     /// shares that hold the device) alive: freeing the device detaches the ring.
     pub ring: Option<KRef<Ring>>,
+    /// A virtual NIC over the network card (`abi::net`). Its own allocation for the same
+    /// reason as `ring`: the kernel core polling it holds it, not the device object.
+    pub net: Option<KRef<crate::dev::net::NetDev>>,
 }
 
 /// A taken request: its slot sequence number, call number and arguments (`nr == None`: the
@@ -186,10 +189,14 @@ impl Ring {
     }
 }
 
-pub fn list() -> [DeviceInfo; 1] {
+pub fn list() -> Vec<DeviceInfo> {
     let mut name = [0u8; 16];
     name[..4].copy_from_slice(b"com1");
-    [DeviceInfo { hwid: CONSOLE_HWID, kind: DEVICE_CONSOLE, owner_core: CONSOLE_OWNER.load(Ordering::Relaxed), name }]
+    let mut l = crate::dev::list();
+    if l.try_reserve(1).is_ok() {
+        l.insert(0, DeviceInfo { hwid: CONSOLE_HWID, kind: DEVICE_CONSOLE, owner_core: CONSOLE_OWNER.load(Ordering::Relaxed), name });
+    }
+    l
 }
 
 impl Device {
@@ -198,7 +205,14 @@ impl Device {
             return Err(Error::NotFound);
         }
         CONSOLE_OWNER.store(percore::cpu_id() as u32, Ordering::Relaxed);
-        Ok(Device { hwid, kind: DEVICE_CONSOLE, crlf: AtomicBool::new(true), ring: None })
+        Ok(Device { hwid, kind: DEVICE_CONSOLE, crlf: AtomicBool::new(true), ring: None, net: None })
+    }
+
+    /// A virtual NIC over the card with hwid `hwid` (`abi::net`).
+    pub fn open_net(hwid: u64, seg: ObjRef, nchannels: u64) -> Result<Device, Error> {
+        let n = crate::dev::net::NetDev::open(hwid, seg, nchannels)?;
+        let n = KRef::try_new(n).map_err(|_| Error::NoMemory)?;
+        Ok(Device { hwid, kind: abi::DEVICE_NET, crlf: AtomicBool::new(false), ring: None, net: Some(n) })
     }
 
     /// A syscall ring over the first bytes of `seg`, acting with `root_ar` and `shares`.
@@ -231,24 +245,29 @@ impl Device {
         if !ring.publish() {
             return Err(Error::Busy);
         }
-        Ok(Device { hwid: HWID_SYSCALL_RING, kind: DEVICE_SYSCALL_RING, crlf: AtomicBool::new(false), ring: Some(ring) })
+        Ok(Device { hwid: HWID_SYSCALL_RING, kind: DEVICE_SYSCALL_RING, crlf: AtomicBool::new(false), ring: Some(ring), net: None })
     }
 
     pub fn stat(&self) -> DeviceStat {
+        if let Some(n) = &self.net {
+            return n.stat();
+        }
         if let Some(r) = &self.ring {
-            return DeviceStat { hwid: self.hwid, kind: self.kind, _pad: 0, bytes_out: 0, bytes_in: 0, buffers: r.completed.load(Ordering::Relaxed) };
+            return DeviceStat { hwid: self.hwid, kind: self.kind, buffers: r.completed.load(Ordering::Relaxed), ..Default::default() };
         }
         DeviceStat {
             hwid: self.hwid,
             kind: self.kind,
-            _pad: 0,
             bytes_out: CONSOLE_OUT.load(Ordering::Relaxed),
-            bytes_in: 0,
             buffers: CONSOLE_BUFFERS.load(Ordering::Relaxed),
+            ..Default::default()
         }
     }
 
     pub fn conf(&self, key: u64, value: u64) -> Result<(), Error> {
+        if let Some(n) = &self.net {
+            return n.conf(key, value);
+        }
         if let Some(r) = &self.ring {
             return match key {
                 abi::CONF_RING_KICK => {
@@ -287,6 +306,11 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
+        if let Some(n) = &self.net {
+            // The kernel core polling it lets go; the last reference resets the card.
+            n.dead.store(true, Ordering::Release);
+            let _ = crate::dev::net::detach(n, None);
+        }
         if let Some(r) = &self.ring {
             // A kernel core running requests from it holds the ring and finishes them; it
             // takes no more.

@@ -43,6 +43,9 @@ pub struct SegInner {
     /// From the memory of `memid`'s node, like the pages (`NodeVec`).
     pages: NodeVec<Option<KRef<Frame>>>,
     pub maps: Vec<SegMap>,
+    /// Pins held by devices that DMA into the pages (`pin`): while any is held the page list
+    /// keeps every frame in place (no shrinking, no copy-on-write sharing).
+    pins: u32,
 }
 
 pub struct Segment {
@@ -87,7 +90,7 @@ impl Segment {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(Error::OutOfRange);
         }
-        Ok(Segment { node_core, inner: TicketLock::new(SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, maps: Vec::new() }) })
+        Ok(Segment { node_core, inner: TicketLock::new(SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, maps: Vec::new(), pins: 0 }) })
     }
 
     pub fn nbytes(&self) -> u64 {
@@ -101,7 +104,7 @@ impl Segment {
         let n = pages_for(nbytes) as usize;
         let mut g = self.inner.lock();
         let mapped_end = g.maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
-        if (n as u64) * PAGE_SIZE < mapped_end {
+        if (n as u64) * PAGE_SIZE < mapped_end || (g.pins > 0 && n < g.pages.len()) {
             return Err(Error::Busy);
         }
         if n > g.pages.len() {
@@ -192,6 +195,11 @@ impl Segment {
     /// can write-protect those mappings outside this segment's lock).
     pub fn duplicate(&self, cow: bool, node_core: u32) -> Result<(Segment, Vec<(KWeak<KObject>, u64, u64)>), Error> {
         let g = self.inner.lock();
+        // A pinned page is written by a device behind the page tables' back: sharing it
+        // copy-on-write would let that write reach the copy.
+        if cow && g.pins > 0 {
+            return Err(Error::Busy);
+        }
         let mut pages = page_vec(g.pages.len() as u64, node_core)?;
         for (i, p) in g.pages.iter().enumerate() {
             if let Some(f) = p {
@@ -205,7 +213,7 @@ impl Segment {
                 maps.push((m.ar.clone(), m.voff, m.len));
             }
         }
-        let copy = Segment { node_core, inner: TicketLock::new(SegInner { nbytes: g.nbytes, pages, maps: Vec::new() }) };
+        let copy = Segment { node_core, inner: TicketLock::new(SegInner { nbytes: g.nbytes, pages, maps: Vec::new(), pins: 0 }) };
         Ok((copy, maps))
     }
 
@@ -244,6 +252,35 @@ impl Segment {
         // every access through the view is atomic (user mode writes it concurrently).
         let words = unsafe { &*(phys_to_virt(f_ref.pa) as *const [core::sync::atomic::AtomicU64; 512]) };
         Ok(f(words))
+    }
+
+    /// Pin every page for a device: allocate the absent ones and return each page's physical
+    /// address. Until `unpin`, no frame of the segment is freed or replaced (shrinking and
+    /// copy-on-write copies are `Busy`), so the device may keep the addresses. `Busy` if a page
+    /// is shared copy-on-write with another segment already (a device write would reach it).
+    pub fn pin(&self) -> Result<Vec<u64>, Error> {
+        let mut g = self.inner.lock();
+        let n = g.pages.len();
+        let mut pas = Vec::new();
+        pas.try_reserve_exact(n).map_err(|_| Error::NoMemory)?;
+        for i in 0..n {
+            if g.pages[i].is_none() {
+                g.pages[i] = Some(zeroed_page(self.node_core)?);
+            }
+            let f = g.pages[i].as_ref().ok_or(Error::NoMemory)?;
+            if KRef::strong_count(f) > 1 {
+                return Err(Error::Busy);
+            }
+            pas.push(f.pa);
+        }
+        g.pins = g.pins.checked_add(1).ok_or(Error::Busy)?;
+        Ok(pas)
+    }
+
+    /// Give back a pin taken by `pin`.
+    pub fn unpin(&self) {
+        let mut g = self.inner.lock();
+        g.pins = g.pins.saturating_sub(1);
     }
 
     /// Where the page list is (for the test that it is on `memid`'s node).

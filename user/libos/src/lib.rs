@@ -30,6 +30,7 @@ pub mod exec;
 pub mod fd;
 pub mod heap;
 pub mod layout;
+pub mod net;
 pub mod process;
 pub mod ring;
 mod start;

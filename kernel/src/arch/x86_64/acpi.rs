@@ -1,5 +1,6 @@
 //! ACPI: find the RSDP, then read the MADT (which cores exist) and the SRAT (which NUMA
-//! node each core and each memory range belongs to) and the SLIT (node distances).
+//! node each core and each memory range belongs to) and the SLIT (node distances), and the
+//! MCFG (where PCI Express configuration space is: ECAM).
 
 use crate::mm::{read_phys, read_phys_bytes};
 use percore::MAX_CORES;
@@ -34,6 +35,16 @@ pub struct AcpiInfo {
     /// SLIT distances, node_count × node_count, if the firmware provided them.
     pub slit: Option<[[u8; MAX_NODES]; MAX_NODES]>,
     pub x2apic_entries: bool,
+    /// PCI segment group 0's configuration space (MCFG), if the firmware lists one.
+    pub ecam: Option<Ecam>,
+}
+
+/// One MCFG entry: memory-mapped configuration space for buses `bus_start..=bus_end`.
+#[derive(Clone, Copy, Debug)]
+pub struct Ecam {
+    pub base: u64,
+    pub bus_start: u8,
+    pub bus_end: u8,
 }
 
 fn checksum_ok(pa: u64, len: usize) -> bool {
@@ -118,11 +129,14 @@ pub fn parse(loader_rsdp: Option<u64>, bsp_apic_id: u32) -> Result<AcpiInfo, &'s
         node_count: 1,
         slit: None,
         x2apic_entries: false,
+        ecam: None,
     };
     let mut madt = None;
     let mut srat = None;
     let mut slit = None;
+    let mut mcfg = None;
     for_each_table(rsdp, |pa, sig| match &sig {
+        b"MCFG" => mcfg = Some(pa),
         b"APIC" => madt = Some(pa),
         b"SRAT" => srat = Some(pa),
         b"SLIT" => slit = Some(pa),
@@ -135,6 +149,9 @@ pub fn parse(loader_rsdp: Option<u64>, bsp_apic_id: u32) -> Result<AcpiInfo, &'s
     }
     if let (Some(slit), true) = (slit, info.has_srat) {
         parse_slit(slit, &mut info);
+    }
+    if let Some(mcfg) = mcfg {
+        info.ecam = parse_mcfg(mcfg);
     }
     Ok(info)
 }
@@ -282,4 +299,26 @@ fn parse_slit(pa: u64, info: &mut AcpiInfo) {
         }
     }
     info.slit = Some(m);
+}
+
+/// The MCFG's entry for PCI segment group 0 (a bad table is ignored: no PCI devices then).
+fn parse_mcfg(pa: u64) -> Option<Ecam> {
+    let len: u32 = read_phys(pa + 4)?;
+    if len < 44 || !checksum_ok(pa, len as usize) {
+        return None;
+    }
+    // Header (36 bytes), 8 reserved, then 16-byte entries: base u64, segment u16, start bus
+    // u8, end bus u8, 4 reserved.
+    let mut off = 44u64;
+    while off + 16 <= len as u64 {
+        let base: u64 = read_phys(pa + off)?;
+        let segment: u16 = read_phys(pa + off + 8)?;
+        let bus_start: u8 = read_phys(pa + off + 10)?;
+        let bus_end: u8 = read_phys(pa + off + 11)?;
+        if segment == 0 && base != 0 && bus_end >= bus_start {
+            return Some(Ecam { base, bus_start, bus_end });
+        }
+        off += 16;
+    }
+    None
 }

@@ -403,3 +403,70 @@ pub fn extend_phys_window(end: u64, mut take_page: impl FnMut() -> Option<u64>) 
     super::cpu::flush_tlb_local();
     Ok(end.max(4 * GIB))
 }
+
+/// Start of the kernel's MMIO window: PML4 entry 257, right after the physical window. Device
+/// registers above 4 GiB (64-bit PCI BARs, which firmware places high) are mapped here,
+/// uncached, by [`map_mmio`].
+pub const MMIO_WINDOW: u64 = 0xFFFF_8080_0000_0000;
+const MMIO_WINDOW_BYTES: u64 = 512 << 30;
+
+/// Mapped MMIO ranges `(physical start, virtual start, bytes)`, 2 MiB-aligned; filled at boot
+/// only (one core runs), read afterwards.
+static MMIO_MAPS: percore::TicketLock<[(u64, u64, u64); 32]> = percore::TicketLock::new([(0, 0, 0); 32]);
+static MMIO_NEXT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(MMIO_WINDOW);
+
+/// Where `[pa, pa + len)` of device memory is mapped in the kernel, if it is: the low 4 GiB
+/// through the physical window (3–4 GiB uncached), anything else through [`map_mmio`].
+pub fn mmio_virt(pa: u64, len: u64) -> Option<u64> {
+    let end = pa.checked_add(len)?;
+    if end <= 4 << 30 {
+        return Some(crate::mm::phys_to_virt(pa));
+    }
+    let maps = MMIO_MAPS.lock();
+    maps.iter().find(|&&(p, _, l)| l > 0 && p <= pa && end <= p + l).map(|&(p, v, _)| v + (pa - p))
+}
+
+/// Map device memory `[pa, pa + len)` uncached into the MMIO window (boot only: the window's
+/// tables are linked into the boot PML4, whose kernel half every address range copies when it
+/// is made, so this must run before the first user range exists). Page-table pages come from
+/// the frame allocator and are never freed. Returns the virtual address of `pa`.
+pub fn map_mmio(pa: u64, len: u64) -> Result<u64, &'static str> {
+    if let Some(v) = mmio_virt(pa, len) {
+        return Ok(v);
+    }
+    const TWO_MIB: u64 = 2 << 20;
+    let start = pa & !(TWO_MIB - 1);
+    let end = pa.checked_add(len).ok_or("mmio: range overflows")?.next_multiple_of(TWO_MIB);
+    let bytes = end - start;
+    let mut maps = MMIO_MAPS.lock();
+    let slot = maps.iter().position(|m| m.2 == 0).ok_or("mmio: too many device ranges")?;
+    let va = MMIO_NEXT.load(core::sync::atomic::Ordering::Relaxed);
+    if va + bytes > MMIO_WINDOW + MMIO_WINDOW_BYTES {
+        return Err("mmio: window full");
+    }
+    let pml4 = boot_pml4_phys();
+    let alloc_table = || super::paging::alloc_table(0).ok_or("mmio: no memory for page tables");
+    let pml4_idx = super::paging::index(4, MMIO_WINDOW);
+    let mut pdpt = super::paging::read_entry(pml4, pml4_idx) & super::paging::PTE_ADDR_MASK;
+    if pdpt == 0 {
+        pdpt = alloc_table()?;
+        super::paging::write_entry(pml4, pml4_idx, pdpt | 0x3);
+    }
+    let mut off = 0;
+    while off < bytes {
+        let v = va + off;
+        let pdpt_idx = super::paging::index(3, v);
+        let mut pd = super::paging::read_entry(pdpt, pdpt_idx) & super::paging::PTE_ADDR_MASK;
+        if pd == 0 {
+            pd = alloc_table()?;
+            super::paging::write_entry(pdpt, pdpt_idx, pd | 0x3);
+        }
+        // Present, writable, 2 MiB, cache disabled and write-through (device registers).
+        super::paging::write_entry(pd, super::paging::index(2, v), (start + off) | 0x83 | 0x18);
+        off += TWO_MIB;
+    }
+    maps[slot] = (start, va, bytes);
+    MMIO_NEXT.store(va + bytes, core::sync::atomic::Ordering::Relaxed);
+    super::cpu::flush_tlb_local();
+    Ok(va + (pa - start))
+}

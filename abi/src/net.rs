@@ -1,0 +1,220 @@
+//! The network device (issue 15): a virtio-net NIC as a Corey device object, and the layout of
+//! the *channel segment* through which service cores exchange packet buffers with the kernel.
+//!
+//! `device_alloc(share, hwid, memid, seg_share, seg, nchannels)` with the NIC's hwid (from
+//! `device_list`, kind `DEVICE_NET`) makes a *virtual NIC* over the physical one: `nchannels`
+//! channels (one per service core, each with its own TCP/IP stack) whose rings and packet
+//! buffers live in the segment `seg`, which the program maps. One virtual NIC at a time owns
+//! the physical NIC (`Busy` otherwise); freeing it resets the device, so no DMA outlives it.
+//!
+//! Layout of the segment (all offsets from its start):
+//!
+//! - page 0: `NetHeader`, written by the kernel at `device_alloc`;
+//! - for channel `c`, four ring pages from `net_ring_page(c, ring)`: `NET_RING_TX` and
+//!   `NET_RING_RXFREE` are produced by the service core and consumed by the kernel;
+//!   `NET_RING_RX` and `NET_RING_TXDONE` are produced by the kernel and consumed by the service
+//!   core. Each ring page holds a producer count (u64 at byte 0), a consumer count (u64 at byte
+//!   `NET_RING_CONSUMER`, on its own 128-byte pair of lines) and `NET_RING_ENTRIES` u64 entries
+//!   from byte `NET_RING_ENTRIES_AT`; entry `seq` is at index `seq % NET_RING_ENTRIES`. An
+//!   entry is `buffer << 16 | length` (`net_entry`). Counts only grow; a side that finds the
+//!   other's count impossible (more than `NET_RING_ENTRIES` ahead, or behind) stops using the
+//!   channel and counts an error (`DeviceStat::errors`): a program can break only its own rings;
+//! - from `net_bufs_offset(nchannels)`: packet buffers of `NET_BUF_BYTES` each, two to a page.
+//!   A frame sits at byte `NET_FRAME_OFFSET` of its buffer (the kernel writes the device's
+//!   header in the bytes before it).
+//!
+//! **Ownership.** Every buffer has one owner at a time, and handing over a buffer index hands
+//! over the buffer: nothing is copied. At `device_alloc` each channel owns an equal share of
+//! the buffers (channel `c` owns `net_first_buffer(c, ..)` up to the next channel's first). A
+//! buffer put on a ring belongs to the ring's consumer from then on; a buffer given to the
+//! kernel by `device_buf` belongs to the kernel until it comes back on the channel's `RX` or
+//! `TXDONE` ring. A received frame is steered to the channel its flow hashes to, so a buffer
+//! one channel gave for receiving may come back on another channel's `RX` ring: buffers
+//! migrate between channels, which is why all channels share one segment.
+//!
+//! **Modes** (Corey §8.2), set with `device_conf(.., CONF_NET_MODE, mode)` before traffic:
+//!
+//! - `NET_MODE_DEDICATED`: a kernel core the virtual NIC is attached to (`pcore_add_device`)
+//!   does all device work: it takes frames from every channel's `TX` ring and empty buffers
+//!   from its `RXFREE` ring into the device's queues, and puts received frames on the `RX`
+//!   ring of the channel their flow hashes to and sent buffers on their channel's `TXDONE`.
+//!   Service cores make no system call on the data path.
+//! - `NET_MODE_POLLING`: service cores place their own frames and receive buffers in the
+//!   device's queues with `device_buf` (`BUF_NET_TX`, `BUF_NET_RX`), under the driver's MCS
+//!   lock; the kernel core only polls for completions and puts them on the channels' `RX` and
+//!   `TXDONE` rings (the same lock, taken on the kernel core).
+//! - `NET_MODE_INLINE`: no kernel core: a service core polls the device itself with
+//!   `device_conf(.., CONF_NET_POLL, 0)` (for one-core machines and the shell); otherwise as
+//!   Polling.
+//!
+//! **Steering.** IPv4 TCP and UDP frames go to channel `net_flow_hash(..) % nchannels` of their
+//! 4-tuple (software receive-side scaling: every stack sees only its own flows). Everything
+//! else (ARP, ICMP, other protocols, fragments) goes to channel 0, which answers for the
+//! machine. Frames shorter than an Ethernet header or longer than the buffer are dropped and
+//! counted.
+
+use crate::PAGE_SIZE;
+
+/// `DeviceInfo::kind` of a network card.
+pub const DEVICE_NET: u32 = 3;
+/// `DeviceInfo::kind` of a block device (listed, not usable yet).
+pub const DEVICE_BLOCK: u32 = 4;
+/// hwids of PCI functions: `HWID_PCI_BASE + (bus << 8 | device << 3 | function)`.
+pub const HWID_PCI_BASE: u64 = 0x1_0000;
+
+/// Most channels of one virtual NIC.
+pub const NET_MAX_CHANNELS: u64 = 16;
+/// Bytes of one packet buffer.
+pub const NET_BUF_BYTES: u64 = 2048;
+/// Where a frame starts inside its buffer.
+pub const NET_FRAME_OFFSET: u64 = 64;
+/// Longest frame a buffer holds (an Ethernet frame without its CRC is at most 1514 bytes).
+pub const NET_MAX_FRAME: u64 = NET_BUF_BYTES - NET_FRAME_OFFSET;
+/// Most buffers of one virtual NIC (an entry names a buffer in 48 bits; the kernel keeps one
+/// record per buffer).
+pub const NET_MAX_BUFFERS: u64 = 8192;
+/// Fewest buffers per channel.
+pub const NET_MIN_BUFFERS_PER_CHANNEL: u64 = 8;
+
+/// Entries of one ring (a power of two).
+pub const NET_RING_ENTRIES: u64 = 256;
+/// Byte offsets inside a ring page.
+pub const NET_RING_PRODUCER: u64 = 0;
+pub const NET_RING_CONSUMER: u64 = 128;
+pub const NET_RING_ENTRIES_AT: u64 = 256;
+
+/// The four rings of a channel (index into its ring pages).
+pub const NET_RING_TX: u64 = 0;
+pub const NET_RING_TXDONE: u64 = 1;
+pub const NET_RING_RX: u64 = 2;
+pub const NET_RING_RXFREE: u64 = 3;
+pub const NET_RINGS_PER_CHANNEL: u64 = 4;
+
+/// `device_conf` keys of a virtual NIC.
+pub const CONF_NET_MODE: u64 = 0x100;
+/// Poll the device once on the calling core (`NET_MODE_INLINE`); the value is ignored.
+pub const CONF_NET_POLL: u64 = 0x101;
+pub const NET_MODE_DEDICATED: u64 = 0;
+pub const NET_MODE_POLLING: u64 = 1;
+pub const NET_MODE_INLINE: u64 = 2;
+
+/// `DeviceBuf::buf_type` for a virtual NIC. `seg.share` is the channel, `offset` the buffer
+/// index, `len` the frame length (`BUF_NET_TX`; 0 for `BUF_NET_RX`); `seg.object` is unused.
+/// `BUF_NET_TX`: transmit the frame in that buffer (its completion comes back on the
+/// channel's `TXDONE` ring). `BUF_NET_RX`: give the buffer to the device for receiving.
+/// Both: `Busy` when the device's queue is full (the buffer stays the caller's), `NotPermitted`
+/// in Dedicated mode (the kernel core owns the queues).
+pub const BUF_NET_TX: u64 = 0x10;
+pub const BUF_NET_RX: u64 = 0x11;
+
+/// Page 0 of the channel segment, written by the kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetHeader {
+    /// `NET_MAGIC` once the kernel has set the segment up.
+    pub magic: u64,
+    pub nchannels: u64,
+    pub nbuffers: u64,
+    pub mac: [u8; 6],
+    pub _pad: [u8; 2],
+    pub mtu: u64,
+}
+
+pub const NET_MAGIC: u64 = 0x4E45_5443_4841_4E31; // "NETCHAN1"
+
+/// First page of channel `c`'s ring `ring`.
+pub const fn net_ring_page(channel: u64, ring: u64) -> u64 {
+    1 + channel * NET_RINGS_PER_CHANNEL + ring
+}
+
+/// Byte offset of the first buffer for a virtual NIC with `nchannels` channels.
+pub const fn net_bufs_offset(nchannels: u64) -> u64 {
+    net_ring_page(nchannels, 0) * PAGE_SIZE
+}
+
+/// How many buffers a segment of `nbytes` holds with `nchannels` channels (capped at
+/// `NET_MAX_BUFFERS`).
+pub const fn net_buffers(nbytes: u64, nchannels: u64) -> u64 {
+    let off = net_bufs_offset(nchannels);
+    if nbytes <= off {
+        return 0;
+    }
+    let n = (nbytes - off) / NET_BUF_BYTES;
+    if n > NET_MAX_BUFFERS {
+        NET_MAX_BUFFERS
+    } else {
+        n
+    }
+}
+
+/// The first buffer channel `c` owns at `device_alloc`.
+pub const fn net_first_buffer(channel: u64, nchannels: u64, nbuffers: u64) -> u64 {
+    nbuffers / nchannels * channel
+}
+
+/// A ring entry: buffer index and frame length.
+pub const fn net_entry(buffer: u64, len: u64) -> u64 {
+    buffer << 16 | (len & 0xFFFF)
+}
+
+pub const fn net_entry_buffer(e: u64) -> u64 {
+    e >> 16
+}
+
+pub const fn net_entry_len(e: u64) -> u64 {
+    e & 0xFFFF
+}
+
+/// The steering hash of an IPv4 flow, the same whichever side computes it. `src`/`dst` are as
+/// seen in a received frame (so a service core computes it with the peer as `src`).
+pub const fn net_flow_hash(src_ip: u32, src_port: u16, dst_ip: u32, dst_port: u16) -> u32 {
+    // A multiplicative mix: cheap, and ports that differ by one land on different channels.
+    let mut h = (src_ip as u64) << 32 | (dst_ip as u64);
+    h ^= (src_port as u64) << 16 | dst_port as u64;
+    h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h ^= h >> 29;
+    h = h.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    (h >> 32) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_fits_and_does_not_overlap() {
+        for n in 1..=NET_MAX_CHANNELS {
+            assert_eq!(net_bufs_offset(n), (1 + 4 * n) * PAGE_SIZE);
+            assert!(net_ring_page(n - 1, NET_RING_RXFREE) * PAGE_SIZE < net_bufs_offset(n));
+        }
+        assert!(NET_RING_ENTRIES_AT + 8 * NET_RING_ENTRIES <= PAGE_SIZE);
+        assert!(NET_MAX_FRAME >= 1514);
+        assert_eq!(PAGE_SIZE % NET_BUF_BYTES, 0);
+    }
+
+    #[test]
+    fn entries_round_trip() {
+        let e = net_entry(8191, 1514);
+        assert_eq!(net_entry_buffer(e), 8191);
+        assert_eq!(net_entry_len(e), 1514);
+    }
+
+    #[test]
+    fn buffers_are_capped_and_partitioned() {
+        assert_eq!(net_buffers(net_bufs_offset(2), 2), 0);
+        assert_eq!(net_buffers(net_bufs_offset(2) + 10 * NET_BUF_BYTES + 5, 2), 10);
+        assert_eq!(net_buffers(1 << 30, 1), NET_MAX_BUFFERS);
+        assert_eq!(net_first_buffer(1, 2, 10), 5);
+    }
+
+    #[test]
+    fn flow_hash_spreads_adjacent_ports() {
+        let mut seen = [0u32; 4];
+        for p in 40000u16..40400 {
+            seen[(net_flow_hash(0x0A00_0202, p, 0x0A00_020F, 80) % 4) as usize] += 1;
+        }
+        for s in seen {
+            assert!(s > 60, "{seen:?}");
+        }
+    }
+}

@@ -1,0 +1,584 @@
+//! The network card: `virtio-net-pci` through the `virtio-drivers` crate's raw driver, as a
+//! Corey device object. `abi::net` has the contract (channel segment layout, buffer
+//! ownership, the Dedicated / Polling / Inline modes, steering); docs/net.md the paths.
+//!
+//! A *virtual NIC* (`NetDev`) owns the card while it lives. Its channel segment is pinned
+//! (`Segment::pin`): the device reads and writes packet buffers in place, at the physical
+//! addresses recorded here, and the kernel reads and writes the channels' rings through the
+//! physical window. Nothing a program writes there is trusted: ring counts are checked, buffer
+//! indexes and lengths are checked, and a channel whose rings say something impossible is
+//! stopped and counted, never followed.
+//!
+//! Who touches what: the driver state (the virtqueues and which buffer each descriptor holds)
+//! sits under one MCS lock. In Dedicated mode only the kernel core the virtual NIC is attached
+//! to takes it; in Polling mode service cores take it too (`device_buf`), as Corey's Polling
+//! configuration does. Each channel's kernel-side cursors and counters are on their own cache
+//! lines, written by the core that polls (and, for a channel's own `device_buf` calls, by that
+//! channel's core, in separate lines).
+
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use abi::{
+    net_bufs_offset, net_buffers, net_entry, net_entry_buffer, net_entry_len, net_flow_hash, net_ring_page, DeviceStat,
+    Error, NetHeader, DEVICE_NET, NET_BUF_BYTES, NET_FRAME_OFFSET, NET_MAGIC, NET_MAX_CHANNELS, NET_MAX_FRAME, NET_MIN_BUFFERS_PER_CHANNEL,
+    NET_MODE_DEDICATED, NET_MODE_INLINE, NET_MODE_POLLING, NET_RING_CONSUMER, NET_RING_ENTRIES, NET_RING_ENTRIES_AT, NET_RING_PRODUCER,
+    NET_RING_RX, NET_RING_RXFREE, NET_RING_TX, NET_RING_TXDONE, PAGE_SIZE,
+};
+use percore::mcs::McsLock;
+use percore::pad::CachePadded;
+use percore::{TicketLock, MAX_CORES};
+use virtio_drivers::device::net::VirtIONetRaw;
+use virtio_drivers::transport::pci::PciTransport;
+use virtio_drivers::transport::DeviceType;
+
+use super::pci;
+use super::virtio::KernelHal;
+use crate::kobj::kref::KRef;
+use crate::kobj::ObjRef;
+use crate::mm::phys_to_virt;
+
+/// Descriptors per virtqueue.
+const QUEUE_SIZE: usize = 256;
+type Driver = VirtIONetRaw<KernelHal, PciTransport, QUEUE_SIZE>;
+
+/// No buffer in a descriptor slot.
+const NONE: u32 = u32::MAX;
+
+/// Set while a virtual NIC owns the card.
+static CARD_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// The card's hwid, if the PCI walk found one.
+pub fn card() -> Option<pci::Function> {
+    pci::find_virtio(DeviceType::Network)
+}
+
+/// The driver and which buffer each in-flight descriptor holds.
+struct DriverState {
+    drv: Driver,
+    /// Transmit descriptor token -> `channel << 16 | buffer`, and the frame's length.
+    tx_owner: [u32; QUEUE_SIZE],
+    tx_len: [u16; QUEUE_SIZE],
+    /// Receive descriptor token -> buffer.
+    rx_owner: [u32; QUEUE_SIZE],
+    rx_posted: usize,
+    hdr_len: usize,
+}
+
+/// Kernel-side state of one channel written by the polling core.
+#[derive(Default)]
+struct ChanPoll {
+    /// Our cursors: entries taken from TX and RXFREE, entries put on RX and TXDONE.
+    tx_taken: AtomicU64,
+    rxfree_taken: AtomicU64,
+    rx_put: AtomicU64,
+    txdone_put: AtomicU64,
+    /// Transmissions of this channel in the device (each needs a TXDONE entry later).
+    tx_inflight: AtomicU64,
+    packets_in: AtomicU64,
+    bytes_in: AtomicU64,
+    packets_out: AtomicU64,
+    bytes_out: AtomicU64,
+    drops: AtomicU64,
+    errors: AtomicU64,
+    /// The channel's rings said something impossible: nothing more is taken from or put on them.
+    broken: AtomicBool,
+}
+
+/// A virtual NIC: the card, one channel segment, `nchannels` channels.
+pub struct NetDev {
+    pub hwid: u64,
+    seg: ObjRef,
+    /// Physical address of every page of the pinned segment.
+    pages: Vec<u64>,
+    nchannels: u64,
+    nbuffers: u64,
+    mac: [u8; 6],
+    pub mode: AtomicU64,
+    driver: McsLock<Option<DriverState>>,
+    chans: Vec<CachePadded<ChanPoll>>,
+    /// Frames dropped before a channel was known (malformed, or no room anywhere).
+    unsteered_drops: CachePadded<AtomicU64>,
+    /// The core polling it (`pcore_add_device`), or `u32::MAX`.
+    pub attached: AtomicU32,
+    /// The device object is gone: poll nothing more.
+    pub dead: AtomicBool,
+}
+
+/// The virtual NICs attached to each kernel core. Only that core polls its list; attach and
+/// detach take the lock.
+static POLLED: [CachePadded<TicketLock<Vec<KRef<NetDev>>>>; MAX_CORES] = [const { CachePadded::new(TicketLock::new(Vec::new())) }; MAX_CORES];
+
+impl NetDev {
+    /// `device_alloc` of the card: a virtual NIC over `seg` with `nchannels` channels.
+    pub fn open(hwid: u64, seg: ObjRef, nchannels: u64) -> Result<NetDev, Error> {
+        let f = card().filter(|f| f.hwid() == hwid).ok_or(Error::NotFound)?;
+        if nchannels == 0 || nchannels > NET_MAX_CHANNELS {
+            return Err(Error::InvalidArgument);
+        }
+        let nbytes = seg.as_segment()?.nbytes();
+        let nbuffers = net_buffers(nbytes, nchannels);
+        if nbuffers < NET_MIN_BUFFERS_PER_CHANNEL * nchannels {
+            return Err(Error::OutOfRange);
+        }
+        if CARD_TAKEN.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return Err(Error::Busy);
+        }
+        let pages = match seg.as_segment().and_then(|s| s.pin()) {
+            Ok(p) => p,
+            Err(e) => {
+                CARD_TAKEN.store(false, Ordering::Release);
+                return Err(e);
+            }
+        };
+        // From here on, dropping `dev` unpins and frees the card.
+        let mut chans = Vec::new();
+        let mut dev = NetDev {
+            hwid,
+            seg,
+            pages,
+            nchannels,
+            nbuffers,
+            mac: [0; 6],
+            mode: AtomicU64::new(NET_MODE_DEDICATED),
+            driver: McsLock::new(None),
+            chans: Vec::new(),
+            unsteered_drops: CachePadded::new(AtomicU64::new(0)),
+            attached: AtomicU32::new(u32::MAX),
+            dead: AtomicBool::new(false),
+        };
+        chans.try_reserve_exact(nchannels as usize).map_err(|_| Error::NoMemory)?;
+        chans.extend((0..nchannels).map(|_| CachePadded::new(ChanPoll::default())));
+        dev.chans = chans;
+        let transport = pci::with_root(|root| PciTransport::new::<KernelHal, _>(root, f.df)).ok_or(Error::NotFound)?.map_err(|_| Error::Unsupported)?;
+        let drv = Driver::new(transport).map_err(|e| match e {
+            virtio_drivers::Error::DmaError => Error::NoMemory,
+            _ => Error::Unsupported,
+        })?;
+        dev.mac = drv.mac_address();
+        // The header the device puts before each frame: 12 bytes (virtio 1.0), 10 (legacy).
+        let mut probe = [0u8; 16];
+        let hdr_len = drv.fill_buffer_header(&mut probe).map_err(|_| Error::Unsupported)?;
+        *dev.driver.lock() = Some(DriverState { drv, tx_owner: [NONE; QUEUE_SIZE], tx_len: [0; QUEUE_SIZE], rx_owner: [NONE; QUEUE_SIZE], rx_posted: 0, hdr_len });
+        // Clear the rings (a recycled segment could hold anything) and write the header.
+        for p in 0..net_ring_page(nchannels, 0) {
+            dev.page(p).iter().for_each(|w| w.store(0, Ordering::Relaxed));
+        }
+        let hdr = NetHeader { magic: NET_MAGIC, nchannels, nbuffers, mac: dev.mac, _pad: [0; 2], mtu: 1500 };
+        let w = dev.page(0);
+        w[0].store(hdr.magic, Ordering::Relaxed);
+        w[1].store(hdr.nchannels, Ordering::Relaxed);
+        w[2].store(hdr.nbuffers, Ordering::Relaxed);
+        let mut mac = [0u8; 8];
+        mac[..6].copy_from_slice(&hdr.mac);
+        w[3].store(u64::from_le_bytes(mac), Ordering::Relaxed);
+        w[4].store(hdr.mtu, Ordering::Release);
+        Ok(dev)
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// Page `p` of the pinned segment as atomic words (a program writes it at the same time).
+    fn page(&self, p: u64) -> &[AtomicU64; 512] {
+        let pa = self.pages[p as usize];
+        // SAFETY: the segment is pinned while `self` lives (its frames stay allocated and in
+        // place), `pa` is a whole page in the physical window, and every access is atomic.
+        unsafe { &*(phys_to_virt(pa) as *const [AtomicU64; 512]) }
+    }
+
+    fn ring(&self, channel: u64, ring: u64) -> &[AtomicU64; 512] {
+        self.page(net_ring_page(channel, ring))
+    }
+
+    /// Kernel address of buffer `b`'s first byte.
+    fn buffer_va(&self, b: u64) -> u64 {
+        let off = net_bufs_offset(self.nchannels) + b * NET_BUF_BYTES;
+        phys_to_virt(self.pages[(off / PAGE_SIZE) as usize] + off % PAGE_SIZE)
+    }
+
+    /// The bytes of buffer `b` the device uses: the header before the frame, then room for
+    /// `len` frame bytes.
+    ///
+    /// # Safety
+    /// The buffer is memory the device and the program also access: the slice may only be
+    /// handed to the driver (which takes its address) or read with the program's writes
+    /// tolerated (steering reads a copy of the headers).
+    unsafe fn dma_slice(&self, b: u64, hdr_len: usize, len: usize) -> &'static mut [u8] {
+        let start = self.buffer_va(b) + NET_FRAME_OFFSET - hdr_len as u64;
+        // SAFETY: inside one pinned buffer (hdr_len <= NET_FRAME_OFFSET, len <= NET_MAX_FRAME);
+        // see the function's contract for the aliasing.
+        unsafe { core::slice::from_raw_parts_mut(start as *mut u8, hdr_len + len) }
+    }
+
+    fn stopped(&self, c: u64, why: &str) {
+        let ch = &self.chans[c as usize];
+        if !ch.broken.swap(true, Ordering::Relaxed) {
+            ch.errors.fetch_add(1, Ordering::Relaxed);
+            crate::kprintln!("net: channel {c} stopped: {why}");
+        }
+    }
+
+    /// Next entry of a ring the program produces (`TX`, `RXFREE`), not yet taken.
+    fn peek_user(&self, c: u64, ring: u64, taken: &AtomicU64) -> Option<u64> {
+        let w = self.ring(c, ring);
+        let prod = w[(NET_RING_PRODUCER / 8) as usize].load(Ordering::Acquire);
+        let cons = taken.load(Ordering::Relaxed);
+        let n = prod.wrapping_sub(cons);
+        if n == 0 {
+            return None;
+        }
+        if n > NET_RING_ENTRIES {
+            self.stopped(c, "producer count impossible");
+            return None;
+        }
+        Some(w[((NET_RING_ENTRIES_AT / 8) + cons % NET_RING_ENTRIES) as usize].load(Ordering::Relaxed))
+    }
+
+    fn advance_user(&self, c: u64, ring: u64, taken: &AtomicU64) {
+        let v = taken.load(Ordering::Relaxed) + 1;
+        taken.store(v, Ordering::Relaxed);
+        self.ring(c, ring)[(NET_RING_CONSUMER / 8) as usize].store(v, Ordering::Release);
+    }
+
+    /// Free entries on a ring the kernel produces (`RX`, `TXDONE`); `None` if its consumer
+    /// count is impossible.
+    fn room(&self, c: u64, ring: u64, put: &AtomicU64) -> Option<u64> {
+        let w = self.ring(c, ring);
+        let cons = w[(NET_RING_CONSUMER / 8) as usize].load(Ordering::Acquire);
+        let used = put.load(Ordering::Relaxed).wrapping_sub(cons);
+        if used > NET_RING_ENTRIES {
+            self.stopped(c, "consumer count impossible");
+            return None;
+        }
+        Some(NET_RING_ENTRIES - used)
+    }
+
+    fn put(&self, c: u64, ring: u64, put: &AtomicU64, entry: u64) {
+        let w = self.ring(c, ring);
+        let seq = put.load(Ordering::Relaxed);
+        w[((NET_RING_ENTRIES_AT / 8) + seq % NET_RING_ENTRIES) as usize].store(entry, Ordering::Relaxed);
+        put.store(seq + 1, Ordering::Relaxed);
+        w[(NET_RING_PRODUCER / 8) as usize].store(seq + 1, Ordering::Release);
+    }
+
+    /// The channel a received frame belongs to (`abi::net` "Steering").
+    fn steer(&self, frame: &[u8]) -> u64 {
+        if self.nchannels == 1 || frame.len() < 14 + 20 || frame[12..14] != [0x08, 0x00] {
+            return 0;
+        }
+        let ip = &frame[14..];
+        let ihl = ((ip[0] & 0x0F) as usize) * 4;
+        let proto = ip[9];
+        let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3FFF != 0;
+        if ihl < 20 || fragment || !(proto == 6 || proto == 17) || ip.len() < ihl + 4 {
+            return 0;
+        }
+        let src = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]);
+        let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+        let sport = u16::from_be_bytes([ip[ihl], ip[ihl + 1]]);
+        let dport = u16::from_be_bytes([ip[ihl + 2], ip[ihl + 3]]);
+        (net_flow_hash(src, sport, dst, dport) as u64) % self.nchannels
+    }
+
+    /// Put a transmit in the device for channel `c`. `Busy` when the device's queue is full or
+    /// the channel's `TXDONE` ring could not take its completion.
+    fn transmit(&self, st: &mut DriverState, c: u64, b: u64, len: u64) -> Result<(), Error> {
+        if b >= self.nbuffers || !(14..=NET_MAX_FRAME).contains(&len) {
+            return Err(Error::InvalidArgument);
+        }
+        let ch = &self.chans[c as usize];
+        let room = self.room(c, NET_RING_TXDONE, &ch.txdone_put).ok_or(Error::Busy)?;
+        if ch.tx_inflight.load(Ordering::Relaxed) >= room || !st.drv.can_send() {
+            return Err(Error::Busy);
+        }
+        // SAFETY: a pinned buffer handed to the device until its completion.
+        let buf = unsafe { self.dma_slice(b, st.hdr_len, len as usize) };
+        st.drv.fill_buffer_header(buf).map_err(|_| Error::InvalidArgument)?;
+        // SAFETY: the buffer stays pinned (and so valid) until `transmit_complete` or the
+        // device's reset when the virtual NIC goes.
+        let token = unsafe { st.drv.transmit_begin(buf) }.map_err(|_| Error::Busy)? as usize;
+        if token >= QUEUE_SIZE {
+            return Err(Error::Busy); // the crate never gives one; keep the table safe anyway
+        }
+        st.tx_owner[token] = (c as u32) << 16 | b as u32;
+        st.tx_len[token] = len as u16;
+        ch.tx_inflight.fetch_add(1, Ordering::Relaxed);
+        ch.packets_out.fetch_add(1, Ordering::Relaxed);
+        ch.bytes_out.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Give buffer `b` to the device for receiving.
+    fn post_rx(&self, st: &mut DriverState, b: u64) -> Result<(), Error> {
+        if b >= self.nbuffers {
+            return Err(Error::InvalidArgument);
+        }
+        if st.rx_posted >= QUEUE_SIZE {
+            return Err(Error::Busy);
+        }
+        // SAFETY: as in `transmit`; the device writes the header and at most NET_MAX_FRAME bytes.
+        let buf = unsafe { self.dma_slice(b, st.hdr_len, NET_MAX_FRAME as usize) };
+        // SAFETY: the buffer stays pinned until `receive_complete` or the device's reset.
+        let token = unsafe { st.drv.receive_begin(buf) }.map_err(|_| Error::Busy)? as usize;
+        if token >= QUEUE_SIZE {
+            return Err(Error::Busy);
+        }
+        st.rx_owner[token] = b as u32;
+        st.rx_posted += 1;
+        Ok(())
+    }
+
+    /// One poll of the device (and, in Dedicated mode, of every channel's TX and RXFREE
+    /// rings). Returns true if anything moved.
+    pub fn poll(&self) -> bool {
+        if self.dead.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut g = self.driver.lock_irqsave();
+        let Some(st) = g.as_mut() else { return false };
+        let mut did = false;
+        if self.mode.load(Ordering::Relaxed) == NET_MODE_DEDICATED {
+            for c in 0..self.nchannels {
+                let ch = &self.chans[c as usize];
+                if ch.broken.load(Ordering::Relaxed) {
+                    continue;
+                }
+                while let Some(e) = self.peek_user(c, NET_RING_TX, &ch.tx_taken) {
+                    match self.transmit(st, c, net_entry_buffer(e), net_entry_len(e)) {
+                        Ok(()) => {}
+                        Err(Error::Busy) => break,
+                        Err(_) => {
+                            // A bad entry: counted and skipped (its buffer, if it names one,
+                            // stays the program's to reuse).
+                            ch.errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    self.advance_user(c, NET_RING_TX, &ch.tx_taken);
+                    did = true;
+                }
+                while st.rx_posted < QUEUE_SIZE {
+                    let Some(e) = self.peek_user(c, NET_RING_RXFREE, &ch.rxfree_taken) else { break };
+                    match self.post_rx(st, net_entry_buffer(e)) {
+                        Ok(()) => {}
+                        Err(Error::Busy) => break,
+                        Err(_) => {
+                            ch.errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    self.advance_user(c, NET_RING_RXFREE, &ch.rxfree_taken);
+                    did = true;
+                }
+            }
+        }
+        did |= self.complete(st);
+        did
+    }
+
+    /// Collect the device's completions: sent buffers back to their channel's `TXDONE`,
+    /// received frames to the `RX` ring of the channel their flow belongs to.
+    fn complete(&self, st: &mut DriverState) -> bool {
+        let mut did = false;
+        while let Some(token) = st.drv.poll_transmit() {
+            did = true;
+            let t = token as usize;
+            let owner = if t < QUEUE_SIZE { core::mem::replace(&mut st.tx_owner[t], NONE) } else { NONE };
+            if owner == NONE {
+                // Not ours to finish: leave it (cannot happen with this driver; never loop).
+                break;
+            }
+            let (c, b) = ((owner >> 16) as u64, (owner & 0xFFFF) as u64);
+            let ch = &self.chans[c as usize];
+            // SAFETY: the same buffer, with the same length, that `transmit_begin` was given.
+            let buf = unsafe { self.dma_slice(b, st.hdr_len, st.tx_len[t] as usize) };
+            // SAFETY: as above.
+            if unsafe { st.drv.transmit_complete(token, buf) }.is_err() {
+                ch.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            ch.tx_inflight.fetch_sub(1, Ordering::Relaxed);
+            if ch.broken.load(Ordering::Relaxed) {
+                continue;
+            }
+            // Room was reserved when the frame went in (`transmit` checks tx_inflight < room).
+            self.put(c, NET_RING_TXDONE, &ch.txdone_put, net_entry(b, 0));
+        }
+        while let Some(token) = st.drv.poll_receive() {
+            did = true;
+            let t = token as usize;
+            let b = if t < QUEUE_SIZE { core::mem::replace(&mut st.rx_owner[t], NONE) } else { NONE };
+            if b == NONE {
+                break;
+            }
+            let b = b as u64;
+            st.rx_posted -= 1;
+            // SAFETY: the same buffer `receive_begin` was given.
+            let buf = unsafe { self.dma_slice(b, st.hdr_len, NET_MAX_FRAME as usize) };
+            // SAFETY: as above.
+            let len = match unsafe { st.drv.receive_complete(token, buf) } {
+                Ok((_, len)) => len as u64,
+                Err(_) => {
+                    self.unsteered_drops.fetch_add(1, Ordering::Relaxed);
+                    let _ = self.post_rx(st, b);
+                    continue;
+                }
+            };
+            if len < 14 || len > NET_MAX_FRAME {
+                self.unsteered_drops.fetch_add(1, Ordering::Relaxed);
+                let _ = self.post_rx(st, b);
+                continue;
+            }
+            // Read the headers into our own copy: the program may own the buffer next.
+            let mut head = [0u8; 64];
+            let n = (len as usize).min(head.len());
+            // SAFETY: `n` bytes of the frame inside the pinned buffer; the device has finished
+            // writing it (completion seen) and no program owns it yet.
+            unsafe { core::ptr::copy_nonoverlapping((self.buffer_va(b) + NET_FRAME_OFFSET) as *const u8, head.as_mut_ptr(), n) };
+            let c = self.steer(&head[..n]);
+            let ch = &self.chans[c as usize];
+            let has_room = !ch.broken.load(Ordering::Relaxed) && self.room(c, NET_RING_RX, &ch.rx_put).is_some_and(|r| r > 0);
+            if !has_room {
+                // The channel cannot take it: the frame is dropped and the buffer goes back to
+                // the device (still the kernel's).
+                ch.drops.fetch_add(1, Ordering::Relaxed);
+                let _ = self.post_rx(st, b);
+                continue;
+            }
+            ch.packets_in.fetch_add(1, Ordering::Relaxed);
+            ch.bytes_in.fetch_add(len, Ordering::Relaxed);
+            self.put(c, NET_RING_RX, &ch.rx_put, net_entry(b, len));
+        }
+        did
+    }
+
+    /// `device_buf` on a virtual NIC (Polling and Inline modes).
+    pub fn buf(&self, buf_type: u64, channel: u64, b: u64, len: u64) -> Result<u64, Error> {
+        if channel >= self.nchannels {
+            return Err(Error::InvalidArgument);
+        }
+        if self.mode.load(Ordering::Relaxed) == NET_MODE_DEDICATED {
+            return Err(Error::NotPermitted);
+        }
+        if self.chans[channel as usize].broken.load(Ordering::Relaxed) {
+            return Err(Error::Busy);
+        }
+        let mut g = self.driver.lock_irqsave();
+        let st = g.as_mut().ok_or(Error::Busy)?;
+        match buf_type {
+            abi::BUF_NET_TX => self.transmit(st, channel, b, len).map(|()| len),
+            abi::BUF_NET_RX => self.post_rx(st, b).map(|()| 0),
+            _ => Err(Error::Unsupported),
+        }
+    }
+
+    pub fn conf(&self, key: u64, value: u64) -> Result<(), Error> {
+        match key {
+            abi::CONF_NET_MODE => match value {
+                NET_MODE_DEDICATED | NET_MODE_POLLING | NET_MODE_INLINE => {
+                    self.mode.store(value, Ordering::Relaxed);
+                    Ok(())
+                }
+                _ => Err(Error::InvalidArgument),
+            },
+            abi::CONF_NET_POLL => {
+                if self.mode.load(Ordering::Relaxed) != NET_MODE_INLINE {
+                    return Err(Error::NotPermitted);
+                }
+                self.poll();
+                Ok(())
+            }
+            _ => Err(Error::Unsupported),
+        }
+    }
+
+    pub fn stat(&self) -> DeviceStat {
+        let mut s = DeviceStat { hwid: self.hwid, kind: DEVICE_NET, ..Default::default() };
+        for ch in &self.chans {
+            s.packets_in += ch.packets_in.load(Ordering::Relaxed);
+            s.packets_out += ch.packets_out.load(Ordering::Relaxed);
+            s.bytes_in += ch.bytes_in.load(Ordering::Relaxed);
+            s.bytes_out += ch.bytes_out.load(Ordering::Relaxed);
+            s.drops += ch.drops.load(Ordering::Relaxed);
+            s.errors += ch.errors.load(Ordering::Relaxed);
+        }
+        s.drops += self.unsteered_drops.load(Ordering::Relaxed);
+        s.buffers = self.nbuffers;
+        s
+    }
+}
+
+impl Drop for NetDev {
+    fn drop(&mut self) {
+        // Dropping the driver resets the card (the transport's drop), so no DMA reaches the
+        // buffers once they are unpinned.
+        *self.driver.lock() = None;
+        if let Ok(s) = self.seg.as_segment() {
+            s.unpin();
+        }
+        CARD_TAKEN.store(false, Ordering::Release);
+    }
+}
+
+/// `pcore_add_device` of a virtual NIC: `core` polls it while it is a kernel core.
+pub fn attach(core: usize, dev: &KRef<NetDev>) -> Result<(), Error> {
+    let target = crate::percpu::get(core).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
+    if dev.attached.compare_exchange(u32::MAX, core as u32, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return Err(Error::Busy);
+    }
+    let mut list = POLLED[core].lock();
+    if list.try_reserve(1).is_err() {
+        dev.attached.store(u32::MAX, Ordering::Release);
+        return Err(Error::NoMemory);
+    }
+    list.push(dev.clone());
+    drop(list);
+    // A kernel core asleep in its idle halt would not look at its list until something woke it.
+    if target.role.load(Ordering::Acquire) == abi::ROLE_KC && !target.polling.load(Ordering::Acquire) {
+        crate::arch::x86_64::apic::send_ipi(target.apic_id, crate::arch::x86_64::apic::VECTOR_WAKE);
+    }
+    Ok(())
+}
+
+/// `pcore_del_device`, or the device object going: stop polling it.
+pub fn detach(dev: &KRef<NetDev>, only: Option<usize>) -> Result<(), Error> {
+    let core = dev.attached.load(Ordering::Acquire);
+    if core == u32::MAX || only.is_some_and(|c| c != core as usize) {
+        return Err(Error::NotFound);
+    }
+    let removed = {
+        let mut list = POLLED[core as usize].lock();
+        let r = list.iter().position(|d| KRef::ptr_eq(d, dev)).map(|i| list.swap_remove(i));
+        if list.is_empty() {
+            *list = Vec::new();
+        }
+        dev.attached.store(u32::MAX, Ordering::Release);
+        r
+    };
+    // The list's reference goes outside the lock (the last one resets the card).
+    drop(removed);
+    Ok(())
+}
+
+/// A kernel core's poll of its virtual NICs. Returns true if anything moved.
+pub fn poll_attached(core: usize) -> bool {
+    let mut did = false;
+    let mut i = 0;
+    loop {
+        let dev = {
+            let list = POLLED[core].lock();
+            match list.get(i) {
+                Some(d) => d.clone(),
+                None => break,
+            }
+        };
+        did |= dev.poll();
+        i += 1;
+    }
+    did
+}
+
+/// Whether a kernel core has a device to poll (then it never sleeps: Corey's kernel cores
+/// poll devices continuously instead of taking their interrupts).
+pub fn has_attached(core: usize) -> bool {
+    !POLLED[core].lock().is_empty()
+}

@@ -1,0 +1,346 @@
+//! tcpserv: Corey's TCP service (seeds/000 §8.2): accept a connection, write 128 bytes,
+//! close; on every service core, each with a private smoltcp stack over its own channel of
+//! one virtual NIC (docs/net.md).
+//!
+//! Usage: `tcpserv [mode=dedicated|polling|inline] [kc=CORE] [cores=N] [conns=N] [seconds=S]
+//! [port=P] [sockets=K]`
+//!
+//! - `mode`: who drives the card (abi::net). Default `dedicated` with 2 or more cores, else
+//!   `inline` (one core polls the card itself).
+//! - `kc`: the kernel core (default: the last core); not used by `inline`.
+//! - `cores`: how many service cores, counted from core 0 and skipping the kernel core
+//!   (default: every other core).
+//! - `conns`: stop after this many connections were served in all (default: run until
+//!   `seconds`, or for ever).
+//! - `sockets`: listening sockets per core, the most connections a core has open at once
+//!   (default 16).
+//!
+//! Prints `tcpserv: ready ...` once every core listens, and at the end
+//! `tcpserv: done conns=N ...` with each core's counts (the host's load generator and the
+//! benchmark read both lines).
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use abi::{ObjName, ROLE_KC, ROLE_XC};
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use libos::net::stack::Stack;
+use libos::net::{Mode, Nic};
+use libos::println;
+use percore::pad::CachePadded;
+use libos::net::smoltcp::socket::tcp;
+
+libos::main!(main);
+
+const MAX_CORES: usize = 16;
+const BUFFERS_PER_CHANNEL: u64 = 128;
+
+/// The 128-byte reply: `a..z` repeated, ending in a newline.
+const REPLY: [u8; 128] = {
+    let mut r = [0u8; 128];
+    let mut i = 0;
+    while i < 127 {
+        r[i] = b'a' + (i % 26) as u8;
+        i += 1;
+    }
+    r[127] = b'\n';
+    r
+};
+
+/// Per-core counts, each core's on its own lines (written by that core only).
+#[derive(Default)]
+struct CoreCount {
+    served: AtomicU64,
+    resets: AtomicU64,
+    rx: AtomicU64,
+    tx: AtomicU64,
+    stalls: AtomicU64,
+    ready: AtomicBool,
+    exited: AtomicBool,
+}
+
+static COUNTS: [CachePadded<CoreCount>; MAX_CORES] = [const {
+    CachePadded::new(CoreCount {
+        served: AtomicU64::new(0),
+        resets: AtomicU64::new(0),
+        rx: AtomicU64::new(0),
+        tx: AtomicU64::new(0),
+        stalls: AtomicU64::new(0),
+        ready: AtomicBool::new(false),
+        exited: AtomicBool::new(false),
+    })
+}; MAX_CORES];
+/// Set by core 0 when the run is over (read by every core: one line, written once).
+static STOP: CachePadded<AtomicBool> = CachePadded::new(AtomicBool::new(false));
+
+struct Job {
+    nic: Nic,
+    channel: u64,
+    port: u16,
+    sockets: usize,
+}
+
+fn serve(job: &Job) -> Result<(), abi::Error> {
+    if job.channel != 0 {
+        job.nic.map_here()?;
+    }
+    let chan = job.nic.channel(job.channel);
+    let mut stack = Stack::new(chan, 0x5eed ^ (job.channel << 32) ^ libos::time::ticks());
+    let mut handles = Vec::new();
+    for _ in 0..job.sockets {
+        let rx = tcp::SocketBuffer::new(alloc::vec![0u8; 1024]);
+        let tx = tcp::SocketBuffer::new(alloc::vec![0u8; 1024]);
+        let mut s = tcp::Socket::new(rx, tx);
+        s.listen(job.port).map_err(|_| abi::Error::InvalidArgument)?;
+        handles.push((stack.sockets.add(s), false));
+    }
+    if job.channel == 0 {
+        stack.dev.announce();
+    }
+    let me = &COUNTS[job.channel as usize];
+    me.ready.store(true, Ordering::Release);
+    let mut next_check = 0u64;
+    while !STOP.load(Ordering::Relaxed) {
+        if job.channel == 0 {
+            // Core 0 ends the run: it reads the others' counts about once a millisecond.
+            let now = libos::time::now_ns();
+            if now >= next_check {
+                next_check = now + 1_000_000;
+                let n = NSERVICE.load(Ordering::Relaxed) as usize;
+                let served: u64 = (0..n).map(|c| COUNTS[c].served.load(Ordering::Relaxed)).sum();
+                if served >= TARGET.load(Ordering::Relaxed) || now >= DEADLINE_NS.load(Ordering::Relaxed) {
+                    STOP.store(true, Ordering::Release);
+                }
+            }
+        }
+        stack.poll();
+        for (h, sent) in handles.iter_mut() {
+            let s = stack.sockets.get_mut::<tcp::Socket>(*h);
+            match s.state() {
+                tcp::State::Established | tcp::State::CloseWait if !*sent => {
+                    if s.can_send() && s.send_slice(&REPLY) == Ok(REPLY.len()) {
+                        *sent = true;
+                        s.close();
+                    }
+                }
+                tcp::State::Closed | tcp::State::TimeWait => {
+                    if *sent {
+                        me.served.fetch_add(1, Ordering::Relaxed);
+                    } else if s.state() == tcp::State::Closed {
+                        me.resets.fetch_add(1, Ordering::Relaxed);
+                    }
+                    *sent = false;
+                    s.abort();
+                    let _ = s.listen(job.port);
+                }
+                _ => {}
+            }
+        }
+        let st = stack.dev.chan.borrow().stats;
+        me.rx.store(st.rx_frames, Ordering::Relaxed);
+        me.tx.store(st.tx_frames, Ordering::Relaxed);
+        me.stalls.store(st.tx_stalls, Ordering::Relaxed);
+    }
+    // One last poll sends what the stack still holds (FINs, ACKs).
+    stack.poll();
+    if job.channel != 0 {
+        let _ = job.nic.unmap_here();
+    }
+    Ok(())
+}
+
+fn thread_main(arg: u64) -> u64 {
+    // SAFETY: `arg` is a `Box<Job>` leaked by `main` for this thread, which owns it now.
+    let job = unsafe { Box::from_raw(arg as *mut Job) };
+    let r = serve(&job);
+    COUNTS[job.channel as usize].exited.store(true, Ordering::Release);
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            println!("tcpserv: channel {}: {e:?}", job.channel);
+            1
+        }
+    }
+}
+
+struct Opts {
+    mode: Mode,
+    kc: u64,
+    cores: u64,
+    conns: u64,
+    seconds: u64,
+    port: u16,
+    sockets: usize,
+}
+
+fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
+    let mut o = Opts {
+        mode: if ncores >= 2 { Mode::Dedicated } else { Mode::Inline },
+        kc: ncores.saturating_sub(1),
+        cores: 0,
+        conns: 0,
+        seconds: 0,
+        port: 80,
+        sockets: 16,
+    };
+    for w in args.split_whitespace() {
+        let (k, v) = w.split_once('=').ok_or_else(|| alloc::format!("{w:?} is not key=value"))?;
+        let num = || libos::parse_u64(v).ok_or_else(|| alloc::format!("{k}={v:?}: not a number"));
+        match k {
+            "mode" => o.mode = Mode::parse(v).ok_or_else(|| alloc::format!("mode={v:?}: dedicated, polling or inline"))?,
+            "kc" => o.kc = num()?,
+            "cores" => o.cores = num()?,
+            "conns" => o.conns = num()?,
+            "seconds" => o.seconds = num()?,
+            "port" => o.port = u16::try_from(num()?).map_err(|_| alloc::format!("port={v}: above 65535"))?,
+            "sockets" => o.sockets = num()?.clamp(1, 256) as usize,
+            _ => return Err(alloc::format!("unknown option {k:?}")),
+        }
+    }
+    if o.mode != Mode::Inline && (o.kc >= ncores || o.kc == 0) {
+        return Err(alloc::format!("kc={}: the kernel core must be one of cores 1..{} (mode=inline needs none)", o.kc, ncores));
+    }
+    Ok(o)
+}
+
+fn main(args: &'static str) -> u64 {
+    let ncores = libos::sys::sys_info().map(|i| i.cores).unwrap_or(1);
+    let o = match parse(args, ncores) {
+        Ok(o) => o,
+        Err(e) => {
+            println!("tcpserv: {e}");
+            println!("usage: tcpserv [mode=dedicated|polling|inline] [kc=CORE] [cores=N] [conns=N] [seconds=S] [port=P] [sockets=K]");
+            return 2;
+        }
+    };
+    // Service cores: from core 0 up, skipping the kernel core.
+    let mut service: Vec<u64> = (0..ncores).filter(|&c| o.mode == Mode::Inline || c != o.kc).collect();
+    service.truncate(MAX_CORES);
+    if o.cores > 0 {
+        service.truncate(o.cores as usize);
+    }
+    if service.is_empty() {
+        println!("tcpserv: no service core left");
+        return 2;
+    }
+    let proc_share = libos::process::proc_share();
+    let nic = match Nic::open(proc_share, service.len() as u64, BUFFERS_PER_CHANNEL, o.mode) {
+        Ok(n) => n,
+        Err(e) => {
+            println!("tcpserv: cannot open the network card: {e:?} (boot with `cargo xtask run --net`)");
+            return 1;
+        }
+    };
+    let root = libos::root_share();
+    let mut kc: Option<ObjName> = None;
+    if o.mode != Mode::Inline {
+        let made = libos::sys::pcore_alloc(root, "net-kc", o.kc).map(|p| ObjName::new(root, p)).and_then(|p| {
+            libos::sys::pcore_set_role(p, ROLE_KC)?;
+            Ok(p)
+        });
+        match made.and_then(|p| nic.attach(p).map(|()| p)) {
+            Ok(p) => kc = Some(p),
+            Err(e) => {
+                println!("tcpserv: cannot make core {} the card's kernel core: {e:?}", o.kc);
+                let _ = nic.unmap_here();
+                let _ = nic.close();
+                return 1;
+            }
+        }
+    }
+    let mut threads = Vec::new();
+    let mut failed = false;
+    for (ch, &core) in service.iter().enumerate().skip(1) {
+        let job = Box::into_raw(Box::new(Job { nic, channel: ch as u64, port: o.port, sockets: o.sockets }));
+        match libos::thread::spawn(core, thread_main, job as u64) {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                // SAFETY: the thread never started; the job is still ours.
+                drop(unsafe { Box::from_raw(job) });
+                println!("tcpserv: cannot start core {core}: {e:?}");
+                failed = true;
+                break;
+            }
+        }
+    }
+    let start = libos::time::now_ns();
+    if !failed {
+        // Core 0 serves channel 0 itself once the other cores listen.
+        let n = service.len();
+        let up = libos::time::wait_until(30_000, || (1..n).all(|c| COUNTS[c].ready.load(Ordering::Acquire) || COUNTS[c].exited.load(Ordering::Acquire)));
+        if up {
+            DEADLINE_NS.store(if o.seconds > 0 { start + o.seconds * 1_000_000_000 } else { u64::MAX }, Ordering::Relaxed);
+            TARGET.store(if o.conns > 0 { o.conns } else { u64::MAX }, Ordering::Relaxed);
+            NSERVICE.store(n as u64, Ordering::Relaxed);
+            println!(
+                "tcpserv: ready mode={} cores={} kc={} port={} sockets={}",
+                o.mode.name(),
+                n,
+                if o.mode == Mode::Inline { -1 } else { o.kc as i64 },
+                o.port,
+                o.sockets
+            );
+            if let Err(e) = serve(&Job { nic, channel: 0, port: o.port, sockets: o.sockets }) {
+                println!("tcpserv: channel 0: {e:?}");
+                code_fail();
+            }
+        } else {
+            println!("tcpserv: service cores did not come up");
+            code_fail();
+        }
+    }
+    STOP.store(true, Ordering::Release);
+    let mut code = if failed || FAILED.load(Ordering::Relaxed) { 1 } else { 0 };
+    for t in threads {
+        match t.join() {
+            Ok(0) => {}
+            _ => code = 1,
+        }
+    }
+    let elapsed_ms = (libos::time::now_ns() - start) / 1_000_000;
+    let st = libos::sys::device_stat(nic.dev).unwrap_or_default();
+    if let Some(p) = kc {
+        let _ = nic.detach(p);
+        let _ = libos::sys::pcore_set_role(p, ROLE_XC);
+        let _ = libos::sys::share_delobj(p);
+    }
+    let _ = nic.unmap_here();
+    let _ = nic.close();
+    let total: u64 = (0..service.len()).map(|c| COUNTS[c].served.load(Ordering::Relaxed)).sum();
+    let mut line = alloc::format!(
+        "tcpserv: done conns={total} mode={} cores={} ms={elapsed_ms} dev_in={} dev_out={} dev_drops={} dev_errors={}",
+        o.mode.name(),
+        service.len(),
+        st.packets_in,
+        st.packets_out,
+        st.drops,
+        st.errors
+    );
+    for (c, core) in service.iter().enumerate() {
+        let k = &COUNTS[c];
+        line.push_str(&alloc::format!(
+            " core{core}={}/{}/{}/{}/{}",
+            k.served.load(Ordering::Relaxed),
+            k.resets.load(Ordering::Relaxed),
+            k.rx.load(Ordering::Relaxed),
+            k.tx.load(Ordering::Relaxed),
+            k.stalls.load(Ordering::Relaxed)
+        ));
+    }
+    println!("{line}");
+    println!("tcpserv: per core: served/resets/rx frames/tx frames/tx stalls");
+    code
+}
+
+static FAILED: AtomicBool = AtomicBool::new(false);
+
+fn code_fail() {
+    FAILED.store(true, Ordering::Relaxed);
+}
+
+static DEADLINE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+static TARGET: AtomicU64 = AtomicU64::new(u64::MAX);
+static NSERVICE: AtomicU64 = AtomicU64::new(1);
