@@ -336,7 +336,9 @@ impl NetDev {
         if self.dead.load(Ordering::Acquire) {
             return false;
         }
-        let mut g = self.driver.lock_irqsave();
+        // Service cores (Polling, Inline) queue on the lock to place their buffers: the
+        // poller never barges ahead of them, it tries again on its next round.
+        let Some(mut g) = self.driver.try_lock() else { return false };
         let Some(st) = g.as_mut() else { return false };
         let mut did = false;
         if self.mode.load(Ordering::Relaxed) == NET_MODE_DEDICATED {
