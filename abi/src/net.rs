@@ -177,6 +177,27 @@ pub const fn net_flow_hash(src_ip: u32, src_port: u16, dst_ip: u32, dst_port: u1
     (h >> 32) as u32
 }
 
+/// The channel a received Ethernet frame is steered to (see "Steering" above): the flow hash
+/// of an unfragmented IPv4 TCP or UDP frame, channel 0 for everything else. Reads only the
+/// headers; any length is safe.
+pub fn net_steer(frame: &[u8], nchannels: u64) -> u64 {
+    if nchannels <= 1 || frame.len() < 14 + 20 || frame[12..14] != [0x08, 0x00] {
+        return 0;
+    }
+    let ip = &frame[14..];
+    let ihl = ((ip[0] & 0x0F) as usize) * 4;
+    let proto = ip[9];
+    let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3FFF != 0;
+    if ip[0] >> 4 != 4 || ihl < 20 || fragment || !(proto == 6 || proto == 17) || ip.len() < ihl + 4 {
+        return 0;
+    }
+    let src = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]);
+    let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+    let sport = u16::from_be_bytes([ip[ihl], ip[ihl + 1]]);
+    let dport = u16::from_be_bytes([ip[ihl + 2], ip[ihl + 3]]);
+    (net_flow_hash(src, sport, dst, dport) as u64) % nchannels
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +226,51 @@ mod tests {
         assert_eq!(net_buffers(net_bufs_offset(2) + 10 * NET_BUF_BYTES + 5, 2), 10);
         assert_eq!(net_buffers(1 << 30, 1), NET_MAX_BUFFERS);
         assert_eq!(net_first_buffer(1, 2, 10), 5);
+    }
+
+    fn tcp_frame(sport: u16, ihl_words: u8, flags_frag: u16, proto: u8) -> [u8; 64] {
+        let mut f = [0u8; 64];
+        f[12] = 0x08;
+        f[14] = 0x40 | ihl_words;
+        f[14 + 6..14 + 8].copy_from_slice(&flags_frag.to_be_bytes());
+        f[14 + 9] = proto;
+        f[14 + 12..14 + 16].copy_from_slice(&[10, 0, 2, 2]);
+        f[14 + 16..14 + 20].copy_from_slice(&[10, 0, 2, 15]);
+        let l4 = 14 + 4 * ihl_words as usize;
+        f[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
+        f[l4 + 2..l4 + 4].copy_from_slice(&80u16.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn steering_follows_the_flow_and_sends_the_rest_to_channel_0() {
+        let mut seen = [false; 4];
+        for p in 1000..1100u16 {
+            let c = net_steer(&tcp_frame(p, 5, 0x4000, 6), 4);
+            assert_eq!(c, (net_flow_hash(0x0A00_0202, p, 0x0A00_020F, 80) % 4) as u64);
+            // The port is read after the IP options: a frame with options steers by its ports.
+            assert_eq!(net_steer(&tcp_frame(p, 6, 0, 17), 4), (net_flow_hash(0x0A00_0202, p, 0x0A00_020F, 80) % 4) as u64);
+            seen[c as usize] = true;
+        }
+        assert!(seen.iter().all(|&s| s), "100 flows reach every channel");
+        // ICMP, fragments, bad header lengths, ARP, runts: channel 0.
+        assert_eq!(net_steer(&tcp_frame(7, 5, 0, 1), 4), 0);
+        for p in 1000..1100u16 {
+            assert_eq!(net_steer(&tcp_frame(p, 5, 0x2000, 6), 4), 0);
+            assert_eq!(net_steer(&tcp_frame(p, 5, 0x0001, 6), 4), 0);
+            assert_eq!(net_steer(&tcp_frame(p, 4, 0, 6), 4), 0);
+        }
+        let mut arp = tcp_frame(5, 5, 0, 6);
+        arp[13] = 0x06;
+        assert_eq!(net_steer(&arp, 4), 0);
+        for len in 0..40 {
+            assert!(net_steer(&tcp_frame(9, 5, 0, 6)[..len], 4) < 4);
+        }
+        // IHL 15 (60 bytes of header) in a 64-byte frame: no room for ports.
+        assert_eq!(net_steer(&tcp_frame(0, 5, 0, 6).map(|b| b)[..], 1), 0);
+        let mut long = tcp_frame(3, 5, 0, 6);
+        long[14] = 0x4F;
+        assert_eq!(net_steer(&long, 4), 0);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use abi::{
-    net_bufs_offset, net_buffers, net_entry, net_entry_buffer, net_entry_len, net_flow_hash, net_ring_page, DeviceStat,
+    net_bufs_offset, net_buffers, net_entry, net_entry_buffer, net_entry_len, net_ring_page, DeviceStat,
     Error, NetHeader, DEVICE_NET, NET_BUF_BYTES, NET_FRAME_OFFSET, NET_MAGIC, NET_MAX_CHANNELS, NET_MAX_FRAME, NET_MIN_BUFFERS_PER_CHANNEL,
     NET_MODE_DEDICATED, NET_MODE_INLINE, NET_MODE_POLLING, NET_RING_CONSUMER, NET_RING_ENTRIES, NET_RING_ENTRIES_AT, NET_RING_PRODUCER,
     NET_RING_RX, NET_RING_RXFREE, NET_RING_TX, NET_RING_TXDONE, PAGE_SIZE,
@@ -263,25 +263,6 @@ impl NetDev {
         w[(NET_RING_PRODUCER / 8) as usize].store(seq + 1, Ordering::Release);
     }
 
-    /// The channel a received frame belongs to (`abi::net` "Steering").
-    fn steer(&self, frame: &[u8]) -> u64 {
-        if self.nchannels == 1 || frame.len() < 14 + 20 || frame[12..14] != [0x08, 0x00] {
-            return 0;
-        }
-        let ip = &frame[14..];
-        let ihl = ((ip[0] & 0x0F) as usize) * 4;
-        let proto = ip[9];
-        let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3FFF != 0;
-        if ihl < 20 || fragment || !(proto == 6 || proto == 17) || ip.len() < ihl + 4 {
-            return 0;
-        }
-        let src = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]);
-        let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
-        let sport = u16::from_be_bytes([ip[ihl], ip[ihl + 1]]);
-        let dport = u16::from_be_bytes([ip[ihl + 2], ip[ihl + 3]]);
-        (net_flow_hash(src, sport, dst, dport) as u64) % self.nchannels
-    }
-
     /// Put a transmit in the device for channel `c`. `Busy` when the device's queue is full or
     /// the channel's `TXDONE` ring could not take its completion.
     fn transmit(&self, st: &mut DriverState, c: u64, b: u64, len: u64) -> Result<(), Error> {
@@ -436,7 +417,7 @@ impl NetDev {
             // SAFETY: `n` bytes of the frame inside the pinned buffer; the device has finished
             // writing it (completion seen) and no program owns it yet.
             unsafe { core::ptr::copy_nonoverlapping((self.buffer_va(b) + NET_FRAME_OFFSET) as *const u8, head.as_mut_ptr(), n) };
-            let c = self.steer(&head[..n]);
+            let c = abi::net_steer(&head[..n], self.nchannels);
             let ch = &self.chans[c as usize];
             let has_room = !ch.broken.load(Ordering::Relaxed) && self.room(c, NET_RING_RX, &ch.rx_put).is_some_and(|r| r > 0);
             if !has_room {
