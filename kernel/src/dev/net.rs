@@ -95,7 +95,10 @@ pub struct NetDev {
     nbuffers: u64,
     mac: [u8; 6],
     pub mode: AtomicU64,
-    driver: McsLock<Option<DriverState>>,
+    /// The driver state, on the heap: with its descriptor tables it is several KiB, too big
+    /// to move around on a 64 KiB kernel stack (a Vec of at most one, for a fallible
+    /// allocation on stable Rust). Empty once the device is reset.
+    driver: McsLock<Vec<DriverState>>,
     chans: Vec<CachePadded<ChanPoll>>,
     /// Frames dropped before a channel was known (malformed, or no room anywhere).
     unsteered_drops: CachePadded<AtomicU64>,
@@ -141,7 +144,7 @@ impl NetDev {
             nbuffers,
             mac: [0; 6],
             mode: AtomicU64::new(NET_MODE_DEDICATED),
-            driver: McsLock::new(None),
+            driver: McsLock::new(Vec::new()),
             chans: Vec::new(),
             unsteered_drops: CachePadded::new(AtomicU64::new(0)),
             attached: AtomicU32::new(u32::MAX),
@@ -150,6 +153,8 @@ impl NetDev {
         chans.try_reserve_exact(nchannels as usize).map_err(|_| Error::NoMemory)?;
         chans.extend((0..nchannels).map(|_| CachePadded::new(ChanPoll::default())));
         dev.chans = chans;
+        let mut slot = Vec::new();
+        slot.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
         let transport = pci::with_root(|root| PciTransport::new::<KernelHal, _>(root, f.df)).ok_or(Error::NotFound)?.map_err(|_| Error::Unsupported)?;
         let drv = Driver::new(transport).map_err(|e| match e {
             virtio_drivers::Error::DmaError => Error::NoMemory,
@@ -159,7 +164,8 @@ impl NetDev {
         // The header the device puts before each frame: 12 bytes (virtio 1.0), 10 (legacy).
         let mut probe = [0u8; 16];
         let hdr_len = drv.fill_buffer_header(&mut probe).map_err(|_| Error::Unsupported)?;
-        *dev.driver.lock() = Some(DriverState { drv, tx_owner: [NONE; QUEUE_SIZE], tx_len: [0; QUEUE_SIZE], rx_owner: [NONE; QUEUE_SIZE], rx_posted: 0, hdr_len });
+        slot.push(DriverState { drv, tx_owner: [NONE; QUEUE_SIZE], tx_len: [0; QUEUE_SIZE], rx_owner: [NONE; QUEUE_SIZE], rx_posted: 0, hdr_len });
+        *dev.driver.lock() = slot;
         // Clear the rings (a recycled segment could hold anything) and write the header.
         for p in 0..net_ring_page(nchannels, 0) {
             dev.page(p).iter().for_each(|w| w.store(0, Ordering::Relaxed));
@@ -320,7 +326,7 @@ impl NetDev {
         // Service cores (Polling, Inline) queue on the lock to place their buffers: the
         // poller never barges ahead of them, it tries again on its next round.
         let Some(mut g) = self.driver.try_lock() else { return false };
-        let Some(st) = g.as_mut() else { return false };
+        let Some(st) = g.first_mut() else { return false };
         let mut did = false;
         if self.mode.load(Ordering::Relaxed) == NET_MODE_DEDICATED {
             for c in 0..self.nchannels {
@@ -446,7 +452,7 @@ impl NetDev {
             return Err(Error::Busy);
         }
         let mut g = self.driver.lock_irqsave();
-        let st = g.as_mut().ok_or(Error::Busy)?;
+        let st = g.first_mut().ok_or(Error::Busy)?;
         match buf_type {
             abi::BUF_NET_TX => self.transmit(st, channel, b, len).map(|()| len),
             abi::BUF_NET_RX => self.post_rx(st, b).map(|()| 0),
@@ -494,7 +500,8 @@ impl Drop for NetDev {
     fn drop(&mut self) {
         // Dropping the driver resets the card (the transport's drop), so no DMA reaches the
         // buffers once they are unpinned.
-        *self.driver.lock() = None;
+        let driver = core::mem::take(&mut *self.driver.lock());
+        drop(driver);
         if let Ok(s) = self.seg.as_segment() {
             s.unpin();
         }
