@@ -7,8 +7,10 @@
 //! 10.0.2.2), and host ports forwarded from 127.0.0.1 only. The TCP service (Corey §8.2)
 //! listens on guest port 80 and answers every connection with [`load::expected_reply`].
 
+pub mod linux_guest;
 pub mod load;
-// pub mod tcp_accept;
+pub mod session;
+pub mod tcp_accept;
 
 use std::net::{Ipv4Addr, TcpListener};
 
