@@ -396,15 +396,15 @@ pub fn main(args: &[String]) -> Result<(), String> {
             if net {
                 vm.net = Some(crate::net::from_options(forwards)?);
             }
-            let conns = load.map(|n| format!(" conns={n}")).unwrap_or_default();
+            let accept = load.map(|conns| crate::net::tcp_accept::AcceptSpec { conns, concurrency, ready_timeout: vm.timeout, ..Default::default() });
+            let conns = accept.as_ref().map(|a| format!(" conns={} warmup={}", a.guest_conns(), a.warmup)).unwrap_or_default();
             vm.append = format!("wl={wl} threads={}{conns} {extra}", vm.smp);
             if let Some(n) = &vm.net {
                 print!("{}", n.describe());
                 let port = n.host_port(crate::net::SERVICE_PORT);
-                if let (Some(conns), Some(port)) = (load, port) {
-                    let spec = crate::net::tcp_accept::AcceptSpec { conns, concurrency, ready_timeout: vm.timeout, ..Default::default() };
-                    let o = crate::net::tcp_accept::run(&vm.qemu_args(), port, &spec, true)?;
-                    if let Some(l) = &o.load {
+                if let (Some(spec), Some(port)) = (&accept, port) {
+                    let o = crate::net::tcp_accept::run(&vm.qemu_args(), port, spec, true)?;
+                    for l in &o.rounds {
                         print!("{}", l.summary());
                     }
                     println!("linux: guest ran {:.1}s", o.finished.elapsed.as_secs_f64());
@@ -416,7 +416,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 // Serve until the guest stops or the timeout: the serial line as it comes.
                 let s = crate::net::session::Session::start(&vm.qemu_args(), true)?;
                 let f = s.finish(Instant::now() + vm.timeout);
-                println!("linux: guest ran {:.1}s{}", f.elapsed.as_secs_f64(), if f.killed { " (killed at --timeout)" } else { "" });
+                println!("linux: guest ran {:.1}s{}", f.elapsed.as_secs_f64(), if f.killed { " (killed at --timeout)".to_string() } else { format!(" (QEMU status {:?})", f.exit_code) });
                 return Ok(());
             }
             let out = run_workload(&vm)?;

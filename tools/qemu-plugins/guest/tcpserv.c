@@ -10,8 +10,13 @@
  *    on port 80 (the kernel spreads incoming connections over them by a hash of the 4-tuple):
  *    accept, write the 128 bytes, close.
  * 4. Prints `tcpserv: ready cores=N port=80` once every thread listens. With conns=N it prints
- *    `tcpserv: done conns=N core0=.. core1=.. ...` after N connections and powers off;
- *    without, it serves until the machine is stopped.
+ *    `tcpserv: done conns=N core0=.. core1=.. calib_ops=.. calib_ns=..` after N connections
+ *    and powers off; without, it serves until the machine is stopped.
+ * 5. Region markers (marker.h) for the insncount plugin: every vCPU starts counting when the
+ *    warmup=W'th connection has been served (the host's untimed warm-up), and stops when the
+ *    N'th has, so the count covers the measured connections only (plus what idle vCPUs run).
+ * 6. After the N'th connection, the share-nothing calibration of docs/bench.md: the register
+ *    xorshift loop, 4 M steps on every CPU at once, best of 3, timed with CLOCK_MONOTONIC.
  *
  * Errors print `tcpserv-error: ...` (and `workload-error: ...` for the harness) and power off.
  */
@@ -35,6 +40,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "../marker.h"
 
 #define TCPSERV_PORT 80
 #define REPLY_LEN 128
@@ -171,6 +178,7 @@ static struct {
 } counts[MAX_CORES] __attribute__((aligned(128)));
 static volatile uint64_t total_served __attribute__((aligned(128)));
 static volatile int listening;
+static long warmup;
 static unsigned char reply[REPLY_LEN];
 
 static void *serve(void *arg)
@@ -220,9 +228,71 @@ static void *serve(void *arg)
         close(c);
         if (sent == REPLY_LEN)
             counts[id].served++;
-        __atomic_add_fetch(&total_served, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_add_fetch(&total_served, 1, __ATOMIC_SEQ_CST) == (uint64_t)warmup)
+            asm volatile(MARKER_ASM(3) ::: "rax", "rdx", "memory");
     }
     return NULL;
+}
+
+/* The calibration: the same xorshift step as bench/src/suite.rs (x through memory each
+ * step, as black_box does there), on every CPU at once. */
+#define CALIB_STEPS 4000000L
+static pthread_barrier_t calib_barrier;
+static struct {
+    struct timespec t0, t1;
+    char pad[96];
+} calib_times[MAX_CORES] __attribute__((aligned(128)));
+
+static void *calib_worker(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(id, &set);
+    sched_setaffinity(0, sizeof set, &set);
+    pthread_barrier_wait(&calib_barrier);
+    clock_gettime(CLOCK_MONOTONIC, &calib_times[id].t0);
+    uint64_t x = (uint64_t)id + 1;
+    for (long i = 0; i < CALIB_STEPS; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        asm volatile("" : : "r"(&x) : "memory");
+    }
+    clock_gettime(CLOCK_MONOTONIC, &calib_times[id].t1);
+    return (void *)(uintptr_t)(x & 1);
+}
+
+static long long ts_ns(struct timespec t)
+{
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Fastest of 3: first start to last stop over all CPUs. */
+static long long calibrate(int ncpu)
+{
+    long long best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        pthread_t t[MAX_CORES];
+        pthread_barrier_init(&calib_barrier, NULL, (unsigned)ncpu);
+        for (int i = 1; i < ncpu; i++)
+            if (pthread_create(&t[i], NULL, calib_worker, (void *)(intptr_t)i) != 0)
+                die("pthread_create (calibration)");
+        calib_worker((void *)0);
+        for (int i = 1; i < ncpu; i++)
+            pthread_join(t[i], NULL);
+        pthread_barrier_destroy(&calib_barrier);
+        long long t0 = ts_ns(calib_times[0].t0), t1 = ts_ns(calib_times[0].t1);
+        for (int i = 1; i < ncpu; i++) {
+            if (ts_ns(calib_times[i].t0) < t0)
+                t0 = ts_ns(calib_times[i].t0);
+            if (ts_ns(calib_times[i].t1) > t1)
+                t1 = ts_ns(calib_times[i].t1);
+        }
+        if (best == 0 || t1 - t0 < best)
+            best = t1 - t0;
+    }
+    return best;
 }
 
 void tcpserv_main(const char *cmdline)
@@ -233,6 +303,9 @@ void tcpserv_main(const char *cmdline)
         reply[i] = (unsigned char)('a' + i % 26);
     reply[REPLY_LEN - 1] = '\n';
     long conns = tparam("conns", 0);
+    warmup = tparam("warmup", 0);
+    if (warmup == 0)
+        asm volatile(MARKER_ASM(3) ::: "rax", "rdx", "memory");
     int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpu < 1 || ncpu > MAX_CORES) {
         errno = EINVAL;
@@ -255,6 +328,9 @@ void tcpserv_main(const char *cmdline)
     /* Bounded by the host: it kills the machine if the connections never come. */
     while (__atomic_load_n(&total_served, __ATOMIC_SEQ_CST) < (uint64_t)conns)
         usleep(2000);
+    asm volatile(MARKER_ASM(4) ::: "rax", "rdx", "memory");
+    /* The service threads stay blocked in accept: the calibration has the CPUs to itself. */
+    long long calib_ns = calibrate(ncpu);
     uint64_t served = 0, werr = 0, aerr = 0;
     char per[MAX_CORES * 24] = "";
     size_t at = 0;
@@ -264,7 +340,8 @@ void tcpserv_main(const char *cmdline)
         aerr += counts[i].accept_errors;
         at += (size_t)snprintf(per + at, sizeof per - at, " core%d=%llu", i, (unsigned long long)counts[i].served);
     }
-    printf("tcpserv: done conns=%llu served=%llu write_errors=%llu accept_errors=%llu cores=%d%s\n", (unsigned long long)total_served,
-           (unsigned long long)served, (unsigned long long)werr, (unsigned long long)aerr, ncpu, per);
+    printf("tcpserv: done conns=%llu served=%llu write_errors=%llu accept_errors=%llu cores=%d service_cores=%d%s calib_ops=%lld calib_ns=%lld\n",
+           (unsigned long long)total_served, (unsigned long long)served, (unsigned long long)werr, (unsigned long long)aerr, ncpu, ncpu, per,
+           (long long)CALIB_STEPS * ncpu, calib_ns);
     off();
 }

@@ -460,10 +460,10 @@ int main(void)
         printf("workload-error: no wl= on the kernel command line\n");
         power_off();
     }
-    if (!strcmp(wl, "tcpserv"))
-        tcpserv_main(cmdline);
     if (ioperm(MARKER_PORT, 1, 1))
         fail("ioperm(0x501)");
+    if (!strcmp(wl, "tcpserv"))
+        tcpserv_main(cmdline);
     nthreads = (int)param("threads", 1);
     iters = param("iters", 1000);
     long ops;

@@ -274,7 +274,7 @@ mod tests {
         assert!(modinfo(&module(b"name=x\0")).unwrap_err().contains("vermagic"));
         assert!(modinfo(b"\x7fELF\x02\x01short").is_err());
         let mut cut = m.clone();
-        cut.truncate(m.len() - 10);
+        cut.truncate(m.len() - 150); // into the section headers
         assert!(modinfo(&cut).is_err(), "a truncated module is not read past its end");
     }
 

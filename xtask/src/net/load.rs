@@ -171,13 +171,6 @@ impl LoadReport {
         Some(self.latencies[rank.clamp(1, self.latencies.len()) - 1])
     }
 
-    /// Latency words in microseconds: `p50_us=.. p90_us=.. p99_us=.. max_us=..` (empty when
-    /// no connection succeeded).
-    pub fn latency_words(&self) -> String {
-        let us = |d: Option<Duration>| d.map(|d| d.as_micros().to_string()).unwrap_or_else(|| "-".into());
-        format!("p50_us={} p90_us={} p99_us={} max_us={}", us(self.percentile(50.0)), us(self.percentile(90.0)), us(self.percentile(99.0)), us(self.latencies.last().copied()))
-    }
-
     /// The human report, two lines.
     pub fn summary(&self) -> String {
         let ms = |d: Option<Duration>| d.map(|d| format!("{:.2}ms", d.as_secs_f64() * 1e3)).unwrap_or_else(|| "-".into());

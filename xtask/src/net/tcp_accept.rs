@@ -17,8 +17,13 @@ pub const DONE: &str = "tcpserv: done";
 /// How much load and how long to wait.
 #[derive(Debug, Clone)]
 pub struct AcceptSpec {
-    /// Connections the load generator opens, and the guest's `conns=N`.
+    /// Connections per measured round.
     pub conns: u64,
+    /// Measured rounds (the fastest is the result).
+    pub rounds: u64,
+    /// Untimed connections first, one at a time (the first connection through QEMU's
+    /// user-mode network waits for ARP and can take a second).
+    pub warmup: u64,
     pub concurrency: usize,
     /// The load generator's own time bound.
     pub load_time: Duration,
@@ -30,10 +35,19 @@ pub struct AcceptSpec {
     pub done_timeout: Duration,
 }
 
+impl AcceptSpec {
+    /// What the guest's `conns=` must be: every connection the host will open.
+    pub fn guest_conns(&self) -> u64 {
+        self.warmup + self.rounds * self.conns
+    }
+}
+
 impl Default for AcceptSpec {
     fn default() -> Self {
         AcceptSpec {
             conns: 500,
+            rounds: 1,
+            warmup: 1,
             concurrency: 4,
             load_time: Duration::from_secs(60),
             conn_timeout: Duration::from_secs(10),
@@ -48,9 +62,8 @@ impl Default for AcceptSpec {
 pub struct Outcome {
     /// The `tcpserv: ready` line, if it came.
     pub ready: Option<String>,
-    /// When it came, from QEMU's start.
-    pub ready_after: Option<Duration>,
-    pub load: Option<LoadReport>,
+    /// One report per measured round (the warm-up is not among them).
+    pub rounds: Vec<LoadReport>,
     /// The `tcpserv: done` line, if it came.
     pub done: Option<String>,
     pub finished: Finished,
@@ -88,35 +101,58 @@ fn guest_failed(line: &str) -> bool {
     line.starts_with("tcpserv-error") || line.starts_with("workload-error") || line.contains("KERNEL PANIC")
 }
 
+impl Outcome {
+    /// The fastest measured round.
+    pub fn best(&self) -> Option<&LoadReport> {
+        self.rounds.iter().max_by(|a, b| a.conns_per_s().total_cmp(&b.conns_per_s()))
+    }
+}
+
 /// Boot `qemu_args` (serial on stdio, with a forward of 127.0.0.1:`port` to the guest's port
 /// 80), load it once `tcpserv: ready` appears, and collect the result. Every step is bounded:
 /// at most ready_timeout + load_time + conn_timeout + 2 × done_timeout.
 pub fn run(qemu_args: &[String], port: u16, spec: &AcceptSpec, echo: bool) -> Result<Outcome, String> {
     let mut s = Session::start(qemu_args, echo)?;
     let ready = s.wait_for(&|l| l.starts_with(READY) || guest_failed(l), s.start + spec.ready_timeout);
-    let ready_after = s.start.elapsed();
     let (ready, mut problem) = match ready {
         Ok(l) if l.starts_with(READY) => (Some(l), None),
         Ok(l) => (None, Some(format!("the guest failed before `{READY}`: {l}"))),
         Err(WaitEnd::Exited(code)) => (None, Some(format!("the guest stopped (QEMU status {code:?}) without printing `{READY}`; last line: {}", last_line(&s.serial)))),
         Err(WaitEnd::TimedOut) => (None, Some(format!("no `{READY}` within {} s; last line: {}", spec.ready_timeout.as_secs(), last_line(&s.serial)))),
     };
-    let mut load = None;
+    let mut rounds = Vec::new();
     let mut done = None;
     if ready.is_some() {
-        let l = load::run(&LoadSpec { port, conns: spec.conns, concurrency: spec.concurrency, max_time: spec.load_time, timeout: spec.conn_timeout })?;
-        if l.failures.total() > 0 || l.ok == 0 {
-            problem = Some(format!(
-                "{} of {} connections failed ({}){}",
-                l.failures.total(),
-                l.attempted,
-                l.failures.words(),
-                l.first_failure.as_deref().map(|f| format!("; first: {f}")).unwrap_or_default()
-            ));
-        } else if l.stopped_by_time {
-            problem = Some(format!("the load's {} s bound stopped it after {} of {} connections", spec.load_time.as_secs(), l.attempted, spec.conns));
+        let warm = LoadSpec { port, conns: spec.warmup.max(1), concurrency: 1, max_time: spec.load_time, timeout: spec.conn_timeout };
+        let mut plan = Vec::new();
+        if spec.warmup > 0 {
+            plan.push(("warm-up", warm.clone()));
         }
-        load = Some(l);
+        for _ in 0..spec.rounds {
+            plan.push(("load", LoadSpec { conns: spec.conns, concurrency: spec.concurrency, ..warm.clone() }));
+        }
+        for (what, ls) in plan {
+            let l = load::run(&ls)?;
+            if problem.is_none() {
+                if l.failures.total() > 0 || l.ok == 0 {
+                    problem = Some(format!(
+                        "{what}: {} of {} connections failed ({}){}",
+                        l.failures.total(),
+                        l.attempted,
+                        l.failures.words(),
+                        l.first_failure.as_deref().map(|f| format!("; first: {f}")).unwrap_or_default()
+                    ));
+                } else if l.stopped_by_time {
+                    problem = Some(format!("{what}: the {} s bound stopped it after {} of {} connections", spec.load_time.as_secs(), l.attempted, ls.conns));
+                }
+            }
+            if what == "load" {
+                rounds.push(l);
+            }
+            if problem.is_some() {
+                break;
+            }
+        }
         match s.wait_for(&|l| l.starts_with(DONE) || guest_failed(l), Instant::now() + spec.done_timeout) {
             Ok(l) if l.starts_with(DONE) => done = Some(l),
             Ok(l) => problem = problem.or(Some(format!("the guest failed: {l}"))),
@@ -125,7 +161,13 @@ pub fn run(qemu_args: &[String], port: u16, spec: &AcceptSpec, echo: bool) -> Re
         }
     }
     let finished = s.finish(Instant::now() + spec.done_timeout);
-    Ok(Outcome { ready, ready_after: Some(ready_after), load, done, finished, problem })
+    // A guest that never came up may have been refused by QEMU itself (a taken port, say).
+    if ready.is_none() {
+        if let (Some(p), Some(q)) = (problem.as_mut(), finished.stderr.lines().find(|l| !l.trim().is_empty())) {
+            p.push_str(&format!("; QEMU: {}", q.trim()));
+        }
+    }
+    Ok(Outcome { ready, rounds, done, finished, problem })
 }
 
 #[cfg(test)]
@@ -136,8 +178,7 @@ mod tests {
     fn guest_words_merge_ready_and_done() {
         let o = Outcome {
             ready: Some("tcpserv: ready cores=2 port=80".into()),
-            ready_after: None,
-            load: None,
+            rounds: Vec::new(),
             done: Some("tcpserv: done conns=10 core0=6 core1=4 cores=2".into()),
             finished: Finished { serial: String::new(), stderr: String::new(), exit_code: None, killed: false, elapsed: Duration::ZERO },
             problem: None,
