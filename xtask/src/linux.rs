@@ -25,7 +25,7 @@ Commands:
                         initramfs) on QEMU's restricted user-mode network, forwarding a free
                         port on 127.0.0.1 to guest port 80 (or --hostfwd); for `--wl tcpserv`
                         (Corey's TCP accept service), --load N waits for `tcpserv: ready`, opens
-                        N connections with the load generator (C at a time, default 4), and
+                        N connections with the load generator (C at a time, default 2), and
                         waits for the guest's `tcpserv: done`.
   help                  This text
 ";
@@ -366,7 +366,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
             let kernel = fetch_kernel()?;
             let mut vm = LinuxVm::new(&kernel, Path::new(""));
             let mut extra = String::new();
-            let (mut net, mut forwards, mut load, mut concurrency) = (false, Vec::new(), None, 4usize);
+            let (mut net, mut forwards, mut load, mut concurrency) = (false, Vec::new(), None, crate::net::load::DEFAULT_CONCURRENCY);
             let mut it = rest.iter();
             while let Some(a) = it.next() {
                 let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));

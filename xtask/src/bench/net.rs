@@ -67,7 +67,7 @@ pub fn accept_spec(params: &[(String, u64)], timeout: Duration) -> AcceptSpec {
         conns: param(params, "conns", 300).max(1),
         rounds: param(params, "reps", 1).max(1),
         warmup: 1,
-        concurrency: param(params, "concurrency", 4).clamp(1, crate::net::load::MAX_CONCURRENCY as u64) as usize,
+        concurrency: param(params, "concurrency", 2).clamp(1, crate::net::load::MAX_CONCURRENCY as u64) as usize,
         load_time: timeout,
         conn_timeout: Duration::from_secs(10),
         ready_timeout: timeout,
@@ -146,6 +146,7 @@ pub fn record(system: &str, spec: &BenchSpec, params: &[(String, u64)], cores: u
         let mut stats = NetStats { guest: words.iter().cloned().collect(), ..NetStats::default() };
         for r in &o.rounds {
             stats.attempted += r.attempted;
+            stats.slow_connects += r.slow_connects;
             for (k, v) in r.failures.words().split_whitespace().filter_map(|w| w.split_once('=')) {
                 *stats.failures.entry(k.to_string()).or_insert(0) += v.parse::<u64>().unwrap_or(0);
             }

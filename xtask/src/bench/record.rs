@@ -14,6 +14,8 @@ pub struct NetStats {
     pub conns_per_s: f64,
     /// Connections started, all rounds (the warm-up not counted).
     pub attempted: u64,
+    /// Good connections whose connect waited out a SYN retransmission (≥ 0.9 s), all rounds.
+    pub slow_connects: u64,
     /// Failed connections by kind (refused, reset, timeout, empty, wrong_bytes, other), all rounds.
     pub failures: BTreeMap<String, u64>,
     /// Latency of the fastest round's good connections, microseconds: p50, p90, p99, max.
@@ -27,9 +29,10 @@ impl NetStats {
         let nums = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{}:{v}", json::quote(k))).collect::<Vec<_>>().join(",");
         let strs = self.guest.iter().map(|(k, v)| format!("{}:{}", json::quote(k), json::quote(v))).collect::<Vec<_>>().join(",");
         format!(
-            "{{\"conns_per_s\":{},\"attempted\":{},\"failures\":{{{}}},\"latency_us\":{{{}}},\"guest\":{{{strs}}}}}",
+            "{{\"conns_per_s\":{},\"attempted\":{},\"slow_connects\":{},\"failures\":{{{}}},\"latency_us\":{{{}}},\"guest\":{{{strs}}}}}",
             json::num(self.conns_per_s),
             self.attempted,
+            self.slow_connects,
             nums(&self.failures),
             nums(&self.latency_us)
         )
@@ -63,7 +66,7 @@ impl NetStats {
                 .collect::<Result<_, String>>()?,
             _ => return Err("`net.guest` must be an object".into()),
         };
-        Ok(NetStats { conns_per_s: num("conns_per_s")?, attempted: num("attempted")? as u64, failures: nums("failures")?, latency_us: nums("latency_us")?, guest })
+        Ok(NetStats { conns_per_s: num("conns_per_s")?, attempted: num("attempted")? as u64, slow_connects: num("slow_connects")? as u64, failures: nums("failures")?, latency_us: nums("latency_us")?, guest })
     }
 }
 

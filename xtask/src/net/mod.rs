@@ -22,9 +22,12 @@ cargo xtask net <command>
 
 Commands:
   load --port P [--conns N] [--concurrency C] [--seconds T] [--timeout SECS]
-        Open up to N connections (default 1000) to 127.0.0.1:P, C at a time (default 8), for
-        at most T seconds (default 30); each reply must be exactly the service's 128 bytes.
-        Prints connections/s, failures by kind and latency percentiles; exit 1 on a failure.
+        Open up to N connections (default 1000) to 127.0.0.1:P, C at a time (default 2: QEMU's
+        user-mode network listens with a backlog of 1, and more than 2 connects in flight wait
+        out 1 s SYN retransmissions, counted as slow_connects), for at most T seconds (default
+        30), each within --timeout (default 5 s); each reply must be exactly the service's 128
+        bytes. Prints connections/s, failures by kind and latency percentiles; exit 1 on a
+        failure.
   help  This text
 
 The guest side: `cargo xtask run --net` (our system) or

@@ -48,7 +48,7 @@ impl Default for AcceptSpec {
             conns: 500,
             rounds: 1,
             warmup: 1,
-            concurrency: 4,
+            concurrency: super::load::DEFAULT_CONCURRENCY,
             load_time: Duration::from_secs(60),
             conn_timeout: Duration::from_secs(10),
             ready_timeout: Duration::from_secs(120),
