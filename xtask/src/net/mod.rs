@@ -7,6 +7,7 @@
 //! 10.0.2.2), and host ports forwarded from 127.0.0.1 only. The TCP service (Corey §8.2)
 //! listens on guest port 80 and answers every connection with [`load::expected_reply`].
 
+pub mod fuzz;
 pub mod linux_guest;
 pub mod load;
 pub mod session;
@@ -28,6 +29,11 @@ Commands:
         30), each within --timeout (default 5 s); each reply must be exactly the service's 128
         bytes. Prints connections/s, failures by kind and latency percentiles; exit 1 on a
         failure.
+  fuzz [--frames N] [--seed S] [--system linux|ours] [--smp K] [--timeout SECS]
+        The frame fuzzer: boot the guest's TCP service with its NIC on a QEMU socket netdev
+        connected to this process (127.0.0.1), write N (default 10000) seeded random and
+        mutated Ethernet frames into it (replayable: frame i depends on S and i only), then
+        check a SYN to port 80 still gets its SYN-ACK and the kernel printed no panic/oops.
   help  This text
 
 The guest side: `cargo xtask run --net` (our system) or
@@ -122,6 +128,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
             Ok(())
         }
         "load" => load::command(&args[1..]),
+        "fuzz" => fuzz::command(&args[1..]),
         other => Err(format!("net: unknown command `{other}`; try `cargo xtask net help`")),
     }
 }
