@@ -9,6 +9,7 @@ pub(crate) mod catalog;
 mod guest;
 mod json;
 mod linux_sys;
+mod net;
 mod ours;
 mod record;
 mod report;
@@ -173,6 +174,10 @@ pub fn parse_options(args: &[String]) -> Result<Options, String> {
             other => return Err(format!("bench: unknown benchmark or option `{other}` (try `cargo xtask bench --help`)")),
         }
     }
+    // Corey's TCP service has two rows for ours (Dedicated, Polling): asking for one asks for both.
+    if o.benches.iter().any(|b| b.name == "tcp_accept") && !o.benches.iter().any(|b| b.name == "tcp_accept_polling") {
+        o.benches.push(catalog::find("tcp_accept_polling").expect("tcp_accept_polling is in the catalog"));
+    }
     // The share-nothing calibration is part of every matrix: scaling ratios are divided by it.
     if !o.benches.iter().any(|b| b.name == catalog::CALIBRATION) {
         o.benches.push(catalog::find(catalog::CALIBRATION).expect("calibration is in the catalog"));
@@ -263,6 +268,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     // Everything Linux needs is prepared before the first boot, so a missing kernel package
     // without network is one error line before any run.
     let linux = if o.systems.contains(&System::Linux) { Some(linux_sys::LinuxSystem::prepare(o.mem_mib, o.insns, &o.out.join("logs"))?) } else { None };
+    // The host-driven benchmarks boot Linux with the measurement guest (tcpserv) and the NIC's
+    // modules instead of bench-linux; if that initramfs cannot be made, those cells say why.
+    let linux_net = (linux.is_some() && o.benches.iter().any(|b| b.host_driven))
+        .then(|| crate::linux::fetch_kernel().and_then(|k| crate::net::linux_guest::initramfs(&k)).map_err(|e| format!("linux: the tcpserv initramfs: {e}")));
     let unavailable = |s: System| match s {
         System::Ours => ours_why.clone(),
         System::Linux => None,
@@ -272,6 +281,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
             System::Linux => linux.as_ref().map(|l| l as _),
             System::Ours => ours_sys.as_ref().map(|s| s as _),
         };
+        if spec.host_driven {
+            let (common, boot) = match sys {
+                System::Linux => match (linux.as_ref(), linux_net.as_ref()) {
+                    (Some(l), Some(Ok(initrd))) => (&l.common, net::Boot::Linux { kernel: &l.kernel, initrd }),
+                    (_, Some(Err(e))) => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, e),
+                    _ => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+                },
+                System::Ours => match ours_sys.as_ref() {
+                    Some(s) => (&s.common, net::Boot::Ours { kernel: &s.kernel, initrd: &s.initrd }),
+                    None => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+                },
+            };
+            return net::run_one(common, boot, spec, params, cores, o.timeout);
+        }
         match g {
             Some(g) => guest::run_one(g, spec, params, cores, o.timeout),
             None => Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),

@@ -18,8 +18,15 @@ Commands:
   initramfs --init BIN [--out PATH]
                         Pack BIN as /init (plus /dev/console, /proc, /tmp) into a newc cpio.
   run [--wl NAME] [--smp N] [--mem MIB] [--append \"k=v ...\"] [--timeout SECS]
+      [--net] [--hostfwd H:G]... [--load N [--concurrency C]]
                         Boot the measurement guest (tools/qemu-plugins/guest) running workload
-                        NAME (default null) and print its serial output.
+                        NAME (default null) and print its serial output. --net adds the
+                        virtio-net NIC (its modules unpacked from the kernel package into the
+                        initramfs) on QEMU's restricted user-mode network, forwarding a free
+                        port on 127.0.0.1 to guest port 80 (or --hostfwd); for `--wl tcpserv`
+                        (Corey's TCP accept service), --load N waits for `tcpserv: ready`, opens
+                        N connections with the load generator (C at a time, default 2), and
+                        waits for the guest's `tcpserv: done`.
   help                  This text
 ";
 
@@ -154,11 +161,16 @@ pub fn cpio_newc(entries: &[CpioEntry]) -> Vec<u8> {
 /// Build an initramfs whose /init is `init_binary` (a static program), plus the nodes it needs
 /// before it can mount anything: /dev/console (so init has stdio), /proc, /tmp, /sys.
 pub fn build_initramfs(init_binary: &Path, out: &Path) -> Result<(), String> {
+    build_initramfs_with(init_binary, Vec::new(), out)
+}
+
+/// [`build_initramfs`] with more entries after the fixed ones (e.g. the NIC's modules).
+pub fn build_initramfs_with(init_binary: &Path, more: Vec<CpioEntry>, out: &Path) -> Result<(), String> {
     let data = fs::read(init_binary).map_err(|e| format!("initramfs: cannot read {}: {e}", init_binary.display()))?;
     if data.get(..4) != Some(b"\x7fELF") {
         return Err(format!("initramfs: {} is not an ELF program", init_binary.display()));
     }
-    let entries = vec![
+    let mut entries = vec![
         CpioEntry::Dir("dev".into()),
         CpioEntry::CharDev { path: "dev/console".into(), major: 5, minor: 1 },
         CpioEntry::Dir("proc".into()),
@@ -166,6 +178,7 @@ pub fn build_initramfs(init_binary: &Path, out: &Path) -> Result<(), String> {
         CpioEntry::Dir("tmp".into()),
         CpioEntry::File { path: "init".into(), mode: 0o755, data },
     ];
+    entries.extend(more);
     if let Some(parent) = out.parent() {
         fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
@@ -191,6 +204,9 @@ pub struct LinuxVm {
     /// `-plugin` arguments, e.g. `/path/cachesim.so,out=/tmp/x,preset=nehalem`.
     pub plugins: Vec<String>,
     pub timeout: Duration,
+    /// The NIC on QEMU's restricted user-mode network (issue 15); none without it (the VM is
+    /// `-nodefaults`, so QEMU adds no NIC of its own).
+    pub net: Option<crate::net::NetConfig>,
 }
 
 impl LinuxVm {
@@ -205,6 +221,7 @@ impl LinuxVm {
             icount_shift: None,
             plugins: Vec::new(),
             timeout: Duration::from_secs(300),
+            net: None,
         }
     }
 
@@ -230,6 +247,9 @@ impl LinuxVm {
         a.extend(["-append".into(), cmdline]);
         for p in &self.plugins {
             a.extend(["-plugin".into(), p.clone()]);
+        }
+        if let Some(n) = &self.net {
+            a.extend(n.qemu_args());
         }
         a
     }
@@ -344,9 +364,9 @@ pub fn main(args: &[String]) -> Result<(), String> {
         "run" => {
             let mut wl = "null".to_string();
             let kernel = fetch_kernel()?;
-            let initrd = guest_initramfs()?;
-            let mut vm = LinuxVm::new(&kernel, &initrd);
+            let mut vm = LinuxVm::new(&kernel, Path::new(""));
             let mut extra = String::new();
+            let (mut net, mut forwards, mut load, mut concurrency) = (false, Vec::new(), None, crate::net::load::DEFAULT_CONCURRENCY);
             let mut it = rest.iter();
             while let Some(a) = it.next() {
                 let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
@@ -356,13 +376,49 @@ pub fn main(args: &[String]) -> Result<(), String> {
                     "--mem" => vm.mem_mib = val()?.parse().map_err(|_| "--mem: not a number of MiB")?,
                     "--append" => extra = val()?,
                     "--timeout" => vm.timeout = Duration::from_secs(val()?.parse().map_err(|_| "--timeout: not a number")?),
+                    "--net" => net = true,
+                    "--hostfwd" => {
+                        forwards.push(crate::net::parse_hostfwd(&val()?)?);
+                        net = true;
+                    }
+                    "--load" => load = Some(val()?.parse::<u64>().ok().filter(|&n| n > 0).ok_or("--load: not a positive number of connections")?),
+                    "--concurrency" => concurrency = val()?.parse().ok().filter(|&c| c > 0).ok_or("--concurrency: not a positive number")?,
                     other => return Err(format!("linux run: unknown option `{other}`")),
                 }
             }
             if vm.smp == 0 || vm.smp > 64 {
                 return Err(format!("--smp: {} is not in 1..64", vm.smp));
             }
-            vm.append = format!("wl={wl} threads={} {extra}", vm.smp);
+            if load.is_some() && (wl != "tcpserv" || !net) {
+                return Err("--load: needs --wl tcpserv and --net".into());
+            }
+            vm.initrd = if net { crate::net::linux_guest::initramfs(&kernel)? } else { guest_initramfs()? };
+            if net {
+                vm.net = Some(crate::net::from_options(forwards)?);
+            }
+            let accept = load.map(|conns| crate::net::tcp_accept::AcceptSpec { conns, concurrency, ready_timeout: vm.timeout, ..Default::default() });
+            let conns = accept.as_ref().map(|a| format!(" conns={} warmup={}", a.guest_conns(), a.warmup)).unwrap_or_default();
+            vm.append = format!("wl={wl} threads={}{conns} {extra}", vm.smp);
+            if let Some(n) = &vm.net {
+                print!("{}", n.describe());
+                let port = n.host_port(crate::net::SERVICE_PORT);
+                if let (Some(spec), Some(port)) = (&accept, port) {
+                    let o = crate::net::tcp_accept::run(&vm.qemu_args(), port, spec, true)?;
+                    for l in &o.rounds {
+                        print!("{}", l.summary());
+                    }
+                    println!("linux: guest ran {:.1}s", o.finished.elapsed.as_secs_f64());
+                    return o.problem.map_or(Ok(()), |p| Err(format!("linux run: {p}")));
+                }
+                if load.is_some() {
+                    return Err("--load: no forward to guest port 80".into());
+                }
+                // Serve until the guest stops or the timeout: the serial line as it comes.
+                let s = crate::net::session::Session::start(&vm.qemu_args(), true)?;
+                let f = s.finish(Instant::now() + vm.timeout);
+                println!("linux: guest ran {:.1}s{}", f.elapsed.as_secs_f64(), if f.killed { " (killed at --timeout)".to_string() } else { format!(" (QEMU status {:?})", f.exit_code) });
+                return Ok(());
+            }
             let out = run_workload(&vm)?;
             print!("{}", out.serial);
             println!("linux: guest ran {:.1}s", out.elapsed.as_secs_f64());

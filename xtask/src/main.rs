@@ -8,6 +8,7 @@ mod fuzz;
 mod iso;
 mod ksyms;
 mod linux;
+mod net;
 mod percore_tasks;
 mod plugins;
 mod qemu;
@@ -43,6 +44,12 @@ Commands:
            --iso            boot the GRUB ISO instead of -kernel
            --uefi           with --iso: boot under OVMF instead of SeaBIOS
            --timeout SECS   kill QEMU after SECS seconds (default: none)
+           --net            add a virtio-net NIC on QEMU's restricted user-mode network
+                            (guest 10.0.2.15/24); forwards a free port on 127.0.0.1 to guest
+                            port 80 unless --hostfwd is given, and prints
+                            `net: 127.0.0.1:PORT -> guest:80`
+           --hostfwd H:G    forward 127.0.0.1:H on the host to guest port G (repeatable;
+                            implies --net)
   test     Host `cargo test`, loom model checks, then the in-kernel tests at 1, 2, 4, 8 vCPUs.
            --smp LIST       vCPU counts to boot (default 1,2,4,8)
            --host-only      skip the QEMU boots
@@ -51,6 +58,7 @@ Commands:
   plugin   QEMU measurement plugins (see `cargo xtask plugin help`)
   cachesim, audit   short for `plugin cachesim`, `plugin audit`
   linux    Linux baseline (see `cargo xtask linux help`)
+  net      Network host side: `net load` (the TCP load generator; `cargo xtask net help`)
   fuzz     System-call fuzzer on every core: --calls N --seed S --smp K --inject SPEC --planted-bug
   soak     Fuzz (with and without injection) and the benchmark programs in turns: --minutes M --smp K
   build    Build the kernel only
@@ -84,6 +92,7 @@ fn main() -> ExitCode {
             plugins::main(&v)
         }
         "linux" => linux::main(rest),
+        "net" => net::main(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(())

@@ -79,8 +79,10 @@ pub fn build_guest() -> Result<PathBuf, String> {
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let out = dir.join("guest-init");
     let src = src_dir().join("guest").join("workload.c");
-    let args: Vec<String> = ["-static", "-O2", "-Wall", "-pthread", "-o"].iter().map(|x| x.to_string()).chain([s(&out), s(&src)]).collect();
-    cc(&args, "guest/workload.c")?;
+    // tcpserv.c: the TCP accept service (wl=tcpserv), the Linux side of issue 15.
+    let net = src_dir().join("guest").join("tcpserv.c");
+    let args: Vec<String> = ["-static", "-O2", "-Wall", "-pthread", "-o"].iter().map(|x| x.to_string()).chain([s(&out), s(&src), s(&net)]).collect();
+    cc(&args, "guest/workload.c guest/tcpserv.c")?;
     Ok(out)
 }
 

@@ -35,6 +35,8 @@ pub struct VmConfig {
     pub timeout: Option<Duration>,
     /// Extra raw QEMU arguments (plugins, tracing).
     pub extra: Vec<String>,
+    /// The guest NIC on QEMU's restricted user-mode network (`--net`), or no NIC at all.
+    pub net: Option<crate::net::NetConfig>,
 }
 
 impl Default for VmConfig {
@@ -50,6 +52,7 @@ impl Default for VmConfig {
             initrd: None,
             timeout: None,
             extra: Vec::new(),
+            net: None,
         }
     }
 }
@@ -95,6 +98,8 @@ impl VmConfig {
         let mut iso = false;
         let mut uefi = false;
         let mut rest = Vec::new();
+        let mut net = false;
+        let mut forwards = Vec::new();
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
@@ -109,6 +114,12 @@ impl VmConfig {
                     let secs: u64 = v.parse().map_err(|_| format!("--timeout: `{v}` is not a number of seconds"))?;
                     cfg.timeout = Some(Duration::from_secs(secs));
                 }
+                "--net" => net = true,
+                // A forward implies the network.
+                "--hostfwd" => {
+                    forwards.push(crate::net::parse_hostfwd(&value("--hostfwd")?)?);
+                    net = true;
+                }
                 "--iso" => iso = true,
                 "--uefi" => uefi = true,
                 _ => rest.push(a.clone()),
@@ -116,6 +127,9 @@ impl VmConfig {
         }
         if uefi && !iso {
             return Err("--uefi needs --iso".into());
+        }
+        if net {
+            cfg.net = Some(crate::net::from_options(forwards)?);
         }
         if iso {
             cfg.medium = Some(BootMedium::Iso { path: crate::iso::default_iso_path(), uefi });
@@ -202,6 +216,10 @@ impl VmConfig {
                 push("d");
             }
             None => {}
+        }
+        match &self.net {
+            Some(n) => a.extend(n.qemu_args()),
+            None => a.extend(crate::net::no_net_args()),
         }
         a.extend(self.extra.iter().cloned());
         a
@@ -355,6 +373,10 @@ pub fn run_command(args: &[String]) -> Result<(), String> {
         Some(BootMedium::Kernel(_)) => {}
     }
     crate::env::ensure_qemu()?;
+    if let Some(net) = &cfg.net {
+        print!("{}", net.describe());
+        let _ = std::io::stdout().flush();
+    }
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.args(cfg.qemu_args());
@@ -508,6 +530,23 @@ mod tests {
             .map(|s| s.split("size=").nth(1).unwrap().trim_end_matches('M').parse::<u64>().unwrap())
             .sum();
         assert_eq!(total, 1000);
+    }
+
+    #[test]
+    fn net_options_add_the_nic_and_nothing_else_has_one() {
+        let (cfg, _) = VmConfig::parse(&args(&["--net"])).unwrap();
+        let a = cfg.qemu_args();
+        let port = cfg.net.as_ref().unwrap().host_port(80).expect("default forward to guest port 80");
+        assert!(a.iter().any(|s| s == &format!("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:80")));
+        assert!(a.windows(2).any(|w| w[0] == "-device" && w[1] == "virtio-net-pci,netdev=n0"));
+        let (cfg, _) = VmConfig::parse(&args(&["--hostfwd", "8080:80", "--hostfwd", "8081:7"])).unwrap();
+        assert_eq!(cfg.net.unwrap().forwards.len(), 2, "--hostfwd implies --net, no default forward added");
+        assert!(VmConfig::parse(&args(&["--hostfwd", "80"])).unwrap_err().contains("--hostfwd"));
+        assert!(VmConfig::parse(&args(&["--hostfwd"])).unwrap_err().contains("--hostfwd"));
+        // Without --net: no NIC at all (QEMU's default one would be on an unrestricted network).
+        let a = VmConfig::default().qemu_args();
+        assert!(a.windows(2).any(|w| w[0] == "-nic" && w[1] == "none"));
+        assert!(!a.iter().any(|s| s.contains("netdev")));
     }
 
     #[test]

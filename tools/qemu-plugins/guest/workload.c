@@ -20,6 +20,7 @@
  *   pipe     substitute for apache+ab: request/response over a socketpair between processes
  *   spawn    substitute for make: fork + wait of short-lived children that compute a little
  *   kallsyms dump /proc/kallsyms data symbols (used once to name kernel lines)
+ *   tcpserv  Corey's TCP accept service (section 8.2) on the NIC: tcpserv.c
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -52,6 +53,7 @@ static struct timespec region_t0, region_t1;
 #define MARK_STOP(v) do { MARK(v); clock_gettime(CLOCK_MONOTONIC, &region_t1); } while (0)
 
 static char cmdline[4096];
+void tcpserv_main(const char *cmdline); /* tcpserv.c; never returns */
 static long param(const char *key, long def)
 {
     char pat[64];
@@ -460,6 +462,8 @@ int main(void)
     }
     if (ioperm(MARKER_PORT, 1, 1))
         fail("ioperm(0x501)");
+    if (!strcmp(wl, "tcpserv"))
+        tcpserv_main(cmdline);
     nthreads = (int)param("threads", 1);
     iters = param("iters", 1000);
     long ops;

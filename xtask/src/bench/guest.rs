@@ -16,11 +16,11 @@ use crate::qemu::VmConfig;
 /// What both systems' boots share: the plugin, the guest memory, where the logs go.
 pub struct Common {
     /// "ours" or "linux", as in the records.
-    system: &'static str,
+    pub(super) system: &'static str,
     /// The insncount plugin, or why there is none (then instructions are null, with the why).
-    insncount: Result<PathBuf, String>,
-    mem_mib: u64,
-    logs: PathBuf,
+    pub(super) insncount: Result<PathBuf, String>,
+    pub(super) mem_mib: u64,
+    pub(super) logs: PathBuf,
 }
 
 impl Common {
@@ -113,7 +113,7 @@ fn qemu_said(run: &RunOutput) -> String {
 }
 
 /// Instructions from the plugin's report, or a note saying why there are none.
-fn add_instructions(rec: &mut Record, plugin: &Result<PathBuf, String>, report: &Path, params: &[(String, u64)]) {
+pub(super) fn add_instructions(rec: &mut Record, plugin: &Result<PathBuf, String>, report: &Path, params: &[(String, u64)]) {
     match (plugin, fs::read_to_string(report)) {
         (Err(e), _) => rec.instructions_note = Some(e.clone()),
         (Ok(_), Err(_)) => rec.instructions_note = Some("the insncount plugin wrote no report".into()),

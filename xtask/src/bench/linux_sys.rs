@@ -16,9 +16,9 @@ const GNU: &str = "x86_64-unknown-linux-gnu";
 
 pub struct LinuxSystem {
     /// The uncompressed vmlinux (booted through its PVH note), or the bzImage if it has none.
-    kernel: PathBuf,
+    pub(super) kernel: PathBuf,
     initrd: PathBuf,
-    common: Common,
+    pub(super) common: Common,
 }
 
 fn work_dir() -> PathBuf {

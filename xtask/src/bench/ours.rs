@@ -23,9 +23,9 @@ pub fn unsupported(spec: &BenchSpec, cores: u32) -> Option<&'static str> {
 const NOT_PROVIDED: &str = "not provided by this backend";
 
 pub struct OursSystem {
-    kernel: PathBuf,
-    initrd: PathBuf,
-    common: Common,
+    pub(super) kernel: PathBuf,
+    pub(super) initrd: PathBuf,
+    pub(super) common: Common,
 }
 
 impl OursSystem {

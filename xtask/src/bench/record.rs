@@ -1,7 +1,74 @@
 //! One benchmark run as a record: what `results.json` holds, one per run.
 
+use std::collections::BTreeMap;
+
 use super::catalog::{BenchSpec, Shape};
 use super::json::{self, Value};
+
+/// What a host-driven network benchmark (tcp_accept, issue 15) adds to its record: the load
+/// generator's view of the fastest round and the guest's own `key=value` words. In JSON an
+/// object `net` (absent for every other benchmark).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NetStats {
+    /// Good connections per second, all service cores together (fastest round; 2 decimals).
+    pub conns_per_s: f64,
+    /// Connections started, all rounds (the warm-up not counted).
+    pub attempted: u64,
+    /// Good connections whose connect waited out a SYN retransmission (≥ 0.9 s), all rounds.
+    pub slow_connects: u64,
+    /// Failed connections by kind (refused, reset, timeout, empty, wrong_bytes, other), all rounds.
+    pub failures: BTreeMap<String, u64>,
+    /// Latency of the fastest round's good connections, microseconds: p50, p90, p99, max.
+    pub latency_us: BTreeMap<String, u64>,
+    /// The guest's words from its `tcpserv: ready` and `tcpserv: done` lines.
+    pub guest: BTreeMap<String, String>,
+}
+
+impl NetStats {
+    fn to_json(&self) -> String {
+        let nums = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{}:{v}", json::quote(k))).collect::<Vec<_>>().join(",");
+        let strs = self.guest.iter().map(|(k, v)| format!("{}:{}", json::quote(k), json::quote(v))).collect::<Vec<_>>().join(",");
+        format!(
+            "{{\"conns_per_s\":{},\"attempted\":{},\"slow_connects\":{},\"failures\":{{{}}},\"latency_us\":{{{}}},\"guest\":{{{strs}}}}}",
+            json::num(self.conns_per_s),
+            self.attempted,
+            self.slow_connects,
+            nums(&self.failures),
+            nums(&self.latency_us)
+        )
+    }
+
+    fn from_json(v: &Value) -> Result<NetStats, String> {
+        let Value::Obj(m) = v else { return Err("`net` must be an object".into()) };
+        let num = |k: &str| match m.get(k) {
+            Some(Value::Num(x)) if *x >= 0.0 => Ok(*x),
+            _ => Err(format!("`net.{k}` must be a non-negative number")),
+        };
+        let nums = |k: &str| -> Result<BTreeMap<String, u64>, String> {
+            match m.get(k) {
+                Some(Value::Obj(o)) => o
+                    .iter()
+                    .map(|(kk, x)| match x {
+                        Value::Num(n) if *n >= 0.0 && n.fract() == 0.0 => Ok((kk.clone(), *n as u64)),
+                        _ => Err(format!("`net.{k}.{kk}` must be a non-negative integer")),
+                    })
+                    .collect(),
+                _ => Err(format!("`net.{k}` must be an object")),
+            }
+        };
+        let guest = match m.get("guest") {
+            Some(Value::Obj(o)) => o
+                .iter()
+                .map(|(k, x)| match x {
+                    Value::Str(s) => Ok((k.clone(), s.clone())),
+                    _ => Err(format!("`net.guest.{k}` must be a string")),
+                })
+                .collect::<Result<_, String>>()?,
+            _ => return Err("`net.guest` must be an object".into()),
+        };
+        Ok(NetStats { conns_per_s: num("conns_per_s")?, attempted: num("attempted")? as u64, slow_connects: num("slow_connects")? as u64, failures: nums("failures")?, latency_us: nums("latency_us")?, guest })
+    }
+}
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +131,8 @@ pub struct Record {
     /// Host wall-clock seconds for the whole boot.
     pub wall_s: f64,
     pub shape: Shape,
+    /// Host-driven network benchmarks only.
+    pub net: Option<NetStats>,
 }
 
 impl Record {
@@ -88,6 +157,7 @@ impl Record {
             calib_ns: None,
             wall_s: 0.0,
             shape: spec.shape,
+            net: None,
         }
     }
 
@@ -133,7 +203,7 @@ impl Record {
         let opt_f = |v: Option<f64>| v.map(json::num).unwrap_or_else(|| "null".into());
         let opt_s = |v: &Option<String>| v.as_deref().map(json::quote).unwrap_or_else(|| "null".into());
         let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{}:{v}", json::quote(k))).collect();
-        format!(
+        let mut out = format!(
             "{{\"system\":{},\"benchmark\":{},\"group\":{},\"params\":{{{}}},\"cores\":{},\"status\":{},\"reason\":{},\"evidence\":{},\"workers\":{},\"ops\":{},\"ns\":{},\"busy_ns\":{},\"instructions\":{},\"instructions_kernel\":{},\"instructions_user\":{},\"instructions_per_op\":{},\"instructions_note\":{},\"per_core_throughput\":{},\"throughput_unit\":\"ops/s/core\",\"calib_ops\":{},\"calib_ns\":{},\"calib_per_core_throughput\":{},\"calibrated_throughput\":{},\"wall_s\":{}}}",
             json::quote(&self.system),
             json::quote(&self.benchmark),
@@ -158,7 +228,12 @@ impl Record {
             opt_f(self.calib_per_core_throughput()),
             opt_f(self.calibrated_throughput()),
             json::num((self.wall_s * 100.0).round() / 100.0),
-        )
+        );
+        if let Some(n) = &self.net {
+            out.pop();
+            out.push_str(&format!(",\"net\":{}}}", n.to_json()));
+        }
+        out
     }
 }
 
@@ -211,6 +286,10 @@ impl Record {
                 _ => 0.0,
             },
             shape: spec.shape,
+            net: match v.get("net") {
+                None | Some(Value::Null) => None,
+                Some(n) => Some(NetStats::from_json(n)?),
+            },
         })
     }
 }
@@ -291,6 +370,9 @@ pub fn check_schema(v: &Value) -> Result<(), String> {
             }
         }
         other => return Err(format!("unknown status `{other}`")),
+    }
+    if let Some(n) = m.get("net").filter(|n| !matches!(n, Value::Null)) {
+        NetStats::from_json(n)?;
     }
     Ok(())
 }
