@@ -165,12 +165,22 @@ fn bad_boot_conditions(kernel: &std::path::Path) -> Result<TestTally, String> {
 /// User-program tests (`init=utest`): every system call's success and error paths, run as a
 /// user program; the kernel then checks that every page and object came back.
 fn user_tests(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, cmdline: &str) -> Result<TestTally, String> {
+    user_tests_on(kernel, initrd, smp, cmdline, None)
+}
+
+/// `user_tests` with the network card (issue 15).
+fn user_tests_net(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, cmdline: &str) -> Result<TestTally, String> {
+    user_tests_on(kernel, initrd, smp, cmdline, Some(crate::net::NetConfig::service()?))
+}
+
+fn user_tests_on(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, cmdline: &str, net: Option<crate::net::NetConfig>) -> Result<TestTally, String> {
     let cfg = VmConfig {
         smp,
         cmdline: cmdline.into(),
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         timeout: Some(BOOT_TIMEOUT),
+        net,
         ..Default::default()
     };
     println!("== user tests ({cmdline}) at {smp} vCPU(s)");
@@ -286,6 +296,56 @@ fn shell_smoke(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<Tes
         }
     }
     println!("   shell: {} passed, {} failed ({:.1} s)", t.passed, t.failed, out.elapsed.as_secs_f64());
+    Ok(t)
+}
+
+/// Boot `tcpserv` in `mode` with the card, open 40 connections from the host (after one
+/// warm-up), and check every reply, the guest's count, and its leak check.
+fn tcp_service(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, mode: &str) -> Result<TestTally, String> {
+    use crate::net::tcp_accept::{self, AcceptSpec};
+    let name = format!("tcp service, {mode}, {smp} vCPUs");
+    println!("== {name}");
+    let net = crate::net::NetConfig::service()?;
+    let port = net.host_port(crate::net::SERVICE_PORT).ok_or("no forward to the service port")?;
+    let spec = AcceptSpec { conns: 40, rounds: 1, warmup: 1, ..AcceptSpec::default() };
+    let cfg = VmConfig {
+        smp,
+        cmdline: format!("init=tcpserv -- mode={mode} conns={} warmup=1", spec.guest_conns()),
+        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+        initrd: Some(initrd.to_path_buf()),
+        net: Some(net),
+        ..Default::default()
+    };
+    let mut args = cfg.qemu_args();
+    args.extend(["-serial", "stdio", "-monitor", "none"].map(String::from));
+    let o = tcp_accept::run(&args, port, &spec, false)?;
+    let mut t = TestTally::default();
+    let mut check = |what: &str, ok: bool, detail: String| {
+        if ok {
+            t.passed += 1;
+        } else {
+            t.failed += 1;
+            println!("   FAILED: {name}: {what}: {detail}");
+        }
+    };
+    let good: u64 = o.rounds.iter().map(|r| r.ok).sum();
+    let bad: u64 = o.rounds.iter().map(|r| r.failures.total()).sum();
+    check("every reply is the 128 bytes", o.problem.is_none() && good == spec.conns && bad == 0, format!("{good} good, {bad} failed, problem {:?}", o.problem));
+    let words = o.guest_words();
+    let served = words.iter().find(|(k, _)| k == "conns").map(|(_, v)| v.clone()).unwrap_or_default();
+    check("the guest counted every connection", served == spec.guest_conns().to_string(), format!("conns={served:?}"));
+    let leak = o.finished.serial.lines().find(|l| l.contains("init: free pages")).unwrap_or("").to_string();
+    let clean = leak.split("free pages ").nth(1).and_then(|r| r.split(',').next()).is_some_and(|p| {
+        let mut it = p.split(" -> ");
+        it.next() == it.next()
+    }) && o.finished.serial.contains("init: `tcpserv` exited with code 0");
+    check("exit 0 and nothing leaked", clean, format!("{leak:?}"));
+    if t.failed > 0 {
+        for l in o.finished.serial.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev() {
+            println!("   | {l}");
+        }
+    }
+    println!("   {name}: {} passed, {} failed", t.passed, t.failed);
     Ok(t)
 }
 
@@ -455,6 +515,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
         total.add(user_tests(&kernel, &initrd, 2, "init=isolation")?);
         total.add(user_tests(&kernel, &initrd, 3, "init=isolation")?);
         total.add(crate::fuzz::ci_fuzz(&kernel, &initrd)?);
+        // The network (issue 15): the card's device object under bad input, then Corey's TCP
+        // service served to the host in each configuration, every reply checked.
+        total.add(user_tests_net(&kernel, &initrd, 2, "init=nettest")?);
+        for (smp, mode) in [(2u32, "dedicated"), (3, "polling"), (2, "inline")] {
+            total.add(tcp_service(&kernel, &initrd, smp, mode)?);
+        }
         total.add(program_runs(&kernel, &initrd)?);
         total.add(summary_boots(&kernel)?);
         total.add(bad_boot_conditions(&kernel)?);
