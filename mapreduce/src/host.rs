@@ -36,7 +36,7 @@ impl Env for HostEnv {
         });
         Ok(())
     }
-    fn memory_budget(&self) -> usize {
+    fn memory_budget(&self, _n: usize) -> usize {
         self.budget
     }
     fn arena(&self, _w: usize, bytes: usize) -> Result<*mut u8, Error> {

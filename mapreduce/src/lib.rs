@@ -30,6 +30,7 @@ extern crate alloc;
 #[cfg(any(test, target_os = "linux"))]
 extern crate std;
 
+pub mod cli;
 pub mod gen;
 #[cfg(any(test, target_os = "linux"))]
 pub mod host;
@@ -116,8 +117,8 @@ pub trait Env: Sync {
     /// Run `body(w)` for `w` in `0..n` in parallel, threads of one address space; return when
     /// all returned.
     fn run(&self, n: usize, body: &(dyn Fn(usize) + Sync)) -> Result<(), Error>;
-    /// Bytes of memory all workers' intermediate data may take together.
-    fn memory_budget(&self) -> usize;
+    /// Bytes of memory the intermediate data of `n` workers may take together (split evenly).
+    fn memory_budget(&self, n: usize) -> usize;
     /// Called by worker `w` on its own core before map: `bytes` of demand-zero memory for its
     /// intermediate data, writable by it (the layout decides where it is mapped).
     fn arena(&self, w: usize, bytes: usize) -> Result<*mut u8, Error>;
@@ -159,6 +160,10 @@ pub struct Report {
     /// Distinct words, and words in all.
     pub keys: usize,
     pub words: u64,
+    /// Arena pages the reducers newly allocated (summed over workers): an upper bound on the
+    /// reduce phase's demand-zero faults on its own output. Reduce faults beyond this number
+    /// are faults on reading the other workers' data (the layouts differ there).
+    pub reduce_arena_pages: u64,
     /// Largest arena use of one worker (bytes), and each arena's size.
     pub arena_used_max: usize,
     pub arena_bytes: usize,
@@ -179,7 +184,7 @@ impl core::fmt::Display for Report {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "metis-phases workers={} partitions={} input_bytes={} keys={} words={} map_us={} reduce_us={} merge_us={} output_us={} map_faults={} reduce_faults={} merge_faults={} arena_bytes={} arena_used_max={} tsc_hz={}",
+            "metis-phases workers={} partitions={} input_bytes={} keys={} words={} map_us={} reduce_us={} merge_us={} output_us={} map_faults={} reduce_faults={} reduce_arena_pages={} merge_faults={} arena_bytes={} arena_used_max={} tsc_hz={}",
             self.workers,
             self.partitions,
             self.input_bytes,
@@ -191,6 +196,7 @@ impl core::fmt::Display for Report {
             self.us(self.output),
             self.map.faults,
             self.reduce.faults,
+            self.reduce_arena_pages,
             self.merge.faults,
             self.arena_bytes,
             self.arena_used_max,
@@ -209,6 +215,8 @@ pub const MAX_PARTITIONS: usize = 4096;
 struct Slot {
     tables: AtomicPtr<Table>,
     used: AtomicUsize,
+    /// Arena bytes in use when map ended.
+    used_map: AtomicUsize,
     words: AtomicU64,
     failed: AtomicBool,
     error: UnsafeCell<Option<Error>>,
@@ -308,15 +316,17 @@ fn reduce_phase(sh: &Shared, app: App, input_len: usize, w: usize, n: usize, are
     for p in (w..sh.parts.len()).step_by(n) {
         // SAFETY (whole loop): every worker published its tables before the barrier that
         // ended map, and no one writes them any more; `share_arenas` made them readable here.
-        let tables: Vec<&Table> = (0..n).map(|v| unsafe { &*sh.slots[v].tables.load(Ordering::Acquire).add(p) }).collect();
-        let total: usize = tables.iter().map(|t| t.len).sum();
+        // (No heap allocation here: a first allocation on a core grows its heap, whose page
+        // faults would be counted as the reduce phase's.)
+        let table = |v: usize| unsafe { &*sh.slots[v].tables.load(Ordering::Acquire).add(p) };
+        let total: usize = (0..n).map(|v| table(v).len).sum();
         if total == 0 {
             continue;
         }
         let refs = arena.alloc::<Ref>(total).map_err(full(arena.used()))?;
         let mut k = 0;
-        for (v, t) in tables.iter().enumerate() {
-            for e in unsafe { t.entries() } {
+        for v in 0..n {
+            for e in unsafe { table(v).entries() } {
                 // SAFETY: `k < total` (`total` counts exactly these entries).
                 unsafe { refs.add(k).write(Ref { e, w: v }) };
                 k += 1;
@@ -374,13 +384,13 @@ pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, par
         return Err(Error::Param("partitions must be 1..=4096"));
     }
     let n = workers;
-    let arena_bytes = (env.memory_budget() / n) & !4095;
+    let arena_bytes = (env.memory_budget(n) / n) & !4095;
     if arena_bytes < 1 << 20 {
         return Err(Error::InputTooLarge { size: input.len(), fits: 0 });
     }
     let sh = Shared {
         slots: (0..n)
-            .map(|_| Slot { tables: AtomicPtr::new(core::ptr::null_mut()), used: AtomicUsize::new(0), words: AtomicU64::new(0), failed: AtomicBool::new(false), error: UnsafeCell::new(None) })
+            .map(|_| Slot { tables: AtomicPtr::new(core::ptr::null_mut()), used: AtomicUsize::new(0), used_map: AtomicUsize::new(0), words: AtomicU64::new(0), failed: AtomicBool::new(false), error: UnsafeCell::new(None) })
             .collect(),
         parts: (0..partitions).map(|_| Part { outs: AtomicPtr::new(core::ptr::null_mut()), len: AtomicUsize::new(0) }).collect(),
         failed: AtomicBool::new(false),
@@ -411,6 +421,9 @@ pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, par
                     sh.fail(w, e);
                 }
             }
+        }
+        if let Some(a) = arena.as_ref() {
+            sh.slots[w].used_map.store(a.used(), Ordering::Relaxed);
         }
         sh.barrier.wait();
         if w == 0 {
@@ -451,6 +464,11 @@ pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, par
             map: Phase { ticks: t1 - t0, faults: f1 - f0 },
             reduce: Phase { ticks: t2 - t1, faults: f2 - f1 },
             words: sh.slots.iter().map(|s| s.words.load(Ordering::Relaxed)).sum(),
+            reduce_arena_pages: sh
+                .slots
+                .iter()
+                .map(|s| (s.used.load(Ordering::Relaxed).div_ceil(4096) - s.used_map.load(Ordering::Relaxed).div_ceil(4096)) as u64)
+                .sum(),
             arena_used_max: sh.slots.iter().map(|s| s.used.load(Ordering::Relaxed)).max().unwrap_or(0),
             arena_bytes,
             tsc_hz: env.ticks_per_sec(),

@@ -46,7 +46,7 @@ impl Env for LinuxEnv {
     fn run(&self, n: usize, body: &(dyn Fn(usize) + Sync)) -> Result<(), Error> {
         self.p.run_threads(n, body).map_err(Error::Platform)
     }
-    fn memory_budget(&self) -> usize {
+    fn memory_budget(&self, _n: usize) -> usize {
         if self.budget != 0 {
             self.budget
         } else {
