@@ -8,7 +8,7 @@
 pub(crate) mod catalog;
 mod guest;
 mod json;
-mod linux_sys;
+pub(crate) mod linux_sys;
 mod ours;
 mod record;
 mod report;

@@ -8,6 +8,7 @@ mod fuzz;
 mod iso;
 mod ksyms;
 mod linux;
+mod metis;
 mod percore_tasks;
 mod plugins;
 mod qemu;
@@ -51,6 +52,8 @@ Commands:
   plugin   QEMU measurement plugins (see `cargo xtask plugin help`)
   cachesim, audit   short for `plugin cachesim`, `plugin audit`
   linux    Linux baseline (see `cargo xtask linux help`)
+  metis    Metis MapReduce: `metis wc|wri|wrmem --input FILE --out FILE [--smp N] [--system ours|linux]
+           [--layout per-core|shared|private] [--check]` (`cargo xtask metis --help`)
   fuzz     System-call fuzzer on every core: --calls N --seed S --smp K --inject SPEC --planted-bug
   soak     Fuzz (with and without injection) and the benchmark programs in turns: --minutes M --smp K
   build    Build the kernel only
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
             plugins::main(&v)
         }
         "linux" => linux::main(rest),
+        "metis" => metis::main(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(())

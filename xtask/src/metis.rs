@@ -1,0 +1,529 @@
+//! `cargo xtask metis wc|wri|wrmem`: Metis MapReduce (issue 17, mapreduce/) on either system.
+//!
+//! - **ours**: the kernel with a boot image holding the `metis` program and the input file
+//!   (as `metis-input`); command line `init=metis -- APP input=metis-input layout=L ...`.
+//! - **linux**: Debian's kernel (the bench baseline's) with an initramfs whose `/init` is the
+//!   static `metis-linux` and `/metis-input` the input; the words go on the kernel command
+//!   line as `metis=APP:input=/metis-input:...`.
+//!
+//! Both print the output between `metis-begin` and `metis-end`, its digest, and the phases
+//! line; the host cuts the output out, checks it against the digest (a byte lost or added on
+//! the serial line is caught), writes `--out`, and prints phase times and soft faults.
+//! `wrmem` generates its text in the guest (`--size`, `--seed`); `--input` is then not used.
+//!
+//! The host references ([`reference_wc`], [`reference_wri`]) are a second, independent
+//! implementation of the output format, used by `--check` and by the test in `cargo xtask
+//! test` ([`ci_check`]).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::qemu::{BootMedium, VmConfig};
+
+const HELP: &str = "\
+cargo xtask metis wc|wri|wrmem [options]
+  --input FILE        the text (wc, wri); put into the boot image
+  --out FILE          where the output goes (default: not written)
+  --system ours|linux (default ours)
+  --smp N             vCPUs = workers (default 2)
+  --mem SIZE          guest memory (default 1G)
+  --layout per-core|shared|private   where intermediate data lives on ours (default per-core)
+  --size BYTES        wrmem: bytes of generated text (default 1M; k/m/g suffixes)
+  --seed S            wrmem: generator seed (default 1)
+  --parts P           reduce partitions (default 8 per worker)
+  --digest-only       do not send the output over the serial line, only its digest
+  --check             compare the output with the host reference implementation
+  --timeout SECS      kill QEMU after SECS (default 600)
+";
+
+#[derive(Debug, Clone)]
+pub struct MetisRun {
+    pub app: String,
+    pub input: Option<PathBuf>,
+    pub system: String,
+    pub smp: u32,
+    pub mem_mib: u64,
+    pub layout: String,
+    pub size: u64,
+    pub seed: u64,
+    pub parts: Option<u64>,
+    pub print: bool,
+    pub timeout: Duration,
+}
+
+impl Default for MetisRun {
+    fn default() -> Self {
+        MetisRun {
+            app: "wc".into(),
+            input: None,
+            system: "ours".into(),
+            smp: 2,
+            mem_mib: 1024,
+            layout: "per-core".into(),
+            size: 1 << 20,
+            seed: 1,
+            parts: None,
+            print: true,
+            timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What a guest said.
+#[derive(Debug, Clone, Default)]
+pub struct MetisResult {
+    /// The output (empty with `--digest-only`).
+    pub output: Vec<u8>,
+    /// `fnv`, `lines`, `bytes` of the output as the guest computed them.
+    pub digest: (u64, u64, u64),
+    /// The `metis-phases` line's fields.
+    pub phases: BTreeMap<String, u64>,
+    pub wall_s: f64,
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+/// Words of text, host side: maximal runs of ASCII letters, lower-cased, with the offset of
+/// their first letter. Written independently of mapreduce/.
+fn host_words(text: &[u8]) -> BTreeMap<Vec<u8>, Vec<usize>> {
+    let mut m: BTreeMap<Vec<u8>, Vec<usize>> = BTreeMap::new();
+    let mut start = None;
+    for (i, &b) in text.iter().chain(std::iter::once(&b' ')).enumerate() {
+        match (b.is_ascii_alphabetic(), start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                m.entry(text[s..i].to_ascii_lowercase()).or_default().push(s);
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    m
+}
+
+/// `wc` as `tr -cs 'A-Za-z' '\n' | tr 'A-Z' 'a-z' | grep -v '^$' | LC_ALL=C sort | uniq -c`
+/// would give it, rearranged as `word<TAB>count`.
+pub fn reference_wc(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (w, offs) in host_words(text) {
+        out.extend_from_slice(&w);
+        out.extend_from_slice(format!("\t{}\n", offs.len()).as_bytes());
+    }
+    out
+}
+
+/// `wri`: `word<TAB>off1,off2,...`.
+pub fn reference_wri(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (w, offs) in host_words(text) {
+        out.extend_from_slice(&w);
+        out.push(b'\t');
+        out.extend_from_slice(offs.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(",").as_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+/// The issue's shell pipeline itself, rearranged as `word<TAB>count` (for the check that the
+/// Rust reference agrees with it).
+pub fn pipeline_wc(file: &Path) -> Result<Vec<u8>, String> {
+    let script = "tr -cs 'A-Za-z' '\\n' < \"$1\" | tr 'A-Z' 'a-z' | grep -v '^$' | LC_ALL=C sort | uniq -c | awk '{print $2 \"\\t\" $1}'";
+    let out = Command::new("sh").args(["-c", script, "sh"]).arg(file).env("LC_ALL", "C").output().map_err(|e| format!("cannot run sh: {e}"))?;
+    Ok(out.stdout)
+}
+
+fn parse_args(args: &[String]) -> Result<(MetisRun, Option<PathBuf>, bool), String> {
+    let mut r = MetisRun::default();
+    let mut out = None;
+    let mut check = false;
+    let mut it = args.iter();
+    r.app = it.next().ok_or("metis: name the application: wc, wri or wrmem")?.clone();
+    if !["wc", "wri", "wrmem"].contains(&r.app.as_str()) {
+        return Err(format!("metis: unknown application `{}`\n{HELP}", r.app));
+    }
+    let size = |s: &str| -> Result<u64, String> { mapreduce::cli::parse_size(s).ok_or(format!("metis: `{s}` is not a size")) };
+    while let Some(a) = it.next() {
+        let mut val = || it.next().cloned().ok_or(format!("metis: {a} needs a value"));
+        match a.as_str() {
+            "--input" => r.input = Some(PathBuf::from(val()?)),
+            "--out" => out = Some(PathBuf::from(val()?)),
+            "--system" => r.system = val()?,
+            "--smp" => r.smp = val()?.parse().map_err(|_| "metis: --smp needs a number")?,
+            "--mem" => r.mem_mib = crate::qemu::parse_size_mib(&val()?)?,
+            "--layout" => r.layout = val()?,
+            "--size" => r.size = size(&val()?)?,
+            "--seed" => r.seed = size(&val()?)?,
+            "--parts" => r.parts = Some(size(&val()?)?),
+            "--timeout" => r.timeout = Duration::from_secs(val()?.parse().map_err(|_| "metis: --timeout needs seconds")?),
+            "--digest-only" => r.print = false,
+            "--check" => check = true,
+            "-h" | "--help" => return Err(HELP.into()),
+            other => return Err(format!("metis: unknown option `{other}`\n{HELP}")),
+        }
+    }
+    if !["ours", "linux"].contains(&r.system.as_str()) {
+        return Err("metis: --system is ours or linux".into());
+    }
+    if !["per-core", "shared", "private"].contains(&r.layout.as_str()) {
+        return Err("metis: --layout is per-core, shared or private".into());
+    }
+    if r.smp == 0 || r.smp > 64 {
+        return Err("metis: --smp must be 1..=64 (one worker per vCPU)".into());
+    }
+    match (r.app.as_str(), &r.input) {
+        ("wrmem", Some(_)) => return Err("metis: wrmem generates its input (--size, --seed); --input is not used".into()),
+        ("wrmem", None) => {}
+        (_, None) => return Err(format!("metis: {} needs --input FILE", r.app)),
+        (_, Some(f)) if !f.is_file() => return Err(format!("metis: cannot read {}", f.display())),
+        _ => {}
+    }
+    if let Some(o) = &out {
+        // An output path that cannot be written fails now, not after the boot.
+        fs::write(o, b"").map_err(|e| format!("metis: cannot write {}: {e}", o.display()))?;
+    }
+    Ok((r, out, check))
+}
+
+/// The guest's words: `APP key=value ...` (ours takes them after `--`; Linux as `metis=`
+/// with `:` for spaces).
+fn guest_words(r: &MetisRun, input_name: &str) -> String {
+    let mut w = r.app.clone();
+    if r.app == "wrmem" {
+        w += &format!(" size={} seed={}", r.size, r.seed);
+    } else {
+        w += &format!(" input={input_name}");
+    }
+    w += &format!(" workers={} layout={} print={}", r.smp, r.layout, r.print as u8);
+    if let Some(p) = r.parts {
+        w += &format!(" parts={p}");
+    }
+    w
+}
+
+fn work_dir() -> PathBuf {
+    crate::env::target_dir().join("metis")
+}
+
+fn read_input(r: &MetisRun) -> Result<Vec<u8>, String> {
+    match &r.input {
+        Some(p) => fs::read(p).map_err(|e| format!("metis: cannot read {}: {e}", p.display())),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Boot ours with `metis` and the input in the boot image.
+fn boot_ours(r: &MetisRun, kernel: &Path, metis_elf: &[u8]) -> Result<crate::linux::RunOutput, String> {
+    let input = read_input(r)?;
+    let dir = work_dir();
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let initrd = dir.join(format!("ours-{}.cpio", std::process::id()));
+    crate::user::write_archive(&initrd, &[("metis".into(), metis_elf.to_vec()), ("metis-input".into(), input)])?;
+    let cfg = VmConfig {
+        smp: r.smp,
+        mem_mib: r.mem_mib,
+        cmdline: format!("init=metis -- {}", guest_words(r, "metis-input")),
+        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+        initrd: Some(initrd.clone()),
+        ..Default::default()
+    };
+    let mut args = cfg.qemu_args();
+    args.extend(["-serial", "stdio", "-monitor", "none"].map(String::from));
+    let run = crate::linux::run_qemu(&args, r.timeout);
+    let _ = fs::remove_file(&initrd);
+    run
+}
+
+/// Build the kernel and the `metis` program (once per command).
+pub fn prepare_ours() -> Result<(PathBuf, Vec<u8>), String> {
+    let kernel = crate::env::build_kernel()?;
+    let bin = crate::user::build_programs()?.join("metis");
+    let elf = fs::read(&bin).map_err(|e| format!("metis: cannot read {}: {e}", bin.display()))?;
+    crate::user::check_program("metis", &elf)?;
+    Ok((kernel, elf))
+}
+
+/// Debian's kernel and the static `metis-linux` guest program.
+pub fn prepare_linux() -> Result<(PathBuf, PathBuf), String> {
+    let kernel = crate::bench::linux_sys::guest_kernel()?;
+    let program = crate::bench::linux_sys::build_static("mapreduce", "metis-linux")?;
+    Ok((kernel, program))
+}
+
+fn boot_linux(r: &MetisRun, kernel: &Path, program: &Path) -> Result<crate::linux::RunOutput, String> {
+    use crate::linux::CpioEntry;
+    let init = fs::read(program).map_err(|e| format!("metis: cannot read {}: {e}", program.display()))?;
+    let entries = vec![
+        CpioEntry::Dir("dev".into()),
+        CpioEntry::CharDev { path: "dev/console".into(), major: 5, minor: 1 },
+        CpioEntry::Dir("proc".into()),
+        CpioEntry::File { path: "init".into(), mode: 0o755, data: init },
+        CpioEntry::File { path: "metis-input".into(), mode: 0o644, data: read_input(r)? },
+    ];
+    let dir = work_dir();
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let initrd = dir.join(format!("linux-{}.cpio", std::process::id()));
+    fs::write(&initrd, crate::linux::cpio_newc(&entries)).map_err(|e| format!("cannot write {}: {e}", initrd.display()))?;
+    let words = guest_words(r, "/metis-input").replace(' ', ":");
+    let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable metis={words}");
+    let cfg = VmConfig {
+        smp: r.smp,
+        mem_mib: r.mem_mib,
+        extra: vec!["-kernel".into(), kernel.display().to_string(), "-initrd".into(), initrd.display().to_string(), "-append".into(), cmdline],
+        ..Default::default()
+    };
+    let mut args = cfg.qemu_args();
+    args.extend(["-serial", "stdio", "-monitor", "none"].map(String::from));
+    let run = crate::linux::run_qemu(&args, r.timeout);
+    let _ = fs::remove_file(&initrd);
+    run
+}
+
+/// Cut the output and the result lines out of a guest's serial text.
+pub fn parse_serial(serial: &str, print: bool) -> Result<MetisResult, String> {
+    let text = serial.replace("\r\n", "\n");
+    if let Some(l) = text.lines().find(|l| l.starts_with("metis-error")) {
+        return Err(format!("guest: {}", l.trim_start_matches("metis-error msg=")));
+    }
+    let begin = text.find("metis-begin").ok_or("no metis-begin line (did the program start?)")?;
+    let body_start = begin + text[begin..].find('\n').ok_or("truncated metis-begin line")? + 1;
+    let end_rel = if text[body_start..].starts_with("metis-end\n") { Some(0) } else { text[body_start..].find("\nmetis-end\n").map(|i| i + 1) };
+    let end = body_start + end_rel.ok_or("no metis-end line (the guest stopped during the output?)")?;
+    let mut res = MetisResult { output: if print { text.as_bytes()[body_start..end].to_vec() } else { Vec::new() }, ..Default::default() };
+    let kv = |line: &str| -> BTreeMap<String, u64> {
+        line.split_whitespace().filter_map(|w| w.split_once('=')).filter_map(|(k, v)| Some((k.to_string(), u64::from_str_radix(v, if k == "fnv" { 16 } else { 10 }).ok()?))).collect()
+    };
+    let after = &text[end..];
+    let d = after.lines().find(|l| l.starts_with("metis-digest")).ok_or("no metis-digest line")?;
+    let d = kv(d);
+    res.digest = (d.get("fnv").copied().unwrap_or(0), d.get("lines").copied().unwrap_or(0), d.get("bytes").copied().unwrap_or(0));
+    res.phases = kv(after.lines().find(|l| l.starts_with("metis-phases")).ok_or("no metis-phases line")?);
+    if print {
+        let o = &res.output;
+        let lines = o.iter().filter(|&&b| b == b'\n').count() as u64;
+        if (fnv(o), lines, o.len() as u64) != res.digest {
+            return Err(format!(
+                "the output read from the serial line ({} bytes, {lines} lines) does not match the guest's digest ({} bytes, {} lines)",
+                o.len(),
+                res.digest.2,
+                res.digest.1
+            ));
+        }
+    }
+    Ok(res)
+}
+
+/// One run on the system `r.system` says, prepared artifacts given.
+pub fn run_once(r: &MetisRun, ours: Option<&(PathBuf, Vec<u8>)>, linux: Option<&(PathBuf, PathBuf)>) -> Result<MetisResult, String> {
+    let run = match r.system.as_str() {
+        "ours" => {
+            let (k, elf) = ours.ok_or("ours not prepared")?;
+            boot_ours(r, k, elf)?
+        }
+        _ => {
+            let (k, p) = linux.ok_or("linux not prepared")?;
+            boot_linux(r, k, p)?
+        }
+    };
+    let log = work_dir().join(format!("{}-{}-{}-{}.serial.txt", r.system, r.app, r.smp, r.layout));
+    let _ = fs::write(&log, &run.serial);
+    if run.timed_out {
+        return Err(format!("timed out after {} s (serial in {})", r.timeout.as_secs(), log.display()));
+    }
+    if run.serial.contains("init: LEAK") {
+        return Err(format!("the kernel reports a leak after metis (serial in {})", log.display()));
+    }
+    let mut res = parse_serial(&run.serial, r.print).map_err(|e| format!("{e} (serial in {})", log.display()))?;
+    res.wall_s = run.elapsed.as_secs_f64();
+    Ok(res)
+}
+
+/// The expected output of a run, by the host reference.
+pub fn expected(r: &MetisRun) -> Result<Vec<u8>, String> {
+    let text = if r.app == "wrmem" {
+        let mut t = vec![0u8; r.size as usize];
+        mapreduce::gen::fill(r.seed, &mut t);
+        t
+    } else {
+        read_input(r)?
+    };
+    Ok(if r.app == "wc" { reference_wc(&text) } else { reference_wri(&text) })
+}
+
+fn ms(p: &BTreeMap<String, u64>, k: &str) -> String {
+    p.get(k).map(|us| format!("{:.1}", *us as f64 / 1000.0)).unwrap_or("?".into())
+}
+
+pub fn main(args: &[String]) -> Result<(), String> {
+    let (r, out, check) = parse_args(args)?;
+    let ours = if r.system == "ours" { Some(prepare_ours()?) } else { None };
+    let linux = if r.system == "linux" { Some(prepare_linux()?) } else { None };
+    let res = run_once(&r, ours.as_ref(), linux.as_ref())?;
+    if let Some(o) = &out {
+        if !r.print {
+            return Err("metis: --out needs the output; drop --digest-only".into());
+        }
+        fs::write(o, &res.output).map_err(|e| format!("metis: cannot write {}: {e}", o.display()))?;
+    }
+    let p = &res.phases;
+    let g = |k: &str| p.get(k).copied().unwrap_or(0);
+    println!(
+        "metis {} on {} ({} vCPUs, layout {}): {} input bytes, {} words, {} keys; output {} lines, {} bytes, fnv {:016x}",
+        r.app,
+        r.system,
+        r.smp,
+        if r.system == "ours" { r.layout.as_str() } else { "one address space" },
+        g("input_bytes"),
+        g("words"),
+        g("keys"),
+        res.digest.1,
+        res.digest.2,
+        res.digest.0
+    );
+    println!("phase     time (ms, TCG)   soft faults");
+    println!("map       {:>14}   {:>11}", ms(p, "map_us"), g("map_faults"));
+    println!("reduce    {:>14}   {:>11}   (new arena pages the reducers wrote: {}; faults beyond that are reads of other workers' data)", ms(p, "reduce_us"), g("reduce_faults"), g("reduce_arena_pages"));
+    println!("merge     {:>14}   {:>11}", ms(p, "merge_us"), g("merge_faults"));
+    println!("(output   {:>14} ms over the serial line; boot to power-off {:.1} s; instructions per phase: not measured)", ms(p, "output_us"), res.wall_s);
+    if check {
+        if !r.print {
+            return Err("metis: --check needs the output; drop --digest-only".into());
+        }
+        let want = expected(&r)?;
+        if want != res.output {
+            return Err(format!("metis: CHECK FAILED: the output differs from the host reference ({} vs {} bytes)", res.output.len(), want.len()));
+        }
+        println!("check: identical to the host reference ({} bytes)", want.len());
+        if let (Some(f), "wc") = (&r.input, r.app.as_str()) {
+            match pipeline_wc(f) {
+                Ok(p) if p == res.output => println!("check: identical to `tr -cs 'A-Za-z' '\\n' | tr 'A-Z' 'a-z' | grep -v '^$' | LC_ALL=C sort | uniq -c`"),
+                Ok(_) => return Err("metis: CHECK FAILED: the output differs from the tr|sort|uniq pipeline".into()),
+                Err(e) => println!("check: pipeline not run: {e}"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// For `cargo xtask test`: on ours at 2 vCPUs, `wc` (per-core layout) and `wri` (private)
+/// on a generated text with capitals, punctuation, a word across the split point and binary
+/// bytes must equal the host references byte for byte, and `wrmem` (shared layout) must
+/// give the digest of the reference over the same generated text. Each boot is checked for
+/// leaks. Catches: a word split at a boundary counted twice or lost, a partition reduced
+/// by no one, offsets out of order, an arena of the private layout not mapped at reduce.
+pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
+    println!("== metis (MapReduce) against the host reference");
+    let mut t = crate::TestTally::default();
+    let bin = crate::user::build_programs()?.join("metis");
+    let elf = fs::read(&bin).map_err(|e| format!("metis: cannot read {}: {e}", bin.display()))?;
+    let ours = (kernel.to_path_buf(), elf);
+    let mut text = vec![0u8; 96 << 10];
+    mapreduce::gen::fill(5, &mut text);
+    text.extend_from_slice(b"\x00\xff\xfe Binary\x01BYTES caf\xc3\xa9 ");
+    text.extend(std::iter::repeat_n(b'z', 5000));
+    let dir = work_dir();
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let input = dir.join("ci-input.txt");
+    fs::write(&input, &text).map_err(|e| e.to_string())?;
+    let runs = [("wc", "per-core"), ("wri", "private"), ("wrmem", "shared")];
+    for (app, layout) in runs {
+        let r = MetisRun {
+            app: app.into(),
+            input: (app != "wrmem").then(|| input.clone()),
+            layout: layout.into(),
+            size: 200 << 10,
+            seed: 3,
+            print: app != "wrmem",
+            mem_mib: 512,
+            timeout: Duration::from_secs(180),
+            ..Default::default()
+        };
+        let got = run_once(&r, Some(&ours), None);
+        let want = expected(&r)?;
+        let verdict = match got {
+            Err(e) => Err(e),
+            Ok(res) if r.print && res.output != want => Err(format!("output differs from the reference ({} vs {} bytes)", res.output.len(), want.len())),
+            Ok(res) if !r.print && res.digest != (fnv(&want), want.iter().filter(|&&b| b == b'\n').count() as u64, want.len() as u64) => {
+                Err(format!("digest {:?} differs from the reference's", res.digest))
+            }
+            Ok(res) => Ok(res),
+        };
+        match verdict {
+            Ok(res) => {
+                println!("   metis {app} ({layout}): identical to the reference, {} lines; reduce faults {}", res.digest.1, res.phases.get("reduce_faults").copied().unwrap_or(0));
+                t.passed += 1;
+            }
+            Err(e) => {
+                println!("   FAILED: metis {app} ({layout}): {e}");
+                t.failed += 1;
+            }
+        }
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_agrees_with_the_shell_pipeline() {
+        let mut text = b"The the THE cat's cat\n\x00\xffdog-Dog 1x2 zebra\xc3\xa9 ".to_vec();
+        let mut g = vec![0u8; 20000];
+        mapreduce::gen::fill(9, &mut g);
+        text.extend(g);
+        let f = std::env::temp_dir().join(format!("metis-pipe-{}.txt", std::process::id()));
+        fs::write(&f, &text).unwrap();
+        let pipe = pipeline_wc(&f);
+        let _ = fs::remove_file(&f);
+        match pipe {
+            Ok(p) if !p.is_empty() => assert_eq!(String::from_utf8_lossy(&reference_wc(&text)), String::from_utf8_lossy(&p)),
+            _ => eprintln!("no shell pipeline on this host; skipped"),
+        }
+    }
+
+    #[test]
+    fn reference_wri_offsets() {
+        assert_eq!(reference_wri(b"b A b\n"), b"a\t2\nb\t0,4\n");
+        assert_eq!(reference_wri(b""), b"");
+        assert_eq!(reference_wc(b"xX x1x"), b"x\t2\nxx\t1\n");
+    }
+
+    #[test]
+    fn serial_output_is_cut_out_and_checked() {
+        let out = b"a\t2\nb\t1\n";
+        let serial = format!(
+            "[0] boot\r\nmetis-begin app=wc\r\na\t2\r\nb\t1\r\nmetis-end\r\nmetis-digest fnv={:016x} lines=2 bytes=8\r\nmetis-phases map_us=5 reduce_faults=0\r\nmetis-done\r\n",
+            fnv(out)
+        );
+        let r = parse_serial(&serial, true).unwrap();
+        assert_eq!(r.output, out);
+        assert_eq!(r.phases["map_us"], 5);
+        // A lost byte is caught by the digest.
+        let bad = serial.replace("b\t1", "b\t");
+        assert!(parse_serial(&bad, true).is_err());
+        // Empty output.
+        let empty = format!("metis-begin x\nmetis-end\nmetis-digest fnv={:016x} lines=0 bytes=0\nmetis-phases keys=0\n", fnv(b""));
+        assert_eq!(parse_serial(&empty, true).unwrap().output, b"");
+        assert!(parse_serial("metis-error msg=NoMemory: x\nmetis-done\n", true).unwrap_err().contains("NoMemory"));
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        let a = |v: &[&str]| parse_args(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert!(a(&["wx"]).is_err());
+        assert!(a(&["wc"]).is_err(), "wc needs --input");
+        assert!(a(&["wrmem", "--input", "x"]).is_err());
+        assert!(a(&["wrmem", "--layout", "diagonal"]).is_err());
+        assert!(a(&["wrmem", "--out", "/nonexistent-dir/x"]).is_err(), "an unwritable --out fails before booting");
+        assert!(a(&["wrmem", "--size", "4m", "--smp", "4"]).is_ok());
+    }
+}
