@@ -1,12 +1,14 @@
 //! The words both front ends take (`metis` on this system, `metis-linux` on Linux) and the
 //! lines they print, so the host parses one format:
 //!
-//! `APP [input=NAME] [size=BYTES] [seed=S] [workers=N] [parts=P] [layout=L] [print=0|1]`
+//! `APP [input=NAME] [size=BYTES] [seed=S] [workers=N] [parts=P] [layout=L] [print=0|1]
+//! [insns=map|reduce|merge]`
 //!
 //! `APP` is `wc`, `wri` or `wrmem` (wri over `size` bytes of generated text, seed `seed`).
 //! `input=NAME` is a file of the boot image (ours) or a path (Linux). `workers` defaults to
 //! every core, `parts` to 8 per worker, `print` to 1 (the output between `metis-begin` and
-//! `metis-end`; with 0 only its digest).
+//! `metis-end`; with 0 only its digest), `insns` to no phase (the region markers of the
+//! insncount plugin around that phase).
 //!
 //! Printed: `metis-begin ...`, the output lines, `metis-end`, then `metis-digest fnv=...
 //! lines=... bytes=...`, the [`crate::Report`] line (`metis-phases ...`) and `metis-done`, or
@@ -29,6 +31,8 @@ pub struct Opts<'a> {
     pub parts: Option<usize>,
     pub layout: &'a str,
     pub print: bool,
+    /// The phase the instruction-count markers enclose (`insns=map|reduce|merge`).
+    pub marked: crate::Marked,
 }
 
 pub const BEGIN: &str = "metis-begin";
@@ -50,7 +54,7 @@ pub fn parse(args: &str) -> Result<Opts<'_>, &'static str> {
     let mut words = args.split_ascii_whitespace();
     let app_name = words.next().ok_or("missing application (wc, wri or wrmem)")?;
     let app = App::parse(app_name).ok_or("unknown application (wc, wri or wrmem)")?;
-    let mut o = Opts { app_name, app, input: Input::File(""), workers: None, parts: None, layout: "per-core", print: true };
+    let mut o = Opts { app_name, app, input: Input::File(""), workers: None, parts: None, layout: "per-core", print: true, marked: crate::Marked::None };
     let (mut file, mut size, mut seed) = (None, 1u64 << 20, 1u64);
     for w in words {
         let (k, v) = w.split_once('=').ok_or("arguments are key=value")?;
@@ -63,7 +67,8 @@ pub fn parse(args: &str) -> Result<Opts<'_>, &'static str> {
             "parts" => o.parts = Some(num()? as usize),
             "layout" => o.layout = v,
             "print" => o.print = num()? != 0,
-            _ => return Err("unknown key (input, size, seed, workers, parts, layout, print)"),
+            "insns" => o.marked = crate::Marked::parse(v).ok_or("insns is map, reduce, merge or none")?,
+            _ => return Err("unknown key (input, size, seed, workers, parts, layout, print, insns)"),
         }
     }
     o.input = match (app_name, file) {
@@ -120,7 +125,7 @@ pub fn run_and_print<E: crate::Env + ?Sized>(env: &E, o: &Opts, input: &[u8], ou
     let mut line = alloc::format!("{BEGIN} app={} system={} layout={} workers={workers} parts={parts} input_bytes={}\n", o.app_name, env.name(), o.layout, input.len());
     out(line.as_bytes());
     let mut tee = Tee::new(o.print, out);
-    let r = crate::run(env, o.app, input, workers, parts, &mut tee);
+    let r = crate::run_marked(env, o.app, input, workers, parts, o.marked, &mut tee);
     tee.flush();
     let digest = tee.digest;
     line = alloc::format!("{END}\n");

@@ -137,6 +137,31 @@ pub trait Env: Sync {
     /// `0..n` from `core_stats`; Linux: the process's `ru_minflt`). Read while the other
     /// workers wait at a barrier.
     fn faults(&self, n: usize) -> u64;
+    /// Execute the instruction-count plugin's region marker `v` (docs/plugins.md), if this
+    /// system may; a no-op by default.
+    fn marker(&self, _v: u8) {}
+}
+
+/// Which phase the instruction-count region markers enclose (one phase per boot: the plugin
+/// sums every marked region of a boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marked {
+    None,
+    Map,
+    Reduce,
+    Merge,
+}
+
+impl Marked {
+    pub fn parse(s: &str) -> Option<Marked> {
+        match s {
+            "none" => Some(Marked::None),
+            "map" => Some(Marked::Map),
+            "reduce" => Some(Marked::Reduce),
+            "merge" => Some(Marked::Merge),
+            _ => None,
+        }
+    }
 }
 
 /// One phase's wall time (first worker in to last out, TSC ticks) and soft faults.
@@ -377,6 +402,23 @@ fn reduce_phase(sh: &Shared, app: App, input_len: usize, w: usize, n: usize, are
 /// the sorted result to `sink`. The arenas are given back (`Env::release`) before returning,
 /// on success and on failure.
 pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, partitions: usize, sink: &mut dyn Sink) -> Result<Report, Error> {
+    run_marked(env, app, input, workers, partitions, Marked::None, sink)
+}
+
+/// [`run`], with the region markers (start and stop on every vCPU, executed by worker 0 at the
+/// phase's bounding barriers) around the phase `marked`, for the insncount plugin.
+pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, partitions: usize, marked: Marked, sink: &mut dyn Sink) -> Result<Report, Error> {
+    use bench::harness::{MARK_START_ALL, MARK_STOP_ALL};
+    let start = |m: Marked| {
+        if marked == m {
+            env.marker(MARK_START_ALL);
+        }
+    };
+    let stop = |m: Marked| {
+        if marked == m {
+            env.marker(MARK_STOP_ALL);
+        }
+    };
     if workers == 0 || workers > MAX_WORKERS || workers > env.cores() {
         return Err(Error::Param("workers must be 1..=cores (at most 64)"));
     }
@@ -414,6 +456,7 @@ pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, par
         sh.barrier.wait();
         if w == 0 {
             mark(0);
+            start(Marked::Map);
         }
         if let Some(a) = arena.as_mut() {
             if !sh.failed.load(Ordering::Acquire) {
@@ -427,7 +470,9 @@ pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, par
         }
         sh.barrier.wait();
         if w == 0 {
+            stop(Marked::Map);
             mark(1);
+            start(Marked::Reduce);
         }
         sh.barrier.wait();
         if !sh.failed.load(Ordering::Acquire) {
@@ -446,6 +491,7 @@ pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, par
         }
         sh.barrier.wait();
         if w == 0 {
+            stop(Marked::Reduce);
             mark(2);
         }
     };
@@ -475,6 +521,7 @@ pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, par
             ..Report::default()
         };
         // Merge: a k-way merge of the sorted partitions (keys never repeat across partitions).
+        start(Marked::Merge);
         let t3 = env.ticks();
         let parts: Vec<&[Entry]> = sh
             .parts
@@ -502,6 +549,7 @@ pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, par
             }
         }
         let t4 = env.ticks();
+        stop(Marked::Merge);
         let f4 = env.faults(n);
         r.merge = Phase { ticks: t4 - t3, faults: f4 - f2 };
         r.keys = merged.len();

@@ -77,6 +77,9 @@ impl Env for LinuxEnv {
     fn ticks_per_sec(&self) -> u64 {
         self.p.ticks_per_sec()
     }
+    fn marker(&self, v: u8) {
+        self.p.marker(v)
+    }
     fn faults(&self, _n: usize) -> u64 {
         // SAFETY: `ru` is plain data for getrusage to fill.
         unsafe {

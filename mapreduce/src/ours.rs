@@ -258,6 +258,9 @@ impl Env for OursEnv {
     fn ticks_per_sec(&self) -> u64 {
         bench::Platform::ticks_per_sec(&self.p)
     }
+    fn marker(&self, v: u8) {
+        bench::Platform::marker(&self.p, v)
+    }
     fn faults(&self, _n: usize) -> u64 {
         let cores = libos::start_info().cores;
         (0..cores).filter_map(|c| sys::core_stats(c).ok()).map(|s| s.soft_faults).sum()

@@ -6,7 +6,7 @@
 #[path = "../../bench/src/catalog.rs"]
 #[allow(dead_code)] // shared with the guest crate; the host uses part of it
 pub(crate) mod catalog;
-mod guest;
+pub(crate) mod guest;
 mod json;
 pub(crate) mod linux_sys;
 mod ours;

@@ -37,6 +37,8 @@ cargo xtask metis wc|wri|wrmem [options]
   --digest-only       do not send the output over the serial line, only its digest
   --check             compare the output with the host reference implementation
   --timeout SECS      kill QEMU after SECS (default 600)
+  --insns             three more boots under the insncount plugin, one per phase: kernel and
+                      user instructions of map, reduce and merge (all vCPUs; per input MiB)
 ";
 
 #[derive(Debug, Clone)]
@@ -52,6 +54,10 @@ pub struct MetisRun {
     pub parts: Option<u64>,
     pub print: bool,
     pub timeout: Duration,
+    /// `map`, `reduce` or `merge`: the phase the guest marks for the insncount plugin, whose
+    /// `.so` is `plugin` (one boot per phase).
+    pub insns: Option<&'static str>,
+    pub plugin: Option<PathBuf>,
 }
 
 impl Default for MetisRun {
@@ -68,6 +74,8 @@ impl Default for MetisRun {
             parts: None,
             print: true,
             timeout: Duration::from_secs(600),
+            insns: None,
+            plugin: None,
         }
     }
 }
@@ -82,6 +90,8 @@ pub struct MetisResult {
     /// The `metis-phases` line's fields.
     pub phases: BTreeMap<String, u64>,
     pub wall_s: f64,
+    /// With `MetisRun::insns`: (kernel, user) instructions of the marked phase, all vCPUs.
+    pub insns: Option<(u64, u64)>,
 }
 
 fn fnv(bytes: &[u8]) -> u64 {
@@ -166,6 +176,7 @@ fn parse_args(args: &[String]) -> Result<(MetisRun, Option<PathBuf>, bool), Stri
             "--timeout" => r.timeout = Duration::from_secs(val()?.parse().map_err(|_| "metis: --timeout needs seconds")?),
             "--digest-only" => r.print = false,
             "--check" => check = true,
+            "--insns" => r.plugin = Some(PathBuf::new()),
             "-h" | "--help" => return Err(HELP.into()),
             other => return Err(format!("metis: unknown option `{other}`\n{HELP}")),
         }
@@ -206,7 +217,22 @@ fn guest_words(r: &MetisRun, input_name: &str) -> String {
     if let Some(p) = r.parts {
         w += &format!(" parts={p}");
     }
+    if let Some(i) = r.insns {
+        w += &format!(" insns={i}");
+    }
     w
+}
+
+/// QEMU arguments for the plugin, writing its report to `out`.
+fn plugin_args(r: &MetisRun, out: &Path) -> Vec<String> {
+    match &r.plugin {
+        Some(so) if r.insns.is_some() => vec!["-plugin".into(), format!("{},out={}", so.display(), out.display())],
+        _ => Vec::new(),
+    }
+}
+
+fn plugin_out(r: &MetisRun) -> PathBuf {
+    work_dir().join(format!("{}-{}-{}-{}-{}.insncount.txt", r.system, r.app, r.smp, r.layout, r.insns.unwrap_or("none")))
 }
 
 fn work_dir() -> PathBuf {
@@ -233,6 +259,7 @@ fn boot_ours(r: &MetisRun, kernel: &Path, metis_elf: &[u8]) -> Result<crate::lin
         cmdline: format!("init=metis -- {}", guest_words(r, "metis-input")),
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.clone()),
+        extra: plugin_args(r, &plugin_out(r)),
         ..Default::default()
     };
     let mut args = cfg.qemu_args();
@@ -277,7 +304,7 @@ fn boot_linux(r: &MetisRun, kernel: &Path, program: &Path) -> Result<crate::linu
     let cfg = VmConfig {
         smp: r.smp,
         mem_mib: r.mem_mib,
-        extra: vec!["-kernel".into(), kernel.display().to_string(), "-initrd".into(), initrd.display().to_string(), "-append".into(), cmdline],
+        extra: [vec!["-kernel".into(), kernel.display().to_string(), "-initrd".into(), initrd.display().to_string(), "-append".into(), cmdline], plugin_args(r, &plugin_out(r))].concat(),
         ..Default::default()
     };
     let mut args = cfg.qemu_args();
@@ -333,7 +360,7 @@ pub fn run_once(r: &MetisRun, ours: Option<&(PathBuf, Vec<u8>)>, linux: Option<&
             boot_linux(r, k, p)?
         }
     };
-    let log = work_dir().join(format!("{}-{}-{}-{}.serial.txt", r.system, r.app, r.smp, r.layout));
+    let log = work_dir().join(format!("{}-{}-{}-{}-{}.serial.txt", r.system, r.app, r.smp, r.layout, r.insns.unwrap_or("none")));
     let _ = fs::write(&log, &run.serial);
     if run.timed_out {
         return Err(format!("timed out after {} s (serial in {})", r.timeout.as_secs(), log.display()));
@@ -343,6 +370,11 @@ pub fn run_once(r: &MetisRun, ours: Option<&(PathBuf, Vec<u8>)>, linux: Option<&
     }
     let mut res = parse_serial(&run.serial, r.print).map_err(|e| format!("{e} (serial in {})", log.display()))?;
     res.wall_s = run.elapsed.as_secs_f64();
+    if r.insns.is_some() && r.plugin.is_some() {
+        let out = plugin_out(r);
+        let text = fs::read_to_string(&out).map_err(|e| format!("the insncount plugin wrote no report {}: {e}", out.display()))?;
+        res.insns = Some(crate::bench::guest::parse_insncount(&text)?);
+    }
     Ok(res)
 }
 
@@ -392,7 +424,17 @@ pub fn main(args: &[String]) -> Result<(), String> {
     println!("map       {:>14}   {:>11}", ms(p, "map_us"), g("map_faults"));
     println!("reduce    {:>14}   {:>11}   (new arena pages the reducers wrote: {}; faults beyond that are reads of other workers' data)", ms(p, "reduce_us"), g("reduce_faults"), g("reduce_arena_pages"));
     println!("merge     {:>14}   {:>11}", ms(p, "merge_us"), g("merge_faults"));
-    println!("(output   {:>14} ms over the serial line; boot to power-off {:.1} s; instructions per phase: not measured)", ms(p, "output_us"), res.wall_s);
+    println!("(output   {:>14} ms over the serial line; boot to power-off {:.1} s)", ms(p, "output_us"), res.wall_s);
+    if r.plugin.is_some() {
+        let so = crate::plugins::build().map_err(|e| format!("metis: --insns: the insncount plugin does not build: {e}"))?.insncount;
+        let mib = (g("input_bytes") as f64 / (1 << 20) as f64).max(1.0 / 1024.0);
+        println!("phase     kernel insns    user insns   kernel insns/input MiB   (insncount plugin, all vCPUs, one boot per phase)");
+        for phase in ["map", "reduce", "merge"] {
+            let rr = MetisRun { insns: Some(phase), plugin: Some(so.clone()), print: false, ..r.clone() };
+            let (k, u) = run_once(&rr, ours.as_ref(), linux.as_ref())?.insns.ok_or("no instruction count")?;
+            println!("{phase:<9} {k:>12} {u:>13}   {:>22.0}", k as f64 / mib);
+        }
+    }
     if check {
         let want = expected(&r)?;
         if !r.print {

@@ -34,7 +34,7 @@ fn main() {
         Ok(mut o) => {
             // One address space, every arena a private mapping: Linux's only layout here.
             o.layout = "threads";
-            let env = mapreduce::linux::LinuxEnv::new(false, 0);
+            let env = mapreduce::linux::LinuxEnv::new(as_init, 0);
             let input = match o.input {
                 Input::File(path) => std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}")),
                 Input::Generated { size, seed } => {
