@@ -130,7 +130,16 @@ pub fn run_and_print<E: crate::Env + ?Sized>(env: &E, o: &Opts, input: &[u8], ou
     let digest = tee.digest;
     line = alloc::format!("{END}\n");
     match &r {
-        Ok(rep) => line += &alloc::format!("metis-digest {digest}\n{rep}\n{DONE}\n"),
+        Ok(rep) => {
+            line += &alloc::format!("metis-digest {digest}\n{rep}\n");
+            // The share-nothing loop in the same boot, same workers (docs/bench.md): divides
+            // out how fast the host ran this boot.
+            if let Some((ops, ticks)) = env.calibration(workers) {
+                let ns = (ticks as u128 * 1_000_000_000 / env.ticks_per_sec().max(1) as u128) as u64;
+                line += &alloc::format!("metis-calib workers={workers} ops={ops} ns={ns}\n");
+            }
+            line += &alloc::format!("{DONE}\n");
+        }
         Err(e) => line += &alloc::format!("metis-error msg={e}\n{DONE}\n"),
     }
     out(line.as_bytes());

@@ -140,6 +140,19 @@ pub trait Env: Sync {
     /// Execute the instruction-count plugin's region marker `v` (docs/plugins.md), if this
     /// system may; a no-op by default.
     fn marker(&self, _v: u8) {}
+    /// bench's share-nothing calibration loop (`calib`) on `n` workers in this boot, fastest
+    /// of three: (steps, ticks). `None` where there is no bench platform (host tests).
+    fn calibration(&self, _n: usize) -> Option<(u64, u64)> {
+        None
+    }
+}
+
+/// [`Env::calibration`] through a bench platform.
+pub fn calibrate<P: bench::Platform>(p: &P, n: usize) -> Option<(u64, u64)> {
+    let mut c = bench::params::Params::parse("bench=calib iters=4000000").ok()?;
+    c.workers = n;
+    c.marked = false;
+    (0..3).filter_map(|_| bench::suite::run(p, &c).ok()).map(|o| (o.ops, o.ticks)).min_by_key(|&(ops, t)| (t as u128 * 1_000_000 / ops.max(1) as u128) as u64)
 }
 
 /// Which phase the instruction-count region markers enclose (one phase per boot: the plugin
@@ -299,6 +312,18 @@ impl Shared {
     }
 }
 
+/// Touch 64 KiB of the calling worker's stack before the phases start, so the stack growing in
+/// map or reduce (the sort recurses) is not counted as those phases' faults. (Thread stacks
+/// are 256 KiB on ours; the phases use far less.)
+#[inline(never)]
+fn prefault_stack() {
+    let mut buf = [0u8; 64 << 10];
+    for i in (0..buf.len()).step_by(4096) {
+        buf[i] = 1;
+    }
+    core::hint::black_box(&mut buf);
+}
+
 /// Sort key of an entry reference: the key bytes, then the worker (so offset lists join in
 /// worker order, which is input order).
 #[derive(Clone, Copy)]
@@ -444,6 +469,7 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
         sh.marks[i + 3].store(env.faults(n), Ordering::Relaxed);
     };
     let body = |w: usize| {
+        prefault_stack();
         let mut arena = match env.arena(w, arena_bytes) {
             // SAFETY: `arena` returned `arena_bytes` of fresh demand-zero memory for worker
             // `w` alone to write (the Env contract).

@@ -1,7 +1,8 @@
 //! Linux: pthreads in one address space (Corey's comparison), pinned one per core through
 //! bench's Linux backend; each worker's arena an anonymous private mapping
 //! (`MAP_NORESERVE`, pages on first touch, by the touching thread); faults from
-//! `getrusage(RUSAGE_SELF).ru_minflt` (the whole process).
+//! `getrusage(RUSAGE_SELF).ru_minflt` (the whole process). Transparent huge pages stay as the
+//! kernel's default unless the words say `layout=nothp` (then `MADV_NOHUGEPAGE` on the arenas).
 
 use std::sync::Mutex;
 use std::vec::Vec;
@@ -15,12 +16,16 @@ pub struct LinuxEnv {
     arenas: Mutex<Vec<(usize, usize)>>,
     /// Bytes for intermediate data; 0 = from free memory.
     budget: usize,
+    /// Leave transparent huge pages to the kernel's default (`true`), or turn them off for
+    /// the arenas (`MADV_NOHUGEPAGE`: 4 KiB pages, one fault each, as on ours and on Corey's
+    /// Linux 2.6.25).
+    pub thp: bool,
 }
 
 impl LinuxEnv {
     /// `budget`: bytes all arenas may take together, or 0 for 3/4 of the free memory.
     pub fn new(markers: bool, budget: usize) -> LinuxEnv {
-        LinuxEnv { p: bench::linux::Linux::new(markers), arenas: Mutex::new(Vec::new()), budget }
+        LinuxEnv { p: bench::linux::Linux::new(markers), arenas: Mutex::new(Vec::new()), budget, thp: true }
     }
 }
 
@@ -62,6 +67,10 @@ impl Env for LinuxEnv {
             let code = std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as i64;
             return Err(Error::Platform(bench::Error::Sys { what: "mmap arena", code }));
         }
+        if !self.thp {
+            // SAFETY: advice on our own fresh mapping.
+            unsafe { libc::madvise(p, bytes, libc::MADV_NOHUGEPAGE) };
+        }
         self.arenas.lock().unwrap_or_else(|e| e.into_inner()).push((p as usize, bytes));
         Ok(p as *mut u8)
     }
@@ -79,6 +88,9 @@ impl Env for LinuxEnv {
     }
     fn marker(&self, v: u8) {
         self.p.marker(v)
+    }
+    fn calibration(&self, n: usize) -> Option<(u64, u64)> {
+        crate::calibrate(&self.p, n)
     }
     fn faults(&self, _n: usize) -> u64 {
         // SAFETY: `ru` is plain data for getrusage to fill.

@@ -261,6 +261,9 @@ impl Env for OursEnv {
     fn marker(&self, v: u8) {
         bench::Platform::marker(&self.p, v)
     }
+    fn calibration(&self, n: usize) -> Option<(u64, u64)> {
+        crate::calibrate(&self.p, n)
+    }
     fn faults(&self, _n: usize) -> u64 {
         let cores = libos::start_info().cores;
         (0..cores).filter_map(|c| sys::core_stats(c).ok()).map(|s| s.soft_faults).sum()

@@ -119,6 +119,14 @@ impl Table {
     fn grow(&mut self, arena: &mut Arena) -> Result<(), Full> {
         let ncap = if self.cap == 0 { FIRST_CAP } else { self.cap * 2 };
         let new = arena.alloc::<Entry>(ncap)?;
+        // Touch every page of the new array now: a page no entry lands in would otherwise be
+        // first touched by a reducer scanning the table, and that demand-zero fault would be
+        // charged to reading another worker's data.
+        let bytes = ncap * core::mem::size_of::<Entry>();
+        for off in (0..bytes).step_by(4096) {
+            // SAFETY: `off < bytes`, inside the array just allocated; writing the zero it holds.
+            unsafe { ptr::write_volatile((new as *mut u8).add(off), 0) };
+        }
         for i in 0..self.cap {
             // SAFETY: `i < cap`: a slot of the old array.
             let e = unsafe { *self.slots.add(i) };

@@ -27,13 +27,16 @@ const HELP: &str = "\
 cargo xtask metis wc|wri|wrmem [options]
   --input FILE        the text (wc, wri); put into the boot image
   --out FILE          where the output goes (default: not written)
-  --system ours|linux (default ours)
+  --system ours|linux|both (default ours; both: one boot each, then ours/linux per phase,
+                      raw and divided by each boot's calibration loop)
   --smp N             vCPUs = workers (default 2)
   --mem SIZE          guest memory (default 1G)
   --layout per-core|shared|private   where intermediate data lives on ours (default per-core)
   --size BYTES        wrmem: bytes of generated text (default 1M; k/m/g suffixes)
   --seed S            wrmem: generator seed (default 1)
   --parts P           reduce partitions (default 8 per worker)
+  --linux-thp on|off  Linux: transparent huge pages in the arenas as the kernel's default (on)
+                      or off (MADV_NOHUGEPAGE: 4 KiB pages, as ours and Corey's Linux)
   --digest-only       do not send the output over the serial line, only its digest
   --check             compare the output with the host reference implementation
   --timeout SECS      kill QEMU after SECS (default 600)
@@ -58,6 +61,8 @@ pub struct MetisRun {
     /// `.so` is `plugin` (one boot per phase).
     pub insns: Option<&'static str>,
     pub plugin: Option<PathBuf>,
+    /// Linux: transparent huge pages in the arenas as the kernel's default (true) or off.
+    pub linux_thp: bool,
 }
 
 impl Default for MetisRun {
@@ -76,6 +81,7 @@ impl Default for MetisRun {
             timeout: Duration::from_secs(600),
             insns: None,
             plugin: None,
+            linux_thp: true,
         }
     }
 }
@@ -92,6 +98,8 @@ pub struct MetisResult {
     pub wall_s: f64,
     /// With `MetisRun::insns`: (kernel, user) instructions of the marked phase, all vCPUs.
     pub insns: Option<(u64, u64)>,
+    /// The `metis-calib` line: (steps, ns, workers) of the calibration loop in this boot.
+    pub calib: Option<(u64, u64, u64)>,
 }
 
 fn fnv(bytes: &[u8]) -> u64 {
@@ -175,14 +183,21 @@ fn parse_args(args: &[String]) -> Result<(MetisRun, Option<PathBuf>, bool), Stri
             "--parts" => r.parts = Some(size(&val()?)?),
             "--timeout" => r.timeout = Duration::from_secs(val()?.parse().map_err(|_| "metis: --timeout needs seconds")?),
             "--digest-only" => r.print = false,
+            "--linux-thp" => {
+                r.linux_thp = match val()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err("metis: --linux-thp is on or off".into()),
+                }
+            }
             "--check" => check = true,
             "--insns" => r.plugin = Some(PathBuf::new()),
             "-h" | "--help" => return Err(HELP.into()),
             other => return Err(format!("metis: unknown option `{other}`\n{HELP}")),
         }
     }
-    if !["ours", "linux"].contains(&r.system.as_str()) {
-        return Err("metis: --system is ours or linux".into());
+    if !["ours", "linux", "both"].contains(&r.system.as_str()) {
+        return Err("metis: --system is ours, linux or both".into());
     }
     if !["per-core", "shared", "private"].contains(&r.layout.as_str()) {
         return Err("metis: --layout is per-core, shared or private".into());
@@ -299,7 +314,10 @@ fn boot_linux(r: &MetisRun, kernel: &Path, program: &Path) -> Result<crate::linu
     fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let initrd = dir.join(format!("linux-{}.cpio", std::process::id()));
     fs::write(&initrd, crate::linux::cpio_newc(&entries)).map_err(|e| format!("cannot write {}: {e}", initrd.display()))?;
-    let words = guest_words(r, "/metis-input").replace(' ', ":");
+    // Linux has one layout (threads in one address space); `--linux-thp off` asks it for 4 KiB
+    // pages in the arenas.
+    let lr = MetisRun { layout: if r.linux_thp { "threads".into() } else { "nothp".into() }, ..r.clone() };
+    let words = guest_words(&lr, "/metis-input").replace(' ', ":");
     let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable metis={words}");
     let cfg = VmConfig {
         smp: r.smp,
@@ -333,6 +351,10 @@ pub fn parse_serial(serial: &str, print: bool) -> Result<MetisResult, String> {
     let d = kv(d);
     res.digest = (d.get("fnv").copied().unwrap_or(0), d.get("lines").copied().unwrap_or(0), d.get("bytes").copied().unwrap_or(0));
     res.phases = kv(after.lines().find(|l| l.starts_with("metis-phases")).ok_or("no metis-phases line")?);
+    if let Some(c) = after.lines().find(|l| l.starts_with("metis-calib")) {
+        let c = kv(c);
+        res.calib = Some((c.get("ops").copied().unwrap_or(0), c.get("ns").copied().unwrap_or(0), c.get("workers").copied().unwrap_or(0)));
+    }
     if print {
         let o = &res.output;
         let lines = o.iter().filter(|&&b| b == b'\n').count() as u64;
@@ -396,15 +418,61 @@ fn ms(p: &BTreeMap<String, u64>, k: &str) -> String {
 
 pub fn main(args: &[String]) -> Result<(), String> {
     let (r, out, check) = parse_args(args)?;
-    let ours = if r.system == "ours" { Some(prepare_ours()?) } else { None };
-    let linux = if r.system == "linux" { Some(prepare_linux()?) } else { None };
-    let res = run_once(&r, ours.as_ref(), linux.as_ref())?;
-    if let Some(o) = &out {
-        if !r.print {
-            return Err("metis: --out needs the output; drop --digest-only".into());
+    let systems: Vec<&str> = if r.system == "both" { vec!["ours", "linux"] } else { vec![r.system.as_str()] };
+    let ours = if systems.contains(&"ours") { Some(prepare_ours()?) } else { None };
+    let linux = if systems.contains(&"linux") { Some(prepare_linux()?) } else { None };
+    let mut done: Vec<(String, MetisResult)> = Vec::new();
+    for sys in systems {
+        let r = MetisRun { system: sys.into(), ..r.clone() };
+        let res = run_once(&r, ours.as_ref(), linux.as_ref())?;
+        report(&r, &res, ours.as_ref(), linux.as_ref())?;
+        if check {
+            check_output(&r, &res)?;
         }
-        fs::write(o, &res.output).map_err(|e| format!("metis: cannot write {}: {e}", o.display()))?;
+        if let Some(o) = &out {
+            if !r.print {
+                return Err("metis: --out needs the output; drop --digest-only".into());
+            }
+            if let Some((first, prev)) = done.first() {
+                if prev.output != res.output {
+                    return Err(format!("metis: the output on {sys} differs from the output on {first}"));
+                }
+                println!("{sys}: output identical to {first}'s");
+            } else {
+                fs::write(o, &res.output).map_err(|e| format!("metis: cannot write {}: {e}", o.display()))?;
+            }
+        }
+        done.push((sys.into(), res));
     }
+    if let [(_, a), (_, b)] = &done[..] {
+        compare(a, b);
+    }
+    Ok(())
+}
+
+/// Calibration-loop steps per ns per core in that boot.
+fn calib_rate(res: &MetisResult) -> Option<f64> {
+    let (ops, ns, w) = res.calib?;
+    (ns > 0 && w > 0).then(|| ops as f64 / ns as f64 / w as f64)
+}
+
+/// ours / Linux per phase, raw and divided by each boot's calibration loop (docs/bench.md).
+fn compare(ours: &MetisResult, linux: &MetisResult) {
+    let t = |r: &MetisResult, k: &str| r.phases.get(k).copied().unwrap_or(0) as f64;
+    let (co, cl) = (calib_rate(ours), calib_rate(linux));
+    println!("ours / linux      raw time   calibrated (time x the boot's calibration rate)");
+    for (name, keys) in [("map", &["map_us"][..]), ("reduce", &["reduce_us"]), ("merge", &["merge_us"]), ("all three", &["map_us", "reduce_us", "merge_us"])] {
+        let (o, l) = (keys.iter().map(|k| t(ours, k)).sum::<f64>(), keys.iter().map(|k| t(linux, k)).sum::<f64>());
+        let raw = if l > 0.0 { format!("{:.2}", o / l) } else { "-".into() };
+        let cal = match (co, cl) {
+            (Some(a), Some(b)) if l > 0.0 => format!("{:.2}", o * a / (l * b)),
+            _ => "- (no calibration line)".into(),
+        };
+        println!("{name:<15} {raw:>10}   {cal}");
+    }
+}
+
+fn report(r: &MetisRun, res: &MetisResult, ours: Option<&(PathBuf, Vec<u8>)>, linux: Option<&(PathBuf, PathBuf)>) -> Result<(), String> {
     let p = &res.phases;
     let g = |k: &str| p.get(k).copied().unwrap_or(0);
     println!(
@@ -412,7 +480,13 @@ pub fn main(args: &[String]) -> Result<(), String> {
         r.app,
         r.system,
         r.smp,
-        if r.system == "ours" { r.layout.as_str() } else { "one address space" },
+        if r.system == "ours" {
+            r.layout.as_str()
+        } else if r.linux_thp {
+            "threads in one address space, THP default"
+        } else {
+            "threads in one address space, THP off"
+        },
         g("input_bytes"),
         g("words"),
         g("keys"),
@@ -425,36 +499,42 @@ pub fn main(args: &[String]) -> Result<(), String> {
     println!("reduce    {:>14}   {:>11}   (new arena pages the reducers wrote: {}; faults beyond that are reads of other workers' data)", ms(p, "reduce_us"), g("reduce_faults"), g("reduce_arena_pages"));
     println!("merge     {:>14}   {:>11}", ms(p, "merge_us"), g("merge_faults"));
     println!("(output   {:>14} ms over the serial line; boot to power-off {:.1} s)", ms(p, "output_us"), res.wall_s);
+    match calib_rate(res) {
+        Some(c) => println!("calibration loop in this boot: {:.3} steps/ns per core ({} workers)", c, res.calib.map(|x| x.2).unwrap_or(0)),
+        None => println!("calibration loop: none in this boot"),
+    }
     if r.plugin.is_some() {
         let so = crate::plugins::build().map_err(|e| format!("metis: --insns: the insncount plugin does not build: {e}"))?.insncount;
         let mib = (g("input_bytes") as f64 / (1 << 20) as f64).max(1.0 / 1024.0);
         println!("phase     kernel insns    user insns   kernel insns/input MiB   (insncount plugin, all vCPUs, one boot per phase)");
         for phase in ["map", "reduce", "merge"] {
             let rr = MetisRun { insns: Some(phase), plugin: Some(so.clone()), print: false, ..r.clone() };
-            let (k, u) = run_once(&rr, ours.as_ref(), linux.as_ref())?.insns.ok_or("no instruction count")?;
+            let (k, u) = run_once(&rr, ours, linux)?.insns.ok_or("no instruction count")?;
             println!("{phase:<9} {k:>12} {u:>13}   {:>22.0}", k as f64 / mib);
         }
     }
-    if check {
-        let want = expected(&r)?;
-        if !r.print {
-            let d = (fnv(&want), want.iter().filter(|&&b| b == b'\n').count() as u64, want.len() as u64);
-            if d != res.digest {
-                return Err(format!("metis: CHECK FAILED: digest {:?} differs from the host reference's {d:?}", res.digest));
-            }
-            println!("check: digest identical to the host reference's ({} bytes)", want.len());
-            return Ok(());
+    Ok(())
+}
+
+fn check_output(r: &MetisRun, res: &MetisResult) -> Result<(), String> {
+    let want = expected(r)?;
+    if !r.print {
+        let d = (fnv(&want), want.iter().filter(|&&b| b == b'\n').count() as u64, want.len() as u64);
+        if d != res.digest {
+            return Err(format!("metis: CHECK FAILED: digest {:?} differs from the host reference's {d:?}", res.digest));
         }
-        if want != res.output {
-            return Err(format!("metis: CHECK FAILED: the output differs from the host reference ({} vs {} bytes)", res.output.len(), want.len()));
-        }
-        println!("check: identical to the host reference ({} bytes)", want.len());
-        if let (Some(f), "wc") = (&r.input, r.app.as_str()) {
-            match pipeline_wc(f) {
-                Ok(p) if p == res.output => println!("check: identical to `tr -cs 'A-Za-z' '\\n' | tr 'A-Z' 'a-z' | grep -v '^$' | LC_ALL=C sort | uniq -c`"),
-                Ok(_) => return Err("metis: CHECK FAILED: the output differs from the tr|sort|uniq pipeline".into()),
-                Err(e) => println!("check: pipeline not run: {e}"),
-            }
+        println!("check: digest identical to the host reference's ({} bytes)", want.len());
+        return Ok(());
+    }
+    if want != res.output {
+        return Err(format!("metis: CHECK FAILED: the output differs from the host reference ({} vs {} bytes)", res.output.len(), want.len()));
+    }
+    println!("check: identical to the host reference ({} bytes)", want.len());
+    if let (Some(f), "wc") = (&r.input, r.app.as_str()) {
+        match pipeline_wc(f) {
+            Ok(p) if p == res.output => println!("check: identical to `tr -cs 'A-Za-z' '\\n' | tr 'A-Z' 'a-z' | grep -v '^$' | LC_ALL=C sort | uniq -c`"),
+            Ok(_) => return Err("metis: CHECK FAILED: the output differs from the tr|sort|uniq pipeline".into()),
+            Err(e) => println!("check: pipeline not run: {e}"),
         }
     }
     Ok(())

@@ -32,9 +32,11 @@ fn main() {
             false
         }
         Ok(mut o) => {
-            // One address space, every arena a private mapping: Linux's only layout here.
-            o.layout = "threads";
-            let env = mapreduce::linux::LinuxEnv::new(as_init, 0);
+            // One address space, every arena a private mapping: `threads` (transparent huge
+            // pages as the kernel's default) or `nothp` (4 KiB pages).
+            let mut env = mapreduce::linux::LinuxEnv::new(as_init, 0);
+            env.thp = o.layout != "nothp";
+            o.layout = if env.thp { "threads" } else { "threads-nothp" };
             let input = match o.input {
                 Input::File(path) => std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}")),
                 Input::Generated { size, seed } => {
