@@ -6,9 +6,9 @@
 #[path = "../../bench/src/catalog.rs"]
 #[allow(dead_code)] // shared with the guest crate; the host uses part of it
 pub(crate) mod catalog;
-mod guest;
+pub(crate) mod guest;
 mod json;
-mod linux_sys;
+pub(crate) mod linux_sys;
 mod net;
 mod ours;
 mod record;

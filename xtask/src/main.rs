@@ -9,6 +9,7 @@ mod iso;
 mod ksyms;
 mod linux;
 mod net;
+mod metis;
 mod percore_tasks;
 mod plugins;
 mod qemu;
@@ -59,6 +60,8 @@ Commands:
   cachesim, audit   short for `plugin cachesim`, `plugin audit`
   linux    Linux baseline (see `cargo xtask linux help`)
   net      Network host side: `net load` (the TCP load generator; `cargo xtask net help`)
+  metis    Metis MapReduce: `metis wc|wri|wrmem --input FILE --out FILE [--smp N] [--system ours|linux]
+           [--layout per-core|shared|private] [--check]` (`cargo xtask metis --help`)
   fuzz     System-call fuzzer on every core: --calls N --seed S --smp K --inject SPEC --planted-bug
   soak     Fuzz (with and without injection) and the benchmark programs in turns: --minutes M --smp K
   build    Build the kernel only
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
         }
         "linux" => linux::main(rest),
         "net" => net::main(rest),
+        "metis" => metis::main(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(())

@@ -522,6 +522,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
             total.add(tcp_service(&kernel, &initrd, smp, mode)?);
         }
         total.add(program_runs(&kernel, &initrd)?);
+        // Metis MapReduce (issue 17): wc, wri, wrmem equal to the host reference.
+        total.add(crate::metis::ci_check(&kernel)?);
         total.add(summary_boots(&kernel)?);
         total.add(bad_boot_conditions(&kernel)?);
         total.add(iso_boots()?);

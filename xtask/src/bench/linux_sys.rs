@@ -28,6 +28,12 @@ fn work_dir() -> PathBuf {
 /// Build `bench-linux` as a static program: musl if rustup has (or can add) the target,
 /// otherwise glibc with a static C runtime.
 pub fn build_guest_program() -> Result<PathBuf, String> {
+    build_static("bench", "bench-linux")
+}
+
+/// Build binary `bin` of workspace package `package` as a static Linux program (musl, or
+/// glibc with a static C runtime); also used for `metis-linux` (xtask/src/metis.rs).
+pub fn build_static(package: &str, bin: &str) -> Result<PathBuf, String> {
     let installed = Command::new("rustup").args(["target", "list", "--installed"]).output().map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
     let musl = installed.lines().any(|l| l.trim() == MUSL)
         || Command::new("rustup").args(["target", "add", MUSL]).status().map(|s| s.success()).unwrap_or(false);
@@ -35,7 +41,7 @@ pub fn build_guest_program() -> Result<PathBuf, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(crate::env::workspace_root())
-        .args(["build", "--quiet", "--release", "-p", "bench", "--bin", "bench-linux", "--target", target])
+        .args(["build", "--quiet", "--release", "-p", package, "--bin", bin, "--target", target])
         // A small /init: no debug info, symbols stripped (the initramfs is copied every boot).
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         .env("CARGO_PROFILE_RELEASE_STRIP", "symbols");
@@ -45,9 +51,22 @@ pub fn build_guest_program() -> Result<PathBuf, String> {
     }
     let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {
-        return Err(format!("building bench-linux for {target} failed"));
+        return Err(format!("building {bin} for {target} failed"));
     }
-    Ok(crate::env::target_dir().join(target).join("release").join("bench-linux"))
+    Ok(crate::env::target_dir().join(target).join("release").join(bin))
+}
+
+/// Debian's kernel as the baseline boots it: the uncompressed vmlinux through its PVH note,
+/// or the bzImage if that cannot be had.
+pub fn guest_kernel() -> Result<PathBuf, String> {
+    let kernel = crate::linux::fetch_kernel().map_err(|e| format!("linux: cannot get Debian's kernel package: {e}"))?;
+    Ok(match pvh_vmlinux(&kernel.bzimage, &work_dir().join(format!("vmlinux-{}", kernel.version))) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("linux: booting the compressed bzImage (slower under TCG): {e}");
+            kernel.bzimage
+        }
+    })
 }
 
 /// The kernel inside a bzImage, uncompressed into `out` (once): QEMU boots an ELF kernel with
@@ -130,14 +149,7 @@ impl LinuxSystem {
     /// Fetch the kernel package (a clear error without network), build the guest program and
     /// its initramfs, and the insncount plugin.
     pub fn prepare(mem_mib: u64, insns: bool, logs: &Path) -> Result<LinuxSystem, String> {
-        let kernel = crate::linux::fetch_kernel().map_err(|e| format!("linux: cannot get Debian's kernel package: {e}"))?;
-        let kernel = match pvh_vmlinux(&kernel.bzimage, &work_dir().join(format!("vmlinux-{}", kernel.version))) {
-            Ok(v) => v,
-            Err(e) => {
-                eprintln!("bench: linux: booting the compressed bzImage (slower under TCG): {e}");
-                kernel.bzimage
-            }
-        };
+        let kernel = guest_kernel()?;
         let program = build_guest_program()?;
         let initrd = work_dir().join("linux-initramfs.cpio");
         crate::linux::build_initramfs(&program, &initrd)?;

@@ -1,0 +1,67 @@
+//! A plain-std environment: scoped threads, arenas from the global allocator, no fault count.
+//! For the host tests and quick native runs; the Linux baseline uses [`crate::linux`].
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::sync::Mutex;
+use std::vec::Vec;
+
+use crate::{Env, Error};
+
+pub struct HostEnv {
+    pub cores: usize,
+    /// Bytes of intermediate data allowed in all (split evenly over the workers).
+    pub budget: usize,
+    arenas: Mutex<Vec<(usize, Layout)>>,
+}
+
+impl HostEnv {
+    pub fn new(cores: usize, budget: usize) -> HostEnv {
+        HostEnv { cores, budget, arenas: Mutex::new(Vec::new()) }
+    }
+}
+
+impl Env for HostEnv {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+    fn cores(&self) -> usize {
+        self.cores
+    }
+    fn run(&self, n: usize, body: &(dyn Fn(usize) + Sync)) -> Result<(), Error> {
+        std::thread::scope(|s| {
+            for w in 1..n {
+                s.spawn(move || body(w));
+            }
+            body(0);
+        });
+        Ok(())
+    }
+    fn memory_budget(&self, _n: usize) -> usize {
+        self.budget
+    }
+    fn arena(&self, _w: usize, bytes: usize) -> Result<*mut u8, Error> {
+        let layout = Layout::from_size_align(bytes, 4096).map_err(|_| Error::Param("arena size"))?;
+        // SAFETY: `bytes` is non-zero (the caller asks for at least 1 MiB).
+        let p = unsafe { alloc_zeroed(layout) };
+        if p.is_null() {
+            return Err(Error::Platform(bench::Error::Sys { what: "alloc_zeroed", code: 12 }));
+        }
+        self.arenas.lock().unwrap_or_else(|e| e.into_inner()).push((p as usize, layout));
+        Ok(p)
+    }
+    fn share_arenas(&self, _w: usize, _n: usize) -> Result<(), Error> {
+        Ok(())
+    }
+    fn release(&self, _n: usize) {
+        for (p, layout) in self.arenas.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            // SAFETY: allocated in `arena` with this layout; the run is over.
+            unsafe { dealloc(p as *mut u8, layout) };
+        }
+    }
+    fn ticks_per_sec(&self) -> u64 {
+        1_000_000_000
+    }
+    fn faults(&self, _n: usize) -> u64 {
+        0
+    }
+}

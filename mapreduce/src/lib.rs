@@ -1,0 +1,594 @@
+//! Metis-style MapReduce (Corey, seeds/000 section 6.1 and 8.4, figure 10), written once for
+//! both systems.
+//!
+//! The algorithm ([`run`]):
+//!
+//! 1. **map**: worker `w` of `n` scans its split of the input ([`words::split`]: contiguous,
+//!    moved to word starts, so a word across a boundary is read whole by the split it starts
+//!    in) and inserts every word into its own hash table for the word's reduce partition
+//!    (`partitions` tables per worker, in the worker's own arena, values grouped per key:
+//!    a count for `wc`, the ascending offsets for `wri`; see [`table`]).
+//! 2. **reduce**: worker `w` takes partitions `p` with `p % n == w`; for each it gathers that
+//!    partition's table of *every* worker (reading the other workers' arenas: on this system
+//!    through their address ranges, the part the memory layout changes), sorts the entries by
+//!    key and folds equal keys (counts summed; offset lists concatenated in worker order,
+//!    which is ascending since the splits are in input order). The sorted result goes into the
+//!    reducer's arena.
+//! 3. **merge**: the sorted partitions are merged into one key-ordered list (a k-way merge on
+//!    worker 0; Metis merges in parallel, not done here).
+//!
+//! Then the output is written through a [`Sink`] in the exact format of [`output`].
+//!
+//! The platform (threads, the memory each worker's intermediate data lives in, time, soft page
+//! faults) comes through [`Env`]. Implementations: [`linux::LinuxEnv`] (pthreads in one
+//! address space, bench's Linux backend), `ours::OursEnv` (the library OS, with the memory
+//! layouts of Corey's experiment) and, for host tests, `host::HostEnv`.
+
+#![no_std]
+
+extern crate alloc;
+#[cfg(any(test, target_os = "linux"))]
+extern crate std;
+
+pub mod cli;
+pub mod gen;
+#[cfg(any(test, target_os = "linux"))]
+pub mod host;
+#[cfg(target_os = "linux")]
+pub mod linux;
+#[cfg(target_os = "none")]
+pub mod ours;
+pub mod output;
+pub mod table;
+pub mod words;
+
+use alloc::collections::BinaryHeap;
+use alloc::vec::Vec;
+use core::cell::UnsafeCell;
+use core::cmp::Reverse;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+pub use output::{Digest, Sink};
+use table::{Arena, Entry, Full, Table};
+
+/// Which application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum App {
+    /// Word count: `word<TAB>count`.
+    Wc,
+    /// Reverse index: `word<TAB>off1,off2,...`.
+    Wri,
+}
+
+impl App {
+    pub fn parse(s: &str) -> Option<App> {
+        match s {
+            "wc" => Some(App::Wc),
+            "wri" | "wrmem" => Some(App::Wri),
+            _ => None,
+        }
+    }
+}
+
+/// Why a run failed. Never a panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Error {
+    /// A platform call failed.
+    Platform(bench::Error),
+    /// Intermediate data did not fit: worker `worker`'s arena of `arena` bytes (all workers
+    /// together `arena * n`) was full in `phase`; about `fits` bytes of input of this kind
+    /// would fit.
+    NoMemory { phase: &'static str, worker: usize, arena: usize, fits: usize },
+    /// The input (or generated text) of `size` bytes is larger than the `fits` bytes this
+    /// machine can hold next to the intermediate data.
+    InputTooLarge { size: usize, fits: usize },
+    /// Bad parameters.
+    Param(&'static str),
+}
+
+impl From<bench::Error> for Error {
+    fn from(e: bench::Error) -> Error {
+        Error::Platform(e)
+    }
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::Platform(e) => write!(f, "{e}"),
+            Error::NoMemory { phase, worker, arena, fits } => write!(
+                f,
+                "NoMemory: in {phase}, worker {worker}'s intermediate data outgrew its {arena} bytes; about {fits} bytes of input like this fit"
+            ),
+            Error::InputTooLarge { size, fits } => {
+                write!(f, "NoMemory: the input of {size} bytes does not fit; at most {fits} bytes fit in this machine's memory")
+            }
+            Error::Param(w) => write!(f, "bad parameter: {w}"),
+        }
+    }
+}
+
+/// What the algorithm needs from a system. Every method may be called from any worker.
+pub trait Env: Sync {
+    /// "linux", "ours", "host".
+    fn name(&self) -> &'static str;
+    /// Cores workers may use (worker `w` runs on core `w % cores()`).
+    fn cores(&self) -> usize;
+    /// Run `body(w)` for `w` in `0..n` in parallel, threads of one address space; return when
+    /// all returned.
+    fn run(&self, n: usize, body: &(dyn Fn(usize) + Sync)) -> Result<(), Error>;
+    /// Bytes of memory the intermediate data of `n` workers may take together (split evenly).
+    fn memory_budget(&self, n: usize) -> usize;
+    /// Called by worker `w` on its own core before map: `bytes` of demand-zero memory for its
+    /// intermediate data, writable by it (the layout decides where it is mapped).
+    fn arena(&self, w: usize, bytes: usize) -> Result<*mut u8, Error>;
+    /// Called by worker `w` once every worker has finished map: make the arenas of all `n`
+    /// workers readable by `w` at the addresses `arena` returned (a no-op in one address
+    /// space; on this system's `private` layout, mapping the others' segments).
+    fn share_arenas(&self, w: usize, n: usize) -> Result<(), Error>;
+    /// After the run (called by the caller of [`run`], once): give every arena back.
+    fn release(&self, n: usize);
+    /// Time stamp counter and its rate.
+    fn ticks(&self) -> u64 {
+        bench::harness::rdtsc()
+    }
+    fn ticks_per_sec(&self) -> u64;
+    /// Soft (minor) page faults taken so far by the workers' cores (ours: summed over cores
+    /// `0..n` from `core_stats`; Linux: the process's `ru_minflt`). Read while the other
+    /// workers wait at a barrier.
+    fn faults(&self, n: usize) -> u64;
+    /// Execute the instruction-count plugin's region marker `v` (docs/plugins.md), if this
+    /// system may; a no-op by default.
+    fn marker(&self, _v: u8) {}
+    /// bench's share-nothing calibration loop (`calib`) on `n` workers in this boot, fastest
+    /// of three: (steps, ticks). `None` where there is no bench platform (host tests).
+    fn calibration(&self, _n: usize) -> Option<(u64, u64)> {
+        None
+    }
+}
+
+/// [`Env::calibration`] through a bench platform.
+pub fn calibrate<P: bench::Platform>(p: &P, n: usize) -> Option<(u64, u64)> {
+    let mut c = bench::params::Params::parse("bench=calib iters=4000000").ok()?;
+    c.workers = n;
+    c.marked = false;
+    (0..3).filter_map(|_| bench::suite::run(p, &c).ok()).map(|o| (o.ops, o.ticks)).min_by_key(|&(ops, t)| (t as u128 * 1_000_000 / ops.max(1) as u128) as u64)
+}
+
+/// Which phase the instruction-count region markers enclose (one phase per boot: the plugin
+/// sums every marked region of a boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marked {
+    None,
+    Map,
+    Reduce,
+    Merge,
+}
+
+impl Marked {
+    pub fn parse(s: &str) -> Option<Marked> {
+        match s {
+            "none" => Some(Marked::None),
+            "map" => Some(Marked::Map),
+            "reduce" => Some(Marked::Reduce),
+            "merge" => Some(Marked::Merge),
+            _ => None,
+        }
+    }
+}
+
+/// One phase's wall time (first worker in to last out, TSC ticks) and soft faults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Phase {
+    pub ticks: u64,
+    pub faults: u64,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Report {
+    pub workers: usize,
+    pub partitions: usize,
+    pub input_bytes: usize,
+    pub map: Phase,
+    pub reduce: Phase,
+    pub merge: Phase,
+    /// Writing the output through the sink (not one of Metis's phases).
+    pub output: Phase,
+    /// Distinct words, and words in all.
+    pub keys: usize,
+    pub words: u64,
+    /// Arena pages the reducers newly allocated (summed over workers): an upper bound on the
+    /// reduce phase's demand-zero faults on its own output. Reduce faults beyond this number
+    /// are faults on reading the other workers' data (the layouts differ there).
+    pub reduce_arena_pages: u64,
+    /// Largest arena use of one worker (bytes), and each arena's size.
+    pub arena_used_max: usize,
+    pub arena_bytes: usize,
+    pub tsc_hz: u64,
+}
+
+impl Report {
+    pub fn ms(&self, p: Phase) -> u64 {
+        (p.ticks as u128 * 1000 / self.tsc_hz.max(1) as u128) as u64
+    }
+    pub fn us(&self, p: Phase) -> u64 {
+        (p.ticks as u128 * 1_000_000 / self.tsc_hz.max(1) as u128) as u64
+    }
+}
+
+/// The one result line both systems print and the host parses.
+impl core::fmt::Display for Report {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "metis-phases workers={} partitions={} input_bytes={} keys={} words={} map_us={} reduce_us={} merge_us={} output_us={} map_faults={} reduce_faults={} reduce_arena_pages={} merge_faults={} arena_bytes={} arena_used_max={} tsc_hz={}",
+            self.workers,
+            self.partitions,
+            self.input_bytes,
+            self.keys,
+            self.words,
+            self.us(self.map),
+            self.us(self.reduce),
+            self.us(self.merge),
+            self.us(self.output),
+            self.map.faults,
+            self.reduce.faults,
+            self.reduce_arena_pages,
+            self.merge.faults,
+            self.arena_bytes,
+            self.arena_used_max,
+            self.tsc_hz
+        )
+    }
+}
+
+/// Most workers (one per core).
+pub const MAX_WORKERS: usize = 64;
+/// Most reduce partitions.
+pub const MAX_PARTITIONS: usize = 4096;
+
+/// A worker's state other workers read (one 128-byte line pair each).
+#[repr(align(128))]
+struct Slot {
+    tables: AtomicPtr<Table>,
+    used: AtomicUsize,
+    /// Arena bytes in use when map ended.
+    used_map: AtomicUsize,
+    words: AtomicU64,
+    failed: AtomicBool,
+    error: UnsafeCell<Option<Error>>,
+}
+
+/// A reduce partition's sorted result.
+#[repr(align(128))]
+struct Part {
+    outs: AtomicPtr<Entry>,
+    len: AtomicUsize,
+}
+
+struct Barrier {
+    n: usize,
+    count: AtomicUsize,
+    gen: AtomicUsize,
+}
+
+impl Barrier {
+    fn wait(&self) {
+        let g = self.gen.load(Ordering::Acquire);
+        if self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            self.count.store(0, Ordering::Relaxed);
+            self.gen.store(g + 1, Ordering::Release);
+        } else {
+            while self.gen.load(Ordering::Acquire) == g {
+                core::hint::spin_loop();
+            }
+        }
+    }
+}
+
+struct Shared {
+    slots: Vec<Slot>,
+    parts: Vec<Part>,
+    failed: AtomicBool,
+    barrier: Barrier,
+    /// TSC and fault count at each phase boundary, written by worker 0.
+    marks: [AtomicU64; 6],
+}
+
+// SAFETY: `Slot::error` is written only by its worker before it sets `failed` (Release) and
+// read only after the run, when `failed` reads true (Acquire).
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    fn fail(&self, w: usize, e: Error) {
+        let s = &self.slots[w];
+        if !s.failed.load(Ordering::Relaxed) {
+            // SAFETY: only worker `w` writes its slot's error, before publishing `failed`.
+            unsafe { *s.error.get() = Some(e) };
+            s.failed.store(true, Ordering::Release);
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+}
+
+/// Touch 64 KiB of the calling worker's stack before the phases start, so the stack growing in
+/// map or reduce (the sort recurses) is not counted as those phases' faults. (Thread stacks
+/// are 256 KiB on ours; the phases use far less.)
+#[inline(never)]
+fn prefault_stack() {
+    let mut buf = [0u8; 64 << 10];
+    for i in (0..buf.len()).step_by(4096) {
+        buf[i] = 1;
+    }
+    core::hint::black_box(&mut buf);
+}
+
+/// Sort key of an entry reference: the key bytes, then the worker (so offset lists join in
+/// worker order, which is input order).
+#[derive(Clone, Copy)]
+struct Ref {
+    e: *const Entry,
+    w: usize,
+}
+
+fn map_phase(sh: &Shared, app: App, input: &[u8], w: usize, n: usize, arena: &mut Arena) -> Result<(), Error> {
+    let parts = sh.parts.len();
+    let full_at = |done: usize| move |f: Full| Error::NoMemory { phase: "map", worker: w, arena: f.cap, fits: done.saturating_mul(n) };
+    let tables = arena.alloc::<Table>(parts).map_err(full_at(0))?;
+    sh.slots[w].tables.store(tables, Ordering::Release);
+    let (from, to) = words::split(input, w, n);
+    let mut count = 0u64;
+    words::for_each_word(input, from, to, |s, e, h| {
+        // The partition: the hash's high half scaled onto 0..parts (the table slot uses the
+        // low bits, so the two stay independent).
+        let p = (((h >> 32) * parts as u64) >> 32) as usize;
+        // SAFETY: `p < parts`; the tables are this worker's, in its own arena.
+        let t = unsafe { &mut *tables.add(p) };
+        count += 1;
+        match app {
+            App::Wc => t.add_count(arena, input, s, e, h),
+            App::Wri => t.add_offset(arena, input, s, e, h),
+        }
+        .map_err(full_at(s - from))
+    })?;
+    sh.slots[w].words.store(count, Ordering::Relaxed);
+    Ok(())
+}
+
+fn reduce_phase(sh: &Shared, app: App, input_len: usize, w: usize, n: usize, arena: &mut Arena) -> Result<(), Error> {
+    let full = |arena_used: usize| move |f: Full| Error::NoMemory {
+        phase: "reduce",
+        worker: w,
+        arena: f.cap,
+        fits: (input_len as u128 * f.cap as u128 / (arena_used as u128 + f.want as u128).max(1)) as usize,
+    };
+    for p in (w..sh.parts.len()).step_by(n) {
+        // SAFETY (whole loop): every worker published its tables before the barrier that
+        // ended map, and no one writes them any more; `share_arenas` made them readable here.
+        // (No heap allocation here: a first allocation on a core grows its heap, whose page
+        // faults would be counted as the reduce phase's.)
+        let table = |v: usize| unsafe { &*sh.slots[v].tables.load(Ordering::Acquire).add(p) };
+        let total: usize = (0..n).map(|v| table(v).len).sum();
+        if total == 0 {
+            continue;
+        }
+        let refs = arena.alloc::<Ref>(total).map_err(full(arena.used()))?;
+        let mut k = 0;
+        for v in 0..n {
+            for e in unsafe { table(v).entries() } {
+                // SAFETY: `k < total` (`total` counts exactly these entries).
+                unsafe { refs.add(k).write(Ref { e, w: v }) };
+                k += 1;
+            }
+        }
+        // SAFETY: `refs` holds `total` initialised `Ref`s in this worker's arena.
+        let refs = unsafe { core::slice::from_raw_parts_mut(refs, total) };
+        // SAFETY: the entries' keys are in live arenas (see above).
+        refs.sort_unstable_by(|a, b| unsafe { (*a.e).key().cmp((*b.e).key()).then(a.w.cmp(&b.w)) });
+        let outs = arena.alloc::<Entry>(total).map_err(full(arena.used()))?;
+        let mut nout = 0;
+        let mut i = 0;
+        while i < total {
+            // SAFETY: as above.
+            let first = unsafe { *refs[i].e };
+            let key = unsafe { first.key() };
+            let mut j = i + 1;
+            while j < total && unsafe { (*refs[j].e).key() } == key {
+                j += 1;
+            }
+            let group = &refs[i..j];
+            let count: u64 = group.iter().map(|r| unsafe { (*r.e).count }).sum();
+            let mut out = Entry { hash: first.hash, key: first.key, klen: first.klen, count, vals: first.vals, cap: first.cap };
+            if app == App::Wri && group.len() > 1 {
+                let vals = arena.alloc::<u64>(count as usize).map_err(full(arena.used()))?;
+                let mut at = 0;
+                for r in group {
+                    let v = unsafe { (*r.e).vals() };
+                    // SAFETY: `vals` has room for `count` offsets, the sum of the groups'.
+                    unsafe { core::ptr::copy_nonoverlapping(v.as_ptr(), vals.add(at), v.len()) };
+                    at += v.len();
+                }
+                out.vals = vals;
+                out.cap = count;
+            }
+            // SAFETY: `nout < total`, in `outs`.
+            unsafe { outs.add(nout).write(out) };
+            nout += 1;
+            i = j;
+        }
+        sh.parts[p].outs.store(outs, Ordering::Relaxed);
+        sh.parts[p].len.store(nout, Ordering::Release);
+    }
+    Ok(())
+}
+
+/// Run `app` over `input` on `workers` workers with `partitions` reduce partitions and write
+/// the sorted result to `sink`. The arenas are given back (`Env::release`) before returning,
+/// on success and on failure.
+pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, partitions: usize, sink: &mut dyn Sink) -> Result<Report, Error> {
+    run_marked(env, app, input, workers, partitions, Marked::None, sink)
+}
+
+/// [`run`], with the region markers (start and stop on every vCPU, executed by worker 0 at the
+/// phase's bounding barriers) around the phase `marked`, for the insncount plugin.
+pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, partitions: usize, marked: Marked, sink: &mut dyn Sink) -> Result<Report, Error> {
+    use bench::harness::{MARK_START_ALL, MARK_STOP_ALL};
+    let start = |m: Marked| {
+        if marked == m {
+            env.marker(MARK_START_ALL);
+        }
+    };
+    let stop = |m: Marked| {
+        if marked == m {
+            env.marker(MARK_STOP_ALL);
+        }
+    };
+    if workers == 0 || workers > MAX_WORKERS || workers > env.cores() {
+        return Err(Error::Param("workers must be 1..=cores (at most 64)"));
+    }
+    if partitions == 0 || partitions > MAX_PARTITIONS {
+        return Err(Error::Param("partitions must be 1..=4096"));
+    }
+    let n = workers;
+    let arena_bytes = (env.memory_budget(n) / n) & !4095;
+    if arena_bytes < 1 << 20 {
+        return Err(Error::InputTooLarge { size: input.len(), fits: 0 });
+    }
+    let sh = Shared {
+        slots: (0..n)
+            .map(|_| Slot { tables: AtomicPtr::new(core::ptr::null_mut()), used: AtomicUsize::new(0), used_map: AtomicUsize::new(0), words: AtomicU64::new(0), failed: AtomicBool::new(false), error: UnsafeCell::new(None) })
+            .collect(),
+        parts: (0..partitions).map(|_| Part { outs: AtomicPtr::new(core::ptr::null_mut()), len: AtomicUsize::new(0) }).collect(),
+        failed: AtomicBool::new(false),
+        barrier: Barrier { n, count: AtomicUsize::new(0), gen: AtomicUsize::new(0) },
+        marks: Default::default(),
+    };
+    let mark = |i: usize| {
+        sh.marks[i].store(env.ticks(), Ordering::Relaxed);
+        sh.marks[i + 3].store(env.faults(n), Ordering::Relaxed);
+    };
+    let body = |w: usize| {
+        prefault_stack();
+        let mut arena = match env.arena(w, arena_bytes) {
+            // SAFETY: `arena` returned `arena_bytes` of fresh demand-zero memory for worker
+            // `w` alone to write (the Env contract).
+            Ok(p) => Some(unsafe { Arena::new(p, arena_bytes) }),
+            Err(e) => {
+                sh.fail(w, e);
+                None
+            }
+        };
+        sh.barrier.wait();
+        if w == 0 {
+            mark(0);
+            start(Marked::Map);
+        }
+        if let Some(a) = arena.as_mut() {
+            if !sh.failed.load(Ordering::Acquire) {
+                if let Err(e) = map_phase(&sh, app, input, w, n, a) {
+                    sh.fail(w, e);
+                }
+            }
+        }
+        if let Some(a) = arena.as_ref() {
+            sh.slots[w].used_map.store(a.used(), Ordering::Relaxed);
+        }
+        sh.barrier.wait();
+        if w == 0 {
+            stop(Marked::Map);
+            mark(1);
+            start(Marked::Reduce);
+        }
+        sh.barrier.wait();
+        if !sh.failed.load(Ordering::Acquire) {
+            if let Err(e) = env.share_arenas(w, n) {
+                sh.fail(w, e);
+            }
+        }
+        sh.barrier.wait();
+        if let Some(a) = arena.as_mut() {
+            if !sh.failed.load(Ordering::Acquire) {
+                if let Err(e) = reduce_phase(&sh, app, input.len(), w, n, a) {
+                    sh.fail(w, e);
+                }
+            }
+            sh.slots[w].used.store(a.used(), Ordering::Relaxed);
+        }
+        sh.barrier.wait();
+        if w == 0 {
+            stop(Marked::Reduce);
+            mark(2);
+        }
+    };
+    let ran = env.run(n, &body);
+    let result = ran.and_then(|()| {
+        if let Some(s) = sh.slots.iter().find(|s| s.failed.load(Ordering::Acquire)) {
+            // SAFETY: `failed` is set, so its worker finished writing `error`.
+            return Err(unsafe { *s.error.get() }.unwrap_or(Error::Param("a worker failed")));
+        }
+        let m = |i: usize| (sh.marks[i].load(Ordering::Relaxed), sh.marks[i + 3].load(Ordering::Relaxed));
+        let ((t0, f0), (t1, f1), (t2, f2)) = (m(0), m(1), m(2));
+        let mut r = Report {
+            workers: n,
+            partitions,
+            input_bytes: input.len(),
+            map: Phase { ticks: t1 - t0, faults: f1 - f0 },
+            reduce: Phase { ticks: t2 - t1, faults: f2 - f1 },
+            words: sh.slots.iter().map(|s| s.words.load(Ordering::Relaxed)).sum(),
+            reduce_arena_pages: sh
+                .slots
+                .iter()
+                .map(|s| (s.used.load(Ordering::Relaxed).div_ceil(4096) - s.used_map.load(Ordering::Relaxed).div_ceil(4096)) as u64)
+                .sum(),
+            arena_used_max: sh.slots.iter().map(|s| s.used.load(Ordering::Relaxed)).max().unwrap_or(0),
+            arena_bytes,
+            tsc_hz: env.ticks_per_sec(),
+            ..Report::default()
+        };
+        // Merge: a k-way merge of the sorted partitions (keys never repeat across partitions).
+        start(Marked::Merge);
+        let t3 = env.ticks();
+        let parts: Vec<&[Entry]> = sh
+            .parts
+            .iter()
+            .map(|p| {
+                let len = p.len.load(Ordering::Acquire);
+                if len == 0 {
+                    &[][..]
+                } else {
+                    // SAFETY: the reducer wrote `len` entries at `outs` before the last barrier.
+                    unsafe { core::slice::from_raw_parts(p.outs.load(Ordering::Relaxed), len) }
+                }
+            })
+            .collect();
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut merged: Vec<&Entry> = Vec::new();
+        merged.try_reserve_exact(total).map_err(|_| Error::NoMemory { phase: "merge", worker: 0, arena: 0, fits: 0 })?;
+        // SAFETY: keys live in arenas that stay mapped until `release` below.
+        let mut heap: BinaryHeap<Reverse<(&[u8], usize, usize)>> =
+            parts.iter().enumerate().filter(|(_, p)| !p.is_empty()).map(|(i, p)| Reverse((unsafe { p[0].key() }, i, 0))).collect();
+        while let Some(Reverse((_, i, j))) = heap.pop() {
+            merged.push(&parts[i][j]);
+            if j + 1 < parts[i].len() {
+                heap.push(Reverse((unsafe { parts[i][j + 1].key() }, i, j + 1)));
+            }
+        }
+        let t4 = env.ticks();
+        stop(Marked::Merge);
+        let f4 = env.faults(n);
+        r.merge = Phase { ticks: t4 - t3, faults: f4 - f2 };
+        r.keys = merged.len();
+        for e in &merged {
+            // SAFETY: as above.
+            unsafe { output::write_entry(sink, app, e) };
+        }
+        r.output = Phase { ticks: env.ticks() - t4, faults: env.faults(n) - f4 };
+        Ok(r)
+    });
+    env.release(n);
+    result
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,209 @@
+//! Intermediate storage: one bump arena per worker and, in it, one hash table per reduce
+//! partition with the values grouped per key (Metis's layout).
+//!
+//! The arena is demand-zero memory the platform gave the worker (`Env::arena`): on this
+//! system a segment in the worker's own address range (or the layout chosen). Nothing is ever
+//! freed inside it, so every allocation is zero-filled memory no one has used, and all of it
+//! goes back at once when the run ends. Running out is [`crate::Error::NoMemory`], never a
+//! fault.
+//!
+//! A table slot is an [`Entry`]: the key (lower-cased, copied into the arena), its hash, and
+//! the values: for `wc` a count; for `wri` an array of byte offsets in ascending order (the
+//! worker scans its split front to back), doubled when full. Tables grow by doubling at half
+//! load; a grown table's old array and a grown value array's old copy stay unused in the arena
+//! (at most as much again as the live data).
+
+use core::mem::{align_of, size_of};
+use core::ptr;
+
+/// A worker's bump allocator over `[base, base + cap)`.
+pub struct Arena {
+    base: *mut u8,
+    cap: usize,
+    used: usize,
+}
+
+/// The arena is full: `want` more bytes did not fit in `cap`.
+#[derive(Debug, Clone, Copy)]
+pub struct Full {
+    pub cap: usize,
+    pub want: usize,
+}
+
+impl Arena {
+    /// # Safety
+    /// `[base, base + cap)` must be zero-filled memory, writable by the calling worker and
+    /// used by nothing else for as long as the arena and what it handed out live.
+    pub unsafe fn new(base: *mut u8, cap: usize) -> Arena {
+        Arena { base, cap, used: 0 }
+    }
+
+    pub fn used(&self) -> usize {
+        self.used
+    }
+
+    /// `n` zeroed `T`s (T must be valid as all-zero bytes; every user here is).
+    pub fn alloc<T>(&mut self, n: usize) -> Result<*mut T, Full> {
+        let bytes = n.checked_mul(size_of::<T>()).ok_or(Full { cap: self.cap, want: usize::MAX })?;
+        let start = self.used.next_multiple_of(align_of::<T>().max(8));
+        let end = start.checked_add(bytes).filter(|&e| e <= self.cap).ok_or(Full { cap: self.cap, want: bytes })?;
+        self.used = end;
+        // SAFETY: `start <= cap`, inside the arena given to `new`.
+        Ok(unsafe { self.base.add(start) } as *mut T)
+    }
+}
+
+/// One key and its values. All-zero is the empty slot (`klen == 0`: words are never empty).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Entry {
+    pub hash: u64,
+    pub key: *const u8,
+    pub klen: usize,
+    /// `wc`: the count. `wri`: how many offsets `vals` holds.
+    pub count: u64,
+    /// `wri`: the offsets (capacity `cap`), ascending.
+    pub vals: *mut u64,
+    pub cap: u64,
+}
+
+impl Entry {
+    /// The key's bytes.
+    ///
+    /// # Safety
+    /// The entry must be a filled slot whose arena is still mapped where it was.
+    pub unsafe fn key(&self) -> &[u8] {
+        // SAFETY: the caller's contract: `key` points at `klen` bytes in a live arena.
+        unsafe { core::slice::from_raw_parts(self.key, self.klen) }
+    }
+    /// # Safety
+    /// As for [`key`](Self::key), and the entry is from a `wri` run.
+    pub unsafe fn vals(&self) -> &[u64] {
+        if self.count == 0 {
+            return &[];
+        }
+        // SAFETY: the caller's contract: `vals` holds `count` initialised offsets.
+        unsafe { core::slice::from_raw_parts(self.vals, self.count as usize) }
+    }
+}
+
+/// One partition's hash table in one worker's arena (open addressing, linear probing).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Table {
+    pub slots: *mut Entry,
+    /// Number of slots, a power of two (0 until first use).
+    pub cap: usize,
+    /// Filled slots (distinct keys).
+    pub len: usize,
+}
+
+const FIRST_CAP: usize = 64;
+const FIRST_VALS: u64 = 2;
+
+impl Table {
+    /// The filled slots.
+    ///
+    /// # Safety
+    /// The table's arena must still be mapped where it was, and no worker may be inserting.
+    pub unsafe fn entries(&self) -> impl Iterator<Item = &Entry> {
+        let all: &[Entry] = if self.cap == 0 {
+            &[]
+        } else {
+            // SAFETY: `slots` holds `cap` entries (zeroed or filled) in a live arena.
+            unsafe { core::slice::from_raw_parts(self.slots, self.cap) }
+        };
+        all.iter().filter(|e| e.klen != 0)
+    }
+
+    fn grow(&mut self, arena: &mut Arena) -> Result<(), Full> {
+        let ncap = if self.cap == 0 { FIRST_CAP } else { self.cap * 2 };
+        let new = arena.alloc::<Entry>(ncap)?;
+        // Touch every page of the new array now: a page no entry lands in would otherwise be
+        // first touched by a reducer scanning the table, and that demand-zero fault would be
+        // charged to reading another worker's data.
+        let bytes = ncap * core::mem::size_of::<Entry>();
+        for off in (0..bytes).step_by(4096) {
+            // SAFETY: `off < bytes`, inside the array just allocated; writing the zero it holds.
+            unsafe { ptr::write_volatile((new as *mut u8).add(off), 0) };
+        }
+        for i in 0..self.cap {
+            // SAFETY: `i < cap`: a slot of the old array.
+            let e = unsafe { *self.slots.add(i) };
+            if e.klen == 0 {
+                continue;
+            }
+            let mut j = e.hash as usize & (ncap - 1);
+            // SAFETY: `j < ncap`, in the new zeroed array; at most half of it is filled, so
+            // probing finds an empty slot.
+            unsafe {
+                while (*new.add(j)).klen != 0 {
+                    j = (j + 1) & (ncap - 1);
+                }
+                *new.add(j) = e;
+            }
+        }
+        self.slots = new;
+        self.cap = ncap;
+        Ok(())
+    }
+
+    /// Find the slot of the word `input[start..end]` (hash `h`), adding it (key copied
+    /// lower-case into the arena) if it is new.
+    fn slot(&mut self, arena: &mut Arena, input: &[u8], start: usize, end: usize, h: u64) -> Result<*mut Entry, Full> {
+        if (self.len + 1) * 2 > self.cap {
+            self.grow(arena)?;
+        }
+        let word = &input[start..end];
+        let mask = self.cap - 1;
+        let mut j = h as usize & mask;
+        loop {
+            // SAFETY: `j < cap`.
+            let e = unsafe { &mut *self.slots.add(j) };
+            if e.klen == 0 {
+                let key = arena.alloc::<u8>(word.len())?;
+                for (i, &b) in word.iter().enumerate() {
+                    // SAFETY: `key` has `word.len()` bytes.
+                    unsafe { *key.add(i) = crate::words::lower(b) };
+                }
+                *e = Entry { hash: h, key, klen: word.len(), count: 0, vals: ptr::null_mut(), cap: 0 };
+                self.len += 1;
+                return Ok(e);
+            }
+            // SAFETY: a filled slot of a live arena (ours).
+            if e.hash == h && e.klen == word.len() && unsafe { e.key() }.iter().zip(word).all(|(&k, &b)| k == crate::words::lower(b)) {
+                return Ok(e);
+            }
+            j = (j + 1) & mask;
+        }
+    }
+
+    /// `wc`: count one occurrence.
+    pub fn add_count(&mut self, arena: &mut Arena, input: &[u8], start: usize, end: usize, h: u64) -> Result<(), Full> {
+        let e = self.slot(arena, input, start, end, h)?;
+        // SAFETY: `slot` returned a live slot of this table.
+        unsafe { (*e).count += 1 };
+        Ok(())
+    }
+
+    /// `wri`: append the offset `start`.
+    pub fn add_offset(&mut self, arena: &mut Arena, input: &[u8], start: usize, end: usize, h: u64) -> Result<(), Full> {
+        let e = self.slot(arena, input, start, end, h)?;
+        // SAFETY: `slot` returned a live slot of this table; `vals` has `cap` entries.
+        unsafe {
+            let e = &mut *e;
+            if e.count == e.cap {
+                let ncap = if e.cap == 0 { FIRST_VALS } else { e.cap * 2 };
+                let nv = arena.alloc::<u64>(ncap as usize)?;
+                if e.count > 0 {
+                    ptr::copy_nonoverlapping(e.vals, nv, e.count as usize);
+                }
+                e.vals = nv;
+                e.cap = ncap;
+            }
+            *e.vals.add(e.count as usize) = start as u64;
+            e.count += 1;
+        }
+        Ok(())
+    }
+}

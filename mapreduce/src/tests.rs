@@ -1,0 +1,145 @@
+//! The library against a straightforward reference (a BTreeMap over a byte scan), on the edge
+//! cases the issue names, at several worker and partition counts.
+
+use std::collections::BTreeMap;
+use std::string::{String, ToString};
+use std::vec;
+use std::vec::Vec;
+
+use crate::host::HostEnv;
+use crate::{run, App, Digest, Error};
+
+/// The reference: words by a plain scan, lower-cased, in a BTreeMap (bytewise order).
+fn reference(app: App, input: &[u8]) -> Vec<u8> {
+    let mut m: BTreeMap<Vec<u8>, Vec<usize>> = BTreeMap::new();
+    let mut i = 0;
+    while i < input.len() {
+        if input[i].is_ascii_alphabetic() {
+            let s = i;
+            while i < input.len() && input[i].is_ascii_alphabetic() {
+                i += 1;
+            }
+            m.entry(input[s..i].to_ascii_lowercase()).or_default().push(s);
+        } else {
+            i += 1;
+        }
+    }
+    let mut out = Vec::new();
+    for (k, v) in m {
+        out.extend_from_slice(&k);
+        out.push(b'\t');
+        let tail = match app {
+            App::Wc => v.len().to_string(),
+            App::Wri => v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","),
+        };
+        out.extend_from_slice(tail.as_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+fn mr(app: App, input: &[u8], workers: usize, parts: usize) -> Result<Vec<u8>, Error> {
+    let env = HostEnv::new(8, 32 << 20);
+    let mut out = Vec::new();
+    run(&env, app, input, workers, parts, &mut out).map(|_| out)
+}
+
+fn check(input: &[u8]) {
+    for app in [App::Wc, App::Wri] {
+        let want = reference(app, input);
+        for (w, p) in [(1, 1), (1, 7), (2, 4), (3, 5), (4, 16), (8, 64)] {
+            let got = mr(app, input, w, p).unwrap();
+            assert!(got == want, "{app:?} workers={w} parts={p}: got\n{}\nwant\n{}", String::from_utf8_lossy(&got), String::from_utf8_lossy(&want));
+        }
+    }
+}
+
+#[test]
+fn small_texts_match_the_reference() {
+    check(b"the quick brown Fox jumps over the lazy dog. THE end");
+    check(b"a b a B A c");
+    check(b"don't stop-me now 42times x9y");
+}
+
+#[test]
+fn empty_and_wordless_inputs_give_empty_output() {
+    check(b"");
+    check(b"1234 5678 ,,, \n\n\t");
+    assert!(mr(App::Wc, b"", 4, 8).unwrap().is_empty());
+}
+
+#[test]
+fn binary_bytes_separate_words() {
+    let bin: Vec<u8> = (0..20000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    check(&bin);
+    // UTF-8 letters are not ASCII letters: "café" is "caf".
+    check("café naïve Über".as_bytes());
+}
+
+#[test]
+fn one_huge_word_is_one_key() {
+    let mut big = vec![b'x'; 3 << 20];
+    big[1000] = b'X';
+    let want = reference(App::Wc, &big);
+    assert_eq!(mr(App::Wc, &big, 4, 8).unwrap(), want);
+    assert_eq!(mr(App::Wri, &big, 3, 8).unwrap(), b"".iter().copied().chain(vec![b'x'; 3 << 20]).chain(*b"\t0\n").collect::<Vec<u8>>());
+}
+
+#[test]
+fn words_across_split_boundaries_are_counted_once() {
+    // Words of every length around every possible split point of small inputs.
+    for len in 1..40 {
+        let s: Vec<u8> = (0..len).map(|i| if i % 7 == 3 { b' ' } else { b'a' + (i % 3) as u8 }).collect();
+        check(&s);
+    }
+    let s = crate::words::split(b"abcdef ghi", 1, 2);
+    assert_eq!(s, (6, 10), "the split starting inside `abcdef` skips to its end");
+}
+
+#[test]
+fn generated_text_matches_the_reference() {
+    let mut text = vec![0u8; 300_000];
+    crate::gen::fill(7, &mut text);
+    check(&text);
+    let mut again = vec![0u8; 300_000];
+    crate::gen::fill(7, &mut again);
+    assert_eq!(text, again, "the generator is deterministic");
+    crate::gen::fill(8, &mut again);
+    assert_ne!(text, again, "the seed matters");
+}
+
+#[test]
+fn too_little_memory_is_a_clear_error_naming_what_fits() {
+    let mut text = vec![0u8; 4 << 20];
+    crate::gen::fill(1, &mut text);
+    let env = HostEnv::new(4, 2 << 20);
+    let mut d = Digest::default();
+    match run(&env, App::Wri, &text, 2, 8, &mut d) {
+        Err(Error::NoMemory { fits, arena, .. }) => {
+            assert_eq!(arena, 1 << 20);
+            assert!(fits > 0 && fits < text.len(), "fits={fits}");
+        }
+        other => panic!("want NoMemory, got {other:?}"),
+    }
+    // Too small a budget to even start.
+    let env = HostEnv::new(4, 1 << 20);
+    assert!(matches!(run(&env, App::Wc, b"a", 4, 8, &mut d), Err(Error::InputTooLarge { .. })));
+}
+
+#[test]
+fn bad_parameters_are_errors() {
+    assert!(matches!(mr(App::Wc, b"a", 0, 1), Err(Error::Param(_))));
+    assert!(matches!(mr(App::Wc, b"a", 9, 1), Err(Error::Param(_))));
+    assert!(matches!(mr(App::Wc, b"a", 1, 0), Err(Error::Param(_))));
+}
+
+#[test]
+fn digest_matches_the_bytes() {
+    let out = mr(App::Wri, b"b a b", 2, 3).unwrap();
+    assert_eq!(out, b"a\t2\nb\t0,4\n");
+    let mut d = Digest::default();
+    let env = HostEnv::new(2, 8 << 20);
+    run(&env, App::Wri, b"b a b", 2, 3, &mut d).unwrap();
+    assert_eq!(d, Digest::of(&out));
+    assert_eq!((d.lines, d.bytes), (2, 10));
+}

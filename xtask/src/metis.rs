@@ -1,0 +1,656 @@
+//! `cargo xtask metis wc|wri|wrmem`: Metis MapReduce (issue 17, mapreduce/) on either system.
+//!
+//! - **ours**: the kernel with a boot image holding the `metis` program and the input file
+//!   (as `metis-input`); command line `init=metis -- APP input=metis-input layout=L ...`.
+//! - **linux**: Debian's kernel (the bench baseline's) with an initramfs whose `/init` is the
+//!   static `metis-linux` and `/metis-input` the input; the words go on the kernel command
+//!   line as `metis=APP:input=/metis-input:...`.
+//!
+//! Both print the output between `metis-begin` and `metis-end`, its digest, and the phases
+//! line; the host cuts the output out, checks it against the digest (a byte lost or added on
+//! the serial line is caught), writes `--out`, and prints phase times and soft faults.
+//! `wrmem` generates its text in the guest (`--size`, `--seed`); `--input` is then not used.
+//!
+//! The host references ([`reference_wc`], [`reference_wri`]) are a second, independent
+//! implementation of the output format, used by `--check` and by the test in `cargo xtask
+//! test` ([`ci_check`]).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::qemu::{BootMedium, VmConfig};
+
+const HELP: &str = "\
+cargo xtask metis wc|wri|wrmem [options]
+  --input FILE        the text (wc, wri); put into the boot image
+  --out FILE          where the output goes (default: not written)
+  --system ours|linux|both (default ours; both: one boot each, then ours/linux per phase,
+                      raw and divided by each boot's calibration loop)
+  --smp N             vCPUs = workers (default 2)
+  --mem SIZE          guest memory (default 1G)
+  --layout per-core|shared|private   where intermediate data lives on ours (default per-core)
+  --size BYTES        wrmem: bytes of generated text (default 1M; k/m/g suffixes)
+  --seed S            wrmem: generator seed (default 1)
+  --parts P           reduce partitions (default 8 per worker)
+  --linux-thp on|off  Linux: transparent huge pages in the arenas as the kernel's default (on)
+                      or off (MADV_NOHUGEPAGE: 4 KiB pages, as ours and Corey's Linux)
+  --digest-only       do not send the output over the serial line, only its digest
+  --check             compare the output with the host reference implementation
+  --timeout SECS      kill QEMU after SECS (default 600)
+  --insns             three more boots under the insncount plugin, one per phase: kernel and
+                      user instructions of map, reduce and merge (all vCPUs; per input MiB)
+";
+
+#[derive(Debug, Clone)]
+pub struct MetisRun {
+    pub app: String,
+    pub input: Option<PathBuf>,
+    pub system: String,
+    pub smp: u32,
+    pub mem_mib: u64,
+    pub layout: String,
+    pub size: u64,
+    pub seed: u64,
+    pub parts: Option<u64>,
+    pub print: bool,
+    pub timeout: Duration,
+    /// `map`, `reduce` or `merge`: the phase the guest marks for the insncount plugin, whose
+    /// `.so` is `plugin` (one boot per phase).
+    pub insns: Option<&'static str>,
+    pub plugin: Option<PathBuf>,
+    /// Linux: transparent huge pages in the arenas as the kernel's default (true) or off.
+    pub linux_thp: bool,
+}
+
+impl Default for MetisRun {
+    fn default() -> Self {
+        MetisRun {
+            app: "wc".into(),
+            input: None,
+            system: "ours".into(),
+            smp: 2,
+            mem_mib: 1024,
+            layout: "per-core".into(),
+            size: 1 << 20,
+            seed: 1,
+            parts: None,
+            print: true,
+            timeout: Duration::from_secs(600),
+            insns: None,
+            plugin: None,
+            linux_thp: true,
+        }
+    }
+}
+
+/// What a guest said.
+#[derive(Debug, Clone, Default)]
+pub struct MetisResult {
+    /// The output (empty with `--digest-only`).
+    pub output: Vec<u8>,
+    /// `fnv`, `lines`, `bytes` of the output as the guest computed them.
+    pub digest: (u64, u64, u64),
+    /// The `metis-phases` line's fields.
+    pub phases: BTreeMap<String, u64>,
+    pub wall_s: f64,
+    /// With `MetisRun::insns`: (kernel, user) instructions of the marked phase, all vCPUs.
+    pub insns: Option<(u64, u64)>,
+    /// The `metis-calib` line: (steps, ns, workers) of the calibration loop in this boot.
+    pub calib: Option<(u64, u64, u64)>,
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+/// Words of text, host side: maximal runs of ASCII letters, lower-cased, with the offset of
+/// their first letter. Written independently of mapreduce/.
+fn host_words(text: &[u8]) -> BTreeMap<Vec<u8>, Vec<usize>> {
+    let mut m: BTreeMap<Vec<u8>, Vec<usize>> = BTreeMap::new();
+    let mut start = None;
+    for (i, &b) in text.iter().chain(std::iter::once(&b' ')).enumerate() {
+        match (b.is_ascii_alphabetic(), start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                m.entry(text[s..i].to_ascii_lowercase()).or_default().push(s);
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    m
+}
+
+/// `wc` as `tr -cs 'A-Za-z' '\n' | tr 'A-Z' 'a-z' | grep -v '^$' | LC_ALL=C sort | uniq -c`
+/// would give it, rearranged as `word<TAB>count`.
+pub fn reference_wc(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (w, offs) in host_words(text) {
+        out.extend_from_slice(&w);
+        out.extend_from_slice(format!("\t{}\n", offs.len()).as_bytes());
+    }
+    out
+}
+
+/// `wri`: `word<TAB>off1,off2,...`.
+pub fn reference_wri(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (w, offs) in host_words(text) {
+        out.extend_from_slice(&w);
+        out.push(b'\t');
+        out.extend_from_slice(offs.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(",").as_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+/// The issue's shell pipeline itself, rearranged as `word<TAB>count` (for the check that the
+/// Rust reference agrees with it).
+pub fn pipeline_wc(file: &Path) -> Result<Vec<u8>, String> {
+    let script = "tr -cs 'A-Za-z' '\\n' < \"$1\" | tr 'A-Z' 'a-z' | grep -v '^$' | LC_ALL=C sort | uniq -c | awk '{print $2 \"\\t\" $1}'";
+    let out = Command::new("sh").args(["-c", script, "sh"]).arg(file).env("LC_ALL", "C").output().map_err(|e| format!("cannot run sh: {e}"))?;
+    Ok(out.stdout)
+}
+
+fn parse_args(args: &[String]) -> Result<(MetisRun, Option<PathBuf>, bool), String> {
+    let mut r = MetisRun::default();
+    let mut out = None;
+    let mut check = false;
+    let mut it = args.iter();
+    r.app = it.next().ok_or("metis: name the application: wc, wri or wrmem")?.clone();
+    if !["wc", "wri", "wrmem"].contains(&r.app.as_str()) {
+        return Err(format!("metis: unknown application `{}`\n{HELP}", r.app));
+    }
+    let size = |s: &str| -> Result<u64, String> { mapreduce::cli::parse_size(s).ok_or(format!("metis: `{s}` is not a size")) };
+    while let Some(a) = it.next() {
+        let mut val = || it.next().cloned().ok_or(format!("metis: {a} needs a value"));
+        match a.as_str() {
+            "--input" => r.input = Some(PathBuf::from(val()?)),
+            "--out" => out = Some(PathBuf::from(val()?)),
+            "--system" => r.system = val()?,
+            "--smp" => r.smp = val()?.parse().map_err(|_| "metis: --smp needs a number")?,
+            "--mem" => r.mem_mib = crate::qemu::parse_size_mib(&val()?)?,
+            "--layout" => r.layout = val()?,
+            "--size" => r.size = size(&val()?)?,
+            "--seed" => r.seed = size(&val()?)?,
+            "--parts" => r.parts = Some(size(&val()?)?),
+            "--timeout" => r.timeout = Duration::from_secs(val()?.parse().map_err(|_| "metis: --timeout needs seconds")?),
+            "--digest-only" => r.print = false,
+            "--linux-thp" => {
+                r.linux_thp = match val()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err("metis: --linux-thp is on or off".into()),
+                }
+            }
+            "--check" => check = true,
+            "--insns" => r.plugin = Some(PathBuf::new()),
+            "-h" | "--help" => return Err(HELP.into()),
+            other => return Err(format!("metis: unknown option `{other}`\n{HELP}")),
+        }
+    }
+    if !["ours", "linux", "both"].contains(&r.system.as_str()) {
+        return Err("metis: --system is ours, linux or both".into());
+    }
+    if !["per-core", "shared", "private"].contains(&r.layout.as_str()) {
+        return Err("metis: --layout is per-core, shared or private".into());
+    }
+    if r.smp == 0 || r.smp > 64 {
+        return Err("metis: --smp must be 1..=64 (one worker per vCPU)".into());
+    }
+    match (r.app.as_str(), &r.input) {
+        ("wrmem", Some(_)) => return Err("metis: wrmem generates its input (--size, --seed); --input is not used".into()),
+        ("wrmem", None) => {}
+        (_, None) => return Err(format!("metis: {} needs --input FILE", r.app)),
+        (_, Some(f)) if !f.is_file() => return Err(format!("metis: cannot read {}", f.display())),
+        _ => {}
+    }
+    if let Some(o) = &out {
+        // An output path that cannot be written fails now, not after the boot.
+        fs::write(o, b"").map_err(|e| format!("metis: cannot write {}: {e}", o.display()))?;
+    }
+    Ok((r, out, check))
+}
+
+/// The guest's words: `APP key=value ...` (ours takes them after `--`; Linux as `metis=`
+/// with `:` for spaces).
+fn guest_words(r: &MetisRun, input_name: &str) -> String {
+    let mut w = r.app.clone();
+    if r.app == "wrmem" {
+        w += &format!(" size={} seed={}", r.size, r.seed);
+    } else {
+        w += &format!(" input={input_name}");
+    }
+    w += &format!(" workers={} layout={} print={}", r.smp, r.layout, r.print as u8);
+    if let Some(p) = r.parts {
+        w += &format!(" parts={p}");
+    }
+    if let Some(i) = r.insns {
+        w += &format!(" insns={i}");
+    }
+    w
+}
+
+/// QEMU arguments for the plugin, writing its report to `out`.
+fn plugin_args(r: &MetisRun, out: &Path) -> Vec<String> {
+    match &r.plugin {
+        Some(so) if r.insns.is_some() => vec!["-plugin".into(), format!("{},out={}", so.display(), out.display())],
+        _ => Vec::new(),
+    }
+}
+
+fn plugin_out(r: &MetisRun) -> PathBuf {
+    work_dir().join(format!("{}-{}-{}-{}-{}.insncount.txt", r.system, r.app, r.smp, r.layout, r.insns.unwrap_or("none")))
+}
+
+fn work_dir() -> PathBuf {
+    crate::env::target_dir().join("metis")
+}
+
+fn read_input(r: &MetisRun) -> Result<Vec<u8>, String> {
+    match &r.input {
+        Some(p) => fs::read(p).map_err(|e| format!("metis: cannot read {}: {e}", p.display())),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Boot ours with `metis` and the input in the boot image.
+fn boot_ours(r: &MetisRun, kernel: &Path, metis_elf: &[u8]) -> Result<crate::linux::RunOutput, String> {
+    let input = read_input(r)?;
+    let dir = work_dir();
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let initrd = dir.join(format!("ours-{}.cpio", std::process::id()));
+    crate::user::write_archive(&initrd, &[("metis".into(), metis_elf.to_vec()), ("metis-input".into(), input)])?;
+    let cfg = VmConfig {
+        smp: r.smp,
+        mem_mib: r.mem_mib,
+        cmdline: format!("init=metis -- {}", guest_words(r, "metis-input")),
+        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+        initrd: Some(initrd.clone()),
+        extra: plugin_args(r, &plugin_out(r)),
+        ..Default::default()
+    };
+    let mut args = cfg.qemu_args();
+    args.extend(["-serial", "stdio", "-monitor", "none"].map(String::from));
+    let run = crate::linux::run_qemu(&args, r.timeout);
+    let _ = fs::remove_file(&initrd);
+    run
+}
+
+/// Build the kernel and the `metis` program (once per command).
+pub fn prepare_ours() -> Result<(PathBuf, Vec<u8>), String> {
+    let kernel = crate::env::build_kernel()?;
+    let bin = crate::user::build_programs()?.join("metis");
+    let elf = fs::read(&bin).map_err(|e| format!("metis: cannot read {}: {e}", bin.display()))?;
+    crate::user::check_program("metis", &elf)?;
+    Ok((kernel, elf))
+}
+
+/// Debian's kernel and the static `metis-linux` guest program.
+pub fn prepare_linux() -> Result<(PathBuf, PathBuf), String> {
+    let kernel = crate::bench::linux_sys::guest_kernel()?;
+    let program = crate::bench::linux_sys::build_static("mapreduce", "metis-linux")?;
+    Ok((kernel, program))
+}
+
+fn boot_linux(r: &MetisRun, kernel: &Path, program: &Path) -> Result<crate::linux::RunOutput, String> {
+    use crate::linux::CpioEntry;
+    let init = fs::read(program).map_err(|e| format!("metis: cannot read {}: {e}", program.display()))?;
+    let entries = vec![
+        CpioEntry::Dir("dev".into()),
+        CpioEntry::CharDev { path: "dev/console".into(), major: 5, minor: 1 },
+        CpioEntry::Dir("proc".into()),
+        CpioEntry::File { path: "init".into(), mode: 0o755, data: init },
+        CpioEntry::File { path: "metis-input".into(), mode: 0o644, data: read_input(r)? },
+    ];
+    let dir = work_dir();
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let initrd = dir.join(format!("linux-{}.cpio", std::process::id()));
+    fs::write(&initrd, crate::linux::cpio_newc(&entries)).map_err(|e| format!("cannot write {}: {e}", initrd.display()))?;
+    // Linux has one layout (threads in one address space); `--linux-thp off` asks it for 4 KiB
+    // pages in the arenas.
+    let lr = MetisRun { layout: if r.linux_thp { "threads".into() } else { "nothp".into() }, ..r.clone() };
+    let words = guest_words(&lr, "/metis-input").replace(' ', ":");
+    let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable metis={words}");
+    let cfg = VmConfig {
+        smp: r.smp,
+        mem_mib: r.mem_mib,
+        extra: [vec!["-kernel".into(), kernel.display().to_string(), "-initrd".into(), initrd.display().to_string(), "-append".into(), cmdline], plugin_args(r, &plugin_out(r))].concat(),
+        ..Default::default()
+    };
+    let mut args = cfg.qemu_args();
+    args.extend(["-serial", "stdio", "-monitor", "none"].map(String::from));
+    let run = crate::linux::run_qemu(&args, r.timeout);
+    let _ = fs::remove_file(&initrd);
+    run
+}
+
+/// Cut the output and the result lines out of a guest's serial text.
+pub fn parse_serial(serial: &str, print: bool) -> Result<MetisResult, String> {
+    let text = serial.replace("\r\n", "\n");
+    if let Some(l) = text.lines().find(|l| l.starts_with("metis-error")) {
+        return Err(format!("guest: {}", l.trim_start_matches("metis-error msg=")));
+    }
+    let begin = text.find("metis-begin").ok_or("no metis-begin line (did the program start?)")?;
+    let body_start = begin + text[begin..].find('\n').ok_or("truncated metis-begin line")? + 1;
+    let end_rel = if text[body_start..].starts_with("metis-end\n") { Some(0) } else { text[body_start..].find("\nmetis-end\n").map(|i| i + 1) };
+    let end = body_start + end_rel.ok_or("no metis-end line (the guest stopped during the output?)")?;
+    let mut res = MetisResult { output: if print { text.as_bytes()[body_start..end].to_vec() } else { Vec::new() }, ..Default::default() };
+    let kv = |line: &str| -> BTreeMap<String, u64> {
+        line.split_whitespace().filter_map(|w| w.split_once('=')).filter_map(|(k, v)| Some((k.to_string(), u64::from_str_radix(v, if k == "fnv" { 16 } else { 10 }).ok()?))).collect()
+    };
+    let after = &text[end..];
+    let d = after.lines().find(|l| l.starts_with("metis-digest")).ok_or("no metis-digest line")?;
+    let d = kv(d);
+    res.digest = (d.get("fnv").copied().unwrap_or(0), d.get("lines").copied().unwrap_or(0), d.get("bytes").copied().unwrap_or(0));
+    res.phases = kv(after.lines().find(|l| l.starts_with("metis-phases")).ok_or("no metis-phases line")?);
+    if let Some(c) = after.lines().find(|l| l.starts_with("metis-calib")) {
+        let c = kv(c);
+        res.calib = Some((c.get("ops").copied().unwrap_or(0), c.get("ns").copied().unwrap_or(0), c.get("workers").copied().unwrap_or(0)));
+    }
+    if print {
+        let o = &res.output;
+        let lines = o.iter().filter(|&&b| b == b'\n').count() as u64;
+        if (fnv(o), lines, o.len() as u64) != res.digest {
+            return Err(format!(
+                "the output read from the serial line ({} bytes, {lines} lines) does not match the guest's digest ({} bytes, {} lines)",
+                o.len(),
+                res.digest.2,
+                res.digest.1
+            ));
+        }
+    }
+    Ok(res)
+}
+
+/// One run on the system `r.system` says, prepared artifacts given.
+pub fn run_once(r: &MetisRun, ours: Option<&(PathBuf, Vec<u8>)>, linux: Option<&(PathBuf, PathBuf)>) -> Result<MetisResult, String> {
+    let run = match r.system.as_str() {
+        "ours" => {
+            let (k, elf) = ours.ok_or("ours not prepared")?;
+            boot_ours(r, k, elf)?
+        }
+        _ => {
+            let (k, p) = linux.ok_or("linux not prepared")?;
+            boot_linux(r, k, p)?
+        }
+    };
+    let log = work_dir().join(format!("{}-{}-{}-{}-{}.serial.txt", r.system, r.app, r.smp, r.layout, r.insns.unwrap_or("none")));
+    let _ = fs::write(&log, &run.serial);
+    if run.timed_out {
+        return Err(format!("timed out after {} s (serial in {})", r.timeout.as_secs(), log.display()));
+    }
+    if run.serial.contains("init: LEAK") {
+        return Err(format!("the kernel reports a leak after metis (serial in {})", log.display()));
+    }
+    let mut res = parse_serial(&run.serial, r.print).map_err(|e| format!("{e} (serial in {})", log.display()))?;
+    res.wall_s = run.elapsed.as_secs_f64();
+    if r.insns.is_some() && r.plugin.is_some() {
+        let out = plugin_out(r);
+        let text = fs::read_to_string(&out).map_err(|e| format!("the insncount plugin wrote no report {}: {e}", out.display()))?;
+        res.insns = Some(crate::bench::guest::parse_insncount(&text)?);
+    }
+    Ok(res)
+}
+
+/// The expected output of a run, by the host reference.
+pub fn expected(r: &MetisRun) -> Result<Vec<u8>, String> {
+    let text = if r.app == "wrmem" {
+        let mut t = vec![0u8; r.size as usize];
+        mapreduce::gen::fill(r.seed, &mut t);
+        t
+    } else {
+        read_input(r)?
+    };
+    Ok(if r.app == "wc" { reference_wc(&text) } else { reference_wri(&text) })
+}
+
+fn ms(p: &BTreeMap<String, u64>, k: &str) -> String {
+    p.get(k).map(|us| format!("{:.1}", *us as f64 / 1000.0)).unwrap_or("?".into())
+}
+
+pub fn main(args: &[String]) -> Result<(), String> {
+    let (r, out, check) = parse_args(args)?;
+    let systems: Vec<&str> = if r.system == "both" { vec!["ours", "linux"] } else { vec![r.system.as_str()] };
+    let ours = if systems.contains(&"ours") { Some(prepare_ours()?) } else { None };
+    let linux = if systems.contains(&"linux") { Some(prepare_linux()?) } else { None };
+    let mut done: Vec<(String, MetisResult)> = Vec::new();
+    for sys in systems {
+        let r = MetisRun { system: sys.into(), ..r.clone() };
+        let res = run_once(&r, ours.as_ref(), linux.as_ref())?;
+        report(&r, &res, ours.as_ref(), linux.as_ref())?;
+        if check {
+            check_output(&r, &res)?;
+        }
+        if let Some(o) = &out {
+            if !r.print {
+                return Err("metis: --out needs the output; drop --digest-only".into());
+            }
+            if let Some((first, prev)) = done.first() {
+                if prev.output != res.output {
+                    return Err(format!("metis: the output on {sys} differs from the output on {first}"));
+                }
+                println!("{sys}: output identical to {first}'s");
+            } else {
+                fs::write(o, &res.output).map_err(|e| format!("metis: cannot write {}: {e}", o.display()))?;
+            }
+        }
+        done.push((sys.into(), res));
+    }
+    if let [(_, a), (_, b)] = &done[..] {
+        compare(a, b);
+    }
+    Ok(())
+}
+
+/// Calibration-loop steps per ns per core in that boot.
+fn calib_rate(res: &MetisResult) -> Option<f64> {
+    let (ops, ns, w) = res.calib?;
+    (ns > 0 && w > 0).then(|| ops as f64 / ns as f64 / w as f64)
+}
+
+/// ours / Linux per phase, raw and divided by each boot's calibration loop (docs/bench.md).
+fn compare(ours: &MetisResult, linux: &MetisResult) {
+    let t = |r: &MetisResult, k: &str| r.phases.get(k).copied().unwrap_or(0) as f64;
+    let (co, cl) = (calib_rate(ours), calib_rate(linux));
+    println!("ours / linux      raw time   calibrated (time x the boot's calibration rate)");
+    for (name, keys) in [("map", &["map_us"][..]), ("reduce", &["reduce_us"]), ("merge", &["merge_us"]), ("all three", &["map_us", "reduce_us", "merge_us"])] {
+        let (o, l) = (keys.iter().map(|k| t(ours, k)).sum::<f64>(), keys.iter().map(|k| t(linux, k)).sum::<f64>());
+        let raw = if l > 0.0 { format!("{:.2}", o / l) } else { "-".into() };
+        let cal = match (co, cl) {
+            (Some(a), Some(b)) if l > 0.0 => format!("{:.2}", o * a / (l * b)),
+            _ => "- (no calibration line)".into(),
+        };
+        println!("{name:<15} {raw:>10}   {cal}");
+    }
+}
+
+fn report(r: &MetisRun, res: &MetisResult, ours: Option<&(PathBuf, Vec<u8>)>, linux: Option<&(PathBuf, PathBuf)>) -> Result<(), String> {
+    let p = &res.phases;
+    let g = |k: &str| p.get(k).copied().unwrap_or(0);
+    println!(
+        "metis {} on {} ({} vCPUs, layout {}): {} input bytes, {} words, {} keys; output {} lines, {} bytes, fnv {:016x}",
+        r.app,
+        r.system,
+        r.smp,
+        if r.system == "ours" {
+            r.layout.as_str()
+        } else if r.linux_thp {
+            "threads in one address space, THP default"
+        } else {
+            "threads in one address space, THP off"
+        },
+        g("input_bytes"),
+        g("words"),
+        g("keys"),
+        res.digest.1,
+        res.digest.2,
+        res.digest.0
+    );
+    println!("phase     time (ms, TCG)   soft faults");
+    println!("map       {:>14}   {:>11}", ms(p, "map_us"), g("map_faults"));
+    println!("reduce    {:>14}   {:>11}   (new arena pages the reducers wrote: {}; faults beyond that are reads of other workers' data)", ms(p, "reduce_us"), g("reduce_faults"), g("reduce_arena_pages"));
+    println!("merge     {:>14}   {:>11}", ms(p, "merge_us"), g("merge_faults"));
+    println!("(output   {:>14} ms over the serial line; boot to power-off {:.1} s)", ms(p, "output_us"), res.wall_s);
+    match calib_rate(res) {
+        Some(c) => println!("calibration loop in this boot: {:.3} steps/ns per core ({} workers)", c, res.calib.map(|x| x.2).unwrap_or(0)),
+        None => println!("calibration loop: none in this boot"),
+    }
+    if r.plugin.is_some() {
+        let so = crate::plugins::build().map_err(|e| format!("metis: --insns: the insncount plugin does not build: {e}"))?.insncount;
+        let mib = (g("input_bytes") as f64 / (1 << 20) as f64).max(1.0 / 1024.0);
+        println!("phase     kernel insns    user insns   kernel insns/input MiB   (insncount plugin, all vCPUs, one boot per phase)");
+        for phase in ["map", "reduce", "merge"] {
+            let rr = MetisRun { insns: Some(phase), plugin: Some(so.clone()), print: false, ..r.clone() };
+            let (k, u) = run_once(&rr, ours, linux)?.insns.ok_or("no instruction count")?;
+            println!("{phase:<9} {k:>12} {u:>13}   {:>22.0}", k as f64 / mib);
+        }
+    }
+    Ok(())
+}
+
+fn check_output(r: &MetisRun, res: &MetisResult) -> Result<(), String> {
+    let want = expected(r)?;
+    if !r.print {
+        let d = (fnv(&want), want.iter().filter(|&&b| b == b'\n').count() as u64, want.len() as u64);
+        if d != res.digest {
+            return Err(format!("metis: CHECK FAILED: digest {:?} differs from the host reference's {d:?}", res.digest));
+        }
+        println!("check: digest identical to the host reference's ({} bytes)", want.len());
+        return Ok(());
+    }
+    if want != res.output {
+        return Err(format!("metis: CHECK FAILED: the output differs from the host reference ({} vs {} bytes)", res.output.len(), want.len()));
+    }
+    println!("check: identical to the host reference ({} bytes)", want.len());
+    if let (Some(f), "wc") = (&r.input, r.app.as_str()) {
+        match pipeline_wc(f) {
+            Ok(p) if p == res.output => println!("check: identical to `tr -cs 'A-Za-z' '\\n' | tr 'A-Z' 'a-z' | grep -v '^$' | LC_ALL=C sort | uniq -c`"),
+            Ok(_) => return Err("metis: CHECK FAILED: the output differs from the tr|sort|uniq pipeline".into()),
+            Err(e) => println!("check: pipeline not run: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// For `cargo xtask test`: on ours at 2 vCPUs, `wc` (per-core layout) and `wri` (private)
+/// on a generated text with capitals, punctuation, a word across the split point and binary
+/// bytes must equal the host references byte for byte, and `wrmem` (shared layout) must
+/// give the digest of the reference over the same generated text. Each boot is checked for
+/// leaks. Catches: a word split at a boundary counted twice or lost, a partition reduced
+/// by no one, offsets out of order, an arena of the private layout not mapped at reduce.
+pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
+    println!("== metis (MapReduce) against the host reference");
+    let mut t = crate::TestTally::default();
+    let bin = crate::user::build_programs()?.join("metis");
+    let elf = fs::read(&bin).map_err(|e| format!("metis: cannot read {}: {e}", bin.display()))?;
+    let ours = (kernel.to_path_buf(), elf);
+    let mut text = vec![0u8; 96 << 10];
+    mapreduce::gen::fill(5, &mut text);
+    text.extend_from_slice(b"\x00\xff\xfe Binary\x01BYTES caf\xc3\xa9 ");
+    text.extend(std::iter::repeat_n(b'z', 5000));
+    let dir = work_dir();
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let input = dir.join("ci-input.txt");
+    fs::write(&input, &text).map_err(|e| e.to_string())?;
+    let runs = [("wc", "per-core"), ("wri", "private"), ("wrmem", "shared")];
+    for (app, layout) in runs {
+        let r = MetisRun {
+            app: app.into(),
+            input: (app != "wrmem").then(|| input.clone()),
+            layout: layout.into(),
+            size: 200 << 10,
+            seed: 3,
+            print: app != "wrmem",
+            mem_mib: 512,
+            timeout: Duration::from_secs(180),
+            ..Default::default()
+        };
+        let got = run_once(&r, Some(&ours), None);
+        let want = expected(&r)?;
+        let verdict = match got {
+            Err(e) => Err(e),
+            Ok(res) if r.print && res.output != want => Err(format!("output differs from the reference ({} vs {} bytes)", res.output.len(), want.len())),
+            Ok(res) if !r.print && res.digest != (fnv(&want), want.iter().filter(|&&b| b == b'\n').count() as u64, want.len() as u64) => {
+                Err(format!("digest {:?} differs from the reference's", res.digest))
+            }
+            Ok(res) => Ok(res),
+        };
+        match verdict {
+            Ok(res) => {
+                println!("   metis {app} ({layout}): identical to the reference, {} lines; reduce faults {}", res.digest.1, res.phases.get("reduce_faults").copied().unwrap_or(0));
+                t.passed += 1;
+            }
+            Err(e) => {
+                println!("   FAILED: metis {app} ({layout}): {e}");
+                t.failed += 1;
+            }
+        }
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_agrees_with_the_shell_pipeline() {
+        let mut text = b"The the THE cat's cat\n\x00\xffdog-Dog 1x2 zebra\xc3\xa9 ".to_vec();
+        let mut g = vec![0u8; 20000];
+        mapreduce::gen::fill(9, &mut g);
+        text.extend(g);
+        let f = std::env::temp_dir().join(format!("metis-pipe-{}.txt", std::process::id()));
+        fs::write(&f, &text).unwrap();
+        let pipe = pipeline_wc(&f);
+        let _ = fs::remove_file(&f);
+        match pipe {
+            Ok(p) if !p.is_empty() => assert_eq!(String::from_utf8_lossy(&reference_wc(&text)), String::from_utf8_lossy(&p)),
+            _ => eprintln!("no shell pipeline on this host; skipped"),
+        }
+    }
+
+    #[test]
+    fn reference_wri_offsets() {
+        assert_eq!(reference_wri(b"b A b\n"), b"a\t2\nb\t0,4\n");
+        assert_eq!(reference_wri(b""), b"");
+        assert_eq!(reference_wc(b"xX x1x"), b"x\t2\nxx\t1\n");
+    }
+
+    #[test]
+    fn serial_output_is_cut_out_and_checked() {
+        let out = b"a\t2\nb\t1\n";
+        let serial = format!(
+            "[0] boot\r\nmetis-begin app=wc\r\na\t2\r\nb\t1\r\nmetis-end\r\nmetis-digest fnv={:016x} lines=2 bytes=8\r\nmetis-phases map_us=5 reduce_faults=0\r\nmetis-done\r\n",
+            fnv(out)
+        );
+        let r = parse_serial(&serial, true).unwrap();
+        assert_eq!(r.output, out);
+        assert_eq!(r.phases["map_us"], 5);
+        // A lost byte is caught by the digest.
+        let bad = serial.replace("b\t1", "b\t");
+        assert!(parse_serial(&bad, true).is_err());
+        // Empty output.
+        let empty = format!("metis-begin x\nmetis-end\nmetis-digest fnv={:016x} lines=0 bytes=0\nmetis-phases keys=0\n", fnv(b""));
+        assert_eq!(parse_serial(&empty, true).unwrap().output, b"");
+        assert!(parse_serial("metis-error msg=NoMemory: x\nmetis-done\n", true).unwrap_err().contains("NoMemory"));
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        let a = |v: &[&str]| parse_args(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert!(a(&["wx"]).is_err());
+        assert!(a(&["wc"]).is_err(), "wc needs --input");
+        assert!(a(&["wrmem", "--input", "x"]).is_err());
+        assert!(a(&["wrmem", "--layout", "diagonal"]).is_err());
+        assert!(a(&["wrmem", "--out", "/nonexistent-dir/x"]).is_err(), "an unwritable --out fails before booting");
+        assert!(a(&["wrmem", "--size", "4m", "--smp", "4"]).is_ok());
+    }
+}
