@@ -327,6 +327,76 @@ fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]
     Ok(GuestRun { ops: parse_ops(&run.serial), serial: run.serial, report, elapsed: run.elapsed })
 }
 
+/// The host-driven benchmarks (Corey's TCP service, issue 15): the audit boots the service
+/// with its NIC and loads it from the host while the plugin watches.
+const NET_BENCHES: [&str; 2] = ["tcp_accept", "tcp_accept_polling"];
+
+/// `run_with_plugin` for a host-driven benchmark: boot `tcpserv` (ours: Dedicated for
+/// `tcp_accept`, Polling for `tcp_accept_polling`; Linux: its SO_REUSEPORT service) under
+/// single-threaded TCG with the plugin, open `conns` connections (params, default 100) after
+/// one warm-up, and report the measured connections as the operations. The guest marks the
+/// measured connections (region markers), so the plugin's counts are theirs. Packet arrival
+/// depends on the host, so counts vary between runs more than a closed benchmark's: quote
+/// several runs.
+fn run_net_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> Result<GuestRun, String> {
+    use crate::net::tcp_accept::{self, AcceptSpec};
+    let runs = artifact_dir().join("runs");
+    fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
+    let out = runs.join(format!("{plugin}-{}-{}-{}.txt", spec.system.name(), spec.workload, spec.smp));
+    let _ = fs::remove_file(&out);
+    let mut arg = format!("{},out={}", s(built.plugin(plugin)), s(&out));
+    for e in extra {
+        arg.push(',');
+        arg.push_str(e);
+    }
+    let conns = spec.params.split_whitespace().find_map(|w| w.strip_prefix("conns=")).map(|v| v.parse::<u64>().map_err(|_| format!("conns={v}: not a number"))).transpose()?.unwrap_or(100);
+    let acc = AcceptSpec { conns, rounds: 1, warmup: 1, ready_timeout: spec.timeout, ..AcceptSpec::default() };
+    let net = crate::net::NetConfig::service()?;
+    let port = net.host_port(crate::net::SERVICE_PORT).ok_or("no forward to the service port")?;
+    let guest_words = format!("conns={} warmup={}", acc.guest_conns(), acc.warmup);
+    let mut cfg = match spec.system {
+        System::Ours => {
+            let mode = if spec.workload == "tcp_accept_polling" { "polling" } else { "dedicated" };
+            crate::qemu::VmConfig {
+                medium: Some(crate::qemu::BootMedium::Kernel(crate::env::build_kernel()?)),
+                initrd: Some(crate::user::build_initrd()?),
+                cmdline: format!("init=tcpserv -- mode={mode} {guest_words}"),
+                ..Default::default()
+            }
+        }
+        System::Linux => {
+            if spec.workload != "tcp_accept" {
+                return Err(format!("{}: Linux has one configuration, `tcp_accept`", spec.workload));
+            }
+            let k = linux::fetch_kernel()?;
+            let initrd = crate::net::linux_guest::initramfs(&k)?;
+            let kernel = crate::bench::linux_sys::guest_kernel()?;
+            let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable wl=tcpserv threads={} {guest_words}", spec.smp);
+            let extra = vec!["-kernel".into(), s(&kernel), "-initrd".into(), s(&initrd), "-append".into(), cmdline];
+            crate::qemu::VmConfig { extra, ..Default::default() }
+        }
+    };
+    cfg.smp = spec.smp;
+    cfg.net = Some(net);
+    cfg.extra.extend(["-plugin".to_string(), arg]);
+    let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
+    args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
+    let o = tcp_accept::run(&args, port, &acc, false)?;
+    if let Some(p) = &o.problem {
+        return Err(format!("{} {}: {p}", spec.system.name(), spec.workload));
+    }
+    let good: u64 = o.rounds.iter().map(|r| r.ok).sum();
+    let text = fs::read_to_string(&out).unwrap_or_default();
+    if !text.lines().any(|l| l == "end") {
+        return Err(format!("{plugin}: no report from the plugin (QEMU exit {:?})", o.finished.exit_code));
+    }
+    let report = parse_records(&text);
+    if report.first().map(|r| r.u("starts")).unwrap_or(0) == 0 {
+        return Err(format!("{plugin}: the guest never executed the region marker for {}", spec.workload));
+    }
+    Ok(GuestRun { ops: Some(good), serial: o.finished.serial, report, elapsed: o.finished.elapsed })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Symbols
 
@@ -877,7 +947,7 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
     let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(2), params: &o.params, timeout: o.timeout, icount: true };
     let extra: Vec<String> = if o.kernel_only { vec!["kernel_only=on".into()] } else { Vec::new() };
     let syms = symbols_for(o.system)?;
-    let run = run_with_plugin(&built, &spec, "sharing", &extra)?;
+    let run = if NET_BENCHES.contains(&workload) { run_net_with_plugin(&built, &spec, "sharing", &extra)? } else { run_with_plugin(&built, &spec, "sharing", &extra)? };
     let head = run.report.first().cloned().ok_or("sharing: empty report")?;
     let lines: Vec<&Record> = run.report.iter().filter(|r| r.kind == "line").collect();
     let ops = run.ops.filter(|n| *n > 0);
