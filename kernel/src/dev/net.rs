@@ -106,6 +106,8 @@ pub struct NetDev {
     pub attached: AtomicU32,
     /// The device object is gone: poll nothing more.
     pub dead: AtomicBool,
+    /// This virtual NIC holds the card and a pin on the segment (`shutdown` gives both back).
+    owns_card: AtomicBool,
 }
 
 /// The virtual NICs attached to each kernel core. Only that core polls its list; attach and
@@ -127,7 +129,9 @@ impl NetDev {
         if CARD_TAKEN.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return Err(Error::Busy);
         }
-        let pages = match seg.as_segment().and_then(|s| s.pin()) {
+        // Only the pages the channels use: the header, the rings and `nbuffers` buffers.
+        let used = (net_bufs_offset(nchannels) + nbuffers * NET_BUF_BYTES).div_ceil(PAGE_SIZE) as usize;
+        let pages = match seg.as_segment().and_then(|s| s.pin(used)) {
             Ok(p) => p,
             Err(e) => {
                 CARD_TAKEN.store(false, Ordering::Release);
@@ -149,6 +153,7 @@ impl NetDev {
             unsteered_drops: CachePadded::new(AtomicU64::new(0)),
             attached: AtomicU32::new(u32::MAX),
             dead: AtomicBool::new(false),
+            owns_card: AtomicBool::new(true),
         };
         chans.try_reserve_exact(nchannels as usize).map_err(|_| Error::NoMemory)?;
         chans.extend((0..nchannels).map(|_| CachePadded::new(ChanPoll::default())));
@@ -496,16 +501,29 @@ impl NetDev {
     }
 }
 
-impl Drop for NetDev {
-    fn drop(&mut self) {
-        // Dropping the driver resets the card (the transport's drop), so no DMA reaches the
-        // buffers once they are unpinned.
+impl NetDev {
+    /// Give the card back, now: reset it (dropping the driver drops its transport, which
+    /// resets the device, so no DMA reaches the buffers after this), unpin the segment, and
+    /// let the next virtual NIC have the card. Called when the device object goes; a kernel
+    /// core may still hold this `NetDev` for the rest of one poll, and finds no driver.
+    pub fn shutdown(&self) {
+        self.dead.store(true, Ordering::Release);
         let driver = core::mem::take(&mut *self.driver.lock());
         drop(driver);
-        if let Ok(s) = self.seg.as_segment() {
-            s.unpin();
+        // Once only (the device object's drop, then this struct's own), and also for a
+        // virtual NIC whose `open` failed after it took the card.
+        if self.owns_card.swap(false, Ordering::AcqRel) {
+            if let Ok(s) = self.seg.as_segment() {
+                s.unpin();
+            }
+            CARD_TAKEN.store(false, Ordering::Release);
         }
-        CARD_TAKEN.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for NetDev {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }
 
