@@ -1021,6 +1021,30 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
     for (n, (c, t)) in agg.iter().take(15) {
         let _ = writeln!(text, "  {:<52} {c:>6} {t:>9}", truncate(n, 52));
     }
+    // The network benchmarks: transfers by role, after the line's first writer (approximate:
+    // a line is counted whole under the code that wrote it first).
+    let mut roles_json = String::from("null");
+    if NET_BENCHES.contains(&workload) {
+        let mut roles: BTreeMap<&str, u64> = BTreeMap::new();
+        for r in &lines {
+            let code = syms.name(r.u("pc")).unwrap_or_default();
+            let role = if r.get("mode") == Some("u") || name_of(r) == "[user]" {
+                "app+stack (user data)"
+            } else if code.contains("virtio_drivers") || code.contains("NetDev8transmit") || code.contains("NetDev7post_rx") || code.contains("NetDev8complete") {
+                "driver"
+            } else if r.u("pc") < 0xffff_8000_0000_0000 || code.contains("NetDev4poll") || code.contains("NetDev3put") || code.contains("advance_user") {
+                "IPC (channel rings)"
+            } else {
+                "other kernel"
+            };
+            *roles.entry(role).or_default() += r.u("transfers");
+        }
+        let _ = writeln!(text, "\nby role (first writer of the line; approximate):");
+        for (k, v) in &roles {
+            let _ = writeln!(text, "  {k:<28} {v:>7} transfers ({} per connection)", per_op(*v));
+        }
+        roles_json = format!("{{{}}}", roles.iter().map(|(k, v)| format!("{}:{v}", jstr(k))).collect::<Vec<_>>().join(","));
+    }
     print!("{text}");
     let json_lines: Vec<String> = lines
         .iter()
@@ -1031,7 +1055,7 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
         })
         .collect();
     let json = format!(
-        "{{\"plugin\":\"sharing\",\"evidence\":\"deterministic line-sharing count under single-threaded TCG\",\"system\":{},\"bench\":{},\"smp\":{},\"params\":{},\"ops\":{},\"shared_line_accesses\":{shared_accesses},\"summary\":{},\"lines\":[{}]}}\n",
+        "{{\"plugin\":\"sharing\",\"evidence\":\"deterministic line-sharing count under single-threaded TCG\",\"system\":{},\"bench\":{},\"smp\":{},\"params\":{},\"ops\":{},\"shared_line_accesses\":{shared_accesses},\"roles\":{roles_json},\"summary\":{},\"lines\":[{}]}}\n",
         jstr(o.system.name()),
         jstr(workload),
         spec.smp,
