@@ -502,7 +502,7 @@ pub fn command(args: &[String]) -> Result<(), String> {
     let alive = seen.probe_answered.load(Ordering::SeqCst);
     let f = session.finish(Instant::now());
     let kinds: Vec<String> = KINDS.iter().zip(by_kind).map(|(k, n)| format!("{k}={n}")).collect();
-    println!("net fuzz: sent {sent} frames in {:.1}s: {}", took.as_secs_f64(), kinds.join(" "));
+    println!("net fuzz: wrote {sent} frames in {:.1}s (the probe queued behind them proves the guest took them all): {}", took.as_secs_f64(), kinds.join(" "));
     println!(
         "net fuzz: from the guest: frames={} arp_requests={} syn_acks={} rsts={}; probe SYN to port 80 {}",
         seen.frames.load(Ordering::Relaxed),
