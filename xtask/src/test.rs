@@ -455,6 +455,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
         total.add(user_tests(&kernel, &initrd, 2, "init=isolation")?);
         total.add(user_tests(&kernel, &initrd, 3, "init=isolation")?);
         total.add(crate::fuzz::ci_fuzz(&kernel, &initrd)?);
+        // The network (issue 15): the Linux baseline's TCP service and the frame fuzzer.
+        total.add(crate::net::qemu_tests()?);
         total.add(program_runs(&kernel, &initrd)?);
         total.add(summary_boots(&kernel)?);
         total.add(bad_boot_conditions(&kernel)?);
