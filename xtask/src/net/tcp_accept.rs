@@ -98,7 +98,7 @@ fn last_line(serial: &str) -> String {
 
 /// A guest line that means the service will not come up.
 fn guest_failed(line: &str) -> bool {
-    line.starts_with("tcpserv-error") || line.starts_with("workload-error") || line.contains("KERNEL PANIC")
+    line.starts_with("tcpserv-error") || line.starts_with("tcpserv: unavailable") || line.starts_with("workload-error") || line.contains("KERNEL PANIC")
 }
 
 impl Outcome {
