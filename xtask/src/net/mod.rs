@@ -29,13 +29,15 @@ Commands:
         30), each within --timeout (default 5 s); each reply must be exactly the service's 128
         bytes. Prints connections/s, failures by kind and latency percentiles; exit 1 on a
         failure.
-  fuzz [--frames N] [--seed S] [--system linux|ours] [--smp K] [--timeout SECS]
+  fuzz [--frames N] [--seed S] [--system linux|ours] [--smp K] [--timeout SECS] [--kinds LIST]
         The frame fuzzer: boot the guest's TCP service with its NIC on a QEMU socket netdev
         connected to this process (127.0.0.1), write N (default 10000) seeded random and
         mutated Ethernet frames into it (replayable: frame i depends on S and i only), then
         check a SYN to port 80 still gets its SYN-ACK and the kernel printed no panic/oops.
+        --kinds sends only frames of those kinds (e.g. truncated,bit_flips), numbered as in
+        the full run.
   selftest
-        The network's QEMU tests of `cargo xtask test` on their own (~20 s).
+        The network's QEMU tests of `cargo xtask test` on their own (~12 s).
   help  This text
 
 The guest side: `cargo xtask run --net` (our system) or
@@ -194,7 +196,7 @@ fn tally(t: &mut crate::TestTally, name: &str, r: Result<(), String>) {
 }
 
 /// The network's QEMU tests for `cargo xtask test` (also `cargo xtask net selftest`), about
-/// 20 s here: the Linux baseline's service through the forward, and a short seeded fuzz.
+/// 12 s here: the Linux baseline's service through the forward, and a short seeded fuzz.
 /// (Ours joins when its guest side exists; until then it is not a skip but not a test.)
 pub fn qemu_tests() -> Result<crate::TestTally, String> {
     println!("== network: the Linux baseline's TCP service and the frame fuzzer");
