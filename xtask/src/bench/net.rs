@@ -207,7 +207,7 @@ mod tests {
     fn a_served_run_is_a_record_per_service_core() {
         // A real round against a local server, so the record carries real numbers.
         let port = load::tests::server(20, load::tests::Serve::Good);
-        let round = load::run(&LoadSpec { port, conns: 20, concurrency: 2, max_time: Duration::from_secs(10), timeout: Duration::from_secs(2) }).unwrap();
+        let round = load::run(&LoadSpec { port, conns: 20, concurrency: 2, max_time: Duration::from_secs(10), timeout: Duration::from_secs(2), abort_every: 0 }).unwrap();
         let spec = catalog::find("tcp_accept").unwrap();
         let o = Outcome {
             ready: Some("tcpserv: ready cores=2 port=80".into()),
@@ -260,7 +260,7 @@ mod tests {
         assert!(r.reason.unwrap().contains("mode=polling is not written yet"));
         // Failed connections: an error, failures kept in `net`, no throughput.
         let port = load::tests::server(3, load::tests::Serve::Wrong);
-        let round = load::run(&LoadSpec { port, conns: 3, concurrency: 1, max_time: Duration::from_secs(10), timeout: Duration::from_secs(2) }).unwrap();
+        let round = load::run(&LoadSpec { port, conns: 3, concurrency: 1, max_time: Duration::from_secs(10), timeout: Duration::from_secs(2), abort_every: 0 }).unwrap();
         let bad = Outcome {
             ready: Some("tcpserv: ready".into()),
             rounds: vec![round],

@@ -22,13 +22,14 @@ const HELP: &str = "\
 cargo xtask net <command>
 
 Commands:
-  load --port P [--conns N] [--concurrency C] [--seconds T] [--timeout SECS]
+  load --port P [--conns N] [--concurrency C] [--seconds T] [--timeout SECS] [--abort-every K]
         Open up to N connections (default 1000) to 127.0.0.1:P, C at a time (default 2: QEMU's
         user-mode network listens with a backlog of 1, and more than 2 connects in flight wait
         out 1 s SYN retransmissions, counted as slow_connects), for at most T seconds (default
         30), each within --timeout (default 5 s); each reply must be exactly the service's 128
         bytes. Prints connections/s, failures by kind and latency percentiles; exit 1 on a
-        failure.
+        failure. --abort-every K: every K-th connection is reset by the client right after
+        connect (the server's write meets a reset; counted as aborted, not failed).
   fuzz [--frames N] [--seed S] [--system linux|ours] [--smp K] [--timeout SECS] [--kinds LIST]
         The frame fuzzer: boot the guest's TCP service with its NIC on a QEMU socket netdev
         connected to this process (127.0.0.1), write N (default 10000) seeded random and

@@ -123,7 +123,7 @@ pub fn run(qemu_args: &[String], port: u16, spec: &AcceptSpec, echo: bool) -> Re
     let mut rounds = Vec::new();
     let mut done = None;
     if ready.is_some() {
-        let warm = LoadSpec { port, conns: spec.warmup.max(1), concurrency: 1, max_time: spec.load_time, timeout: spec.conn_timeout };
+        let warm = LoadSpec { port, conns: spec.warmup.max(1), concurrency: 1, max_time: spec.load_time, timeout: spec.conn_timeout, abort_every: 0 };
         let mut plan = Vec::new();
         if spec.warmup > 0 {
             plan.push(("warm-up", warm.clone()));
