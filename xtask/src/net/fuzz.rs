@@ -3,8 +3,9 @@
 //! whole network: it writes seeded random and mutated Ethernet frames into the guest (truncated,
 //! bad IP and TCP checksums, bogus lengths and header sizes, huge and malformed TCP option lists,
 //! fragments, SYNs to open and closed ports, random bytes), answers the guest's ARP requests for
-//! the gateway, and at the end checks that the guest's TCP service still answers a SYN with a
-//! SYN-ACK, and that the serial line shows no kernel panic, oops or BUG.
+//! the gateway, and at the end checks that the guest's TCP service still serves a connection
+//! (a handshake completed by hand, the 128 bytes received up to the FIN), and that the serial
+//! line shows no kernel panic, oops or BUG.
 //!
 //! Frame `i` of seed `S` depends on (S, i) only, so a failure is replayed with the same seed
 //! (and `--frames` up to that frame). The stream format QEMU uses on the socket: each frame
@@ -109,6 +110,7 @@ fn pseudo_sum(src: [u8; 4], dst: [u8; 4], proto: u8, len: usize) -> u32 {
     p.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum()
 }
 
+pub const FIN: u8 = 0x01;
 pub const SYN: u8 = 0x02;
 pub const RST: u8 = 0x04;
 pub const ACK: u8 = 0x10;
@@ -294,6 +296,18 @@ struct FromGuest {
     rsts: AtomicU64,
     /// The liveness probe's SYN-ACK arrived.
     probe_answered: AtomicBool,
+    /// The probe connection as the guest sent it.
+    probe: Mutex<Probe>,
+}
+
+/// The probe connection's state, filled in by the reader.
+#[derive(Debug, Default)]
+struct Probe {
+    /// (the guest's sequence number, what it acknowledged) from its SYN-ACK.
+    syn_ack: Option<(u32, u32)>,
+    /// The reply bytes received in order.
+    data: Vec<u8>,
+    fin: bool,
 }
 
 const PROBE_PORT: u16 = 61000;
@@ -338,10 +352,25 @@ fn read_guest(mut s: TcpStream, tx: Arc<Mutex<TcpStream>>, seen: Arc<FromGuest>)
             if f.len() >= t + 20 {
                 let flags = f[t + 13];
                 let dport = u16::from_be_bytes([f[t + 2], f[t + 3]]);
+                let be32 = |at: usize| u32::from_be_bytes([f[at], f[at + 1], f[at + 2], f[at + 3]]);
                 if flags & (SYN | ACK) == SYN | ACK {
                     seen.syn_acks.fetch_add(1, Ordering::Relaxed);
-                    if dport == PROBE_PORT {
-                        seen.probe_answered.store(true, Ordering::SeqCst);
+                }
+                if dport == PROBE_PORT {
+                    // The payload ends where the IP datagram does (not at the frame's end).
+                    let ip_end = (14 + usize::from(u16::from_be_bytes([f[16], f[17]]))).min(f.len());
+                    let data_at = t + usize::from(f[t + 12] >> 4) * 4;
+                    let payload = f.get(data_at..ip_end).unwrap_or(&[]);
+                    if let Ok(mut p) = seen.probe.lock() {
+                        if flags & (SYN | ACK) == SYN | ACK {
+                            p.syn_ack.get_or_insert((be32(t + 4), be32(t + 8)));
+                            seen.probe_answered.store(true, Ordering::SeqCst);
+                        } else if let Some((isn, _)) = p.syn_ack {
+                            if be32(t + 4).wrapping_sub(isn.wrapping_add(1)) as usize == p.data.len() {
+                                p.data.extend_from_slice(payload);
+                                p.fin |= flags & FIN != 0;
+                            }
+                        }
                     }
                 }
                 if flags & RST != 0 {
@@ -489,9 +518,10 @@ pub fn command(args: &[String]) -> Result<(), String> {
         sent += 1;
     }
     let took = start.elapsed();
-    // Liveness: a well-formed SYN to the service must still get its SYN-ACK (retried: the
-    // guest may first have to ARP for the gateway, and its backlog may be full of the
-    // fuzzer's half-open connections).
+    // Liveness: a well-formed connection to the service must still get its 128 bytes. The
+    // SYN is retried (the guest may first have to ARP for the gateway, and its backlog may be
+    // full of the fuzzer's half-open connections); then the handshake is completed by hand
+    // and the reply collected up to the guest's FIN, then reset.
     let probe_deadline = Instant::now() + Duration::from_secs(20).min(deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(5));
     let mut n = 0u32;
     while !seen.probe_answered.load(Ordering::SeqCst) && Instant::now() < probe_deadline {
@@ -500,21 +530,45 @@ pub fn command(args: &[String]) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(500));
     }
     let alive = seen.probe_answered.load(Ordering::SeqCst);
+    let segment = |seq: u32, ack: u32, flags: u8| {
+        let t = tcp(GATEWAY_IP, GUEST_IP, PROBE_PORT, 80, seq, ack, flags, &[], &[]);
+        ethernet(GUEST_MAC, GATEWAY_MAC, 0x0800, &ipv4(GATEWAY_IP, GUEST_IP, 6, 0x7fff, 0x4000, &t))
+    };
+    let mut reply = Vec::new();
+    let synack = seen.probe.lock().ok().and_then(|p| p.syn_ack);
+    if let Some((isn, our_next)) = synack {
+        let _ = write_frame(&tx, &segment(our_next, isn.wrapping_add(1), ACK));
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            let (len, fin) = seen.probe.lock().map(|p| (p.data.len(), p.fin)).unwrap_or((0, false));
+            if fin || len > super::load::REPLY_LEN {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        reply = seen.probe.lock().map(|p| p.data.clone()).unwrap_or_default();
+        let _ = write_frame(&tx, &segment(our_next, 0, RST));
+    }
+    let served = reply == super::load::expected_reply();
     let f = session.finish(Instant::now());
     let kinds: Vec<String> = KINDS.iter().zip(by_kind).map(|(k, n)| format!("{k}={n}")).collect();
     println!("net fuzz: wrote {sent} frames in {:.1}s (the probe queued behind them proves the guest took them all): {}", took.as_secs_f64(), kinds.join(" "));
     println!(
-        "net fuzz: from the guest: frames={} arp_requests={} syn_acks={} rsts={}; probe SYN to port 80 {}",
+        "net fuzz: from the guest: frames={} arp_requests={} syn_acks={} rsts={}; probe connection to port 80: {}",
         seen.frames.load(Ordering::Relaxed),
         seen.arp_requests.load(Ordering::Relaxed),
         seen.syn_acks.load(Ordering::Relaxed),
         seen.rsts.load(Ordering::Relaxed),
-        if alive { "answered" } else { "NOT answered" }
+        match (alive, served) {
+            (true, true) => "answered, the 128 bytes received".to_string(),
+            (true, false) => format!("SYN answered, but {} reply bytes, not the 128 expected", reply.len()),
+            _ => "SYN NOT answered".to_string(),
+        }
     );
     let trouble = kernel_trouble(&f.serial).map(str::to_string);
     let log = crate::env::target_dir().join("net-fuzz.serial.txt");
     let _ = std::fs::write(&log, &f.serial);
-    match (stop_why, trouble, alive) {
+    match (stop_why, trouble, alive && served) {
         (None, None, true) => {
             println!("net fuzz: ok (serial log: {})", log.display());
             Ok(())
@@ -524,7 +578,13 @@ pub fn command(args: &[String]) -> Result<(), String> {
             o.seed,
             why.unwrap_or_default(),
             trouble.map(|t| format!(" the kernel said: {t}")).unwrap_or_default(),
-            if alive { "" } else { " the service no longer answers a SYN" },
+            if !alive {
+                " the service no longer answers a SYN"
+            } else if !served {
+                " the service answers a SYN but no longer sends its 128 bytes"
+            } else {
+                ""
+            },
             log.display()
         )),
     }
