@@ -561,6 +561,7 @@ pub fn command(args: &[String]) -> Result<(), String> {
         seen.rsts.load(Ordering::Relaxed),
         match (alive, served) {
             (true, true) => "answered, the 128 bytes received".to_string(),
+            (true, false) if reply.len() == super::load::REPLY_LEN => "SYN answered, but the 128 reply bytes are not the expected ones".to_string(),
             (true, false) => format!("SYN answered, but {} reply bytes, not the 128 expected", reply.len()),
             _ => "SYN NOT answered".to_string(),
         }
@@ -573,7 +574,7 @@ pub fn command(args: &[String]) -> Result<(), String> {
             println!("net fuzz: ok (serial log: {})", log.display());
             Ok(())
         }
-        (why, trouble, alive) => Err(format!(
+        (why, trouble, _) => Err(format!(
             "net fuzz: seed {} failed: {}{}{} (serial log: {})",
             o.seed,
             why.unwrap_or_default(),
