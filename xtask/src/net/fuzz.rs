@@ -448,13 +448,13 @@ pub fn command(args: &[String]) -> Result<(), String> {
         let initrd = super::linux_guest::initramfs(&k)?;
         let mut vm = crate::linux::LinuxVm::new(&k, &initrd);
         vm.smp = o.smp;
-        // conns=0: serve until killed.
-        vm.append = format!("wl=tcpserv threads={}", o.smp);
+        // conns=1: the probe is the one connection completed; then the guest stops by itself.
+        vm.append = format!("wl=tcpserv threads={} conns=1", o.smp);
         qemu = vm.qemu_args();
     } else {
         let cfg = crate::qemu::VmConfig {
             smp: o.smp,
-            cmdline: "init=tcpserv -- mode=dedicated".into(),
+            cmdline: "init=tcpserv -- mode=dedicated conns=1".into(),
             medium: Some(crate::qemu::BootMedium::Kernel(crate::env::build_kernel()?)),
             initrd: Some(crate::user::build_initrd()?),
             ..Default::default()
@@ -550,7 +550,11 @@ pub fn command(args: &[String]) -> Result<(), String> {
         let _ = write_frame(&tx, &segment(our_next, 0, RST));
     }
     let served = reply == super::load::expected_reply();
-    let f = session.finish(Instant::now());
+    // The probe was the guest's one connection (conns=1): it must now say `tcpserv: done` and
+    // stop by itself (ours then runs the kernel's leak check, which must find nothing).
+    let done = served && session.wait_for(&|l| l.starts_with(super::tcp_accept::DONE), Instant::now() + Duration::from_secs(60)).is_ok();
+    let f = session.finish(Instant::now() + Duration::from_secs(if done { 30 } else { 0 }));
+    let stopped = done && !f.killed;
     let kinds: Vec<String> = KINDS.iter().zip(by_kind).map(|(k, n)| format!("{k}={n}")).collect();
     println!("net fuzz: wrote {sent} frames in {:.1}s (the probe queued behind them proves the guest took them all): {}", took.as_secs_f64(), kinds.join(" "));
     println!(
@@ -569,7 +573,7 @@ pub fn command(args: &[String]) -> Result<(), String> {
     let trouble = kernel_trouble(&f.serial).map(str::to_string);
     let log = crate::env::target_dir().join("net-fuzz.serial.txt");
     let _ = std::fs::write(&log, &f.serial);
-    match (stop_why, trouble, alive && served) {
+    match (stop_why, trouble, alive && served && stopped) {
         (None, None, true) => {
             println!("net fuzz: ok (serial log: {})", log.display());
             Ok(())
@@ -583,6 +587,10 @@ pub fn command(args: &[String]) -> Result<(), String> {
                 " the service no longer answers a SYN"
             } else if !served {
                 " the service answers a SYN but no longer sends its 128 bytes"
+            } else if !done {
+                " no `tcpserv: done` after the probe, its one connection"
+            } else if !stopped {
+                " the guest did not stop by itself after `tcpserv: done`"
             } else {
                 ""
             },
