@@ -997,6 +997,39 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
+/// A kernel-only sharing audit of one workload, summarised for other tools (the tcp_accept
+/// benchmark's `--audit on`): what `plugin audit --kernel-only` prints, as numbers.
+#[derive(Debug, Clone)]
+pub struct SharingSummary {
+    pub ops: u64,
+    /// Line transfers between vCPUs in the region, kernel lines.
+    pub transfers_kernel: u64,
+    /// Kernel lines written by one vCPU and touched by another.
+    pub shared_lines_kernel: u64,
+    /// Transfers by the class `classify` gives the code that first wrote each line.
+    pub by_class: BTreeMap<String, u64>,
+}
+
+pub fn sharing_summary(system: &str, workload: &str, smp: u32, params: &str, timeout: Duration, classify: &dyn Fn(&str) -> &'static str) -> Result<SharingSummary, String> {
+    let system = System::parse(system)?;
+    let built = build()?;
+    let spec = RunSpec { system, workload, smp, params, timeout, icount: true };
+    let syms = symbols_for(system)?;
+    let run = run_with_plugin(&built, &spec, "sharing", &["kernel_only=on".to_string()])?;
+    let head = run.report.first().cloned().ok_or("sharing: empty report")?;
+    let mut by_class: BTreeMap<String, u64> = BTreeMap::new();
+    for r in run.report.iter().filter(|r| r.kind == "line") {
+        let code = syms.name(r.u("pc")).unwrap_or_default();
+        *by_class.entry(classify(&code).to_string()).or_default() += r.u("transfers");
+    }
+    Ok(SharingSummary {
+        ops: run.ops.filter(|&n| n > 0).ok_or("sharing: the guest reported no operations")?,
+        transfers_kernel: head.u("transfers_kernel"),
+        shared_lines_kernel: head.u("shared_kernel"),
+        by_class,
+    })
+}
+
 fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()

@@ -75,6 +75,31 @@ pub fn accept_spec(params: &[(String, u64)], timeout: Duration) -> AcceptSpec {
     }
 }
 
+/// `--audit on`: the kernel-only sharing audit of the same service in a boot of its own
+/// (single-threaded TCG, 100 connections one at a time after 1 warm-up), per connection, into
+/// `net.audit` (split by `crate::net::audit_class`); a failure is a note, not a failed record.
+/// Not at 1 vCPU (nothing can cross).
+pub fn add_audit(rec: &mut Record, spec: &BenchSpec, cores: u32, timeout: Duration) {
+    let Some(net) = rec.net.as_mut() else { return };
+    if cores < 2 || rec.status != Status::Ok {
+        return;
+    }
+    let mode = if rec.system == "ours" { format!("mode={} ", ours_mode(spec)) } else { String::new() };
+    let params = format!("{mode}conns=101 warmup=1");
+    match crate::plugins::sharing_summary(&rec.system, "tcpserv", cores, &params, timeout, &crate::net::audit_class) {
+        Ok(s) => {
+            let per = |x: u64| (x as f64 / s.ops as f64 * 100.0).round() / 100.0;
+            net.audit.insert("transfers".into(), per(s.transfers_kernel));
+            for class in ["driver", "stack", "ipc", "alloc", "other"] {
+                net.audit.insert(class.into(), per(s.by_class.get(class).copied().unwrap_or(0)));
+            }
+            net.audit.insert("shared_lines".into(), s.shared_lines_kernel as f64);
+            net.audit.insert("conns".into(), s.ops as f64);
+        }
+        Err(e) => net.audit_note = Some(format!("sharing audit failed: {e}")),
+    }
+}
+
 /// Boot one cell and make its record.
 pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params: &[(String, u64)], cores: u32, timeout: Duration) -> Record {
     let system = common.system;
@@ -228,6 +253,10 @@ mod tests {
         assert!(r.per_core_throughput().unwrap() > 0.0 && r.calibrated_throughput().is_some());
         let mut r = r;
         r.instructions_note = Some("insncount plugin off in this test".into());
+        let n = r.net.as_mut().unwrap();
+        n.audit.insert("transfers".into(), 322.43);
+        n.audit.insert("driver".into(), 41.5);
+        n.audit_note = Some("a note".into());
         // The record survives results.json.
         let back = Record::from_json(&super::super::json::parse(&r.to_json()).unwrap()).unwrap();
         assert_eq!(back, r);

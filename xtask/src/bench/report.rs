@@ -152,15 +152,21 @@ fn net_table(records: &[Record]) -> String {
     }
     let mut t = String::new();
     let _ = writeln!(t, "\nTCP service seen from the host (load generator on 127.0.0.1 through QEMU's user-mode network; fastest round; latency = connect to EOF)\n");
-    let _ = writeln!(t, "| benchmark | system | vCPUs | status | conns/s | service cores | conns/s/core | p50 | p90 | p99 | max | failed / attempted | slow connects |");
-    let _ = writeln!(t, "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(t, "| benchmark | system | vCPUs | status | conns/s | service cores | conns/s/core | p50 | p90 | p99 | max | failed / attempted | slow connects | audit: line transfers/conn (driver/stack/ipc/alloc/other) |");
+    let _ = writeln!(t, "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     for r in rows {
         let Some(n) = &r.net else { continue };
         let ms = |k: &str| n.latency_us.get(k).map(|u| format!("{:.1}ms", *u as f64 / 1000.0)).unwrap_or_else(|| "-".into());
         let failed: u64 = n.failures.values().sum();
+        let a = |k: &str| n.audit.get(k).map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+        let audit = if n.audit.is_empty() {
+            n.audit_note.as_ref().map(|_| "failed (see results.json)".to_string()).unwrap_or_else(|| "-".into())
+        } else {
+            format!("{} ({}/{}/{}/{}/{})", a("transfers"), a("driver"), a("stack"), a("ipc"), a("alloc"), a("other"))
+        };
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {failed} / {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {failed} / {} | {} | {audit} |",
             r.benchmark,
             r.system,
             r.cores,
