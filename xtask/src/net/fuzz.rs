@@ -121,7 +121,7 @@ pub const ACK: u8 = 0x10;
 pub fn tcp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, seq: u32, ack: u32, flags: u8, options: &[u8], payload: &[u8]) -> Vec<u8> {
     let mut opts = options.to_vec();
     opts.truncate(40);
-    while opts.len() % 4 != 0 {
+    while !opts.len().is_multiple_of(4) {
         opts.push(0);
     }
     let mut t = Vec::new();

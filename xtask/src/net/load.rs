@@ -295,6 +295,17 @@ fn abort_one(addr: &SocketAddr, timeout: Duration) -> Result<(), (Failure, Strin
     reset_on_close(&s).map_err(|e| (Failure::Other, format!("SO_LINGER: {e}")))
 }
 
+/// What one load thread saw.
+#[derive(Default)]
+struct ThreadResult {
+    started: u64,
+    latencies: Vec<Duration>,
+    failures: Failures,
+    first_failure: Option<String>,
+    slow_connects: u64,
+    aborted: u64,
+}
+
 /// Run the load: `concurrency` threads take connection tickets until `conns` are taken or
 /// `max_time` has passed, then the in-flight ones finish (each bounded by `timeout`).
 pub fn run(spec: &LoadSpec) -> Result<LoadReport, String> {
@@ -304,39 +315,33 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport, String> {
     let next = AtomicU64::new(0);
     let start = Instant::now();
     let deadline = start + spec.max_time;
-    let per_thread: Vec<(u64, Vec<Duration>, Failures, Option<String>, u64, u64)> = std::thread::scope(|sc| {
+    let per_thread: Vec<ThreadResult> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..spec.concurrency)
             .map(|_| {
                 sc.spawn(|| {
-                    let (mut started, mut lat, mut fails, mut first, mut slow, mut aborted) = (0u64, Vec::new(), Failures::default(), None, 0u64, 0u64);
+                    let mut t = ThreadResult::default();
                     loop {
                         let ticket = next.fetch_add(1, Ordering::Relaxed);
                         if Instant::now() >= deadline || ticket >= spec.conns {
                             break;
                         }
-                        started += 1;
-                        if spec.abort_every > 0 && ticket % spec.abort_every == spec.abort_every - 1 {
-                            match abort_one(&addr, spec.timeout) {
-                                Ok(()) => aborted += 1,
-                                Err((f, why)) => {
-                                    fails.add(f);
-                                    first.get_or_insert(format!("{f:?}: {why}"));
-                                }
-                            }
-                            continue;
-                        }
-                        match one(&addr, spec.timeout, &expected) {
-                            Ok((d, connect)) => {
-                                lat.push(d);
-                                slow += u64::from(connect >= SLOW_CONNECT);
-                            }
-                            Err((f, why)) => {
-                                fails.add(f);
-                                first.get_or_insert(format!("{f:?}: {why}"));
-                            }
+                        t.started += 1;
+                        let result = if spec.abort_every > 0 && ticket % spec.abort_every == spec.abort_every - 1 {
+                            abort_one(&addr, spec.timeout).map(|()| {
+                                t.aborted += 1;
+                            })
+                        } else {
+                            one(&addr, spec.timeout, &expected).map(|(d, connect)| {
+                                t.latencies.push(d);
+                                t.slow_connects += u64::from(connect >= SLOW_CONNECT);
+                            })
+                        };
+                        if let Err((f, why)) = result {
+                            t.failures.add(f);
+                            t.first_failure.get_or_insert(format!("{f:?}: {why}"));
                         }
                     }
-                    (started, lat, fails, first, slow, aborted)
+                    t
                 })
             })
             .collect();
@@ -355,15 +360,15 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport, String> {
         slow_connects: 0,
         aborted: 0,
     };
-    for (started, lat, fails, first, slow, aborted) in per_thread {
-        r.slow_connects += slow;
-        r.aborted += aborted;
-        r.attempted += started;
-        r.ok += lat.len() as u64;
-        r.latencies.extend(lat);
-        r.failures.merge(&fails);
+    for t in per_thread {
+        r.slow_connects += t.slow_connects;
+        r.aborted += t.aborted;
+        r.attempted += t.started;
+        r.ok += t.latencies.len() as u64;
+        r.latencies.extend(t.latencies);
+        r.failures.merge(&t.failures);
         if r.first_failure.is_none() {
-            r.first_failure = first;
+            r.first_failure = t.first_failure;
         }
     }
     r.latencies.sort();
