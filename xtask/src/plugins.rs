@@ -30,7 +30,8 @@ Commands:
 Options:
   --system linux|ours     guest system (default linux)
   --workload NAME         (--bench NAME is the same) linux: stream null dupclose dupclose_unshared counter private
-                          find zip pipe spawn; ours: a suite benchmark (`cargo xtask bench
+                          find zip pipe spawn tcpserv (Corey 8.2, driven by the load
+                          generator: ops = connections; ours: tcpserv too); ours: a suite benchmark (`cargo xtask bench
                           --list`, run by bench-ours with one worker per vCPU) or a microbench
                           one (null fault share_private share_global stat segment; one core)
   --smp N                 vCPUs (default 1; sharing default 2)
@@ -204,6 +205,9 @@ const LINUX_WORKLOADS: &[(&str, &str)] = &[
     ("zip", "files=100"),
     ("pipe", "iters=200"),
     ("spawn", "iters=10"),
+    // Corey's TCP service (issue 15): the guest boots with the NIC and the host's load
+    // generator drives it (xtask/src/net/tcp_accept.rs); ops = the measured connections.
+    ("tcpserv", "conns=101 warmup=1"),
 ];
 
 struct GuestRun {
@@ -235,8 +239,12 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
                     format!("unknown workload `{}` for linux (known: {})", spec.workload, names.join(", "))
                 })?;
             let kernel = linux::fetch_kernel()?;
-            let initrd = linux::guest_initramfs()?;
+            let tcp = spec.workload == "tcpserv";
+            let initrd = if tcp { crate::net::linux_guest::initramfs(&kernel)? } else { linux::guest_initramfs()? };
             let mut vm = LinuxVm::new(&kernel, &initrd);
+            if tcp {
+                vm.net = Some(crate::net::NetConfig::service()?);
+            }
             vm.smp = spec.smp;
             // Deterministic enough to repeat: one host thread runs all vCPUs round-robin.
             vm.single_thread = true;
@@ -257,7 +265,10 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             // A benchmark of the suite (`cargo xtask bench --list`) runs in `bench-ours`, one
             // worker per vCPU, one repetition; any other name is a `microbench` benchmark,
             // which the kernel runs for `bench=NAME` (one core).
-            let cmdline = if crate::bench::catalog::find(spec.workload).is_some_and(|b| !b.hidden) {
+            let cmdline = if spec.workload == "tcpserv" {
+                // The guest takes the first occurrence of a key: the caller's parameters win.
+                format!("init=tcpserv -- {} mode=dedicated conns=101 warmup=1", spec.params)
+            } else if crate::bench::catalog::find(spec.workload).is_some_and(|b| !b.hidden) {
                 format!("init=bench-ours -- {} reps=1 {}", spec.workload, spec.params)
             } else {
                 format!("bench={} {}", spec.workload, spec.params)
@@ -268,6 +279,7 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
                 initrd: Some(crate::user::build_initrd()?),
                 cmdline: cmdline.trim().to_string(),
                 extra: plugin.map(|p| vec!["-plugin".to_string(), p]).unwrap_or_default(),
+                net: if spec.workload == "tcpserv" { Some(crate::net::NetConfig::service()?) } else { None },
                 ..Default::default()
             };
             cfg.validate()?;
@@ -280,6 +292,9 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
 }
 
 fn parse_ops(serial: &str) -> Option<u64> {
+    if let Some(n) = crate::net::tcp_accept::measured_conns(serial) {
+        return Some(n);
+    }
     serial
         .lines()
         .filter(|l| l.starts_with("workload ") || l.starts_with("bench ") || l.starts_with("bench-result "))
@@ -299,7 +314,7 @@ fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]
         arg.push_str(e);
     }
     let (args, timeout) = guest_args(spec, Some(arg))?;
-    let run = linux::run_qemu(&args, timeout)?;
+    let run = if spec.workload == "tcpserv" { crate::net::tcp_accept::run_batch(&args, timeout)? } else { linux::run_qemu(&args, timeout)? };
     // Linux's workload and ours' bench-ours report a failed or unavailable benchmark on a line
     // of their own (the region markers may have run around it).
     if let Some(line) = run.serial.lines().find(|l| l.starts_with("workload-error") || l.starts_with("bench-error")) {
@@ -1074,6 +1089,39 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
         println!("wrote {} (+ .png)", p.display());
     }
     Ok(())
+}
+
+/// A kernel-only sharing audit of one workload, summarised for other tools (the tcp_accept
+/// benchmark's `--audit on`): what `plugin audit --kernel-only` prints, as numbers.
+#[derive(Debug, Clone)]
+pub struct SharingSummary {
+    pub ops: u64,
+    /// Line transfers between vCPUs in the region, kernel lines.
+    pub transfers_kernel: u64,
+    /// Kernel lines written by one vCPU and touched by another.
+    pub shared_lines_kernel: u64,
+    /// Transfers by the class `classify` gives the code that first wrote each line.
+    pub by_class: BTreeMap<String, u64>,
+}
+
+pub fn sharing_summary(system: &str, workload: &str, smp: u32, params: &str, timeout: Duration, classify: &dyn Fn(&str) -> &'static str) -> Result<SharingSummary, String> {
+    let system = System::parse(system)?;
+    let built = build()?;
+    let spec = RunSpec { system, workload, smp, params, timeout, icount: true };
+    let syms = symbols_for(system)?;
+    let run = run_with_plugin(&built, &spec, "sharing", &["kernel_only=on".to_string()])?;
+    let head = run.report.first().cloned().ok_or("sharing: empty report")?;
+    let mut by_class: BTreeMap<String, u64> = BTreeMap::new();
+    for r in run.report.iter().filter(|r| r.kind == "line") {
+        let code = syms.name(r.u("pc")).unwrap_or_default();
+        *by_class.entry(classify(&code).to_string()).or_default() += r.u("transfers");
+    }
+    Ok(SharingSummary {
+        ops: run.ops.filter(|&n| n > 0).ok_or("sharing: the guest reported no operations")?,
+        transfers_kernel: head.u("transfers_kernel"),
+        shared_lines_kernel: head.u("shared_kernel"),
+        by_class,
+    })
 }
 
 fn truncate(s: &str, n: usize) -> String {

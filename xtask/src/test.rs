@@ -521,6 +521,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
         for (smp, mode) in [(2u32, "dedicated"), (3, "polling"), (2, "inline")] {
             total.add(tcp_service(&kernel, &initrd, smp, mode)?);
         }
+        // The network (issue 15): the Linux baseline's TCP service and the frame fuzzer.
+        total.add(crate::net::qemu_tests()?);
         total.add(program_runs(&kernel, &initrd)?);
         // Metis MapReduce (issue 17): wc, wri, wrmem equal to the host reference.
         total.add(crate::metis::ci_check(&kernel)?);

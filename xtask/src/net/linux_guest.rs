@@ -216,6 +216,18 @@ pub fn net_modules(k: &LinuxKernel) -> Result<Vec<(String, Vec<u8>)>, String> {
     Ok(order.into_iter().map(|m| (format!("{m}.ko"), files.remove(&m).unwrap_or_default())).collect())
 }
 
+/// `cargo xtask linux modules`: the NIC's modules in load order with what was checked.
+pub fn print_modules() -> Result<(), String> {
+    let k = crate::linux::fetch_kernel()?;
+    let image = fs::read(&k.bzimage).map_err(|e| format!("cannot read {}: {e}", k.bzimage.display()))?;
+    println!("bzImage {}: {}", k.bzimage.display(), bzimage_version(&image).unwrap_or_default());
+    for (name, data) in net_modules(&k)? {
+        let i = modinfo(&data)?;
+        println!("{name:<28} {:>7} bytes  depends={:<34} vermagic={}", data.len(), i.depends.join(","), i.vermagic.trim());
+    }
+    Ok(())
+}
+
 /// The initramfs entries: `/lib/modules/NAME.ko` and the load order `/lib/modules/order`.
 pub fn module_entries(mods: Vec<(String, Vec<u8>)>) -> Vec<CpioEntry> {
     let order: String = mods.iter().map(|(n, _)| format!("{n}\n")).collect();
