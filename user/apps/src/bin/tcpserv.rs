@@ -131,6 +131,10 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
         let rx = tcp::SocketBuffer::new(alloc::vec![0u8; 1024]);
         let tx = tcp::SocketBuffer::new(alloc::vec![0u8; 1024]);
         let mut s = tcp::Socket::new(rx, tx);
+        // A connection that hears nothing for 2 s is dropped: half-open connections from a SYN
+        // flood would otherwise hold every listening socket for ever (smoltcp keeps
+        // SYN-RECEIVED until told otherwise), and the service would stop answering.
+        s.set_timeout(Some(libos::net::smoltcp::time::Duration::from_secs(2)));
         s.listen(job.port).map_err(|_| abi::Error::InvalidArgument)?;
         handles.push((stack.sockets.add(s), false));
     }
@@ -181,6 +185,7 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
                     }
                     *sent = false;
                     s.abort();
+                    s.set_timeout(Some(libos::net::smoltcp::time::Duration::from_secs(2)));
                     let _ = s.listen(job.port);
                 }
                 _ => {}
