@@ -382,7 +382,9 @@ pub fn run_once(r: &MetisRun, ours: Option<&(PathBuf, Vec<u8>)>, linux: Option<&
             boot_linux(r, k, p)?
         }
     };
-    let log = work_dir().join(format!("{}-{}-{}-{}-{}.serial.txt", r.system, r.app, r.smp, r.layout, r.insns.unwrap_or("none")));
+    // One log per boot (a failed boot's log must survive the next run).
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let log = work_dir().join(format!("{}-{}-{}-{}-{}-{stamp}.serial.txt", r.system, r.app, r.smp, r.layout, r.insns.unwrap_or("none")));
     let _ = fs::write(&log, &run.serial);
     if run.timed_out {
         return Err(format!("timed out after {} s (serial in {})", r.timeout.as_secs(), log.display()));
