@@ -296,7 +296,7 @@ pub fn prepare_ours() -> Result<(PathBuf, Vec<u8>), String> {
 /// Debian's kernel and the static `metis-linux` guest program.
 pub fn prepare_linux() -> Result<(PathBuf, PathBuf), String> {
     let kernel = crate::bench::linux_sys::guest_kernel()?;
-    let program = crate::bench::linux_sys::build_static("mapreduce", "metis-linux")?;
+    let program = crate::bench::linux_sys::build_static("bench", "metis-linux")?;
     Ok((kernel, program))
 }
 
