@@ -55,7 +55,6 @@ fn main() {
             }
         }
     };
-    drop(out);
     let _ = std::io::stdout().flush();
     if as_init {
         // SAFETY: pid 1 powering the machine off after its output is flushed.
