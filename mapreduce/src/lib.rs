@@ -134,6 +134,11 @@ pub trait Env: Sync {
     /// Execute the instruction-count plugin's region marker `v` (docs/plugins.md), if this
     /// system may; a no-op by default.
     fn marker(&self, _v: u8) {}
+    /// What a worker does while it waits at a barrier: spin (one worker per core), or yield
+    /// where workers may outnumber cores (the host tests).
+    fn relax(&self) {
+        core::hint::spin_loop()
+    }
     /// bench's share-nothing calibration loop (`calib`) on `n` workers in this boot, fastest
     /// of three: (steps, ticks). `None` where there is no bench platform (host tests).
     fn calibration(&self, _n: usize) -> Option<(u64, u64)> {
@@ -275,14 +280,14 @@ struct Barrier {
 }
 
 impl Barrier {
-    fn wait(&self) {
+    fn wait(&self, relax: &dyn Fn()) {
         let g = self.gen.load(Ordering::Acquire);
         if self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
             self.count.store(0, Ordering::Relaxed);
             self.gen.store(g + 1, Ordering::Release);
         } else {
             while self.gen.load(Ordering::Acquire) == g {
-                core::hint::spin_loop();
+                relax();
             }
         }
     }
@@ -480,7 +485,7 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
                 None
             }
         };
-        sh.barrier.wait();
+        sh.barrier.wait(&|| env.relax());
         if w == 0 {
             mark(0);
             start(Marked::Map);
@@ -495,19 +500,19 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
         if let Some(a) = arena.as_ref() {
             sh.slots[w].used_map.store(a.used(), Ordering::Relaxed);
         }
-        sh.barrier.wait();
+        sh.barrier.wait(&|| env.relax());
         if w == 0 {
             stop(Marked::Map);
             mark(1);
             start(Marked::Reduce);
         }
-        sh.barrier.wait();
+        sh.barrier.wait(&|| env.relax());
         if !sh.failed.load(Ordering::Acquire) {
             if let Err(e) = env.share_arenas(w, n) {
                 sh.fail(w, e);
             }
         }
-        sh.barrier.wait();
+        sh.barrier.wait(&|| env.relax());
         if let Some(a) = arena.as_mut() {
             if !sh.failed.load(Ordering::Acquire) {
                 if let Err(e) = reduce_phase(&sh, app, input.len(), w, n, a) {
@@ -516,7 +521,7 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
             }
             sh.slots[w].used.store(a.used(), Ordering::Relaxed);
         }
-        sh.barrier.wait();
+        sh.barrier.wait(&|| env.relax());
         if w == 0 {
             stop(Marked::Reduce);
             mark(2);
