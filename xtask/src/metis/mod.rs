@@ -23,8 +23,13 @@ use std::time::Duration;
 
 use crate::qemu::{BootMedium, VmConfig};
 
+mod sweep;
+
 const HELP: &str = "\
 cargo xtask metis ci                the check `cargo xtask test` runs (ours, 2 vCPUs, 3 boots)
+cargo xtask metis sweep APP [--smp 1,2] [--systems ours,linux] [--out-dir DIR] [run options]
+                                    one boot per system and vCPU count: table and plot of the
+                                    phases' times (target/metis-results/APP.md, .svg, .png)
 cargo xtask metis wc|wri|wrmem [options]
   --input FILE        the text (wc, wri); put into the boot image
   --out FILE          where the output goes (default: not written)
@@ -420,6 +425,9 @@ fn ms(p: &BTreeMap<String, u64>, k: &str) -> String {
 }
 
 pub fn main(args: &[String]) -> Result<(), String> {
+    if args.first().map(String::as_str) == Some("sweep") {
+        return sweep::main(&args[1..]);
+    }
     // `cargo xtask metis ci`: the check `cargo xtask test` runs, alone.
     if args.first().map(String::as_str) == Some("ci") {
         let t = ci_check(&crate::env::build_kernel()?)?;
