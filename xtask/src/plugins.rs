@@ -302,8 +302,8 @@ fn parse_ops(serial: &str) -> Option<u64> {
         .find_map(|r| r.get("ops").and_then(|v| v.parse().ok()))
 }
 
-/// Boot the guest with `plugin` (name, extra plugin arguments) and return its parsed report.
-fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> Result<GuestRun, String> {
+/// Where `plugin`'s report for `spec` goes, and the `-plugin` argument that writes it there.
+fn plugin_arg(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> Result<(PathBuf, String), String> {
     let runs = artifact_dir().join("runs");
     fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
     let out = runs.join(format!("{plugin}-{}-{}-{}.txt", spec.system.name(), spec.workload, spec.smp));
@@ -313,6 +313,12 @@ fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]
         arg.push(',');
         arg.push_str(e);
     }
+    Ok((out, arg))
+}
+
+/// Boot the guest with `plugin` (name, extra plugin arguments) and return its parsed report.
+fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> Result<GuestRun, String> {
+    let (out, arg) = plugin_arg(built, spec, plugin, extra)?;
     let (args, timeout) = guest_args(spec, Some(arg))?;
     let run = if spec.workload == "tcpserv" { crate::net::tcp_accept::run_batch(&args, timeout)? } else { linux::run_qemu(&args, timeout)? };
     // Linux's workload and ours' bench-ours report a failed or unavailable benchmark on a line
@@ -355,15 +361,7 @@ const NET_BENCHES: [&str; 2] = ["tcp_accept", "tcp_accept_polling"];
 /// several runs.
 fn run_net_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> Result<GuestRun, String> {
     use crate::net::tcp_accept::{self, AcceptSpec};
-    let runs = artifact_dir().join("runs");
-    fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
-    let out = runs.join(format!("{plugin}-{}-{}-{}.txt", spec.system.name(), spec.workload, spec.smp));
-    let _ = fs::remove_file(&out);
-    let mut arg = format!("{},out={}", s(built.plugin(plugin)), s(&out));
-    for e in extra {
-        arg.push(',');
-        arg.push_str(e);
-    }
+    let (out, arg) = plugin_arg(built, spec, plugin, extra)?;
     let conns = spec.params.split_whitespace().find_map(|w| w.strip_prefix("conns=")).map(|v| v.parse::<u64>().map_err(|_| format!("conns={v}: not a number"))).transpose()?.unwrap_or(100);
     let acc = AcceptSpec { conns, rounds: 1, warmup: 1, ready_timeout: spec.timeout, ..AcceptSpec::default() };
     let net = crate::net::NetConfig::service()?;
