@@ -32,9 +32,9 @@ cargo xtask bench [options]        the benchmark suite on this system and on Lin
   --mem SIZE         guest memory (default 512M, as for this system's runs)
   --insns on|off     count guest instructions with the insncount plugin (default on)
   --reps N           runs per boot, the fastest is reported (default 3)
-  --audit on|off     tcp_accept: also a kernel-only sharing audit per cell (a boot of its own,
+  --audit on|off     tcp_accept: also a sharing audit per cell from 2 vCPUs (a boot of its own,
                      single-threaded TCG): cross-core line transfers per connection, split into
-                     driver, stack, IPC, alloc and other (default off)
+                     driver, stack, IPC, alloc, other (kernel) and user (default off)
   --report DIR       redraw the table and plots from DIR/results.json without running
   --list             list the benchmarks
 Also: `cargo xtask bench boot`, `cargo xtask bench percore`.";

@@ -1089,16 +1089,19 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
-/// A kernel-only sharing audit of one workload, summarised for other tools (the tcp_accept
-/// benchmark's `--audit on`): what `plugin audit --kernel-only` prints, as numbers.
+/// A sharing audit of one workload, summarised for other tools (the tcp_accept benchmark's
+/// `--audit on`): what `plugin audit` prints, as numbers.
 #[derive(Debug, Clone)]
 pub struct SharingSummary {
     pub ops: u64,
-    /// Line transfers between vCPUs in the region, kernel lines.
+    /// Line transfers between vCPUs in the region, kernel and user lines.
     pub transfers_kernel: u64,
-    /// Kernel lines written by one vCPU and touched by another.
+    pub transfers_user: u64,
+    /// Lines written by one vCPU and touched by another, kernel and user.
     pub shared_lines_kernel: u64,
-    /// Transfers by the class `classify` gives the code that first wrote each line.
+    pub shared_lines_user: u64,
+    /// Transfers by the class `classify` gives the kernel code that first wrote each line;
+    /// user lines (no kernel symbol to name them) under `user`.
     pub by_class: BTreeMap<String, u64>,
 }
 
@@ -1107,17 +1110,20 @@ pub fn sharing_summary(system: &str, workload: &str, smp: u32, params: &str, tim
     let built = build()?;
     let spec = RunSpec { system, workload, smp, params, timeout, icount: true };
     let syms = symbols_for(system)?;
-    let run = run_with_plugin(&built, &spec, "sharing", &["kernel_only=on".to_string()])?;
+    // User lines too: this system's packet rings between cores live in shared user segments.
+    let run = run_with_plugin(&built, &spec, "sharing", &[])?;
     let head = run.report.first().cloned().ok_or("sharing: empty report")?;
     let mut by_class: BTreeMap<String, u64> = BTreeMap::new();
     for r in run.report.iter().filter(|r| r.kind == "line") {
-        let code = syms.name(r.u("pc")).unwrap_or_default();
-        *by_class.entry(classify(&code).to_string()).or_default() += r.u("transfers");
+        let class = if r.get("mode") == Some("u") { "user" } else { classify(&syms.name(r.u("pc")).unwrap_or_default()) };
+        *by_class.entry(class.to_string()).or_default() += r.u("transfers");
     }
     Ok(SharingSummary {
         ops: run.ops.filter(|&n| n > 0).ok_or("sharing: the guest reported no operations")?,
         transfers_kernel: head.u("transfers_kernel"),
+        transfers_user: head.u("transfers_user"),
         shared_lines_kernel: head.u("shared_kernel"),
+        shared_lines_user: head.u("shared_user"),
         by_class,
     })
 }

@@ -75,7 +75,7 @@ pub fn accept_spec(params: &[(String, u64)], timeout: Duration) -> AcceptSpec {
     }
 }
 
-/// `--audit on`: the kernel-only sharing audit of the same service in a boot of its own
+/// `--audit on`: the sharing audit (kernel and user lines) of the same service in a boot of its own
 /// (single-threaded TCG, 100 connections one at a time after 1 warm-up), per connection, into
 /// `net.audit` (split by `crate::net::audit_class`); a failure is a note, not a failed record.
 /// Not at 1 vCPU (nothing can cross).
@@ -89,11 +89,11 @@ pub fn add_audit(rec: &mut Record, spec: &BenchSpec, cores: u32, timeout: Durati
     match crate::plugins::sharing_summary(&rec.system, "tcpserv", cores, &params, timeout, &crate::net::audit_class) {
         Ok(s) => {
             let per = |x: u64| (x as f64 / s.ops as f64 * 100.0).round() / 100.0;
-            net.audit.insert("transfers".into(), per(s.transfers_kernel));
-            for class in ["driver", "stack", "ipc", "alloc", "other"] {
+            net.audit.insert("transfers".into(), per(s.transfers_kernel + s.transfers_user));
+            for class in ["driver", "stack", "ipc", "alloc", "other", "user"] {
                 net.audit.insert(class.into(), per(s.by_class.get(class).copied().unwrap_or(0)));
             }
-            net.audit.insert("shared_lines".into(), s.shared_lines_kernel as f64);
+            net.audit.insert("shared_lines".into(), (s.shared_lines_kernel + s.shared_lines_user) as f64);
             net.audit.insert("conns".into(), s.ops as f64);
         }
         Err(e) => net.audit_note = Some(format!("sharing audit failed: {e}")),

@@ -22,9 +22,10 @@ pub struct NetStats {
     pub latency_us: BTreeMap<String, u64>,
     /// The guest's words from its `tcpserv: ready` and `tcpserv: done` lines.
     pub guest: BTreeMap<String, String>,
-    /// `--audit on`: the kernel-only sharing audit of a separate boot (single-threaded TCG),
-    /// per measured connection: `transfers` (cache-line transfers between vCPUs), the same
-    /// split by the class of each line's first writer (`driver`, `stack`, `ipc`, `alloc`, `other`), and
+    /// `--audit on`: the sharing audit of a separate boot (single-threaded TCG), per measured
+    /// connection: `transfers` (cache-line transfers between vCPUs, kernel and user lines),
+    /// the same split by the class of each kernel line's first writer (`driver`, `stack`,
+    /// `ipc`, `alloc`, `other`) and `user` for user lines, and
     /// `shared_lines` (in all, not per connection). Empty when not run.
     pub audit: BTreeMap<String, f64>,
     /// Why the audit has no numbers, when it was asked for and failed.

@@ -152,7 +152,7 @@ fn net_table(records: &[Record]) -> String {
     }
     let mut t = String::new();
     let _ = writeln!(t, "\nTCP service seen from the host (load generator on 127.0.0.1 through QEMU's user-mode network; fastest round; latency = connect to EOF)\n");
-    let _ = writeln!(t, "| benchmark | system | vCPUs | status | conns/s | service cores | conns/s/core | p50 | p90 | p99 | max | failed / attempted | slow connects | audit: line transfers/conn (driver/stack/ipc/alloc/other) |");
+    let _ = writeln!(t, "| benchmark | system | vCPUs | status | conns/s | service cores | conns/s/core | p50 | p90 | p99 | max | failed / attempted | slow connects | audit: line transfers/conn (driver/stack/ipc/alloc/other/user) |");
     let _ = writeln!(t, "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     for r in rows {
         let Some(n) = &r.net else { continue };
@@ -162,7 +162,7 @@ fn net_table(records: &[Record]) -> String {
         let audit = if n.audit.is_empty() {
             n.audit_note.as_ref().map(|_| "failed (see results.json)".to_string()).unwrap_or_else(|| "-".into())
         } else {
-            format!("{} ({}/{}/{}/{}/{})", a("transfers"), a("driver"), a("stack"), a("ipc"), a("alloc"), a("other"))
+            format!("{} ({}/{}/{}/{}/{}/{})", a("transfers"), a("driver"), a("stack"), a("ipc"), a("alloc"), a("other"), a("user"))
         };
         let _ = writeln!(
             t,

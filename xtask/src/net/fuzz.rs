@@ -2,7 +2,8 @@
 //! connected by QEMU's `-netdev socket,connect=127.0.0.1:PORT` to this process, which is the
 //! whole network: it writes seeded random and mutated Ethernet frames into the guest (truncated,
 //! bad IP and TCP checksums, bogus lengths and header sizes, huge and malformed TCP option lists,
-//! fragments, SYNs to open and closed ports, random bytes), answers the guest's ARP requests for
+//! fragments, SYNs to open and closed ports, random bytes, frames past the MTU), answers the
+//! guest's ARP requests for
 //! the gateway, and at the end checks that the guest's TCP service still serves a connection
 //! (a handshake completed by hand, the 128 bytes received up to the FIN), and that the serial
 //! line shows no kernel panic, oops or BUG.
@@ -149,7 +150,7 @@ pub fn syn_frame(sport: u16, dport: u16, seq: u32, ident: u16) -> Vec<u8> {
 }
 
 /// The kinds of frame the fuzzer writes, one per frame, chosen by the frame's own random.
-pub const KINDS: [&str; 14] = [
+pub const KINDS: [&str; 15] = [
     "syn_open",
     "syn_closed",
     "truncated",
@@ -164,6 +165,7 @@ pub const KINDS: [&str; 14] = [
     "arp_garbage",
     "bit_flips",
     "random_bytes",
+    "oversized",
 ];
 
 /// Frame `i` of `seed`: (kind index, bytes). Deterministic in (seed, i). Never empty: QEMU
@@ -273,6 +275,17 @@ pub fn frame(seed: u64, i: u64) -> (usize, Vec<u8>) {
             for _ in 0..1 + r.below(8) {
                 let at = 12 + r.below(f.len() as u64 - 12) as usize;
                 f[at] ^= 1 << r.below(8);
+            }
+            f
+        }
+        "oversized" => {
+            // Past the 1514-byte Ethernet MTU: a TCP segment with a payload of up to 9000
+            // bytes, its IP length either true or the truncated 16-bit value of a lie.
+            let n = 1500 + r.below(7500) as usize;
+            let seg = tcp(GATEWAY_IP, GUEST_IP, sport, 80, seq, r.next() as u32, ACK, &[], &r.bytes(n));
+            let mut f = ethernet(GUEST_MAC, GATEWAY_MAC, 0x0800, &ipv4(GATEWAY_IP, GUEST_IP, 6, ident, 0, &seg));
+            if r.below(2) == 0 {
+                f[16..18].copy_from_slice(&(r.next() as u16).to_be_bytes());
             }
             f
         }

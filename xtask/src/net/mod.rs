@@ -33,7 +33,7 @@ pub fn audit_class(code: &str) -> &'static str {
             "alloc"
         } else if any(&["::net::", "smoltcp"]) {
             "stack"
-        } else if any(&["mailbox", "active_msg", "::ring", "ring::", "forward", "::ipi", "ipi::"]) {
+        } else if any(&["::smp::", "::roles::", "mailbox", "active_msg", "::ring", "ring::", "forward", "::ipi", "ipi::"]) {
             "ipc"
         } else {
             "other"
@@ -221,6 +221,8 @@ mod tests {
         assert_eq!(audit_class("__dev_queue_xmit"), "driver");
         assert_eq!(audit_class("kernel::dev::virtio_net::rx+0x1"), "driver");
         assert_eq!(audit_class("libos::net::poll"), "stack");
+        assert_eq!(audit_class("kernel::smp::run_mailbox+0x12"), "ipc");
+        assert_eq!(audit_class("kernel::roles::serve_one"), "ipc");
         assert_eq!(audit_class(""), "other");
     }
 
