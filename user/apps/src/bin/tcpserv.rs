@@ -14,6 +14,8 @@
 //!   `seconds`, or for ever).
 //! - `sockets`: listening sockets per core, the most connections a core has open at once
 //!   (default 16).
+//! - `stats`: print every service core's counts every S seconds (`tcpserv: stats conns=N
+//!   ch0=served/resets/rx/tx/stalls ...`; default 0, only at the end).
 //!
 //! Prints `tcpserv: ready ...` once every core listens, and at the end
 //! `tcpserv: done conns=N ...` with each core's counts (the host's load generator and the
@@ -144,6 +146,7 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
     let me = &COUNTS[job.channel as usize];
     me.ready.store(true, Ordering::Release);
     let mut next_check = 0u64;
+    let mut next_stats = libos::time::tsc_ns() + STATS_EVERY_NS.load(Ordering::Relaxed);
     let mut last = libos::net::ChannelStats::default();
     while !STOP.load(Ordering::Relaxed) {
         if job.channel == 0 {
@@ -157,6 +160,11 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
                     MEASURING.store(true, Ordering::Relaxed);
                     // SAFETY: the kernel's I/O bitmap lets user mode write the marker port.
                     unsafe { bench::harness::marker_out(MARKER_START_ALL) };
+                }
+                let every = STATS_EVERY_NS.load(Ordering::Relaxed);
+                if every > 0 && now >= next_stats {
+                    next_stats = now + every;
+                    print_counts("tcpserv: stats", n);
                 }
                 if served >= TARGET.load(Ordering::Relaxed) || now >= DEADLINE_NS.load(Ordering::Relaxed) {
                     if MEASURING.load(Ordering::Relaxed) {
@@ -236,6 +244,7 @@ struct Opts {
     port: u16,
     sockets: usize,
     warmup: u64,
+    stats: u64,
 }
 
 fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
@@ -248,6 +257,7 @@ fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
         port: 80,
         sockets: 16,
         warmup: 0,
+        stats: 0,
     };
     for w in args.split_whitespace() {
         let (k, v) = w.split_once('=').ok_or_else(|| alloc::format!("{w:?} is not key=value"))?;
@@ -258,6 +268,7 @@ fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
             "cores" => o.cores = num()?,
             "conns" => o.conns = num()?,
             "warmup" => o.warmup = num()?,
+            "stats" => o.stats = num()?,
             "seconds" => o.seconds = num()?,
             "port" => o.port = u16::try_from(num()?).map_err(|_| alloc::format!("port={v}: above 65535"))?,
             "sockets" => o.sockets = num()?.clamp(1, 256) as usize,
@@ -276,7 +287,7 @@ fn main(args: &'static str) -> u64 {
         Ok(o) => o,
         Err(e) => {
             println!("tcpserv: {e}");
-            println!("usage: tcpserv [mode=dedicated|polling|inline] [kc=CORE] [cores=N] [conns=N] [seconds=S] [port=P] [sockets=K]");
+            println!("usage: tcpserv [mode=dedicated|polling|inline] [kc=CORE] [cores=N] [conns=N] [seconds=S] [port=P] [sockets=K] [warmup=W] [stats=S]");
             return 2;
         }
     };
@@ -318,6 +329,7 @@ fn main(args: &'static str) -> u64 {
     let calib: &'static libos::thread::Barrier = Box::leak(Box::new(libos::thread::Barrier::new(service.len() as u64)));
     NSERVICE.store(service.len() as u64, Ordering::Relaxed);
     WARMUP.store(o.warmup, Ordering::Relaxed);
+    STATS_EVERY_NS.store(o.stats.saturating_mul(1_000_000_000), Ordering::Relaxed);
     let mut threads = Vec::new();
     let mut failed = false;
     for (ch, &core) in service.iter().enumerate().skip(1) {
@@ -407,6 +419,26 @@ fn main(args: &'static str) -> u64 {
 }
 
 static FAILED: AtomicBool = AtomicBool::new(false);
+/// `stats=S`: core 0 prints every core's counts every S seconds (0: never).
+static STATS_EVERY_NS: AtomicU64 = AtomicU64::new(0);
+
+/// One line of every service core's counts: served/resets/rx frames/tx frames/tx stalls.
+fn print_counts(prefix: &str, n: usize) {
+    let total: u64 = (0..n).map(|c| COUNTS[c].served.load(Ordering::Relaxed)).sum();
+    let mut line = alloc::format!("{prefix} conns={total}");
+    for c in 0..n {
+        let k = &COUNTS[c];
+        line.push_str(&alloc::format!(
+            " ch{c}={}/{}/{}/{}/{}",
+            k.served.load(Ordering::Relaxed),
+            k.resets.load(Ordering::Relaxed),
+            k.rx.load(Ordering::Relaxed),
+            k.tx.load(Ordering::Relaxed),
+            k.stalls.load(Ordering::Relaxed)
+        ));
+    }
+    println!("{line}");
+}
 
 fn code_fail() {
     FAILED.store(true, Ordering::Relaxed);
