@@ -220,15 +220,58 @@ fn kernel_core_survives_bad_rings() -> TestResult {
     r
 }
 
+/// Catches: a kernel core that stops being one while it polls a card (its role changed under
+/// it) and then either keeps touching the driver from user mode's core, loses the attachment,
+/// or never resumes; and a transmit posted meanwhile that is lost or sent twice.
+fn kernel_core_leaves_and_returns() -> TestResult {
+    card_hwid()?;
+    let n = cores();
+    if n < 2 {
+        fail!("needs 2 cores for a kernel core, have {n}");
+    }
+    let p = Del(ObjName::new(root(), ok!(sys::pcore_alloc(root(), "kc", n - 1))));
+    ok!(sys::pcore_set_role(p.0, ROLE_KC));
+    let nic = ok!(Nic::open(root(), 1, 16, Mode::Dedicated));
+    let r = (|| -> TestResult {
+        ok!(nic.attach(p.0));
+        // The kernel core becomes an ordinary core with the card still attached to it.
+        ok!(sys::pcore_set_role(p.0, ROLE_XC));
+        let slot = |seq: u64| {
+            let at = NET_VA + net_ring_page(0, NET_RING_TX) * PAGE_SIZE + NET_RING_ENTRIES_AT + 8 * (seq % NET_RING_ENTRIES);
+            // SAFETY: a slot of the TX ring page of the mapped channel segment.
+            unsafe { &*(at as *const AtomicU64) }
+        };
+        // A well-formed 60-byte frame of zeros (QEMU's user network drops it).
+        slot(0).store(net_entry(0, 0, 60), Ordering::Release);
+        libos::time::spin_ms(300);
+        let st = ok!(sys::device_stat(nic.dev));
+        ensure!(st.packets_out == 0, "sent {} frames while no kernel core polled", st.packets_out);
+        // Back to a kernel core: it polls the card again and sends the frame once.
+        ok!(sys::pcore_set_role(p.0, ROLE_KC));
+        let sent = libos::time::wait_until(5_000, || sys::device_stat(nic.dev).map(|s| s.packets_out >= 1).unwrap_or(false));
+        libos::time::spin_ms(100);
+        let st = ok!(sys::device_stat(nic.dev));
+        ensure!(sent && st.packets_out == 1, "{} frames out after the core became a kernel core again, want 1", st.packets_out);
+        ensure!(st.errors == 0, "{} errors", st.errors);
+        Ok(Pass::Ok)
+    })();
+    let _ = nic.detach(p.0);
+    let _ = nic.unmap_here();
+    ok!(nic.close());
+    ok!(sys::pcore_set_role(p.0, ROLE_XC));
+    r
+}
+
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 6] = [
+    let tests: [(&str, fn() -> TestResult); 7] = [
         ("net_card_is_listed", card_is_listed),
         ("net_alloc_checks_its_arguments", alloc_checks_its_arguments),
         ("net_one_virtual_nic_at_a_time", one_virtual_nic_at_a_time),
         ("net_pinned_segment_keeps_its_frames", pinned_segment_keeps_its_frames),
         ("net_device_buf_checks_its_arguments", device_buf_checks_its_arguments),
         ("net_kernel_core_survives_bad_rings", kernel_core_survives_bad_rings),
+        ("net_kernel_core_leaves_and_returns", kernel_core_leaves_and_returns),
     ];
     for (name, f) in tests {
         if selected(args, name) {
