@@ -382,6 +382,7 @@ fn reduce_phase(sh: &Shared, app: App, input_len: usize, w: usize, n: usize, are
         let refs = arena.alloc::<Ref>(total).map_err(full(arena.used()))?;
         let mut k = 0;
         for v in 0..n {
+            // SAFETY: as for the whole loop: published, no longer written, readable here.
             for e in unsafe { table(v).entries() } {
                 // SAFETY: `k < total` (`total` counts exactly these entries).
                 unsafe { refs.add(k).write(Ref { e, w: v }) };
@@ -396,20 +397,24 @@ fn reduce_phase(sh: &Shared, app: App, input_len: usize, w: usize, n: usize, are
         let mut nout = 0;
         let mut i = 0;
         while i < total {
-            // SAFETY: as above.
+            // SAFETY: every `Ref` points at a filled entry of a live arena (as for the loop).
             let first = unsafe { *refs[i].e };
+            // SAFETY: as above.
             let key = unsafe { first.key() };
             let mut j = i + 1;
+            // SAFETY: as above.
             while j < total && unsafe { (*refs[j].e).key() } == key {
                 j += 1;
             }
             let group = &refs[i..j];
+            // SAFETY: as above.
             let count: u64 = group.iter().map(|r| unsafe { (*r.e).count }).sum();
             let mut out = Entry { hash: first.hash, key: first.key, klen: first.klen, count, vals: first.vals, cap: first.cap };
             if app == App::Wri && group.len() > 1 {
                 let vals = arena.alloc::<u64>(count as usize).map_err(full(arena.used()))?;
                 let mut at = 0;
                 for r in group {
+                    // SAFETY: as above; a `wri` entry's offsets are initialised up to `count`.
                     let v = unsafe { (*r.e).vals() };
                     // SAFETY: `vals` has room for `count` offsets, the sum of the groups'.
                     unsafe { core::ptr::copy_nonoverlapping(v.as_ptr(), vals.add(at), v.len()) };
@@ -577,6 +582,7 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
         while let Some(Reverse((_, i, j))) = heap.pop() {
             merged.push(&parts[i][j]);
             if j + 1 < parts[i].len() {
+                // SAFETY: as above.
                 heap.push(Reverse((unsafe { parts[i][j + 1].key() }, i, j + 1)));
             }
         }
