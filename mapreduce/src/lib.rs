@@ -14,8 +14,11 @@
 //!    key and folds equal keys (counts summed; offset lists concatenated in worker order,
 //!    which is ascending since the splits are in input order). The sorted result goes into the
 //!    reducer's arena.
-//! 3. **merge**: the sorted partitions are merged into one key-ordered list (a k-way merge on
-//!    worker 0; Metis merges in parallel, not done here).
+//! 3. **merge**: the sorted partitions are merged into one key-ordered list in parallel, as
+//!    Metis does: in rounds of pairwise merges (partition lists `i` and `i + stride` into `i`,
+//!    the pairs dealt round-robin to the workers, a barrier after each round) until one list
+//!    is left. The lists are arrays of pointers to the reducers' result entries, in the
+//!    merging worker's arena.
 //!
 //! Then the output is written through a [`Sink`] in the exact format of [`output`].
 //!
@@ -39,10 +42,8 @@ pub mod output;
 pub mod table;
 pub mod words;
 
-use alloc::collections::BinaryHeap;
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
-use core::cmp::Reverse;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 pub use output::{Digest, Sink};
@@ -208,6 +209,8 @@ pub struct Report {
     /// reduce phase's demand-zero faults on its own output. Reduce faults beyond this number
     /// are faults on reading the other workers' data (the layouts differ there).
     pub reduce_arena_pages: u64,
+    /// The same for the merge phase (the merge rounds' pointer lists).
+    pub merge_arena_pages: u64,
     /// Largest arena use of one worker (bytes), and each arena's size.
     pub arena_used_max: usize,
     pub arena_bytes: usize,
@@ -228,7 +231,7 @@ impl core::fmt::Display for Report {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "metis-phases workers={} partitions={} input_bytes={} keys={} words={} map_us={} reduce_us={} merge_us={} output_us={} map_faults={} reduce_faults={} reduce_arena_pages={} merge_faults={} arena_bytes={} arena_used_max={} tsc_hz={}",
+            "metis-phases workers={} partitions={} input_bytes={} keys={} words={} map_us={} reduce_us={} merge_us={} output_us={} map_faults={} reduce_faults={} reduce_arena_pages={} merge_faults={} merge_arena_pages={} arena_bytes={} arena_used_max={} tsc_hz={}",
             self.workers,
             self.partitions,
             self.input_bytes,
@@ -242,6 +245,7 @@ impl core::fmt::Display for Report {
             self.reduce.faults,
             self.reduce_arena_pages,
             self.merge.faults,
+            self.merge_arena_pages,
             self.arena_bytes,
             self.arena_used_max,
             self.tsc_hz
@@ -259,18 +263,21 @@ pub const MAX_PARTITIONS: usize = 4096;
 struct Slot {
     tables: AtomicPtr<Table>,
     used: AtomicUsize,
-    /// Arena bytes in use when map ended.
+    /// Arena bytes in use when map ended, and at the end (after merge).
     used_map: AtomicUsize,
+    used_end: AtomicUsize,
     words: AtomicU64,
     failed: AtomicBool,
     error: UnsafeCell<Option<Error>>,
 }
 
-/// A reduce partition's sorted result.
+/// A reduce partition's sorted result, and its list in the merge rounds.
 #[repr(align(128))]
 struct Part {
     outs: AtomicPtr<Entry>,
     len: AtomicUsize,
+    list: AtomicPtr<*const Entry>,
+    list_len: AtomicUsize,
 }
 
 struct Barrier {
@@ -298,8 +305,8 @@ struct Shared {
     parts: Vec<Part>,
     failed: AtomicBool,
     barrier: Barrier,
-    /// TSC and fault count at each phase boundary, written by worker 0.
-    marks: [AtomicU64; 6],
+    /// TSC (0..4) and fault count (4..8) at each phase boundary, written by worker 0.
+    marks: [AtomicU64; 8],
 }
 
 // SAFETY: `Slot::error` is written only by its worker before it sets `failed` (Release) and
@@ -382,6 +389,7 @@ fn reduce_phase(sh: &Shared, app: App, input_len: usize, w: usize, n: usize, are
         let refs = arena.alloc::<Ref>(total).map_err(full(arena.used()))?;
         let mut k = 0;
         for v in 0..n {
+            // SAFETY: as for the whole loop: published, no longer written, readable here.
             for e in unsafe { table(v).entries() } {
                 // SAFETY: `k < total` (`total` counts exactly these entries).
                 unsafe { refs.add(k).write(Ref { e, w: v }) };
@@ -396,20 +404,24 @@ fn reduce_phase(sh: &Shared, app: App, input_len: usize, w: usize, n: usize, are
         let mut nout = 0;
         let mut i = 0;
         while i < total {
-            // SAFETY: as above.
+            // SAFETY: every `Ref` points at a filled entry of a live arena (as for the loop).
             let first = unsafe { *refs[i].e };
+            // SAFETY: as above.
             let key = unsafe { first.key() };
             let mut j = i + 1;
+            // SAFETY: as above.
             while j < total && unsafe { (*refs[j].e).key() } == key {
                 j += 1;
             }
             let group = &refs[i..j];
+            // SAFETY: as above.
             let count: u64 = group.iter().map(|r| unsafe { (*r.e).count }).sum();
             let mut out = Entry { hash: first.hash, key: first.key, klen: first.klen, count, vals: first.vals, cap: first.cap };
             if app == App::Wri && group.len() > 1 {
                 let vals = arena.alloc::<u64>(count as usize).map_err(full(arena.used()))?;
                 let mut at = 0;
                 for r in group {
+                    // SAFETY: as above; a `wri` entry's offsets are initialised up to `count`.
                     let v = unsafe { (*r.e).vals() };
                     // SAFETY: `vals` has room for `count` offsets, the sum of the groups'.
                     unsafe { core::ptr::copy_nonoverlapping(v.as_ptr(), vals.add(at), v.len()) };
@@ -425,6 +437,73 @@ fn reduce_phase(sh: &Shared, app: App, input_len: usize, w: usize, n: usize, are
         }
         sh.parts[p].outs.store(outs, Ordering::Relaxed);
         sh.parts[p].len.store(nout, Ordering::Release);
+    }
+    Ok(())
+}
+
+/// Merge, first step: worker `w` makes the list of each partition it reduced (pointers to
+/// its result entries, in order).
+fn merge_full(input_len: usize, w: usize, used: usize) -> impl Fn(Full) -> Error {
+    move |f: Full| Error::NoMemory {
+        phase: "merge",
+        worker: w,
+        arena: f.cap,
+        fits: (input_len as u128 * f.cap as u128 / (used as u128 + f.want as u128).max(1)) as usize,
+    }
+}
+
+fn merge_init(sh: &Shared, input_len: usize, w: usize, n: usize, arena: &mut Arena) -> Result<(), Error> {
+    for p in (w..sh.parts.len()).step_by(n) {
+        let part = &sh.parts[p];
+        let len = part.len.load(Ordering::Acquire);
+        let list = arena.alloc::<*const Entry>(len).map_err(merge_full(input_len, w, arena.used()))?;
+        let outs = part.outs.load(Ordering::Relaxed);
+        for i in 0..len {
+            // SAFETY: `i < len`: `list` has room for `len` pointers and `outs` holds `len`
+            // entries this worker wrote in reduce.
+            unsafe { list.add(i).write(outs.add(i)) };
+        }
+        part.list.store(list, Ordering::Relaxed);
+        part.list_len.store(len, Ordering::Release);
+    }
+    Ok(())
+}
+
+/// One merge round: worker `w` merges the pairs of lists (`i`, `i + stride`), `i` a multiple
+/// of `2 * stride`, dealt to it round-robin, into list `i`.
+fn merge_round(sh: &Shared, input_len: usize, w: usize, n: usize, stride: usize, arena: &mut Arena) -> Result<(), Error> {
+    let parts = sh.parts.len();
+    for (k, i) in (0..parts).step_by(2 * stride).enumerate() {
+        let j = i + stride;
+        if k % n != w || j >= parts {
+            continue;
+        }
+        let (a, b) = (&sh.parts[i], &sh.parts[j]);
+        let (la, lb) = (a.list_len.load(Ordering::Acquire), b.list_len.load(Ordering::Acquire));
+        if lb == 0 {
+            continue;
+        }
+        // SAFETY: the lists were published before the last barrier and are written only by
+        // their round's merger, which is this worker; every pointer is to a live entry.
+        let (xa, xb) = unsafe { (core::slice::from_raw_parts(a.list.load(Ordering::Relaxed), la), core::slice::from_raw_parts(b.list.load(Ordering::Relaxed), lb)) };
+        let out = arena.alloc::<*const Entry>(la + lb).map_err(merge_full(input_len, w, arena.used()))?;
+        let (mut x, mut y, mut o) = (0, 0, 0);
+        while x < la || y < lb {
+            // SAFETY: as above (keys of live entries); keys never repeat across partitions.
+            let take_a = y == lb || (x < la && unsafe { (*xa[x]).key() < (*xb[y]).key() });
+            let e = if take_a {
+                x += 1;
+                xa[x - 1]
+            } else {
+                y += 1;
+                xb[y - 1]
+            };
+            // SAFETY: `o < la + lb`, inside `out`.
+            unsafe { out.add(o).write(e) };
+            o += 1;
+        }
+        a.list.store(out, Ordering::Relaxed);
+        a.list_len.store(la + lb, Ordering::Release);
     }
     Ok(())
 }
@@ -463,16 +542,16 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
     }
     let sh = Shared {
         slots: (0..n)
-            .map(|_| Slot { tables: AtomicPtr::new(core::ptr::null_mut()), used: AtomicUsize::new(0), used_map: AtomicUsize::new(0), words: AtomicU64::new(0), failed: AtomicBool::new(false), error: UnsafeCell::new(None) })
+            .map(|_| Slot { tables: AtomicPtr::new(core::ptr::null_mut()), used: AtomicUsize::new(0), used_map: AtomicUsize::new(0), used_end: AtomicUsize::new(0), words: AtomicU64::new(0), failed: AtomicBool::new(false), error: UnsafeCell::new(None) })
             .collect(),
-        parts: (0..partitions).map(|_| Part { outs: AtomicPtr::new(core::ptr::null_mut()), len: AtomicUsize::new(0) }).collect(),
+        parts: (0..partitions).map(|_| Part { outs: AtomicPtr::new(core::ptr::null_mut()), len: AtomicUsize::new(0), list: AtomicPtr::new(core::ptr::null_mut()), list_len: AtomicUsize::new(0) }).collect(),
         failed: AtomicBool::new(false),
         barrier: Barrier { n, count: AtomicUsize::new(0), gen: AtomicUsize::new(0) },
         marks: Default::default(),
     };
     let mark = |i: usize| {
         sh.marks[i].store(env.ticks(), Ordering::Relaxed);
-        sh.marks[i + 3].store(env.faults(n), Ordering::Relaxed);
+        sh.marks[i + 4].store(env.faults(n), Ordering::Relaxed);
     };
     let body = |w: usize| {
         prefault_stack();
@@ -525,6 +604,31 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
         if w == 0 {
             stop(Marked::Reduce);
             mark(2);
+            start(Marked::Merge);
+        }
+        // Merge: every worker runs the same rounds (and barriers), failed or not.
+        let merge_step = |a: &mut Option<Arena>, f: &dyn Fn(&mut Arena) -> Result<(), Error>| {
+            if let Some(a) = a.as_mut() {
+                if !sh.failed.load(Ordering::Acquire) {
+                    if let Err(e) = f(a) {
+                        sh.fail(w, e);
+                    }
+                }
+            }
+            sh.barrier.wait(&|| env.relax());
+        };
+        merge_step(&mut arena, &|a| merge_init(&sh, input.len(), w, n, a));
+        let mut stride = 1;
+        while stride < partitions {
+            merge_step(&mut arena, &|a| merge_round(&sh, input.len(), w, n, stride, a));
+            stride *= 2;
+        }
+        if let Some(a) = arena.as_ref() {
+            sh.slots[w].used_end.store(a.used(), Ordering::Relaxed);
+        }
+        if w == 0 {
+            stop(Marked::Merge);
+            mark(3);
         }
     };
     let ran = env.run(n, &body);
@@ -533,61 +637,40 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
             // SAFETY: `failed` is set, so its worker finished writing `error`.
             return Err(unsafe { *s.error.get() }.unwrap_or(Error::Param("a worker failed")));
         }
-        let m = |i: usize| (sh.marks[i].load(Ordering::Relaxed), sh.marks[i + 3].load(Ordering::Relaxed));
-        let ((t0, f0), (t1, f1), (t2, f2)) = (m(0), m(1), m(2));
+        let m = |i: usize| (sh.marks[i].load(Ordering::Relaxed), sh.marks[i + 4].load(Ordering::Relaxed));
+        let ((t0, f0), (t1, f1), (t2, f2), (t3, f3)) = (m(0), m(1), m(2), m(3));
+        let pages = |a: usize, b: usize| (b.div_ceil(4096) - a.div_ceil(4096)) as u64;
+        let load = |x: &AtomicUsize| x.load(Ordering::Relaxed);
         let mut r = Report {
             workers: n,
             partitions,
             input_bytes: input.len(),
             map: Phase { ticks: t1 - t0, faults: f1 - f0 },
             reduce: Phase { ticks: t2 - t1, faults: f2 - f1 },
+            merge: Phase { ticks: t3 - t2, faults: f3 - f2 },
             words: sh.slots.iter().map(|s| s.words.load(Ordering::Relaxed)).sum(),
-            reduce_arena_pages: sh
-                .slots
-                .iter()
-                .map(|s| (s.used.load(Ordering::Relaxed).div_ceil(4096) - s.used_map.load(Ordering::Relaxed).div_ceil(4096)) as u64)
-                .sum(),
-            arena_used_max: sh.slots.iter().map(|s| s.used.load(Ordering::Relaxed)).max().unwrap_or(0),
+            reduce_arena_pages: sh.slots.iter().map(|s| pages(load(&s.used_map), load(&s.used))).sum(),
+            merge_arena_pages: sh.slots.iter().map(|s| pages(load(&s.used), load(&s.used_end))).sum(),
+            arena_used_max: sh.slots.iter().map(|s| load(&s.used_end)).max().unwrap_or(0),
             arena_bytes,
             tsc_hz: env.ticks_per_sec(),
             ..Report::default()
         };
-        // Merge: a k-way merge of the sorted partitions (keys never repeat across partitions).
-        start(Marked::Merge);
-        let t3 = env.ticks();
-        let parts: Vec<&[Entry]> = sh
-            .parts
-            .iter()
-            .map(|p| {
-                let len = p.len.load(Ordering::Acquire);
-                if len == 0 {
-                    &[][..]
-                } else {
-                    // SAFETY: the reducer wrote `len` entries at `outs` before the last barrier.
-                    unsafe { core::slice::from_raw_parts(p.outs.load(Ordering::Relaxed), len) }
-                }
-            })
-            .collect();
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        let mut merged: Vec<&Entry> = Vec::new();
-        merged.try_reserve_exact(total).map_err(|_| Error::NoMemory { phase: "merge", worker: 0, arena: 0, fits: 0 })?;
-        // SAFETY: keys live in arenas that stay mapped until `release` below.
-        let mut heap: BinaryHeap<Reverse<(&[u8], usize, usize)>> =
-            parts.iter().enumerate().filter(|(_, p)| !p.is_empty()).map(|(i, p)| Reverse((unsafe { p[0].key() }, i, 0))).collect();
-        while let Some(Reverse((_, i, j))) = heap.pop() {
-            merged.push(&parts[i][j]);
-            if j + 1 < parts[i].len() {
-                heap.push(Reverse((unsafe { parts[i][j + 1].key() }, i, j + 1)));
-            }
-        }
+        // The merged list is partition 0's.
+        let len = sh.parts[0].list_len.load(Ordering::Acquire);
+        let merged: &[*const Entry] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: published by the last merge round before the final barrier; the arenas
+            // stay mapped until `release` below.
+            unsafe { core::slice::from_raw_parts(sh.parts[0].list.load(Ordering::Relaxed), len) }
+        };
         let t4 = env.ticks();
-        stop(Marked::Merge);
         let f4 = env.faults(n);
-        r.merge = Phase { ticks: t4 - t3, faults: f4 - f2 };
         r.keys = merged.len();
-        for e in &merged {
-            // SAFETY: as above.
-            unsafe { output::write_entry(sink, app, e) };
+        for &e in merged {
+            // SAFETY: every pointer is to a live result entry (as above).
+            unsafe { output::write_entry(sink, app, &*e) };
         }
         r.output = Phase { ticks: env.ticks() - t4, faults: env.faults(n) - f4 };
         Ok(r)

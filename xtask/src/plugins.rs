@@ -31,7 +31,8 @@ Options:
   --system linux|ours     guest system (default linux)
   --workload NAME         (--bench NAME is the same) linux: stream null dupclose dupclose_unshared counter private
                           find zip pipe spawn tcpserv (Corey 8.2, driven by the load
-                          generator: ops = connections; ours: tcpserv too); ours: a suite benchmark (`cargo xtask bench
+                          generator: ops = connections; ours: tcpserv too), or a suite benchmark
+                          they do not cover (run by bench-linux, e.g. metis_wri); ours: a suite benchmark (`cargo xtask bench
                           --list`, run by bench-ours with one worker per vCPU) or a microbench
                           one (null fault share_private share_global stat segment; one core)
   --smp N                 vCPUs (default 1; sharing default 2)
@@ -230,17 +231,30 @@ struct RunSpec<'a> {
 fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Duration), String> {
     match spec.system {
         System::Linux => {
-            let defaults = LINUX_WORKLOADS
-                .iter()
-                .find(|(n, _)| *n == spec.workload)
-                .map(|(_, d)| *d)
-                .ok_or_else(|| {
+            // A benchmark of the suite that the workload guest does not have (the `metis_*`
+            // rows) runs in `bench-linux` as /init, one worker per vCPU, one repetition, its
+            // region marked as in `cargo xtask bench`.
+            let suite_only = !LINUX_WORKLOADS.iter().any(|(n, _)| *n == spec.workload)
+                && crate::bench::catalog::find(spec.workload).is_some_and(|b| !b.hidden && !b.kernel_core);
+            let defaults = if suite_only {
+                ""
+            } else {
+                LINUX_WORKLOADS.iter().find(|(n, _)| *n == spec.workload).map(|(_, d)| *d).ok_or_else(|| {
                     let names: Vec<&str> = LINUX_WORKLOADS.iter().map(|(n, _)| *n).collect();
-                    format!("unknown workload `{}` for linux (known: {})", spec.workload, names.join(", "))
-                })?;
+                    format!("unknown workload `{}` for linux (known: {}, or a suite benchmark)", spec.workload, names.join(", "))
+                })?
+            };
             let kernel = linux::fetch_kernel()?;
             let tcp = spec.workload == "tcpserv";
-            let initrd = if tcp { crate::net::linux_guest::initramfs(&kernel)? } else { linux::guest_initramfs()? };
+            let initrd = if tcp {
+                crate::net::linux_guest::initramfs(&kernel)?
+            } else if suite_only {
+                let out = artifact_dir().join("bench-linux-initramfs.cpio");
+                linux::build_initramfs(&crate::bench::linux_sys::build_guest_program()?, &out)?;
+                out
+            } else {
+                linux::guest_initramfs()?
+            };
             let mut vm = LinuxVm::new(&kernel, &initrd);
             if tcp {
                 vm.net = Some(crate::net::NetConfig::service()?);
@@ -255,7 +269,11 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
                 vm.icount_shift = Some(3);
             }
             // The guest takes the first occurrence of a key: the caller's parameters win.
-            vm.append = format!("wl={} threads={} {} {}", spec.workload, spec.smp, spec.params, defaults);
+            vm.append = if suite_only {
+                format!("bench={} workers={} reps=1 {}", spec.workload, spec.smp, spec.params)
+            } else {
+                format!("wl={} threads={} {} {}", spec.workload, spec.smp, spec.params, defaults)
+            };
             vm.plugins.extend(plugin);
             vm.timeout = spec.timeout;
             Ok((vm.qemu_args(), vm.timeout))

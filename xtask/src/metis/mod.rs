@@ -514,7 +514,7 @@ fn report(r: &MetisRun, res: &MetisResult, ours: Option<&(PathBuf, Vec<u8>)>, li
     println!("phase     time (ms, TCG)   soft faults");
     println!("map       {:>14}   {:>11}", ms(p, "map_us"), g("map_faults"));
     println!("reduce    {:>14}   {:>11}   (new arena pages the reducers wrote: {}; faults beyond that are reads of other workers' data)", ms(p, "reduce_us"), g("reduce_faults"), g("reduce_arena_pages"));
-    println!("merge     {:>14}   {:>11}", ms(p, "merge_us"), g("merge_faults"));
+    println!("merge     {:>14}   {:>11}   (new arena pages the merge rounds wrote: {})", ms(p, "merge_us"), g("merge_faults"), g("merge_arena_pages"));
     println!("(output   {:>14} ms over the serial line; boot to power-off {:.1} s)", ms(p, "output_us"), res.wall_s);
     match calib_rate(res) {
         Some(c) => println!("calibration loop in this boot: {:.3} steps/ns per core ({} workers)", c, res.calib.map(|x| x.2).unwrap_or(0)),
