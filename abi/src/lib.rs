@@ -17,7 +17,9 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+pub mod blk;
 pub mod net;
+pub use blk::*;
 pub use net::*;
 
 /// A 64-bit object id, unique for the life of the system.
@@ -269,10 +271,12 @@ pub enum Error {
     Unsupported = 17,
     /// No such device, or no such file in the boot image.
     NotFound = 18,
+    /// A device reported an error for the request (a disk's read or write failed).
+    Io = 19,
 }
 
 impl Error {
-    pub const ALL: [Error; 18] = [
+    pub const ALL: [Error; 19] = [
         Error::NoSuchCall,
         Error::InvalidArgument,
         Error::ShareNotReachable,
@@ -291,6 +295,7 @@ impl Error {
         Error::AlreadyExists,
         Error::Unsupported,
         Error::NotFound,
+        Error::Io,
     ];
 
     pub fn from_code(code: i64) -> Option<Error> {
@@ -317,6 +322,7 @@ impl Error {
             Error::AlreadyExists => "already exists",
             Error::Unsupported => "unsupported",
             Error::NotFound => "not found",
+            Error::Io => "device I/O error",
         }
     }
 }

@@ -49,6 +49,7 @@ Commands:
                             (guest 10.0.2.15/24); forwards a free port on 127.0.0.1 to guest
                             port 80 unless --hostfwd is given, and prints
                             `net: 127.0.0.1:PORT -> guest:80`
+           --disk IMG       attach the raw image IMG as a virtio-blk disk (default: none)
            --hostfwd H:G    forward 127.0.0.1:H on the host to guest port G (repeatable;
                             implies --net)
   test     Host `cargo test`, loom model checks, then the in-kernel tests at 1, 2, 4, 8 vCPUs.

@@ -37,6 +37,8 @@ pub struct VmConfig {
     pub extra: Vec<String>,
     /// The guest NIC on QEMU's restricted user-mode network (`--net`), or no NIC at all.
     pub net: Option<crate::net::NetConfig>,
+    /// A raw disk image attached as a `virtio-blk-pci` disk (`--disk IMG`), or no disk.
+    pub disk: Option<PathBuf>,
 }
 
 impl Default for VmConfig {
@@ -53,6 +55,7 @@ impl Default for VmConfig {
             timeout: None,
             extra: Vec::new(),
             net: None,
+            disk: None,
         }
     }
 }
@@ -120,6 +123,7 @@ impl VmConfig {
                     forwards.push(crate::net::parse_hostfwd(&value("--hostfwd")?)?);
                     net = true;
                 }
+                "--disk" => cfg.disk = Some(PathBuf::from(value("--disk")?)),
                 "--iso" => iso = true,
                 "--uefi" => uefi = true,
                 _ => rest.push(a.clone()),
@@ -150,6 +154,15 @@ impl VmConfig {
         }
         if self.numa_nodes > 0 && self.mem_mib < self.numa_nodes as u64 {
             return Err(format!("--numa: {} MiB cannot be split over {} nodes", self.mem_mib, self.numa_nodes));
+        }
+        if let Some(d) = &self.disk {
+            if !d.is_file() {
+                return Err(format!("--disk: `{}` is not a file (make one with `cargo xtask fs mkimage DIR IMG`)", d.display()));
+            }
+            // QEMU splits -drive options at commas; such a path cannot be passed safely.
+            if d.to_string_lossy().contains(',') {
+                return Err(format!("--disk: `{}`: a path with a comma cannot be given to QEMU", d.display()));
+            }
         }
         if self.cpu.is_empty() || self.cpu.starts_with('-') {
             return Err("--cpu: needs a QEMU CPU model name".into());
@@ -220,6 +233,12 @@ impl VmConfig {
         match &self.net {
             Some(n) => a.extend(n.qemu_args()),
             None => a.extend(crate::net::no_net_args()),
+        }
+        if let Some(d) = &self.disk {
+            a.push("-drive".into());
+            a.push(format!("file={},format=raw,if=none,id=d0", d.display()));
+            a.push("-device".into());
+            a.push("virtio-blk-pci,drive=d0".into());
         }
         a.extend(self.extra.iter().cloned());
         a
