@@ -1,9 +1,13 @@
 //! `cargo xtask`: the one host tool. Builds the kernel, boots it under QEMU (always TCG),
 //! runs the test matrix, builds the ISO and runs benchmarks.
 
+// The library OS's ext2 reader, compiled into `fs` unchanged, names `alloc::` paths.
+extern crate alloc;
+
 mod bench;
 mod boot_bench;
 mod env;
+mod fs;
 mod fuzz;
 mod iso;
 mod ksyms;
@@ -61,6 +65,8 @@ Commands:
   cachesim, audit   short for `plugin cachesim`, `plugin audit`
   linux    Linux baseline (see `cargo xtask linux help`)
   net      Network host side: `net load` (the TCP load generator; `cargo xtask net help`)
+  fs       ext2 images: `fs mkimage DIR IMG [--size S]`, `fs check IMG` (e2fsprogs), `fs ls|cat IMG
+           PATH`, `fs get IMG PATH OUT` (our reader) (`cargo xtask fs help`)
   metis    Metis MapReduce: `metis wc|wri|wrmem --input FILE --out FILE [--smp N] [--system ours|linux]
            [--layout per-core|shared|private] [--check]` (`cargo xtask metis --help`)
   fuzz     System-call fuzzer on every core: --calls N --seed S --smp K --inject SPEC --planted-bug
@@ -97,6 +103,7 @@ fn main() -> ExitCode {
         }
         "linux" => linux::main(rest),
         "net" => net::main(rest),
+        "fs" => fs::main(rest),
         "metis" => metis::main(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");

@@ -1,0 +1,382 @@
+//! `cargo xtask fs`: ext2 images on the host (issue 16). `mkimage` and `check` wrap Debian's
+//! e2fsprogs (`mke2fs -t ext2 -d DIR`, `e2fsck -fn`), installed on demand; `ls`, `cat` and
+//! `get` read an image with the library OS's own ext2 reader (`user/libos/src/fs/ext2.rs`,
+//! compiled here unchanged), so the host commands exercise the same code the guest runs, and
+//! the host tests below run it against real `mke2fs` images, corrupted ones included.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[path = "../../../user/libos/src/fs/ext2.rs"]
+#[allow(dead_code)]
+pub mod ext2;
+
+use ext2::{Disk, Ext2, FsError};
+
+const HELP: &str = "\
+cargo xtask fs <command>
+  mkimage DIR IMG [--size S]   make an ext2 image of DIR's files (mke2fs -t ext2 -d; S like 8M,
+                               default: the files' size plus room, at least 4 MiB)
+  check IMG                    e2fsck -fn IMG (read-only; exit status says clean or not)
+  ls IMG [PATH]                list a directory of the image (our reader)
+  cat IMG PATH                 print a file of the image (our reader)
+  get IMG PATH OUT             copy a file of the image to OUT (our reader)
+";
+
+pub fn main(args: &[String]) -> Result<(), String> {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["mkimage", dir, img, rest @ ..] => {
+            let size = match rest {
+                [] => None,
+                ["--size", s] => Some(crate::qemu::parse_size_mib(s)?),
+                _ => return Err(format!("fs mkimage: unexpected arguments {rest:?}\n{HELP}")),
+            };
+            mkimage(Path::new(dir), Path::new(img), size).map(|mib| println!("fs: {img}: ext2, {mib} MiB, from {dir}"))
+        }
+        ["check", img] => check(Path::new(img)),
+        ["ls", img] => ls(Path::new(img), "/"),
+        ["ls", img, path] => ls(Path::new(img), path),
+        ["cat", img, path] => {
+            let data = read_file(Path::new(img), path)?;
+            std::io::stdout().write_all(&data).map_err(|e| e.to_string())
+        }
+        ["get", img, path, out] => {
+            let data = read_file(Path::new(img), path)?;
+            std::fs::write(out, data).map_err(|e| format!("{out}: {e}"))
+        }
+        ["help"] | ["--help"] | [] => {
+            print!("{HELP}");
+            Ok(())
+        }
+        _ => Err(format!("fs: unknown arguments {a:?}\n{HELP}")),
+    }
+}
+
+pub fn ensure_e2fsprogs() -> Result<(), String> {
+    crate::env::ensure_tool("mke2fs", &["e2fsprogs"])?;
+    crate::env::ensure_tool("e2fsck", &["e2fsprogs"])
+}
+
+/// Find an e2fsprogs program (in /sbin on Debian, which a user's PATH may lack).
+fn tool(name: &str) -> PathBuf {
+    for d in ["/usr/sbin", "/sbin"] {
+        let p = Path::new(d).join(name);
+        if p.exists() {
+            return p;
+        }
+    }
+    PathBuf::from(name)
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => total += 4096 + dir_bytes(&e.path()),
+                Ok(m) => total += m.len().next_multiple_of(4096),
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
+
+/// Make `img` (replacing it) holding `dir`'s files. Returns its size in MiB. The image is
+/// plain ext2 with 4 KiB blocks and no htree directory index (`-O ^dir_index`: the library OS
+/// reads and writes directories linearly).
+pub fn mkimage(dir: &Path, img: &Path, size_mib: Option<u64>) -> Result<u64, String> {
+    if !dir.is_dir() {
+        return Err(format!("fs mkimage: `{}` is not a directory", dir.display()));
+    }
+    ensure_e2fsprogs()?;
+    let need = dir_bytes(dir);
+    let mib = size_mib.unwrap_or_else(|| ((need * 2) >> 20).max(4) + 1);
+    let _ = std::fs::remove_file(img);
+    let f = File::create(img).map_err(|e| format!("{}: {e}", img.display()))?;
+    f.set_len(mib << 20).map_err(|e| format!("{}: {e}", img.display()))?;
+    drop(f);
+    let out = Command::new(tool("mke2fs"))
+        .args(["-q", "-F", "-t", "ext2", "-b", "4096", "-O", "^dir_index", "-E", "root_owner=0:0", "-d"])
+        .arg(dir)
+        .arg(img)
+        .output()
+        .map_err(|e| format!("cannot run mke2fs: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("mke2fs failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(mib)
+}
+
+/// `e2fsck -fn`: Ok if the image is clean.
+pub fn check(img: &Path) -> Result<(), String> {
+    ensure_e2fsprogs()?;
+    let out = Command::new(tool("e2fsck")).arg("-fn").arg(img).output().map_err(|e| format!("cannot run e2fsck: {e}"))?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    if out.status.success() {
+        println!("fs: {}: clean", img.display());
+        Ok(())
+    } else {
+        Err(format!("{}: e2fsck -fn found problems ({})", img.display(), out.status))
+    }
+}
+
+/// An image file as a `Disk`.
+pub struct ImageFile {
+    f: File,
+    len: u64,
+}
+
+impl ImageFile {
+    pub fn open(img: &Path) -> Result<ImageFile, String> {
+        let f = File::open(img).map_err(|e| format!("{}: {e}", img.display()))?;
+        let len = f.metadata().map_err(|e| e.to_string())?.len();
+        Ok(ImageFile { f, len })
+    }
+}
+
+impl Disk for ImageFile {
+    fn read_at(&mut self, off: u64, buf: &mut [u8]) -> ext2::Result<()> {
+        if off.checked_add(buf.len() as u64).is_none_or(|e| e > self.len) {
+            return Err(FsError::Io);
+        }
+        self.f.seek(SeekFrom::Start(off)).map_err(|_| FsError::Io)?;
+        self.f.read_exact(buf).map_err(|_| FsError::Io)
+    }
+    fn write_at(&mut self, _off: u64, _buf: &[u8]) -> ext2::Result<()> {
+        Err(FsError::ReadOnly)
+    }
+    fn size(&self) -> u64 {
+        self.len
+    }
+}
+
+/// An image in memory as a `Disk` (tests).
+pub struct MemDisk(pub Vec<u8>);
+
+impl Disk for MemDisk {
+    fn read_at(&mut self, off: u64, buf: &mut [u8]) -> ext2::Result<()> {
+        let s = usize::try_from(off).map_err(|_| FsError::Io)?;
+        let src = s.checked_add(buf.len()).and_then(|e| self.0.get(s..e)).ok_or(FsError::Io)?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+    fn write_at(&mut self, off: u64, buf: &[u8]) -> ext2::Result<()> {
+        let s = usize::try_from(off).map_err(|_| FsError::Io)?;
+        let dst = s.checked_add(buf.len()).and_then(|e| self.0.get_mut(s..e)).ok_or(FsError::Io)?;
+        dst.copy_from_slice(buf);
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.0.len() as u64
+    }
+}
+
+fn fs_err(img: &Path, what: &str, e: FsError) -> String {
+    format!("{}: {what}: {} ({})", img.display(), e.as_str(), e.kind())
+}
+
+fn mount(img: &Path) -> Result<Ext2<ImageFile>, String> {
+    Ext2::mount(ImageFile::open(img)?).map_err(|e| fs_err(img, "mount", e))
+}
+
+fn ls(img: &Path, path: &str) -> Result<(), String> {
+    let mut fs = mount(img)?;
+    let dir = fs.resolve(path.as_bytes()).map_err(|e| fs_err(img, path, e))?;
+    let mut entries = fs.read_dir(&dir).map_err(|e| fs_err(img, path, e))?;
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    for e in entries {
+        let ino = fs.inode(e.ino).map_err(|er| fs_err(img, path, er))?;
+        let kind = if ino.is_dir() { 'd' } else if ino.is_symlink() { 'l' } else { '-' };
+        println!("{kind} {:>10} {}", ino.size, String::from_utf8_lossy(&e.name));
+    }
+    Ok(())
+}
+
+pub fn read_file(img: &Path, path: &str) -> Result<Vec<u8>, String> {
+    let mut fs = mount(img)?;
+    let ino = fs.resolve(path.as_bytes()).map_err(|e| fs_err(img, path, e))?;
+    if ino.is_dir() {
+        return Err(fs_err(img, path, FsError::IsDir));
+    }
+    let mut out = vec![0u8; ino.size.min(1 << 32) as usize];
+    let n = fs.read(&ino, 0, &mut out).map_err(|e| fs_err(img, path, e))?;
+    out.truncate(n);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch directory under the target directory, emptied first.
+    fn scratch(name: &str) -> PathBuf {
+        let d = crate::env::target_dir().join("fs-tests").join(name);
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// Deterministic file contents.
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u32).wrapping_mul(2654435761).rotate_left(seed as u32 % 32) as u8 ^ seed).collect()
+    }
+
+    /// Files of every mapping depth: empty, one byte, direct only, single indirect, double
+    /// indirect (at 4 KiB blocks: > 12 and > 12 + 1024 blocks), a subdirectory, a long name.
+    fn make_tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+        let files = vec![
+            ("empty".to_string(), Vec::new()),
+            ("one".to_string(), b"x".to_vec()),
+            ("hello.txt".to_string(), b"hello from the host\n".to_vec()),
+            ("direct.bin".to_string(), pattern(40_000, 1)),
+            ("indirect.bin".to_string(), pattern(300_000, 2)),
+            ("double.bin".to_string(), pattern(4_300_000 + 123, 3)),
+            ("sub/inner.txt".to_string(), b"inner\n".to_vec()),
+            ("sub/deeper/leaf".to_string(), pattern(5000, 4)),
+            (format!("sub/{}", "n".repeat(255)), b"long name\n".to_vec()),
+        ];
+        for (p, d) in &files {
+            let full = root.join(p);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(full, d).unwrap();
+        }
+        files
+    }
+
+    fn have_mke2fs() -> bool {
+        tool("mke2fs").exists()
+    }
+
+    #[test]
+    fn reads_every_file_of_a_mke2fs_image_byte_for_byte() {
+        assert!(have_mke2fs(), "e2fsprogs (mke2fs) is needed for the ext2 host tests: apt-get install e2fsprogs");
+        let d = scratch("tree");
+        let files = make_tree(&d.join("root"));
+        let img = d.join("disk.img");
+        mkimage(&d.join("root"), &img, Some(16)).unwrap();
+        let mut fs = Ext2::mount(ImageFile::open(&img).unwrap()).unwrap();
+        for (p, want) in &files {
+            let ino = fs.resolve(p.as_bytes()).unwrap_or_else(|e| panic!("{p}: {e:?}"));
+            assert_eq!(ino.size, want.len() as u64, "{p}");
+            let mut got = vec![0u8; want.len() + 10];
+            let n = fs.read(&ino, 0, &mut got).unwrap();
+            assert_eq!(n, want.len(), "{p}");
+            assert!(got[..n] == want[..], "{p}: contents differ");
+            // A read from the middle, across block boundaries.
+            if want.len() > 5000 {
+                let mut mid = vec![0u8; 5000];
+                assert_eq!(fs.read(&ino, 4000, &mut mid).unwrap(), 5000);
+                assert!(mid[..] == want[4000..9000]);
+            }
+        }
+        let root = fs.resolve(b"/").unwrap();
+        let names: Vec<String> = fs.read_dir(&root).unwrap().iter().map(|e| String::from_utf8_lossy(&e.name).into_owned()).collect();
+        for n in [".", "..", "empty", "hello.txt", "sub", "lost+found"] {
+            assert!(names.iter().any(|x| x == n), "root lacks {n}: {names:?}");
+        }
+        assert_eq!(fs.resolve(b"/nope").unwrap_err(), FsError::NotFound);
+        assert_eq!(fs.resolve(b"/hello.txt/x").unwrap_err(), FsError::NotDir);
+        assert_eq!(fs.resolve(b"/../../sub/./inner.txt").unwrap().size, 6, "`..` at the root stays there");
+        let long = format!("/{}", "a".repeat(256));
+        assert_eq!(fs.resolve(long.as_bytes()).unwrap_err(), FsError::NameTooLong);
+    }
+
+    #[test]
+    fn refuses_broken_superblocks_with_clear_errors() {
+        assert!(have_mke2fs());
+        let d = scratch("sb");
+        make_tree(&d.join("root"));
+        let img = d.join("disk.img");
+        mkimage(&d.join("root"), &img, Some(8)).unwrap();
+        let good = std::fs::read(&img).unwrap();
+        let patch = |at: usize, bytes: &[u8]| {
+            let mut v = good.clone();
+            v[1024 + at..1024 + at + bytes.len()].copy_from_slice(bytes);
+            Ext2::mount(MemDisk(v)).err()
+        };
+        assert!(matches!(patch(56, &[0, 0]), Some(FsError::Corrupt(_))), "bad magic");
+        assert!(matches!(patch(24, &[9, 0, 0, 0]), Some(FsError::Corrupt(_))), "huge block size");
+        assert!(matches!(patch(4, &[0xFF, 0xFF, 0xFF, 0x0F]), Some(FsError::Corrupt(_))), "blocks past the device");
+        assert!(matches!(patch(0, &[0xFF, 0xFF, 0xFF, 0x0F]), Some(FsError::Corrupt(_))), "inode count past the tables");
+        assert!(matches!(patch(40, &[0, 0, 0, 0]), Some(FsError::Corrupt(_))), "no inodes per group");
+        assert!(matches!(patch(96, &[0x40, 0, 0, 0]), Some(FsError::Unsupported(_))), "extents");
+        // A truncated device.
+        assert!(Ext2::mount(MemDisk(good[..1500].to_vec())).is_err());
+        assert!(Ext2::mount(MemDisk(good[..1 << 20].to_vec())).is_err());
+    }
+
+    /// Walk everything reachable (bounded), reading every file; errors are fine, panics not.
+    fn walk_all<D: Disk>(fs: &mut Ext2<D>) -> usize {
+        let mut todo = vec![(ext2::ROOT_INO, 0u32)];
+        let mut seen = 0;
+        while let Some((ino, depth)) = todo.pop() {
+            seen += 1;
+            if seen > 2000 || depth > 16 {
+                break; // loops in a corrupt tree end here
+            }
+            let Ok(i) = fs.inode(ino) else { continue };
+            if i.is_dir() {
+                if let Ok(es) = fs.read_dir(&i) {
+                    for e in es {
+                        if e.name != b"." && e.name != b".." {
+                            todo.push((e.ino, depth + 1));
+                        }
+                    }
+                }
+            } else {
+                let mut buf = vec![0u8; 64 << 10];
+                let mut off = 0;
+                while let Ok(n) = fs.read(&i, off, &mut buf) {
+                    if n == 0 || off > 8 << 20 {
+                        break;
+                    }
+                    off += n as u64;
+                }
+            }
+        }
+        seen
+    }
+
+    #[test]
+    fn seeded_corruptions_of_metadata_never_panic() {
+        assert!(have_mke2fs());
+        let d = scratch("fuzz");
+        make_tree(&d.join("root"));
+        let img = d.join("disk.img");
+        mkimage(&d.join("root"), &img, Some(8)).unwrap();
+        let good = std::fs::read(&img).unwrap();
+        let mut fs = Ext2::mount(MemDisk(good.clone())).unwrap();
+        assert!(walk_all(&mut fs) >= 10);
+        // Metadata lives in the first blocks: superblock, descriptors, bitmaps, inode table,
+        // the first directories. Flip bytes there (xorshift, fixed seed).
+        let meta_end = 400 * 4096;
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut mounted, mut refused) = (0, 0);
+        for _ in 0..300 {
+            let mut v = good.clone();
+            for _ in 0..1 + next() % 16 {
+                let at = (next() % meta_end) as usize;
+                v[at] = next() as u8;
+            }
+            match Ext2::mount(MemDisk(v)) {
+                Ok(mut fs) => {
+                    walk_all(&mut fs);
+                    mounted += 1;
+                }
+                Err(_) => refused += 1,
+            }
+        }
+        assert!(mounted > 0 && mounted + refused == 300);
+    }
+}
