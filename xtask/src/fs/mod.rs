@@ -15,6 +15,10 @@ pub mod ext2;
 
 use ext2::{Disk, Ext2, FsError};
 
+/// The files of `fstest`'s image (shared with the guest test).
+#[path = "../../../user/apps/src/common/fstest_files.rs"]
+mod fstest_files;
+
 const HELP: &str = "\
 cargo xtask fs <command>
   mkimage DIR IMG [--size S]   make an ext2 image of DIR's files (mke2fs -t ext2 -d; S like 8M,
@@ -23,6 +27,7 @@ cargo xtask fs <command>
   ls IMG [PATH]                list a directory of the image (our reader)
   cat IMG PATH                 print a file of the image (our reader)
   get IMG PATH OUT             copy a file of the image to OUT (our reader)
+  fstest-image IMG             the image `fstest` checks (its files: user/apps/src/common/fstest_files.rs)
 ";
 
 pub fn main(args: &[String]) -> Result<(), String> {
@@ -46,6 +51,11 @@ pub fn main(args: &[String]) -> Result<(), String> {
         ["get", img, path, out] => {
             let data = read_file(Path::new(img), path)?;
             std::fs::write(out, data).map_err(|e| format!("{out}: {e}"))
+        }
+        ["fstest-image", img] => {
+            let root = crate::env::target_dir().join("fs-test").join("root");
+            write_fstest_tree(&root)?;
+            mkimage(&root, Path::new(img), Some(16)).map(|mib| println!("fs: {img}: ext2, {mib} MiB, fstest's files"))
         }
         ["help"] | ["--help"] | [] => {
             print!("{HELP}");
@@ -207,6 +217,40 @@ pub fn read_file(img: &Path, path: &str) -> Result<Vec<u8>, String> {
     let n = fs.read(&ino, 0, &mut out).map_err(|e| fs_err(img, path, e))?;
     out.truncate(n);
     Ok(out)
+}
+
+/// Write `fstest`'s files (`user/apps/src/common/fstest_files.rs`) under `root`.
+pub fn write_fstest_tree(root: &Path) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(root);
+    for (path, len, seed) in fstest_files::FILES {
+        let full = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(full.parent().ok_or("no parent")?).map_err(|e| e.to_string())?;
+        let data: Vec<u8> = (0..len).map(|i| fstest_files::byte(seed, i)).collect();
+        std::fs::write(&full, data).map_err(|e| format!("{}: {e}", full.display()))?;
+    }
+    let long = String::from_utf8(vec![fstest_files::LONG_NAME_BYTE; fstest_files::LONG_NAME_LEN]).map_err(|e| e.to_string())?;
+    std::fs::write(root.join("sub").join(long), b"long name\n").map_err(|e| e.to_string())
+}
+
+/// `cargo xtask test`'s file-system part: a fresh image of `fstest`'s files, `init=fstest` on
+/// it, then `e2fsck -fn` (the test leaves the disk as it found it, so it must still be clean).
+pub fn ci_test(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String> {
+    let dir = crate::env::target_dir().join("fs-test");
+    write_fstest_tree(&dir.join("root"))?;
+    let img = dir.join("fstest.img");
+    mkimage(&dir.join("root"), &img, Some(16))?;
+    let mut t = crate::test::user_tests_disk(kernel, initrd, 2, "init=fstest", &img)?;
+    match check(&img) {
+        Ok(()) => {
+            println!("   e2fsck -fn after fstest: clean");
+            t.passed += 1;
+        }
+        Err(e) => {
+            println!("   FAILED: {e}");
+            t.failed += 1;
+        }
+    }
+    Ok(t)
 }
 
 #[cfg(test)]
