@@ -12,6 +12,9 @@ use std::process::Command;
 #[path = "../../../user/libos/src/fs/ext2.rs"]
 #[allow(dead_code)]
 pub mod ext2;
+#[path = "../../../user/libos/src/fs/ext2_write.rs"]
+#[allow(dead_code)]
+pub mod ext2_write;
 
 use ext2::{Disk, Ext2, FsError};
 
@@ -422,5 +425,132 @@ mod tests {
             }
         }
         assert!(mounted > 0 && mounted + refused == 300);
+    }
+
+    fn fsck_clean(v: &[u8], name: &str) {
+        let d = scratch(name);
+        let img = d.join("after.img");
+        std::fs::write(&img, v).unwrap();
+        let out = Command::new(tool("e2fsck")).arg("-fn").arg(&img).output().unwrap();
+        assert!(out.status.success(), "e2fsck -fn after {name}:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn fresh_image(name: &str, mib: u64) -> Vec<u8> {
+        let d = scratch(name);
+        make_tree(&d.join("root"));
+        let img = d.join("disk.img");
+        mkimage(&d.join("root"), &img, Some(mib)).unwrap();
+        std::fs::read(&img).unwrap()
+    }
+
+    fn read_all<D: Disk>(fs: &mut Ext2<D>, path: &str) -> Vec<u8> {
+        let ino = fs.resolve(path.as_bytes()).unwrap_or_else(|e| panic!("{path}: {e:?}"));
+        let mut v = vec![0u8; ino.size as usize];
+        assert_eq!(fs.read(&ino, 0, &mut v).unwrap(), v.len());
+        v
+    }
+
+    #[test]
+    fn writes_leave_an_image_e2fsck_calls_clean() {
+        assert!(have_mke2fs());
+        let mut fs = Ext2::mount(MemDisk(fresh_image("write", 16))).unwrap();
+        let (free0, _, ifree0, _) = fs.usage();
+        // Files of every mapping depth, written in odd pieces.
+        let big = pattern(4_300_000, 9);
+        assert_eq!(fs.create(b"/new/../big.bin", 0o644).map(|_| ()).unwrap_err(), FsError::NotFound);
+        let mut f = fs.create(b"/big.bin", 0o644).unwrap();
+        let mut off = 0;
+        for chunk in big.chunks(12_345) {
+            assert_eq!(fs.write(&mut f, off, chunk).unwrap(), chunk.len());
+            off += chunk.len() as u64;
+        }
+        fs.mkdir(b"/new", 0o755).unwrap();
+        fs.mkdir(b"/new/deeper", 0o755).unwrap();
+        assert_eq!(fs.mkdir(b"/new", 0o755).unwrap_err(), FsError::Exists);
+        let mut small = fs.create(b"/new/deeper/small.txt", 0o644).unwrap();
+        fs.write(&mut small, 0, b"written by ext2_write\n").unwrap();
+        // Many entries: the directory grows past one block.
+        for i in 0..300 {
+            let p = format!("/new/f{i:03}-{}", "x".repeat(40));
+            let mut ino = fs.create(p.as_bytes(), 0o644).unwrap();
+            fs.write(&mut ino, 0, p.as_bytes()).unwrap();
+        }
+        for i in (0..300).step_by(2) {
+            fs.unlink(format!("/new/f{i:03}-{}", "x".repeat(40)).as_bytes()).unwrap();
+        }
+        // A sparse file: a byte far out, holes before it read as zeros.
+        let mut sparse = fs.create(b"/sparse", 0o644).unwrap();
+        fs.write(&mut sparse, 50_000_000 % (8 << 20), b"end").unwrap();
+        // Truncate down into the double-indirect range, then a middle hole, then to zero.
+        let mut t = fs.create(b"/trunc", 0o644).unwrap();
+        fs.write(&mut t, 0, &pattern(4_400_000, 11)).unwrap();
+        fs.truncate(&mut t, 100_001).unwrap();
+        fs.truncate(&mut t, 200_000).unwrap();
+        // Hard link, then the old name goes: the data stays under the new one.
+        fs.link(b"/hello.txt", b"/new/hello-link").unwrap();
+        fs.unlink(b"/hello.txt").unwrap();
+        // Remove a populated tree, then an empty dir.
+        assert_eq!(fs.rmdir(b"/sub").unwrap_err(), FsError::NotEmpty);
+        assert_eq!(fs.unlink(b"/sub").unwrap_err(), FsError::IsDir);
+        assert_eq!(fs.rmdir(b"/one").unwrap_err(), FsError::NotDir);
+        fs.unlink(b"/sub/deeper/leaf").unwrap();
+        fs.rmdir(b"/sub/deeper").unwrap();
+        fs.unlink(b"/double.bin").unwrap();
+        assert_eq!(fs.unlink(b"/double.bin").unwrap_err(), FsError::NotFound);
+        assert_eq!(fs.create(b"/one/x", 0o644).map(|_| ()).unwrap_err(), FsError::NotDir);
+        assert_eq!(fs.create(b"/..", 0o644).map(|_| ()).unwrap_err(), FsError::InvalidArgument);
+        let v = fs.dev.0.clone();
+        fsck_clean(&v, "write-fsck");
+        // Read back on a fresh mount.
+        let mut fs = Ext2::mount(MemDisk(v)).unwrap();
+        assert!(read_all(&mut fs, "/big.bin") == big);
+        assert_eq!(read_all(&mut fs, "/new/deeper/small.txt"), b"written by ext2_write\n");
+        assert_eq!(read_all(&mut fs, "/new/hello-link"), b"hello from the host\n");
+        assert_eq!(fs.resolve(b"/hello.txt").unwrap_err(), FsError::NotFound);
+        let s = read_all(&mut fs, "/sparse");
+        assert_eq!(s.len(), 50_000_000 % (8 << 20) + 3);
+        assert!(s[..s.len() - 3].iter().all(|&b| b == 0) && &s[s.len() - 3..] == b"end");
+        let t = read_all(&mut fs, "/trunc");
+        assert_eq!(t.len(), 200_000);
+        assert!(t[..100_001] == pattern(4_400_000, 11)[..100_001] && t[100_001..].iter().all(|&b| b == 0));
+        let new_dir = fs.resolve(b"/new").unwrap();
+        let names = fs.read_dir(&new_dir).unwrap();
+        assert_eq!(names.len(), 2 + 2 + 150, "., .., deeper, hello-link, 150 files");
+        for i in (1..300).step_by(2) {
+            let p = format!("/new/f{i:03}-{}", "x".repeat(40));
+            assert_eq!(read_all(&mut fs, &p), p.as_bytes());
+        }
+        // Removing everything we made gives the space back.
+        fs.unlink(b"/big.bin").unwrap();
+        fs.unlink(b"/sparse").unwrap();
+        fs.unlink(b"/trunc").unwrap();
+        let (free1, _, ifree1, _) = fs.usage();
+        assert!(free1 > free0 - 100 && ifree1 > ifree0 - 200, "space not returned: blocks {free0} -> {free1}, inodes {ifree0} -> {ifree1}");
+        fsck_clean(&fs.dev.0, "write-fsck-2");
+    }
+
+    #[test]
+    fn a_full_disk_is_nospace_and_keeps_what_was_written() {
+        assert!(have_mke2fs());
+        let mut fs = Ext2::mount(MemDisk(fresh_image("full", 8))).unwrap();
+        let mut f = fs.create(b"/fill", 0o644).unwrap();
+        let chunk = pattern(256 << 10, 5);
+        let mut total = 0u64;
+        let err = loop {
+            match fs.write(&mut f, total, &chunk) {
+                Ok(n) if n == chunk.len() => total += n as u64,
+                Ok(n) => total += n as u64,
+                Err(e) => break e,
+            }
+            assert!(total < 64 << 20);
+        };
+        assert_eq!(err, FsError::NoSpace);
+        let mut more = fs.create(b"/more", 0o644).unwrap();
+        assert_eq!(fs.write(&mut more, 0, b"x").unwrap_err(), FsError::NoSpace);
+        fsck_clean(&fs.dev.0, "full-fsck");
+        let got = read_all(&mut fs, "/fill");
+        assert_eq!(got.len() as u64, total);
+        assert!(got.chunks(chunk.len()).all(|c| c == &chunk[..c.len()]));
+        assert_eq!(read_all(&mut fs, "/hello.txt"), b"hello from the host\n");
     }
 }

@@ -77,8 +77,9 @@ impl FsError {
 
 pub type Result<T> = core::result::Result<T, FsError>;
 
-/// The device under the file system, addressed in bytes. Offsets and lengths the file system
-/// passes are multiples of 512 (it reads whole blocks and the 1024-byte superblock).
+/// The device under the file system, addressed in bytes. The file system reads and writes
+/// whole blocks and the 1024-byte superblock, and patches group descriptors in place (32
+/// bytes): an implementation handles any byte range inside the device.
 pub trait Disk {
     fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<()>;
     fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<()>;
@@ -107,10 +108,10 @@ pub const RO_COMPAT_LARGE_FILE: u32 = 0x0002;
 pub const COMPAT_DIR_INDEX: u32 = 0x0020;
 pub const INODE_INDEX_FL: u32 = 0x1000;
 
-fn le16(b: &[u8], at: usize) -> u16 {
+pub(crate) fn le16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
-fn le32(b: &[u8], at: usize) -> u32 {
+pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
@@ -126,6 +127,7 @@ pub struct Superblock {
     pub log_block_size: u32,
     pub blocks_per_group: u32,
     pub inodes_per_group: u32,
+    pub wtime: u32,
     pub state: u16,
     pub rev_level: u32,
     pub first_ino: u32,
@@ -157,6 +159,7 @@ impl Superblock {
             inodes_per_group: le32(b, 40),
             state: le16(b, 58),
             rev_level: le32(b, 76),
+            wtime: le32(b, 48),
             first_ino: 11,
             inode_size: 128,
             ..Default::default()
@@ -301,7 +304,9 @@ pub struct Ext2<D: Disk> {
     pub bs: u64,
     pub groups: Vec<Group>,
     /// A block-sized scratch buffer (reads of metadata go through it).
-    scratch: Vec<u8>,
+    pub(crate) scratch: Vec<u8>,
+    /// Data blocks written since the last sync (they go to the disk before the metadata).
+    pub(crate) dirty_data: alloc::collections::BTreeSet<u64>,
 }
 
 impl<D: Disk> Ext2<D> {
@@ -315,7 +320,7 @@ impl<D: Disk> Ext2<D> {
         let sb = Superblock::parse(&sbb, dev.size())?;
         let bs = sb.block_size();
         let ngroups = sb.groups();
-        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), scratch: vec![0u8; bs as usize] };
+        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), scratch: vec![0u8; bs as usize], dirty_data: Default::default() };
         let gdt_block = sb.first_data_block as u64 + 1;
         let gdt_blocks = (ngroups * 32).div_ceil(bs);
         let mut gdt = vec![0u8; (gdt_blocks * bs) as usize];
@@ -353,7 +358,7 @@ impl<D: Disk> Ext2<D> {
     }
 
     /// Where inode `ino` is: (block, byte offset in it).
-    fn inode_pos(&self, ino: u32) -> Result<(u64, usize)> {
+    pub(crate) fn inode_pos(&self, ino: u32) -> Result<(u64, usize)> {
         if ino == 0 || ino > self.sb.inodes_count {
             return Err(FsError::Corrupt("inode number out of range"));
         }
@@ -402,7 +407,7 @@ impl<D: Disk> Ext2<D> {
     }
 
     /// Check a block pointer read from the disk (0 is a hole).
-    fn check_ptr(&self, p: u32) -> Result<u64> {
+    pub(crate) fn check_ptr(&self, p: u32) -> Result<u64> {
         if p != 0 && (p < self.sb.first_data_block || p >= self.sb.blocks_count) {
             return Err(FsError::Corrupt("block pointer outside the file system"));
         }
@@ -410,7 +415,7 @@ impl<D: Disk> Ext2<D> {
     }
 
     /// Pointer `i` of indirect block `b`.
-    fn indirect(&mut self, b: u64, i: u64) -> Result<u64> {
+    pub(crate) fn indirect(&mut self, b: u64, i: u64) -> Result<u64> {
         let mut s = core::mem::take(&mut self.scratch);
         let r = self.read_block(b, &mut s).map(|()| le32(&s, (i * 4) as usize));
         self.scratch = s;

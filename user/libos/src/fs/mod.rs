@@ -17,6 +17,7 @@
 
 pub mod disk;
 pub mod ext2;
+pub mod ext2_write;
 
 use alloc::vec::Vec;
 
