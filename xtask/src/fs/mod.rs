@@ -30,6 +30,8 @@ cargo xtask fs <command>
   ls IMG [PATH]                list a directory of the image (our reader)
   cat IMG PATH                 print a file of the image (our reader)
   get IMG PATH OUT             copy a file of the image to OUT (our reader)
+  test                         the file-system part of `cargo xtask test` alone (fstest on a fresh
+                               image, e2fsck -fn, the guest's files read back on the host)
   fstest-image IMG             the image `fstest` checks (its files: user/apps/src/common/fstest_files.rs)
 ";
 
@@ -59,6 +61,17 @@ pub fn main(args: &[String]) -> Result<(), String> {
             let root = crate::env::target_dir().join("fs-test").join("root");
             write_fstest_tree(&root)?;
             mkimage(&root, Path::new(img), Some(16)).map(|mib| println!("fs: {img}: ext2, {mib} MiB, fstest's files"))
+        }
+        ["test"] => {
+            let kernel = crate::env::build_kernel()?;
+            let initrd = crate::user::build_initrd()?;
+            let t = ci_test(&kernel, &initrd)?;
+            println!("{} passed, {} failed", t.passed, t.failed);
+            if t.failed == 0 {
+                Ok(())
+            } else {
+                Err("fs test failed".into())
+            }
         }
         ["help"] | ["--help"] | [] => {
             print!("{HELP}");
@@ -253,7 +266,38 @@ pub fn ci_test(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String>
             t.failed += 1;
         }
     }
+    // What the guest wrote, read on the host with our reader.
+    match check_guest_files(&img) {
+        Ok(n) => {
+            println!("   the guest's {n} files read back on the host byte for byte; removed names gone");
+            t.passed += 1;
+        }
+        Err(e) => {
+            println!("   FAILED: files the guest wrote: {e}");
+            t.failed += 1;
+        }
+    }
     Ok(t)
+}
+
+/// The files `fstest` writes (`GUEST_FILES`) are on the image with the right bytes, and the
+/// names it removed (`GUEST_GONE`) are not.
+pub fn check_guest_files(img: &Path) -> Result<usize, String> {
+    for (path, len, seed) in fstest_files::GUEST_FILES {
+        let got = read_file(img, path)?;
+        if got.len() != len {
+            return Err(format!("{path}: {} bytes, want {len}", got.len()));
+        }
+        if let Some(i) = (0..len).find(|&i| got[i] != fstest_files::byte(seed, i)) {
+            return Err(format!("{path}: byte {i} differs"));
+        }
+    }
+    for path in fstest_files::GUEST_GONE {
+        if read_file(img, path).is_ok() || mount(img)?.resolve(path.as_bytes()).is_ok() {
+            return Err(format!("{path} is still there"));
+        }
+    }
+    Ok(fstest_files::GUEST_FILES.len())
 }
 
 #[cfg(test)]

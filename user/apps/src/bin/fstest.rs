@@ -1,8 +1,9 @@
 //! fstest: the block device object under bad input, and the ext2 file system in the library
 //! OS read byte for byte, corrupt metadata included (issue 16). Needs a disk made from
-//! `common/fstest_files.rs` (`cargo xtask test` makes it; by hand: see docs/fs.md). The disk
-//! is left as it was found: corruptions are made in the buffer cache only, and the sectors
-//! the round-trip test writes are restored. Each test says which bug it catches.
+//! `common/fstest_files.rs` (`cargo xtask test` makes it; by hand: `cargo xtask fs
+//! fstest-image IMG`). Corruptions are made in the buffer cache only, and the sectors the
+//! round-trip test writes are restored; the write test leaves its files in `/guest` (the host
+//! reads them back after `e2fsck -fn`). Each test says which bug it catches.
 //!
 //! Usage: `fstest [NAME...]` (default: all).
 #![no_std]
@@ -283,9 +284,76 @@ fn corrupt_directory_entry_is_an_error() -> TestResult {
     Ok(Pass::Ok)
 }
 
+/// Catches: writes lost at sync (dirty pages never written, the inode or the directory entry
+/// not written), wrong block maps for new files, truncate not freeing or not zeroing, the
+/// library calls' flags (O_EXCL, O_TRUNC, O_APPEND, read-only descriptors).
+fn writes_survive_a_remount() -> TestResult {
+    fs_ok("mount", fs::mount())?;
+    let _ = fs::mkdir("/guest");
+    fs_ok("mkdir", fs::mkdir("/guest/dir"))?;
+    err!(fs::mkdir("/guest/dir"), FsError::Exists);
+    for (path, len, seed) in files::GUEST_FILES {
+        let data: Vec<u8> = (0..len).map(|i| files::byte(seed, i)).collect();
+        let fd = fs_ok(path, fs::open(path, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
+        err!(fs::open(path, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL), FsError::Exists);
+        let mut at = 0;
+        for piece in data.chunks(7777) {
+            ensure!(fs_ok(path, fs::write(fd, piece))? == piece.len(), "{path}: short write");
+            at += piece.len();
+        }
+        ensure!(at == len, "{path}");
+        if path.ends_with("trunc.bin") {
+            // Longer first, then cut back: the tail must be freed and read as zeros later.
+            let more: Vec<u8> = (0..250_000).map(|i| (i % 251) as u8 + 1).collect();
+            fs_ok(path, fs::pwrite(fd, &more, len as u64))?;
+            fs_ok(path, fs::ftruncate(fd, len as u64))?;
+        }
+        fs_ok(path, fs::fsync(fd))?;
+        fs_ok(path, fs::close(fd))?;
+    }
+    // O_APPEND and O_TRUNC, and a read-only descriptor refusing writes.
+    let fd = fs_ok("gone", fs::open("/guest/gone.txt", fs::O_WRONLY | fs::O_CREAT))?;
+    fs_ok("w", fs::write(fd, b"first "))?;
+    fs_ok("c", fs::close(fd))?;
+    let fd = fs_ok("gone", fs::open("/guest/gone.txt", fs::O_WRONLY | fs::O_APPEND))?;
+    fs_ok("lseek", fs::lseek(fd, 0, fs::SEEK_SET))?;
+    fs_ok("w", fs::write(fd, b"second"))?;
+    fs_ok("c", fs::close(fd))?;
+    ensure!(fs_ok("read", fs::read_all("/guest/gone.txt", 100))? == b"first second", "O_APPEND");
+    let fd = fs_ok("gone", fs::open("/guest/gone.txt", fs::O_RDWR | fs::O_TRUNC))?;
+    ensure!(fs_ok("fstat", fs::fstat(fd))?.size == 0, "O_TRUNC");
+    fs_ok("c", fs::close(fd))?;
+    let fd = fs_ok("ro", fs::open("/guest/gone.txt", fs::O_RDONLY))?;
+    err!(fs::write(fd, b"x"), FsError::BadDescriptor);
+    fs_ok("c", fs::close(fd))?;
+    err!(fs::open("/guest", fs::O_WRONLY), FsError::IsDir);
+    err!(fs::write(fs::Fd(4242), b"x"), FsError::BadDescriptor);
+    fs_ok("unlink", fs::unlink("/guest/gone.txt"))?;
+    fs_ok("mkdir", fs::mkdir("/guest/gonedir"))?;
+    err!(fs::rmdir("/guest/dir"), FsError::NotEmpty);
+    err!(fs::rmdir("/"), FsError::InvalidArgument);
+    fs_ok("rmdir", fs::rmdir("/guest/gonedir"))?;
+    // Everything to the disk, let go of it, mount again from the disk alone.
+    fs_ok("unmount", fs::unmount())?;
+    fs_ok("mount", fs::mount())?;
+    for (path, len, seed) in files::GUEST_FILES {
+        let got = fs_ok(path, fs::read_all(path, 1 << 20))?;
+        ensure!(got.len() == len, "{path}: {} bytes after remount, want {len}", got.len());
+        for (i, &b) in got.iter().enumerate() {
+            ensure!(b == files::byte(seed, i), "{path}: byte {i} wrong after remount");
+        }
+    }
+    for p in files::GUEST_GONE {
+        err!(fs::stat(p), FsError::NotFound);
+    }
+    let (cache, dev) = fs_ok("stats", fs::cache_stats())?;
+    println!("fstest: cache {} hits {} misses {} writebacks; disk {} reads {} writes {} flushes", cache.hits, cache.misses, cache.writebacks, dev.packets_in, dev.packets_out, dev.drops);
+    Ok(Pass::Ok)
+}
+
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 8] = [
+    let tests: [(&str, fn() -> TestResult); 9] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -294,6 +362,7 @@ fn main(args: &'static str) -> u64 {
         ("fs_names_and_descriptors", names_and_descriptors),
         ("fs_corrupt_superblock_is_refused", corrupt_superblock_is_refused),
         ("fs_corrupt_directory_entry_is_an_error", corrupt_directory_entry_is_an_error),
+        ("fs_writes_survive_a_remount", writes_survive_a_remount),
     ];
     for (name, f) in tests {
         if selected(args, name) {

@@ -18,6 +18,19 @@ pub const FILES: [(&str, usize, u8); 8] = [
     ("/sub/deeper/leaf", 5000, 7),
 ];
 
+/// Files `fstest` writes (in `/guest`, which it makes), and the host then reads from the image
+/// with its own reader after `e2fsck -fn` found it clean. `/guest/big.bin` is written in odd
+/// pieces; `/guest/trunc.bin` is written at 300 000 bytes then truncated to its length here.
+pub const GUEST_FILES: [(&str, usize, u8); 4] = [
+    ("/guest/a.txt", 100, 21),
+    ("/guest/big.bin", 300_000, 22),
+    ("/guest/dir/deep.bin", 70_000, 23),
+    ("/guest/trunc.bin", 50_001, 24),
+];
+
+/// Names `fstest` makes and removes again: the host checks they are gone.
+pub const GUEST_GONE: [&str; 2] = ["/guest/gone.txt", "/guest/gonedir"];
+
 /// A file in `/sub` whose name is the longest ext2 allows.
 pub const LONG_NAME_LEN: usize = 255;
 pub const LONG_NAME_BYTE: u8 = b'n';

@@ -248,6 +248,11 @@ impl Cache {
         Ok(())
     }
 
+    /// Ask the disk to make the writes so far durable.
+    pub fn flush(&mut self) -> Result<(), FsError> {
+        self.dev.flush().map_err(io)
+    }
+
     pub fn dirty_pages(&self) -> usize {
         self.pages.values().filter(|s| s.dirty).count()
     }

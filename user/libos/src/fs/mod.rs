@@ -3,8 +3,9 @@
 //!
 //! | layer | file |
 //! | --- | --- |
-//! | library calls: `mount`, `open`, `read`, `pread`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `df`, `sync` | this file |
-//! | ext2 on-disk format (our own; also compiled into `cargo xtask fs`) | `ext2.rs` |
+//! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
+//! | ext2 on-disk format (our own; also compiled into `cargo xtask fs`): reading | `ext2.rs` |
+//! | ext2 writing: allocation, block maps, directories | `ext2_write.rs` |
 //! | buffer cache and block device object client | `disk.rs` |
 //! | the device object | kernel `dev/blk.rs`, contract `abi/src/blk.rs` |
 //!
@@ -94,7 +95,7 @@ pub fn mounted() -> bool {
 pub fn unmount() -> Result<()> {
     let mut g = FS.lock();
     let Some(m) = g.as_mut() else { return Ok(()) };
-    let r = m.fs.dev.sync();
+    let r = sync_ordered(m);
     *g = None;
     r
 }
@@ -103,13 +104,27 @@ fn file(m: &mut Mounted, fd: Fd) -> Result<&mut OpenFile> {
     m.files.get_mut(fd.0 as usize).and_then(|f| f.as_mut()).ok_or(FsError::BadDescriptor)
 }
 
-/// Open `path`. Only reading is supported so far: write access is `ReadOnly`.
+/// Open `path`: `O_RDONLY`, `O_WRONLY` or `O_RDWR`, with `O_CREAT` (a new empty file, mode
+/// 0644), `O_EXCL` (with `O_CREAT`: `Exists` if it is there), `O_TRUNC`, `O_APPEND`. A
+/// directory opens read-only (for `fstat`); writing one is `IsDir`.
 pub fn open(path: &str, flags: u32) -> Result<Fd> {
     with(|m| {
-        if flags & O_ACCMODE != O_RDONLY || flags & (O_CREAT | O_TRUNC | O_APPEND) != 0 {
-            return Err(FsError::ReadOnly);
+        let acc = flags & O_ACCMODE;
+        if acc == 3 || flags & !(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND) != 0 {
+            return Err(FsError::InvalidArgument);
         }
-        let ino = m.fs.resolve(path.as_bytes())?;
+        let mut ino = match m.fs.resolve(path.as_bytes()) {
+            Ok(_) if flags & O_CREAT != 0 && flags & O_EXCL != 0 => return Err(FsError::Exists),
+            Ok(i) => i,
+            Err(FsError::NotFound) if flags & O_CREAT != 0 => m.fs.create(path.as_bytes(), 0o644)?,
+            Err(e) => return Err(e),
+        };
+        if ino.is_dir() && (acc != O_RDONLY || flags & O_TRUNC != 0) {
+            return Err(FsError::IsDir);
+        }
+        if flags & O_TRUNC != 0 && acc != O_RDONLY && ino.size != 0 {
+            m.fs.truncate(&mut ino, 0)?;
+        }
         let slot = match m.files.iter().position(|f| f.is_none()) {
             Some(i) => i,
             None if m.files.len() < MAX_OPEN => {
@@ -160,6 +175,95 @@ pub fn pread(fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
         }
         m.fs.read(&ino, off, buf)
     })
+}
+
+fn writable_file(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64, u32)> {
+    let (ino, off, flags) = {
+        let f = file(m, fd)?;
+        (f.ino, f.off, f.flags)
+    };
+    if flags & O_ACCMODE == O_RDONLY {
+        return Err(FsError::BadDescriptor);
+    }
+    Ok((m.fs.inode(ino)?, off, flags))
+}
+
+/// Write at the descriptor's offset (at the end with `O_APPEND`), advancing it. Fewer bytes
+/// than asked only when the disk filled up after some were written; `NoSpace` if none were.
+pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
+    with(|m| {
+        let (mut ino, off, flags) = writable_file(m, fd)?;
+        let at = if flags & O_APPEND != 0 { ino.size } else { off };
+        let n = m.fs.write(&mut ino, at, buf)?;
+        file(m, fd)?.off = at + n as u64;
+        Ok(n)
+    })
+}
+
+/// Write at `off` without moving the descriptor's offset.
+pub fn pwrite(fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
+    with(|m| {
+        let (mut ino, _, _) = writable_file(m, fd)?;
+        m.fs.write(&mut ino, off, buf)
+    })
+}
+
+/// Set the size of an open file (shrinking frees blocks; growing leaves a hole).
+pub fn ftruncate(fd: Fd, size: u64) -> Result<()> {
+    with(|m| {
+        let (mut ino, _, _) = writable_file(m, fd)?;
+        m.fs.truncate(&mut ino, size)
+    })
+}
+
+pub fn truncate(path: &str, size: u64) -> Result<()> {
+    with(|m| {
+        let mut ino = m.fs.resolve(path.as_bytes())?;
+        m.fs.truncate(&mut ino, size)
+    })
+}
+
+pub fn mkdir(path: &str) -> Result<()> {
+    with(|m| m.fs.mkdir(path.as_bytes(), 0o755).map(|_| ()))
+}
+
+pub fn rmdir(path: &str) -> Result<()> {
+    with(|m| m.fs.rmdir(path.as_bytes()))
+}
+
+/// Remove a name. The blocks of a file whose last name goes are freed at once, even if it is
+/// still open here (no orphan list yet): its descriptors then read a freed inode's zero size.
+pub fn unlink(path: &str) -> Result<()> {
+    with(|m| m.fs.unlink(path.as_bytes()))
+}
+
+/// A second name for a file.
+pub fn link(existing: &str, new: &str) -> Result<()> {
+    with(|m| m.fs.link(existing.as_bytes(), new.as_bytes()))
+}
+
+/// Make a file's data and the metadata naming it durable. First version: the whole file
+/// system is synced (in the same order as `sync`).
+pub fn fsync(fd: Fd) -> Result<()> {
+    with(|m| {
+        file(m, fd)?;
+        sync_ordered(m)
+    })
+}
+
+/// Ordered write-back: the data blocks written since the last sync, a flush, then the
+/// metadata (bitmaps, inodes, directories, descriptors, superblock), a flush. A crash in
+/// between leaves written data that no inode names yet (e2fsck -fy frees it), never an inode
+/// naming blocks that were not written.
+fn sync_ordered(m: &mut Mounted) -> Result<()> {
+    let bs = m.fs.bs;
+    let data: Vec<u64> = m.fs.dirty_data.iter().copied().collect();
+    for b in data {
+        m.fs.dev.sync_range(b * bs, bs)?;
+    }
+    m.fs.dev.flush()?;
+    m.fs.dirty_data.clear();
+    m.fs.dev.sync()
 }
 
 /// Move the offset; returns the new one. A negative result is `InvalidArgument`.
@@ -238,9 +342,9 @@ pub fn df() -> Result<Usage> {
     })
 }
 
-/// Write every dirty cache page to the disk and flush it.
+/// Write every dirty cache page to the disk (data first, see `sync_ordered`) and flush it.
 pub fn sync() -> Result<()> {
-    with(|m| m.fs.dev.sync())
+    with(sync_ordered)
 }
 
 /// The cache's counters and the device's (requests and bytes each way).
