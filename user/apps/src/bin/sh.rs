@@ -13,7 +13,8 @@
 //! there); programs on other cores run in contexts of their own (`libos::exec::spawn`).
 //! Bad input gets a one-line message and the shell keeps reading.
 //!
-//! Files (issue 16): `ls`, `cat`, `df`, `sync`, `umount` use `libos::fs` on the first disk
+//! Files (issue 16): `ls`, `cat`, `df`, `mkdir`, `rmdir`, `rm`, `write`, `append`, `sync`,
+//! `umount` use `libos::fs` on the first disk
 //! (`cargo xtask run --disk IMG`), mounted on first use. One process holds a disk at a time, so
 //! the shell syncs and lets go of it before `run` starts a program, and at `halt`.
 #![no_std]
@@ -93,6 +94,11 @@ fn run_line(line: &str) -> bool {
         "ls" => fs_ls(&rest),
         "cat" => fs_cat(&rest),
         "df" => fs_df(),
+        "mkdir" => fs_each("mkdir", &rest, libos::fs::mkdir),
+        "rmdir" => fs_each("rmdir", &rest, libos::fs::rmdir),
+        "rm" => fs_each("rm", &rest, libos::fs::unlink),
+        "write" => fs_write(&rest, false),
+        "append" => fs_write(&rest, true),
         "sync" => fs_sync(),
         "umount" => fs_umount(),
         other => println!("sh: unknown command `{other}`; try `help`"),
@@ -111,6 +117,9 @@ fn help() {
     println!("  ls [PATH]                      list a directory of the disk's ext2 file system (mounted on first use)");
     println!("  cat PATH                       print a file of the disk");
     println!("  df                             blocks and inodes used and free on the disk");
+    println!("  mkdir DIR... / rmdir DIR...    make / remove (empty) directories");
+    println!("  rm FILE...                     remove files");
+    println!("  write FILE WORDS...            make FILE hold WORDS and a newline (append: add them)");
     println!("  sync                           write the buffer cache back to the disk");
     println!("  umount                         sync and let go of the disk (`run` and `halt` do this first)");
     println!("  help                           this list");
@@ -403,4 +412,39 @@ fn fs_umount() {
     if let Err(e) = libos::fs::unmount() {
         println!("sh: umount: {}", e.as_str());
     }
+}
+
+fn fs_each(what: &str, paths: &[&str], f: fn(&str) -> Result<(), libos::fs::FsError>) {
+    if paths.is_empty() {
+        return println!("sh: {what} PATH...");
+    }
+    if !fs_ready() {
+        return;
+    }
+    for p in paths {
+        if let Err(e) = f(p) {
+            println!("sh: {what} {p}: {}", e.as_str());
+        }
+    }
+}
+
+fn fs_write(rest: &[&str], append: bool) {
+    let Some((path, words)) = rest.split_first() else { return println!("sh: write|append FILE WORDS...") };
+    if !fs_ready() {
+        return;
+    }
+    use libos::fs::{O_APPEND, O_CREAT, O_TRUNC, O_WRONLY};
+    let flags = O_WRONLY | O_CREAT | if append { O_APPEND } else { O_TRUNC };
+    let fd = match libos::fs::open(path, flags) {
+        Ok(fd) => fd,
+        Err(e) => return println!("sh: write {path}: {}", e.as_str()),
+    };
+    let mut text = words.join(" ");
+    text.push('\n');
+    match libos::fs::write(fd, text.as_bytes()) {
+        Ok(n) if n == text.len() => {}
+        Ok(n) => println!("sh: write {path}: only {n} of {} bytes (disk full)", text.len()),
+        Err(e) => println!("sh: write {path}: {}", e.as_str()),
+    }
+    let _ = libos::fs::close(fd);
 }
