@@ -433,6 +433,13 @@ mod tests {
         seen
     }
 
+    /// Corrupt images per run (`FS_FUZZ_N` overrides, for longer runs by hand).
+    const FUZZ_N_DEFAULT: usize = 400;
+
+    fn meta_area_ok(meta: &[(u64, u64)], len: usize) -> bool {
+        meta.iter().all(|&(s, l)| (s + l) as usize <= len)
+    }
+
     #[test]
     fn seeded_corruptions_of_metadata_never_panic() {
         assert!(have_mke2fs());
@@ -443,9 +450,30 @@ mod tests {
         let good = std::fs::read(&img).unwrap();
         let mut fs = Ext2::mount(MemDisk(good.clone())).unwrap();
         assert!(walk_all(&mut fs) >= 10);
-        // Metadata lives in the first blocks: superblock, descriptors, bitmaps, inode table,
-        // the first directories. Flip bytes there (xorshift, fixed seed).
-        let meta_end = 400 * 4096;
+        // Where the metadata is: the superblock, the descriptor table, each group's bitmaps
+        // and inode table, and the blocks of the directories and of the indirect blocks of
+        // the big files. Flip bytes there (xorshift, fixed seed).
+        let bs = fs.bs;
+        let mut meta: Vec<(u64, u64)> = vec![(1024, 1024), (bs.max(2048), bs)];
+        let itable = (fs.sb.inodes_per_group as u64 * fs.sb.inode_size as u64).div_ceil(bs);
+        for g in fs.groups.clone() {
+            meta.push((g.block_bitmap as u64 * bs, bs));
+            meta.push((g.inode_bitmap as u64 * bs, bs));
+            // The used part of the inode table (its first blocks).
+            meta.push((g.inode_table as u64 * bs, bs * itable.min(2)));
+        }
+        for dir in ["/", "/sub", "/sub/deeper", "/lost+found"] {
+            let i = fs.resolve(dir.as_bytes()).unwrap();
+            meta.push((fs.bmap(&i, 0).unwrap() * bs, bs));
+        }
+        for big in ["/indirect.bin", "/double.bin"] {
+            let i = fs.resolve(big.as_bytes()).unwrap();
+            meta.push((i.block[12] as u64 * bs, bs));
+            if i.block[13] != 0 {
+                meta.push((i.block[13] as u64 * bs, bs));
+            }
+        }
+        assert!(meta_area_ok(&meta, good.len()));
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut next = || {
             x ^= x << 13;
@@ -453,22 +481,34 @@ mod tests {
             x ^= x << 17;
             x
         };
+        let fuzz_n: usize = std::env::var("FS_FUZZ_N").ok().and_then(|v| v.parse().ok()).unwrap_or(FUZZ_N_DEFAULT);
         let (mut mounted, mut refused) = (0, 0);
-        for _ in 0..300 {
+        for _ in 0..fuzz_n {
             let mut v = good.clone();
-            for _ in 0..1 + next() % 16 {
-                let at = (next() % meta_end) as usize;
+            for _ in 0..1 + next() % 8 {
+                let (start, len) = meta[(next() % meta.len() as u64) as usize];
+                let at = (start + next() % len) as usize;
                 v[at] = next() as u8;
             }
             match Ext2::mount(MemDisk(v)) {
                 Ok(mut fs) => {
                     walk_all(&mut fs);
+                    // Writes on a corrupt image: errors are fine, panics and hangs not.
+                    if let Ok(mut f) = fs.create(b"/fuzz-new", 0o644) {
+                        let _ = fs.write(&mut f, 0, &[7u8; 70_000]);
+                        let _ = fs.truncate(&mut f, 1000);
+                    }
+                    let _ = fs.mkdir(b"/sub/fuzz-dir", 0o755);
+                    let _ = fs.unlink(b"/indirect.bin");
+                    let _ = fs.rmdir(b"/sub/deeper");
+                    let _ = fs.link(b"/one", b"/sub/one-link");
                     mounted += 1;
                 }
                 Err(_) => refused += 1,
             }
         }
-        assert!(mounted > 0 && mounted + refused == 300);
+        eprintln!("fuzz: {mounted} corrupt images mounted and used, {refused} refused");
+        assert!(mounted >= fuzz_n / 4 && mounted + refused == fuzz_n, "{mounted} mounted");
     }
 
     fn fsck_clean(v: &[u8], name: &str) {

@@ -223,9 +223,10 @@ impl Superblock {
         ((self.blocks_count - self.first_data_block) as u64).div_ceil(self.blocks_per_group as u64)
     }
 
-    /// Whether this code may write the file system (it understands every ro_compat feature).
+    /// Whether this code may write the file system: it understands every ro_compat feature,
+    /// and blocks are below 64 KiB (whose record lengths need an encoding not written here).
     pub fn writable(&self) -> bool {
-        self.feature_ro_compat & !RO_COMPAT_KNOWN == 0
+        self.feature_ro_compat & !RO_COMPAT_KNOWN == 0 && self.block_size() < 65536
     }
 }
 
