@@ -32,6 +32,9 @@ cargo xtask fs <command>
   get IMG PATH OUT             copy a file of the image to OUT (our reader)
   test                         the file-system part of `cargo xtask test` alone (fstest on a fresh
                                image, e2fsck -fn, the guest's files read back on the host)
+  crash [--kills N] [--seed S] the crash test: N times (default 20) boot `fscrash`, which writes and
+                               fsyncs files, kill QEMU after a seeded number of them, `e2fsck -fy`,
+                               then check `e2fsck -fn` is clean and every fsync'd file is intact
   fstest-image IMG             the image `fstest` checks (its files: user/apps/src/common/fstest_files.rs)
 ";
 
@@ -71,6 +74,28 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 Ok(())
             } else {
                 Err("fs test failed".into())
+            }
+        }
+        ["crash", rest @ ..] => {
+            let mut kills = 20u32;
+            let mut seed = 1u64;
+            let mut it = rest.iter();
+            while let Some(o) = it.next() {
+                let mut num = |name: &str| it.next().and_then(|v| v.parse::<u64>().ok()).ok_or(format!("fs crash: {name} needs a number"));
+                match *o {
+                    "--kills" => kills = num("--kills")? as u32,
+                    "--seed" => seed = num("--seed")?,
+                    other => return Err(format!("fs crash: unknown option `{other}`")),
+                }
+            }
+            let kernel = crate::env::build_kernel()?;
+            let initrd = crate::user::build_initrd()?;
+            let t = crash_test(&kernel, &initrd, kills, seed)?;
+            println!("{} passed, {} failed", t.passed, t.failed);
+            if t.failed == 0 {
+                Ok(())
+            } else {
+                Err("fs crash test failed".into())
             }
         }
         ["help"] | ["--help"] | [] => {
@@ -266,6 +291,8 @@ pub fn ci_test(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String>
             t.failed += 1;
         }
     }
+    // A short crash test (`cargo xtask fs crash` runs 20 kills).
+    t.add(crash_test(kernel, initrd, 2, 7)?);
     // What the guest wrote, read on the host with our reader.
     match check_guest_files(&img) {
         Ok(n) => {
@@ -298,6 +325,111 @@ pub fn check_guest_files(img: &Path) -> Result<usize, String> {
         }
     }
     Ok(fstest_files::GUEST_FILES.len())
+}
+
+/// e2fsck with `flag` (`-fy` repairs, `-fn` only looks); its exit status and output.
+fn e2fsck(img: &Path, flag: &str) -> Result<(i32, String), String> {
+    let out = Command::new(tool("e2fsck")).arg(flag).arg(img).output().map_err(|e| format!("cannot run e2fsck: {e}"))?;
+    Ok((out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))))
+}
+
+/// The crash test: `kills` rounds on one image. Round `k` boots `fscrash -- round=k`, waits
+/// for a seeded number of `synced` lines (and a seeded pause), kills QEMU, repairs the image
+/// with `e2fsck -fy` (exit 0 or 1: nothing or something fixed; more is a failure), checks
+/// that `e2fsck -fn` then finds it clean, and reads every file any round reported synced.
+pub fn crash_test(kernel: &Path, initrd: &Path, kills: u32, seed: u64) -> Result<crate::TestTally, String> {
+    use crate::net::session::Session;
+    use crate::qemu::{BootMedium, VmConfig};
+    use std::time::{Duration, Instant};
+    ensure_e2fsprogs()?;
+    println!("== fs crash test: {kills} kills (seed {seed})");
+    let dir = crate::env::target_dir().join("fs-crash");
+    let root = dir.join("root");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
+    std::fs::write(root.join("README"), b"crash test image\n").map_err(|e| e.to_string())?;
+    let img = dir.join("crash.img");
+    mkimage(&root, &img, Some(48))?;
+    let mut synced: Vec<(String, usize, u8)> = Vec::new();
+    let mut t = crate::TestTally::default();
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let files = 30u64;
+    for k in 0..kills {
+        let target = 1 + next() % (files - 1);
+        let pause_ms = next() % 400;
+        let cfg = VmConfig {
+            smp: 2,
+            cmdline: format!("init=fscrash -- round={k} files={files}"),
+            medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+            initrd: Some(initrd.to_path_buf()),
+            disk: Some(img.clone()),
+            ..Default::default()
+        };
+        let mut args = cfg.qemu_args();
+        args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|s| s.to_string()));
+        let mut session = Session::start(&args, false)?;
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut seen = 0u64;
+        let mut problem = None;
+        while seen < target {
+            match session.wait_for(&|l: &str| l.contains("fscrash: synced ") || l.contains("fscrash: done") || l.contains("fscrash: ") && l.contains("Err"), deadline) {
+                Ok(line) if line.contains("synced ") => {
+                    let w: Vec<&str> = line.split_whitespace().collect();
+                    let n = w.len();
+                    match (w.get(n.wrapping_sub(3)), w.get(n.wrapping_sub(2)).and_then(|v| v.parse().ok()), w.get(n.wrapping_sub(1)).and_then(|v| v.parse().ok())) {
+                        (Some(p), Some(len), Some(sd)) => synced.push((p.to_string(), len, sd)),
+                        _ => problem = Some(format!("malformed line `{line}`")),
+                    }
+                    seen += 1;
+                }
+                Ok(line) => {
+                    problem = Some(format!("the guest stopped early: `{line}`"));
+                    break;
+                }
+                Err(e) => {
+                    problem = Some(format!("no `synced` line ({e:?}); serial:\n{}", session.serial));
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(pause_ms));
+        drop(session); // kills QEMU
+        if let Some(p) = problem {
+            println!("   FAILED: round {k}: {p}");
+            t.failed += 1;
+            continue;
+        }
+        let (fix, out) = e2fsck(&img, "-fy")?;
+        let (clean, out2) = e2fsck(&img, "-fn")?;
+        let mut bad = Vec::new();
+        if fix > 1 {
+            bad.push(format!("e2fsck -fy exit {fix}:\n{out}"));
+        }
+        if clean != 0 {
+            bad.push(format!("e2fsck -fn after repair exit {clean}:\n{out2}"));
+        }
+        for (path, len, sd) in &synced {
+            match read_file(&img, path) {
+                Ok(d) if d.len() == *len && d.iter().enumerate().all(|(i, &b)| b == fstest_files::byte(*sd, i)) => {}
+                Ok(d) => bad.push(format!("{path}: {} bytes, want {len}, or contents differ", d.len())),
+                Err(e) => bad.push(format!("{path}: {e}")),
+            }
+        }
+        if bad.is_empty() {
+            println!("   round {k}: killed after {seen} fsync'd files (+{pause_ms} ms); e2fsck -fy exit {fix}, then clean; {} fsync'd files intact", synced.len());
+            t.passed += 1;
+        } else {
+            println!("   FAILED: round {k} (killed after {seen} files): {}", bad.join("; "));
+            t.failed += 1;
+        }
+    }
+    Ok(t)
 }
 
 #[cfg(test)]
