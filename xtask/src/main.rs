@@ -70,6 +70,7 @@ Commands:
   metis    Metis MapReduce: `metis wc|wri|wrmem --input FILE --out FILE [--smp N] [--system ours|linux]
            [--layout per-core|shared|private] [--check]` (`cargo xtask metis --help`)
   fuzz     System-call fuzzer on every core: --calls N --seed S --smp K --inject SPEC --planted-bug
+           --scratch-disk (a blank disk: block device objects and disk requests too)
   soak     Fuzz (with and without injection) and the benchmark programs in turns: --minutes M --smp K
   build    Build the kernel only
   help     This text

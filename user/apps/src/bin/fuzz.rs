@@ -100,6 +100,9 @@ struct Ctl {
     x_share: AtomicU64,
     trace: AtomicU64,
     console_hwid: AtomicU64,
+    /// The first disk's hwid (0: no disk attached). Requests may write anywhere on it: boot
+    /// the fuzzer with a scratch image only.
+    disk_hwid: AtomicU64,
     /// The pcores the harness's own contexts run on: init's (index 0) and each worker's
     /// (`Core::pcore`). No core may halt or run one: that would end or replace a fuzzing
     /// context, a failure the fuzzer caused, not the kernel.
@@ -205,11 +208,17 @@ const CALLS: [CallInfo; 44] = [
         extra: bit(Error::Busy) | bit(Error::NoSuchCore) | bit(Error::Unsupported),
         names_objects: true,
     },
-    CallInfo { nr: nr::DEVICE_ALLOC, name: "device_alloc", extra: bit(Error::NotFound) | bit(Error::NoSuchCore) | bit(Error::Busy), names_objects: true },
+    CallInfo { nr: nr::DEVICE_ALLOC, name: "device_alloc", extra: bit(Error::NotFound) | bit(Error::NoSuchCore) | bit(Error::Busy) | bit(Error::Unsupported) | bit(Error::Io), names_objects: true },
     CallInfo { nr: nr::DEVICE_LIST, name: "device_list", extra: BUF_ERRS, names_objects: false },
     CallInfo { nr: nr::DEVICE_STAT, name: "device_stat", extra: 0, names_objects: true },
     CallInfo { nr: nr::DEVICE_CONF, name: "device_conf", extra: bit(Error::Unsupported), names_objects: true },
-    CallInfo { nr: nr::DEVICE_BUF, name: "device_buf", extra: bit(Error::Unsupported) | bit(Error::OutOfRange), names_objects: true },
+    // A disk (`abi::blk`) adds `Misaligned`, `Busy` (a reset device), `Io`.
+    CallInfo {
+        nr: nr::DEVICE_BUF,
+        name: "device_buf",
+        extra: bit(Error::Unsupported) | bit(Error::OutOfRange) | bit(Error::Misaligned) | bit(Error::Busy) | bit(Error::Io),
+        names_objects: true,
+    },
     CallInfo {
         nr: nr::PCORE_ADD_DEVICE,
         name: "pcore_add_device",
@@ -958,6 +967,12 @@ impl Fuzz {
                         _ => 1 + self.rng.below(64),
                     };
                     a = [self.share(), abi::HWID_SYSCALL_RING, self.memid(), seg.share, seg.object, slots];
+                } else if ctl().disk_hwid.load(Ordering::Relaxed) != 0 && self.rng.pct(30) {
+                    // A block device object (abi::blk) over one of our segments, mostly with
+                    // the reserved argument 0; one owner at a time, so mostly `Busy`.
+                    let seg = self.obj(is_seg);
+                    let reserved = if self.rng.pct(80) { 0 } else { self.rng.next() };
+                    a = [self.share(), ctl().disk_hwid.load(Ordering::Relaxed), self.memid(), seg.share, seg.object, reserved];
                 } else {
                     let hwid = if self.rng.pct(70) { ctl().console_hwid.load(Ordering::Relaxed) } else { self.random_id() };
                     a = [self.share(), hwid, self.memid(), 0, 0, 0];
@@ -998,7 +1013,22 @@ impl Fuzz {
                     4 => (u64::MAX - self.rng.below(8), 1 + self.rng.below(8)),
                     _ => (1 << 40, 4),
                 };
-                let buf_type = if self.rng.pct(85) { abi::BUF_TX } else { self.rng.below(4) };
+                let mut buf_type = if self.rng.pct(85) { abi::BUF_TX } else { self.rng.below(4) };
+                let (mut seg, mut offset, mut len) = (seg, offset, len);
+                if ctl().disk_hwid.load(Ordering::Relaxed) != 0 && self.rng.pct(30) {
+                    // Disk requests (abi::blk): `seg.share` is the sector, `seg.object`
+                    // reserved; whole sectors mostly, near and past the end of disk and segment.
+                    buf_type = [abi::BUF_BLK_READ, abi::BUF_BLK_WRITE, abi::BUF_BLK_FLUSH, abi::BUF_BLK_READ + 7][self.rng.below(4) as usize];
+                    let sector = match self.rng.below(4) {
+                        0 => self.rng.below(64),
+                        1 => self.rng.below(1 << 16),
+                        2 => u64::MAX - self.rng.below(64),
+                        _ => self.rng.next(),
+                    };
+                    seg = ObjName::new(sector, if self.rng.pct(90) { 0 } else { self.rng.next() });
+                    offset = if self.rng.pct(80) { self.rng.below(64) * abi::BLK_SECTOR } else { self.rng.next() };
+                    len = if self.rng.pct(80) { (1 + self.rng.below(16)) * abi::BLK_SECTOR } else { self.rng.below(abi::BLK_MAX_REQUEST * 2) };
+                }
                 let good = self.put(IN_OFF, DeviceBuf { seg, offset, len, buf_type });
                 a = [d.share, d.object, self.in_ptr(40, good), 0, 0, 0];
             }
@@ -1596,10 +1626,13 @@ fn main(args: &'static str) -> u64 {
     c.calls_per_core.store(total.div_ceil(ncores), Ordering::Relaxed);
     c.ncores.store(ncores, Ordering::Relaxed);
     c.trace.store(trace as u64, Ordering::Relaxed);
-    let mut devs = [DeviceInfo::default(); 4];
+    let mut devs = [DeviceInfo::default(); 16];
     if let Ok(n) = persist(|| sys::device_list(&mut devs)) {
         if let Some(d) = devs[..n as usize].iter().find(|d| d.kind == abi::DEVICE_CONSOLE) {
             c.console_hwid.store(d.hwid, Ordering::Relaxed);
+        }
+        if let Some(d) = devs[..n as usize].iter().find(|d| d.kind == abi::DEVICE_BLOCK) {
+            c.disk_hwid.store(d.hwid, Ordering::Relaxed);
         }
     }
     let Ok(x) = persist(|| sys::share_alloc(root, "fuzz-x", MEMID_SELF, 0)) else { return 3 };
