@@ -39,8 +39,10 @@ pub struct BlockDevice {
     seg: ObjName,
     /// Sectors on the disk.
     pub capacity: u64,
-    /// Cores whose root range maps the request segment (bit `c`).
-    mapped: u64,
+    /// For each core, the root range (object id) in which this core mapped the request
+    /// segment, or 0. A context that ends takes its root range and the mapping with it, so a
+    /// later context on the same core (another thread) is told apart by its root range.
+    mapped: [u64; 64],
 }
 
 impl BlockDevice {
@@ -57,7 +59,7 @@ impl BlockDevice {
             }
         };
         // From here on, dropping `b` frees both objects.
-        let mut b = BlockDevice { dev, seg, capacity: 0, mapped: 0 };
+        let mut b = BlockDevice { dev, seg, capacity: 0, mapped: [0; 64] };
         b.capacity = crate::sys::device_stat(dev)?.buffers;
         Ok(b)
     }
@@ -68,10 +70,10 @@ impl BlockDevice {
         if c >= 64 {
             return Err(Error::NoSuchCore);
         }
-        if self.mapped & (1 << c) == 0 {
-            let ar = crate::ctx::ctx().root_ar;
+        let ar = crate::ctx::ctx().root_ar;
+        if self.mapped[c as usize] != ar.object {
             crate::sys::ar_set_seg(ar, &SegMapping { voff: BLK_VA, seg: self.seg, soff: 0, len: REQ_BYTES, flags: MAP_READ | MAP_WRITE })?;
-            self.mapped |= 1 << c;
+            self.mapped[c as usize] = ar.object;
         }
         Ok(())
     }
@@ -122,7 +124,8 @@ impl Drop for BlockDevice {
     fn drop(&mut self) {
         // Only this core's mapping can be removed from here; another core's stays in its root
         // range (holding the segment) until that context ends.
-        if self.mapped & (1 << crate::ctx::ctx().core.min(63)) != 0 {
+        let c = crate::ctx::ctx().core.min(63) as usize;
+        if self.mapped[c] != 0 && self.mapped[c] == crate::ctx::ctx().root_ar.object {
             let _ = crate::sys::ar_unmap(crate::ctx::ctx().root_ar, BLK_VA, REQ_BYTES);
         }
         let _ = crate::sys::share_delobj(self.dev);
