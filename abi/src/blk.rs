@@ -28,9 +28,10 @@
 //! is sent as one disk request per page, in order; if one fails, the pages before it were
 //! transferred.
 //!
-//! **Serialisation (first version).** The disk's one virtqueue is under an MCS lock in the
-//! kernel, taken by the requesting core for the whole request (submit, wait, complete): two
-//! cores' requests are served one after the other. Per-core request rings or a kernel core that
+//! **Several cores (Polling).** The disk's one virtqueue is under an MCS lock in the kernel,
+//! taken twice per disk request by the requesting core (to place it, to take its completion),
+//! never while the disk works: several cores' requests are in the device at once. The call
+//! still waits (spinning) for its own completion. Per-core request rings or a kernel core that
 //! owns the queue (as `abi::net`'s Dedicated mode) come later.
 //!
 //! **Counters** (`device_stat`): `packets_in` / `packets_out` = read / write requests

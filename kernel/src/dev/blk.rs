@@ -8,10 +8,18 @@
 //! is checked against the disk's capacity and the segment's size (`abi::blk_check`) before the
 //! driver sees it, so the crate's own assertions (non-empty, whole sectors) never fire.
 //!
-//! First version: one virtqueue, under one MCS lock, held by the requesting core for the whole
-//! request (the crate's synchronous calls submit, notify and spin on the used ring). Requests of
-//! several cores are therefore served one at a time. Per-core queues, or a kernel core that owns
-//! the queue (as the NIC's Dedicated mode), are the next step.
+//! **Polling, as Corey's Polling NIC configuration:** one virtqueue under one MCS lock, taken
+//! twice per disk request by the requesting core: once to place the request in the queue
+//! (`*_blocks_nb`), once to take its completion (`complete_*_blocks`). Between the two the core
+//! spins *without* the lock, re-taking it only to look at the used ring, so several cores'
+//! requests are in the device at once and no core holds the lock while the disk works. The
+//! request header and status live on the requesting core's kernel stack (physically
+//! contiguous, in the physical window) until the completion is taken. The used ring is taken in
+//! order: a core whose completion is behind another core's waits until that core takes its own
+//! (it is spinning for it too). A flush waits until no request is in flight, then runs alone
+//! (the crate's flush is synchronous and would take another core's completion otherwise).
+//! Per-core queues (virtio-blk multiqueue) or a kernel core that owns the queue (the NIC's
+//! Dedicated mode) are not built.
 
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +27,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use abi::{blk_check, DeviceStat, Error, BLK_SECTOR, BUF_BLK_FLUSH, BUF_BLK_READ, BUF_BLK_WRITE, DEVICE_BLOCK, PAGE_SIZE};
 use percore::mcs::McsLock;
 use percore::TicketLock;
-use virtio_drivers::device::blk::VirtIOBlk;
+use virtio_drivers::device::blk::{BlkReq, BlkResp, VirtIOBlk};
 use virtio_drivers::transport::pci::PciTransport;
 use virtio_drivers::transport::DeviceType;
 
@@ -29,6 +37,12 @@ use crate::kobj::ObjRef;
 use crate::mm::phys_to_virt;
 
 type Driver = VirtIOBlk<KernelHal, PciTransport>;
+
+/// The driver and how many requests are in the device.
+struct DriverState {
+    drv: Driver,
+    inflight: u32,
+}
 
 /// hwids of the disks a block device object owns now.
 static TAKEN: TicketLock<Vec<u64>> = TicketLock::new(Vec::new());
@@ -43,7 +57,7 @@ pub struct BlkDev {
     capacity: u64,
     readonly: bool,
     /// The driver (a Vec of at most one, for a fallible allocation; empty once reset).
-    driver: McsLock<Vec<Driver>>,
+    driver: McsLock<Vec<DriverState>>,
     reads: AtomicU64,
     writes: AtomicU64,
     bytes_in: AtomicU64,
@@ -116,7 +130,7 @@ impl BlkDev {
         let drv = Driver::new(transport).map_err(io_error)?;
         dev.capacity = drv.capacity();
         dev.readonly = drv.readonly();
-        slot.push(drv);
+        slot.push(DriverState { drv, inflight: 0 });
         *dev.driver.lock() = slot;
         Ok(dev)
     }
@@ -136,13 +150,20 @@ impl BlkDev {
                 if sector != 0 || offset != 0 || len != 0 {
                     return Err(Error::InvalidArgument);
                 }
-                let mut g = self.driver.lock_irqsave();
-                let drv = g.first_mut().ok_or(Error::Busy)?;
                 self.flushes.fetch_add(1, Ordering::Relaxed);
-                return drv.flush().map(|()| 0).map_err(|e| {
-                    self.errors.fetch_add(1, Ordering::Relaxed);
-                    io_error(e)
-                });
+                loop {
+                    let mut g = self.driver.lock_irqsave();
+                    let st = g.first_mut().ok_or(Error::Busy)?;
+                    if st.inflight == 0 {
+                        // Alone in the queue: the synchronous flush takes only its own completion.
+                        return st.drv.flush().map(|()| 0).map_err(|e| {
+                            self.errors.fetch_add(1, Ordering::Relaxed);
+                            io_error(e)
+                        });
+                    }
+                    drop(g);
+                    backoff();
+                }
             }
             BUF_BLK_READ | BUF_BLK_WRITE => {}
             _ => return Err(Error::Unsupported),
@@ -152,8 +173,6 @@ impl BlkDev {
         if write && self.readonly {
             return Err(Error::NotPermitted);
         }
-        let mut g = self.driver.lock_irqsave();
-        let drv = g.first_mut().ok_or(Error::Busy)?;
         // One disk request per page of the segment: its pages are not physically contiguous.
         let mut done = 0u64;
         while done < len {
@@ -168,10 +187,9 @@ impl BlkDev {
             // address to the disk and does not read it otherwise.
             let buf = unsafe { core::slice::from_raw_parts_mut(va as *mut u8, n as usize) };
             let first = (sector + done / BLK_SECTOR) as usize;
-            let r = if write { drv.write_blocks(first, buf) } else { drv.read_blocks(first, buf) };
-            if let Err(e) = r {
+            if let Err(e) = self.transfer(write, first, buf) {
                 self.errors.fetch_add(1, Ordering::Relaxed);
-                return Err(io_error(e));
+                return Err(e);
             }
             done += n;
         }
@@ -183,6 +201,58 @@ impl BlkDev {
             self.bytes_in.fetch_add(len, Ordering::Relaxed);
         }
         Ok(len)
+    }
+
+    /// One disk request: place it (lock), wait for the device without the lock, take its
+    /// completion (lock).
+    fn transfer(&self, write: bool, first: usize, buf: &mut [u8]) -> Result<(), Error> {
+        let mut req = BlkReq::default();
+        let mut resp = BlkResp::default();
+        let token = loop {
+            let mut g = self.driver.lock_irqsave();
+            let st = g.first_mut().ok_or(Error::Busy)?;
+            // SAFETY: `req`, `buf` and `resp` stay alive (this frame does not return before the
+            // completion is taken below, or the device is reset) and this code does not touch
+            // them until then; `buf` is inside a pinned page (see `buf`).
+            let r = unsafe {
+                if write {
+                    st.drv.write_blocks_nb(first, &mut req, buf, &mut resp)
+                } else {
+                    st.drv.read_blocks_nb(first, &mut req, buf, &mut resp)
+                }
+            };
+            match r {
+                Ok(t) => {
+                    st.inflight += 1;
+                    break t;
+                }
+                // Other cores' requests fill the queue: let them finish.
+                Err(virtio_drivers::Error::QueueFull) => {}
+                Err(e) => return Err(io_error(e)),
+            }
+            drop(g);
+            backoff();
+        };
+        loop {
+            let mut g = self.driver.lock_irqsave();
+            // No driver: the device was reset, so nothing of ours is in flight any more (cannot
+            // happen while this call holds the device object; handled without a panic).
+            let st = g.first_mut().ok_or(Error::Busy)?;
+            if st.drv.peek_used() == Some(token) {
+                st.inflight -= 1;
+                // SAFETY: the same buffers `*_blocks_nb` was given with this token.
+                let r = unsafe {
+                    if write {
+                        st.drv.complete_write_blocks(token, &req, buf, &mut resp)
+                    } else {
+                        st.drv.complete_read_blocks(token, &req, buf, &mut resp)
+                    }
+                };
+                return r.map_err(io_error);
+            }
+            drop(g);
+            backoff();
+        }
     }
 
     pub fn stat(&self) -> DeviceStat {
@@ -198,6 +268,13 @@ impl BlkDev {
             errors: self.errors.load(Ordering::Relaxed),
             ..Default::default()
         }
+    }
+}
+
+/// A short pause between looks at the queue (the lock is free meanwhile).
+fn backoff() {
+    for _ in 0..64 {
+        core::hint::spin_loop();
     }
 }
 
