@@ -634,6 +634,8 @@ mod tests {
                     let _ = fs.unlink(b"/indirect.bin");
                     let _ = fs.rmdir(b"/sub/deeper");
                     let _ = fs.link(b"/one", b"/sub/one-link");
+                    let _ = fs.rename(b"/sub/deeper", b"/moved");
+                    let _ = fs.rename(b"/hello.txt", b"/sub/inner.txt");
                     mounted += 1;
                 }
                 Err(_) => refused += 1,
@@ -743,6 +745,34 @@ mod tests {
         let (free1, _, ifree1, _) = fs.usage();
         assert!(free1 > free0 - 100 && ifree1 > ifree0 - 200, "space not returned: blocks {free0} -> {free1}, inodes {ifree0} -> {ifree1}");
         fsck_clean(&fs.dev.0, "write-fsck-2");
+    }
+
+    #[test]
+    fn renames_keep_the_tree_consistent() {
+        assert!(have_mke2fs());
+        let mut fs = Ext2::mount(MemDisk(fresh_image("rename", 16))).unwrap();
+        // A file within a directory, across directories, over an existing file.
+        fs.rename(b"/one", b"/one-renamed").unwrap();
+        fs.rename(b"/one-renamed", b"/sub/one").unwrap();
+        fs.rename(b"/hello.txt", b"/sub/inner.txt").unwrap();
+        // A directory to another parent (its `..` and both link counts change), then back under
+        // a new name; into itself is refused; over a non-empty directory too.
+        fs.mkdir(b"/target", 0o755).unwrap();
+        fs.rename(b"/sub/deeper", b"/target/deeper").unwrap();
+        assert_eq!(fs.rename(b"/target", b"/target/deeper/x").unwrap_err(), FsError::InvalidArgument);
+        assert_eq!(fs.rename(b"/sub", b"/target").unwrap_err(), FsError::NotEmpty);
+        fs.mkdir(b"/empty-dir", 0o755).unwrap();
+        fs.rename(b"/target/deeper", b"/empty-dir").unwrap();
+        assert_eq!(fs.rename(b"/direct.bin", b"/sub").unwrap_err(), FsError::IsDir);
+        assert_eq!(fs.rename(b"/sub", b"/direct.bin").unwrap_err(), FsError::NotDir);
+        assert_eq!(fs.rename(b"/nope", b"/x").unwrap_err(), FsError::NotFound);
+        fs.rename(b"/direct.bin", b"/direct.bin").unwrap();
+        fsck_clean(&fs.dev.0, "rename-fsck");
+        assert_eq!(read_all(&mut fs, "/sub/inner.txt"), b"hello from the host\n");
+        assert_eq!(read_all(&mut fs, "/sub/one"), b"x");
+        assert_eq!(read_all(&mut fs, "/empty-dir/leaf"), pattern(5000, 4));
+        assert_eq!(fs.resolve(b"/empty-dir/..").unwrap().ino, ext2::ROOT_INO);
+        assert!(fs.resolve(b"/hello.txt").is_err() && fs.resolve(b"/target/deeper").is_err());
     }
 
     #[test]

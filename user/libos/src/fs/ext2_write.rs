@@ -2,14 +2,14 @@
 //! `unsafe`, every on-disk number checked, compiled into the host tool too): block and inode
 //! allocation through the bitmaps (counts kept in the group descriptors and the superblock),
 //! block mapping with indirect blocks allocated on demand, file writes (sparse files keep their
-//! holes), truncate, create, mkdir, unlink, rmdir, and hard links.
+//! holes), truncate, create, mkdir, unlink, rmdir, hard links and rename.
 //!
 //! Everything goes through the `Disk` (the buffer cache in the library OS); nothing here
 //! orders writes. The caller's sync writes the data blocks recorded in `dirty_data` first, then
 //! the metadata, so a crash between the two leaves data without the metadata naming it, which
 //! `e2fsck -fy` repairs, never metadata naming blocks that were not written.
 //!
-//! Not yet: rename, symbolic links, an htree index (a directory written here loses its index
+//! Not yet: symbolic links, an htree index (a directory written here loses its index
 //! flag: it is read linearly), the orphan list (an unlinked file's blocks are freed at once,
 //! even if it is open), access times, timestamps from a clock (new times are the superblock's
 //! last write time).
@@ -701,6 +701,97 @@ impl<D: Disk> Ext2<D> {
         parent.links = parent.links.saturating_sub(1);
         self.write_inode(&mut parent)?;
         self.release(&mut ino, true)
+    }
+}
+
+
+impl<D: Disk> Ext2<D> {
+    /// Rename `old` to `new` (POSIX: a file replaces a file, an empty directory replaces an
+    /// empty directory; a directory cannot move into itself). The new name is added before the
+    /// old one goes, so a crash in between leaves two names (e2fsck fixes the count), never none.
+    pub fn rename(&mut self, old: &[u8], new: &[u8]) -> Result<()> {
+        self.writable()?;
+        let (op, oname) = self.parent_of(old)?;
+        let ino_n = self.lookup(&op, oname)?;
+        let moving = self.inode(ino_n)?;
+        let (np, nname) = self.parent_of(new)?;
+        let (op_n, np_n) = (op.ino, np.ino);
+        if moving.is_dir() && op_n != np_n {
+            // The new parent must not be the directory itself or inside it.
+            let mut cur = np_n;
+            let mut steps = 0u32;
+            while cur != ROOT_INO {
+                if cur == ino_n {
+                    return Err(FsError::InvalidArgument);
+                }
+                steps += 1;
+                if steps > 4096 {
+                    return Err(FsError::Corrupt("directory tree deeper than 4096 (a loop?)"));
+                }
+                let d = self.inode(cur)?;
+                cur = self.lookup(&d, b"..")?;
+            }
+        }
+        match self.lookup(&np, nname) {
+            Ok(existing) if existing == ino_n => return Ok(()),
+            Ok(existing) => {
+                let e = self.inode(existing)?;
+                match (moving.is_dir(), e.is_dir()) {
+                    (true, true) => {
+                        let path = new;
+                        self.rmdir(path)?;
+                    }
+                    (false, false) => self.unlink(new)?,
+                    (true, false) => return Err(FsError::NotDir),
+                    (false, true) => return Err(FsError::IsDir),
+                }
+            }
+            Err(FsError::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        let ft = if moving.is_dir() { FT_DIR } else { FT_REG };
+        // Fresh copies each time: the parents may be the same inode, changed by the step before.
+        let mut np = self.inode(np_n)?;
+        self.add_entry(&mut np, nname, ino_n, ft)?;
+        let mut op = self.inode(op_n)?;
+        self.remove_entry(&mut op, oname)?;
+        if moving.is_dir() && op_n != np_n {
+            // `..` of the moved directory names its new parent; the link counts follow.
+            let b = self.bmap(&moving, 0)?;
+            if b == 0 {
+                return Err(FsError::Corrupt("directory with a hole"));
+            }
+            let mut blk = vec![0u8; self.bs as usize];
+            self.read_block(b, &mut blk)?;
+            let mut at = 0usize;
+            let mut fixed = false;
+            while at + 8 <= blk.len() {
+                let rec = le16(&blk, at + 4) as usize;
+                let nl = blk[at + 6] as usize;
+                if rec < 8 || at + rec > blk.len() || 8 + nl > rec {
+                    return Err(FsError::Corrupt("directory entry with an impossible length"));
+                }
+                if &blk[at + 8..at + 8 + nl] == b".." {
+                    put32(&mut blk, at, np_n);
+                    fixed = true;
+                    break;
+                }
+                at += rec;
+            }
+            if !fixed {
+                return Err(FsError::Corrupt("directory without `..`"));
+            }
+            self.write_block(b, &blk)?;
+            let mut op = self.inode(op_n)?;
+            op.links = op.links.saturating_sub(1);
+            self.write_inode(&mut op)?;
+            let mut np = self.inode(np_n)?;
+            np.links = np.links.saturating_add(1);
+            self.write_inode(&mut np)?;
+        }
+        let mut m = self.inode(ino_n)?;
+        m.ctime = self.now();
+        self.write_inode(&mut m)
     }
 }
 

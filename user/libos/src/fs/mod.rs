@@ -3,7 +3,7 @@
 //!
 //! | layer | file |
 //! | --- | --- |
-//! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
+//! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `rename`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
 //! | ext2 on-disk format (our own; also compiled into `cargo xtask fs`): reading | `ext2.rs` |
 //! | ext2 writing: allocation, block maps, directories | `ext2_write.rs` |
 //! | buffer cache and block device object client | `disk.rs` |
@@ -235,6 +235,11 @@ pub fn rmdir(path: &str) -> Result<()> {
 /// still open here (no orphan list yet): its descriptors then read a freed inode's zero size.
 pub fn unlink(path: &str) -> Result<()> {
     with(|m| m.fs.unlink(path.as_bytes()))
+}
+
+/// Rename (replacing a file by a file, or an empty directory by a directory).
+pub fn rename(old: &str, new: &str) -> Result<()> {
+    with(|m| m.fs.rename(old.as_bytes(), new.as_bytes()))
 }
 
 /// A second name for a file.
