@@ -295,8 +295,11 @@ fn writes_survive_a_remount() -> TestResult {
     err!(fs::mkdir("/guest/dir"), FsError::Exists);
     for (path, len, seed) in files::GUEST_FILES {
         let data: Vec<u8> = (0..len).map(|i| files::byte(seed, i)).collect();
-        let fd = fs_ok(path, fs::open(path, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
-        err!(fs::open(path, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL), FsError::Exists);
+        // The small file is written under a temporary name and renamed into place.
+        let tmp = alloc::format!("{path}.tmp");
+        let wpath = if len < 1000 { tmp.as_str() } else { path };
+        let fd = fs_ok(path, fs::open(wpath, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
+        err!(fs::open(wpath, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL), FsError::Exists);
         let mut at = 0;
         for piece in data.chunks(7777) {
             ensure!(fs_ok(path, fs::write(fd, piece))? == piece.len(), "{path}: short write");
@@ -311,6 +314,10 @@ fn writes_survive_a_remount() -> TestResult {
         }
         fs_ok(path, fs::fsync(fd))?;
         fs_ok(path, fs::close(fd))?;
+        if wpath != path {
+            fs_ok("rename", fs::rename(wpath, path))?;
+            err!(fs::stat(wpath), FsError::NotFound);
+        }
     }
     // O_APPEND and O_TRUNC, and a read-only descriptor refusing writes.
     let fd = fs_ok("gone", fs::open("/guest/gone.txt", fs::O_WRONLY | fs::O_CREAT))?;
