@@ -467,6 +467,58 @@ fn two_cores_use_one_disk() -> TestResult {
     Ok(Pass::Ok)
 }
 
+/// `stat`s /sub/inner.txt 2000 times; 0 if every answer was right and (nearly) all were hits
+/// of the name cache on this core.
+fn t_stat(_: u64) -> u64 {
+    let c = libos::core_id() as usize;
+    let (h0, _) = fs::names::NAMES.counts(c);
+    for _ in 0..2000 {
+        match fs::stat("/sub/inner.txt") {
+            Ok(st) if st.size == 6 => {}
+            _ => return 1,
+        }
+    }
+    let (h1, _) = fs::names::NAMES.counts(c);
+    if h1 - h0 < 1990 {
+        return 2;
+    }
+    0
+}
+
+/// Catches: a name cache that answers after a change (a stale size, a removed or renamed
+/// name still found), that never hits, or that is wrong when two cores read it at once.
+fn stat_from_the_name_cache() -> TestResult {
+    fs_ok("mount", fs::mount())?;
+    let names = &fs::names::NAMES;
+    let c = libos::core_id() as usize;
+    let a = fs_ok("stat", fs::stat("/sub/inner.txt"))?;
+    let (h0, m0) = names.counts(c);
+    let b = fs_ok("stat", fs::stat("/sub/inner.txt"))?;
+    let (h1, m1) = names.counts(c);
+    ensure!(a == b && h1 == h0 + 1 && m1 == m0, "second stat: hits {h0}->{h1}, misses {m0}->{m1}");
+    // Changes must be seen at once.
+    let fd = fs_ok("create", fs::open("/names-test", fs::O_RDWR | fs::O_CREAT | fs::O_TRUNC))?;
+    fs_ok("w", fs::write(fd, b"0123456789"))?;
+    ensure!(fs_ok("stat", fs::stat("/names-test"))?.size == 10, "size after the first write");
+    ensure!(fs_ok("stat", fs::stat("/names-test"))?.size == 10, "size (cached)");
+    fs_ok("w", fs::write(fd, b"0123456789"))?;
+    ensure!(fs_ok("stat", fs::stat("/names-test"))?.size == 20, "stale size after a write");
+    fs_ok("c", fs::close(fd))?;
+    fs_ok("rename", fs::rename("/names-test", "/names-test2"))?;
+    err!(fs::stat("/names-test"), FsError::NotFound);
+    ensure!(fs_ok("stat", fs::stat("/names-test2"))?.size == 20, "renamed");
+    fs_ok("unlink", fs::unlink("/names-test2"))?;
+    err!(fs::stat("/names-test2"), FsError::NotFound);
+    if cores() >= 2 {
+        let _ = fs::stat("/sub/inner.txt");
+        let t = ok!(libos::thread::spawn(1, t_stat, 0));
+        let here = t_stat(0);
+        let there = ok!(t.join());
+        ensure!(here == 0 && there == 0, "two cores: core 0 returned {here}, core 1 {there} (1: a wrong answer, 2: too few hits)");
+    }
+    Ok(Pass::Ok)
+}
+
 /// Reads `FILES[arg]` in full and compares; 0 if right.
 fn t_read_file(arg: u64) -> u64 {
     let Some(&(path, len, seed)) = files::FILES.get(arg as usize) else { return 9 };
@@ -500,7 +552,7 @@ fn other_cores_read_too() -> TestResult {
 
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 11] = [
+    let tests: [(&str, fn() -> TestResult); 12] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -509,6 +561,7 @@ fn main(args: &'static str) -> u64 {
         ("fs_reads_every_file", reads_every_file),
         ("fs_other_cores_read_too", other_cores_read_too),
         ("fs_names_and_descriptors", names_and_descriptors),
+        ("fs_stat_from_the_name_cache", stat_from_the_name_cache),
         ("fs_corrupt_superblock_is_refused", corrupt_superblock_is_refused),
         ("fs_corrupt_directory_entry_is_an_error", corrupt_directory_entry_is_an_error),
         ("fs_writes_survive_a_remount", writes_survive_a_remount),

@@ -6,6 +6,7 @@
 //! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `rename`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
 //! | ext2 on-disk format (our own; also compiled into `cargo xtask fs`): reading | `ext2.rs` |
 //! | ext2 writing: allocation, block maps, directories | `ext2_write.rs` |
+//! | the lock-free path-name cache behind `stat` | `names.rs` |
 //! | buffer cache and block device object client | `disk.rs` |
 //! | the device object | kernel `dev/blk.rs`, contract `abi/src/blk.rs` |
 //!
@@ -19,6 +20,7 @@
 pub mod disk;
 pub mod ext2;
 pub mod ext2_write;
+pub mod names;
 
 use alloc::vec::Vec;
 
@@ -70,6 +72,17 @@ fn with<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
     f(m)
 }
 
+/// `with` for a call that may change names or attributes: the name cache is emptied around it
+/// (`names`: why that keeps lock-free `stat` right).
+fn with_change<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
+    let mut g = FS.lock();
+    let m = g.as_mut().ok_or(FsError::NoDevice)?;
+    names::NAMES.begin_change();
+    let r = f(m);
+    names::NAMES.end_change();
+    r
+}
+
 /// Mount the ext2 file system on the first disk (a block device object and its request
 /// segment in the process share). `NoDevice` without a disk or when another process holds it.
 pub fn mount() -> Result<()> {
@@ -83,7 +96,9 @@ pub fn mount() -> Result<()> {
     })?;
     // On an error the cache (and with it the device object) is dropped, which frees both.
     let fs = Ext2::mount(Cache::new(dev))?;
+    names::NAMES.begin_change();
     *g = Some(Mounted { fs, files: Vec::new() });
+    names::NAMES.end_change();
     Ok(())
 }
 
@@ -96,7 +111,9 @@ pub fn unmount() -> Result<()> {
     let mut g = FS.lock();
     let Some(m) = g.as_mut() else { return Ok(()) };
     let r = sync_ordered(m);
+    names::NAMES.begin_change();
     *g = None;
+    names::NAMES.end_change();
     r
 }
 
@@ -108,7 +125,7 @@ fn file(m: &mut Mounted, fd: Fd) -> Result<&mut OpenFile> {
 /// 0644), `O_EXCL` (with `O_CREAT`: `Exists` if it is there), `O_TRUNC`, `O_APPEND`. A
 /// directory opens read-only (for `fstat`); writing one is `IsDir`.
 pub fn open(path: &str, flags: u32) -> Result<Fd> {
-    with(|m| {
+    let body = |m: &mut Mounted| {
         let acc = flags & O_ACCMODE;
         if acc == 3 || flags & !(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND) != 0 {
             return Err(FsError::InvalidArgument);
@@ -135,7 +152,12 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
         };
         m.files[slot] = Some(OpenFile { ino: ino.ino, off: 0, flags });
         Ok(Fd(slot as u32))
-    })
+    };
+    if flags & (O_CREAT | O_TRUNC) != 0 {
+        with_change(body)
+    } else {
+        with(body)
+    }
 }
 
 pub fn close(fd: Fd) -> Result<()> {
@@ -191,7 +213,7 @@ fn writable_file(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64, u32)> {
 /// Write at the descriptor's offset (at the end with `O_APPEND`), advancing it. Fewer bytes
 /// than asked only when the disk filled up after some were written; `NoSpace` if none were.
 pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
-    with(|m| {
+    with_change(|m| {
         let (mut ino, off, flags) = writable_file(m, fd)?;
         let at = if flags & O_APPEND != 0 { ino.size } else { off };
         let n = m.fs.write(&mut ino, at, buf)?;
@@ -202,7 +224,7 @@ pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
 
 /// Write at `off` without moving the descriptor's offset.
 pub fn pwrite(fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
-    with(|m| {
+    with_change(|m| {
         let (mut ino, _, _) = writable_file(m, fd)?;
         m.fs.write(&mut ino, off, buf)
     })
@@ -210,41 +232,41 @@ pub fn pwrite(fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
 
 /// Set the size of an open file (shrinking frees blocks; growing leaves a hole).
 pub fn ftruncate(fd: Fd, size: u64) -> Result<()> {
-    with(|m| {
+    with_change(|m| {
         let (mut ino, _, _) = writable_file(m, fd)?;
         m.fs.truncate(&mut ino, size)
     })
 }
 
 pub fn truncate(path: &str, size: u64) -> Result<()> {
-    with(|m| {
+    with_change(|m| {
         let mut ino = m.fs.resolve(path.as_bytes())?;
         m.fs.truncate(&mut ino, size)
     })
 }
 
 pub fn mkdir(path: &str) -> Result<()> {
-    with(|m| m.fs.mkdir(path.as_bytes(), 0o755).map(|_| ()))
+    with_change(|m| m.fs.mkdir(path.as_bytes(), 0o755).map(|_| ()))
 }
 
 pub fn rmdir(path: &str) -> Result<()> {
-    with(|m| m.fs.rmdir(path.as_bytes()))
+    with_change(|m| m.fs.rmdir(path.as_bytes()))
 }
 
 /// Remove a name. The blocks of a file whose last name goes are freed at once, even if it is
 /// still open here (no orphan list yet): its descriptors then read a freed inode's zero size.
 pub fn unlink(path: &str) -> Result<()> {
-    with(|m| m.fs.unlink(path.as_bytes()))
+    with_change(|m| m.fs.unlink(path.as_bytes()))
 }
 
 /// Rename (replacing a file by a file, or an empty directory by a directory).
 pub fn rename(old: &str, new: &str) -> Result<()> {
-    with(|m| m.fs.rename(old.as_bytes(), new.as_bytes()))
+    with_change(|m| m.fs.rename(old.as_bytes(), new.as_bytes()))
 }
 
 /// A second name for a file.
 pub fn link(existing: &str, new: &str) -> Result<()> {
-    with(|m| m.fs.link(existing.as_bytes(), new.as_bytes()))
+    with_change(|m| m.fs.link(existing.as_bytes(), new.as_bytes()))
 }
 
 /// Make a file's data and the metadata naming it durable. First version: the whole file
@@ -294,10 +316,17 @@ pub fn fstat(fd: Fd) -> Result<Stat> {
     })
 }
 
+/// `stat` of a path: from the name cache without a lock when it was looked up before and
+/// nothing changed since (`names`), else a walk under the lock that fills the cache.
 pub fn stat(path: &str) -> Result<Stat> {
+    if let Some(st) = names::NAMES.lookup(path.as_bytes()) {
+        return Ok(st);
+    }
     with(|m| {
         let ino = m.fs.resolve(path.as_bytes())?;
-        Ok(Ext2::<Cache>::stat_of(&ino))
+        let st = Ext2::<Cache>::stat_of(&ino);
+        names::NAMES.insert(path.as_bytes(), &st);
+        Ok(st)
     })
 }
 
