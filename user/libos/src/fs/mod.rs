@@ -330,6 +330,14 @@ pub fn stat(path: &str) -> Result<Stat> {
     })
 }
 
+/// `stat` through the walk under the lock, never the name cache (for comparison).
+pub fn stat_walk(path: &str) -> Result<Stat> {
+    with(|m| {
+        let ino = m.fs.resolve(path.as_bytes())?;
+        Ok(Ext2::<Cache>::stat_of(&ino))
+    })
+}
+
 /// Every entry of the directory `path`, `.` and `..` included, in on-disk order.
 pub fn readdir(path: &str) -> Result<Vec<DirEntry>> {
     with(|m| {
