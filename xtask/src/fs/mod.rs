@@ -468,6 +468,16 @@ mod tests {
             std::fs::create_dir_all(full.parent().unwrap()).unwrap();
             std::fs::write(full, d).unwrap();
         }
+        // Symbolic links: relative, through `..`, absolute, long (a slow link, in a block),
+        // and a loop.
+        let ln = |target: &str, at: &str| std::os::unix::fs::symlink(target, root.join(at)).unwrap();
+        ln("hello.txt", "link-hello");
+        ln("../one", "sub/up-one");
+        ln("/sub/inner.txt", "abs-inner");
+        ln(&format!("sub/{}../hello.txt", "deeper/../".repeat(8)), "long-link");
+        ln("sub", "link-dir");
+        ln("loop2", "loop1");
+        ln("loop1", "loop2");
         files
     }
 
@@ -505,6 +515,16 @@ mod tests {
         assert_eq!(fs.resolve(b"/nope").unwrap_err(), FsError::NotFound);
         assert_eq!(fs.resolve(b"/hello.txt/x").unwrap_err(), FsError::NotDir);
         assert_eq!(fs.resolve(b"/../../sub/./inner.txt").unwrap().size, 6, "`..` at the root stays there");
+        // Symbolic links.
+        for (link, want) in [("/link-hello", "/hello.txt"), ("/sub/up-one", "/one"), ("/abs-inner", "/sub/inner.txt"), ("/long-link", "/hello.txt"), ("/link-dir/inner.txt", "/sub/inner.txt")] {
+            assert_eq!(fs.resolve(link.as_bytes()).unwrap().ino, fs.resolve(want.as_bytes()).unwrap().ino, "{link}");
+        }
+        let l = fs.resolve_nofollow(b"/long-link").unwrap();
+        assert!(l.is_symlink() && !fs.is_fast_symlink(&l), "a long target is in a block");
+        let l = fs.resolve_nofollow(b"/link-hello").unwrap();
+        assert!(fs.is_fast_symlink(&l));
+        assert_eq!(fs.read_link(&l).unwrap(), b"hello.txt");
+        assert_eq!(fs.resolve(b"/loop1").unwrap_err(), FsError::TooManyLinks);
         let long = format!("/{}", "a".repeat(256));
         assert_eq!(fs.resolve(long.as_bytes()).unwrap_err(), FsError::NameTooLong);
     }
@@ -767,6 +787,15 @@ mod tests {
         assert_eq!(fs.rename(b"/sub", b"/direct.bin").unwrap_err(), FsError::NotDir);
         assert_eq!(fs.rename(b"/nope", b"/x").unwrap_err(), FsError::NotFound);
         fs.rename(b"/direct.bin", b"/direct.bin").unwrap();
+        // Symbolic links made here, renamed and removed.
+        fs.symlink(b"sub/one", b"/new-link").unwrap();
+        assert_eq!(fs.resolve(b"/new-link").unwrap().ino, fs.resolve(b"/sub/one").unwrap().ino);
+        fs.rename(b"/new-link", b"/sub/moved-link").unwrap();
+        assert_eq!(fs.resolve(b"/sub/moved-link").unwrap_err(), FsError::NotFound, "relative to its new directory");
+        fs.symlink(b"/sub/one", b"/abs-link").unwrap();
+        fs.unlink(b"/link-hello").unwrap();
+        fs.unlink(b"/long-link").unwrap();
+        assert_eq!(fs.symlink(&[b'x'; 60], b"/too-long").map(|_| ()).unwrap_err(), FsError::NameTooLong);
         fsck_clean(&fs.dev.0, "rename-fsck");
         assert_eq!(read_all(&mut fs, "/sub/inner.txt"), b"hello from the host\n");
         assert_eq!(read_all(&mut fs, "/sub/one"), b"x");

@@ -341,6 +341,16 @@ fn writes_survive_a_remount() -> TestResult {
     err!(fs::rmdir("/guest/dir"), FsError::NotEmpty);
     err!(fs::rmdir("/"), FsError::InvalidArgument);
     fs_ok("rmdir", fs::rmdir("/guest/gonedir"))?;
+    // Symbolic links: followed by stat and open, not by lstat; a loop is TooManyLinks.
+    fs_ok("symlink", fs::symlink("dir/deep.bin", "/guest/link"))?;
+    fs_ok("symlink", fs::symlink("/guest/loop-b", "/guest/loop-a"))?;
+    fs_ok("symlink", fs::symlink("loop-a", "/guest/loop-b"))?;
+    ensure!(fs_ok("stat", fs::stat("/guest/link"))?.size == 70_000, "stat does not follow the link");
+    ensure!(fs_ok("lstat", fs::lstat("/guest/link"))?.size == 12, "lstat follows the link");
+    ensure!(fs_ok("readlink", fs::readlink("/guest/link"))? == b"dir/deep.bin", "readlink");
+    err!(fs::stat("/guest/loop-a"), FsError::TooManyLinks);
+    fs_ok("unlink", fs::unlink("/guest/loop-a"))?;
+    fs_ok("unlink", fs::unlink("/guest/loop-b"))?;
     // Everything to the disk, let go of it, mount again from the disk alone.
     fs_ok("unmount", fs::unmount())?;
     fs_ok("mount", fs::mount())?;

@@ -13,7 +13,7 @@
 //! there); programs on other cores run in contexts of their own (`libos::exec::spawn`).
 //! Bad input gets a one-line message and the shell keeps reading.
 //!
-//! Files (issue 16): `ls`, `cat`, `df`, `mkdir`, `rmdir`, `rm`, `mv`, `write`, `append`, `sync`,
+//! Files (issue 16): `ls`, `cat`, `df`, `mkdir`, `rmdir`, `rm`, `mv`, `ln`, `write`, `append`, `sync`,
 //! `umount` use `libos::fs` on the first disk
 //! (`cargo xtask run --disk IMG`), mounted on first use. One process holds a disk at a time, so
 //! the shell syncs and lets go of it before `run` starts a program, and at `halt`.
@@ -98,6 +98,23 @@ fn run_line(line: &str) -> bool {
         "rmdir" => fs_each("rmdir", &rest, libos::fs::rmdir),
         "rm" => fs_each("rm", &rest, libos::fs::unlink),
         "write" => fs_write(&rest, false),
+        "ln" => match rest.as_slice() {
+            ["-s", target, name] => {
+                if fs_ready() {
+                    if let Err(e) = libos::fs::symlink(target, name) {
+                        println!("sh: ln -s {target} {name}: {}", e.as_str());
+                    }
+                }
+            }
+            [old, new] => {
+                if fs_ready() {
+                    if let Err(e) = libos::fs::link(old, new) {
+                        println!("sh: ln {old} {new}: {}", e.as_str());
+                    }
+                }
+            }
+            _ => println!("sh: ln [-s] TARGET NAME"),
+        },
         "mv" => match rest.as_slice() {
             [a, b] => {
                 if fs_ready() {
@@ -130,6 +147,7 @@ fn help() {
     println!("  mkdir DIR... / rmdir DIR...    make / remove (empty) directories");
     println!("  rm FILE...                     remove files");
     println!("  mv OLD NEW                     rename");
+    println!("  ln [-s] TARGET NAME            hard (or symbolic) link");
     println!("  write FILE WORDS...            make FILE hold WORDS and a newline (append: add them)");
     println!("  sync                           write the buffer cache back to the disk");
     println!("  umount                         sync and let go of the disk (`run` and `halt` do this first)");

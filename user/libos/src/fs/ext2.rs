@@ -42,6 +42,8 @@ pub enum FsError {
     NoMemory,
     /// No disk, or it is used by someone else.
     NoDevice,
+    /// More than `MAX_SYMLINK_HOPS` symbolic links on one path (a loop).
+    TooManyLinks,
 }
 
 impl FsError {
@@ -62,6 +64,7 @@ impl FsError {
             FsError::ReadOnly => "read-only file system",
             FsError::NoMemory => "out of memory",
             FsError::NoDevice => "no disk",
+            FsError::TooManyLinks => "too many levels of symbolic links",
         }
     }
 
@@ -90,6 +93,10 @@ pub trait Disk {
 pub const MAGIC: u16 = 0xEF53;
 pub const ROOT_INO: u32 = 2;
 pub const NAME_MAX: usize = 255;
+/// Most symbolic links followed while resolving one path.
+pub const MAX_SYMLINK_HOPS: u32 = 8;
+/// A symbolic link whose target fits in the block pointers (below 60 bytes) keeps it there.
+pub const FAST_SYMLINK_MAX: usize = 59;
 /// Most bytes of a directory this code reads (bounds the work a corrupt size can cause).
 pub const DIR_MAX_BYTES: u64 = 64 << 20;
 
@@ -544,25 +551,81 @@ impl<D: Disk> Ext2<D> {
         self.scan_dir(dir, |ino, _, n| (n == name).then_some(ino))?.ok_or(FsError::NotFound)
     }
 
+    /// Whether `ino` is a symbolic link whose target is stored in its block pointers.
+    pub fn is_fast_symlink(&self, ino: &Inode) -> bool {
+        let acl_blocks = if le32(&ino.raw, 104) != 0 { (self.bs / 512) as u32 } else { 0 };
+        ino.is_symlink() && ino.size <= FAST_SYMLINK_MAX as u64 && ino.blocks512 == acl_blocks
+    }
+
+    /// The target of symbolic link `ino`.
+    pub fn read_link(&mut self, ino: &Inode) -> Result<Vec<u8>> {
+        if !ino.is_symlink() {
+            return Err(FsError::InvalidArgument);
+        }
+        if ino.size == 0 || ino.size > self.bs.min(4096) {
+            return Err(FsError::Corrupt("symbolic link of an impossible length"));
+        }
+        if self.is_fast_symlink(ino) {
+            return Ok(ino.raw[40..40 + ino.size as usize].to_vec());
+        }
+        let mut v = vec![0u8; ino.size as usize];
+        let n = self.read(ino, 0, &mut v)?;
+        v.truncate(n);
+        Ok(v)
+    }
+
     /// The inode a path names (absolute or relative to the root; `.`, `..` and repeated `/`
-    /// as usual; `..` at the root stays at the root). Symbolic links are not followed yet
-    /// (`Unsupported`).
+    /// as usual; `..` at the root stays at the root), following symbolic links (at most
+    /// `MAX_SYMLINK_HOPS`; a relative target is taken from the link's directory).
     pub fn resolve(&mut self, path: &[u8]) -> Result<Inode> {
+        self.resolve_at(path, true)
+    }
+
+    /// `resolve`, but a symbolic link as the last component is returned itself (`lstat`).
+    pub fn resolve_nofollow(&mut self, path: &[u8]) -> Result<Inode> {
+        self.resolve_at(path, false)
+    }
+
+    fn resolve_at(&mut self, path: &[u8], follow_last: bool) -> Result<Inode> {
         let mut cur = self.inode(ROOT_INO)?;
-        for comp in path.split(|&c| c == b'/') {
-            if comp.is_empty() || comp == b"." {
-                continue;
+        // The path still to walk (owned: a link's target is spliced in front of the rest).
+        let mut rest: Vec<u8> = path.to_vec();
+        let mut hops = 0u32;
+        loop {
+            let trimmed = rest.iter().position(|&c| c != b'/').unwrap_or(rest.len());
+            rest.drain(..trimmed);
+            if rest.is_empty() {
+                return Ok(cur);
             }
-            if cur.is_symlink() {
-                return Err(FsError::Unsupported("symbolic links are not followed yet"));
+            let end = rest.iter().position(|&c| c == b'/').unwrap_or(rest.len());
+            let comp: Vec<u8> = rest[..end].to_vec();
+            rest.drain(..end);
+            if comp == b"." {
+                continue;
             }
             if !cur.is_dir() {
                 return Err(FsError::NotDir);
             }
-            let ino = self.lookup(&cur, comp)?;
-            cur = self.inode(ino)?;
+            let ino = self.lookup(&cur, &comp)?;
+            let next = self.inode(ino)?;
+            let last = rest.iter().all(|&c| c == b'/');
+            if next.is_symlink() && (!last || follow_last) {
+                hops += 1;
+                if hops > MAX_SYMLINK_HOPS {
+                    return Err(FsError::TooManyLinks);
+                }
+                let target = self.read_link(&next)?;
+                if target.first() == Some(&b'/') {
+                    cur = self.inode(ROOT_INO)?;
+                }
+                let mut spliced = target;
+                spliced.push(b'/');
+                spliced.extend_from_slice(&rest);
+                rest = spliced;
+                continue;
+            }
+            cur = next;
         }
-        Ok(cur)
     }
 
     pub fn stat_of(ino: &Inode) -> Stat {

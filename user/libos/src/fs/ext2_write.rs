@@ -9,20 +9,33 @@
 //! the metadata, so a crash between the two leaves data without the metadata naming it, which
 //! `e2fsck -fy` repairs, never metadata naming blocks that were not written.
 //!
-//! Not yet: symbolic links, an htree index (a directory written here loses its index
+//! Symbolic links are made fast (the target in the block pointers, below 60 bytes); a longer
+//! target is `NameTooLong` for now. Not yet: an htree index (a directory written here loses its index
 //! flag: it is read linearly), the orphan list (an unlinked file's blocks are freed at once,
 //! even if it is open), access times, timestamps from a clock (new times are the superblock's
 //! last write time).
 
 use alloc::vec;
 
-use super::ext2::{le16, le32, Disk, Ext2, FsError, Inode, Result, FT_DIR, FT_REG, INCOMPAT_FILETYPE, INODE_INDEX_FL, NAME_MAX, ROOT_INO, S_IFDIR, S_IFMT, S_IFREG};
+use super::ext2::{
+    le16, le32, Disk, Ext2, FsError, Inode, Result, FAST_SYMLINK_MAX, FT_DIR, FT_REG, FT_SYMLINK, INCOMPAT_FILETYPE, INODE_INDEX_FL, NAME_MAX, ROOT_INO,
+    S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
+};
 
 fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
 fn put32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// The directory-entry type of an inode.
+fn ft_of(ino: &Inode) -> u8 {
+    match ino.mode & S_IFMT {
+        S_IFDIR => FT_DIR,
+        S_IFLNK => FT_SYMLINK,
+        _ => FT_REG,
+    }
 }
 
 /// Bytes a directory entry with a name of `n` bytes needs.
@@ -423,6 +436,9 @@ impl<D: Disk> Ext2<D> {
         if ino.is_dir() {
             return Err(FsError::IsDir);
         }
+        if !ino.is_reg() {
+            return Err(FsError::InvalidArgument);
+        }
         if size < ino.size {
             self.free_from(ino, size)?;
             let at = (size % self.bs) as usize;
@@ -650,10 +666,41 @@ impl<D: Disk> Ext2<D> {
         }
         target.links += 1;
         self.write_inode(&mut target)?;
-        self.add_entry(&mut dir, name, target.ino, FT_REG)
+        self.add_entry(&mut dir, name, target.ino, ft_of(&target))
     }
 
-    /// Remove a name of a file; the file goes when its last name does.
+    /// A symbolic link at `path` pointing at `target` (kept as given, not resolved).
+    pub fn symlink(&mut self, target: &[u8], path: &[u8]) -> Result<Inode> {
+        self.writable()?;
+        if target.is_empty() {
+            return Err(FsError::InvalidArgument);
+        }
+        if target.len() > FAST_SYMLINK_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        let (mut dir, name) = self.parent_of(path)?;
+        match self.lookup(&dir, name) {
+            Ok(_) => return Err(FsError::Exists),
+            Err(FsError::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        let n = self.alloc_inode(false, self.group_of(dir.ino))?;
+        let mut ino = self.new_inode(n, S_IFLNK | 0o777, 1);
+        let mut bytes = [0u8; 60];
+        bytes[..target.len()].copy_from_slice(target);
+        for (i, b) in ino.block.iter_mut().enumerate() {
+            *b = le32(&bytes, 4 * i);
+        }
+        ino.size = target.len() as u64;
+        self.write_inode(&mut ino)?;
+        if let Err(e) = self.add_entry(&mut dir, name, n, FT_SYMLINK) {
+            let _ = self.free_inode(n, false);
+            return Err(e);
+        }
+        Ok(ino)
+    }
+
+    /// Remove a name of a file (or symbolic link); the file goes when its last name does.
     pub fn unlink(&mut self, path: &[u8]) -> Result<()> {
         self.writable()?;
         let (mut dir, name) = self.parent_of(path)?;
@@ -673,7 +720,12 @@ impl<D: Disk> Ext2<D> {
 
     /// An inode with no name left: free its blocks and itself.
     fn release(&mut self, ino: &mut Inode, dir: bool) -> Result<()> {
-        self.free_from(ino, 0)?;
+        if self.is_fast_symlink(ino) {
+            // Its "block pointers" are the target's bytes: nothing to free.
+            ino.block = [0; 15];
+        } else {
+            self.free_from(ino, 0)?;
+        }
         ino.size = 0;
         ino.links = 0;
         put32(&mut ino.raw, 20, self.now()); // dtime: e2fsck wants it set on a freed inode
@@ -749,7 +801,7 @@ impl<D: Disk> Ext2<D> {
             Err(FsError::NotFound) => {}
             Err(e) => return Err(e),
         }
-        let ft = if moving.is_dir() { FT_DIR } else { FT_REG };
+        let ft = ft_of(&moving);
         // Fresh copies each time: the parents may be the same inode, changed by the step before.
         let mut np = self.inode(np_n)?;
         self.add_entry(&mut np, nname, ino_n, ft)?;

@@ -3,7 +3,7 @@
 //!
 //! | layer | file |
 //! | --- | --- |
-//! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `rename`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
+//! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `rename`, `symlink`, `readlink`, `lstat`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
 //! | ext2 on-disk format (our own; also compiled into `cargo xtask fs`): reading | `ext2.rs` |
 //! | ext2 writing: allocation, block maps, directories | `ext2_write.rs` |
 //! | the lock-free path-name cache behind `stat` | `names.rs` |
@@ -328,6 +328,27 @@ pub fn stat(path: &str) -> Result<Stat> {
         names::NAMES.insert(path.as_bytes(), &st);
         Ok(st)
     })
+}
+
+/// `stat` of a path whose last component, if a symbolic link, is not followed.
+pub fn lstat(path: &str) -> Result<Stat> {
+    with(|m| {
+        let ino = m.fs.resolve_nofollow(path.as_bytes())?;
+        Ok(Ext2::<Cache>::stat_of(&ino))
+    })
+}
+
+/// The target of the symbolic link `path`.
+pub fn readlink(path: &str) -> Result<Vec<u8>> {
+    with(|m| {
+        let ino = m.fs.resolve_nofollow(path.as_bytes())?;
+        m.fs.read_link(&ino)
+    })
+}
+
+/// Make `path` a symbolic link to `target` (targets below 60 bytes for now).
+pub fn symlink(target: &str, path: &str) -> Result<()> {
+    with_change(|m| m.fs.symlink(target.as_bytes(), path.as_bytes()).map(|_| ()))
 }
 
 /// `stat` through the walk under the lock, never the name cache (for comparison).
