@@ -80,9 +80,10 @@ impl FsError {
 
 pub type Result<T> = core::result::Result<T, FsError>;
 
-/// The device under the file system, addressed in bytes. The file system reads and writes
-/// whole blocks and the 1024-byte superblock, and patches group descriptors in place (32
-/// bytes): an implementation handles any byte range inside the device.
+/// The device under the file system, addressed in bytes. The file system reads single inodes
+/// (128 bytes), block pointers (4 bytes) and file data straight into the caller's buffer, and
+/// patches group descriptors in place (32 bytes): an implementation handles any byte range
+/// inside the device (the buffer cache copies only the bytes asked for).
 pub trait Disk {
     fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<()>;
     fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<()>;
@@ -380,14 +381,12 @@ impl<D: Disk> Ext2<D> {
 
     pub fn inode(&mut self, ino: u32) -> Result<Inode> {
         let (blk, at) = self.inode_pos(ino)?;
-        let mut s = core::mem::take(&mut self.scratch);
-        let r = self.read_block(blk, &mut s);
-        let mut raw = [0u8; 128];
-        if r.is_ok() {
-            raw.copy_from_slice(&s[at..at + 128]);
+        if blk >= self.sb.blocks_count as u64 {
+            return Err(FsError::Corrupt("inode table past the end of the file system"));
         }
-        self.scratch = s;
-        r?;
+        // Only the inode's bytes: the cache copies 128 bytes, not the block.
+        let mut raw = [0u8; 128];
+        self.dev.read_at(blk * self.bs + at as u64, &mut raw)?;
         let mode = le16(&raw, 0);
         let mut size = le32(&raw, 4) as u64;
         if mode & S_IFMT == S_IFREG {
@@ -424,10 +423,13 @@ impl<D: Disk> Ext2<D> {
 
     /// Pointer `i` of indirect block `b`.
     pub(crate) fn indirect(&mut self, b: u64, i: u64) -> Result<u64> {
-        let mut s = core::mem::take(&mut self.scratch);
-        let r = self.read_block(b, &mut s).map(|()| le32(&s, (i * 4) as usize));
-        self.scratch = s;
-        self.check_ptr(r?)
+        if b >= self.sb.blocks_count as u64 || i >= self.bs / 4 {
+            return Err(FsError::Corrupt("block number past the end of the file system"));
+        }
+        // Only the pointer's 4 bytes, not the whole indirect block.
+        let mut p = [0u8; 4];
+        self.dev.read_at(b * self.bs + i * 4, &mut p)?;
+        self.check_ptr(u32::from_le_bytes(p))
     }
 
     /// The block holding logical block `lblk` of `ino` (0: a hole).
@@ -473,7 +475,6 @@ impl<D: Disk> Ext2<D> {
         }
         let want = ((ino.size - off).min(buf.len() as u64)) as usize;
         let mut done = 0usize;
-        let mut blk = vec![0u8; self.bs as usize];
         while done < want {
             let pos = off + done as u64;
             let lblk = pos / self.bs;
@@ -483,8 +484,11 @@ impl<D: Disk> Ext2<D> {
             if b == 0 {
                 buf[done..done + n].fill(0);
             } else {
-                self.read_block(b, &mut blk)?;
-                buf[done..done + n].copy_from_slice(&blk[in_blk..in_blk + n]);
+                if b >= self.sb.blocks_count as u64 {
+                    return Err(FsError::Corrupt("block number past the end of the file system"));
+                }
+                // Straight from the cache into the caller's buffer.
+                self.dev.read_at(b * self.bs + in_blk as u64, &mut buf[done..done + n])?;
             }
             done += n;
         }
