@@ -569,6 +569,24 @@ mod tests {
     }
 
     #[test]
+    fn disk_option_attaches_a_virtio_blk_disk_and_nothing_else_has_one() {
+        let dir = crate::env::target_dir().join("qemu-disk-test");
+        std::fs::create_dir_all(&dir).unwrap();
+        let img = dir.join("d.img");
+        std::fs::write(&img, vec![0u8; 4096]).unwrap();
+        let (cfg, _) = VmConfig::parse(&args(&["--disk", img.to_str().unwrap()])).unwrap();
+        let a = cfg.qemu_args();
+        assert!(a.windows(2).any(|w| w[0] == "-drive" && w[1] == format!("file={},format=raw,if=none,id=d0", img.display())));
+        assert!(a.windows(2).any(|w| w[0] == "-device" && w[1] == "virtio-blk-pci,drive=d0"));
+        assert!(!VmConfig::default().qemu_args().iter().any(|s| s.contains("virtio-blk") || s.starts_with("-drive")));
+        assert!(VmConfig::parse(&args(&["--disk", "/nonexistent/x.img"])).unwrap_err().contains("--disk"));
+        assert!(VmConfig::parse(&args(&["--disk"])).unwrap_err().contains("--disk"));
+        let comma = dir.join("a,b.img");
+        std::fs::write(&comma, b"x").unwrap();
+        assert!(VmConfig::parse(&args(&["--disk", comma.to_str().unwrap()])).unwrap_err().contains("comma"));
+    }
+
+    #[test]
     fn always_tcg() {
         let a = VmConfig::default().qemu_args();
         assert!(a.windows(2).any(|w| w[0] == "-accel" && w[1].starts_with("tcg")));

@@ -520,7 +520,7 @@ impl<D: Disk> Ext2<D> {
                 let rec_len = le16(&blk, at + 4) as usize;
                 let name_len = blk[at + 6] as usize;
                 let ft = blk[at + 7];
-                if rec_len < 8 || rec_len % 4 != 0 || at + rec_len > blk.len() || 8 + name_len > rec_len {
+                if rec_len < 8 || !rec_len.is_multiple_of(4) || at + rec_len > blk.len() || 8 + name_len > rec_len {
                     return Err(FsError::Corrupt("directory entry with an impossible length"));
                 }
                 if ino > self.sb.inodes_count {
