@@ -13,12 +13,18 @@
 //! - for channel `c`, four ring pages from `net_ring_page(c, ring)`: `NET_RING_TX` and
 //!   `NET_RING_RXFREE` are produced by the service core and consumed by the kernel;
 //!   `NET_RING_RX` and `NET_RING_TXDONE` are produced by the kernel and consumed by the service
-//!   core. Each ring page holds a producer count (u64 at byte 0), a consumer count (u64 at byte
-//!   `NET_RING_CONSUMER`, on its own 128-byte pair of lines) and `NET_RING_ENTRIES` u64 entries
-//!   from byte `NET_RING_ENTRIES_AT`; entry `seq` is at index `seq % NET_RING_ENTRIES`. An
-//!   entry is `buffer << 16 | length` (`net_entry`). Counts only grow; a side that finds the
-//!   other's count impossible (more than `NET_RING_ENTRIES` ahead, or behind) stops using the
-//!   channel and counts an error (`DeviceStat::errors`): a program can break only its own rings;
+//!   core. A ring page holds `NET_RING_ENTRIES` u64 slots from byte `NET_RING_ENTRIES_AT` and
+//!   the consumer's count (u64 at byte `NET_RING_CONSUMER`, on a 128-byte pair of lines of its
+//!   own). Entry number `seq` (counting from 0) goes in slot `seq % NET_RING_ENTRIES`, tagged
+//!   with its sequence number (`net_entry(seq, buffer, len)`): the consumer knows entry `seq`
+//!   has arrived when the slot's tag says `seq`, so there is no producer count to bounce
+//!   between the cores, and a line of slots carries eight entries. The consumer stores its
+//!   count after each entry it takes (its own line); the producer reads it only when its last
+//!   reading says the ring may be full. A producer never writes more than `NET_RING_ENTRIES`
+//!   entries ahead of the consumer's count. Counts only grow; a consumer count that is
+//!   impossible (behind an earlier reading, or ahead of the producer) stops the channel and
+//!   counts an error (`DeviceStat::errors`), and a slot whose tag is not the expected one is
+//!   simply not there yet: a program can stall or break only its own rings;
 //! - from `net_bufs_offset(nchannels)`: packet buffers of `NET_BUF_BYTES` each, two to a page.
 //!   A frame sits at byte `NET_FRAME_OFFSET` of its buffer (the kernel writes the device's
 //!   header in the bytes before it).
@@ -79,7 +85,6 @@ pub const NET_MIN_BUFFERS_PER_CHANNEL: u64 = 8;
 /// Entries of one ring (a power of two).
 pub const NET_RING_ENTRIES: u64 = 256;
 /// Byte offsets inside a ring page.
-pub const NET_RING_PRODUCER: u64 = 0;
 pub const NET_RING_CONSUMER: u64 = 128;
 pub const NET_RING_ENTRIES_AT: u64 = 256;
 
@@ -152,13 +157,19 @@ pub const fn net_first_buffer(channel: u64, nchannels: u64, nbuffers: u64) -> u6
     nbuffers / nchannels * channel
 }
 
-/// A ring entry: buffer index and frame length.
-pub const fn net_entry(buffer: u64, len: u64) -> u64 {
-    buffer << 16 | (len & 0xFFFF)
+/// Ring entry number `seq`: its tag (`seq + 1`, so a zeroed slot is never an entry), the
+/// buffer index and the frame length.
+pub const fn net_entry(seq: u64, buffer: u64, len: u64) -> u64 {
+    ((seq as u32).wrapping_add(1) as u64) << 32 | (buffer & 0xFFFF) << 16 | (len & 0xFFFF)
+}
+
+/// Whether slot value `e` is entry number `seq`.
+pub const fn net_entry_is(e: u64, seq: u64) -> bool {
+    (e >> 32) as u32 == (seq as u32).wrapping_add(1)
 }
 
 pub const fn net_entry_buffer(e: u64) -> u64 {
-    e >> 16
+    (e >> 16) & 0xFFFF
 }
 
 pub const fn net_entry_len(e: u64) -> u64 {
@@ -215,9 +226,16 @@ mod tests {
 
     #[test]
     fn entries_round_trip() {
-        let e = net_entry(8191, 1514);
-        assert_eq!(net_entry_buffer(e), 8191);
-        assert_eq!(net_entry_len(e), 1514);
+        for seq in [0u64, 1, 255, 256, u32::MAX as u64, u32::MAX as u64 + 1, u64::MAX - 1] {
+            let e = net_entry(seq, 8191, 1514);
+            assert_eq!(net_entry_buffer(e), 8191);
+            assert_eq!(net_entry_len(e), 1514);
+            assert!(net_entry_is(e, seq));
+            assert!(!net_entry_is(e, seq.wrapping_add(1)));
+            assert!(!net_entry_is(e, seq.wrapping_add(NET_RING_ENTRIES)), "last lap's entry is not this lap's");
+        }
+        assert!(!net_entry_is(0, 0), "a zeroed slot holds no entry");
+        assert!(NET_MAX_BUFFERS <= 0x1_0000);
     }
 
     #[test]

@@ -135,6 +135,11 @@ pub const BENCHES: &[BenchSpec] = &[
     net("tcp_accept", "TCP connection: accept, write 128 bytes, close (ours: Dedicated)", &[("conns", 300), ("concurrency", 2)]),
     net("tcp_accept_polling", "TCP connection: accept, write 128 bytes, close (ours: Polling)", &[("conns", 300), ("concurrency", 2)]),
     b("pagefault_zero", "base", Processes, Parallel, "demand-zero fault, map/touch/unmap 64-page region", &[("pages", 64), ("rounds", 80)]),
+    // Corey section 6.1 / 8.4 (figure 10), issue 17: Metis MapReduce over generated text
+    // (bench/src/metis.rs); 4 MiB is ~0.1-0.3 s of map+reduce at 2 vCPUs under TCG.
+    b("metis_wc", "metis", Threads, Parallel, "one input byte through wc (map, reduce, merge)", &[("size", 4 << 20), ("seed", 1)]),
+    b("metis_wri", "metis", Threads, Parallel, "one input byte through wri (map, reduce, merge)", &[("size", 4 << 20), ("seed", 1)]),
+    b("metis_wrmem", "metis", Threads, Parallel, "one input byte through wrmem (text generated, then wri)", &[("size", 4 << 20), ("seed", 1)]),
     // Share-nothing calibration: user-only arithmetic, no memory traffic, no kernel.
     b("calib", "calibration", Threads, Parallel, "one step of a register-only xorshift loop", &[("iters", 40000000)]),
     // Harness self-test: never finishes, to exercise the timeout path.

@@ -12,11 +12,19 @@
 
 #[cfg(target_os = "linux")]
 extern crate std;
+// The Metis rows (mapreduce/) allocate: both programs that link this crate have an allocator
+// (the library OS's per-core heap, std's).
+extern crate alloc;
 
 pub mod catalog;
 pub mod harness;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod metis;
+#[cfg(target_os = "linux")]
+pub mod metis_linux;
+#[cfg(target_os = "none")]
+pub mod metis_ours;
 pub mod ours;
 pub mod params;
 pub mod report;
@@ -154,4 +162,11 @@ pub trait Platform: Sync {
     fn ticks_per_sec(&self) -> u64;
     /// Execute region marker `v` (see docs/plugins.md) if this backend may; a no-op otherwise.
     fn marker(&self, v: u8);
+
+    /// Call `f` with this system's MapReduce environment (mapreduce/; the `metis_*` rows):
+    /// threads from this backend, intermediate data in Corey's per-core layout where the
+    /// system has one. Everything the environment made is given back when `f` returns.
+    fn with_metis_env(&self, _f: &mut dyn FnMut(&dyn mapreduce::Env)) -> Result<(), Error> {
+        Err(Error::Unsupported("MapReduce environment"))
+    }
 }

@@ -316,6 +316,11 @@ impl Platform for Linux {
         self.tsc_hz
     }
 
+    fn with_metis_env(&self, f: &mut dyn FnMut(&dyn mapreduce::Env)) -> Result<(), Error> {
+        let env = crate::metis_linux::LinuxEnv::new(self, 0);
+        f(&env);
+        Ok(())
+    }
     fn marker(&self, v: u8) {
         if self.markers {
             // SAFETY: `markers` is set only after ioperm granted port 0x501 (and each worker

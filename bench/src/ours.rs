@@ -19,6 +19,7 @@
 //! | `forward_begin` / `forward_end` | the highest other core made a kernel core and the caller's core an application core (`pcore_set_role` through pcore objects made for them); afterwards both get their old roles back and the KC's `core_stats().syscalls_served` difference is returned |
 //! | `ticks` / `ticks_per_sec` | `rdtsc` / `SysInfo::tsc_per_ms` |
 //! | `marker` | the marker `out` from ring 3 (the kernel's TSS I/O bitmap opens port 0x501) |
+//! | `with_metis_env` | `metis_ours::OursEnv` in the per-core layout (each worker's intermediate data in its own address range) |
 
 #[cfg(not(target_os = "none"))]
 use crate::{Error, Handle, MapKind, Platform, Scope};
@@ -649,6 +650,12 @@ mod imp {
         }
         fn ticks_per_sec(&self) -> u64 {
             self.tsc_hz
+        }
+        fn with_metis_env(&self, f: &mut dyn FnMut(&dyn mapreduce::Env)) -> Result<(), Error> {
+            let env = crate::metis_ours::OursEnv::new(self, crate::metis_ours::Layout::PerCore).map_err(crate::metis::to_bench)?;
+            f(&env);
+            env.finish();
+            Ok(())
         }
         fn marker(&self, v: u8) {
             // SAFETY: the kernel's TSS I/O-permission bitmap lets ring 3 write port 0x501.

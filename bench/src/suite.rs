@@ -199,6 +199,7 @@ pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
                 Ok(iters as u64)
             })
         }
+        "metis_wc" | "metis_wri" | "metis_wrmem" => crate::metis::row(p, params, n),
         "selftest_hang" => go(&|_, gate| {
             gate.start();
             loop {

@@ -543,7 +543,7 @@ fn sys_device_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         let d = device::Device::open_ring(seg, a[5], &root_ar, &shares, caller() as u32)?;
         return insert_new(&s, b"syscall-ring", home, Kind::Device(d));
     }
-    if a[1] >= abi::HWID_PCI_BASE && a[1] < HWID_SYSCALL_RING {
+    if crate::dev::is_pci_hwid(a[1]) {
         let seg = lookup(a[3], a[4])?;
         seg.as_segment()?;
         if crate::dev::pci::by_hwid(a[1]).is_some_and(|f| f.virtio == Some(virtio_drivers::transport::DeviceType::Block)) {
@@ -559,7 +559,7 @@ fn sys_device_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 
 fn sys_device_list(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     check_out_buf::<DeviceInfo>(a[0], a[1])?;
-    let l = device::list();
+    let l = device::list()?;
     if (a[1] as usize) < l.len() {
         return Err(Error::BufferTooSmall);
     }

@@ -51,7 +51,7 @@ pub fn fill(seed: u64, buf: &mut [u8]) {
         let a = r.next();
         let i = (a >> 16) % ((a & 0xffff) % VOCAB + 1);
         let len = word(seed, i, &mut w);
-        if r.next() % 7 == 0 {
+        if r.next().is_multiple_of(7) {
             w[0] = w[0].to_ascii_uppercase();
         }
         let sep: &[u8] = match r.next() % 32 {

@@ -3,6 +3,7 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::Mutex;
+use std::vec;
 use std::vec::Vec;
 
 use crate::{Env, Error};
@@ -12,11 +13,12 @@ pub struct HostEnv {
     /// Bytes of intermediate data allowed in all (split evenly over the workers).
     pub budget: usize,
     arenas: Mutex<Vec<(usize, Layout)>>,
+    texts: Mutex<Vec<Vec<u8>>>,
 }
 
 impl HostEnv {
     pub fn new(cores: usize, budget: usize) -> HostEnv {
-        HostEnv { cores, budget, arenas: Mutex::new(Vec::new()) }
+        HostEnv { cores, budget, arenas: Mutex::new(Vec::new()), texts: Mutex::new(Vec::new()) }
     }
 }
 
@@ -40,11 +42,13 @@ impl Env for HostEnv {
         self.budget
     }
     fn arena(&self, _w: usize, bytes: usize) -> Result<*mut u8, Error> {
-        let layout = Layout::from_size_align(bytes, 4096).map_err(|_| Error::Param("arena size"))?;
+        // Alignment 8 (all the arena needs): the system allocator then uses calloc, which maps
+        // fresh zero pages instead of writing zeros over every page.
+        let layout = Layout::from_size_align(bytes, 8).map_err(|_| Error::Param("arena size"))?;
         // SAFETY: `bytes` is non-zero (the caller asks for at least 1 MiB).
         let p = unsafe { alloc_zeroed(layout) };
         if p.is_null() {
-            return Err(Error::Platform(bench::Error::Sys { what: "alloc_zeroed", code: 12 }));
+            return Err(Error::Sys { what: "alloc_zeroed", code: 12 });
         }
         self.arenas.lock().unwrap_or_else(|e| e.into_inner()).push((p as usize, layout));
         Ok(p)
@@ -63,5 +67,19 @@ impl Env for HostEnv {
     }
     fn faults(&self, _n: usize) -> u64 {
         0
+    }
+    fn relax(&self) {
+        // The tests run up to 8 workers on whatever cores the host has free.
+        std::thread::yield_now()
+    }
+    fn text(&self, size: usize, seed: u64) -> Result<&[u8], Error> {
+        let mut t = vec![0u8; size];
+        crate::gen::fill(seed, &mut t);
+        let mut texts = self.texts.lock().unwrap_or_else(|e| e.into_inner());
+        texts.push(t);
+        let last = texts.last().map(|t| (t.as_ptr(), t.len())).unwrap_or((core::ptr::null(), 0));
+        // SAFETY: the Vec's heap buffer does not move when `texts` grows and is kept until
+        // the environment is dropped; nothing writes it.
+        Ok(unsafe { core::slice::from_raw_parts(last.0, last.1) })
     }
 }

@@ -20,24 +20,21 @@
 //! Then the output is written through a [`Sink`] in the exact format of [`output`].
 //!
 //! The platform (threads, the memory each worker's intermediate data lives in, time, soft page
-//! faults) comes through [`Env`]. Implementations: [`linux::LinuxEnv`] (pthreads in one
-//! address space, bench's Linux backend), `ours::OursEnv` (the library OS, with the memory
-//! layouts of Corey's experiment) and, for host tests, `host::HostEnv`.
+//! faults) comes through [`Env`]. Implementations live with bench's backends, whose threads
+//! they use: `bench::metis_linux::LinuxEnv` (pthreads in one address space) and
+//! `bench::metis_ours::OursEnv` (the library OS, with the memory layouts of Corey's
+//! experiment); for the host tests, `host::HostEnv`.
 
 #![no_std]
 
 extern crate alloc;
-#[cfg(any(test, target_os = "linux"))]
+#[cfg(test)]
 extern crate std;
 
 pub mod cli;
 pub mod gen;
-#[cfg(any(test, target_os = "linux"))]
-pub mod host;
-#[cfg(target_os = "linux")]
-pub mod linux;
-#[cfg(target_os = "none")]
-pub mod ours;
+#[cfg(test)]
+mod host;
 pub mod output;
 pub mod table;
 pub mod words;
@@ -73,8 +70,10 @@ impl App {
 /// Why a run failed. Never a panic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {
-    /// A platform call failed.
-    Platform(bench::Error),
+    /// A platform call failed: `what` names it, `code` is the system's error number.
+    Sys { what: &'static str, code: i64 },
+    /// The platform cannot do this.
+    Unsupported(&'static str),
     /// Intermediate data did not fit: worker `worker`'s arena of `arena` bytes (all workers
     /// together `arena * n`) was full in `phase`; about `fits` bytes of input of this kind
     /// would fit.
@@ -86,16 +85,11 @@ pub enum Error {
     Param(&'static str),
 }
 
-impl From<bench::Error> for Error {
-    fn from(e: bench::Error) -> Error {
-        Error::Platform(e)
-    }
-}
-
 impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Error::Platform(e) => write!(f, "{e}"),
+            Error::Sys { what, code } => write!(f, "{what} failed (error {code})"),
+            Error::Unsupported(what) => write!(f, "{what} is not provided by this system"),
             Error::NoMemory { phase, worker, arena, fits } => write!(
                 f,
                 "NoMemory: in {phase}, worker {worker}'s intermediate data outgrew its {arena} bytes; about {fits} bytes of input like this fit"
@@ -130,7 +124,7 @@ pub trait Env: Sync {
     fn release(&self, n: usize);
     /// Time stamp counter and its rate.
     fn ticks(&self) -> u64 {
-        bench::harness::rdtsc()
+        rdtsc()
     }
     fn ticks_per_sec(&self) -> u64;
     /// Soft (minor) page faults taken so far by the workers' cores (ours: summed over cores
@@ -140,29 +134,41 @@ pub trait Env: Sync {
     /// Execute the instruction-count plugin's region marker `v` (docs/plugins.md), if this
     /// system may; a no-op by default.
     fn marker(&self, _v: u8) {}
+    /// What a worker does while it waits at a barrier: spin (one worker per core), or yield
+    /// where workers may outnumber cores (the host tests).
+    fn relax(&self) {
+        core::hint::spin_loop()
+    }
     /// bench's share-nothing calibration loop (`calib`) on `n` workers in this boot, fastest
     /// of three: (steps, ticks). `None` where there is no bench platform (host tests).
     fn calibration(&self, _n: usize) -> Option<(u64, u64)> {
         None
     }
+    /// `size` bytes of `wrmem`'s generated text (seed `seed`, [`gen::fill`]) in memory every
+    /// worker can read, living as long as the environment (or until the next call).
+    fn text(&self, size: usize, seed: u64) -> Result<&[u8], Error>;
 }
 
-/// [`Env::calibration`] through a bench platform.
-pub fn calibrate<P: bench::Platform>(p: &P, n: usize) -> Option<(u64, u64)> {
-    let mut c = bench::params::Params::parse("bench=calib iters=4000000").ok()?;
-    c.workers = n;
-    c.marked = false;
-    (0..3).filter_map(|_| bench::suite::run(p, &c).ok()).map(|o| (o.ops, o.ticks)).min_by_key(|&(ops, t)| (t as u128 * 1_000_000 / ops.max(1) as u128) as u64)
+/// The time stamp counter.
+pub fn rdtsc() -> u64 {
+    // SAFETY: RDTSC has no memory effects and exists on every x86-64 CPU.
+    unsafe { core::arch::x86_64::_rdtsc() }
 }
+
+/// Region marker values of the insncount plugin (docs/plugins.md; the same numbers as
+/// `bench::harness::MARK_START_ALL`/`MARK_STOP_ALL`): start and stop counting on every vCPU.
+pub const MARK_START_ALL: u8 = 3;
+pub const MARK_STOP_ALL: u8 = 4;
 
 /// Which phase the instruction-count region markers enclose (one phase per boot: the plugin
-/// sums every marked region of a boot).
+/// sums every marked region of a boot), or `All` three (the benchmark rows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Marked {
     None,
     Map,
     Reduce,
     Merge,
+    All,
 }
 
 impl Marked {
@@ -274,14 +280,14 @@ struct Barrier {
 }
 
 impl Barrier {
-    fn wait(&self) {
+    fn wait(&self, relax: &dyn Fn()) {
         let g = self.gen.load(Ordering::Acquire);
         if self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
             self.count.store(0, Ordering::Relaxed);
             self.gen.store(g + 1, Ordering::Release);
         } else {
             while self.gen.load(Ordering::Acquire) == g {
-                core::hint::spin_loop();
+                relax();
             }
         }
     }
@@ -433,14 +439,14 @@ pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, par
 /// [`run`], with the region markers (start and stop on every vCPU, executed by worker 0 at the
 /// phase's bounding barriers) around the phase `marked`, for the insncount plugin.
 pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, partitions: usize, marked: Marked, sink: &mut dyn Sink) -> Result<Report, Error> {
-    use bench::harness::{MARK_START_ALL, MARK_STOP_ALL};
+    // `All` starts with map and stops after merge.
     let start = |m: Marked| {
-        if marked == m {
+        if marked == m || (marked == Marked::All && m == Marked::Map) {
             env.marker(MARK_START_ALL);
         }
     };
     let stop = |m: Marked| {
-        if marked == m {
+        if marked == m || (marked == Marked::All && m == Marked::Merge) {
             env.marker(MARK_STOP_ALL);
         }
     };
@@ -479,7 +485,7 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
                 None
             }
         };
-        sh.barrier.wait();
+        sh.barrier.wait(&|| env.relax());
         if w == 0 {
             mark(0);
             start(Marked::Map);
@@ -494,19 +500,19 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
         if let Some(a) = arena.as_ref() {
             sh.slots[w].used_map.store(a.used(), Ordering::Relaxed);
         }
-        sh.barrier.wait();
+        sh.barrier.wait(&|| env.relax());
         if w == 0 {
             stop(Marked::Map);
             mark(1);
             start(Marked::Reduce);
         }
-        sh.barrier.wait();
+        sh.barrier.wait(&|| env.relax());
         if !sh.failed.load(Ordering::Acquire) {
             if let Err(e) = env.share_arenas(w, n) {
                 sh.fail(w, e);
             }
         }
-        sh.barrier.wait();
+        sh.barrier.wait(&|| env.relax());
         if let Some(a) = arena.as_mut() {
             if !sh.failed.load(Ordering::Acquire) {
                 if let Err(e) = reduce_phase(&sh, app, input.len(), w, n, a) {
@@ -515,7 +521,7 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
             }
             sh.slots[w].used.store(a.used(), Ordering::Relaxed);
         }
-        sh.barrier.wait();
+        sh.barrier.wait(&|| env.relax());
         if w == 0 {
             stop(Marked::Reduce);
             mark(2);

@@ -32,6 +32,9 @@ cargo xtask bench [options]        the benchmark suite on this system and on Lin
   --mem SIZE         guest memory (default 512M, as for this system's runs)
   --insns on|off     count guest instructions with the insncount plugin (default on)
   --reps N           runs per boot, the fastest is reported (default 3)
+  --audit on|off     tcp_accept: also a sharing audit per cell from 2 vCPUs (a boot of its own,
+                     single-threaded TCG): cross-core line transfers per connection, split into
+                     driver, stack, IPC, alloc, other (kernel) and user (default off)
   --report DIR       redraw the table and plots from DIR/results.json without running
   --list             list the benchmarks
 Also: `cargo xtask bench boot`, `cargo xtask bench percore`.";
@@ -62,6 +65,8 @@ pub struct Options {
     pub mem_mib: u64,
     pub insns: bool,
     pub reps: u64,
+    /// Host-driven benchmarks: a sharing audit per cell as well.
+    pub audit: bool,
     pub list: bool,
     pub help: bool,
     pub report: Option<PathBuf>,
@@ -82,6 +87,7 @@ pub fn parse_options(args: &[String]) -> Result<Options, String> {
         mem_mib: 512,
         insns: true,
         reps: 3,
+        audit: false,
         list: false,
         help: false,
         report: None,
@@ -167,6 +173,13 @@ pub fn parse_options(args: &[String]) -> Result<Options, String> {
             "--reps" => {
                 let v = value()?;
                 o.reps = v.parse().ok().filter(|r| (1..=100).contains(r)).ok_or_else(|| format!("bench: --reps: `{v}` is not in 1..=100"))?;
+            }
+            "--audit" => {
+                o.audit = match value()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("bench: --audit takes on or off, not `{other}`")),
+                }
             }
             "--list" => o.list = true,
             "--report" => o.report = Some(PathBuf::from(value()?)),
@@ -293,7 +306,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     None => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
                 },
             };
-            return net::run_one(common, boot, spec, params, cores, o.timeout);
+            let mut rec = net::run_one(common, boot, spec, params, cores, o.timeout);
+            if o.audit {
+                net::add_audit(&mut rec, spec, cores, o.timeout);
+            }
+            return rec;
         }
         match g {
             Some(g) => guest::run_one(g, spec, params, cores, o.timeout),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// `abi::EXIT_FAULT_BASE`: a context killed by exception vector V exits with this + V.
 const EXIT_FAULT_BASE: u64 = 0x1_0000;
 
-const USAGE: &str = "usage: cargo xtask fuzz [--calls N] [--seed S] [--smp K] [--inject SPEC] [--planted-bug] [--trace] [--timeout SECS]";
+const USAGE: &str = "usage: cargo xtask fuzz [--calls N] [--seed S] [--smp K] [--inject SPEC] [--net] [--planted-bug] [--trace] [--timeout SECS]";
 const SOAK_USAGE: &str = "usage: cargo xtask soak --minutes M [--smp K]";
 
 /// One fuzz run's settings.
@@ -28,6 +28,9 @@ pub struct FuzzOpts {
     pub planted_bug: bool,
     pub trace: bool,
     pub timeout: Option<Duration>,
+    /// Boot with the network card, so the fuzzer also makes virtual NICs over it and feeds
+    /// their calls bad arguments (issue 15).
+    pub net: bool,
     /// Attach a blank 4 MiB scratch disk (`--scratch-disk`): the fuzzer then makes block
     /// device objects and disk requests too (abi::blk), writing anywhere on it.
     pub scratch_disk: bool,
@@ -35,7 +38,7 @@ pub struct FuzzOpts {
 
 impl Default for FuzzOpts {
     fn default() -> Self {
-        Self { calls: 100_000, seed: 1, smp: 4, inject: None, planted_bug: false, trace: false, timeout: None, scratch_disk: false }
+        Self { calls: 100_000, seed: 1, smp: 4, inject: None, planted_bug: false, trace: false, timeout: None, net: false, scratch_disk: false }
     }
 }
 
@@ -99,6 +102,7 @@ pub fn parse_opts(args: &[String]) -> Result<FuzzOpts, String> {
                 o.inject = Some(v.clone());
             }
             "--planted-bug" => o.planted_bug = true,
+            "--net" => o.net = true,
             "--trace" => o.trace = true,
             "--timeout" => o.timeout = Some(Duration::from_secs(parse_num("--timeout", it.next())?.max(1))),
             "-h" | "--help" => return Err(USAGE.into()),
@@ -120,6 +124,9 @@ impl FuzzOpts {
         }
         if self.planted_bug {
             s += " --planted-bug";
+        }
+        if self.net {
+            s += " --net";
         }
         s
     }
@@ -268,6 +275,7 @@ pub fn run_once(kernel: &Path, initrd: &Path, o: &FuzzOpts, echo: bool) -> Resul
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         timeout: Some(o.effective_timeout()),
+        net: if o.net { Some(crate::net::NetConfig::service()?) } else { None },
         disk: if o.scratch_disk { Some(scratch_disk()?) } else { None },
         ..Default::default()
     };
@@ -327,16 +335,18 @@ pub fn main(args: &[String]) -> Result<(), String> {
 /// `utest` lines are counted like utest's).
 pub fn ci_fuzz(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     let mut t = TestTally::default();
-    for inject in [None, Some("alloc:seed:1:2")] {
+    // The last two runs have the network card, so virtual NICs are made and misused too.
+    for (inject, net) in [(None, false), (Some("alloc:seed:1:2"), false), (None, true), (Some("alloc:seed:1:2"), true)] {
         let o = FuzzOpts {
             calls: 100_000,
             seed: 1,
             smp: 4,
             inject: inject.map(str::to_string),
             timeout: Some(Duration::from_secs(150)),
+            net,
             ..Default::default()
         };
-        println!("== fuzz: {} calls at 4 vCPUs{}", o.calls, inject.map(|i| format!(", inject={i}")).unwrap_or_default());
+        println!("== fuzz: {} calls at 4 vCPUs{}{}", o.calls, inject.map(|i| format!(", inject={i}")).unwrap_or_default(), if net { ", with the network card" } else { "" });
         let (v, out) = run_once(kernel, initrd, &o, false)?;
         match report(&o, &v, &out) {
             Ok(()) => t.passed += 1,

@@ -15,6 +15,8 @@ cargo xtask linux <command>
 Commands:
   fetch                 Download Debian's kernel package (the one linux-image-amd64 depends on)
                         into target/linux-cache and unpack its /boot (never installs into /boot).
+  modules               The NIC's modules (virtio-net, virtio-pci and their depends=) in load
+                        order, each checked to carry the bzImage's release in its vermagic.
   initramfs --init BIN [--out PATH]
                         Pack BIN as /init (plus /dev/console, /proc, /tmp) into a newc cpio.
   run [--wl NAME] [--smp N] [--mem MIB] [--append \"k=v ...\"] [--timeout SECS]
@@ -345,6 +347,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
             println!("{} {}", k.version, k.bzimage.display());
             Ok(())
         }
+        "modules" => crate::net::linux_guest::print_modules(),
         "initramfs" => {
             let mut init = None;
             let mut out = crate::plugins::artifact_dir().join("initramfs.cpio");

@@ -30,7 +30,8 @@ Commands:
 Options:
   --system linux|ours     guest system (default linux)
   --workload NAME         (--bench NAME is the same) linux: stream null dupclose dupclose_unshared counter private
-                          find zip pipe spawn; ours: a suite benchmark (`cargo xtask bench
+                          find zip pipe spawn tcpserv (Corey 8.2, driven by the load
+                          generator: ops = connections; ours: tcpserv too); ours: a suite benchmark (`cargo xtask bench
                           --list`, run by bench-ours with one worker per vCPU) or a microbench
                           one (null fault share_private share_global stat segment; one core)
   --smp N                 vCPUs (default 1; sharing default 2)
@@ -204,6 +205,9 @@ const LINUX_WORKLOADS: &[(&str, &str)] = &[
     ("zip", "files=100"),
     ("pipe", "iters=200"),
     ("spawn", "iters=10"),
+    // Corey's TCP service (issue 15): the guest boots with the NIC and the host's load
+    // generator drives it (xtask/src/net/tcp_accept.rs); ops = the measured connections.
+    ("tcpserv", "conns=101 warmup=1"),
 ];
 
 struct GuestRun {
@@ -235,8 +239,12 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
                     format!("unknown workload `{}` for linux (known: {})", spec.workload, names.join(", "))
                 })?;
             let kernel = linux::fetch_kernel()?;
-            let initrd = linux::guest_initramfs()?;
+            let tcp = spec.workload == "tcpserv";
+            let initrd = if tcp { crate::net::linux_guest::initramfs(&kernel)? } else { linux::guest_initramfs()? };
             let mut vm = LinuxVm::new(&kernel, &initrd);
+            if tcp {
+                vm.net = Some(crate::net::NetConfig::service()?);
+            }
             vm.smp = spec.smp;
             // Deterministic enough to repeat: one host thread runs all vCPUs round-robin.
             vm.single_thread = true;
@@ -257,7 +265,10 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             // A benchmark of the suite (`cargo xtask bench --list`) runs in `bench-ours`, one
             // worker per vCPU, one repetition; any other name is a `microbench` benchmark,
             // which the kernel runs for `bench=NAME` (one core).
-            let cmdline = if crate::bench::catalog::find(spec.workload).is_some_and(|b| !b.hidden) {
+            let cmdline = if spec.workload == "tcpserv" {
+                // The guest takes the first occurrence of a key: the caller's parameters win.
+                format!("init=tcpserv -- {} mode=dedicated conns=101 warmup=1", spec.params)
+            } else if crate::bench::catalog::find(spec.workload).is_some_and(|b| !b.hidden) {
                 format!("init=bench-ours -- {} reps=1 {}", spec.workload, spec.params)
             } else {
                 format!("bench={} {}", spec.workload, spec.params)
@@ -268,6 +279,7 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
                 initrd: Some(crate::user::build_initrd()?),
                 cmdline: cmdline.trim().to_string(),
                 extra: plugin.map(|p| vec!["-plugin".to_string(), p]).unwrap_or_default(),
+                net: if spec.workload == "tcpserv" { Some(crate::net::NetConfig::service()?) } else { None },
                 ..Default::default()
             };
             cfg.validate()?;
@@ -280,6 +292,9 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
 }
 
 fn parse_ops(serial: &str) -> Option<u64> {
+    if let Some(n) = crate::net::tcp_accept::measured_conns(serial) {
+        return Some(n);
+    }
     serial
         .lines()
         .filter(|l| l.starts_with("workload ") || l.starts_with("bench ") || l.starts_with("bench-result "))
@@ -287,8 +302,8 @@ fn parse_ops(serial: &str) -> Option<u64> {
         .find_map(|r| r.get("ops").and_then(|v| v.parse().ok()))
 }
 
-/// Boot the guest with `plugin` (name, extra plugin arguments) and return its parsed report.
-fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> Result<GuestRun, String> {
+/// Where `plugin`'s report for `spec` goes, and the `-plugin` argument that writes it there.
+fn plugin_arg(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> Result<(PathBuf, String), String> {
     let runs = artifact_dir().join("runs");
     fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
     let out = runs.join(format!("{plugin}-{}-{}-{}.txt", spec.system.name(), spec.workload, spec.smp));
@@ -298,8 +313,14 @@ fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]
         arg.push(',');
         arg.push_str(e);
     }
+    Ok((out, arg))
+}
+
+/// Boot the guest with `plugin` (name, extra plugin arguments) and return its parsed report.
+fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> Result<GuestRun, String> {
+    let (out, arg) = plugin_arg(built, spec, plugin, extra)?;
     let (args, timeout) = guest_args(spec, Some(arg))?;
-    let run = linux::run_qemu(&args, timeout)?;
+    let run = if spec.workload == "tcpserv" { crate::net::tcp_accept::run_batch(&args, timeout)? } else { linux::run_qemu(&args, timeout)? };
     // Linux's workload and ours' bench-ours report a failed or unavailable benchmark on a line
     // of their own (the region markers may have run around it).
     if let Some(line) = run.serial.lines().find(|l| l.starts_with("workload-error") || l.starts_with("bench-error")) {
@@ -325,6 +346,68 @@ fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]
         });
     }
     Ok(GuestRun { ops: parse_ops(&run.serial), serial: run.serial, report, elapsed: run.elapsed })
+}
+
+/// The host-driven benchmarks (Corey's TCP service, issue 15): the audit boots the service
+/// with its NIC and loads it from the host while the plugin watches.
+const NET_BENCHES: [&str; 2] = ["tcp_accept", "tcp_accept_polling"];
+
+/// `run_with_plugin` for a host-driven benchmark: boot `tcpserv` (ours: Dedicated for
+/// `tcp_accept`, Polling for `tcp_accept_polling`; Linux: its SO_REUSEPORT service) under
+/// single-threaded TCG with the plugin, open `conns` connections (params, default 100) after
+/// one warm-up, and report the measured connections as the operations. The guest marks the
+/// measured connections (region markers), so the plugin's counts are theirs. Packet arrival
+/// depends on the host, so counts vary between runs more than a closed benchmark's: quote
+/// several runs.
+fn run_net_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> Result<GuestRun, String> {
+    use crate::net::tcp_accept::{self, AcceptSpec};
+    let (out, arg) = plugin_arg(built, spec, plugin, extra)?;
+    let conns = spec.params.split_whitespace().find_map(|w| w.strip_prefix("conns=")).map(|v| v.parse::<u64>().map_err(|_| format!("conns={v}: not a number"))).transpose()?.unwrap_or(100);
+    let acc = AcceptSpec { conns, rounds: 1, warmup: 1, ready_timeout: spec.timeout, ..AcceptSpec::default() };
+    let net = crate::net::NetConfig::service()?;
+    let port = net.host_port(crate::net::SERVICE_PORT).ok_or("no forward to the service port")?;
+    let guest_words = format!("conns={} warmup={}", acc.guest_conns(), acc.warmup);
+    let mut cfg = match spec.system {
+        System::Ours => {
+            let mode = if spec.workload == "tcp_accept_polling" { "polling" } else { "dedicated" };
+            crate::qemu::VmConfig {
+                medium: Some(crate::qemu::BootMedium::Kernel(crate::env::build_kernel()?)),
+                initrd: Some(crate::user::build_initrd()?),
+                cmdline: format!("init=tcpserv -- mode={mode} {guest_words}"),
+                ..Default::default()
+            }
+        }
+        System::Linux => {
+            if spec.workload != "tcp_accept" {
+                return Err(format!("{}: Linux has one configuration, `tcp_accept`", spec.workload));
+            }
+            let k = linux::fetch_kernel()?;
+            let initrd = crate::net::linux_guest::initramfs(&k)?;
+            let kernel = crate::bench::linux_sys::guest_kernel()?;
+            let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable wl=tcpserv threads={} {guest_words}", spec.smp);
+            let extra = vec!["-kernel".into(), s(&kernel), "-initrd".into(), s(&initrd), "-append".into(), cmdline];
+            crate::qemu::VmConfig { extra, ..Default::default() }
+        }
+    };
+    cfg.smp = spec.smp;
+    cfg.net = Some(net);
+    cfg.extra.extend(["-plugin".to_string(), arg]);
+    let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
+    args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
+    let o = tcp_accept::run(&args, port, &acc, false)?;
+    if let Some(p) = &o.problem {
+        return Err(format!("{} {}: {p}", spec.system.name(), spec.workload));
+    }
+    let good: u64 = o.rounds.iter().map(|r| r.ok).sum();
+    let text = fs::read_to_string(&out).unwrap_or_default();
+    if !text.lines().any(|l| l == "end") {
+        return Err(format!("{plugin}: no report from the plugin (QEMU exit {:?})", o.finished.exit_code));
+    }
+    let report = parse_records(&text);
+    if report.first().map(|r| r.u("starts")).unwrap_or(0) == 0 {
+        return Err(format!("{plugin}: the guest never executed the region marker for {}", spec.workload));
+    }
+    Ok(GuestRun { ops: Some(good), serial: o.finished.serial, report, elapsed: o.finished.elapsed })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -877,7 +960,7 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
     let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(2), params: &o.params, timeout: o.timeout, icount: true };
     let extra: Vec<String> = if o.kernel_only { vec!["kernel_only=on".into()] } else { Vec::new() };
     let syms = symbols_for(o.system)?;
-    let run = run_with_plugin(&built, &spec, "sharing", &extra)?;
+    let run = if NET_BENCHES.contains(&workload) { run_net_with_plugin(&built, &spec, "sharing", &extra)? } else { run_with_plugin(&built, &spec, "sharing", &extra)? };
     let head = run.report.first().cloned().ok_or("sharing: empty report")?;
     let lines: Vec<&Record> = run.report.iter().filter(|r| r.kind == "line").collect();
     let ops = run.ops.filter(|n| *n > 0);
@@ -951,6 +1034,30 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
     for (n, (c, t)) in agg.iter().take(15) {
         let _ = writeln!(text, "  {:<52} {c:>6} {t:>9}", truncate(n, 52));
     }
+    // The network benchmarks: transfers by role, after the line's first writer (approximate:
+    // a line is counted whole under the code that wrote it first).
+    let mut roles_json = String::from("null");
+    if NET_BENCHES.contains(&workload) {
+        let mut roles: BTreeMap<&str, u64> = BTreeMap::new();
+        for r in &lines {
+            let code = syms.name(r.u("pc")).unwrap_or_default();
+            let role = if r.get("mode") == Some("u") || name_of(r) == "[user]" {
+                "app+stack (user data)"
+            } else if code.contains("virtio_drivers") || code.contains("NetDev8transmit") || code.contains("NetDev7post_rx") || code.contains("NetDev8complete") {
+                "driver"
+            } else if r.u("pc") < 0xffff_8000_0000_0000 || code.contains("NetDev4poll") || code.contains("NetDev3put") || code.contains("advance_user") {
+                "IPC (channel rings)"
+            } else {
+                "other kernel"
+            };
+            *roles.entry(role).or_default() += r.u("transfers");
+        }
+        let _ = writeln!(text, "\nby role (first writer of the line; approximate):");
+        for (k, v) in &roles {
+            let _ = writeln!(text, "  {k:<28} {v:>7} transfers ({} per connection)", per_op(*v));
+        }
+        roles_json = format!("{{{}}}", roles.iter().map(|(k, v)| format!("{}:{v}", jstr(k))).collect::<Vec<_>>().join(","));
+    }
     print!("{text}");
     let json_lines: Vec<String> = lines
         .iter()
@@ -961,7 +1068,7 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
         })
         .collect();
     let json = format!(
-        "{{\"plugin\":\"sharing\",\"evidence\":\"deterministic line-sharing count under single-threaded TCG\",\"system\":{},\"bench\":{},\"smp\":{},\"params\":{},\"ops\":{},\"shared_line_accesses\":{shared_accesses},\"summary\":{},\"lines\":[{}]}}\n",
+        "{{\"plugin\":\"sharing\",\"evidence\":\"deterministic line-sharing count under single-threaded TCG\",\"system\":{},\"bench\":{},\"smp\":{},\"params\":{},\"ops\":{},\"shared_line_accesses\":{shared_accesses},\"roles\":{roles_json},\"summary\":{},\"lines\":[{}]}}\n",
         jstr(o.system.name()),
         jstr(workload),
         spec.smp,
@@ -980,6 +1087,45 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
         println!("wrote {} (+ .png)", p.display());
     }
     Ok(())
+}
+
+/// A sharing audit of one workload, summarised for other tools (the tcp_accept benchmark's
+/// `--audit on`): what `plugin audit` prints, as numbers.
+#[derive(Debug, Clone)]
+pub struct SharingSummary {
+    pub ops: u64,
+    /// Line transfers between vCPUs in the region, kernel and user lines.
+    pub transfers_kernel: u64,
+    pub transfers_user: u64,
+    /// Lines written by one vCPU and touched by another, kernel and user.
+    pub shared_lines_kernel: u64,
+    pub shared_lines_user: u64,
+    /// Transfers by the class `classify` gives the kernel code that first wrote each line;
+    /// user lines (no kernel symbol to name them) under `user`.
+    pub by_class: BTreeMap<String, u64>,
+}
+
+pub fn sharing_summary(system: &str, workload: &str, smp: u32, params: &str, timeout: Duration, classify: &dyn Fn(&str) -> &'static str) -> Result<SharingSummary, String> {
+    let system = System::parse(system)?;
+    let built = build()?;
+    let spec = RunSpec { system, workload, smp, params, timeout, icount: true };
+    let syms = symbols_for(system)?;
+    // User lines too: this system's packet rings between cores live in shared user segments.
+    let run = run_with_plugin(&built, &spec, "sharing", &[])?;
+    let head = run.report.first().cloned().ok_or("sharing: empty report")?;
+    let mut by_class: BTreeMap<String, u64> = BTreeMap::new();
+    for r in run.report.iter().filter(|r| r.kind == "line") {
+        let class = if r.get("mode") == Some("u") { "user" } else { classify(&syms.name(r.u("pc")).unwrap_or_default()) };
+        *by_class.entry(class.to_string()).or_default() += r.u("transfers");
+    }
+    Ok(SharingSummary {
+        ops: run.ops.filter(|&n| n > 0).ok_or("sharing: the guest reported no operations")?,
+        transfers_kernel: head.u("transfers_kernel"),
+        transfers_user: head.u("transfers_user"),
+        shared_lines_kernel: head.u("shared_kernel"),
+        shared_lines_user: head.u("shared_user"),
+        by_class,
+    })
 }
 
 fn truncate(s: &str, n: usize) -> String {

@@ -91,9 +91,12 @@ impl BlkDev {
         if reserved != 0 {
             return Err(Error::InvalidArgument);
         }
-        if seg.as_segment()?.nbytes() < BLK_SECTOR {
+        let nbytes = seg.as_segment()?.nbytes();
+        if nbytes < BLK_SECTOR {
             return Err(Error::OutOfRange);
         }
+        // Every page the segment has when it is bound (requests name byte offsets in it).
+        let npages = nbytes.div_ceil(PAGE_SIZE) as usize;
         {
             let mut t = TAKEN.lock();
             if t.contains(&hwid) {
@@ -102,7 +105,7 @@ impl BlkDev {
             t.try_reserve(1).map_err(|_| Error::NoMemory)?;
             t.push(hwid);
         }
-        let pages = match seg.as_segment().and_then(|s| s.pin()) {
+        let pages = match seg.as_segment().and_then(|s| s.pin(npages)) {
             Ok(p) => p,
             Err(e) => {
                 release(hwid);

@@ -15,14 +15,15 @@ pub fn init(ecam: Option<crate::arch::x86_64::acpi::Ecam>) {
     match pci::init(ecam) {
         Ok(0) => {}
         Ok(n) => {
-            let fns = pci::functions();
-            let virtio: alloc::vec::Vec<_> = fns.iter().filter(|f| f.virtio.is_some()).collect();
-            for f in &virtio {
+            let fns = pci::functions().unwrap_or_default();
+            let mut virtio = 0;
+            for f in &fns {
                 if let Some(t) = f.virtio {
                     crate::kprintln!("pci: {} virtio {:?} (hwid {:#x})", f.df, t, f.hwid());
+                    virtio += 1;
                 }
             }
-            if virtio.is_empty() {
+            if virtio == 0 {
                 crate::kprintln!("pci: {n} functions, no virtio device");
             }
         }
@@ -31,9 +32,9 @@ pub fn init(ecam: Option<crate::arch::x86_64::acpi::Ecam>) {
 }
 
 /// `device_list` entries for the PCI devices this kernel drives.
-pub fn list() -> alloc::vec::Vec<abi::DeviceInfo> {
+pub fn list() -> Result<alloc::vec::Vec<abi::DeviceInfo>, abi::Error> {
     let mut out = alloc::vec::Vec::new();
-    for f in pci::functions() {
+    for f in pci::functions()? {
         let (kind, name): (u32, &[u8]) = match f.virtio {
             Some(DeviceType::Network) => (abi::DEVICE_NET, b"virtio-net"),
             Some(DeviceType::Block) => (abi::DEVICE_BLOCK, b"virtio-blk"),
@@ -41,9 +42,13 @@ pub fn list() -> alloc::vec::Vec<abi::DeviceInfo> {
         };
         let mut n = [0u8; 16];
         n[..name.len()].copy_from_slice(name);
-        if out.try_reserve(1).is_ok() {
-            out.push(abi::DeviceInfo { hwid: f.hwid(), kind, owner_core: u32::MAX, name: n });
-        }
+        out.try_reserve(1).map_err(|_| abi::Error::NoMemory)?;
+        out.push(abi::DeviceInfo { hwid: f.hwid(), kind, owner_core: u32::MAX, name: n });
     }
-    out
+    Ok(out)
+}
+
+/// Whether `hwid` names a PCI function the walk found.
+pub fn is_pci_hwid(hwid: u64) -> bool {
+    pci::by_hwid(hwid).is_some()
 }

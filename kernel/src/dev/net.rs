@@ -20,9 +20,9 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use abi::{
-    net_bufs_offset, net_buffers, net_entry, net_entry_buffer, net_entry_len, net_ring_page, DeviceStat,
+    net_bufs_offset, net_buffers, net_entry, net_entry_buffer, net_entry_is, net_entry_len, net_ring_page, DeviceStat,
     Error, NetHeader, DEVICE_NET, NET_BUF_BYTES, NET_FRAME_OFFSET, NET_MAGIC, NET_MAX_CHANNELS, NET_MAX_FRAME, NET_MIN_BUFFERS_PER_CHANNEL,
-    NET_MODE_DEDICATED, NET_MODE_INLINE, NET_MODE_POLLING, NET_RING_CONSUMER, NET_RING_ENTRIES, NET_RING_ENTRIES_AT, NET_RING_PRODUCER,
+    NET_MODE_DEDICATED, NET_MODE_INLINE, NET_MODE_POLLING, NET_RING_CONSUMER, NET_RING_ENTRIES, NET_RING_ENTRIES_AT,
     NET_RING_RX, NET_RING_RXFREE, NET_RING_TX, NET_RING_TXDONE, PAGE_SIZE,
 };
 use percore::mcs::McsLock;
@@ -73,6 +73,9 @@ struct ChanPoll {
     rxfree_taken: AtomicU64,
     rx_put: AtomicU64,
     txdone_put: AtomicU64,
+    /// The program's consumer counts of RX and TXDONE as last read.
+    rx_seen: AtomicU64,
+    txdone_seen: AtomicU64,
     /// Transmissions of this channel in the device (each needs a TXDONE entry later).
     tx_inflight: AtomicU64,
     packets_in: AtomicU64,
@@ -106,6 +109,8 @@ pub struct NetDev {
     pub attached: AtomicU32,
     /// The device object is gone: poll nothing more.
     pub dead: AtomicBool,
+    /// This virtual NIC holds the card and a pin on the segment (`shutdown` gives both back).
+    owns_card: AtomicBool,
 }
 
 /// The virtual NICs attached to each kernel core. Only that core polls its list; attach and
@@ -127,7 +132,9 @@ impl NetDev {
         if CARD_TAKEN.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return Err(Error::Busy);
         }
-        let pages = match seg.as_segment().and_then(|s| s.pin()) {
+        // Only the pages the channels use: the header, the rings and `nbuffers` buffers.
+        let used = (net_bufs_offset(nchannels) + nbuffers * NET_BUF_BYTES).div_ceil(PAGE_SIZE) as usize;
+        let pages = match seg.as_segment().and_then(|s| s.pin(used)) {
             Ok(p) => p,
             Err(e) => {
                 CARD_TAKEN.store(false, Ordering::Release);
@@ -149,6 +156,7 @@ impl NetDev {
             unsteered_drops: CachePadded::new(AtomicU64::new(0)),
             attached: AtomicU32::new(u32::MAX),
             dead: AtomicBool::new(false),
+            owns_card: AtomicBool::new(true),
         };
         chans.try_reserve_exact(nchannels as usize).map_err(|_| Error::NoMemory)?;
         chans.extend((0..nchannels).map(|_| CachePadded::new(ChanPoll::default())));
@@ -226,47 +234,47 @@ impl NetDev {
         }
     }
 
-    /// Next entry of a ring the program produces (`TX`, `RXFREE`), not yet taken.
+    /// Next entry of a ring the program produces (`TX`, `RXFREE`), not yet taken: the slot
+    /// holds it once its tag says so (abi::net: no producer count to read).
     fn peek_user(&self, c: u64, ring: u64, taken: &AtomicU64) -> Option<u64> {
         let w = self.ring(c, ring);
-        let prod = w[(NET_RING_PRODUCER / 8) as usize].load(Ordering::Acquire);
-        let cons = taken.load(Ordering::Relaxed);
-        let n = prod.wrapping_sub(cons);
-        if n == 0 {
-            return None;
-        }
-        if n > NET_RING_ENTRIES {
-            self.stopped(c, "producer count impossible");
-            return None;
-        }
-        Some(w[((NET_RING_ENTRIES_AT / 8) + cons % NET_RING_ENTRIES) as usize].load(Ordering::Relaxed))
+        let seq = taken.load(Ordering::Relaxed);
+        let e = w[((NET_RING_ENTRIES_AT / 8) + seq % NET_RING_ENTRIES) as usize].load(Ordering::Acquire);
+        net_entry_is(e, seq).then_some(e)
     }
 
+    /// Count one entry taken, and store the count where the program reads it (our own line:
+    /// the program looks at it only when it thinks the ring is full).
     fn advance_user(&self, c: u64, ring: u64, taken: &AtomicU64) {
         let v = taken.load(Ordering::Relaxed) + 1;
         taken.store(v, Ordering::Relaxed);
         self.ring(c, ring)[(NET_RING_CONSUMER / 8) as usize].store(v, Ordering::Release);
     }
 
-    /// Free entries on a ring the kernel produces (`RX`, `TXDONE`); `None` if its consumer
-    /// count is impossible.
-    fn room(&self, c: u64, ring: u64, put: &AtomicU64) -> Option<u64> {
-        let w = self.ring(c, ring);
-        let cons = w[(NET_RING_CONSUMER / 8) as usize].load(Ordering::Acquire);
-        let used = put.load(Ordering::Relaxed).wrapping_sub(cons);
-        if used > NET_RING_ENTRIES {
+    /// Free entries on a ring the kernel produces (`RX`, `TXDONE`), at least `need` if there
+    /// are: the program's consumer count is read again only when the last reading (`seen`)
+    /// leaves fewer. `None` if that count is impossible (the channel stops).
+    fn room(&self, c: u64, ring: u64, put: &AtomicU64, seen: &AtomicU64, need: u64) -> Option<u64> {
+        let p = put.load(Ordering::Relaxed);
+        let cached = seen.load(Ordering::Relaxed);
+        if NET_RING_ENTRIES - (p - cached) >= need {
+            return Some(NET_RING_ENTRIES - (p - cached));
+        }
+        let fresh = self.ring(c, ring)[(NET_RING_CONSUMER / 8) as usize].load(Ordering::Acquire);
+        if fresh < cached || fresh > p {
             self.stopped(c, "consumer count impossible");
             return None;
         }
-        Some(NET_RING_ENTRIES - used)
+        seen.store(fresh, Ordering::Relaxed);
+        Some(NET_RING_ENTRIES - (p - fresh))
     }
 
-    fn put(&self, c: u64, ring: u64, put: &AtomicU64, entry: u64) {
+    /// Put entry `(buffer, len)` on a ring the kernel produces; `room` said there is a slot.
+    fn put(&self, c: u64, ring: u64, put: &AtomicU64, buffer: u64, len: u64) {
         let w = self.ring(c, ring);
         let seq = put.load(Ordering::Relaxed);
-        w[((NET_RING_ENTRIES_AT / 8) + seq % NET_RING_ENTRIES) as usize].store(entry, Ordering::Relaxed);
+        w[((NET_RING_ENTRIES_AT / 8) + seq % NET_RING_ENTRIES) as usize].store(net_entry(seq, buffer, len), Ordering::Release);
         put.store(seq + 1, Ordering::Relaxed);
-        w[(NET_RING_PRODUCER / 8) as usize].store(seq + 1, Ordering::Release);
     }
 
     /// Put a transmit in the device for channel `c`. `Busy` when the device's queue is full or
@@ -276,7 +284,8 @@ impl NetDev {
             return Err(Error::InvalidArgument);
         }
         let ch = &self.chans[c as usize];
-        let room = self.room(c, NET_RING_TXDONE, &ch.txdone_put).ok_or(Error::Busy)?;
+        let inflight = ch.tx_inflight.load(Ordering::Relaxed);
+        let room = self.room(c, NET_RING_TXDONE, &ch.txdone_put, &ch.txdone_seen, inflight + 1).ok_or(Error::Busy)?;
         if ch.tx_inflight.load(Ordering::Relaxed) >= room || !st.drv.can_send() {
             return Err(Error::Busy);
         }
@@ -390,7 +399,7 @@ impl NetDev {
                 continue;
             }
             // Room was reserved when the frame went in (`transmit` checks tx_inflight < room).
-            self.put(c, NET_RING_TXDONE, &ch.txdone_put, net_entry(b, 0));
+            self.put(c, NET_RING_TXDONE, &ch.txdone_put, b, 0);
         }
         while let Some(token) = st.drv.poll_receive() {
             did = true;
@@ -425,7 +434,7 @@ impl NetDev {
             unsafe { core::ptr::copy_nonoverlapping((self.buffer_va(b) + NET_FRAME_OFFSET) as *const u8, head.as_mut_ptr(), n) };
             let c = abi::net_steer(&head[..n], self.nchannels);
             let ch = &self.chans[c as usize];
-            let has_room = !ch.broken.load(Ordering::Relaxed) && self.room(c, NET_RING_RX, &ch.rx_put).is_some_and(|r| r > 0);
+            let has_room = !ch.broken.load(Ordering::Relaxed) && self.room(c, NET_RING_RX, &ch.rx_put, &ch.rx_seen, 1).is_some_and(|r| r > 0);
             if !has_room {
                 // The channel cannot take it: the frame is dropped and the buffer goes back to
                 // the device (still the kernel's).
@@ -435,7 +444,7 @@ impl NetDev {
             }
             ch.packets_in.fetch_add(1, Ordering::Relaxed);
             ch.bytes_in.fetch_add(len, Ordering::Relaxed);
-            self.put(c, NET_RING_RX, &ch.rx_put, net_entry(b, len));
+            self.put(c, NET_RING_RX, &ch.rx_put, b, len);
         }
         did
     }
@@ -496,16 +505,29 @@ impl NetDev {
     }
 }
 
-impl Drop for NetDev {
-    fn drop(&mut self) {
-        // Dropping the driver resets the card (the transport's drop), so no DMA reaches the
-        // buffers once they are unpinned.
+impl NetDev {
+    /// Give the card back, now: reset it (dropping the driver drops its transport, which
+    /// resets the device, so no DMA reaches the buffers after this), unpin the segment, and
+    /// let the next virtual NIC have the card. Called when the device object goes; a kernel
+    /// core may still hold this `NetDev` for the rest of one poll, and finds no driver.
+    pub fn shutdown(&self) {
+        self.dead.store(true, Ordering::Release);
         let driver = core::mem::take(&mut *self.driver.lock());
         drop(driver);
-        if let Ok(s) = self.seg.as_segment() {
-            s.unpin();
+        // Once only (the device object's drop, then this struct's own), and also for a
+        // virtual NIC whose `open` failed after it took the card.
+        if self.owns_card.swap(false, Ordering::AcqRel) {
+            if let Ok(s) = self.seg.as_segment() {
+                s.unpin();
+            }
+            CARD_TAKEN.store(false, Ordering::Release);
         }
-        CARD_TAKEN.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for NetDev {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }
 

@@ -86,9 +86,14 @@ fn map_bars(root: &mut Root, df: DeviceFunction) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Every function the walk found.
-pub fn functions() -> Vec<Function> {
-    FUNCTIONS.lock().clone()
+/// Every function the walk found (`NoMemory` rather than an aborting clone: this runs in
+/// `device_list`, where allocation failures are injected and must stay errors).
+pub fn functions() -> Result<Vec<Function>, abi::Error> {
+    let l = FUNCTIONS.lock();
+    let mut out = Vec::new();
+    out.try_reserve_exact(l.len()).map_err(|_| abi::Error::NoMemory)?;
+    out.extend(l.iter().copied());
+    Ok(out)
 }
 
 /// The first function of virtio type `t`.

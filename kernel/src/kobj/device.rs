@@ -191,14 +191,13 @@ impl Ring {
     }
 }
 
-pub fn list() -> Vec<DeviceInfo> {
+pub fn list() -> Result<Vec<DeviceInfo>, Error> {
     let mut name = [0u8; 16];
     name[..4].copy_from_slice(b"com1");
-    let mut l = crate::dev::list();
-    if l.try_reserve(1).is_ok() {
-        l.insert(0, DeviceInfo { hwid: CONSOLE_HWID, kind: DEVICE_CONSOLE, owner_core: CONSOLE_OWNER.load(Ordering::Relaxed), name });
-    }
-    l
+    let mut l = crate::dev::list()?;
+    l.try_reserve(1).map_err(|_| Error::NoMemory)?;
+    l.insert(0, DeviceInfo { hwid: CONSOLE_HWID, kind: DEVICE_CONSOLE, owner_core: CONSOLE_OWNER.load(Ordering::Relaxed), name });
+    Ok(l)
 }
 
 impl Device {
@@ -323,8 +322,8 @@ impl Drop for Device {
     fn drop(&mut self) {
         if let Some(n) = &self.net {
             // The kernel core polling it lets go; the last reference resets the card.
-            n.dead.store(true, Ordering::Release);
             let _ = crate::dev::net::detach(n, None);
+            n.shutdown();
         }
         if let Some(r) = &self.ring {
             // A kernel core running requests from it holds the ring and finishes them; it

@@ -43,9 +43,11 @@ pub struct SegInner {
     /// From the memory of `memid`'s node, like the pages (`NodeVec`).
     pages: NodeVec<Option<KRef<Frame>>>,
     pub maps: Vec<SegMap>,
-    /// Pins held by devices that DMA into the pages (`pin`): while any is held the page list
-    /// keeps every frame in place (no shrinking, no copy-on-write sharing).
+    /// Pins held by devices that DMA into the pages (`pin`): while any is held the pinned
+    /// frames stay in place (no shrinking below them, no copy-on-write sharing).
     pins: u32,
+    /// The most pages any pin covers (from page 0).
+    pinned_pages: usize,
 }
 
 pub struct Segment {
@@ -90,7 +92,7 @@ impl Segment {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(Error::OutOfRange);
         }
-        Ok(Segment { node_core, inner: TicketLock::new(SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, maps: Vec::new(), pins: 0 }) })
+        Ok(Segment { node_core, inner: TicketLock::new(SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, maps: Vec::new(), pins: 0, pinned_pages: 0 }) })
     }
 
     pub fn nbytes(&self) -> u64 {
@@ -104,7 +106,7 @@ impl Segment {
         let n = pages_for(nbytes) as usize;
         let mut g = self.inner.lock();
         let mapped_end = g.maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
-        if (n as u64) * PAGE_SIZE < mapped_end || (g.pins > 0 && n < g.pages.len()) {
+        if (n as u64) * PAGE_SIZE < mapped_end || (g.pins > 0 && n < g.pinned_pages) {
             return Err(Error::Busy);
         }
         if n > g.pages.len() {
@@ -213,7 +215,7 @@ impl Segment {
                 maps.push((m.ar.clone(), m.voff, m.len));
             }
         }
-        let copy = Segment { node_core, inner: TicketLock::new(SegInner { nbytes: g.nbytes, pages, maps: Vec::new(), pins: 0 }) };
+        let copy = Segment { node_core, inner: TicketLock::new(SegInner { nbytes: g.nbytes, pages, maps: Vec::new(), pins: 0, pinned_pages: 0 }) };
         Ok((copy, maps))
     }
 
@@ -254,16 +256,19 @@ impl Segment {
         Ok(f(words))
     }
 
-    /// Pin every page for a device: allocate the absent ones and return each page's physical
-    /// address. Until `unpin`, no frame of the segment is freed or replaced (shrinking and
-    /// copy-on-write copies are `Busy`), so the device may keep the addresses. `Busy` if a page
-    /// is shared copy-on-write with another segment already (a device write would reach it).
-    pub fn pin(&self) -> Result<Vec<u64>, Error> {
+    /// Pin the first `npages` pages for a device: allocate the absent ones and return each
+    /// page's physical address. Until `unpin`, none of those frames is freed or replaced
+    /// (shrinking below them and copy-on-write copies are `Busy`), so the device may keep the
+    /// addresses. `OutOfRange` if the segment is shorter; `Busy` if a page is shared
+    /// copy-on-write with another segment already (a device write would reach it).
+    pub fn pin(&self, npages: usize) -> Result<Vec<u64>, Error> {
         let mut g = self.inner.lock();
-        let n = g.pages.len();
+        if npages > g.pages.len() {
+            return Err(Error::OutOfRange);
+        }
         let mut pas = Vec::new();
-        pas.try_reserve_exact(n).map_err(|_| Error::NoMemory)?;
-        for i in 0..n {
+        pas.try_reserve_exact(npages).map_err(|_| Error::NoMemory)?;
+        for i in 0..npages {
             if g.pages[i].is_none() {
                 g.pages[i] = Some(zeroed_page(self.node_core)?);
             }
@@ -274,6 +279,7 @@ impl Segment {
             pas.push(f.pa);
         }
         g.pins = g.pins.checked_add(1).ok_or(Error::Busy)?;
+        g.pinned_pages = g.pinned_pages.max(npages);
         Ok(pas)
     }
 
@@ -281,6 +287,9 @@ impl Segment {
     pub fn unpin(&self) {
         let mut g = self.inner.lock();
         g.pins = g.pins.saturating_sub(1);
+        if g.pins == 0 {
+            g.pinned_pages = 0;
+        }
     }
 
     /// Where the page list is (for the test that it is on `memid`'s node).

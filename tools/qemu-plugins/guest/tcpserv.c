@@ -340,8 +340,8 @@ void tcpserv_main(const char *cmdline)
         aerr += counts[i].accept_errors;
         at += (size_t)snprintf(per + at, sizeof per - at, " core%d=%llu", i, (unsigned long long)counts[i].served);
     }
-    printf("tcpserv: done conns=%llu served=%llu write_errors=%llu accept_errors=%llu cores=%d service_cores=%d%s calib_ops=%lld calib_ns=%lld\n",
-           (unsigned long long)total_served, (unsigned long long)served, (unsigned long long)werr, (unsigned long long)aerr, ncpu, ncpu, per,
+    printf("tcpserv: done conns=%llu warmup=%ld served=%llu write_errors=%llu accept_errors=%llu cores=%d service_cores=%d%s calib_ops=%lld calib_ns=%lld\n",
+           (unsigned long long)total_served, warmup, (unsigned long long)served, (unsigned long long)werr, (unsigned long long)aerr, ncpu, ncpu, per,
            (long long)CALIB_STEPS * ncpu, calib_ns);
     off();
 }

@@ -5,6 +5,18 @@ pub fn ticks() -> u64 {
     crate::sys::time_now().unwrap_or(0)
 }
 
+/// TSC ticks now, read in user mode (`rdtsc`; the kernel leaves the counter readable): the
+/// same clock as `ticks` without a system call, for loops that poll (the network stacks).
+pub fn tsc() -> u64 {
+    // SAFETY: rdtsc reads the time-stamp counter; it has no other effect.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// Nanoseconds since boot from `tsc` (no system call).
+pub fn tsc_ns() -> u64 {
+    ticks_to_ns(tsc())
+}
+
 /// Ticks per millisecond: from the start information, else from `sys_info` (never 0).
 pub fn tsc_per_ms() -> u64 {
     let t = crate::start_info().tsc_per_ms;

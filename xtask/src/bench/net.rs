@@ -75,6 +75,31 @@ pub fn accept_spec(params: &[(String, u64)], timeout: Duration) -> AcceptSpec {
     }
 }
 
+/// `--audit on`: the sharing audit (kernel and user lines) of the same service in a boot of its own
+/// (single-threaded TCG, 100 connections one at a time after 1 warm-up), per connection, into
+/// `net.audit` (split by `crate::net::audit_class`); a failure is a note, not a failed record.
+/// Not at 1 vCPU (nothing can cross).
+pub fn add_audit(rec: &mut Record, spec: &BenchSpec, cores: u32, timeout: Duration) {
+    let Some(net) = rec.net.as_mut() else { return };
+    if cores < 2 || rec.status != Status::Ok {
+        return;
+    }
+    let mode = if rec.system == "ours" { format!("mode={} ", ours_mode(spec)) } else { String::new() };
+    let params = format!("{mode}conns=101 warmup=1");
+    match crate::plugins::sharing_summary(&rec.system, "tcpserv", cores, &params, timeout, &crate::net::audit_class) {
+        Ok(s) => {
+            let per = |x: u64| (x as f64 / s.ops as f64 * 100.0).round() / 100.0;
+            net.audit.insert("transfers".into(), per(s.transfers_kernel + s.transfers_user));
+            for class in ["driver", "stack", "ipc", "alloc", "other", "user"] {
+                net.audit.insert(class.into(), per(s.by_class.get(class).copied().unwrap_or(0)));
+            }
+            net.audit.insert("shared_lines".into(), (s.shared_lines_kernel + s.shared_lines_user) as f64);
+            net.audit.insert("conns".into(), s.ops as f64);
+        }
+        Err(e) => net.audit_note = Some(format!("sharing audit failed: {e}")),
+    }
+}
+
 /// Boot one cell and make its record.
 pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params: &[(String, u64)], cores: u32, timeout: Duration) -> Record {
     let system = common.system;
@@ -207,7 +232,7 @@ mod tests {
     fn a_served_run_is_a_record_per_service_core() {
         // A real round against a local server, so the record carries real numbers.
         let port = load::tests::server(20, load::tests::Serve::Good);
-        let round = load::run(&LoadSpec { port, conns: 20, concurrency: 2, max_time: Duration::from_secs(10), timeout: Duration::from_secs(2) }).unwrap();
+        let round = load::run(&LoadSpec { port, conns: 20, concurrency: 2, max_time: Duration::from_secs(10), timeout: Duration::from_secs(2), abort_every: 0 }).unwrap();
         let spec = catalog::find("tcp_accept").unwrap();
         let o = Outcome {
             ready: Some("tcpserv: ready cores=2 port=80".into()),
@@ -228,6 +253,10 @@ mod tests {
         assert!(r.per_core_throughput().unwrap() > 0.0 && r.calibrated_throughput().is_some());
         let mut r = r;
         r.instructions_note = Some("insncount plugin off in this test".into());
+        let n = r.net.as_mut().unwrap();
+        n.audit.insert("transfers".into(), 322.43);
+        n.audit.insert("driver".into(), 41.5);
+        n.audit_note = Some("a note".into());
         // The record survives results.json.
         let back = Record::from_json(&super::super::json::parse(&r.to_json()).unwrap()).unwrap();
         assert_eq!(back, r);
@@ -260,7 +289,7 @@ mod tests {
         assert!(r.reason.unwrap().contains("mode=polling is not written yet"));
         // Failed connections: an error, failures kept in `net`, no throughput.
         let port = load::tests::server(3, load::tests::Serve::Wrong);
-        let round = load::run(&LoadSpec { port, conns: 3, concurrency: 1, max_time: Duration::from_secs(10), timeout: Duration::from_secs(2) }).unwrap();
+        let round = load::run(&LoadSpec { port, conns: 3, concurrency: 1, max_time: Duration::from_secs(10), timeout: Duration::from_secs(2), abort_every: 0 }).unwrap();
         let bad = Outcome {
             ready: Some("tcpserv: ready".into()),
             rounds: vec![round],

@@ -22,14 +22,30 @@ pub struct NetStats {
     pub latency_us: BTreeMap<String, u64>,
     /// The guest's words from its `tcpserv: ready` and `tcpserv: done` lines.
     pub guest: BTreeMap<String, String>,
+    /// `--audit on`: the sharing audit of a separate boot (single-threaded TCG), per measured
+    /// connection: `transfers` (cache-line transfers between vCPUs, kernel and user lines),
+    /// the same split by the class of each kernel line's first writer (`driver`, `stack`,
+    /// `ipc`, `alloc`, `other`) and `user` for user lines, and
+    /// `shared_lines` (in all, not per connection). Empty when not run.
+    pub audit: BTreeMap<String, f64>,
+    /// Why the audit has no numbers, when it was asked for and failed.
+    pub audit_note: Option<String>,
 }
 
 impl NetStats {
     fn to_json(&self) -> String {
         let nums = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{}:{v}", json::quote(k))).collect::<Vec<_>>().join(",");
         let strs = self.guest.iter().map(|(k, v)| format!("{}:{}", json::quote(k), json::quote(v))).collect::<Vec<_>>().join(",");
+        let mut audit = String::new();
+        if !self.audit.is_empty() {
+            let a = self.audit.iter().map(|(k, v)| format!("{}:{}", json::quote(k), json::num(*v))).collect::<Vec<_>>().join(",");
+            audit.push_str(&format!(",\"audit\":{{{a}}}"));
+        }
+        if let Some(n) = &self.audit_note {
+            audit.push_str(&format!(",\"audit_note\":{}", json::quote(n)));
+        }
         format!(
-            "{{\"conns_per_s\":{},\"attempted\":{},\"slow_connects\":{},\"failures\":{{{}}},\"latency_us\":{{{}}},\"guest\":{{{strs}}}}}",
+            "{{\"conns_per_s\":{},\"attempted\":{},\"slow_connects\":{},\"failures\":{{{}}},\"latency_us\":{{{}}},\"guest\":{{{strs}}}{audit}}}",
             json::num(self.conns_per_s),
             self.attempted,
             self.slow_connects,
@@ -66,7 +82,32 @@ impl NetStats {
                 .collect::<Result<_, String>>()?,
             _ => return Err("`net.guest` must be an object".into()),
         };
-        Ok(NetStats { conns_per_s: num("conns_per_s")?, attempted: num("attempted")? as u64, slow_connects: num("slow_connects")? as u64, failures: nums("failures")?, latency_us: nums("latency_us")?, guest })
+        let audit = match m.get("audit") {
+            None => BTreeMap::new(),
+            Some(Value::Obj(o)) => o
+                .iter()
+                .map(|(k, x)| match x {
+                    Value::Num(n) if *n >= 0.0 => Ok((k.clone(), *n)),
+                    _ => Err(format!("`net.audit.{k}` must be a non-negative number")),
+                })
+                .collect::<Result<_, String>>()?,
+            _ => return Err("`net.audit` must be an object".into()),
+        };
+        let audit_note = match m.get("audit_note") {
+            None => None,
+            Some(Value::Str(s)) => Some(s.clone()),
+            _ => return Err("`net.audit_note` must be a string".into()),
+        };
+        Ok(NetStats {
+            conns_per_s: num("conns_per_s")?,
+            attempted: num("attempted")? as u64,
+            slow_connects: num("slow_connects")? as u64,
+            failures: nums("failures")?,
+            latency_us: nums("latency_us")?,
+            guest,
+            audit,
+            audit_note,
+        })
     }
 }
 

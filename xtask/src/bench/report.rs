@@ -98,6 +98,7 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
             let _ = writeln!(t, "{line}");
         }
     }
+    t.push_str(&net_table(records));
     // Scaling: each larger vCPU count over the smallest, raw and divided by the share-nothing
     // calibration measured in the same boots (it shows what the emulator and the host's load
     // alone lose).
@@ -138,6 +139,48 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
             }
         }
         let _ = writeln!(t, "{row}");
+    }
+    t
+}
+
+/// The host-driven network benchmarks' own view (issue 15): what the load generator saw in
+/// the fastest round (connections/s of all service cores, latency) and every failure.
+fn net_table(records: &[Record]) -> String {
+    let rows: Vec<&Record> = records.iter().filter(|r| r.net.is_some()).collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut t = String::new();
+    let _ = writeln!(t, "\nTCP service seen from the host (load generator on 127.0.0.1 through QEMU's user-mode network; fastest round; latency = connect to EOF)\n");
+    let _ = writeln!(t, "| benchmark | system | vCPUs | status | conns/s | service cores | conns/s/core | p50 | p90 | p99 | max | failed / attempted | slow connects | audit: line transfers/conn (driver/stack/ipc/alloc/other/user) |");
+    let _ = writeln!(t, "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    for r in rows {
+        let Some(n) = &r.net else { continue };
+        let ms = |k: &str| n.latency_us.get(k).map(|u| format!("{:.1}ms", *u as f64 / 1000.0)).unwrap_or_else(|| "-".into());
+        let failed: u64 = n.failures.values().sum();
+        let a = |k: &str| n.audit.get(k).map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+        let audit = if n.audit.is_empty() {
+            n.audit_note.as_ref().map(|_| "failed (see results.json)".to_string()).unwrap_or_else(|| "-".into())
+        } else {
+            format!("{} ({}/{}/{}/{}/{}/{})", a("transfers"), a("driver"), a("stack"), a("ipc"), a("alloc"), a("other"), a("user"))
+        };
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {failed} / {} | {} | {audit} |",
+            r.benchmark,
+            r.system,
+            r.cores,
+            r.status.as_str(),
+            if n.conns_per_s > 0.0 { si(n.conns_per_s) } else { "-".into() },
+            r.workers.map(|w| w.to_string()).unwrap_or_else(|| "-".into()),
+            r.per_core_throughput().map(si).unwrap_or_else(|| "-".into()),
+            ms("p50"),
+            ms("p90"),
+            ms("p99"),
+            ms("max"),
+            n.attempted,
+            n.slow_connects
+        );
     }
     t
 }

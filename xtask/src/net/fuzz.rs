@@ -2,16 +2,19 @@
 //! connected by QEMU's `-netdev socket,connect=127.0.0.1:PORT` to this process, which is the
 //! whole network: it writes seeded random and mutated Ethernet frames into the guest (truncated,
 //! bad IP and TCP checksums, bogus lengths and header sizes, huge and malformed TCP option lists,
-//! fragments, SYNs to open and closed ports, random bytes), answers the guest's ARP requests for
-//! the gateway, and at the end checks that the guest's TCP service still answers a SYN with a
-//! SYN-ACK, and that the serial line shows no kernel panic, oops or BUG.
+//! fragments, SYNs to open and closed ports, random bytes, frames past the MTU), answers the
+//! guest's ARP requests for
+//! the gateway, and at the end checks that the guest's TCP service still serves a connection
+//! (a handshake completed by hand, the 128 bytes received up to the FIN), and that the serial
+//! line shows no kernel panic, oops or BUG.
 //!
 //! Frame `i` of seed `S` depends on (S, i) only, so a failure is replayed with the same seed
 //! (and `--frames` up to that frame). The stream format QEMU uses on the socket: each frame
 //! preceded by its length as a 4-byte big-endian number.
 //!
-//! Not done: for our system (`--system ours`), the kernel's leak check after the program exits
-//! (the service runs until killed); the guest side of our network is not there yet either.
+//! The guest runs with `conns=1`: the probe is its one completed connection, after which it
+//! must print `tcpserv: done` and stop by itself (ours then runs the kernel's leak check, whose
+//! `init: LEAK` line fails the run). Not done: ours' guest side is not there yet.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -109,6 +112,7 @@ fn pseudo_sum(src: [u8; 4], dst: [u8; 4], proto: u8, len: usize) -> u32 {
     p.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum()
 }
 
+pub const FIN: u8 = 0x01;
 pub const SYN: u8 = 0x02;
 pub const RST: u8 = 0x04;
 pub const ACK: u8 = 0x10;
@@ -118,7 +122,7 @@ pub const ACK: u8 = 0x10;
 pub fn tcp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, seq: u32, ack: u32, flags: u8, options: &[u8], payload: &[u8]) -> Vec<u8> {
     let mut opts = options.to_vec();
     opts.truncate(40);
-    while opts.len() % 4 != 0 {
+    while !opts.len().is_multiple_of(4) {
         opts.push(0);
     }
     let mut t = Vec::new();
@@ -146,7 +150,7 @@ pub fn syn_frame(sport: u16, dport: u16, seq: u32, ident: u16) -> Vec<u8> {
 }
 
 /// The kinds of frame the fuzzer writes, one per frame, chosen by the frame's own random.
-pub const KINDS: [&str; 14] = [
+pub const KINDS: [&str; 15] = [
     "syn_open",
     "syn_closed",
     "truncated",
@@ -161,6 +165,7 @@ pub const KINDS: [&str; 14] = [
     "arp_garbage",
     "bit_flips",
     "random_bytes",
+    "oversized",
 ];
 
 /// Frame `i` of `seed`: (kind index, bytes). Deterministic in (seed, i). Never empty: QEMU
@@ -273,6 +278,17 @@ pub fn frame(seed: u64, i: u64) -> (usize, Vec<u8>) {
             }
             f
         }
+        "oversized" => {
+            // Past the 1514-byte Ethernet MTU: a TCP segment with a payload of up to 9000
+            // bytes, its IP length either true or the truncated 16-bit value of a lie.
+            let n = 1500 + r.below(7500) as usize;
+            let seg = tcp(GATEWAY_IP, GUEST_IP, sport, 80, seq, r.next() as u32, ACK, &[], &r.bytes(n));
+            let mut f = ethernet(GUEST_MAC, GATEWAY_MAC, 0x0800, &ipv4(GATEWAY_IP, GUEST_IP, 6, ident, 0, &seg));
+            if r.below(2) == 0 {
+                f[16..18].copy_from_slice(&(r.next() as u16).to_be_bytes());
+            }
+            f
+        }
         _ => {
             let n = 1 + r.below(1514) as usize;
             let mut f = r.bytes(n);
@@ -294,6 +310,18 @@ struct FromGuest {
     rsts: AtomicU64,
     /// The liveness probe's SYN-ACK arrived.
     probe_answered: AtomicBool,
+    /// The probe connection as the guest sent it.
+    probe: Mutex<Probe>,
+}
+
+/// The probe connection's state, filled in by the reader.
+#[derive(Debug, Default)]
+struct Probe {
+    /// (the guest's sequence number, what it acknowledged) from its SYN-ACK.
+    syn_ack: Option<(u32, u32)>,
+    /// The reply bytes received in order.
+    data: Vec<u8>,
+    fin: bool,
 }
 
 const PROBE_PORT: u16 = 61000;
@@ -338,10 +366,25 @@ fn read_guest(mut s: TcpStream, tx: Arc<Mutex<TcpStream>>, seen: Arc<FromGuest>)
             if f.len() >= t + 20 {
                 let flags = f[t + 13];
                 let dport = u16::from_be_bytes([f[t + 2], f[t + 3]]);
+                let be32 = |at: usize| u32::from_be_bytes([f[at], f[at + 1], f[at + 2], f[at + 3]]);
                 if flags & (SYN | ACK) == SYN | ACK {
                     seen.syn_acks.fetch_add(1, Ordering::Relaxed);
-                    if dport == PROBE_PORT {
-                        seen.probe_answered.store(true, Ordering::SeqCst);
+                }
+                if dport == PROBE_PORT {
+                    // The payload ends where the IP datagram does (not at the frame's end).
+                    let ip_end = (14 + usize::from(u16::from_be_bytes([f[16], f[17]]))).min(f.len());
+                    let data_at = t + usize::from(f[t + 12] >> 4) * 4;
+                    let payload = f.get(data_at..ip_end).unwrap_or(&[]);
+                    if let Ok(mut p) = seen.probe.lock() {
+                        if flags & (SYN | ACK) == SYN | ACK {
+                            p.syn_ack.get_or_insert((be32(t + 4), be32(t + 8)));
+                            seen.probe_answered.store(true, Ordering::SeqCst);
+                        } else if let Some((isn, _)) = p.syn_ack {
+                            if be32(t + 4).wrapping_sub(isn.wrapping_add(1)) as usize == p.data.len() {
+                                p.data.extend_from_slice(payload);
+                                p.fin |= flags & FIN != 0;
+                            }
+                        }
                     }
                 }
                 if flags & RST != 0 {
@@ -419,13 +462,13 @@ pub fn command(args: &[String]) -> Result<(), String> {
         let initrd = super::linux_guest::initramfs(&k)?;
         let mut vm = crate::linux::LinuxVm::new(&k, &initrd);
         vm.smp = o.smp;
-        // conns=0: serve until killed.
-        vm.append = format!("wl=tcpserv threads={}", o.smp);
+        // conns=1: the probe is the one connection completed; then the guest stops by itself.
+        vm.append = format!("wl=tcpserv threads={} conns=1", o.smp);
         qemu = vm.qemu_args();
     } else {
         let cfg = crate::qemu::VmConfig {
             smp: o.smp,
-            cmdline: "init=tcpserv -- mode=dedicated".into(),
+            cmdline: "init=tcpserv -- mode=dedicated conns=1".into(),
             medium: Some(crate::qemu::BootMedium::Kernel(crate::env::build_kernel()?)),
             initrd: Some(crate::user::build_initrd()?),
             ..Default::default()
@@ -489,9 +532,10 @@ pub fn command(args: &[String]) -> Result<(), String> {
         sent += 1;
     }
     let took = start.elapsed();
-    // Liveness: a well-formed SYN to the service must still get its SYN-ACK (retried: the
-    // guest may first have to ARP for the gateway, and its backlog may be full of the
-    // fuzzer's half-open connections).
+    // Liveness: a well-formed connection to the service must still get its 128 bytes. The
+    // SYN is retried (the guest may first have to ARP for the gateway, and its backlog may be
+    // full of the fuzzer's half-open connections); then the handshake is completed by hand
+    // and the reply collected up to the guest's FIN, then reset.
     let probe_deadline = Instant::now() + Duration::from_secs(20).min(deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(5));
     let mut n = 0u32;
     while !seen.probe_answered.load(Ordering::SeqCst) && Instant::now() < probe_deadline {
@@ -500,31 +544,72 @@ pub fn command(args: &[String]) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(500));
     }
     let alive = seen.probe_answered.load(Ordering::SeqCst);
-    let f = session.finish(Instant::now());
+    let segment = |seq: u32, ack: u32, flags: u8| {
+        let t = tcp(GATEWAY_IP, GUEST_IP, PROBE_PORT, 80, seq, ack, flags, &[], &[]);
+        ethernet(GUEST_MAC, GATEWAY_MAC, 0x0800, &ipv4(GATEWAY_IP, GUEST_IP, 6, 0x7fff, 0x4000, &t))
+    };
+    let mut reply = Vec::new();
+    let synack = seen.probe.lock().ok().and_then(|p| p.syn_ack);
+    if let Some((isn, our_next)) = synack {
+        let _ = write_frame(&tx, &segment(our_next, isn.wrapping_add(1), ACK));
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            let (len, fin) = seen.probe.lock().map(|p| (p.data.len(), p.fin)).unwrap_or((0, false));
+            if fin || len > super::load::REPLY_LEN {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        reply = seen.probe.lock().map(|p| p.data.clone()).unwrap_or_default();
+        let _ = write_frame(&tx, &segment(our_next, 0, RST));
+    }
+    let served = reply == super::load::expected_reply();
+    // The probe was the guest's one connection (conns=1): it must now say `tcpserv: done` and
+    // stop by itself (ours then runs the kernel's leak check, which must find nothing).
+    let done = served && session.wait_for(&|l| l.starts_with(super::tcp_accept::DONE), Instant::now() + Duration::from_secs(60)).is_ok();
+    let f = session.finish(Instant::now() + Duration::from_secs(if done { 30 } else { 0 }));
+    // Ours also ends with the kernel's leak check (free pages, heap objects, kernel objects
+    // before and after the program); its verdict is QEMU's exit status.
+    let stopped = done && !f.killed && (o.system != "ours" || f.exit_code == Some(crate::qemu::QEMU_EXIT_SUCCESS));
     let kinds: Vec<String> = KINDS.iter().zip(by_kind).map(|(k, n)| format!("{k}={n}")).collect();
-    println!("net fuzz: sent {sent} frames in {:.1}s: {}", took.as_secs_f64(), kinds.join(" "));
+    println!("net fuzz: wrote {sent} frames in {:.1}s (the probe queued behind them proves the guest took them all): {}", took.as_secs_f64(), kinds.join(" "));
     println!(
-        "net fuzz: from the guest: frames={} arp_requests={} syn_acks={} rsts={}; probe SYN to port 80 {}",
+        "net fuzz: from the guest: frames={} arp_requests={} syn_acks={} rsts={}; probe connection to port 80: {}",
         seen.frames.load(Ordering::Relaxed),
         seen.arp_requests.load(Ordering::Relaxed),
         seen.syn_acks.load(Ordering::Relaxed),
         seen.rsts.load(Ordering::Relaxed),
-        if alive { "answered" } else { "NOT answered" }
+        match (alive, served) {
+            (true, true) => "answered, the 128 bytes received".to_string(),
+            (true, false) if reply.len() == super::load::REPLY_LEN => "SYN answered, but the 128 reply bytes are not the expected ones".to_string(),
+            (true, false) => format!("SYN answered, but {} reply bytes, not the 128 expected", reply.len()),
+            _ => "SYN NOT answered".to_string(),
+        }
     );
     let trouble = kernel_trouble(&f.serial).map(str::to_string);
     let log = crate::env::target_dir().join("net-fuzz.serial.txt");
     let _ = std::fs::write(&log, &f.serial);
-    match (stop_why, trouble, alive) {
+    match (stop_why, trouble, alive && served && stopped) {
         (None, None, true) => {
             println!("net fuzz: ok (serial log: {})", log.display());
             Ok(())
         }
-        (why, trouble, alive) => Err(format!(
+        (why, trouble, _) => Err(format!(
             "net fuzz: seed {} failed: {}{}{} (serial log: {})",
             o.seed,
             why.unwrap_or_default(),
             trouble.map(|t| format!(" the kernel said: {t}")).unwrap_or_default(),
-            if alive { "" } else { " the service no longer answers a SYN" },
+            if !alive {
+                " the service no longer answers a SYN"
+            } else if !served {
+                " the service answers a SYN but no longer sends its 128 bytes"
+            } else if !done {
+                " no `tcpserv: done` after the probe, its one connection"
+            } else if !stopped {
+                " the guest did not stop by itself after `tcpserv: done`, or (ours) its leak check failed"
+            } else {
+                ""
+            },
             log.display()
         )),
     }

@@ -112,6 +112,19 @@ fn mod_name(path: &str) -> Option<String> {
     Some(stem.replace('-', "_"))
 }
 
+/// A module file's ELF bytes: a `.ko.xz` is decompressed here with the host's xz (the guest
+/// then loads plain ELF, whether or not its kernel could decompress modules itself).
+fn module_bytes(p: &Path) -> Result<Vec<u8>, String> {
+    if p.extension().is_some_and(|e| e == "xz") {
+        let out = Command::new("xz").arg("-dc").arg(p).output().map_err(|e| format!("cannot run xz: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("linux: xz -dc {} failed", p.display()));
+        }
+        return Ok(out.stdout);
+    }
+    fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+}
+
 fn kernel_deb(k: &LinuxKernel) -> Result<PathBuf, String> {
     let prefix = format!("linux-image-{}_", k.version);
     let dir = crate::linux::cache_dir();
@@ -193,14 +206,7 @@ pub fn net_modules(k: &LinuxKernel) -> Result<Vec<(String, Vec<u8>)>, String> {
         let mut next = BTreeSet::new();
         for m in &want {
             let p = dir.join(&paths[m]);
-            let mut data = fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-            if paths[m].ends_with(".xz") {
-                let out = Command::new("xz").arg("-dc").arg(&p).output().map_err(|e| format!("cannot run xz: {e}"))?;
-                if !out.status.success() {
-                    return Err(format!("linux: xz -dc {} failed", p.display()));
-                }
-                data = out.stdout;
-            }
+            let data = module_bytes(&p)?;
             let info = modinfo(&data).map_err(|e| format!("linux: {}: {e}", p.display()))?;
             let magic_release = info.vermagic.split_whitespace().next().unwrap_or("");
             if magic_release != release {
@@ -214,6 +220,18 @@ pub fn net_modules(k: &LinuxKernel) -> Result<Vec<(String, Vec<u8>)>, String> {
     }
     let order = load_order(&infos, &ROOTS)?;
     Ok(order.into_iter().map(|m| (format!("{m}.ko"), files.remove(&m).unwrap_or_default())).collect())
+}
+
+/// `cargo xtask linux modules`: the NIC's modules in load order with what was checked.
+pub fn print_modules() -> Result<(), String> {
+    let k = crate::linux::fetch_kernel()?;
+    let image = fs::read(&k.bzimage).map_err(|e| format!("cannot read {}: {e}", k.bzimage.display()))?;
+    println!("bzImage {}: {}", k.bzimage.display(), bzimage_version(&image).unwrap_or_default());
+    for (name, data) in net_modules(&k)? {
+        let i = modinfo(&data)?;
+        println!("{name:<28} {:>7} bytes  depends={:<34} vermagic={}", data.len(), i.depends.join(","), i.vermagic.trim());
+    }
+    Ok(())
 }
 
 /// The initramfs entries: `/lib/modules/NAME.ko` and the load order `/lib/modules/order`.
@@ -276,6 +294,23 @@ mod tests {
         let mut cut = m.clone();
         cut.truncate(m.len() - 150); // into the section headers
         assert!(modinfo(&cut).is_err(), "a truncated module is not read past its end");
+    }
+
+    #[test]
+    fn xz_modules_are_decompressed_on_the_host() {
+        let dir = std::env::temp_dir().join(format!("xtask-modtest-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let m = module(b"name=virtio\0vermagic=6.1.0-56-amd64 SMP\0depends=\0");
+        let plain = dir.join("virtio.ko");
+        fs::write(&plain, &m).unwrap();
+        let st = Command::new("xz").args(["-kf"]).arg(&plain).status().expect("xz runs");
+        assert!(st.success());
+        let packed = dir.join("virtio.ko.xz");
+        assert_ne!(fs::read(&packed).unwrap(), m, "really compressed");
+        assert_eq!(module_bytes(&packed).unwrap(), m);
+        assert_eq!(module_bytes(&plain).unwrap(), m);
+        assert_eq!(modinfo(&module_bytes(&packed).unwrap()).unwrap().name, "virtio");
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

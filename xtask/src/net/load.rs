@@ -50,11 +50,15 @@ pub struct LoadSpec {
     pub max_time: Duration,
     /// Per connection: connect, and then the whole reply, must each come within this.
     pub timeout: Duration,
+    /// Every `abort_every`-th connection (0: none) is reset by the client right after connect
+    /// (SO_LINGER 0, close), without reading: the server's write or close meets a reset. Not a
+    /// failure; counted as `aborted`. A fault injection for the guest's error paths.
+    pub abort_every: u64,
 }
 
 impl Default for LoadSpec {
     fn default() -> Self {
-        LoadSpec { port: 0, conns: 1000, concurrency: DEFAULT_CONCURRENCY, max_time: Duration::from_secs(30), timeout: Duration::from_secs(5) }
+        LoadSpec { port: 0, conns: 1000, concurrency: DEFAULT_CONCURRENCY, max_time: Duration::from_secs(30), timeout: Duration::from_secs(5), abort_every: 0 }
     }
 }
 
@@ -161,6 +165,8 @@ pub struct LoadReport {
     pub stopped_by_time: bool,
     /// Good connections whose connect took [`SLOW_CONNECT`] or more (a retransmitted SYN).
     pub slow_connects: u64,
+    /// Connections the client reset on purpose (`abort_every`).
+    pub aborted: u64,
 }
 
 impl LoadReport {
@@ -187,13 +193,14 @@ impl LoadReport {
     pub fn summary(&self) -> String {
         let ms = |d: Option<Duration>| d.map(|d| format!("{:.2}ms", d.as_secs_f64() * 1e3)).unwrap_or_else(|| "-".into());
         let mut s = format!(
-            "load: 127.0.0.1:{} attempted={} ok={} failed={} ({}) slow_connects={} seconds={:.2} conns_per_s={:.1}{}\n",
+            "load: 127.0.0.1:{} attempted={} ok={} failed={} ({}) slow_connects={} aborted={} seconds={:.2} conns_per_s={:.1}{}\n",
             self.port,
             self.attempted,
             self.ok,
             self.failures.total(),
             self.failures.words(),
             self.slow_connects,
+            self.aborted,
             self.elapsed.as_secs_f64(),
             self.conns_per_s(),
             if self.stopped_by_time { " (stopped by the time bound)" } else { "" }
@@ -257,6 +264,48 @@ fn one(addr: &SocketAddr, timeout: Duration, expected: &[u8]) -> Result<(Duratio
     Ok((latency, connected))
 }
 
+/// SO_LINGER on with a zero timeout: closing the socket sends a reset. std has no stable
+/// setter, so the libc call std itself links against.
+pub(crate) fn reset_on_close(s: &TcpStream) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    #[repr(C)]
+    struct Linger {
+        onoff: i32,
+        linger: i32,
+    }
+    extern "C" {
+        fn setsockopt(fd: i32, level: i32, name: i32, val: *const Linger, len: u32) -> i32;
+    }
+    const SOL_SOCKET: i32 = 1;
+    const SO_LINGER: i32 = 13;
+    let l = Linger { onoff: 1, linger: 0 };
+    // SAFETY: a valid socket descriptor owned by `s`, and a pointer to a live struct of the
+    // length passed.
+    let rc = unsafe { setsockopt(s.as_raw_fd(), SOL_SOCKET, SO_LINGER, &l, std::mem::size_of::<Linger>() as u32) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Connect and reset at once (see `LoadSpec::abort_every`).
+fn abort_one(addr: &SocketAddr, timeout: Duration) -> Result<(), (Failure, String)> {
+    let s = TcpStream::connect_timeout(addr, timeout).map_err(|e| (io_failure(&e), format!("connect: {e}")))?;
+    reset_on_close(&s).map_err(|e| (Failure::Other, format!("SO_LINGER: {e}")))
+}
+
+/// What one load thread saw.
+#[derive(Default)]
+struct ThreadResult {
+    started: u64,
+    latencies: Vec<Duration>,
+    failures: Failures,
+    first_failure: Option<String>,
+    slow_connects: u64,
+    aborted: u64,
+}
+
 /// Run the load: `concurrency` threads take connection tickets until `conns` are taken or
 /// `max_time` has passed, then the in-flight ones finish (each bounded by `timeout`).
 pub fn run(spec: &LoadSpec) -> Result<LoadReport, String> {
@@ -266,25 +315,33 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport, String> {
     let next = AtomicU64::new(0);
     let start = Instant::now();
     let deadline = start + spec.max_time;
-    let per_thread: Vec<(u64, Vec<Duration>, Failures, Option<String>, u64)> = std::thread::scope(|sc| {
+    let per_thread: Vec<ThreadResult> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..spec.concurrency)
             .map(|_| {
                 sc.spawn(|| {
-                    let (mut started, mut lat, mut fails, mut first, mut slow) = (0u64, Vec::new(), Failures::default(), None, 0u64);
-                    while Instant::now() < deadline && next.fetch_add(1, Ordering::Relaxed) < spec.conns {
-                        started += 1;
-                        match one(&addr, spec.timeout, &expected) {
-                            Ok((d, connect)) => {
-                                lat.push(d);
-                                slow += u64::from(connect >= SLOW_CONNECT);
-                            }
-                            Err((f, why)) => {
-                                fails.add(f);
-                                first.get_or_insert(format!("{f:?}: {why}"));
-                            }
+                    let mut t = ThreadResult::default();
+                    loop {
+                        let ticket = next.fetch_add(1, Ordering::Relaxed);
+                        if Instant::now() >= deadline || ticket >= spec.conns {
+                            break;
+                        }
+                        t.started += 1;
+                        let result = if spec.abort_every > 0 && ticket % spec.abort_every == spec.abort_every - 1 {
+                            abort_one(&addr, spec.timeout).map(|()| {
+                                t.aborted += 1;
+                            })
+                        } else {
+                            one(&addr, spec.timeout, &expected).map(|(d, connect)| {
+                                t.latencies.push(d);
+                                t.slow_connects += u64::from(connect >= SLOW_CONNECT);
+                            })
+                        };
+                        if let Err((f, why)) = result {
+                            t.failures.add(f);
+                            t.first_failure.get_or_insert(format!("{f:?}: {why}"));
                         }
                     }
-                    (started, lat, fails, first, slow)
+                    t
                 })
             })
             .collect();
@@ -301,15 +358,17 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport, String> {
         first_failure: None,
         stopped_by_time: false,
         slow_connects: 0,
+        aborted: 0,
     };
-    for (started, lat, fails, first, slow) in per_thread {
-        r.slow_connects += slow;
-        r.attempted += started;
-        r.ok += lat.len() as u64;
-        r.latencies.extend(lat);
-        r.failures.merge(&fails);
+    for t in per_thread {
+        r.slow_connects += t.slow_connects;
+        r.aborted += t.aborted;
+        r.attempted += t.started;
+        r.ok += t.latencies.len() as u64;
+        r.latencies.extend(t.latencies);
+        r.failures.merge(&t.failures);
         if r.first_failure.is_none() {
-            r.first_failure = first;
+            r.first_failure = t.first_failure;
         }
     }
     r.latencies.sort();
@@ -334,6 +393,7 @@ pub fn parse_options(args: &[String]) -> Result<LoadSpec, String> {
             "--concurrency" => spec.concurrency = num("--concurrency", &value()?)?.min(usize::MAX as u64) as usize,
             "--seconds" => spec.max_time = Duration::from_secs(num("--seconds", &value()?)?),
             "--timeout" => spec.timeout = Duration::from_secs(num("--timeout", &value()?)?),
+            "--abort-every" => spec.abort_every = num("--abort-every", &value()?)?,
             other => return Err(format!("net load: unknown option `{other}` (try `cargo xtask net help`)")),
         }
     }
@@ -347,7 +407,7 @@ pub fn command(args: &[String]) -> Result<(), String> {
     let spec = parse_options(args)?;
     let r = run(&spec)?;
     print!("{}", r.summary());
-    if r.failures.total() > 0 || r.ok == 0 {
+    if r.failures.total() > 0 || (r.ok == 0 && r.aborted < r.attempted) {
         return Err(format!("net load: {} of {} connections failed", r.failures.total(), r.attempted));
     }
     Ok(())
@@ -399,7 +459,7 @@ pub(crate) mod tests {
                     Serve::Empty => {}
                     Serve::Reset => {
                         let _ = s.write_all(&reply[..64]);
-                        reset_on_close(&s);
+                        reset_on_close(&s).unwrap();
                     }
                     Serve::Silent => held.push(s),
                 }
@@ -410,27 +470,8 @@ pub(crate) mod tests {
         port
     }
 
-    /// SO_LINGER with a zero timeout: close sends RST. std has no stable setter.
-    fn reset_on_close(s: &TcpStream) {
-        use std::os::fd::AsRawFd;
-        #[repr(C)]
-        struct Linger {
-            onoff: i32,
-            linger: i32,
-        }
-        extern "C" {
-            fn setsockopt(fd: i32, level: i32, name: i32, val: *const Linger, len: u32) -> i32;
-        }
-        const SOL_SOCKET: i32 = 1;
-        const SO_LINGER: i32 = 13;
-        let l = Linger { onoff: 1, linger: 0 };
-        // SAFETY: a valid socket descriptor and a pointer to a live struct of the given size.
-        let rc = unsafe { setsockopt(s.as_raw_fd(), SOL_SOCKET, SO_LINGER, &l, std::mem::size_of::<Linger>() as u32) };
-        assert_eq!(rc, 0);
-    }
-
     fn spec(port: u16, conns: u64, concurrency: usize) -> LoadSpec {
-        LoadSpec { port, conns, concurrency, max_time: Duration::from_secs(20), timeout: Duration::from_millis(500) }
+        LoadSpec { port, conns, concurrency, max_time: Duration::from_secs(20), timeout: Duration::from_millis(500), abort_every: 0 }
     }
 
     #[test]
@@ -475,11 +516,19 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn aborted_connections_are_counted_apart() {
+        let port = server(30, Serve::Good);
+        let r = run(&LoadSpec { abort_every: 3, ..spec(port, 30, 2) }).unwrap();
+        assert_eq!((r.attempted, r.aborted, r.ok, r.failures.total()), (30, 10, 20, 0), "{}", r.summary());
+        assert_eq!(r.latencies.len(), 20, "an aborted connection has no latency");
+    }
+
+    #[test]
     fn bounded_by_time_and_count() {
         // Silent server, 1 s time bound, 400 ms timeout: it stops after ~1.4 s with far fewer
         // than the million connections asked for.
         let port = server(100, Serve::Silent);
-        let s = LoadSpec { port, conns: 1_000_000, concurrency: 2, max_time: Duration::from_secs(1), timeout: Duration::from_millis(400) };
+        let s = LoadSpec { port, conns: 1_000_000, concurrency: 2, max_time: Duration::from_secs(1), timeout: Duration::from_millis(400), abort_every: 0 };
         let t = Instant::now();
         let r = run(&s).unwrap();
         assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
@@ -503,6 +552,7 @@ pub(crate) mod tests {
             ("--port 80 --timeout 0", "--timeout"),
             ("--port 80 --conns", "--conns"),
             ("--port 80 --bogus", "--bogus"),
+            ("--port 80 --abort-every x", "--abort-every"),
         ] {
             let e = parse_options(&a(args)).unwrap_err();
             assert!(e.contains(needle), "{args}: {e}");

@@ -98,7 +98,7 @@ fn last_line(serial: &str) -> String {
 
 /// A guest line that means the service will not come up.
 fn guest_failed(line: &str) -> bool {
-    line.starts_with("tcpserv-error") || line.starts_with("workload-error") || line.contains("KERNEL PANIC")
+    line.starts_with("tcpserv-error") || line.starts_with("tcpserv: unavailable") || line.starts_with("workload-error") || line.contains("KERNEL PANIC")
 }
 
 impl Outcome {
@@ -123,7 +123,7 @@ pub fn run(qemu_args: &[String], port: u16, spec: &AcceptSpec, echo: bool) -> Re
     let mut rounds = Vec::new();
     let mut done = None;
     if ready.is_some() {
-        let warm = LoadSpec { port, conns: spec.warmup.max(1), concurrency: 1, max_time: spec.load_time, timeout: spec.conn_timeout };
+        let warm = LoadSpec { port, conns: spec.warmup.max(1), concurrency: 1, max_time: spec.load_time, timeout: spec.conn_timeout, abort_every: 0 };
         let mut plan = Vec::new();
         if spec.warmup > 0 {
             plan.push(("warm-up", warm.clone()));
@@ -170,6 +170,50 @@ pub fn run(qemu_args: &[String], port: u16, spec: &AcceptSpec, echo: bool) -> Re
     Ok(Outcome { ready, rounds, done, finished, problem })
 }
 
+/// The connections the guest served after its warm-up, from its `tcpserv: done` line
+/// (`conns=` minus `warmup=`): what a plugin run divides by.
+pub fn measured_conns(serial: &str) -> Option<u64> {
+    let line = serial.lines().find(|l| l.starts_with(DONE))?;
+    let w = words(line);
+    let get = |k: &str| w.iter().find(|(kk, _)| kk == k).and_then(|(_, v)| v.parse::<u64>().ok());
+    Some(get("conns")?.saturating_sub(get("warmup").unwrap_or(0)))
+}
+
+/// For the measurement plugins (`cargo xtask plugin ... --bench tcpserv`): boot `qemu_args`
+/// (with a forward to guest port 80 among them), and once the guest is ready open as many
+/// connections as its `conns=` asks for, one at a time (the plugins run single-threaded TCG,
+/// slowly), then wait for it to power off. The output as `run_qemu` gives it.
+pub fn run_batch(qemu_args: &[String], timeout: Duration) -> Result<crate::linux::RunOutput, String> {
+    let port = qemu_args
+        .iter()
+        .find_map(|a| a.split(',').find_map(|p| p.strip_prefix("hostfwd=tcp:127.0.0.1:")).and_then(|p| p.strip_suffix(&format!("-:{}", super::SERVICE_PORT))))
+        .and_then(|p| p.parse::<u16>().ok())
+        .ok_or("tcpserv: no forward to guest port 80 in the QEMU arguments")?;
+    let want = |key: &str| -> Option<u64> {
+        let line = qemu_args.iter().find(|a| a.contains(&format!(" {key}=")) || a.starts_with(&format!("{key}=")))?;
+        line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{key}="))).and_then(|v| v.parse().ok())
+    };
+    let (conns, warmup) = (want("conns").unwrap_or(101), want("warmup").unwrap_or(0));
+    let spec = AcceptSpec {
+        conns: conns.saturating_sub(warmup).max(1),
+        rounds: 1,
+        warmup,
+        concurrency: 1,
+        load_time: timeout,
+        conn_timeout: Duration::from_secs(120),
+        ready_timeout: timeout,
+        done_timeout: Duration::from_secs(120),
+    };
+    let start = Instant::now();
+    let o = run(qemu_args, port, &spec, false)?;
+    let mut serial = o.finished.serial;
+    if let Some(p) = &o.problem {
+        // The caller looks for this prefix to report a failed guest.
+        serial.push_str(&format!("workload-error: tcpserv: {p}\n"));
+    }
+    Ok(crate::linux::RunOutput { serial, stderr: o.finished.stderr, exit_code: o.finished.exit_code, timed_out: o.finished.killed && o.done.is_none(), elapsed: start.elapsed() })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +231,8 @@ mod tests {
         let get = |k: &str| w.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.as_str());
         assert_eq!((get("cores"), get("port"), get("conns"), get("core1")), (Some("2"), Some("80"), Some("10"), Some("4")));
         assert!(guest_failed("tcpserv-error: bind port 80: Address in use"));
+        assert_eq!(measured_conns("x\ntcpserv: done conns=101 warmup=1 core0=101\n"), Some(100));
+        assert_eq!(measured_conns("tcpserv: ready\n"), None);
         assert!(!guest_failed("tcpserv: ready"));
     }
 }

@@ -100,6 +100,8 @@ struct Ctl {
     x_share: AtomicU64,
     trace: AtomicU64,
     console_hwid: AtomicU64,
+    /// The network card's hwid (0 when booted without one): virtual NICs over it.
+    net_hwid: AtomicU64,
     /// The first disk's hwid (0: no disk attached). Requests may write anywhere on it: boot
     /// the fuzzer with a scratch image only.
     disk_hwid: AtomicU64,
@@ -208,15 +210,23 @@ const CALLS: [CallInfo; 44] = [
         extra: bit(Error::Busy) | bit(Error::NoSuchCore) | bit(Error::Unsupported),
         names_objects: true,
     },
-    CallInfo { nr: nr::DEVICE_ALLOC, name: "device_alloc", extra: bit(Error::NotFound) | bit(Error::NoSuchCore) | bit(Error::Busy) | bit(Error::Unsupported) | bit(Error::Io), names_objects: true },
+    CallInfo {
+        nr: nr::DEVICE_ALLOC,
+        name: "device_alloc",
+        // A virtual NIC (abi::net) checks its channel count and segment size; a block device
+        // object (abi::blk) its reserved argument and segment, and may meet a disk error.
+        extra: bit(Error::NotFound) | bit(Error::NoSuchCore) | bit(Error::Busy) | bit(Error::InvalidArgument) | bit(Error::OutOfRange) | bit(Error::Unsupported) | bit(Error::Io),
+        names_objects: true,
+    },
     CallInfo { nr: nr::DEVICE_LIST, name: "device_list", extra: BUF_ERRS, names_objects: false },
     CallInfo { nr: nr::DEVICE_STAT, name: "device_stat", extra: 0, names_objects: true },
-    CallInfo { nr: nr::DEVICE_CONF, name: "device_conf", extra: bit(Error::Unsupported), names_objects: true },
-    // A disk (`abi::blk`) adds `Misaligned`, `Busy` (a reset device), `Io`.
+    CallInfo { nr: nr::DEVICE_CONF, name: "device_conf", extra: bit(Error::Unsupported) | bit(Error::NotPermitted), names_objects: true },
     CallInfo {
         nr: nr::DEVICE_BUF,
         name: "device_buf",
-        extra: bit(Error::Unsupported) | bit(Error::OutOfRange) | bit(Error::Misaligned) | bit(Error::Busy) | bit(Error::Io),
+        // A virtual NIC's data path: Busy when its queue is full, NotPermitted in Dedicated mode.
+        // A disk (abi::blk): Misaligned, NotPermitted (read-only disk), Busy, Io.
+        extra: bit(Error::Unsupported) | bit(Error::OutOfRange) | bit(Error::NotPermitted) | bit(Error::Busy) | bit(Error::Misaligned) | bit(Error::Io),
         names_objects: true,
     },
     CallInfo {
@@ -967,6 +977,17 @@ impl Fuzz {
                         _ => 1 + self.rng.below(64),
                     };
                     a = [self.share(), abi::HWID_SYSCALL_RING, self.memid(), seg.share, seg.object, slots];
+                } else if self.rng.pct(40) && ctl().net_hwid.load(Ordering::Relaxed) != 0 {
+                    // A virtual NIC over one of our segments: good and bad channel counts,
+                    // segments too small, shared copy-on-write, or not segments at all.
+                    let seg = self.obj(is_seg);
+                    let channels = match self.rng.below(5) {
+                        0 => 0,
+                        1 => abi::NET_MAX_CHANNELS + 1 + self.rng.below(4),
+                        2 => u64::MAX - self.rng.below(4),
+                        _ => 1 + self.rng.below(3),
+                    };
+                    a = [self.share(), ctl().net_hwid.load(Ordering::Relaxed), self.memid(), seg.share, seg.object, channels];
                 } else if ctl().disk_hwid.load(Ordering::Relaxed) != 0 && self.rng.pct(30) {
                     // A block device object (abi::blk) over one of our segments, mostly with
                     // the reserved argument 0; one owner at a time, so mostly `Busy`.
@@ -995,8 +1016,13 @@ impl Fuzz {
             }
             nr::DEVICE_CONF => {
                 let d = self.obj(is_dev);
-                let key = if self.rng.pct(70) { abi::CONF_CONSOLE_CRLF } else { self.rng.below(4) };
-                let conf = DeviceConf { key, value: self.rng.below(2) };
+                let key = match self.rng.below(10) {
+                    0..=5 => abi::CONF_CONSOLE_CRLF,
+                    6 => abi::CONF_NET_MODE,
+                    7 => abi::CONF_NET_POLL,
+                    _ => self.rng.below(4),
+                };
+                let conf = DeviceConf { key, value: self.rng.below(4) };
                 let good = self.put(IN_OFF, conf);
                 if self.table.iter().any(|o| o.n == d && o.kind == Kind::Device) {
                     self.touched_console = Some(d);
@@ -1013,8 +1039,17 @@ impl Fuzz {
                     4 => (u64::MAX - self.rng.below(8), 1 + self.rng.below(8)),
                     _ => (1 << 40, 4),
                 };
-                let mut buf_type = if self.rng.pct(85) { abi::BUF_TX } else { self.rng.below(4) };
-                let (mut seg, mut offset, mut len) = (seg, offset, len);
+                let (mut buf_type, mut seg, mut offset, mut len) = match self.rng.below(20) {
+                    // A virtual NIC's transmit or receive: channel in `seg.share`, buffer in
+                    // `offset` (good and bad), frame length in `len`.
+                    0..=2 => {
+                        let t = if self.rng.pct(50) { abi::BUF_NET_TX } else { abi::BUF_NET_RX };
+                        let b = if self.rng.pct(70) { self.rng.below(32) } else { self.rng.next() };
+                        (t, ObjName::new(self.rng.below(4), 0), b, self.rng.below(2000))
+                    }
+                    3..=19 if self.rng.pct(85) => (abi::BUF_TX, seg, offset, len),
+                    _ => (self.rng.below(4), seg, offset, len),
+                };
                 if ctl().disk_hwid.load(Ordering::Relaxed) != 0 && self.rng.pct(30) {
                     // Disk requests (abi::blk): `seg.share` is the sector, `seg.object`
                     // reserved; whole sectors mostly, near and past the end of disk and segment.
@@ -1633,6 +1668,9 @@ fn main(args: &'static str) -> u64 {
         }
         if let Some(d) = devs[..n as usize].iter().find(|d| d.kind == abi::DEVICE_BLOCK) {
             c.disk_hwid.store(d.hwid, Ordering::Relaxed);
+        }
+        if let Some(d) = devs[..n as usize].iter().find(|d| d.kind == abi::DEVICE_NET) {
+            c.net_hwid.store(d.hwid, Ordering::Relaxed);
         }
     }
     let Ok(x) = persist(|| sys::share_alloc(root, "fuzz-x", MEMID_SELF, 0)) else { return 3 };

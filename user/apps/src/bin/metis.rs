@@ -4,15 +4,15 @@
 //!
 //! The input is a file of the boot image (`cargo xtask metis` packs it) or, for `wrmem`,
 //! text generated in memory. One worker thread per core (bench's backend); the layout says
-//! where each worker's intermediate data lives (mapreduce/src/ours.rs). The output is printed
+//! where each worker's intermediate data lives (bench/src/metis_ours.rs). The output is printed
 //! over the console between `metis-begin` and `metis-end` (there is no file system yet), then
 //! its digest, the phase times and soft faults. Everything taken is given back before exit
 //! (the kernel checks for leaks after the program ends).
 #![no_std]
 #![no_main]
 
+use bench::metis_ours::{Layout, OursEnv};
 use mapreduce::cli::{self, Input};
-use mapreduce::ours::{Layout, OursEnv};
 
 libos::main!(main);
 
@@ -33,25 +33,35 @@ fn main(args: &'static str) -> u64 {
         cli::print_error(&mut o, &"unknown layout (per-core, shared or private)");
         return 2;
     };
-    let env = match OursEnv::new(layout) {
-        Ok(e) => e,
+    let p = match bench::ours::Ours::new() {
+        Ok(p) => p,
         Err(e) => {
             cli::print_error(&mut o, &e);
             return 1;
         }
     };
-    let input = match opts.input {
-        Input::File(name) => env.input_from_image(name),
-        Input::Generated { size, seed } => env.input_generated(size, seed),
-    };
-    let ok = match input {
-        Ok(input) => cli::run_and_print(&env, &opts, input, &mut o),
+    let ok = match OursEnv::new(&p, layout) {
         Err(e) => {
             cli::print_error(&mut o, &e);
             false
         }
+        Ok(env) => {
+            let input = match opts.input {
+                Input::File(name) => env.input_from_image(name),
+                Input::Generated { size, seed } => env.input_generated(size, seed),
+            };
+            let ok = match input {
+                Ok(input) => cli::run_and_print(&env, &opts, input, &mut o),
+                Err(e) => {
+                    cli::print_error(&mut o, &e);
+                    false
+                }
+            };
+            env.finish();
+            ok
+        }
     };
-    env.finish();
+    p.finish();
     if ok {
         0
     } else {

@@ -10,7 +10,7 @@ extern crate alloc;
 use abi::{
     net_bufs_offset, net_entry, net_ring_page, nr, DeviceBuf, DeviceConf, Error, ObjName, BUF_NET_RX, BUF_NET_TX, CONF_NET_MODE, CONF_NET_POLL,
     COPY_EAGER, COPY_ON_WRITE, DEVICE_NET, HWID_PCI_BASE, MEMID_SELF, NET_BUF_BYTES, NET_MAX_CHANNELS, NET_MIN_BUFFERS_PER_CHANNEL,
-    NET_RING_ENTRIES_AT, NET_RING_PRODUCER, NET_RING_TX, PAGE_SIZE, ROLE_KC, ROLE_XC,
+    NET_RING_CONSUMER, NET_RING_ENTRIES, NET_RING_ENTRIES_AT, NET_RING_TX, NET_RING_TXDONE, PAGE_SIZE, ROLE_KC, ROLE_XC,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
 use libos::net::{find_card, Mode, Nic, NET_VA};
@@ -172,24 +172,40 @@ fn kernel_core_survives_bad_rings() -> TestResult {
     let r = (|| -> TestResult {
         ok!(nic.attach(p.0));
         err!(nic.attach(p.0), Error::Busy);
-        let ring = NET_VA + net_ring_page(0, NET_RING_TX) * PAGE_SIZE;
-        let word = |off: u64| {
-            // SAFETY: inside the TX ring page of the mapped channel segment.
-            unsafe { &*((ring + off) as *const AtomicU64) }
+        let page = |ring: u64| NET_VA + net_ring_page(0, ring) * PAGE_SIZE;
+        let word = |ring: u64, off: u64| {
+            // SAFETY: inside a ring page of the mapped channel segment.
+            unsafe { &*((page(ring) + off) as *const AtomicU64) }
         };
-        // Bad entries with a sane count: counted as errors, skipped.
-        word(NET_RING_ENTRIES_AT).store(net_entry(1 << 40, 60), Ordering::Relaxed);
-        word(NET_RING_ENTRIES_AT + 8).store(net_entry(0, 5), Ordering::Relaxed);
-        word(NET_RING_ENTRIES_AT + 16).store(net_entry(0, 0xFFFF), Ordering::Relaxed);
-        word(NET_RING_PRODUCER).store(3, Ordering::Release);
+        let slot = |seq: u64| word(NET_RING_TX, NET_RING_ENTRIES_AT + 8 * (seq % NET_RING_ENTRIES));
+        // Bad entries with good tags: counted as errors, skipped, nothing sent.
+        slot(0).store(net_entry(0, 0xFFFF, 60), Ordering::Release);
+        slot(1).store(net_entry(1, 0, 5), Ordering::Release);
+        slot(2).store(net_entry(2, 0, 0xFFFF), Ordering::Release);
+        // A slot whose tag is not the next entry's is not there yet: never taken.
+        slot(3).store(net_entry(77, 0, 60), Ordering::Release);
         let counted = libos::time::wait_until(5_000, || sys::device_stat(nic.dev).map(|s| s.errors >= 3).unwrap_or(false));
         let st = ok!(sys::device_stat(nic.dev));
-        ensure!(counted, "3 bad TX entries gave {} errors", st.errors);
-        ensure!(st.packets_out == 0, "a bad entry was sent: {} packets out", st.packets_out);
-        // An impossible count: the channel stops (one more error), the kernel goes on.
-        word(NET_RING_PRODUCER).store(3 + 100_000, Ordering::Release);
-        let stopped = libos::time::wait_until(5_000, || sys::device_stat(nic.dev).map(|s| s.errors >= 4).unwrap_or(false));
-        ensure!(stopped, "an impossible producer count was not counted");
+        ensure!(counted && st.errors == 3, "3 bad TX entries gave {} errors", st.errors);
+        ensure!(st.packets_out == 0, "a bad or untagged entry was sent: {} packets out", st.packets_out);
+        ensure!(word(NET_RING_TX, NET_RING_CONSUMER).load(Ordering::Acquire) == 3, "the kernel took the untagged slot");
+        // An impossible consumer count on TXDONE (ahead of anything the kernel put there): the
+        // kernel reads it once TXDONE looks full, and stops the channel instead of following it.
+        word(NET_RING_TXDONE, NET_RING_CONSUMER).store(999_999, Ordering::Release);
+        let mut seq = 3;
+        let deadline = libos::time::now_ns() + 10_000_000_000;
+        while seq < 3 + NET_RING_ENTRIES + 8 && libos::time::now_ns() < deadline {
+            if seq - word(NET_RING_TX, NET_RING_CONSUMER).load(Ordering::Acquire) < NET_RING_ENTRIES {
+                slot(seq).store(net_entry(seq, 0, 60), Ordering::Release);
+                seq += 1;
+            } else if sys::device_stat(nic.dev).map(|s| s.errors > 3).unwrap_or(false) {
+                break;
+            }
+        }
+        let stopped = libos::time::wait_until(5_000, || sys::device_stat(nic.dev).map(|s| s.errors == 4).unwrap_or(false));
+        let st = ok!(sys::device_stat(nic.dev));
+        ensure!(stopped, "an impossible consumer count was not caught: {} errors, {} packets out", st.errors, st.packets_out);
+        ensure!(st.packets_out == NET_RING_ENTRIES, "{} frames sent before TXDONE filled, want {}", st.packets_out, NET_RING_ENTRIES);
         Ok(Pass::Ok)
     })();
     // Free the device while the kernel core still polls it: it must let go by itself.
@@ -204,15 +220,58 @@ fn kernel_core_survives_bad_rings() -> TestResult {
     r
 }
 
+/// Catches: a kernel core that stops being one while it polls a card (its role changed under
+/// it) and then either keeps touching the driver from user mode's core, loses the attachment,
+/// or never resumes; and a transmit posted meanwhile that is lost or sent twice.
+fn kernel_core_leaves_and_returns() -> TestResult {
+    card_hwid()?;
+    let n = cores();
+    if n < 2 {
+        fail!("needs 2 cores for a kernel core, have {n}");
+    }
+    let p = Del(ObjName::new(root(), ok!(sys::pcore_alloc(root(), "kc", n - 1))));
+    ok!(sys::pcore_set_role(p.0, ROLE_KC));
+    let nic = ok!(Nic::open(root(), 1, 16, Mode::Dedicated));
+    let r = (|| -> TestResult {
+        ok!(nic.attach(p.0));
+        // The kernel core becomes an ordinary core with the card still attached to it.
+        ok!(sys::pcore_set_role(p.0, ROLE_XC));
+        let slot = |seq: u64| {
+            let at = NET_VA + net_ring_page(0, NET_RING_TX) * PAGE_SIZE + NET_RING_ENTRIES_AT + 8 * (seq % NET_RING_ENTRIES);
+            // SAFETY: a slot of the TX ring page of the mapped channel segment.
+            unsafe { &*(at as *const AtomicU64) }
+        };
+        // A well-formed 60-byte frame of zeros (QEMU's user network drops it).
+        slot(0).store(net_entry(0, 0, 60), Ordering::Release);
+        libos::time::spin_ms(300);
+        let st = ok!(sys::device_stat(nic.dev));
+        ensure!(st.packets_out == 0, "sent {} frames while no kernel core polled", st.packets_out);
+        // Back to a kernel core: it polls the card again and sends the frame once.
+        ok!(sys::pcore_set_role(p.0, ROLE_KC));
+        let sent = libos::time::wait_until(5_000, || sys::device_stat(nic.dev).map(|s| s.packets_out >= 1).unwrap_or(false));
+        libos::time::spin_ms(100);
+        let st = ok!(sys::device_stat(nic.dev));
+        ensure!(sent && st.packets_out == 1, "{} frames out after the core became a kernel core again, want 1", st.packets_out);
+        ensure!(st.errors == 0, "{} errors", st.errors);
+        Ok(Pass::Ok)
+    })();
+    let _ = nic.detach(p.0);
+    let _ = nic.unmap_here();
+    ok!(nic.close());
+    ok!(sys::pcore_set_role(p.0, ROLE_XC));
+    r
+}
+
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 6] = [
+    let tests: [(&str, fn() -> TestResult); 7] = [
         ("net_card_is_listed", card_is_listed),
         ("net_alloc_checks_its_arguments", alloc_checks_its_arguments),
         ("net_one_virtual_nic_at_a_time", one_virtual_nic_at_a_time),
         ("net_pinned_segment_keeps_its_frames", pinned_segment_keeps_its_frames),
         ("net_device_buf_checks_its_arguments", device_buf_checks_its_arguments),
         ("net_kernel_core_survives_bad_rings", kernel_core_survives_bad_rings),
+        ("net_kernel_core_leaves_and_returns", kernel_core_leaves_and_returns),
     ];
     for (name, f) in tests {
         if selected(args, name) {

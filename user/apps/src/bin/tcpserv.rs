@@ -14,6 +14,8 @@
 //!   `seconds`, or for ever).
 //! - `sockets`: listening sockets per core, the most connections a core has open at once
 //!   (default 16).
+//! - `stats`: print every service core's counts every S seconds (`tcpserv: stats conns=N
+//!   ch0=served/resets/rx/tx/stalls ...`; default 0, only at the end).
 //!
 //! Prints `tcpserv: ready ...` once every core listens, and at the end
 //! `tcpserv: done conns=N ...` with each core's counts (the host's load generator and the
@@ -131,6 +133,10 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
         let rx = tcp::SocketBuffer::new(alloc::vec![0u8; 1024]);
         let tx = tcp::SocketBuffer::new(alloc::vec![0u8; 1024]);
         let mut s = tcp::Socket::new(rx, tx);
+        // A connection that hears nothing for 2 s is dropped: half-open connections from a SYN
+        // flood would otherwise hold every listening socket for ever (smoltcp keeps
+        // SYN-RECEIVED until told otherwise), and the service would stop answering.
+        s.set_timeout(Some(libos::net::smoltcp::time::Duration::from_secs(2)));
         s.listen(job.port).map_err(|_| abi::Error::InvalidArgument)?;
         handles.push((stack.sockets.add(s), false));
     }
@@ -140,10 +146,12 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
     let me = &COUNTS[job.channel as usize];
     me.ready.store(true, Ordering::Release);
     let mut next_check = 0u64;
+    let mut next_stats = libos::time::tsc_ns() + STATS_EVERY_NS.load(Ordering::Relaxed);
+    let mut last = libos::net::ChannelStats::default();
     while !STOP.load(Ordering::Relaxed) {
         if job.channel == 0 {
             // Core 0 ends the run: it reads the others' counts about once a millisecond.
-            let now = libos::time::now_ns();
+            let now = libos::time::tsc_ns();
             if now >= next_check {
                 next_check = now + 1_000_000;
                 let n = NSERVICE.load(Ordering::Relaxed) as usize;
@@ -152,6 +160,11 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
                     MEASURING.store(true, Ordering::Relaxed);
                     // SAFETY: the kernel's I/O bitmap lets user mode write the marker port.
                     unsafe { bench::harness::marker_out(MARKER_START_ALL) };
+                }
+                let every = STATS_EVERY_NS.load(Ordering::Relaxed);
+                if every > 0 && now >= next_stats {
+                    next_stats = now + every;
+                    print_counts("tcpserv: stats", n);
                 }
                 if served >= TARGET.load(Ordering::Relaxed) || now >= DEADLINE_NS.load(Ordering::Relaxed) {
                     if MEASURING.load(Ordering::Relaxed) {
@@ -180,15 +193,21 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
                     }
                     *sent = false;
                     s.abort();
+                    s.set_timeout(Some(libos::net::smoltcp::time::Duration::from_secs(2)));
                     let _ = s.listen(job.port);
                 }
                 _ => {}
             }
         }
+        // Published only when they change: core 0 reads these lines, so an idle poll must
+        // not write them (the sharing audit saw 22 000 writes per connection before).
         let st = stack.dev.chan.borrow().stats;
-        me.rx.store(st.rx_frames, Ordering::Relaxed);
-        me.tx.store(st.tx_frames, Ordering::Relaxed);
-        me.stalls.store(st.tx_stalls, Ordering::Relaxed);
+        if st.rx_frames != last.rx_frames || st.tx_frames != last.tx_frames || st.tx_stalls != last.tx_stalls {
+            me.rx.store(st.rx_frames, Ordering::Relaxed);
+            me.tx.store(st.tx_frames, Ordering::Relaxed);
+            me.stalls.store(st.tx_stalls, Ordering::Relaxed);
+            last = st;
+        }
     }
     // One last poll sends what the stack still holds (FINs, ACKs).
     stack.poll();
@@ -225,6 +244,7 @@ struct Opts {
     port: u16,
     sockets: usize,
     warmup: u64,
+    stats: u64,
 }
 
 fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
@@ -237,6 +257,7 @@ fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
         port: 80,
         sockets: 16,
         warmup: 0,
+        stats: 0,
     };
     for w in args.split_whitespace() {
         let (k, v) = w.split_once('=').ok_or_else(|| alloc::format!("{w:?} is not key=value"))?;
@@ -247,6 +268,7 @@ fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
             "cores" => o.cores = num()?,
             "conns" => o.conns = num()?,
             "warmup" => o.warmup = num()?,
+            "stats" => o.stats = num()?,
             "seconds" => o.seconds = num()?,
             "port" => o.port = u16::try_from(num()?).map_err(|_| alloc::format!("port={v}: above 65535"))?,
             "sockets" => o.sockets = num()?.clamp(1, 256) as usize,
@@ -265,7 +287,7 @@ fn main(args: &'static str) -> u64 {
         Ok(o) => o,
         Err(e) => {
             println!("tcpserv: {e}");
-            println!("usage: tcpserv [mode=dedicated|polling|inline] [kc=CORE] [cores=N] [conns=N] [seconds=S] [port=P] [sockets=K]");
+            println!("usage: tcpserv [mode=dedicated|polling|inline] [kc=CORE] [cores=N] [conns=N] [seconds=S] [port=P] [sockets=K] [warmup=W] [stats=S]");
             return 2;
         }
     };
@@ -307,6 +329,7 @@ fn main(args: &'static str) -> u64 {
     let calib: &'static libos::thread::Barrier = Box::leak(Box::new(libos::thread::Barrier::new(service.len() as u64)));
     NSERVICE.store(service.len() as u64, Ordering::Relaxed);
     WARMUP.store(o.warmup, Ordering::Relaxed);
+    STATS_EVERY_NS.store(o.stats.saturating_mul(1_000_000_000), Ordering::Relaxed);
     let mut threads = Vec::new();
     let mut failed = false;
     for (ch, &core) in service.iter().enumerate().skip(1) {
@@ -396,6 +419,26 @@ fn main(args: &'static str) -> u64 {
 }
 
 static FAILED: AtomicBool = AtomicBool::new(false);
+/// `stats=S`: core 0 prints every core's counts every S seconds (0: never).
+static STATS_EVERY_NS: AtomicU64 = AtomicU64::new(0);
+
+/// One line of every service core's counts: served/resets/rx frames/tx frames/tx stalls.
+fn print_counts(prefix: &str, n: usize) {
+    let total: u64 = (0..n).map(|c| COUNTS[c].served.load(Ordering::Relaxed)).sum();
+    let mut line = alloc::format!("{prefix} conns={total}");
+    for c in 0..n {
+        let k = &COUNTS[c];
+        line.push_str(&alloc::format!(
+            " ch{c}={}/{}/{}/{}/{}",
+            k.served.load(Ordering::Relaxed),
+            k.resets.load(Ordering::Relaxed),
+            k.rx.load(Ordering::Relaxed),
+            k.tx.load(Ordering::Relaxed),
+            k.stalls.load(Ordering::Relaxed)
+        ));
+    }
+    println!("{line}");
+}
 
 fn code_fail() {
     FAILED.store(true, Ordering::Relaxed);

@@ -13,10 +13,10 @@ pub mod stack;
 pub use smoltcp;
 
 use abi::{
-    net_bufs_offset, net_entry, net_entry_buffer, net_entry_len, net_first_buffer, net_ring_page, DeviceBuf, DeviceConf, DeviceInfo, Error,
+    net_bufs_offset, net_entry, net_entry_buffer, net_entry_is, net_entry_len, net_first_buffer, net_ring_page, DeviceBuf, DeviceConf, DeviceInfo, Error,
     ObjName, ObjectId, SegMapping, BUF_NET_RX, BUF_NET_TX, CONF_NET_MODE, CONF_NET_POLL, DEVICE_NET, MAP_READ, MAP_WRITE, MEMID_SELF,
     NET_BUF_BYTES, NET_FRAME_OFFSET, NET_MAGIC, NET_MAX_CHANNELS, NET_MAX_FRAME, NET_MODE_DEDICATED, NET_MODE_INLINE, NET_MODE_POLLING,
-    NET_RING_CONSUMER, NET_RING_ENTRIES, NET_RING_ENTRIES_AT, NET_RING_PRODUCER, NET_RING_RX, NET_RING_RXFREE, NET_RING_TX, NET_RING_TXDONE,
+    NET_RING_CONSUMER, NET_RING_ENTRIES, NET_RING_ENTRIES_AT, NET_RING_RX, NET_RING_RXFREE, NET_RING_TX, NET_RING_TXDONE,
     PAGE_SIZE,
 };
 use alloc::vec::Vec;
@@ -162,6 +162,8 @@ impl Nic {
             txdone_seen: 0,
             tx_sent: 0,
             rxfree_sent: 0,
+            tx_cons: 0,
+            rxfree_cons: 0,
             stats: ChannelStats::default(),
         }
     }
@@ -195,6 +197,10 @@ pub struct Channel {
     txdone_seen: u64,
     tx_sent: u64,
     rxfree_sent: u64,
+    /// The kernel's consumer counts of TX and RXFREE as last read (re-read only when the
+    /// ring looks full: the line is the kernel's).
+    tx_cons: u64,
+    rxfree_cons: u64,
     pub stats: ChannelStats,
 }
 
@@ -203,9 +209,21 @@ fn ring_page(c: u64, ring: u64) -> &'static [AtomicU64; 512] {
     unsafe { &*((NET_VA + net_ring_page(c, ring) * PAGE_SIZE) as *const [AtomicU64; 512]) }
 }
 
-const PROD: usize = (NET_RING_PRODUCER / 8) as usize;
 const CONS: usize = (NET_RING_CONSUMER / 8) as usize;
 const AT: usize = (NET_RING_ENTRIES_AT / 8) as usize;
+
+/// Whether a ring this channel produces has a free slot for entry `sent`: from the kernel's
+/// consumer count as last read (`cons`), read again only when that says full.
+fn has_room(w: &[AtomicU64; 512], sent: u64, cons: &mut u64) -> bool {
+    if sent - *cons < NET_RING_ENTRIES {
+        return true;
+    }
+    let fresh = w[CONS].load(Ordering::Acquire);
+    if fresh > *cons && fresh <= sent {
+        *cons = fresh;
+    }
+    sent - *cons < NET_RING_ENTRIES
+}
 
 impl Channel {
     fn buf_ptr(&self, b: u32) -> *mut u8 {
@@ -222,25 +240,29 @@ impl Channel {
             self.rx_spare.pop();
         }
         let w = ring_page(self.c, NET_RING_TXDONE);
-        let prod = w[PROD].load(Ordering::Acquire);
-        while self.txdone_seen != prod {
-            let e = w[AT + (self.txdone_seen % NET_RING_ENTRIES) as usize].load(Ordering::Relaxed);
+        let start = self.txdone_seen;
+        loop {
+            let e = w[AT + (self.txdone_seen % NET_RING_ENTRIES) as usize].load(Ordering::Acquire);
+            if !net_entry_is(e, self.txdone_seen) {
+                break;
+            }
             self.tx_free.push(net_entry_buffer(e) as u32);
             self.txdone_seen += 1;
         }
-        w[CONS].store(self.txdone_seen, Ordering::Release);
+        if self.txdone_seen != start {
+            w[CONS].store(self.txdone_seen, Ordering::Release);
+        }
     }
 
     fn give_rx(&mut self, b: u32) -> bool {
         match self.nic.mode {
             Mode::Dedicated => {
                 let w = ring_page(self.c, NET_RING_RXFREE);
-                if self.rxfree_sent - w[CONS].load(Ordering::Acquire) >= NET_RING_ENTRIES {
+                if !has_room(w, self.rxfree_sent, &mut self.rxfree_cons) {
                     return false;
                 }
-                w[AT + (self.rxfree_sent % NET_RING_ENTRIES) as usize].store(net_entry(b as u64, 0), Ordering::Relaxed);
+                w[AT + (self.rxfree_sent % NET_RING_ENTRIES) as usize].store(net_entry(self.rxfree_sent, b as u64, 0), Ordering::Release);
                 self.rxfree_sent += 1;
-                w[PROD].store(self.rxfree_sent, Ordering::Release);
                 true
             }
             Mode::Polling | Mode::Inline => {
@@ -262,11 +284,10 @@ impl Channel {
     /// `recycle`.
     pub fn recv(&mut self) -> Option<(u32, &'static [u8])> {
         let w = ring_page(self.c, NET_RING_RX);
-        let prod = w[PROD].load(Ordering::Acquire);
-        if self.rx_seen == prod {
+        let e = w[AT + (self.rx_seen % NET_RING_ENTRIES) as usize].load(Ordering::Acquire);
+        if !net_entry_is(e, self.rx_seen) {
             return None;
         }
-        let e = w[AT + (self.rx_seen % NET_RING_ENTRIES) as usize].load(Ordering::Relaxed);
         self.rx_seen += 1;
         w[CONS].store(self.rx_seen, Ordering::Release);
         let (b, len) = (net_entry_buffer(e), net_entry_len(e));
@@ -299,12 +320,11 @@ impl Channel {
         let ok = match self.nic.mode {
             Mode::Dedicated => {
                 let w = ring_page(self.c, NET_RING_TX);
-                if self.tx_sent - w[CONS].load(Ordering::Acquire) >= NET_RING_ENTRIES {
+                if !has_room(w, self.tx_sent, &mut self.tx_cons) {
                     false
                 } else {
-                    w[AT + (self.tx_sent % NET_RING_ENTRIES) as usize].store(net_entry(b as u64, len as u64), Ordering::Relaxed);
+                    w[AT + (self.tx_sent % NET_RING_ENTRIES) as usize].store(net_entry(self.tx_sent, b as u64, len as u64), Ordering::Release);
                     self.tx_sent += 1;
-                    w[PROD].store(self.tx_sent, Ordering::Release);
                     true
                 }
             }

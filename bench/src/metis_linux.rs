@@ -1,4 +1,4 @@
-//! Linux: pthreads in one address space (Corey's comparison), pinned one per core through
+//! Metis (mapreduce/) on Linux: pthreads in one address space (Corey's comparison), pinned one per core through
 //! bench's Linux backend; each worker's arena an anonymous private mapping
 //! (`MAP_NORESERVE`, pages on first touch, by the touching thread); faults from
 //! `getrusage(RUSAGE_SELF).ru_minflt` (the whole process). Transparent huge pages stay as the
@@ -7,13 +7,17 @@
 use std::sync::Mutex;
 use std::vec::Vec;
 
-use bench::Platform;
+use mapreduce::{Env, Error};
 
-use crate::{Env, Error};
+use crate::linux::Linux;
+use crate::metis::from_bench;
+use crate::Platform;
 
-pub struct LinuxEnv {
-    pub p: bench::linux::Linux,
+pub struct LinuxEnv<'a> {
+    pub p: &'a Linux,
     arenas: Mutex<Vec<(usize, usize)>>,
+    /// Generated texts (`Env::text`), unmapped when the environment is dropped.
+    texts: Mutex<Vec<(usize, usize)>>,
     /// Bytes for intermediate data; 0 = from free memory.
     budget: usize,
     /// Leave transparent huge pages to the kernel's default (`true`), or turn them off for
@@ -22,11 +26,32 @@ pub struct LinuxEnv {
     pub thp: bool,
 }
 
-impl LinuxEnv {
+impl<'a> LinuxEnv<'a> {
     /// `budget`: bytes all arenas may take together, or 0 for 3/4 of the free memory.
-    pub fn new(markers: bool, budget: usize) -> LinuxEnv {
-        LinuxEnv { p: bench::linux::Linux::new(markers), arenas: Mutex::new(Vec::new()), budget, thp: true }
+    pub fn new(p: &'a Linux, budget: usize) -> LinuxEnv<'a> {
+        LinuxEnv { p, arenas: Mutex::new(Vec::new()), texts: Mutex::new(Vec::new()), budget, thp: true }
     }
+}
+
+impl Drop for LinuxEnv<'_> {
+    fn drop(&mut self) {
+        for (p, len) in self.texts.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            // SAFETY: mapped in `text` with this length; no slice of it outlives `self`.
+            unsafe { libc::munmap(p as *mut libc::c_void, len) };
+        }
+    }
+}
+
+fn mmap_anon(bytes: usize, what: &'static str) -> Result<*mut u8, Error> {
+    // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+    let p = unsafe {
+        libc::mmap(core::ptr::null_mut(), bytes.max(1), libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
+    };
+    if p == libc::MAP_FAILED {
+        let code = std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as i64;
+        return Err(Error::Sys { what, code });
+    }
+    Ok(p as *mut u8)
 }
 
 /// Free memory (sysinfo), bytes.
@@ -41,7 +66,7 @@ pub fn free_memory() -> usize {
     }
 }
 
-impl Env for LinuxEnv {
+impl Env for LinuxEnv<'_> {
     fn name(&self) -> &'static str {
         "linux"
     }
@@ -49,7 +74,7 @@ impl Env for LinuxEnv {
         self.p.cores()
     }
     fn run(&self, n: usize, body: &(dyn Fn(usize) + Sync)) -> Result<(), Error> {
-        self.p.run_threads(n, body).map_err(Error::Platform)
+        self.p.run_threads(n, body).map_err(from_bench)
     }
     fn memory_budget(&self, _n: usize) -> usize {
         if self.budget != 0 {
@@ -59,14 +84,7 @@ impl Env for LinuxEnv {
         }
     }
     fn arena(&self, _w: usize, bytes: usize) -> Result<*mut u8, Error> {
-        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
-        let p = unsafe {
-            libc::mmap(core::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
-        };
-        if p == libc::MAP_FAILED {
-            let code = std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as i64;
-            return Err(Error::Platform(bench::Error::Sys { what: "mmap arena", code }));
-        }
+        let p = mmap_anon(bytes, "mmap arena")? as *mut libc::c_void;
         if !self.thp {
             // SAFETY: advice on our own fresh mapping.
             unsafe { libc::madvise(p, bytes, libc::MADV_NOHUGEPAGE) };
@@ -90,7 +108,21 @@ impl Env for LinuxEnv {
         self.p.marker(v)
     }
     fn calibration(&self, n: usize) -> Option<(u64, u64)> {
-        crate::calibrate(&self.p, n)
+        crate::metis::calibrate(self.p, n)
+    }
+    fn text(&self, size: usize, seed: u64) -> Result<&[u8], Error> {
+        // Refuse what cannot fit (a quarter of the free memory; the rest is for the
+        // intermediate data) instead of dying in a page fault.
+        let fits = free_memory() / 4;
+        if size > fits {
+            return Err(Error::InputTooLarge { size, fits });
+        }
+        let p = mmap_anon(size, "mmap text")?;
+        self.texts.lock().unwrap_or_else(|e| e.into_inner()).push((p as usize, size.max(1)));
+        // SAFETY: a fresh private mapping of `size` bytes, ours alone until we return it.
+        let buf = unsafe { core::slice::from_raw_parts_mut(p, size) };
+        mapreduce::gen::fill(seed, buf);
+        Ok(buf)
     }
     fn faults(&self, _n: usize) -> u64 {
         // SAFETY: `ru` is plain data for getrusage to fill.

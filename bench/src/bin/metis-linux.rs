@@ -1,11 +1,11 @@
 //! Metis on Linux, the same library as on this system (mapreduce/src/lib.rs) with pthreads in
-//! one address space (mapreduce/src/linux.rs).
+//! one address space (bench/src/metis_linux.rs).
 //!
 //! In the baseline guest it is `/init` (pid 1): it mounts /proc, takes its words from the
 //! kernel command line word `metis=APP:key=value:...` (`:` for spaces; the words of
 //! mapreduce/src/cli.rs), reads `input=PATH` from the initramfs, runs, prints the same lines
 //! as `metis` on ours, and powers the machine off. On a host it takes the words as
-//! arguments: `cargo run -p mapreduce --release --bin metis-linux -- wc input=FILE`.
+//! arguments: `cargo run -p bench --release --bin metis-linux -- wc input=FILE`.
 
 #[cfg(target_os = "linux")]
 fn main() {
@@ -34,26 +34,20 @@ fn main() {
         Ok(mut o) => {
             // One address space, every arena a private mapping: `threads` (transparent huge
             // pages as the kernel's default) or `nothp` (4 KiB pages).
-            let mut env = mapreduce::linux::LinuxEnv::new(as_init, 0);
+            let p = bench::linux::Linux::new(as_init);
+            let mut env = bench::metis_linux::LinuxEnv::new(&p, 0);
             env.thp = o.layout != "nothp";
             o.layout = if env.thp { "threads" } else { "threads-nothp" };
-            let input = match o.input {
-                Input::File(path) => std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}")),
-                Input::Generated { size, seed } => {
-                    // Refuse what cannot fit (a quarter of the free memory; the rest is for
-                    // the intermediate data) instead of dying in the allocator.
-                    let fits = mapreduce::linux::free_memory() / 4;
-                    if size as usize > fits {
-                        Err(format!("{}", mapreduce::Error::InputTooLarge { size: size as usize, fits }))
-                    } else {
-                        let mut t = vec![0u8; size as usize];
-                        mapreduce::gen::fill(seed, &mut t);
-                        Ok(t)
-                    }
-                }
+            let input: Result<&[u8], String> = match o.input {
+                Input::File(path) => match std::fs::read(path) {
+                    // Kept for the rest of the program (it is /init and exits after one run).
+                    Ok(v) => Ok(Vec::leak(v)),
+                    Err(e) => Err(format!("cannot read {path}: {e}")),
+                },
+                Input::Generated { size, seed } => mapreduce::Env::text(&env, size as usize, seed).map_err(|e| format!("{e}")),
             };
             match input {
-                Ok(input) => cli::run_and_print(&env, &o, &input, &mut out),
+                Ok(input) => cli::run_and_print(&env, &o, input, &mut out),
                 Err(e) => {
                     cli::print_error(&mut out, &e);
                     false
@@ -61,7 +55,6 @@ fn main() {
             }
         }
     };
-    drop(out);
     let _ = std::io::stdout().flush();
     if as_init {
         // SAFETY: pid 1 powering the machine off after its output is flushed.

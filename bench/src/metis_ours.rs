@@ -1,5 +1,6 @@
-//! This system: workers are `libos::thread`s, one per core, through bench's backend
-//! (`bench::ours::Ours::run_threads`), and each worker's intermediate data lives where the
+//! Metis (mapreduce/) on this system: workers are `libos::thread`s, one per core, through
+//! bench's backend ([`crate::ours::Ours::run_threads`]), and each worker's intermediate data
+//! lives where the
 //! [`Layout`] says (Corey section 6.1, figure 10):
 //!
 //! | layout | where worker `w`'s arena is | map | reduce |
@@ -18,8 +19,11 @@
 use abi::{ArKind, ObjName, ObjectId, SegMapping, MAP_READ, MAP_WRITE, MEMID_SELF};
 use core::sync::atomic::{AtomicU64, Ordering};
 use libos::sys;
+use mapreduce::{Env, Error, MAX_WORKERS};
 
-use crate::{Env, Error, MAX_WORKERS};
+use crate::metis::from_bench;
+use crate::ours::Ours;
+use crate::Platform;
 
 const GIB: u64 = 1 << 30;
 /// Worker `w`'s arena is at `ARENA_BASE + w * GIB` (64 workers: 64 GiB).
@@ -54,11 +58,11 @@ impl Layout {
 }
 
 fn e(what: &'static str) -> impl Fn(abi::Error) -> Error {
-    move |x| Error::Platform(bench::Error::Sys { what, code: x as i64 })
+    move |x| Error::Sys { what, code: x as i64 }
 }
 
-pub struct OursEnv {
-    pub p: bench::ours::Ours,
+pub struct OursEnv<'a> {
+    pub p: &'a Ours,
     pub layout: Layout,
     proc: ObjectId,
     /// The input range, and the segment in it.
@@ -77,10 +81,10 @@ fn root() -> ObjName {
     libos::ctx::ctx().root_ar
 }
 
-impl OursEnv {
-    /// Make the ranges and link them into the calling (first) context's root.
-    pub fn new(layout: Layout) -> Result<OursEnv, Error> {
-        let p = bench::ours::Ours::new()?;
+impl<'a> OursEnv<'a> {
+    /// Make the ranges and link them into the calling (first) context's root. Give them back
+    /// with [`finish`](Self::finish).
+    pub fn new(p: &'a Ours, layout: Layout) -> Result<OursEnv<'a>, Error> {
         let proc = libos::process::proc_share();
         let mk = |name| sys::ar_alloc(proc, name, MEMID_SELF, ArKind::Span512G).map_err(e("ar_alloc"));
         let input_ar = mk("metis-input")?;
@@ -146,12 +150,13 @@ impl OursEnv {
         self.map_input(seg, size, MAP_READ | MAP_WRITE)?;
         // SAFETY: just mapped read-write, `size` bytes, used by no one else yet.
         let buf = unsafe { core::slice::from_raw_parts_mut(INPUT_BASE as *mut u8, size as usize) };
-        crate::gen::fill(seed, buf);
+        mapreduce::gen::fill(seed, buf);
         // SAFETY: as in `map_input`.
         Ok(unsafe { core::slice::from_raw_parts(INPUT_BASE as *const u8, size as usize) })
     }
 
-    /// Give back everything (call once, after the last run, before exiting).
+    /// Give back everything this environment made (call once, after the last run; the
+    /// backend's own `Ours::finish` is the caller's).
     pub fn finish(&self) {
         let _ = sys::ar_unmap(root(), INPUT_BASE, SPAN512);
         if self.layout == Layout::Shared {
@@ -163,7 +168,6 @@ impl OursEnv {
             let _ = sys::share_delobj(ObjName::new(self.proc, seg));
         }
         let _ = sys::share_delobj(ObjName::new(self.proc, self.input_ar));
-        self.p.finish();
     }
 }
 
@@ -172,15 +176,15 @@ pub fn free_bytes() -> u64 {
     sys::sys_info().map(|s| s.free_pages * 4096).unwrap_or(0)
 }
 
-impl Env for OursEnv {
+impl Env for OursEnv<'_> {
     fn name(&self) -> &'static str {
         "ours"
     }
     fn cores(&self) -> usize {
-        bench::Platform::cores(&self.p)
+        self.p.cores()
     }
     fn run(&self, n: usize, body: &(dyn Fn(usize) + Sync)) -> Result<(), Error> {
-        bench::Platform::run_threads(&self.p, n, body).map_err(Error::Platform)
+        self.p.run_threads(n, body).map_err(from_bench)
     }
     fn memory_budget(&self, n: usize) -> usize {
         // Three quarters of the free memory (page tables, kernel objects and the heap need
@@ -256,13 +260,22 @@ impl Env for OursEnv {
         }
     }
     fn ticks_per_sec(&self) -> u64 {
-        bench::Platform::ticks_per_sec(&self.p)
+        self.p.ticks_per_sec()
     }
     fn marker(&self, v: u8) {
-        bench::Platform::marker(&self.p, v)
+        self.p.marker(v)
     }
     fn calibration(&self, n: usize) -> Option<(u64, u64)> {
-        crate::calibrate(&self.p, n)
+        crate::metis::calibrate(self.p, n)
+    }
+    fn text(&self, size: usize, seed: u64) -> Result<&[u8], Error> {
+        // A previous text goes first (one input at a time).
+        let old = self.input_seg.swap(0, Ordering::Relaxed);
+        if old != 0 {
+            let _ = sys::ar_unmap(ObjName::new(self.proc, self.input_ar), 0, self.input_len.load(Ordering::Relaxed).next_multiple_of(4096));
+            let _ = sys::share_delobj(ObjName::new(self.proc, old));
+        }
+        self.input_generated(size as u64, seed)
     }
     fn faults(&self, _n: usize) -> u64 {
         let cores = libos::start_info().cores;

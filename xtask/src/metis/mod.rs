@@ -23,7 +23,13 @@ use std::time::Duration;
 
 use crate::qemu::{BootMedium, VmConfig};
 
+mod sweep;
+
 const HELP: &str = "\
+cargo xtask metis ci                the check `cargo xtask test` runs (ours, 2 vCPUs, 3 boots)
+cargo xtask metis sweep APP [--smp 1,2] [--systems ours,linux] [--out-dir DIR] [run options]
+                                    one boot per system and vCPU count: table and plot of the
+                                    phases' times (target/metis-results/APP.md, .svg, .png)
 cargo xtask metis wc|wri|wrmem [options]
   --input FILE        the text (wc, wri); put into the boot image
   --out FILE          where the output goes (default: not written)
@@ -296,7 +302,7 @@ pub fn prepare_ours() -> Result<(PathBuf, Vec<u8>), String> {
 /// Debian's kernel and the static `metis-linux` guest program.
 pub fn prepare_linux() -> Result<(PathBuf, PathBuf), String> {
     let kernel = crate::bench::linux_sys::guest_kernel()?;
-    let program = crate::bench::linux_sys::build_static("mapreduce", "metis-linux")?;
+    let program = crate::bench::linux_sys::build_static("bench", "metis-linux")?;
     Ok((kernel, program))
 }
 
@@ -382,7 +388,9 @@ pub fn run_once(r: &MetisRun, ours: Option<&(PathBuf, Vec<u8>)>, linux: Option<&
             boot_linux(r, k, p)?
         }
     };
-    let log = work_dir().join(format!("{}-{}-{}-{}-{}.serial.txt", r.system, r.app, r.smp, r.layout, r.insns.unwrap_or("none")));
+    // One log per boot (a failed boot's log must survive the next run).
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let log = work_dir().join(format!("{}-{}-{}-{}-{}-{stamp}.serial.txt", r.system, r.app, r.smp, r.layout, r.insns.unwrap_or("none")));
     let _ = fs::write(&log, &run.serial);
     if run.timed_out {
         return Err(format!("timed out after {} s (serial in {})", r.timeout.as_secs(), log.display()));
@@ -417,6 +425,15 @@ fn ms(p: &BTreeMap<String, u64>, k: &str) -> String {
 }
 
 pub fn main(args: &[String]) -> Result<(), String> {
+    if args.first().map(String::as_str) == Some("sweep") {
+        return sweep::main(&args[1..]);
+    }
+    // `cargo xtask metis ci`: the check `cargo xtask test` runs, alone.
+    if args.first().map(String::as_str) == Some("ci") {
+        let t = ci_check(&crate::env::build_kernel()?)?;
+        println!("{} passed, {} failed", t.passed, t.failed);
+        return if t.failed == 0 { Ok(()) } else { Err(format!("{} metis check(s) failed", t.failed)) };
+    }
     let (r, out, check) = parse_args(args)?;
     let systems: Vec<&str> = if r.system == "both" { vec!["ours", "linux"] } else { vec![r.system.as_str()] };
     let ours = if systems.contains(&"ours") { Some(prepare_ours()?) } else { None };
