@@ -82,6 +82,7 @@ pub mod nr {
     pub const SEGMENT_ALLOC: u64 = 20;
     /// `segment_copy(dst_share, src_share, seg, name_ptr, name_len, mode) -> segment id`:
     /// `COPY_EAGER` copies now; `COPY_ON_WRITE` shares pages until either side writes.
+    /// `Busy` for a `COPY_ON_WRITE` copy of a segment a device has pinned (`net`, `blk`).
     pub const SEGMENT_COPY: u64 = 21;
     /// `segment_get_nbytes(share, seg) -> nbytes`.
     pub const SEGMENT_GET_NBYTES: u64 = 22;

@@ -190,7 +190,8 @@ const CALLS: [CallInfo; 44] = [
     CallInfo { nr: nr::SELF_SHARES, name: "self_shares", extra: BUF_ERRS, names_objects: false },
     CallInfo { nr: nr::SHARE_LIST, name: "share_list", extra: BUF_ERRS, names_objects: true },
     CallInfo { nr: nr::SEGMENT_ALLOC, name: "segment_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
-    CallInfo { nr: nr::SEGMENT_COPY, name: "segment_copy", extra: NAME_ERRS, names_objects: true },
+    // Busy: a copy-on-write copy of a segment a device has pinned (abi::net, abi::blk).
+    CallInfo { nr: nr::SEGMENT_COPY, name: "segment_copy", extra: NAME_ERRS | bit(Error::Busy), names_objects: true },
     CallInfo { nr: nr::SEGMENT_GET_NBYTES, name: "segment_get_nbytes", extra: 0, names_objects: true },
     CallInfo { nr: nr::SEGMENT_SET_NBYTES, name: "segment_set_nbytes", extra: bit(Error::Busy), names_objects: true },
     CallInfo { nr: nr::AR_ALLOC, name: "ar_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
