@@ -17,7 +17,9 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+pub mod blk;
 pub mod net;
+pub use blk::*;
 pub use net::*;
 
 /// A 64-bit object id, unique for the life of the system.
@@ -80,6 +82,7 @@ pub mod nr {
     pub const SEGMENT_ALLOC: u64 = 20;
     /// `segment_copy(dst_share, src_share, seg, name_ptr, name_len, mode) -> segment id`:
     /// `COPY_EAGER` copies now; `COPY_ON_WRITE` shares pages until either side writes.
+    /// `Busy` for a `COPY_ON_WRITE` copy of a segment a device has pinned (`net`, `blk`).
     pub const SEGMENT_COPY: u64 = 21;
     /// `segment_get_nbytes(share, seg) -> nbytes`.
     pub const SEGMENT_GET_NBYTES: u64 = 22;
@@ -269,10 +272,12 @@ pub enum Error {
     Unsupported = 17,
     /// No such device, or no such file in the boot image.
     NotFound = 18,
+    /// A device reported an error for the request (a disk's read or write failed).
+    Io = 19,
 }
 
 impl Error {
-    pub const ALL: [Error; 18] = [
+    pub const ALL: [Error; 19] = [
         Error::NoSuchCall,
         Error::InvalidArgument,
         Error::ShareNotReachable,
@@ -291,6 +296,7 @@ impl Error {
         Error::AlreadyExists,
         Error::Unsupported,
         Error::NotFound,
+        Error::Io,
     ];
 
     pub fn from_code(code: i64) -> Option<Error> {
@@ -317,6 +323,7 @@ impl Error {
             Error::AlreadyExists => "already exists",
             Error::Unsupported => "unsupported",
             Error::NotFound => "not found",
+            Error::Io => "device I/O error",
         }
     }
 }

@@ -63,7 +63,7 @@ use crate::PAGE_SIZE;
 
 /// `DeviceInfo::kind` of a network card.
 pub const DEVICE_NET: u32 = 3;
-/// `DeviceInfo::kind` of a block device (listed, not usable yet).
+/// `DeviceInfo::kind` of a block device (`abi::blk`).
 pub const DEVICE_BLOCK: u32 = 4;
 /// hwids of PCI functions: `HWID_PCI_BASE + (bus << 8 | device << 3 | function)`.
 pub const HWID_PCI_BASE: u64 = 0x1_0000;

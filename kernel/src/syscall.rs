@@ -546,6 +546,10 @@ fn sys_device_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     if crate::dev::is_pci_hwid(a[1]) {
         let seg = lookup(a[3], a[4])?;
         seg.as_segment()?;
+        if crate::dev::pci::by_hwid(a[1]).is_some_and(|f| f.virtio == Some(virtio_drivers::transport::DeviceType::Block)) {
+            let d = device::Device::open_blk(a[1], seg, a[5])?;
+            return insert_new(&s, b"vblk", home, Kind::Device(d));
+        }
         let d = device::Device::open_net(a[1], seg, a[5])?;
         return insert_new(&s, b"vnic", home, Kind::Device(d));
     }
@@ -581,6 +585,9 @@ fn sys_device_buf(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     let dev = dev_obj.as_device()?;
     if let Some(n) = &dev.net {
         return n.buf(b.buf_type, b.seg.share, b.offset, b.len);
+    }
+    if let Some(d) = &dev.blk {
+        return d.buf(b.buf_type, b.seg.share, b.seg.object, b.offset, b.len);
     }
     if b.buf_type != BUF_TX {
         return Err(Error::Unsupported);

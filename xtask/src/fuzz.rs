@@ -31,12 +31,23 @@ pub struct FuzzOpts {
     /// Boot with the network card, so the fuzzer also makes virtual NICs over it and feeds
     /// their calls bad arguments (issue 15).
     pub net: bool,
+    /// Attach a blank 4 MiB scratch disk (`--scratch-disk`): the fuzzer then makes block
+    /// device objects and disk requests too (abi::blk), writing anywhere on it.
+    pub scratch_disk: bool,
 }
 
 impl Default for FuzzOpts {
     fn default() -> Self {
-        Self { calls: 100_000, seed: 1, smp: 4, inject: None, planted_bug: false, trace: false, timeout: None, net: false }
+        Self { calls: 100_000, seed: 1, smp: 4, inject: None, planted_bug: false, trace: false, timeout: None, net: false, scratch_disk: false }
     }
+}
+
+/// A blank scratch disk for the fuzzer (recreated each run).
+fn scratch_disk() -> Result<PathBuf, String> {
+    let p = crate::env::target_dir().join("fuzz-scratch-disk.img");
+    let f = std::fs::File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    f.set_len(4 << 20).map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(p)
 }
 
 fn parse_num(opt: &str, v: Option<&String>) -> Result<u64, String> {
@@ -77,6 +88,7 @@ pub fn parse_opts(args: &[String]) -> Result<FuzzOpts, String> {
         match a.as_str() {
             "--calls" => o.calls = parse_num("--calls", it.next())?,
             "--seed" => o.seed = parse_num("--seed", it.next())?,
+            "--scratch-disk" => o.scratch_disk = true,
             "--smp" => {
                 let n = parse_num("--smp", it.next())?;
                 if n == 0 || n > 32 {
@@ -264,6 +276,7 @@ pub fn run_once(kernel: &Path, initrd: &Path, o: &FuzzOpts, echo: bool) -> Resul
         initrd: Some(initrd.to_path_buf()),
         timeout: Some(o.effective_timeout()),
         net: if o.net { Some(crate::net::NetConfig::service()?) } else { None },
+        disk: if o.scratch_disk { Some(scratch_disk()?) } else { None },
         ..Default::default()
     };
     let out = boot_captured(&cfg, None, echo, None)?;

@@ -1,9 +1,13 @@
 //! `cargo xtask`: the one host tool. Builds the kernel, boots it under QEMU (always TCG),
 //! runs the test matrix, builds the ISO and runs benchmarks.
 
+// The library OS's ext2 reader, compiled into `fs` unchanged, names `alloc::` paths.
+extern crate alloc;
+
 mod bench;
 mod boot_bench;
 mod env;
+mod fs;
 mod fuzz;
 mod iso;
 mod ksyms;
@@ -49,6 +53,7 @@ Commands:
                             (guest 10.0.2.15/24); forwards a free port on 127.0.0.1 to guest
                             port 80 unless --hostfwd is given, and prints
                             `net: 127.0.0.1:PORT -> guest:80`
+           --disk IMG       attach the raw image IMG as a virtio-blk disk (default: none)
            --hostfwd H:G    forward 127.0.0.1:H on the host to guest port G (repeatable;
                             implies --net)
   test     Host `cargo test`, loom model checks, then the in-kernel tests at 1, 2, 4, 8 vCPUs.
@@ -60,9 +65,12 @@ Commands:
   cachesim, audit   short for `plugin cachesim`, `plugin audit`
   linux    Linux baseline (see `cargo xtask linux help`)
   net      Network host side: `net load` (the TCP load generator; `cargo xtask net help`)
+  fs       ext2 images: `fs mkimage DIR IMG [--size S]`, `fs check IMG` (e2fsprogs), `fs ls|cat IMG
+           PATH`, `fs get IMG PATH OUT` (our reader) (`cargo xtask fs help`)
   metis    Metis MapReduce: `metis wc|wri|wrmem --input FILE --out FILE [--smp N] [--system ours|linux]
            [--layout per-core|shared|private] [--check]` (`cargo xtask metis --help`)
   fuzz     System-call fuzzer on every core: --calls N --seed S --smp K --inject SPEC --planted-bug
+           --scratch-disk (a blank disk: block device objects and disk requests too)
   soak     Fuzz (with and without injection) and the benchmark programs in turns: --minutes M --smp K
   build    Build the kernel only
   help     This text
@@ -96,6 +104,7 @@ fn main() -> ExitCode {
         }
         "linux" => linux::main(rest),
         "net" => net::main(rest),
+        "fs" => fs::main(rest),
         "metis" => metis::main(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");

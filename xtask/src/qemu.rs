@@ -37,6 +37,8 @@ pub struct VmConfig {
     pub extra: Vec<String>,
     /// The guest NIC on QEMU's restricted user-mode network (`--net`), or no NIC at all.
     pub net: Option<crate::net::NetConfig>,
+    /// A raw disk image attached as a `virtio-blk-pci` disk (`--disk IMG`), or no disk.
+    pub disk: Option<PathBuf>,
 }
 
 impl Default for VmConfig {
@@ -53,6 +55,7 @@ impl Default for VmConfig {
             timeout: None,
             extra: Vec::new(),
             net: None,
+            disk: None,
         }
     }
 }
@@ -120,6 +123,7 @@ impl VmConfig {
                     forwards.push(crate::net::parse_hostfwd(&value("--hostfwd")?)?);
                     net = true;
                 }
+                "--disk" => cfg.disk = Some(PathBuf::from(value("--disk")?)),
                 "--iso" => iso = true,
                 "--uefi" => uefi = true,
                 _ => rest.push(a.clone()),
@@ -150,6 +154,15 @@ impl VmConfig {
         }
         if self.numa_nodes > 0 && self.mem_mib < self.numa_nodes as u64 {
             return Err(format!("--numa: {} MiB cannot be split over {} nodes", self.mem_mib, self.numa_nodes));
+        }
+        if let Some(d) = &self.disk {
+            if !d.is_file() {
+                return Err(format!("--disk: `{}` is not a file (make one with `cargo xtask fs mkimage DIR IMG`)", d.display()));
+            }
+            // QEMU splits -drive options at commas; such a path cannot be passed safely.
+            if d.to_string_lossy().contains(',') {
+                return Err(format!("--disk: `{}`: a path with a comma cannot be given to QEMU", d.display()));
+            }
         }
         if self.cpu.is_empty() || self.cpu.starts_with('-') {
             return Err("--cpu: needs a QEMU CPU model name".into());
@@ -220,6 +233,12 @@ impl VmConfig {
         match &self.net {
             Some(n) => a.extend(n.qemu_args()),
             None => a.extend(crate::net::no_net_args()),
+        }
+        if let Some(d) = &self.disk {
+            a.push("-drive".into());
+            a.push(format!("file={},format=raw,if=none,id=d0", d.display()));
+            a.push("-device".into());
+            a.push("virtio-blk-pci,drive=d0".into());
         }
         a.extend(self.extra.iter().cloned());
         a
@@ -547,6 +566,24 @@ mod tests {
         let a = VmConfig::default().qemu_args();
         assert!(a.windows(2).any(|w| w[0] == "-nic" && w[1] == "none"));
         assert!(!a.iter().any(|s| s.contains("netdev")));
+    }
+
+    #[test]
+    fn disk_option_attaches_a_virtio_blk_disk_and_nothing_else_has_one() {
+        let dir = crate::env::target_dir().join("qemu-disk-test");
+        std::fs::create_dir_all(&dir).unwrap();
+        let img = dir.join("d.img");
+        std::fs::write(&img, vec![0u8; 4096]).unwrap();
+        let (cfg, _) = VmConfig::parse(&args(&["--disk", img.to_str().unwrap()])).unwrap();
+        let a = cfg.qemu_args();
+        assert!(a.windows(2).any(|w| w[0] == "-drive" && w[1] == format!("file={},format=raw,if=none,id=d0", img.display())));
+        assert!(a.windows(2).any(|w| w[0] == "-device" && w[1] == "virtio-blk-pci,drive=d0"));
+        assert!(!VmConfig::default().qemu_args().iter().any(|s| s.contains("virtio-blk") || s.starts_with("-drive")));
+        assert!(VmConfig::parse(&args(&["--disk", "/nonexistent/x.img"])).unwrap_err().contains("--disk"));
+        assert!(VmConfig::parse(&args(&["--disk"])).unwrap_err().contains("--disk"));
+        let comma = dir.join("a,b.img");
+        std::fs::write(&comma, b"x").unwrap();
+        assert!(VmConfig::parse(&args(&["--disk", comma.to_str().unwrap()])).unwrap_err().contains("comma"));
     }
 
     #[test]

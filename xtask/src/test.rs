@@ -174,7 +174,24 @@ fn user_tests_net(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, 
 }
 
 fn user_tests_on(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, cmdline: &str, net: Option<crate::net::NetConfig>) -> Result<TestTally, String> {
+    user_tests_with(kernel, initrd, smp, cmdline, net, None)
+}
+
+/// `user_tests` with a disk image attached (issue 16).
+pub fn user_tests_disk(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, cmdline: &str, disk: &std::path::Path) -> Result<TestTally, String> {
+    user_tests_with(kernel, initrd, smp, cmdline, None, Some(disk.to_path_buf()))
+}
+
+fn user_tests_with(
+    kernel: &std::path::Path,
+    initrd: &std::path::Path,
+    smp: u32,
+    cmdline: &str,
+    net: Option<crate::net::NetConfig>,
+    disk: Option<std::path::PathBuf>,
+) -> Result<TestTally, String> {
     let cfg = VmConfig {
+        disk,
         smp,
         cmdline: cmdline.into(),
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
@@ -523,6 +540,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         // The network (issue 15): the Linux baseline's TCP service and the frame fuzzer.
         total.add(crate::net::qemu_tests()?);
+        // Files (issue 16): the disk's device object under bad input, ext2 read byte for byte
+        // in the library OS, corrupt metadata; the image is still clean afterwards.
+        total.add(crate::fs::ci_test(&kernel, &initrd)?);
         total.add(program_runs(&kernel, &initrd)?);
         // Metis MapReduce (issue 17): wc, wri, wrmem equal to the host reference.
         total.add(crate::metis::ci_check(&kernel)?);

@@ -2,6 +2,7 @@
 //! kind. The device *objects* programs hold are in `kobj/device.rs`; the drivers here own the
 //! hardware state behind them.
 
+pub mod blk;
 pub mod net;
 pub mod pci;
 pub mod virtio;

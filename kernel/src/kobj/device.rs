@@ -39,6 +39,8 @@ pub struct Device {
     /// A virtual NIC over the network card (`abi::net`). Its own allocation for the same
     /// reason as `ring`: the kernel core polling it holds it, not the device object.
     pub net: Option<KRef<crate::dev::net::NetDev>>,
+    /// A block device object over a disk (`abi::blk`).
+    pub blk: Option<KRef<crate::dev::blk::BlkDev>>,
 }
 
 /// A taken request: its slot sequence number, call number and arguments (`nr == None`: the
@@ -204,14 +206,21 @@ impl Device {
             return Err(Error::NotFound);
         }
         CONSOLE_OWNER.store(percore::cpu_id() as u32, Ordering::Relaxed);
-        Ok(Device { hwid, kind: DEVICE_CONSOLE, crlf: AtomicBool::new(true), ring: None, net: None })
+        Ok(Device { hwid, kind: DEVICE_CONSOLE, crlf: AtomicBool::new(true), ring: None, net: None, blk: None })
     }
 
     /// A virtual NIC over the card with hwid `hwid` (`abi::net`).
     pub fn open_net(hwid: u64, seg: ObjRef, nchannels: u64) -> Result<Device, Error> {
         let n = crate::dev::net::NetDev::open(hwid, seg, nchannels)?;
         let n = KRef::try_new(n).map_err(|_| Error::NoMemory)?;
-        Ok(Device { hwid, kind: abi::DEVICE_NET, crlf: AtomicBool::new(false), ring: None, net: Some(n) })
+        Ok(Device { hwid, kind: abi::DEVICE_NET, crlf: AtomicBool::new(false), ring: None, net: Some(n), blk: None })
+    }
+
+    /// A block device object over the disk with hwid `hwid` (`abi::blk`).
+    pub fn open_blk(hwid: u64, seg: ObjRef, reserved: u64) -> Result<Device, Error> {
+        let b = crate::dev::blk::BlkDev::open(hwid, seg, reserved)?;
+        let b = KRef::try_new(b).map_err(|_| Error::NoMemory)?;
+        Ok(Device { hwid, kind: abi::DEVICE_BLOCK, crlf: AtomicBool::new(false), ring: None, net: None, blk: Some(b) })
     }
 
     /// A syscall ring over the first bytes of `seg`, acting with `root_ar` and `shares`.
@@ -244,12 +253,15 @@ impl Device {
         if !ring.publish() {
             return Err(Error::Busy);
         }
-        Ok(Device { hwid: HWID_SYSCALL_RING, kind: DEVICE_SYSCALL_RING, crlf: AtomicBool::new(false), ring: Some(ring), net: None })
+        Ok(Device { hwid: HWID_SYSCALL_RING, kind: DEVICE_SYSCALL_RING, crlf: AtomicBool::new(false), ring: Some(ring), net: None, blk: None })
     }
 
     pub fn stat(&self) -> DeviceStat {
         if let Some(n) = &self.net {
             return n.stat();
+        }
+        if let Some(b) = &self.blk {
+            return b.stat();
         }
         if let Some(r) = &self.ring {
             return DeviceStat { hwid: self.hwid, kind: self.kind, buffers: r.completed.load(Ordering::Relaxed), ..Default::default() };
@@ -266,6 +278,9 @@ impl Device {
     pub fn conf(&self, key: u64, value: u64) -> Result<(), Error> {
         if let Some(n) = &self.net {
             return n.conf(key, value);
+        }
+        if self.blk.is_some() {
+            return Err(Error::Unsupported);
         }
         if let Some(r) = &self.ring {
             return match key {

@@ -28,6 +28,7 @@ pub mod cores;
 pub mod ctx;
 pub mod exec;
 pub mod fd;
+pub mod fs;
 pub mod heap;
 pub mod layout;
 pub mod net;

@@ -102,6 +102,9 @@ struct Ctl {
     console_hwid: AtomicU64,
     /// The network card's hwid (0 when booted without one): virtual NICs over it.
     net_hwid: AtomicU64,
+    /// The first disk's hwid (0: no disk attached). Requests may write anywhere on it: boot
+    /// the fuzzer with a scratch image only.
+    disk_hwid: AtomicU64,
     /// The pcores the harness's own contexts run on: init's (index 0) and each worker's
     /// (`Core::pcore`). No core may halt or run one: that would end or replace a fuzzing
     /// context, a failure the fuzzer caused, not the kernel.
@@ -187,7 +190,8 @@ const CALLS: [CallInfo; 44] = [
     CallInfo { nr: nr::SELF_SHARES, name: "self_shares", extra: BUF_ERRS, names_objects: false },
     CallInfo { nr: nr::SHARE_LIST, name: "share_list", extra: BUF_ERRS, names_objects: true },
     CallInfo { nr: nr::SEGMENT_ALLOC, name: "segment_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
-    CallInfo { nr: nr::SEGMENT_COPY, name: "segment_copy", extra: NAME_ERRS, names_objects: true },
+    // Busy: a copy-on-write copy of a segment a device has pinned (abi::net, abi::blk).
+    CallInfo { nr: nr::SEGMENT_COPY, name: "segment_copy", extra: NAME_ERRS | bit(Error::Busy), names_objects: true },
     CallInfo { nr: nr::SEGMENT_GET_NBYTES, name: "segment_get_nbytes", extra: 0, names_objects: true },
     CallInfo { nr: nr::SEGMENT_SET_NBYTES, name: "segment_set_nbytes", extra: bit(Error::Busy), names_objects: true },
     CallInfo { nr: nr::AR_ALLOC, name: "ar_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
@@ -210,8 +214,9 @@ const CALLS: [CallInfo; 44] = [
     CallInfo {
         nr: nr::DEVICE_ALLOC,
         name: "device_alloc",
-        // A virtual NIC (abi::net) checks its channel count and segment size.
-        extra: bit(Error::NotFound) | bit(Error::NoSuchCore) | bit(Error::Busy) | bit(Error::InvalidArgument) | bit(Error::OutOfRange),
+        // A virtual NIC (abi::net) checks its channel count and segment size; a block device
+        // object (abi::blk) its reserved argument and segment, and may meet a disk error.
+        extra: bit(Error::NotFound) | bit(Error::NoSuchCore) | bit(Error::Busy) | bit(Error::InvalidArgument) | bit(Error::OutOfRange) | bit(Error::Unsupported) | bit(Error::Io),
         names_objects: true,
     },
     CallInfo { nr: nr::DEVICE_LIST, name: "device_list", extra: BUF_ERRS, names_objects: false },
@@ -221,7 +226,8 @@ const CALLS: [CallInfo; 44] = [
         nr: nr::DEVICE_BUF,
         name: "device_buf",
         // A virtual NIC's data path: Busy when its queue is full, NotPermitted in Dedicated mode.
-        extra: bit(Error::Unsupported) | bit(Error::OutOfRange) | bit(Error::NotPermitted) | bit(Error::Busy),
+        // A disk (abi::blk): Misaligned, NotPermitted (read-only disk), Busy, Io.
+        extra: bit(Error::Unsupported) | bit(Error::OutOfRange) | bit(Error::NotPermitted) | bit(Error::Busy) | bit(Error::Misaligned) | bit(Error::Io),
         names_objects: true,
     },
     CallInfo {
@@ -983,6 +989,12 @@ impl Fuzz {
                         _ => 1 + self.rng.below(3),
                     };
                     a = [self.share(), ctl().net_hwid.load(Ordering::Relaxed), self.memid(), seg.share, seg.object, channels];
+                } else if ctl().disk_hwid.load(Ordering::Relaxed) != 0 && self.rng.pct(30) {
+                    // A block device object (abi::blk) over one of our segments, mostly with
+                    // the reserved argument 0; one owner at a time, so mostly `Busy`.
+                    let seg = self.obj(is_seg);
+                    let reserved = if self.rng.pct(80) { 0 } else { self.rng.next() };
+                    a = [self.share(), ctl().disk_hwid.load(Ordering::Relaxed), self.memid(), seg.share, seg.object, reserved];
                 } else {
                     let hwid = if self.rng.pct(70) { ctl().console_hwid.load(Ordering::Relaxed) } else { self.random_id() };
                     a = [self.share(), hwid, self.memid(), 0, 0, 0];
@@ -1028,7 +1040,7 @@ impl Fuzz {
                     4 => (u64::MAX - self.rng.below(8), 1 + self.rng.below(8)),
                     _ => (1 << 40, 4),
                 };
-                let (buf_type, seg, offset, len) = match self.rng.below(20) {
+                let (mut buf_type, mut seg, mut offset, mut len) = match self.rng.below(20) {
                     // A virtual NIC's transmit or receive: channel in `seg.share`, buffer in
                     // `offset` (good and bad), frame length in `len`.
                     0..=2 => {
@@ -1039,6 +1051,20 @@ impl Fuzz {
                     3..=19 if self.rng.pct(85) => (abi::BUF_TX, seg, offset, len),
                     _ => (self.rng.below(4), seg, offset, len),
                 };
+                if ctl().disk_hwid.load(Ordering::Relaxed) != 0 && self.rng.pct(30) {
+                    // Disk requests (abi::blk): `seg.share` is the sector, `seg.object`
+                    // reserved; whole sectors mostly, near and past the end of disk and segment.
+                    buf_type = [abi::BUF_BLK_READ, abi::BUF_BLK_WRITE, abi::BUF_BLK_FLUSH, abi::BUF_BLK_READ + 7][self.rng.below(4) as usize];
+                    let sector = match self.rng.below(4) {
+                        0 => self.rng.below(64),
+                        1 => self.rng.below(1 << 16),
+                        2 => u64::MAX - self.rng.below(64),
+                        _ => self.rng.next(),
+                    };
+                    seg = ObjName::new(sector, if self.rng.pct(90) { 0 } else { self.rng.next() });
+                    offset = if self.rng.pct(80) { self.rng.below(64) * abi::BLK_SECTOR } else { self.rng.next() };
+                    len = if self.rng.pct(80) { (1 + self.rng.below(16)) * abi::BLK_SECTOR } else { self.rng.below(abi::BLK_MAX_REQUEST * 2) };
+                }
                 let good = self.put(IN_OFF, DeviceBuf { seg, offset, len, buf_type });
                 a = [d.share, d.object, self.in_ptr(40, good), 0, 0, 0];
             }
@@ -1636,10 +1662,13 @@ fn main(args: &'static str) -> u64 {
     c.calls_per_core.store(total.div_ceil(ncores), Ordering::Relaxed);
     c.ncores.store(ncores, Ordering::Relaxed);
     c.trace.store(trace as u64, Ordering::Relaxed);
-    let mut devs = [DeviceInfo::default(); 4];
+    let mut devs = [DeviceInfo::default(); 16];
     if let Ok(n) = persist(|| sys::device_list(&mut devs)) {
         if let Some(d) = devs[..n as usize].iter().find(|d| d.kind == abi::DEVICE_CONSOLE) {
             c.console_hwid.store(d.hwid, Ordering::Relaxed);
+        }
+        if let Some(d) = devs[..n as usize].iter().find(|d| d.kind == abi::DEVICE_BLOCK) {
+            c.disk_hwid.store(d.hwid, Ordering::Relaxed);
         }
         if let Some(d) = devs[..n as usize].iter().find(|d| d.kind == abi::DEVICE_NET) {
             c.net_hwid.store(d.hwid, Ordering::Relaxed);

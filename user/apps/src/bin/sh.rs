@@ -12,6 +12,11 @@
 //! (`libos::exec::run_here`: one context per core, so there is no other way to run code
 //! there); programs on other cores run in contexts of their own (`libos::exec::spawn`).
 //! Bad input gets a one-line message and the shell keeps reading.
+//!
+//! Files (issue 16): `ls`, `cat`, `df`, `mkdir`, `rmdir`, `rm`, `mv`, `ln`, `write`, `append`, `sync`,
+//! `umount` use `libos::fs` on the first disk
+//! (`cargo xtask run --disk IMG`), mounted on first use. One process holds a disk at a time, so
+//! the shell syncs and lets go of it before `run` starts a program, and at `halt`.
 #![no_std]
 #![no_main]
 
@@ -76,13 +81,53 @@ fn run_line(line: &str) -> bool {
     let rest: Vec<&str> = words.collect();
     match cmd {
         "help" => help(),
-        "halt" | "exit" => return false,
+        "halt" | "exit" => {
+            fs_umount();
+            return false;
+        }
         "cores" => cores(),
         "objs" => objs(),
         "stat" => stat(),
         "run" => run(&rest),
         "grant" => grant(&rest),
         "release" => release(&rest),
+        "ls" => fs_ls(&rest),
+        "cat" => fs_cat(&rest),
+        "df" => fs_df(),
+        "mkdir" => fs_each("mkdir", &rest, libos::fs::mkdir),
+        "rmdir" => fs_each("rmdir", &rest, libos::fs::rmdir),
+        "rm" => fs_each("rm", &rest, libos::fs::unlink),
+        "write" => fs_write(&rest, false),
+        "ln" => match rest.as_slice() {
+            ["-s", target, name] => {
+                if fs_ready() {
+                    if let Err(e) = libos::fs::symlink(target, name) {
+                        println!("sh: ln -s {target} {name}: {}", e.as_str());
+                    }
+                }
+            }
+            [old, new] => {
+                if fs_ready() {
+                    if let Err(e) = libos::fs::link(old, new) {
+                        println!("sh: ln {old} {new}: {}", e.as_str());
+                    }
+                }
+            }
+            _ => println!("sh: ln [-s] TARGET NAME"),
+        },
+        "mv" => match rest.as_slice() {
+            [a, b] => {
+                if fs_ready() {
+                    if let Err(e) = libos::fs::rename(a, b) {
+                        println!("sh: mv {a} {b}: {}", e.as_str());
+                    }
+                }
+            }
+            _ => println!("sh: mv OLD NEW"),
+        },
+        "append" => fs_write(&rest, true),
+        "sync" => fs_sync(),
+        "umount" => fs_umount(),
         other => println!("sh: unknown command `{other}`; try `help`"),
     }
     true
@@ -96,6 +141,16 @@ fn help() {
     println!("  stat                           per-core counters");
     println!("  grant N [xc|tc|ac]             ask the core scheduler (sched=core0) for N cores");
     println!("  release CORE|all               give granted cores back");
+    println!("  ls [PATH]                      list a directory of the disk's ext2 file system (mounted on first use)");
+    println!("  cat PATH                       print a file of the disk");
+    println!("  df                             blocks and inodes used and free on the disk");
+    println!("  mkdir DIR... / rmdir DIR...    make / remove (empty) directories");
+    println!("  rm FILE...                     remove files");
+    println!("  mv OLD NEW                     rename");
+    println!("  ln [-s] TARGET NAME            hard (or symbolic) link");
+    println!("  write FILE WORDS...            make FILE hold WORDS and a newline (append: add them)");
+    println!("  sync                           write the buffer cache back to the disk");
+    println!("  umount                         sync and let go of the disk (`run` and `halt` do this first)");
     println!("  help                           this list");
     println!("  halt                           exit the shell (the kernel checks for leaks and powers off)");
 }
@@ -257,6 +312,8 @@ fn describe(code: u64) -> &'static str {
 }
 
 fn run(args: &[&str]) {
+    // The program may want the disk: one process holds it at a time.
+    fs_umount();
     let me = libos::core_id();
     let (list, rest) = match args {
         ["-c", l, rest @ ..] => match parse_cores(l) {
@@ -296,4 +353,127 @@ fn run(args: &[&str]) {
             Err(e) => println!("sh: {prog} on core {}: {}", r.core, e.as_str()),
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Files
+
+fn fs_ready() -> bool {
+    match libos::fs::mount() {
+        Ok(()) => true,
+        Err(e) => {
+            println!("sh: disk: {} ({})", e.as_str(), e.kind());
+            false
+        }
+    }
+}
+
+fn fs_ls(rest: &[&str]) {
+    if !fs_ready() {
+        return;
+    }
+    let path = rest.first().copied().unwrap_or("/");
+    let entries = match libos::fs::readdir(path) {
+        Ok(v) => v,
+        Err(e) => return println!("sh: ls {path}: {}", e.as_str()),
+    };
+    for e in entries {
+        let name = core::str::from_utf8(&e.name).unwrap_or("?");
+        let full = alloc::format!("{}/{}", path.trim_end_matches('/'), name);
+        match libos::fs::stat(&full) {
+            Ok(st) => {
+                let kind = if st.mode & libos::fs::S_IFMT == libos::fs::S_IFDIR { 'd' } else { '-' };
+                println!("{kind} {:>10} {name}", st.size);
+            }
+            Err(er) => println!("? {:>10} {name} ({})", "", er.as_str()),
+        }
+    }
+}
+
+fn fs_cat(rest: &[&str]) {
+    if !fs_ready() {
+        return;
+    }
+    let Some(path) = rest.first() else { return println!("sh: cat PATH") };
+    let fd = match libos::fs::open(path, libos::fs::O_RDONLY) {
+        Ok(fd) => fd,
+        Err(e) => return println!("sh: cat {path}: {}", e.as_str()),
+    };
+    let mut buf = [0u8; 4096];
+    loop {
+        match libos::fs::read(fd, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let _ = sys::console_write(&buf[..n]);
+            }
+            Err(e) => {
+                println!("sh: cat {path}: {}", e.as_str());
+                break;
+            }
+        }
+    }
+    let _ = libos::fs::close(fd);
+}
+
+fn fs_df() {
+    if !fs_ready() {
+        return;
+    }
+    match libos::fs::df() {
+        Ok(u) => {
+            let kib = |b: u64| b * u.block_size / 1024;
+            println!("blocks: {} KiB total, {} KiB used, {} KiB free; inodes: {} total, {} free", kib(u.blocks), kib(u.blocks - u.free_blocks), kib(u.free_blocks), u.inodes, u.free_inodes);
+        }
+        Err(e) => println!("sh: df: {}", e.as_str()),
+    }
+}
+
+fn fs_sync() {
+    if !libos::fs::mounted() {
+        return println!("sh: sync: nothing mounted");
+    }
+    if let Err(e) = libos::fs::sync() {
+        println!("sh: sync: {}", e.as_str());
+    }
+}
+
+fn fs_umount() {
+    if let Err(e) = libos::fs::unmount() {
+        println!("sh: umount: {}", e.as_str());
+    }
+}
+
+fn fs_each(what: &str, paths: &[&str], f: fn(&str) -> Result<(), libos::fs::FsError>) {
+    if paths.is_empty() {
+        return println!("sh: {what} PATH...");
+    }
+    if !fs_ready() {
+        return;
+    }
+    for p in paths {
+        if let Err(e) = f(p) {
+            println!("sh: {what} {p}: {}", e.as_str());
+        }
+    }
+}
+
+fn fs_write(rest: &[&str], append: bool) {
+    let Some((path, words)) = rest.split_first() else { return println!("sh: write|append FILE WORDS...") };
+    if !fs_ready() {
+        return;
+    }
+    use libos::fs::{O_APPEND, O_CREAT, O_TRUNC, O_WRONLY};
+    let flags = O_WRONLY | O_CREAT | if append { O_APPEND } else { O_TRUNC };
+    let fd = match libos::fs::open(path, flags) {
+        Ok(fd) => fd,
+        Err(e) => return println!("sh: write {path}: {}", e.as_str()),
+    };
+    let mut text = words.join(" ");
+    text.push('\n');
+    match libos::fs::write(fd, text.as_bytes()) {
+        Ok(n) if n == text.len() => {}
+        Ok(n) => println!("sh: write {path}: only {n} of {} bytes (disk full)", text.len()),
+        Err(e) => println!("sh: write {path}: {}", e.as_str()),
+    }
+    let _ = libos::fs::close(fd);
 }

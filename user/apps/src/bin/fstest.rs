@@ -1,0 +1,689 @@
+//! fstest: the block device object under bad input, and the ext2 file system in the library
+//! OS read byte for byte, corrupt metadata included (issue 16). Needs a disk made from
+//! `common/fstest_files.rs` (`cargo xtask test` makes it; by hand: `cargo xtask fs
+//! fstest-image IMG`). Corruptions are made in the buffer cache only, and the sectors the
+//! round-trip test writes are restored; the write test leaves its files in `/guest` (the host
+//! reads them back after `e2fsck -fn`). Each test says which bug it catches.
+//!
+//! Usage: `fstest [NAME...]` (default: all).
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use abi::{nr, DeviceBuf, Error, ObjName, BLK_MAX_REQUEST, BLK_SECTOR, BUF_BLK_FLUSH, BUF_BLK_READ, BUF_BLK_WRITE, COPY_ON_WRITE, DEVICE_BLOCK, HWID_PCI_BASE, MEMID_SELF, PAGE_SIZE};
+use alloc::vec;
+use alloc::vec::Vec;
+use libos::fs::disk::{find_disk, BlockDevice, Cache};
+use libos::fs::ext2::{Disk, Ext2};
+use libos::fs::{self as fs, FsError};
+use core::sync::atomic::{AtomicU64, Ordering};
+use libos::{println, sys};
+
+#[path = "../common/testkit.rs"]
+#[macro_use]
+mod testkit;
+use testkit::*;
+
+#[path = "../common/fstest_files.rs"]
+mod files;
+
+libos::main!(main);
+
+const SCRATCH: u64 = libos::layout::SCRATCH_BASE + (256 << 20);
+
+fn disk_hwid() -> Result<u64, Msg> {
+    match find_disk() {
+        Ok(d) => Ok(d.hwid),
+        Err(e) => Err(Msg::new(format_args!("no disk listed ({e:?}): boot with --disk IMG"))),
+    }
+}
+
+fn blk_raw(hwid: u64, seg: ObjName, reserved: u64) -> Result<u64, Error> {
+    raw(nr::DEVICE_ALLOC, [root(), hwid, MEMID_SELF, seg.share, seg.object, reserved])
+}
+
+fn seg(bytes: u64) -> Result<Del, Msg> {
+    Ok(Del(ObjName::new(root(), ok!(sys::segment_alloc(root(), "t", MEMID_SELF, bytes)))))
+}
+
+fn req(dev: ObjName, kind: u64, sector: u64, reserved: u64, offset: u64, len: u64) -> Result<u64, Error> {
+    sys::device_buf(dev, &DeviceBuf { seg: ObjName::new(sector, reserved), offset, len, buf_type: kind })
+}
+
+/// Catches: a disk that is not listed, or listed with the wrong kind or hwid range.
+fn disk_is_listed() -> TestResult {
+    let mut l = [abi::DeviceInfo::default(); 16];
+    let n = ok!(sys::device_list(&mut l)) as usize;
+    let disks = l[..n].iter().filter(|d| d.kind == DEVICE_BLOCK && d.hwid >= HWID_PCI_BASE).count();
+    ensure!(disks == 1, "{disks} disks listed, want 1");
+    Ok(Pass::Ok)
+}
+
+/// Catches: device_alloc of a disk that trusts its arguments, lets two objects drive one disk,
+/// or never gives the disk back (a leaked owner entry) after a free or a failed attempt.
+fn blk_alloc_checks_its_arguments() -> TestResult {
+    let hwid = disk_hwid()?;
+    let s = seg(64 << 10)?;
+    err!(blk_raw(hwid, s.0, 1), Error::InvalidArgument);
+    err!(blk_raw(hwid, ObjName::new(root(), 12345), 0), Error::NoSuchObject);
+    err!(blk_raw(HWID_PCI_BASE + 0xFFFF, s.0, 0), Error::NotFound);
+    let empty = seg(0)?;
+    err!(blk_raw(hwid, empty.0, 0), Error::OutOfRange);
+    let d = Del(ObjName::new(root(), ok!(blk_raw(hwid, s.0, 0))));
+    err!(blk_raw(hwid, d.0, 0), Error::WrongType | Error::Busy);
+    let s2 = seg(64 << 10)?;
+    err!(blk_raw(hwid, s2.0, 0), Error::Busy);
+    // Pinned while the object lives.
+    err!(sys::segment_copy(root(), s.0, "cow", COPY_ON_WRITE), Error::Busy);
+    err!(sys::segment_set_nbytes(s.0, PAGE_SIZE), Error::Busy);
+    drop(d);
+    for _ in 0..3 {
+        drop(Del(ObjName::new(root(), ok!(blk_raw(hwid, s2.0, 0)))));
+    }
+    ok!(sys::segment_set_nbytes(s.0, PAGE_SIZE));
+    Ok(Pass::Ok)
+}
+
+/// Catches: device_buf trusting sector numbers, offsets, lengths or types (a read past the
+/// disk, a DMA past the pinned pages, the driver's assertion on a partial sector: a panic).
+fn blk_buf_checks_its_arguments() -> TestResult {
+    let hwid = disk_hwid()?;
+    let seg_bytes = 64 << 10;
+    let s = seg(seg_bytes)?;
+    let d = Del(ObjName::new(root(), ok!(blk_raw(hwid, s.0, 0))));
+    let cap = ok!(sys::device_stat(d.0)).buffers;
+    ensure!(cap >= 2048, "capacity {cap} sectors: the test image is at least 1 MiB");
+    err!(req(d.0, BUF_BLK_READ, 0, 0, 100, 512), Error::Misaligned);
+    err!(req(d.0, BUF_BLK_READ, 0, 0, 0, 100), Error::Misaligned);
+    err!(req(d.0, BUF_BLK_READ, 0, 0, 0, 0), Error::InvalidArgument);
+    err!(req(d.0, BUF_BLK_READ, 0, 0, 0, BLK_MAX_REQUEST + 512), Error::InvalidArgument);
+    err!(req(d.0, BUF_BLK_READ, cap, 0, 0, 512), Error::OutOfRange);
+    err!(req(d.0, BUF_BLK_READ, cap - 1, 0, 0, 1024), Error::OutOfRange);
+    err!(req(d.0, BUF_BLK_WRITE, u64::MAX, 0, 0, 512), Error::OutOfRange);
+    err!(req(d.0, BUF_BLK_READ, 0, 0, seg_bytes, 512), Error::OutOfRange);
+    err!(req(d.0, BUF_BLK_READ, 0, 0, seg_bytes - 512, 1024), Error::OutOfRange);
+    err!(req(d.0, BUF_BLK_READ, 0, 0, u64::MAX - 511, 512), Error::OutOfRange);
+    err!(req(d.0, BUF_BLK_READ, 0, 7, 0, 512), Error::InvalidArgument);
+    err!(req(d.0, 0x99, 0, 0, 0, 512), Error::Unsupported);
+    err!(req(d.0, BUF_BLK_FLUSH, 1, 0, 0, 0), Error::InvalidArgument);
+    ok!(req(d.0, BUF_BLK_FLUSH, 0, 0, 0, 0));
+    // Growing the segment does not let requests reach the new pages (not pinned).
+    ok!(sys::segment_set_nbytes(s.0, seg_bytes * 2));
+    err!(req(d.0, BUF_BLK_READ, 0, 0, seg_bytes, 512), Error::OutOfRange);
+    let st = ok!(sys::device_stat(d.0));
+    ensure!(st.errors == 0 && st.packets_in == 0 && st.packets_out == 0, "refused requests were counted: {st:?}");
+    ensure!(st.drops == 1, "one flush, counted {}", st.drops);
+    Ok(Pass::Ok)
+}
+
+fn words(va: u64, len: usize) -> &'static mut [u8] {
+    // SAFETY: the callers map `len` bytes read-write at `va` (SCRATCH) for the test's duration
+    // and nothing else uses that window.
+    unsafe { core::slice::from_raw_parts_mut(va as *mut u8, len) }
+}
+
+/// Catches: reads that land at the wrong offset or sector (per-page splitting of a request
+/// that spans pages of the segment), writes that do not reach the disk, wrong counters.
+fn blk_round_trip() -> TestResult {
+    let hwid = disk_hwid()?;
+    let seg_bytes: u64 = 64 << 10;
+    let s = seg(seg_bytes)?;
+    let d = Del(ObjName::new(root(), ok!(blk_raw(hwid, s.0, 0))));
+    let cap = ok!(sys::device_stat(d.0)).buffers;
+    ok!(sys::ar_set_seg(rar(), &abi::SegMapping { voff: SCRATCH, seg: s.0, soff: 0, len: seg_bytes, flags: abi::MAP_READ | abi::MAP_WRITE }));
+    let r = (|| -> TestResult {
+        let m = words(SCRATCH, seg_bytes as usize);
+        // The superblock: sectors 2 and 3, read to an offset that is not page-aligned.
+        ok!(req(d.0, BUF_BLK_READ, 2, 0, 512, 1024));
+        ensure!(m[512 + 56] == 0x53 && m[512 + 57] == 0xEF, "no ext2 magic at byte 1080 of the disk");
+        // The last 16 sectors: save (to offset 32 KiB), write a pattern crossing a page
+        // boundary of the segment (from offset 2048), read it back elsewhere, restore.
+        let (first, len) = (cap - 16, 16 * BLK_SECTOR);
+        ok!(req(d.0, BUF_BLK_READ, first, 0, 32 << 10, len));
+        for i in 0..len as usize {
+            m[2048 + i] = (i * 7 + 3) as u8;
+        }
+        ok!(req(d.0, BUF_BLK_WRITE, first, 0, 2048, len));
+        m[16384..16384 + len as usize].fill(0);
+        ok!(req(d.0, BUF_BLK_READ, first, 0, 16384, len));
+        for i in 0..len as usize {
+            ensure!(m[16384 + i] == (i * 7 + 3) as u8, "byte {i} of the written sectors read back wrong");
+        }
+        ok!(req(d.0, BUF_BLK_WRITE, first, 0, 32 << 10, len));
+        ok!(req(d.0, BUF_BLK_FLUSH, 0, 0, 0, 0));
+        let st = ok!(sys::device_stat(d.0));
+        ensure!(st.packets_in == 3 && st.packets_out == 2, "requests counted {}/{}, want 3 reads 2 writes", st.packets_in, st.packets_out);
+        ensure!(st.bytes_in == 1024 + 2 * len && st.bytes_out == 2 * len, "bytes counted {}/{}", st.bytes_in, st.bytes_out);
+        Ok(Pass::Ok)
+    })();
+    ok!(sys::ar_unmap(rar(), SCRATCH, seg_bytes));
+    r
+}
+
+fn fs_ok<T>(what: &str, r: Result<T, FsError>) -> Result<T, Msg> {
+    r.map_err(|e| Msg::new(format_args!("{what}: {e:?}")))
+}
+
+/// Catches: wrong block mapping (direct, single and double indirect), reads that stop early
+/// or run past the end, offsets that do not advance, pread moving the offset.
+fn reads_every_file() -> TestResult {
+    fs_ok("mount", fs::mount())?;
+    let mut buf = vec![0u8; 3000];
+    for (path, len, seed) in files::FILES {
+        let st = fs_ok(path, fs::stat(path))?;
+        ensure!(st.size == len as u64 && st.mode & fs::S_IFMT == fs::S_IFREG, "{path}: stat size {} mode {:o}", st.size, st.mode);
+        let fd = fs_ok(path, fs::open(path, fs::O_RDONLY))?;
+        let mut at = 0usize;
+        loop {
+            // Odd chunk sizes: reads straddle block boundaries.
+            let n = fs_ok(path, fs::read(fd, &mut buf))?;
+            if n == 0 {
+                break;
+            }
+            for (k, &b) in buf[..n].iter().enumerate() {
+                ensure!(b == files::byte(seed, at + k), "{path}: byte {} is {b:#x}, want {:#x}", at + k, files::byte(seed, at + k));
+            }
+            at += n;
+            ensure!(at <= len, "{path}: read past the end");
+        }
+        ensure!(at == len, "{path}: read {at} bytes of {len}");
+        if len > 10_000 {
+            let off = len as u64 - 5000;
+            let n = fs_ok(path, fs::pread(fd, &mut buf, off))?;
+            ensure!(n == 3000 && (0..n).all(|k| buf[k] == files::byte(seed, off as usize + k)), "{path}: pread at {off}");
+            ensure!(fs_ok(path, fs::read(fd, &mut buf))? == 0, "{path}: pread moved the offset");
+            ensure!(fs_ok(path, fs::lseek(fd, -10, fs::SEEK_END))? == len as u64 - 10, "{path}: lseek end");
+            ensure!(fs_ok(path, fs::read(fd, &mut buf))? == 10, "{path}: read after lseek");
+        }
+        ensure!(fs_ok(path, fs::fstat(fd))? == st, "{path}: fstat differs from stat");
+        fs_ok(path, fs::close(fd))?;
+    }
+    Ok(Pass::Ok)
+}
+
+/// Catches: bad path walking (`.`, `..` at the root, repeated slashes), names compared by
+/// prefix, descriptors usable after close, writes allowed on a read-only implementation.
+fn names_and_descriptors() -> TestResult {
+    fs_ok("mount", fs::mount())?;
+    let sub = fs_ok("readdir /sub", fs::readdir("/sub"))?;
+    let long: Vec<u8> = vec![files::LONG_NAME_BYTE; files::LONG_NAME_LEN];
+    for want in [&b"."[..], b"..", b"inner.txt", b"deeper", &long] {
+        ensure!(sub.iter().any(|e| e.name == want), "/sub lacks an entry of {} bytes", want.len());
+    }
+    ensure!(sub.len() == 5, "/sub has {} entries, want 5", sub.len());
+    ensure!(fs_ok("..", fs::stat("/../..//./sub/../hello.txt"))?.size == files::HELLO.len() as u64, "`..` walk");
+    err!(fs::stat("/hello"), FsError::NotFound);
+    err!(fs::stat("/hello.txt/x"), FsError::NotDir);
+    err!(fs::stat("/sub/inner"), FsError::NotFound);
+    let too_long = alloc::format!("/{}", "x".repeat(256));
+    err!(fs::stat(&too_long), FsError::NameTooLong);
+    let d = fs_ok("stat /sub", fs::stat("/sub"))?;
+    ensure!(d.mode & fs::S_IFMT == fs::S_IFDIR, "/sub is not a directory");
+    let fd = fs_ok("open", fs::open("/sub", fs::O_RDONLY))?;
+    err!(fs::read(fd, &mut [0u8; 8]), FsError::IsDir);
+    fs_ok("close", fs::close(fd))?;
+    err!(fs::close(fd), FsError::BadDescriptor);
+    err!(fs::read(fd, &mut [0u8; 8]), FsError::BadDescriptor);
+    err!(fs::lseek(fs::Fd(9999), 0, fs::SEEK_SET), FsError::BadDescriptor);
+    let fd = fs_ok("open", fs::open("/one", fs::O_RDONLY))?;
+    err!(fs::lseek(fd, -1, fs::SEEK_SET), FsError::InvalidArgument);
+    err!(fs::lseek(fd, 0, 7), FsError::InvalidArgument);
+    fs_ok("close", fs::close(fd))?;
+    Ok(Pass::Ok)
+}
+
+/// Catches: a mount that trusts the superblock's counts (an inode table indexed past its end,
+/// a group table read past the disk). The corruption is made in the cache only.
+fn corrupt_superblock_is_refused() -> TestResult {
+    fs_ok("unmount", fs::unmount())?;
+    for (at, bytes, what) in [(0usize, [0xFF, 0xFF, 0xFF, 0x7F], "inode count"), (4, [0xFF, 0xFF, 0xFF, 0x7F], "block count"), (56, [0, 0, 0, 0], "magic")] {
+        let dev = ok!(BlockDevice::open(libos::process::proc_share()));
+        let mut cache = Cache::new(dev);
+        let mut sb = [0u8; 1024];
+        fs_ok("read", cache.read_at(1024, &mut sb))?;
+        sb[at..at + 4].copy_from_slice(&bytes);
+        fs_ok("write", cache.write_at(1024, &sb))?;
+        match Ext2::mount(cache) {
+            Err(FsError::Corrupt(_)) => {}
+            Err(e) => fail!("mount with a bad {what}: {e:?}, want Corrupt"),
+            Ok(_) => fail!("mount with a bad {what} succeeded"),
+        }
+    }
+    fs_ok("mount again", fs::mount())?;
+    Ok(Pass::Ok)
+}
+
+/// Catches: directory parsing that trusts record lengths (an endless loop on 0, a read past
+/// the block), and an error in one directory that breaks the rest of the file system.
+fn corrupt_directory_entry_is_an_error() -> TestResult {
+    fs_ok("unmount", fs::unmount())?;
+    let dev = ok!(BlockDevice::open(libos::process::proc_share()));
+    let mut fs = fs_ok("mount", Ext2::mount(Cache::new(dev)))?;
+    let sub = fs_ok("resolve", fs.resolve(b"/sub"))?;
+    let b = fs_ok("bmap", fs.bmap(&sub, 0))?;
+    let mut blk = vec![0u8; fs.bs as usize];
+    for rec_len in [0u16, 3, 6, 0xFFFC] {
+        fs_ok("read", fs.dev.read_at(b * fs.bs, &mut blk))?;
+        // The first entry is `.`: its rec_len at byte 4.
+        blk[4..6].copy_from_slice(&rec_len.to_le_bytes());
+        fs_ok("write", fs.dev.write_at(b * fs.bs, &blk))?;
+        match fs.read_dir(&sub) {
+            Err(FsError::Corrupt(_)) => {}
+            other => fail!("rec_len {rec_len}: read_dir -> {:?}, want Corrupt", other.map(|v| v.len())),
+        }
+        err!(fs.resolve(b"/sub/inner.txt"), FsError::Corrupt(_));
+        let h = fs_ok("hello", fs.resolve(b"/hello.txt"))?;
+        let mut buf = [0u8; 64];
+        let n = fs_ok("read hello", fs.read(&h, 0, &mut buf))?;
+        ensure!(buf[..n] == *files::HELLO, "another file unreadable after a corrupt directory");
+    }
+    // Dropped without sync: the disk never saw the corruption.
+    drop(fs);
+    fs_ok("mount again", fs::mount())?;
+    ensure!(fs_ok("readdir", fs::readdir("/sub"))?.len() == 5, "the disk kept the corruption");
+    Ok(Pass::Ok)
+}
+
+/// Catches: writes lost at sync (dirty pages never written, the inode or the directory entry
+/// not written), wrong block maps for new files, truncate not freeing or not zeroing, the
+/// library calls' flags (O_EXCL, O_TRUNC, O_APPEND, read-only descriptors).
+fn writes_survive_a_remount() -> TestResult {
+    fs_ok("mount", fs::mount())?;
+    let _ = fs::mkdir("/guest");
+    fs_ok("mkdir", fs::mkdir("/guest/dir"))?;
+    err!(fs::mkdir("/guest/dir"), FsError::Exists);
+    for (path, len, seed) in files::GUEST_FILES {
+        let data: Vec<u8> = (0..len).map(|i| files::byte(seed, i)).collect();
+        // The small file is written under a temporary name and renamed into place.
+        let tmp = alloc::format!("{path}.tmp");
+        let wpath = if len < 1000 { tmp.as_str() } else { path };
+        let fd = fs_ok(path, fs::open(wpath, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
+        err!(fs::open(wpath, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL), FsError::Exists);
+        let mut at = 0;
+        for piece in data.chunks(7777) {
+            ensure!(fs_ok(path, fs::write(fd, piece))? == piece.len(), "{path}: short write");
+            at += piece.len();
+        }
+        ensure!(at == len, "{path}");
+        if path.ends_with("trunc.bin") {
+            // Longer first, then cut back: the tail must be freed and read as zeros later.
+            let more: Vec<u8> = (0..250_000).map(|i| (i % 251) as u8 + 1).collect();
+            fs_ok(path, fs::pwrite(fd, &more, len as u64))?;
+            fs_ok(path, fs::ftruncate(fd, len as u64))?;
+        }
+        fs_ok(path, fs::fsync(fd))?;
+        fs_ok(path, fs::close(fd))?;
+        if wpath != path {
+            fs_ok("rename", fs::rename(wpath, path))?;
+            err!(fs::stat(wpath), FsError::NotFound);
+        }
+    }
+    // O_APPEND and O_TRUNC, and a read-only descriptor refusing writes.
+    let fd = fs_ok("gone", fs::open("/guest/gone.txt", fs::O_WRONLY | fs::O_CREAT))?;
+    fs_ok("w", fs::write(fd, b"first "))?;
+    fs_ok("c", fs::close(fd))?;
+    let fd = fs_ok("gone", fs::open("/guest/gone.txt", fs::O_WRONLY | fs::O_APPEND))?;
+    fs_ok("lseek", fs::lseek(fd, 0, fs::SEEK_SET))?;
+    fs_ok("w", fs::write(fd, b"second"))?;
+    fs_ok("c", fs::close(fd))?;
+    ensure!(fs_ok("read", fs::read_all("/guest/gone.txt", 100))? == b"first second", "O_APPEND");
+    let fd = fs_ok("gone", fs::open("/guest/gone.txt", fs::O_RDWR | fs::O_TRUNC))?;
+    ensure!(fs_ok("fstat", fs::fstat(fd))?.size == 0, "O_TRUNC");
+    fs_ok("c", fs::close(fd))?;
+    let fd = fs_ok("ro", fs::open("/guest/gone.txt", fs::O_RDONLY))?;
+    err!(fs::write(fd, b"x"), FsError::BadDescriptor);
+    fs_ok("c", fs::close(fd))?;
+    err!(fs::open("/guest", fs::O_WRONLY), FsError::IsDir);
+    err!(fs::write(fs::Fd(4242), b"x"), FsError::BadDescriptor);
+    fs_ok("unlink", fs::unlink("/guest/gone.txt"))?;
+    fs_ok("mkdir", fs::mkdir("/guest/gonedir"))?;
+    err!(fs::rmdir("/guest/dir"), FsError::NotEmpty);
+    err!(fs::rmdir("/"), FsError::InvalidArgument);
+    fs_ok("rmdir", fs::rmdir("/guest/gonedir"))?;
+    // Symbolic links: followed by stat and open, not by lstat; a loop is TooManyLinks.
+    fs_ok("symlink", fs::symlink("dir/deep.bin", "/guest/link"))?;
+    fs_ok("symlink", fs::symlink("/guest/loop-b", "/guest/loop-a"))?;
+    fs_ok("symlink", fs::symlink("loop-a", "/guest/loop-b"))?;
+    ensure!(fs_ok("stat", fs::stat("/guest/link"))?.size == 70_000, "stat does not follow the link");
+    ensure!(fs_ok("lstat", fs::lstat("/guest/link"))?.size == 12, "lstat follows the link");
+    ensure!(fs_ok("readlink", fs::readlink("/guest/link"))? == b"dir/deep.bin", "readlink");
+    err!(fs::stat("/guest/loop-a"), FsError::TooManyLinks);
+    fs_ok("unlink", fs::unlink("/guest/loop-a"))?;
+    fs_ok("unlink", fs::unlink("/guest/loop-b"))?;
+    // Everything to the disk, let go of it, mount again from the disk alone.
+    fs_ok("unmount", fs::unmount())?;
+    fs_ok("mount", fs::mount())?;
+    for (path, len, seed) in files::GUEST_FILES {
+        let got = fs_ok(path, fs::read_all(path, 1 << 20))?;
+        ensure!(got.len() == len, "{path}: {} bytes after remount, want {len}", got.len());
+        for (i, &b) in got.iter().enumerate() {
+            ensure!(b == files::byte(seed, i), "{path}: byte {i} wrong after remount");
+        }
+    }
+    for p in files::GUEST_GONE {
+        err!(fs::stat(p), FsError::NotFound);
+    }
+    let (cache, dev) = fs_ok("stats", fs::cache_stats())?;
+    println!("fstest: cache {} hits {} misses {} writebacks; disk {} reads {} writes {} flushes", cache.hits, cache.misses, cache.writebacks, dev.packets_in, dev.packets_out, dev.drops);
+    Ok(Pass::Ok)
+}
+
+/// Shared with `t_blk` threads: the device object and request segment (process share), the
+/// disk's size, and the first MiB of the disk as read before the threads start.
+static T_DEV: AtomicU64 = AtomicU64::new(0);
+static T_SEG: AtomicU64 = AtomicU64::new(0);
+static T_CAP: AtomicU64 = AtomicU64::new(0);
+static T_REF: AtomicU64 = AtomicU64::new(0);
+const T_REF_BYTES: usize = 1 << 20;
+const T_SEG_BYTES: u64 = 64 << 10;
+
+/// One core's share of `two_cores_use_one_disk`: reads all over the first MiB into its half of
+/// the segment (checked against the reference), then writes and reads back its own 32 sectors
+/// near the end of the disk. 0 if everything matched.
+fn t_blk(half: u64) -> u64 {
+    let share = libos::process::proc_share();
+    let dev = ObjName::new(share, T_DEV.load(Ordering::Acquire));
+    let seg = ObjName::new(share, T_SEG.load(Ordering::Acquire));
+    let ar = libos::ctx::ctx().root_ar;
+    if sys::ar_set_seg(ar, &abi::SegMapping { voff: SCRATCH, seg, soff: 0, len: T_SEG_BYTES, flags: abi::MAP_READ | abi::MAP_WRITE }).is_err() {
+        return 10;
+    }
+    let m = words(SCRATCH, T_SEG_BYTES as usize);
+    // SAFETY: T_REF points at a live heap block of T_REF_BYTES the main context keeps until
+    // every thread has been joined, and nobody writes it meanwhile.
+    let reference = unsafe { core::slice::from_raw_parts(T_REF.load(Ordering::Acquire) as *const u8, T_REF_BYTES) };
+    let base = (half * 32 * 1024) as usize;
+    let mut code = 0;
+    for k in 0..60u64 {
+        let sec = (k * 97 + half * 500) % (T_REF_BYTES as u64 / BLK_SECTOR - 8);
+        if req(dev, BUF_BLK_READ, sec, 0, base as u64, 4096).is_err() {
+            code = 11;
+            break;
+        }
+        let at = (sec * BLK_SECTOR) as usize;
+        if m[base..base + 4096] != reference[at..at + 4096] {
+            code = 2;
+            break;
+        }
+    }
+    let first = T_CAP.load(Ordering::Acquire) - 64 + half * 32;
+    for k in 0..12u64 {
+        if code != 0 {
+            break;
+        }
+        for (i, b) in m[base..base + 16384].iter_mut().enumerate() {
+            *b = (i as u64 * 13 + k * 7 + half * 101) as u8;
+        }
+        if req(dev, BUF_BLK_WRITE, first, 0, base as u64, 16384).is_err() {
+            code = 12;
+            break;
+        }
+        m[base..base + 16384].fill(0);
+        if req(dev, BUF_BLK_READ, first, 0, base as u64, 16384).is_err() {
+            code = 13;
+            break;
+        }
+        if m[base..base + 16384].iter().enumerate().any(|(i, &b)| b != (i as u64 * 13 + k * 7 + half * 101) as u8) {
+            code = 3;
+        }
+    }
+    let _ = sys::ar_unmap(ar, SCRATCH, T_SEG_BYTES);
+    code
+}
+
+/// Catches: requests of two cores in the device at once completed into the wrong buffer or
+/// taken by the wrong core (token mix-ups in the Polling driver), a lost completion (a hang),
+/// the lock held while the disk works (here only as a slow run).
+fn two_cores_use_one_disk() -> TestResult {
+    if cores() < 2 {
+        return Ok(Pass::Skipped("one core"));
+    }
+    fs_ok("unmount", fs::unmount())?;
+    let hwid = disk_hwid()?;
+    let share = libos::process::proc_share();
+    let s = Del(ObjName::new(share, ok!(sys::segment_alloc(share, "t2", MEMID_SELF, T_SEG_BYTES))));
+    let d = Del(ObjName::new(share, ok!(raw(nr::DEVICE_ALLOC, [share, hwid, MEMID_SELF, s.0.share, s.0.object, 0]))));
+    let cap = ok!(sys::device_stat(d.0)).buffers;
+    // The reference: the first MiB, and the last 64 sectors (restored at the end).
+    let mut reference = vec![0u8; T_REF_BYTES];
+    let mut tail = vec![0u8; 64 * BLK_SECTOR as usize];
+    ok!(sys::ar_set_seg(rar(), &abi::SegMapping { voff: SCRATCH, seg: s.0, soff: 0, len: T_SEG_BYTES, flags: abi::MAP_READ | abi::MAP_WRITE }));
+    let m = words(SCRATCH, T_SEG_BYTES as usize);
+    for chunk in 0..(T_REF_BYTES as u64 / T_SEG_BYTES) {
+        ok!(req(d.0, BUF_BLK_READ, chunk * T_SEG_BYTES / BLK_SECTOR, 0, 0, T_SEG_BYTES));
+        reference[(chunk * T_SEG_BYTES) as usize..((chunk + 1) * T_SEG_BYTES) as usize].copy_from_slice(m);
+    }
+    ok!(req(d.0, BUF_BLK_READ, cap - 64, 0, 0, tail.len() as u64));
+    let n = tail.len();
+    tail.copy_from_slice(&m[..n]);
+    ok!(sys::ar_unmap(rar(), SCRATCH, T_SEG_BYTES));
+    T_DEV.store(d.0.object, Ordering::Release);
+    T_SEG.store(s.0.object, Ordering::Release);
+    T_CAP.store(cap, Ordering::Release);
+    T_REF.store(reference.as_ptr() as u64, Ordering::Release);
+    let t = ok!(libos::thread::spawn(1, t_blk, 1));
+    let here = t_blk(0);
+    let there = ok!(t.join());
+    // Put the tail back.
+    ok!(sys::ar_set_seg(rar(), &abi::SegMapping { voff: SCRATCH, seg: s.0, soff: 0, len: T_SEG_BYTES, flags: abi::MAP_READ | abi::MAP_WRITE }));
+    let n = tail.len();
+    words(SCRATCH, T_SEG_BYTES as usize)[..n].copy_from_slice(&tail);
+    ok!(req(d.0, BUF_BLK_WRITE, cap - 64, 0, 0, tail.len() as u64));
+    ok!(sys::ar_unmap(rar(), SCRATCH, T_SEG_BYTES));
+    ensure!(here == 0 && there == 0, "core 0 returned {here}, core 1 {there} (2/3: data mismatch, 1x: a request failed)");
+    let st = ok!(sys::device_stat(d.0));
+    ensure!(st.errors == 0, "{} errors counted", st.errors);
+    Ok(Pass::Ok)
+}
+
+/// `stat`s /sub/inner.txt 2000 times; 0 if every answer was right and (nearly) all were hits
+/// of the name cache on this core.
+fn t_stat(_: u64) -> u64 {
+    let c = libos::core_id() as usize;
+    let (h0, _) = fs::names::NAMES.counts(c);
+    for _ in 0..2000 {
+        match fs::stat("/sub/inner.txt") {
+            Ok(st) if st.size == 6 => {}
+            _ => return 1,
+        }
+    }
+    let (h1, _) = fs::names::NAMES.counts(c);
+    if h1 - h0 < 1990 {
+        return 2;
+    }
+    0
+}
+
+/// Catches: a name cache that answers after a change (a stale size, a removed or renamed
+/// name still found), that never hits, or that is wrong when two cores read it at once.
+fn stat_from_the_name_cache() -> TestResult {
+    fs_ok("mount", fs::mount())?;
+    let names = &fs::names::NAMES;
+    let c = libos::core_id() as usize;
+    let a = fs_ok("stat", fs::stat("/sub/inner.txt"))?;
+    let (h0, m0) = names.counts(c);
+    let b = fs_ok("stat", fs::stat("/sub/inner.txt"))?;
+    let (h1, m1) = names.counts(c);
+    ensure!(a == b && h1 == h0 + 1 && m1 == m0, "second stat: hits {h0}->{h1}, misses {m0}->{m1}");
+    // Changes must be seen at once.
+    let fd = fs_ok("create", fs::open("/names-test", fs::O_RDWR | fs::O_CREAT | fs::O_TRUNC))?;
+    fs_ok("w", fs::write(fd, b"0123456789"))?;
+    ensure!(fs_ok("stat", fs::stat("/names-test"))?.size == 10, "size after the first write");
+    ensure!(fs_ok("stat", fs::stat("/names-test"))?.size == 10, "size (cached)");
+    fs_ok("w", fs::write(fd, b"0123456789"))?;
+    ensure!(fs_ok("stat", fs::stat("/names-test"))?.size == 20, "stale size after a write");
+    fs_ok("c", fs::close(fd))?;
+    fs_ok("rename", fs::rename("/names-test", "/names-test2"))?;
+    err!(fs::stat("/names-test"), FsError::NotFound);
+    ensure!(fs_ok("stat", fs::stat("/names-test2"))?.size == 20, "renamed");
+    fs_ok("unlink", fs::unlink("/names-test2"))?;
+    err!(fs::stat("/names-test2"), FsError::NotFound);
+    if cores() >= 2 {
+        let _ = fs::stat("/sub/inner.txt");
+        let t = ok!(libos::thread::spawn(1, t_stat, 0));
+        let here = t_stat(0);
+        let there = ok!(t.join());
+        ensure!(here == 0 && there == 0, "two cores: core 0 returned {here}, core 1 {there} (1: a wrong answer, 2: too few hits)");
+    }
+    Ok(Pass::Ok)
+}
+
+/// Reads `FILES[arg]` in full and compares; 0 if right.
+fn t_read_file(arg: u64) -> u64 {
+    let Some(&(path, len, seed)) = files::FILES.get(arg as usize) else { return 9 };
+    for _ in 0..2 {
+        match fs::read_all(path, len + 1) {
+            Ok(d) if d.len() == len && d.iter().enumerate().all(|(i, &b)| b == files::byte(seed, i)) => {}
+            Ok(_) => return 2,
+            Err(_) => return 3,
+        }
+    }
+    0
+}
+
+/// Catches: the request segment not mapped on a core other than the mounting one (a fault in
+/// the library OS), or a later thread on a core whose earlier thread's root range (and
+/// mapping) is gone; the file system's lock not serialising two cores' use of the cache.
+fn other_cores_read_too() -> TestResult {
+    if cores() < 2 {
+        return Ok(Pass::Skipped("one core"));
+    }
+    fs_ok("mount", fs::mount())?;
+    for round in 0..2 {
+        // Core 1 reads the double-indirect file while this core reads the indirect one.
+        let t = ok!(libos::thread::spawn(1, t_read_file, 5));
+        let here = t_read_file(4);
+        let there = ok!(t.join());
+        ensure!(here == 0 && there == 0, "round {round}: reads went wrong here ({here}) or on core 1 ({there})");
+    }
+    Ok(Pass::Ok)
+}
+
+/// Walk what is reachable from the root (at most 300 inodes, 16 levels), reading the first
+/// 64 KiB of every file; errors are fine, a panic ends the program (and fails the run).
+fn walk<D: Disk>(fs: &mut Ext2<D>) {
+    let mut todo = vec![(libos::fs::ext2::ROOT_INO, 0u32)];
+    let mut seen = 0;
+    let mut buf = vec![0u8; 64 << 10];
+    while let Some((ino, depth)) = todo.pop() {
+        seen += 1;
+        if seen > 300 || depth > 16 {
+            break;
+        }
+        let Ok(i) = fs.inode(ino) else { continue };
+        if i.is_dir() {
+            if let Ok(es) = fs.read_dir(&i) {
+                for e in es {
+                    if e.name != b"." && e.name != b".." {
+                        todo.push((e.ino, depth + 1));
+                    }
+                }
+            }
+        } else {
+            let _ = fs.read(&i, 0, &mut buf);
+        }
+    }
+}
+
+/// Catches: a panic (index out of bounds, overflow, an endless loop until the timeout) on a
+/// corrupt image, in the guest's own build, cache and device path: seeded changes to the
+/// superblock, descriptors, bitmaps, inode table, directory and indirect blocks, made in the
+/// cache only (the disk never sees them), then mount, walk, read, and every kind of write.
+fn seeded_corruptions_never_panic() -> TestResult {
+    fs_ok("unmount", fs::unmount())?;
+    let share = libos::process::proc_share();
+    let mut meta: Vec<(u64, u64)> = Vec::new();
+    {
+        let dev = ok!(BlockDevice::open(share));
+        let mut fs = fs_ok("mount", Ext2::mount(Cache::new(dev)))?;
+        let bs = fs.bs;
+        meta.push((1024, 1024));
+        meta.push((bs.max(2048), bs));
+        for g in fs.groups.clone() {
+            meta.push((g.block_bitmap as u64 * bs, bs));
+            meta.push((g.inode_bitmap as u64 * bs, bs));
+            meta.push((g.inode_table as u64 * bs, 2 * bs));
+        }
+        for d in ["/", "/sub", "/sub/deeper"] {
+            let i = fs_ok(d, fs.resolve(d.as_bytes()))?;
+            meta.push((fs_ok(d, fs.bmap(&i, 0))? * bs, bs));
+        }
+        let i = fs_ok("double", fs.resolve(b"/double.bin"))?;
+        meta.push((i.block[12] as u64 * bs, bs));
+        meta.push((i.block[13] as u64 * bs, bs));
+    }
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let (mut mounted, mut refused) = (0, 0);
+    let rounds = 60;
+    for _ in 0..rounds {
+        let dev = ok!(BlockDevice::open(share));
+        let mut cache = Cache::new(dev);
+        for _ in 0..1 + next() % 8 {
+            let (start, len) = meta[(next() % meta.len() as u64) as usize];
+            let at = start + next() % len;
+            let b = [next() as u8];
+            fs_ok("corrupt", cache.write_at(at, &b))?;
+        }
+        match Ext2::mount(cache) {
+            Ok(mut fs) => {
+                walk(&mut fs);
+                if let Ok(mut f) = fs.create(b"/fuzz-new", 0o644) {
+                    let _ = fs.write(&mut f, 0, &[7u8; 20_000]);
+                    let _ = fs.truncate(&mut f, 100);
+                }
+                let _ = fs.mkdir(b"/sub/fuzz-dir", 0o755);
+                let _ = fs.symlink(b"one", b"/fuzz-link");
+                let _ = fs.rename(b"/sub/deeper", b"/moved");
+                let _ = fs.unlink(b"/indirect.bin");
+                let _ = fs.rmdir(b"/moved");
+                mounted += 1;
+            }
+            Err(_) => refused += 1,
+        }
+        // Dropped without sync: nothing reaches the disk.
+    }
+    println!("fstest: {rounds} corrupt images in the cache: {mounted} mounted, walked and written, {refused} refused");
+    fs_ok("mount", fs::mount())?;
+    ensure!(fs_ok("hello", fs::read_all("/hello.txt", 100))? == files::HELLO, "the disk changed");
+    ensure!(mounted + refused == rounds, "lost rounds");
+    Ok(Pass::Ok)
+}
+
+fn main(args: &'static str) -> u64 {
+    let mut t = Tally::default();
+    let tests: [(&str, fn() -> TestResult); 13] = [
+        ("fs_disk_is_listed", disk_is_listed),
+        ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
+        ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
+        ("fs_blk_round_trip", blk_round_trip),
+        ("fs_two_cores_use_one_disk", two_cores_use_one_disk),
+        ("fs_reads_every_file", reads_every_file),
+        ("fs_other_cores_read_too", other_cores_read_too),
+        ("fs_names_and_descriptors", names_and_descriptors),
+        ("fs_stat_from_the_name_cache", stat_from_the_name_cache),
+        ("fs_corrupt_superblock_is_refused", corrupt_superblock_is_refused),
+        ("fs_corrupt_directory_entry_is_an_error", corrupt_directory_entry_is_an_error),
+        ("fs_seeded_corruptions_never_panic", seeded_corruptions_never_panic),
+        ("fs_writes_survive_a_remount", writes_survive_a_remount),
+    ];
+    for (name, f) in tests {
+        if selected(args, name) {
+            t.record(name, f());
+        }
+    }
+    if let Err(e) = fs::unmount() {
+        println!("fstest: unmount: {e:?}");
+    }
+    if t.passed + t.failed == 0 {
+        println!("fstest: no test matched {args:?}");
+        return 1;
+    }
+    t.finish()
+}

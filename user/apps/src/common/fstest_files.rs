@@ -1,0 +1,47 @@
+//! The files of `fstest`'s disk image (issue 16), shared by the guest test (`fstest`, which
+//! checks them byte for byte) and the host (`cargo xtask test`, which writes them into a
+//! directory and makes the image with `cargo xtask fs mkimage`). Included with `#[path]`;
+//! `core` only. Sizes are chosen for 4 KiB blocks: direct blocks only, single-indirect, and
+//! double-indirect (past 12 + 1024 blocks), plus an empty file, a hole-free one-byte file and a
+//! 255-byte name.
+#![allow(dead_code)]
+
+/// (path, length, seed); seed 0 means the bytes are `HELLO`.
+pub const FILES: [(&str, usize, u8); 8] = [
+    ("/hello.txt", HELLO.len(), 0),
+    ("/empty", 0, 1),
+    ("/one", 1, 2),
+    ("/direct.bin", 40_000, 3),
+    ("/indirect.bin", 300_000, 4),
+    ("/double.bin", 4_300_123, 5),
+    ("/sub/inner.txt", 6, 6),
+    ("/sub/deeper/leaf", 5000, 7),
+];
+
+/// Files `fstest` writes (in `/guest`, which it makes), and the host then reads from the image
+/// with its own reader after `e2fsck -fn` found it clean. `/guest/big.bin` is written in odd
+/// pieces; `/guest/trunc.bin` is written at 300 000 bytes then truncated to its length here.
+pub const GUEST_FILES: [(&str, usize, u8); 4] = [
+    ("/guest/a.txt", 100, 21),
+    ("/guest/big.bin", 300_000, 22),
+    ("/guest/dir/deep.bin", 70_000, 23),
+    ("/guest/trunc.bin", 50_001, 24),
+];
+
+/// Names `fstest` makes and removes again: the host checks they are gone.
+pub const GUEST_GONE: [&str; 2] = ["/guest/gone.txt", "/guest/gonedir"];
+
+/// A file in `/sub` whose name is the longest ext2 allows.
+pub const LONG_NAME_LEN: usize = 255;
+pub const LONG_NAME_BYTE: u8 = b'n';
+
+pub const HELLO: &[u8] = b"hello from the host\n";
+
+/// Byte `i` of a file with `seed`.
+pub fn byte(seed: u8, i: usize) -> u8 {
+    if seed == 0 {
+        return HELLO.get(i).copied().unwrap_or(0);
+    }
+    let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed as u32 * 0x9E37);
+    (x >> 13) as u8 ^ (i >> 12) as u8
+}

@@ -1,0 +1,643 @@
+//! The ext2 on-disk format (revision 0 and 1, no journal): superblock, group descriptors,
+//! inodes, direct and indirect blocks, linear directories. Our own reader (and first writer),
+//! written for this system: it depends on `core` and `alloc` only and has no `unsafe`, so the
+//! very same file is compiled into the host tool (`xtask/src/fs`, `cargo xtask fs ls|cat`) and
+//! tested there against images made by `mke2fs -d`, corrupted ones included.
+//!
+//! **Nothing on the disk is trusted.** Every number read from it (block numbers, inode numbers,
+//! counts, sizes, directory record lengths) is bounds-checked before it is used as an index,
+//! offset or loop bound; a violation is `FsError::Corrupt` naming what was wrong, never a panic
+//! and never an unbounded loop. Features this code does not implement are refused at mount
+//! (`Unsupported`), or, for read-only-compatible ones, make the file system read-only.
+//!
+//! Layout reminders (all little-endian): the superblock is the 1024 bytes at byte 1024; the
+//! group descriptor table starts in the block after the superblock's (`first_data_block + 1`);
+//! inode `n` (from 1) is entry `(n - 1) % inodes_per_group` of group `(n - 1) /
+//! inodes_per_group`'s inode table; an inode maps its blocks through 12 direct pointers, then
+//! one single-, one double- and one triple-indirect block; a directory is a list of records
+//! `(inode u32, rec_len u16, name_len u8, file_type u8, name)` that never cross a block.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// What can go wrong, for the library calls above this layer too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsError {
+    /// The device failed a request.
+    Io,
+    /// The image says something impossible (what, in words).
+    Corrupt(&'static str),
+    /// The image uses something this implementation does not (what, in words).
+    Unsupported(&'static str),
+    NotFound,
+    NotDir,
+    IsDir,
+    NameTooLong,
+    InvalidArgument,
+    NoSpace,
+    Exists,
+    NotEmpty,
+    BadDescriptor,
+    ReadOnly,
+    NoMemory,
+    /// No disk, or it is used by someone else.
+    NoDevice,
+    /// More than `MAX_SYMLINK_HOPS` symbolic links on one path (a loop).
+    TooManyLinks,
+}
+
+impl FsError {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FsError::Io => "I/O error",
+            FsError::Corrupt(w) => w,
+            FsError::Unsupported(w) => w,
+            FsError::NotFound => "no such file or directory",
+            FsError::NotDir => "not a directory",
+            FsError::IsDir => "is a directory",
+            FsError::NameTooLong => "name too long",
+            FsError::InvalidArgument => "invalid argument",
+            FsError::NoSpace => "no space left on device",
+            FsError::Exists => "file exists",
+            FsError::NotEmpty => "directory not empty",
+            FsError::BadDescriptor => "bad file descriptor",
+            FsError::ReadOnly => "read-only file system",
+            FsError::NoMemory => "out of memory",
+            FsError::NoDevice => "no disk",
+            FsError::TooManyLinks => "too many levels of symbolic links",
+        }
+    }
+
+    /// A short class name for messages ("corrupt", "unsupported", ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FsError::Corrupt(_) => "corrupt image",
+            FsError::Unsupported(_) => "unsupported",
+            _ => "error",
+        }
+    }
+}
+
+pub type Result<T> = core::result::Result<T, FsError>;
+
+/// The device under the file system, addressed in bytes. The file system reads single inodes
+/// (128 bytes), block pointers (4 bytes) and file data straight into the caller's buffer, and
+/// patches group descriptors in place (32 bytes): an implementation handles any byte range
+/// inside the device (the buffer cache copies only the bytes asked for).
+pub trait Disk {
+    fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<()>;
+    fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<()>;
+    /// Bytes on the device.
+    fn size(&self) -> u64;
+}
+
+pub const MAGIC: u16 = 0xEF53;
+pub const ROOT_INO: u32 = 2;
+pub const NAME_MAX: usize = 255;
+/// Most symbolic links followed while resolving one path.
+pub const MAX_SYMLINK_HOPS: u32 = 8;
+/// A symbolic link whose target fits in the block pointers (below 60 bytes) keeps it there.
+pub const FAST_SYMLINK_MAX: usize = 59;
+/// Most bytes of a directory this code reads (bounds the work a corrupt size can cause).
+pub const DIR_MAX_BYTES: u64 = 64 << 20;
+
+pub const S_IFMT: u16 = 0xF000;
+pub const S_IFREG: u16 = 0x8000;
+pub const S_IFDIR: u16 = 0x4000;
+pub const S_IFLNK: u16 = 0xA000;
+
+/// incompat: directory entries carry a file type.
+pub const INCOMPAT_FILETYPE: u32 = 0x0002;
+/// ro_compat features we understand: sparse superblocks, files over 2 GiB, (unused) btree dirs.
+pub const RO_COMPAT_KNOWN: u32 = 0x0001 | 0x0002 | 0x0004;
+pub const RO_COMPAT_LARGE_FILE: u32 = 0x0002;
+/// compat dir_index: directories may carry an htree index (readable linearly; a writer must
+/// clear the directory's index flag, which is what `write` support will do).
+pub const COMPAT_DIR_INDEX: u32 = 0x0020;
+pub const INODE_INDEX_FL: u32 = 0x1000;
+
+pub(crate) fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The superblock fields this code uses.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Superblock {
+    pub inodes_count: u32,
+    pub blocks_count: u32,
+    pub r_blocks_count: u32,
+    pub free_blocks_count: u32,
+    pub free_inodes_count: u32,
+    pub first_data_block: u32,
+    pub log_block_size: u32,
+    pub blocks_per_group: u32,
+    pub inodes_per_group: u32,
+    pub wtime: u32,
+    pub state: u16,
+    pub rev_level: u32,
+    pub first_ino: u32,
+    pub inode_size: u16,
+    pub feature_compat: u32,
+    pub feature_incompat: u32,
+    pub feature_ro_compat: u32,
+    pub volume_name: [u8; 16],
+}
+
+impl Superblock {
+    /// Parse and check the 1024 superblock bytes against a device of `dev_bytes` bytes.
+    pub fn parse(b: &[u8], dev_bytes: u64) -> Result<Superblock> {
+        if b.len() < 1024 {
+            return Err(FsError::Corrupt("superblock: short"));
+        }
+        if le16(b, 56) != MAGIC {
+            return Err(FsError::Corrupt("superblock: bad magic (not ext2)"));
+        }
+        let mut sb = Superblock {
+            inodes_count: le32(b, 0),
+            blocks_count: le32(b, 4),
+            r_blocks_count: le32(b, 8),
+            free_blocks_count: le32(b, 12),
+            free_inodes_count: le32(b, 16),
+            first_data_block: le32(b, 20),
+            log_block_size: le32(b, 24),
+            blocks_per_group: le32(b, 32),
+            inodes_per_group: le32(b, 40),
+            state: le16(b, 58),
+            rev_level: le32(b, 76),
+            wtime: le32(b, 48),
+            first_ino: 11,
+            inode_size: 128,
+            ..Default::default()
+        };
+        if sb.rev_level > 1 {
+            return Err(FsError::Unsupported("superblock: revision above 1"));
+        }
+        if sb.rev_level == 1 {
+            sb.first_ino = le32(b, 84);
+            sb.inode_size = le16(b, 88);
+            sb.feature_compat = le32(b, 92);
+            sb.feature_incompat = le32(b, 96);
+            sb.feature_ro_compat = le32(b, 100);
+            sb.volume_name.copy_from_slice(&b[120..136]);
+        }
+        if sb.log_block_size > 6 {
+            return Err(FsError::Corrupt("superblock: block size above 64 KiB"));
+        }
+        let bs = sb.block_size();
+        if sb.feature_incompat & !INCOMPAT_FILETYPE != 0 {
+            return Err(FsError::Unsupported("superblock: incompatible features (journal, extents, 64bit, meta_bg, ...)"));
+        }
+        if sb.first_data_block != if bs == 1024 { 1 } else { 0 } {
+            return Err(FsError::Corrupt("superblock: first data block does not match the block size"));
+        }
+        if sb.blocks_per_group == 0 || sb.blocks_per_group as u64 > 8 * bs {
+            return Err(FsError::Corrupt("superblock: blocks per group out of range"));
+        }
+        if sb.inodes_per_group == 0 || sb.inodes_per_group as u64 > 8 * bs {
+            return Err(FsError::Corrupt("superblock: inodes per group out of range"));
+        }
+        if sb.blocks_count <= sb.first_data_block + 1 {
+            return Err(FsError::Corrupt("superblock: too few blocks"));
+        }
+        if sb.blocks_count as u64 * bs > dev_bytes {
+            return Err(FsError::Corrupt("superblock: the file system is larger than the device"));
+        }
+        let is = sb.inode_size as u64;
+        if is < 128 || !is.is_power_of_two() || is > bs {
+            return Err(FsError::Corrupt("superblock: inode size out of range"));
+        }
+        let groups = sb.groups();
+        if sb.inodes_count as u64 > groups * sb.inodes_per_group as u64 || sb.inodes_count < ROOT_INO {
+            return Err(FsError::Corrupt("superblock: inode count past the inode tables"));
+        }
+        if sb.first_ino < 3 || sb.first_ino > sb.inodes_count {
+            return Err(FsError::Corrupt("superblock: first inode out of range"));
+        }
+        // The descriptor table must fit between the superblock and the first group's end.
+        if (groups * 32).div_ceil(bs) >= sb.blocks_per_group as u64 {
+            return Err(FsError::Corrupt("superblock: group descriptor table larger than a group"));
+        }
+        Ok(sb)
+    }
+
+    pub fn block_size(&self) -> u64 {
+        1024u64 << self.log_block_size
+    }
+
+    pub fn groups(&self) -> u64 {
+        ((self.blocks_count - self.first_data_block) as u64).div_ceil(self.blocks_per_group as u64)
+    }
+
+    /// Whether this code may write the file system: it understands every ro_compat feature,
+    /// and blocks are below 64 KiB (whose record lengths need an encoding not written here).
+    pub fn writable(&self) -> bool {
+        self.feature_ro_compat & !RO_COMPAT_KNOWN == 0 && self.block_size() < 65536
+    }
+}
+
+/// One block group's descriptor.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Group {
+    pub block_bitmap: u32,
+    pub inode_bitmap: u32,
+    pub inode_table: u32,
+    pub free_blocks: u16,
+    pub free_inodes: u16,
+    pub used_dirs: u16,
+}
+
+/// An inode: the fields this code uses, and its raw bytes (the first 128) for writing back.
+#[derive(Clone, Copy, Debug)]
+pub struct Inode {
+    pub ino: u32,
+    pub mode: u16,
+    pub uid: u16,
+    pub gid: u16,
+    pub size: u64,
+    pub atime: u32,
+    pub ctime: u32,
+    pub mtime: u32,
+    pub links: u16,
+    /// 512-byte units allocated (data and indirect blocks).
+    pub blocks512: u32,
+    pub flags: u32,
+    pub block: [u32; 15],
+    pub raw: [u8; 128],
+}
+
+impl Inode {
+    pub fn is_dir(&self) -> bool {
+        self.mode & S_IFMT == S_IFDIR
+    }
+    pub fn is_reg(&self) -> bool {
+        self.mode & S_IFMT == S_IFREG
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.mode & S_IFMT == S_IFLNK
+    }
+}
+
+/// A directory entry as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: u32,
+    pub file_type: u8,
+    pub name: Vec<u8>,
+}
+
+/// `file_type` values in directory entries.
+pub const FT_REG: u8 = 1;
+pub const FT_DIR: u8 = 2;
+pub const FT_SYMLINK: u8 = 7;
+
+/// What `stat` reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stat {
+    pub ino: u32,
+    pub mode: u16,
+    pub links: u16,
+    pub uid: u16,
+    pub gid: u16,
+    pub size: u64,
+    pub blocks512: u32,
+    pub mtime: u32,
+}
+
+/// A mounted ext2 file system over a `Disk`.
+pub struct Ext2<D: Disk> {
+    pub dev: D,
+    pub sb: Superblock,
+    pub bs: u64,
+    pub groups: Vec<Group>,
+    /// A block-sized scratch buffer (reads of metadata go through it).
+    pub(crate) scratch: Vec<u8>,
+    /// Data blocks written since the last sync (they go to the disk before the metadata).
+    pub(crate) dirty_data: alloc::collections::BTreeSet<u64>,
+}
+
+impl<D: Disk> Ext2<D> {
+    /// Read and check the superblock and the group descriptors.
+    pub fn mount(mut dev: D) -> Result<Ext2<D>> {
+        let mut sbb = vec![0u8; 1024];
+        if dev.size() < 2048 {
+            return Err(FsError::Corrupt("device too small for a superblock"));
+        }
+        dev.read_at(1024, &mut sbb)?;
+        let sb = Superblock::parse(&sbb, dev.size())?;
+        let bs = sb.block_size();
+        let ngroups = sb.groups();
+        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), scratch: vec![0u8; bs as usize], dirty_data: Default::default() };
+        let gdt_block = sb.first_data_block as u64 + 1;
+        let gdt_blocks = (ngroups * 32).div_ceil(bs);
+        let mut gdt = vec![0u8; (gdt_blocks * bs) as usize];
+        fs.dev.read_at(gdt_block * bs, &mut gdt)?;
+        let itable_blocks = (sb.inodes_per_group as u64 * sb.inode_size as u64).div_ceil(bs);
+        for g in 0..ngroups as usize {
+            let d = &gdt[g * 32..g * 32 + 32];
+            let grp = Group {
+                block_bitmap: le32(d, 0),
+                inode_bitmap: le32(d, 4),
+                inode_table: le32(d, 8),
+                free_blocks: le16(d, 12),
+                free_inodes: le16(d, 14),
+                used_dirs: le16(d, 16),
+            };
+            let inside = |b: u64, n: u64| b >= gdt_block && b.checked_add(n).is_some_and(|e| e <= sb.blocks_count as u64);
+            if !inside(grp.block_bitmap as u64, 1) || !inside(grp.inode_bitmap as u64, 1) || !inside(grp.inode_table as u64, itable_blocks) {
+                return Err(FsError::Corrupt("group descriptor: bitmap or inode table outside the file system"));
+            }
+            fs.groups.push(grp);
+        }
+        let root = fs.inode(ROOT_INO)?;
+        if !root.is_dir() {
+            return Err(FsError::Corrupt("root inode is not a directory"));
+        }
+        Ok(fs)
+    }
+
+    /// Read block `b` (checked to be inside the file system) into `buf`.
+    pub fn read_block(&mut self, b: u64, buf: &mut [u8]) -> Result<()> {
+        if b >= self.sb.blocks_count as u64 {
+            return Err(FsError::Corrupt("block number past the end of the file system"));
+        }
+        self.dev.read_at(b * self.bs, &mut buf[..self.bs as usize])
+    }
+
+    /// Where inode `ino` is: (block, byte offset in it).
+    pub(crate) fn inode_pos(&self, ino: u32) -> Result<(u64, usize)> {
+        if ino == 0 || ino > self.sb.inodes_count {
+            return Err(FsError::Corrupt("inode number out of range"));
+        }
+        let idx = (ino - 1) as u64;
+        let g = (idx / self.sb.inodes_per_group as u64) as usize;
+        let slot = idx % self.sb.inodes_per_group as u64;
+        let grp = self.groups.get(g).ok_or(FsError::Corrupt("inode in a group that does not exist"))?;
+        let byte = slot * self.sb.inode_size as u64;
+        Ok((grp.inode_table as u64 + byte / self.bs, (byte % self.bs) as usize))
+    }
+
+    pub fn inode(&mut self, ino: u32) -> Result<Inode> {
+        let (blk, at) = self.inode_pos(ino)?;
+        if blk >= self.sb.blocks_count as u64 {
+            return Err(FsError::Corrupt("inode table past the end of the file system"));
+        }
+        // Only the inode's bytes: the cache copies 128 bytes, not the block.
+        let mut raw = [0u8; 128];
+        self.dev.read_at(blk * self.bs + at as u64, &mut raw)?;
+        let mode = le16(&raw, 0);
+        let mut size = le32(&raw, 4) as u64;
+        if mode & S_IFMT == S_IFREG {
+            size |= (le32(&raw, 108) as u64) << 32;
+        }
+        let mut block = [0u32; 15];
+        for (i, b) in block.iter_mut().enumerate() {
+            *b = le32(&raw, 40 + 4 * i);
+        }
+        Ok(Inode {
+            ino,
+            mode,
+            uid: le16(&raw, 2),
+            gid: le16(&raw, 24),
+            size,
+            atime: le32(&raw, 8),
+            ctime: le32(&raw, 12),
+            mtime: le32(&raw, 16),
+            links: le16(&raw, 26),
+            blocks512: le32(&raw, 28),
+            flags: le32(&raw, 32),
+            block,
+            raw,
+        })
+    }
+
+    /// Check a block pointer read from the disk (0 is a hole).
+    pub(crate) fn check_ptr(&self, p: u32) -> Result<u64> {
+        if p != 0 && (p < self.sb.first_data_block || p >= self.sb.blocks_count) {
+            return Err(FsError::Corrupt("block pointer outside the file system"));
+        }
+        Ok(p as u64)
+    }
+
+    /// Pointer `i` of indirect block `b`.
+    pub(crate) fn indirect(&mut self, b: u64, i: u64) -> Result<u64> {
+        if b >= self.sb.blocks_count as u64 || i >= self.bs / 4 {
+            return Err(FsError::Corrupt("block number past the end of the file system"));
+        }
+        // Only the pointer's 4 bytes, not the whole indirect block.
+        let mut p = [0u8; 4];
+        self.dev.read_at(b * self.bs + i * 4, &mut p)?;
+        self.check_ptr(u32::from_le_bytes(p))
+    }
+
+    /// The block holding logical block `lblk` of `ino` (0: a hole).
+    pub fn bmap(&mut self, ino: &Inode, lblk: u64) -> Result<u64> {
+        let p = self.bs / 4;
+        if lblk < 12 {
+            return self.check_ptr(ino.block[lblk as usize]);
+        }
+        let mut l = lblk - 12;
+        if l < p {
+            let b = self.check_ptr(ino.block[12])?;
+            return if b == 0 { Ok(0) } else { self.indirect(b, l) };
+        }
+        l -= p;
+        if l < p * p {
+            let b = self.check_ptr(ino.block[13])?;
+            if b == 0 {
+                return Ok(0);
+            }
+            let b = self.indirect(b, l / p)?;
+            return if b == 0 { Ok(0) } else { self.indirect(b, l % p) };
+        }
+        l -= p * p;
+        if l < p * p * p {
+            let b = self.check_ptr(ino.block[14])?;
+            if b == 0 {
+                return Ok(0);
+            }
+            let b = self.indirect(b, l / (p * p))?;
+            if b == 0 {
+                return Ok(0);
+            }
+            let b = self.indirect(b, (l / p) % p)?;
+            return if b == 0 { Ok(0) } else { self.indirect(b, l % p) };
+        }
+        Err(FsError::Corrupt("file offset beyond the triple-indirect block"))
+    }
+
+    /// Read up to `buf.len()` bytes of `ino` from byte `off`; returns how many (0 at the end).
+    pub fn read(&mut self, ino: &Inode, off: u64, buf: &mut [u8]) -> Result<usize> {
+        if off >= ino.size {
+            return Ok(0);
+        }
+        let want = ((ino.size - off).min(buf.len() as u64)) as usize;
+        let mut done = 0usize;
+        while done < want {
+            let pos = off + done as u64;
+            let lblk = pos / self.bs;
+            let in_blk = (pos % self.bs) as usize;
+            let n = (want - done).min(self.bs as usize - in_blk);
+            let b = self.bmap(ino, lblk)?;
+            if b == 0 {
+                buf[done..done + n].fill(0);
+            } else {
+                if b >= self.sb.blocks_count as u64 {
+                    return Err(FsError::Corrupt("block number past the end of the file system"));
+                }
+                // Straight from the cache into the caller's buffer.
+                self.dev.read_at(b * self.bs + in_blk as u64, &mut buf[done..done + n])?;
+            }
+            done += n;
+        }
+        Ok(done)
+    }
+
+    /// Call `f` for every live entry of directory `dir` until it returns `Some`.
+    pub fn scan_dir<R>(&mut self, dir: &Inode, mut f: impl FnMut(u32, u8, &[u8]) -> Option<R>) -> Result<Option<R>> {
+        if !dir.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        if dir.size > DIR_MAX_BYTES {
+            return Err(FsError::Corrupt("directory larger than this implementation reads"));
+        }
+        let nblocks = dir.size.div_ceil(self.bs);
+        let mut blk = vec![0u8; self.bs as usize];
+        for l in 0..nblocks {
+            let b = self.bmap(dir, l)?;
+            if b == 0 {
+                return Err(FsError::Corrupt("directory with a hole"));
+            }
+            self.read_block(b, &mut blk)?;
+            let mut at = 0usize;
+            while at < blk.len() {
+                if blk.len() - at < 8 {
+                    return Err(FsError::Corrupt("directory entry crosses the block end"));
+                }
+                let ino = le32(&blk, at);
+                let rec_len = le16(&blk, at + 4) as usize;
+                let name_len = blk[at + 6] as usize;
+                let ft = blk[at + 7];
+                if rec_len < 8 || !rec_len.is_multiple_of(4) || at + rec_len > blk.len() || 8 + name_len > rec_len {
+                    return Err(FsError::Corrupt("directory entry with an impossible length"));
+                }
+                if ino > self.sb.inodes_count {
+                    return Err(FsError::Corrupt("directory entry names an inode out of range"));
+                }
+                if ino != 0 && name_len > 0 {
+                    if let Some(r) = f(ino, ft, &blk[at + 8..at + 8 + name_len]) {
+                        return Ok(Some(r));
+                    }
+                }
+                at += rec_len;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every entry of directory `dir` (including `.` and `..`).
+    pub fn read_dir(&mut self, dir: &Inode) -> Result<Vec<DirEntry>> {
+        let mut v = Vec::new();
+        self.scan_dir(dir, |ino, ft, name| {
+            v.push(DirEntry { ino, file_type: ft, name: name.to_vec() });
+            None::<()>
+        })?;
+        Ok(v)
+    }
+
+    /// The inode number `name` has in directory `dir`.
+    pub fn lookup(&mut self, dir: &Inode, name: &[u8]) -> Result<u32> {
+        if name.len() > NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        self.scan_dir(dir, |ino, _, n| (n == name).then_some(ino))?.ok_or(FsError::NotFound)
+    }
+
+    /// Whether `ino` is a symbolic link whose target is stored in its block pointers.
+    pub fn is_fast_symlink(&self, ino: &Inode) -> bool {
+        let acl_blocks = if le32(&ino.raw, 104) != 0 { (self.bs / 512) as u32 } else { 0 };
+        ino.is_symlink() && ino.size <= FAST_SYMLINK_MAX as u64 && ino.blocks512 == acl_blocks
+    }
+
+    /// The target of symbolic link `ino`.
+    pub fn read_link(&mut self, ino: &Inode) -> Result<Vec<u8>> {
+        if !ino.is_symlink() {
+            return Err(FsError::InvalidArgument);
+        }
+        if ino.size == 0 || ino.size > self.bs.min(4096) {
+            return Err(FsError::Corrupt("symbolic link of an impossible length"));
+        }
+        if self.is_fast_symlink(ino) {
+            return Ok(ino.raw[40..40 + ino.size as usize].to_vec());
+        }
+        let mut v = vec![0u8; ino.size as usize];
+        let n = self.read(ino, 0, &mut v)?;
+        v.truncate(n);
+        Ok(v)
+    }
+
+    /// The inode a path names (absolute or relative to the root; `.`, `..` and repeated `/`
+    /// as usual; `..` at the root stays at the root), following symbolic links (at most
+    /// `MAX_SYMLINK_HOPS`; a relative target is taken from the link's directory).
+    pub fn resolve(&mut self, path: &[u8]) -> Result<Inode> {
+        self.resolve_at(path, true)
+    }
+
+    /// `resolve`, but a symbolic link as the last component is returned itself (`lstat`).
+    pub fn resolve_nofollow(&mut self, path: &[u8]) -> Result<Inode> {
+        self.resolve_at(path, false)
+    }
+
+    fn resolve_at(&mut self, path: &[u8], follow_last: bool) -> Result<Inode> {
+        let mut cur = self.inode(ROOT_INO)?;
+        // The path still to walk (owned: a link's target is spliced in front of the rest).
+        let mut rest: Vec<u8> = path.to_vec();
+        let mut hops = 0u32;
+        loop {
+            let trimmed = rest.iter().position(|&c| c != b'/').unwrap_or(rest.len());
+            rest.drain(..trimmed);
+            if rest.is_empty() {
+                return Ok(cur);
+            }
+            let end = rest.iter().position(|&c| c == b'/').unwrap_or(rest.len());
+            let comp: Vec<u8> = rest[..end].to_vec();
+            rest.drain(..end);
+            if comp == b"." {
+                continue;
+            }
+            if !cur.is_dir() {
+                return Err(FsError::NotDir);
+            }
+            let ino = self.lookup(&cur, &comp)?;
+            let next = self.inode(ino)?;
+            let last = rest.iter().all(|&c| c == b'/');
+            if next.is_symlink() && (!last || follow_last) {
+                hops += 1;
+                if hops > MAX_SYMLINK_HOPS {
+                    return Err(FsError::TooManyLinks);
+                }
+                let target = self.read_link(&next)?;
+                if target.first() == Some(&b'/') {
+                    cur = self.inode(ROOT_INO)?;
+                }
+                let mut spliced = target;
+                spliced.push(b'/');
+                spliced.extend_from_slice(&rest);
+                rest = spliced;
+                continue;
+            }
+            cur = next;
+        }
+    }
+
+    pub fn stat_of(ino: &Inode) -> Stat {
+        Stat { ino: ino.ino, mode: ino.mode, links: ino.links, uid: ino.uid, gid: ino.gid, size: ino.size, blocks512: ino.blocks512, mtime: ino.mtime }
+    }
+
+    /// Free and total blocks, free and total inodes (for `df`).
+    pub fn usage(&self) -> (u64, u64, u64, u64) {
+        (self.sb.free_blocks_count as u64, self.sb.blocks_count as u64, self.sb.free_inodes_count as u64, self.sb.inodes_count as u64)
+    }
+}

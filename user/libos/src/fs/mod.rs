@@ -1,0 +1,419 @@
+//! Files (issue 16; docs/fs.md): POSIX-shaped library calls over an ext2 file system on the
+//! first virtio-blk disk.
+//!
+//! | layer | file |
+//! | --- | --- |
+//! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `rename`, `symlink`, `readlink`, `lstat`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
+//! | ext2 on-disk format (our own; also compiled into `cargo xtask fs`): reading | `ext2.rs` |
+//! | ext2 writing: allocation, block maps, directories | `ext2_write.rs` |
+//! | the lock-free path-name cache behind `stat` | `names.rs` |
+//! | buffer cache and block device object client | `disk.rs` |
+//! | the device object | kernel `dev/blk.rs`, contract `abi/src/blk.rs` |
+//!
+//! **First version.** One mounted file system per process, under one MCS lock (`FS`), with a
+//! per-process buffer cache. Descriptors here are indexes into this module's own table of open
+//! files (`Fd`), not yet slots of the `fd` module's tables; the issue's lock-free name cache,
+//! shared buffer cache and per-core open-file lists are not built yet (docs/fs.md says what is
+//! missing). A context that uses the file system on another core maps the request segment
+//! there on first use.
+
+pub mod disk;
+pub mod ext2;
+pub mod ext2_write;
+pub mod names;
+
+use alloc::vec::Vec;
+
+use crate::thread::Mutex;
+use disk::{BlockDevice, Cache, CacheStats};
+use ext2::{Ext2, Inode};
+pub use ext2::{DirEntry, FsError, Stat, FT_DIR, FT_REG, S_IFDIR, S_IFMT, S_IFREG};
+
+pub type Result<T> = core::result::Result<T, FsError>;
+
+/// Open flags (Linux's values).
+pub const O_RDONLY: u32 = 0;
+pub const O_WRONLY: u32 = 1;
+pub const O_RDWR: u32 = 2;
+pub const O_ACCMODE: u32 = 3;
+pub const O_CREAT: u32 = 0x40;
+pub const O_EXCL: u32 = 0x80;
+pub const O_TRUNC: u32 = 0x200;
+pub const O_APPEND: u32 = 0x400;
+
+/// `lseek` origins.
+pub const SEEK_SET: u32 = 0;
+pub const SEEK_CUR: u32 = 1;
+pub const SEEK_END: u32 = 2;
+
+/// Most files open at once in one process.
+pub const MAX_OPEN: usize = 256;
+
+/// A descriptor of this module's open-file table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fd(pub u32);
+
+struct OpenFile {
+    ino: u32,
+    off: u64,
+    flags: u32,
+}
+
+struct Mounted {
+    fs: Ext2<Cache>,
+    files: Vec<Option<OpenFile>>,
+}
+
+static FS: Mutex<Option<Mounted>> = Mutex::new(None);
+
+fn with<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
+    let mut g = FS.lock();
+    let m = g.as_mut().ok_or(FsError::NoDevice)?;
+    f(m)
+}
+
+/// `with` for a call that may change names or attributes: the name cache is emptied around it
+/// (`names`: why that keeps lock-free `stat` right).
+fn with_change<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
+    let mut g = FS.lock();
+    let m = g.as_mut().ok_or(FsError::NoDevice)?;
+    names::NAMES.begin_change();
+    let r = f(m);
+    names::NAMES.end_change();
+    r
+}
+
+/// Mount the ext2 file system on the first disk (a block device object and its request
+/// segment in the process share). `NoDevice` without a disk or when another process holds it.
+pub fn mount() -> Result<()> {
+    let mut g = FS.lock();
+    if g.is_some() {
+        return Ok(());
+    }
+    let dev = BlockDevice::open(crate::process::proc_share()).map_err(|e| match e {
+        abi::Error::NoMemory => FsError::NoMemory,
+        _ => FsError::NoDevice,
+    })?;
+    // On an error the cache (and with it the device object) is dropped, which frees both.
+    let fs = Ext2::mount(Cache::new(dev))?;
+    names::NAMES.begin_change();
+    *g = Some(Mounted { fs, files: Vec::new() });
+    names::NAMES.end_change();
+    Ok(())
+}
+
+pub fn mounted() -> bool {
+    FS.lock().is_some()
+}
+
+/// Write everything back, then free the device object. Open descriptors become invalid.
+pub fn unmount() -> Result<()> {
+    let mut g = FS.lock();
+    let Some(m) = g.as_mut() else { return Ok(()) };
+    let r = sync_ordered(m);
+    names::NAMES.begin_change();
+    *g = None;
+    names::NAMES.end_change();
+    r
+}
+
+fn file(m: &mut Mounted, fd: Fd) -> Result<&mut OpenFile> {
+    m.files.get_mut(fd.0 as usize).and_then(|f| f.as_mut()).ok_or(FsError::BadDescriptor)
+}
+
+/// Open `path`: `O_RDONLY`, `O_WRONLY` or `O_RDWR`, with `O_CREAT` (a new empty file, mode
+/// 0644), `O_EXCL` (with `O_CREAT`: `Exists` if it is there), `O_TRUNC`, `O_APPEND`. A
+/// directory opens read-only (for `fstat`); writing one is `IsDir`.
+pub fn open(path: &str, flags: u32) -> Result<Fd> {
+    let body = |m: &mut Mounted| {
+        let acc = flags & O_ACCMODE;
+        if acc == 3 || flags & !(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND) != 0 {
+            return Err(FsError::InvalidArgument);
+        }
+        let mut ino = match m.fs.resolve(path.as_bytes()) {
+            Ok(_) if flags & O_CREAT != 0 && flags & O_EXCL != 0 => return Err(FsError::Exists),
+            Ok(i) => i,
+            Err(FsError::NotFound) if flags & O_CREAT != 0 => m.fs.create(path.as_bytes(), 0o644)?,
+            Err(e) => return Err(e),
+        };
+        if ino.is_dir() && (acc != O_RDONLY || flags & O_TRUNC != 0) {
+            return Err(FsError::IsDir);
+        }
+        if flags & O_TRUNC != 0 && acc != O_RDONLY && ino.size != 0 {
+            m.fs.truncate(&mut ino, 0)?;
+        }
+        let slot = match m.files.iter().position(|f| f.is_none()) {
+            Some(i) => i,
+            None if m.files.len() < MAX_OPEN => {
+                m.files.push(None);
+                m.files.len() - 1
+            }
+            None => return Err(FsError::NoMemory),
+        };
+        m.files[slot] = Some(OpenFile { ino: ino.ino, off: 0, flags });
+        Ok(Fd(slot as u32))
+    };
+    if flags & (O_CREAT | O_TRUNC) != 0 {
+        with_change(body)
+    } else {
+        with(body)
+    }
+}
+
+pub fn close(fd: Fd) -> Result<()> {
+    with(|m| {
+        let f = m.files.get_mut(fd.0 as usize).ok_or(FsError::BadDescriptor)?;
+        f.take().map(|_| ()).ok_or(FsError::BadDescriptor)
+    })
+}
+
+fn inode_of(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64)> {
+    let (ino, off) = {
+        let f = file(m, fd)?;
+        (f.ino, f.off)
+    };
+    Ok((m.fs.inode(ino)?, off))
+}
+
+/// Read from the descriptor's offset, advancing it. 0 at the end of the file.
+pub fn read(fd: Fd, buf: &mut [u8]) -> Result<usize> {
+    with(|m| {
+        let (ino, off) = inode_of(m, fd)?;
+        if ino.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        let n = m.fs.read(&ino, off, buf)?;
+        file(m, fd)?.off = off + n as u64;
+        Ok(n)
+    })
+}
+
+/// Read at `off` without moving the descriptor's offset.
+pub fn pread(fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
+    with(|m| {
+        let (ino, _) = inode_of(m, fd)?;
+        if ino.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        m.fs.read(&ino, off, buf)
+    })
+}
+
+fn writable_file(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64, u32)> {
+    let (ino, off, flags) = {
+        let f = file(m, fd)?;
+        (f.ino, f.off, f.flags)
+    };
+    if flags & O_ACCMODE == O_RDONLY {
+        return Err(FsError::BadDescriptor);
+    }
+    Ok((m.fs.inode(ino)?, off, flags))
+}
+
+/// Write at the descriptor's offset (at the end with `O_APPEND`), advancing it. Fewer bytes
+/// than asked only when the disk filled up after some were written; `NoSpace` if none were.
+pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
+    with_change(|m| {
+        let (mut ino, off, flags) = writable_file(m, fd)?;
+        let at = if flags & O_APPEND != 0 { ino.size } else { off };
+        let n = m.fs.write(&mut ino, at, buf)?;
+        file(m, fd)?.off = at + n as u64;
+        Ok(n)
+    })
+}
+
+/// Write at `off` without moving the descriptor's offset.
+pub fn pwrite(fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
+    with_change(|m| {
+        let (mut ino, _, _) = writable_file(m, fd)?;
+        m.fs.write(&mut ino, off, buf)
+    })
+}
+
+/// Set the size of an open file (shrinking frees blocks; growing leaves a hole).
+pub fn ftruncate(fd: Fd, size: u64) -> Result<()> {
+    with_change(|m| {
+        let (mut ino, _, _) = writable_file(m, fd)?;
+        m.fs.truncate(&mut ino, size)
+    })
+}
+
+pub fn truncate(path: &str, size: u64) -> Result<()> {
+    with_change(|m| {
+        let mut ino = m.fs.resolve(path.as_bytes())?;
+        m.fs.truncate(&mut ino, size)
+    })
+}
+
+pub fn mkdir(path: &str) -> Result<()> {
+    with_change(|m| m.fs.mkdir(path.as_bytes(), 0o755).map(|_| ()))
+}
+
+pub fn rmdir(path: &str) -> Result<()> {
+    with_change(|m| m.fs.rmdir(path.as_bytes()))
+}
+
+/// Remove a name. The blocks of a file whose last name goes are freed at once, even if it is
+/// still open here (no orphan list yet): its descriptors then read a freed inode's zero size.
+pub fn unlink(path: &str) -> Result<()> {
+    with_change(|m| m.fs.unlink(path.as_bytes()))
+}
+
+/// Rename (replacing a file by a file, or an empty directory by a directory).
+pub fn rename(old: &str, new: &str) -> Result<()> {
+    with_change(|m| m.fs.rename(old.as_bytes(), new.as_bytes()))
+}
+
+/// A second name for a file.
+pub fn link(existing: &str, new: &str) -> Result<()> {
+    with_change(|m| m.fs.link(existing.as_bytes(), new.as_bytes()))
+}
+
+/// Make a file's data and the metadata naming it durable. First version: the whole file
+/// system is synced (in the same order as `sync`).
+pub fn fsync(fd: Fd) -> Result<()> {
+    with(|m| {
+        file(m, fd)?;
+        sync_ordered(m)
+    })
+}
+
+/// Ordered write-back: the data blocks written since the last sync, a flush, then the
+/// metadata (bitmaps, inodes, directories, descriptors, superblock), a flush. A crash in
+/// between leaves written data that no inode names yet (e2fsck -fy frees it), never an inode
+/// naming blocks that were not written.
+fn sync_ordered(m: &mut Mounted) -> Result<()> {
+    let bs = m.fs.bs;
+    let data: Vec<u64> = m.fs.dirty_data.iter().copied().collect();
+    for b in data {
+        m.fs.dev.sync_range(b * bs, bs)?;
+    }
+    m.fs.dev.flush()?;
+    m.fs.dirty_data.clear();
+    m.fs.dev.sync()
+}
+
+/// Move the offset; returns the new one. A negative result is `InvalidArgument`.
+pub fn lseek(fd: Fd, off: i64, whence: u32) -> Result<u64> {
+    with(|m| {
+        let (ino, cur) = inode_of(m, fd)?;
+        let base = match whence {
+            SEEK_SET => 0,
+            SEEK_CUR => cur,
+            SEEK_END => ino.size,
+            _ => return Err(FsError::InvalidArgument),
+        };
+        let new = (base as i64).checked_add(off).filter(|v| *v >= 0).ok_or(FsError::InvalidArgument)? as u64;
+        file(m, fd)?.off = new;
+        Ok(new)
+    })
+}
+
+pub fn fstat(fd: Fd) -> Result<Stat> {
+    with(|m| {
+        let (ino, _) = inode_of(m, fd)?;
+        Ok(Ext2::<Cache>::stat_of(&ino))
+    })
+}
+
+/// `stat` of a path: from the name cache without a lock when it was looked up before and
+/// nothing changed since (`names`), else a walk under the lock that fills the cache.
+pub fn stat(path: &str) -> Result<Stat> {
+    if let Some(st) = names::NAMES.lookup(path.as_bytes()) {
+        return Ok(st);
+    }
+    with(|m| {
+        let ino = m.fs.resolve(path.as_bytes())?;
+        let st = Ext2::<Cache>::stat_of(&ino);
+        names::NAMES.insert(path.as_bytes(), &st);
+        Ok(st)
+    })
+}
+
+/// `stat` of a path whose last component, if a symbolic link, is not followed.
+pub fn lstat(path: &str) -> Result<Stat> {
+    with(|m| {
+        let ino = m.fs.resolve_nofollow(path.as_bytes())?;
+        Ok(Ext2::<Cache>::stat_of(&ino))
+    })
+}
+
+/// The target of the symbolic link `path`.
+pub fn readlink(path: &str) -> Result<Vec<u8>> {
+    with(|m| {
+        let ino = m.fs.resolve_nofollow(path.as_bytes())?;
+        m.fs.read_link(&ino)
+    })
+}
+
+/// Make `path` a symbolic link to `target` (targets below 60 bytes for now).
+pub fn symlink(target: &str, path: &str) -> Result<()> {
+    with_change(|m| m.fs.symlink(target.as_bytes(), path.as_bytes()).map(|_| ()))
+}
+
+/// `stat` through the walk under the lock, never the name cache (for comparison).
+pub fn stat_walk(path: &str) -> Result<Stat> {
+    with(|m| {
+        let ino = m.fs.resolve(path.as_bytes())?;
+        Ok(Ext2::<Cache>::stat_of(&ino))
+    })
+}
+
+/// Every entry of the directory `path`, `.` and `..` included, in on-disk order.
+pub fn readdir(path: &str) -> Result<Vec<DirEntry>> {
+    with(|m| {
+        let dir = m.fs.resolve(path.as_bytes())?;
+        m.fs.read_dir(&dir)
+    })
+}
+
+/// Read a whole file (at most `max` bytes).
+pub fn read_all(path: &str, max: usize) -> Result<Vec<u8>> {
+    let fd = open(path, O_RDONLY)?;
+    let mut out = Vec::new();
+    let mut chunk = alloc::vec![0u8; 16384];
+    let r = loop {
+        match read(fd, &mut chunk) {
+            Ok(0) => break Ok(()),
+            Ok(n) => {
+                if out.len() + n > max {
+                    break Err(FsError::NoMemory);
+                }
+                out.extend_from_slice(&chunk[..n]);
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    let _ = close(fd);
+    r.map(|()| out)
+}
+
+/// Space on the file system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    pub block_size: u64,
+    pub blocks: u64,
+    pub free_blocks: u64,
+    pub inodes: u64,
+    pub free_inodes: u64,
+}
+
+pub fn df() -> Result<Usage> {
+    with(|m| {
+        let (fb, b, fi, i) = m.fs.usage();
+        Ok(Usage { block_size: m.fs.bs, blocks: b, free_blocks: fb, inodes: i, free_inodes: fi })
+    })
+}
+
+/// Write every dirty cache page to the disk (data first, see `sync_ordered`) and flush it.
+pub fn sync() -> Result<()> {
+    with(sync_ordered)
+}
+
+/// The cache's counters and the device's (requests and bytes each way).
+pub fn cache_stats() -> Result<(CacheStats, abi::DeviceStat)> {
+    with(|m| {
+        let st = crate::sys::device_stat(m.fs.dev.dev.dev).map_err(|_| FsError::Io)?;
+        Ok((m.fs.dev.stats, st))
+    })
+}
