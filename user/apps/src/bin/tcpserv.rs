@@ -148,6 +148,7 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
     let mut next_check = 0u64;
     let mut next_stats = libos::time::tsc_ns() + STATS_EVERY_NS.load(Ordering::Relaxed);
     let mut last = libos::net::ChannelStats::default();
+    let (mut after_work, mut measured, mut counting) = (true, false, false);
     while !STOP.load(Ordering::Relaxed) {
         if job.channel == 0 {
             // Core 0 ends the run: it reads the others' counts about once a millisecond.
@@ -175,7 +176,26 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
                 }
             }
         }
-        stack.poll();
+        // Skip the stack when it has nothing to do, and tell the instruction counter which
+        // polls worked: inside the measured region (after the warm-up) a service core counts
+        // only its busy stretches (insncount's per-vCPU markers), so its instructions per
+        // connection are the work, not the time it spent waiting for the next packet.
+        let busy = after_work || stack.has_work();
+        if MEASURING.load(Ordering::Relaxed) && !STOP.load(Ordering::Relaxed) {
+            if !measured {
+                measured = true;
+                counting = true; // MARKER_START_ALL turned every vCPU on
+            }
+            if busy != counting {
+                // SAFETY: the kernel's I/O bitmap lets user mode write the marker port.
+                unsafe { bench::harness::marker_out(if busy { MARKER_START_CPU } else { MARKER_STOP_CPU }) };
+                counting = busy;
+            }
+        }
+        if !busy {
+            continue;
+        }
+        after_work = stack.poll();
         for (h, sent) in handles.iter_mut() {
             let s = stack.sockets.get_mut::<tcp::Socket>(*h);
             match s.state() {
@@ -183,6 +203,7 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
                     if s.can_send() && s.send_slice(&REPLY) == Ok(REPLY.len()) {
                         *sent = true;
                         s.close();
+                        after_work = true;
                     }
                 }
                 tcp::State::Closed | tcp::State::TimeWait => {
@@ -192,6 +213,7 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
                         me.resets.fetch_add(1, Ordering::Relaxed);
                     }
                     *sent = false;
+                    after_work = true;
                     s.abort();
                     s.set_timeout(Some(libos::net::smoltcp::time::Duration::from_secs(2)));
                     let _ = s.listen(job.port);
@@ -208,6 +230,10 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
             me.stalls.store(st.tx_stalls, Ordering::Relaxed);
             last = st;
         }
+    }
+    if counting {
+        // SAFETY: as above.
+        unsafe { bench::harness::marker_out(MARKER_STOP_CPU) };
     }
     // One last poll sends what the stack still holds (FINs, ACKs).
     stack.poll();
@@ -445,6 +471,8 @@ fn code_fail() {
 }
 
 /// insncount's region markers (tools/qemu-plugins/marker.h): every vCPU, from one core.
+const MARKER_START_CPU: u8 = 1;
+const MARKER_STOP_CPU: u8 = 2;
 const MARKER_START_ALL: u8 = 3;
 const MARKER_STOP_ALL: u8 = 4;
 static MEASURING: AtomicBool = AtomicBool::new(false);

@@ -301,6 +301,18 @@ impl Channel {
         Some((b as u32, unsafe { core::slice::from_raw_parts(self.buf_ptr(b as u32), len as usize) }))
     }
 
+    /// Whether the kernel has put anything on this channel's `RX` or `TXDONE` ring that is not
+    /// collected yet, or buffers wait to be given back (a peek: nothing changes). Inline mode
+    /// always has work: only this core's own poll of the card brings anything in.
+    pub fn has_work(&self) -> bool {
+        if self.nic.mode == Mode::Inline || !self.rx_spare.is_empty() {
+            return true;
+        }
+        let rx = ring_page(self.c, NET_RING_RX)[AT + (self.rx_seen % NET_RING_ENTRIES) as usize].load(Ordering::Acquire);
+        let done = ring_page(self.c, NET_RING_TXDONE)[AT + (self.txdone_seen % NET_RING_ENTRIES) as usize].load(Ordering::Acquire);
+        net_entry_is(rx, self.rx_seen) || net_entry_is(done, self.txdone_seen)
+    }
+
     /// Give a received buffer back for receiving.
     pub fn recycle(&mut self, b: u32) {
         if !self.give_rx(b) {

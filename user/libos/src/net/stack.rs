@@ -253,6 +253,13 @@ impl Stack {
         Stack { dev, iface, sockets: SocketSet::new(alloc::vec::Vec::new()) }
     }
 
+    /// Whether a poll now has anything to do: a frame or a completion from the kernel, or one
+    /// of smoltcp's timers (retransmission, time-wait, timeouts) is due. A core may skip the
+    /// poll otherwise (an empty poll costs a few thousand instructions).
+    pub fn has_work(&mut self) -> bool {
+        self.dev.chan.borrow().has_work() || self.iface.poll_delay(now(), &self.sockets).is_some_and(|d| d.total_micros() == 0)
+    }
+
     /// Move packets: give the kernel our buffers, poll the card if we must (Inline), and run
     /// the stack once. Returns whether any socket may have changed.
     pub fn poll(&mut self) -> bool {
