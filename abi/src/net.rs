@@ -99,6 +99,13 @@ pub const NET_RINGS_PER_CHANNEL: u64 = 4;
 pub const CONF_NET_MODE: u64 = 0x100;
 /// Poll the device once on the calling core (`NET_MODE_INLINE`); the value is ignored.
 pub const CONF_NET_POLL: u64 = 0x101;
+/// Sleep until the kernel puts something on channel `value & 0xFF`'s `RX` or `TXDONE` ring, or
+/// `value >> 8` microseconds pass (at most `NET_MAX_WAIT_US`), or any interrupt comes: for a
+/// service core with nothing to do, instead of polling (Dedicated and Polling modes; Inline is
+/// `NotPermitted`, nothing else would bring the frames in). Returns at once if an entry is
+/// already there. The kernel core sends a wake-up IPI when it fills a waiting channel's ring.
+pub const CONF_NET_WAIT: u64 = 0x102;
+pub const NET_MAX_WAIT_US: u64 = 1_000_000;
 pub const NET_MODE_DEDICATED: u64 = 0;
 pub const NET_MODE_POLLING: u64 = 1;
 pub const NET_MODE_INLINE: u64 = 2;

@@ -153,6 +153,11 @@ pub fn set_timer_for(area: &PerCpu, pcore: &ObjRef) {
 }
 
 /// Program this core's periodic timer (0 stops it), unless it already runs at that rate.
+/// This core's periodic timer rate (0: no periodic tick).
+pub fn timer_hz() -> u64 {
+    with(|q| q.hz)
+}
+
 pub fn set_timer_hz(hz: u64) {
     with(|q| {
         if q.hz != hz {

@@ -105,6 +105,10 @@ pub struct NetDev {
     chans: Vec<CachePadded<ChanPoll>>,
     /// Frames dropped before a channel was known (malformed, or no room anywhere).
     unsteered_drops: CachePadded<AtomicU64>,
+    /// Per channel: the APIC id + 1 of the service core asleep in `wait` (0: none). The one
+    /// line a channel shares on purpose: the service core sets it, the core that fills the
+    /// channel's ring reads it and, if set, clears it and sends the wake-up IPI.
+    waiters: Vec<CachePadded<AtomicU32>>,
     /// The core polling it (`pcore_add_device`), or `u32::MAX`.
     pub attached: AtomicU32,
     /// The device object is gone: poll nothing more.
@@ -154,6 +158,7 @@ impl NetDev {
             driver: McsLock::new(Vec::new()),
             chans: Vec::new(),
             unsteered_drops: CachePadded::new(AtomicU64::new(0)),
+            waiters: Vec::new(),
             attached: AtomicU32::new(u32::MAX),
             dead: AtomicBool::new(false),
             owns_card: AtomicBool::new(true),
@@ -161,6 +166,10 @@ impl NetDev {
         chans.try_reserve_exact(nchannels as usize).map_err(|_| Error::NoMemory)?;
         chans.extend((0..nchannels).map(|_| CachePadded::new(ChanPoll::default())));
         dev.chans = chans;
+        let mut waiters = Vec::new();
+        waiters.try_reserve_exact(nchannels as usize).map_err(|_| Error::NoMemory)?;
+        waiters.extend((0..nchannels).map(|_| CachePadded::new(AtomicU32::new(0))));
+        dev.waiters = waiters;
         let mut slot = Vec::new();
         slot.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
         let transport = pci::with_root(|root| PciTransport::new::<KernelHal, _>(root, f.df)).ok_or(Error::NotFound)?.map_err(|_| Error::Unsupported)?;
@@ -400,6 +409,7 @@ impl NetDev {
             }
             // Room was reserved when the frame went in (`transmit` checks tx_inflight < room).
             self.put(c, NET_RING_TXDONE, &ch.txdone_put, b, 0);
+            self.wake(c);
         }
         while let Some(token) = st.drv.poll_receive() {
             did = true;
@@ -445,8 +455,59 @@ impl NetDev {
             ch.packets_in.fetch_add(1, Ordering::Relaxed);
             ch.bytes_in.fetch_add(len, Ordering::Relaxed);
             self.put(c, NET_RING_RX, &ch.rx_put, b, len);
+            self.wake(c);
         }
         did
+    }
+
+    /// After filling channel `c`'s ring: wake its service core if it sleeps in `wait`.
+    fn wake(&self, c: u64) {
+        let w = &self.waiters[c as usize];
+        // Pairs with the fence in `wait`: either the sleeper sees our entry, or we see it.
+        core::sync::atomic::fence(Ordering::SeqCst);
+        if w.load(Ordering::Relaxed) != 0 {
+            let apic = w.swap(0, Ordering::AcqRel);
+            if apic != 0 {
+                crate::arch::x86_64::apic::send_ipi(apic - 1, crate::arch::x86_64::apic::VECTOR_WAKE);
+            }
+        }
+    }
+
+    /// `CONF_NET_WAIT`: sleep on this core until channel `c` has something, `timeout_us`
+    /// passes, or an interrupt comes.
+    fn wait(&self, c: u64, timeout_us: u64) -> Result<(), Error> {
+        use crate::arch::x86_64::{apic, cpu};
+        if c >= self.nchannels || timeout_us > abi::NET_MAX_WAIT_US {
+            return Err(Error::InvalidArgument);
+        }
+        if self.mode.load(Ordering::Relaxed) == NET_MODE_INLINE {
+            return Err(Error::NotPermitted);
+        }
+        if timeout_us == 0 || self.dead.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let ch = &self.chans[c as usize];
+        let me = crate::percpu::this();
+        let periodic = crate::sched::timer_hz() != 0;
+        cpu::disable_interrupts();
+        self.waiters[c as usize].store(me.apic_id + 1, Ordering::Relaxed);
+        core::sync::atomic::fence(Ordering::SeqCst);
+        let cons = |ring: u64| self.ring(c, ring)[(NET_RING_CONSUMER / 8) as usize].load(Ordering::Acquire);
+        let pending = ch.rx_put.load(Ordering::Relaxed) > cons(NET_RING_RX) || ch.txdone_put.load(Ordering::Relaxed) > cons(NET_RING_TXDONE);
+        if !pending && !ch.broken.load(Ordering::Relaxed) {
+            if !periodic {
+                apic::timer_oneshot_us(timeout_us);
+            }
+            // Any interrupt ends the sleep: the wake-up IPI, the timer, a shootdown.
+            cpu::enable_and_halt();
+            cpu::disable_interrupts();
+            if !periodic {
+                apic::timer_periodic_us(0);
+            }
+        }
+        self.waiters[c as usize].store(0, Ordering::Relaxed);
+        cpu::enable_interrupts();
+        Ok(())
     }
 
     /// `device_buf` on a virtual NIC (Polling and Inline modes).
@@ -478,6 +539,7 @@ impl NetDev {
                 }
                 _ => Err(Error::InvalidArgument),
             },
+            abi::CONF_NET_WAIT => self.wait(value & 0xFF, value >> 8),
             abi::CONF_NET_POLL => {
                 if self.mode.load(Ordering::Relaxed) != NET_MODE_INLINE {
                     return Err(Error::NotPermitted);

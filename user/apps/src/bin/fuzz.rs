@@ -1017,13 +1017,20 @@ impl Fuzz {
             }
             nr::DEVICE_CONF => {
                 let d = self.obj(is_dev);
-                let key = match self.rng.below(10) {
+                let key = match self.rng.below(11) {
                     0..=5 => abi::CONF_CONSOLE_CRLF,
                     6 => abi::CONF_NET_MODE,
                     7 => abi::CONF_NET_POLL,
+                    8 => abi::CONF_NET_WAIT,
                     _ => self.rng.below(4),
                 };
-                let conf = DeviceConf { key, value: self.rng.below(4) };
+                // For CONF_NET_WAIT: a channel in the low byte and a short (or too long) timeout.
+                let value = if key == abi::CONF_NET_WAIT {
+                    self.rng.below(4) | (if self.rng.pct(90) { self.rng.below(500) } else { self.rng.next() >> 8 }) << 8
+                } else {
+                    self.rng.below(4)
+                };
+                let conf = DeviceConf { key, value };
                 let good = self.put(IN_OFF, conf);
                 if self.table.iter().any(|o| o.n == d && o.kind == Kind::Device) {
                     self.touched_console = Some(d);

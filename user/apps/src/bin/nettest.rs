@@ -144,7 +144,18 @@ fn device_buf_checks_its_arguments() -> TestResult {
         ensure!(posted == nic.nbuffers || last == Err(Error::Busy), "posting {posted} buffers ended in {last:?}");
         err!(sys::device_conf(nic.dev, &DeviceConf { key: CONF_NET_MODE, value: 7 }), Error::InvalidArgument);
         err!(sys::device_conf(nic.dev, &DeviceConf { key: CONF_NET_POLL, value: 0 }), Error::NotPermitted);
+        // Sleeping: bad channel or timeout refused; a good one returns within its timeout
+        // (nothing will arrive: no traffic), measured by the caller's clock.
+        let wait = |c: u64, us: u64| sys::device_conf(nic.dev, &DeviceConf { key: abi::CONF_NET_WAIT, value: c | us << 8 });
+        err!(wait(2, 100), Error::InvalidArgument);
+        err!(wait(0, abi::NET_MAX_WAIT_US + 1), Error::InvalidArgument);
+        let t0 = libos::time::now_ns();
+        ok!(wait(1, 20_000));
+        let slept = libos::time::now_ns() - t0;
+        ensure!(slept < 2_000_000_000, "a 20 ms wait took {slept} ns");
         err!(sys::device_conf(nic.dev, &DeviceConf { key: 0x7777, value: 0 }), Error::Unsupported);
+        ok!(sys::device_conf(nic.dev, &DeviceConf { key: CONF_NET_MODE, value: abi::NET_MODE_INLINE }));
+        err!(wait(0, 100), Error::NotPermitted);
         ok!(sys::device_conf(nic.dev, &DeviceConf { key: CONF_NET_MODE, value: abi::NET_MODE_DEDICATED }));
         err!(tx(0, 0, 60, BUF_NET_TX), Error::NotPermitted);
         Ok(Pass::Ok)

@@ -14,6 +14,8 @@
 //!   `seconds`, or for ever).
 //! - `sockets`: listening sockets per core, the most connections a core has open at once
 //!   (default 16).
+//! - `idle`: what a service core does with nothing to do: `poll` (default, Corey's) or
+//!   `sleep` in the kernel until the kernel core fills its ring (`CONF_NET_WAIT`; an IPI).
 //! - `stats`: print every service core's counts every S seconds (`tcpserv: stats conns=N
 //!   ch0=served/resets/rx/tx/stalls ...`; default 0, only at the end).
 //!
@@ -85,7 +87,12 @@ struct Job {
     sockets: usize,
     /// Every service core meets here for the share-nothing calibration after the run.
     calib: &'static libos::thread::Barrier,
+    /// `idle=sleep`: sleep in the kernel when there is nothing to do, instead of polling.
+    sleep: bool,
 }
+
+/// Empty polls in a row before an `idle=sleep` core sleeps.
+const IDLE_POLLS_BEFORE_SLEEP: u32 = 64;
 
 /// The share-nothing calibration of docs/bench.md, run on every service core at once after
 /// the connections: the register-only xorshift loop, `CALIB_STEPS` steps, best of 3; each
@@ -149,6 +156,7 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
     let mut next_stats = libos::time::tsc_ns() + STATS_EVERY_NS.load(Ordering::Relaxed);
     let mut last = libos::net::ChannelStats::default();
     let (mut after_work, mut measured, mut counting) = (true, false, false);
+    let mut idle_polls = 0u32;
     while !STOP.load(Ordering::Relaxed) {
         if job.channel == 0 {
             // Core 0 ends the run: it reads the others' counts about once a millisecond.
@@ -193,8 +201,16 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
             }
         }
         if !busy {
+            idle_polls += 1;
+            if job.sleep && idle_polls >= IDLE_POLLS_BEFORE_SLEEP {
+                // Sleep until the kernel core brings something (or 1 ms, so core 0 still
+                // watches the run's end).
+                stack.wait_idle(1_000);
+                idle_polls = 0;
+            }
             continue;
         }
+        idle_polls = 0;
         after_work = stack.poll();
         for (h, sent) in handles.iter_mut() {
             let s = stack.sockets.get_mut::<tcp::Socket>(*h);
@@ -271,6 +287,7 @@ struct Opts {
     sockets: usize,
     warmup: u64,
     stats: u64,
+    sleep: bool,
 }
 
 fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
@@ -284,6 +301,7 @@ fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
         sockets: 16,
         warmup: 0,
         stats: 0,
+        sleep: false,
     };
     for w in args.split_whitespace() {
         let (k, v) = w.split_once('=').ok_or_else(|| alloc::format!("{w:?} is not key=value"))?;
@@ -295,6 +313,13 @@ fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
             "conns" => o.conns = num()?,
             "warmup" => o.warmup = num()?,
             "stats" => o.stats = num()?,
+            "idle" => {
+                o.sleep = match v {
+                    "poll" => false,
+                    "sleep" => true,
+                    _ => return Err(alloc::format!("idle={v:?}: poll or sleep")),
+                }
+            }
             "seconds" => o.seconds = num()?,
             "port" => o.port = u16::try_from(num()?).map_err(|_| alloc::format!("port={v}: above 65535"))?,
             "sockets" => o.sockets = num()?.clamp(1, 256) as usize,
@@ -313,7 +338,7 @@ fn main(args: &'static str) -> u64 {
         Ok(o) => o,
         Err(e) => {
             println!("tcpserv: {e}");
-            println!("usage: tcpserv [mode=dedicated|polling|inline] [kc=CORE] [cores=N] [conns=N] [seconds=S] [port=P] [sockets=K] [warmup=W] [stats=S]");
+            println!("usage: tcpserv [mode=dedicated|polling|inline] [kc=CORE] [cores=N] [conns=N] [seconds=S] [port=P] [sockets=K] [warmup=W] [stats=S] [idle=poll|sleep]");
             return 2;
         }
     };
@@ -359,7 +384,7 @@ fn main(args: &'static str) -> u64 {
     let mut threads = Vec::new();
     let mut failed = false;
     for (ch, &core) in service.iter().enumerate().skip(1) {
-        let job = Box::into_raw(Box::new(Job { nic, channel: ch as u64, port: o.port, sockets: o.sockets, calib }));
+        let job = Box::into_raw(Box::new(Job { nic, channel: ch as u64, port: o.port, sockets: o.sockets, calib, sleep: o.sleep }));
         match libos::thread::spawn(core, thread_main, job as u64) {
             Ok(t) => threads.push(t),
             Err(e) => {
@@ -389,7 +414,7 @@ fn main(args: &'static str) -> u64 {
                 o.port,
                 o.sockets
             );
-            if let Err(e) = serve(&Job { nic, channel: 0, port: o.port, sockets: o.sockets, calib }) {
+            if let Err(e) = serve(&Job { nic, channel: 0, port: o.port, sockets: o.sockets, calib, sleep: o.sleep }) {
                 println!("tcpserv: channel 0: {e:?}");
                 code_fail();
             }

@@ -313,6 +313,17 @@ impl Channel {
         net_entry_is(rx, self.rx_seen) || net_entry_is(done, self.txdone_seen)
     }
 
+    /// Sleep until the kernel fills one of this channel's rings, or `timeout_us` passes
+    /// (`CONF_NET_WAIT`): for a service core with nothing to do. Inline mode never sleeps
+    /// (this core must poll the card itself).
+    pub fn wait(&self, timeout_us: u64) {
+        if self.nic.mode == Mode::Inline || timeout_us == 0 {
+            return;
+        }
+        let t = timeout_us.min(abi::NET_MAX_WAIT_US);
+        let _ = crate::sys::device_conf(self.nic.dev, &DeviceConf { key: abi::CONF_NET_WAIT, value: self.c | t << 8 });
+    }
+
     /// Give a received buffer back for receiving.
     pub fn recycle(&mut self, b: u32) {
         if !self.give_rx(b) {

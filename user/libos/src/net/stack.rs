@@ -260,6 +260,13 @@ impl Stack {
         self.dev.chan.borrow().has_work() || self.iface.poll_delay(now(), &self.sockets).is_some_and(|d| d.total_micros() == 0)
     }
 
+    /// Sleep until something arrives for this core, smoltcp's next timer is due, or
+    /// `max_us` passes (Dedicated and Polling; the kernel core wakes us with an IPI).
+    pub fn wait_idle(&mut self, max_us: u64) {
+        let due = self.iface.poll_delay(now(), &self.sockets).map(|d| d.total_micros()).unwrap_or(max_us);
+        self.dev.chan.borrow().wait(due.min(max_us));
+    }
+
     /// Move packets: give the kernel our buffers, poll the card if we must (Inline), and run
     /// the stack once. Returns whether any socket may have changed.
     pub fn poll(&mut self) -> bool {
