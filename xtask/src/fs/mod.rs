@@ -758,6 +758,16 @@ mod tests {
             let p = format!("/new/f{i:03}-{}", "x".repeat(40));
             assert_eq!(read_all(&mut fs, &p), p.as_bytes());
         }
+        // An orphan: unlinked while "open", its data stays until released.
+        let mut o = fs.create(b"/orphan", 0o644).unwrap();
+        fs.write(&mut o, 0, &pattern(30_000, 3)).unwrap();
+        let n = fs.unlink_with(b"/orphan", &|_| true).unwrap().expect("kept as an orphan");
+        assert_eq!(fs.resolve(b"/orphan").unwrap_err(), FsError::NotFound);
+        let oi = fs.inode(n).unwrap();
+        let mut back = vec![0u8; 30_000];
+        assert_eq!(fs.read(&oi, 0, &mut back).unwrap(), 30_000);
+        assert!(back == pattern(30_000, 3));
+        fs.release_orphan(n).unwrap();
         // Removing everything we made gives the space back.
         fs.unlink(b"/big.bin").unwrap();
         fs.unlink(b"/sparse").unwrap();

@@ -341,6 +341,26 @@ fn writes_survive_a_remount() -> TestResult {
     err!(fs::rmdir("/guest/dir"), FsError::NotEmpty);
     err!(fs::rmdir("/"), FsError::InvalidArgument);
     fs_ok("rmdir", fs::rmdir("/guest/gonedir"))?;
+    // dup shares the offset; a file unlinked while open stays readable until its last close,
+    // then its blocks come back.
+    let free0 = fs_ok("df", fs::df())?.free_blocks;
+    let fd = fs_ok("orphan", fs::open("/guest/orphan", fs::O_RDWR | fs::O_CREAT))?;
+    let data: Vec<u8> = (0..50_000).map(|i| files::byte(77, i)).collect();
+    ensure!(fs_ok("w", fs::write(fd, &data))? == data.len(), "orphan write");
+    let fd2 = fs_ok("dup", fs::dup(fd))?;
+    fs_ok("lseek", fs::lseek(fd, 0, fs::SEEK_SET))?;
+    let mut b = [0u8; 100];
+    fs_ok("read", fs::read(fd, &mut b))?;
+    ensure!(fs_ok("lseek", fs::lseek(fd2, 0, fs::SEEK_CUR))? == 100, "dup does not share the offset");
+    fs_ok("unlink", fs::unlink("/guest/orphan"))?;
+    err!(fs::stat("/guest/orphan"), FsError::NotFound);
+    fs_ok("close", fs::close(fd))?;
+    let mut back = vec![0u8; 50_000];
+    ensure!(fs_ok("pread", fs::pread(fd2, &mut back, 0))? == 50_000 && back == data, "an unlinked open file lost its data");
+    ensure!(fs_ok("df", fs::df())?.free_blocks < free0, "freed while still open");
+    fs_ok("close", fs::close(fd2))?;
+    // (+1: the directory may have grown a block for the name.)
+    ensure!(fs_ok("df", fs::df())?.free_blocks + 1 >= free0, "blocks not freed at the last close");
     // Symbolic links: followed by stat and open, not by lstat; a loop is TooManyLinks.
     fs_ok("symlink", fs::symlink("dir/deep.bin", "/guest/link"))?;
     fs_ok("symlink", fs::symlink("/guest/loop-b", "/guest/loop-a"))?;

@@ -702,6 +702,12 @@ impl<D: Disk> Ext2<D> {
 
     /// Remove a name of a file (or symbolic link); the file goes when its last name does.
     pub fn unlink(&mut self, path: &[u8]) -> Result<()> {
+        self.unlink_with(path, &|_| false).map(|_| ())
+    }
+
+    /// `unlink`, but a file whose last name goes while `open(ino)` says it is open keeps its
+    /// blocks (an orphan: link count 0) until `release_orphan`. Returns the orphan's number.
+    pub fn unlink_with(&mut self, path: &[u8], open: &dyn Fn(u32) -> bool) -> Result<Option<u32>> {
         self.writable()?;
         let (mut dir, name) = self.parent_of(path)?;
         let n = self.lookup(&dir, name)?;
@@ -711,11 +717,26 @@ impl<D: Disk> Ext2<D> {
         }
         self.remove_entry(&mut dir, name)?;
         ino.links = ino.links.saturating_sub(1);
-        if ino.links == 0 {
-            return self.release(&mut ino, false);
-        }
         ino.ctime = self.now();
-        self.write_inode(&mut ino)
+        if ino.links == 0 {
+            if open(n) {
+                self.write_inode(&mut ino)?;
+                return Ok(Some(n));
+            }
+            return self.release(&mut ino, false).map(|()| None);
+        }
+        self.write_inode(&mut ino).map(|()| None)
+    }
+
+    /// Free an orphan left by `unlink_with` (its last descriptor closed). Nothing happens if
+    /// it has a name again (`links` above 0).
+    pub fn release_orphan(&mut self, n: u32) -> Result<()> {
+        let mut ino = self.inode(n)?;
+        if ino.links != 0 {
+            return Ok(());
+        }
+        let dir = ino.is_dir();
+        self.release(&mut ino, dir)
     }
 
     /// An inode with no name left: free its blocks and itself.
