@@ -3,7 +3,7 @@
 //!
 //! | layer | file |
 //! | --- | --- |
-//! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `dup`, `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `rename`, `symlink`, `readlink`, `lstat`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
+//! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `openat`, `dup`, `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `rename`, `symlink`, `readlink`, `lstat`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
 //! | ext2 on-disk format (our own; also compiled into `cargo xtask fs`): reading | `ext2.rs` |
 //! | ext2 writing: allocation, block maps, directories | `ext2_write.rs` |
 //! | the lock-free path-name cache behind `stat` | `names.rs` |
@@ -158,7 +158,36 @@ fn is_open(m: &Mounted, ino: u32) -> bool {
 /// 0644), `O_EXCL` (with `O_CREAT`: `Exists` if it is there), `O_TRUNC`, `O_APPEND`. A
 /// directory opens read-only (for `fstat`); writing one is `IsDir`.
 pub fn open(path: &str, flags: u32) -> Result<Fd> {
+    let body = |m: &mut Mounted| open_in(m, path, flags);
+    if flags & (O_CREAT | O_TRUNC) != 0 {
+        with_change(body)
+    } else {
+        with(body)
+    }
+}
+
+/// `open` with a relative `path` taken from the directory open as `dir` (an absolute path
+/// ignores it). `NotDir` if `dir` is not a directory.
+pub fn openat(dir: Fd, path: &str, flags: u32) -> Result<Fd> {
     let body = |m: &mut Mounted| {
+        let d = file(m, dir)?.ino;
+        if !m.fs.inode(d)?.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        m.fs.base = d;
+        let r = open_in(m, path, flags);
+        m.fs.base = ext2::ROOT_INO;
+        r
+    };
+    if flags & (O_CREAT | O_TRUNC) != 0 {
+        with_change(body)
+    } else {
+        with(body)
+    }
+}
+
+fn open_in(m: &mut Mounted, path: &str, flags: u32) -> Result<Fd> {
+    {
         let acc = flags & O_ACCMODE;
         if acc == 3 || flags & !(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND) != 0 {
             return Err(FsError::InvalidArgument);
@@ -189,11 +218,6 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
         };
         m.files[slot] = Some(d as u32);
         Ok(Fd(slot as u32))
-    };
-    if flags & (O_CREAT | O_TRUNC) != 0 {
-        with_change(body)
-    } else {
-        with(body)
     }
 }
 
