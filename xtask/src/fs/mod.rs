@@ -805,7 +805,14 @@ mod tests {
         fs.symlink(b"/sub/one", b"/abs-link").unwrap();
         fs.unlink(b"/link-hello").unwrap();
         fs.unlink(b"/long-link").unwrap();
-        assert_eq!(fs.symlink(&[b'x'; 60], b"/too-long").map(|_| ()).unwrap_err(), FsError::NameTooLong);
+        let long = format!("/sub/{}one", "./".repeat(40));
+        fs.symlink(long.as_bytes(), b"/slow-link").unwrap();
+        let sl = fs.resolve_nofollow(b"/slow-link").unwrap();
+        assert!(!fs.is_fast_symlink(&sl) && fs.read_link(&sl).unwrap() == long.as_bytes());
+        assert_eq!(fs.resolve(b"/slow-link").unwrap().ino, fs.resolve(b"/sub/one").unwrap().ino);
+        fs.symlink(long.as_bytes(), b"/slow-link-2").unwrap();
+        fs.unlink(b"/slow-link-2").unwrap();
+        assert_eq!(fs.symlink(&[b'x'; 4096], b"/too-long").map(|_| ()).unwrap_err(), FsError::NameTooLong);
         fsck_clean(&fs.dev.0, "rename-fsck");
         assert_eq!(read_all(&mut fs, "/sub/inner.txt"), b"hello from the host\n");
         assert_eq!(read_all(&mut fs, "/sub/one"), b"x");

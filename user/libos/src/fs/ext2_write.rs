@@ -9,8 +9,8 @@
 //! the metadata, so a crash between the two leaves data without the metadata naming it, which
 //! `e2fsck -fy` repairs, never metadata naming blocks that were not written.
 //!
-//! Symbolic links are made fast (the target in the block pointers, below 60 bytes); a longer
-//! target is `NameTooLong` for now. Not yet: an htree index (a directory written here loses its index
+//! Symbolic links are made fast (the target in the block pointers, below 60 bytes) or slow
+//! (in a data block, below 4 KiB). Not yet: an htree index (a directory written here loses its index
 //! flag: it is read linearly), the orphan list (an unlinked file's blocks are freed at once,
 //! even if it is open), access times, timestamps from a clock (new times are the superblock's
 //! last write time).
@@ -342,6 +342,11 @@ impl<D: Disk> Ext2<D> {
         if end > (1u64 << 31) - 1 && self.sb.feature_ro_compat & super::ext2::RO_COMPAT_LARGE_FILE == 0 {
             return Err(FsError::InvalidArgument);
         }
+        self.write_data(ino, off, data)
+    }
+
+    /// The body of `write`, for regular files and the block of a long symbolic link.
+    fn write_data(&mut self, ino: &mut Inode, off: u64, data: &[u8]) -> Result<usize> {
         let bs = self.bs as usize;
         let mut done = 0usize;
         let mut blk = vec![0u8; bs];
@@ -675,7 +680,7 @@ impl<D: Disk> Ext2<D> {
         if target.is_empty() {
             return Err(FsError::InvalidArgument);
         }
-        if target.len() > FAST_SYMLINK_MAX {
+        if target.len() >= 4096 || target.len() as u64 >= self.bs {
             return Err(FsError::NameTooLong);
         }
         let (mut dir, name) = self.parent_of(path)?;
@@ -686,13 +691,25 @@ impl<D: Disk> Ext2<D> {
         }
         let n = self.alloc_inode(false, self.group_of(dir.ino))?;
         let mut ino = self.new_inode(n, S_IFLNK | 0o777, 1);
-        let mut bytes = [0u8; 60];
-        bytes[..target.len()].copy_from_slice(target);
-        for (i, b) in ino.block.iter_mut().enumerate() {
-            *b = le32(&bytes, 4 * i);
+        if target.len() <= FAST_SYMLINK_MAX {
+            let mut bytes = [0u8; 60];
+            bytes[..target.len()].copy_from_slice(target);
+            for (i, b) in ino.block.iter_mut().enumerate() {
+                *b = le32(&bytes, 4 * i);
+            }
+            ino.size = target.len() as u64;
+            self.write_inode(&mut ino)?;
+        } else {
+            // A slow link: the target in a data block.
+            self.write_inode(&mut ino)?;
+            match self.write_data(&mut ino, 0, target) {
+                Ok(k) if k == target.len() => {}
+                Ok(_) | Err(_) => {
+                    let _ = self.release(&mut ino, false);
+                    return Err(FsError::NoSpace);
+                }
+            }
         }
-        ino.size = target.len() as u64;
-        self.write_inode(&mut ino)?;
         if let Err(e) = self.add_entry(&mut dir, name, n, FT_SYMLINK) {
             let _ = self.free_inode(n, false);
             return Err(e);
