@@ -5,7 +5,8 @@
 //! | --- | --- |
 //! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `openat`, `dup`, `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `rename`, `symlink`, `readlink`, `lstat`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
 //! | ext2 on-disk format (our own; also compiled into `cargo xtask fs`): reading | `ext2.rs` |
-//! | ext2 writing: allocation, block maps, directories | `ext2_write.rs` |
+//! | ext2 writing: allocation, block maps, write, truncate | `ext2_write.rs` |
+//! | ext2 directory operations: create, mkdir, symlink, link, unlink, rmdir, rename | `ext2_dir.rs` |
 //! | the lock-free path-name cache behind `stat` | `names.rs` |
 //! | buffer cache and block device object client | `disk.rs` |
 //! | the device object | kernel `dev/blk.rs`, contract `abi/src/blk.rs` |
@@ -19,6 +20,7 @@
 
 pub mod disk;
 pub mod ext2;
+pub mod ext2_dir;
 pub mod ext2_write;
 pub mod names;
 
