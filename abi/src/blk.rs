@@ -34,7 +34,7 @@
 //! still waits (spinning) for its own completion. Per-core request rings or a kernel core that
 //! owns the queue (as `abi::net`'s Dedicated mode) come later.
 //!
-//! **Counters** (`device_stat`): `packets_in` / `packets_out` = read / write requests
+//! **Counters** (`device_stat`, summed over per-core counters the kernel keeps): `packets_in` / `packets_out` = read / write requests
 //! completed, `bytes_in` / `bytes_out` = bytes read from / written to the disk, `errors` =
 //! requests the disk failed, `buffers` = the disk's capacity in sectors, `drops` = flushes.
 

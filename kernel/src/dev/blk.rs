@@ -26,6 +26,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use abi::{blk_check, DeviceStat, Error, BLK_SECTOR, BUF_BLK_FLUSH, BUF_BLK_READ, BUF_BLK_WRITE, DEVICE_BLOCK, PAGE_SIZE};
 use percore::mcs::McsLock;
+use percore::pad::CachePadded;
 use percore::TicketLock;
 use virtio_drivers::device::blk::{BlkReq, BlkResp, VirtIOBlk};
 use virtio_drivers::transport::pci::PciTransport;
@@ -58,6 +59,13 @@ pub struct BlkDev {
     readonly: bool,
     /// The driver (a Vec of at most one, for a fallible allocation; empty once reset).
     driver: McsLock<Vec<DriverState>>,
+    /// Counters, one set per core (each written by its own core only, on its own lines; summed
+    /// by `stat`). Cores past the list (none at boot) share the last set.
+    counts: Vec<CachePadded<Counts>>,
+}
+
+#[derive(Default)]
+struct Counts {
     reads: AtomicU64,
     writes: AtomicU64,
     bytes_in: AtomicU64,
@@ -120,13 +128,11 @@ impl BlkDev {
             capacity: 0,
             readonly: false,
             driver: McsLock::new(Vec::new()),
-            reads: AtomicU64::new(0),
-            writes: AtomicU64::new(0),
-            bytes_in: AtomicU64::new(0),
-            bytes_out: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            flushes: AtomicU64::new(0),
+            counts: Vec::new(),
         };
+        let ncores = crate::percpu::online_count().max(1);
+        dev.counts.try_reserve_exact(ncores).map_err(|_| Error::NoMemory)?;
+        dev.counts.extend((0..ncores).map(|_| CachePadded::new(Counts::default())));
         let mut slot = Vec::new();
         slot.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
         let transport = pci::with_root(|root| PciTransport::new::<KernelHal, _>(root, f.df)).ok_or(Error::NotFound)?.map_err(|_| Error::Unsupported)?;
@@ -153,14 +159,14 @@ impl BlkDev {
                 if sector != 0 || offset != 0 || len != 0 {
                     return Err(Error::InvalidArgument);
                 }
-                self.flushes.fetch_add(1, Ordering::Relaxed);
+                self.mine().flushes.fetch_add(1, Ordering::Relaxed);
                 loop {
                     let mut g = self.driver.lock_irqsave();
                     let st = g.first_mut().ok_or(Error::Busy)?;
                     if st.inflight == 0 {
                         // Alone in the queue: the synchronous flush takes only its own completion.
                         return st.drv.flush().map(|()| 0).map_err(|e| {
-                            self.errors.fetch_add(1, Ordering::Relaxed);
+                            self.mine().errors.fetch_add(1, Ordering::Relaxed);
                             io_error(e)
                         });
                     }
@@ -191,17 +197,17 @@ impl BlkDev {
             let buf = unsafe { core::slice::from_raw_parts_mut(va as *mut u8, n as usize) };
             let first = (sector + done / BLK_SECTOR) as usize;
             if let Err(e) = self.transfer(write, first, buf) {
-                self.errors.fetch_add(1, Ordering::Relaxed);
+                self.mine().errors.fetch_add(1, Ordering::Relaxed);
                 return Err(e);
             }
             done += n;
         }
         if write {
-            self.writes.fetch_add(1, Ordering::Relaxed);
-            self.bytes_out.fetch_add(len, Ordering::Relaxed);
+            self.mine().writes.fetch_add(1, Ordering::Relaxed);
+            self.mine().bytes_out.fetch_add(len, Ordering::Relaxed);
         } else {
-            self.reads.fetch_add(1, Ordering::Relaxed);
-            self.bytes_in.fetch_add(len, Ordering::Relaxed);
+            self.mine().reads.fetch_add(1, Ordering::Relaxed);
+            self.mine().bytes_in.fetch_add(len, Ordering::Relaxed);
         }
         Ok(len)
     }
@@ -258,19 +264,23 @@ impl BlkDev {
         }
     }
 
+    /// This core's counters.
+    fn mine(&self) -> &Counts {
+        let c = percore::cpu_id().min(self.counts.len() - 1);
+        &self.counts[c]
+    }
+
     pub fn stat(&self) -> DeviceStat {
-        DeviceStat {
-            hwid: self.hwid,
-            kind: DEVICE_BLOCK,
-            bytes_in: self.bytes_in.load(Ordering::Relaxed),
-            bytes_out: self.bytes_out.load(Ordering::Relaxed),
-            buffers: self.capacity,
-            packets_in: self.reads.load(Ordering::Relaxed),
-            packets_out: self.writes.load(Ordering::Relaxed),
-            drops: self.flushes.load(Ordering::Relaxed),
-            errors: self.errors.load(Ordering::Relaxed),
-            ..Default::default()
+        let mut s = DeviceStat { hwid: self.hwid, kind: DEVICE_BLOCK, buffers: self.capacity, ..Default::default() };
+        for c in &self.counts {
+            s.bytes_in += c.bytes_in.load(Ordering::Relaxed);
+            s.bytes_out += c.bytes_out.load(Ordering::Relaxed);
+            s.packets_in += c.reads.load(Ordering::Relaxed);
+            s.packets_out += c.writes.load(Ordering::Relaxed);
+            s.drops += c.flushes.load(Ordering::Relaxed);
+            s.errors += c.errors.load(Ordering::Relaxed);
         }
+        s
     }
 }
 

@@ -226,6 +226,18 @@ fn names_and_descriptors() -> TestResult {
     err!(fs::close(fd), FsError::BadDescriptor);
     err!(fs::read(fd, &mut [0u8; 8]), FsError::BadDescriptor);
     err!(fs::lseek(fs::Fd(9999), 0, fs::SEEK_SET), FsError::BadDescriptor);
+    // openat: relative to a directory descriptor (`..` out of it too), absolute ignores it.
+    let dir = fs_ok("open /sub", fs::open("/sub", fs::O_RDONLY))?;
+    for (rel, want) in [("deeper/leaf", 5000u64), ("../hello.txt", files::HELLO.len() as u64), ("/one", 1), ("./inner.txt", 6)] {
+        let f = fs_ok(rel, fs::openat(dir, rel, fs::O_RDONLY))?;
+        ensure!(fs_ok(rel, fs::fstat(f))?.size == want, "openat {rel}");
+        fs_ok("close", fs::close(f))?;
+    }
+    let f = fs_ok("open", fs::open("/one", fs::O_RDONLY))?;
+    err!(fs::openat(f, "x", fs::O_RDONLY), FsError::NotDir);
+    fs_ok("close", fs::close(f))?;
+    ensure!(fs_ok("stat", fs::stat("inner.txt")).is_err(), "a relative path after openat still starts in /sub");
+    fs_ok("close", fs::close(dir))?;
     let fd = fs_ok("open", fs::open("/one", fs::O_RDONLY))?;
     err!(fs::lseek(fd, -1, fs::SEEK_SET), FsError::InvalidArgument);
     err!(fs::lseek(fd, 0, 7), FsError::InvalidArgument);
@@ -341,6 +353,33 @@ fn writes_survive_a_remount() -> TestResult {
     err!(fs::rmdir("/guest/dir"), FsError::NotEmpty);
     err!(fs::rmdir("/"), FsError::InvalidArgument);
     fs_ok("rmdir", fs::rmdir("/guest/gonedir"))?;
+    // openat with O_CREAT makes the file in the directory given.
+    let gd = fs_ok("open /guest", fs::open("/guest", fs::O_RDONLY))?;
+    let f = fs_ok("openat creat", fs::openat(gd, "dir/at-made", fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
+    fs_ok("close", fs::close(f))?;
+    fs_ok("close", fs::close(gd))?;
+    fs_ok("stat", fs::stat("/guest/dir/at-made"))?;
+    fs_ok("unlink", fs::unlink("/guest/dir/at-made"))?;
+    // dup shares the offset; a file unlinked while open stays readable until its last close,
+    // then its blocks come back.
+    let free0 = fs_ok("df", fs::df())?.free_blocks;
+    let fd = fs_ok("orphan", fs::open("/guest/orphan", fs::O_RDWR | fs::O_CREAT))?;
+    let data: Vec<u8> = (0..50_000).map(|i| files::byte(77, i)).collect();
+    ensure!(fs_ok("w", fs::write(fd, &data))? == data.len(), "orphan write");
+    let fd2 = fs_ok("dup", fs::dup(fd))?;
+    fs_ok("lseek", fs::lseek(fd, 0, fs::SEEK_SET))?;
+    let mut b = [0u8; 100];
+    fs_ok("read", fs::read(fd, &mut b))?;
+    ensure!(fs_ok("lseek", fs::lseek(fd2, 0, fs::SEEK_CUR))? == 100, "dup does not share the offset");
+    fs_ok("unlink", fs::unlink("/guest/orphan"))?;
+    err!(fs::stat("/guest/orphan"), FsError::NotFound);
+    fs_ok("close", fs::close(fd))?;
+    let mut back = vec![0u8; 50_000];
+    ensure!(fs_ok("pread", fs::pread(fd2, &mut back, 0))? == 50_000 && back == data, "an unlinked open file lost its data");
+    ensure!(fs_ok("df", fs::df())?.free_blocks < free0, "freed while still open");
+    fs_ok("close", fs::close(fd2))?;
+    // (+1: the directory may have grown a block for the name.)
+    ensure!(fs_ok("df", fs::df())?.free_blocks + 1 >= free0, "blocks not freed at the last close");
     // Symbolic links: followed by stat and open, not by lstat; a loop is TooManyLinks.
     fs_ok("symlink", fs::symlink("dir/deep.bin", "/guest/link"))?;
     fs_ok("symlink", fs::symlink("/guest/loop-b", "/guest/loop-a"))?;

@@ -314,6 +314,9 @@ pub struct Ext2<D: Disk> {
     pub groups: Vec<Group>,
     /// A block-sized scratch buffer (reads of metadata go through it).
     pub(crate) scratch: Vec<u8>,
+    /// Where a relative path starts (the root unless a caller sets it, as `openat` does for
+    /// one call).
+    pub base: u32,
     /// Data blocks written since the last sync (they go to the disk before the metadata).
     pub(crate) dirty_data: alloc::collections::BTreeSet<u64>,
 }
@@ -329,7 +332,7 @@ impl<D: Disk> Ext2<D> {
         let sb = Superblock::parse(&sbb, dev.size())?;
         let bs = sb.block_size();
         let ngroups = sb.groups();
-        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), scratch: vec![0u8; bs as usize], dirty_data: Default::default() };
+        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), scratch: vec![0u8; bs as usize], dirty_data: Default::default(), base: ROOT_INO };
         let gdt_block = sb.first_data_block as u64 + 1;
         let gdt_blocks = (ngroups * 32).div_ceil(bs);
         let mut gdt = vec![0u8; (gdt_blocks * bs) as usize];
@@ -578,7 +581,7 @@ impl<D: Disk> Ext2<D> {
         Ok(v)
     }
 
-    /// The inode a path names (absolute or relative to the root; `.`, `..` and repeated `/`
+    /// The inode a path names (absolute, or relative to `base`, normally the root; `.`, `..` and repeated `/`
     /// as usual; `..` at the root stays at the root), following symbolic links (at most
     /// `MAX_SYMLINK_HOPS`; a relative target is taken from the link's directory).
     pub fn resolve(&mut self, path: &[u8]) -> Result<Inode> {
@@ -591,7 +594,8 @@ impl<D: Disk> Ext2<D> {
     }
 
     fn resolve_at(&mut self, path: &[u8], follow_last: bool) -> Result<Inode> {
-        let mut cur = self.inode(ROOT_INO)?;
+        let start = if path.first() == Some(&b'/') { ROOT_INO } else { self.base };
+        let mut cur = self.inode(start)?;
         // The path still to walk (owned: a link's target is spliced in front of the rest).
         let mut rest: Vec<u8> = path.to_vec();
         let mut hops = 0u32;

@@ -2,69 +2,30 @@
 //! `unsafe`, every on-disk number checked, compiled into the host tool too): block and inode
 //! allocation through the bitmaps (counts kept in the group descriptors and the superblock),
 //! block mapping with indirect blocks allocated on demand, file writes (sparse files keep their
-//! holes), truncate, create, mkdir, unlink, rmdir, hard links and rename.
+//! holes), truncate. Directory operations (create, mkdir, symlink, link, unlink, rmdir, rename)
+//! are in `ext2_dir.rs`.
 //!
 //! Everything goes through the `Disk` (the buffer cache in the library OS); nothing here
 //! orders writes. The caller's sync writes the data blocks recorded in `dirty_data` first, then
 //! the metadata, so a crash between the two leaves data without the metadata naming it, which
 //! `e2fsck -fy` repairs, never metadata naming blocks that were not written.
 //!
-//! Symbolic links are made fast (the target in the block pointers, below 60 bytes); a longer
-//! target is `NameTooLong` for now. Not yet: an htree index (a directory written here loses its index
-//! flag: it is read linearly), the orphan list (an unlinked file's blocks are freed at once,
-//! even if it is open), access times, timestamps from a clock (new times are the superblock's
-//! last write time).
+//! Not yet: access times, timestamps from a clock (new times are the superblock's last write
+//! time).
 
 use alloc::vec;
 
-use super::ext2::{
-    le16, le32, Disk, Ext2, FsError, Inode, Result, FAST_SYMLINK_MAX, FT_DIR, FT_REG, FT_SYMLINK, INCOMPAT_FILETYPE, INODE_INDEX_FL, NAME_MAX, ROOT_INO,
-    S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
-};
+use super::ext2::{le32, Disk, Ext2, FsError, Inode, Result, S_IFMT, S_IFREG};
 
-fn put16(b: &mut [u8], at: usize, v: u16) {
+pub(crate) fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
-fn put32(b: &mut [u8], at: usize, v: u32) {
+pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
-/// The directory-entry type of an inode.
-fn ft_of(ino: &Inode) -> u8 {
-    match ino.mode & S_IFMT {
-        S_IFDIR => FT_DIR,
-        S_IFLNK => FT_SYMLINK,
-        _ => FT_REG,
-    }
-}
-
-/// Bytes a directory entry with a name of `n` bytes needs.
-fn rec_need(n: usize) -> usize {
-    (8 + n).next_multiple_of(4)
-}
-
-/// Split a path into its parent directory and last name (trailing slashes ignored).
-pub fn split_path(path: &[u8]) -> Result<(&[u8], &[u8])> {
-    let mut end = path.len();
-    while end > 0 && path[end - 1] == b'/' {
-        end -= 1;
-    }
-    let p = &path[..end];
-    let (parent, name) = match p.iter().rposition(|&c| c == b'/') {
-        Some(i) => (&p[..i], &p[i + 1..]),
-        None => (&b""[..], p),
-    };
-    if name.is_empty() || name == b"." || name == b".." {
-        return Err(FsError::InvalidArgument);
-    }
-    if name.len() > NAME_MAX {
-        return Err(FsError::NameTooLong);
-    }
-    Ok((parent, name))
-}
-
 impl<D: Disk> Ext2<D> {
-    fn writable(&self) -> Result<()> {
+    pub(crate) fn writable(&self) -> Result<()> {
         if self.sb.writable() {
             Ok(())
         } else {
@@ -73,7 +34,7 @@ impl<D: Disk> Ext2<D> {
     }
 
     /// The time new and changed inodes get (no clock yet: the last write time on the disk).
-    fn now(&self) -> u32 {
+    pub(crate) fn now(&self) -> u32 {
         self.sb.wtime.max(1)
     }
 
@@ -85,7 +46,7 @@ impl<D: Disk> Ext2<D> {
     }
 
     /// Write group `g`'s descriptor back (fields this code does not know are kept).
-    fn write_group(&mut self, g: usize) -> Result<()> {
+    pub(crate) fn write_group(&mut self, g: usize) -> Result<()> {
         let grp = self.groups[g];
         let off = (self.sb.first_data_block as u64 + 1) * self.bs + g as u64 * 32;
         let mut d = [0u8; 32];
@@ -99,7 +60,7 @@ impl<D: Disk> Ext2<D> {
         self.dev.write_at(off, &d)
     }
 
-    fn write_super(&mut self) -> Result<()> {
+    pub(crate) fn write_super(&mut self) -> Result<()> {
         let mut b = [0u8; 1024];
         self.dev.read_at(1024, &mut b)?;
         put32(&mut b, 12, self.sb.free_blocks_count);
@@ -108,7 +69,7 @@ impl<D: Disk> Ext2<D> {
         self.dev.write_at(1024, &b)
     }
 
-    fn itable_blocks(&self) -> u64 {
+    pub(crate) fn itable_blocks(&self) -> u64 {
         (self.sb.inodes_per_group as u64 * self.sb.inode_size as u64).div_ceil(self.bs)
     }
 
@@ -146,7 +107,7 @@ impl<D: Disk> Ext2<D> {
     }
 
     /// A free block, zeroed (indirect blocks, directory blocks).
-    fn alloc_zeroed(&mut self, goal: usize) -> Result<u64> {
+    pub(crate) fn alloc_zeroed(&mut self, goal: usize) -> Result<u64> {
         let b = self.alloc_block(goal)?;
         let z = vec![0u8; self.bs as usize];
         self.write_block(b, &z)?;
@@ -176,7 +137,7 @@ impl<D: Disk> Ext2<D> {
     }
 
     /// Take a free inode (group `goal` first) and zero its slot on the disk.
-    fn alloc_inode(&mut self, dir: bool, goal: usize) -> Result<u32> {
+    pub(crate) fn alloc_inode(&mut self, dir: bool, goal: usize) -> Result<u32> {
         self.writable()?;
         let ng = self.groups.len();
         let ipg = self.sb.inodes_per_group as u64;
@@ -216,7 +177,7 @@ impl<D: Disk> Ext2<D> {
         Err(FsError::NoSpace)
     }
 
-    fn free_inode(&mut self, ino: u32, dir: bool) -> Result<()> {
+    pub(crate) fn free_inode(&mut self, ino: u32, dir: bool) -> Result<()> {
         let idx = (ino - 1) as u64;
         let ipg = self.sb.inodes_per_group as u64;
         let g = (idx / ipg) as usize;
@@ -238,7 +199,7 @@ impl<D: Disk> Ext2<D> {
         self.write_super()
     }
 
-    fn group_of(&self, ino: u32) -> usize {
+    pub(crate) fn group_of(&self, ino: u32) -> usize {
         ((ino.saturating_sub(1)) / self.sb.inodes_per_group) as usize
     }
 
@@ -342,6 +303,11 @@ impl<D: Disk> Ext2<D> {
         if end > (1u64 << 31) - 1 && self.sb.feature_ro_compat & super::ext2::RO_COMPAT_LARGE_FILE == 0 {
             return Err(FsError::InvalidArgument);
         }
+        self.write_data(ino, off, data)
+    }
+
+    /// The body of `write`, for regular files and the block of a long symbolic link.
+    pub(crate) fn write_data(&mut self, ino: &mut Inode, off: u64, data: &[u8]) -> Result<usize> {
         let bs = self.bs as usize;
         let mut done = 0usize;
         let mut blk = vec![0u8; bs];
@@ -387,7 +353,7 @@ impl<D: Disk> Ext2<D> {
 
     /// Free the blocks of the subtree at `*ptr` (an indirect block of `level`, 0 = a data block)
     /// that map logical blocks at or past `keep`; the subtree starts at logical block `base`.
-    fn free_tree(&mut self, ptr: &mut u32, level: u32, base: u64, keep: u64, ino: &mut Inode, budget: &mut u64) -> Result<()> {
+    pub(crate) fn free_tree(&mut self, ptr: &mut u32, level: u32, base: u64, keep: u64, ino: &mut Inode, budget: &mut u64) -> Result<()> {
         let b = self.check_ptr(*ptr)?;
         if b == 0 {
             return Ok(());
@@ -460,7 +426,7 @@ impl<D: Disk> Ext2<D> {
     }
 
     /// Free every block of `ino` that maps bytes at or past `size`.
-    fn free_from(&mut self, ino: &mut Inode, size: u64) -> Result<()> {
+    pub(crate) fn free_from(&mut self, ino: &mut Inode, size: u64) -> Result<()> {
         let keep = size.div_ceil(self.bs);
         let p = self.bs / 4;
         let mut budget = self.sb.blocks_count as u64;
@@ -476,374 +442,6 @@ impl<D: Disk> Ext2<D> {
             ino.block[slot] = ptr;
         }
         Ok(())
-    }
-
-    /// Add `name -> ino` to directory `dir` (in the first gap big enough, else a new block).
-    fn add_entry(&mut self, dir: &mut Inode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
-        let need = rec_need(name.len());
-        let ft = if self.sb.feature_incompat & INCOMPAT_FILETYPE != 0 { ft } else { 0 };
-        let bs = self.bs as usize;
-        let mut blk = vec![0u8; bs];
-        let nblocks = dir.size / self.bs;
-        let fill = |blk: &mut [u8], at: usize, rec_len: usize| {
-            put32(blk, at, ino);
-            put16(blk, at + 4, rec_len as u16);
-            blk[at + 6] = name.len() as u8;
-            blk[at + 7] = ft;
-            blk[at + 8..at + 8 + name.len()].copy_from_slice(name);
-        };
-        for l in 0..nblocks {
-            let b = self.bmap(dir, l)?;
-            if b == 0 {
-                return Err(FsError::Corrupt("directory with a hole"));
-            }
-            self.read_block(b, &mut blk)?;
-            let mut at = 0;
-            while at + 8 <= bs {
-                let e_ino = le32(&blk, at);
-                let rec = le16(&blk, at + 4) as usize;
-                let nl = blk[at + 6] as usize;
-                if rec < 8 || at + rec > bs || 8 + nl > rec {
-                    return Err(FsError::Corrupt("directory entry with an impossible length"));
-                }
-                let used = if e_ino == 0 { 0 } else { rec_need(nl) };
-                if rec - used >= need {
-                    if e_ino == 0 {
-                        fill(&mut blk, at, rec);
-                    } else {
-                        put16(&mut blk, at + 4, used as u16);
-                        fill(&mut blk, at + used, rec - used);
-                    }
-                    self.write_block(b, &blk)?;
-                    return self.touch_dir(dir);
-                }
-                at += rec;
-            }
-        }
-        let (b, _) = self.bmap_alloc(dir, nblocks)?;
-        blk.fill(0);
-        fill(&mut blk, 0, bs);
-        self.write_block(b, &blk)?;
-        dir.size += self.bs;
-        self.touch_dir(dir)
-    }
-
-    /// A directory changed: new times, and no htree index any more (it would be stale).
-    fn touch_dir(&mut self, dir: &mut Inode) -> Result<()> {
-        dir.flags &= !INODE_INDEX_FL;
-        dir.mtime = self.now();
-        dir.ctime = dir.mtime;
-        self.write_inode(dir)
-    }
-
-    /// Remove `name` from directory `dir`; returns the inode it named.
-    fn remove_entry(&mut self, dir: &mut Inode, name: &[u8]) -> Result<u32> {
-        let bs = self.bs as usize;
-        let mut blk = vec![0u8; bs];
-        for l in 0..dir.size / self.bs {
-            let b = self.bmap(dir, l)?;
-            if b == 0 {
-                return Err(FsError::Corrupt("directory with a hole"));
-            }
-            self.read_block(b, &mut blk)?;
-            let (mut at, mut prev) = (0usize, None);
-            while at + 8 <= bs {
-                let e_ino = le32(&blk, at);
-                let rec = le16(&blk, at + 4) as usize;
-                let nl = blk[at + 6] as usize;
-                if rec < 8 || at + rec > bs || 8 + nl > rec {
-                    return Err(FsError::Corrupt("directory entry with an impossible length"));
-                }
-                if e_ino != 0 && &blk[at + 8..at + 8 + nl] == name {
-                    match prev {
-                        Some(p) => {
-                            let prec = le16(&blk, p + 4) as usize;
-                            put16(&mut blk, p + 4, (prec + rec) as u16);
-                        }
-                        None => put32(&mut blk, at, 0),
-                    }
-                    self.write_block(b, &blk)?;
-                    self.touch_dir(dir)?;
-                    return Ok(e_ino);
-                }
-                prev = Some(at);
-                at += rec;
-            }
-        }
-        Err(FsError::NotFound)
-    }
-
-    /// The parent directory of `path` and the new name in it.
-    fn parent_of<'p>(&mut self, path: &'p [u8]) -> Result<(Inode, &'p [u8])> {
-        let (parent, name) = split_path(path)?;
-        let dir = self.resolve(parent)?;
-        if !dir.is_dir() {
-            return Err(FsError::NotDir);
-        }
-        Ok((dir, name))
-    }
-
-    fn new_inode(&self, ino: u32, mode: u16, links: u16) -> Inode {
-        let t = self.now();
-        Inode { ino, mode, uid: 0, gid: 0, size: 0, atime: t, ctime: t, mtime: t, links, blocks512: 0, flags: 0, block: [0; 15], raw: [0; 128] }
-    }
-
-    /// Make an empty regular file (`Exists` if the name is taken).
-    pub fn create(&mut self, path: &[u8], perm: u16) -> Result<Inode> {
-        self.writable()?;
-        let (mut dir, name) = self.parent_of(path)?;
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(FsError::Exists),
-            Err(FsError::NotFound) => {}
-            Err(e) => return Err(e),
-        }
-        let n = self.alloc_inode(false, self.group_of(dir.ino))?;
-        let mut ino = self.new_inode(n, S_IFREG | (perm & 0o7777), 1);
-        self.write_inode(&mut ino)?;
-        if let Err(e) = self.add_entry(&mut dir, name, n, FT_REG) {
-            let _ = self.free_inode(n, false);
-            return Err(e);
-        }
-        Ok(ino)
-    }
-
-    /// Make a directory with `.` and `..`.
-    pub fn mkdir(&mut self, path: &[u8], perm: u16) -> Result<Inode> {
-        self.writable()?;
-        let (mut dir, name) = self.parent_of(path)?;
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(FsError::Exists),
-            Err(FsError::NotFound) => {}
-            Err(e) => return Err(e),
-        }
-        let n = self.alloc_inode(true, self.group_of(dir.ino))?;
-        let mut ino = self.new_inode(n, S_IFDIR | (perm & 0o7777), 2);
-        let b = match self.alloc_block(self.group_of(n)) {
-            Ok(b) => b,
-            Err(e) => {
-                let _ = self.free_inode(n, true);
-                return Err(e);
-            }
-        };
-        let bs = self.bs as usize;
-        let mut blk = vec![0u8; bs];
-        let ft = if self.sb.feature_incompat & INCOMPAT_FILETYPE != 0 { FT_DIR } else { 0 };
-        put32(&mut blk, 0, n);
-        put16(&mut blk, 4, 12);
-        blk[6] = 1;
-        blk[7] = ft;
-        blk[8] = b'.';
-        put32(&mut blk, 12, dir.ino);
-        put16(&mut blk, 16, (bs - 12) as u16);
-        blk[18] = 2;
-        blk[19] = ft;
-        blk[20] = b'.';
-        blk[21] = b'.';
-        self.write_block(b, &blk)?;
-        ino.block[0] = b as u32;
-        ino.size = self.bs;
-        ino.blocks512 = (self.bs / 512) as u32;
-        self.write_inode(&mut ino)?;
-        self.add_entry(&mut dir, name, n, FT_DIR)?;
-        dir.links = dir.links.saturating_add(1);
-        self.write_inode(&mut dir)?;
-        Ok(ino)
-    }
-
-    /// Another name for an existing file (not a directory).
-    pub fn link(&mut self, existing: &[u8], new: &[u8]) -> Result<()> {
-        self.writable()?;
-        let mut target = self.resolve(existing)?;
-        if target.is_dir() {
-            return Err(FsError::IsDir);
-        }
-        let (mut dir, name) = self.parent_of(new)?;
-        if self.lookup(&dir, name).is_ok() {
-            return Err(FsError::Exists);
-        }
-        if target.links == u16::MAX {
-            return Err(FsError::NoSpace);
-        }
-        target.links += 1;
-        self.write_inode(&mut target)?;
-        self.add_entry(&mut dir, name, target.ino, ft_of(&target))
-    }
-
-    /// A symbolic link at `path` pointing at `target` (kept as given, not resolved).
-    pub fn symlink(&mut self, target: &[u8], path: &[u8]) -> Result<Inode> {
-        self.writable()?;
-        if target.is_empty() {
-            return Err(FsError::InvalidArgument);
-        }
-        if target.len() > FAST_SYMLINK_MAX {
-            return Err(FsError::NameTooLong);
-        }
-        let (mut dir, name) = self.parent_of(path)?;
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(FsError::Exists),
-            Err(FsError::NotFound) => {}
-            Err(e) => return Err(e),
-        }
-        let n = self.alloc_inode(false, self.group_of(dir.ino))?;
-        let mut ino = self.new_inode(n, S_IFLNK | 0o777, 1);
-        let mut bytes = [0u8; 60];
-        bytes[..target.len()].copy_from_slice(target);
-        for (i, b) in ino.block.iter_mut().enumerate() {
-            *b = le32(&bytes, 4 * i);
-        }
-        ino.size = target.len() as u64;
-        self.write_inode(&mut ino)?;
-        if let Err(e) = self.add_entry(&mut dir, name, n, FT_SYMLINK) {
-            let _ = self.free_inode(n, false);
-            return Err(e);
-        }
-        Ok(ino)
-    }
-
-    /// Remove a name of a file (or symbolic link); the file goes when its last name does.
-    pub fn unlink(&mut self, path: &[u8]) -> Result<()> {
-        self.writable()?;
-        let (mut dir, name) = self.parent_of(path)?;
-        let n = self.lookup(&dir, name)?;
-        let mut ino = self.inode(n)?;
-        if ino.is_dir() {
-            return Err(FsError::IsDir);
-        }
-        self.remove_entry(&mut dir, name)?;
-        ino.links = ino.links.saturating_sub(1);
-        if ino.links == 0 {
-            return self.release(&mut ino, false);
-        }
-        ino.ctime = self.now();
-        self.write_inode(&mut ino)
-    }
-
-    /// An inode with no name left: free its blocks and itself.
-    fn release(&mut self, ino: &mut Inode, dir: bool) -> Result<()> {
-        if self.is_fast_symlink(ino) {
-            // Its "block pointers" are the target's bytes: nothing to free.
-            ino.block = [0; 15];
-        } else {
-            self.free_from(ino, 0)?;
-        }
-        ino.size = 0;
-        ino.links = 0;
-        put32(&mut ino.raw, 20, self.now()); // dtime: e2fsck wants it set on a freed inode
-        self.write_inode(ino)?;
-        self.free_inode(ino.ino, dir)
-    }
-
-    /// Remove an empty directory.
-    pub fn rmdir(&mut self, path: &[u8]) -> Result<()> {
-        self.writable()?;
-        let (mut parent, name) = self.parent_of(path)?;
-        let n = self.lookup(&parent, name)?;
-        if n == ROOT_INO {
-            return Err(FsError::InvalidArgument);
-        }
-        let mut ino = self.inode(n)?;
-        if !ino.is_dir() {
-            return Err(FsError::NotDir);
-        }
-        let busy = self.scan_dir(&ino, |_, _, nm| (nm != b"." && nm != b"..").then_some(()))?;
-        if busy.is_some() {
-            return Err(FsError::NotEmpty);
-        }
-        self.remove_entry(&mut parent, name)?;
-        parent.links = parent.links.saturating_sub(1);
-        self.write_inode(&mut parent)?;
-        self.release(&mut ino, true)
-    }
-}
-
-
-impl<D: Disk> Ext2<D> {
-    /// Rename `old` to `new` (POSIX: a file replaces a file, an empty directory replaces an
-    /// empty directory; a directory cannot move into itself). The new name is added before the
-    /// old one goes, so a crash in between leaves two names (e2fsck fixes the count), never none.
-    pub fn rename(&mut self, old: &[u8], new: &[u8]) -> Result<()> {
-        self.writable()?;
-        let (op, oname) = self.parent_of(old)?;
-        let ino_n = self.lookup(&op, oname)?;
-        let moving = self.inode(ino_n)?;
-        let (np, nname) = self.parent_of(new)?;
-        let (op_n, np_n) = (op.ino, np.ino);
-        if moving.is_dir() && op_n != np_n {
-            // The new parent must not be the directory itself or inside it.
-            let mut cur = np_n;
-            let mut steps = 0u32;
-            while cur != ROOT_INO {
-                if cur == ino_n {
-                    return Err(FsError::InvalidArgument);
-                }
-                steps += 1;
-                if steps > 4096 {
-                    return Err(FsError::Corrupt("directory tree deeper than 4096 (a loop?)"));
-                }
-                let d = self.inode(cur)?;
-                cur = self.lookup(&d, b"..")?;
-            }
-        }
-        match self.lookup(&np, nname) {
-            Ok(existing) if existing == ino_n => return Ok(()),
-            Ok(existing) => {
-                let e = self.inode(existing)?;
-                match (moving.is_dir(), e.is_dir()) {
-                    (true, true) => {
-                        let path = new;
-                        self.rmdir(path)?;
-                    }
-                    (false, false) => self.unlink(new)?,
-                    (true, false) => return Err(FsError::NotDir),
-                    (false, true) => return Err(FsError::IsDir),
-                }
-            }
-            Err(FsError::NotFound) => {}
-            Err(e) => return Err(e),
-        }
-        let ft = ft_of(&moving);
-        // Fresh copies each time: the parents may be the same inode, changed by the step before.
-        let mut np = self.inode(np_n)?;
-        self.add_entry(&mut np, nname, ino_n, ft)?;
-        let mut op = self.inode(op_n)?;
-        self.remove_entry(&mut op, oname)?;
-        if moving.is_dir() && op_n != np_n {
-            // `..` of the moved directory names its new parent; the link counts follow.
-            let b = self.bmap(&moving, 0)?;
-            if b == 0 {
-                return Err(FsError::Corrupt("directory with a hole"));
-            }
-            let mut blk = vec![0u8; self.bs as usize];
-            self.read_block(b, &mut blk)?;
-            let mut at = 0usize;
-            let mut fixed = false;
-            while at + 8 <= blk.len() {
-                let rec = le16(&blk, at + 4) as usize;
-                let nl = blk[at + 6] as usize;
-                if rec < 8 || at + rec > blk.len() || 8 + nl > rec {
-                    return Err(FsError::Corrupt("directory entry with an impossible length"));
-                }
-                if &blk[at + 8..at + 8 + nl] == b".." {
-                    put32(&mut blk, at, np_n);
-                    fixed = true;
-                    break;
-                }
-                at += rec;
-            }
-            if !fixed {
-                return Err(FsError::Corrupt("directory without `..`"));
-            }
-            self.write_block(b, &blk)?;
-            let mut op = self.inode(op_n)?;
-            op.links = op.links.saturating_sub(1);
-            self.write_inode(&mut op)?;
-            let mut np = self.inode(np_n)?;
-            np.links = np.links.saturating_add(1);
-            self.write_inode(&mut np)?;
-        }
-        let mut m = self.inode(ino_n)?;
-        m.ctime = self.now();
-        self.write_inode(&mut m)
     }
 }
 

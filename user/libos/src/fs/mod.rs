@@ -3,9 +3,10 @@
 //!
 //! | layer | file |
 //! | --- | --- |
-//! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `rename`, `symlink`, `readlink`, `lstat`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
+//! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `openat`, `dup`, `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `rename`, `symlink`, `readlink`, `lstat`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
 //! | ext2 on-disk format (our own; also compiled into `cargo xtask fs`): reading | `ext2.rs` |
-//! | ext2 writing: allocation, block maps, directories | `ext2_write.rs` |
+//! | ext2 writing: allocation, block maps, write, truncate | `ext2_write.rs` |
+//! | ext2 directory operations: create, mkdir, symlink, link, unlink, rmdir, rename | `ext2_dir.rs` |
 //! | the lock-free path-name cache behind `stat` | `names.rs` |
 //! | buffer cache and block device object client | `disk.rs` |
 //! | the device object | kernel `dev/blk.rs`, contract `abi/src/blk.rs` |
@@ -19,6 +20,7 @@
 
 pub mod disk;
 pub mod ext2;
+pub mod ext2_dir;
 pub mod ext2_write;
 pub mod names;
 
@@ -53,15 +55,22 @@ pub const MAX_OPEN: usize = 256;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fd(pub u32);
 
+/// An open file description: what `open` made, shared by the descriptors `dup` makes.
 struct OpenFile {
     ino: u32,
     off: u64,
     flags: u32,
+    /// Descriptors naming it.
+    refs: u32,
 }
 
 struct Mounted {
     fs: Ext2<Cache>,
-    files: Vec<Option<OpenFile>>,
+    /// Descriptor -> open file description (index into `descs`).
+    files: Vec<Option<u32>>,
+    descs: Vec<Option<OpenFile>>,
+    /// Files unlinked while open: freed when their last descriptor closes (or at unmount).
+    orphans: alloc::collections::BTreeSet<u32>,
 }
 
 static FS: Mutex<Option<Mounted>> = Mutex::new(None);
@@ -97,7 +106,7 @@ pub fn mount() -> Result<()> {
     // On an error the cache (and with it the device object) is dropped, which frees both.
     let fs = Ext2::mount(Cache::new(dev))?;
     names::NAMES.begin_change();
-    *g = Some(Mounted { fs, files: Vec::new() });
+    *g = Some(Mounted { fs, files: Vec::new(), descs: Vec::new(), orphans: Default::default() });
     names::NAMES.end_change();
     Ok(())
 }
@@ -110,7 +119,15 @@ pub fn mounted() -> bool {
 pub fn unmount() -> Result<()> {
     let mut g = FS.lock();
     let Some(m) = g.as_mut() else { return Ok(()) };
-    let r = sync_ordered(m);
+    // Open descriptors go with the mount: their orphans are freed now.
+    let orphans: Vec<u32> = m.orphans.iter().copied().collect();
+    let mut r = Ok(());
+    for n in orphans {
+        if let Err(e) = m.fs.release_orphan(n) {
+            r = Err(e);
+        }
+    }
+    let r = r.and(sync_ordered(m));
     names::NAMES.begin_change();
     *g = None;
     names::NAMES.end_change();
@@ -118,14 +135,61 @@ pub fn unmount() -> Result<()> {
 }
 
 fn file(m: &mut Mounted, fd: Fd) -> Result<&mut OpenFile> {
-    m.files.get_mut(fd.0 as usize).and_then(|f| f.as_mut()).ok_or(FsError::BadDescriptor)
+    let d = m.files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor)?;
+    m.descs.get_mut(d as usize).and_then(|f| f.as_mut()).ok_or(FsError::BadDescriptor)
+}
+
+/// A free descriptor number.
+fn new_slot(m: &mut Mounted) -> Result<usize> {
+    match m.files.iter().position(|f| f.is_none()) {
+        Some(i) => Ok(i),
+        None if m.files.len() < MAX_OPEN => {
+            m.files.push(None);
+            Ok(m.files.len() - 1)
+        }
+        None => Err(FsError::NoMemory),
+    }
+}
+
+/// Whether any open file description names inode `ino`.
+fn is_open(m: &Mounted, ino: u32) -> bool {
+    m.descs.iter().flatten().any(|d| d.ino == ino)
 }
 
 /// Open `path`: `O_RDONLY`, `O_WRONLY` or `O_RDWR`, with `O_CREAT` (a new empty file, mode
 /// 0644), `O_EXCL` (with `O_CREAT`: `Exists` if it is there), `O_TRUNC`, `O_APPEND`. A
 /// directory opens read-only (for `fstat`); writing one is `IsDir`.
 pub fn open(path: &str, flags: u32) -> Result<Fd> {
+    let body = |m: &mut Mounted| open_in(m, path, flags);
+    if flags & (O_CREAT | O_TRUNC) != 0 {
+        with_change(body)
+    } else {
+        with(body)
+    }
+}
+
+/// `open` with a relative `path` taken from the directory open as `dir` (an absolute path
+/// ignores it). `NotDir` if `dir` is not a directory.
+pub fn openat(dir: Fd, path: &str, flags: u32) -> Result<Fd> {
     let body = |m: &mut Mounted| {
+        let d = file(m, dir)?.ino;
+        if !m.fs.inode(d)?.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        m.fs.base = d;
+        let r = open_in(m, path, flags);
+        m.fs.base = ext2::ROOT_INO;
+        r
+    };
+    if flags & (O_CREAT | O_TRUNC) != 0 {
+        with_change(body)
+    } else {
+        with(body)
+    }
+}
+
+fn open_in(m: &mut Mounted, path: &str, flags: u32) -> Result<Fd> {
+    {
         let acc = flags & O_ACCMODE;
         if acc == 3 || flags & !(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND) != 0 {
             return Err(FsError::InvalidArgument);
@@ -142,28 +206,53 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
         if flags & O_TRUNC != 0 && acc != O_RDONLY && ino.size != 0 {
             m.fs.truncate(&mut ino, 0)?;
         }
-        let slot = match m.files.iter().position(|f| f.is_none()) {
-            Some(i) => i,
-            None if m.files.len() < MAX_OPEN => {
-                m.files.push(None);
-                m.files.len() - 1
+        let slot = new_slot(m)?;
+        let desc = OpenFile { ino: ino.ino, off: 0, flags, refs: 1 };
+        let d = match m.descs.iter().position(|d| d.is_none()) {
+            Some(i) => {
+                m.descs[i] = Some(desc);
+                i
             }
-            None => return Err(FsError::NoMemory),
+            None => {
+                m.descs.push(Some(desc));
+                m.descs.len() - 1
+            }
         };
-        m.files[slot] = Some(OpenFile { ino: ino.ino, off: 0, flags });
+        m.files[slot] = Some(d as u32);
         Ok(Fd(slot as u32))
-    };
-    if flags & (O_CREAT | O_TRUNC) != 0 {
-        with_change(body)
-    } else {
-        with(body)
     }
 }
 
+/// Close a descriptor; the open file description goes with its last descriptor, and a file
+/// unlinked while open goes with its last description.
 pub fn close(fd: Fd) -> Result<()> {
+    // `with`, not `with_change`: freeing an orphan changes no name or cached `stat`.
     with(|m| {
-        let f = m.files.get_mut(fd.0 as usize).ok_or(FsError::BadDescriptor)?;
-        f.take().map(|_| ()).ok_or(FsError::BadDescriptor)
+        let d = m.files.get_mut(fd.0 as usize).and_then(|f| f.take()).ok_or(FsError::BadDescriptor)? as usize;
+        let desc = m.descs.get_mut(d).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
+        desc.refs -= 1;
+        if desc.refs > 0 {
+            return Ok(());
+        }
+        let ino = desc.ino;
+        m.descs[d] = None;
+        if m.orphans.contains(&ino) && !is_open(m, ino) {
+            m.orphans.remove(&ino);
+            m.fs.release_orphan(ino)?;
+        }
+        Ok(())
+    })
+}
+
+/// A second descriptor for the same open file description (they share the offset).
+pub fn dup(fd: Fd) -> Result<Fd> {
+    with(|m| {
+        let d = m.files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor)?;
+        let slot = new_slot(m)?;
+        let desc = m.descs.get_mut(d as usize).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
+        desc.refs += 1;
+        m.files[slot] = Some(d);
+        Ok(Fd(slot as u32))
     })
 }
 
@@ -253,10 +342,17 @@ pub fn rmdir(path: &str) -> Result<()> {
     with_change(|m| m.fs.rmdir(path.as_bytes()))
 }
 
-/// Remove a name. The blocks of a file whose last name goes are freed at once, even if it is
-/// still open here (no orphan list yet): its descriptors then read a freed inode's zero size.
+/// Remove a name. A file whose last name goes while it is open here stays readable and
+/// writable through its descriptors, and is freed when the last one closes (or at unmount).
 pub fn unlink(path: &str) -> Result<()> {
-    with_change(|m| m.fs.unlink(path.as_bytes()))
+    with_change(|m| {
+        let descs = &m.descs;
+        let open = |ino: u32| descs.iter().flatten().any(|d| d.ino == ino);
+        if let Some(n) = m.fs.unlink_with(path.as_bytes(), &open)? {
+            m.orphans.insert(n);
+        }
+        Ok(())
+    })
 }
 
 /// Rename (replacing a file by a file, or an empty directory by a directory).

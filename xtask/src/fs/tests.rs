@@ -1,0 +1,414 @@
+//! Host tests of the ext2 code (the library OS's files, compiled here) on images `mke2fs -d`
+//! makes: reading, refusing and surviving corrupt metadata, writing (checked by `e2fsck -fn`).
+
+use super::*;
+
+/// A scratch directory under the target directory, emptied first.
+fn scratch(name: &str) -> PathBuf {
+    let d = crate::env::target_dir().join("fs-tests").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Deterministic file contents.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u32).wrapping_mul(2654435761).rotate_left(seed as u32 % 32) as u8 ^ seed).collect()
+}
+
+/// Files of every mapping depth: empty, one byte, direct only, single indirect, double
+/// indirect (at 4 KiB blocks: > 12 and > 12 + 1024 blocks), a subdirectory, a long name.
+fn make_tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let files = vec![
+        ("empty".to_string(), Vec::new()),
+        ("one".to_string(), b"x".to_vec()),
+        ("hello.txt".to_string(), b"hello from the host\n".to_vec()),
+        ("direct.bin".to_string(), pattern(40_000, 1)),
+        ("indirect.bin".to_string(), pattern(300_000, 2)),
+        ("double.bin".to_string(), pattern(4_300_000 + 123, 3)),
+        ("sub/inner.txt".to_string(), b"inner\n".to_vec()),
+        ("sub/deeper/leaf".to_string(), pattern(5000, 4)),
+        (format!("sub/{}", "n".repeat(255)), b"long name\n".to_vec()),
+    ];
+    for (p, d) in &files {
+        let full = root.join(p);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(full, d).unwrap();
+    }
+    // Symbolic links: relative, through `..`, absolute, long (a slow link, in a block),
+    // and a loop.
+    let ln = |target: &str, at: &str| std::os::unix::fs::symlink(target, root.join(at)).unwrap();
+    ln("hello.txt", "link-hello");
+    ln("../one", "sub/up-one");
+    ln("/sub/inner.txt", "abs-inner");
+    ln(&format!("sub/{}../hello.txt", "deeper/../".repeat(8)), "long-link");
+    ln("sub", "link-dir");
+    ln("loop2", "loop1");
+    ln("loop1", "loop2");
+    files
+}
+
+fn have_mke2fs() -> bool {
+    tool("mke2fs").exists()
+}
+
+#[test]
+fn reads_every_file_of_a_mke2fs_image_byte_for_byte() {
+    assert!(have_mke2fs(), "e2fsprogs (mke2fs) is needed for the ext2 host tests: apt-get install e2fsprogs");
+    let d = scratch("tree");
+    let files = make_tree(&d.join("root"));
+    let img = d.join("disk.img");
+    mkimage(&d.join("root"), &img, Some(16)).unwrap();
+    let mut fs = Ext2::mount(ImageFile::open(&img).unwrap()).unwrap();
+    for (p, want) in &files {
+        let ino = fs.resolve(p.as_bytes()).unwrap_or_else(|e| panic!("{p}: {e:?}"));
+        assert_eq!(ino.size, want.len() as u64, "{p}");
+        let mut got = vec![0u8; want.len() + 10];
+        let n = fs.read(&ino, 0, &mut got).unwrap();
+        assert_eq!(n, want.len(), "{p}");
+        assert!(got[..n] == want[..], "{p}: contents differ");
+        // A read from the middle, across block boundaries.
+        if want.len() > 5000 {
+            let mut mid = vec![0u8; 5000];
+            assert_eq!(fs.read(&ino, 4000, &mut mid).unwrap(), 5000);
+            assert!(mid[..] == want[4000..9000]);
+        }
+    }
+    let root = fs.resolve(b"/").unwrap();
+    let names: Vec<String> = fs.read_dir(&root).unwrap().iter().map(|e| String::from_utf8_lossy(&e.name).into_owned()).collect();
+    for n in [".", "..", "empty", "hello.txt", "sub", "lost+found"] {
+        assert!(names.iter().any(|x| x == n), "root lacks {n}: {names:?}");
+    }
+    assert_eq!(fs.resolve(b"/nope").unwrap_err(), FsError::NotFound);
+    assert_eq!(fs.resolve(b"/hello.txt/x").unwrap_err(), FsError::NotDir);
+    assert_eq!(fs.resolve(b"/../../sub/./inner.txt").unwrap().size, 6, "`..` at the root stays there");
+    // Symbolic links.
+    for (link, want) in [("/link-hello", "/hello.txt"), ("/sub/up-one", "/one"), ("/abs-inner", "/sub/inner.txt"), ("/long-link", "/hello.txt"), ("/link-dir/inner.txt", "/sub/inner.txt")] {
+        assert_eq!(fs.resolve(link.as_bytes()).unwrap().ino, fs.resolve(want.as_bytes()).unwrap().ino, "{link}");
+    }
+    let l = fs.resolve_nofollow(b"/long-link").unwrap();
+    assert!(l.is_symlink() && !fs.is_fast_symlink(&l), "a long target is in a block");
+    let l = fs.resolve_nofollow(b"/link-hello").unwrap();
+    assert!(fs.is_fast_symlink(&l));
+    assert_eq!(fs.read_link(&l).unwrap(), b"hello.txt");
+    assert_eq!(fs.resolve(b"/loop1").unwrap_err(), FsError::TooManyLinks);
+    let long = format!("/{}", "a".repeat(256));
+    assert_eq!(fs.resolve(long.as_bytes()).unwrap_err(), FsError::NameTooLong);
+}
+
+#[test]
+fn refuses_broken_superblocks_with_clear_errors() {
+    assert!(have_mke2fs());
+    let d = scratch("sb");
+    make_tree(&d.join("root"));
+    let img = d.join("disk.img");
+    mkimage(&d.join("root"), &img, Some(8)).unwrap();
+    let good = std::fs::read(&img).unwrap();
+    let patch = |at: usize, bytes: &[u8]| {
+        let mut v = good.clone();
+        v[1024 + at..1024 + at + bytes.len()].copy_from_slice(bytes);
+        Ext2::mount(MemDisk(v)).err()
+    };
+    assert!(matches!(patch(56, &[0, 0]), Some(FsError::Corrupt(_))), "bad magic");
+    assert!(matches!(patch(24, &[9, 0, 0, 0]), Some(FsError::Corrupt(_))), "huge block size");
+    assert!(matches!(patch(4, &[0xFF, 0xFF, 0xFF, 0x0F]), Some(FsError::Corrupt(_))), "blocks past the device");
+    assert!(matches!(patch(0, &[0xFF, 0xFF, 0xFF, 0x0F]), Some(FsError::Corrupt(_))), "inode count past the tables");
+    assert!(matches!(patch(40, &[0, 0, 0, 0]), Some(FsError::Corrupt(_))), "no inodes per group");
+    assert!(matches!(patch(96, &[0x40, 0, 0, 0]), Some(FsError::Unsupported(_))), "extents");
+    // A truncated device.
+    assert!(Ext2::mount(MemDisk(good[..1500].to_vec())).is_err());
+    assert!(Ext2::mount(MemDisk(good[..1 << 20].to_vec())).is_err());
+}
+
+/// Walk everything reachable (bounded), reading every file; errors are fine, panics not.
+fn walk_all<D: Disk>(fs: &mut Ext2<D>) -> usize {
+    let mut todo = vec![(ext2::ROOT_INO, 0u32)];
+    let mut seen = 0;
+    while let Some((ino, depth)) = todo.pop() {
+        seen += 1;
+        if seen > 2000 || depth > 16 {
+            break; // loops in a corrupt tree end here
+        }
+        let Ok(i) = fs.inode(ino) else { continue };
+        if i.is_dir() {
+            if let Ok(es) = fs.read_dir(&i) {
+                for e in es {
+                    if e.name != b"." && e.name != b".." {
+                        todo.push((e.ino, depth + 1));
+                    }
+                }
+            }
+        } else {
+            let mut buf = vec![0u8; 64 << 10];
+            let mut off = 0;
+            while let Ok(n) = fs.read(&i, off, &mut buf) {
+                if n == 0 || off > 8 << 20 {
+                    break;
+                }
+                off += n as u64;
+            }
+        }
+    }
+    seen
+}
+
+/// Corrupt images per run (`FS_FUZZ_N` overrides, for longer runs by hand).
+const FUZZ_N_DEFAULT: usize = 400;
+
+fn meta_area_ok(meta: &[(u64, u64)], len: usize) -> bool {
+    meta.iter().all(|&(s, l)| (s + l) as usize <= len)
+}
+
+#[test]
+fn seeded_corruptions_of_metadata_never_panic() {
+    assert!(have_mke2fs());
+    let d = scratch("fuzz");
+    make_tree(&d.join("root"));
+    let img = d.join("disk.img");
+    mkimage(&d.join("root"), &img, Some(8)).unwrap();
+    let good = std::fs::read(&img).unwrap();
+    let mut fs = Ext2::mount(MemDisk(good.clone())).unwrap();
+    assert!(walk_all(&mut fs) >= 10);
+    // Where the metadata is: the superblock, the descriptor table, each group's bitmaps
+    // and inode table, and the blocks of the directories and of the indirect blocks of
+    // the big files. Flip bytes there (xorshift, fixed seed).
+    let bs = fs.bs;
+    let mut meta: Vec<(u64, u64)> = vec![(1024, 1024), (bs.max(2048), bs)];
+    let itable = (fs.sb.inodes_per_group as u64 * fs.sb.inode_size as u64).div_ceil(bs);
+    for g in fs.groups.clone() {
+        meta.push((g.block_bitmap as u64 * bs, bs));
+        meta.push((g.inode_bitmap as u64 * bs, bs));
+        // The used part of the inode table (its first blocks).
+        meta.push((g.inode_table as u64 * bs, bs * itable.min(2)));
+    }
+    for dir in ["/", "/sub", "/sub/deeper", "/lost+found"] {
+        let i = fs.resolve(dir.as_bytes()).unwrap();
+        meta.push((fs.bmap(&i, 0).unwrap() * bs, bs));
+    }
+    for big in ["/indirect.bin", "/double.bin"] {
+        let i = fs.resolve(big.as_bytes()).unwrap();
+        meta.push((i.block[12] as u64 * bs, bs));
+        if i.block[13] != 0 {
+            meta.push((i.block[13] as u64 * bs, bs));
+        }
+    }
+    assert!(meta_area_ok(&meta, good.len()));
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let fuzz_n: usize = std::env::var("FS_FUZZ_N").ok().and_then(|v| v.parse().ok()).unwrap_or(FUZZ_N_DEFAULT);
+    let (mut mounted, mut refused) = (0, 0);
+    for _ in 0..fuzz_n {
+        let mut v = good.clone();
+        for _ in 0..1 + next() % 8 {
+            let (start, len) = meta[(next() % meta.len() as u64) as usize];
+            let at = (start + next() % len) as usize;
+            v[at] = next() as u8;
+        }
+        match Ext2::mount(MemDisk(v)) {
+            Ok(mut fs) => {
+                walk_all(&mut fs);
+                // Writes on a corrupt image: errors are fine, panics and hangs not.
+                if let Ok(mut f) = fs.create(b"/fuzz-new", 0o644) {
+                    let _ = fs.write(&mut f, 0, &[7u8; 70_000]);
+                    let _ = fs.truncate(&mut f, 1000);
+                }
+                let _ = fs.mkdir(b"/sub/fuzz-dir", 0o755);
+                let _ = fs.unlink(b"/indirect.bin");
+                let _ = fs.rmdir(b"/sub/deeper");
+                let _ = fs.link(b"/one", b"/sub/one-link");
+                let _ = fs.rename(b"/sub/deeper", b"/moved");
+                let _ = fs.rename(b"/hello.txt", b"/sub/inner.txt");
+                mounted += 1;
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    eprintln!("fuzz: {mounted} corrupt images mounted and used, {refused} refused");
+    assert!(mounted >= fuzz_n / 4 && mounted + refused == fuzz_n, "{mounted} mounted");
+}
+
+fn fsck_clean(v: &[u8], name: &str) {
+    let d = scratch(name);
+    let img = d.join("after.img");
+    std::fs::write(&img, v).unwrap();
+    let out = Command::new(tool("e2fsck")).arg("-fn").arg(&img).output().unwrap();
+    assert!(out.status.success(), "e2fsck -fn after {name}:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+fn fresh_image(name: &str, mib: u64) -> Vec<u8> {
+    let d = scratch(name);
+    make_tree(&d.join("root"));
+    let img = d.join("disk.img");
+    mkimage(&d.join("root"), &img, Some(mib)).unwrap();
+    std::fs::read(&img).unwrap()
+}
+
+fn read_all<D: Disk>(fs: &mut Ext2<D>, path: &str) -> Vec<u8> {
+    let ino = fs.resolve(path.as_bytes()).unwrap_or_else(|e| panic!("{path}: {e:?}"));
+    let mut v = vec![0u8; ino.size as usize];
+    assert_eq!(fs.read(&ino, 0, &mut v).unwrap(), v.len());
+    v
+}
+
+#[test]
+fn writes_leave_an_image_e2fsck_calls_clean() {
+    assert!(have_mke2fs());
+    let mut fs = Ext2::mount(MemDisk(fresh_image("write", 16))).unwrap();
+    let (free0, _, ifree0, _) = fs.usage();
+    // Files of every mapping depth, written in odd pieces.
+    let big = pattern(4_300_000, 9);
+    assert_eq!(fs.create(b"/new/../big.bin", 0o644).map(|_| ()).unwrap_err(), FsError::NotFound);
+    let mut f = fs.create(b"/big.bin", 0o644).unwrap();
+    let mut off = 0;
+    for chunk in big.chunks(12_345) {
+        assert_eq!(fs.write(&mut f, off, chunk).unwrap(), chunk.len());
+        off += chunk.len() as u64;
+    }
+    fs.mkdir(b"/new", 0o755).unwrap();
+    fs.mkdir(b"/new/deeper", 0o755).unwrap();
+    assert_eq!(fs.mkdir(b"/new", 0o755).unwrap_err(), FsError::Exists);
+    let mut small = fs.create(b"/new/deeper/small.txt", 0o644).unwrap();
+    fs.write(&mut small, 0, b"written by ext2_write\n").unwrap();
+    // Many entries: the directory grows past one block.
+    for i in 0..300 {
+        let p = format!("/new/f{i:03}-{}", "x".repeat(40));
+        let mut ino = fs.create(p.as_bytes(), 0o644).unwrap();
+        fs.write(&mut ino, 0, p.as_bytes()).unwrap();
+    }
+    for i in (0..300).step_by(2) {
+        fs.unlink(format!("/new/f{i:03}-{}", "x".repeat(40)).as_bytes()).unwrap();
+    }
+    // A sparse file: a byte far out, holes before it read as zeros.
+    let mut sparse = fs.create(b"/sparse", 0o644).unwrap();
+    fs.write(&mut sparse, 50_000_000 % (8 << 20), b"end").unwrap();
+    // Truncate down into the double-indirect range, then a middle hole, then to zero.
+    let mut t = fs.create(b"/trunc", 0o644).unwrap();
+    fs.write(&mut t, 0, &pattern(4_400_000, 11)).unwrap();
+    fs.truncate(&mut t, 100_001).unwrap();
+    fs.truncate(&mut t, 200_000).unwrap();
+    // Hard link, then the old name goes: the data stays under the new one.
+    fs.link(b"/hello.txt", b"/new/hello-link").unwrap();
+    fs.unlink(b"/hello.txt").unwrap();
+    // Remove a populated tree, then an empty dir.
+    assert_eq!(fs.rmdir(b"/sub").unwrap_err(), FsError::NotEmpty);
+    assert_eq!(fs.unlink(b"/sub").unwrap_err(), FsError::IsDir);
+    assert_eq!(fs.rmdir(b"/one").unwrap_err(), FsError::NotDir);
+    fs.unlink(b"/sub/deeper/leaf").unwrap();
+    fs.rmdir(b"/sub/deeper").unwrap();
+    fs.unlink(b"/double.bin").unwrap();
+    assert_eq!(fs.unlink(b"/double.bin").unwrap_err(), FsError::NotFound);
+    assert_eq!(fs.create(b"/one/x", 0o644).map(|_| ()).unwrap_err(), FsError::NotDir);
+    assert_eq!(fs.create(b"/..", 0o644).map(|_| ()).unwrap_err(), FsError::InvalidArgument);
+    let v = fs.dev.0.clone();
+    fsck_clean(&v, "write-fsck");
+    // Read back on a fresh mount.
+    let mut fs = Ext2::mount(MemDisk(v)).unwrap();
+    assert!(read_all(&mut fs, "/big.bin") == big);
+    assert_eq!(read_all(&mut fs, "/new/deeper/small.txt"), b"written by ext2_write\n");
+    assert_eq!(read_all(&mut fs, "/new/hello-link"), b"hello from the host\n");
+    assert_eq!(fs.resolve(b"/hello.txt").unwrap_err(), FsError::NotFound);
+    let s = read_all(&mut fs, "/sparse");
+    assert_eq!(s.len(), 50_000_000 % (8 << 20) + 3);
+    assert!(s[..s.len() - 3].iter().all(|&b| b == 0) && &s[s.len() - 3..] == b"end");
+    let t = read_all(&mut fs, "/trunc");
+    assert_eq!(t.len(), 200_000);
+    assert!(t[..100_001] == pattern(4_400_000, 11)[..100_001] && t[100_001..].iter().all(|&b| b == 0));
+    let new_dir = fs.resolve(b"/new").unwrap();
+    let names = fs.read_dir(&new_dir).unwrap();
+    assert_eq!(names.len(), 2 + 2 + 150, "., .., deeper, hello-link, 150 files");
+    for i in (1..300).step_by(2) {
+        let p = format!("/new/f{i:03}-{}", "x".repeat(40));
+        assert_eq!(read_all(&mut fs, &p), p.as_bytes());
+    }
+    // An orphan: unlinked while "open", its data stays until released.
+    let mut o = fs.create(b"/orphan", 0o644).unwrap();
+    fs.write(&mut o, 0, &pattern(30_000, 3)).unwrap();
+    let n = fs.unlink_with(b"/orphan", &|_| true).unwrap().expect("kept as an orphan");
+    assert_eq!(fs.resolve(b"/orphan").unwrap_err(), FsError::NotFound);
+    let oi = fs.inode(n).unwrap();
+    let mut back = vec![0u8; 30_000];
+    assert_eq!(fs.read(&oi, 0, &mut back).unwrap(), 30_000);
+    assert!(back == pattern(30_000, 3));
+    fs.release_orphan(n).unwrap();
+    // Removing everything we made gives the space back.
+    fs.unlink(b"/big.bin").unwrap();
+    fs.unlink(b"/sparse").unwrap();
+    fs.unlink(b"/trunc").unwrap();
+    let (free1, _, ifree1, _) = fs.usage();
+    assert!(free1 > free0 - 100 && ifree1 > ifree0 - 200, "space not returned: blocks {free0} -> {free1}, inodes {ifree0} -> {ifree1}");
+    fsck_clean(&fs.dev.0, "write-fsck-2");
+}
+
+#[test]
+fn renames_keep_the_tree_consistent() {
+    assert!(have_mke2fs());
+    let mut fs = Ext2::mount(MemDisk(fresh_image("rename", 16))).unwrap();
+    // A file within a directory, across directories, over an existing file.
+    fs.rename(b"/one", b"/one-renamed").unwrap();
+    fs.rename(b"/one-renamed", b"/sub/one").unwrap();
+    fs.rename(b"/hello.txt", b"/sub/inner.txt").unwrap();
+    // A directory to another parent (its `..` and both link counts change), then back under
+    // a new name; into itself is refused; over a non-empty directory too.
+    fs.mkdir(b"/target", 0o755).unwrap();
+    fs.rename(b"/sub/deeper", b"/target/deeper").unwrap();
+    assert_eq!(fs.rename(b"/target", b"/target/deeper/x").unwrap_err(), FsError::InvalidArgument);
+    assert_eq!(fs.rename(b"/sub", b"/target").unwrap_err(), FsError::NotEmpty);
+    fs.mkdir(b"/empty-dir", 0o755).unwrap();
+    fs.rename(b"/target/deeper", b"/empty-dir").unwrap();
+    assert_eq!(fs.rename(b"/direct.bin", b"/sub").unwrap_err(), FsError::IsDir);
+    assert_eq!(fs.rename(b"/sub", b"/direct.bin").unwrap_err(), FsError::NotDir);
+    assert_eq!(fs.rename(b"/nope", b"/x").unwrap_err(), FsError::NotFound);
+    fs.rename(b"/direct.bin", b"/direct.bin").unwrap();
+    // Symbolic links made here, renamed and removed.
+    fs.symlink(b"sub/one", b"/new-link").unwrap();
+    assert_eq!(fs.resolve(b"/new-link").unwrap().ino, fs.resolve(b"/sub/one").unwrap().ino);
+    fs.rename(b"/new-link", b"/sub/moved-link").unwrap();
+    assert_eq!(fs.resolve(b"/sub/moved-link").unwrap_err(), FsError::NotFound, "relative to its new directory");
+    fs.symlink(b"/sub/one", b"/abs-link").unwrap();
+    fs.unlink(b"/link-hello").unwrap();
+    fs.unlink(b"/long-link").unwrap();
+    let long = format!("/sub/{}one", "./".repeat(40));
+    fs.symlink(long.as_bytes(), b"/slow-link").unwrap();
+    let sl = fs.resolve_nofollow(b"/slow-link").unwrap();
+    assert!(!fs.is_fast_symlink(&sl) && fs.read_link(&sl).unwrap() == long.as_bytes());
+    assert_eq!(fs.resolve(b"/slow-link").unwrap().ino, fs.resolve(b"/sub/one").unwrap().ino);
+    fs.symlink(long.as_bytes(), b"/slow-link-2").unwrap();
+    fs.unlink(b"/slow-link-2").unwrap();
+    assert_eq!(fs.symlink(&[b'x'; 4096], b"/too-long").map(|_| ()).unwrap_err(), FsError::NameTooLong);
+    fsck_clean(&fs.dev.0, "rename-fsck");
+    assert_eq!(read_all(&mut fs, "/sub/inner.txt"), b"hello from the host\n");
+    assert_eq!(read_all(&mut fs, "/sub/one"), b"x");
+    assert_eq!(read_all(&mut fs, "/empty-dir/leaf"), pattern(5000, 4));
+    assert_eq!(fs.resolve(b"/empty-dir/..").unwrap().ino, ext2::ROOT_INO);
+    assert!(fs.resolve(b"/hello.txt").is_err() && fs.resolve(b"/target/deeper").is_err());
+}
+
+#[test]
+fn a_full_disk_is_nospace_and_keeps_what_was_written() {
+    assert!(have_mke2fs());
+    let mut fs = Ext2::mount(MemDisk(fresh_image("full", 8))).unwrap();
+    let mut f = fs.create(b"/fill", 0o644).unwrap();
+    let chunk = pattern(256 << 10, 5);
+    let mut total = 0u64;
+    let err = loop {
+        match fs.write(&mut f, total, &chunk) {
+            Ok(n) if n == chunk.len() => total += n as u64,
+            Ok(n) => total += n as u64,
+            Err(e) => break e,
+        }
+        assert!(total < 64 << 20);
+    };
+    assert_eq!(err, FsError::NoSpace);
+    let mut more = fs.create(b"/more", 0o644).unwrap();
+    assert_eq!(fs.write(&mut more, 0, b"x").unwrap_err(), FsError::NoSpace);
+    fsck_clean(&fs.dev.0, "full-fsck");
+    let got = read_all(&mut fs, "/fill");
+    assert_eq!(got.len() as u64, total);
+    assert!(got.chunks(chunk.len()).all(|c| c == &chunk[..c.len()]));
+    assert_eq!(read_all(&mut fs, "/hello.txt"), b"hello from the host\n");
+}
