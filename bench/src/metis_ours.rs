@@ -146,6 +146,41 @@ impl<'a> OursEnv<'a> {
         Ok(input)
     }
 
+    /// The file at `path` of the attached disk (ext2, `libos::fs`) as the input: mounted,
+    /// read into a segment mapped where the other inputs go, before any phase (as the other
+    /// inputs are). Errors name the file-system error (`Error::Param` carries its words).
+    pub fn input_from_disk(&self, path: &str) -> Result<&'static [u8], Error> {
+        use libos::fs;
+        let fs_err = |x: fs::FsError| Error::Input(x.as_str());
+        if !fs::mounted() {
+            fs::mount().map_err(fs_err)?;
+        }
+        let fd = fs::open(path, fs::O_RDONLY).map_err(fs_err)?;
+        let read = (|| -> Result<&'static [u8], Error> {
+            let len = fs::fstat(fd).map_err(fs_err)?.size;
+            let fits = free_bytes() / 4;
+            if len > fits {
+                return Err(Error::InputTooLarge { size: len as usize, fits: fits as usize });
+            }
+            let seg = sys::segment_alloc(self.proc, "metis-file", MEMID_SELF, len.max(1)).map_err(e("segment_alloc input"))?;
+            self.map_input(seg, len, MAP_READ | MAP_WRITE)?;
+            // SAFETY: just mapped read-write, `len` bytes at INPUT_BASE, used by no one else yet.
+            let buf = unsafe { core::slice::from_raw_parts_mut(INPUT_BASE as *mut u8, len as usize) };
+            let mut done = 0;
+            while done < buf.len() {
+                let n = fs::pread(fd, &mut buf[done..], done as u64).map_err(fs_err)?;
+                if n == 0 {
+                    return Err(Error::Input("the file ended before its size"));
+                }
+                done += n;
+            }
+            // SAFETY: as in `map_input`.
+            Ok(unsafe { core::slice::from_raw_parts(INPUT_BASE as *const u8, len as usize) })
+        })();
+        let _ = fs::close(fd);
+        read
+    }
+
     /// `size` bytes of generated text (seed `seed`) as the input. Refuses, naming what fits,
     /// when the text would take more than a quarter of the free memory (the rest is for the
     /// intermediate data).

@@ -84,6 +84,8 @@ pub enum Error {
     InputTooLarge { size: usize, fits: usize },
     /// Bad parameters.
     Param(&'static str),
+    /// The input file could not be read (the file system's words: no disk, no such file...).
+    Input(&'static str),
 }
 
 impl core::fmt::Display for Error {
@@ -99,6 +101,7 @@ impl core::fmt::Display for Error {
                 write!(f, "NoMemory: the input of {size} bytes does not fit; at most {fits} bytes fit in this machine's memory")
             }
             Error::Param(w) => write!(f, "bad parameter: {w}"),
+            Error::Input(w) => write!(f, "cannot read the input: {w}"),
         }
     }
 }

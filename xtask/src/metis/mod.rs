@@ -32,6 +32,8 @@ cargo xtask metis sweep APP [--smp 1,2] [--systems ours,linux] [--out-dir DIR] [
                                     phases' times (target/metis-results/APP.md, .svg, .png)
 cargo xtask metis wc|wri|wrmem [options]
   --input FILE        the text (wc, wri); put into the boot image
+  --from-disk         ours: put the input on an ext2 disk image instead and read it through the
+                      file system (libos::fs, the virtio-blk device object)
   --out FILE          where the output goes (default: not written)
   --system ours|linux|both (default ours; both: one boot each, then ours/linux per phase,
                       raw and divided by each boot's calibration loop)
@@ -69,6 +71,9 @@ pub struct MetisRun {
     pub plugin: Option<PathBuf>,
     /// Linux: transparent huge pages in the arenas as the kernel's default (true) or off.
     pub linux_thp: bool,
+    /// Ours: the input goes on an ext2 disk image (made with `fs mkimage`, attached as the
+    /// virtio-blk disk) and the guest reads it through the file system, not the boot image.
+    pub from_disk: bool,
 }
 
 impl Default for MetisRun {
@@ -88,6 +93,7 @@ impl Default for MetisRun {
             insns: None,
             plugin: None,
             linux_thp: true,
+            from_disk: false,
         }
     }
 }
@@ -197,6 +203,7 @@ fn parse_args(args: &[String]) -> Result<(MetisRun, Option<PathBuf>, bool), Stri
                 }
             }
             "--check" => check = true,
+            "--from-disk" => r.from_disk = true,
             "--insns" => r.plugin = Some(PathBuf::new()),
             "-h" | "--help" => return Err(HELP.into()),
             other => return Err(format!("metis: unknown option `{other}`\n{HELP}")),
@@ -273,20 +280,41 @@ fn boot_ours(r: &MetisRun, kernel: &Path, metis_elf: &[u8]) -> Result<crate::lin
     let dir = work_dir();
     fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let initrd = dir.join(format!("ours-{}.cpio", std::process::id()));
-    crate::user::write_archive(&initrd, &[("metis".into(), metis_elf.to_vec()), ("metis-input".into(), input)])?;
+    // With --from-disk the input is the file /metis-input of an ext2 image, read by the guest
+    // through its file system; otherwise a file of the boot image.
+    let (mut files, input_name, disk) = (vec![("metis".to_string(), metis_elf.to_vec())], "metis-input", None::<PathBuf>);
+    let (input_name, disk) = if r.from_disk && r.app != "wrmem" {
+        let tree = dir.join(format!("disk-tree-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tree);
+        fs::create_dir_all(&tree).map_err(|e| format!("metis: {}: {e}", tree.display()))?;
+        fs::write(tree.join("metis-input"), &input).map_err(|e| format!("metis: {}: {e}", tree.display()))?;
+        let img = dir.join(format!("metis-input-{}.img", std::process::id()));
+        let made = crate::fs::mkimage(&tree, &img, None);
+        let _ = fs::remove_dir_all(&tree);
+        made?;
+        ("/metis-input", Some(img))
+    } else {
+        files.push(("metis-input".into(), input));
+        (input_name, disk)
+    };
+    crate::user::write_archive(&initrd, &files)?;
     let cfg = VmConfig {
         smp: r.smp,
         mem_mib: r.mem_mib,
-        cmdline: format!("init=metis -- {}", guest_words(r, "metis-input")),
+        cmdline: format!("init=metis -- {}", guest_words(r, input_name)),
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.clone()),
         extra: plugin_args(r, &plugin_out(r)),
+        disk: disk.clone(),
         ..Default::default()
     };
     let mut args = cfg.qemu_args();
     args.extend(["-serial", "stdio", "-monitor", "none"].map(String::from));
     let run = crate::linux::run_qemu(&args, r.timeout);
     let _ = fs::remove_file(&initrd);
+    if let Some(img) = disk {
+        let _ = fs::remove_file(img);
+    }
     run
 }
 
@@ -577,9 +605,11 @@ pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
     fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let input = dir.join("ci-input.txt");
     fs::write(&input, &text).map_err(|e| e.to_string())?;
-    let runs = [("wc", "per-core"), ("wri", "private"), ("wrmem", "shared")];
-    for (app, layout) in runs {
+    // The last wc reads its input through the file system from an ext2 disk image.
+    let runs = [("wc", "per-core", false), ("wri", "private", false), ("wrmem", "shared", false), ("wc", "shared", true)];
+    for (app, layout, from_disk) in runs {
         let r = MetisRun {
+            from_disk,
             app: app.into(),
             input: (app != "wrmem").then(|| input.clone()),
             layout: layout.into(),
@@ -602,7 +632,8 @@ pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
         };
         match verdict {
             Ok(res) => {
-                println!("   metis {app} ({layout}): identical to the reference, {} lines; reduce faults {}", res.digest.1, res.phases.get("reduce_faults").copied().unwrap_or(0));
+                let src = if from_disk { ", input from the disk" } else { "" };
+                println!("   metis {app} ({layout}{src}): identical to the reference, {} lines; reduce faults {}", res.digest.1, res.phases.get("reduce_faults").copied().unwrap_or(0));
                 t.passed += 1;
             }
             Err(e) => {

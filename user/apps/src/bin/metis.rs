@@ -2,7 +2,8 @@
 //! `init=metis -- wc|wri|wrmem [input=NAME] [size=BYTES] [seed=S] [workers=N] [parts=P]
 //! [layout=per-core|shared|private] [print=0|1]` (the words: mapreduce/src/cli.rs).
 //!
-//! The input is a file of the boot image (`cargo xtask metis` packs it) or, for `wrmem`,
+//! The input is a file of the boot image (`cargo xtask metis` packs it), a file of the attached
+//! disk when its name is a path (`input=/dir/file`; `cargo xtask metis --from-disk`) or, for `wrmem`,
 //! text generated in memory. One worker thread per core (bench's backend); the layout says
 //! where each worker's intermediate data lives (bench/src/metis_ours.rs). The output is printed
 //! over the console between `metis-begin` and `metis-end` (there is no file system yet), then
@@ -47,6 +48,8 @@ fn main(args: &'static str) -> u64 {
         }
         Ok(env) => {
             let input = match opts.input {
+                // A path (`/...`) is a file of the attached disk; a bare name, of the boot image.
+                Input::File(name) if name.starts_with('/') => env.input_from_disk(name),
                 Input::File(name) => env.input_from_image(name),
                 Input::Generated { size, seed } => env.input_generated(size, seed),
             };
