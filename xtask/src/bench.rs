@@ -13,7 +13,6 @@ mod net;
 mod ours;
 mod record;
 mod report;
-#[allow(dead_code)] // wired into the report in the next commit
 mod stats;
 
 use std::fs;
@@ -405,13 +404,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     });
     let results = o.out.join("results.json");
-    fs::write(&results, record::to_json_array(&records)).map_err(|e| format!("bench: cannot write {}: {e}", results.display()))?;
+    let all = stats::Results::from_records(records);
+    fs::write(&results, all.to_json()).map_err(|e| format!("bench: cannot write {}: {e}", results.display()))?;
     // Read back what was written: the file others consume must parse and fit the schema.
-    if read_results(&o.out)? != records {
+    if read_results(&o.out)? != all {
         return Err("bench: results.json does not read back as the records written".into());
     }
-    write_report(&records, &o.systems, &o.smp, &o.out)?;
-    unfinished(&records)
+    write_report(&all.records, &o.systems, &o.smp, &o.out)?;
+    unfinished(&all.records)
 }
 
 /// The command's verdict: it fails (one line) if any run errored or timed out. `unavailable`
@@ -429,14 +429,20 @@ fn unfinished(records: &[Record]) -> Result<(), String> {
     }
 }
 
-/// Read `dir/results.json`, checking every record against the schema.
-fn read_results(dir: &std::path::Path) -> Result<Vec<Record>, String> {
+/// Read `dir/results.json`, checking every record against the schema. Summary records, if
+/// any, must be what the raw records give (they are recomputed from the raw records).
+fn read_results(dir: &std::path::Path) -> Result<stats::Results, String> {
     let path = dir.join("results.json");
     let text = fs::read_to_string(&path).map_err(|e| format!("bench: cannot read {}: {e}", path.display()))?;
-    match json::parse(&text).map_err(|e| format!("bench: {} does not parse: {e}", path.display()))? {
-        json::Value::Arr(items) => items.iter().map(|v| Record::from_json(v).map_err(|e| format!("bench: {}: a record breaks the schema: {e}", path.display()))).collect(),
-        _ => Err(format!("bench: {} is not a JSON array", path.display())),
+    let v = json::parse(&text).map_err(|e| format!("bench: {} does not parse: {e}", path.display()))?;
+    let r = stats::Results::from_json(&v).map_err(|e| format!("bench: {}: {e}", path.display()))?;
+    if !(r.cells.is_empty() && r.pairs.is_empty()) {
+        let again = stats::Results::from_records(r.records.clone());
+        if again.cells != r.cells || again.pairs != r.pairs {
+            return Err(format!("bench: {}: the summary records are not what its boot records give", path.display()));
+        }
     }
+    Ok(r)
 }
 
 /// Table on stdout and in `table.txt`, plots in `plots/`.
@@ -454,7 +460,7 @@ fn write_report(records: &[Record], systems: &[System], smp: &[u32], out: &std::
 
 /// `--report DIR`: the report again from a finished run's records.
 fn redraw(dir: &std::path::Path) -> Result<(), String> {
-    let records = read_results(dir)?;
+    let records = read_results(dir)?.records;
     let mut systems: Vec<System> = Vec::new();
     let mut smp: Vec<u32> = Vec::new();
     for r in &records {
@@ -536,6 +542,55 @@ mod tests {
         assert_eq!(records.len(), 36);
         let boots: Vec<u32> = records.iter().filter(|r| r.system == "linux" && r.benchmark == "dupclose" && r.cores == 2).map(|r| r.boot).collect();
         assert_eq!(boots, [1, 2, 3]);
+    }
+
+    /// Several boots: the table shows `median [min–max]`, counts failed boots, marks noisy
+    /// rows; results.json holds every boot and the summaries and reads back; the plots draw
+    /// the range.
+    #[test]
+    fn many_boots_give_medians_ranges_and_noise_marks() {
+        let o = parse_options(&args("--only dupclose,stat_mt --smp 1,2 --boots 3")).unwrap();
+        let records = run_matrix(&o, &|_| None, &mut |s, b, p, c, k| {
+            let mut r = fake(s, b, p, c);
+            if r.status == Status::Ok {
+                // Linux's dupclose at 1 vCPU: 1000, 2000, 3000 ops (noisy: 3x); ours steady.
+                if s == System::Linux && b.name == "dupclose" && c == 1 {
+                    r.ops = Some(1000 * k as u64);
+                }
+                // One of ours' calib boots at 2 vCPUs fails.
+                if s == System::Ours && b.name == "calib" && c == 2 && k == 2 {
+                    r = Record::without_result(s.name(), b, p.to_vec(), c, Status::Error, "guest: no result line");
+                }
+            }
+            r
+        });
+        assert_eq!(records.len(), 3 * 2 * 2 * 3);
+        let t = report::table(&records, &o.smp);
+        let row = t.lines().find(|l| l.starts_with("| dupclose | 1 |")).unwrap();
+        assert!(row.contains("| 2.00M [1.00M–3.00M] noisy |"), "{row}");
+        // ours/linux per pair: 1, 1/2, 1/3; median 0.5.
+        assert!(row.contains("| 0.50 [0.33–1.00] |"), "{row}");
+        let row = t.lines().find(|l| l.starts_with("| calib | 2 |")).unwrap();
+        assert!(row.contains("(1/3 failed)"), "{row}");
+        assert!(t.lines().any(|l| l.starts_with("- dupclose on linux at 1 vCPU(s): calibrated")), "{t}");
+        assert!(t.contains("- stat_mt on linux: timeout"));
+        let row = t.lines().find(|l| l.starts_with("| stat_mt | 2 |")).unwrap();
+        assert!(row.contains("| timeout (3/3 failed) |"), "{row}");
+        let all = stats::Results::from_records(records.clone());
+        let dir = std::env::temp_dir().join(format!("xtask-bench-boots-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("results.json"), all.to_json()).unwrap();
+        let back = read_results(&dir).unwrap();
+        assert_eq!(back, all);
+        assert_eq!(back.records.iter().filter(|r| r.benchmark == "dupclose" && r.system == "ours" && r.cores == 1).count(), 3, "every boot kept");
+        assert_eq!(back.cells.len(), 3 * 2 * 2);
+        // A summary that does not match its boots is refused.
+        fs::write(dir.join("results.json"), all.to_json().replacen("\"noisy\":true", "\"noisy\":false", 1)).unwrap();
+        assert!(read_results(&dir).unwrap_err().contains("summary records"));
+        report::plots_svg_only(&records, &o.systems, &o.smp, &dir.join("plots")).unwrap();
+        let svg = fs::read_to_string(dir.join("plots").join("dupclose.svg")).unwrap();
+        assert!(svg.contains("class=\"range\"") && svg.contains("median of 3 boots"));
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

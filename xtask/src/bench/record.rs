@@ -341,7 +341,8 @@ impl Record {
     }
 }
 
-/// `results.json`: a JSON array, one record per line.
+/// A JSON array of records, one per line (results.json adds the summaries: `stats::Results`).
+#[cfg(test)]
 pub fn to_json_array(records: &[Record]) -> String {
     let lines: Vec<String> = records.iter().map(|r| format!("  {}", r.to_json())).collect();
     format!("[\n{}\n]\n", lines.join(",\n"))

@@ -8,6 +8,7 @@
 //! Quartiles interpolate linearly between order statistics (numpy's default): for sorted
 //! values v[0..n], the q-quantile is at position q·(n−1).
 
+use super::json::{self, Value};
 use super::record::{Record, Status};
 
 /// A row is `noisy` when max/min of its calibrated value is above this: too wide to quote.
@@ -46,7 +47,9 @@ pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
     Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64))
 }
 
-/// The median: the middle value of an odd count, the mean of the two middle ones of an even.
+/// The median: the middle value of an odd count, the mean of the two middle ones of an even
+/// (what [`spread`] reports; on its own only in the tests).
+#[cfg(test)]
 pub fn median(values: &[f64]) -> Option<f64> {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     v.sort_by(f64::total_cmp);
@@ -194,6 +197,164 @@ pub fn scaling_of_medians(cells: &[CellSummary], sys: &str, bench: &str, base: u
     (a > 0.0).then(|| b / a)
 }
 
+// results.json: one summary record per cell (`"kind":"summary"`) and one per benchmark ×
+// vCPU count with both systems (`"kind":"pair"`), after the raw boot records (which have no
+// `kind`). Written and read back here; docs/bench.md has the schema.
+
+fn spread_json(s: &Option<Spread>) -> String {
+    match s {
+        None => "null".into(),
+        Some(s) => format!(
+            "{{\"n\":{},\"median\":{},\"min\":{},\"max\":{},\"iqr_over_median\":{}}}",
+            s.n,
+            json::num(s.median),
+            json::num(s.min),
+            json::num(s.max),
+            json::num(s.iqr_over_median)
+        ),
+    }
+}
+
+fn spread_from(v: Option<&Value>, k: &str) -> Result<Option<Spread>, String> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(o @ Value::Obj(_)) => {
+            let f = |x: &str| match o.get(x) {
+                Some(Value::Num(n)) => Ok(*n),
+                _ => Err(format!("`{k}.{x}` must be a number")),
+            };
+            Ok(Some(Spread { n: f("n")? as usize, median: f("median")?, min: f("min")?, max: f("max")?, iqr_over_median: f("iqr_over_median")? }))
+        }
+        _ => Err(format!("`{k}` must be an object or null")),
+    }
+}
+
+fn field_str(v: &Value, k: &str) -> Result<String, String> {
+    match v.get(k) {
+        Some(Value::Str(s)) if !s.is_empty() => Ok(s.clone()),
+        _ => Err(format!("`{k}` must be a non-empty string")),
+    }
+}
+
+fn field_count(v: &Value, k: &str) -> Result<u64, String> {
+    match v.get(k) {
+        Some(Value::Num(n)) if *n >= 0.0 && n.fract() == 0.0 => Ok(*n as u64),
+        _ => Err(format!("`{k}` must be a non-negative integer")),
+    }
+}
+
+fn field_bool(v: &Value, k: &str) -> Result<bool, String> {
+    match v.get(k) {
+        Some(Value::Bool(b)) => Ok(*b),
+        _ => Err(format!("`{k}` must be true or false")),
+    }
+}
+
+impl CellSummary {
+    pub fn to_json(&self) -> String {
+        format!(
+            "{{\"kind\":\"summary\",\"system\":{},\"benchmark\":{},\"cores\":{},\"boots\":{},\"ok\":{},\"failed\":{},\"unavailable\":{},\"ops_per_s\":{},\"per_core_throughput\":{},\"calibrated_throughput\":{},\"noisy\":{}}}",
+            json::quote(&self.system),
+            json::quote(&self.benchmark),
+            self.cores,
+            self.boots,
+            self.ok,
+            self.failed,
+            self.unavailable,
+            spread_json(&self.ops_per_s),
+            spread_json(&self.per_core),
+            spread_json(&self.calibrated),
+            self.noisy
+        )
+    }
+
+    pub fn from_json(v: &Value) -> Result<CellSummary, String> {
+        Ok(CellSummary {
+            system: field_str(v, "system")?,
+            benchmark: field_str(v, "benchmark")?,
+            cores: field_count(v, "cores")? as u32,
+            boots: field_count(v, "boots")? as usize,
+            ok: field_count(v, "ok")? as usize,
+            failed: field_count(v, "failed")? as usize,
+            unavailable: field_count(v, "unavailable")? as usize,
+            ops_per_s: spread_from(v.get("ops_per_s"), "ops_per_s")?,
+            per_core: spread_from(v.get("per_core_throughput"), "per_core_throughput")?,
+            calibrated: spread_from(v.get("calibrated_throughput"), "calibrated_throughput")?,
+            noisy: field_bool(v, "noisy")?,
+        })
+    }
+}
+
+impl PairSummary {
+    pub fn to_json(&self) -> String {
+        format!(
+            "{{\"kind\":\"pair\",\"benchmark\":{},\"cores\":{},\"ratio\":{},\"calibrated_ratio\":{},\"broken_pairs\":{},\"noisy\":{}}}",
+            json::quote(&self.benchmark),
+            self.cores,
+            spread_json(&self.ratio),
+            spread_json(&self.calibrated_ratio),
+            self.broken_pairs,
+            self.noisy
+        )
+    }
+
+    pub fn from_json(v: &Value) -> Result<PairSummary, String> {
+        Ok(PairSummary {
+            benchmark: field_str(v, "benchmark")?,
+            cores: field_count(v, "cores")? as u32,
+            ratio: spread_from(v.get("ratio"), "ratio")?,
+            calibrated_ratio: spread_from(v.get("calibrated_ratio"), "calibrated_ratio")?,
+            broken_pairs: field_count(v, "broken_pairs")? as usize,
+            noisy: field_bool(v, "noisy")?,
+        })
+    }
+}
+
+/// What results.json holds: every boot's raw record, then the summaries.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Results {
+    pub records: Vec<Record>,
+    pub cells: Vec<CellSummary>,
+    pub pairs: Vec<PairSummary>,
+}
+
+impl Results {
+    /// The summaries computed from the raw records.
+    pub fn from_records(records: Vec<Record>) -> Results {
+        Results { cells: summarize(&records), pairs: pairs(&records), records }
+    }
+
+    /// results.json: a JSON array, one record per line.
+    pub fn to_json(&self) -> String {
+        let lines: Vec<String> = self
+            .records
+            .iter()
+            .map(|r| r.to_json())
+            .chain(self.cells.iter().map(CellSummary::to_json))
+            .chain(self.pairs.iter().map(PairSummary::to_json))
+            .map(|l| format!("  {l}"))
+            .collect();
+        format!("[\n{}\n]\n", lines.join(",\n"))
+    }
+
+    /// Read results.json back: raw records through their schema check, summaries by `kind`.
+    /// A file without summaries (written before `--boots`) reads as its records.
+    pub fn from_json(v: &Value) -> Result<Results, String> {
+        let Value::Arr(items) = v else { return Err("not a JSON array".into()) };
+        let mut out = Results::default();
+        for (i, item) in items.iter().enumerate() {
+            let at = |e: String| format!("item {i}: {e}");
+            match item.get("kind") {
+                None => out.records.push(Record::from_json(item).map_err(at)?),
+                Some(Value::Str(k)) if k == "summary" => out.cells.push(CellSummary::from_json(item).map_err(at)?),
+                Some(Value::Str(k)) if k == "pair" => out.pairs.push(PairSummary::from_json(item).map_err(at)?),
+                Some(other) => return Err(at(format!("unknown `kind` {other:?}"))),
+            }
+        }
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::catalog;
@@ -231,6 +392,7 @@ mod tests {
         r.busy_ns = Some(1_000_000);
         r.calib_ops = Some(calib);
         r.calib_ns = Some(1_000_000);
+        r.instructions_note = Some("test".into());
         r
     }
 
@@ -314,6 +476,26 @@ mod tests {
         assert!(cells.iter().all(|c| c.per_core.is_none() && c.calibrated.is_none() && !c.noisy));
         let p = pairs(&recs);
         assert_eq!((p[0].ratio.as_ref(), p[0].broken_pairs), (None, 2));
+    }
+
+    #[test]
+    fn summaries_round_trip_through_json() {
+        let recs = vec![
+            boot("ours", "dupclose", 1, 1, 1000, 2000),
+            boot("ours", "dupclose", 1, 2, 2000, 4000),
+            boot("linux", "dupclose", 1, 1, 500, 2000),
+            failed("linux", "dupclose", 1, 2, Status::Timeout),
+        ];
+        let res = Results::from_records(recs);
+        assert_eq!((res.cells.len(), res.pairs.len()), (2, 1));
+        let text = res.to_json();
+        let back = Results::from_json(&json::parse(&text).unwrap()).unwrap();
+        assert_eq!(back, res);
+        // An old file (records only) reads as records with no summaries.
+        let old = format!("[{}]", res.records[0].to_json().replace(",\"boot\":1", ""));
+        let back = Results::from_json(&json::parse(&old).unwrap()).unwrap();
+        assert_eq!((back.records.len(), back.records[0].boot, back.cells.len()), (1, 1, 0));
+        assert!(Results::from_json(&json::parse(r#"[{"kind":"other"}]"#).unwrap()).is_err());
     }
 
     #[test]
