@@ -60,6 +60,15 @@ fn range(s: &Spread, f: fn(f64) -> String) -> String {
     }
 }
 
+/// Three significant digits (calibrated values are small: operations per calibration step).
+fn sig(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let d = (2 - x.abs().log10().floor() as i32).max(0) as usize;
+    format!("{x:.d$}")
+}
+
 fn two(x: f64) -> String {
     format!("{x:.2}")
 }
@@ -135,7 +144,7 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
                 (None, Some(s)) => ("per-core (no calibration)", s),
                 (None, None) => ("-", &Spread { n: 0, median: 0.0, min: 0.0, max: 0.0, iqr_over_median: 0.0 }),
             };
-            format!("- {} on {} at {} vCPU(s): {what} {:.3}–{:.3} over {} boots (max/min {:.2})", c.benchmark, c.system, c.cores, s.min, s.max, s.n, s.max_over_min())
+            format!("- {} on {} at {} vCPU(s): {what} {}–{} over {} boots (max/min {:.2})", c.benchmark, c.system, c.cores, sig(s.min), sig(s.max), s.n, s.max_over_min())
         })
         .chain(pairs.iter().filter(|p| p.noisy).map(|p| {
             let s = p.calibrated_ratio.as_ref().or(p.ratio.as_ref());
@@ -402,6 +411,7 @@ mod tests {
         assert_eq!(nice_step(97.0, 5.0), 20.0);
         assert_eq!(nice_step(1.0, 5.0), 0.2);
         assert_eq!(esc("a<b&c"), "a&lt;b&amp;c");
+        assert_eq!((sig(0.0016), sig(0.25), sig(12.345), sig(1234.5)), ("0.00160".into(), "0.250".into(), "12.3".into(), "1234".into()));
         assert_eq!(fit("short"), "short");
         assert_eq!(fit(&"x".repeat(200)).chars().count(), 88);
     }
