@@ -574,6 +574,9 @@ mod tests {
         assert!(row.contains("(1/3 failed)"), "{row}");
         assert!(t.lines().any(|l| l.starts_with("- dupclose on linux at 1 vCPU(s): calibrated")), "{t}");
         assert!(t.contains("- stat_mt on linux: timeout"));
+        // Scaling of dupclose on Linux: medians 2M at 1 vCPU, 250k at 2; per round 1/4, 1/8, 1/12.
+        let row = t.lines().find(|l| l.starts_with("| dupclose |") && l.contains("rounds")).unwrap();
+        assert!(row.starts_with("| dupclose | 0.12 (rounds 0.12 [0.08–0.25]) |"), "{row}");
         let row = t.lines().find(|l| l.starts_with("| stat_mt | 2 |")).unwrap();
         assert!(row.contains("| timeout (3/3 failed) |"), "{row}");
         let all = stats::Results::from_records(records.clone());

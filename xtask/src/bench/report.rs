@@ -184,7 +184,7 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
             );
         }
     }
-    let _ = writeln!(t, "\nPer-core scaling: raw = per-core throughput at N vCPUs / at {base}; calibrated = the same for throughput divided by the share-nothing loop run in each record's own boot (1.00 = scales like a share-nothing loop){}\n", if boots > 1 { "; ratios of the cells' medians" } else { "" });
+    let _ = writeln!(t, "\nPer-core scaling: raw = per-core throughput at N vCPUs / at {base}; calibrated = the same for throughput divided by the share-nothing loop run in each record's own boot (1.00 = scales like a share-nothing loop){}\n", if boots > 1 { "; ratios of the cells' medians, then in brackets the ratio per round (boot k at N over boot k at the base, same round): median [min–max]" } else { "" });
     let mut head = String::from("| benchmark |");
     let mut rule = String::from("| --- |");
     for &n in &others {
@@ -200,7 +200,12 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
             for sys in ["linux", "ours"] {
                 let r = stats::scaling_of_medians(&cells, sys, b, base, n, raw);
                 let c = stats::scaling_of_medians(&cells, sys, b, base, n, calibrated);
-                let _ = write!(row, " {} | {} |", ratio(r), ratio(c));
+                // With several boots, the per-round ratios' range as well.
+                let rounds = |v: fn(&Record) -> Option<f64>| match stats::scaling_per_round(records, sys, b, base, n, v) {
+                    Some(s) if s.n > 1 => format!(" (rounds {} [{}–{}])", two(s.median), two(s.min), two(s.max)),
+                    _ => String::new(),
+                };
+                let _ = write!(row, " {}{} | {}{} |", ratio(r), rounds(Record::per_core_throughput), ratio(c), rounds(Record::calibrated_throughput));
             }
         }
         let _ = writeln!(t, "{row}");

@@ -355,6 +355,17 @@ impl Results {
     }
 }
 
+/// The same scaling taken per round: boot k at `n` vCPUs over boot k at `base` (the same
+/// round of the shuffled order), over the rounds where both boots were good. It shows how far
+/// one round's scaling can stray; the headline figure stays the ratio of the medians.
+pub fn scaling_per_round(records: &[Record], sys: &str, bench: &str, base: u32, n: u32, value: fn(&Record) -> Option<f64>) -> Option<Spread> {
+    let at = |c: u32, k: u32| records.iter().find(|r| r.system == sys && r.benchmark == bench && r.cores == c && r.boot == k).and_then(value);
+    let mut boots: Vec<u32> = records.iter().filter(|r| r.system == sys && r.benchmark == bench).map(|r| r.boot).collect();
+    boots.sort();
+    boots.dedup();
+    spread(&boots.iter().filter_map(|&k| Some(at(n, k)? / at(base, k).filter(|&x| x > 0.0)?)).collect::<Vec<_>>())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::catalog;
@@ -512,5 +523,9 @@ mod tests {
         let s = scaling_of_medians(&cells, "linux", "calib", 1, 2, |c| c.per_core.as_ref()).unwrap();
         assert!((s - 0.925).abs() < 1e-12);
         assert_eq!(scaling_of_medians(&cells, "ours", "calib", 1, 2, |c| c.per_core.as_ref()), None);
+        // Per round: boot 1 1800/1000, boot 2 1900/3000; boot 3 has no 2-vCPU boot.
+        let r = scaling_per_round(&recs, "linux", "calib", 1, 2, Record::per_core_throughput).unwrap();
+        assert_eq!(r.n, 2);
+        assert!((r.max - 1.8).abs() < 1e-9 && (r.min - 1900.0 / 3000.0).abs() < 1e-9);
     }
 }
