@@ -13,6 +13,7 @@ mod net;
 mod ours;
 mod record;
 mod report;
+mod stats;
 
 use std::fs;
 use std::path::PathBuf;
@@ -32,12 +33,22 @@ cargo xtask bench [options]        the benchmark suite on this system and on Lin
   --mem SIZE         guest memory (default 512M, as for this system's runs)
   --insns on|off     count guest instructions with the insncount plugin (default on)
   --reps N           runs per boot, the fastest is reported (default 3)
+  --boots N          boot every cell (system x benchmark x vCPUs) N times, 1..=100 (default 1);
+                     medians and ranges per cell, ours/linux paired boot by boot; recorded
+                     timing claims use 5 or more
+  --seed S           seed of the shuffled cell order (default 1; printed, to replay a run)
   --audit on|off     tcp_accept: also a sharing audit per cell from 2 vCPUs (a boot of its own,
                      single-threaded TCG): cross-core line transfers per connection, split into
                      driver, stack, IPC, alloc, other (kernel) and user (default off)
   --report DIR       redraw the table and plots from DIR/results.json without running
   --list             list the benchmarks
 Also: `cargo xtask bench boot`, `cargo xtask bench percore`.";
+
+/// The most boots per cell `--boots` takes.
+pub const MAX_BOOTS: u32 = 100;
+/// The start of `--boots` and `--seed` errors: bad values of these exit with status 2.
+const BOOTS_ERR: &str = "bench: --boots:";
+const SEED_ERR: &str = "bench: --seed:";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum System {
@@ -65,6 +76,10 @@ pub struct Options {
     pub mem_mib: u64,
     pub insns: bool,
     pub reps: u64,
+    /// Boots per cell (`--boots`).
+    pub boots: u32,
+    /// Seed of the shuffled order of cells (`--seed`).
+    pub seed: u64,
     /// Host-driven benchmarks: a sharing audit per cell as well.
     pub audit: bool,
     pub list: bool,
@@ -87,6 +102,8 @@ pub fn parse_options(args: &[String]) -> Result<Options, String> {
         mem_mib: 512,
         insns: true,
         reps: 3,
+        boots: 1,
+        seed: 1,
         audit: false,
         list: false,
         help: false,
@@ -174,6 +191,14 @@ pub fn parse_options(args: &[String]) -> Result<Options, String> {
                 let v = value()?;
                 o.reps = v.parse().ok().filter(|r| (1..=100).contains(r)).ok_or_else(|| format!("bench: --reps: `{v}` is not in 1..=100"))?;
             }
+            "--boots" => {
+                let v = value()?;
+                o.boots = v.parse().ok().filter(|b| (1..=MAX_BOOTS).contains(b)).ok_or_else(|| format!("{BOOTS_ERR} `{v}` is not a whole number in 1..={MAX_BOOTS}"))?;
+            }
+            "--seed" => {
+                let v = value()?;
+                o.seed = v.parse().map_err(|_| format!("{SEED_ERR} `{v}` is not a whole number"))?;
+            }
             "--audit" => {
                 o.audit = match value()?.as_str() {
                     "on" => true,
@@ -209,47 +234,101 @@ pub fn effective_params(spec: &BenchSpec, overrides: &[(String, u64)]) -> Vec<(S
         .collect()
 }
 
-/// Run every benchmark × system × vCPU count through `run_one` (one call per cell, in a fixed
-/// order) and return exactly one record per cell. A system that cannot run at all
-/// (`unavailable[system]` is the reason) gets an `unavailable` record per cell without a call.
-pub fn run_matrix(
-    o: &Options,
-    unavailable: &dyn Fn(System) -> Option<String>,
-    run_one: &mut dyn FnMut(System, &'static BenchSpec, &[(String, u64)], u32) -> Record,
-) -> Vec<Record> {
-    let total = o.benches.len() * o.systems.len() * o.smp.len();
-    let mut records = Vec::with_capacity(total);
-    let mut i = 0;
-    for spec in &o.benches {
-        let mut params = effective_params(spec, &o.overrides);
-        params.push(("reps".to_string(), o.reps));
-        for &sys in &o.systems {
-            for &cores in &o.smp {
-                i += 1;
-                let rec = match unavailable(sys) {
-                    Some(why) => Record::without_result(sys.name(), spec, params.clone(), cores, Status::Unavailable, &why),
-                    None => {
-                        let mut r = run_one(sys, spec, &params, cores);
-                        // results.json keeps wall time to 10 ms; keep the record the same, so
-                        // it reads back equal to what was written.
-                        r.wall_s = (r.wall_s * 100.0).round() / 100.0;
-                        let how = match (r.status, r.per_core_throughput()) {
-                            (Status::Ok, Some(t)) => format!("{} ops/s/core", report::si(t)),
-                            _ => format!("{}: {}", r.status.as_str(), r.reason.as_deref().unwrap_or("")),
-                        };
-                        eprintln!("bench: [{i}/{total}] {} {} on {cores} vCPU(s): {how} ({:.1} s)", sys.name(), spec.name, r.wall_s);
-                        r
-                    }
-                };
-                records.push(rec);
+/// A small seeded generator (splitmix64) for the order of cells: the same `--seed` gives the
+/// same order, so a run can be replayed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Fisher-Yates.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            v.swap(i, j);
+        }
+    }
+}
+
+/// The order of boots: `boots` rounds; in each, every cell (benchmark × vCPU count) once, in
+/// an order shuffled afresh per round from `seed`, and within a cell every system back to
+/// back (ours, then Linux). Boot k of ours and boot k of Linux of a cell are thus neighbours
+/// in time (the pair whose ratio is taken), and a slow stretch of the host hits both sides.
+/// Each item: (benchmark index, vCPU count, system, boot number 1..=boots).
+pub fn boot_order(n_benches: usize, smp: &[u32], systems: &[System], boots: u32, seed: u64) -> Vec<(usize, u32, System, u32)> {
+    let mut rng = Rng::new(seed);
+    let mut order = Vec::new();
+    for k in 1..=boots {
+        let mut cells: Vec<(usize, u32)> = (0..n_benches).flat_map(|b| smp.iter().map(move |&n| (b, n))).collect();
+        rng.shuffle(&mut cells);
+        for (b, n) in cells {
+            for &sys in systems {
+                order.push((b, n, sys, k));
             }
         }
     }
-    records
+    order
+}
+
+/// Run every benchmark × system × vCPU count `o.boots` times through `run_one` (one call per
+/// boot, in [`boot_order`]) and return exactly one record per boot, sorted by benchmark (in
+/// `o.benches`' order), system, vCPUs and boot. A system that cannot run at all
+/// (`unavailable[system]` is the reason) gets an `unavailable` record per boot without a call.
+pub fn run_matrix(
+    o: &Options,
+    unavailable: &dyn Fn(System) -> Option<String>,
+    run_one: &mut dyn FnMut(System, &'static BenchSpec, &[(String, u64)], u32, u32) -> Record,
+) -> Vec<Record> {
+    let order = boot_order(o.benches.len(), &o.smp, &o.systems, o.boots, o.seed);
+    let total = order.len();
+    let mut records = Vec::with_capacity(total);
+    for (i, &(b, cores, sys, boot)) in order.iter().enumerate() {
+        let spec = o.benches[b];
+        let mut params = effective_params(spec, &o.overrides);
+        params.push(("reps".to_string(), o.reps));
+        let mut rec = match unavailable(sys) {
+            Some(why) => Record::without_result(sys.name(), spec, params.clone(), cores, Status::Unavailable, &why),
+            None => {
+                let mut r = run_one(sys, spec, &params, cores, boot);
+                // results.json keeps wall time to 10 ms; keep the record the same, so
+                // it reads back equal to what was written.
+                r.wall_s = (r.wall_s * 100.0).round() / 100.0;
+                let how = match (r.status, r.per_core_throughput()) {
+                    (Status::Ok, Some(t)) => format!("{} ops/s/core", report::si(t)),
+                    _ => format!("{}: {}", r.status.as_str(), r.reason.as_deref().unwrap_or("")),
+                };
+                let which = if o.boots > 1 { format!(" boot {boot}/{}", o.boots) } else { String::new() };
+                eprintln!("bench: [{}/{total}] {} {} on {cores} vCPU(s){which}: {how} ({:.1} s)", i + 1, sys.name(), spec.name, r.wall_s);
+                r
+            }
+        };
+        rec.boot = boot;
+        records.push((b, rec));
+    }
+    records.sort_by(|(b1, r1), (b2, r2)| (b1, &r1.system, r1.cores, r1.boot).cmp(&(b2, &r2.system, r2.cores, r2.boot)));
+    records.into_iter().map(|(_, r)| r).collect()
 }
 
 pub fn run(args: &[String]) -> Result<(), String> {
-    let o = parse_options(args)?;
+    let o = match parse_options(args) {
+        Ok(o) => o,
+        // A bad --boots or --seed: one line, exit status 2 (issue 22).
+        Err(e) if e.starts_with(BOOTS_ERR) || e.starts_with(SEED_ERR) => {
+            eprintln!("xtask: {e}");
+            std::process::exit(2);
+        }
+        Err(e) => return Err(e),
+    };
     if o.help {
         println!("{HELP}");
         return Ok(());
@@ -289,7 +368,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
         System::Ours => ours_why.clone(),
         System::Linux => None,
     };
-    let records = run_matrix(&o, &unavailable, &mut |sys, spec, params, cores| {
+    eprintln!(
+        "bench: {} boot(s) per cell, cells in an order shuffled with --seed {} (ours and linux back to back per cell){}",
+        o.boots,
+        o.seed,
+        if o.boots > 1 && o.insns { "; instruction counts are exact, so one boot is enough for them: the table shows the first good boot's" } else { "" }
+    );
+    let records = run_matrix(&o, &unavailable, &mut |sys, spec, params, cores, boot| {
+        let tag = if o.boots > 1 { format!("-boot{boot}") } else { String::new() };
         let g: Option<&dyn guest::Guest> = match sys {
             System::Linux => linux.as_ref().map(|l| l as _),
             System::Ours => ours_sys.as_ref().map(|s| s as _),
@@ -306,25 +392,26 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     None => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
                 },
             };
-            let mut rec = net::run_one(common, boot, spec, params, cores, o.timeout);
+            let mut rec = net::run_one(common, boot, spec, params, cores, o.timeout, &tag);
             if o.audit {
                 net::add_audit(&mut rec, spec, cores, o.timeout);
             }
             return rec;
         }
         match g {
-            Some(g) => guest::run_one(g, spec, params, cores, o.timeout),
+            Some(g) => guest::run_one(g, spec, params, cores, o.timeout, &tag),
             None => Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
         }
     });
     let results = o.out.join("results.json");
-    fs::write(&results, record::to_json_array(&records)).map_err(|e| format!("bench: cannot write {}: {e}", results.display()))?;
+    let all = stats::Results::from_records(records);
+    fs::write(&results, all.to_json()).map_err(|e| format!("bench: cannot write {}: {e}", results.display()))?;
     // Read back what was written: the file others consume must parse and fit the schema.
-    if read_results(&o.out)? != records {
+    if read_results(&o.out)? != all {
         return Err("bench: results.json does not read back as the records written".into());
     }
-    write_report(&records, &o.systems, &o.smp, &o.out)?;
-    unfinished(&records)
+    write_report(&all.records, &o.systems, &o.smp, &o.out)?;
+    unfinished(&all.records)
 }
 
 /// The command's verdict: it fails (one line) if any run errored or timed out. `unavailable`
@@ -342,14 +429,20 @@ fn unfinished(records: &[Record]) -> Result<(), String> {
     }
 }
 
-/// Read `dir/results.json`, checking every record against the schema.
-fn read_results(dir: &std::path::Path) -> Result<Vec<Record>, String> {
+/// Read `dir/results.json`, checking every record against the schema. Summary records, if
+/// any, must be what the raw records give (they are recomputed from the raw records).
+fn read_results(dir: &std::path::Path) -> Result<stats::Results, String> {
     let path = dir.join("results.json");
     let text = fs::read_to_string(&path).map_err(|e| format!("bench: cannot read {}: {e}", path.display()))?;
-    match json::parse(&text).map_err(|e| format!("bench: {} does not parse: {e}", path.display()))? {
-        json::Value::Arr(items) => items.iter().map(|v| Record::from_json(v).map_err(|e| format!("bench: {}: a record breaks the schema: {e}", path.display()))).collect(),
-        _ => Err(format!("bench: {} is not a JSON array", path.display())),
+    let v = json::parse(&text).map_err(|e| format!("bench: {} does not parse: {e}", path.display()))?;
+    let r = stats::Results::from_json(&v).map_err(|e| format!("bench: {}: {e}", path.display()))?;
+    if !(r.cells.is_empty() && r.pairs.is_empty()) {
+        let again = stats::Results::from_records(r.records.clone());
+        if again.cells != r.cells || again.pairs != r.pairs {
+            return Err(format!("bench: {}: the summary records are not what its boot records give", path.display()));
+        }
     }
+    Ok(r)
 }
 
 /// Table on stdout and in `table.txt`, plots in `plots/`.
@@ -367,7 +460,7 @@ fn write_report(records: &[Record], systems: &[System], smp: &[u32], out: &std::
 
 /// `--report DIR`: the report again from a finished run's records.
 fn redraw(dir: &std::path::Path) -> Result<(), String> {
-    let records = read_results(dir)?;
+    let records = read_results(dir)?.records;
     let mut systems: Vec<System> = Vec::new();
     let mut smp: Vec<u32> = Vec::new();
     for r in &records {
@@ -404,11 +497,103 @@ mod tests {
             ("--param nope=1", "no benchmark has"),
             ("--frobnicate", "unknown benchmark or option"),
             ("--smp", "needs a value"),
+            ("--boots 0", "--boots"),
+            ("--boots many", "--boots"),
+            ("--boots 101", "--boots"),
+            ("--boots -1", "--boots"),
+            ("--seed x", "--seed"),
         ] {
             let e = parse_options(&args(a)).unwrap_err();
             assert!(e.contains(needle), "{a}: {e}");
             assert!(!e.contains('\n'), "one line: {e}");
         }
+    }
+
+    /// `--boots N`: every cell N times, ours and Linux back to back per cell, each round in a
+    /// shuffled order that the seed fixes; boot k of ours is next to boot k of Linux.
+    #[test]
+    fn boots_are_interleaved_in_a_seeded_order() {
+        let o = parse_options(&args("--only stat_mt,dupclose --smp 1,2 --boots 3 --seed 7")).unwrap();
+        assert_eq!((o.boots, o.seed), (3, 7));
+        assert_eq!(parse_options(&args("")).map(|o| (o.boots, o.seed)).unwrap(), (1, 1));
+        let sys = [System::Ours, System::Linux];
+        let order = boot_order(3, &o.smp, &sys, 3, 7);
+        assert_eq!(order.len(), 3 * 2 * 2 * 3, "3 benchmarks x 2 counts x 2 systems x 3 boots");
+        assert_eq!(order, boot_order(3, &o.smp, &sys, 3, 7), "the seed fixes the order");
+        assert_ne!(order, boot_order(3, &o.smp, &sys, 3, 8), "another seed, another order");
+        for pair in order.chunks(2) {
+            let ((b1, n1, s1, k1), (b2, n2, s2, k2)) = (pair[0], pair[1]);
+            assert_eq!((b1, n1, k1, s1, s2), (b2, n2, k2, System::Ours, System::Linux), "one cell's boots back to back");
+        }
+        // Round k holds every cell once, boot k of each.
+        for k in 1..=3 {
+            let mut cells: Vec<(usize, u32)> = order.iter().filter(|x| x.3 == k && x.2 == System::Ours).map(|x| (x.0, x.1)).collect();
+            cells.sort();
+            assert_eq!(cells, [(0, 1), (0, 2), (1, 1), (1, 2), (2, 1), (2, 2)]);
+        }
+        let rounds: Vec<Vec<(usize, u32)>> = (1..=3).map(|k| order.iter().filter(|x| x.3 == k && x.2 == System::Ours).map(|x| (x.0, x.1)).collect()).collect();
+        assert!(rounds[0] != rounds[1] || rounds[1] != rounds[2], "each round shuffled afresh");
+        let mut calls = Vec::new();
+        let records = run_matrix(&o, &|_| None, &mut |s, b, p, c, k| {
+            calls.push((s, b.name, c, k));
+            fake(s, b, p, c)
+        });
+        assert_eq!(calls.len(), 36);
+        assert_eq!(records.len(), 36);
+        let boots: Vec<u32> = records.iter().filter(|r| r.system == "linux" && r.benchmark == "dupclose" && r.cores == 2).map(|r| r.boot).collect();
+        assert_eq!(boots, [1, 2, 3]);
+    }
+
+    /// Several boots: the table shows `median [min–max]`, counts failed boots, marks noisy
+    /// rows; results.json holds every boot and the summaries and reads back; the plots draw
+    /// the range.
+    #[test]
+    fn many_boots_give_medians_ranges_and_noise_marks() {
+        let o = parse_options(&args("--only dupclose,stat_mt --smp 1,2 --boots 3")).unwrap();
+        let records = run_matrix(&o, &|_| None, &mut |s, b, p, c, k| {
+            let mut r = fake(s, b, p, c);
+            if r.status == Status::Ok {
+                // Linux's dupclose at 1 vCPU: 1000, 2000, 3000 ops (noisy: 3x); ours steady.
+                if s == System::Linux && b.name == "dupclose" && c == 1 {
+                    r.ops = Some(1000 * k as u64);
+                }
+                // One of ours' calib boots at 2 vCPUs fails.
+                if s == System::Ours && b.name == "calib" && c == 2 && k == 2 {
+                    r = Record::without_result(s.name(), b, p.to_vec(), c, Status::Error, "guest: no result line");
+                }
+            }
+            r
+        });
+        assert_eq!(records.len(), 3 * 2 * 2 * 3);
+        let t = report::table(&records, &o.smp);
+        let row = t.lines().find(|l| l.starts_with("| dupclose | 1 |")).unwrap();
+        assert!(row.contains("| 2.00M [1.00M–3.00M] noisy |"), "{row}");
+        // ours/linux per pair: 1, 1/2, 1/3; median 0.5.
+        assert!(row.contains("| 0.50 [0.33–1.00] |"), "{row}");
+        let row = t.lines().find(|l| l.starts_with("| calib | 2 |")).unwrap();
+        assert!(row.contains("(1/3 failed)"), "{row}");
+        assert!(t.lines().any(|l| l.starts_with("- dupclose on linux at 1 vCPU(s): calibrated")), "{t}");
+        assert!(t.contains("- stat_mt on linux: timeout"));
+        // Scaling of dupclose on Linux: medians 2M at 1 vCPU, 250k at 2; per round 1/4, 1/8, 1/12.
+        let row = t.lines().find(|l| l.starts_with("| dupclose |") && l.contains("rounds")).unwrap();
+        assert!(row.starts_with("| dupclose | 0.12 (rounds 0.12 [0.08–0.25]) |"), "{row}");
+        let row = t.lines().find(|l| l.starts_with("| stat_mt | 2 |")).unwrap();
+        assert!(row.contains("| timeout (3/3 failed) |"), "{row}");
+        let all = stats::Results::from_records(records.clone());
+        let dir = std::env::temp_dir().join(format!("xtask-bench-boots-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("results.json"), all.to_json()).unwrap();
+        let back = read_results(&dir).unwrap();
+        assert_eq!(back, all);
+        assert_eq!(back.records.iter().filter(|r| r.benchmark == "dupclose" && r.system == "ours" && r.cores == 1).count(), 3, "every boot kept");
+        assert_eq!(back.cells.len(), 3 * 2 * 2);
+        // A summary that does not match its boots is refused.
+        fs::write(dir.join("results.json"), all.to_json().replacen("\"noisy\":true", "\"noisy\":false", 1)).unwrap();
+        assert!(read_results(&dir).unwrap_err().contains("summary records"));
+        report::plots_svg_only(&records, &o.systems, &o.smp, &dir.join("plots")).unwrap();
+        let svg = fs::read_to_string(dir.join("plots").join("dupclose.svg")).unwrap();
+        assert!(svg.contains("class=\"range\"") && svg.contains("median of 3 boots"));
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -461,7 +646,7 @@ mod tests {
         const WHY_NOT: &str = "ours: not available (the kernel or the user programs did not build)";
         let why = |s: System| (s == System::Ours).then(|| WHY_NOT.to_string());
         let mut calls = 0;
-        let records = run_matrix(&o, &why, &mut |s, b, p, c| {
+        let records = run_matrix(&o, &why, &mut |s, b, p, c, _| {
             calls += 1;
             fake(s, b, p, c)
         });
@@ -512,7 +697,7 @@ mod tests {
         // This system runs every benchmark today, so the test stands in a backend that lacks
         // one (as ours lacked thread_mt before time-sharing), the way `ours::unsupported` would.
         let lacks = |b: &BenchSpec| (b.name == "thread_mt").then_some("ours: an empty thread needs time-sharing (test backend)");
-        let records = run_matrix(&o, &|_| None, &mut |s, b, p, c| {
+        let records = run_matrix(&o, &|_| None, &mut |s, b, p, c, _| {
             if s == System::Ours {
                 if let Some(why) = lacks(b).or(ours::unsupported(b, c)) {
                     return Record::without_result("ours", b, p.to_vec(), c, Status::Unavailable, why);
@@ -544,11 +729,15 @@ mod tests {
     fn timeouts_do_not_stop_the_matrix_but_fail_the_command() {
         let o = parse_options(&args("--smp 1,2 --only stat_mt,dupclose --systems linux")).unwrap();
         let mut order = Vec::new();
-        let records = run_matrix(&o, &|_| None, &mut |s, b, p, c| {
+        let records = run_matrix(&o, &|_| None, &mut |s, b, p, c, _| {
             order.push((b.name, c));
             fake(s, b, p, c)
         });
-        assert_eq!(order, [("stat_mt", 1), ("stat_mt", 2), ("dupclose", 1), ("dupclose", 2), ("calib", 1), ("calib", 2)]);
+        // Booted in a shuffled order; the records come back sorted.
+        order.sort();
+        assert_eq!(order, [("calib", 1), ("calib", 2), ("dupclose", 1), ("dupclose", 2), ("stat_mt", 1), ("stat_mt", 2)]);
+        let sorted: Vec<(&str, u32)> = records.iter().map(|r| (r.benchmark.as_str(), r.cores)).collect();
+        assert_eq!(sorted, [("stat_mt", 1), ("stat_mt", 2), ("dupclose", 1), ("dupclose", 2), ("calib", 1), ("calib", 2)]);
         assert_eq!(records.iter().filter(|r| r.status == Status::Timeout).count(), 2);
         let e = unfinished(&records).unwrap_err();
         assert_eq!(e, "bench: 2 run(s) did not finish: linux stat_mt@1 timeout, linux stat_mt@2 timeout");

@@ -68,14 +68,15 @@ pub fn words(spec: &BenchSpec, params: &[(String, u64)], cores: u32) -> String {
 }
 
 /// Boot `g` once for one benchmark at `cores` vCPUs and turn what happened into a record.
-pub fn run_one(g: &dyn Guest, spec: &'static BenchSpec, params: &[(String, u64)], cores: u32, timeout: Duration) -> Record {
+/// `tag` is appended to the log files' names (`-bootK` when a cell is booted more than once).
+pub fn run_one(g: &dyn Guest, spec: &'static BenchSpec, params: &[(String, u64)], cores: u32, timeout: Duration, tag: &str) -> Record {
     let c = g.common();
     let system = c.system;
     let blank = |status, reason: String| Record::without_result(system, spec, params.to_vec(), cores, status, &reason);
     if let Some(why) = g.unsupported(spec, cores) {
         return blank(Status::Unavailable, why.to_string());
     }
-    let stem = format!("{system}-{}-{cores}", spec.name);
+    let stem = format!("{system}-{}-{cores}{tag}", spec.name);
     let plugin_out = c.logs.join(format!("{stem}.insncount.txt"));
     let _ = fs::remove_file(&plugin_out);
     let mut cfg = g.vm(&words(spec, params, cores));

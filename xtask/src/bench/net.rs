@@ -100,8 +100,8 @@ pub fn add_audit(rec: &mut Record, spec: &BenchSpec, cores: u32, timeout: Durati
     }
 }
 
-/// Boot one cell and make its record.
-pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params: &[(String, u64)], cores: u32, timeout: Duration) -> Record {
+/// Boot one cell and make its record. `tag` is appended to the log files' names.
+pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params: &[(String, u64)], cores: u32, timeout: Duration, tag: &str) -> Record {
     let system = common.system;
     let blank = |status, reason: String| Record::without_result(system, spec, params.to_vec(), cores, status, &reason);
     if let Some(why) = unsupported(matches!(boot, Boot::Linux { .. }), spec, cores) {
@@ -130,7 +130,7 @@ pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params
     cfg.smp = cores;
     cfg.mem_mib = common.mem_mib;
     cfg.net = Some(net);
-    let stem = format!("{system}-{}-{cores}", spec.name);
+    let stem = format!("{system}-{}-{cores}{tag}", spec.name);
     let plugin_out = common.logs.join(format!("{stem}.insncount.txt"));
     let _ = fs::remove_file(&plugin_out);
     if let Ok(so) = &common.insncount {

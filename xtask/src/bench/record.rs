@@ -151,6 +151,9 @@ pub struct Record {
     pub group: String,
     pub params: Vec<(String, u64)>,
     pub cores: u32,
+    /// Which boot of its cell this is, 1..=N (`--boots N`); records written before
+    /// `--boots` existed have no `boot` field and read back as boot 1.
+    pub boot: u32,
     pub status: Status,
     /// Why a run is not `ok`.
     pub reason: Option<String>,
@@ -185,6 +188,7 @@ impl Record {
             group: spec.group.into(),
             params,
             cores,
+            boot: 1,
             status,
             reason: Some(reason.into()),
             workers: None,
@@ -245,12 +249,13 @@ impl Record {
         let opt_s = |v: &Option<String>| v.as_deref().map(json::quote).unwrap_or_else(|| "null".into());
         let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{}:{v}", json::quote(k))).collect();
         let mut out = format!(
-            "{{\"system\":{},\"benchmark\":{},\"group\":{},\"params\":{{{}}},\"cores\":{},\"status\":{},\"reason\":{},\"evidence\":{},\"workers\":{},\"ops\":{},\"ns\":{},\"busy_ns\":{},\"instructions\":{},\"instructions_kernel\":{},\"instructions_user\":{},\"instructions_per_op\":{},\"instructions_note\":{},\"per_core_throughput\":{},\"throughput_unit\":\"ops/s/core\",\"calib_ops\":{},\"calib_ns\":{},\"calib_per_core_throughput\":{},\"calibrated_throughput\":{},\"wall_s\":{}}}",
+            "{{\"system\":{},\"benchmark\":{},\"group\":{},\"params\":{{{}}},\"cores\":{},\"boot\":{},\"status\":{},\"reason\":{},\"evidence\":{},\"workers\":{},\"ops\":{},\"ns\":{},\"busy_ns\":{},\"instructions\":{},\"instructions_kernel\":{},\"instructions_user\":{},\"instructions_per_op\":{},\"instructions_note\":{},\"per_core_throughput\":{},\"throughput_unit\":\"ops/s/core\",\"calib_ops\":{},\"calib_ns\":{},\"calib_per_core_throughput\":{},\"calibrated_throughput\":{},\"wall_s\":{}}}",
             json::quote(&self.system),
             json::quote(&self.benchmark),
             json::quote(&self.group),
             params.join(","),
             self.cores,
+            self.boot,
             json::quote(self.status.as_str()),
             opt_s(&self.reason),
             json::quote(evidence(self.cores)),
@@ -311,6 +316,7 @@ impl Record {
             group: s("group").unwrap_or_default(),
             params,
             cores: u("cores").unwrap_or(1) as u32,
+            boot: u("boot").unwrap_or(1) as u32,
             status,
             reason: s("reason"),
             workers: u("workers"),
@@ -335,7 +341,8 @@ impl Record {
     }
 }
 
-/// `results.json`: a JSON array, one record per line.
+/// A JSON array of records, one per line (results.json adds the summaries: `stats::Results`).
+#[cfg(test)]
 pub fn to_json_array(records: &[Record]) -> String {
     let lines: Vec<String> = records.iter().map(|r| format!("  {}", r.to_json())).collect();
     format!("[\n{}\n]\n", lines.join(",\n"))
@@ -382,6 +389,12 @@ pub fn check_schema(v: &Value) -> Result<(), String> {
     let cores = count("cores", false)?.unwrap_or(0.0);
     if !(1.0..=255.0).contains(&cores) {
         return Err("`cores` must be 1..=255".into());
+    }
+    if let Some(b) = m.get("boot") {
+        match b {
+            Value::Num(x) if *x >= 1.0 && x.fract() == 0.0 => {}
+            _ => return Err("`boot` must be a positive integer".into()),
+        }
     }
     let status = is_str("status")?;
     for k in ["workers", "ops", "ns", "busy_ns", "instructions", "instructions_kernel", "instructions_user", "calib_ops", "calib_ns"] {

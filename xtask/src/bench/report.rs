@@ -9,6 +9,7 @@ use std::process::Command;
 
 use super::catalog::{self, BENCHES};
 use super::record::{Record, Status};
+use super::stats::{self, CellSummary, PairSummary, Spread};
 use super::System;
 
 /// 1234567.0 -> "1.23M": short numbers for tables and axes.
@@ -28,32 +29,55 @@ pub fn si(x: f64) -> String {
     }
 }
 
-fn find<'a>(records: &'a [Record], sys: &str, bench: &str, cores: u32) -> Option<&'a Record> {
-    records.iter().find(|r| r.system == sys && r.benchmark == bench && r.cores == cores)
+/// One cell's per-core throughput: the value of a single boot, or `median [min–max]` over
+/// its good boots; `noisy` when max/min of its calibrated value exceeds 1.5; failed boots
+/// counted. A cell without a good boot shows its (first) status.
+fn cell(c: Option<&CellSummary>, records: &[Record]) -> String {
+    let Some(c) = c else { return "-".into() };
+    let mut out = match &c.per_core {
+        Some(s) => range(s, si),
+        None => records
+            .iter()
+            .find(|r| r.system == c.system && r.benchmark == c.benchmark && r.cores == c.cores && r.status != Status::Ok)
+            .map(|r| r.status.as_str().to_string())
+            .unwrap_or_else(|| "-".into()),
+    };
+    if c.noisy {
+        out.push_str(" noisy");
+    }
+    if c.failed > 0 && c.boots > 1 {
+        let _ = write!(out, " ({}/{} failed)", c.failed, c.boots);
+    }
+    out
 }
 
-fn cell(r: Option<&Record>) -> String {
-    match r {
-        None => "-".into(),
-        Some(r) => match (r.status, r.per_core_throughput()) {
-            (Status::Ok, Some(t)) => si(t),
-            (s, _) => s.as_str().into(),
-        },
+/// `median [min–max]`, or the one value when there is one.
+fn range(s: &Spread, f: fn(f64) -> String) -> String {
+    if s.n > 1 {
+        format!("{} [{}–{}]", f(s.median), f(s.min), f(s.max))
+    } else {
+        f(s.median)
     }
 }
 
-/// `value` at `n` vCPUs over `value` at `base` vCPUs, for one system and benchmark.
-fn scaling(records: &[Record], sys: &str, bench: &str, base: u32, n: u32, value: fn(&Record) -> Option<f64>) -> Option<f64> {
-    let a = value(find(records, sys, bench, base)?)?;
-    let b = value(find(records, sys, bench, n)?)?;
-    Some(b / a)
+/// Three significant digits (calibrated values are small: operations per calibration step).
+fn sig(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let d = (2 - x.abs().log10().floor() as i32).max(0) as usize;
+    format!("{x:.d$}")
 }
 
-/// `value` of ours over `value` of Linux for one benchmark and vCPU count.
-fn ours_over_linux(records: &[Record], bench: &str, n: u32, value: fn(&Record) -> Option<f64>) -> String {
-    match (find(records, "ours", bench, n).and_then(value), find(records, "linux", bench, n).and_then(value)) {
-        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
-        _ => "-".into(),
+fn two(x: f64) -> String {
+    format!("{x:.2}")
+}
+
+/// The ours/Linux ratio: the median of the per-pair ratios with their range.
+fn pair_cell(p: Option<&PairSummary>, value: fn(&PairSummary) -> Option<&Spread>, noisy: bool) -> String {
+    match p.and_then(|p| value(p).map(|s| (p, s))) {
+        Some((p, s)) => format!("{}{}", range(s, two), if noisy && p.noisy { " noisy" } else { "" }),
+        None => "-".into(),
     }
 }
 
@@ -61,7 +85,14 @@ fn ratio(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into())
 }
 
+fn summary<'a>(cells: &'a [CellSummary], sys: &str, bench: &str, n: u32) -> Option<&'a CellSummary> {
+    cells.iter().find(|c| c.system == sys && c.benchmark == bench && c.cores == n)
+}
+
 pub fn table(records: &[Record], smp: &[u32]) -> String {
+    let cells = stats::summarize(records);
+    let pairs = stats::pairs(records);
+    let boots = cells.iter().map(|c| c.boots).max().unwrap_or(1);
     let mut t = String::new();
     let mut benches: Vec<&str> = Vec::new();
     for r in records {
@@ -70,18 +101,23 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
         }
     }
     let _ = writeln!(t, "Per-core throughput (ops/s per core; TCG, emulated timing; rows above 2 vCPUs are functional only); insns/op = guest instructions (kernel + user) per operation, insncount plugin, deterministic\n");
+    if boots > 1 {
+        let _ = writeln!(t, "{boots} boots per cell: each number is `median [min–max]` over the cell's good boots (failed boots counted in the cell); insns/op from the first good boot (exact, the same in every boot); ours/linux = median [range] of the per-pair ratios, boot k of ours over boot k of Linux (booted back to back); `noisy` = max/min of the calibrated value above {} (do not quote)\n", stats::NOISY);
+    }
     let _ = writeln!(t, "ours/linux calibrated: each side's throughput divided by the share-nothing loop run in its own boot (corrects for the host's load differing between the two boots)\n");
     let _ = writeln!(t, "| benchmark | vCPUs | linux ops/s/core | linux insns/op | ours ops/s/core | ours insns/op | ours/linux | ours/linux calibrated |");
     let _ = writeln!(t, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    let insns = |r: Option<&Record>| r.and_then(|r| r.instructions_per_op()).map(si).unwrap_or_else(|| "-".into());
+    let insns = |sys: &str, b: &str, n: u32| {
+        records.iter().filter(|r| r.system == sys && r.benchmark == b && r.cores == n).find_map(|r| r.instructions_per_op()).map(si).unwrap_or_else(|| "-".into())
+    };
     for b in &benches {
         for &n in smp {
-            let l = find(records, "linux", b, n);
-            let o = find(records, "ours", b, n);
-            let rat = ours_over_linux(records, b, n, Record::per_core_throughput);
-            let cal = ours_over_linux(records, b, n, Record::calibrated_throughput);
+            let p = pairs.iter().find(|p| p.benchmark == *b && p.cores == n);
+            let rat = pair_cell(p, |p| p.ratio.as_ref(), false);
+            let cal = pair_cell(p, |p| p.calibrated_ratio.as_ref(), true);
             let label = if n > 2 { format!("{n} (functional)") } else { n.to_string() };
-            let _ = writeln!(t, "| {b} | {label} | {} | {} | {} | {} | {rat} | {cal} |", cell(l), insns(l), cell(o), insns(o));
+            let (l, o) = (summary(&cells, "linux", b, n), summary(&cells, "ours", b, n));
+            let _ = writeln!(t, "| {b} | {label} | {} | {} | {} | {} | {rat} | {cal} |", cell(l, records), insns("linux", b, n), cell(o, records), insns("ours", b, n));
         }
     }
     // Every cell without a number says why, once per benchmark, system and reason.
@@ -98,19 +134,48 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
             let _ = writeln!(t, "{line}");
         }
     }
+    // The rows too wide to support a claim, and why.
+    let noisy: Vec<String> = cells
+        .iter()
+        .filter(|c| c.noisy)
+        .map(|c| {
+            let (what, s) = match (&c.calibrated, &c.per_core) {
+                (Some(s), _) => ("calibrated", s),
+                (None, Some(s)) => ("per-core (no calibration)", s),
+                (None, None) => ("-", &Spread { n: 0, median: 0.0, min: 0.0, max: 0.0, iqr_over_median: 0.0 }),
+            };
+            format!("- {} on {} at {} vCPU(s): {what} {}–{} over {} boots (max/min {:.2})", c.benchmark, c.system, c.cores, sig(s.min), sig(s.max), s.n, s.max_over_min())
+        })
+        .chain(pairs.iter().filter(|p| p.noisy).map(|p| {
+            let s = p.calibrated_ratio.as_ref().or(p.ratio.as_ref());
+            format!("- {} ours/linux at {} vCPU(s): paired ratio {} over {} pairs", p.benchmark, p.cores, s.map(|s| format!("{:.2}–{:.2} (max/min {:.2})", s.min, s.max, s.max_over_min())).unwrap_or_default(), s.map(|s| s.n).unwrap_or(0))
+        }))
+        .collect();
+    if !noisy.is_empty() {
+        let _ = writeln!(t, "\nNoisy (max/min of the calibrated value above {}; not a result):\n", stats::NOISY);
+        for line in noisy {
+            let _ = writeln!(t, "{line}");
+        }
+    }
     t.push_str(&net_table(records));
     // Scaling: each larger vCPU count over the smallest, raw and divided by the share-nothing
     // calibration measured in the same boots (it shows what the emulator and the host's load
-    // alone lose).
+    // alone lose); from the cells' medians.
     let Some(&base) = smp.first() else { return t };
     let others: Vec<u32> = smp.iter().copied().filter(|&n| n != base).collect();
     if others.is_empty() {
         return t;
     }
+    fn raw(c: &CellSummary) -> Option<&Spread> {
+        c.per_core.as_ref()
+    }
+    fn calibrated(c: &CellSummary) -> Option<&Spread> {
+        c.calibrated.as_ref()
+    }
     let _ = writeln!(t);
     for sys in ["linux", "ours"] {
         for &n in &others {
-            let c = scaling(records, sys, catalog::CALIBRATION, base, n, Record::per_core_throughput);
+            let c = stats::scaling_of_medians(&cells, sys, catalog::CALIBRATION, base, n, raw);
             let _ = writeln!(
                 t,
                 "Calibration ({sys}): share-nothing user-only loop (`calib` boots), per-core throughput {n} vCPUs / {base} vCPU = {}{}",
@@ -119,7 +184,7 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
             );
         }
     }
-    let _ = writeln!(t, "\nPer-core scaling: raw = per-core throughput at N vCPUs / at {base}; calibrated = the same for throughput divided by the share-nothing loop run in each record's own boot (1.00 = scales like a share-nothing loop)\n");
+    let _ = writeln!(t, "\nPer-core scaling: raw = per-core throughput at N vCPUs / at {base}; calibrated = the same for throughput divided by the share-nothing loop run in each record's own boot (1.00 = scales like a share-nothing loop){}\n", if boots > 1 { "; ratios of the cells' medians, then in brackets the ratio per round (boot k at N over boot k at the base, same round): median [min–max]" } else { "" });
     let mut head = String::from("| benchmark |");
     let mut rule = String::from("| --- |");
     for &n in &others {
@@ -133,9 +198,14 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
         let mut row = format!("| {b} |");
         for &n in &others {
             for sys in ["linux", "ours"] {
-                let raw = scaling(records, sys, b, base, n, Record::per_core_throughput);
-                let calibrated = scaling(records, sys, b, base, n, Record::calibrated_throughput);
-                let _ = write!(row, " {} | {} |", ratio(raw), ratio(calibrated));
+                let r = stats::scaling_of_medians(&cells, sys, b, base, n, raw);
+                let c = stats::scaling_of_medians(&cells, sys, b, base, n, calibrated);
+                // With several boots, the per-round ratios' range as well.
+                let rounds = |v: fn(&Record) -> Option<f64>| match stats::scaling_per_round(records, sys, b, base, n, v) {
+                    Some(s) if s.n > 1 => format!(" (rounds {} [{}–{}])", two(s.median), two(s.min), two(s.max)),
+                    _ => String::new(),
+                };
+                let _ = write!(row, " {}{} | {}{} |", ratio(r), rounds(Record::per_core_throughput), ratio(c), rounds(Record::calibrated_throughput));
             }
         }
         let _ = writeln!(t, "{row}");
@@ -152,8 +222,8 @@ fn net_table(records: &[Record]) -> String {
     }
     let mut t = String::new();
     let _ = writeln!(t, "\nTCP service seen from the host (load generator on 127.0.0.1 through QEMU's user-mode network; fastest round; latency = connect to EOF)\n");
-    let _ = writeln!(t, "| benchmark | system | vCPUs | status | conns/s | service cores | conns/s/core | p50 | p90 | p99 | max | failed / attempted | slow connects | audit: line transfers/conn (driver/stack/ipc/alloc/other/user) |");
-    let _ = writeln!(t, "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    let _ = writeln!(t, "| benchmark | system | vCPUs | boot | status | conns/s | service cores | conns/s/core | p50 | p90 | p99 | max | failed / attempted | slow connects | audit: line transfers/conn (driver/stack/ipc/alloc/other/user) |");
+    let _ = writeln!(t, "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     for r in rows {
         let Some(n) = &r.net else { continue };
         let ms = |k: &str| n.latency_us.get(k).map(|u| format!("{:.1}ms", *u as f64 / 1000.0)).unwrap_or_else(|| "-".into());
@@ -166,10 +236,11 @@ fn net_table(records: &[Record]) -> String {
         };
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {failed} / {} | {} | {audit} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {failed} / {} | {} | {audit} |",
             r.benchmark,
             r.system,
             r.cores,
+            r.boot,
             r.status.as_str(),
             if n.conns_per_s > 0.0 { si(n.conns_per_s) } else { "-".into() },
             r.workers.map(|w| w.to_string()).unwrap_or_else(|| "-".into()),
@@ -221,7 +292,9 @@ pub fn svg(bench: &str, records: &[Record], systems: &[System], smp: &[u32]) -> 
     let (l, r, top, bot) = (80.0, 24.0, 76.0, 88.0);
     let (pw, ph) = (w - l - r, h - top - bot);
     let spec = catalog::find(bench);
-    let max = records.iter().filter(|x| x.benchmark == bench).filter_map(|x| x.per_core_throughput()).fold(0.0, f64::max);
+    // The median of each cell's good boots, with its range as an error bar (one boot: a point).
+    let cells: Vec<CellSummary> = stats::summarize(&records.iter().filter(|x| x.benchmark == bench).cloned().collect::<Vec<_>>());
+    let max = cells.iter().filter_map(|c| c.per_core.as_ref()).map(|p| p.max).fold(0.0, f64::max);
     let step = nice_step(if max > 0.0 { max } else { 1.0 }, 5.0);
     let ymax = (max / step).ceil().max(1.0) * step;
     let (xmin, xmax) = (*smp.first().unwrap_or(&1) as f64, *smp.last().unwrap_or(&1) as f64);
@@ -233,7 +306,9 @@ pub fn svg(bench: &str, records: &[Record], systems: &[System], smp: &[u32]) -> 
     let _ = writeln!(s, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
     let _ = writeln!(s, "<text x=\"{l}\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}</text>", esc(bench));
     let _ = writeln!(s, "<text x=\"{l}\" y=\"42\" font-size=\"11\" fill=\"#444\">op: {}</text>", esc(spec.map(|b| b.op).unwrap_or("")));
-    let _ = writeln!(s, "<text x=\"{l}\" y=\"57\" font-size=\"11\" fill=\"#444\">QEMU TCG: emulated timing at 1-2 vCPUs, functional only above</text>");
+    let boots = cells.iter().map(|c| c.boots).max().unwrap_or(1);
+    let many = if boots > 1 { format!("; median of {boots} boots, bars min-max") } else { String::new() };
+    let _ = writeln!(s, "<text x=\"{l}\" y=\"57\" font-size=\"11\" fill=\"#444\">QEMU TCG: emulated timing at 1-2 vCPUs, functional only above{many}</text>");
     // Axes, grid and ticks.
     let mut v = 0.0;
     while v <= ymax + step / 2.0 {
@@ -257,18 +332,28 @@ pub fn svg(bench: &str, records: &[Record], systems: &[System], smp: &[u32]) -> 
             System::Linux => "#1f77b4",
             System::Ours => "#d62728",
         };
-        let mine: Vec<&Record> = smp.iter().filter_map(|&n| find(records, sys.name(), bench, n)).collect();
-        let pts: Vec<(f64, f64)> = mine.iter().filter_map(|r| Some((x_of(r.cores), y_of(r.per_core_throughput()?)))).collect();
+        let mine: Vec<&Record> = records.iter().filter(|r| r.system == sys.name() && r.benchmark == bench && smp.contains(&r.cores)).collect();
+        let medians: Vec<(u32, &Spread)> = smp.iter().filter_map(|&n| Some((n, summary(&cells, sys.name(), bench, n)?.per_core.as_ref()?))).collect();
+        let pts: Vec<(f64, f64)> = medians.iter().map(|(n, m)| (x_of(*n), y_of(m.median))).collect();
         if pts.len() > 1 {
             let p: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
             let _ = writeln!(s, "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>", p.join(" "));
         }
+        for (n, m) in medians.iter().filter(|(_, m)| m.n > 1) {
+            // Offset the two systems' bars a little so they do not hide each other.
+            let x = x_of(*n) + if *sys == System::Ours { 3.0 } else { -3.0 };
+            let (y0, y1) = (y_of(m.min), y_of(m.max));
+            let _ = writeln!(s, "<path class=\"range\" d=\"M{x:.1},{y0:.1} L{x:.1},{y1:.1} M{:.1},{y0:.1} L{:.1},{y0:.1} M{:.1},{y1:.1} L{:.1},{y1:.1}\" stroke=\"{color}\" stroke-width=\"1.5\" fill=\"none\"/>", x - 4.0, x + 4.0, x - 4.0, x + 4.0);
+        }
         for (x, y) in &pts {
             let _ = writeln!(s, "<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"4\" fill=\"{color}\"/>");
         }
-        for r in mine.iter().filter(|r| matches!(r.status, Status::Error | Status::Timeout)) {
-            let x = x_of(r.cores);
-            let _ = writeln!(s, "<text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{color}\" text-anchor=\"middle\">x {}</text>", top + ph - 6.0, r.status.as_str());
+        // A vCPU count with no good boot at all is marked on the axis with its status.
+        for &n in smp.iter().filter(|n| !medians.iter().any(|(m, _)| m == *n)) {
+            if let Some(r) = mine.iter().find(|r| r.cores == n && matches!(r.status, Status::Error | Status::Timeout)) {
+                let x = x_of(n);
+                let _ = writeln!(s, "<text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{color}\" text-anchor=\"middle\">x {}</text>", top + ph - 6.0, r.status.as_str());
+            }
         }
         let label = match mine.iter().find(|r| r.status == Status::Unavailable) {
             Some(r) => fit(&format!("{} unavailable: {}", sys.name(), r.reason.as_deref().unwrap_or("no reason given").trim_start_matches("ours: "))),
@@ -331,6 +416,7 @@ mod tests {
         assert_eq!(nice_step(97.0, 5.0), 20.0);
         assert_eq!(nice_step(1.0, 5.0), 0.2);
         assert_eq!(esc("a<b&c"), "a&lt;b&amp;c");
+        assert_eq!((sig(0.0016), sig(0.25), sig(12.345), sig(1234.5)), ("0.00160".into(), "0.250".into(), "12.3".into(), "1234".into()));
         assert_eq!(fit("short"), "short");
         assert_eq!(fit(&"x".repeat(200)).chars().count(), 88);
     }

@@ -1,0 +1,531 @@
+//! Statistics over the boots of a cell (`--boots N`, issue 22): per system × benchmark × vCPU
+//! count the median, minimum, maximum and IQR/median of total ops/s, per-core throughput and
+//! calibrated throughput (each boot's throughput divided by the calibration measured in that
+//! same boot, paired before any statistic); the ours/Linux ratio per interleaved pair of boots
+//! (boot k of ours with boot k of Linux of the same cell) and its median; a `noisy` mark when
+//! max/min of the calibrated value exceeds [`NOISY`]; and failed boots counted per cell.
+//!
+//! Quartiles interpolate linearly between order statistics (numpy's default): for sorted
+//! values v[0..n], the q-quantile is at position q·(n−1).
+
+use super::json::{self, Value};
+use super::record::{Record, Status};
+
+/// A row is `noisy` when max/min of its calibrated value is above this: too wide to quote.
+pub const NOISY: f64 = 1.5;
+
+/// Median, range and spread of one quantity over the good boots of a cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spread {
+    /// How many values (good boots, or good pairs).
+    pub n: usize,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Interquartile range over the median (0 for one value).
+    pub iqr_over_median: f64,
+}
+
+impl Spread {
+    /// max/min (infinite if min is 0).
+    pub fn max_over_min(&self) -> f64 {
+        if self.min > 0.0 {
+            self.max / self.min
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+/// The q-quantile (0..=1) of sorted values, linear interpolation.
+pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64))
+}
+
+/// The median: the middle value of an odd count, the mean of the two middle ones of an even
+/// (what [`spread`] reports; on its own only in the tests).
+#[cfg(test)]
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    quantile(&v, 0.5)
+}
+
+/// Median, min, max and IQR/median of the finite values, None if there are none.
+pub fn spread(values: &[f64]) -> Option<Spread> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let median = quantile(&v, 0.5)?;
+    let iqr = quantile(&v, 0.75)? - quantile(&v, 0.25)?;
+    Some(Spread { n: v.len(), median, min: v[0], max: v[v.len() - 1], iqr_over_median: if median != 0.0 { iqr / median } else { 0.0 } })
+}
+
+/// Whether a spread is too wide to support a claim.
+pub fn is_noisy(s: Option<&Spread>) -> bool {
+    s.is_some_and(|s| s.n > 1 && s.max_over_min() > NOISY)
+}
+
+/// One system × benchmark × vCPU count over its boots.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellSummary {
+    pub system: String,
+    pub benchmark: String,
+    pub cores: u32,
+    /// Boots recorded for the cell (good or not).
+    pub boots: usize,
+    pub ok: usize,
+    /// Boots that errored or timed out: never dropped silently, counted here and listed.
+    pub failed: usize,
+    pub unavailable: usize,
+    /// Total operations per second (all workers), per good boot.
+    pub ops_per_s: Option<Spread>,
+    pub per_core: Option<Spread>,
+    /// Per-core throughput over the same boot's calibration.
+    pub calibrated: Option<Spread>,
+    /// max/min of the calibrated value above [`NOISY`] (of the raw per-core value when no
+    /// boot has a calibration).
+    pub noisy: bool,
+}
+
+/// The ours/Linux ratio of one benchmark × vCPU count, taken per pair of boots.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairSummary {
+    pub benchmark: String,
+    pub cores: u32,
+    /// Per-core throughput, ours/Linux, one value per pair where both boots were good.
+    pub ratio: Option<Spread>,
+    pub calibrated_ratio: Option<Spread>,
+    /// Pairs with at least one failed or unavailable side (not in the ratios).
+    pub broken_pairs: usize,
+    pub noisy: bool,
+}
+
+fn total_ops_per_s(r: &Record) -> Option<f64> {
+    if r.status != Status::Ok {
+        return None;
+    }
+    Some(r.ops? as f64 / (r.ns.filter(|&n| n > 0)? as f64 / 1e9))
+}
+
+/// Cells in the order they first appear in `records`.
+fn cells(records: &[Record]) -> Vec<(String, String, u32)> {
+    let mut out: Vec<(String, String, u32)> = Vec::new();
+    for r in records {
+        let c = (r.system.clone(), r.benchmark.clone(), r.cores);
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One summary per system × benchmark × vCPU count present in `records`.
+pub fn summarize(records: &[Record]) -> Vec<CellSummary> {
+    cells(records)
+        .into_iter()
+        .map(|(system, benchmark, cores)| {
+            let mine: Vec<&Record> = records.iter().filter(|r| r.system == system && r.benchmark == benchmark && r.cores == cores).collect();
+            let count = |s: &[Status]| mine.iter().filter(|r| s.contains(&r.status)).count();
+            let per_core = spread(&mine.iter().filter_map(|r| r.per_core_throughput()).collect::<Vec<_>>());
+            let calibrated = spread(&mine.iter().filter_map(|r| r.calibrated_throughput()).collect::<Vec<_>>());
+            let noisy = if calibrated.is_some() { is_noisy(calibrated.as_ref()) } else { is_noisy(per_core.as_ref()) };
+            CellSummary {
+                boots: mine.len(),
+                ok: count(&[Status::Ok]),
+                failed: count(&[Status::Error, Status::Timeout]),
+                unavailable: count(&[Status::Unavailable]),
+                ops_per_s: spread(&mine.iter().filter_map(|r| total_ops_per_s(r)).collect::<Vec<_>>()),
+                per_core,
+                calibrated,
+                noisy,
+                system,
+                benchmark,
+                cores,
+            }
+        })
+        .collect()
+}
+
+/// The ours/Linux ratio per benchmark × vCPU count where both systems have boots: boot k of
+/// ours over boot k of Linux, then the median of those ratios (never a ratio of medians).
+pub fn pairs(records: &[Record]) -> Vec<PairSummary> {
+    let mut out: Vec<PairSummary> = Vec::new();
+    for (system, benchmark, cores) in cells(records) {
+        if system != "ours" || out.iter().any(|p| p.benchmark == benchmark && p.cores == cores) {
+            continue;
+        }
+        let side = |sys: &str| -> Vec<&Record> { records.iter().filter(|r| r.system == sys && r.benchmark == benchmark && r.cores == cores).collect() };
+        let (ours, linux) = (side("ours"), side("linux"));
+        if linux.is_empty() {
+            continue;
+        }
+        let (mut raw, mut cal, mut broken) = (Vec::new(), Vec::new(), 0);
+        let mut boots: Vec<u32> = ours.iter().chain(&linux).map(|r| r.boot).collect();
+        boots.sort();
+        boots.dedup();
+        for k in boots {
+            let (o, l) = (ours.iter().find(|r| r.boot == k), linux.iter().find(|r| r.boot == k));
+            let (Some(o), Some(l)) = (o, l) else {
+                broken += 1;
+                continue;
+            };
+            let div = |f: fn(&Record) -> Option<f64>| Some(f(o)? / f(l).filter(|&x| x > 0.0)?);
+            match div(Record::per_core_throughput) {
+                Some(x) => raw.push(x),
+                None => broken += 1,
+            }
+            if let Some(x) = div(Record::calibrated_throughput) {
+                cal.push(x);
+            }
+        }
+        let (ratio, calibrated_ratio) = (spread(&raw), spread(&cal));
+        let noisy = if calibrated_ratio.is_some() { is_noisy(calibrated_ratio.as_ref()) } else { is_noisy(ratio.as_ref()) };
+        out.push(PairSummary { benchmark, cores, ratio, calibrated_ratio, broken_pairs: broken, noisy });
+    }
+    out
+}
+
+/// `value`'s median at `n` vCPUs over its median at `base` (per-core scaling from medians).
+pub fn scaling_of_medians(cells: &[CellSummary], sys: &str, bench: &str, base: u32, n: u32, value: fn(&CellSummary) -> Option<&Spread>) -> Option<f64> {
+    let at = |c: u32| cells.iter().find(|s| s.system == sys && s.benchmark == bench && s.cores == c).and_then(value).map(|s| s.median);
+    let (a, b) = (at(base)?, at(n)?);
+    (a > 0.0).then(|| b / a)
+}
+
+// results.json: one summary record per cell (`"kind":"summary"`) and one per benchmark ×
+// vCPU count with both systems (`"kind":"pair"`), after the raw boot records (which have no
+// `kind`). Written and read back here; docs/bench.md has the schema.
+
+fn spread_json(s: &Option<Spread>) -> String {
+    match s {
+        None => "null".into(),
+        Some(s) => format!(
+            "{{\"n\":{},\"median\":{},\"min\":{},\"max\":{},\"iqr_over_median\":{}}}",
+            s.n,
+            json::num(s.median),
+            json::num(s.min),
+            json::num(s.max),
+            json::num(s.iqr_over_median)
+        ),
+    }
+}
+
+fn spread_from(v: Option<&Value>, k: &str) -> Result<Option<Spread>, String> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(o @ Value::Obj(_)) => {
+            let f = |x: &str| match o.get(x) {
+                Some(Value::Num(n)) => Ok(*n),
+                _ => Err(format!("`{k}.{x}` must be a number")),
+            };
+            Ok(Some(Spread { n: f("n")? as usize, median: f("median")?, min: f("min")?, max: f("max")?, iqr_over_median: f("iqr_over_median")? }))
+        }
+        _ => Err(format!("`{k}` must be an object or null")),
+    }
+}
+
+fn field_str(v: &Value, k: &str) -> Result<String, String> {
+    match v.get(k) {
+        Some(Value::Str(s)) if !s.is_empty() => Ok(s.clone()),
+        _ => Err(format!("`{k}` must be a non-empty string")),
+    }
+}
+
+fn field_count(v: &Value, k: &str) -> Result<u64, String> {
+    match v.get(k) {
+        Some(Value::Num(n)) if *n >= 0.0 && n.fract() == 0.0 => Ok(*n as u64),
+        _ => Err(format!("`{k}` must be a non-negative integer")),
+    }
+}
+
+fn field_bool(v: &Value, k: &str) -> Result<bool, String> {
+    match v.get(k) {
+        Some(Value::Bool(b)) => Ok(*b),
+        _ => Err(format!("`{k}` must be true or false")),
+    }
+}
+
+impl CellSummary {
+    pub fn to_json(&self) -> String {
+        format!(
+            "{{\"kind\":\"summary\",\"system\":{},\"benchmark\":{},\"cores\":{},\"boots\":{},\"ok\":{},\"failed\":{},\"unavailable\":{},\"ops_per_s\":{},\"per_core_throughput\":{},\"calibrated_throughput\":{},\"noisy\":{}}}",
+            json::quote(&self.system),
+            json::quote(&self.benchmark),
+            self.cores,
+            self.boots,
+            self.ok,
+            self.failed,
+            self.unavailable,
+            spread_json(&self.ops_per_s),
+            spread_json(&self.per_core),
+            spread_json(&self.calibrated),
+            self.noisy
+        )
+    }
+
+    pub fn from_json(v: &Value) -> Result<CellSummary, String> {
+        Ok(CellSummary {
+            system: field_str(v, "system")?,
+            benchmark: field_str(v, "benchmark")?,
+            cores: field_count(v, "cores")? as u32,
+            boots: field_count(v, "boots")? as usize,
+            ok: field_count(v, "ok")? as usize,
+            failed: field_count(v, "failed")? as usize,
+            unavailable: field_count(v, "unavailable")? as usize,
+            ops_per_s: spread_from(v.get("ops_per_s"), "ops_per_s")?,
+            per_core: spread_from(v.get("per_core_throughput"), "per_core_throughput")?,
+            calibrated: spread_from(v.get("calibrated_throughput"), "calibrated_throughput")?,
+            noisy: field_bool(v, "noisy")?,
+        })
+    }
+}
+
+impl PairSummary {
+    pub fn to_json(&self) -> String {
+        format!(
+            "{{\"kind\":\"pair\",\"benchmark\":{},\"cores\":{},\"ratio\":{},\"calibrated_ratio\":{},\"broken_pairs\":{},\"noisy\":{}}}",
+            json::quote(&self.benchmark),
+            self.cores,
+            spread_json(&self.ratio),
+            spread_json(&self.calibrated_ratio),
+            self.broken_pairs,
+            self.noisy
+        )
+    }
+
+    pub fn from_json(v: &Value) -> Result<PairSummary, String> {
+        Ok(PairSummary {
+            benchmark: field_str(v, "benchmark")?,
+            cores: field_count(v, "cores")? as u32,
+            ratio: spread_from(v.get("ratio"), "ratio")?,
+            calibrated_ratio: spread_from(v.get("calibrated_ratio"), "calibrated_ratio")?,
+            broken_pairs: field_count(v, "broken_pairs")? as usize,
+            noisy: field_bool(v, "noisy")?,
+        })
+    }
+}
+
+/// What results.json holds: every boot's raw record, then the summaries.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Results {
+    pub records: Vec<Record>,
+    pub cells: Vec<CellSummary>,
+    pub pairs: Vec<PairSummary>,
+}
+
+impl Results {
+    /// The summaries computed from the raw records.
+    pub fn from_records(records: Vec<Record>) -> Results {
+        Results { cells: summarize(&records), pairs: pairs(&records), records }
+    }
+
+    /// results.json: a JSON array, one record per line.
+    pub fn to_json(&self) -> String {
+        let lines: Vec<String> = self
+            .records
+            .iter()
+            .map(|r| r.to_json())
+            .chain(self.cells.iter().map(CellSummary::to_json))
+            .chain(self.pairs.iter().map(PairSummary::to_json))
+            .map(|l| format!("  {l}"))
+            .collect();
+        format!("[\n{}\n]\n", lines.join(",\n"))
+    }
+
+    /// Read results.json back: raw records through their schema check, summaries by `kind`.
+    /// A file without summaries (written before `--boots`) reads as its records.
+    pub fn from_json(v: &Value) -> Result<Results, String> {
+        let Value::Arr(items) = v else { return Err("not a JSON array".into()) };
+        let mut out = Results::default();
+        for (i, item) in items.iter().enumerate() {
+            let at = |e: String| format!("item {i}: {e}");
+            match item.get("kind") {
+                None => out.records.push(Record::from_json(item).map_err(at)?),
+                Some(Value::Str(k)) if k == "summary" => out.cells.push(CellSummary::from_json(item).map_err(at)?),
+                Some(Value::Str(k)) if k == "pair" => out.pairs.push(PairSummary::from_json(item).map_err(at)?),
+                Some(other) => return Err(at(format!("unknown `kind` {other:?}"))),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The same scaling taken per round: boot k at `n` vCPUs over boot k at `base` (the same
+/// round of the shuffled order), over the rounds where both boots were good. It shows how far
+/// one round's scaling can stray; the headline figure stays the ratio of the medians.
+pub fn scaling_per_round(records: &[Record], sys: &str, bench: &str, base: u32, n: u32, value: fn(&Record) -> Option<f64>) -> Option<Spread> {
+    let at = |c: u32, k: u32| records.iter().find(|r| r.system == sys && r.benchmark == bench && r.cores == c && r.boot == k).and_then(value);
+    let mut boots: Vec<u32> = records.iter().filter(|r| r.system == sys && r.benchmark == bench).map(|r| r.boot).collect();
+    boots.sort();
+    boots.dedup();
+    spread(&boots.iter().filter_map(|&k| Some(at(n, k)? / at(base, k).filter(|&x| x > 0.0)?)).collect::<Vec<_>>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::catalog;
+    use super::*;
+
+    #[test]
+    fn medians_quartiles_and_ranges() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[4.0]), Some(4.0));
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0), "odd count: the middle value");
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5), "even count: the mean of the middle two");
+        assert_eq!(median(&[1.0, f64::NAN, 3.0]), Some(2.0), "non-finite values are ignored");
+        let s = spread(&[5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
+        assert_eq!((s.n, s.median, s.min, s.max), (5, 3.0, 1.0, 5.0));
+        // Quartiles at positions 1 and 3 of 0..4: 2 and 4; IQR 2 over median 3.
+        assert!((s.iqr_over_median - 2.0 / 3.0).abs() < 1e-12);
+        let s = spread(&[10.0, 20.0, 30.0, 40.0]).unwrap();
+        // Positions 0.75 and 2.25: 17.5 and 32.5.
+        assert_eq!((s.median, s.iqr_over_median), (25.0, 15.0 / 25.0));
+        let one = spread(&[7.0]).unwrap();
+        assert_eq!((one.median, one.min, one.max, one.iqr_over_median), (7.0, 7.0, 7.0, 0.0));
+        assert!(!is_noisy(Some(&one)), "one value is never noisy");
+        assert_eq!(spread(&[]), None);
+    }
+
+    /// A good boot: `ops` in 1 ms on one worker, and a calibration of `calib` steps in 1 ms.
+    fn boot(sys: &str, bench: &str, cores: u32, k: u32, ops: u64, calib: u64) -> Record {
+        let spec = catalog::find(bench).unwrap();
+        let mut r = Record::without_result(sys, spec, vec![], cores, Status::Ok, "");
+        r.reason = None;
+        r.boot = k;
+        r.workers = Some(1);
+        r.ops = Some(ops);
+        r.ns = Some(1_000_000);
+        r.busy_ns = Some(1_000_000);
+        r.calib_ops = Some(calib);
+        r.calib_ns = Some(1_000_000);
+        r.instructions_note = Some("test".into());
+        r
+    }
+
+    fn failed(sys: &str, bench: &str, cores: u32, k: u32, status: Status) -> Record {
+        let mut r = Record::without_result(sys, catalog::find(bench).unwrap(), vec![], cores, status, "killed after the 1 s timeout");
+        r.boot = k;
+        r
+    }
+
+    #[test]
+    fn cells_pairs_noise_and_failures() {
+        let recs = vec![
+            // ours: 3 good boots, calibrated 0.5, 0.5, 0.6 (steady), raw 1000, 2000, 3000 /ms.
+            boot("ours", "dupclose", 1, 1, 1000, 2000),
+            boot("ours", "dupclose", 1, 2, 2000, 4000),
+            boot("ours", "dupclose", 1, 3, 3000, 5000),
+            // linux: boot 2 timed out; calibrated 0.25 and 0.5 (max/min 2: noisy).
+            boot("linux", "dupclose", 1, 1, 500, 2000),
+            failed("linux", "dupclose", 1, 2, Status::Timeout),
+            boot("linux", "dupclose", 1, 3, 1500, 3000),
+        ];
+        let cells = summarize(&recs);
+        assert_eq!(cells.len(), 2);
+        let ours = &cells[0];
+        assert_eq!((ours.system.as_str(), ours.boots, ours.ok, ours.failed), ("ours", 3, 3, 0));
+        let pc = ours.per_core.as_ref().unwrap();
+        assert_eq!((pc.median, pc.min, pc.max), (2e6, 1e6, 3e6));
+        assert_eq!(ours.ops_per_s.as_ref().unwrap().median, 2e6, "one worker: total = per core");
+        let cal = ours.calibrated.as_ref().unwrap();
+        assert_eq!((cal.median, cal.min, cal.max), (0.5, 0.5, 0.6));
+        assert!(!ours.noisy, "0.6/0.5 = 1.2 is within 1.5");
+        let linux = &cells[1];
+        assert_eq!((linux.boots, linux.ok, linux.failed, linux.unavailable), (3, 2, 1, 0), "the timed-out boot is counted");
+        assert_eq!(linux.calibrated.as_ref().unwrap().n, 2);
+        assert_eq!(linux.calibrated.as_ref().unwrap().median, 0.375, "even count");
+        assert!(linux.noisy, "0.5/0.25 = 2 is above 1.5");
+        // Pairs: boot 1 (1000/500 = 2, calibrated 0.5/0.25 = 2) and boot 3 (3000/1500 = 2,
+        // 0.6/0.5 = 1.2); boot 2 has no Linux result and is a broken pair, not a ratio.
+        let p = pairs(&recs);
+        assert_eq!(p.len(), 1);
+        let r = p[0].ratio.as_ref().unwrap();
+        assert_eq!((r.n, r.median, r.min, r.max), (2, 2.0, 2.0, 2.0));
+        let c = p[0].calibrated_ratio.as_ref().unwrap();
+        assert_eq!((c.n, c.min, c.max), (2, 1.2, 2.0));
+        assert!((c.median - 1.6).abs() < 1e-12);
+        assert_eq!(p[0].broken_pairs, 1);
+        assert!(p[0].noisy, "2.0/1.2 > 1.5");
+        // The paired median is not the ratio of medians (2e6 / 1e6 = 2 raw here, but
+        // calibrated 0.5 / 0.375 = 1.33 against the paired 1.6).
+        assert!((cal.median / linux.calibrated.as_ref().unwrap().median - c.median).abs() > 0.2);
+    }
+
+    #[test]
+    fn pairing_is_by_boot_number_not_by_position() {
+        // Linux's boots arrive out of order; boot k pairs with boot k.
+        let recs = vec![
+            boot("ours", "stat_mt", 2, 1, 100, 1000),
+            boot("ours", "stat_mt", 2, 2, 400, 1000),
+            boot("linux", "stat_mt", 2, 2, 200, 1000),
+            boot("linux", "stat_mt", 2, 1, 100, 1000),
+        ];
+        let p = pairs(&recs);
+        let r = p[0].ratio.as_ref().unwrap();
+        assert_eq!((r.min, r.max), (1.0, 2.0));
+        assert_eq!(p[0].broken_pairs, 0);
+        // No Linux side at all: no pair summary.
+        assert!(pairs(&recs[..2]).is_empty());
+    }
+
+    #[test]
+    fn unavailable_and_all_failed_cells_have_counts_and_no_numbers() {
+        let recs = vec![
+            failed("ours", "thread_mt", 1, 1, Status::Unavailable),
+            failed("ours", "thread_mt", 1, 2, Status::Unavailable),
+            failed("linux", "thread_mt", 1, 1, Status::Error),
+            failed("linux", "thread_mt", 1, 2, Status::Timeout),
+        ];
+        let cells = summarize(&recs);
+        assert_eq!((cells[0].unavailable, cells[0].failed, cells[0].ok), (2, 0, 0));
+        assert_eq!((cells[1].unavailable, cells[1].failed, cells[1].ok), (0, 2, 0));
+        assert!(cells.iter().all(|c| c.per_core.is_none() && c.calibrated.is_none() && !c.noisy));
+        let p = pairs(&recs);
+        assert_eq!((p[0].ratio.as_ref(), p[0].broken_pairs), (None, 2));
+    }
+
+    #[test]
+    fn summaries_round_trip_through_json() {
+        let recs = vec![
+            boot("ours", "dupclose", 1, 1, 1000, 2000),
+            boot("ours", "dupclose", 1, 2, 2000, 4000),
+            boot("linux", "dupclose", 1, 1, 500, 2000),
+            failed("linux", "dupclose", 1, 2, Status::Timeout),
+        ];
+        let res = Results::from_records(recs);
+        assert_eq!((res.cells.len(), res.pairs.len()), (2, 1));
+        let text = res.to_json();
+        let back = Results::from_json(&json::parse(&text).unwrap()).unwrap();
+        assert_eq!(back, res);
+        // An old file (records only) reads as records with no summaries.
+        let old = format!("[{}]", res.records[0].to_json().replace(",\"boot\":1", ""));
+        let back = Results::from_json(&json::parse(&old).unwrap()).unwrap();
+        assert_eq!((back.records.len(), back.records[0].boot, back.cells.len()), (1, 1, 0));
+        assert!(Results::from_json(&json::parse(r#"[{"kind":"other"}]"#).unwrap()).is_err());
+    }
+
+    #[test]
+    fn scaling_from_medians() {
+        let recs = vec![
+            boot("linux", "calib", 1, 1, 1000, 1000),
+            boot("linux", "calib", 1, 2, 3000, 1000),
+            boot("linux", "calib", 1, 3, 2000, 1000),
+            boot("linux", "calib", 2, 1, 1800, 1000),
+            boot("linux", "calib", 2, 2, 1900, 1000),
+        ];
+        let cells = summarize(&recs);
+        // Medians 2000 and 1850 per ms.
+        let s = scaling_of_medians(&cells, "linux", "calib", 1, 2, |c| c.per_core.as_ref()).unwrap();
+        assert!((s - 0.925).abs() < 1e-12);
+        assert_eq!(scaling_of_medians(&cells, "ours", "calib", 1, 2, |c| c.per_core.as_ref()), None);
+        // Per round: boot 1 1800/1000, boot 2 1900/3000; boot 3 has no 2-vCPU boot.
+        let r = scaling_per_round(&recs, "linux", "calib", 1, 2, Record::per_core_throughput).unwrap();
+        assert_eq!(r.n, 2);
+        assert!((r.max - 1.8).abs() < 1e-9 && (r.min - 1900.0 / 3000.0).abs() < 1e-9);
+    }
+}
