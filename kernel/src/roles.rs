@@ -273,12 +273,13 @@ pub fn kernel_core_loop() {
             root.leave(me);
             buf.release();
         }
-        if crate::smp::run_mailbox(me) | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | crate::dev::net::poll_attached(me.index) {
+        let nics = crate::dev::net::poll_attached(me.index);
+        if crate::smp::run_mailbox(me) | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | (nics == Some(true)) {
             idle = 0;
             continue;
         }
         // A kernel core with a device polls it without pause (Corey: no device interrupts).
-        if crate::dev::net::has_attached(me.index) {
+        if nics.is_some() {
             continue;
         }
         idle += 1;

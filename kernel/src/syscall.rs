@@ -543,10 +543,10 @@ fn sys_device_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         let d = device::Device::open_ring(seg, a[5], &root_ar, &shares, caller() as u32)?;
         return insert_new(&s, b"syscall-ring", home, Kind::Device(d));
     }
-    if crate::dev::is_pci_hwid(a[1]) {
+    if let Some(f) = crate::dev::pci::by_hwid(a[1]) {
         let seg = lookup(a[3], a[4])?;
         seg.as_segment()?;
-        if crate::dev::pci::by_hwid(a[1]).is_some_and(|f| f.virtio == Some(virtio_drivers::transport::DeviceType::Block)) {
+        if f.virtio == Some(virtio_drivers::transport::DeviceType::Block) {
             let d = device::Device::open_blk(a[1], seg, a[5])?;
             return insert_new(&s, b"vblk", home, Kind::Device(d));
         }

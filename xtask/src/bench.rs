@@ -234,8 +234,8 @@ pub fn effective_params(spec: &BenchSpec, overrides: &[(String, u64)]) -> Vec<(S
         .collect()
 }
 
-/// A small seeded generator (splitmix64) for the order of cells: the same `--seed` gives the
-/// same order, so a run can be replayed.
+/// A small seeded generator (splitmix64) for the order of cells (the same `--seed` gives the
+/// same order, so a run can be replayed) and for the frame fuzzer's frames.
 pub struct Rng(u64);
 
 impl Rng {
@@ -249,6 +249,20 @@ impl Rng {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+
+    /// 0..n (0 for n = 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+
+    /// `n` bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
     }
 
     /// Fisher-Yates.

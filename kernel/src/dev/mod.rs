@@ -48,7 +48,3 @@ pub fn list() -> Result<alloc::vec::Vec<abi::DeviceInfo>, abi::Error> {
     Ok(out)
 }
 
-/// Whether `hwid` names a PCI function the walk found.
-pub fn is_pci_hwid(hwid: u64) -> bool {
-    pci::by_hwid(hwid).is_some()
-}

@@ -96,7 +96,6 @@ pub struct NetDev {
     pages: Vec<u64>,
     nchannels: u64,
     nbuffers: u64,
-    mac: [u8; 6],
     pub mode: AtomicU64,
     /// The driver state, on the heap: with its descriptor tables it is several KiB, too big
     /// to move around on a 64 KiB kernel stack (a Vec of at most one, for a fallible
@@ -153,7 +152,6 @@ impl NetDev {
             pages,
             nchannels,
             nbuffers,
-            mac: [0; 6],
             mode: AtomicU64::new(NET_MODE_DEDICATED),
             driver: McsLock::new(Vec::new()),
             chans: Vec::new(),
@@ -177,7 +175,7 @@ impl NetDev {
             virtio_drivers::Error::DmaError => Error::NoMemory,
             _ => Error::Unsupported,
         })?;
-        dev.mac = drv.mac_address();
+        let card_mac = drv.mac_address();
         // The header the device puts before each frame: 12 bytes (virtio 1.0), 10 (legacy).
         let mut probe = [0u8; 16];
         let hdr_len = drv.fill_buffer_header(&mut probe).map_err(|_| Error::Unsupported)?;
@@ -187,7 +185,7 @@ impl NetDev {
         for p in 0..net_ring_page(nchannels, 0) {
             dev.page(p).iter().for_each(|w| w.store(0, Ordering::Relaxed));
         }
-        let hdr = NetHeader { magic: NET_MAGIC, nchannels, nbuffers, mac: dev.mac, _pad: [0; 2], mtu: 1500 };
+        let hdr = NetHeader { magic: NET_MAGIC, nchannels, nbuffers, mac: card_mac, _pad: [0; 2], mtu: 1500 };
         let w = dev.page(0);
         w[0].store(hdr.magic, Ordering::Relaxed);
         w[1].store(hdr.nchannels, Ordering::Relaxed);
@@ -197,10 +195,6 @@ impl NetDev {
         w[3].store(u64::from_le_bytes(mac), Ordering::Relaxed);
         w[4].store(hdr.mtu, Ordering::Release);
         Ok(dev)
-    }
-
-    pub fn mac(&self) -> [u8; 6] {
-        self.mac
     }
 
     /// Page `p` of the pinned segment as atomic words (a program writes it at the same time).
@@ -633,8 +627,10 @@ pub fn detach(dev: &KRef<NetDev>, only: Option<usize>) -> Result<(), Error> {
     Ok(())
 }
 
-/// A kernel core's poll of its virtual NICs. Returns true if anything moved.
-pub fn poll_attached(core: usize) -> bool {
+/// A kernel core's poll of its virtual NICs: `None` if it has none, else whether anything
+/// moved. A core with a device polls it without pause (Corey's kernel cores poll devices
+/// instead of taking their interrupts), so the caller never sleeps while this is `Some`.
+pub fn poll_attached(core: usize) -> Option<bool> {
     let mut did = false;
     let mut i = 0;
     loop {
@@ -642,17 +638,12 @@ pub fn poll_attached(core: usize) -> bool {
             let list = POLLED[core].lock();
             match list.get(i) {
                 Some(d) => d.clone(),
+                None if i == 0 => return None,
                 None => break,
             }
         };
         did |= dev.poll();
         i += 1;
     }
-    did
-}
-
-/// Whether a kernel core has a device to poll (then it never sleeps: Corey's kernel cores
-/// poll devices continuously instead of taking their interrupts).
-pub fn has_attached(core: usize) -> bool {
-    !POLLED[core].lock().is_empty()
+    Some(did)
 }

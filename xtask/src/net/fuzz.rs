@@ -42,32 +42,9 @@ pub fn qemu_args(port: u16) -> Vec<String> {
     ]
 }
 
-/// splitmix64: small, seedable, and the same everywhere.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// 0..n
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+/// The seeded generator of the bench's boot order (splitmix64): frame `i` of seed `S` is the
+/// same on every machine.
+use crate::bench::Rng;
 
 /// The Internet checksum (RFC 1071) of `data`, starting from `sum`.
 pub fn checksum(data: &[u8], mut sum: u32) -> u16 {

@@ -66,6 +66,20 @@ struct CoreCount {
     exited: AtomicBool,
 }
 
+impl CoreCount {
+    /// `served/resets/rx frames/tx frames/tx stalls`, as the report lines print them.
+    fn fields(&self) -> alloc::string::String {
+        alloc::format!(
+            "{}/{}/{}/{}/{}",
+            self.served.load(Ordering::Relaxed),
+            self.resets.load(Ordering::Relaxed),
+            self.rx.load(Ordering::Relaxed),
+            self.tx.load(Ordering::Relaxed),
+            self.stalls.load(Ordering::Relaxed)
+        )
+    }
+}
+
 static COUNTS: [CachePadded<CoreCount>; MAX_CORES] = [const {
     CachePadded::new(CoreCount {
         served: AtomicU64::new(0),
@@ -454,15 +468,7 @@ fn main(args: &'static str) -> u64 {
         st.errors
     );
     for (c, core) in service.iter().enumerate() {
-        let k = &COUNTS[c];
-        line.push_str(&alloc::format!(
-            " core{core}={}/{}/{}/{}/{}",
-            k.served.load(Ordering::Relaxed),
-            k.resets.load(Ordering::Relaxed),
-            k.rx.load(Ordering::Relaxed),
-            k.tx.load(Ordering::Relaxed),
-            k.stalls.load(Ordering::Relaxed)
-        ));
+        line.push_str(&alloc::format!(" core{core}={}", COUNTS[c].fields()));
     }
     println!("{line}");
     println!("tcpserv: per core: served/resets/rx frames/tx frames/tx stalls");
@@ -478,15 +484,7 @@ fn print_counts(prefix: &str, n: usize) {
     let total: u64 = (0..n).map(|c| COUNTS[c].served.load(Ordering::Relaxed)).sum();
     let mut line = alloc::format!("{prefix} conns={total}");
     for c in 0..n {
-        let k = &COUNTS[c];
-        line.push_str(&alloc::format!(
-            " ch{c}={}/{}/{}/{}/{}",
-            k.served.load(Ordering::Relaxed),
-            k.resets.load(Ordering::Relaxed),
-            k.rx.load(Ordering::Relaxed),
-            k.tx.load(Ordering::Relaxed),
-            k.stalls.load(Ordering::Relaxed)
-        ));
+        line.push_str(&alloc::format!(" ch{c}={}", COUNTS[c].fields()));
     }
     println!("{line}");
 }

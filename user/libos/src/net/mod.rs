@@ -365,8 +365,8 @@ impl Channel {
         ok
     }
 
-    /// Return an unused transmit buffer.
-    pub fn put_back(&mut self, b: u32) {
-        self.tx_free.push(b);
+    /// Whether a transmit buffer is free.
+    pub fn has_tx_buffer(&self) -> bool {
+        !self.tx_free.is_empty()
     }
 }

@@ -212,11 +212,11 @@ impl phy::Device for EthDevice {
 
     fn transmit(&mut self, _timestamp: Instant) -> Option<TxToken<'_>> {
         let mut ch = self.chan.borrow_mut();
-        ch.refill();
-        let (b, _) = ch.tx_buffer()?;
-        ch.put_back(b);
-        drop(ch);
-        Some(TxToken { dev: &*self })
+        // `Stack::poll` collected the completions already; look again only when out of buffers.
+        if !ch.has_tx_buffer() {
+            ch.refill();
+        }
+        ch.has_tx_buffer().then_some(TxToken { dev: &*self })
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
