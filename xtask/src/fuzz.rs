@@ -371,13 +371,13 @@ pub fn exit_without_memory(kernel: &Path, initrd: &Path) -> Result<TestTally, St
     let gave_up = out.serial.contains("libos: start-up failed: out of memory");
     if v.passed && v.killed_by_injection && clean_exit && gave_up {
         println!("   ok: start-up gave up on NoMemory and the program exited with code 1; nothing leaked, every core answered");
-        return Ok(TestTally { passed: 1, failed: 0 });
+        return Ok(TestTally::PASS);
     }
     let _ = report(&o, &v, &out);
     if v.passed {
         println!("   FAILED: expected the library OS to give up at start-up and exit with code 1 (start-up failed: {gave_up}, exit code 1: {clean_exit})");
     }
-    Ok(TestTally { passed: 0, failed: 1 })
+    Ok(TestTally::FAIL)
 }
 
 /// The fuzzer must find the planted bug (names skip their length check, so a long name panics
@@ -392,10 +392,10 @@ pub fn planted_bug_demo(initrd: &Path) -> Result<TestTally, String> {
     let found = v.reason.starts_with("kernel crash") && msg.contains(&format!("seed {}", o.seed)) && !out.timed_out;
     if found {
         println!("   ok: the planted bug crashed the kernel and was reported with seed {} and `{}`", o.seed, o.replay_command());
-        Ok(TestTally { passed: 1, failed: 0 })
+        Ok(TestTally::PASS)
     } else {
         println!("   FAILED: the fuzzer did not find the planted bug (verdict: {})", if v.passed { "passed" } else { v.reason.as_str() });
-        Ok(TestTally { passed: 0, failed: 1 })
+        Ok(TestTally::FAIL)
     }
 }
 
