@@ -14,7 +14,7 @@
 extern crate alloc;
 
 use abi::{
-    nr, BatchEntry, Error, LocalityEntry, ObjName, PcoreContext, DEVICE_SYSCALL_RING, MEMID_SELF, RING_ATTACHED, RING_DETACHED, RING_STOPPED,
+    nr, BatchEntry, Error, ObjName, PcoreContext, DEVICE_SYSCALL_RING, MEMID_SELF, RING_ATTACHED, RING_DETACHED, RING_STOPPED,
     ROLE_AC, ROLE_KC, ROLE_XC, SHARE_PRIVATE,
 };
 use alloc::format;
@@ -40,10 +40,9 @@ fn role(core: u64) -> u64 {
 }
 
 /// The roles in effect at the start of the run, one per online core, as the shell's `cores`
-/// command reads them (`core_stats(c).role`), and the cores' locality.
+/// command reads them (`core_stats(c).role`).
 struct Placement {
     roles: Vec<u64>,
-    locality: Vec<LocalityEntry>,
     /// The core this program runs on (never picked as a test's AC or KC).
     me: u64,
 }
@@ -52,9 +51,7 @@ impl Placement {
     fn read() -> Result<Placement, String> {
         let n = sys::sys_info().map_err(|e| format!("sys_info: {e:?}"))?.cores;
         let roles = (0..n).map(|c| sys::core_stats(c).map(|s| s.role).map_err(|e| format!("core_stats({c}): {e:?}"))).collect::<Result<Vec<_>, _>>()?;
-        let mut locality = alloc::vec![LocalityEntry::default(); (n * n) as usize];
-        sys::locality_get(&mut locality).map_err(|e| format!("locality_get: {e:?}"))?;
-        Ok(Placement { roles, locality, me: libos::core_id() })
+        Ok(Placement { roles, me: libos::core_id() })
     }
 
     /// The cores other than ours that have `role`, lowest first.
@@ -64,16 +61,6 @@ impl Placement {
 
     fn first(&self, role: u64) -> Option<u64> {
         self.with(role).first().copied()
-    }
-
-    /// The kernel core the kernel picks for application core `ac`'s first forwarded call:
-    /// the nearest by locality level and distance, then the lowest index (roles::nearest_kc).
-    fn server_of(&self, ac: u64) -> Option<u64> {
-        let n = self.roles.len() as u64;
-        (0..n).filter(|&k| k != ac && self.roles[k as usize] == ROLE_KC).min_by_key(|&k| {
-            let e = self.locality[(ac * n + k) as usize];
-            (e.level, e.distance, k)
-        })
     }
 
     /// `0:XC 1:KC 2:AC 3:KC`, for the log.
