@@ -156,8 +156,13 @@ pub fn judge_run(serial: &str, end: Ending, expect: &Expect) -> Verdict {
         v.tally.failed += 1;
         v.problems.push(p);
     };
+    // A required test that failed, or skipped without leave, is counted above already.
     for name in expect.must_pass {
-        if !o.passed.iter().any(|p| p == name) && !o.failed.iter().any(|(f, _)| f == name) {
+        let ran = o.passed.iter().any(|p| p == name) || o.failed.iter().any(|(f, _)| f == name);
+        let skipped = o.skipped.iter().any(|(n, _)| n == name);
+        if skipped && expect.may_skip.contains(name) {
+            problem(format!("{name} must pass under this boot, and skipped"), &mut v);
+        } else if !ran && !skipped {
             problem(format!("{name} must pass under this boot, and did not run"), &mut v);
         }
     }
@@ -991,6 +996,9 @@ mod tests {
         let v = judge_run(serial, CLEAN, &Expect { may_skip: &[], must_pass: &["a", "b"] });
         assert_eq!(v.tally, tally(1, 1, 0));
         assert!(v.problems[0].contains("b must pass"));
+        // A required test that skipped is one failure, not two.
+        let skipped = "utest a ... ok\nutest b ... skipped (x)\nutest: done 1 passed, 0 failed, 1 skipped\n";
+        assert_eq!(judge(skipped, CLEAN, &Expect { may_skip: &[], must_pass: &["a", "b"] }), tally(1, 1, 0));
     }
 
     /// Catches: lines lost or the program's counts wrong.
