@@ -14,7 +14,8 @@
 //!   `random`: any application core sums any file (a pseudo-random one per request);
 //!   `same-core`: the front-end sums the file on its own core, in a server process it calls
 //!   with a protected procedure call (Tornado).
-//! - `frontends` (default core 0) and `apps` (default: every other core but the kernel core).
+//! - `frontends` (default: the core webd starts on) and `apps` (default: every other core but
+//!   the kernel core). The core webd starts on coordinates; it need not have a role.
 //! - `kc`: a kernel core drives the card (Corey's Dedicated configuration); without it the
 //!   front-ends poll the card themselves (`inline`).
 //! - `root`: the directory of the disk whose files are served (default `/`, all files under
@@ -167,6 +168,8 @@ static STOP: CachePadded<AtomicBool> = CachePadded::new(AtomicBool::new(false));
 static MEASURING: CachePadded<AtomicBool> = CachePadded::new(AtomicBool::new(false));
 static CALIB: calib::Calibration = calib::Calibration::new();
 static CALIB_OK: AtomicBool = AtomicBool::new(false);
+/// The core `main` runs on (it opened the NIC, and runs that core's role if it has one).
+static MAIN_CORE: AtomicU64 = AtomicU64::new(0);
 
 /// What every thread of the server shares, read-only once the server runs.
 struct Server {
@@ -726,7 +729,8 @@ fn front_main(arg: u64) -> u64 {
 
 fn serve(srv: &'static Server, me: usize) -> Result<(), abi::Error> {
     let nic = srv.nic.ok_or(abi::Error::NotFound)?;
-    let on_main_core = libos::core_id() == 0;
+    // The main thread opened the NIC in its own root range; every other core maps it.
+    let on_main_core = libos::core_id() == MAIN_CORE.load(Ordering::Relaxed);
     if !on_main_core {
         nic.map_here()?;
     }
@@ -909,10 +913,10 @@ fn parse_list(v: &str) -> Option<Vec<u64>> {
     (sorted.len() == out.len() && !out.is_empty()).then_some(out)
 }
 
-fn parse(args: &str, ncores: u64) -> Result<Opts, String> {
+fn parse(args: &str, ncores: u64, here: u64) -> Result<Opts, String> {
     let mut o = Opts {
         mode: Mode::Locality,
-        frontends: alloc::vec![0],
+        frontends: alloc::vec![here],
         apps: Vec::new(),
         kc: None,
         net_mode: None,
@@ -966,7 +970,7 @@ fn parse(args: &str, ncores: u64) -> Result<Opts, String> {
         return Err(alloc::format!("a core number is past the last core ({})", ncores - 1));
     }
     if !apps_given && o.mode != Mode::SameCore {
-        o.apps = (0..ncores).filter(|c| !o.frontends.contains(c) && Some(*c) != o.kc).collect();
+        o.apps = (0..ncores).filter(|c| !o.frontends.contains(c) && Some(*c) != o.kc && *c != here).collect();
     }
     if o.mode == Mode::SameCore {
         if apps_given && !o.apps.is_empty() {
@@ -981,6 +985,9 @@ fn parse(args: &str, ncores: u64) -> Result<Opts, String> {
     }
     if o.frontends.iter().any(|c| o.apps.contains(c) || Some(*c) == o.kc) || o.apps.iter().any(|c| Some(*c) == o.kc) {
         return Err(String::from("front-ends, application cores and the kernel core must be different cores"));
+    }
+    if o.apps.contains(&here) {
+        return Err(alloc::format!("core {here}, where webd runs, can be a front-end but not an application core"));
     }
     if let Some((c, _)) = o.halt_app {
         if !o.apps.contains(&c) {
@@ -1030,7 +1037,9 @@ fn load_files(root: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
 
 fn main(args: &'static str) -> u64 {
     let ncores = libos::sys::sys_info().map(|i| i.cores).unwrap_or(1);
-    let o = match parse(args, ncores) {
+    let here = libos::core_id();
+    MAIN_CORE.store(here, Ordering::Relaxed);
+    let o = match parse(args, ncores, here) {
         Ok(o) => o,
         Err(e) => {
             println!("webd: {e}");
@@ -1041,10 +1050,6 @@ fn main(args: &'static str) -> u64 {
     if o.mode == Mode::SameCore {
         // NOT BUILT YET: the protected procedure call this mode uses (issue 18).
         println!("webd: same-core mode is not built yet (it needs the protected procedure call)");
-        return 2;
-    }
-    if libos::core_id() != 0 {
-        println!("webd: run me on core 0 (it coordinates the cores)");
         return 2;
     }
     let loaded = match load_files(&o.root) {
@@ -1117,7 +1122,7 @@ fn main(args: &'static str) -> u64 {
         match libos::thread::spawn(core, app_main, pack(srv, a)) {
             Ok(t) => threads.push(t),
             Err(e) => {
-                println!("webd: cannot start application core {core}: {e:?}");
+                println!("webd: cannot start application core {core}: {e:?}{}", if e == abi::Error::Busy { " (another program runs there; from the shell on 2 cores: `run -c 0 webd --apps 1`)" } else { "" });
                 failed = true;
                 break;
             }
@@ -1132,7 +1137,7 @@ fn main(args: &'static str) -> u64 {
     let mut main_front: Option<usize> = None;
     if !failed {
         for (f, &core) in o.frontends.iter().enumerate() {
-            if core == 0 {
+            if core == here {
                 main_front = Some(f);
                 continue;
             }
@@ -1178,7 +1183,7 @@ fn main(args: &'static str) -> u64 {
                 }
                 FRONT[f].exited.store(true, Ordering::Release);
             }
-            // Core 0 is not a front-end: front-end 0 runs elsewhere and ends the run.
+            // This core is not a front-end: front-end 0 runs elsewhere and ends the run.
             None => {
                 while !STOP.load(Ordering::Acquire) {
                     libos::time::spin_ms(10);
