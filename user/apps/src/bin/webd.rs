@@ -186,6 +186,8 @@ struct Server {
     requests: Vec<Ring>,
     replies: Vec<Ring>,
     nic: Option<Nic>,
+    /// same-core mode: the share holding the filesum server's gates (`filesum@CORE`).
+    gate_share: Option<abi::ObjectId>,
     port: u16,
     sockets: usize,
     target: u64,
@@ -405,6 +407,8 @@ struct Front {
     to_apps: Vec<Producer<'static>>,
     from_apps: Vec<Consumer<'static>>,
     rng: u64,
+    /// same-core mode: this core's gate into the filesum server.
+    gate: Option<libos::ppc::Gate>,
     requests: u64,
     bad: u64,
     errors: u64,
@@ -523,11 +527,21 @@ impl Front {
         }
     }
 
-    /// `same-core` mode: sum on this core in the server process (protected procedure call).
-    fn same_core(&mut self, i: usize, _idx: usize) {
-        // NOT BUILT YET: needs the protected procedure call (issue 18; docs/webd.md). `main`
-        // refuses the mode before any request can get here.
-        self.respond(i, Status::InternalError, b"same-core mode is not built\n", &[], "text/plain");
+    /// `same-core` mode: sum on this core, in the server process, through this core's gate
+    /// (a protected procedure call: no other core takes part).
+    fn same_core(&mut self, i: usize, idx: usize) {
+        let r = match self.gate {
+            Some(g) => g.call(idx as u64, 0, 0, 0),
+            None => Err(abi::Error::NotFound),
+        };
+        match r {
+            Ok(sum) => {
+                let mut digits = [0u8; 20];
+                let s = fmt_u64(sum, &mut digits);
+                self.respond(i, Status::Ok, s, &[], "text/plain");
+            }
+            Err(_) => self.respond(i, Status::InternalError, b"filesum server call failed\n", &[], "text/plain"),
+        }
     }
 
     /// Send the connection's pending filesum if its application core's ring has room.
@@ -743,12 +757,17 @@ fn serve(srv: &'static Server, me: usize) -> Result<(), abi::Error> {
         to_apps: (0..srv.napps).map(|a| Producer::new(&srv.requests[me * srv.napps + a])).collect(),
         from_apps: (0..srv.napps).map(|a| Consumer::new(&srv.replies[me * srv.napps + a])).collect(),
         rng: 0x9e37_79b9_7f4a_7c15 ^ (me as u64 + 1),
+        gate: None,
         requests: 0,
         bad: 0,
         errors: 0,
         bytes: 0,
         conn_count: 0,
     };
+    if let Some(share) = srv.gate_share {
+        let core = srv.front_cores[me];
+        f.gate = Some(libos::ppc::Gate::find(share, GATE_SERVICE, core)?.bind()?);
+    }
     for _ in 0..srv.sockets {
         let rx = tcp::SocketBuffer::new(alloc::vec![0u8; 4096]);
         let tx = tcp::SocketBuffer::new(alloc::vec![0u8; 16384]);
@@ -868,6 +887,76 @@ unsafe fn unpack(arg: u64) -> (&'static Server, usize) {
 
 fn pack(srv: &'static Server, index: usize) -> u64 {
     srv as *const Server as u64 | (index as u64) << 48
+}
+
+// ---------------------------------------------------------------------------------------
+// same-core mode: the filesum server behind protected procedure calls
+
+/// The gates' name: `filesum@CORE` (`libos::ppc::serve_cores`).
+const GATE_SERVICE: &str = "filesum";
+
+/// The filesum server's file table: (address, length) of each file's bytes, by the index the
+/// front-ends look up. In the server process these statics are its own copy (cfork copies
+/// the image copy-on-write), set before it registers its gates; the handler reads them.
+static PPC_FILES: [(AtomicUsize, AtomicUsize); MAX_FILES] = [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; MAX_FILES];
+static PPC_NFILES: AtomicUsize = AtomicUsize::new(0);
+
+/// The gate's handler: the sum of file `idx`'s bytes. Runs on the calling front-end's core in
+/// the server's address space; it touches no heap (libos::ppc's rule for handlers).
+fn ppc_filesum(idx: u64, _: u64, _: u64, _: u64) -> Result<u64, abi::Error> {
+    let n = PPC_NFILES.load(Ordering::Acquire);
+    if idx as usize >= n {
+        return Err(abi::Error::NotFound);
+    }
+    let (p, len) = (&PPC_FILES[idx as usize].0, &PPC_FILES[idx as usize].1);
+    let (p, len) = (p.load(Ordering::Relaxed), len.load(Ordering::Relaxed));
+    if p == 0 || len == 0 {
+        return Ok(0);
+    }
+    // SAFETY: the server process leaked this copy of the file (`filesum_server`) and never
+    // frees or writes it; the handler runs in that process's address range.
+    let data = unsafe { core::slice::from_raw_parts(p as *const u8, len) };
+    Ok(webcore::filesum(data))
+}
+
+/// The cfork'd child: copy every file into its own memory, publish the table, register one
+/// gate per front-end core, and end (the gates stay, holding its address range).
+fn filesum_server(arg: u64) -> u64 {
+    // SAFETY: as in `app_main`; `srv` is the child's copy-on-write copy of the parent's.
+    let (srv, _) = unsafe { unpack(arg) };
+    for (i, f) in srv.files.iter().enumerate() {
+        let copy: Box<[u8]> = Box::from(f.data());
+        PPC_FILES[i].1.store(copy.len(), Ordering::Relaxed);
+        PPC_FILES[i].0.store(Box::leak(copy).as_ptr() as usize, Ordering::Relaxed);
+    }
+    PPC_NFILES.store(srv.files.len(), Ordering::Release);
+    let Some(share) = srv.gate_share else { return 1 };
+    match libos::ppc::serve_cores(share, GATE_SERVICE, &srv.front_cores, ppc_filesum) {
+        Ok(gates) => {
+            for g in gates {
+                g.keep();
+            }
+            0
+        }
+        Err(e) => {
+            println!("webd: filesum server: cannot register its gates: {e:?}");
+            1
+        }
+    }
+}
+
+/// Start the filesum server on a core other than this one and wait for its gates.
+fn start_filesum_server(srv: &'static Server, o: &Opts, here: u64) -> Result<(), String> {
+    let ncores = libos::sys::sys_info().map(|i| i.cores).unwrap_or(1);
+    let core = (0..ncores).find(|&c| c != here && Some(c) != o.kc).ok_or_else(|| String::from("same-core mode needs a second core to start its server on"))?;
+    let share = srv.gate_share.ok_or_else(|| String::from("no gate share"))?;
+    let opts = libos::cfork::CforkOpts { shares: core::slice::from_ref(&share), ..Default::default() };
+    let child = libos::cfork::cfork(core, &opts, filesum_server, pack(srv, 0)).map_err(|e| alloc::format!("cfork on core {core}: {e:?}"))?;
+    match child.join() {
+        Ok(0) => Ok(()),
+        Ok(code) => Err(alloc::format!("it exited with code {code}")),
+        Err(e) => Err(alloc::format!("{e:?}")),
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1047,11 +1136,6 @@ fn main(args: &'static str) -> u64 {
             return 2;
         }
     };
-    if o.mode == Mode::SameCore {
-        // NOT BUILT YET: the protected procedure call this mode uses (issue 18).
-        println!("webd: same-core mode is not built yet (it needs the protected procedure call)");
-        return 2;
-    }
     let loaded = match load_files(&o.root) {
         Ok(f) => f,
         Err(e) => {
@@ -1094,6 +1178,20 @@ fn main(args: &'static str) -> u64 {
             }
         }
     }
+    // same-core mode: a share for the filesum server's gates, which every front-end can name.
+    let gate_share = if o.mode == Mode::SameCore {
+        match libos::process::new_share("webd-gates", abi::MEMID_SELF) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                println!("webd: cannot make the gates' share: {e:?}");
+                let _ = nic.unmap_here();
+                let _ = nic.close();
+                return 1;
+            }
+        }
+    } else {
+        None
+    };
     let srv: &'static Server = Box::leak(Box::new(Server {
         mode: o.mode,
         files,
@@ -1105,6 +1203,7 @@ fn main(args: &'static str) -> u64 {
         requests: (0..pairs).map(|_| Ring::new(RING_SLOTS)).collect(),
         replies: (0..pairs).map(|_| Ring::new(RING_SLOTS)).collect(),
         nic: Some(nic),
+        gate_share,
         port: o.port,
         sockets: o.sockets,
         target: if o.requests > 0 { o.requests } else { u64::MAX },
@@ -1132,8 +1231,18 @@ fn main(args: &'static str) -> u64 {
         println!("webd: application cores did not come up");
         failed = true;
     }
-    // Each file's bytes are now in its home core's memory: the loaded copies can go.
-    drop(loaded);
+    // same-core mode: the filesum server, a cfork'd process with its own copy of the files,
+    // registers a gate on every front-end core and ends; its gates keep its address range.
+    if !failed && o.mode == Mode::SameCore {
+        if let Err(e) = start_filesum_server(srv, &o, here) {
+            println!("webd: the filesum server did not start: {e}");
+            failed = true;
+        }
+    }
+    // Each file's bytes are now in their owner's memory (application cores' or the filesum
+    // server's); the loaded copies go, except that same-core mode serves static files from
+    // them.
+    let _static_files = if o.mode == Mode::SameCore { Some(loaded) } else { drop(loaded); None };
     let mut main_front: Option<usize> = None;
     if !failed {
         for (f, &core) in o.frontends.iter().enumerate() {
@@ -1141,7 +1250,11 @@ fn main(args: &'static str) -> u64 {
                 main_front = Some(f);
                 continue;
             }
-            match libos::thread::spawn(core, front_main, pack(srv, f)) {
+            let extra: &[abi::ObjectId] = match &srv.gate_share {
+                Some(g) => core::slice::from_ref(g),
+                None => &[],
+            };
+            match libos::thread::spawn_with(core, front_main, pack(srv, f), extra) {
                 Ok(t) => threads.push(t),
                 Err(e) => {
                     println!("webd: cannot start front-end core {core}: {e:?}");
