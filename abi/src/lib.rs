@@ -229,11 +229,10 @@ pub mod nr {
     ///
     /// `ppc_register(share, name_ptr, name_len, *const PpcGate) -> gate id`: a gate object
     /// (`ObjType::Gate`) in `share`, homed on the gate's core. It holds references to the
-    /// handler's root range and shares (they live while the gate does) and a fresh private
-    /// root share for its handler, owned by the gate's core. Errors: `BadAddress` for an
-    /// `entry` or `stack_top` outside the user half; `Misaligned` for a `stack_top` not
-    /// 16-byte aligned; `NoSuchCore` for a core that is not online; `InvalidArgument` for
-    /// more than `MAX_CONTEXT_SHARES` shares, a root range that is not `ArKind::Root`, or a
+    /// handler's root range and shares (they live while the gate does). Errors: `BadAddress`
+    /// for an `entry` or `stack_top` outside the user half; `Misaligned` for a `stack_top`
+    /// not 16-byte aligned; `NoSuchCore` for a core that is not online; `InvalidArgument` for
+    /// no share or more than `MAX_CONTEXT_SHARES`, a root range that is not `ArKind::Root`, or a
     /// `share` that one of the gate's shares holds (directly or through shares and gates it
     /// holds: the gate would keep itself alive, a reference cycle nothing could free);
     /// `NotPermitted` for a private share in the list that belongs to another core than the
@@ -288,7 +287,8 @@ pub struct PpcGate {
     pub core: u64,
     /// The root address range (`ArKind::Root`) the handler runs on.
     pub root_ar: ObjName,
-    /// The handler's share set (besides its own root share).
+    /// The handler's shares, at least one: `shares[0]` is its root share (where it makes
+    /// objects, as a context does in its own), the others its share set.
     pub nshares: u64,
     pub shares: [ObjectId; MAX_CONTEXT_SHARES],
 }

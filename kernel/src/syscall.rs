@@ -754,7 +754,7 @@ fn sys_ppc_register(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         return Err(Error::Misaligned);
     }
     let core = percpu::get(spec.core as usize).filter(|c| spec.core < percpu::online_count() as u64 && c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?.index;
-    if spec.nshares as usize > MAX_CONTEXT_SHARES {
+    if spec.nshares == 0 || spec.nshares as usize > MAX_CONTEXT_SHARES {
         return Err(Error::InvalidArgument);
     }
     let root_ar = lookup(spec.root_ar.share, spec.root_ar.object)?;

@@ -25,7 +25,7 @@ use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use super::{ar::AddressRange, share::Share, try_push, KObject, Kind, ObjRef};
+use super::{ar::AddressRange, try_push, ObjRef};
 use crate::arch::x86_64::paging;
 use crate::arch::x86_64::syscall::UserReturn;
 use crate::context::Context;
@@ -41,7 +41,9 @@ pub struct Gate {
     pub stack_top: u64,
     pub cookie: u64,
     /// The shares the gate was registered with: what it keeps alive, for the cycle check
-    /// (`syscall::reaches`). The handler's share set starts as the same shares.
+    /// (`syscall::reaches`). The first is the handler's root share, the others its share
+    /// set: every share the handler can reach from is here, so the check sees all it could
+    /// ever put a gate into.
     pub members: Vec<ObjRef>,
     /// Taken for the length of a call (one call at a time per gate).
     busy: AtomicBool,
@@ -66,15 +68,19 @@ unsafe impl Sync for Gate {}
 unsafe impl Send for Gate {}
 
 impl Gate {
-    /// A gate for `core` running at `entry` on `stack_top` in `root_ar` with `shares`; its
-    /// handler gets a fresh private root share of that core.
+    /// A gate for `core` running at `entry` on `stack_top` in `root_ar`; `shares[0]` is its
+    /// handler's root share and the rest its share set (the caller checks there is one).
     pub fn new(core: u32, entry: u64, stack_top: u64, cookie: u64, root_ar: ObjRef, shares: Vec<ObjRef>) -> Result<Gate, Error> {
-        let root_share = KObject::create(b"ppc-root", core, Kind::Share(Share::new_private(core as usize, core)))?;
         let mut members = Vec::new();
         members.try_reserve(shares.len()).map_err(|_| Error::NoMemory)?;
         for s in &shares {
             try_push(&mut members, s.clone())?;
         }
+        let mut set = shares;
+        if set.is_empty() {
+            return Err(Error::InvalidArgument);
+        }
+        let root_share = set.remove(0);
         Ok(Gate {
             core,
             entry,
@@ -82,7 +88,7 @@ impl Gate {
             cookie,
             members,
             busy: AtomicBool::new(false),
-            call: UnsafeCell::new(CallState { root_ar, root_share, shares, outer: None, caller: UserReturn::default() }),
+            call: UnsafeCell::new(CallState { root_ar, root_share, shares: set, outer: None, caller: UserReturn::default() }),
         })
     }
 }
