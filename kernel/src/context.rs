@@ -89,6 +89,14 @@ pub fn with_current<R>(f: impl FnOnce(&Context) -> R) -> Result<R, Error> {
     percpu::acting().context.get().map(f).ok_or(Error::NotPermitted)
 }
 
+/// This core's own running context, for a system call that came straight from it (not a
+/// kernel core acting for another core): the protected procedure calls, which change the
+/// context's identity in place. The reference must not outlive the system call.
+#[inline(always)]
+pub fn current_mut() -> Option<&'static mut Context> {
+    percpu::this().context.get_mut()
+}
+
 /// Mutable access for the few calls that change the share set.
 pub fn with_current_mut<R>(f: impl FnOnce(&mut Context) -> R) -> Result<R, Error> {
     percpu::acting().context.get_mut().map(f).ok_or(Error::NotPermitted)
@@ -373,7 +381,8 @@ fn abort_call(f: &mut TrapFrame) -> bool {
     let area = percpu::this();
     let me = area.index;
     let Some(c) = area.context.get_mut() else { return false };
-    let Some((caller, gate)) = crate::kobj::gate::leave(c, me) else { return false };
+    let mut caller = crate::arch::x86_64::syscall::UserReturn::default();
+    let Some(gate) = crate::kobj::gate::leave(c, me, &mut caller) else { return false };
     for r in [&mut f.r15, &mut f.r14, &mut f.r13, &mut f.r12, &mut f.r11, &mut f.r10, &mut f.r9, &mut f.r8, &mut f.rbp, &mut f.rdi, &mut f.rsi, &mut f.rdx, &mut f.rcx, &mut f.rbx] {
         *r = 0;
     }

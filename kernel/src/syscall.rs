@@ -784,30 +784,25 @@ fn sys_ppc_register(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 
 /// `ppc_call`: enter the gate's handler (`kobj::gate::enter`); its `rax` is the gate's cookie.
 fn sys_ppc_call(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    let Some(ret) = crate::arch::x86_64::syscall::direct_return(a) else { return Err(Error::NotPermitted) };
-    let me = percpu::current_index();
-    with_current_mut(|c| {
-        let gate = {
-            let s = resolve_share(c, a[0])?;
-            s.as_share()?.get(a[1])?
-        };
-        let (handler, cookie) = crate::kobj::gate::enter(c, gate, me, ret)?;
-        *ret = handler;
-        Ok(cookie)
-    })?
+    let ret = crate::arch::x86_64::syscall::direct_return(a).ok_or(Error::NotPermitted)?;
+    // A direct call runs on the caller's own core: its context is this core's.
+    let c = context::current_mut().ok_or(Error::NotPermitted)?;
+    let gate = {
+        let s = resolve_share(c, a[0])?;
+        s.as_share()?.get(a[1])?
+    };
+    crate::kobj::gate::enter(c, gate, percpu::current_index(), ret)
 }
 
 /// `ppc_return(value)`: back to the caller of the innermost call, with `value` in its `rax`.
 fn sys_ppc_return(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    let Some(ret) = crate::arch::x86_64::syscall::direct_return(a) else { return Err(Error::NotPermitted) };
-    let value = a[0];
-    let me = percpu::current_index();
-    let (caller, gate) = with_current_mut(|c| crate::kobj::gate::leave(c, me))?.ok_or(Error::NotPermitted)?;
-    *ret = caller;
+    let ret = crate::arch::x86_64::syscall::direct_return(a).ok_or(Error::NotPermitted)?;
+    let c = context::current_mut().ok_or(Error::NotPermitted)?;
+    let gate = crate::kobj::gate::leave(c, percpu::current_index(), ret).ok_or(Error::NotPermitted)?;
     // Dropped here, after the caller's root range is loaded: a gate deleted during the call
     // is freed now.
     drop(gate);
-    Ok(value)
+    Ok(a[0])
 }
 
 fn sys_initrd_get(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {

@@ -112,10 +112,20 @@ fn load(root: &AddressRange, me: usize) {
     paging::load_root(root.table);
 }
 
-/// `ppc_call`: enter `gate_obj` from context `c` on core `me`, which returns to user mode
-/// at `caller` now. Returns where the handler starts and the value for its `rax`.
+/// Swap the context's identity (what its system calls name objects through, and the
+/// address range it runs on) with the call's.
 #[inline(always)]
-pub fn enter(c: &mut Context, gate_obj: ObjRef, me: usize, caller: &UserReturn) -> Result<(UserReturn, u64), Error> {
+fn swap_identity(c: &mut Context, st: &mut CallState) {
+    core::mem::swap(&mut c.root_ar, &mut st.root_ar);
+    core::mem::swap(&mut c.root_share, &mut st.root_share);
+    core::mem::swap(&mut c.shares, &mut st.shares);
+}
+
+/// `ppc_call`: enter `gate_obj` from context `c` on core `me`. `ret` is where the caller
+/// returns to user mode now; it becomes the handler's entry. Returns the handler's `rax`
+/// (the gate's cookie).
+#[inline(always)]
+pub fn enter(c: &mut Context, gate_obj: ObjRef, me: usize, ret: &mut UserReturn) -> Result<u64, Error> {
     let g = gate_obj.as_gate()?;
     if g.core as usize != me {
         return Err(Error::WrongCore);
@@ -131,21 +141,22 @@ pub fn enter(c: &mut Context, gate_obj: ObjRef, me: usize, caller: &UserReturn) 
         return Err(Error::WrongType);
     };
     load(root, me);
-    core::mem::swap(&mut c.root_ar, &mut st.root_ar);
-    core::mem::swap(&mut c.root_share, &mut st.root_share);
-    core::mem::swap(&mut c.shares, &mut st.shares);
-    st.caller = *caller;
-    let handler = UserReturn { rip: g.entry, rflags: HANDLER_RFLAGS, rsp: g.stack_top };
+    swap_identity(c, st);
+    st.caller = *ret;
+    *ret = UserReturn { rip: g.entry, rflags: HANDLER_RFLAGS, rsp: g.stack_top };
     let cookie = g.cookie;
+    // `st.outer` is empty outside a call: nothing to drop.
     st.outer = c.ppc.replace(gate_obj);
     c.ppc_depth += 1;
-    Ok((handler, cookie))
+    Ok(cookie)
 }
 
-/// End the innermost call of `c`: give the caller its identity back and free the gate for
-/// the next call. Returns where the caller resumes and the gate's reference (drop it only
-/// after the caller's root range is loaded: it may be the gate's last). Loads nothing.
-fn leave_state(c: &mut Context) -> Option<(UserReturn, ObjRef)> {
+/// End the innermost call of `c`: give the caller its identity back, free the gate for the
+/// next call and set `ret` to where the caller resumes. Returns the gate's reference (drop
+/// it only after the caller's root range is loaded: it may be the gate's last). Loads
+/// nothing.
+#[inline(always)]
+fn leave_state(c: &mut Context, ret: &mut UserReturn) -> Option<ObjRef> {
     let gate_obj = c.ppc.take()?;
     let Ok(g) = gate_obj.as_gate() else {
         return None; // cannot happen: only gates are put in `ppc`
@@ -153,25 +164,24 @@ fn leave_state(c: &mut Context) -> Option<(UserReturn, ObjRef)> {
     // SAFETY: this context's call holds `busy` (it put the gate in `ppc`), and it runs on
     // the gate's core.
     let st = unsafe { &mut *g.call.get() };
-    core::mem::swap(&mut c.root_ar, &mut st.root_ar);
-    core::mem::swap(&mut c.root_share, &mut st.root_share);
-    core::mem::swap(&mut c.shares, &mut st.shares);
+    swap_identity(c, st);
+    // `c.ppc` was just emptied: nothing to drop.
     c.ppc = st.outer.take();
     c.ppc_depth -= 1;
-    let caller = st.caller;
+    *ret = st.caller;
     g.busy.store(false, Ordering::Release);
-    Some((caller, gate_obj))
+    Some(gate_obj)
 }
 
-/// `ppc_return` (and `abort`): end the innermost call and load the caller's root range.
-/// `None` if `c` is not in a call.
+/// `ppc_return` (and `abort`): end the innermost call, set `ret` to where the caller
+/// resumes and load the caller's root range. `None` if `c` is not in a call.
 #[inline(always)]
-pub fn leave(c: &mut Context, me: usize) -> Option<(UserReturn, ObjRef)> {
-    let r = leave_state(c)?;
+pub fn leave(c: &mut Context, me: usize, ret: &mut UserReturn) -> Option<ObjRef> {
+    let g = leave_state(c, ret)?;
     if let Ok(root) = c.root_ar.as_ar() {
         load(root, me);
     }
-    Some(r)
+    Some(g)
 }
 
 /// A context that ends in the middle of calls gives every gate back (innermost first), so
@@ -181,7 +191,8 @@ pub fn leave(c: &mut Context, me: usize) -> Option<(UserReturn, ObjRef)> {
 pub fn unwind(c: &mut Context) -> [Option<ObjRef>; PPC_MAX_DEPTH as usize] {
     let mut gates: [Option<ObjRef>; PPC_MAX_DEPTH as usize] = Default::default();
     let mut i = 0;
-    while let Some((_, g)) = leave_state(c) {
+    let mut ret = UserReturn::default();
+    while let Some(g) = leave_state(c, &mut ret) {
         if i < gates.len() {
             gates[i] = Some(g);
             i += 1;
