@@ -270,7 +270,7 @@ pub mod nr {
 
 /// Calls one context may nest (a handler calling another gate, and so on) before `ppc_call`
 /// is `Busy`.
-pub const PPC_MAX_DEPTH: u64 = 8;
+pub const PPC_MAX_DEPTH: u64 = 4;
 
 /// `ppc_register(share, name, &PpcGate)`: what a gate runs and where.
 #[repr(C)]

@@ -339,8 +339,9 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
                     f.rip = fixup;
                     return true;
                 }
+                let rip = f.rip;
                 if abort_call(f) {
-                    crate::kprintln!("user fault: page fault at {addr:#x} ({why:?}) in a protected procedure call's handler, rip {:#x}; the call ends", f.rip);
+                    crate::kprintln!("user fault: page fault at {addr:#x} ({why:?}) in a protected procedure call's handler, rip {rip:#x}; the call ends");
                     return true;
                 }
                 crate::kprintln!(

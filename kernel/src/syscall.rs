@@ -147,7 +147,9 @@ fn reaches(from: &ObjRef, target: &ObjRef, depth: u32) -> bool {
             let Ok(ids) = sh.ids() else { return true };
             ids.iter().any(|&id| sh.get(id).ok().is_some_and(|o| holds_refs(&o) && reaches(&o, target, depth - 1)))
         }
-        Kind::Gate(g) => depth == 0 || g.members.iter().any(|m| reaches(m, target, depth - 1)),
+        // A gate is one step with its shares: the depth counts shares (the graph has no
+        // cycles, every insertion is checked, so this ends).
+        Kind::Gate(g) => g.members.iter().any(|m| reaches(m, target, depth)),
         _ => false,
     }
 }

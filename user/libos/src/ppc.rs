@@ -84,6 +84,11 @@ impl Gate {
         want.push_str(service)?;
         want.push_str("@")?;
         want.push_u64(core)?;
+        Gate::find_named(share, want.as_str())
+    }
+
+    /// The gate named `name` in `share` (`NotFound` if there is none).
+    pub fn find_named(share: ObjectId, name: &str) -> Result<Gate, Error> {
         let mut ids = [0u64; 256];
         let n = crate::sys::share_list(share, &mut ids)? as usize;
         let mut buf = [0u8; MAX_NAME];
@@ -94,7 +99,7 @@ impl Gate {
                 continue;
             }
             let Ok(len) = crate::sys::obj_get_name(o, &mut buf) else { continue };
-            if &buf[..len as usize] == want.as_bytes() {
+            if &buf[..len as usize] == name.as_bytes() {
                 return Ok(Gate { name: o, core: st.home_core as u64 });
             }
         }
@@ -227,6 +232,16 @@ pub fn on_handler_stack() -> bool {
 /// in this context's root address range with this program's process share as its share set,
 /// on a fresh 64 KiB stack of `core`'s memory mapped here.
 pub fn register(share: ObjectId, name: &str, core: u64, handler: Handler) -> Result<Served, Error> {
+    register_with(share, name, core, handler, &[])
+}
+
+/// [`register`] with more shares in the handler's share set (at most
+/// `MAX_CONTEXT_SHARES - 1`): e.g. a share holding gates the handler calls in turn. None of
+/// them may hold `share` (`InvalidArgument`, as for the process share).
+pub fn register_with(share: ObjectId, name: &str, core: u64, handler: Handler, more: &[ObjectId]) -> Result<Served, Error> {
+    if more.len() > MAX_CONTEXT_SHARES - 1 {
+        return Err(Error::InvalidArgument);
+    }
     let c = crate::ctx::ctx();
     let proc_share = crate::process::proc_share();
     let slot = alloc_slot()?;
@@ -248,13 +263,14 @@ pub fn register(share: ObjectId, name: &str, core: u64, handler: Handler) -> Res
     crate::sys::ar_set_seg(c.root_ar, &m).map_err(undo)?;
     let mut shares = [0; MAX_CONTEXT_SHARES];
     shares[0] = proc_share;
+    shares[1..1 + more.len()].copy_from_slice(more);
     let spec = PpcGate {
         entry: entry_address(),
         stack_top: top,
         cookie: handler as usize as u64,
         core,
         root_ar: c.root_ar,
-        nshares: 1,
+        nshares: 1 + more.len() as u64,
         shares,
     };
     let id = crate::sys::ppc_register(share, name, &spec).map_err(undo)?;
