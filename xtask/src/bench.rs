@@ -7,7 +7,7 @@
 #[allow(dead_code)] // shared with the guest crate; the host uses part of it
 pub(crate) mod catalog;
 pub(crate) mod guest;
-mod json;
+pub(crate) mod json;
 pub(crate) mod linux_sys;
 mod net;
 mod ours;
