@@ -144,43 +144,44 @@ fn alts(statuses: &[u16], close_ok: bool) -> String {
 
 type CaseFn = fn(&mut Ctx) -> Result<String, String>;
 
-/// Every case: (name, what it does). The names are what `--only` matches.
-const CASES: &[(&str, CaseFn)] = &[
-    ("request line of one word", |c| {
+/// Every case: (name, the most requests it sends, what it does). The names are what `--only`
+/// matches; the counts tell the guest how many requests to expect ([`planned_requests`]).
+const CASES: &[(&str, u64, CaseFn)] = &[
+    ("request line of one word", 1, |c| {
         let (_, r) = c.exchange(b"GARBAGE\r\n\r\n", 1)?;
         want(r, &[400], false)
     }),
-    ("request line without a version", |c| {
+    ("request line without a version", 1, |c| {
         let (_, r) = c.exchange(b"GET /stats\r\n\r\n", 1)?;
         want(r, &[400], true)
     }),
-    ("request line with an unknown version", |c| {
+    ("request line with an unknown version", 1, |c| {
         let (_, r) = c.exchange(b"GET /stats HTTP/7.1\r\nHost: x\r\n\r\n", 1)?;
         want(r, &[400, 505], false)
     }),
-    ("request line with extra words", |c| {
+    ("request line with extra words", 1, |c| {
         let (_, r) = c.exchange(b"GET /stats HTTP/1.1 extra\r\nHost: x\r\n\r\n", 1)?;
         want(r, &[400], false)
     }),
-    ("binary bytes", |c| {
+    ("binary bytes", 1, |c| {
         let (_, r) = c.exchange(b"\x00\x01\x02\xff\xfe GET\x7f\r\n\r\n", 1)?;
         want(r, &[400], true)
     }),
-    ("request line over 8 KiB", |c| {
+    ("request line over 8 KiB", 1, |c| {
         let mut req = b"GET /".to_vec();
         req.extend(std::iter::repeat(b'a').take(9000));
         req.extend_from_slice(b" HTTP/1.1\r\nHost: x\r\n\r\n");
         let (_, r) = c.exchange(&req, 1)?;
         want(r, &[400, 414, 431], true)
     }),
-    ("a header over 8 KiB", |c| {
+    ("a header over 8 KiB", 1, |c| {
         let mut req = b"GET /stats HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec();
         req.extend(std::iter::repeat(b'b').take(9000));
         req.extend_from_slice(b"\r\n\r\n");
         let (_, r) = c.exchange(&req, 1)?;
         want(r, &[431], true)
     }),
-    ("10 000 headers", |c| {
+    ("10 000 headers", 1, |c| {
         let mut req = b"GET /stats HTTP/1.1\r\nHost: x\r\n".to_vec();
         for i in 0..10_000 {
             req.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
@@ -189,7 +190,7 @@ const CASES: &[(&str, CaseFn)] = &[
         let (_, r) = c.exchange(&req, 1)?;
         want(r, &[431], true)
     }),
-    ("100 small headers (under 8 KiB)", |c| {
+    ("100 small headers (under 8 KiB)", 1, |c| {
         // Many headers that fit: either served or refused as too many (431), never a crash.
         let mut req = b"GET /stats HTTP/1.1\r\nHost: x\r\n".to_vec();
         for i in 0..100 {
@@ -199,11 +200,11 @@ const CASES: &[(&str, CaseFn)] = &[
         let (_, r) = c.exchange(&req, 1)?;
         want(r, &[200, 431], false)
     }),
-    ("a header line without a colon", |c| {
+    ("a header line without a colon", 1, |c| {
         let (_, r) = c.exchange(b"GET /stats HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n", 1)?;
         want(r, &[400], false)
     }),
-    ("a request dribbled one byte per 100 ms", |c| {
+    ("a request dribbled one byte per 100 ms", 1, |c| {
         let (target, sum) = c.good.clone();
         let req = format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
         // Bounded: at most 40 bytes, 4 s.
@@ -219,7 +220,7 @@ const CASES: &[(&str, CaseFn)] = &[
         let r = conn.read_response(c.deadline(), false).map_err(|(f, w)| format!("{}: {w}", f.name()))?;
         judge_good(&target, &r, sum).map(|()| format!("{} bytes over {:.1} s, then the right answer", req.len(), req.len() as f64 * 0.1))
     }),
-    ("`..` in the path", |c| {
+    ("`..` in the path", 6, |c| {
         let mut got = Vec::new();
         for t in ["/../f00", "/filesum/../f00", "/a/../../etc/passwd", "/filesum/..", "/%2e%2e/%2e%2e/etc/passwd", "/filesum/%2e%2e%2ff00"] {
             let (_, r) = c.exchange(&http::request("GET", t, false), 1)?;
@@ -227,7 +228,7 @@ const CASES: &[(&str, CaseFn)] = &[
         }
         Ok(got.join(", "))
     }),
-    ("absolute paths", |c| {
+    ("absolute paths", 5, |c| {
         let mut got = Vec::new();
         for t in ["http://127.0.0.1/f00", "//etc/passwd", "/filesum//etc/passwd", "/filesum/", "*"] {
             let (_, r) = c.exchange(&http::request("GET", t, false), 1)?;
@@ -235,7 +236,7 @@ const CASES: &[(&str, CaseFn)] = &[
         }
         Ok(got.join(", "))
     }),
-    ("names that do not exist", |c| {
+    ("names that do not exist", 4, |c| {
         let mut got = Vec::new();
         for t in ["/no-such-file", "/filesum/no-such-file", "/f00.bak", "/filesum/f00/x"] {
             let (_, r) = c.exchange(&http::request("GET", t, false), 1)?;
@@ -243,7 +244,7 @@ const CASES: &[(&str, CaseFn)] = &[
         }
         Ok(got.join(", "))
     }),
-    ("methods other than GET and HEAD", |c| {
+    ("methods other than GET and HEAD", 7, |c| {
         let mut got = Vec::new();
         for m in ["POST", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH"] {
             let (_, r) = c.exchange(format!("{m} /stats HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").as_bytes(), 1)?;
@@ -254,7 +255,7 @@ const CASES: &[(&str, CaseFn)] = &[
         got.push(want(r, &[400, 405], false).map_err(|e| format!("get: {e}"))?);
         Ok(got.join(", "))
     }),
-    ("GET with a body", |c| {
+    ("GET with a body", 3, |c| {
         let (_, r) = c.exchange(b"GET /stats HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", 1)?;
         let a = want(r, &[400, 413], true)?;
         let (_, r) = c.exchange(b"GET /stats HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 1)?;
@@ -263,7 +264,7 @@ const CASES: &[(&str, CaseFn)] = &[
         let d = want(r, &[400, 413], true)?;
         Ok(format!("Content-Length: {a}; chunked: {b}; bad length: {d}"))
     }),
-    ("HEAD: the length, no body, the connection still in step", |c| {
+    ("HEAD: the length, no body, the connection still in step", 2, |c| {
         let target = c.file.as_ref().map(|(n, _)| format!("/{n}")).unwrap_or_else(|| "/stats".into());
         let size = c.file.as_ref().and_then(|(_, s)| *s);
         let mut conn = c.open()?;
@@ -285,7 +286,7 @@ const CASES: &[(&str, CaseFn)] = &[
         judge_good(&good, &r, sum).map_err(|w| format!("the GET after HEAD: {w}"))?;
         Ok(format!("Content-Length {}, no body", len.unwrap_or(0)))
     }),
-    ("keep-alive: three requests on one connection", |c| {
+    ("keep-alive: three requests on one connection", 3, |c| {
         let (good, sum) = c.good.clone();
         let mut conn = c.open()?;
         for i in 0..3 {
@@ -299,7 +300,7 @@ const CASES: &[(&str, CaseFn)] = &[
         }
         Ok("3 answers".into())
     }),
-    ("pipelined: three requests in one write", |c| {
+    ("pipelined: three requests in one write", 3, |c| {
         let (good, sum) = c.good.clone();
         let mut conn = c.open()?;
         let mut req = Vec::new();
@@ -314,7 +315,7 @@ const CASES: &[(&str, CaseFn)] = &[
         }
         Ok("3 answers in order".into())
     }),
-    ("a client that vanishes mid-response", |c| {
+    ("a client that vanishes mid-response", 32, |c| {
         // Many pipelined requests for the largest answer there is, a few bytes read, then a
         // reset: the server's writes meet a dead connection.
         let target = c.file.as_ref().map(|(n, _)| format!("/{n}")).unwrap_or_else(|| "/stats".into());
@@ -333,19 +334,27 @@ const CASES: &[(&str, CaseFn)] = &[
         drop(conn);
         Ok(format!("read {n} bytes of 32 answers for {target}, then reset"))
     }),
-    ("a request cut off by the client", |c| {
+    ("a request cut off by the client", 1, |c| {
         let mut conn = c.open()?;
+        c.sent += 1;
         conn.stream.write_all(b"GET /sta").map_err(|e| e.to_string())?;
         conn.stream.shutdown(std::net::Shutdown::Write).map_err(|e| e.to_string())?;
         // The server may answer 400 or just close; it must not answer 200 to half a request.
         want(conn.read_response(c.deadline(), false), &[400], true)
     }),
-    ("a connection that says nothing and leaves", |c| {
+    ("a connection that says nothing and leaves", 1, |c| {
         let conn = c.open()?;
+        c.sent += 1;
         drop(conn);
         Ok("closed".into())
     }),
 ];
+
+/// The most requests a full `run` sends: every case's, a good request after each, and the
+/// first good request.
+pub fn planned_requests() -> u64 {
+    1 + CASES.iter().map(|(_, heads, _)| heads + 1).sum::<u64>()
+}
 
 /// Run the cases (or the ones `--only` names), each followed by the good request.
 pub fn run(spec: &CheckSpec) -> Result<CheckReport, String> {
@@ -363,11 +372,16 @@ pub fn run(spec: &CheckSpec) -> Result<CheckReport, String> {
     // The server must answer the good request before any case, or nothing below means much.
     let pre = ctx.good();
     report.cases.push(CaseResult { name: "the good request, before anything else", ok: pre.map(|()| format!("{} answered", ctx.good.0)) });
-    for (name, f) in CASES {
+    for (name, heads, f) in CASES {
         if !spec.only.is_empty() && !spec.only.iter().any(|o| name.contains(o.as_str())) {
             continue;
         }
+        let before = ctx.sent;
         let mut r = f(&mut ctx);
+        // The declared count is what the guest is told to expect: it must hold.
+        if ctx.sent - before > *heads {
+            r = Err(format!("the checker sent {} requests, its table says at most {heads}", ctx.sent - before));
+        }
         if let Ok(how) = &r {
             // The server keeps serving: a good request on a new connection.
             r = match ctx.good() {
@@ -403,8 +417,10 @@ mod tests {
 
     #[test]
     fn case_names_are_unique() {
-        for (i, (a, _)) in CASES.iter().enumerate() {
-            assert!(CASES[..i].iter().all(|(b, _)| a != b), "{a}");
+        for (i, (a, heads, _)) in CASES.iter().enumerate() {
+            assert!(CASES[..i].iter().all(|(b, _, _)| a != b), "{a}");
+            assert!(*heads > 0, "{a}: every case may be counted as a request");
         }
+        assert_eq!(planned_requests(), 1 + CASES.len() as u64 + CASES.iter().map(|c| c.1).sum::<u64>());
     }
 }

@@ -268,7 +268,7 @@ pub fn run(spec: &WebLoadSpec) -> Result<WebLoadReport, String> {
                     // the range, so threads never race for one port.
                     let mut ports = (40000u16..=60999).rev().skip(t).step_by(threads);
                     let mut conn_no = t as u64;
-                    let mut fail = |r: &mut ThreadResult, (f, why): http::Error| {
+                    let fail = |r: &mut ThreadResult, (f, why): http::Error| {
                         *r.failures.entry(f).or_insert(0) += 1;
                         r.first_failure.get_or_insert(format!("{}: {why}", f.name()));
                     };
