@@ -709,7 +709,15 @@ mod server {
         }
         // SAFETY: sysconf has no memory effects.
         let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-        let args: Vec<String> = std::env::args().skip(1).collect();
+        // As /init the arguments are the command line's words after `--` (read from
+        // /proc/cmdline: the kernel also hands init the boot options it does not know, such
+        // as `nokaslr` under PVH).
+        let args: Vec<String> = if as_init {
+            let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+            cmdline.split_once(" -- ").map(|(_, a)| a.split_whitespace().map(String::from).collect()).unwrap_or_default()
+        } else {
+            std::env::args().skip(1).collect()
+        };
         let o = match parse(&args, ncpu, as_init) {
             Ok(o) => o,
             Err(e) => {

@@ -163,7 +163,7 @@ mod tests {
             let e = parse_load(&a(args)).unwrap_err();
             assert!(e.contains(needle), "{args}: {e}");
         }
-        for (spec_args, needle) in [("", "--port"), ("--requests 0", "--requests"), ("--conns 0", "--conns"), ("--conns 1000", "--conns"), ("--seconds 0", "--seconds"), ("--path x", "--path"), ("--path /a,/b\tc", "--path")] {
+        for (spec_args, needle) in [("", "--port"), ("--requests 0", "--requests"), ("--conns 0", "--conns"), ("--conns 1000", "--conns"), ("--seconds 0", "--seconds"), ("--path x", "--path"), ("--path /a,/b\x01c", "--path")] {
             let (mut s, _) = parse_load(&a(spec_args)).unwrap();
             if spec_args.is_empty() {
                 s.port = 0;

@@ -565,6 +565,7 @@ fn parse_run(args: &[String]) -> Result<(WebdBoot, RunPhases), String> {
     Ok((b, ph))
 }
 
+#[derive(Debug)]
 struct RunPhases {
     check: bool,
     bad_input: bool,
