@@ -12,7 +12,7 @@
 //! `/lib/modules/order` (xtask packs them, `crate::net::linux_guest`), configures 10.0.2.15/24
 //! via 10.0.2.2 with ioctls, loads every file of `/files` (packed into the initramfs by
 //! `cargo xtask webd run --system linux` and the `webd_filesum` bench) into memory, serves,
-//! and after `--requests N` (answered, all threads, the `--warmup W` first not counted) or
+//! and after `--requests N` (answered 200, all threads, the `--warmup W` first not counted) or
 //! `--seconds S` runs the share-nothing calibration on every CPU, prints `webd: done ...` and
 //! powers the machine off. Its arguments are the kernel command line's words after `--`.
 //! On a host it is a development server bound to 127.0.0.1 only:
@@ -20,7 +20,7 @@
 //!
 //! Lines: `webd: ready mode=random port=P frontends=0,1 apps=0,1 kc=-1 files=N bytes=B
 //! system=linux threads=T`, `webd: done requests=N errors=E mode=random frontends=0,1
-//! apps=0,1 ms=T calib_ops=X calib_ns=Y warmup=W answered=A system=linux coreK=...`, and on a
+//! apps=0,1 ms=T calib_ops=X calib_ns=Y calib_cores=C warmup=W answered=A system=linux coreK=...`, and on a
 //! failure `webd-error: ...` (and `workload-error: ...` for the harness).
 
 #[cfg(target_os = "linux")]
@@ -114,8 +114,9 @@ mod server {
     }
 
     impl Counters {
+        /// What `--requests` counts: requests answered 200, as ours' webd counts them.
         fn answered(&self) -> u64 {
-            self.requests.load(Ordering::Relaxed) + self.bad.load(Ordering::Relaxed)
+            self.requests.load(Ordering::Relaxed)
         }
     }
 
@@ -819,7 +820,7 @@ mod server {
         let answered = sh.answered();
         let errors: u64 = sh.counters.iter().map(|c| c.bad.load(Ordering::Relaxed) + c.errors.load(Ordering::Relaxed)).sum();
         let mut line = format!(
-            "webd: done requests={} errors={errors} mode={} frontends={list} apps={list} ms={ms} calib_ops={calib_ops} calib_ns={calib_ns} warmup={} answered={answered} system=linux threads={}",
+            "webd: done requests={} errors={errors} mode={} frontends={list} apps={list} ms={ms} calib_ops={calib_ops} calib_ns={calib_ns} calib_cores={ncpu} warmup={} answered={answered} system=linux threads={}",
             answered.saturating_sub(o.warmup),
             o.mode,
             o.warmup,

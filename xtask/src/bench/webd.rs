@@ -188,14 +188,20 @@ pub fn record(system: &str, spec: &BenchSpec, params: &[(String, u64)], cores: u
     };
     rec.ops = Some(best.ok);
     rec.ns = Some(best.elapsed.as_nanos() as u64);
-    // Requests/s per front-end core.
-    let frontends = word("frontends").and_then(|v| webd_run::parse_cores(&v).ok()).map(|v| v.len() as u64).filter(|&n| n > 0);
+    // Requests/s per front-end core: the front-end list of the ready line (ours' done line
+    // gives counts under the same names).
+    let ready_words = crate::net::tcp_accept::words(&o.ready);
+    let ready_list = |k: &str| ready_words.iter().find(|(kk, _)| kk == k).and_then(|(_, v)| webd_run::parse_cores(v).ok()).map(|v| v.len() as u64);
+    let frontends = ready_list("frontends").filter(|&n| n > 0);
     rec.workers = Some(frontends.unwrap_or(cores as u64));
     rec.calib_ops = num("calib_ops");
     rec.calib_ns = num("calib_ns");
-    // The calibration ran on `calib_cores` cores if the guest says so; the record's is per
-    // worker (Record::calib_per_core_throughput divides by workers), so scale it to them.
-    if let (Some(ops), Some(cc), Some(w)) = (rec.calib_ops, num("calib_cores").filter(|&c| c > 0), rec.workers) {
+    // The calibration ran on `calib_cores` cores (Linux says so; ours runs it on every
+    // front-end and application core: the done line's `frontends=` and `apps=` counts). The
+    // record's is per worker (Record::calib_per_core_throughput divides by workers), so scale
+    // it to the workers: steps per calibrating core times front-ends.
+    let calib_cores = num("calib_cores").or_else(|| (system == "ours").then(|| num("frontends").unwrap_or(0) + num("apps").unwrap_or(0)));
+    if let (Some(ops), Some(cc), Some(w)) = (rec.calib_ops, calib_cores.filter(|&c| c > 0), rec.workers) {
         rec.calib_ops = Some(ops / cc * w);
     }
     rec

@@ -150,13 +150,20 @@ pub fn prepare(b: &WebdBoot, art: &Artifacts) -> Result<Prepared, String> {
     let mut cfg = match art {
         Artifacts::Ours { kernel, initrd } => {
             let (df, da) = default_placement(b.smp);
-            let (f, a) = (b.frontends.clone().unwrap_or(df), b.apps.clone().unwrap_or(da));
-            for (what, list) in [("--frontends", &f), ("--apps", &a)] {
+            // Same-core mode has no application cores (the front-end sums through a protected
+            // procedure call on its own core): no --apps unless asked for (webd refuses it).
+            let same_core = b.mode == "same-core";
+            let (f, a) = (b.frontends.clone().unwrap_or(df), b.apps.clone().or(if same_core { None } else { Some(da) }));
+            for (what, list) in [("--frontends", Some(&f)), ("--apps", a.as_ref())] {
+                let Some(list) = list else { continue };
                 if let Some(c) = parse_cores(list).map_err(|e| format!("{what}: {e}"))?.iter().find(|&&c| c >= b.smp) {
                     return Err(format!("{what}: core {c} is not among the {} vCPUs", b.smp));
                 }
             }
-            guest.push_str(&format!(" --frontends {f} --apps {a}"));
+            guest.push_str(&format!(" --frontends {f}"));
+            if let Some(a) = a {
+                guest.push_str(&format!(" --apps {a}"));
+            }
             if let Some(k) = b.kc {
                 guest.push_str(&format!(" --kc {k}"));
             }
