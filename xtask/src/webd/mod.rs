@@ -10,6 +10,7 @@ pub mod http;
 pub mod load;
 pub mod run;
 pub mod steer;
+pub mod suite;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -44,6 +45,9 @@ Commands:
         filled in). With any of them the guest is told how many requests to expect and stops
         by itself (its `webd: done` line and, for ours, the kernel's leak check are checked);
         with none it serves until --timeout (default 600 s).
+  selftest
+        The webd suite of `cargo xtask test` on its own: our webd in each mode at 2 vCPUs with
+        4x64K, every sum from every front-end, the bad-input cases, the leak check (~40 s).
   help  This text";
 
 /// `cargo xtask webd ...`.
@@ -82,6 +86,17 @@ pub fn main(args: &[String]) -> Result<(), String> {
             Ok(())
         }
         "run" => run::command(rest),
+        "selftest" => {
+            let kernel = crate::env::build_kernel()?;
+            let initrd = crate::user::build_initrd()?;
+            let t = suite::ci_tests(&kernel, &initrd)?;
+            println!("{} passed, {} failed", t.passed, t.failed);
+            if t.failed > 0 {
+                Err(format!("{} webd test(s) failed", t.failed))
+            } else {
+                Ok(())
+            }
+        }
         other => Err(format!("webd: unknown command `{other}`; try `cargo xtask webd help`")),
     }
 }

@@ -136,6 +136,8 @@ pub struct Prepared {
     pub system: Sys,
     /// The guest's arguments (after `--`).
     pub guest_args: String,
+    /// Warm-up plus `--requests`, if told.
+    pub goal: Option<u64>,
 }
 
 /// Make the files (and the image or initramfs), pick a port, and build QEMU's arguments.
@@ -191,7 +193,7 @@ pub fn prepare(b: &WebdBoot, art: &Artifacts) -> Result<Prepared, String> {
     cfg.validate()?;
     let mut args = cfg.qemu_args();
     args.extend(["-serial", "stdio", "-monitor", "none"].map(String::from));
-    Ok(Prepared { args, port, made, system: b.system, guest_args: guest })
+    Ok(Prepared { args, port, made, system: b.system, guest_args: guest, goal: b.requests.map(|n| n + b.warmup) })
 }
 
 /// A guest line that means webd will not come up or has failed.
@@ -215,6 +217,8 @@ pub struct Running {
     pub sums_path: PathBuf,
     pub system: Sys,
     pub timeout: Duration,
+    /// The guest's stop count: warm-up plus `--requests` (None: it was told none).
+    pub goal: Option<u64>,
 }
 
 /// Why a boot did not come up.
@@ -242,7 +246,7 @@ impl Running {
                 if frontends.is_empty() {
                     format!("the ready line names no front-end: {l}")
                 } else {
-                    return Ok(Running { session: s, port: p.port, ready: l.clone(), frontends, apps, sums: p.made.sums.clone(), sums_path: p.made.sums_path.clone(), system: p.system, timeout: Duration::from_secs(20) });
+                    return Ok(Running { session: s, port: p.port, ready: l.clone(), frontends, apps, sums: p.made.sums.clone(), sums_path: p.made.sums_path.clone(), system: p.system, timeout: Duration::from_secs(20), goal: p.goal });
                 }
             }
             Ok(l) => format!("the guest failed before `{READY}`: {l}"),
@@ -252,6 +256,12 @@ impl Running {
         let finished = s.finish(Instant::now() + Duration::from_secs(10));
         let unavailable = finished.serial.lines().any(|l| l.starts_with(UNAVAILABLE) || l.contains("init: cannot start `webd`"));
         let mut why = why;
+        // What webd itself said last (a refused option, a missing disk) is the likeliest why.
+        if let Some(l) = finished.serial.lines().rev().find(|l| l.starts_with("webd") && !l.starts_with(READY)) {
+            if !why.contains(l.trim()) {
+                why.push_str(&format!("; webd said: {}", l.trim()));
+            }
+        }
         if let Some(q) = finished.stderr.lines().find(|l| !l.trim().is_empty()) {
             why.push_str(&format!("; QEMU: {}", q.trim()));
         }
@@ -279,9 +289,28 @@ impl Running {
         let mut done = self.done_line();
         if done.is_none() {
             // First give the guest a moment to count what it has answered.
-            done = self.session.wait_for(&|l| l.starts_with(DONE) || guest_failed(l), Instant::now() + Duration::from_millis(500)).ok();
+            done = self.session.wait_for(&|l| l.starts_with(DONE) || guest_failed(l), Instant::now() + Duration::from_millis(300)).ok();
         }
         let mut conn: Option<Conn> = None;
+        // The quick way: /stats says how many the front-ends have counted (200 answers, the
+        // /stats request itself one of them); send the rest on one connection at once.
+        if done.is_none() && told > 0 {
+            if let (Ok(r), Some(goal)) = (http::get_once(self.port, "/stats", self.timeout), self.goal) {
+                if let Ok(m) = parse_stats(&r.body) {
+                    let counted: u64 = m.values().filter(|(role, _)| role == "frontend").map(|(_, n)| n).sum::<u64>() + 1;
+                    let missing = goal.saturating_sub(counted).min(told);
+                    if let Ok(mut c) = Conn::open(self.port, self.timeout) {
+                        for _ in 0..missing {
+                            topped += 1;
+                            if self.get_on(&mut c, &target).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    done = self.session.wait_for(&|l| l.starts_with(DONE) || guest_failed(l), Instant::now() + Duration::from_secs(2)).ok();
+                }
+            }
+        }
         while done.is_none() && topped < told {
             if conn.is_none() {
                 conn = Conn::open(self.port, self.timeout).ok();
@@ -504,6 +533,24 @@ impl Running {
                     let want = sent_to.get(&fe).copied().unwrap_or(1);
                     if got < want {
                         out.failures.push(format!("/stats: front-end core {fe} answered {got} requests, the host sent it {want}{}", if self.system == Sys::Ours { " (steering by the 4-tuple hash did not reach it)" } else { "" }));
+                    }
+                }
+                // Locality: every file is summed on its home application core
+                // (webcore::home_of over the application cores in order), so each
+                // application core has summed at least its files' share of what was sent.
+                let mode = words(&self.ready).into_iter().find(|(k, _)| k == "mode").map(|(_, v)| v).unwrap_or_default();
+                if mode == "locality" && !self.apps.is_empty() && self.system == Sys::Ours {
+                    let asked = self.frontends.len() as u64;
+                    let mut want: BTreeMap<u32, u64> = BTreeMap::new();
+                    for name in &names {
+                        let home = self.apps[webcore::home_of(&format!("/{name}"), self.apps.len())];
+                        *want.entry(home).or_insert(0) += asked;
+                    }
+                    for (core, w) in want {
+                        let got = m.get(&core).map(|(_, r)| *r).unwrap_or(0);
+                        if got < w {
+                            out.failures.push(format!("/stats: application core {core} summed {got} times, but {w} requests were for files whose home it is (locality mode)"));
+                        }
                     }
                 }
                 let per: Vec<String> = m.iter().map(|(c, (role, r))| format!("core{c}={role}:{r}")).collect();
