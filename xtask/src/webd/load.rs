@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use super::files::{filesum, Expect};
+use super::files::{self, filesum, Expect};
 use super::http::{self, Conn, Failure};
 use crate::net::load::{percentile, Tickets};
 
@@ -400,4 +400,150 @@ pub fn run(spec: &WebLoadSpec) -> Result<WebLoadReport, String> {
     };
     rep.stopped_by_time = rep.attempted < spec.requests;
     Ok(rep)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{Ipv4Addr, TcpListener, TcpStream};
+
+    /// How the test server misbehaves.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub(crate) enum Serve {
+        /// `/filesum/NAME` → `1000 + len(NAME)`, `/stats` → `{}`, anything else 404.
+        Good,
+        /// Every filesum answer one too high.
+        WrongSum,
+        /// Status 503 for everything.
+        Unavailable,
+        /// Close after every response, whatever the request said.
+        CloseEach,
+    }
+
+    fn answer(target: &str, how: Serve) -> (u16, String) {
+        if how == Serve::Unavailable {
+            return (503, "busy".into());
+        }
+        match target.strip_prefix("/filesum/") {
+            Some(n) => (200, (1000 + n.len() as u64 + u64::from(how == Serve::WrongSum)).to_string()),
+            None if target == "/stats" => (200, "{}".into()),
+            None => (404, "no".into()),
+        }
+    }
+
+    fn serve_conn(mut s: TcpStream, how: Serve) {
+        let mut buf = Vec::new();
+        let mut b = [0u8; 4096];
+        loop {
+            while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                buf.drain(..end + 4);
+                let target = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let (st, body) = answer(&target, how);
+                let close = how == Serve::CloseEach || head.contains("Connection: close");
+                let r = format!("HTTP/1.1 {st} X\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n{body}", body.len(), if close { "close" } else { "keep-alive" });
+                if s.write_all(r.as_bytes()).is_err() || close {
+                    return;
+                }
+            }
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&b[..n]),
+            }
+        }
+    }
+
+    /// A small keep-alive HTTP server on 127.0.0.1 for `n` connections (a thread each).
+    pub(crate) fn server(n: usize, how: Serve) -> u16 {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for _ in 0..n {
+                let Ok((s, _)) = l.accept() else { return };
+                std::thread::spawn(move || serve_conn(s, how));
+            }
+        });
+        port
+    }
+
+    fn sums() -> BTreeMap<String, Expect> {
+        ["a", "bb", "ccc"].iter().map(|n| (n.to_string(), Expect { size: None, sum: 1000 + n.len() as u64 })).collect()
+    }
+
+    fn spec(port: u16, conns: usize, requests: u64) -> WebLoadSpec {
+        WebLoadSpec { port, conns, requests, timeout: Duration::from_secs(2), paths: vec!["/filesum/a".into(), "/filesum/bb".into(), "/filesum/ccc".into()], expect: Some(sums()), ..WebLoadSpec::default() }
+    }
+
+    #[test]
+    fn keepalive_load_is_counted_exactly_and_checked() {
+        let port = server(3, Serve::Good);
+        let r = run(&spec(port, 3, 300)).unwrap();
+        assert_eq!((r.attempted, r.ok, r.failed(), r.connects), (300, 300, 0, 3), "{}", r.table());
+        assert!(!r.stopped_by_time);
+        assert!(r.percentile(50.0).unwrap() <= r.percentile(99.0).unwrap());
+        assert_eq!(r.body_bytes, 100 * 4 * 3, "every body read whole");
+        let j = crate::bench::json::parse(&r.json()).unwrap();
+        assert!(matches!(j.get("ok"), Some(crate::bench::json::Value::Num(n)) if *n == 300.0));
+        assert!(matches!(j.get("errors").and_then(|e| e.get("wrong_body")), Some(crate::bench::json::Value::Num(n)) if *n == 0.0));
+        // Without keep-alive: a connection per request.
+        let port = server(20, Serve::Good);
+        let r = run(&WebLoadSpec { no_keepalive: true, ..spec(port, 2, 20) }).unwrap();
+        assert_eq!((r.ok, r.connects), (20, 20), "{}", r.table());
+        // A server that closes after each answer even on keep-alive: reconnects, no failure.
+        let port = server(12, Serve::CloseEach);
+        let r = run(&spec(port, 2, 12)).unwrap();
+        assert_eq!((r.ok, r.failed()), (12, 0), "{}", r.table());
+    }
+
+    #[test]
+    fn wrong_sums_and_statuses_are_failures_of_their_kind() {
+        // After a failure the client opens a new connection: the server takes enough.
+        let port = server(10, Serve::WrongSum);
+        let r = run(&spec(port, 1, 5)).unwrap();
+        assert_eq!((r.ok, r.failures.get(&Failure::WrongBody).copied()), (0, Some(5)), "{}", r.table());
+        assert!(r.first_failure.as_deref().unwrap().contains("want 1001"), "{:?}", r.first_failure);
+        // Without expected sums a wrong number is not noticed (nothing to compare with).
+        let port = server(1, Serve::WrongSum);
+        assert_eq!(run(&WebLoadSpec { expect: None, ..spec(port, 1, 5) }).unwrap().ok, 5);
+        let port = server(10, Serve::Unavailable);
+        let r = run(&spec(port, 1, 4)).unwrap();
+        assert_eq!(r.failures.get(&Failure::BadStatus).copied(), Some(4), "{}", r.table());
+        let free = crate::net::free_port().unwrap();
+        let r = run(&spec(free, 2, 4)).unwrap();
+        assert_eq!(r.failures.get(&Failure::Refused).copied(), Some(4), "{}", r.table());
+        // Static files: size and sum of the body.
+        let body = b"hello";
+        let mut e = BTreeMap::new();
+        e.insert("h".to_string(), Expect { size: Some(5), sum: files::filesum(body) });
+        assert!(check_body("/h", body, &e).is_ok());
+        assert!(check_body("/h", b"hellp", &e).is_err());
+        assert!(check_body("/h", b"hell", &e).is_err());
+        assert!(check_body("/other", b"x", &e).is_ok(), "a file the sums do not name is not judged");
+    }
+
+    #[test]
+    fn bounded_by_time_and_steered_by_port() {
+        // A server that accepts and never answers: the time bound stops new requests, the
+        // per-request timeout ends the ones in flight.
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for _ in 0..50 {
+                let Ok((s, _)) = l.accept() else { return };
+                held.push(s);
+            }
+        });
+        let t = std::time::Instant::now();
+        let r = run(&WebLoadSpec { max_time: Duration::from_secs(1), timeout: Duration::from_millis(400), requests: 1_000_000, ..spec(port, 2, 1) }).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+        assert!(r.stopped_by_time && r.attempted < 20 && r.ok == 0, "{}", r.table());
+        // Steering: each connection from a port of its channel, counted per channel.
+        let port = server(4, Serve::Good);
+        let r = run(&WebLoadSpec { steer: vec![0, 1], steer_channels: 2, ..spec(port, 2, 40) }).unwrap();
+        assert_eq!(r.ok, 40, "{}", r.table());
+        assert_eq!(r.per_channel.values().sum::<u64>(), 40);
+        assert_eq!(r.per_channel.len(), 2, "both channels used: {:?}", r.per_channel);
+    }
 }
