@@ -169,14 +169,14 @@ const CASES: &[(&str, u64, CaseFn)] = &[
     }),
     ("request line over 8 KiB", 1, |c| {
         let mut req = b"GET /".to_vec();
-        req.extend(std::iter::repeat(b'a').take(9000));
+        req.extend(std::iter::repeat_n(b'a', 9000));
         req.extend_from_slice(b" HTTP/1.1\r\nHost: x\r\n\r\n");
         let (_, r) = c.exchange(&req, 1)?;
         want(r, &[400, 414, 431], true)
     }),
     ("a header over 8 KiB", 1, |c| {
         let mut req = b"GET /stats HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec();
-        req.extend(std::iter::repeat(b'b').take(9000));
+        req.extend(std::iter::repeat_n(b'b', 9000));
         req.extend_from_slice(b"\r\n\r\n");
         let (_, r) = c.exchange(&req, 1)?;
         want(r, &[431], true)

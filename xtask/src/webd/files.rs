@@ -34,9 +34,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// The short form of a size: `64K`, `1M`, or the byte count.
 pub fn size_name(bytes: u64) -> String {
-    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
         format!("{}M", bytes >> 20)
-    } else if bytes >= 1 << 10 && bytes % (1 << 10) == 0 {
+    } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
         format!("{}K", bytes >> 10)
     } else {
         bytes.to_string()

@@ -210,32 +210,17 @@ impl Conn {
         };
         Ok(Response { status, headers, body, close: close || (len.is_none() && !no_body) })
     }
-
-    /// Whether the server has closed its side (EOF waiting) or reset, within `wait`, with no
-    /// further bytes; bytes that do arrive are kept for the next read.
-    pub fn closed_within(&mut self, wait: Duration) -> Result<bool, Error> {
-        let deadline = Instant::now() + wait;
-        match self.fill(deadline) {
-            Ok(0) => Ok(true),
-            Ok(_) => Ok(false),
-            Err((Failure::Reset, _)) => Ok(true),
-            Err((Failure::Timeout, _)) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Bytes read but not yet part of a response.
-    pub fn buffered(&self) -> usize {
-        self.buf.len()
-    }
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Parse `HTTP/1.1 200 OK\r\nName: value\r\n...\r\n\r\n`: (status, headers, is HTTP/1.0).
-pub fn parse_head(head: &[u8]) -> Result<(u16, Vec<(String, String)>, bool), Error> {
+/// A response head: status, headers (names lowercased), and whether it spoke HTTP/1.0.
+pub type Head = (u16, Vec<(String, String)>, bool);
+
+/// Parse `HTTP/1.1 200 OK\r\nName: value\r\n...\r\n\r\n`.
+pub fn parse_head(head: &[u8]) -> Result<Head, Error> {
     let text = std::str::from_utf8(head).map_err(|_| (Failure::Malformed, "a response head that is not UTF-8".to_string()))?;
     let mut lines = text.split("\r\n");
     let status_line = lines.next().unwrap_or("");

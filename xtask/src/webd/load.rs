@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use super::files::{self, filesum, Expect};
+use super::files::{filesum, Expect};
 use super::http::{self, Conn, Failure};
 use crate::net::load::{percentile, Tickets};
 
@@ -515,7 +515,7 @@ pub(crate) mod tests {
         // Static files: size and sum of the body.
         let body = b"hello";
         let mut e = BTreeMap::new();
-        e.insert("h".to_string(), Expect { size: Some(5), sum: files::filesum(body) });
+        e.insert("h".to_string(), Expect { size: Some(5), sum: filesum(body) });
         assert!(check_body("/h", body, &e).is_ok());
         assert!(check_body("/h", b"hellp", &e).is_err());
         assert!(check_body("/h", b"hell", &e).is_err());

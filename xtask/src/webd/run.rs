@@ -377,10 +377,6 @@ impl WebdOutcome {
         w
     }
 
-    pub fn word(&self, k: &str) -> Option<String> {
-        self.guest_words().into_iter().find(|(kk, _)| kk == k).map(|(_, v)| v)
-    }
-
     /// The system's own verdict on the run: ours exits through the kernel's leak check (QEMU
     /// status [`crate::qemu::QEMU_EXIT_SUCCESS`]: init exited 0 and nothing leaked); Linux
     /// powers off (status 0). No panic or oops on the serial line either way.
@@ -658,7 +654,7 @@ pub fn command(args: &[String]) -> Result<(), String> {
         Ok(r) => r,
         Err(nr) => return Err(format!("webd run: {}", nr.why)),
     };
-    println!("webd: {}", r.url());
+    println!("webd: {}  (the files' sums: {})", r.url(), r.sums_path.display());
     let mut failed = Vec::new();
     if ph.check {
         let c = r.check_sums();
