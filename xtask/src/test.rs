@@ -855,6 +855,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     // runs), and one TC beside the test's XC core (all but the own-core case).
     r.user(3, "roles=tc:0-1 init=tctest", Expect { may_skip: &[], must_pass: TCTEST_ALL })?;
     r.user(3, "roles=tc:2 init=tctest", Expect { may_skip: &["tc_thread_on_own_tc"], must_pass: TCTEST_OTHER_TC })?;
+    // Protected procedure calls (docs/ppc.md): a cfork'd server's gates called on the
+    // client's core, which time-shares (a tick switches away in the middle of calls).
+    r.user(2, "roles=tc:0-1 init=ppctest", Expect::ALL)?;
     // The core scheduler on core 0 (NIX): grants, exhaustion, owners, races; and off by
     // default.
     r.user(4, "sched=core0 init=schedtest", Expect::ALL)?;
@@ -871,6 +874,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     for (smp, mode) in [(2u32, "dedicated"), (3, "polling"), (2, "inline")] {
         r.suite(&format!("tcp-service smp={smp} mode={mode}"), |a| tcp_service(&a.kernel()?, &a.initrd()?, smp, mode))?;
     }
+    // webd (issue 18): each mode, every sum from every front-end, bad input, no leak.
+    r.suite("webd", |a| crate::webd::suite::ci_tests(&a.kernel()?, &a.initrd()?))?;
     // The network (issue 15): the Linux baseline's TCP service and the frame fuzzer.
     r.suite("net-qemu", |_| crate::net::qemu_tests())?;
     // Files (issue 16): the disk's device object under bad input, ext2 read byte for byte
