@@ -669,6 +669,10 @@ impl Artifacts {
 struct Runner {
     only: Vec<String>,
     list: bool,
+    /// With `list`: print each selected suite (`--list`), or only collect its name.
+    print_list: bool,
+    /// With `list`: the names of the selected suites, in order.
+    listed: Vec<String>,
     art: Artifacts,
     total: TestTally,
     failed_suites: Vec<String>,
@@ -692,7 +696,10 @@ impl Runner {
             return Ok(());
         }
         if self.list {
-            println!("{name}{}{declares}", if declares.is_empty() { "" } else { ": " });
+            if self.print_list {
+                println!("{name}{}{declares}", if declares.is_empty() { "" } else { ": " });
+            }
+            self.listed.push(name.to_string());
             return Ok(());
         }
         let t0 = Instant::now();
@@ -819,7 +826,40 @@ pub fn run(args: &[String]) -> Result<(), String> {
             other => return Err(format!("test: unknown option `{other}`")),
         }
     }
-    let mut r = Runner { only, list, art: Artifacts::default(), total: TestTally::default(), failed_suites: Vec::new(), ran: 0, start: Instant::now() };
+    let mut r = Runner::new(only, list);
+    run_suites(&mut r, &smp_list, host_only)?;
+    r.finish()
+}
+
+impl Runner {
+    fn new(only: Vec<String>, list: bool) -> Runner {
+        Runner {
+            only,
+            list,
+            print_list: true,
+            listed: Vec::new(),
+            art: Artifacts::default(),
+            total: TestTally::default(),
+            failed_suites: Vec::new(),
+            ran: 0,
+            start: Instant::now(),
+        }
+    }
+}
+
+/// The names of every suite of a default `cargo xtask test` run, in order (nothing runs or is
+/// printed). `cargo xtask mutants` checks its `--only` patterns against them.
+pub fn suite_names() -> Vec<String> {
+    let mut r = Runner::new(Vec::new(), true);
+    r.print_list = false;
+    // Listing runs no suite body, so it cannot fail.
+    let _ = run_suites(&mut r, &[1, 2, 4, 8], false);
+    r.listed
+}
+
+/// Every suite of `cargo xtask test`, in order, through `r` (which runs or lists the ones
+/// `--only` selects).
+fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), String> {
     r.suite("host", |_| host_tests())?;
     r.suite("loom", |_| {
         println!("== loom model checks");
@@ -830,9 +870,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         crate::plugins::tests()
     })?;
     if host_only {
-        return r.finish();
+        return Ok(());
     }
-    for &smp in &smp_list {
+    for &smp in smp_list {
         r.suite_declaring(&format!("kernel smp={smp}"), &describe_expect(&kernel_expect(0)), |a| kernel_tests(&a.kernel()?, smp, 0))?;
     }
     r.suite_declaring("kernel smp=4 numa=2", &describe_expect(&kernel_expect(2)), |a| kernel_tests(&a.kernel()?, 4, 2))?;
@@ -887,7 +927,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     r.suite("summary-boots", |a| summary_boots(&a.kernel()?))?;
     r.suite("bad-boots", |a| bad_boot_conditions(&a.kernel()?))?;
     r.suite("iso", |_| iso_boots())?;
-    r.finish()
+    Ok(())
 }
 
 #[cfg(test)]
