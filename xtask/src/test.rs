@@ -524,6 +524,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         // Protected procedure calls (docs/ppc.md): a cfork'd server's gates called on the
         // client's core, which time-shares (a tick switches away in the middle of calls).
         total.add(user_tests(&kernel, &initrd, 2, "roles=tc:0-1 init=ppctest")?);
+        total.add(user_tests(&kernel, &initrd, 3, "roles=tc:0,ac:1,kc:2 init=ppctest -- application_core call_runs")?);
         // The core scheduler on core 0 (NIX): grants, exhaustion, owners, races; and off by
         // default.
         total.add(user_tests(&kernel, &initrd, 4, "sched=core0 init=schedtest")?);

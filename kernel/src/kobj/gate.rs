@@ -29,7 +29,7 @@ use super::{ar::AddressRange, try_push, ObjRef};
 use crate::arch::x86_64::paging;
 use crate::arch::x86_64::syscall::UserReturn;
 use crate::context::Context;
-use abi::{nr, Error, PPC_MAX_DEPTH};
+use abi::{Error, PPC_MAX_DEPTH};
 
 /// The flags a handler starts with: interrupts on, nothing else.
 const HANDLER_RFLAGS: u64 = 0x202;
@@ -91,13 +91,6 @@ impl Gate {
             call: UnsafeCell::new(CallState { root_ar, root_share, shares: set, outer: None, caller: UserReturn::default() }),
         })
     }
-}
-
-/// Calls an application core runs itself instead of forwarding them to a kernel core: a
-/// protected procedure call switches the calling core.
-#[inline(always)]
-pub fn runs_locally(nr: u64) -> bool {
-    nr == nr::PPC_CALL || nr == nr::PPC_RETURN
 }
 
 /// Make sure core `me` is in `root`'s shootdown set before loading it. The bit is set once
