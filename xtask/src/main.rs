@@ -19,6 +19,7 @@ mod plugins;
 mod qemu;
 mod test;
 mod user;
+mod webd;
 
 use std::process::ExitCode;
 
@@ -65,6 +66,8 @@ Commands:
   cachesim, audit   short for `plugin cachesim`, `plugin audit`
   linux    Linux baseline (see `cargo xtask linux help`)
   net      Network host side: `net load` (the TCP load generator; `cargo xtask net help`)
+  webd     webd's host side: `webd load` (HTTP load generator), `webd check` (bad input), `webd run
+           --system ours|linux --mode M --files 8x1M [--check] [--load \"...\"]` (`cargo xtask webd help`)
   fs       ext2 images: `fs mkimage DIR IMG [--size S]`, `fs check IMG` (e2fsprogs), `fs ls|cat IMG
            PATH`, `fs get IMG PATH OUT` (our reader) (`cargo xtask fs help`)
   metis    Metis MapReduce: `metis wc|wri|wrmem --input FILE --out FILE [--smp N] [--system ours|linux]
@@ -106,6 +109,7 @@ fn main() -> ExitCode {
         "net" => net::main(rest),
         "fs" => fs::main(rest),
         "metis" => metis::main(rest),
+        "webd" => webd::main(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(())

@@ -541,6 +541,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
         for (smp, mode) in [(2u32, "dedicated"), (3, "polling"), (2, "inline")] {
             total.add(tcp_service(&kernel, &initrd, smp, mode)?);
         }
+        // webd (issue 18): each mode, every sum from every front-end, bad input, no leak.
+        total.add(crate::webd::suite::ci_tests(&kernel, &initrd)?);
         // The network (issue 15): the Linux baseline's TCP service and the frame fuzzer.
         total.add(crate::net::qemu_tests()?);
         // Files (issue 16): the disk's device object under bad input, ext2 read byte for byte
