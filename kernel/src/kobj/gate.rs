@@ -171,8 +171,11 @@ fn leave_state(c: &mut Context, ret: &mut UserReturn) -> Option<ObjRef> {
 #[inline(always)]
 pub fn leave(c: &mut Context, me: usize, ret: &mut UserReturn) -> Option<ObjRef> {
     let g = leave_state(c, ret)?;
-    if let Ok(root) = c.root_ar.as_ar() {
-        load(root, me);
+    match c.root_ar.as_ar() {
+        Ok(root) => load(root, me),
+        // Cannot happen (a context's root range is a root range): never let the caller run
+        // on the server's root; end the context instead.
+        Err(_) => crate::context::request_exit(abi::EXIT_FAULT_BASE),
     }
     Some(g)
 }
