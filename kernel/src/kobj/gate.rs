@@ -10,9 +10,9 @@
 //!
 //! The call is part of the calling context: if a TC switches away in the middle, the
 //! context's root range *is* the gate's while the call runs, so the switch saves and
-//! restores it like any other (`sched::switch_root`), and page faults resolve in it. A fault
-//! the handler does not survive ends the call (`abort`), not the context; a context that
-//! ends during a call gives every gate back (`unwind`).
+//! restores it like any other (`sched::switch_root`), and page faults resolve in it. A
+//! fault the handler does not survive ends the call (`context::abort_call`), not the
+//! context; a context that ends during a call gives every gate back (`unwind`).
 //!
 //! Who may touch a gate's call state: `busy` is taken by `enter` and given back by
 //! `leave`; between the two the call state belongs to the context that holds the gate in
