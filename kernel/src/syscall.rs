@@ -16,7 +16,7 @@ use abi::*;
 /// `rax`. Nothing is kept across the handler call (the per-CPU area is loaded again after it),
 /// so this frame saves no registers.
 ///
-/// `f` is a raw pointer, as for `ppc_dispatch`.
+/// `f` is a raw pointer, as for `ppc_call_entry`.
 #[no_mangle]
 extern "C" fn syscall_dispatch(f: *mut SyscallFrame) -> i64 {
     // SAFETY: syscall_entry passes the frame it pushed on this core's entry stack; it lives
@@ -782,32 +782,31 @@ fn sys_ppc_register(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     insert_new(&dst, &name[..n], core as u32, Kind::Gate(g))
 }
 
-/// The protected procedure calls, straight from `syscall_entry` (call numbers from
-/// `PPC_CALL` up; the others go on to `syscall_dispatch`): they rewrite where `sysretq`
-/// returns to, which only the frame of a `syscall` of the context running here has. Nothing
-/// on this path allocates or takes a lock; it does not go through `syscall_dispatch`'s
-/// forwarding (an AC switches itself), fault injection or TC yield (a yield asked for takes
-/// effect at the next other call or tick).
+/// The protected procedure calls, straight from `syscall_entry` (`ppc_call` here,
+/// `ppc_return` below; numbers above them go on to `syscall_dispatch`): they rewrite where
+/// `sysretq` returns to, which only the frame of a `syscall` of the context running here has.
+/// Nothing on this path allocates or takes a lock; it does not go through
+/// `syscall_dispatch`'s forwarding (an AC switches itself), fault injection or TC yield (a
+/// yield asked for takes effect at the next other call or tick).
 ///
 /// `f` is a raw pointer: `syscall_entry` passes the frame it pushed on this core's entry
 /// stack, which lives until it pops it after this returns, and nothing else refers to it.
 #[no_mangle]
-extern "C" fn ppc_dispatch(f: *mut SyscallFrame) -> i64 {
-    // SAFETY: see above; only the call number and arguments are read here.
-    let (nr, a0, a1) = unsafe { ((*f).rax, (*f).args[0], (*f).args[1]) };
-    let r = match nr {
-        nr::PPC_CALL => {
-            // SAFETY: see above: the return slots are ours to rewrite for this call.
-            ppc_call(a0, a1, unsafe { &mut (*f).ret })
-        }
-        nr::PPC_RETURN => {
-            // SAFETY: as above.
-            ppc_return(a0, unsafe { &mut (*f).ret })
-        }
-        _ => return syscall_dispatch(f),
-    };
+extern "C" fn ppc_call_entry(f: *mut SyscallFrame) -> i64 {
     percpu::this().stats.syscalls.fetch_add(1, Ordering::Relaxed);
-    encode(r)
+    // SAFETY: see above: the arguments are read, and the return slots are ours to rewrite
+    // for this call.
+    let (a0, a1, ret) = unsafe { ((*f).args[0], (*f).args[1], &mut (*f).ret) };
+    encode(ppc_call(a0, a1, ret))
+}
+
+/// `ppc_return` straight from `syscall_entry` (see `ppc_call_entry`).
+#[no_mangle]
+extern "C" fn ppc_return_entry(f: *mut SyscallFrame) -> i64 {
+    percpu::this().stats.syscalls.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: as for `ppc_call_entry`.
+    let (a0, ret) = unsafe { ((*f).args[0], &mut (*f).ret) };
+    encode(ppc_return(a0, ret))
 }
 
 /// `ppc_call(gate_share, gate, ..)`: enter the gate's handler (`kobj::gate::enter`); its

@@ -111,7 +111,11 @@ fn load(root: &AddressRange, me: usize) {
 fn swap_identity(c: &mut Context, st: &mut CallState) {
     core::mem::swap(&mut c.root_ar, &mut st.root_ar);
     core::mem::swap(&mut c.root_share, &mut st.root_share);
-    core::mem::swap(&mut c.shares, &mut st.shares);
+    // Most callers and handlers have an empty share set (a program's first context; a
+    // handler with only its root share): two tests instead of swapping six words.
+    if !(c.shares.is_empty() && st.shares.is_empty()) {
+        core::mem::swap(&mut c.shares, &mut st.shares);
+    }
 }
 
 /// `ppc_call`: enter `gate_obj` from context `c` on core `me`. `ret` is where the caller
@@ -138,8 +142,9 @@ pub fn enter(c: &mut Context, gate_obj: ObjRef, me: usize, ret: &mut UserReturn)
     st.caller = *ret;
     *ret = UserReturn { rip: g.entry, rflags: HANDLER_RFLAGS, rsp: g.stack_top };
     let cookie = g.cookie;
-    // `st.outer` is empty outside a call: nothing to drop.
-    st.outer = c.ppc.replace(gate_obj);
+    // `st.outer` is empty outside a call: nothing to drop (forgetting the `None` spares
+    // the drop check).
+    core::mem::forget(core::mem::replace(&mut st.outer, c.ppc.replace(gate_obj)));
     c.ppc_depth += 1;
     Ok(cookie)
 }
@@ -158,8 +163,8 @@ fn leave_state(c: &mut Context, ret: &mut UserReturn) -> Option<ObjRef> {
     // the gate's core.
     let st = unsafe { &mut *g.call.get() };
     swap_identity(c, st);
-    // `c.ppc` was just emptied: nothing to drop.
-    c.ppc = st.outer.take();
+    // `c.ppc` was just emptied: nothing to drop (as in `enter`).
+    core::mem::forget(core::mem::replace(&mut c.ppc, st.outer.take()));
     c.ppc_depth -= 1;
     *ret = st.caller;
     g.busy.store(false, Ordering::Release);

@@ -60,7 +60,14 @@ syscall_entry:
     pop %rsp
     swapgs
     sysretq
-7:  call ppc_dispatch
+7:  cmp ${ppc_return}, %rax
+    je 8f
+    ja 9f
+    call ppc_call_entry
+    jmp 6b
+8:  call ppc_return_entry
+    jmp 6b
+9:  call syscall_dispatch
     jmp 6b
 
     /* enter_user_mode(rip, rsp, a0, a1, a2): returns when the context ends. */
@@ -229,6 +236,7 @@ uaccess_fixup:
     ret
 "#,
     ppc_call = const abi::nr::PPC_CALL,
+    ppc_return = const abi::nr::PPC_RETURN,
     options(att_syntax)
 );
 
@@ -280,7 +288,7 @@ pub struct SyscallFrame {
     /// The call number (the result goes back in `rax` from `syscall_dispatch`'s return value).
     pub rax: u64,
     /// Where `sysret` goes back to (a protected procedure call changes it:
-    /// `syscall::ppc_dispatch`).
+    /// `syscall::ppc_call_entry`, `ppc_return_entry`).
     pub ret: UserReturn,
 }
 
