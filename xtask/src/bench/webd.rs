@@ -76,8 +76,8 @@ pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, param
     if let Err(e) = files.validate() {
         return blank(Status::Error, format!("files: {e}"));
     }
-    let (requests, reps, warmup) = (param(params, "requests", 200).max(1), param(params, "reps", 1).max(1), param(params, "warmup", 8));
-    let conns = param(params, "conns", 2).clamp(1, load::MAX_CONNS as u64) as usize;
+    let (requests, reps, warmup) = (param(params, "requests", 400).max(1), param(params, "reps", 1).max(1), param(params, "warmup", 8));
+    let conns = param(params, "conns", 8).clamp(1, load::MAX_CONNS as u64) as usize;
     let stem = format!("{system}-{}-{cores}{tag}", spec.name);
     let plugin_out = common.logs.join(format!("{stem}.insncount.txt"));
     let _ = fs::remove_file(&plugin_out);
