@@ -47,7 +47,7 @@ fn build(name: &str, args: &str) -> Result<Context, &'static str> {
         share.insert(o.clone()).map_err(|e| e.as_str())?;
     }
     let args3 = [INIT_START_INFO, root_share.id, pcore.id];
-    Ok(Context { root_share, shares: Vec::new(), root_ar, pcore, rip: image.entry, rsp: INIT_START_INFO, args: args3 })
+    Ok(Context::new(root_share, Vec::new(), root_ar, pcore, image.entry, INIT_START_INFO, args3))
 }
 
 /// Quiesce and measure: free pages and kernel objects with every core's caches trimmed.

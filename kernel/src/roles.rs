@@ -542,15 +542,7 @@ fn run_ring_batch(
     root_ar.as_ar()?;
     // The ring has no root share or pcore of its own: its segment stands in for both (it is
     // neither a share nor a pcore, so naming it as one fails).
-    let ctx = crate::context::Context {
-        root_share: ring.seg.clone(),
-        shares,
-        root_ar: root_ar.clone(),
-        pcore: ring.seg.clone(),
-        rip: 0,
-        rsp: 0,
-        args: [0; 3],
-    };
+    let ctx = crate::context::Context::new(ring.seg.clone(), shares, root_ar.clone(), ring.seg.clone(), 0, 0, [0; 3]);
     root.enter(me, &root_ar)?;
     cpu::enable_interrupts();
     let served = crate::context::serve_as(ctx, || {

@@ -521,6 +521,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         // Core roles: an application core forwarding to kernel cores, roles changing under load.
         total.add(user_tests(&kernel, &initrd, 4, "roles=kc:1,ac:2,kc:3 init=roletest")?);
         total.add(user_tests(&kernel, &initrd, 3, "roles=tc:0-1 init=tctest")?);
+        // Protected procedure calls (docs/ppc.md): a cfork'd server's gates called on the
+        // client's core, which time-shares (a tick switches away in the middle of calls).
+        total.add(user_tests(&kernel, &initrd, 2, "roles=tc:0-1 init=ppctest")?);
         // The core scheduler on core 0 (NIX): grants, exhaustion, owners, races; and off by
         // default.
         total.add(user_tests(&kernel, &initrd, 4, "sched=core0 init=schedtest")?);

@@ -272,9 +272,46 @@ pub struct SyscallFrame {
     pub args: [u64; 6],
     /// The call number (the result goes back in `rax` from `syscall_dispatch`'s return value).
     pub rax: u64,
+    /// Where `sysret` goes back to (a protected procedure call changes it: `direct_return`).
+    pub ret: UserReturn,
+}
+
+/// Where a return to user mode resumes: `rcx`, `r11` and `rsp` of a `syscall` (popped by
+/// `syscall_entry` before `sysretq`), or the same three of an interrupt frame.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UserReturn {
     pub rip: u64,
     pub rflags: u64,
     pub rsp: u64,
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<SyscallFrame>() == 10 * 8);
+    assert!(core::mem::offset_of!(SyscallFrame, args) == 0);
+    assert!(core::mem::offset_of!(SyscallFrame, ret) == 7 * 8);
+};
+
+/// The return slots of the system call whose arguments are `args`, if `args` are the ones
+/// `syscall_entry` pushed at the top of this core's entry stack: the call came straight from
+/// a `syscall` instruction of the context running here. A batch entry, a ring request or a
+/// call forwarded to a kernel core has its arguments in a copy elsewhere: `None`. What
+/// `sysretq` returns to is written here by the protected procedure calls (`kobj::gate`).
+#[inline]
+pub fn direct_return(args: &[u64; 6]) -> Option<&'static mut UserReturn> {
+    let top = crate::percpu::this().entry_stack_top.load(Ordering::Relaxed);
+    let frame = top.wrapping_sub(core::mem::size_of::<SyscallFrame>() as u64);
+    if args.as_ptr() as u64 != frame {
+        return None;
+    }
+    let ret = (frame + core::mem::offset_of!(SyscallFrame, ret) as u64) as *mut UserReturn;
+    // SAFETY: `args` lies exactly where syscall_entry pushes a frame on this core's entry
+    // stack, so the call is running from that frame, and the frame stays there until
+    // syscall_entry pops it after `syscall_dispatch` returns. `syscall_dispatch` holds a
+    // reference to the frame's `args` only (it takes the frame as a raw pointer), so nothing
+    // else refers to these three slots while the call runs; each call hands out this
+    // reference once.
+    Some(unsafe { &mut *ret })
 }
 
 /// Run user code at `rip` with stack `rsp` and `rdi, rsi, rdx = args` on this core until the

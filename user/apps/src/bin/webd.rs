@@ -950,7 +950,14 @@ fn start_filesum_server(srv: &'static Server, o: &Opts, here: u64) -> Result<(),
     let ncores = libos::sys::sys_info().map(|i| i.cores).unwrap_or(1);
     let core = (0..ncores).find(|&c| c != here && Some(c) != o.kc).ok_or_else(|| String::from("same-core mode needs a second core to start its server on"))?;
     let share = srv.gate_share.ok_or_else(|| String::from("no gate share"))?;
-    let opts = libos::cfork::CforkOpts { shares: core::slice::from_ref(&share), ..Default::default() };
+    // The NIC's channel segment is pinned (no copy-on-write copy of it can be made): the
+    // child maps it as it is, and never touches it.
+    let nic_seg = srv.nic.map(|n| n.seg.object);
+    let segments: &[abi::ObjectId] = match &nic_seg {
+        Some(s) => core::slice::from_ref(s),
+        None => &[],
+    };
+    let opts = libos::cfork::CforkOpts { shares: core::slice::from_ref(&share), segments, ..Default::default() };
     let child = libos::cfork::cfork(core, &opts, filesum_server, pack(srv, 0)).map_err(|e| alloc::format!("cfork on core {core}: {e:?}"))?;
     match child.join() {
         Ok(0) => Ok(()),
@@ -1121,6 +1128,10 @@ fn load_files(root: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
             }
         }
     }
+    // Everything is in memory now: let the disk go (its request segment is pinned, so a
+    // cfork'd filesum server could not copy this address range while it is mapped, and the
+    // shell may want the disk back).
+    let _ = fs::unmount();
     Ok(out)
 }
 
