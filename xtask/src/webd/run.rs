@@ -686,6 +686,11 @@ pub fn command(args: &[String]) -> Result<(), String> {
         if l.expect.is_none() {
             l.expect = Some(r.sums.clone());
         }
+        // Ours with several front-ends: spread the connections over them by steering.
+        if b.system == Sys::Ours && r.frontends.len() > 1 && l.steer.is_empty() {
+            l.steer_channels = r.frontends.len() as u64;
+            l.steer = (0..l.steer_channels).collect();
+        }
         let rep = load::run(&l)?;
         print!("{}", rep.table());
         println!("{}", rep.json());
