@@ -97,6 +97,7 @@ pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, param
         requests: Some(requests * reps),
         warmup,
         extra,
+        guest_extra: Vec::new(),
     };
     let p = match webd_run::prepare(&b, art) {
         Ok(p) => p,
