@@ -73,7 +73,7 @@ pub fn run(name: &str, args: &str, inject: Option<&str>) -> bool {
     if let Some(spec) = inject {
         match crate::mm::inject::configure(spec) {
             Ok(()) => kprintln!("init: allocation fault injection on ({spec})"),
-            Err(why) => kprintln!("{why}; injection stays off"),
+            Err(why) => crate::boot_option_error(&alloc::format!("inject={spec} not applied: {why}; injection stays off")),
         }
     }
     let code = run_context(area, ctx);

@@ -21,12 +21,15 @@ cargo xtask webd <command>
 Commands:
   load --port P [--conns C] [--requests N] [--seconds S] [--timeout SECS]
        [--path P1,P2,...|--paths-file F] [--no-keepalive] [--expect-sums FILE] [--json FILE]
+       [--steer N]
         HTTP load on 127.0.0.1:P: C connections at once (default 2), keep-alive unless
         --no-keepalive, at most N requests (default 1000) and none started after S seconds
         (default 30); each request within --timeout (default 10 s). Paths are asked for in
         turn (default /). --expect-sums FILE (lines `NAME SIZE SUM`): /filesum/NAME must
         answer the sum, /NAME must have the size and sum. Prints a table and one JSON line
-        (also written to --json FILE); exit 1 if any request failed.
+        (also written to --json FILE); exit 1 if any request failed. --steer N (ours with N
+        front-ends): connection k comes from a source port whose 4-tuple hash steers it to
+        front-end k mod N, and good requests are counted per front-end.
   check --port P [--expect-sums FILE] [--timeout SECS] [--only WORDS]
         The bad-input cases of issue 18 (malformed request lines, a header over 8 KiB,
         10 000 headers, a dribbled request, `..` and absolute paths, missing names, other
@@ -128,6 +131,14 @@ pub fn parse_load(args: &[String]) -> Result<(load::WebLoadSpec, Option<PathBuf>
             "--no-keepalive" => spec.no_keepalive = true,
             "--expect-sums" => spec.expect = Some(files::read_sums(std::path::Path::new(&value()?))?),
             "--json" => json = Some(PathBuf::from(value()?)),
+            "--steer" => {
+                let n = num("--steer", &value()?)?;
+                if n == 0 || n > 64 {
+                    return Err(format!("webd load: --steer: {n} front-ends is not in 1..=64"));
+                }
+                spec.steer_channels = n;
+                spec.steer = (0..n).collect();
+            }
             other => return Err(format!("webd load: unknown option `{other}` (try `cargo xtask webd help`)")),
         }
     }

@@ -1337,10 +1337,11 @@ fn main(args: &'static str) -> u64 {
     let requests = srv.total_requests().saturating_sub(o.warmup.min(srv.total_requests()));
     let errors: u64 = (0..nfront).map(|f| FRONT[f].errors.load(Ordering::Relaxed)).sum();
     println!(
-        "webd: done requests={requests} errors={errors} mode={} frontends={nfront} apps={napps} ms={elapsed_ms} calib_ops={} calib_ns={} dev_in={} dev_out={} dev_drops={}{}",
+        "webd: done requests={requests} errors={errors} mode={} frontends={nfront} apps={napps} ms={elapsed_ms} calib_ops={} calib_ns={} calib_cores={} dev_in={} dev_out={} dev_drops={}{}",
         o.mode.name(),
         calib::STEPS * (nfront + napps) as u64,
         CALIB.best_ns(),
+        nfront + napps,
         st.packets_in,
         st.packets_out,
         st.drops,
