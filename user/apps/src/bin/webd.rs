@@ -266,15 +266,20 @@ fn app_main(arg: u64) -> u64 {
         _ => u64::MAX,
     };
     let (mut sums, mut bytes) = (0u64, 0u64);
-    let mut counting = false;
+    let (mut counting, mut measured) = (false, false);
     'run: while !STOP.load(Ordering::Relaxed) {
+        if !measured && MEASURING.load(Ordering::Relaxed) {
+            // MARK_START_ALL turned this vCPU on: it counts until it next finds no work.
+            measured = true;
+            counting = true;
+        }
         let mut worked = false;
         for f in 0..srv.nfront {
             if !ins[f].ready() {
                 continue;
             }
             // Only the work is counted: per-CPU markers around it once the run is measured.
-            if MEASURING.load(Ordering::Relaxed) && !counting {
+            if measured && !counting {
                 marker(bench::harness::MARK_START_CPU);
                 counting = true;
             }
