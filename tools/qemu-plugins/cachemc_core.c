@@ -31,6 +31,7 @@ int mc_preset(const char *name, int ncores, mc_shape *out)
         out->lat_l2 = 11;
         out->lat_l3 = 47;
         out->lat_mem = 200;
+        out->victim_l3 = 1;
         return 0;
     }
     return -1;
@@ -132,6 +133,20 @@ void mc_access(mc_model *m, int core, int party, uint64_t addr, int fetch, int w
         return;
     }
     st->l2_miss[party]++;
+    if (m->sh.victim_l3) {
+        /* The line is in the L2 now; the L2's victim goes to the L3; a hit leaves the L3. */
+        int l2_evicted = ev;
+        uint64_t l2_victim = victim;
+        if (cs_cache_invalidate(&m->l3[chip], addr)) {
+            st->cycles[party] += m->sh.lat_l3;
+        } else {
+            st->l3_miss[party]++;
+            st->cycles[party] += m->sh.lat_mem;
+        }
+        if (l2_evicted)
+            cs_cache_access(&m->l3[chip], l2_victim, &ev, &victim);
+        return;
+    }
     if (cs_cache_access(&m->l3[chip], addr, &ev, &victim)) {
         st->cycles[party] += m->sh.lat_l3;
         return;

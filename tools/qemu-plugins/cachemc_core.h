@@ -6,7 +6,8 @@
  *
  * What is modelled:
  * - set-associative true-LRU caches (cachesim_core's cs_cache), 64-byte lines;
- * - a miss allocates the line in every level it missed in (non-inclusive, no back-invalidation);
+ * - a miss allocates the line in every level it missed in (non-inclusive, no back-invalidation),
+ *   or, with a victim L3 (amd16), in the L2 only, the L3 taking what the L2 evicts;
  * - coherence by invalidation: a write removes the line from every other core's L1I, L1D and L2
  *   and from the other chips' L3s (a core-to-core transfer is then an L3 hit on the same chip or
  *   a miss to memory on another chip: there is no cache-to-cache latency class);
@@ -26,6 +27,10 @@ typedef struct {
     int cores_per_chip;
     cs_geom l1i, l1d, l2, l3;
     uint32_t lat_l2, lat_l3, lat_mem; /* extra cycles over an L1 hit */
+    /* The L3 is a victim cache (AMD's): lines come into the L2 from memory, go to the L3 when
+     * the L2 evicts them, and leave the L3 for the L2 on a hit, so a core's L2 and L3 hold
+     * different lines (capacity L2 + L3). Otherwise a miss allocates in every level. */
+    int victim_l3;
 } mc_shape;
 
 typedef struct {
@@ -51,7 +56,7 @@ typedef struct {
 
 /* Presets: "nehalem" (4 cores a chip: 32K/8 L1D, 32K/4 L1I, 256K/8 L2, 8M/16 L3; +10/+38/+191
  * cycles) and "amd16" (after seeds/000 fig. 2, the 16-core AMD: 4 cores a chip, 64K/2 L1I and
- * L1D, 512K/16 L2, 2M/32 L3; +11/+47/+200 cycles at 2 GHz). Returns -1 for an unknown name. */
+ * L1D, 512K/16 L2, 2M/32 victim L3; +11/+47/+200 cycles at 2 GHz). Returns -1 for an unknown name. */
 int mc_preset(const char *name, int ncores, mc_shape *out);
 int mc_init(mc_model *m, const mc_shape *sh, char *err, size_t errlen);
 void mc_free(mc_model *m);
