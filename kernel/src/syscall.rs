@@ -4,7 +4,7 @@
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
-use crate::arch::x86_64::syscall::{copy_from_user, copy_to_user, read_user, write_user, SyscallFrame};
+use crate::arch::x86_64::syscall::{copy_from_user, copy_to_user, read_user, write_user, SyscallFrame, UserReturn};
 use crate::context::{self, with_current, with_current_mut, Context};
 use crate::kobj::kref::KRef;
 use crate::kobj::share::Lease;
@@ -16,8 +16,7 @@ use abi::*;
 /// `rax`. Nothing is kept across the handler call (the per-CPU area is loaded again after it),
 /// so this frame saves no registers.
 ///
-/// `f` is a raw pointer: only the arguments are borrowed while the call runs, so a protected
-/// procedure call may rewrite where `sysretq` goes (`direct_return`).
+/// `f` is a raw pointer, as for `ppc_call_entry`.
 #[no_mangle]
 extern "C" fn syscall_dispatch(f: *mut SyscallFrame) -> i64 {
     // SAFETY: syscall_entry passes the frame it pushed on this core's entry stack; it lives
@@ -25,9 +24,8 @@ extern "C" fn syscall_dispatch(f: *mut SyscallFrame) -> i64 {
     let (nr, args) = unsafe { ((*f).rax, &(*f).args) };
     let me = percpu::this();
     me.stats.syscalls.fetch_add(1, Ordering::Relaxed);
-    if me.role.load(Ordering::Acquire) == ROLE_AC && !crate::kobj::gate::runs_locally(nr) {
-        // An application core runs no kernel services itself: a kernel core does. (A
-        // protected procedure call switches the calling core itself: it runs here.)
+    if me.role.load(Ordering::Acquire) == ROLE_AC {
+        // An application core runs no kernel services itself: a kernel core does.
         return encode(crate::roles::forward(nr, *args));
     }
     me.injectable.store(true, Ordering::Relaxed);
@@ -235,8 +233,8 @@ static HANDLERS: [Handler; CALLS] = {
     t[nr::CORE_REQUEST as usize] = sys_core_request;
     t[nr::CORE_RELEASE as usize] = sys_core_release;
     t[nr::PPC_REGISTER as usize] = sys_ppc_register;
-    t[nr::PPC_CALL as usize] = sys_ppc_call;
-    t[nr::PPC_RETURN as usize] = sys_ppc_return;
+    t[nr::PPC_CALL as usize] = sys_ppc_not_direct;
+    t[nr::PPC_RETURN as usize] = sys_ppc_not_direct;
     t
 };
 
@@ -784,27 +782,65 @@ fn sys_ppc_register(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     insert_new(&dst, &name[..n], core as u32, Kind::Gate(g))
 }
 
-/// `ppc_call`: enter the gate's handler (`kobj::gate::enter`); its `rax` is the gate's cookie.
-fn sys_ppc_call(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    let ret = crate::arch::x86_64::syscall::direct_return(a).ok_or(Error::NotPermitted)?;
-    // A direct call runs on the caller's own core: its context is this core's.
+/// The protected procedure calls, straight from `syscall_entry` (`ppc_call` here,
+/// `ppc_return` below; numbers above them go on to `syscall_dispatch`): they rewrite where
+/// `sysretq` returns to, which only the frame of a `syscall` of the context running here has.
+/// Nothing on this path allocates or takes a lock; it does not go through
+/// `syscall_dispatch`'s forwarding (an AC switches itself), fault injection or TC yield (a
+/// yield asked for takes effect at the next other call or tick).
+///
+/// `f` is a raw pointer: `syscall_entry` passes the frame it pushed on this core's entry
+/// stack, which lives until it pops it after this returns, and nothing else refers to it.
+#[no_mangle]
+extern "C" fn ppc_call_entry(f: *mut SyscallFrame) -> i64 {
+    percpu::this().stats.syscalls.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: see above: the arguments are read, and the return slots are ours to rewrite
+    // for this call.
+    let (a0, a1, ret) = unsafe { ((*f).args[0], (*f).args[1], &mut (*f).ret) };
+    encode(ppc_call(a0, a1, ret))
+}
+
+/// `ppc_return` straight from `syscall_entry` (see `ppc_call_entry`).
+#[no_mangle]
+extern "C" fn ppc_return_entry(f: *mut SyscallFrame) -> i64 {
+    percpu::this().stats.syscalls.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: as for `ppc_call_entry`.
+    let (a0, ret) = unsafe { ((*f).args[0], &mut (*f).ret) };
+    encode(ppc_return(a0, ret))
+}
+
+/// `ppc_call(gate_share, gate, ..)`: enter the gate's handler (`kobj::gate::enter`); its
+/// `rax` is the gate's cookie, its other argument registers the caller's.
+#[inline(always)]
+fn ppc_call(share: u64, gate: u64, ret: &mut UserReturn) -> Result<u64, Error> {
+    // A `syscall` runs on the caller's own core: its context is this core's.
     let c = context::current_mut().ok_or(Error::NotPermitted)?;
-    let gate = {
-        let s = resolve_share(c, a[0])?;
-        s.as_share()?.get(a[1])?
+    // A client names its gate through its root share (`libos::ppc::Gate::bind`): that
+    // lookup first, without the general resolution's lease.
+    let gate = if share == c.root_share.id {
+        c.root_share.as_share()?.get(gate)?
+    } else {
+        let s = resolve_share(c, share)?;
+        s.as_share()?.get(gate)?
     };
     crate::kobj::gate::enter(c, gate, percpu::current_index(), ret)
 }
 
 /// `ppc_return(value)`: back to the caller of the innermost call, with `value` in its `rax`.
-fn sys_ppc_return(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    let ret = crate::arch::x86_64::syscall::direct_return(a).ok_or(Error::NotPermitted)?;
+#[inline(always)]
+fn ppc_return(value: u64, ret: &mut UserReturn) -> Result<u64, Error> {
     let c = context::current_mut().ok_or(Error::NotPermitted)?;
     let gate = crate::kobj::gate::leave(c, percpu::current_index(), ret).ok_or(Error::NotPermitted)?;
     // Dropped here, after the caller's root range is loaded: a gate deleted during the call
     // is freed now.
     drop(gate);
-    Ok(a[0])
+    Ok(value)
+}
+
+/// `ppc_call` and `ppc_return` reach the table only from a batch, a syscall ring or a call
+/// forwarded to a kernel core: not a `syscall` whose return they could redirect.
+fn sys_ppc_not_direct(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {
+    Err(Error::NotPermitted)
 }
 
 fn sys_initrd_get(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {

@@ -12,7 +12,8 @@ pub fn filesum(data: &[u8]) -> u64 {
     let mut acc = 0u64;
     let mut n = 0usize;
     for c in chunks.by_ref() {
-        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        // One 8-byte load; `try_from` of an exact chunk cannot fail.
+        let w = u64::from_le_bytes(<[u8; 8]>::try_from(c).unwrap_or([0; 8]));
         acc += (w & LANES) + ((w >> 8) & LANES);
         n += 1;
         if n == WORDS_PER_FOLD {

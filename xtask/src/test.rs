@@ -914,6 +914,13 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // Protected procedure calls (docs/ppc.md): a cfork'd server's gates called on the
     // client's core, which time-shares (a tick switches away in the middle of calls).
     r.user(2, "roles=tc:0-1 init=ppctest", Expect::ALL)?;
+    // And from an application core (its calls run on the AC itself; the handler's other
+    // system calls go to the kernel core), with the basic case beside it.
+    r.user(
+        3,
+        "roles=tc:0,ac:1,kc:2 init=ppctest -- application_core call_runs",
+        Expect { may_skip: &[], must_pass: &["ppc::calls_on_an_application_core", "ppc::call_runs_the_handler_in_the_server"] },
+    )?;
     // The core scheduler on core 0 (NIX): grants, exhaustion, owners, races; and off by
     // default.
     r.user(4, "sched=core0 init=schedtest", Expect::ALL)?;

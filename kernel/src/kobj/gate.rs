@@ -10,9 +10,9 @@
 //!
 //! The call is part of the calling context: if a TC switches away in the middle, the
 //! context's root range *is* the gate's while the call runs, so the switch saves and
-//! restores it like any other (`sched::switch_root`), and page faults resolve in it. A fault
-//! the handler does not survive ends the call (`abort`), not the context; a context that
-//! ends during a call gives every gate back (`unwind`).
+//! restores it like any other (`sched::switch_root`), and page faults resolve in it. A
+//! fault the handler does not survive ends the call (`context::abort_call`), not the
+//! context; a context that ends during a call gives every gate back (`unwind`).
 //!
 //! Who may touch a gate's call state: `busy` is taken by `enter` and given back by
 //! `leave`; between the two the call state belongs to the context that holds the gate in
@@ -29,7 +29,7 @@ use super::{ar::AddressRange, try_push, ObjRef};
 use crate::arch::x86_64::paging;
 use crate::arch::x86_64::syscall::UserReturn;
 use crate::context::Context;
-use abi::{nr, Error, PPC_MAX_DEPTH};
+use abi::{Error, PPC_MAX_DEPTH};
 
 /// The flags a handler starts with: interrupts on, nothing else.
 const HANDLER_RFLAGS: u64 = 0x202;
@@ -93,13 +93,6 @@ impl Gate {
     }
 }
 
-/// Calls an application core runs itself instead of forwarding them to a kernel core: a
-/// protected procedure call switches the calling core.
-#[inline(always)]
-pub fn runs_locally(nr: u64) -> bool {
-    nr == nr::PPC_CALL || nr == nr::PPC_RETURN
-}
-
 /// Make sure core `me` is in `root`'s shootdown set before loading it. The bit is set once
 /// and left set when the core switches away (a CR3 load flushes the range's entries, so a
 /// left-over bit costs at most a needless flush): the call path only reads the set's line.
@@ -118,7 +111,11 @@ fn load(root: &AddressRange, me: usize) {
 fn swap_identity(c: &mut Context, st: &mut CallState) {
     core::mem::swap(&mut c.root_ar, &mut st.root_ar);
     core::mem::swap(&mut c.root_share, &mut st.root_share);
-    core::mem::swap(&mut c.shares, &mut st.shares);
+    // Most callers and handlers have an empty share set (a program's first context; a
+    // handler with only its root share): two tests instead of swapping six words.
+    if !(c.shares.is_empty() && st.shares.is_empty()) {
+        core::mem::swap(&mut c.shares, &mut st.shares);
+    }
 }
 
 /// `ppc_call`: enter `gate_obj` from context `c` on core `me`. `ret` is where the caller
@@ -145,8 +142,9 @@ pub fn enter(c: &mut Context, gate_obj: ObjRef, me: usize, ret: &mut UserReturn)
     st.caller = *ret;
     *ret = UserReturn { rip: g.entry, rflags: HANDLER_RFLAGS, rsp: g.stack_top };
     let cookie = g.cookie;
-    // `st.outer` is empty outside a call: nothing to drop.
-    st.outer = c.ppc.replace(gate_obj);
+    // `st.outer` is empty outside a call: nothing to drop (forgetting the `None` spares
+    // the drop check).
+    core::mem::forget(core::mem::replace(&mut st.outer, c.ppc.replace(gate_obj)));
     c.ppc_depth += 1;
     Ok(cookie)
 }
@@ -165,8 +163,8 @@ fn leave_state(c: &mut Context, ret: &mut UserReturn) -> Option<ObjRef> {
     // the gate's core.
     let st = unsafe { &mut *g.call.get() };
     swap_identity(c, st);
-    // `c.ppc` was just emptied: nothing to drop.
-    c.ppc = st.outer.take();
+    // `c.ppc` was just emptied: nothing to drop (as in `enter`).
+    core::mem::forget(core::mem::replace(&mut c.ppc, st.outer.take()));
     c.ppc_depth -= 1;
     *ret = st.caller;
     g.busy.store(false, Ordering::Release);
@@ -178,8 +176,11 @@ fn leave_state(c: &mut Context, ret: &mut UserReturn) -> Option<ObjRef> {
 #[inline(always)]
 pub fn leave(c: &mut Context, me: usize, ret: &mut UserReturn) -> Option<ObjRef> {
     let g = leave_state(c, ret)?;
-    if let Ok(root) = c.root_ar.as_ar() {
-        load(root, me);
+    match c.root_ar.as_ar() {
+        Ok(root) => load(root, me),
+        // Cannot happen (a context's root range is a root range): never let the caller run
+        // on the server's root; end the context instead.
+        Err(_) => crate::context::request_exit(abi::EXIT_FAULT_BASE),
     }
     Some(g)
 }

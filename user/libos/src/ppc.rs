@@ -108,9 +108,11 @@ impl Gate {
 }
 
 /// `ppc_call` with the caller's registers cleared and every register but rsp clobbered (the
-/// handler returns with its own registers in them).
+/// handler returns with its own registers in them), returning the raw `rax`. The only safe
+/// way to make the call: a generic system-call stub (`sys::raw6`) tells the compiler the
+/// argument registers survive, which they do not once a handler has run.
 #[inline(always)]
-fn ppc_call_raw(share: u64, gate: u64, a0: u64, a1: u64, a2: u64, a3: u64) -> i64 {
+pub fn ppc_call_raw(share: u64, gate: u64, a0: u64, a1: u64, a2: u64, a3: u64) -> i64 {
     let ret: i64;
     #[cfg(target_os = "none")]
     // SAFETY: `syscall` enters the kernel, which runs the gate's handler in its own address
@@ -267,7 +269,7 @@ pub fn register_with(share: ObjectId, name: &str, core: u64, handler: Handler, m
     let spec = PpcGate {
         entry: entry_address(),
         stack_top: top,
-        cookie: handler as usize as u64,
+        cookie: handler as *const () as usize as u64,
         core,
         root_ar: c.root_ar,
         nshares: 1 + more.len() as u64,
@@ -289,7 +291,7 @@ pub fn register_in(share: ObjectId, name: &str, core: u64, handler: Handler, roo
     }
     let mut set = [0; MAX_CONTEXT_SHARES];
     set[..shares.len()].copy_from_slice(shares);
-    let spec = PpcGate { entry: entry_address(), stack_top, cookie: handler as usize as u64, core, root_ar, nshares: shares.len() as u64, shares: set };
+    let spec = PpcGate { entry: entry_address(), stack_top, cookie: handler as *const () as usize as u64, core, root_ar, nshares: shares.len() as u64, shares: set };
     let id = crate::sys::ppc_register(share, name, &spec)?;
     Ok(Gate { name: ObjName::new(share, id), core })
 }
@@ -394,6 +396,12 @@ core::arch::global_asm!(
 #[cfg(target_os = "none")]
 extern "C" {
     fn __libos_ppc_entry();
+}
+
+/// The handler entry every gate of this program uses (`PpcGate::entry`; its cookie is the
+/// `Handler`'s address), for programs that fill a `PpcGate` themselves.
+pub fn trampoline() -> u64 {
+    entry_address()
 }
 
 fn entry_address() -> u64 {

@@ -76,8 +76,8 @@ pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, param
     if let Err(e) = files.validate() {
         return blank(Status::Error, format!("files: {e}"));
     }
-    let (requests, reps, warmup) = (param(params, "requests", 200).max(1), param(params, "reps", 1).max(1), param(params, "warmup", 8));
-    let conns = param(params, "conns", 2).clamp(1, load::MAX_CONNS as u64) as usize;
+    let (requests, reps, warmup) = (param(params, "requests", 400).max(1), param(params, "reps", 1).max(1), param(params, "warmup", 8));
+    let conns = param(params, "conns", 8).clamp(1, load::MAX_CONNS as u64) as usize;
     let stem = format!("{system}-{}-{cores}{tag}", spec.name);
     let plugin_out = common.logs.join(format!("{stem}.insncount.txt"));
     let _ = fs::remove_file(&plugin_out);
@@ -97,6 +97,7 @@ pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, param
         requests: Some(requests * reps),
         warmup,
         extra,
+        guest_extra: Vec::new(),
     };
     let p = match webd_run::prepare(&b, art) {
         Ok(p) => p,
@@ -231,5 +232,52 @@ mod tests {
         assert!(unsupported(false, spec, 1).unwrap().contains("2 vCPUs"));
         assert!(unsupported(false, spec, 2).is_none());
         assert!(unsupported(true, catalog::find("webd_filesum_random_64k").unwrap(), 2).is_none());
+    }
+
+    fn outcome(ready: &str, done: Option<&str>, exit: i32) -> webd_run::WebdOutcome {
+        let finished = crate::net::session::Finished { serial: String::new(), stderr: String::new(), exit_code: Some(exit), killed: false, elapsed: Duration::from_secs(3) };
+        webd_run::WebdOutcome { ready: ready.into(), done: done.map(String::from), finished, problem: None, topped_up: 0 }
+    }
+
+    /// A real round against a local server, so the record carries real numbers; workers are
+    /// the ready line's front-ends (not the done line's count), and the calibration is scaled
+    /// from the cores it ran on to the workers.
+    #[test]
+    fn a_served_run_is_a_record_per_front_end_core() {
+        let port = crate::webd::load::tests::server(2, crate::webd::load::tests::Serve::Good);
+        let spec_l = WebLoadSpec { port, conns: 2, requests: 20, paths: vec!["/filesum/a".into()], ..WebLoadSpec::default() };
+        let round = load::run(&spec_l).unwrap();
+        let spec = catalog::find("webd_filesum_random_64k").unwrap();
+        let p = vec![("requests".to_string(), 20), ("reps".to_string(), 1)];
+        // Ours: frontends=0 apps=1 on the ready line; the done line's frontends=1 apps=1 are
+        // counts; the calibration ran on both cores.
+        let o = outcome(
+            "webd: ready mode=random port=80 frontends=0 apps=1 kc=-1 net=inline files=8 bytes=524288",
+            Some("webd: done requests=20 errors=0 mode=random frontends=1 apps=1 ms=100 calib_ops=8000000 calib_ns=40000000 fe0=2/20/0/0/1 app1=20/1"),
+            crate::qemu::QEMU_EXIT_SUCCESS,
+        );
+        let mut r = record("ours", spec, &p, 2, &o, std::slice::from_ref(&round), None);
+        assert_eq!(r.status, Status::Ok, "{:?}", r.reason);
+        r.instructions_note = Some("insncount plugin off in this test".into());
+        assert_eq!((r.ops, r.workers, r.calib_ops), (Some(20), Some(1), Some(4_000_000)));
+        assert!(r.per_core_throughput().unwrap() > 0.0 && r.calibrated_throughput().is_some());
+        assert_eq!(r.net.as_ref().unwrap().guest["fe0"], "2/20/0/0/1");
+        let back = Record::from_json(&super::super::json::parse(&r.to_json()).unwrap()).unwrap();
+        assert_eq!(back, r);
+        assert!(super::super::record::check_schema(&super::super::json::parse(&r.to_json()).unwrap()).is_ok());
+        // Linux: two front-end threads, calibration on both: per worker as it is.
+        let o = outcome(
+            "webd: ready mode=random port=80 frontends=0,1 apps=0,1 kc=-1 files=8 bytes=1 system=linux",
+            Some("webd: done requests=20 errors=0 mode=random frontends=0,1 apps=0,1 ms=1 calib_ops=8000000 calib_ns=1 calib_cores=2"),
+            0,
+        );
+        let r = record("linux", spec, &p, 2, &o, std::slice::from_ref(&round), None);
+        assert_eq!((r.status, r.workers, r.calib_ops), (Status::Ok, Some(2), Some(8_000_000)));
+        // A leak (ours' exit status says so), a failed round, or no round: errors.
+        let leaked = outcome("webd: ready frontends=0 apps=1", Some("webd: done requests=20 frontends=1 apps=1"), crate::qemu::QEMU_EXIT_FAILURE);
+        assert_eq!(record("ours", spec, &p, 2, &leaked, std::slice::from_ref(&round), None).status, Status::Error);
+        let r = record("ours", spec, &p, 2, &o, std::slice::from_ref(&round), Some("load: 3 of 20 requests failed".into()));
+        assert_eq!((r.status, r.ops), (Status::Error, None));
+        assert_eq!(record("linux", spec, &p, 2, &o, &[], None).status, Status::Error);
     }
 }

@@ -4,6 +4,7 @@
 //! benchmark rows (xtask/src/bench/webd.rs). Everything connects to 127.0.0.1 only, through
 //! the forward of QEMU's restricted user network (crate::net::NetConfig).
 
+pub mod cachesim;
 pub mod check;
 pub mod files;
 pub mod http;
@@ -21,12 +22,15 @@ cargo xtask webd <command>
 Commands:
   load --port P [--conns C] [--requests N] [--seconds S] [--timeout SECS]
        [--path P1,P2,...|--paths-file F] [--no-keepalive] [--expect-sums FILE] [--json FILE]
+       [--steer N]
         HTTP load on 127.0.0.1:P: C connections at once (default 2), keep-alive unless
         --no-keepalive, at most N requests (default 1000) and none started after S seconds
         (default 30); each request within --timeout (default 10 s). Paths are asked for in
         turn (default /). --expect-sums FILE (lines `NAME SIZE SUM`): /filesum/NAME must
         answer the sum, /NAME must have the size and sum. Prints a table and one JSON line
-        (also written to --json FILE); exit 1 if any request failed.
+        (also written to --json FILE); exit 1 if any request failed. --steer N (ours with N
+        front-ends): connection k comes from a source port whose 4-tuple hash steers it to
+        front-end k mod N, and good requests are counted per front-end.
   check --port P [--expect-sums FILE] [--timeout SECS] [--only WORDS]
         The bad-input cases of issue 18 (malformed request lines, a header over 8 KiB,
         10 000 headers, a dribbled request, `..` and absolute paths, missing names, other
@@ -45,6 +49,12 @@ Commands:
         filled in). With any of them the guest is told how many requests to expect and stops
         by itself (its `webd: done` line and, for ours, the kernel's leak check are checked);
         with none it serves until --timeout (default 600 s).
+  cachesim [--modes LIST] [--preset amd16|nehalem] [--files COUNTxSIZE] [--rounds R] [--smp N]
+           [--apps LIST] [--cores-per-chip K] [--json FILE]
+        Corey's filesum cache experiment: our webd under single-threaded TCG with the
+        multi-core cache model (tools/qemu-plugins/cachemc.c); L2/L3 misses and memory CPI per
+        request of the summing cores, by mode (default: amd16, 8x1M, 5 vCPUs, apps 1-4, one
+        core a chip).
   selftest
         The webd suite of `cargo xtask test` on its own: our webd in each mode at 2 vCPUs with
         4x64K, every sum from every front-end, the bad-input cases, the leak check (~40 s).
@@ -86,6 +96,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
             Ok(())
         }
         "run" => run::command(rest),
+        "cachesim" => cachesim::command(rest),
         "selftest" => {
             let kernel = crate::env::build_kernel()?;
             let initrd = crate::user::build_initrd()?;
@@ -128,6 +139,14 @@ pub fn parse_load(args: &[String]) -> Result<(load::WebLoadSpec, Option<PathBuf>
             "--no-keepalive" => spec.no_keepalive = true,
             "--expect-sums" => spec.expect = Some(files::read_sums(std::path::Path::new(&value()?))?),
             "--json" => json = Some(PathBuf::from(value()?)),
+            "--steer" => {
+                let n = num("--steer", &value()?)?;
+                if n == 0 || n > 64 {
+                    return Err(format!("webd load: --steer: {n} front-ends is not in 1..=64"));
+                }
+                spec.steer_channels = n;
+                spec.steer = (0..n).collect();
+            }
             other => return Err(format!("webd load: unknown option `{other}` (try `cargo xtask webd help`)")),
         }
     }

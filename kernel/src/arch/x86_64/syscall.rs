@@ -40,8 +40,12 @@ syscall_entry:
     push %rdi
     mov %rsp, %rdi
     sti
+    /* Protected procedure calls (numbers from PPC_CALL up) take their own path: it skips
+       the generic dispatch, and they rewrite where sysretq returns to (kobj::gate). */
+    cmp ${ppc_call}, %rax
+    jae 7f
     call syscall_dispatch
-    cli
+6:  cli
     cmpq $0, %gs:32
     jne return_to_kernel
     pop %rdi
@@ -56,6 +60,15 @@ syscall_entry:
     pop %rsp
     swapgs
     sysretq
+7:  cmp ${ppc_return}, %rax
+    je 8f
+    ja 9f
+    call ppc_call_entry
+    jmp 6b
+8:  call ppc_return_entry
+    jmp 6b
+9:  call syscall_dispatch
+    jmp 6b
 
     /* enter_user_mode(rip, rsp, a0, a1, a2): returns when the context ends. */
     .global enter_user_mode
@@ -222,6 +235,8 @@ uaccess_fixup:
 3:  mov $1, %eax
     ret
 "#,
+    ppc_call = const abi::nr::PPC_CALL,
+    ppc_return = const abi::nr::PPC_RETURN,
     options(att_syntax)
 );
 
@@ -272,7 +287,8 @@ pub struct SyscallFrame {
     pub args: [u64; 6],
     /// The call number (the result goes back in `rax` from `syscall_dispatch`'s return value).
     pub rax: u64,
-    /// Where `sysret` goes back to (a protected procedure call changes it: `direct_return`).
+    /// Where `sysret` goes back to (a protected procedure call changes it:
+    /// `syscall::ppc_call_entry`, `ppc_return_entry`).
     pub ret: UserReturn,
 }
 
@@ -291,28 +307,6 @@ const _: () = {
     assert!(core::mem::offset_of!(SyscallFrame, args) == 0);
     assert!(core::mem::offset_of!(SyscallFrame, ret) == 7 * 8);
 };
-
-/// The return slots of the system call whose arguments are `args`, if `args` are the ones
-/// `syscall_entry` pushed at the top of this core's entry stack: the call came straight from
-/// a `syscall` instruction of the context running here. A batch entry, a ring request or a
-/// call forwarded to a kernel core has its arguments in a copy elsewhere: `None`. What
-/// `sysretq` returns to is written here by the protected procedure calls (`kobj::gate`).
-#[inline]
-pub fn direct_return(args: &[u64; 6]) -> Option<&'static mut UserReturn> {
-    let top = crate::percpu::this().entry_stack_top.load(Ordering::Relaxed);
-    let frame = top.wrapping_sub(core::mem::size_of::<SyscallFrame>() as u64);
-    if args.as_ptr() as u64 != frame {
-        return None;
-    }
-    let ret = (frame + core::mem::offset_of!(SyscallFrame, ret) as u64) as *mut UserReturn;
-    // SAFETY: `args` lies exactly where syscall_entry pushes a frame on this core's entry
-    // stack, so the call is running from that frame, and the frame stays there until
-    // syscall_entry pops it after `syscall_dispatch` returns. `syscall_dispatch` holds a
-    // reference to the frame's `args` only (it takes the frame as a raw pointer), so nothing
-    // else refers to these three slots while the call runs; each call hands out this
-    // reference once.
-    Some(unsafe { &mut *ret })
-}
 
 /// Run user code at `rip` with stack `rsp` and `rdi, rsi, rdx = args` on this core until the
 /// context ends (`request_exit` followed by a return to user mode).

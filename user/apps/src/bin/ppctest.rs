@@ -3,7 +3,8 @@
 //! kernel bug it catches. Boot with `roles=tc:0-1 init=ppctest` at 2 vCPUs (core 0, where the
 //! client runs, time-shares: a tick during a call switches to another context and back).
 //! Prints `utest NAME ... ok|FAILED` lines like utest; the kernel's leak check after exit
-//! covers every gate and server.
+//! covers every gate and server. `init=ppctest -- application_core call_runs` at 3 vCPUs with
+//! `roles=tc:0,ac:1,kc:2` runs the application-core case (and the basic one).
 #![no_std]
 #![no_main]
 
@@ -528,6 +529,48 @@ fn nested_calls_and_depth() -> TestResult {
     Ok(Pass::Ok)
 }
 
+/// On the application core: call the gate for this core (the call must run here, not be
+/// forwarded), including a handler that makes a system call (which is forwarded, in the
+/// handler's identity).
+fn ac_client(_c: &CoreCtx) -> u64 {
+    let sh = shared();
+    let g = Gate { name: ObjName::new(sh[20].load(Ordering::Relaxed), sh[21].load(Ordering::Relaxed)), core: 1 };
+    sh[30].store(abi::encode(g.call(OP_MARK, 0, 0, 0)) as u64, Ordering::Relaxed);
+    sh[31].store(abi::encode(g.call(OP_CALLER, 0, 0, 0)) as u64, Ordering::Relaxed);
+    sh[32].store(abi::encode(g.call(OP_MIX | (7 << 8), 1, 2, 3)) as u64, Ordering::Relaxed);
+    sh[33].store(sys::pcore_current().unwrap_or(0), Ordering::Relaxed);
+    0
+}
+
+/// Catches: a protected procedure call from an application core sent to a kernel core
+/// (which cannot switch the AC's address space), and a handler's own system calls, which an
+/// AC forwards, run in the caller's identity instead of the handler's.
+fn calls_on_an_application_core() -> TestResult {
+    if cores() < 3 || ok!(sys::core_stats(1)).role != abi::ROLE_AC {
+        fail!("needs core 1 to be an AC and a kernel core (boot with roles=tc:0,ac:1,kc:2 at 3 vCPUs)");
+    }
+    let pg = page()?;
+    let s = server(&pg)?;
+    let g = s.gate(1);
+    let sh = shared();
+    sh[20].store(g.name.share, Ordering::Relaxed);
+    sh[21].store(g.name.object, Ordering::Relaxed);
+    let mut h = ok!(Core::prepare(1, &CoreOpts { shares: &[s.p], ..Default::default() }));
+    ok!(pg.map_into(h.root_ar));
+    let mut ctx = h.context(ac_client, 0);
+    ctx.role = abi::ROLE_AC;
+    ok!(sys::pcore_run(h.pcore, &ctx));
+    ensure!(ok!(h.join(60_000)) == 0, "the AC client's exit code");
+    let mark = abi::decode(sh[30].load(Ordering::Relaxed) as i64);
+    ensure!(mark == Ok(SERVER_MARK), "call on the AC: {mark:?}");
+    let who = abi::decode(sh[31].load(Ordering::Relaxed) as i64);
+    let me = sh[33].load(Ordering::Relaxed);
+    ensure!(who == Ok(me), "pcore_current forwarded from the handler: {who:?}, the caller is {me:#x}");
+    let m = abi::decode(sh[32].load(Ordering::Relaxed) as i64);
+    ensure!(m == Ok(mix(OP_MIX | (7 << 8), 1, 2, 3)), "arguments on the AC: {m:?}");
+    Ok(Pass::Ok)
+}
+
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
     let tests: [(&str, fn() -> TestResult); 8] = [
@@ -547,6 +590,10 @@ fn main(args: &'static str) -> u64 {
     }
     if selected(args, "ppc::nested_calls_and_depth") {
         t.record("ppc::nested_calls_and_depth", nested_calls_and_depth());
+    }
+    // Only when asked for by name: it needs an AC and a kernel core (its own boot).
+    if args.contains("application_core") {
+        t.record("ppc::calls_on_an_application_core", calls_on_an_application_core());
     }
     t.finish()
 }

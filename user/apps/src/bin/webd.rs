@@ -266,15 +266,20 @@ fn app_main(arg: u64) -> u64 {
         _ => u64::MAX,
     };
     let (mut sums, mut bytes) = (0u64, 0u64);
-    let mut counting = false;
+    let (mut counting, mut measured) = (false, false);
     'run: while !STOP.load(Ordering::Relaxed) {
+        if !measured && MEASURING.load(Ordering::Relaxed) {
+            // MARK_START_ALL turned this vCPU on: it counts until it next finds no work.
+            measured = true;
+            counting = true;
+        }
         let mut worked = false;
         for f in 0..srv.nfront {
             if !ins[f].ready() {
                 continue;
             }
             // Only the work is counted: per-CPU markers around it once the run is measured.
-            if MEASURING.load(Ordering::Relaxed) && !counting {
+            if measured && !counting {
                 marker(bench::harness::MARK_START_CPU);
                 counting = true;
             }
@@ -1337,10 +1342,11 @@ fn main(args: &'static str) -> u64 {
     let requests = srv.total_requests().saturating_sub(o.warmup.min(srv.total_requests()));
     let errors: u64 = (0..nfront).map(|f| FRONT[f].errors.load(Ordering::Relaxed)).sum();
     println!(
-        "webd: done requests={requests} errors={errors} mode={} frontends={nfront} apps={napps} ms={elapsed_ms} calib_ops={} calib_ns={} dev_in={} dev_out={} dev_drops={}{}",
+        "webd: done requests={requests} errors={errors} mode={} frontends={nfront} apps={napps} ms={elapsed_ms} calib_ops={} calib_ns={} calib_cores={} dev_in={} dev_out={} dev_drops={}{}",
         o.mode.name(),
         calib::STEPS * (nfront + napps) as u64,
         CALIB.best_ns(),
+        nfront + napps,
         st.packets_in,
         st.packets_out,
         st.drops,
