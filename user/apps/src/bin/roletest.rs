@@ -794,10 +794,10 @@ fn main(args: &'static str) -> u64 {
     let tests: [(&str, fn(&Placement) -> TestResult); 6] = [
         ("ac_forwarding", t_ac_forwarding),
         ("role_change_under_load", t_role_change_under_load),
-        ("forwarding_after_the_serving_kc_leaves", t_forwarding_after_the_serving_kc_leaves),
         ("kc_refuses_contexts", t_kc_refuses_contexts),
         ("syscall_ring", t_syscall_ring),
         ("syscall_ring_from_ac", t_syscall_ring_from_ac),
+        ("forwarding_after_the_serving_kc_leaves", t_forwarding_after_the_serving_kc_leaves),
     ];
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for (name, f) in tests {
