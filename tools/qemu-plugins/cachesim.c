@@ -14,6 +14,8 @@
  *   levels=G1/G2/...  custom unified hierarchy, each G = SIZE:ASSOC[:LINE]
  *   inclusive=on|off  back-invalidate lower levels on eviction (custom levels; default on)
  *   Several presets may be given (preset=nehalem,preset=sweep).
+ *   quantum=N,quantum_outside=M  switch vCPUs every N instructions inside the region, M outside
+ *                     (quantum.h: the exact mode of docs/plugins.md)
  *
  * Addresses: data accesses use the guest physical address (qemu_plugin_hwaddr_phys_addr).
  * The 7.2 API gives no guest-physical address for instruction fetches, only the host pointer
@@ -28,6 +30,8 @@
 #include "cachesim_core.h"
 #include "marker.h"
 #include "fast_phys.h"
+#include "interleave.h"
+#include "quantum.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +58,9 @@ static unsigned min_line_shift = 6;
 
 /* See cs_repeat in cachesim_core.h: exact, keeps stack and loop traffic cheap. */
 static cs_repeat repeat;
+/* The exact-mode vCPU switch (quantum.h) and the interleaving it produced (interleave.h). */
+static quantum_t quantum;
+static slice_stats slices;
 
 /* Fetch callbacks cover a run of consecutive instructions that start in one line (of the
  * smallest line size among the models): userdata packs host address | count << 48 | kernel
@@ -112,10 +119,18 @@ static void vcpu_marker(unsigned int vcpu, void *udata)
     region_mark(&region, vcpu, (int)(uintptr_t)udata);
 }
 
+static void vcpu_tb_exec(unsigned int vcpu, void *udata)
+{
+    uint64_t n = (uint64_t)(uintptr_t)udata;
+    quantum_block(&quantum, &region, vcpu, n);
+    slice_block(&slices, vcpu, n, region_on(&region, vcpu));
+}
+
 static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
     (void)id;
     size_t n = qemu_plugin_tb_n_insns(tb);
+    qemu_plugin_register_vcpu_tb_exec_cb(tb, vcpu_tb_exec, QEMU_PLUGIN_CB_NO_REGS, (void *)(uintptr_t)n);
     uint64_t run_line = ~0ull;
     struct qemu_plugin_insn *run_head = NULL;
     uint64_t run_addr = 0, run_count = 0, run_kernel = 0;
@@ -165,6 +180,7 @@ static void report(void)
             (unsigned long long)(repeat.repeats[0][0] + repeat.repeats[0][1] + repeat.repeats[1][0] + repeat.repeats[1][1]), pa_cache_off ? "off" : "on",
             (unsigned long long)(fetch_runs[0] + fetch_runs[1]), (unsigned long long)fetch_runs_phys,
             (unsigned long long)ram_offset_conflicts);
+    slice_report(f, &slices, quantum.quantum, quantum.kicks);
     for (int i = 0; i < nmodels; i++) {
         cs_model *m = &models[i];
         cs_model_add_repeats(m, &repeat);
@@ -322,6 +338,9 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     int inclusive = 1;
     const char *levels = NULL;
     int want_nehalem = 0, want_sweep = 0;
+    int bad = 0;
+    quantum_init(&quantum, id);
+    slice_init(&slices);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strncmp(a, "out=", 4)) {
@@ -340,6 +359,11 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             inclusive = 1;
         } else if (!strcmp(a, "inclusive=off")) {
             inclusive = 0;
+        } else if (quantum_arg(&quantum, a, &bad)) {
+            if (bad) {
+                fprintf(stderr, "cachesim: `%s`: not a number of instructions\n", a);
+                return -1;
+            }
         } else {
             fprintf(stderr, "cachesim: unknown argument `%s` (out=, preset=nehalem|sweep, levels=, inclusive=)\n", a);
             return -1;

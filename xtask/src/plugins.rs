@@ -44,6 +44,11 @@ Options:
   --top N                 sharing: lines to list (default 25)
   --out DIR               where JSON and plots go (default target/plugin-results)
   --timeout SECS          kill the guest after SECS (default 600)
+
+insncount, cachesim and sharing run in the exact mode (docs/plugins.md): -icount shift=3 with
+sleep off, a fixed -seed and -rtc, and with several vCPUs a plugin-driven switch every 250
+instructions, so their counts repeat whatever the host's load. Not the host-driven workloads
+(tcpserv, tcp_accept*: packets arrive in host time) and not `overhead` (a timing).
 ";
 
 /// Where built plugins, the guest program and raw plugin outputs go.
@@ -224,8 +229,51 @@ struct RunSpec<'a> {
     smp: u32,
     params: &'a str,
     timeout: Duration,
-    /// Instruction-based guest time for 1-vCPU Linux runs (off only to time the guest).
-    icount: bool,
+    /// The exact mode ([`exact_qemu_args`]; off only to time the guest, and for the
+    /// host-driven network workloads, whose packets arrive in host time anyway).
+    exact: bool,
+}
+
+/// The exact mode's guest time: `-icount shift=3` (one instruction = 8 ns of guest time, as the
+/// 1-vCPU cachesim runs have used since issue 7), so timer interrupts land at the same
+/// instruction from run to run.
+pub const EXACT_ICOUNT_SHIFT: u32 = 3;
+/// Instructions a vCPU runs before single-threaded TCG switches to the next one inside the
+/// measured region (the plugins' `quantum=`, tools/qemu-plugins/quantum.h).
+pub const EXACT_QUANTUM: u64 = 250;
+/// ... and outside it, where the switch only has to keep every vCPU running (Linux's SMP boot
+/// livelocks under icount without it) and a finer one would only cost time.
+pub const EXACT_QUANTUM_OUTSIDE: u64 = 20_000;
+
+/// The QEMU options of the exact mode (docs/plugins.md, "Exact mode"): every input the guest
+/// sees is a function of its instruction count. `-icount ...,sleep=off`: guest time is
+/// instructions, and an idle guest jumps to its next timer instead of waiting host time;
+/// `align=off`: never slowed to host time. `-seed`: RDRAND and QEMU's other guest-visible
+/// randomness from a fixed seed (Linux seeds its RNG, stack canaries and mmap layout from it).
+/// `-rtc base=...,clock=vm`: the CMOS clock starts at a fixed date and follows guest time
+/// (Linux reads it at boot). Two Linux boots without the last two differed in lines touched
+/// (788 and 805 with the seed alone; 900 and 803 with neither). The vCPU interleaving comes
+/// from the plugin's quantum ([`quantum_plugin_args`]), not from these options.
+pub fn exact_qemu_args() -> Vec<String> {
+    ["-icount", &format!("shift={EXACT_ICOUNT_SHIFT},align=off,sleep=off"), "-seed", "1", "-rtc", "base=2024-01-01T00:00:00,clock=vm"]
+        .iter()
+        .map(|x| x.to_string())
+        .collect()
+}
+
+/// The plugin arguments that make single-threaded TCG switch vCPUs every
+/// [`EXACT_QUANTUM`] instructions (none for one vCPU: there is nothing to interleave).
+pub fn quantum_plugin_args(smp: u32) -> Vec<String> {
+    if smp > 1 {
+        vec![format!("quantum={EXACT_QUANTUM}"), format!("quantum_outside={EXACT_QUANTUM_OUTSIDE}")]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Host-driven workloads: the guest serves connections from the host's load generator.
+fn host_driven(workload: &str) -> bool {
+    workload == "tcpserv" || NET_BENCHES.contains(&workload)
 }
 
 fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Duration), String> {
@@ -260,14 +308,11 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
                 vm.net = Some(crate::net::NetConfig::service()?);
             }
             vm.smp = spec.smp;
-            // Deterministic enough to repeat: one host thread runs all vCPUs round-robin.
+            // One host thread runs all vCPUs round-robin (the plugins' tables are not locked).
             vm.single_thread = true;
-            // With one vCPU, instruction-based guest time (seeds/004's setup) makes interrupts
-            // land at the same instructions: counts repeat within ~0.02% instead of ~2%.
-            // With several vCPUs, icount hangs this Linux guest's boot, so they run without.
-            if spec.smp == 1 && spec.icount {
-                vm.icount_shift = Some(3);
-            }
+            // The exact mode; with several vCPUs the plugin's quantum (plugin_arg) keeps 7.2's
+            // round-robin scheduler from starving the APs under icount.
+            vm.exact = spec.exact && !tcp;
             // The guest takes the first occurrence of a key: the caller's parameters win.
             vm.append = if suite_only {
                 format!("bench={} workers={} reps=1 {}", spec.workload, spec.smp, spec.params)
@@ -304,6 +349,9 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             let mut args: Vec<String> =
                 cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
             args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
+            if spec.exact && !host_driven(spec.workload) {
+                args.extend(exact_qemu_args());
+            }
             Ok((args, spec.timeout))
         }
     }
@@ -327,7 +375,9 @@ fn plugin_arg(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> 
     let out = runs.join(format!("{plugin}-{}-{}-{}.txt", spec.system.name(), spec.workload, spec.smp));
     let _ = fs::remove_file(&out);
     let mut arg = format!("{},out={}", s(built.plugin(plugin)), s(&out));
-    for e in extra {
+    // Fine, repeatable vCPU interleaving (exact mode); the host-driven runs get it too: their
+    // packets arrive in host time, but the slices stay a few hundred instructions.
+    for e in quantum_plugin_args(spec.smp).iter().chain(extra) {
         arg.push(',');
         arg.push_str(e);
     }
@@ -765,7 +815,7 @@ fn check_levels(built: &Built, spec: &str) -> Result<(), String> {
 fn cmd_insncount(o: &Opts) -> Result<(), String> {
     let built = build()?;
     let workload = o.workload.as_deref().ok_or("insncount: --workload NAME is required")?;
-    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params: &o.params, timeout: o.timeout, icount: true };
+    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params: &o.params, timeout: o.timeout, exact: true };
     let run = run_with_plugin(&built, &spec, "insncount", &[])?;
     let vcpus: Vec<&Record> = run.report.iter().filter(|r| r.kind == "vcpu").collect();
     let (k, u): (u64, u64) = vcpus.iter().fold((0, 0), |(k, u), r| (k + r.u("kernel"), u + r.u("user")));
@@ -780,7 +830,8 @@ fn cmd_insncount(o: &Opts) -> Result<(), String> {
         println!("per op: {pk:.1} kernel + {pu:.1} user instructions");
     }
     let json = format!(
-        "{{\"plugin\":\"insncount\",\"evidence\":\"deterministic count under TCG\",\"system\":{},\"workload\":{},\"smp\":{},\"params\":{},\"ops\":{},\"kernel\":{k},\"user\":{u},\"per_op\":{},\"vcpus\":[{}]}}\n",
+        "{{\"plugin\":\"insncount\",\"evidence\":{},\"system\":{},\"workload\":{},\"smp\":{},\"params\":{},\"ops\":{},\"kernel\":{k},\"user\":{u},\"per_op\":{},\"vcpus\":[{}]}}\n",
+        jstr(&evidence("exact count of executed guest instructions", &spec)),
         jstr(o.system.name()),
         jstr(workload),
         spec.smp,
@@ -849,7 +900,7 @@ fn cmd_cachesim(o: &Opts) -> Result<(), String> {
         extra.push(format!("levels={l}"));
         extra.push(format!("inclusive={}", if o.inclusive { "on" } else { "off" }));
     }
-    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params: &o.params, timeout: o.timeout, icount: true };
+    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params: &o.params, timeout: o.timeout, exact: true };
     let run = run_with_plugin(&built, &spec, "cachesim", &extra)?;
     let head = run.report.first().cloned().ok_or("cachesim: empty report")?;
     let (ios, iapp) = (head.u("insns_os"), head.u("insns_app"));
@@ -865,6 +916,7 @@ fn cmd_cachesim(o: &Opts) -> Result<(), String> {
         iapp,
         run.elapsed.as_secs_f64()
     );
+    let _ = writeln!(text, "{}", interleaving_line(&run.report, spec.exact && !host_driven(workload)));
     let _ = writeln!(
         text,
         "MMU-index cross-check: {} data accesses, {} user-MMU from kernel code, {} kernel-MMU from user code",
@@ -950,7 +1002,8 @@ fn cmd_cachesim(o: &Opts) -> Result<(), String> {
     }
     print!("{text}");
     let json = format!(
-        "{{\"plugin\":\"cachesim\",\"evidence\":\"deterministic simulation of the TCG trace\",\"system\":{},\"workload\":{},\"smp\":{},\"params\":{},\"ops\":{},\"insns_os\":{ios},\"insns_app\":{iapp},\"header\":{},\"models\":[{}]}}\n",
+        "{{\"plugin\":\"cachesim\",\"evidence\":{},\"system\":{},\"workload\":{},\"smp\":{},\"params\":{},\"ops\":{},\"insns_os\":{ios},\"insns_app\":{iapp},\"header\":{},\"models\":[{}]}}\n",
+        jstr(&evidence("deterministic simulation of the guest's physical-address trace", &spec)),
         jstr(o.system.name()),
         jstr(workload),
         spec.smp,
@@ -975,7 +1028,7 @@ fn cmd_cachesim(o: &Opts) -> Result<(), String> {
 fn cmd_sharing(o: &Opts) -> Result<(), String> {
     let built = build()?;
     let workload = o.workload.as_deref().ok_or("sharing: --bench NAME is required")?;
-    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(2), params: &o.params, timeout: o.timeout, icount: true };
+    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(2), params: &o.params, timeout: o.timeout, exact: true };
     let extra: Vec<String> = if o.kernel_only { vec!["kernel_only=on".into()] } else { Vec::new() };
     let syms = symbols_for(o.system)?;
     let run = if NET_BENCHES.contains(&workload) { run_net_with_plugin(&built, &spec, "sharing", &extra)? } else { run_with_plugin(&built, &spec, "sharing", &extra)? };
@@ -1007,11 +1060,10 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
         head.u("transfers_user"),
         per_op(head.u("transfers_user"))
     );
-    // Interleaving-independent companion of the transfer count: every access to a line that
-    // another vCPU writes could miss under fine-grained interleaving (an upper bound), while the
-    // transfers seen under TCG's coarse vCPU slices are a lower bound.
+    // The upper bound: every access to a line another vCPU writes could find it elsewhere.
     let shared_accesses: u64 = lines.iter().map(|r| r.u("reads") + r.u("writes")).sum();
-    let _ = writeln!(text, "accesses to those lines: {shared_accesses} ({} per op; the bound on transfers at fine interleaving)", per_op(shared_accesses));
+    let _ = writeln!(text, "accesses to those lines: {shared_accesses} ({} per op; the upper bound on transfers)", per_op(shared_accesses));
+    let _ = writeln!(text, "{}", interleaving_line(&run.report, spec.exact && !host_driven(workload)));
     let _ = writeln!(text, "\n{:<18} {:<44} {:<36} {:>7} {:>7} {:>8} {:>8} {:>6}", "phys line", "data (symbol of the address)", "first writer (code)", "readers", "writers", "reads/op", "writes/op", "xfers");
     for r in lines.iter().take(o.top) {
         let code = syms.name(r.u("pc")).unwrap_or_else(|| if r.u("pc") >= 0xffff_8000_0000_0000 { "?".into() } else { "[user code]".into() });
@@ -1086,13 +1138,15 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
         })
         .collect();
     let json = format!(
-        "{{\"plugin\":\"sharing\",\"evidence\":\"deterministic line-sharing count under single-threaded TCG\",\"system\":{},\"bench\":{},\"smp\":{},\"params\":{},\"ops\":{},\"shared_line_accesses\":{shared_accesses},\"roles\":{roles_json},\"summary\":{},\"lines\":[{}]}}\n",
+        "{{\"plugin\":\"sharing\",\"evidence\":{},\"system\":{},\"bench\":{},\"smp\":{},\"params\":{},\"ops\":{},\"shared_line_accesses\":{shared_accesses},\"roles\":{roles_json},\"summary\":{},\"interleaving\":{},\"lines\":[{}]}}\n",
+        jstr(if spec.exact && !host_driven(workload) { "exact line-sharing count (exact mode: icount, vCPU quantum)" } else { "line-sharing count under single-threaded TCG, host-driven (not exact)" }),
         jstr(o.system.name()),
         jstr(workload),
         spec.smp,
         jstr(&o.params),
         ops.map(|x| x.to_string()).unwrap_or("null".into()),
         record_json(&head),
+        run.report.iter().find(|r| r.kind == "slices").map(record_json).unwrap_or("null".into()),
         json_lines.join(",\n")
     );
     let p = write_out(&o.out, &format!("sharing-{}-{}-{}.json", o.system.name(), workload, spec.smp), &json)?;
@@ -1126,7 +1180,7 @@ pub struct SharingSummary {
 pub fn sharing_summary(system: &str, workload: &str, smp: u32, params: &str, timeout: Duration, classify: &dyn Fn(&str) -> &'static str) -> Result<SharingSummary, String> {
     let system = System::parse(system)?;
     let built = build()?;
-    let spec = RunSpec { system, workload, smp, params, timeout, icount: true };
+    let spec = RunSpec { system, workload, smp, params, timeout, exact: true };
     let syms = symbols_for(system)?;
     // User lines too: this system's packet rings between cores live in shared user segments.
     let run = run_with_plugin(&built, &spec, "sharing", &[])?;
@@ -1144,6 +1198,34 @@ pub fn sharing_summary(system: &str, workload: &str, smp: u32, params: &str, tim
         shared_lines_user: head.u("shared_user"),
         by_class,
     })
+}
+
+/// The JSON's evidence string: `what`, and whether the run was in the exact mode.
+fn evidence(what: &str, spec: &RunSpec) -> String {
+    if spec.exact && !host_driven(spec.workload) {
+        format!("{what} (exact mode: single-threaded TCG, icount, vCPU quantum {EXACT_QUANTUM}; repeats whatever the host's load)")
+    } else {
+        format!("{what} (not exact: host-driven input or timed run)")
+    }
+}
+
+/// One line on how the vCPUs interleaved inside the region (the plugin's `slices` record) and
+/// whether the run was in the exact mode.
+fn interleaving_line(report: &[Record], exact: bool) -> String {
+    let Some(r) = report.iter().find(|r| r.kind == "slices") else {
+        return "interleaving: not reported".into();
+    };
+    let mode = if exact { "exact mode: repeats whatever the host's load" } else { "not exact: host-driven input" };
+    if r.u("count") <= 1 {
+        return format!("interleaving: one vCPU ran the region ({mode})");
+    }
+    format!(
+        "interleaving: {} vCPU turns in the region, {} instructions each on average (quantum {}, longest {}; {mode})",
+        r.u("count"),
+        r.u("mean"),
+        r.u("quantum"),
+        r.u("max")
+    )
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -1177,7 +1259,7 @@ fn cmd_overhead(o: &Opts) -> Result<(), String> {
         return Err("overhead: only --system linux reports its region time so far".into());
     }
     let params = if o.params.is_empty() && workload == "zip" { "files=400" } else { o.params.as_str() };
-    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params, timeout: o.timeout, icount: false };
+    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params, timeout: o.timeout, exact: false };
     // The host is shared: take the fastest of a few runs of each configuration.
     const REPEAT: usize = 3;
     let (args, timeout) = guest_args(&spec, None)?;
@@ -1292,7 +1374,7 @@ pub fn tests() -> Result<TestTally, String> {
 
     println!("== plugins: Linux guest runs");
     let timeout = Duration::from_secs(180);
-    let spec = |workload: &'static str, smp: u32, params: &'static str| RunSpec { system: System::Linux, workload, smp, params, timeout, icount: true };
+    let spec = |workload: &'static str, smp: u32, params: &'static str| RunSpec { system: System::Linux, workload, smp, params, timeout, exact: true };
     let mut guest = |name: &str, r: Result<GuestRun, String>, check: &dyn Fn(&GuestRun) -> Result<(), String>| match r {
         Ok(run) => {
             let res = check(&run);
@@ -1357,11 +1439,32 @@ pub fn tests() -> Result<TestTally, String> {
         Ok(())
     });
     // sharing: one shared counter is one line written by every vCPU; private counters none.
-    guest("sharing: a shared counter is one line written by every vCPU", run_with_plugin(&built, &spec("counter", 2, "iters=3000"), "sharing", &[]), &|r| {
+    let counter = run_with_plugin(&built, &spec("counter", 2, "iters=3000"), "sharing", &[]);
+    let first_counter_report = counter.as_ref().map(|r| r.report.clone()).ok();
+    guest("sharing: a shared counter is one line written by every vCPU", counter, &|r| {
         let h = &r.report[0];
         let user: Vec<&Record> = r.report.iter().filter(|x| x.kind == "line" && x.get("mode") == Some("u")).collect();
         if h.u("shared_user") != 1 || user.len() != 1 || user[0].u("writers") != 0x3 {
             return Err(format!("{} shared user lines, writers {:?}", h.u("shared_user"), user.iter().map(|x| x.u("writers")).collect::<Vec<_>>()));
+        }
+        Ok(())
+    });
+    // The exact mode (issue 23): the same run again gives the same report, record for record,
+    // and the vCPUs took turns of about the quantum inside the region. Catches a lost -icount,
+    // -seed or -rtc (Linux's counts then move between boots) and a lost quantum (then 7.2's
+    // scheduler starves the second vCPU under icount and the boot hangs, or the turns are
+    // millions of instructions long).
+    guest("sharing: the exact mode repeats record for record, in turns of the quantum", run_with_plugin(&built, &spec("counter", 2, "iters=3000"), "sharing", &[]), &|r| {
+        let first = first_counter_report.as_ref().ok_or("the first counter run failed")?;
+        if let Some((a, b)) = first.iter().zip(&r.report).find(|(a, b)| a != b) {
+            return Err(format!("the second run differs: `{a:?}` vs `{b:?}`"));
+        }
+        if first.len() != r.report.len() {
+            return Err(format!("the second run has {} records, the first {}", r.report.len(), first.len()));
+        }
+        let sl = r.report.iter().find(|x| x.kind == "slices").ok_or("no slices record")?;
+        if sl.u("count") < 20 || sl.u("mean") > 2 * EXACT_QUANTUM || sl.u("quantum") != EXACT_QUANTUM {
+            return Err(format!("{} turns of {} instructions on average (quantum {}): want >= 20 turns of <= {}", sl.u("count"), sl.u("mean"), sl.u("quantum"), 2 * EXACT_QUANTUM));
         }
         Ok(())
     });
