@@ -221,6 +221,76 @@ pub mod nr {
     /// when the scheduler is off; `NoSuchCore` for an index that is not an online core;
     /// `NotFound` if the caller does not hold that core; `NotPermitted` from a syscall ring.
     pub const CORE_RELEASE: u64 = 80;
+
+    /// Protected procedure calls (Tornado, seeds/001 section 6; docs/ppc.md): a server
+    /// registers a *gate* for one core, and a client running on that core calls it. The call
+    /// runs the server's handler on the caller's own core, in the server's address range and
+    /// share set, and returns its result: no other core, lock or shared counter is involved.
+    ///
+    /// `ppc_register(share, name_ptr, name_len, *const PpcGate) -> gate id`: a gate object
+    /// (`ObjType::Gate`) in `share`, homed on the gate's core. It holds references to the
+    /// handler's root range and shares (they live while the gate does). Errors: `BadAddress`
+    /// for an `entry` or `stack_top` outside the user half; `Misaligned` for a `stack_top`
+    /// not 16-byte aligned; `NoSuchCore` for a core that is not online; `InvalidArgument` for
+    /// no share or more than `MAX_CONTEXT_SHARES`, a root range that is not `ArKind::Root`, or a
+    /// `share` that one of the gate's shares holds (directly or through shares and gates it
+    /// holds: the gate would keep itself alive, a reference cycle nothing could free);
+    /// `NotPermitted` for a private share in the list that belongs to another core than the
+    /// gate's; the naming errors for the root range and the shares.
+    pub const PPC_REGISTER: u64 = 81;
+    /// `ppc_call(gate_share, gate, a0, a1, a2, a3) -> the handler's value`. On the gate's core
+    /// only (`WrongCore` elsewhere); one call at a time per gate (`Busy` while it is in a call,
+    /// which includes calling it from its own handler, and `Busy` beyond `PPC_MAX_DEPTH`
+    /// nested calls). `NotPermitted` unless made with the `syscall` instruction itself: inside
+    /// a `syscall_batch`, through a syscall ring, or forwarded to a kernel core (an AC's
+    /// `ppc_call` and `ppc_return` run on the AC itself, never forwarded).
+    ///
+    /// The caller's rip, rsp and rflags are saved in the gate; the core loads the gate's root
+    /// range, and the calling context's share set and root share become the gate's until the
+    /// call ends. The handler starts in user mode at `PpcGate::entry` with `rsp = stack_top`,
+    /// `rflags = 0x202`, `rax = PpcGate::cookie`, `rdi = gate_share`, `rsi = gate`,
+    /// `rdx, r10, r8, r9 = a0..a3` (the caller's argument registers, untouched); every other
+    /// register holds what the caller had (the caller's stub clears what it will not pass).
+    /// `pcore_current()` in the handler names the caller's pcore: who is calling.
+    ///
+    /// The call ends with the handler's `ppc_return(value)`: the caller resumes after its
+    /// `syscall` with `rax = value` as the handler gave it (`>= 0` a result, `< 0` an error
+    /// `-Error`, as for any call), its own rsp and rflags, and the handler's other registers
+    /// (a caller's stub treats every register but rsp as clobbered). Or it ends without a
+    /// result, `CallAborted`: the handler took a fault it did not recover from (the caller's
+    /// context lives on; the gate stays usable). A time slice that ends during a call
+    /// switches the core away and back with the gate's root range (the call is part of the
+    /// caller's context); halting the caller's context ends the call with it. A gate deleted
+    /// during a call is freed when the call ends: the call keeps it alive.
+    pub const PPC_CALL: u64 = 82;
+    /// `ppc_return(value)`: end the innermost call this context is in (see `PPC_CALL`); does
+    /// not return. `NotPermitted` outside a call, or not made with `syscall` itself.
+    pub const PPC_RETURN: u64 = 83;
+}
+
+/// Calls one context may nest (a handler calling another gate, and so on) before `ppc_call`
+/// is `Busy`.
+pub const PPC_MAX_DEPTH: u64 = 4;
+
+/// `ppc_register(share, name, &PpcGate)`: what a gate runs and where.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PpcGate {
+    /// Where the handler starts (see `nr::PPC_CALL` for the registers at entry).
+    pub entry: u64,
+    /// The handler's stack top, 16-byte aligned, in `root_ar`. Every call starts here: one
+    /// call at a time per gate, so one stack per gate.
+    pub stack_top: u64,
+    /// Passed to the handler in `rax` at every call (e.g. the address of its function).
+    pub cookie: u64,
+    /// The one core the gate serves (a core index).
+    pub core: u64,
+    /// The root address range (`ArKind::Root`) the handler runs on.
+    pub root_ar: ObjName,
+    /// The handler's shares, at least one: `shares[0]` is its root share (where it makes
+    /// objects, as a context does in its own), the others its share set.
+    pub nshares: u64,
+    pub shares: [ObjectId; MAX_CONTEXT_SHARES],
 }
 
 /// `core_request` role argument: keep the granted cores' roles.
@@ -274,10 +344,16 @@ pub enum Error {
     NotFound = 18,
     /// A device reported an error for the request (a disk's read or write failed).
     Io = 19,
+    /// A per-core object used from another core: a gate called from a core it does not
+    /// serve (`ppc_call`).
+    WrongCore = 20,
+    /// A protected procedure call ended without a result: its handler took a fault it did
+    /// not recover from (`ppc_call`).
+    CallAborted = 21,
 }
 
 impl Error {
-    pub const ALL: [Error; 19] = [
+    pub const ALL: [Error; 21] = [
         Error::NoSuchCall,
         Error::InvalidArgument,
         Error::ShareNotReachable,
@@ -297,6 +373,8 @@ impl Error {
         Error::Unsupported,
         Error::NotFound,
         Error::Io,
+        Error::WrongCore,
+        Error::CallAborted,
     ];
 
     pub fn from_code(code: i64) -> Option<Error> {
@@ -324,6 +402,8 @@ impl Error {
             Error::Unsupported => "unsupported",
             Error::NotFound => "not found",
             Error::Io => "device I/O error",
+            Error::WrongCore => "wrong core",
+            Error::CallAborted => "call aborted",
         }
     }
 }
@@ -355,6 +435,8 @@ pub enum ObjType {
     AddressRange = 3,
     Pcore = 4,
     Device = 5,
+    /// A protected-procedure-call gate (`ppc_register`).
+    Gate = 6,
 }
 
 impl ObjType {
@@ -365,6 +447,7 @@ impl ObjType {
             3 => Some(ObjType::AddressRange),
             4 => Some(ObjType::Pcore),
             5 => Some(ObjType::Device),
+            6 => Some(ObjType::Gate),
             _ => None,
         }
     }
@@ -732,6 +815,9 @@ pub struct CoreStats {
     /// Core-scheduler messages (grant and release requests) this core ran: non-zero on core
     /// 0 only.
     pub sched_messages: u64,
+    /// Protected procedure calls on this core that ended with `CallAborted` (their handler
+    /// took a fault).
+    pub ppc_aborts: u64,
 }
 
 /// One call of a `syscall_batch`: `result` receives the encoded result (`encode`).
@@ -809,5 +895,6 @@ mod tests {
         assert_eq!(core::mem::size_of::<PcoreContext>(), 5 * 8 + 8 + 8 * MAX_CONTEXT_SHARES + 8);
         assert_eq!(core::mem::size_of::<RingSlot>() as u64, RING_SLOT_BYTES);
         assert_eq!(core::mem::size_of::<RingHeader>() as u64, RING_SLOT_BYTES);
+        assert_eq!(core::mem::size_of::<PpcGate>(), 4 * 8 + 16 + 8 + 8 * MAX_CONTEXT_SHARES);
     }
 }

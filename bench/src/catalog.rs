@@ -75,6 +75,14 @@ const fn net(name: &'static str, op: &'static str, defaults: &'static [(&'static
     BenchSpec { host_driven: true, ..b(name, "corey", Placement::Threads, Shape::Parallel, op, defaults) }
 }
 
+/// A webd filesum row (issue 18): host-driven, its mode and file size in its name.
+const fn webd(name: &'static str, op: &'static str) -> BenchSpec {
+    // conns 8: Linux's SO_REUSEPORT spreads keep-alive connections over its threads by a hash
+    // the host cannot steer; with 2, both land on one thread half the time (measured: one
+    // thread served all 208 requests), with 8 a thread is left idle ~1% of the time.
+    net(name, op, &[("files", 8), ("requests", 400), ("conns", 8), ("warmup", 8)])
+}
+
 /// A single-worker benchmark on an application core served by a kernel core.
 const fn kc(name: &'static str, op: &'static str, defaults: &'static [(&'static str, u64)]) -> BenchSpec {
     BenchSpec { kernel_core: true, ..b(name, "base", Placement::Threads, Shape::Parallel, op, defaults) }
@@ -134,6 +142,21 @@ pub const BENCHES: &[BenchSpec] = &[
     // more connects in flight lose SYNs to 1 s retransmissions (xtask/src/net/load.rs).
     net("tcp_accept", "TCP connection: accept, write 128 bytes, close (ours: Dedicated)", &[("conns", 300), ("concurrency", 2)]),
     net("tcp_accept_polling", "TCP connection: accept, write 128 bytes, close (ours: Polling)", &[("conns", 300), ("concurrency", 2)]),
+    // Corey section 6.2 / 8.4 (figure 12), issue 18: webd with filesum, driven from the host
+    // (xtask/src/bench/webd.rs). One operation is one request `/filesum/NAME` (the files in
+    // turn), answered with the sum of the file's bytes; `files` files of the row's size,
+    // `requests` per round on `conns` keep-alive connections after `warmup` untimed ones.
+    // Ours: random (any application core sums), locality (each file's home core sums it),
+    // same-core (the front-end sums through a protected procedure call); Linux: random only.
+    webd("webd_filesum_random_64k", "HTTP request: filesum of a 64 KiB file (random mode)"),
+    webd("webd_filesum_random_512k", "HTTP request: filesum of a 512 KiB file (random mode)"),
+    webd("webd_filesum_random_1m", "HTTP request: filesum of a 1 MiB file (random mode)"),
+    webd("webd_filesum_locality_64k", "HTTP request: filesum of a 64 KiB file (locality mode)"),
+    webd("webd_filesum_locality_512k", "HTTP request: filesum of a 512 KiB file (locality mode)"),
+    webd("webd_filesum_locality_1m", "HTTP request: filesum of a 1 MiB file (locality mode)"),
+    webd("webd_filesum_same_core_64k", "HTTP request: filesum of a 64 KiB file (same-core mode)"),
+    webd("webd_filesum_same_core_512k", "HTTP request: filesum of a 512 KiB file (same-core mode)"),
+    webd("webd_filesum_same_core_1m", "HTTP request: filesum of a 1 MiB file (same-core mode)"),
     b("pagefault_zero", "base", Processes, Parallel, "demand-zero fault, map/touch/unmap 64-page region", &[("pages", 64), ("rounds", 80)]),
     // Corey section 6.1 / 8.4 (figure 10), issue 17: Metis MapReduce over generated text
     // (bench/src/metis.rs); 4 MiB is ~0.1-0.3 s of map+reduce at 2 vCPUs under TCG.

@@ -141,8 +141,12 @@ pub trait Platform: Sync {
     /// Delete entry `id` from `share` (Linux: `close`).
     fn share_del(&self, share: Handle, id: Handle) -> Result<(), Error>;
 
-    /// The cheapest system call there is (Linux: getpid).
-    fn null_syscall(&self);
+    /// The cheapest system call there is (Linux: getpid). Returns what the call returned, as
+    /// a number that is [`Platform::null_expected`] when it did what it should (ours: 0 for
+    /// `Ok(0)`, `u64::MAX` for an error; Linux: the pid).
+    fn null_syscall(&self) -> u64;
+    /// What every `null_syscall` made by the calling worker must return.
+    fn null_expected(&self) -> u64;
     /// `n` null calls as one batch (ours: `syscall_batch`), each call's result checked.
     fn null_syscall_batch(&self, n: usize) -> Result<(), Error>;
 

@@ -292,10 +292,15 @@ impl Platform for Linux {
         self.desc_close(id)
     }
 
-    fn null_syscall(&self) {
+    fn null_syscall(&self) -> u64 {
         // The raw system call: libc wrappers may cache getpid.
         // SAFETY: getpid has no arguments and no effects.
-        unsafe { libc::syscall(libc::SYS_getpid) };
+        unsafe { libc::syscall(libc::SYS_getpid) as u64 }
+    }
+
+    fn null_expected(&self) -> u64 {
+        // The calling worker's process (a thread's or a forked worker's own).
+        std::process::id() as u64
     }
 
     /// Linux has no kernel cores: no core runs another core's system calls, so there is

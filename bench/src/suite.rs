@@ -132,11 +132,15 @@ pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
         "nullsyscall" => {
             let iters = params.count("iters")?;
             go(&|_, gate| {
+                let want = p.null_expected();
                 gate.start();
+                // Each call's result is summed (one add per call) and checked after the loop.
+                let mut sum = 0u64;
                 for _ in 0..iters {
-                    p.null_syscall();
+                    sum = sum.wrapping_add(p.null_syscall());
                 }
                 gate.stop();
+                null_results_ok(sum, want, iters)?;
                 Ok(iters as u64)
             })
         }
@@ -152,10 +156,12 @@ pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
                 p.forward_begin()?;
                 gate.start();
                 let mut r = Ok(());
+                let want = p.null_expected();
+                let mut sum = 0u64;
                 if batch == 1 {
                     // The same loop as `nullsyscall`, only on an application core.
                     for _ in 0..rounds {
-                        p.null_syscall();
+                        sum = sum.wrapping_add(p.null_syscall());
                     }
                 } else {
                     for _ in 0..rounds {
@@ -169,6 +175,9 @@ pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
                 // Roles are restored on every path, errors included.
                 let served = p.forward_end();
                 r?;
+                if batch == 1 {
+                    null_results_ok(sum, want, rounds)?;
+                }
                 // One forwarded system call per batch (the batch is one round trip).
                 if served? < ops / batch as u64 {
                     return Err(Error::Check("the kernel core served fewer calls than were forwarded"));
@@ -223,6 +232,18 @@ fn marks(params: &Params) -> Marks {
 
 /// Write one byte in each page: the first write to a demand-zero page, or to a fresh mapping
 /// of a resident page, is one page fault.
+/// After `calls` null calls that should each have returned `want`, their wrapping sum must be
+/// `calls * want`. One add per call keeps the loop as cheap as a discarded result; a failed
+/// call (ours: `u64::MAX`) or a wrong value makes the sum differ (a set of wrong values that
+/// cancel exactly modulo 2^64 would slip through; no plausible bug gives one).
+fn null_results_ok(sum: u64, want: u64, calls: usize) -> Result<(), Error> {
+    if sum == want.wrapping_mul(calls as u64) {
+        Ok(())
+    } else {
+        Err(Error::Check("a null system call returned something other than its success value"))
+    }
+}
+
 fn touch_pages(mem: *mut u8, pages: usize) {
     for i in 0..pages {
         // SAFETY: callers pass a live mapping of at least `pages` pages.
@@ -335,4 +356,21 @@ fn counters<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Er
         return Err(Error::Check("counter total differs from workers x iters"));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches: the null-call loop discarding what the call returned.
+    #[test]
+    fn null_results_are_checked_after_the_loop() {
+        assert!(null_results_ok(0, 0, 1000).is_ok());
+        assert!(null_results_ok(1234 * 1000, 1234, 1000).is_ok());
+        // One failed call among 1000 (ours returns u64::MAX for an error), or one wrong pid.
+        assert!(null_results_ok(u64::MAX, 0, 1000).is_err());
+        assert!(null_results_ok(1234 * 999 + 1, 1234, 1000).is_err());
+        // Every call failing.
+        assert!(null_results_ok(u64::MAX.wrapping_mul(1000), 0, 1000).is_err());
+    }
 }

@@ -24,6 +24,19 @@ pub struct Context {
     pub rip: u64,
     pub rsp: u64,
     pub args: [u64; 3],
+    /// The gate of the protected procedure call this context is in (the innermost one), if
+    /// any. While it is set, `root_ar`, `root_share` and `shares` are the gate's; the
+    /// context's own are kept in the gate (`kobj::gate`).
+    pub ppc: Option<ObjRef>,
+    /// How many calls `ppc` stands for (nested calls).
+    pub ppc_depth: u32,
+}
+
+impl Context {
+    /// A context that starts at `rip` with stack `rsp` and arguments `args`, in no call.
+    pub fn new(root_share: ObjRef, shares: Vec<ObjRef>, root_ar: ObjRef, pcore: ObjRef, rip: u64, rsp: u64, args: [u64; 3]) -> Context {
+        Context { root_share, shares, root_ar, pcore, rip, rsp, args, ppc: None, ppc_depth: 0 }
+    }
 }
 
 /// The running context of a core. Only its own core touches it, never from an interrupt
@@ -74,6 +87,14 @@ impl ContextSlot {
 #[inline]
 pub fn with_current<R>(f: impl FnOnce(&Context) -> R) -> Result<R, Error> {
     percpu::acting().context.get().map(f).ok_or(Error::NotPermitted)
+}
+
+/// This core's own running context, for a system call that came straight from it (not a
+/// kernel core acting for another core): the protected procedure calls, which change the
+/// context's identity in place. The reference must not outlive the system call.
+#[inline(always)]
+pub fn current_mut() -> Option<&'static mut Context> {
+    percpu::this().context.get_mut()
 }
 
 /// Mutable access for the few calls that change the share set.
@@ -208,6 +229,11 @@ pub(crate) fn finish(area: &PerCpu, ctx: Context, code: u64, started: bool) {
     // so TLB shootdowns from other cores are not held up.
     let token = cpu::irq_save();
     cpu::enable_interrupts();
+    // A context ending in the middle of protected procedure calls gives their gates back
+    // (and with them its own root share, which `owner` below must name).
+    let mut ctx = ctx;
+    let gates = crate::kobj::gate::unwind(&mut ctx);
+    drop(gates);
     let owner = ctx.root_share.id;
     drop(ctx);
     // Cores the core scheduler granted to this context go back to its pool.
@@ -313,6 +339,11 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
                     f.rip = fixup;
                     return true;
                 }
+                let rip = f.rip;
+                if abort_call(f) {
+                    crate::kprintln!("user fault: page fault at {addr:#x} ({why:?}) in a protected procedure call's handler, rip {rip:#x}; the call ends");
+                    return true;
+                }
                 crate::kprintln!(
                     "user fault: page fault at {addr:#x} ({why:?}, {} {}), rip {:#x}; ending the context",
                     if write { "write" } else { "read" },
@@ -324,6 +355,14 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
             }
         }
     }
+    let (vector, error, rip) = (f.vector, f.error, f.rip);
+    if abort_call(f) {
+        crate::kprintln!(
+            "user fault: {} (vector {vector}, error {error:#x}) at rip {rip:#x} in a protected procedure call's handler; the call ends",
+            crate::arch::x86_64::idt::exception_name(vector),
+        );
+        return true;
+    }
     crate::kprintln!(
         "user fault: {} (vector {}, error {:#x}) at rip {:#x}; ending the context",
         crate::arch::x86_64::idt::exception_name(f.vector),
@@ -332,5 +371,34 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
         f.rip
     );
     request_exit(EXIT_FAULT_BASE + f.vector);
+    true
+}
+
+/// A fatal user-mode fault inside a protected procedure call ends the call, not the context:
+/// the caller resumes after its `ppc_call` with `CallAborted` and the handler's registers
+/// cleared (nothing of the server's leaks to it). Returns false if the context is in no call
+/// (the fault is the context's own).
+fn abort_call(f: &mut TrapFrame) -> bool {
+    let area = percpu::this();
+    let me = area.index;
+    let Some(c) = area.context.get_mut() else { return false };
+    let mut caller = crate::arch::x86_64::syscall::UserReturn::default();
+    let Some(gate) = crate::kobj::gate::leave(c, me, &mut caller) else { return false };
+    for r in [&mut f.r15, &mut f.r14, &mut f.r13, &mut f.r12, &mut f.r11, &mut f.r10, &mut f.r9, &mut f.r8, &mut f.rbp, &mut f.rdi, &mut f.rsi, &mut f.rdx, &mut f.rcx, &mut f.rbx] {
+        *r = 0;
+    }
+    f.rip = caller.rip;
+    f.rsp = caller.rsp;
+    f.rflags = caller.rflags;
+    f.rax = abi::encode(Err(Error::CallAborted)) as u64;
+    // The caller's root range is loaded: the gate may go now (its last reference may be
+    // this one), with interrupts on as for any free.
+    let reenable = f.rflags & (1 << 9) != 0;
+    if reenable {
+        cpu::enable_interrupts();
+    }
+    drop(gate);
+    cpu::disable_interrupts();
+    area.stats.ppc_aborts.fetch_add(1, Ordering::Relaxed);
     true
 }

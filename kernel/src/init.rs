@@ -47,7 +47,7 @@ fn build(name: &str, args: &str) -> Result<Context, &'static str> {
         share.insert(o.clone()).map_err(|e| e.as_str())?;
     }
     let args3 = [INIT_START_INFO, root_share.id, pcore.id];
-    Ok(Context { root_share, shares: Vec::new(), root_ar, pcore, rip: image.entry, rsp: INIT_START_INFO, args: args3 })
+    Ok(Context::new(root_share, Vec::new(), root_ar, pcore, image.entry, INIT_START_INFO, args3))
 }
 
 /// Quiesce and measure: free pages and kernel objects with every core's caches trimmed.
@@ -73,7 +73,7 @@ pub fn run(name: &str, args: &str, inject: Option<&str>) -> bool {
     if let Some(spec) = inject {
         match crate::mm::inject::configure(spec) {
             Ok(()) => kprintln!("init: allocation fault injection on ({spec})"),
-            Err(why) => kprintln!("{why}; injection stays off"),
+            Err(why) => crate::boot_option_error(&alloc::format!("inject={spec} not applied: {why}; injection stays off")),
         }
     }
     let code = run_context(area, ctx);

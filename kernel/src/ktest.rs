@@ -1,25 +1,57 @@
 //! In-kernel tests. `ktest!` puts an entry into the `.ktests` linker section; `cmdline test`
 //! runs them all on the boot core (tests that need every core fan out through
 //! `smp::run_on_all`) and reports over serial in the format the xtask runner parses:
-//! `ktest NAME ... ok`, `ktest NAME ... FAILED: why`, then `ktest: done N passed, M failed`.
+//! `ktest NAME ... ok`, `ktest NAME ... FAILED: why`, `ktest NAME ... skipped (why)`, then
+//! `ktest: done N passed, N failed, N skipped`.
+//!
+//! A test that cannot apply to every boot (one that needs two NUMA nodes, say) is written
+//! `ktest! { fn name() -> Outcome { ... } }` and returns `Ok(Outcome::Skipped(why))` when the
+//! boot lacks what it needs. A skip is not a pass: `cargo xtask test` fails it unless the
+//! suite that booted the kernel declared it may skip there (docs/testing.md).
 
 use alloc::string::String;
+
+/// What a test that may not apply to this boot returns when it did not fail.
+pub enum Outcome {
+    Ran,
+    /// Not run: the boot lacks what the test needs (the reason says what).
+    Skipped(String),
+}
+
+/// A test's function: one that always runs, or one that may report a skip.
+pub enum TestFn {
+    Plain(fn() -> Result<(), String>),
+    MaySkip(fn() -> Result<Outcome, String>),
+}
 
 #[repr(C)]
 pub struct KTest {
     pub name: &'static str,
-    pub func: fn() -> Result<(), String>,
+    pub func: TestFn,
 }
 
 #[macro_export]
 macro_rules! ktest {
+    (fn $name:ident() -> Outcome $body:block) => {
+        fn $name() -> Result<$crate::ktest::Outcome, alloc::string::String> $body
+        const _: () = {
+            #[link_section = ".ktests"]
+            #[used]
+            static ENTRY: $crate::ktest::KTest = $crate::ktest::KTest {
+                name: concat!(module_path!(), "::", stringify!($name)),
+                func: $crate::ktest::TestFn::MaySkip($name),
+            };
+        };
+    };
     (fn $name:ident() $body:block) => {
         fn $name() -> Result<(), alloc::string::String> $body
         const _: () = {
             #[link_section = ".ktests"]
             #[used]
-            static ENTRY: $crate::ktest::KTest =
-                $crate::ktest::KTest { name: concat!(module_path!(), "::", stringify!($name)), func: $name };
+            static ENTRY: $crate::ktest::KTest = $crate::ktest::KTest {
+                name: concat!(module_path!(), "::", stringify!($name)),
+                func: $crate::ktest::TestFn::Plain($name),
+            };
         };
     };
 }
@@ -49,15 +81,25 @@ pub fn all() -> &'static [KTest] {
     }
 }
 
-/// Run every test (or those whose name contains `filter`). Returns true if all passed.
+/// Run every test (or those whose name contains `filter`). Returns true if none failed and at
+/// least one ran and passed: a run that checked nothing (no test selected, or every one
+/// skipped) is not a success.
 pub fn run_all(filter: Option<&str>) -> bool {
-    let (mut passed, mut failed) = (0, 0);
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for t in all().iter().filter(|t| filter.is_none_or(|f| t.name.contains(f))) {
         let start = crate::time::uptime_ns();
-        match (t.func)() {
-            Ok(()) => {
+        let r = match t.func {
+            TestFn::Plain(f) => f().map(|()| Outcome::Ran),
+            TestFn::MaySkip(f) => f(),
+        };
+        match r {
+            Ok(Outcome::Ran) => {
                 passed += 1;
                 crate::kprintln!("ktest {} ... ok ({} ms)", t.name, (crate::time::uptime_ns() - start) / 1_000_000);
+            }
+            Ok(Outcome::Skipped(why)) => {
+                skipped += 1;
+                crate::kprintln!("ktest {} ... skipped ({})", t.name, why);
             }
             Err(why) => {
                 failed += 1;
@@ -65,6 +107,9 @@ pub fn run_all(filter: Option<&str>) -> bool {
             }
         }
     }
-    crate::kprintln!("ktest: done {passed} passed, {failed} failed");
-    failed == 0
+    if passed + failed + skipped == 0 {
+        crate::kprintln!("ktest: no test matches `{}`", filter.unwrap_or(""));
+    }
+    crate::kprintln!("ktest: done {passed} passed, {failed} failed, {skipped} skipped");
+    failed == 0 && passed > 0
 }

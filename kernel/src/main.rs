@@ -30,7 +30,7 @@ pub mod syscall;
 
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use arch::x86_64::acpi::{self, MAX_NODES};
 use arch::x86_64::{apic, cpu, serial};
@@ -287,13 +287,13 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     if let Some(spec) = bi.option("roles") {
         match roles::apply_boot_policy(spec) {
             Ok(()) => kprintln!("roles: {spec}"),
-            Err(why) => kprintln!("{why}; remaining cores stay XC"),
+            Err(why) => boot_option_error(&alloc::format!("roles={spec} not applied: {why}; every core stays XC")),
         }
     }
     if let Some(value) = bi.option("sched") {
         match coresched::apply_boot_option(value) {
             Ok(()) => kprintln!("sched: core 0 grants cores (core_request, core_release)"),
-            Err(why) => kprintln!("{why}; the core scheduler stays off"),
+            Err(why) => boot_option_error(&alloc::format!("sched={value} not applied: {why}; the core scheduler stays off")),
         }
     }
     match bi.option("crash") {
@@ -307,7 +307,7 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     }
     if bi.has_flag("test") {
         let ok = ktest::run_all(bi.option("test").filter(|f| !f.is_empty()));
-        cpu::exit_qemu(ok);
+        finish(ok);
     }
     // `bench=NAME k=v...` (what the measurement tools pass): run the microbench program.
     if bi.option("init").is_none() {
@@ -318,17 +318,39 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
                 args.push_str(w);
             }
             let ok = init::run("microbench", &args, bi.option("inject"));
-            cpu::exit_qemu(ok);
+            finish(ok);
         }
     }
     if let Some(name) = bi.option("init").filter(|n| !n.is_empty()) {
         // Everything after `--` is the program's arguments.
         let args = bi.cmdline().split_once(" -- ").map(|(_, a)| a).unwrap_or("");
         let ok = init::run(name, args, bi.option("inject"));
-        cpu::exit_qemu(ok);
+        finish(ok);
     }
     kprintln!("kernel: boot complete; no init= program given, halting");
-    cpu::exit_qemu(true)
+    finish(true)
+}
+
+/// Set when a command-line option could not be applied.
+static BOOT_OPTION_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// A command-line option that could not be applied (`roles=`, `sched=`, `inject=`): one line,
+/// `boot: error: WHAT`, and the boot goes on without it, but its final exit status says
+/// failure (`finish`). So no test, benchmark or fuzz run made under a configuration it did not
+/// get can pass, whatever it prints.
+pub fn boot_option_error(what: &str) {
+    kprintln!("boot: error: {what}");
+    BOOT_OPTION_FAILED.store(true, Ordering::Release);
+}
+
+/// Power off with the run's verdict: success only if `ok` and every command-line option was
+/// applied.
+fn finish(ok: bool) -> ! {
+    let option_failed = BOOT_OPTION_FAILED.load(Ordering::Acquire);
+    if option_failed {
+        kprintln!("kernel: exit status failure: a command-line option was not applied (the `boot: error:` line above)");
+    }
+    cpu::exit_qemu(ok && !option_failed)
 }
 
 /// `crash=pagefault`: touch an unmapped address so the exception report can be checked.

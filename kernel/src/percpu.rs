@@ -91,6 +91,9 @@ pub struct CpuStats {
     pub context_switches: AtomicU64,
     /// Core-scheduler messages (grants, releases) run here: core 0 only (`coresched`).
     pub sched_messages: AtomicU64,
+    /// Protected procedure calls on this core that ended without a result (the handler
+    /// faulted: `context::abort_call`).
+    pub ppc_aborts: AtomicU64,
 }
 
 // SAFETY: fields mutated by several cores are atomics; the rest is written by the owner only.

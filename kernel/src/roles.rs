@@ -542,15 +542,7 @@ fn run_ring_batch(
     root_ar.as_ar()?;
     // The ring has no root share or pcore of its own: its segment stands in for both (it is
     // neither a share nor a pcore, so naming it as one fails).
-    let ctx = crate::context::Context {
-        root_share: ring.seg.clone(),
-        shares,
-        root_ar: root_ar.clone(),
-        pcore: ring.seg.clone(),
-        rip: 0,
-        rsp: 0,
-        args: [0; 3],
-    };
+    let ctx = crate::context::Context::new(ring.seg.clone(), shares, root_ar.clone(), ring.seg.clone(), 0, 0, [0; 3]);
     root.enter(me, &root_ar)?;
     cpu::enable_interrupts();
     let served = crate::context::serve_as(ctx, || {
@@ -615,35 +607,50 @@ pub fn set_role(core: usize, role: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// Apply `roles=kc:1,ac:2-3,tc:4` from the command line. Returns a one-line complaint for
-/// entries it could not apply.
+/// Apply `roles=kc:1,ac:2-3,tc:4` from the command line, all or nothing: the whole spec is
+/// parsed and checked first (known roles, cores online, no core named twice), then kernel
+/// cores are made first (so application-core entries find one); if any core refuses its role,
+/// the cores already changed go back to XC. Returns the one-line reason when nothing was
+/// applied (main prints it as the boot's error line).
 pub fn apply_boot_policy(spec: &str) -> Result<(), alloc::string::String> {
-    // Kernel cores first, so AC entries find one.
-    let mut entries: alloc::vec::Vec<(u64, usize, usize)> = alloc::vec::Vec::new();
+    let online = percpu::online_count();
+    let mut entries: alloc::vec::Vec<(u64, usize)> = alloc::vec::Vec::new();
     for item in spec.split(',').filter(|s| !s.is_empty()) {
-        let (name, range) = item.split_once(':').ok_or_else(|| alloc::format!("roles: `{item}` is not ROLE:CORES"))?;
+        let (name, range) = item.split_once(':').ok_or_else(|| alloc::format!("`{item}` is not ROLE:CORES"))?;
         let role = match name {
             "xc" => ROLE_XC,
             "ac" => ROLE_AC,
             "kc" => ROLE_KC,
             "tc" => ROLE_TC,
-            _ => return Err(alloc::format!("roles: unknown role `{name}` (xc, tc, ac, kc)")),
+            _ => return Err(alloc::format!("unknown role `{name}` (xc, tc, ac, kc)")),
         };
         let (a, b) = match range.split_once('-') {
             Some((a, b)) => (a, b),
             None => (range, range),
         };
-        let a: usize = a.parse().map_err(|_| alloc::format!("roles: bad core `{a}`"))?;
-        let b: usize = b.parse().map_err(|_| alloc::format!("roles: bad core `{b}`"))?;
-        if a > b || b >= percpu::online_count() {
-            return Err(alloc::format!("roles: cores {a}-{b} are not all online ({} cores)", percpu::online_count()));
+        let a: usize = a.parse().map_err(|_| alloc::format!("bad core `{a}` in `{item}`"))?;
+        let b: usize = b.parse().map_err(|_| alloc::format!("bad core `{b}` in `{item}`"))?;
+        if a > b || b >= online {
+            return Err(alloc::format!("cores {a}-{b} are not all online ({online} cores: 0-{})", online.saturating_sub(1)));
         }
-        entries.push((role, a, b));
-    }
-    entries.sort_by_key(|&(r, _, _)| if r == ROLE_KC { 0 } else { 1 });
-    for (role, a, b) in entries {
         for c in a..=b {
-            set_role(c, role).map_err(|e| alloc::format!("roles: core {c} cannot be {}: {}", abi::role_name(role), e.as_str()))?;
+            if entries.iter().any(|&(_, e)| e == c) {
+                return Err(alloc::format!("core {c} is named twice"));
+            }
+            entries.push((role, c));
+        }
+    }
+    if entries.is_empty() {
+        return Err("no ROLE:CORES entry".into());
+    }
+    entries.sort_by_key(|&(r, c)| (if r == ROLE_KC { 0 } else { 1 }, c));
+    for (i, &(role, c)) in entries.iter().enumerate() {
+        if let Err(e) = set_role(c, role) {
+            // Undo in reverse (application cores before the kernel cores they need).
+            for &(_, done) in entries[..i].iter().rev() {
+                let _ = set_role(done, ROLE_XC);
+            }
+            return Err(alloc::format!("core {c} cannot be {}: {}", abi::role_name(role), e.as_str()));
         }
     }
     Ok(())

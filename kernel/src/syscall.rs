@@ -4,7 +4,7 @@
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
-use crate::arch::x86_64::syscall::{copy_from_user, copy_to_user, read_user, write_user, SyscallFrame};
+use crate::arch::x86_64::syscall::{copy_from_user, copy_to_user, read_user, write_user, SyscallFrame, UserReturn};
 use crate::context::{self, with_current, with_current_mut, Context};
 use crate::kobj::kref::KRef;
 use crate::kobj::share::Lease;
@@ -15,16 +15,21 @@ use abi::*;
 /// The system call in frame `f`; returns the encoded result, which the entry stub returns in
 /// `rax`. Nothing is kept across the handler call (the per-CPU area is loaded again after it),
 /// so this frame saves no registers.
+///
+/// `f` is a raw pointer, as for `ppc_call_entry`.
 #[no_mangle]
-extern "C" fn syscall_dispatch(f: &SyscallFrame) -> i64 {
+extern "C" fn syscall_dispatch(f: *mut SyscallFrame) -> i64 {
+    // SAFETY: syscall_entry passes the frame it pushed on this core's entry stack; it lives
+    // until syscall_entry pops it after this returns. Only these two fields are read here.
+    let (nr, args) = unsafe { ((*f).rax, &(*f).args) };
     let me = percpu::this();
     me.stats.syscalls.fetch_add(1, Ordering::Relaxed);
     if me.role.load(Ordering::Acquire) == ROLE_AC {
         // An application core runs no kernel services itself: a kernel core does.
-        return encode(crate::roles::forward(f.rax, f.args));
+        return encode(crate::roles::forward(nr, *args));
     }
     me.injectable.store(true, Ordering::Relaxed);
-    let r = dispatch_in(f.rax, &f.args);
+    let r = dispatch_in(nr, args);
     let me = percpu::this();
     me.injectable.store(false, Ordering::Relaxed);
     // `pcore_yield`: switch as this call returns to user mode (sched::yield_on_return).
@@ -123,18 +128,28 @@ fn insert_new(share_obj: &ObjRef, name: &[u8], home: u32, kind: Kind) -> Result<
     Ok(id)
 }
 
-/// True if `inner` is `outer` or held (transitively) by it: adding `outer` to `inner` would
-/// make a reference cycle that could never be freed.
-fn contains_share(outer: &ObjRef, inner: &ObjRef, depth: u32) -> bool {
-    if KRef::ptr_eq(outer, inner) {
+/// True if `target` is `from`, or `from` holds it (transitively): a share holds its entries,
+/// a gate its shares (`gate::Gate::members`). Adding `from` to `target` would then make a
+/// reference cycle that could never be freed. Past `depth` levels, or through a share this
+/// core may not read, it answers true (cannot prove acyclic: refuse).
+fn reaches(from: &ObjRef, target: &ObjRef, depth: u32) -> bool {
+    if KRef::ptr_eq(from, target) {
         return true;
     }
-    if depth == 0 {
-        return true; // too deep to prove acyclic: refuse
+    let holds_refs = |o: &ObjRef| o.as_share().is_ok() || o.as_gate().is_ok();
+    match &from.kind {
+        Kind::Share(sh) => {
+            if depth == 0 {
+                return true;
+            }
+            let Ok(ids) = sh.ids() else { return true };
+            ids.iter().any(|&id| sh.get(id).ok().is_some_and(|o| holds_refs(&o) && reaches(&o, target, depth - 1)))
+        }
+        // A gate is one step with its shares: the depth counts shares (the graph has no
+        // cycles, every insertion is checked, so this ends).
+        Kind::Gate(g) => g.members.iter().any(|m| reaches(m, target, depth)),
+        _ => false,
     }
-    let Ok(sh) = outer.as_share() else { return false };
-    let Ok(ids) = sh.ids() else { return true };
-    ids.iter().any(|&id| sh.get(id).ok().is_some_and(|o| o.as_share().is_ok() && contains_share(&o, inner, depth - 1)))
 }
 
 /// An output buffer of `cap` elements of `T` at `buf` must lie in the user half as a whole,
@@ -217,6 +232,9 @@ static HANDLERS: [Handler; CALLS] = {
     t[nr::INITRD_GET as usize] = sys_initrd_get;
     t[nr::CORE_REQUEST as usize] = sys_core_request;
     t[nr::CORE_RELEASE as usize] = sys_core_release;
+    t[nr::PPC_REGISTER as usize] = sys_ppc_register;
+    t[nr::PPC_CALL as usize] = sys_ppc_not_direct;
+    t[nr::PPC_RETURN as usize] = sys_ppc_not_direct;
     t
 };
 
@@ -293,7 +311,7 @@ fn sys_share_addobj(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     with_current(|c| {
         let o = with_share_in(c, a[1], |s| s.as_share()?.get(a[2]))?;
         with_share_in(c, a[0], |dst| {
-            if o.as_share().is_ok() && contains_share(&o, dst, 8) {
+            if reaches(&o, dst, 8) {
                 return Err(Error::InvalidArgument);
             }
             dst.as_share()?.insert(o)
@@ -719,9 +737,110 @@ fn sys_core_stats(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         lock_spin_waits: percore::cpu::spin_stats(c.index).1,
         granted_to: crate::coresched::granted_to(c.index),
         sched_messages: s.sched_messages.load(Ordering::Relaxed),
+        ppc_aborts: s.ppc_aborts.load(Ordering::Relaxed),
     };
     write_user(a[1], &st)?;
     Ok(0)
+}
+
+fn sys_ppc_register(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let dst = reach_share(a[0])?;
+    let (name, n) = read_name(a[1], a[2])?;
+    let spec: PpcGate = read_user(a[3])?;
+    if spec.entry < USER_BASE || spec.entry >= USER_END || spec.stack_top <= USER_BASE || spec.stack_top > USER_END {
+        return Err(Error::BadAddress);
+    }
+    if spec.stack_top % 16 != 0 {
+        return Err(Error::Misaligned);
+    }
+    let core = percpu::get(spec.core as usize).filter(|c| spec.core < percpu::online_count() as u64 && c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?.index;
+    if spec.nshares == 0 || spec.nshares as usize > MAX_CONTEXT_SHARES {
+        return Err(Error::InvalidArgument);
+    }
+    let root_ar = lookup(spec.root_ar.share, spec.root_ar.object)?;
+    if root_ar.as_ar()?.kind != ArKind::Root {
+        return Err(Error::InvalidArgument);
+    }
+    let mut shares: Vec<ObjRef> = Vec::new();
+    shares.try_reserve(spec.nshares as usize).map_err(|_| Error::NoMemory)?;
+    for &id in &spec.shares[..spec.nshares as usize] {
+        let s = reach_share(id)?;
+        // A private share answers one core: the handler runs on the gate's.
+        if s.as_share()?.owner().is_some_and(|o| o != core) {
+            return Err(Error::NotPermitted);
+        }
+        // The gate will hold its shares: one of them holding the gate would keep it alive
+        // for ever.
+        if reaches(&s, &dst, 8) {
+            return Err(Error::InvalidArgument);
+        }
+        if !shares.iter().any(|x| KRef::ptr_eq(x, &s)) {
+            shares.push(s);
+        }
+    }
+    let g = crate::kobj::gate::Gate::new(core as u32, spec.entry, spec.stack_top, spec.cookie, root_ar, shares)?;
+    insert_new(&dst, &name[..n], core as u32, Kind::Gate(g))
+}
+
+/// The protected procedure calls, straight from `syscall_entry` (`ppc_call` here,
+/// `ppc_return` below; numbers above them go on to `syscall_dispatch`): they rewrite where
+/// `sysretq` returns to, which only the frame of a `syscall` of the context running here has.
+/// Nothing on this path allocates or takes a lock; it does not go through
+/// `syscall_dispatch`'s forwarding (an AC switches itself), fault injection or TC yield (a
+/// yield asked for takes effect at the next other call or tick).
+///
+/// `f` is a raw pointer: `syscall_entry` passes the frame it pushed on this core's entry
+/// stack, which lives until it pops it after this returns, and nothing else refers to it.
+#[no_mangle]
+extern "C" fn ppc_call_entry(f: *mut SyscallFrame) -> i64 {
+    percpu::this().stats.syscalls.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: see above: the arguments are read, and the return slots are ours to rewrite
+    // for this call.
+    let (a0, a1, ret) = unsafe { ((*f).args[0], (*f).args[1], &mut (*f).ret) };
+    encode(ppc_call(a0, a1, ret))
+}
+
+/// `ppc_return` straight from `syscall_entry` (see `ppc_call_entry`).
+#[no_mangle]
+extern "C" fn ppc_return_entry(f: *mut SyscallFrame) -> i64 {
+    percpu::this().stats.syscalls.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: as for `ppc_call_entry`.
+    let (a0, ret) = unsafe { ((*f).args[0], &mut (*f).ret) };
+    encode(ppc_return(a0, ret))
+}
+
+/// `ppc_call(gate_share, gate, ..)`: enter the gate's handler (`kobj::gate::enter`); its
+/// `rax` is the gate's cookie, its other argument registers the caller's.
+#[inline(always)]
+fn ppc_call(share: u64, gate: u64, ret: &mut UserReturn) -> Result<u64, Error> {
+    // A `syscall` runs on the caller's own core: its context is this core's.
+    let c = context::current_mut().ok_or(Error::NotPermitted)?;
+    // A client names its gate through its root share (`libos::ppc::Gate::bind`): that
+    // lookup first, without the general resolution's lease.
+    let gate = if share == c.root_share.id {
+        c.root_share.as_share()?.get(gate)?
+    } else {
+        let s = resolve_share(c, share)?;
+        s.as_share()?.get(gate)?
+    };
+    crate::kobj::gate::enter(c, gate, percpu::current_index(), ret)
+}
+
+/// `ppc_return(value)`: back to the caller of the innermost call, with `value` in its `rax`.
+#[inline(always)]
+fn ppc_return(value: u64, ret: &mut UserReturn) -> Result<u64, Error> {
+    let c = context::current_mut().ok_or(Error::NotPermitted)?;
+    let gate = crate::kobj::gate::leave(c, percpu::current_index(), ret).ok_or(Error::NotPermitted)?;
+    // Dropped here, after the caller's root range is loaded: a gate deleted during the call
+    // is freed now.
+    drop(gate);
+    Ok(value)
+}
+
+/// `ppc_call` and `ppc_return` reach the table only from a batch, a syscall ring or a call
+/// forwarded to a kernel core: not a `syscall` whose return they could redirect.
+fn sys_ppc_not_direct(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {
+    Err(Error::NotPermitted)
 }
 
 fn sys_initrd_get(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
@@ -813,7 +932,7 @@ fn pcore_run(pshare: u64, pcore_id: u64, ctx_ptr: u64) -> Result<u64, Error> {
     }
     let args = [c.arg, root_share.id, p.id];
     if !time_shared {
-        let ctx = Context { root_share, shares, root_ar, pcore: p, rip: c.rip, rsp: c.rsp, args };
+        let ctx = Context::new(root_share, shares, root_ar, p, c.rip, c.rsp, args);
         context::start_on(target, ctx)?;
         return Ok(0);
     }
@@ -825,7 +944,7 @@ fn pcore_run(pshare: u64, pcore_id: u64, ctx_ptr: u64) -> Result<u64, Error> {
         return Err(Error::Busy);
     }
     let claimed = p.clone();
-    let ctx = Context { root_share, shares, root_ar, pcore: p, rip: c.rip, rsp: c.rsp, args };
+    let ctx = Context::new(root_share, shares, root_ar, p, c.rip, c.rsp, args);
     if let Err(e) = crate::sched::post(target, ctx) {
         if let Ok(pc) = claimed.as_pcore() {
             pc.state.store(prev, Ordering::Release);

@@ -15,6 +15,7 @@
 //! | [`counter`] | `SloppyCounter`, `DistributedCounter` | seeds/002, Tornado fig. 1 |
 //! | [`clustered`] | clustered objects, miss handling, policies | Tornado §3 |
 //! | [`reclaim`] | existence guarantees by quiescence (token over per-core counts) | Tornado §5 |
+//! | [`spsc`] | single-producer single-consumer message ring, sequence-tagged slots | NIX, Corey's rings |
 //! | [`slab`] | per-core object cache over a backend (page slabs, heap) | Tornado §4 |
 //! | [`selftest`] | the all-cores stress the kernel runs (and the host, on threads) | |
 #![cfg_attr(not(feature = "std"), no_std)]
@@ -35,6 +36,7 @@ pub mod seqlock;
 pub mod selftest;
 pub mod slab;
 pub mod spin;
+pub mod spsc;
 
 pub use clustered::{ClusteredObject, Policy, RepInfo};
 pub use counter::{DistributedCounter, SloppyCounter};

@@ -6,9 +6,9 @@
 //! and is not part of any protocol.
 
 #[cfg(not(loom))]
-pub(crate) use core::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+pub(crate) use core::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// One iteration of a busy-wait loop. Under loom this yields, which tells the model checker
 /// that the thread cannot make progress until another one runs.

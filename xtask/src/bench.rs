@@ -7,13 +7,14 @@
 #[allow(dead_code)] // shared with the guest crate; the host uses part of it
 pub(crate) mod catalog;
 pub(crate) mod guest;
-mod json;
+pub(crate) mod json;
 pub(crate) mod linux_sys;
 mod net;
 mod ours;
 mod record;
 mod report;
 mod stats;
+mod webd;
 
 use std::fs;
 use std::path::PathBuf;
@@ -151,7 +152,17 @@ pub fn parse_options(args: &[String]) -> Result<Options, String> {
             "--only" => {
                 let v = value()?;
                 o.benches.clear();
-                for s in split_list(&v) {
+                // `webd_filesum` names its nine rows (three modes by three file sizes).
+                let expanded: Vec<&str> = split_list(&v)
+                    .flat_map(|s| {
+                        if s == "webd_filesum" {
+                            catalog::BENCHES.iter().filter(|b| webd::is_webd(b)).map(|b| b.name).collect::<Vec<_>>()
+                        } else {
+                            vec![s]
+                        }
+                    })
+                    .collect();
+                for s in expanded {
                     let b = catalog::find(s).ok_or_else(|| {
                         let known: Vec<&str> = catalog::BENCHES.iter().map(|b| b.name).collect();
                         format!("bench: unknown benchmark `{s}` (known: {})", known.join(", "))
@@ -378,6 +389,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     // modules instead of bench-linux; if that initramfs cannot be made, those cells say why.
     let linux_net = (linux.is_some() && o.benches.iter().any(|b| b.host_driven))
         .then(|| crate::linux::fetch_kernel().and_then(|k| crate::net::linux_guest::initramfs(&k)).map_err(|e| format!("linux: the tcpserv initramfs: {e}")));
+    // The webd rows boot Linux with webd-linux as /init (its initramfs is made per file set).
+    let linux_webd = (linux.is_some() && o.benches.iter().any(|b| webd::is_webd(b))).then(|| {
+        linux_sys::build_static("bench", "webd-linux").map_err(|e| format!("linux: webd-linux: {e}")).map(|w| crate::webd::run::Artifacts::Linux { kernel: linux.as_ref().map(|l| l.kernel.clone()).unwrap_or_default(), webd: w })
+    });
     let unavailable = |s: System| match s {
         System::Ours => ours_why.clone(),
         System::Linux => None,
@@ -394,6 +409,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
             System::Linux => linux.as_ref().map(|l| l as _),
             System::Ours => ours_sys.as_ref().map(|s| s as _),
         };
+        if webd::is_webd(spec) {
+            let (common, art) = match sys {
+                System::Linux => match (linux.as_ref(), linux_webd.as_ref()) {
+                    (Some(l), Some(Ok(art))) => (&l.common, art.clone()),
+                    (_, Some(Err(e))) => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, e),
+                    _ => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+                },
+                System::Ours => match ours_sys.as_ref() {
+                    Some(s) => (&s.common, crate::webd::run::Artifacts::Ours { kernel: s.kernel.clone(), initrd: s.initrd.clone() }),
+                    None => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+                },
+            };
+            return webd::run_one(common, &art, spec, params, cores, o.timeout, &tag);
+        }
         if spec.host_driven {
             let (common, boot) = match sys {
                 System::Linux => match (linux.as_ref(), linux_net.as_ref()) {

@@ -30,11 +30,11 @@ Commands:
 Options:
   --system linux|ours     guest system (default linux)
   --workload NAME         (--bench NAME is the same) linux: stream null dupclose dupclose_unshared counter private
-                          find zip pipe spawn filesum tcpserv (Corey 8.2, driven by the load
+                          find zip pipe spawn filesum piperr sockrr tcpserv (Corey 8.2, driven by the load
                           generator: ops = connections; ours: tcpserv too), or a suite benchmark
                           they do not cover (run by bench-linux, e.g. metis_wri); ours: a suite benchmark (`cargo xtask bench
                           --list`, run by bench-ours with one worker per vCPU) or a microbench
-                          one (null fault share_private share_global stat segment; one core)
+                          one (null fault share_private share_global stat segment ppc; one core)
   --smp N                 vCPUs (default 1; sharing default 2)
   --params \"k=v ...\"      workload parameters (iters=, threads=, size=, passes=, files=)
   --preset LIST           cachesim: nehalem, sweep, nehalem-mc, amd16, comma-separated (default nehalem).
@@ -224,6 +224,10 @@ const LINUX_WORKLOADS: &[(&str, &str)] = &[
     ("spawn", "iters=10"),
     // Corey's filesum without the web server: the known answer of the multi-core cache models.
     ("filesum", "size=1048576 passes=4 stride=64 mode=locality"),
+    // Protected procedure calls' Linux equivalents (docs/ppc.md): 8-byte request/response
+    // round trips between two processes pinned to CPU 0, over pipes and over a socketpair.
+    ("piperr", "iters=2000"),
+    ("sockrr", "iters=2000"),
     // Corey's TCP service (issue 15): the guest boots with the NIC and the host's load
     // generator drives it (xtask/src/net/tcp_accept.rs); ops = the measured connections.
     ("tcpserv", "conns=101 warmup=1"),

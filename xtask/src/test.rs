@@ -1,15 +1,208 @@
-//! `cargo xtask test`: host tests, loom model checks, plugin tests, then the in-kernel tests
-//! booted at several vCPU counts, then the bad-boot-condition checks. Prints the closing line
-//! `N passed, N failed` and fails on any failure or timeout.
+//! `cargo xtask test`: host tests, loom model checks, plugin tests, then every test boot (the
+//! in-kernel tests at several vCPU counts, the user-program suites, the shell, fuzz, network,
+//! files, Metis, large and broken boots, the ISO). Prints the closing line `N passed, N
+//! failed, N skipped` and fails on any failure or timeout, naming the suites that failed.
+//!
+//! Three outcomes (docs/testing.md). Every test line is `ktest|utest NAME ... ok`, `...
+//! FAILED: why` or `... skipped (why)`, and every run ends with `done N passed, N failed, N
+//! skipped`. A skip is not a pass: each suite is booted with the configuration its tests need
+//! and declares (`Expect`) which tests may skip there and which must pass; a skip it did not
+//! declare fails, and so do a run that ran no test, a missing closing line, a closing line
+//! that disagrees with the lines, a crash, a timeout, and a `boot: error:` line (a
+//! command-line option such as `roles=` that the kernel could not apply).
+//!
+//! Adding a suite is one line in [`run`]: `r.user(SMP, "CMDLINE", Expect::ALL)?` for a
+//! user-program suite, or `r.suite(NAME, |a| ...)?` for anything else.
 
-use crate::qemu::{boot_captured, BootMedium, VmConfig};
+use crate::qemu::{boot_captured, BootMedium, BootOutput, VmConfig};
 use crate::TestTally;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Hard limit for one kernel boot in the test matrix. Generous: TCG with 8 vCPUs on a
 /// 2-core host is slow, and a busy CI machine is slower; a hang still ends here.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// What a suite declares about the tests its boot runs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Expect {
+    /// Tests (full names, as printed) that may report a skip under this boot. Any other skip
+    /// is a failure: the boot was made to give the test what it needs.
+    pub may_skip: &'static [&'static str],
+    /// Tests that must have run and passed under this boot (what the boot is for).
+    pub must_pass: &'static [&'static str],
+}
+
+impl Expect {
+    /// Every test the program runs must run: none may skip.
+    pub const ALL: Expect = Expect { may_skip: &[], must_pass: &[] };
+}
+
+/// The test lines and closing lines of one run's output.
+#[derive(Debug, Default)]
+pub struct Outcomes {
+    pub passed: Vec<String>,
+    /// (name, why)
+    pub failed: Vec<(String, String)>,
+    /// (name, reason)
+    pub skipped: Vec<(String, String)>,
+    /// Each closing line's (passed, failed, skipped); skipped is None on an old-style line.
+    pub closing: Vec<(usize, usize, Option<usize>)>,
+}
+
+/// `N passed, M failed[, K skipped]` after `done `.
+fn parse_closing(rest: &str) -> Option<(usize, usize, Option<usize>)> {
+    let count = |word: &str| -> Option<usize> {
+        let words: Vec<&str> = rest.split(|c: char| c == ',' || c.is_whitespace()).filter(|w| !w.is_empty()).collect();
+        let i = words.iter().position(|w| *w == word)?;
+        words.get(i.checked_sub(1)?)?.parse().ok()
+    };
+    Some((count("passed")?, count("failed")?, count("skipped")))
+}
+
+/// The text in the first parentheses of `s`, or all of it.
+fn in_parens(s: &str) -> String {
+    match (s.find('('), s.rfind(')')) {
+        (Some(a), Some(b)) if b > a => s[a + 1..b].to_string(),
+        _ => s.trim().to_string(),
+    }
+}
+
+/// Parse `ktest`/`utest` lines: `PREFIX NAME ... ok[ (note)]`, `... FAILED: why`, `...
+/// skipped (why)`, and `PREFIX: done N passed, N failed, N skipped`. An old-style `... ok
+/// (skipped: why)` is a skip, not a pass.
+pub fn parse_outcomes(serial: &str) -> Outcomes {
+    let mut o = Outcomes::default();
+    for line in serial.lines() {
+        let Some(idx) = line.find("ktest").or_else(|| line.find("utest")) else { continue };
+        let rest = &line[idx + 5..];
+        if let Some(done) = rest.strip_prefix(": done ") {
+            if let Some(c) = parse_closing(done) {
+                o.closing.push(c);
+            }
+            continue;
+        }
+        let Some(rest) = rest.strip_prefix(' ') else { continue };
+        let Some((name, result)) = rest.split_once(" ... ") else { continue };
+        let (name, result) = (name.trim().to_string(), result.trim());
+        if let Some(after) = result.strip_prefix("ok") {
+            let note = after.trim_start();
+            if note.starts_with("(skipped") {
+                o.skipped.push((name, in_parens(note).trim_start_matches("skipped").trim_start_matches(':').trim().to_string()));
+            } else {
+                o.passed.push(name);
+            }
+        } else if let Some(why) = result.strip_prefix("skipped") {
+            o.skipped.push((name, in_parens(why)));
+        } else if let Some(why) = result.strip_prefix("FAILED") {
+            o.failed.push((name, why.trim_start_matches(':').trim().to_string()));
+        }
+    }
+    o
+}
+
+/// The verdict on one test run: its counts (every problem counted as one failure) and the
+/// problems, one line each.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub tally: TestTally,
+    pub problems: Vec<String>,
+}
+
+/// How a test boot ended.
+#[derive(Clone, Copy, Debug)]
+pub struct Ending {
+    pub timed_out: bool,
+    /// The kernel's verdict: QEMU's exit status says success (the tests or the program
+    /// passed, nothing leaked, every command-line option applied).
+    pub exit_ok: bool,
+}
+
+impl Ending {
+    pub fn of(out: &BootOutput) -> Ending {
+        Ending { timed_out: out.timed_out, exit_ok: out.kernel_exit_ok() }
+    }
+}
+
+/// Lines that fail any test boot whatever its tests say: a command-line option the kernel
+/// could not apply (`boot: error:`), a kernel panic or exception.
+pub fn boot_problems(serial: &str) -> Vec<String> {
+    serial
+        .lines()
+        .filter(|l| l.contains("boot: error:") || l.contains("KERNEL PANIC") || l.contains("] EXCEPTION "))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// Judge a test run's output against what its suite declared (see the module comment).
+pub fn judge_run(serial: &str, end: Ending, expect: &Expect) -> Verdict {
+    let o = parse_outcomes(serial);
+    let mut v = Verdict::default();
+    v.tally.passed = o.passed.len();
+    for (name, why) in &o.failed {
+        v.tally.failed += 1;
+        v.problems.push(format!("{name}: {why}"));
+    }
+    for (name, why) in &o.skipped {
+        if expect.may_skip.contains(&name.as_str()) {
+            v.tally.skipped += 1;
+        } else {
+            v.tally.failed += 1;
+            v.problems.push(format!("{name} skipped ({why}), but this boot is configured to run it"));
+        }
+    }
+    let problem = |p: String, v: &mut Verdict| {
+        v.tally.failed += 1;
+        v.problems.push(p);
+    };
+    // A required test that failed, or skipped without leave, is counted above already.
+    for name in expect.must_pass {
+        let ran = o.passed.iter().any(|p| p == name) || o.failed.iter().any(|(f, _)| f == name);
+        let skipped = o.skipped.iter().any(|(n, _)| n == name);
+        if skipped && expect.may_skip.contains(name) {
+            problem(format!("{name} must pass under this boot, and skipped"), &mut v);
+        } else if !ran && !skipped {
+            problem(format!("{name} must pass under this boot, and did not run"), &mut v);
+        }
+    }
+    if o.passed.is_empty() && o.failed.is_empty() {
+        problem(format!("no test ran ({} skipped)", o.skipped.len()), &mut v);
+    }
+    if o.closing.is_empty() {
+        problem("no closing `done N passed, N failed, N skipped` line: the run stopped early".into(), &mut v);
+    } else {
+        let (p, f, s) = o.closing.iter().fold((0, 0, 0), |(p, f, s), c| (p + c.0, f + c.1, s + c.2.unwrap_or(0)));
+        if (p, f, s) != (o.passed.len(), o.failed.len(), o.skipped.len()) {
+            problem(
+                format!("the closing line says {p} passed, {f} failed, {s} skipped, the lines {} passed, {} failed, {} skipped", o.passed.len(), o.failed.len(), o.skipped.len()),
+                &mut v,
+            );
+        }
+    }
+    for l in boot_problems(serial) {
+        problem(l, &mut v);
+    }
+    if end.timed_out {
+        problem("timed out".into(), &mut v);
+    } else if !end.exit_ok && v.tally.failed == 0 {
+        problem("the kernel's exit status says failure, though no test failed".into(), &mut v);
+    }
+    v
+}
+
+/// Print a verdict's problems (and, if any, the run's last serial lines); return its tally.
+fn report(what: &str, v: &Verdict, serial: &str, last_lines: usize) -> TestTally {
+    for p in &v.problems {
+        println!("   FAILED: {what}: {p}");
+    }
+    if !v.problems.is_empty() {
+        for l in serial.lines().rev().take(last_lines).collect::<Vec<_>>().into_iter().rev() {
+            println!("   | {l}");
+        }
+    }
+    v.tally
+}
 
 fn parse_cargo_test_output(out: &str) -> TestTally {
     let mut t = TestTally::default();
@@ -24,6 +217,10 @@ fn parse_cargo_test_output(out: &str) -> TestTally {
                 }
                 if let Some(f) = n("failed") {
                     t.failed += f;
+                }
+                // An `#[ignore]`d host test does not run: a skip.
+                if let Some(i) = n("ignored") {
+                    t.skipped += i;
                 }
             }
         }
@@ -50,33 +247,29 @@ fn host_tests() -> Result<TestTally, String> {
         eprintln!("{stderr}");
         t.failed += 1;
     }
-    println!("   host: {} passed, {} failed", t.passed, t.failed);
+    println!("   host: {} passed, {} failed, {} ignored", t.passed, t.failed, t.skipped);
     Ok(t)
 }
 
-/// Result of the kernel's own test run, parsed from serial.
-fn parse_kernel_tests(serial: &str) -> (TestTally, Vec<String>, bool) {
-    let mut t = TestTally::default();
-    let mut failures = Vec::new();
-    let mut summary = false;
-    for line in serial.lines() {
-        if let Some(idx) = line.find("ktest ").or_else(|| line.find("utest ")) {
-            let rest = &line[idx + 6..];
-            if rest.contains("... ok") {
-                t.passed += 1;
-            } else if rest.contains("... FAILED") {
-                t.failed += 1;
-                failures.push(rest.to_string());
-            }
-        }
-        if line.contains("ktest: done") || line.contains("utest: done") {
-            summary = true;
-        }
+/// The in-kernel tests that check NUMA placement: they skip on a one-node boot and must run
+/// on the two-node one (kernel/src/tests.rs).
+const NUMA_KTESTS: &[&str] = &[
+    "kernel::tests::numa_pages_come_from_the_local_node",
+    "kernel::tests::object_metadata_comes_from_the_memid_node",
+    "kernel::tests::segment_pages_come_from_the_memid_node",
+];
+
+/// What the in-kernel test boot at `numa_nodes` nodes declares: on one node the NUMA
+/// placement tests may skip (nothing to place); over two or more they must pass.
+fn kernel_expect(numa_nodes: u32) -> Expect {
+    if numa_nodes >= 2 {
+        Expect { may_skip: &[], must_pass: NUMA_KTESTS }
+    } else {
+        Expect { may_skip: NUMA_KTESTS, must_pass: &[] }
     }
-    (t, failures, summary)
 }
 
-fn kernel_tests(kernel: &std::path::Path, smp: u32, numa_nodes: u32) -> Result<TestTally, String> {
+fn kernel_tests(kernel: &Path, smp: u32, numa_nodes: u32) -> Result<TestTally, String> {
     let cfg = VmConfig {
         smp,
         numa_nodes,
@@ -92,35 +285,17 @@ fn kernel_tests(kernel: &std::path::Path, smp: u32, numa_nodes: u32) -> Result<T
         println!("== kernel tests at {smp} vCPU(s)");
     }
     let out = boot_captured(&cfg, None, false, None)?;
-    let (mut t, failures, summary) = parse_kernel_tests(&out.serial);
-    for f in &failures {
-        println!("   FAILED: {f}");
-    }
-    let boot_line = out.serial.lines().find(|l| l.contains("boot: ")).map(str::to_string);
-    if let Some(l) = &boot_line {
+    if let Some(l) = out.serial.lines().find(|l| l.contains("boot: ")) {
         println!("   {}", l.trim());
     }
-    let mut problem = None;
-    if out.timed_out {
-        problem = Some(format!("timed out after {} s", BOOT_TIMEOUT.as_secs()));
-    } else if !summary {
-        problem = Some("the kernel stopped before finishing its tests".into());
-    } else if t.failed == 0 && !out.kernel_exit_ok() {
-        problem = Some(format!("kernel exit status {:?}", out.status.and_then(|s| s.code())));
-    }
-    if let Some(p) = problem {
-        println!("   FAILED: boot at {smp} vCPUs: {p}; last serial lines:");
-        for l in out.serial.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
-            println!("   | {l}");
-        }
-        t.failed += 1;
-    }
-    println!("   {smp} vCPU(s): {} passed, {} failed ({:.1} s)", t.passed, t.failed, out.elapsed.as_secs_f64());
+    let v = judge_run(&out.serial, Ending::of(&out), &kernel_expect(numa_nodes));
+    let t = report(&format!("kernel tests at {smp} vCPUs"), &v, &out.serial, 15);
+    println!("   {smp} vCPU(s): {} passed, {} failed, {} skipped ({:.1} s)", t.passed, t.failed, t.skipped, out.elapsed.as_secs_f64());
     Ok(t)
 }
 
 /// A boot that must stop cleanly with a failure exit and print `expect` on the console.
-fn bad_boot(kernel: &std::path::Path, what: &str, mut cfg: VmConfig, expect: &str) -> Result<TestTally, String> {
+fn bad_boot(kernel: &Path, what: &str, mut cfg: VmConfig, expect: &str) -> Result<TestTally, String> {
     cfg.medium = Some(BootMedium::Kernel(kernel.to_path_buf()));
     cfg.timeout = Some(Duration::from_secs(120));
     let out = boot_captured(&cfg, None, false, None)?;
@@ -129,17 +304,17 @@ fn bad_boot(kernel: &std::path::Path, what: &str, mut cfg: VmConfig, expect: &st
     if ok {
         let line = out.serial.lines().find(|l| l.contains(expect)).unwrap_or("").trim();
         println!("   bad boot `{what}` stops cleanly: {line}");
-        Ok(TestTally { passed: 1, failed: 0 })
+        Ok(TestTally::PASS)
     } else {
         println!(
             "   FAILED: bad boot `{what}`: timed out={} exit={:?}, expected a line containing `{expect}`; serial:\n{}",
             out.timed_out, code, out.serial
         );
-        Ok(TestTally { passed: 0, failed: 1 })
+        Ok(TestTally::FAIL)
     }
 }
 
-fn bad_boot_conditions(kernel: &std::path::Path) -> Result<TestTally, String> {
+fn bad_boot_conditions(kernel: &Path) -> Result<TestTally, String> {
     println!("== bad boot conditions");
     let mut t = TestTally::default();
     t.add(bad_boot(kernel, "--mem 16M", VmConfig { smp: 1, mem_mib: 16, ..Default::default() }, "boot: failed: too little memory")?);
@@ -159,78 +334,74 @@ fn bad_boot_conditions(kernel: &std::path::Path) -> Result<TestTally, String> {
         "deliberate_page_fault",
     )?);
     t.add(bad_boot(kernel, "crash=panic", VmConfig { smp: 1, cmdline: "crash=panic".into(), ..Default::default() }, "KERNEL PANIC")?);
+    // A placement that cannot be applied (core 4 of 0-3): one `boot: error:` line, nothing
+    // applied, and the boot's exit says failure (so a test run under it cannot pass).
+    t.add(bad_boot(
+        kernel,
+        "roles=kc:4,ac:1-2 at 4 vCPUs",
+        VmConfig { smp: 4, cmdline: "roles=kc:4,ac:1-2".into(), ..Default::default() },
+        "boot: error: roles=kc:4,ac:1-2 not applied: cores 4-4 are not all online",
+    )?);
     Ok(t)
 }
 
-/// User-program tests (`init=utest`): every system call's success and error paths, run as a
-/// user program; the kernel then checks that every page and object came back.
-fn user_tests(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, cmdline: &str) -> Result<TestTally, String> {
-    user_tests_on(kernel, initrd, smp, cmdline, None)
+/// A user-program test boot: `cmdline` (with `init=PROG`) at `smp` vCPUs, its `utest` lines
+/// judged against `expect`, the kernel's leak check after the program exited counted as one
+/// more test. `net` adds the network card (issue 15), `disk` a disk image (issue 16).
+pub struct UserBoot<'a> {
+    pub smp: u32,
+    pub cmdline: &'a str,
+    pub expect: Expect,
+    /// With the network card (a forwarded service port, chosen when the boot starts).
+    pub net: bool,
+    pub disk: Option<PathBuf>,
 }
 
-/// `user_tests` with the network card (issue 15).
-fn user_tests_net(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, cmdline: &str) -> Result<TestTally, String> {
-    user_tests_on(kernel, initrd, smp, cmdline, Some(crate::net::NetConfig::service()?))
+impl<'a> UserBoot<'a> {
+    pub fn new(smp: u32, cmdline: &'a str, expect: Expect) -> UserBoot<'a> {
+        UserBoot { smp, cmdline, expect, net: false, disk: None }
+    }
 }
 
-fn user_tests_on(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, cmdline: &str, net: Option<crate::net::NetConfig>) -> Result<TestTally, String> {
-    user_tests_with(kernel, initrd, smp, cmdline, net, None)
+/// `user_boot` with every test required to run (no skip declared).
+pub fn user_tests_disk(kernel: &Path, initrd: &Path, smp: u32, cmdline: &str, disk: &Path) -> Result<TestTally, String> {
+    user_boot(kernel, initrd, UserBoot { disk: Some(disk.to_path_buf()), ..UserBoot::new(smp, cmdline, Expect::ALL) })
 }
 
-/// `user_tests` with a disk image attached (issue 16).
-pub fn user_tests_disk(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, cmdline: &str, disk: &std::path::Path) -> Result<TestTally, String> {
-    user_tests_with(kernel, initrd, smp, cmdline, None, Some(disk.to_path_buf()))
-}
-
-fn user_tests_with(
-    kernel: &std::path::Path,
-    initrd: &std::path::Path,
-    smp: u32,
-    cmdline: &str,
-    net: Option<crate::net::NetConfig>,
-    disk: Option<std::path::PathBuf>,
-) -> Result<TestTally, String> {
+pub fn user_boot(kernel: &Path, initrd: &Path, b: UserBoot) -> Result<TestTally, String> {
+    let (smp, cmdline) = (b.smp, b.cmdline);
     let cfg = VmConfig {
-        disk,
+        disk: b.disk,
         smp,
         cmdline: cmdline.into(),
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         timeout: Some(BOOT_TIMEOUT),
-        net,
+        net: if b.net { Some(crate::net::NetConfig::service()?) } else { None },
         ..Default::default()
     };
     println!("== user tests ({cmdline}) at {smp} vCPU(s)");
     let out = boot_captured(&cfg, None, false, None)?;
-    let (mut t, failures, summary) = parse_kernel_tests(&out.serial);
-    for f in &failures {
-        println!("   FAILED: {f}");
+    let end = Ending::of(&out);
+    let mut v = judge_run(&out.serial, end, &b.expect);
+    // The kernel's leak check after the program exited counts as a test of its own (a
+    // failure exit is already a problem in `v`).
+    if end.exit_ok && !end.timed_out {
+        v.tally.passed += 1;
     }
-    let leak_line = out.serial.lines().find(|l| l.contains("init: free pages")).map(|l| l.trim().to_string());
-    if out.timed_out || !summary || !out.kernel_exit_ok() {
-        println!(
-            "   FAILED: `{cmdline}` at {smp} vCPUs: timed out={} finished={} exit={:?}; last lines:",
-            out.timed_out,
-            summary,
-            out.status.and_then(|s| s.code())
-        );
-        for l in out.serial.lines().rev().take(12).collect::<Vec<_>>().into_iter().rev() {
-            println!("   | {l}");
-        }
-        t.failed += 1;
-    } else {
-        // The kernel's leak check after the program exited counts as a test of its own.
-        t.passed += 1;
+    if let Some(l) = out.serial.lines().find(|l| l.contains("roles in effect")) {
+        println!("   {}", l.trim());
     }
-    if let Some(l) = leak_line {
-        println!("   {l}");
+    let t = report(&format!("`{cmdline}` at {smp} vCPUs"), &v, &out.serial, 12);
+    if let Some(l) = out.serial.lines().find(|l| l.contains("init: free pages")) {
+        println!("   {}", l.trim());
     }
-    println!("   {smp} vCPU(s): {} passed, {} failed ({:.1} s)", t.passed, t.failed, out.elapsed.as_secs_f64());
+    println!("   {smp} vCPU(s): {} passed, {} failed, {} skipped ({:.1} s)", t.passed, t.failed, t.skipped, out.elapsed.as_secs_f64());
     Ok(t)
 }
 
 /// Each benchmark program runs to a clean exit with nothing leaked.
-fn program_runs(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<TestTally, String> {
+fn program_runs(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     println!("== user programs");
     let mut t = TestTally::default();
     let programs = crate::user::program_names()?;
@@ -264,7 +435,7 @@ fn program_runs(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<Te
 /// The shell (`init=sh`) with commands on its serial input: programs run on chosen cores
 /// (its own included), bad input gets one line each and the shell keeps going, `halt` ends
 /// it with nothing leaked.
-fn shell_smoke(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<TestTally, String> {
+fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     println!("== shell smoke test");
     let cfg = VmConfig {
         smp: 2,
@@ -318,7 +489,7 @@ fn shell_smoke(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<Tes
 
 /// Boot `tcpserv` in `mode` with the card, open 40 connections from the host (after one
 /// warm-up), and check every reply, the guest's count, and its leak check.
-fn tcp_service(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, mode: &str) -> Result<TestTally, String> {
+fn tcp_service(kernel: &Path, initrd: &Path, smp: u32, mode: &str) -> Result<TestTally, String> {
     use crate::net::tcp_accept::{self, AcceptSpec};
     let name = format!("tcp service, {mode}, {smp} vCPUs");
     println!("== {name}");
@@ -370,7 +541,7 @@ fn tcp_service(kernel: &std::path::Path, initrd: &std::path::Path, smp: u32, mod
 /// once on core 1 (where core 0, the shell's, is busy: `Busy` for threads and cfork there,
 /// the tests use core 2). Every `utest` line counts; both runs must exit 0, the second must
 /// have found core 0 busy, and `halt` must end cleanly with nothing leaked.
-fn shell_ltest(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<TestTally, String> {
+fn shell_ltest(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     println!("== ltest under the shell at 3 vCPUs (its core, then another)");
     let cfg = VmConfig {
         smp: 3,
@@ -383,10 +554,9 @@ fn shell_ltest(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<Tes
     // Blank lines first: input sent while the kernel boots can lose bytes (see shell_smoke).
     let input = format!("{}run -c 0 ltest nomeasure\nrun -c 1 ltest nomeasure\nhalt\n", "\n".repeat(16));
     let out = boot_captured(&cfg, Some(&input), false, None)?;
-    let (mut t, failures, _) = parse_kernel_tests(&out.serial);
-    for f in &failures {
-        println!("   FAILED: {f}");
-    }
+    // Two runs of ltest, two closing lines; core 2 is free for both, so nothing may skip.
+    let v = judge_run(&out.serial, Ending::of(&out), &Expect::ALL);
+    let mut t = report("shell ltest", &v, &out.serial, 0);
     let checks: [(&str, &dyn Fn(&str) -> bool); 5] = [
         ("both runs finished", &|s| s.matches("utest: done").count() == 2),
         ("exit 0 on the shell's core", &|s| s.contains("sh: ltest on core 0 exited with code 0")),
@@ -402,21 +572,17 @@ fn shell_ltest(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<Tes
             t.failed += 1;
         }
     }
-    if out.timed_out || !out.kernel_exit_ok() {
-        println!("   FAILED: shell ltest: timed out={} exit={:?}", out.timed_out, out.status.and_then(|s| s.code()));
-        t.failed += 1;
-    }
     if t.failed > 0 {
         for l in out.serial.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev() {
             println!("   | {l}");
         }
     }
-    println!("   shell ltest: {} passed, {} failed ({:.1} s)", t.passed, t.failed, out.elapsed.as_secs_f64());
+    println!("   shell ltest: {} passed, {} failed, {} skipped ({:.1} s)", t.passed, t.failed, t.skipped, out.elapsed.as_secs_f64());
     Ok(t)
 }
 
 /// Large configurations: every core online and every node found (boot only, no tests).
-fn summary_boots(kernel: &std::path::Path) -> Result<TestTally, String> {
+fn summary_boots(kernel: &Path) -> Result<TestTally, String> {
     println!("== boot summary at large configurations");
     let mut t = TestTally::default();
     for (smp, numa, mem) in [(64u32, 8u32, 1024u64), (16, 0, 512), (5, 3, 600)] {
@@ -473,9 +639,167 @@ fn iso_boots() -> Result<TestTally, String> {
     Ok(t)
 }
 
+/// The kernel and the program archive, built when the first suite that boots needs them.
+#[derive(Default)]
+pub struct Artifacts {
+    kernel: Option<PathBuf>,
+    initrd: Option<PathBuf>,
+}
+
+impl Artifacts {
+    pub fn kernel(&mut self) -> Result<PathBuf, String> {
+        if self.kernel.is_none() {
+            let k = crate::env::build_kernel()?;
+            crate::env::ensure_qemu()?;
+            self.kernel = Some(k);
+        }
+        Ok(self.kernel.clone().unwrap_or_default())
+    }
+
+    pub fn initrd(&mut self) -> Result<PathBuf, String> {
+        if self.initrd.is_none() {
+            self.initrd = Some(crate::user::build_initrd()?);
+        }
+        Ok(self.initrd.clone().unwrap_or_default())
+    }
+}
+
+/// Runs the suites `--only` selects (all by default), in order, and keeps the totals and the
+/// names of the suites that failed.
+struct Runner {
+    only: Vec<String>,
+    list: bool,
+    art: Artifacts,
+    total: TestTally,
+    failed_suites: Vec<String>,
+    ran: usize,
+    start: Instant,
+}
+
+impl Runner {
+    fn wants(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|p| name.contains(p.as_str()))
+    }
+
+    /// Run suite `name` if selected.
+    fn suite(&mut self, name: &str, f: impl FnOnce(&mut Artifacts) -> Result<TestTally, String>) -> Result<(), String> {
+        self.suite_declaring(name, "", f)
+    }
+
+    /// `suite`, with what the suite declares (for `--list`).
+    fn suite_declaring(&mut self, name: &str, declares: &str, f: impl FnOnce(&mut Artifacts) -> Result<TestTally, String>) -> Result<(), String> {
+        if !self.wants(name) {
+            return Ok(());
+        }
+        if self.list {
+            println!("{name}{}{declares}", if declares.is_empty() { "" } else { ": " });
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let t = f(&mut self.art).map_err(|e| format!("suite `{name}`: {e}"))?;
+        self.ran += 1;
+        if t.failed > 0 {
+            self.failed_suites.push(name.to_string());
+        }
+        println!("   [suite `{name}`: {} passed, {} failed, {} skipped, {:.0} s]", t.passed, t.failed, t.skipped, t0.elapsed().as_secs_f64());
+        self.total.add(t);
+        Ok(())
+    }
+
+    /// A user-program suite: `cmdline` (with `init=PROG`) booted at `smp` vCPUs.
+    fn user(&mut self, smp: u32, cmdline: &'static str, expect: Expect) -> Result<(), String> {
+        self.user_boot(UserBoot::new(smp, cmdline, expect))
+    }
+
+    fn user_boot(&mut self, b: UserBoot<'static>) -> Result<(), String> {
+        let name = user_suite_name(b.cmdline, b.smp);
+        let declares = describe_expect(&b.expect);
+        self.suite_declaring(&name, &declares, |a| {
+            let (k, i) = (a.kernel()?, a.initrd()?);
+            user_boot(&k, &i, b)
+        })
+    }
+
+    fn finish(self) -> Result<(), String> {
+        if self.list {
+            return Ok(());
+        }
+        if self.ran == 0 {
+            return Err(format!("no suite matches --only {:?} (see `cargo xtask test --list`)", self.only));
+        }
+        println!("== {} suite(s) in {:.0} s", self.ran, self.start.elapsed().as_secs_f64());
+        if !self.failed_suites.is_empty() {
+            println!("failed suites: {}", self.failed_suites.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", "));
+        }
+        let t = self.total;
+        println!("{} passed, {} failed, {} skipped", t.passed, t.failed, t.skipped);
+        if t.failed > 0 {
+            Err(format!("{} test(s) failed in {}", t.failed, self.failed_suites.join(", ")))
+        } else if t.passed == 0 {
+            Err("no test ran".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// `PROG smp=N [OPTION...] [-- ARGS]` from a kernel command line with `init=PROG`.
+fn user_suite_name(cmdline: &str, smp: u32) -> String {
+    let (opts, args) = match cmdline.split_once(" -- ") {
+        Some((o, a)) => (o, Some(a)),
+        None => (cmdline, None),
+    };
+    let prog = opts.split_whitespace().find_map(|w| w.strip_prefix("init=")).unwrap_or("?");
+    let mut name = format!("{prog} smp={smp}");
+    for w in opts.split_whitespace().filter(|w| !w.starts_with("init=")) {
+        name.push(' ');
+        name.push_str(w);
+    }
+    if let Some(a) = args {
+        name.push_str(" -- ");
+        name.push_str(a);
+    }
+    name
+}
+
+fn describe_expect(e: &Expect) -> String {
+    let mut d = String::from("every test must run");
+    if !e.may_skip.is_empty() {
+        d = format!("may skip {}", e.may_skip.join(", "));
+    }
+    if !e.must_pass.is_empty() {
+        d.push_str(&format!("; must pass {}", e.must_pass.join(", ")));
+    }
+    d
+}
+
+/// utest's tests that need a second core (`need_cores(2)`): they skip at 1 vCPU only.
+const UTEST_ONE_CORE: &[&str] = &[
+    "pcore_run_and_halt",
+    "pcore_run_errors",
+    "pcore_run_busy",
+    "pcore_halt_remote",
+    "pcore_not_allocated",
+    "share_not_given_unreachable",
+    "unmap_then_touch_faults_child",
+    "shared_range_no_fault_on_b",
+    "shared_unmap_shootdown",
+];
+
+/// roletest's five tests; `role_change_under_load` needs two kernel cores.
+const ROLETEST_ALL: &[&str] = &["ac_forwarding", "role_change_under_load", "kc_refuses_contexts", "syscall_ring", "syscall_ring_from_ac"];
+const ROLETEST_ONE_KC: &[&str] = &["ac_forwarding", "kc_refuses_contexts", "syscall_ring", "syscall_ring_from_ac"];
+
+/// tctest's seven tests; `tc_thread_on_own_tc` needs the test's own core to be a TC too.
+const TCTEST_ALL: &[&str] =
+    &["tc_three_progress", "tc_halt_queued", "tc_exit_any_order", "tc_yield", "tc_queue_full", "tc_thread_on_own_tc", "tc_bad_input"];
+const TCTEST_OTHER_TC: &[&str] = &["tc_three_progress", "tc_halt_queued", "tc_exit_any_order", "tc_yield", "tc_queue_full", "tc_bad_input"];
+
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut smp_list: Vec<u32> = vec![1, 2, 4, 8];
     let mut host_only = false;
+    let mut only = Vec::new();
+    let mut list = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -490,92 +814,232 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 }
             }
             "--host-only" => host_only = true,
+            "--only" => only.push(it.next().filter(|p| !p.is_empty()).ok_or("--only needs a suite name or part of one (see --list)")?.clone()),
+            "--list" => list = true,
             other => return Err(format!("test: unknown option `{other}`")),
         }
     }
-    let mut total = TestTally::default();
-    total.add(host_tests()?);
-    println!("== loom model checks");
-    total.add(crate::percore_tasks::loom_tests()?);
-    println!("== plugin tests");
-    total.add(crate::plugins::tests()?);
-    if !host_only {
-        let kernel = crate::env::build_kernel()?;
-        crate::env::ensure_qemu()?;
-        for &smp in &smp_list {
-            total.add(kernel_tests(&kernel, smp, 0)?);
-        }
-        total.add(kernel_tests(&kernel, 4, 2)?);
-        let initrd = crate::user::build_initrd()?;
-        for smp in [1u32, 2, 4] {
-            total.add(user_tests(&kernel, &initrd, smp, "init=utest")?);
-        }
-        // The library OS (issue 5): threads, cfork, descriptors on shares, the per-core heap.
-        // At 4 vCPUs too: the heap stress's leak check drains every core's remote-free list
-        // before it counts, so it is exact however the vCPUs are scheduled (docs/libos.md).
-        for smp in [2u32, 4] {
-            total.add(user_tests(&kernel, &initrd, smp, "init=ltest -- nomeasure")?);
-        }
-        total.add(shell_smoke(&kernel, &initrd)?);
-        total.add(shell_ltest(&kernel, &initrd)?);
-        // Core roles: an application core forwarding to kernel cores, roles changing under load.
-        total.add(user_tests(&kernel, &initrd, 4, "roles=kc:1,ac:2,kc:3 init=roletest")?);
-        total.add(user_tests(&kernel, &initrd, 3, "roles=tc:0-1 init=tctest")?);
-        // The core scheduler on core 0 (NIX): grants, exhaustion, owners, races; and off by
-        // default.
-        total.add(user_tests(&kernel, &initrd, 4, "sched=core0 init=schedtest")?);
-        total.add(user_tests(&kernel, &initrd, 2, "init=schedtest -- off")?);
-        // Nothing a program does may break the kernel (docs/fuzz.md): isolation attacks (3
-        // vCPUs adds the forwarded-call case), a short fuzz with and without allocation
-        // injection, and the planted-bug demonstration.
-        total.add(user_tests(&kernel, &initrd, 2, "init=isolation")?);
-        total.add(user_tests(&kernel, &initrd, 3, "init=isolation")?);
-        total.add(crate::fuzz::ci_fuzz(&kernel, &initrd)?);
-        // The network (issue 15): the card's device object under bad input, then Corey's TCP
-        // service served to the host in each configuration, every reply checked.
-        total.add(user_tests_net(&kernel, &initrd, 2, "init=nettest")?);
-        for (smp, mode) in [(2u32, "dedicated"), (3, "polling"), (2, "inline")] {
-            total.add(tcp_service(&kernel, &initrd, smp, mode)?);
-        }
-        // The network (issue 15): the Linux baseline's TCP service and the frame fuzzer.
-        total.add(crate::net::qemu_tests()?);
-        // Files (issue 16): the disk's device object under bad input, ext2 read byte for byte
-        // in the library OS, corrupt metadata; the image is still clean afterwards.
-        total.add(crate::fs::ci_test(&kernel, &initrd)?);
-        total.add(program_runs(&kernel, &initrd)?);
-        // Metis MapReduce (issue 17): wc, wri, wrmem equal to the host reference.
-        total.add(crate::metis::ci_check(&kernel)?);
-        total.add(summary_boots(&kernel)?);
-        total.add(bad_boot_conditions(&kernel)?);
-        total.add(iso_boots()?);
+    let mut r = Runner { only, list, art: Artifacts::default(), total: TestTally::default(), failed_suites: Vec::new(), ran: 0, start: Instant::now() };
+    r.suite("host", |_| host_tests())?;
+    r.suite("loom", |_| {
+        println!("== loom model checks");
+        crate::percore_tasks::loom_tests()
+    })?;
+    r.suite("plugins", |_| {
+        println!("== plugin tests");
+        crate::plugins::tests()
+    })?;
+    if host_only {
+        return r.finish();
     }
-    println!("{} passed, {} failed", total.passed, total.failed);
-    if total.failed > 0 {
-        Err(format!("{} test(s) failed", total.failed))
-    } else if total.passed == 0 {
-        Err("no test ran".into())
-    } else {
-        Ok(())
+    for &smp in &smp_list {
+        r.suite_declaring(&format!("kernel smp={smp}"), &describe_expect(&kernel_expect(0)), |a| kernel_tests(&a.kernel()?, smp, 0))?;
     }
+    r.suite_declaring("kernel smp=4 numa=2", &describe_expect(&kernel_expect(2)), |a| kernel_tests(&a.kernel()?, 4, 2))?;
+    r.user(1, "init=utest", Expect { may_skip: UTEST_ONE_CORE, must_pass: &[] })?;
+    r.user(2, "init=utest", Expect::ALL)?;
+    r.user(4, "init=utest", Expect::ALL)?;
+    // The library OS (issue 5): threads, cfork, descriptors on shares, the per-core heap.
+    // At 4 vCPUs too: the heap stress's leak check drains every core's remote-free list
+    // before it counts, so it is exact however the vCPUs are scheduled (docs/libos.md).
+    r.user(2, "init=ltest -- nomeasure", Expect::ALL)?;
+    r.user(4, "init=ltest -- nomeasure", Expect::ALL)?;
+    r.suite("shell", |a| shell_smoke(&a.kernel()?, &a.initrd()?))?;
+    r.suite("shell-ltest", |a| shell_ltest(&a.kernel()?, &a.initrd()?))?;
+    // Core roles under two placements: kernel cores on either side of an application core
+    // (every test runs), and one kernel core serving two application cores (all but the role
+    // change, which needs a second kernel core to take over).
+    r.user(4, "roles=kc:1,ac:2,kc:3 init=roletest", Expect { may_skip: &[], must_pass: ROLETEST_ALL })?;
+    r.user(4, "roles=kc:3,ac:1-2 init=roletest", Expect { may_skip: &["role_change_under_load"], must_pass: ROLETEST_ONE_KC })?;
+    // TC time-sharing under two placements: the test's own core and core 1 TCs (every test
+    // runs), and one TC beside the test's XC core (all but the own-core case).
+    r.user(3, "roles=tc:0-1 init=tctest", Expect { may_skip: &[], must_pass: TCTEST_ALL })?;
+    r.user(3, "roles=tc:2 init=tctest", Expect { may_skip: &["tc_thread_on_own_tc"], must_pass: TCTEST_OTHER_TC })?;
+    // Protected procedure calls (docs/ppc.md): a cfork'd server's gates called on the
+    // client's core, which time-shares (a tick switches away in the middle of calls).
+    r.user(2, "roles=tc:0-1 init=ppctest", Expect::ALL)?;
+    // And from an application core (its calls run on the AC itself; the handler's other
+    // system calls go to the kernel core), with the basic case beside it.
+    r.user(
+        3,
+        "roles=tc:0,ac:1,kc:2 init=ppctest -- application_core call_runs",
+        Expect { may_skip: &[], must_pass: &["ppc::calls_on_an_application_core", "ppc::call_runs_the_handler_in_the_server"] },
+    )?;
+    // The core scheduler on core 0 (NIX): grants, exhaustion, owners, races; and off by
+    // default.
+    r.user(4, "sched=core0 init=schedtest", Expect::ALL)?;
+    r.user(2, "init=schedtest -- off", Expect::ALL)?;
+    // Nothing a program does may break the kernel (docs/fuzz.md): isolation attacks (3
+    // vCPUs adds the forwarded-call case), a short fuzz with and without allocation
+    // injection, and the planted-bug demonstration.
+    r.user(2, "init=isolation", Expect { may_skip: &["forwarded_calls_name_kernel_core_objects"], must_pass: &[] })?;
+    r.user(3, "init=isolation", Expect { may_skip: &[], must_pass: &["forwarded_calls_name_kernel_core_objects"] })?;
+    r.suite("fuzz", |a| crate::fuzz::ci_fuzz(&a.kernel()?, &a.initrd()?))?;
+    // The network (issue 15): the card's device object under bad input, then Corey's TCP
+    // service served to the host in each configuration, every reply checked.
+    r.user_boot(UserBoot { net: true, ..UserBoot::new(2, "init=nettest", Expect::ALL) })?;
+    for (smp, mode) in [(2u32, "dedicated"), (3, "polling"), (2, "inline")] {
+        r.suite(&format!("tcp-service smp={smp} mode={mode}"), |a| tcp_service(&a.kernel()?, &a.initrd()?, smp, mode))?;
+    }
+    // webd (issue 18): each mode, every sum from every front-end, bad input, no leak.
+    r.suite("webd", |a| crate::webd::suite::ci_tests(&a.kernel()?, &a.initrd()?))?;
+    // The network (issue 15): the Linux baseline's TCP service and the frame fuzzer.
+    r.suite("net-qemu", |_| crate::net::qemu_tests())?;
+    // Files (issue 16): the disk's device object under bad input, ext2 read byte for byte
+    // in the library OS, corrupt metadata; the image is still clean afterwards.
+    r.suite("fs", |a| crate::fs::ci_test(&a.kernel()?, &a.initrd()?))?;
+    r.suite("programs", |a| program_runs(&a.kernel()?, &a.initrd()?))?;
+    // Metis MapReduce (issue 17): wc, wri, wrmem equal to the host reference.
+    r.suite("metis", |a| crate::metis::ci_check(&a.kernel()?))?;
+    r.suite("summary-boots", |a| summary_boots(&a.kernel()?))?;
+    r.suite("bad-boots", |a| bad_boot_conditions(&a.kernel()?))?;
+    r.suite("iso", |_| iso_boots())?;
+    r.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn cargo_summary_lines_are_summed() {
-        let out = "running 3 tests\ntest result: ok. 3 passed; 0 failed; 0 ignored\n\ntest result: FAILED. 1 passed; 2 failed; 0 ignored";
-        let t = parse_cargo_test_output(out);
-        assert_eq!((t.passed, t.failed), (4, 2));
+    const CLEAN: Ending = Ending { timed_out: false, exit_ok: true };
+    const EXIT_FAILURE: Ending = Ending { timed_out: false, exit_ok: false };
+
+    fn judge(serial: &str, end: Ending, expect: &Expect) -> TestTally {
+        judge_run(serial, end, expect).tally
+    }
+
+    fn tally(passed: usize, failed: usize, skipped: usize) -> TestTally {
+        TestTally { passed, failed, skipped }
     }
 
     #[test]
-    fn kernel_lines_are_counted() {
-        let serial = "[0] ktest mm::pages ... ok\n[1] ktest heap::slab ... FAILED: leaked 3\n[0] ktest: done 1 passed, 1 failed\n";
-        let (t, f, done) = parse_kernel_tests(serial);
-        assert_eq!((t.passed, t.failed), (1, 1));
-        assert_eq!(f.len(), 1);
-        assert!(done);
+    fn cargo_summary_lines_are_summed() {
+        let out = "running 3 tests\ntest result: ok. 3 passed; 0 failed; 1 ignored\n\ntest result: FAILED. 1 passed; 2 failed; 0 ignored";
+        assert_eq!(parse_cargo_test_output(out), tally(4, 2, 1));
+    }
+
+    #[test]
+    fn three_outcomes_are_counted_apart() {
+        let serial = "[0] ktest mm::pages ... ok (3 ms)\n[1] ktest heap::slab ... FAILED: leaked 3\n[0] ktest numa::x ... skipped (needs 2 or more NUMA nodes, the boot has 1)\n[0] ktest: done 1 passed, 1 failed, 1 skipped\n";
+        let o = parse_outcomes(serial);
+        assert_eq!(o.passed, vec!["mm::pages"]);
+        assert_eq!(o.failed, vec![("heap::slab".to_string(), "leaked 3".to_string())]);
+        assert_eq!(o.skipped, vec![("numa::x".to_string(), "needs 2 or more NUMA nodes, the boot has 1".to_string())]);
+        assert_eq!(o.closing, vec![(1, 1, Some(1))]);
+        let declared = Expect { may_skip: &["numa::x"], must_pass: &[] };
+        assert_eq!(judge(serial, EXIT_FAILURE, &declared), tally(1, 1, 1));
+    }
+
+    /// Catches: a skip counted as a pass (the bug that let a stubbed `apply_boot_policy` pass).
+    #[test]
+    fn an_undeclared_skip_fails() {
+        let serial = "utest a ... ok\nutest b ... skipped (needs a kernel core)\nutest: done 1 passed, 0 failed, 1 skipped\n";
+        let v = judge_run(serial, CLEAN, &Expect::ALL);
+        assert_eq!(v.tally, tally(1, 1, 0));
+        assert!(v.problems[0].contains("b skipped (needs a kernel core)"), "{:?}", v.problems);
+        assert_eq!(judge(serial, CLEAN, &Expect { may_skip: &["b"], must_pass: &[] }), tally(1, 0, 1));
+    }
+
+    /// Catches: the old `... ok (skipped: why)` form read as a pass.
+    #[test]
+    fn ok_skipped_is_a_skip_not_a_pass() {
+        let serial = "utest ac_forwarding ... ok (skipped: needs roles=kc:1,ac:2)\nutest other ... ok (free: [2], busy: [0])\nutest: done 2 passed, 0 failed\n";
+        let o = parse_outcomes(serial);
+        assert_eq!(o.passed, vec!["other"], "a note that is not a skip stays a pass");
+        assert_eq!(o.skipped, vec![("ac_forwarding".to_string(), "needs roles=kc:1,ac:2".to_string())]);
+        let v = judge_run(serial, CLEAN, &Expect::ALL);
+        // The skip fails, and the old closing line (2 passed) disagrees with the lines.
+        assert_eq!(v.tally.failed, 2, "{:?}", v.problems);
+    }
+
+    /// Catches: `ktest: done 0 passed, 0 failed` accepted.
+    #[test]
+    fn zero_tests_fail() {
+        assert_eq!(judge("[0] ktest: done 0 passed, 0 failed\n", CLEAN, &Expect::ALL).failed, 1);
+        assert_eq!(judge("ktest: done 0 passed, 0 failed, 0 skipped\n", EXIT_FAILURE, &Expect::ALL).failed, 1);
+        // Everything skipped, even if declared, checked nothing.
+        let all_skipped = "utest a ... skipped (x)\nutest: done 0 passed, 0 failed, 1 skipped\n";
+        assert_eq!(judge(all_skipped, CLEAN, &Expect { may_skip: &["a"], must_pass: &[] }), tally(0, 1, 1));
+    }
+
+    /// Catches: a run that stopped after its last test line accepted.
+    #[test]
+    fn a_missing_closing_line_fails() {
+        let v = judge_run("utest a ... ok\nutest b ... ok\n", CLEAN, &Expect::ALL);
+        assert_eq!(v.tally, tally(2, 1, 0));
+        assert!(v.problems[0].contains("no closing"));
+    }
+
+    /// Catches: a kernel crash in the middle of a run read from the lines before it.
+    #[test]
+    fn a_crash_fails() {
+        let serial = "[0] ktest a ... ok (1 ms)\n[1] KERNEL PANIC: panicked at kernel/src/x.rs:1:1:\n  #0 kernel::x\n";
+        let v = judge_run(serial, EXIT_FAILURE, &Expect::ALL);
+        assert_eq!(v.tally.passed, 1);
+        assert!(v.tally.failed >= 2, "no closing line and the panic: {:?}", v.problems);
+        assert!(v.problems.iter().any(|p| p.contains("KERNEL PANIC")));
+    }
+
+    /// Catches: a hang whose lines so far look fine.
+    #[test]
+    fn a_timeout_fails() {
+        let serial = "utest a ... ok\nutest: done 1 passed, 0 failed, 0 skipped\n";
+        assert_eq!(judge(serial, CLEAN, &Expect::ALL), tally(1, 0, 0));
+        let v = judge_run(serial, Ending { timed_out: true, exit_ok: false }, &Expect::ALL);
+        assert_eq!(v.tally, tally(1, 1, 0));
+        assert_eq!(v.problems, vec!["timed out"]);
+    }
+
+    /// Catches: a command-line option the kernel could not apply (the tests then skip or test
+    /// the wrong thing) passing unnoticed.
+    #[test]
+    fn a_boot_error_line_fails() {
+        let serial = "boot: error: roles=kc:4,ac:1-2 not applied: cores 4-4 are not all online (4 cores: 0-3); every core stays XC\nutest a ... ok\nutest: done 1 passed, 0 failed, 0 skipped\n";
+        let v = judge_run(serial, CLEAN, &Expect::ALL);
+        assert_eq!(v.tally, tally(1, 1, 0));
+        assert!(v.problems[0].starts_with("boot: error: roles="));
+    }
+
+    /// Catches: a declared test that did not run at all (renamed, or the program stopped
+    /// selecting it) passing as long as the others do.
+    #[test]
+    fn a_required_test_must_run() {
+        let serial = "utest a ... ok\nutest: done 1 passed, 0 failed, 0 skipped\n";
+        let v = judge_run(serial, CLEAN, &Expect { may_skip: &[], must_pass: &["a", "b"] });
+        assert_eq!(v.tally, tally(1, 1, 0));
+        assert!(v.problems[0].contains("b must pass"));
+        // A required test that skipped is one failure, not two.
+        let skipped = "utest a ... ok\nutest b ... skipped (x)\nutest: done 1 passed, 0 failed, 1 skipped\n";
+        assert_eq!(judge(skipped, CLEAN, &Expect { may_skip: &[], must_pass: &["a", "b"] }), tally(1, 1, 0));
+    }
+
+    /// Catches: lines lost or the program's counts wrong.
+    #[test]
+    fn the_closing_line_must_agree_with_the_lines() {
+        let serial = "utest a ... ok\nutest: done 2 passed, 0 failed, 0 skipped\n";
+        assert_eq!(judge(serial, CLEAN, &Expect::ALL).failed, 1);
+        // Two runs (ltest twice under the shell): the closing lines add up.
+        let two = "utest a ... ok\nutest: done 1 passed, 0 failed, 0 skipped\nutest a ... ok\nutest: done 1 passed, 0 failed, 0 skipped\n";
+        assert_eq!(judge(two, CLEAN, &Expect::ALL), tally(2, 0, 0));
+    }
+
+    /// Catches: a failure exit with every line fine (a leak, an option not applied).
+    #[test]
+    fn a_failure_exit_without_failed_tests_fails() {
+        let serial = "utest a ... ok\nutest: done 1 passed, 0 failed, 0 skipped\n";
+        assert_eq!(judge(serial, EXIT_FAILURE, &Expect::ALL), tally(1, 1, 0));
+    }
+
+    #[test]
+    fn lines_that_are_not_test_lines_are_ignored() {
+        let serial = "init: starting `utest` on core 0\nsh: ltest on core 1 exited with code 0\nktest: no test matches `x`\n";
+        let o = parse_outcomes(serial);
+        assert!(o.passed.is_empty() && o.failed.is_empty() && o.skipped.is_empty() && o.closing.is_empty());
+    }
+
+    #[test]
+    fn suite_names() {
+        assert_eq!(user_suite_name("roles=kc:1,ac:2,kc:3 init=roletest", 4), "roletest smp=4 roles=kc:1,ac:2,kc:3");
+        assert_eq!(user_suite_name("init=ltest -- nomeasure", 2), "ltest smp=2 -- nomeasure");
     }
 }

@@ -3,7 +3,9 @@
 //! In the guest it is `/init` (pid 1): it mounts /proc, reads its parameters from the kernel
 //! command line (`bench=NAME [workers=N] [key=value ...]`), runs the benchmark (best of
 //! `reps`, bench/src/report.rs, as `bench-ours` does), prints one `bench-result` (or
-//! `bench-error`) line and `bench-done` on the console, and powers the machine off. On a host it takes the same words as arguments and just exits, which makes
+//! `bench-error`) line and `bench-done` on the console, and powers the machine off if the
+//! benchmark succeeded (otherwise it exits with 1, which panics the guest kernel: the harness
+//! sees no power-off and records an error). On a host it takes the same words as arguments and just exits, which makes
 //! `cargo run -p bench --bin bench-linux -- bench=dupclose workers=2` a quick native check.
 
 #[cfg(target_os = "linux")]
@@ -34,15 +36,17 @@ fn main() {
     };
     println!("{DONE_LINE}");
     let _ = std::io::stdout().flush();
-    if as_init {
+    if as_init && ok {
         // SAFETY: pid 1 powering the machine off after its output is flushed.
         unsafe {
             libc::sync();
             libc::reboot(libc::RB_POWER_OFF);
         }
-        // If power-off failed, exiting makes the kernel panic, and panic=-1 with QEMU's
-        // -no-reboot ends the run anyway.
     }
+    // A failed run (or a power-off that failed) exits: as pid 1 that makes the kernel panic
+    // with the exit code (`Attempted to kill init! exitcode=0x00000100`), and panic=-1 with
+    // QEMU's -no-reboot ends the run. The harness takes a cell as `ok` only after the
+    // kernel's `reboot: Power down` (xtask/src/bench/linux_sys.rs).
     std::process::exit(if ok { 0 } else { 1 });
 }
 

@@ -7,6 +7,7 @@
 
 pub mod ar;
 pub mod device;
+pub mod gate;
 pub mod kref;
 pub mod pcore;
 pub mod segment;
@@ -26,6 +27,7 @@ pub enum Kind {
     Ar(ar::AddressRange),
     Pcore(pcore::Pcore),
     Device(device::Device),
+    Gate(gate::Gate),
 }
 
 pub struct KObject {
@@ -107,6 +109,7 @@ impl KObject {
             Kind::Ar(_) => ObjType::AddressRange,
             Kind::Pcore(_) => ObjType::Pcore,
             Kind::Device(_) => ObjType::Device,
+            Kind::Gate(_) => ObjType::Gate,
         }
     }
 
@@ -145,6 +148,14 @@ impl KObject {
         }
     }
 
+    #[inline(always)]
+    pub fn as_gate(&self) -> Result<&gate::Gate, Error> {
+        match &self.kind {
+            Kind::Gate(g) => Ok(g),
+            _ => Err(Error::WrongType),
+        }
+    }
+
     /// An identity key for reverse maps (the object's address; stable while it lives).
     pub fn key(&self) -> usize {
         self as *const KObject as usize
@@ -176,6 +187,13 @@ impl CoreSet {
 
     pub fn insert(&self, core: usize) {
         self.bits[core / 64].fetch_or(1 << (core % 64), Ordering::AcqRel);
+    }
+
+    /// Whether `core` is in the set (exact for the caller's own bit: only a core changes its
+    /// own bit).
+    #[inline(always)]
+    pub fn contains(&self, core: usize) -> bool {
+        self.bits[core / 64].load(Ordering::Relaxed) & (1 << (core % 64)) != 0
     }
 
     pub fn remove(&self, core: usize) {

@@ -485,6 +485,11 @@ impl Share {
         self.owner.is_some()
     }
 
+    /// The core a private share belongs to (`None` for a shared share).
+    pub fn owner(&self) -> Option<usize> {
+        self.owner
+    }
+
     /// Private shares answer only their owner (or a kernel core acting for it).
     #[inline]
     fn check_owner(&self) -> Result<(), Error> {

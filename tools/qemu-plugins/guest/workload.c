@@ -19,6 +19,10 @@
  *   zip      substitute for zip: read the generated tree, LZ-compress into an archive file
  *   pipe     substitute for apache+ab: request/response over a socketpair between processes
  *   spawn    substitute for make: fork + wait of short-lived children that compute a little
+ *   piperr   8-byte request / 8-byte response round trips over a pair of pipes between two
+ *            processes pinned to CPU 0: Linux's nearest equivalent of a protected procedure
+ *            call (docs/ppc.md)
+ *   sockrr   the same over a Unix socketpair
  *   kallsyms dump /proc/kallsyms data symbols (used once to name kernel lines)
  *   tcpserv  Corey's TCP accept service (section 8.2) on the NIC: tcpserv.c
  *   filesum  Corey's filesum (section 8.4) without the web server: one buffer of `size` bytes
@@ -526,6 +530,69 @@ static long run_pipe(void)
     return n;
 }
 
+/* Pin the calling process to CPU 0 (piperr, sockrr: client and server share one core, as a
+ * protected procedure call's client and handler do). */
+static void pin_cpu0(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    if (sched_setaffinity(0, sizeof set, &set))
+        fail("sched_setaffinity");
+}
+
+/* piperr / sockrr: the client writes an 8-byte request, the server adds one and writes it
+ * back; `iters` round trips inside the region (after 100 outside it), each answer checked. */
+static long run_rr(int sock)
+{
+    int to_server[2], to_client[2];
+    if (sock) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+            fail("socketpair");
+        to_server[0] = sv[1];
+        to_server[1] = sv[0];
+        to_client[0] = sv[0];
+        to_client[1] = sv[1];
+    } else if (pipe(to_server) || pipe(to_client)) {
+        fail("pipe");
+    }
+    long n = param("iters", 2000);
+    long warm = 100;
+    pin_cpu0();
+    pid_t child = fork();
+    if (child < 0)
+        fail("fork");
+    if (child == 0) {
+        for (long i = 0; i < n + warm; i++) {
+            uint64_t v;
+            if (read(to_server[0], &v, sizeof v) != sizeof v)
+                _exit(1);
+            v += 1;
+            if (write(to_client[1], &v, sizeof v) != sizeof v)
+                _exit(1);
+        }
+        _exit(0);
+    }
+    for (long i = 0; i < n + warm; i++) {
+        if (i == warm)
+            MARK_START(3); /* both processes (one CPU: they take turns on it) */
+        uint64_t v = (uint64_t)i;
+        if (write(to_server[1], &v, sizeof v) != sizeof v)
+            fail("request");
+        if (read(to_client[0], &v, sizeof v) != sizeof v)
+            fail("response");
+        if (v != (uint64_t)i + 1)
+            fail("wrong response");
+    }
+    MARK_STOP(4);
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail("server");
+    return n;
+}
+
 static long run_spawn(void)
 {
     long n = param("iters", 20);
@@ -607,6 +674,10 @@ int main(void)
         ops = run_fs(1);
     else if (!strcmp(wl, "pipe"))
         ops = run_pipe();
+    else if (!strcmp(wl, "piperr"))
+        ops = run_rr(0);
+    else if (!strcmp(wl, "sockrr"))
+        ops = run_rr(1);
     else if (!strcmp(wl, "spawn"))
         ops = run_spawn();
     else if (!strcmp(wl, "filesum"))

@@ -13,6 +13,7 @@
 //! | `0` | the context segment (one per context): the context page (`ctx`: core index, root share, pcore, root range), then the private descriptor table (`fd::PrivateTable`) |
 //! | `1 GiB + slot * 64 MiB` | segments the descriptor layer maps (pipe rings, files), 256 slots |
 //! | `(64 + k) GiB` (top) | stacks of cfork children |
+//! | `128 GiB + k MiB` (top) | stacks of protected-procedure-call handlers (`ppc`) |
 //! | `(1 + c) * 512 GiB` | core `c`'s heap range (`ArKind::Span512G`), for `c < HEAP_CORES` |
 
 /// Link address of every program (user/link.ld).
@@ -36,6 +37,13 @@ pub const MAPWIN_SLOTS: u64 = 256;
 /// Offset of the first cfork stack slot (each slot 1 GiB; the stack sits at its top).
 pub const CFORK_STACK_OFF: u64 = 64 << 30;
 pub const CFORK_STACK_SLOTS: u64 = 64;
+/// Offset of the first handler-stack slot of `ppc` (each slot 1 MiB; the stack sits at its
+/// top, the rest is unmapped: an overflow faults and aborts the call).
+pub const PPC_STACK_OFF: u64 = 128 << 30;
+pub const PPC_STACK_SLOT: u64 = 1 << 20;
+pub const PPC_STACK_SLOTS: u64 = 256;
+/// Stack size of a `ppc` handler.
+pub const PPC_STACK_SIZE: u64 = 64 << 10;
 /// Stack size of threads and cfork children.
 pub const THREAD_STACK_SIZE: u64 = 256 << 10;
 

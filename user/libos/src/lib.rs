@@ -32,6 +32,7 @@ pub mod fs;
 pub mod heap;
 pub mod layout;
 pub mod net;
+pub mod ppc;
 pub mod process;
 pub mod ring;
 mod start;

@@ -297,5 +297,11 @@ pub fn exit(code: u64) -> ! {
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
     crate::println!("panic: {info}");
+    if crate::ppc::on_handler_stack() {
+        // A protected procedure call's handler is no context of ours to end: fault, which
+        // ends the call (the caller gets `CallAborted`).
+        // SAFETY: `ud2` raises #UD; the kernel ends the call and never returns here.
+        unsafe { core::arch::asm!("ud2", options(noreturn)) }
+    }
     exit(PANIC_EXIT_CODE)
 }

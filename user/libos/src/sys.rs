@@ -11,7 +11,7 @@
 
 use abi::{
     nr, ArKind, ArMapping, CoreStats, DeviceBuf, DeviceConf, DeviceInfo, DeviceStat, Error, LocalityEntry, ObjName, ObjStat,
-    ObjectId, PcoreContext, PcoreStat, SegMapping, SysInfo,
+    ObjectId, PcoreContext, PcoreStat, PpcGate, SegMapping, SysInfo,
 };
 use core::arch::asm;
 
@@ -374,4 +374,20 @@ pub fn initrd_get(share: ObjectId, name: &str) -> Result<ObjectId, Error> {
 /// The null system call.
 pub fn null() -> Result<u64, Error> {
     call_nomem3(nr::NULL, 0, 0, 0)
+}
+
+// ---------------------------------------------------------------------------------------
+// Protected procedure calls (`libos::ppc` is the interface programs use)
+
+/// `ppc_register(share, name, &PpcGate) -> gate id`.
+pub fn ppc_register(share: ObjectId, name: &str, gate: &PpcGate) -> Result<ObjectId, Error> {
+    let (p, l) = name_args(name.as_bytes());
+    // SAFETY: the kernel only reads the name and the gate description, both live.
+    unsafe { call(nr::PPC_REGISTER, share, p, l, gate as *const PpcGate as u64, 0, 0) }
+}
+
+/// `ppc_return(value)` outside a call: `NotPermitted` (a handler returns through
+/// `libos::ppc`'s trampoline, never through this).
+pub fn ppc_return_outside_call(value: u64) -> Result<u64, Error> {
+    call_nomem3(nr::PPC_RETURN, value, 0, 0)
 }

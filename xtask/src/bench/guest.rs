@@ -55,6 +55,11 @@ pub trait Guest {
     fn judge(&self, _serial: &str, parsed: Result<Record, String>) -> Result<Record, (Status, String)> {
         parsed.map_err(|why| (Status::Error, why))
     }
+    /// Whether the benchmark program exited 0 and the guest powered off normally, from the
+    /// serial output and QEMU's exit code: a cell is `ok` only then, whatever its result line
+    /// said (a program that printed a result and then failed, leaked or crashed the guest is
+    /// an `error`).
+    fn ended_cleanly(&self, serial: &str, qemu_exit: Option<i32>) -> Result<(), String>;
 }
 
 /// The guest's command-line words for one run: one worker per vCPU, or one for a benchmark
@@ -97,7 +102,10 @@ pub fn run_one(g: &dyn Guest, spec: &'static BenchSpec, params: &[(String, u64)]
         blank(Status::Timeout, format!("killed after the {} s timeout", timeout.as_secs()))
     } else {
         match g.judge(&run.serial, record_from_serial(system, spec, params, cores, &run.serial)) {
-            Ok(r) => r,
+            Ok(r) => match g.ended_cleanly(&run.serial, run.exit_code) {
+                Ok(()) => r,
+                Err(why) => blank(Status::Error, format!("{why}{}", qemu_said(&run))),
+            },
             Err((status, why)) => blank(status, format!("{why}{}", qemu_said(&run))),
         }
     };

@@ -172,6 +172,28 @@ impl Guest for LinuxSystem {
     fn unsupported(&self, spec: &BenchSpec, _cores: u32) -> Option<&'static str> {
         unsupported(spec)
     }
+
+    fn ended_cleanly(&self, serial: &str, qemu_exit: Option<i32>) -> Result<(), String> {
+        ended_cleanly(serial, qemu_exit)
+    }
+}
+
+/// `bench-linux` powers the machine off only when its benchmark succeeded; otherwise, as
+/// pid 1, it exits with 1, which makes the kernel panic (`Attempted to kill init!
+/// exitcode=0x00000100`) and QEMU stop (`panic=-1`, `-no-reboot`). So the kernel's power-off
+/// line, with no panic and QEMU's exit code 0, says the program succeeded and the guest
+/// powered off normally.
+pub(super) fn ended_cleanly(serial: &str, qemu_exit: Option<i32>) -> Result<(), String> {
+    if let Some(l) = serial.lines().find(|l| l.contains("Kernel panic")) {
+        return Err(format!("the guest kernel panicked: {}", l.trim()));
+    }
+    if !serial.lines().any(|l| l.contains("reboot: Power down")) {
+        return Err("the guest did not power off (no `reboot: Power down` line)".into());
+    }
+    if qemu_exit != Some(0) {
+        return Err(format!("QEMU exit {qemu_exit:?} after the guest powered off, want 0"));
+    }
+    Ok(())
 }
 
 /// Why Linux cannot run a benchmark: the kernel-core ones need a core that runs other cores'
@@ -183,6 +205,19 @@ pub fn unsupported(spec: &BenchSpec) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Catches: a Linux cell `ok` from its result line although the program failed (it
+    /// then exits as pid 1 and the kernel panics) or the guest never powered off.
+    #[test]
+    fn a_cell_needs_the_guest_to_power_off() {
+        let good = "bench-result name=x\nbench-done\n[    3.1] reboot: Power down\n";
+        assert!(ended_cleanly(good, Some(0)).is_ok());
+        let failed = "bench-error name=x msg=y\nbench-done\n[    3.1] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100\n";
+        assert!(ended_cleanly(failed, Some(0)).unwrap_err().contains("exitcode=0x00000100"));
+        assert!(ended_cleanly("bench-result name=x\nbench-done\n", Some(0)).unwrap_err().contains("did not power off"));
+        assert!(ended_cleanly(good, Some(1)).is_err());
+        assert!(ended_cleanly(good, None).is_err());
+    }
 
     #[test]
     fn kernel_core_benchmarks_are_unavailable_on_linux() {

@@ -204,6 +204,14 @@ pub fn record(system: &str, spec: &BenchSpec, params: &[(String, u64)], cores: u
         rec.reason = Some(why);
         return rec;
     }
+    // `ok` only if the guest program exited 0 and the guest powered off normally.
+    let f = &o.finished;
+    let ended = if system == "ours" { super::ours::program_ended_cleanly("tcpserv", &f.serial, f.exit_code) } else { super::linux_sys::ended_cleanly(&f.serial, f.exit_code) };
+    if let Err(why) = ended {
+        rec.status = Status::Error;
+        rec.reason = Some(why);
+        return rec;
+    }
     let Some(best) = o.best() else {
         rec.status = Status::Error;
         rec.reason = Some("no measured round".into());
@@ -238,7 +246,10 @@ mod tests {
             ready: Some("tcpserv: ready cores=2 port=80".into()),
             rounds: vec![round],
             done: Some("tcpserv: done conns=21 core0=11 core1=10 service_cores=1 calib_ops=8000000 calib_ns=40000000".into()),
-            finished: finished("tcpserv: ready\ntcpserv: done\n"),
+            finished: Finished {
+                exit_code: Some(crate::qemu::QEMU_EXIT_SUCCESS),
+                ..finished("tcpserv: ready\ntcpserv: done\n[0] init: `tcpserv` exited with code 0\n")
+            },
             problem: None,
         };
         let p = vec![("conns".to_string(), 20), ("concurrency".to_string(), 2), ("reps".to_string(), 1)];

@@ -61,6 +61,32 @@ impl Guest for OursSystem {
     fn judge(&self, serial: &str, parsed: Result<Record, String>) -> Result<Record, (Status, String)> {
         judge(serial, parsed)
     }
+
+    fn ended_cleanly(&self, serial: &str, qemu_exit: Option<i32>) -> Result<(), String> {
+        ended_cleanly(serial, qemu_exit)
+    }
+}
+
+/// `bench-ours` exited 0 (the kernel's `init:` line) and the kernel powered off with its
+/// success status, which it gives only when the program exited 0, nothing leaked, every core
+/// answered and every command-line option was applied (kernel/src/init.rs, main.rs).
+fn ended_cleanly(serial: &str, qemu_exit: Option<i32>) -> Result<(), String> {
+    program_ended_cleanly("bench-ours", serial, qemu_exit)
+}
+
+/// `ended_cleanly` for the first program `program` (`tcpserv` for the network cells).
+pub(super) fn program_ended_cleanly(program: &str, serial: &str, qemu_exit: Option<i32>) -> Result<(), String> {
+    let exit = serial.lines().find(|l| l.contains(&format!("init: `{program}` exited with code"))).map(str::trim);
+    match exit {
+        None => return Err(format!("{program} did not exit (no `init: `{program}` exited` line)")),
+        Some(l) if !l.ends_with("exited with code 0") => return Err(format!("{program} did not exit 0: {l}")),
+        Some(_) => {}
+    }
+    if qemu_exit != Some(crate::qemu::QEMU_EXIT_SUCCESS) {
+        let why = serial.lines().find(|l| l.contains("boot: error:") || l.contains("init: LEAK") || l.contains("cores answered")).map(str::trim).unwrap_or("");
+        return Err(format!("the kernel did not power off with its success status (QEMU exit {qemu_exit:?}) {why}").trim().to_string());
+    }
+    Ok(())
 }
 
 fn judge(serial: &str, parsed: Result<Record, String>) -> Result<Record, (Status, String)> {
@@ -94,5 +120,19 @@ mod tests {
         let kc = catalog::find("nullsyscall_batched").unwrap();
         assert!(unsupported(kc, 1).is_some_and(|w| w.contains("kernel core")));
         assert!(unsupported(kc, 2).is_none());
+    }
+
+    /// Catches: a cell `ok` from its result line alone, with the program failing after it or
+    /// the kernel reporting a leak or a failure exit.
+    #[test]
+    fn a_cell_needs_exit_0_and_the_kernels_success_status() {
+        let good = "bench-result name=x\nbench-done\n[0] init: `bench-ours` exited with code 0\n[0] init: 2/2 cores answered an active message\n";
+        let ok = Some(crate::qemu::QEMU_EXIT_SUCCESS);
+        assert!(ended_cleanly(good, ok).is_ok());
+        assert!(ended_cleanly(&good.replace("code 0", "code 1"), ok).unwrap_err().contains("did not exit 0"));
+        assert!(ended_cleanly(&good.replace("code 0", "code 10"), ok).is_err());
+        assert!(ended_cleanly("bench-result name=x\nbench-done\n", ok).unwrap_err().contains("did not exit"));
+        assert!(ended_cleanly(good, Some(crate::qemu::QEMU_EXIT_FAILURE)).unwrap_err().contains("success status"));
+        assert!(ended_cleanly(good, None).is_err());
     }
 }

@@ -182,11 +182,7 @@ impl LoadReport {
 
     /// The `p`-th percentile (0..=100, nearest rank) of the good connections' latency.
     pub fn percentile(&self, p: f64) -> Option<Duration> {
-        if self.latencies.is_empty() {
-            return None;
-        }
-        let rank = ((p / 100.0) * self.latencies.len() as f64).ceil() as usize;
-        Some(self.latencies[rank.clamp(1, self.latencies.len()) - 1])
+        percentile(&self.latencies, p)
     }
 
     /// The human report, two lines.
@@ -219,7 +215,39 @@ impl LoadReport {
     }
 }
 
-fn io_failure(e: &std::io::Error) -> Failure {
+/// The `p`-th percentile (0..=100, nearest rank) of `sorted` (ascending); None if empty.
+/// Shared with the HTTP load generator (xtask/src/webd/load.rs).
+pub fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// The work tickets of a bounded load: at most `count` are handed out, none after
+/// `deadline`. Every load thread takes its next piece of work here, so the count is exact
+/// however many threads there are, and no new work starts after the time bound. Shared with
+/// the HTTP load generator.
+pub struct Tickets {
+    next: AtomicU64,
+    count: u64,
+    deadline: Instant,
+}
+
+impl Tickets {
+    pub fn new(count: u64, deadline: Instant) -> Tickets {
+        Tickets { next: AtomicU64::new(0), count, deadline }
+    }
+
+    /// The next ticket number (0, 1, ...), or None once `count` are out or the deadline passed.
+    pub fn take(&self) -> Option<u64> {
+        let ticket = self.next.fetch_add(1, Ordering::Relaxed);
+        (Instant::now() < self.deadline && ticket < self.count).then_some(ticket)
+    }
+}
+
+pub(crate) fn io_failure(e: &std::io::Error) -> Failure {
     match e.kind() {
         ErrorKind::ConnectionRefused => Failure::Refused,
         ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe => Failure::Reset,
@@ -312,19 +340,14 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport, String> {
     spec.validate()?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, spec.port));
     let expected = expected_reply();
-    let next = AtomicU64::new(0);
     let start = Instant::now();
-    let deadline = start + spec.max_time;
+    let tickets = Tickets::new(spec.conns, start + spec.max_time);
     let per_thread: Vec<ThreadResult> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..spec.concurrency)
             .map(|_| {
                 sc.spawn(|| {
                     let mut t = ThreadResult::default();
-                    loop {
-                        let ticket = next.fetch_add(1, Ordering::Relaxed);
-                        if Instant::now() >= deadline || ticket >= spec.conns {
-                            break;
-                        }
+                    while let Some(ticket) = tickets.take() {
                         t.started += 1;
                         let result = if spec.abort_every > 0 && ticket % spec.abort_every == spec.abort_every - 1 {
                             abort_one(&addr, spec.timeout).map(|()| {

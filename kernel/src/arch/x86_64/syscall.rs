@@ -40,8 +40,12 @@ syscall_entry:
     push %rdi
     mov %rsp, %rdi
     sti
+    /* Protected procedure calls (numbers from PPC_CALL up) take their own path: it skips
+       the generic dispatch, and they rewrite where sysretq returns to (kobj::gate). */
+    cmp ${ppc_call}, %rax
+    jae 7f
     call syscall_dispatch
-    cli
+6:  cli
     cmpq $0, %gs:32
     jne return_to_kernel
     pop %rdi
@@ -56,6 +60,15 @@ syscall_entry:
     pop %rsp
     swapgs
     sysretq
+7:  cmp ${ppc_return}, %rax
+    je 8f
+    ja 9f
+    call ppc_call_entry
+    jmp 6b
+8:  call ppc_return_entry
+    jmp 6b
+9:  call syscall_dispatch
+    jmp 6b
 
     /* enter_user_mode(rip, rsp, a0, a1, a2): returns when the context ends. */
     .global enter_user_mode
@@ -222,6 +235,8 @@ uaccess_fixup:
 3:  mov $1, %eax
     ret
 "#,
+    ppc_call = const abi::nr::PPC_CALL,
+    ppc_return = const abi::nr::PPC_RETURN,
     options(att_syntax)
 );
 
@@ -272,10 +287,26 @@ pub struct SyscallFrame {
     pub args: [u64; 6],
     /// The call number (the result goes back in `rax` from `syscall_dispatch`'s return value).
     pub rax: u64,
+    /// Where `sysret` goes back to (a protected procedure call changes it:
+    /// `syscall::ppc_call_entry`, `ppc_return_entry`).
+    pub ret: UserReturn,
+}
+
+/// Where a return to user mode resumes: `rcx`, `r11` and `rsp` of a `syscall` (popped by
+/// `syscall_entry` before `sysretq`), or the same three of an interrupt frame.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UserReturn {
     pub rip: u64,
     pub rflags: u64,
     pub rsp: u64,
 }
+
+const _: () = {
+    assert!(core::mem::size_of::<SyscallFrame>() == 10 * 8);
+    assert!(core::mem::offset_of!(SyscallFrame, args) == 0);
+    assert!(core::mem::offset_of!(SyscallFrame, ret) == 7 * 8);
+};
 
 /// Run user code at `rip` with stack `rsp` and `rdi, rsi, rdx = args` on this core until the
 /// context ends (`request_exit` followed by a return to user mode).

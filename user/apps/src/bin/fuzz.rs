@@ -31,7 +31,7 @@
 #![no_main]
 
 use abi::{
-    nr, ArKind, BatchEntry, DeviceBuf, DeviceConf, DeviceInfo, Error, ObjName, ObjectId, PcoreContext, SegMapping, SysInfo, EXIT_FAULT_BASE,
+    nr, ArKind, BatchEntry, DeviceBuf, DeviceConf, DeviceInfo, Error, ObjName, ObjectId, PcoreContext, PpcGate, SegMapping, SysInfo, EXIT_FAULT_BASE,
     MAP_READ, MAP_WRITE, MAX_CONTEXT_SHARES, MEMID_SELF, PAGE_SIZE, SHARE_PRIVATE, USER_END,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +39,11 @@ use libos::cores::{Core, CoreCtx, CoreOpts};
 use libos::{println, sys};
 
 libos::main!(main);
+
+/// The handler of the gates the fuzzer registers (runs on our scratch's top page).
+fn fuzz_handler(a0: u64, a1: u64, a2: u64, a3: u64) -> Result<u64, Error> {
+    Ok((a0 ^ a1.rotate_left(13) ^ a2.rotate_left(29) ^ a3.rotate_left(47)) >> 1)
+}
 
 // ---------------------------------------------------------------------------------------
 // Layout and shared control block
@@ -64,8 +69,8 @@ const MAXC: usize = 32;
 const RING: usize = 16;
 const TABLE: usize = 48;
 const STALE: usize = 16;
-/// (call, result) pairs: result 0 = Ok, 1..=18 = errors.
-const NRES: usize = 19;
+/// (call, result) pairs: result 0 = Ok, 1..=21 = errors (every `Error`).
+const NRES: usize = 22;
 const PATH_WORDS: usize = (NCALLS * NRES).div_ceil(64);
 
 #[repr(C, align(128))]
@@ -180,7 +185,7 @@ const NAME_ERRS: u32 = bit(Error::NameTooLong);
 const BUF_ERRS: u32 = bit(Error::BufferTooSmall);
 const MAP_ERRS: u32 = bit(Error::Misaligned) | bit(Error::Overlap) | bit(Error::Busy);
 
-const CALLS: [CallInfo; 44] = [
+const CALLS: [CallInfo; 47] = [
     CallInfo { nr: nr::OBJ_GET_NAME, name: "obj_get_name", extra: BUF_ERRS, names_objects: true },
     CallInfo { nr: nr::OBJ_STAT, name: "obj_stat", extra: 0, names_objects: true },
     CallInfo { nr: nr::SHARE_ALLOC, name: "share_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
@@ -254,6 +259,10 @@ const CALLS: [CallInfo; 44] = [
         names_objects: false,
     },
     CallInfo { nr: nr::CORE_RELEASE, name: "core_release", extra: bit(Error::Unsupported) | bit(Error::NoSuchCore) | bit(Error::NotFound), names_objects: false },
+    CallInfo { nr: nr::PPC_REGISTER, name: "ppc_register", extra: NAME_ERRS | bit(Error::Misaligned) | bit(Error::NoSuchCore), names_objects: true },
+    CallInfo { nr: nr::PPC_CALL, name: "ppc_call", extra: bit(Error::WrongCore) | bit(Error::Busy) | bit(Error::CallAborted), names_objects: true },
+    // Never in a call here: always NotPermitted (a naming error's bit, hence names_objects).
+    CallInfo { nr: nr::PPC_RETURN, name: "ppc_return", extra: 0, names_objects: true },
     CallInfo { nr: u64::MAX, name: "(unknown)", extra: 0, names_objects: false },
 ];
 const NCALLS: usize = CALLS.len();
@@ -275,7 +284,7 @@ fn allowed(ci: usize, err: Error) -> bool {
         Error::NoSuchCall => false,
         Error::InvalidArgument | Error::BadAddress | Error::OutOfRange => true,
         // Calls that allocate nothing cannot run out of memory.
-        Error::NoMemory => !matches!(c.nr, nr::NULL | nr::TIME_NOW | nr::PCORE_CURRENT | nr::PCORE_YIELD),
+        Error::NoMemory => !matches!(c.nr, nr::NULL | nr::TIME_NOW | nr::PCORE_CURRENT | nr::PCORE_YIELD | nr::PPC_CALL | nr::PPC_RETURN),
         Error::ShareNotReachable | Error::NoSuchObject | Error::WrongType | Error::NotPermitted => c.names_objects,
         e => c.extra & bit(e) != 0,
     }
@@ -344,6 +353,8 @@ enum Kind {
     Ar(u64),
     Pcore(u64),
     Device,
+    /// A protected-procedure-call gate (`ppc_register`).
+    Gate,
     /// A reference added with share_addobj (type not tracked).
     Ref,
 }
@@ -761,6 +772,9 @@ impl Fuzz {
             970..=974 => call_index(nr::CORE_REQUEST),
             975..=979 => call_index(nr::CORE_RELEASE),
             980..=984 => call_index(nr::PCORE_YIELD),
+            985..=989 => call_index(nr::PPC_REGISTER),
+            990..=995 => call_index(nr::PPC_CALL),
+            996..=997 => call_index(nr::PPC_RETURN),
             _ => UNKNOWN,
         };
         let n = CALLS[ci].nr;
@@ -1129,6 +1143,60 @@ impl Fuzz {
                 };
                 a = [self.share(), p, l, 0, 0, 0];
             }
+            nr::PPC_REGISTER => {
+                // A gate whose handler is safe to run here: the library OS's trampoline into
+                // `fuzz_handler`, on a stack at the top of our scratch, for our own core (a
+                // handler on another core's stack in our scratch could race our outputs). Or
+                // one that is bad in one way: no handler there, no stack there, another or no
+                // core, a bad root range, share list or description.
+                let (p, l) = self.name();
+                let mut g = PpcGate {
+                    entry: libos::ppc::trampoline(),
+                    stack_top: SCR_END,
+                    cookie: fuzz_handler as *const () as usize as u64,
+                    core: self.core,
+                    root_ar: self.rar,
+                    nshares: 1 + self.rng.below(3),
+                    shares: [0; abi::MAX_CONTEXT_SHARES],
+                };
+                for s in g.shares.iter_mut() {
+                    *s = self.share();
+                }
+                match self.rng.below(12) {
+                    0 => g.entry = [0, NEVER_MAPPED, USER_END, KERNEL_ADDRS[self.rng.below(KERNEL_ADDRS.len() as u64) as usize]][self.rng.below(4) as usize],
+                    1 => g.stack_top = [NEVER_MAPPED, SCR_END - 8, 0, USER_END + 16, KERNEL_ADDRS[0]][self.rng.below(5) as usize],
+                    2 => {
+                        // Another core: then the stack is one nothing maps (a call faults).
+                        g.core = [self.rng.below(self.ncores), self.ncores + self.rng.below(3), self.rng.next()][self.rng.below(3) as usize];
+                        g.stack_top = NEVER_MAPPED;
+                    }
+                    3 => g.cookie = NEVER_MAPPED,
+                    4 => {
+                        // Another range (maybe another core's root): a stack nothing maps.
+                        g.root_ar = self.obj(|k| k != Kind::Free);
+                        g.stack_top = NEVER_MAPPED;
+                    }
+                    5 => g.nshares = [0, abi::MAX_CONTEXT_SHARES as u64 + 1, self.rng.next()][self.rng.below(3) as usize],
+                    6..=8 => {}
+                    _ => {
+                        // Often just our root share (random share lists mostly hold the share
+                        // the gate goes in: a cycle, refused).
+                        g.nshares = 1;
+                        g.shares[0] = self.root;
+                    }
+                }
+                let sp = if self.rng.pct(95) { self.put(IN_OFF, g) } else { self.bad_ptr(core::mem::size_of::<PpcGate>() as u64) };
+                a = [self.share(), p, l, sp, 0, 0];
+            }
+            nr::PPC_CALL => {
+                let g = self.obj(|k| k == Kind::Gate);
+                a = [g.share, g.object, self.rng.next(), self.rng.next(), self.rng.next(), self.rng.next()];
+            }
+            nr::PPC_RETURN => {
+                for x in a.iter_mut() {
+                    *x = self.rng.next();
+                }
+            }
             nr::SYSCALL_BATCH => {
                 let n = if self.rng.pct(85) { 1 + self.rng.below(8) } else { [0, abi::MAX_BATCH + 1, u64::MAX][self.rng.below(3) as usize] };
                 let k = n.min(8);
@@ -1169,6 +1237,11 @@ impl Fuzz {
     // ---- issuing and checking
 
     fn raw(&self, n: u64, a: [u64; 6]) -> i64 {
+        if n == nr::PPC_CALL {
+            // A call that enters a handler comes back with every register but rsp changed:
+            // only the library OS's stub says so to the compiler.
+            return libos::ppc::ppc_call_raw(a[0], a[1], a[2], a[3], a[4], a[5]);
+        }
         // SAFETY: every pointer argument the generator makes is either inside this core's
         // scratch pages (which hold nothing else) or memory the kernel must refuse to write
         // (kernel half, non-canonical, unmapped, read-only, the fuzz window whose mappings hold
@@ -1251,6 +1324,7 @@ impl Fuzz {
                 self.add(ObjName::new(a[0], id), Kind::Pcore(a[3]))
             }
             nr::DEVICE_ALLOC => self.add(ObjName::new(a[0], id), Kind::Device),
+            nr::PPC_REGISTER => self.add(ObjName::new(a[0], id), Kind::Gate),
             nr::SHARE_ADDOBJ => {
                 let kind = self.table.iter().find(|o| o.n == ObjName::new(a[1], a[2])).map(|o| o.kind).unwrap_or(Kind::Ref);
                 self.add(ObjName::new(a[0], a[2]), kind)

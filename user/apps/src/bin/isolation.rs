@@ -1,8 +1,9 @@
 //! isolation: attacks a program might make on the kernel or on other cores; every one must be
 //! refused.
 //!
-//! Prints `utest NAME ... ok` or `utest NAME ... FAILED: why` per case (the xtask runner counts
-//! them like utest's), then `utest: done N passed, M failed`; exits 0 only if all passed.
+//! Prints `utest NAME ... ok|skipped (why)|FAILED: why` per case (the xtask runner counts
+//! them like utest's), then `utest: done N passed, N failed, N skipped`; exits 0 only if none
+//! failed.
 //! Arguments: words select cases whose names contain one of them (default: all).
 //!
 //! Cases that need a victim on another core run one there (`libos::cores::Core`): it makes

@@ -1,9 +1,9 @@
 //! ltest: in-QEMU tests of the library OS (threads, cfork, descriptors, the per-core heap),
 //! then a few measurements.
 //!
-//! Prints `utest NAME ... ok` / `... ok (skipped: why)` / `... FAILED: why` per test (the
-//! format `xtask test` counts), then `utest: done N passed, M failed`, and exits with 0 only
-//! if all passed. Measurements print `ltest: measure ...` lines afterwards. Arguments: words
+//! Prints `utest NAME ... ok` / `... skipped (why)` / `... FAILED: why` per test (the
+//! format `xtask test` counts), then `utest: done N passed, N failed, N skipped`, and exits
+//! with 0 only if none failed. Measurements print `ltest: measure ...` lines afterwards. Arguments: words
 //! select tests whose names contain one of them (default: all); `nomeasure` skips the
 //! measurements.
 //!
@@ -877,7 +877,7 @@ const TESTS: &[(&str, fn() -> TestResult)] = &[
 
 fn main(args: &'static str) -> u64 {
     let words: Vec<&str> = args.split_whitespace().filter(|w| *w != "nomeasure").collect();
-    let (mut pass, mut failed) = (0, 0);
+    let (mut pass, mut failed, mut skipped) = (0, 0, 0);
     // Always first: the other tests use the free cores it finds.
     match cores_probe() {
         Ok(_) => {
@@ -899,8 +899,8 @@ fn main(args: &'static str) -> u64 {
                 pass += 1;
             }
             Ok(Some(why)) => {
-                println!("utest {name} ... ok (skipped: {why})");
-                pass += 1;
+                println!("utest {name} ... skipped ({why})");
+                skipped += 1;
             }
             Err(m) => {
                 println!("utest {name} ... FAILED: {m}");
@@ -908,7 +908,7 @@ fn main(args: &'static str) -> u64 {
             }
         }
     }
-    println!("utest: done {pass} passed, {failed} failed");
+    println!("utest: done {pass} passed, {failed} failed, {skipped} skipped");
     if !args.split_whitespace().any(|w| w == "nomeasure") {
         measure_malloc_local();
         measure_remote_free();

@@ -5,7 +5,7 @@
 //! timed with the TSC.
 //!
 //! `init=microbench -- NAME [iters=N]`, NAME one of: null, fault, share_private,
-//! share_global, segment, stat, all; and grant (a core-scheduler request + release, with
+//! share_global, segment, stat, ppc (a protected procedure call round trip), all; and grant (a core-scheduler request + release, with
 //! `sched=core0` and at least 2 cores; not in `all`). Prints `bench name=NAME ops=N ticks=T ns_per_op=X` per run.
 #![no_std]
 #![no_main]
@@ -139,6 +139,35 @@ fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
             marker(false);
             report(name, iters, t0, t1);
         }
+        "ppc" => {
+            // A protected procedure call round trip (docs/ppc.md): the handler runs in an
+            // address space of its own (a root range with the image and a stack, as
+            // `cores::Core` prepares one, never started) on this core, and returns its
+            // argument plus one. The gate is named through the root share, as
+            // `ppc::Gate::bind` names a gate for a client.
+            let core = libos::core_id();
+            let server = libos::cores::Core::prepare(core, &libos::cores::CoreOpts::default())?;
+            let g = libos::ppc::register_in(root, "mb-ppc", core, ppc_plus_one, server.root_ar, libos::layout::CORE_STACK_TOP, &[server.share])?;
+            for i in 0..100 {
+                if g.call(i, 0, 0, 0)? != i + 1 {
+                    return Err(abi::Error::InvalidArgument);
+                }
+            }
+            marker(true);
+            let t0 = sys::time_now()?;
+            let mut bad = 0;
+            for i in 0..iters {
+                bad |= g.call(i, 0, 0, 0)? ^ (i + 1);
+            }
+            let t1 = sys::time_now()?;
+            marker(false);
+            report(name, iters, t0, t1);
+            g.delete()?;
+            drop(server);
+            if bad != 0 {
+                return Err(abi::Error::InvalidArgument);
+            }
+        }
         "grant" => {
             // The core scheduler (`sched=core0`, at least 2 cores): request one core and
             // release it, from core 0, so both messages run on core 0 itself (no IPI).
@@ -162,6 +191,11 @@ fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
     Ok(())
 }
 
+/// The `ppc` benchmark's handler.
+fn ppc_plus_one(a0: u64, _: u64, _: u64, _: u64) -> Result<u64, abi::Error> {
+    Ok(a0 + 1)
+}
+
 fn main(args: &'static str) -> u64 {
     let mut words = args.split_whitespace();
     let which = words.next().unwrap_or("all");
@@ -174,10 +208,10 @@ fn main(args: &'static str) -> u64 {
             return 2;
         }
     }
-    let names: &[&str] = if which == "all" { &["null", "stat", "fault", "share_private", "share_global", "segment"] } else { &[which] };
+    let names: &[&str] = if which == "all" { &["null", "stat", "fault", "share_private", "share_global", "segment", "ppc"] } else { &[which] };
     for n in names {
         if let Err(e) = run(n, iters) {
-            libos::println!("microbench: {n}: {e:?} (benchmarks: null fault share_private share_global segment grant all)");
+            libos::println!("microbench: {n}: {e:?} (benchmarks: null fault share_private share_global segment ppc grant all)");
             return 1;
         }
     }

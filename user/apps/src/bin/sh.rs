@@ -222,6 +222,7 @@ fn type_name(t: u32) -> &'static str {
         Some(ObjType::AddressRange) => "range",
         Some(ObjType::Pcore) => "pcore",
         Some(ObjType::Device) => "device",
+        Some(ObjType::Gate) => "gate",
         None => "?",
     }
 }

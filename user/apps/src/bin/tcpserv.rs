@@ -39,6 +39,9 @@ use libos::net::smoltcp::socket::tcp;
 
 libos::main!(main);
 
+#[path = "../common/calib.rs"]
+mod calib;
+
 const MAX_CORES: usize = 16;
 const BUFFERS_PER_CHANNEL: u64 = 128;
 
@@ -108,40 +111,10 @@ struct Job {
 /// Empty polls in a row before an `idle=sleep` core sleeps.
 const IDLE_POLLS_BEFORE_SLEEP: u32 = 64;
 
-/// The share-nothing calibration of docs/bench.md, run on every service core at once after
-/// the connections: the register-only xorshift loop, `CALIB_STEPS` steps, best of 3; each
-/// core's start and end on its own line.
-const CALIB_STEPS: u64 = 4_000_000;
-static CALIB_T: [CachePadded<(AtomicU64, AtomicU64)>; MAX_CORES] = [const { CachePadded::new((AtomicU64::new(0), AtomicU64::new(0))) }; MAX_CORES];
-static CALIB_BEST_NS: AtomicU64 = AtomicU64::new(0);
+/// The share-nothing calibration (common/calib.rs), run on every service core at once after
+/// the connections, only when every service core came up (the barrier counts all of them).
+static CALIB: calib::Calibration = calib::Calibration::new();
 static CALIB_OK: AtomicBool = AtomicBool::new(false);
-
-fn calibrate(job: &Job) {
-    let n = NSERVICE.load(Ordering::Relaxed) as usize;
-    for _ in 0..3 {
-        job.calib.wait();
-        let t0 = libos::time::now_ns();
-        let mut x = job.channel + 1;
-        for _ in 0..CALIB_STEPS {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x = core::hint::black_box(x);
-        }
-        let t1 = libos::time::now_ns();
-        CALIB_T[job.channel as usize].0.store(t0, Ordering::Relaxed);
-        CALIB_T[job.channel as usize].1.store(t1 | (x & 0), Ordering::Relaxed);
-        if job.calib.wait() {
-            let start = (0..n).map(|c| CALIB_T[c].0.load(Ordering::Relaxed)).min().unwrap_or(0);
-            let end = (0..n).map(|c| CALIB_T[c].1.load(Ordering::Relaxed)).max().unwrap_or(0);
-            let ns = end.saturating_sub(start);
-            let best = CALIB_BEST_NS.load(Ordering::Relaxed);
-            if best == 0 || ns < best {
-                CALIB_BEST_NS.store(ns, Ordering::Relaxed);
-            }
-        }
-    }
-}
 
 fn serve(job: &Job) -> Result<(), abi::Error> {
     if job.channel != 0 {
@@ -269,7 +242,7 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
     stack.poll();
     // Only when every service core came up: the barrier counts all of them.
     if CALIB_OK.load(Ordering::Acquire) {
-        calibrate(job);
+        CALIB.run(job.calib, job.channel as usize, NSERVICE.load(Ordering::Relaxed) as usize);
     }
     if job.channel != 0 {
         let _ = job.nic.unmap_here();
@@ -460,8 +433,8 @@ fn main(args: &'static str) -> u64 {
         o.mode.name(),
         service.len(),
         service.len(),
-        CALIB_STEPS * service.len() as u64,
-        CALIB_BEST_NS.load(Ordering::Relaxed),
+        calib::STEPS * service.len() as u64,
+        CALIB.best_ns(),
         st.packets_in,
         st.packets_out,
         st.drops,

@@ -1,9 +1,13 @@
 //! TC time-sharing (issue 8): several contexts on one TC core make progress together, a
 //! halted queued context is removed and gives its memory back, contexts ending in any order
 //! (or by a fault) leave nothing behind, the core counts its switches, and bad input gets its
-//! documented error. Boot with `roles=tc:0-1 init=tctest` on 3 vCPUs (core 2 stays an XC;
-//! `roles=tc:1` on 2 vCPUs runs all but the own-core thread case). Prints `utest NAME ...
-//! ok|FAILED` lines like utest.
+//! documented error. Prints `utest NAME ... ok|FAILED|skipped` lines like utest.
+//!
+//! The tests follow the roles in effect (`core_stats(c).role`, what the shell's `cores`
+//! command shows), not fixed core numbers: the time-shared core is the lowest TC other than
+//! ours, and `tc_thread_on_own_tc` runs only when our own core is a TC too. `cargo xtask
+//! test` boots `roles=tc:0-1` on 3 vCPUs (all seven run) and `roles=tc:2` on 3 vCPUs (all but
+//! the own-core case), and fails a skip the placement should have prevented.
 //!
 //! The contexts share one page (`SCRATCH_BASE` in every root range, ours included): counters
 //! and flags. A context on the TC cannot see another one run except through that page, and
@@ -13,7 +17,7 @@
 #![no_main]
 
 use abi::{PcoreStat, EXIT_FAULT_BASE, ROLE_KC, ROLE_TC, TC_MAX_QUEUED};
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 use libos::cores::{Core, CoreCtx, CoreOpts};
 use libos::{println, sys};
 
@@ -24,8 +28,14 @@ libos::main!(main);
 mod testkit;
 use testkit::*;
 
-/// The time-shared core.
-const TC: u64 = 1;
+/// The time-shared core the tests use: the lowest TC other than ours, found by `main` from
+/// the roles in effect; `NO_TC` if there is none.
+static TC_CORE: AtomicU64 = AtomicU64::new(NO_TC);
+const NO_TC: u64 = u64::MAX;
+
+fn tc() -> u64 {
+    TC_CORE.load(Ordering::Relaxed)
+}
 /// Words of the shared page.
 const COUNT: usize = 0; // COUNT + i: context i's progress counter (up to 32 contexts)
 const DONE: usize = 32; // DONE + i: context i has seen every other one progress
@@ -162,25 +172,35 @@ fn yielder(c: &CoreCtx) -> u64 {
 }
 
 fn switches() -> u64 {
-    sys::core_stats(TC).map(|s| s.context_switches).unwrap_or(0)
+    sys::core_stats(tc()).map(|s| s.context_switches).unwrap_or(0)
 }
 
 fn stat(c: &Core) -> PcoreStat {
     sys::pcore_stat(c.pcore).unwrap_or_default()
 }
 
+/// Whether the placement has a TC other than our core (and it still is one).
 fn is_tc() -> bool {
-    cores() >= 2 && sys::core_stats(TC).map(|s| s.role) == Ok(ROLE_TC)
+    tc() != NO_TC && sys::core_stats(tc()).map(|s| s.role) == Ok(ROLE_TC)
 }
+
+/// The lowest core other than ours whose role is TC, from the roles in effect.
+fn find_tc() -> u64 {
+    let me = libos::core_id();
+    (0..cores()).find(|&c| c != me && role_of(c) == ROLE_TC).unwrap_or(NO_TC)
+}
+
+/// Why a test that needs a TC other than ours skips.
+const NEEDS_TC: &str = "needs a TC core other than the test's own";
 
 fn t_three_progress() -> TestResult {
     if !is_tc() {
-        return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
+        return Ok(Pass::Skipped(NEEDS_TC));
     }
     let page = SharedPage::new("tc-shared")?;
     let sw0 = switches();
-    let ticks0 = sys::core_stats(TC).map(|s| s.timer_ticks).unwrap_or(0);
-    let mut cs = [page.core(TC)?, page.core(TC)?, page.core(TC)?];
+    let ticks0 = sys::core_stats(tc()).map(|s| s.timer_ticks).unwrap_or(0);
+    let mut cs = [page.core(tc())?, page.core(tc())?, page.core(tc())?];
     for (i, c) in cs.iter_mut().enumerate() {
         // A second, third context on a TC is queued, not refused (`Busy` before).
         ok!(c.start(progress, i as u64 | (3 << 8)));
@@ -190,11 +210,11 @@ fn t_three_progress() -> TestResult {
         ensure!(code == 0, "context {i} ended with {code} (1000 + fewest changes of another's counter it saw)");
     }
     let sw = switches() - sw0;
-    let ticks = sys::core_stats(TC).map(|s| s.timer_ticks).unwrap_or(0) - ticks0;
+    let ticks = sys::core_stats(tc()).map(|s| s.timer_ticks).unwrap_or(0) - ticks0;
     // Each context saw each other one run ROUNDS times while it was switched out.
-    ensure!(sw >= 2 * ROUNDS, "only {sw} context switches on the TC");
-    ensure!(ticks > 0, "the TC took no timer ticks");
-    println!("tctest: 3 contexts on one TC, each saw the others progress {ROUNDS} times: {sw} switches, {ticks} ticks");
+    ensure!(sw >= 2 * ROUNDS, "only {sw} context switches on TC {}", tc());
+    ensure!(ticks > 0, "TC {} took no timer ticks", tc());
+    println!("tctest: 3 contexts on TC {}, each saw the others progress {ROUNDS} times: {sw} switches, {ticks} ticks", tc());
     Ok(Pass::Ok)
 }
 
@@ -230,8 +250,8 @@ fn no_leak(f: fn() -> TestResult) -> TestResult {
 fn halt_queued() -> TestResult {
     let page = SharedPage::new("tc-shared")?;
     let sh = shared();
-    let mut a = page.core(TC)?;
-    let mut b = page.core(TC)?;
+    let mut a = page.core(tc())?;
+    let mut b = page.core(tc())?;
     // A runs with one tick a second, so B stays queued behind it for a while.
     ok!(sys::pcore_set_interval(a.pcore, 1));
     ok!(a.start(spinner, 0));
@@ -259,7 +279,7 @@ fn halt_queued() -> TestResult {
 
 fn t_halt_queued() -> TestResult {
     if !is_tc() {
-        return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
+        return Ok(Pass::Skipped(NEEDS_TC));
     }
     no_leak(halt_queued)
 }
@@ -273,7 +293,7 @@ fn exit_orders() -> TestResult {
         let page = SharedPage::new("tc-shared")?;
         let sh = shared();
         sh[ALIVE].store(places.iter().filter(|&&p| p != FAULT).count() as u64, Ordering::Release);
-        let mut cs = [page.core(TC)?, page.core(TC)?, page.core(TC)?, page.core(TC)?];
+        let mut cs = [page.core(tc())?, page.core(tc())?, page.core(tc())?, page.core(tc())?];
         for (i, c) in cs.iter_mut().enumerate() {
             ok!(c.start(counter, i as u64 | (places[i] << 8)));
         }
@@ -293,17 +313,17 @@ fn exit_orders() -> TestResult {
 
 fn t_exit_any_order() -> TestResult {
     if !is_tc() {
-        return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
+        return Ok(Pass::Skipped(NEEDS_TC));
     }
     no_leak(exit_orders)
 }
 
 fn t_yield() -> TestResult {
     if !is_tc() {
-        return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
+        return Ok(Pass::Skipped(NEEDS_TC));
     }
     let page = SharedPage::new("tc-shared")?;
-    let mut cs = [page.core(TC)?, page.core(TC)?];
+    let mut cs = [page.core(tc())?, page.core(tc())?];
     for (i, c) in cs.iter_mut().enumerate() {
         // One tick a second: nearly every switch must come from pcore_yield.
         ok!(sys::pcore_set_interval(c.pcore, 1));
@@ -337,14 +357,14 @@ fn t_yield() -> TestResult {
 
 fn t_queue_full() -> TestResult {
     if !is_tc() {
-        return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
+        return Ok(Pass::Skipped(NEEDS_TC));
     }
     let page = SharedPage::new("tc-shared")?;
     let sh = shared();
     // One running plus TC_MAX_QUEUED queued: the next one is refused.
     let mut cs: [Option<Core>; TC_MAX_QUEUED + 2] = [const { None }; TC_MAX_QUEUED + 2];
     for (i, slot) in cs.iter_mut().enumerate() {
-        *slot = Some(page.core(TC)?);
+        *slot = Some(page.core(tc())?);
         let c = slot.as_mut().ok_or_else(|| Msg::new(format_args!("no core")))?;
         let r = c.start(spinner, i as u64);
         if i <= TC_MAX_QUEUED {
@@ -374,15 +394,15 @@ fn triple(x: u64) -> u64 {
 }
 
 /// Threads created and joined on our own core (a TC: the thread is queued behind us and
-/// runs when the join yields), then the same on core 1, side by side.
+/// runs when the join yields), then the same on the other TC, side by side.
 fn t_thread_on_own_tc() -> TestResult {
     let me = libos::core_id();
     if role_of(me) != ROLE_TC || !is_tc() {
-        return Ok(Pass::Skipped("needs roles=tc:0-1"));
+        return Ok(Pass::Skipped("needs the test's own core and another to be TCs"));
     }
     const N: u64 = 30;
     let mut per_op = [0u64; 2];
-    for (k, core) in [me, TC].into_iter().enumerate() {
+    for (k, core) in [me, tc()].into_iter().enumerate() {
         let t0 = libos::time::now_ns();
         for i in 0..N {
             let t = ok!(libos::thread::spawn(core, triple, i));
@@ -403,28 +423,32 @@ fn t_thread_on_own_tc() -> TestResult {
 
 fn t_bad_input() -> TestResult {
     if !is_tc() {
-        return Ok(Pass::Skipped("needs roles=tc:1 and 2 cores"));
+        return Ok(Pass::Skipped(NEEDS_TC));
     }
-    // An XC keeps one context: a second pcore_run there is Busy (core 0 if it is an XC,
-    // since it runs us; else core 2 with a spinner on it).
-    if role_of(0) != ROLE_TC {
-        let mut x = ok!(Core::prepare(0, &CoreOpts::default()));
+    // An XC keeps one context: a second pcore_run there is Busy (our core if it is an XC,
+    // since it runs us; else another XC with a spinner on it).
+    let me = libos::core_id();
+    let other_xc = (0..cores()).find(|&c| c != me && role_of(c) == abi::ROLE_XC);
+    if role_of(me) == abi::ROLE_XC {
+        let mut x = ok!(Core::prepare(me, &CoreOpts::default()));
         err!(x.start(spinner, 0), abi::Error::Busy);
-    } else if cores() >= 3 && role_of(2) != ROLE_TC && role_of(2) != ROLE_KC {
+    } else if let Some(x) = other_xc {
         let page = SharedPage::new("tc-shared")?;
         let sh = shared();
-        let mut a = ok!(Core::prepare(2, &CoreOpts::default()));
+        let mut a = ok!(Core::prepare(x, &CoreOpts::default()));
         ok!(page.map_into(a.root_ar));
-        let mut b = ok!(Core::prepare(2, &CoreOpts::default()));
+        let mut b = ok!(Core::prepare(x, &CoreOpts::default()));
         ok!(a.start(spinner, 0));
         let r = b.start(spinner, 1);
         sh[STOP].store(1, Ordering::Release);
         let code = ok!(a.join(JOIN_MS));
         err!(r, abi::Error::Busy);
         ensure!(code == 0, "the XC's spinner ended with {code}");
+    } else {
+        println!("tctest: no XC core in this placement: the XC's one-context check is not made");
     }
-    // A kernel core runs no contexts, time-shared or not. Core 1 becomes a KC once idle.
-    let mut k = ok!(Core::prepare(TC, &CoreOpts::default()));
+    // A kernel core runs no contexts, time-shared or not. The TC becomes a KC once idle.
+    let mut k = ok!(Core::prepare(tc(), &CoreOpts::default()));
     let mut set = Err(abi::Error::Busy);
     libos::time::wait_until(JOIN_MS, || {
         set = raw(abi::nr::PCORE_SET_ROLE, [k.pcore.share, k.pcore.object, ROLE_KC, 0, 0, 0]);
@@ -445,6 +469,13 @@ fn t_bad_input() -> TestResult {
 }
 
 fn main(_args: &'static str) -> u64 {
+    TC_CORE.store(find_tc(), Ordering::Relaxed);
+    let roles: [&str; 8] = core::array::from_fn(|c| if (c as u64) < cores() { abi::role_name(role_of(c as u64)) } else { "" });
+    let shown = &roles[..cores().min(8) as usize];
+    match tc() {
+        NO_TC => println!("tctest: roles in effect (first 8 cores): {shown:?}; tests on core {}, no other TC core", libos::core_id()),
+        t => println!("tctest: roles in effect (first 8 cores): {shown:?}; tests on core {}, time-shared core {t}", libos::core_id()),
+    }
     let tests: [(&str, fn() -> TestResult); 7] = [
         ("tc_three_progress", t_three_progress),
         ("tc_halt_queued", t_halt_queued),

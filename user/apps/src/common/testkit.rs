@@ -37,6 +37,10 @@ impl Msg {
     }
 }
 
+/// A test that did not fail: it ran and passed, or it could not run under this boot (the
+/// reason names what it needs, e.g. "needs a kernel core"). A skip is not a pass: it is
+/// printed and counted as a skip, and `cargo xtask test` fails a skip that the boot's
+/// configuration should have prevented (docs/testing.md).
 pub enum Pass {
     Ok,
     Skipped(&'static str),
@@ -44,37 +48,51 @@ pub enum Pass {
 
 pub type TestResult = Result<Pass, Msg>;
 
-/// Passed and failed tests, reported in the `utest NAME ... ok|FAILED` form that
-/// `cargo xtask test` parses.
+/// Passed, failed and skipped tests, reported in the `utest NAME ... ok|FAILED: why|skipped
+/// (why)` form that `cargo xtask test` parses, closed by `utest: done N passed, N failed, N
+/// skipped`.
 #[derive(Default)]
 pub struct Tally {
     pub passed: u64,
     pub failed: u64,
+    pub skipped: u64,
 }
 
 impl Tally {
     /// Print test `name`'s outcome and count it.
     pub fn record(&mut self, name: &str, r: TestResult) {
         match r {
-            Ok(Pass::Ok) => {
-                self.passed += 1;
-                libos::println!("utest {name} ... ok");
-            }
-            Ok(Pass::Skipped(why)) => {
-                self.passed += 1;
-                libos::println!("utest {name} ... ok (skipped: {why})");
-            }
-            Err(m) => {
-                self.failed += 1;
-                libos::println!("utest {name} ... FAILED: {}", m.as_str());
-            }
+            Ok(Pass::Ok) => self.pass(name, ""),
+            Ok(Pass::Skipped(why)) => self.skip(name, why),
+            Err(m) => self.fail(name, m.as_str()),
         }
     }
 
-    /// Print the closing line; the program's exit code (0 only if every test passed).
+    /// A pass; `note` (if not empty) follows in parentheses and must not start with `skipped`.
+    pub fn pass(&mut self, name: &str, note: &str) {
+        self.passed += 1;
+        if note.is_empty() {
+            libos::println!("utest {name} ... ok");
+        } else {
+            libos::println!("utest {name} ... ok ({note})");
+        }
+    }
+
+    pub fn skip(&mut self, name: &str, why: &str) {
+        self.skipped += 1;
+        libos::println!("utest {name} ... skipped ({why})");
+    }
+
+    pub fn fail(&mut self, name: &str, why: &str) {
+        self.failed += 1;
+        libos::println!("utest {name} ... FAILED: {why}");
+    }
+
+    /// Print the closing line; the program's exit code: 0 only if no test failed and at least
+    /// one ran (a run in which everything was skipped checked nothing).
     pub fn finish(&self) -> u64 {
-        libos::println!("utest: done {} passed, {} failed", self.passed, self.failed);
-        u64::from(self.failed != 0)
+        libos::println!("utest: done {} passed, {} failed, {} skipped", self.passed, self.failed, self.skipped);
+        u64::from(self.failed != 0 || self.passed == 0)
     }
 }
 

@@ -1,0 +1,203 @@
+//! Gates: Tornado's protected procedure calls (seeds/001 section 6; docs/ppc.md).
+//!
+//! A gate is registered by a server for one core. A client on that core calls it with
+//! `ppc_call`: the kernel saves where the client returns to (rip, rsp, rflags) in the gate,
+//! swaps the calling context's identity (root range, root share, share set) with the gate's,
+//! loads the gate's root range and returns to user mode at the handler's entry on the
+//! handler's stack. The handler's `ppc_return(value)` swaps everything back and returns to
+//! the client with `value`. No allocation, no lock and nothing another core writes is on the
+//! path: the gate lives on its core's node and only its core uses it.
+//!
+//! The call is part of the calling context: if a TC switches away in the middle, the
+//! context's root range *is* the gate's while the call runs, so the switch saves and
+//! restores it like any other (`sched::switch_root`), and page faults resolve in it. A
+//! fault the handler does not survive ends the call (`context::abort_call`), not the
+//! context; a context that ends during a call gives every gate back (`unwind`).
+//!
+//! Who may touch a gate's call state: `busy` is taken by `enter` and given back by
+//! `leave`; between the two the call state belongs to the context that holds the gate in
+//! `Context::ppc`, which runs only on the gate's core (a context never moves between
+//! cores, and `enter` refuses other cores). Everything else about a gate is set at
+//! registration and never changes, so any core may read it (the reference-cycle check reads
+//! `members`).
+
+use alloc::vec::Vec;
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use super::{ar::AddressRange, try_push, ObjRef};
+use crate::arch::x86_64::paging;
+use crate::arch::x86_64::syscall::UserReturn;
+use crate::context::Context;
+use abi::{Error, PPC_MAX_DEPTH};
+
+/// The flags a handler starts with: interrupts on, nothing else.
+const HANDLER_RFLAGS: u64 = 0x202;
+
+pub struct Gate {
+    /// The one core the gate serves.
+    pub core: u32,
+    pub entry: u64,
+    pub stack_top: u64,
+    pub cookie: u64,
+    /// The shares the gate was registered with: what it keeps alive, for the cycle check
+    /// (`syscall::reaches`). The first is the handler's root share, the others its share
+    /// set: every share the handler can reach from is here, so the check sees all it could
+    /// ever put a gate into.
+    pub members: Vec<ObjRef>,
+    /// Taken for the length of a call (one call at a time per gate).
+    busy: AtomicBool,
+    call: UnsafeCell<CallState>,
+}
+
+/// What a call swaps. Outside a call: the handler's identity. During one: the caller's, and
+/// where it returns to.
+struct CallState {
+    root_ar: ObjRef,
+    root_share: ObjRef,
+    shares: Vec<ObjRef>,
+    /// The caller's own call, if it was inside one (nested calls).
+    outer: Option<ObjRef>,
+    caller: UserReturn,
+}
+
+// SAFETY: `call` is reached only by the holder of `busy` (see the module comment), on the
+// gate's core; everything else is immutable after `Gate::new` or atomic.
+unsafe impl Sync for Gate {}
+// SAFETY: as above; the references inside are `KRef`s, which are Send.
+unsafe impl Send for Gate {}
+
+impl Gate {
+    /// A gate for `core` running at `entry` on `stack_top` in `root_ar`; `shares[0]` is its
+    /// handler's root share and the rest its share set (the caller checks there is one).
+    pub fn new(core: u32, entry: u64, stack_top: u64, cookie: u64, root_ar: ObjRef, shares: Vec<ObjRef>) -> Result<Gate, Error> {
+        let mut members = Vec::new();
+        members.try_reserve(shares.len()).map_err(|_| Error::NoMemory)?;
+        for s in &shares {
+            try_push(&mut members, s.clone())?;
+        }
+        let mut set = shares;
+        if set.is_empty() {
+            return Err(Error::InvalidArgument);
+        }
+        let root_share = set.remove(0);
+        Ok(Gate {
+            core,
+            entry,
+            stack_top,
+            cookie,
+            members,
+            busy: AtomicBool::new(false),
+            call: UnsafeCell::new(CallState { root_ar, root_share, shares: set, outer: None, caller: UserReturn::default() }),
+        })
+    }
+}
+
+/// Make sure core `me` is in `root`'s shootdown set before loading it. The bit is set once
+/// and left set when the core switches away (a CR3 load flushes the range's entries, so a
+/// left-over bit costs at most a needless flush): the call path only reads the set's line.
+/// Only core `me` clears its bit (`context`, `sched`), never while this call runs.
+#[inline(always)]
+fn load(root: &AddressRange, me: usize) {
+    if !root.running.contains(me) {
+        root.running.insert(me);
+    }
+    paging::load_root(root.table);
+}
+
+/// Swap the context's identity (what its system calls name objects through, and the
+/// address range it runs on) with the call's.
+#[inline(always)]
+fn swap_identity(c: &mut Context, st: &mut CallState) {
+    core::mem::swap(&mut c.root_ar, &mut st.root_ar);
+    core::mem::swap(&mut c.root_share, &mut st.root_share);
+    // Most callers and handlers have an empty share set (a program's first context; a
+    // handler with only its root share): two tests instead of swapping six words.
+    if !(c.shares.is_empty() && st.shares.is_empty()) {
+        core::mem::swap(&mut c.shares, &mut st.shares);
+    }
+}
+
+/// `ppc_call`: enter `gate_obj` from context `c` on core `me`. `ret` is where the caller
+/// returns to user mode now; it becomes the handler's entry. Returns the handler's `rax`
+/// (the gate's cookie).
+#[inline(always)]
+pub fn enter(c: &mut Context, gate_obj: ObjRef, me: usize, ret: &mut UserReturn) -> Result<u64, Error> {
+    let g = gate_obj.as_gate()?;
+    if g.core as usize != me {
+        return Err(Error::WrongCore);
+    }
+    if c.ppc_depth >= PPC_MAX_DEPTH as u32 || g.busy.swap(true, Ordering::Acquire) {
+        return Err(Error::Busy);
+    }
+    // SAFETY: we hold `busy`, on the gate's core (module comment).
+    let st = unsafe { &mut *g.call.get() };
+    let Ok(root) = st.root_ar.as_ar() else {
+        // Cannot happen (registration takes root ranges only).
+        g.busy.store(false, Ordering::Release);
+        return Err(Error::WrongType);
+    };
+    load(root, me);
+    swap_identity(c, st);
+    st.caller = *ret;
+    *ret = UserReturn { rip: g.entry, rflags: HANDLER_RFLAGS, rsp: g.stack_top };
+    let cookie = g.cookie;
+    // `st.outer` is empty outside a call: nothing to drop (forgetting the `None` spares
+    // the drop check).
+    core::mem::forget(core::mem::replace(&mut st.outer, c.ppc.replace(gate_obj)));
+    c.ppc_depth += 1;
+    Ok(cookie)
+}
+
+/// End the innermost call of `c`: give the caller its identity back, free the gate for the
+/// next call and set `ret` to where the caller resumes. Returns the gate's reference (drop
+/// it only after the caller's root range is loaded: it may be the gate's last). Loads
+/// nothing.
+#[inline(always)]
+fn leave_state(c: &mut Context, ret: &mut UserReturn) -> Option<ObjRef> {
+    let gate_obj = c.ppc.take()?;
+    let Ok(g) = gate_obj.as_gate() else {
+        return None; // cannot happen: only gates are put in `ppc`
+    };
+    // SAFETY: this context's call holds `busy` (it put the gate in `ppc`), and it runs on
+    // the gate's core.
+    let st = unsafe { &mut *g.call.get() };
+    swap_identity(c, st);
+    // `c.ppc` was just emptied: nothing to drop (as in `enter`).
+    core::mem::forget(core::mem::replace(&mut c.ppc, st.outer.take()));
+    c.ppc_depth -= 1;
+    *ret = st.caller;
+    g.busy.store(false, Ordering::Release);
+    Some(gate_obj)
+}
+
+/// `ppc_return` (and `abort`): end the innermost call, set `ret` to where the caller
+/// resumes and load the caller's root range. `None` if `c` is not in a call.
+#[inline(always)]
+pub fn leave(c: &mut Context, me: usize, ret: &mut UserReturn) -> Option<ObjRef> {
+    let g = leave_state(c, ret)?;
+    match c.root_ar.as_ar() {
+        Ok(root) => load(root, me),
+        // Cannot happen (a context's root range is a root range): never let the caller run
+        // on the server's root; end the context instead.
+        Err(_) => crate::context::request_exit(abi::EXIT_FAULT_BASE),
+    }
+    Some(g)
+}
+
+/// A context that ends in the middle of calls gives every gate back (innermost first), so
+/// the gates are free for the next caller and their identities are theirs again. Loads
+/// nothing (the context is not running, or its core is about to load another root). The
+/// gates' references come back to be dropped where dropping may free.
+pub fn unwind(c: &mut Context) -> [Option<ObjRef>; PPC_MAX_DEPTH as usize] {
+    let mut gates: [Option<ObjRef>; PPC_MAX_DEPTH as usize] = Default::default();
+    let mut i = 0;
+    let mut ret = UserReturn::default();
+    while let Some(g) = leave_state(c, &mut ret) {
+        if i < gates.len() {
+            gates[i] = Some(g);
+            i += 1;
+        }
+    }
+    gates
+}

@@ -1,0 +1,309 @@
+//! `cargo xtask webd cachesim`: Corey's filesum cache experiment (seeds/000 §8.4, fig. 11) in
+//! the multi-core cache model (tools/qemu-plugins/cachemc.c). Our webd runs under
+//! single-threaded TCG with the plugin; the host asks for every file's filesum, round after
+//! round, on one keep-alive connection; the report gives, per request, the L2 and L3 misses
+//! and memory cycles of the cores that sum (the application cores; the front-end in
+//! same-core mode), by mode. Evidence kind: deterministic simulation of the guest's
+//! physical-address trace (which lines a core touches does not depend on the host's speed;
+//! the order in which vCPUs interleave does, a little: see docs/webd.md).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::files::FileSpec;
+use super::http::{self, Conn};
+use super::run::{self, Artifacts, Running, Sys, WebdBoot};
+
+const HELP: &str = "\
+cargo xtask webd cachesim [--modes random,locality,same-core] [--preset amd16|nehalem]
+    [--files COUNTxSIZE] [--rounds R] [--smp N] [--apps LIST] [--cores-per-chip K] [--json FILE]
+  Boot our webd under single-threaded TCG with the multi-core cache model (each vCPU a core
+  with private L1/L2, the cores of a chip sharing an L3; presets after seeds/000 fig. 2), ask
+  for every file's /filesum R times (default 6; the first round warms up and is not counted),
+  and print per request the L2/L3 misses and memory cycles per instruction of the cores that
+  sum. Defaults: amd16, 8x1M files, 5 vCPUs (front-end 0, application cores 1-4), every core
+  its own chip (--cores-per-chip 1: one core's L2+L3 holds its 2 files, not all 8).";
+
+pub struct Opts {
+    pub modes: Vec<String>,
+    pub preset: String,
+    pub files: FileSpec,
+    pub rounds: u64,
+    pub smp: u32,
+    pub apps: String,
+    pub cores_per_chip: u32,
+    pub json: Option<PathBuf>,
+}
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        modes: run::MODES.iter().map(|m| m.to_string()).collect(),
+        preset: "amd16".into(),
+        files: FileSpec { count: 8, size: 1 << 20 },
+        rounds: 6,
+        smp: 5,
+        apps: "1-4".into(),
+        cores_per_chip: 1,
+        json: None,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "help" || a == "--help" {
+            println!("{HELP}");
+            std::process::exit(0);
+        }
+        let v = it.next().ok_or_else(|| format!("webd cachesim: {a} needs a value\n{HELP}"))?;
+        let num = |v: &str| v.parse::<u64>().map_err(|_| format!("webd cachesim: {a}: `{v}` is not a whole number"));
+        match a.as_str() {
+            "--modes" => {
+                o.modes = v.split(',').map(String::from).collect();
+                if let Some(bad) = o.modes.iter().find(|m| !run::MODES.contains(&m.as_str())) {
+                    return Err(format!("webd cachesim: --modes: `{bad}` is not one of {}", run::MODES.join(", ")));
+                }
+            }
+            "--preset" => {
+                if v != "amd16" && v != "nehalem" {
+                    return Err(format!("webd cachesim: --preset: `{v}`: amd16 or nehalem"));
+                }
+                o.preset = v.clone();
+            }
+            "--files" => o.files = FileSpec::parse(v)?,
+            "--rounds" => o.rounds = num(v)?.clamp(2, 100),
+            "--smp" => o.smp = num(v)?.clamp(2, 64) as u32,
+            "--apps" => o.apps = v.clone(),
+            "--cores-per-chip" => o.cores_per_chip = num(v)?.clamp(1, 64) as u32,
+            "--json" => o.json = Some(PathBuf::from(v)),
+            _ => return Err(format!("webd cachesim: unknown option `{a}`\n{HELP}")),
+        }
+    }
+    o.files.validate()?;
+    Ok(o)
+}
+
+fn plugins_dir() -> PathBuf {
+    crate::env::workspace_root().join("target").join("qemu-plugins")
+}
+
+/// Build the plugin and its native known-answer test, and run the test. Returns the plugin.
+pub fn build_plugin() -> Result<PathBuf, String> {
+    crate::env::ensure_tool("cc", &["gcc"])?;
+    let dir = plugins_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let src = crate::env::workspace_root().join("tools").join("qemu-plugins");
+    let cc = |out: &Path, srcs: &[&str], shared: bool| -> Result<(), String> {
+        let mut c = Command::new("cc");
+        c.args(["-std=gnu11", "-O2", "-flto", "-Wall", "-Wextra", "-Werror"]);
+        if shared {
+            c.args(["-fPIC", "-shared", "-fvisibility=hidden"]);
+        }
+        c.arg("-o").arg(out);
+        for s in srcs {
+            c.arg(src.join(s));
+        }
+        let o = c.output().map_err(|e| format!("cannot run cc: {e}"))?;
+        if !o.status.success() {
+            return Err(format!("building {} failed:\n{}", out.display(), String::from_utf8_lossy(&o.stderr)));
+        }
+        Ok(())
+    };
+    let so = dir.join("cachemc.so");
+    let test = dir.join("test_cachemc");
+    cc(&so, &["cachemc.c", "cachemc_core.c", "cachesim_core.c"], true)?;
+    cc(&test, &["test_cachemc.c", "cachemc_core.c", "cachesim_core.c"], false)?;
+    let o = Command::new(&test).output().map_err(|e| format!("cannot run {}: {e}", test.display()))?;
+    if !o.status.success() {
+        return Err(format!("the cache model's known-answer test failed:\n{}", String::from_utf8_lossy(&o.stdout)));
+    }
+    Ok(so)
+}
+
+/// One core's counts from the report (both parties added).
+#[derive(Default, Clone, Copy, Debug, PartialEq)]
+pub struct CoreCounts {
+    pub insns: u64,
+    pub l2_miss: u64,
+    pub l3_miss: u64,
+    pub cycles: u64,
+}
+
+/// Parse the plugin's `core vcpu=N ...` lines: vCPU -> counts (os + app). Errors when the
+/// report has no `end` line (QEMU died before the plugin wrote it).
+pub fn parse_report(text: &str) -> Result<Vec<CoreCounts>, String> {
+    if !text.lines().any(|l| l == "end") {
+        return Err("the cache model's report is incomplete (no `end` line)".into());
+    }
+    let mut v: Vec<CoreCounts> = Vec::new();
+    for l in text.lines().filter(|l| l.starts_with("core ")) {
+        let get = |k: &str| -> Result<u64, String> {
+            l.split_whitespace().find_map(|w| w.strip_prefix(k).and_then(|r| r.strip_prefix('='))).and_then(|x| x.parse().ok()).ok_or_else(|| format!("report line without {k}: {l}"))
+        };
+        let c = get("vcpu")? as usize;
+        if v.len() <= c {
+            v.resize(c + 1, CoreCounts::default());
+        }
+        v[c].insns += get("insns")?;
+        v[c].l2_miss += get("l2_miss")?;
+        v[c].l3_miss += get("l3_miss")?;
+        v[c].cycles += get("cycles")?;
+    }
+    Ok(v)
+}
+
+/// What one mode measured, per request.
+#[derive(Debug)]
+pub struct ModeResult {
+    pub mode: String,
+    pub requests: u64,
+    pub cores: Vec<u32>,
+    pub l2_per_req: f64,
+    pub l3_per_req: f64,
+    pub insns_per_req: f64,
+    pub mem_cpi: f64,
+}
+
+fn one_mode(o: &Opts, art: &Artifacts, so: &Path, mode: &str) -> Result<ModeResult, String> {
+    let out = crate::env::workspace_root().join("target").join("webd").join(format!("cachemc-{mode}-{}-{}.txt", o.preset, o.files.name()));
+    let _ = std::fs::remove_file(&out);
+    let n = o.files.count;
+    let same_core = mode == "same-core";
+    let b = WebdBoot {
+        system: Sys::Ours,
+        mode: mode.into(),
+        files: o.files,
+        smp: o.smp,
+        mem_mib: 1024,
+        frontends: Some("0".into()),
+        apps: if same_core { None } else { Some(o.apps.clone()) },
+        kc: None,
+        requests: Some((o.rounds - 1) * n),
+        warmup: n,
+        extra: vec!["-plugin".into(), format!("{},out={},preset={},cores_per_chip={},warm=on", so.display(), out.display(), o.preset, o.cores_per_chip)],
+        guest_extra: Vec::new(),
+    };
+    let mut p = run::prepare(&b, art)?;
+    // The model is not locked: one thread runs every vCPU.
+    for a in p.args.iter_mut() {
+        if a == "tcg,thread=multi" {
+            *a = "tcg,thread=single".into();
+        }
+    }
+    let t0 = Instant::now();
+    let r = Running::start(&p, Duration::from_secs(900), false).map_err(|nr| format!("{mode}: webd did not come up: {}", nr.why))?;
+    let mut conn = Conn::open(r.port, Duration::from_secs(60)).map_err(|(f, w)| format!("{mode}: connect: {}: {w}", f.name()))?;
+    for round in 0..o.rounds {
+        for (name, want) in &r.sums {
+            let target = format!("/filesum/{name}");
+            conn.send(&http::request("GET", &target, true), Duration::from_secs(60)).map_err(|(f, w)| format!("{mode}: {target}: {}: {w}", f.name()))?;
+            let resp = conn.read_response(Instant::now() + Duration::from_secs(120), false).map_err(|(f, w)| format!("{mode}: {target}: {}: {w}", f.name()))?;
+            let got = String::from_utf8_lossy(&resp.body).trim().to_string();
+            if resp.status != 200 || got != want.sum.to_string() {
+                return Err(format!("{mode}: round {round}: {target}: {} `{got}`, want {}", resp.status, want.sum));
+            }
+        }
+    }
+    drop(conn);
+    let cores: Vec<u32> = if same_core { r.frontends.clone() } else { r.apps.clone() };
+    let outcome = r.finish((o.rounds - 1) * n, Duration::from_secs(120));
+    outcome.verdict(Sys::Ours)?;
+    let text = std::fs::read_to_string(&out).map_err(|e| format!("{mode}: {}: {e}", out.display()))?;
+    let counts = parse_report(&text)?;
+    let sum = |f: fn(&CoreCounts) -> u64| cores.iter().map(|&c| counts.get(c as usize).map(f).unwrap_or(0)).sum::<u64>();
+    let measured = (o.rounds - 1) * n;
+    let (l2, l3, insns, cycles) = (sum(|c| c.l2_miss), sum(|c| c.l3_miss), sum(|c| c.insns), sum(|c| c.cycles));
+    if insns == 0 {
+        return Err(format!("{mode}: the summing cores executed nothing inside the marked region (markers missing?)"));
+    }
+    println!("   {mode}: {} s, report {}", t0.elapsed().as_secs(), out.display());
+    Ok(ModeResult {
+        mode: mode.into(),
+        requests: measured,
+        cores,
+        l2_per_req: l2 as f64 / measured as f64,
+        l3_per_req: l3 as f64 / measured as f64,
+        insns_per_req: insns as f64 / measured as f64,
+        mem_cpi: cycles as f64 / insns as f64,
+    })
+}
+
+pub fn command(args: &[String]) -> Result<(), String> {
+    let o = parse(args)?;
+    let so = build_plugin()?;
+    let art = Artifacts::build(Sys::Ours)?;
+    println!(
+        "webd cachesim: preset {}, {} cores a chip, {} files of {} KiB, {} rounds (first one warms up), {} vCPUs, application cores {}",
+        o.preset,
+        o.cores_per_chip,
+        o.files.count,
+        o.files.size >> 10,
+        o.rounds,
+        o.smp,
+        o.apps
+    );
+    let mut results = Vec::new();
+    for m in &o.modes {
+        results.push(one_mode(&o, &art, &so, m)?);
+    }
+    println!("{:<10} {:>8} {:>12} {:>12} {:>14} {:>9}  cores", "mode", "requests", "L2 miss/req", "L3 miss/req", "instrs/req", "mem CPI");
+    for r in &results {
+        println!("{:<10} {:>8} {:>12.0} {:>12.0} {:>14.0} {:>9.3}  {:?}", r.mode, r.requests, r.l2_per_req, r.l3_per_req, r.insns_per_req, r.mem_cpi, r.cores);
+    }
+    let find = |m: &str| results.iter().find(|r| r.mode == m);
+    if let (Some(rnd), Some(loc)) = (find("random"), find("locality")) {
+        println!(
+            "random / locality: L3 misses per request {:.2}x, memory CPI {:.2}x (issue 18 targets: >= 3x and >= 1.5x)",
+            rnd.l3_per_req / loc.l3_per_req.max(1e-9),
+            rnd.mem_cpi / loc.mem_cpi.max(1e-9)
+        );
+    }
+    let json = format!(
+        "{{\"preset\":\"{}\",\"cores_per_chip\":{},\"files\":\"{}\",\"rounds\":{},\"smp\":{},\"modes\":[{}]}}",
+        o.preset,
+        o.cores_per_chip,
+        o.files.name(),
+        o.rounds,
+        o.smp,
+        results
+            .iter()
+            .map(|r| format!(
+                "{{\"mode\":\"{}\",\"requests\":{},\"l2_miss_per_req\":{:.1},\"l3_miss_per_req\":{:.1},\"insns_per_req\":{:.0},\"mem_cpi\":{:.4}}}",
+                r.mode, r.requests, r.l2_per_req, r.l3_per_req, r.insns_per_req, r.mem_cpi
+            ))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let path = o.json.clone().unwrap_or_else(|| crate::env::workspace_root().join("target").join("webd").join(format!("cachesim-{}-{}.json", o.preset, o.files.name())));
+    std::fs::write(&path, format!("{json}\n")).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("{json}");
+    println!("written to {}", path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_report_and_adds_parties() {
+        let t = "cachemc version=1 warm=1 preset=amd16 cores=2\n\
+                 core vcpu=0 chip=0 party=os insns=10 accesses=5 l1_miss=3 l2_miss=2 l3_miss=1 cycles=200 inval=0\n\
+                 core vcpu=0 chip=0 party=app insns=20 accesses=5 l1_miss=3 l2_miss=4 l3_miss=3 cycles=600 inval=0\n\
+                 core vcpu=1 chip=1 party=os insns=1 accesses=1 l1_miss=0 l2_miss=0 l3_miss=0 cycles=0 inval=0\n\
+                 end\n";
+        let v = parse_report(t).unwrap();
+        assert_eq!(v[0], CoreCounts { insns: 30, l2_miss: 6, l3_miss: 4, cycles: 800 });
+        assert_eq!(v[1].insns, 1);
+        assert!(parse_report("core vcpu=0 insns=1\n").is_err(), "a report cut short is an error");
+        assert!(parse_report("core vcpu=0 chip=0 party=os insns=x\nend\n").is_err());
+    }
+
+    #[test]
+    fn options() {
+        let o = parse(&["--modes".into(), "random,locality".into(), "--files".into(), "4x512K".into()]).unwrap();
+        assert_eq!(o.modes, vec!["random", "locality"]);
+        assert_eq!((o.files.count, o.files.size), (4, 512 << 10));
+        assert!(parse(&["--modes".into(), "fast".into()]).is_err());
+        assert!(parse(&["--preset".into(), "pentium".into()]).is_err());
+        assert!(parse(&["--rounds".into()]).is_err());
+    }
+}

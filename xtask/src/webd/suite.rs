@@ -1,0 +1,193 @@
+//! The `webd` suite of `cargo xtask test` (also `cargo xtask webd selftest`): our webd at 2
+//! vCPUs with a small image (4 files of 64 KiB) in each of the three modes; in each boot every
+//! file's sum from every front-end (compared with the host's, and with `/stats`' per-core
+//! counts), the bad-input cases (`webd check`), and the kernel's verdict after webd stops by
+//! itself (init exited 0, nothing leaked). About 12 s a mode here.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::check;
+use super::http;
+use super::files::FileSpec;
+use super::run::{self, Artifacts, Running, Sys, WebdBoot};
+use crate::TestTally;
+
+/// One boot of ours in `mode`, checked three ways.
+fn one_mode(art: &Artifacts, mode: &str) -> TestTally {
+    let name = format!("webd, {mode} mode, 2 vCPUs, 4x64K");
+    println!("== {name}");
+    let t0 = Instant::now();
+    let mut t = TestTally::default();
+    let mut record = |what: &str, r: Result<String, String>| match r {
+        Ok(how) => {
+            t.passed += 1;
+            println!("   ok   {what}: {how}");
+        }
+        Err(why) => {
+            t.failed += 1;
+            println!("   FAIL {what}: {why}");
+        }
+    };
+    let files = FileSpec { count: 4, size: 64 << 10 };
+    let mut b = WebdBoot { system: Sys::Ours, mode: mode.into(), files, smp: 2, mem_mib: 512, frontends: None, apps: None, kc: None, requests: None, warmup: 0, extra: Vec::new(), guest_extra: Vec::new() };
+    b.requests = Some(run::planned_sum_check(Sys::Ours, files.count, 1, 2) + check::planned_requests());
+    let p = match run::prepare(&b, art) {
+        Ok(p) => p,
+        Err(e) => {
+            record("boot", Err(e));
+            return t;
+        }
+    };
+    let r = match Running::start(&p, Duration::from_secs(120), false) {
+        Ok(r) => r,
+        Err(nr) => {
+            for l in nr.finished.serial.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev() {
+                println!("   | {l}");
+            }
+            record("webd ready", Err(nr.why));
+            return t;
+        }
+    };
+    // Catches: a wrong sum (summing code, the wrong file, a torn copy on the application
+    // core), a front-end the steering cannot reach or that does not answer, static files
+    // served wrong, /stats counting wrong, locality sending a file to a core that is not
+    // its home.
+    let c = r.check_sums();
+    record("every file's sum from every front-end, /stats agrees", if c.failures.is_empty() { Ok(c.lines.join("; ")) } else { Err(c.failures.join("; ")) });
+    // Catches: a parser limit not enforced (431/413/400/405/404 wrong), a path escaping the
+    // root, a server that stops serving after bad input or a vanished client.
+    let spec = check::CheckSpec { port: r.port, timeout: Duration::from_secs(20), expect: Some(r.sums.clone()), only: Vec::new() };
+    record(
+        "bad input: the right status or a close, and the server keeps serving",
+        match check::run(&spec) {
+            Ok(rep) if rep.failed() == 0 => Ok(format!("{} cases", rep.passed())),
+            Ok(rep) => Err(rep.cases.iter().filter_map(|c| c.ok.as_ref().err().map(|e| format!("{}: {e}", c.name))).collect::<Vec<_>>().join("; ")),
+            Err(e) => Err(e),
+        },
+    );
+    // Catches: a server that does not stop after --requests, a leak of pages, kernel heap
+    // objects or kernel objects (the NIC, the rings' segments, the application cores'
+    // copies), a crash on the way out.
+    let told = b.requests.unwrap_or(0);
+    let o = r.finish(told, Duration::from_secs(60));
+    let v = o.verdict(Sys::Ours).map(|()| o.done.clone().unwrap_or_default().split_whitespace().take(4).collect::<Vec<_>>().join(" "));
+    if v.is_err() {
+        for l in o.finished.serial.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev() {
+            println!("   | {l}");
+        }
+    }
+    record("stops by itself after --requests; init exits 0 and nothing leaked", v);
+    println!("   {name}: {} passed, {} failed ({:.1} s)", t.passed, t.failed, t0.elapsed().as_secs_f64());
+    t
+}
+
+/// An application core halted while requests are in flight (`--halt-app 2:1`, locality mode
+/// at 3 vCPUs, application cores 1 and 2): the files whose home is core 2 get 503 once it
+/// stops, the others keep their right sums, and webd still stops cleanly with nothing leaked.
+/// Catches: a front-end that waits for ever on a dead core (the request times out here), a
+/// wrong answer instead of 503, a halted core's files answered by nobody or by the wrong core,
+/// a leak of the halted core's rings or copies.
+fn halted_app(art: &Artifacts) -> TestTally {
+    let name = "webd, an application core halted mid-run, 3 vCPUs";
+    println!("== {name}");
+    let t0 = Instant::now();
+    let mut t = TestTally::default();
+    let mut record = |what: &str, r: Result<String, String>| match r {
+        Ok(how) => {
+            t.passed += 1;
+            println!("   ok   {what}: {how}");
+        }
+        Err(why) => {
+            t.failed += 1;
+            println!("   FAIL {what}: {why}");
+        }
+    };
+    let files = FileSpec { count: 4, size: 64 << 10 };
+    let b = WebdBoot {
+        system: Sys::Ours,
+        mode: "locality".into(),
+        files,
+        smp: 3,
+        mem_mib: 512,
+        frontends: Some("0".into()),
+        apps: Some("1,2".into()),
+        kc: None,
+        requests: Some(40),
+        warmup: 0,
+        extra: Vec::new(),
+        guest_extra: vec!["--halt-app".into(), "2:1".into()],
+    };
+    let p = match run::prepare(&b, art) {
+        Ok(p) => p,
+        Err(e) => {
+            record("boot", Err(e));
+            return t;
+        }
+    };
+    let r = match Running::start(&p, Duration::from_secs(120), false) {
+        Ok(r) => r,
+        Err(nr) => {
+            record("webd ready", Err(nr.why));
+            return t;
+        }
+    };
+    let (mut right, mut unavailable, mut wrong) = (0u32, 0u32, Vec::new());
+    let mut halted_files = 0;
+    for round in 0..3 {
+        for (file, want) in &r.sums {
+            let home = r.apps.get(webcore::home_of(&format!("/{file}"), r.apps.len())).copied();
+            if round == 0 && home == Some(2) {
+                halted_files += 1;
+            }
+            match http::get_once(r.port, &format!("/filesum/{file}"), Duration::from_secs(10)) {
+                Ok(resp) if resp.status == 200 && String::from_utf8_lossy(&resp.body).trim() == want.sum.to_string() => right += 1,
+                Ok(resp) if resp.status == 503 && home == Some(2) => unavailable += 1,
+                Ok(resp) => wrong.push(format!("{file} (home core {home:?}): {} {:?}", resp.status, String::from_utf8_lossy(&resp.body))),
+                Err(e) => wrong.push(format!("{file}: {e:?}")),
+            }
+        }
+    }
+    let expect_unavailable = halted_files > 0;
+    record(
+        "the halted core's files get 503, the others their sums",
+        if !wrong.is_empty() {
+            Err(wrong.join("; "))
+        } else if expect_unavailable && unavailable == 0 {
+            Err(format!("{halted_files} files live on the halted core and none got 503"))
+        } else if !expect_unavailable {
+            Err("no file lives on core 2 (the hash changed?): the test checks nothing".into())
+        } else {
+            Ok(format!("{right} right sums, {unavailable} answered 503"))
+        },
+    );
+    let o = r.finish(40, Duration::from_secs(60));
+    record("stops by itself; init exits 0 and nothing leaked", o.verdict(Sys::Ours).map(|()| o.done.clone().unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")));
+    println!("   {name}: {} passed, {} failed ({:.1} s)", t.passed, t.failed, t0.elapsed().as_secs_f64());
+    t
+}
+
+/// The suite: our webd in each mode, and the halted application core.
+pub fn ci_tests(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
+    let art = Artifacts::Ours { kernel: kernel.to_path_buf(), initrd: initrd.to_path_buf() };
+    let mut total = TestTally::default();
+    for mode in run::MODES {
+        total.add(one_mode(&art, mode));
+    }
+    total.add(halted_app(&art));
+    // The multi-core cache model behind `webd cachesim` (tools/qemu-plugins/test_cachemc.c):
+    // known-answer traces for locality against rotating files, a chip's shared L3, coherence
+    // invalidations, warming. Catches a model that counts wrong (the figure would be wrong).
+    println!("== the multi-core cache model (cachemc), known answers");
+    match super::cachesim::build_plugin() {
+        Ok(_) => {
+            total.passed += 1;
+            println!("   ok   test_cachemc");
+        }
+        Err(e) => {
+            total.failed += 1;
+            println!("   FAIL test_cachemc: {e}");
+        }
+    }
+    Ok(total)
+}
