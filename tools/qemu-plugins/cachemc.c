@@ -6,13 +6,18 @@
  * misses per level, memory cycles and instructions, kernel and user separately.
  *
  * Arguments: out=PATH, preset=nehalem|amd16 (default amd16), cores_per_chip=N (override),
- * warm=on|off (simulate outside the region too, counting only inside; default off).
+ * warm=on|off (simulate outside the region too, counting only inside; default off),
+ * quantum=N,quantum_outside=M (switch vCPUs every N instructions inside the region, M outside:
+ * quantum.h, the exact mode of docs/plugins.md; off unless given). The `slices` record says how
+ * finely the vCPUs interleaved inside the region.
  * Must run single-threaded TCG (-accel tcg,thread=single): the model is not locked.
  */
 #include "qemu_plugin_api.h"
 #include "cachemc_core.h"
 #include "marker.h"
 #include "fast_phys.h"
+#include "interleave.h"
+#include "quantum.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +32,15 @@ static FILE *out;
  * (the caches are warm when the region starts, as on a machine that has been serving). */
 static int warm;
 static uint64_t io_accesses, unknown_fetches;
+static quantum_t quantum;
+static slice_stats slices;
+
+static void vcpu_tb_exec(unsigned int vcpu, void *udata)
+{
+    uint64_t n = (uint64_t)(uintptr_t)udata;
+    quantum_block(&quantum, &region, vcpu, n);
+    slice_block(&slices, vcpu, n, region_on(&region, vcpu));
+}
 
 /* Fetch callbacks cover a run of instructions in one 64-byte line: userdata packs the host
  * address | count << 48 | kernel << 63, as in cachesim.c. */
@@ -75,6 +89,7 @@ static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
     (void)id;
     size_t n = qemu_plugin_tb_n_insns(tb);
+    qemu_plugin_register_vcpu_tb_exec_cb(tb, vcpu_tb_exec, QEMU_PLUGIN_CB_NO_REGS, (void *)(uintptr_t)n);
     uint64_t run_line = ~0ull;
     struct qemu_plugin_insn *run_head = NULL;
     uint64_t run_addr = 0, run_count = 0, run_kernel = 0;
@@ -118,6 +133,7 @@ static void report(void)
             (unsigned long long)sh->l3.size, sh->l3.assoc, sh->lat_l2, sh->lat_l3, sh->lat_mem,
             (unsigned long long)region.starts, (unsigned long long)region.stops, (unsigned long long)io_accesses,
             (unsigned long long)unknown_fetches, pa_cache_off ? "off" : "on");
+    slice_report(f, &slices, quantum.quantum, quantum.kicks);
     for (int c = 0; c < sh->ncores; c++) {
         const mc_stats *st = &model.st[c];
         for (int p = 0; p < CS_PARTIES; p++)
@@ -145,7 +161,9 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
 {
     const char *preset = "amd16";
-    int per_chip = 0;
+    int per_chip = 0, bad = 0;
+    quantum_init(&quantum, id);
+    slice_init(&slices);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strncmp(a, "out=", 4)) {
@@ -166,8 +184,13 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
                 fprintf(stderr, "cachemc: cores_per_chip=%s: a whole number from 1\n", a + 15);
                 return -1;
             }
+        } else if (quantum_arg(&quantum, a, &bad)) {
+            if (bad) {
+                fprintf(stderr, "cachemc: `%s`: not a number of instructions\n", a);
+                return -1;
+            }
         } else {
-            fprintf(stderr, "cachemc: unknown argument `%s` (out=, preset=nehalem|amd16, cores_per_chip=, warm=on|off)\n", a);
+            fprintf(stderr, "cachemc: unknown argument `%s` (out=, preset=nehalem|amd16, cores_per_chip=, warm=on|off, quantum=, quantum_outside=)\n", a);
             return -1;
         }
     }
