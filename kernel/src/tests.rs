@@ -265,6 +265,61 @@ fn memory_stress_all_cores_cross_frees() {
 }
 }
 
+// Catches: objects freed by another core never taken back from the owner's remote-free list
+// (mutant `slab_remote_frees_never_drained`). The leak checks above cannot see it, since
+// `quiescent_counts` trims every core first, which drains those lists; here nothing trims.
+// This core allocates a batch, another core frees all of it (remote frees), four times over:
+// from the second round on every object must come from what the other core gave back, so
+// the slabs hold no more pages than after the first round.
+ktest! {
+fn remote_frees_are_reused_without_a_trim() -> Outcome {
+    let cores = percpu::online_count();
+    if cores < 2 {
+        return Ok(crate::ktest::Outcome::Skipped(alloc::format!("needs 2 or more cores, the boot has {cores}")));
+    }
+    let (pages0, live0) = quiescent_counts();
+    let me = percpu::this().index;
+    let other = (me + 1) % cores;
+    // 2000 objects of the 256-byte class: over a hundred one-page slabs a round.
+    const N: usize = 2000;
+    let layout = Layout::from_size_align(256, 8).map_err(|_| "layout")?;
+    let ptrs: Vec<AtomicPtr<u8>> = (0..N).map(|_| AtomicPtr::new(core::ptr::null_mut())).collect();
+    let mut after_first = 0;
+    for round in 0..4 {
+        for p in &ptrs {
+            let Some(obj) = heap::try_alloc(layout) else {
+                // Give back what this round took before failing.
+                for q in &ptrs {
+                    let o = q.swap(core::ptr::null_mut(), Ordering::AcqRel);
+                    if !o.is_null() {
+                        heap::free(o, layout);
+                    }
+                }
+                return Err(alloc::format!("round {round}: the kernel heap ran out"));
+            };
+            p.store(obj, Ordering::Release);
+        }
+        if round == 0 {
+            after_first = heap::slab_pages();
+        }
+        smp::run_on(
+            &|_| {
+                for p in &ptrs {
+                    heap::free(p.swap(core::ptr::null_mut(), Ordering::AcqRel), layout);
+                }
+            },
+            core::iter::once(other),
+            false,
+        );
+    }
+    let grown = heap::slab_pages() - after_first;
+    kassert!(grown <= 0, "slabs grew by {grown} pages over three rounds of reusing remotely freed objects");
+    drop(ptrs);
+    nothing_leaked_since((pages0, live0))?;
+    Ok(crate::ktest::Outcome::Ran)
+}
+}
+
 ktest! {
 fn exceptions_are_delivered_on_every_core() {
     let bad = AtomicUsize::new(0);

@@ -161,13 +161,19 @@ mod tests {
         });
         let mut c = Consumer::new(&r);
         let mut next = 0;
+        // Bounded: a ring that overwrote an unread slot leaves the consumer waiting for a tag
+        // that never comes (mutant `spsc_overwrites_when_full`); that must fail, not hang.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while next < N {
             match c.pop() {
                 Some((a, b)) => {
                     assert_eq!((a, b), (next, !next), "lost, duplicated or torn message");
                     next += 1;
                 }
-                None => std::thread::yield_now(),
+                None => {
+                    assert!(std::time::Instant::now() < deadline, "message {next} never arrived (overwritten?)");
+                    std::thread::yield_now();
+                }
             }
         }
         t.join().unwrap();

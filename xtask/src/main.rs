@@ -14,6 +14,7 @@ mod ksyms;
 mod linux;
 mod net;
 mod metis;
+mod mutants;
 mod percore_tasks;
 mod plugins;
 mod qemu;
@@ -91,7 +92,11 @@ Commands:
   fuzz     System-call fuzzer on every core: --calls N --seed S --smp K --inject SPEC --planted-bug
            --scratch-disk (a blank disk: block device objects and disk requests too)
   soak     Fuzz (with and without injection) and the benchmark programs in turns: --minutes M --smp K
-  build    Build the kernel only
+  mutants  Mutation testing (not part of `test`; takes a while): applies each named mutation of the
+           catalog (xtask/src/mutants/catalog.rs) to a scratch copy of the tree, builds it, runs
+           the suites that should catch it, prints `N killed, N survived, N unviable`; fails if
+           any survived (docs/testing.md). --only NAME,...  --list  --keep  --no-baseline
+  build    Build the kernel only (--all: and the program archive)
   help     This text
 ";
 
@@ -106,7 +111,11 @@ fn main() -> ExitCode {
         "run" => qemu::run_command(rest),
         "test" => test::run(rest),
         "iso" => iso::command(rest),
-        "build" => env::build_kernel().map(|p| println!("{}", p.display())),
+        "build" => match rest.first().map(String::as_str) {
+            None => env::build_kernel().map(|p| println!("{}", p.display())),
+            Some("--all") => env::build_kernel().and_then(|k| user::build_initrd().map(|i| println!("{}\n{}", k.display(), i.display()))),
+            Some(other) => Err(format!("build: unknown option `{other}` (--all builds the program archive too)")),
+        },
         "bench" => match rest.first().map(String::as_str) {
             Some("boot") => boot_bench::run(&rest[1..]),
             Some("percore") => percore_tasks::bench(&rest[1..]),
@@ -114,6 +123,7 @@ fn main() -> ExitCode {
         },
         "fuzz" => fuzz::main(rest),
         "soak" => fuzz::soak(rest),
+        "mutants" => mutants::main(rest),
         "plugin" => plugins::main(rest),
         // The issue's short names for the two measurement commands.
         "cachesim" | "audit" => {

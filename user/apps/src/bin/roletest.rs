@@ -4,8 +4,9 @@
 //! The tests follow the roles in effect (read per core with `core_stats`, as the shell's
 //! `cores` command shows them), not fixed core numbers: each picks the cores it needs from the
 //! running placement and reports `skipped (needs ...)` if the placement lacks them. Under
-//! `roles=kc:1,ac:2,kc:3` on 4 vCPUs all five run; under `roles=kc:3,ac:1-2` all but
-//! `role_change_under_load` (which needs a second kernel core to take over). `cargo xtask
+//! `roles=kc:1,ac:2,kc:3` on 4 vCPUs all six run; under `roles=kc:3,ac:1-2` all but
+//! `role_change_under_load` and `forwarding_after_the_serving_kc_leaves` (which need a second
+//! kernel core to take over). `cargo xtask
 //! test` boots both and fails a skip the placement should have prevented (docs/testing.md).
 //! Prints `utest NAME ... ok|FAILED|skipped` lines like utest.
 #![no_std]
@@ -485,6 +486,56 @@ fn role_changes(a: u64, kcs: &[u64], pk: &[ObjName]) -> TestResult {
     Ok(None)
 }
 
+/// On the AC: three forwarded null calls; exit code = failures.
+fn ac_three(_c: &CoreCtx) -> u64 {
+    (0..3).filter(|_| sys::null() != Ok(0)).count() as u64
+}
+
+/// Run `ac_three` on the AC `c` and read its exit code: the failed calls, or a fault (the
+/// context's own start-up calls are forwarded too, and the library OS stops on their failure).
+fn three_calls_on(c: &mut Core, when: &str) -> Result<(), String> {
+    c.start(ac_three, 0).map_err(|e| format!("start: {e:?}"))?;
+    match c.join(60_000).map_err(|e| format!("join: {e:?}"))? {
+        0 => Ok(()),
+        n if n <= 3 => Err(format!("{n} of 3 forwarded calls failed {when}")),
+        code if code >= abi::EXIT_FAULT_BASE => Err(format!("the AC's context ended by fault vector {} {when} (its forwarded start-up calls failed)", code - abi::EXIT_FAULT_BASE)),
+        code => Err(format!("the AC's context exited with {code} {when}")),
+    }
+}
+
+/// The kernel core that serves the AC stops being one while the AC is idle, and the other
+/// kernel cores have gone to sleep meanwhile: the AC's next calls must go to (and wake) a
+/// kernel core, not to the core it used before. Catches: an AC that keeps naming a former
+/// kernel core as its server (mutant `ac_forwards_to_former_kc`): its wake-up then goes to
+/// that core, no sleeping kernel core takes the request, and each call waits out its deadline.
+fn t_forwarding_after_the_serving_kc_leaves(p: &Placement) -> TestResult {
+    let kcs = p.with(ROLE_KC);
+    let Some(a) = p.first(ROLE_AC).filter(|_| kcs.len() >= 2) else { return Ok(Some("needs an application core and two kernel cores")) };
+    let per_kc = || -> Result<Vec<u64>, String> { kcs.iter().map(|&k| served_by(&[k])).collect() };
+    // Which kernel core serves the AC now: the one whose count moves.
+    let s0 = per_kc()?;
+    let mut c = Core::prepare(a, &CoreOpts::default()).map_err(|e| format!("prepare: {e:?}"))?;
+    three_calls_on(&mut c, "before any role change")?;
+    let s1 = per_kc()?;
+    let Some(i) = (0..kcs.len()).max_by_key(|&i| s1[i] - s0[i]).filter(|&i| s1[i] > s0[i]) else {
+        return Err(format!("no kernel core of {kcs:?} counted the AC's calls"));
+    };
+    let ks = kcs[i];
+    let root = libos::root_share();
+    let pk = ObjName::new(root, sys::pcore_alloc(root, "kc", ks).map_err(|e| format!("pcore_alloc({ks}): {e:?}"))?);
+    let r = (|| -> TestResult {
+        pcore_set_role(pk, ROLE_XC).map_err(|e| format!("pcore_set_role(core {ks}, XC): {e:?}"))?;
+        // Long enough for the remaining kernel cores to stop polling and halt.
+        let t = sys::time_now().unwrap_or(0);
+        while sys::time_now().unwrap_or(0) < t + libos::start_info().tsc_per_ms * 200 {}
+        three_calls_on(&mut c, &format!("after core {ks}, which served the AC, stopped being a kernel core"))?;
+        Ok(None)
+    })();
+    let _ = pcore_set_role(pk, ROLE_KC);
+    let _ = sys::share_delobj(pk);
+    r
+}
+
 fn t_kc_refuses_contexts(p: &Placement) -> TestResult {
     let Some(k) = p.first(ROLE_KC) else { return Ok(Some("needs a kernel core")) };
     let c = Core::prepare(k, &CoreOpts::default()).map_err(|e| format!("prepare: {e:?}"))?;
@@ -740,12 +791,13 @@ fn main(args: &'static str) -> u64 {
         }
     };
     libos::println!("roletest: roles in effect: {} (roletest on core {})", placement.describe(), placement.me);
-    let tests: [(&str, fn(&Placement) -> TestResult); 5] = [
+    let tests: [(&str, fn(&Placement) -> TestResult); 6] = [
         ("ac_forwarding", t_ac_forwarding),
         ("role_change_under_load", t_role_change_under_load),
         ("kc_refuses_contexts", t_kc_refuses_contexts),
         ("syscall_ring", t_syscall_ring),
         ("syscall_ring_from_ac", t_syscall_ring_from_ac),
+        ("forwarding_after_the_serving_kc_leaves", t_forwarding_after_the_serving_kc_leaves),
     ];
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for (name, f) in tests {

@@ -252,11 +252,15 @@ fn halt_queued() -> TestResult {
     let sh = shared();
     let mut a = page.core(tc())?;
     let mut b = page.core(tc())?;
-    // A runs with one tick a second, so B stays queued behind it for a while.
+    // C is queued beside B and must not be halted with it (catches a halt that ends every
+    // queued context: mutant `tc_halt_halts_every_queued`).
+    let mut c = page.core(tc())?;
+    // A runs with one tick a second, so B and C stay queued behind it for a while.
     ok!(sys::pcore_set_interval(a.pcore, 1));
     ok!(a.start(spinner, 0));
     ensure!(libos::time::wait_until(JOIN_MS, || sh[MARK].load(Ordering::Acquire) == 1), "A never ran");
     ok!(b.start(spinner, 1));
+    ok!(c.start(spinner, 2));
     let queued = stat(&b).runs == 0;
     // One context per pcore object: running B's pcore again while it is queued is refused.
     let ctx = b.context(spinner, 1);
@@ -271,6 +275,8 @@ fn halt_queued() -> TestResult {
     sh[STOP].store(1, Ordering::Release);
     let code = ok!(a.join(JOIN_MS));
     ensure!(code == 0, "A ended with {code}");
+    let code = ok!(c.join(JOIN_MS));
+    ensure!(code == 0, "C, queued beside the halted B, ended with {code}, want 0 (halted with B?)");
     if !queued {
         println!("tctest: note: B had started before the halt (a tick came early)");
     }

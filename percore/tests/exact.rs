@@ -1,0 +1,222 @@
+//! Exact, single-threaded checks of what the counters and the reclamation domain report:
+//! their accessors, the sloppy counter's give-back hysteresis, the token's visits. Each test
+//! names the `cargo mutants` survivors it kills (docs/testing.md, "cargo mutants"): the
+//! threaded tests check invariants, which hold for several wrong answers too.
+#![cfg(not(loom))]
+
+use percore::counter::{DistributedCounter, SloppyCounter};
+use percore::reclaim::Domain;
+use percore::spin::{IrqTicketLock, TicketLock};
+use percore::spsc::Ring;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+/// Catches: `DistributedCounter::cores` or `slot` answering a constant, and `with_cores`
+/// ignoring its argument (cargo mutants: `cores -> 0`, `cores -> 1`, `slot -> Some(1)`).
+#[test]
+fn distributed_counter_reports_each_slot() {
+    let c = DistributedCounter::with_cores(3);
+    assert_eq!(c.cores(), 3);
+    c.add_on(0, 5);
+    c.add_on(2, -2);
+    assert_eq!([c.slot(0), c.slot(1), c.slot(2), c.slot(3)], [Some(5), Some(0), Some(-2), None]);
+    assert_eq!(c.sum(), 3);
+}
+
+/// Catches: the sloppy counter giving spares back at the threshold instead of past it, or
+/// keeping the wrong number (its documented rule: past `threshold`, keep `threshold - batch`),
+/// and its accessors answering constants (cargo mutants: `>` -> `>=` and `-` -> `/` in
+/// `release_on`; `spares -> Some(0|1)`, `batch -> 0|1`, `cores -> 0|1`).
+#[test]
+fn sloppy_release_gives_back_past_the_threshold_only() {
+    let c = SloppyCounter::with_config(3, 8, 3).unwrap();
+    assert_eq!((c.cores(), c.threshold(), c.batch()), (3, 8, 3));
+    // No spares: the central count takes the 10 and a batch of 3 spares for core 1.
+    c.acquire_on(1, 10);
+    assert_eq!((c.central(), c.spares(1), c.spares(0), c.spares(3)), (13, Some(3), Some(0), None));
+    // 3 + 5 = 8 spares: at the threshold, not past it, so all are kept.
+    c.release_on(1, 5);
+    assert_eq!((c.central(), c.spares(1)), (13, Some(8)));
+    // 9 spares: past it; keep 8 - 3 = 5, give 4 back to the central count.
+    c.release_on(1, 1);
+    assert_eq!((c.central(), c.spares(1), c.total_spares()), (9, Some(5), 5));
+    assert_eq!(c.in_use(), 4);
+    assert_eq!(c.reclaim_all(), 4);
+    assert_eq!(c.spares(1), Some(0));
+}
+
+/// Catches: `Domain::cores` or `visits` answering a constant, and an operation whose end is
+/// lost (cargo mutants: `cores -> 0|1`, `visits -> 1`, `Operation::drop -> ()`): the token
+/// must stop at a core while an operation there runs, and pass once it has ended.
+#[test]
+fn the_token_waits_for_an_operation_and_counts_its_visits() {
+    let d = Domain::with_cores(3);
+    assert_eq!((d.cores(), d.visits()), (3, 0));
+    assert!(d.advance(), "no operation anywhere: the visit to core 0 completes");
+    assert_eq!(d.visits(), 1);
+    let op = d.enter_on(1);
+    assert!(!d.advance(), "the token passed core 1 while an operation ran there");
+    assert_eq!(d.visits(), 1);
+    drop(op);
+    assert!(d.advance(), "the token stayed at core 1 after its operation ended");
+    assert!(d.advance());
+    assert_eq!(d.visits(), 3, "one full round of three cores");
+}
+
+/// Catches: a ticket lock that lets a second taker in while it is held (cargo mutants: `!=`
+/// -> `==` in `TicketLock::acquire`'s wait, which the threaded counting test only catches when
+/// the two threads happen to collide), and `is_locked` answering a constant. If the other
+/// thread is not scheduled within the pause, the check is weaker, never wrong.
+#[test]
+fn a_held_ticket_lock_blocks_the_next_taker() {
+    let lock = Arc::new(TicketLock::new(0u32));
+    assert!(!lock.is_locked());
+    let g = lock.lock();
+    assert!(lock.is_locked());
+    let entered = Arc::new(AtomicBool::new(false));
+    let (l2, e2) = (lock.clone(), entered.clone());
+    let t = thread::spawn(move || {
+        let mut g = l2.lock();
+        e2.store(true, SeqCst);
+        *g += 1;
+    });
+    thread::sleep(Duration::from_millis(200));
+    assert!(!entered.load(SeqCst), "the second taker got in while the lock was held");
+    drop(g);
+    t.join().unwrap();
+    assert!(entered.load(SeqCst) && !lock.is_locked());
+    assert_eq!(*lock.lock(), 1);
+}
+
+/// Counts its drops: how the reclamation tests see a retired object freed.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+/// Catches: `Domain::retire` dropping the object at once instead of retiring it, and
+/// `collect` miscounting (cargo mutants: `retire -> ()`, `collect -> 0|1`).
+#[test]
+fn a_retired_object_outlives_the_operations_that_could_see_it() {
+    let freed = Arc::new(AtomicUsize::new(0));
+    let d = Domain::with_cores(1);
+    let op = d.enter_on(0);
+    d.retire(Box::new(Counted(freed.clone())));
+    d.retire(Box::new(Counted(freed.clone())));
+    for _ in 0..4 {
+        d.advance();
+    }
+    assert_eq!(d.collect(), 0, "freed while an operation that could see them ran");
+    assert_eq!(freed.load(SeqCst), 0);
+    drop(op);
+    d.synchronize();
+    assert_eq!(d.collect(), 2);
+    assert_eq!(freed.load(SeqCst), 2);
+}
+
+/// Catches: freeing one visit early (cargo mutants: `>` -> `>=` in `collect_on`; the loom
+/// model `reclamation_visit_under_way_at_retire_does_not_count` shows why it matters: the
+/// visit under way at retire time may have switched before the unlink, so only visits
+/// stamp+1 ..= stamp+n count), and `quiescent_point_on`'s count (`-> 0|1`).
+#[test]
+fn a_retired_object_is_freed_after_n_more_visits_not_before() {
+    let freed = Arc::new(AtomicUsize::new(0));
+    let d = Domain::with_cores(3);
+    d.retire_on(0, Box::new(Counted(freed.clone()))); // stamp 0
+    for _ in 0..3 {
+        assert!(d.advance());
+    }
+    assert_eq!(d.collect_on(0), 0, "freed after the visits 1..=2 and the one under way at retire time");
+    assert_eq!(d.quiescent_point_on(0), 1, "visits 1..=3 done (token 4): free it");
+    d.retire_on(0, Box::new(Counted(freed.clone()))); // stamp 4
+    d.retire_on(0, Box::new(Counted(freed.clone())));
+    for _ in 0..3 {
+        assert!(d.advance());
+    }
+    assert_eq!(d.quiescent_point_on(0), 2);
+    assert_eq!(freed.load(SeqCst), 3);
+}
+
+/// Catches: `collect_on` stopping after one batch of 32 (cargo mutants: `<` -> `<=` in its
+/// loop).
+#[test]
+fn collect_frees_more_than_one_batch() {
+    let freed = Arc::new(AtomicUsize::new(0));
+    let d = Domain::with_cores(1);
+    for _ in 0..40 {
+        d.retire_on(0, Box::new(Counted(freed.clone())));
+    }
+    d.synchronize();
+    assert_eq!(d.collect_on(0), 40);
+    assert_eq!((d.pending_on(0), freed.load(SeqCst)), (0, 40));
+}
+
+/// Catches: a visit that never switches the visited core's generation (cargo mutants: `!`
+/// deleted from `!v.switched` in `advance`). It would wait for every operation on the core,
+/// also those begun after the visit, so a core that always has one running would stop
+/// reclamation for ever: an operation begun after a visit started must not hold it up.
+#[test]
+fn operations_begun_after_a_visit_do_not_hold_it_up() {
+    let d = Domain::with_cores(1);
+    let old = d.enter_on(0);
+    assert!(!d.advance(), "the token passed an operation begun before the visit");
+    let new = d.enter_on(0);
+    drop(old);
+    assert!(d.advance(), "the visit waited for an operation begun after it");
+    drop(new);
+}
+
+/// Catches: `IrqTicketLock::is_locked` and `spsc::Ring::capacity` answering constants (cargo
+/// mutants: `is_locked -> true|false`, `capacity -> 0|1`).
+#[test]
+fn irq_ticket_lock_and_ring_report_their_state() {
+    let l = IrqTicketLock::new(());
+    assert!(!l.is_locked());
+    {
+        let _g = l.lock();
+        assert!(l.is_locked());
+    }
+    assert!(!l.is_locked());
+    assert_eq!((Ring::new(5).capacity(), Ring::new(0).capacity()), (5, 1));
+}
+
+/// Catches: `Consumer::ready` looking at the wrong slot (cargo mutants: `%` -> `/` in its
+/// index): over three laps of the ring, `ready` must say exactly whether `pop` would succeed.
+#[test]
+fn ready_agrees_with_pop_over_several_laps() {
+    use percore::spsc::{Consumer, Producer};
+    let r = Ring::new(4);
+    let (mut p, mut c) = (Producer::new(&r), Consumer::new(&r));
+    for i in 0..12u64 {
+        assert!(!c.ready(), "ready before message {i} was sent");
+        assert!(p.push(i, i + 100));
+        assert!(c.ready(), "not ready after message {i} was sent");
+        assert_eq!(c.pop(), Some((i, i + 100)));
+    }
+    assert!(!c.ready() && c.pop().is_none());
+}
+
+/// Catches: `Producer::in_flight` miscounting (cargo mutants: `-> 0|1`, `-` -> `+` or `/`): it
+/// is the messages sent less the consumer's count as the producer last read it (which it
+/// reads only when the ring looks full).
+#[test]
+fn in_flight_counts_from_the_producers_last_reading() {
+    use percore::spsc::{Consumer, Producer};
+    let r = Ring::new(4);
+    let (mut p, mut c) = (Producer::new(&r), Consumer::new(&r));
+    for i in 0..4 {
+        assert!(p.push(i, 0));
+    }
+    assert_eq!(p.in_flight(), 4);
+    assert!(c.pop().is_some() && c.pop().is_some());
+    // Not read yet: the producer still counts 4.
+    assert_eq!(p.in_flight(), 4);
+    // Full as far as it knows: it reads the consumer's count (2) and sends a fifth.
+    assert!(p.push(4, 0));
+    assert_eq!(p.in_flight(), 3);
+}
