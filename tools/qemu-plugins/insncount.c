@@ -11,10 +11,12 @@
  * start address, how many instructions ran there inside the region (a flat profile; symbolize
  * the addresses with the kernel's or program's symbol table). The profile table is shared by
  * all vCPUs and updated with atomics; it holds PROFILE_SLOTS distinct blocks and counts the
- * rest as "other".
+ * rest as "other". quantum=N,quantum_outside=M: switch vCPUs every N instructions inside the
+ * region, M outside (quantum.h; the exact mode of docs/plugins.md; single-threaded TCG only).
  */
 #include "qemu_plugin_api.h"
 #include "marker.h"
+#include "quantum.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,8 @@ static struct {
     uint8_t pad[40];
 } counts[REGION_MAX_VCPUS];
 static FILE *out;
+/* quantum=N: the exact-mode vCPU switch (quantum.h; single-threaded TCG only). */
+static quantum_t quantum;
 
 #define PROFILE_SLOTS (1u << 16)
 static struct {
@@ -61,13 +65,18 @@ static void profile_add(uint64_t vaddr, uint64_t n)
     __atomic_fetch_add(&profile_other, n, __ATOMIC_RELAXED);
 }
 
-static void vcpu_tb_exec(unsigned int vcpu, void *udata)
+static void count_block(unsigned int vcpu, uint64_t u)
 {
-    if (!region_on(&region, vcpu))
-        return;
-    uint64_t u = (uint64_t)(uintptr_t)udata;
     counts[vcpu].n[(u >> 63) ? 0 : 1] += u & 0xffffffff;
     counts[vcpu].tbs++;
+}
+
+static void vcpu_tb_exec(unsigned int vcpu, void *udata)
+{
+    uint64_t u = (uint64_t)(uintptr_t)udata;
+    quantum_block(&quantum, &region, vcpu, u & 0xffffffff);
+    if (region_on(&region, vcpu))
+        count_block(vcpu, u);
 }
 
 /* With profile=: udata points at the block's { vaddr, packed count } pair. */
@@ -79,9 +88,10 @@ struct tb_info {
 static void vcpu_tb_exec_profiled(unsigned int vcpu, void *udata)
 {
     const struct tb_info *tb = udata;
+    quantum_block(&quantum, &region, vcpu, tb->packed & 0xffffffff);
     if (!region_on(&region, vcpu))
         return;
-    vcpu_tb_exec(vcpu, (void *)(uintptr_t)tb->packed);
+    count_block(vcpu, tb->packed);
     profile_add(tb->vaddr, tb->packed & 0xffffffff);
 }
 
@@ -125,8 +135,8 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
     (void)p;
     FILE *f = out ? out : stderr;
     int nv = region.nvcpus > REGION_MAX_VCPUS ? REGION_MAX_VCPUS : region.nvcpus;
-    fprintf(f, "insncount version=1 starts=%llu stops=%llu vcpus=%d\n", (unsigned long long)region.starts,
-            (unsigned long long)region.stops, nv);
+    fprintf(f, "insncount version=1 starts=%llu stops=%llu vcpus=%d quantum=%llu kicks=%llu\n", (unsigned long long)region.starts,
+            (unsigned long long)region.stops, nv, (unsigned long long)quantum.quantum, (unsigned long long)quantum.kicks);
     for (int v = 0; v < nv; v++)
         fprintf(f, "vcpu index=%d kernel=%llu user=%llu blocks=%llu\n", v, (unsigned long long)counts[v].n[0],
                 (unsigned long long)counts[v].n[1], (unsigned long long)counts[v].tbs);
@@ -147,6 +157,8 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
 {
+    int bad = 0;
+    quantum_init(&quantum, id);
     for (int i = 0; i < argc; i++) {
         if (!strncmp(argv[i], "out=", 4)) {
             out = fopen(argv[i] + 4, "w");
@@ -161,8 +173,13 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
                 fprintf(stderr, "insncount: cannot write profile %s\n", argv[i] + 8);
                 return -1;
             }
+        } else if (quantum_arg(&quantum, argv[i], &bad)) {
+            if (bad) {
+                fprintf(stderr, "insncount: `%s`: not a number of instructions\n", argv[i]);
+                return -1;
+            }
         } else {
-            fprintf(stderr, "insncount: unknown argument `%s` (out=PATH, profile=PATH)\n", argv[i]);
+            fprintf(stderr, "insncount: unknown argument `%s` (out=PATH, profile=PATH, quantum=N, quantum_outside=N)\n", argv[i]);
             return -1;
         }
     }

@@ -75,27 +75,34 @@ typedef struct {
     volatile uint8_t active[REGION_MAX_VCPUS];
     uint64_t starts, stops; /* marker executions seen */
     int nvcpus;
+    int nactive; /* vCPUs inside the region now (the exact-mode scheduler's quantum depends on it) */
 } region_t;
 
 static inline void region_mark(region_t *r, unsigned vcpu, int v)
 {
     switch (v) {
     case MARKER_START_CPU:
-        if (vcpu < REGION_MAX_VCPUS)
+        if (vcpu < REGION_MAX_VCPUS && !r->active[vcpu]) {
             r->active[vcpu] = 1;
+            r->nactive++;
+        }
         r->starts++;
         break;
     case MARKER_STOP_CPU:
-        if (vcpu < REGION_MAX_VCPUS)
+        if (vcpu < REGION_MAX_VCPUS && r->active[vcpu]) {
             r->active[vcpu] = 0;
+            r->nactive--;
+        }
         r->stops++;
         break;
     case MARKER_START_ALL:
         memset((void *)r->active, 1, sizeof r->active);
+        r->nactive = REGION_MAX_VCPUS;
         r->starts++;
         break;
     case MARKER_STOP_ALL:
         memset((void *)r->active, 0, sizeof r->active);
+        r->nactive = 0;
         r->stops++;
         break;
     }

@@ -9,12 +9,17 @@
  * cache (a read by a vCPU without a copy while others hold it; a write while others hold it).
  * Transfers per operation are the deterministic stand-in for Corey's L3 misses per operation.
  *
- * Run with -accel tcg,thread=single so the run repeats; the table is not locked.
- * Arguments: out=PATH (default: stderr), kernel_only=on (only kernel-mode accesses).
+ * Run with -accel tcg,thread=single (the table is not locked) and -icount so the run repeats.
+ * Arguments: out=PATH (default: stderr), kernel_only=on (only kernel-mode accesses),
+ * quantum=N,quantum_outside=M (switch vCPUs every N instructions inside the region, M outside:
+ * quantum.h, the exact mode of docs/plugins.md). The report's `slices` record says how finely
+ * the vCPUs actually interleaved inside the region (interleave.h).
  */
 #include "qemu_plugin_api.h"
 #include "marker.h"
 #include "fast_phys.h"
+#include "interleave.h"
+#include "quantum.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +45,8 @@ static uint64_t cap, used;
 static FILE *out;
 static int kernel_only;
 static uint64_t ignored_vcpu, io_accesses;
+static slice_stats slices;
+static quantum_t quantum;
 /* Each vCPU's last line: consecutive accesses to one line skip the hash lookup. */
 static struct {
     uint64_t line;
@@ -140,10 +147,18 @@ static void vcpu_marker(unsigned int vcpu, void *udata)
     region_mark(&region, vcpu, (int)(uintptr_t)udata);
 }
 
+static void vcpu_tb_exec(unsigned int vcpu, void *udata)
+{
+    uint64_t n = (uint64_t)(uintptr_t)udata;
+    quantum_block(&quantum, &region, vcpu, n);
+    slice_block(&slices, vcpu, n, region_on(&region, vcpu));
+}
+
 static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
     (void)id;
     size_t n = qemu_plugin_tb_n_insns(tb);
+    qemu_plugin_register_vcpu_tb_exec_cb(tb, vcpu_tb_exec, QEMU_PLUGIN_CB_NO_REGS, (void *)(uintptr_t)n);
     for (size_t i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         qemu_plugin_register_vcpu_mem_cb(insn, vcpu_mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
@@ -200,6 +215,7 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
             (unsigned long long)touched[0], (unsigned long long)touched[1], (unsigned long long)shared[0],
             (unsigned long long)shared[1], (unsigned long long)transfers[0], (unsigned long long)transfers[1],
             (unsigned long long)io_accesses, (unsigned long long)ignored_vcpu, pa_cache_off ? "off" : "on");
+    slice_report(f, &slices, quantum.quantum, quantum.kicks);
     for (uint64_t i = 0; i < k; i++) {
         line_t *l = list[i];
         fprintf(f, "line pa=0x%llx vaddr=0x%llx pc=0x%llx mode=%s readers=0x%llx writers=0x%llx reads=%llu writes=%llu transfers=%llu\n",
@@ -217,6 +233,8 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
 {
+    int bad = 0;
+    quantum_init(&quantum, id);
     for (int i = 0; i < argc; i++) {
         if (!strncmp(argv[i], "out=", 4)) {
             out = fopen(argv[i] + 4, "w");
@@ -226,13 +244,19 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             }
         } else if (!strcmp(argv[i], "kernel_only=on")) {
             kernel_only = 1;
+        } else if (quantum_arg(&quantum, argv[i], &bad)) {
+            if (bad) {
+                fprintf(stderr, "sharing: `%s`: not a number of instructions\n", argv[i]);
+                return -1;
+            }
         } else {
-            fprintf(stderr, "sharing: unknown argument `%s` (out=PATH, kernel_only=on)\n", argv[i]);
+            fprintf(stderr, "sharing: unknown argument `%s` (out=PATH, kernel_only=on, quantum=N, quantum_outside=N)\n", argv[i]);
             return -1;
         }
     }
     region.nvcpus = info->system_emulation ? info->system.max_vcpus : 1;
     cap = 1 << 16;
+    slice_init(&slices);
     for (int v = 0; v < MAX_TRACKED_VCPUS; v++)
         last[v].line = ~0ull;
     table = calloc(cap, sizeof(line_t));

@@ -197,12 +197,13 @@ pub struct LinuxVm {
     pub mem_mib: u64,
     /// Appended to the fixed part of the command line (console, quiet, nokaslr, panic).
     pub append: String,
-    /// Single-threaded TCG: required by the cachesim and sharing plugins, and with `icount`
-    /// makes runs repeat.
+    /// Single-threaded TCG: required by the cachesim and sharing plugins.
     pub single_thread: bool,
-    /// `-icount shift=N`: guest time advances by instructions (seeds/004's "instruction-based
-    /// timekeeping"), so interrupts land at the same instruction from run to run.
-    pub icount_shift: Option<u32>,
+    /// The exact mode (docs/plugins.md, [`crate::plugins::exact_qemu_args`]): instruction-based
+    /// guest time, a fixed random seed and guest clock, single-threaded TCG, so a run repeats
+    /// exactly whatever the host's load. (With several vCPUs the plugin's `quantum=` must also
+    /// be given, or 7.2's round-robin scheduler starves all but one vCPU under icount.)
+    pub exact: bool,
     /// `-plugin` arguments, e.g. `/path/cachesim.so,out=/tmp/x,preset=nehalem`.
     pub plugins: Vec<String>,
     pub timeout: Duration,
@@ -220,7 +221,7 @@ impl LinuxVm {
             mem_mib: 512,
             append: String::new(),
             single_thread: false,
-            icount_shift: None,
+            exact: false,
             plugins: Vec::new(),
             timeout: Duration::from_secs(300),
             net: None,
@@ -230,7 +231,7 @@ impl LinuxVm {
     /// The full qemu-system-x86_64 argument list.
     pub fn qemu_args(&self) -> Vec<String> {
         // icount needs single-threaded TCG.
-        let accel = if self.single_thread || self.icount_shift.is_some() { "tcg,thread=single" } else { "tcg,thread=multi" };
+        let accel = if self.single_thread || self.exact { "tcg,thread=single" } else { "tcg,thread=multi" };
         // nokaslr: kernel addresses match /proc/kallsyms from an earlier boot, so symbols can
         // be cached. panic=-1 with -no-reboot ends QEMU on a guest crash instead of hanging.
         let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable {}", self.append).trim().to_string();
@@ -242,8 +243,8 @@ impl LinuxVm {
         .map(|s| s.to_string())
         .collect();
         a.extend(["-smp".into(), self.smp.to_string(), "-m".into(), format!("{}M", self.mem_mib)]);
-        if let Some(shift) = self.icount_shift {
-            a.extend(["-icount".into(), format!("shift={shift},align=off,sleep=off")]);
+        if self.exact {
+            a.extend(crate::plugins::exact_qemu_args());
         }
         a.extend(["-kernel".into(), self.kernel.display().to_string(), "-initrd".into(), self.initrd.display().to_string()]);
         a.extend(["-append".into(), cmdline]);
@@ -450,11 +451,14 @@ mod tests {
     fn qemu_args_have_plugins_and_icount() {
         let k = LinuxKernel { version: "x".into(), bzimage: "/k".into() };
         let mut vm = LinuxVm::new(&k, Path::new("/i"));
-        vm.icount_shift = Some(3);
+        vm.exact = true;
         vm.plugins.push("/p.so,out=/o".into());
         let a = vm.qemu_args();
         assert!(a.windows(2).any(|w| w[0] == "-accel" && w[1] == "tcg,thread=single"));
         assert!(a.windows(2).any(|w| w[0] == "-plugin" && w[1] == "/p.so,out=/o"));
-        assert!(a.iter().any(|s| s.starts_with("shift=3")));
+        // the exact mode: instruction-based time without sleeping, a fixed seed and clock
+        assert!(a.windows(2).any(|w| w[0] == "-icount" && w[1] == "shift=3,align=off,sleep=off"));
+        assert!(a.windows(2).any(|w| w[0] == "-seed"));
+        assert!(a.windows(2).any(|w| w[0] == "-rtc" && w[1].contains("clock=vm") && w[1].contains("base=2")));
     }
 }

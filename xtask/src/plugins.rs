@@ -30,20 +30,36 @@ Commands:
 Options:
   --system linux|ours     guest system (default linux)
   --workload NAME         (--bench NAME is the same) linux: stream null dupclose dupclose_unshared counter private
-                          find zip pipe spawn piperr sockrr tcpserv (Corey 8.2, driven by the load
+                          find zip pipe spawn filesum piperr sockrr tcpserv (Corey 8.2, driven by the load
                           generator: ops = connections; ours: tcpserv too), or a suite benchmark
                           they do not cover (run by bench-linux, e.g. metis_wri); ours: a suite benchmark (`cargo xtask bench
                           --list`, run by bench-ours with one worker per vCPU) or a microbench
                           one (null fault share_private share_global stat segment ppc; one core)
   --smp N                 vCPUs (default 1; sharing default 2)
   --params \"k=v ...\"      workload parameters (iters=, threads=, size=, passes=, files=)
-  --preset LIST           cachesim: nehalem, sweep or nehalem,sweep (default nehalem)
+  --preset LIST           cachesim: nehalem, sweep, nehalem-mc, amd16, comma-separated (default nehalem).
+                          nehalem-mc (2 chips x 4 cores) and amd16 (Corey's 4 x 4) are multi-core:
+                          vCPU i drives core i, private L1/L2, an L3 per chip; per-vCPU misses
+                          and memory CPI, kernel and user, per region entry
+  --core-map C0,C1,..     multi-core presets: vCPU i drives core Ci (e.g. 0,4,8,12: one per amd16 chip)
+  --scope region|all      multi-core presets: simulate only inside the region (default), or every
+                          access after the first marker (counting only inside the region)
   --levels G1/G2/..       cachesim: custom unified hierarchy, G = SIZE:ASSOC[:LINE], e.g. 32K:8/8M:16
   --inclusive on|off      cachesim with --levels: back-invalidate on eviction (default on)
   --kernel-only           sharing: ignore user-mode accesses
   --top N                 sharing: lines to list (default 25)
+  --cmdline \"init=PROG -- ARGS\"  (--system ours) boot this command line instead of a workload;
+                          with it: --disk IMG, --net, --hostfwd H:G (as `cargo xtask run`),
+                          --ready TEXT and --load-cmd CMD (once a serial line contains TEXT,
+                          run `sh -c CMD` with the forwarded port in $PORT and {port}, then stop
+                          QEMU with SIGTERM so the plugin reports), --echo (print the serial)
   --out DIR               where JSON and plots go (default target/plugin-results)
   --timeout SECS          kill the guest after SECS (default 600)
+
+insncount, cachesim and sharing run in the exact mode (docs/plugins.md): -icount shift=3 with
+sleep off, a fixed -seed and -rtc, and with several vCPUs a plugin-driven switch every 250
+instructions, so their counts repeat whatever the host's load. Not the host-driven workloads
+(tcpserv, tcp_accept*: packets arrive in host time) and not `overhead` (a timing).
 ";
 
 /// Where built plugins, the guest program and raw plugin outputs go.
@@ -129,9 +145,9 @@ pub fn build() -> Result<Built, String> {
     };
     let built = Built {
         insncount: build_one("insncount.so", &["insncount.c"], true)?,
-        cachesim: build_one("cachesim.so", &["cachesim.c", "cachesim_core.c"], true)?,
+        cachesim: build_one("cachesim.so", &["cachesim.c", "cachesim_core.c", "cachesim_mc.c"], true)?,
         sharing: build_one("sharing.so", &["sharing.c"], true)?,
-        test_bin: build_one("test_cachesim", &["test_cachesim.c", "cachesim_core.c"], false)?,
+        test_bin: build_one("test_cachesim", &["test_cachesim.c", "cachesim_core.c", "cachesim_mc.c"], false)?,
     };
     build_guest()?;
     Ok(built)
@@ -206,6 +222,8 @@ const LINUX_WORKLOADS: &[(&str, &str)] = &[
     ("zip", "files=100"),
     ("pipe", "iters=200"),
     ("spawn", "iters=10"),
+    // Corey's filesum without the web server: the known answer of the multi-core cache models.
+    ("filesum", "size=1048576 passes=4 stride=64 mode=locality"),
     // Protected procedure calls' Linux equivalents (docs/ppc.md): 8-byte request/response
     // round trips between two processes pinned to CPU 0, over pipes and over a socketpair.
     ("piperr", "iters=2000"),
@@ -228,12 +246,233 @@ struct RunSpec<'a> {
     smp: u32,
     params: &'a str,
     timeout: Duration,
-    /// Instruction-based guest time for 1-vCPU Linux runs (off only to time the guest).
-    icount: bool,
+    /// A guest command instead of a named workload (`--cmdline`); `workload` is then only a
+    /// name for the output files.
+    custom: Option<&'a Custom>,
+    /// The exact mode ([`exact_qemu_args`]; off only to time the guest, and for the
+    /// host-driven network workloads, whose packets arrive in host time anyway).
+    exact: bool,
+}
+
+/// The exact mode's guest time: `-icount shift=3` (one instruction = 8 ns of guest time, as the
+/// 1-vCPU cachesim runs have used since issue 7), so timer interrupts land at the same
+/// instruction from run to run.
+pub const EXACT_ICOUNT_SHIFT: u32 = 3;
+/// Instructions a vCPU runs before single-threaded TCG switches to the next one inside the
+/// measured region (the plugins' `quantum=`, tools/qemu-plugins/quantum.h).
+pub const EXACT_QUANTUM: u64 = 250;
+/// ... and outside it, where the switch only has to keep every vCPU running (Linux's SMP boot
+/// livelocks under icount without it) and a finer one would only cost time.
+pub const EXACT_QUANTUM_OUTSIDE: u64 = 20_000;
+
+/// The QEMU options of the exact mode (docs/plugins.md, "Exact mode"): every input the guest
+/// sees is a function of its instruction count. `-icount ...,sleep=off`: guest time is
+/// instructions, and an idle guest jumps to its next timer instead of waiting host time;
+/// `align=off`: never slowed to host time. `-seed`: RDRAND and QEMU's other guest-visible
+/// randomness from a fixed seed (Linux seeds its RNG, stack canaries and mmap layout from it).
+/// `-rtc base=...,clock=vm`: the CMOS clock starts at a fixed date and follows guest time
+/// (Linux reads it at boot). Two Linux boots without the last two differed in lines touched
+/// (788 and 805 with the seed alone; 900 and 803 with neither). The vCPU interleaving comes
+/// from the plugin's quantum ([`quantum_plugin_args`]), not from these options.
+pub fn exact_qemu_args() -> Vec<String> {
+    ["-icount", &format!("shift={EXACT_ICOUNT_SHIFT},align=off,sleep=off"), "-seed", "1", "-rtc", "base=2024-01-01T00:00:00,clock=vm"]
+        .iter()
+        .map(|x| x.to_string())
+        .collect()
+}
+
+/// The plugin arguments that make single-threaded TCG switch vCPUs every
+/// [`EXACT_QUANTUM`] instructions (none for one vCPU: there is nothing to interleave).
+pub fn quantum_plugin_args(smp: u32) -> Vec<String> {
+    if smp > 1 {
+        vec![format!("quantum={EXACT_QUANTUM}"), format!("quantum_outside={EXACT_QUANTUM_OUTSIDE}")]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Host-driven workloads: the guest serves connections from the host's load generator.
+fn host_driven(workload: &str) -> bool {
+    workload == "tcpserv" || NET_BENCHES.contains(&workload)
+}
+
+/// Is this run in the exact mode? Not when timed, not when the host drives it over the network.
+fn is_exact(spec: &RunSpec) -> bool {
+    spec.exact && !host_driven(spec.workload) && !spec.custom.is_some_and(|c| c.net.is_some())
+}
+
+/// A guest command given instead of a named workload (`--system ours --cmdline "init=PROG --
+/// ARGS"`), with the machine's extras and, for a guest that serves the host, the host's part:
+/// wait for a serial line (`--ready`), run a host command (`--load-cmd`, with the forwarded
+/// port in `$PORT` and `{port}`), then stop QEMU with SIGTERM so the plugin still writes its
+/// report. Without `--load-cmd` the guest runs until it powers off (or `--timeout`).
+#[derive(Debug, Clone, Default)]
+pub struct Custom {
+    pub cmdline: String,
+    pub disk: Option<PathBuf>,
+    /// The NIC on QEMU's restricted user network, with its forwards (`--net`, `--hostfwd`).
+    pub net: Option<crate::net::NetConfig>,
+    pub ready: Option<String>,
+    pub load_cmd: Option<String>,
+    /// Print the guest's serial lines as they arrive.
+    pub echo: bool,
+}
+
+/// Ask QEMU to stop the way `kill` does by default: it shuts down in order, so the plugins'
+/// exit callbacks run and write their reports (SIGKILL would lose them).
+fn terminate(child: &mut std::process::Child, grace: Duration) -> Option<i32> {
+    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let until = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < until {
+        if let Ok(Some(st)) = child.try_wait() {
+            return st.code();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    child.wait().ok().and_then(|s| s.code())
+}
+
+/// Run a `--cmdline` guest (see [`Custom`]). `timed_out` is set only when the deadline, not
+/// the guest or the end of the load command, ended the run.
+fn run_custom(args: &[String], timeout: Duration, c: &Custom) -> Result<linux::RunOutput, String> {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    use std::time::Instant;
+    crate::env::ensure_qemu()?;
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let mut child = Command::new("qemu-system-x86_64")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start qemu-system-x86_64: {e}"))?;
+    let out = child.stdout.take().expect("piped");
+    let mut err = child.stderr.take().expect("piped");
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            match line {
+                Ok(l) if tx.send(l.replace('\r', "")).is_ok() => {}
+                _ => break,
+            }
+        }
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut v = String::new();
+        let _ = err.read_to_string(&mut v);
+        v
+    });
+    let mut serial = String::new();
+    let take = |l: String, serial: &mut String| {
+        if c.echo {
+            println!("  | {l}");
+        }
+        serial.push_str(&l);
+        serial.push('\n');
+    };
+    let port = c.net.as_ref().and_then(|n| n.host_port(crate::net::SERVICE_PORT)).or_else(|| c.net.as_ref().and_then(|n| n.forwards.first().map(|f| f.host)));
+    if let Some(n) = &c.net {
+        print!("{}", n.describe());
+    }
+    let mut timed_out = false;
+    let mut load_problem = None;
+    let mut exit_code = None;
+    let mut exited = false;
+    if let Some(cmd) = &c.load_cmd {
+        // Wait for the guest to say it is ready (if asked to), then load it from the host.
+        if let Some(ready) = &c.ready {
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    timed_out = true;
+                    break;
+                }
+                match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+                    Ok(l) => {
+                        let hit = l.contains(ready.as_str());
+                        take(l, &mut serial);
+                        if hit {
+                            break;
+                        }
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        exited = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if !timed_out && !exited {
+            let cmd = cmd.replace("{port}", &port.map(|p| p.to_string()).unwrap_or_default());
+            println!("load: sh -c {cmd:?}");
+            let mut load = Command::new("sh");
+            load.arg("-c").arg(&cmd);
+            if let Some(p) = port {
+                load.env("PORT", p.to_string());
+            }
+            let mut lc = load.spawn().map_err(|e| format!("--load-cmd: cannot start sh: {e}"))?;
+            loop {
+                while let Ok(l) = rx.try_recv() {
+                    take(l, &mut serial);
+                }
+                if let Some(st) = lc.try_wait().map_err(|e| e.to_string())? {
+                    if !st.success() {
+                        load_problem = Some(format!("--load-cmd exited with {:?}", st.code()));
+                    }
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    let _ = lc.kill();
+                    let _ = lc.wait();
+                    load_problem = Some(format!("--load-cmd still running after {}s: killed", timeout.as_secs()));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        if !exited {
+            exit_code = terminate(&mut child, Duration::from_secs(60));
+            exited = true;
+        }
+    }
+    if !exited {
+        // Until the guest powers off, or the deadline.
+        loop {
+            if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+                exit_code = st.code();
+                break;
+            }
+            if Instant::now() >= deadline {
+                timed_out = true;
+                exit_code = terminate(&mut child, Duration::from_secs(60));
+                break;
+            }
+            while let Ok(l) = rx.try_recv() {
+                take(l, &mut serial);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    } else if exit_code.is_none() {
+        exit_code = child.wait().ok().and_then(|s| s.code());
+    }
+    while let Ok(l) = rx.recv_timeout(Duration::from_millis(300)) {
+        take(l, &mut serial);
+    }
+    let stderr = err_t.join().unwrap_or_default();
+    if let Some(p) = load_problem {
+        return Err(p);
+    }
+    Ok(linux::RunOutput { serial, stderr, exit_code, timed_out, elapsed: start.elapsed() })
 }
 
 fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Duration), String> {
     match spec.system {
+        System::Linux if spec.custom.is_some() => Err("--cmdline: only with --system ours (a Linux guest takes --workload and --params)".into()),
         System::Linux => {
             // A benchmark of the suite that the workload guest does not have (the `metis_*`
             // rows) runs in `bench-linux` as /init, one worker per vCPU, one repetition, its
@@ -264,14 +503,11 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
                 vm.net = Some(crate::net::NetConfig::service()?);
             }
             vm.smp = spec.smp;
-            // Deterministic enough to repeat: one host thread runs all vCPUs round-robin.
+            // One host thread runs all vCPUs round-robin (the plugins' tables are not locked).
             vm.single_thread = true;
-            // With one vCPU, instruction-based guest time (seeds/004's setup) makes interrupts
-            // land at the same instructions: counts repeat within ~0.02% instead of ~2%.
-            // With several vCPUs, icount hangs this Linux guest's boot, so they run without.
-            if spec.smp == 1 && spec.icount {
-                vm.icount_shift = Some(3);
-            }
+            // The exact mode; with several vCPUs the plugin's quantum (plugin_arg) keeps 7.2's
+            // round-robin scheduler from starving the APs under icount.
+            vm.exact = spec.exact && !tcp;
             // The guest takes the first occurrence of a key: the caller's parameters win.
             vm.append = if suite_only {
                 format!("bench={} workers={} reps=1 {}", spec.workload, spec.smp, spec.params)
@@ -287,7 +523,9 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             // A benchmark of the suite (`cargo xtask bench --list`) runs in `bench-ours`, one
             // worker per vCPU, one repetition; any other name is a `microbench` benchmark,
             // which the kernel runs for `bench=NAME` (one core).
-            let cmdline = if spec.workload == "tcpserv" {
+            let cmdline = if let Some(c) = spec.custom {
+                c.cmdline.clone()
+            } else if spec.workload == "tcpserv" {
                 // The guest takes the first occurrence of a key: the caller's parameters win.
                 format!("init=tcpserv -- {} mode=dedicated conns=101 warmup=1", spec.params)
             } else if crate::bench::catalog::find(spec.workload).is_some_and(|b| !b.hidden) {
@@ -301,13 +539,23 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
                 initrd: Some(crate::user::build_initrd()?),
                 cmdline: cmdline.trim().to_string(),
                 extra: plugin.map(|p| vec!["-plugin".to_string(), p]).unwrap_or_default(),
-                net: if spec.workload == "tcpserv" { Some(crate::net::NetConfig::service()?) } else { None },
+                net: if let Some(c) = spec.custom {
+                    c.net.clone()
+                } else if spec.workload == "tcpserv" {
+                    Some(crate::net::NetConfig::service()?)
+                } else {
+                    None
+                },
+                disk: spec.custom.and_then(|c| c.disk.clone()),
                 ..Default::default()
             };
             cfg.validate()?;
             let mut args: Vec<String> =
                 cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
             args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
+            if is_exact(spec) {
+                args.extend(exact_qemu_args());
+            }
             Ok((args, spec.timeout))
         }
     }
@@ -331,7 +579,9 @@ fn plugin_arg(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> 
     let out = runs.join(format!("{plugin}-{}-{}-{}.txt", spec.system.name(), spec.workload, spec.smp));
     let _ = fs::remove_file(&out);
     let mut arg = format!("{},out={}", s(built.plugin(plugin)), s(&out));
-    for e in extra {
+    // Fine, repeatable vCPU interleaving (exact mode); the host-driven runs get it too: their
+    // packets arrive in host time, but the slices stay a few hundred instructions.
+    for e in quantum_plugin_args(spec.smp).iter().chain(extra) {
         arg.push(',');
         arg.push_str(e);
     }
@@ -342,7 +592,13 @@ fn plugin_arg(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> 
 fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]) -> Result<GuestRun, String> {
     let (out, arg) = plugin_arg(built, spec, plugin, extra)?;
     let (args, timeout) = guest_args(spec, Some(arg))?;
-    let run = if spec.workload == "tcpserv" { crate::net::tcp_accept::run_batch(&args, timeout)? } else { linux::run_qemu(&args, timeout)? };
+    let run = if let Some(c) = spec.custom {
+        run_custom(&args, timeout, c)?
+    } else if spec.workload == "tcpserv" {
+        crate::net::tcp_accept::run_batch(&args, timeout)?
+    } else {
+        linux::run_qemu(&args, timeout)?
+    };
     // Linux's workload and ours' bench-ours report a failed or unavailable benchmark on a line
     // of their own (the region markers may have run around it).
     if let Some(line) = run.serial.lines().find(|l| l.starts_with("workload-error") || l.starts_with("bench-error")) {
@@ -358,6 +614,9 @@ fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]
     }
     let report = parse_records(&text);
     let starts = report.first().map(|r| r.u("starts")).unwrap_or(0);
+    if starts == 0 && spec.custom.is_some() {
+        return Err(format!("{plugin}: the guest command never executed the region marker (port 0x501; tools/qemu-plugins/marker.h)"));
+    }
     if starts == 0 {
         return Err(match spec.system {
             System::Linux => format!("{plugin}: workload `{}` never executed the region marker (port 0x501)", spec.workload),
@@ -695,7 +954,15 @@ struct Opts {
     top: usize,
     out: PathBuf,
     timeout: Duration,
+    /// cachesim's multi-core presets: vCPU i drives core_map[i] (`--core-map 0,4,8,12`).
+    core_map: Option<Vec<u32>>,
+    /// cachesim's multi-core presets: simulate every access after the first marker (`--scope all`).
+    scope_all: bool,
+    custom: Option<Custom>,
 }
+
+/// The multi-core presets of cachesim (tools/qemu-plugins/cachesim_mc.c) and their core counts.
+const MC_PRESETS: [(&str, u32); 2] = [("nehalem-mc", 8), ("amd16", 16)];
 
 fn parse_opts(args: &[String]) -> Result<Opts, String> {
     let mut o = Opts {
@@ -710,7 +977,12 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         top: 25,
         out: crate::env::workspace_root().join("target").join("plugin-results"),
         timeout: Duration::from_secs(600),
+        core_map: None,
+        scope_all: false,
+        custom: None,
     };
+    let mut custom = Custom::default();
+    let (mut cmdline, mut net, mut forwards) = (None, false, Vec::new());
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
@@ -728,8 +1000,8 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--params" => o.params = val()?,
             "--preset" => {
                 for p in val()?.split(',') {
-                    if !matches!(p, "nehalem" | "sweep") {
-                        return Err(format!("--preset: unknown preset `{p}` (nehalem, sweep)"));
+                    if !matches!(p, "nehalem" | "sweep") && !MC_PRESETS.iter().any(|(n, _)| *n == p) {
+                        return Err(format!("--preset: unknown preset `{p}` (nehalem, sweep, nehalem-mc, amd16)"));
                     }
                     o.presets.push(p.to_string());
                 }
@@ -746,7 +1018,67 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--top" => o.top = val()?.parse().map_err(|_| "--top: not a number")?,
             "--out" => o.out = PathBuf::from(val()?),
             "--timeout" => o.timeout = Duration::from_secs(val()?.parse().map_err(|_| "--timeout: not a number of seconds")?),
+            "--core-map" => {
+                let v = val()?;
+                let cores = v.split(',').map(|c| c.trim().parse::<u32>().ok().filter(|&c| c < 64)).collect::<Option<Vec<u32>>>();
+                let cores = cores.filter(|c| !c.is_empty()).ok_or_else(|| format!("--core-map: `{v}` is not a list of core numbers 0..63 (e.g. 0,4,8,12)"))?;
+                if let Some(d) = cores.iter().enumerate().find(|(i, c)| cores[..*i].contains(c)) {
+                    return Err(format!("--core-map: core {} is given to two vCPUs", d.1));
+                }
+                o.core_map = Some(cores);
+            }
+            "--scope" => {
+                o.scope_all = match val()?.as_str() {
+                    "region" => false,
+                    "all" => true,
+                    v => return Err(format!("--scope: `{v}` is not region or all")),
+                }
+            }
+            "--cmdline" => cmdline = Some(val()?),
+            "--disk" => {
+                let d = PathBuf::from(val()?);
+                if !d.is_file() {
+                    return Err(format!("--disk: `{}` is not a file", d.display()));
+                }
+                custom.disk = Some(d);
+            }
+            "--net" => net = true,
+            "--hostfwd" => {
+                forwards.push(crate::net::parse_hostfwd(&val()?)?);
+                net = true;
+            }
+            "--ready" => custom.ready = Some(val()?),
+            "--load-cmd" => custom.load_cmd = Some(val()?),
+            "--echo" => custom.echo = true,
             other => return Err(format!("plugin: unknown option `{other}`; try `cargo xtask plugin help`")),
+        }
+    }
+    match cmdline {
+        Some(c) => {
+            if c.trim().is_empty() {
+                return Err("--cmdline: empty".into());
+            }
+            custom.cmdline = c;
+            if net {
+                custom.net = Some(crate::net::from_options(forwards)?);
+            }
+            if o.workload.is_none() {
+                o.workload = Some("custom".into());
+            }
+            o.custom = Some(custom);
+        }
+        None => {
+            if custom.disk.is_some() || net || custom.ready.is_some() || custom.load_cmd.is_some() || custom.echo {
+                return Err("--disk, --net, --hostfwd, --ready, --load-cmd and --echo go with --cmdline".into());
+            }
+        }
+    }
+    if let Some(c) = &o.custom {
+        if c.ready.is_some() && c.load_cmd.is_none() {
+            return Err("--ready: needs --load-cmd (the host command to run once the line appears)".into());
+        }
+        if o.system != System::Ours {
+            return Err("--cmdline: only with --system ours (a Linux guest takes --workload and --params)".into());
         }
     }
     Ok(o)
@@ -769,7 +1101,7 @@ fn check_levels(built: &Built, spec: &str) -> Result<(), String> {
 fn cmd_insncount(o: &Opts) -> Result<(), String> {
     let built = build()?;
     let workload = o.workload.as_deref().ok_or("insncount: --workload NAME is required")?;
-    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params: &o.params, timeout: o.timeout, icount: true };
+    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params: &o.params, timeout: o.timeout, exact: true, custom: o.custom.as_ref() };
     let run = run_with_plugin(&built, &spec, "insncount", &[])?;
     let vcpus: Vec<&Record> = run.report.iter().filter(|r| r.kind == "vcpu").collect();
     let (k, u): (u64, u64) = vcpus.iter().fold((0, 0), |(k, u), r| (k + r.u("kernel"), u + r.u("user")));
@@ -784,7 +1116,8 @@ fn cmd_insncount(o: &Opts) -> Result<(), String> {
         println!("per op: {pk:.1} kernel + {pu:.1} user instructions");
     }
     let json = format!(
-        "{{\"plugin\":\"insncount\",\"evidence\":\"deterministic count under TCG\",\"system\":{},\"workload\":{},\"smp\":{},\"params\":{},\"ops\":{},\"kernel\":{k},\"user\":{u},\"per_op\":{},\"vcpus\":[{}]}}\n",
+        "{{\"plugin\":\"insncount\",\"evidence\":{},\"system\":{},\"workload\":{},\"smp\":{},\"params\":{},\"ops\":{},\"kernel\":{k},\"user\":{u},\"per_op\":{},\"vcpus\":[{}]}}\n",
+        jstr(&evidence("exact count of executed guest instructions", &spec)),
         jstr(o.system.name()),
         jstr(workload),
         spec.smp,
@@ -853,7 +1186,32 @@ fn cmd_cachesim(o: &Opts) -> Result<(), String> {
         extra.push(format!("levels={l}"));
         extra.push(format!("inclusive={}", if o.inclusive { "on" } else { "off" }));
     }
-    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params: &o.params, timeout: o.timeout, icount: true };
+    let smp = o.smp.unwrap_or(1);
+    let mc: Vec<(&str, u32)> = MC_PRESETS.iter().filter(|(n, _)| presets.iter().any(|p| p == n)).copied().collect();
+    if mc.is_empty() && (o.core_map.is_some() || o.scope_all) {
+        return Err("--core-map and --scope go with a multi-core preset (--preset nehalem-mc or amd16)".into());
+    }
+    for (name, cores) in &mc {
+        match &o.core_map {
+            Some(m) => {
+                if m.len() < smp as usize {
+                    return Err(format!("--core-map: {} cores for {smp} vCPUs", m.len()));
+                }
+                if let Some(c) = m.iter().find(|&&c| c >= *cores) {
+                    return Err(format!("--core-map: core {c} does not exist in {name} ({cores} cores)"));
+                }
+            }
+            None if smp > *cores => return Err(format!("--smp {smp}: {name} has {cores} cores; give fewer vCPUs or a --core-map")),
+            None => {}
+        }
+    }
+    if let Some(m) = &o.core_map {
+        extra.push(format!("map={}", m.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(":")));
+    }
+    if o.scope_all {
+        extra.push("scope=all".into());
+    }
+    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params: &o.params, timeout: o.timeout, exact: true, custom: o.custom.as_ref() };
     let run = run_with_plugin(&built, &spec, "cachesim", &extra)?;
     let head = run.report.first().cloned().ok_or("cachesim: empty report")?;
     let (ios, iapp) = (head.u("insns_os"), head.u("insns_app"));
@@ -869,6 +1227,7 @@ fn cmd_cachesim(o: &Opts) -> Result<(), String> {
         iapp,
         run.elapsed.as_secs_f64()
     );
+    let _ = writeln!(text, "{}", interleaving_line(&run.report, is_exact(&spec)));
     let _ = writeln!(
         text,
         "MMU-index cross-check: {} data accesses, {} user-MMU from kernel code, {} kernel-MMU from user code",
@@ -935,6 +1294,17 @@ fn cmd_cachesim(o: &Opts) -> Result<(), String> {
         let recs: Vec<String> = run.report.iter().filter(|r| r.get("model") == Some(m.as_str()) || (r.kind == "model" && r.get("name") == Some(m.as_str()))).map(record_json).collect();
         json_models.push(format!("{{\"name\":{},\"records\":[{}]}}", jstr(m), recs.join(",")));
     }
+    for m in run.report.iter().filter(|r| r.kind == "mc") {
+        let name = m.get("model").unwrap_or("?");
+        let rows: Vec<&Record> = run.report.iter().filter(|r| r.kind == "mcpu" && r.get("model") == Some(name)).collect();
+        text.push_str(&mc_table(m, &rows));
+        json_models.push(format!(
+            "{{\"name\":{},\"multicore\":true,\"header\":{},\"vcpus\":[{}]}}",
+            jstr(name),
+            record_json(m),
+            rows.iter().map(|r| record_json(r)).collect::<Vec<_>>().join(",")
+        ));
+    }
     if !sweep_rows.is_empty() {
         let _ = writeln!(text, "\nsweep: single-level 8-way unified caches; misses per 1000 instructions (seeds/004 figs 2, 3)");
         let _ = writeln!(text, "{:>6} {:>9} {:>9} {:>11} {:>11} {:>15}", "size", "OS alone", "app alone", "competition", "cooperation", "split saves %");
@@ -954,7 +1324,8 @@ fn cmd_cachesim(o: &Opts) -> Result<(), String> {
     }
     print!("{text}");
     let json = format!(
-        "{{\"plugin\":\"cachesim\",\"evidence\":\"deterministic simulation of the TCG trace\",\"system\":{},\"workload\":{},\"smp\":{},\"params\":{},\"ops\":{},\"insns_os\":{ios},\"insns_app\":{iapp},\"header\":{},\"models\":[{}]}}\n",
+        "{{\"plugin\":\"cachesim\",\"evidence\":{},\"system\":{},\"workload\":{},\"smp\":{},\"params\":{},\"ops\":{},\"insns_os\":{ios},\"insns_app\":{iapp},\"header\":{},\"models\":[{}]}}\n",
+        jstr(&evidence("deterministic simulation of the guest's physical-address trace", &spec)),
         jstr(o.system.name()),
         jstr(workload),
         spec.smp,
@@ -973,13 +1344,100 @@ fn cmd_cachesim(o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
+/// The multi-core model's per-vCPU tables (application, then OS): where the misses went and
+/// the memory CPI, and per region entry (a request, when the guest marks each one).
+fn mc_table(m: &Record, rows: &[&Record]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\nmodel {} (multi-core: {} cores, {} chips of {}, {} L3; L1I {} L1D {} L2 {} L3 {} per chip; latency L2 {} / L3 {} / sibling core {} / other chip {} / memory {} cycles; scope {})",
+        m.get("model").unwrap_or("?"),
+        m.u("cores"),
+        m.u("chips"),
+        m.u("cores_per_chip"),
+        m.get("l3").unwrap_or("?"),
+        m.get("l1i").unwrap_or("?"),
+        m.get("l1d").unwrap_or("?"),
+        m.get("l2").unwrap_or("?"),
+        m.get("l3_size").unwrap_or("?"),
+        m.u("lat_l2"),
+        m.u("lat_l3"),
+        m.u("lat_sibling"),
+        m.u("lat_remote"),
+        m.u("lat_mem"),
+        m.get("scope").unwrap_or("?")
+    );
+    if m.u("unmapped") > 0 {
+        let _ = writeln!(t, "warning: {} accesses in the region came from vCPUs without a core in this model", m.u("unmapped"));
+    }
+    for party in ["app", "os"] {
+        let _ = writeln!(t, "{} (per vCPU; misses of fetches and data; /rgn = per region entry):", if party == "app" { "application (user mode)" } else { "OS (kernel mode)" });
+        let _ = writeln!(
+            t,
+            "{:>4} {:>4} {:>4} {:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10}",
+            "vcpu", "core", "chip", "regions", "insns", "accesses", "L1I miss", "L1D miss", "L2 miss", "L3 miss", "sibling", "remote", "memory", "mem CPI", "L2 m/rgn", "L3 m/rgn"
+        );
+        let mut tot = [0u64; 11];
+        for r in rows.iter().filter(|r| r.get("party") == Some(party)) {
+            let regions = r.u("regions");
+            let per = |x: u64| if regions > 0 { format!("{:.1}", x as f64 / regions as f64) } else { "-".into() };
+            let _ = writeln!(
+                t,
+                "{:>4} {:>4} {:>4} {:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8.4} {:>10} {:>10}",
+                r.u("vcpu"),
+                r.u("core"),
+                r.u("chip"),
+                regions,
+                r.u("insns"),
+                r.u("fetches") + r.u("data"),
+                r.u("l1i_miss"),
+                r.u("l1d_miss"),
+                r.u("l2_miss"),
+                r.u("l3_miss"),
+                r.u("from_sibling"),
+                r.u("from_remote"),
+                r.u("from_mem"),
+                r.f("mem_cpi"),
+                per(r.u("l2_miss")),
+                per(r.u("l3_miss"))
+            );
+            for (i, k) in ["regions", "insns", "fetches", "data", "l1i_miss", "l1d_miss", "l2_miss", "l3_miss", "from_sibling", "from_remote", "from_mem"].iter().enumerate() {
+                tot[i] += r.u(k);
+            }
+        }
+        let cycles: u64 = rows.iter().filter(|r| r.get("party") == Some(party)).map(|r| r.u("cycles")).sum();
+        let per = |x: u64| if tot[0] > 0 { format!("{:.1}", x as f64 / tot[0] as f64) } else { "-".into() };
+        let _ = writeln!(
+            t,
+            "{:>4} {:>4} {:>4} {:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8.4} {:>10} {:>10}",
+            "all",
+            "",
+            "",
+            tot[0],
+            tot[1],
+            tot[2] + tot[3],
+            tot[4],
+            tot[5],
+            tot[6],
+            tot[7],
+            tot[8],
+            tot[9],
+            tot[10],
+            if tot[1] > 0 { cycles as f64 / tot[1] as f64 } else { 0.0 },
+            per(tot[6]),
+            per(tot[7])
+        );
+    }
+    t
+}
+
 // ---------------------------------------------------------------------------------------------
 // sharing
 
 fn cmd_sharing(o: &Opts) -> Result<(), String> {
     let built = build()?;
     let workload = o.workload.as_deref().ok_or("sharing: --bench NAME is required")?;
-    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(2), params: &o.params, timeout: o.timeout, icount: true };
+    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(2), params: &o.params, timeout: o.timeout, exact: true, custom: o.custom.as_ref() };
     let extra: Vec<String> = if o.kernel_only { vec!["kernel_only=on".into()] } else { Vec::new() };
     let syms = symbols_for(o.system)?;
     let run = if NET_BENCHES.contains(&workload) { run_net_with_plugin(&built, &spec, "sharing", &extra)? } else { run_with_plugin(&built, &spec, "sharing", &extra)? };
@@ -1011,11 +1469,10 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
         head.u("transfers_user"),
         per_op(head.u("transfers_user"))
     );
-    // Interleaving-independent companion of the transfer count: every access to a line that
-    // another vCPU writes could miss under fine-grained interleaving (an upper bound), while the
-    // transfers seen under TCG's coarse vCPU slices are a lower bound.
+    // The upper bound: every access to a line another vCPU writes could find it elsewhere.
     let shared_accesses: u64 = lines.iter().map(|r| r.u("reads") + r.u("writes")).sum();
-    let _ = writeln!(text, "accesses to those lines: {shared_accesses} ({} per op; the bound on transfers at fine interleaving)", per_op(shared_accesses));
+    let _ = writeln!(text, "accesses to those lines: {shared_accesses} ({} per op; the upper bound on transfers)", per_op(shared_accesses));
+    let _ = writeln!(text, "{}", interleaving_line(&run.report, is_exact(&spec)));
     let _ = writeln!(text, "\n{:<18} {:<44} {:<36} {:>7} {:>7} {:>8} {:>8} {:>6}", "phys line", "data (symbol of the address)", "first writer (code)", "readers", "writers", "reads/op", "writes/op", "xfers");
     for r in lines.iter().take(o.top) {
         let code = syms.name(r.u("pc")).unwrap_or_else(|| if r.u("pc") >= 0xffff_8000_0000_0000 { "?".into() } else { "[user code]".into() });
@@ -1090,13 +1547,15 @@ fn cmd_sharing(o: &Opts) -> Result<(), String> {
         })
         .collect();
     let json = format!(
-        "{{\"plugin\":\"sharing\",\"evidence\":\"deterministic line-sharing count under single-threaded TCG\",\"system\":{},\"bench\":{},\"smp\":{},\"params\":{},\"ops\":{},\"shared_line_accesses\":{shared_accesses},\"roles\":{roles_json},\"summary\":{},\"lines\":[{}]}}\n",
+        "{{\"plugin\":\"sharing\",\"evidence\":{},\"system\":{},\"bench\":{},\"smp\":{},\"params\":{},\"ops\":{},\"shared_line_accesses\":{shared_accesses},\"roles\":{roles_json},\"summary\":{},\"interleaving\":{},\"lines\":[{}]}}\n",
+        jstr(if is_exact(&spec) { "exact line-sharing count (exact mode: icount, vCPU quantum)" } else { "line-sharing count under single-threaded TCG, host-driven (not exact)" }),
         jstr(o.system.name()),
         jstr(workload),
         spec.smp,
         jstr(&o.params),
         ops.map(|x| x.to_string()).unwrap_or("null".into()),
         record_json(&head),
+        run.report.iter().find(|r| r.kind == "slices").map(record_json).unwrap_or("null".into()),
         json_lines.join(",\n")
     );
     let p = write_out(&o.out, &format!("sharing-{}-{}-{}.json", o.system.name(), workload, spec.smp), &json)?;
@@ -1130,7 +1589,7 @@ pub struct SharingSummary {
 pub fn sharing_summary(system: &str, workload: &str, smp: u32, params: &str, timeout: Duration, classify: &dyn Fn(&str) -> &'static str) -> Result<SharingSummary, String> {
     let system = System::parse(system)?;
     let built = build()?;
-    let spec = RunSpec { system, workload, smp, params, timeout, icount: true };
+    let spec = RunSpec { system, workload, smp, params, timeout, exact: true, custom: None };
     let syms = symbols_for(system)?;
     // User lines too: this system's packet rings between cores live in shared user segments.
     let run = run_with_plugin(&built, &spec, "sharing", &[])?;
@@ -1148,6 +1607,34 @@ pub fn sharing_summary(system: &str, workload: &str, smp: u32, params: &str, tim
         shared_lines_user: head.u("shared_user"),
         by_class,
     })
+}
+
+/// The JSON's evidence string: `what`, and whether the run was in the exact mode.
+fn evidence(what: &str, spec: &RunSpec) -> String {
+    if is_exact(spec) {
+        format!("{what} (exact mode: single-threaded TCG, icount, vCPU quantum {EXACT_QUANTUM}; repeats whatever the host's load)")
+    } else {
+        format!("{what} (not exact: host-driven input or timed run)")
+    }
+}
+
+/// One line on how the vCPUs interleaved inside the region (the plugin's `slices` record) and
+/// whether the run was in the exact mode.
+fn interleaving_line(report: &[Record], exact: bool) -> String {
+    let Some(r) = report.iter().find(|r| r.kind == "slices") else {
+        return "interleaving: not reported".into();
+    };
+    let mode = if exact { "exact mode: repeats whatever the host's load" } else { "not exact: host-driven input" };
+    if r.u("count") <= 1 {
+        return format!("interleaving: one vCPU ran the region ({mode})");
+    }
+    format!(
+        "interleaving: {} vCPU turns in the region, {} instructions each on average (quantum {}, longest {}; {mode})",
+        r.u("count"),
+        r.u("mean"),
+        r.u("quantum"),
+        r.u("max")
+    )
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -1181,7 +1668,7 @@ fn cmd_overhead(o: &Opts) -> Result<(), String> {
         return Err("overhead: only --system linux reports its region time so far".into());
     }
     let params = if o.params.is_empty() && workload == "zip" { "files=400" } else { o.params.as_str() };
-    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params, timeout: o.timeout, icount: false };
+    let spec = RunSpec { system: o.system, workload, smp: o.smp.unwrap_or(1), params, timeout: o.timeout, exact: false, custom: None };
     // The host is shared: take the fastest of a few runs of each configuration.
     const REPEAT: usize = 3;
     let (args, timeout) = guest_args(&spec, None)?;
@@ -1296,7 +1783,7 @@ pub fn tests() -> Result<TestTally, String> {
 
     println!("== plugins: Linux guest runs");
     let timeout = Duration::from_secs(180);
-    let spec = |workload: &'static str, smp: u32, params: &'static str| RunSpec { system: System::Linux, workload, smp, params, timeout, icount: true };
+    let spec = |workload: &'static str, smp: u32, params: &'static str| RunSpec { system: System::Linux, workload, smp, params, timeout, exact: true, custom: None };
     let mut guest = |name: &str, r: Result<GuestRun, String>, check: &dyn Fn(&GuestRun) -> Result<(), String>| match r {
         Ok(run) => {
             let res = check(&run);
@@ -1360,12 +1847,68 @@ pub fn tests() -> Result<TestTally, String> {
         }
         Ok(())
     });
+    // cachesim's multi-core model (issue 18) on Corey's filesum: four vCPUs on four chips of
+    // amd16, a 1 MB buffer each (fits in a core's L2 + its chip's victim L3, 2.5 MB), four
+    // passes. Locality: each vCPU misses its chip's L3 only on the first pass (16 384 lines,
+    // plus the loop's code line or two); random (a rotation: every vCPU sums every buffer
+    // once): every pass misses, 4 x 16 384. Catches a model that shares the L3 between chips,
+    // keeps no victim L3 (then locality misses on every pass too), or counts per vCPU wrongly.
+    let filesum = |mode: &'static str| {
+        let params: &'static str = if mode == "random" { "mode=random size=1048576 passes=4 stride=64" } else { "mode=locality size=1048576 passes=4 stride=64" };
+        run_with_plugin(&built, &spec("filesum", 4, params), "cachesim", &["preset=amd16".into(), "map=0:4:8:12".into()])
+    };
+    let lines = (1u64 << 20) / 64;
+    let app_l3 = |r: &GuestRun, want: u64| -> Result<u64, String> {
+        let rows: Vec<&Record> = r.report.iter().filter(|x| x.kind == "mcpu" && x.get("party") == Some("app")).collect();
+        if rows.len() != 4 {
+            return Err(format!("{} per-vCPU application records, want 4", rows.len()));
+        }
+        for x in &rows {
+            let (l3, regions) = (x.u("l3_miss"), x.u("regions"));
+            if regions != 4 || l3 < want || l3 > want + 32 || x.u("l2_miss") < 4 * lines {
+                return Err(format!("vCPU {}: {regions} regions, {} L2 and {l3} L3 misses; want 4 regions, >= {} L2 and {want}..{} L3 misses", x.u("vcpu"), x.u("l2_miss"), 4 * lines, want + 32));
+            }
+        }
+        Ok(rows.iter().map(|x| x.u("l3_miss")).sum())
+    };
+    let local = filesum("locality");
+    let local_l3 = local.as_ref().ok().and_then(|r| app_l3(r, lines).ok());
+    guest("cachesim amd16: filesum locality misses each chip's L3 only on the first pass", local, &|r| app_l3(r, lines).map(|_| ()));
+    guest("cachesim amd16: filesum random misses the L3 on every pass, 4x locality", filesum("random"), &|r| {
+        let total = app_l3(r, 4 * lines)?;
+        let base = local_l3.ok_or("the locality run failed")?;
+        if total * 10 < base * 39 {
+            return Err(format!("random {total} vs locality {base} L3 misses: want >= 3.9x"));
+        }
+        Ok(())
+    });
     // sharing: one shared counter is one line written by every vCPU; private counters none.
-    guest("sharing: a shared counter is one line written by every vCPU", run_with_plugin(&built, &spec("counter", 2, "iters=3000"), "sharing", &[]), &|r| {
+    let counter = run_with_plugin(&built, &spec("counter", 2, "iters=3000"), "sharing", &[]);
+    let first_counter_report = counter.as_ref().map(|r| r.report.clone()).ok();
+    guest("sharing: a shared counter is one line written by every vCPU", counter, &|r| {
         let h = &r.report[0];
         let user: Vec<&Record> = r.report.iter().filter(|x| x.kind == "line" && x.get("mode") == Some("u")).collect();
         if h.u("shared_user") != 1 || user.len() != 1 || user[0].u("writers") != 0x3 {
             return Err(format!("{} shared user lines, writers {:?}", h.u("shared_user"), user.iter().map(|x| x.u("writers")).collect::<Vec<_>>()));
+        }
+        Ok(())
+    });
+    // The exact mode (issue 23): the same run again gives the same report, record for record,
+    // and the vCPUs took turns of about the quantum inside the region. Catches a lost -icount,
+    // -seed or -rtc (Linux's counts then move between boots) and a lost quantum (then 7.2's
+    // scheduler starves the second vCPU under icount and the boot hangs, or the turns are
+    // millions of instructions long).
+    guest("sharing: the exact mode repeats record for record, in turns of the quantum", run_with_plugin(&built, &spec("counter", 2, "iters=3000"), "sharing", &[]), &|r| {
+        let first = first_counter_report.as_ref().ok_or("the first counter run failed")?;
+        if let Some((a, b)) = first.iter().zip(&r.report).find(|(a, b)| a != b) {
+            return Err(format!("the second run differs: `{a:?}` vs `{b:?}`"));
+        }
+        if first.len() != r.report.len() {
+            return Err(format!("the second run has {} records, the first {}", r.report.len(), first.len()));
+        }
+        let sl = r.report.iter().find(|x| x.kind == "slices").ok_or("no slices record")?;
+        if sl.u("count") < 20 || sl.u("mean") > 2 * EXACT_QUANTUM || sl.u("quantum") != EXACT_QUANTUM {
+            return Err(format!("{} turns of {} instructions on average (quantum {}): want >= 20 turns of <= {}", sl.u("count"), sl.u("mean"), sl.u("quantum"), 2 * EXACT_QUANTUM));
         }
         Ok(())
     });
@@ -1406,6 +1949,20 @@ mod unit {
     #[test]
     fn options_reject_bad_input() {
         let a = |v: &[&str]| parse_opts(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        // the multi-core and custom-guest options (issue 18)
+        assert!(a(&["--preset", "amd16,nehalem-mc"]).is_ok());
+        assert!(a(&["--core-map", "0,4,x"]).err().unwrap().contains("not a list of core numbers"));
+        assert!(a(&["--core-map", "0,4,4"]).err().unwrap().contains("core 4 is given to two vCPUs"));
+        assert!(a(&["--core-map", "64"]).is_err());
+        assert!(a(&["--scope", "most"]).err().unwrap().contains("region or all"));
+        assert!(a(&["--net"]).err().unwrap().contains("go with --cmdline"));
+        assert!(a(&["--system", "ours", "--cmdline", "init=x", "--ready", "up"]).err().unwrap().contains("needs --load-cmd"));
+        assert!(a(&["--cmdline", "init=x"]).err().unwrap().contains("only with --system ours"));
+        assert!(a(&["--system", "ours", "--cmdline", " "]).err().unwrap().contains("empty"));
+        assert!(a(&["--system", "ours", "--cmdline", "init=x", "--disk", "/nonexistent/img"]).err().unwrap().contains("not a file"));
+        let o = a(&["--system", "ours", "--cmdline", "init=webd -- --mode locality"]).unwrap();
+        assert_eq!(o.workload.as_deref(), Some("custom"));
+        assert_eq!(o.custom.as_ref().map(|c| c.cmdline.as_str()), Some("init=webd -- --mode locality"));
         assert!(a(&["--system", "bsd"]).err().unwrap().contains("unknown system"));
         assert!(a(&["--preset", "skylake"]).err().unwrap().contains("unknown preset"));
         assert!(a(&["--smp", "0"]).is_err());

@@ -25,6 +25,14 @@
  *   sockrr   the same over a Unix socketpair
  *   kallsyms dump /proc/kallsyms data symbols (used once to name kernel lines)
  *   tcpserv  Corey's TCP accept service (section 8.2) on the NIC: tcpserv.c
+ *   filesum  Corey's filesum (section 8.4) without the web server: one buffer of `size` bytes
+ *            per thread; each thread sums one byte every `stride` bytes of a buffer, `passes`
+ *            times, each pass one marked region on its own vCPU. mode=locality: thread i sums
+ *            buffer i every pass; mode=random: in pass p thread i sums buffer (i + p) mod
+ *            threads, so over `threads` passes every thread sums every buffer (a rotation:
+ *            the known answer for the multi-core cache models, docs/plugins.md);
+ *            mode=shuffle: in pass p the threads sum the buffers in a pseudo-random
+ *            permutation (fixed seed, the same in every run), like Corey's random mode.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -37,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/io.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
 #include <sys/socket.h>
@@ -116,6 +125,124 @@ static struct {
     char pad[120];
 } private_counter[64] __attribute__((aligned(128)));
 static const char *wl;
+
+/* ---- filesum ---- */
+static struct {
+    unsigned char *buf[64];
+    uint64_t want[64]; /* each buffer's sum at the stride, computed before the region */
+    long size, passes, stride;
+    int random, shuffle;
+} fs;
+
+/* Pass p's buffer for thread id under mode=shuffle: a Fisher-Yates permutation from a
+ * xorshift seeded by p, computed the same way by every thread. */
+static int filesum_shuffled(long p, int id)
+{
+    int perm[64];
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(p + 1);
+    for (int i = 0; i < nthreads; i++)
+        perm[i] = i;
+    for (int i = nthreads - 1; i > 0; i--) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int j = (int)(x % (uint64_t)(i + 1));
+        int t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    return perm[id];
+}
+
+static uint64_t filesum_pass(const unsigned char *buf)
+{
+    const unsigned char *p = buf, *end = buf + fs.size;
+    uint64_t sum = 0;
+    long stride = fs.stride;
+    /* The region is this loop: one byte load per step, nothing else touches memory. */
+    asm volatile(MARKER_ASM(1) "1: movzbl (%[p]), %%ecx\n\tadd %%rcx, %[sum]\n\tadd %[stride], %[p]\n\t"
+                 "cmp %[end], %[p]\n\tjb 1b\n\t" MARKER_ASM(2)
+                 : [p] "+r"(p), [sum] "+r"(sum)
+                 : [end] "r"(end), [stride] "r"(stride)
+                 : "rax", "rcx", "rdx", "memory", "cc");
+    return sum;
+}
+
+static void *filesum_worker(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    pin(id);
+    __atomic_add_fetch(&ready, 1, __ATOMIC_SEQ_CST);
+    while (!go)
+        ;
+    for (long p = 0; p < fs.passes; p++) {
+        int b = fs.shuffle ? filesum_shuffled(p, id) : fs.random ? (int)((id + p) % nthreads) : id;
+        if (filesum_pass(fs.buf[b]) != fs.want[b]) {
+            printf("workload-error: filesum: thread %d pass %ld: wrong sum of buffer %d\n", id, p, b);
+            power_off();
+        }
+    }
+    return NULL;
+}
+
+static long anon_huge_kb(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+static long run_filesum(void)
+{
+    char mode[32];
+    const char *m = sparam("mode", mode, sizeof mode);
+    fs.size = param("size", 1 << 20);
+    fs.passes = param("passes", 4);
+    fs.stride = param("stride", 64);
+    fs.random = m && !strcmp(m, "random");
+    fs.shuffle = m && !strcmp(m, "shuffle");
+    if (nthreads < 1 || nthreads > 64 || fs.size < 64 || fs.size > (64L << 20) || fs.passes < 1 || fs.passes > 1000 ||
+        fs.stride < 1 || fs.stride > 64 || fs.size % fs.stride || (m && strcmp(m, "random") && strcmp(m, "locality") && strcmp(m, "shuffle"))) {
+        errno = EINVAL;
+        fail("filesum needs threads 1..64, size 64..64M, passes 1..1000, stride 1..64 dividing size, mode=locality|random|shuffle");
+    }
+    /* Each buffer starts a 2 MB-aligned region and asks for a huge page, so that it is
+     * physically contiguous when the kernel has THP (then it spreads evenly over the cache
+     * sets); the result line says how much anonymous huge-page memory there is. */
+    long span = (fs.size + (2L << 20) - 1) & ~((2L << 20) - 1);
+    unsigned char *all = aligned_alloc(2L << 20, (size_t)(span * nthreads));
+    if (!all)
+        fail("alloc");
+    madvise(all, (size_t)(span * nthreads), MADV_HUGEPAGE);
+    for (int i = 0; i < nthreads; i++) {
+        fs.buf[i] = all + span * i;
+        for (long j = 0; j < fs.size; j++)
+            fs.buf[i][j] = (unsigned char)(i * 7 + j * 13);
+        fs.want[i] = 0;
+        for (long j = 0; j < fs.size; j += fs.stride)
+            fs.want[i] += fs.buf[i][j];
+    }
+    printf("filesum mode=%s size=%ld passes=%ld stride=%ld threads=%d anon_huge_kb=%ld\n",
+           fs.shuffle ? "shuffle" : fs.random ? "random" : "locality",
+           fs.size, fs.passes, fs.stride, nthreads, anon_huge_kb());
+    pthread_t t[64];
+    for (int i = 1; i < nthreads; i++)
+        if (pthread_create(&t[i], NULL, filesum_worker, (void *)(intptr_t)i))
+            fail("pthread_create");
+    while (ready < nthreads - 1)
+        sched_yield();
+    go = 1;
+    filesum_worker(0);
+    for (int i = 1; i < nthreads; i++)
+        pthread_join(t[i], NULL);
+    return fs.passes * nthreads;
+}
 
 static void *worker(void *arg)
 {
@@ -553,6 +680,8 @@ int main(void)
         ops = run_rr(1);
     else if (!strcmp(wl, "spawn"))
         ops = run_spawn();
+    else if (!strcmp(wl, "filesum"))
+        ops = run_filesum();
     else {
         printf("workload-error: unknown workload `%s`\n", wl);
         power_off();

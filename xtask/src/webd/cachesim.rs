@@ -1,6 +1,8 @@
 //! `cargo xtask webd cachesim`: Corey's filesum cache experiment (seeds/000 §8.4, fig. 11) in
-//! the multi-core cache model (tools/qemu-plugins/cachemc.c). Our webd runs under
-//! single-threaded TCG with the plugin; the host asks for every file's filesum, round after
+//! the cache simulator's multi-core models (tools/qemu-plugins/cachesim.c with
+//! cachesim_mc.c: `preset=amd16`, `preset=nehalem-mc`). Our webd runs under single-threaded
+//! TCG with the plugin, switching vCPUs every 250 instructions (the quantum of the exact mode,
+//! docs/plugins.md; the host-driven network keeps host time, so no `-icount`); the host asks for every file's filesum, round after
 //! round, on one keep-alive connection; the report gives, per request, the L2 and L3 misses
 //! and memory cycles of the cores that sum (the application cores; the front-end in
 //! same-core mode), by mode. Evidence kind: deterministic simulation of the guest's
@@ -8,7 +10,6 @@
 //! the order in which vCPUs interleave does, a little: see docs/webd.md).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::files::FileSpec;
@@ -16,37 +17,31 @@ use super::http::{self, Conn};
 use super::run::{self, Artifacts, Running, Sys, WebdBoot};
 
 const HELP: &str = "\
-cargo xtask webd cachesim [--modes random,locality,same-core] [--preset amd16|nehalem]
-    [--files COUNTxSIZE] [--rounds R] [--smp N] [--apps LIST] [--cores-per-chip K] [--json FILE]
-  Boot our webd under single-threaded TCG with the multi-core cache model (each vCPU a core
-  with private L1/L2, the cores of a chip sharing an L3; presets after seeds/000 fig. 2), ask
-  for every file's /filesum R times (default 6; the first round warms up and is not counted),
-  and print per request the L2/L3 misses and memory cycles per instruction of the cores that
-  sum. Defaults: amd16, 8x1M files, 5 vCPUs (front-end 0, application cores 1-4), every core
-  its own chip (--cores-per-chip 1: one core's L2+L3 holds its 2 files, not all 8).";
+cargo xtask webd cachesim [--modes random,locality,same-core] [--preset amd16|nehalem-mc]
+    [--files COUNTxSIZE] [--rounds R] [--map C0:C1:...] [--json FILE]
+  Boot our webd (5 vCPUs: front-end 0, application cores 1-4) under single-threaded TCG with
+  the cache simulator's multi-core model (each simulated core private L1/L2, the cores of a
+  chip sharing an L3; presets after seeds/000 fig. 2), ask for every file's /filesum R times
+  (default 6; the first round warms up and is not counted), and print per request the L2/L3
+  misses and memory cycles per instruction of the cores that sum. Defaults: amd16 with
+  --map 1:0:4:8:12 (vCPU i drives core Ci: each application core on its own chip, the
+  front-end beside the first), 8x1M files: one core's L2 + victim L3 holds its 2 files, not
+  all 8. nehalem-mc (2 chips of 4): --map 3:0:1:4:5 --files 8x1536K.";
 
 pub struct Opts {
     pub modes: Vec<String>,
     pub preset: String,
     pub files: FileSpec,
     pub rounds: u64,
-    pub smp: u32,
-    pub apps: String,
-    pub cores_per_chip: u32,
+    pub map: String,
     pub json: Option<PathBuf>,
 }
 
+const SMP: u32 = 5;
+const APPS: &str = "1-4";
+
 fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts {
-        modes: run::MODES.iter().map(|m| m.to_string()).collect(),
-        preset: "amd16".into(),
-        files: FileSpec { count: 8, size: 1 << 20 },
-        rounds: 6,
-        smp: 5,
-        apps: "1-4".into(),
-        cores_per_chip: 1,
-        json: None,
-    };
+    let mut o = Opts { modes: run::MODES.iter().map(|m| m.to_string()).collect(), preset: "amd16".into(), files: FileSpec { count: 8, size: 1 << 20 }, rounds: 6, map: String::new(), json: None };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "help" || a == "--help" {
@@ -63,59 +58,28 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                 }
             }
             "--preset" => {
-                if v != "amd16" && v != "nehalem" {
-                    return Err(format!("webd cachesim: --preset: `{v}`: amd16 or nehalem"));
+                if v != "amd16" && v != "nehalem-mc" {
+                    return Err(format!("webd cachesim: --preset: `{v}`: amd16 or nehalem-mc"));
                 }
                 o.preset = v.clone();
             }
             "--files" => o.files = FileSpec::parse(v)?,
             "--rounds" => o.rounds = num(v)?.clamp(2, 100),
-            "--smp" => o.smp = num(v)?.clamp(2, 64) as u32,
-            "--apps" => o.apps = v.clone(),
-            "--cores-per-chip" => o.cores_per_chip = num(v)?.clamp(1, 64) as u32,
+            "--map" => {
+                if v.split(':').count() != SMP as usize || v.split(':').any(|c| c.parse::<u32>().is_err()) {
+                    return Err(format!("webd cachesim: --map `{v}`: {SMP} core numbers separated by `:` (one per vCPU)"));
+                }
+                o.map = v.clone();
+            }
             "--json" => o.json = Some(PathBuf::from(v)),
             _ => return Err(format!("webd cachesim: unknown option `{a}`\n{HELP}")),
         }
     }
+    if o.map.is_empty() {
+        o.map = if o.preset == "amd16" { "1:0:4:8:12" } else { "3:0:1:4:5" }.into();
+    }
     o.files.validate()?;
     Ok(o)
-}
-
-fn plugins_dir() -> PathBuf {
-    crate::env::workspace_root().join("target").join("qemu-plugins")
-}
-
-/// Build the plugin and its native known-answer test, and run the test. Returns the plugin.
-pub fn build_plugin() -> Result<PathBuf, String> {
-    crate::env::ensure_tool("cc", &["gcc"])?;
-    let dir = plugins_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let src = crate::env::workspace_root().join("tools").join("qemu-plugins");
-    let cc = |out: &Path, srcs: &[&str], shared: bool| -> Result<(), String> {
-        let mut c = Command::new("cc");
-        c.args(["-std=gnu11", "-O2", "-flto", "-Wall", "-Wextra", "-Werror"]);
-        if shared {
-            c.args(["-fPIC", "-shared", "-fvisibility=hidden"]);
-        }
-        c.arg("-o").arg(out);
-        for s in srcs {
-            c.arg(src.join(s));
-        }
-        let o = c.output().map_err(|e| format!("cannot run cc: {e}"))?;
-        if !o.status.success() {
-            return Err(format!("building {} failed:\n{}", out.display(), String::from_utf8_lossy(&o.stderr)));
-        }
-        Ok(())
-    };
-    let so = dir.join("cachemc.so");
-    let test = dir.join("test_cachemc");
-    cc(&so, &["cachemc.c", "cachemc_core.c", "cachesim_core.c"], true)?;
-    cc(&test, &["test_cachemc.c", "cachemc_core.c", "cachesim_core.c"], false)?;
-    let o = Command::new(&test).output().map_err(|e| format!("cannot run {}: {e}", test.display()))?;
-    if !o.status.success() {
-        return Err(format!("the cache model's known-answer test failed:\n{}", String::from_utf8_lossy(&o.stdout)));
-    }
-    Ok(so)
 }
 
 /// One core's counts from the report (both parties added).
@@ -127,14 +91,14 @@ pub struct CoreCounts {
     pub cycles: u64,
 }
 
-/// Parse the plugin's `core vcpu=N ...` lines: vCPU -> counts (os + app). Errors when the
-/// report has no `end` line (QEMU died before the plugin wrote it).
+/// Parse the simulator's `mcpu model=M vcpu=N ...` lines: vCPU -> counts (os + app). Errors
+/// when the report has no `end` line (QEMU died before the plugin wrote it).
 pub fn parse_report(text: &str) -> Result<Vec<CoreCounts>, String> {
     if !text.lines().any(|l| l == "end") {
-        return Err("the cache model's report is incomplete (no `end` line)".into());
+        return Err("the cache simulator's report is incomplete (no `end` line)".into());
     }
     let mut v: Vec<CoreCounts> = Vec::new();
-    for l in text.lines().filter(|l| l.starts_with("core ")) {
+    for l in text.lines().filter(|l| l.starts_with("mcpu ")) {
         let get = |k: &str| -> Result<u64, String> {
             l.split_whitespace().find_map(|w| w.strip_prefix(k).and_then(|r| r.strip_prefix('='))).and_then(|x| x.parse().ok()).ok_or_else(|| format!("report line without {k}: {l}"))
         };
@@ -163,7 +127,7 @@ pub struct ModeResult {
 }
 
 fn one_mode(o: &Opts, art: &Artifacts, so: &Path, mode: &str) -> Result<ModeResult, String> {
-    let out = crate::env::workspace_root().join("target").join("webd").join(format!("cachemc-{mode}-{}-{}.txt", o.preset, o.files.name()));
+    let out = crate::env::workspace_root().join("target").join("webd").join(format!("cachesim-{mode}-{}-{}.txt", o.preset, o.files.name()));
     let _ = std::fs::remove_file(&out);
     let n = o.files.count;
     let same_core = mode == "same-core";
@@ -171,14 +135,17 @@ fn one_mode(o: &Opts, art: &Artifacts, so: &Path, mode: &str) -> Result<ModeResu
         system: Sys::Ours,
         mode: mode.into(),
         files: o.files,
-        smp: o.smp,
+        smp: SMP,
         mem_mib: 1024,
         frontends: Some("0".into()),
-        apps: if same_core { None } else { Some(o.apps.clone()) },
+        apps: if same_core { None } else { Some(APPS.into()) },
         kc: None,
         requests: Some((o.rounds - 1) * n),
         warmup: n,
-        extra: vec!["-plugin".into(), format!("{},out={},preset={},cores_per_chip={},warm=on", so.display(), out.display(), o.preset, o.cores_per_chip)],
+        extra: vec![
+            "-plugin".into(),
+            format!("{},out={},preset={},map={},scope=all,{}", so.display(), out.display(), o.preset, o.map, crate::plugins::quantum_plugin_args(SMP).join(",")),
+        ],
         guest_extra: Vec::new(),
     };
     let mut p = run::prepare(&b, art)?;
@@ -228,17 +195,15 @@ fn one_mode(o: &Opts, art: &Artifacts, so: &Path, mode: &str) -> Result<ModeResu
 
 pub fn command(args: &[String]) -> Result<(), String> {
     let o = parse(args)?;
-    let so = build_plugin()?;
+    let so = crate::plugins::build()?.cachesim;
     let art = Artifacts::build(Sys::Ours)?;
     println!(
-        "webd cachesim: preset {}, {} cores a chip, {} files of {} KiB, {} rounds (first one warms up), {} vCPUs, application cores {}",
+        "webd cachesim: preset {}, vCPUs -> cores {}, {} files of {} KiB, {} rounds (first one warms up), {SMP} vCPUs, application cores {APPS}",
         o.preset,
-        o.cores_per_chip,
+        o.map,
         o.files.count,
         o.files.size >> 10,
-        o.rounds,
-        o.smp,
-        o.apps
+        o.rounds
     );
     let mut results = Vec::new();
     for m in &o.modes {
@@ -257,12 +222,11 @@ pub fn command(args: &[String]) -> Result<(), String> {
         );
     }
     let json = format!(
-        "{{\"preset\":\"{}\",\"cores_per_chip\":{},\"files\":\"{}\",\"rounds\":{},\"smp\":{},\"modes\":[{}]}}",
+        "{{\"preset\":\"{}\",\"map\":\"{}\",\"files\":\"{}\",\"rounds\":{},\"smp\":{SMP},\"modes\":[{}]}}",
         o.preset,
-        o.cores_per_chip,
+        o.map,
         o.files.name(),
         o.rounds,
-        o.smp,
         results
             .iter()
             .map(|r| format!(
@@ -285,16 +249,16 @@ mod tests {
 
     #[test]
     fn reads_the_report_and_adds_parties() {
-        let t = "cachemc version=1 warm=1 preset=amd16 cores=2\n\
-                 core vcpu=0 chip=0 party=os insns=10 accesses=5 l1_miss=3 l2_miss=2 l3_miss=1 cycles=200 inval=0\n\
-                 core vcpu=0 chip=0 party=app insns=20 accesses=5 l1_miss=3 l2_miss=4 l3_miss=3 cycles=600 inval=0\n\
-                 core vcpu=1 chip=1 party=os insns=1 accesses=1 l1_miss=0 l2_miss=0 l3_miss=0 cycles=0 inval=0\n\
+        let t = "cachesim version=1 starts=1\n\
+                 mcpu model=amd16 vcpu=0 core=1 chip=0 party=os regions=1 insns=10 l2_miss=2 l3_miss=1 cycles=200 mem_cpi=20.0\n\
+                 mcpu model=amd16 vcpu=0 core=1 chip=0 party=app regions=1 insns=20 l2_miss=4 l3_miss=3 cycles=600 mem_cpi=30.0\n\
+                 mcpu model=amd16 vcpu=1 core=0 chip=0 party=os regions=1 insns=1 l2_miss=0 l3_miss=0 cycles=0 mem_cpi=0\n\
                  end\n";
         let v = parse_report(t).unwrap();
         assert_eq!(v[0], CoreCounts { insns: 30, l2_miss: 6, l3_miss: 4, cycles: 800 });
         assert_eq!(v[1].insns, 1);
-        assert!(parse_report("core vcpu=0 insns=1\n").is_err(), "a report cut short is an error");
-        assert!(parse_report("core vcpu=0 chip=0 party=os insns=x\nend\n").is_err());
+        assert!(parse_report("mcpu vcpu=0 insns=1\n").is_err(), "a report cut short is an error");
+        assert!(parse_report("mcpu model=amd16 vcpu=0 party=os insns=x\nend\n").is_err());
     }
 
     #[test]
@@ -305,5 +269,7 @@ mod tests {
         assert!(parse(&["--modes".into(), "fast".into()]).is_err());
         assert!(parse(&["--preset".into(), "pentium".into()]).is_err());
         assert!(parse(&["--rounds".into()]).is_err());
+        assert!(parse(&["--map".into(), "1:2".into()]).is_err(), "one core per vCPU");
+        assert_eq!(parse(&["--preset".into(), "nehalem-mc".into()]).unwrap().map, "3:0:1:4:5");
     }
 }

@@ -49,12 +49,12 @@ Commands:
         filled in). With any of them the guest is told how many requests to expect and stops
         by itself (its `webd: done` line and, for ours, the kernel's leak check are checked);
         with none it serves until --timeout (default 600 s).
-  cachesim [--modes LIST] [--preset amd16|nehalem] [--files COUNTxSIZE] [--rounds R] [--smp N]
-           [--apps LIST] [--cores-per-chip K] [--json FILE]
-        Corey's filesum cache experiment: our webd under single-threaded TCG with the
-        multi-core cache model (tools/qemu-plugins/cachemc.c); L2/L3 misses and memory CPI per
-        request of the summing cores, by mode (default: amd16, 8x1M, 5 vCPUs, apps 1-4, one
-        core a chip).
+  cachesim [--modes LIST] [--preset amd16|nehalem-mc] [--files COUNTxSIZE] [--rounds R]
+           [--map C0:C1:C2:C3:C4] [--json FILE]
+        Corey's filesum cache experiment: our webd under single-threaded TCG with the cache
+        simulator's multi-core model (tools/qemu-plugins/cachesim_mc.c); L2/L3 misses and
+        memory CPI per request of the summing cores, by mode (default: amd16, 8x1M, 5 vCPUs,
+        front-end 0, application cores 1-4 each on its own simulated chip).
   selftest
         The webd suite of `cargo xtask test` on its own: our webd in each mode at 2 vCPUs with
         4x64K, every sum from every front-end, the bad-input cases, the leak check (~40 s).

@@ -175,19 +175,5 @@ pub fn ci_tests(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
         total.add(one_mode(&art, mode));
     }
     total.add(halted_app(&art));
-    // The multi-core cache model behind `webd cachesim` (tools/qemu-plugins/test_cachemc.c):
-    // known-answer traces for locality against rotating files, a chip's shared L3, coherence
-    // invalidations, warming. Catches a model that counts wrong (the figure would be wrong).
-    println!("== the multi-core cache model (cachemc), known answers");
-    match super::cachesim::build_plugin() {
-        Ok(_) => {
-            total.passed += 1;
-            println!("   ok   test_cachemc");
-        }
-        Err(e) => {
-            total.failed += 1;
-            println!("   FAIL test_cachemc: {e}");
-        }
-    }
     Ok(total)
 }
