@@ -1284,7 +1284,7 @@ fn main(args: &'static str) -> u64 {
     if !failed {
         let up = libos::time::wait_until(30_000, || (0..nfront).all(|f| main_front == Some(f) || FRONT[f].ready.load(Ordering::Acquire) || FRONT[f].exited.load(Ordering::Acquire)));
         if up && (0..nfront).all(|f| main_front == Some(f) || FRONT[f].ready.load(Ordering::Acquire)) {
-            CALIB_OK.store(main_front.is_some() || nfront > 0, Ordering::Release);
+            CALIB_OK.store(true, Ordering::Release);
             srv.deadline_ns.store(if o.seconds > 0 { libos::time::tsc_ns() + o.seconds * 1_000_000_000 } else { u64::MAX }, Ordering::Relaxed);
             println!(
                 "webd: ready mode={} port={} frontends={} apps={} kc={} net={} files={} bytes={}",
