@@ -268,13 +268,17 @@ pub fn kernel_core_loop() {
         cpu::disable_interrupts();
         // The loaded range goes before a message is answered (`evict_loaded_root` counts on
         // it). Messages are rare here (shootdowns, halts, checks); the next request loads the
-        // range again.
-        if crate::smp::mailbox_pending(me) {
+        // range again. The look and the run are one step: a message posted between a look
+        // that found nothing and a later `run_mailbox` would be answered with the range
+        // still loaded, and the range's page tables freed under this core (the intermittent
+        // stop of roletest, docs/testing.md).
+        let answered = crate::smp::mailbox_pending(me) && {
             root.leave(me);
             buf.release();
-        }
+            crate::smp::run_mailbox(me)
+        };
         let nics = crate::dev::net::poll_attached(me.index);
-        if crate::smp::run_mailbox(me) | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | (nics == Some(true)) {
+        if answered | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | (nics == Some(true)) {
             idle = 0;
             continue;
         }

@@ -786,3 +786,27 @@ fn shared_share_lookups_race_removals_and_frees() {
     nothing_leaked_since((pages0, live0))
 }
 }
+
+ktest! {
+fn freeing_the_loaded_root_range_leaves_it_first() {
+    // A kernel core running a ring batch can hold the last reference to the ring's range
+    // (the owner exited meanwhile) and drop it with the range's root still in CR3. The drop
+    // must load the kernel's root before the page tables go: otherwise this core translates
+    // through freed frames that any core may reuse (roletest's intermittent silent stop).
+    use crate::kobj::{ar::AddressRange, Kind, KObject};
+    let me = percpu::current_index() as u32;
+    let range = AddressRange::new(abi::ArKind::Root, me).map_err(|e| alloc::format!("range: {e:?}"))?;
+    let table = range.table;
+    let obj = KObject::create(b"loaded-root", me, Kind::Ar(range)).map_err(|e| alloc::format!("object: {e:?}"))?;
+    let kernel_root = crate::arch::x86_64::boot::boot_pml4_phys();
+    crate::arch::x86_64::paging::load_root(table);
+    let loaded = cpu::read_cr3() & !0xFFF;
+    drop(obj);
+    let after = cpu::read_cr3() & !0xFFF;
+    // Whatever happened, never go on with a freed root.
+    crate::arch::x86_64::paging::load_kernel_root();
+    kassert!(loaded == table, "the range's root was not loaded: cr3 {loaded:#x}, table {table:#x}");
+    kassert!(after == kernel_root, "after the last reference went, cr3 is {after:#x}, not the kernel root {kernel_root:#x} (the range's table was {table:#x})");
+    Ok(())
+}
+}

@@ -368,16 +368,11 @@ pub struct UserBoot<'a> {
     /// With the network card (a forwarded service port, chosen when the boot starts).
     pub net: bool,
     pub disk: Option<PathBuf>,
-    /// A known intermittent defect of this boot: a run that stops silently (no closing line,
-    /// no panic, no exception, no timeout) is booted once more, and the retry is printed with
-    /// this reason. Only for a defect written down in docs/testing.md ("Noticed, not fixed")
-    /// and not yet fixed: a second silent stop, or any other failure, still fails the suite.
-    pub known_silent_stop: Option<&'static str>,
 }
 
 impl<'a> UserBoot<'a> {
     pub fn new(smp: u32, cmdline: &'a str, expect: Expect) -> UserBoot<'a> {
-        UserBoot { smp, cmdline, expect, net: false, disk: None, known_silent_stop: None }
+        UserBoot { smp, cmdline, expect, net: false, disk: None }
     }
 }
 
@@ -399,13 +394,7 @@ pub fn user_boot(kernel: &Path, initrd: &Path, b: UserBoot) -> Result<TestTally,
         ..Default::default()
     };
     println!("== user tests ({cmdline}) at {smp} vCPU(s)");
-    let mut out = boot_captured(&cfg, None, false, None)?;
-    if let Some(why) = b.known_silent_stop {
-        if stopped_silently(&out.serial, Ending::of(&out).timed_out) {
-            println!("   RETRY: the run stopped silently (no closing line, no panic): {why}; booting once more");
-            out = boot_captured(&cfg, None, false, None)?;
-        }
-    }
+    let out = boot_captured(&cfg, None, false, None)?;
     let end = Ending::of(&out);
     let mut v = judge_run(&out.serial, end, &b.expect);
     // The kernel's leak check after the program exited counts as a test of its own (a
@@ -425,12 +414,6 @@ pub fn user_boot(kernel: &Path, initrd: &Path, b: UserBoot) -> Result<TestTally,
 }
 
 /// Each benchmark program runs to a clean exit with nothing leaked.
-/// A run that ended without its closing line and without any sign of why (no panic, no
-/// exception, no timeout): the known intermittent stop of `known_silent_stop`.
-fn stopped_silently(serial: &str, timed_out: bool) -> bool {
-    let lower = serial.to_ascii_lowercase();
-    !timed_out && !serial.lines().any(|l| l.contains(" passed, ") && l.contains(" failed")) && !lower.contains("panic") && !lower.contains("exception")
-}
 
 fn program_runs(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     println!("== user programs");
@@ -923,10 +906,7 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // Core roles under two placements: kernel cores on either side of an application core
     // (every test runs), and one kernel core serving two application cores (all but the two
     // role-change tests, which need a second kernel core to take over).
-    r.user_boot(UserBoot {
-        known_silent_stop: Some("roletest under roles=kc:1,ac:2,kc:3 stops silently in syscall_ring about one boot in seven (docs/testing.md, \"Noticed, not fixed\")"),
-        ..UserBoot::new(4, "roles=kc:1,ac:2,kc:3 init=roletest", Expect { may_skip: &[], must_pass: ROLETEST_ALL })
-    })?;
+    r.user(4, "roles=kc:1,ac:2,kc:3 init=roletest", Expect { may_skip: &[], must_pass: ROLETEST_ALL })?;
     r.user(4, "roles=kc:3,ac:1-2 init=roletest", Expect { may_skip: ROLETEST_TWO_KCS, must_pass: ROLETEST_ONE_KC })?;
     // TC time-sharing under two placements: the test's own core and core 1 TCs (every test
     // runs), and one TC beside the test's XC core (all but the own-core case).
@@ -1117,12 +1097,6 @@ mod tests {
     #[test]
     fn suite_names() {
         assert_eq!(user_suite_name("roles=kc:1,ac:2,kc:3 init=roletest", 4), "roletest smp=4 roles=kc:1,ac:2,kc:3");
-        // Only a stop with no closing line and no sign of why is retried.
-        assert!(stopped_silently("utest: kc_refuses_contexts ... ok\n", false));
-        assert!(!stopped_silently("utest: kc_refuses_contexts ... ok\n", true), "a timeout is not silent");
-        assert!(!stopped_silently("KERNEL PANIC at x\n", false));
-        assert!(!stopped_silently("[1] exception: page fault\n", false));
-        assert!(!stopped_silently("roletest: done 6 passed, 0 failed, 0 skipped\n", false), "a finished run is judged, not retried");
         assert_eq!(user_suite_name("init=ltest -- nomeasure", 2), "ltest smp=2 -- nomeasure");
     }
 }

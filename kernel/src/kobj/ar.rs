@@ -473,6 +473,15 @@ impl Drop for AddressRange {
     fn drop(&mut self) {
         // Kernel cores may keep this range loaded between requests without a reference.
         crate::roles::evict_loaded_root(&self.running);
+        // This core may be one of them: a kernel core that upgraded a ring's weak reference
+        // to its range holds the last reference when the owner exits during the batch, and
+        // drops it here with the root still loaded (`evict_loaded_root` skips the calling
+        // core). Its page tables are freed below and reused by any core at once, so leave
+        // them first. A stale CR3 here was roletest's intermittent silent stop (triple fault)
+        // and its page faults in `serve_rings`.
+        if crate::arch::x86_64::cpu::read_cr3() & !0xFFF == self.table {
+            crate::arch::x86_64::paging::load_kernel_root();
+        }
         let key = self.key();
         let mut inner = self.inner.lock();
         for m in core::mem::take(&mut inner.maps) {

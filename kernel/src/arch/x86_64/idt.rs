@@ -271,6 +271,11 @@ pub fn report_exception(f: &TrapFrame) {
     w(format_args!("[{cpu}]   r8  {:#018x} r9  {:#018x} r10 {:#018x} r11 {:#018x}\n", f.r8, f.r9, f.r10, f.r11));
     w(format_args!("[{cpu}]   r12 {:#018x} r13 {:#018x} r14 {:#018x} r15 {:#018x}\n", f.r12, f.r13, f.r14, f.r15));
     w(format_args!("[{cpu}]   cs {:#x} ss {:#x} rflags {:#x}\n", f.cs, f.ss, f.rflags));
+    // Which page tables were in use: a stale user root (freed, then reused) shows up here as
+    // kernel faults on addresses that are always mapped.
+    let cr3 = super::cpu::read_cr3() & !0xFFF;
+    let kernel_root = super::boot::boot_pml4_phys();
+    w(format_args!("[{cpu}]   cr3 {cr3:#x} ({})\n", if cr3 == kernel_root { "the kernel's root" } else { "a user address range's root" }));
     if f.cs & 3 == 0 {
         backtrace_from(f.rbp);
     }
