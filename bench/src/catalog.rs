@@ -163,6 +163,18 @@ pub const BENCHES: &[BenchSpec] = &[
     b("metis_wc", "metis", Threads, Parallel, "one input byte through wc (map, reduce, merge)", &[("size", 4 << 20), ("seed", 1)]),
     b("metis_wri", "metis", Threads, Parallel, "one input byte through wri (map, reduce, merge)", &[("size", 4 << 20), ("seed", 1)]),
     b("metis_wrmem", "metis", Threads, Parallel, "one input byte through wrmem (text generated, then wri)", &[("size", 4 << 20), ("seed", 1)]),
+    // Issue 16: files on the same ext2 image on both systems (Linux mounts it; ours' library OS
+    // reads it), the layout in `FS_*` below (xtask/src/bench/fsimage.rs builds the image).
+    // MOSBENCH (seeds/002): read-only lookups of one name from every core; Tornado fig. 11:
+    // fstat of one shared file vs a file per worker.
+    b("fs_stat_same", "files", Threads, Parallel, "stat of one path every worker names", &[("iters", 20000)]),
+    b("fs_open_same", "files", Threads, Parallel, "open + read 1 byte + close of one shared file", &[("iters", 5000)]),
+    b("fs_open_private", "files", Threads, Parallel, "open + read 1 byte + close of the worker's own file in its own directory", &[("iters", 5000)]),
+    b("fs_create_private", "files", Threads, Parallel, "create + close + unlink of a file in the worker's own directory", &[("iters", 1000)]),
+    b("fs_create_shared", "files", Threads, Parallel, "create + close + unlink of a file (one name per worker) in one directory", &[("iters", 1000)]),
+    b("fs_read_cached", "files", Threads, Parallel, "pread of 64 KiB of the worker's own file from the buffer cache", &[("iters", 300)]),
+    b("fstat_shared", "files", Threads, Parallel, "fstat of the worker's descriptor of one shared file", &[("iters", 20000)]),
+    b("fstat_private", "files", Threads, Parallel, "fstat of the worker's descriptor of its own file", &[("iters", 20000)]),
     // Share-nothing calibration: user-only arithmetic, no memory traffic, no kernel.
     b("calib", "calibration", Threads, Parallel, "one step of a register-only xorshift loop", &[("iters", 40000000)]),
     // Harness self-test: never finishes, to exercise the timeout path.
@@ -171,6 +183,31 @@ pub const BENCHES: &[BenchSpec] = &[
 
 /// The calibration benchmark every matrix includes.
 pub const CALIBRATION: &str = "calib";
+
+/// Whether a benchmark uses the file system (its guest gets the benchmark image as a disk).
+pub fn uses_files(name: &str) -> bool {
+    name.starts_with("fs_") || name.starts_with("fstat_")
+}
+
+/// The benchmark file tree (issue 16), the same on both systems: the host writes it into an
+/// ext2 image (`cargo xtask bench` attaches it, read-only to the host: QEMU `snapshot=on`),
+/// the Linux guest mounts that image at `/mnt`, ours' library OS mounts it at its root, and a
+/// native run on a host builds it in a temporary directory. Paths are relative to that root.
+/// The shared file (`fs_stat_same`, `fs_open_same`, `fstat_shared`).
+pub const FS_SHARED_FILE: &str = "/bench/shared/f";
+/// The directory every worker creates its names in (`fs_create_shared`).
+pub const FS_SHARED_DIR: &str = "/bench/shared";
+/// Worker `w`'s directory is `FS_PRIVATE_DIR` followed by `w` (`/bench/c0`, ...), holding its
+/// file `f` (`fs_open_private`, `fstat_private`, `fs_read_cached`).
+pub const FS_PRIVATE_DIR: &str = "/bench/c";
+/// Workers with a directory of their own in the image.
+pub const FS_MAX_WORKERS: usize = 64;
+/// Bytes of every file in the tree (`fs_read_cached` reads all of it).
+pub const FS_FILE_BYTES: usize = 65536;
+/// The byte at offset `i` of every file in the tree (checked by the reads).
+pub const fn fs_file_byte(i: usize) -> u8 {
+    (i % 251) as u8 ^ 0x5a
+}
 
 pub fn find(name: &str) -> Option<&'static BenchSpec> {
     BENCHES.iter().find(|b| b.name == name)

@@ -167,6 +167,43 @@ pub trait Platform: Sync {
     /// Execute region marker `v` (see docs/plugins.md) if this backend may; a no-op otherwise.
     fn marker(&self, v: u8);
 
+    /// Make the benchmark file tree (catalog `FS_*`) reachable: Linux mounts the disk image
+    /// at /mnt (a native run builds the tree in a temporary directory), ours mounts it in the
+    /// library OS. Called by one worker before the others start; idempotent.
+    fn fs_prepare(&self) -> Result<(), Error> {
+        Err(Error::Unsupported("files"))
+    }
+    /// `stat` of `path` (relative to the tree's root, starting with `/`); returns the size.
+    fn fs_stat(&self, _path: &str) -> Result<u64, Error> {
+        Err(Error::Unsupported("files"))
+    }
+    /// Open `path` read-only.
+    fn fs_open(&self, _path: &str) -> Result<Handle, Error> {
+        Err(Error::Unsupported("files"))
+    }
+    /// Create `path` (exclusive, write-only; it must not exist).
+    fn fs_create(&self, _path: &str) -> Result<Handle, Error> {
+        Err(Error::Unsupported("files"))
+    }
+    /// Read at the descriptor's offset, advancing it; the bytes read.
+    fn fs_read(&self, _fd: Handle, _buf: &mut [u8]) -> Result<usize, Error> {
+        Err(Error::Unsupported("files"))
+    }
+    /// Read at `off` without moving the offset; the bytes read.
+    fn fs_pread(&self, _fd: Handle, _buf: &mut [u8], _off: u64) -> Result<usize, Error> {
+        Err(Error::Unsupported("files"))
+    }
+    /// `fstat` of an open file; returns the size.
+    fn fs_fstat(&self, _fd: Handle) -> Result<u64, Error> {
+        Err(Error::Unsupported("files"))
+    }
+    fn fs_close(&self, _fd: Handle) -> Result<(), Error> {
+        Err(Error::Unsupported("files"))
+    }
+    fn fs_unlink(&self, _path: &str) -> Result<(), Error> {
+        Err(Error::Unsupported("files"))
+    }
+
     /// Call `f` with this system's MapReduce environment (mapreduce/; the `metis_*` rows):
     /// threads from this backend, intermediate data in Corey's per-core layout where the
     /// system has one. Everything the environment made is given back when `f` returns.

@@ -13,6 +13,118 @@ pub struct Linux {
     cores: usize,
     tsc_hz: u64,
     markers: bool,
+    /// Whether this program is the guest's /init (then the file tree is the disk image,
+    /// mounted at /mnt; otherwise it is built in a temporary directory).
+    as_init: bool,
+    /// Where the benchmark file tree is, once `fs_prepare` made it reachable.
+    fs_root: std::sync::OnceLock<Result<FsRoot, Error>>,
+}
+
+/// The root of the benchmark file tree, as bytes to put in front of a tree path.
+struct FsRoot {
+    prefix: std::string::String,
+    /// A tree this program built (native runs): removed when the backend is dropped.
+    owned: bool,
+}
+
+impl Drop for Linux {
+    fn drop(&mut self) {
+        if let Some(Ok(r)) = self.fs_root.get() {
+            if r.owned {
+                let _ = std::fs::remove_dir_all(&r.prefix);
+            }
+        }
+    }
+}
+
+/// A NUL-terminated path (the tree's root, then `path`) on the stack: no allocation in the
+/// measured loops.
+struct CPath {
+    buf: [u8; 256],
+}
+
+impl CPath {
+    fn new(root: &str, path: &str) -> Result<CPath, Error> {
+        let (r, p) = (root.as_bytes(), path.as_bytes());
+        if r.len() + p.len() >= 256 || p.contains(&0) {
+            return Err(Error::Param("file path too long"));
+        }
+        let mut buf = [0u8; 256];
+        buf[..r.len()].copy_from_slice(r);
+        buf[r.len()..r.len() + p.len()].copy_from_slice(p);
+        Ok(CPath { buf })
+    }
+    fn ptr(&self) -> *const libc::c_char {
+        self.buf.as_ptr() as *const libc::c_char
+    }
+}
+
+/// Load every module listed in /lib/modules/order (the initramfs xtask builds for the file
+/// rows: virtio-pci, virtio-blk, ext4 and their dependencies), dependencies first. EEXIST
+/// (built in or loaded) is fine.
+fn load_modules() -> Result<(), Error> {
+    use std::os::fd::AsRawFd;
+    let order = std::fs::read_to_string("/lib/modules/order").map_err(|_| Error::Unsupported("files (an initramfs without /lib/modules/order: built without the disk modules)"))?;
+    for name in order.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let f = std::fs::File::open(format!("/lib/modules/{name}")).map_err(|_| sys("open of a module file"))?;
+        // SAFETY: finit_module with an open module file and an empty parameter string.
+        let r = unsafe { libc::syscall(libc::SYS_finit_module, f.as_raw_fd(), c"".as_ptr(), 0) };
+        if r != 0 && errno() != libc::EEXIST as i64 {
+            return Err(sys("finit_module"));
+        }
+    }
+    Ok(())
+}
+
+/// The guest's tree: the disk's modules loaded, devtmpfs on /dev, the first virtio disk
+/// mounted at /mnt as ext2 (Debian's ext4 driver serves ext2, CONFIG_EXT4_USE_FOR_EXT2), with
+/// `noatime`: this system's ext2 never writes access times, so neither side does.
+fn mount_guest_tree() -> Result<FsRoot, Error> {
+    load_modules()?;
+    // SAFETY (all the mount calls below): mount(2) with NUL-terminated strings.
+    unsafe { libc::mount(c"devtmpfs".as_ptr(), c"/dev".as_ptr(), c"devtmpfs".as_ptr(), 0, std::ptr::null()) };
+    // The disk appears once virtio-blk's probe has run, which may finish after finit_module
+    // returns: wait for it (bounded: 30 s).
+    let t0 = std::time::Instant::now();
+    while !std::path::Path::new("/dev/vda").exists() {
+        if t0.elapsed() > std::time::Duration::from_secs(30) {
+            return Err(Error::Unsupported("files (no /dev/vda 30 s after loading virtio-blk: no disk attached?)"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = std::fs::create_dir_all("/mnt");
+    let r = unsafe { libc::mount(c"/dev/vda".as_ptr(), c"/mnt".as_ptr(), c"ext2".as_ptr(), libc::MS_NOATIME, std::ptr::null()) };
+    if r != 0 {
+        return Err(sys("mount /dev/vda on /mnt (ext2)"));
+    }
+    Ok(FsRoot { prefix: "/mnt".into(), owned: false })
+}
+
+/// A native run's tree: the same layout, written into a fresh temporary directory.
+fn build_host_tree() -> Result<FsRoot, Error> {
+    use crate::catalog::{fs_file_byte, FS_FILE_BYTES, FS_MAX_WORKERS, FS_PRIVATE_DIR, FS_SHARED_FILE};
+    let root = std::env::temp_dir().join(format!("bench-fs-{}", std::process::id()));
+    let prefix = root.to_string_lossy().into_owned();
+    let data: Vec<u8> = (0..FS_FILE_BYTES).map(fs_file_byte).collect();
+    let write = |rel: &str| -> std::io::Result<()> {
+        let p = format!("{prefix}{rel}");
+        std::fs::create_dir_all(std::path::Path::new(&p).parent().unwrap_or(&root))?;
+        std::fs::write(&p, &data)
+    };
+    let r = (|| {
+        write(FS_SHARED_FILE)?;
+        for w in 0..FS_MAX_WORKERS {
+            write(&format!("{FS_PRIVATE_DIR}{w}/f"))?;
+        }
+        Ok::<(), std::io::Error>(())
+    })();
+    match r {
+        Ok(()) => Ok(FsRoot { prefix, owned: true }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&root);
+            Err(Error::Sys { what: "building the file tree", code: e.raw_os_error().unwrap_or(0) as i64 })
+        }
+    }
 }
 
 fn errno() -> i64 {
@@ -33,7 +145,15 @@ impl Linux {
         // SAFETY: sysconf has no memory effects.
         let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
         let markers = markers && enable_port();
-        Linux { cores, tsc_hz: calibrate_tsc(), markers }
+        let as_init = std::process::id() == 1;
+        Linux { cores, tsc_hz: calibrate_tsc(), markers, as_init, fs_root: std::sync::OnceLock::new() }
+    }
+
+    fn path(&self, path: &str) -> Result<CPath, Error> {
+        match self.fs_root.get() {
+            Some(Ok(r)) => CPath::new(&r.prefix, path),
+            _ => Err(Error::Param("file call before fs_prepare")),
+        }
     }
 
     pub fn markers(&self) -> bool {
@@ -319,6 +439,77 @@ impl Platform for Linux {
 
     fn ticks_per_sec(&self) -> u64 {
         self.tsc_hz
+    }
+
+    fn fs_prepare(&self) -> Result<(), Error> {
+        let r = self.fs_root.get_or_init(|| if self.as_init { mount_guest_tree() } else { build_host_tree() });
+        r.as_ref().map(|_| ()).map_err(|e| *e)
+    }
+
+    fn fs_stat(&self, path: &str) -> Result<u64, Error> {
+        let p = self.path(path)?;
+        // SAFETY: `p` is NUL-terminated; `st` is a valid stat buffer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::stat(p.ptr(), &mut st) } != 0 {
+            return Err(sys("stat"));
+        }
+        Ok(st.st_size as u64)
+    }
+
+    fn fs_open(&self, path: &str) -> Result<Handle, Error> {
+        let p = self.path(path)?;
+        // SAFETY: `p` is NUL-terminated.
+        match unsafe { libc::open(p.ptr(), libc::O_RDONLY) } {
+            -1 => Err(sys("open")),
+            fd => Ok(Handle(fd as u64)),
+        }
+    }
+
+    fn fs_create(&self, path: &str) -> Result<Handle, Error> {
+        let p = self.path(path)?;
+        // SAFETY: `p` is NUL-terminated.
+        match unsafe { libc::open(p.ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644) } {
+            -1 => Err(sys("open (create)")),
+            fd => Ok(Handle(fd as u64)),
+        }
+    }
+
+    fn fs_read(&self, fd: Handle, buf: &mut [u8]) -> Result<usize, Error> {
+        // SAFETY: reads into a live buffer of `buf.len()` bytes.
+        match unsafe { libc::read(fd.0 as i32, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) } {
+            -1 => Err(sys("read")),
+            n => Ok(n as usize),
+        }
+    }
+
+    fn fs_pread(&self, fd: Handle, buf: &mut [u8], off: u64) -> Result<usize, Error> {
+        // SAFETY: reads into a live buffer of `buf.len()` bytes.
+        match unsafe { libc::pread(fd.0 as i32, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), off as i64) } {
+            -1 => Err(sys("pread")),
+            n => Ok(n as usize),
+        }
+    }
+
+    fn fs_fstat(&self, fd: Handle) -> Result<u64, Error> {
+        // SAFETY: `st` is a valid stat buffer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd.0 as i32, &mut st) } != 0 {
+            return Err(sys("fstat"));
+        }
+        Ok(st.st_size as u64)
+    }
+
+    fn fs_close(&self, fd: Handle) -> Result<(), Error> {
+        self.desc_close(fd)
+    }
+
+    fn fs_unlink(&self, path: &str) -> Result<(), Error> {
+        let p = self.path(path)?;
+        // SAFETY: `p` is NUL-terminated.
+        if unsafe { libc::unlink(p.ptr()) } != 0 {
+            return Err(sys("unlink"));
+        }
+        Ok(())
     }
 
     fn with_metis_env(&self, f: &mut dyn FnMut(&dyn mapreduce::Env)) -> Result<(), Error> {

@@ -19,6 +19,7 @@
 //! | `forward_begin` / `forward_end` | the highest other core made a kernel core and the caller's core an application core (`pcore_set_role` through pcore objects made for them); afterwards both get their old roles back and the KC's `core_stats().syscalls_served` difference is returned |
 //! | `ticks` / `ticks_per_sec` | `rdtsc` / `SysInfo::tsc_per_ms` |
 //! | `marker` | the marker `out` from ring 3 (the kernel's TSS I/O bitmap opens port 0x501) |
+//! | `fs_*` | `libos::fs` (our ext2 on the first virtio-blk disk): `mount`, `stat`, `open`, `read`, `pread`, `fstat`, `close`, `unlink` |
 //! | `with_metis_env` | `metis_ours::OursEnv` in the per-core layout (each worker's intermediate data in its own address range) |
 
 #[cfg(not(target_os = "none"))]
@@ -138,6 +139,37 @@ mod imp {
 
     fn e(what: &'static str) -> impl Fn(abi::Error) -> Error {
         move |x| Error::Sys { what, code: x as i64 }
+    }
+
+    /// A file-system error as a bench error: no disk is `Unsupported` (the cell is then
+    /// `unavailable`), anything else names the call and the error's index.
+    fn fs_err(what: &'static str) -> impl Fn(libos::fs::FsError) -> Error {
+        move |x| match x {
+            libos::fs::FsError::NoDevice => Error::Unsupported("files (no disk attached, or another process holds it)"),
+            x => Error::Sys { what, code: fs_code(x) },
+        }
+    }
+
+    fn fs_code(x: libos::fs::FsError) -> i64 {
+        use libos::fs::FsError::*;
+        match x {
+            Io => 1,
+            Corrupt(_) => 2,
+            Unsupported(_) => 3,
+            NotFound => 4,
+            NotDir => 5,
+            IsDir => 6,
+            NameTooLong => 7,
+            InvalidArgument => 8,
+            NoSpace => 9,
+            Exists => 10,
+            NotEmpty => 11,
+            BadDescriptor => 12,
+            ReadOnly => 13,
+            NoMemory => 14,
+            NoDevice => 15,
+            TooManyLinks => 16,
+        }
     }
 
     /// Cores this process has made time-sharing (for `thread_create_join`).
@@ -659,6 +691,36 @@ mod imp {
         }
         fn ticks_per_sec(&self) -> u64 {
             self.tsc_hz
+        }
+        fn fs_prepare(&self) -> Result<(), Error> {
+            // The library OS mounts the first disk once per process (idempotent); a program
+            // that returns from `main` is unmounted by it.
+            libos::fs::mount().map_err(fs_err("mount"))
+        }
+        fn fs_stat(&self, path: &str) -> Result<u64, Error> {
+            libos::fs::stat(path).map(|s| s.size).map_err(fs_err("stat"))
+        }
+        fn fs_open(&self, path: &str) -> Result<Handle, Error> {
+            libos::fs::open(path, libos::fs::O_RDONLY).map(|fd| Handle(fd.0 as u64)).map_err(fs_err("open"))
+        }
+        fn fs_create(&self, path: &str) -> Result<Handle, Error> {
+            let flags = libos::fs::O_CREAT | libos::fs::O_EXCL | libos::fs::O_WRONLY;
+            libos::fs::open(path, flags).map(|fd| Handle(fd.0 as u64)).map_err(fs_err("open (create)"))
+        }
+        fn fs_read(&self, fd: Handle, buf: &mut [u8]) -> Result<usize, Error> {
+            libos::fs::read(libos::fs::Fd(fd.0 as u32), buf).map_err(fs_err("read"))
+        }
+        fn fs_pread(&self, fd: Handle, buf: &mut [u8], off: u64) -> Result<usize, Error> {
+            libos::fs::pread(libos::fs::Fd(fd.0 as u32), buf, off).map_err(fs_err("pread"))
+        }
+        fn fs_fstat(&self, fd: Handle) -> Result<u64, Error> {
+            libos::fs::fstat(libos::fs::Fd(fd.0 as u32)).map(|s| s.size).map_err(fs_err("fstat"))
+        }
+        fn fs_close(&self, fd: Handle) -> Result<(), Error> {
+            libos::fs::close(libos::fs::Fd(fd.0 as u32)).map_err(fs_err("close"))
+        }
+        fn fs_unlink(&self, path: &str) -> Result<(), Error> {
+            libos::fs::unlink(path).map_err(fs_err("unlink"))
         }
         fn with_metis_env(&self, f: &mut dyn FnMut(&dyn mapreduce::Env)) -> Result<(), Error> {
             let env = crate::metis_ours::OursEnv::new(self, crate::metis_ours::Layout::PerCore).map_err(crate::metis::to_bench)?;

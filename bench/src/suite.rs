@@ -209,6 +209,7 @@ pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
             })
         }
         "metis_wc" | "metis_wri" | "metis_wrmem" => crate::metis::row(p, params, n),
+        name if crate::catalog::uses_files(name) => files(p, params, n),
         "selftest_hang" => go(&|_, gate| {
             gate.start();
             loop {
@@ -216,6 +217,164 @@ pub fn run<P: Platform>(p: &P, params: &Params) -> Result<Outcome, Error> {
             }
         }),
         _ => Err(Error::Unsupported("benchmark listed in the catalog but not in the suite")),
+    }
+}
+
+/// A path in the benchmark tree, built without allocating: `prefix`, then `w` in decimal if
+/// given, then `suffix`.
+struct TreePath {
+    buf: [u8; 64],
+    len: usize,
+}
+
+impl TreePath {
+    fn new(prefix: &str, w: Option<usize>, suffix: &str) -> TreePath {
+        let mut t = TreePath { buf: [0; 64], len: 0 };
+        t.push(prefix.as_bytes());
+        if let Some(mut w) = w {
+            let mut digits = [0u8; 20];
+            let mut k = digits.len();
+            loop {
+                k -= 1;
+                digits[k] = b'0' + (w % 10) as u8;
+                w /= 10;
+                if w == 0 {
+                    break;
+                }
+            }
+            t.push(&digits[k..]);
+        }
+        t.push(suffix.as_bytes());
+        t
+    }
+    fn push(&mut self, b: &[u8]) {
+        let n = b.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&b[..n]);
+        self.len += n;
+    }
+    /// `self` with `w` in decimal appended.
+    fn with_worker(mut self, w: usize) -> TreePath {
+        let t = TreePath::new("", Some(w), "");
+        let (b, n) = (t.buf, t.len);
+        self.push(&b[..n]);
+        self
+    }
+    fn as_str(&self) -> &str {
+        // Built from `&str` pieces and ASCII digits, cut only if over 64 bytes (the tree's
+        // paths are far shorter), so always UTF-8.
+        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
+/// The file-system rows (issue 16) over the tree of catalog `FS_*`. Every read is checked
+/// against the tree's known bytes and every `stat`/`fstat` against its size.
+fn files<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Error> {
+    use crate::catalog::{fs_file_byte, FS_FILE_BYTES, FS_MAX_WORKERS, FS_PRIVATE_DIR, FS_SHARED_DIR, FS_SHARED_FILE};
+    let spec = params.spec;
+    let iters = params.count("iters")?;
+    if n > FS_MAX_WORKERS {
+        return Err(Error::Param("more workers than the benchmark tree has directories (64)"));
+    }
+    p.fs_prepare()?;
+    let size = FS_FILE_BYTES as u64;
+    let own = |w: usize| TreePath::new(FS_PRIVATE_DIR, Some(w), "/f");
+    let go = |work: &(dyn Fn(usize, &Gate<'_, P>) -> Result<u64, Error> + Sync)| run_workers(p, spec.placement, spec.shape, n, marks(params), work);
+    match spec.name {
+        "fs_stat_same" => go(&|_, gate| {
+            // Once before the clock: the first lookup of a name may fill a cache.
+            if p.fs_stat(FS_SHARED_FILE)? != size {
+                return Err(Error::Check("stat gave a wrong size"));
+            }
+            gate.start();
+            let mut sum = 0u64;
+            for _ in 0..iters {
+                sum = sum.wrapping_add(p.fs_stat(FS_SHARED_FILE)?);
+            }
+            gate.stop();
+            if sum != size * iters as u64 {
+                return Err(Error::Check("stat gave a wrong size"));
+            }
+            Ok(iters as u64)
+        }),
+        "fs_open_same" | "fs_open_private" => go(&|w, gate| {
+            let mine = own(w);
+            let path = if spec.name == "fs_open_same" { FS_SHARED_FILE } else { mine.as_str() };
+            let once = || -> Result<u8, Error> {
+                let fd = p.fs_open(path)?;
+                let mut b = [0u8; 1];
+                let r = p.fs_read(fd, &mut b);
+                p.fs_close(fd)?;
+                if r? != 1 {
+                    return Err(Error::Check("read of 1 byte gave another count"));
+                }
+                Ok(b[0])
+            };
+            once()?;
+            gate.start();
+            let mut sum = 0u64;
+            for _ in 0..iters {
+                sum += once()? as u64;
+            }
+            gate.stop();
+            if sum != fs_file_byte(0) as u64 * iters as u64 {
+                return Err(Error::Check("read gave a wrong byte"));
+            }
+            Ok(iters as u64)
+        }),
+        "fs_create_private" | "fs_create_shared" => go(&|w, gate| {
+            let name = if spec.name == "fs_create_private" { TreePath::new(FS_PRIVATE_DIR, Some(w), "/new") } else { TreePath::new(FS_SHARED_DIR, None, "/new").with_worker(w) };
+            let path = name.as_str();
+            gate.start();
+            for _ in 0..iters {
+                let fd = p.fs_create(path)?;
+                p.fs_close(fd)?;
+                p.fs_unlink(path)?;
+            }
+            gate.stop();
+            Ok(iters as u64)
+        }),
+        "fs_read_cached" => go(&|w, gate| {
+            let fd = p.fs_open(own(w).as_str())?;
+            let mut buf = alloc::vec![0u8; FS_FILE_BYTES];
+            let r = (|| {
+                // Once before the clock, so every block is in the cache.
+                p.fs_pread(fd, &mut buf, 0)?;
+                gate.start();
+                let mut total = 0usize;
+                for _ in 0..iters {
+                    total += p.fs_pread(fd, &mut buf, 0)?;
+                }
+                gate.stop();
+                if total != FS_FILE_BYTES * iters || buf.iter().enumerate().any(|(i, &b)| b != fs_file_byte(i)) {
+                    return Err(Error::Check("pread gave wrong bytes or a short count"));
+                }
+                Ok(iters as u64)
+            })();
+            p.fs_close(fd)?;
+            r
+        }),
+        _ => go(&|w, gate| {
+            // fstat_shared / fstat_private: the worker's own descriptor of one shared file or of
+            // its own file.
+            let mine = own(w);
+            let path = if spec.name == "fstat_shared" { FS_SHARED_FILE } else { mine.as_str() };
+            let fd = p.fs_open(path)?;
+            let r = (|| {
+                p.fs_fstat(fd)?;
+                gate.start();
+                let mut sum = 0u64;
+                for _ in 0..iters {
+                    sum = sum.wrapping_add(p.fs_fstat(fd)?);
+                }
+                gate.stop();
+                if sum != size * iters as u64 {
+                    return Err(Error::Check("fstat gave a wrong size"));
+                }
+                Ok(iters as u64)
+            })();
+            p.fs_close(fd)?;
+            r
+        }),
     }
 }
 
