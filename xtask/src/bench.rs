@@ -6,6 +6,7 @@
 #[path = "../../bench/src/catalog.rs"]
 #[allow(dead_code)] // shared with the guest crate; the host uses part of it
 pub(crate) mod catalog;
+pub(crate) mod fsimage;
 pub(crate) mod guest;
 pub(crate) mod json;
 pub(crate) mod linux_sys;

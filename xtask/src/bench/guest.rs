@@ -88,6 +88,12 @@ pub fn run_one(g: &dyn Guest, spec: &'static BenchSpec, params: &[(String, u64)]
     cfg.smp = cores;
     cfg.mem_mib = c.mem_mib;
     cfg.timeout = Some(timeout);
+    // The file rows' disk: the benchmark image, the same for both systems (fsimage.rs).
+    match super::fsimage::disk_for(spec.name) {
+        Some(Ok(disk)) => cfg.extra.extend(disk),
+        Some(Err(why)) => return blank(Status::Unavailable, why),
+        None => {}
+    }
     if let Ok(so) = &c.insncount {
         cfg.extra.extend(["-plugin".into(), format!("{},out={}", so.display(), plugin_out.display())]);
     }

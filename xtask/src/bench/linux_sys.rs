@@ -18,6 +18,9 @@ pub struct LinuxSystem {
     /// The uncompressed vmlinux (booted through its PVH note), or the bzImage if it has none.
     pub(super) kernel: PathBuf,
     initrd: PathBuf,
+    /// The initramfs for the file rows: `initrd`'s program plus the disk's and ext4's modules
+    /// (fsimage.rs), or why it could not be made (then those rows are errors with the reason).
+    initrd_files: Result<PathBuf, String>,
     pub(super) common: Common,
 }
 
@@ -145,6 +148,15 @@ fn has_pvh_note(elf: &[u8]) -> bool {
     false
 }
 
+/// `program` as /init with the modules the file rows need (virtio-pci, virtio-blk, ext4 and
+/// their dependencies, from the kernel package), in target/bench/linux-initramfs-files.cpio.
+pub fn files_initramfs(program: &Path) -> Result<PathBuf, String> {
+    let k = crate::linux::fetch_kernel()?;
+    let out = work_dir().join("linux-initramfs-files.cpio");
+    crate::linux::build_initramfs_with(program, super::fsimage::linux_modules(&k)?, &out)?;
+    Ok(out)
+}
+
 impl LinuxSystem {
     /// Fetch the kernel package (a clear error without network), build the guest program and
     /// its initramfs, and the insncount plugin.
@@ -153,7 +165,11 @@ impl LinuxSystem {
         let program = build_guest_program()?;
         let initrd = work_dir().join("linux-initramfs.cpio");
         crate::linux::build_initramfs(&program, &initrd)?;
-        Ok(LinuxSystem { kernel, initrd, common: Common::prepare("linux", mem_mib, insns, logs)? })
+        let initrd_files = files_initramfs(&program);
+        if let Err(e) = &initrd_files {
+            eprintln!("linux: no initramfs for the file rows: {e}");
+        }
+        Ok(LinuxSystem { kernel, initrd, initrd_files, common: Common::prepare("linux", mem_mib, insns, logs)? })
     }
 }
 
@@ -165,7 +181,14 @@ impl Guest for LinuxSystem {
     /// Debian's kernel with `bench-linux` as `/init`, which reads `words` from /proc/cmdline.
     fn vm(&self, words: &str) -> VmConfig {
         let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable {words}");
-        let extra = vec!["-kernel".into(), self.kernel.display().to_string(), "-initrd".into(), self.initrd.display().to_string(), "-append".into(), cmdline];
+        // A file row boots the initramfs with the disk's modules (bench-linux loads them and
+        // mounts the image); without one, bench-linux says so and the cell is an error.
+        let bench = words.split_whitespace().find_map(|w| w.strip_prefix("bench=")).unwrap_or("");
+        let initrd = match &self.initrd_files {
+            Ok(f) if super::catalog::uses_files(bench) => f,
+            _ => &self.initrd,
+        };
+        let extra = vec!["-kernel".into(), self.kernel.display().to_string(), "-initrd".into(), initrd.display().to_string(), "-append".into(), cmdline];
         VmConfig { extra, ..VmConfig::default() }
     }
 

@@ -162,6 +162,12 @@ fn tar_from_deb(deb: &Path, dir: &Path, args: &[String]) -> Result<String, Strin
 /// built for this bzImage (vermagic's release = the bzImage's), `.ko.xz` decompressed with
 /// the host's xz.
 pub fn net_modules(k: &LinuxKernel) -> Result<Vec<(String, Vec<u8>)>, String> {
+    modules_for(k, &ROOTS)
+}
+
+/// [`net_modules`] for any modules `roots` (and their dependencies), in load order: e.g. the
+/// disk's (virtio-pci, virtio-blk, ext4) for the file-system benchmarks.
+pub fn modules_for(k: &LinuxKernel, roots: &[&str]) -> Result<Vec<(String, Vec<u8>)>, String> {
     let image = fs::read(&k.bzimage).map_err(|e| format!("cannot read {}: {e}", k.bzimage.display()))?;
     let release = bzimage_version(&image).and_then(|v| v.split_whitespace().next().map(String::from)).ok_or_else(|| format!("{} has no setup header version string", k.bzimage.display()))?;
     if release != k.version {
@@ -185,7 +191,7 @@ pub fn net_modules(k: &LinuxKernel) -> Result<Vec<(String, Vec<u8>)>, String> {
     // Unpack the closure of the roots under `depends=`, one tar pass per level.
     let mut infos: BTreeMap<String, ModInfo> = BTreeMap::new();
     let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    let mut want: BTreeSet<String> = ROOTS.iter().map(|s| s.to_string()).collect();
+    let mut want: BTreeSet<String> = roots.iter().map(|s| s.to_string()).collect();
     for _round in 0..16 {
         want.retain(|m| !infos.contains_key(m));
         if want.is_empty() {
@@ -218,7 +224,7 @@ pub fn net_modules(k: &LinuxKernel) -> Result<Vec<(String, Vec<u8>)>, String> {
         }
         want = next;
     }
-    let order = load_order(&infos, &ROOTS)?;
+    let order = load_order(&infos, roots)?;
     Ok(order.into_iter().map(|m| (format!("{m}.ko"), files.remove(&m).unwrap_or_default())).collect())
 }
 
