@@ -568,6 +568,56 @@ fn stat_from_the_name_cache() -> TestResult {
     Ok(Pass::Ok)
 }
 
+/// Catches: a read-only open of a cached name that still takes the lock (no per-core slot), a
+/// per-core descriptor whose reads, seeks, dup or fstat differ from an ordinary one's, an
+/// `fstat` answered from the slot after a write changed the file, and a file unlinked while
+/// open through a per-core descriptor freed too early or never (its inode not given back at
+/// the last close).
+fn open_from_the_per_core_list() -> TestResult {
+    fs_ok("mount", fs::mount())?;
+    let path = "/sub/inner.txt";
+    let want = fs_ok("read_all", fs::read_all(path, 100))?;
+    let _ = fs_ok("stat", fs::stat(path))?;
+    let before = fs::open_files::open_here();
+    let fd = fs_ok("open", fs::open(path, fs::O_RDONLY))?;
+    ensure!(fs::open_files::is_fast(fd.0) && fs::open_files::open_here() == before + 1, "second open of a cached name took no per-core slot (fd {:#x})", fd.0);
+    let st = fs_ok("fstat", fs::fstat(fd))?;
+    ensure!(st == fs_ok("stat", fs::stat(path))?, "fstat of the slot differs from stat");
+    let mut b = [0u8; 3];
+    ensure!(fs_ok("read", fs::read(fd, &mut b))? == 3 && b[..] == want[..3], "first 3 bytes");
+    // dup forwards the slot to an ordinary description: the offset is shared from then on.
+    let d = fs_ok("dup", fs::dup(fd))?;
+    ensure!(fs_ok("read", fs::read(d, &mut b))? == 3 && b[..] == want[3..6], "dup did not continue at offset 3");
+    ensure!(fs_ok("lseek", fs::lseek(fd, 0, fs::SEEK_CUR))? == 6, "offset not shared after dup");
+    fs_ok("close", fs::close(fd))?;
+    err!(fs::close(fd), FsError::BadDescriptor);
+    err!(fs::read(fd, &mut b), FsError::BadDescriptor);
+    ensure!(fs_ok("lseek", fs::lseek(d, 0, fs::SEEK_SET))? == 0, "the dup outlives the slot");
+    fs_ok("close", fs::close(d))?;
+    ensure!(fs::open_files::open_here() == before, "slot not given back");
+    // fstat after a write through another descriptor sees the new size.
+    let w = fs_ok("create", fs::open("/slot-test", fs::O_RDWR | fs::O_CREAT | fs::O_TRUNC))?;
+    fs_ok("write", fs::write(w, b"0123456789"))?;
+    let r1 = fs_ok("open", fs::open("/slot-test", fs::O_RDONLY))?;
+    let r2 = fs_ok("open", fs::open("/slot-test", fs::O_RDONLY))?;
+    ensure!(fs::open_files::is_fast(r2.0), "second open of /slot-test was not per-core");
+    ensure!(fs_ok("fstat", fs::fstat(r2))?.size == 10, "size 10");
+    fs_ok("write", fs::write(w, b"abc"))?;
+    ensure!(fs_ok("fstat", fs::fstat(r2))?.size == 13, "stale fstat from the slot after a write");
+    fs_ok("close", fs::close(w))?;
+    fs_ok("close", fs::close(r1))?;
+    // Unlinked while open only through a per-core slot: readable until the last close, then
+    // its inode is free again.
+    let free0 = fs_ok("df", fs::df())?.free_inodes;
+    fs_ok("unlink", fs::unlink("/slot-test"))?;
+    ensure!(fs_ok("df", fs::df())?.free_inodes == free0, "unlinked file freed while open");
+    let mut all = [0u8; 16];
+    ensure!(fs_ok("pread", fs::pread(r2, &mut all, 0))? == 13 && &all[..13] == b"0123456789abc", "orphan unreadable");
+    fs_ok("close", fs::close(r2))?;
+    ensure!(fs_ok("df", fs::df())?.free_inodes == free0 + 1, "orphan not freed at its last (per-core) close");
+    Ok(Pass::Ok)
+}
+
 /// Reads `FILES[arg]` in full and compares; 0 if right.
 fn t_read_file(arg: u64) -> u64 {
     let Some(&(path, len, seed)) = files::FILES.get(arg as usize) else { return 9 };
@@ -697,7 +747,7 @@ fn seeded_corruptions_never_panic() -> TestResult {
 
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 13] = [
+    let tests: [(&str, fn() -> TestResult); 14] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -707,6 +757,7 @@ fn main(args: &'static str) -> u64 {
         ("fs_other_cores_read_too", other_cores_read_too),
         ("fs_names_and_descriptors", names_and_descriptors),
         ("fs_stat_from_the_name_cache", stat_from_the_name_cache),
+        ("fs_open_from_the_per_core_list", open_from_the_per_core_list),
         ("fs_corrupt_superblock_is_refused", corrupt_superblock_is_refused),
         ("fs_corrupt_directory_entry_is_an_error", corrupt_directory_entry_is_an_error),
         ("fs_seeded_corruptions_never_panic", seeded_corruptions_never_panic),

@@ -7,7 +7,8 @@
 //! | ext2 on-disk format (our own; also compiled into `cargo xtask fs`): reading | `ext2.rs` |
 //! | ext2 writing: allocation, block maps, write, truncate | `ext2_write.rs` |
 //! | ext2 directory operations: create, mkdir, symlink, link, unlink, rmdir, rename | `ext2_dir.rs` |
-//! | the lock-free path-name cache behind `stat` | `names.rs` |
+//! | the lock-free path-name cache behind `stat` and read-only `open` | `names.rs` |
+//! | per-core lists of open files (read-only opens of cached names; `fstat`, `close`) | `open_files.rs` |
 //! | buffer cache and block device object client | `disk.rs` |
 //! | the device object | kernel `dev/blk.rs`, contract `abi/src/blk.rs` |
 //!
@@ -23,6 +24,7 @@ pub mod ext2;
 pub mod ext2_dir;
 pub mod ext2_write;
 pub mod names;
+pub mod open_files;
 
 use alloc::vec::Vec;
 
@@ -106,6 +108,7 @@ pub fn mount() -> Result<()> {
     // On an error the cache (and with it the device object) is dropped, which frees both.
     let fs = Ext2::mount(Cache::new(dev))?;
     names::NAMES.begin_change();
+    open_files::MOUNT.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
     *g = Some(Mounted { fs, files: Vec::new(), descs: Vec::new(), orphans: Default::default() });
     names::NAMES.end_change();
     Ok(())
@@ -129,14 +132,61 @@ pub fn unmount() -> Result<()> {
     }
     let r = r.and(sync_ordered(m));
     names::NAMES.begin_change();
+    open_files::MOUNT.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
+    open_files::ORPHAN_WATCH.store(0, core::sync::atomic::Ordering::SeqCst);
     *g = None;
     names::NAMES.end_change();
     r
 }
 
 fn file(m: &mut Mounted, fd: Fd) -> Result<&mut OpenFile> {
-    let d = m.files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor)?;
+    let d = desc_index(m, fd)?;
     m.descs.get_mut(d as usize).and_then(|f| f.as_mut()).ok_or(FsError::BadDescriptor)
+}
+
+/// The open file description `fd` names. A per-core descriptor still `OPEN` is forwarded to
+/// a new description first (with its inode and offset), so every locked call works on it.
+fn desc_index(m: &mut Mounted, fd: Fd) -> Result<u32> {
+    if !open_files::is_fast(fd.0) {
+        return m.files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor);
+    }
+    match open_files::named(fd.0).ok_or(FsError::BadDescriptor)? {
+        open_files::Named::Forwarded(d) => Ok(d),
+        open_files::Named::Open { ino, off } => {
+            let d = new_desc(m, OpenFile { ino, off, flags: O_RDONLY, refs: 1 });
+            if open_files::forward(fd.0, d as u32) {
+                Ok(d as u32)
+            } else {
+                // Closed on its core meanwhile.
+                m.descs[d] = None;
+                Err(FsError::BadDescriptor)
+            }
+        }
+    }
+}
+
+/// Put `desc` in a free place of the description table; its index.
+fn new_desc(m: &mut Mounted, desc: OpenFile) -> usize {
+    match m.descs.iter().position(|d| d.is_none()) {
+        Some(i) => {
+            m.descs[i] = Some(desc);
+            i
+        }
+        None => {
+            m.descs.push(Some(desc));
+            m.descs.len() - 1
+        }
+    }
+}
+
+/// Move `fd`'s offset (under the lock).
+fn set_offset(m: &mut Mounted, fd: Fd, off: u64) -> Result<()> {
+    if let Some(open_files::Named::Open { .. }) = open_files::named(fd.0) {
+        open_files::set_off(fd.0, off);
+        return Ok(());
+    }
+    file(m, fd)?.off = off;
+    Ok(())
 }
 
 /// A free descriptor number.
@@ -153,13 +203,35 @@ fn new_slot(m: &mut Mounted) -> Result<usize> {
 
 /// Whether any open file description names inode `ino`.
 fn is_open(m: &Mounted, ino: u32) -> bool {
-    m.descs.iter().flatten().any(|d| d.ino == ino)
+    m.descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino)
 }
 
 /// Open `path`: `O_RDONLY`, `O_WRONLY` or `O_RDWR`, with `O_CREAT` (a new empty file, mode
 /// 0644), `O_EXCL` (with `O_CREAT`: `Exists` if it is there), `O_TRUNC`, `O_APPEND`. A
 /// directory opens read-only (for `fstat`); writing one is `IsDir`.
+///
+/// A read-only open of a regular file whose absolute path the name cache holds takes no lock:
+/// the descriptor is a slot of this core's open-file list (`open_files`). A read-only open
+/// under the lock puts the path in the name cache, so the next one is lock-free.
 pub fn open(path: &str, flags: u32) -> Result<Fd> {
+    if flags == O_RDONLY {
+        if let Some((st, gen)) = names::NAMES.lookup_gen(path.as_bytes()) {
+            if st.mode & S_IFMT == S_IFREG {
+                if let Some(fd) = open_files::open(&st, gen) {
+                    return Ok(Fd(fd));
+                }
+            }
+        }
+        return with(|m| {
+            let fd = open_in(m, path, flags)?;
+            if path.starts_with('/') {
+                // No change runs (we hold the lock and made none): the entry is true now.
+                let ino = m.fs.resolve(path.as_bytes())?;
+                names::NAMES.insert(path.as_bytes(), &Ext2::<Cache>::stat_of(&ino));
+            }
+            Ok(fd)
+        });
+    }
     let body = |m: &mut Mounted| open_in(m, path, flags);
     if flags & (O_CREAT | O_TRUNC) != 0 {
         with_change(body)
@@ -207,17 +279,7 @@ fn open_in(m: &mut Mounted, path: &str, flags: u32) -> Result<Fd> {
             m.fs.truncate(&mut ino, 0)?;
         }
         let slot = new_slot(m)?;
-        let desc = OpenFile { ino: ino.ino, off: 0, flags, refs: 1 };
-        let d = match m.descs.iter().position(|d| d.is_none()) {
-            Some(i) => {
-                m.descs[i] = Some(desc);
-                i
-            }
-            None => {
-                m.descs.push(Some(desc));
-                m.descs.len() - 1
-            }
-        };
+        let d = new_desc(m, OpenFile { ino: ino.ino, off: 0, flags, refs: 1 });
         m.files[slot] = Some(d as u32);
         Ok(Fd(slot as u32))
     }
@@ -226,9 +288,30 @@ fn open_in(m: &mut Mounted, path: &str, flags: u32) -> Result<Fd> {
 /// Close a descriptor; the open file description goes with its last descriptor, and a file
 /// unlinked while open goes with its last description.
 pub fn close(fd: Fd) -> Result<()> {
+    use core::sync::atomic::Ordering::SeqCst;
+    if open_files::is_fast(fd.0) {
+        // A per-core slot: closed without the lock, unless an unlink may have made its file
+        // an orphan (`open_files`: why reading ORPHAN_WATCH after the slot is freed is enough).
+        if let Some(ino) = open_files::close_open(fd.0) {
+            if open_files::ORPHAN_WATCH.load(SeqCst) != 0 {
+                return with(|m| release_if_orphan(m, ino as u32));
+            }
+            return Ok(());
+        }
+    }
     // `with`, not `with_change`: freeing an orphan changes no name or cached `stat`.
     with(|m| {
-        let d = m.files.get_mut(fd.0 as usize).and_then(|f| f.take()).ok_or(FsError::BadDescriptor)? as usize;
+        let d = if open_files::is_fast(fd.0) {
+            match open_files::named(fd.0) {
+                Some(open_files::Named::Forwarded(d)) => {
+                    open_files::close_forwarded(fd.0);
+                    d as usize
+                }
+                _ => return Err(FsError::BadDescriptor),
+            }
+        } else {
+            m.files.get_mut(fd.0 as usize).and_then(|f| f.take()).ok_or(FsError::BadDescriptor)? as usize
+        };
         let desc = m.descs.get_mut(d).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
         desc.refs -= 1;
         if desc.refs > 0 {
@@ -236,18 +319,24 @@ pub fn close(fd: Fd) -> Result<()> {
         }
         let ino = desc.ino;
         m.descs[d] = None;
-        if m.orphans.contains(&ino) && !is_open(m, ino) {
-            m.orphans.remove(&ino);
-            m.fs.release_orphan(ino)?;
-        }
-        Ok(())
+        release_if_orphan(m, ino)
     })
+}
+
+/// Free `ino` if it was unlinked while open and nothing has it open any more.
+fn release_if_orphan(m: &mut Mounted, ino: u32) -> Result<()> {
+    if m.orphans.contains(&ino) && !is_open(m, ino) {
+        m.orphans.remove(&ino);
+        open_files::ORPHAN_WATCH.fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
+        m.fs.release_orphan(ino)?;
+    }
+    Ok(())
 }
 
 /// A second descriptor for the same open file description (they share the offset).
 pub fn dup(fd: Fd) -> Result<Fd> {
     with(|m| {
-        let d = m.files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor)?;
+        let d = desc_index(m, fd)?;
         let slot = new_slot(m)?;
         let desc = m.descs.get_mut(d as usize).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
         desc.refs += 1;
@@ -257,6 +346,9 @@ pub fn dup(fd: Fd) -> Result<Fd> {
 }
 
 fn inode_of(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64)> {
+    if let Some(open_files::Named::Open { ino, off }) = open_files::named(fd.0) {
+        return Ok((m.fs.inode(ino)?, off));
+    }
     let (ino, off) = {
         let f = file(m, fd)?;
         (f.ino, f.off)
@@ -272,7 +364,7 @@ pub fn read(fd: Fd, buf: &mut [u8]) -> Result<usize> {
             return Err(FsError::IsDir);
         }
         let n = m.fs.read(&ino, off, buf)?;
-        file(m, fd)?.off = off + n as u64;
+        set_offset(m, fd, off + n as u64)?;
         Ok(n)
     })
 }
@@ -345,13 +437,24 @@ pub fn rmdir(path: &str) -> Result<()> {
 /// Remove a name. A file whose last name goes while it is open here stays readable and
 /// writable through its descriptors, and is freed when the last one closes (or at unmount).
 pub fn unlink(path: &str) -> Result<()> {
+    use core::sync::atomic::Ordering::SeqCst;
     with_change(|m| {
+        // Raised before the per-core lists are scanned (`open_files`: a fast close that
+        // misses it freed its slot before the scan).
+        open_files::ORPHAN_WATCH.fetch_add(1, SeqCst);
         let descs = &m.descs;
-        let open = |ino: u32| descs.iter().flatten().any(|d| d.ino == ino);
-        if let Some(n) = m.fs.unlink_with(path.as_bytes(), &open)? {
-            m.orphans.insert(n);
+        let open = |ino: u32| descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino);
+        match m.fs.unlink_with(path.as_bytes(), &open) {
+            Ok(Some(n)) => {
+                // Stays raised until the orphan is freed.
+                m.orphans.insert(n);
+                Ok(())
+            }
+            r => {
+                open_files::ORPHAN_WATCH.fetch_sub(1, SeqCst);
+                r.map(|_| ())
+            }
         }
-        Ok(())
     })
 }
 
@@ -400,12 +503,16 @@ pub fn lseek(fd: Fd, off: i64, whence: u32) -> Result<u64> {
             _ => return Err(FsError::InvalidArgument),
         };
         let new = (base as i64).checked_add(off).filter(|v| *v >= 0).ok_or(FsError::InvalidArgument)? as u64;
-        file(m, fd)?.off = new;
+        set_offset(m, fd, new)?;
         Ok(new)
     })
 }
 
 pub fn fstat(fd: Fd) -> Result<Stat> {
+    // A per-core descriptor answers from the `Stat` it took at open while nothing changed.
+    if let Some(st) = open_files::fstat(fd.0) {
+        return Ok(st);
+    }
     with(|m| {
         let (ino, _) = inode_of(m, fd)?;
         Ok(Ext2::<Cache>::stat_of(&ino))

@@ -82,7 +82,7 @@ fn word(path: &[u8], w: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
-fn pack(s: &Stat) -> [u64; 4] {
+pub(crate) fn pack(s: &Stat) -> [u64; 4] {
     [
         s.ino as u64 | (s.mode as u64) << 32 | (s.links as u64) << 48,
         s.size,
@@ -91,7 +91,7 @@ fn pack(s: &Stat) -> [u64; 4] {
     ]
 }
 
-fn unpack(w: [u64; 4]) -> Stat {
+pub(crate) fn unpack(w: [u64; 4]) -> Stat {
     Stat {
         ino: w[0] as u32,
         mode: (w[0] >> 32) as u16,
@@ -111,6 +111,12 @@ fn core_slot() -> usize {
 impl NameCache {
     /// `stat` of `path` if cached and still true; loads only (and this core's hit counter).
     pub fn lookup(&self, path: &[u8]) -> Option<Stat> {
+        self.lookup_gen(path).map(|(st, _)| st)
+    }
+
+    /// `lookup`, with the (even) generation the answer was true at: `open` publishes a
+    /// per-core slot and then checks the generation is still that (`open_files`).
+    pub fn lookup_gen(&self, path: &[u8]) -> Option<(Stat, u64)> {
         let r = self.try_lookup(path);
         let c = core_slot();
         let counter = if r.is_some() { &self.hits[c] } else { &self.misses[c] };
@@ -119,7 +125,12 @@ impl NameCache {
         r
     }
 
-    fn try_lookup(&self, path: &[u8]) -> Option<Stat> {
+    /// The current generation (odd while a change runs).
+    pub fn generation(&self) -> u64 {
+        self.gen.load(Ordering::Acquire)
+    }
+
+    fn try_lookup(&self, path: &[u8]) -> Option<(Stat, u64)> {
         if path.len() > MAX_PATH {
             return None;
         }
@@ -152,7 +163,7 @@ impl NameCache {
         if self.gen.load(Ordering::Acquire) != g1 {
             return None;
         }
-        Some(unpack(st))
+        Some((unpack(st), g1))
     }
 
     /// Remember `stat` of `path`. Only under the file system's lock, with no change running.

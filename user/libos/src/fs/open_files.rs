@@ -1,0 +1,222 @@
+//! Per-core lists of open files (MOSBENCH's fix, seeds/002: no shared open-file list or
+//! reference count written by `open`/`close`).
+//!
+//! A read-only `open` of a path the name cache (`names`) answers takes a slot in the calling
+//! core's own list and returns a descriptor naming that slot ([`FAST_BIT`] | core << 6 |
+//! slot). Opening and closing it write only lines of that core's list; `fstat` writes nothing
+//! (the `Stat` taken at open is returned while no change has happened since: the name cache's
+//! generation is still the one the slot was filled at). Everything else (`read`, `lseek`,
+//! `dup`, ...) runs under the file system's lock as before: `read`/`pread`/`lseek` use the
+//! slot's inode and offset directly, and any other call first *forwards* the slot to an
+//! ordinary open file description (the slot then names it, `FWD`), so every call works on
+//! every descriptor.
+//!
+//! **Why a fast open is right.** The name cache's answer was true at generation `g`. The
+//! opener fills its slot, publishes it (`state` = `OPEN`), and only then (a SeqCst fence)
+//! reads the generation again: still `g` means no change had started when the slot became
+//! visible. A change (unlink, rename, ...) moves the generation to odd and fences *before* it
+//! looks at which inodes are open (`is_open`, which scans every core's list). So either the
+//! opener sees the change and takes its slot back (then opens under the lock), or the change
+//! sees the slot and treats the inode as open (an unlinked file stays until its last close).
+//!
+//! **Orphans.** Closing the last descriptor of a file unlinked while open must free it; a fast
+//! close cannot know without the lock. `ORPHAN_WATCH` counts unlinks in progress or done whose
+//! inode was open; `unlink` raises it before it scans the lists, a fast close lowers its slot
+//! first and reads it after (both SeqCst), so a close that reads 0 happened before any scan
+//! could see its slot. A close that reads non-zero takes the lock and frees the orphan if it
+//! was the last.
+
+use core::sync::atomic::{fence, AtomicU64, Ordering};
+
+use percore::pad::CachePadded;
+
+use super::ext2::Stat;
+
+/// Cores with a list (the library OS's `percore` limit for per-core counters here).
+pub const CORES: usize = 64;
+/// Slots in one core's list.
+pub const SLOTS: usize = 64;
+/// Descriptors with this bit name a per-core slot; the rest index the locked table.
+pub const FAST_BIT: u32 = 0x4000_0000;
+
+/// Slot states.
+const FREE: u64 = 0;
+const OPEN: u64 = 1;
+/// Forwarded: `state >> 8` is the index of an ordinary open file description.
+const FWD: u64 = 2;
+
+#[repr(align(128))]
+struct Slot {
+    state: AtomicU64,
+    ino: AtomicU64,
+    off: AtomicU64,
+    /// The mount the slot was opened on (`MOUNT`): a slot from before an unmount is stale.
+    mount: AtomicU64,
+    /// The name cache's generation the `stat` below was true at.
+    gen: AtomicU64,
+    stat: [AtomicU64; 4],
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot { state: AtomicU64::new(FREE), ino: AtomicU64::new(0), off: AtomicU64::new(0), mount: AtomicU64::new(0), gen: AtomicU64::new(0), stat: [const { AtomicU64::new(0) }; 4] }
+    }
+}
+
+struct CoreList {
+    /// Bit `i`: slot `i` is taken (set by the owning core, cleared by whoever closes).
+    used: CachePadded<AtomicU64>,
+    slots: [Slot; SLOTS],
+}
+
+static LISTS: [CoreList; CORES] = [const { CoreList { used: CachePadded::new(AtomicU64::new(0)), slots: [const { Slot::new() }; SLOTS] } }; CORES];
+
+/// Which mount is current (raised at every mount and unmount, under the lock).
+pub static MOUNT: AtomicU64 = AtomicU64::new(0);
+/// Unlinks whose inode may be open in a per-core slot (see the module comment).
+pub static ORPHAN_WATCH: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+
+pub fn is_fast(fd: u32) -> bool {
+    fd & FAST_BIT != 0
+}
+
+fn slot_of(fd: u32) -> Option<&'static Slot> {
+    if !is_fast(fd) {
+        return None;
+    }
+    let (c, i) = (((fd & !FAST_BIT) >> 6) as usize, (fd & 63) as usize);
+    LISTS.get(c).map(|l| &l.slots[i])
+}
+
+fn core() -> usize {
+    crate::ctx::ctx().core as usize
+}
+
+/// What a descriptor names, seen from a call that holds the file system's lock.
+pub enum Named {
+    /// An open per-core slot: its inode and offset.
+    Open { ino: u32, off: u64 },
+    /// Forwarded to the ordinary open file description with this index.
+    Forwarded(u32),
+}
+
+/// Open `stat.ino` read-only in the calling core's list, if the name cache's generation is
+/// still `gen` once the slot is visible. None: no free slot, no list for this core, or a
+/// change started (the caller opens under the lock).
+pub fn open(stat: &Stat, gen: u64) -> Option<u32> {
+    let c = core();
+    let list = LISTS.get(c)?;
+    let used = list.used.load(Ordering::Relaxed);
+    let i = (!used).trailing_zeros() as usize;
+    if i >= SLOTS {
+        return None;
+    }
+    // Only this core sets bits; other cores may clear them (a close elsewhere): an atomic or.
+    list.used.fetch_or(1 << i, Ordering::Relaxed);
+    let s = &list.slots[i];
+    s.ino.store(stat.ino as u64, Ordering::Relaxed);
+    s.off.store(0, Ordering::Relaxed);
+    s.mount.store(MOUNT.load(Ordering::Relaxed), Ordering::Relaxed);
+    s.gen.store(gen, Ordering::Relaxed);
+    for (w, a) in super::names::pack(stat).iter().zip(&s.stat) {
+        a.store(*w, Ordering::Relaxed);
+    }
+    s.state.store(OPEN, Ordering::Release);
+    fence(Ordering::SeqCst);
+    if super::names::NAMES.generation() != gen {
+        // A change started: it may not have seen the slot. Take it back.
+        s.state.store(FREE, Ordering::Relaxed);
+        list.used.fetch_and(!(1 << i), Ordering::Release);
+        return None;
+    }
+    Some(FAST_BIT | (c as u32) << 6 | i as u32)
+}
+
+/// `fstat` without the lock: the `Stat` taken at open, if no change happened since (the
+/// name cache's generation is still the slot's). None: ask under the lock.
+pub fn fstat(fd: u32) -> Option<Stat> {
+    let s = slot_of(fd)?;
+    if s.state.load(Ordering::Acquire) != OPEN {
+        return None;
+    }
+    let gen = s.gen.load(Ordering::Relaxed);
+    let mut w = [0u64; 4];
+    for (x, a) in w.iter_mut().zip(&s.stat) {
+        *x = a.load(Ordering::Relaxed);
+    }
+    fence(Ordering::Acquire);
+    let still = s.state.load(Ordering::Relaxed) == OPEN && s.gen.load(Ordering::Relaxed) == gen;
+    (still && super::names::NAMES.generation() == gen && s.mount.load(Ordering::Relaxed) == MOUNT.load(Ordering::Relaxed)).then(|| super::names::unpack(w))
+}
+
+/// Close a per-core slot in the `OPEN` state without the lock. `Some(ino)` if it was open
+/// (the caller checks `ORPHAN_WATCH` next); None if the slot is forwarded (close it under
+/// the lock) or not open (`BadDescriptor`, told apart by [`close_named`]).
+pub fn close_open(fd: u32) -> Option<u64> {
+    let s = slot_of(fd)?;
+    let ino = s.ino.load(Ordering::Relaxed);
+    s.state.compare_exchange(OPEN, FREE, Ordering::SeqCst, Ordering::Relaxed).ok()?;
+    free_bit(fd);
+    Some(ino)
+}
+
+fn free_bit(fd: u32) {
+    let (c, i) = (((fd & !FAST_BIT) >> 6) as usize, fd & 63);
+    if let Some(l) = LISTS.get(c) {
+        l.used.fetch_and(!(1u64 << i), Ordering::Release);
+    }
+}
+
+/// Under the lock: what `fd` names, or None (not a per-core descriptor, closed, or from an
+/// earlier mount).
+pub fn named(fd: u32) -> Option<Named> {
+    let s = slot_of(fd)?;
+    let st = s.state.load(Ordering::Acquire);
+    if s.mount.load(Ordering::Relaxed) != MOUNT.load(Ordering::Relaxed) {
+        return None;
+    }
+    match st & 0xff {
+        OPEN => Some(Named::Open { ino: s.ino.load(Ordering::Relaxed) as u32, off: s.off.load(Ordering::Relaxed) }),
+        FWD => Some(Named::Forwarded((st >> 8) as u32)),
+        _ => None,
+    }
+}
+
+/// Under the lock: move an `OPEN` slot's offset (reads and seeks hold the lock, so offsets
+/// of one descriptor move one call at a time).
+pub fn set_off(fd: u32, off: u64) {
+    if let Some(s) = slot_of(fd) {
+        s.off.store(off, Ordering::Relaxed);
+    }
+}
+
+/// Under the lock: make an `OPEN` slot name the open file description `desc` from now on.
+/// False if the slot was closed meanwhile (a fast close on its core).
+pub fn forward(fd: u32, desc: u32) -> bool {
+    let Some(s) = slot_of(fd) else { return false };
+    s.state.compare_exchange(OPEN, FWD | (desc as u64) << 8, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+}
+
+/// Under the lock: free a forwarded slot (its description is released by the caller).
+pub fn close_forwarded(fd: u32) {
+    if let Some(s) = slot_of(fd) {
+        s.state.store(FREE, Ordering::Release);
+        free_bit(fd);
+    }
+}
+
+/// Under the lock (a change running, the generation odd): whether any core's list has `ino`
+/// open on the current mount. Loads only.
+pub fn is_open(ino: u32) -> bool {
+    fence(Ordering::SeqCst);
+    let mount = MOUNT.load(Ordering::Relaxed);
+    LISTS.iter().any(|l| {
+        let used = l.used.load(Ordering::Acquire);
+        used != 0 && l.slots.iter().any(|s| s.state.load(Ordering::Acquire) == OPEN && s.ino.load(Ordering::Relaxed) == ino as u64 && s.mount.load(Ordering::Relaxed) == mount)
+    })
+}
+
+/// Slots in the `OPEN` state on the calling core's list (tests).
+pub fn open_here() -> u32 {
+    LISTS.get(core()).map(|l| l.slots.iter().filter(|s| s.state.load(Ordering::Relaxed) == OPEN).count() as u32).unwrap_or(0)
+}
