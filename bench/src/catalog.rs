@@ -169,6 +169,7 @@ pub const BENCHES: &[BenchSpec] = &[
     // fstat of one shared file vs a file per worker.
     b("fs_stat_same", "files", Threads, Parallel, "stat of one path every worker names", &[("iters", 20000)]),
     b("fs_open_same", "files", Threads, Parallel, "open + read 1 byte + close of one shared file", &[("iters", 5000)]),
+    b("fs_openclose_same", "files", Threads, Parallel, "open + close of one shared file", &[("iters", 5000)]),
     b("fs_open_private", "files", Threads, Parallel, "open + read 1 byte + close of the worker's own file in its own directory", &[("iters", 5000)]),
     b("fs_create_private", "files", Threads, Parallel, "create + close + unlink of a file in the worker's own directory", &[("iters", 1000)]),
     b("fs_create_shared", "files", Threads, Parallel, "create + close + unlink of a file (one name per worker) in one directory", &[("iters", 1000)]),

@@ -321,6 +321,16 @@ fn files<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Error
             }
             Ok(iters as u64)
         }),
+        "fs_openclose_same" => go(&|_, gate| {
+            p.fs_close(p.fs_open(FS_SHARED_FILE)?)?;
+            gate.start();
+            for _ in 0..iters {
+                let fd = p.fs_open(FS_SHARED_FILE)?;
+                p.fs_close(fd)?;
+            }
+            gate.stop();
+            Ok(iters as u64)
+        }),
         "fs_create_private" | "fs_create_shared" => go(&|w, gate| {
             let name = if spec.name == "fs_create_private" { TreePath::new(FS_PRIVATE_DIR, Some(w), "/new") } else { TreePath::new(FS_SHARED_DIR, None, "/new").with_worker(w) };
             let path = name.as_str();

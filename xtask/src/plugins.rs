@@ -491,6 +491,9 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             let tcp = spec.workload == "tcpserv";
             let initrd = if tcp {
                 crate::net::linux_guest::initramfs(&kernel)?
+            } else if suite_only && crate::bench::catalog::uses_files(spec.workload) {
+                // The file rows: bench-linux with the disk's modules (and the image, below).
+                crate::bench::linux_sys::files_initramfs(&crate::bench::linux_sys::build_guest_program()?)?
             } else if suite_only {
                 let out = artifact_dir().join("bench-linux-initramfs.cpio");
                 linux::build_initramfs(&crate::bench::linux_sys::build_guest_program()?, &out)?;
@@ -516,7 +519,14 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             };
             vm.plugins.extend(plugin);
             vm.timeout = spec.timeout;
-            Ok((vm.qemu_args(), vm.timeout))
+            let mut args = vm.qemu_args();
+            if suite_only {
+                // A file row gets the benchmark image as `cargo xtask bench` attaches it.
+                if let Some(disk) = crate::bench::fsimage::disk_for(spec.workload) {
+                    args.extend(disk?);
+                }
+            }
+            Ok((args, vm.timeout))
         }
         System::Ours => {
             let kernel = crate::env::build_kernel()?;
@@ -553,6 +563,12 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             let mut args: Vec<String> =
                 cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
             args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
+            if spec.custom.is_none() {
+                // A file row of the suite gets the benchmark image (snapshot=on), as in `cargo xtask bench`.
+                if let Some(disk) = crate::bench::fsimage::disk_for(spec.workload) {
+                    args.extend(disk?);
+                }
+            }
             if is_exact(spec) {
                 args.extend(exact_qemu_args());
             }

@@ -215,22 +215,30 @@ fn is_open(m: &Mounted, ino: u32) -> bool {
 /// under the lock puts the path in the name cache, so the next one is lock-free.
 pub fn open(path: &str, flags: u32) -> Result<Fd> {
     if flags == O_RDONLY {
-        if let Some((st, gen)) = names::NAMES.lookup_gen(path.as_bytes()) {
-            if st.mode & S_IFMT == S_IFREG {
-                if let Some(fd) = open_files::open(&st, gen) {
-                    return Ok(Fd(fd));
+        for attempt in 0..2 {
+            if let Some((st, gen)) = names::NAMES.lookup_gen(path.as_bytes()) {
+                if st.mode & S_IFMT == S_IFREG {
+                    if let Some(fd) = open_files::open(&st, gen) {
+                        return Ok(Fd(fd));
+                    }
                 }
+                break;
             }
-        }
-        return with(|m| {
-            let fd = open_in(m, path, flags)?;
-            if path.starts_with('/') {
-                // No change runs (we hold the lock and made none): the entry is true now.
+            if attempt > 0 || !path.starts_with('/') {
+                break;
+            }
+            // A miss: put the path in the name cache under the lock (no change runs while we
+            // hold it, so the entry is true now) and try the per-core list once more. An
+            // error here (no such file, ...) is left to the locked open below to report.
+            let filled = with(|m| {
                 let ino = m.fs.resolve(path.as_bytes())?;
                 names::NAMES.insert(path.as_bytes(), &Ext2::<Cache>::stat_of(&ino));
+                Ok(())
+            });
+            if filled.is_err() {
+                break;
             }
-            Ok(fd)
-        });
+        }
     }
     let body = |m: &mut Mounted| open_in(m, path, flags);
     if flags & (O_CREAT | O_TRUNC) != 0 {
