@@ -531,6 +531,16 @@ fn counters<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Er
 mod tests {
     use super::*;
 
+    /// Catches: a worker's path in the file rows built wrong (digits reversed, a worker's
+    /// number lost, a name past 64 bytes not cut but overflowing).
+    #[test]
+    fn tree_paths_are_built_without_allocating() {
+        assert_eq!(TreePath::new("/bench/c", Some(0), "/f").as_str(), "/bench/c0/f");
+        assert_eq!(TreePath::new("/bench/c", Some(63), "/new").as_str(), "/bench/c63/new");
+        assert_eq!(TreePath::new("/bench/shared", None, "/new").with_worker(120).as_str(), "/bench/shared/new120");
+        assert_eq!(TreePath::new(&"x".repeat(70), Some(1), "").as_str().len(), 64);
+    }
+
     /// Catches: the null-call loop discarding what the call returned.
     #[test]
     fn null_results_are_checked_after_the_loop() {
