@@ -405,3 +405,138 @@ pub fn to_json_array(records: &[Record]) -> String {
 pub fn check_schema(v: &serde_json::Value) -> Result<(), String> {
     serde_json::from_value::<RecordJson>(v.clone()).map_err(|e| e.to_string())?.check()
 }
+
+/// The columns of results.csv: one row per boot, the record's scalar fields in
+/// results.json's names; `params` as `key=value` words; the network benchmarks' connections/s.
+pub const CSV_COLUMNS: &[&str] = &[
+    "system",
+    "benchmark",
+    "group",
+    "cores",
+    "boot",
+    "status",
+    "reason",
+    "evidence",
+    "workers",
+    "ops",
+    "ns",
+    "busy_ns",
+    "instructions",
+    "instructions_kernel",
+    "instructions_user",
+    "instructions_per_op",
+    "instructions_note",
+    "per_core_throughput",
+    "calib_ops",
+    "calib_ns",
+    "calib_per_core_throughput",
+    "calibrated_throughput",
+    "wall_s",
+    "params",
+    "net_conns_per_s",
+];
+
+/// One CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// results.csv: a header line, then one line per boot record (for spreadsheets and pandas;
+/// results.json stays the full record). Empty fields are nulls.
+pub fn to_csv(records: &[Record]) -> String {
+    let mut out = CSV_COLUMNS.join(",");
+    out.push('\n');
+    for r in records {
+        let j = RecordJson::from(r);
+        let u = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
+        let f = |v: Option<f64>| v.map(|x| x.to_string()).unwrap_or_default();
+        let params: Vec<String> = j.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let row = [
+            j.system.clone(),
+            j.benchmark.clone(),
+            j.group.clone(),
+            j.cores.to_string(),
+            u(j.boot.map(u64::from)),
+            j.status.as_str().to_string(),
+            j.reason.clone().unwrap_or_default(),
+            j.evidence.clone(),
+            u(j.workers),
+            u(j.ops),
+            u(j.ns),
+            u(j.busy_ns),
+            u(j.instructions),
+            u(j.instructions_kernel),
+            u(j.instructions_user),
+            f(j.instructions_per_op),
+            j.instructions_note.clone().unwrap_or_default(),
+            f(j.per_core_throughput),
+            u(j.calib_ops),
+            u(j.calib_ns),
+            f(j.calib_per_core_throughput),
+            f(j.calibrated_throughput),
+            f(j.wall_s),
+            params.join(" "),
+            f(j.net.as_ref().map(|n| n.conns_per_s)),
+        ];
+        debug_assert_eq!(row.len(), CSV_COLUMNS.len());
+        out.push_str(&row.iter().map(|s| csv_field(s)).collect::<Vec<_>>().join(","));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 4180 fields of one CSV text (quoted fields may hold commas, quotes, line breaks).
+    fn parse_csv(text: &str) -> Vec<Vec<String>> {
+        let (mut rows, mut row, mut field) = (Vec::new(), Vec::new(), String::new());
+        let mut chars = text.chars().peekable();
+        let mut quoted = false;
+        while let Some(c) = chars.next() {
+            match (quoted, c) {
+                (true, '"') if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    field.push('"');
+                }
+                (true, '"') => quoted = false,
+                (true, c) => field.push(c),
+                (false, '"') => quoted = true,
+                (false, ',') => row.push(std::mem::take(&mut field)),
+                (false, '\n') => {
+                    row.push(std::mem::take(&mut field));
+                    rows.push(std::mem::take(&mut row));
+                }
+                (false, c) => field.push(c),
+            }
+        }
+        rows
+    }
+
+    /// Catches a CSV whose rows do not line up with the header (a field with a comma or a
+    /// quote unquoted, a column added to one side only) or that loses a record's values.
+    #[test]
+    fn csv_has_one_aligned_row_per_record_and_quotes_what_needs_it() {
+        let spec = super::super::catalog::find("dupclose").unwrap();
+        let mut ok = Record::without_result("linux", spec, vec![("iters".into(), 1000), ("reps".into(), 3)], 2, Status::Ok, "");
+        ok.reason = None;
+        (ok.workers, ok.ops, ok.ns, ok.instructions_note) = (Some(2), Some(4000), Some(2_000_000), Some("plugin off".into()));
+        let bad = Record::without_result("ours", spec, vec![], 1, Status::Error, "guest said \"no\", then stopped\nsecond line");
+        let text = to_csv(&[ok.clone(), bad]);
+        let rows = parse_csv(&text);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0], CSV_COLUMNS);
+        assert!(rows.iter().all(|r| r.len() == CSV_COLUMNS.len()), "{rows:?}");
+        let col = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+        assert_eq!(rows[1][col("params")], "iters=1000 reps=3");
+        assert_eq!(rows[1][col("ops")], "4000");
+        assert_eq!(rows[1][col("per_core_throughput")].parse::<f64>().unwrap(), ok.per_core_throughput().unwrap());
+        assert_eq!(rows[2][col("reason")], "guest said \"no\", then stopped\nsecond line");
+        assert_eq!(rows[2][col("per_core_throughput")], "", "null is an empty field");
+    }
+}
