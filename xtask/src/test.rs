@@ -949,6 +949,7 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // Metis MapReduce (issue 17): wc, wri, wrmem equal to the host reference.
     r.suite("metis", |a| crate::metis::ci_check(&a.kernel()?))?;
     r.suite("summary-boots", |a| summary_boots(&a.kernel()?))?;
+    r.suite("gdb-stub", |a| crate::gdb::ci_check(&a.kernel()?))?;
     r.suite("bad-boots", |a| bad_boot_conditions(&a.kernel()?))?;
     r.suite("iso", |_| iso_boots())?;
     Ok(())

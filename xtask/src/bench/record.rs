@@ -388,7 +388,8 @@ impl Record {
         serde_json::from_value::<RecordJson>(v).map_err(|e| e.to_string())?.into_record()
     }
 
-    /// [`Record::from_value`] from text.
+    /// [`Record::from_value`] from text (the tests' round trips).
+    #[cfg(test)]
     pub fn from_json(text: &str) -> Result<Record, String> {
         serde_json::from_str::<RecordJson>(text).map_err(|e| e.to_string())?.into_record()
     }
@@ -402,6 +403,7 @@ pub fn to_json_array(records: &[Record]) -> String {
 }
 
 /// The schema every record must satisfy; what the report and later tools rely on.
+#[cfg(test)]
 pub fn check_schema(v: &serde_json::Value) -> Result<(), String> {
     serde_json::from_value::<RecordJson>(v.clone()).map_err(|e| e.to_string())?.check()
 }
