@@ -320,6 +320,8 @@ pub fn run_matrix(
     let order = boot_order(o.benches.len(), &o.smp, &o.systems, o.boots, o.seed);
     let total = order.len();
     let mut records = Vec::with_capacity(total);
+    // `bench: [n/N] system benchmark on V vCPU(s)`, elapsed and an estimate (crate::progress).
+    let progress = crate::progress::Progress::new("bench", total);
     for (i, &(b, cores, sys, boot)) in order.iter().enumerate() {
         let spec = o.benches[b];
         let mut params = effective_params(spec, &o.overrides);
@@ -327,6 +329,8 @@ pub fn run_matrix(
         let mut rec = match unavailable(sys) {
             Some(why) => Record::without_result(sys.name(), spec, params.clone(), cores, Status::Unavailable, &why),
             None => {
+                let which = if o.boots > 1 { format!(", boot {boot}/{}", o.boots) } else { String::new() };
+                progress.start(i + 1, &format!("{} {} on {cores} vCPU(s){which}", sys.name(), spec.name));
                 let mut r = run_one(sys, spec, &params, cores, boot);
                 // results.json keeps wall time to 10 ms; keep the record the same, so
                 // it reads back equal to what was written.
@@ -336,7 +340,7 @@ pub fn run_matrix(
                     _ => format!("{}: {}", r.status.as_str(), r.reason.as_deref().unwrap_or("")),
                 };
                 let which = if o.boots > 1 { format!(" boot {boot}/{}", o.boots) } else { String::new() };
-                eprintln!("bench: [{}/{total}] {} {} on {cores} vCPU(s){which}: {how} ({:.1} s)", i + 1, sys.name(), spec.name, r.wall_s);
+                progress.finish(&format!("bench: [{}/{total}] {} {} on {cores} vCPU(s){which}: {how} ({:.1} s)", i + 1, sys.name(), spec.name, r.wall_s));
                 r
             }
         };

@@ -18,6 +18,7 @@ mod metis;
 mod mutants;
 mod percore_tasks;
 mod plugins;
+mod progress;
 mod qemu;
 mod test;
 mod user;
