@@ -220,3 +220,45 @@ fn in_flight_counts_from_the_producers_last_reading() {
     assert!(p.push(4, 0));
     assert_eq!(p.in_flight(), 3);
 }
+
+/// Catches: a clustered object that never frees its reps, or frees only the empty slots
+/// (cargo mutants: `<impl Drop for ClusteredObject<R>>::drop` -> `()`, `delete !` in it).
+#[test]
+fn a_clustered_object_frees_every_rep_it_made_once() {
+    use percore::clustered::{ClusteredObject, Policy};
+    struct Rep(Arc<AtomicUsize>);
+    impl Drop for Rep {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let d = dropped.clone();
+    let obj = ClusteredObject::with_cores(4, Policy::PerCore, move |_| Rep(d.clone())).unwrap();
+    // Reps for cores 0 and 2 only: slots 1 and 3 stay empty and must not be "freed".
+    obj.rep_on(0);
+    obj.rep_on(2);
+    assert_eq!(obj.rep_count(), 2);
+    assert_eq!(dropped.load(SeqCst), 0, "no rep is dropped while the object lives");
+    drop(obj);
+    assert_eq!(dropped.load(SeqCst), 2, "each rep made is dropped exactly once with the object");
+}
+
+/// Catches: `flush_translations` leaving the per-core entries in place (cargo mutants:
+/// `ClusteredObject<R>::flush_translations` -> `()`): after a flush the next access on every
+/// core misses again, and finds the rep it had (reps are kept).
+#[test]
+fn flushing_translations_makes_each_core_miss_once_more() {
+    use percore::clustered::{ClusteredObject, Policy};
+    let obj = ClusteredObject::with_cores(3, Policy::Shared, |info| info.index * 10 + 7).unwrap();
+    let first: *const usize = obj.rep_on(1);
+    obj.rep_on(1);
+    obj.rep_on(2);
+    assert_eq!(obj.misses(), 2, "one miss per core before the flush");
+    obj.flush_translations();
+    let again: *const usize = obj.rep_on(1);
+    obj.rep_on(2);
+    assert_eq!(obj.misses(), 4, "each core misses once more after the flush");
+    assert_eq!(first, again, "the flush keeps the reps: the miss finds the same one");
+    assert_eq!(obj.rep_count(), 1);
+}
