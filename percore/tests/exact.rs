@@ -262,3 +262,96 @@ fn flushing_translations_makes_each_core_miss_once_more() {
     assert_eq!(first, again, "the flush keeps the reps: the miss finds the same one");
     assert_eq!(obj.rep_count(), 1);
 }
+
+/// Waits up to 2 s for `cond` (a thread we started reaching a point). A slow host only
+/// makes the wait longer; a condition that never holds fails the test that needed it.
+fn eventually(cond: impl Fn() -> bool) -> bool {
+    for _ in 0..400 {
+        if cond() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    cond()
+}
+
+/// Catches: an MCS lock whose `acquire` lets a taker in while the lock is held (cargo
+/// mutants: `McsLock<T>::acquire` -> `()`), a queue that loses a waiter or hands the lock to
+/// two, and `is_locked` / `has_waiters` / `try_lock` answering wrongly. Two waiters queue
+/// behind the holder; each must wait, and both get in, one after the other, once it lets go.
+#[test]
+fn a_held_mcs_lock_queues_the_next_takers() {
+    use percore::McsLock;
+    let lock = Arc::new(McsLock::new(0u32));
+    assert!(!lock.is_locked() && !lock.has_waiters());
+    let g = lock.lock();
+    assert!(lock.is_locked());
+    assert!(lock.try_lock().is_none(), "try_lock on a held lock");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let takers: Vec<_> = (0..2)
+        .map(|_| {
+            let (l, i, s) = (lock.clone(), inside.clone(), started.clone());
+            thread::spawn(move || {
+                s.fetch_add(1, SeqCst);
+                let mut g = l.lock();
+                // Exclusive: nobody else is inside while we are.
+                assert_eq!(i.fetch_add(1, SeqCst), 0, "two holders of an MCS lock at once");
+                *g += 1;
+                thread::sleep(Duration::from_millis(20));
+                i.fetch_sub(1, SeqCst);
+            })
+        })
+        .collect();
+    assert!(eventually(|| started.load(SeqCst) == 2 && lock.has_waiters()), "the takers never queued");
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(inside.load(SeqCst), 0, "a taker got in while the lock was held");
+    drop(g);
+    for t in takers {
+        t.join().unwrap();
+    }
+    assert!(!lock.is_locked() && !lock.has_waiters());
+    assert_eq!(*lock.lock(), 2);
+}
+
+/// Catches: a reader-writer lock that lets a reader in under a writer, or a writer in
+/// under a reader (the writer's drain of the per-core reader counts), and `is_write_locked`
+/// answering a constant. Readers on different slots share.
+#[test]
+fn a_reader_writer_lock_excludes_across_modes_only() {
+    use percore::RwLock;
+    let lock = Arc::new(RwLock::with_reader_slots(0u32, 4));
+    assert!(!lock.is_write_locked());
+    // Two readers on two slots at once: fine.
+    let r0 = lock.read_on(0);
+    let r1 = lock.read_on(1);
+    assert_eq!(*r0 + *r1, 0);
+    // A writer must wait for both.
+    let wrote = Arc::new(AtomicBool::new(false));
+    let (l, w) = (lock.clone(), wrote.clone());
+    let writer = thread::spawn(move || {
+        let mut g = l.write();
+        w.store(true, SeqCst);
+        *g += 1;
+    });
+    assert!(eventually(|| lock.is_write_locked()), "the writer never announced itself");
+    drop(r0);
+    thread::sleep(Duration::from_millis(100));
+    assert!(!wrote.load(SeqCst), "the writer got in while a reader held the lock");
+    drop(r1);
+    writer.join().unwrap();
+    assert!(wrote.load(SeqCst) && !lock.is_write_locked());
+    // A held writer keeps a reader out.
+    let g = lock.write();
+    let read = Arc::new(AtomicBool::new(false));
+    let (l, r) = (lock.clone(), read.clone());
+    let reader = thread::spawn(move || {
+        let v = *l.read_on(2);
+        r.store(true, SeqCst);
+        v
+    });
+    thread::sleep(Duration::from_millis(100));
+    assert!(!read.load(SeqCst), "a reader got in under a writer");
+    drop(g);
+    assert_eq!(reader.join().unwrap(), 1, "the reader sees the writer's update");
+}
