@@ -355,3 +355,41 @@ fn a_reader_writer_lock_excludes_across_modes_only() {
     drop(g);
     assert_eq!(reader.join().unwrap(), 1, "the reader sees the writer's update");
 }
+
+/// Catches: `PerCore::slot_of` mapping cores past the slot count wrongly (cargo mutants:
+/// `<` -> `<=` and `<` -> `==`, which index one past the end for core == len, `%` -> `/`),
+/// `is_empty` answering `true`, `get_mut` answering `None`. (`is_empty -> false` is
+/// equivalent: a `PerCore` always has at least one slot.)
+#[test]
+fn per_core_slots_wrap_past_the_slot_count() {
+    use percore::PerCore;
+    let mut v = PerCore::with_cores(3, |i| i * 10);
+    assert_eq!((v.len(), v.is_empty()), (3, false));
+    assert_eq!([v.slot_of(0), v.slot_of(2), v.slot_of(3), v.slot_of(4), v.slot_of(7)], [0, 2, 0, 1, 1]);
+    assert_eq!((*v.on(3), *v.on(5), *v.on(8)), (0, 20, 20));
+    *v.get_mut(1).expect("slot 1 exists") += 1;
+    assert_eq!(v.get(1), Some(&11));
+    assert!(v.get_mut(3).is_none() && v.get(3).is_none());
+    let zero = PerCore::with_cores(0, |_| 0u8);
+    assert_eq!(zero.len(), 1, "at least one slot");
+}
+
+/// Catches: `RwLock::reader_slots` answering a constant (cargo mutants: `-> 0`, `-> 1`).
+#[test]
+fn a_reader_writer_lock_reports_its_reader_slots() {
+    use percore::RwLock;
+    assert_eq!(RwLock::with_reader_slots(0u8, 5).reader_slots(), 5);
+    assert_eq!(RwLock::with_reader_slots(0u8, 2).reader_slots(), 2);
+}
+
+/// Catches: `IrqMcsLock::is_locked` and `McsLock::has_waiters` answering constants.
+#[test]
+fn irq_mcs_lock_reports_its_state() {
+    use percore::IrqMcsLock;
+    let l = IrqMcsLock::new(1u8);
+    assert!(!l.is_locked());
+    let g = l.lock();
+    assert!(l.is_locked());
+    drop(g);
+    assert!(!l.is_locked());
+}
