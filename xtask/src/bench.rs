@@ -515,9 +515,17 @@ fn write_report(results: &stats::Results, systems: &[System], smp: &[u32], out: 
     Ok(())
 }
 
-/// `--report DIR`: the report again from a finished run's records.
+/// `--report DIR`: the report again from a finished run's records. A results.json that is
+/// missing, does not parse, breaks the schema or is of an unknown version is bad input: one
+/// line and exit status 2 (issue 20), and nothing is written.
 fn redraw(dir: &std::path::Path) -> Result<(), String> {
-    let results = read_results(dir)?;
+    let results = match read_results(dir) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            std::process::exit(2);
+        }
+    };
     let records = &results.records;
     let mut systems: Vec<System> = Vec::new();
     let mut smp: Vec<u32> = Vec::new();
