@@ -10,6 +10,9 @@
 //!   same range if listed in `CforkOpts::ranges` (shared page tables), otherwise a new range
 //!   of the same kind whose segments are copied the same way (recursively);
 //! - a fresh context page and a fresh stack; descriptor-layer windows are not copied;
+//! - the process-wide descriptor table only if the caller lists the share and segment
+//!   `fd::cfork_share_table()` returns in `shares` and `segments` (then both processes use
+//!   one table); otherwise the child forgets its copy and starts with an empty one;
 //! - nothing of the launcher's, for a program the shell runs inside its own context (the
 //!   root range is the shell's then: its image, stack and arena stay out of the child, see
 //!   `start::launcher_mappings`).
