@@ -393,3 +393,49 @@ fn irq_mcs_lock_reports_its_state() {
     drop(g);
     assert!(!l.is_locked());
 }
+
+/// Catches: `SeqLock::compare` answering `true` whatever the value (cargo mutants:
+/// `compare -> true`): the lock-free name comparison of the path caches depends on it.
+#[test]
+fn a_seqlock_comparison_sees_the_value() {
+    let s = percore::SeqLock::new([1u64, 2]);
+    assert!(s.compare(|v| *v == [1, 2]));
+    assert!(!s.compare(|v| *v == [1, 3]));
+    s.set([1, 3]);
+    assert!(s.compare(|v| *v == [1, 3]) && !s.compare(|v| *v == [1, 2]));
+}
+
+/// Catches: the object cache accepting objects that cannot hold its free-list link, when
+/// only one of size and alignment is too small (cargo mutants: `||` -> `&&` in
+/// `ObjectCache::with_cores`).
+#[test]
+fn an_object_cache_refuses_objects_too_small_for_its_link() {
+    use percore::slab::CacheError;
+    use std::alloc::Layout;
+    use std::ptr::NonNull;
+    struct Never(Layout);
+    // SAFETY: `alloc` never hands out a block, so there is nothing to keep valid or free.
+    unsafe impl percore::ObjectBackend for Never {
+        fn layout(&self) -> Layout {
+            self.0
+        }
+        fn alloc(&self, _core: usize) -> Option<NonNull<u8>> {
+            None
+        }
+        unsafe fn free(&self, _obj: NonNull<u8>) {
+            unreachable!("nothing was allocated")
+        }
+        fn home(&self, _obj: NonNull<u8>) -> usize {
+            0
+        }
+    }
+    let cases = [(4, 8, false), (16, 1, false), (8, 8, true), (32, 16, true)];
+    for (size, align, ok) in cases {
+        let r = percore::ObjectCache::with_cores(Never(Layout::from_size_align(size, align).unwrap()), 2);
+        match (r, ok) {
+            (Ok(_), true) => {}
+            (Err(CacheError::ObjectTooSmall { size: s, align: a }), false) => assert_eq!((s, a), (size, align)),
+            (r, _) => panic!("size {size} align {align}: {:?}", r.map(|_| ())),
+        }
+    }
+}
