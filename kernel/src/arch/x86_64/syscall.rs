@@ -31,7 +31,12 @@ syscall_entry:
     pushq %gs:16
     push %r11
     push %rcx
-    push %rax
+    /* Protected procedure calls (numbers PPC_CALL and PPC_RETURN) take their own paths,
+       past the generic dispatch: they rewrite where sysretq returns to (kobj::gate), and
+       save only what they must. Numbers above them come back to 1. */
+    cmp ${ppc_call}, %rax
+    jae 7f
+1:  push %rax
     push %r9
     push %r8
     push %r10
@@ -40,12 +45,8 @@ syscall_entry:
     push %rdi
     mov %rsp, %rdi
     sti
-    /* Protected procedure calls (numbers from PPC_CALL up) take their own path: it skips
-       the generic dispatch, and they rewrite where sysretq returns to (kobj::gate). */
-    cmp ${ppc_call}, %rax
-    jae 7f
     call syscall_dispatch
-6:  cli
+    cli
     cmpq $0, %gs:32
     jne return_to_kernel
     pop %rdi
@@ -60,15 +61,55 @@ syscall_entry:
     pop %rsp
     swapgs
     sysretq
-7:  cmp ${ppc_return}, %rax
-    je 8f
-    ja 9f
+7:  je 8f
+    cmp ${ppc_return}, %rax
+    jne 1b
+    /* ppc_return(value): rdi is the value; the return slots are at rsp. The client (or,
+       if no call ended, the caller) gets the argument registers cleared: none of the
+       handler's values, nor the kernel's, leak through them. */
+    mov %rsp, %rsi
+    sti
+    call ppc_return_entry
+    cli
+    cmpq $0, %gs:32
+    jne return_to_kernel
+    xor %edi, %edi
+    xor %esi, %esi
+    xor %edx, %edx
+    xor %r10d, %r10d
+    xor %r8d, %r8d
+    xor %r9d, %r9d
+    pop %rcx
+    pop %r11
+    pop %rsp
+    swapgs
+    sysretq
+    /* ppc_call(share, gate, a0..a3): the six argument registers are saved for the handler
+       (or the caller, if the call fails), the first two go to ppc_call_entry as they are,
+       with the return slots (above the six) third. */
+8:  push %r9
+    push %r8
+    push %r10
+    push %rdx
+    push %rsi
+    push %rdi
+    lea 48(%rsp), %rdx
+    sti
     call ppc_call_entry
-    jmp 6b
-8:  call ppc_return_entry
-    jmp 6b
-9:  call syscall_dispatch
-    jmp 6b
+    cli
+    cmpq $0, %gs:32
+    jne return_to_kernel
+    pop %rdi
+    pop %rsi
+    pop %rdx
+    pop %r10
+    pop %r8
+    pop %r9
+    pop %rcx
+    pop %r11
+    pop %rsp
+    swapgs
+    sysretq
 
     /* enter_user_mode(rip, rsp, a0, a1, a2): returns when the context ends. */
     .global enter_user_mode
@@ -278,7 +319,8 @@ pub fn smep_smap() -> (bool, bool) {
     (SMEP_ENABLED.load(Ordering::Relaxed), SMAP_ENABLED.load(Ordering::Relaxed))
 }
 
-/// Registers saved by `syscall_entry`, lowest address first.
+/// Registers saved by `syscall_entry` for the generic dispatch, lowest address first (the
+/// protected procedure calls push only `ret`, and for `ppc_call` the six arguments below it).
 #[repr(C)]
 #[derive(Debug)]
 pub struct SyscallFrame {
@@ -287,8 +329,8 @@ pub struct SyscallFrame {
     pub args: [u64; 6],
     /// The call number (the result goes back in `rax` from `syscall_dispatch`'s return value).
     pub rax: u64,
-    /// Where `sysret` goes back to (a protected procedure call changes it:
-    /// `syscall::ppc_call_entry`, `ppc_return_entry`).
+    /// Where `sysret` goes back to (pushed first: the protected procedure calls' paths
+    /// rewrite it, `syscall::ppc_call_entry`, `ppc_return_entry`).
     pub ret: UserReturn,
 }
 
