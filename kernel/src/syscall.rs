@@ -803,13 +803,21 @@ extern "C" fn ppc_call_entry(share: u64, gate: u64, ret: *mut UserReturn) -> i64
     let ret = unsafe { &mut *ret };
     // A `syscall` runs on the caller's own core: its context is this core's.
     let Some(c) = context::current_mut_of(me) else { return encode(Err(Error::NotPermitted)) };
-    // A client calls a gate it bound (`ppc_bind`) by slot: no lookup, the checks were made
-    // when it was bound.
-    if share == PPC_BOUND {
-        crate::kobj::gate::enter_bound(c, gate, ret)
-    } else {
-        encode(ppc_call_named(c, share, gate, ret))
-    }
+    encode(ppc_call_named(c, share, gate, ret))
+}
+
+/// `ppc_call(PPC_BOUND, slot, ..)`: a gate this context bound (`ppc_bind`), by slot: no
+/// lookup, the checks were made when it was bound. `syscall_entry` sends these here, with
+/// interrupts off for the whole call (nothing here may free: `kobj::gate::enter_bound`).
+/// `ret` as for `ppc_call_entry`.
+#[no_mangle]
+extern "C" fn ppc_call_bound_entry(_share: u64, slot: u64, ret: *mut UserReturn) -> i64 {
+    let me = percpu::this();
+    me.stats.syscalls.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: as for `ppc_call_entry`.
+    let ret = unsafe { &mut *ret };
+    let Some(c) = context::current_mut_of(me) else { return encode(Err(Error::NotPermitted)) };
+    crate::kobj::gate::enter_bound(c, slot, ret)
 }
 
 /// `ppc_return` straight from `syscall_entry` (see `ppc_call_entry`): `value` is its
@@ -827,7 +835,6 @@ extern "C" fn ppc_return_entry(value: u64, ret: *mut UserReturn) -> i64 {
     drop(gate);
     value as i64
 }
-
 /// `ppc_call(gate_share, gate, ..)` with the gate named by `<share, id>`: enter the gate's
 /// handler (`kobj::gate::enter`); its `rax` is the gate's cookie, its other argument
 /// registers the caller's. Out of line: the bound call is the fast one.

@@ -139,17 +139,21 @@ pub fn enter(c: &mut Context, gate_obj: ObjRef, me: usize, ret: &mut UserReturn)
     if g.core as usize != me {
         return Err(Error::WrongCore);
     }
+    if !take(c, g) {
+        return Err(Error::Busy);
+    }
     let g: *const Gate = g;
     // SAFETY: `gate_obj` keeps the gate alive and is handed to `start` with it.
-    start(c, unsafe { &*g }, gate_obj, ret).ok_or(Error::Busy)
+    Ok(start(c, unsafe { &*g }, gate_obj, ret))
 }
 
 /// `ppc_call(PPC_BOUND, slot, ..)`: enter the gate bound in `slot` of `c` (`bind`). The type
 /// and the core were checked when it was bound (and a context never changes cores); what
 /// is left is the slot's owner and the call's own conditions. The call takes its own
 /// reference to the gate (from the slot's, never zero), so unbinding during the call is
-/// harmless. Returns the encoded result (the handler's `rax`, the gate's cookie, or an
-/// error).
+/// harmless; it takes it only once the call is sure to start, so this drops nothing and
+/// may run with interrupts off (`syscall_entry`). Returns the encoded result (the
+/// handler's `rax`, the gate's cookie, or an error).
 #[inline(always)]
 pub fn enter_bound(c: &mut Context, slot: u64, ret: &mut UserReturn) -> i64 {
     let Some(Some(b)) = c.bound.get(slot as usize) else {
@@ -163,21 +167,24 @@ pub fn enter_bound(c: &mut Context, slot: u64, ret: &mut UserReturn) -> i64 {
     // SAFETY: `b.gate` keeps the gate alive, and the clone below (handed to `start`) keeps
     // it alive for the call.
     let g = unsafe { &*b.gate_ptr };
-    let gate_obj = b.gate.clone();
-    match start(c, g, gate_obj, ret) {
-        Some(cookie) => cookie as i64,
-        None => abi::encode(Err(Error::Busy)),
+    if !take(c, g) {
+        return abi::encode(Err(Error::Busy));
     }
+    let gate_obj = b.gate.clone();
+    start(c, g, gate_obj, ret) as i64
 }
 
-/// The call itself, once the gate `g` (whose reference `gate_obj` is) is known to serve this
-/// core. Returns the gate's cookie (the handler's `rax`), or `None` if the call cannot start
-/// (`Busy`).
+/// Take gate `g` for a call of `c`: false if `c` is as deep in calls as it may be, or the
+/// gate is in a call.
 #[inline(always)]
-fn start(c: &mut Context, g: &Gate, gate_obj: ObjRef, ret: &mut UserReturn) -> Option<u64> {
-    if c.ppc_depth >= PPC_MAX_DEPTH as u32 || g.busy.swap(true, Ordering::Acquire) {
-        return None;
-    }
+fn take(c: &Context, g: &Gate) -> bool {
+    c.ppc_depth < PPC_MAX_DEPTH as u32 && !g.busy.swap(true, Ordering::Acquire)
+}
+
+/// The call itself, once `c` holds gate `g` (`take`), whose reference `gate_obj` is, on the
+/// gate's core (this one). Returns the gate's cookie, the handler's `rax`.
+#[inline(always)]
+fn start(c: &mut Context, g: &Gate, gate_obj: ObjRef, ret: &mut UserReturn) -> u64 {
     // SAFETY: we hold `busy`, on the gate's core (module comment).
     let st = unsafe { &mut *g.call.get() };
     // SAFETY: `root` is the range the gate holds (the call state has it now: the gate is
@@ -191,7 +198,7 @@ fn start(c: &mut Context, g: &Gate, gate_obj: ObjRef, ret: &mut UserReturn) -> O
     // the drop check).
     core::mem::forget(core::mem::replace(&mut st.outer, c.ppc.replace(gate_obj)));
     c.ppc_depth += 1;
-    Some(cookie)
+    cookie
 }
 
 /// A gate in one of a context's bound-gate slots (`nr::PPC_BIND`).

@@ -85,8 +85,8 @@ syscall_entry:
     swapgs
     sysretq
     /* ppc_call(share, gate, a0..a3): the six argument registers are saved for the handler
-       (or the caller, if the call fails), the first two go to ppc_call_entry as they are,
-       with the return slots (above the six) third. */
+       (or the caller, if the call fails), the first two go to the entry as they are, with
+       the return slots (above the six) third. */
 8:  push %r9
     push %r8
     push %r10
@@ -94,12 +94,21 @@ syscall_entry:
     push %rsi
     push %rdi
     lea 48(%rsp), %rdx
-    sti
+    cmp ${ppc_bound}, %rdi
+    jne 11f
+    /* A bound gate (ppc_call(PPC_BOUND, slot, ..)): the whole call runs with interrupts
+       off. It takes no lock, allocates and frees nothing (the slot's reference outlives any
+       reference it drops), and an interrupt that arrives meanwhile (a halt request, a tick)
+       stays pending until sysretq sets IF and is taken in user mode, where the trap path
+       ends or switches the context: so no exit check here either. */
+    call ppc_call_bound_entry
+    jmp 12f
+11: sti
     call ppc_call_entry
     cli
     cmpq $0, %gs:32
     jne return_to_kernel
-    pop %rdi
+12: pop %rdi
     pop %rsi
     pop %rdx
     pop %r10
@@ -278,6 +287,7 @@ uaccess_fixup:
 "#,
     ppc_call = const abi::nr::PPC_CALL,
     ppc_return = const abi::nr::PPC_RETURN,
+    ppc_bound = const abi::PPC_BOUND as i64,
     options(att_syntax)
 );
 
