@@ -786,8 +786,8 @@ impl Fuzz {
             975..=979 => call_index(nr::CORE_RELEASE),
             980..=984 => call_index(nr::PCORE_YIELD),
             985..=987 => call_index(nr::PPC_REGISTER),
-            988..=989 => call_index(nr::PPC_BIND),
-            990..=994 => call_index(nr::PPC_CALL),
+            988..=990 => call_index(nr::PPC_BIND),
+            991..=994 => call_index(nr::PPC_CALL),
             995 => call_index(nr::PPC_UNBIND),
             996..=997 => call_index(nr::PPC_RETURN),
             _ => UNKNOWN,
@@ -1214,7 +1214,12 @@ impl Fuzz {
                 a = [sh, id, self.rng.next(), self.rng.next(), self.rng.next(), self.rng.next()];
             }
             nr::PPC_BIND => {
-                let g = self.obj(|k| k == Kind::Gate);
+                // Mostly a gate we made (there are few: most registrations are bad ones).
+                let mine = if self.rng.pct(80) { self.pick(|k| k == Kind::Gate) } else { None };
+                let g = match mine {
+                    Some(g) => g,
+                    None => self.obj(|k| k == Kind::Gate),
+                };
                 a = [g.share, g.object, 0, 0, 0, 0];
             }
             nr::PPC_UNBIND => {
