@@ -84,31 +84,48 @@ syscall_entry:
     pop %rsp
     swapgs
     sysretq
-    /* ppc_call(share, gate, a0..a3): the six argument registers are saved for the handler
-       (or the caller, if the call fails), the first two go to the entry as they are, with
-       the return slots (above the six) third. */
-8:  push %r9
+    /* ppc_call(share, gate, a0..a3): the argument registers are saved for the handler (or
+       the caller, if the call fails), the first two go to the entry as they are, with the
+       return slots (above the saved registers) third. */
+8:  cmp ${ppc_bound}, %rdi
+    jne 11f
+    /* A bound gate (ppc_call(PPC_BOUND, slot, ..)): the whole call runs with interrupts
+       off. It takes no lock, allocates and frees nothing (the slot's reference outlives any
+       reference it drops), and an interrupt that arrives meanwhile (a halt request, a tick)
+       stays pending until sysretq sets IF and is taken in user mode, where the trap path
+       ends or switches the context: so no exit check here either. rdi is PPC_BOUND, put
+       back rather than saved. */
+    push %r9
+    push %r8
+    push %r10
+    push %rdx
+    push %rsi
+    lea 40(%rsp), %rdx
+    call ppc_call_bound_entry
+    mov ${ppc_bound}, %rdi
+    pop %rsi
+    pop %rdx
+    pop %r10
+    pop %r8
+    pop %r9
+    pop %rcx
+    pop %r11
+    pop %rsp
+    swapgs
+    sysretq
+11: push %r9
     push %r8
     push %r10
     push %rdx
     push %rsi
     push %rdi
     lea 48(%rsp), %rdx
-    cmp ${ppc_bound}, %rdi
-    jne 11f
-    /* A bound gate (ppc_call(PPC_BOUND, slot, ..)): the whole call runs with interrupts
-       off. It takes no lock, allocates and frees nothing (the slot's reference outlives any
-       reference it drops), and an interrupt that arrives meanwhile (a halt request, a tick)
-       stays pending until sysretq sets IF and is taken in user mode, where the trap path
-       ends or switches the context: so no exit check here either. */
-    call ppc_call_bound_entry
-    jmp 12f
-11: sti
+    sti
     call ppc_call_entry
     cli
     cmpq $0, %gs:32
     jne return_to_kernel
-12: pop %rdi
+    pop %rdi
     pop %rsi
     pop %rdx
     pop %r10
