@@ -238,7 +238,10 @@ pub mod nr {
     /// `NotPermitted` for a private share in the list that belongs to another core than the
     /// gate's; the naming errors for the root range and the shares.
     pub const PPC_REGISTER: u64 = 81;
-    /// `ppc_call(gate_share, gate, a0, a1, a2, a3) -> the handler's value`. On the gate's core
+    /// `ppc_call(gate_share, gate, a0, a1, a2, a3) -> the handler's value`. The gate is named
+    /// `<gate_share, gate>`, or, with `gate_share = PPC_BOUND`, `gate` is a slot this
+    /// identity bound it in (`PPC_BIND`; `NoSuchObject` for a slot out of range, empty or
+    /// bound by another identity): the fast way, no lookup. On the gate's core
     /// only (`WrongCore` elsewhere); one call at a time per gate (`Busy` while it is in a call,
     /// which includes calling it from its own handler, and `Busy` beyond `PPC_MAX_DEPTH`
     /// nested calls). `NotPermitted` unless made with the `syscall` instruction itself: inside

@@ -10,7 +10,7 @@
 //! // `p` the clients can reach:
 //! fn filesum(file: u64, _: u64, _: u64, _: u64) -> Result<u64, Error> { /* sum file `file` */ }
 //! let gates = libos::ppc::serve_cores(p, "filesum", &[1, 2], filesum)?;
-//! // Client, on core 1:
+//! // Client, on core 1: bind it in one of this context's slots (checked once), call by slot.
 //! let g = libos::ppc::Gate::find(p, "filesum", 1)?.bind()?;
 //! let sum = g.call(7, 0, 0, 0)?;
 //! ```
@@ -81,8 +81,8 @@ impl Gate {
         crate::sys::ppc_unbind(self.name.object).map(|_| ())
     }
 
-    /// Delete the gate from the share that names it (a gate lives while a share holds it or
-    /// a call runs in it).
+    /// Delete the gate from the share that names it (a gate lives while a share holds it, a
+    /// slot binds it or a call runs in it). Not for a bound slot (`unbind` that).
     pub fn delete(&self) -> Result<(), Error> {
         crate::sys::share_delobj(self.name).map(|_| ())
     }
