@@ -620,12 +620,22 @@ fn ac_client(_c: &CoreCtx) -> u64 {
     sh[31].store(abi::encode(g.call(OP_CALLER, 0, 0, 0)) as u64, Ordering::Relaxed);
     sh[32].store(abi::encode(g.call(OP_MIX | (7 << 8), 1, 2, 3)) as u64, Ordering::Relaxed);
     sh[33].store(sys::pcore_current().unwrap_or(0), Ordering::Relaxed);
+    // Bound on the AC: the bind is forwarded to the kernel core, which must check the gate
+    // against the AC's core and fill the AC's context's slot; the call by slot runs here.
+    let r = g.bind().and_then(|b| {
+        let r = b.call(OP_MARK, 0, 0, 0);
+        b.unbind()?;
+        r
+    });
+    sh[34].store(abi::encode(r) as u64, Ordering::Relaxed);
     0
 }
 
 /// Catches: a protected procedure call from an application core sent to a kernel core
-/// (which cannot switch the AC's address space), and a handler's own system calls, which an
-/// AC forwards, run in the caller's identity instead of the handler's.
+/// (which cannot switch the AC's address space), a handler's own system calls, which an
+/// AC forwards, run in the caller's identity instead of the handler's, and a forwarded
+/// `ppc_bind` checked against the kernel core instead of the AC (`WrongCore`) or filling the
+/// kernel core's context instead of the AC's.
 fn calls_on_an_application_core() -> TestResult {
     if cores() < 3 || ok!(sys::core_stats(1)).role != abi::ROLE_AC {
         fail!("needs core 1 to be an AC and a kernel core (boot with roles=tc:0,ac:1,kc:2 at 3 vCPUs)");
@@ -649,6 +659,8 @@ fn calls_on_an_application_core() -> TestResult {
     ensure!(who == Ok(me), "pcore_current forwarded from the handler: {who:?}, the caller is {me:#x}");
     let m = abi::decode(sh[32].load(Ordering::Relaxed) as i64);
     ensure!(m == Ok(mix(OP_MIX | (7 << 8), 1, 2, 3)), "arguments on the AC: {m:?}");
+    let b = abi::decode(sh[34].load(Ordering::Relaxed) as i64);
+    ensure!(b == Ok(SERVER_MARK), "a forwarded bind and a call by slot on the AC: {b:?}");
     Ok(Pass::Ok)
 }
 
