@@ -830,10 +830,27 @@ extern "C" fn ppc_return_entry(value: u64, ret: *mut UserReturn) -> i64 {
     let ret = unsafe { &mut *ret };
     let Some(c) = context::current_mut_of(me) else { return encode(Err(Error::NotPermitted)) };
     let Some(gate) = crate::kobj::gate::leave(c, ret) else { return encode(Err(Error::NotPermitted)) };
-    // Dropped here, after the caller's root range is loaded: a gate deleted during the call
-    // is freed now.
-    drop(gate);
-    value as i64
+    // Dropped here, after the caller's root range is loaded: a gate deleted (and unbound)
+    // during the call is freed now, with interrupts on (this path runs with them off).
+    match KRef::release(gate) {
+        None => value as i64,
+        Some(last) => free_with_interrupts(last, value),
+    }
+}
+
+/// Free an object whose last reference a path running with interrupts off gave up: freeing
+/// may free address ranges, whose TLB shootdowns wait for other cores that may be waiting
+/// for us. An exit asked for meanwhile is seen by `syscall_entry`'s check after the return.
+/// Gives back `value` as the result (so the caller holds nothing across this).
+#[cold]
+#[inline(never)]
+fn free_with_interrupts(last: crate::kobj::kref::KLast<KObject>, value: u64) -> i64 {
+    crate::arch::x86_64::cpu::enable_interrupts();
+    drop(last);
+    crate::arch::x86_64::cpu::disable_interrupts();
+    // Opaque, so that the caller does not keep `value` itself across the call to know the
+    // result (that would cost its fast path a saved register).
+    core::hint::black_box(value) as i64
 }
 /// `ppc_call(gate_share, gate, ..)` with the gate named by `<share, id>`: enter the gate's
 /// handler (`kobj::gate::enter`); its `rax` is the gate's cookie, its other argument

@@ -252,7 +252,10 @@ pub fn unbind(c: &mut Context, slot: u64) -> Result<Bound, Error> {
 fn leave_state(c: &mut Context, ret: &mut UserReturn) -> Option<(ObjRef, CoreBit)> {
     let gate_obj = c.ppc.take()?;
     let Ok(g) = gate_obj.as_gate() else {
-        return None; // cannot happen: only gates are put in `ppc`
+        // Cannot happen: only gates are put in `ppc`. Put it back rather than drop it here
+        // (this path may run with interrupts off).
+        c.ppc = Some(gate_obj);
+        return None;
     };
     let bit = g.core_bit;
     // SAFETY: this context's call holds `busy` (it put the gate in `ppc`), and it runs on

@@ -66,11 +66,12 @@ syscall_entry:
     jne 1b
     /* ppc_return(value): rdi is the value; the return slots are at rsp. The client (or,
        if no call ended, the caller) gets the argument registers cleared: none of the
-       handler's values, nor the kernel's, leak through them. */
+       handler's values, nor the kernel's, leak through them. Interrupts stay off (nothing
+       here waits for anything) except while a gate whose last reference the return
+       dropped is freed (ppc_return_entry turns them on for that); the exit check covers
+       a halt asked for then. */
     mov %rsp, %rsi
-    sti
     call ppc_return_entry
-    cli
     cmpq $0, %gs:32
     jne return_to_kernel
     xor %edi, %edi
