@@ -801,7 +801,7 @@ fn seeded_corruptions_never_panic() -> TestResult {
 
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 14] = [
+    let tests: [(&str, fn() -> TestResult); 15] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
