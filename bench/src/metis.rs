@@ -33,7 +33,7 @@ pub fn to_bench(e: mapreduce::Error) -> Error {
     match e {
         mapreduce::Error::Sys { what, code } => Error::Sys { what, code },
         mapreduce::Error::Unsupported(w) => Error::Unsupported(w),
-        mapreduce::Error::Param(w) | mapreduce::Error::Input(w) => Error::Param(w),
+        mapreduce::Error::Param(w) | mapreduce::Error::Input(w) | mapreduce::Error::Output(w) => Error::Param(w),
         mapreduce::Error::NoMemory { .. } => Error::Param("size: the intermediate data does not fit in memory (NoMemory)"),
         mapreduce::Error::InputTooLarge { .. } => Error::Param("size: the text does not fit in memory (NoMemory)"),
     }

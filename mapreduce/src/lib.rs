@@ -86,6 +86,8 @@ pub enum Error {
     Param(&'static str),
     /// The input file could not be read (the file system's words: no disk, no such file...).
     Input(&'static str),
+    /// The output file could not be written (the file system's words: no space...).
+    Output(&'static str),
 }
 
 impl core::fmt::Display for Error {
@@ -102,6 +104,7 @@ impl core::fmt::Display for Error {
             }
             Error::Param(w) => write!(f, "bad parameter: {w}"),
             Error::Input(w) => write!(f, "cannot read the input: {w}"),
+            Error::Output(w) => write!(f, "cannot write the output: {w}"),
         }
     }
 }
