@@ -177,6 +177,17 @@ pub struct Record {
     pub shape: Shape,
     /// Host-driven network benchmarks only.
     pub net: Option<NetStats>,
+    /// Phased benchmarks (`metis_*`): each phase's name, guest ns and soft page faults, in
+    /// order, of the same run as `ns`.
+    pub phases: Vec<PhaseRecord>,
+}
+
+/// One phase of a phased benchmark's run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseRecord {
+    pub name: String,
+    pub ns: u64,
+    pub faults: u64,
 }
 
 impl Record {
@@ -203,6 +214,7 @@ impl Record {
             wall_s: 0.0,
             shape: spec.shape,
             net: None,
+            phases: Vec::new(),
         }
     }
 
@@ -279,6 +291,11 @@ impl Record {
             out.pop();
             out.push_str(&format!(",\"net\":{}}}", n.to_json()));
         }
+        if !self.phases.is_empty() {
+            let ph: Vec<String> = self.phases.iter().map(|p| format!("{{\"name\":{},\"ns\":{},\"faults\":{}}}", json::quote(&p.name), p.ns, p.faults)).collect();
+            out.pop();
+            out.push_str(&format!(",\"phases\":[{}]}}", ph.join(",")));
+        }
         out
     }
 }
@@ -336,6 +353,16 @@ impl Record {
             net: match v.get("net") {
                 None | Some(Value::Null) => None,
                 Some(n) => Some(NetStats::from_json(n)?),
+            },
+            phases: match v.get("phases") {
+                Some(Value::Arr(a)) => a
+                    .iter()
+                    .map(|p| match (p.get("name"), p.get("ns"), p.get("faults")) {
+                        (Some(Value::Str(name)), Some(Value::Num(ns)), Some(Value::Num(f))) => Ok(PhaseRecord { name: name.clone(), ns: *ns as u64, faults: *f as u64 }),
+                        _ => Err("a phase needs name, ns and faults".to_string()),
+                    })
+                    .collect::<Result<_, _>>()?,
+                _ => Vec::new(),
             },
         })
     }
