@@ -124,6 +124,9 @@ pub struct MetisResult {
     pub insns: Option<(u64, u64)>,
     /// The `metis-calib` line: (steps, ns, workers) of the calibration loop in this boot.
     pub calib: Option<(u64, u64, u64)>,
+    /// Ours: the `metis-kstats` line's words (the kernel's per-core counters summed, over the
+    /// run).
+    pub kstats: Option<String>,
 }
 
 fn fnv(bytes: &[u8]) -> u64 {
@@ -471,6 +474,7 @@ pub fn parse_serial(serial: &str, print: bool) -> Result<MetisResult, String> {
         let c = kv(c);
         res.calib = Some((c.get("ops").copied().unwrap_or(0), c.get("ns").copied().unwrap_or(0), c.get("workers").copied().unwrap_or(0)));
     }
+    res.kstats = after.lines().find_map(|l| l.strip_prefix("metis-kstats ")).map(|l| l.trim().to_string());
     if print {
         let o = &res.output;
         let lines = o.iter().filter(|&&b| b == b'\n').count() as u64;
@@ -643,6 +647,9 @@ fn report(r: &MetisRun, res: &MetisResult, ours: Option<&(PathBuf, Vec<u8>)>, li
     println!("merge     {:>14}   {:>11}   (new arena pages the merge rounds wrote: {})", ms(p, "merge_us"), g("merge_faults"), g("merge_arena_pages"));
     let sink = if r.to_disk { format!("to {DISK_OUTPUT} on the disk, synced") } else if r.print { "over the serial line".into() } else { "to the digest only".into() };
     println!("(output   {:>14} ms {sink}; boot to power-off {:.1} s)", ms(p, "output_us"), res.wall_s);
+    if let Some(k) = &res.kstats {
+        println!("kernel counters over the run, all cores: {k}");
+    }
     match calib_rate(res) {
         Some(c) => println!("calibration loop in this boot: {:.3} steps/ns per core ({} workers)", c, res.calib.map(|x| x.2).unwrap_or(0)),
         None => println!("calibration loop: none in this boot"),
