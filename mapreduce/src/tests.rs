@@ -203,3 +203,26 @@ fn out_file_gets_the_output_and_its_errors_fail_the_run() {
     assert!(String::from_utf8(console).unwrap().contains("metis-error"));
     assert!(crate::cli::parse("wc input=x out=").is_err());
 }
+
+/// Catches: an outgrown value array handed to a key of another size (overlapping arrays: a
+/// key's offsets overwritten by another's), or never reused (the page footprint the free lists
+/// exist to cut).
+#[test]
+fn outgrown_value_arrays_are_reused_only_at_their_size() {
+    use crate::table::{Arena, Off};
+    let mut mem = vec![0u64; 4096];
+    // SAFETY: `mem` is zeroed, 32 KiB, used by nothing else while the arena lives.
+    let mut a = unsafe { Arena::new(mem.as_mut_ptr() as *mut u8, mem.len() * 8) };
+    let two: *mut Off = a.alloc_vals(2).unwrap();
+    let four: *mut Off = a.alloc_vals(4).unwrap();
+    a.free_vals(two, 2);
+    let used = a.used();
+    let eight = a.alloc_vals(8).unwrap();
+    assert!(eight != two && a.used() > used, "an array of 2 must not serve 8");
+    assert_eq!(a.alloc_vals(2).unwrap(), two, "a freed array of 2 serves the next 2");
+    assert_ne!(a.alloc_vals(2).unwrap(), two, "and only once");
+    a.free_vals(four, 4);
+    a.free_vals(eight, 8);
+    assert_eq!(a.alloc_vals(8).unwrap(), eight);
+    assert_eq!(a.alloc_vals(4).unwrap(), four);
+}
