@@ -173,11 +173,36 @@ pub fn run_cases(guest_args: &str, smp: u32, timeout: Duration) -> Result<Vec<Ou
     Ok(outcomes)
 }
 
-/// The kernel symbol that owns a line (as `plugin audit` names it).
+/// The kernel symbol that owns a line (as `plugin audit` names it), demangled.
 fn symbol_of(syms: &Symbols, r: &Record) -> String {
     match syms.name(r.u("vaddr")) {
-        Some(n) => n.split('+').next().unwrap_or(&n).to_string(),
-        None => format!("[heap] written by {}", syms.name(r.u("pc")).map(|c| c.split('+').next().unwrap_or("").to_string()).unwrap_or("?".into())),
+        Some(n) => demangle(n.split('+').next().unwrap_or(&n)),
+        None => format!("[heap] written by {}", syms.name(r.u("pc")).map(|c| demangle(c.split('+').next().unwrap_or(""))).unwrap_or("?".into())),
+    }
+}
+
+/// Rust's legacy mangling (`_ZN` + length-prefixed parts + `E`) to `a::b::c`, without the
+/// trailing hash; anything else unchanged.
+pub fn demangle(sym: &str) -> String {
+    let Some(mut rest) = sym.strip_prefix("_ZN") else { return sym.to_string() };
+    let mut parts: Vec<String> = Vec::new();
+    while let Some(c) = rest.chars().next() {
+        if c == 'E' || !c.is_ascii_digit() {
+            break;
+        }
+        let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
+        let Ok(n) = rest[..digits].parse::<usize>() else { return sym.to_string() };
+        let Some(part) = rest.get(digits..digits + n) else { return sym.to_string() };
+        parts.push(part.replace("$LT$", "<").replace("$GT$", ">").replace("$u20$", " ").replace("$C$", ",").replace("..", "::"));
+        rest = &rest[digits + n..];
+    }
+    if parts.last().is_some_and(|p| p.len() == 17 && p.starts_with('h') && p[1..].chars().all(|c| c.is_ascii_hexdigit())) {
+        parts.pop();
+    }
+    if parts.is_empty() {
+        sym.to_string()
+    } else {
+        parts.join("::")
     }
 }
 
@@ -482,6 +507,14 @@ pub fn main(args: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Catches unreadable symbols in the report.
+    #[test]
+    fn demangles_legacy_symbols() {
+        assert_eq!(demangle("_ZN6kernel7syscall6lookup17h71cee5c303ad1303E"), "kernel::syscall::lookup");
+        assert_eq!(demangle("_ZN72_$LT$kernel..kobj..ar..AddressRange$u20$as$u20$core..ops..drop..Drop$GT$4drop17h48a71d2c0793e262E"), "<kernel::kobj::ar::AddressRange as core::ops::drop::Drop>::drop");
+        assert_eq!(demangle("OBJECT_IDS"), "OBJECT_IDS");
+    }
 
     // Catches a pick list the guest would read differently: ranges compress runs only.
     #[test]
