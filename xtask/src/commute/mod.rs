@@ -193,6 +193,7 @@ pub fn demangle(sym: &str) -> String {
         let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
         let Ok(n) = rest[..digits].parse::<usize>() else { return sym.to_string() };
         let Some(part) = rest.get(digits..digits + n) else { return sym.to_string() };
+        let part = part.strip_prefix("_$").map(|p| format!("${p}")).unwrap_or_else(|| part.to_string());
         parts.push(part.replace("$LT$", "<").replace("$GT$", ">").replace("$u20$", " ").replace("$C$", ",").replace("..", "::"));
         rest = &rest[digits + n..];
     }
