@@ -29,7 +29,9 @@ cargo xtask commute [options]   the commutativity checker (docs/commute.md)
   --ci              the seeded CI sample, checked against xtask/src/commute/baseline.txt
   --update-baseline with --ci: rewrite the baseline from this run
   --model-only      print the model's decisions without booting
-  --list            list the modelled calls and the case count";
+  --list            list the modelled calls and the case count
+  --planted         the CI sample on a kernel with a planted conflict (feature planted-conflict):
+                    succeeds only if the baseline check catches it";
 
 /// The checked-in baseline of the CI sample: which sampled cases were conflict-free.
 fn baseline_path() -> PathBuf {
@@ -97,7 +99,21 @@ fn pick_arg(idx: &[usize]) -> String {
     parts.join(",")
 }
 
-/// The seeded CI sample: `CI_SAMPLE` commuting cases, ascending.
+/// The case the planted regression (kernel feature `planted-conflict`, a global counter bumped
+/// by every `segment_alloc`) makes conflicting: two allocations into different shares. Always
+/// in the CI sample, so the sample is shown to catch it (`cargo xtask commute --planted`).
+fn planted_target() -> usize {
+    let mut idx = usize::MAX;
+    cases::for_each_case(|c| {
+        if c.a == Op::SegmentAlloc(cases::Sym::SA) && c.b == Op::SegmentAlloc(cases::Sym::SB) {
+            idx = c.index;
+        }
+    });
+    idx
+}
+
+/// The CI sample: `CI_SAMPLE` commuting cases drawn with a fixed seed, plus the planted
+/// regression's target, ascending.
 pub fn ci_sample() -> Vec<usize> {
     let commuting: Vec<usize> = decide_all().into_iter().filter(|(_, v)| v.commutes).map(|(c, _)| c.index).collect();
     let mut state = CI_SEED;
@@ -110,14 +126,19 @@ pub fn ci_sample() -> Vec<usize> {
         let r = state.wrapping_mul(0x2545_f491_4f6c_dd1d);
         picked.insert(commuting[(r % commuting.len() as u64) as usize]);
     }
+    picked.insert(planted_target());
     picked.into_iter().collect()
 }
 
 /// Boot the guest with the sharing plugin and run `guest_args` (`calls=` / `pick=`); return
 /// each case's results and conflicting lines.
 pub fn run_cases(guest_args: &str, smp: u32, timeout: Duration) -> Result<Vec<Outcome>, String> {
+    run_cases_on(crate::env::build_kernel()?, guest_args, smp, timeout)
+}
+
+/// `run_cases` on a given kernel (the planted regression's).
+pub fn run_cases_on(kernel: PathBuf, guest_args: &str, smp: u32, timeout: Duration) -> Result<Vec<Outcome>, String> {
     let built = plugins::build()?;
-    let kernel = crate::env::build_kernel()?;
     let initrd = crate::user::build_initrd()?;
     let syms = {
         let data = fs::read(&kernel).map_err(|e| format!("cannot read {}: {e}", kernel.display()))?;
@@ -421,7 +442,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let mut smp = 2u32;
     let mut timeout = Duration::from_secs(900);
     let mut out = crate::env::target_dir().join("commute");
-    let (mut ci, mut update, mut model_only, mut list) = (false, false, false, false);
+    let (mut ci, mut update, mut model_only, mut list, mut planted) = (false, false, false, false, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
@@ -434,6 +455,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
             "--update-baseline" => update = true,
             "--model-only" => model_only = true,
             "--list" => list = true,
+            "--planted" => planted = true,
             "help" | "--help" | "-h" => {
                 println!("{HELP}");
                 return Ok(());
@@ -470,6 +492,17 @@ pub fn main(args: &[String]) -> Result<(), String> {
         }
         println!("{n_all} cases, {n_comm} commute");
         return Ok(());
+    }
+    if planted {
+        let kernel = crate::env::build_kernel_with(&["planted-conflict"])?;
+        let sample = ci_sample();
+        let outcomes = run_cases_on(kernel, &format!("pick={}", pick_arg(&sample)), smp, timeout)?;
+        let baseline = fs::read_to_string(baseline_path()).map_err(|e| format!("cannot read {}: {e}", baseline_path().display()))?;
+        let t = check_baseline(&outcomes, &baseline)?;
+        let target = planted_target();
+        let caught = outcomes.iter().any(|o| o.case.index == target && o.conflicts.iter().any(|c| c.symbol.contains("PLANTED_SEGMENT_ALLOCS")));
+        println!("planted regression: {} of {} sampled cases fail; case {target} conflicts on PLANTED_SEGMENT_ALLOCS: {caught}", t.failed, outcomes.len());
+        return if caught && t.failed > 0 { Ok(()) } else { Err("the CI sample did not catch the planted regression".into()) };
     }
     if ci {
         let sample = ci_sample();
@@ -529,7 +562,8 @@ mod tests {
     fn ci_sample_is_fixed_and_commuting() {
         let a = ci_sample();
         assert_eq!(a, ci_sample());
-        assert_eq!(a.len(), CI_SAMPLE);
+        assert!(a.len() == CI_SAMPLE || a.len() == CI_SAMPLE + 1);
+        assert!(a.contains(&planted_target()));
         let d = decide_all();
         assert!(a.iter().all(|i| d[*i].1.commutes));
     }
