@@ -61,6 +61,8 @@ pub enum Op {
     Null,
     TimeNow,
     PcoreCurrent,
+    /// This core's share set (`self_shares`).
+    SelfShares,
     ObjStat(Name),
     ObjGetName(Name),
     ShareAlloc(Sym),
@@ -70,6 +72,10 @@ pub enum Op {
     SegmentAlloc(Sym),
     /// An eager copy (`COPY_EAGER`).
     SegmentCopy { dst: Sym, src: Name },
+    /// A copy-on-write copy (`COPY_ON_WRITE`): the same result and state as an eager copy
+    /// (the interface does not show which pages are shared), different kernel work (the
+    /// source's writable mappings are write-protected).
+    SegmentCopyCow { dst: Sym, src: Name },
     SegmentGetNbytes(Name),
     SegmentSetNbytes(Name, u64),
     /// A 2 MiB range (`ArKind::Span2M`).
@@ -88,13 +94,14 @@ pub struct Call {
 use Sym::*;
 
 /// The modelled calls, in enumeration order. Not modelled (yet): pcore_* but `pcore_current`,
-/// self_drop, self_shares, ar_set_ar, device_*, ppc_*, console_*, sys_info, core_stats,
+/// self_drop, ar_set_ar, device_*, ppc_*, console_*, sys_info, core_stats,
 /// initrd_get, locality_get, syscall_batch, core_request/release (docs/commute.md).
 pub const CALLS: &[Call] = &[
     Call { name: "null", variants: &[Op::Null] },
     Call { name: "time_now", variants: &[Op::TimeNow] },
     Call { name: "pcore_current", variants: &[Op::PcoreCurrent] },
-    Call { name: "obj_stat", variants: &[Op::ObjStat((SA, X)), Op::ObjStat((SA, Y)), Op::ObjStat((SB, Y))] },
+    Call { name: "self_shares", variants: &[Op::SelfShares] },
+    Call { name: "obj_stat", variants: &[Op::ObjStat((SA, X)), Op::ObjStat((SA, Y)), Op::ObjStat((SB, Y)), Op::ObjStat((SA, R))] },
     Call { name: "obj_get_name", variants: &[Op::ObjGetName((SA, Y)), Op::ObjGetName((SB, X))] },
     Call { name: "share_alloc", variants: &[Op::ShareAlloc(SA), Op::ShareAlloc(SB)] },
     Call {
@@ -105,6 +112,7 @@ pub const CALLS: &[Call] = &[
     Call { name: "share_list", variants: &[Op::ShareList(SA), Op::ShareList(SB)] },
     Call { name: "segment_alloc", variants: &[Op::SegmentAlloc(SA), Op::SegmentAlloc(SB)] },
     Call { name: "segment_copy", variants: &[Op::SegmentCopy { dst: SB, src: (SA, X) }, Op::SegmentCopy { dst: SA, src: (SA, Y) }] },
+    Call { name: "segment_copy_cow", variants: &[Op::SegmentCopyCow { dst: SB, src: (SA, X) }, Op::SegmentCopyCow { dst: SA, src: (SA, Y) }] },
     Call { name: "segment_get_nbytes", variants: &[Op::SegmentGetNbytes((SA, X)), Op::SegmentGetNbytes((SA, Y))] },
     Call {
         name: "segment_set_nbytes",

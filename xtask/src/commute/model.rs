@@ -165,6 +165,8 @@ impl State {
             Op::Null => Ok("0".into()),
             Op::TimeNow => Ok("t".into()),
             Op::PcoreCurrent => Ok("self".into()),
+            // The caller's own share set: no case changes it (self_drop is not modelled).
+            Op::SelfShares => Ok("own".into()),
             Op::ObjStat(n) => {
                 let k = self.lookup(n)?;
                 Ok(format!("{}/refs={}", self.objs[&k].type_name(), self.refs(k)))
@@ -201,7 +203,7 @@ impl State {
                 self.share_mut(s).insert(new);
                 Ok(new.label())
             }
-            Op::SegmentCopy { dst, src } => {
+            Op::SegmentCopy { dst, src } | Op::SegmentCopyCow { dst, src } => {
                 self.reach_share(dst)?;
                 let k = self.lookup(src)?;
                 let n = self.segment(k)?;

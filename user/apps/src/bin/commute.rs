@@ -19,7 +19,7 @@ extern crate alloc;
 #[allow(dead_code)]
 mod cases;
 
-use abi::{ArKind, ArMapping, Error, ObjName, ObjectId, SegMapping, COPY_EAGER, MAP_READ, MAP_WRITE, MEMID_SELF};
+use abi::{ArKind, ArMapping, Error, ObjName, ObjectId, SegMapping, COPY_EAGER, COPY_ON_WRITE, MAP_READ, MAP_WRITE, MEMID_SELF};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use cases::{Case, Name, Op, Sym, FIXTURE_SEG_PAGES, NEW_SEG_BYTES, PAGE, SYMS};
@@ -126,6 +126,16 @@ fn exec(op: Op, fx: &Fixture, raw: &mut Raw) {
         Op::Null => enc(sys::null(), |v| v as i64),
         Op::TimeNow => enc(sys::time_now(), |_| 0),
         Op::PcoreCurrent => enc(sys::pcore_current(), |v| (v == libos::ctx::ctx().pcore.object) as i64),
+        Op::SelfShares => {
+            let mut ids = [0u64; RAW_VALS];
+            let r = sys::self_shares(&mut ids);
+            if let Ok(n) = r {
+                // The first id is the caller's root share: the result names the caller.
+                raw.vals[0] = (ids[0] == libos::ctx::ctx().root_share) as u64;
+                raw.n = n as usize;
+            }
+            enc(r, |v| v as i64)
+        }
         Op::ObjStat(n) => enc(sys::obj_stat(fx.name(n)), |st| {
             raw.vals[0] = st.obj_type as u64;
             raw.vals[1] = st.refs;
@@ -155,6 +165,7 @@ fn exec(op: Op, fx: &Fixture, raw: &mut Raw) {
         }
         Op::SegmentAlloc(s) => enc(sys::segment_alloc(fx.id(s), "new", MEMID_SELF, NEW_SEG_BYTES), |v| v as i64),
         Op::SegmentCopy { dst, src } => enc(sys::segment_copy(fx.id(dst), fx.name(src), "new", COPY_EAGER), |v| v as i64),
+        Op::SegmentCopyCow { dst, src } => enc(sys::segment_copy(fx.id(dst), fx.name(src), "new", COPY_ON_WRITE), |v| v as i64),
         Op::SegmentGetNbytes(n) => enc(sys::segment_get_nbytes(fx.name(n)), |v| v as i64),
         Op::SegmentSetNbytes(n, pages) => enc(sys::segment_set_nbytes(fx.name(n), pages * PAGE), |v| v as i64),
         Op::ArAlloc(s) => enc(sys::ar_alloc(fx.id(s), "new", MEMID_SELF, ArKind::Span2M), |v| v as i64),
@@ -200,6 +211,7 @@ fn format(op: Op, raw: &Raw, fx: &Fixture, new_a: Option<u64>, new_b: Option<u64
     match op {
         Op::TimeNow => "t".into(),
         Op::PcoreCurrent => (if v == 1 { "self" } else { "other" }).into(),
+        Op::SelfShares => (if raw.vals[0] == 1 { "own" } else { "other" }).into(),
         Op::ObjStat(_) => {
             let t = match raw.vals[0] {
                 1 => "share",
@@ -216,7 +228,7 @@ fn format(op: Op, raw: &Raw, fx: &Fixture, new_a: Option<u64>, new_b: Option<u64
             }
             String::from_utf8_lossy(&bytes[..(v as usize).min(32)]).into_owned()
         }
-        Op::ShareAlloc(_) | Op::SegmentAlloc(_) | Op::SegmentCopy { .. } | Op::ArAlloc(_) => label(v),
+        Op::ShareAlloc(_) | Op::SegmentAlloc(_) | Op::SegmentCopy { .. } | Op::SegmentCopyCow { .. } | Op::ArAlloc(_) => label(v),
         Op::ShareList(_) => {
             let mut l: Vec<String> = raw.vals[..raw.n].iter().map(|&id| label(id)).collect();
             l.sort();
@@ -235,7 +247,7 @@ fn format(op: Op, raw: &Raw, fx: &Fixture, new_a: Option<u64>, new_b: Option<u64
 
 fn new_id(op: Op, raw: &Raw) -> Option<u64> {
     match op {
-        Op::ShareAlloc(_) | Op::SegmentAlloc(_) | Op::SegmentCopy { .. } | Op::ArAlloc(_) if raw.code > 0 => Some(raw.code as u64),
+        Op::ShareAlloc(_) | Op::SegmentAlloc(_) | Op::SegmentCopy { .. } | Op::SegmentCopyCow { .. } | Op::ArAlloc(_) if raw.code > 0 => Some(raw.code as u64),
         _ => None,
     }
 }
