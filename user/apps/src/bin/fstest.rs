@@ -251,7 +251,7 @@ fn corrupt_superblock_is_refused() -> TestResult {
     fs_ok("unmount", fs::unmount())?;
     for (at, bytes, what) in [(0usize, [0xFF, 0xFF, 0xFF, 0x7F], "inode count"), (4, [0xFF, 0xFF, 0xFF, 0x7F], "block count"), (56, [0, 0, 0, 0], "magic")] {
         let dev = ok!(BlockDevice::open(libos::process::proc_share()));
-        let mut cache = Cache::new(dev);
+        let mut cache = fs_ok("cache", Cache::with_pages(dev, 256))?;
         let mut sb = [0u8; 1024];
         fs_ok("read", cache.read_at(1024, &mut sb))?;
         sb[at..at + 4].copy_from_slice(&bytes);
@@ -271,7 +271,7 @@ fn corrupt_superblock_is_refused() -> TestResult {
 fn corrupt_directory_entry_is_an_error() -> TestResult {
     fs_ok("unmount", fs::unmount())?;
     let dev = ok!(BlockDevice::open(libos::process::proc_share()));
-    let mut fs = fs_ok("mount", Ext2::mount(Cache::new(dev)))?;
+    let mut fs = fs_ok("mount", Ext2::mount(fs_ok("cache", Cache::with_pages(dev, 256))?))?;
     let sub = fs_ok("resolve", fs.resolve(b"/sub"))?;
     let b = fs_ok("bmap", fs.bmap(&sub, 0))?;
     let mut blk = vec![0u8; fs.bs as usize];
@@ -635,7 +635,7 @@ fn seeded_corruptions_never_panic() -> TestResult {
     let mut meta: Vec<(u64, u64)> = Vec::new();
     {
         let dev = ok!(BlockDevice::open(share));
-        let mut fs = fs_ok("mount", Ext2::mount(Cache::new(dev)))?;
+        let mut fs = fs_ok("mount", Ext2::mount(fs_ok("cache", Cache::with_pages(dev, 256))?))?;
         let bs = fs.bs;
         meta.push((1024, 1024));
         meta.push((bs.max(2048), bs));
@@ -663,7 +663,7 @@ fn seeded_corruptions_never_panic() -> TestResult {
     let rounds = 60;
     for _ in 0..rounds {
         let dev = ok!(BlockDevice::open(share));
-        let mut cache = Cache::new(dev);
+        let mut cache = fs_ok("cache", Cache::with_pages(dev, 256))?;
         for _ in 0..1 + next() % 8 {
             let (start, len) = meta[(next() % meta.len() as u64) as usize];
             let at = start + next() % len;
