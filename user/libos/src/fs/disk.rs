@@ -38,15 +38,18 @@ pub const CACHE_PAGES: usize = 4096;
 /// Map `link` at `va` in `root` unless `target` is mapped there already (a cfork'd child
 /// whose parent shared it); something else there (a stale mapping of an earlier mount, or a
 /// cfork copy) is replaced.
-fn map_in_root(root: ObjName, va: u64, len: u64, target: ObjectId, link: impl Fn() -> Result<u64, Error>) -> Result<(), Error> {
+fn map_in_root(root: ObjName, va: u64, len: u64, target: ObjName, link: impl Fn() -> Result<u64, Error>) -> Result<(), Error> {
     match link() {
         Ok(_) => Ok(()),
         Err(Error::Overlap) => {
             let mut maps = [ArMapping::default(); 128];
             let n = (crate::sys::ar_get(root, &mut maps)? as usize).min(maps.len());
-            if maps[..n].iter().any(|m| m.voff == va && m.target == target) {
+            if maps[..n].iter().any(|m| m.voff == va && m.target == target.object) {
                 return Ok(());
             }
+            // Replace what is there only with something this context can name (a cfork'd
+            // child not given the cache keeps its copy and gets the error).
+            crate::sys::obj_stat(target)?;
             crate::sys::ar_unmap(root, va, len)?;
             link().map(|_| ())
         }
@@ -101,7 +104,7 @@ impl BlockDevice {
         let ar = crate::ctx::ctx().root_ar;
         if self.mapped[c as usize] != ar.object {
             let seg = self.seg;
-            map_in_root(ar, BLK_VA, REQ_BYTES, seg.object, || crate::sys::ar_set_seg(ar, &SegMapping { voff: BLK_VA, seg, soff: 0, len: REQ_BYTES, flags: MAP_READ | MAP_WRITE }))?;
+            map_in_root(ar, BLK_VA, REQ_BYTES, seg, || crate::sys::ar_set_seg(ar, &SegMapping { voff: BLK_VA, seg, soff: 0, len: REQ_BYTES, flags: MAP_READ | MAP_WRITE }))?;
             self.mapped[c as usize] = ar.object;
         }
         Ok(())
@@ -295,7 +298,7 @@ impl Cache {
         let root = crate::ctx::ctx().root_ar;
         if self.linked[c as usize] != root.object {
             let range = self.range;
-            map_in_root(root, CACHE_VA, 1 << 30, range.object, || crate::sys::ar_set_ar(root, CACHE_VA, range))?;
+            map_in_root(root, CACHE_VA, 1 << 30, range, || crate::sys::ar_set_ar(root, CACHE_VA, range))?;
             self.linked[c as usize] = root.object;
         }
         Ok(())
