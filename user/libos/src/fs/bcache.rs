@@ -600,6 +600,13 @@ impl Table {
 }
 
 fn copy_out(p: &Page, at: usize, buf: &mut [u8]) {
+    if at % 8 == 0 && buf.len() % 8 == 0 && at + buf.len() <= PAGE {
+        // Whole words (pages, inodes, descriptors): one 8-byte store each.
+        for (c, w) in buf.chunks_exact_mut(8).zip(&p[1 + at / 8..]) {
+            c.copy_from_slice(&w.to_le_bytes());
+        }
+        return;
+    }
     let end = (at + buf.len()).min(PAGE);
     let mut i = at;
     while i < end {
@@ -612,6 +619,12 @@ fn copy_out(p: &Page, at: usize, buf: &mut [u8]) {
 }
 
 fn copy_in(p: &mut Page, at: usize, data: &[u8]) {
+    if at % 8 == 0 && data.len() % 8 == 0 && at + data.len() <= PAGE {
+        for (w, c) in p[1 + at / 8..].iter_mut().zip(data.chunks_exact(8)) {
+            *w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        }
+        return;
+    }
     let end = (at + data.len()).min(PAGE);
     let mut i = at;
     while i < end {
