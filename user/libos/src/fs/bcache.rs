@@ -288,11 +288,17 @@ impl Table {
     /// the page is not cached (or a writer or evictor was in the way): call `read` then.
     pub fn try_read(&self, core: usize, block: u64, at: usize, buf: &mut [u8]) -> bool {
         let Some(s) = self.find(block) else { return false };
-        let Some(p) = self.page(s).try_read() else { return false };
-        if p[0] != block + 1 {
+        if at >= PAGE || buf.len() > PAGE - at {
             return false;
         }
-        copy_out(&p, at, buf);
+        // Only the tag and the words holding the bytes asked for, in one seqlock window.
+        let (first, end) = (at / 8, (at + buf.len()).div_ceil(8));
+        let mut tag = [0u64; 1];
+        let mut words = [0u64; PAGE_WORDS];
+        if !self.page(s).try_read_ranges(&mut [(0, &mut tag), (1 + first, &mut words[..end - first])]) || tag[0] != block + 1 {
+            return false;
+        }
+        copy_words_out(&words[..end - first], at % 8, buf);
         let m = self.meta(s);
         // Written once per clock cycle, not per hit.
         if m.referenced.load(Ordering::Relaxed) == 0 {
@@ -615,6 +621,27 @@ fn copy_out(p: &Page, at: usize, buf: &mut [u8]) {
         let n = (8 - k).min(end - i);
         buf[i - at..i - at + n].copy_from_slice(&w[k..k + n]);
         i += n;
+    }
+}
+
+/// Bytes `skip ..` of `words` (little-endian) into `buf`.
+fn copy_words_out(words: &[u64], skip: usize, buf: &mut [u8]) {
+    if skip == 0 && buf.len() % 8 == 0 {
+        for (c, w) in buf.chunks_exact_mut(8).zip(words) {
+            c.copy_from_slice(&w.to_le_bytes());
+        }
+        return;
+    }
+    let mut done = 0;
+    for (i, w) in words.iter().enumerate() {
+        let b = w.to_le_bytes();
+        let from = if i == 0 { skip } else { 0 };
+        let n = (8 - from).min(buf.len() - done);
+        buf[done..done + n].copy_from_slice(&b[from..from + n]);
+        done += n;
+        if done == buf.len() {
+            break;
+        }
     }
 }
 
