@@ -220,3 +220,176 @@ fn in_flight_counts_from_the_producers_last_reading() {
     assert!(p.push(4, 0));
     assert_eq!(p.in_flight(), 3);
 }
+
+/// Catches: a clustered object that never frees its reps, or frees only the empty slots
+/// (cargo mutants: `<impl Drop for ClusteredObject<R>>::drop` -> `()`, `delete !` in it).
+#[test]
+fn a_clustered_object_frees_every_rep_it_made_once() {
+    use percore::clustered::{ClusteredObject, Policy};
+    struct Rep(Arc<AtomicUsize>);
+    impl Drop for Rep {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let d = dropped.clone();
+    let obj = ClusteredObject::with_cores(4, Policy::PerCore, move |_| Rep(d.clone())).unwrap();
+    // Reps for cores 0 and 2 only: slots 1 and 3 stay empty and must not be "freed".
+    obj.rep_on(0);
+    obj.rep_on(2);
+    assert_eq!(obj.rep_count(), 2);
+    assert_eq!(dropped.load(SeqCst), 0, "no rep is dropped while the object lives");
+    drop(obj);
+    assert_eq!(dropped.load(SeqCst), 2, "each rep made is dropped exactly once with the object");
+}
+
+/// Catches: `flush_translations` leaving the per-core entries in place (cargo mutants:
+/// `ClusteredObject<R>::flush_translations` -> `()`): after a flush the next access on every
+/// core misses again, and finds the rep it had (reps are kept).
+#[test]
+fn flushing_translations_makes_each_core_miss_once_more() {
+    use percore::clustered::{ClusteredObject, Policy};
+    let obj = ClusteredObject::with_cores(3, Policy::Shared, |info| info.index * 10 + 7).unwrap();
+    let first: *const usize = obj.rep_on(1);
+    obj.rep_on(1);
+    obj.rep_on(2);
+    assert_eq!(obj.misses(), 2, "one miss per core before the flush");
+    obj.flush_translations();
+    let again: *const usize = obj.rep_on(1);
+    obj.rep_on(2);
+    assert_eq!(obj.misses(), 4, "each core misses once more after the flush");
+    assert_eq!(first, again, "the flush keeps the reps: the miss finds the same one");
+    assert_eq!(obj.rep_count(), 1);
+}
+
+/// Waits up to 2 s for `cond` (a thread we started reaching a point). A slow host only
+/// makes the wait longer; a condition that never holds fails the test that needed it.
+fn eventually(cond: impl Fn() -> bool) -> bool {
+    for _ in 0..400 {
+        if cond() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    cond()
+}
+
+/// Catches: an MCS lock whose `acquire` lets a taker in while the lock is held (cargo
+/// mutants: `McsLock<T>::acquire` -> `()`), a queue that loses a waiter or hands the lock to
+/// two, and `is_locked` / `has_waiters` / `try_lock` answering wrongly. Two waiters queue
+/// behind the holder; each must wait, and both get in, one after the other, once it lets go.
+#[test]
+fn a_held_mcs_lock_queues_the_next_takers() {
+    use percore::McsLock;
+    let lock = Arc::new(McsLock::new(0u32));
+    assert!(!lock.is_locked() && !lock.has_waiters());
+    let g = lock.lock();
+    assert!(lock.is_locked());
+    assert!(lock.try_lock().is_none(), "try_lock on a held lock");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let takers: Vec<_> = (0..2)
+        .map(|_| {
+            let (l, i, s) = (lock.clone(), inside.clone(), started.clone());
+            thread::spawn(move || {
+                s.fetch_add(1, SeqCst);
+                let mut g = l.lock();
+                // Exclusive: nobody else is inside while we are.
+                assert_eq!(i.fetch_add(1, SeqCst), 0, "two holders of an MCS lock at once");
+                *g += 1;
+                thread::sleep(Duration::from_millis(20));
+                i.fetch_sub(1, SeqCst);
+            })
+        })
+        .collect();
+    assert!(eventually(|| started.load(SeqCst) == 2 && lock.has_waiters()), "the takers never queued");
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(inside.load(SeqCst), 0, "a taker got in while the lock was held");
+    drop(g);
+    for t in takers {
+        t.join().unwrap();
+    }
+    assert!(!lock.is_locked() && !lock.has_waiters());
+    assert_eq!(*lock.lock(), 2);
+}
+
+/// Catches: a reader-writer lock that lets a reader in under a writer, or a writer in
+/// under a reader (the writer's drain of the per-core reader counts), and `is_write_locked`
+/// answering a constant. Readers on different slots share.
+#[test]
+fn a_reader_writer_lock_excludes_across_modes_only() {
+    use percore::RwLock;
+    let lock = Arc::new(RwLock::with_reader_slots(0u32, 4));
+    assert!(!lock.is_write_locked());
+    // Two readers on two slots at once: fine.
+    let r0 = lock.read_on(0);
+    let r1 = lock.read_on(1);
+    assert_eq!(*r0 + *r1, 0);
+    // A writer must wait for both.
+    let wrote = Arc::new(AtomicBool::new(false));
+    let (l, w) = (lock.clone(), wrote.clone());
+    let writer = thread::spawn(move || {
+        let mut g = l.write();
+        w.store(true, SeqCst);
+        *g += 1;
+    });
+    assert!(eventually(|| lock.is_write_locked()), "the writer never announced itself");
+    drop(r0);
+    thread::sleep(Duration::from_millis(100));
+    assert!(!wrote.load(SeqCst), "the writer got in while a reader held the lock");
+    drop(r1);
+    writer.join().unwrap();
+    assert!(wrote.load(SeqCst) && !lock.is_write_locked());
+    // A held writer keeps a reader out.
+    let g = lock.write();
+    let read = Arc::new(AtomicBool::new(false));
+    let (l, r) = (lock.clone(), read.clone());
+    let reader = thread::spawn(move || {
+        let v = *l.read_on(2);
+        r.store(true, SeqCst);
+        v
+    });
+    thread::sleep(Duration::from_millis(100));
+    assert!(!read.load(SeqCst), "a reader got in under a writer");
+    drop(g);
+    assert_eq!(reader.join().unwrap(), 1, "the reader sees the writer's update");
+}
+
+/// Catches: `PerCore::slot_of` mapping cores past the slot count wrongly (cargo mutants:
+/// `<` -> `<=` and `<` -> `==`, which index one past the end for core == len, `%` -> `/`),
+/// `is_empty` answering `true`, `get_mut` answering `None`. (`is_empty -> false` is
+/// equivalent: a `PerCore` always has at least one slot.)
+#[test]
+fn per_core_slots_wrap_past_the_slot_count() {
+    use percore::PerCore;
+    let mut v = PerCore::with_cores(3, |i| i * 10);
+    assert_eq!((v.len(), v.is_empty()), (3, false));
+    assert_eq!([v.slot_of(0), v.slot_of(2), v.slot_of(3), v.slot_of(4), v.slot_of(7)], [0, 2, 0, 1, 1]);
+    assert_eq!((*v.on(3), *v.on(5), *v.on(8)), (0, 20, 20));
+    *v.get_mut(1).expect("slot 1 exists") += 1;
+    assert_eq!(v.get(1), Some(&11));
+    assert!(v.get_mut(3).is_none() && v.get(3).is_none());
+    let zero = PerCore::with_cores(0, |_| 0u8);
+    assert_eq!(zero.len(), 1, "at least one slot");
+}
+
+/// Catches: `RwLock::reader_slots` answering a constant (cargo mutants: `-> 0`, `-> 1`).
+#[test]
+fn a_reader_writer_lock_reports_its_reader_slots() {
+    use percore::RwLock;
+    assert_eq!(RwLock::with_reader_slots(0u8, 5).reader_slots(), 5);
+    assert_eq!(RwLock::with_reader_slots(0u8, 2).reader_slots(), 2);
+}
+
+/// Catches: `IrqMcsLock::is_locked` and `McsLock::has_waiters` answering constants.
+#[test]
+fn irq_mcs_lock_reports_its_state() {
+    use percore::IrqMcsLock;
+    let l = IrqMcsLock::new(1u8);
+    assert!(!l.is_locked());
+    let g = l.lock();
+    assert!(l.is_locked());
+    drop(g);
+    assert!(!l.is_locked());
+}
