@@ -293,20 +293,37 @@ impl Table {
         }
         // Only the tag and the words holding the bytes asked for, in one seqlock window.
         let (first, end) = (at / 8, (at + buf.len()).div_ceil(8));
+        // SAFETY: any bytes are a valid `u64` and the reverse; `align_to_mut` gives the
+        // aligned middle part only.
+        let (head, mid, tail) = unsafe { buf.align_to_mut::<u64>() };
+        if head.is_empty() && tail.is_empty() && at % 8 == 0 {
+            // Whole aligned words (pages and inodes into heap buffers): copy straight into
+            // the caller's buffer; a failed window leaves garbage there that the slow path
+            // overwrites, and nobody looks at it before that.
+            let mut tag = [0u64; 1];
+            if !self.page(s).try_read_ranges(&mut [(0, &mut tag), (1 + first, mid)]) || tag[0] != block + 1 {
+                return false;
+            }
+            self.hit(core, s);
+            return true;
+        }
         let mut tag = [0u64; 1];
         let mut words = [0u64; PAGE_WORDS];
         if !self.page(s).try_read_ranges(&mut [(0, &mut tag), (1 + first, &mut words[..end - first])]) || tag[0] != block + 1 {
             return false;
         }
         copy_words_out(&words[..end - first], at % 8, buf);
+        self.hit(core, s);
+        true
+    }
+
+    fn hit(&self, core: usize, s: usize) {
         let m = self.meta(s);
         // Written once per clock cycle, not per hit.
         if m.referenced.load(Ordering::Relaxed) == 0 {
             m.referenced.store(1, Ordering::Relaxed);
         }
-        let st = self.stats_of(core);
-        st.hits.fetch_add(1, Ordering::Relaxed);
-        true
+        self.stats_of(core).hits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Write into cached page `block` under only its slot's lock. `false` if it is not cached.
