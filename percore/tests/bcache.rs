@@ -54,7 +54,8 @@ impl BlockIo for MemDisk {
     }
 }
 
-/// Memory for a table (leaked: tables live as long as their mapping, here the test).
+/// Memory for a table (leaked: tables live as long as their mapping, here the test). Also used
+/// by the unit tests inside `bcache.rs`.
 fn table(slots: usize) -> Table {
     let bytes = bcache::table_bytes(slots);
     let mem = std::alloc::Layout::from_size_align(bytes, 4096).unwrap();

@@ -680,3 +680,47 @@ fn copy_in(p: &mut Page, at: usize, data: &[u8]) {
         i += n;
     }
 }
+
+/// Unit tests, compiled on the host by `percore/tests/bcache.rs` (which includes this file).
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Zero;
+    impl BlockIo for Zero {
+        fn read_page(&mut self, block: u64, buf: &mut [u8]) -> Result<(), IoError> {
+            buf.fill(block as u8);
+            Ok(())
+        }
+        fn write_page(&mut self, _: u64, _: &[u8]) -> Result<(), IoError> {
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), IoError> {
+            Ok(())
+        }
+        fn page_len(&self, _: u64) -> usize {
+            PAGE
+        }
+    }
+
+    /// Catches: a lock-free hit that trusts the index entry without checking the page's tag
+    /// inside its seqlock window. The state made here by hand (an entry for block 5 naming a
+    /// slot that now holds block 9) is what a reader sees when it loaded the entry just before
+    /// the slot was evicted and refilled, and what a stale duplicate entry (the index-rebuild
+    /// bug of the first cut) left behind for good.
+    #[test]
+    fn a_hit_checks_the_tag_not_just_the_index() {
+        let t = crate::table(1);
+        let mut io = Zero;
+        let mut b = alloc::vec![0u8; 64];
+        t.read(0, &mut io, 5, 0, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 5));
+        t.drop_clean();
+        t.read(0, &mut io, 9, 0, &mut b).unwrap();
+        let mut sw = Sweep { hand: 0, tombs: 0 };
+        t.index_insert(&mut sw, 5, 0);
+        b.fill(0);
+        assert!(!t.try_read(0, 5, 0, &mut b), "block 9's page served as block 5");
+        assert!(!t.try_read(0, 5, 3, &mut b[..5]), "unaligned path: block 9's page served as block 5");
+    }
+}
