@@ -17,6 +17,7 @@
 //! | [`reclaim`] | existence guarantees by quiescence (token over per-core counts) | Tornado §5 |
 //! | [`spsc`] | single-producer single-consumer message ring, sequence-tagged slots | NIX, Corey's rings |
 //! | [`slab`] | per-core object cache over a backend (page slabs, heap) | Tornado §4 |
+//! | [`fdtable`] | descriptor table in shared memory: lock-free slot allocation, `fget`-style references | Linux `files_struct`, Corey fig. 1 |
 //! | [`selftest`] | the all-cores stress the kernel runs (and the host, on threads) | |
 #![cfg_attr(not(feature = "std"), no_std)]
 
@@ -27,6 +28,7 @@ mod sync;
 pub mod clustered;
 pub mod counter;
 pub mod cpu;
+pub mod fdtable;
 pub mod mcs;
 pub mod pad;
 pub mod per_core;

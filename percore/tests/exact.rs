@@ -393,3 +393,173 @@ fn irq_mcs_lock_reports_its_state() {
     drop(g);
     assert!(!l.is_locked());
 }
+
+/// Catches: `SeqLock::compare` answering `true` whatever the value (cargo mutants:
+/// `compare -> true`): the lock-free name comparison of the path caches depends on it.
+#[test]
+fn a_seqlock_comparison_sees_the_value() {
+    let s = percore::SeqLock::new([1u64, 2]);
+    assert!(s.compare(|v| *v == [1, 2]));
+    assert!(!s.compare(|v| *v == [1, 3]));
+    s.set([1, 3]);
+    assert!(s.compare(|v| *v == [1, 3]) && !s.compare(|v| *v == [1, 2]));
+}
+
+/// Catches: the object cache accepting objects that cannot hold its free-list link, when
+/// only one of size and alignment is too small (cargo mutants: `||` -> `&&` in
+/// `ObjectCache::with_cores`).
+#[test]
+fn an_object_cache_refuses_objects_too_small_for_its_link() {
+    use percore::slab::CacheError;
+    use std::alloc::Layout;
+    use std::ptr::NonNull;
+    struct Never(Layout);
+    // SAFETY: `alloc` never hands out a block, so there is nothing to keep valid or free.
+    unsafe impl percore::ObjectBackend for Never {
+        fn layout(&self) -> Layout {
+            self.0
+        }
+        fn alloc(&self, _core: usize) -> Option<NonNull<u8>> {
+            None
+        }
+        unsafe fn free(&self, _obj: NonNull<u8>) {
+            unreachable!("nothing was allocated")
+        }
+        fn home(&self, _obj: NonNull<u8>) -> usize {
+            0
+        }
+    }
+    let cases = [(4, 8, false), (16, 1, false), (8, 8, true), (32, 16, true)];
+    for (size, align, ok) in cases {
+        let r = percore::ObjectCache::with_cores(Never(Layout::from_size_align(size, align).unwrap()), 2);
+        match (r, ok) {
+            (Ok(_), true) => {}
+            (Err(CacheError::ObjectTooSmall { size: s, align: a }), false) => assert_eq!((s, a), (size, align)),
+            (r, _) => panic!("size {size} align {align}: {:?}", r.map(|_| ())),
+        }
+    }
+}
+
+/// A heap backend that counts what the cache takes from it and gives back.
+struct CountingBackend {
+    inner: percore::HeapBackend,
+    allocs: Arc<AtomicUsize>,
+    frees: Arc<AtomicUsize>,
+}
+
+// SAFETY: every call is forwarded to `HeapBackend`, which keeps the contract; the counters
+// only observe.
+unsafe impl percore::ObjectBackend for CountingBackend {
+    fn layout(&self) -> std::alloc::Layout {
+        self.inner.layout()
+    }
+    fn alloc(&self, core: usize) -> Option<std::ptr::NonNull<u8>> {
+        self.allocs.fetch_add(1, SeqCst);
+        self.inner.alloc(core)
+    }
+    unsafe fn free(&self, obj: std::ptr::NonNull<u8>) {
+        self.frees.fetch_add(1, SeqCst);
+        // SAFETY: forwarded from the cache, which frees only what `alloc` gave it, once.
+        unsafe { self.inner.free(obj) }
+    }
+    fn home(&self, obj: std::ptr::NonNull<u8>) -> usize {
+        self.inner.home(obj)
+    }
+}
+
+fn counting_cache(cores: usize) -> (percore::ObjectCache<CountingBackend>, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let (allocs, frees) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let backend = CountingBackend {
+        inner: percore::HeapBackend::new(std::alloc::Layout::new::<[u64; 2]>()).unwrap(),
+        allocs: allocs.clone(),
+        frees: frees.clone(),
+    };
+    (percore::ObjectCache::with_cores(backend, cores).unwrap(), allocs, frees)
+}
+
+/// Catches: the object cache's allocation fast path skipped (cargo mutants: `>` -> `<` in
+/// `alloc_on`: every allocation then drains the remote-free list, writing that shared line),
+/// remote frees not refilling an empty magazine (`<` -> `==`, `<` -> `>`: they go to the
+/// backend instead), `stats` not summing (`+=` -> `*=`), and a drop that gives nothing back
+/// (`drop` -> `()`).
+#[test]
+fn the_object_cache_recycles_local_and_remote_frees_and_gives_all_back() {
+    use std::collections::HashSet;
+    let (cache, allocs, frees) = counting_cache(2);
+    // Empty core 0's magazine: the first allocation fills it from the backend.
+    let mine: Vec<_> = (0..64).map(|_| cache.alloc_on(0).unwrap()).collect();
+    let from_backend = allocs.load(SeqCst);
+    assert!(from_backend >= mine.len());
+    // Drain what is still in the magazine so it is empty.
+    let mut extra = Vec::new();
+    while cache.stats().cached > 0 {
+        extra.push(cache.alloc_on(0).unwrap());
+    }
+    let before = allocs.load(SeqCst);
+    // Core 1 frees core 0's objects: they go to core 0's remote list, not the backend.
+    for &p in &mine {
+        // SAFETY: allocated above from this cache, freed once.
+        unsafe { cache.free_on(1, p) };
+    }
+    assert_eq!(cache.stats().remote_frees, mine.len());
+    assert_eq!(frees.load(SeqCst), 0);
+    // Core 0's next allocation refills from its remote list: one of those, no backend call.
+    let set: HashSet<usize> = mine.iter().map(|p| p.as_ptr() as usize).collect();
+    let got = cache.alloc_on(0).unwrap();
+    assert!(set.contains(&(got.as_ptr() as usize)), "the refill did not come from the remote frees");
+    assert_eq!(allocs.load(SeqCst), before, "a refill from remote frees must not call the backend");
+    let cached = cache.stats().cached;
+    assert!(cached > 0, "the remote frees are cached on core 0");
+    // A local free, then a remote one of another core-0 object: the fast path returns the
+    // object just freed locally and leaves the remote list for when the magazine runs dry.
+    let remote_one = cache.alloc_on(0).unwrap();
+    // SAFETY: `got` and `remote_one` came from this cache, each freed once.
+    unsafe {
+        cache.free_on(0, got);
+        cache.free_on(1, remote_one);
+    }
+    let again = cache.alloc_on(0).unwrap();
+    assert_eq!(again, got, "the magazine is last in, first out, and used before the remote list");
+    extra.push(cache.alloc_on(0).unwrap());
+    let other = cache.alloc_on(1).unwrap();
+    let on_1 = cache.stats().cached - cached;
+    assert!(on_1 > 0, "core 1's magazine counts in stats: {on_1}");
+    // SAFETY: all from this cache, each freed once.
+    unsafe {
+        cache.free_on(0, again);
+        cache.free_on(1, other);
+        for p in extra {
+            cache.free_on(0, p);
+        }
+    }
+    drop(cache);
+    assert_eq!(frees.load(SeqCst), allocs.load(SeqCst), "dropping the cache gives every object back");
+}
+
+/// Catches: a slab that opens a new page while the current one still has room for exactly
+/// one more object (cargo mutants: `>` -> `>=` in `PageSlab::alloc`).
+#[test]
+fn a_slab_fills_its_page_to_the_last_object() {
+    use percore::slab::{ObjectBackend, PageSlab, PageSource};
+    use std::alloc::Layout;
+    struct Pages(AtomicUsize);
+    // SAFETY: distinct page-aligned 4 KiB blocks, never freed (leaked for the test).
+    unsafe impl PageSource for Pages {
+        fn page_size(&self) -> usize {
+            4096
+        }
+        fn alloc_page(&self, _core: usize) -> Option<std::ptr::NonNull<u8>> {
+            self.0.fetch_add(1, SeqCst);
+            // SAFETY: non-zero size.
+            std::ptr::NonNull::new(unsafe { std::alloc::alloc(Layout::from_size_align(4096, 4096).unwrap()) })
+        }
+    }
+    // 8-byte header, then 73 objects of 56 bytes fill the 4096-byte page exactly.
+    let slab = PageSlab::new(Pages(AtomicUsize::new(0)), Layout::from_size_align(56, 8).unwrap(), 1).unwrap();
+    for _ in 0..73 {
+        slab.alloc(0).unwrap();
+    }
+    assert_eq!(slab.source().0.load(SeqCst), 1, "73 objects fit one page");
+    slab.alloc(0).unwrap();
+    assert_eq!(slab.source().0.load(SeqCst), 2);
+}

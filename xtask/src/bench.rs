@@ -7,6 +7,7 @@
 #[allow(dead_code)] // shared with the guest crate; the host uses part of it
 pub(crate) mod catalog;
 pub(crate) mod guest;
+mod html;
 pub(crate) mod json;
 pub(crate) mod linux_sys;
 mod net;
@@ -28,7 +29,8 @@ cargo xtask bench [options]        the benchmark suite on this system and on Lin
   --systems LIST     ours,linux (default both)
   --smp LIST         vCPU counts, each 1..=255 (default 1,2); above 2 timings are functional only
   --only LIST        benchmarks to run (default all); `calib` always runs as well
-  --out DIR          results.json, table.txt, plots (default target/bench-results)
+  --out DIR          results.json, results.csv, table.txt, report.html, plots
+                     (default target/bench-results)
   --timeout SECS     kill one guest boot after SECS (default 180); reported as timed out
   --param KEY=VALUE  override a parameter (e.g. iters=1000) in every benchmark that has it
   --mem SIZE         guest memory (default 512M, as for this system's runs)
@@ -41,7 +43,8 @@ cargo xtask bench [options]        the benchmark suite on this system and on Lin
   --audit on|off     tcp_accept: also a sharing audit per cell from 2 vCPUs (a boot of its own,
                      single-threaded TCG): cross-core line transfers per connection, split into
                      driver, stack, IPC, alloc, other (kernel) and user (default off)
-  --report DIR       redraw the table and plots from DIR/results.json without running
+  --report DIR       redraw the table, plots, results.csv and report.html from
+                     DIR/results.json without running
   --list             list the benchmarks
 Also: `cargo xtask bench boot`, `cargo xtask bench percore`.";
 
@@ -317,6 +320,8 @@ pub fn run_matrix(
     let order = boot_order(o.benches.len(), &o.smp, &o.systems, o.boots, o.seed);
     let total = order.len();
     let mut records = Vec::with_capacity(total);
+    // `bench: [n/N] system benchmark on V vCPU(s)`, elapsed and an estimate (crate::progress).
+    let progress = crate::progress::Progress::new("bench", total);
     for (i, &(b, cores, sys, boot)) in order.iter().enumerate() {
         let spec = o.benches[b];
         let mut params = effective_params(spec, &o.overrides);
@@ -324,6 +329,8 @@ pub fn run_matrix(
         let mut rec = match unavailable(sys) {
             Some(why) => Record::without_result(sys.name(), spec, params.clone(), cores, Status::Unavailable, &why),
             None => {
+                let which = if o.boots > 1 { format!(", boot {boot}/{}", o.boots) } else { String::new() };
+                progress.start(i + 1, &format!("{} {} on {cores} vCPU(s){which}", sys.name(), spec.name));
                 let mut r = run_one(sys, spec, &params, cores, boot);
                 // results.json keeps wall time to 10 ms; keep the record the same, so
                 // it reads back equal to what was written.
@@ -333,7 +340,7 @@ pub fn run_matrix(
                     _ => format!("{}: {}", r.status.as_str(), r.reason.as_deref().unwrap_or("")),
                 };
                 let which = if o.boots > 1 { format!(" boot {boot}/{}", o.boots) } else { String::new() };
-                eprintln!("bench: [{}/{total}] {} {} on {cores} vCPU(s){which}: {how} ({:.1} s)", i + 1, sys.name(), spec.name, r.wall_s);
+                progress.finish(&format!("bench: [{}/{total}] {} {} on {cores} vCPU(s){which}: {how} ({:.1} s)", i + 1, sys.name(), spec.name, r.wall_s));
                 r
             }
         };
@@ -369,6 +376,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return redraw(dir);
     }
     fs::create_dir_all(&o.out).map_err(|e| format!("bench: cannot create {}: {e}", o.out.display()))?;
+    // What was run, where and when: results.json's `run` item and report.html's header.
+    let run_info = stats::RunInfo { version: stats::RESULTS_VERSION, command: html::command_line(args), started: html::utc_now(), machine: stats::Machine::this_host(), boots: o.boots, seed: o.seed };
     // This system: the kernel and the user programs (with `bench-ours`). If they do not
     // build, every ours cell is `unavailable` with the build error as the reason.
     let (ours_sys, ours_why) = if o.systems.contains(&System::Ours) {
@@ -447,13 +456,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     });
     let results = o.out.join("results.json");
-    let all = stats::Results::from_records(records);
+    let mut all = stats::Results::from_records(records);
+    all.run = Some(run_info);
     fs::write(&results, all.to_json()).map_err(|e| format!("bench: cannot write {}: {e}", results.display()))?;
     // Read back what was written: the file others consume must parse and fit the schema.
     if read_results(&o.out)? != all {
         return Err("bench: results.json does not read back as the records written".into());
     }
-    write_report(&all.records, &o.systems, &o.smp, &o.out)?;
+    write_report(&all, &o.systems, &o.smp, &o.out)?;
     unfinished(&all.records)
 }
 
@@ -477,8 +487,7 @@ fn unfinished(records: &[Record]) -> Result<(), String> {
 fn read_results(dir: &std::path::Path) -> Result<stats::Results, String> {
     let path = dir.join("results.json");
     let text = fs::read_to_string(&path).map_err(|e| format!("bench: cannot read {}: {e}", path.display()))?;
-    let v = json::parse(&text).map_err(|e| format!("bench: {} does not parse: {e}", path.display()))?;
-    let r = stats::Results::from_json(&v).map_err(|e| format!("bench: {}: {e}", path.display()))?;
+    let r = stats::Results::from_json(&text).map_err(|e| format!("bench: {}: {e}", path.display()))?;
     if !(r.cells.is_empty() && r.pairs.is_empty()) {
         let again = stats::Results::from_records(r.records.clone());
         if again.cells != r.cells || again.pairs != r.pairs {
@@ -488,25 +497,39 @@ fn read_results(dir: &std::path::Path) -> Result<stats::Results, String> {
     Ok(r)
 }
 
-/// Table on stdout and in `table.txt`, plots in `plots/`.
-fn write_report(records: &[Record], systems: &[System], smp: &[u32], out: &std::path::Path) -> Result<(), String> {
+/// Table on stdout and in `table.txt`, plots in `plots/`, `results.csv` (one row per boot)
+/// and the self-contained `report.html`.
+fn write_report(results: &stats::Results, systems: &[System], smp: &[u32], out: &std::path::Path) -> Result<(), String> {
+    let records = &results.records;
     let text = report::table(records, smp);
     print!("{text}");
-    fs::write(out.join("table.txt"), &text).map_err(|e| format!("bench: cannot write table.txt: {e}"))?;
+    let write = |name: &str, body: &str| fs::write(out.join(name), body).map_err(|e| format!("bench: cannot write {}: {e}", out.join(name).display()));
+    write("table.txt", &text)?;
+    write("results.csv", &record::to_csv(records))?;
+    write("report.html", &html::page(records, systems, smp, results.run.as_ref(), &text))?;
     let plots = report::plots(records, systems, smp, &out.join("plots"))?;
-    println!("\nresults: {}\nplots: {} SVG in {}{}", out.join("results.json").display(), plots.svg, out.join("plots").display(), match &plots.png {
+    println!("\nresults: {} (and results.csv)\nreport: {}\nplots: {} SVG in {}{}", out.join("results.json").display(), out.join("report.html").display(), plots.svg, out.join("plots").display(), match &plots.png {
         Ok(n) => format!(", {n} PNG"),
         Err(e) => format!("; PNG not made: {e}"),
     });
     Ok(())
 }
 
-/// `--report DIR`: the report again from a finished run's records.
+/// `--report DIR`: the report again from a finished run's records. A results.json that is
+/// missing, does not parse, breaks the schema or is of an unknown version is bad input: one
+/// line and exit status 2 (issue 20), and nothing is written.
 fn redraw(dir: &std::path::Path) -> Result<(), String> {
-    let records = read_results(dir)?.records;
+    let results = match read_results(dir) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            std::process::exit(2);
+        }
+    };
+    let records = &results.records;
     let mut systems: Vec<System> = Vec::new();
     let mut smp: Vec<u32> = Vec::new();
-    for r in &records {
+    for r in records {
         let s = if r.system == "ours" { System::Ours } else { System::Linux };
         if !systems.contains(&s) {
             systems.push(s);
@@ -517,7 +540,7 @@ fn redraw(dir: &std::path::Path) -> Result<(), String> {
     }
     systems.sort();
     smp.sort();
-    write_report(&records, &systems, &smp, dir)
+    write_report(&results, &systems, &smp, dir)
 }
 
 #[cfg(test)]
@@ -709,11 +732,11 @@ mod tests {
         assert!(records.iter().any(|r| r.status == Status::Timeout));
         // results.json parses, holds the same number of records, and each passes the schema.
         let text = record::to_json_array(&records);
-        let json::Value::Arr(items) = json::parse(&text).unwrap() else { panic!("not an array") };
+        let items: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
         assert_eq!(items.len(), records.len());
         for (v, r) in items.iter().zip(&records) {
             record::check_schema(v).unwrap_or_else(|e| panic!("{} {} {}: {e}", r.system, r.benchmark, r.cores));
-            assert_eq!(&Record::from_json(v).unwrap(), r, "records read back as written");
+            assert_eq!(&Record::from_value(v.clone()).unwrap(), r, "records read back as written");
         }
         // The report copes with holes (timeouts, errors, a missing system).
         let t = report::table(&records, &o.smp);
@@ -756,9 +779,9 @@ mod tests {
         for r in &unavailable {
             assert_eq!((r.system.as_str(), r.benchmark.as_str()), ("ours", "thread_mt"));
             assert!(r.reason.as_deref().is_some_and(|w| w.contains("time-sharing")));
-            let v = json::parse(&r.to_json()).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
             record::check_schema(&v).unwrap();
-            assert!(matches!(v.get("per_core_throughput"), Some(json::Value::Null)));
+            assert!(matches!(v.get("per_core_throughput"), Some(serde_json::Value::Null)));
         }
         let t = report::table(&records, &o.smp);
         let row = t.lines().find(|l| l.starts_with("| thread_mt | 1 |")).unwrap();
@@ -790,12 +813,12 @@ mod tests {
     fn schema_rejects_broken_records() {
         let spec = catalog::find("dupclose").unwrap();
         let good = fake(System::Linux, spec, &[("iters".into(), 1)], 2);
-        let v = json::parse(&good.to_json()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&good.to_json()).unwrap();
         record::check_schema(&v).unwrap();
         let mutate = |f: &dyn Fn(&mut Record)| {
             let mut r = good.clone();
             f(&mut r);
-            record::check_schema(&json::parse(&r.to_json()).unwrap())
+            record::check_schema(&serde_json::from_str(&r.to_json()).unwrap())
         };
         assert!(mutate(&|r| r.ops = None).is_err(), "ok needs ops");
         assert!(mutate(&|r| {
@@ -814,6 +837,46 @@ mod tests {
         })
         .is_err(), "timeout needs a reason and no throughput");
         let missing = r#"{"system":"linux","benchmark":"dupclose"}"#;
-        assert!(record::check_schema(&json::parse(missing).unwrap()).is_err());
+        assert!(record::check_schema(&serde_json::from_str(missing).unwrap()).is_err());
+    }
+
+    /// results.json across versions: a file from before version 2 (a real 5-boot tcp_accept
+    /// run written by the old hand-written writer) still reads, summaries and all, and makes a
+    /// whole report.html; a version 2 file round-trips with its `run` item; a newer version,
+    /// a misplaced `run` item and a hand-edited record are refused with one line naming it.
+    #[test]
+    fn results_json_versions_old_new_and_refused() {
+        let dir = std::env::temp_dir().join(format!("xtask-bench-versions-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let old = include_str!("bench/testdata/results-v1-net-boots5.json");
+        fs::write(dir.join("results.json"), old).unwrap();
+        let r = read_results(&dir).unwrap();
+        assert_eq!((r.run.as_ref(), r.records.len()), (None, 30));
+        assert!(!r.cells.is_empty() && !r.pairs.is_empty());
+        let page = html::page(&r.records, &[System::Ours, System::Linux], &[2], None, &report::table(&r.records, &[2]));
+        html::check_page(&page, &["tcp_accept", "tcp_accept_polling", "calib"]).unwrap();
+        // Written again as version 2: the same records and summaries, and the run item.
+        let mut v2 = r.clone();
+        v2.run = Some(stats::RunInfo { version: stats::RESULTS_VERSION, command: "cargo xtask bench --only tcp_accept --boots 5".into(), started: "2026-11-25 16:00:00".into(), machine: stats::Machine::default(), boots: 5, seed: 1 });
+        let text = v2.to_json();
+        assert!(text.starts_with("[\n  {\"kind\":\"run\",\"version\":2,"), "{}", &text[..80]);
+        fs::write(dir.join("results.json"), &text).unwrap();
+        assert_eq!(read_results(&dir).unwrap(), v2);
+        let refused = |t: &str| {
+            fs::write(dir.join("results.json"), t).unwrap();
+            let e = read_results(&dir).unwrap_err();
+            assert!(!e.contains('\n'), "one line: {e}");
+            e
+        };
+        assert!(refused(&text.replacen("\"version\":2", "\"version\":3", 1)).contains("version 3"));
+        // The run item after a record.
+        let lines: Vec<&str> = text.lines().collect();
+        let moved = format!("[\n{},\n{}\n{}", lines[2].trim_end_matches(','), lines[1].trim_end_matches(','), lines[3..].join("\n").replacen("  {", "  ,{", 1));
+        assert!(refused(&moved).contains("must come first"), "{moved:.300}");
+        assert!(refused(&text.replacen("\"cores\":2", "\"cores\":2.5", 1)).contains("item 1"));
+        assert!(refused(&text.replacen("\"status\":\"ok\"", "\"status\":\"fine\"", 1)).contains("fine"));
+        assert!(refused(&text.replacen("\"ops\":300,", "", 1)).contains("missing field `ops`"));
+        assert!(refused("{}").contains("not a JSON array"));
+        let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -483,6 +483,8 @@ pub fn soak(args: &[String]) -> Result<(), String> {
                 break;
             }
             runs += 1;
+            // Progress (plain lines: one run takes tens of seconds).
+            println!("== soak: [run {runs}, round {round}] {what}; {} left, {calls} fuzz calls and {failures} failure(s) so far", crate::progress::duration(deadline.saturating_duration_since(Instant::now())));
             match fo {
                 Some(o) => {
                     let (v, out) = run_once(&kernel, &initrd, &o, false)?;

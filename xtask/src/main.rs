@@ -9,6 +9,7 @@ mod boot_bench;
 mod env;
 mod fs;
 mod fuzz;
+mod gdb;
 mod iso;
 mod ksyms;
 mod linux;
@@ -17,6 +18,7 @@ mod metis;
 mod mutants;
 mod percore_tasks;
 mod plugins;
+mod progress;
 mod qemu;
 mod test;
 mod user;
@@ -67,6 +69,9 @@ Commands:
            --disk IMG       attach the raw image IMG as a virtio-blk disk (default: none)
            --hostfwd H:G    forward 127.0.0.1:H on the host to guest port G (repeatable;
                             implies --net)
+           --gdb [PORT]     QEMU's gdb stub on 127.0.0.1:PORT (default 1234), stopped before the
+                            first instruction; prints the gdb command line that loads the
+                            kernel's symbols and runs to kernel_entry (docs/boot.md, Debugging)
   test     Host `cargo test`, loom model checks, plugin tests, then every test boot: the in-kernel
            tests at 1, 2, 4, 8 vCPUs and over 2 NUMA nodes, the user-program suites (each booted
            with the roles and options its tests need), the shell, fuzz, network, files, Metis,

@@ -370,7 +370,9 @@ pub fn run_captured(args: &[String], timeout: Option<Duration>, input: Option<&s
 
 /// `cargo xtask run`.
 pub fn run_command(args: &[String]) -> Result<(), String> {
-    let (mut cfg, rest) = VmConfig::parse(args)?;
+    // `--gdb [PORT]` is run's own (crate::gdb); the rest is the shared VM options.
+    let (gdb_port, args) = crate::gdb::take_option(args)?;
+    let (mut cfg, rest) = VmConfig::parse(&args)?;
     if let Some(unknown) = rest.first() {
         return Err(format!("run: unknown option `{unknown}`; try `cargo xtask help`"));
     }
@@ -394,6 +396,18 @@ pub fn run_command(args: &[String]) -> Result<(), String> {
     crate::env::ensure_qemu()?;
     if let Some(net) = &cfg.net {
         print!("{}", net.describe());
+        let _ = std::io::stdout().flush();
+    }
+    if let Some(port) = gdb_port {
+        crate::gdb::check_port_free(port)?;
+        cfg.extra.extend(crate::gdb::qemu_args(port));
+        let symbols = match &cfg.medium {
+            Some(BootMedium::Kernel(k)) => k.clone(),
+            // The ISO boots the same kernel ELF, built by the same step.
+            _ => crate::env::build_kernel()?,
+        };
+        println!("gdb: QEMU waits for a debugger on 127.0.0.1:{port}, stopped before the first instruction. In another terminal:");
+        println!("  {}", crate::gdb::command_line(crate::gdb::debugger(), &symbols, port));
         let _ = std::io::stdout().flush();
     }
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());

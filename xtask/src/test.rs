@@ -691,6 +691,8 @@ struct Runner {
     total: TestTally,
     failed_suites: Vec<String>,
     ran: usize,
+    /// How many suites this run selects (for the progress line; 0: not known).
+    planned: usize,
     start: Instant,
 }
 
@@ -715,6 +717,10 @@ impl Runner {
             }
             self.listed.push(name.to_string());
             return Ok(());
+        }
+        // Progress: suite n of the selected ones, elapsed, a rough estimate (suites differ).
+        if self.planned > 0 {
+            println!("{}", crate::progress::line("== test", self.ran + 1, self.planned.max(self.ran + 1), &format!("suite `{name}`"), self.start.elapsed(), self.ran));
         }
         let t0 = Instant::now();
         let t = f(&mut self.art).map_err(|e| format!("suite `{name}`: {e}"))?;
@@ -843,7 +849,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
             other => return Err(format!("test: unknown option `{other}`")),
         }
     }
-    let mut r = Runner::new(only, list);
+    let mut r = Runner::new(only.clone(), list);
+    if !list {
+        let mut count = Runner::new(only, true);
+        count.print_list = false;
+        let _ = run_suites(&mut count, &smp_list, host_only);
+        r.planned = count.listed.len();
+    }
     run_suites(&mut r, &smp_list, host_only)?;
     r.finish()
 }
@@ -859,6 +871,7 @@ impl Runner {
             total: TestTally::default(),
             failed_suites: Vec::new(),
             ran: 0,
+            planned: 0,
             start: Instant::now(),
         }
     }
@@ -949,6 +962,7 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // Metis MapReduce (issue 17): wc, wri, wrmem equal to the host reference.
     r.suite("metis", |a| crate::metis::ci_check(&a.kernel()?))?;
     r.suite("summary-boots", |a| summary_boots(&a.kernel()?))?;
+    r.suite("gdb-stub", |a| crate::gdb::ci_check(&a.kernel()?))?;
     r.suite("bad-boots", |a| bad_boot_conditions(&a.kernel()?))?;
     r.suite("iso", |_| iso_boots())?;
     Ok(())

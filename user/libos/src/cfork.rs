@@ -10,6 +10,9 @@
 //!   same range if listed in `CforkOpts::ranges` (shared page tables), otherwise a new range
 //!   of the same kind whose segments are copied the same way (recursively);
 //! - a fresh context page and a fresh stack; descriptor-layer windows are not copied;
+//! - the process-wide descriptor table only if the caller lists the share and segment
+//!   `fd::cfork_share_table()` returns in `shares` and `segments` (then both processes use
+//!   one table); otherwise the child forgets its copy and starts with an empty one;
 //! - nothing of the launcher's, for a program the shell runs inside its own context (the
 //!   root range is the shell's then: its image, stack and arena stay out of the child, see
 //!   `start::launcher_mappings`).
@@ -48,6 +51,9 @@ struct CforkStart {
     root_ar: ObjectId,
     ctx_seg: ObjectId,
     image_voff: u64,
+    /// The caller shares its process-wide descriptor table with the child
+    /// (`fd::shared_with_child`).
+    fds_shared: bool,
 }
 
 /// A child made by `cfork`: join it to get its exit code. Dropping it halts it if it still
@@ -218,6 +224,7 @@ extern "C" fn cfork_start(start: *mut CforkStart, root_share: u64, pcore: u64) -
     let n = crate::sys::ar_get(root_ar, &mut maps).unwrap_or(0) as usize;
     let img = maps[..n].iter().find(|m| m.voff == s.image_voff).map(|m| m.target).unwrap_or(0);
     crate::process::set_after_cfork(s.share, ObjName::new(s.share, img));
+    crate::fd::after_cfork(s.fds_shared);
     let code = match crate::heap::rebind(s.share, root_ar) {
         Ok(()) => {
             // SAFETY: our copy of the block; freed once (into our copy of the heap).
@@ -265,7 +272,7 @@ pub fn cfork(core: u64, opts: &CforkOpts, f: fn(u64) -> u64, arg: u64) -> Result
         .find(|&top| !maps.iter().any(|m| m.voff < top && top - THREAD_STACK_SIZE < m.voff + m.len))
         .ok_or(Error::Busy)?;
     // Allocate the start block before the heap is copied, so the child's copy has it.
-    let start = Box::into_raw(Box::new(CforkStart { f, arg, core, share, root_ar: root.object, ctx_seg: 0, image_voff }));
+    let start = Box::into_raw(Box::new(CforkStart { f, arg, core, share, root_ar: root.object, ctx_seg: 0, image_voff, fds_shared: crate::fd::shared_with_child(opts) }));
     let r = (|| -> Result<(), Error> {
         let ctx_seg = crate::ctx::map_new(share, root, core)?;
         // SAFETY: `start` is our live block; the child reads its copy, made below.

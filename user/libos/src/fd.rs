@@ -19,8 +19,20 @@
 //! - `Scope::Table(t)`: a shared table for a named set of cores, made with
 //!   `Table::for_cores`; threads the program spawns on those cores get it in their share set,
 //!   and no other context can reach it. The descriptor is the open file's kernel object itself.
-//! - `Scope::Process`: the process-wide table, held by the process share, which every thread
-//!   has. As for `Table`.
+//! - `Scope::Process`: the process-wide table, in user memory that every thread of the
+//!   process maps: a `percore::fdtable::DescTable` (lock-free slot allocation from per-core
+//!   bitmap words, open-file records with `fget`-style reference counts) in a heap block of
+//!   its own segment, reached through the heap's shared address ranges. `dup` and `close`
+//!   make no system call: a few atomic instructions on lines the calling core owns while
+//!   its bitmap word has free bits. A process-wide descriptor is `Fd { table: the table's
+//!   share, obj: SHARED_FD | generation << 32 | slot }`; the share holds the pipe rings and
+//!   file segments behind them. A `cfork`'d child gets the table only when asked
+//!   (`cfork_opts_for_table`); otherwise it starts with an empty one (docs/fd.md).
+//!
+//! File and directory descriptors of `fs` (`open`) are open files of kind `Kind::Fs` in the
+//! private or process-wide table, beside consoles, pipes and segment files: `dup`, `close`,
+//! `read`, `write`, `fstat` work on every kind. (Tables for core sets keep kernel objects as
+//! descriptors and do not take `fs` files: `Unsupported`.)
 //!
 //! A private descriptor is `Fd { table: private share, obj: PRIVATE_FD | generation << 32 |
 //! slot }`. Another context (another core) gets `NotPermitted` for it without looking at any
@@ -60,13 +72,16 @@ pub enum Kind {
     PipeRead(ObjectId),
     PipeWrite(ObjectId),
     File(ObjectId),
+    /// A file or directory of the mounted file system: `fs`'s descriptor (one per open file
+    /// of this table; it holds `fs`'s open file description, offset included).
+    Fs(u32),
 }
 
 impl Kind {
     /// The pipe ring or file segment behind the descriptor, if any.
     fn behind(self) -> Option<ObjectId> {
         match self {
-            Kind::Console => None,
+            Kind::Console | Kind::Fs(_) => None,
             Kind::PipeRead(id) | Kind::PipeWrite(id) | Kind::File(id) => Some(id),
         }
     }
@@ -75,7 +90,21 @@ impl Kind {
 const MAX_TABLES: usize = 8;
 static TABLES: [AtomicU64; MAX_TABLES] = [const { AtomicU64::new(0) }; MAX_TABLES];
 static TABLE_CORES: [AtomicU64; MAX_TABLES] = [const { AtomicU64::new(0) }; MAX_TABLES];
+/// The process-wide table: its share (which holds pipe rings and files behind its
+/// descriptors), the address of its `ProcTable` and the heap segment that memory is.
 static PROC_TABLE: AtomicU64 = AtomicU64::new(0);
+static PROC_MEM: AtomicU64 = AtomicU64::new(0);
+static PROC_SEG: AtomicU64 = AtomicU64::new(0);
+
+/// Descriptors of the process-wide table (Linux's default `RLIMIT_NOFILE`, as the private
+/// table).
+pub const SHARED_SLOTS: usize = 1024;
+/// The process-wide table: 16 bitmap words (each on its own line pair), 1024 slots, 1024
+/// open-file records.
+type ProcTable = percore::fdtable::DescTable<{ SHARED_SLOTS / 64 }, SHARED_SLOTS>;
+/// Bit 62 of `Fd::obj` marks a descriptor of the process-wide table (bits 32..61 are the
+/// slot's generation, 0..31 the slot).
+pub const SHARED_FD: u64 = 1 << 62;
 
 /// Pipe ring size (one segment): 64 bytes of header, then data.
 pub const PIPE_BYTES: u64 = 64 << 10;
@@ -199,11 +228,32 @@ enum Where {
     Shared,
     /// Open slot `1` of this context's private table `0`.
     Private(&'static mut PrivateTable, usize),
+    /// Descriptor `1` (`generation << 32 | slot`) of the process-wide table `0`.
+    Proc(&'static ProcTable, u64),
+}
+
+/// The process-wide table, if this process has one.
+fn proc_table() -> Option<&'static ProcTable> {
+    let p = PROC_MEM.load(Ordering::Acquire) as *const ProcTable;
+    // SAFETY: `PROC_MEM` is 0 or the address of a `ProcTable` made by `table(Process)` in a
+    // heap block that is never freed, mapped in every context of the process (the heap
+    // ranges are linked into each one's root range) and, in a cfork child, either the same
+    // segment (shared when asked) or reset to 0 (`after_cfork`). All its fields are atomics.
+    unsafe { p.as_ref() }
 }
 
 fn resolve(fd: Fd) -> Result<Where, Error> {
+    if fd.obj & SHARED_FD != 0 && fd.obj & PRIVATE_FD == 0 {
+        let t = proc_table().ok_or(Error::NoSuchObject)?;
+        // Another process's (or a forgotten) table: not reachable from here.
+        return if fd.table == PROC_TABLE.load(Ordering::Relaxed) { Ok(Where::Proc(t, fd.obj & !SHARED_FD)) } else { Err(Error::NotPermitted) };
+    }
     let mine = crate::ctx::try_ctx().map_or(0, |c| c.private_fds);
     if fd.obj & PRIVATE_FD == 0 {
+        if fd.table == PROC_TABLE.load(Ordering::Relaxed) {
+            // The rings and files the process-wide table's share holds are not descriptors.
+            return Err(Error::NoSuchObject);
+        }
         // Through this context's private share the raw kernel objects behind the table
         // (open files, pipe rings) are reachable; only the table may change them.
         return if mine != 0 && fd.table == mine { Err(Error::NoSuchObject) } else { Ok(Where::Shared) };
@@ -226,7 +276,9 @@ fn open_private(share: ObjectId, k: Kind) -> Result<Fd, Error> {
         clear_bit(&mut t.slot_used, slot);
         return Err(Error::Busy);
     };
-    match make_object(share, k) {
+    // An `fs` file needs no kernel object: `fs`'s descriptor is what the open file holds.
+    let made = if let Kind::Fs(_) = k { Ok(0) } else { make_object(share, k) };
+    match made {
         Ok(obj) => {
             t.files[file] = OpenFile { obj, kind: encode(k) };
             t.refs[file] = 1;
@@ -259,6 +311,9 @@ fn close_private(share: ObjectId, t: &mut PrivateTable, slot: usize) -> Result<(
 fn last_close(share: ObjectId, t: &mut PrivateTable, f: usize) -> Result<(), Error> {
     clear_bit(&mut t.file_used, f);
     let OpenFile { obj, kind } = t.files[f];
+    if let Some(Kind::Fs(i)) = decode(kind) {
+        return crate::fs::close(crate::fs::Fd(i)).map_err(fs_error);
+    }
     let r = crate::sys::share_delobj(ObjName::new(share, obj)).map(|_| ());
     let Some(id) = decode(kind).and_then(Kind::behind) else { return r };
     let used = (0..PRIVATE_SLOTS)
@@ -348,15 +403,85 @@ pub fn table(scope: Scope) -> Result<ObjectId, Error> {
             if t != 0 {
                 return Ok(t);
             }
-            let t = crate::process::new_share("fds-proc", MEMID_SELF)?;
-            match PROC_TABLE.compare_exchange(0, t, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => Ok(t),
-                Err(other) => {
-                    crate::process::del_share(t);
-                    Ok(other)
-                }
-            }
+            new_proc_table()
         }
+    }
+}
+
+/// Bytes of the process-wide table's heap block: more than the heap's largest small block,
+/// so that it is a segment of its own (which `cfork` can share).
+const PROC_BLOCK: usize = {
+    let n = core::mem::size_of::<ProcTable>().next_multiple_of(PAGE_SIZE as usize);
+    if n > crate::heap::LARGEST_SMALL {
+        n
+    } else {
+        crate::heap::LARGEST_SMALL + PAGE_SIZE as usize
+    }
+};
+
+/// Make the process-wide table (its share and its memory); one wins if two threads race.
+#[cold]
+fn new_proc_table() -> Result<ObjectId, Error> {
+    const _: () = assert!(ProcTable::zeroed_is_empty());
+    let layout = core::alloc::Layout::from_size_align(PROC_BLOCK, PAGE_SIZE as usize).map_err(|_| Error::InvalidArgument)?;
+    let share = crate::process::new_share("fds-proc", MEMID_SELF)?;
+    // SAFETY: a non-zero-sized layout.
+    let mem = unsafe { alloc::alloc::alloc_zeroed(layout) };
+    if mem.is_null() {
+        crate::process::del_share(share);
+        return Err(Error::NoMemory);
+    }
+    // Claim the table before publishing the memory: a racing thread that loses frees its own.
+    match PROC_TABLE.compare_exchange(0, share, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            // SAFETY: `mem` is a live large block of this allocator (`PROC_BLOCK` is larger
+            // than its largest small class).
+            PROC_SEG.store(unsafe { crate::heap::large_block_segment(mem) }, Ordering::Relaxed);
+            // All-zero memory is an empty table (asserted above); it is never freed.
+            PROC_MEM.store(mem as u64, Ordering::Release);
+            Ok(share)
+        }
+        Err(other) => {
+            // SAFETY: allocated above with `layout`, never published.
+            unsafe { alloc::alloc::dealloc(mem, layout) };
+            crate::process::del_share(share);
+            // The winner publishes its memory right after its swap.
+            while PROC_MEM.load(Ordering::Acquire) == 0 {
+                core::hint::spin_loop();
+            }
+            Ok(other)
+        }
+    }
+}
+
+/// Counts of the process-wide table: `(descriptors, open files)` (zero before it exists).
+pub fn proc_counts() -> (u32, u32) {
+    proc_table().map_or((0, 0), |t| t.counts())
+}
+
+/// The table share and segment a caller lists in `CforkOpts::shares` and
+/// `CforkOpts::segments` so that the child shares this process's process-wide table
+/// (descriptors either opens or closes are the other's too). Made on first use.
+pub fn cfork_share_table() -> Result<(ObjectId, ObjectId), Error> {
+    let share = table(Scope::Process)?;
+    Ok((share, PROC_SEG.load(Ordering::Relaxed)))
+}
+
+/// Whether `opts` shares the process-wide table with a `cfork` child (both its share and its
+/// segment listed).
+pub(crate) fn shared_with_child(opts: &crate::cfork::CforkOpts) -> bool {
+    let (t, seg) = (PROC_TABLE.load(Ordering::Acquire), PROC_SEG.load(Ordering::Relaxed));
+    t != 0 && opts.shares.contains(&t) && opts.segments.contains(&seg)
+}
+
+/// In a new `cfork` child: keep the process-wide table if the parent shared it, else forget
+/// the copy (the child's process-wide table starts empty when first used; the parent's
+/// descriptors are `NotPermitted` here). The copy's memory goes with the child's heap.
+pub(crate) fn after_cfork(shared: bool) {
+    if !shared {
+        PROC_MEM.store(0, Ordering::Relaxed);
+        PROC_SEG.store(0, Ordering::Relaxed);
+        PROC_TABLE.store(0, Ordering::Release);
     }
 }
 
@@ -388,6 +513,7 @@ fn kind_name(k: Kind) -> NameBuf {
         Kind::PipeRead(id) => write!(n, "fd:r{id:x}"),
         Kind::PipeWrite(id) => write!(n, "fd:w{id:x}"),
         Kind::File(id) => write!(n, "fd:f{id:x}"),
+        Kind::Fs(i) => write!(n, "fd:F{i:x}"),
     };
     n
 }
@@ -400,6 +526,7 @@ fn encode(k: Kind) -> u64 {
         Kind::PipeRead(id) => 2 << 56 | id,
         Kind::PipeWrite(id) => 3 << 56 | id,
         Kind::File(id) => 4 << 56 | id,
+        Kind::Fs(i) => 5 << 56 | i as u64,
     }
 }
 
@@ -410,6 +537,7 @@ fn decode(w: u64) -> Option<Kind> {
         2 => Some(Kind::PipeRead(id)),
         3 => Some(Kind::PipeWrite(id)),
         4 => Some(Kind::File(id)),
+        5 if id <= u32::MAX as u64 => Some(Kind::Fs(id as u32)),
         _ => None,
     }
 }
@@ -441,6 +569,12 @@ fn parse_kind(name: &[u8]) -> Option<Kind> {
 
 /// Make the kernel object of an open file of kind `k` in `share`.
 fn make_object(share: ObjectId, k: Kind) -> Result<ObjectId, Error> {
+    if let Kind::Fs(_) = k {
+        // Each kernel-object descriptor is its own open file, with no count to tell when
+        // `fs`'s descriptor may close: file-system files live in the private and the
+        // process-wide tables only.
+        return Err(Error::Unsupported);
+    }
     if k.behind().is_some_and(|id| id >> 56 != 0) {
         // Not a kernel object id (they fit in 48 bits); `encode` could not hold it.
         return Err(Error::InvalidArgument);
@@ -454,7 +588,84 @@ fn make_object(share: ObjectId, k: Kind) -> Result<ObjectId, Error> {
 fn open_in(scope: Scope, t: ObjectId, k: Kind) -> Result<Fd, Error> {
     match scope {
         Scope::Private => open_private(t, k),
-        Scope::Table(_) | Scope::Process => Ok(Fd { table: t, obj: make_object(t, k)? }),
+        Scope::Process => open_proc(t, k),
+        Scope::Table(_) => Ok(Fd { table: t, obj: make_object(t, k)? }),
+    }
+}
+
+/// This core's starting word in the process-wide table's bitmaps.
+fn home() -> usize {
+    crate::ctx::core_id()
+}
+
+/// A new open file of kind `k` in the process-wide table `t` (its share).
+fn open_proc(t: ObjectId, k: Kind) -> Result<Fd, Error> {
+    let tbl = proc_table().ok_or(Error::NoSuchObject)?;
+    let d = tbl.open(home(), encode(k), crate::process::proc_share()).map_err(table_error)?;
+    Ok(Fd { table: t, obj: SHARED_FD | d })
+}
+
+fn table_error(e: percore::fdtable::TableError) -> Error {
+    match e {
+        percore::fdtable::TableError::Full => Error::Busy,
+        percore::fdtable::TableError::BadDescriptor => Error::NoSuchObject,
+    }
+}
+
+/// The last reference to an open file of the process-wide table is gone: close what it held.
+/// A pipe ring or file segment stays in the table's share until the table goes (another
+/// open file may name it; the private table, whose owner sees all its files, frees them).
+#[cold]
+fn proc_last_close(freed: percore::fdtable::Freed) -> Result<(), Error> {
+    match decode(freed.kind) {
+        // `fs` state is per process: a cfork child sharing the table cannot close the
+        // parent's `fs` descriptor (it stays open in the parent until unmount; docs/fd.md).
+        Some(Kind::Fs(i)) if freed.owner == crate::process::proc_share() => crate::fs::close(crate::fs::Fd(i)).map_err(fs_error),
+        _ => Ok(()),
+    }
+}
+
+/// Run `f` on the kind of process-wide descriptor `d`, holding a reference to its open file.
+fn with_proc<R>(tbl: &ProcTable, d: u64, f: impl FnOnce(Kind) -> Result<R, Error>) -> Result<R, Error> {
+    let file = match tbl.get(d) {
+        Ok(file) => file,
+        Err((e, freed)) => {
+            if let Some(x) = freed {
+                let _ = proc_last_close(x);
+            }
+            return Err(table_error(e));
+        }
+    };
+    let (kind, owner) = tbl.record(file);
+    let r = match decode(kind) {
+        Some(Kind::Fs(_)) if owner != crate::process::proc_share() => Err(Error::NotPermitted),
+        Some(k) => f(k),
+        None => Err(Error::WrongType),
+    };
+    if let Some(x) = tbl.release(file) {
+        // Closed by another thread while we used it: we were the last.
+        let closed = proc_last_close(x);
+        r.and_then(|v| closed.map(|_| v))
+    } else {
+        r
+    }
+}
+
+/// `fs` errors as system-call errors, for calls that work on every kind.
+fn fs_error(e: crate::fs::FsError) -> Error {
+    use crate::fs::FsError as F;
+    match e {
+        F::Io | F::Corrupt(_) => Error::Io,
+        F::NotFound => Error::NotFound,
+        F::BadDescriptor => Error::NoSuchObject,
+        F::NoMemory | F::NoSpace => Error::NoMemory,
+        F::Unsupported(_) => Error::Unsupported,
+        F::ReadOnly => Error::NotPermitted,
+        F::NoDevice => Error::NotFound,
+        F::IsDir | F::NotDir => Error::WrongType,
+        F::Exists => Error::AlreadyExists,
+        F::NameTooLong => Error::NameTooLong,
+        F::InvalidArgument | F::NotEmpty | F::TooManyLinks => Error::InvalidArgument,
     }
 }
 
@@ -503,26 +714,82 @@ fn shared_kind(fd: Fd) -> Result<Kind, Error> {
 /// private descriptor is `NotPermitted`, a closed one `NoSuchObject`; for shared ones the
 /// kernel's answer (`ShareNotReachable`, `NoSuchObject`, ...).
 pub fn kind(fd: Fd) -> Result<Kind, Error> {
+    on_kind(fd, Ok)
+}
+
+/// Run `f` on the kind of a descriptor, its open file held (in the process-wide table, a
+/// reference: a close by another thread meanwhile frees it only after `f`).
+fn on_kind<R>(fd: Fd, f: impl FnOnce(Kind) -> Result<R, Error>) -> Result<R, Error> {
     match resolve(fd)? {
-        Where::Private(t, slot) => decode(t.files[t.file_of(slot)].kind).ok_or(Error::WrongType),
-        Where::Shared => shared_kind(fd),
+        Where::Private(t, slot) => f(decode(t.files[t.file_of(slot)].kind).ok_or(Error::WrongType)?),
+        Where::Proc(t, d) => with_proc(t, d, f),
+        Where::Shared => f(shared_kind(fd)?),
     }
+}
+
+/// Open the file or directory `path` of the mounted file system (`fs::open`'s flags) as a
+/// descriptor in `scope` (private or process-wide; a core-set table is `Unsupported`).
+pub fn open(scope: Scope, path: &str, flags: u32) -> Result<Fd, crate::fs::FsError> {
+    use crate::fs::FsError;
+    if let Scope::Table(_) = scope {
+        return Err(FsError::Unsupported("file-system descriptors in a core-set table"));
+    }
+    let t = table(scope).map_err(|_| FsError::NoMemory)?;
+    let f = crate::fs::open(path, flags)?;
+    open_in(scope, t, Kind::Fs(f.0)).map_err(|e| {
+        let _ = crate::fs::close(f);
+        match e {
+            Error::Busy | Error::NoMemory => FsError::NoMemory,
+            _ => FsError::InvalidArgument,
+        }
+    })
+}
+
+/// File mode bits (`st_mode`'s type) for descriptors that are not `fs` files.
+pub const S_IFCHR: u16 = 0o020000;
+pub const S_IFIFO: u16 = 0o010000;
+
+/// `fstat` of any descriptor: an `fs` file's inode; a console (character device), pipe
+/// (FIFO, size: bytes waiting) or segment file (regular, size: its bytes) made up from what
+/// the descriptor names (`ino` 0).
+pub fn fstat(fd: Fd) -> Result<crate::fs::Stat, Error> {
+    on_kind(fd, |k| {
+        let st = |mode: u16, size: u64| crate::fs::Stat { ino: 0, mode, links: 1, uid: 0, gid: 0, size, blocks512: 0, mtime: 0 };
+        match k {
+            Kind::Fs(i) => crate::fs::fstat(crate::fs::Fd(i)).map_err(fs_error),
+            Kind::Console => Ok(st(S_IFCHR | 0o620, 0)),
+            Kind::PipeRead(ring) | Kind::PipeWrite(ring) => {
+                let (va, _) = map(ObjName::new(fd.table, ring))?;
+                // SAFETY: the ring's header words are mapped at `va` (see `write`).
+                let (h, t) = unsafe { ((*(va as *const AtomicU64).add(1)).load(Ordering::Acquire), (*(va as *const AtomicU64).add(2)).load(Ordering::Acquire)) };
+                Ok(st(S_IFIFO | 0o600, h.wrapping_sub(t)))
+            }
+            Kind::File(seg) => Ok(st(crate::fs::S_IFREG | 0o644, crate::sys::segment_get_nbytes(ObjName::new(fd.table, seg))?)),
+        }
+    })
 }
 
 /// Whether this context can use the descriptor.
 pub fn visible(fd: Fd) -> bool {
     match resolve(fd) {
         Ok(Where::Private(..)) => true,
+        Ok(Where::Proc(t, d)) => with_proc(t, d, |_| Ok(())).is_ok(),
         Ok(Where::Shared) => crate::sys::obj_stat(ObjName::new(fd.table, fd.obj)).is_ok(),
         Err(_) => false,
     }
 }
 
-/// The kernel object of the open file behind a descriptor (for a shared descriptor, the
-/// descriptor itself), for `obj_stat` and friends.
+/// The kernel object of the open file behind a descriptor (for a kernel-object descriptor,
+/// the descriptor itself; for a process-wide one, the pipe ring or file segment behind it),
+/// for `obj_stat` and friends. `Unsupported` for open files without one (`fs` files, and the
+/// console in the process-wide table).
 pub fn object(fd: Fd) -> Result<ObjName, Error> {
     match resolve(fd)? {
-        Where::Private(t, slot) => Ok(ObjName::new(fd.table, t.files[t.file_of(slot)].obj)),
+        Where::Private(t, slot) => match t.files[t.file_of(slot)].obj {
+            0 => Err(Error::Unsupported),
+            obj => Ok(ObjName::new(fd.table, obj)),
+        },
+        Where::Proc(t, d) => with_proc(t, d, |k| k.behind().map(|id| ObjName::new(fd.table, id)).ok_or(Error::Unsupported)),
         Where::Shared => Ok(ObjName::new(fd.table, fd.obj)),
     }
 }
@@ -532,6 +799,21 @@ pub fn object(fd: Fd) -> Result<ObjName, Error> {
 /// file in `scope`'s table, adding the pipe ring or file segment behind it to that table.
 pub fn dup(fd: Fd, scope: Scope) -> Result<Fd, Error> {
     let k = match resolve(fd)? {
+        Where::Proc(t, d) => {
+            if let Scope::Process = scope {
+                // The fast path: a slot for the same open file, no system call.
+                return match t.dup(d, home()) {
+                    Ok(new) => Ok(Fd { table: fd.table, obj: SHARED_FD | new }),
+                    Err((e, freed)) => {
+                        if let Some(x) = freed {
+                            let _ = proc_last_close(x);
+                        }
+                        Err(table_error(e))
+                    }
+                };
+            }
+            with_proc(t, d, Ok)?
+        }
         Where::Private(t, slot) => {
             let f = t.file_of(slot);
             if let Scope::Private = scope {
@@ -543,6 +825,17 @@ pub fn dup(fd: Fd, scope: Scope) -> Result<Fd, Error> {
         Where::Shared => shared_kind(fd)?,
     };
     let t = table(scope)?;
+    if let Kind::Fs(i) = k {
+        // Another table's open file: a new `fs` descriptor of the same open file description
+        // (the offset stays shared, as POSIX `dup` shares it), closed with that open file.
+        if let Scope::Table(_) = scope {
+            return Err(Error::Unsupported);
+        }
+        let j = crate::fs::dup(crate::fs::Fd(i)).map_err(fs_error)?;
+        return open_in(scope, t, Kind::Fs(j.0)).inspect_err(|_| {
+            let _ = crate::fs::close(j);
+        });
+    }
     let mut added = None;
     if t != fd.table {
         if let Some(id) = k.behind() {
@@ -566,6 +859,11 @@ pub fn dup(fd: Fd, scope: Scope) -> Result<Fd, Error> {
 pub fn close(fd: Fd) -> Result<(), Error> {
     match resolve(fd)? {
         Where::Private(t, slot) => close_private(fd.table, t, slot),
+        Where::Proc(t, d) => match t.close(d) {
+            Ok(None) => Ok(()),
+            Ok(Some(x)) => proc_last_close(x),
+            Err(e) => Err(table_error(e)),
+        },
         Where::Shared => crate::sys::share_delobj(ObjName::new(fd.table, fd.obj)).map(|_| ()),
     }
 }
@@ -624,7 +922,8 @@ fn ring_unlock(hdr: *const AtomicU64) {
 
 /// Write to a descriptor; returns the bytes taken (a full pipe takes fewer, maybe 0).
 pub fn write(fd: Fd, data: &[u8]) -> Result<usize, Error> {
-    match kind(fd)? {
+    on_kind(fd, |k| match k {
+        Kind::Fs(i) => crate::fs::write(crate::fs::Fd(i), data).map_err(fs_error),
         Kind::Console => {
             crate::console::write_all(data);
             Ok(data.len())
@@ -651,12 +950,13 @@ pub fn write(fd: Fd, data: &[u8]) -> Result<usize, Error> {
         }
         Kind::File(seg) => pwrite(fd, seg, 0, data),
         Kind::PipeRead(_) => Err(Error::NotPermitted),
-    }
+    })
 }
 
 /// Read from a descriptor; returns the bytes read (0: nothing waiting).
 pub fn read(fd: Fd, buf: &mut [u8]) -> Result<usize, Error> {
-    match kind(fd)? {
+    on_kind(fd, |k| match k {
+        Kind::Fs(i) => crate::fs::read(crate::fs::Fd(i), buf).map_err(fs_error),
         Kind::Console => crate::sys::console_read(buf).map(|n| n as usize),
         Kind::PipeRead(ring) => {
             let (va, _) = map(ObjName::new(fd.table, ring))?;
@@ -680,7 +980,7 @@ pub fn read(fd: Fd, buf: &mut [u8]) -> Result<usize, Error> {
         }
         Kind::File(seg) => pread(fd, seg, 0, buf),
         Kind::PipeWrite(_) => Err(Error::NotPermitted),
-    }
+    })
 }
 
 fn pwrite(fd: Fd, seg: ObjectId, off: u64, data: &[u8]) -> Result<usize, Error> {
@@ -701,16 +1001,18 @@ fn pread(fd: Fd, seg: ObjectId, off: u64, buf: &mut [u8]) -> Result<usize, Error
 
 /// Write a file at offset `off`.
 pub fn write_at(fd: Fd, off: u64, data: &[u8]) -> Result<usize, Error> {
-    match kind(fd)? {
+    on_kind(fd, |k| match k {
         Kind::File(seg) => pwrite(fd, seg, off, data),
+        Kind::Fs(i) => crate::fs::pwrite(crate::fs::Fd(i), data, off).map_err(fs_error),
         _ => Err(Error::WrongType),
-    }
+    })
 }
 
 /// Read a file at offset `off`.
 pub fn read_at(fd: Fd, off: u64, buf: &mut [u8]) -> Result<usize, Error> {
-    match kind(fd)? {
+    on_kind(fd, |k| match k {
         Kind::File(seg) => pread(fd, seg, off, buf),
+        Kind::Fs(i) => crate::fs::pread(crate::fs::Fd(i), buf, off).map_err(fs_error),
         _ => Err(Error::WrongType),
-    }
+    })
 }

@@ -390,6 +390,20 @@ fn range_base(h: &CoreHeap) -> u64 {
     window(idx)
 }
 
+/// The segment of a large block (more than 64 KiB, from this allocator): its own segment,
+/// which `cfork` can map in a child as it is (`CforkOpts::segments`) instead of copying it.
+///
+/// # Safety
+/// `p` must be a live block this allocator returned for a layout larger than the largest
+/// small class (`alloc_large` wrote the segment id in the page below it).
+pub(crate) unsafe fn large_block_segment(p: *const u8) -> ObjectId {
+    // SAFETY: the caller's contract: the header page below `p` is mapped and holds the id.
+    unsafe { ((p as u64 - PAGE_SIZE) as *const u64).read() }
+}
+
+/// Blocks larger than this get a segment of their own.
+pub const LARGEST_SMALL: usize = MAX_SMALL;
+
 /// Return the calling core's unused heap memory to the kernel if none of its blocks is live
 /// (after draining frees other cores sent). Returns whether its heap is empty.
 pub fn trim() -> bool {

@@ -1,14 +1,18 @@
-//! One benchmark run as a record: what `results.json` holds, one per run.
+//! One benchmark run as a record: what `results.json` holds, one per run. [`RecordJson`] is
+//! the typed form of one boot's item in results.json (serde): [`Record::to_json`] writes it,
+//! [`Record::from_json`] reads it back through serde and then the schema's own rules
+//! ([`RecordJson::check`]); docs/bench.md "Record schema" is the contract.
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 use super::catalog::{BenchSpec, Shape};
-use super::json::{self, Value};
 
 /// What a host-driven network benchmark (tcp_accept, issue 15) adds to its record: the load
 /// generator's view of the fastest round and the guest's own `key=value` words. In JSON an
 /// object `net` (absent for every other benchmark).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct NetStats {
     /// Good connections per second, all service cores together (fastest round; 2 decimals).
     pub conns_per_s: f64,
@@ -27,92 +31,16 @@ pub struct NetStats {
     /// the same split by the class of each kernel line's first writer (`driver`, `stack`,
     /// `ipc`, `alloc`, `other`) and `user` for user lines, and
     /// `shared_lines` (in all, not per connection). Empty when not run.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub audit: BTreeMap<String, f64>,
     /// Why the audit has no numbers, when it was asked for and failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_note: Option<String>,
 }
 
-impl NetStats {
-    fn to_json(&self) -> String {
-        let nums = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{}:{v}", json::quote(k))).collect::<Vec<_>>().join(",");
-        let strs = self.guest.iter().map(|(k, v)| format!("{}:{}", json::quote(k), json::quote(v))).collect::<Vec<_>>().join(",");
-        let mut audit = String::new();
-        if !self.audit.is_empty() {
-            let a = self.audit.iter().map(|(k, v)| format!("{}:{}", json::quote(k), json::num(*v))).collect::<Vec<_>>().join(",");
-            audit.push_str(&format!(",\"audit\":{{{a}}}"));
-        }
-        if let Some(n) = &self.audit_note {
-            audit.push_str(&format!(",\"audit_note\":{}", json::quote(n)));
-        }
-        format!(
-            "{{\"conns_per_s\":{},\"attempted\":{},\"slow_connects\":{},\"failures\":{{{}}},\"latency_us\":{{{}}},\"guest\":{{{strs}}}{audit}}}",
-            json::num(self.conns_per_s),
-            self.attempted,
-            self.slow_connects,
-            nums(&self.failures),
-            nums(&self.latency_us)
-        )
-    }
-
-    fn from_json(v: &Value) -> Result<NetStats, String> {
-        let Value::Obj(m) = v else { return Err("`net` must be an object".into()) };
-        let num = |k: &str| match m.get(k) {
-            Some(Value::Num(x)) if *x >= 0.0 => Ok(*x),
-            _ => Err(format!("`net.{k}` must be a non-negative number")),
-        };
-        let nums = |k: &str| -> Result<BTreeMap<String, u64>, String> {
-            match m.get(k) {
-                Some(Value::Obj(o)) => o
-                    .iter()
-                    .map(|(kk, x)| match x {
-                        Value::Num(n) if *n >= 0.0 && n.fract() == 0.0 => Ok((kk.clone(), *n as u64)),
-                        _ => Err(format!("`net.{k}.{kk}` must be a non-negative integer")),
-                    })
-                    .collect(),
-                _ => Err(format!("`net.{k}` must be an object")),
-            }
-        };
-        let guest = match m.get("guest") {
-            Some(Value::Obj(o)) => o
-                .iter()
-                .map(|(k, x)| match x {
-                    Value::Str(s) => Ok((k.clone(), s.clone())),
-                    _ => Err(format!("`net.guest.{k}` must be a string")),
-                })
-                .collect::<Result<_, String>>()?,
-            _ => return Err("`net.guest` must be an object".into()),
-        };
-        let audit = match m.get("audit") {
-            None => BTreeMap::new(),
-            Some(Value::Obj(o)) => o
-                .iter()
-                .map(|(k, x)| match x {
-                    Value::Num(n) if *n >= 0.0 => Ok((k.clone(), *n)),
-                    _ => Err(format!("`net.audit.{k}` must be a non-negative number")),
-                })
-                .collect::<Result<_, String>>()?,
-            _ => return Err("`net.audit` must be an object".into()),
-        };
-        let audit_note = match m.get("audit_note") {
-            None => None,
-            Some(Value::Str(s)) => Some(s.clone()),
-            _ => return Err("`net.audit_note` must be a string".into()),
-        };
-        Ok(NetStats {
-            conns_per_s: num("conns_per_s")?,
-            attempted: num("attempted")? as u64,
-            slow_connects: num("slow_connects")? as u64,
-            failures: nums("failures")?,
-            latency_us: nums("latency_us")?,
-            guest,
-            audit,
-            audit_note,
-        })
-    }
-}
-
 /// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Measured.
     Ok,
@@ -242,102 +170,228 @@ impl Record {
     pub fn calibrated_throughput(&self) -> Option<f64> {
         Some(self.per_core_throughput()? / self.calib_per_core_throughput().filter(|&c| c > 0.0)?)
     }
+}
 
-    pub fn to_json(&self) -> String {
-        let opt_u = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "null".into());
-        let opt_f = |v: Option<f64>| v.map(json::num).unwrap_or_else(|| "null".into());
-        let opt_s = |v: &Option<String>| v.as_deref().map(json::quote).unwrap_or_else(|| "null".into());
-        let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{}:{v}", json::quote(k))).collect();
-        let mut out = format!(
-            "{{\"system\":{},\"benchmark\":{},\"group\":{},\"params\":{{{}}},\"cores\":{},\"boot\":{},\"status\":{},\"reason\":{},\"evidence\":{},\"workers\":{},\"ops\":{},\"ns\":{},\"busy_ns\":{},\"instructions\":{},\"instructions_kernel\":{},\"instructions_user\":{},\"instructions_per_op\":{},\"instructions_note\":{},\"per_core_throughput\":{},\"throughput_unit\":\"ops/s/core\",\"calib_ops\":{},\"calib_ns\":{},\"calib_per_core_throughput\":{},\"calibrated_throughput\":{},\"wall_s\":{}}}",
-            json::quote(&self.system),
-            json::quote(&self.benchmark),
-            json::quote(&self.group),
-            params.join(","),
-            self.cores,
-            self.boot,
-            json::quote(self.status.as_str()),
-            opt_s(&self.reason),
-            json::quote(evidence(self.cores)),
-            opt_u(self.workers),
-            opt_u(self.ops),
-            opt_u(self.ns),
-            opt_u(self.busy_ns),
-            opt_u(self.instructions()),
-            opt_u(self.instructions_kernel),
-            opt_u(self.instructions_user),
-            opt_f(self.instructions_per_op()),
-            opt_s(&self.instructions_note),
-            opt_f(self.per_core_throughput()),
-            opt_u(self.calib_ops),
-            opt_u(self.calib_ns),
-            opt_f(self.calib_per_core_throughput()),
-            opt_f(self.calibrated_throughput()),
-            json::num((self.wall_s * 100.0).round() / 100.0),
-        );
-        if let Some(n) = &self.net {
-            out.pop();
-            out.push_str(&format!(",\"net\":{}}}", n.to_json()));
+/// A nullable field that must be present (`null` or a value): serde would otherwise read a
+/// missing `Option` as `None`, and the schema requires every field of a record.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    Option::<T>::deserialize(d)
+}
+
+/// `params` in the catalog's order (a JSON object; readers must not rely on the order).
+fn params_as_object<S: Serializer>(params: &[(String, u64)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(params.iter().map(|(k, v)| (k, v)))
+}
+
+fn params_from_object<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, u64)>, D::Error> {
+    Ok(BTreeMap::<String, u64>::deserialize(d)?.into_iter().collect())
+}
+
+/// One boot's item in results.json, field for field (docs/bench.md "Record schema"). The
+/// derived fields (`instructions`, `instructions_per_op`, the throughputs) are written for
+/// the file's readers and checked for type on reading; [`Record`] recomputes them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordJson {
+    pub system: String,
+    pub benchmark: String,
+    pub group: String,
+    #[serde(serialize_with = "params_as_object", deserialize_with = "params_from_object")]
+    pub params: Vec<(String, u64)>,
+    pub cores: u32,
+    /// Absent in files written before `--boots` (read as 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<u32>,
+    pub status: Status,
+    #[serde(deserialize_with = "present")]
+    pub reason: Option<String>,
+    pub evidence: String,
+    #[serde(deserialize_with = "present")]
+    pub workers: Option<u64>,
+    #[serde(deserialize_with = "present")]
+    pub ops: Option<u64>,
+    #[serde(deserialize_with = "present")]
+    pub ns: Option<u64>,
+    #[serde(deserialize_with = "present")]
+    pub busy_ns: Option<u64>,
+    #[serde(deserialize_with = "present")]
+    pub instructions: Option<u64>,
+    #[serde(deserialize_with = "present")]
+    pub instructions_kernel: Option<u64>,
+    #[serde(deserialize_with = "present")]
+    pub instructions_user: Option<u64>,
+    #[serde(deserialize_with = "present")]
+    pub instructions_per_op: Option<f64>,
+    #[serde(deserialize_with = "present")]
+    pub instructions_note: Option<String>,
+    #[serde(deserialize_with = "present")]
+    pub per_core_throughput: Option<f64>,
+    #[serde(default = "ops_per_s_per_core")]
+    pub throughput_unit: String,
+    #[serde(deserialize_with = "present")]
+    pub calib_ops: Option<u64>,
+    #[serde(deserialize_with = "present")]
+    pub calib_ns: Option<u64>,
+    #[serde(deserialize_with = "present")]
+    pub calib_per_core_throughput: Option<f64>,
+    #[serde(deserialize_with = "present")]
+    pub calibrated_throughput: Option<f64>,
+    #[serde(deserialize_with = "present")]
+    pub wall_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetStats>,
+}
+
+fn ops_per_s_per_core() -> String {
+    "ops/s/core".into()
+}
+
+impl From<&Record> for RecordJson {
+    fn from(r: &Record) -> RecordJson {
+        // JSON cannot carry NaN or infinities; serde_json would write them as null, which a
+        // reader could take for "not measured" while the type check passes: keep them out.
+        let finite = |x: Option<f64>| x.filter(|v| v.is_finite());
+        RecordJson {
+            system: r.system.clone(),
+            benchmark: r.benchmark.clone(),
+            group: r.group.clone(),
+            params: r.params.clone(),
+            cores: r.cores,
+            boot: Some(r.boot),
+            status: r.status,
+            reason: r.reason.clone(),
+            evidence: evidence(r.cores).into(),
+            workers: r.workers,
+            ops: r.ops,
+            ns: r.ns,
+            busy_ns: r.busy_ns,
+            instructions: r.instructions(),
+            instructions_kernel: r.instructions_kernel,
+            instructions_user: r.instructions_user,
+            instructions_per_op: finite(r.instructions_per_op()),
+            instructions_note: r.instructions_note.clone(),
+            per_core_throughput: finite(r.per_core_throughput()),
+            throughput_unit: ops_per_s_per_core(),
+            calib_ops: r.calib_ops,
+            calib_ns: r.calib_ns,
+            calib_per_core_throughput: finite(r.calib_per_core_throughput()),
+            calibrated_throughput: finite(r.calibrated_throughput()),
+            wall_s: finite(Some((r.wall_s * 100.0).round() / 100.0)),
+            net: r.net.clone(),
         }
-        out
+    }
+}
+
+impl RecordJson {
+    /// The schema's rules beyond the types serde checked: what the report and later tools
+    /// rely on.
+    pub fn check(&self) -> Result<(), String> {
+        let non_empty = |k: &str, v: &str| if v.is_empty() { Err(format!("`{k}` must be a non-empty string")) } else { Ok(()) };
+        non_empty("system", &self.system)?;
+        if !["ours", "linux"].contains(&self.system.as_str()) {
+            return Err(format!("unknown system `{}`", self.system));
+        }
+        non_empty("benchmark", &self.benchmark)?;
+        if super::catalog::find(&self.benchmark).is_none() {
+            return Err(format!("unknown benchmark `{}`", self.benchmark));
+        }
+        non_empty("group", &self.group)?;
+        non_empty("evidence", &self.evidence)?;
+        if !(1..=255).contains(&self.cores) {
+            return Err("`cores` must be 1..=255".into());
+        }
+        if self.boot == Some(0) {
+            return Err("`boot` must be a positive integer".into());
+        }
+        for (k, v) in [
+            ("per_core_throughput", self.per_core_throughput),
+            ("instructions_per_op", self.instructions_per_op),
+            ("calib_per_core_throughput", self.calib_per_core_throughput),
+            ("calibrated_throughput", self.calibrated_throughput),
+            ("wall_s", self.wall_s),
+        ] {
+            if v.is_some_and(|x| !(x >= 0.0)) {
+                return Err(format!("`{k}` must be a non-negative number or null"));
+            }
+        }
+        match self.status {
+            Status::Ok => {
+                for (k, present) in [("workers", self.workers.is_some()), ("ops", self.ops.is_some()), ("ns", self.ns.is_some()), ("per_core_throughput", self.per_core_throughput.is_some())] {
+                    if !present {
+                        return Err(format!("an ok record needs `{k}`"));
+                    }
+                }
+                if self.instructions.is_none() && self.instructions_note.is_none() {
+                    return Err("an ok record without instructions must say why (`instructions_note`)".into());
+                }
+            }
+            other => {
+                if self.reason.is_none() {
+                    return Err(format!("a `{}` record needs a `reason`", other.as_str()));
+                }
+                if self.per_core_throughput.is_some() {
+                    return Err(format!("a `{}` record must not carry a throughput", other.as_str()));
+                }
+            }
+        }
+        if let Some(n) = &self.net {
+            if !(n.conns_per_s >= 0.0) {
+                return Err("`net.conns_per_s` must be a non-negative number".into());
+            }
+            if let Some((k, _)) = n.audit.iter().find(|(_, v)| !(**v >= 0.0)) {
+                return Err(format!("`net.audit.{k}` must be a non-negative number"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The record, derived fields recomputed; `check` first.
+    pub fn into_record(self) -> Result<Record, String> {
+        self.check()?;
+        let spec = super::catalog::find(&self.benchmark).ok_or("unknown benchmark")?;
+        let mut params = self.params;
+        // JSON objects are unordered: restore the catalog's order, harness options last.
+        params.sort_by_key(|(k, _)| spec.defaults.iter().position(|(d, _)| d == k).unwrap_or(usize::MAX));
+        Ok(Record {
+            system: self.system,
+            benchmark: self.benchmark,
+            group: self.group,
+            params,
+            cores: self.cores,
+            boot: self.boot.unwrap_or(1),
+            status: self.status,
+            reason: self.reason,
+            workers: self.workers,
+            ops: self.ops,
+            ns: self.ns,
+            busy_ns: self.busy_ns,
+            instructions_kernel: self.instructions_kernel,
+            instructions_user: self.instructions_user,
+            instructions_note: self.instructions_note,
+            calib_ops: self.calib_ops,
+            calib_ns: self.calib_ns,
+            wall_s: self.wall_s.unwrap_or(0.0),
+            shape: spec.shape,
+            net: self.net,
+        })
     }
 }
 
 impl Record {
-    /// Read back a record written by [`Record::to_json`] (for `--report`, redrawing without
-    /// rerunning). Derived fields (throughput, totals) are recomputed, not read.
-    pub fn from_json(v: &Value) -> Result<Record, String> {
-        check_schema(v)?;
-        let s = |k: &str| match v.get(k) {
-            Some(Value::Str(x)) => Some(x.clone()),
-            _ => None,
-        };
-        let u = |k: &str| match v.get(k) {
-            Some(Value::Num(x)) => Some(*x as u64),
-            _ => None,
-        };
-        let benchmark = s("benchmark").unwrap_or_default();
-        let spec = super::catalog::find(&benchmark).ok_or("unknown benchmark")?;
-        let status = match s("status").as_deref() {
-            Some("ok") => Status::Ok,
-            Some("error") => Status::Error,
-            Some("timeout") => Status::Timeout,
-            _ => Status::Unavailable,
-        };
-        let mut params: Vec<(String, u64)> = match v.get("params") {
-            Some(Value::Obj(m)) => m.iter().map(|(k, x)| (k.clone(), if let Value::Num(n) = x { *n as u64 } else { 0 })).collect(),
-            _ => Vec::new(),
-        };
-        // JSON objects are unordered: restore the catalog's order, harness options last.
-        params.sort_by_key(|(k, _)| spec.defaults.iter().position(|(d, _)| d == k).unwrap_or(usize::MAX));
-        Ok(Record {
-            system: s("system").unwrap_or_default(),
-            benchmark,
-            group: s("group").unwrap_or_default(),
-            params,
-            cores: u("cores").unwrap_or(1) as u32,
-            boot: u("boot").unwrap_or(1) as u32,
-            status,
-            reason: s("reason"),
-            workers: u("workers"),
-            ops: u("ops"),
-            ns: u("ns"),
-            busy_ns: u("busy_ns"),
-            instructions_kernel: u("instructions_kernel"),
-            instructions_user: u("instructions_user"),
-            instructions_note: s("instructions_note"),
-            calib_ops: u("calib_ops"),
-            calib_ns: u("calib_ns"),
-            wall_s: match v.get("wall_s") {
-                Some(Value::Num(x)) => *x,
-                _ => 0.0,
-            },
-            shape: spec.shape,
-            net: match v.get("net") {
-                None | Some(Value::Null) => None,
-                Some(n) => Some(NetStats::from_json(n)?),
-            },
-        })
+    /// This record as one line of JSON (its item in results.json).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&RecordJson::from(self)).expect("a record always serializes")
+    }
+
+    /// Read back one item of results.json (for `--report`, redrawing without rerunning):
+    /// types through serde, then the schema's rules. Derived fields are recomputed, not read.
+    pub fn from_value(v: serde_json::Value) -> Result<Record, String> {
+        serde_json::from_value::<RecordJson>(v).map_err(|e| e.to_string())?.into_record()
+    }
+
+    /// [`Record::from_value`] from text (the tests' round trips).
+    #[cfg(test)]
+    pub fn from_json(text: &str) -> Result<Record, String> {
+        serde_json::from_str::<RecordJson>(text).map_err(|e| e.to_string())?.into_record()
     }
 }
 
@@ -349,84 +403,142 @@ pub fn to_json_array(records: &[Record]) -> String {
 }
 
 /// The schema every record must satisfy; what the report and later tools rely on.
-pub fn check_schema(v: &Value) -> Result<(), String> {
-    let Value::Obj(m) = v else { return Err("record is not an object".into()) };
-    let field = |k: &str| m.get(k).ok_or_else(|| format!("record lacks `{k}`"));
-    let is_str = |k: &str| -> Result<String, String> {
-        match field(k)? {
-            Value::Str(s) if !s.is_empty() => Ok(s.clone()),
-            _ => Err(format!("`{k}` must be a non-empty string")),
-        }
-    };
-    let count = |k: &str, nullable: bool| -> Result<Option<f64>, String> {
-        match field(k)? {
-            Value::Num(x) if *x >= 0.0 && x.fract() == 0.0 => Ok(Some(*x)),
-            Value::Null if nullable => Ok(None),
-            _ => Err(format!("`{k}` must be a non-negative integer{}", if nullable { " or null" } else { "" })),
-        }
-    };
-    let real = |k: &str| -> Result<Option<f64>, String> {
-        match field(k)? {
-            Value::Num(x) if *x >= 0.0 => Ok(Some(*x)),
-            Value::Null => Ok(None),
-            _ => Err(format!("`{k}` must be a non-negative number or null")),
-        }
-    };
-    let system = is_str("system")?;
-    if !["ours", "linux"].contains(&system.as_str()) {
-        return Err(format!("unknown system `{system}`"));
+#[cfg(test)]
+pub fn check_schema(v: &serde_json::Value) -> Result<(), String> {
+    serde_json::from_value::<RecordJson>(v.clone()).map_err(|e| e.to_string())?.check()
+}
+
+/// The columns of results.csv: one row per boot, the record's scalar fields in
+/// results.json's names; `params` as `key=value` words; the network benchmarks' connections/s.
+pub const CSV_COLUMNS: &[&str] = &[
+    "system",
+    "benchmark",
+    "group",
+    "cores",
+    "boot",
+    "status",
+    "reason",
+    "evidence",
+    "workers",
+    "ops",
+    "ns",
+    "busy_ns",
+    "instructions",
+    "instructions_kernel",
+    "instructions_user",
+    "instructions_per_op",
+    "instructions_note",
+    "per_core_throughput",
+    "calib_ops",
+    "calib_ns",
+    "calib_per_core_throughput",
+    "calibrated_throughput",
+    "wall_s",
+    "params",
+    "net_conns_per_s",
+];
+
+/// One CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
     }
-    let bench = is_str("benchmark")?;
-    if super::catalog::find(&bench).is_none() {
-        return Err(format!("unknown benchmark `{bench}`"));
+}
+
+/// results.csv: a header line, then one line per boot record (for spreadsheets and pandas;
+/// results.json stays the full record). Empty fields are nulls.
+pub fn to_csv(records: &[Record]) -> String {
+    let mut out = CSV_COLUMNS.join(",");
+    out.push('\n');
+    for r in records {
+        let j = RecordJson::from(r);
+        let u = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
+        let f = |v: Option<f64>| v.map(|x| x.to_string()).unwrap_or_default();
+        let params: Vec<String> = j.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let row = [
+            j.system.clone(),
+            j.benchmark.clone(),
+            j.group.clone(),
+            j.cores.to_string(),
+            u(j.boot.map(u64::from)),
+            j.status.as_str().to_string(),
+            j.reason.clone().unwrap_or_default(),
+            j.evidence.clone(),
+            u(j.workers),
+            u(j.ops),
+            u(j.ns),
+            u(j.busy_ns),
+            u(j.instructions),
+            u(j.instructions_kernel),
+            u(j.instructions_user),
+            f(j.instructions_per_op),
+            j.instructions_note.clone().unwrap_or_default(),
+            f(j.per_core_throughput),
+            u(j.calib_ops),
+            u(j.calib_ns),
+            f(j.calib_per_core_throughput),
+            f(j.calibrated_throughput),
+            f(j.wall_s),
+            params.join(" "),
+            f(j.net.as_ref().map(|n| n.conns_per_s)),
+        ];
+        debug_assert_eq!(row.len(), CSV_COLUMNS.len());
+        out.push_str(&row.iter().map(|s| csv_field(s)).collect::<Vec<_>>().join(","));
+        out.push('\n');
     }
-    is_str("group")?;
-    is_str("evidence")?;
-    match field("params")? {
-        Value::Obj(p) if p.values().all(|x| matches!(x, Value::Num(n) if n.fract() == 0.0)) => {}
-        _ => return Err("`params` must be an object of integers".into()),
-    }
-    let cores = count("cores", false)?.unwrap_or(0.0);
-    if !(1.0..=255.0).contains(&cores) {
-        return Err("`cores` must be 1..=255".into());
-    }
-    if let Some(b) = m.get("boot") {
-        match b {
-            Value::Num(x) if *x >= 1.0 && x.fract() == 0.0 => {}
-            _ => return Err("`boot` must be a positive integer".into()),
-        }
-    }
-    let status = is_str("status")?;
-    for k in ["workers", "ops", "ns", "busy_ns", "instructions", "instructions_kernel", "instructions_user", "calib_ops", "calib_ns"] {
-        count(k, true)?;
-    }
-    for k in ["per_core_throughput", "instructions_per_op", "calib_per_core_throughput", "calibrated_throughput", "wall_s"] {
-        real(k)?;
-    }
-    let present = |k: &str| !matches!(m.get(k), Some(Value::Null) | None);
-    match status.as_str() {
-        "ok" => {
-            for k in ["workers", "ops", "ns", "per_core_throughput"] {
-                if !present(k) {
-                    return Err(format!("an ok record needs `{k}`"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 4180 fields of one CSV text (quoted fields may hold commas, quotes, line breaks).
+    fn parse_csv(text: &str) -> Vec<Vec<String>> {
+        let (mut rows, mut row, mut field) = (Vec::new(), Vec::new(), String::new());
+        let mut chars = text.chars().peekable();
+        let mut quoted = false;
+        while let Some(c) = chars.next() {
+            match (quoted, c) {
+                (true, '"') if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    field.push('"');
                 }
-            }
-            if !present("instructions") && !present("instructions_note") {
-                return Err("an ok record without instructions must say why (`instructions_note`)".into());
-            }
-        }
-        "error" | "timeout" | "unavailable" => {
-            if !present("reason") {
-                return Err(format!("a `{status}` record needs a `reason`"));
-            }
-            if present("per_core_throughput") {
-                return Err(format!("a `{status}` record must not carry a throughput"));
+                (true, '"') => quoted = false,
+                (true, c) => field.push(c),
+                (false, '"') => quoted = true,
+                (false, ',') => row.push(std::mem::take(&mut field)),
+                (false, '\n') => {
+                    row.push(std::mem::take(&mut field));
+                    rows.push(std::mem::take(&mut row));
+                }
+                (false, c) => field.push(c),
             }
         }
-        other => return Err(format!("unknown status `{other}`")),
+        rows
     }
-    if let Some(n) = m.get("net").filter(|n| !matches!(n, Value::Null)) {
-        NetStats::from_json(n)?;
+
+    /// Catches a CSV whose rows do not line up with the header (a field with a comma or a
+    /// quote unquoted, a column added to one side only) or that loses a record's values.
+    #[test]
+    fn csv_has_one_aligned_row_per_record_and_quotes_what_needs_it() {
+        let spec = super::super::catalog::find("dupclose").unwrap();
+        let mut ok = Record::without_result("linux", spec, vec![("iters".into(), 1000), ("reps".into(), 3)], 2, Status::Ok, "");
+        ok.reason = None;
+        (ok.workers, ok.ops, ok.ns, ok.instructions_note) = (Some(2), Some(4000), Some(2_000_000), Some("plugin off".into()));
+        let bad = Record::without_result("ours", spec, vec![], 1, Status::Error, "guest said \"no\", then stopped\nsecond line");
+        let text = to_csv(&[ok.clone(), bad]);
+        let rows = parse_csv(&text);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0], CSV_COLUMNS);
+        assert!(rows.iter().all(|r| r.len() == CSV_COLUMNS.len()), "{rows:?}");
+        let col = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+        assert_eq!(rows[1][col("params")], "iters=1000 reps=3");
+        assert_eq!(rows[1][col("ops")], "4000");
+        assert_eq!(rows[1][col("per_core_throughput")].parse::<f64>().unwrap(), ok.per_core_throughput().unwrap());
+        assert_eq!(rows[2][col("reason")], "guest said \"no\", then stopped\nsecond line");
+        assert_eq!(rows[2][col("per_core_throughput")], "", "null is an empty field");
     }
-    Ok(())
 }

@@ -32,7 +32,7 @@ pub fn si(x: f64) -> String {
 /// One cell's per-core throughput: the value of a single boot, or `median [min–max]` over
 /// its good boots; `noisy` when max/min of its calibrated value exceeds 1.5; failed boots
 /// counted. A cell without a good boot shows its (first) status.
-fn cell(c: Option<&CellSummary>, records: &[Record]) -> String {
+pub(super) fn cell(c: Option<&CellSummary>, records: &[Record]) -> String {
     let Some(c) = c else { return "-".into() };
     let mut out = match &c.per_core {
         Some(s) => range(s, si),
@@ -52,7 +52,7 @@ fn cell(c: Option<&CellSummary>, records: &[Record]) -> String {
 }
 
 /// `median [min–max]`, or the one value when there is one.
-fn range(s: &Spread, f: fn(f64) -> String) -> String {
+pub(super) fn range(s: &Spread, f: fn(f64) -> String) -> String {
     if s.n > 1 {
         format!("{} [{}–{}]", f(s.median), f(s.min), f(s.max))
     } else {
@@ -61,7 +61,7 @@ fn range(s: &Spread, f: fn(f64) -> String) -> String {
 }
 
 /// Three significant digits (calibrated values are small: operations per calibration step).
-fn sig(x: f64) -> String {
+pub(super) fn sig(x: f64) -> String {
     if x == 0.0 || !x.is_finite() {
         return format!("{x}");
     }
@@ -74,18 +74,18 @@ fn two(x: f64) -> String {
 }
 
 /// The ours/Linux ratio: the median of the per-pair ratios with their range.
-fn pair_cell(p: Option<&PairSummary>, value: fn(&PairSummary) -> Option<&Spread>, noisy: bool) -> String {
+pub(super) fn pair_cell(p: Option<&PairSummary>, value: fn(&PairSummary) -> Option<&Spread>, noisy: bool) -> String {
     match p.and_then(|p| value(p).map(|s| (p, s))) {
         Some((p, s)) => format!("{}{}", range(s, two), if noisy && p.noisy { " noisy" } else { "" }),
         None => "-".into(),
     }
 }
 
-fn ratio(x: Option<f64>) -> String {
+pub(super) fn ratio(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into())
 }
 
-fn summary<'a>(cells: &'a [CellSummary], sys: &str, bench: &str, n: u32) -> Option<&'a CellSummary> {
+pub(super) fn summary<'a>(cells: &'a [CellSummary], sys: &str, bench: &str, n: u32) -> Option<&'a CellSummary> {
     cells.iter().find(|c| c.system == sys && c.benchmark == bench && c.cores == n)
 }
 
@@ -282,8 +282,8 @@ fn fit(s: &str) -> String {
     }
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+pub(super) fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 /// One benchmark's plot: per-core throughput against vCPUs, a line per system.

@@ -8,14 +8,15 @@
 //! Quartiles interpolate linearly between order statistics (numpy's default): for sorted
 //! values v[0..n], the q-quantile is at position q·(n−1).
 
-use super::json::{self, Value};
+use serde::{Deserialize, Serialize};
+
 use super::record::{Record, Status};
 
 /// A row is `noisy` when max/min of its calibrated value is above this: too wide to quote.
 pub const NOISY: f64 = 1.5;
 
 /// Median, range and spread of one quantity over the good boots of a cell.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Spread {
     /// How many values (good boots, or good pairs).
     pub n: usize,
@@ -70,8 +71,9 @@ pub fn is_noisy(s: Option<&Spread>) -> bool {
     s.is_some_and(|s| s.n > 1 && s.max_over_min() > NOISY)
 }
 
-/// One system × benchmark × vCPU count over its boots.
-#[derive(Debug, Clone, PartialEq)]
+/// One system × benchmark × vCPU count over its boots (in results.json an item with
+/// `"kind":"summary"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellSummary {
     pub system: String,
     pub benchmark: String,
@@ -84,16 +86,19 @@ pub struct CellSummary {
     pub unavailable: usize,
     /// Total operations per second (all workers), per good boot.
     pub ops_per_s: Option<Spread>,
+    #[serde(rename = "per_core_throughput")]
     pub per_core: Option<Spread>,
     /// Per-core throughput over the same boot's calibration.
+    #[serde(rename = "calibrated_throughput")]
     pub calibrated: Option<Spread>,
     /// max/min of the calibrated value above [`NOISY`] (of the raw per-core value when no
     /// boot has a calibration).
     pub noisy: bool,
 }
 
-/// The ours/Linux ratio of one benchmark × vCPU count, taken per pair of boots.
-#[derive(Debug, Clone, PartialEq)]
+/// The ours/Linux ratio of one benchmark × vCPU count, taken per pair of boots (in
+/// results.json an item with `"kind":"pair"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PairSummary {
     pub benchmark: String,
     pub cores: u32,
@@ -197,122 +202,92 @@ pub fn scaling_of_medians(cells: &[CellSummary], sys: &str, bench: &str, base: u
     (a > 0.0).then(|| b / a)
 }
 
-// results.json: one summary record per cell (`"kind":"summary"`) and one per benchmark ×
-// vCPU count with both systems (`"kind":"pair"`), after the raw boot records (which have no
-// `kind`). Written and read back here; docs/bench.md has the schema.
+// results.json: a `"kind":"run"` item first (the format's version, the command, the machine),
+// every boot's record (no `kind`), then one summary record per cell (`"kind":"summary"`) and
+// one per benchmark × vCPU count with both systems (`"kind":"pair"`). Written and read back
+// here through serde; docs/bench.md has the schema.
 
-fn spread_json(s: &Option<Spread>) -> String {
-    match s {
-        None => "null".into(),
-        Some(s) => format!(
-            "{{\"n\":{},\"median\":{},\"min\":{},\"max\":{},\"iqr_over_median\":{}}}",
-            s.n,
-            json::num(s.median),
-            json::num(s.min),
-            json::num(s.max),
-            json::num(s.iqr_over_median)
-        ),
+/// The version of results.json this xtask writes. 1: boot records and summaries, no `run`
+/// item (files written before the version existed; still read). 2: a `run` item first.
+pub const RESULTS_VERSION: u32 = 2;
+
+/// The host a run was measured on (for the report; timings depend on it).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Machine {
+    /// `model name` from /proc/cpuinfo.
+    pub cpu: String,
+    /// Host CPUs available to this process.
+    pub host_cpus: u32,
+    /// `uname -sr` equivalent (/proc/sys/kernel/{ostype,osrelease}).
+    pub os: String,
+    /// The first line of `qemu-system-x86_64 --version`.
+    pub qemu: String,
+}
+
+impl Machine {
+    /// This host, as far as it can be read; a part that cannot is `unknown`.
+    pub fn this_host() -> Machine {
+        let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string());
+        let cpu = read("/proc/cpuinfo")
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, v)| v.trim().to_string())))
+            .unwrap_or_else(|| "unknown".into());
+        let os = match (read("/proc/sys/kernel/ostype"), read("/proc/sys/kernel/osrelease")) {
+            (Some(a), Some(b)) => format!("{a} {b}"),
+            _ => "unknown".into(),
+        };
+        let qemu = std::process::Command::new("qemu-system-x86_64")
+            .arg("--version")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_string))
+            .unwrap_or_else(|| "unknown".into());
+        Machine { cpu, host_cpus: std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(0), os, qemu }
     }
 }
 
-fn spread_from(v: Option<&Value>, k: &str) -> Result<Option<Spread>, String> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(o @ Value::Obj(_)) => {
-            let f = |x: &str| match o.get(x) {
-                Some(Value::Num(n)) => Ok(*n),
-                _ => Err(format!("`{k}.{x}` must be a number")),
-            };
-            Ok(Some(Spread { n: f("n")? as usize, median: f("median")?, min: f("min")?, max: f("max")?, iqr_over_median: f("iqr_over_median")? }))
-        }
-        _ => Err(format!("`{k}` must be an object or null")),
-    }
+/// What was run, where and when: results.json's first item (`"kind":"run"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// [`RESULTS_VERSION`] when written.
+    pub version: u32,
+    /// The exact command, as typed (`cargo xtask bench ...`).
+    pub command: String,
+    /// UTC start time, `YYYY-MM-DD HH:MM:SS`.
+    pub started: String,
+    pub machine: Machine,
+    pub boots: u32,
+    pub seed: u64,
 }
 
-fn field_str(v: &Value, k: &str) -> Result<String, String> {
-    match v.get(k) {
-        Some(Value::Str(s)) if !s.is_empty() => Ok(s.clone()),
-        _ => Err(format!("`{k}` must be a non-empty string")),
-    }
+/// serde's form of one item with a `kind` tag.
+#[derive(Serialize)]
+struct Tagged<'a, T: Serialize> {
+    kind: &'static str,
+    #[serde(flatten)]
+    item: &'a T,
 }
 
-fn field_count(v: &Value, k: &str) -> Result<u64, String> {
-    match v.get(k) {
-        Some(Value::Num(n)) if *n >= 0.0 && n.fract() == 0.0 => Ok(*n as u64),
-        _ => Err(format!("`{k}` must be a non-negative integer")),
-    }
-}
-
-fn field_bool(v: &Value, k: &str) -> Result<bool, String> {
-    match v.get(k) {
-        Some(Value::Bool(b)) => Ok(*b),
-        _ => Err(format!("`{k}` must be true or false")),
-    }
+fn tagged<T: Serialize>(kind: &'static str, item: &T) -> String {
+    serde_json::to_string(&Tagged { kind, item }).expect("a summary always serializes")
 }
 
 impl CellSummary {
     pub fn to_json(&self) -> String {
-        format!(
-            "{{\"kind\":\"summary\",\"system\":{},\"benchmark\":{},\"cores\":{},\"boots\":{},\"ok\":{},\"failed\":{},\"unavailable\":{},\"ops_per_s\":{},\"per_core_throughput\":{},\"calibrated_throughput\":{},\"noisy\":{}}}",
-            json::quote(&self.system),
-            json::quote(&self.benchmark),
-            self.cores,
-            self.boots,
-            self.ok,
-            self.failed,
-            self.unavailable,
-            spread_json(&self.ops_per_s),
-            spread_json(&self.per_core),
-            spread_json(&self.calibrated),
-            self.noisy
-        )
-    }
-
-    pub fn from_json(v: &Value) -> Result<CellSummary, String> {
-        Ok(CellSummary {
-            system: field_str(v, "system")?,
-            benchmark: field_str(v, "benchmark")?,
-            cores: field_count(v, "cores")? as u32,
-            boots: field_count(v, "boots")? as usize,
-            ok: field_count(v, "ok")? as usize,
-            failed: field_count(v, "failed")? as usize,
-            unavailable: field_count(v, "unavailable")? as usize,
-            ops_per_s: spread_from(v.get("ops_per_s"), "ops_per_s")?,
-            per_core: spread_from(v.get("per_core_throughput"), "per_core_throughput")?,
-            calibrated: spread_from(v.get("calibrated_throughput"), "calibrated_throughput")?,
-            noisy: field_bool(v, "noisy")?,
-        })
+        tagged("summary", self)
     }
 }
 
 impl PairSummary {
     pub fn to_json(&self) -> String {
-        format!(
-            "{{\"kind\":\"pair\",\"benchmark\":{},\"cores\":{},\"ratio\":{},\"calibrated_ratio\":{},\"broken_pairs\":{},\"noisy\":{}}}",
-            json::quote(&self.benchmark),
-            self.cores,
-            spread_json(&self.ratio),
-            spread_json(&self.calibrated_ratio),
-            self.broken_pairs,
-            self.noisy
-        )
-    }
-
-    pub fn from_json(v: &Value) -> Result<PairSummary, String> {
-        Ok(PairSummary {
-            benchmark: field_str(v, "benchmark")?,
-            cores: field_count(v, "cores")? as u32,
-            ratio: spread_from(v.get("ratio"), "ratio")?,
-            calibrated_ratio: spread_from(v.get("calibrated_ratio"), "calibrated_ratio")?,
-            broken_pairs: field_count(v, "broken_pairs")? as usize,
-            noisy: field_bool(v, "noisy")?,
-        })
+        tagged("pair", self)
     }
 }
 
-/// What results.json holds: every boot's raw record, then the summaries.
+/// What results.json holds: what was run, every boot's raw record, then the summaries.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Results {
+    /// Absent in files written before version 2.
+    pub run: Option<RunInfo>,
     pub records: Vec<Record>,
     pub cells: Vec<CellSummary>,
     pub pairs: Vec<PairSummary>,
@@ -321,15 +296,16 @@ pub struct Results {
 impl Results {
     /// The summaries computed from the raw records.
     pub fn from_records(records: Vec<Record>) -> Results {
-        Results { cells: summarize(&records), pairs: pairs(&records), records }
+        Results { run: None, cells: summarize(&records), pairs: pairs(&records), records }
     }
 
-    /// results.json: a JSON array, one record per line.
+    /// results.json: a JSON array, one item per line.
     pub fn to_json(&self) -> String {
         let lines: Vec<String> = self
-            .records
+            .run
             .iter()
-            .map(|r| r.to_json())
+            .map(|r| tagged("run", r))
+            .chain(self.records.iter().map(|r| r.to_json()))
             .chain(self.cells.iter().map(CellSummary::to_json))
             .chain(self.pairs.iter().map(PairSummary::to_json))
             .map(|l| format!("  {l}"))
@@ -338,16 +314,35 @@ impl Results {
     }
 
     /// Read results.json back: raw records through their schema check, summaries by `kind`.
-    /// A file without summaries (written before `--boots`) reads as its records.
-    pub fn from_json(v: &Value) -> Result<Results, String> {
-        let Value::Arr(items) = v else { return Err("not a JSON array".into()) };
+    /// A file without summaries (written before `--boots`) reads as its records; one without
+    /// a `run` item (before version 2) reads with `run` None; a newer version is refused.
+    pub fn from_json(text: &str) -> Result<Results, String> {
+        let items: Vec<serde_json::Value> = serde_json::from_str(text).map_err(|e| format!("not a JSON array of records: {e}"))?;
         let mut out = Results::default();
-        for (i, item) in items.iter().enumerate() {
+        for (i, item) in items.into_iter().enumerate() {
             let at = |e: String| format!("item {i}: {e}");
-            match item.get("kind") {
-                None => out.records.push(Record::from_json(item).map_err(at)?),
-                Some(Value::Str(k)) if k == "summary" => out.cells.push(CellSummary::from_json(item).map_err(at)?),
-                Some(Value::Str(k)) if k == "pair" => out.pairs.push(PairSummary::from_json(item).map_err(at)?),
+            let kind = match item.get("kind") {
+                None => None,
+                Some(serde_json::Value::String(k)) => Some(k.clone()),
+                Some(other) => return Err(at(format!("`kind` must be a string, not {other}"))),
+            };
+            let typed = |e: serde_json::Error| at(e.to_string());
+            match kind.as_deref() {
+                None => out.records.push(Record::from_value(item).map_err(at)?),
+                Some("summary") => out.cells.push(serde_json::from_value(item).map_err(typed)?),
+                Some("pair") => out.pairs.push(serde_json::from_value(item).map_err(typed)?),
+                Some("run") => {
+                    if i != 0 {
+                        return Err(at("the `run` item must come first".into()));
+                    }
+                    // The version before the rest: a newer file's fields may differ.
+                    match item.get("version").and_then(serde_json::Value::as_u64) {
+                        Some(v) if (2..=RESULTS_VERSION as u64).contains(&v) => {}
+                        Some(v) => return Err(at(format!("results.json version {v} is not one this xtask reads (1..={RESULTS_VERSION})"))),
+                        None => return Err(at("the `run` item needs a whole-number `version`".into())),
+                    }
+                    out.run = Some(serde_json::from_value(item).map_err(typed)?);
+                }
                 Some(other) => return Err(at(format!("unknown `kind` {other:?}"))),
             }
         }
@@ -500,13 +495,13 @@ mod tests {
         let res = Results::from_records(recs);
         assert_eq!((res.cells.len(), res.pairs.len()), (2, 1));
         let text = res.to_json();
-        let back = Results::from_json(&json::parse(&text).unwrap()).unwrap();
+        let back = Results::from_json(&text).unwrap();
         assert_eq!(back, res);
         // An old file (records only) reads as records with no summaries.
         let old = format!("[{}]", res.records[0].to_json().replace(",\"boot\":1", ""));
-        let back = Results::from_json(&json::parse(&old).unwrap()).unwrap();
+        let back = Results::from_json(&old).unwrap();
         assert_eq!((back.records.len(), back.records[0].boot, back.cells.len()), (1, 1, 0));
-        assert!(Results::from_json(&json::parse(r#"[{"kind":"other"}]"#).unwrap()).is_err());
+        assert!(Results::from_json(r#"[{"kind":"other"}]"#).is_err());
     }
 
     #[test]

@@ -262,9 +262,9 @@ mod tests {
         assert_eq!((r.ops, r.workers, r.calib_ops), (Some(20), Some(1), Some(4_000_000)));
         assert!(r.per_core_throughput().unwrap() > 0.0 && r.calibrated_throughput().is_some());
         assert_eq!(r.net.as_ref().unwrap().guest["fe0"], "2/20/0/0/1");
-        let back = Record::from_json(&super::super::json::parse(&r.to_json()).unwrap()).unwrap();
+        let back = Record::from_json(&r.to_json()).unwrap();
         assert_eq!(back, r);
-        assert!(super::super::record::check_schema(&super::super::json::parse(&r.to_json()).unwrap()).is_ok());
+        assert!(super::super::record::check_schema(&serde_json::from_str(&r.to_json()).unwrap()).is_ok());
         // Linux: two front-end threads, calibration on both: per worker as it is.
         let o = outcome(
             "webd: ready mode=random port=80 frontends=0,1 apps=0,1 kc=-1 files=8 bytes=1 system=linux",

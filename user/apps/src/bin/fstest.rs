@@ -246,6 +246,60 @@ fn names_and_descriptors() -> TestResult {
     Ok(Pass::Ok)
 }
 
+/// Files and directories as descriptors of the common table (`fd::open`, issue 16
+/// "Descriptors"), beside a console and a pipe: dup within and across the private and
+/// process-wide tables shares the offset, fstat works on every kind, close of the last
+/// descriptor closes `fs`'s, and closed descriptors are refused. Catches: an `fs` descriptor
+/// closed while a dup still uses it (or never closed), dups with separate offsets, fstat
+/// answering for the wrong kind.
+fn files_in_the_descriptor_table() -> TestResult {
+    use libos::fd::{self, Kind, Scope};
+    fs_ok("mount", fs::mount())?;
+    let c0 = fd::proc_counts();
+    let f = fs_ok("fd::open", fd::open(Scope::Process, "/hello.txt", fs::O_RDONLY))?;
+    ensure!(matches!(fd::kind(f), Ok(Kind::Fs(_))), "kind {:?}", fd::kind(f));
+    let st = fd::fstat(f).map_err(|e| Msg::new(format_args!("fstat: {e:?}")))?;
+    ensure!(st.size == files::HELLO.len() as u64 && st.mode & fs::S_IFMT == fs::S_IFREG, "fstat size {} mode {:o}", st.size, st.mode);
+    let d = fd::dup(f, Scope::Process).map_err(|e| Msg::new(format_args!("dup: {e:?}")))?;
+    let p = fd::dup(f, Scope::Private).map_err(|e| Msg::new(format_args!("dup private: {e:?}")))?;
+    let mut b = [0u8; 4];
+    for (i, x) in [f, d, p].into_iter().enumerate() {
+        let n = fd::read(x, &mut b).map_err(|e| Msg::new(format_args!("read {i}: {e:?}")))?;
+        ensure!(n == 4 && b == files::HELLO[i * 4..i * 4 + 4], "read {i} gave {:?} ({n} bytes): offsets not shared", &b[..n]);
+    }
+    let n = fd::read_at(d, 6, &mut b).map_err(|e| Msg::new(format_args!("read_at: {e:?}")))?;
+    ensure!(n == 4 && b == files::HELLO[6..10], "read_at");
+    fd::close(f).map_err(|e| Msg::new(format_args!("close: {e:?}")))?;
+    ensure!(fd::close(f) == Err(Error::NoSuchObject) && fd::read(f, &mut b).is_err() && fd::fstat(f).is_err(), "closed descriptor still usable");
+    ensure!(fd::read(d, &mut b) == Ok(4) && b == files::HELLO[12..16], "a dup lost its file when the first descriptor closed");
+    ensure!(fd::write(d, b"x").is_err(), "wrote through a read-only descriptor");
+    fd::close(d).map_err(|e| Msg::new(format_args!("close d: {e:?}")))?;
+    ensure!(fd::read(p, &mut b) == Ok(4) && b == files::HELLO[16..20], "the private dup lost its file");
+    fd::close(p).map_err(|e| Msg::new(format_args!("close p: {e:?}")))?;
+    ensure!(fd::proc_counts() == c0, "process-wide table left {:?} (before {c0:?})", fd::proc_counts());
+    // A directory in the private table.
+    let dir = fs_ok("fd::open /sub", fd::open(Scope::Private, "/sub", fs::O_RDONLY))?;
+    let st = fd::fstat(dir).map_err(|e| Msg::new(format_args!("fstat dir: {e:?}")))?;
+    ensure!(st.mode & fs::S_IFMT == fs::S_IFDIR, "/sub fstat mode {:o}", st.mode);
+    ensure!(fd::read(dir, &mut b).is_err(), "read a directory");
+    fd::close(dir).map_err(|e| Msg::new(format_args!("close dir: {e:?}")))?;
+    ensure!(fd::fstat(dir).is_err(), "closed directory descriptor");
+    err!(fd::open(Scope::Process, "/no-such-file", fs::O_RDONLY), FsError::NotFound);
+    ensure!(fd::proc_counts() == c0, "a failed open changed the table: {:?}", fd::proc_counts());
+    // Other kinds answer fstat too.
+    let c = fd::open_console(Scope::Process).map_err(|e| Msg::new(format_args!("console: {e:?}")))?;
+    ensure!(fd::fstat(c).map(|s| s.mode & fs::S_IFMT) == Ok(fd::S_IFCHR), "console fstat {:?}", fd::fstat(c));
+    let (r, w) = fd::pipe(Scope::Process).map_err(|e| Msg::new(format_args!("pipe: {e:?}")))?;
+    ensure!(fd::write(w, b"abc") == Ok(3), "pipe write");
+    ensure!(fd::fstat(r).map(|s| (s.mode & fs::S_IFMT, s.size)) == Ok((fd::S_IFIFO, 3)), "pipe fstat {:?}", fd::fstat(r));
+    for x in [c, r, w] {
+        fd::close(x).map_err(|e| Msg::new(format_args!("close: {e:?}")))?;
+    }
+    fd::unmap_all();
+    ensure!(fd::proc_counts() == c0, "left {:?}", fd::proc_counts());
+    Ok(Pass::Ok)
+}
+
 /// Catches: a mount that trusts the superblock's counts (an inode table indexed past its end,
 /// a group table read past the disk). The corruption is made in the cache only.
 fn corrupt_superblock_is_refused() -> TestResult {
@@ -889,7 +943,7 @@ fn full_cache_evicts_and_writes_back() -> TestResult {
 
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 16] = [
+    let tests: [(&str, fn() -> TestResult); 17] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -898,6 +952,7 @@ fn main(args: &'static str) -> u64 {
         ("fs_reads_every_file", reads_every_file),
         ("fs_other_cores_read_too", other_cores_read_too),
         ("fs_names_and_descriptors", names_and_descriptors),
+        ("fs_files_in_the_descriptor_table", files_in_the_descriptor_table),
         ("fs_stat_from_the_name_cache", stat_from_the_name_cache),
         ("fs_corrupt_superblock_is_refused", corrupt_superblock_is_refused),
         ("fs_corrupt_directory_entry_is_an_error", corrupt_directory_entry_is_an_error),

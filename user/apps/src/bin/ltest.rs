@@ -548,6 +548,208 @@ fn fd_private_other_core() -> TestResult {
 }
 
 // ---------------------------------------------------------------------------------------
+// The process-wide descriptor table (user memory, `percore::fdtable`)
+
+/// Bad, closed, twice-closed and made-up process-wide descriptors are refused; a full table
+/// refuses opens and dups and loses nothing; counts come back after every close; no kernel
+/// object is made for a console descriptor. Catches: a stale descriptor reaching its slot's
+/// next open file, a double close freeing twice, a full table leaking a slot or record, the
+/// table share's raw objects accepted as descriptors.
+fn fd_proc_table() -> TestResult {
+    let t = ok!(fd::table(Scope::Process));
+    let c0 = fd::proc_counts();
+    let k0 = live_kobjects();
+    let a = ok!(fd::open_console(Scope::Process));
+    ensure!(a.table == t && a.obj & fd::SHARED_FD != 0, "process-wide descriptor {a:?}");
+    let d = ok!(fd::dup(a, Scope::Process));
+    ensure!(d != a && ok!(fd::kind(d)) == fd::Kind::Console && fd::visible(d), "dup {d:?}");
+    ensure!(live_kobjects() == k0, "a console open or dup made {} kernel objects", live_kobjects() - k0);
+    ensure!(fd::proc_counts() == (c0.0 + 2, c0.1 + 1), "counts after open+dup {:?} (before {c0:?})", fd::proc_counts());
+    ok!(fd::close(a));
+    ensure!(fd::close(a) == Err(abi::Error::NoSuchObject), "second close: {:?}", fd::close(a));
+    ensure!(fd::kind(a).is_err() && !fd::visible(a) && fd::dup(a, Scope::Process).is_err() && fd::dup(a, Scope::Private).is_err(), "closed descriptor still usable");
+    ensure!(fd::write(a, b"x").is_err() && fd::fstat(a).is_err(), "closed descriptor writes or stats");
+    ensure!(ok!(fd::kind(d)) == fd::Kind::Console, "closing one descriptor ended the open file");
+    // The slot comes back (this core's word), with a new generation: the stale one is refused.
+    let b = ok!(fd::open_console(Scope::Process));
+    ensure!(fd::close(a).is_err() && fd::visible(b), "stale descriptor reached the slot's new open file");
+    for bad in [
+        fd::Fd { table: t, obj: fd::SHARED_FD | fd::SHARED_SLOTS as u64 },
+        fd::Fd { table: t, obj: fd::SHARED_FD | 0xffff_ffff },
+        fd::Fd { table: t, obj: fd::SHARED_FD | (b.obj & 0xffff_ffff) | ((b.obj >> 32 & 0x3fff_ffff) ^ 1) << 32 },
+        fd::Fd { table: t ^ 1, obj: b.obj },
+        fd::Fd { table: t, obj: b.obj & !fd::SHARED_FD },
+    ] {
+        ensure!(fd::close(bad).is_err() && fd::kind(bad).is_err() && !fd::visible(bad) && fd::dup(bad, Scope::Process).is_err(), "made-up descriptor {bad:?} accepted");
+    }
+    ensure!(fd::visible(b) && fd::visible(d), "refused descriptors changed real ones");
+    let st = ok!(fd::fstat(d));
+    ensure!(st.mode & 0o170000 == fd::S_IFCHR, "console fstat mode {:o}", st.mode);
+    // Fill the table.
+    let mut held = Vec::new();
+    let err = loop {
+        match fd::dup(d, Scope::Process) {
+            Ok(x) => held.push(x),
+            Err(e) => break e,
+        }
+        if held.len() > fd::SHARED_SLOTS {
+            fail!("more than {} process-wide descriptors", fd::SHARED_SLOTS);
+        }
+    };
+    let full = fd::proc_counts();
+    ensure!(err == abi::Error::Busy && full.0 as usize == fd::SHARED_SLOTS, "table full: {err:?} at {full:?}");
+    ensure!(fd::open_console(Scope::Process) == Err(abi::Error::Busy) && fd::pipe(Scope::Process).is_err(), "open in a full table");
+    ensure!(fd::proc_counts() == full && live_kobjects() == k0, "a refused open changed the table: {:?}", fd::proc_counts());
+    for x in held {
+        ok!(fd::close(x));
+    }
+    ok!(fd::close(b));
+    ok!(fd::close(d));
+    ensure!(fd::proc_counts() == c0, "after the last close: {:?}, before {c0:?}", fd::proc_counts());
+    // Private <-> process-wide for a console: new open files, each closed with its last descriptor.
+    let p = ok!(fd::open_console(Scope::Private));
+    let s = ok!(fd::dup(p, Scope::Process));
+    let p2 = ok!(fd::dup(s, Scope::Private));
+    ok!(fd::close(p));
+    ensure!(ok!(fd::kind(s)) == fd::Kind::Console && ok!(fd::kind(p2)) == fd::Kind::Console, "cross-table dups");
+    ok!(fd::close(s));
+    ok!(fd::close(p2));
+    ensure!(fd::proc_counts() == c0, "cross-table dups left {:?}", fd::proc_counts());
+    Ok(None)
+}
+
+const CONC_ITERS: u64 = 3000;
+static CONC_BAR: AtomicU64 = AtomicU64::new(0);
+/// Contexts taking part in `fd_proc_concurrent` (at most 64).
+static CONC_N: AtomicU64 = AtomicU64::new(1);
+static CONC_HANDOFF: [AtomicU64; 1] = [const { AtomicU64::new(0) }; 1];
+
+/// One core's part of `fd_proc_concurrent`: dup the common descriptor, open its own, close
+/// both, and close a descriptor the previous core dup'ed (handed over through a static), so
+/// closes also happen on other cores than the dup. Returns a bit mask of failed checks.
+fn t_proc_churn(arg: u64) -> u64 {
+    // SAFETY: `arg` points at the common descriptor, kept alive by the parent until joins.
+    let common = unsafe { *(arg as *const fd::Fd) };
+    let n = CONC_N.load(Ordering::SeqCst) as usize;
+    CONC_BAR.fetch_add(1, Ordering::SeqCst);
+    libos::time::wait_until(5000, || CONC_BAR.load(Ordering::SeqCst) as usize >= n);
+    let mut bad = 0;
+    for i in 0..CONC_ITERS {
+        let Ok(x) = fd::dup(common, Scope::Process) else { return bad | 1 };
+        let Ok(own) = fd::open_console(Scope::Process) else { return bad | 2 };
+        bad |= ((fd::kind(x) != Ok(fd::Kind::Console)) as u64) << 2;
+        if i % 4 == 0 {
+            // Hand `x` over; close what was handed over last (often by another core).
+            let old = CONC_HANDOFF[0].swap(x.obj, Ordering::AcqRel);
+            if old != 0 {
+                bad |= (fd::close(fd::Fd { table: common.table, obj: old }).is_err() as u64) << 3;
+            }
+        } else {
+            bad |= (fd::close(x).is_err() as u64) << 4;
+        }
+        bad |= (fd::close(own).is_err() as u64) << 5;
+        bad |= ((fd::close(own) != Err(abi::Error::NoSuchObject)) as u64) << 6;
+    }
+    bad
+}
+
+/// Every core dups and closes process-wide descriptors at once (the common open file and
+/// their own), closing some on another core than the one that dup'ed them. Catches: lost
+/// updates of the bitmaps or counts (a leaked or doubly-used slot), a close freeing the
+/// common open file while descriptors still name it.
+fn fd_proc_concurrent() -> TestResult {
+    let cores: Vec<u64> = others().into_iter().take(63).collect();
+    if cores.is_empty() {
+        return Ok(Some(no_other_core()));
+    }
+    let c0 = fd::proc_counts();
+    let common = ok!(fd::open_console(Scope::Process));
+    for h in &CONC_HANDOFF {
+        h.store(0, Ordering::SeqCst);
+    }
+    CONC_BAR.store(0, Ordering::SeqCst);
+    CONC_N.store(cores.len() as u64 + 1, Ordering::SeqCst);
+    let boxed = Box::new(common);
+    let arg = &*boxed as *const fd::Fd as u64;
+    let mut ts = Vec::new();
+    for &c in &cores {
+        ts.push(ok!(thread::spawn(c, t_proc_churn, arg)));
+    }
+    let mine = t_proc_churn(arg);
+    let mut bad = mine;
+    for t in ts {
+        bad |= ok!(t.join());
+    }
+    ensure!(bad == 0, "checks failed, bit mask {bad:#x}");
+    for h in &CONC_HANDOFF {
+        let left = h.swap(0, Ordering::SeqCst);
+        if left != 0 {
+            ok!(fd::close(fd::Fd { table: common.table, obj: left }));
+        }
+    }
+    ensure!(ok!(fd::kind(common)) == fd::Kind::Console, "the common open file went");
+    ensure!(fd::proc_counts() == (c0.0 + 1, c0.1 + 1), "after the churn: {:?}, before {c0:?} (+1 +1 expected)", fd::proc_counts());
+    ok!(fd::close(common));
+    ensure!(fd::proc_counts() == c0, "after the last close: {:?}", fd::proc_counts());
+    Ok(None)
+}
+
+/// A cfork child that did not get the table: the parent's process-wide descriptor is
+/// refused, and its own process-wide table works. Returns a bit mask of failed checks.
+fn child_proc_unshared(arg: u64) -> u64 {
+    // SAFETY: `arg` points at the parent's descriptor (a copy of the parent's heap).
+    let parent = unsafe { *(arg as *const fd::Fd) };
+    let mut bad = 0;
+    bad |= fd::visible(parent) as u64;
+    bad |= (fd::close(parent).is_ok() as u64) << 1;
+    bad |= (fd::dup(parent, Scope::Process).is_ok() as u64) << 2;
+    let Ok(own) = fd::open_console(Scope::Process) else { return bad | 1 << 3 };
+    bad |= ((own.table == parent.table) as u64) << 4;
+    bad |= ((fd::proc_counts() != (1, 1)) as u64) << 5;
+    bad |= (fd::close(own).is_err() as u64) << 6;
+    bad
+}
+
+/// A cfork child given the table: dups the parent's descriptor and leaves the dup open for
+/// the parent (returned as the exit code).
+fn child_proc_shared(arg: u64) -> u64 {
+    // SAFETY: as in `child_proc_unshared`.
+    let parent = unsafe { *(arg as *const fd::Fd) };
+    if fd::kind(parent) != Ok(fd::Kind::Console) {
+        return 1;
+    }
+    match fd::dup(parent, Scope::Process) {
+        Ok(d) => d.obj,
+        Err(_) => 2,
+    }
+}
+
+/// cfork'd processes share the process-wide table only when asked. Catches: a child
+/// writing the parent's table through a copy it should not have (or a table shared by
+/// default), and a shared table whose dups the parent cannot see.
+fn fd_proc_cfork() -> TestResult {
+    let Some(&other) = others().first() else { return Ok(Some(no_other_core())) };
+    let c0 = fd::proc_counts();
+    let a = ok!(fd::open_console(Scope::Process));
+    let boxed = Box::new(a);
+    let arg = &*boxed as *const fd::Fd as u64;
+    let child = ok!(cfork(other, &CforkOpts::default(), child_proc_unshared, arg));
+    let bad = ok!(child.join());
+    ensure!(bad == 0, "unshared child: checks failed, bit mask {bad:#x}");
+    ensure!(fd::proc_counts() == (c0.0 + 1, c0.1 + 1) && fd::visible(a), "the unshared child changed our table: {:?}", fd::proc_counts());
+    let (share, seg) = ok!(fd::cfork_share_table());
+    let child = ok!(cfork(other, &CforkOpts { shares: &[share], segments: &[seg], ..Default::default() }, child_proc_shared, arg));
+    let code = ok!(child.join());
+    ensure!(code > 2, "shared child failed: {code}");
+    let d = fd::Fd { table: a.table, obj: code };
+    ensure!(fd::proc_counts() == (c0.0 + 2, c0.1 + 1) && ok!(fd::kind(d)) == fd::Kind::Console, "the child's dup is not in our table: {:?}", fd::proc_counts());
+    ok!(fd::close(d));
+    ok!(fd::close(a));
+    ensure!(fd::proc_counts() == c0, "counts {:?}", fd::proc_counts());
+    Ok(None)
+}
+
+// ---------------------------------------------------------------------------------------
 // Heap
 
 const STRESS_BLOCKS: usize = 1500;
@@ -872,6 +1074,9 @@ const TESTS: &[(&str, fn() -> TestResult)] = &[
     ("fd::pipe_and_file", fd_pipe_and_file),
     ("fd::private_table", fd_private_table),
     ("fd::private_other_core", fd_private_other_core),
+    ("fd::proc_table", fd_proc_table),
+    ("fd::proc_concurrent", fd_proc_concurrent),
+    ("fd::proc_cfork", fd_proc_cfork),
     ("heap::stress_no_leak", heap_stress_no_leak),
 ];
 

@@ -13,7 +13,7 @@
 //!
 //! **First version.** One mounted file system per process, under one MCS lock (`FS`), with a
 //! per-process buffer cache. Descriptors here are indexes into this module's own table of open
-//! files (`Fd`), not yet slots of the `fd` module's tables; the lock-free name cache,
+//! files (`Fd`); `fd::open` puts one in the common descriptor tables (docs/fd.md); the lock-free name cache,
 //! shared buffer cache and per-core open-file lists are not built yet (docs/fs.md says what is
 //! missing). A context that uses the file system on another core maps the request segment
 //! there on first use.
