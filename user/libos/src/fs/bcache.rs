@@ -181,7 +181,7 @@ impl Table {
     /// `attach` at the same address.
     pub unsafe fn init(base: usize, bytes: usize, slots: usize) -> Option<Table> {
         let lay = layout(slots);
-        if slots == 0 || slots > MAX_SLOTS || lay.bytes > bytes || base % 128 != 0 {
+        if slots == 0 || slots > MAX_SLOTS || lay.bytes > bytes || !base.is_multiple_of(128) {
             return None;
         }
         // SAFETY (for every write below): inside the region the caller gave us, each at an
@@ -296,7 +296,7 @@ impl Table {
         // SAFETY: any bytes are a valid `u64` and the reverse; `align_to_mut` gives the
         // aligned middle part only.
         let (head, mid, tail) = unsafe { buf.align_to_mut::<u64>() };
-        if head.is_empty() && tail.is_empty() && at % 8 == 0 {
+        if head.is_empty() && tail.is_empty() && at.is_multiple_of(8) {
             // Whole aligned words (pages and inodes into heap buffers): copy straight into
             // the caller's buffer; a failed window leaves garbage there that the slow path
             // overwrites, and nobody looks at it before that.
@@ -527,7 +527,7 @@ impl Table {
                     continue;
                 }
                 let tag = m.tag.load(Ordering::Relaxed);
-                if tag == 0 || only.is_some_and(|(a, b)| tag - 1 < a || tag - 1 >= b) {
+                if tag == 0 || only.is_some_and(|(a, b)| tag - 1 < a || tag > b) {
                     continue;
                 }
                 dirty.try_reserve(1).map_err(|_| IoError::NoMemory)?;
@@ -623,7 +623,7 @@ impl Table {
 }
 
 fn copy_out(p: &Page, at: usize, buf: &mut [u8]) {
-    if at % 8 == 0 && buf.len() % 8 == 0 && at + buf.len() <= PAGE {
+    if at.is_multiple_of(8) && buf.len().is_multiple_of(8) && at + buf.len() <= PAGE {
         // Whole words (pages, inodes, descriptors): one 8-byte store each.
         for (c, w) in buf.chunks_exact_mut(8).zip(&p[1 + at / 8..]) {
             c.copy_from_slice(&w.to_le_bytes());
@@ -643,7 +643,7 @@ fn copy_out(p: &Page, at: usize, buf: &mut [u8]) {
 
 /// Bytes `skip ..` of `words` (little-endian) into `buf`.
 fn copy_words_out(words: &[u64], skip: usize, buf: &mut [u8]) {
-    if skip == 0 && buf.len() % 8 == 0 {
+    if skip == 0 && buf.len().is_multiple_of(8) {
         for (c, w) in buf.chunks_exact_mut(8).zip(words) {
             c.copy_from_slice(&w.to_le_bytes());
         }
@@ -663,7 +663,7 @@ fn copy_words_out(words: &[u64], skip: usize, buf: &mut [u8]) {
 }
 
 fn copy_in(p: &mut Page, at: usize, data: &[u8]) {
-    if at % 8 == 0 && data.len() % 8 == 0 && at + data.len() <= PAGE {
+    if at.is_multiple_of(8) && data.len().is_multiple_of(8) && at + data.len() <= PAGE {
         for (w, c) in p[1 + at / 8..].iter_mut().zip(data.chunks_exact(8)) {
             *w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
         }
