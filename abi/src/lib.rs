@@ -238,7 +238,10 @@ pub mod nr {
     /// `NotPermitted` for a private share in the list that belongs to another core than the
     /// gate's; the naming errors for the root range and the shares.
     pub const PPC_REGISTER: u64 = 81;
-    /// `ppc_call(gate_share, gate, a0, a1, a2, a3) -> the handler's value`. On the gate's core
+    /// `ppc_call(gate_share, gate, a0, a1, a2, a3) -> the handler's value`. The gate is named
+    /// `<gate_share, gate>`, or, with `gate_share = PPC_BOUND`, `gate` is a slot this
+    /// identity bound it in (`PPC_BIND`; `NoSuchObject` for a slot out of range, empty or
+    /// bound by another identity): the fast way, no lookup. On the gate's core
     /// only (`WrongCore` elsewhere); one call at a time per gate (`Busy` while it is in a call,
     /// which includes calling it from its own handler, and `Busy` beyond `PPC_MAX_DEPTH`
     /// nested calls). `NotPermitted` unless made with the `syscall` instruction itself: inside
@@ -264,9 +267,34 @@ pub mod nr {
     /// during a call is freed when the call ends: the call keeps it alive.
     pub const PPC_CALL: u64 = 82;
     /// `ppc_return(value)`: end the innermost call this context is in (see `PPC_CALL`); does
-    /// not return. `NotPermitted` outside a call, or not made with `syscall` itself.
+    /// not return. `NotPermitted` outside a call, or not made with `syscall` itself. Either
+    /// way the argument registers (rdi, rsi, rdx, r10, r8, r9) come back cleared: the client
+    /// of the call sees none of the handler's values in them, and a failed `ppc_return`
+    /// clobbers them too (its stub must say so).
     pub const PPC_RETURN: u64 = 83;
+    /// `ppc_bind(gate_share, gate) -> slot`: put the gate in one of this context's
+    /// `PPC_BOUND_SLOTS` bound-gate slots, for `ppc_call(PPC_BOUND, slot, ..)`: the call then
+    /// indexes the slot instead of looking the gate up by name (Tornado's per-processor port
+    /// table). The gate is checked once, here: `WrongType` if it is not a gate, `WrongCore`
+    /// if it does not serve the caller's core; `Busy` if every slot is taken; the naming
+    /// errors. The slot holds a reference: the gate lives while it is bound, even once
+    /// deleted from its share. A slot belongs to the identity that bound it (the caller's
+    /// root share at the time): a handler running in the context during a call can neither
+    /// call nor unbind the client's slots, nor the client the handler's. `NotPermitted`
+    /// through a syscall ring (it has no context to bind in).
+    pub const PPC_BIND: u64 = 84;
+    /// `ppc_unbind(slot) -> 0`: empty a slot `ppc_bind` filled. `NoSuchObject` if the slot is
+    /// out of range, empty or bound by another identity. A call running through the slot
+    /// keeps the gate until it ends. `NotPermitted` through a syscall ring.
+    pub const PPC_UNBIND: u64 = 85;
 }
+
+/// `ppc_call`'s `gate_share` for a gate bound with `ppc_bind` (the gate argument is then the
+/// slot). No share has this id (ids carry the making core plus one above bit 40).
+pub const PPC_BOUND: u64 = u64::MAX;
+
+/// Bound-gate slots per context (`nr::PPC_BIND`).
+pub const PPC_BOUND_SLOTS: u64 = 8;
 
 /// Calls one context may nest (a handler calling another gate, and so on) before `ppc_call`
 /// is `Busy`.

@@ -30,12 +30,15 @@ pub struct Context {
     pub ppc: Option<ObjRef>,
     /// How many calls `ppc` stands for (nested calls).
     pub ppc_depth: u32,
+    /// Gates bound for `ppc_call(PPC_BOUND, slot, ..)` (`kobj::gate::bind`), each for the
+    /// identity that bound it.
+    pub bound: crate::kobj::gate::BoundSlots,
 }
 
 impl Context {
     /// A context that starts at `rip` with stack `rsp` and arguments `args`, in no call.
     pub fn new(root_share: ObjRef, shares: Vec<ObjRef>, root_ar: ObjRef, pcore: ObjRef, rip: u64, rsp: u64, args: [u64; 3]) -> Context {
-        Context { root_share, shares, root_ar, pcore, rip, rsp, args, ppc: None, ppc_depth: 0 }
+        Context { root_share, shares, root_ar, pcore, rip, rsp, args, ppc: None, ppc_depth: 0, bound: crate::kobj::gate::NO_BOUND }
     }
 }
 
@@ -94,7 +97,13 @@ pub fn with_current<R>(f: impl FnOnce(&Context) -> R) -> Result<R, Error> {
 /// context's identity in place. The reference must not outlive the system call.
 #[inline(always)]
 pub fn current_mut() -> Option<&'static mut Context> {
-    percpu::this().context.get_mut()
+    current_mut_of(percpu::this())
+}
+
+/// `current_mut` with this core's area already at hand (`area` must be `percpu::this()`).
+#[inline(always)]
+pub fn current_mut_of(area: &'static percpu::PerCpu) -> Option<&'static mut Context> {
+    area.context.get_mut()
 }
 
 /// Mutable access for the few calls that change the share set.
@@ -380,10 +389,9 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
 /// (the fault is the context's own).
 fn abort_call(f: &mut TrapFrame) -> bool {
     let area = percpu::this();
-    let me = area.index;
     let Some(c) = area.context.get_mut() else { return false };
     let mut caller = crate::arch::x86_64::syscall::UserReturn::default();
-    let Some(gate) = crate::kobj::gate::leave(c, me, &mut caller) else { return false };
+    let Some(gate) = crate::kobj::gate::leave(c, &mut caller) else { return false };
     for r in [&mut f.r15, &mut f.r14, &mut f.r13, &mut f.r12, &mut f.r11, &mut f.r10, &mut f.r9, &mut f.r8, &mut f.rbp, &mut f.rdi, &mut f.rsi, &mut f.rdx, &mut f.rcx, &mut f.rbx] {
         *r = 0;
     }

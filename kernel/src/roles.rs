@@ -437,7 +437,7 @@ fn serve_rings(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingBuffers
 /// private shares), and a ring's requests run for no core (see `abi::RingSlot`).
 fn ring_refuses(nr: u64, args: &[u64; 6]) -> Option<Error> {
     match nr {
-        nr::PCORE_ALLOC | nr::PCORE_CURRENT | nr::PCORE_RUN | nr::PCORE_SET_INTERVAL | nr::PCORE_HALT | nr::PCORE_SET_ROLE | nr::SELF_DROP | nr::SELF_SHARES => {
+        nr::PCORE_ALLOC | nr::PCORE_CURRENT | nr::PCORE_RUN | nr::PCORE_SET_INTERVAL | nr::PCORE_HALT | nr::PCORE_SET_ROLE | nr::SELF_DROP | nr::SELF_SHARES | nr::PPC_BIND | nr::PPC_UNBIND => {
             Some(Error::NotPermitted)
         }
         nr::SHARE_ALLOC if args[4] & abi::SHARE_PRIVATE != 0 => Some(Error::NotPermitted),

@@ -235,6 +235,8 @@ static HANDLERS: [Handler; CALLS] = {
     t[nr::PPC_REGISTER as usize] = sys_ppc_register;
     t[nr::PPC_CALL as usize] = sys_ppc_not_direct;
     t[nr::PPC_RETURN as usize] = sys_ppc_not_direct;
+    t[nr::PPC_BIND as usize] = sys_ppc_bind;
+    t[nr::PPC_UNBIND as usize] = sys_ppc_unbind;
     t
 };
 
@@ -372,7 +374,13 @@ fn sys_share_list(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     Ok(ids.len() as u64)
 }
 
+/// The planted regression of `planted-conflict` (docs/commute.md): one counter all cores write.
+#[cfg(feature = "planted-conflict")]
+static PLANTED_SEGMENT_ALLOCS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
 fn sys_segment_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    #[cfg(feature = "planted-conflict")]
+    PLANTED_SEGMENT_ALLOCS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     let s = reach_share(a[0])?;
     let (name, n) = read_name(a[1], a[2])?;
     let home = memid_core(a[3])?;
@@ -789,34 +797,73 @@ fn sys_ppc_register(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 /// `syscall_dispatch`'s forwarding (an AC switches itself), fault injection or TC yield (a
 /// yield asked for takes effect at the next other call or tick).
 ///
-/// `f` is a raw pointer: `syscall_entry` passes the frame it pushed on this core's entry
-/// stack, which lives until it pops it after this returns, and nothing else refers to it.
+/// `share` and `gate` are the call's first two arguments (the entry saved all six for the
+/// handler); `ret` points at the return slots `syscall_entry` pushed on this core's entry
+/// stack, which live until it pops them after this returns, and which nothing else refers
+/// to.
 #[no_mangle]
-extern "C" fn ppc_call_entry(f: *mut SyscallFrame) -> i64 {
-    percpu::this().stats.syscalls.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: see above: the arguments are read, and the return slots are ours to rewrite
-    // for this call.
-    let (a0, a1, ret) = unsafe { ((*f).args[0], (*f).args[1], &mut (*f).ret) };
-    encode(ppc_call(a0, a1, ret))
-}
-
-/// `ppc_return` straight from `syscall_entry` (see `ppc_call_entry`).
-#[no_mangle]
-extern "C" fn ppc_return_entry(f: *mut SyscallFrame) -> i64 {
-    percpu::this().stats.syscalls.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: as for `ppc_call_entry`.
-    let (a0, ret) = unsafe { ((*f).args[0], &mut (*f).ret) };
-    encode(ppc_return(a0, ret))
-}
-
-/// `ppc_call(gate_share, gate, ..)`: enter the gate's handler (`kobj::gate::enter`); its
-/// `rax` is the gate's cookie, its other argument registers the caller's.
-#[inline(always)]
-fn ppc_call(share: u64, gate: u64, ret: &mut UserReturn) -> Result<u64, Error> {
+extern "C" fn ppc_call_entry(share: u64, gate: u64, ret: *mut UserReturn) -> i64 {
+    let me = percpu::this();
+    me.stats.syscalls.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: see above: the return slots are ours to rewrite for this call.
+    let ret = unsafe { &mut *ret };
     // A `syscall` runs on the caller's own core: its context is this core's.
-    let c = context::current_mut().ok_or(Error::NotPermitted)?;
-    // A client names its gate through its root share (`libos::ppc::Gate::bind`): that
-    // lookup first, without the general resolution's lease.
+    let Some(c) = context::current_mut_of(me) else { return encode(Err(Error::NotPermitted)) };
+    encode(ppc_call_named(c, share, gate, ret))
+}
+
+/// `ppc_call(PPC_BOUND, slot, ..)`: a gate this context bound (`ppc_bind`), by slot: no
+/// lookup, the checks were made when it was bound. `syscall_entry` sends these here, with
+/// interrupts off for the whole call (nothing here may free: `kobj::gate::enter_bound`).
+/// `ret` as for `ppc_call_entry`.
+#[no_mangle]
+extern "C" fn ppc_call_bound_entry(_share: u64, slot: u64, ret: *mut UserReturn) -> i64 {
+    let me = percpu::this();
+    me.stats.syscalls.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: as for `ppc_call_entry`.
+    let ret = unsafe { &mut *ret };
+    let Some(c) = context::current_mut_of(me) else { return encode(Err(Error::NotPermitted)) };
+    crate::kobj::gate::enter_bound(c, slot, ret)
+}
+
+/// `ppc_return` straight from `syscall_entry` (see `ppc_call_entry`): `value` is its
+/// argument, `ret` the return slots.
+#[no_mangle]
+extern "C" fn ppc_return_entry(value: u64, ret: *mut UserReturn) -> i64 {
+    let me = percpu::this();
+    me.stats.syscalls.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: as for `ppc_call_entry`.
+    let ret = unsafe { &mut *ret };
+    let Some(c) = context::current_mut_of(me) else { return encode(Err(Error::NotPermitted)) };
+    let Some(gate) = crate::kobj::gate::leave(c, ret) else { return encode(Err(Error::NotPermitted)) };
+    // Dropped here, after the caller's root range is loaded: a gate deleted (and unbound)
+    // during the call is freed now, with interrupts on (this path runs with them off).
+    match KRef::release(gate) {
+        None => value as i64,
+        Some(last) => free_with_interrupts(last, value),
+    }
+}
+
+/// Free an object whose last reference a path running with interrupts off gave up: freeing
+/// may free address ranges, whose TLB shootdowns wait for other cores that may be waiting
+/// for us. An exit asked for meanwhile is seen by `syscall_entry`'s check after the return.
+/// Gives back `value` as the result (so the caller holds nothing across this).
+#[cold]
+#[inline(never)]
+fn free_with_interrupts(last: crate::kobj::kref::KLast<KObject>, value: u64) -> i64 {
+    crate::arch::x86_64::cpu::enable_interrupts();
+    drop(last);
+    crate::arch::x86_64::cpu::disable_interrupts();
+    // Opaque, so that the caller does not keep `value` itself across the call to know the
+    // result (that would cost its fast path a saved register).
+    core::hint::black_box(value) as i64
+}
+/// `ppc_call(gate_share, gate, ..)` with the gate named by `<share, id>`: enter the gate's
+/// handler (`kobj::gate::enter`); its `rax` is the gate's cookie, its other argument
+/// registers the caller's. Out of line: the bound call is the fast one.
+#[inline(never)]
+fn ppc_call_named(c: &mut Context, share: u64, gate: u64, ret: &mut UserReturn) -> Result<u64, Error> {
+    // A gate in the root share: that lookup first, without the general resolution's lease.
     let gate = if share == c.root_share.id {
         c.root_share.as_share()?.get(gate)?
     } else {
@@ -826,15 +873,31 @@ fn ppc_call(share: u64, gate: u64, ret: &mut UserReturn) -> Result<u64, Error> {
     crate::kobj::gate::enter(c, gate, percpu::current_index(), ret)
 }
 
-/// `ppc_return(value)`: back to the caller of the innermost call, with `value` in its `rax`.
-#[inline(always)]
-fn ppc_return(value: u64, ret: &mut UserReturn) -> Result<u64, Error> {
-    let c = context::current_mut().ok_or(Error::NotPermitted)?;
-    let gate = crate::kobj::gate::leave(c, percpu::current_index(), ret).ok_or(Error::NotPermitted)?;
-    // Dropped here, after the caller's root range is loaded: a gate deleted during the call
-    // is freed now.
-    drop(gate);
-    Ok(value)
+/// `ppc_bind(gate_share, gate) -> slot` (`kobj::gate::bind`).
+fn sys_ppc_bind(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let gate = lookup(a[0], a[1])?;
+    let g = gate.as_gate()?;
+    // The core of the context this call acts for (an AC's bind runs on a kernel core).
+    if g.core as usize != caller() {
+        return Err(Error::WrongCore);
+    }
+    let gate_ptr: *const crate::kobj::gate::Gate = g;
+    // A slot that cannot be had gives the reference back, dropped out here.
+    match with_current_mut(|c| crate::kobj::gate::bind(c, gate, gate_ptr))? {
+        Ok(slot) => Ok(slot),
+        Err(gate) => {
+            drop(gate);
+            Err(Error::Busy)
+        }
+    }
+}
+
+/// `ppc_unbind(slot)` (`kobj::gate::unbind`); the slot's references are dropped out of the
+/// context's reach.
+fn sys_ppc_unbind(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let bound = with_current_mut(|c| crate::kobj::gate::unbind(c, a[0]))??;
+    drop(bound);
+    Ok(0)
 }
 
 /// `ppc_call` and `ppc_return` reach the table only from a batch, a syscall ring or a call

@@ -562,4 +562,8 @@ fn a_slab_fills_its_page_to_the_last_object() {
     assert_eq!(slab.source().0.load(SeqCst), 1, "73 objects fit one page");
     slab.alloc(0).unwrap();
     assert_eq!(slab.source().0.load(SeqCst), 2);
+    // Each object names the core it was carved for (cargo mutants: `home -> 0`).
+    let two = PageSlab::new(Pages(AtomicUsize::new(0)), Layout::from_size_align(56, 8).unwrap(), 2).unwrap();
+    let (a, b) = (two.alloc(0).unwrap(), two.alloc(1).unwrap());
+    assert_eq!((two.home(a), two.home(b)), (0, 1));
 }

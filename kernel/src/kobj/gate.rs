@@ -25,7 +25,8 @@ use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use super::{ar::AddressRange, try_push, ObjRef};
+use super::kref::KRef;
+use super::{ar::AddressRange, try_push, CoreBit, ObjRef};
 use crate::arch::x86_64::paging;
 use crate::arch::x86_64::syscall::UserReturn;
 use crate::context::Context;
@@ -37,6 +38,8 @@ const HANDLER_RFLAGS: u64 = 0x202;
 pub struct Gate {
     /// The one core the gate serves.
     pub core: u32,
+    /// `core`'s bit in the shootdown sets of the ranges a call loads.
+    core_bit: CoreBit,
     pub entry: u64,
     pub stack_top: u64,
     pub cookie: u64,
@@ -45,6 +48,11 @@ pub struct Gate {
     /// set: every share the handler can reach from is here, so the check sees all it could
     /// ever put a gate into.
     pub members: Vec<ObjRef>,
+    /// The handler's root range (`CallState::root_ar` outside a call), for `enter` to load
+    /// without the type check: the range lives as long as the gate, held by the call state
+    /// outside a call and by the calling context during one (which gives it back before the
+    /// gate can go: `leave`, `unwind`).
+    root: *const AddressRange,
     /// Taken for the length of a call (one call at a time per gate).
     busy: AtomicBool,
     call: UnsafeCell<CallState>,
@@ -62,7 +70,8 @@ struct CallState {
 }
 
 // SAFETY: `call` is reached only by the holder of `busy` (see the module comment), on the
-// gate's core; everything else is immutable after `Gate::new` or atomic.
+// gate's core; everything else is immutable after `Gate::new` or atomic (`root` points at
+// the range the gate keeps alive, read only).
 unsafe impl Sync for Gate {}
 // SAFETY: as above; the references inside are `KRef`s, which are Send.
 unsafe impl Send for Gate {}
@@ -81,12 +90,15 @@ impl Gate {
             return Err(Error::InvalidArgument);
         }
         let root_share = set.remove(0);
+        let root = root_ar.as_ar()? as *const AddressRange;
         Ok(Gate {
             core,
+            core_bit: CoreBit::of(core as usize),
             entry,
             stack_top,
             cookie,
             members,
+            root,
             busy: AtomicBool::new(false),
             call: UnsafeCell::new(CallState { root_ar, root_share, shares: set, outer: None, caller: UserReturn::default() }),
         })
@@ -98,9 +110,9 @@ impl Gate {
 /// left-over bit costs at most a needless flush): the call path only reads the set's line.
 /// Only core `me` clears its bit (`context`, `sched`), never while this call runs.
 #[inline(always)]
-fn load(root: &AddressRange, me: usize) {
-    if !root.running.contains(me) {
-        root.running.insert(me);
+fn load(root: &AddressRange, me: CoreBit) {
+    if !root.running.contains_bit(me) {
+        root.running.insert_bit(me);
     }
     paging::load_root(root.table);
 }
@@ -127,17 +139,57 @@ pub fn enter(c: &mut Context, gate_obj: ObjRef, me: usize, ret: &mut UserReturn)
     if g.core as usize != me {
         return Err(Error::WrongCore);
     }
-    if c.ppc_depth >= PPC_MAX_DEPTH as u32 || g.busy.swap(true, Ordering::Acquire) {
+    if !take(c, g) {
         return Err(Error::Busy);
     }
+    let g: *const Gate = g;
+    // SAFETY: `gate_obj` keeps the gate alive and is handed to `start` with it.
+    Ok(start(c, unsafe { &*g }, gate_obj, ret))
+}
+
+/// `ppc_call(PPC_BOUND, slot, ..)`: enter the gate bound in `slot` of `c` (`bind`). The type
+/// and the core were checked when it was bound (and a context never changes cores); what
+/// is left is the slot's owner and the call's own conditions. The call takes its own
+/// reference to the gate (from the slot's, never zero), so unbinding during the call is
+/// harmless; it takes it only once the call is sure to start, so this drops nothing and
+/// may run with interrupts off (`syscall_entry`). Returns the encoded result (the
+/// handler's `rax`, the gate's cookie, or an error).
+#[inline(always)]
+pub fn enter_bound(c: &mut Context, slot: u64, ret: &mut UserReturn) -> i64 {
+    let Some(Some(b)) = c.bound.get(slot as usize) else {
+        return abi::encode(Err(Error::NoSuchObject));
+    };
+    // Only the identity that bound the slot may use it (a handler running in this context
+    // may not call its client's gates).
+    if !KRef::ptr_eq(&b.domain, &c.root_share) {
+        return abi::encode(Err(Error::NoSuchObject));
+    }
+    // SAFETY: `b.gate` keeps the gate alive, and the clone below (handed to `start`) keeps
+    // it alive for the call.
+    let g = unsafe { &*b.gate_ptr };
+    if !take(c, g) {
+        return abi::encode(Err(Error::Busy));
+    }
+    let gate_obj = b.gate.clone();
+    start(c, g, gate_obj, ret) as i64
+}
+
+/// Take gate `g` for a call of `c`: false if `c` is as deep in calls as it may be, or the
+/// gate is in a call.
+#[inline(always)]
+fn take(c: &Context, g: &Gate) -> bool {
+    c.ppc_depth < PPC_MAX_DEPTH as u32 && !g.busy.swap(true, Ordering::Acquire)
+}
+
+/// The call itself, once `c` holds gate `g` (`take`), whose reference `gate_obj` is, on the
+/// gate's core (this one). Returns the gate's cookie, the handler's `rax`.
+#[inline(always)]
+fn start(c: &mut Context, g: &Gate, gate_obj: ObjRef, ret: &mut UserReturn) -> u64 {
     // SAFETY: we hold `busy`, on the gate's core (module comment).
     let st = unsafe { &mut *g.call.get() };
-    let Ok(root) = st.root_ar.as_ar() else {
-        // Cannot happen (registration takes root ranges only).
-        g.busy.store(false, Ordering::Release);
-        return Err(Error::WrongType);
-    };
-    load(root, me);
+    // SAFETY: `root` is the range the gate holds (the call state has it now: the gate is
+    // not in a call), alive while `gate_obj` is.
+    load(unsafe { &*g.root }, g.core_bit);
     swap_identity(c, st);
     st.caller = *ret;
     *ret = UserReturn { rip: g.entry, rflags: HANDLER_RFLAGS, rsp: g.stack_top };
@@ -146,19 +198,66 @@ pub fn enter(c: &mut Context, gate_obj: ObjRef, me: usize, ret: &mut UserReturn)
     // the drop check).
     core::mem::forget(core::mem::replace(&mut st.outer, c.ppc.replace(gate_obj)));
     c.ppc_depth += 1;
-    Ok(cookie)
+    cookie
+}
+
+/// A gate in one of a context's bound-gate slots (`nr::PPC_BIND`).
+pub struct Bound {
+    /// The reference that keeps the gate alive while it is bound.
+    gate: ObjRef,
+    /// The gate inside `gate` (checked to be a gate for the context's core when bound).
+    gate_ptr: *const Gate,
+    /// The root share of the identity that bound it: only that identity may call or unbind
+    /// the slot. Held, so that its address cannot be reused by another share while the slot
+    /// names it.
+    domain: ObjRef,
+}
+
+// SAFETY: `gate_ptr` points into the object `gate` holds and is only read through (the
+// gate is Sync); the rest are `KRef`s.
+unsafe impl Send for Bound {}
+// SAFETY: as above.
+unsafe impl Sync for Bound {}
+
+/// A context's bound-gate slots.
+pub type BoundSlots = [Option<Bound>; abi::PPC_BOUND_SLOTS as usize];
+
+/// No gate bound.
+pub const NO_BOUND: BoundSlots = [const { None }; abi::PPC_BOUND_SLOTS as usize];
+
+/// `ppc_bind`: put `gate_obj` (whose gate is `gate_ptr`, checked by the caller to serve the
+/// context's core) in a free slot of `c` for its present identity. Returns the slot, or
+/// gives the reference back if every slot is taken.
+pub fn bind(c: &mut Context, gate_obj: ObjRef, gate_ptr: *const Gate) -> Result<u64, ObjRef> {
+    let Some(i) = c.bound.iter().position(|b| b.is_none()) else { return Err(gate_obj) };
+    c.bound[i] = Some(Bound { gate_ptr, gate: gate_obj, domain: c.root_share.clone() });
+    Ok(i as u64)
+}
+
+/// `ppc_unbind`: empty slot `slot` of `c` if its present identity bound it. Returns the
+/// slot's contents, to be dropped where dropping may free.
+pub fn unbind(c: &mut Context, slot: u64) -> Result<Bound, Error> {
+    match c.bound.get(slot as usize) {
+        Some(Some(b)) if KRef::ptr_eq(&b.domain, &c.root_share) => {}
+        _ => return Err(Error::NoSuchObject),
+    }
+    c.bound[slot as usize].take().ok_or(Error::NoSuchObject)
 }
 
 /// End the innermost call of `c`: give the caller its identity back, free the gate for the
 /// next call and set `ret` to where the caller resumes. Returns the gate's reference (drop
-/// it only after the caller's root range is loaded: it may be the gate's last). Loads
-/// nothing.
+/// it only after the caller's root range is loaded: it may be the gate's last) and its core's
+/// bit. Loads nothing.
 #[inline(always)]
-fn leave_state(c: &mut Context, ret: &mut UserReturn) -> Option<ObjRef> {
+fn leave_state(c: &mut Context, ret: &mut UserReturn) -> Option<(ObjRef, CoreBit)> {
     let gate_obj = c.ppc.take()?;
     let Ok(g) = gate_obj.as_gate() else {
-        return None; // cannot happen: only gates are put in `ppc`
+        // Cannot happen: only gates are put in `ppc`. Put it back rather than drop it here
+        // (this path may run with interrupts off).
+        c.ppc = Some(gate_obj);
+        return None;
     };
+    let bit = g.core_bit;
     // SAFETY: this context's call holds `busy` (it put the gate in `ppc`), and it runs on
     // the gate's core.
     let st = unsafe { &mut *g.call.get() };
@@ -168,14 +267,15 @@ fn leave_state(c: &mut Context, ret: &mut UserReturn) -> Option<ObjRef> {
     c.ppc_depth -= 1;
     *ret = st.caller;
     g.busy.store(false, Ordering::Release);
-    Some(gate_obj)
+    Some((gate_obj, bit))
 }
 
 /// `ppc_return` (and `abort`): end the innermost call, set `ret` to where the caller
-/// resumes and load the caller's root range. `None` if `c` is not in a call.
+/// resumes and load the caller's root range. `None` if `c` is not in a call. The call runs
+/// on the gate's core (`enter`), which is this one.
 #[inline(always)]
-pub fn leave(c: &mut Context, me: usize, ret: &mut UserReturn) -> Option<ObjRef> {
-    let g = leave_state(c, ret)?;
+pub fn leave(c: &mut Context, ret: &mut UserReturn) -> Option<ObjRef> {
+    let (g, me) = leave_state(c, ret)?;
     match c.root_ar.as_ar() {
         Ok(root) => load(root, me),
         // Cannot happen (a context's root range is a root range): never let the caller run
@@ -193,7 +293,7 @@ pub fn unwind(c: &mut Context) -> [Option<ObjRef>; PPC_MAX_DEPTH as usize] {
     let mut gates: [Option<ObjRef>; PPC_MAX_DEPTH as usize] = Default::default();
     let mut i = 0;
     let mut ret = UserReturn::default();
-    while let Some(g) = leave_state(c, &mut ret) {
+    while let Some((g, _)) = leave_state(c, &mut ret) {
         if i < gates.len() {
             gates[i] = Some(g);
             i += 1;

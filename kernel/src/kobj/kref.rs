@@ -216,6 +216,35 @@ impl<T> Drop for KRef<T> {
     }
 }
 
+impl<T> KRef<T> {
+    /// Give up this reference. If it was the last, the value is not dropped here: it comes
+    /// back as a `KLast`, which drops it when it goes, so the caller chooses where (a path
+    /// that runs with interrupts off frees with them on: `syscall::ppc_return_entry`).
+    #[inline(always)]
+    pub fn release(this: Self) -> Option<KLast<T>> {
+        let ptr = this.ptr;
+        core::mem::forget(this);
+        // SAFETY: `this` was a counted reference: the allocation is alive until the count
+        // reaches zero here.
+        if unsafe { ptr.as_ref() }.strong.fetch_sub(1, Ordering::Release) != 1 {
+            return None;
+        }
+        Some(KLast { ptr })
+    }
+}
+
+/// A value whose last strong reference was given up (`KRef::release`): nothing else can
+/// reach it. Dropping this drops the value.
+pub struct KLast<T> {
+    ptr: NonNull<Inner<T>>,
+}
+
+impl<T> Drop for KLast<T> {
+    fn drop(&mut self) {
+        drop_last(self.ptr);
+    }
+}
+
 /// The last strong reference to `ptr`'s value is gone: drop the value, then the weak count
 /// the strong ones held together.
 #[cold]

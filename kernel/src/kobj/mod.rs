@@ -180,9 +180,38 @@ pub struct CoreSet {
     bits: [AtomicU64; MAX_CORES / 64],
 }
 
+/// A core's place in a `CoreSet` (its word and bit), worked out once for a path that tests
+/// the same core again and again (a gate's core: `kobj::gate`).
+#[derive(Clone, Copy, Debug)]
+pub struct CoreBit {
+    word: usize,
+    mask: u64,
+}
+
+impl CoreBit {
+    pub const fn of(core: usize) -> CoreBit {
+        CoreBit { word: (core / 64) % (MAX_CORES / 64), mask: 1 << (core % 64) }
+    }
+}
+
+const _: () = assert!((MAX_CORES / 64).is_power_of_two());
+
 impl CoreSet {
     pub const fn new() -> Self {
         Self { bits: [const { AtomicU64::new(0) }; MAX_CORES / 64] }
+    }
+
+    /// `contains` for a `CoreBit` (the word index is masked to the array, so no bounds
+    /// check is left on the path).
+    #[inline(always)]
+    pub fn contains_bit(&self, b: CoreBit) -> bool {
+        self.bits[b.word & (MAX_CORES / 64 - 1)].load(Ordering::Relaxed) & b.mask != 0
+    }
+
+    /// `insert` for a `CoreBit`.
+    #[inline(always)]
+    pub fn insert_bit(&self, b: CoreBit) {
+        self.bits[b.word & (MAX_CORES / 64 - 1)].fetch_or(b.mask, Ordering::AcqRel);
     }
 
     pub fn insert(&self, core: usize) {

@@ -10,7 +10,7 @@
 //! // `p` the clients can reach:
 //! fn filesum(file: u64, _: u64, _: u64, _: u64) -> Result<u64, Error> { /* sum file `file` */ }
 //! let gates = libos::ppc::serve_cores(p, "filesum", &[1, 2], filesum)?;
-//! // Client, on core 1:
+//! // Client, on core 1: bind it in one of this context's slots (checked once), call by slot.
 //! let g = libos::ppc::Gate::find(p, "filesum", 1)?.bind()?;
 //! let sum = g.call(7, 0, 0, 0)?;
 //! ```
@@ -56,24 +56,33 @@ impl Gate {
         abi::decode(ppc_call_raw(self.name.share, self.name.object, a0, a1, a2, a3))
     }
 
-    /// The same gate named through this context's root share (a private share: the call's
-    /// lookup then takes no lock and no reference on anything another core uses). The root
-    /// share keeps the gate until `unbind` or until the context ends.
+    /// The same gate bound in one of this context's slots (`ppc_bind`): calls through the
+    /// result index the slot instead of looking the gate up by name, and the gate was checked
+    /// (a gate, for this core) once, here. `WrongCore` if the gate serves another core,
+    /// `Busy` if all `PPC_BOUND_SLOTS` slots are taken. The slot keeps the gate until
+    /// `unbind` or until the context ends; it is this context's (and, inside a handler, this
+    /// handler's) alone: another context, or the other side of a call, cannot use it.
     pub fn bind(&self) -> Result<Gate, Error> {
-        let root = crate::ctx::try_ctx().map(|c| c.root_share).unwrap_or_else(crate::root_share);
-        match crate::sys::share_addobj(root, self.name) {
-            Ok(_) | Err(Error::AlreadyExists) => Ok(Gate { name: ObjName::new(root, self.name.object), core: self.core }),
-            Err(e) => Err(e),
-        }
+        let slot = crate::sys::ppc_bind(self.name)?;
+        Ok(Gate { name: ObjName::new(abi::PPC_BOUND, slot), core: self.core })
     }
 
-    /// Remove a gate `bind` put in the root share.
+    /// Whether this is a bound slot (`bind`) rather than a gate's name.
+    pub fn is_bound(&self) -> bool {
+        self.name.share == abi::PPC_BOUND
+    }
+
+    /// Empty the slot `bind` filled (`NoSuchObject` if this is not a bound slot, or it is
+    /// empty).
     pub fn unbind(&self) -> Result<(), Error> {
-        crate::sys::share_delobj(self.name).map(|_| ())
+        if !self.is_bound() {
+            return Err(Error::NoSuchObject);
+        }
+        crate::sys::ppc_unbind(self.name.object).map(|_| ())
     }
 
-    /// Delete the gate from the share that names it (a gate lives while a share holds it or
-    /// a call runs in it).
+    /// Delete the gate from the share that names it (a gate lives while a share holds it, a
+    /// slot binds it or a call runs in it). Not for a bound slot (`unbind` that).
     pub fn delete(&self) -> Result<(), Error> {
         crate::sys::share_delobj(self.name).map(|_| ())
     }
@@ -152,6 +161,40 @@ pub fn ppc_call_raw(share: u64, gate: u64, a0: u64, a1: u64, a2: u64, a3: u64) -
     #[cfg(not(target_os = "none"))]
     {
         let _ = (share, gate, a0, a1, a2, a3);
+        ret = abi::encode(Err(Error::Unsupported));
+    }
+    ret
+}
+
+/// `ppc_return(value)` with the registers it clears declared clobbered (`abi::nr::PPC_RETURN`):
+/// the only safe way to make it by hand (outside a call it fails with `NotPermitted`; inside
+/// one it does not return).
+#[inline(always)]
+pub fn ppc_return_raw(value: u64) -> i64 {
+    let ret: i64;
+    #[cfg(target_os = "none")]
+    // SAFETY: `syscall` enters the kernel; if this context is in no call it comes back with
+    // the result in rax and the argument registers cleared (declared as outputs), rcx and
+    // r11 clobbered; the stack is not touched. In a call it returns to the caller instead,
+    // as the handler's end.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr::PPC_RETURN as i64 => ret,
+            inlateout("rdi") value => _,
+            lateout("rsi") _,
+            lateout("rdx") _,
+            lateout("r10") _,
+            lateout("r8") _,
+            lateout("r9") _,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    #[cfg(not(target_os = "none"))]
+    {
+        let _ = value;
         ret = abi::encode(Err(Error::Unsupported));
     }
     ret
@@ -368,8 +411,10 @@ extern "C" fn handler_entry(a0: u64, a1: u64, a2: u64, a3: u64, cookie: usize) -
 }
 
 // The handler's entry (see `abi::nr::PPC_CALL` for the registers): arguments from the syscall
-// registers into the C ones, the cookie fifth; then `ppc_return(result)` with the other
-// argument registers cleared (callee-saved ones come back as the caller cleared them).
+// registers into the C ones, the cookie fifth; then `ppc_return(result)`. The kernel clears
+// the argument registers on the way back (`abi::nr::PPC_RETURN`), and the callee-saved ones
+// come back as the caller cleared them (handler_entry preserves them), so nothing of the
+// server's reaches the client.
 #[cfg(target_os = "none")]
 core::arch::global_asm!(
     ".global __libos_ppc_entry",
@@ -382,11 +427,6 @@ core::arch::global_asm!(
     "    call {entry}",
     "    mov rdi, rax",
     "    mov eax, {ret}",
-    "    xor esi, esi",
-    "    xor edx, edx",
-    "    xor r10d, r10d",
-    "    xor r8d, r8d",
-    "    xor r9d, r9d",
     "    syscall",
     "    ud2",
     entry = sym handler_entry,

@@ -389,5 +389,15 @@ pub fn ppc_register(share: ObjectId, name: &str, gate: &PpcGate) -> Result<Objec
 /// `ppc_return(value)` outside a call: `NotPermitted` (a handler returns through
 /// `libos::ppc`'s trampoline, never through this).
 pub fn ppc_return_outside_call(value: u64) -> Result<u64, Error> {
-    call_nomem3(nr::PPC_RETURN, value, 0, 0)
+    abi::decode(crate::ppc::ppc_return_raw(value))
+}
+
+/// `ppc_bind(<share, gate>) -> slot` (`libos::ppc::Gate::bind`).
+pub fn ppc_bind(gate: ObjName) -> Result<u64, Error> {
+    call_nomem3(nr::PPC_BIND, gate.share, gate.object, 0)
+}
+
+/// `ppc_unbind(slot)`.
+pub fn ppc_unbind(slot: u64) -> Result<u64, Error> {
+    call_nomem3(nr::PPC_UNBIND, slot, 0, 0)
 }

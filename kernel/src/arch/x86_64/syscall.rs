@@ -31,7 +31,12 @@ syscall_entry:
     pushq %gs:16
     push %r11
     push %rcx
-    push %rax
+    /* Protected procedure calls (numbers PPC_CALL and PPC_RETURN) take their own paths,
+       past the generic dispatch: they rewrite where sysretq returns to (kobj::gate), and
+       save only what they must. Numbers above them come back to 1. */
+    cmp ${ppc_call}, %rax
+    jae 7f
+1:  push %rax
     push %r9
     push %r8
     push %r10
@@ -40,12 +45,8 @@ syscall_entry:
     push %rdi
     mov %rsp, %rdi
     sti
-    /* Protected procedure calls (numbers from PPC_CALL up) take their own path: it skips
-       the generic dispatch, and they rewrite where sysretq returns to (kobj::gate). */
-    cmp ${ppc_call}, %rax
-    jae 7f
     call syscall_dispatch
-6:  cli
+    cli
     cmpq $0, %gs:32
     jne return_to_kernel
     pop %rdi
@@ -60,15 +61,82 @@ syscall_entry:
     pop %rsp
     swapgs
     sysretq
-7:  cmp ${ppc_return}, %rax
-    je 8f
-    ja 9f
+7:  je 8f
+    cmp ${ppc_return}, %rax
+    jne 1b
+    /* ppc_return(value): rdi is the value; the return slots are at rsp. The client (or,
+       if no call ended, the caller) gets the argument registers cleared: none of the
+       handler's values, nor the kernel's, leak through them. Interrupts stay off (nothing
+       here waits for anything) except while a gate whose last reference the return
+       dropped is freed (ppc_return_entry turns them on for that); the exit check covers
+       a halt asked for then. */
+    mov %rsp, %rsi
+    call ppc_return_entry
+    cmpq $0, %gs:32
+    jne return_to_kernel
+    xor %edi, %edi
+    xor %esi, %esi
+    xor %edx, %edx
+    xor %r10d, %r10d
+    xor %r8d, %r8d
+    xor %r9d, %r9d
+    pop %rcx
+    pop %r11
+    pop %rsp
+    swapgs
+    sysretq
+    /* ppc_call(share, gate, a0..a3): the argument registers are saved for the handler (or
+       the caller, if the call fails), the first two go to the entry as they are, with the
+       return slots (above the saved registers) third. */
+8:  cmp ${ppc_bound}, %rdi
+    jne 11f
+    /* A bound gate (ppc_call(PPC_BOUND, slot, ..)): the whole call runs with interrupts
+       off. It takes no lock, allocates and frees nothing (the slot's reference outlives any
+       reference it drops), and an interrupt that arrives meanwhile (a halt request, a tick)
+       stays pending until sysretq sets IF and is taken in user mode, where the trap path
+       ends or switches the context: so no exit check here either. rdi is PPC_BOUND, put
+       back rather than saved. */
+    push %r9
+    push %r8
+    push %r10
+    push %rdx
+    push %rsi
+    lea 40(%rsp), %rdx
+    call ppc_call_bound_entry
+    mov ${ppc_bound}, %rdi
+    pop %rsi
+    pop %rdx
+    pop %r10
+    pop %r8
+    pop %r9
+    pop %rcx
+    pop %r11
+    pop %rsp
+    swapgs
+    sysretq
+11: push %r9
+    push %r8
+    push %r10
+    push %rdx
+    push %rsi
+    push %rdi
+    lea 48(%rsp), %rdx
+    sti
     call ppc_call_entry
-    jmp 6b
-8:  call ppc_return_entry
-    jmp 6b
-9:  call syscall_dispatch
-    jmp 6b
+    cli
+    cmpq $0, %gs:32
+    jne return_to_kernel
+    pop %rdi
+    pop %rsi
+    pop %rdx
+    pop %r10
+    pop %r8
+    pop %r9
+    pop %rcx
+    pop %r11
+    pop %rsp
+    swapgs
+    sysretq
 
     /* enter_user_mode(rip, rsp, a0, a1, a2): returns when the context ends. */
     .global enter_user_mode
@@ -237,6 +305,7 @@ uaccess_fixup:
 "#,
     ppc_call = const abi::nr::PPC_CALL,
     ppc_return = const abi::nr::PPC_RETURN,
+    ppc_bound = const abi::PPC_BOUND as i64,
     options(att_syntax)
 );
 
@@ -278,7 +347,8 @@ pub fn smep_smap() -> (bool, bool) {
     (SMEP_ENABLED.load(Ordering::Relaxed), SMAP_ENABLED.load(Ordering::Relaxed))
 }
 
-/// Registers saved by `syscall_entry`, lowest address first.
+/// Registers saved by `syscall_entry` for the generic dispatch, lowest address first (the
+/// protected procedure calls push only `ret`, and for `ppc_call` the six arguments below it).
 #[repr(C)]
 #[derive(Debug)]
 pub struct SyscallFrame {
@@ -287,8 +357,8 @@ pub struct SyscallFrame {
     pub args: [u64; 6],
     /// The call number (the result goes back in `rax` from `syscall_dispatch`'s return value).
     pub rax: u64,
-    /// Where `sysret` goes back to (a protected procedure call changes it:
-    /// `syscall::ppc_call_entry`, `ppc_return_entry`).
+    /// Where `sysret` goes back to (pushed first: the protected procedure calls' paths
+    /// rewrite it, `syscall::ppc_call_entry`, `ppc_return_entry`).
     pub ret: UserReturn,
 }
 

@@ -185,7 +185,7 @@ const NAME_ERRS: u32 = bit(Error::NameTooLong);
 const BUF_ERRS: u32 = bit(Error::BufferTooSmall);
 const MAP_ERRS: u32 = bit(Error::Misaligned) | bit(Error::Overlap) | bit(Error::Busy);
 
-const CALLS: [CallInfo; 47] = [
+const CALLS: [CallInfo; 49] = [
     CallInfo { nr: nr::OBJ_GET_NAME, name: "obj_get_name", extra: BUF_ERRS, names_objects: true },
     CallInfo { nr: nr::OBJ_STAT, name: "obj_stat", extra: 0, names_objects: true },
     CallInfo { nr: nr::SHARE_ALLOC, name: "share_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
@@ -263,6 +263,10 @@ const CALLS: [CallInfo; 47] = [
     CallInfo { nr: nr::PPC_CALL, name: "ppc_call", extra: bit(Error::WrongCore) | bit(Error::Busy) | bit(Error::CallAborted), names_objects: true },
     // Never in a call here: always NotPermitted (a naming error's bit, hence names_objects).
     CallInfo { nr: nr::PPC_RETURN, name: "ppc_return", extra: 0, names_objects: true },
+    // Busy: every slot taken.
+    CallInfo { nr: nr::PPC_BIND, name: "ppc_bind", extra: bit(Error::WrongCore) | bit(Error::Busy), names_objects: true },
+    // NoSuchObject for a slot out of range, empty or another identity's.
+    CallInfo { nr: nr::PPC_UNBIND, name: "ppc_unbind", extra: 0, names_objects: true },
     CallInfo { nr: u64::MAX, name: "(unknown)", extra: 0, names_objects: false },
 ];
 const NCALLS: usize = CALLS.len();
@@ -284,7 +288,7 @@ fn allowed(ci: usize, err: Error) -> bool {
         Error::NoSuchCall => false,
         Error::InvalidArgument | Error::BadAddress | Error::OutOfRange => true,
         // Calls that allocate nothing cannot run out of memory.
-        Error::NoMemory => !matches!(c.nr, nr::NULL | nr::TIME_NOW | nr::PCORE_CURRENT | nr::PCORE_YIELD | nr::PPC_CALL | nr::PPC_RETURN),
+        Error::NoMemory => !matches!(c.nr, nr::NULL | nr::TIME_NOW | nr::PCORE_CURRENT | nr::PCORE_YIELD | nr::PPC_CALL | nr::PPC_RETURN | nr::PPC_UNBIND),
         Error::ShareNotReachable | Error::NoSuchObject | Error::WrongType | Error::NotPermitted => c.names_objects,
         e => c.extra & bit(e) != 0,
     }
@@ -719,6 +723,15 @@ impl Fuzz {
 
     // ---- generating one call
 
+    /// A bound-gate slot number: mostly in range, sometimes just past it or anything.
+    fn slot(&mut self) -> u64 {
+        match self.rng.below(10) {
+            0 => abi::PPC_BOUND_SLOTS + self.rng.below(2),
+            1 => self.rng.next(),
+            _ => self.rng.below(abi::PPC_BOUND_SLOTS),
+        }
+    }
+
     fn gen(&mut self, in_batch: bool) -> (u64, [u64; 6]) {
         let r = self.rng.below(1000);
         // Weights: mapping and object calls most, services less.
@@ -772,8 +785,10 @@ impl Fuzz {
             970..=974 => call_index(nr::CORE_REQUEST),
             975..=979 => call_index(nr::CORE_RELEASE),
             980..=984 => call_index(nr::PCORE_YIELD),
-            985..=989 => call_index(nr::PPC_REGISTER),
-            990..=995 => call_index(nr::PPC_CALL),
+            985..=987 => call_index(nr::PPC_REGISTER),
+            988..=990 => call_index(nr::PPC_BIND),
+            991..=994 => call_index(nr::PPC_CALL),
+            995 => call_index(nr::PPC_UNBIND),
             996..=997 => call_index(nr::PPC_RETURN),
             _ => UNKNOWN,
         };
@@ -1189,8 +1204,26 @@ impl Fuzz {
                 a = [self.share(), p, l, sp, 0, 0];
             }
             nr::PPC_CALL => {
-                let g = self.obj(|k| k == Kind::Gate);
-                a = [g.share, g.object, self.rng.next(), self.rng.next(), self.rng.next(), self.rng.next()];
+                // A gate by name, or a bound slot (`ppc_bind`), in range or not.
+                let (sh, id) = if self.rng.pct(30) {
+                    (abi::PPC_BOUND, self.slot())
+                } else {
+                    let g = self.obj(|k| k == Kind::Gate);
+                    (g.share, g.object)
+                };
+                a = [sh, id, self.rng.next(), self.rng.next(), self.rng.next(), self.rng.next()];
+            }
+            nr::PPC_BIND => {
+                // Mostly a gate we made (there are few: most registrations are bad ones).
+                let mine = if self.rng.pct(80) { self.pick(|k| k == Kind::Gate) } else { None };
+                let g = match mine {
+                    Some(g) => g,
+                    None => self.obj(|k| k == Kind::Gate),
+                };
+                a = [g.share, g.object, 0, 0, 0, 0];
+            }
+            nr::PPC_UNBIND => {
+                a = [self.slot(), 0, 0, 0, 0, 0];
             }
             nr::PPC_RETURN => {
                 for x in a.iter_mut() {
@@ -1241,6 +1274,10 @@ impl Fuzz {
             // A call that enters a handler comes back with every register but rsp changed:
             // only the library OS's stub says so to the compiler.
             return libos::ppc::ppc_call_raw(a[0], a[1], a[2], a[3], a[4], a[5]);
+        }
+        if n == nr::PPC_RETURN {
+            // It clears the argument registers even when it fails: its own stub says so.
+            return libos::ppc::ppc_return_raw(a[0]);
         }
         // SAFETY: every pointer argument the generator makes is either inside this core's
         // scratch pages (which hold nothing else) or memory the kernel must refuse to write

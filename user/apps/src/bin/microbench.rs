@@ -143,11 +143,12 @@ fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
             // A protected procedure call round trip (docs/ppc.md): the handler runs in an
             // address space of its own (a root range with the image and a stack, as
             // `cores::Core` prepares one, never started) on this core, and returns its
-            // argument plus one. The gate is named through the root share, as
-            // `ppc::Gate::bind` names a gate for a client.
+            // argument plus one. The client calls it through a bound slot (`ppc::Gate::bind`,
+            // `ppc_bind`), as a client that calls a gate often does.
             let core = libos::core_id();
             let server = libos::cores::Core::prepare(core, &libos::cores::CoreOpts::default())?;
-            let g = libos::ppc::register_in(root, "mb-ppc", core, ppc_plus_one, server.root_ar, libos::layout::CORE_STACK_TOP, &[server.share])?;
+            let named = libos::ppc::register_in(root, "mb-ppc", core, ppc_plus_one, server.root_ar, libos::layout::CORE_STACK_TOP, &[server.share])?;
+            let g = named.bind()?;
             for i in 0..100 {
                 if g.call(i, 0, 0, 0)? != i + 1 {
                     return Err(abi::Error::InvalidArgument);
@@ -162,7 +163,8 @@ fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
             let t1 = sys::time_now()?;
             marker(false);
             report(name, iters, t0, t1);
-            g.delete()?;
+            g.unbind()?;
+            named.delete()?;
             drop(server);
             if bad != 0 {
                 return Err(abi::Error::InvalidArgument);

@@ -46,6 +46,7 @@ const OP_ERR: u64 = 8;
 const OP_CALLER: u64 = 9;
 const OP_BIG: u64 = 10;
 const OP_CHAIN: u64 = 11;
+const OP_SLOT: u64 = 12;
 
 /// Words of the shared page (`SCRATCH_BASE` in the client, the server and the helpers).
 const IN_CALL: usize = 0; // a waiting handler has started (OP_WAIT sets word a3)
@@ -57,6 +58,7 @@ const SPINS: usize = 5; // the spinner's progress
 const IN_CALL2: usize = 6;
 const NEVER: usize = 7; // never set
 const HELPER_DONE: usize = 8;
+const BOUND_BUSY_RES: usize = 9; // the helper's bound call of the gate in use (encoded result)
 
 /// Mix four arguments so that any two swapped, dropped or truncated give another value.
 fn mix(a0: u64, a1: u64, a2: u64, a3: u64) -> u64 {
@@ -100,6 +102,17 @@ fn handler(a0: u64, a1: u64, a2: u64, a3: u64) -> Result<u64, Error> {
             let g = CHAIN_GATES.get(next).ok_or(Error::OutOfRange)?;
             let gate = Gate { name: ObjName::new(g[0].load(Ordering::Relaxed), g[1].load(Ordering::Relaxed)), core: 0 };
             gate.call(OP_CHAIN, a1 + 1, a2, 0)
+        }
+        OP_SLOT => {
+            // The client's bound slot a1, from inside the call (another identity): neither
+            // callable nor removable. Ok(1) if both are refused as they must be.
+            let call = Gate { name: ObjName::new(abi::PPC_BOUND, a1), core: 0 }.call(OP_MARK, 0, 0, 0);
+            let unbind = sys::ppc_unbind(a1);
+            if call == Err(Error::NoSuchObject) && unbind == Err(Error::NoSuchObject) {
+                Ok(1)
+            } else {
+                Err(Error::NotPermitted)
+            }
         }
         _ => Err(Error::InvalidArgument),
     }
@@ -378,6 +391,13 @@ fn busy_helper(c: &CoreCtx) -> u64 {
     let name = ObjName::new(sh[20].load(Ordering::Relaxed), sh[21].load(Ordering::Relaxed));
     let r = Gate { name, core: 0 }.call(OP_MARK, 0, 0, 0);
     sh[BUSY_RES].store(abi::encode(r) as u64, Ordering::Relaxed);
+    // The same through a slot this context binds (its own slots, not the client's).
+    let r = Gate { name, core: 0 }.bind().and_then(|b| {
+        let r = b.call(OP_MARK, 0, 0, 0);
+        b.unbind()?;
+        r
+    });
+    sh[BOUND_BUSY_RES].store(abi::encode(r) as u64, Ordering::Relaxed);
     let d = sys::share_delobj(name);
     sh[DEL_RES].store(abi::encode(d) as u64, Ordering::Relaxed);
     sh[RELEASE].store(1, Ordering::Release);
@@ -408,6 +428,8 @@ fn preempted_call_busy_gate_and_delete_during_call() -> TestResult {
     ensure!(sw1 >= sw0 + 2, "context switches {sw0} -> {sw1}: the call was never switched out and back");
     let busy = abi::decode(sh[BUSY_RES].load(Ordering::Relaxed) as i64);
     ensure!(busy == Err(Error::Busy), "a call of the gate in use: {busy:?}, want Busy");
+    let busy = abi::decode(sh[BOUND_BUSY_RES].load(Ordering::Relaxed) as i64);
+    ensure!(busy == Err(Error::Busy), "a bound call of the gate in use: {busy:?}, want Busy");
     let del = abi::decode(sh[DEL_RES].load(Ordering::Relaxed) as i64);
     ensure!(del.is_ok(), "deleting the gate during the call: {del:?}");
     err!(g.call(OP_MARK, 0, 0, 0), Error::NoSuchObject);
@@ -513,6 +535,65 @@ fn many_calls_leak_nothing() -> TestResult {
     Ok(Pass::Ok)
 }
 
+/// Catches: a bound slot that takes something other than a gate for this core (a gate of
+/// another core run here; a segment entered as a gate), a slot number used unchecked (out of
+/// range, empty, after unbind), slots that are never exhausted or leak what they hold, a
+/// gate freed while bound (deleted from its share, then called through the slot), and a
+/// handler that can call or unbind its client's slots (the other side of the call).
+fn bound_slots() -> TestResult {
+    let pg = page()?;
+    let s = server(&pg)?;
+    let k0 = live_kobjects();
+    let slot = |n: u64| Gate { name: ObjName::new(abi::PPC_BOUND, n), core: 0 };
+    // Binding: only gates of this core, by a name that resolves.
+    let seg = Del(ObjName::new(root(), ok!(sys::segment_alloc(root(), "notgate", MEMID_SELF, 4096))));
+    err!(sys::ppc_bind(seg.0), Error::WrongType);
+    drop(seg);
+    err!(sys::ppc_bind(ObjName::new(s.p, 0xdead)), Error::NoSuchObject);
+    err!(sys::ppc_bind(ObjName::new(0xdead, s.gate(0).name.object)), Error::ShareNotReachable);
+    err!(sys::ppc_bind(ObjName::new(abi::PPC_BOUND, 0)), Error::ShareNotReachable);
+    if cores() > 1 {
+        err!(s.gate(1).bind(), Error::WrongCore);
+    }
+    // Slots that hold nothing, or do not exist.
+    for n in [0, abi::PPC_BOUND_SLOTS - 1, abi::PPC_BOUND_SLOTS, u64::MAX] {
+        err!(slot(n).call(OP_MARK, 0, 0, 0), Error::NoSuchObject);
+        err!(sys::ppc_unbind(n), Error::NoSuchObject);
+    }
+    // Fill every slot, then one more.
+    let mut held = [0u64; abi::PPC_BOUND_SLOTS as usize];
+    for h in held.iter_mut() {
+        let b = ok!(s.gate(0).bind());
+        ensure!(b.is_bound() && b.name.object < abi::PPC_BOUND_SLOTS, "bind gave {:?}", b.name);
+        *h = b.name.object;
+    }
+    err!(s.gate(0).bind(), Error::Busy);
+    for (i, &h) in held.iter().enumerate() {
+        ensure!(ok!(slot(h).call(OP_ECHO, i as u64, 0, 0)) == i as u64, "call through slot {h}");
+        ok!(sys::ppc_unbind(h));
+        err!(sys::ppc_unbind(h), Error::NoSuchObject);
+        err!(slot(h).call(OP_MARK, 0, 0, 0), Error::NoSuchObject);
+    }
+    // The handler (another identity in this context) can neither call nor unbind our slot.
+    let b = ok!(s.gate(0).bind());
+    ensure!(ok!(b.call(OP_SLOT, b.name.object, 0, 0)) == 1, "the handler reached the client's slot");
+    ensure!(ok!(b.call(OP_MARK, 0, 0, 0)) == SERVER_MARK, "our slot after the handler tried it");
+    ok!(b.unbind());
+    // A bound gate outlives its name: deleted from its share, it still answers through the
+    // slot, and goes once unbound.
+    let b = ok!(s.gate(0).bind());
+    let named = s.gate(0);
+    ok!(named.delete());
+    err!(named.call(OP_MARK, 0, 0, 0), Error::NoSuchObject);
+    ensure!(ok!(b.call(OP_MARK, 0, 0, 0)) == SERVER_MARK, "a bound gate deleted from its share");
+    let k1 = live_kobjects();
+    ok!(b.unbind());
+    let k2 = live_kobjects();
+    ensure!(k2 < k1, "kernel objects {k1} -> {k2}: the unbound, deleted gate was not freed");
+    ensure!(k2 < k0, "kernel objects {k0} -> {k2}: slots kept something");
+    Ok(Pass::Ok)
+}
+
 /// Catches: nested calls that lose the outer call's caller (the inner return going to the
 /// client), a depth that is not bounded (`PPC_MAX_DEPTH`), and a refused nested call that
 /// leaves the outer calls broken.
@@ -539,12 +620,22 @@ fn ac_client(_c: &CoreCtx) -> u64 {
     sh[31].store(abi::encode(g.call(OP_CALLER, 0, 0, 0)) as u64, Ordering::Relaxed);
     sh[32].store(abi::encode(g.call(OP_MIX | (7 << 8), 1, 2, 3)) as u64, Ordering::Relaxed);
     sh[33].store(sys::pcore_current().unwrap_or(0), Ordering::Relaxed);
+    // Bound on the AC: the bind is forwarded to the kernel core, which must check the gate
+    // against the AC's core and fill the AC's context's slot; the call by slot runs here.
+    let r = g.bind().and_then(|b| {
+        let r = b.call(OP_MARK, 0, 0, 0);
+        b.unbind()?;
+        r
+    });
+    sh[34].store(abi::encode(r) as u64, Ordering::Relaxed);
     0
 }
 
 /// Catches: a protected procedure call from an application core sent to a kernel core
-/// (which cannot switch the AC's address space), and a handler's own system calls, which an
-/// AC forwards, run in the caller's identity instead of the handler's.
+/// (which cannot switch the AC's address space), a handler's own system calls, which an
+/// AC forwards, run in the caller's identity instead of the handler's, and a forwarded
+/// `ppc_bind` checked against the kernel core instead of the AC (`WrongCore`) or filling the
+/// kernel core's context instead of the AC's.
 fn calls_on_an_application_core() -> TestResult {
     if cores() < 3 || ok!(sys::core_stats(1)).role != abi::ROLE_AC {
         fail!("needs core 1 to be an AC and a kernel core (boot with roles=tc:0,ac:1,kc:2 at 3 vCPUs)");
@@ -568,12 +659,14 @@ fn calls_on_an_application_core() -> TestResult {
     ensure!(who == Ok(me), "pcore_current forwarded from the handler: {who:?}, the caller is {me:#x}");
     let m = abi::decode(sh[32].load(Ordering::Relaxed) as i64);
     ensure!(m == Ok(mix(OP_MIX | (7 << 8), 1, 2, 3)), "arguments on the AC: {m:?}");
+    let b = abi::decode(sh[34].load(Ordering::Relaxed) as i64);
+    ensure!(b == Ok(SERVER_MARK), "a forwarded bind and a call by slot on the AC: {b:?}");
     Ok(Pass::Ok)
 }
 
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 8] = [
+    let tests: [(&str, fn() -> TestResult); 9] = [
         ("ppc::register_refuses_bad_input", register_refuses_bad_input),
         ("ppc::call_runs_the_handler_in_the_server", call_runs_the_handler_in_the_server),
         ("ppc::call_from_another_core_is_refused", call_from_another_core_is_refused),
@@ -582,6 +675,7 @@ fn main(args: &'static str) -> u64 {
         ("ppc::preempted_call_busy_gate_and_delete_during_call", preempted_call_busy_gate_and_delete_during_call),
         ("ppc::halted_client_gives_the_gate_back", halted_client_gives_the_gate_back),
         ("ppc::many_calls_leak_nothing", many_calls_leak_nothing),
+        ("ppc::bound_slots", bound_slots),
     ];
     for (name, f) in tests {
         if selected(args, name) {
