@@ -174,6 +174,17 @@ pub struct Outcome {
     pub ticks: u64,
     /// Sum of each worker's own start-to-stop time.
     pub busy_ticks: u64,
+    /// Benchmarks made of phases (the `metis_*` rows): each phase's time and soft faults.
+    pub phases: Option<PhaseTimes>,
+}
+
+/// Time (TSC ticks, first worker in to last out) and soft page faults of each phase of a
+/// phased benchmark, in order (`metis_*`: map, reduce, merge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhaseTimes {
+    pub names: [&'static str; 3],
+    pub ticks: [u64; 3],
+    pub faults: [u64; 3],
 }
 
 /// Run `work(w, gate)` on `n` workers placed as `placement`; `work` returns its operation
@@ -222,7 +233,7 @@ pub fn run_workers<P: Platform>(
         Placement::Threads => p.run_threads(n, &body),
         Placement::Processes => p.run_processes(n, &body),
     };
-    let mut out = Outcome { workers: n, ops: 0, ticks: 0, busy_ticks: 0 };
+    let mut out = Outcome { workers: n, ops: 0, ticks: 0, busy_ticks: 0, phases: None };
     let mut first = u64::MAX;
     let mut last = 0;
     let mut failure = None;

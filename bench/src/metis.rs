@@ -10,11 +10,12 @@
 //! times the generation (the whole in-memory job, as MOSBENCH's wrmem). The output goes to a
 //! digest only; the run fails its check if the digest's line count is not the number of keys.
 //! Workers: one per core; memory layout: per-core address ranges on ours, one address space
-//! (transparent huge pages as the kernel's default) on Linux.
+//! (transparent huge pages as the kernel's default) on Linux. The result line carries each
+//! phase's time and soft faults too (`phase_map_ns=... phase_map_faults=...`, bench/src/report.rs).
 
 use mapreduce::{App, Marked};
 
-use crate::harness::Outcome;
+use crate::harness::{Outcome, PhaseTimes};
 use crate::params::Params;
 use crate::{Error, Platform};
 
@@ -33,7 +34,7 @@ pub fn to_bench(e: mapreduce::Error) -> Error {
     match e {
         mapreduce::Error::Sys { what, code } => Error::Sys { what, code },
         mapreduce::Error::Unsupported(w) => Error::Unsupported(w),
-        mapreduce::Error::Param(w) | mapreduce::Error::Input(w) => Error::Param(w),
+        mapreduce::Error::Param(w) | mapreduce::Error::Input(w) | mapreduce::Error::Output(w) => Error::Param(w),
         mapreduce::Error::NoMemory { .. } => Error::Param("size: the intermediate data does not fit in memory (NoMemory)"),
         mapreduce::Error::InputTooLarge { .. } => Error::Param("size: the text does not fit in memory (NoMemory)"),
     }
@@ -70,7 +71,9 @@ pub fn row<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Err
                 return Err(Error::Check("metis: no words, or output lines differ from keys"));
             }
             let ticks = r.map.ticks + r.reduce.ticks + r.merge.ticks + if gen_timed { gen } else { 0 };
-            Ok(Outcome { workers: n, ops: size as u64, ticks, busy_ticks: ticks * n as u64 })
+            // The phases (wrmem's generation is in `ticks` only).
+            let phases = PhaseTimes { names: ["map", "reduce", "merge"], ticks: [r.map.ticks, r.reduce.ticks, r.merge.ticks], faults: [r.map.faults, r.reduce.faults, r.merge.faults] };
+            Ok(Outcome { workers: n, ops: size as u64, ticks, busy_ticks: ticks * n as u64, phases: Some(phases) })
         })();
     })?;
     result

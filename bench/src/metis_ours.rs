@@ -325,3 +325,84 @@ impl Env for OursEnv<'_> {
         (0..cores).filter_map(|c| sys::core_stats(c).ok()).map(|s| s.soft_faults).sum()
     }
 }
+
+/// The `out=PATH` file of the attached disk (`libos::fs`): created (or truncated) before the
+/// run, written in blocks of [`DiskOut::BLOCK`] bytes, synced and closed by `finish`. A
+/// failed write is kept and reported by `finish`, with what was written so far left in the
+/// file (the file system stays consistent: `e2fsck -fn` finds it clean).
+pub struct DiskOut {
+    fd: Option<libos::fs::Fd>,
+    buf: alloc::vec::Vec<u8>,
+    written: u64,
+    error: Option<&'static str>,
+}
+
+impl DiskOut {
+    /// Bytes handed to `fs::write` at once (fewer, larger writes: each one takes the file
+    /// system's lock and walks the block map once).
+    pub const BLOCK: usize = 256 << 10;
+
+    /// Mount the disk's file system if need be and create `path` (`O_CREAT | O_TRUNC`).
+    /// Errors are the file system's words (no disk, no such directory, a directory...).
+    pub fn create(path: &str) -> Result<DiskOut, &'static str> {
+        use libos::fs;
+        if !fs::mounted() {
+            fs::mount().map_err(|e| e.as_str())?;
+        }
+        let fd = fs::open(path, fs::O_WRONLY | fs::O_CREAT | fs::O_TRUNC).map_err(|e| e.as_str())?;
+        Ok(DiskOut { fd: Some(fd), buf: alloc::vec::Vec::with_capacity(Self::BLOCK), written: 0, error: None })
+    }
+
+    fn write_buf(&mut self) {
+        let Some(fd) = self.fd else { return };
+        let mut at = 0;
+        while at < self.buf.len() && self.error.is_none() {
+            match libos::fs::write(fd, &self.buf[at..]) {
+                Ok(0) => self.error = Some("no space left on device"),
+                Ok(n) => {
+                    at += n;
+                    self.written += n as u64;
+                }
+                Err(e) => self.error = Some(e.as_str()),
+            }
+        }
+        self.buf.clear();
+    }
+}
+
+impl mapreduce::cli::OutFile for DiskOut {
+    fn write(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() && self.error.is_none() {
+            let take = (Self::BLOCK - self.buf.len()).min(bytes.len());
+            self.buf.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if self.buf.len() == Self::BLOCK {
+                self.write_buf();
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Result<u64, &'static str> {
+        let Some(fd) = self.fd else { return self.error.map_or(Ok(self.written), Err) };
+        if self.error.is_none() {
+            self.write_buf();
+        }
+        // Synced even after a failed write, so the disk holds a consistent file system.
+        let synced = libos::fs::fsync(fd).map_err(|e| e.as_str());
+        let closed = libos::fs::close(fd).map_err(|e| e.as_str());
+        self.fd = None;
+        if self.error.is_none() {
+            self.error = synced.err().or(closed.err());
+        }
+        self.error.map_or(Ok(self.written), Err)
+    }
+}
+
+impl Drop for DiskOut {
+    /// A file never finished (the run ended before the output) is closed here.
+    fn drop(&mut self) {
+        if let Some(fd) = self.fd.take() {
+            let _ = libos::fs::close(fd);
+        }
+    }
+}

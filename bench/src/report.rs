@@ -100,6 +100,13 @@ impl fmt::Display for Run<'_> {
         if let Some(c) = &self.calibration {
             write!(f, " calib_ops={} calib_ns={}", c.ops, c.ticks as u128 * 1_000_000_000 / hz)?;
         }
+        // A phased benchmark's phases (of the fastest repetition): `phase_NAME_ns`,
+        // `phase_NAME_faults`.
+        if let Some(ph) = &o.phases {
+            for i in 0..3 {
+                write!(f, " phase_{n}_ns={} phase_{n}_faults={}", ph.ticks[i] as u128 * 1_000_000_000 / hz, ph.faults[i], n = ph.names[i])?;
+            }
+        }
         f.write_str(" check=ok")
     }
 }

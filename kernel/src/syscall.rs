@@ -374,7 +374,13 @@ fn sys_share_list(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     Ok(ids.len() as u64)
 }
 
+/// The planted regression of `planted-conflict` (docs/commute.md): one counter all cores write.
+#[cfg(feature = "planted-conflict")]
+static PLANTED_SEGMENT_ALLOCS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
 fn sys_segment_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    #[cfg(feature = "planted-conflict")]
+    PLANTED_SEGMENT_ALLOCS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     let s = reach_share(a[0])?;
     let (name, n) = read_name(a[1], a[2])?;
     let home = memid_core(a[3])?;

@@ -86,6 +86,8 @@ pub enum Error {
     Param(&'static str),
     /// The input file could not be read (the file system's words: no disk, no such file...).
     Input(&'static str),
+    /// The output file could not be written (the file system's words: no space...).
+    Output(&'static str),
 }
 
 impl core::fmt::Display for Error {
@@ -102,6 +104,7 @@ impl core::fmt::Display for Error {
             }
             Error::Param(w) => write!(f, "bad parameter: {w}"),
             Error::Input(w) => write!(f, "cannot read the input: {w}"),
+            Error::Output(w) => write!(f, "cannot write the output: {w}"),
         }
     }
 }
@@ -421,7 +424,7 @@ fn reduce_phase(sh: &Shared, app: App, input_len: usize, w: usize, n: usize, are
             let count: u64 = group.iter().map(|r| unsafe { (*r.e).count }).sum();
             let mut out = Entry { hash: first.hash, key: first.key, klen: first.klen, count, vals: first.vals, cap: first.cap };
             if app == App::Wri && group.len() > 1 {
-                let vals = arena.alloc::<u64>(count as usize).map_err(full(arena.used()))?;
+                let vals = arena.alloc::<table::Off>(count as usize).map_err(full(arena.used()))?;
                 let mut at = 0;
                 for r in group {
                     // SAFETY: as above; a `wri` entry's offsets are initialised up to `count`.
@@ -537,6 +540,9 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
     }
     if partitions == 0 || partitions > MAX_PARTITIONS {
         return Err(Error::Param("partitions must be 1..=4096"));
+    }
+    if app == App::Wri && input.len() > table::MAX_WRI_INPUT {
+        return Err(Error::Param("wri indexes inputs of at most 4 GiB (its offsets are 32-bit)"));
     }
     let n = workers;
     let arena_bytes = (env.memory_budget(n) / n) & !4095;

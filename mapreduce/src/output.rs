@@ -99,7 +99,7 @@ pub unsafe fn write_entry(sink: &mut dyn Sink, app: App, e: &Entry) {
                     line[at] = b',';
                     at += 1;
                 }
-                let d = decimal(v, &mut buf);
+                let d = decimal(v as u64, &mut buf);
                 line[at..at + d.len()].copy_from_slice(d);
                 at += d.len();
             }

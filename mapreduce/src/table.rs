@@ -2,25 +2,37 @@
 //! partition with the values grouped per key (Metis's layout).
 //!
 //! The arena is demand-zero memory the platform gave the worker (`Env::arena`): on this
-//! system a segment in the worker's own address range (or the layout chosen). Nothing is ever
-//! freed inside it, so every allocation is zero-filled memory no one has used, and all of it
-//! goes back at once when the run ends. Running out is [`crate::Error::NoMemory`], never a
-//! fault.
+//! system a segment in the worker's own address range (or the layout chosen). Allocations are
+//! zero-filled memory no one has used, except `wri`'s value arrays: an array outgrown by its key
+//! goes on the arena's free list for its size (a power of two) and the next key growing to that
+//! size takes it, uncleared (values are written before they are read). All of it goes back at
+//! once when the run ends. Running out is [`crate::Error::NoMemory`], never a fault.
 //!
 //! A table slot is an [`Entry`]: the key (lower-cased, copied into the arena), its hash, and
 //! the values: for `wc` a count; for `wri` an array of byte offsets in ascending order (the
-//! worker scans its split front to back), doubled when full. Tables grow by doubling at half
-//! load; a grown table's old array and a grown value array's old copy stay unused in the arena
-//! (at most as much again as the live data).
+//! worker scans its split front to back), 32-bit (`wri` takes inputs up to 4 GiB), doubled when
+//! full. Tables grow by doubling at half load; a grown table's old array stays unused in the
+//! arena. (Reusing outgrown value arrays and 32-bit offsets roughly quarter the pages `wri`'s
+//! map touches compared with leaving them behind as 64-bit offsets: each first touch is a soft
+//! fault on 4 KiB pages, docs/metis.md.)
 
 use core::mem::{align_of, size_of};
 use core::ptr;
 
-/// A worker's bump allocator over `[base, base + cap)`.
+/// A `wri` offset (bytes from the input's start).
+pub type Off = u32;
+
+/// Largest input `wri` indexes (its offsets are [`Off`]s).
+pub const MAX_WRI_INPUT: usize = Off::MAX as usize + 1;
+
+/// A worker's bump allocator over `[base, base + cap)`, with free lists for value arrays.
 pub struct Arena {
     base: *mut u8,
     cap: usize,
     used: usize,
+    /// `free[k]`: outgrown value arrays of `1 << k` offsets, linked through their first 8
+    /// bytes (every array has at least [`FIRST_VALS`] offsets: 8 bytes).
+    free: [*mut Off; 40],
 }
 
 /// The arena is full: `want` more bytes did not fit in `cap`.
@@ -35,7 +47,34 @@ impl Arena {
     /// `[base, base + cap)` must be zero-filled memory, writable by the calling worker and
     /// used by nothing else for as long as the arena and what it handed out live.
     pub unsafe fn new(base: *mut u8, cap: usize) -> Arena {
-        Arena { base, cap, used: 0 }
+        Arena { base, cap, used: 0, free: [ptr::null_mut(); 40] }
+    }
+
+    /// An array of `n` offsets, `n` a power of two of at least [`FIRST_VALS`]: an outgrown one
+    /// of that size if there is one (not cleared), else fresh arena memory.
+    pub fn alloc_vals(&mut self, n: usize) -> Result<*mut Off, Full> {
+        let k = n.trailing_zeros() as usize;
+        debug_assert!(n.is_power_of_two() && n >= FIRST_VALS as usize);
+        if k < self.free.len() && !self.free[k].is_null() {
+            let p = self.free[k];
+            // SAFETY: `p` is an array `free_vals` was given: at least 8 bytes, 8-aligned, holding
+            // the next array of the list.
+            self.free[k] = unsafe { ptr::read(p as *const *mut Off) };
+            return Ok(p);
+        }
+        self.alloc::<Off>(n)
+    }
+
+    /// Give back an array of `n` offsets (`n` a power of two of at least [`FIRST_VALS`]) that
+    /// nothing refers to any more.
+    pub fn free_vals(&mut self, p: *mut Off, n: usize) {
+        let k = n.trailing_zeros() as usize;
+        if k < self.free.len() {
+            // SAFETY: the caller's contract: `p` is an unused array of `n >= 2` offsets (8
+            // bytes), 8-aligned as every arena allocation.
+            unsafe { ptr::write(p as *mut *mut Off, self.free[k]) };
+            self.free[k] = p;
+        }
     }
 
     pub fn used(&self) -> usize {
@@ -63,7 +102,7 @@ pub struct Entry {
     /// `wc`: the count. `wri`: how many offsets `vals` holds.
     pub count: u64,
     /// `wri`: the offsets (capacity `cap`), ascending.
-    pub vals: *mut u64,
+    pub vals: *mut Off,
     pub cap: u64,
 }
 
@@ -78,13 +117,30 @@ impl Entry {
     }
     /// # Safety
     /// As for [`key`](Self::key), and the entry is from a `wri` run.
-    pub unsafe fn vals(&self) -> &[u64] {
+    pub unsafe fn vals(&self) -> &[Off] {
         if self.count == 0 {
             return &[];
         }
         // SAFETY: the caller's contract: `vals` holds `count` initialised offsets.
         unsafe { core::slice::from_raw_parts(self.vals, self.count as usize) }
     }
+}
+
+/// Whether the stored (lower-case) `key` is `word` lower-cased; same lengths. Eight bytes at a
+/// time: every byte of a word is a letter, so OR-ing 0x20 into each lower-cases all eight.
+#[inline]
+fn same_word(key: &[u8], word: &[u8]) -> bool {
+    const LOWER: u64 = 0x2020_2020_2020_2020;
+    let mut k = key.chunks_exact(8);
+    let mut w = word.chunks_exact(8);
+    for (a, b) in (&mut k).zip(&mut w) {
+        // `chunks_exact(8)` gives exactly 8 bytes.
+        let (a, b) = (u64::from_ne_bytes(a.try_into().unwrap_or([0; 8])), u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+        if a != b | LOWER {
+            return false;
+        }
+    }
+    k.remainder().iter().zip(w.remainder()).all(|(&a, &b)| a == crate::words::lower(b))
 }
 
 /// One partition's hash table in one worker's arena (open addressing, linear probing).
@@ -99,7 +155,7 @@ pub struct Table {
 }
 
 const FIRST_CAP: usize = 64;
-const FIRST_VALS: u64 = 2;
+pub const FIRST_VALS: u64 = 2;
 
 impl Table {
     /// The filled slots.
@@ -171,7 +227,7 @@ impl Table {
                 return Ok(e);
             }
             // SAFETY: a filled slot of a live arena (ours).
-            if e.hash == h && e.klen == word.len() && unsafe { e.key() }.iter().zip(word).all(|(&k, &b)| k == crate::words::lower(b)) {
+            if e.hash == h && e.klen == word.len() && same_word(unsafe { e.key() }, word) {
                 return Ok(e);
             }
             j = (j + 1) & mask;
@@ -194,14 +250,16 @@ impl Table {
             let e = &mut *e;
             if e.count == e.cap {
                 let ncap = if e.cap == 0 { FIRST_VALS } else { e.cap * 2 };
-                let nv = arena.alloc::<u64>(ncap as usize)?;
+                let nv = arena.alloc_vals(ncap as usize)?;
                 if e.count > 0 {
                     ptr::copy_nonoverlapping(e.vals, nv, e.count as usize);
+                    arena.free_vals(e.vals, e.cap as usize);
                 }
                 e.vals = nv;
                 e.cap = ncap;
             }
-            *e.vals.add(e.count as usize) = start as u64;
+            // `start < input.len() <= MAX_WRI_INPUT` (checked before map).
+            *e.vals.add(e.count as usize) = start as Off;
             e.count += 1;
         }
         Ok(())

@@ -144,3 +144,85 @@ fn digest_matches_the_bytes() {
     assert_eq!(d, Digest::of(&out));
     assert_eq!((d.lines, d.bytes), (2, 10));
 }
+
+/// An `out=` file in memory; `fail_after` bytes accepted, then a write error.
+struct MemFile {
+    data: Vec<u8>,
+    fail_after: usize,
+    error: bool,
+    finished: bool,
+}
+
+impl crate::cli::OutFile for MemFile {
+    fn write(&mut self, bytes: &[u8]) {
+        if self.data.len() + bytes.len() > self.fail_after {
+            self.error = true;
+        } else {
+            self.data.extend_from_slice(bytes);
+        }
+    }
+    fn finish(&mut self) -> Result<u64, &'static str> {
+        self.finished = true;
+        if self.error {
+            Err("no space left on device")
+        } else {
+            Ok(self.data.len() as u64)
+        }
+    }
+}
+
+/// Catches: the output file missing bytes the console or digest got, a file never finished
+/// (synced and closed), a write error reported as success, `out=` silently ignored by a
+/// front end that has no file.
+#[test]
+fn out_file_gets_the_output_and_its_errors_fail_the_run() {
+    let env = HostEnv::new(2, 64 << 20);
+    let text = b"b a B c, a";
+    let args = "wc input=x out=/r workers=2 print=0";
+    let o = crate::cli::parse(args).unwrap();
+    assert_eq!(o.out, Some("/r"));
+    let mut console = Vec::new();
+    let mut f = MemFile { data: Vec::new(), fail_after: usize::MAX, error: false, finished: false };
+    assert!(crate::cli::run_and_print(&env, &o, text, &mut |b: &[u8]| console.extend_from_slice(b), Some(&mut f)));
+    assert!(f.finished);
+    assert_eq!(f.data, reference(App::Wc, text));
+    let console = String::from_utf8(console).unwrap();
+    assert!(console.contains("metis-file path=/r bytes=12\n"), "{console}");
+    assert!(!console.contains("a\t2"), "print=0 sends no output to the console");
+
+    let mut console = Vec::new();
+    let mut f = MemFile { data: Vec::new(), fail_after: 4, error: false, finished: false };
+    assert!(!crate::cli::run_and_print(&env, &o, text, &mut |b: &[u8]| console.extend_from_slice(b), Some(&mut f)));
+    assert!(f.finished, "a failed file is still synced and closed");
+    let console = String::from_utf8(console).unwrap();
+    assert!(console.contains("metis-error msg=cannot write the output: no space left on device"), "{console}");
+    assert!(!console.contains("metis-file"));
+
+    let mut console = Vec::new();
+    assert!(!crate::cli::run_and_print(&env, &o, text, &mut |b: &[u8]| console.extend_from_slice(b), None));
+    assert!(String::from_utf8(console).unwrap().contains("metis-error"));
+    assert!(crate::cli::parse("wc input=x out=").is_err());
+}
+
+/// Catches: an outgrown value array handed to a key of another size (overlapping arrays: a
+/// key's offsets overwritten by another's), or never reused (the page footprint the free lists
+/// exist to cut).
+#[test]
+fn outgrown_value_arrays_are_reused_only_at_their_size() {
+    use crate::table::{Arena, Off};
+    let mut mem = vec![0u64; 4096];
+    // SAFETY: `mem` is zeroed, 32 KiB, used by nothing else while the arena lives.
+    let mut a = unsafe { Arena::new(mem.as_mut_ptr() as *mut u8, mem.len() * 8) };
+    let two: *mut Off = a.alloc_vals(2).unwrap();
+    let four: *mut Off = a.alloc_vals(4).unwrap();
+    a.free_vals(two, 2);
+    let used = a.used();
+    let eight = a.alloc_vals(8).unwrap();
+    assert!(eight != two && a.used() > used, "an array of 2 must not serve 8");
+    assert_eq!(a.alloc_vals(2).unwrap(), two, "a freed array of 2 serves the next 2");
+    assert_ne!(a.alloc_vals(2).unwrap(), two, "and only once");
+    a.free_vals(four, 4);
+    a.free_vals(eight, 8);
+    assert_eq!(a.alloc_vals(8).unwrap(), eight);
+    assert_eq!(a.alloc_vals(4).unwrap(), four);
+}

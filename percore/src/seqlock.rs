@@ -162,6 +162,29 @@ impl<T: SeqData> SeqLock<T> {
     }
 }
 
+impl<const N: usize> SeqLock<[u64; N]> {
+    /// The lock-free path for parts of a word array: each `(first, out)` gets words
+    /// `first .. first + out.len()`, all copied inside one generation window, so together they
+    /// are one value's words (a page's tag and the few words a caller wants, without copying
+    /// the whole array). `false` if a writer was active or intervened, or a range is out of
+    /// bounds: then the `out`s hold garbage and must not be used.
+    pub fn try_read_ranges(&self, ranges: &mut [(usize, &mut [u64])]) -> bool {
+        if ranges.iter().any(|(f, o)| f.checked_add(o.len()).is_none_or(|e| e > N)) {
+            return false;
+        }
+        let g1 = self.generation.load(Ordering::Acquire);
+        if g1 == 0 {
+            return false;
+        }
+        for (first, out) in ranges.iter_mut() {
+            self.data.load_words_racy(*first, out);
+        }
+        // As in `try_read`: pairs with the writer's release fence.
+        fence(Ordering::Acquire);
+        self.generation.load(Ordering::Relaxed) == g1
+    }
+}
+
 #[cfg(not(loom))]
 mod storage {
     use super::SeqData;
@@ -205,6 +228,17 @@ mod storage {
                 }
             }
             out
+        }
+
+        /// Words `first ..` of a `T` that is a `u64` array (bounds checked by the caller).
+        pub(super) fn load_words_racy(&self, first: usize, out: &mut [u64]) {
+            debug_assert!((first + out.len()) * 8 <= size_of::<T>() && align_of::<T>() >= 8);
+            let src = self.0.get() as *const u64;
+            for (i, o) in out.iter_mut().enumerate() {
+                // SAFETY: `first + i` is inside the array (caller), naturally aligned, and
+                // accessed only atomically by concurrent parties.
+                *o = unsafe { AtomicU64::from_ptr(src.add(first + i) as *mut u64) }.load(Ordering::Relaxed);
+            }
         }
 
         pub(super) fn store_racy(&self, v: T) {
@@ -262,6 +296,11 @@ mod storage {
             // SAFETY: `buf` holds at least `size_of::<T>()` initialised bytes.
             unsafe { core::ptr::copy_nonoverlapping(buf.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8, size_of::<T>()) };
             out
+        }
+        pub(super) fn load_words_racy(&self, first: usize, out: &mut [u64]) {
+            for (o, w) in out.iter_mut().zip(&self.words[first..]) {
+                *o = w.load(Ordering::Relaxed);
+            }
         }
         pub(super) fn store_racy(&self, v: T) {
             for (w, x) in self.words.iter().zip(to_words(&v)) {

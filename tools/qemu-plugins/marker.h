@@ -14,7 +14,10 @@
  * write itself goes to an unassigned port and is ignored by the machine.
  *
  * VV: 1 = start measuring on this vCPU, 2 = stop on this vCPU,
- *     3 = start on every vCPU,         4 = stop on every vCPU.
+ *     3 = start on every vCPU,         4 = stop on every vCPU,
+ *     5 = epoch: a plugin that keeps per-test records (sharing) reports what it gathered since
+ *         the last epoch and starts afresh (the commutativity checker, docs/commute.md, runs
+ *         many two-core tests in one boot); the region state does not change.
  */
 #ifndef MANYCORE_MARKER_H
 #define MANYCORE_MARKER_H
@@ -27,6 +30,7 @@
 #define MARKER_STOP_CPU 2
 #define MARKER_START_ALL 3
 #define MARKER_STOP_ALL 4
+#define MARKER_EPOCH 5
 
 #define MARKER_ASM(v) "movw $0x501, %%dx\n\tmovb $" #v ", %%al\n\toutb %%al, %%dx\n\t"
 
@@ -52,7 +56,7 @@ static inline int marker_value(const uint8_t *out_insn, uint64_t vaddr)
         if (p[0] == 0xba && p[1] == 0x01 && p[2] == 0x05 && p[3] == 0 && p[4] == 0 && p[5] == 0xb0)
             v = p[6];
     }
-    return (v >= MARKER_START_CPU && v <= MARKER_STOP_ALL) ? v : 0;
+    return (v >= MARKER_START_CPU && v <= MARKER_EPOCH) ? v : 0;
 }
 
 /* Kernel or user by instruction address: x86-64 kernels (Linux, ours) live in the high half. */

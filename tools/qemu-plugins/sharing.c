@@ -142,9 +142,49 @@ static void vcpu_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vad
     }
 }
 
+static int popcount(uint64_t x) { return __builtin_popcountll(x); }
+
+/*
+ * Epoch marker (MARKER_EPOCH): write the lines written by one vCPU and touched by another
+ * since the last epoch as `epoch seq=N lines=L shared=K` followed by K `line` records, then
+ * forget every line, so the next test starts from an empty table (docs/commute.md). Only the
+ * commutativity checker emits it; without it the report is the one of the whole run.
+ */
+static uint64_t epochs;
+
+static void print_line(FILE *f, const line_t *l)
+{
+    fprintf(f, "line pa=0x%llx vaddr=0x%llx pc=0x%llx mode=%s readers=0x%llx writers=0x%llx reads=%llu writes=%llu transfers=%llu\n",
+            (unsigned long long)((l->line - 1) << LINE_SHIFT), (unsigned long long)l->vaddr, (unsigned long long)l->pc,
+            l->modes == 3 ? "ku" : (l->modes & 1 ? "k" : "u"), (unsigned long long)l->readers,
+            (unsigned long long)l->writers, (unsigned long long)l->reads, (unsigned long long)l->writes,
+            (unsigned long long)l->transfers);
+}
+
+static void epoch_dump(void)
+{
+    FILE *f = out ? out : stderr;
+    uint64_t shared = 0;
+    for (uint64_t i = 0; i < cap; i++)
+        if (table[i].line && table[i].writers && popcount(table[i].readers | table[i].writers) >= 2)
+            shared++;
+    fprintf(f, "epoch seq=%llu lines=%llu shared=%llu\n", (unsigned long long)epochs++, (unsigned long long)used, (unsigned long long)shared);
+    for (uint64_t i = 0; i < cap; i++)
+        if (table[i].line && table[i].writers && popcount(table[i].readers | table[i].writers) >= 2)
+            print_line(f, &table[i]);
+    memset(table, 0, cap * sizeof(line_t));
+    used = 0;
+    for (int v = 0; v < MAX_TRACKED_VCPUS; v++)
+        last[v].line = ~0ull;
+}
+
 static void vcpu_marker(unsigned int vcpu, void *udata)
 {
-    region_mark(&region, vcpu, (int)(uintptr_t)udata);
+    int v = (int)(uintptr_t)udata;
+    if (v == MARKER_EPOCH)
+        epoch_dump();
+    else
+        region_mark(&region, vcpu, v);
 }
 
 static void vcpu_tb_exec(unsigned int vcpu, void *udata)
@@ -169,8 +209,6 @@ static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
                                                    (void *)(uintptr_t)mv);
     }
 }
-
-static int popcount(uint64_t x) { return __builtin_popcountll(x); }
 
 static int by_transfers(const void *a, const void *b)
 {
@@ -216,14 +254,8 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
             (unsigned long long)shared[1], (unsigned long long)transfers[0], (unsigned long long)transfers[1],
             (unsigned long long)io_accesses, (unsigned long long)ignored_vcpu, pa_cache_off ? "off" : "on");
     slice_report(f, &slices, quantum.quantum, quantum.kicks);
-    for (uint64_t i = 0; i < k; i++) {
-        line_t *l = list[i];
-        fprintf(f, "line pa=0x%llx vaddr=0x%llx pc=0x%llx mode=%s readers=0x%llx writers=0x%llx reads=%llu writes=%llu transfers=%llu\n",
-                (unsigned long long)((l->line - 1) << LINE_SHIFT), (unsigned long long)l->vaddr, (unsigned long long)l->pc,
-                l->modes == 3 ? "ku" : (l->modes & 1 ? "k" : "u"), (unsigned long long)l->readers,
-                (unsigned long long)l->writers, (unsigned long long)l->reads, (unsigned long long)l->writes,
-                (unsigned long long)l->transfers);
-    }
+    for (uint64_t i = 0; i < k; i++)
+        print_line(f, list[i]);
     fprintf(f, "end\n");
     fflush(f);
     free(list);

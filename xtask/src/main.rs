@@ -5,6 +5,7 @@
 extern crate alloc;
 
 mod bench;
+mod commute;
 mod boot_bench;
 mod env;
 mod fs;
@@ -84,6 +85,8 @@ Commands:
            --list           print the suites' names and what each declares, run nothing
   iso      Build a GRUB Multiboot2 ISO (BIOS and UEFI) at target/os.iso (--out PATH)
   bench    Benchmarks: `bench boot [--smp 2,16,64]`, `bench percore`
+  commute  The commutativity checker: every modelled system-call pair on two cores under the
+           sharing audit (`cargo xtask commute help`, docs/commute.md)
   plugin   QEMU measurement plugins (see `cargo xtask plugin help`)
   cachesim, audit   short for `plugin cachesim`, `plugin audit`
   linux    Linux baseline (see `cargo xtask linux help`)
@@ -127,6 +130,7 @@ fn main() -> ExitCode {
             Some(_) | None => bench::run(rest),
         },
         "fuzz" => fuzz::main(rest),
+        "commute" => commute::main(rest),
         "soak" => fuzz::soak(rest),
         "mutants" => mutants::main(rest),
         "plugin" => plugins::main(rest),

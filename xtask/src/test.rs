@@ -945,6 +945,10 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     r.user(2, "init=isolation", Expect { may_skip: &["forwarded_calls_name_kernel_core_objects"], must_pass: &[] })?;
     r.user(3, "init=isolation", Expect { may_skip: &[], must_pass: &["forwarded_calls_name_kernel_core_objects"] })?;
     r.suite("fuzz", |a| crate::fuzz::ci_fuzz(&a.kernel()?, &a.initrd()?))?;
+    // The commutativity checker (issue 19, docs/commute.md): a seeded sample of commuting
+    // system-call pairs on two cores under the sharing audit; a case conflict-free in the
+    // checked-in baseline that now shares a kernel line fails.
+    r.suite("commute", |_| crate::commute::ci_tests())?;
     // The network (issue 15): the card's device object under bad input, then Corey's TCP
     // service served to the host in each configuration, every reply checked.
     r.user_boot(UserBoot { net: true, ..UserBoot::new(2, "init=nettest", Expect::ALL) })?;

@@ -47,7 +47,7 @@ fn main() {
                 Input::Generated { size, seed } => mapreduce::Env::text(&env, size as usize, seed).map_err(|e| format!("{e}")),
             };
             match input {
-                Ok(input) => cli::run_and_print(&env, &o, input, &mut out),
+                Ok(input) => cli::run_and_print(&env, &o, input, &mut out, None),
                 Err(e) => {
                     cli::print_error(&mut out, &e);
                     false

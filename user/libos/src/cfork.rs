@@ -145,7 +145,15 @@ fn copy_mappings(dst: ObjName, share: ObjectId, maps: &[ArMapping], opts: &Cfork
             } else if let Some(&(_, new)) = copied[..ncopied].iter().find(|(old, _)| *old == m.target) {
                 ObjName::new(share, new)
             } else {
-                let new = crate::sys::segment_copy(share, name_of(m.target)?, "cfork", COPY_ON_WRITE)?;
+                let new = match crate::sys::segment_copy(share, name_of(m.target)?, "cfork", COPY_ON_WRITE) {
+                    Ok(n) => n,
+                    // A segment a device object pinned (a disk's or NIC's request memory)
+                    // cannot be copied; the child gets nothing mapped there (the device is
+                    // its parent's; `CforkOpts::segments` shares it instead). Before this, any
+                    // cfork of a process with a mounted disk failed with `Busy`.
+                    Err(Error::Busy) => continue,
+                    Err(e) => return Err(e),
+                };
                 if ncopied < copied.len() {
                     copied[ncopied] = (m.target, new);
                     ncopied += 1;

@@ -171,6 +171,16 @@ pub fn record_from_serial(system: &str, spec: &BenchSpec, params: &[(String, u64
     rec.busy_ns = num("busy_ns");
     rec.calib_ops = num("calib_ops");
     rec.calib_ns = num("calib_ns");
+    // A phased benchmark's `phase_NAME_ns=... phase_NAME_faults=...` words, in line order.
+    for (k, v) in kv(line) {
+        if let Some(name) = k.strip_prefix("phase_").and_then(|k| k.strip_suffix("_ns")) {
+            let faults = num(&format!("phase_{name}_faults"));
+            match (v.parse::<u64>().ok(), faults) {
+                (Some(ns), Some(faults)) => rec.phases.push(super::record::PhaseRecord { name: name.into(), ns, faults }),
+                _ => return Err(format!("malformed phase `{name}` in the result line: {line}")),
+            }
+        }
+    }
     if rec.ops.is_none() || rec.ns.is_none() || rec.workers.is_none() {
         return Err(format!("malformed result line: {line}"));
     }
@@ -204,6 +214,24 @@ pub fn parse_insncount(text: &str) -> Result<(u64, u64), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Catches: a metis row's phases dropped on the way from the result line to the record
+    /// and its JSON, a phase with no fault count taken as zero.
+    #[test]
+    fn phases_of_a_metis_row_reach_the_record_and_its_json() {
+        let spec = catalog::find("metis_wri").unwrap();
+        let p = vec![("size".to_string(), 4096)];
+        let line = "bench-result name=metis_wri system=ours cores=2 workers=2 ops=4096 ticks=5 busy_ticks=9 tsc_hz=1 ns=1000 busy_ns=1900 markers=false params=size:4096 calib_ops=400 calib_ns=2000 phase_map_ns=700 phase_map_faults=12 phase_reduce_ns=250 phase_reduce_faults=3 phase_merge_ns=50 phase_merge_faults=0 check=ok\n";
+        let mut r = record_from_serial("ours", spec, &p, 2, line).unwrap();
+        r.instructions_note = Some("not counted".into());
+        let names: Vec<(&str, u64, u64)> = r.phases.iter().map(|x| (x.name.as_str(), x.ns, x.faults)).collect();
+        assert_eq!(names, [("map", 700, 12), ("reduce", 250, 3), ("merge", 50, 0)]);
+        let back = super::super::record::Record::from_json(&r.to_json()).unwrap();
+        assert_eq!(back.phases, r.phases);
+        assert!(record_from_serial("ours", spec, &p, 2, &line.replace(" phase_reduce_faults=3", "")).is_err());
+        assert!(record_from_serial("ours", catalog::find("dupclose").unwrap(), &p, 2, &line.replace("metis_wri", "dupclose").replace(
+            " phase_map_ns=700 phase_map_faults=12 phase_reduce_ns=250 phase_reduce_faults=3 phase_merge_ns=50 phase_merge_faults=0", "")).unwrap().phases.is_empty());
+    }
 
     #[test]
     fn parses_guest_lines() {

@@ -105,6 +105,17 @@ pub struct Record {
     pub shape: Shape,
     /// Host-driven network benchmarks only.
     pub net: Option<NetStats>,
+    /// Phased benchmarks (`metis_*`): each phase's name, guest ns and soft page faults, in
+    /// order, of the same run as `ns`.
+    pub phases: Vec<PhaseRecord>,
+}
+
+/// One phase of a phased benchmark's run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseRecord {
+    pub name: String,
+    pub ns: u64,
+    pub faults: u64,
 }
 
 impl Record {
@@ -131,6 +142,7 @@ impl Record {
             wall_s: 0.0,
             shape: spec.shape,
             net: None,
+            phases: Vec::new(),
         }
     }
 
@@ -239,6 +251,9 @@ pub struct RecordJson {
     pub wall_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub net: Option<NetStats>,
+    /// Phased benchmarks only (`metis_*`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<PhaseRecord>,
 }
 
 fn ops_per_s_per_core() -> String {
@@ -277,6 +292,7 @@ impl From<&Record> for RecordJson {
             calibrated_throughput: finite(r.calibrated_throughput()),
             wall_s: finite(Some((r.wall_s * 100.0).round() / 100.0)),
             net: r.net.clone(),
+            phases: r.phases.clone(),
         }
     }
 }
@@ -372,6 +388,7 @@ impl RecordJson {
             wall_s: self.wall_s.unwrap_or(0.0),
             shape: spec.shape,
             net: self.net,
+            phases: self.phases,
         })
     }
 }

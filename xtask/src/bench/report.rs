@@ -158,6 +158,7 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
         }
     }
     t.push_str(&net_table(records));
+    t.push_str(&phase_table(records));
     // Scaling: each larger vCPU count over the smallest, raw and divided by the share-nothing
     // calibration measured in the same boots (it shows what the emulator and the host's load
     // alone lose); from the cells' medians.
@@ -209,6 +210,42 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
             }
         }
         let _ = writeln!(t, "{row}");
+    }
+    t
+}
+
+/// Phased benchmarks (the `metis_*` rows): where each boot's time went, phase by phase
+/// (Corey figure 10's split), with soft faults; "calibrated" is the phases' ms times the
+/// boot's calibration rate (steps/ns per core), comparable between boots and systems.
+fn phase_table(records: &[Record]) -> String {
+    let rows: Vec<&Record> = records.iter().filter(|r| r.status == Status::Ok && !r.phases.is_empty()).collect();
+    let Some(first) = rows.first() else { return String::new() };
+    let names: Vec<&str> = first.phases.iter().map(|p| p.name.as_str()).collect();
+    let mut t = String::new();
+    let _ = writeln!(t, "\nPhases of the phased rows (TCG guest time of the fastest repetition, soft page faults; calibrated = the phases' ms x the boot's calibration steps/ns per core)\n");
+    let mut head = String::from("| benchmark | system | vCPUs | boot |");
+    let mut rule = String::from("| --- | --- | ---: | ---: |");
+    for n in &names {
+        let _ = write!(head, " {n} ms | {n} faults |");
+        rule.push_str(" ---: | ---: |");
+    }
+    let _ = writeln!(t, "{head} calibrated |\n{rule} ---: |");
+    for r in rows {
+        let mut row = format!("| {} | {} | {} | {} |", r.benchmark, r.system, r.cores, r.boot);
+        for n in &names {
+            match r.phases.iter().find(|p| p.name == *n) {
+                Some(p) => {
+                    let _ = write!(row, " {:.1} | {} |", p.ns as f64 / 1e6, p.faults);
+                }
+                None => row.push_str(" - | - |"),
+            }
+        }
+        let ms: f64 = r.phases.iter().map(|p| p.ns as f64 / 1e6).sum();
+        let cal = match (r.calib_ops, r.calib_ns.filter(|&n| n > 0), r.workers.filter(|&w| w > 0)) {
+            (Some(o), Some(ns), Some(w)) => format!("{:.0}", ms * o as f64 / ns as f64 / w as f64),
+            _ => "-".into(),
+        };
+        let _ = writeln!(t, "{row} {cal} |");
     }
     t
 }

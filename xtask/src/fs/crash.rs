@@ -44,7 +44,9 @@ pub fn crash_test(kernel: &Path, initrd: &Path, kills: u32, seed: u64) -> Result
         let pause_ms = next() % 400;
         let cfg = VmConfig {
             smp: 2,
-            cmdline: format!("init=fscrash -- round={k} files={files}"),
+            // Odd rounds: a cfork'd child shares the buffer cache and reads while the writer writes
+            // (both modes of the cache in every run, CI's two kills included).
+            cmdline: format!("init=fscrash -- round={k} files={files} share={}", k % 2),
             medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
             initrd: Some(initrd.to_path_buf()),
             disk: Some(img.clone()),

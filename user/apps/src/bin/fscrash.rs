@@ -80,6 +80,37 @@ fn writer(prefix: u64) -> u64 {
     0
 }
 
+/// With `share=1`: a cfork'd child on core 1 given the buffer cache (`fs::cache_sharing`)
+/// reads every file of the earlier rounds and this one, over and over, and drops the clean
+/// pages now and then, so its misses refill pages through the shared request segment while
+/// this process writes and fsyncs: the crash test then also checks that two processes'
+/// disk use through one cache (the fill lock) loses no fsync'd file. The child only reads (a
+/// child sharing the cache must not allocate); errors (a file half made) are expected and
+/// ignored. Bounded: at most 50 passes.
+fn shared_reader(round: u64) -> u64 {
+    let mut buf = alloc::vec![0u8; 16384];
+    for pass in 0..50u64 {
+        for r in 0..=round {
+            let Ok(list) = fs::readdir(&format!("/c{r}")) else { continue };
+            for e in list.iter().filter(|e| e.file_type == fs::FT_REG) {
+                let name = core::str::from_utf8(&e.name).unwrap_or("");
+                if let Ok(fd) = fs::open(&format!("/c{r}/{name}"), fs::O_RDONLY) {
+                    while let Ok(n) = fs::read(fd, &mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                    let _ = fs::close(fd);
+                }
+            }
+        }
+        if pass % 4 == 3 {
+            let _ = fs::cache_drop_clean();
+        }
+    }
+    0
+}
+
 fn main(args: &'static str) -> u64 {
     let round = arg(args, "round", 0);
     let nfiles = arg(args, "files", 30);
@@ -99,9 +130,35 @@ fn main(args: &'static str) -> u64 {
     }
     let cores = libos::sys::sys_info().map(|s| s.cores).unwrap_or(1);
     println!("fscrash: round {round} writing {nfiles} files on {} core(s)", cores.min(2));
-    let other = if cores >= 2 { libos::thread::spawn(1, writer, 1).ok() } else { None };
-    let here = writer(0);
-    let there = other.map(|t| t.join().unwrap_or(1)).unwrap_or(0);
+    let share = arg(args, "share", 0) != 0 && cores >= 2;
+    let (here, there) = if share {
+        // Core 1 runs the sharing reader instead of the second writer.
+        let s = match fs::cache_sharing() {
+            Ok(s) => s,
+            Err(e) => {
+                println!("fscrash: cache_sharing: {e:?}");
+                return 1;
+            }
+        };
+        let (shares, segs, ranges) = ([s.share], [s.request_seg], [s.range]);
+        let opts = libos::cfork::CforkOpts { shares: &shares, segments: &segs, ranges: &ranges };
+        let mut child = match libos::cfork::cfork(1, &opts, shared_reader, round) {
+            Ok(c) => c,
+            Err(e) => {
+                println!("fscrash: cfork: {e:?}");
+                return 1;
+            }
+        };
+        println!("fscrash: a cfork'd child on core 1 shares the buffer cache and reads");
+        let here = writer(0);
+        // The reader is bounded; its result does not matter, only that the files survive.
+        let _ = child.join_timeout(120_000);
+        (here, 0)
+    } else {
+        let other = if cores >= 2 { libos::thread::spawn(1, writer, 1).ok() } else { None };
+        let here = writer(0);
+        (here, other.map(|t| t.join().unwrap_or(1)).unwrap_or(0))
+    };
     if here != 0 || there != 0 {
         return 1;
     }

@@ -19,6 +19,7 @@ use libos::fs::ext2::{Disk, Ext2};
 use libos::fs::{self as fs, FsError};
 use core::sync::atomic::{AtomicU64, Ordering};
 use libos::{println, sys};
+use libos::cfork::{cfork, CforkOpts};
 
 #[path = "../common/testkit.rs"]
 #[macro_use]
@@ -305,7 +306,7 @@ fn corrupt_superblock_is_refused() -> TestResult {
     fs_ok("unmount", fs::unmount())?;
     for (at, bytes, what) in [(0usize, [0xFF, 0xFF, 0xFF, 0x7F], "inode count"), (4, [0xFF, 0xFF, 0xFF, 0x7F], "block count"), (56, [0, 0, 0, 0], "magic")] {
         let dev = ok!(BlockDevice::open(libos::process::proc_share()));
-        let mut cache = Cache::new(dev);
+        let mut cache = fs_ok("cache", Cache::with_pages(dev, 256))?;
         let mut sb = [0u8; 1024];
         fs_ok("read", cache.read_at(1024, &mut sb))?;
         sb[at..at + 4].copy_from_slice(&bytes);
@@ -325,7 +326,7 @@ fn corrupt_superblock_is_refused() -> TestResult {
 fn corrupt_directory_entry_is_an_error() -> TestResult {
     fs_ok("unmount", fs::unmount())?;
     let dev = ok!(BlockDevice::open(libos::process::proc_share()));
-    let mut fs = fs_ok("mount", Ext2::mount(Cache::new(dev)))?;
+    let mut fs = fs_ok("mount", Ext2::mount(fs_ok("cache", Cache::with_pages(dev, 256))?))?;
     let sub = fs_ok("resolve", fs.resolve(b"/sub"))?;
     let b = fs_ok("bmap", fs.bmap(&sub, 0))?;
     let mut blk = vec![0u8; fs.bs as usize];
@@ -739,7 +740,7 @@ fn seeded_corruptions_never_panic() -> TestResult {
     let mut meta: Vec<(u64, u64)> = Vec::new();
     {
         let dev = ok!(BlockDevice::open(share));
-        let mut fs = fs_ok("mount", Ext2::mount(Cache::new(dev)))?;
+        let mut fs = fs_ok("mount", Ext2::mount(fs_ok("cache", Cache::with_pages(dev, 256))?))?;
         let bs = fs.bs;
         meta.push((1024, 1024));
         meta.push((bs.max(2048), bs));
@@ -767,7 +768,7 @@ fn seeded_corruptions_never_panic() -> TestResult {
     let rounds = 60;
     for _ in 0..rounds {
         let dev = ok!(BlockDevice::open(share));
-        let mut cache = Cache::new(dev);
+        let mut cache = fs_ok("cache", Cache::with_pages(dev, 256))?;
         for _ in 0..1 + next() % 8 {
             let (start, len) = meta[(next() % meta.len() as u64) as usize];
             let at = start + next() % len;
@@ -799,9 +800,200 @@ fn seeded_corruptions_never_panic() -> TestResult {
     Ok(Pass::Ok)
 }
 
+// ---- The buffer cache (fs/bcache.rs, fs/disk.rs): shared with cfork'd children where asked.
+
+const BC_PATH: &str = "/bcache-shared";
+const BC_PAGES: u64 = 8;
+/// Rounds of the torn-page test (each: every page rewritten whole, synced, clean pages dropped).
+const BC_ROUNDS: u64 = 40;
+
+fn bc_page(v: u8) -> Vec<u8> {
+    vec![v; 4096]
+}
+
+/// Disk reads so far (the device object's count: every process sharing it adds to it).
+fn disk_reads() -> Result<u64, Msg> {
+    Ok(fs_ok("stats", fs::cache_stats())?.1.packets_in)
+}
+
+/// The child of `cache_shared_with_a_cfork_child`: reads what its parent wrote and never
+/// synced (so only the shared cache has it), then overwrites every page in place. Nonzero:
+/// which step failed.
+fn t_shared_child(_: u64) -> u64 {
+    let Ok((_, before)) = fs::cache_stats() else { return 10 };
+    let Ok(fd) = fs::open(BC_PATH, fs::O_RDWR) else { return 11 };
+    let mut buf = vec![0u8; 4096];
+    for i in 0..BC_PAGES {
+        if fs::pread(fd, &mut buf, i * 4096) != Ok(4096) {
+            return 12;
+        }
+        if buf.iter().any(|&b| b != 0xA0 + i as u8) {
+            return 20 + i;
+        }
+    }
+    for i in 0..BC_PAGES {
+        if fs::pwrite(fd, &bc_page(0xB0 + i as u8), i * 4096) != Ok(4096) {
+            return 13;
+        }
+    }
+    let _ = fs::close(fd);
+    let Ok((_, after)) = fs::cache_stats() else { return 14 };
+    if after.packets_in != before.packets_in {
+        return 40;
+    }
+    0
+}
+
+/// A child that was not given the cache: any file-system call must fail (it cannot reach the
+/// parent's cache or disk) rather than read or write through a copy.
+fn t_private_child(_: u64) -> u64 {
+    match fs::read_all(BC_PATH, 1 << 20) {
+        Err(_) => 0,
+        Ok(_) => 1,
+    }
+}
+
+fn sharing_opts(s: &fs::disk::CacheSharing) -> ([u64; 1], [u64; 1], [u64; 1]) {
+    ([s.share], [s.request_seg], [s.range])
+}
+
+/// Catches: the cache not shared with a cfork'd child that asked for it (the child would read
+/// the disk, where the parent's unsynced pages are not, or the parent would not see the
+/// child's writes); a thread on another core or the child re-reading pages the cache holds
+/// (device reads counted); a child that was not given the cache reaching the parent's (it
+/// must get an error and change nothing).
+fn cache_shared_with_a_cfork_child() -> TestResult {
+    fs_ok("mount", fs::mount())?;
+    let fd = fs_ok("create", fs::open(BC_PATH, fs::O_RDWR | fs::O_CREAT | fs::O_TRUNC))?;
+    for i in 0..BC_PAGES {
+        ensure!(fs_ok("write", fs::pwrite(fd, &bc_page(0xA0 + i as u8), i * 4096))? == 4096, "short write");
+    }
+    fs_ok("close", fs::close(fd))?;
+    let reads0 = disk_reads()?;
+    let hits0 = fs_ok("stats", fs::cache_stats())?.0.hits;
+    let other = if cores() >= 2 { 1 } else { 0 };
+    // Another core of this process: the same table, no disk read.
+    if other != 0 {
+        let t = ok!(libos::thread::spawn(1, |_| match fs::read_all(BC_PATH, 1 << 20) {
+            Ok(d) if d.len() == 4096 * BC_PAGES as usize && (0..BC_PAGES as usize).all(|i| d[i * 4096..(i + 1) * 4096].iter().all(|&b| b == 0xA0 + i as u8)) => 0,
+            Ok(_) => 1,
+            Err(_) => 2,
+        }, 0));
+        ensure!(ok!(t.join()) == 0, "core 1 did not read the pages core 0 wrote");
+    }
+    let s = fs_ok("sharing", fs::cache_sharing())?;
+    let (shares, segs, ranges) = sharing_opts(&s);
+    let opts = CforkOpts { shares: &shares, segments: &segs, ranges: &ranges };
+    let child = ok!(cfork(other, &opts, t_shared_child, 0));
+    let code = ok!(child.join());
+    ensure!(code == 0, "shared child failed at step {code} (20+: a page it read was not its parent's unsynced write; 40: it read the disk)");
+    let d = fs_ok("read", fs::read_all(BC_PATH, 1 << 20))?;
+    for i in 0..BC_PAGES as usize {
+        ensure!(d[i * 4096..(i + 1) * 4096].iter().all(|&b| b == 0xB0 + i as u8), "page {i}: the child's write is not in the parent's cache");
+    }
+    let reads1 = disk_reads()?;
+    ensure!(reads1 == reads0, "{} disk reads while two cores and a child read cached pages", reads1 - reads0);
+    let hits1 = fs_ok("stats", fs::cache_stats())?.0.hits;
+    ensure!(hits1 >= hits0 + 2 * BC_PAGES, "the child's hits are not counted in the shared table ({hits0} -> {hits1})");
+    println!("fstest: shared cache: {} hits by two cores and a child, 0 disk reads", hits1 - hits0);
+    // Private by default: a child given nothing cannot use the parent's cache.
+    let child = ok!(cfork(other, &CforkOpts::default(), t_private_child, 0));
+    ensure!(ok!(child.join()) == 0, "a child not given the cache read the file");
+    let d = fs_ok("read", fs::read_all(BC_PATH, 1 << 20))?;
+    ensure!(d[0] == 0xB0, "the private child changed the parent's cache");
+    Ok(Pass::Ok)
+}
+
+/// The reader child of `readers_never_see_a_torn_page`: reads every page again and again
+/// while its parent rewrites, syncs and evicts them; each 4 KiB read must be one value
+/// throughout. Returns 1000 + page on a torn page, else the number of value changes it saw.
+fn t_torn_reader(_: u64) -> u64 {
+    let Ok(fd) = fs::open(BC_PATH, fs::O_RDONLY) else { return 2000 };
+    let mut buf = vec![0u8; 4096];
+    let mut last = [0u8; BC_PAGES as usize];
+    let mut changes = 0;
+    for _ in 0..BC_ROUNDS * 6 {
+        for i in 0..BC_PAGES {
+            if fs::pread(fd, &mut buf, i * 4096) != Ok(4096) {
+                return 2001;
+            }
+            if buf.iter().any(|&b| b != buf[0]) {
+                return 1000 + i;
+            }
+            if buf[0] != last[i as usize] {
+                changes += 1;
+                last[i as usize] = buf[0];
+            }
+        }
+    }
+    changes
+}
+
+/// Catches: a reader that copies a page while a writer, a write-back or an eviction (and the
+/// refill that follows, by either process) changes it, and uses the copy (a torn page: part
+/// old, part new); the fill lock not serialising two processes' misses on the shared request
+/// segment (pages filled with another request's data).
+fn readers_never_see_a_torn_page() -> TestResult {
+    fs_ok("mount", fs::mount())?;
+    let s = fs_ok("sharing", fs::cache_sharing())?;
+    let (shares, segs, ranges) = sharing_opts(&s);
+    let other = if cores() >= 2 { 1 } else { 0 };
+    let fd = fs_ok("open", fs::open(BC_PATH, fs::O_RDWR))?;
+    let child = ok!(cfork(other, &CforkOpts { shares: &shares, segments: &segs, ranges: &ranges }, t_torn_reader, 0));
+    for r in 0..BC_ROUNDS {
+        for i in 0..BC_PAGES {
+            fs_ok("write", fs::pwrite(fd, &bc_page((r * 8 + i) as u8 | 1), i * 4096))?;
+        }
+        if r % 2 == 0 {
+            fs_ok("sync", fs::sync())?;
+            fs_ok("drop", fs::cache_drop_clean())?;
+        }
+    }
+    let code = ok!(child.join());
+    fs_ok("close", fs::close(fd))?;
+    ensure!(code < 1000, "the reader saw a torn page (code {code})");
+    println!("fstest: torn-page test: the reader saw {code} changes of page values, none torn");
+    Ok(Pass::Ok)
+}
+
+/// Catches: a full cache that does not evict (`NoMemory`), evicts a dirty page without
+/// writing it back (its data lost), or writes back pages out of order; a page evicted and
+/// read again coming back different. Uses a 16-page cache on pages past the file system's
+/// used blocks, restored afterwards.
+fn full_cache_evicts_and_writes_back() -> TestResult {
+    fs_ok("unmount", fs::unmount())?;
+    let dev = ok!(BlockDevice::open(libos::process::proc_share()));
+    let mut cache = fs_ok("cache", Cache::with_pages(dev, 16))?;
+    let pages = cache.size() / 4096;
+    let first = pages - 48;
+    // The originals, to put back.
+    let mut orig = vec![0u8; 40 * 4096];
+    fs_ok("read", cache.read_at(first * 4096, &mut orig))?;
+    for i in 0..40u64 {
+        fs_ok("write", cache.write_at((first + i) * 4096, &bc_page(0x40 + i as u8)))?;
+    }
+    let st = cache.stats();
+    ensure!(st.pages <= 16, "{} pages cached in a 16-page cache", st.pages);
+    ensure!(st.writebacks >= 24, "only {} write-backs for 40 dirty pages in 16 slots", st.writebacks);
+    ensure!(st.evictions >= 24, "only {} evictions", st.evictions);
+    let reads0 = cache.stats().disk_reads;
+    for i in 0..40u64 {
+        let mut b = vec![0u8; 4096];
+        fs_ok("read", cache.read_at((first + i) * 4096, &mut b))?;
+        ensure!(b.iter().all(|&x| x == 0x40 + i as u8), "page {i} lost its write through eviction");
+    }
+    ensure!(cache.stats().disk_reads > reads0, "evicted pages were not read back from the disk");
+    fs_ok("restore", cache.write_at(first * 4096, &orig))?;
+    fs_ok("sync", cache.sync())?;
+    ensure!(cache.dirty_pages() == 0, "dirty pages after sync");
+    drop(cache);
+    fs_ok("mount", fs::mount())?;
+    Ok(Pass::Ok)
+}
+
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 15] = [
+    let tests: [(&str, fn() -> TestResult); 18] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -817,6 +1009,9 @@ fn main(args: &'static str) -> u64 {
         ("fs_corrupt_directory_entry_is_an_error", corrupt_directory_entry_is_an_error),
         ("fs_seeded_corruptions_never_panic", seeded_corruptions_never_panic),
         ("fs_writes_survive_a_remount", writes_survive_a_remount),
+        ("fs_cache_shared_with_a_cfork_child", cache_shared_with_a_cfork_child),
+        ("fs_readers_never_see_a_torn_page", readers_never_see_a_torn_page),
+        ("fs_full_cache_evicts_and_writes_back", full_cache_evicts_and_writes_back),
     ];
     for (name, f) in tests {
         if selected(args, name) {

@@ -1,30 +1,61 @@
 //! The disk under the file system: the block device object (`abi::blk`) and, in front of it,
-//! the buffer cache. This module holds the file system's only `unsafe`: the request segment
-//! is read and written through its mapping at `BLK_VA`.
+//! the buffer cache. This module and `bcache` hold the file system's only `unsafe`: the request
+//! segment is read and written through its mapping at `BLK_VA`, the cache's table through its
+//! mapping at `CACHE_VA`.
 //!
-//! **First version, per process.** The cache is an ordinary heap structure of the process that
-//! mounted the disk, under the file system's one lock (`fs::FS`): it is *not yet* the issue's
-//! design (pages in segments mapped through shared address ranges so cores and cfork'd
-//! processes see one cache, lock-free lookups, per-core block reserves, sloppy reference
-//! counts). Two processes must not mount the same disk: the kernel enforces it (one block
-//! device object per disk; the second `device_alloc` is `Busy`).
+//! **The cache lives in an address range** (Corey §5, §7: the library OS keeps the buffer
+//! cache, in memory it maps). `Cache::new` makes a segment holding a `bcache::Table`, maps it
+//! in an address range of its own (`ArKind::Span1G`) and links that range at `CACHE_VA` into
+//! each core's root range on first use, as the request segment is mapped at `BLK_VA`. Every
+//! thread of the process uses the one table. **Private by default:** `cfork` copies the range
+//! (copy-on-write) like any other, so a child gets a snapshot it cannot write back (it cannot
+//! name the device object). **Shared where asked:** a caller that lists `Cache::sharing()`'s
+//! share, request segment and range in `CforkOpts` gives the child the very same table: the
+//! child's file-system calls then hit the pages its parent cached (and dirtied) without reading
+//! the disk, and both sides' misses and write-backs are serialised by the table's fill lock,
+//! which lives in the shared memory. What stays per process is the file system above the cache
+//! (the superblock's and group descriptors' counts, open files, the name cache): a child that
+//! shares the cache may read anything and overwrite file data in place, but must not allocate
+//! (create, extend, mkdir...), or the two processes' block and inode counts diverge (docs/fs.md).
 
-use alloc::boxed::Box;
-use alloc::collections::BTreeMap;
-use alloc::vec;
+use abi::{ArKind, ArMapping, DeviceBuf, DeviceInfo, Error, ObjName, ObjectId, SegMapping, BLK_MAX_REQUEST, BLK_SECTOR, BUF_BLK_FLUSH, BUF_BLK_READ, BUF_BLK_WRITE, DEVICE_BLOCK, MAP_READ, MAP_WRITE, MEMID_SELF};
+use core::sync::atomic::{AtomicBool, Ordering};
 
-use abi::{DeviceBuf, DeviceInfo, Error, ObjName, ObjectId, SegMapping, BLK_MAX_REQUEST, BLK_SECTOR, BUF_BLK_FLUSH, BUF_BLK_READ, BUF_BLK_WRITE, DEVICE_BLOCK, MAP_READ, MAP_WRITE, MEMID_SELF};
-
+use super::bcache::{self, BlockIo, IoError, Table};
 use super::ext2::{Disk, FsError};
 
 /// Where a context maps the request segment (each core in its own root range, on first use).
 pub const BLK_VA: u64 = 0x3900_0000_0000;
+/// Where the buffer cache's address range is linked (1 GiB aligned).
+pub const CACHE_VA: u64 = 0x3A00_0000_0000;
 /// Bytes of the request segment: the largest request.
 pub const REQ_BYTES: u64 = BLK_MAX_REQUEST;
 /// Bytes of one cache page.
 pub const PAGE: u64 = 4096;
-/// Cache pages kept at most (16 MiB).
+/// Cache pages by default (16 MiB of pages).
 pub const CACHE_PAGES: usize = 4096;
+
+/// Map `link` at `va` in `root` unless `target` is mapped there already (a cfork'd child
+/// whose parent shared it); something else there (a stale mapping of an earlier mount, or a
+/// cfork copy) is replaced.
+fn map_in_root(root: ObjName, va: u64, len: u64, target: ObjName, link: impl Fn() -> Result<u64, Error>) -> Result<(), Error> {
+    match link() {
+        Ok(_) => Ok(()),
+        Err(Error::Overlap) => {
+            let mut maps = [ArMapping::default(); 128];
+            let n = (crate::sys::ar_get(root, &mut maps)? as usize).min(maps.len());
+            if maps[..n].iter().any(|m| m.voff == va && m.target == target.object) {
+                return Ok(());
+            }
+            // Replace what is there only with something this context can name (a cfork'd
+            // child not given the cache keeps its copy and gets the error).
+            crate::sys::obj_stat(target)?;
+            crate::sys::ar_unmap(root, va, len)?;
+            link().map(|_| ())
+        }
+        Err(e) => Err(e),
+    }
+}
 
 /// The first disk `device_list` shows.
 pub fn find_disk() -> Result<DeviceInfo, Error> {
@@ -72,7 +103,8 @@ impl BlockDevice {
         }
         let ar = crate::ctx::ctx().root_ar;
         if self.mapped[c as usize] != ar.object {
-            crate::sys::ar_set_seg(ar, &SegMapping { voff: BLK_VA, seg: self.seg, soff: 0, len: REQ_BYTES, flags: MAP_READ | MAP_WRITE })?;
+            let seg = self.seg;
+            map_in_root(ar, BLK_VA, REQ_BYTES, seg, || crate::sys::ar_set_seg(ar, &SegMapping { voff: BLK_VA, seg, soff: 0, len: REQ_BYTES, flags: MAP_READ | MAP_WRITE }))?;
             self.mapped[c as usize] = ar.object;
         }
         Ok(())
@@ -140,115 +172,164 @@ fn io(e: Error) -> FsError {
     }
 }
 
-struct Slot {
-    data: Box<[u8]>,
-    dirty: bool,
-    used: u64,
+fn fs_err(e: IoError) -> FsError {
+    match e {
+        IoError::Io => FsError::Io,
+        IoError::NoMemory => FsError::NoMemory,
+    }
 }
 
-/// What the cache counted.
+/// The block device as the table's disk: page `p` is sectors `p * 8 ..`.
+struct DevIo<'a> {
+    dev: &'a mut BlockDevice,
+}
+
+impl BlockIo for DevIo<'_> {
+    fn read_page(&mut self, block: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        self.dev.read(block * PAGE / BLK_SECTOR, buf).map_err(|e| if e == Error::NoMemory { IoError::NoMemory } else { IoError::Io })
+    }
+    fn write_page(&mut self, block: u64, buf: &[u8]) -> Result<(), IoError> {
+        self.dev.write(block * PAGE / BLK_SECTOR, buf).map_err(|e| if e == Error::NoMemory { IoError::NoMemory } else { IoError::Io })
+    }
+    fn flush(&mut self) -> Result<(), IoError> {
+        self.dev.flush().map_err(|_| IoError::Io)
+    }
+    fn page_len(&self, block: u64) -> usize {
+        (self.dev.capacity * BLK_SECTOR).saturating_sub(block * PAGE).min(PAGE) as usize
+    }
+}
+
+/// What the cache counted (summed over cores and over every process sharing the table).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,
     pub writebacks: u64,
+    /// Pages holding a block now.
     pub pages: u64,
+    /// Pages read from the disk (misses that were not whole-page writes).
+    pub disk_reads: u64,
+    /// Clean pages dropped to make room.
+    pub evictions: u64,
 }
 
-/// The buffer cache: 4 KiB pages of the disk, write-back (dirty pages go to the disk at `sync`
-/// or when evicted), least-recently-used eviction of clean pages first.
+/// The ids a `cfork` caller lists in `CforkOpts` to give the child this cache: `share` in
+/// `shares` (it holds the device object, the request segment and the range), `request_seg` in
+/// `segments`, `range` in `ranges`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheSharing {
+    pub share: ObjectId,
+    pub request_seg: ObjectId,
+    pub range: ObjectId,
+}
+
+/// One cache per process at a time (it has one address, `CACHE_VA`).
+static CACHE_IN_USE: AtomicBool = AtomicBool::new(false);
+
+/// The buffer cache: a `bcache::Table` of 4 KiB pages of the disk in a segment mapped through
+/// an address range at `CACHE_VA`, write-back (dirty pages go to the disk at `sync`, in order,
+/// or when no clean page is left to evict), clock eviction of clean pages.
 pub struct Cache {
     pub dev: BlockDevice,
-    pages: BTreeMap<u64, Slot>,
-    clock: u64,
-    pub stats: CacheStats,
+    table: Table,
+    seg: ObjName,
+    range: ObjName,
+    /// For each core, the root range in which this core linked `range`, or 0 (as
+    /// `BlockDevice::mapped`).
+    linked: [u64; 64],
 }
 
 impl Cache {
-    pub fn new(dev: BlockDevice) -> Cache {
-        Cache { dev, pages: BTreeMap::new(), clock: 0, stats: CacheStats::default() }
+    /// A cache of `CACHE_PAGES` pages in front of `dev`. `NoDevice` while this process has
+    /// another cache; `NoMemory` if the segment or range cannot be made. On an error `dev` is
+    /// dropped (freeing the device object).
+    pub fn new(dev: BlockDevice) -> Result<Cache, FsError> {
+        Cache::with_pages(dev, CACHE_PAGES)
+    }
+
+    /// A cache of `pages` pages (tests use small ones to make eviction happen).
+    pub fn with_pages(dev: BlockDevice, pages: usize) -> Result<Cache, FsError> {
+        if pages == 0 || pages > bcache::MAX_SLOTS || bcache::table_bytes(pages) as u64 > (1 << 30) {
+            return Err(FsError::InvalidArgument);
+        }
+        if CACHE_IN_USE.swap(true, Ordering::Acquire) {
+            return Err(FsError::NoDevice);
+        }
+        let share = crate::process::proc_share();
+        let bytes = bcache::table_bytes(pages) as u64;
+        let made = (|| -> Result<(ObjName, ObjName), Error> {
+            let seg = ObjName::new(share, crate::sys::segment_alloc(share, "bcache", MEMID_SELF, bytes)?);
+            let range = match crate::sys::ar_alloc(share, "bcache", MEMID_SELF, ArKind::Span1G) {
+                Ok(r) => ObjName::new(share, r),
+                Err(e) => {
+                    let _ = crate::sys::share_delobj(seg);
+                    return Err(e);
+                }
+            };
+            if let Err(e) = crate::sys::ar_set_seg(range, &SegMapping { voff: 0, seg, soff: 0, len: bytes, flags: MAP_READ | MAP_WRITE }) {
+                let _ = crate::sys::share_delobj(range);
+                let _ = crate::sys::share_delobj(seg);
+                return Err(e);
+            }
+            Ok((seg, range))
+        })();
+        let (seg, range) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                CACHE_IN_USE.store(false, Ordering::Release);
+                return Err(io(e));
+            }
+        };
+        // A placeholder table until the memory is linked here; `Drop` undoes everything.
+        let mut c = Cache { dev, table: Table::placeholder(), seg, range, linked: [0; 64] };
+        c.link_here().map_err(io)?;
+        // SAFETY: the segment (bytes >= table_bytes(pages), zeroed, page aligned) is mapped
+        // read-write at CACHE_VA on this core (`link_here`), and is new: nobody else uses it.
+        c.table = unsafe { Table::init(CACHE_VA as usize, bytes as usize, pages) }.ok_or(FsError::NoMemory)?;
+        Ok(c)
+    }
+
+    /// Link the cache's range into this core's root range if it is not yet.
+    fn link_here(&mut self) -> Result<(), Error> {
+        let c = crate::ctx::ctx().core;
+        if c >= 64 {
+            return Err(Error::NoSuchCore);
+        }
+        let root = crate::ctx::ctx().root_ar;
+        if self.linked[c as usize] != root.object {
+            let range = self.range;
+            map_in_root(root, CACHE_VA, 1 << 30, range, || crate::sys::ar_set_ar(root, CACHE_VA, range))?;
+            self.linked[c as usize] = root.object;
+        }
+        Ok(())
+    }
+
+    /// What a `cfork` caller lists to share this cache with the child (see `CacheSharing`).
+    pub fn sharing(&self) -> CacheSharing {
+        CacheSharing { share: self.range.share, request_seg: self.dev.seg.object, range: self.range.object }
     }
 
     fn disk_bytes(&self) -> u64 {
         self.dev.capacity * BLK_SECTOR
     }
 
-    /// Bytes of page `p` that exist on the disk (the last page may be short).
-    fn page_len(&self, p: u64) -> usize {
-        (self.disk_bytes() - p * PAGE).min(PAGE) as usize
+    fn ready(&mut self) -> Result<usize, FsError> {
+        self.link_here().map_err(io)?;
+        Ok(crate::ctx::ctx().core as usize)
     }
 
-    fn write_back(&mut self, p: u64) -> Result<(), FsError> {
-        let len = self.page_len(p);
-        let Some(s) = self.pages.get_mut(&p) else { return Ok(()) };
-        if s.dirty {
-            self.dev.write(p * PAGE / BLK_SECTOR, &s.data[..len]).map_err(io)?;
-            s.dirty = false;
-            self.stats.writebacks += 1;
-        }
-        Ok(())
-    }
-
-    /// Make room for one more page.
-    fn evict(&mut self) -> Result<(), FsError> {
-        if self.pages.len() < CACHE_PAGES {
-            return Ok(());
-        }
-        let clean = self.pages.iter().filter(|(_, s)| !s.dirty).min_by_key(|(_, s)| s.used).map(|(p, _)| *p);
-        let victim = match clean {
-            Some(p) => p,
-            None => {
-                let p = self.pages.iter().min_by_key(|(_, s)| s.used).map(|(p, _)| *p).ok_or(FsError::NoMemory)?;
-                self.write_back(p)?;
-                p
-            }
-        };
-        self.pages.remove(&victim);
-        Ok(())
-    }
-
-    /// Page `p`, read from the disk unless cached (or `fill == false`: a page about to be
-    /// overwritten whole starts zeroed).
-    fn page(&mut self, p: u64, fill: bool) -> Result<&mut Slot, FsError> {
-        self.clock += 1;
-        if self.pages.contains_key(&p) {
-            self.stats.hits += 1;
-        } else {
-            self.stats.misses += 1;
-            self.evict()?;
-            let mut data = vec![0u8; PAGE as usize].into_boxed_slice();
-            let len = self.page_len(p);
-            if fill {
-                self.dev.read(p * PAGE / BLK_SECTOR, &mut data[..len]).map_err(io)?;
-            }
-            self.pages.insert(p, Slot { data, dirty: false, used: 0 });
-            self.stats.pages = self.pages.len() as u64;
-        }
-        let clock = self.clock;
-        let s = self.pages.get_mut(&p).ok_or(FsError::NoMemory)?;
-        s.used = clock;
-        Ok(s)
-    }
-
-    /// Write every dirty page (in disk order), then flush the disk.
+    /// Write every dirty page back in order (the data pages, a flush, the others, a flush).
     pub fn sync(&mut self) -> Result<(), FsError> {
-        let dirty: alloc::vec::Vec<u64> = self.pages.iter().filter(|(_, s)| s.dirty).map(|(p, _)| *p).collect();
-        for p in dirty {
-            self.write_back(p)?;
-        }
-        self.dev.flush().map_err(io)
+        let core = self.ready()?;
+        let t = self.table;
+        t.sync(core, &mut DevIo { dev: &mut self.dev }).map_err(fs_err)
     }
 
-    /// Write the dirty pages covering bytes `[off, off + len)` (ordered writes: data before
-    /// the metadata that names it).
+    /// Write the dirty pages covering bytes `[off, off + len)` (no flush).
     pub fn sync_range(&mut self, off: u64, len: u64) -> Result<(), FsError> {
-        let first = off / PAGE;
-        let end = (off + len).div_ceil(PAGE);
-        let dirty: alloc::vec::Vec<u64> = self.pages.range(first..end).filter(|(_, s)| s.dirty).map(|(p, _)| *p).collect();
-        for p in dirty {
-            self.write_back(p)?;
-        }
-        Ok(())
+        let core = self.ready()?;
+        let t = self.table;
+        t.sync_pages(core, &mut DevIo { dev: &mut self.dev }, off / PAGE, (off + len).div_ceil(PAGE)).map_err(fs_err)
     }
 
     /// Ask the disk to make the writes so far durable.
@@ -256,47 +337,97 @@ impl Cache {
         self.dev.flush().map_err(io)
     }
 
-    pub fn dirty_pages(&self) -> usize {
-        self.pages.values().filter(|s| s.dirty).count()
+    pub fn dirty_pages(&mut self) -> usize {
+        if self.ready().is_err() {
+            return 0;
+        }
+        self.table.dirty_pages()
+    }
+
+    /// Drop every clean page (tests: the next reads go to the disk).
+    pub fn drop_clean(&mut self) -> Result<(), FsError> {
+        self.ready()?;
+        self.table.drop_clean();
+        Ok(())
+    }
+
+    pub fn stats(&mut self) -> CacheStats {
+        if self.ready().is_err() {
+            return CacheStats::default();
+        }
+        let s = self.table.stats();
+        CacheStats { hits: s.hits, misses: s.misses, writebacks: s.writebacks, pages: self.table.cached_pages() as u64, disk_reads: s.disk_reads, evictions: s.evictions }
+    }
+
+    fn check(&self, off: u64, len: usize) -> Result<(), FsError> {
+        if off.checked_add(len as u64).is_none_or(|e| e > self.disk_bytes()) {
+            return Err(FsError::Io);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        // Only this core's link can be removed from here; another core's stays in its root
+        // range (holding the range) until that context ends or a later mount replaces it.
+        let c = crate::ctx::ctx().core.min(63) as usize;
+        if self.linked[c] != 0 && self.linked[c] == crate::ctx::ctx().root_ar.object {
+            let _ = crate::sys::ar_unmap(crate::ctx::ctx().root_ar, CACHE_VA, 1 << 30);
+        }
+        let _ = crate::sys::share_delobj(self.range);
+        let _ = crate::sys::share_delobj(self.seg);
+        CACHE_IN_USE.store(false, Ordering::Release);
     }
 }
 
 impl Disk for Cache {
     fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<(), FsError> {
-        if off.checked_add(buf.len() as u64).is_none_or(|e| e > self.disk_bytes()) {
-            return Err(FsError::Io);
-        }
+        self.check(off, buf.len())?;
+        let core = self.ready()?;
+        let t = self.table;
         let mut done = 0usize;
         while done < buf.len() {
             let pos = off + done as u64;
             let (p, at) = (pos / PAGE, (pos % PAGE) as usize);
             let n = (buf.len() - done).min(PAGE as usize - at);
-            let s = self.page(p, true)?;
-            buf[done..done + n].copy_from_slice(&s.data[at..at + n]);
+            let dst = &mut buf[done..done + n];
+            if !t.try_read(core, p, at, dst) {
+                t.read(core, &mut DevIo { dev: &mut self.dev }, p, at, dst).map_err(fs_err)?;
+            }
             done += n;
         }
         Ok(())
     }
 
     fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<(), FsError> {
-        if off.checked_add(buf.len() as u64).is_none_or(|e| e > self.disk_bytes()) {
-            return Err(FsError::Io);
+        self.write_inner(off, buf, false)
+    }
+
+    fn note_data(&mut self, off: u64) {
+        if self.ready().is_ok() {
+            self.table.note_data(off / PAGE);
         }
+    }
+
+    fn size(&self) -> u64 {
+        self.disk_bytes()
+    }
+}
+
+impl Cache {
+    fn write_inner(&mut self, off: u64, buf: &[u8], is_data: bool) -> Result<(), FsError> {
+        self.check(off, buf.len())?;
+        let core = self.ready()?;
+        let t = self.table;
         let mut done = 0usize;
         while done < buf.len() {
             let pos = off + done as u64;
             let (p, at) = (pos / PAGE, (pos % PAGE) as usize);
             let n = (buf.len() - done).min(PAGE as usize - at);
-            let whole = at == 0 && n == PAGE as usize;
-            let s = self.page(p, !whole)?;
-            s.data[at..at + n].copy_from_slice(&buf[done..done + n]);
-            s.dirty = true;
+            t.write(core, &mut DevIo { dev: &mut self.dev }, p, at, &buf[done..done + n], is_data).map_err(fs_err)?;
             done += n;
         }
         Ok(())
-    }
-
-    fn size(&self) -> u64 {
-        self.disk_bytes()
     }
 }

@@ -87,6 +87,9 @@ pub type Result<T> = core::result::Result<T, FsError>;
 pub trait Disk {
     fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<()>;
     fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<()>;
+    /// The block at byte `off` was just written as file data (a buffer cache writes such
+    /// blocks back before the metadata that names them). Nothing by default.
+    fn note_data(&mut self, _off: u64) {}
     /// Bytes on the device.
     fn size(&self) -> u64;
 }

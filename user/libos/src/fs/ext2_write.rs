@@ -337,6 +337,7 @@ impl<D: Disk> Ext2<D> {
                 break;
             }
             self.dirty_data.insert(b);
+            self.dev.note_data(b * self.bs);
             done += n;
         }
         if done > 0 {
@@ -416,6 +417,7 @@ impl<D: Disk> Ext2<D> {
                     blk[at..].fill(0);
                     self.write_block(b, &blk)?;
                     self.dirty_data.insert(b);
+                    self.dev.note_data(b * self.bs);
                 }
             }
         }

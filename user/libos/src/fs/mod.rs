@@ -19,6 +19,7 @@
 //! missing). A context that uses the file system on another core maps the request segment
 //! there on first use.
 
+pub mod bcache;
 pub mod disk;
 pub mod ext2;
 pub mod ext2_dir;
@@ -106,7 +107,7 @@ pub fn mount() -> Result<()> {
         _ => FsError::NoDevice,
     })?;
     // On an error the cache (and with it the device object) is dropped, which frees both.
-    let fs = Ext2::mount(Cache::new(dev))?;
+    let fs = Ext2::mount(Cache::new(dev)?)?;
     names::NAMES.begin_change();
     open_files::MOUNT.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
     *g = Some(Mounted { fs, files: Vec::new(), descs: Vec::new(), orphans: Default::default() });
@@ -490,14 +491,11 @@ pub fn fsync(fd: Fd) -> Result<()> {
 /// between leaves written data that no inode names yet (e2fsck -fy frees it), never an inode
 /// naming blocks that were not written.
 fn sync_ordered(m: &mut Mounted) -> Result<()> {
-    let bs = m.fs.bs;
-    let data: Vec<u64> = m.fs.dirty_data.iter().copied().collect();
-    for b in data {
-        m.fs.dev.sync_range(b * bs, bs)?;
-    }
-    m.fs.dev.flush()?;
+    // The cache knows which dirty pages are data (`Disk::note_data`, set where `dirty_data`
+    // is) and writes those first, flushes, then the rest, then flushes.
+    m.fs.dev.sync()?;
     m.fs.dirty_data.clear();
-    m.fs.dev.sync()
+    Ok(())
 }
 
 /// Move the offset; returns the new one. A negative result is `InvalidArgument`.
@@ -625,6 +623,18 @@ pub fn sync() -> Result<()> {
 pub fn cache_stats() -> Result<(CacheStats, abi::DeviceStat)> {
     with(|m| {
         let st = crate::sys::device_stat(m.fs.dev.dev.dev).map_err(|_| FsError::Io)?;
-        Ok((m.fs.dev.stats, st))
+        Ok((m.fs.dev.stats(), st))
     })
+}
+
+/// The ids to list in `cfork::CforkOpts` (share, request segment, range) so that the child
+/// uses this process's buffer cache instead of a copy of it (`disk::Cache`: what the child
+/// may and may not do with it). `NoDevice` if nothing is mounted.
+pub fn cache_sharing() -> Result<disk::CacheSharing> {
+    with(|m| Ok(m.fs.dev.sharing()))
+}
+
+/// Drop every clean page of the buffer cache (tests: the next reads go to the disk).
+pub fn cache_drop_clean() -> Result<()> {
+    with(|m| m.fs.dev.drop_clean())
 }

@@ -1,0 +1,661 @@
+//! `cargo xtask commute`: the commutativity checker (issue 19, docs/commute.md), after
+//! sv6/Commuter (SOSP'13). For each pair of modelled system calls and each argument class
+//! (`cases.rs`), the model (`model.rs`) decides whether the two calls commute on the fixture;
+//! the guest (`user/apps/src/bin/commute.rs`) runs every selected case as a two-core test
+//! under the sharing audit in exact mode, kernel accesses only, one plugin epoch per case;
+//! a commuting case is **conflict-free** when no kernel cache line was written by one core
+//! and read or written by the other inside the two calls' regions.
+
+#[allow(dead_code)] // shared with the guest, which uses all of it
+pub mod cases;
+pub mod model;
+
+use crate::plugins::{self, Record, Symbols};
+use crate::TestTally;
+use cases::{Case, Op};
+use model::{State, Verdict};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const HELP: &str = "\
+cargo xtask commute [options]   the commutativity checker (docs/commute.md)
+  --calls a,b,...   only pairs of these calls (default: every modelled call)
+  --system ours     the system to check (only ours so far: the Linux column is not built)
+  --smp N           vCPUs (default 2; the two calls run on cores 0 and 1)
+  --timeout SECS    the guest run's limit (default 900)
+  --out DIR         where results go (default target/commute)
+  --ci              the seeded CI sample, checked against xtask/src/commute/baseline.txt
+  --update-baseline with --ci: rewrite the baseline from this run
+  --model-only      print the model's decisions without booting
+  --list            list the modelled calls and the case count
+  --planted         the CI sample on a kernel with a planted conflict (feature planted-conflict):
+                    succeeds only if the baseline check catches it";
+
+/// The checked-in baseline of the CI sample: which sampled cases were conflict-free.
+fn baseline_path() -> PathBuf {
+    crate::env::workspace_root().join("xtask/src/commute/baseline.txt")
+}
+
+/// The CI sample: this many commuting cases, drawn with a fixed seed.
+const CI_SAMPLE: usize = 48;
+const CI_SEED: u64 = 19;
+
+/// One line of the audit that makes a case conflicting.
+#[derive(Debug, Clone)]
+pub struct Conflict {
+    /// The data's kernel symbol, or `[heap] written by FUNCTION` for memory without one.
+    pub symbol: String,
+    pub pa: String,
+    pub readers: u64,
+    pub writers: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub case: Case,
+    pub verdict: Verdict,
+    /// The guest's results (A, B).
+    pub got: (String, String),
+    pub conflicts: Vec<Conflict>,
+}
+
+impl Outcome {
+    pub fn results_ok(&self) -> bool {
+        model::results_allowed(&self.verdict, (&self.got.0, &self.got.1))
+    }
+}
+
+/// `call(args)` for a report.
+pub fn describe(op: Op) -> String {
+    format!("{op:?}")
+}
+
+fn case_label(c: &Case) -> String {
+    format!("{} | {}", describe(c.a), describe(c.b))
+}
+
+/// Every case with the model's verdict.
+pub fn decide_all() -> Vec<(Case, Verdict)> {
+    let start = State::fixture();
+    let mut v = Vec::new();
+    cases::for_each_case(|c| v.push((c, model::decide(&start, c.a, c.b))));
+    v
+}
+
+/// `I,J-K` for the guest's `pick=`.
+fn pick_arg(idx: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && idx[j + 1] == idx[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j { idx[i].to_string() } else { format!("{}-{}", idx[i], idx[j]) });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+/// The case the planted regression (kernel feature `planted-conflict`, a global counter bumped
+/// by every `segment_alloc`) makes conflicting: two allocations into different shares. Always
+/// in the CI sample, so the sample is shown to catch it (`cargo xtask commute --planted`).
+fn planted_target() -> usize {
+    let mut idx = usize::MAX;
+    cases::for_each_case(|c| {
+        if c.a == Op::SegmentAlloc(cases::Sym::SA) && c.b == Op::SegmentAlloc(cases::Sym::SB) {
+            idx = c.index;
+        }
+    });
+    idx
+}
+
+/// The CI sample: `CI_SAMPLE` commuting cases drawn with a fixed seed, plus the planted
+/// regression's target, ascending.
+pub fn ci_sample() -> Vec<usize> {
+    let commuting: Vec<usize> = decide_all().into_iter().filter(|(_, v)| v.commutes).map(|(c, _)| c.index).collect();
+    let mut state = CI_SEED;
+    let mut picked = std::collections::BTreeSet::new();
+    while picked.len() < CI_SAMPLE.min(commuting.len()) {
+        // xorshift64*: a fixed sequence, no dependency.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let r = state.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        picked.insert(commuting[(r % commuting.len() as u64) as usize]);
+    }
+    picked.insert(planted_target());
+    picked.into_iter().collect()
+}
+
+/// Boot the guest with the sharing plugin and run `guest_args` (`calls=` / `pick=`); return
+/// each case's results and conflicting lines.
+pub fn run_cases(guest_args: &str, smp: u32, timeout: Duration) -> Result<Vec<Outcome>, String> {
+    run_cases_on(crate::env::build_kernel()?, guest_args, smp, timeout)
+}
+
+/// `run_cases` on a given kernel (the planted regression's).
+pub fn run_cases_on(kernel: PathBuf, guest_args: &str, smp: u32, timeout: Duration) -> Result<Vec<Outcome>, String> {
+    let built = plugins::build()?;
+    let initrd = crate::user::build_initrd()?;
+    let syms = {
+        let data = fs::read(&kernel).map_err(|e| format!("cannot read {}: {e}", kernel.display()))?;
+        Symbols::from_elf(&data).map_err(|e| format!("{}: {e}", kernel.display()))?
+    };
+    let runs = plugins::artifact_dir().join("runs");
+    fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
+    let out = runs.join(format!("sharing-commute-{smp}.txt"));
+    let _ = fs::remove_file(&out);
+    let mut parg = format!("{},out={},kernel_only=on", built.sharing.display(), out.display());
+    for e in plugins::quantum_plugin_args(smp) {
+        parg.push(',');
+        parg.push_str(&e);
+    }
+    let cmdline = format!("init=commute -- {guest_args}");
+    let cfg = crate::qemu::VmConfig {
+        smp,
+        medium: Some(crate::qemu::BootMedium::Kernel(kernel)),
+        initrd: Some(initrd),
+        cmdline: cmdline.trim().to_string(),
+        extra: vec!["-plugin".into(), parg],
+        ..Default::default()
+    };
+    cfg.validate()?;
+    let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
+    args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
+    args.extend(plugins::exact_qemu_args());
+    let run = crate::linux::run_qemu(&args, timeout)?;
+    if let Some(l) = run.serial.lines().find(|l| l.contains("commute-error")) {
+        return Err(format!("guest: {}", l.trim()));
+    }
+    if run.timed_out {
+        return Err(format!("commute guest timed out after {}s", timeout.as_secs()));
+    }
+    if !run.serial.lines().any(|l| l.contains("commute-done")) {
+        let tail: Vec<&str> = run.serial.lines().rev().take(15).collect();
+        return Err(format!("commute guest ended early (exit {:?}); last serial lines:\n{}", run.exit_code, tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+    }
+    let text = fs::read_to_string(&out).map_err(|e| format!("no plugin report {}: {e}", out.display()))?;
+    let epochs = parse_epochs(&text);
+    let results: Vec<(usize, String, String)> = run.serial.lines().filter_map(parse_case_line).collect();
+    if epochs.len() != results.len() {
+        return Err(format!("{} cases printed but {} plugin epochs reported", results.len(), epochs.len()));
+    }
+    let start = State::fixture();
+    let mut outcomes = Vec::new();
+    for ((index, ra, rb), lines) in results.into_iter().zip(epochs) {
+        let case = cases::case(index).ok_or_else(|| format!("guest printed unknown case {index}"))?;
+        let verdict = model::decide(&start, case.a, case.b);
+        let conflicts = lines.iter().map(|r| Conflict { symbol: symbol_of(&syms, r), pa: r.get("pa").unwrap_or("?").to_string(), readers: r.u("readers"), writers: r.u("writers") }).collect();
+        outcomes.push(Outcome { case, verdict, got: (ra, rb), conflicts });
+    }
+    Ok(outcomes)
+}
+
+/// The kernel symbol that owns a line (as `plugin audit` names it), demangled.
+fn symbol_of(syms: &Symbols, r: &Record) -> String {
+    match syms.name(r.u("vaddr")) {
+        Some(n) => demangle(n.split('+').next().unwrap_or(&n)),
+        None => format!("[heap] written by {}", syms.name(r.u("pc")).map(|c| demangle(c.split('+').next().unwrap_or(""))).unwrap_or("?".into())),
+    }
+}
+
+/// Rust's legacy mangling (`_ZN` + length-prefixed parts + `E`) to `a::b::c`, without the
+/// trailing hash; anything else unchanged.
+pub fn demangle(sym: &str) -> String {
+    let Some(mut rest) = sym.strip_prefix("_ZN") else { return sym.to_string() };
+    let mut parts: Vec<String> = Vec::new();
+    while let Some(c) = rest.chars().next() {
+        if c == 'E' || !c.is_ascii_digit() {
+            break;
+        }
+        let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
+        let Ok(n) = rest[..digits].parse::<usize>() else { return sym.to_string() };
+        let Some(part) = rest.get(digits..digits + n) else { return sym.to_string() };
+        let part = part.strip_prefix("_$").map(|p| format!("${p}")).unwrap_or_else(|| part.to_string());
+        parts.push(part.replace("$LT$", "<").replace("$GT$", ">").replace("$u20$", " ").replace("$C$", ",").replace("..", "::"));
+        rest = &rest[digits + n..];
+    }
+    if parts.last().is_some_and(|p| p.len() == 17 && p.starts_with('h') && p[1..].chars().all(|c| c.is_ascii_hexdigit())) {
+        parts.pop();
+    }
+    if parts.is_empty() {
+        sym.to_string()
+    } else {
+        parts.join("::")
+    }
+}
+
+/// `commute-case i=N a=RES b=RES` (results have no spaces).
+fn parse_case_line(l: &str) -> Option<(usize, String, String)> {
+    let rest = &l[l.find("commute-case ")? + "commute-case ".len()..];
+    let mut w = rest.split_whitespace();
+    let i = w.next()?.strip_prefix("i=")?.parse().ok()?;
+    let a = w.next()?.strip_prefix("a=")?.to_string();
+    let b = w.next()?.strip_prefix("b=")?.to_string();
+    Some((i, a, b))
+}
+
+/// The plugin's per-epoch records: each `epoch` record and the `line` records after it.
+fn parse_epochs(text: &str) -> Vec<Vec<Record>> {
+    let mut out: Vec<Vec<Record>> = Vec::new();
+    let mut in_epoch = false;
+    for r in plugins::parse_records(text) {
+        match r.kind.as_str() {
+            "epoch" => {
+                out.push(Vec::new());
+                in_epoch = true;
+            }
+            "line" if in_epoch => out.last_mut().expect("epoch").push(r),
+            _ => in_epoch = false,
+        }
+    }
+    out
+}
+
+/// Per pair: (commuting cases, conflict-free).
+fn by_pair(outcomes: &[Outcome]) -> BTreeMap<(usize, &'static str, &'static str), (usize, usize)> {
+    let pos = |n: &str| cases::CALLS.iter().position(|c| c.name == n).unwrap_or(0);
+    let mut m = BTreeMap::new();
+    for o in outcomes.iter().filter(|o| o.verdict.commutes) {
+        let e = m.entry((pos(o.case.call_a) * 100 + pos(o.case.call_b), o.case.call_a, o.case.call_b)).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += o.conflicts.is_empty() as usize;
+    }
+    m
+}
+
+fn jstr(v: &str) -> String {
+    let mut o = String::from("\"");
+    for c in v.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// The report: per pair, the total, each conflict's symbols, model mismatches.
+pub fn report(outcomes: &[Outcome], all_decided: usize, all_commuting: usize) -> String {
+    let mut t = String::new();
+    let commuting: Vec<&Outcome> = outcomes.iter().filter(|o| o.verdict.commutes).collect();
+    let free = commuting.iter().filter(|o| o.conflicts.is_empty()).count();
+    let _ = writeln!(t, "cases: {} run of {all_decided} ({all_commuting} commute in the model)", outcomes.len());
+    let _ = writeln!(t, "\n{:<22} {:<22} {:>10} {:>14}", "call A (core 0)", "call B (core 1)", "commuting", "conflict-free");
+    for ((_, a, b), (n, f)) in by_pair(outcomes) {
+        let _ = writeln!(t, "{a:<22} {b:<22} {n:>10} {f:>14}{}", if f < n { "  <-" } else { "" });
+    }
+    let mut by_sym: BTreeMap<String, usize> = BTreeMap::new();
+    let _ = writeln!(t, "\nconflicting commutative cases:");
+    for o in commuting.iter().filter(|o| !o.conflicts.is_empty()) {
+        let mut syms: Vec<String> = o.conflicts.iter().map(|c| c.symbol.clone()).collect();
+        syms.sort();
+        syms.dedup();
+        for s in &syms {
+            *by_sym.entry(s.clone()).or_default() += 1;
+        }
+        let _ = writeln!(t, "  #{:<4} {}: {} line(s): {}", o.case.index, case_label(&o.case), o.conflicts.len(), syms.join(", "));
+    }
+    let _ = writeln!(t, "\nby symbol (cases):");
+    let mut v: Vec<_> = by_sym.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1));
+    for (s, n) in v {
+        let _ = writeln!(t, "  {n:>5}  {s}");
+    }
+    let bad: Vec<&Outcome> = outcomes.iter().filter(|o| !o.results_ok()).collect();
+    if !bad.is_empty() {
+        let _ = writeln!(t, "\nresults the model does not allow ({}):", bad.len());
+        for o in &bad {
+            let _ = writeln!(t, "  #{} {}: kernel a={} b={}; model A-first a={} b={}, B-first a={} b={}", o.case.index, case_label(&o.case), o.got.0, o.got.1, o.verdict.ab.0, o.verdict.ab.1, o.verdict.ba.0, o.verdict.ba.1);
+        }
+    }
+    let pct = if commuting.is_empty() { 0.0 } else { 100.0 * free as f64 / commuting.len() as f64 };
+    let _ = writeln!(t, "\nours: {free}/{} commutative cases conflict-free ({pct:.1}%)", commuting.len());
+    t
+}
+
+fn write_tables(dir: &Path, name: &str, outcomes: &[Outcome]) -> Result<(), String> {
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut csv = String::from("index,call_a,call_b,args_a,args_b,commutes,conflict_free,result_a,result_b,results_ok,symbols\n");
+    let mut json = Vec::new();
+    for o in outcomes {
+        let mut syms: Vec<String> = o.conflicts.iter().map(|c| c.symbol.clone()).collect();
+        syms.sort();
+        syms.dedup();
+        let _ = writeln!(
+            csv,
+            "{},{},{},\"{}\",\"{}\",{},{},{},{},{},\"{}\"",
+            o.case.index,
+            o.case.call_a,
+            o.case.call_b,
+            describe(o.case.a),
+            describe(o.case.b),
+            o.verdict.commutes,
+            o.conflicts.is_empty(),
+            o.got.0,
+            o.got.1,
+            o.results_ok(),
+            syms.join(";")
+        );
+        let lines: Vec<String> = o.conflicts.iter().map(|c| format!("{{\"symbol\":{},\"pa\":{},\"readers\":{},\"writers\":{}}}", jstr(&c.symbol), jstr(&c.pa), c.readers, c.writers)).collect();
+        json.push(format!(
+            "{{\"index\":{},\"call_a\":{},\"call_b\":{},\"a\":{},\"b\":{},\"commutes\":{},\"conflict_free\":{},\"result_a\":{},\"result_b\":{},\"results_ok\":{},\"conflicts\":[{}]}}",
+            o.case.index,
+            jstr(o.case.call_a),
+            jstr(o.case.call_b),
+            jstr(&describe(o.case.a)),
+            jstr(&describe(o.case.b)),
+            o.verdict.commutes,
+            o.conflicts.is_empty(),
+            jstr(&o.got.0),
+            jstr(&o.got.1),
+            o.results_ok(),
+            lines.join(",")
+        ));
+    }
+    let commuting = outcomes.iter().filter(|o| o.verdict.commutes).count();
+    let free = outcomes.iter().filter(|o| o.verdict.commutes && o.conflicts.is_empty()).count();
+    let body = format!(
+        "{{\"evidence\":\"exact sharing audit (single-threaded TCG, icount, vCPU quantum {}), kernel lines only, one plugin epoch per case\",\"system\":\"ours\",\"commutative\":{commuting},\"conflict_free\":{free},\"cases\":[\n{}\n]}}\n",
+        plugins::EXACT_QUANTUM,
+        json.join(",\n")
+    );
+    for (ext, text) in [("csv", &csv), ("json", &body)] {
+        let p = dir.join(format!("{name}.{ext}"));
+        fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+        println!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+/// The heat map: call × call, each cell the share of that pair's commuting cases that are
+/// conflict-free (green 100%, red 0%, grey: no commuting case run). Symmetric: a pair is
+/// drawn in both cells.
+pub fn heat_map_svg(outcomes: &[Outcome]) -> String {
+    let names: Vec<&str> = cases::CALLS.iter().map(|c| c.name).collect();
+    let n = names.len();
+    let pairs = by_pair(outcomes);
+    let mut cell: BTreeMap<(usize, usize), (usize, usize)> = BTreeMap::new();
+    for ((_, a, b), v) in &pairs {
+        let (i, j) = (names.iter().position(|x| x == a).unwrap_or(0), names.iter().position(|x| x == b).unwrap_or(0));
+        cell.insert((i, j), *v);
+        cell.insert((j, i), *v);
+    }
+    let (left, top, size) = (150usize, 150usize, 28usize);
+    let (w, h) = (left + n * size + 20, top + n * size + 40);
+    let mut svg = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"10\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
+    let _ = writeln!(svg, "<text x=\"10\" y=\"18\" font-size=\"13\">Conflict-free share of commutative cases per call pair (ours, 2 cores, exact sharing audit)</text>");
+    for (i, name) in names.iter().enumerate() {
+        let y = top + i * size + size / 2 + 3;
+        let _ = writeln!(svg, "<text x=\"{}\" y=\"{y}\" text-anchor=\"end\">{name}</text>", left - 4);
+        let x = left + i * size + size / 2;
+        let _ = writeln!(svg, "<text transform=\"translate({x},{}) rotate(-60)\">{name}</text>", top - 4);
+    }
+    for i in 0..n {
+        for j in 0..n {
+            let (x, y) = (left + j * size, top + i * size);
+            let (fill, label) = match cell.get(&(i, j)) {
+                Some(&(total, free)) if total > 0 => {
+                    let f = free as f64 / total as f64;
+                    (format!("rgb({},{},80)", (220.0 * (1.0 - f)) as u32 + 30, (200.0 * f) as u32 + 30), format!("{}/{}", free, total))
+                }
+                _ => ("rgb(220,220,220)".to_string(), String::new()),
+            };
+            let _ = writeln!(svg, "<rect x=\"{x}\" y=\"{y}\" width=\"{size}\" height=\"{size}\" fill=\"{fill}\" stroke=\"white\"><title>{} × {}: {label}</title></rect>", names[i], names[j]);
+            if !label.is_empty() {
+                let _ = writeln!(svg, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"7\" fill=\"white\">{label}</text>", x + size / 2, y + size / 2 + 3);
+            }
+        }
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// The baseline's line for a case: `INDEX free|conflict LABEL`.
+fn baseline_line(o: &Outcome) -> String {
+    format!("{} {} {}", o.case.index, if o.conflicts.is_empty() { "free" } else { "conflict" }, case_label(&o.case))
+}
+
+/// Compare a CI run with the baseline: a case that was conflict-free and now conflicts fails,
+/// with its calls, arguments and the lines' symbols; so does a result the model does not allow.
+pub fn check_baseline(outcomes: &[Outcome], baseline: &str) -> Result<TestTally, String> {
+    let mut t = TestTally::default();
+    let mut base: BTreeMap<usize, (bool, String)> = BTreeMap::new();
+    for l in baseline.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let mut w = l.splitn(3, ' ');
+        let (i, st, label) = (w.next().unwrap_or(""), w.next().unwrap_or(""), w.next().unwrap_or(""));
+        let i: usize = i.parse().map_err(|_| format!("baseline: bad line `{l}`"))?;
+        base.insert(i, (st == "free", label.to_string()));
+    }
+    for o in outcomes {
+        let name = format!("commute::case_{}_{}_{}", o.case.index, o.case.call_a, o.case.call_b);
+        let Some((was_free, label)) = base.get(&o.case.index) else {
+            println!("{name} ... FAILED (not in the baseline: `cargo xtask commute --ci --update-baseline`)");
+            t.add(TestTally::FAIL);
+            continue;
+        };
+        if *label != case_label(&o.case) {
+            println!("{name} ... FAILED (the baseline names another case, `{label}`: cases.rs changed; `cargo xtask commute --ci --update-baseline`)");
+            t.add(TestTally::FAIL);
+            continue;
+        }
+        if !o.results_ok() {
+            println!("{name} ... FAILED (kernel results a={} b={}, the model allows {:?} or {:?})", o.got.0, o.got.1, o.verdict.ab, o.verdict.ba);
+            t.add(TestTally::FAIL);
+        } else if *was_free && !o.conflicts.is_empty() {
+            let mut syms: Vec<String> = o.conflicts.iter().map(|c| c.symbol.clone()).collect();
+            syms.sort();
+            syms.dedup();
+            println!("{name} ... FAILED ({}: conflict-free in the baseline, now {} shared line(s): {})", case_label(&o.case), o.conflicts.len(), syms.join(", "));
+            t.add(TestTally::FAIL);
+        } else {
+            if !*was_free && o.conflicts.is_empty() {
+                println!("   note: case {} is conflict-free now (was conflicting): update the baseline", o.case.index);
+            }
+            println!("{name} ... ok");
+            t.add(TestTally::PASS);
+        }
+    }
+    Ok(t)
+}
+
+/// The CI suite: the seeded sample, checked against the baseline.
+pub fn ci_tests() -> Result<TestTally, String> {
+    let sample = ci_sample();
+    let outcomes = run_cases(&format!("pick={}", pick_arg(&sample)), 2, Duration::from_secs(300))?;
+    if outcomes.len() != sample.len() {
+        return Err(format!("the guest ran {} of the {} sampled cases", outcomes.len(), sample.len()));
+    }
+    let baseline = fs::read_to_string(baseline_path()).map_err(|e| format!("cannot read {}: {e}", baseline_path().display()))?;
+    let t = check_baseline(&outcomes, &baseline)?;
+    println!("{} passed, {} failed", t.passed, t.failed);
+    Ok(t)
+}
+
+pub fn main(args: &[String]) -> Result<(), String> {
+    let mut calls: Option<String> = None;
+    let mut smp = 2u32;
+    let mut timeout = Duration::from_secs(900);
+    let mut out = crate::env::target_dir().join("commute");
+    let (mut ci, mut update, mut model_only, mut list, mut planted) = (false, false, false, false, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--calls" => calls = Some(val("--calls")?),
+            "--smp" => smp = val("--smp")?.parse().map_err(|_| "--smp: not a number".to_string())?,
+            "--timeout" => timeout = Duration::from_secs(val("--timeout")?.parse().map_err(|_| "--timeout: not a number".to_string())?),
+            "--out" => out = PathBuf::from(val("--out")?),
+            "--ci" => ci = true,
+            "--update-baseline" => update = true,
+            "--model-only" => model_only = true,
+            "--list" => list = true,
+            "--planted" => planted = true,
+            "--system" => match val("--system")?.as_str() {
+                "ours" => {}
+                "linux" | "both" => return Err("commute: the Linux column is not built yet (docs/commute.md, \"Not done\"); --system ours only".into()),
+                other => return Err(format!("commute: --system: unknown system `{other}` (ours)")),
+            },
+            "help" | "--help" | "-h" => {
+                println!("{HELP}");
+                return Ok(());
+            }
+            other => return Err(format!("commute: unknown option `{other}`\n{HELP}")),
+        }
+    }
+    if smp < 2 {
+        return Err("commute: --smp must be at least 2 (the calls run on cores 0 and 1)".into());
+    }
+    if update && !ci {
+        return Err("commute: --update-baseline goes with --ci".into());
+    }
+    if let Some(c) = &calls {
+        if let Some(bad) = c.split(',').find(|n| !cases::CALLS.iter().any(|k| k.name == *n)) {
+            let names: Vec<&str> = cases::CALLS.iter().map(|k| k.name).collect();
+            return Err(format!("commute: unknown call `{bad}` (modelled: {})", names.join(", ")));
+        }
+    }
+    let decided = decide_all();
+    let selected = |c: &Case| calls.as_ref().is_none_or(|l| l.split(',').any(|n| n == c.call_a) && l.split(',').any(|n| n == c.call_b));
+    let n_all = decided.iter().filter(|(c, _)| selected(c)).count();
+    let n_comm = decided.iter().filter(|(c, v)| selected(c) && v.commutes).count();
+    if list {
+        for c in cases::CALLS {
+            println!("{:<20} {} argument class(es)", c.name, c.variants.len());
+        }
+        println!("{} cases, {} commute in the model", decided.len(), decided.iter().filter(|(_, v)| v.commutes).count());
+        return Ok(());
+    }
+    if model_only {
+        for (c, v) in decided.iter().filter(|(c, _)| selected(c)) {
+            println!("#{:<4} {:<9} {}  A-first {:?}  B-first {:?}", c.index, if v.commutes { "commutes" } else { "no" }, case_label(c), v.ab, v.ba);
+        }
+        println!("{n_all} cases, {n_comm} commute");
+        return Ok(());
+    }
+    if planted {
+        let kernel = crate::env::build_kernel_with(&["planted-conflict"])?;
+        let sample = ci_sample();
+        let outcomes = run_cases_on(kernel, &format!("pick={}", pick_arg(&sample)), smp, timeout)?;
+        let baseline = fs::read_to_string(baseline_path()).map_err(|e| format!("cannot read {}: {e}", baseline_path().display()))?;
+        let t = check_baseline(&outcomes, &baseline)?;
+        let target = planted_target();
+        let caught = outcomes.iter().any(|o| o.case.index == target && o.conflicts.iter().any(|c| c.symbol.contains("PLANTED_SEGMENT_ALLOCS")));
+        println!("planted regression: {} of {} sampled cases fail; case {target} conflicts on PLANTED_SEGMENT_ALLOCS: {caught}", t.failed, outcomes.len());
+        return if caught && t.failed > 0 { Ok(()) } else { Err("the CI sample did not catch the planted regression".into()) };
+    }
+    if ci {
+        let sample = ci_sample();
+        let outcomes = run_cases(&format!("pick={}", pick_arg(&sample)), smp, timeout)?;
+        if update {
+            let mut body = String::from("# The commutativity checker's CI sample (`cargo xtask commute --ci`): per sampled case,\n# whether it was conflict-free when this file was written. Regenerate with\n# `cargo xtask commute --ci --update-baseline` after changing cases.rs or fixing a conflict.\n");
+            for o in &outcomes {
+                body.push_str(&baseline_line(o));
+                body.push('\n');
+            }
+            fs::write(baseline_path(), body).map_err(|e| format!("cannot write {}: {e}", baseline_path().display()))?;
+            println!("wrote {}", baseline_path().display());
+            print!("{}", report(&outcomes, outcomes.len(), outcomes.len()));
+            return Ok(());
+        }
+        let baseline = fs::read_to_string(baseline_path()).map_err(|e| format!("cannot read {}: {e}", baseline_path().display()))?;
+        let t = check_baseline(&outcomes, &baseline)?;
+        println!("{} passed, {} failed", t.passed, t.failed);
+        return if t.failed > 0 { Err(format!("{} sampled case(s) regressed", t.failed)) } else { Ok(()) };
+    }
+    // Run only the commuting cases (the others are not scored), if their list fits on the
+    // kernel's command line; else every selected case.
+    let idx: Vec<usize> = decided.iter().filter(|(c, v)| selected(c) && v.commutes).map(|(c, _)| c.index).collect();
+    let pick = pick_arg(&idx);
+    let guest_args = if pick.len() <= 400 { format!("pick={pick}") } else { calls.as_ref().map(|c| format!("calls={c}")).unwrap_or_default() };
+    let t0 = std::time::Instant::now();
+    let outcomes = run_cases(&guest_args, smp, timeout)?;
+    let text = report(&outcomes, n_all, n_comm);
+    print!("{text}");
+    println!("(guest run {:.0} s, host loaded by other jobs)", t0.elapsed().as_secs_f64());
+    fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    fs::write(out.join("commute-ours.txt"), &text).map_err(|e| format!("cannot write report: {e}"))?;
+    let svg = out.join("commute-ours-heatmap.svg");
+    fs::write(&svg, heat_map_svg(&outcomes)).map_err(|e| format!("cannot write {}: {e}", svg.display()))?;
+    println!("wrote {}", svg.display());
+    write_tables(&out, "commute-ours", &outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Catches a heat map that drops pairs: every pair run gets a cell in both halves.
+    #[test]
+    fn heat_map_has_a_cell_per_pair() {
+        let c = cases::case(0).unwrap();
+        let v = model::decide(&State::fixture(), c.a, c.b);
+        let o = Outcome { case: c, verdict: v.clone(), got: v.ab.clone(), conflicts: Vec::new() };
+        let svg = heat_map_svg(&[o]);
+        assert!(svg.contains("null × null: 1/1"));
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    }
+
+    // Catches unreadable symbols in the report.
+    #[test]
+    fn demangles_legacy_symbols() {
+        assert_eq!(demangle("_ZN6kernel7syscall6lookup17h71cee5c303ad1303E"), "kernel::syscall::lookup");
+        assert_eq!(demangle("_ZN72_$LT$kernel..kobj..ar..AddressRange$u20$as$u20$core..ops..drop..Drop$GT$4drop17h48a71d2c0793e262E"), "<kernel::kobj::ar::AddressRange as core::ops::drop::Drop>::drop");
+        assert_eq!(demangle("OBJECT_IDS"), "OBJECT_IDS");
+    }
+
+    // Catches a pick list the guest would read differently: ranges compress runs only.
+    #[test]
+    fn pick_arg_compresses_runs() {
+        assert_eq!(pick_arg(&[1, 2, 3, 5, 7, 8]), "1-3,5,7-8");
+        assert_eq!(pick_arg(&[]), "");
+    }
+
+    // Catches a CI sample that changes from run to run (the baseline would not match).
+    #[test]
+    fn ci_sample_is_fixed_and_commuting() {
+        let a = ci_sample();
+        assert_eq!(a, ci_sample());
+        assert!(a.len() == CI_SAMPLE || a.len() == CI_SAMPLE + 1);
+        assert!(a.contains(&planted_target()));
+        let d = decide_all();
+        assert!(a.iter().all(|i| d[*i].1.commutes));
+    }
+
+    // Catches a plugin report split wrongly into cases: lines belong to the epoch before them.
+    #[test]
+    fn epochs_split_the_report() {
+        let text = "epoch seq=0 lines=3 shared=0\nepoch seq=1 lines=9 shared=1\nline pa=0x40 vaddr=0x1 pc=0x2 mode=k readers=0x3 writers=0x1 reads=1 writes=1 transfers=1\nsharing version=1 starts=4\nline pa=0x80 vaddr=0 pc=0 mode=k readers=0x3 writers=0x3 reads=1 writes=1 transfers=1\nend\n";
+        let e = parse_epochs(text);
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].len(), 0);
+        assert_eq!(e[1].len(), 1);
+        assert_eq!(parse_case_line("[1] commute-case i=7 a=0 b=E:Busy"), Some((7, "0".into(), "E:Busy".into())));
+    }
+
+    // Catches a baseline check that cannot fail: a case conflict-free in the baseline that now
+    // has a shared line fails, with its symbol in the message.
+    #[test]
+    fn baseline_regression_fails() {
+        let c = cases::case(0).unwrap();
+        let v = model::decide(&State::fixture(), c.a, c.b);
+        let mut o = Outcome { case: c, verdict: v.clone(), got: v.ab.clone(), conflicts: Vec::new() };
+        let base = format!("{}\n", baseline_line(&o));
+        assert_eq!(check_baseline(&[o.clone()], &base).unwrap(), TestTally::PASS);
+        o.conflicts.push(Conflict { symbol: "OBJECT_IDS".into(), pa: "0x40".into(), readers: 3, writers: 3 });
+        assert_eq!(check_baseline(&[o.clone()], &base).unwrap(), TestTally::FAIL);
+        // A result the model does not allow fails too.
+        o.conflicts.clear();
+        o.got.0 = "E:Busy".into();
+        assert_eq!(check_baseline(&[o], &base).unwrap(), TestTally::FAIL);
+    }
+}
