@@ -84,6 +84,12 @@ impl<T: ?Sized> RwLock<T> {
         self.readers.len()
     }
 
+    /// Readers holding the lock through slot `slot` now (0 for a slot that does not exist):
+    /// what shows that a core's readers stay on its own line.
+    pub fn readers_in(&self, slot: usize) -> usize {
+        self.readers.get(slot).map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
     fn read_acquire(&self, slot: usize) {
         let count = &self.readers[slot];
         loop {

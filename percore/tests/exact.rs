@@ -567,3 +567,22 @@ fn a_slab_fills_its_page_to_the_last_object() {
     let (a, b) = (two.alloc(0).unwrap(), two.alloc(1).unwrap());
     assert_eq!((two.home(a), two.home(b)), (0, 1));
 }
+
+/// Catches: readers of one core counted in another core's slot (cargo mutants: `%` -> `/` in
+/// `RwLock::read_on` and `read_irqsave`, which put every core below the slot count on slot 0:
+/// still a correct lock, but every reader writes one shared line, the cost this lock exists to
+/// avoid). Cores past the slot count wrap.
+#[test]
+fn each_core_reads_through_its_own_slot() {
+    use percore::RwLock;
+    let lock = RwLock::with_reader_slots(0u8, 4);
+    let g3 = lock.read_on(3);
+    let g6 = lock.read_on(6);
+    assert_eq!((0..5).map(|s| lock.readers_in(s)).collect::<Vec<_>>(), [0, 0, 1, 1, 0]);
+    drop((g3, g6));
+    percore::cpu::register_thread(1);
+    let g = lock.read_irqsave();
+    assert_eq!((lock.readers_in(0), lock.readers_in(1)), (0, 1), "read_irqsave uses the calling core's slot");
+    drop(g);
+    assert_eq!(lock.readers_in(1), 0);
+}
