@@ -456,6 +456,11 @@ pub fn check_baseline(outcomes: &[Outcome], baseline: &str) -> Result<TestTally,
             syms.sort();
             syms.dedup();
             println!("{name} ... FAILED ({}: conflict-free in the baseline, now {} shared line(s): {})", case_label(&o.case), o.conflicts.len(), syms.join(", "));
+            if syms.iter().all(|s| s.starts_with("[heap]")) {
+                // A heap line that two unrelated objects share (false sharing) can appear or
+                // vanish when any change moves allocations; docs/commute.md, "CI".
+                println!("   hint: only [heap] lines: if the change did not add sharing, this may be two objects placed on one line; see `cargo xtask commute` and docs/commute.md before updating the baseline");
+            }
             t.add(TestTally::FAIL);
         } else {
             if !*was_free && o.conflicts.is_empty() {
