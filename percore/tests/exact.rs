@@ -586,3 +586,43 @@ fn each_core_reads_through_its_own_slot() {
     drop(g);
     assert_eq!(lock.readers_in(1), 0);
 }
+
+/// Catches: a generation mask that lets a closed descriptor name its slot again after a few
+/// reuses (cargo mutants: `- 1` -> `+ 1` in `GEN_MASK`, a mask of bits 0 and 30: the
+/// generation goes 0, 1, 0, ...).
+#[test]
+fn a_closed_descriptor_stays_refused_across_reuses_of_its_slot() {
+    use percore::fdtable::{DescTable, TableError};
+    let t = Box::new(DescTable::<1, 4>::new());
+    let first = t.open(0, 1, 2).unwrap();
+    t.close(first).unwrap();
+    for round in 1..=5 {
+        let d = t.open(0, 1, 2).unwrap();
+        assert_eq!(d & 0xffff_ffff, first & 0xffff_ffff, "round {round}: the same slot is reused");
+        assert_ne!(d, first, "round {round}: a reused slot must not give the old descriptor back");
+        assert!(matches!(t.get(first), Err((TableError::BadDescriptor, _))), "round {round}: the closed descriptor answers");
+        t.close(d).unwrap();
+    }
+    assert_eq!(t.counts(), (0, 0));
+}
+
+/// Catches: an allocation scan that does not start at the caller's word or does not reach
+/// every word (cargo mutants: `%` -> `/` and `+` -> `*` in `DescTable::take`): a core's
+/// descriptors come from its own bitmap word, and a table is full only when every word is.
+#[test]
+fn descriptors_come_from_the_callers_word_and_fill_every_word() {
+    use percore::fdtable::{DescTable, TableError};
+    let t = Box::new(DescTable::<2, 128>::new());
+    let on1 = t.open(1, 0, 0).unwrap();
+    assert!((on1 & 0xffff_ffff) >= 64, "start word 1 gives a slot of word 1, got {}", on1 & 0xffff_ffff);
+    t.close(on1).unwrap();
+    let mut all = Vec::new();
+    while let Ok(d) = t.open(0, 0, 0) {
+        all.push(d);
+    }
+    assert_eq!(all.len(), 128, "every slot of both words is handed out from start 0");
+    assert_eq!(t.open(1, 0, 0), Err(TableError::Full));
+    for d in all {
+        t.close(d).unwrap();
+    }
+}
