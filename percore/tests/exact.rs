@@ -596,13 +596,35 @@ fn a_closed_descriptor_stays_refused_across_reuses_of_its_slot() {
     let t = Box::new(DescTable::<1, 4>::new());
     let first = t.open(0, 1, 2).unwrap();
     t.close(first).unwrap();
+    // Every descriptor this slot gave out so far: none may come back or answer again (cargo
+    // mutants also: `+` -> `|` in `close`'s next generation, which sticks at the mask).
+    let mut closed = vec![first];
     for round in 1..=5 {
         let d = t.open(0, 1, 2).unwrap();
         assert_eq!(d & 0xffff_ffff, first & 0xffff_ffff, "round {round}: the same slot is reused");
-        assert_ne!(d, first, "round {round}: a reused slot must not give the old descriptor back");
-        assert!(matches!(t.get(first), Err((TableError::BadDescriptor, _))), "round {round}: the closed descriptor answers");
+        assert!(!closed.contains(&d), "round {round}: a reused slot gave a closed descriptor back");
+        for &old in &closed {
+            assert!(matches!(t.get(old), Err((TableError::BadDescriptor, _))), "round {round}: closed descriptor {old:#x} answers");
+        }
         t.close(d).unwrap();
+        closed.push(d);
     }
+    assert_eq!(t.counts(), (0, 0));
+}
+
+/// Catches: `close` accepting a descriptor whose slot was never opened, when its generation
+/// happens to match (cargo mutants: `&` -> `|` in `w & USED == 0`): it would give back a slot
+/// bit and a record reference nobody held.
+#[test]
+fn closing_a_never_opened_slot_is_refused_and_changes_nothing() {
+    use percore::fdtable::{DescTable, TableError};
+    let t = Box::new(DescTable::<1, 4>::new());
+    assert_eq!(t.close(0), Err(TableError::BadDescriptor), "slot 0, generation 0, never opened");
+    assert_eq!(t.close(3), Err(TableError::BadDescriptor));
+    let d = t.open(0, 7, 8).unwrap();
+    assert_eq!(t.close(1), Err(TableError::BadDescriptor), "a neighbour of an open slot");
+    assert_eq!(t.counts(), (1, 1), "the refused closes took nothing");
+    assert_eq!(t.close(d), Ok(Some(percore::fdtable::Freed { kind: 7, owner: 8 })));
     assert_eq!(t.counts(), (0, 0));
 }
 
