@@ -648,3 +648,22 @@ fn descriptors_come_from_the_callers_word_and_fill_every_word() {
         t.close(d).unwrap();
     }
 }
+
+/// Catches: `zeroed_is_empty` saying no outside loom (cargo mutants: `-> false`, `delete !`),
+/// which the library OS asserts at compile time before it places its process-wide table in
+/// zero-filled shared memory; and checks the claim itself on a zero-filled table. (`-> true`
+/// is equivalent outside loom.)
+#[test]
+fn a_zero_filled_descriptor_table_is_an_empty_one() {
+    use percore::fdtable::DescTable;
+    type T = DescTable<2, 100>;
+    assert!(T::zeroed_is_empty());
+    let layout = std::alloc::Layout::new::<T>();
+    // SAFETY: `layout` is `T`'s and non-zero in size; `zeroed_is_empty` says all-zero bytes
+    // are a valid `T` (every field an integer atomic); the box frees it with the same layout.
+    let t: Box<T> = unsafe { Box::from_raw(std::alloc::alloc_zeroed(layout) as *mut T) };
+    assert_eq!(t.counts(), (0, 0));
+    let d = t.open(1, 3, 4).unwrap();
+    assert_eq!(t.counts(), (1, 1));
+    assert!(t.close(d).unwrap().is_some());
+}
