@@ -623,6 +623,9 @@ fn closing_a_never_opened_slot_is_refused_and_changes_nothing() {
     assert_eq!(t.close(3), Err(TableError::BadDescriptor));
     let d = t.open(0, 7, 8).unwrap();
     assert_eq!(t.close(1), Err(TableError::BadDescriptor), "a neighbour of an open slot");
+    // A never-opened slot's word is 0: generation 0, record 0, which `d` holds. `get` must
+    // refuse it all the same (cargo mutants: `&` -> `|` in `get`'s `w & USED == 0`).
+    assert!(matches!(t.get(1), Err((TableError::BadDescriptor, None))), "get of a never-opened slot");
     assert_eq!(t.counts(), (1, 1), "the refused closes took nothing");
     assert_eq!(t.close(d), Ok(Some(percore::fdtable::Freed { kind: 7, owner: 8 })));
     assert_eq!(t.counts(), (0, 0));
