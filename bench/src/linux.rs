@@ -93,6 +93,8 @@ fn mount_guest_tree() -> Result<FsRoot, Error> {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let _ = std::fs::create_dir_all("/mnt");
+    // SAFETY: every pointer is a NUL-terminated C string literal (or null for the data
+    // argument, which ext2 accepts); mount(2) only reads them.
     let r = unsafe { libc::mount(c"/dev/vda".as_ptr(), c"/mnt".as_ptr(), c"ext2".as_ptr(), libc::MS_NOATIME, std::ptr::null()) };
     if r != 0 {
         return Err(sys("mount /dev/vda on /mnt (ext2)"));

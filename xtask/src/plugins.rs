@@ -830,7 +830,8 @@ fn symbols_for(system: System) -> Result<Symbols, String> {
 // ---------------------------------------------------------------------------------------------
 // JSON and SVG (by hand: xtask has no dependencies)
 
-fn jstr(v: &str) -> String {
+/// A JSON string literal for `v` (also the commutativity checker's writer).
+pub(crate) fn jstr(v: &str) -> String {
     let mut o = String::from("\"");
     for c in v.chars() {
         match c {

@@ -268,21 +268,6 @@ fn by_pair(outcomes: &[Outcome]) -> BTreeMap<(usize, &'static str, &'static str)
     m
 }
 
-fn jstr(v: &str) -> String {
-    let mut o = String::from("\"");
-    for c in v.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
-}
 
 /// The report: per pair, the total, each conflict's symbols, model mismatches.
 pub fn report(outcomes: &[Outcome], all_decided: usize, all_commuting: usize) -> String {
@@ -346,18 +331,18 @@ fn write_tables(dir: &Path, name: &str, outcomes: &[Outcome]) -> Result<(), Stri
             o.results_ok(),
             syms.join(";")
         );
-        let lines: Vec<String> = o.conflicts.iter().map(|c| format!("{{\"symbol\":{},\"pa\":{},\"readers\":{},\"writers\":{}}}", jstr(&c.symbol), jstr(&c.pa), c.readers, c.writers)).collect();
+        let lines: Vec<String> = o.conflicts.iter().map(|c| format!("{{\"symbol\":{},\"pa\":{},\"readers\":{},\"writers\":{}}}", crate::plugins::jstr(&c.symbol), crate::plugins::jstr(&c.pa), c.readers, c.writers)).collect();
         json.push(format!(
             "{{\"index\":{},\"call_a\":{},\"call_b\":{},\"a\":{},\"b\":{},\"commutes\":{},\"conflict_free\":{},\"result_a\":{},\"result_b\":{},\"results_ok\":{},\"conflicts\":[{}]}}",
             o.case.index,
-            jstr(o.case.call_a),
-            jstr(o.case.call_b),
-            jstr(&describe(o.case.a)),
-            jstr(&describe(o.case.b)),
+            crate::plugins::jstr(o.case.call_a),
+            crate::plugins::jstr(o.case.call_b),
+            crate::plugins::jstr(&describe(o.case.a)),
+            crate::plugins::jstr(&describe(o.case.b)),
             o.verdict.commutes,
             o.conflicts.is_empty(),
-            jstr(&o.got.0),
-            jstr(&o.got.1),
+            crate::plugins::jstr(&o.got.0),
+            crate::plugins::jstr(&o.got.1),
             o.results_ok(),
             lines.join(",")
         ));
