@@ -93,6 +93,13 @@ static inline int quantum_arg(quantum_t *q, const char *arg, int *bad)
 /* At the start of each translation block the running vCPU executes (n instructions). */
 static inline void quantum_block(quantum_t *q, const region_t *r, unsigned vcpu, uint64_t n)
 {
+    /* Off (every timing run, multi-threaded TCG): return before writing anything. The fields
+     * below are one global written on every block; under multi-threaded TCG two vCPU threads
+     * writing them bounced that host cache line on every translation block and cut a
+     * share-nothing guest loop at 2 vCPUs to a tenth of its 1-vCPU rate (docs/results.md,
+     * "the 2-vCPU collapse"). */
+    if (q->quantum == 0 && q->quantum_outside == 0)
+        return;
     uint64_t limit = r->nactive > 0 ? q->quantum : q->quantum_outside;
     if ((int)vcpu != q->last_vcpu) {
         q->last_vcpu = (int)vcpu;
