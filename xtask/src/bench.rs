@@ -318,7 +318,16 @@ pub fn run_matrix(
     unavailable: &dyn Fn(System) -> Option<String>,
     run_one: &mut dyn FnMut(System, &'static BenchSpec, &[(String, u64)], u32, u32) -> Record,
 ) -> Vec<Record> {
-    let order = boot_order(o.benches.len(), &o.smp, &o.systems, o.boots, o.seed);
+    let mut order = boot_order(o.benches.len(), &o.smp, &o.systems, o.boots, o.seed);
+    // With several boots and instructions on, every cell first gets a counting boot (boot 0,
+    // with the plugin; its timing is not kept) and its N timing boots run without the plugin
+    // (`guest::Common::timing_only`): counts are exact in one boot, timings are not bent by the
+    // plugin's per-block callback. The counting round comes first, in its own shuffled order.
+    let counting = o.insns && o.boots > 1;
+    if counting {
+        let round: Vec<_> = boot_order(o.benches.len(), &o.smp, &o.systems, 1, o.seed.wrapping_add(0x9e37_79b9)).into_iter().map(|(b, n, s, _)| (b, n, s, 0)).collect();
+        order.splice(0..0, round);
+    }
     let total = order.len();
     let mut records = Vec::with_capacity(total);
     // `bench: [n/N] system benchmark on V vCPU(s)`, elapsed and an estimate (crate::progress).
@@ -330,7 +339,11 @@ pub fn run_matrix(
         let mut rec = match unavailable(sys) {
             Some(why) => Record::without_result(sys.name(), spec, params.clone(), cores, Status::Unavailable, &why),
             None => {
-                let which = if o.boots > 1 { format!(", boot {boot}/{}", o.boots) } else { String::new() };
+                let which = match (o.boots > 1, boot) {
+                    (true, 0) => ", counting boot (insncount)".to_string(),
+                    (true, _) => format!(", boot {boot}/{}", o.boots),
+                    _ => String::new(),
+                };
                 progress.start(i + 1, &format!("{} {} on {cores} vCPU(s){which}", sys.name(), spec.name));
                 let mut r = run_one(sys, spec, &params, cores, boot);
                 // results.json keeps wall time to 10 ms; keep the record the same, so
@@ -340,7 +353,11 @@ pub fn run_matrix(
                     (Status::Ok, Some(t)) => format!("{} ops/s/core", report::si(t)),
                     _ => format!("{}: {}", r.status.as_str(), r.reason.as_deref().unwrap_or("")),
                 };
-                let which = if o.boots > 1 { format!(" boot {boot}/{}", o.boots) } else { String::new() };
+                let which = match (o.boots > 1, boot) {
+                    (true, 0) => " counting boot".to_string(),
+                    (true, _) => format!(" boot {boot}/{}", o.boots),
+                    _ => String::new(),
+                };
                 progress.finish(&format!("bench: [{}/{total}] {} {} on {cores} vCPU(s){which}: {how} ({:.1} s)", i + 1, sys.name(), spec.name, r.wall_s));
                 r
             }
@@ -349,7 +366,37 @@ pub fn run_matrix(
         records.push((b, rec));
     }
     records.sort_by(|(b1, r1), (b2, r2)| (b1, &r1.system, r1.cores, r1.boot).cmp(&(b2, &r2.system, r2.cores, r2.boot)));
-    records.into_iter().map(|(_, r)| r).collect()
+    let records: Vec<Record> = records.into_iter().map(|(_, r)| r).collect();
+    if counting {
+        fill_counted_instructions(records)
+    } else {
+        records
+    }
+}
+
+/// The counting boots (boot 0) give their instructions to the timing boots of the same cell
+/// and are then dropped: every record left is a timing boot, so the statistics see only those.
+/// A counting boot that did not finish leaves a note saying so in the cell's records.
+pub fn fill_counted_instructions(records: Vec<Record>) -> Vec<Record> {
+    let (counts, mut timing): (Vec<Record>, Vec<Record>) = records.into_iter().partition(|r| r.boot == 0);
+    for r in &mut timing {
+        let Some(c) = counts.iter().find(|c| c.system == r.system && c.benchmark == r.benchmark && c.cores == r.cores) else { continue };
+        if r.instructions_kernel.is_some() || r.status != Status::Ok {
+            continue;
+        }
+        if c.status == Status::Ok {
+            r.instructions_kernel = c.instructions_kernel;
+            r.instructions_user = c.instructions_user;
+            r.instructions_note = match (&c.instructions_note, c.instructions_kernel) {
+                (Some(n), _) => Some(n.clone()),
+                (None, Some(_)) => None,
+                (None, None) => Some("the counting boot gave no instructions".into()),
+            };
+        } else {
+            r.instructions_note = Some(format!("the counting boot (insncount) ended {}: {}", c.status.as_str(), c.reason.as_deref().unwrap_or("")));
+        }
+    }
+    timing
 }
 
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -411,10 +458,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "bench: {} boot(s) per cell, cells in an order shuffled with --seed {} (ours and linux back to back per cell){}",
         o.boots,
         o.seed,
-        if o.boots > 1 && o.insns { "; instruction counts are exact, so one boot is enough for them: the table shows the first good boot's" } else { "" }
+        if o.boots > 1 && o.insns { "; instruction counts are exact, so one boot is enough for them: each cell first gets a counting boot with the insncount plugin, and its timing boots run without it (the plugin slows code paths unequally)" } else { "" }
     );
     let records = run_matrix(&o, &unavailable, &mut |sys, spec, params, cores, boot| {
         let tag = if o.boots > 1 { format!("-boot{boot}") } else { String::new() };
+        // Boot 0 counts instructions; boots 1..=N of a multi-boot run time without the plugin.
+        let timing_only = o.insns && o.boots > 1 && boot > 0;
+        for c in [ours_sys.as_ref().map(|s| &s.common), linux.as_ref().map(|l| &l.common)].into_iter().flatten() {
+            c.timing_only.set(timing_only);
+        }
         let g: Option<&dyn guest::Guest> = match sys {
             System::Linux => linux.as_ref().map(|l| l as _),
             System::Ours => ours_sys.as_ref().map(|s| s as _),
@@ -605,10 +657,55 @@ mod tests {
             calls.push((s, b.name, c, k));
             fake(s, b, p, c)
         });
-        assert_eq!(calls.len(), 36);
-        assert_eq!(records.len(), 36);
+        // 3 timing boots per cell and system, after one counting boot each (instructions on).
+        assert_eq!(calls.len(), 36 + 12);
+        assert!(calls[..12].iter().all(|c| c.3 == 0) && calls[12..].iter().all(|c| c.3 > 0), "the counting round comes first");
+        assert_eq!(records.len(), 36, "counting boots are not records");
         let boots: Vec<u32> = records.iter().filter(|r| r.system == "linux" && r.benchmark == "dupclose" && r.cores == 2).map(|r| r.boot).collect();
         assert_eq!(boots, [1, 2, 3]);
+        let mut o1 = o.clone();
+        o1.insns = false;
+        let mut n = 0;
+        run_matrix(&o1, &|_| None, &mut |s, b, p, c, k| {
+            assert!(k > 0, "no counting boot without instructions");
+            n += 1;
+            fake(s, b, p, c)
+        });
+        assert_eq!(n, 36);
+    }
+
+    /// Timing boots run without the plugin and get the counting boot's instructions; a counting
+    /// boot that failed leaves a note instead of numbers.
+    #[test]
+    fn timing_boots_take_the_counting_boots_instructions() {
+        let o = parse_options(&args("--only dupclose,nullsyscall --smp 1 --systems ours --boots 2")).unwrap();
+        let records = run_matrix(&o, &|_| None, &mut |s, b, p, c, k| {
+            let mut r = fake(s, b, p, c);
+            if k == 0 {
+                r.instructions_kernel = Some(7000 + c as u64);
+                if b.name == "nullsyscall" {
+                    r = Record::without_result(s.name(), b, p.to_vec(), c, Status::Timeout, "killed after the 1 s timeout");
+                }
+            } else {
+                r.instructions_kernel = None;
+                r.instructions_user = None;
+                r.instructions_note = Some(guest_timing_note().into());
+            }
+            r
+        });
+        assert_eq!(records.len(), 2 * 2 + 2, "2 benchmarks and calib, 2 timing boots each");
+        for r in records.iter().filter(|r| r.benchmark == "dupclose") {
+            assert_eq!((r.instructions_kernel, r.instructions_user, r.instructions_note.as_deref()), (Some(7001), Some(100), None), "boot {}", r.boot);
+        }
+        for r in records.iter().filter(|r| r.benchmark == "nullsyscall") {
+            assert_eq!(r.instructions_kernel, None);
+            let note = r.instructions_note.as_deref().unwrap();
+            assert!(note.starts_with("the counting boot (insncount) ended timeout"), "{note}");
+        }
+    }
+
+    fn guest_timing_note() -> &'static str {
+        super::guest::TIMING_BOOT_NOTE
     }
 
     /// Several boots: the table shows `median [min–max]`, counts failed boots, marks noisy

@@ -133,7 +133,7 @@ pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params
     let stem = format!("{system}-{}-{cores}{tag}", spec.name);
     let plugin_out = common.logs.join(format!("{stem}.insncount.txt"));
     let _ = fs::remove_file(&plugin_out);
-    if let Ok(so) = &common.insncount {
+    if let Ok(so) = &common.plugin() {
         cfg.extra.extend(["-plugin".into(), format!("{},out={}", so.display(), plugin_out.display())]);
     }
     let mut args = cfg.qemu_args();
@@ -146,7 +146,7 @@ pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params
     let mut rec = record(system, spec, params, cores, &o);
     rec.wall_s = o.finished.elapsed.as_secs_f64();
     if rec.status == Status::Ok {
-        add_instructions(&mut rec, &common.insncount, &plugin_out, params);
+        add_instructions(&mut rec, &common.plugin(), &plugin_out, params);
     }
     rec
 }

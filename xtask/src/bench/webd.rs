@@ -82,7 +82,7 @@ pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, param
     let plugin_out = common.logs.join(format!("{stem}.insncount.txt"));
     let _ = fs::remove_file(&plugin_out);
     let mut extra = Vec::new();
-    if let Ok(so) = &common.insncount {
+    if let Ok(so) = &common.plugin() {
         extra.extend(["-plugin".into(), format!("{},out={}", so.display(), plugin_out.display())]);
     }
     let b = WebdBoot {
@@ -147,7 +147,7 @@ pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, param
     let mut rec = record(system, spec, params, cores, &o, &rounds, problem);
     rec.wall_s = o.finished.elapsed.as_secs_f64();
     if rec.status == Status::Ok {
-        add_instructions(&mut rec, &common.insncount, &plugin_out, params);
+        add_instructions(&mut rec, &common.plugin(), &plugin_out, params);
     }
     rec
 }
