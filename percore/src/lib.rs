@@ -25,6 +25,7 @@ extern crate alloc;
 
 mod sync;
 
+pub mod borrow;
 pub mod clustered;
 pub mod counter;
 pub mod cpu;
@@ -40,6 +41,7 @@ pub mod slab;
 pub mod spin;
 pub mod spsc;
 
+pub use borrow::{BorrowSlots, DropState, BORROW_SLOTS};
 pub use clustered::{ClusteredObject, Policy, RepInfo};
 pub use counter::{DistributedCounter, SloppyCounter};
 pub use cpu::{core_count, cpu_id, MAX_CORES};

@@ -14,6 +14,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
+use percore::borrow::{BorrowSlots, DropState};
 use percore::clustered::{ClusteredObject, Policy};
 use percore::counter::SloppyCounter;
 use percore::mcs::McsLock;
@@ -634,5 +635,98 @@ fn fdtable_stale_lookup_never_reaches_the_new_file() {
             assert_eq!(t.record(f).0, 2);
             t.release(f);
         }
+    });
+}
+
+/// An object of the borrow protocol (percore::borrow): a counted reference count, the drop
+/// state, the value (a loom cell: any use not ordered before the drop is a reported race) and
+/// how many times it was dropped.
+struct Borrowed {
+    slots: BorrowSlots<2>,
+    strong: AtomicUsize,
+    state: DropState,
+    value: SyncCell<u64>,
+    drops: AtomicUsize,
+}
+
+const OBJ: *mut () = 0x40 as *mut ();
+
+impl Borrowed {
+    fn new(strong: usize) -> Borrowed {
+        Borrowed { slots: BorrowSlots::new(), strong: AtomicUsize::new(strong), state: DropState::new(), value: SyncCell::new(42), drops: AtomicUsize::new(0) }
+    }
+    fn drop_value(&self) {
+        // SAFETY: loom's cell; the protocol must order this after every borrower's use.
+        self.value.with_mut(|p| unsafe { *p = 0 });
+        self.drops.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Drop one counted reference as the kernel's `KRef` does; the last one runs the protocol.
+    fn put(&self) {
+        if self.strong.fetch_sub(1, Ordering::Release) == 1 {
+            loom::sync::atomic::fence(Ordering::Acquire);
+            if self.state.last_reference_gone(&self.slots, 2, OBJ) {
+                self.drop_value();
+            }
+        }
+    }
+    /// Borrow on `core`: publish, check the count, use the value, end. With `upgrade`, also
+    /// take a counted reference from the borrow (only from a count above zero) and drop it.
+    fn borrow(&self, core: usize, upgrade: bool) {
+        let slot = self.slots.publish(core, OBJ).expect("a free slot");
+        if self.strong.load(Ordering::SeqCst) > 0 {
+            // SAFETY: loom's cell; a borrow that saw a count above zero may read the value.
+            let v = self.value.with(|p| unsafe { *p });
+            assert_eq!(v, 42, "a borrower saw a dropped value");
+            if upgrade {
+                let mut n = self.strong.load(Ordering::Relaxed);
+                while n > 0 {
+                    match self.strong.compare_exchange(n, n + 1, Ordering::Acquire, Ordering::Relaxed) {
+                        Ok(_) => {
+                            self.put();
+                            break;
+                        }
+                        Err(m) => n = m,
+                    }
+                }
+            }
+        }
+        if self.state.end_borrow(&self.slots, core, slot, 2, OBJ) {
+            self.drop_value();
+        }
+    }
+}
+
+/// The last drop on one core against a borrow on another: the value is dropped exactly once,
+/// never while the borrower uses it (fails if `publish` loses its fence or the last drop skips
+/// the scan).
+#[test]
+fn borrow_against_the_last_drop() {
+    model_pair(|| Borrowed::new(1), |o| o.put(), |o| o.borrow(1, false), |o| {
+        assert_eq!(o.drops.load(Ordering::Relaxed), 1, "dropped exactly once");
+        assert!(o.state.is_dropped());
+    });
+}
+
+/// A borrower that takes a counted reference from its borrow and drops it (maybe the last
+/// one, while it still borrows), against the owner's last drop.
+#[test]
+fn borrow_upgrade_against_the_last_drop() {
+    model_pair(|| Borrowed::new(1), |o| o.put(), |o| o.borrow(1, true), |o| {
+        assert_eq!(o.drops.load(Ordering::Relaxed), 1, "dropped exactly once");
+    });
+}
+
+/// Two borrowers on two cores while a third party (the main thread, after them) drops the
+/// last reference: the last borrower out, or the dropper, drops once.
+#[test]
+fn two_borrowers_then_the_last_drop() {
+    model(|| {
+        let o = Arc::new(Borrowed::new(1));
+        let o2 = o.clone();
+        let t = thread::spawn(move || o2.borrow(1, false));
+        o.borrow(0, false);
+        o.put();
+        t.join().unwrap();
+        assert_eq!(o.drops.load(Ordering::Relaxed), 1);
     });
 }
