@@ -10,6 +10,7 @@ pub(crate) mod fsimage;
 pub(crate) mod guest;
 mod html;
 pub(crate) mod json;
+pub(crate) mod report_check;
 pub(crate) mod linux_sys;
 mod net;
 mod ours;
@@ -25,35 +26,8 @@ use std::time::Duration;
 use catalog::BenchSpec;
 use record::{Record, Status};
 
-const HELP: &str = "\
-cargo xtask bench [options]        the benchmark suite on this system and on Linux (docs/bench.md)
-  --systems LIST     ours,linux (default both)
-  --smp LIST         vCPU counts, each 1..=255 (default 1,2); above 2 timings are functional only
-  --only LIST        benchmarks to run (default all); `calib` always runs as well
-  --out DIR          results.json, results.csv, table.txt, report.html, plots
-                     (default target/bench-results)
-  --timeout SECS     kill one guest boot after SECS (default 180); reported as timed out
-  --param KEY=VALUE  override a parameter (e.g. iters=1000) in every benchmark that has it
-  --mem SIZE         guest memory (default 512M, as for this system's runs)
-  --insns on|off     count guest instructions with the insncount plugin (default on)
-  --reps N           runs per boot, the fastest is reported (default 3)
-  --boots N          boot every cell (system x benchmark x vCPUs) N times, 1..=100 (default 1);
-                     medians and ranges per cell, ours/linux paired boot by boot; recorded
-                     timing claims use 5 or more
-  --seed S           seed of the shuffled cell order (default 1; printed, to replay a run)
-  --audit on|off     tcp_accept: also a sharing audit per cell from 2 vCPUs (a boot of its own,
-                     single-threaded TCG): cross-core line transfers per connection, split into
-                     driver, stack, IPC, alloc, other (kernel) and user (default off)
-  --report DIR       redraw the table, plots, results.csv and report.html from
-                     DIR/results.json without running
-  --list             list the benchmarks
-Also: `cargo xtask bench boot`, `cargo xtask bench percore`.";
-
 /// The most boots per cell `--boots` takes.
 pub const MAX_BOOTS: u32 = 100;
-/// The start of `--boots` and `--seed` errors: bad values of these exit with status 2.
-const BOOTS_ERR: &str = "bench: --boots:";
-const SEED_ERR: &str = "bench: --seed:";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum System {
@@ -88,7 +62,6 @@ pub struct Options {
     /// Host-driven benchmarks: a sharing audit per cell as well.
     pub audit: bool,
     pub list: bool,
-    pub help: bool,
     pub report: Option<PathBuf>,
 }
 
@@ -96,146 +69,107 @@ fn split_list(v: &str) -> impl Iterator<Item = &str> {
     v.split(',').map(str::trim).filter(|s| !s.is_empty())
 }
 
+/// `cargo xtask bench ARGS` (the matrix) as cli.rs declares it, with the checks below
+/// (one-line errors).
+#[cfg(test)]
 pub fn parse_options(args: &[String]) -> Result<Options, String> {
-    let mut o = Options {
-        systems: vec![System::Ours, System::Linux],
-        smp: vec![1, 2],
-        benches: catalog::BENCHES.iter().filter(|b| !b.hidden).collect(),
-        out: crate::env::workspace_root().join("target").join("bench-results"),
-        timeout: Duration::from_secs(180),
-        overrides: Vec::new(),
-        mem_mib: 512,
-        insns: true,
-        reps: 3,
-        boots: 1,
-        seed: 1,
-        audit: false,
-        list: false,
-        help: false,
-        report: None,
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().cloned().ok_or_else(|| format!("bench: {a} needs a value"));
-        match a.as_str() {
-            "--systems" => {
-                let v = value()?;
-                o.systems.clear();
-                for s in split_list(&v) {
-                    let sys = match s {
-                        "ours" => System::Ours,
-                        "linux" => System::Linux,
-                        other => return Err(format!("bench: unknown system `{other}` (known: ours, linux)")),
-                    };
-                    if !o.systems.contains(&sys) {
-                        o.systems.push(sys);
-                    }
-                }
-                if o.systems.is_empty() {
-                    return Err("bench: --systems names no system".into());
-                }
-                o.systems.sort();
+    match crate::cli::parse_command("bench", args)? {
+        crate::cli::Command::Bench(crate::cli::BenchArgs { sub: None, matrix }) => Options::from_args(matrix),
+        _ => Err("bench: a subcommand, not the matrix".into()),
+    }
+}
+
+impl Options {
+    /// The matrix the options describe: the names checked against the catalog. cli.rs has
+    /// checked every number's range.
+    pub fn from_args(a: crate::cli::MatrixArgs) -> Result<Options, String> {
+        let mut o = Options {
+            systems: Vec::new(),
+            smp: Vec::new(),
+            benches: catalog::BENCHES.iter().filter(|b| !b.hidden).collect(),
+            out: a.out.unwrap_or_else(|| crate::env::workspace_root().join("target").join("bench-results")),
+            timeout: Duration::from_secs(a.timeout),
+            overrides: Vec::new(),
+            mem_mib: a.mem,
+            insns: a.insns.is_on(),
+            reps: a.reps,
+            boots: a.boots,
+            seed: a.seed,
+            audit: a.audit.is_on(),
+            list: a.list,
+            report: a.report,
+        };
+        for s in split_list(&a.systems) {
+            let sys = match s {
+                "ours" => System::Ours,
+                "linux" => System::Linux,
+                other => return Err(format!("bench: --systems: unknown system `{other}` (known: ours, linux)")),
+            };
+            if !o.systems.contains(&sys) {
+                o.systems.push(sys);
             }
-            "--smp" => {
-                let v = value()?;
-                o.smp.clear();
-                for s in split_list(&v) {
-                    let n: u32 = s.parse().map_err(|_| format!("bench: --smp: `{s}` is not a number"))?;
-                    if n == 0 || n as usize > catalog::MAX_CORES {
-                        return Err(format!("bench: --smp: {n} vCPUs is not in 1..=255 (the most this system and the harness support)"));
-                    }
-                    if !o.smp.contains(&n) {
-                        o.smp.push(n);
-                    }
-                }
-                if o.smp.is_empty() {
-                    return Err("bench: --smp names no vCPU count".into());
-                }
-                o.smp.sort();
-            }
-            "--only" => {
-                let v = value()?;
-                o.benches.clear();
-                // `webd_filesum` names its nine rows (three modes by three file sizes).
-                let expanded: Vec<&str> = split_list(&v)
-                    .flat_map(|s| {
-                        if s == "webd_filesum" {
-                            catalog::BENCHES.iter().filter(|b| webd::is_webd(b)).map(|b| b.name).collect::<Vec<_>>()
-                        } else {
-                            vec![s]
-                        }
-                    })
-                    .collect();
-                for s in expanded {
-                    let b = catalog::find(s).ok_or_else(|| {
-                        let known: Vec<&str> = catalog::BENCHES.iter().map(|b| b.name).collect();
-                        format!("bench: unknown benchmark `{s}` (known: {})", known.join(", "))
-                    })?;
-                    if !o.benches.iter().any(|x| x.name == b.name) {
-                        o.benches.push(b);
-                    }
-                }
-                if o.benches.is_empty() {
-                    return Err("bench: --only names no benchmark".into());
-                }
-            }
-            "--out" => o.out = PathBuf::from(value()?),
-            "--timeout" => {
-                let v = value()?;
-                let s: u64 = v.parse().ok().filter(|&s| s > 0).ok_or_else(|| format!("bench: --timeout: `{v}` is not a positive number of seconds"))?;
-                o.timeout = Duration::from_secs(s);
-            }
-            "--param" => {
-                let v = value()?;
-                let (k, x) = v.split_once('=').ok_or_else(|| format!("bench: --param `{v}` is not KEY=VALUE"))?;
-                let x: u64 = x.parse().map_err(|_| format!("bench: --param {k}: `{x}` is not a whole number"))?;
-                if !catalog::BENCHES.iter().any(|b| b.defaults.iter().any(|(d, _)| *d == k)) {
-                    return Err(format!("bench: --param: no benchmark has a parameter `{k}`"));
-                }
-                o.overrides.push((k.to_string(), x));
-            }
-            "--mem" => o.mem_mib = crate::qemu::parse_size_mib(&value()?).map_err(|e| format!("bench: --mem: {e}"))?,
-            "--insns" => {
-                o.insns = match value()?.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    other => return Err(format!("bench: --insns takes on or off, not `{other}`")),
-                }
-            }
-            "--reps" => {
-                let v = value()?;
-                o.reps = v.parse().ok().filter(|r| (1..=100).contains(r)).ok_or_else(|| format!("bench: --reps: `{v}` is not in 1..=100"))?;
-            }
-            "--boots" => {
-                let v = value()?;
-                o.boots = v.parse().ok().filter(|b| (1..=MAX_BOOTS).contains(b)).ok_or_else(|| format!("{BOOTS_ERR} `{v}` is not a whole number in 1..={MAX_BOOTS}"))?;
-            }
-            "--seed" => {
-                let v = value()?;
-                o.seed = v.parse().map_err(|_| format!("{SEED_ERR} `{v}` is not a whole number"))?;
-            }
-            "--audit" => {
-                o.audit = match value()?.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    other => return Err(format!("bench: --audit takes on or off, not `{other}`")),
-                }
-            }
-            "--list" => o.list = true,
-            "--report" => o.report = Some(PathBuf::from(value()?)),
-            "-h" | "--help" | "help" => o.help = true,
-            other => return Err(format!("bench: unknown benchmark or option `{other}` (try `cargo xtask bench --help`)")),
         }
+        if o.systems.is_empty() {
+            return Err("bench: --systems names no system".into());
+        }
+        o.systems.sort();
+        for &n in &a.smp.0 {
+            if n as usize > catalog::MAX_CORES {
+                return Err(format!("bench: --smp: {n} vCPUs is more than the {} the harness supports", catalog::MAX_CORES));
+            }
+            if !o.smp.contains(&n) {
+                o.smp.push(n);
+            }
+        }
+        o.smp.sort();
+        if let Some(v) = &a.only {
+            o.benches.clear();
+            // `webd_filesum` names its nine rows (three modes by three file sizes).
+            let expanded: Vec<&str> = split_list(v)
+                .flat_map(|s| {
+                    if s == "webd_filesum" {
+                        catalog::BENCHES.iter().filter(|b| webd::is_webd(b)).map(|b| b.name).collect::<Vec<_>>()
+                    } else {
+                        vec![s]
+                    }
+                })
+                .collect();
+            for s in expanded {
+                let b = catalog::find(s).ok_or_else(|| {
+                    let known: Vec<&str> = catalog::BENCHES.iter().map(|b| b.name).collect();
+                    format!("bench: --only: unknown benchmark `{s}` (known: {})", known.join(", "))
+                })?;
+                if !o.benches.iter().any(|x| x.name == b.name) {
+                    o.benches.push(b);
+                }
+            }
+            if o.benches.is_empty() {
+                return Err("bench: --only names no benchmark".into());
+            }
+        }
+        for v in &a.param {
+            let (k, x) = v.split_once('=').ok_or_else(|| format!("bench: --param `{v}` is not KEY=VALUE"))?;
+            let x: u64 = x.parse().map_err(|_| format!("bench: --param {k}: `{x}` is not a whole number"))?;
+            if !catalog::BENCHES.iter().any(|b| b.defaults.iter().any(|(d, _)| *d == k)) {
+                return Err(format!("bench: --param: no benchmark has a parameter `{k}`"));
+            }
+            o.overrides.push((k.to_string(), x));
+        }
+        Ok(o.completed())
     }
-    // Corey's TCP service has two rows for ours (Dedicated, Polling): asking for one asks for both.
-    if o.benches.iter().any(|b| b.name == "tcp_accept") && !o.benches.iter().any(|b| b.name == "tcp_accept_polling") {
-        o.benches.push(catalog::find("tcp_accept_polling").expect("tcp_accept_polling is in the catalog"));
+
+    fn completed(mut self) -> Options {
+        let o = &mut self;
+        // Corey's TCP service has two rows for ours (Dedicated, Polling): asking for one asks for both.
+        if o.benches.iter().any(|b| b.name == "tcp_accept") && !o.benches.iter().any(|b| b.name == "tcp_accept_polling") {
+            o.benches.push(catalog::find("tcp_accept_polling").expect("tcp_accept_polling is in the catalog"));
+        }
+        // The share-nothing calibration is part of every matrix: scaling ratios are divided by it.
+        if !o.benches.iter().any(|b| b.name == catalog::CALIBRATION) {
+            o.benches.push(catalog::find(catalog::CALIBRATION).expect("calibration is in the catalog"));
+        }
+        self
     }
-    // The share-nothing calibration is part of every matrix: scaling ratios are divided by it.
-    if !o.benches.iter().any(|b| b.name == catalog::CALIBRATION) {
-        o.benches.push(catalog::find(catalog::CALIBRATION).expect("calibration is in the catalog"));
-    }
-    Ok(o)
 }
 
 /// The parameters one run gets: the catalog's defaults, with `--param` overrides applied.
@@ -399,20 +333,9 @@ pub fn fill_counted_instructions(records: Vec<Record>) -> Vec<Record> {
     timing
 }
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    let o = match parse_options(args) {
-        Ok(o) => o,
-        // A bad --boots or --seed: one line, exit status 2 (issue 22).
-        Err(e) if e.starts_with(BOOTS_ERR) || e.starts_with(SEED_ERR) => {
-            eprintln!("xtask: {e}");
-            std::process::exit(2);
-        }
-        Err(e) => return Err(e),
-    };
-    if o.help {
-        println!("{HELP}");
-        return Ok(());
-    }
+/// `cargo xtask bench` (the matrix); `args` is the command line after `bench`, recorded in
+/// results.json and report.html.
+pub fn run(o: Options, args: &[String]) -> Result<(), String> {
     if o.list {
         for b in catalog::BENCHES {
             let d: Vec<String> = b.defaults.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -612,10 +535,10 @@ mod tests {
             ("--smp 0", "not in 1..=255"),
             ("--smp 1,256", "not in 1..=255"),
             ("--smp two", "not a number"),
-            ("--timeout 0", "positive"),
+            ("--timeout 0", "--timeout"),
             ("--param nope=1", "no benchmark has"),
-            ("--frobnicate", "unknown benchmark or option"),
-            ("--smp", "needs a value"),
+            ("--frobnicate", "unexpected argument '--frobnicate'"),
+            ("--smp", "a value is required for '--smp <LIST>'"),
             ("--boots 0", "--boots"),
             ("--boots many", "--boots"),
             ("--boots 101", "--boots"),

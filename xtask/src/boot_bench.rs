@@ -59,27 +59,10 @@ fn linux_time_to_init(smp: u32, runs: u32) -> Result<Duration, String> {
     best.ok_or_else(|| "no run".into())
 }
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    let mut smps = vec![2u32, 16, 64];
-    let mut runs = 3u32;
-    let mut out_dir = crate::env::target_dir().join("bench");
-    let mut with_linux = true;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--smp" => {
-                let v = it.next().ok_or("--smp needs a list such as 2,16,64")?;
-                smps = v.split(',').map(|s| s.trim().parse::<u32>().map_err(|_| format!("--smp: `{s}` is not a number"))).collect::<Result<_, _>>()?;
-                if smps.iter().any(|&n| n == 0 || n > 255) {
-                    return Err("--smp: core counts must be 1..=255".into());
-                }
-            }
-            "--runs" => runs = it.next().and_then(|v| v.parse().ok()).filter(|&r| r > 0).ok_or("--runs needs a positive number")?,
-            "--out" => out_dir = it.next().ok_or("--out needs a directory")?.into(),
-            "--no-linux" => with_linux = false,
-            other => return Err(format!("bench boot: unknown option `{other}`")),
-        }
-    }
+/// `cargo xtask bench boot [--smp LIST] [--runs N] [--out DIR] [--no-linux]` (cli.rs).
+pub fn run(args: &crate::cli::BootBenchArgs) -> Result<(), String> {
+    let (smps, runs, with_linux) = (args.smp.0.clone(), args.runs, !args.no_linux);
+    let out_dir = args.out.clone().unwrap_or_else(|| crate::env::target_dir().join("bench"));
     let kernel = crate::env::build_kernel()?;
     println!("boot time: QEMU start to the summary line (ours) and to /init (Linux), best of {runs}; TCG wall clock on this host");
     println!("{:>6}  {:>10}  {:>12}  {:>9}  {:>14}  {:>8}", "vCPUs", "online", "to summary", "kernel", "Linux to /init", "ratio");

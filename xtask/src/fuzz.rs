@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 /// `abi::EXIT_FAULT_BASE`: a context killed by exception vector V exits with this + V.
 const EXIT_FAULT_BASE: u64 = 0x1_0000;
 
-const USAGE: &str = "usage: cargo xtask fuzz [--calls N] [--seed S] [--smp K] [--inject SPEC] [--net] [--planted-bug] [--trace] [--timeout SECS]";
-const SOAK_USAGE: &str = "usage: cargo xtask soak --minutes M [--smp K]";
 
 /// One fuzz run's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,13 +48,6 @@ fn scratch_disk() -> Result<PathBuf, String> {
     Ok(p)
 }
 
-fn parse_num(opt: &str, v: Option<&String>) -> Result<u64, String> {
-    let v = v.ok_or_else(|| format!("{opt} needs a value"))?;
-    let t = v.trim();
-    let r = if let Some(h) = t.strip_prefix("0x") { u64::from_str_radix(h, 16) } else { t.replace('_', "").parse::<u64>() };
-    r.map_err(|_| format!("{opt}: `{v}` is not a number"))
-}
-
 /// Check an injection spec the way the kernel parses it (`alloc:1/N`, `alloc:seed:S:P`), so a
 /// typo is a one-line error here and not a silently uninjected run.
 pub fn check_inject(spec: &str) -> Result<(), String> {
@@ -81,38 +72,29 @@ pub fn check_inject(spec: &str) -> Result<(), String> {
     Ok(())
 }
 
-pub fn parse_opts(args: &[String]) -> Result<FuzzOpts, String> {
-    let mut o = FuzzOpts::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--calls" => o.calls = parse_num("--calls", it.next())?,
-            "--seed" => o.seed = parse_num("--seed", it.next())?,
-            "--scratch-disk" => o.scratch_disk = true,
-            "--smp" => {
-                let n = parse_num("--smp", it.next())?;
-                if n == 0 || n > 32 {
-                    return Err(format!("--smp: {n} is outside 1..=32 (the fuzzer's core limit)"));
-                }
-                o.smp = n as u32;
-            }
-            "--inject" => {
-                let v = it.next().ok_or("--inject needs a value such as alloc:seed:1:2")?;
-                check_inject(v)?;
-                o.inject = Some(v.clone());
-            }
-            "--planted-bug" => o.planted_bug = true,
-            "--net" => o.net = true,
-            "--trace" => o.trace = true,
-            "--timeout" => o.timeout = Some(Duration::from_secs(parse_num("--timeout", it.next())?.max(1))),
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("fuzz: unknown option `{other}`; {USAGE}")),
+impl From<crate::cli::FuzzArgs> for FuzzOpts {
+    fn from(a: crate::cli::FuzzArgs) -> FuzzOpts {
+        FuzzOpts {
+            calls: a.calls,
+            seed: a.seed,
+            smp: a.smp,
+            inject: a.inject,
+            planted_bug: a.planted_bug,
+            trace: a.trace,
+            timeout: a.timeout.map(|s| Duration::from_secs(s.max(1))),
+            net: a.net,
+            scratch_disk: a.scratch_disk,
         }
     }
-    if o.calls == 0 {
-        return Err("--calls: need at least 1 call".into());
+}
+
+/// `cargo xtask fuzz ARGS` as cli.rs declares it (one-line errors).
+#[cfg(test)]
+pub fn parse_opts(args: &[String]) -> Result<FuzzOpts, String> {
+    match crate::cli::parse_command("fuzz", args)? {
+        crate::cli::Command::Fuzz(a) => Ok(a.into()),
+        _ => unreachable!("parse_command(\"fuzz\") gives a fuzz command"),
     }
-    Ok(o)
 }
 
 impl FuzzOpts {
@@ -319,12 +301,28 @@ pub fn report(o: &FuzzOpts, v: &Verdict, out: &BootOutput) -> Result<(), String>
 }
 
 /// `cargo xtask fuzz`.
-pub fn main(args: &[String]) -> Result<(), String> {
-    let o = parse_opts(args)?;
+pub fn main(o: FuzzOpts) -> Result<(), String> {
     let (kernel, initrd) = build(o.planted_bug)?;
-    println!("== fuzz: {} calls, seed {}, {} vCPUs{}{}", o.calls, o.seed, o.smp, o.inject.as_ref().map(|i| format!(", inject {i}")).unwrap_or_default(), if o.planted_bug { ", planted-bug kernel" } else { "" });
-    let (v, out) = run_once(&kernel, &initrd, &o, o.trace)?;
+    let what = format!("{} calls, seed {}, {} vCPUs{}{}", o.calls, o.seed, o.smp, o.inject.as_ref().map(|i| format!(", inject {i}")).unwrap_or_default(), if o.planted_bug { ", planted-bug kernel" } else { "" });
+    println!("== fuzz: {what}");
+    // Progress while the guest runs (its calls are counted only at the end): a status line
+    // redrawn each second on a terminal, a plain line a minute otherwise, and with --trace
+    // (the guest's lines stream to stdout) plain lines only.
+    let progress = crate::progress::Progress::with_terminal("fuzz", 1, std::io::IsTerminal::is_terminal(&std::io::stderr()) && !o.trace);
+    progress.start(1, &format!("{what}, limit {}", crate::progress::duration(o.effective_timeout())));
+    let run = run_once(&kernel, &initrd, &o, o.trace);
+    progress.finish(&match &run {
+        Ok((v, out)) => format!("fuzz: run ended after {}: {} calls, {}", crate::progress::duration(out.elapsed), v.calls, if v.passed { "passed" } else { "failed" }),
+        Err(e) => format!("fuzz: run failed: {e}"),
+    });
+    drop(progress);
+    let (v, out) = run?;
     report(&o, &v, &out)
+}
+
+/// The CI fuzz's progress line before run `n` of `total`: the runs, calls and failures so far.
+fn ci_progress(n: usize, total: usize, what: &str, calls: u64, failures: usize, start: Instant) -> String {
+    format!("{}; {calls} calls and {failures} failure(s) so far", crate::progress::line("== fuzz", n, total, what, start.elapsed(), n - 1))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -335,8 +333,10 @@ pub fn main(args: &[String]) -> Result<(), String> {
 /// `utest` lines are counted like utest's).
 pub fn ci_fuzz(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     let mut t = TestTally::default();
+    let (start, mut calls) = (Instant::now(), 0u64);
+    const RUNS: usize = 6;
     // The last two runs have the network card, so virtual NICs are made and misused too.
-    for (inject, net) in [(None, false), (Some("alloc:seed:1:2"), false), (None, true), (Some("alloc:seed:1:2"), true)] {
+    for (i, (inject, net)) in [(None, false), (Some("alloc:seed:1:2"), false), (None, true), (Some("alloc:seed:1:2"), true)].into_iter().enumerate() {
         let o = FuzzOpts {
             calls: 100_000,
             seed: 1,
@@ -346,14 +346,18 @@ pub fn ci_fuzz(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
             net,
             ..Default::default()
         };
-        println!("== fuzz: {} calls at 4 vCPUs{}{}", o.calls, inject.map(|i| format!(", inject={i}")).unwrap_or_default(), if net { ", with the network card" } else { "" });
+        let what = format!("{} calls at 4 vCPUs{}{}", o.calls, inject.map(|i| format!(", inject={i}")).unwrap_or_default(), if net { ", with the network card" } else { "" });
+        println!("{}", ci_progress(i + 1, RUNS, &what, calls, t.failed, start));
         let (v, out) = run_once(kernel, initrd, &o, false)?;
+        calls += v.calls;
         match report(&o, &v, &out) {
             Ok(()) => t.passed += 1,
             Err(_) => t.failed += 1,
         }
     }
+    println!("{}", ci_progress(5, RUNS, "exit with every allocation failing", calls, t.failed, start));
     t.add(exit_without_memory(kernel, initrd)?);
+    println!("{}", ci_progress(6, RUNS, "the planted-bug kernel", calls, t.failed, start));
     t.add(planted_bug_demo(initrd)?);
     Ok(t)
 }
@@ -432,28 +436,7 @@ pub fn planted_bug_demo(initrd: &Path) -> Result<TestTally, String> {
 
 /// `cargo xtask soak --minutes M [--smp K]`: fuzz without and with injection (new seeds each
 /// round) and the memory benchmarks, in turns until the time is up.
-pub fn soak(args: &[String]) -> Result<(), String> {
-    let mut minutes = None;
-    let mut smp = 4u32;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--minutes" => minutes = Some(parse_num("--minutes", it.next())?),
-            "--smp" => {
-                let n = parse_num("--smp", it.next())?;
-                if n == 0 || n > 32 {
-                    return Err(format!("--smp: {n} is outside 1..=32"));
-                }
-                smp = n as u32;
-            }
-            "-h" | "--help" => return Err(SOAK_USAGE.into()),
-            other => return Err(format!("soak: unknown option `{other}`; {SOAK_USAGE}")),
-        }
-    }
-    let minutes = minutes.ok_or(SOAK_USAGE)?;
-    if minutes == 0 {
-        return Err("--minutes: need at least 1".into());
-    }
+pub fn soak(minutes: u64, smp: u32) -> Result<(), String> {
     let (kernel, initrd) = build(false)?;
     let deadline = Instant::now() + Duration::from_secs(minutes * 60);
     let (mut runs, mut failures, mut panics, mut hangs, mut leaks) = (0u64, 0u64, 0u64, 0u64, 0u64);
@@ -618,6 +601,14 @@ mod tests {
             assert!(!e.contains('\n'), "{bad:?}: {e}");
         }
         assert!(check_inject("alloc:seed:3:2").is_ok());
+    }
+
+    /// Catches progress that counts the run about to start as done, or drops the totals.
+    #[test]
+    fn ci_progress_names_runs_calls_and_failures() {
+        let l = ci_progress(3, 6, "100000 calls at 4 vCPUs", 200_000, 1, Instant::now());
+        assert!(l.starts_with("== fuzz: [3/6] 100000 calls at 4 vCPUs; 0s elapsed"), "{l}");
+        assert!(l.ends_with("; 200000 calls and 1 failure(s) so far"), "{l}");
     }
 
     const DONE: &str = "fuzz: done seed=1 cores=2 calls=1000 ok=300 errors=700 ms=10 wall_ms=12 calls_per_s=100000 per_vcpu=50000 paths=90 error_paths=80 restarts=0 setup_failed=0 failures=0\n";

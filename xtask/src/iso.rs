@@ -54,17 +54,9 @@ pub fn build_iso_with(out: &Path, cmdline: &str) -> Result<(), String> {
     Ok(())
 }
 
-pub fn command(args: &[String]) -> Result<(), String> {
-    let mut out = default_iso_path();
-    let mut cmdline = String::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--out" => out = PathBuf::from(it.next().ok_or("--out needs a path")?),
-            "--cmdline" => cmdline = it.next().ok_or("--cmdline needs a value")?.clone(),
-            other => return Err(format!("iso: unknown option `{other}`")),
-        }
-    }
+/// `cargo xtask iso [--out PATH] [--cmdline "..."]` (cli.rs).
+pub fn command(out: Option<PathBuf>, cmdline: String) -> Result<(), String> {
+    let out = out.unwrap_or_else(default_iso_path);
     build_iso_with(&out, &cmdline)?;
     println!("{}", out.display());
     Ok(())

@@ -90,56 +90,15 @@ pub fn parse_size_mib(s: &str) -> Result<u64, String> {
     Ok(mib)
 }
 
-fn parse_u32(opt: &str, v: &str) -> Result<u32, String> {
-    v.parse().map_err(|_| format!("{opt}: `{v}` is not a number"))
-}
-
 impl VmConfig {
-    /// Parse the options shared by `run`, `test` and `bench`, leaving unknown ones to the caller.
-    pub fn parse(args: &[String]) -> Result<(VmConfig, Vec<String>), String> {
-        let mut cfg = VmConfig::default();
-        let mut iso = false;
-        let mut uefi = false;
-        let mut rest = Vec::new();
-        let mut net = false;
-        let mut forwards = Vec::new();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
-            match a.as_str() {
-                "--smp" => cfg.smp = parse_u32("--smp", &value("--smp")?)?,
-                "--mem" => cfg.mem_mib = parse_size_mib(&value("--mem")?)?,
-                "--numa" => cfg.numa_nodes = parse_u32("--numa", &value("--numa")?)?,
-                "--cmdline" => cfg.cmdline = value("--cmdline")?,
-                "--cpu" => cfg.cpu = value("--cpu")?,
-                "--timeout" => {
-                    let v = value("--timeout")?;
-                    let secs: u64 = v.parse().map_err(|_| format!("--timeout: `{v}` is not a number of seconds"))?;
-                    cfg.timeout = Some(Duration::from_secs(secs));
-                }
-                "--net" => net = true,
-                // A forward implies the network.
-                "--hostfwd" => {
-                    forwards.push(crate::net::parse_hostfwd(&value("--hostfwd")?)?);
-                    net = true;
-                }
-                "--disk" => cfg.disk = Some(PathBuf::from(value("--disk")?)),
-                "--iso" => iso = true,
-                "--uefi" => uefi = true,
-                _ => rest.push(a.clone()),
-            }
+    /// The machine `cargo xtask run ARGS` describes (cli.rs declares the options; the checks
+    /// between them are `validate`'s). Errors are one line.
+    #[cfg(test)]
+    pub fn parse(args: &[String]) -> Result<VmConfig, String> {
+        match crate::cli::parse_command("run", args)? {
+            crate::cli::Command::Run(r) => r.vm.into_config(),
+            _ => unreachable!("parse_command(\"run\") gives a run command"),
         }
-        if uefi && !iso {
-            return Err("--uefi needs --iso".into());
-        }
-        if net {
-            cfg.net = Some(crate::net::from_options(forwards)?);
-        }
-        if iso {
-            cfg.medium = Some(BootMedium::Iso { path: crate::iso::default_iso_path(), uefi });
-        }
-        cfg.validate()?;
-        Ok((cfg, rest))
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -369,13 +328,7 @@ pub fn run_captured(args: &[String], timeout: Option<Duration>, input: Option<&s
 }
 
 /// `cargo xtask run`.
-pub fn run_command(args: &[String]) -> Result<(), String> {
-    // `--gdb [PORT]` is run's own (crate::gdb); the rest is the shared VM options.
-    let (gdb_port, args) = crate::gdb::take_option(args)?;
-    let (mut cfg, rest) = VmConfig::parse(&args)?;
-    if let Some(unknown) = rest.first() {
-        return Err(format!("run: unknown option `{unknown}`; try `cargo xtask help`"));
-    }
+pub fn run_command(mut cfg: VmConfig, gdb_port: Option<u16>) -> Result<(), String> {
     // Boot into the shell unless the command line names another first program.
     if !cfg.cmdline.split_whitespace().any(|w| w.starts_with("init=")) {
         cfg.cmdline = if cfg.cmdline.trim().is_empty() { "init=sh".into() } else { format!("{} init=sh", cfg.cmdline.trim()) };
@@ -543,9 +496,9 @@ mod tests {
         assert!(VmConfig::parse(&args(&["--mem", "lots"])).is_err());
         assert!(VmConfig::parse(&args(&["--smp"])).is_err());
         assert!(VmConfig::parse(&args(&["--uefi"])).is_err());
-        let (cfg, rest) = VmConfig::parse(&args(&["--smp", "255", "--numa", "5", "--foo"])).unwrap();
-        assert_eq!(cfg.smp, 255);
-        assert_eq!(rest, vec!["--foo".to_string()]);
+        assert!(VmConfig::parse(&args(&["--foo"])).unwrap_err().contains("--foo"));
+        let cfg = VmConfig::parse(&args(&["--smp", "255", "--numa", "5"])).unwrap();
+        assert_eq!((cfg.smp, cfg.numa_nodes), (255, 5));
     }
 
     #[test]
@@ -567,12 +520,12 @@ mod tests {
 
     #[test]
     fn net_options_add_the_nic_and_nothing_else_has_one() {
-        let (cfg, _) = VmConfig::parse(&args(&["--net"])).unwrap();
+        let cfg = VmConfig::parse(&args(&["--net"])).unwrap();
         let a = cfg.qemu_args();
         let port = cfg.net.as_ref().unwrap().host_port(80).expect("default forward to guest port 80");
         assert!(a.iter().any(|s| s == &format!("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:80")));
         assert!(a.windows(2).any(|w| w[0] == "-device" && w[1] == "virtio-net-pci,netdev=n0"));
-        let (cfg, _) = VmConfig::parse(&args(&["--hostfwd", "8080:80", "--hostfwd", "8081:7"])).unwrap();
+        let cfg = VmConfig::parse(&args(&["--hostfwd", "8080:80", "--hostfwd", "8081:7"])).unwrap();
         assert_eq!(cfg.net.unwrap().forwards.len(), 2, "--hostfwd implies --net, no default forward added");
         assert!(VmConfig::parse(&args(&["--hostfwd", "80"])).unwrap_err().contains("--hostfwd"));
         assert!(VmConfig::parse(&args(&["--hostfwd"])).unwrap_err().contains("--hostfwd"));
@@ -588,7 +541,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let img = dir.join("d.img");
         std::fs::write(&img, vec![0u8; 4096]).unwrap();
-        let (cfg, _) = VmConfig::parse(&args(&["--disk", img.to_str().unwrap()])).unwrap();
+        let cfg = VmConfig::parse(&args(&["--disk", img.to_str().unwrap()])).unwrap();
         let a = cfg.qemu_args();
         assert!(a.windows(2).any(|w| w[0] == "-drive" && w[1] == format!("file={},format=raw,if=none,id=d0", img.display())));
         assert!(a.windows(2).any(|w| w[0] == "-device" && w[1] == "virtio-blk-pci,drive=d0"));

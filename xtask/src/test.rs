@@ -825,30 +825,8 @@ const TCTEST_ALL: &[&str] =
     &["tc_three_progress", "tc_halt_queued", "tc_exit_any_order", "tc_yield", "tc_queue_full", "tc_thread_on_own_tc", "tc_bad_input"];
 const TCTEST_OTHER_TC: &[&str] = &["tc_three_progress", "tc_halt_queued", "tc_exit_any_order", "tc_yield", "tc_queue_full", "tc_bad_input"];
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    let mut smp_list: Vec<u32> = vec![1, 2, 4, 8];
-    let mut host_only = false;
-    let mut only = Vec::new();
-    let mut list = false;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--smp" => {
-                let v = it.next().ok_or("--smp needs a list such as 1,2,4")?;
-                smp_list = v
-                    .split(',')
-                    .map(|s| s.trim().parse::<u32>().map_err(|_| format!("--smp: `{s}` is not a number")))
-                    .collect::<Result<_, _>>()?;
-                if smp_list.iter().any(|&n| n == 0 || n > 255) {
-                    return Err("--smp: core counts must be 1..=255".into());
-                }
-            }
-            "--host-only" => host_only = true,
-            "--only" => only.push(it.next().filter(|p| !p.is_empty()).ok_or("--only needs a suite name or part of one (see --list)")?.clone()),
-            "--list" => list = true,
-            other => return Err(format!("test: unknown option `{other}`")),
-        }
-    }
+pub fn run(args: &crate::cli::TestArgs) -> Result<(), String> {
+    let (smp_list, host_only, only, list) = (args.smp.0.clone(), args.host_only, args.only.clone(), args.list);
     let mut r = Runner::new(only.clone(), list);
     if !list {
         let mut count = Runner::new(only, true);
@@ -969,6 +947,10 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     r.suite("gdb-stub", |a| crate::gdb::ci_check(&a.kernel()?))?;
     r.suite("bad-boots", |a| bad_boot_conditions(&a.kernel()?))?;
     r.suite("iso", |_| iso_boots())?;
+    // report.html in a real browser (headless Chromium, installed on demand; a missing or
+    // failing browser fails the suite): redrawn from a recorded results.json, printed to PDF
+    // and drawn to PNG (docs/bench.md, "Checking the report").
+    r.suite("report-browser", |_| crate::bench::report_check::ci_check())?;
     Ok(())
 }
 

@@ -174,7 +174,6 @@ pub fn command_line(args: &[String]) -> String {
 
 /// The page as XML; `<!DOCTYPE html>` is a DTD to roxmltree, allowed here (it has no
 /// internal subset, so no entity can be declared).
-#[cfg(test)]
 fn parse(html: &str) -> Result<roxmltree::Document<'_>, roxmltree::Error> {
     roxmltree::Document::parse_with_options(html, roxmltree::ParsingOptions { allow_dtd: true, ..Default::default() })
 }
@@ -182,8 +181,8 @@ fn parse(html: &str) -> Result<roxmltree::Document<'_>, roxmltree::Error> {
 /// Checks of a generated report that CI runs (`cargo test -p xtask`): it parses as XML
 /// (every tag balanced, every attribute quoted, no stray `&`), its root is `html`, it loads
 /// nothing from outside (no `src`/`href` but in-page anchors, no script), and it names every
-/// benchmark of the run in a table row and in an inline SVG plot.
-#[cfg(test)]
+/// benchmark of the run in a table row and in an inline SVG plot. `cargo xtask bench
+/// report-check` runs it on a real run's page (bench/report_check.rs).
 pub fn check_page(html: &str, benchmarks: &[&str]) -> Result<(), String> {
     let doc = parse(html).map_err(|e| format!("not well-formed: {e}"))?;
     let root = doc.root_element();

@@ -304,41 +304,10 @@ fn run_mutant(tree: &Path, m: &Mutant, log: &Path) -> Result<Outcome, String> {
     result
 }
 
-const HELP: &str = "\
-cargo xtask mutants [--only NAME,...] [--list] [--keep] [--no-baseline]
 
-Applies each mutation of the catalog (xtask/src/mutants/catalog.rs) to a scratch copy of the
-tree (target/mutants/tree), builds it and runs the checks that should catch it; reports each
-`killed`, `survived` or `unviable` (does not build), and fails if any survived.
-  --only NAME,...   only these mutants (repeatable)
-  --list            print the catalog, run nothing
-  --keep            keep the scratch tree and its builds afterwards (a rerun then rebuilds only
-                    what changed; without it both are removed at the end)
-  --no-baseline     skip running the checks on the unmutated tree first (only when it was just
-                    checked: a check that fails anyway would count every mutant killed)
-Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.
-";
-
-pub fn main(args: &[String]) -> Result<(), String> {
-    let mut only: Vec<String> = Vec::new();
-    let (mut list, mut keep, mut baseline) = (false, false, true);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--only" => {
-                let v = it.next().ok_or("--only needs mutant names, e.g. --only gate_any_core,spsc_overwrites_when_full")?;
-                only.extend(v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()));
-            }
-            "--list" => list = true,
-            "--keep" => keep = true,
-            "--no-baseline" => baseline = false,
-            "help" | "-h" | "--help" => {
-                print!("{HELP}");
-                return Ok(());
-            }
-            other => return Err(format!("mutants: unknown option `{other}` (see `cargo xtask mutants --help`)")),
-        }
-    }
+pub fn main(args: &crate::cli::MutantsArgs) -> Result<(), String> {
+    let only: Vec<String> = args.only.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    let (list, keep, baseline) = (args.list, args.keep, !args.no_baseline);
     for name in &only {
         if !CATALOG.iter().any(|m| m.name == name) {
             return Err(format!("mutants: no mutant `{name}` in the catalog (see --list)"));

@@ -1,0 +1,681 @@
+//! The command line of `cargo xtask`: every command and option declared once, here, with clap
+//! (derive). `cargo xtask help`, `cargo xtask --help`, `cargo xtask COMMAND --help` and the
+//! shell completions (`cargo xtask completions bash|zsh|fish`) are generated from these
+//! declarations. Values are checked while parsing (a bad `--smp` names the option and the
+//! range), so every bad value or unknown command is one line on stderr and exit status 2,
+//! before anything is built, run or written (main.rs).
+//!
+//! The sub-tools with commands of their own (`plugin`, `linux`, `net`, `webd`, `fs`, `metis`,
+//! and `bench percore`, which hands its options to the percore crate's example) take the rest
+//! of the line as it is ([`ToolArgs`]) and parse it themselves, with their own `help`; they
+//! are not converted yet (docs/dependencies.md, "Argument parsing").
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "The host tool: builds the kernel, boots it under QEMU (always TCG), runs the tests, benchmarks and measurements.",
+    arg_required_else_help = true,
+    disable_version_flag = true,
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Build the kernel and boot it under QEMU (TCG) into the shell; returns when the kernel halts
+    Run(RunArgs),
+    /// Host tests, loom model checks, plugin tests, then every test boot (docs/testing.md)
+    #[command(long_about = "Host `cargo test`, loom model checks, plugin tests, then every test boot: the in-kernel tests at \
+1, 2, 4, 8 vCPUs and over 2 NUMA nodes, the user-program suites (each booted with the roles and options its tests need), \
+the shell, fuzz, network, files, Metis, large and broken boots, the ISO. Ends with `N passed, N failed, N skipped` and the \
+names of the suites that failed (docs/testing.md).")]
+    Test(TestArgs),
+    /// Build a GRUB Multiboot2 ISO (BIOS and UEFI), by default at target/os.iso
+    Iso(IsoArgs),
+    /// Build the kernel only (--all: and the program archive); prints the paths
+    Build(BuildArgs),
+    /// The benchmark matrix on this system and on Linux (docs/bench.md); also `bench boot`, `bench percore`, `bench report-check`
+    Bench(BenchArgs),
+    /// The commutativity checker: every modelled system-call pair on two cores under the sharing audit (docs/commute.md)
+    Commute(CommuteArgs),
+    /// System-call fuzzer on every core (docs/fuzz.md)
+    Fuzz(FuzzArgs),
+    /// Fuzz (with and without injection) and the benchmark programs in turns for a while
+    Soak(SoakArgs),
+    /// Mutation testing (not part of `test`; takes a while): applies each mutation of the catalog and runs the suites that should catch it
+    #[command(long_about = "Mutation testing (not part of `test`; takes a while): applies each named mutation of the catalog \
+(xtask/src/mutants/catalog.rs) to a scratch copy of the tree (target/mutants/tree), builds it and runs the checks that should \
+catch it; reports each `killed`, `survived` or `unviable` (does not build), and fails if any survived (docs/testing.md). \
+Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
+    Mutants(MutantsArgs),
+    /// QEMU measurement plugins (`cargo xtask plugin help`)
+    Plugin(ToolArgs),
+    /// Short for `plugin cachesim`
+    Cachesim(ToolArgs),
+    /// Short for `plugin audit`
+    Audit(ToolArgs),
+    /// Linux baseline (`cargo xtask linux help`)
+    Linux(ToolArgs),
+    /// Network host side: `net load`, the TCP load generator, `net fuzz` (`cargo xtask net help`)
+    Net(ToolArgs),
+    /// webd's host side: `webd load`, `webd check`, `webd run` (`cargo xtask webd help`)
+    Webd(ToolArgs),
+    /// ext2 images: `fs mkimage`, `fs check`, `fs ls|cat|get` (`cargo xtask fs help`)
+    Fs(ToolArgs),
+    /// Metis MapReduce: `metis wc|wri|wrmem ...` (`cargo xtask metis --help`)
+    Metis(ToolArgs),
+    /// Print a shell completion script for `cargo xtask` (e.g. `cargo xtask completions bash > ~/.local/share/bash-completion/completions/cargo-xtask`)
+    Completions(CompletionsArgs),
+}
+
+/// A sub-tool's own command line, handed to it unparsed (it has its own `help`).
+#[derive(Args, Debug, Clone, PartialEq)]
+#[command(disable_help_flag = true)]
+pub struct ToolArgs {
+    /// The sub-tool's command and options (see its own help)
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
+    pub args: Vec<String>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Value parsers: each error names what is wrong and what is allowed; clap adds the option.
+
+/// A comma-separated list of vCPU counts, each 1..=255 (`1,2,4`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoreList(pub Vec<u32>);
+
+pub fn core_list(v: &str) -> Result<CoreList, String> {
+    let mut out = Vec::new();
+    for s in v.split(',').map(str::trim) {
+        let n: u32 = s.parse().map_err(|_| format!("`{s}` is not a number (want a list of vCPU counts such as 1,2,4)"))?;
+        if n == 0 || n > 255 {
+            return Err(format!("{n} vCPUs is not in 1..=255"));
+        }
+        out.push(n);
+    }
+    Ok(CoreList(out))
+}
+
+/// A guest memory size: `512M`, `2G`, `64` (MiB).
+pub fn mem_size(v: &str) -> Result<u64, String> {
+    crate::qemu::parse_size_mib(v)
+}
+
+/// A number, decimal (`1_000` allowed) or `0x` hexadecimal.
+pub fn number(v: &str) -> Result<u64, String> {
+    let t = v.trim();
+    let r = if let Some(h) = t.strip_prefix("0x") { u64::from_str_radix(h, 16) } else { t.replace('_', "").parse::<u64>() };
+    r.map_err(|_| format!("`{v}` is not a number"))
+}
+
+/// `--gdb`'s port: 1..=65535.
+fn tcp_port(v: &str) -> Result<u16, String> {
+    v.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| format!("`{v}` is not a TCP port in 1..=65535"))
+}
+
+fn hostfwd(v: &str) -> Result<crate::net::Forward, String> {
+    crate::net::parse_hostfwd(v).map_err(|e| e.trim_start_matches("--hostfwd: ").to_string())
+}
+
+fn inject_spec(v: &str) -> Result<String, String> {
+    crate::fuzz::check_inject(v).map(|()| v.to_string()).map_err(|e| e.trim_start_matches("--inject: ").to_string())
+}
+
+fn at_least_one(v: &str) -> Result<u64, String> {
+    match number(v)? {
+        0 => Err("need at least 1".into()),
+        n => Ok(n),
+    }
+}
+
+/// `on` or `off`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    pub fn is_on(self) -> bool {
+        self == OnOff::On
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// run
+
+/// The virtual machine's options (`run`).
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct VmArgs {
+    /// Virtual CPUs, 1..=255
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=255))]
+    pub smp: u32,
+    /// Guest memory, e.g. 512M, 2G
+    #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = mem_size)]
+    pub mem: u64,
+    /// Split cores and memory evenly over NODES NUMA nodes (at most one node per core)
+    #[arg(long, allow_negative_numbers = true, value_name = "NODES", value_parser = clap::value_parser!(u32).range(1..=255))]
+    pub numa: Option<u32>,
+    /// Kernel command line (e.g. "topology"); `init=sh` is added unless it names a first program
+    #[arg(long, value_name = "\"...\"", allow_hyphen_values = true)]
+    pub cmdline: Option<String>,
+    /// QEMU -cpu model
+    #[arg(long, value_name = "MODEL", default_value = "max")]
+    pub cpu: String,
+    /// Boot the GRUB ISO instead of -kernel
+    #[arg(long)]
+    pub iso: bool,
+    /// With --iso: boot under OVMF (UEFI) instead of SeaBIOS
+    #[arg(long, requires = "iso")]
+    pub uefi: bool,
+    /// Kill QEMU after SECS seconds (default: none)
+    #[arg(long, allow_negative_numbers = true, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// Add a virtio-net NIC on QEMU's restricted user-mode network (guest 10.0.2.15/24); forwards
+    /// a free port on 127.0.0.1 to guest port 80 unless --hostfwd is given, and prints
+    /// `net: 127.0.0.1:PORT -> guest:80`
+    #[arg(long)]
+    pub net: bool,
+    /// Attach the raw image IMG as a virtio-blk disk (make one with `cargo xtask fs mkimage DIR IMG`)
+    #[arg(long, value_name = "IMG")]
+    pub disk: Option<PathBuf>,
+    /// Forward 127.0.0.1:H on the host to guest port G (repeatable; implies --net)
+    #[arg(long, value_name = "H:G", value_parser = hostfwd, action = clap::ArgAction::Append)]
+    pub hostfwd: Vec<crate::net::Forward>,
+}
+
+impl VmArgs {
+    /// The machine these options describe; the checks between options (NUMA nodes against
+    /// cores and memory, the disk image) are made here.
+    pub fn into_config(self) -> Result<crate::qemu::VmConfig, String> {
+        use crate::qemu::{BootMedium, VmConfig};
+        let d = VmConfig::default();
+        let cfg = VmConfig {
+            smp: self.smp,
+            mem_mib: self.mem,
+            numa_nodes: self.numa.unwrap_or(0),
+            cmdline: self.cmdline.unwrap_or_default(),
+            cpu: self.cpu,
+            timeout: self.timeout.map(std::time::Duration::from_secs),
+            net: if self.net || !self.hostfwd.is_empty() { Some(crate::net::from_options(self.hostfwd)?) } else { None },
+            disk: self.disk,
+            medium: self.iso.then(|| BootMedium::Iso { path: crate::iso::default_iso_path(), uefi: self.uefi }),
+            ..d
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub vm: VmArgs,
+    /// QEMU's gdb stub on 127.0.0.1:PORT (default 1234), stopped before the first instruction;
+    /// prints the gdb command line that loads the kernel's symbols and runs to kernel_entry
+    /// (docs/boot.md, Debugging)
+    #[arg(long, allow_negative_numbers = true, value_name = "PORT", num_args = 0..=1, default_missing_value = "1234", value_parser = tcp_port)]
+    pub gdb: Option<u16>,
+}
+
+// ---------------------------------------------------------------------------------------
+// test, iso, build
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct TestArgs {
+    /// vCPU counts for the in-kernel test boots, each 1..=255
+    #[arg(long, value_name = "LIST", default_value = "1,2,4,8", value_parser = core_list)]
+    pub smp: CoreList,
+    /// Skip the QEMU boots
+    #[arg(long)]
+    pub host_only: bool,
+    /// Run only the suites whose name contains PATTERN (repeatable), e.g. --only roletest --only "kernel smp=4"
+    #[arg(long, value_name = "PATTERN", action = clap::ArgAction::Append, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub only: Vec<String>,
+    /// Print the suites' names and what each declares, run nothing
+    #[arg(long)]
+    pub list: bool,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct IsoArgs {
+    /// Where the ISO goes (default target/os.iso)
+    #[arg(long, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+    /// Kernel command line baked into the GRUB menu entry
+    #[arg(long, value_name = "\"...\"", allow_hyphen_values = true)]
+    pub cmdline: Option<String>,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct BuildArgs {
+    /// The program archive (initrd) too
+    #[arg(long)]
+    pub all: bool,
+}
+
+// ---------------------------------------------------------------------------------------
+// bench
+
+#[derive(Args, Debug, Clone, PartialEq)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub sub: Option<BenchCommand>,
+    #[command(flatten)]
+    pub matrix: MatrixArgs,
+}
+
+#[derive(Subcommand, Debug, Clone, PartialEq)]
+pub enum BenchCommand {
+    /// Boot time: QEMU start to the kernel's summary line (ours) and to /init (Linux)
+    Boot(BootBenchArgs),
+    /// The percore crate's benchmark example, host-native (its options are passed through: --ms N, --json PATH)
+    Percore(ToolArgs),
+    /// Check a report.html: well-formed, names every benchmark of its results.json; with
+    /// --browser also renders it in headless Chromium (installed on demand) to PDF and PNG
+    ReportCheck(ReportCheckArgs),
+}
+
+/// The benchmark matrix's options (`cargo xtask bench`).
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct MatrixArgs {
+    /// Systems to run: ours,linux
+    #[arg(long, value_name = "LIST", default_value = "ours,linux")]
+    pub systems: String,
+    /// vCPU counts, each 1..=255; above 2 timings are functional only
+    #[arg(long, value_name = "LIST", default_value = "1,2", value_parser = core_list)]
+    pub smp: CoreList,
+    /// Benchmarks to run (default all; see --list); `calib` always runs as well
+    #[arg(long, value_name = "LIST")]
+    pub only: Option<String>,
+    /// Where results.json, results.csv, table.txt, report.html and the plots go (default target/bench-results)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Kill one guest boot after SECS (reported as timed out)
+    #[arg(long, allow_negative_numbers = true, value_name = "SECS", default_value = "180", value_parser = at_least_one)]
+    pub timeout: u64,
+    /// Override a parameter (e.g. iters=1000) in every benchmark that has it (repeatable)
+    #[arg(long, value_name = "KEY=VALUE", action = clap::ArgAction::Append)]
+    pub param: Vec<String>,
+    /// Guest memory
+    #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = mem_size)]
+    pub mem: u64,
+    /// Count guest instructions with the insncount plugin
+    #[arg(long, value_name = "on|off", default_value = "on")]
+    pub insns: OnOff,
+    /// Runs per boot, 1..=100; the fastest is reported
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub reps: u64,
+    /// Boot every cell (system x benchmark x vCPUs) N times, 1..=100; medians and ranges per
+    /// cell, ours/linux paired boot by boot; recorded timing claims use 5 or more
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=crate::bench::MAX_BOOTS as i64))]
+    pub boots: u32,
+    /// Seed of the shuffled cell order (printed, to replay a run)
+    #[arg(long, allow_negative_numbers = true, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+    /// tcp_accept: also a sharing audit per cell from 2 vCPUs (a boot of its own, single-threaded
+    /// TCG): cross-core line transfers per connection, split into driver, stack, IPC, alloc,
+    /// other (kernel) and user
+    #[arg(long, value_name = "on|off", default_value = "off")]
+    pub audit: OnOff,
+    /// Redraw the table, plots, results.csv and report.html from DIR/results.json without running
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+    /// List the benchmarks
+    #[arg(long)]
+    pub list: bool,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct BootBenchArgs {
+    /// vCPU counts, each 1..=255
+    #[arg(long, value_name = "LIST", default_value = "2,16,64", value_parser = core_list)]
+    pub smp: CoreList,
+    /// Boots per count; the best is reported
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub runs: u32,
+    /// Where boot.json goes (default target/bench)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Do not boot Linux for the comparison
+    #[arg(long)]
+    pub no_linux: bool,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct ReportCheckArgs {
+    /// The results directory holding report.html and results.json (default target/bench-results)
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Also render the page in headless Chromium (Debian package `chromium`, installed on
+    /// demand): printed to PDF (must have pages) and drawn to PNG (must not be blank)
+    #[arg(long)]
+    pub browser: bool,
+}
+
+// ---------------------------------------------------------------------------------------
+// commute, fuzz, soak, mutants
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct CommuteArgs {
+    /// Only pairs of these calls (default: every modelled call; see --list)
+    #[arg(long, value_name = "a,b,...")]
+    pub calls: Option<String>,
+    /// The system to check (only ours so far: the Linux column is not built)
+    #[arg(long, value_name = "ours", value_parser = ["ours", "linux", "both"])]
+    pub system: Option<String>,
+    /// vCPUs, at least 2 (the two calls run on cores 0 and 1)
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=255))]
+    pub smp: u32,
+    /// The guest run's limit
+    #[arg(long, allow_negative_numbers = true, value_name = "SECS", default_value_t = 900)]
+    pub timeout: u64,
+    /// Where results go (default target/commute)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// The seeded CI sample, checked against xtask/src/commute/baseline.txt
+    #[arg(long)]
+    pub ci: bool,
+    /// With --ci: rewrite the baseline from this run
+    #[arg(long, requires = "ci")]
+    pub update_baseline: bool,
+    /// Print the model's decisions without booting
+    #[arg(long)]
+    pub model_only: bool,
+    /// List the modelled calls and the case count
+    #[arg(long)]
+    pub list: bool,
+    /// The CI sample on a kernel with a planted conflict (feature planted-conflict): succeeds
+    /// only if the baseline check catches it
+    #[arg(long)]
+    pub planted: bool,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct FuzzArgs {
+    /// Calls in all, shared out over the cores (at least 1)
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "100000", value_parser = at_least_one)]
+    pub calls: u64,
+    /// The seed (decimal or 0x hex); a failure prints it and the replay command
+    #[arg(long, allow_negative_numbers = true, value_name = "S", default_value = "1", value_parser = number)]
+    pub seed: u64,
+    /// vCPUs, 1..=32 (the fuzzer's core limit)
+    #[arg(long, allow_negative_numbers = true, value_name = "K", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub smp: u32,
+    /// Allocation fault injection: alloc:1/N (every Nth) or alloc:seed:S:P (P percent, seeded)
+    #[arg(long, value_name = "SPEC", value_parser = inject_spec)]
+    pub inject: Option<String>,
+    /// Boot the kernel with the planted bug (a name length left unchecked): the fuzzer must find it
+    #[arg(long)]
+    pub planted_bug: bool,
+    /// Boot with the network card: virtual NICs are made and misused too
+    #[arg(long)]
+    pub net: bool,
+    /// Attach a blank scratch disk: block device objects and disk requests too
+    #[arg(long)]
+    pub scratch_disk: bool,
+    /// Print every call before it is issued (to see the one that crashed the kernel)
+    #[arg(long)]
+    pub trace: bool,
+    /// Kill the run after SECS (default: from the call count)
+    #[arg(long, allow_negative_numbers = true, value_name = "SECS", value_parser = number)]
+    pub timeout: Option<u64>,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct SoakArgs {
+    /// How long, in minutes (at least 1)
+    #[arg(long, allow_negative_numbers = true, value_name = "M", value_parser = at_least_one)]
+    pub minutes: u64,
+    /// vCPUs, 1..=32
+    #[arg(long, allow_negative_numbers = true, value_name = "K", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub smp: u32,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct MutantsArgs {
+    /// Only these mutants (comma-separated, repeatable; see --list)
+    #[arg(long, value_name = "NAME,...", action = clap::ArgAction::Append, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Print the catalog, run nothing
+    #[arg(long)]
+    pub list: bool,
+    /// Keep the scratch tree and its builds afterwards (a rerun then rebuilds only what changed)
+    #[arg(long)]
+    pub keep: bool,
+    /// Skip running the checks on the unmutated tree first (only when it was just checked: a
+    /// check that fails anyway would count every mutant killed)
+    #[arg(long)]
+    pub no_baseline: bool,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct CompletionsArgs {
+    /// The shell
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+// ---------------------------------------------------------------------------------------
+// Parsing and errors
+
+/// Commands whose own parsers used to take a bare `help` word (`cargo xtask commute help`);
+/// it still works, as `--help`.
+const HELP_WORD: &[&str] = &["run", "test", "iso", "build", "commute", "fuzz", "soak", "mutants", "completions"];
+
+/// Parse `cargo xtask`'s arguments (without the program name).
+pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let mut argv: Vec<OsString> = std::iter::once(OsString::from("cargo xtask")).chain(args.into_iter().map(Into::into)).collect();
+    if argv.len() == 3 && argv[2] == "help" && argv[1].to_str().is_some_and(|c| HELP_WORD.contains(&c)) {
+        argv[2] = "--help".into();
+    }
+    Cli::try_parse_from(argv)
+}
+
+/// A clap error as one line: what is wrong (clap names the option and the value), its tip if
+/// it has one, and where the help is.
+pub fn one_line(e: &clap::Error, command: Option<&str>) -> String {
+    let text = e.to_string();
+    // The message, and the lines it continues on (`...not provided:` and the arguments),
+    // up to the usage line; clap's tip if it gives one.
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let body: Vec<&str> = lines.iter().copied().take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information") && !l.starts_with("tip:")).collect();
+    let joined = if body.is_empty() { "bad command line".to_string() } else { body.join(" ") };
+    let first = joined.strip_prefix("error: ").unwrap_or(&joined);
+    let tip = lines.iter().find_map(|l| l.strip_prefix("tip: ")).map(|t| format!(" ({t})")).unwrap_or_default();
+    let help = match command {
+        Some(c) => format!("cargo xtask {c} --help"),
+        None => "cargo xtask help".into(),
+    };
+    format!("{first}{tip}; see `{help}`")
+}
+
+/// The command named on a command line, if it is one of ours (for the error's help pointer).
+pub fn command_name<T: AsRef<str>>(args: &[T]) -> Option<String> {
+    let first = args.first()?.as_ref();
+    use clap::CommandFactory;
+    Cli::command().get_subcommands().any(|s| s.get_name() == first).then(|| first.to_string())
+}
+
+/// Parse as `cargo xtask COMMAND ARGS...` and give the one-line error (for the modules' own
+/// tests).
+#[cfg(test)]
+pub fn parse_command(command: &str, args: &[String]) -> Result<Command, String> {
+    parse(std::iter::once(command.to_string()).chain(args.iter().cloned())).map(|c| c.command).map_err(|e| one_line(&e, Some(command)))
+}
+
+/// The completion script for `shell`.
+pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "cargo-xtask", &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(line: &str) -> Result<Command, clap::Error> {
+        parse(line.split_whitespace()).map(|c| c.command)
+    }
+
+    /// A bad line must be a usage error (exit status 2), on one line, naming `needle`.
+    fn bad(line: &str, needle: &str) {
+        let e = p(line).expect_err(line);
+        assert_eq!(e.exit_code(), 2, "{line}: exit status");
+        let msg = one_line(&e, command_name(&line.split_whitespace().collect::<Vec<_>>()).as_deref());
+        assert!(!msg.contains('\n'), "{line}: one line: {msg}");
+        assert!(msg.contains(needle), "{line}: `{msg}` should name `{needle}`");
+    }
+
+    /// Every command of main.rs's dispatch, in the order `help` lists them.
+    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "completions"];
+
+    #[test]
+    fn help_lists_every_command() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        let mut at = 0;
+        for c in COMMANDS {
+            let pos = help[at..].find(&format!("\n  {c} ")).unwrap_or_else(|| panic!("`{c}` not listed (in order) in:\n{help}"));
+            at += pos + 1;
+        }
+        // And nothing unlisted: each command line of the list is one of ours (or help).
+        let listed: Vec<&str> = help.split("Commands:").nth(1).unwrap().split("Options:").next().unwrap().lines().filter(|l| l.starts_with("  ") && !l.starts_with("   ")).map(|l| l.split_whitespace().next().unwrap()).collect();
+        for l in &listed {
+            assert!(COMMANDS.contains(l) || *l == "help", "unexpected command `{l}`");
+        }
+        // `cargo xtask help` and `cargo xtask --help` are the help (clap exits 0 for them).
+        for line in ["help", "--help", "-h", "bench --help", "run --help", "commute help", "mutants help", "bench help"] {
+            let e = p(line).expect_err(line);
+            assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{line}");
+            assert_eq!(e.exit_code(), 0, "{line}");
+        }
+        // No command at all: the help, as an error (exit status 2).
+        let e = parse(Vec::<String>::new()).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn run_lines() {
+        let Command::Run(r) = p("run").unwrap() else { panic!() };
+        assert_eq!((r.vm.smp, r.vm.mem, r.vm.cpu.as_str(), r.gdb), (2, 512, "max", None));
+        let Command::Run(r) = p("run --smp 4 --mem 2G --numa 2 --timeout 30 --gdb").unwrap() else { panic!() };
+        assert_eq!((r.vm.smp, r.vm.mem, r.vm.numa, r.vm.timeout, r.gdb), (4, 2048, Some(2), Some(30), Some(1234)));
+        let Command::Run(r) = p("run --gdb 4444 --smp 3").unwrap() else { panic!() };
+        assert_eq!((r.gdb, r.vm.smp), (Some(4444), 3));
+        let Command::Run(r) = p("run --gdb=4445").unwrap() else { panic!() };
+        assert_eq!(r.gdb, Some(4445));
+        let Command::Run(r) = p("run --hostfwd 8080:80 --hostfwd 8081:7").unwrap() else { panic!() };
+        assert_eq!(r.vm.hostfwd.len(), 2);
+        let cfg = r.vm.into_config().unwrap();
+        assert_eq!(cfg.net.unwrap().forwards.len(), 2, "--hostfwd implies --net");
+        let Command::Run(r) = p("run --iso --uefi").unwrap() else { panic!() };
+        assert!(matches!(r.vm.into_config().unwrap().medium, Some(crate::qemu::BootMedium::Iso { uefi: true, .. })));
+        bad("run --smp 0", "--smp");
+        bad("run --smp 0", "1..=255");
+        bad("run --smp 256", "1..=255");
+        bad("run --smp x", "--smp");
+        bad("run --smp -1", "--smp");
+        bad("run --smp", "--smp");
+        bad("run --mem lots", "--mem");
+        bad("run --mem lots", "512M");
+        bad("run --uefi", "--iso");
+        bad("run --gdb 0", "--gdb");
+        bad("run --gdb 70000", "1..=65535");
+        bad("run --hostfwd 80", "--hostfwd");
+        bad("run --foo", "--foo");
+        // Checks between options come from into_config.
+        let Command::Run(r) = p("run --smp 2 --numa 3").unwrap() else { panic!() };
+        assert!(r.vm.into_config().unwrap_err().contains("--numa"));
+        let Command::Run(r) = p("run --disk /nonexistent/x.img").unwrap() else { panic!() };
+        assert!(r.vm.into_config().unwrap_err().contains("--disk"));
+    }
+
+    #[test]
+    fn test_lines() {
+        let Command::Test(t) = p("test").unwrap() else { panic!() };
+        assert_eq!((t.smp.0, t.host_only, t.only.len(), t.list), (vec![1, 2, 4, 8], false, 0, false));
+        let t = parse(["test", "--only", "roletest", "--only", "kernel smp=4", "--smp", "1,2", "--host-only"]).unwrap().command;
+        let Command::Test(t) = t else { panic!() };
+        assert_eq!((t.only, t.smp.0, t.host_only), (vec!["roletest".to_string(), "kernel smp=4".to_string()], vec![1, 2], true));
+        bad("test --smp 1,0", "1..=255");
+        bad("test --smp 1,x", "--smp");
+        bad("test --frob", "--frob");
+        let e = parse(["test", "--only", ""]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn other_command_lines() {
+        assert!(matches!(p("build --all").unwrap(), Command::Build(BuildArgs { all: true })));
+        assert!(matches!(p("iso --out /tmp/x.iso").unwrap(), Command::Iso(IsoArgs { out: Some(_), cmdline: None })));
+        bad("build --everything", "--everything");
+        let Command::Bench(b) = p("bench boot --smp 2,16 --runs 1 --no-linux").unwrap() else { panic!() };
+        assert!(matches!(b.sub, Some(BenchCommand::Boot(BootBenchArgs { runs: 1, no_linux: true, .. }))));
+        let Command::Bench(b) = p("bench percore --ms 50").unwrap() else { panic!() };
+        assert_eq!(b.sub, Some(BenchCommand::Percore(ToolArgs { args: vec!["--ms".into(), "50".into()] })));
+        let Command::Bench(b) = p("bench report-check --browser").unwrap() else { panic!() };
+        assert!(matches!(b.sub, Some(BenchCommand::ReportCheck(ReportCheckArgs { dir: None, browser: true }))));
+        bad("bench boot --runs 0", "--runs");
+        let Command::Fuzz(f) = p("fuzz --calls 5000 --seed 0x2a --smp 2 --inject alloc:1/7 --planted-bug").unwrap() else { panic!() };
+        assert_eq!((f.calls, f.seed, f.smp, f.inject.as_deref(), f.planted_bug), (5000, 42, 2, Some("alloc:1/7"), true));
+        bad("fuzz --smp 33", "1..=32");
+        bad("fuzz --calls 0", "--calls");
+        bad("fuzz --inject pages:1/5", "alloc:1/N");
+        let Command::Soak(s) = p("soak --minutes 10 --smp 2").unwrap() else { panic!() };
+        assert_eq!((s.minutes, s.smp), (10, 2));
+        bad("soak", "--minutes");
+        bad("soak --minutes 0", "--minutes");
+        let Command::Mutants(m) = p("mutants --only a,b --only c --keep").unwrap() else { panic!() };
+        assert_eq!((m.only.len(), m.keep, m.no_baseline), (3, true, false));
+        let Command::Commute(c) = p("commute --ci --update-baseline --smp 3").unwrap() else { panic!() };
+        assert!(c.ci && c.update_baseline && c.smp == 3);
+        bad("commute --update-baseline", "--ci");
+        bad("commute --smp 1", "--smp");
+        bad("commute --system bsd", "--system");
+        bad("completions tcsh", "tcsh");
+        bad("fuz", "fuzz");
+        bad("frobnicate", "frobnicate");
+    }
+
+    /// The sub-tools get their line untouched, `help` and `--help` included.
+    #[test]
+    fn sub_tools_take_their_own_lines() {
+        for (line, cmd) in [("plugin help", "plugin"), ("linux help", "linux"), ("net help", "net"), ("webd help", "webd"), ("fs help", "fs"), ("metis --help", "metis"), ("net load --port 8080 --conns 10", "net"), ("cachesim --smp 2", "cachesim")] {
+            let c = p(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let want: Vec<String> = line.split_whitespace().skip(1).map(String::from).collect();
+            let got = match c {
+                Command::Plugin(t) | Command::Cachesim(t) | Command::Audit(t) | Command::Linux(t) | Command::Net(t) | Command::Webd(t) | Command::Fs(t) | Command::Metis(t) => t.args,
+                other => panic!("{line}: {other:?}"),
+            };
+            assert_eq!(got, want, "{line} ({cmd})");
+        }
+    }
+
+    #[test]
+    fn bash_completions_name_the_commands() {
+        let s = String::from_utf8(completions(clap_complete::Shell::Bash)).unwrap();
+        for c in COMMANDS {
+            assert!(s.contains(c), "bash completions lack `{c}`");
+        }
+        assert!(s.contains("--smp") && s.contains("--host-only") && s.contains("report-check"));
+        for sh in [clap_complete::Shell::Zsh, clap_complete::Shell::Fish] {
+            assert!(String::from_utf8(completions(sh)).unwrap().contains("commute"));
+        }
+    }
+}
