@@ -20,19 +20,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-const HELP: &str = "\
-cargo xtask commute [options]   the commutativity checker (docs/commute.md)
-  --calls a,b,...   only pairs of these calls (default: every modelled call)
-  --system ours     the system to check (only ours so far: the Linux column is not built)
-  --smp N           vCPUs (default 2; the two calls run on cores 0 and 1)
-  --timeout SECS    the guest run's limit (default 900)
-  --out DIR         where results go (default target/commute)
-  --ci              the seeded CI sample, checked against xtask/src/commute/baseline.txt
-  --update-baseline with --ci: rewrite the baseline from this run
-  --model-only      print the model's decisions without booting
-  --list            list the modelled calls and the case count
-  --planted         the CI sample on a kernel with a planted conflict (feature planted-conflict):
-                    succeeds only if the baseline check catches it";
 
 /// The checked-in baseline of the CI sample: which sampled cases were conflict-free.
 fn baseline_path() -> PathBuf {
@@ -471,36 +458,15 @@ pub fn ci_tests() -> Result<TestTally, String> {
     Ok(t)
 }
 
-pub fn main(args: &[String]) -> Result<(), String> {
-    let mut calls: Option<String> = None;
-    let mut smp = 2u32;
-    let mut timeout = Duration::from_secs(900);
-    let mut out = crate::env::target_dir().join("commute");
-    let (mut ci, mut update, mut model_only, mut list, mut planted) = (false, false, false, false, false);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
-        match a.as_str() {
-            "--calls" => calls = Some(val("--calls")?),
-            "--smp" => smp = val("--smp")?.parse().map_err(|_| "--smp: not a number".to_string())?,
-            "--timeout" => timeout = Duration::from_secs(val("--timeout")?.parse().map_err(|_| "--timeout: not a number".to_string())?),
-            "--out" => out = PathBuf::from(val("--out")?),
-            "--ci" => ci = true,
-            "--update-baseline" => update = true,
-            "--model-only" => model_only = true,
-            "--list" => list = true,
-            "--planted" => planted = true,
-            "--system" => match val("--system")?.as_str() {
-                "ours" => {}
-                "linux" | "both" => return Err("commute: the Linux column is not built yet (docs/commute.md, \"Not done\"); --system ours only".into()),
-                other => return Err(format!("commute: --system: unknown system `{other}` (ours)")),
-            },
-            "help" | "--help" | "-h" => {
-                println!("{HELP}");
-                return Ok(());
-            }
-            other => return Err(format!("commute: unknown option `{other}`\n{HELP}")),
-        }
+/// `cargo xtask commute` (cli.rs declares the options).
+pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
+    let calls = args.calls.clone();
+    let (smp, timeout) = (args.smp, Duration::from_secs(args.timeout));
+    let out = args.out.clone().unwrap_or_else(|| crate::env::target_dir().join("commute"));
+    let (ci, update, model_only, list, planted) = (args.ci, args.update_baseline, args.model_only, args.list, args.planted);
+    match args.system.as_deref() {
+        None | Some("ours") => {}
+        Some(_) => return Err("commute: the Linux column is not built yet (docs/commute.md, \"Not done\"); --system ours only".into()),
     }
     if smp < 2 {
         return Err("commute: --smp must be at least 2 (the calls run on cores 0 and 1)".into());
