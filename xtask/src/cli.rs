@@ -216,6 +216,7 @@ impl VmArgs {
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
 pub struct RunArgs {
     #[command(flatten)]
     pub vm: VmArgs,
@@ -230,6 +231,7 @@ pub struct RunArgs {
 // test, iso, build
 
 #[derive(Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
 pub struct TestArgs {
     /// vCPU counts for the in-kernel test boots, each 1..=255
     #[arg(long, value_name = "LIST", default_value = "1,2,4,8", value_parser = core_list)]
@@ -246,6 +248,7 @@ pub struct TestArgs {
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
 pub struct IsoArgs {
     /// Where the ISO goes (default target/os.iso)
     #[arg(long, value_name = "PATH")]
@@ -256,6 +259,7 @@ pub struct IsoArgs {
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
 pub struct BuildArgs {
     /// The program archive (initrd) too
     #[arg(long)]
@@ -266,7 +270,7 @@ pub struct BuildArgs {
 // bench
 
 #[derive(Args, Debug, Clone, PartialEq)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(args_conflicts_with_subcommands = true, args_override_self = true)]
 pub struct BenchArgs {
     #[command(subcommand)]
     pub sub: Option<BenchCommand>,
@@ -336,6 +340,7 @@ pub struct MatrixArgs {
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
 pub struct BootBenchArgs {
     /// vCPU counts, each 1..=255
     #[arg(long, value_name = "LIST", default_value = "2,16,64", value_parser = core_list)]
@@ -352,6 +357,7 @@ pub struct BootBenchArgs {
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
 pub struct ReportCheckArgs {
     /// The results directory holding report.html and results.json (default target/bench-results)
     #[arg(value_name = "DIR")]
@@ -366,6 +372,7 @@ pub struct ReportCheckArgs {
 // commute, fuzz, soak, mutants
 
 #[derive(Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
 pub struct CommuteArgs {
     /// Only pairs of these calls (default: every modelled call; see --list)
     #[arg(long, value_name = "a,b,...")]
@@ -401,6 +408,7 @@ pub struct CommuteArgs {
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
 pub struct FuzzArgs {
     /// Calls in all, shared out over the cores (at least 1)
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "100000", value_parser = at_least_one)]
@@ -432,6 +440,7 @@ pub struct FuzzArgs {
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
 pub struct SoakArgs {
     /// How long, in minutes (at least 1)
     #[arg(long, allow_negative_numbers = true, value_name = "M", value_parser = at_least_one)]
@@ -442,6 +451,7 @@ pub struct SoakArgs {
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
 pub struct MutantsArgs {
     /// Only these mutants (comma-separated, repeatable; see --list)
     #[arg(long, value_name = "NAME,...", action = clap::ArgAction::Append, value_delimiter = ',')]
@@ -599,6 +609,9 @@ mod tests {
         bad("run --gdb 70000", "1..=65535");
         bad("run --hostfwd 80", "--hostfwd");
         bad("run --foo", "--foo");
+        // A repeated option: the last one counts, as before clap (repeatable ones add up).
+        let Command::Run(r) = p("run --smp 2 --smp 3 --hostfwd 8080:80 --hostfwd 8081:7").unwrap() else { panic!() };
+        assert_eq!((r.vm.smp, r.vm.hostfwd.len()), (3, 2));
         // Checks between options come from into_config.
         let Command::Run(r) = p("run --smp 2 --numa 3").unwrap() else { panic!() };
         assert!(r.vm.into_config().unwrap_err().contains("--numa"));
@@ -625,6 +638,8 @@ mod tests {
         assert!(matches!(p("build --all").unwrap(), Command::Build(BuildArgs { all: true })));
         assert!(matches!(p("iso --out /tmp/x.iso").unwrap(), Command::Iso(IsoArgs { out: Some(_), cmdline: None })));
         bad("build --everything", "--everything");
+        let Command::Bench(b) = p("bench --only dupclose --only calib --param iters=5 --param iters=6").unwrap() else { panic!() };
+        assert_eq!((b.matrix.only.as_deref(), b.matrix.param.len()), (Some("calib"), 2));
         let Command::Bench(b) = p("bench boot --smp 2,16 --runs 1 --no-linux").unwrap() else { panic!() };
         assert!(matches!(b.sub, Some(BenchCommand::Boot(BootBenchArgs { runs: 1, no_linux: true, .. }))));
         let Command::Bench(b) = p("bench percore --ms 50").unwrap() else { panic!() };

@@ -555,6 +555,11 @@ fn ms(p: &BTreeMap<String, u64>, k: &str) -> String {
 }
 
 pub fn main(args: &[String]) -> Result<(), String> {
+    // `cargo xtask metis --help` (as the top-level help names it) and `metis help`.
+    if matches!(args.first().map(String::as_str), Some("--help" | "-h" | "help")) {
+        println!("{HELP}");
+        return Ok(());
+    }
     if args.first().map(String::as_str) == Some("sweep") {
         return sweep::main(&args[1..]);
     }
