@@ -129,6 +129,25 @@ fn inject_spec(v: &str) -> Result<String, String> {
     crate::fuzz::check_inject(v).map(|()| v.to_string()).map_err(|e| e.trim_start_matches("--inject: ").to_string())
 }
 
+/// `commute --calls`: modelled call names, comma-separated.
+fn commute_calls(v: &str) -> Result<String, String> {
+    let calls = crate::commute::cases::CALLS;
+    if let Some(bad) = v.split(',').find(|n| !calls.iter().any(|k| k.name == *n)) {
+        let names: Vec<&str> = calls.iter().map(|k| k.name).collect();
+        return Err(format!("unknown call `{bad}` (modelled: {})", names.join(", ")));
+    }
+    Ok(v.to_string())
+}
+
+/// `mutants --only`: a mutant of the catalog (empty names between commas are ignored).
+fn mutant_name(v: &str) -> Result<String, String> {
+    let v = v.trim();
+    if !v.is_empty() && !crate::mutants::CATALOG.iter().any(|m| m.name == v) {
+        return Err(format!("no mutant `{v}` in the catalog (see --list)"));
+    }
+    Ok(v.to_string())
+}
+
 fn at_least_one(v: &str) -> Result<u64, String> {
     match number(v)? {
         0 => Err("need at least 1".into()),
@@ -375,7 +394,7 @@ pub struct ReportCheckArgs {
 #[command(args_override_self = true)]
 pub struct CommuteArgs {
     /// Only pairs of these calls (default: every modelled call; see --list)
-    #[arg(long, value_name = "a,b,...")]
+    #[arg(long, value_name = "a,b,...", value_parser = commute_calls)]
     pub calls: Option<String>,
     /// The system to check (only ours so far: the Linux column is not built)
     #[arg(long, value_name = "ours", value_parser = ["ours", "linux", "both"])]
@@ -454,7 +473,7 @@ pub struct SoakArgs {
 #[command(args_override_self = true)]
 pub struct MutantsArgs {
     /// Only these mutants (comma-separated, repeatable; see --list)
-    #[arg(long, value_name = "NAME,...", action = clap::ArgAction::Append, value_delimiter = ',')]
+    #[arg(long, value_name = "NAME,...", action = clap::ArgAction::Append, value_delimiter = ',', value_parser = mutant_name)]
     pub only: Vec<String>,
     /// Print the catalog, run nothing
     #[arg(long)]
@@ -660,11 +679,14 @@ mod tests {
         assert_eq!((s.minutes, s.smp), (10, 2));
         bad("soak", "--minutes");
         bad("soak --minutes 0", "--minutes");
-        let Command::Mutants(m) = p("mutants --only a,b --only c --keep").unwrap() else { panic!() };
+        let names: Vec<&str> = crate::mutants::CATALOG.iter().map(|m| m.name).take(3).collect();
+        let Command::Mutants(m) = p(&format!("mutants --only {},{} --only {} --keep", names[0], names[1], names[2])).unwrap() else { panic!() };
         assert_eq!((m.only.len(), m.keep, m.no_baseline), (3, true, false));
         let Command::Commute(c) = p("commute --ci --update-baseline --smp 3").unwrap() else { panic!() };
         assert!(c.ci && c.update_baseline && c.smp == 3);
         bad("commute --update-baseline", "--ci");
+        bad("commute --calls null,nosuch", "unknown call `nosuch`");
+        bad("mutants --only nosuch", "no mutant `nosuch`");
         bad("commute --smp 1", "--smp");
         bad("commute --system bsd", "--system");
         bad("completions tcsh", "tcsh");
