@@ -216,10 +216,17 @@ impl Table {
         // Touch every page of the new array now: a page no entry lands in would otherwise be
         // first touched by a reducer scanning the table, and that demand-zero fault would be
         // charged to reading another worker's data.
+        // The array rarely starts on a page boundary, so it is one byte per page it spans
+        // (from its first byte, then each page start up to its end), not every 4096th byte
+        // from its start, which missed the last page of an array crossing a boundary.
         let bytes = ncap * core::mem::size_of::<Entry>();
-        for off in (0..bytes).step_by(4096) {
-            // SAFETY: `off < bytes`, inside the array just allocated; writing the zero it holds.
-            unsafe { ptr::write_volatile((new as *mut u8).add(off), 0) };
+        let start = new as usize;
+        let mut at = start;
+        while at < start + bytes {
+            // SAFETY: `start <= at < start + bytes`, inside the array just allocated; writing
+            // the zero it holds.
+            unsafe { ptr::write_volatile(at as *mut u8, 0) };
+            at = (at + 1).next_multiple_of(4096);
         }
         for i in 0..self.cap {
             // SAFETY: `i < cap`: a slot of the old array.
