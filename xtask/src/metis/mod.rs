@@ -30,6 +30,9 @@ cargo xtask metis ci                the check `cargo xtask test` runs (ours, 2 v
 cargo xtask metis sweep APP [--smp 1,2] [--systems ours,linux] [--out-dir DIR] [run options]
                                     one boot per system and vCPU count: table and plot of the
                                     phases' times (target/metis-results/APP.md, .svg, .png)
+cargo xtask metis sweep all [--input FILE] [--size 1m] [sweep options]
+                                    the three sweeps (a plot per application); wc and wri read
+                                    FILE, or the text wrmem generates (--size, --seed)
 cargo xtask metis wc|wri|wrmem [options]
   --input FILE        the text (wc, wri); put into the boot image
   --from-disk         ours: put the input on an ext2 disk image instead and read it through the
@@ -558,6 +561,9 @@ fn ms(p: &BTreeMap<String, u64>, k: &str) -> String {
 
 pub fn main(args: &[String]) -> Result<(), String> {
     if args.first().map(String::as_str) == Some("sweep") {
+        if args.get(1).map(String::as_str) == Some("all") {
+            return sweep::all(&args[2..]);
+        }
         return sweep::main(&args[1..]);
     }
     // `cargo xtask metis ci`: the check `cargo xtask test` runs, alone.
