@@ -203,7 +203,13 @@ pub struct Report {
     pub workers: usize,
     pub partitions: usize,
     pub input_bytes: usize,
+    /// Map, up to the moment every reducer's output space is in place: it includes `prep`.
     pub map: Phase,
+    /// The end of the map phase after the last worker finished mapping: every worker links
+    /// the others' arenas (`Env::share_arenas`) and pre-populates the arena pages its reduce
+    /// will write (`reduce_prep_pages`), so that the reduce phase takes no soft fault. Its
+    /// time and faults are part of `map`'s.
+    pub prep: Phase,
     pub reduce: Phase,
     pub merge: Phase,
     /// Writing the output through the sink (not one of Metis's phases).
@@ -215,6 +221,12 @@ pub struct Report {
     /// reduce phase's demand-zero faults on its own output. Reduce faults beyond this number
     /// are faults on reading the other workers' data (the layouts differ there).
     pub reduce_arena_pages: u64,
+    /// Arena pages the workers wrote a zero into before reduce (`prep`), summed: the reduce
+    /// phase's own output space, sized from the tables' key and value counts.
+    pub reduce_prep_pages: u64,
+    /// Bytes the reducers allocated beyond the space `prep` prepared, summed: 0 unless the
+    /// bound ([`table::reduce_bound`]) is wrong; the host tests assert it is 0.
+    pub reduce_beyond_prep: u64,
     /// The same for the merge phase (the merge rounds' pointer lists).
     pub merge_arena_pages: u64,
     /// Largest arena use of one worker (bytes), and each arena's size.
@@ -237,19 +249,23 @@ impl core::fmt::Display for Report {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "metis-phases workers={} partitions={} input_bytes={} keys={} words={} map_us={} reduce_us={} merge_us={} output_us={} map_faults={} reduce_faults={} reduce_arena_pages={} merge_faults={} merge_arena_pages={} arena_bytes={} arena_used_max={} tsc_hz={}",
+            "metis-phases workers={} partitions={} input_bytes={} keys={} words={} map_us={} prep_us={} reduce_us={} merge_us={} output_us={} map_faults={} prep_faults={} reduce_faults={} reduce_arena_pages={} reduce_prep_pages={} reduce_beyond_prep={} merge_faults={} merge_arena_pages={} arena_bytes={} arena_used_max={} tsc_hz={}",
             self.workers,
             self.partitions,
             self.input_bytes,
             self.keys,
             self.words,
             self.us(self.map),
+            self.us(self.prep),
             self.us(self.reduce),
             self.us(self.merge),
             self.us(self.output),
             self.map.faults,
+            self.prep.faults,
             self.reduce.faults,
             self.reduce_arena_pages,
+            self.reduce_prep_pages,
+            self.reduce_beyond_prep,
             self.merge.faults,
             self.merge_arena_pages,
             self.arena_bytes,
@@ -272,6 +288,9 @@ struct Slot {
     /// Arena bytes in use when map ended, and at the end (after merge).
     used_map: AtomicUsize,
     used_end: AtomicUsize,
+    /// Where the space `prep` made present for reduce ends (arena offset), and its pages.
+    prep_end: AtomicUsize,
+    prep_pages: AtomicU64,
     words: AtomicU64,
     failed: AtomicBool,
     error: UnsafeCell<Option<Error>>,
@@ -311,8 +330,9 @@ struct Shared {
     parts: Vec<Part>,
     failed: AtomicBool,
     barrier: Barrier,
-    /// TSC (0..4) and fault count (4..8) at each phase boundary, written by worker 0.
-    marks: [AtomicU64; 8],
+    /// TSC (0..5) and fault count (5..10) at each phase boundary (map start, map's prep
+    /// start, reduce start, merge start, merge end), written by worker 0.
+    marks: [AtomicU64; 10],
 }
 
 // SAFETY: `Slot::error` is written only by its worker before it sets `failed` (Release) and
@@ -373,6 +393,27 @@ fn map_phase(sh: &Shared, app: App, input: &[u8], w: usize, n: usize, arena: &mu
     })?;
     sh.slots[w].words.store(count, Ordering::Relaxed);
     Ok(())
+}
+
+/// The end of map (`Report::prep`): worker `w` sums, over the partitions it will reduce, the
+/// keys and values of every worker's table, and writes a zero into each arena page the
+/// reduction of those partitions can allocate ([`table::reduce_bound`]), so the reduce phase
+/// finds its output pages present. (The tables are read here for the first time by other
+/// workers: with the `private` layout those reads fault here instead of in reduce.)
+fn prep_reduce(sh: &Shared, app: App, w: usize, n: usize, arena: &mut Arena) {
+    let mut bytes = 0usize;
+    for p in (w..sh.parts.len()).step_by(n) {
+        // SAFETY: as in `reduce_phase`: published before map's last barrier, no longer
+        // written, readable here after `share_arenas`.
+        let table = |v: usize| unsafe { &*sh.slots[v].tables.load(Ordering::Acquire).add(p) };
+        let (keys, vals) = (0..n).fold((0usize, 0u64), |(k, x), v| (k + table(v).len, x + table(v).vals));
+        if keys > 0 {
+            bytes = bytes.saturating_add(table::reduce_bound(app, keys, vals, core::mem::size_of::<Ref>()));
+        }
+    }
+    let pages = arena.prefault(bytes);
+    sh.slots[w].prep_end.store(arena.used().saturating_add(bytes), Ordering::Relaxed);
+    sh.slots[w].prep_pages.store(pages as u64, Ordering::Relaxed);
 }
 
 fn reduce_phase(sh: &Shared, app: App, input_len: usize, w: usize, n: usize, arena: &mut Arena) -> Result<(), Error> {
@@ -551,7 +592,17 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
     }
     let sh = Shared {
         slots: (0..n)
-            .map(|_| Slot { tables: AtomicPtr::new(core::ptr::null_mut()), used: AtomicUsize::new(0), used_map: AtomicUsize::new(0), used_end: AtomicUsize::new(0), words: AtomicU64::new(0), failed: AtomicBool::new(false), error: UnsafeCell::new(None) })
+            .map(|_| Slot {
+                tables: AtomicPtr::new(core::ptr::null_mut()),
+                used: AtomicUsize::new(0),
+                used_map: AtomicUsize::new(0),
+                used_end: AtomicUsize::new(0),
+                prep_end: AtomicUsize::new(0),
+                prep_pages: AtomicU64::new(0),
+                words: AtomicU64::new(0),
+                failed: AtomicBool::new(false),
+                error: UnsafeCell::new(None),
+            })
             .collect(),
         parts: (0..partitions).map(|_| Part { outs: AtomicPtr::new(core::ptr::null_mut()), len: AtomicUsize::new(0), list: AtomicPtr::new(core::ptr::null_mut()), list_len: AtomicUsize::new(0) }).collect(),
         failed: AtomicBool::new(false),
@@ -560,7 +611,7 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
     };
     let mark = |i: usize| {
         sh.marks[i].store(env.ticks(), Ordering::Relaxed);
-        sh.marks[i + 4].store(env.faults(n), Ordering::Relaxed);
+        sh.marks[i + 5].store(env.faults(n), Ordering::Relaxed);
     };
     let body = |w: usize| {
         prefault_stack();
@@ -590,15 +641,26 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
         }
         sh.barrier.wait(&|| env.relax());
         if w == 0 {
-            stop(Marked::Map);
             mark(1);
-            start(Marked::Reduce);
         }
         sh.barrier.wait(&|| env.relax());
+        // Still the map phase: the arenas become readable by every worker and each reducer's
+        // output space present (`prep_reduce`).
         if !sh.failed.load(Ordering::Acquire) {
             if let Err(e) = env.share_arenas(w, n) {
                 sh.fail(w, e);
             }
+        }
+        if let Some(a) = arena.as_mut() {
+            if !sh.failed.load(Ordering::Acquire) {
+                prep_reduce(&sh, app, w, n, a);
+            }
+        }
+        sh.barrier.wait(&|| env.relax());
+        if w == 0 {
+            stop(Marked::Map);
+            mark(2);
+            start(Marked::Reduce);
         }
         sh.barrier.wait(&|| env.relax());
         if let Some(a) = arena.as_mut() {
@@ -612,7 +674,7 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
         sh.barrier.wait(&|| env.relax());
         if w == 0 {
             stop(Marked::Reduce);
-            mark(2);
+            mark(3);
             start(Marked::Merge);
         }
         // Merge: every worker runs the same rounds (and barriers), failed or not.
@@ -637,7 +699,7 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
         }
         if w == 0 {
             stop(Marked::Merge);
-            mark(3);
+            mark(4);
         }
     };
     let ran = env.run(n, &body);
@@ -646,20 +708,23 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
             // SAFETY: `failed` is set, so its worker finished writing `error`.
             return Err(unsafe { *s.error.get() }.unwrap_or(Error::Param("a worker failed")));
         }
-        let m = |i: usize| (sh.marks[i].load(Ordering::Relaxed), sh.marks[i + 4].load(Ordering::Relaxed));
-        let ((t0, f0), (t1, f1), (t2, f2), (t3, f3)) = (m(0), m(1), m(2), m(3));
+        let m = |i: usize| (sh.marks[i].load(Ordering::Relaxed), sh.marks[i + 5].load(Ordering::Relaxed));
+        let ((t0, f0), (tp, fp), (t2, f2), (t3, f3), (t4, f4)) = (m(0), m(1), m(2), m(3), m(4));
         let pages = |a: usize, b: usize| (b.div_ceil(4096) - a.div_ceil(4096)) as u64;
         let load = |x: &AtomicUsize| x.load(Ordering::Relaxed);
         let mut r = Report {
             workers: n,
             partitions,
             input_bytes: input.len(),
-            map: Phase { ticks: t1 - t0, faults: f1 - f0 },
-            reduce: Phase { ticks: t2 - t1, faults: f2 - f1 },
-            merge: Phase { ticks: t3 - t2, faults: f3 - f2 },
+            map: Phase { ticks: t2 - t0, faults: f2 - f0 },
+            prep: Phase { ticks: t2 - tp, faults: f2 - fp },
+            reduce: Phase { ticks: t3 - t2, faults: f3 - f2 },
+            merge: Phase { ticks: t4 - t3, faults: f4 - f3 },
             words: sh.slots.iter().map(|s| s.words.load(Ordering::Relaxed)).sum(),
             reduce_arena_pages: sh.slots.iter().map(|s| pages(load(&s.used_map), load(&s.used))).sum(),
             merge_arena_pages: sh.slots.iter().map(|s| pages(load(&s.used), load(&s.used_end))).sum(),
+            reduce_prep_pages: sh.slots.iter().map(|s| s.prep_pages.load(Ordering::Relaxed)).sum(),
+            reduce_beyond_prep: sh.slots.iter().map(|s| load(&s.used).saturating_sub(load(&s.prep_end)) as u64).sum(),
             arena_used_max: sh.slots.iter().map(|s| load(&s.used_end)).max().unwrap_or(0),
             arena_bytes,
             tsc_hz: env.ticks_per_sec(),
@@ -674,14 +739,14 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
             // stay mapped until `release` below.
             unsafe { core::slice::from_raw_parts(sh.parts[0].list.load(Ordering::Relaxed), len) }
         };
-        let t4 = env.ticks();
-        let f4 = env.faults(n);
+        let t5 = env.ticks();
+        let f5 = env.faults(n);
         r.keys = merged.len();
         for &e in merged {
             // SAFETY: every pointer is to a live result entry (as above).
             unsafe { output::write_entry(sink, app, &*e) };
         }
-        r.output = Phase { ticks: env.ticks() - t4, faults: env.faults(n) - f4 };
+        r.output = Phase { ticks: env.ticks() - t5, faults: env.faults(n) - f5 };
         Ok(r)
     });
     env.release(n);

@@ -81,6 +81,26 @@ impl Arena {
         self.used
     }
 
+    /// Write a zero into every page of the next `bytes` of the arena not yet handed out (at
+    /// most up to its end), so that the allocations which follow find their pages present:
+    /// the soft faults are taken here, where the caller counts them. Returns the pages
+    /// written (the page holding `used` counts when `used` is inside it: the bytes before it
+    /// were handed out, but may never have been written, as the unfilled tail of a value
+    /// array).
+    pub fn prefault(&mut self, bytes: usize) -> usize {
+        let end = self.used.saturating_add(bytes).min(self.cap);
+        let mut pages = 0;
+        let mut off = self.used;
+        while off < end {
+            // SAFETY: `used <= off < end <= cap`: in the arena, not handed out yet, so it holds
+            // zero and no one reads or writes it; writing the zero again changes nothing.
+            unsafe { ptr::write_volatile(self.base.add(off), 0) };
+            pages += 1;
+            off = (off + 1).next_multiple_of(4096);
+        }
+        pages
+    }
+
     /// `n` zeroed `T`s (T must be valid as all-zero bytes; every user here is).
     pub fn alloc<T>(&mut self, n: usize) -> Result<*mut T, Full> {
         let bytes = n.checked_mul(size_of::<T>()).ok_or(Full { cap: self.cap, want: usize::MAX })?;
@@ -152,6 +172,24 @@ pub struct Table {
     pub cap: usize,
     /// Filled slots (distinct keys).
     pub len: usize,
+    /// Values added (`wri`: offsets held by all the entries; `wc`: words counted). With `len`,
+    /// it bounds what reducing this table writes ([`reduce_bound`]).
+    pub vals: u64,
+}
+
+/// Most bytes the reduce phase writes into the reducer's arena for one partition whose tables
+/// (over all workers) hold `keys` entries and `vals` values, allocated one after the other
+/// from any arena position ([`Arena::alloc`] pads every allocation to 8 bytes): the sorted
+/// references and the result entries (`keys` each), and for `wri` the joined offset arrays
+/// (one per result key, together at most `vals` offsets). `reduce_phase` allocates exactly
+/// these and nothing else; the host tests check the bound against what it used.
+pub fn reduce_bound(app: crate::App, keys: usize, vals: u64, ref_bytes: usize) -> usize {
+    let pad = |b: usize| b + 7;
+    let mut b = pad(keys * ref_bytes) + pad(keys * size_of::<Entry>());
+    if app == crate::App::Wri {
+        b += vals as usize * size_of::<Off>() + keys * 7;
+    }
+    b
 }
 
 const FIRST_CAP: usize = 64;
@@ -178,10 +216,17 @@ impl Table {
         // Touch every page of the new array now: a page no entry lands in would otherwise be
         // first touched by a reducer scanning the table, and that demand-zero fault would be
         // charged to reading another worker's data.
+        // The array rarely starts on a page boundary, so it is one byte per page it spans
+        // (from its first byte, then each page start up to its end), not every 4096th byte
+        // from its start, which missed the last page of an array crossing a boundary.
         let bytes = ncap * core::mem::size_of::<Entry>();
-        for off in (0..bytes).step_by(4096) {
-            // SAFETY: `off < bytes`, inside the array just allocated; writing the zero it holds.
-            unsafe { ptr::write_volatile((new as *mut u8).add(off), 0) };
+        let start = new as usize;
+        let mut at = start;
+        while at < start + bytes {
+            // SAFETY: `start <= at < start + bytes`, inside the array just allocated; writing
+            // the zero it holds.
+            unsafe { ptr::write_volatile(at as *mut u8, 0) };
+            at = (at + 1).next_multiple_of(4096);
         }
         for i in 0..self.cap {
             // SAFETY: `i < cap`: a slot of the old array.
@@ -239,6 +284,7 @@ impl Table {
         let e = self.slot(arena, input, start, end, h)?;
         // SAFETY: `slot` returned a live slot of this table.
         unsafe { (*e).count += 1 };
+        self.vals += 1;
         Ok(())
     }
 
@@ -262,6 +308,7 @@ impl Table {
             *e.vals.add(e.count as usize) = start as Off;
             e.count += 1;
         }
+        self.vals += 1;
         Ok(())
     }
 }

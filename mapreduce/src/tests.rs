@@ -55,6 +55,39 @@ fn check(input: &[u8]) {
     }
 }
 
+/// The space `prep_reduce` makes present before reduce holds everything reduce allocates
+/// (`table::reduce_bound`): on this system the reduce phase's zero soft faults rest on it.
+/// A bound that forgot the joined offset arrays, the result entries or the padding would leave
+/// `reduce_beyond_prep` above 0 here.
+#[test]
+fn reduce_allocates_only_inside_the_space_prepared_for_it() {
+    let mut text = vec![0u8; 400_000];
+    crate::gen::fill(3, &mut text);
+    let mut rnd = vec![0u8; 100_000];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for b in rnd.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let inputs: [&[u8]; 4] = [&text, &rnd, b"a b a c a b x y z a", b"one"];
+    for input in inputs {
+        for app in [App::Wc, App::Wri] {
+            for (w, p) in [(1, 1), (2, 4), (3, 5), (4, 16), (8, 64)] {
+                let env = HostEnv::new(8, 64 << 20);
+                let mut d = Digest::default();
+                let r = run(&env, app, input, w, p, &mut d).unwrap();
+                assert_eq!(r.reduce_beyond_prep, 0, "{app:?} workers={w} parts={p}: reduce allocated beyond the prepared space");
+                assert!(r.reduce_arena_pages <= r.reduce_prep_pages, "{app:?} w={w} p={p}: {} new pages, {} prepared", r.reduce_arena_pages, r.reduce_prep_pages);
+                if w > 1 && input.len() > 1000 {
+                    assert!(r.reduce_arena_pages > 0, "the joined data takes new pages");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn small_texts_match_the_reference() {
     check(b"the quick brown Fox jumps over the lazy dog. THE end");

@@ -30,6 +30,9 @@ cargo xtask metis ci                the check `cargo xtask test` runs (ours, 2 v
 cargo xtask metis sweep APP [--smp 1,2] [--systems ours,linux] [--out-dir DIR] [run options]
                                     one boot per system and vCPU count: table and plot of the
                                     phases' times (target/metis-results/APP.md, .svg, .png)
+cargo xtask metis sweep all [--input FILE] [--size 1m] [sweep options]
+                                    the three sweeps (a plot per application); wc and wri read
+                                    FILE, or the text wrmem generates (--size, --seed)
 cargo xtask metis wc|wri|wrmem [options]
   --input FILE        the text (wc, wri); put into the boot image
   --from-disk         ours: put the input on an ext2 disk image instead and read it through the
@@ -451,6 +454,11 @@ fn boot_linux(r: &MetisRun, kernel: &Path, program: &Path) -> Result<crate::linu
     run
 }
 
+/// A result line's `key=number` fields (`fnv` in hex).
+fn kv(line: &str) -> BTreeMap<String, u64> {
+    line.split_whitespace().filter_map(|w| w.split_once('=')).filter_map(|(k, v)| Some((k.to_string(), u64::from_str_radix(v, if k == "fnv" { 16 } else { 10 }).ok()?))).collect()
+}
+
 /// Cut the output and the result lines out of a guest's serial text.
 pub fn parse_serial(serial: &str, print: bool) -> Result<MetisResult, String> {
     let text = serial.replace("\r\n", "\n");
@@ -462,9 +470,6 @@ pub fn parse_serial(serial: &str, print: bool) -> Result<MetisResult, String> {
     let end_rel = if text[body_start..].starts_with("metis-end\n") { Some(0) } else { text[body_start..].find("\nmetis-end\n").map(|i| i + 1) };
     let end = body_start + end_rel.ok_or("no metis-end line (the guest stopped during the output?)")?;
     let mut res = MetisResult { output: if print { text.as_bytes()[body_start..end].to_vec() } else { Vec::new() }, ..Default::default() };
-    let kv = |line: &str| -> BTreeMap<String, u64> {
-        line.split_whitespace().filter_map(|w| w.split_once('=')).filter_map(|(k, v)| Some((k.to_string(), u64::from_str_radix(v, if k == "fnv" { 16 } else { 10 }).ok()?))).collect()
-    };
     let after = &text[end..];
     let d = after.lines().find(|l| l.starts_with("metis-digest")).ok_or("no metis-digest line")?;
     let d = kv(d);
@@ -561,6 +566,9 @@ pub fn main(args: &[String]) -> Result<(), String> {
         return Ok(());
     }
     if args.first().map(String::as_str) == Some("sweep") {
+        if args.get(1).map(String::as_str) == Some("all") {
+            return sweep::all(&args[2..]);
+        }
         return sweep::main(&args[1..]);
     }
     // `cargo xtask metis ci`: the check `cargo xtask test` runs, alone.
@@ -648,7 +656,13 @@ fn report(r: &MetisRun, res: &MetisResult, ours: Option<&(PathBuf, Vec<u8>)>, li
     );
     println!("phase     time (ms, TCG)   soft faults");
     println!("map       {:>14}   {:>11}", ms(p, "map_us"), g("map_faults"));
-    println!("reduce    {:>14}   {:>11}   (new arena pages the reducers wrote: {}; faults beyond that are reads of other workers' data)", ms(p, "reduce_us"), g("reduce_faults"), g("reduce_arena_pages"));
+    println!(
+        "  of which prep {:>9}   {:>11}   (after the last mapper: arenas linked, {} arena pages made present for reduce's output)",
+        ms(p, "prep_us"),
+        g("prep_faults"),
+        g("reduce_prep_pages")
+    );
+    println!("reduce    {:>14}   {:>11}   (new arena pages the reducers wrote: {}, all made present in prep; faults are reads of other workers' data)", ms(p, "reduce_us"), g("reduce_faults"), g("reduce_arena_pages"));
     println!("merge     {:>14}   {:>11}   (new arena pages the merge rounds wrote: {})", ms(p, "merge_us"), g("merge_faults"), g("merge_arena_pages"));
     let sink = if r.to_disk { format!("to {DISK_OUTPUT} on the disk, synced") } else if r.print { "over the serial line".into() } else { "to the digest only".into() };
     println!("(output   {:>14} ms {sink}; boot to power-off {:.1} s)", ms(p, "output_us"), res.wall_s);
@@ -697,12 +711,33 @@ fn check_output(r: &MetisRun, res: &MetisResult) -> Result<(), String> {
     Ok(())
 }
 
+/// The reduce phase's soft faults on ours (Corey's claim, issue 17's target): with per-core
+/// (or one shared) address ranges, 0: the reducers read every worker's arena through page
+/// tables map filled, and their own output pages were made present before the phase (`prep`);
+/// the reduce must still have written new pages (else the check proves nothing), all of them
+/// prepared. With private ranges every reader takes faults on the others' data.
+pub fn reduce_faults_as_the_layout_says(layout: &str, p: &BTreeMap<String, u64>) -> Result<(), String> {
+    let g = |k: &str| p.get(k).copied().ok_or(format!("no {k} on the metis-phases line"));
+    let (faults, new_pages, prepared, beyond) = (g("reduce_faults")?, g("reduce_arena_pages")?, g("reduce_prep_pages")?, g("reduce_beyond_prep")?);
+    if new_pages == 0 || new_pages > prepared || beyond != 0 {
+        return Err(format!("reduce wrote {new_pages} new arena pages, {prepared} were prepared, {beyond} bytes beyond them"));
+    }
+    match layout {
+        "per-core" | "shared" if faults != 0 => Err(format!("{faults} soft faults in reduce with {layout} ranges (want 0)")),
+        "private" if faults == 0 => Err("no soft fault in reduce with private ranges: the other workers' arenas were read through page tables already filled".into()),
+        _ => Ok(()),
+    }
+}
+
 /// For `cargo xtask test`: on ours at 2 vCPUs, `wc` (per-core layout) and `wri` (private)
 /// on a generated text with capitals, punctuation, a word across the split point and binary
 /// bytes must equal the host references byte for byte, and `wrmem` (shared layout) must
 /// give the digest of the reference over the same generated text. Each boot is checked for
-/// leaks. Catches: a word split at a boundary counted twice or lost, a partition reduced
-/// by no one, offsets out of order, an arena of the private layout not mapped at reduce.
+/// leaks, and its reduce-phase soft faults against the layout
+/// ([`reduce_faults_as_the_layout_says`]: 0 for per-core and shared). Catches: a word split
+/// at a boundary counted twice or lost, a partition reduced by no one, offsets out of order,
+/// an arena of the private layout not mapped at reduce, reduce's output pages not made
+/// present before it.
 pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
     println!("== metis (MapReduce) against the host reference");
     let mut t = crate::TestTally::default();
@@ -742,7 +777,7 @@ pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
             Ok(res) if !r.print && !r.to_disk && res.digest != (fnv(&want), want.iter().filter(|&&b| b == b'\n').count() as u64, want.len() as u64) => {
                 Err(format!("digest {:?} differs from the reference's", res.digest))
             }
-            Ok(res) => Ok(res),
+            Ok(res) => reduce_faults_as_the_layout_says(layout, &res.phases).map(|()| res),
         };
         match verdict {
             Ok(res) => {
@@ -803,6 +838,22 @@ mod tests {
         let empty = format!("metis-begin x\nmetis-end\nmetis-digest fnv={:016x} lines=0 bytes=0\nmetis-phases keys=0\n", fnv(b""));
         assert_eq!(parse_serial(&empty, true).unwrap().output, b"");
         assert!(parse_serial("metis-error msg=NoMemory: x\nmetis-done\n", true).unwrap_err().contains("NoMemory"));
+    }
+
+    #[test]
+    fn reduce_faults_are_judged_by_layout() {
+        let line = |faults: u64, new: u64, prep: u64, beyond: u64| {
+            kv(&format!("metis-phases reduce_faults={faults} reduce_arena_pages={new} reduce_prep_pages={prep} reduce_beyond_prep={beyond}"))
+        };
+        assert!(reduce_faults_as_the_layout_says("per-core", &line(0, 10, 12, 0)).is_ok());
+        assert!(reduce_faults_as_the_layout_says("shared", &line(0, 10, 10, 0)).is_ok());
+        assert!(reduce_faults_as_the_layout_says("per-core", &line(1, 10, 12, 0)).is_err(), "one fault in reduce");
+        assert!(reduce_faults_as_the_layout_says("per-core", &line(0, 0, 0, 0)).is_err(), "a reduce that wrote nothing proves nothing");
+        assert!(reduce_faults_as_the_layout_says("per-core", &line(0, 10, 9, 0)).is_err(), "pages written beyond the prepared ones");
+        assert!(reduce_faults_as_the_layout_says("per-core", &line(0, 10, 12, 8)).is_err());
+        assert!(reduce_faults_as_the_layout_says("private", &line(300, 10, 12, 0)).is_ok());
+        assert!(reduce_faults_as_the_layout_says("private", &line(0, 10, 12, 0)).is_err(), "private ranges must fault on reading");
+        assert!(reduce_faults_as_the_layout_says("per-core", &kv("metis-phases map_us=1")).is_err(), "fields missing");
     }
 
     #[test]

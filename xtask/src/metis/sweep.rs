@@ -23,6 +23,59 @@ struct Point {
     res: Result<MetisResult, String>,
 }
 
+/// `sweep all [--input FILE] [options]`: the sweep of each application, `wc`, `wri` and
+/// `wrmem`, one after the other: three tables and three plots. Without `--input`, `wc` and
+/// `wri` read the text `wrmem` generates (`--size`, `--seed`), written to
+/// `OUT_DIR/generated-SIZE-SEED.txt`, so the three run on the same bytes.
+pub fn all(args: &[String]) -> Result<(), String> {
+    let pos = |k: &str| args.iter().position(|a| a == k);
+    let val = |k: &str| pos(k).and_then(|i| args.get(i + 1)).cloned();
+    let out_dir = val("--out-dir").map(PathBuf::from).unwrap_or_else(|| crate::env::target_dir().join("metis-results"));
+    let mut rest: Vec<String> = args.to_vec();
+    let input = match pos("--input") {
+        Some(i) => {
+            let f = rest.get(i + 1).cloned().ok_or("sweep all: --input needs a file")?;
+            rest.drain(i..i + 2);
+            PathBuf::from(f)
+        }
+        None => {
+            let d = MetisRun::default();
+            let size = match val("--size") {
+                Some(s) => mapreduce::cli::parse_size(&s).ok_or(format!("sweep all: `{s}` is not a size"))?,
+                None => d.size,
+            };
+            let seed = match val("--seed") {
+                Some(s) => mapreduce::cli::parse_size(&s).ok_or(format!("sweep all: `{s}` is not a seed"))?,
+                None => d.seed,
+            };
+            fs::create_dir_all(&out_dir).map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
+            let f = out_dir.join(format!("generated-{size}-{seed}.txt"));
+            let mut text = vec![0u8; usize::try_from(size).map_err(|_| "sweep all: --size too large")?];
+            mapreduce::gen::fill(seed, &mut text);
+            fs::write(&f, &text).map_err(|e| format!("cannot write {}: {e}", f.display()))?;
+            f
+        }
+    };
+    let mut failed = Vec::new();
+    for app in ["wc", "wri", "wrmem"] {
+        let mut a = vec![app.to_string()];
+        a.extend(rest.iter().cloned());
+        if app != "wrmem" {
+            a.extend(["--input".to_string(), input.display().to_string()]);
+        }
+        println!("== metis sweep {app}");
+        if let Err(e) = main(&a) {
+            println!("metis sweep {app}: {e}");
+            failed.push(app);
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("metis sweep all: {} failed", failed.join(", ")))
+    }
+}
+
 pub fn main(args: &[String]) -> Result<(), String> {
     let mut smp_list = vec![1u32, 2];
     let mut systems = vec!["ours".to_string(), "linux".to_string()];
