@@ -72,6 +72,13 @@ impl<const CORES: usize> BorrowSlots<CORES> {
         fence(Ordering::SeqCst);
     }
 
+    /// End a borrow of an object that has no drop to hand over (a reader that only needs the
+    /// object to outlive it, while the owner waits for `held` to turn false before freeing it):
+    /// clear slot `slot` of `core` and fence.
+    pub fn release(&self, core: usize, slot: usize) {
+        self.clear(core, slot);
+    }
+
     /// Whether any of the first `ncores` cores' slots holds `p`.
     pub fn held(&self, ncores: usize, p: *mut ()) -> bool {
         self.cores[..ncores.min(CORES)].iter().any(|slots| slots.iter().any(|s| s.load(Ordering::SeqCst) == p))
