@@ -450,6 +450,22 @@ impl SharedGeometry {
 /// is the state of generation `g`, which is what the locked read would have seen then. A
 /// garbage copy (a failed window) is never looked at: the locked path overwrites `buf`.
 fn read_unlocked(fd: Fd, buf: &mut [u8], at: Option<u64>) -> Option<usize> {
+    let n = read_unlocked_inner(fd, buf, at)?;
+    let c = (crate::ctx::ctx().core as usize).min(63);
+    // Only this core writes its counter: a load and a store on its own line.
+    UNLOCKED_READS[c].store(UNLOCKED_READS[c].load(core::sync::atomic::Ordering::Relaxed) + 1, core::sync::atomic::Ordering::Relaxed);
+    Some(n)
+}
+
+/// Reads and `pread`s done without the lock, per core (tests and benchmarks look).
+static UNLOCKED_READS: [percore::pad::CachePadded<core::sync::atomic::AtomicU64>; 64] = [const { percore::pad::CachePadded::new(core::sync::atomic::AtomicU64::new(0)) }; 64];
+
+/// How many reads core `c` did without the file system's lock.
+pub fn unlocked_reads(c: usize) -> u64 {
+    UNLOCKED_READS[c.min(63)].load(core::sync::atomic::Ordering::Relaxed)
+}
+
+fn read_unlocked_inner(fd: Fd, buf: &mut [u8], at: Option<u64>) -> Option<usize> {
     let snap = open_files::snapshot(fd.0)?;
     let off = at.unwrap_or(snap.off);
     let n = disk::with_unlocked(snap.mount, |t, core| {
