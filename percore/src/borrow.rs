@@ -143,6 +143,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_released_borrow_is_no_longer_held_and_its_slot_is_reused() {
+        let slots = BorrowSlots::<2>::new();
+        let p = 0x1000 as *mut ();
+        let a = slots.publish(1, p).unwrap();
+        let b = slots.publish(1, p).unwrap();
+        assert_ne!(a, b);
+        slots.release(1, a);
+        assert!(slots.held(2, p), "the other borrow is still out");
+        slots.release(1, b);
+        assert!(!slots.held(2, p));
+        assert_eq!(slots.publish(1, p), Some(0), "the first slot is free again");
+    }
+
+    #[test]
     fn a_last_drop_without_borrowers_wins_at_once() {
         let (slots, st) = (BorrowSlots::<2>::new(), DropState::new());
         let p = 0x1000 as *mut ();

@@ -12,12 +12,14 @@
 //! | buffer cache and block device object client | `disk.rs` |
 //! | the device object | kernel `dev/blk.rs`, contract `abi/src/blk.rs` |
 //!
-//! **First version.** One mounted file system per process, under one MCS lock (`FS`), with a
-//! per-process buffer cache. Descriptors here are indexes into this module's own table of open
-//! files (`Fd`); `fd::open` puts one in the common descriptor tables (docs/fd.md); the lock-free name cache,
-//! shared buffer cache and per-core open-file lists are not built yet (docs/fs.md says what is
-//! missing). A context that uses the file system on another core maps the request segment
-//! there on first use.
+//! **Locks.** One mounted file system per process, under one MCS lock (`FS`) for changes and
+//! for anything the paths below do not cover. Without it: `stat` of a cached path (`names`),
+//! read-only `open` of one, and `fstat`, `close`, `read`, `pread`, `lseek` of the per-core
+//! descriptor it gives (`open_files`, `read_unlocked`: docs/fs.md, "Names and descriptors").
+//! Descriptors here are indexes into this module's own table of open files (`Fd`), or name
+//! a per-core slot (bit 30); `fd::open` puts one in the common descriptor tables (docs/fd.md).
+//! A context that uses the file system on another core maps the request segment and links
+//! the buffer cache there on first use (under the lock).
 
 pub mod bcache;
 pub mod disk;
