@@ -710,11 +710,22 @@ fn read_without_the_lock() -> TestResult {
     let bb = pattern(5_000, 9);
     fs_ok("pwrite", fs::pwrite(w, &bb, 0))?;
     fs_ok("ftruncate", fs::ftruncate(w, 5_000))?;
+    let u1 = fs::unlocked_reads(c);
     ensure!(fs_ok("pread", fs::pread(fd, &mut b, 0))? == 5_000 && b[..5_000] == bb[..], "old bytes or size after a rewrite");
+    ensure!(fs::unlocked_reads(c) == u1, "a read after a change did not take the lock");
     ensure!(fs_ok("lseek", fs::lseek(fd, 0, fs::SEEK_END))? == 5_000, "old size after a truncate");
+    ensure!(fs_ok("fstat", fs::fstat(fd))?.size == 5_000, "old size in fstat after a truncate");
+    // That locked read made the descriptor current again: the next one goes without the lock.
+    ensure!(fs_ok("pread", fs::pread(fd, &mut b[..10], 4_990))? == 10 && b[..10] == bb[4_990..], "second read after a rewrite");
+    ensure!(fs::unlocked_reads(c) == u1 + 1, "the descriptor was not made current again (re-stamped)");
+    // And stale again after the next change.
+    fs_ok("pwrite", fs::pwrite(w, b"Z", 0))?;
+    ensure!(fs_ok("pread", fs::pread(fd, &mut b[..1], 0))? == 1 && b[0] == b'Z', "byte written after the re-stamp");
+    ensure!(fs::unlocked_reads(c) == u1 + 1, "a re-stamped descriptor read without the lock after a change");
     // A new open reads the new bytes without the lock.
     let _ = fs::stat("/unlocked");
     let fd2 = fs_ok("open", fs::open("/unlocked", fs::O_RDONLY))?;
+    let bb = [b"Z".as_slice(), &bb[1..]].concat();
     let u1 = fs::unlocked_reads(c);
     ensure!(fs_ok("pread", fs::pread(fd2, &mut b, 0))? == 5_000 && b[..5_000] == bb[..], "new open: wrong bytes");
     ensure!(fs::unlocked_reads(c) == u1 + 1, "new open: the read took the lock");
@@ -808,13 +819,22 @@ fn reads_race_rewrites() -> TestResult {
     let t = ok!(libos::thread::spawn(1, t_rewriter, 0));
     let mut buf = vec![0u8; RACE_PAGES * 4096 + 16];
     let (mut reads, mut bad) = (0u64, None);
+    // Every other read goes through one descriptor kept open the whole time: a locked read
+    // after each change makes it current again (re-stamped), and the next may go without the
+    // lock.
+    let _ = fs::stat("/race");
+    let keep = fs_ok("open", fs::open("/race", fs::O_RDONLY))?;
     while RACE_DONE.load(Ordering::Acquire) == 0 {
         let _ = fs::stat("/race");
-        let r = fs::open("/race", fs::O_RDONLY).and_then(|fd| {
-            let r = fs::pread(fd, &mut buf, 0);
-            let _ = fs::close(fd);
-            r
-        });
+        let r = if reads % 2 == 1 {
+            fs::pread(keep, &mut buf, 0)
+        } else {
+            fs::open("/race", fs::O_RDONLY).and_then(|fd| {
+                let r = fs::pread(fd, &mut buf, 0);
+                let _ = fs::close(fd);
+                r
+            })
+        };
         reads += 1;
         match r {
             Ok(n) if race_state_ok(&buf[..n]) => {}
@@ -831,6 +851,7 @@ fn reads_race_rewrites() -> TestResult {
     }
     let there = ok!(t.join());
     let unlocked = fs::unlocked_reads(c) - u0;
+    let _ = fs::close(keep);
     let _ = fs::unlink("/race");
     ensure!(there == 0, "the rewriter failed ({there})");
     if let Some(m) = bad {

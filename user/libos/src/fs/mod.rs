@@ -330,6 +330,12 @@ pub fn close(fd: Fd) -> Result<()> {
                     open_files::close_forwarded(fd.0);
                     d as usize
                 }
+                // Its fast close met the slot being re-stamped (`open_files::restamp`, under
+                // the lock we now hold): it is open again.
+                Some(open_files::Named::Open { .. }) => match open_files::close_open(fd.0) {
+                    Some(ino) => return release_if_orphan(m, ino as u32),
+                    None => return Err(FsError::BadDescriptor),
+                },
                 _ => return Err(FsError::BadDescriptor),
             }
         } else {
@@ -397,9 +403,19 @@ pub fn read(fd: Fd, buf: &mut [u8]) -> Result<usize> {
         }
         let n = m.fs.read(&ino, off, buf)?;
         if move_offset(m, fd, off, off + n as u64)? {
+            restamp_if_stale(fd, &ino);
             return Ok(n);
         }
     })
+}
+
+/// Under the lock, after a locked read of a per-core descriptor: if it read under the lock
+/// because a change made its generation stale, make it current (`open_files::restamp`), so
+/// that its next reads go without the lock again.
+fn restamp_if_stale(fd: Fd, ino: &Inode) {
+    if open_files::is_fast(fd.0) && open_files::stale(fd.0) {
+        open_files::restamp(fd.0, &Ext2::<Cache>::stat_of(ino));
+    }
 }
 
 /// The mounted file system's `Geometry` (where inodes lie; fixed while mounted), for readers
@@ -493,7 +509,9 @@ pub fn pread(fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
         if ino.is_dir() {
             return Err(FsError::IsDir);
         }
-        m.fs.read(&ino, off, buf)
+        let n = m.fs.read(&ino, off, buf)?;
+        restamp_if_stale(fd, &ino);
+        Ok(n)
     })
 }
 

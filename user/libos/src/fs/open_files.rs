@@ -44,6 +44,9 @@ const FREE: u64 = 0;
 const OPEN: u64 = 1;
 /// Forwarded: `state >> 8` is the index of an ordinary open file description.
 const FWD: u64 = 2;
+/// Being re-stamped under the lock (`restamp`): neither open nor closable without the lock
+/// for that moment.
+const RESTAMP: u64 = 3;
 
 #[repr(align(128))]
 struct Slot {
@@ -139,7 +142,8 @@ pub fn fstat(fd: u32) -> Option<Stat> {
     if s.state.load(Ordering::Acquire) != OPEN {
         return None;
     }
-    let gen = s.gen.load(Ordering::Relaxed);
+    // Acquire: `restamp` stores the `Stat` before a new generation.
+    let gen = s.gen.load(Ordering::Acquire);
     let mut w = [0u64; 4];
     for (x, a) in w.iter_mut().zip(&s.stat) {
         *x = a.load(Ordering::Relaxed);
@@ -203,6 +207,34 @@ pub fn forward(fd: u32, desc: u32) -> Option<u64> {
     Some(off)
 }
 
+/// Under the lock (so no change runs and the generation is even): make an `OPEN` slot whose
+/// generation went stale current again, with `stat` (the file's `Stat` now) and the current
+/// generation, so its reads, seeks and `fstat` go without the lock again until the next
+/// change. The slot is taken out of `OPEN` while its words are written (a compare-and-swap
+/// to `RESTAMP`), so a reader without the lock never pairs the new generation with the old
+/// `Stat` (it sees the state not `OPEN`, or the words before or after: the state's release
+/// store orders them), and a close without the lock in that moment falls back to the lock,
+/// which we hold: it finds the slot `OPEN` again. False if the slot was not `OPEN`.
+pub fn restamp(fd: u32, stat: &Stat) -> bool {
+    let Some(s) = slot_of(fd) else { return false };
+    if s.state.compare_exchange(OPEN, RESTAMP, Ordering::SeqCst, Ordering::Relaxed).is_err() {
+        return false;
+    }
+    for (w, a) in super::names::pack(stat).iter().zip(&s.stat) {
+        a.store(*w, Ordering::Relaxed);
+    }
+    // Release: a reader that loads the new generation (acquire) sees the new `Stat`.
+    s.gen.store(super::names::NAMES.generation(), Ordering::Release);
+    s.state.store(OPEN, Ordering::Release);
+    true
+}
+
+/// Whether `fd` is an `OPEN` slot whose generation is not the current one (`restamp` would
+/// help). Loads only.
+pub fn stale(fd: u32) -> bool {
+    slot_of(fd).is_some_and(|s| s.state.load(Ordering::Acquire) == OPEN && s.gen.load(Ordering::Relaxed) != super::names::NAMES.generation())
+}
+
 /// What a read or seek without the lock starts from: an `OPEN` slot of the current mount
 /// whose name-cache generation is still the current one (no change since the open).
 #[derive(Clone, Copy, Debug)]
@@ -221,10 +253,12 @@ pub fn snapshot(fd: u32) -> Option<Snapshot> {
     if s.state.load(Ordering::Acquire) != OPEN {
         return None;
     }
+    // The generation first, with acquire: `restamp` stores the `Stat` before it.
+    let gen = s.gen.load(Ordering::Acquire);
     let snap = Snapshot {
         ino: s.ino.load(Ordering::Relaxed) as u32,
         off: s.off.load(Ordering::Acquire),
-        gen: s.gen.load(Ordering::Relaxed),
+        gen,
         mount: s.mount.load(Ordering::Relaxed),
         size: s.stat[1].load(Ordering::Relaxed),
     };
