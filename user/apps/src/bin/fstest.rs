@@ -681,8 +681,10 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// per-core count of reads without it does not move), that read wrong bytes or move the
 /// offset wrong (across a page boundary, at the end, after `SEEK_END`), a descriptor that
 /// keeps reading the old bytes or size after the file was rewritten and truncated through
-/// another descriptor, an unlinked file no longer readable through it, and a per-core
-/// descriptor that still reads after an unmount and a new mount.
+/// another descriptor (or that reads without the lock after such a change), one that is not
+/// made current again by its next locked read (re-stamped: the read after it goes without
+/// the lock), an unlinked file no longer readable through it, and a per-core descriptor that
+/// still reads after an unmount and a new mount.
 fn read_without_the_lock() -> TestResult {
     fs_ok("mount", fs::mount())?;
     let c = libos::core_id() as usize;
