@@ -72,6 +72,13 @@ impl<const CORES: usize> BorrowSlots<CORES> {
         fence(Ordering::SeqCst);
     }
 
+    /// End a borrow of an object that has no drop to hand over (a reader that only needs the
+    /// object to outlive it, while the owner waits for `held` to turn false before freeing it):
+    /// clear slot `slot` of `core` and fence.
+    pub fn release(&self, core: usize, slot: usize) {
+        self.clear(core, slot);
+    }
+
     /// Whether any of the first `ncores` cores' slots holds `p`.
     pub fn held(&self, ncores: usize, p: *mut ()) -> bool {
         self.cores[..ncores.min(CORES)].iter().any(|slots| slots.iter().any(|s| s.load(Ordering::SeqCst) == p))
@@ -134,6 +141,20 @@ impl Default for DropState {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_released_borrow_is_no_longer_held_and_its_slot_is_reused() {
+        let slots = BorrowSlots::<2>::new();
+        let p = 0x1000 as *mut ();
+        let a = slots.publish(1, p).unwrap();
+        let b = slots.publish(1, p).unwrap();
+        assert_ne!(a, b);
+        slots.release(1, a);
+        assert!(slots.held(2, p), "the other borrow is still out");
+        slots.release(1, b);
+        assert!(!slots.held(2, p));
+        assert_eq!(slots.publish(1, p), Some(0), "the first slot is free again");
+    }
 
     #[test]
     fn a_last_drop_without_borrowers_wins_at_once() {

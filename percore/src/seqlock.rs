@@ -234,10 +234,21 @@ mod storage {
         pub(super) fn load_words_racy(&self, first: usize, out: &mut [u64]) {
             debug_assert!((first + out.len()) * 8 <= size_of::<T>() && align_of::<T>() >= 8);
             let src = self.0.get() as *const u64;
-            for (i, o) in out.iter_mut().enumerate() {
-                // SAFETY: `first + i` is inside the array (caller), naturally aligned, and
-                // accessed only atomically by concurrent parties.
-                *o = unsafe { AtomicU64::from_ptr(src.add(first + i) as *mut u64) }.load(Ordering::Relaxed);
+            // Eight words per step (the fixed inner loop is unrolled): a page copy is about
+            // two instructions a word instead of four or five.
+            let mut chunks = out.chunks_exact_mut(8);
+            let mut i = first;
+            for c in &mut chunks {
+                for (k, o) in c.iter_mut().enumerate() {
+                    // SAFETY: `i + k` is inside the array (caller), naturally aligned, and
+                    // accessed only atomically by concurrent parties.
+                    *o = unsafe { AtomicU64::from_ptr(src.add(i + k) as *mut u64) }.load(Ordering::Relaxed);
+                }
+                i += 8;
+            }
+            for (k, o) in chunks.into_remainder().iter_mut().enumerate() {
+                // SAFETY: as above.
+                *o = unsafe { AtomicU64::from_ptr(src.add(i + k) as *mut u64) }.load(Ordering::Relaxed);
             }
         }
 

@@ -412,3 +412,98 @@ fn a_full_disk_is_nospace_and_keeps_what_was_written() {
     assert!(got.chunks(chunk.len()).all(|c| c == &chunk[..c.len()]));
     assert_eq!(read_all(&mut fs, "/hello.txt"), b"hello from the host\n");
 }
+
+/// `ext2::read_unlocked` (the library OS's read without the file system's lock, through the
+/// buffer cache's lock-free hits) gives what the locked `Ext2::read` gives, on every file and
+/// at offsets across direct, indirect and double-indirect blocks; it refuses (None) rather
+/// than guess when a byte it needs is not available, when the inode is not a regular file, or
+/// when a block pointer is corrupt; and it sees a file's new size and bytes after a rewrite.
+#[test]
+fn unlocked_read_matches_the_locked_read() {
+    assert!(have_mke2fs());
+    let d = scratch("unlocked");
+    let files = make_tree(&d.join("root"));
+    let img = d.join("disk.img");
+    mkimage(&d.join("root"), &img, Some(16)).unwrap();
+    let mut fs = Ext2::mount(MemDisk(std::fs::read(&img).unwrap())).unwrap();
+    let geo = fs.geometry();
+    for (p, want) in &files {
+        let ino = fs.resolve(p.as_bytes()).unwrap();
+        let bytes = fs.dev.0.clone();
+        let mut get = |off: u64, buf: &mut [u8]| {
+            let (s, e) = (off as usize, off as usize + buf.len());
+            buf.copy_from_slice(&bytes[s..e]);
+            true
+        };
+        for off in [0u64, 1, 4095, 4096, 40_000, 49_151, 49_152 + 7, 300_000, 4_300_000] {
+            for len in [1usize, 100, 5000, 70_000] {
+                let mut a = vec![0xAAu8; len];
+                let mut b = vec![0x55u8; len];
+                let n = fs.read(&ino, off, &mut a).unwrap();
+                let (m, size) = ext2::read_unlocked(&geo, ino.ino, off, &mut b, &mut get).unwrap_or_else(|| panic!("{p} at {off}"));
+                assert_eq!((m, size), (n, want.len() as u64), "{p} at {off}+{len}");
+                assert!(a[..n] == b[..n], "{p} at {off}+{len}: bytes differ");
+            }
+        }
+        // Refuses as soon as one needed byte range is refused (a cache miss), never guesses.
+        if want.len() > 60_000 {
+            let mut calls = 0;
+            let mut refuse_third = |off: u64, buf: &mut [u8]| {
+                calls += 1;
+                if calls == 3 {
+                    return false;
+                }
+                let (s, e) = (off as usize, off as usize + buf.len());
+                buf.copy_from_slice(&bytes[s..e]);
+                true
+            };
+            let mut b = vec![0u8; 60_000];
+            assert!(ext2::read_unlocked(&geo, ino.ino, 0, &mut b, &mut refuse_third).is_none(), "{p}");
+        }
+    }
+    // A directory is left to the locked path (which says IsDir).
+    let root = fs.resolve(b"/sub").unwrap();
+    let bytes = fs.dev.0.clone();
+    let mut get = |off: u64, buf: &mut [u8]| {
+        buf.copy_from_slice(&bytes[off as usize..off as usize + buf.len()]);
+        true
+    };
+    assert!(ext2::read_unlocked(&geo, root.ino, 0, &mut [0u8; 8], &mut get).is_none());
+    assert!(ext2::read_unlocked(&geo, 0, 0, &mut [0u8; 8], &mut get).is_none(), "inode 0");
+    assert!(ext2::read_unlocked(&geo, u32::MAX, 0, &mut [0u8; 8], &mut get).is_none(), "inode past the count");
+    // A corrupt indirect pointer: refused, no panic.
+    let ind = fs.resolve(b"/indirect.bin").unwrap();
+    let (blk12, bs) = (ind.block[12] as usize, geo.bs as usize);
+    let mut bad = fs.dev.0.clone();
+    bad[blk12 * bs..blk12 * bs + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    let mut get_bad = |off: u64, buf: &mut [u8]| {
+        buf.copy_from_slice(&bad[off as usize..off as usize + buf.len()]);
+        true
+    };
+    let mut b = vec![0u8; 10];
+    assert!(ext2::read_unlocked(&geo, ind.ino, 12 * 4096, &mut b, &mut get_bad).is_none());
+    // Rewritten: shorter, then new bytes; the unlocked read sees the new size and bytes.
+    let mut ino = fs.resolve(b"/direct.bin").unwrap();
+    fs.truncate(&mut ino, 10).unwrap();
+    fs.write(&mut ino, 0, b"NEW BYTES!").unwrap();
+    let bytes = fs.dev.0.clone();
+    let mut get = |off: u64, buf: &mut [u8]| {
+        buf.copy_from_slice(&bytes[off as usize..off as usize + buf.len()]);
+        true
+    };
+    let mut b = vec![0u8; 100];
+    assert_eq!(ext2::read_unlocked(&geo, ino.ino, 0, &mut b, &mut get), Some((10, 10)));
+    assert_eq!(&b[..10], b"NEW BYTES!");
+    assert_eq!(ext2::read_unlocked(&geo, ino.ino, 10, &mut b, &mut get), Some((0, 10)), "at the end");
+    // A sparse file: the hole reads as zeros.
+    let mut sp = fs.create(b"/sparse", 0o644).unwrap();
+    fs.write(&mut sp, 5 * 4096 + 3, b"tail").unwrap();
+    let bytes = fs.dev.0.clone();
+    let mut get = |off: u64, buf: &mut [u8]| {
+        buf.copy_from_slice(&bytes[off as usize..off as usize + buf.len()]);
+        true
+    };
+    let mut b = vec![0xFFu8; 5 * 4096 + 7];
+    assert_eq!(ext2::read_unlocked(&geo, sp.ino, 0, &mut b, &mut get), Some((5 * 4096 + 7, 5 * 4096 + 7)));
+    assert!(b[..5 * 4096 + 3].iter().all(|&x| x == 0) && &b[5 * 4096 + 3..] == b"tail");
+}

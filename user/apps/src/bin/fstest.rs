@@ -673,6 +673,197 @@ fn open_from_the_per_core_list() -> TestResult {
     Ok(Pass::Ok)
 }
 
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(seed as u32) as u8 ^ seed).collect()
+}
+
+/// Catches: `read`/`pread`/`lseek` of a per-core descriptor that still take the lock (the
+/// per-core count of reads without it does not move), that read wrong bytes or move the
+/// offset wrong (across a page boundary, at the end, after `SEEK_END`), a descriptor that
+/// keeps reading the old bytes or size after the file was rewritten and truncated through
+/// another descriptor (or that reads without the lock after such a change), one that is not
+/// made current again by its next locked read (re-stamped: the read after it goes without
+/// the lock), an unlinked file no longer readable through it, and a per-core descriptor that
+/// still reads after an unmount and a new mount.
+fn read_without_the_lock() -> TestResult {
+    fs_ok("mount", fs::mount())?;
+    let c = libos::core_id() as usize;
+    let a = pattern(10_000, 3);
+    let w = fs_ok("create", fs::open("/unlocked", fs::O_RDWR | fs::O_CREAT | fs::O_TRUNC))?;
+    ensure!(fs_ok("write", fs::write(w, &a))? == a.len(), "short write");
+    let _ = fs_ok("stat", fs::stat("/unlocked"))?;
+    let fd = fs_ok("open", fs::open("/unlocked", fs::O_RDONLY))?;
+    ensure!(fs::open_files::is_fast(fd.0), "open of a cached name is not per-core");
+    let u0 = fs::unlocked_reads(c);
+    let mut b = vec![0u8; 10_000];
+    ensure!(fs_ok("pread", fs::pread(fd, &mut b, 0))? == 10_000 && b == a, "pread of the whole file");
+    ensure!(fs_ok("read", fs::read(fd, &mut b[..100]))? == 100 && b[..100] == a[..100], "read 1");
+    ensure!(fs_ok("read", fs::read(fd, &mut b[..100]))? == 100 && b[..100] == a[100..200], "read 2 did not continue at 100");
+    ensure!(fs_ok("lseek", fs::lseek(fd, -10, fs::SEEK_END))? == 9_990, "SEEK_END");
+    ensure!(fs_ok("read", fs::read(fd, &mut b[..100]))? == 10 && b[..10] == a[9_990..], "read at the end");
+    ensure!(fs_ok("read", fs::read(fd, &mut b[..100]))? == 0, "read past the end");
+    ensure!(fs_ok("lseek", fs::lseek(fd, 4_090, fs::SEEK_SET))? == 4_090, "SEEK_SET");
+    ensure!(fs_ok("read", fs::read(fd, &mut b[..12]))? == 12 && b[..12] == a[4_090..4_102], "read across a page boundary");
+    ensure!(fs_ok("lseek", fs::lseek(fd, 8, fs::SEEK_CUR))? == 4_110, "SEEK_CUR");
+    err!(fs::lseek(fd, -5_000, fs::SEEK_CUR), FsError::InvalidArgument);
+    let unlocked = fs::unlocked_reads(c) - u0;
+    ensure!(unlocked == 6, "{unlocked} of 6 reads were done without the lock");
+    // Rewritten and truncated through another descriptor: the new bytes and size at once.
+    let bb = pattern(5_000, 9);
+    fs_ok("pwrite", fs::pwrite(w, &bb, 0))?;
+    fs_ok("ftruncate", fs::ftruncate(w, 5_000))?;
+    let u1 = fs::unlocked_reads(c);
+    ensure!(fs_ok("pread", fs::pread(fd, &mut b, 0))? == 5_000 && b[..5_000] == bb[..], "old bytes or size after a rewrite");
+    ensure!(fs::unlocked_reads(c) == u1, "a read after a change did not take the lock");
+    ensure!(fs_ok("lseek", fs::lseek(fd, 0, fs::SEEK_END))? == 5_000, "old size after a truncate");
+    ensure!(fs_ok("fstat", fs::fstat(fd))?.size == 5_000, "old size in fstat after a truncate");
+    // That locked read made the descriptor current again: the next one goes without the lock.
+    ensure!(fs_ok("pread", fs::pread(fd, &mut b[..10], 4_990))? == 10 && b[..10] == bb[4_990..], "second read after a rewrite");
+    ensure!(fs::unlocked_reads(c) == u1 + 1, "the descriptor was not made current again (re-stamped)");
+    // And stale again after the next change.
+    fs_ok("pwrite", fs::pwrite(w, b"Z", 0))?;
+    ensure!(fs_ok("pread", fs::pread(fd, &mut b[..1], 0))? == 1 && b[0] == b'Z', "byte written after the re-stamp");
+    ensure!(fs::unlocked_reads(c) == u1 + 1, "a re-stamped descriptor read without the lock after a change");
+    // A new open reads the new bytes without the lock.
+    let _ = fs::stat("/unlocked");
+    let fd2 = fs_ok("open", fs::open("/unlocked", fs::O_RDONLY))?;
+    let bb = [b"Z".as_slice(), &bb[1..]].concat();
+    let u1 = fs::unlocked_reads(c);
+    ensure!(fs_ok("pread", fs::pread(fd2, &mut b, 0))? == 5_000 && b[..5_000] == bb[..], "new open: wrong bytes");
+    ensure!(fs::unlocked_reads(c) == u1 + 1, "new open: the read took the lock");
+    // Unlinked while open: still readable through both.
+    fs_ok("unlink", fs::unlink("/unlocked"))?;
+    ensure!(fs_ok("pread", fs::pread(fd2, &mut b, 0))? == 5_000 && b[..5_000] == bb[..], "orphan unreadable");
+    ensure!(fs_ok("read", fs::read(fd, &mut b[..10]))? == 0, "read at the end of the orphan");
+    for f in [w, fd, fd2] {
+        fs_ok("close", fs::close(f))?;
+    }
+    // A per-core descriptor from before a remount names nothing.
+    let _ = fs::stat("/sub/inner.txt");
+    let old = fs_ok("open", fs::open("/sub/inner.txt", fs::O_RDONLY))?;
+    ensure!(fs::open_files::is_fast(old.0), "not per-core");
+    fs_ok("unmount", fs::unmount())?;
+    fs_ok("mount", fs::mount())?;
+    err!(fs::read(old, &mut b), FsError::BadDescriptor);
+    err!(fs::pread(old, &mut b, 0), FsError::BadDescriptor);
+    err!(fs::lseek(old, 0, fs::SEEK_SET), FsError::BadDescriptor);
+    Ok(Pass::Ok)
+}
+
+/// Rounds of the rewriter in `reads_race_rewrites`.
+const RACE_ROUNDS: u64 = 1500;
+/// Pages of `/race`.
+const RACE_PAGES: usize = 64;
+static RACE_DONE: AtomicU64 = AtomicU64::new(0);
+
+/// The rewriter: round k writes byte k over the first page of `/race` (one change), then over
+/// its last page (another change); every 50th round also truncates the file to its first
+/// page and writes the rest back (pages 1.. of byte k). Between changes the file is either
+/// "first page k, last page k" or "first page k, last page k - 1". 0 if every call worked.
+fn t_rewriter(_: u64) -> u64 {
+    let Ok(w) = fs::open("/race", fs::O_RDWR) else { return 1 };
+    let last = ((RACE_PAGES - 1) * 4096) as u64;
+    let mut page = [0u8; 4096];
+    let mut r = 0;
+    for k in 2..RACE_ROUNDS {
+        page.fill(k as u8);
+        if fs::pwrite(w, &page, 0) != Ok(4096) || fs::pwrite(w, &page, last) != Ok(4096) {
+            r = 2;
+            break;
+        }
+        if k % 50 == 0 {
+            let rest = vec![k as u8; (RACE_PAGES - 1) * 4096];
+            if fs::ftruncate(w, 4096).is_err() || fs::pwrite(w, &rest, 4096) != Ok(rest.len()) {
+                r = 3;
+                break;
+            }
+        }
+    }
+    RACE_DONE.store(1, Ordering::Release);
+    let _ = fs::close(w);
+    r
+}
+
+/// Whether `b` (a whole read of `/race`) is a state the rewriter leaves between changes:
+/// `RACE_PAGES` pages, each uniform; the first page's byte `k` non-zero; the last page's `k`
+/// or `k - 1`; the middle pages all one byte. Or, after a truncate, only the first page.
+fn race_state_ok(b: &[u8]) -> bool {
+    let pages: Vec<&[u8]> = b.chunks(4096).collect();
+    if pages.len() == 1 {
+        return b.len() == 4096 && b[0] != 0 && b.iter().all(|&x| x == b[0]);
+    }
+    if pages.len() != RACE_PAGES || pages.iter().any(|p| p.len() != 4096 || p.iter().any(|&x| x != p[0])) {
+        return false;
+    }
+    let (k, mid, l) = (pages[0][0], pages[1][0], pages[RACE_PAGES - 1][0]);
+    k != 0 && (l == k || l == k.wrapping_sub(1)) && pages[1..RACE_PAGES - 1].iter().all(|p| p[0] == mid)
+}
+
+/// Catches: a read without the lock that returns bytes of two states of the file (a torn
+/// read) because it does not check that no change started during it. Core 1 rewrites the
+/// first and then the last page of a 256 KiB file (two changes per round; now and then a
+/// truncate and a rewrite of the rest) while this core opens the file per-core and reads it
+/// whole, over and over: a reader that copied the first page before a round and the last
+/// page after it returns "first k - 1, last k", which no locked read can see. Every read must
+/// be a state between changes, and some must have been done without the lock. (With the
+/// generation check after the copy removed, this failed in 2 runs out of 2.)
+fn reads_race_rewrites() -> TestResult {
+    if cores() < 2 {
+        return Ok(Pass::Skipped("one core"));
+    }
+    fs_ok("mount", fs::mount())?;
+    let c = libos::core_id() as usize;
+    let w = fs_ok("create", fs::open("/race", fs::O_RDWR | fs::O_CREAT | fs::O_TRUNC))?;
+    fs_ok("write", fs::pwrite(w, &vec![1u8; RACE_PAGES * 4096], 0))?;
+    fs_ok("close", fs::close(w))?;
+    RACE_DONE.store(0, Ordering::Release);
+    let u0 = fs::unlocked_reads(c);
+    let t = ok!(libos::thread::spawn(1, t_rewriter, 0));
+    let mut buf = vec![0u8; RACE_PAGES * 4096 + 16];
+    let (mut reads, mut bad) = (0u64, None);
+    // Every other read goes through one descriptor kept open the whole time: a locked read
+    // after each change makes it current again (re-stamped), and the next may go without the
+    // lock.
+    let _ = fs::stat("/race");
+    let keep = fs_ok("open", fs::open("/race", fs::O_RDONLY))?;
+    while RACE_DONE.load(Ordering::Acquire) == 0 {
+        let _ = fs::stat("/race");
+        let r = if reads % 2 == 1 {
+            fs::pread(keep, &mut buf, 0)
+        } else {
+            fs::open("/race", fs::O_RDONLY).and_then(|fd| {
+                let r = fs::pread(fd, &mut buf, 0);
+                let _ = fs::close(fd);
+                r
+            })
+        };
+        reads += 1;
+        match r {
+            Ok(n) if race_state_ok(&buf[..n]) => {}
+            Ok(n) => {
+                let l = buf[n.saturating_sub(1)];
+                bad = Some(Msg::new(format_args!("torn read after {reads} reads: {n} bytes, first page {}, page 1 {}, last byte {l}", buf[0], buf[4096])));
+                break;
+            }
+            Err(e) => {
+                bad = Some(Msg::new(format_args!("read {reads}: {e:?}")));
+                break;
+            }
+        }
+    }
+    let there = ok!(t.join());
+    let unlocked = fs::unlocked_reads(c) - u0;
+    let _ = fs::close(keep);
+    let _ = fs::unlink("/race");
+    ensure!(there == 0, "the rewriter failed ({there})");
+    if let Some(m) = bad {
+        return Err(m);
+    }
+    println!("fstest: reads_race_rewrites: {reads} reads, {unlocked} without the lock");
+    ensure!(unlocked > 0, "no read was done without the lock ({reads} reads)");
+    Ok(Pass::Ok)
+}
+
 /// Reads `FILES[arg]` in full and compares; 0 if right.
 fn t_read_file(arg: u64) -> u64 {
     let Some(&(path, len, seed)) = files::FILES.get(arg as usize) else { return 9 };
@@ -993,7 +1184,7 @@ fn full_cache_evicts_and_writes_back() -> TestResult {
 
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 18] = [
+    let tests: [(&str, fn() -> TestResult); 20] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -1005,6 +1196,8 @@ fn main(args: &'static str) -> u64 {
         ("fs_files_in_the_descriptor_table", files_in_the_descriptor_table),
         ("fs_stat_from_the_name_cache", stat_from_the_name_cache),
         ("fs_open_from_the_per_core_list", open_from_the_per_core_list),
+        ("fs_read_without_the_lock", read_without_the_lock),
+        ("fs_reads_race_rewrites", reads_race_rewrites),
         ("fs_corrupt_superblock_is_refused", corrupt_superblock_is_refused),
         ("fs_corrupt_directory_entry_is_an_error", corrupt_directory_entry_is_an_error),
         ("fs_seeded_corruptions_never_panic", seeded_corruptions_never_panic),

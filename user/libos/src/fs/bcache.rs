@@ -308,11 +308,20 @@ impl Table {
             return true;
         }
         let mut tag = [0u64; 1];
-        let mut words = [0u64; PAGE_WORDS];
-        if !self.page(s).try_read_ranges(&mut [(0, &mut tag), (1 + first, &mut words[..end - first])]) || tag[0] != block + 1 {
+        // A few words (an inode's fields, a block pointer, a byte) through a small buffer:
+        // clearing a page-sized one costs more than the copy.
+        let mut small = [0u64; 16];
+        let mut big;
+        let words: &mut [u64] = if end - first <= small.len() {
+            &mut small[..end - first]
+        } else {
+            big = [0u64; PAGE_WORDS];
+            &mut big[..end - first]
+        };
+        if !self.page(s).try_read_ranges(&mut [(0, &mut tag), (1 + first, words)]) || tag[0] != block + 1 {
             return false;
         }
-        copy_words_out(&words[..end - first], at % 8, buf);
+        copy_words_out(words, at % 8, buf);
         self.hit(core, s);
         true
     }

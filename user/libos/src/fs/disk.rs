@@ -19,7 +19,9 @@
 //! (create, extend, mkdir...), or the two processes' block and inode counts diverge (docs/fs.md).
 
 use abi::{ArKind, ArMapping, DeviceBuf, DeviceInfo, Error, ObjName, ObjectId, SegMapping, BLK_MAX_REQUEST, BLK_SECTOR, BUF_BLK_FLUSH, BUF_BLK_READ, BUF_BLK_WRITE, DEVICE_BLOCK, MAP_READ, MAP_WRITE, MEMID_SELF};
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use percore::borrow::BorrowSlots;
+use percore::pad::CachePadded;
 
 use super::bcache::{self, BlockIo, IoError, Table};
 use super::ext2::{Disk, FsError};
@@ -226,6 +228,75 @@ pub struct CacheSharing {
 /// One cache per process at a time (it has one address, `CACHE_VA`).
 static CACHE_IN_USE: AtomicBool = AtomicBool::new(false);
 
+/// For each core, the root range in which the current cache is linked at `CACHE_VA` (0: not
+/// linked, or no cache). Written under the file system's lock (`Cache::link_here`, and
+/// cleared by `Cache::drop`); read by readers without the lock (`with_unlocked`).
+static LINKED: [CachePadded<AtomicU64>; 64] = [const { CachePadded::new(AtomicU64::new(0)) }; 64];
+
+/// Readers of the cache without the file system's lock: each holds a borrow slot of its core
+/// (`percore::borrow`) naming the cache for the whole read, so that `drain_unlocked` (at
+/// unmount, before the cache's memory goes) can wait for them.
+static READERS: BorrowSlots<64> = BorrowSlots::new();
+
+/// What a reader's borrow slot names: the cache (there is one per process).
+fn cache_mark() -> *mut () {
+    CACHE_VA as usize as *mut ()
+}
+
+/// Run `f` on the buffer cache's table without the file system's lock, for a descriptor
+/// opened on mount `mount`. `None` (take the lock) when that mount is gone, when the cache is
+/// not linked in this context's root range yet, or when `f` says so.
+///
+/// Why the table's memory stays mapped while `f` runs: the reader publishes its borrow slot
+/// (a store and a full fence) *then* checks that `open_files::MOUNT` is still `mount`; an
+/// unmount raises `MOUNT` (a `SeqCst` increment) *then* waits until no slot names the cache
+/// (`drain_unlocked`) before it drops the cache, so either the reader sees the new mount and
+/// leaves, or the unmount sees the slot and waits (percore::borrow's Dekker argument). The
+/// link record (`LINKED`) is written under the lock before the mount is published, and
+/// cleared only when the cache is dropped, after the drain.
+pub(super) fn with_unlocked<R>(mount: u64, f: impl FnOnce(&Table, usize) -> Option<R>) -> Option<R> {
+    let ctx = crate::ctx::ctx();
+    let c = ctx.core as usize;
+    let root = ctx.root_ar.object;
+    let slot = READERS.publish(c, cache_mark())?;
+    let r = if super::open_files::MOUNT.load(Ordering::SeqCst) == mount && LINKED.get(c).is_some_and(|l| l.load(Ordering::Acquire) == root) {
+        // SAFETY: the current mount's cache table is mapped at CACHE_VA in this context's
+        // root range (LINKED), and stays mapped until our borrow ends (see above); `attach`
+        // checks the table's magic before using it.
+        unsafe { Table::attach(CACHE_VA as usize) }.and_then(|t| f(&t, c))
+    } else {
+        None
+    };
+    READERS.release(c, slot);
+    r
+}
+
+/// At unmount, after `open_files::MOUNT` was raised: wait until no reader without the lock
+/// uses the cache (`with_unlocked`). Readers are short (copies from cached pages), and none
+/// starts now.
+pub(super) fn drain_unlocked() {
+    core::sync::atomic::fence(Ordering::SeqCst);
+    while READERS.held(64, cache_mark()) {
+        core::hint::spin_loop();
+    }
+}
+
+/// Copy device bytes `[off, off + buf.len())` from the table's cached pages without a lock;
+/// `false` as soon as one page is not cached (or a writer is in it).
+pub(super) fn try_copy(t: &Table, core: usize, off: u64, buf: &mut [u8]) -> bool {
+    let mut done = 0usize;
+    while done < buf.len() {
+        let pos = off + done as u64;
+        let (p, at) = (pos / PAGE, (pos % PAGE) as usize);
+        let n = (buf.len() - done).min(PAGE as usize - at);
+        if !t.try_read(core, p, at, &mut buf[done..done + n]) {
+            return false;
+        }
+        done += n;
+    }
+    true
+}
+
 /// The buffer cache: a `bcache::Table` of 4 KiB pages of the disk in a segment mapped through
 /// an address range at `CACHE_VA`, write-back (dirty pages go to the disk at `sync`, in order,
 /// or when no clean page is left to evict), clock eviction of clean pages.
@@ -300,6 +371,7 @@ impl Cache {
             let range = self.range;
             map_in_root(root, CACHE_VA, 1 << 30, range, || crate::sys::ar_set_ar(root, CACHE_VA, range))?;
             self.linked[c as usize] = root.object;
+            LINKED[c as usize].store(root.object, Ordering::Release);
         }
         Ok(())
     }
@@ -374,6 +446,11 @@ impl Drop for Cache {
         let c = crate::ctx::ctx().core.min(63) as usize;
         if self.linked[c] != 0 && self.linked[c] == crate::ctx::ctx().root_ar.object {
             let _ = crate::sys::ar_unmap(crate::ctx::ctx().root_ar, CACHE_VA, 1 << 30);
+        }
+        // No reader without the lock is left (`drain_unlocked` ran at unmount; a cache that
+        // fails to mount was never published), and none may find a link from now on.
+        for l in &LINKED {
+            l.store(0, Ordering::Release);
         }
         let _ = crate::sys::share_delobj(self.range);
         let _ = crate::sys::share_delobj(self.seg);

@@ -440,38 +440,28 @@ impl<D: Disk> Ext2<D> {
 
     /// The block holding logical block `lblk` of `ino` (0: a hole).
     pub fn bmap(&mut self, ino: &Inode, lblk: u64) -> Result<u64> {
-        let p = self.bs / 4;
-        if lblk < 12 {
-            return self.check_ptr(ino.block[lblk as usize]);
+        let lim = PtrLimits { bs: self.bs, first_data_block: self.sb.first_data_block as u64, blocks_count: self.sb.blocks_count as u64 };
+        map_block(&lim, &ino.block, lblk, |b, i| self.indirect(b, i))
+    }
+
+    /// What a reader without the lock needs to find inodes and check block pointers
+    /// (`read_unlocked`); fixed while the file system is mounted.
+    pub fn geometry(&self) -> Geometry {
+        let mut inode_tables = [0u32; GEOMETRY_GROUPS];
+        for (t, g) in inode_tables.iter_mut().zip(&self.groups) {
+            *t = g.inode_table;
         }
-        let mut l = lblk - 12;
-        if l < p {
-            let b = self.check_ptr(ino.block[12])?;
-            return if b == 0 { Ok(0) } else { self.indirect(b, l) };
+        Geometry {
+            bs: self.bs,
+            blocks_count: self.sb.blocks_count as u64,
+            first_data_block: self.sb.first_data_block as u64,
+            inodes_count: self.sb.inodes_count,
+            inodes_per_group: self.sb.inodes_per_group,
+            inode_size: self.sb.inode_size as u64,
+            dev_bytes: self.dev.size(),
+            groups: (self.groups.len()).min(GEOMETRY_GROUPS) as u32,
+            inode_tables,
         }
-        l -= p;
-        if l < p * p {
-            let b = self.check_ptr(ino.block[13])?;
-            if b == 0 {
-                return Ok(0);
-            }
-            let b = self.indirect(b, l / p)?;
-            return if b == 0 { Ok(0) } else { self.indirect(b, l % p) };
-        }
-        l -= p * p;
-        if l < p * p * p {
-            let b = self.check_ptr(ino.block[14])?;
-            if b == 0 {
-                return Ok(0);
-            }
-            let b = self.indirect(b, l / (p * p))?;
-            if b == 0 {
-                return Ok(0);
-            }
-            let b = self.indirect(b, (l / p) % p)?;
-            return if b == 0 { Ok(0) } else { self.indirect(b, l % p) };
-        }
-        Err(FsError::Corrupt("file offset beyond the triple-indirect block"))
     }
 
     /// Read up to `buf.len()` bytes of `ino` from byte `off`; returns how many (0 at the end).
@@ -647,4 +637,167 @@ impl<D: Disk> Ext2<D> {
     pub fn usage(&self) -> (u64, u64, u64, u64) {
         (self.sb.free_blocks_count as u64, self.sb.blocks_count as u64, self.sb.free_inodes_count as u64, self.sb.inodes_count as u64)
     }
+}
+
+/// Groups whose inode tables a [`Geometry`] carries (inodes of later groups are read under the
+/// lock only).
+pub const GEOMETRY_GROUPS: usize = 32;
+
+/// The fixed shape of a mounted file system: where inodes lie and the limits a block pointer
+/// is checked against (`Ext2::geometry`). The library OS keeps a copy outside its lock for
+/// `read_unlocked`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub bs: u64,
+    pub blocks_count: u64,
+    pub first_data_block: u64,
+    pub inodes_count: u32,
+    pub inodes_per_group: u32,
+    pub inode_size: u64,
+    /// Bytes on the device.
+    pub dev_bytes: u64,
+    /// Groups with an entry in `inode_tables` (at most `GEOMETRY_GROUPS`).
+    pub groups: u32,
+    pub inode_tables: [u32; GEOMETRY_GROUPS],
+}
+
+/// What a block pointer is checked against.
+pub(crate) struct PtrLimits {
+    pub bs: u64,
+    pub first_data_block: u64,
+    pub blocks_count: u64,
+}
+
+impl PtrLimits {
+    fn check_ptr(&self, p: u32) -> Result<u64> {
+        if p != 0 && ((p as u64) < self.first_data_block || p as u64 >= self.blocks_count) {
+            return Err(FsError::Corrupt("block pointer outside the file system"));
+        }
+        Ok(p as u64)
+    }
+}
+
+impl Geometry {
+    fn limits(&self) -> PtrLimits {
+        PtrLimits { bs: self.bs, first_data_block: self.first_data_block, blocks_count: self.blocks_count }
+    }
+
+    /// Byte offset of inode `ino` on the device, if its group is in `inode_tables`.
+    pub fn inode_offset(&self, ino: u32) -> Option<u64> {
+        if ino == 0 || ino > self.inodes_count || self.inodes_per_group == 0 || self.bs == 0 {
+            return None;
+        }
+        let idx = (ino - 1) as u64;
+        let g = idx / self.inodes_per_group as u64;
+        if g >= self.groups as u64 {
+            return None;
+        }
+        let byte = (idx % self.inodes_per_group as u64) * self.inode_size;
+        let blk = self.inode_tables[g as usize] as u64 + byte / self.bs;
+        (blk < self.blocks_count).then_some(blk * self.bs + byte % self.bs)
+    }
+}
+
+/// The block holding logical block `lblk` of a file with block pointers `block` (0: a hole);
+/// `indirect(b, i)` reads pointer `i` of indirect block `b` and checks it. Shared by the
+/// locked `Ext2::bmap` and `read_unlocked`, so both map blocks the same way.
+pub(crate) fn map_block(geo: &PtrLimits, block: &[u32; 15], lblk: u64, mut indirect: impl FnMut(u64, u64) -> Result<u64>) -> Result<u64> {
+    let p = geo.bs / 4;
+    if lblk < 12 {
+        return geo.check_ptr(block[lblk as usize]);
+    }
+    let mut l = lblk - 12;
+    if l < p {
+        let b = geo.check_ptr(block[12])?;
+        return if b == 0 { Ok(0) } else { indirect(b, l) };
+    }
+    l -= p;
+    if l < p * p {
+        let b = geo.check_ptr(block[13])?;
+        if b == 0 {
+            return Ok(0);
+        }
+        let b = indirect(b, l / p)?;
+        return if b == 0 { Ok(0) } else { indirect(b, l % p) };
+    }
+    l -= p * p;
+    if l < p * p * p {
+        let b = geo.check_ptr(block[14])?;
+        if b == 0 {
+            return Ok(0);
+        }
+        let b = indirect(b, l / (p * p))?;
+        if b == 0 {
+            return Ok(0);
+        }
+        let b = indirect(b, (l / p) % p)?;
+        return if b == 0 { Ok(0) } else { indirect(b, l % p) };
+    }
+    Err(FsError::Corrupt("file offset beyond the triple-indirect block"))
+}
+
+/// 128 bytes of an inode, 8-byte aligned (so a buffer cache can copy whole words into it).
+#[repr(C, align(8))]
+struct RawInode([u8; 128]);
+
+/// `Ext2::inode` + `Ext2::read` of regular file `ino` from byte `off`, through `get(off, buf)`,
+/// which copies bytes of the device and may refuse (`false`: not cached, or in the way of a
+/// writer). Reads nothing but what it needs (the inode's first 112 bytes, one pointer per
+/// indirect level, the data). `Some((bytes read, file size))`, or `None` whenever `get`
+/// refused, the inode is not a regular file, its group is not in `geo`, or anything looks
+/// corrupt: the caller then reads under the lock, which reports errors. The caller also
+/// decides whether what `get` returned was consistent (the library OS checks the name
+/// cache's generation around the whole call: docs/fs.md).
+pub fn read_unlocked(geo: &Geometry, ino: u32, off: u64, buf: &mut [u8], get: &mut impl FnMut(u64, &mut [u8]) -> bool) -> Option<(usize, u64)> {
+    let at = geo.inode_offset(ino)?;
+    let mut raw = RawInode([0; 128]);
+    let end = at.checked_add(112)?;
+    if end > geo.dev_bytes || !get(at, &mut raw.0[..112]) {
+        return None;
+    }
+    let raw = &raw.0;
+    let mode = le16(raw, 0);
+    if mode & S_IFMT != S_IFREG {
+        return None;
+    }
+    let size = le32(raw, 4) as u64 | (le32(raw, 108) as u64) << 32;
+    let mut block = [0u32; 15];
+    for (i, b) in block.iter_mut().enumerate() {
+        *b = le32(raw, 40 + 4 * i);
+    }
+    if off >= size {
+        return Some((0, size));
+    }
+    let want = ((size - off).min(buf.len() as u64)) as usize;
+    let bs = geo.bs;
+    let lim = geo.limits();
+    let mut done = 0usize;
+    while done < want {
+        let pos = off + done as u64;
+        let lblk = pos / bs;
+        let in_blk = (pos % bs) as usize;
+        let n = (want - done).min(bs as usize - in_blk);
+        let indirect = |b: u64, i: u64| -> Result<u64> {
+            if b >= geo.blocks_count || i >= bs / 4 {
+                return Err(FsError::Corrupt("block number past the end of the file system"));
+            }
+            let mut p = [0u8; 4];
+            if b * bs + i * 4 + 4 > geo.dev_bytes || !get(b * bs + i * 4, &mut p) {
+                return Err(FsError::Io);
+            }
+            lim.check_ptr(u32::from_le_bytes(p))
+        };
+        let b = map_block(&lim, &block, lblk, indirect).ok()?;
+        let dst = &mut buf[done..done + n];
+        if b == 0 {
+            dst.fill(0);
+        } else {
+            let from = (b * bs).checked_add(in_blk as u64)?;
+            if b >= geo.blocks_count || from + n as u64 > geo.dev_bytes || !get(from, dst) {
+                return None;
+            }
+        }
+        done += n;
+    }
+    Some((done, size))
 }

@@ -12,12 +12,14 @@
 //! | buffer cache and block device object client | `disk.rs` |
 //! | the device object | kernel `dev/blk.rs`, contract `abi/src/blk.rs` |
 //!
-//! **First version.** One mounted file system per process, under one MCS lock (`FS`), with a
-//! per-process buffer cache. Descriptors here are indexes into this module's own table of open
-//! files (`Fd`); `fd::open` puts one in the common descriptor tables (docs/fd.md); the lock-free name cache,
-//! shared buffer cache and per-core open-file lists are not built yet (docs/fs.md says what is
-//! missing). A context that uses the file system on another core maps the request segment
-//! there on first use.
+//! **Locks.** One mounted file system per process, under one MCS lock (`FS`) for changes and
+//! for anything the paths below do not cover. Without it: `stat` of a cached path (`names`),
+//! read-only `open` of one, and `fstat`, `close`, `read`, `pread`, `lseek` of the per-core
+//! descriptor it gives (`open_files`, `read_unlocked`: docs/fs.md, "Names and descriptors").
+//! Descriptors here are indexes into this module's own table of open files (`Fd`), or name
+//! a per-core slot (bit 30); `fd::open` puts one in the common descriptor tables (docs/fd.md).
+//! A context that uses the file system on another core maps the request segment and links
+//! the buffer cache there on first use (under the lock).
 
 pub mod bcache;
 pub mod disk;
@@ -109,6 +111,8 @@ pub fn mount() -> Result<()> {
     // On an error the cache (and with it the device object) is dropped, which frees both.
     let fs = Ext2::mount(Cache::new(dev)?)?;
     names::NAMES.begin_change();
+    // Before the mount is published: readers without the lock check `MOUNT` first.
+    GEOMETRY.set(&fs.geometry());
     open_files::MOUNT.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
     *g = Some(Mounted { fs, files: Vec::new(), descs: Vec::new(), orphans: Default::default() });
     names::NAMES.end_change();
@@ -135,6 +139,9 @@ pub fn unmount() -> Result<()> {
     names::NAMES.begin_change();
     open_files::MOUNT.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
     open_files::ORPHAN_WATCH.store(0, core::sync::atomic::Ordering::SeqCst);
+    // No reader without the lock starts on this mount now; wait for those running before the
+    // cache's memory goes (`disk::with_unlocked`).
+    disk::drain_unlocked();
     *g = None;
     names::NAMES.end_change();
     r
@@ -153,14 +160,20 @@ fn desc_index(m: &mut Mounted, fd: Fd) -> Result<u32> {
     }
     match open_files::named(fd.0).ok_or(FsError::BadDescriptor)? {
         open_files::Named::Forwarded(d) => Ok(d),
-        open_files::Named::Open { ino, off } => {
-            let d = new_desc(m, OpenFile { ino, off, flags: O_RDONLY, refs: 1 });
-            if open_files::forward(fd.0, d as u32) {
-                Ok(d as u32)
-            } else {
-                // Closed on its core meanwhile.
-                m.descs[d] = None;
-                Err(FsError::BadDescriptor)
+        open_files::Named::Open { ino, .. } => {
+            let d = new_desc(m, OpenFile { ino, off: 0, flags: O_RDONLY, refs: 1 });
+            match (open_files::forward(fd.0, d as u32), m.descs[d].as_mut()) {
+                (Some(off), Some(desc)) => {
+                    // The offset as `forward` froze it (a read without the lock may have
+                    // moved it since `named`).
+                    desc.off = off;
+                    Ok(d as u32)
+                }
+                _ => {
+                    // Closed on its core meanwhile.
+                    m.descs[d] = None;
+                    Err(FsError::BadDescriptor)
+                }
             }
         }
     }
@@ -180,14 +193,15 @@ fn new_desc(m: &mut Mounted, desc: OpenFile) -> usize {
     }
 }
 
-/// Move `fd`'s offset (under the lock).
-fn set_offset(m: &mut Mounted, fd: Fd, off: u64) -> Result<()> {
+/// Move `fd`'s offset from `from` to `to` (under the lock). `Ok(false)`: a per-core
+/// descriptor's offset is not `from` any more (a read or seek without the lock moved it, or
+/// it was forwarded meanwhile): the caller starts over.
+fn move_offset(m: &mut Mounted, fd: Fd, from: u64, to: u64) -> Result<bool> {
     if let Some(open_files::Named::Open { .. }) = open_files::named(fd.0) {
-        open_files::set_off(fd.0, off);
-        return Ok(());
+        return Ok(open_files::advance_off(fd.0, from, to));
     }
-    file(m, fd)?.off = off;
-    Ok(())
+    file(m, fd)?.off = to;
+    Ok(true)
 }
 
 /// A free descriptor number.
@@ -316,6 +330,12 @@ pub fn close(fd: Fd) -> Result<()> {
                     open_files::close_forwarded(fd.0);
                     d as usize
                 }
+                // Its fast close met the slot being re-stamped (`open_files::restamp`, under
+                // the lock we now hold): it is open again.
+                Some(open_files::Named::Open { .. }) => match open_files::close_open(fd.0) {
+                    Some(ino) => return release_if_orphan(m, ino as u32),
+                    None => return Err(FsError::BadDescriptor),
+                },
                 _ => return Err(FsError::BadDescriptor),
             }
         } else {
@@ -366,26 +386,132 @@ fn inode_of(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64)> {
 }
 
 /// Read from the descriptor's offset, advancing it. 0 at the end of the file.
+///
+/// A per-core descriptor (a read-only open of a cached name, `open_files`) reads without the
+/// lock while nothing changed since its open (`read_unlocked`); else, and on a cache miss,
+/// under the lock.
 pub fn read(fd: Fd, buf: &mut [u8]) -> Result<usize> {
-    with(|m| {
+    if open_files::is_fast(fd.0) {
+        if let Some(n) = read_unlocked(fd, buf, None) {
+            return Ok(n);
+        }
+    }
+    with(|m| loop {
         let (ino, off) = inode_of(m, fd)?;
         if ino.is_dir() {
             return Err(FsError::IsDir);
         }
         let n = m.fs.read(&ino, off, buf)?;
-        set_offset(m, fd, off + n as u64)?;
-        Ok(n)
+        if move_offset(m, fd, off, off + n as u64)? {
+            restamp_if_stale(fd, &ino);
+            return Ok(n);
+        }
     })
+}
+
+/// Under the lock, after a locked read of a per-core descriptor: if it read under the lock
+/// because a change made its generation stale, make it current (`open_files::restamp`), so
+/// that its next reads go without the lock again.
+fn restamp_if_stale(fd: Fd, ino: &Inode) {
+    if open_files::is_fast(fd.0) && open_files::stale(fd.0) {
+        open_files::restamp(fd.0, &Ext2::<Cache>::stat_of(ino));
+    }
+}
+
+/// The mounted file system's `Geometry` (where inodes lie; fixed while mounted), for readers
+/// without the lock: written under the lock at mount, before `open_files::MOUNT` publishes
+/// the mount; read only by a reader that saw that `MOUNT` (acquire) and holds a borrow that
+/// keeps the unmount waiting (`disk::with_unlocked`), so never torn by a later mount.
+struct SharedGeometry {
+    words: [core::sync::atomic::AtomicU64; 8],
+    tables: [core::sync::atomic::AtomicU32; ext2::GEOMETRY_GROUPS],
+}
+
+static GEOMETRY: SharedGeometry = SharedGeometry { words: [const { core::sync::atomic::AtomicU64::new(0) }; 8], tables: [const { core::sync::atomic::AtomicU32::new(0) }; ext2::GEOMETRY_GROUPS] };
+
+impl SharedGeometry {
+    fn set(&self, g: &ext2::Geometry) {
+        use core::sync::atomic::Ordering::Relaxed;
+        let w = [g.bs, g.blocks_count, g.first_data_block, g.inodes_count as u64, g.inodes_per_group as u64, g.inode_size, g.dev_bytes, g.groups as u64];
+        for (a, v) in self.words.iter().zip(w) {
+            a.store(v, Relaxed);
+        }
+        for (a, v) in self.tables.iter().zip(g.inode_tables) {
+            a.store(v, Relaxed);
+        }
+    }
+
+    fn get(&self) -> ext2::Geometry {
+        use core::sync::atomic::Ordering::Relaxed;
+        let w = |i: usize| self.words[i].load(Relaxed);
+        let mut inode_tables = [0u32; ext2::GEOMETRY_GROUPS];
+        for (t, a) in inode_tables.iter_mut().zip(&self.tables) {
+            *t = a.load(Relaxed);
+        }
+        ext2::Geometry { bs: w(0), blocks_count: w(1), first_data_block: w(2), inodes_count: w(3) as u32, inodes_per_group: w(4) as u32, inode_size: w(5), dev_bytes: w(6), groups: w(7) as u32, inode_tables }
+    }
+}
+
+/// `read` (`at` None: from the offset, advancing it) or `pread` (`at`) of a per-core
+/// descriptor without the file system's lock. None: use the locked path (the descriptor was
+/// forwarded or closed, a change started since its open, a page was not cached or a writer
+/// was in it, the offset moved under us, or anything looked wrong).
+///
+/// Why what it returns is what a locked read would have returned at one moment (docs/fs.md,
+/// "Reads without the lock"): the slot's generation `g` is the name cache's generation at
+/// which the file's `Stat` was true, and every change to the file system (write, truncate,
+/// unlink, rename, ... and mount/unmount) makes the generation odd, with a full fence,
+/// *before* it writes a byte of the cache. The inode, its indirect pointers and the data
+/// are each copied by a buffer-cache hit (a seqlock window and the page's tag: never torn,
+/// never another block's page); after the last copy, an acquire fence and the generation is
+/// still `g`: so no change had started when the last byte was copied, and every byte copied
+/// is the state of generation `g`, which is what the locked read would have seen then. A
+/// garbage copy (a failed window) is never looked at: the locked path overwrites `buf`.
+fn read_unlocked(fd: Fd, buf: &mut [u8], at: Option<u64>) -> Option<usize> {
+    let n = read_unlocked_inner(fd, buf, at)?;
+    let c = (crate::ctx::ctx().core as usize).min(63);
+    // Only this core writes its counter: a load and a store on its own line.
+    UNLOCKED_READS[c].store(UNLOCKED_READS[c].load(core::sync::atomic::Ordering::Relaxed) + 1, core::sync::atomic::Ordering::Relaxed);
+    Some(n)
+}
+
+/// Reads and `pread`s done without the lock, per core (tests and benchmarks look).
+static UNLOCKED_READS: [percore::pad::CachePadded<core::sync::atomic::AtomicU64>; 64] = [const { percore::pad::CachePadded::new(core::sync::atomic::AtomicU64::new(0)) }; 64];
+
+/// How many reads core `c` did without the file system's lock.
+pub fn unlocked_reads(c: usize) -> u64 {
+    UNLOCKED_READS[c.min(63)].load(core::sync::atomic::Ordering::Relaxed)
+}
+
+fn read_unlocked_inner(fd: Fd, buf: &mut [u8], at: Option<u64>) -> Option<usize> {
+    let snap = open_files::snapshot(fd.0)?;
+    let off = at.unwrap_or(snap.off);
+    let n = disk::with_unlocked(snap.mount, |t, core| {
+        let geo = GEOMETRY.get();
+        let (n, _) = ext2::read_unlocked(&geo, snap.ino, off, buf, &mut |o, b| disk::try_copy(t, core, o, b))?;
+        open_files::unchanged(snap.gen).then_some(n)
+    })?;
+    if at.is_none() && !open_files::advance_off(fd.0, off, off + n as u64) {
+        return None;
+    }
+    Some(n)
 }
 
 /// Read at `off` without moving the descriptor's offset.
 pub fn pread(fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
+    if open_files::is_fast(fd.0) {
+        if let Some(n) = read_unlocked(fd, buf, Some(off)) {
+            return Ok(n);
+        }
+    }
     with(|m| {
         let (ino, _) = inode_of(m, fd)?;
         if ino.is_dir() {
             return Err(FsError::IsDir);
         }
-        m.fs.read(&ino, off, buf)
+        let n = m.fs.read(&ino, off, buf)?;
+        restamp_if_stale(fd, &ino);
+        Ok(n)
     })
 }
 
@@ -500,17 +626,25 @@ fn sync_ordered(m: &mut Mounted) -> Result<()> {
 
 /// Move the offset; returns the new one. A negative result is `InvalidArgument`.
 pub fn lseek(fd: Fd, off: i64, whence: u32) -> Result<u64> {
-    with(|m| {
+    let to = |base: u64| (base as i64).checked_add(off).filter(|v| *v >= 0).ok_or(FsError::InvalidArgument).map(|v| v as u64);
+    if whence > SEEK_END {
+        return Err(FsError::InvalidArgument);
+    }
+    // A per-core descriptor: without the lock, from the slot's offset and (SEEK_END) the size
+    // taken at its open, while nothing changed since (`open_files::snapshot`).
+    if let Some(snap) = open_files::snapshot(fd.0) {
+        let base = [0, snap.off, snap.size][whence as usize];
+        let new = to(base)?;
+        if open_files::advance_off(fd.0, snap.off, new) {
+            return Ok(new);
+        }
+    }
+    with(|m| loop {
         let (ino, cur) = inode_of(m, fd)?;
-        let base = match whence {
-            SEEK_SET => 0,
-            SEEK_CUR => cur,
-            SEEK_END => ino.size,
-            _ => return Err(FsError::InvalidArgument),
-        };
-        let new = (base as i64).checked_add(off).filter(|v| *v >= 0).ok_or(FsError::InvalidArgument)? as u64;
-        set_offset(m, fd, new)?;
-        Ok(new)
+        let new = to([0, cur, ino.size][whence as usize])?;
+        if move_offset(m, fd, cur, new)? {
+            return Ok(new);
+        }
     })
 }
 

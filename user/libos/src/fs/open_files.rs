@@ -44,6 +44,9 @@ const FREE: u64 = 0;
 const OPEN: u64 = 1;
 /// Forwarded: `state >> 8` is the index of an ordinary open file description.
 const FWD: u64 = 2;
+/// Being re-stamped under the lock (`restamp`): neither open nor closable without the lock
+/// for that moment.
+const RESTAMP: u64 = 3;
 
 #[repr(align(128))]
 struct Slot {
@@ -139,7 +142,8 @@ pub fn fstat(fd: u32) -> Option<Stat> {
     if s.state.load(Ordering::Acquire) != OPEN {
         return None;
     }
-    let gen = s.gen.load(Ordering::Relaxed);
+    // Acquire: `restamp` stores the `Stat` before a new generation.
+    let gen = s.gen.load(Ordering::Acquire);
     let mut w = [0u64; 4];
     for (x, a) in w.iter_mut().zip(&s.stat) {
         *x = a.load(Ordering::Relaxed);
@@ -182,19 +186,92 @@ pub fn named(fd: u32) -> Option<Named> {
     }
 }
 
-/// Under the lock: move an `OPEN` slot's offset (reads and seeks hold the lock, so offsets
-/// of one descriptor move one call at a time).
-pub fn set_off(fd: u32, off: u64) {
-    if let Some(s) = slot_of(fd) {
-        s.off.store(off, Ordering::Relaxed);
-    }
+/// An `OPEN` slot's offset after `forward` took it: no read or seek may move it any more.
+const FROZEN: u64 = u64::MAX;
+
+/// Move an `OPEN` slot's offset from `from` to `to` (reads and seeks with or without the
+/// lock). False if it is not `from` any more (another read or seek of the same descriptor
+/// moved it, or `forward` froze it): the caller starts over.
+pub fn advance_off(fd: u32, from: u64, to: u64) -> bool {
+    from != FROZEN && to != FROZEN && slot_of(fd).is_some_and(|s| s.off.compare_exchange(from, to, Ordering::SeqCst, Ordering::Relaxed).is_ok())
 }
 
-/// Under the lock: make an `OPEN` slot name the open file description `desc` from now on.
-/// False if the slot was closed meanwhile (a fast close on its core).
-pub fn forward(fd: u32, desc: u32) -> bool {
+/// Under the lock: make an `OPEN` slot name the open file description `desc` from now on, and
+/// give its offset (frozen first, so that a read or seek without the lock that moves it after
+/// this fails its `advance_off` and starts over on the description). None if the slot was
+/// closed meanwhile (a fast close on its core).
+pub fn forward(fd: u32, desc: u32) -> Option<u64> {
+    let s = slot_of(fd)?;
+    let off = s.off.swap(FROZEN, Ordering::SeqCst);
+    s.state.compare_exchange(OPEN, FWD | (desc as u64) << 8, Ordering::SeqCst, Ordering::Relaxed).ok()?;
+    Some(off)
+}
+
+/// Under the lock (so no change runs and the generation is even): make an `OPEN` slot whose
+/// generation went stale current again, with `stat` (the file's `Stat` now) and the current
+/// generation, so its reads, seeks and `fstat` go without the lock again until the next
+/// change. The slot is taken out of `OPEN` while its words are written (a compare-and-swap
+/// to `RESTAMP`), so a reader without the lock never pairs the new generation with the old
+/// `Stat` (it sees the state not `OPEN`, or the words before or after: the state's release
+/// store orders them), and a close without the lock in that moment falls back to the lock,
+/// which we hold: it finds the slot `OPEN` again. False if the slot was not `OPEN`.
+pub fn restamp(fd: u32, stat: &Stat) -> bool {
     let Some(s) = slot_of(fd) else { return false };
-    s.state.compare_exchange(OPEN, FWD | (desc as u64) << 8, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+    if s.state.compare_exchange(OPEN, RESTAMP, Ordering::SeqCst, Ordering::Relaxed).is_err() {
+        return false;
+    }
+    for (w, a) in super::names::pack(stat).iter().zip(&s.stat) {
+        a.store(*w, Ordering::Relaxed);
+    }
+    // Release: a reader that loads the new generation (acquire) sees the new `Stat`.
+    s.gen.store(super::names::NAMES.generation(), Ordering::Release);
+    s.state.store(OPEN, Ordering::Release);
+    true
+}
+
+/// Whether `fd` is an `OPEN` slot whose generation is not the current one (`restamp` would
+/// help). Loads only.
+pub fn stale(fd: u32) -> bool {
+    slot_of(fd).is_some_and(|s| s.state.load(Ordering::Acquire) == OPEN && s.gen.load(Ordering::Relaxed) != super::names::NAMES.generation())
+}
+
+/// What a read or seek without the lock starts from: an `OPEN` slot of the current mount
+/// whose name-cache generation is still the current one (no change since the open).
+#[derive(Clone, Copy, Debug)]
+pub struct Snapshot {
+    pub ino: u32,
+    pub off: u64,
+    pub gen: u64,
+    pub mount: u64,
+    /// The file's size at the open (true while the generation is `gen`).
+    pub size: u64,
+}
+
+/// The slot `fd` names, if a read may use it without the lock (see `Snapshot`). Loads only.
+pub fn snapshot(fd: u32) -> Option<Snapshot> {
+    let s = slot_of(fd)?;
+    if s.state.load(Ordering::Acquire) != OPEN {
+        return None;
+    }
+    // The generation first, with acquire: `restamp` stores the `Stat` before it.
+    let gen = s.gen.load(Ordering::Acquire);
+    let snap = Snapshot {
+        ino: s.ino.load(Ordering::Relaxed) as u32,
+        off: s.off.load(Ordering::Acquire),
+        gen,
+        mount: s.mount.load(Ordering::Relaxed),
+        size: s.stat[1].load(Ordering::Relaxed),
+    };
+    fence(Ordering::Acquire);
+    let live = snap.off != FROZEN && s.state.load(Ordering::Relaxed) == OPEN && s.gen.load(Ordering::Relaxed) == snap.gen;
+    (live && snap.mount == MOUNT.load(Ordering::Acquire) && unchanged(snap.gen)).then_some(snap)
+}
+
+/// No change to the file system started since generation `gen` was read (loads made before
+/// this call saw the state of generation `gen`; the fence orders them before the check).
+pub fn unchanged(gen: u64) -> bool {
+    fence(Ordering::Acquire);
+    gen & 1 == 0 && super::names::NAMES.generation() == gen
 }
 
 /// Under the lock: free a forwarded slot (its description is released by the caller).
