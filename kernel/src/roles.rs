@@ -278,12 +278,13 @@ pub fn kernel_core_loop() {
             crate::smp::run_mailbox(me)
         };
         let nics = crate::dev::net::poll_attached(me.index);
-        if answered | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | (nics == Some(true)) {
+        let disks = crate::dev::blk::poll_attached(me.index);
+        if answered | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | (nics == Some(true)) | (disks == Some(true)) {
             idle = 0;
             continue;
         }
         // A kernel core with a device polls it without pause (Corey: no device interrupts).
-        if nics.is_some() {
+        if nics.is_some() || disks.is_some() {
             continue;
         }
         idle += 1;
