@@ -287,6 +287,8 @@ pub fn ci_test(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String>
     let img = dir.join("fstest.img");
     mkimage(&dir.join("root"), &img, Some(16))?;
     let mut t = crate::test::user_tests_disk(kernel, initrd, 2, "init=fstest", &img)?;
+    // The disk's Dedicated mode with two requesting cores and a kernel core (abi::blk).
+    t.add(crate::test::user_tests_disk(kernel, initrd, 3, "init=fstest -- fs_blk_dedicated", &img)?);
     match check(&img) {
         Ok(()) => {
             println!("   e2fsck -fn after fstest: clean");
