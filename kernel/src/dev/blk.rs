@@ -480,19 +480,20 @@ impl BlkDev {
         put - fresh < BLK_RING_ENTRIES
     }
 
-    /// Answer submit entry `seq` of ring `r` (room was checked before it was taken), and count.
-    fn finish(&self, r: usize, seq: u64, write: bool, res: Result<u64, Error>) {
+    /// Answer submit entry `seq` of ring `r` (room was checked before it was taken), and count
+    /// a transfer that succeeded (`write`: `None` for a flush, counted by the caller).
+    fn finish(&self, r: usize, seq: u64, write: Option<bool>, res: Result<u64, Error>) {
         let rp = &self.rings[r];
-        match res {
-            Ok(n) if write => {
+        match (write, res) {
+            (None, _) | (_, Err(_)) => {}
+            (Some(true), Ok(n)) => {
                 rp.counts.writes.fetch_add(1, Ordering::Relaxed);
                 rp.counts.bytes_out.fetch_add(n, Ordering::Relaxed);
             }
-            Ok(n) => {
+            (Some(false), Ok(n)) => {
                 rp.counts.reads.fetch_add(1, Ordering::Relaxed);
                 rp.counts.bytes_in.fetch_add(n, Ordering::Relaxed);
             }
-            Err(_) => {}
         }
         if rp.broken.load(Ordering::Relaxed) {
             return;
@@ -550,7 +551,7 @@ impl BlkDev {
                 let a = *a;
                 *active = None;
                 self.rings[r].counts.errors.fetch_add(1, Ordering::Relaxed);
-                self.finish(r, a.seq, a.write, Err(io_error(e)));
+                self.finish(r, a.seq, Some(a.write), Err(io_error(e)));
                 true
             }
         }
@@ -629,13 +630,13 @@ impl BlkDev {
                     a.done += len;
                     if a.done == a.len {
                         *active = None;
-                        self.finish(r, a2.seq, a2.write, Ok(a2.len));
+                        self.finish(r, a2.seq, Some(a2.write), Ok(a2.len));
                     }
                 }
                 Err(e) => {
                     *active = None;
                     self.rings[r].counts.errors.fetch_add(1, Ordering::Relaxed);
-                    self.finish(r, a2.seq, a2.write, Err(io_error(e)));
+                    self.finish(r, a2.seq, Some(a2.write), Err(io_error(e)));
                 }
             }
         }
@@ -669,7 +670,7 @@ impl BlkDev {
                         rp.counts.errors.fetch_add(1, Ordering::Relaxed);
                         io_error(e)
                     });
-                    self.finish(r, seq, false, res);
+                    self.finish(r, seq, None, res);
                     continue;
                 }
                 let seq = self.advance_submit(r);
@@ -683,7 +684,7 @@ impl BlkDev {
                     }
                     Err(e) => {
                         self.rings[r].refused.fetch_add(1, Ordering::Relaxed);
-                        self.finish(r, seq, false, Err(e));
+                        self.finish(r, seq, None, Err(e));
                     }
                 }
             }

@@ -89,6 +89,8 @@ pub struct BlockDevice {
     seg_bytes: u64,
     /// Rings of Dedicated mode (0: Polling).
     nrings: u64,
+    /// Per-core data areas (core `c` uses area `c`), or 0: one area, serialised by `&mut self`.
+    areas: u64,
     /// For each core, the root range (object id) in which this core mapped the request
     /// segment, or 0. A context that ends takes its root range and the mapping with it, so a
     /// later context on the same core (another thread) is told apart by its root range.
@@ -130,7 +132,7 @@ impl BlockDevice {
             }
         };
         // From here on, dropping `b` frees both objects.
-        let mut b = BlockDevice { dev, seg, capacity: 0, seg_bytes: REQ_BYTES, nrings: 0, mapped: [const { AtomicU64::new(0) }; 64], cursors: Vec::new() };
+        let mut b = BlockDevice { dev, seg, capacity: 0, seg_bytes: REQ_BYTES, nrings: 0, areas: 0, mapped: [const { AtomicU64::new(0) }; 64], cursors: Vec::new() };
         b.capacity = crate::sys::device_stat(dev)?.buffers;
         Ok(b)
     }
@@ -154,13 +156,38 @@ impl BlockDevice {
                 return Err(e);
             }
         };
-        let mut b = BlockDevice { dev, seg, capacity: 0, seg_bytes: bytes, nrings: 0, mapped: [const { AtomicU64::new(0) }; 64], cursors: Vec::new() };
+        let mut b = BlockDevice { dev, seg, capacity: 0, seg_bytes: bytes, nrings: 0, areas: 0, mapped: [const { AtomicU64::new(0) }; 64], cursors: Vec::new() };
         b.capacity = crate::sys::device_stat(dev)?.buffers;
         b.cursors.try_reserve_exact(nrings as usize).map_err(|_| Error::NoMemory)?;
         b.cursors.extend((0..nrings).map(|_| Cursor::default()));
         crate::sys::device_conf(dev, &DeviceConf { key: CONF_BLK_MODE, value: BLK_MODE_DEDICATED | nrings << 8 })?;
         b.nrings = nrings;
+        b.areas = nrings;
         crate::ring::pcore_add_device(kernel_core, dev)?;
+        Ok(b)
+    }
+
+    /// A Polling device whose request segment has a data area for each of cores
+    /// 0..`ncores`, so that `read_here`/`write_here` may run on them at once (each request
+    /// still a `device_buf` under the kernel's queue lock): the Polling side of a comparison
+    /// with `open_dedicated`.
+    pub fn open_polling_per_core(share: ObjectId, ncores: u64) -> Result<BlockDevice, Error> {
+        if ncores == 0 || ncores > 64 {
+            return Err(Error::InvalidArgument);
+        }
+        let disk = find_disk()?;
+        let bytes = ncores * REQ_BYTES;
+        let seg = ObjName::new(share, crate::sys::segment_alloc(share, "blk-requests", MEMID_SELF, bytes)?);
+        // SAFETY: no pointers: the kernel checks every argument.
+        let dev = match unsafe { crate::sys::call(abi::nr::DEVICE_ALLOC, share, disk.hwid, MEMID_SELF, seg.share, seg.object, 0) } {
+            Ok(d) => ObjName::new(share, d),
+            Err(e) => {
+                let _ = crate::sys::share_delobj(seg);
+                return Err(e);
+            }
+        };
+        let mut b = BlockDevice { dev, seg, capacity: 0, seg_bytes: bytes, nrings: 0, areas: ncores, mapped: [const { AtomicU64::new(0) }; 64], cursors: Vec::new() };
+        b.capacity = crate::sys::device_stat(dev)?.buffers;
         Ok(b)
     }
 
@@ -184,16 +211,16 @@ impl BlockDevice {
         Ok(())
     }
 
-    /// This core's ring and the byte offset of its data area (Dedicated), or (0, 0) (Polling).
+    /// This core's ring (Dedicated) and the byte offset of its data area.
     fn area(&self) -> Result<(u64, u64), Error> {
-        if !self.dedicated() {
+        if self.areas == 0 {
             return Ok((0, 0));
         }
         let r = crate::ctx::ctx().core as u64;
-        if r >= self.nrings {
+        if r >= self.areas {
             return Err(Error::NoSuchCore);
         }
-        Ok((r, blk_data_offset(self.nrings) + r * REQ_BYTES))
+        Ok((r, blk_data_offset(self.nrings) * (self.nrings != 0) as u64 + r * REQ_BYTES))
     }
 
     fn request(&self, kind: u64, sector: u64, offset: u64, len: u64) -> Result<u64, Error> {
@@ -261,24 +288,25 @@ impl BlockDevice {
         self.write_shared(sector, buf)
     }
 
-    /// `read` from several cores at once (Dedicated only: each core has its own ring and data
-    /// area; `NotPermitted` in Polling mode, whose one data area `&mut self` serialises).
+    /// `read` from several cores at once: each core has its own data area (and, Dedicated, its
+    /// own ring). `NotPermitted` for a device made by `open`, whose one data area `&mut self`
+    /// serialises.
     pub fn read_here(&self, sector: u64, buf: &mut [u8]) -> Result<(), Error> {
-        if !self.dedicated() {
+        if self.areas == 0 {
             return Err(Error::NotPermitted);
         }
         self.read_shared(sector, buf)
     }
 
-    /// `write` from several cores at once (Dedicated only, as `read_here`).
+    /// `write` from several cores at once (as `read_here`).
     pub fn write_here(&self, sector: u64, buf: &[u8]) -> Result<(), Error> {
-        if !self.dedicated() {
+        if self.areas == 0 {
             return Err(Error::NotPermitted);
         }
         self.write_shared(sector, buf)
     }
 
-    /// Callers: `&mut self` (Polling) or Dedicated mode, so this core's data area is its own.
+    /// Callers: `&mut self`, or per-core data areas, so this core's data area is its own.
     fn read_shared(&self, sector: u64, buf: &mut [u8]) -> Result<(), Error> {
         self.map_here()?;
         let (_, base) = self.area()?;
