@@ -739,7 +739,10 @@ pub fn attach(core: usize, dev: &KRef<BlkDev>) -> Result<(), Error> {
         return Err(Error::NoMemory);
     }
     list.push(dev.clone());
-    dev.publish_attached(core as u64);
+    // The header names the core only while it is a kernel core (`kernel_core_running`).
+    if target.role.load(Ordering::Acquire) == abi::ROLE_KC {
+        dev.publish_attached(core as u64);
+    }
     drop(list);
     // A kernel core asleep in its idle halt would not look at its list until something woke it.
     if target.role.load(Ordering::Acquire) == abi::ROLE_KC && !target.polling.load(Ordering::Acquire) {
@@ -771,6 +774,18 @@ pub fn detach(dev: &KRef<BlkDev>, only: Option<usize>) -> Result<(), Error> {
     // The list's reference goes outside the lock (the last one resets the disk).
     drop(removed);
     Ok(())
+}
+
+/// `core` starts (`on`) or stops being a kernel core: the headers of the disks attached to it
+/// say so (`BLK_DETACHED` while it is not, so a requesting core gets `NoSuchCore` rather than
+/// spinning). Under the list's lock, which `attach` holds while it reads the core's role.
+pub fn kernel_core_running(core: usize, on: bool) {
+    let list = POLLED[core].lock();
+    for d in list.iter() {
+        if !d.dead.load(Ordering::Acquire) {
+            d.publish_attached(if on { core as u64 } else { BLK_DETACHED });
+        }
+    }
 }
 
 /// A kernel core's poll of its block devices: `None` if it has none, else whether anything

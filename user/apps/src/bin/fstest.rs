@@ -1213,8 +1213,9 @@ fn dedicated_refuses_bad_entries() -> TestResult {
     Ok(Pass::Ok)
 }
 
-/// Catches: a request pending on a detached device that waits forever (or reports success),
-/// a kernel core that keeps polling a detached device, state lost across detach and attach.
+/// Catches: a request pending on a detached device, or on one whose kernel core changed role,
+/// that waits forever (or reports success); a kernel core that keeps polling a detached
+/// device; state lost across detach and attach.
 fn dedicated_kernel_core_removed() -> TestResult {
     if cores() < 2 {
         return Ok(Pass::Skipped("one core"));
@@ -1238,6 +1239,28 @@ fn dedicated_kernel_core_removed() -> TestResult {
     ok!(libos::ring::pcore_add_device(kc.0, dev.dev));
     ok!(dev.read(2, &mut sb));
     ensure!(sb[56] == 0x53 && sb[57] == 0xEF, "wrong bytes after attaching again");
+    // The kernel core stops being one (its role changes) with the device attached: the same.
+    let core = cores() - 1;
+    ensure!(ok!(dev.kernel_core()) == Some(core), "the header does not name kernel core {core}");
+    ok!(sys::pcore_set_role(kc.0, abi::ROLE_XC));
+    // The role changes when the core next looks: wait (bounded) until its loop has ended.
+    let mut spins = 0u64;
+    while ok!(dev.kernel_core()).is_some() {
+        spins += 1;
+        ensure!(spins < 100_000_000, "the header still names core {core} after its role changed");
+        core::hint::spin_loop();
+    }
+    err!(dev.read(2, &mut sb), Error::NoSuchCore);
+    ok!(sys::pcore_set_role(kc.0, abi::ROLE_KC));
+    spins = 0;
+    while ok!(dev.kernel_core()) != Some(core) {
+        spins += 1;
+        ensure!(spins < 100_000_000, "the header does not name core {core} once a kernel core again");
+        core::hint::spin_loop();
+    }
+    sb.fill(0);
+    ok!(dev.read(2, &mut sb));
+    ensure!(sb[56] == 0x53 && sb[57] == 0xEF, "wrong bytes once a kernel core again");
     drop(dev);
     drop(kc);
     fs_ok("mount", fs::mount())?;

@@ -361,6 +361,17 @@ impl BlockDevice {
         self.ring_request(r, op, sector, offset, len)
     }
 
+    /// The kernel core serving the rings now, as the header says (Dedicated): `None` while no
+    /// kernel core polls the device (detached, or its core is no longer a kernel core).
+    pub fn kernel_core(&self) -> Result<Option<u64>, Error> {
+        if !self.dedicated() {
+            return Err(Error::NotPermitted);
+        }
+        self.map_here()?;
+        let c = ring_words(0)[2].load(Ordering::Acquire);
+        Ok((c != BLK_DETACHED).then_some(c))
+    }
+
     /// Byte offset of this core's data area in the request segment, and the segment (tests).
     pub fn data_area(&self) -> Result<(u64, ObjName), Error> {
         self.area().map(|(_, b)| (b, self.seg))
