@@ -263,6 +263,7 @@ pub fn kernel_core_loop() {
     let mut buf = RingBuffers { taken: [Taken::default(); TAKE_MAX], results: [0; TAKE_MAX], shares: Vec::new() };
     me.polling.store(true, Ordering::Release);
     set_rings_state(me.index, Some(RING_ATTACHED), 1);
+    crate::dev::blk::kernel_core_running(me.index, true);
     let mut idle = 0u32;
     while me.role.load(Ordering::Acquire) == ROLE_KC {
         cpu::disable_interrupts();
@@ -278,12 +279,13 @@ pub fn kernel_core_loop() {
             crate::smp::run_mailbox(me)
         };
         let nics = crate::dev::net::poll_attached(me.index);
-        if answered | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | (nics == Some(true)) {
+        let disks = crate::dev::blk::poll_attached(me.index);
+        if answered | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | (nics == Some(true)) | (disks == Some(true)) {
             idle = 0;
             continue;
         }
         // A kernel core with a device polls it without pause (Corey: no device interrupts).
-        if nics.is_some() {
+        if nics.is_some() || disks.is_some() {
             continue;
         }
         idle += 1;
@@ -326,6 +328,7 @@ pub fn kernel_core_loop() {
     me.polling.store(false, Ordering::Release);
     // Requests not taken stay in the rings; their submitters see the status and cancel.
     set_rings_state(me.index, Some(RING_STOPPED), 0);
+    crate::dev::blk::kernel_core_running(me.index, false);
 }
 
 // ---- Syscall rings (Corey's syscall pseudo-device, kobj/device.rs)

@@ -544,6 +544,13 @@ fn sys_pcore_add_device_or_pcore_del_device(nr: u64, a: &[u64; 6]) -> Result<u64
             crate::dev::net::detach(n, Some(pc.core as usize)).map(|()| 0)
         };
     }
+    if let Some(b) = &dev.blk {
+        return if nr == nr::PCORE_ADD_DEVICE {
+            crate::dev::blk::attach(pc.core as usize, b).map(|()| 0)
+        } else {
+            crate::dev::blk::detach(b, Some(pc.core as usize)).map(|()| 0)
+        };
+    }
     let ring = dev.ring.as_ref().ok_or(Error::Unsupported)?;
     if nr == nr::PCORE_ADD_DEVICE {
         crate::roles::attach_ring(pc.core as usize, ring)?;

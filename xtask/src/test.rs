@@ -376,11 +376,6 @@ impl<'a> UserBoot<'a> {
     }
 }
 
-/// `user_boot` with every test required to run (no skip declared).
-pub fn user_tests_disk(kernel: &Path, initrd: &Path, smp: u32, cmdline: &str, disk: &Path) -> Result<TestTally, String> {
-    user_boot(kernel, initrd, UserBoot { disk: Some(disk.to_path_buf()), ..UserBoot::new(smp, cmdline, Expect::ALL) })
-}
-
 pub fn user_boot(kernel: &Path, initrd: &Path, b: UserBoot) -> Result<TestTally, String> {
     let (smp, cmdline) = (b.smp, b.cmdline);
     let cfg = VmConfig {

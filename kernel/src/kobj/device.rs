@@ -39,7 +39,8 @@ pub struct Device {
     /// A virtual NIC over the network card (`abi::net`). Its own allocation for the same
     /// reason as `ring`: the kernel core polling it holds it, not the device object.
     pub net: Option<KRef<crate::dev::net::NetDev>>,
-    /// A block device object over a disk (`abi::blk`).
+    /// A block device object over a disk (`abi::blk`). Its own allocation for the same reason
+    /// as `net`: a kernel core polling it (Dedicated mode) holds it.
     pub blk: Option<KRef<crate::dev::blk::BlkDev>>,
 }
 
@@ -279,8 +280,8 @@ impl Device {
         if let Some(n) = &self.net {
             return n.conf(key, value);
         }
-        if self.blk.is_some() {
-            return Err(Error::Unsupported);
+        if let Some(b) = &self.blk {
+            return b.conf(key, value);
         }
         if let Some(r) = &self.ring {
             return match key {
@@ -324,6 +325,11 @@ impl Drop for Device {
             // The kernel core polling it lets go; the last reference resets the card.
             let _ = crate::dev::net::detach(n, None);
             n.shutdown();
+        }
+        if let Some(b) = &self.blk {
+            // As for a NIC: the kernel core polling it lets go, and the disk is reset now.
+            let _ = crate::dev::blk::detach(b, None);
+            b.shutdown();
         }
         if let Some(r) = &self.ring {
             // A kernel core running requests from it holds the ring and finishes them; it

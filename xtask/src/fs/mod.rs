@@ -286,7 +286,13 @@ pub fn ci_test(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String>
     write_fstest_tree(&dir.join("root"))?;
     let img = dir.join("fstest.img");
     mkimage(&dir.join("root"), &img, Some(16))?;
-    let mut t = crate::test::user_tests_disk(kernel, initrd, 2, "init=fstest", &img)?;
+    use crate::test::{user_boot, Expect, UserBoot};
+    // Two requesting cores and a kernel core need 3 vCPUs: that test runs in the next boot.
+    let two = Expect { may_skip: &["fs_blk_dedicated_two_cores"], must_pass: &[] };
+    let mut t = user_boot(kernel, initrd, UserBoot { disk: Some(img.clone()), ..UserBoot::new(2, "init=fstest", two) })?;
+    // The disk's Dedicated mode with two requesting cores and a kernel core (abi::blk).
+    let three = Expect { may_skip: &[], must_pass: &["fs_blk_dedicated_two_cores", "fs_blk_dedicated_refuses_bad_entries", "fs_blk_dedicated_kernel_core_removed"] };
+    t.add(user_boot(kernel, initrd, UserBoot { disk: Some(img.clone()), ..UserBoot::new(3, "init=fstest -- fs_blk_dedicated", three) })?);
     match check(&img) {
         Ok(()) => {
             println!("   e2fsck -fn after fstest: clean");

@@ -1182,9 +1182,285 @@ fn full_cache_evicts_and_writes_back() -> TestResult {
     Ok(Pass::Ok)
 }
 
+// ---- Dedicated mode (abi::blk): a kernel core owns the disk's queue; per-core rings.
+
+/// Core `c` made a kernel core for the test; back to an exokernel core when dropped.
+struct Kc(ObjName);
+impl Kc {
+    fn make(c: u64) -> Result<Kc, Msg> {
+        let p = ObjName::new(root(), ok!(sys::pcore_alloc(root(), "blk-kc", c)));
+        let kc = Kc(p);
+        ok!(sys::pcore_set_role(p, abi::ROLE_KC));
+        Ok(kc)
+    }
+}
+impl Drop for Kc {
+    fn drop(&mut self) {
+        let _ = sys::pcore_set_role(self.0, abi::ROLE_XC);
+        let _ = sys::share_delobj(self.0);
+    }
+}
+
+/// The Dedicated device `t_ded` threads use (leaked for the test's duration, freed after the
+/// joins).
+static T_DED: AtomicU64 = AtomicU64::new(0);
+
+/// One requesting core's share of `dedicated_two_cores`: reads all over the first MiB
+/// through its ring (checked against the reference), then writes and reads back its own 32
+/// sectors near the end of the disk. 0 if everything matched.
+fn t_ded(half: u64) -> u64 {
+    // SAFETY: T_DED points at a live BlockDevice the main context keeps (and does not touch
+    // mutably) until every thread is joined; `read_here`/`write_here` take `&self`.
+    let dev = unsafe { &*(T_DED.load(Ordering::Acquire) as *const BlockDevice) };
+    // SAFETY: as in `t_blk`.
+    let reference = unsafe { core::slice::from_raw_parts(T_REF.load(Ordering::Acquire) as *const u8, T_REF_BYTES) };
+    let mut buf = vec![0u8; 16384];
+    for k in 0..60u64 {
+        let sec = (k * 97 + half * 500) % (T_REF_BYTES as u64 / BLK_SECTOR - 8);
+        if dev.read_here(sec, &mut buf[..4096]).is_err() {
+            return 11;
+        }
+        let at = (sec * BLK_SECTOR) as usize;
+        if buf[..4096] != reference[at..at + 4096] {
+            return 2;
+        }
+    }
+    let first = T_CAP.load(Ordering::Acquire) - 64 + half * 32;
+    for k in 0..12u64 {
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = (i as u64 * 13 + k * 7 + half * 101) as u8;
+        }
+        if dev.write_here(first, &buf).is_err() {
+            return 12;
+        }
+        buf.fill(0);
+        if dev.read_here(first, &mut buf).is_err() {
+            return 13;
+        }
+        if buf.iter().enumerate().any(|(i, &b)| b != (i as u64 * 13 + k * 7 + half * 101) as u8) {
+            return 3;
+        }
+    }
+    0
+}
+
+/// Catches: a kernel core that mixes up two rings' requests (a completion on the wrong ring, a
+/// page of one request read into the other's area), loses a completion (a hang), splits a
+/// multi-page request wrongly; `device_buf` still placing requests in a queue the kernel core
+/// owns; a file system that cannot run over the Dedicated device.
+fn dedicated_two_cores() -> TestResult {
+    if cores() < 3 {
+        return Ok(Pass::Skipped("needs 3 cores: 2 requesting, 1 kernel core"));
+    }
+    fs_ok("unmount", fs::unmount())?;
+    let kc = Kc::make(2)?;
+    let share = libos::process::proc_share();
+    let mut dev = ok!(BlockDevice::open_dedicated(share, 2, kc.0));
+    let cap = dev.capacity;
+    err!(req(dev.dev, BUF_BLK_READ, 0, 0, 0, 512), Error::NotPermitted);
+    err!(sys::device_conf(dev.dev, &abi::DeviceConf { key: abi::CONF_BLK_MODE, value: abi::BLK_MODE_POLLING }), Error::Busy);
+    let mut reference = vec![0u8; T_REF_BYTES];
+    ok!(dev.read(0, &mut reference));
+    let mut tail = vec![0u8; 64 * BLK_SECTOR as usize];
+    ok!(dev.read(cap - 64, &mut tail));
+    let before = ok!(sys::device_stat(dev.dev));
+    T_CAP.store(cap, Ordering::Release);
+    T_REF.store(reference.as_ptr() as u64, Ordering::Release);
+    T_DED.store(&dev as *const BlockDevice as u64, Ordering::Release);
+    let t = ok!(libos::thread::spawn(1, t_ded, 1));
+    let here = t_ded(0);
+    let there = ok!(t.join());
+    T_DED.store(0, Ordering::Release);
+    ok!(dev.write(cap - 64, &tail));
+    ok!(dev.flush());
+    ensure!(here == 0 && there == 0, "core 0 returned {here}, core 1 {there} (2/3: data mismatch, 1x: a request failed)");
+    let st = ok!(sys::device_stat(dev.dev));
+    // Per core: 60 reads, 12 writes and 12 reads; then the tail write and the flush.
+    ensure!(st.packets_in - before.packets_in == 2 * 72, "reads counted {}, want 144", st.packets_in - before.packets_in);
+    ensure!(st.packets_out - before.packets_out == 2 * 12 + 1, "writes counted {}", st.packets_out - before.packets_out);
+    ensure!(st.errors == 0 && st.drops == before.drops + 1, "errors {} drops {} (one flush)", st.errors, st.drops);
+    // The file system over it: every file byte for byte.
+    let mut e = fs_ok("mount dedicated", Ext2::mount(fs_ok("cache", Cache::with_pages(dev, 256))?))?;
+    for (path, len, seed) in files::FILES {
+        let i = fs_ok(path, e.resolve(path.as_bytes()))?;
+        let mut buf = vec![0u8; len];
+        let n = fs_ok(path, e.read(&i, 0, &mut buf))?;
+        ensure!(n == len && (0..len).all(|k| buf[k] == files::byte(seed, k)), "{path} read through the kernel core differs");
+    }
+    drop(e);
+    drop(kc);
+    fs_ok("mount", fs::mount())?;
+    Ok(Pass::Ok)
+}
+
+/// Catches: a kernel core that trusts ring entries (a DMA outside the data area or past the
+/// disk, the driver's assertion on a partial sector: a panic), answers a refused entry with
+/// success or not at all (a hang), does not count refusals, or follows an impossible
+/// completion count (overwriting entries the program has not read) instead of stopping that
+/// ring alone; a mode change while attached.
+fn dedicated_refuses_bad_entries() -> TestResult {
+    if cores() < 2 {
+        return Ok(Pass::Skipped("one core"));
+    }
+    fs_ok("unmount", fs::unmount())?;
+    let kc = Kc::make(cores() - 1)?;
+    let share = libos::process::proc_share();
+    // Bad modes first, on a Polling device.
+    {
+        let hwid = disk_hwid()?;
+        let s = Del(ObjName::new(share, ok!(sys::segment_alloc(share, "t", MEMID_SELF, 64 << 10))));
+        let d = Del(ObjName::new(share, ok!(raw(nr::DEVICE_ALLOC, [share, hwid, MEMID_SELF, s.0.share, s.0.object, 0]))));
+        let conf = |v| sys::device_conf(d.0, &abi::DeviceConf { key: abi::CONF_BLK_MODE, value: v });
+        err!(conf(abi::BLK_MODE_DEDICATED), Error::InvalidArgument); // no rings
+        err!(conf(abi::BLK_MODE_DEDICATED | (abi::BLK_MAX_RINGS + 1) << 8), Error::InvalidArgument);
+        err!(conf(7), Error::InvalidArgument);
+        err!(conf(abi::BLK_MODE_POLLING | 1 << 8), Error::InvalidArgument);
+        err!(conf(1 << 20), Error::InvalidArgument);
+        err!(conf(abi::BLK_MODE_DEDICATED | 16 << 8), Error::OutOfRange); // 64 KiB holds no 16 rings
+        err!(sys::device_conf(d.0, &abi::DeviceConf { key: 0x999, value: 0 }), Error::Unsupported);
+        err!(libos::ring::pcore_add_device(kc.0, d.0), Error::NotPermitted); // Polling: no kernel core
+    }
+    let dev = ok!(BlockDevice::open_dedicated(share, 2, kc.0));
+    let (data, _) = ok!(dev.data_area());
+    let cap = dev.capacity;
+    let bad: [(u64, u64, u64, u64, Error); 9] = [
+        (0x99, 0, data, 512, Error::Unsupported),
+        (BUF_BLK_READ, 0, data + 100, 512, Error::Misaligned),
+        (BUF_BLK_READ, 0, data, 100, Error::Misaligned),
+        (BUF_BLK_READ, 0, data, 0, Error::InvalidArgument),
+        (BUF_BLK_READ, 0, data, BLK_MAX_REQUEST + 512, Error::InvalidArgument),
+        (BUF_BLK_WRITE, cap, data, 512, Error::OutOfRange),
+        (BUF_BLK_READ, 0, 0, 512, Error::OutOfRange), // the header and rings
+        (BUF_BLK_READ, 0, u64::MAX - 511, 512, Error::OutOfRange),
+        (BUF_BLK_FLUSH, 1, 0, 0, Error::InvalidArgument),
+    ];
+    for (op, sector, offset, len, want) in bad {
+        match dev.raw_ring_request(op, sector, offset, len) {
+            Err(e) if e == want => {}
+            r => fail!("ring entry op {op:#x} sector {sector} offset {offset} len {len}: {r:?}, want {want:?}"),
+        }
+    }
+    ok!(dev.raw_ring_request(BUF_BLK_READ, 2, data, 1024));
+    let st = ok!(sys::device_stat(dev.dev));
+    ensure!(st.drops == bad.len() as u64 && st.errors == 0 && st.packets_in == 1, "refusals counted {} errors {} reads {}", st.drops, st.errors, st.packets_in);
+    // Garbage in ring 1 (no core of this test uses it): 64 entries with random words and the
+    // right tags, each refused or served; then an impossible completion count, which stops
+    // ring 1 alone.
+    let (_, seg) = ok!(dev.data_area());
+    let ring_bytes = abi::blk_data_offset(2);
+    ok!(sys::ar_set_seg(rar(), &abi::SegMapping { voff: SCRATCH, seg, soff: 0, len: ring_bytes, flags: abi::MAP_READ | abi::MAP_WRITE }));
+    let page = |p: u64| {
+        // SAFETY: the ring pages are mapped read-write at SCRATCH just above; atomics only.
+        unsafe { &*((SCRATCH + p * PAGE_SIZE) as *const [AtomicU64; 512]) }
+    };
+    let (sub, done) = (page(abi::blk_submit_page(1)), page(abi::blk_done_page(1)));
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rnd = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for seq in 0..abi::BLK_RING_ENTRIES {
+        let at = abi::blk_slot_word(seq);
+        // Mostly garbage; sometimes a plausible op so the checks past the op run too.
+        let op = if seq % 3 == 0 { BUF_BLK_READ | rnd() << 32 } else { rnd() };
+        for (k, v) in [op, rnd() % (cap + 16), rnd() % (4 * ring_bytes)].iter().enumerate() {
+            sub[at + 1 + k].store(*v, Ordering::Relaxed);
+        }
+        sub[at].store(abi::blk_tag(seq), Ordering::Release);
+    }
+    // Wait for the 64 answers (bounded: a kernel core that hangs fails here, not forever).
+    let mut spins = 0u64;
+    while done[abi::blk_slot_word(abi::BLK_RING_ENTRIES - 1)].load(Ordering::Acquire) != abi::blk_tag(abi::BLK_RING_ENTRIES - 1) {
+        spins += 1;
+        ensure!(spins < 500_000_000, "the kernel core did not answer 64 garbage entries");
+        core::hint::spin_loop();
+    }
+    // One more entry, with the completion ring full and an impossible count (ahead of the kernel).
+    done[(abi::BLK_RING_CONSUMER / 8) as usize].store(1000, Ordering::Release);
+    let at = abi::blk_slot_word(abi::BLK_RING_ENTRIES);
+    sub[at + 1].store(BUF_BLK_READ | 512 << 32, Ordering::Relaxed);
+    sub[at + 3].store(data, Ordering::Relaxed);
+    sub[at].store(abi::blk_tag(abi::BLK_RING_ENTRIES), Ordering::Release);
+    let mut stopped = false;
+    for _ in 0..20_000_000u64 {
+        if ok!(sys::device_stat(dev.dev)).errors >= 1 {
+            stopped = true;
+            break;
+        }
+        core::hint::spin_loop();
+    }
+    ok!(sys::ar_unmap(rar(), SCRATCH, ring_bytes));
+    ensure!(stopped, "an impossible completion count was not counted (ring not stopped)");
+    // Ring 0 is still served.
+    ok!(dev.raw_ring_request(BUF_BLK_READ, 2, data, 1024));
+    let st = ok!(sys::device_stat(dev.dev));
+    ensure!(st.errors == 1, "errors {} after one stopped ring", st.errors);
+    ensure!(st.drops >= bad.len() as u64 + 30, "only {} refusals counted after 64 garbage entries", st.drops);
+    drop(dev);
+    drop(kc);
+    fs_ok("mount", fs::mount())?;
+    Ok(Pass::Ok)
+}
+
+/// Catches: a request pending on a detached device, or on one whose kernel core changed role,
+/// that waits forever (or reports success); a kernel core that keeps polling a detached
+/// device; state lost across detach and attach.
+fn dedicated_kernel_core_removed() -> TestResult {
+    if cores() < 2 {
+        return Ok(Pass::Skipped("one core"));
+    }
+    fs_ok("unmount", fs::unmount())?;
+    let kc = Kc::make(cores() - 1)?;
+    let share = libos::process::proc_share();
+    let mut dev = ok!(BlockDevice::open_dedicated(share, 1, kc.0));
+    let mut sb = [0u8; 1024];
+    ok!(dev.read(2, &mut sb));
+    ensure!(sb[56] == 0x53 && sb[57] == 0xEF, "no ext2 magic through the kernel core");
+    err!(libos::ring::pcore_add_device(kc.0, dev.dev), Error::Busy);
+    ok!(libos::ring::pcore_del_device(kc.0, dev.dev));
+    err!(libos::ring::pcore_del_device(kc.0, dev.dev), Error::NotFound);
+    // Posted while no kernel core polls: the clear error, not a hang.
+    sb.fill(0);
+    err!(dev.read(2, &mut sb), Error::NoSuchCore);
+    let st = ok!(sys::device_stat(dev.dev));
+    ensure!(st.packets_in == 1, "a detached device served a request ({} reads)", st.packets_in);
+    // Attached again: the request given up is served (and skipped), the next one answered.
+    ok!(libos::ring::pcore_add_device(kc.0, dev.dev));
+    ok!(dev.read(2, &mut sb));
+    ensure!(sb[56] == 0x53 && sb[57] == 0xEF, "wrong bytes after attaching again");
+    // The kernel core stops being one (its role changes) with the device attached: the same.
+    let core = cores() - 1;
+    ensure!(ok!(dev.kernel_core()) == Some(core), "the header does not name kernel core {core}");
+    ok!(sys::pcore_set_role(kc.0, abi::ROLE_XC));
+    // The role changes when the core next looks: wait (bounded) until its loop has ended.
+    // Bounded in time (5 s), so that a core that never leaves its loop fails here, not by the
+    // boot's timeout.
+    let t0 = libos::time::now_ns();
+    while ok!(dev.kernel_core()).is_some() {
+        ensure!(libos::time::now_ns() - t0 < 5_000_000_000, "the header still names core {core} 5 s after its role changed");
+        core::hint::spin_loop();
+    }
+    err!(dev.read(2, &mut sb), Error::NoSuchCore);
+    ok!(sys::pcore_set_role(kc.0, abi::ROLE_KC));
+    let t0 = libos::time::now_ns();
+    while ok!(dev.kernel_core()) != Some(core) {
+        ensure!(libos::time::now_ns() - t0 < 5_000_000_000, "the header does not name core {core} 5 s after it became a kernel core again");
+        core::hint::spin_loop();
+    }
+    sb.fill(0);
+    ok!(dev.read(2, &mut sb));
+    ensure!(sb[56] == 0x53 && sb[57] == 0xEF, "wrong bytes once a kernel core again");
+    drop(dev);
+    drop(kc);
+    fs_ok("mount", fs::mount())?;
+    Ok(Pass::Ok)
+}
+
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 20] = [
+    let tests: [(&str, fn() -> TestResult); 23] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -1205,6 +1481,9 @@ fn main(args: &'static str) -> u64 {
         ("fs_cache_shared_with_a_cfork_child", cache_shared_with_a_cfork_child),
         ("fs_readers_never_see_a_torn_page", readers_never_see_a_torn_page),
         ("fs_full_cache_evicts_and_writes_back", full_cache_evicts_and_writes_back),
+        ("fs_blk_dedicated_two_cores", dedicated_two_cores),
+        ("fs_blk_dedicated_refuses_bad_entries", dedicated_refuses_bad_entries),
+        ("fs_blk_dedicated_kernel_core_removed", dedicated_kernel_core_removed),
     ];
     for (name, f) in tests {
         if selected(args, name) {

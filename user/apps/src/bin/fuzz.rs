@@ -226,7 +226,8 @@ const CALLS: [CallInfo; 49] = [
     },
     CallInfo { nr: nr::DEVICE_LIST, name: "device_list", extra: BUF_ERRS, names_objects: false },
     CallInfo { nr: nr::DEVICE_STAT, name: "device_stat", extra: 0, names_objects: true },
-    CallInfo { nr: nr::DEVICE_CONF, name: "device_conf", extra: bit(Error::Unsupported) | bit(Error::NotPermitted), names_objects: true },
+    // Busy: a disk's mode changed while attached or with requests in flight (abi::blk).
+    CallInfo { nr: nr::DEVICE_CONF, name: "device_conf", extra: bit(Error::Unsupported) | bit(Error::NotPermitted) | bit(Error::Busy), names_objects: true },
     CallInfo {
         nr: nr::DEVICE_BUF,
         name: "device_buf",
@@ -1046,16 +1047,22 @@ impl Fuzz {
             }
             nr::DEVICE_CONF => {
                 let d = self.obj(is_dev);
-                let key = match self.rng.below(11) {
+                let key = match self.rng.below(12) {
                     0..=5 => abi::CONF_CONSOLE_CRLF,
                     6 => abi::CONF_NET_MODE,
                     7 => abi::CONF_NET_POLL,
                     8 => abi::CONF_NET_WAIT,
+                    9 => abi::CONF_BLK_MODE,
                     _ => self.rng.below(4),
                 };
                 // For CONF_NET_WAIT: a channel in the low byte and a short (or too long) timeout.
                 let value = if key == abi::CONF_NET_WAIT {
                     self.rng.below(4) | (if self.rng.pct(90) { self.rng.below(500) } else { self.rng.next() >> 8 }) << 8
+                } else if key == abi::CONF_BLK_MODE {
+                    // A disk's mode (abi::blk): Polling or Dedicated with a few rings (the rings
+                    // then hold whatever the segment holds: the kernel core must check them),
+                    // or a bad value.
+                    if self.rng.pct(80) { self.rng.below(3) | self.rng.below(4) << 8 } else { self.rng.next() }
                 } else {
                     self.rng.below(4)
                 };

@@ -18,7 +18,13 @@
 //! shares the cache may read anything and overwrite file data in place, but must not allocate
 //! (create, extend, mkdir...), or the two processes' block and inode counts diverge (docs/fs.md).
 
-use abi::{ArKind, ArMapping, DeviceBuf, DeviceInfo, Error, ObjName, ObjectId, SegMapping, BLK_MAX_REQUEST, BLK_SECTOR, BUF_BLK_FLUSH, BUF_BLK_READ, BUF_BLK_WRITE, DEVICE_BLOCK, MAP_READ, MAP_WRITE, MEMID_SELF};
+use abi::{
+    blk_data_offset, blk_done_page, blk_done_parse, blk_slot_word, blk_submit_page, blk_submit_words, blk_tag, ArKind, ArMapping, DeviceBuf,
+    DeviceConf, DeviceInfo, Error, ObjName, ObjectId, SegMapping, BLK_DETACHED, BLK_MAX_REQUEST, BLK_MAX_RINGS, BLK_MODE_DEDICATED,
+    BLK_RING_CONSUMER, BLK_RING_ENTRIES, BLK_SECTOR, BUF_BLK_FLUSH, BUF_BLK_READ, BUF_BLK_WRITE, CONF_BLK_MODE, DEVICE_BLOCK, MAP_READ,
+    MAP_WRITE, MEMID_SELF,
+};
+use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use percore::borrow::BorrowSlots;
 use percore::pad::CachePadded;
@@ -67,15 +73,51 @@ pub fn find_disk() -> Result<DeviceInfo, Error> {
 }
 
 /// A block device object and its request segment, in the process share.
+///
+/// **Two modes** (`abi::blk`): `open` makes a Polling device (each request is a `device_buf`
+/// call; the kernel places it in the disk's queue under its lock; the whole request segment is
+/// one data area, so requests are serialised by `&mut self`). `open_dedicated` makes a
+/// Dedicated one: a kernel core owns the disk's queue, and core `c` posts its requests on ring
+/// `c` of the request segment and spins on its completion ring, no system call and nothing
+/// shared with another requesting core; each ring has its own data area, so `read_here` /
+/// `write_here` may run on several cores at once (`&self`). The file system above uses either
+/// through `read`/`write`/`flush`.
 pub struct BlockDevice {
     pub dev: ObjName,
     seg: ObjName,
     /// Sectors on the disk.
     pub capacity: u64,
+    /// Bytes of the request segment (all mapped at `BLK_VA`).
+    seg_bytes: u64,
+    /// Rings of Dedicated mode (0: Polling).
+    nrings: u64,
+    /// Per-core data areas (core `c` uses area `c`), or 0: one area, serialised by `&mut self`.
+    areas: u64,
     /// For each core, the root range (object id) in which this core mapped the request
     /// segment, or 0. A context that ends takes its root range and the mapping with it, so a
     /// later context on the same core (another thread) is told apart by its root range.
-    mapped: [u64; 64],
+    mapped: [AtomicU64; 64],
+    /// Dedicated: each ring's producer and consumer positions (written by its core only, on
+    /// lines of their own).
+    cursors: Vec<Cursor>,
+}
+
+/// One ring's positions on the program's side.
+#[derive(Default)]
+#[repr(align(128))]
+struct Cursor {
+    /// Submit entries sent, and the kernel's count of those it took as last read.
+    sent: AtomicU64,
+    taken_seen: AtomicU64,
+    /// Completion entries received.
+    received: AtomicU64,
+}
+
+/// Words of a page of the request segment mapped at `BLK_VA`.
+fn ring_words(page: u64) -> &'static [AtomicU64; 512] {
+    // SAFETY: callers map the request segment at BLK_VA on this core first (`map_here`), and
+    // the ring pages are inside it; every access is atomic (the kernel core writes them too).
+    unsafe { &*((BLK_VA + page * PAGE) as *const [AtomicU64; 512]) }
 }
 
 impl BlockDevice {
@@ -92,57 +134,210 @@ impl BlockDevice {
             }
         };
         // From here on, dropping `b` frees both objects.
-        let mut b = BlockDevice { dev, seg, capacity: 0, mapped: [0; 64] };
+        let mut b = BlockDevice { dev, seg, capacity: 0, seg_bytes: REQ_BYTES, nrings: 0, areas: 0, mapped: [const { AtomicU64::new(0) }; 64], cursors: Vec::new() };
         b.capacity = crate::sys::device_stat(dev)?.buffers;
         Ok(b)
     }
 
+    /// Make a Dedicated block device object over the first disk with `nrings` rings (cores
+    /// 0..nrings may make requests), attached to the kernel core of `kernel_core` (a pcore
+    /// object whose core is a kernel core). The request segment holds the rings and one
+    /// `REQ_BYTES` data area per ring.
+    pub fn open_dedicated(share: ObjectId, nrings: u64, kernel_core: ObjName) -> Result<BlockDevice, Error> {
+        if nrings == 0 || nrings > BLK_MAX_RINGS {
+            return Err(Error::InvalidArgument);
+        }
+        let disk = find_disk()?;
+        let bytes = blk_data_offset(nrings) + nrings * REQ_BYTES;
+        let seg = ObjName::new(share, crate::sys::segment_alloc(share, "blk-rings", MEMID_SELF, bytes)?);
+        // SAFETY: no pointers: the kernel checks every argument.
+        let dev = match unsafe { crate::sys::call(abi::nr::DEVICE_ALLOC, share, disk.hwid, MEMID_SELF, seg.share, seg.object, 0) } {
+            Ok(d) => ObjName::new(share, d),
+            Err(e) => {
+                let _ = crate::sys::share_delobj(seg);
+                return Err(e);
+            }
+        };
+        let mut b = BlockDevice { dev, seg, capacity: 0, seg_bytes: bytes, nrings: 0, areas: 0, mapped: [const { AtomicU64::new(0) }; 64], cursors: Vec::new() };
+        b.capacity = crate::sys::device_stat(dev)?.buffers;
+        b.cursors.try_reserve_exact(nrings as usize).map_err(|_| Error::NoMemory)?;
+        b.cursors.extend((0..nrings).map(|_| Cursor::default()));
+        crate::sys::device_conf(dev, &DeviceConf { key: CONF_BLK_MODE, value: BLK_MODE_DEDICATED | nrings << 8 })?;
+        b.nrings = nrings;
+        b.areas = nrings;
+        crate::ring::pcore_add_device(kernel_core, dev)?;
+        Ok(b)
+    }
+
+    /// A Polling device whose request segment has a data area for each of cores
+    /// 0..`ncores`, so that `read_here`/`write_here` may run on them at once (each request
+    /// still a `device_buf` under the kernel's queue lock): the Polling side of a comparison
+    /// with `open_dedicated`.
+    pub fn open_polling_per_core(share: ObjectId, ncores: u64) -> Result<BlockDevice, Error> {
+        if ncores == 0 || ncores > 64 {
+            return Err(Error::InvalidArgument);
+        }
+        let disk = find_disk()?;
+        let bytes = ncores * REQ_BYTES;
+        let seg = ObjName::new(share, crate::sys::segment_alloc(share, "blk-requests", MEMID_SELF, bytes)?);
+        // SAFETY: no pointers: the kernel checks every argument.
+        let dev = match unsafe { crate::sys::call(abi::nr::DEVICE_ALLOC, share, disk.hwid, MEMID_SELF, seg.share, seg.object, 0) } {
+            Ok(d) => ObjName::new(share, d),
+            Err(e) => {
+                let _ = crate::sys::share_delobj(seg);
+                return Err(e);
+            }
+        };
+        let mut b = BlockDevice { dev, seg, capacity: 0, seg_bytes: bytes, nrings: 0, areas: ncores, mapped: [const { AtomicU64::new(0) }; 64], cursors: Vec::new() };
+        b.capacity = crate::sys::device_stat(dev)?.buffers;
+        Ok(b)
+    }
+
+    /// Whether this device is in Dedicated mode.
+    pub fn dedicated(&self) -> bool {
+        self.nrings != 0
+    }
+
     /// Map the request segment in this core's root range if it is not yet.
-    fn map_here(&mut self) -> Result<(), Error> {
+    fn map_here(&self) -> Result<(), Error> {
         let c = crate::ctx::ctx().core;
         if c >= 64 {
             return Err(Error::NoSuchCore);
         }
         let ar = crate::ctx::ctx().root_ar;
-        if self.mapped[c as usize] != ar.object {
-            let seg = self.seg;
-            map_in_root(ar, BLK_VA, REQ_BYTES, seg, || crate::sys::ar_set_seg(ar, &SegMapping { voff: BLK_VA, seg, soff: 0, len: REQ_BYTES, flags: MAP_READ | MAP_WRITE }))?;
-            self.mapped[c as usize] = ar.object;
+        if self.mapped[c as usize].load(Ordering::Relaxed) != ar.object {
+            let (seg, len) = (self.seg, self.seg_bytes);
+            map_in_root(ar, BLK_VA, len, seg, || crate::sys::ar_set_seg(ar, &SegMapping { voff: BLK_VA, seg, soff: 0, len, flags: MAP_READ | MAP_WRITE }))?;
+            self.mapped[c as usize].store(ar.object, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    fn request(&self, kind: u64, sector: u64, len: u64) -> Result<u64, Error> {
-        crate::sys::device_buf(self.dev, &DeviceBuf { seg: ObjName::new(sector, 0), offset: 0, len, buf_type: kind })
+    /// This core's ring (Dedicated) and the byte offset of its data area.
+    fn area(&self) -> Result<(u64, u64), Error> {
+        if self.areas == 0 {
+            return Ok((0, 0));
+        }
+        let r = crate::ctx::ctx().core as u64;
+        if r >= self.areas {
+            return Err(Error::NoSuchCore);
+        }
+        Ok((r, blk_data_offset(self.nrings) * (self.nrings != 0) as u64 + r * REQ_BYTES))
+    }
+
+    fn request(&self, kind: u64, sector: u64, offset: u64, len: u64) -> Result<u64, Error> {
+        if self.dedicated() {
+            let (r, _) = self.area()?;
+            return self.ring_request(r, kind, sector, offset, len);
+        }
+        crate::sys::device_buf(self.dev, &DeviceBuf { seg: ObjName::new(sector, 0), offset, len, buf_type: kind })
+    }
+
+    /// Post one request on ring `r` and wait for its completion (Dedicated). `NoSuchCore` if
+    /// no kernel core polls the device (it was detached); a completion of an earlier request
+    /// given up that way is skipped when it comes.
+    fn ring_request(&self, r: u64, op: u64, sector: u64, offset: u64, len: u64) -> Result<u64, Error> {
+        let cur = &self.cursors[r as usize];
+        let sub = ring_words(blk_submit_page(r));
+        let done = ring_words(blk_done_page(r));
+        let header = ring_words(0);
+        let sent = cur.sent.load(Ordering::Relaxed);
+        let mut spins = 0u64;
+        // Room on the submit ring: the kernel's count is read only when the last reading says full.
+        while sent - cur.taken_seen.load(Ordering::Relaxed) >= BLK_RING_ENTRIES {
+            cur.taken_seen.store(sub[(BLK_RING_CONSUMER / 8) as usize].load(Ordering::Acquire), Ordering::Relaxed);
+            if header[2].load(Ordering::Acquire) == BLK_DETACHED {
+                return Err(Error::NoSuchCore);
+            }
+            core::hint::spin_loop();
+        }
+        let at = blk_slot_word(sent);
+        for (k, v) in blk_submit_words(op, sector, offset, len).iter().enumerate() {
+            sub[at + 1 + k].store(*v, Ordering::Relaxed);
+        }
+        // Release: the words before the tag that says they are there.
+        sub[at].store(blk_tag(sent), Ordering::Release);
+        cur.sent.store(sent + 1, Ordering::Relaxed);
+        loop {
+            let got = cur.received.load(Ordering::Relaxed);
+            let at = blk_slot_word(got);
+            if done[at].load(Ordering::Acquire) == blk_tag(got) {
+                let (seq, res) = blk_done_parse([done[at + 1].load(Ordering::Relaxed), done[at + 2].load(Ordering::Relaxed), done[at + 3].load(Ordering::Relaxed)]);
+                cur.received.store(got + 1, Ordering::Relaxed);
+                // Release: our reads of the slot before the kernel may reuse it.
+                done[(BLK_RING_CONSUMER / 8) as usize].store(got + 1, Ordering::Release);
+                if seq == sent {
+                    return res;
+                }
+                continue; // an earlier request's, given up
+            }
+            spins += 1;
+            // The header line is written only at attach and detach: reading it costs no transfer.
+            if spins % 256 == 0 && header[2].load(Ordering::Acquire) == BLK_DETACHED {
+                return Err(Error::NoSuchCore);
+            }
+            core::hint::spin_loop();
+        }
     }
 
     /// Read `buf.len()` bytes (whole sectors) from `sector` on.
     pub fn read(&mut self, sector: u64, buf: &mut [u8]) -> Result<(), Error> {
+        self.read_shared(sector, buf)
+    }
+
+    /// Write `buf.len()` bytes (whole sectors) from `sector` on.
+    pub fn write(&mut self, sector: u64, buf: &[u8]) -> Result<(), Error> {
+        self.write_shared(sector, buf)
+    }
+
+    /// `read` from several cores at once: each core has its own data area (and, Dedicated, its
+    /// own ring). `NotPermitted` for a device made by `open`, whose one data area `&mut self`
+    /// serialises.
+    pub fn read_here(&self, sector: u64, buf: &mut [u8]) -> Result<(), Error> {
+        if self.areas == 0 {
+            return Err(Error::NotPermitted);
+        }
+        self.read_shared(sector, buf)
+    }
+
+    /// `write` from several cores at once (as `read_here`).
+    pub fn write_here(&self, sector: u64, buf: &[u8]) -> Result<(), Error> {
+        if self.areas == 0 {
+            return Err(Error::NotPermitted);
+        }
+        self.write_shared(sector, buf)
+    }
+
+    /// Callers: `&mut self`, or per-core data areas, so this core's data area is its own.
+    fn read_shared(&self, sector: u64, buf: &mut [u8]) -> Result<(), Error> {
         self.map_here()?;
+        let (_, base) = self.area()?;
         let mut done = 0usize;
         while done < buf.len() {
             let n = (buf.len() - done).min(REQ_BYTES as usize);
-            self.request(BUF_BLK_READ, sector + (done as u64) / BLK_SECTOR, n as u64)?;
+            self.request(BUF_BLK_READ, sector + (done as u64) / BLK_SECTOR, base, n as u64)?;
             // SAFETY: the request segment is mapped at BLK_VA in this core's root range
-            // (`map_here`) for REQ_BYTES >= n bytes, and nothing else in this process uses that
-            // window; the disk finished writing it before `device_buf` returned.
-            let src = unsafe { core::slice::from_raw_parts(BLK_VA as *const u8, n) };
+            // (`map_here`), and this core's data area (`area`: REQ_BYTES >= n bytes from `base`)
+            // is used by no other thread of this process (see the callers); the disk finished
+            // writing it before the request returned.
+            let src = unsafe { core::slice::from_raw_parts((BLK_VA + base) as *const u8, n) };
             buf[done..done + n].copy_from_slice(src);
             done += n;
         }
         Ok(())
     }
 
-    /// Write `buf.len()` bytes (whole sectors) from `sector` on.
-    pub fn write(&mut self, sector: u64, buf: &[u8]) -> Result<(), Error> {
+    fn write_shared(&self, sector: u64, buf: &[u8]) -> Result<(), Error> {
         self.map_here()?;
+        let (_, base) = self.area()?;
         let mut done = 0usize;
         while done < buf.len() {
             let n = (buf.len() - done).min(REQ_BYTES as usize);
-            // SAFETY: as in `read`; no request is in flight (requests are synchronous).
-            let dst = unsafe { core::slice::from_raw_parts_mut(BLK_VA as *mut u8, n) };
+            // SAFETY: as in `read_shared`; no request of this core is in flight (requests are
+            // synchronous).
+            let dst = unsafe { core::slice::from_raw_parts_mut((BLK_VA + base) as *mut u8, n) };
             dst.copy_from_slice(&buf[done..done + n]);
-            self.request(BUF_BLK_WRITE, sector + (done as u64) / BLK_SECTOR, n as u64)?;
+            self.request(BUF_BLK_WRITE, sector + (done as u64) / BLK_SECTOR, base, n as u64)?;
             done += n;
         }
         Ok(())
@@ -150,7 +345,38 @@ impl BlockDevice {
 
     /// Make the writes so far durable.
     pub fn flush(&mut self) -> Result<(), Error> {
+        if self.dedicated() {
+            self.map_here()?;
+            return self.request(BUF_BLK_FLUSH, 0, 0, 0).map(|_| ());
+        }
         crate::sys::device_buf(self.dev, &DeviceBuf { seg: ObjName::new(0, 0), offset: 0, len: 0, buf_type: BUF_BLK_FLUSH }).map(|_| ())
+    }
+
+    /// Post raw words on this core's submit ring and return its completion (tests: bad entries
+    /// the kernel core must refuse). Dedicated only.
+    pub fn raw_ring_request(&self, op: u64, sector: u64, offset: u64, len: u64) -> Result<u64, Error> {
+        if !self.dedicated() {
+            return Err(Error::NotPermitted);
+        }
+        self.map_here()?;
+        let (r, _) = self.area()?;
+        self.ring_request(r, op, sector, offset, len)
+    }
+
+    /// The kernel core serving the rings now, as the header says (Dedicated): `None` while no
+    /// kernel core polls the device (detached, or its core is no longer a kernel core).
+    pub fn kernel_core(&self) -> Result<Option<u64>, Error> {
+        if !self.dedicated() {
+            return Err(Error::NotPermitted);
+        }
+        self.map_here()?;
+        let c = ring_words(0)[2].load(Ordering::Acquire);
+        Ok((c != BLK_DETACHED).then_some(c))
+    }
+
+    /// Byte offset of this core's data area in the request segment, and the segment (tests).
+    pub fn data_area(&self) -> Result<(u64, ObjName), Error> {
+        self.area().map(|(_, b)| (b, self.seg))
     }
 }
 
@@ -159,8 +385,9 @@ impl Drop for BlockDevice {
         // Only this core's mapping can be removed from here; another core's stays in its root
         // range (holding the segment) until that context ends.
         let c = crate::ctx::ctx().core.min(63) as usize;
-        if self.mapped[c] != 0 && self.mapped[c] == crate::ctx::ctx().root_ar.object {
-            let _ = crate::sys::ar_unmap(crate::ctx::ctx().root_ar, BLK_VA, REQ_BYTES);
+        let m = self.mapped[c].load(Ordering::Relaxed);
+        if m != 0 && m == crate::ctx::ctx().root_ar.object {
+            let _ = crate::sys::ar_unmap(crate::ctx::ctx().root_ar, BLK_VA, self.seg_bytes);
         }
         let _ = crate::sys::share_delobj(self.dev);
         let _ = crate::sys::share_delobj(self.seg);
