@@ -314,7 +314,7 @@ pub fn set_ar(ar_obj: &ObjRef, voff: u64, child_obj: &ObjRef) -> Result<(), Erro
 }
 
 /// `ar_unmap`: remove every mapping inside `[voff, voff + len)`.
-pub fn unmap(ar_obj: &ObjRef, voff: u64, len: u64) -> Result<(), Error> {
+pub fn unmap(ar_obj: &KObject, voff: u64, len: u64) -> Result<(), Error> {
     let ar = ar_obj.as_ar()?;
     if len == 0 {
         return Err(Error::InvalidArgument);
@@ -397,7 +397,7 @@ pub fn write_protect(ar_obj: &ObjRef, voff: u64, len: u64) {
 }
 
 /// `ar_get`: the mappings, by `voff`.
-pub fn mappings(ar_obj: &ObjRef) -> Result<Vec<ArMapping>, Error> {
+pub fn mappings(ar_obj: &KObject) -> Result<Vec<ArMapping>, Error> {
     let ar = ar_obj.as_ar()?;
     let g = ar.inner.lock();
     let mut v = Vec::new();

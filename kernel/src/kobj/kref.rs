@@ -9,13 +9,28 @@ use core::ops::Deref;
 use core::ptr::NonNull;
 use core::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 
+use percore::{BorrowSlots, DropState, MAX_CORES};
+
 struct Inner<T> {
     strong: AtomicUsize,
     /// Weak references plus one held collectively by all strong ones.
     weak: AtomicUsize,
     /// Free the allocation only after a reclamation grace period (`KRef::defer_free`).
     deferred: AtomicBool,
+    /// Set at creation for values that may be borrowed (`KRef::borrow_raw`): their last drop
+    /// runs the hand-over protocol of `percore::borrow`.
+    borrowable: bool,
+    /// The borrow protocol's side of this value (unused unless `borrowable`).
+    drop_state: DropState,
     value: T,
+}
+
+/// Every core's borrow slots (`percore::borrow`): a borrow writes only its own core's line.
+static BORROWS: BorrowSlots<MAX_CORES> = BorrowSlots::new();
+
+/// Cores whose slots a last drop scans: every core that can have borrowed is online.
+fn borrow_cores() -> usize {
+    crate::percpu::online_count().max(crate::percpu::current_index() + 1).min(MAX_CORES)
 }
 
 pub struct KRef<T> {
@@ -41,7 +56,7 @@ impl<T> KRef<T> {
     pub fn try_new(value: T) -> Result<Self, T> {
         let layout = Layout::new::<Inner<T>>();
         let Some(p) = crate::mm::heap::try_alloc(layout) else { return Err(value) };
-        Ok(Self::init_at(p, value))
+        Ok(Self::init_at(p, value, false))
     }
 
     /// Allocate from NUMA node `node`'s memory (Corey's `memid`: object metadata lives near
@@ -49,14 +64,23 @@ impl<T> KRef<T> {
     pub fn try_new_on_node(value: T, node: usize) -> Result<Self, T> {
         let layout = Layout::new::<Inner<T>>();
         let Some(p) = crate::mm::heap::try_alloc_on_node(layout, node) else { return Err(value) };
-        Ok(Self::init_at(p, value))
+        Ok(Self::init_at(p, value, false))
+    }
+
+    /// `try_new_on_node` for a value that system calls may borrow (`borrow_raw`) instead of
+    /// taking counted references (kernel objects).
+    pub fn try_new_borrowable_on_node(value: T, node: usize) -> Result<Self, T> {
+        let layout = Layout::new::<Inner<T>>();
+        let Some(p) = crate::mm::heap::try_alloc_on_node(layout, node) else { return Err(value) };
+        Ok(Self::init_at(p, value, true))
     }
 
     /// `p`: a fresh, non-null heap allocation with `Inner<T>`'s layout.
-    fn init_at(p: *mut u8, value: T) -> Self {
+    fn init_at(p: *mut u8, value: T, borrowable: bool) -> Self {
         let ptr = p as *mut Inner<T>;
+        let inner = Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), borrowable, drop_state: DropState::new(), value };
         // SAFETY: p is a fresh allocation with Inner<T>'s layout.
-        unsafe { ptr.write(Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), value }) };
+        unsafe { ptr.write(inner) };
         // SAFETY: p is non-null (the allocator returned Some).
         KRef { ptr: unsafe { NonNull::new_unchecked(ptr) }, _owns: PhantomData }
     }
@@ -160,6 +184,52 @@ impl<T> KRef<T> {
         this.inner().deferred.store(true, Ordering::Release);
     }
 
+    /// Borrow the value behind `ptr` without touching its count (`percore::borrow`): publish
+    /// it in one of this core's borrow slots, then check that it still has a counted
+    /// reference. `Ok(borrow)` keeps the value alive until the borrow is dropped, whatever
+    /// happens to its counted references meanwhile (their last drop hands the drop to the last
+    /// borrower). `Err(Some(b))`: the value has no counted reference left; `b` must be dropped
+    /// (it may be the one to drop the value), outside any reclamation operation.
+    /// `Err(None)`: this core has no free slot; take a counted reference instead.
+    ///
+    /// # Safety
+    /// `ptr` came from `KRef::<T>::into_raw` of a value made by `try_new_borrowable_on_node`,
+    /// and its allocation is not freed while this runs (a counted reference is held, or the
+    /// caller is inside a reclamation operation and the value was `defer_free`d).
+    pub unsafe fn borrow_raw(ptr: *mut ()) -> Result<KBorrow<T>, Option<KBorrow<T>>> {
+        // SAFETY: non-null (`into_raw`), alive by the caller's guarantee.
+        let ptr = unsafe { NonNull::new_unchecked(ptr as *mut Inner<T>) };
+        // SAFETY: as above.
+        let inner = unsafe { ptr.as_ref() };
+        if !inner.borrowable {
+            return Err(None); // its last drop would not wait for borrowers
+        }
+        let core = crate::percpu::current_index();
+        let Some(slot) = BORROWS.publish(core, ptr.as_ptr() as *mut ()) else { return Err(None) };
+        let b = KBorrow { ptr, core, slot };
+        // After the publication's fence (the protocol's Dekker pairing with `drop_last`).
+        if inner.strong.load(Ordering::SeqCst) == 0 {
+            return Err(Some(b));
+        }
+        Ok(b)
+    }
+
+    /// Borrow the value of a reference the caller holds (which keeps the count above zero
+    /// while the borrow starts); `None` if this core has no free slot.
+    pub fn borrow(this: &Self) -> Option<KBorrow<T>> {
+        // SAFETY: `this` is a counted reference, so the allocation is alive and the count is
+        // at least one; a borrowable value (checked by `borrow_raw` in debug builds).
+        match unsafe { Self::borrow_raw(this.ptr.as_ptr() as *mut ()) } {
+            Ok(b) => Some(b),
+            Err(Some(b)) => {
+                // Cannot happen while `this` is held; end it properly anyway.
+                drop(b);
+                None
+            }
+            Err(None) => None,
+        }
+    }
+
     pub fn downgrade(this: &Self) -> KWeak<T> {
         this.inner().weak.fetch_add(1, Ordering::Relaxed);
         KWeak { ptr: this.ptr }
@@ -251,6 +321,17 @@ impl<T> Drop for KLast<T> {
 #[inline(never)]
 fn drop_last<T>(ptr: NonNull<Inner<T>>) {
     fence(Ordering::Acquire);
+    // SAFETY: the value is not dropped yet, so the allocation is alive.
+    let inner = unsafe { ptr.as_ref() };
+    if inner.borrowable && !inner.drop_state.last_reference_gone(&BORROWS, borrow_cores(), ptr.as_ptr() as *mut ()) {
+        return; // a borrower still holds it and drops it when its borrow ends (`KBorrow`)
+    }
+    drop_value(ptr);
+}
+
+/// Drop the value whose last strong reference (and, if it was borrowed, last borrow) is gone,
+/// then the weak count the strong ones held together.
+fn drop_value<T>(ptr: NonNull<Inner<T>>) {
     // SAFETY: the caller was the last strong reference: nobody else can reach the value.
     unsafe { core::ptr::drop_in_place(&mut (*ptr.as_ptr()).value) };
     release_weak(ptr);
@@ -280,3 +361,54 @@ impl<T> Drop for KWeak<T> {
         release_weak(self.ptr);
     }
 }
+
+/// A borrowed value (`KRef::borrow_raw`): derefs to it, keeps it alive without a count, and
+/// ends the borrow when dropped (dropping the value if its last counted reference went during
+/// the borrow and this was the last borrower). Ends on any core (it remembers the slot).
+pub struct KBorrow<T> {
+    ptr: NonNull<Inner<T>>,
+    core: usize,
+    slot: usize,
+}
+
+impl<T> KBorrow<T> {
+    /// A counted reference to the borrowed value, if it still has one (for a call that keeps
+    /// the object: an insert, a mapping).
+    pub fn to_counted(&self) -> Option<KRef<T>> {
+        KRef::from_live_allocation(self.ptr)
+    }
+
+    /// The value's counted references (the borrow is not one).
+    pub fn strong_count(&self) -> usize {
+        // SAFETY: the borrow keeps the allocation alive.
+        unsafe { self.ptr.as_ref() }.strong.load(Ordering::Acquire)
+    }
+
+    /// The raw pointer, in `KRef::into_raw`'s form.
+    pub fn as_raw(&self) -> *mut () {
+        self.ptr.as_ptr() as *mut ()
+    }
+}
+
+impl<T> Deref for KBorrow<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the borrow keeps the value alive (`percore::borrow`).
+        &unsafe { self.ptr.as_ref() }.value
+    }
+}
+
+impl<T> Drop for KBorrow<T> {
+    fn drop(&mut self) {
+        // SAFETY: the borrow keeps the allocation alive until here.
+        let inner = unsafe { self.ptr.as_ref() };
+        if inner.drop_state.end_borrow(&BORROWS, self.core, self.slot, borrow_cores(), self.ptr.as_ptr() as *mut ()) {
+            drop_value(self.ptr);
+        }
+    }
+}
+
+// SAFETY: like KRef: the borrow shares the value across cores.
+unsafe impl<T: Send + Sync> Send for KBorrow<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Sync for KBorrow<T> {}

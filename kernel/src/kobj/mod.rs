@@ -93,7 +93,7 @@ impl KObject {
         let obj = KObject { id: new_id(), name: n, name_len: name.len() as u8, home_core, kind };
         // The metadata itself comes from the memory of `memid`'s node, like the pages.
         let node = node_of_core(home_core);
-        let r = KRef::try_new_on_node(obj, node).map_err(|_| Error::NoMemory)?;
+        let r = KRef::try_new_borrowable_on_node(obj, node).map_err(|_| Error::NoMemory)?;
         IDS[crate::percpu::current_index()].live.fetch_add(1, Ordering::Relaxed);
         Ok(r)
     }

@@ -21,7 +21,7 @@ use alloc::vec::Vec;
 use core::ptr;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use super::kref::KRef;
+use super::kref::{KBorrow, KRef};
 use crate::mm::nodevec::NodeVec;
 use super::{KObject, ObjRef};
 use abi::Error;
@@ -117,6 +117,26 @@ impl Table {
             Some(r) if r.id == id => Ok(Some(r)),
             Some(other) => Err(other), // the slot was emptied and reused
             None => Ok(None),          // being removed
+        }
+    }
+
+    /// `get_shared` as a borrow (`Share::peek`): same rules, the count only read.
+    #[inline]
+    fn peek_shared(&self, id: u64) -> PeekFound {
+        let Some(p) = self.find_raw(id) else { return PeekFound::None };
+        // SAFETY: `p` was published after `KRef::defer_free`, and the caller is inside a
+        // reclamation operation, so the allocation is alive; every KObject is borrowable.
+        match unsafe { KRef::<KObject>::borrow_raw(p) } {
+            Ok(b) if b.id == id => PeekFound::Some(Peek(PeekRef::Borrowed(b))),
+            Ok(b) => PeekFound::Stale(b), // the slot was emptied and reused
+            Err(Some(b)) => PeekFound::Stale(b), // being removed
+            // No free slot: a counted reference, as `get_shared` takes.
+            // SAFETY: as above.
+            Err(None) => match unsafe { KRef::<KObject>::try_clone_raw(p) } {
+                Some(r) if r.id == id => PeekFound::Some(Peek(PeekRef::Counted(r))),
+                Some(other) => PeekFound::Stale2(other),
+                None => PeekFound::None,
+            },
         }
     }
 
@@ -232,6 +252,15 @@ impl Table {
             (k != EMPTY && k != TOMBSTONE && !p.is_null()).then_some((k, p))
         })
     }
+}
+
+/// What `Table::peek_shared` found; the stale forms are ended by the caller outside its
+/// reclamation operation.
+enum PeekFound {
+    Some(Peek),
+    None,
+    Stale(KBorrow<KObject>),
+    Stale2(ObjRef),
 }
 
 /// Change a writer-side count. Writers are serialised (the owner core, or the writer lock),
@@ -366,64 +395,179 @@ pub fn reclaim_all() {
     }
 }
 
-/// An object reference a system call holds while it runs, in the cheapest form that keeps the
-/// object alive: an alias of a reference held elsewhere for longer (the caller's context, or
-/// a private share's entry lent by `Share::lend`), or a counted reference of its own. Every
-/// form derefs to the same `ObjRef` with no branch; only the end differs.
+/// A share (or other object) a system call holds while it runs, in the cheapest form that
+/// keeps it alive: an alias of a reference held elsewhere for longer (the caller's context),
+/// a private share's entry lent by `Share::lend`, a borrow (`Peek`, for a share found in a
+/// shared share) or a counted reference of its own. Every form derefs to the object with no
+/// branch; only the end differs. It derefs to the object, not to an `ObjRef`: a borrowed
+/// object may lose its last counted reference meanwhile, so a call that keeps it asks for
+/// `counted`, which refuses a dead one.
 pub struct Lease<'a> {
-    obj: core::mem::ManuallyDrop<ObjRef>,
+    /// The object's `KRef::into_raw` pointer; `end` keeps it alive.
+    raw: *mut (),
     end: LeaseEnd<'a>,
 }
 
 enum LeaseEnd<'a> {
     /// An alias of a reference that outlives `'a`: nothing to do.
-    Alias(core::marker::PhantomData<&'a ObjRef>),
+    Alias(&'a ObjRef),
     /// A lent entry of this (private) share: end the lend (`lending`).
     Unlend(&'a Share),
-    /// A counted reference: drop it.
-    Counted,
+    /// A borrow or a counted reference of the lease's own (`Peek`), ended by its drop.
+    Peeked(Option<Peek>),
 }
 
 impl<'a> Lease<'a> {
     /// An alias of `obj`, which outlives the lease.
     #[inline]
     pub fn alias(obj: &'a ObjRef) -> Lease<'a> {
-        // SAFETY: a bitwise copy of a reference that lives for 'a (the borrow), never dropped
-        // (ManuallyDrop, and `drop` leaves it alone): the count is untouched and stays right.
-        let copy = unsafe { KRef::<KObject>::from_raw(KRef::as_raw(obj)) };
-        Lease { obj: core::mem::ManuallyDrop::new(copy), end: LeaseEnd::Alias(core::marker::PhantomData) }
+        Lease { raw: KRef::as_raw(obj), end: LeaseEnd::Alias(obj) }
     }
 
-    /// A reference of its own.
+    /// A borrowed (or counted) object of the lease's own.
     #[inline]
-    pub fn counted(obj: ObjRef) -> Lease<'a> {
-        Lease { obj: core::mem::ManuallyDrop::new(obj), end: LeaseEnd::Counted }
+    pub fn peeked(p: Peek) -> Lease<'a> {
+        Lease { raw: p.as_raw(), end: LeaseEnd::Peeked(Some(p)) }
     }
 
     /// Whether this is a lent table entry (for tests).
     pub fn is_lent(&self) -> bool {
         matches!(self.end, LeaseEnd::Unlend(_))
     }
+
+    /// A counted reference of the caller's own (`NoSuchObject` if the object lost its last
+    /// one during a borrow).
+    pub fn counted(&self) -> Result<ObjRef, Error> {
+        match &self.end {
+            LeaseEnd::Alias(r) => Ok((*r).clone()),
+            // SAFETY: the lent entry's table reference stays while the lease lives, so the
+            // count is at least one.
+            LeaseEnd::Unlend(_) => Ok(unsafe { KRef::clone_raw(self.raw) }),
+            LeaseEnd::Peeked(Some(p)) => p.counted(),
+            LeaseEnd::Peeked(None) => Err(Error::NoSuchObject),
+        }
+    }
+
+    /// The object as a `Peek` that may outlive the lease.
+    pub fn into_peek(mut self) -> Peek {
+        let raw = self.raw;
+        match &mut self.end {
+            LeaseEnd::Alias(r) => Peek::of(r),
+            LeaseEnd::Unlend(_) => {
+                // SAFETY: the lent entry holds a counted reference while the lease lives (the
+                // lease, and with it the lend, ends only after the borrow started). This copy
+                // is never dropped (ManuallyDrop), so the count is untouched.
+                let r = core::mem::ManuallyDrop::new(unsafe { KRef::<KObject>::from_raw(raw) });
+                Peek::of(&r)
+            }
+            // Always `Some` until here (only this takes it).
+            LeaseEnd::Peeked(p) => p.take().expect("a peeked lease holds its peek"),
+        }
+    }
+
+    /// Whether this lease and `r` are the same object.
+    pub fn is(&self, r: &ObjRef) -> bool {
+        self.raw == KRef::as_raw(r)
+    }
 }
 
 impl Drop for Lease<'_> {
     #[inline]
     fn drop(&mut self) {
-        match self.end {
-            LeaseEnd::Alias(_) => {}
+        if let LeaseEnd::Unlend(share) = self.end {
             // The table's reference was never ours: nothing to do but end the lend.
-            LeaseEnd::Unlend(share) => bump(&share.lending, -1),
-            // SAFETY: a counted reference of this lease's own, dropped once, here.
-            LeaseEnd::Counted => unsafe { core::mem::ManuallyDrop::drop(&mut self.obj) },
+            bump(&share.lending, -1);
         }
+        // Alias: nothing; Peeked: the peek's own drop ends it.
     }
 }
 
 impl core::ops::Deref for Lease<'_> {
-    type Target = ObjRef;
+    type Target = KObject;
     #[inline]
-    fn deref(&self) -> &ObjRef {
-        &self.obj
+    fn deref(&self) -> &KObject {
+        // SAFETY: `raw` came from `KRef::into_raw`, and `end` keeps the object alive for as
+        // long as the lease lives.
+        unsafe { KRef::<KObject>::raw_value(self.raw) }
+    }
+}
+
+/// An object a system call uses only for its own length (a stat, a size, the share a new
+/// object goes into): borrowed (`KRef::borrow_raw`, `percore::borrow`), which writes only this
+/// core's borrow slot, not the object's count; or, when this core has no free slot, a counted
+/// reference. Derefs to the object, never to an `ObjRef`: a borrowed object's count may reach
+/// zero during the borrow, and cloning it then would revive it; a call that keeps the object
+/// asks for `counted`, which refuses a dead one.
+pub struct Peek(PeekRef);
+
+enum PeekRef {
+    Borrowed(KBorrow<KObject>),
+    Counted(ObjRef),
+}
+
+impl Peek {
+    /// Borrow the object of a reference the caller holds.
+    #[inline]
+    pub fn of(obj: &ObjRef) -> Peek {
+        match KRef::borrow(obj) {
+            Some(b) => Peek(PeekRef::Borrowed(b)),
+            None => Peek(PeekRef::Counted(obj.clone())),
+        }
+    }
+
+    /// A counted reference of the caller's own to the object (`NoSuchObject` if its last
+    /// counted reference went during the borrow).
+    pub fn counted(&self) -> Result<ObjRef, Error> {
+        match &self.0 {
+            PeekRef::Borrowed(b) => b.to_counted().ok_or(Error::NoSuchObject),
+            PeekRef::Counted(r) => Ok(r.clone()),
+        }
+    }
+
+    /// The object's counted references other than this peek's own (what `ObjStat::refs`
+    /// reports).
+    pub fn refs(&self) -> usize {
+        match &self.0 {
+            PeekRef::Borrowed(b) => b.strong_count(),
+            PeekRef::Counted(r) => KRef::strong_count(r).saturating_sub(1),
+        }
+    }
+
+    /// The object's `KRef::into_raw` pointer (valid while the peek lives).
+    pub fn as_raw(&self) -> *mut () {
+        match &self.0 {
+            PeekRef::Borrowed(b) => b.as_raw(),
+            PeekRef::Counted(r) => KRef::as_raw(r),
+        }
+    }
+
+    /// A peek holding a counted reference.
+    pub fn from_counted(r: ObjRef) -> Peek {
+        Peek(PeekRef::Counted(r))
+    }
+
+    /// Whether this is a borrow (for tests).
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self.0, PeekRef::Borrowed(_))
+    }
+
+    /// Whether `r` is a reference to this object.
+    pub fn is(&self, r: &ObjRef) -> bool {
+        match &self.0 {
+            PeekRef::Borrowed(b) => b.as_raw() == KRef::as_raw(r),
+            PeekRef::Counted(o) => KRef::ptr_eq(o, r),
+        }
+    }
+}
+
+impl core::ops::Deref for Peek {
+    type Target = KObject;
+    #[inline]
+    fn deref(&self) -> &KObject {
+        match &self.0 {
+            PeekRef::Borrowed(b) => b,
+            PeekRef::Counted(r) => r,
+        }
     }
 }
 
@@ -532,6 +676,49 @@ impl Share {
         found.ok_or(Error::NoSuchObject)
     }
 
+    /// The entry for `id`, borrowed (`Peek`) rather than counted: a lookup that writes no line
+    /// of the object or the share, only this core's borrow slot (and, for a shared share, its
+    /// reclamation counters).
+    #[inline]
+    pub fn peek(&self, id: u64) -> Result<Peek, Error> {
+        self.check_owner()?;
+        if self.owner.is_some() {
+            let p = self.table().and_then(|t| t.find_raw(id)).ok_or(Error::NoSuchObject)?;
+            // SAFETY: the owner core's table reference keeps the allocation alive and the
+            // count at least one while this runs; every KObject is borrowable.
+            return Ok(match unsafe { KRef::<KObject>::borrow_raw(p) } {
+                Ok(b) => Peek(PeekRef::Borrowed(b)),
+                Err(Some(b)) => {
+                    drop(b);
+                    return Err(Error::NoSuchObject);
+                }
+                // SAFETY: as above.
+                Err(None) => Peek(PeekRef::Counted(unsafe { KRef::clone_raw(p) })),
+            });
+        }
+        let found = match reclaim() {
+            Some(d) => {
+                let _op = d.enter_on(this_core());
+                self.table().map_or(PeekFound::None, |t| t.peek_shared(id))
+            }
+            None => self.table().map_or(PeekFound::None, |t| t.peek_shared(id)),
+        };
+        // A borrow of a dead or reused slot's object ends here, outside the operation (ending
+        // it may drop the object).
+        match found {
+            PeekFound::Some(p) => Ok(p),
+            PeekFound::None => Err(Error::NoSuchObject),
+            PeekFound::Stale(b) => {
+                drop(b);
+                Err(Error::NoSuchObject)
+            }
+            PeekFound::Stale2(r) => {
+                drop(r);
+                Err(Error::NoSuchObject)
+            }
+        }
+    }
+
     /// A private share's owner borrows the entry for `id` without taking a reference: how a
     /// system call reaches a share held by the root share (nearly every call that names one)
     /// without the count traffic of a new reference. The entry stays alive because only the
@@ -549,12 +736,11 @@ impl Share {
         self.check_owner()?;
         let Some(p) = self.table().and_then(|t| t.find_raw(id)) else { return Ok(None) };
         bump(&self.lending, 1);
-        // SAFETY: `p` is the table's reference, which this share keeps while the lease lives:
-        // only the owner, this core, changes a private share, and `remove` refuses until the
-        // lease's drop has taken it off `lending`. The lease never drops this copy
-        // (ManuallyDrop, and its end is `Unlend`), so the count is untouched.
-        let obj = core::mem::ManuallyDrop::new(unsafe { KRef::<KObject>::from_raw(p) });
-        Ok(Some(Lease { obj, end: LeaseEnd::Unlend(self) }))
+        // `p` is the table's reference, which this share keeps while the lease lives: only
+        // the owner, this core, changes a private share, and `remove` refuses until the
+        // lease's drop has taken it off `lending`. The lease never drops it, so the count is
+        // untouched.
+        Ok(Some(Lease { raw: p, end: LeaseEnd::Unlend(self) }))
     }
 
     #[inline(always)]
