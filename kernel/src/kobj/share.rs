@@ -23,7 +23,7 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use super::kref::{KBorrow, KRef};
 use crate::mm::nodevec::NodeVec;
-use super::{KObject, ObjRef};
+use super::{try_push as kobj_try_push, KObject, ObjRef};
 use abi::Error;
 use percore::{Domain, TicketLock};
 
@@ -571,19 +571,132 @@ impl core::ops::Deref for Peek {
     }
 }
 
-pub struct Share {
-    /// The owning core of a private share; `None` for a shared one.
-    owner: Option<usize>,
-    /// The NUMA node its table comes from (`memid`'s).
-    node: usize,
+/// Parts of a shared share. An entry lives in the part its id names (`part_of`), and each part
+/// has its own table, load count and writer lock on its own cache line: changes of entries in
+/// different parts (inserts and deletes of different names in one share) share no line, and a
+/// lookup reads only its part (sv6's per-bucket locks, issue 19). A private share, which only
+/// its owner core touches, has one part.
+const PARTS: usize = 32;
+/// Ids of cores in different classes (core index modulo this) never share a part; ids of one
+/// core share one only if their sequence numbers are `PARTS / PART_CORE_CLASSES` apart.
+const PART_CORE_CLASSES: usize = 4;
+
+/// The part of a shared share that holds `id` (ids are `(core + 1) << 40 | sequence`).
+#[inline]
+fn part_of(id: u64) -> usize {
+    let core = ((id >> 40) as usize).wrapping_sub(1);
+    let seq = (id & ((1 << 40) - 1)) as usize;
+    core % PART_CORE_CLASSES + PART_CORE_CLASSES * (seq % (PARTS / PART_CORE_CLASSES))
+}
+
+/// One hash table with its writer-side state, on a cache line of its own.
+#[repr(align(64))]
+struct Part {
     /// Null until the first entry.
     table: AtomicPtr<Table>,
     /// Writer-side count of entries plus tombstones (the load factor; a private table has no
     /// tombstones, so there it counts entries). The number of entries is not kept for a
     /// shared share: only a rebuild, `ids` and `len` need it, and they count.
     used: AtomicUsize,
-    /// Serialises changes to a shared share (unused for private ones).
+    /// Serialises changes to a shared share's part (unused for private ones).
     writer: TicketLock<()>,
+}
+
+impl Part {
+    fn new() -> Part {
+        Part { table: AtomicPtr::new(ptr::null_mut()), used: AtomicUsize::new(0), writer: TicketLock::new(()) }
+    }
+
+    #[inline]
+    fn table(&self) -> Option<&Table> {
+        let p = self.table.load(Ordering::Acquire);
+        // SAFETY: a published table stays allocated while the owner (private) cannot replace
+        // it, or until a grace period after it was replaced (shared: callers are inside an
+        // operation or hold the writer lock).
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    /// Room for `extra` more entries, with entries plus tombstones at most half the slots:
+    /// short probe sequences matter more here than memory.
+    #[inline]
+    fn has_room(&self, extra: usize) -> bool {
+        let used = self.used.load(Ordering::Relaxed);
+        self.table().is_some_and(|t| (used + extra) * 2 <= t.slots.len())
+    }
+
+    /// Replace the table by a bigger one with room for `extra` more entries, from `node`'s
+    /// memory. `private`: only the owner core can reach the old table (freed at once).
+    #[cold]
+    fn rebuild(&self, extra: usize, node: usize, private: bool) -> Result<(), Error> {
+        // Rebuild at four times the live entries (which also clears the tombstones), and
+        // never smaller than before: like a vector's capacity, a share's memory follows its
+        // peak size, so it does not come and go with tombstones.
+        let cap = self.table().map_or(0, |t| t.slots.len());
+        let live = self.table().map_or(0, |t| t.live().count());
+        let want = ((live + extra) * 4).next_power_of_two().max(MIN_SLOTS).max(cap);
+        let fresh_ptr = Table::try_new(want, node)?;
+        // SAFETY: just allocated, not yet published.
+        let fresh = unsafe { &*fresh_ptr };
+        let mut n = 0;
+        if let Some(old) = self.table() {
+            for (id, p) in old.live() {
+                let Err((i, _)) = fresh.find(id) else { continue };
+                fresh.fill(i, id, p);
+                n += 1;
+            }
+        }
+        let old = self.table.swap(fresh_ptr, Ordering::AcqRel);
+        self.used.store(n, Ordering::Relaxed);
+        if !old.is_null() {
+            if private {
+                // SAFETY: only this core could reach the old table, and it no longer does.
+                unsafe { free_table(old as *mut ()) };
+            } else {
+                // SAFETY: unpublished above; lookups that loaded it finish their operations
+                // first. Its references moved to the new table, so only the table is freed.
+                unsafe { retire(old as *mut (), free_table) };
+            }
+        }
+        Ok(())
+    }
+
+    /// The insert itself; the caller is the owner core or holds this part's writer lock. A
+    /// refused reference comes back for the caller to drop.
+    #[inline(always)]
+    fn insert_locked(&self, obj: ObjRef, node: usize, private: bool) -> Result<(), (Error, ObjRef)> {
+        // Ids come from `KObject::create` (never a slot marker) and objects from tables or new.
+        debug_assert!(is_object_id(obj.id));
+        // Rebuilding first (when needed) keeps this to one probe sequence; a rebuild for an
+        // id that turns out to be present already is harmless. (`reserve`, with the table
+        // loaded once: this is on every share_addobj's path.)
+        let t = match self.table() {
+            Some(t) if (self.used.load(Ordering::Relaxed) + 1) * 2 <= t.slots.len() => t,
+            _ => {
+                if let Err(e) = self.rebuild(1, node, private) {
+                    return Err((e, obj));
+                }
+                let Some(t) = self.table() else { return Err((Error::NoMemory, obj)) };
+                t
+            }
+        };
+        let Err((i, empty)) = t.find(obj.id) else { return Err((Error::AlreadyExists, obj)) };
+        if empty {
+            bump(&self.used, 1);
+        }
+        t.fill(i, obj.id, KRef::into_raw(obj));
+        Ok(())
+    }
+}
+
+pub struct Share {
+    /// The owning core of a private share; `None` for a shared one.
+    owner: Option<usize>,
+    /// The NUMA node its tables come from (`memid`'s).
+    node: usize,
+    /// A private share's one part (unused by a shared share).
+    main: Part,
+    /// A shared share's `PARTS` parts (empty for a private share).
+    parts: NodeVec<Part>,
     /// Private shares: how many leases `lend` has out (entries lent without a reference of
     /// their own). While it is not 0, every removal is refused (`Busy`).
     lending: AtomicUsize,
@@ -592,37 +705,32 @@ pub struct Share {
 impl Share {
     /// A private share of core `owner` whose table comes from core `home`'s node.
     pub fn new_private(owner: usize, home: u32) -> Share {
-        Share::empty(Some(owner), home)
+        Share::with_parts(Some(owner), home, NodeVec::new(super::node_of_core(home)))
     }
 
-    fn empty(owner: Option<usize>, home: u32) -> Share {
-        Share {
-            owner,
-            node: super::node_of_core(home),
-            table: AtomicPtr::new(ptr::null_mut()),
-            used: AtomicUsize::new(0),
-            writer: TicketLock::new(()),
-            lending: AtomicUsize::new(0),
-        }
+    fn with_parts(owner: Option<usize>, home: u32, parts: NodeVec<Part>) -> Share {
+        Share { owner, node: super::node_of_core(home), main: Part::new(), parts, lending: AtomicUsize::new(0) }
     }
 
     /// A private share for `owner` holding `objs` from the start (a new context's root share,
     /// built by the core that starts the context).
     pub fn new_private_with(owner: usize, objs: Vec<ObjRef>) -> Result<Share, Error> {
-        let s = Share::empty(Some(owner), owner as u32);
+        let s = Share::new_private(owner, owner as u32);
         // A program's root share holds tens of objects: size it for that from the start, so
         // the program's memory use does not step while it runs.
         s.reserve(objs.len().max(ROOT_ENTRIES))?;
         for o in objs {
             // Duplicates (the same object passed twice) keep one entry.
-            let _ = s.insert_locked(o);
+            let _ = s.main.insert_locked(o, s.node, true);
         }
         Ok(s)
     }
 
-    /// A shared share whose table comes from core `home`'s node.
+    /// A shared share whose tables come from core `home`'s node.
     pub fn new_shared(home: u32) -> Result<Share, Error> {
-        Ok(Share::empty(None, home))
+        let node = super::node_of_core(home);
+        let parts = NodeVec::try_from_fn(PARTS, node, |_| Part::new()).map_err(|_| Error::NoMemory)?;
+        Ok(Share::with_parts(None, home, parts))
     }
 
     pub fn is_private(&self) -> bool {
@@ -643,13 +751,19 @@ impl Share {
         }
     }
 
+    /// The part that holds `id`.
     #[inline]
-    fn table(&self) -> Option<&Table> {
-        let p = self.table.load(Ordering::Acquire);
-        // SAFETY: a published table stays allocated while the owner (private) cannot replace
-        // it, or until a grace period after it was replaced (shared: callers are inside an
-        // operation or hold the writer lock).
-        (!p.is_null()).then(|| unsafe { &*p })
+    fn part(&self, id: u64) -> &Part {
+        if self.parts.is_empty() {
+            &self.main
+        } else {
+            &self.parts[part_of(id) % self.parts.len()]
+        }
+    }
+
+    /// Every part.
+    fn all_parts(&self) -> impl Iterator<Item = &Part> + '_ {
+        core::iter::once(&self.main).filter(|_| self.parts.is_empty()).chain(self.parts.iter())
     }
 
     #[inline(always)]
@@ -658,15 +772,16 @@ impl Share {
         // No `is_object_id` check: `find_raw` finds nothing for the two marker ids.
         if self.owner.is_some() {
             // SAFETY: the owner core's table reference keeps the count at least one.
-            let found = self.table().and_then(|t| t.find_raw(id)).map(|p| unsafe { KRef::clone_raw(p) });
+            let found = self.main.table().and_then(|t| t.find_raw(id)).map(|p| unsafe { KRef::clone_raw(p) });
             return found.ok_or(Error::NoSuchObject);
         }
+        let part = self.part(id);
         let found = match reclaim() {
             Some(d) => {
                 let _op = d.enter_on(this_core());
-                self.table().map_or(Ok(None), |t| t.get_shared(id))
+                part.table().map_or(Ok(None), |t| t.get_shared(id))
             }
-            None => self.table().map_or(Ok(None), |t| t.get_shared(id)),
+            None => part.table().map_or(Ok(None), |t| t.get_shared(id)),
         };
         // A reference to a reused slot's object is dropped here, outside the operation.
         let found = found.unwrap_or_else(|other| {
@@ -683,7 +798,7 @@ impl Share {
     pub fn peek(&self, id: u64) -> Result<Peek, Error> {
         self.check_owner()?;
         if self.owner.is_some() {
-            let p = self.table().and_then(|t| t.find_raw(id)).ok_or(Error::NoSuchObject)?;
+            let p = self.main.table().and_then(|t| t.find_raw(id)).ok_or(Error::NoSuchObject)?;
             // SAFETY: the owner core's table reference keeps the allocation alive and the
             // count at least one while this runs; every KObject is borrowable.
             return Ok(match unsafe { KRef::<KObject>::borrow_raw(p) } {
@@ -696,12 +811,13 @@ impl Share {
                 Err(None) => Peek(PeekRef::Counted(unsafe { KRef::clone_raw(p) })),
             });
         }
+        let part = self.part(id);
         let found = match reclaim() {
             Some(d) => {
                 let _op = d.enter_on(this_core());
-                self.table().map_or(PeekFound::None, |t| t.peek_shared(id))
+                part.table().map_or(PeekFound::None, |t| t.peek_shared(id))
             }
-            None => self.table().map_or(PeekFound::None, |t| t.peek_shared(id)),
+            None => part.table().map_or(PeekFound::None, |t| t.peek_shared(id)),
         };
         // A borrow of a dead or reused slot's object ends here, outside the operation (ending
         // it may drop the object).
@@ -734,7 +850,7 @@ impl Share {
         // Callers check `is_private` (`check_owner` passes any core for a shared share).
         debug_assert!(self.owner.is_some(), "lend on a shared share");
         self.check_owner()?;
-        let Some(p) = self.table().and_then(|t| t.find_raw(id)) else { return Ok(None) };
+        let Some(p) = self.main.table().and_then(|t| t.find_raw(id)) else { return Ok(None) };
         bump(&self.lending, 1);
         // `p` is the table's reference, which this share keeps while the lease lives: only
         // the owner, this core, changes a private share, and `remove` refuses until the
@@ -747,94 +863,25 @@ impl Share {
     pub fn insert(&self, obj: ObjRef) -> Result<(), Error> {
         self.check_owner()?;
         let r = if self.owner.is_some() {
-            self.insert_locked(obj)
+            self.main.insert_locked(obj, self.node, true)
         } else {
             // Lock-free readers will see it: its memory must outlive their operations.
             KRef::defer_free(&obj);
-            let _g = self.writer.lock();
-            self.insert_locked(obj)
+            let part = self.part(obj.id);
+            let _g = part.writer.lock();
+            part.insert_locked(obj, self.node, false)
         };
         // A refused reference is dropped here, outside the writer lock.
         r.map_err(|(e, _refused)| e)
     }
 
-    /// Room for `extra` more entries, with entries plus tombstones at most half the slots:
-    /// short probe sequences matter more here than memory.
-    #[inline]
-    fn has_room(&self, extra: usize) -> bool {
-        let used = self.used.load(Ordering::Relaxed);
-        self.table().is_some_and(|t| (used + extra) * 2 <= t.slots.len())
-    }
-
-    /// Make room for `extra` more entries.
+    /// Make room for `extra` more entries (a private share's one part).
     #[inline]
     fn reserve(&self, extra: usize) -> Result<(), Error> {
-        if self.has_room(extra) {
+        if self.main.has_room(extra) {
             return Ok(());
         }
-        self.rebuild(extra)
-    }
-
-    /// Replace the table by a bigger one with room for `extra` more entries.
-    #[cold]
-    fn rebuild(&self, extra: usize) -> Result<(), Error> {
-        // Rebuild at four times the live entries (which also clears the tombstones), and
-        // never smaller than before: like a vector's capacity, a share's memory follows its
-        // peak size, so it does not come and go with tombstones.
-        let cap = self.table().map_or(0, |t| t.slots.len());
-        let live = self.table().map_or(0, |t| t.live().count());
-        let want = ((live + extra) * 4).next_power_of_two().max(MIN_SLOTS).max(cap);
-        let fresh_ptr = Table::try_new(want, self.node)?;
-        // SAFETY: just allocated, not yet published.
-        let fresh = unsafe { &*fresh_ptr };
-        let mut n = 0;
-        if let Some(old) = self.table() {
-            for (id, p) in old.live() {
-                let Err((i, _)) = fresh.find(id) else { continue };
-                fresh.fill(i, id, p);
-                n += 1;
-            }
-        }
-        let old = self.table.swap(fresh_ptr, Ordering::AcqRel);
-        self.used.store(n, Ordering::Relaxed);
-        if !old.is_null() {
-            if self.owner.is_some() {
-                // SAFETY: only this core could reach the old table, and it no longer does.
-                unsafe { free_table(old as *mut ()) };
-            } else {
-                // SAFETY: unpublished above; lookups that loaded it finish their operations
-                // first. Its references moved to the new table, so only the table is freed.
-                unsafe { retire(old as *mut (), free_table) };
-            }
-        }
-        Ok(())
-    }
-
-    /// The insert itself; the caller is the owner core or holds the writer lock. A refused
-    /// reference comes back for the caller to drop.
-    #[inline(always)]
-    fn insert_locked(&self, obj: ObjRef) -> Result<(), (Error, ObjRef)> {
-        // Ids come from `KObject::create` (never a slot marker) and objects from tables or new.
-        debug_assert!(is_object_id(obj.id));
-        // Rebuilding first (when needed) keeps this to one probe sequence; a rebuild for an
-        // id that turns out to be present already is harmless. (`reserve`, with the table
-        // loaded once: this is on every share_addobj's path.)
-        let t = match self.table() {
-            Some(t) if (self.used.load(Ordering::Relaxed) + 1) * 2 <= t.slots.len() => t,
-            _ => {
-                if let Err(e) = self.rebuild(1) {
-                    return Err((e, obj));
-                }
-                let Some(t) = self.table() else { return Err((Error::NoMemory, obj)) };
-                t
-            }
-        };
-        let Err((i, empty)) = t.find(obj.id) else { return Err((Error::AlreadyExists, obj)) };
-        if empty {
-            bump(&self.used, 1);
-        }
-        t.fill(i, obj.id, KRef::into_raw(obj));
-        Ok(())
+        self.main.rebuild(extra, self.node, true)
     }
 
     /// Remove an entry. Its reference comes back for the caller to drop (outside any lock:
@@ -851,19 +898,20 @@ impl Share {
             if self.lending.load(Ordering::Relaxed) != 0 {
                 return Err(Error::Busy); // an entry is lent further up the call (`lend`)
             }
-            let t = self.table().ok_or(Error::NoSuchObject)?;
+            let t = self.main.table().ok_or(Error::NoSuchObject)?;
             let i = t.position(id).ok_or(Error::NoSuchObject)?;
             let p = t.remove_shifting(i);
-            bump(&self.used, -1);
+            bump(&self.main.used, -1);
             // SAFETY: the slot held this reference; it left the table just now.
             return Ok(Some(unsafe { KRef::from_raw(p) }));
         }
+        let part = self.part(id);
         let p = {
-            let _g = self.writer.lock();
-            let t = self.table().ok_or(Error::NoSuchObject)?;
+            let _g = part.writer.lock();
+            let t = part.table().ok_or(Error::NoSuchObject)?;
             let i = t.position(id).ok_or(Error::NoSuchObject)?;
             let (p, freed) = t.empty(i);
-            bump(&self.used, -(freed as isize));
+            bump(&part.used, -(freed as isize));
             p
         };
         // The reference goes back to the caller at once (to drop outside any lock): a lookup
@@ -875,32 +923,41 @@ impl Share {
 
     pub fn ids(&self) -> Result<Vec<u64>, Error> {
         self.check_owner()?;
-        let collect = |t: Option<&Table>| -> Result<Vec<u64>, Error> {
+        let collect = |parts: &mut dyn Iterator<Item = &Table>| -> Result<Vec<u64>, Error> {
+            let tables: Vec<&Table> = {
+                let mut v = Vec::new();
+                for t in parts {
+                    kobj_try_push(&mut v, t)?;
+                }
+                v
+            };
             let mut v = Vec::new();
-            let Some(t) = t else { return Ok(v) };
-            v.try_reserve(t.live().count()).map_err(|_| Error::NoMemory)?;
-            for (id, _) in t.live() {
-                // Entries added since the reservation are left out rather than allocated for.
-                if v.len() < v.capacity() {
-                    v.push(id);
+            v.try_reserve(tables.iter().map(|t| t.live().count()).sum()).map_err(|_| Error::NoMemory)?;
+            for t in &tables {
+                for (id, _) in t.live() {
+                    // Entries added since the reservation are left out rather than allocated for.
+                    if v.len() < v.capacity() {
+                        v.push(id);
+                    }
                 }
             }
             v.sort_unstable();
             Ok(v)
         };
-        self.read_table(collect)
+        self.read_tables(collect)
     }
 
-    /// `read` on the current table, off the hot paths (`ids`, `len`, `tombstones`): inside a
-    /// reclamation operation for a shared share, whose table a writer may replace and retire
+    /// `read` on the current tables, off the hot paths (`ids`, `len`, `tombstones`): inside a
+    /// reclamation operation for a shared share, whose tables a writer may replace and retire
     /// meanwhile; directly for a private one, which only this core changes.
-    fn read_table<R>(&self, read: impl FnOnce(Option<&Table>) -> R) -> R {
+    fn read_tables<R>(&self, read: impl FnOnce(&mut dyn Iterator<Item = &Table>) -> R) -> R {
+        let mut tables = self.all_parts().filter_map(|p| p.table());
         match (self.owner, reclaim()) {
             (None, Some(d)) => {
                 let _op = d.enter_on(this_core());
-                read(self.table())
+                read(&mut tables)
             }
-            _ => read(self.table()),
+            _ => read(&mut tables),
         }
     }
 
@@ -909,13 +966,14 @@ impl Share {
         if self.check_owner().is_err() {
             return 0;
         }
-        let count = |t: Option<&Table>| t.map_or(0, |t| t.slots.iter().filter(|s| s.id.load(Ordering::Acquire) == TOMBSTONE).count());
-        self.read_table(count)
+        let count = |ts: &mut dyn Iterator<Item = &Table>| ts.map(|t| t.slots.iter().filter(|s| s.id.load(Ordering::Acquire) == TOMBSTONE).count()).sum();
+        self.read_tables(count)
     }
 
-    /// Where the table and its slots are (for the test that they are on `memid`'s node).
+    /// Where a table and its slots are (for the test that they are on `memid`'s node): the
+    /// first part that has a table.
     pub fn table_addrs(&self) -> Option<[u64; 2]> {
-        self.table().map(|t| [t as *const Table as u64, t.slots.as_ptr() as u64])
+        self.all_parts().find_map(|p| p.table()).map(|t| [t as *const Table as u64, t.slots.as_ptr() as u64])
     }
 
     /// Entries (counted: for tests and diagnostics, not hot paths).
@@ -923,23 +981,25 @@ impl Share {
         if self.check_owner().is_err() {
             return 0;
         }
-        let count = |t: Option<&Table>| t.map_or(0, |t| t.live().count());
-        self.read_table(count)
+        let count = |ts: &mut dyn Iterator<Item = &Table>| ts.map(|t| t.live().count()).sum();
+        self.read_tables(count)
     }
 }
 
 impl Drop for Share {
     fn drop(&mut self) {
         // The last reference to the share is gone, so no lookup can be inside it.
-        let p = *self.table.get_mut();
-        if p.is_null() {
-            return;
-        }
-        // SAFETY: as above; this is the only pointer left to the table.
-        let t = unsafe { alloc::boxed::Box::from_raw(p) };
-        for (_, obj) in t.live() {
-            // SAFETY: each live slot holds one reference.
-            unsafe { drop_ref(obj) };
+        for part in core::iter::once(&mut self.main).chain(self.parts.iter_mut()) {
+            let p = *part.table.get_mut();
+            if p.is_null() {
+                continue;
+            }
+            // SAFETY: as above; this is the only pointer left to the table.
+            let t = unsafe { alloc::boxed::Box::from_raw(p) };
+            for (_, obj) in t.live() {
+                // SAFETY: each live slot holds one reference.
+                unsafe { drop_ref(obj) };
+            }
         }
     }
 }
