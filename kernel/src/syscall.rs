@@ -29,6 +29,9 @@ extern "C" fn syscall_dispatch(f: *mut SyscallFrame) -> i64 {
         return encode(crate::roles::forward(nr, *args));
     }
     me.injectable.store(true, Ordering::Relaxed);
+    // Objects this core's earlier calls freed wait here for their borrow-slot scan
+    // (`kref::scan_orphans`): one load when there are none.
+    crate::kobj::kref::scan_orphans();
     let r = dispatch_in(nr, args);
     let me = percpu::this();
     me.injectable.store(false, Ordering::Relaxed);
@@ -149,11 +152,11 @@ fn insert_new(share_obj: &KObject, name: &[u8], home: u32, kind: Kind) -> Result
 /// a gate its shares (`gate::Gate::members`). Adding `from` to `target` would then make a
 /// reference cycle that could never be freed. Past `depth` levels, or through a share this
 /// core may not read, it answers true (cannot prove acyclic: refuse).
-fn reaches(from: &ObjRef, target: &KObject, depth: u32) -> bool {
-    if core::ptr::eq(&**from, target) {
+fn reaches(from: &KObject, target: &KObject, depth: u32) -> bool {
+    if core::ptr::eq(from, target) {
         return true;
     }
-    let holds_refs = |o: &ObjRef| o.as_share().is_ok() || o.as_gate().is_ok();
+    let holds_refs = |o: &KObject| o.as_share().is_ok() || o.as_gate().is_ok();
     match &from.kind {
         Kind::Share(sh) => {
             if depth == 0 {
@@ -328,12 +331,18 @@ fn sys_share_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 
 fn sys_share_addobj(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     with_current(|c| {
-        let o = with_share_in(c, a[1], |s| s.as_share()?.get(a[2]))?;
+        // Borrowed first: a refused add (a cycle, a name already there) writes no line of
+        // the object; only an add that keeps it takes a counted reference.
+        let o = with_share_in(c, a[1], |s| s.as_share()?.peek(a[2]))?;
         with_share_in(c, a[0], |dst| {
             if reaches(&o, dst, 8) {
                 return Err(Error::InvalidArgument);
             }
-            dst.as_share()?.insert(o)
+            let d = dst.as_share()?;
+            if d.contains(o.id) {
+                return Err(Error::AlreadyExists);
+            }
+            d.insert(o.counted()?)
         })?;
         Ok(0)
     })?

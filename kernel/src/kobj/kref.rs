@@ -11,6 +11,11 @@ use core::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 
 use percore::{BorrowSlots, DropState, MAX_CORES};
 
+/// `repr(C)`, so the counts come first and the borrow state last: for a value aligned to a
+/// cache line (`KObject`) the counts have the first line to themselves and the borrow state
+/// (read by every borrow) a line after the value, so a new counted reference (an insert, a
+/// mapping) writes no line that a borrower of the object reads.
+#[repr(C)]
 struct Inner<T> {
     strong: AtomicUsize,
     /// Weak references plus one held collectively by all strong ones.
@@ -20,9 +25,9 @@ struct Inner<T> {
     /// Set at creation for values that may be borrowed (`KRef::borrow_raw`): their last drop
     /// runs the hand-over protocol of `percore::borrow`.
     borrowable: bool,
+    value: T,
     /// The borrow protocol's side of this value (unused unless `borrowable`).
     drop_state: DropState,
-    value: T,
 }
 
 /// Every core's borrow slots (`percore::borrow`): a borrow writes only its own core's line.
@@ -78,7 +83,7 @@ impl<T> KRef<T> {
     /// `p`: a fresh, non-null heap allocation with `Inner<T>`'s layout.
     fn init_at(p: *mut u8, value: T, borrowable: bool) -> Self {
         let ptr = p as *mut Inner<T>;
-        let inner = Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), borrowable, drop_state: DropState::new(), value };
+        let inner = Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), borrowable, value, drop_state: DropState::new() };
         // SAFETY: p is a fresh allocation with Inner<T>'s layout.
         unsafe { ptr.write(inner) };
         // SAFETY: p is non-null (the allocator returned Some).
@@ -185,8 +190,8 @@ impl<T> KRef<T> {
     }
 
     /// Borrow the value behind `ptr` without touching its count (`percore::borrow`): publish
-    /// it in one of this core's borrow slots, then check that it still has a counted
-    /// reference. `Ok(borrow)` keeps the value alive until the borrow is dropped, whatever
+    /// it in one of this core's borrow slots, then check that no last drop has begun
+    /// (`DropState::is_live`: the borrow reads neither the count nor its line). `Ok(borrow)` keeps the value alive until the borrow is dropped, whatever
     /// happens to its counted references meanwhile (their last drop hands the drop to the last
     /// borrower). `Err(Some(b))`: the value has no counted reference left; `b` must be dropped
     /// (it may be the one to drop the value), outside any reclamation operation.
@@ -207,8 +212,9 @@ impl<T> KRef<T> {
         let core = crate::percpu::current_index();
         let Some(slot) = BORROWS.publish(core, ptr.as_ptr() as *mut ()) else { return Err(None) };
         let b = KBorrow { ptr, core, slot };
-        // After the publication's fence (the protocol's Dekker pairing with `drop_last`).
-        if inner.strong.load(Ordering::SeqCst) == 0 {
+        // After the publication's fence (the protocol's Dekker pairing with `drop_last`, which
+        // marks the value orphaned, fences, then scans the slots).
+        if !inner.drop_state.is_live() {
             return Err(Some(b));
         }
         Ok(b)
@@ -323,10 +329,115 @@ fn drop_last<T>(ptr: NonNull<Inner<T>>) {
     fence(Ordering::Acquire);
     // SAFETY: the value is not dropped yet, so the allocation is alive.
     let inner = unsafe { ptr.as_ref() };
-    if inner.borrowable && !inner.drop_state.last_reference_gone(&BORROWS, borrow_cores(), ptr.as_ptr() as *mut ()) {
-        return; // a borrower still holds it and drops it when its borrow ends (`KBorrow`)
+    if inner.borrowable {
+        // Mark it orphaned now; scan the other cores' borrow slots later, at this core's next
+        // system call (`scan_orphans`), so a last drop reads no line another core writes
+        // (issue 19: two commuting calls, one freeing an object while the other borrows
+        // another, would otherwise share every core's slot line). If the list is full (or
+        // in use, from an interrupt), scan now.
+        inner.drop_state.orphan();
+        if defer_scan(ptr.as_ptr() as *mut (), scan_orphan::<T>) {
+            // The list's entry keeps the allocation alive (one weak count).
+            return;
+        }
+        if !inner.drop_state.try_drop(&BORROWS, borrow_cores(), ptr.as_ptr() as *mut ()) {
+            return; // a borrower still holds it and drops it when its borrow ends (`KBorrow`)
+        }
     }
     drop_value(ptr);
+}
+
+/// An orphaned value on a core's list (`defer_scan`): scan the slots, drop the value if no
+/// borrower holds it and none won the drop first, then give up the list's weak count.
+///
+/// # Safety
+/// `p` is an `Inner<T>` put on the list by `drop_last` with one weak count of the list's own,
+/// taken off the list once.
+unsafe fn scan_orphan<T>(p: *mut ()) {
+    // SAFETY: non-null; the list's weak count keeps the allocation alive.
+    let ptr = unsafe { NonNull::new_unchecked(p as *mut Inner<T>) };
+    // SAFETY: as above.
+    let inner = unsafe { ptr.as_ref() };
+    if inner.drop_state.try_drop(&BORROWS, borrow_cores(), p) {
+        drop_value(ptr);
+    }
+    release_weak(ptr);
+}
+
+/// Orphans a core has not scanned yet (`drop_last`).
+const ORPHANS: usize = 32;
+
+struct Orphans {
+    n: usize,
+    items: [(usize, usize); ORPHANS],
+}
+
+/// One core's list, on its own line: only its core pushes and scans it (and `scan_all_orphans`
+/// at quiescent points).
+struct OrphanList {
+    /// Entries waiting (read without the lock by `scan_orphans`' quick test).
+    waiting: AtomicUsize,
+    list: percore::TicketLock<Orphans>,
+}
+
+static ORPHAN_LISTS: [percore::CachePadded<OrphanList>; MAX_CORES] =
+    [const { percore::CachePadded::new(OrphanList { waiting: AtomicUsize::new(0), list: percore::TicketLock::new(Orphans { n: 0, items: [(0, 0); ORPHANS] }) }) }; MAX_CORES];
+
+/// Put an orphaned value (`p`, scanned by `scan`) on this core's list, with one weak count of
+/// the list's own. `false` if the list is full or in use (the caller scans now).
+fn defer_scan(p: *mut (), scan: unsafe fn(*mut ())) -> bool {
+    let me = &ORPHAN_LISTS[crate::percpu::current_index() % MAX_CORES];
+    let Some(mut l) = me.list.try_lock() else { return false };
+    if l.n == ORPHANS {
+        return false;
+    }
+    // SAFETY: `p` is an `Inner<_>` whose value is not dropped yet, so its allocation is
+    // alive; every Inner starts with the strong then the weak count (`repr(C)`).
+    let weak = unsafe { &(*(p as *const Inner<()>)).weak };
+    weak.fetch_add(1, Ordering::Relaxed);
+    let n = l.n;
+    l.items[n] = (p as usize, scan as usize);
+    l.n = n + 1;
+    me.waiting.store(n + 1, Ordering::Release);
+    true
+}
+
+/// Scan the orphans core `core` left (`drop_last`): drop those no borrower holds.
+fn scan_orphans_of(core: usize) {
+    let me = &ORPHAN_LISTS[core % MAX_CORES];
+    if me.waiting.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let (items, n) = {
+        let Some(mut l) = me.list.try_lock() else { return };
+        let taken = (l.items, l.n);
+        l.n = 0;
+        me.waiting.store(0, Ordering::Release);
+        taken
+    };
+    for &(p, scan) in &items[..n] {
+        // SAFETY: `scan` is the `scan_orphan::<T>` stored with `p` by `defer_scan` (a plain
+        // function pointer kept as an integer), and the entry was taken off the list above,
+        // once.
+        unsafe {
+            let scan: unsafe fn(*mut ()) = core::mem::transmute::<usize, unsafe fn(*mut ())>(scan);
+            scan(p as *mut ());
+        }
+    }
+}
+
+/// Scan this core's orphans: at the start of each system call and in the idle loop, outside
+/// any lock or reclamation operation (dropping a value may free and take locks).
+#[inline]
+pub fn scan_orphans() {
+    scan_orphans_of(crate::percpu::current_index());
+}
+
+/// Scan every core's orphans (quiescent points: exact object and memory counts).
+pub fn scan_all_orphans() {
+    for core in 0..borrow_cores() {
+        scan_orphans_of(core);
+    }
 }
 
 /// Drop the value whose last strong reference (and, if it was borrowed, last borrow) is gone,

@@ -30,6 +30,9 @@ pub enum Kind {
     Gate(gate::Gate),
 }
 
+/// Aligned to a cache line: inside its `KRef` the counts then have a line of their own, apart
+/// from the fields a borrower reads (`kref::Inner`), and two objects never share a line.
+#[repr(align(64))]
 pub struct KObject {
     pub id: u64,
     name: [u8; MAX_NAME],

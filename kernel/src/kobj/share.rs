@@ -378,6 +378,7 @@ fn drive(d: &Domain, me: usize) {
 /// Free what this core retired from shared shares, as far as the token allows (from the idle
 /// loop; no lock or operation held).
 pub fn reclaim_poll() {
+    super::kref::scan_orphans();
     let Some(d) = reclaim() else { return };
     let me = this_core();
     if d.pending_on(me) > 0 {
@@ -388,6 +389,7 @@ pub fn reclaim_poll() {
 /// Wait for a grace period and free everything every core has retired. For exact object and
 /// memory counts (init's leak check, `sys_info`). The caller holds no operation.
 pub fn reclaim_all() {
+    super::kref::scan_all_orphans();
     let Some(d) = reclaim() else { return };
     d.synchronize();
     for core in 0..d.cores() {
@@ -857,6 +859,21 @@ impl Share {
         // lease's drop has taken it off `lending`. The lease never drops it, so the count is
         // untouched.
         Ok(Some(Lease { raw: p, end: LeaseEnd::Unlend(self) }))
+    }
+
+    /// Whether `id` has an entry here (a read; `insert` checks again under the part's lock).
+    pub fn contains(&self, id: u64) -> bool {
+        if self.check_owner().is_err() {
+            return false;
+        }
+        let part = self.part(id);
+        match (self.owner, reclaim()) {
+            (None, Some(d)) => {
+                let _op = d.enter_on(this_core());
+                part.table().is_some_and(|t| t.position(id).is_some())
+            }
+            _ => part.table().is_some_and(|t| t.position(id).is_some()),
+        }
     }
 
     #[inline(always)]
