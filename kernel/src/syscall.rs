@@ -30,9 +30,10 @@ extern "C" fn syscall_dispatch(f: *mut SyscallFrame) -> i64 {
     }
     me.injectable.store(true, Ordering::Relaxed);
     // Objects this core's earlier calls freed wait here for their borrow-slot scan
-    // (`kref::scan_orphans`): one load when there are none.
-    crate::kobj::kref::scan_orphans();
+    // (`kref::call_begins`): one load when there are none.
+    crate::kobj::kref::call_begins();
     let r = dispatch_in(nr, args);
+    crate::kobj::kref::call_ends();
     let me = percpu::this();
     me.injectable.store(false, Ordering::Relaxed);
     // `pcore_yield`: switch as this call returns to user mode (sched::yield_on_return).

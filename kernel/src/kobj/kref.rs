@@ -377,16 +377,23 @@ struct Orphans {
 struct OrphanList {
     /// Entries waiting (read without the lock by `scan_orphans`' quick test).
     waiting: AtomicUsize,
+    /// The core is running a system call (`call_begins`/`call_ends`): only then is a last
+    /// drop's scan deferred, so a drop in the kernel's own code (a context's exit, a test)
+    /// still drops at once.
+    in_call: AtomicBool,
     list: percore::TicketLock<Orphans>,
 }
 
 static ORPHAN_LISTS: [percore::CachePadded<OrphanList>; MAX_CORES] =
-    [const { percore::CachePadded::new(OrphanList { waiting: AtomicUsize::new(0), list: percore::TicketLock::new(Orphans { n: 0, items: [(0, 0); ORPHANS] }) }) }; MAX_CORES];
+    [const { percore::CachePadded::new(OrphanList { waiting: AtomicUsize::new(0), in_call: AtomicBool::new(false), list: percore::TicketLock::new(Orphans { n: 0, items: [(0, 0); ORPHANS] }) }) }; MAX_CORES];
 
 /// Put an orphaned value (`p`, scanned by `scan`) on this core's list, with one weak count of
 /// the list's own. `false` if the list is full or in use (the caller scans now).
 fn defer_scan(p: *mut (), scan: unsafe fn(*mut ())) -> bool {
     let me = &ORPHAN_LISTS[crate::percpu::current_index() % MAX_CORES];
+    if !me.in_call.load(Ordering::Relaxed) {
+        return false;
+    }
     let Some(mut l) = me.list.try_lock() else { return false };
     if l.n == ORPHANS {
         return false;
@@ -426,11 +433,26 @@ fn scan_orphans_of(core: usize) {
     }
 }
 
-/// Scan this core's orphans: at the start of each system call and in the idle loop, outside
-/// any lock or reclamation operation (dropping a value may free and take locks).
+/// Scan this core's orphans: in the idle loop, outside any lock or reclamation operation
+/// (dropping a value may free and take locks).
 #[inline]
 pub fn scan_orphans() {
     scan_orphans_of(crate::percpu::current_index());
+}
+
+/// A system call starts on this core: scan the orphans earlier calls left, then defer the
+/// scans of this call's last drops (`drop_last`) to the next call.
+#[inline]
+pub fn call_begins() {
+    let core = crate::percpu::current_index();
+    scan_orphans_of(core);
+    ORPHAN_LISTS[core % MAX_CORES].in_call.store(true, Ordering::Relaxed);
+}
+
+/// The system call ends: last drops outside calls scan at once again.
+#[inline]
+pub fn call_ends() {
+    ORPHAN_LISTS[crate::percpu::current_index() % MAX_CORES].in_call.store(false, Ordering::Relaxed);
 }
 
 /// Scan every core's orphans (quiescent points: exact object and memory counts).
