@@ -468,9 +468,9 @@ fn sys_ar_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 
 fn sys_ar_set_seg(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     let m: SegMapping = read_user(a[2])?;
-    let ar_obj = lookup(a[0], a[1])?;
-    let seg = lookup(m.seg.share, m.seg.object)?;
-    ar::set_seg(&ar_obj, m.voff, &seg, m.soff, m.len, m.flags)?;
+    let ar_obj = peek(a[0], a[1])?;
+    let seg = peek(m.seg.share, m.seg.object)?;
+    ar::set_seg_peeked(&ar_obj, m.voff, &seg, m.soff, m.len, m.flags)?;
     Ok(0)
 }
 
