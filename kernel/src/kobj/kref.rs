@@ -22,10 +22,11 @@ struct Inner<T> {
     weak: AtomicUsize,
     /// Free the allocation only after a reclamation grace period (`KRef::defer_free`).
     deferred: AtomicBool,
-    /// Set at creation for values that may be borrowed (`KRef::borrow_raw`): their last drop
-    /// runs the hand-over protocol of `percore::borrow`.
-    borrowable: bool,
     value: T,
+    /// Set at creation for values that may be borrowed (`KRef::borrow_raw`): their last drop
+    /// runs the hand-over protocol of `percore::borrow`. (After the value: every borrow
+    /// reads it, so it must not share the counts' line.)
+    borrowable: bool,
     /// The borrow protocol's side of this value (unused unless `borrowable`).
     drop_state: DropState,
 }
@@ -83,7 +84,7 @@ impl<T> KRef<T> {
     /// `p`: a fresh, non-null heap allocation with `Inner<T>`'s layout.
     fn init_at(p: *mut u8, value: T, borrowable: bool) -> Self {
         let ptr = p as *mut Inner<T>;
-        let inner = Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), borrowable, value, drop_state: DropState::new() };
+        let inner = Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), value, borrowable, drop_state: DropState::new() };
         // SAFETY: p is a fresh allocation with Inner<T>'s layout.
         unsafe { ptr.write(inner) };
         // SAFETY: p is non-null (the allocator returned Some).
