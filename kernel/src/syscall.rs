@@ -7,7 +7,7 @@ use core::sync::atomic::Ordering;
 use crate::arch::x86_64::syscall::{copy_from_user, copy_to_user, read_user, write_user, SyscallFrame, UserReturn};
 use crate::context::{self, with_current, with_current_mut, Context};
 use crate::kobj::kref::KRef;
-use crate::kobj::share::Lease;
+use crate::kobj::share::{Lease, Peek};
 use crate::kobj::{ar, device, memid_core, pcore, segment, share, KObject, Kind, ObjRef};
 use crate::percpu;
 use abi::*;
@@ -29,7 +29,11 @@ extern "C" fn syscall_dispatch(f: *mut SyscallFrame) -> i64 {
         return encode(crate::roles::forward(nr, *args));
     }
     me.injectable.store(true, Ordering::Relaxed);
+    // Objects this core's earlier calls freed wait here for their borrow-slot scan
+    // (`kref::call_begins`): one load when there are none.
+    crate::kobj::kref::call_begins();
     let r = dispatch_in(nr, args);
+    crate::kobj::kref::call_ends();
     let me = percpu::this();
     me.injectable.store(false, Ordering::Relaxed);
     // `pcore_yield`: switch as this call returns to user mode (sched::yield_on_return).
@@ -56,14 +60,14 @@ fn read_name(ptr: u64, len: u64) -> Result<([u8; MAX_NAME], usize), Error> {
 /// share, a share in the set, or a share held by one of those. No allocation and, for the
 /// direct cases and a share held by the (private) root share, no reference-count traffic:
 /// this is on nearly every call's path.
-fn with_share<R>(share_id: u64, f: impl FnOnce(&ObjRef) -> Result<R, Error>) -> Result<R, Error> {
+fn with_share<R>(share_id: u64, f: impl FnOnce(&Lease) -> Result<R, Error>) -> Result<R, Error> {
     with_current(|c| with_share_in(c, share_id, f))?
 }
 
 /// `with_share` inside `with_current` (calls that name several objects look them all up in
 /// one visit to the context).
 #[inline]
-fn with_share_in<R>(c: &Context, share_id: u64, f: impl FnOnce(&ObjRef) -> Result<R, Error>) -> Result<R, Error> {
+fn with_share_in<R>(c: &Context, share_id: u64, f: impl FnOnce(&Lease) -> Result<R, Error>) -> Result<R, Error> {
     let s = resolve_share(c, share_id)?;
     f(&s)
 }
@@ -94,15 +98,16 @@ fn resolve_share(c: &Context, share_id: u64) -> Result<Lease<'_>, Error> {
             }
         }
     }
-    resolve_slow(c, share_id).map(Lease::counted)
+    resolve_slow(c, share_id).map(Lease::peeked)
 }
 
 /// The rest of `resolve_share`: a share held by a shared root share, then by a share in the
-/// set. (A kernel core serving a syscall ring has a root "share" that is no share: it names
-/// nothing, so only the share set counts.)
+/// set, borrowed (`Share::peek`: the share's count is not written). (A kernel core serving a
+/// syscall ring has a root "share" that is no share: it names nothing, so only the share set
+/// counts.)
 #[inline(never)]
-fn resolve_slow(c: &Context, share_id: u64) -> Result<ObjRef, Error> {
-    let held = |holder: &ObjRef| holder.as_share().ok()?.get(share_id).ok().filter(|o| o.as_share().is_ok());
+fn resolve_slow(c: &Context, share_id: u64) -> Result<Peek, Error> {
+    let held = |holder: &ObjRef| holder.as_share().ok()?.peek(share_id).ok().filter(|o| o.as_share().is_ok());
     if c.root_share.as_share().is_ok_and(|r| !r.is_private()) {
         if let Some(o) = held(&c.root_share) {
             return Ok(o);
@@ -111,16 +116,32 @@ fn resolve_slow(c: &Context, share_id: u64) -> Result<ObjRef, Error> {
     c.shares.iter().find_map(held).ok_or(Error::ShareNotReachable)
 }
 
-fn reach_share(share_id: u64) -> Result<ObjRef, Error> {
-    with_share(share_id, |s| Ok(s.clone()))
+/// The share `share_id`, borrowed for the length of the call (`Peek`): reaching a share writes
+/// no line of it (its count stays untouched), so two calls that reach one share on two cores
+/// do not conflict on it.
+fn reach_share(share_id: u64) -> Result<Peek, Error> {
+    with_current(|c| resolve_share(c, share_id).map(Lease::into_peek))?
 }
 
-/// `<share, object>` → object, with the reachability check.
+/// `reach_share` as a counted reference, for a call that keeps the share (a gate's or a new
+/// context's share set).
+fn reach_share_counted(share_id: u64) -> Result<ObjRef, Error> {
+    with_share(share_id, |s| s.counted())
+}
+
+/// `<share, object>` → object, with the reachability check, as a counted reference: for
+/// calls that keep the object (a mapping, an insert) or need its `ObjRef`.
 fn lookup(share_id: u64, obj_id: u64) -> Result<ObjRef, Error> {
     with_share(share_id, |s| s.as_share()?.get(obj_id))
 }
 
-fn insert_new(share_obj: &ObjRef, name: &[u8], home: u32, kind: Kind) -> Result<u64, Error> {
+/// `lookup` for a call that only uses the object while it runs: borrowed, so the object's
+/// count line is only read (two `obj_stat`s of one object on two cores share no written line).
+fn peek(share_id: u64, obj_id: u64) -> Result<Peek, Error> {
+    with_share(share_id, |s| s.as_share()?.peek(obj_id))
+}
+
+fn insert_new(share_obj: &KObject, name: &[u8], home: u32, kind: Kind) -> Result<u64, Error> {
     let s = share_obj.as_share()?;
     let obj = KObject::create(name, home, kind)?;
     let id = obj.id;
@@ -132,11 +153,11 @@ fn insert_new(share_obj: &ObjRef, name: &[u8], home: u32, kind: Kind) -> Result<
 /// a gate its shares (`gate::Gate::members`). Adding `from` to `target` would then make a
 /// reference cycle that could never be freed. Past `depth` levels, or through a share this
 /// core may not read, it answers true (cannot prove acyclic: refuse).
-fn reaches(from: &ObjRef, target: &ObjRef, depth: u32) -> bool {
-    if KRef::ptr_eq(from, target) {
+fn reaches(from: &KObject, target: &KObject, depth: u32) -> bool {
+    if core::ptr::eq(from, target) {
         return true;
     }
-    let holds_refs = |o: &ObjRef| o.as_share().is_ok() || o.as_gate().is_ok();
+    let holds_refs = |o: &KObject| o.as_share().is_ok() || o.as_gate().is_ok();
     match &from.kind {
         Kind::Share(sh) => {
             if depth == 0 {
@@ -282,7 +303,7 @@ fn sys_syscall_batch(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 
 fn sys_obj_get_name(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     check_out_buf::<u8>(a[2], a[3])?;
-    let o = lookup(a[0], a[1])?;
+    let o = peek(a[0], a[1])?;
     let name = o.name();
     if (a[3] as usize) < name.len() {
         return Err(Error::BufferTooSmall);
@@ -292,8 +313,8 @@ fn sys_obj_get_name(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 }
 
 fn sys_obj_stat(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    let o = lookup(a[0], a[1])?;
-    let st = ObjStat { id: o.id, obj_type: o.obj_type() as u32, home_core: o.home_core, refs: KRef::strong_count(&o) as u64 - 1 };
+    let o = peek(a[0], a[1])?;
+    let st = ObjStat { id: o.id, obj_type: o.obj_type() as u32, home_core: o.home_core, refs: o.refs() as u64 };
     write_user(a[2], &st)?;
     Ok(0)
 }
@@ -311,12 +332,18 @@ fn sys_share_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 
 fn sys_share_addobj(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     with_current(|c| {
-        let o = with_share_in(c, a[1], |s| s.as_share()?.get(a[2]))?;
+        // Borrowed first: a refused add (a cycle, a name already there) writes no line of
+        // the object; only an add that keeps it takes a counted reference.
+        let o = with_share_in(c, a[1], |s| s.as_share()?.peek(a[2]))?;
         with_share_in(c, a[0], |dst| {
             if reaches(&o, dst, 8) {
                 return Err(Error::InvalidArgument);
             }
-            dst.as_share()?.insert(o)
+            let d = dst.as_share()?;
+            if d.contains(o.id) {
+                return Err(Error::AlreadyExists);
+            }
+            d.insert(o.counted()?)
         })?;
         Ok(0)
     })?
@@ -346,22 +373,34 @@ fn sys_self_drop(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 
 fn sys_self_shares(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     check_out_buf::<u64>(a[0], a[1])?;
-    let ids: Vec<u64> = with_current(|c| {
-        let mut v = Vec::new();
-        if v.try_reserve(c.shares.len() + 1).is_ok() {
-            v.push(c.root_share.id);
-            v.extend(c.shares.iter().map(|s| s.id));
-        }
-        v
-    })?;
-    if ids.is_empty() {
-        return Err(Error::NoMemory);
-    }
-    if (a[1] as usize) < ids.len() {
+    // The ids go through a stack buffer, not a heap vector: a small heap block of this core
+    // can share a cache line with data another core reads (issue 19's false sharing), and
+    // this call reads only the caller's own context. Contexts hold at most
+    // MAX_CONTEXT_SHARES shares (plus the root share); a longer set is copied in chunks.
+    const CHUNK: usize = MAX_CONTEXT_SHARES + 1;
+    let n = with_current(|c| c.shares.len() + 1)?;
+    if (a[1] as usize) < n {
         return Err(Error::BufferTooSmall);
     }
-    write_slice(a[0], &ids)?;
-    Ok(ids.len() as u64)
+    let mut done = 0usize;
+    while done < n {
+        let mut buf = [0u64; CHUNK];
+        let k = with_current(|c| {
+            let ids = core::iter::once(c.root_share.id).chain(c.shares.iter().map(|s| s.id));
+            let mut k = 0;
+            for (slot, id) in buf.iter_mut().zip(ids.skip(done)) {
+                *slot = id;
+                k += 1;
+            }
+            k
+        })?;
+        if k == 0 {
+            break; // the set shrank meanwhile (it cannot: only this context changes it)
+        }
+        write_slice(a[0] + (done * core::mem::size_of::<u64>()) as u64, &buf[..k])?;
+        done += k;
+    }
+    Ok(done as u64)
 }
 
 fn sys_share_list(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
@@ -390,7 +429,7 @@ fn sys_segment_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 
 fn sys_segment_copy(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     let dst = reach_share(a[0])?;
-    let src = lookup(a[1], a[2])?;
+    let src = peek(a[1], a[2])?;
     let (name, n) = read_name(a[3], a[4])?;
     let cow = match a[5] {
         COPY_EAGER => false,
@@ -410,11 +449,11 @@ fn sys_segment_copy(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 }
 
 fn sys_segment_get_nbytes(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    Ok(lookup(a[0], a[1])?.as_segment()?.nbytes())
+    Ok(peek(a[0], a[1])?.as_segment()?.nbytes())
 }
 
 fn sys_segment_set_nbytes(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    lookup(a[0], a[1])?.as_segment()?.set_nbytes(a[2])?;
+    peek(a[0], a[1])?.as_segment()?.set_nbytes(a[2])?;
     Ok(0)
 }
 
@@ -429,9 +468,9 @@ fn sys_ar_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 
 fn sys_ar_set_seg(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     let m: SegMapping = read_user(a[2])?;
-    let ar_obj = lookup(a[0], a[1])?;
-    let seg = lookup(m.seg.share, m.seg.object)?;
-    ar::set_seg(&ar_obj, m.voff, &seg, m.soff, m.len, m.flags)?;
+    let ar_obj = peek(a[0], a[1])?;
+    let seg = peek(m.seg.share, m.seg.object)?;
+    ar::set_seg_peeked(&ar_obj, m.voff, &seg, m.soff, m.len, m.flags)?;
     Ok(0)
 }
 
@@ -444,7 +483,7 @@ fn sys_ar_set_ar(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 
 fn sys_ar_get(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     check_out_buf::<ArMapping>(a[2], a[3])?;
-    let ar_obj = lookup(a[0], a[1])?;
+    let ar_obj = peek(a[0], a[1])?;
     let v = ar::mappings(&ar_obj)?;
     if (a[3] as usize) < v.len() {
         return Err(Error::BufferTooSmall);
@@ -454,7 +493,7 @@ fn sys_ar_get(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 }
 
 fn sys_ar_unmap(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    let ar_obj = lookup(a[0], a[1])?;
+    let ar_obj = peek(a[0], a[1])?;
     ar::unmap(&ar_obj, a[2], a[3])?;
     Ok(0)
 }
@@ -561,7 +600,7 @@ fn sys_pcore_add_device_or_pcore_del_device(nr: u64, a: &[u64; 6]) -> Result<u64
 }
 
 fn sys_pcore_stat(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    let st = lookup(a[0], a[1])?.as_pcore()?.stat();
+    let st = peek(a[0], a[1])?.as_pcore()?.stat();
     write_user(a[2], &st)?;
     Ok(0)
 }
@@ -601,14 +640,14 @@ fn sys_device_list(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 }
 
 fn sys_device_stat(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    let st = lookup(a[0], a[1])?.as_device()?.stat();
+    let st = peek(a[0], a[1])?.as_device()?.stat();
     write_user(a[2], &st)?;
     Ok(0)
 }
 
 fn sys_device_conf(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     let conf: DeviceConf = read_user(a[2])?;
-    lookup(a[0], a[1])?.as_device()?.conf(conf.key, conf.value)?;
+    peek(a[0], a[1])?.as_device()?.conf(conf.key, conf.value)?;
     Ok(0)
 }
 
@@ -759,7 +798,7 @@ fn sys_core_stats(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 }
 
 fn sys_ppc_register(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    let dst = reach_share(a[0])?;
+    let dst = reach_share_counted(a[0])?;
     let (name, n) = read_name(a[1], a[2])?;
     let spec: PpcGate = read_user(a[3])?;
     if spec.entry < USER_BASE || spec.entry >= USER_END || spec.stack_top <= USER_BASE || spec.stack_top > USER_END {
@@ -779,7 +818,7 @@ fn sys_ppc_register(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     let mut shares: Vec<ObjRef> = Vec::new();
     shares.try_reserve(spec.nshares as usize).map_err(|_| Error::NoMemory)?;
     for &id in &spec.shares[..spec.nshares as usize] {
-        let s = reach_share(id)?;
+        let s = reach_share_counted(id)?;
         // A private share answers one core: the handler runs on the gate's.
         if s.as_share()?.owner().is_some_and(|o| o != core) {
             return Err(Error::NotPermitted);
@@ -977,7 +1016,7 @@ fn pcore_run(pshare: u64, pcore_id: u64, ctx_ptr: u64) -> Result<u64, Error> {
     let mut shares = Vec::new();
     shares.try_reserve(c.nshares as usize).map_err(|_| Error::NoMemory)?;
     for &id in &c.shares[..c.nshares as usize] {
-        let s = reach_share(id)?;
+        let s = reach_share_counted(id)?;
         if !shares.iter().any(|x: &ObjRef| KRef::ptr_eq(x, &s)) {
             shares.push(s);
         }

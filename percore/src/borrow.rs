@@ -11,8 +11,8 @@
 //!
 //! - **Borrow.** Publish the object's address in a free slot of this core (`BorrowSlots::publish`,
 //!   which ends with a full fence), *then* check that the object still has a counted reference
-//!   (the caller's count, e.g. `strong > 0`). If it has none, end the borrow at once and do not
-//!   use the object.
+//!   (the caller's count, e.g. `strong > 0`, or, equivalently, that no last drop has begun:
+//!   `DropState::is_live`). If it has none, end the borrow at once and do not use the object.
 //! - **Last drop.** The holder of the last counted reference marks the object orphaned
 //!   (`DropState::last_reference_gone`, a store then a full fence), then scans every core's slots.
 //!   If no slot holds the object, it tries to win the drop; otherwise a borrower will.
@@ -122,9 +122,33 @@ impl DropState {
         self.0.load(Ordering::SeqCst) == ORPHAN && self.try_win(slots, ncores, p)
     }
 
+    /// Whether the value is live: no last drop has begun. A borrower may check this instead of
+    /// the object's count after publishing its slot (`BorrowSlots::publish`): the last drop
+    /// stores the orphan mark and fences before it scans, so the same Dekker pairing holds
+    /// (mark vs slot), and the borrower reads a line only the last drop writes rather than
+    /// the count every new reference writes.
+    pub fn is_live(&self) -> bool {
+        self.0.load(Ordering::SeqCst) == LIVE
+    }
+
     /// Whether the value was dropped (for checks and tests).
     pub fn is_dropped(&self) -> bool {
         self.0.load(Ordering::Acquire) == DROPPED
+    }
+
+    /// The first half of `last_reference_gone`: mark the value orphaned and fence, leaving the
+    /// slot scan (`try_drop`) for later. For a last drop that must not read other cores' slot
+    /// lines now (the kernel scans at its core's next system call). Until the scan, the
+    /// caller keeps the value's memory alive; a borrower that ends meanwhile may win the drop.
+    pub fn orphan(&self) {
+        self.0.store(ORPHAN, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// The second half of `last_reference_gone`, after `orphan`: `true` if the caller drops
+    /// the value now (no borrower holds it and no ending borrower won the drop first).
+    pub fn try_drop<const C: usize>(&self, slots: &BorrowSlots<C>, ncores: usize, p: *mut ()) -> bool {
+        self.try_win(slots, ncores, p)
     }
 
     fn try_win<const C: usize>(&self, slots: &BorrowSlots<C>, ncores: usize, p: *mut ()) -> bool {
@@ -179,6 +203,21 @@ mod tests {
         let st2 = DropState::new();
         assert!(!st2.end_borrow(&slots, 0, other, 2, q), "a live object's borrow ends without a drop");
         assert!(!slots.held(2, q));
+    }
+
+    #[test]
+    fn an_orphan_scanned_later_is_dropped_once() {
+        let (slots, st) = (BorrowSlots::<2>::new(), DropState::new());
+        let p = 0x1000 as *mut ();
+        let s = slots.publish(1, p).unwrap();
+        st.orphan();
+        assert!(!st.is_live());
+        assert!(st.end_borrow(&slots, 1, s, 2, p), "the borrower ending before the scan drops");
+        assert!(!st.try_drop(&slots, 2, p), "the later scan must not drop it again");
+        let st2 = DropState::new();
+        assert!(st2.is_live());
+        st2.orphan();
+        assert!(st2.try_drop(&slots, 2, p), "no borrower: the scan drops");
     }
 
     #[test]

@@ -730,3 +730,41 @@ fn two_borrowers_then_the_last_drop() {
         assert_eq!(o.drops.load(Ordering::Relaxed), 1);
     });
 }
+
+impl Borrowed {
+    /// The kernel's last drop (kernel/src/kobj/kref.rs): mark orphaned now, scan later (the
+    /// core's next system call), as `orphan` then `try_drop`.
+    fn put_deferred(&self) {
+        if self.strong.fetch_sub(1, Ordering::Release) == 1 {
+            loom::sync::atomic::fence(Ordering::Acquire);
+            self.state.orphan();
+            // ... the rest of the call, then the next call's scan:
+            if self.state.try_drop(&self.slots, 2, OBJ) {
+                self.drop_value();
+            }
+        }
+    }
+    /// The kernel's borrow: publish, then check the drop state (not the count), use, end.
+    fn borrow_checking_state(&self, core: usize) {
+        let slot = self.slots.publish(core, OBJ).expect("a free slot");
+        if self.state.is_live() {
+            // SAFETY: loom's cell; a borrow that saw the value live may read it.
+            let v = self.value.with(|p| unsafe { *p });
+            assert_eq!(v, 42, "a borrower saw a dropped value");
+        }
+        if self.state.end_borrow(&self.slots, core, slot, 2, OBJ) {
+            self.drop_value();
+        }
+    }
+}
+
+/// The kernel's variant: a borrow that checks the drop state against a last drop whose scan is
+/// deferred (`DropState::orphan`, later `try_drop`): dropped exactly once, never under a
+/// borrower's use (fails if `orphan` loses its fence or `is_live` is checked before publishing).
+#[test]
+fn state_checked_borrow_against_a_deferred_scan() {
+    model_pair(|| Borrowed::new(1), |o| o.put_deferred(), |o| o.borrow_checking_state(1), |o| {
+        assert_eq!(o.drops.load(Ordering::Relaxed), 1, "dropped exactly once");
+        assert!(o.state.is_dropped());
+    });
+}

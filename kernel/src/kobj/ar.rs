@@ -253,6 +253,13 @@ impl AddressRange {
 
 /// `ar_set_seg`: map `[voff, voff + len)` of `ar_obj` to `seg_obj` at `soff`.
 pub fn set_seg(ar_obj: &ObjRef, voff: u64, seg_obj: &ObjRef, soff: u64, len: u64, flags: u64) -> Result<(), Error> {
+    set_seg_peeked(&super::share::Peek::of(ar_obj), voff, &super::share::Peek::of(seg_obj), soff, len, flags)
+}
+
+/// `set_seg` with both objects borrowed (`Peek`, as the system call has them): a refused
+/// mapping (overlap, range, flags) writes no count; only a mapping that is made takes its
+/// references.
+pub fn set_seg_peeked(ar_obj: &super::share::Peek, voff: u64, seg_obj: &super::share::Peek, soff: u64, len: u64, flags: u64) -> Result<(), Error> {
     let ar = ar_obj.as_ar()?;
     let seg = seg_obj.as_segment()?;
     ar.check_range(voff, len)?;
@@ -270,8 +277,10 @@ pub fn set_seg(ar_obj: &ObjRef, voff: u64, seg_obj: &ObjRef, soff: u64, len: u64
     if overlaps(&g.maps, voff, len) {
         return Err(Error::Overlap);
     }
-    seg.add_map(SegMap { ar: KRef::downgrade(ar_obj), ar_key: ar.key(), voff, soff, len })?;
-    if let Err(e) = insert_sorted(&mut g.maps, Mapping { voff, len, flags, target: Target::Seg { obj: seg_obj.clone(), soff } }) {
+    let seg_ref = seg_obj.counted()?;
+    let ar_weak = KRef::downgrade(&ar_obj.counted()?);
+    seg.add_map(SegMap { ar: ar_weak, ar_key: ar.key(), voff, soff, len })?;
+    if let Err(e) = insert_sorted(&mut g.maps, Mapping { voff, len, flags, target: Target::Seg { obj: seg_ref, soff } }) {
         drop(g);
         seg.remove_map(ar.key(), voff);
         return Err(e);
@@ -314,7 +323,7 @@ pub fn set_ar(ar_obj: &ObjRef, voff: u64, child_obj: &ObjRef) -> Result<(), Erro
 }
 
 /// `ar_unmap`: remove every mapping inside `[voff, voff + len)`.
-pub fn unmap(ar_obj: &ObjRef, voff: u64, len: u64) -> Result<(), Error> {
+pub fn unmap(ar_obj: &KObject, voff: u64, len: u64) -> Result<(), Error> {
     let ar = ar_obj.as_ar()?;
     if len == 0 {
         return Err(Error::InvalidArgument);
@@ -397,7 +406,7 @@ pub fn write_protect(ar_obj: &ObjRef, voff: u64, len: u64) {
 }
 
 /// `ar_get`: the mappings, by `voff`.
-pub fn mappings(ar_obj: &ObjRef) -> Result<Vec<ArMapping>, Error> {
+pub fn mappings(ar_obj: &KObject) -> Result<Vec<ArMapping>, Error> {
     let ar = ar_obj.as_ar()?;
     let g = ar.inner.lock();
     let mut v = Vec::new();

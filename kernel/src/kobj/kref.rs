@@ -9,6 +9,13 @@ use core::ops::Deref;
 use core::ptr::NonNull;
 use core::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 
+use percore::{BorrowSlots, DropState, MAX_CORES};
+
+/// `repr(C)`, so the counts come first and the borrow state last: for a value aligned to a
+/// cache line (`KObject`) the counts have the first line to themselves and the borrow state
+/// (read by every borrow) a line after the value, so a new counted reference (an insert, a
+/// mapping) writes no line that a borrower of the object reads.
+#[repr(C)]
 struct Inner<T> {
     strong: AtomicUsize,
     /// Weak references plus one held collectively by all strong ones.
@@ -16,6 +23,20 @@ struct Inner<T> {
     /// Free the allocation only after a reclamation grace period (`KRef::defer_free`).
     deferred: AtomicBool,
     value: T,
+    /// Set at creation for values that may be borrowed (`KRef::borrow_raw`): their last drop
+    /// runs the hand-over protocol of `percore::borrow`. (After the value: every borrow
+    /// reads it, so it must not share the counts' line.)
+    borrowable: bool,
+    /// The borrow protocol's side of this value (unused unless `borrowable`).
+    drop_state: DropState,
+}
+
+/// Every core's borrow slots (`percore::borrow`): a borrow writes only its own core's line.
+static BORROWS: BorrowSlots<MAX_CORES> = BorrowSlots::new();
+
+/// Cores whose slots a last drop scans: every core that can have borrowed is online.
+fn borrow_cores() -> usize {
+    crate::percpu::online_count().max(crate::percpu::current_index() + 1).min(MAX_CORES)
 }
 
 pub struct KRef<T> {
@@ -41,7 +62,7 @@ impl<T> KRef<T> {
     pub fn try_new(value: T) -> Result<Self, T> {
         let layout = Layout::new::<Inner<T>>();
         let Some(p) = crate::mm::heap::try_alloc(layout) else { return Err(value) };
-        Ok(Self::init_at(p, value))
+        Ok(Self::init_at(p, value, false))
     }
 
     /// Allocate from NUMA node `node`'s memory (Corey's `memid`: object metadata lives near
@@ -49,14 +70,23 @@ impl<T> KRef<T> {
     pub fn try_new_on_node(value: T, node: usize) -> Result<Self, T> {
         let layout = Layout::new::<Inner<T>>();
         let Some(p) = crate::mm::heap::try_alloc_on_node(layout, node) else { return Err(value) };
-        Ok(Self::init_at(p, value))
+        Ok(Self::init_at(p, value, false))
+    }
+
+    /// `try_new_on_node` for a value that system calls may borrow (`borrow_raw`) instead of
+    /// taking counted references (kernel objects).
+    pub fn try_new_borrowable_on_node(value: T, node: usize) -> Result<Self, T> {
+        let layout = Layout::new::<Inner<T>>();
+        let Some(p) = crate::mm::heap::try_alloc_on_node(layout, node) else { return Err(value) };
+        Ok(Self::init_at(p, value, true))
     }
 
     /// `p`: a fresh, non-null heap allocation with `Inner<T>`'s layout.
-    fn init_at(p: *mut u8, value: T) -> Self {
+    fn init_at(p: *mut u8, value: T, borrowable: bool) -> Self {
         let ptr = p as *mut Inner<T>;
+        let inner = Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), value, borrowable, drop_state: DropState::new() };
         // SAFETY: p is a fresh allocation with Inner<T>'s layout.
-        unsafe { ptr.write(Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), value }) };
+        unsafe { ptr.write(inner) };
         // SAFETY: p is non-null (the allocator returned Some).
         KRef { ptr: unsafe { NonNull::new_unchecked(ptr) }, _owns: PhantomData }
     }
@@ -160,6 +190,53 @@ impl<T> KRef<T> {
         this.inner().deferred.store(true, Ordering::Release);
     }
 
+    /// Borrow the value behind `ptr` without touching its count (`percore::borrow`): publish
+    /// it in one of this core's borrow slots, then check that no last drop has begun
+    /// (`DropState::is_live`: the borrow reads neither the count nor its line). `Ok(borrow)` keeps the value alive until the borrow is dropped, whatever
+    /// happens to its counted references meanwhile (their last drop hands the drop to the last
+    /// borrower). `Err(Some(b))`: the value has no counted reference left; `b` must be dropped
+    /// (it may be the one to drop the value), outside any reclamation operation.
+    /// `Err(None)`: this core has no free slot; take a counted reference instead.
+    ///
+    /// # Safety
+    /// `ptr` came from `KRef::<T>::into_raw` of a value made by `try_new_borrowable_on_node`,
+    /// and its allocation is not freed while this runs (a counted reference is held, or the
+    /// caller is inside a reclamation operation and the value was `defer_free`d).
+    pub unsafe fn borrow_raw(ptr: *mut ()) -> Result<KBorrow<T>, Option<KBorrow<T>>> {
+        // SAFETY: non-null (`into_raw`), alive by the caller's guarantee.
+        let ptr = unsafe { NonNull::new_unchecked(ptr as *mut Inner<T>) };
+        // SAFETY: as above.
+        let inner = unsafe { ptr.as_ref() };
+        if !inner.borrowable {
+            return Err(None); // its last drop would not wait for borrowers
+        }
+        let core = crate::percpu::current_index();
+        let Some(slot) = BORROWS.publish(core, ptr.as_ptr() as *mut ()) else { return Err(None) };
+        let b = KBorrow { ptr, core, slot };
+        // After the publication's fence (the protocol's Dekker pairing with `drop_last`, which
+        // marks the value orphaned, fences, then scans the slots).
+        if !inner.drop_state.is_live() {
+            return Err(Some(b));
+        }
+        Ok(b)
+    }
+
+    /// Borrow the value of a reference the caller holds (which keeps the count above zero
+    /// while the borrow starts); `None` if this core has no free slot.
+    pub fn borrow(this: &Self) -> Option<KBorrow<T>> {
+        // SAFETY: `this` is a counted reference, so the allocation is alive and the count is
+        // at least one; a borrowable value (checked by `borrow_raw` in debug builds).
+        match unsafe { Self::borrow_raw(this.ptr.as_ptr() as *mut ()) } {
+            Ok(b) => Some(b),
+            Err(Some(b)) => {
+                // Cannot happen while `this` is held; end it properly anyway.
+                drop(b);
+                None
+            }
+            Err(None) => None,
+        }
+    }
+
     pub fn downgrade(this: &Self) -> KWeak<T> {
         this.inner().weak.fetch_add(1, Ordering::Relaxed);
         KWeak { ptr: this.ptr }
@@ -251,6 +328,144 @@ impl<T> Drop for KLast<T> {
 #[inline(never)]
 fn drop_last<T>(ptr: NonNull<Inner<T>>) {
     fence(Ordering::Acquire);
+    // SAFETY: the value is not dropped yet, so the allocation is alive.
+    let inner = unsafe { ptr.as_ref() };
+    if inner.borrowable {
+        // Mark it orphaned now; scan the other cores' borrow slots later, at this core's next
+        // system call (`scan_orphans`), so a last drop reads no line another core writes
+        // (issue 19: two commuting calls, one freeing an object while the other borrows
+        // another, would otherwise share every core's slot line). If the list is full (or
+        // in use, from an interrupt), scan now.
+        inner.drop_state.orphan();
+        if defer_scan(ptr.as_ptr() as *mut (), scan_orphan::<T>) {
+            // The list's entry keeps the allocation alive (one weak count).
+            return;
+        }
+        if !inner.drop_state.try_drop(&BORROWS, borrow_cores(), ptr.as_ptr() as *mut ()) {
+            return; // a borrower still holds it and drops it when its borrow ends (`KBorrow`)
+        }
+    }
+    drop_value(ptr);
+}
+
+/// An orphaned value on a core's list (`defer_scan`): scan the slots, drop the value if no
+/// borrower holds it and none won the drop first, then give up the list's weak count.
+///
+/// # Safety
+/// `p` is an `Inner<T>` put on the list by `drop_last` with one weak count of the list's own,
+/// taken off the list once.
+unsafe fn scan_orphan<T>(p: *mut ()) {
+    // SAFETY: non-null; the list's weak count keeps the allocation alive.
+    let ptr = unsafe { NonNull::new_unchecked(p as *mut Inner<T>) };
+    // SAFETY: as above.
+    let inner = unsafe { ptr.as_ref() };
+    if inner.drop_state.try_drop(&BORROWS, borrow_cores(), p) {
+        drop_value(ptr);
+    }
+    release_weak(ptr);
+}
+
+/// Orphans a core has not scanned yet (`drop_last`).
+const ORPHANS: usize = 32;
+
+struct Orphans {
+    n: usize,
+    items: [(usize, usize); ORPHANS],
+}
+
+/// One core's list, on its own line: only its core pushes and scans it (and `scan_all_orphans`
+/// at quiescent points).
+struct OrphanList {
+    /// Entries waiting (read without the lock by `scan_orphans`' quick test).
+    waiting: AtomicUsize,
+    /// The core is running a system call (`call_begins`/`call_ends`): only then is a last
+    /// drop's scan deferred, so a drop in the kernel's own code (a context's exit, a test)
+    /// still drops at once.
+    in_call: AtomicBool,
+    list: percore::TicketLock<Orphans>,
+}
+
+static ORPHAN_LISTS: [percore::CachePadded<OrphanList>; MAX_CORES] =
+    [const { percore::CachePadded::new(OrphanList { waiting: AtomicUsize::new(0), in_call: AtomicBool::new(false), list: percore::TicketLock::new(Orphans { n: 0, items: [(0, 0); ORPHANS] }) }) }; MAX_CORES];
+
+/// Put an orphaned value (`p`, scanned by `scan`) on this core's list, with one weak count of
+/// the list's own. `false` if the list is full or in use (the caller scans now).
+fn defer_scan(p: *mut (), scan: unsafe fn(*mut ())) -> bool {
+    let me = &ORPHAN_LISTS[crate::percpu::current_index() % MAX_CORES];
+    if !me.in_call.load(Ordering::Relaxed) {
+        return false;
+    }
+    let Some(mut l) = me.list.try_lock() else { return false };
+    if l.n == ORPHANS {
+        return false;
+    }
+    // SAFETY: `p` is an `Inner<_>` whose value is not dropped yet, so its allocation is
+    // alive; every Inner starts with the strong then the weak count (`repr(C)`).
+    let weak = unsafe { &(*(p as *const Inner<()>)).weak };
+    weak.fetch_add(1, Ordering::Relaxed);
+    let n = l.n;
+    l.items[n] = (p as usize, scan as usize);
+    l.n = n + 1;
+    me.waiting.store(n + 1, Ordering::Release);
+    true
+}
+
+/// Scan the orphans core `core` left (`drop_last`): drop those no borrower holds.
+fn scan_orphans_of(core: usize) {
+    let me = &ORPHAN_LISTS[core % MAX_CORES];
+    if me.waiting.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let (items, n) = {
+        let Some(mut l) = me.list.try_lock() else { return };
+        let taken = (l.items, l.n);
+        l.n = 0;
+        me.waiting.store(0, Ordering::Release);
+        taken
+    };
+    for &(p, scan) in &items[..n] {
+        // SAFETY: `scan` is the `scan_orphan::<T>` stored with `p` by `defer_scan` (a plain
+        // function pointer kept as an integer), and the entry was taken off the list above,
+        // once.
+        unsafe {
+            let scan: unsafe fn(*mut ()) = core::mem::transmute::<usize, unsafe fn(*mut ())>(scan);
+            scan(p as *mut ());
+        }
+    }
+}
+
+/// Scan this core's orphans: in the idle loop, outside any lock or reclamation operation
+/// (dropping a value may free and take locks).
+#[inline]
+pub fn scan_orphans() {
+    scan_orphans_of(crate::percpu::current_index());
+}
+
+/// A system call starts on this core: scan the orphans earlier calls left, then defer the
+/// scans of this call's last drops (`drop_last`) to the next call.
+#[inline]
+pub fn call_begins() {
+    let core = crate::percpu::current_index();
+    scan_orphans_of(core);
+    ORPHAN_LISTS[core % MAX_CORES].in_call.store(true, Ordering::Relaxed);
+}
+
+/// The system call ends: last drops outside calls scan at once again.
+#[inline]
+pub fn call_ends() {
+    ORPHAN_LISTS[crate::percpu::current_index() % MAX_CORES].in_call.store(false, Ordering::Relaxed);
+}
+
+/// Scan every core's orphans (quiescent points: exact object and memory counts).
+pub fn scan_all_orphans() {
+    for core in 0..borrow_cores() {
+        scan_orphans_of(core);
+    }
+}
+
+/// Drop the value whose last strong reference (and, if it was borrowed, last borrow) is gone,
+/// then the weak count the strong ones held together.
+fn drop_value<T>(ptr: NonNull<Inner<T>>) {
     // SAFETY: the caller was the last strong reference: nobody else can reach the value.
     unsafe { core::ptr::drop_in_place(&mut (*ptr.as_ptr()).value) };
     release_weak(ptr);
@@ -280,3 +495,54 @@ impl<T> Drop for KWeak<T> {
         release_weak(self.ptr);
     }
 }
+
+/// A borrowed value (`KRef::borrow_raw`): derefs to it, keeps it alive without a count, and
+/// ends the borrow when dropped (dropping the value if its last counted reference went during
+/// the borrow and this was the last borrower). Ends on any core (it remembers the slot).
+pub struct KBorrow<T> {
+    ptr: NonNull<Inner<T>>,
+    core: usize,
+    slot: usize,
+}
+
+impl<T> KBorrow<T> {
+    /// A counted reference to the borrowed value, if it still has one (for a call that keeps
+    /// the object: an insert, a mapping).
+    pub fn to_counted(&self) -> Option<KRef<T>> {
+        KRef::from_live_allocation(self.ptr)
+    }
+
+    /// The value's counted references (the borrow is not one).
+    pub fn strong_count(&self) -> usize {
+        // SAFETY: the borrow keeps the allocation alive.
+        unsafe { self.ptr.as_ref() }.strong.load(Ordering::Acquire)
+    }
+
+    /// The raw pointer, in `KRef::into_raw`'s form.
+    pub fn as_raw(&self) -> *mut () {
+        self.ptr.as_ptr() as *mut ()
+    }
+}
+
+impl<T> Deref for KBorrow<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the borrow keeps the value alive (`percore::borrow`).
+        &unsafe { self.ptr.as_ref() }.value
+    }
+}
+
+impl<T> Drop for KBorrow<T> {
+    fn drop(&mut self) {
+        // SAFETY: the borrow keeps the allocation alive until here.
+        let inner = unsafe { self.ptr.as_ref() };
+        if inner.drop_state.end_borrow(&BORROWS, self.core, self.slot, borrow_cores(), self.ptr.as_ptr() as *mut ()) {
+            drop_value(self.ptr);
+        }
+    }
+}
+
+// SAFETY: like KRef: the borrow shares the value across cores.
+unsafe impl<T: Send + Sync> Send for KBorrow<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Sync for KBorrow<T> {}

@@ -30,6 +30,9 @@ pub enum Kind {
     Gate(gate::Gate),
 }
 
+/// Aligned to a cache line: inside its `KRef` the counts then have a line of their own, apart
+/// from the fields a borrower reads (`kref::Inner`), and two objects never share a line.
+#[repr(align(64))]
 pub struct KObject {
     pub id: u64,
     name: [u8; MAX_NAME],
@@ -93,7 +96,7 @@ impl KObject {
         let obj = KObject { id: new_id(), name: n, name_len: name.len() as u8, home_core, kind };
         // The metadata itself comes from the memory of `memid`'s node, like the pages.
         let node = node_of_core(home_core);
-        let r = KRef::try_new_on_node(obj, node).map_err(|_| Error::NoMemory)?;
+        let r = KRef::try_new_borrowable_on_node(obj, node).map_err(|_| Error::NoMemory)?;
         IDS[crate::percpu::current_index()].live.fetch_add(1, Ordering::Relaxed);
         Ok(r)
     }

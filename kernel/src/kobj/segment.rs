@@ -52,8 +52,15 @@ pub struct SegInner {
 
 pub struct Segment {
     pub node_core: u32,
+    /// `SegInner::nbytes`, written only under the lock, read without it (`nbytes`): a size
+    /// query writes no line (the lock's would be one), and this sits on a line apart from the
+    /// lock, so copies and other locked work on the segment do not touch it.
+    size: SizeLine,
     pub inner: TicketLock<SegInner>,
 }
+
+#[repr(align(64))]
+struct SizeLine(core::sync::atomic::AtomicU64);
 
 fn pages_for(nbytes: u64) -> u64 {
     nbytes.div_ceil(PAGE_SIZE)
@@ -92,11 +99,11 @@ impl Segment {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(Error::OutOfRange);
         }
-        Ok(Segment { node_core, inner: TicketLock::new(SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, maps: Vec::new(), pins: 0, pinned_pages: 0 }) })
+        Ok(Segment { node_core, size: SizeLine(core::sync::atomic::AtomicU64::new(nbytes)), inner: TicketLock::new(SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, maps: Vec::new(), pins: 0, pinned_pages: 0 }) })
     }
 
     pub fn nbytes(&self) -> u64 {
-        self.inner.lock().nbytes
+        self.size.0.load(core::sync::atomic::Ordering::Acquire)
     }
 
     pub fn set_nbytes(&self, nbytes: u64) -> Result<(), Error> {
@@ -119,6 +126,7 @@ impl Segment {
             g.pages.truncate(n);
         }
         g.nbytes = nbytes;
+        self.size.0.store(nbytes, core::sync::atomic::Ordering::Release);
         Ok(())
     }
 
@@ -215,7 +223,7 @@ impl Segment {
                 maps.push((m.ar.clone(), m.voff, m.len));
             }
         }
-        let copy = Segment { node_core, inner: TicketLock::new(SegInner { nbytes: g.nbytes, pages, maps: Vec::new(), pins: 0, pinned_pages: 0 }) };
+        let copy = Segment { node_core, size: SizeLine(core::sync::atomic::AtomicU64::new(g.nbytes)), inner: TicketLock::new(SegInner { nbytes: g.nbytes, pages, maps: Vec::new(), pins: 0, pinned_pages: 0 }) };
         Ok((copy, maps))
     }
 

@@ -21,9 +21,9 @@ use alloc::vec::Vec;
 use core::ptr;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use super::kref::KRef;
+use super::kref::{KBorrow, KRef};
 use crate::mm::nodevec::NodeVec;
-use super::{KObject, ObjRef};
+use super::{try_push as kobj_try_push, KObject, ObjRef};
 use abi::Error;
 use percore::{Domain, TicketLock};
 
@@ -117,6 +117,26 @@ impl Table {
             Some(r) if r.id == id => Ok(Some(r)),
             Some(other) => Err(other), // the slot was emptied and reused
             None => Ok(None),          // being removed
+        }
+    }
+
+    /// `get_shared` as a borrow (`Share::peek`): same rules, the count only read.
+    #[inline]
+    fn peek_shared(&self, id: u64) -> PeekFound {
+        let Some(p) = self.find_raw(id) else { return PeekFound::None };
+        // SAFETY: `p` was published after `KRef::defer_free`, and the caller is inside a
+        // reclamation operation, so the allocation is alive; every KObject is borrowable.
+        match unsafe { KRef::<KObject>::borrow_raw(p) } {
+            Ok(b) if b.id == id => PeekFound::Some(Peek(PeekRef::Borrowed(b))),
+            Ok(b) => PeekFound::Stale(b), // the slot was emptied and reused
+            Err(Some(b)) => PeekFound::Stale(b), // being removed
+            // No free slot: a counted reference, as `get_shared` takes.
+            // SAFETY: as above.
+            Err(None) => match unsafe { KRef::<KObject>::try_clone_raw(p) } {
+                Some(r) if r.id == id => PeekFound::Some(Peek(PeekRef::Counted(r))),
+                Some(other) => PeekFound::Stale2(other),
+                None => PeekFound::None,
+            },
         }
     }
 
@@ -234,6 +254,15 @@ impl Table {
     }
 }
 
+/// What `Table::peek_shared` found; the stale forms are ended by the caller outside its
+/// reclamation operation.
+enum PeekFound {
+    Some(Peek),
+    None,
+    Stale(KBorrow<KObject>),
+    Stale2(ObjRef),
+}
+
 /// Change a writer-side count. Writers are serialised (the owner core, or the writer lock),
 /// so this is a load and a store, not a locked read-modify-write; readers only load it.
 #[inline]
@@ -349,6 +378,7 @@ fn drive(d: &Domain, me: usize) {
 /// Free what this core retired from shared shares, as far as the token allows (from the idle
 /// loop; no lock or operation held).
 pub fn reclaim_poll() {
+    super::kref::scan_orphans();
     let Some(d) = reclaim() else { return };
     let me = this_core();
     if d.pending_on(me) > 0 {
@@ -359,6 +389,7 @@ pub fn reclaim_poll() {
 /// Wait for a grace period and free everything every core has retired. For exact object and
 /// memory counts (init's leak check, `sys_info`). The caller holds no operation.
 pub fn reclaim_all() {
+    super::kref::scan_all_orphans();
     let Some(d) = reclaim() else { return };
     d.synchronize();
     for core in 0..d.cores() {
@@ -366,80 +397,308 @@ pub fn reclaim_all() {
     }
 }
 
-/// An object reference a system call holds while it runs, in the cheapest form that keeps the
-/// object alive: an alias of a reference held elsewhere for longer (the caller's context, or
-/// a private share's entry lent by `Share::lend`), or a counted reference of its own. Every
-/// form derefs to the same `ObjRef` with no branch; only the end differs.
+/// A share (or other object) a system call holds while it runs, in the cheapest form that
+/// keeps it alive: an alias of a reference held elsewhere for longer (the caller's context),
+/// a private share's entry lent by `Share::lend`, a borrow (`Peek`, for a share found in a
+/// shared share) or a counted reference of its own. Every form derefs to the object with no
+/// branch; only the end differs. It derefs to the object, not to an `ObjRef`: a borrowed
+/// object may lose its last counted reference meanwhile, so a call that keeps it asks for
+/// `counted`, which refuses a dead one.
 pub struct Lease<'a> {
-    obj: core::mem::ManuallyDrop<ObjRef>,
+    /// The object's `KRef::into_raw` pointer; `end` keeps it alive.
+    raw: *mut (),
     end: LeaseEnd<'a>,
 }
 
 enum LeaseEnd<'a> {
     /// An alias of a reference that outlives `'a`: nothing to do.
-    Alias(core::marker::PhantomData<&'a ObjRef>),
+    Alias(&'a ObjRef),
     /// A lent entry of this (private) share: end the lend (`lending`).
     Unlend(&'a Share),
-    /// A counted reference: drop it.
-    Counted,
+    /// A borrow or a counted reference of the lease's own (`Peek`), ended by its drop.
+    Peeked(Option<Peek>),
 }
 
 impl<'a> Lease<'a> {
     /// An alias of `obj`, which outlives the lease.
     #[inline]
     pub fn alias(obj: &'a ObjRef) -> Lease<'a> {
-        // SAFETY: a bitwise copy of a reference that lives for 'a (the borrow), never dropped
-        // (ManuallyDrop, and `drop` leaves it alone): the count is untouched and stays right.
-        let copy = unsafe { KRef::<KObject>::from_raw(KRef::as_raw(obj)) };
-        Lease { obj: core::mem::ManuallyDrop::new(copy), end: LeaseEnd::Alias(core::marker::PhantomData) }
+        Lease { raw: KRef::as_raw(obj), end: LeaseEnd::Alias(obj) }
     }
 
-    /// A reference of its own.
+    /// A borrowed (or counted) object of the lease's own.
     #[inline]
-    pub fn counted(obj: ObjRef) -> Lease<'a> {
-        Lease { obj: core::mem::ManuallyDrop::new(obj), end: LeaseEnd::Counted }
+    pub fn peeked(p: Peek) -> Lease<'a> {
+        Lease { raw: p.as_raw(), end: LeaseEnd::Peeked(Some(p)) }
     }
 
     /// Whether this is a lent table entry (for tests).
     pub fn is_lent(&self) -> bool {
         matches!(self.end, LeaseEnd::Unlend(_))
     }
+
+    /// A counted reference of the caller's own (`NoSuchObject` if the object lost its last
+    /// one during a borrow).
+    pub fn counted(&self) -> Result<ObjRef, Error> {
+        match &self.end {
+            LeaseEnd::Alias(r) => Ok((*r).clone()),
+            // SAFETY: the lent entry's table reference stays while the lease lives, so the
+            // count is at least one.
+            LeaseEnd::Unlend(_) => Ok(unsafe { KRef::clone_raw(self.raw) }),
+            LeaseEnd::Peeked(Some(p)) => p.counted(),
+            LeaseEnd::Peeked(None) => Err(Error::NoSuchObject),
+        }
+    }
+
+    /// The object as a `Peek` that may outlive the lease.
+    pub fn into_peek(mut self) -> Peek {
+        let raw = self.raw;
+        match &mut self.end {
+            LeaseEnd::Alias(r) => Peek::of(r),
+            LeaseEnd::Unlend(_) => {
+                // SAFETY: the lent entry holds a counted reference while the lease lives (the
+                // lease, and with it the lend, ends only after the borrow started). This copy
+                // is never dropped (ManuallyDrop), so the count is untouched.
+                let r = core::mem::ManuallyDrop::new(unsafe { KRef::<KObject>::from_raw(raw) });
+                Peek::of(&r)
+            }
+            // Always `Some` until here (only this takes it).
+            LeaseEnd::Peeked(p) => p.take().expect("a peeked lease holds its peek"),
+        }
+    }
+
+    /// Whether this lease and `r` are the same object.
+    pub fn is(&self, r: &ObjRef) -> bool {
+        self.raw == KRef::as_raw(r)
+    }
 }
 
 impl Drop for Lease<'_> {
     #[inline]
     fn drop(&mut self) {
-        match self.end {
-            LeaseEnd::Alias(_) => {}
+        if let LeaseEnd::Unlend(share) = self.end {
             // The table's reference was never ours: nothing to do but end the lend.
-            LeaseEnd::Unlend(share) => bump(&share.lending, -1),
-            // SAFETY: a counted reference of this lease's own, dropped once, here.
-            LeaseEnd::Counted => unsafe { core::mem::ManuallyDrop::drop(&mut self.obj) },
+            bump(&share.lending, -1);
         }
+        // Alias: nothing; Peeked: the peek's own drop ends it.
     }
 }
 
 impl core::ops::Deref for Lease<'_> {
-    type Target = ObjRef;
+    type Target = KObject;
     #[inline]
-    fn deref(&self) -> &ObjRef {
-        &self.obj
+    fn deref(&self) -> &KObject {
+        // SAFETY: `raw` came from `KRef::into_raw`, and `end` keeps the object alive for as
+        // long as the lease lives.
+        unsafe { KRef::<KObject>::raw_value(self.raw) }
     }
 }
 
-pub struct Share {
-    /// The owning core of a private share; `None` for a shared one.
-    owner: Option<usize>,
-    /// The NUMA node its table comes from (`memid`'s).
-    node: usize,
+/// An object a system call uses only for its own length (a stat, a size, the share a new
+/// object goes into): borrowed (`KRef::borrow_raw`, `percore::borrow`), which writes only this
+/// core's borrow slot, not the object's count; or, when this core has no free slot, a counted
+/// reference. Derefs to the object, never to an `ObjRef`: a borrowed object's count may reach
+/// zero during the borrow, and cloning it then would revive it; a call that keeps the object
+/// asks for `counted`, which refuses a dead one.
+pub struct Peek(PeekRef);
+
+enum PeekRef {
+    Borrowed(KBorrow<KObject>),
+    Counted(ObjRef),
+}
+
+impl Peek {
+    /// Borrow the object of a reference the caller holds.
+    #[inline]
+    pub fn of(obj: &ObjRef) -> Peek {
+        match KRef::borrow(obj) {
+            Some(b) => Peek(PeekRef::Borrowed(b)),
+            None => Peek(PeekRef::Counted(obj.clone())),
+        }
+    }
+
+    /// A counted reference of the caller's own to the object (`NoSuchObject` if its last
+    /// counted reference went during the borrow).
+    pub fn counted(&self) -> Result<ObjRef, Error> {
+        match &self.0 {
+            PeekRef::Borrowed(b) => b.to_counted().ok_or(Error::NoSuchObject),
+            PeekRef::Counted(r) => Ok(r.clone()),
+        }
+    }
+
+    /// The object's counted references other than this peek's own (what `ObjStat::refs`
+    /// reports).
+    pub fn refs(&self) -> usize {
+        match &self.0 {
+            PeekRef::Borrowed(b) => b.strong_count(),
+            PeekRef::Counted(r) => KRef::strong_count(r).saturating_sub(1),
+        }
+    }
+
+    /// The object's `KRef::into_raw` pointer (valid while the peek lives).
+    pub fn as_raw(&self) -> *mut () {
+        match &self.0 {
+            PeekRef::Borrowed(b) => b.as_raw(),
+            PeekRef::Counted(r) => KRef::as_raw(r),
+        }
+    }
+
+    /// A peek holding a counted reference.
+    pub fn from_counted(r: ObjRef) -> Peek {
+        Peek(PeekRef::Counted(r))
+    }
+
+    /// Whether this is a borrow (for tests).
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self.0, PeekRef::Borrowed(_))
+    }
+
+    /// Whether `r` is a reference to this object.
+    pub fn is(&self, r: &ObjRef) -> bool {
+        match &self.0 {
+            PeekRef::Borrowed(b) => b.as_raw() == KRef::as_raw(r),
+            PeekRef::Counted(o) => KRef::ptr_eq(o, r),
+        }
+    }
+}
+
+impl core::ops::Deref for Peek {
+    type Target = KObject;
+    #[inline]
+    fn deref(&self) -> &KObject {
+        match &self.0 {
+            PeekRef::Borrowed(b) => b,
+            PeekRef::Counted(r) => r,
+        }
+    }
+}
+
+/// Parts of a shared share. An entry lives in the part its id names (`part_of`), and each part
+/// has its own table, load count and writer lock on its own cache line: changes of entries in
+/// different parts (inserts and deletes of different names in one share) share no line, and a
+/// lookup reads only its part (sv6's per-bucket locks, issue 19). A private share, which only
+/// its owner core touches, has one part.
+const PARTS: usize = 32;
+/// Ids of cores in different classes (core index modulo this) never share a part; ids of one
+/// core share one only if their sequence numbers are `PARTS / PART_CORE_CLASSES` apart.
+const PART_CORE_CLASSES: usize = 4;
+
+/// The part of a shared share that holds `id` (ids are `(core + 1) << 40 | sequence`).
+#[inline]
+fn part_of(id: u64) -> usize {
+    let core = ((id >> 40) as usize).wrapping_sub(1);
+    let seq = (id & ((1 << 40) - 1)) as usize;
+    core % PART_CORE_CLASSES + PART_CORE_CLASSES * (seq % (PARTS / PART_CORE_CLASSES))
+}
+
+/// One hash table with its writer-side state, on a cache line of its own.
+#[repr(align(64))]
+struct Part {
     /// Null until the first entry.
     table: AtomicPtr<Table>,
     /// Writer-side count of entries plus tombstones (the load factor; a private table has no
     /// tombstones, so there it counts entries). The number of entries is not kept for a
     /// shared share: only a rebuild, `ids` and `len` need it, and they count.
     used: AtomicUsize,
-    /// Serialises changes to a shared share (unused for private ones).
+    /// Serialises changes to a shared share's part (unused for private ones).
     writer: TicketLock<()>,
+}
+
+impl Part {
+    fn new() -> Part {
+        Part { table: AtomicPtr::new(ptr::null_mut()), used: AtomicUsize::new(0), writer: TicketLock::new(()) }
+    }
+
+    #[inline]
+    fn table(&self) -> Option<&Table> {
+        let p = self.table.load(Ordering::Acquire);
+        // SAFETY: a published table stays allocated while the owner (private) cannot replace
+        // it, or until a grace period after it was replaced (shared: callers are inside an
+        // operation or hold the writer lock).
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    /// Room for `extra` more entries, with entries plus tombstones at most half the slots:
+    /// short probe sequences matter more here than memory.
+    #[inline]
+    fn has_room(&self, extra: usize) -> bool {
+        let used = self.used.load(Ordering::Relaxed);
+        self.table().is_some_and(|t| (used + extra) * 2 <= t.slots.len())
+    }
+
+    /// Replace the table by a bigger one with room for `extra` more entries, from `node`'s
+    /// memory. `private`: only the owner core can reach the old table (freed at once).
+    #[cold]
+    fn rebuild(&self, extra: usize, node: usize, private: bool) -> Result<(), Error> {
+        // Rebuild at four times the live entries (which also clears the tombstones), and
+        // never smaller than before: like a vector's capacity, a share's memory follows its
+        // peak size, so it does not come and go with tombstones.
+        let cap = self.table().map_or(0, |t| t.slots.len());
+        let live = self.table().map_or(0, |t| t.live().count());
+        let want = ((live + extra) * 4).next_power_of_two().max(MIN_SLOTS).max(cap);
+        let fresh_ptr = Table::try_new(want, node)?;
+        // SAFETY: just allocated, not yet published.
+        let fresh = unsafe { &*fresh_ptr };
+        let mut n = 0;
+        if let Some(old) = self.table() {
+            for (id, p) in old.live() {
+                let Err((i, _)) = fresh.find(id) else { continue };
+                fresh.fill(i, id, p);
+                n += 1;
+            }
+        }
+        let old = self.table.swap(fresh_ptr, Ordering::AcqRel);
+        self.used.store(n, Ordering::Relaxed);
+        if !old.is_null() {
+            if private {
+                // SAFETY: only this core could reach the old table, and it no longer does.
+                unsafe { free_table(old as *mut ()) };
+            } else {
+                // SAFETY: unpublished above; lookups that loaded it finish their operations
+                // first. Its references moved to the new table, so only the table is freed.
+                unsafe { retire(old as *mut (), free_table) };
+            }
+        }
+        Ok(())
+    }
+
+    /// The insert itself; the caller is the owner core or holds this part's writer lock. A
+    /// refused reference comes back for the caller to drop.
+    #[inline(always)]
+    fn insert_locked(&self, obj: ObjRef, node: usize, private: bool) -> Result<(), (Error, ObjRef)> {
+        // Ids come from `KObject::create` (never a slot marker) and objects from tables or new.
+        debug_assert!(is_object_id(obj.id));
+        // Rebuilding first (when needed) keeps this to one probe sequence; a rebuild for an
+        // id that turns out to be present already is harmless. (`reserve`, with the table
+        // loaded once: this is on every share_addobj's path.)
+        let t = match self.table() {
+            Some(t) if (self.used.load(Ordering::Relaxed) + 1) * 2 <= t.slots.len() => t,
+            _ => {
+                if let Err(e) = self.rebuild(1, node, private) {
+                    return Err((e, obj));
+                }
+                let Some(t) = self.table() else { return Err((Error::NoMemory, obj)) };
+                t
+            }
+        };
+        let Err((i, empty)) = t.find(obj.id) else { return Err((Error::AlreadyExists, obj)) };
+        if empty {
+            bump(&self.used, 1);
+        }
+        t.fill(i, obj.id, KRef::into_raw(obj));
+        Ok(())
+    }
+}
+
+pub struct Share {
+    /// The owning core of a private share; `None` for a shared one.
+    owner: Option<usize>,
+    /// The NUMA node its tables come from (`memid`'s).
+    node: usize,
+    /// A private share's one part (unused by a shared share).
+    main: Part,
+    /// A shared share's `PARTS` parts (empty for a private share).
+    parts: NodeVec<Part>,
     /// Private shares: how many leases `lend` has out (entries lent without a reference of
     /// their own). While it is not 0, every removal is refused (`Busy`).
     lending: AtomicUsize,
@@ -448,37 +707,32 @@ pub struct Share {
 impl Share {
     /// A private share of core `owner` whose table comes from core `home`'s node.
     pub fn new_private(owner: usize, home: u32) -> Share {
-        Share::empty(Some(owner), home)
+        Share::with_parts(Some(owner), home, NodeVec::new(super::node_of_core(home)))
     }
 
-    fn empty(owner: Option<usize>, home: u32) -> Share {
-        Share {
-            owner,
-            node: super::node_of_core(home),
-            table: AtomicPtr::new(ptr::null_mut()),
-            used: AtomicUsize::new(0),
-            writer: TicketLock::new(()),
-            lending: AtomicUsize::new(0),
-        }
+    fn with_parts(owner: Option<usize>, home: u32, parts: NodeVec<Part>) -> Share {
+        Share { owner, node: super::node_of_core(home), main: Part::new(), parts, lending: AtomicUsize::new(0) }
     }
 
     /// A private share for `owner` holding `objs` from the start (a new context's root share,
     /// built by the core that starts the context).
     pub fn new_private_with(owner: usize, objs: Vec<ObjRef>) -> Result<Share, Error> {
-        let s = Share::empty(Some(owner), owner as u32);
+        let s = Share::new_private(owner, owner as u32);
         // A program's root share holds tens of objects: size it for that from the start, so
         // the program's memory use does not step while it runs.
         s.reserve(objs.len().max(ROOT_ENTRIES))?;
         for o in objs {
             // Duplicates (the same object passed twice) keep one entry.
-            let _ = s.insert_locked(o);
+            let _ = s.main.insert_locked(o, s.node, true);
         }
         Ok(s)
     }
 
-    /// A shared share whose table comes from core `home`'s node.
+    /// A shared share whose tables come from core `home`'s node.
     pub fn new_shared(home: u32) -> Result<Share, Error> {
-        Ok(Share::empty(None, home))
+        let node = super::node_of_core(home);
+        let parts = NodeVec::try_from_fn(PARTS, node, |_| Part::new()).map_err(|_| Error::NoMemory)?;
+        Ok(Share::with_parts(None, home, parts))
     }
 
     pub fn is_private(&self) -> bool {
@@ -499,13 +753,19 @@ impl Share {
         }
     }
 
+    /// The part that holds `id`.
     #[inline]
-    fn table(&self) -> Option<&Table> {
-        let p = self.table.load(Ordering::Acquire);
-        // SAFETY: a published table stays allocated while the owner (private) cannot replace
-        // it, or until a grace period after it was replaced (shared: callers are inside an
-        // operation or hold the writer lock).
-        (!p.is_null()).then(|| unsafe { &*p })
+    fn part(&self, id: u64) -> &Part {
+        if self.parts.is_empty() {
+            &self.main
+        } else {
+            &self.parts[part_of(id) % self.parts.len()]
+        }
+    }
+
+    /// Every part.
+    fn all_parts(&self) -> impl Iterator<Item = &Part> + '_ {
+        core::iter::once(&self.main).filter(|_| self.parts.is_empty()).chain(self.parts.iter())
     }
 
     #[inline(always)]
@@ -514,15 +774,16 @@ impl Share {
         // No `is_object_id` check: `find_raw` finds nothing for the two marker ids.
         if self.owner.is_some() {
             // SAFETY: the owner core's table reference keeps the count at least one.
-            let found = self.table().and_then(|t| t.find_raw(id)).map(|p| unsafe { KRef::clone_raw(p) });
+            let found = self.main.table().and_then(|t| t.find_raw(id)).map(|p| unsafe { KRef::clone_raw(p) });
             return found.ok_or(Error::NoSuchObject);
         }
+        let part = self.part(id);
         let found = match reclaim() {
             Some(d) => {
                 let _op = d.enter_on(this_core());
-                self.table().map_or(Ok(None), |t| t.get_shared(id))
+                part.table().map_or(Ok(None), |t| t.get_shared(id))
             }
-            None => self.table().map_or(Ok(None), |t| t.get_shared(id)),
+            None => part.table().map_or(Ok(None), |t| t.get_shared(id)),
         };
         // A reference to a reused slot's object is dropped here, outside the operation.
         let found = found.unwrap_or_else(|other| {
@@ -530,6 +791,50 @@ impl Share {
             None
         });
         found.ok_or(Error::NoSuchObject)
+    }
+
+    /// The entry for `id`, borrowed (`Peek`) rather than counted: a lookup that writes no line
+    /// of the object or the share, only this core's borrow slot (and, for a shared share, its
+    /// reclamation counters).
+    #[inline]
+    pub fn peek(&self, id: u64) -> Result<Peek, Error> {
+        self.check_owner()?;
+        if self.owner.is_some() {
+            let p = self.main.table().and_then(|t| t.find_raw(id)).ok_or(Error::NoSuchObject)?;
+            // SAFETY: the owner core's table reference keeps the allocation alive and the
+            // count at least one while this runs; every KObject is borrowable.
+            return Ok(match unsafe { KRef::<KObject>::borrow_raw(p) } {
+                Ok(b) => Peek(PeekRef::Borrowed(b)),
+                Err(Some(b)) => {
+                    drop(b);
+                    return Err(Error::NoSuchObject);
+                }
+                // SAFETY: as above.
+                Err(None) => Peek(PeekRef::Counted(unsafe { KRef::clone_raw(p) })),
+            });
+        }
+        let part = self.part(id);
+        let found = match reclaim() {
+            Some(d) => {
+                let _op = d.enter_on(this_core());
+                part.table().map_or(PeekFound::None, |t| t.peek_shared(id))
+            }
+            None => part.table().map_or(PeekFound::None, |t| t.peek_shared(id)),
+        };
+        // A borrow of a dead or reused slot's object ends here, outside the operation (ending
+        // it may drop the object).
+        match found {
+            PeekFound::Some(p) => Ok(p),
+            PeekFound::None => Err(Error::NoSuchObject),
+            PeekFound::Stale(b) => {
+                drop(b);
+                Err(Error::NoSuchObject)
+            }
+            PeekFound::Stale2(r) => {
+                drop(r);
+                Err(Error::NoSuchObject)
+            }
+        }
     }
 
     /// A private share's owner borrows the entry for `id` without taking a reference: how a
@@ -547,108 +852,53 @@ impl Share {
         // Callers check `is_private` (`check_owner` passes any core for a shared share).
         debug_assert!(self.owner.is_some(), "lend on a shared share");
         self.check_owner()?;
-        let Some(p) = self.table().and_then(|t| t.find_raw(id)) else { return Ok(None) };
+        let Some(p) = self.main.table().and_then(|t| t.find_raw(id)) else { return Ok(None) };
         bump(&self.lending, 1);
-        // SAFETY: `p` is the table's reference, which this share keeps while the lease lives:
-        // only the owner, this core, changes a private share, and `remove` refuses until the
-        // lease's drop has taken it off `lending`. The lease never drops this copy
-        // (ManuallyDrop, and its end is `Unlend`), so the count is untouched.
-        let obj = core::mem::ManuallyDrop::new(unsafe { KRef::<KObject>::from_raw(p) });
-        Ok(Some(Lease { obj, end: LeaseEnd::Unlend(self) }))
+        // `p` is the table's reference, which this share keeps while the lease lives: only
+        // the owner, this core, changes a private share, and `remove` refuses until the
+        // lease's drop has taken it off `lending`. The lease never drops it, so the count is
+        // untouched.
+        Ok(Some(Lease { raw: p, end: LeaseEnd::Unlend(self) }))
+    }
+
+    /// Whether `id` has an entry here (a read; `insert` checks again under the part's lock).
+    pub fn contains(&self, id: u64) -> bool {
+        if self.check_owner().is_err() {
+            return false;
+        }
+        let part = self.part(id);
+        match (self.owner, reclaim()) {
+            (None, Some(d)) => {
+                let _op = d.enter_on(this_core());
+                part.table().is_some_and(|t| t.position(id).is_some())
+            }
+            _ => part.table().is_some_and(|t| t.position(id).is_some()),
+        }
     }
 
     #[inline(always)]
     pub fn insert(&self, obj: ObjRef) -> Result<(), Error> {
         self.check_owner()?;
         let r = if self.owner.is_some() {
-            self.insert_locked(obj)
+            self.main.insert_locked(obj, self.node, true)
         } else {
             // Lock-free readers will see it: its memory must outlive their operations.
             KRef::defer_free(&obj);
-            let _g = self.writer.lock();
-            self.insert_locked(obj)
+            let part = self.part(obj.id);
+            let _g = part.writer.lock();
+            part.insert_locked(obj, self.node, false)
         };
         // A refused reference is dropped here, outside the writer lock.
         r.map_err(|(e, _refused)| e)
     }
 
-    /// Room for `extra` more entries, with entries plus tombstones at most half the slots:
-    /// short probe sequences matter more here than memory.
-    #[inline]
-    fn has_room(&self, extra: usize) -> bool {
-        let used = self.used.load(Ordering::Relaxed);
-        self.table().is_some_and(|t| (used + extra) * 2 <= t.slots.len())
-    }
-
-    /// Make room for `extra` more entries.
+    /// Make room for `extra` more entries (a private share's one part).
     #[inline]
     fn reserve(&self, extra: usize) -> Result<(), Error> {
-        if self.has_room(extra) {
+        if self.main.has_room(extra) {
             return Ok(());
         }
-        self.rebuild(extra)
-    }
-
-    /// Replace the table by a bigger one with room for `extra` more entries.
-    #[cold]
-    fn rebuild(&self, extra: usize) -> Result<(), Error> {
-        // Rebuild at four times the live entries (which also clears the tombstones), and
-        // never smaller than before: like a vector's capacity, a share's memory follows its
-        // peak size, so it does not come and go with tombstones.
-        let cap = self.table().map_or(0, |t| t.slots.len());
-        let live = self.table().map_or(0, |t| t.live().count());
-        let want = ((live + extra) * 4).next_power_of_two().max(MIN_SLOTS).max(cap);
-        let fresh_ptr = Table::try_new(want, self.node)?;
-        // SAFETY: just allocated, not yet published.
-        let fresh = unsafe { &*fresh_ptr };
-        let mut n = 0;
-        if let Some(old) = self.table() {
-            for (id, p) in old.live() {
-                let Err((i, _)) = fresh.find(id) else { continue };
-                fresh.fill(i, id, p);
-                n += 1;
-            }
-        }
-        let old = self.table.swap(fresh_ptr, Ordering::AcqRel);
-        self.used.store(n, Ordering::Relaxed);
-        if !old.is_null() {
-            if self.owner.is_some() {
-                // SAFETY: only this core could reach the old table, and it no longer does.
-                unsafe { free_table(old as *mut ()) };
-            } else {
-                // SAFETY: unpublished above; lookups that loaded it finish their operations
-                // first. Its references moved to the new table, so only the table is freed.
-                unsafe { retire(old as *mut (), free_table) };
-            }
-        }
-        Ok(())
-    }
-
-    /// The insert itself; the caller is the owner core or holds the writer lock. A refused
-    /// reference comes back for the caller to drop.
-    #[inline(always)]
-    fn insert_locked(&self, obj: ObjRef) -> Result<(), (Error, ObjRef)> {
-        // Ids come from `KObject::create` (never a slot marker) and objects from tables or new.
-        debug_assert!(is_object_id(obj.id));
-        // Rebuilding first (when needed) keeps this to one probe sequence; a rebuild for an
-        // id that turns out to be present already is harmless. (`reserve`, with the table
-        // loaded once: this is on every share_addobj's path.)
-        let t = match self.table() {
-            Some(t) if (self.used.load(Ordering::Relaxed) + 1) * 2 <= t.slots.len() => t,
-            _ => {
-                if let Err(e) = self.rebuild(1) {
-                    return Err((e, obj));
-                }
-                let Some(t) = self.table() else { return Err((Error::NoMemory, obj)) };
-                t
-            }
-        };
-        let Err((i, empty)) = t.find(obj.id) else { return Err((Error::AlreadyExists, obj)) };
-        if empty {
-            bump(&self.used, 1);
-        }
-        t.fill(i, obj.id, KRef::into_raw(obj));
-        Ok(())
+        self.main.rebuild(extra, self.node, true)
     }
 
     /// Remove an entry. Its reference comes back for the caller to drop (outside any lock:
@@ -665,19 +915,20 @@ impl Share {
             if self.lending.load(Ordering::Relaxed) != 0 {
                 return Err(Error::Busy); // an entry is lent further up the call (`lend`)
             }
-            let t = self.table().ok_or(Error::NoSuchObject)?;
+            let t = self.main.table().ok_or(Error::NoSuchObject)?;
             let i = t.position(id).ok_or(Error::NoSuchObject)?;
             let p = t.remove_shifting(i);
-            bump(&self.used, -1);
+            bump(&self.main.used, -1);
             // SAFETY: the slot held this reference; it left the table just now.
             return Ok(Some(unsafe { KRef::from_raw(p) }));
         }
+        let part = self.part(id);
         let p = {
-            let _g = self.writer.lock();
-            let t = self.table().ok_or(Error::NoSuchObject)?;
+            let _g = part.writer.lock();
+            let t = part.table().ok_or(Error::NoSuchObject)?;
             let i = t.position(id).ok_or(Error::NoSuchObject)?;
             let (p, freed) = t.empty(i);
-            bump(&self.used, -(freed as isize));
+            bump(&part.used, -(freed as isize));
             p
         };
         // The reference goes back to the caller at once (to drop outside any lock): a lookup
@@ -689,32 +940,41 @@ impl Share {
 
     pub fn ids(&self) -> Result<Vec<u64>, Error> {
         self.check_owner()?;
-        let collect = |t: Option<&Table>| -> Result<Vec<u64>, Error> {
+        let collect = |parts: &mut dyn Iterator<Item = &Table>| -> Result<Vec<u64>, Error> {
+            let tables: Vec<&Table> = {
+                let mut v = Vec::new();
+                for t in parts {
+                    kobj_try_push(&mut v, t)?;
+                }
+                v
+            };
             let mut v = Vec::new();
-            let Some(t) = t else { return Ok(v) };
-            v.try_reserve(t.live().count()).map_err(|_| Error::NoMemory)?;
-            for (id, _) in t.live() {
-                // Entries added since the reservation are left out rather than allocated for.
-                if v.len() < v.capacity() {
-                    v.push(id);
+            v.try_reserve(tables.iter().map(|t| t.live().count()).sum()).map_err(|_| Error::NoMemory)?;
+            for t in &tables {
+                for (id, _) in t.live() {
+                    // Entries added since the reservation are left out rather than allocated for.
+                    if v.len() < v.capacity() {
+                        v.push(id);
+                    }
                 }
             }
             v.sort_unstable();
             Ok(v)
         };
-        self.read_table(collect)
+        self.read_tables(collect)
     }
 
-    /// `read` on the current table, off the hot paths (`ids`, `len`, `tombstones`): inside a
-    /// reclamation operation for a shared share, whose table a writer may replace and retire
+    /// `read` on the current tables, off the hot paths (`ids`, `len`, `tombstones`): inside a
+    /// reclamation operation for a shared share, whose tables a writer may replace and retire
     /// meanwhile; directly for a private one, which only this core changes.
-    fn read_table<R>(&self, read: impl FnOnce(Option<&Table>) -> R) -> R {
+    fn read_tables<R>(&self, read: impl FnOnce(&mut dyn Iterator<Item = &Table>) -> R) -> R {
+        let mut tables = self.all_parts().filter_map(|p| p.table());
         match (self.owner, reclaim()) {
             (None, Some(d)) => {
                 let _op = d.enter_on(this_core());
-                read(self.table())
+                read(&mut tables)
             }
-            _ => read(self.table()),
+            _ => read(&mut tables),
         }
     }
 
@@ -723,13 +983,14 @@ impl Share {
         if self.check_owner().is_err() {
             return 0;
         }
-        let count = |t: Option<&Table>| t.map_or(0, |t| t.slots.iter().filter(|s| s.id.load(Ordering::Acquire) == TOMBSTONE).count());
-        self.read_table(count)
+        let count = |ts: &mut dyn Iterator<Item = &Table>| ts.map(|t| t.slots.iter().filter(|s| s.id.load(Ordering::Acquire) == TOMBSTONE).count()).sum();
+        self.read_tables(count)
     }
 
-    /// Where the table and its slots are (for the test that they are on `memid`'s node).
+    /// Where a table and its slots are (for the test that they are on `memid`'s node): the
+    /// first part that has a table.
     pub fn table_addrs(&self) -> Option<[u64; 2]> {
-        self.table().map(|t| [t as *const Table as u64, t.slots.as_ptr() as u64])
+        self.all_parts().find_map(|p| p.table()).map(|t| [t as *const Table as u64, t.slots.as_ptr() as u64])
     }
 
     /// Entries (counted: for tests and diagnostics, not hot paths).
@@ -737,23 +998,25 @@ impl Share {
         if self.check_owner().is_err() {
             return 0;
         }
-        let count = |t: Option<&Table>| t.map_or(0, |t| t.live().count());
-        self.read_table(count)
+        let count = |ts: &mut dyn Iterator<Item = &Table>| ts.map(|t| t.live().count()).sum();
+        self.read_tables(count)
     }
 }
 
 impl Drop for Share {
     fn drop(&mut self) {
         // The last reference to the share is gone, so no lookup can be inside it.
-        let p = *self.table.get_mut();
-        if p.is_null() {
-            return;
-        }
-        // SAFETY: as above; this is the only pointer left to the table.
-        let t = unsafe { alloc::boxed::Box::from_raw(p) };
-        for (_, obj) in t.live() {
-            // SAFETY: each live slot holds one reference.
-            unsafe { drop_ref(obj) };
+        for part in core::iter::once(&mut self.main).chain(self.parts.iter_mut()) {
+            let p = *part.table.get_mut();
+            if p.is_null() {
+                continue;
+            }
+            // SAFETY: as above; this is the only pointer left to the table.
+            let t = unsafe { alloc::boxed::Box::from_raw(p) };
+            for (_, obj) in t.live() {
+                // SAFETY: each live slot holds one reference.
+                unsafe { drop_ref(obj) };
+            }
         }
     }
 }
