@@ -629,6 +629,10 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
             mark(0);
             start(Marked::Map);
         }
+        // Every phase starts only after worker 0 has read the clocks and fault counters at its
+        // boundary: else a worker let through the last barrier early takes the next phase's
+        // first faults before the mark and they are counted as the previous phase's.
+        sh.barrier.wait(&|| env.relax());
         if let Some(a) = arena.as_mut() {
             if !sh.failed.load(Ordering::Acquire) {
                 if let Err(e) = map_phase(&sh, app, input, w, n, a) {
@@ -677,6 +681,7 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
             mark(3);
             start(Marked::Merge);
         }
+        sh.barrier.wait(&|| env.relax());
         // Merge: every worker runs the same rounds (and barriers), failed or not.
         let merge_step = |a: &mut Option<Arena>, f: &dyn Fn(&mut Arena) -> Result<(), Error>| {
             if let Some(a) = a.as_mut() {
