@@ -9,28 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const HELP: &str = "\
-cargo xtask linux <command>
-
-Commands:
-  fetch                 Download Debian's kernel package (the one linux-image-amd64 depends on)
-                        into target/linux-cache and unpack its /boot (never installs into /boot).
-  modules               The NIC's modules (virtio-net, virtio-pci and their depends=) in load
-                        order, each checked to carry the bzImage's release in its vermagic.
-  initramfs --init BIN [--out PATH]
-                        Pack BIN as /init (plus /dev/console, /proc, /tmp) into a newc cpio.
-  run [--wl NAME] [--smp N] [--mem MIB] [--append \"k=v ...\"] [--timeout SECS]
-      [--net] [--hostfwd H:G]... [--load N [--concurrency C]]
-                        Boot the measurement guest (tools/qemu-plugins/guest) running workload
-                        NAME (default null) and print its serial output. --net adds the
-                        virtio-net NIC (its modules unpacked from the kernel package into the
-                        initramfs) on QEMU's restricted user-mode network, forwarding a free
-                        port on 127.0.0.1 to guest port 80 (or --hostfwd); for `--wl tcpserv`
-                        (Corey's TCP accept service), --load N waits for `tcpserv: ready`, opens
-                        N connections with the load generator (C at a time, default 2), and
-                        waits for the guest's `tcpserv: done`.
-  help                  This text
-";
+use crate::cli::tools::{LinuxCommand, LinuxRunArgs};
 
 /// Where the kernel package is cached and unpacked.
 pub fn cache_dir() -> PathBuf {
@@ -332,104 +311,72 @@ pub fn run_workload(vm: &LinuxVm) -> Result<RunOutput, String> {
     Ok(out)
 }
 
-pub fn main(args: &[String]) -> Result<(), String> {
-    let Some(cmd) = args.first() else {
-        eprint!("{HELP}");
-        return Err("linux: name a command".into());
-    };
-    let rest = &args[1..];
-    match cmd.as_str() {
-        "help" | "-h" | "--help" => {
-            print!("{HELP}");
-            Ok(())
+/// `cargo xtask linux ...` (the command line: cli/tools.rs, [`LinuxCommand`]).
+pub fn main(cmd: LinuxCommand) -> Result<(), crate::Failure> {
+    match cmd {
+        LinuxCommand::Fetch => crate::work(fetch_kernel().map(|k| println!("{} {}", k.version, k.bzimage.display()))),
+        LinuxCommand::Modules => crate::work(crate::net::linux_guest::print_modules()),
+        LinuxCommand::Initramfs { init, out } => {
+            let out = out.unwrap_or_else(|| crate::plugins::artifact_dir().join("initramfs.cpio"));
+            crate::work(build_initramfs(&init, &out).map(|()| println!("{}", out.display())))
         }
-        "fetch" => {
-            let k = fetch_kernel()?;
-            println!("{} {}", k.version, k.bzimage.display());
-            Ok(())
+        LinuxCommand::Run(a) => {
+            if a.load.is_some() && (a.wl != "tcpserv" || !(a.net || !a.hostfwd.is_empty())) {
+                return Err(crate::Failure::Usage("linux run: --load needs --wl tcpserv and --net".into()));
+            }
+            crate::work(run_command(a))
         }
-        "modules" => crate::net::linux_guest::print_modules(),
-        "initramfs" => {
-            let mut init = None;
-            let mut out = crate::plugins::artifact_dir().join("initramfs.cpio");
-            let mut it = rest.iter();
-            while let Some(a) = it.next() {
-                match a.as_str() {
-                    "--init" => init = Some(PathBuf::from(it.next().ok_or("--init needs a path")?)),
-                    "--out" => out = PathBuf::from(it.next().ok_or("--out needs a path")?),
-                    other => return Err(format!("linux initramfs: unknown option `{other}`")),
-                }
-            }
-            let init = init.ok_or("linux initramfs: --init BIN is required")?;
-            build_initramfs(&init, &out)?;
-            println!("{}", out.display());
-            Ok(())
-        }
-        "run" => {
-            let mut wl = "null".to_string();
-            let kernel = fetch_kernel()?;
-            let mut vm = LinuxVm::new(&kernel, Path::new(""));
-            let mut extra = String::new();
-            let (mut net, mut forwards, mut load, mut concurrency) = (false, Vec::new(), None, crate::net::load::DEFAULT_CONCURRENCY);
-            let mut it = rest.iter();
-            while let Some(a) = it.next() {
-                let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
-                match a.as_str() {
-                    "--wl" => wl = val()?,
-                    "--smp" => vm.smp = val()?.parse().map_err(|_| "--smp: not a number")?,
-                    "--mem" => vm.mem_mib = val()?.parse().map_err(|_| "--mem: not a number of MiB")?,
-                    "--append" => extra = val()?,
-                    "--timeout" => vm.timeout = Duration::from_secs(val()?.parse().map_err(|_| "--timeout: not a number")?),
-                    "--net" => net = true,
-                    "--hostfwd" => {
-                        forwards.push(crate::net::parse_hostfwd(&val()?)?);
-                        net = true;
-                    }
-                    "--load" => load = Some(val()?.parse::<u64>().ok().filter(|&n| n > 0).ok_or("--load: not a positive number of connections")?),
-                    "--concurrency" => concurrency = val()?.parse().ok().filter(|&c| c > 0).ok_or("--concurrency: not a positive number")?,
-                    other => return Err(format!("linux run: unknown option `{other}`")),
-                }
-            }
-            if vm.smp == 0 || vm.smp > 64 {
-                return Err(format!("--smp: {} is not in 1..64", vm.smp));
-            }
-            if load.is_some() && (wl != "tcpserv" || !net) {
-                return Err("--load: needs --wl tcpserv and --net".into());
-            }
-            vm.initrd = if net { crate::net::linux_guest::initramfs(&kernel)? } else { guest_initramfs()? };
-            if net {
-                vm.net = Some(crate::net::from_options(forwards)?);
-            }
-            let accept = load.map(|conns| crate::net::tcp_accept::AcceptSpec { conns, concurrency, ready_timeout: vm.timeout, ..Default::default() });
-            let conns = accept.as_ref().map(|a| format!(" conns={} warmup={}", a.guest_conns(), a.warmup)).unwrap_or_default();
-            vm.append = format!("wl={wl} threads={}{conns} {extra}", vm.smp);
-            if let Some(n) = &vm.net {
-                print!("{}", n.describe());
-                let port = n.host_port(crate::net::SERVICE_PORT);
-                if let (Some(spec), Some(port)) = (&accept, port) {
-                    let o = crate::net::tcp_accept::run(&vm.qemu_args(), port, spec, true)?;
-                    for l in &o.rounds {
-                        print!("{}", l.summary());
-                    }
-                    println!("linux: guest ran {:.1}s", o.finished.elapsed.as_secs_f64());
-                    return o.problem.map_or(Ok(()), |p| Err(format!("linux run: {p}")));
-                }
-                if load.is_some() {
-                    return Err("--load: no forward to guest port 80".into());
-                }
-                // Serve until the guest stops or the timeout: the serial line as it comes.
-                let s = crate::net::session::Session::start(&vm.qemu_args(), true)?;
-                let f = s.finish(Instant::now() + vm.timeout);
-                println!("linux: guest ran {:.1}s{}", f.elapsed.as_secs_f64(), if f.killed { " (killed at --timeout)".to_string() } else { format!(" (QEMU status {:?})", f.exit_code) });
-                return Ok(());
-            }
-            let out = run_workload(&vm)?;
-            print!("{}", out.serial);
-            println!("linux: guest ran {:.1}s", out.elapsed.as_secs_f64());
-            Ok(())
-        }
-        other => Err(format!("linux: unknown command `{other}`; try `cargo xtask linux help`")),
     }
+}
+
+fn run_command(a: LinuxRunArgs) -> Result<(), String> {
+    let wl = a.wl;
+    let kernel = fetch_kernel()?;
+    let mut vm = LinuxVm::new(&kernel, Path::new(""));
+    if let Some(n) = a.smp {
+        vm.smp = n;
+    }
+    if let Some(m) = a.mem {
+        vm.mem_mib = m;
+    }
+    if let Some(t) = a.timeout {
+        vm.timeout = Duration::from_secs(t);
+    }
+    let extra = a.append.unwrap_or_default();
+    let net = a.net || !a.hostfwd.is_empty();
+    let (forwards, load) = (a.hostfwd, a.load);
+    let concurrency = a.concurrency.map_or(crate::net::load::DEFAULT_CONCURRENCY, |c| c.min(usize::MAX as u64) as usize);
+    vm.initrd = if net { crate::net::linux_guest::initramfs(&kernel)? } else { guest_initramfs()? };
+    if net {
+        vm.net = Some(crate::net::from_options(forwards)?);
+    }
+    let accept = load.map(|conns| crate::net::tcp_accept::AcceptSpec { conns, concurrency, ready_timeout: vm.timeout, ..Default::default() });
+    let conns = accept.as_ref().map(|a| format!(" conns={} warmup={}", a.guest_conns(), a.warmup)).unwrap_or_default();
+    vm.append = format!("wl={wl} threads={}{conns} {extra}", vm.smp);
+    if let Some(n) = &vm.net {
+        print!("{}", n.describe());
+        let port = n.host_port(crate::net::SERVICE_PORT);
+        if let (Some(spec), Some(port)) = (&accept, port) {
+            let o = crate::net::tcp_accept::run(&vm.qemu_args(), port, spec, true)?;
+            for l in &o.rounds {
+                print!("{}", l.summary());
+            }
+            println!("linux: guest ran {:.1}s", o.finished.elapsed.as_secs_f64());
+            return o.problem.map_or(Ok(()), |p| Err(format!("linux run: {p}")));
+        }
+        if load.is_some() {
+            return Err("--load: no forward to guest port 80".into());
+        }
+        // Serve until the guest stops or the timeout: the serial line as it comes.
+        let s = crate::net::session::Session::start(&vm.qemu_args(), true)?;
+        let f = s.finish(Instant::now() + vm.timeout);
+        println!("linux: guest ran {:.1}s{}", f.elapsed.as_secs_f64(), if f.killed { " (killed at --timeout)".to_string() } else { format!(" (QEMU status {:?})", f.exit_code) });
+        return Ok(());
+    }
+    let out = run_workload(&vm)?;
+    print!("{}", out.serial);
+    println!("linux: guest ran {:.1}s", out.elapsed.as_secs_f64());
+    Ok(())
 }
 
 #[cfg(test)]

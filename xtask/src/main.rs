@@ -56,17 +56,17 @@ impl TestTally {
 
 /// Why a command failed: a bad command line (exit status 2, nothing was done) or the work
 /// itself (exit status 1).
-enum Failure {
+pub(crate) enum Failure {
     Usage(String),
     Work(String),
 }
 
 /// A check of the parsed options that failed is a usage error.
-fn usage<T>(r: Result<T, String>) -> Result<T, Failure> {
+pub(crate) fn usage<T>(r: Result<T, String>) -> Result<T, Failure> {
     r.map_err(Failure::Usage)
 }
 
-fn work(r: Result<(), String>) -> Result<(), Failure> {
+pub(crate) fn work(r: Result<(), String>) -> Result<(), Failure> {
     r.map_err(Failure::Work)
 }
 
@@ -134,15 +134,15 @@ fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
         Command::Fuzz(a) => work(fuzz::main(fuzz::FuzzOpts::from(a))),
         Command::Soak(a) => work(fuzz::soak(a.minutes, a.smp)),
         Command::Mutants(a) => work(mutants::main(&a)),
-        Command::Plugin(t) => work(plugins::main(&t.args)),
+        Command::Plugin(a) => plugins::main(a.command),
         // The short names for the two measurement commands.
-        Command::Cachesim(t) => work(plugins::main(&[vec!["cachesim".to_string()], t.args].concat())),
-        Command::Audit(t) => work(plugins::main(&[vec!["audit".to_string()], t.args].concat())),
-        Command::Linux(t) => work(linux::main(&t.args)),
-        Command::Net(t) => work(net::main(&t.args)),
-        Command::Fs(t) => work(fs::main(&t.args)),
-        Command::Metis(t) => work(metis::main(&t.args)),
-        Command::Webd(t) => work(webd::main(&t.args)),
+        Command::Cachesim(o) => plugins::main(cli::tools::PluginCommand::Cachesim(o)),
+        Command::Audit(o) => plugins::main(cli::tools::PluginCommand::Sharing(o)),
+        Command::Linux(a) => linux::main(a.command),
+        Command::Net(a) => net::main(a.command),
+        Command::Fs(a) => fs::main(a.command),
+        Command::Metis(a) => metis::main(a.command),
+        Command::Webd(a) => webd::main(a.command),
         Command::Completions(a) => {
             use std::io::Write;
             work(std::io::stdout().write_all(&cli::completions(a.shell)).map_err(|e| format!("completions: {e}")))

@@ -14,53 +14,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-const HELP: &str = "\
-cargo xtask plugin <command> [options]
+// The command line (commands and options, their help): cli/tools.rs, [`PluginCommand`] and
+// [`PluginOpts`]. insncount, cachesim and sharing run in the exact mode (docs/plugins.md):
+// -icount shift=3 with sleep off, a fixed -seed and -rtc, and with several vCPUs a
+// plugin-driven switch every 250 instructions, so their counts repeat whatever the host's
+// load. Not the host-driven workloads (tcpserv, tcp_accept*: packets arrive in host time) and
+// not `overhead` (a timing).
 
-Commands:
-  build       Build the plugins (target/qemu-plugins/*.so), the guest /init and the simulator tests
-  test        Simulator tests on synthetic traces, then short guest runs (as `cargo xtask test`)
-  insncount   Guest instructions per vCPU, kernel/user, inside the marked region
-  cachesim    CachEMU: OS/app misses, competition, cooperation, memory CPI per placement
-  sharing     Lines written by one vCPU and touched by another, with kernel symbols (alias: audit)
-  overhead    Run time with each plugin over plain TCG on one workload
-  symbols     Fetch (once) the Linux guest's kernel symbols (/proc/kallsyms, cached)
-  help        This text
-
-Options:
-  --system linux|ours     guest system (default linux)
-  --workload NAME         (--bench NAME is the same) linux: stream null dupclose dupclose_unshared counter private
-                          find zip pipe spawn filesum piperr sockrr tcpserv (Corey 8.2, driven by the load
-                          generator: ops = connections; ours: tcpserv too), or a suite benchmark
-                          they do not cover (run by bench-linux, e.g. metis_wri); ours: a suite benchmark (`cargo xtask bench
-                          --list`, run by bench-ours with one worker per vCPU) or a microbench
-                          one (null fault share_private share_global stat segment ppc; one core)
-  --smp N                 vCPUs (default 1; sharing default 2)
-  --params \"k=v ...\"      workload parameters (iters=, threads=, size=, passes=, files=)
-  --preset LIST           cachesim: nehalem, sweep, nehalem-mc, amd16, comma-separated (default nehalem).
-                          nehalem-mc (2 chips x 4 cores) and amd16 (Corey's 4 x 4) are multi-core:
-                          vCPU i drives core i, private L1/L2, an L3 per chip; per-vCPU misses
-                          and memory CPI, kernel and user, per region entry
-  --core-map C0,C1,..     multi-core presets: vCPU i drives core Ci (e.g. 0,4,8,12: one per amd16 chip)
-  --scope region|all      multi-core presets: simulate only inside the region (default), or every
-                          access after the first marker (counting only inside the region)
-  --levels G1/G2/..       cachesim: custom unified hierarchy, G = SIZE:ASSOC[:LINE], e.g. 32K:8/8M:16
-  --inclusive on|off      cachesim with --levels: back-invalidate on eviction (default on)
-  --kernel-only           sharing: ignore user-mode accesses
-  --top N                 sharing: lines to list (default 25)
-  --cmdline \"init=PROG -- ARGS\"  (--system ours) boot this command line instead of a workload;
-                          with it: --disk IMG, --net, --hostfwd H:G (as `cargo xtask run`),
-                          --ready TEXT and --load-cmd CMD (once a serial line contains TEXT,
-                          run `sh -c CMD` with the forwarded port in $PORT and {port}, then stop
-                          QEMU with SIGTERM so the plugin reports), --echo (print the serial)
-  --out DIR               where JSON and plots go (default target/plugin-results)
-  --timeout SECS          kill the guest after SECS (default 600)
-
-insncount, cachesim and sharing run in the exact mode (docs/plugins.md): -icount shift=3 with
-sleep off, a fixed -seed and -rtc, and with several vCPUs a plugin-driven switch every 250
-instructions, so their counts repeat whatever the host's load. Not the host-driven workloads
-(tcpserv, tcp_accept*: packets arrive in host time) and not `overhead` (a timing).
-";
+use crate::cli::tools::{PluginCommand, PluginOpts};
 
 /// Where built plugins, the guest program and raw plugin outputs go.
 pub fn artifact_dir() -> PathBuf {
@@ -981,95 +942,31 @@ struct Opts {
 /// The multi-core presets of cachesim (tools/qemu-plugins/cachesim_mc.c) and their core counts.
 const MC_PRESETS: [(&str, u32); 2] = [("nehalem-mc", 8), ("amd16", 16)];
 
-fn parse_opts(args: &[String]) -> Result<Opts, String> {
+/// The measurement options (cli/tools.rs) as [`Opts`], with the checks between them.
+fn opts(a: PluginOpts) -> Result<Opts, String> {
     let mut o = Opts {
-        system: System::Linux,
-        workload: None,
-        smp: None,
-        params: String::new(),
-        presets: Vec::new(),
-        levels: None,
-        inclusive: true,
-        kernel_only: false,
-        top: 25,
-        out: crate::env::workspace_root().join("target").join("plugin-results"),
-        timeout: Duration::from_secs(600),
-        core_map: None,
-        scope_all: false,
+        system: System::parse(&a.system)?,
+        workload: a.workload,
+        smp: a.smp,
+        params: a.params,
+        presets: a.preset.map(|p| p.0).unwrap_or_default(),
+        levels: a.levels,
+        inclusive: a.inclusive.is_on(),
+        kernel_only: a.kernel_only,
+        top: a.top,
+        out: a.out.unwrap_or_else(|| crate::env::workspace_root().join("target").join("plugin-results")),
+        timeout: Duration::from_secs(a.timeout),
+        core_map: a.core_map.map(|c| c.0),
+        scope_all: a.scope == "all",
         custom: None,
     };
-    let mut custom = Custom::default();
-    let (mut cmdline, mut net, mut forwards) = (None, false, Vec::new());
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
-        match a.as_str() {
-            "--system" => o.system = System::parse(&val()?)?,
-            "--workload" | "--bench" => o.workload = Some(val()?),
-            "--smp" => {
-                let v = val()?;
-                let n: u32 = v.parse().map_err(|_| format!("--smp: `{v}` is not a number"))?;
-                if n == 0 || n > 64 {
-                    return Err(format!("--smp: {n} is not in 1..64 (the sharing audit tracks at most 64 vCPUs)"));
-                }
-                o.smp = Some(n);
-            }
-            "--params" => o.params = val()?,
-            "--preset" => {
-                for p in val()?.split(',') {
-                    if !matches!(p, "nehalem" | "sweep") && !MC_PRESETS.iter().any(|(n, _)| *n == p) {
-                        return Err(format!("--preset: unknown preset `{p}` (nehalem, sweep, nehalem-mc, amd16)"));
-                    }
-                    o.presets.push(p.to_string());
-                }
-            }
-            "--levels" => o.levels = Some(val()?),
-            "--inclusive" => {
-                o.inclusive = match val()?.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    v => return Err(format!("--inclusive: `{v}` is not on or off")),
-                }
-            }
-            "--kernel-only" => o.kernel_only = true,
-            "--top" => o.top = val()?.parse().map_err(|_| "--top: not a number")?,
-            "--out" => o.out = PathBuf::from(val()?),
-            "--timeout" => o.timeout = Duration::from_secs(val()?.parse().map_err(|_| "--timeout: not a number of seconds")?),
-            "--core-map" => {
-                let v = val()?;
-                let cores = v.split(',').map(|c| c.trim().parse::<u32>().ok().filter(|&c| c < 64)).collect::<Option<Vec<u32>>>();
-                let cores = cores.filter(|c| !c.is_empty()).ok_or_else(|| format!("--core-map: `{v}` is not a list of core numbers 0..63 (e.g. 0,4,8,12)"))?;
-                if let Some(d) = cores.iter().enumerate().find(|(i, c)| cores[..*i].contains(c)) {
-                    return Err(format!("--core-map: core {} is given to two vCPUs", d.1));
-                }
-                o.core_map = Some(cores);
-            }
-            "--scope" => {
-                o.scope_all = match val()?.as_str() {
-                    "region" => false,
-                    "all" => true,
-                    v => return Err(format!("--scope: `{v}` is not region or all")),
-                }
-            }
-            "--cmdline" => cmdline = Some(val()?),
-            "--disk" => {
-                let d = PathBuf::from(val()?);
-                if !d.is_file() {
-                    return Err(format!("--disk: `{}` is not a file", d.display()));
-                }
-                custom.disk = Some(d);
-            }
-            "--net" => net = true,
-            "--hostfwd" => {
-                forwards.push(crate::net::parse_hostfwd(&val()?)?);
-                net = true;
-            }
-            "--ready" => custom.ready = Some(val()?),
-            "--load-cmd" => custom.load_cmd = Some(val()?),
-            "--echo" => custom.echo = true,
-            other => return Err(format!("plugin: unknown option `{other}`; try `cargo xtask plugin help`")),
+    let mut custom = Custom { disk: a.disk, ready: a.ready, load_cmd: a.load_cmd, echo: a.echo, ..Custom::default() };
+    if let Some(d) = &custom.disk {
+        if !d.is_file() {
+            return Err(format!("--disk: `{}` is not a file", d.display()));
         }
     }
+    let (cmdline, net, forwards) = (a.cmdline, a.net || !a.hostfwd.is_empty(), a.hostfwd);
     match cmdline {
         Some(c) => {
             if c.trim().is_empty() {
@@ -1720,43 +1617,30 @@ fn cmd_overhead(o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
-pub fn main(args: &[String]) -> Result<(), String> {
-    let Some(cmd) = args.first() else {
-        eprint!("{HELP}");
-        return Err("plugin: name a command".into());
-    };
-    let rest = &args[1..];
-    match cmd.as_str() {
-        "help" | "-h" | "--help" => {
-            print!("{HELP}");
-            Ok(())
-        }
-        "build" => {
-            let b = build()?;
+/// `cargo xtask plugin ...` (and `cachesim`, `audit`).
+pub fn main(cmd: PluginCommand) -> Result<(), crate::Failure> {
+    match cmd {
+        PluginCommand::Build => crate::work(build().map(|b| {
             for p in [&b.insncount, &b.cachesim, &b.sharing, &b.test_bin] {
                 println!("{}", p.display());
             }
-            Ok(())
-        }
-        "test" => {
-            let t = tests()?;
+        })),
+        PluginCommand::Test => crate::work(tests().and_then(|t| {
             println!("plugin tests: {} passed, {} failed", t.passed, t.failed);
             if t.failed > 0 {
                 Err(format!("{} plugin test(s) failed", t.failed))
             } else {
                 Ok(())
             }
+        })),
+        PluginCommand::Insncount(a) => crate::work(cmd_insncount(&crate::usage(opts(a))?)),
+        PluginCommand::Cachesim(a) => crate::work(cmd_cachesim(&crate::usage(opts(a))?)),
+        PluginCommand::Sharing(a) => crate::work(cmd_sharing(&crate::usage(opts(a))?)),
+        PluginCommand::Overhead(a) => crate::work(cmd_overhead(&crate::usage(opts(a))?)),
+        PluginCommand::Symbols(a) => {
+            let o = crate::usage(opts(a))?;
+            crate::work(symbols_for(o.system).map(|syms| println!("{} kernel symbols", syms.len())))
         }
-        "insncount" => cmd_insncount(&parse_opts(rest)?),
-        "cachesim" => cmd_cachesim(&parse_opts(rest)?),
-        "sharing" | "audit" => cmd_sharing(&parse_opts(rest)?),
-        "overhead" => cmd_overhead(&parse_opts(rest)?),
-        "symbols" => {
-            let syms = symbols_for(parse_opts(rest)?.system)?;
-            println!("{} kernel symbols", syms.len());
-            Ok(())
-        }
-        other => Err(format!("plugin: unknown command `{other}` (build, test, insncount, cachesim, sharing, audit, overhead, symbols, help)")),
     }
 }
 
@@ -1965,13 +1849,24 @@ mod unit {
 
     #[test]
     fn options_reject_bad_input() {
-        let a = |v: &[&str]| parse_opts(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        // The whole path of `cargo xtask plugin insncount ...`: clap (cli/tools.rs), then `opts`.
+        let a = |v: &[&str]| -> Result<Opts, String> {
+            let args: Vec<String> = std::iter::once("insncount").chain(v.iter().copied()).map(String::from).collect();
+            match crate::cli::parse_command("plugin", &args)? {
+                crate::cli::Command::Plugin(crate::cli::tools::PluginArgs { command: PluginCommand::Insncount(o) }) => opts(o),
+                other => panic!("{other:?}"),
+            }
+        };
         // the multi-core and custom-guest options (issue 18)
         assert!(a(&["--preset", "amd16,nehalem-mc"]).is_ok());
         assert!(a(&["--core-map", "0,4,x"]).err().unwrap().contains("not a list of core numbers"));
         assert!(a(&["--core-map", "0,4,4"]).err().unwrap().contains("core 4 is given to two vCPUs"));
         assert!(a(&["--core-map", "64"]).is_err());
-        assert!(a(&["--scope", "most"]).err().unwrap().contains("region or all"));
+        assert!(a(&["--scope", "most"]).err().unwrap().contains("--scope"));
+        assert!(a(&["--top", "x"]).err().unwrap().contains("--top"));
+        assert!(a(&["--timeout", "soon"]).err().unwrap().contains("--timeout"));
+        assert!(a(&["--inclusive", "maybe"]).err().unwrap().contains("--inclusive"));
+        assert!(a(&["--hostfwd", "80"]).err().unwrap().contains("--hostfwd"));
         assert!(a(&["--net"]).err().unwrap().contains("go with --cmdline"));
         assert!(a(&["--system", "ours", "--cmdline", "init=x", "--ready", "up"]).err().unwrap().contains("needs --load-cmd"));
         assert!(a(&["--cmdline", "init=x"]).err().unwrap().contains("only with --system ours"));
@@ -1980,11 +1875,13 @@ mod unit {
         let o = a(&["--system", "ours", "--cmdline", "init=webd -- --mode locality"]).unwrap();
         assert_eq!(o.workload.as_deref(), Some("custom"));
         assert_eq!(o.custom.as_ref().map(|c| c.cmdline.as_str()), Some("init=webd -- --mode locality"));
-        assert!(a(&["--system", "bsd"]).err().unwrap().contains("unknown system"));
+        assert!(a(&["--system", "bsd"]).err().unwrap().contains("--system"));
         assert!(a(&["--preset", "skylake"]).err().unwrap().contains("unknown preset"));
-        assert!(a(&["--smp", "0"]).is_err());
-        assert!(a(&["--frobnicate"]).err().unwrap().contains("unknown option"));
-        assert!(main(&["frob".to_string()]).err().unwrap().contains("unknown command"));
+        assert!(a(&["--smp", "0"]).err().unwrap().contains("--smp"));
+        assert!(a(&["--smp", "65"]).err().unwrap().contains("--smp"));
+        assert!(a(&["--frobnicate"]).err().unwrap().contains("--frobnicate"));
+        let e = crate::cli::parse_command("plugin", &["frob".to_string()]).unwrap_err();
+        assert!(e.contains("frob") && !e.contains('\n'), "{e}");
     }
 
     #[test]

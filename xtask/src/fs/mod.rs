@@ -24,54 +24,36 @@ pub use crash::crash_test;
 
 use ext2::{Disk, Ext2, FsError};
 
+use crate::cli::tools::FsCommand;
+
 /// The files of `fstest`'s image (shared with the guest test).
 #[path = "../../../user/apps/src/common/fstest_files.rs"]
 mod fstest_files;
 
-const HELP: &str = "\
-cargo xtask fs <command>
-  mkimage DIR IMG [--size S]   make an ext2 image of DIR's files (mke2fs -t ext2 -d; S like 8M,
-                               default: the files' size plus room, at least 4 MiB)
-  check IMG                    e2fsck -fn IMG (read-only; exit status says clean or not)
-  ls IMG [PATH]                list a directory of the image (our reader)
-  cat IMG PATH                 print a file of the image (our reader)
-  get IMG PATH OUT             copy a file of the image to OUT (our reader)
-  test                         the file-system part of `cargo xtask test` alone (fstest on a fresh
-                               image, e2fsck -fn, the guest's files read back on the host)
-  crash [--kills N] [--seed S] the crash test: N times (default 20) boot `fscrash`, which writes and
-                               fsyncs files, kill QEMU after a seeded number of them, `e2fsck -fy`,
-                               then check `e2fsck -fn` is clean and every fsync'd file is intact
-  fstest-image IMG             the image `fstest` checks (its files: user/apps/src/common/fstest_files.rs)
-";
+/// `cargo xtask fs ...` (the command line: cli/tools.rs, [`FsCommand`]).
+pub fn main(cmd: FsCommand) -> Result<(), crate::Failure> {
+    crate::work(command(cmd))
+}
 
-pub fn main(args: &[String]) -> Result<(), String> {
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    match a.as_slice() {
-        ["mkimage", dir, img, rest @ ..] => {
-            let size = match rest {
-                [] => None,
-                ["--size", s] => Some(crate::qemu::parse_size_mib(s)?),
-                _ => return Err(format!("fs mkimage: unexpected arguments {rest:?}\n{HELP}")),
-            };
-            mkimage(Path::new(dir), Path::new(img), size).map(|mib| println!("fs: {img}: ext2, {mib} MiB, from {dir}"))
-        }
-        ["check", img] => check(Path::new(img)),
-        ["ls", img] => ls(Path::new(img), "/"),
-        ["ls", img, path] => ls(Path::new(img), path),
-        ["cat", img, path] => {
-            let data = read_file(Path::new(img), path)?;
+fn command(cmd: FsCommand) -> Result<(), String> {
+    match cmd {
+        FsCommand::Mkimage { dir, img, size } => mkimage(&dir, &img, size).map(|mib| println!("fs: {}: ext2, {mib} MiB, from {}", img.display(), dir.display())),
+        FsCommand::Check { img } => check(&img),
+        FsCommand::Ls { img, path } => ls(&img, &path),
+        FsCommand::Cat { img, path } => {
+            let data = read_file(&img, &path)?;
             std::io::stdout().write_all(&data).map_err(|e| e.to_string())
         }
-        ["get", img, path, out] => {
-            let data = read_file(Path::new(img), path)?;
-            std::fs::write(out, data).map_err(|e| format!("{out}: {e}"))
+        FsCommand::Get { img, path, out } => {
+            let data = read_file(&img, &path)?;
+            std::fs::write(&out, data).map_err(|e| format!("{}: {e}", out.display()))
         }
-        ["fstest-image", img] => {
+        FsCommand::FstestImage { img } => {
             let root = crate::env::target_dir().join("fs-test").join("root");
             write_fstest_tree(&root)?;
-            mkimage(&root, Path::new(img), Some(16)).map(|mib| println!("fs: {img}: ext2, {mib} MiB, fstest's files"))
+            mkimage(&root, &img, Some(16)).map(|mib| println!("fs: {}: ext2, {mib} MiB, fstest's files", img.display()))
         }
-        ["test"] => {
+        FsCommand::Test => {
             let kernel = crate::env::build_kernel()?;
             let initrd = crate::user::build_initrd()?;
             let t = ci_test(&kernel, &initrd)?;
@@ -82,18 +64,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 Err("fs test failed".into())
             }
         }
-        ["crash", rest @ ..] => {
-            let mut kills = 20u32;
-            let mut seed = 1u64;
-            let mut it = rest.iter();
-            while let Some(o) = it.next() {
-                let mut num = |name: &str| it.next().and_then(|v| v.parse::<u64>().ok()).ok_or(format!("fs crash: {name} needs a number"));
-                match *o {
-                    "--kills" => kills = num("--kills")? as u32,
-                    "--seed" => seed = num("--seed")?,
-                    other => return Err(format!("fs crash: unknown option `{other}`")),
-                }
-            }
+        FsCommand::Crash { kills, seed } => {
             let kernel = crate::env::build_kernel()?;
             let initrd = crate::user::build_initrd()?;
             let t = crash_test(&kernel, &initrd, kills, seed)?;
@@ -104,11 +75,6 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 Err("fs crash test failed".into())
             }
         }
-        ["help"] | ["--help"] | [] => {
-            print!("{HELP}");
-            Ok(())
-        }
-        _ => Err(format!("fs: unknown arguments {a:?}\n{HELP}")),
     }
 }
 

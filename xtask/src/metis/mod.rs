@@ -25,40 +25,7 @@ use crate::qemu::{BootMedium, VmConfig};
 
 mod sweep;
 
-const HELP: &str = "\
-cargo xtask metis ci                the check `cargo xtask test` runs (ours, 2 vCPUs, 4 boots)
-cargo xtask metis sweep APP [--smp 1,2] [--systems ours,linux] [--out-dir DIR] [run options]
-                                    one boot per system and vCPU count: table and plot of the
-                                    phases' times (target/metis-results/APP.md, .svg, .png)
-cargo xtask metis sweep all [--input FILE] [--size 1m] [sweep options]
-                                    the three sweeps (a plot per application); wc and wri read
-                                    FILE, or the text wrmem generates (--size, --seed)
-cargo xtask metis wc|wri|wrmem [options]
-  --input FILE        the text (wc, wri); put into the boot image
-  --from-disk         ours: put the input on an ext2 disk image instead and read it through the
-                      file system (libos::fs, the virtio-blk device object)
-  --to-disk           ours: the guest writes the output to /metis-output on an ext2 disk image
-                      (libos::fs) instead of the serial line; the host checks the image with
-                      `e2fsck -fn` and reads the file back with `fs get`'s reader
-  --keep-disk IMG     with --from-disk/--to-disk: keep the disk image as IMG (then e.g.
-                      `cargo xtask fs get IMG /metis-output OUT`)
-  --out FILE          where the output goes (default: not written)
-  --system ours|linux|both (default ours; both: one boot each, then ours/linux per phase,
-                      raw and divided by each boot's calibration loop)
-  --smp N             vCPUs = workers (default 2)
-  --mem SIZE          guest memory (default 1G)
-  --layout per-core|shared|private   where intermediate data lives on ours (default per-core)
-  --size BYTES        wrmem: bytes of generated text (default 1M; k/m/g suffixes)
-  --seed S            wrmem: generator seed (default 1)
-  --parts P           reduce partitions (default 8 per worker)
-  --linux-thp on|off  Linux: transparent huge pages in the arenas as the kernel's default (on)
-                      or off (MADV_NOHUGEPAGE: 4 KiB pages, as ours and Corey's Linux)
-  --digest-only       do not send the output over the serial line, only its digest
-  --check             compare the output with the host reference implementation
-  --timeout SECS      kill QEMU after SECS (default 600)
-  --insns             three more boots under the insncount plugin, one per phase: kernel and
-                      user instructions of map, reduce and merge (all vCPUs; per input MiB)
-";
+use crate::cli::tools::{MetisAppArgs, MetisCommand, MetisRunArgs, SweepApp};
 
 #[derive(Debug, Clone)]
 pub struct MetisRun {
@@ -189,73 +156,53 @@ pub fn pipeline_wc(file: &Path) -> Result<Vec<u8>, String> {
     Ok(out.stdout)
 }
 
-fn parse_args(args: &[String]) -> Result<(MetisRun, Option<PathBuf>, bool), String> {
-    let mut r = MetisRun::default();
-    let mut out = None;
-    let mut check = false;
-    let mut it = args.iter();
-    r.app = it.next().ok_or("metis: name the application: wc, wri or wrmem")?.clone();
-    if !["wc", "wri", "wrmem"].contains(&r.app.as_str()) {
-        return Err(format!("metis: unknown application `{}`\n{HELP}", r.app));
-    }
-    let size = |s: &str| -> Result<u64, String> { mapreduce::cli::parse_size(s).ok_or(format!("metis: `{s}` is not a size")) };
-    while let Some(a) = it.next() {
-        let mut val = || it.next().cloned().ok_or(format!("metis: {a} needs a value"));
-        match a.as_str() {
-            "--input" => r.input = Some(PathBuf::from(val()?)),
-            "--out" => out = Some(PathBuf::from(val()?)),
-            "--system" => r.system = val()?,
-            "--smp" => r.smp = val()?.parse().map_err(|_| "metis: --smp needs a number")?,
-            "--mem" => r.mem_mib = crate::qemu::parse_size_mib(&val()?)?,
-            "--layout" => r.layout = val()?,
-            "--size" => r.size = size(&val()?)?,
-            "--seed" => r.seed = size(&val()?)?,
-            "--parts" => r.parts = Some(size(&val()?)?),
-            "--timeout" => r.timeout = Duration::from_secs(val()?.parse().map_err(|_| "metis: --timeout needs seconds")?),
-            "--digest-only" => r.print = false,
-            "--linux-thp" => {
-                r.linux_thp = match val()?.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    _ => return Err("metis: --linux-thp is on or off".into()),
-                }
-            }
-            "--check" => check = true,
-            "--from-disk" => r.from_disk = true,
-            "--to-disk" => r.to_disk = true,
-            "--keep-disk" => r.keep_disk = Some(PathBuf::from(val()?)),
-            "--insns" => r.plugin = Some(PathBuf::new()),
-            "-h" | "--help" => return Err(HELP.into()),
-            other => return Err(format!("metis: unknown option `{other}`\n{HELP}")),
-        }
-    }
-    if !["ours", "linux", "both"].contains(&r.system.as_str()) {
-        return Err("metis: --system is ours, linux or both".into());
-    }
-    if !["per-core", "shared", "private"].contains(&r.layout.as_str()) {
-        return Err("metis: --layout is per-core, shared or private".into());
-    }
+/// A boot of APP with these options (cli/tools.rs), checked: the checks between options and
+/// that the input file is there.
+fn run_from(app: &str, smp: u32, a: MetisRunArgs) -> Result<MetisRun, String> {
+    let d = MetisRun::default();
+    let r = MetisRun {
+        app: app.to_string(),
+        input: a.input,
+        system: a.system,
+        smp,
+        mem_mib: a.mem,
+        layout: a.layout,
+        size: a.size.unwrap_or(d.size),
+        seed: a.seed.unwrap_or(d.seed),
+        parts: a.parts,
+        print: !a.digest_only,
+        timeout: Duration::from_secs(a.timeout),
+        insns: None,
+        plugin: a.insns.then(PathBuf::new),
+        linux_thp: a.linux_thp.is_on(),
+        from_disk: a.from_disk,
+        to_disk: a.to_disk,
+        keep_disk: a.keep_disk,
+    };
     if (r.to_disk || r.from_disk) && r.system != "ours" {
         return Err("metis: --from-disk and --to-disk are for --system ours (Linux's guest has no disk)".into());
     }
     if r.keep_disk.is_some() && !(r.to_disk || (r.from_disk && r.app != "wrmem")) {
         return Err("metis: --keep-disk needs a disk (--to-disk, or --from-disk with wc/wri)".into());
     }
-    if r.smp == 0 || r.smp > 64 {
-        return Err("metis: --smp must be 1..=64 (one worker per vCPU)".into());
-    }
     match (r.app.as_str(), &r.input) {
         ("wrmem", Some(_)) => return Err("metis: wrmem generates its input (--size, --seed); --input is not used".into()),
         ("wrmem", None) => {}
         (_, None) => return Err(format!("metis: {} needs --input FILE", r.app)),
-        (_, Some(f)) if !f.is_file() => return Err(format!("metis: cannot read {}", f.display())),
+        (_, Some(f)) if !f.is_file() => return Err(format!("metis: --input: cannot read {}", f.display())),
         _ => {}
     }
-    if let Some(o) = &out {
+    Ok(r)
+}
+
+/// `metis wc|wri|wrmem`'s options: the boot, where the output goes, whether to check it.
+fn app_options(app: &str, a: MetisAppArgs) -> Result<(MetisRun, Option<PathBuf>, bool), String> {
+    let r = run_from(app, a.smp, a.run)?;
+    if let Some(o) = &a.out {
         // An output path that cannot be written fails now, not after the boot.
-        fs::write(o, b"").map_err(|e| format!("metis: cannot write {}: {e}", o.display()))?;
+        fs::write(o, b"").map_err(|e| format!("metis: --out: cannot write {}: {e}", o.display()))?;
     }
-    Ok((r, out, check))
+    Ok((r, a.out, a.check))
 }
 
 /// The guest's words: `APP key=value ...` (ours takes them after `--`; Linux as `metis=`
@@ -559,25 +506,45 @@ fn ms(p: &BTreeMap<String, u64>, k: &str) -> String {
     p.get(k).map(|us| format!("{:.1}", *us as f64 / 1000.0)).unwrap_or("?".into())
 }
 
-pub fn main(args: &[String]) -> Result<(), String> {
-    // `cargo xtask metis --help` (as the top-level help names it) and `metis help`.
-    if matches!(args.first().map(String::as_str), Some("--help" | "-h" | "help")) {
-        println!("{HELP}");
-        return Ok(());
-    }
-    if args.first().map(String::as_str) == Some("sweep") {
-        if args.get(1).map(String::as_str) == Some("all") {
-            return sweep::all(&args[2..]);
+/// `cargo xtask metis ...` (the command line: cli/tools.rs, [`MetisCommand`]).
+pub fn main(cmd: MetisCommand) -> Result<(), crate::Failure> {
+    let (app, a) = match cmd {
+        // `cargo xtask metis ci`: the check `cargo xtask test` runs, alone.
+        MetisCommand::Ci => {
+            return crate::work((|| {
+                let t = ci_check(&crate::env::build_kernel()?)?;
+                println!("{} passed, {} failed", t.passed, t.failed);
+                if t.failed == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("{} metis check(s) failed", t.failed))
+                }
+            })())
         }
-        return sweep::main(&args[1..]);
-    }
-    // `cargo xtask metis ci`: the check `cargo xtask test` runs, alone.
-    if args.first().map(String::as_str) == Some("ci") {
-        let t = ci_check(&crate::env::build_kernel()?)?;
-        println!("{} passed, {} failed", t.passed, t.failed);
-        return if t.failed == 0 { Ok(()) } else { Err(format!("{} metis check(s) failed", t.failed)) };
-    }
-    let (r, out, check) = parse_args(args)?;
+        MetisCommand::Sweep(s) => {
+            return match s.app {
+                SweepApp::All => crate::work(sweep::all(&s)),
+                app => {
+                    let name = match app {
+                        SweepApp::Wc => "wc",
+                        SweepApp::Wri => "wri",
+                        _ => "wrmem",
+                    };
+                    // The output is not needed here, only its digest (and the guests print less).
+                    let base = crate::usage(run_from(name, 2, MetisRunArgs { digest_only: true, ..s.run.clone() }))?;
+                    crate::work(sweep::main(&s, base))
+                }
+            };
+        }
+        MetisCommand::Wc(a) => ("wc", a),
+        MetisCommand::Wri(a) => ("wri", a),
+        MetisCommand::Wrmem(a) => ("wrmem", a),
+    };
+    let (r, out, check) = crate::usage(app_options(app, a))?;
+    crate::work(run_app(r, out, check))
+}
+
+fn run_app(r: MetisRun, out: Option<PathBuf>, check: bool) -> Result<(), String> {
     let systems: Vec<&str> = if r.system == "both" { vec!["ours", "linux"] } else { vec![r.system.as_str()] };
     let ours = if systems.contains(&"ours") { Some(prepare_ours()?) } else { None };
     let linux = if systems.contains(&"linux") { Some(prepare_linux()?) } else { None };
@@ -858,11 +825,25 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_refused() {
-        let a = |v: &[&str]| parse_args(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        assert!(a(&["wx"]).is_err());
+        // The whole path of `cargo xtask metis ...`: clap (cli/tools.rs), then the checks here.
+        let a = |v: &[&str]| -> Result<(MetisRun, Option<PathBuf>, bool), String> {
+            match crate::cli::parse_command("metis", &v.iter().map(|s| s.to_string()).collect::<Vec<_>>())? {
+                crate::cli::Command::Metis(crate::cli::tools::MetisArgs { command: MetisCommand::Wc(x) }) => app_options("wc", x),
+                crate::cli::Command::Metis(crate::cli::tools::MetisArgs { command: MetisCommand::Wri(x) }) => app_options("wri", x),
+                crate::cli::Command::Metis(crate::cli::tools::MetisArgs { command: MetisCommand::Wrmem(x) }) => app_options("wrmem", x),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(a(&["wx"]).unwrap_err().contains("wx"));
+        assert!(a(&["wc", "--input", "/nonexistent/text"]).unwrap_err().contains("--input"));
+        assert!(a(&["wrmem", "--smp", "0"]).unwrap_err().contains("--smp"));
+        assert!(a(&["wrmem", "--smp", "x"]).unwrap_err().contains("--smp"));
+        assert!(a(&["wrmem", "--size", "lots"]).unwrap_err().contains("--size"));
+        assert!(a(&["wrmem", "--linux-thp", "maybe"]).unwrap_err().contains("--linux-thp"));
+        assert!(a(&["wrmem", "--system", "linux", "--to-disk"]).unwrap_err().contains("--to-disk"));
         assert!(a(&["wc"]).is_err(), "wc needs --input");
         assert!(a(&["wrmem", "--input", "x"]).is_err());
-        assert!(a(&["wrmem", "--layout", "diagonal"]).is_err());
+        assert!(a(&["wrmem", "--layout", "diagonal"]).unwrap_err().contains("--layout"));
         assert!(a(&["wrmem", "--out", "/nonexistent-dir/x"]).is_err(), "an unwritable --out fails before booting");
         assert!(a(&["wrmem", "--size", "4m", "--smp", "4"]).is_ok());
     }

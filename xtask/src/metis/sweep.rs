@@ -10,9 +10,9 @@
 
 use std::fmt::Write as _;
 use std::fs;
-use std::path::PathBuf;
 
-use super::{calib_rate, parse_args, run_once, MetisResult, MetisRun};
+use super::{calib_rate, run_once, MetisResult, MetisRun};
+use crate::cli::tools::{MetisRunArgs, MetisSweepArgs};
 
 /// Phases in the plot, with their shades per system.
 const PHASES: [(&str, &str); 3] = [("map", "map_us"), ("reduce", "reduce_us"), ("merge", "merge_us")];
@@ -27,27 +27,13 @@ struct Point {
 /// `wrmem`, one after the other: three tables and three plots. Without `--input`, `wc` and
 /// `wri` read the text `wrmem` generates (`--size`, `--seed`), written to
 /// `OUT_DIR/generated-SIZE-SEED.txt`, so the three run on the same bytes.
-pub fn all(args: &[String]) -> Result<(), String> {
-    let pos = |k: &str| args.iter().position(|a| a == k);
-    let val = |k: &str| pos(k).and_then(|i| args.get(i + 1)).cloned();
-    let out_dir = val("--out-dir").map(PathBuf::from).unwrap_or_else(|| crate::env::target_dir().join("metis-results"));
-    let mut rest: Vec<String> = args.to_vec();
-    let input = match pos("--input") {
-        Some(i) => {
-            let f = rest.get(i + 1).cloned().ok_or("sweep all: --input needs a file")?;
-            rest.drain(i..i + 2);
-            PathBuf::from(f)
-        }
+pub fn all(args: &MetisSweepArgs) -> Result<(), String> {
+    let out_dir = args.out_dir.clone().unwrap_or_else(|| crate::env::target_dir().join("metis-results"));
+    let input = match &args.run.input {
+        Some(f) => f.clone(),
         None => {
             let d = MetisRun::default();
-            let size = match val("--size") {
-                Some(s) => mapreduce::cli::parse_size(&s).ok_or(format!("sweep all: `{s}` is not a size"))?,
-                None => d.size,
-            };
-            let seed = match val("--seed") {
-                Some(s) => mapreduce::cli::parse_size(&s).ok_or(format!("sweep all: `{s}` is not a seed"))?,
-                None => d.seed,
-            };
+            let (size, seed) = (args.run.size.unwrap_or(d.size), args.run.seed.unwrap_or(d.seed));
             fs::create_dir_all(&out_dir).map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
             let f = out_dir.join(format!("generated-{size}-{seed}.txt"));
             let mut text = vec![0u8; usize::try_from(size).map_err(|_| "sweep all: --size too large")?];
@@ -58,13 +44,9 @@ pub fn all(args: &[String]) -> Result<(), String> {
     };
     let mut failed = Vec::new();
     for app in ["wc", "wri", "wrmem"] {
-        let mut a = vec![app.to_string()];
-        a.extend(rest.iter().cloned());
-        if app != "wrmem" {
-            a.extend(["--input".to_string(), input.display().to_string()]);
-        }
+        let run = MetisRunArgs { input: (app != "wrmem").then(|| input.clone()), digest_only: true, ..args.run.clone() };
         println!("== metis sweep {app}");
-        if let Err(e) = main(&a) {
+        if let Err(e) = super::run_from(app, 2, run).and_then(|base| main(args, base)) {
             println!("metis sweep {app}: {e}");
             failed.push(app);
         }
@@ -76,29 +58,11 @@ pub fn all(args: &[String]) -> Result<(), String> {
     }
 }
 
-pub fn main(args: &[String]) -> Result<(), String> {
-    let mut smp_list = vec![1u32, 2];
-    let mut systems = vec!["ours".to_string(), "linux".to_string()];
-    let mut out_dir = crate::env::target_dir().join("metis-results");
-    let mut rest = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--smp" => {
-                let v = it.next().ok_or("sweep: --smp needs a list such as 1,2")?;
-                smp_list = v.split(',').map(|s| s.trim().parse::<u32>().map_err(|_| format!("sweep: `{s}` is not a number"))).collect::<Result<_, _>>()?;
-            }
-            "--systems" => systems = it.next().ok_or("sweep: --systems needs ours,linux")?.split(',').map(String::from).collect(),
-            "--out-dir" => out_dir = PathBuf::from(it.next().ok_or("sweep: --out-dir needs a directory")?),
-            _ => rest.push(a.clone()),
-        }
-    }
-    if systems.iter().any(|s| s != "ours" && s != "linux") || systems.is_empty() {
-        return Err("sweep: --systems is a list of ours and linux".into());
-    }
-    // The output is not needed here, only its digest (and the guests print less).
-    rest.push("--digest-only".into());
-    let (base, _, _) = parse_args(&rest)?;
+/// `sweep APP`: `base` is the boot of APP with the run options (cli/tools.rs), checked.
+pub fn main(args: &MetisSweepArgs, base: MetisRun) -> Result<(), String> {
+    let smp_list = args.smp.clone().map_or(vec![1u32, 2], |l| l.0);
+    let systems = if args.systems.is_empty() { vec!["ours".to_string(), "linux".to_string()] } else { args.systems.clone() };
+    let out_dir = args.out_dir.clone().unwrap_or_else(|| crate::env::target_dir().join("metis-results"));
     let ours = if systems.iter().any(|s| s == "ours") { Some(super::prepare_ours()?) } else { None };
     let linux = if systems.iter().any(|s| s == "linux") { Some(super::prepare_linux()?) } else { None };
     let mut points = Vec::new();

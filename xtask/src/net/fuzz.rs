@@ -385,40 +385,15 @@ pub struct FuzzOptions {
     pub kinds: Vec<usize>,
 }
 
-pub fn parse_options(args: &[String]) -> Result<FuzzOptions, String> {
-    let mut o = FuzzOptions { frames: 10_000, seed: 1, system: "linux".into(), smp: 2, timeout: Duration::from_secs(300), kinds: Vec::new() };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().cloned().ok_or_else(|| format!("net fuzz: {a} needs a value"));
-        let num = |opt: &str, v: &str| v.parse::<u64>().map_err(|_| format!("net fuzz: {opt}: `{v}` is not a whole number"));
-        match a.as_str() {
-            "--frames" => o.frames = num("--frames", &value()?)?,
-            "--seed" => o.seed = num("--seed", &value()?)?,
-            "--smp" => o.smp = num("--smp", &value()?)?.try_into().map_err(|_| "net fuzz: --smp: too large".to_string())?,
-            "--timeout" => o.timeout = Duration::from_secs(num("--timeout", &value()?)?),
-            "--kinds" => {
-                for k in value()?.split(',').filter(|k| !k.is_empty()) {
-                    let i = KINDS.iter().position(|x| *x == k).ok_or_else(|| format!("net fuzz: --kinds: unknown kind `{k}` (known: {})", KINDS.join(", ")))?;
-                    o.kinds.push(i);
-                }
-            }
-            "--system" => {
-                o.system = value()?;
-                if o.system != "linux" && o.system != "ours" {
-                    return Err(format!("net fuzz: --system: `{}` is not linux or ours", o.system));
-                }
-            }
-            other => return Err(format!("net fuzz: unknown option `{other}` (try `cargo xtask net help`)")),
-        }
+/// `cargo xtask net fuzz`'s options, checked.
+pub fn options(a: crate::cli::tools::NetFuzzArgs) -> Result<FuzzOptions, String> {
+    let mut o = FuzzOptions { frames: a.frames, seed: a.seed, system: a.system, smp: a.smp, timeout: Duration::from_secs(a.timeout), kinds: Vec::new() };
+    for k in a.kinds.as_deref().unwrap_or("").split(',').filter(|k| !k.is_empty()) {
+        let i = KINDS.iter().position(|x| *x == k).ok_or_else(|| format!("net fuzz: --kinds: unknown kind `{k}` (known: {})", KINDS.join(", ")))?;
+        o.kinds.push(i);
     }
     if o.frames == 0 || o.frames > MAX_FRAMES {
         return Err(format!("net fuzz: --frames: {} is not in 1..={MAX_FRAMES}", o.frames));
-    }
-    if o.smp == 0 || o.smp > 64 {
-        return Err(format!("net fuzz: --smp: {} is not in 1..=64", o.smp));
-    }
-    if o.timeout.is_zero() {
-        return Err("net fuzz: --timeout: must be more than 0".into());
     }
     Ok(o)
 }
@@ -429,8 +404,7 @@ pub fn kernel_trouble(serial: &str) -> Option<&str> {
 }
 
 /// `cargo xtask net fuzz`.
-pub fn command(args: &[String]) -> Result<(), String> {
-    let o = parse_options(args)?;
+pub fn command(o: FuzzOptions) -> Result<(), String> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("net fuzz: cannot listen on 127.0.0.1: {e}"))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let mut qemu: Vec<String>;
@@ -639,9 +613,16 @@ mod tests {
     #[test]
     fn options_and_trouble() {
         let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        // The whole path of `cargo xtask net fuzz ...`: clap's parse, then the checks here.
+        let parse_options = |args: &[String]| -> Result<FuzzOptions, String> {
+            match crate::cli::parse_command("net", &[&["fuzz".to_string()], args].concat())? {
+                crate::cli::Command::Net(crate::cli::tools::NetArgs { command: crate::cli::tools::NetCommand::Fuzz(f) }) => options(f),
+                other => panic!("{other:?}"),
+            }
+        };
         let o = parse_options(&a("--frames 100 --seed 9 --system linux --smp 1")).unwrap();
         assert_eq!((o.frames, o.seed, o.smp), (100, 9, 1));
-        for (args, needle) in [("--frames 0", "--frames"), ("--seed x", "--seed"), ("--system bsd", "--system"), ("--smp 0", "--smp"), ("--bogus", "--bogus")] {
+        for (args, needle) in [("--frames 0", "--frames"), ("--seed x", "--seed"), ("--system bsd", "--system"), ("--smp 0", "--smp"), ("--bogus", "--bogus"), ("--kinds truncated,nosuch", "--kinds"), ("--frames 200000000", "--frames"), ("--timeout 0", "--timeout")] {
             assert!(parse_options(&a(args)).unwrap_err().contains(needle), "{args}");
         }
         assert!(kernel_trouble("ok\n[  3.1] BUG: unable to handle page fault\n").is_some());

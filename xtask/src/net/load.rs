@@ -399,36 +399,31 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport, String> {
     Ok(r)
 }
 
-/// Parse `cargo xtask net load` options.
-pub fn parse_options(args: &[String]) -> Result<LoadSpec, String> {
-    let mut spec = LoadSpec::default();
-    let mut port = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().cloned().ok_or_else(|| format!("net load: {a} needs a value"));
-        let num = |opt: &str, v: &str| v.parse::<u64>().map_err(|_| format!("net load: {opt}: `{v}` is not a whole number"));
-        match a.as_str() {
-            "--port" => {
-                let v = value()?;
-                port = Some(v.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| format!("net load: --port: `{v}` is not a port (1..=65535)"))?);
-            }
-            "--conns" => spec.conns = num("--conns", &value()?)?,
-            "--concurrency" => spec.concurrency = num("--concurrency", &value()?)?.min(usize::MAX as u64) as usize,
-            "--seconds" => spec.max_time = Duration::from_secs(num("--seconds", &value()?)?),
-            "--timeout" => spec.timeout = Duration::from_secs(num("--timeout", &value()?)?),
-            "--abort-every" => spec.abort_every = num("--abort-every", &value()?)?,
-            other => return Err(format!("net load: unknown option `{other}` (try `cargo xtask net help`)")),
-        }
+/// `cargo xtask net load`'s options as a spec (checked: [`LoadSpec::validate`]).
+pub fn options(a: crate::cli::tools::NetLoadArgs) -> Result<LoadSpec, String> {
+    let mut spec = LoadSpec { port: a.port, ..LoadSpec::default() };
+    if let Some(n) = a.conns {
+        spec.conns = n;
     }
-    spec.port = port.ok_or("net load: --port P is required (the host port forwarded to the guest's port 80)")?;
+    if let Some(c) = a.concurrency {
+        spec.concurrency = c.min(usize::MAX as u64) as usize;
+    }
+    if let Some(s) = a.seconds {
+        spec.max_time = Duration::from_secs(s);
+    }
+    if let Some(t) = a.timeout {
+        spec.timeout = Duration::from_secs(t);
+    }
+    if let Some(k) = a.abort_every {
+        spec.abort_every = k;
+    }
     spec.validate().map_err(|e| format!("net load: {e}"))?;
     Ok(spec)
 }
 
 /// `cargo xtask net load`: exit status 1 when any connection failed.
-pub fn command(args: &[String]) -> Result<(), String> {
-    let spec = parse_options(args)?;
-    let r = run(&spec)?;
+pub fn command(spec: &LoadSpec) -> Result<(), String> {
+    let r = run(spec)?;
     print!("{}", r.summary());
     if r.failures.total() > 0 || (r.ok == 0 && r.aborted < r.attempted) {
         return Err(format!("net load: {} of {} connections failed", r.failures.total(), r.attempted));
@@ -563,6 +558,13 @@ pub(crate) mod tests {
     #[test]
     fn bad_options_name_the_option() {
         let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        // The whole path of `cargo xtask net load ...`: clap's parse, then the spec's checks.
+        let parse_options = |args: &[String]| -> Result<LoadSpec, String> {
+            match crate::cli::parse_command("net", &[&["load".to_string()], args].concat())? {
+                crate::cli::Command::Net(crate::cli::tools::NetArgs { command: crate::cli::tools::NetCommand::Load(l) }) => options(l),
+                other => panic!("{other:?}"),
+            }
+        };
         for (args, needle) in [
             ("", "--port"),
             ("--port 0", "--port"),

@@ -57,33 +57,6 @@ pub fn audit_class(code: &str) -> &'static str {
 /// The guest port the TCP service listens on.
 pub const SERVICE_PORT: u16 = 80;
 
-const HELP: &str = "\
-cargo xtask net <command>
-
-Commands:
-  load --port P [--conns N] [--concurrency C] [--seconds T] [--timeout SECS] [--abort-every K]
-        Open up to N connections (default 1000) to 127.0.0.1:P, C at a time (default 2: QEMU's
-        user-mode network listens with a backlog of 1, and more than 2 connects in flight wait
-        out 1 s SYN retransmissions, counted as slow_connects), for at most T seconds (default
-        30), each within --timeout (default 5 s); each reply must be exactly the service's 128
-        bytes. Prints connections/s, failures by kind and latency percentiles; exit 1 on a
-        failure. --abort-every K: every K-th connection is reset by the client right after
-        connect (the server's write meets a reset; counted as aborted, not failed).
-  fuzz [--frames N] [--seed S] [--system linux|ours] [--smp K] [--timeout SECS] [--kinds LIST]
-        The frame fuzzer: boot the guest's TCP service with its NIC on a QEMU socket netdev
-        connected to this process (127.0.0.1), write N (default 10000) seeded random and
-        mutated Ethernet frames into it (replayable: frame i depends on S and i only), then
-        check a connection to port 80 still gets the 128 bytes and the kernel printed no
-        panic/oops.
-        --kinds sends only frames of those kinds (e.g. truncated,bit_flips), numbered as in
-        the full run.
-  selftest
-        The network's QEMU tests of `cargo xtask test` on their own (~12 s).
-  help  This text
-
-The guest side: `cargo xtask run --net` (our system) or
-`cargo xtask linux run --wl tcpserv --net` (Debian's kernel) print the forwarded port.";
-
 /// One host-to-guest TCP forward: `127.0.0.1:host` on the host to `guest` in the guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Forward {
@@ -161,29 +134,26 @@ pub fn from_options(forwards: Vec<Forward>) -> Result<NetConfig, String> {
     Ok(NetConfig { forwards })
 }
 
-/// `cargo xtask net ...`.
-pub fn main(args: &[String]) -> Result<(), String> {
-    let Some(cmd) = args.first() else {
-        eprintln!("{HELP}");
-        return Err("net: name a command".into());
-    };
-    match cmd.as_str() {
-        "help" | "-h" | "--help" => {
-            println!("{HELP}");
-            Ok(())
+/// `cargo xtask net ...` (the command line: cli/tools.rs, [`NetCommand`]).
+pub fn main(cmd: crate::cli::tools::NetCommand) -> Result<(), crate::Failure> {
+    use crate::cli::tools::NetCommand;
+    match cmd {
+        NetCommand::Load(a) => {
+            let spec = crate::usage(load::options(a))?;
+            crate::work(load::command(&spec))
         }
-        "load" => load::command(&args[1..]),
-        "fuzz" => fuzz::command(&args[1..]),
-        "selftest" => {
-            let t = qemu_tests()?;
+        NetCommand::Fuzz(a) => {
+            let o = crate::usage(fuzz::options(a))?;
+            crate::work(fuzz::command(o))
+        }
+        NetCommand::Selftest => crate::work(qemu_tests().and_then(|t| {
             println!("{} passed, {} failed", t.passed, t.failed);
             if t.failed > 0 {
                 Err(format!("{} network test(s) failed", t.failed))
             } else {
                 Ok(())
             }
-        }
-        other => Err(format!("net: unknown command `{other}`; try `cargo xtask net help`")),
+        })),
     }
 }
 
@@ -294,11 +264,10 @@ pub fn qemu_tests() -> Result<crate::TestTally, String> {
     // Catches: the fuzzer's framing broken (QEMU would stop reading), ARP not answered (the
     // probe would go unanswered), a guest that stops serving after malformed frames, the
     // probe's hand-made handshake or reassembly broken (no 128 bytes).
-    let args: Vec<String> = ["--frames", "3000", "--seed", "1", "--smp", "1", "--timeout", "120"].iter().map(|s| s.to_string()).collect();
-    tally(&mut t, "net fuzz: 3000 seeded frames into the Linux guest, its service still sends the 128 bytes", fuzz::command(&args));
+    let o = |seed, smp, system: &str| fuzz::FuzzOptions { frames: 3000, seed, system: system.into(), smp, timeout: std::time::Duration::from_secs(120), kinds: Vec::new() };
+    tally(&mut t, "net fuzz: 3000 seeded frames into the Linux guest, its service still sends the 128 bytes", fuzz::command(o(1, 1, "linux")));
     // The same into this system (Dedicated: the kernel core parses and steers every frame, the
     // service core's stack gets the malformed ones); then the kernel's leak check after exit.
-    let args: Vec<String> = ["--frames", "3000", "--seed", "2", "--smp", "2", "--system", "ours", "--timeout", "120"].iter().map(|s| s.to_string()).collect();
-    tally(&mut t, "net fuzz: 3000 seeded frames into this system, its service still sends the 128 bytes, nothing leaked", fuzz::command(&args));
+    tally(&mut t, "net fuzz: 3000 seeded frames into this system, its service still sends the 128 bytes, nothing leaked", fuzz::command(o(2, 2, "ours")));
     Ok(t)
 }

@@ -16,18 +16,7 @@ use super::files::FileSpec;
 use super::http::{self, Conn};
 use super::run::{self, Artifacts, Running, Sys, WebdBoot};
 
-const HELP: &str = "\
-cargo xtask webd cachesim [--modes random,locality,same-core] [--preset amd16|nehalem-mc]
-    [--files COUNTxSIZE] [--rounds R] [--map C0:C1:...] [--json FILE]
-  Boot our webd (5 vCPUs: front-end 0, application cores 1-4) under single-threaded TCG with
-  the cache simulator's multi-core model (each simulated core private L1/L2, the cores of a
-  chip sharing an L3; presets after seeds/000 fig. 2), ask for every file's /filesum R times
-  (default 6; the first round warms up and is not counted), and print per request the L2/L3
-  misses and memory cycles per instruction of the cores that sum. Defaults: amd16 with
-  --map 1:0:4:8:12 (vCPU i drives core Ci: each application core on its own chip, the
-  front-end beside the first), 8x1M files: one core's L2 + victim L3 holds its 2 files, not
-  all 8. nehalem-mc (2 chips of 4): --map 3:0:1:4:5 --files 8x1536K.";
-
+#[derive(Debug)]
 pub struct Opts {
     pub modes: Vec<String>,
     pub preset: String,
@@ -40,46 +29,12 @@ pub struct Opts {
 const SMP: u32 = 5;
 const APPS: &str = "1-4";
 
-fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { modes: run::MODES.iter().map(|m| m.to_string()).collect(), preset: "amd16".into(), files: FileSpec { count: 8, size: 1 << 20 }, rounds: 6, map: String::new(), json: None };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == "help" || a == "--help" {
-            println!("{HELP}");
-            std::process::exit(0);
-        }
-        let v = it.next().ok_or_else(|| format!("webd cachesim: {a} needs a value\n{HELP}"))?;
-        let num = |v: &str| v.parse::<u64>().map_err(|_| format!("webd cachesim: {a}: `{v}` is not a whole number"));
-        match a.as_str() {
-            "--modes" => {
-                o.modes = v.split(',').map(String::from).collect();
-                if let Some(bad) = o.modes.iter().find(|m| !run::MODES.contains(&m.as_str())) {
-                    return Err(format!("webd cachesim: --modes: `{bad}` is not one of {}", run::MODES.join(", ")));
-                }
-            }
-            "--preset" => {
-                if v != "amd16" && v != "nehalem-mc" {
-                    return Err(format!("webd cachesim: --preset: `{v}`: amd16 or nehalem-mc"));
-                }
-                o.preset = v.clone();
-            }
-            "--files" => o.files = FileSpec::parse(v)?,
-            "--rounds" => o.rounds = num(v)?.clamp(2, 100),
-            "--map" => {
-                if v.split(':').count() != SMP as usize || v.split(':').any(|c| c.parse::<u32>().is_err()) {
-                    return Err(format!("webd cachesim: --map `{v}`: {SMP} core numbers separated by `:` (one per vCPU)"));
-                }
-                o.map = v.clone();
-            }
-            "--json" => o.json = Some(PathBuf::from(v)),
-            _ => return Err(format!("webd cachesim: unknown option `{a}`\n{HELP}")),
-        }
-    }
-    if o.map.is_empty() {
-        o.map = if o.preset == "amd16" { "1:0:4:8:12" } else { "3:0:1:4:5" }.into();
-    }
-    o.files.validate()?;
-    Ok(o)
+/// `webd cachesim`'s options (cli/tools.rs) with the preset's defaults filled in.
+pub fn options(a: crate::cli::tools::WebdCachesimArgs) -> Result<Opts, String> {
+    let modes = if a.modes.is_empty() { run::MODES.iter().map(|m| m.to_string()).collect() } else { a.modes };
+    let map = a.map.unwrap_or_else(|| if a.preset == "amd16" { "1:0:4:8:12" } else { "3:0:1:4:5" }.into());
+    a.files.validate()?;
+    Ok(Opts { modes, preset: a.preset, files: a.files, rounds: a.rounds.clamp(2, 100), map, json: a.json })
 }
 
 /// One core's counts from the report (both parties added).
@@ -193,8 +148,7 @@ fn one_mode(o: &Opts, art: &Artifacts, so: &Path, mode: &str) -> Result<ModeResu
     })
 }
 
-pub fn command(args: &[String]) -> Result<(), String> {
-    let o = parse(args)?;
+pub fn command(o: Opts) -> Result<(), String> {
     let so = crate::plugins::build()?.cachesim;
     let art = Artifacts::build(Sys::Ours)?;
     println!(
@@ -261,6 +215,14 @@ mod tests {
         assert!(parse_report("mcpu model=amd16 vcpu=0 party=os insns=x\nend\n").is_err());
     }
 
+    /// `cargo xtask webd cachesim ARGS` through clap (cli/tools.rs), then the defaults.
+    fn parse(args: &[String]) -> Result<Opts, String> {
+        match crate::cli::parse_command("webd", &[&["cachesim".to_string()], args].concat())? {
+            crate::cli::Command::Webd(crate::cli::tools::WebdArgs { command: crate::cli::tools::WebdCommand::Cachesim(c) }) => super::options(c),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn options() {
         let o = parse(&["--modes".into(), "random,locality".into(), "--files".into(), "4x512K".into()]).unwrap();
@@ -268,7 +230,9 @@ mod tests {
         assert_eq!((o.files.count, o.files.size), (4, 512 << 10));
         assert!(parse(&["--modes".into(), "fast".into()]).is_err());
         assert!(parse(&["--preset".into(), "pentium".into()]).is_err());
-        assert!(parse(&["--rounds".into()]).is_err());
+        assert!(parse(&["--rounds".into()]).unwrap_err().contains("--rounds"));
+        assert!(parse(&["--rounds".into(), "x".into()]).unwrap_err().contains("--rounds"));
+        assert!(parse(&["--files".into(), "8".into()]).unwrap_err().contains("--files"));
         assert!(parse(&["--map".into(), "1:2".into()]).is_err(), "one core per vCPU");
         assert_eq!(parse(&["--preset".into(), "nehalem-mc".into()]).unwrap().map, "3:0:1:4:5");
     }

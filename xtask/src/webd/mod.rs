@@ -13,91 +13,50 @@ pub mod run;
 pub mod steer;
 pub mod suite;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-const HELP: &str = "\
-cargo xtask webd <command>
+use crate::cli::tools::{WebdCheckArgs, WebdCommand, WebdLoadArgs};
 
-Commands:
-  load --port P [--conns C] [--requests N] [--seconds S] [--timeout SECS]
-       [--path P1,P2,...|--paths-file F] [--no-keepalive] [--expect-sums FILE] [--json FILE]
-       [--steer N]
-        HTTP load on 127.0.0.1:P: C connections at once (default 2), keep-alive unless
-        --no-keepalive, at most N requests (default 1000) and none started after S seconds
-        (default 30); each request within --timeout (default 10 s). Paths are asked for in
-        turn (default /). --expect-sums FILE (lines `NAME SIZE SUM`): /filesum/NAME must
-        answer the sum, /NAME must have the size and sum. Prints a table and one JSON line
-        (also written to --json FILE); exit 1 if any request failed. --steer N (ours with N
-        front-ends): connection k comes from a source port whose 4-tuple hash steers it to
-        front-end k mod N, and good requests are counted per front-end.
-  check --port P [--expect-sums FILE] [--timeout SECS] [--only WORDS]
-        The bad-input cases of issue 18 (malformed request lines, a header over 8 KiB,
-        10 000 headers, a dribbled request, `..` and absolute paths, missing names, other
-        methods, GET with a body, a client vanishing mid-response, ...), each followed by a
-        good request on a new connection. One line per case, then `N passed, N failed`;
-        exit 1 on a failure.
-  run --system ours|linux [--mode random|locality|same-core] [--files COUNTxSIZE] [--smp N]
-      [--frontends LIST] [--apps LIST] [--kc CORE] [--timeout SECS] [--load \"LOAD OPTIONS\"]
-      [--check] [--bad-input] [--requests N]
-        Make the files (default 4x64K; deterministic content, sums in
-        target/webd/files-SPEC.sums) into an ext2 image (ours) or the initramfs (linux), boot,
-        wait for `webd: ready`, print `webd: http://127.0.0.1:PORT/`. Then --check asks every
-        front-end for /filesum/NAME of every file (connections steered by the 4-tuple hash)
-        and compares with the host's sums and /stats's per-core counters; --bad-input runs
-        `webd check`; --load runs the load generator with those options (port and sums
-        filled in). With any of them the guest is told how many requests to expect and stops
-        by itself (its `webd: done` line and, for ours, the kernel's leak check are checked);
-        with none it serves until --timeout (default 600 s).
-  cachesim [--modes LIST] [--preset amd16|nehalem-mc] [--files COUNTxSIZE] [--rounds R]
-           [--map C0:C1:C2:C3:C4] [--json FILE]
-        Corey's filesum cache experiment: our webd under single-threaded TCG with the cache
-        simulator's multi-core model (tools/qemu-plugins/cachesim_mc.c); L2/L3 misses and
-        memory CPI per request of the summing cores, by mode (default: amd16, 8x1M, 5 vCPUs,
-        front-end 0, application cores 1-4 each on its own simulated chip).
-  selftest
-        The webd suite of `cargo xtask test` on its own: our webd in each mode at 2 vCPUs with
-        4x64K, every sum from every front-end, the bad-input cases, the leak check (~40 s).
-  help  This text";
-
-/// `cargo xtask webd ...`.
-pub fn main(args: &[String]) -> Result<(), String> {
-    let Some(cmd) = args.first() else {
-        eprintln!("{HELP}");
-        return Err("webd: name a command".into());
-    };
-    let rest = &args[1..];
-    match cmd.as_str() {
-        "help" | "-h" | "--help" => {
-            println!("{HELP}");
-            Ok(())
+/// `cargo xtask webd ...` (the command line: cli/tools.rs, [`WebdCommand`]).
+pub fn main(cmd: WebdCommand) -> Result<(), crate::Failure> {
+    match cmd {
+        WebdCommand::Load(a) => {
+            let json_out = a.json.clone();
+            let spec = crate::usage(load_spec(a).and_then(|s| s.validate().map(|()| s).map_err(|e| format!("webd load: {e}"))))?;
+            crate::work((|| {
+                let r = load::run(&spec)?;
+                print!("{}", r.table());
+                let j = r.json();
+                println!("{j}");
+                if let Some(p) = json_out {
+                    std::fs::write(&p, format!("{j}\n")).map_err(|e| format!("webd load: --json {}: {e}", p.display()))?;
+                }
+                if r.failed() > 0 || r.ok == 0 {
+                    return Err(format!("webd load: {} of {} requests failed", r.failed(), r.attempted));
+                }
+                Ok(())
+            })())
         }
-        "load" => {
-            let (spec, json_out) = parse_load(rest)?;
-            let r = load::run(&spec)?;
-            print!("{}", r.table());
-            let j = r.json();
-            println!("{j}");
-            if let Some(p) = json_out {
-                std::fs::write(&p, format!("{j}\n")).map_err(|e| format!("webd load: --json {}: {e}", p.display()))?;
-            }
-            if r.failed() > 0 || r.ok == 0 {
-                return Err(format!("webd load: {} of {} requests failed", r.failed(), r.attempted));
-            }
-            Ok(())
+        WebdCommand::Check(a) => {
+            let spec = crate::usage(check_spec(a))?;
+            crate::work((|| {
+                let r = check::run(&spec)?;
+                print!("{}", r.lines());
+                if r.failed() > 0 {
+                    return Err(format!("webd check: {} case(s) failed", r.failed()));
+                }
+                Ok(())
+            })())
         }
-        "check" => {
-            let spec = parse_check(rest)?;
-            let r = check::run(&spec)?;
-            print!("{}", r.lines());
-            if r.failed() > 0 {
-                return Err(format!("webd check: {} case(s) failed", r.failed()));
-            }
-            Ok(())
+        WebdCommand::Run(a) => {
+            let (b, ph) = crate::usage(run::options(a))?;
+            crate::work(run::command(b, ph))
         }
-        "run" => run::command(rest),
-        "cachesim" => cachesim::command(rest),
-        "selftest" => {
+        WebdCommand::Cachesim(a) => {
+            let o = crate::usage(cachesim::options(a))?;
+            crate::work(cachesim::command(o))
+        }
+        WebdCommand::Selftest => crate::work((|| {
             let kernel = crate::env::build_kernel()?;
             let initrd = crate::user::build_initrd()?;
             let t = suite::ci_tests(&kernel, &initrd)?;
@@ -107,80 +66,83 @@ pub fn main(args: &[String]) -> Result<(), String> {
             } else {
                 Ok(())
             }
-        }
-        other => Err(format!("webd: unknown command `{other}`; try `cargo xtask webd help`")),
+        })()),
     }
 }
 
-fn parse_port(v: &str, ctx: &str) -> Result<u16, String> {
-    v.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| format!("{ctx}: --port: `{v}` is not a port (1..=65535)"))
-}
-
-/// `webd load` options (also `webd run --load "..."`, where the port may be left out).
-pub fn parse_load(args: &[String]) -> Result<(load::WebLoadSpec, Option<PathBuf>), String> {
+/// `webd load`'s options (also `webd run --load "..."`, where the port may be left out) as a
+/// spec; the files they name are read here. Not yet validated ([`load::WebLoadSpec::validate`]).
+pub fn load_spec(a: WebdLoadArgs) -> Result<load::WebLoadSpec, String> {
     let mut spec = load::WebLoadSpec::default();
-    let mut json = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().cloned().ok_or_else(|| format!("webd load: {a} needs a value"));
-        let num = |opt: &str, v: &str| v.parse::<u64>().map_err(|_| format!("webd load: {opt}: `{v}` is not a whole number"));
-        match a.as_str() {
-            "--port" => spec.port = parse_port(&value()?, "webd load")?,
-            "--conns" => spec.conns = num("--conns", &value()?)?.min(usize::MAX as u64) as usize,
-            "--requests" => spec.requests = num("--requests", &value()?)?,
-            "--seconds" => spec.max_time = Duration::from_secs(num("--seconds", &value()?)?),
-            "--timeout" => spec.timeout = Duration::from_secs(num("--timeout", &value()?)?),
-            "--path" => spec.paths = value()?.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
-            "--paths-file" => {
-                let p = value()?;
-                let text = std::fs::read_to_string(&p).map_err(|e| format!("webd load: --paths-file {p}: {e}"))?;
-                spec.paths = text.lines().map(str::trim).filter(|s| !s.is_empty() && !s.starts_with('#')).map(String::from).collect();
-            }
-            "--no-keepalive" => spec.no_keepalive = true,
-            "--expect-sums" => spec.expect = Some(files::read_sums(std::path::Path::new(&value()?))?),
-            "--json" => json = Some(PathBuf::from(value()?)),
-            "--steer" => {
-                let n = num("--steer", &value()?)?;
-                if n == 0 || n > 64 {
-                    return Err(format!("webd load: --steer: {n} front-ends is not in 1..=64"));
-                }
-                spec.steer_channels = n;
-                spec.steer = (0..n).collect();
-            }
-            other => return Err(format!("webd load: unknown option `{other}` (try `cargo xtask webd help`)")),
-        }
+    if let Some(p) = a.port {
+        spec.port = p;
     }
-    Ok((spec, json))
-}
-
-pub fn parse_check(args: &[String]) -> Result<check::CheckSpec, String> {
-    let mut spec = check::CheckSpec { port: 0, timeout: Duration::from_secs(10), expect: None, only: Vec::new() };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().cloned().ok_or_else(|| format!("webd check: {a} needs a value"));
-        match a.as_str() {
-            "--port" => spec.port = parse_port(&value()?, "webd check")?,
-            "--timeout" => {
-                let v = value()?;
-                spec.timeout = Duration::from_secs(v.parse::<u64>().ok().filter(|&s| s > 0).ok_or_else(|| format!("webd check: --timeout: `{v}` is not a positive number of seconds"))?);
-            }
-            "--expect-sums" => spec.expect = Some(files::read_sums(std::path::Path::new(&value()?))?),
-            "--only" => spec.only.push(value()?),
-            other => return Err(format!("webd check: unknown option `{other}` (try `cargo xtask webd help`)")),
-        }
+    if let Some(c) = a.conns {
+        spec.conns = c.min(usize::MAX as u64) as usize;
     }
-    if spec.port == 0 {
-        return Err("webd check: --port P is required (the host port forwarded to webd's port)".into());
+    if let Some(n) = a.requests {
+        spec.requests = n;
+    }
+    if let Some(s) = a.seconds {
+        spec.max_time = Duration::from_secs(s);
+    }
+    if let Some(t) = a.timeout {
+        spec.timeout = Duration::from_secs(t);
+    }
+    if let Some(p) = a.path {
+        spec.paths = p.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+    }
+    if let Some(p) = a.paths_file {
+        let text = std::fs::read_to_string(&p).map_err(|e| format!("webd load: --paths-file {}: {e}", p.display()))?;
+        spec.paths = text.lines().map(str::trim).filter(|s| !s.is_empty() && !s.starts_with('#')).map(String::from).collect();
+    }
+    spec.no_keepalive = a.no_keepalive;
+    if let Some(f) = a.expect_sums {
+        spec.expect = Some(files::read_sums(&f)?);
+    }
+    if let Some(n) = a.steer {
+        spec.steer_channels = n;
+        spec.steer = (0..n).collect();
     }
     Ok(spec)
+}
+
+/// `webd check`'s options as a spec (the sums file is read here).
+pub fn check_spec(a: WebdCheckArgs) -> Result<check::CheckSpec, String> {
+    let expect = match a.expect_sums {
+        Some(f) => Some(files::read_sums(&f)?),
+        None => None,
+    };
+    Ok(check::CheckSpec { port: a.port, timeout: Duration::from_secs(a.timeout), expect, only: a.only })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn a(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
+    }
+
+    /// `cargo xtask webd SUB ARGS...` through clap (cli/tools.rs), one-line error.
+    fn parse(sub: &str, args: &[String]) -> Result<WebdCommand, String> {
+        match crate::cli::parse_command("webd", &[&[sub.to_string()], args].concat())? {
+            crate::cli::Command::Webd(w) => Ok(w.command),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The whole path of `webd load ARGS` up to the run, but without the spec's own checks.
+    fn parse_load(args: &[String]) -> Result<(load::WebLoadSpec, Option<std::path::PathBuf>), String> {
+        let WebdCommand::Load(l) = parse("load", args)? else { panic!() };
+        let json = l.json.clone();
+        load_spec(l).map(|s| (s, json))
+    }
+
+    fn parse_check(args: &[String]) -> Result<check::CheckSpec, String> {
+        let WebdCommand::Check(c) = parse("check", args)? else { panic!() };
+        check_spec(c)
     }
 
     #[test]
@@ -206,6 +168,11 @@ mod tests {
             }
             let e = s.validate().unwrap_err();
             assert!(e.contains(needle), "{spec_args}: {e}");
+        }
+        // `webd load` checks the spec before it runs (usage error, exit status 2).
+        for (args, needle) in [("--port 80 --requests 0", "--requests"), ("--port 80 --path x", "--path"), ("--port 80 --steer 0", "--steer"), ("--port 80 --steer 65", "--steer"), ("--port 80 --path /a --paths-file /b", "--paths-file")] {
+            let e = parse_load(&a(args)).and_then(|(s, _)| s.validate()).unwrap_err();
+            assert!(e.contains(needle), "{args}: {e}");
         }
         let (s, j) = parse_load(&a("--port 8080 --conns 4 --requests 10 --seconds 5 --path /a,/filesum/b --no-keepalive --json /tmp/x.json")).unwrap();
         assert_eq!((s.port, s.conns, s.requests, s.max_time, s.no_keepalive), (8080, 4, 10, Duration::from_secs(5), true));

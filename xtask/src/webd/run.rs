@@ -567,65 +567,33 @@ impl Running {
 
 // ---- `cargo xtask webd run` ----
 
-fn parse_run(args: &[String]) -> Result<(WebdBoot, RunPhases), String> {
-    let mut b = WebdBoot {
-        system: Sys::Ours,
-        mode: "random".into(),
-        files: FileSpec { count: 4, size: 64 << 10 },
-        smp: 2,
-        mem_mib: 512,
-        frontends: None,
-        apps: None,
-        kc: None,
+/// `webd run`'s options (cli/tools.rs) as the boot and its phases; `--load`'s sums file is
+/// read here.
+pub fn options(a: crate::cli::tools::WebdRunArgs) -> Result<(WebdBoot, RunPhases), String> {
+    let b = WebdBoot {
+        system: if a.system == "linux" { Sys::Linux } else { Sys::Ours },
+        mode: a.mode,
+        files: a.files,
+        smp: a.smp,
+        mem_mib: a.mem,
+        frontends: a.frontends,
+        apps: a.apps,
+        kc: a.kc,
         requests: None,
         warmup: 0,
         extra: Vec::new(),
         guest_extra: Vec::new(),
     };
-    let mut ph = RunPhases { check: false, bad_input: false, load: None, timeout: Duration::from_secs(600), requests: None };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().cloned().ok_or_else(|| format!("webd run: {a} needs a value"));
-        let num = |v: String| v.parse::<u64>().map_err(|_| format!("webd run: {a}: `{v}` is not a whole number"));
-        match a.as_str() {
-            "--system" => {
-                b.system = match value()?.as_str() {
-                    "ours" => Sys::Ours,
-                    "linux" => Sys::Linux,
-                    other => return Err(format!("webd run: --system: `{other}` (ours or linux)")),
-                }
-            }
-            "--mode" => b.mode = value()?,
-            "--files" => b.files = FileSpec::parse(&value()?)?,
-            "--smp" => b.smp = num(value()?)?.clamp(0, 255) as u32,
-            "--mem" => b.mem_mib = crate::qemu::parse_size_mib(&value()?)?,
-            "--frontends" => b.frontends = Some(value()?),
-            "--apps" => b.apps = Some(value()?),
-            "--kc" => b.kc = Some(num(value()?)? as u32),
-            "--timeout" => ph.timeout = Duration::from_secs(num(value()?)?.max(1)),
-            "--requests" => ph.requests = Some(num(value()?)?),
-            "--check" => ph.check = true,
-            "--bad-input" => ph.bad_input = true,
-            "--load" => {
-                let v = value()?;
-                let words: Vec<String> = v.split_whitespace().map(String::from).collect();
-                let (spec, _) = super::parse_load(&words)?;
-                ph.load = Some(spec);
-            }
-            other => return Err(format!("webd run: unknown option `{other}` (try `cargo xtask webd help`)")),
-        }
-    }
-    if !MODES.contains(&b.mode.as_str()) {
-        return Err(format!("webd run: --mode: `{}` is not one of {}", b.mode, MODES.join(", ")));
-    }
-    if b.smp == 0 {
-        return Err("webd run: --smp: need at least 1 vCPU".into());
-    }
+    let load = match a.load {
+        Some(l) => Some(super::load_spec(l)?),
+        None => None,
+    };
+    let ph = RunPhases { check: a.check, bad_input: a.bad_input, load, timeout: Duration::from_secs(a.timeout), requests: a.requests };
     Ok((b, ph))
 }
 
 #[derive(Debug)]
-struct RunPhases {
+pub struct RunPhases {
     check: bool,
     bad_input: bool,
     load: Option<load::WebLoadSpec>,
@@ -648,8 +616,7 @@ fn planned(b: &WebdBoot, ph: &RunPhases, nfrontends: u64) -> u64 {
     n
 }
 
-pub fn command(args: &[String]) -> Result<(), String> {
-    let (mut b, ph) = parse_run(args)?;
+pub fn command(mut b: WebdBoot, ph: RunPhases) -> Result<(), String> {
     let nfrontends = match b.system {
         Sys::Ours => parse_cores(&b.frontends.clone().unwrap_or_else(|| default_placement(b.smp).0))?.len() as u64,
         Sys::Linux => b.smp as u64,
@@ -758,13 +725,30 @@ mod tests {
     #[test]
     fn run_options() {
         let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
-        let (b, ph) = parse_run(&a("--system linux --mode random --files 8x1M --smp 2 --check")).unwrap();
+        // The whole path of `cargo xtask webd run ...`: clap (cli/tools.rs), then `options`.
+        let parse_run = |args: Vec<String>| -> Result<(WebdBoot, RunPhases), String> {
+            match crate::cli::parse_command("webd", &[&["run".to_string()], &args[..]].concat())? {
+                crate::cli::Command::Webd(crate::cli::tools::WebdArgs { command: crate::cli::tools::WebdCommand::Run(r) }) => options(r),
+                other => panic!("{other:?}"),
+            }
+        };
+        let (b, ph) = parse_run(a("--system linux --mode random --files 8x1M --smp 2 --check")).unwrap();
         assert_eq!((b.system, b.files.count, b.files.size, ph.check), (Sys::Linux, 8, 1 << 20, true));
-        assert!(parse_run(&a("--mode sideways")).unwrap_err().contains("--mode"));
-        assert!(parse_run(&a("--system bsd")).unwrap_err().contains("--system"));
-        assert!(parse_run(&a("--files 8")).unwrap_err().contains("--files"));
+        assert!(parse_run(a("--mode sideways")).unwrap_err().contains("--mode"));
+        assert!(parse_run(a("--system bsd")).unwrap_err().contains("--system"));
+        assert!(parse_run(a("--files 8")).unwrap_err().contains("--files"));
+        assert!(parse_run(a("--smp 0")).unwrap_err().contains("--smp"));
+        assert!(parse_run(a("--smp x")).unwrap_err().contains("--smp"));
+        assert!(parse_run(a("--mem lots")).unwrap_err().contains("--mem"));
+        // `--load "..."` is parsed as `webd load`'s options, and its errors name the option.
+        let e = parse_run(vec!["--load".into(), "--conns many".into()]).unwrap_err();
+        assert!(e.contains("--load") && e.contains("--conns"), "{e}");
+        let e = parse_run(vec!["--load".into(), "--bogus 1".into()]).unwrap_err();
+        assert!(e.contains("--bogus"), "{e}");
+        let (_, ph) = parse_run(vec!["--load".into(), "--conns 4 --requests 20".into()]).unwrap();
+        assert_eq!(ph.load.map(|l| (l.conns, l.requests)), Some((4, 20)));
         // The guest is told an upper bound of what the phases send.
-        let (b, ph) = parse_run(&a("--files 4x64K --check --bad-input")).unwrap();
+        let (b, ph) = parse_run(a("--files 4x64K --check --bad-input")).unwrap();
         assert_eq!(planned(&b, &ph, 1), 4 + 2 + check::planned_requests());
     }
 }
