@@ -825,6 +825,8 @@ mod tests {
             }
         }
         let (mut checked, mut mentions, mut failures) = (0, 0, Vec::new());
+        // Lines of the sub-tools (cli/tools.rs), checked option by option like the others.
+        let mut sub_tool_lines = 0;
         for f in &files {
             let text = std::fs::read_to_string(f).unwrap();
             for span in text.split('`').skip(1).step_by(2) {
@@ -837,6 +839,9 @@ mod tests {
                     continue;
                 }
                 checked += 1;
+                if ["plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis"].contains(&words[0].as_str()) && words.len() > 2 {
+                    sub_tool_lines += 1;
+                }
                 if let Err(e) = parse(&words) {
                     // A command named in prose (`cargo xtask fs mkimage`, `cargo xtask metis`):
                     // only command names, the arguments it needs left out. It must name a
@@ -853,6 +858,7 @@ mod tests {
             }
         }
         assert!(checked > 50, "only {checked} documented command lines found");
+        assert!(sub_tool_lines > 20, "only {sub_tool_lines} documented sub-tool lines with options found");
         assert!(mentions < checked / 4, "{mentions} of {checked} documented lines are bare command names");
         assert!(failures.is_empty(), "{} of {checked} documented command lines do not parse:\n{}", failures.len(), failures.join("\n"));
     }
