@@ -110,6 +110,14 @@ struct RingPoll {
 /// detach take the lock.
 static POLLED: [CachePadded<TicketLock<Vec<KRef<BlkDev>>>>; MAX_CORES] = [const { CachePadded::new(TicketLock::new(Vec::new())) }; MAX_CORES];
 
+/// Whether each core runs its kernel-core loop now: set by `kernel_core_running` as the loop
+/// starts and cleared as it ends, under `POLLED[core]`'s lock. The ring header names a core
+/// only while this says so: a core whose *role* is kernel core may not have entered its loop
+/// yet (it was running a context when the role changed, and looks at its role only when that
+/// context leaves), and a header naming it would let a requesting core spin on a ring nobody
+/// polls.
+static SERVING: [AtomicBool; MAX_CORES] = [const { AtomicBool::new(false) }; MAX_CORES];
+
 /// hwids of the disks a block device object owns now.
 static TAKEN: TicketLock<Vec<u64>> = TicketLock::new(Vec::new());
 
@@ -739,8 +747,9 @@ pub fn attach(core: usize, dev: &KRef<BlkDev>) -> Result<(), Error> {
         return Err(Error::NoMemory);
     }
     list.push(dev.clone());
-    // The header names the core only while it is a kernel core (`kernel_core_running`).
-    if target.role.load(Ordering::Acquire) == abi::ROLE_KC {
+    // The header names the core only while its kernel-core loop runs (`SERVING`, written under
+    // this lock): not merely because its role says kernel core.
+    if SERVING[core].load(Ordering::Acquire) {
         dev.publish_attached(core as u64);
     }
     drop(list);
@@ -776,11 +785,12 @@ pub fn detach(dev: &KRef<BlkDev>, only: Option<usize>) -> Result<(), Error> {
     Ok(())
 }
 
-/// `core` starts (`on`) or stops being a kernel core: the headers of the disks attached to it
-/// say so (`BLK_DETACHED` while it is not, so a requesting core gets `NoSuchCore` rather than
-/// spinning). Under the list's lock, which `attach` holds while it reads the core's role.
+/// `core`'s kernel-core loop starts (`on`) or ends: the headers of the disks attached to it
+/// say so (`BLK_DETACHED` while it does not run, so a requesting core gets `NoSuchCore` rather
+/// than spinning). Under the list's lock, which `attach` holds while it reads `SERVING`.
 pub fn kernel_core_running(core: usize, on: bool) {
     let list = POLLED[core].lock();
+    SERVING[core].store(on, Ordering::Release);
     for d in list.iter() {
         if !d.dead.load(Ordering::Acquire) {
             d.publish_attached(if on { core as u64 } else { BLK_DETACHED });

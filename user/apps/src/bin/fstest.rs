@@ -1458,9 +1458,139 @@ fn dedicated_kernel_core_removed() -> TestResult {
     Ok(Pass::Ok)
 }
 
+/// Catches: a write given up while no kernel core polls (`NoSuchCore`) served later from a
+/// data area the next request had already overwritten (the given-up sector written with the
+/// other request's bytes: the ring protocol before session 10); a request refused with
+/// `NoSuchCore` that still reaches the disk.
+fn dedicated_given_up_write_not_replayed() -> TestResult {
+    if cores() < 2 {
+        return Ok(Pass::Skipped("one core"));
+    }
+    fs_ok("unmount", fs::unmount())?;
+    let kc = Kc::make(cores() - 1)?;
+    let share = libos::process::proc_share();
+    let mut dev = ok!(BlockDevice::open_dedicated(share, 1, kc.0));
+    let cap = ok!(sys::device_stat(dev.dev)).buffers;
+    // Two pages near the end of the disk (past `t_ded`'s), put back at the end.
+    let (a, b) = (cap - 96, cap - 88);
+    let (mut old_a, mut old_b) = (vec![0u8; 4096], vec![0u8; 4096]);
+    ok!(dev.read(a, &mut old_a));
+    ok!(dev.read(b, &mut old_b));
+    let (new_a, new_b) = (vec![0xA5u8; 4096], vec![0x5Bu8; 4096]);
+    ensure!(old_a != new_a && old_b != new_b, "the disk already holds the test's patterns");
+    ok!(libos::ring::pcore_del_device(kc.0, dev.dev));
+    err!(dev.write(a, &new_a), Error::NoSuchCore);
+    // The write of `a` is still on the ring: this one must not reuse the data area (nor reach
+    // the disk) before that one is answered.
+    err!(dev.write(b, &new_b), Error::NoSuchCore);
+    err!(dev.flush(), Error::NoSuchCore);
+    ok!(libos::ring::pcore_add_device(kc.0, dev.dev));
+    let mut got = vec![0u8; 4096];
+    ok!(dev.read(a, &mut got));
+    let r1 = if got == new_a { Ok(()) } else { Err(got[0]) };
+    ok!(dev.read(b, &mut got));
+    let r2 = got == old_b;
+    // Put both pages back before judging.
+    ok!(dev.write(a, &old_a));
+    ok!(dev.write(b, &old_b));
+    ok!(dev.flush());
+    if let Err(x) = r1 {
+        return Err(Msg::new(format_args!("sector {a}: the given-up write was served with other bytes (first byte {x:#x})")));
+    }
+    ensure!(r2, "sector {b}: a write refused with NoSuchCore reached the disk");
+    drop(dev);
+    drop(kc);
+    fs_ok("mount", fs::mount())?;
+    Ok(Pass::Ok)
+}
+
+/// The name of the file `dedicated_mount` writes.
+const DED_FILE: &str = "/dedicated-mount.bin";
+const DED_LEN: usize = 70_000;
+
+/// Catches: `mount_with(Dedicated)` still reading through `device_buf` (a cold read would not
+/// fail while the kernel core is away); a miss or write-back through the rings with wrong
+/// bytes, or lost; a miss with no kernel core that hangs or poisons the cache; a mount that
+/// leaves the image unclean (the suite's `e2fsck -fn` after the boot).
+fn dedicated_mount() -> TestResult {
+    if cores() < 2 {
+        return Ok(Pass::Skipped("one core"));
+    }
+    fs_ok("unmount", fs::unmount())?;
+    let kc = Kc::make(cores() - 1)?;
+    let rings = cores().min(abi::BLK_MAX_RINGS);
+    let r = fs::mount_with(fs::disk::DiskMode::Dedicated { kernel_core: kc.0, rings }).map_err(|e| Msg::new(format_args!("mount_with(Dedicated): {e:?}")));
+    let r = r.and_then(|()| dedicated_mount_body(&kc));
+    let u = fs::unmount();
+    drop(kc);
+    r?;
+    fs_ok("unmount (Dedicated)", u)?;
+    // What the Dedicated mount wrote is on the disk: read it back through Polling.
+    fs_ok("mount", fs::mount())?;
+    let data: Vec<u8> = (0..DED_LEN).map(|i| files::byte(77, i)).collect();
+    ensure!(fs_ok(DED_FILE, fs::read_all(DED_FILE, DED_LEN + 1))? == data, "{DED_FILE}: not on the disk after the Dedicated unmount");
+    fs_ok("unlink", fs::unlink(DED_FILE))?;
+    fs_ok("sync", fs::sync())?;
+    Ok(Pass::Ok)
+}
+
+fn dedicated_mount_body(kc: &Kc) -> TestResult {
+    fs_ok("drop clean", fs::cache_drop_clean())?;
+    let (_, before) = fs_ok("stats", fs::cache_stats())?;
+    for (path, len, seed) in files::FILES {
+        let got = fs_ok(path, fs::read_all(path, len + 1))?;
+        ensure!(got.len() == len, "{path}: {} bytes, want {len}", got.len());
+        if let Some(k) = (0..len).find(|&k| got[k] != files::byte(seed, k)) {
+            return Err(Msg::new(format_args!("{path}: byte {k} is {:#x}, want {:#x}", got[k], files::byte(seed, k))));
+        }
+    }
+    let (_, after) = fs_ok("stats", fs::cache_stats())?;
+    ensure!(after.packets_in > before.packets_in, "cold reads made no disk reads");
+    // A new file, written back through the rings, then read cold through them.
+    let data: Vec<u8> = (0..DED_LEN).map(|i| files::byte(77, i)).collect();
+    let fd = fs_ok(DED_FILE, fs::open(DED_FILE, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
+    for piece in data.chunks(9000) {
+        ensure!(fs_ok(DED_FILE, fs::write(fd, piece))? == piece.len(), "short write");
+    }
+    fs_ok("close", fs::close(fd))?;
+    fs_ok("sync", fs::sync())?;
+    let (_, synced) = fs_ok("stats", fs::cache_stats())?;
+    ensure!(synced.packets_out > after.packets_out, "sync wrote nothing");
+    fs_ok("drop clean", fs::cache_drop_clean())?;
+    ensure!(fs_ok(DED_FILE, fs::read_all(DED_FILE, DED_LEN + 1))? == data, "{DED_FILE}: read back wrong");
+    // The kernel core goes away: a cold read is a clear error, not a hang (bounded wait for
+    // its loop to end: reads succeed until then).
+    ok!(sys::pcore_set_role(kc.0, abi::ROLE_XC));
+    let t0 = libos::time::now_ns();
+    loop {
+        fs_ok("drop clean", fs::cache_drop_clean())?;
+        match fs::read_all("/hello.txt", 4096) {
+            Err(FsError::Io) => break,
+            Ok(_) => {}
+            Err(e) => return Err(Msg::new(format_args!("cold read without a kernel core: {e:?}, want Io"))),
+        }
+        ensure!(libos::time::now_ns() - t0 < 10_000_000_000, "cold reads still succeed 10 s after the kernel core left");
+    }
+    // Back: the same reads work again (the request given up is answered and skipped).
+    ok!(sys::pcore_set_role(kc.0, abi::ROLE_KC));
+    let t0 = libos::time::now_ns();
+    loop {
+        match fs::read_all("/hello.txt", 4096) {
+            Ok(b) => {
+                ensure!(b == files::HELLO, "/hello.txt wrong after the kernel core came back");
+                break;
+            }
+            Err(FsError::Io) => ensure!(libos::time::now_ns() - t0 < 10_000_000_000, "cold reads still fail 10 s after the kernel core came back"),
+            Err(e) => return Err(Msg::new(format_args!("read once the kernel core is back: {e:?}"))),
+        }
+    }
+    ensure!(fs_ok(DED_FILE, fs::read_all(DED_FILE, DED_LEN + 1))? == data, "{DED_FILE}: wrong after the kernel core came back");
+    Ok(Pass::Ok)
+}
+
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 23] = [
+    let tests: [(&str, fn() -> TestResult); 25] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -1484,6 +1614,8 @@ fn main(args: &'static str) -> u64 {
         ("fs_blk_dedicated_two_cores", dedicated_two_cores),
         ("fs_blk_dedicated_refuses_bad_entries", dedicated_refuses_bad_entries),
         ("fs_blk_dedicated_kernel_core_removed", dedicated_kernel_core_removed),
+        ("fs_blk_dedicated_given_up_write_not_replayed", dedicated_given_up_write_not_replayed),
+        ("fs_blk_dedicated_mount", dedicated_mount),
     ];
     for (name, f) in tests {
         if selected(args, name) {

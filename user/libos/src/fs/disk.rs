@@ -38,6 +38,12 @@ pub const BLK_VA: u64 = 0x3900_0000_0000;
 pub const CACHE_VA: u64 = 0x3A00_0000_0000;
 /// Bytes of the request segment: the largest request.
 pub const REQ_BYTES: u64 = BLK_MAX_REQUEST;
+/// Dedicated: how long a request may wait to be taken by the kernel core named in the ring
+/// header before `NoSuchCore` (a kernel core takes an entry within a poll round; this is
+/// seconds so that a vCPU descheduled by a loaded host is not mistaken for a missing core).
+pub const TAKE_WAIT_NS: u64 = 5_000_000_000;
+/// Dedicated: how long a request taken by the kernel core may wait for the disk before `Io`.
+pub const DONE_WAIT_NS: u64 = 60_000_000_000;
 /// Bytes of one cache page.
 pub const PAGE: u64 = 4096;
 /// Cache pages by default (16 MiB of pages).
@@ -62,6 +68,29 @@ fn map_in_root(root: ObjName, va: u64, len: u64, target: ObjName, link: impl Fn(
             link().map(|_| ())
         }
         Err(e) => Err(e),
+    }
+}
+
+/// How a mounted file system reaches the disk (`fs::mount_with`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskMode {
+    /// Each cache miss and write-back is a `device_buf` call (the virtqueue under the kernel's
+    /// lock). What `fs::mount` uses.
+    Polling,
+    /// A kernel core owns the virtqueue; the cache's misses and write-backs go through the
+    /// calling core's ring (`BlockDevice::open_dedicated`). `kernel_core` is a pcore object
+    /// whose core the caller made a kernel core (and keeps one while mounted); `rings` covers
+    /// cores 0..rings, the cores that may use the file system (a core past them gets `Io`).
+    Dedicated { kernel_core: ObjName, rings: u64 },
+}
+
+impl DiskMode {
+    /// The block device object for a mount in this mode.
+    pub fn open(self, share: ObjectId) -> Result<BlockDevice, Error> {
+        match self {
+            DiskMode::Polling => BlockDevice::open(share),
+            DiskMode::Dedicated { kernel_core, rings } => BlockDevice::open_dedicated(share, rings, kernel_core),
+        }
     }
 }
 
@@ -166,6 +195,18 @@ impl BlockDevice {
         b.nrings = nrings;
         b.areas = nrings;
         crate::ring::pcore_add_device(kernel_core, dev)?;
+        // The header names the core once its kernel-core loop polls the device (a core just
+        // made a kernel core enters its loop when it next looks at its role): wait for that,
+        // bounded, so that the first request does not get `NoSuchCore` for a core about to
+        // serve it, and a core that never starts is a clear error here.
+        b.map_here()?;
+        let t0 = crate::time::now_ns();
+        while ring_words(0)[2].load(Ordering::Acquire) == BLK_DETACHED {
+            if crate::time::now_ns() - t0 > TAKE_WAIT_NS {
+                return Err(Error::NoSuchCore);
+            }
+            core::hint::spin_loop();
+        }
         Ok(b)
     }
 
@@ -234,22 +275,21 @@ impl BlockDevice {
     }
 
     /// Post one request on ring `r` and wait for its completion (Dedicated). `NoSuchCore` if
-    /// no kernel core polls the device (it was detached); a completion of an earlier request
-    /// given up that way is skipped when it comes.
+    /// no kernel core serves the ring (see `wait_done`). A request given up that way stays on
+    /// the ring: the next request on this ring first waits for its completion (`settle`), so a
+    /// given-up write is never served later from a data area already reused.
     fn ring_request(&self, r: u64, op: u64, sector: u64, offset: u64, len: u64) -> Result<u64, Error> {
+        self.settle(r)?;
         let cur = &self.cursors[r as usize];
         let sub = ring_words(blk_submit_page(r));
-        let done = ring_words(blk_done_page(r));
-        let header = ring_words(0);
         let sent = cur.sent.load(Ordering::Relaxed);
-        let mut spins = 0u64;
-        // Room on the submit ring: the kernel's count is read only when the last reading says full.
-        while sent - cur.taken_seen.load(Ordering::Relaxed) >= BLK_RING_ENTRIES {
+        // Room on the submit ring: every earlier entry was answered (`settle`), so the kernel
+        // took them all; the last reading of its count may only be stale.
+        if sent - cur.taken_seen.load(Ordering::Relaxed) >= BLK_RING_ENTRIES {
             cur.taken_seen.store(sub[(BLK_RING_CONSUMER / 8) as usize].load(Ordering::Acquire), Ordering::Relaxed);
-            if header[2].load(Ordering::Acquire) == BLK_DETACHED {
-                return Err(Error::NoSuchCore);
+            if sent - cur.taken_seen.load(Ordering::Relaxed) >= BLK_RING_ENTRIES {
+                return Err(Error::Io); // the kernel answered entries it did not take: cannot happen
             }
-            core::hint::spin_loop();
         }
         let at = blk_slot_word(sent);
         for (k, v) in blk_submit_words(op, sector, offset, len).iter().enumerate() {
@@ -258,23 +298,74 @@ impl BlockDevice {
         // Release: the words before the tag that says they are there.
         sub[at].store(blk_tag(sent), Ordering::Release);
         cur.sent.store(sent + 1, Ordering::Relaxed);
+        match self.wait_done(r, sent + 1)? {
+            Some(res) => res,
+            None => Err(Error::Io), // unreachable: wait_done returns the last entry's result
+        }
+    }
+
+    /// Wait until every request posted on ring `r` is answered (completions of requests given
+    /// up earlier), before this core's data area or ring is used again. The same errors as
+    /// `wait_done`; on an error nothing was posted and the data area was not touched.
+    fn settle(&self, r: u64) -> Result<(), Error> {
+        let cur = &self.cursors[r as usize];
+        let sent = cur.sent.load(Ordering::Relaxed);
+        if cur.received.load(Ordering::Relaxed) < sent {
+            self.wait_done(r, sent)?;
+        }
+        Ok(())
+    }
+
+    /// Take ring `r`'s completions until `upto` entries are answered; the result of entry
+    /// `upto - 1` if it was among them (`None` if `upto` were answered already).
+    ///
+    /// Every wait is bounded: `NoSuchCore` when the header says no kernel core polls the device
+    /// (read every 256 polls: the header line is written only at attach and detach, so reading
+    /// it costs no transfer), or when an entry waits `TAKE_WAIT_NS` without being taken (the
+    /// header names a core but nothing takes the ring's entries: the ring was stopped, or the
+    /// core does not poll); `Io` when the kernel took every entry but one is not answered after
+    /// `DONE_WAIT_NS` (the disk does not complete). The clock is read every 4096 polls (no
+    /// shared line); the kernel's count of entries taken only once the first bound is past.
+    fn wait_done(&self, r: u64, upto: u64) -> Result<Option<Result<u64, Error>>, Error> {
+        let cur = &self.cursors[r as usize];
+        let done = ring_words(blk_done_page(r));
+        let header = ring_words(0);
+        let mut last = None;
+        let mut spins = 0u64;
+        let mut since = 0u64;
         loop {
             let got = cur.received.load(Ordering::Relaxed);
+            if got >= upto {
+                return Ok(last);
+            }
             let at = blk_slot_word(got);
             if done[at].load(Ordering::Acquire) == blk_tag(got) {
                 let (seq, res) = blk_done_parse([done[at + 1].load(Ordering::Relaxed), done[at + 2].load(Ordering::Relaxed), done[at + 3].load(Ordering::Relaxed)]);
                 cur.received.store(got + 1, Ordering::Relaxed);
                 // Release: our reads of the slot before the kernel may reuse it.
                 done[(BLK_RING_CONSUMER / 8) as usize].store(got + 1, Ordering::Release);
-                if seq == sent {
-                    return res;
-                }
-                continue; // an earlier request's, given up
+                // Completions come in submit order; an earlier one is a request given up.
+                last = (seq == upto - 1).then_some(res);
+                since = 0;
+                continue;
             }
             spins += 1;
-            // The header line is written only at attach and detach: reading it costs no transfer.
             if spins % 256 == 0 && header[2].load(Ordering::Acquire) == BLK_DETACHED {
                 return Err(Error::NoSuchCore);
+            }
+            if spins % 4096 == 0 {
+                let now = crate::time::now_ns();
+                if since == 0 {
+                    since = now;
+                } else if now - since > TAKE_WAIT_NS {
+                    let taken = ring_words(blk_submit_page(r))[(BLK_RING_CONSUMER / 8) as usize].load(Ordering::Acquire);
+                    if taken < upto {
+                        return Err(Error::NoSuchCore);
+                    }
+                    if now - since > DONE_WAIT_NS {
+                        return Err(Error::Io);
+                    }
+                }
             }
             core::hint::spin_loop();
         }
@@ -329,12 +420,17 @@ impl BlockDevice {
 
     fn write_shared(&self, sector: u64, buf: &[u8]) -> Result<(), Error> {
         self.map_here()?;
-        let (_, base) = self.area()?;
+        let (r, base) = self.area()?;
         let mut done = 0usize;
         while done < buf.len() {
             let n = (buf.len() - done).min(REQ_BYTES as usize);
+            if self.dedicated() {
+                // A request given up earlier (`NoSuchCore`) may still be served from this data
+                // area: it must be answered before the area is overwritten.
+                self.settle(r)?;
+            }
             // SAFETY: as in `read_shared`; no request of this core is in flight (requests are
-            // synchronous).
+            // synchronous, and one given up was answered: `settle`).
             let dst = unsafe { core::slice::from_raw_parts_mut((BLK_VA + base) as *mut u8, n) };
             dst.copy_from_slice(&buf[done..done + n]);
             self.request(BUF_BLK_WRITE, sector + (done as u64) / BLK_SECTOR, base, n as u64)?;

@@ -32,7 +32,7 @@ pub mod open_files;
 use alloc::vec::Vec;
 
 use crate::thread::Mutex;
-use disk::{BlockDevice, Cache, CacheStats};
+use disk::{Cache, CacheStats};
 use ext2::{Ext2, Inode};
 pub use ext2::{DirEntry, FsError, Stat, FT_DIR, FT_REG, S_IFDIR, S_IFMT, S_IFREG};
 
@@ -100,11 +100,17 @@ fn with_change<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
 /// Mount the ext2 file system on the first disk (a block device object and its request
 /// segment in the process share). `NoDevice` without a disk or when another process holds it.
 pub fn mount() -> Result<()> {
+    mount_with(disk::DiskMode::Polling)
+}
+
+/// `mount`, with the disk in `mode` (`disk::DiskMode`: Polling, or Dedicated through a kernel
+/// core's per-core rings). Nothing happens if a file system is mounted already.
+pub fn mount_with(mode: disk::DiskMode) -> Result<()> {
     let mut g = FS.lock();
     if g.is_some() {
         return Ok(());
     }
-    let dev = BlockDevice::open(crate::process::proc_share()).map_err(|e| match e {
+    let dev = mode.open(crate::process::proc_share()).map_err(|e| match e {
         abi::Error::NoMemory => FsError::NoMemory,
         _ => FsError::NoDevice,
     })?;
