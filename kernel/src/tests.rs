@@ -115,6 +115,57 @@ fn pages_alloc_free_restores_count() {
 }
 }
 
+// Catches: a refill that takes single frames off the node pool's shared lists (the pool's
+// lines then cross cores once per batch instead of once per 2 MiB), a carve that hands out a
+// page twice or past its block, and a drain that loses the uncarved rest of the block.
+ktest! {
+fn page_refills_carve_one_whole_block() -> Outcome {
+    const BLOCK: usize = 1 << frame::CARVE_ORDER;
+    let node = percpu::this().node as usize;
+    let mut pages: Vec<u64> = Vec::new();
+    pages.try_reserve(BLOCK).map_err(|_| "no memory for the page list")?;
+    // Start from an empty cache so the next allocation refills.
+    frame::drain_local_cache();
+    let pool0 = frame::node_stats(node).0;
+    if pool0 < 4 * BLOCK as u64 {
+        return Ok(crate::ktest::Outcome::Skipped(alloc::format!("node {node} has only {pool0} free pages")));
+    }
+    let first = frame::alloc_page().ok_or("alloc_page failed")?;
+    pages.push(first);
+    let taken = pool0 - frame::node_stats(node).0;
+    let block = PAGE_SIZE << frame::CARVE_ORDER;
+    let mut bad = None;
+    for _ in 1..BLOCK {
+        let Some(pa) = frame::alloc_page() else { break };
+        if pa & !(block - 1) != first || frame::node_of(pa) != Some(node) {
+            bad = Some(pa);
+        }
+        pages.push(pa);
+    }
+    let taken_after = pool0 - frame::node_stats(node).0;
+    let mut sorted = pages.clone();
+    sorted.sort();
+    sorted.dedup();
+    let distinct = sorted.len();
+    drop(sorted);
+    for &pa in &pages {
+        frame::free_page(pa);
+    }
+    let got = pages.len();
+    frame::drain_local_cache();
+    let pool1 = frame::node_stats(node).0;
+    // The list's own page was allocated before `pool0`: freeing it now keeps it out of the
+    // count (it goes onto this core's stack).
+    drop(pages);
+    kassert!(taken == BLOCK as u64 && first % block == 0, "the first refill took {taken} pages (first {first:#x}), want one aligned block of {BLOCK}");
+    kassert!(got == BLOCK && distinct == BLOCK, "{got} pages from the block, {distinct} distinct, want {BLOCK}");
+    kassert!(bad.is_none(), "page {:#x} is not from the carved block at {first:#x} on node {node}", bad.unwrap_or(0));
+    kassert!(taken_after == BLOCK as u64, "carving the block took {taken_after} pages from the pool, want {BLOCK}");
+    kassert!(pool1 == pool0, "after the drain the pool has {pool1} free pages, {pool0} before");
+    Ok(crate::ktest::Outcome::Ran)
+}
+}
+
 ktest! {
 fn large_frames_are_aligned_and_exhaustion_is_a_value() {
     let before = frame::free_pages();

@@ -1,13 +1,22 @@
 //! Physical frames: one buddy pool per NUMA node, and in front of it a per-core cache of
-//! 4 KiB frames that is refilled and drained in batches. The common path (allocate or free
-//! one page on the core that owns it) touches only the calling core's cache line; the node
-//! pool's lock is taken once per batch.
+//! 4 KiB frames. The common path (allocate or free one page on the core that owns it)
+//! touches only the calling core's cache line.
+//!
+//! A core refills its cache by taking one whole 2 MiB block (`CARVE_ORDER`) from its node's
+//! pool and handing its pages out one by one itself (the *carve*), without touching their
+//! memory: the pool's lock, its list heads and the free-list links inside free blocks are
+//! touched once per 512 pages, not once per page, so the pool's lines cross cores once per
+//! 2 MiB a core allocates. Only when the pool has no block of at least `MIN_CARVE_ORDER`
+//! (fragmented or nearly full memory) does a refill take `CACHE_BATCH` single frames off the
+//! shared lists as before. Freed pages go onto the core's stack of frames (up to
+//! `CACHE_CAPACITY`; past that `CACHE_BATCH` go back to the pool under one lock).
 //!
 //! Frames are 4 KiB (order 0) and 2 MiB (order 9); any order up to `MAX_ORDER` works.
-//! The exact number of free pages is the node pools' counts plus every core's cache count.
+//! The exact number of free pages is the node pools' counts plus every core's cache count
+//! (its stack and what is left of its carve).
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::{phys_to_virt, PAGE_SIZE};
 use crate::arch::x86_64::acpi::MAX_NODES;
@@ -18,6 +27,10 @@ pub const LARGE_ORDER: usize = 9;
 /// Per-core cache capacity and the batch moved to/from the node pool at a time.
 pub const CACHE_CAPACITY: usize = 64;
 pub const CACHE_BATCH: usize = 32;
+/// A refill takes a block of this order from the pool and carves it locally (2 MiB).
+pub const CARVE_ORDER: usize = LARGE_ORDER;
+/// The smallest block worth carving; below it a refill takes `CACHE_BATCH` single frames.
+pub const MIN_CARVE_ORDER: usize = 5;
 
 const NONE: u64 = u64::MAX;
 /// `state[pfn - base]`: FREE_HEAD | order for the first page of a free block; NOT_FREE else.
@@ -115,6 +128,16 @@ impl Buddy {
         }
         self.free_pages -= 1 << order;
         Some(pfn)
+    }
+
+    /// A block for a core to carve: of order `max` if the pool can give one, else the
+    /// largest free block of order at least `min`. Returns its first frame and order.
+    fn alloc_carve(&mut self, max: usize, min: usize) -> Option<(u64, usize)> {
+        if (max..=MAX_ORDER).any(|o| self.heads[o] != NONE) {
+            return self.alloc(max).map(|pfn| (pfn, max));
+        }
+        let order = (min..max).rev().find(|&o| self.heads[o] != NONE)?;
+        self.alloc(order).map(|pfn| (pfn, order))
     }
 
     fn free(&mut self, mut pfn: u64, mut order: usize) {
@@ -232,11 +255,15 @@ pub fn init(ranges: &[NodeRange], nodes: usize) -> Result<u64, &'static str> {
     Ok(total)
 }
 
-/// Per-core cache of order-0 frames. Only its owner touches `frames`, with interrupts off;
-/// `count` is atomic so other cores can read the exact free total.
+/// Per-core cache of order-0 frames: a stack of single frames (`frames[..count]`) and the
+/// rest of the block being carved (`carve_next..carve_end`, physical addresses; empty when
+/// equal). Only its owner changes them, with interrupts off; they are atomic so other cores
+/// can read the exact free total.
 pub struct FrameCache {
     frames: UnsafeCell<[u64; CACHE_CAPACITY]>,
     count: AtomicUsize,
+    carve_next: AtomicU64,
+    carve_end: AtomicU64,
 }
 
 // SAFETY: `frames` is only accessed by the owning core with interrupts disabled.
@@ -244,11 +271,14 @@ unsafe impl Sync for FrameCache {}
 
 impl FrameCache {
     pub const fn new() -> Self {
-        Self { frames: UnsafeCell::new([0; CACHE_CAPACITY]), count: AtomicUsize::new(0) }
+        Self { frames: UnsafeCell::new([0; CACHE_CAPACITY]), count: AtomicUsize::new(0), carve_next: AtomicU64::new(0), carve_end: AtomicU64::new(0) }
     }
 
+    /// Free pages this cache holds: its stack and the uncarved rest of its block. Exact
+    /// when its owner is not allocating at the same moment.
     pub fn len(&self) -> usize {
-        self.count.load(Ordering::Relaxed)
+        let carved_left = self.carve_end.load(Ordering::Relaxed).saturating_sub(self.carve_next.load(Ordering::Relaxed)) / PAGE_SIZE;
+        self.count.load(Ordering::Relaxed) + carved_left as usize
     }
 }
 
@@ -277,7 +307,8 @@ fn pool_free(pa: u64, order: usize) {
     NODES[node].buddy.lock_irqsave().free(pa / PAGE_SIZE, order);
 }
 
-/// Allocate one zero-filled or not (caller's choice) 4 KiB frame; returns its physical address.
+/// Allocate one 4 KiB frame (its contents are whatever the last owner left); returns its
+/// physical address.
 pub fn alloc_page() -> Option<u64> {
     if injected_failure() {
         return None;
@@ -288,11 +319,25 @@ pub fn alloc_page() -> Option<u64> {
         let frames = unsafe { &mut *cache.frames.get() };
         let mut n = cache.count.load(Ordering::Relaxed);
         if n == 0 {
-            // Refill a batch under one lock acquisition, local node first.
+            let (next, end) = (cache.carve_next.load(Ordering::Relaxed), cache.carve_end.load(Ordering::Relaxed));
+            if next < end {
+                cache.carve_next.store(next + PAGE_SIZE, Ordering::Relaxed);
+                return Some(next);
+            }
+            // Refill under one lock acquisition, local node first: a block to carve if the
+            // pool has one, else a batch of single frames.
             let nodes = node_count();
             let home = local_node();
             for i in 0..nodes {
                 let mut b = NODES[(home + i) % nodes].buddy.lock();
+                if let Some((pfn, order)) = b.alloc_carve(CARVE_ORDER, MIN_CARVE_ORDER) {
+                    drop(b);
+                    let pa = pfn * PAGE_SIZE;
+                    // The first page is the caller's; the rest is this core's to carve.
+                    cache.carve_end.store(pa + (PAGE_SIZE << order), Ordering::Relaxed);
+                    cache.carve_next.store(pa + PAGE_SIZE, Ordering::Relaxed);
+                    return Some(pa);
+                }
                 while n < CACHE_BATCH {
                     match b.alloc(0) {
                         Some(pfn) => {
@@ -314,6 +359,20 @@ pub fn alloc_page() -> Option<u64> {
         cache.count.store(n, Ordering::Relaxed);
         Some(frames[n])
     })
+}
+
+/// Give the frames [start, end) (page-aligned physical addresses, all free and of one node)
+/// back to their pool as the largest naturally aligned blocks that fit.
+fn pool_free_range(start: u64, end: u64) {
+    let (mut pfn, end_pfn) = (start / PAGE_SIZE, end / PAGE_SIZE);
+    while pfn < end_pfn {
+        let mut order = MAX_ORDER;
+        while order > 0 && (pfn & ((1 << order) - 1) != 0 || pfn + (1 << order) > end_pfn) {
+            order -= 1;
+        }
+        pool_free(pfn * PAGE_SIZE, order);
+        pfn += 1 << order;
+    }
 }
 
 /// Return a 4 KiB frame. Frames of another node go straight back to their node's pool so a
@@ -399,7 +458,8 @@ pub fn free_large(pa: u64) {
     free_frames(pa, LARGE_ORDER)
 }
 
-/// Give this core's cached frames back to the node pool.
+/// Give this core's cached frames back to the node pool: its stack and the rest of its carve
+/// (whole blocks, so the buddy can merge them back into the 2 MiB block they came from).
 pub fn drain_local_cache() {
     let cache = &crate::percpu::this().frame_cache;
     crate::arch::x86_64::cpu::without_interrupts(|| {
@@ -410,6 +470,11 @@ pub fn drain_local_cache() {
             pool_free(pa, 0);
         }
         cache.count.store(0, Ordering::Relaxed);
+        let (next, end) = (cache.carve_next.load(Ordering::Relaxed), cache.carve_end.load(Ordering::Relaxed));
+        cache.carve_next.store(end, Ordering::Relaxed);
+        if next < end {
+            pool_free_range(next, end);
+        }
     })
 }
 

@@ -367,9 +367,11 @@ impl CoreHeap {
 }
 
 /// Pages the heap leaves free when it grows: for the kernel (page tables, objects) and for
-/// the per-core frame caches of other cores, which count as free but this core cannot take.
+/// the per-core frame caches of other cores, which count as free but this core cannot take:
+/// up to 64 single frames and the rest of a 2 MiB block being carved (512 pages) per core
+/// (kernel `mm/frame.rs`).
 const RESERVE_PAGES: u64 = 1024;
-const RESERVE_PAGES_PER_CORE: u64 = 64;
+const RESERVE_PAGES_PER_CORE: u64 = 64 + 512;
 
 /// Whether the kernel has `len` bytes of free memory to spare for a heap segment. Segments
 /// are demand-zero: without this check a program that asks for more than there is gets the

@@ -95,6 +95,14 @@ pub const CATALOG: &[Mutant] = &[
         plants: "the buddy allocator takes one page off its free count for a block of any order",
     },
     Mutant {
+        name: "frame_refill_takes_single_frames",
+        file: "kernel/src/mm/frame.rs",
+        original: "if let Some((pfn, order)) = b.alloc_carve(CARVE_ORDER, MIN_CARVE_ORDER) {",
+        replacement: "if let Some((pfn, order)) = b.alloc_carve(CARVE_ORDER, MIN_CARVE_ORDER).filter(|_| false) {",
+        checks: &[Check::Suite("kernel smp=1")],
+        plants: "a core refills its frame cache with single frames off the node pool's shared lists, not by carving a 2 MiB block of its own",
+    },
+    Mutant {
         name: "slab_ignores_alignment",
         file: "kernel/src/mm/heap.rs",
         original: "let need = layout.size().max(layout.align()).max(1);",
