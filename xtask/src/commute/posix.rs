@@ -62,7 +62,8 @@ pub fn run_system(system: &str, pick: &str, timeout: Duration) -> Result<Vec<Out
     let built = plugins::build()?;
     let runs = plugins::artifact_dir().join("runs");
     fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
-    let out = runs.join(format!("sharing-commute-posix-{system}.txt"));
+    // One file per xtask process: a CI run and a full run may run side by side.
+    let out = runs.join(format!("sharing-commute-posix-{system}-{}.txt", std::process::id()));
     let _ = fs::remove_file(&out);
     let mut parg = format!("{},out={}", built.sharing.display(), out.display());
     for e in plugins::quantum_plugin_args(2) {
@@ -137,11 +138,9 @@ fn symbols(system: &str) -> Result<Names, String> {
             Ok(Names { kernel: k, user: u })
         }
         _ => {
-            // nokaslr: the kernel package's System.map gives the addresses of every boot.
-            let k = crate::linux::fetch_kernel()?;
-            let map = k.bzimage.parent().map(|b| b.join(format!("System.map-{}", k.version))).unwrap_or_default();
-            let text = fs::read_to_string(&map).map_err(|e| format!("cannot read {}: {e}", map.display()))?;
-            Ok(Names { kernel: Symbols::from_kallsyms(&text), user: None })
+            // nokaslr: the addresses of a /proc/kallsyms dumped once (cached) hold for every boot
+            // (the package's System.map is a placeholder).
+            Ok(Names { kernel: plugins::linux_symbols()?, user: None })
         }
     }
 }
