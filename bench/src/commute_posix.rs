@@ -31,6 +31,9 @@ pub enum PErr {
     NotDir,
     BadFd,
     Inval,
+    NotEmpty,
+    /// `EPERM` (Linux: a link to a directory).
+    Perm,
     /// Anything else: the system's own code.
     Other(i64),
 }
@@ -44,6 +47,8 @@ impl PErr {
             PErr::NotDir => pc::ERR_NOT_DIR.into(),
             PErr::BadFd => pc::ERR_BAD_FD.into(),
             PErr::Inval => pc::ERR_INVAL.into(),
+            PErr::NotEmpty => pc::ERR_NOT_EMPTY.into(),
+            PErr::Perm => pc::ERR_PERM.into(),
             PErr::Other(c) => format!("E:Other{c}"),
         }
     }
@@ -78,6 +83,8 @@ pub trait PosixFs {
     fn p_mkdir(&self, path: &[u8]) -> Result<(), PErr>;
     fn p_rmdir(&self, path: &[u8]) -> Result<(), PErr>;
     fn p_rename(&self, old: &[u8], new: &[u8]) -> Result<(), PErr>;
+    fn p_dup(&self, fd: u64) -> Result<u64, PErr>;
+    fn p_ftruncate(&self, fd: u64, len: u64) -> Result<(), PErr>;
 }
 
 /// A NUL-terminated path on the stack.
@@ -119,7 +126,7 @@ struct Prepared {
 
 fn paths_of(op: Op) -> (Option<P>, Option<P>) {
     match op {
-        Op::Open(p, _) | Op::Stat(p) | Op::Unlink(p) | Op::Mkdir(p) => (Some(p), None),
+        Op::Open(p, _) | Op::Stat(p) | Op::Unlink(p) | Op::Mkdir(p) | Op::Rmdir(p) => (Some(p), None),
         Op::Link(a, b) | Op::Rename(a, b) => (Some(a), Some(b)),
         _ => (None, None),
     }
@@ -127,7 +134,7 @@ fn paths_of(op: Op) -> (Option<P>, Option<P>) {
 
 fn desc_of(op: Op) -> Option<D> {
     match op {
-        Op::Close(d) | Op::Fstat(d) | Op::Read(d) | Op::Pread(d, _) | Op::Write(d) | Op::Pwrite(d, _) | Op::Lseek(d, _, _) => Some(d),
+        Op::Close(d) | Op::Fstat(d) | Op::Read(d) | Op::Pread(d, _) | Op::Write(d) | Op::Pwrite(d, _) | Op::Lseek(d, _, _) | Op::Dup(d) | Op::Ftruncate(d, _) => Some(d),
         _ => None,
     }
 }
@@ -173,6 +180,9 @@ fn call<F: PosixFs>(fs: &F, op: Op, a: &mut Prepared) -> Raw {
         Op::Link(..) => Raw::Unit(fs.p_link(a.p1.c(), a.p2.c())),
         Op::Mkdir(_) => Raw::Unit(fs.p_mkdir(a.p1.c())),
         Op::Rename(..) => Raw::Unit(fs.p_rename(a.p1.c(), a.p2.c())),
+        Op::Dup(_) => Raw::Fd(fs.p_dup(a.fd)),
+        Op::Ftruncate(_, len) => Raw::Unit(fs.p_ftruncate(a.fd, len)),
+        Op::Rmdir(_) => Raw::Unit(fs.p_rmdir(a.p1.c())),
     }
 }
 
@@ -242,19 +252,27 @@ fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; 3], inos: &[AtomicU64; 4])
 /// Remove whatever the fixture and the case left: descriptors, names, directories.
 fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; 3], new_fds: [i64; 2]) -> Result<(), String> {
     let root = fs.root();
-    for d in pc::DESCS {
-        let _ = fs.p_close(fds[d.index()].load(SeqCst));
-    }
+    // The case's new descriptors first: one may have reused the number of a fixture
+    // descriptor the other call closed (Linux gives the lowest free number).
     for fd in new_fds.into_iter().filter(|f| *f >= 0) {
         fs.p_close(fd as u64).map_err(|x| format!("teardown: close of a case's descriptor: {x:?}"))?;
     }
-    for p in pc::TEARDOWN {
-        let path = Path::new(root, Some(p.rel()));
+    for d in pc::DESCS {
+        let _ = fs.p_close(fds[d.index()].load(SeqCst));
+    }
+    let remove = |rel: &str| -> Result<(), String> {
+        let path = Path::new(root, Some(rel));
         match fs.p_stat(path.c()) {
-            Ok(s) if s.dir => fs.p_rmdir(path.c()).map_err(|x| format!("teardown: rmdir {}: {x:?}", p.rel()))?,
-            Ok(_) => fs.p_unlink(path.c()).map_err(|x| format!("teardown: unlink {}: {x:?}", p.rel()))?,
-            Err(_) => {}
+            Ok(s) if s.dir => fs.p_rmdir(path.c()).map_err(|x| format!("teardown: rmdir {rel}: {x:?}")),
+            Ok(_) => fs.p_unlink(path.c()).map_err(|x| format!("teardown: unlink {rel}: {x:?}")),
+            Err(_) => Ok(()),
         }
+    };
+    for top in pc::TEARDOWN {
+        for child in pc::TEARDOWN_CHILDREN {
+            remove(&format!("{top}/{child}"))?;
+        }
+        remove(top)?;
     }
     fs.p_rmdir(Path::new(root, None).c()).map_err(|x| format!("teardown: rmdir cm: {x:?}"))
 }
@@ -385,6 +403,8 @@ mod linux_fs {
             libc::ENOTDIR => PErr::NotDir,
             libc::EBADF => PErr::BadFd,
             libc::EINVAL => PErr::Inval,
+            libc::ENOTEMPTY => PErr::NotEmpty,
+            libc::EPERM => PErr::Perm,
             c => PErr::Other(c as i64),
         }
     }
@@ -491,6 +511,14 @@ mod linux_fs {
             // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
             ok(unsafe { libc::rename(cp(old), cp(new)) } as i64).map(|_| ())
         }
+        fn p_dup(&self, fd: u64) -> Result<u64, PErr> {
+            // SAFETY: see the impl's comment (dup has no memory arguments).
+            ok(unsafe { libc::dup(fd as i32) } as i64).map(|f| f as u64)
+        }
+        fn p_ftruncate(&self, fd: u64, len: u64) -> Result<(), PErr> {
+            // SAFETY: see the impl's comment (ftruncate has no memory arguments).
+            ok(unsafe { libc::ftruncate(fd as i32, len as libc::off_t) } as i64).map(|_| ())
+        }
     }
 }
 
@@ -510,7 +538,7 @@ mod ours_fs {
             FsError::InvalidArgument => PErr::Inval,
             // Offset by 1000 so it is not mistaken for a Linux errno.
             FsError::NoSpace => PErr::Other(1001),
-            FsError::NotEmpty => PErr::Other(1002),
+            FsError::NotEmpty => PErr::NotEmpty,
             FsError::NameTooLong => PErr::Other(1003),
             FsError::Io => PErr::Other(1004),
             FsError::NoMemory => PErr::Other(1005),
@@ -585,6 +613,12 @@ mod ours_fs {
         }
         fn p_rename(&self, old: &[u8], new: &[u8]) -> Result<(), PErr> {
             lfs::rename(s(old), s(new)).map_err(err)
+        }
+        fn p_dup(&self, fd: u64) -> Result<u64, PErr> {
+            lfs::dup(Fd(fd as u32)).map(|f| f.0 as u64).map_err(err)
+        }
+        fn p_ftruncate(&self, fd: u64, len: u64) -> Result<(), PErr> {
+            lfs::ftruncate(Fd(fd as u32), len).map_err(err)
         }
     }
 }

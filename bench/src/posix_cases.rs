@@ -50,8 +50,10 @@ impl P {
     }
 }
 
-/// Every name a case can make or remove (teardown removes them, deepest first).
-pub const TEARDOWN: [P; 7] = [P::DC, P::DN, P::A, P::B, P::M, P::N, P::Sub];
+/// The names in the fixture directory a case can leave; a directory among them may hold
+/// [`TEARDOWN_CHILDREN`] (`rename(d, m)` moves `d`'s entries under `m`).
+pub const TEARDOWN: [&str; 5] = ["d", "m", "n", "a", "b"];
+pub const TEARDOWN_CHILDREN: [&str; 2] = ["c", "n"];
 
 /// A fixture descriptor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -135,9 +137,13 @@ pub enum Op {
     Write(D),
     Pwrite(D, u64),
     Lseek(D, i64, Whence),
+    /// A new descriptor for the same open file description.
+    Dup(D),
+    Ftruncate(D, u64),
     Unlink(P),
     Link(P, P),
     Mkdir(P),
+    Rmdir(P),
     Rename(P, P),
 }
 
@@ -157,25 +163,57 @@ pub const CALLS: &[Call] = &[
         name: "open",
         variants: &[
             Op::Open(A, OpenMode::Read),
+            Op::Open(B, OpenMode::Read),
             Op::Open(DC, OpenMode::Read),
+            Op::Open(Sub, OpenMode::Read),
             Op::Open(M, OpenMode::Read),
+            Op::Open(N, OpenMode::Read),
+            Op::Open(DN, OpenMode::Read),
             Op::Open(M, OpenMode::CreateExcl),
             Op::Open(N, OpenMode::CreateExcl),
+            Op::Open(DN, OpenMode::CreateExcl),
             Op::Open(A, OpenMode::CreateExcl),
+            Op::Open(DC, OpenMode::CreateExcl),
         ],
     },
-    Call { name: "close", variants: &[Op::Close(D0), Op::Close(D2)] },
-    Call { name: "stat", variants: &[Op::Stat(A), Op::Stat(B), Op::Stat(M), Op::Stat(DC)] },
-    Call { name: "fstat", variants: &[Op::Fstat(D0), Op::Fstat(D2)] },
+    Call { name: "close", variants: &[Op::Close(D0), Op::Close(D1), Op::Close(D2)] },
+    Call { name: "dup", variants: &[Op::Dup(D0), Op::Dup(D2)] },
+    Call { name: "stat", variants: &[Op::Stat(A), Op::Stat(B), Op::Stat(M), Op::Stat(DC), Op::Stat(Sub), Op::Stat(N), Op::Stat(DN)] },
+    Call { name: "fstat", variants: &[Op::Fstat(D0), Op::Fstat(D1), Op::Fstat(D2)] },
     Call { name: "read", variants: &[Op::Read(D0), Op::Read(D1), Op::Read(D2)] },
-    Call { name: "pread", variants: &[Op::Pread(D0, 0), Op::Pread(D0, 4096), Op::Pread(D2, 0)] },
-    Call { name: "write", variants: &[Op::Write(D0), Op::Write(D2)] },
-    Call { name: "pwrite", variants: &[Op::Pwrite(D0, 0), Op::Pwrite(D0, 4096), Op::Pwrite(D2, 0)] },
-    Call { name: "lseek", variants: &[Op::Lseek(D0, 4096, Whence::Set), Op::Lseek(D0, 0, Whence::Cur), Op::Lseek(D2, 0, Whence::End)] },
-    Call { name: "unlink", variants: &[Op::Unlink(A), Op::Unlink(B), Op::Unlink(M), Op::Unlink(DC)] },
-    Call { name: "link", variants: &[Op::Link(A, N), Op::Link(B, DN), Op::Link(A, B), Op::Link(M, N)] },
-    Call { name: "mkdir", variants: &[Op::Mkdir(M), Op::Mkdir(N), Op::Mkdir(DN), Op::Mkdir(A)] },
-    Call { name: "rename", variants: &[Op::Rename(A, N), Op::Rename(B, DN), Op::Rename(DC, M), Op::Rename(M, N)] },
+    Call { name: "pread", variants: &[Op::Pread(D0, 0), Op::Pread(D0, 4096), Op::Pread(D2, 0), Op::Pread(D1, 0), Op::Pread(D0, 8192), Op::Pread(D2, 4096)] },
+    Call { name: "write", variants: &[Op::Write(D0), Op::Write(D1), Op::Write(D2)] },
+    Call { name: "pwrite", variants: &[Op::Pwrite(D0, 0), Op::Pwrite(D0, 4096), Op::Pwrite(D2, 0), Op::Pwrite(D1, 0), Op::Pwrite(D2, 4096), Op::Pwrite(D0, 8192)] },
+    Call {
+        name: "lseek",
+        variants: &[
+            Op::Lseek(D0, 4096, Whence::Set),
+            Op::Lseek(D0, 0, Whence::Cur),
+            Op::Lseek(D2, 0, Whence::End),
+            Op::Lseek(D1, 0, Whence::Set),
+            Op::Lseek(D2, 4096, Whence::Set),
+            Op::Lseek(D0, 0, Whence::End),
+        ],
+    },
+    Call { name: "ftruncate", variants: &[Op::Ftruncate(D0, 4096), Op::Ftruncate(D2, 0), Op::Ftruncate(D1, 8192)] },
+    Call { name: "unlink", variants: &[Op::Unlink(A), Op::Unlink(B), Op::Unlink(M), Op::Unlink(DC), Op::Unlink(N), Op::Unlink(DN), Op::Unlink(Sub)] },
+    Call { name: "link", variants: &[Op::Link(A, N), Op::Link(B, DN), Op::Link(A, B), Op::Link(M, N), Op::Link(DC, M), Op::Link(A, DN), Op::Link(B, M), Op::Link(M, DN)] },
+    Call { name: "mkdir", variants: &[Op::Mkdir(M), Op::Mkdir(N), Op::Mkdir(DN), Op::Mkdir(A), Op::Mkdir(Sub), Op::Mkdir(DC)] },
+    Call { name: "rmdir", variants: &[Op::Rmdir(Sub), Op::Rmdir(M), Op::Rmdir(N)] },
+    Call {
+        name: "rename",
+        variants: &[
+            Op::Rename(A, N),
+            Op::Rename(B, DN),
+            Op::Rename(DC, M),
+            Op::Rename(M, N),
+            Op::Rename(A, B),
+            Op::Rename(N, M),
+            Op::Rename(B, A),
+            Op::Rename(DC, DN),
+            Op::Rename(Sub, M),
+        ],
+    },
 ];
 
 /// One case: its index in the enumeration, and the two calls (A on core 0, B on core 1).
@@ -229,3 +267,5 @@ pub const ERR_IS_DIR: &str = "E:IsDir";
 pub const ERR_NOT_DIR: &str = "E:NotDir";
 pub const ERR_BAD_FD: &str = "E:BadFd";
 pub const ERR_INVAL: &str = "E:Inval";
+pub const ERR_NOT_EMPTY: &str = "E:NotEmpty";
+pub const ERR_PERM: &str = "E:Perm";

@@ -150,11 +150,17 @@ fn symbols(system: &str) -> Result<Names, String> {
 fn symbol_of(names: &Names, vaddr: u64, pc: u64) -> String {
     let clean = |n: String| super::demangle(n.split('+').next().unwrap_or(&n));
     let user = |a: u64, max: u64| names.user.as_ref().and_then(|u| u.name_any(a, max));
+    if vaddr >= 0xffff_ffff_c000_0000 {
+        return "[module data]".into();
+    }
     if let Some(n) = names.kernel.name(vaddr).or_else(|| if vaddr >> 63 == 0 && vaddr != 0 { user(vaddr, 1 << 16) } else { None }) {
         return clean(n);
     }
     let place = if vaddr >> 63 != 0 || pc >> 63 != 0 { "[heap]" } else { "[user]" };
-    let by = names.kernel.name(pc).or_else(|| user(pc, 1 << 20)).map(clean).unwrap_or("?".into());
+    // Linux's modules (ext4, jbd2, mbcache, virtio_blk: loaded by the guest, so not in the
+    // kallsyms dump of a guest without them) live from 0xffffffffc0000000.
+    let module = |a: u64| (a >= 0xffff_ffff_c000_0000).then(|| "module code (ext4, jbd2, virtio_blk)".to_string());
+    let by = names.kernel.name(pc).map(clean).or_else(|| user(pc, 1 << 20).map(clean)).or_else(|| module(pc)).unwrap_or("?".into());
     format!("{place} written by {by}")
 }
 

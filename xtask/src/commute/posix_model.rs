@@ -42,8 +42,8 @@ pub struct Inode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct State {
     pub inodes: BTreeMap<Ino, Inode>,
-    /// Paths relative to the fixture directory.
-    pub names: BTreeMap<&'static str, Ino>,
+    /// Paths relative to the fixture directory (`rename(d, m)` moves `d/c` to `m/c`).
+    pub names: BTreeMap<String, Ino>,
     /// The fixture's descriptors still open: inode and offset.
     pub fds: BTreeMap<D, (Ino, u64)>,
 }
@@ -69,7 +69,7 @@ impl State {
         inodes.insert(Ino::Fix("b"), file(2, pc::FILE_BYTES));
         inodes.insert(Ino::Fix("d"), Inode { dir: true, nlink: 2, data: Vec::new() });
         inodes.insert(Ino::Fix("c"), file(3, pc::SMALL_BYTES));
-        let names = [("a", Ino::Fix("a")), ("b", Ino::Fix("b")), ("d", Ino::Fix("d")), ("d/c", Ino::Fix("c"))].into_iter().collect();
+        let names = [("a", Ino::Fix("a")), ("b", Ino::Fix("b")), ("d", Ino::Fix("d")), ("d/c", Ino::Fix("c"))].into_iter().map(|(n, i)| (n.to_string(), i)).collect();
         let fds = pc::DESCS.iter().map(|d| (*d, (Ino::Fix(d.file().rel()), 0))).collect();
         State { inodes, names, fds }
     }
@@ -89,6 +89,11 @@ impl State {
     fn lookup(&self, p: P) -> Result<Ino, String> {
         self.dir_of(p)?;
         self.names.get(p.rel()).copied().ok_or_else(|| pc::ERR_NOT_FOUND.to_string())
+    }
+
+    fn has_children(&self, dir: &str) -> bool {
+        let prefix = format!("{dir}/");
+        self.names.keys().any(|k| k.starts_with(&prefix))
     }
 
     fn stat_text(&self, i: Ino) -> String {
@@ -156,7 +161,7 @@ impl State {
                 }
                 let i = Ino::New(who);
                 self.inodes.insert(i, Inode { dir: false, nlink: 1, data: Vec::new() });
-                self.names.insert(p.rel(), i);
+                self.names.insert(p.rel().to_string(), i);
                 Ok("fd".into())
             }
             Op::Close(d) => {
@@ -211,6 +216,29 @@ impl State {
                 self.fds.insert(d, (i, to));
                 Ok(to.to_string())
             }
+            Op::Dup(d) => {
+                self.fd(d)?;
+                Ok("fd".into())
+            }
+            Op::Ftruncate(d, len) => {
+                let (i, _) = self.fd(d)?;
+                self.inodes.get_mut(&i).expect("open inode").data.resize(len as usize, 0);
+                Ok("0".into())
+            }
+            Op::Rmdir(p) => {
+                let parent = self.dir_of(p)?;
+                let i = self.lookup(p)?;
+                if !self.inodes[&i].dir {
+                    return err(pc::ERR_NOT_DIR);
+                }
+                if self.has_children(p.rel()) {
+                    return err(pc::ERR_NOT_EMPTY);
+                }
+                self.names.remove(p.rel());
+                self.dir_nlink(parent, -1);
+                self.unlink_ino(i);
+                Ok("0".into())
+            }
             Op::Unlink(p) => {
                 let i = self.lookup(p)?;
                 if self.inodes[&i].dir {
@@ -227,9 +255,9 @@ impl State {
                     return err(pc::ERR_EXISTS);
                 }
                 if self.inodes[&i].dir {
-                    return err("E:Other1"); // EPERM; no case links a directory
+                    return err(pc::ERR_PERM);
                 }
-                self.names.insert(new.rel(), i);
+                self.names.insert(new.rel().to_string(), i);
                 self.inodes.get_mut(&i).expect("named inode").nlink += 1;
                 Ok("0".into())
             }
@@ -240,7 +268,7 @@ impl State {
                 }
                 let i = Ino::New(who);
                 self.inodes.insert(i, Inode { dir: true, nlink: 2, data: Vec::new() });
-                self.names.insert(p.rel(), i);
+                self.names.insert(p.rel().to_string(), i);
                 self.dir_nlink(parent, 1);
                 Ok("0".into())
             }
@@ -256,7 +284,7 @@ impl State {
                     match (is_dir, self.inodes[&j].dir) {
                         (false, true) => return err(pc::ERR_IS_DIR),
                         (true, false) => return err(pc::ERR_NOT_DIR),
-                        (true, true) if self.names.keys().any(|k| k.starts_with(&format!("{}/", new.rel()))) => return err("E:Other39"), // ENOTEMPTY
+                        (true, true) if self.has_children(new.rel()) => return err(pc::ERR_NOT_EMPTY),
                         _ => {}
                     }
                     self.names.remove(new.rel());
@@ -266,7 +294,14 @@ impl State {
                     self.unlink_ino(j);
                 }
                 self.names.remove(old.rel());
-                self.names.insert(new.rel(), i);
+                self.names.insert(new.rel().to_string(), i);
+                // A directory's entries move with it.
+                let prefix = format!("{}/", old.rel());
+                let moved: Vec<String> = self.names.keys().filter(|k| k.starts_with(&prefix)).cloned().collect();
+                for k in moved {
+                    let v = self.names.remove(&k).expect("listed");
+                    self.names.insert(format!("{}/{}", new.rel(), &k[prefix.len()..]), v);
+                }
                 if is_dir && old_dir != new_dir {
                     self.dir_nlink(old_dir, -1);
                     self.dir_nlink(new_dir, 1);
@@ -367,5 +402,18 @@ mod tests {
         assert_eq!(s.apply(Op::Rename(DC, M), 0), "0");
         assert_eq!(s.apply(Op::Stat(DC), 0), pc::ERR_NOT_FOUND);
         assert_eq!(s.apply(Op::Stat(M), 0), "f:c:1:100");
+    }
+
+    // Catches a directory rename that leaves its entries behind, and rmdir of a full one.
+    #[test]
+    fn directories_move_with_their_entries() {
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Rmdir(Sub), 0), pc::ERR_NOT_EMPTY);
+        assert_eq!(s.apply(Op::Rename(Sub, M), 0), "0");
+        assert_eq!(s.apply(Op::Stat(DC), 0), pc::ERR_NOT_FOUND);
+        assert!(s.names.contains_key("m/c"));
+        assert!(!commutes(Op::Rename(Sub, M), Op::Stat(DC)));
+        assert!(commutes(Op::Rmdir(M), Op::Rmdir(N)));
+        assert!(!commutes(Op::Mkdir(M), Op::Rmdir(M)));
     }
 }
