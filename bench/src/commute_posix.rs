@@ -422,7 +422,7 @@ mod linux_fs {
     }
 
     fn pstat(s: &libc::stat) -> PStat {
-        PStat { ino: s.st_ino, nlink: s.st_nlink as u64, size: s.st_size as u64, dir: s.st_mode & libc::S_IFMT == libc::S_IFDIR }
+        PStat { ino: s.st_ino, nlink: s.st_nlink, size: s.st_size as u64, dir: s.st_mode & libc::S_IFMT == libc::S_IFDIR }
     }
 
     // SAFETY (every libc call below): the paths are NUL-terminated buffers (`Path::c`), the
