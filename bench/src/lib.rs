@@ -17,6 +17,7 @@ extern crate std;
 extern crate alloc;
 
 pub mod catalog;
+pub mod commute_posix;
 pub mod harness;
 #[cfg(target_os = "linux")]
 pub mod linux;
@@ -27,6 +28,7 @@ pub mod metis_linux;
 pub mod metis_ours;
 pub mod ours;
 pub mod params;
+pub mod posix_cases;
 pub mod report;
 pub mod suite;
 

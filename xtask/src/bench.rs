@@ -13,7 +13,7 @@ pub(crate) mod json;
 pub(crate) mod report_check;
 pub(crate) mod linux_sys;
 mod net;
-mod ours;
+pub(crate) mod ours;
 mod record;
 mod report;
 mod stats;

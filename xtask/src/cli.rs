@@ -130,16 +130,6 @@ fn inject_spec(v: &str) -> Result<String, String> {
     crate::fuzz::check_inject(v).map(|()| v.to_string()).map_err(|e| e.trim_start_matches("--inject: ").to_string())
 }
 
-/// `commute --calls`: modelled call names, comma-separated.
-fn commute_calls(v: &str) -> Result<String, String> {
-    let calls = crate::commute::cases::CALLS;
-    if let Some(bad) = v.split(',').find(|n| !calls.iter().any(|k| k.name == *n)) {
-        let names: Vec<&str> = calls.iter().map(|k| k.name).collect();
-        return Err(format!("unknown call `{bad}` (modelled: {})", names.join(", ")));
-    }
-    Ok(v.to_string())
-}
-
 /// `mutants --only`: a mutant of the catalog (empty names between commas are ignored).
 fn mutant_name(v: &str) -> Result<String, String> {
     let v = v.trim();
@@ -394,11 +384,13 @@ pub struct ReportCheckArgs {
 #[derive(Args, Debug, Clone, PartialEq)]
 #[command(args_override_self = true)]
 pub struct CommuteArgs {
-    /// Only pairs of these calls (default: every modelled call; see --list)
-    #[arg(long, value_name = "a,b,...", value_parser = commute_calls)]
+    /// Only pairs of these calls (default: every modelled call; see --list; with --system the
+    /// POSIX calls)
+    #[arg(long, value_name = "a,b,...", value_parser = crate::commute::calls_arg)]
     pub calls: Option<String>,
-    /// The system to check (only ours so far: the Linux column is not built)
-    #[arg(long, value_name = "ours", value_parser = ["ours", "linux", "both"])]
+    /// Check the POSIX calls (open, read, link, ...) on this system's library OS, on Linux, or
+    /// both, the same cases under the same audit (without it: the kernel's own calls)
+    #[arg(long, value_name = "ours|linux|both", value_parser = ["ours", "linux", "both"])]
     pub system: Option<String>,
     /// vCPUs, at least 2 (the two calls run on cores 0 and 1)
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=255))]

@@ -751,6 +751,15 @@ impl Symbols {
     pub fn len(&self) -> usize {
         self.syms.len()
     }
+
+    /// [`Symbols::name`] for any address (e.g. a user program's symbols), within `max_off`
+    /// bytes of the symbol.
+    pub fn name_any(&self, addr: u64, max_off: u64) -> Option<String> {
+        let i = self.syms.partition_point(|(a, _)| *a <= addr);
+        let (a, n) = self.syms.get(i.checked_sub(1)?)?;
+        let off = addr - a;
+        (off <= max_off).then(|| if off == 0 { n.clone() } else { format!("{n}+{off:#x}") })
+    }
 }
 
 /// Linux kernel symbols: dumped once from /proc/kallsyms of a guest booted with nokaslr, so

@@ -922,6 +922,9 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // system-call pairs on two cores under the sharing audit; a case conflict-free in the
     // checked-in baseline that now shares a kernel line fails.
     r.suite("commute", |_| crate::commute::ci_tests())?;
+    // The same for the POSIX calls on the library OS (`commute --system ours --ci`): a seeded
+    // sample checked against xtask/src/commute/baseline-posix-ours.txt.
+    r.suite("commute-posix ours", |_| crate::commute::posix::ci_tests(&["ours"]))?;
     // The network (issue 15): the card's device object under bad input, then Corey's TCP
     // service served to the host in each configuration, every reply checked.
     r.user_boot(UserBoot { net: true, ..UserBoot::new(2, "init=nettest", Expect::ALL) })?;

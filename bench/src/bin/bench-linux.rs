@@ -22,7 +22,19 @@ fn main() {
     } else {
         std::env::args().skip(1).collect::<Vec<_>>().join(" ")
     };
-    let ok = match bench::params::Params::parse(&line) {
+    // The POSIX commutativity checker (docs/commute.md) instead of a benchmark.
+    let commute = line.split_ascii_whitespace().any(|w| w == bench::commute_posix::COMMAND_WORD);
+    let ok = if commute {
+        let p = bench::linux::Linux::new(as_init);
+        match bench::commute_posix::run(&p, bench::commute_posix::pick_word(&line), |l| println!("{l}")) {
+            Ok(()) => true,
+            Err(e) => {
+                println!("commute-error {e}");
+                false
+            }
+        }
+    } else {
+        match bench::params::Params::parse(&line) {
         Err(e) => {
             println!("{}", ErrorLine("?", &e));
             false
@@ -33,6 +45,7 @@ fn main() {
             println!("{run}");
             run.is_ok()
         }
+    }
     };
     println!("{DONE_LINE}");
     let _ = std::io::stdout().flush();

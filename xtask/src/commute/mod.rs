@@ -9,6 +9,11 @@
 #[allow(dead_code)] // shared with the guest, which uses all of it
 pub mod cases;
 pub mod model;
+pub mod posix;
+#[path = "../../../bench/src/posix_cases.rs"]
+#[allow(dead_code)] // shared with the guest program, which uses all of it
+pub mod posix_cases;
+pub mod posix_model;
 
 use crate::plugins::{self, Record, Symbols};
 use crate::TestTally;
@@ -458,15 +463,46 @@ pub fn ci_tests() -> Result<TestTally, String> {
     Ok(t)
 }
 
+/// `--calls`: kernel calls (`cases.rs`) or, with `--system`, POSIX calls (`posix_cases.rs`);
+/// `main` checks which set applies.
+pub fn calls_arg(v: &str) -> Result<String, String> {
+    let known = |n: &str| cases::CALLS.iter().any(|k| k.name == n) || posix_cases::CALLS.iter().any(|k| k.name == n);
+    if let Some(bad) = v.split(',').find(|n| !known(n)) {
+        let names: Vec<&str> = cases::CALLS.iter().map(|k| k.name).collect();
+        let pnames: Vec<&str> = posix_cases::CALLS.iter().map(|k| k.name).collect();
+        return Err(format!("unknown call `{bad}` (kernel: {}; POSIX, with --system: {})", names.join(", "), pnames.join(", ")));
+    }
+    Ok(v.to_string())
+}
+
 /// `cargo xtask commute` (cli.rs declares the options).
 pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
     let calls = args.calls.clone();
     let (smp, timeout) = (args.smp, Duration::from_secs(args.timeout));
     let out = args.out.clone().unwrap_or_else(|| crate::env::target_dir().join("commute"));
     let (ci, update, model_only, list, planted) = (args.ci, args.update_baseline, args.model_only, args.list, args.planted);
-    match args.system.as_deref() {
-        None | Some("ours") => {}
-        Some(_) => return Err("commute: the Linux column is not built yet (docs/commute.md, \"Not done\"); --system ours only".into()),
+    // --system: the POSIX calls on the library OS and/or Linux (posix.rs); without it the
+    // kernel's own calls, which only this system has.
+    if let Some(system) = args.system.as_deref() {
+        let systems: &[&str] = match system {
+            "both" => &["ours", "linux"],
+            "ours" => &["ours"],
+            _ => &["linux"],
+        };
+        if let Some(c) = &calls {
+            if let Some(bad) = c.split(',').find(|n| !posix_cases::CALLS.iter().any(|k| k.name == *n)) {
+                let names: Vec<&str> = posix_cases::CALLS.iter().map(|k| k.name).collect();
+                return Err(format!("commute --system: unknown POSIX call `{bad}` (modelled: {})", names.join(", ")));
+            }
+        }
+        if planted {
+            return Err("commute --system: --planted is for the kernel calls".into());
+        }
+        if ci {
+            let t = posix::ci_run(systems, update, timeout)?;
+            return if t.failed > 0 { Err(format!("{} POSIX sampled case(s) regressed", t.failed)) } else { Ok(()) };
+        }
+        return posix::main(systems, calls.as_deref(), out, timeout, model_only, list);
     }
     if smp < 2 {
         return Err("commute: --smp must be at least 2 (the calls run on cores 0 and 1)".into());

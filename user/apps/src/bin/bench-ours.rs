@@ -23,6 +23,24 @@ fn main(args: &'static str) -> u64 {
         }
         _ => args,
     };
+    // The POSIX commutativity checker (docs/commute.md) instead of a benchmark.
+    if line.split_ascii_whitespace().any(|w| w == bench::commute_posix::COMMAND_WORD) {
+        let ok = match bench::ours::Ours::new() {
+            Err(e) => {
+                libos::println!("commute-error backend start-up: {e:?}");
+                false
+            }
+            Ok(p) => {
+                let r = bench::commute_posix::run(&p, bench::commute_posix::pick_word(line), |l| libos::println!("{l}"));
+                if let Err(e) = &r {
+                    libos::println!("commute-error {e}");
+                }
+                p.finish();
+                r.is_ok()
+            }
+        };
+        return if ok { 0 } else { 1 };
+    }
     let ok = match bench::params::Params::parse(line) {
         Err(e) => {
             libos::println!("{}", ErrorLine("?", &e));

@@ -1,0 +1,624 @@
+//! The guest side of the POSIX commutativity checker (issue 19, docs/commute.md), one program
+//! for both systems: `bench-ours` runs it on the library OS's file system, `bench-linux` on
+//! Linux's ext2 (the same disk image), when their command line holds the word
+//! [`COMMAND_WORD`].
+//!
+//! Per case (the table is `posix_cases.rs`): worker 0 (core 0) makes the fixture, both workers
+//! build their call's path before the region, then worker 0 runs call A and worker 1 (core 1)
+//! call B, each between its own vCPU's start/stop markers; after both stopped worker 0
+//! executes the epoch marker (the sharing plugin writes the lines shared in the regions), prints
+//! `commute-posix i=N a=RES b=RES` and removes the fixture. The hand-over between the workers
+//! (`GO`, `DONE`, B's result bytes) is written and read outside the regions only.
+
+use alloc::format;
+use alloc::string::String;
+use core::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering::SeqCst};
+
+use crate::posix_cases::{self as pc, OpenMode, Op, Whence, D, P};
+use crate::Platform;
+
+/// The command-line word that selects this program instead of a benchmark.
+pub const COMMAND_WORD: &str = "commute-posix";
+/// The last line of a finished run.
+pub const DONE_LINE: &str = "commute-done";
+
+/// A file-system error, as both systems' errors map onto it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PErr {
+    NotFound,
+    Exists,
+    IsDir,
+    NotDir,
+    BadFd,
+    Inval,
+    NotEmpty,
+    /// `EPERM` (Linux: a link to a directory).
+    Perm,
+    /// Anything else: the system's own code.
+    Other(i64),
+}
+
+impl PErr {
+    fn label(self) -> String {
+        match self {
+            PErr::NotFound => pc::ERR_NOT_FOUND.into(),
+            PErr::Exists => pc::ERR_EXISTS.into(),
+            PErr::IsDir => pc::ERR_IS_DIR.into(),
+            PErr::NotDir => pc::ERR_NOT_DIR.into(),
+            PErr::BadFd => pc::ERR_BAD_FD.into(),
+            PErr::Inval => pc::ERR_INVAL.into(),
+            PErr::NotEmpty => pc::ERR_NOT_EMPTY.into(),
+            PErr::Perm => pc::ERR_PERM.into(),
+            PErr::Other(c) => format!("E:Other{c}"),
+        }
+    }
+}
+
+/// What `stat` and `fstat` report that the cases look at.
+#[derive(Clone, Copy, Debug)]
+pub struct PStat {
+    pub ino: u64,
+    pub nlink: u64,
+    pub size: u64,
+    pub dir: bool,
+}
+
+/// The POSIX calls of one system. Paths are absolute and NUL-terminated (built before the
+/// measured region, so a call allocates nothing for its path inside it).
+pub trait PosixFs {
+    /// The directory the fixture directory goes in (no trailing `/`).
+    fn root(&self) -> &str;
+    fn p_open(&self, path: &[u8], mode: OpenMode) -> Result<u64, PErr>;
+    fn p_open_rw(&self, path: &[u8], create: bool) -> Result<u64, PErr>;
+    fn p_close(&self, fd: u64) -> Result<(), PErr>;
+    fn p_stat(&self, path: &[u8]) -> Result<PStat, PErr>;
+    fn p_fstat(&self, fd: u64) -> Result<PStat, PErr>;
+    fn p_read(&self, fd: u64, buf: &mut [u8]) -> Result<usize, PErr>;
+    fn p_pread(&self, fd: u64, buf: &mut [u8], off: u64) -> Result<usize, PErr>;
+    fn p_write(&self, fd: u64, buf: &[u8]) -> Result<usize, PErr>;
+    fn p_pwrite(&self, fd: u64, buf: &[u8], off: u64) -> Result<usize, PErr>;
+    fn p_lseek(&self, fd: u64, off: i64, whence: Whence) -> Result<u64, PErr>;
+    fn p_unlink(&self, path: &[u8]) -> Result<(), PErr>;
+    fn p_link(&self, old: &[u8], new: &[u8]) -> Result<(), PErr>;
+    fn p_mkdir(&self, path: &[u8]) -> Result<(), PErr>;
+    fn p_rmdir(&self, path: &[u8]) -> Result<(), PErr>;
+    fn p_rename(&self, old: &[u8], new: &[u8]) -> Result<(), PErr>;
+    fn p_dup(&self, fd: u64) -> Result<u64, PErr>;
+    fn p_ftruncate(&self, fd: u64, len: u64) -> Result<(), PErr>;
+}
+
+/// A NUL-terminated path on the stack.
+struct Path {
+    buf: [u8; 128],
+    len: usize,
+}
+
+impl Path {
+    /// `ROOT/cm` or `ROOT/cm/REL`.
+    fn new(root: &str, rel: Option<&str>) -> Path {
+        let mut p = Path { buf: [0; 128], len: 0 };
+        p.push(root.as_bytes());
+        p.push(b"/cm");
+        if let Some(r) = rel {
+            p.push(b"/");
+            p.push(r.as_bytes());
+        }
+        p
+    }
+    fn push(&mut self, s: &[u8]) {
+        let n = s.len().min(self.buf.len() - 1 - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s[..n]);
+        self.len += n;
+    }
+    /// With the NUL.
+    fn c(&self) -> &[u8] {
+        &self.buf[..=self.len]
+    }
+}
+
+/// A call's prepared arguments: its paths, its descriptor (the fixture's number), its buffer.
+struct Prepared {
+    p1: Path,
+    p2: Path,
+    fd: u64,
+    buf: [u8; pc::IO_BYTES],
+}
+
+fn paths_of(op: Op) -> (Option<P>, Option<P>) {
+    match op {
+        Op::Open(p, _) | Op::Stat(p) | Op::Unlink(p) | Op::Mkdir(p) | Op::Rmdir(p) => (Some(p), None),
+        Op::Link(a, b) | Op::Rename(a, b) => (Some(a), Some(b)),
+        _ => (None, None),
+    }
+}
+
+fn desc_of(op: Op) -> Option<D> {
+    match op {
+        Op::Close(d) | Op::Fstat(d) | Op::Read(d) | Op::Pread(d, _) | Op::Write(d) | Op::Pwrite(d, _) | Op::Lseek(d, _, _) | Op::Dup(d) | Op::Ftruncate(d, _) => Some(d),
+        _ => None,
+    }
+}
+
+fn prepare(root: &str, op: Op, who: u8, fds: &[AtomicU64; 3]) -> Prepared {
+    let (a, b) = paths_of(op);
+    let mut buf = [0u8; pc::IO_BYTES];
+    if matches!(op, Op::Write(_) | Op::Pwrite(..)) {
+        for (i, x) in buf.iter_mut().enumerate() {
+            *x = pc::write_byte(who, i);
+        }
+    }
+    Prepared {
+        p1: Path::new(root, a.map(P::rel)),
+        p2: Path::new(root, b.map(P::rel)),
+        fd: desc_of(op).map(|d| fds[d.index()].load(SeqCst)).unwrap_or(u64::MAX),
+        buf,
+    }
+}
+
+/// The raw outcome of one call, turned into its result string after the region.
+enum Raw {
+    Unit(Result<(), PErr>),
+    Fd(Result<u64, PErr>),
+    Stat(Result<PStat, PErr>),
+    Num(Result<u64, PErr>),
+    Data(Result<usize, PErr>),
+}
+
+/// Run the call (inside the region: no allocation, no shared user memory).
+fn call<F: PosixFs>(fs: &F, op: Op, a: &mut Prepared) -> Raw {
+    match op {
+        Op::Open(_, m) => Raw::Fd(fs.p_open(a.p1.c(), m)),
+        Op::Close(_) => Raw::Unit(fs.p_close(a.fd)),
+        Op::Stat(_) => Raw::Stat(fs.p_stat(a.p1.c())),
+        Op::Fstat(_) => Raw::Stat(fs.p_fstat(a.fd)),
+        Op::Read(_) => Raw::Data(fs.p_read(a.fd, &mut a.buf)),
+        Op::Pread(_, off) => Raw::Data(fs.p_pread(a.fd, &mut a.buf, off)),
+        Op::Write(_) => Raw::Num(fs.p_write(a.fd, &a.buf).map(|n| n as u64)),
+        Op::Pwrite(_, off) => Raw::Num(fs.p_pwrite(a.fd, &a.buf, off).map(|n| n as u64)),
+        Op::Lseek(_, off, w) => Raw::Num(fs.p_lseek(a.fd, off, w)),
+        Op::Unlink(_) => Raw::Unit(fs.p_unlink(a.p1.c())),
+        Op::Link(..) => Raw::Unit(fs.p_link(a.p1.c(), a.p2.c())),
+        Op::Mkdir(_) => Raw::Unit(fs.p_mkdir(a.p1.c())),
+        Op::Rename(..) => Raw::Unit(fs.p_rename(a.p1.c(), a.p2.c())),
+        Op::Dup(_) => Raw::Fd(fs.p_dup(a.fd)),
+        Op::Ftruncate(_, len) => Raw::Unit(fs.p_ftruncate(a.fd, len)),
+        Op::Rmdir(_) => Raw::Unit(fs.p_rmdir(a.p1.c())),
+    }
+}
+
+/// The fixture's inode numbers, to name a stat's inode: `a`, `b`, `d`, `d/c`.
+const INO_NAMES: [&str; 4] = ["a", "b", "d", "c"];
+
+/// The result in the model's format (`xtask/src/commute/posix_model.rs`).
+fn result_text(r: &Raw, buf: &[u8], inos: &[AtomicU64; 4]) -> String {
+    match r {
+        Raw::Unit(Ok(())) => "0".into(),
+        Raw::Fd(Ok(_)) => "fd".into(),
+        Raw::Num(Ok(n)) => format!("{n}"),
+        Raw::Data(Ok(n)) => format!("{n}:{:08x}", pc::fnv(&buf[..*n])),
+        Raw::Stat(Ok(s)) => {
+            let name = inos.iter().position(|i| i.load(SeqCst) == s.ino).map(|k| INO_NAMES[k]).unwrap_or("new");
+            if s.dir {
+                format!("d:{name}:{}", s.nlink)
+            } else {
+                format!("f:{name}:{}:{}", s.nlink, s.size)
+            }
+        }
+        Raw::Unit(Err(e)) | Raw::Fd(Err(e)) | Raw::Stat(Err(e)) | Raw::Num(Err(e)) | Raw::Data(Err(e)) => e.label(),
+    }
+}
+
+fn new_fd(r: &Raw) -> i64 {
+    match r {
+        Raw::Fd(Ok(fd)) => *fd as i64,
+        _ => -1,
+    }
+}
+
+/// Make the fixture: the directory, the files with their bytes, the descriptors.
+fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; 3], inos: &[AtomicU64; 4]) -> Result<(), String> {
+    let root = fs.root();
+    fn e(what: &'static str) -> impl Fn(PErr) -> String {
+        move |x| format!("fixture: {what}: {x:?}")
+    }
+    fs.p_mkdir(Path::new(root, None).c()).map_err(e("mkdir cm"))?;
+    fs.p_mkdir(Path::new(root, Some("d")).c()).map_err(e("mkdir d"))?;
+    for (p, seed, bytes) in [(P::A, 1u8, pc::FILE_BYTES), (P::B, 2, pc::FILE_BYTES), (P::DC, 3, pc::SMALL_BYTES)] {
+        let fd = fs.p_open_rw(Path::new(root, Some(p.rel())).c(), true).map_err(e("create"))?;
+        let mut block = [0u8; 512];
+        let mut off = 0u64;
+        while off < bytes {
+            let n = (bytes - off).min(512) as usize;
+            for (i, b) in block[..n].iter_mut().enumerate() {
+                *b = pc::fixture_byte(seed, off + i as u64);
+            }
+            let w = fs.p_write(fd, &block[..n]).map_err(e("write"))?;
+            if w != n {
+                return Err(format!("fixture: short write of {}", p.rel()));
+            }
+            off += n as u64;
+        }
+        fs.p_close(fd).map_err(e("close"))?;
+    }
+    for d in pc::DESCS {
+        fds[d.index()].store(fs.p_open_rw(Path::new(root, Some(d.file().rel())).c(), false).map_err(e("open"))?, SeqCst);
+    }
+    for (k, rel) in ["a", "b", "d", "d/c"].iter().enumerate() {
+        inos[k].store(fs.p_stat(Path::new(root, Some(rel)).c()).map_err(e("stat"))?.ino, SeqCst);
+    }
+    Ok(())
+}
+
+/// Remove whatever the fixture and the case left: descriptors, names, directories.
+fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; 3], new_fds: [i64; 2]) -> Result<(), String> {
+    let root = fs.root();
+    // The case's new descriptors first: one may have reused the number of a fixture
+    // descriptor the other call closed (Linux gives the lowest free number).
+    for fd in new_fds.into_iter().filter(|f| *f >= 0) {
+        fs.p_close(fd as u64).map_err(|x| format!("teardown: close of a case's descriptor: {x:?}"))?;
+    }
+    for d in pc::DESCS {
+        let _ = fs.p_close(fds[d.index()].load(SeqCst));
+    }
+    let remove = |rel: &str| -> Result<(), String> {
+        let path = Path::new(root, Some(rel));
+        match fs.p_stat(path.c()) {
+            Ok(s) if s.dir => fs.p_rmdir(path.c()).map_err(|x| format!("teardown: rmdir {rel}: {x:?}")),
+            Ok(_) => fs.p_unlink(path.c()).map_err(|x| format!("teardown: unlink {rel}: {x:?}")),
+            Err(_) => Ok(()),
+        }
+    };
+    for top in pc::TEARDOWN {
+        for child in pc::TEARDOWN_CHILDREN {
+            remove(&format!("{top}/{child}"))?;
+        }
+        remove(top)?;
+    }
+    fs.p_rmdir(Path::new(root, None).c()).map_err(|x| format!("teardown: rmdir cm: {x:?}"))
+}
+
+/// Is case `i` picked by `pick` (`I,J-K,...`; none: every case)?
+pub fn picked(pick: Option<&str>, i: usize) -> bool {
+    let Some(p) = pick else { return true };
+    p.split(',').any(|r| match r.split_once('-') {
+        Some((a, b)) => matches!((a.parse::<usize>(), b.parse::<usize>()), (Ok(a), Ok(b)) if a <= i && i <= b),
+        None => r.parse::<usize>() == Ok(i),
+    })
+}
+
+/// `pick=...` from the command line.
+pub fn pick_word(line: &str) -> Option<&str> {
+    line.split_ascii_whitespace().find_map(|w| w.strip_prefix("pick="))
+}
+
+const QUIT: usize = usize::MAX;
+
+/// Run the picked cases on two workers; `emit` prints a line on the console.
+pub fn run<T: Platform + PosixFs>(p: &T, pick: Option<&str>, emit: fn(&str)) -> Result<(), String> {
+    if p.cores() < 2 {
+        return Err("commute-posix needs 2 cores".into());
+    }
+    p.fs_prepare().map_err(|e| format!("fs_prepare: {e:?}"))?;
+    // A directory an earlier, interrupted run left (a native run) is an error, not reused.
+    if p.p_stat(Path::new(p.root(), None).c()).is_ok() {
+        return Err(format!("{}/cm exists already", p.root()));
+    }
+    let go = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let fds: [AtomicU64; 3] = Default::default();
+    let inos: [AtomicU64; 4] = Default::default();
+    let b_text: [AtomicU8; 64] = [const { AtomicU8::new(0) }; 64];
+    let b_len = AtomicUsize::new(0);
+    let b_fd = AtomicI64::new(-1);
+    let failed: AtomicUsize = AtomicUsize::new(0);
+    let body = |w: usize| {
+        if w == 1 {
+            // Worker 1: call B of each case worker 0 starts (GO = index + 1).
+            let mut last = 0;
+            loop {
+                let g = loop {
+                    let g = go.load(SeqCst);
+                    if g != last {
+                        break g;
+                    }
+                    core::hint::spin_loop();
+                };
+                if g == QUIT {
+                    return;
+                }
+                last = g;
+                let Some(c) = pc::case(g - 1) else { return };
+                let mut prep = prepare(p.root(), c.b, 1, &fds);
+                p.marker(1);
+                let r = call(p, c.b, &mut prep);
+                p.marker(2);
+                let t = result_text(&r, &prep.buf, &inos);
+                for (i, b) in t.bytes().take(b_text.len()).enumerate() {
+                    b_text[i].store(b, SeqCst);
+                }
+                b_len.store(t.len().min(b_text.len()), SeqCst);
+                b_fd.store(new_fd(&r), SeqCst);
+                done.store(g, SeqCst);
+            }
+        }
+        if w != 0 {
+            return;
+        }
+        let mut outcome = Ok(());
+        for i in 0..pc::count() {
+            if !picked(pick, i) {
+                continue;
+            }
+            let Some(c) = pc::case(i) else { break };
+            if let Err(why) = make_fixture(p, &fds, &inos) {
+                outcome = Err(why);
+                break;
+            }
+            let mut prep = prepare(p.root(), c.a, 0, &fds);
+            go.store(i + 1, SeqCst);
+            p.marker(1);
+            let r = call(p, c.a, &mut prep);
+            p.marker(2);
+            while done.load(SeqCst) != i + 1 {
+                core::hint::spin_loop();
+            }
+            p.marker(5);
+            let a = result_text(&r, &prep.buf, &inos);
+            let n = b_len.load(SeqCst);
+            let bt: String = b_text[..n].iter().map(|b| b.load(SeqCst) as char).collect();
+            emit(&format!("commute-posix i={i} a={a} b={bt}"));
+            if let Err(why) = remove_fixture(p, &fds, [new_fd(&r), b_fd.load(SeqCst)]) {
+                outcome = Err(format!("case {i}: {why}"));
+                break;
+            }
+        }
+        go.store(QUIT, SeqCst);
+        if let Err(why) = outcome {
+            emit(&format!("commute-error {why}"));
+            failed.store(1, SeqCst);
+        }
+    };
+    p.run_threads(2, &body).map_err(|e| format!("run_threads: {e:?}"))?;
+    if failed.load(SeqCst) != 0 {
+        return Err("a case failed (see the commute-error line)".into());
+    }
+    emit(DONE_LINE);
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+mod linux_fs {
+    use super::*;
+    use crate::linux::Linux;
+
+    fn errno() -> i64 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as i64
+    }
+
+    fn err() -> PErr {
+        match errno() as i32 {
+            libc::ENOENT => PErr::NotFound,
+            libc::EEXIST => PErr::Exists,
+            libc::EISDIR => PErr::IsDir,
+            libc::ENOTDIR => PErr::NotDir,
+            libc::EBADF => PErr::BadFd,
+            libc::EINVAL => PErr::Inval,
+            libc::ENOTEMPTY => PErr::NotEmpty,
+            libc::EPERM => PErr::Perm,
+            c => PErr::Other(c as i64),
+        }
+    }
+
+    fn ok(r: i64) -> Result<i64, PErr> {
+        if r < 0 {
+            Err(err())
+        } else {
+            Ok(r)
+        }
+    }
+
+    fn cp(path: &[u8]) -> *const libc::c_char {
+        path.as_ptr() as *const libc::c_char
+    }
+
+    fn pstat(s: &libc::stat) -> PStat {
+        PStat { ino: s.st_ino, nlink: s.st_nlink, size: s.st_size as u64, dir: s.st_mode & libc::S_IFMT == libc::S_IFDIR }
+    }
+
+    // SAFETY (every libc call below): the paths are NUL-terminated buffers (`Path::c`), the
+    // buffers are valid for their lengths, `stat` structs are plain data written by the call.
+    impl PosixFs for Linux {
+        fn root(&self) -> &str {
+            // The guest's /init mounts the disk at /mnt (`fs_prepare`); a native run uses the temporary directory.
+            static NATIVE: std::sync::OnceLock<std::string::String> = std::sync::OnceLock::new();
+            if std::process::id() == 1 {
+                "/mnt"
+            } else {
+                NATIVE.get_or_init(|| std::env::temp_dir().to_string_lossy().trim_end_matches('/').into())
+            }
+        }
+        fn p_open(&self, path: &[u8], mode: OpenMode) -> Result<u64, PErr> {
+            let flags = match mode {
+                OpenMode::Read => libc::O_RDONLY,
+                OpenMode::CreateExcl => libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+            };
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::open(cp(path), flags, 0o644) } as i64).map(|f| f as u64)
+        }
+        fn p_open_rw(&self, path: &[u8], create: bool) -> Result<u64, PErr> {
+            let flags = libc::O_RDWR | if create { libc::O_CREAT | libc::O_EXCL } else { 0 };
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::open(cp(path), flags, 0o644) } as i64).map(|f| f as u64)
+        }
+        fn p_close(&self, fd: u64) -> Result<(), PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::close(fd as i32) } as i64).map(|_| ())
+        }
+        fn p_stat(&self, path: &[u8]) -> Result<PStat, PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            let mut s: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::stat(cp(path), &mut s) } as i64).map(|_| pstat(&s))
+        }
+        fn p_fstat(&self, fd: u64) -> Result<PStat, PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            let mut s: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::fstat(fd as i32, &mut s) } as i64).map(|_| pstat(&s))
+        }
+        fn p_read(&self, fd: u64, buf: &mut [u8]) -> Result<usize, PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::read(fd as i32, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) } as i64).map(|n| n as usize)
+        }
+        fn p_pread(&self, fd: u64, buf: &mut [u8], off: u64) -> Result<usize, PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::pread(fd as i32, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), off as libc::off_t) } as i64).map(|n| n as usize)
+        }
+        fn p_write(&self, fd: u64, buf: &[u8]) -> Result<usize, PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::write(fd as i32, buf.as_ptr() as *const libc::c_void, buf.len()) } as i64).map(|n| n as usize)
+        }
+        fn p_pwrite(&self, fd: u64, buf: &[u8], off: u64) -> Result<usize, PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::pwrite(fd as i32, buf.as_ptr() as *const libc::c_void, buf.len(), off as libc::off_t) } as i64).map(|n| n as usize)
+        }
+        fn p_lseek(&self, fd: u64, off: i64, whence: Whence) -> Result<u64, PErr> {
+            let w = match whence {
+                Whence::Set => libc::SEEK_SET,
+                Whence::Cur => libc::SEEK_CUR,
+                Whence::End => libc::SEEK_END,
+            };
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::lseek(fd as i32, off as libc::off_t, w) } as i64).map(|n| n as u64)
+        }
+        fn p_unlink(&self, path: &[u8]) -> Result<(), PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::unlink(cp(path)) } as i64).map(|_| ())
+        }
+        fn p_link(&self, old: &[u8], new: &[u8]) -> Result<(), PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::link(cp(old), cp(new)) } as i64).map(|_| ())
+        }
+        fn p_mkdir(&self, path: &[u8]) -> Result<(), PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::mkdir(cp(path), 0o755) } as i64).map(|_| ())
+        }
+        fn p_rmdir(&self, path: &[u8]) -> Result<(), PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::rmdir(cp(path)) } as i64).map(|_| ())
+        }
+        fn p_rename(&self, old: &[u8], new: &[u8]) -> Result<(), PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::rename(cp(old), cp(new)) } as i64).map(|_| ())
+        }
+        fn p_dup(&self, fd: u64) -> Result<u64, PErr> {
+            // SAFETY: see the impl's comment (dup has no memory arguments).
+            ok(unsafe { libc::dup(fd as i32) } as i64).map(|f| f as u64)
+        }
+        fn p_ftruncate(&self, fd: u64, len: u64) -> Result<(), PErr> {
+            // SAFETY: see the impl's comment (ftruncate has no memory arguments).
+            ok(unsafe { libc::ftruncate(fd as i32, len as libc::off_t) } as i64).map(|_| ())
+        }
+    }
+}
+
+#[cfg(target_os = "none")]
+mod ours_fs {
+    use super::*;
+    use crate::ours::Ours;
+    use libos::fs::{self as lfs, Fd, FsError};
+
+    fn err(e: FsError) -> PErr {
+        match e {
+            FsError::NotFound => PErr::NotFound,
+            FsError::Exists => PErr::Exists,
+            FsError::IsDir => PErr::IsDir,
+            FsError::NotDir => PErr::NotDir,
+            FsError::BadDescriptor => PErr::BadFd,
+            FsError::InvalidArgument => PErr::Inval,
+            // Offset by 1000 so it is not mistaken for a Linux errno.
+            FsError::NoSpace => PErr::Other(1001),
+            FsError::NotEmpty => PErr::NotEmpty,
+            FsError::NameTooLong => PErr::Other(1003),
+            FsError::Io => PErr::Other(1004),
+            FsError::NoMemory => PErr::Other(1005),
+            _ => PErr::Other(1000),
+        }
+    }
+
+    /// The path without its NUL.
+    fn s(path: &[u8]) -> &str {
+        core::str::from_utf8(&path[..path.len().saturating_sub(1)]).unwrap_or("")
+    }
+
+    fn pstat(st: lfs::Stat) -> PStat {
+        PStat { ino: st.ino as u64, nlink: st.links as u64, size: st.size, dir: st.mode & lfs::S_IFMT == lfs::S_IFDIR }
+    }
+
+    impl PosixFs for Ours {
+        fn root(&self) -> &str {
+            ""
+        }
+        fn p_open(&self, path: &[u8], mode: OpenMode) -> Result<u64, PErr> {
+            let flags = match mode {
+                OpenMode::Read => lfs::O_RDONLY,
+                OpenMode::CreateExcl => lfs::O_CREAT | lfs::O_EXCL | lfs::O_RDWR,
+            };
+            lfs::open(s(path), flags).map(|f| f.0 as u64).map_err(err)
+        }
+        fn p_open_rw(&self, path: &[u8], create: bool) -> Result<u64, PErr> {
+            let flags = lfs::O_RDWR | if create { lfs::O_CREAT | lfs::O_EXCL } else { 0 };
+            lfs::open(s(path), flags).map(|f| f.0 as u64).map_err(err)
+        }
+        fn p_close(&self, fd: u64) -> Result<(), PErr> {
+            lfs::close(Fd(fd as u32)).map_err(err)
+        }
+        fn p_stat(&self, path: &[u8]) -> Result<PStat, PErr> {
+            lfs::stat(s(path)).map(pstat).map_err(err)
+        }
+        fn p_fstat(&self, fd: u64) -> Result<PStat, PErr> {
+            lfs::fstat(Fd(fd as u32)).map(pstat).map_err(err)
+        }
+        fn p_read(&self, fd: u64, buf: &mut [u8]) -> Result<usize, PErr> {
+            lfs::read(Fd(fd as u32), buf).map_err(err)
+        }
+        fn p_pread(&self, fd: u64, buf: &mut [u8], off: u64) -> Result<usize, PErr> {
+            lfs::pread(Fd(fd as u32), buf, off).map_err(err)
+        }
+        fn p_write(&self, fd: u64, buf: &[u8]) -> Result<usize, PErr> {
+            lfs::write(Fd(fd as u32), buf).map_err(err)
+        }
+        fn p_pwrite(&self, fd: u64, buf: &[u8], off: u64) -> Result<usize, PErr> {
+            lfs::pwrite(Fd(fd as u32), buf, off).map_err(err)
+        }
+        fn p_lseek(&self, fd: u64, off: i64, whence: Whence) -> Result<u64, PErr> {
+            let w = match whence {
+                Whence::Set => lfs::SEEK_SET,
+                Whence::Cur => lfs::SEEK_CUR,
+                Whence::End => lfs::SEEK_END,
+            };
+            lfs::lseek(Fd(fd as u32), off, w).map_err(err)
+        }
+        fn p_unlink(&self, path: &[u8]) -> Result<(), PErr> {
+            lfs::unlink(s(path)).map_err(err)
+        }
+        fn p_link(&self, old: &[u8], new: &[u8]) -> Result<(), PErr> {
+            lfs::link(s(old), s(new)).map_err(err)
+        }
+        fn p_mkdir(&self, path: &[u8]) -> Result<(), PErr> {
+            lfs::mkdir(s(path)).map_err(err)
+        }
+        fn p_rmdir(&self, path: &[u8]) -> Result<(), PErr> {
+            lfs::rmdir(s(path)).map_err(err)
+        }
+        fn p_rename(&self, old: &[u8], new: &[u8]) -> Result<(), PErr> {
+            lfs::rename(s(old), s(new)).map_err(err)
+        }
+        fn p_dup(&self, fd: u64) -> Result<u64, PErr> {
+            lfs::dup(Fd(fd as u32)).map(|f| f.0 as u64).map_err(err)
+        }
+        fn p_ftruncate(&self, fd: u64, len: u64) -> Result<(), PErr> {
+            lfs::ftruncate(Fd(fd as u32), len).map_err(err)
+        }
+    }
+}

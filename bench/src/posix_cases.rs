@@ -1,0 +1,271 @@
+//! The POSIX half of the commutativity checker (issue 19, docs/commute.md): the test cases, one
+//! table shared by the host (`xtask/src/commute/posix.rs` includes this file with `#[path]`,
+//! decides which cases commute with its model and scores them) and the guest program of both
+//! systems (`bench::commute_posix`, run by `bench-ours` on the library OS and by `bench-linux`
+//! on Linux). No dependencies and no allocation, so it compiles on every side; all enumerate the
+//! same cases in the same order, so a case is named by its index.
+//!
+//! Every case starts from the same **fixture**, made fresh for it in the fixture directory
+//! (`/cm` under the file tree's root) and removed after it:
+//!
+//! - `a`, `b`: regular files of [`FILE_BYTES`] bytes (byte `i` of `a` is [`fixture_byte`]`(1, i)`,
+//!   of `b` `fixture_byte(2, i)`);
+//! - `d`: a directory holding `d/c`, a file of [`SMALL_BYTES`] bytes (`fixture_byte(3, i)`);
+//! - descriptors `D0` and `D1`: two opens of `a` (read-write; two open file descriptions, so
+//!   two offsets), `D2`: an open of `b` (read-write); every offset is 0.
+//!
+//! `m` and `n` (and `d/n`) are missing names a case may create. A case is a pair of calls with
+//! concrete arguments drawn from each call's argument classes ([`CALLS`]): same / different
+//! file, same / different directory, existing / missing name, same / different descriptor or
+//! open file description, same / different offset. Pairs are unordered (call `i` with call
+//! `j >= i`); call A runs on core 0, call B on core 1.
+
+/// A name in the fixture directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum P {
+    A,
+    B,
+    /// `d`
+    Sub,
+    /// `d/c`
+    DC,
+    M,
+    N,
+    /// `d/n`
+    DN,
+}
+
+impl P {
+    /// The path relative to the fixture directory.
+    pub fn rel(self) -> &'static str {
+        match self {
+            P::A => "a",
+            P::B => "b",
+            P::Sub => "d",
+            P::DC => "d/c",
+            P::M => "m",
+            P::N => "n",
+            P::DN => "d/n",
+        }
+    }
+}
+
+/// The names in the fixture directory a case can leave; a directory among them may hold
+/// [`TEARDOWN_CHILDREN`] (`rename(d, m)` moves `d`'s entries under `m`).
+pub const TEARDOWN: [&str; 5] = ["d", "m", "n", "a", "b"];
+pub const TEARDOWN_CHILDREN: [&str; 2] = ["c", "n"];
+
+/// A fixture descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum D {
+    D0,
+    D1,
+    D2,
+}
+
+pub const DESCS: [D; 3] = [D::D0, D::D1, D::D2];
+
+impl D {
+    pub fn index(self) -> usize {
+        self as usize
+    }
+    /// The file the fixture opens as this descriptor.
+    pub fn file(self) -> P {
+        match self {
+            D::D0 | D::D1 => P::A,
+            D::D2 => P::B,
+        }
+    }
+}
+
+/// Bytes of `a` and `b` in the fixture: two 4 KiB blocks.
+pub const FILE_BYTES: u64 = 8192;
+/// Bytes of `d/c`.
+pub const SMALL_BYTES: u64 = 100;
+/// Bytes one `read`, `pread`, `write` or `pwrite` of a case moves.
+pub const IO_BYTES: usize = 16;
+
+/// Byte `i` of fixture file `seed` (1 = `a`, 2 = `b`, 3 = `d/c`).
+pub fn fixture_byte(seed: u8, i: u64) -> u8 {
+    (i as u8).wrapping_mul(7).wrapping_add(seed.wrapping_mul(31))
+}
+
+/// Byte `i` of what call `who` (0 = A, 1 = B) writes: different for A and B, so the file's
+/// contents show which write came last.
+pub fn write_byte(who: u8, i: usize) -> u8 {
+    0xa0 + who * 0x10 + i as u8
+}
+
+/// 32-bit FNV-1a: how a read's result shows the bytes it got.
+pub fn fnv(bytes: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in bytes {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// `O_RDONLY`
+    Read,
+    /// `O_CREAT | O_EXCL | O_RDWR`
+    CreateExcl,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Whence {
+    Set,
+    Cur,
+    End,
+}
+
+/// One call with concrete arguments. A new descriptor's number is not part of the result
+/// (sv6's `O_ANYFD`: the interface leaves it unspecified, so two opens can commute); the
+/// cases never use a descriptor a case's call made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Open(P, OpenMode),
+    Close(D),
+    Stat(P),
+    Fstat(D),
+    /// `IO_BYTES` at the descriptor's offset, which moves.
+    Read(D),
+    Pread(D, u64),
+    /// `IO_BYTES` of `write_byte(who, i)` at the descriptor's offset, which moves.
+    Write(D),
+    Pwrite(D, u64),
+    Lseek(D, i64, Whence),
+    /// A new descriptor for the same open file description.
+    Dup(D),
+    Ftruncate(D, u64),
+    Unlink(P),
+    Link(P, P),
+    Mkdir(P),
+    Rmdir(P),
+    Rename(P, P),
+}
+
+/// A call and its argument classes.
+pub struct Call {
+    pub name: &'static str,
+    pub variants: &'static [Op],
+}
+
+use D::*;
+use P::*;
+
+/// The modelled calls, in enumeration order (docs/commute.md says which POSIX calls are not
+/// modelled yet).
+pub const CALLS: &[Call] = &[
+    Call {
+        name: "open",
+        variants: &[
+            Op::Open(A, OpenMode::Read),
+            Op::Open(B, OpenMode::Read),
+            Op::Open(DC, OpenMode::Read),
+            Op::Open(Sub, OpenMode::Read),
+            Op::Open(M, OpenMode::Read),
+            Op::Open(N, OpenMode::Read),
+            Op::Open(DN, OpenMode::Read),
+            Op::Open(M, OpenMode::CreateExcl),
+            Op::Open(N, OpenMode::CreateExcl),
+            Op::Open(DN, OpenMode::CreateExcl),
+            Op::Open(A, OpenMode::CreateExcl),
+            Op::Open(DC, OpenMode::CreateExcl),
+        ],
+    },
+    Call { name: "close", variants: &[Op::Close(D0), Op::Close(D1), Op::Close(D2)] },
+    Call { name: "dup", variants: &[Op::Dup(D0), Op::Dup(D2)] },
+    Call { name: "stat", variants: &[Op::Stat(A), Op::Stat(B), Op::Stat(M), Op::Stat(DC), Op::Stat(Sub), Op::Stat(N), Op::Stat(DN)] },
+    Call { name: "fstat", variants: &[Op::Fstat(D0), Op::Fstat(D1), Op::Fstat(D2)] },
+    Call { name: "read", variants: &[Op::Read(D0), Op::Read(D1), Op::Read(D2)] },
+    Call { name: "pread", variants: &[Op::Pread(D0, 0), Op::Pread(D0, 4096), Op::Pread(D2, 0), Op::Pread(D1, 0), Op::Pread(D0, 8192), Op::Pread(D2, 4096)] },
+    Call { name: "write", variants: &[Op::Write(D0), Op::Write(D1), Op::Write(D2)] },
+    Call { name: "pwrite", variants: &[Op::Pwrite(D0, 0), Op::Pwrite(D0, 4096), Op::Pwrite(D2, 0), Op::Pwrite(D1, 0), Op::Pwrite(D2, 4096), Op::Pwrite(D0, 8192)] },
+    Call {
+        name: "lseek",
+        variants: &[
+            Op::Lseek(D0, 4096, Whence::Set),
+            Op::Lseek(D0, 0, Whence::Cur),
+            Op::Lseek(D2, 0, Whence::End),
+            Op::Lseek(D1, 0, Whence::Set),
+            Op::Lseek(D2, 4096, Whence::Set),
+            Op::Lseek(D0, 0, Whence::End),
+        ],
+    },
+    Call { name: "ftruncate", variants: &[Op::Ftruncate(D0, 4096), Op::Ftruncate(D2, 0), Op::Ftruncate(D1, 8192)] },
+    Call { name: "unlink", variants: &[Op::Unlink(A), Op::Unlink(B), Op::Unlink(M), Op::Unlink(DC), Op::Unlink(N), Op::Unlink(DN), Op::Unlink(Sub)] },
+    Call { name: "link", variants: &[Op::Link(A, N), Op::Link(B, DN), Op::Link(A, B), Op::Link(M, N), Op::Link(DC, M), Op::Link(A, DN), Op::Link(B, M), Op::Link(M, DN)] },
+    Call { name: "mkdir", variants: &[Op::Mkdir(M), Op::Mkdir(N), Op::Mkdir(DN), Op::Mkdir(A), Op::Mkdir(Sub), Op::Mkdir(DC)] },
+    Call { name: "rmdir", variants: &[Op::Rmdir(Sub), Op::Rmdir(M), Op::Rmdir(N)] },
+    Call {
+        name: "rename",
+        variants: &[
+            Op::Rename(A, N),
+            Op::Rename(B, DN),
+            Op::Rename(DC, M),
+            Op::Rename(M, N),
+            Op::Rename(A, B),
+            Op::Rename(N, M),
+            Op::Rename(B, A),
+            Op::Rename(DC, DN),
+            Op::Rename(Sub, M),
+        ],
+    },
+];
+
+/// One case: its index in the enumeration, and the two calls (A on core 0, B on core 1).
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub index: usize,
+    pub call_a: &'static str,
+    pub a: Op,
+    pub call_b: &'static str,
+    pub b: Op,
+}
+
+/// Every case, in the one order all sides use: pairs of calls `(i, j >= i)` in `CALLS` order,
+/// then A's argument classes, then B's.
+pub fn for_each_case(mut f: impl FnMut(Case)) {
+    let mut index = 0;
+    for i in 0..CALLS.len() {
+        for j in i..CALLS.len() {
+            for &a in CALLS[i].variants {
+                for &b in CALLS[j].variants {
+                    f(Case { index, call_a: CALLS[i].name, a, call_b: CALLS[j].name, b });
+                    index += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The case with this index.
+pub fn case(index: usize) -> Option<Case> {
+    let mut found = None;
+    for_each_case(|c| {
+        if c.index == index {
+            found = Some(c);
+        }
+    });
+    found
+}
+
+/// How many cases there are.
+pub fn count() -> usize {
+    let mut n = 0;
+    for_each_case(|_| n += 1);
+    n
+}
+
+/// The error names results use (both systems' errors are mapped onto these).
+pub const ERR_NOT_FOUND: &str = "E:NotFound";
+pub const ERR_EXISTS: &str = "E:Exists";
+pub const ERR_IS_DIR: &str = "E:IsDir";
+pub const ERR_NOT_DIR: &str = "E:NotDir";
+pub const ERR_BAD_FD: &str = "E:BadFd";
+pub const ERR_INVAL: &str = "E:Inval";
+pub const ERR_NOT_EMPTY: &str = "E:NotEmpty";
+pub const ERR_PERM: &str = "E:Perm";

@@ -1,0 +1,458 @@
+//! `cargo xtask commute --system ours|linux|both`: the POSIX calls (docs/commute.md, "POSIX
+//! calls") on this system's library OS and on Linux, the same cases under the same audit.
+//!
+//! Both systems boot the way `cargo xtask bench` boots them (`bench::guest::Guest`: ours runs
+//! `bench-ours`, Linux Debian's kernel with `bench-linux` as /init), 2 vCPUs, the benchmark's
+//! ext2 disk image attached (`fsimage`, `snapshot=on`), the sharing plugin in the exact mode
+//! with **kernel and user lines** (the library OS's file system is user code, Linux's is kernel
+//! code: the audit must see both to compare them), one plugin epoch per case. The command-line
+//! word `commute-posix` makes either program run `bench::commute_posix` instead of a benchmark.
+
+use super::posix_cases::{self as pc, Case};
+use super::posix_model::{self as model, State, Verdict};
+use super::{parse_epochs, Conflict};
+use crate::bench::guest::Guest;
+use crate::plugins::{self, Symbols};
+use crate::TestTally;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub case: Case,
+    pub verdict: Verdict,
+    pub got: (String, String),
+    pub conflicts: Vec<Conflict>,
+}
+
+impl Outcome {
+    pub fn results_ok(&self) -> bool {
+        super::model::results_allowed(&self.verdict, (&self.got.0, &self.got.1))
+    }
+}
+
+pub fn case_label(c: &Case) -> String {
+    format!("{:?} | {:?}", c.a, c.b)
+}
+
+/// Every case with the model's verdict.
+pub fn decide_all() -> Vec<(Case, Verdict)> {
+    let start = State::fixture();
+    let mut v = Vec::new();
+    pc::for_each_case(|c| v.push((c, model::decide(&start, c.a, c.b))));
+    v
+}
+
+/// Does `calls` (a comma list, or none) select this case?
+pub fn selected(calls: Option<&str>, c: &Case) -> bool {
+    calls.is_none_or(|l| l.split(',').any(|n| n == c.call_a) && l.split(',').any(|n| n == c.call_b))
+}
+
+/// Boot `system` ("ours" or "linux") once and run the cases of `pick` (`I,J-K`).
+pub fn run_system(system: &str, pick: &str, timeout: Duration) -> Result<Vec<Outcome>, String> {
+    let logs = crate::env::target_dir().join("commute").join("logs");
+    let guest: Box<dyn Guest> = match system {
+        "ours" => Box::new(crate::bench::ours::OursSystem::prepare(512, false, &logs)?),
+        "linux" => Box::new(crate::bench::linux_sys::LinuxSystem::prepare(512, false, &logs)?),
+        other => return Err(format!("commute: unknown system `{other}` (ours, linux, both)")),
+    };
+    let built = plugins::build()?;
+    let runs = plugins::artifact_dir().join("runs");
+    fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
+    // One file per xtask process: a CI run and a full run may run side by side.
+    let out = runs.join(format!("sharing-commute-posix-{system}-{}.txt", std::process::id()));
+    let _ = fs::remove_file(&out);
+    let mut parg = format!("{},out={}", built.sharing.display(), out.display());
+    for e in plugins::quantum_plugin_args(2) {
+        parg.push(',');
+        parg.push_str(&e);
+    }
+    // `bench=fs_commute` makes the Linux side boot the initramfs with the disk's modules.
+    let words = format!("bench=fs_commute {} pick={pick}", bench_word());
+    let mut cfg = guest.vm(&words);
+    cfg.smp = 2;
+    cfg.mem_mib = 512;
+    cfg.timeout = Some(timeout);
+    cfg.extra.extend(crate::bench::fsimage::disk_args(&crate::bench::fsimage::image()?));
+    cfg.extra.extend(["-plugin".into(), parg]);
+    let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
+    args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
+    args.extend(plugins::exact_qemu_args());
+    let run = crate::linux::run_qemu(&args, timeout)?;
+    let _ = fs::create_dir_all(&logs);
+    let _ = fs::write(logs.join(format!("commute-posix-{system}.serial.txt")), &run.serial);
+    if let Some(l) = run.serial.lines().find(|l| l.contains("commute-error")) {
+        return Err(format!("{system} guest: {}", l.trim()));
+    }
+    if run.timed_out {
+        return Err(format!("{system} guest timed out after {}s", timeout.as_secs()));
+    }
+    if !run.serial.lines().any(|l| l.contains("commute-done")) {
+        let tail: Vec<&str> = run.serial.lines().rev().take(15).collect();
+        return Err(format!("{system} guest ended early (exit {:?}); last serial lines:\n{}", run.exit_code, tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+    }
+    let text = fs::read_to_string(&out).map_err(|e| format!("no plugin report {}: {e}", out.display()))?;
+    let epochs = parse_epochs(&text);
+    let results: Vec<(usize, String, String)> = run.serial.lines().filter_map(parse_case_line).collect();
+    if epochs.len() != results.len() {
+        return Err(format!("{system}: {} cases printed but {} plugin epochs reported", results.len(), epochs.len()));
+    }
+    let syms = symbols(system)?;
+    let start = State::fixture();
+    let mut outcomes = Vec::new();
+    for ((index, ra, rb), lines) in results.into_iter().zip(epochs) {
+        let case = pc::case(index).ok_or_else(|| format!("guest printed unknown case {index}"))?;
+        let verdict = model::decide(&start, case.a, case.b);
+        let conflicts = lines
+            .iter()
+            .map(|r| Conflict { symbol: symbol_of(&syms, r.u("vaddr"), r.u("pc")), pa: r.get("pa").unwrap_or("?").to_string(), readers: r.u("readers"), writers: r.u("writers") })
+            .collect();
+        outcomes.push(Outcome { case, verdict, got: (ra, rb), conflicts });
+    }
+    Ok(outcomes)
+}
+
+/// The word that selects the checker in both guest programs.
+fn bench_word() -> &'static str {
+    "commute-posix"
+}
+
+/// The names of a system's lines: its kernel's symbols and (ours) the user program's, where
+/// the library OS is.
+struct Names {
+    kernel: Symbols,
+    user: Option<Symbols>,
+}
+
+fn symbols(system: &str) -> Result<Names, String> {
+    match system {
+        "ours" => {
+            let kernel = crate::env::build_kernel()?;
+            let data = fs::read(&kernel).map_err(|e| format!("cannot read {}: {e}", kernel.display()))?;
+            let k = Symbols::from_elf(&data).map_err(|e| format!("{}: {e}", kernel.display()))?;
+            let user = crate::user::user_target_dir().join("x86_64-unknown-none/release/bench-ours");
+            let u = fs::read(&user).ok().and_then(|d| Symbols::from_elf(&d).ok());
+            Ok(Names { kernel: k, user: u })
+        }
+        _ => {
+            // nokaslr: the addresses of a /proc/kallsyms dumped once (cached) hold for every boot
+            // (the package's System.map is a placeholder).
+            Ok(Names { kernel: plugins::linux_symbols()?, user: None })
+        }
+    }
+}
+
+/// A line's name: its data symbol, else `[heap] written by FUNCTION` (kernel memory without a
+/// symbol) or `[user] written by FUNCTION` (user memory without one: heap, stack).
+fn symbol_of(names: &Names, vaddr: u64, pc: u64) -> String {
+    let clean = |n: String| super::demangle(n.split('+').next().unwrap_or(&n));
+    let user = |a: u64, max: u64| names.user.as_ref().and_then(|u| u.name_any(a, max));
+    if vaddr >= 0xffff_ffff_c000_0000 {
+        return "[module data]".into();
+    }
+    if let Some(n) = names.kernel.name(vaddr).or_else(|| if vaddr >> 63 == 0 && vaddr != 0 { user(vaddr, 1 << 16) } else { None }) {
+        return clean(n);
+    }
+    let place = if vaddr >> 63 != 0 || pc >> 63 != 0 { "[heap]" } else { "[user]" };
+    // Linux's modules (ext4, jbd2, mbcache, virtio_blk: loaded by the guest, so not in the
+    // kallsyms dump of a guest without them) live from 0xffffffffc0000000.
+    let module = |a: u64| (a >= 0xffff_ffff_c000_0000).then(|| "module code (ext4, jbd2, virtio_blk)".to_string());
+    let by = names.kernel.name(pc).map(clean).or_else(|| user(pc, 1 << 20).map(clean)).or_else(|| module(pc)).unwrap_or("?".into());
+    format!("{place} written by {by}")
+}
+
+/// `commute-posix i=N a=RES b=RES` (results have no spaces).
+fn parse_case_line(l: &str) -> Option<(usize, String, String)> {
+    let rest = &l[l.find("commute-posix i=")? + "commute-posix ".len()..];
+    let mut w = rest.split_whitespace();
+    let i = w.next()?.strip_prefix("i=")?.parse().ok()?;
+    let a = w.next()?.strip_prefix("a=")?.to_string();
+    let b = w.next()?.strip_prefix("b=")?.to_string();
+    Some((i, a, b))
+}
+
+/// The report of one system: per call pair, commuting and conflict-free cases; the
+/// conflicting cases grouped by pair with their symbols; the symbols by case count; results
+/// the model does not allow; the total.
+pub fn report(system: &str, outcomes: &[Outcome]) -> String {
+    let mut t = String::new();
+    let commuting: Vec<&Outcome> = outcomes.iter().filter(|o| o.verdict.commutes).collect();
+    let _ = writeln!(t, "== {system}: {} cases run ({} commute in the model)", outcomes.len(), commuting.len());
+    let pos = |n: &str| pc::CALLS.iter().position(|c| c.name == n).unwrap_or(0);
+    let mut pairs: BTreeMap<(usize, &str, &str), (usize, usize)> = BTreeMap::new();
+    for o in &commuting {
+        let e = pairs.entry((pos(o.case.call_a) * 100 + pos(o.case.call_b), o.case.call_a, o.case.call_b)).or_default();
+        e.0 += 1;
+        e.1 += o.conflicts.is_empty() as usize;
+    }
+    let _ = writeln!(t, "\n{:<10} {:<10} {:>10} {:>14}", "call A", "call B", "commuting", "conflict-free");
+    for ((_, a, b), (n, f)) in &pairs {
+        let _ = writeln!(t, "{a:<10} {b:<10} {n:>10} {f:>14}{}", if f < n { "  <-" } else { "" });
+    }
+    let _ = writeln!(t, "\nconflicting commutative cases, by call pair:");
+    let mut by_sym: BTreeMap<String, usize> = BTreeMap::new();
+    for ((_, a, b), (n, f)) in &pairs {
+        if f == n {
+            continue;
+        }
+        let _ = writeln!(t, "  {a} x {b}: {} of {n}", n - f);
+        for o in commuting.iter().filter(|o| o.case.call_a == *a && o.case.call_b == *b && !o.conflicts.is_empty()) {
+            let mut syms: Vec<String> = o.conflicts.iter().map(|c| c.symbol.clone()).collect();
+            syms.sort();
+            syms.dedup();
+            for s in &syms {
+                *by_sym.entry(s.clone()).or_default() += 1;
+            }
+            let _ = writeln!(t, "    #{:<5} {}: {} line(s): {}", o.case.index, case_label(&o.case), o.conflicts.len(), syms.join(", "));
+        }
+    }
+    let _ = writeln!(t, "\nby symbol (cases):");
+    let mut v: Vec<_> = by_sym.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    for (s, n) in v {
+        let _ = writeln!(t, "  {n:>5}  {s}");
+    }
+    let bad: Vec<&Outcome> = outcomes.iter().filter(|o| !o.results_ok()).collect();
+    if !bad.is_empty() {
+        let _ = writeln!(t, "\nresults the model does not allow ({}):", bad.len());
+        for o in &bad {
+            let _ = writeln!(t, "  #{} {}: got a={} b={}; model A-first a={} b={}, B-first a={} b={}", o.case.index, case_label(&o.case), o.got.0, o.got.1, o.verdict.ab.0, o.verdict.ab.1, o.verdict.ba.0, o.verdict.ba.1);
+        }
+    }
+    let _ = writeln!(t, "\n{}", summary(system, outcomes));
+    t
+}
+
+/// `SYSTEM: X/Y commutative cases conflict-free (P%)`.
+pub fn summary(system: &str, outcomes: &[Outcome]) -> String {
+    let commuting = outcomes.iter().filter(|o| o.verdict.commutes).count();
+    let free = outcomes.iter().filter(|o| o.verdict.commutes && o.conflicts.is_empty()).count();
+    let pct = if commuting == 0 { 0.0 } else { 100.0 * free as f64 / commuting as f64 };
+    let bad = outcomes.iter().filter(|o| !o.results_ok()).count();
+    format!("{system}: {free}/{commuting} commutative cases conflict-free ({pct:.1}%); {bad} result(s) the model does not allow")
+}
+
+fn pick_arg(idx: &[usize]) -> String {
+    super::pick_arg(idx)
+}
+
+/// `cargo xtask commute --system ...`.
+pub fn main(systems: &[&str], calls: Option<&str>, out: PathBuf, timeout: Duration, model_only: bool, list: bool) -> Result<(), String> {
+    let decided = decide_all();
+    if list {
+        for c in pc::CALLS {
+            println!("{:<10} {} argument class(es)", c.name, c.variants.len());
+        }
+        println!("{} cases, {} commute in the model", decided.len(), decided.iter().filter(|(_, v)| v.commutes).count());
+        return Ok(());
+    }
+    let chosen: Vec<&(Case, Verdict)> = decided.iter().filter(|(c, _)| selected(calls, c)).collect();
+    if model_only {
+        for (c, v) in &chosen {
+            println!("#{:<5} {:<9} {}  A-first {:?}  B-first {:?}", c.index, if v.commutes { "commutes" } else { "no" }, case_label(c), v.ab, v.ba);
+        }
+        println!("{} cases, {} commute", chosen.len(), chosen.iter().filter(|(_, v)| v.commutes).count());
+        return Ok(());
+    }
+    // Every selected case runs (the non-commuting ones check the results against the model).
+    let idx: Vec<usize> = chosen.iter().map(|(c, _)| c.index).collect();
+    let pick = pick_arg(&idx);
+    fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let mut summaries = Vec::new();
+    for system in systems {
+        let t0 = std::time::Instant::now();
+        let outcomes = run_system(system, &pick, timeout)?;
+        let text = report(system, &outcomes);
+        print!("{text}");
+        println!("({system} guest run {:.0} s, host loaded by other jobs)\n", t0.elapsed().as_secs_f64());
+        let path = out.join(format!("commute-posix-{system}.txt"));
+        fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        write_csv(&out.join(format!("commute-posix-{system}.csv")), &outcomes)?;
+        summaries.push(summary(system, &outcomes));
+    }
+    println!("evidence: exact sharing audit (single-threaded TCG, icount, 2 vCPUs), kernel and user lines, one plugin epoch per case");
+    for s in summaries {
+        println!("{s}");
+    }
+    Ok(())
+}
+
+fn write_csv(path: &std::path::Path, outcomes: &[Outcome]) -> Result<(), String> {
+    let mut csv = String::from("index,call_a,call_b,args_a,args_b,commutes,conflict_free,result_a,result_b,results_ok,symbols\n");
+    for o in outcomes {
+        let mut syms: Vec<String> = o.conflicts.iter().map(|c| c.symbol.clone()).collect();
+        syms.sort();
+        syms.dedup();
+        let _ = writeln!(csv, "{},{},{},\"{:?}\",\"{:?}\",{},{},{},{},{},\"{}\"", o.case.index, o.case.call_a, o.case.call_b, o.case.a, o.case.b, o.verdict.commutes, o.conflicts.is_empty(), o.got.0, o.got.1, o.results_ok(), syms.join(";"));
+    }
+    fs::write(path, csv).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// The CI sample: this many commuting POSIX cases, drawn with a fixed seed.
+const CI_SAMPLE: usize = 40;
+const CI_SEED: u64 = 1919;
+
+/// The sampled cases, ascending (the same xorshift draw as the kernel calls' sample).
+pub fn ci_sample() -> Vec<usize> {
+    let commuting: Vec<usize> = decide_all().into_iter().filter(|(_, v)| v.commutes).map(|(c, _)| c.index).collect();
+    let mut state = CI_SEED;
+    let mut picked = std::collections::BTreeSet::new();
+    while picked.len() < CI_SAMPLE.min(commuting.len()) {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let r = state.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        picked.insert(commuting[(r % commuting.len() as u64) as usize]);
+    }
+    picked.into_iter().collect()
+}
+
+/// The checked-in baseline of one system's CI sample.
+pub fn baseline_path(system: &str) -> PathBuf {
+    crate::env::workspace_root().join(format!("xtask/src/commute/baseline-posix-{system}.txt"))
+}
+
+fn baseline_line(o: &Outcome) -> String {
+    format!("{} {} {}", o.case.index, if o.conflicts.is_empty() { "free" } else { "conflict" }, case_label(&o.case))
+}
+
+/// Compare a CI run with its baseline: a case that was conflict-free and now conflicts fails
+/// (with its symbols), so does a result the model does not allow and a case the baseline
+/// does not name as it is now.
+pub fn check_baseline(system: &str, outcomes: &[Outcome], baseline: &str) -> Result<TestTally, String> {
+    let mut t = TestTally::default();
+    let mut base: BTreeMap<usize, (bool, String)> = BTreeMap::new();
+    for l in baseline.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let mut w = l.splitn(3, ' ');
+        let (i, st, label) = (w.next().unwrap_or(""), w.next().unwrap_or(""), w.next().unwrap_or(""));
+        let i: usize = i.parse().map_err(|_| format!("baseline: bad line `{l}`"))?;
+        base.insert(i, (st == "free", label.to_string()));
+    }
+    for o in outcomes {
+        let name = format!("commute::posix_{system}_{}_{}_{}", o.case.index, o.case.call_a, o.case.call_b);
+        let fail = |t: &mut TestTally, why: String| {
+            println!("{name} ... FAILED ({why})");
+            t.add(TestTally::FAIL);
+        };
+        match base.get(&o.case.index) {
+            None => fail(&mut t, "not in the baseline: `cargo xtask commute --system SYSTEM --ci --update-baseline`".into()),
+            Some((_, label)) if *label != case_label(&o.case) => fail(&mut t, format!("the baseline names another case, `{label}`: posix_cases.rs changed")),
+            Some(_) if !o.results_ok() => fail(&mut t, format!("results a={} b={}, the model allows {:?} or {:?}", o.got.0, o.got.1, o.verdict.ab, o.verdict.ba)),
+            Some((true, _)) if !o.conflicts.is_empty() => {
+                let mut syms: Vec<String> = o.conflicts.iter().map(|c| c.symbol.clone()).collect();
+                syms.sort();
+                syms.dedup();
+                fail(&mut t, format!("{}: conflict-free in the baseline, now {} shared line(s): {}", case_label(&o.case), o.conflicts.len(), syms.join(", ")));
+            }
+            Some((was_free, _)) => {
+                if !*was_free && o.conflicts.is_empty() {
+                    println!("   note: case {} is conflict-free now on {system} (was conflicting): update the baseline", o.case.index);
+                }
+                println!("{name} ... ok");
+                t.add(TestTally::PASS);
+            }
+        }
+    }
+    Ok(t)
+}
+
+/// The CI sample on `systems`, against their baselines (`update`: rewrite them instead).
+pub fn ci_run(systems: &[&str], update: bool, timeout: Duration) -> Result<TestTally, String> {
+    let sample = ci_sample();
+    let mut total = TestTally::default();
+    for system in systems {
+        let outcomes = run_system(system, &pick_arg(&sample), timeout)?;
+        if outcomes.len() != sample.len() {
+            return Err(format!("{system}: the guest ran {} of the {} sampled cases", outcomes.len(), sample.len()));
+        }
+        let path = baseline_path(system);
+        if update {
+            let mut body = format!("# The POSIX commutativity checker's CI sample on {system} (`cargo xtask commute --system {system} --ci`):\n# per sampled case, whether it was conflict-free when this file was written. Regenerate with\n# `cargo xtask commute --system {system} --ci --update-baseline` after changing posix_cases.rs or fixing a conflict.\n");
+            for o in &outcomes {
+                body.push_str(&baseline_line(o));
+                body.push('\n');
+            }
+            fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            println!("wrote {}", path.display());
+            print!("{}", report(system, &outcomes));
+            continue;
+        }
+        let baseline = fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let t = check_baseline(system, &outcomes, &baseline)?;
+        println!("{system}: {} passed, {} failed", t.passed, t.failed);
+        total.add(t);
+    }
+    Ok(total)
+}
+
+/// The CI suite (`cargo xtask test --only commute`): the sample on this system's library OS.
+pub fn ci_tests(systems: &[&str]) -> Result<TestTally, String> {
+    ci_run(systems, false, Duration::from_secs(600))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Catches a case line the host reads differently from how the guest prints it.
+    #[test]
+    fn parses_case_lines() {
+        assert_eq!(parse_case_line("commute-posix i=12 a=f:a:1:8192 b=E:NotFound"), Some((12, "f:a:1:8192".into(), "E:NotFound".into())));
+        assert_eq!(parse_case_line("commute-posix-done"), None);
+    }
+
+    // Catches a CI sample that changes between runs or holds a non-commuting case.
+    #[test]
+    fn ci_sample_is_fixed_and_commuting() {
+        let a = ci_sample();
+        assert_eq!(a, ci_sample());
+        assert_eq!(a.len(), CI_SAMPLE);
+        let d = decide_all();
+        assert!(a.iter().all(|i| d[*i].1.commutes));
+    }
+
+    // Catches a baseline check that cannot fail: a conflict-free case that now shares a line
+    // fails, so does a result the model does not allow.
+    #[test]
+    fn posix_baseline_regression_fails() {
+        let c = pc::case(0).unwrap();
+        let v = model::decide(&State::fixture(), c.a, c.b);
+        let mut o = Outcome { case: c, verdict: v.clone(), got: v.ab.clone(), conflicts: Vec::new() };
+        let base = format!("{}\n", baseline_line(&o));
+        assert_eq!(check_baseline("ours", &[o.clone()], &base).unwrap(), TestTally::PASS);
+        o.conflicts.push(Conflict { symbol: "libos::fs::NAMES".into(), pa: "0x40".into(), readers: 3, writers: 3 });
+        assert_eq!(check_baseline("ours", &[o.clone()], &base).unwrap(), TestTally::FAIL);
+        o.conflicts.clear();
+        o.got.0 = "E:Exists".into();
+        assert_eq!(check_baseline("ours", &[o], &base).unwrap(), TestTally::FAIL);
+    }
+
+    /// The model against a native run of the guest program on the host's Linux
+    /// (`bench-linux commute-posix > FILE`; markers off, so no audit): every case's results
+    /// must be ones the model allows. Run with `COMMUTE_POSIX_NATIVE=FILE cargo test -p xtask
+    /// native_linux_agrees -- --ignored`.
+    #[test]
+    #[ignore]
+    fn native_linux_agrees() {
+        let path = std::env::var("COMMUTE_POSIX_NATIVE").expect("COMMUTE_POSIX_NATIVE=FILE");
+        let text = fs::read_to_string(path).unwrap();
+        let start = State::fixture();
+        let mut bad = Vec::new();
+        let mut n = 0;
+        for (i, a, b) in text.lines().filter_map(parse_case_line) {
+            let c = pc::case(i).unwrap();
+            let v = model::decide(&start, c.a, c.b);
+            n += 1;
+            if !super::super::model::results_allowed(&v, (&a, &b)) {
+                bad.push(format!("#{i} {}: got a={a} b={b}; model {:?} / {:?}", case_label(&c), v.ab, v.ba));
+            }
+        }
+        assert!(n > 0);
+        assert!(bad.is_empty(), "{} of {n}:\n{}", bad.len(), bad.join("\n"));
+    }
+}
