@@ -299,6 +299,11 @@ impl<D: Disk> Ext2<D> {
         if ino.is_dir() {
             return Err(FsError::IsDir);
         }
+        if ino.links == 0 {
+            // A name of a freed inode (a corrupt directory): freeing it again would put it in
+            // a reserve twice or clear a bit another file owns.
+            return Err(FsError::Corrupt("a name of an inode with no links"));
+        }
         self.remove_entry(&mut dir, name)?;
         ino.links = ino.links.saturating_sub(1);
         ino.ctime = self.now();
