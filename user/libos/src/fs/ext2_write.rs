@@ -72,6 +72,18 @@ impl<D: Disk> Ext2<D> {
         self.dev.write_at(b * self.bs, &buf[..self.bs as usize])
     }
 
+    /// Write bytes `lo..hi` of block `b` (whose whole contents are `buf`) and no others.
+    pub(crate) fn write_block_range(&mut self, b: u64, buf: &[u8], lo: usize, hi: usize) -> Result<()> {
+        if b <= self.sb.first_data_block as u64 || b >= self.sb.blocks_count as u64 {
+            return Err(FsError::Corrupt("write to a block outside the data area"));
+        }
+        let hi = hi.min(self.bs as usize);
+        if lo >= hi {
+            return Ok(());
+        }
+        self.dev.write_at(b * self.bs + lo as u64, &buf[lo..hi])
+    }
+
     /// Write group `g`'s descriptor back (fields this code does not know are kept).
     pub(crate) fn write_group(&mut self, g: usize) -> Result<()> {
         let grp = self.groups[g];
