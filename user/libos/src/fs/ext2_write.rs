@@ -217,9 +217,9 @@ impl<D: Disk> Ext2<D> {
     /// into the bitmap. `Corrupt` if it is outside the file system or already free.
     pub fn free_block(&mut self, b: u64) -> Result<()> {
         let (g, i, bm) = self.block_bit(b)?;
-        let mut bits = vec![0u8; self.bs as usize];
-        self.read_block(bm, &mut bits)?;
-        if bits[(i / 8) as usize] & (1 << (i % 8)) == 0 {
+        // The one byte of the bitmap that holds the bit (not the whole block: this runs on
+        // every free).
+        if !self.bit_set(bm, i)? {
             return Err(FsError::Corrupt("freeing a block that is already free"));
         }
         self.dirty_data.remove(&b);
@@ -234,12 +234,17 @@ impl<D: Disk> Ext2<D> {
                 return Ok(());
             }
         }
-        bits[(i / 8) as usize] &= !(1 << (i % 8));
-        self.write_block(bm, &bits)?;
-        self.groups[g].free_blocks = self.groups[g].free_blocks.saturating_add(1);
-        self.sb.free_blocks_count = self.sb.free_blocks_count.saturating_add(1);
-        self.write_group(g)?;
-        self.write_super()
+        self.clear_block_bit_at(g, i, bm)
+    }
+
+    /// Whether bit `i` of the bitmap in block `bm` is set (reads one byte).
+    fn bit_set(&mut self, bm: u64, i: u64) -> Result<bool> {
+        if bm >= self.sb.blocks_count as u64 {
+            return Err(FsError::Corrupt("bitmap past the end of the file system"));
+        }
+        let mut byte = [0u8; 1];
+        self.dev.read_at(bm * self.bs + i / 8, &mut byte)?;
+        Ok(byte[0] & (1 << (i % 8)) != 0)
     }
 
     /// Block `b`'s group, bit in the group's bitmap, and the bitmap's block.
@@ -355,9 +360,7 @@ impl<D: Disk> Ext2<D> {
     /// has room (reserves on), else into the bitmap. `Corrupt` if it is already free.
     pub(crate) fn free_inode(&mut self, ino: u32, dir: bool) -> Result<()> {
         let (g, i, bm) = self.inode_bit(ino)?;
-        let mut bits = vec![0u8; self.bs as usize];
-        self.read_block(bm, &mut bits)?;
-        if bits[(i / 8) as usize] & (1 << (i % 8)) == 0 {
+        if !self.bit_set(bm, i)? {
             return Err(FsError::Corrupt("freeing an inode that is already free"));
         }
         if let Some(c) = self.reserve_slot() {
@@ -371,6 +374,8 @@ impl<D: Disk> Ext2<D> {
                 return Ok(());
             }
         }
+        let mut bits = vec![0u8; self.bs as usize];
+        self.read_block(bm, &mut bits)?;
         bits[(i / 8) as usize] &= !(1 << (i % 8));
         self.write_block(bm, &bits)?;
         self.groups[g].free_inodes = self.groups[g].free_inodes.saturating_add(1);
@@ -460,6 +465,11 @@ impl<D: Disk> Ext2<D> {
 
     fn clear_block_bit(&mut self, b: u64) -> Result<()> {
         let (g, i, bm) = self.block_bit(b)?;
+        self.clear_block_bit_at(g, i, bm)
+    }
+
+    /// Clear bit `i` of group `g`'s block bitmap (block `bm`) and count the block free.
+    fn clear_block_bit_at(&mut self, g: usize, i: u64, bm: u64) -> Result<()> {
         let mut bits = vec![0u8; self.bs as usize];
         self.read_block(bm, &mut bits)?;
         if bits[(i / 8) as usize] & (1 << (i % 8)) == 0 {
