@@ -31,7 +31,7 @@ pub const RESERVE_BLOCKS: usize = 64;
 /// Cores with a reserve; a core past this allocates from the bitmaps.
 pub const RESERVE_CORES: usize = 64;
 
-/// One core's reserve of free inodes and blocks (docs/fs.md, "Per-core reserves"). What it
+/// One core's reserve of free inodes and blocks (docs/fs.md, "Create and unlink"). What it
 /// holds is marked used in the bitmaps and not counted free in the group descriptors and the
 /// superblock (taken out in a batch), so the on-disk state is consistent at every moment but
 /// for allocated, unreferenced items, which `return_reserves` (every sync) gives back. On a
