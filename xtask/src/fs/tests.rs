@@ -507,3 +507,110 @@ fn unlocked_read_matches_the_locked_read() {
     assert_eq!(ext2::read_unlocked(&geo, sp.ino, 0, &mut b, &mut get), Some((5 * 4096 + 7, 5 * 4096 + 7)));
     assert!(b[..5 * 4096 + 3].iter().all(|&x| x == 0) && &b[5 * 4096 + 3..] == b"tail");
 }
+
+/// The "core" the per-core reserves of `reserves_*` tests draw from (`Ext2::reserve_core`).
+static RESERVE_CORE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+fn reserve_core() -> usize {
+    RESERVE_CORE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Per-core reserves of inodes and blocks (`ext2_write::Reserve`): two "cores" creating,
+/// writing and unlinking files in their own directories, interleaved, draw from and give back
+/// to their own reserves; the reserves hold inodes and blocks while they run, in different
+/// inode-table blocks; `return_reserves` (what every sync does) leaves the exact counts of
+/// before and an image `e2fsck -fn` calls clean, and without it e2fsck is not clean (the
+/// test can fail: a reserve that leaked would show here).
+#[test]
+fn reserves_per_core_leave_exact_counts_after_a_sync() {
+    use std::sync::atomic::Ordering::Relaxed;
+    assert!(have_mke2fs());
+    let mut fs = Ext2::mount(MemDisk(fresh_image("reserves", 16))).unwrap();
+    fs.mkdir(b"/c0", 0o755).unwrap();
+    fs.mkdir(b"/c1", 0o755).unwrap();
+    let before = fs.usage();
+    fs.reserve_core = Some(reserve_core);
+    let mut kept = Vec::new();
+    for round in 0..200u32 {
+        for c in 0..2usize {
+            RESERVE_CORE.store(c, Relaxed);
+            let p = if round % 5 == 4 { format!("/c{c}/keep{round}") } else { format!("/c{c}/f{}", round % 7) };
+            let mut f = fs.create(p.as_bytes(), 0o644).unwrap();
+            let data = pattern(1 + (round as usize * 977) % 60_000, round as u8);
+            assert_eq!(fs.write(&mut f, 0, &data).unwrap(), data.len());
+            if round % 5 == 4 {
+                kept.push((p, data));
+            } else {
+                fs.unlink(p.as_bytes()).unwrap();
+            }
+        }
+    }
+    let (ri, rb) = fs.reserved();
+    assert!(ri > 0 && rb > 0, "the reserves were used: {ri} inodes, {rb} blocks");
+    // The two cores' files lie in different inode-table blocks.
+    let per_block = fs.bs / fs.sb.inode_size as u64;
+    RESERVE_CORE.store(0, Relaxed);
+    let a = fs.create(b"/c0/probe", 0o644).unwrap().ino;
+    RESERVE_CORE.store(1, Relaxed);
+    let b = fs.create(b"/c1/probe", 0o644).unwrap().ino;
+    assert_ne!((a as u64 - 1) / per_block, (b as u64 - 1) / per_block, "inodes {a} and {b}");
+    fs.unlink(b"/c0/probe").unwrap();
+    fs.unlink(b"/c1/probe").unwrap();
+    // A double free into the core's own reserve is refused (`Corrupt`), and the reserve
+    // keeps one copy.
+    let (c, blk) = fs.reserves_first_block().unwrap();
+    RESERVE_CORE.store(c, Relaxed);
+    let held = fs.reserved();
+    assert!(matches!(fs.free_block(blk), Err(FsError::Corrupt(_))));
+    assert_eq!(fs.reserved(), held);
+    // Without giving the reserves back the bitmaps say more is used than is: not clean.
+    let d = scratch("reserves-unreturned");
+    std::fs::write(d.join("x.img"), &fs.dev.0).unwrap();
+    let out = Command::new(tool("e2fsck")).arg("-fn").arg(d.join("x.img")).output().unwrap();
+    assert!(!out.status.success(), "e2fsck -fn should find the reserved items unreferenced");
+    fs.return_reserves().unwrap();
+    assert_eq!(fs.reserved(), (0, 0));
+    let kept_inodes = kept.len() as u64;
+    let kept_blocks: u64 = kept.iter().map(|(p, _)| fs.resolve(p.as_bytes()).unwrap().blocks512 as u64 / (fs.bs / 512)).sum();
+    let after = fs.usage();
+    assert_eq!(after.2 + kept_inodes, before.2, "free inodes");
+    assert_eq!(after.0 + kept_blocks, before.0, "free blocks");
+    fsck_clean(&fs.dev.0, "reserves-fsck");
+    for (p, data) in &kept {
+        assert_eq!(&read_all(&mut fs, p), data, "{p}");
+    }
+}
+
+/// A disk filled by one core while another core's reserve holds free blocks: the filling core
+/// gets them (the reserves go back to the bitmaps before `NoSpace`), and the image stays clean.
+#[test]
+fn reserves_do_not_cause_a_false_nospace() {
+    use std::sync::atomic::Ordering::Relaxed;
+    assert!(have_mke2fs());
+    let mut fs = Ext2::mount(MemDisk(fresh_image("reserves-full", 8))).unwrap();
+    fs.reserve_core = Some(reserve_core);
+    RESERVE_CORE.store(3, Relaxed);
+    let mut f3 = fs.create(b"/core3", 0o644).unwrap();
+    fs.write(&mut f3, 0, b"x").unwrap();
+    let held = fs.reserved().1;
+    assert!(held > 0);
+    RESERVE_CORE.store(2, Relaxed);
+    let mut f = fs.create(b"/fill", 0o644).unwrap();
+    let chunk = pattern(64 << 10, 5);
+    let mut total = 0u64;
+    loop {
+        match fs.write(&mut f, total, &chunk) {
+            Ok(n) => total += n as u64,
+            Err(e) => {
+                assert_eq!(e, FsError::NoSpace);
+                break;
+            }
+        }
+        assert!(total < 64 << 20);
+    }
+    fs.return_reserves().unwrap();
+    // Everything free was used: only the file's last partial reserve batch could be left,
+    // and that went back; nothing is left in a reserve or free.
+    assert_eq!(fs.usage().0, 0, "free blocks after the disk filled");
+    fsck_clean(&fs.dev.0, "reserves-full-fsck");
+    assert_eq!(read_all(&mut fs, "/core3"), b"x");
+}

@@ -315,8 +315,13 @@ pub struct Ext2<D: Disk> {
     pub sb: Superblock,
     pub bs: u64,
     pub groups: Vec<Group>,
-    /// A block-sized scratch buffer (reads of metadata go through it).
-    pub(crate) scratch: Vec<u8>,
+    /// Per-core reserves of inodes and blocks (`ext2_write.rs`, "Reserves"), indexed by core;
+    /// used only while `reserve_core` is set.
+    pub(crate) reserves: Vec<super::ext2_write::Reserve>,
+    /// Which core's reserve a call draws from and gives back to (the library OS: the calling
+    /// core). `None` (the host tool's default): no reserves, every allocation goes through
+    /// the bitmaps.
+    pub reserve_core: Option<fn() -> usize>,
     /// Where a relative path starts (the root unless a caller sets it, as `openat` does for
     /// one call).
     pub base: u32,
@@ -335,7 +340,7 @@ impl<D: Disk> Ext2<D> {
         let sb = Superblock::parse(&sbb, dev.size())?;
         let bs = sb.block_size();
         let ngroups = sb.groups();
-        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), scratch: vec![0u8; bs as usize], dirty_data: Default::default(), base: ROOT_INO };
+        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), reserves: Vec::new(), reserve_core: None, dirty_data: Default::default(), base: ROOT_INO };
         let gdt_block = sb.first_data_block as u64 + 1;
         let gdt_blocks = (ngroups * 32).div_ceil(bs);
         let mut gdt = vec![0u8; (gdt_blocks * bs) as usize];
@@ -633,9 +638,11 @@ impl<D: Disk> Ext2<D> {
         Stat { ino: ino.ino, mode: ino.mode, links: ino.links, uid: ino.uid, gid: ino.gid, size: ino.size, blocks512: ino.blocks512, mtime: ino.mtime }
     }
 
-    /// Free and total blocks, free and total inodes (for `df`).
+    /// For `df`: free blocks, blocks, free inodes, inodes. What the per-core reserves hold counts as free
+    /// (it goes back to the bitmaps at the next sync).
     pub fn usage(&self) -> (u64, u64, u64, u64) {
-        (self.sb.free_blocks_count as u64, self.sb.blocks_count as u64, self.sb.free_inodes_count as u64, self.sb.inodes_count as u64)
+        let (ri, rb) = self.reserved();
+        (self.sb.free_blocks_count as u64 + rb, self.sb.blocks_count as u64, self.sb.free_inodes_count as u64 + ri, self.sb.inodes_count as u64)
     }
 }
 

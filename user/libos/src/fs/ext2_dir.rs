@@ -86,7 +86,9 @@ impl<D: Disk> Ext2<D> {
                         put16(&mut blk, at + 4, used as u16);
                         fill(&mut blk, at + used, rec - used);
                     }
-                    self.write_block(b, &blk)?;
+                    // Only the bytes that changed: the rest of the block's lines stay
+                    // untouched for other cores using the directory.
+                    self.write_block_range(b, &blk, at, at + used + 8 + name.len())?;
                     return self.touch_dir(dir);
                 }
                 at += rec;
@@ -127,14 +129,18 @@ impl<D: Disk> Ext2<D> {
                     return Err(FsError::Corrupt("directory entry with an impossible length"));
                 }
                 if e_ino != 0 && &blk[at + 8..at + 8 + nl] == name {
-                    match prev {
+                    let (lo, hi) = match prev {
                         Some(p) => {
                             let prec = le16(&blk, p + 4) as usize;
                             put16(&mut blk, p + 4, (prec + rec) as u16);
+                            (p + 4, p + 6)
                         }
-                        None => put32(&mut blk, at, 0),
-                    }
-                    self.write_block(b, &blk)?;
+                        None => {
+                            put32(&mut blk, at, 0);
+                            (at, at + 4)
+                        }
+                    };
+                    self.write_block_range(b, &blk, lo, hi)?;
                     self.touch_dir(dir)?;
                     return Ok(e_ino);
                 }
@@ -298,6 +304,11 @@ impl<D: Disk> Ext2<D> {
         let mut ino = self.inode(n)?;
         if ino.is_dir() {
             return Err(FsError::IsDir);
+        }
+        if ino.links == 0 {
+            // A name of a freed inode (a corrupt directory): freeing it again would put it in
+            // a reserve twice or clear a bit another file owns.
+            return Err(FsError::Corrupt("a name of an inode with no links"));
         }
         self.remove_entry(&mut dir, name)?;
         ino.links = ino.links.saturating_sub(1);

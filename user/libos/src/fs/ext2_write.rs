@@ -24,6 +24,33 @@ pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Most inodes a core's reserve holds (a batch is at most one inode-table block's worth).
+pub const RESERVE_INODES: usize = 32;
+/// Most blocks a core's reserve holds (a batch, and the most it keeps of what it frees).
+pub const RESERVE_BLOCKS: usize = 64;
+/// Cores with a reserve; a core past this allocates from the bitmaps.
+pub const RESERVE_CORES: usize = 64;
+
+/// One core's reserve of free inodes and blocks (docs/fs.md, "Create and unlink"). What it
+/// holds is marked used in the bitmaps and not counted free in the group descriptors and the
+/// superblock (taken out in a batch), so the on-disk state is consistent at every moment but
+/// for allocated, unreferenced items, which `return_reserves` (every sync) gives back. On a
+/// line pair of its own: only its core writes it.
+#[derive(Clone)]
+#[repr(align(128))]
+pub struct Reserve {
+    inodes: [u32; RESERVE_INODES],
+    n_inodes: usize,
+    blocks: [u64; RESERVE_BLOCKS],
+    n_blocks: usize,
+}
+
+impl Default for Reserve {
+    fn default() -> Self {
+        Reserve { inodes: [0; RESERVE_INODES], n_inodes: 0, blocks: [0; RESERVE_BLOCKS], n_blocks: 0 }
+    }
+}
+
 impl<D: Disk> Ext2<D> {
     pub(crate) fn writable(&self) -> Result<()> {
         if self.sb.writable() {
@@ -43,6 +70,18 @@ impl<D: Disk> Ext2<D> {
             return Err(FsError::Corrupt("write to a block outside the data area"));
         }
         self.dev.write_at(b * self.bs, &buf[..self.bs as usize])
+    }
+
+    /// Write bytes `lo..hi` of block `b` (whose whole contents are `buf`) and no others.
+    pub(crate) fn write_block_range(&mut self, b: u64, buf: &[u8], lo: usize, hi: usize) -> Result<()> {
+        if b <= self.sb.first_data_block as u64 || b >= self.sb.blocks_count as u64 {
+            return Err(FsError::Corrupt("write to a block outside the data area"));
+        }
+        let hi = hi.min(self.bs as usize);
+        if lo >= hi {
+            return Ok(());
+        }
+        self.dev.write_at(b * self.bs + lo as u64, &buf[lo..hi])
     }
 
     /// Write group `g`'s descriptor back (fields this code does not know are kept).
@@ -73,9 +112,34 @@ impl<D: Disk> Ext2<D> {
         (self.sb.inodes_per_group as u64 * self.sb.inode_size as u64).div_ceil(self.bs)
     }
 
-    /// Take a free block, looking in group `goal` first.
+    /// Take a free block, looking in group `goal` first: from the calling core's reserve when
+    /// reserves are on (refilled from the bitmaps in a batch when empty), else from the
+    /// bitmaps.
     pub fn alloc_block(&mut self, goal: usize) -> Result<u64> {
         self.writable()?;
+        if let Some(c) = self.reserve_slot() {
+            if self.reserves[c].n_blocks == 0 {
+                match self.fill_block_reserve(c, goal) {
+                    Ok(()) => {}
+                    // Other cores' reserves may hold the last free blocks: give every reserve
+                    // back and take one from the bitmaps.
+                    Err(FsError::NoSpace) => {
+                        self.return_reserves()?;
+                        return self.alloc_block_bitmap(goal);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let r = &mut self.reserves[c];
+            r.n_blocks -= 1;
+            return Ok(r.blocks[r.n_blocks]);
+        }
+        self.alloc_block_bitmap(goal)
+    }
+
+    /// Up to `max` free blocks of one group (group `goal` first) marked used in the bitmap,
+    /// the counts lowered by as many. `NoSpace` if no group has one.
+    fn take_blocks(&mut self, goal: usize, max: usize, out: &mut [u64]) -> Result<usize> {
         let ng = self.groups.len();
         let bpg = self.sb.blocks_per_group as u64;
         let mut bits = vec![0u8; self.bs as usize];
@@ -88,33 +152,103 @@ impl<D: Disk> Ext2<D> {
             let count = bpg.min(self.sb.blocks_count as u64 - first);
             let bm = self.groups[g].block_bitmap as u64;
             self.read_block(bm, &mut bits)?;
-            let Some(i) = (0..count).find(|&i| bits[(i / 8) as usize] & (1 << (i % 8)) == 0) else { continue };
-            let b = first + i;
             let grp = self.groups[g];
             let it = grp.inode_table as u64;
-            if b <= self.sb.first_data_block as u64 || b == grp.block_bitmap as u64 || b == grp.inode_bitmap as u64 || (b >= it && b < it + self.itable_blocks()) {
-                return Err(FsError::Corrupt("block bitmap marks metadata free"));
+            let mut n = 0;
+            for i in 0..count {
+                if n == max || n == grp.free_blocks as usize {
+                    break;
+                }
+                if bits[(i / 8) as usize] & (1 << (i % 8)) != 0 {
+                    continue;
+                }
+                let b = first + i;
+                if b <= self.sb.first_data_block as u64 || b == grp.block_bitmap as u64 || b == grp.inode_bitmap as u64 || (b >= it && b < it + self.itable_blocks()) {
+                    return Err(FsError::Corrupt("block bitmap marks metadata free"));
+                }
+                bits[(i / 8) as usize] |= 1 << (i % 8);
+                out[n] = b;
+                n += 1;
             }
-            bits[(i / 8) as usize] |= 1 << (i % 8);
+            if n == 0 {
+                continue;
+            }
             self.write_block(bm, &bits)?;
-            self.groups[g].free_blocks -= 1;
-            self.sb.free_blocks_count = self.sb.free_blocks_count.saturating_sub(1);
+            self.groups[g].free_blocks -= n as u16;
+            self.sb.free_blocks_count = self.sb.free_blocks_count.saturating_sub(n as u32);
             self.write_group(g)?;
             self.write_super()?;
-            return Ok(b);
+            return Ok(n);
         }
         Err(FsError::NoSpace)
+    }
+
+    fn alloc_block_bitmap(&mut self, goal: usize) -> Result<u64> {
+        let mut b = [0u64; 1];
+        self.take_blocks(goal, 1, &mut b)?;
+        Ok(b[0])
+    }
+
+    /// Refill core `c`'s empty block reserve with a batch from the bitmaps.
+    fn fill_block_reserve(&mut self, c: usize, goal: usize) -> Result<()> {
+        let mut got = [0u64; RESERVE_BLOCKS];
+        let n = self.take_blocks(goal, RESERVE_BLOCKS, &mut got)?;
+        // Handed out from the end: lowest block first.
+        let r = &mut self.reserves[c];
+        for (k, &b) in got[..n].iter().rev().enumerate() {
+            r.blocks[k] = b;
+        }
+        r.n_blocks = n;
+        Ok(())
     }
 
     /// A free block, zeroed (indirect blocks, directory blocks).
     pub(crate) fn alloc_zeroed(&mut self, goal: usize) -> Result<u64> {
         let b = self.alloc_block(goal)?;
         let z = vec![0u8; self.bs as usize];
-        self.write_block(b, &z)?;
+        if let Err(e) = self.write_block(b, &z) {
+            let _ = self.free_block(b);
+            return Err(e);
+        }
         Ok(b)
     }
 
+    /// Free block `b`: into the calling core's reserve while it has room (reserves on), else
+    /// into the bitmap. `Corrupt` if it is outside the file system or already free.
     pub fn free_block(&mut self, b: u64) -> Result<()> {
+        let (g, i, bm) = self.block_bit(b)?;
+        // The one byte of the bitmap that holds the bit (not the whole block: this runs on
+        // every free).
+        if !self.bit_set(bm, i)? {
+            return Err(FsError::Corrupt("freeing a block that is already free"));
+        }
+        self.dirty_data.remove(&b);
+        if let Some(c) = self.reserve_slot() {
+            let r = &mut self.reserves[c];
+            if r.blocks[..r.n_blocks].contains(&b) {
+                return Err(FsError::Corrupt("freeing a block that is already free"));
+            }
+            if r.n_blocks < RESERVE_BLOCKS {
+                r.blocks[r.n_blocks] = b;
+                r.n_blocks += 1;
+                return Ok(());
+            }
+        }
+        self.clear_block_bit_at(g, i, bm)
+    }
+
+    /// Whether bit `i` of the bitmap in block `bm` is set (reads one byte).
+    fn bit_set(&mut self, bm: u64, i: u64) -> Result<bool> {
+        if bm >= self.sb.blocks_count as u64 {
+            return Err(FsError::Corrupt("bitmap past the end of the file system"));
+        }
+        let mut byte = [0u8; 1];
+        self.dev.read_at(bm * self.bs + i / 8, &mut byte)?;
+        Ok(byte[0] & (1 << (i % 8)) != 0)
+    }
+
+    /// Block `b`'s group, bit in the group's bitmap, and the bitmap's block.
+    fn block_bit(&self, b: u64) -> Result<(usize, u64, u64)> {
         if b <= self.sb.first_data_block as u64 || b >= self.sb.blocks_count as u64 {
             return Err(FsError::Corrupt("freeing a block outside the file system"));
         }
@@ -122,25 +256,52 @@ impl<D: Disk> Ext2<D> {
         let g = (rel / self.sb.blocks_per_group as u64) as usize;
         let i = rel % self.sb.blocks_per_group as u64;
         let bm = self.groups.get(g).ok_or(FsError::Corrupt("block in no group"))?.block_bitmap as u64;
-        let mut bits = vec![0u8; self.bs as usize];
-        self.read_block(bm, &mut bits)?;
-        if bits[(i / 8) as usize] & (1 << (i % 8)) == 0 {
-            return Err(FsError::Corrupt("freeing a block that is already free"));
-        }
-        bits[(i / 8) as usize] &= !(1 << (i % 8));
-        self.write_block(bm, &bits)?;
-        self.groups[g].free_blocks = self.groups[g].free_blocks.saturating_add(1);
-        self.sb.free_blocks_count = self.sb.free_blocks_count.saturating_add(1);
-        self.dirty_data.remove(&b);
-        self.write_group(g)?;
-        self.write_super()
+        Ok((g, i, bm))
     }
 
-    /// Take a free inode (group `goal` first) and zero its slot on the disk.
+    /// Take a free inode (group `goal` first) and zero its slot on the disk. A regular file's
+    /// or symbolic link's comes from the calling core's reserve when reserves are on; a
+    /// directory's always from the bitmap (its group's `used_dirs` count changes with it).
     pub(crate) fn alloc_inode(&mut self, dir: bool, goal: usize) -> Result<u32> {
         self.writable()?;
+        let ino = match self.reserve_slot() {
+            Some(c) if !dir => {
+                if self.reserves[c].n_inodes == 0 {
+                    match self.fill_inode_reserve(c, goal) {
+                        Ok(()) => {}
+                        Err(FsError::NoSpace) => self.return_reserves()?,
+                        Err(e) => return Err(e),
+                    }
+                }
+                let r = &mut self.reserves[c];
+                if r.n_inodes > 0 {
+                    r.n_inodes -= 1;
+                    r.inodes[r.n_inodes]
+                } else {
+                    self.alloc_inode_bitmap(false, goal)?
+                }
+            }
+            _ => self.alloc_inode_bitmap(dir, goal)?,
+        };
+        // A recycled slot holds its old inode: start from zeros (all `inode_size` bytes).
+        let zeroed = self.inode_pos(ino).and_then(|(blk, at)| {
+            let z = vec![0u8; self.sb.inode_size as usize];
+            self.dev.write_at(blk * self.bs + at as u64, &z)
+        });
+        if let Err(e) = zeroed {
+            let _ = self.free_inode(ino, dir);
+            return Err(e);
+        }
+        Ok(ino)
+    }
+
+    /// Up to `max` free inodes marked used in one group's bitmap (group `goal` first), all in
+    /// the inode-table block of the first free one (so two cores' batches lie in different
+    /// blocks), the counts lowered by as many. `NoSpace` if no group has one.
+    fn take_inodes(&mut self, dir: bool, goal: usize, max: usize, out: &mut [u32]) -> Result<usize> {
         let ng = self.groups.len();
         let ipg = self.sb.inodes_per_group as u64;
+        let per_block = (self.bs / self.sb.inode_size as u64).max(1);
         let mut bits = vec![0u8; self.bs as usize];
         for k in 0..ng {
             let g = (goal + k) % ng;
@@ -150,44 +311,71 @@ impl<D: Disk> Ext2<D> {
             let bm = self.groups[g].inode_bitmap as u64;
             self.read_block(bm, &mut bits)?;
             let first_ok = self.sb.first_ino as u64;
-            let Some(i) = (0..ipg).find(|&i| g as u64 * ipg + i + 1 >= first_ok && g as u64 * ipg + i < self.sb.inodes_count as u64 && bits[(i / 8) as usize] & (1 << (i % 8)) == 0) else {
-                continue;
-            };
-            bits[(i / 8) as usize] |= 1 << (i % 8);
-            self.write_block(bm, &bits)?;
-            self.groups[g].free_inodes -= 1;
-            if dir {
-                self.groups[g].used_dirs = self.groups[g].used_dirs.saturating_add(1);
+            let usable = |bits: &[u8], i: u64| g as u64 * ipg + i + 1 >= first_ok && g as u64 * ipg + i < self.sb.inodes_count as u64 && bits[(i / 8) as usize] & (1 << (i % 8)) == 0;
+            let Some(i0) = (0..ipg).find(|&i| usable(&bits, i)) else { continue };
+            let end = ((i0 / per_block + 1) * per_block).min(ipg);
+            let mut n = 0;
+            for i in i0..end {
+                if n == max || n == self.groups[g].free_inodes as usize {
+                    break;
+                }
+                if usable(&bits, i) {
+                    bits[(i / 8) as usize] |= 1 << (i % 8);
+                    out[n] = (g as u64 * ipg + i + 1) as u32;
+                    n += 1;
+                }
             }
-            self.sb.free_inodes_count = self.sb.free_inodes_count.saturating_sub(1);
+            self.write_block(bm, &bits)?;
+            self.groups[g].free_inodes -= n as u16;
+            if dir {
+                self.groups[g].used_dirs = self.groups[g].used_dirs.saturating_add(n as u16);
+            }
+            self.sb.free_inodes_count = self.sb.free_inodes_count.saturating_sub(n as u32);
             self.write_group(g)?;
             self.write_super()?;
-            let ino = (g as u64 * ipg + i + 1) as u32;
-            // A recycled slot holds its old inode: start from zeros (all `inode_size` bytes).
-            let (blk, at) = self.inode_pos(ino)?;
-            let mut s = core::mem::take(&mut self.scratch);
-            let r = self.read_block(blk, &mut s).and_then(|()| {
-                s[at..at + self.sb.inode_size as usize].fill(0);
-                self.write_block(blk, &s)
-            });
-            self.scratch = s;
-            r?;
-            return Ok(ino);
+            return Ok(n);
         }
         Err(FsError::NoSpace)
     }
 
+    fn alloc_inode_bitmap(&mut self, dir: bool, goal: usize) -> Result<u32> {
+        let mut n = [0u32; 1];
+        self.take_inodes(dir, goal, 1, &mut n)?;
+        Ok(n[0])
+    }
+
+    /// Refill core `c`'s empty inode reserve with a batch from the bitmaps.
+    fn fill_inode_reserve(&mut self, c: usize, goal: usize) -> Result<()> {
+        let mut got = [0u32; RESERVE_INODES];
+        let n = self.take_inodes(false, goal, RESERVE_INODES, &mut got)?;
+        let r = &mut self.reserves[c];
+        for (k, &i) in got[..n].iter().rev().enumerate() {
+            r.inodes[k] = i;
+        }
+        r.n_inodes = n;
+        Ok(())
+    }
+
+    /// Free inode `ino`: a regular file's or link's into the calling core's reserve while it
+    /// has room (reserves on), else into the bitmap. `Corrupt` if it is already free.
     pub(crate) fn free_inode(&mut self, ino: u32, dir: bool) -> Result<()> {
-        let idx = (ino - 1) as u64;
-        let ipg = self.sb.inodes_per_group as u64;
-        let g = (idx / ipg) as usize;
-        let i = idx % ipg;
-        let bm = self.groups.get(g).ok_or(FsError::Corrupt("inode in no group"))?.inode_bitmap as u64;
-        let mut bits = vec![0u8; self.bs as usize];
-        self.read_block(bm, &mut bits)?;
-        if bits[(i / 8) as usize] & (1 << (i % 8)) == 0 {
+        let (g, i, bm) = self.inode_bit(ino)?;
+        if !self.bit_set(bm, i)? {
             return Err(FsError::Corrupt("freeing an inode that is already free"));
         }
+        if let Some(c) = self.reserve_slot() {
+            let r = &mut self.reserves[c];
+            if r.inodes[..r.n_inodes].contains(&ino) {
+                return Err(FsError::Corrupt("freeing an inode that is already free"));
+            }
+            if !dir && r.n_inodes < RESERVE_INODES {
+                r.inodes[r.n_inodes] = ino;
+                r.n_inodes += 1;
+                return Ok(());
+            }
+        }
+        let mut bits = vec![0u8; self.bs as usize];
+        self.read_block(bm, &mut bits)?;
         bits[(i / 8) as usize] &= !(1 << (i % 8));
         self.write_block(bm, &bits)?;
         self.groups[g].free_inodes = self.groups[g].free_inodes.saturating_add(1);
@@ -195,6 +383,102 @@ impl<D: Disk> Ext2<D> {
             self.groups[g].used_dirs = self.groups[g].used_dirs.saturating_sub(1);
         }
         self.sb.free_inodes_count = self.sb.free_inodes_count.saturating_add(1);
+        self.write_group(g)?;
+        self.write_super()
+    }
+
+    /// Inode `ino`'s group, bit in the group's bitmap, and the bitmap's block.
+    fn inode_bit(&self, ino: u32) -> Result<(usize, u64, u64)> {
+        if ino == 0 || ino > self.sb.inodes_count {
+            return Err(FsError::Corrupt("freeing an inode out of range"));
+        }
+        let idx = (ino - 1) as u64;
+        let ipg = self.sb.inodes_per_group as u64;
+        let g = (idx / ipg) as usize;
+        let bm = self.groups.get(g).ok_or(FsError::Corrupt("inode in no group"))?.inode_bitmap as u64;
+        Ok((g, idx % ipg, bm))
+    }
+
+    /// The calling core's reserve (made on first use), or `None` when reserves are off or the
+    /// core is past `RESERVE_CORES` (then it allocates from the bitmaps).
+    fn reserve_slot(&mut self) -> Option<usize> {
+        let c = (self.reserve_core?)();
+        if c >= RESERVE_CORES {
+            return None;
+        }
+        if self.reserves.len() <= c {
+            self.reserves.resize(c + 1, Reserve::default());
+        }
+        Some(c)
+    }
+
+    /// Inodes and blocks the per-core reserves hold (free on the disk's terms: they go back
+    /// at the next `return_reserves`).
+    pub fn reserved(&self) -> (u64, u64) {
+        self.reserves.iter().fold((0, 0), |(i, b), r| (i + r.n_inodes as u64, b + r.n_blocks as u64))
+    }
+
+    /// A core whose reserve holds a block, and that block (for tests of double frees).
+    pub fn reserves_first_block(&self) -> Option<(usize, u64)> {
+        self.reserves.iter().position(|r| r.n_blocks > 0).map(|c| (c, self.reserves[c].blocks[0]))
+    }
+
+    /// Give every core's reserve back to the bitmaps and the counts (before a sync, so the
+    /// disk's bitmaps and counts are exact: `e2fsck -fn` clean). Everything is given back
+    /// even when one entry fails; the first error is returned.
+    pub fn return_reserves(&mut self) -> Result<()> {
+        let reserves = core::mem::take(&mut self.reserves);
+        let mut res = Ok(());
+        for r in &reserves {
+            for &ino in &r.inodes[..r.n_inodes] {
+                let x = self.clear_inode_bit(ino);
+                res = res.and(x);
+            }
+            for &b in &r.blocks[..r.n_blocks] {
+                let x = self.clear_block_bit(b);
+                res = res.and(x);
+            }
+        }
+        // Keep the (now empty) per-core slots where they are.
+        self.reserves = reserves;
+        for r in &mut self.reserves {
+            r.n_inodes = 0;
+            r.n_blocks = 0;
+        }
+        res
+    }
+
+    fn clear_inode_bit(&mut self, ino: u32) -> Result<()> {
+        let (g, i, bm) = self.inode_bit(ino)?;
+        let mut bits = vec![0u8; self.bs as usize];
+        self.read_block(bm, &mut bits)?;
+        if bits[(i / 8) as usize] & (1 << (i % 8)) == 0 {
+            return Err(FsError::Corrupt("a reserved inode is free in the bitmap"));
+        }
+        bits[(i / 8) as usize] &= !(1 << (i % 8));
+        self.write_block(bm, &bits)?;
+        self.groups[g].free_inodes = self.groups[g].free_inodes.saturating_add(1);
+        self.sb.free_inodes_count = self.sb.free_inodes_count.saturating_add(1);
+        self.write_group(g)?;
+        self.write_super()
+    }
+
+    fn clear_block_bit(&mut self, b: u64) -> Result<()> {
+        let (g, i, bm) = self.block_bit(b)?;
+        self.clear_block_bit_at(g, i, bm)
+    }
+
+    /// Clear bit `i` of group `g`'s block bitmap (block `bm`) and count the block free.
+    fn clear_block_bit_at(&mut self, g: usize, i: u64, bm: u64) -> Result<()> {
+        let mut bits = vec![0u8; self.bs as usize];
+        self.read_block(bm, &mut bits)?;
+        if bits[(i / 8) as usize] & (1 << (i % 8)) == 0 {
+            return Err(FsError::Corrupt("a reserved block is free in the bitmap"));
+        }
+        bits[(i / 8) as usize] &= !(1 << (i % 8));
+        self.write_block(bm, &bits)?;
+        self.groups[g].free_blocks = self.groups[g].free_blocks.saturating_add(1);
+        self.sb.free_blocks_count = self.sb.free_blocks_count.saturating_add(1);
         self.write_group(g)?;
         self.write_super()
     }
@@ -223,14 +507,16 @@ impl<D: Disk> Ext2<D> {
             put32(r, 108, (ino.size >> 32) as u32);
         }
         let (blk, at) = self.inode_pos(ino.ino)?;
-        let mut s = core::mem::take(&mut self.scratch);
-        let raw = ino.raw;
-        let res = self.read_block(blk, &mut s).and_then(|()| {
-            s[at..at + 128].copy_from_slice(&raw);
-            self.write_block(blk, &s)
-        });
-        self.scratch = s;
-        res
+        let off = blk * self.bs + at as u64;
+        // Unchanged bytes are not written: a write marks the cache page dirty and takes its
+        // lock, a line every core using that inode-table block would then share (a
+        // directory's inode, rewritten with the same times by each create in it).
+        let mut cur = [0u8; 128];
+        self.dev.read_at(off, &mut cur)?;
+        if cur == ino.raw {
+            return Ok(());
+        }
+        self.dev.write_at(off, &ino.raw)
     }
 
     /// The block of logical block `lblk`, allocated (with any indirect block on the way) if it
