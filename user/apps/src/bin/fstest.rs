@@ -1585,6 +1585,9 @@ fn dedicated_mount_body(kc: &Kc) -> TestResult {
         }
     }
     ensure!(fs_ok(DED_FILE, fs::read_all(DED_FILE, DED_LEN + 1))? == data, "{DED_FILE}: wrong after the kernel core came back");
+    Ok(Pass::Ok)
+}
+
 /// One core's part of `two_cores_create_in_own_directories`: 120 creates of `/pcC/f<k % 5>`,
 /// each written (1..4000 bytes, a data block) and closed; every 10th kept under `/pcC/keep<k>`
 /// and checked, the others unlinked. 0 when every call succeeded and every kept file read back.
