@@ -50,7 +50,7 @@ pub use pad::CachePadded;
 pub use per_core::PerCore;
 pub use reclaim::{Domain, Operation};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-pub use seqlock::{ReadPath, SeqData, SeqLock};
+pub use seqlock::{ReadPath, SeqData, SeqLock, WordsWriter};
 pub use slab::{HeapBackend, ObjectBackend, ObjectCache, PageSlab, PageSource};
 pub use spin::{IrqTicketLock, TicketLock, TicketLockGuard};
 

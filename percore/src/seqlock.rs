@@ -183,6 +183,68 @@ impl<const N: usize> SeqLock<[u64; N]> {
         fence(Ordering::Acquire);
         self.generation.load(Ordering::Relaxed) == g1
     }
+
+    /// A ranged write: modify the value under the lock, storing only the words `f` sets
+    /// (a 128-byte inode in a 4 KiB page: 16 stores, not 513 loads and 513 stores, and only
+    /// the cache lines holding those words change, so a reader on another core keeps the
+    /// rest). Readers see generation 0 meanwhile, then a new one, exactly as for
+    /// [`write`](Self::write), and they are unchanged: a reader's copy of any word that `f`
+    /// stored fails its generation check (the argument of `try_read`), and a word `f` did not
+    /// store still holds what the previous writer left. So an accepted copy is one value of
+    /// the array, as before, whatever words it covers.
+    ///
+    /// `f` may also decide to store nothing (a tag that does not match); the generation still
+    /// moves, which costs readers a retry, never a wrong copy.
+    pub fn write_words<R>(&self, f: impl FnOnce(&mut WordsWriter<'_, N>) -> R) -> R {
+        let mut gen = self.lock.lock();
+        let old_gen = *gen;
+        self.generation.store(0, Ordering::Relaxed);
+        // As in `write`: orders the zero before every data store `f` makes.
+        fence(Ordering::Release);
+        let r = f(&mut WordsWriter { data: &self.data });
+        let next = match old_gen.wrapping_add(1) {
+            0 => 1,
+            g => g,
+        };
+        *gen = next;
+        // Release: a reader that sees `next` sees every word `f` stored.
+        self.generation.store(next, Ordering::Release);
+        r
+    }
+}
+
+/// The writer's side of [`SeqLock::write_words`]: it exists only inside the lock, so its
+/// loads see the value as the last writer left it, and its stores are the only ones.
+/// Indexes out of the array are refused (`None`, `false`), never a panic.
+pub struct WordsWriter<'a, const N: usize> {
+    data: &'a storage::Words<[u64; N]>,
+}
+
+impl<const N: usize> WordsWriter<'_, N> {
+    /// Word `i`, or `None` if `i >= N`.
+    pub fn get(&self, i: usize) -> Option<u64> {
+        (i < N).then(|| self.data.load_word(i))
+    }
+
+    /// Store `v` in word `i` (one relaxed atomic store); `false` (nothing stored) if `i >= N`.
+    pub fn set(&mut self, i: usize, v: u64) -> bool {
+        if i >= N {
+            return false;
+        }
+        self.data.store_word(i, v);
+        true
+    }
+
+    /// Store `words` from word `first` on; `false` (nothing stored) if they do not fit.
+    pub fn set_words(&mut self, first: usize, words: &[u64]) -> bool {
+        if first.checked_add(words.len()).is_none_or(|e| e > N) {
+            return false;
+        }
+        for (k, &w) in words.iter().enumerate() {
+            self.data.store_word(first + k, w);
+        }
+        true
+    }
 }
 
 #[cfg(not(loom))]
@@ -252,6 +314,21 @@ mod storage {
             }
         }
 
+        /// Word `i` of a `T` that is a `u64` array (`i` checked by the caller).
+        pub(super) fn load_word(&self, i: usize) -> u64 {
+            debug_assert!((i + 1) * 8 <= size_of::<T>() && align_of::<T>() >= 8);
+            // SAFETY: `i` is inside the array (caller), naturally aligned, and accessed only
+            // atomically by concurrent parties.
+            unsafe { AtomicU64::from_ptr((self.0.get() as *mut u64).add(i)) }.load(Ordering::Relaxed)
+        }
+
+        /// Store word `i` of a `u64` array (`i` checked by the caller; lock holder only).
+        pub(super) fn store_word(&self, i: usize, v: u64) {
+            debug_assert!((i + 1) * 8 <= size_of::<T>() && align_of::<T>() >= 8);
+            // SAFETY: as in `load_word`; only the lock holder stores.
+            unsafe { AtomicU64::from_ptr((self.0.get() as *mut u64).add(i)) }.store(v, Ordering::Relaxed)
+        }
+
         pub(super) fn store_racy(&self, v: T) {
             let src = &v as *const T as *const u8;
             let dst = self.0.get() as *mut u8;
@@ -312,6 +389,12 @@ mod storage {
             for (o, w) in out.iter_mut().zip(&self.words[first..]) {
                 *o = w.load(Ordering::Relaxed);
             }
+        }
+        pub(super) fn load_word(&self, i: usize) -> u64 {
+            self.words[i].load(Ordering::Relaxed)
+        }
+        pub(super) fn store_word(&self, i: usize, v: u64) {
+            self.words[i].store(v, Ordering::Relaxed)
         }
         pub(super) fn store_racy(&self, v: T) {
             for (w, x) in self.words.iter().zip(to_words(&v)) {

@@ -42,7 +42,7 @@ use core::mem::size_of;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use percore::pad::CachePadded;
-use percore::seqlock::SeqLock;
+use percore::seqlock::{SeqLock, WordsWriter};
 use percore::spin::TicketLock;
 
 /// Bytes of one page.
@@ -335,12 +335,20 @@ impl Table {
         self.stats_of(core).hits.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Write into cached page `block` under only its slot's lock. `false` if it is not cached.
+    /// Write into cached page `block` under only its slot's lock. `false` if it is not cached
+    /// (or `[at, at + data.len())` is not inside a page: `write` then says so).
+    ///
+    /// A ranged write (`SeqLock::write_words`): only the words holding the bytes written are
+    /// stored, so an inode or a directory entry costs a few stores, not a copy of the page in
+    /// and out, and only its cache lines change.
     pub fn try_write(&self, core: usize, block: u64, at: usize, data: &[u8], is_data: bool) -> bool {
+        if !in_page(at, data.len()) {
+            return false;
+        }
         let Some(s) = self.find(block) else { return false };
         let m = self.meta(s);
-        let done = self.page(s).write(|p| {
-            if p[0] != block + 1 {
+        let done = self.page(s).write_words(|p| {
+            if p.get(0) != Some(block + 1) {
                 return false;
             }
             copy_in(p, at, data);
@@ -376,12 +384,15 @@ impl Table {
         if self.try_write(core, block, at, data, is_data) {
             return Ok(());
         }
+        if !in_page(at, data.len()) {
+            return Err(IoError::Io);
+        }
         let whole = at == 0 && data.len() == PAGE;
         let mut sw = self.header().fill.lock();
         let s = self.slot_for(core, &mut sw, io, block, !whole)?;
         let m = self.meta(s);
         // Under the fill lock nobody evicts the slot, so its tag still names `block`.
-        self.page(s).write(|p| {
+        self.page(s).write_words(|p| {
             copy_in(p, at, data);
             if is_data {
                 m.data.store(1, Ordering::Relaxed);
@@ -501,12 +512,13 @@ impl Table {
                 }
                 // Take the page only if it is clean, checked under the slot's lock, where
                 // writers set `dirty`.
-                let taken = self.page(s).write(|p| {
+                let taken = self.page(s).write_words(|p| {
                     if m.dirty.load(Ordering::Acquire) != 0 {
                         return false;
                     }
-                    p[0] = 0;
-                    true
+                    // The tag alone: a reader checks it inside its window, so the stale data
+                    // words need not be touched.
+                    p.set(0, 0)
                 });
                 if taken {
                     m.tag.store(0, Ordering::Relaxed);
@@ -616,12 +628,11 @@ impl Table {
             if tag == 0 {
                 continue;
             }
-            let taken = self.page(s).write(|p| {
+            let taken = self.page(s).write_words(|p| {
                 if m.dirty.load(Ordering::Acquire) != 0 {
                     return false;
                 }
-                p[0] = 0;
-                true
+                p.set(0, 0)
             });
             if taken {
                 m.tag.store(0, Ordering::Relaxed);
@@ -671,22 +682,37 @@ fn copy_words_out(words: &[u64], skip: usize, buf: &mut [u8]) {
     }
 }
 
-fn copy_in(p: &mut Page, at: usize, data: &[u8]) {
-    if at.is_multiple_of(8) && data.len().is_multiple_of(8) && at + data.len() <= PAGE {
-        for (w, c) in p[1 + at / 8..].iter_mut().zip(data.chunks_exact(8)) {
-            *w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        }
-        return;
-    }
-    let end = (at + data.len()).min(PAGE);
+/// Whether bytes `[at, at + len)` lie inside one page.
+fn in_page(at: usize, len: usize) -> bool {
+    at.checked_add(len).is_some_and(|e| e <= PAGE)
+}
+
+/// Store `data` at byte `at` of the page (caller: `in_page`), inside a ranged seqlock write:
+/// one store per word the bytes cover, whole words as they are, the partly covered first and
+/// last words read, merged and stored whole (readers copy words, so a word is the unit a
+/// reader sees change). Nothing else of the page is stored.
+fn copy_in(p: &mut WordsWriter<'_, { PAGE_WORDS + 1 }>, at: usize, data: &[u8]) {
+    let end = at + data.len();
     let mut i = at;
-    while i < end {
-        let mut w = p[1 + i / 8].to_le_bytes();
-        let k = i % 8;
-        let n = (8 - k).min(end - i);
-        w[k..k + n].copy_from_slice(&data[i - at..i - at + n]);
-        p[1 + i / 8] = u64::from_le_bytes(w);
+    if !i.is_multiple_of(8) && i < end {
+        // The partly covered first word.
+        let (k, n) = (i % 8, (8 - i % 8).min(end - i));
+        let mut w = p.get(1 + i / 8).unwrap_or(0).to_le_bytes();
+        w[k..k + n].copy_from_slice(&data[..n]);
+        p.set(1 + i / 8, u64::from_le_bytes(w));
         i += n;
+    }
+    // Whole words.
+    let whole = (end - i) / 8;
+    for (k, c) in data[i - at..i - at + whole * 8].chunks_exact(8).enumerate() {
+        p.set(1 + i / 8 + k, u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+    }
+    i += whole * 8;
+    if i < end {
+        // The partly covered last word.
+        let mut w = p.get(1 + i / 8).unwrap_or(0).to_le_bytes();
+        w[..end - i].copy_from_slice(&data[i - at..]);
+        p.set(1 + i / 8, u64::from_le_bytes(w));
     }
 }
 
