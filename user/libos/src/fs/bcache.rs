@@ -436,8 +436,9 @@ impl Table {
                 *w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
             }
         }
-        // Fill before publishing: a reader that finds the entry finds the page whole.
-        self.page(s).set(p);
+        // Fill before publishing: a reader that finds the entry finds the page whole. Every
+        // word is stored, none loaded (`set` would copy the old page out first).
+        self.page(s).write_words(|w| w.set_words(0, &p));
         let m = self.meta(s);
         m.dirty.store(0, Ordering::Relaxed);
         m.data.store(0, Ordering::Relaxed);
