@@ -301,7 +301,7 @@ fn writes_outside_a_page_are_refused() {
 
 /// Catches, with real threads and the real (non-loom) word storage: a ranged write whose words
 /// a lock-free reader can see half stored (a range mixing two writes), or that disturbs bytes
-/// outside its range. Two writer threads rewrite two unaligned ranges of one cached page
+/// outside its range. A writer thread rewrites two unaligned ranges of one cached page
 /// (bytes 3..133 and 2001..2100, each filled with one value per write; the partly covered
 /// edge words are shared with bytes the other writes never touch) while two readers copy
 /// each range and the page's untouched bytes without a lock.
@@ -312,26 +312,31 @@ fn lock_free_readers_never_see_a_ranged_write_half_done() {
     t.write(0, &mut *disk.lock().unwrap(), 2, 0, &[0xEE; PAGE], false).unwrap();
     const RANGES: [(usize, usize); 2] = [(3, 133), (2001, 2100)];
     let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = RANGES
-        .iter()
-        .enumerate()
-        .map(|(w, &(a, b))| {
-            std::thread::spawn(move || {
-                for k in 0..20_000u32 {
-                    let v = (k % 200) as u8 + 1;
-                    assert!(t.try_write(1 + w, 2, a, &vec![v; b - a], false), "page 2 left the cache");
-                }
-            })
-        })
-        .collect();
+    // One writer, alternating ranges (two writer threads would also work, but a ticket lock
+    // handed between more threads than the host has cores crawls: minutes, not milliseconds).
+    // The writer runs until the readers have copied 20 000 times (its first writes may
+    // otherwise be over before a reader starts).
+    let copies = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let writer = std::thread::spawn({
+        let copies = copies.clone();
+        move || {
+        let mut k = 0u32;
+        while k < 40_000 || (copies.load(Ordering::Relaxed) < 20_000 && k < 20_000_000) {
+            k += 1;
+            let (a, b) = RANGES[k as usize % 2];
+            let v = (k / 2 % 200) as u8 + 1;
+            assert!(t.try_write(1, 2, a, &vec![v; b - a], false), "page 2 left the cache");
+        }
+    }});
     let readers: Vec<_> = (0..2)
         .map(|r| {
-            let stop = stop.clone();
+            let (stop, copies) = (stop.clone(), copies.clone());
             std::thread::spawn(move || {
                 let (mut ok, mut n) = (0u64, 0u64);
                 let mut page = vec![0u8; PAGE];
                 while !stop.load(Ordering::Relaxed) || n < 1000 {
                     n += 1;
+                    copies.fetch_add(1, Ordering::Relaxed);
                     let (a, b) = RANGES[(n as usize + r) % 2];
                     let mut buf = vec![0u8; b - a];
                     if t.try_read(3 + r, 2, a, &mut buf) {
@@ -350,9 +355,7 @@ fn lock_free_readers_never_see_a_ranged_write_half_done() {
             })
         })
         .collect();
-    for w in writers {
-        w.join().unwrap();
-    }
+    writer.join().unwrap();
     stop.store(true, Ordering::Relaxed);
     let ok: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
     assert!(ok > 0, "no lock-free read succeeded");
