@@ -10,6 +10,10 @@
 //! The copy races with writers by design, so it is made with relaxed atomic word loads (and
 //! writers store with relaxed atomic words): a torn copy is detected by the generation check
 //! and thrown away without ever being used as a `T`. That is why `T` must be [`SeqData`].
+//!
+//! For word arrays (`SeqLock<[u64; N]>`, the buffer cache's pages) readers may copy only some
+//! word ranges ([`SeqLock::try_read_ranges`]) and writers may store only some words
+//! ([`SeqLock::write_words`]): same generation protocol, a fraction of the copying.
 
 use crate::pad::CachePadded;
 use crate::spin::TicketLock;
