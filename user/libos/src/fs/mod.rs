@@ -86,15 +86,143 @@ fn with<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
     f(m)
 }
 
-/// `with` for a call that may change names or attributes: the name cache is emptied around it
-/// (`names`: why that keeps lock-free `stat` right).
-fn with_change<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
+/// `with` for a call that may change names or attributes. `inos` names, under the lock and
+/// before anything changes, every inode whose directory entries or `Stat` the call may
+/// change; the name cache's entries through them and the per-core descriptors of them stop
+/// being used while the call runs and stay unused after (`names::begin`/`end`: why that keeps
+/// lock-free `stat`, `open`, `fstat` and `read` right). Entries and descriptors of other
+/// inodes stay good. If `inos` cannot name them (None: an error while looking, or a call
+/// whose paths it does not follow), the whole cache's epoch moves instead, as every change
+/// did before session 11.
+fn with_change_on<R>(inos: impl FnOnce(&mut Mounted) -> Option<Inos>, f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
     let mut g = FS.lock();
     let m = g.as_mut().ok_or(FsError::NoDevice)?;
-    names::NAMES.begin_change();
-    let r = f(m);
-    names::NAMES.end_change();
-    r
+    match inos(m) {
+        Some(set) => {
+            names::begin(set.as_slice());
+            let r = f(m);
+            names::end(set.as_slice());
+            r
+        }
+        None => {
+            names::NAMES.begin_change();
+            let r = f(m);
+            names::NAMES.end_change();
+            r
+        }
+    }
+}
+
+/// A few inode numbers, without duplicates (what a change names for `with_change_on`).
+#[derive(Clone, Copy)]
+struct Inos {
+    v: [u32; 8],
+    n: usize,
+}
+
+impl Inos {
+    fn new() -> Inos {
+        Inos { v: [0; 8], n: 0 }
+    }
+
+    /// Add `ino` (once); false if full.
+    fn push(&mut self, ino: u32) -> bool {
+        if self.as_slice().contains(&ino) {
+            return true;
+        }
+        if self.n == self.v.len() {
+            return false;
+        }
+        self.v[self.n] = ino;
+        self.n += 1;
+        true
+    }
+
+    fn as_slice(&self) -> &[u32] {
+        &self.v[..self.n]
+    }
+}
+
+/// Add to `out` what a change through `path` may change: its parent directory (entries, link
+/// count) and the inode the name gives, with and without following a last symbolic link.
+/// False (the caller moves the epoch instead) on anything but a missing last name.
+fn path_inos(m: &mut Mounted, path: &str, out: &mut Inos) -> bool {
+    let p = path.as_bytes();
+    let Ok((dir, _)) = m.fs.parent_of(p) else { return false };
+    if !out.push(dir.ino) {
+        return false;
+    }
+    for r in [m.fs.resolve_nofollow(p), m.fs.resolve(p)] {
+        match r {
+            Ok(i) if out.push(i.ino) => {}
+            Err(FsError::NotFound) => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// `path_inos` of each path.
+fn paths_inos(m: &mut Mounted, paths: &[&str]) -> Option<Inos> {
+    let mut out = Inos::new();
+    paths.iter().all(|p| path_inos(m, p, &mut out)).then_some(out)
+}
+
+/// The inode an open descriptor names, read-only (no per-core slot is forwarded).
+fn fd_ino(m: &Mounted, fd: Fd) -> Option<Inos> {
+    let d = if open_files::is_fast(fd.0) {
+        match open_files::named(fd.0)? {
+            open_files::Named::Open { ino, .. } => {
+                let mut out = Inos::new();
+                out.push(ino);
+                return Some(out);
+            }
+            open_files::Named::Forwarded(d) => d,
+        }
+    } else {
+        m.files.get(fd.0 as usize).copied().flatten()?
+    };
+    let mut out = Inos::new();
+    out.push(m.descs.get(d as usize)?.as_ref()?.ino);
+    Some(out)
+}
+
+/// The inodes the walk of the absolute `path` goes through, the root first and the file last,
+/// for the name cache (`names::insert`). None (do not cache) for a relative path, a `.` or
+/// `..` component, a symbolic link anywhere on the way (its target's directories would not be
+/// on the chain), a chain longer than `names::CHAIN`, or any error.
+fn name_chain(m: &mut Mounted, path: &[u8]) -> Option<([u32; names::CHAIN], usize)> {
+    if path.first() != Some(&b'/') {
+        return None;
+    }
+    let mut chain = [ext2::ROOT_INO; names::CHAIN];
+    let mut n = 1;
+    let mut dir = m.fs.inode(ext2::ROOT_INO).ok()?;
+    for comp in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+        if comp == b"." || comp == b".." || !dir.is_dir() || n == names::CHAIN {
+            return None;
+        }
+        let i = m.fs.lookup(&dir, comp).ok()?;
+        let ino = m.fs.inode(i).ok()?;
+        if ino.is_symlink() {
+            return None;
+        }
+        chain[n] = i;
+        n += 1;
+        dir = ino;
+    }
+    Some((chain, n))
+}
+
+/// Under the lock, no change running: resolve `path` and put it in the name cache (when
+/// `name_chain` allows).
+fn fill_name(m: &mut Mounted, path: &str) -> Result<Stat> {
+    let ino = m.fs.resolve(path.as_bytes())?;
+    let st = Ext2::<Cache>::stat_of(&ino);
+    if let Some((chain, n)) = name_chain(m, path.as_bytes()) {
+        names::NAMES.insert(path.as_bytes(), &chain[..n], &st);
+    }
+    Ok(st)
 }
 
 /// Mount the ext2 file system on the first disk (a block device object and its request
@@ -240,7 +368,7 @@ fn is_open(m: &Mounted, ino: u32) -> bool {
 pub fn open(path: &str, flags: u32) -> Result<Fd> {
     if flags == O_RDONLY {
         for attempt in 0..2 {
-            if let Some((st, gen)) = names::NAMES.lookup_gen(path.as_bytes()) {
+            if let Some((st, gen)) = names::NAMES.lookup_stamp(path.as_bytes()) {
                 if st.mode & S_IFMT == S_IFREG {
                     if let Some(fd) = open_files::open(&st, gen) {
                         return Ok(Fd(fd));
@@ -254,11 +382,7 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
             // A miss: put the path in the name cache under the lock (no change runs while we
             // hold it, so the entry is true now) and try the per-core list once more. An
             // error here (no such file, ...) is left to the locked open below to report.
-            let filled = with(|m| {
-                let ino = m.fs.resolve(path.as_bytes())?;
-                names::NAMES.insert(path.as_bytes(), &Ext2::<Cache>::stat_of(&ino));
-                Ok(())
-            });
+            let filled = with(|m| fill_name(m, path));
             if filled.is_err() {
                 break;
             }
@@ -266,7 +390,7 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
     }
     let body = |m: &mut Mounted| open_in(m, path, flags);
     if flags & (O_CREAT | O_TRUNC) != 0 {
-        with_change(body)
+        with_change_on(|m| paths_inos(m, &[path]), body)
     } else {
         with(body)
     }
@@ -286,7 +410,8 @@ pub fn openat(dir: Fd, path: &str, flags: u32) -> Result<Fd> {
         r
     };
     if flags & (O_CREAT | O_TRUNC) != 0 {
-        with_change(body)
+        // Relative to `dir`: the whole cache's epoch moves (`path_inos` walks from the root).
+        with_change_on(|_| None, body)
     } else {
         with(body)
     }
@@ -498,7 +623,7 @@ fn read_unlocked_inner(fd: Fd, buf: &mut [u8], at: Option<u64>) -> Option<usize>
     let n = disk::with_unlocked(snap.mount, |t, core| {
         let geo = GEOMETRY.get();
         let (n, _) = ext2::read_unlocked(&geo, snap.ino, off, buf, &mut |o, b| disk::try_copy(t, core, o, b))?;
-        open_files::unchanged(snap.gen).then_some(n)
+        open_files::unchanged(snap.ino, snap.gen).then_some(n)
     })?;
     if at.is_none() && !open_files::advance_off(fd.0, off, off + n as u64) {
         return None;
@@ -538,7 +663,7 @@ fn writable_file(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64, u32)> {
 /// Write at the descriptor's offset (at the end with `O_APPEND`), advancing it. Fewer bytes
 /// than asked only when the disk filled up after some were written; `NoSpace` if none were.
 pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
-    with_change(|m| {
+    with_change_on(|m| fd_ino(m, fd), |m| {
         let (mut ino, off, flags) = writable_file(m, fd)?;
         let at = if flags & O_APPEND != 0 { ino.size } else { off };
         let n = m.fs.write(&mut ino, at, buf)?;
@@ -549,7 +674,7 @@ pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
 
 /// Write at `off` without moving the descriptor's offset.
 pub fn pwrite(fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
-    with_change(|m| {
+    with_change_on(|m| fd_ino(m, fd), |m| {
         let (mut ino, _, _) = writable_file(m, fd)?;
         m.fs.write(&mut ino, off, buf)
     })
@@ -557,32 +682,34 @@ pub fn pwrite(fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
 
 /// Set the size of an open file (shrinking frees blocks; growing leaves a hole).
 pub fn ftruncate(fd: Fd, size: u64) -> Result<()> {
-    with_change(|m| {
+    with_change_on(|m| fd_ino(m, fd), |m| {
         let (mut ino, _, _) = writable_file(m, fd)?;
         m.fs.truncate(&mut ino, size)
     })
 }
 
 pub fn truncate(path: &str, size: u64) -> Result<()> {
-    with_change(|m| {
+    with_change_on(|m| paths_inos(m, &[path]), |m| {
         let mut ino = m.fs.resolve(path.as_bytes())?;
         m.fs.truncate(&mut ino, size)
     })
 }
 
 pub fn mkdir(path: &str) -> Result<()> {
-    with_change(|m| m.fs.mkdir(path.as_bytes(), 0o755).map(|_| ()))
+    with_change_on(|m| paths_inos(m, &[path]), |m| m.fs.mkdir(path.as_bytes(), 0o755).map(|_| ()))
 }
 
 pub fn rmdir(path: &str) -> Result<()> {
-    with_change(|m| m.fs.rmdir(path.as_bytes()))
+    with_change_on(|m| paths_inos(m, &[path]), |m| m.fs.rmdir(path.as_bytes()))
 }
 
 /// Remove a name. A file whose last name goes while it is open here stays readable and
 /// writable through its descriptors, and is freed when the last one closes (or at unmount).
 pub fn unlink(path: &str) -> Result<()> {
     use core::sync::atomic::Ordering::SeqCst;
-    with_change(|m| {
+    // The victim's inode is among those named, so `names::begin` fences before the per-core
+    // lists are scanned (`open_files`: why an open without the lock then sees the change).
+    with_change_on(|m| paths_inos(m, &[path]), |m| {
         // Raised before the per-core lists are scanned (`open_files`: a fast close that
         // misses it freed its slot before the scan).
         open_files::ORPHAN_WATCH.fetch_add(1, SeqCst);
@@ -604,12 +731,13 @@ pub fn unlink(path: &str) -> Result<()> {
 
 /// Rename (replacing a file by a file, or an empty directory by a directory).
 pub fn rename(old: &str, new: &str) -> Result<()> {
-    with_change(|m| m.fs.rename(old.as_bytes(), new.as_bytes()))
+    // Both parents, the moved inode (a directory's `..` changes) and a replaced one.
+    with_change_on(|m| paths_inos(m, &[old, new]), |m| m.fs.rename(old.as_bytes(), new.as_bytes()))
 }
 
 /// A second name for a file.
 pub fn link(existing: &str, new: &str) -> Result<()> {
-    with_change(|m| m.fs.link(existing.as_bytes(), new.as_bytes()))
+    with_change_on(|m| paths_inos(m, &[existing, new]), |m| m.fs.link(existing.as_bytes(), new.as_bytes()))
 }
 
 /// Make a file's data and the metadata naming it durable. First version: the whole file
@@ -678,12 +806,7 @@ pub fn stat(path: &str) -> Result<Stat> {
     if let Some(st) = names::NAMES.lookup(path.as_bytes()) {
         return Ok(st);
     }
-    with(|m| {
-        let ino = m.fs.resolve(path.as_bytes())?;
-        let st = Ext2::<Cache>::stat_of(&ino);
-        names::NAMES.insert(path.as_bytes(), &st);
-        Ok(st)
-    })
+    with(|m| fill_name(m, path))
 }
 
 /// `stat` of a path whose last component, if a symbolic link, is not followed.
@@ -704,7 +827,7 @@ pub fn readlink(path: &str) -> Result<Vec<u8>> {
 
 /// Make `path` a symbolic link to `target` (targets below 60 bytes for now).
 pub fn symlink(target: &str, path: &str) -> Result<()> {
-    with_change(|m| m.fs.symlink(target.as_bytes(), path.as_bytes()).map(|_| ()))
+    with_change_on(|m| paths_inos(m, &[path]), |m| m.fs.symlink(target.as_bytes(), path.as_bytes()).map(|_| ()))
 }
 
 /// `stat` through the walk under the lock, never the name cache (for comparison).
