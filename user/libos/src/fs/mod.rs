@@ -144,22 +144,32 @@ impl Inos {
 }
 
 /// Add to `out` what a change through `path` may change: its parent directory (entries, link
-/// count) and the inode the name gives, with and without following a last symbolic link.
-/// False (the caller moves the epoch instead) on anything but a missing last name.
+/// count) and the inode the name gives, and if that is a symbolic link, the inode it leads
+/// to. False (the caller moves the epoch instead) on anything but a missing last name. One
+/// walk (to the parent) and one directory lookup, as the change itself does.
 fn path_inos(m: &mut Mounted, path: &str, out: &mut Inos) -> bool {
     let p = path.as_bytes();
-    let Ok((dir, _)) = m.fs.parent_of(p) else { return false };
+    let Ok((dir, name)) = m.fs.parent_of(p) else { return false };
     if !out.push(dir.ino) {
         return false;
     }
-    for r in [m.fs.resolve_nofollow(p), m.fs.resolve(p)] {
-        match r {
-            Ok(i) if out.push(i.ino) => {}
-            Err(FsError::NotFound) => {}
-            _ => return false,
-        }
+    let i = match m.fs.lookup(&dir, name) {
+        Ok(i) => i,
+        Err(FsError::NotFound) => return true,
+        Err(_) => return false,
+    };
+    if !out.push(i) {
+        return false;
     }
-    true
+    match m.fs.inode(i) {
+        Ok(ino) if ino.is_symlink() => match m.fs.resolve(p) {
+            Ok(t) => out.push(t.ino),
+            Err(FsError::NotFound) => true,
+            Err(_) => false,
+        },
+        Ok(_) => true,
+        Err(_) => false,
+    }
 }
 
 /// `path_inos` of each path.
