@@ -86,115 +86,72 @@ fn with<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
     f(m)
 }
 
-/// `with` for a call that may change names or attributes. `inos` names, under the lock and
-/// before anything changes, every inode whose directory entries or `Stat` the call may
-/// change; the name cache's entries through them and the per-core descriptors of them stop
-/// being used while the call runs and stay unused after (`names::begin`/`end`: why that keeps
-/// lock-free `stat`, `open`, `fstat` and `read` right). Entries and descriptors of other
-/// inodes stay good. If `inos` cannot name them (None: an error while looking, or a call
-/// whose paths it does not follow), the whole cache's epoch moves instead, as every change
-/// did before session 11.
-fn with_change_on<R>(inos: impl FnOnce(&mut Mounted) -> Option<Inos>, f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
+/// `with` for a call that may change names or attributes. Every inode whose directory
+/// entries or `Stat` it changes is named, before anything of it is written, to
+/// `names::begin` (through `Ext2::change_hook`, which the directory operations, `write` and
+/// `truncate` call: `Ext2::changing`), and to `names::end` after; the name cache's entries
+/// through those inodes and the per-core descriptors of them stop being used from the first
+/// and stay unused after (`names`: why that keeps lock-free `stat`, `open`, `fstat` and
+/// `read` right). Entries and descriptors of other inodes stay good. (Before session 11
+/// every change moved one generation for the whole cache; mount and unmount still move its
+/// epoch.) The inodes are recorded on the calling core's own line (`CHANGES`: a context does
+/// not move between cores), so recording writes nothing another core reads.
+fn with_change<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
+    use core::sync::atomic::Ordering::Relaxed;
     let mut g = FS.lock();
     let m = g.as_mut().ok_or(FsError::NoDevice)?;
-    match inos(m) {
-        Some(set) => {
-            names::begin(set.as_slice());
-            let r = f(m);
-            names::end(set.as_slice());
-            r
-        }
-        None => {
-            names::NAMES.begin_change();
-            let r = f(m);
-            names::NAMES.end_change();
-            r
-        }
+    let rec = &CHANGES[(crate::ctx::ctx().core as usize).min(63)];
+    rec.n.store(0, Relaxed);
+    rec.active.store(1, Relaxed);
+    let r = f(m);
+    rec.active.store(0, Relaxed);
+    let n = rec.n.load(Relaxed) as usize;
+    let mut inos = [0u32; CHANGED_MAX];
+    for (i, a) in inos.iter_mut().zip(&rec.inos).take(n) {
+        *i = a.load(Relaxed);
     }
+    names::end(&inos[..n]);
+    r
 }
 
-/// A few inode numbers, without duplicates (what a change names for `with_change_on`).
-#[derive(Clone, Copy)]
-struct Inos {
-    v: [u32; 8],
-    n: usize,
+/// Most distinct inodes one change names (`rename` replacing a name: two parents, the moved
+/// inode, the replaced one; room to spare).
+const CHANGED_MAX: usize = 8;
+
+/// One core's record of the inodes the change it runs has named (only that core touches it).
+struct ChangeRecord {
+    active: core::sync::atomic::AtomicU32,
+    n: core::sync::atomic::AtomicU32,
+    inos: [core::sync::atomic::AtomicU32; CHANGED_MAX],
 }
 
-impl Inos {
-    fn new() -> Inos {
-        Inos { v: [0; 8], n: 0 }
-    }
+static CHANGES: [percore::pad::CachePadded<ChangeRecord>; 64] = [const {
+    percore::pad::CachePadded::new(ChangeRecord { active: core::sync::atomic::AtomicU32::new(0), n: core::sync::atomic::AtomicU32::new(0), inos: [const { core::sync::atomic::AtomicU32::new(0) }; CHANGED_MAX] })
+}; 64];
 
-    /// Add `ino` (once); false if full.
-    fn push(&mut self, ino: u32) -> bool {
-        if self.as_slice().contains(&ino) {
-            return true;
-        }
-        if self.n == self.v.len() {
-            return false;
-        }
-        self.v[self.n] = ino;
-        self.n += 1;
-        true
+/// `Ext2::change_hook` (set at mount): inside `with_change`, name `ino` once per change to
+/// `names::begin` (its generation stripe counts the change as running, with a full fence:
+/// before the change writes anything of it, or scans the per-core lists of open files) and
+/// record it for `names::end`. Outside a change (nothing calls it there today) nothing.
+/// `NoMemory`, before the change writes anything of `ino`, if one change would name more
+/// than `CHANGED_MAX` inodes, which none of ext2's operations does.
+fn change_hook(ino: u32) -> Result<()> {
+    use core::sync::atomic::Ordering::Relaxed;
+    let rec = &CHANGES[(crate::ctx::ctx().core as usize).min(63)];
+    if rec.active.load(Relaxed) == 0 {
+        return Ok(());
     }
-
-    fn as_slice(&self) -> &[u32] {
-        &self.v[..self.n]
+    let n = rec.n.load(Relaxed) as usize;
+    if rec.inos.iter().take(n).any(|a| a.load(Relaxed) == ino) {
+        return Ok(());
     }
-}
-
-/// Add to `out` what a change through `path` may change: its parent directory (entries, link
-/// count) and the inode the name gives, and if that is a symbolic link, the inode it leads
-/// to. False (the caller moves the epoch instead) on anything but a missing last name. One
-/// walk (to the parent) and one directory lookup, as the change itself does.
-fn path_inos(m: &mut Mounted, path: &str, out: &mut Inos) -> bool {
-    let p = path.as_bytes();
-    let Ok((dir, name)) = m.fs.parent_of(p) else { return false };
-    if !out.push(dir.ino) {
-        return false;
+    if n == CHANGED_MAX {
+        return Err(FsError::NoMemory);
     }
-    let i = match m.fs.lookup(&dir, name) {
-        Ok(i) => i,
-        Err(FsError::NotFound) => return true,
-        Err(_) => return false,
-    };
-    if !out.push(i) {
-        return false;
-    }
-    match m.fs.inode(i) {
-        Ok(ino) if ino.is_symlink() => match m.fs.resolve(p) {
-            Ok(t) => out.push(t.ino),
-            Err(FsError::NotFound) => true,
-            Err(_) => false,
-        },
-        Ok(_) => true,
-        Err(_) => false,
-    }
-}
-
-/// `path_inos` of each path.
-fn paths_inos(m: &mut Mounted, paths: &[&str]) -> Option<Inos> {
-    let mut out = Inos::new();
-    paths.iter().all(|p| path_inos(m, p, &mut out)).then_some(out)
-}
-
-/// The inode an open descriptor names, read-only (no per-core slot is forwarded).
-fn fd_ino(m: &Mounted, fd: Fd) -> Option<Inos> {
-    let d = if open_files::is_fast(fd.0) {
-        match open_files::named(fd.0)? {
-            open_files::Named::Open { ino, .. } => {
-                let mut out = Inos::new();
-                out.push(ino);
-                return Some(out);
-            }
-            open_files::Named::Forwarded(d) => d,
-        }
-    } else {
-        m.files.get(fd.0 as usize).copied().flatten()?
-    };
-    let mut out = Inos::new();
-    out.push(m.descs.get(d as usize)?.as_ref()?.ino);
-    Some(out)
+    rec.inos[n].store(ino, Relaxed);
+    rec.n.store(n as u32 + 1, Relaxed);
+    names::begin(&[ino]);
+    Ok(())
 }
 
 /// The inodes the walk of the absolute `path` goes through, the root first and the file last,
@@ -257,6 +214,8 @@ pub fn mount_with(mode: disk::DiskMode) -> Result<()> {
     // Creates, unlinks and writes draw inodes and blocks from the calling core's reserve
     // (`ext2_write::Reserve`); every sync gives the reserves back to the bitmaps.
     fs.reserve_core = Some(|| crate::ctx::ctx().core as usize);
+    // Changes name the inodes they change (`with_change`).
+    fs.change_hook = Some(change_hook);
     names::NAMES.begin_change();
     // Before the mount is published: readers without the lock check `MOUNT` first.
     GEOMETRY.set(&fs.geometry());
@@ -400,7 +359,7 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
     }
     let body = |m: &mut Mounted| open_in(m, path, flags);
     if flags & (O_CREAT | O_TRUNC) != 0 {
-        with_change_on(|m| paths_inos(m, &[path]), body)
+        with_change(body)
     } else {
         with(body)
     }
@@ -420,8 +379,7 @@ pub fn openat(dir: Fd, path: &str, flags: u32) -> Result<Fd> {
         r
     };
     if flags & (O_CREAT | O_TRUNC) != 0 {
-        // Relative to `dir`: the whole cache's epoch moves (`path_inos` walks from the root).
-        with_change_on(|_| None, body)
+        with_change(body)
     } else {
         with(body)
     }
@@ -673,7 +631,7 @@ fn writable_file(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64, u32)> {
 /// Write at the descriptor's offset (at the end with `O_APPEND`), advancing it. Fewer bytes
 /// than asked only when the disk filled up after some were written; `NoSpace` if none were.
 pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
-    with_change_on(|m| fd_ino(m, fd), |m| {
+    with_change(|m| {
         let (mut ino, off, flags) = writable_file(m, fd)?;
         let at = if flags & O_APPEND != 0 { ino.size } else { off };
         let n = m.fs.write(&mut ino, at, buf)?;
@@ -684,7 +642,7 @@ pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
 
 /// Write at `off` without moving the descriptor's offset.
 pub fn pwrite(fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
-    with_change_on(|m| fd_ino(m, fd), |m| {
+    with_change(|m| {
         let (mut ino, _, _) = writable_file(m, fd)?;
         m.fs.write(&mut ino, off, buf)
     })
@@ -692,34 +650,35 @@ pub fn pwrite(fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
 
 /// Set the size of an open file (shrinking frees blocks; growing leaves a hole).
 pub fn ftruncate(fd: Fd, size: u64) -> Result<()> {
-    with_change_on(|m| fd_ino(m, fd), |m| {
+    with_change(|m| {
         let (mut ino, _, _) = writable_file(m, fd)?;
         m.fs.truncate(&mut ino, size)
     })
 }
 
 pub fn truncate(path: &str, size: u64) -> Result<()> {
-    with_change_on(|m| paths_inos(m, &[path]), |m| {
+    with_change(|m| {
         let mut ino = m.fs.resolve(path.as_bytes())?;
         m.fs.truncate(&mut ino, size)
     })
 }
 
 pub fn mkdir(path: &str) -> Result<()> {
-    with_change_on(|m| paths_inos(m, &[path]), |m| m.fs.mkdir(path.as_bytes(), 0o755).map(|_| ()))
+    with_change(|m| m.fs.mkdir(path.as_bytes(), 0o755).map(|_| ()))
 }
 
 pub fn rmdir(path: &str) -> Result<()> {
-    with_change_on(|m| paths_inos(m, &[path]), |m| m.fs.rmdir(path.as_bytes()))
+    with_change(|m| m.fs.rmdir(path.as_bytes()))
 }
 
 /// Remove a name. A file whose last name goes while it is open here stays readable and
 /// writable through its descriptors, and is freed when the last one closes (or at unmount).
 pub fn unlink(path: &str) -> Result<()> {
     use core::sync::atomic::Ordering::SeqCst;
-    // The victim's inode is among those named, so `names::begin` fences before the per-core
-    // lists are scanned (`open_files`: why an open without the lock then sees the change).
-    with_change_on(|m| paths_inos(m, &[path]), |m| {
+    // The victim's inode is named (`Ext2::unlink_with` calls `changing` before `open`), so
+    // `names::begin` fences before the per-core lists are scanned (`open_files`: why an
+    // open without the lock then sees the change).
+    with_change(|m| {
         // Raised before the per-core lists are scanned (`open_files`: a fast close that
         // misses it freed its slot before the scan).
         open_files::ORPHAN_WATCH.fetch_add(1, SeqCst);
@@ -741,13 +700,14 @@ pub fn unlink(path: &str) -> Result<()> {
 
 /// Rename (replacing a file by a file, or an empty directory by a directory).
 pub fn rename(old: &str, new: &str) -> Result<()> {
-    // Both parents, the moved inode (a directory's `..` changes) and a replaced one.
-    with_change_on(|m| paths_inos(m, &[old, new]), |m| m.fs.rename(old.as_bytes(), new.as_bytes()))
+    // Both parents, the moved inode (a directory's `..` changes) and a replaced one: named by
+    // `Ext2::rename` itself.
+    with_change(|m| m.fs.rename(old.as_bytes(), new.as_bytes()))
 }
 
 /// A second name for a file.
 pub fn link(existing: &str, new: &str) -> Result<()> {
-    with_change_on(|m| paths_inos(m, &[existing, new]), |m| m.fs.link(existing.as_bytes(), new.as_bytes()))
+    with_change(|m| m.fs.link(existing.as_bytes(), new.as_bytes()))
 }
 
 /// Make a file's data and the metadata naming it durable. First version: the whole file
@@ -837,7 +797,7 @@ pub fn readlink(path: &str) -> Result<Vec<u8>> {
 
 /// Make `path` a symbolic link to `target` (targets below 60 bytes for now).
 pub fn symlink(target: &str, path: &str) -> Result<()> {
-    with_change_on(|m| paths_inos(m, &[path]), |m| m.fs.symlink(target.as_bytes(), path.as_bytes()).map(|_| ()))
+    with_change(|m| m.fs.symlink(target.as_bytes(), path.as_bytes()).map(|_| ()))
 }
 
 /// `stat` through the walk under the lock, never the name cache (for comparison).
