@@ -244,7 +244,7 @@ pub fn unmount() -> Result<()> {
     let r = r.and(sync_ordered(m));
     names::NAMES.begin_change();
     open_files::MOUNT.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
-    open_files::ORPHAN_WATCH.store(0, core::sync::atomic::Ordering::SeqCst);
+    open_files::watch_reset();
     // No reader without the lock starts on this mount now; wait for those running before the
     // cache's memory goes (`disk::with_unlocked`).
     disk::drain_unlocked();
@@ -418,7 +418,7 @@ pub fn close(fd: Fd) -> Result<()> {
         // A per-core slot: closed without the lock, unless an unlink may have made its file
         // an orphan (`open_files`: why reading ORPHAN_WATCH after the slot is freed is enough).
         if let Some(ino) = open_files::close_open(fd.0) {
-            if open_files::ORPHAN_WATCH.load(SeqCst) != 0 {
+            if open_files::watch(ino as u32).load(SeqCst) != 0 {
                 return with(|m| release_if_orphan(m, ino as u32));
             }
             return Ok(());
@@ -458,7 +458,7 @@ pub fn close(fd: Fd) -> Result<()> {
 fn release_if_orphan(m: &mut Mounted, ino: u32) -> Result<()> {
     if m.orphans.contains(&ino) && !is_open(m, ino) {
         m.orphans.remove(&ino);
-        open_files::ORPHAN_WATCH.fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
+        open_files::watch(ino).fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
         m.fs.release_orphan(ino)?;
     }
     Ok(())
@@ -679,19 +679,26 @@ pub fn unlink(path: &str) -> Result<()> {
     // `names::begin` fences before the per-core lists are scanned (`open_files`: why an
     // open without the lock then sees the change).
     with_change(|m| {
-        // Raised before the per-core lists are scanned (`open_files`: a fast close that
+        // `open` runs only when the last name goes, with the victim: its stripe's watch count
+        // is raised before the per-core lists are scanned (`open_files`: a fast close that
         // misses it freed its slot before the scan).
-        open_files::ORPHAN_WATCH.fetch_add(1, SeqCst);
+        let raised = core::cell::Cell::new(None);
         let descs = &m.descs;
-        let open = |ino: u32| descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino);
+        let open = |ino: u32| {
+            open_files::watch(ino).fetch_add(1, SeqCst);
+            raised.set(Some(ino));
+            descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino)
+        };
         match m.fs.unlink_with(path.as_bytes(), &open) {
             Ok(Some(n)) => {
-                // Stays raised until the orphan is freed.
+                // Stays raised until the orphan is freed (`release_if_orphan`).
                 m.orphans.insert(n);
                 Ok(())
             }
             r => {
-                open_files::ORPHAN_WATCH.fetch_sub(1, SeqCst);
+                if let Some(ino) = raised.get() {
+                    open_files::watch(ino).fetch_sub(1, SeqCst);
+                }
                 r.map(|_| ())
             }
         }

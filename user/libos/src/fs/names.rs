@@ -105,7 +105,7 @@ static GENS: [CachePadded<AtomicU64>; STRIPES] = [const { CachePadded::new(Atomi
 /// from different groups got inodes a multiple of 256 apart, so every core's files shared one
 /// stripe (seen in the sharing audit of `fs_create_private`: one line written twice per op
 /// by all four vCPUs).
-fn stripe(ino: u32) -> usize {
+pub(crate) fn stripe(ino: u32) -> usize {
     const _: () = assert!(STRIPES == 256);
     (ino.wrapping_mul(0x9E37_79B9) >> 24) as usize
 }

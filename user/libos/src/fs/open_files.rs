@@ -25,8 +25,10 @@
 //! every other file's per-core descriptors reading without the lock.
 //!
 //! **Orphans.** Closing the last descriptor of a file unlinked while open must free it; a fast
-//! close cannot know without the lock. `ORPHAN_WATCH` counts unlinks in progress or done whose
-//! inode was open; `unlink` raises it before it scans the lists, a fast close lowers its slot
+//! close cannot know without the lock. `ORPHAN_WATCH` counts, per inode stripe (`watch`: the
+//! name cache's stripes, session 11; one global count before, which every unlink wrote),
+//! unlinks in progress or done of a last name whose inode may be open; `unlink` raises the
+//! victim's stripe before it scans the lists, a fast close lowers its slot
 //! first and reads it after (both SeqCst), so a close that reads 0 happened before any scan
 //! could see its slot. A close that reads non-zero takes the lock and frees the orphan if it
 //! was the last.
@@ -84,8 +86,21 @@ static LISTS: [CoreList; CORES] = [const { CoreList { used: CachePadded::new(Ato
 
 /// Which mount is current (raised at every mount and unmount, under the lock).
 pub static MOUNT: AtomicU64 = AtomicU64::new(0);
-/// Unlinks whose inode may be open in a per-core slot (see the module comment).
-pub static ORPHAN_WATCH: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+/// Unlinks whose inode may be open in a per-core slot, per inode stripe (see the module
+/// comment): an unlink writes only its victim's line, a fast close reads only its file's.
+static ORPHAN_WATCH: [CachePadded<AtomicU64>; super::names::STRIPES] = [const { CachePadded::new(AtomicU64::new(0)) }; super::names::STRIPES];
+
+/// The orphan watch count of inode `ino`'s stripe.
+pub fn watch(ino: u32) -> &'static AtomicU64 {
+    &ORPHAN_WATCH[super::names::stripe(ino)]
+}
+
+/// At unmount (under the lock, no orphan left): every watch count back to 0.
+pub fn watch_reset() {
+    for w in &ORPHAN_WATCH {
+        w.store(0, Ordering::SeqCst);
+    }
+}
 
 pub fn is_fast(fd: u32) -> bool {
     fd & FAST_BIT != 0
@@ -171,7 +186,7 @@ fn stamp_of(s: &Slot) -> Stamp {
 }
 
 /// Close a per-core slot in the `OPEN` state without the lock. `Some(ino)` if it was open
-/// (the caller checks `ORPHAN_WATCH` next); None if the slot is forwarded (close it under
+/// (the caller checks the file's `watch` next); None if the slot is forwarded (close it under
 /// the lock) or not open (`BadDescriptor`, told apart by [`close_named`]).
 pub fn close_open(fd: u32) -> Option<u64> {
     let s = slot_of(fd)?;
