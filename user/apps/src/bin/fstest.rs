@@ -766,13 +766,13 @@ fn t_rewriter(_: u64) -> u64 {
     let mut page = [0u8; 4096];
     let mut r = 0;
     for k in 2..RACE_ROUNDS {
-        page.fill(k as u8);
+        page.fill(race_byte(k));
         if fs::pwrite(w, &page, 0) != Ok(4096) || fs::pwrite(w, &page, last) != Ok(4096) {
             r = 2;
             break;
         }
         if k % 50 == 0 {
-            let rest = vec![k as u8; (RACE_PAGES - 1) * 4096];
+            let rest = vec![race_byte(k); (RACE_PAGES - 1) * 4096];
             if fs::ftruncate(w, 4096).is_err() || fs::pwrite(w, &rest, 4096) != Ok(rest.len()) {
                 r = 3;
                 break;
@@ -784,9 +784,16 @@ fn t_rewriter(_: u64) -> u64 {
     r
 }
 
+/// The byte round `k` writes: 1..=255, never 0 (a page of zeros is what a hole or a lost
+/// write reads as). Until session 11 this was `k as u8`, which is 0 at every 256th round: a
+/// read that landed between round 1280's two writes was wrongly called torn (seen once).
+fn race_byte(k: u64) -> u8 {
+    (k % 255) as u8 + 1
+}
+
 /// Whether `b` (a whole read of `/race`) is a state the rewriter leaves between changes:
 /// `RACE_PAGES` pages, each uniform; the first page's byte `k` non-zero; the last page's `k`
-/// or `k - 1`; the middle pages all one byte. Or, after a truncate, only the first page.
+/// or the byte of the round before (`race_byte`); the middle pages all one byte. Or, after a truncate, only the first page.
 fn race_state_ok(b: &[u8]) -> bool {
     let pages: Vec<&[u8]> = b.chunks(4096).collect();
     if pages.len() == 1 {
@@ -796,7 +803,8 @@ fn race_state_ok(b: &[u8]) -> bool {
         return false;
     }
     let (k, mid, l) = (pages[0][0], pages[1][0], pages[RACE_PAGES - 1][0]);
-    k != 0 && (l == k || l == k.wrapping_sub(1)) && pages[1..RACE_PAGES - 1].iter().all(|p| p[0] == mid)
+    let before = if k == 1 { 255 } else { k.wrapping_sub(1) };
+    k != 0 && (l == k || l == before) && pages[1..RACE_PAGES - 1].iter().all(|p| p[0] == mid)
 }
 
 /// Catches: a read without the lock that returns bytes of two states of the file (a torn
@@ -814,7 +822,7 @@ fn reads_race_rewrites() -> TestResult {
     fs_ok("mount", fs::mount())?;
     let c = libos::core_id() as usize;
     let w = fs_ok("create", fs::open("/race", fs::O_RDWR | fs::O_CREAT | fs::O_TRUNC))?;
-    fs_ok("write", fs::pwrite(w, &vec![1u8; RACE_PAGES * 4096], 0))?;
+    fs_ok("write", fs::pwrite(w, &vec![race_byte(1); RACE_PAGES * 4096], 0))?;
     fs_ok("close", fs::close(w))?;
     RACE_DONE.store(0, Ordering::Release);
     let u0 = fs::unlocked_reads(c);
@@ -1664,9 +1672,228 @@ fn two_cores_create_in_own_directories() -> TestResult {
     Ok(Pass::Ok)
 }
 
+/// Remove every entry of directory `d` (made if missing): leftovers of an earlier boot on the
+/// same image.
+fn empty_dir(d: &str) -> Result<(), Msg> {
+    match fs::mkdir(d) {
+        Ok(()) | Err(FsError::Exists) => {}
+        Err(e) => return Err(Msg::new(format_args!("mkdir {d}: {e:?}"))),
+    }
+    for e in fs_ok("readdir", fs::readdir(d))? {
+        let name = core::str::from_utf8(&e.name).unwrap_or("?");
+        if name != "." && name != ".." {
+            fs_ok("unlink leftover", fs::unlink(&alloc::format!("{d}/{name}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the name cache's answer for `path` (`stat`) is the locked walk's (`stat_walk`):
+/// both the same inode and size, or both `NotFound`.
+fn cache_agrees(path: &str) -> Result<Option<fs::Stat>, Msg> {
+    match (fs::stat(path), fs::stat_walk(path)) {
+        (Ok(a), Ok(b)) if a.ino == b.ino && a.size == b.size && a.links == b.links => Ok(Some(b)),
+        (Err(FsError::NotFound), Err(FsError::NotFound)) => Ok(None),
+        (a, b) => Err(Msg::new(format_args!("{path}: the name cache says {a:?}, the walk {b:?}"))),
+    }
+}
+
+fn make_file(path: &str, data: &[u8]) -> Result<(), Msg> {
+    let fd = fs_ok("create", fs::open(path, fs::O_RDWR | fs::O_CREAT | fs::O_TRUNC))?;
+    fs_ok("write", fs::write(fd, data))?;
+    fs_ok("close", fs::close(fd))
+}
+
+/// Catches: a name-cache generation that is not per directory (a create in one directory
+/// must leave another directory's entries and per-core descriptors good: hits, reads without
+/// the lock), and one that misses a change it should see: a write through another descriptor
+/// (the file's own stripe), a rename replacing a cached name in another directory (the new
+/// name's side), a directory on the path renamed away (a middle inode of the chain), an
+/// unlink. Checked against planted bugs: every change moving the epoch (fails at "create in
+/// /nd_b"); `rename` naming only its old path (fails at "replaced"); the lookup checking only
+/// the last inode of the chain (fails at "directory renamed away").
+fn name_cache_per_directory() -> TestResult {
+    fs_ok("mount", fs::mount())?;
+    for d in ["/nd_a", "/nd_b", "/nd_c"] {
+        empty_dir(d)?;
+    }
+    make_file("/nd_a/x", b"xx")?;
+    make_file("/nd_b/y", b"yyyy")?;
+    let names = &fs::names::NAMES;
+    let c = libos::core_id() as usize;
+    let x = fs_ok("stat", fs::stat("/nd_a/x"))?;
+    let (h0, _) = names.counts(c);
+    fs_ok("stat", fs::stat("/nd_a/x"))?;
+    ensure!(names.counts(c).0 == h0 + 1, "second stat of /nd_a/x was not a hit");
+    // A per-core descriptor of /nd_a/x, reading without the lock.
+    let fd = fs_ok("open", fs::open("/nd_a/x", fs::O_RDONLY))?;
+    ensure!(fs::open_files::is_fast(fd.0), "open of a cached name is not per-core");
+    let mut b = [0u8; 8];
+    let u0 = fs::unlocked_reads(c);
+    ensure!(fs_ok("pread", fs::pread(fd, &mut b, 0))? == 2, "pread of /nd_a/x");
+    ensure!(fs::unlocked_reads(c) == u0 + 1, "pread of a per-core descriptor took the lock");
+    // Changes in another directory leave both alone.
+    make_file("/nd_b/t", b"t")?;
+    fs_ok("unlink", fs::unlink("/nd_b/t"))?;
+    fs_ok("mkdir", fs::mkdir("/nd_b/sub"))?;
+    fs_ok("rmdir", fs::rmdir("/nd_b/sub"))?;
+    let (h1, _) = names.counts(c);
+    ensure!(fs_ok("stat", fs::stat("/nd_a/x"))? == x && names.counts(c).0 == h1 + 1, "create in /nd_b: /nd_a/x's entry stopped being used");
+    let u1 = fs::unlocked_reads(c);
+    ensure!(fs_ok("pread", fs::pread(fd, &mut b, 0))? == 2 && fs::unlocked_reads(c) == u1 + 1, "create in /nd_b: /nd_a/x's per-core descriptor read under the lock");
+    fs_ok("fstat", fs::fstat(fd))?;
+    // A write through another descriptor of the same file: seen at once.
+    let w = fs_ok("open w", fs::open("/nd_a/x", fs::O_WRONLY | fs::O_APPEND))?;
+    fs_ok("write", fs::write(w, b"xxx"))?;
+    fs_ok("close", fs::close(w))?;
+    ensure!(fs_ok("stat", fs::stat("/nd_a/x"))?.size == 5, "stale size after a write through another descriptor");
+    ensure!(fs_ok("fstat", fs::fstat(fd))?.size == 5, "per-core descriptor's fstat stale after a write");
+    ensure!(fs_ok("pread", fs::pread(fd, &mut b, 0))? == 5, "per-core descriptor read stale after a write");
+    fs_ok("close", fs::close(fd))?;
+    // A rename from /nd_b replacing the cached /nd_a/x.
+    let y = fs_ok("stat", fs::stat("/nd_b/y"))?;
+    fs_ok("stat", fs::stat("/nd_a/x"))?;
+    fs_ok("rename", fs::rename("/nd_b/y", "/nd_a/x"))?;
+    let now = fs_ok("stat", fs::stat("/nd_a/x"))?;
+    ensure!(now.ino == y.ino && now.size == 4, "replaced: /nd_a/x still names inode {} (want {})", now.ino, y.ino);
+    err!(fs::stat("/nd_b/y"), FsError::NotFound);
+    // A directory in the middle of the path renamed away.
+    fs_ok("stat", fs::stat("/nd_a/x"))?;
+    fs_ok("rename dir", fs::rename("/nd_a", "/nd_c/a2"))?;
+    ensure!(fs::stat("/nd_a/x") == Err(FsError::NotFound), "directory renamed away: /nd_a/x still found ({:?})", fs::stat("/nd_a/x"));
+    ensure!(fs_ok("stat", fs::stat("/nd_c/a2/x"))?.ino == y.ino, "/nd_c/a2/x after the rename");
+    fs_ok("rename back", fs::rename("/nd_c/a2", "/nd_a"))?;
+    ensure!(fs_ok("stat", fs::stat("/nd_a/x"))?.ino == y.ino, "/nd_a/x after the rename back");
+    fs_ok("unlink", fs::unlink("/nd_a/x"))?;
+    err!(fs::stat("/nd_a/x"), FsError::NotFound);
+    Ok(Pass::Ok)
+}
+
+/// The payload of core `c`'s file number `k` (12 bytes, names both).
+fn payload(c: u64, k: u64) -> [u8; 12] {
+    let mut b = *b"core?-file??";
+    b[4] = b'0' + c as u8;
+    b[10] = b'0' + (k / 10) as u8;
+    b[11] = b'0' + (k % 10) as u8;
+    b
+}
+
+const NAME_ROUNDS: u64 = 50;
+
+/// One core's part of `cores_change_names_at_once`: `NAME_ROUNDS` files `/cnC/fK`, each
+/// written with `payload`, then (K % 5) renamed in its directory to `/cnC/rK`, renamed into
+/// the shared `/cns/cC_K`, unlinked, kept, or renamed onto `/cns/bothK` (which the other
+/// core's file K also renames onto, core 1 after core 0: core 1's stays). Between the changes it `stat`s its
+/// own and the other core's names, so the name cache holds entries the changes must kill.
+/// 0 when every call succeeded.
+fn names_loop(c: u64) -> u64 {
+    let o = 1 - c;
+    for k in 0..NAME_ROUNDS {
+        let own = alloc::format!("/cn{c}/f{k}");
+        let Ok(fd) = fs::open(&own, fs::O_RDWR | fs::O_CREAT | fs::O_EXCL) else { return 1 };
+        if fs::write(fd, &payload(c, k)) != Ok(12) || fs::close(fd).is_err() {
+            return 2;
+        }
+        let _ = fs::stat(&own);
+        let _ = fs::stat(&alloc::format!("/cn{o}/f{k}"));
+        let _ = fs::stat(&alloc::format!("/cns/c{o}_{k}"));
+        let both = alloc::format!("/cns/both{k}");
+        if k % 5 == 4 && c == 1 {
+            // Core 1 renames onto `both` second (core 0's file there first, then cached here),
+            // so that a rename that fails to kill the replaced name's entry leaves it stale.
+            let t0 = libos::time::now_ns();
+            while fs::stat_walk(&both).is_err() {
+                if libos::time::now_ns() - t0 > 10_000_000_000 {
+                    return 4;
+                }
+            }
+        }
+        let _ = fs::stat(&both);
+        let r = match k % 5 {
+            0 => fs::rename(&own, &alloc::format!("/cn{c}/r{k}")),
+            1 => fs::rename(&own, &alloc::format!("/cns/c{c}_{k}")),
+            2 => fs::unlink(&own),
+            3 => Ok(()),
+            _ => fs::rename(&own, &both),
+        };
+        if r.is_err() {
+            return 3;
+        }
+        let _ = fs::stat(&own);
+        let _ = fs::stat(&both);
+        let _ = fs::stat(&alloc::format!("/cn{o}/r{k}"));
+    }
+    0
+}
+
+/// Catches: changes by two cores at once in their own directories and in a shared one
+/// (creates, renames within a directory and across, unlinks, both renaming onto one name)
+/// that lose or corrupt a name or a file, leave the name cache answering what the locked
+/// walk does not (an entry a change should have killed), or leave the image inconsistent
+/// (the suite's `e2fsck -fn` after the boot). Every name either core ever used is checked:
+/// present exactly when expected, with its core's bytes, and the cache agreeing with the walk;
+/// each directory holds exactly the expected names. Checked against a planted bug (`rename`
+/// naming only its old path's inodes): fails on a `/cns/bothK` entry.
+fn cores_change_names_at_once() -> TestResult {
+    if cores() < 2 {
+        return Ok(Pass::Skipped("one core"));
+    }
+    fs_ok("mount", fs::mount())?;
+    for d in ["/cn0", "/cn1", "/cns"] {
+        empty_dir(d)?;
+    }
+    let t = ok!(libos::thread::spawn(1, names_loop, 1));
+    let here = names_loop(0);
+    let there = ok!(t.join());
+    ensure!(here == 0 && there == 0, "name loops: core 0 returned {here}, core 1 {there} (1 create, 2 write/close, 3 rename/unlink, 4 core 0's file never reached /cns/bothK)");
+    // The names both cores renamed onto first (checking others fills the cache, which may
+    // evict an entry a change failed to kill).
+    for k in (4..NAME_ROUNDS).step_by(5) {
+        let p = alloc::format!("/cns/both{k}");
+        ensure!(cache_agrees(&p)?.is_some(), "{p} missing");
+        ensure!(fs_ok("read", fs::read_all(&p, 64))? == payload(1, k), "{p}: not core 1's bytes (core 1 renamed onto it last)");
+    }
+    let mut want: [alloc::vec::Vec<alloc::string::String>; 3] = Default::default();
+    for c in 0..2u64 {
+        for k in 0..NAME_ROUNDS {
+            let (f, r, s) = (alloc::format!("/cn{c}/f{k}"), alloc::format!("/cn{c}/r{k}"), alloc::format!("/cns/c{c}_{k}"));
+            let at = match k % 5 {
+                0 => Some(r.clone()),
+                1 => Some(s.clone()),
+                3 => Some(f.clone()),
+                _ => None,
+            };
+            for p in [&f, &r, &s] {
+                let st = cache_agrees(p)?;
+                ensure!(st.is_some() == (at.as_ref() == Some(p)), "{p}: present {}, want {}", st.is_some(), at.as_ref() == Some(p));
+            }
+            if let Some(p) = at {
+                ensure!(fs_ok("read", fs::read_all(&p, 64))? == payload(c, k), "{p}: wrong bytes");
+                want[if p.starts_with("/cns") { 2 } else { c as usize }].push(p);
+            }
+        }
+    }
+    for k in (4..NAME_ROUNDS).step_by(5) {
+        want[2].push(alloc::format!("/cns/both{k}"));
+    }
+    for (i, d) in ["/cn0", "/cn1", "/cns"].iter().enumerate() {
+        let mut have: alloc::vec::Vec<alloc::string::String> = fs_ok("readdir", fs::readdir(d))?
+            .iter()
+            .map(|e| core::str::from_utf8(&e.name).unwrap_or("?"))
+            .filter(|n| *n != "." && *n != "..")
+            .map(|n| alloc::format!("{d}/{n}"))
+            .collect();
+        have.sort();
+        want[i].sort();
+        ensure!(have == want[i], "{d}: {} names, want {} ({:?} vs {:?})", have.len(), want[i].len(), have.first(), want[i].first());
+    }
+    fs_ok("sync", fs::sync())?;
+    Ok(Pass::Ok)
+}
+
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 26] = [
+    let tests: [(&str, fn() -> TestResult); 28] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -1693,6 +1920,8 @@ fn main(args: &'static str) -> u64 {
         ("fs_blk_dedicated_given_up_write_not_replayed", dedicated_given_up_write_not_replayed),
         ("fs_blk_dedicated_mount", dedicated_mount),
         ("fs_two_cores_create_in_own_directories", two_cores_create_in_own_directories),
+        ("fs_name_cache_per_directory", name_cache_per_directory),
+        ("fs_cores_change_names_at_once", cores_change_names_at_once),
     ];
     for (name, f) in tests {
         if selected(args, name) {

@@ -327,6 +327,12 @@ pub struct Ext2<D: Disk> {
     pub base: u32,
     /// Data blocks written since the last sync (they go to the disk before the metadata).
     pub(crate) dirty_data: alloc::collections::BTreeSet<u64>,
+    /// Called with each inode a change is about to change (a directory whose entries or link
+    /// count it changes, a file it writes, truncates, links or removes), before it writes
+    /// anything of it (`ext2_dir.rs`, `Ext2::changing`; an error stops the change before it
+    /// writes). The library OS sets it at mount (`fs::change_hook`: the name cache's per-inode
+    /// generations, recorded per core); `None` (the host tool): nothing is called.
+    pub change_hook: Option<fn(u32) -> Result<()>>,
 }
 
 impl<D: Disk> Ext2<D> {
@@ -340,7 +346,7 @@ impl<D: Disk> Ext2<D> {
         let sb = Superblock::parse(&sbb, dev.size())?;
         let bs = sb.block_size();
         let ngroups = sb.groups();
-        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), reserves: Vec::new(), reserve_core: None, dirty_data: Default::default(), base: ROOT_INO };
+        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), reserves: Vec::new(), reserve_core: None, dirty_data: Default::default(), base: ROOT_INO, change_hook: None };
         let gdt_block = sb.first_data_block as u64 + 1;
         let gdt_blocks = (ngroups * 32).div_ceil(bs);
         let mut gdt = vec![0u8; (gdt_blocks * bs) as usize];

@@ -151,14 +151,28 @@ impl<D: Disk> Ext2<D> {
         Err(FsError::NotFound)
     }
 
-    /// The parent directory of `path` and the new name in it.
+    /// The parent directory of `path` and the new name in it. Only changes call it: the
+    /// directory is named to `changing` (its entries or link count are about to change).
     pub(crate) fn parent_of<'p>(&mut self, path: &'p [u8]) -> Result<(Inode, &'p [u8])> {
         let (parent, name) = split_path(path)?;
         let dir = self.resolve(parent)?;
         if !dir.is_dir() {
             return Err(FsError::NotDir);
         }
+        self.changing(dir.ino)?;
         Ok((dir, name))
+    }
+
+    /// A change is about to change inode `ino` (its directory entries, its link count, its
+    /// data or size): call `change_hook` with it before anything of it is written. Every
+    /// directory operation calls this for the parents (`parent_of`) and for the inode it
+    /// links, removes, moves or replaces; `write` and `truncate` for their file. The hook's
+    /// error stops the change before it writes.
+    pub(crate) fn changing(&mut self, ino: u32) -> Result<()> {
+        match self.change_hook {
+            Some(hook) => hook(ino),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn new_inode(&self, ino: u32, mode: u16, links: u16) -> Inode {
@@ -235,6 +249,7 @@ impl<D: Disk> Ext2<D> {
         if target.is_dir() {
             return Err(FsError::IsDir);
         }
+        self.changing(target.ino)?;
         let (mut dir, name) = self.parent_of(new)?;
         if self.lookup(&dir, name).is_ok() {
             return Err(FsError::Exists);
@@ -301,6 +316,9 @@ impl<D: Disk> Ext2<D> {
         self.writable()?;
         let (mut dir, name) = self.parent_of(path)?;
         let n = self.lookup(&dir, name)?;
+        // Before `open(n)` below: the library OS's hook fences before its per-core lists are
+        // scanned (`fs::open_files`).
+        self.changing(n)?;
         let mut ino = self.inode(n)?;
         if ino.is_dir() {
             return Err(FsError::IsDir);
@@ -357,6 +375,7 @@ impl<D: Disk> Ext2<D> {
         if n == ROOT_INO {
             return Err(FsError::InvalidArgument);
         }
+        self.changing(n)?;
         let mut ino = self.inode(n)?;
         if !ino.is_dir() {
             return Err(FsError::NotDir);
@@ -380,6 +399,9 @@ impl<D: Disk> Ext2<D> {
         self.writable()?;
         let (op, oname) = self.parent_of(old)?;
         let ino_n = self.lookup(&op, oname)?;
+        // The moved inode (a directory's `..` changes); a replaced one is named by the
+        // `unlink`/`rmdir` below.
+        self.changing(ino_n)?;
         let moving = self.inode(ino_n)?;
         let (np, nname) = self.parent_of(new)?;
         let (op_n, np_n) = (op.ino, np.ino);

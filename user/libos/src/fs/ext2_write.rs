@@ -582,6 +582,7 @@ impl<D: Disk> Ext2<D> {
     /// were written (then the inode still records every block it got).
     pub fn write(&mut self, ino: &mut Inode, off: u64, data: &[u8]) -> Result<usize> {
         self.writable()?;
+        self.changing(ino.ino)?;
         if !ino.is_reg() {
             return Err(if ino.is_dir() { FsError::IsDir } else { FsError::InvalidArgument });
         }
@@ -686,6 +687,7 @@ impl<D: Disk> Ext2<D> {
     /// the rest of the last block, so growing again reads zeros); growing leaves a hole.
     pub fn truncate(&mut self, ino: &mut Inode, size: u64) -> Result<()> {
         self.writable()?;
+        self.changing(ino.ino)?;
         if ino.is_dir() {
             return Err(FsError::IsDir);
         }

@@ -86,15 +86,110 @@ fn with<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
     f(m)
 }
 
-/// `with` for a call that may change names or attributes: the name cache is emptied around it
-/// (`names`: why that keeps lock-free `stat` right).
+/// `with` for a call that may change names or attributes. Every inode whose directory
+/// entries or `Stat` it changes is named, before anything of it is written, to
+/// `names::begin` (through `Ext2::change_hook`, which the directory operations, `write` and
+/// `truncate` call: `Ext2::changing`), and to `names::end` after; the name cache's entries
+/// through those inodes and the per-core descriptors of them stop being used from the first
+/// and stay unused after (`names`: why that keeps lock-free `stat`, `open`, `fstat` and
+/// `read` right). Entries and descriptors of other inodes stay good. (Before session 11
+/// every change moved one generation for the whole cache; mount and unmount still move its
+/// epoch.) The inodes are recorded on the calling core's own line (`CHANGES`: a context does
+/// not move between cores), so recording writes nothing another core reads.
 fn with_change<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
+    use core::sync::atomic::Ordering::Relaxed;
     let mut g = FS.lock();
     let m = g.as_mut().ok_or(FsError::NoDevice)?;
-    names::NAMES.begin_change();
+    let rec = &CHANGES[(crate::ctx::ctx().core as usize).min(63)];
+    rec.n.store(0, Relaxed);
+    rec.active.store(1, Relaxed);
     let r = f(m);
-    names::NAMES.end_change();
+    rec.active.store(0, Relaxed);
+    let n = rec.n.load(Relaxed) as usize;
+    let mut inos = [0u32; CHANGED_MAX];
+    for (i, a) in inos.iter_mut().zip(&rec.inos).take(n) {
+        *i = a.load(Relaxed);
+    }
+    names::end(&inos[..n]);
     r
+}
+
+/// Most distinct inodes one change names (`rename` replacing a name: two parents, the moved
+/// inode, the replaced one; room to spare).
+const CHANGED_MAX: usize = 8;
+
+/// One core's record of the inodes the change it runs has named (only that core touches it).
+struct ChangeRecord {
+    active: core::sync::atomic::AtomicU32,
+    n: core::sync::atomic::AtomicU32,
+    inos: [core::sync::atomic::AtomicU32; CHANGED_MAX],
+}
+
+static CHANGES: [percore::pad::CachePadded<ChangeRecord>; 64] = [const {
+    percore::pad::CachePadded::new(ChangeRecord { active: core::sync::atomic::AtomicU32::new(0), n: core::sync::atomic::AtomicU32::new(0), inos: [const { core::sync::atomic::AtomicU32::new(0) }; CHANGED_MAX] })
+}; 64];
+
+/// `Ext2::change_hook` (set at mount): inside `with_change`, name `ino` once per change to
+/// `names::begin` (its generation stripe counts the change as running, with a full fence:
+/// before the change writes anything of it, or scans the per-core lists of open files) and
+/// record it for `names::end`. Outside a change (nothing calls it there today) nothing.
+/// `NoMemory`, before the change writes anything of `ino`, if one change would name more
+/// than `CHANGED_MAX` inodes, which none of ext2's operations does.
+fn change_hook(ino: u32) -> Result<()> {
+    use core::sync::atomic::Ordering::Relaxed;
+    let rec = &CHANGES[(crate::ctx::ctx().core as usize).min(63)];
+    if rec.active.load(Relaxed) == 0 {
+        return Ok(());
+    }
+    let n = rec.n.load(Relaxed) as usize;
+    if rec.inos.iter().take(n).any(|a| a.load(Relaxed) == ino) {
+        return Ok(());
+    }
+    if n == CHANGED_MAX {
+        return Err(FsError::NoMemory);
+    }
+    rec.inos[n].store(ino, Relaxed);
+    rec.n.store(n as u32 + 1, Relaxed);
+    names::begin(&[ino]);
+    Ok(())
+}
+
+/// The inodes the walk of the absolute `path` goes through, the root first and the file last,
+/// for the name cache (`names::insert`). None (do not cache) for a relative path, a `.` or
+/// `..` component, a symbolic link anywhere on the way (its target's directories would not be
+/// on the chain), a chain longer than `names::CHAIN`, or any error.
+fn name_chain(m: &mut Mounted, path: &[u8]) -> Option<([u32; names::CHAIN], usize)> {
+    if path.first() != Some(&b'/') {
+        return None;
+    }
+    let mut chain = [ext2::ROOT_INO; names::CHAIN];
+    let mut n = 1;
+    let mut dir = m.fs.inode(ext2::ROOT_INO).ok()?;
+    for comp in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+        if comp == b"." || comp == b".." || !dir.is_dir() || n == names::CHAIN {
+            return None;
+        }
+        let i = m.fs.lookup(&dir, comp).ok()?;
+        let ino = m.fs.inode(i).ok()?;
+        if ino.is_symlink() {
+            return None;
+        }
+        chain[n] = i;
+        n += 1;
+        dir = ino;
+    }
+    Some((chain, n))
+}
+
+/// Under the lock, no change running: resolve `path` and put it in the name cache (when
+/// `name_chain` allows).
+fn fill_name(m: &mut Mounted, path: &str) -> Result<Stat> {
+    let ino = m.fs.resolve(path.as_bytes())?;
+    let st = Ext2::<Cache>::stat_of(&ino);
+    if let Some((chain, n)) = name_chain(m, path.as_bytes()) {
+        names::NAMES.insert(path.as_bytes(), &chain[..n], &st);
+    }
+    Ok(st)
 }
 
 /// Mount the ext2 file system on the first disk (a block device object and its request
@@ -119,6 +214,8 @@ pub fn mount_with(mode: disk::DiskMode) -> Result<()> {
     // Creates, unlinks and writes draw inodes and blocks from the calling core's reserve
     // (`ext2_write::Reserve`); every sync gives the reserves back to the bitmaps.
     fs.reserve_core = Some(|| crate::ctx::ctx().core as usize);
+    // Changes name the inodes they change (`with_change`).
+    fs.change_hook = Some(change_hook);
     names::NAMES.begin_change();
     // Before the mount is published: readers without the lock check `MOUNT` first.
     GEOMETRY.set(&fs.geometry());
@@ -147,7 +244,7 @@ pub fn unmount() -> Result<()> {
     let r = r.and(sync_ordered(m));
     names::NAMES.begin_change();
     open_files::MOUNT.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
-    open_files::ORPHAN_WATCH.store(0, core::sync::atomic::Ordering::SeqCst);
+    open_files::watch_reset();
     // No reader without the lock starts on this mount now; wait for those running before the
     // cache's memory goes (`disk::with_unlocked`).
     disk::drain_unlocked();
@@ -240,7 +337,7 @@ fn is_open(m: &Mounted, ino: u32) -> bool {
 pub fn open(path: &str, flags: u32) -> Result<Fd> {
     if flags == O_RDONLY {
         for attempt in 0..2 {
-            if let Some((st, gen)) = names::NAMES.lookup_gen(path.as_bytes()) {
+            if let Some((st, gen)) = names::NAMES.lookup_stamp(path.as_bytes()) {
                 if st.mode & S_IFMT == S_IFREG {
                     if let Some(fd) = open_files::open(&st, gen) {
                         return Ok(Fd(fd));
@@ -254,11 +351,7 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
             // A miss: put the path in the name cache under the lock (no change runs while we
             // hold it, so the entry is true now) and try the per-core list once more. An
             // error here (no such file, ...) is left to the locked open below to report.
-            let filled = with(|m| {
-                let ino = m.fs.resolve(path.as_bytes())?;
-                names::NAMES.insert(path.as_bytes(), &Ext2::<Cache>::stat_of(&ino));
-                Ok(())
-            });
+            let filled = with(|m| fill_name(m, path));
             if filled.is_err() {
                 break;
             }
@@ -325,7 +418,7 @@ pub fn close(fd: Fd) -> Result<()> {
         // A per-core slot: closed without the lock, unless an unlink may have made its file
         // an orphan (`open_files`: why reading ORPHAN_WATCH after the slot is freed is enough).
         if let Some(ino) = open_files::close_open(fd.0) {
-            if open_files::ORPHAN_WATCH.load(SeqCst) != 0 {
+            if open_files::watch(ino as u32).load(SeqCst) != 0 {
                 return with(|m| release_if_orphan(m, ino as u32));
             }
             return Ok(());
@@ -365,7 +458,7 @@ pub fn close(fd: Fd) -> Result<()> {
 fn release_if_orphan(m: &mut Mounted, ino: u32) -> Result<()> {
     if m.orphans.contains(&ino) && !is_open(m, ino) {
         m.orphans.remove(&ino);
-        open_files::ORPHAN_WATCH.fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
+        open_files::watch(ino).fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
         m.fs.release_orphan(ino)?;
     }
     Ok(())
@@ -498,7 +591,7 @@ fn read_unlocked_inner(fd: Fd, buf: &mut [u8], at: Option<u64>) -> Option<usize>
     let n = disk::with_unlocked(snap.mount, |t, core| {
         let geo = GEOMETRY.get();
         let (n, _) = ext2::read_unlocked(&geo, snap.ino, off, buf, &mut |o, b| disk::try_copy(t, core, o, b))?;
-        open_files::unchanged(snap.gen).then_some(n)
+        open_files::unchanged(snap.ino, snap.gen).then_some(n)
     })?;
     if at.is_none() && !open_files::advance_off(fd.0, off, off + n as u64) {
         return None;
@@ -582,20 +675,30 @@ pub fn rmdir(path: &str) -> Result<()> {
 /// writable through its descriptors, and is freed when the last one closes (or at unmount).
 pub fn unlink(path: &str) -> Result<()> {
     use core::sync::atomic::Ordering::SeqCst;
+    // The victim's inode is named (`Ext2::unlink_with` calls `changing` before `open`), so
+    // `names::begin` fences before the per-core lists are scanned (`open_files`: why an
+    // open without the lock then sees the change).
     with_change(|m| {
-        // Raised before the per-core lists are scanned (`open_files`: a fast close that
+        // `open` runs only when the last name goes, with the victim: its stripe's watch count
+        // is raised before the per-core lists are scanned (`open_files`: a fast close that
         // misses it freed its slot before the scan).
-        open_files::ORPHAN_WATCH.fetch_add(1, SeqCst);
+        let raised = core::cell::Cell::new(None);
         let descs = &m.descs;
-        let open = |ino: u32| descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino);
+        let open = |ino: u32| {
+            open_files::watch(ino).fetch_add(1, SeqCst);
+            raised.set(Some(ino));
+            descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino)
+        };
         match m.fs.unlink_with(path.as_bytes(), &open) {
             Ok(Some(n)) => {
-                // Stays raised until the orphan is freed.
+                // Stays raised until the orphan is freed (`release_if_orphan`).
                 m.orphans.insert(n);
                 Ok(())
             }
             r => {
-                open_files::ORPHAN_WATCH.fetch_sub(1, SeqCst);
+                if let Some(ino) = raised.get() {
+                    open_files::watch(ino).fetch_sub(1, SeqCst);
+                }
                 r.map(|_| ())
             }
         }
@@ -604,6 +707,8 @@ pub fn unlink(path: &str) -> Result<()> {
 
 /// Rename (replacing a file by a file, or an empty directory by a directory).
 pub fn rename(old: &str, new: &str) -> Result<()> {
+    // Both parents, the moved inode (a directory's `..` changes) and a replaced one: named by
+    // `Ext2::rename` itself.
     with_change(|m| m.fs.rename(old.as_bytes(), new.as_bytes()))
 }
 
@@ -678,12 +783,7 @@ pub fn stat(path: &str) -> Result<Stat> {
     if let Some(st) = names::NAMES.lookup(path.as_bytes()) {
         return Ok(st);
     }
-    with(|m| {
-        let ino = m.fs.resolve(path.as_bytes())?;
-        let st = Ext2::<Cache>::stat_of(&ino);
-        names::NAMES.insert(path.as_bytes(), &st);
-        Ok(st)
-    })
+    with(|m| fill_name(m, path))
 }
 
 /// `stat` of a path whose last component, if a symbolic link, is not followed.

@@ -4,24 +4,31 @@
 //! A read-only `open` of a path the name cache (`names`) answers takes a slot in the calling
 //! core's own list and returns a descriptor naming that slot ([`FAST_BIT`] | core << 6 |
 //! slot). Opening and closing it write only lines of that core's list; `fstat` writes nothing
-//! (the `Stat` taken at open is returned while no change has happened since: the name cache's
-//! generation is still the one the slot was filled at). Everything else (`read`, `lseek`,
+//! (the `Stat` taken at open is returned while no change to that file has happened since: the
+//! file's stamp, `names::Stamp`, its generation stripe and the epoch, is still the one the
+//! slot was filled at). Everything else (`read`, `lseek`,
 //! `dup`, ...) runs under the file system's lock as before: `read`/`pread`/`lseek` use the
 //! slot's inode and offset directly, and any other call first *forwards* the slot to an
 //! ordinary open file description (the slot then names it, `FWD`), so every call works on
 //! every descriptor.
 //!
-//! **Why a fast open is right.** The name cache's answer was true at generation `g`. The
-//! opener fills its slot, publishes it (`state` = `OPEN`), and only then (a SeqCst fence)
-//! reads the generation again: still `g` means no change had started when the slot became
-//! visible. A change (unlink, rename, ...) moves the generation to odd and fences *before* it
-//! looks at which inodes are open (`is_open`, which scans every core's list). So either the
-//! opener sees the change and takes its slot back (then opens under the lock), or the change
-//! sees the slot and treats the inode as open (an unlinked file stays until its last close).
+//! **Why a fast open is right.** The name cache's answer was true when the file's stamp was
+//! `g` (`names`: the stamp is the epoch and the file's generation stripe). The opener fills
+//! its slot, publishes it (`state` = `OPEN`), and only then (a SeqCst fence) reads the stamp
+//! again: still `g` means no change to that file had started when the slot became visible.
+//! A change that may remove or replace the file (unlink, rename, ...) names the file's inode
+//! in `names::begin` (a running change on its stripe) and fences *before* it looks at which
+//! inodes are open (`is_open`, which scans every core's list). So either the opener sees the
+//! change and takes its slot back (then opens under the lock), or the change sees the slot
+//! and treats the inode as open (an unlinked file stays until its last close). Changes to
+//! other files (another stripe) do not disturb the slot: a create in one directory leaves
+//! every other file's per-core descriptors reading without the lock.
 //!
 //! **Orphans.** Closing the last descriptor of a file unlinked while open must free it; a fast
-//! close cannot know without the lock. `ORPHAN_WATCH` counts unlinks in progress or done whose
-//! inode was open; `unlink` raises it before it scans the lists, a fast close lowers its slot
+//! close cannot know without the lock. `ORPHAN_WATCH` counts, per inode stripe (`watch`: the
+//! name cache's stripes, session 11; one global count before, which every unlink wrote),
+//! unlinks in progress or done of a last name whose inode may be open; `unlink` raises the
+//! victim's stripe before it scans the lists, a fast close lowers its slot
 //! first and reads it after (both SeqCst), so a close that reads 0 happened before any scan
 //! could see its slot. A close that reads non-zero takes the lock and frees the orphan if it
 //! was the last.
@@ -31,6 +38,7 @@ use core::sync::atomic::{fence, AtomicU64, Ordering};
 use percore::pad::CachePadded;
 
 use super::ext2::Stat;
+use super::names::Stamp;
 
 /// Cores with a list (the library OS's `percore` limit for per-core counters here).
 pub const CORES: usize = 64;
@@ -55,14 +63,16 @@ struct Slot {
     off: AtomicU64,
     /// The mount the slot was opened on (`MOUNT`): a slot from before an unmount is stale.
     mount: AtomicU64,
-    /// The name cache's generation the `stat` below was true at.
+    /// The file's stamp (`names::Stamp`: its stripe word and the epoch) the `stat` below was
+    /// true at.
     gen: AtomicU64,
+    epoch: AtomicU64,
     stat: [AtomicU64; 4],
 }
 
 impl Slot {
     const fn new() -> Slot {
-        Slot { state: AtomicU64::new(FREE), ino: AtomicU64::new(0), off: AtomicU64::new(0), mount: AtomicU64::new(0), gen: AtomicU64::new(0), stat: [const { AtomicU64::new(0) }; 4] }
+        Slot { state: AtomicU64::new(FREE), ino: AtomicU64::new(0), off: AtomicU64::new(0), mount: AtomicU64::new(0), gen: AtomicU64::new(0), epoch: AtomicU64::new(0), stat: [const { AtomicU64::new(0) }; 4] }
     }
 }
 
@@ -76,8 +86,21 @@ static LISTS: [CoreList; CORES] = [const { CoreList { used: CachePadded::new(Ato
 
 /// Which mount is current (raised at every mount and unmount, under the lock).
 pub static MOUNT: AtomicU64 = AtomicU64::new(0);
-/// Unlinks whose inode may be open in a per-core slot (see the module comment).
-pub static ORPHAN_WATCH: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+/// Unlinks whose inode may be open in a per-core slot, per inode stripe (see the module
+/// comment): an unlink writes only its victim's line, a fast close reads only its file's.
+static ORPHAN_WATCH: [CachePadded<AtomicU64>; super::names::STRIPES] = [const { CachePadded::new(AtomicU64::new(0)) }; super::names::STRIPES];
+
+/// The orphan watch count of inode `ino`'s stripe.
+pub fn watch(ino: u32) -> &'static AtomicU64 {
+    &ORPHAN_WATCH[super::names::stripe(ino)]
+}
+
+/// At unmount (under the lock, no orphan left): every watch count back to 0.
+pub fn watch_reset() {
+    for w in &ORPHAN_WATCH {
+        w.store(0, Ordering::SeqCst);
+    }
+}
 
 pub fn is_fast(fd: u32) -> bool {
     fd & FAST_BIT != 0
@@ -103,10 +126,10 @@ pub enum Named {
     Forwarded(u32),
 }
 
-/// Open `stat.ino` read-only in the calling core's list, if the name cache's generation is
-/// still `gen` once the slot is visible. None: no free slot, no list for this core, or a
+/// Open `stat.ino` read-only in the calling core's list, if the file's stamp is still `gen`
+/// once the slot is visible. None: no free slot, no list for this core, or a
 /// change started (the caller opens under the lock).
-pub fn open(stat: &Stat, gen: u64) -> Option<u32> {
+pub fn open(stat: &Stat, gen: Stamp) -> Option<u32> {
     let c = core();
     let list = LISTS.get(c)?;
     let used = list.used.load(Ordering::Relaxed);
@@ -120,13 +143,14 @@ pub fn open(stat: &Stat, gen: u64) -> Option<u32> {
     s.ino.store(stat.ino as u64, Ordering::Relaxed);
     s.off.store(0, Ordering::Relaxed);
     s.mount.store(MOUNT.load(Ordering::Relaxed), Ordering::Relaxed);
-    s.gen.store(gen, Ordering::Relaxed);
+    s.gen.store(gen.gen, Ordering::Relaxed);
+    s.epoch.store(gen.epoch, Ordering::Relaxed);
     for (w, a) in super::names::pack(stat).iter().zip(&s.stat) {
         a.store(*w, Ordering::Relaxed);
     }
     s.state.store(OPEN, Ordering::Release);
     fence(Ordering::SeqCst);
-    if super::names::NAMES.generation() != gen {
+    if !super::names::still(stat.ino, gen) {
         // A change started: it may not have seen the slot. Take it back.
         s.state.store(FREE, Ordering::Relaxed);
         list.used.fetch_and(!(1 << i), Ordering::Release);
@@ -136,25 +160,33 @@ pub fn open(stat: &Stat, gen: u64) -> Option<u32> {
 }
 
 /// `fstat` without the lock: the `Stat` taken at open, if no change happened since (the
-/// name cache's generation is still the slot's). None: ask under the lock.
+/// file's stamp is still the slot's). None: ask under the lock.
 pub fn fstat(fd: u32) -> Option<Stat> {
     let s = slot_of(fd)?;
     if s.state.load(Ordering::Acquire) != OPEN {
         return None;
     }
-    // Acquire: `restamp` stores the `Stat` before a new generation.
-    let gen = s.gen.load(Ordering::Acquire);
+    // Acquire: `restamp` stores the `Stat` before a new stamp.
+    let gen = stamp_of(s);
+    let ino = s.ino.load(Ordering::Relaxed) as u32;
     let mut w = [0u64; 4];
     for (x, a) in w.iter_mut().zip(&s.stat) {
         *x = a.load(Ordering::Relaxed);
     }
     fence(Ordering::Acquire);
-    let still = s.state.load(Ordering::Relaxed) == OPEN && s.gen.load(Ordering::Relaxed) == gen;
-    (still && super::names::NAMES.generation() == gen && s.mount.load(Ordering::Relaxed) == MOUNT.load(Ordering::Relaxed)).then(|| super::names::unpack(w))
+    let still = s.state.load(Ordering::Relaxed) == OPEN && stamp_of(s) == gen;
+    (still && super::names::still(ino, gen) && s.mount.load(Ordering::Relaxed) == MOUNT.load(Ordering::Relaxed)).then(|| super::names::unpack(w))
+}
+
+/// A slot's stamp (the generation word with acquire: `restamp` stores the `Stat` and the
+/// epoch before it).
+fn stamp_of(s: &Slot) -> Stamp {
+    let gen = s.gen.load(Ordering::Acquire);
+    Stamp { gen, epoch: s.epoch.load(Ordering::Relaxed) }
 }
 
 /// Close a per-core slot in the `OPEN` state without the lock. `Some(ino)` if it was open
-/// (the caller checks `ORPHAN_WATCH` next); None if the slot is forwarded (close it under
+/// (the caller checks the file's `watch` next); None if the slot is forwarded (close it under
 /// the lock) or not open (`BadDescriptor`, told apart by [`close_named`]).
 pub fn close_open(fd: u32) -> Option<u64> {
     let s = slot_of(fd)?;
@@ -207,43 +239,44 @@ pub fn forward(fd: u32, desc: u32) -> Option<u64> {
     Some(off)
 }
 
-/// Under the lock (so no change runs and the generation is even): make an `OPEN` slot whose
-/// generation went stale current again, with `stat` (the file's `Stat` now) and the current
-/// generation, so its reads, seeks and `fstat` go without the lock again until the next
-/// change. The slot is taken out of `OPEN` while its words are written (a compare-and-swap
+/// Under the lock (so no change runs): make an `OPEN` slot whose stamp went stale current
+/// again, with `stat` (the file's `Stat` now) and the file's current stamp, so its reads,
+/// seeks and `fstat` go without the lock again until the next change to that file. The slot is taken out of `OPEN` while its words are written (a compare-and-swap
 /// to `RESTAMP`), so a reader without the lock never pairs the new generation with the old
 /// `Stat` (it sees the state not `OPEN`, or the words before or after: the state's release
 /// store orders them), and a close without the lock in that moment falls back to the lock,
 /// which we hold: it finds the slot `OPEN` again. False if the slot was not `OPEN`.
 pub fn restamp(fd: u32, stat: &Stat) -> bool {
     let Some(s) = slot_of(fd) else { return false };
+    let Some(now) = super::names::stamp(stat.ino) else { return false };
     if s.state.compare_exchange(OPEN, RESTAMP, Ordering::SeqCst, Ordering::Relaxed).is_err() {
         return false;
     }
     for (w, a) in super::names::pack(stat).iter().zip(&s.stat) {
         a.store(*w, Ordering::Relaxed);
     }
+    s.epoch.store(now.epoch, Ordering::Relaxed);
     // Release: a reader that loads the new generation (acquire) sees the new `Stat`.
-    s.gen.store(super::names::NAMES.generation(), Ordering::Release);
+    s.gen.store(now.gen, Ordering::Release);
     s.state.store(OPEN, Ordering::Release);
     true
 }
 
-/// Whether `fd` is an `OPEN` slot whose generation is not the current one (`restamp` would
+/// Whether `fd` is an `OPEN` slot whose stamp is not its file's current one (`restamp` would
 /// help). Loads only.
 pub fn stale(fd: u32) -> bool {
-    slot_of(fd).is_some_and(|s| s.state.load(Ordering::Acquire) == OPEN && s.gen.load(Ordering::Relaxed) != super::names::NAMES.generation())
+    slot_of(fd).is_some_and(|s| s.state.load(Ordering::Acquire) == OPEN && Some(stamp_of(s)) != super::names::stamp(s.ino.load(Ordering::Relaxed) as u32))
 }
 
 /// What a read or seek without the lock starts from: an `OPEN` slot of the current mount
-/// whose name-cache generation is still the current one (no change since the open).
+/// whose file's stamp is still the current one (no change to that file since the open).
 #[derive(Clone, Copy, Debug)]
 pub struct Snapshot {
     pub ino: u32,
     pub off: u64,
-    pub gen: u64,
+    pub gen: Stamp,
     pub mount: u64,
-    /// The file's size at the open (true while the generation is `gen`).
+    /// The file's size at the open (true while the file's stamp is `gen`).
     pub size: u64,
 }
 
@@ -253,8 +286,8 @@ pub fn snapshot(fd: u32) -> Option<Snapshot> {
     if s.state.load(Ordering::Acquire) != OPEN {
         return None;
     }
-    // The generation first, with acquire: `restamp` stores the `Stat` before it.
-    let gen = s.gen.load(Ordering::Acquire);
+    // The stamp first, with acquire: `restamp` stores the `Stat` before it.
+    let gen = stamp_of(s);
     let snap = Snapshot {
         ino: s.ino.load(Ordering::Relaxed) as u32,
         off: s.off.load(Ordering::Acquire),
@@ -263,15 +296,15 @@ pub fn snapshot(fd: u32) -> Option<Snapshot> {
         size: s.stat[1].load(Ordering::Relaxed),
     };
     fence(Ordering::Acquire);
-    let live = snap.off != FROZEN && s.state.load(Ordering::Relaxed) == OPEN && s.gen.load(Ordering::Relaxed) == snap.gen;
-    (live && snap.mount == MOUNT.load(Ordering::Acquire) && unchanged(snap.gen)).then_some(snap)
+    let live = snap.off != FROZEN && s.state.load(Ordering::Relaxed) == OPEN && stamp_of(s) == snap.gen;
+    (live && snap.mount == MOUNT.load(Ordering::Acquire) && unchanged(snap.ino, snap.gen)).then_some(snap)
 }
 
-/// No change to the file system started since generation `gen` was read (loads made before
-/// this call saw the state of generation `gen`; the fence orders them before the check).
-pub fn unchanged(gen: u64) -> bool {
-    fence(Ordering::Acquire);
-    gen & 1 == 0 && super::names::NAMES.generation() == gen
+/// No change to file `ino` (nor of the epoch) started since its stamp was `gen` (loads made
+/// before this call saw the state of stamp `gen`; `names::still`'s fence orders them before
+/// the check).
+pub fn unchanged(ino: u32, gen: Stamp) -> bool {
+    super::names::still(ino, gen)
 }
 
 /// Under the lock: free a forwarded slot (its description is released by the caller).
@@ -282,7 +315,7 @@ pub fn close_forwarded(fd: u32) {
     }
 }
 
-/// Under the lock (a change running, the generation odd): whether any core's list has `ino`
+/// Under the lock (a change running on `ino`'s stripe, `names::begin`): whether any core's list has `ino`
 /// open on the current mount. Loads only.
 pub fn is_open(ino: u32) -> bool {
     fence(Ordering::SeqCst);
