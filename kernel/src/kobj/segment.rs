@@ -412,6 +412,22 @@ impl Segment {
         Some(Ok(Self::from_inner(node_core, SegInner { nbytes, pages, maps: Vec::new(), pins: 0, pinned_pages: 0 })))
     }
 
+    /// `duplicate_eager_unlocked` for the kernel tests (it must succeed while the lock is
+    /// held by someone else).
+    pub fn copy_without_lock(&self, node_core: u32) -> Option<Result<Segment, Error>> {
+        self.duplicate_eager_unlocked(node_core)
+    }
+
+    /// The same, started while a writer (this test, holding the lock) is between
+    /// `begin_write` and `end_write`: must give up (`None`), freeing what it made.
+    pub fn copy_without_lock_during_write(&self, node_core: u32) -> Option<Result<Segment, Error>> {
+        let g = self.inner.lock();
+        let s = self.begin_write();
+        let r = self.duplicate_eager_unlocked(node_core);
+        self.end_write(&g, s);
+        r
+    }
+
     pub fn add_map(&self, m: SegMap) -> Result<(), Error> {
         let mut g = self.inner.lock();
         try_push(&mut g.maps, m)?;
