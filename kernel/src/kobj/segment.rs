@@ -72,6 +72,14 @@ struct ReadLine {
     /// The page list's buffer (`SegInner::pages.as_ptr()`) and length, as of `seq`.
     pages_ptr: AtomicUsize,
     pages_len: AtomicUsize,
+    /// The summaries below on a line of their own: a shrink refused `Busy` reads only them,
+    /// so a resize or a write of the pages on another core (which moves `seq`) shares no
+    /// line with it.
+    summaries: Summaries,
+}
+
+#[repr(align(64))]
+struct Summaries {
     /// The end of the furthest mapping (`soff + len`, 0 with none): a shrink below it fails
     /// `Busy`. Stored only when it changes, so making a mapping inside it writes no line a
     /// reader reads.
@@ -87,8 +95,7 @@ impl ReadLine {
             nbytes: AtomicU64::new(g.nbytes),
             pages_ptr: AtomicUsize::new(g.pages.as_ptr() as usize),
             pages_len: AtomicUsize::new(g.pages.len()),
-            map_end: AtomicU64::new(0),
-            pinned: AtomicU64::new(0),
+            summaries: Summaries { map_end: AtomicU64::new(0), pinned: AtomicU64::new(0) },
         }
     }
 }
@@ -174,12 +181,12 @@ impl Segment {
     /// Store the mapping and pin summaries if they changed (`g` is the locked state).
     fn publish_summaries(&self, g: &SegInner) {
         let end = g.maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
-        if self.read.map_end.load(Ordering::Relaxed) != end {
-            self.read.map_end.store(end, Ordering::Release);
+        if self.read.summaries.map_end.load(Ordering::Relaxed) != end {
+            self.read.summaries.map_end.store(end, Ordering::Release);
         }
         let pinned = if g.pins > 0 { g.pinned_pages as u64 } else { 0 };
-        if self.read.pinned.load(Ordering::Relaxed) != pinned {
-            self.read.pinned.store(pinned, Ordering::Release);
+        if self.read.summaries.pinned.load(Ordering::Relaxed) != pinned {
+            self.read.summaries.pinned.store(pinned, Ordering::Release);
         }
     }
 
@@ -187,7 +194,7 @@ impl Segment {
     /// read without the lock. Each summary is stored under the lock together with the change
     /// it sums up, so a refusal is right at the moment the summary was read.
     fn shrink_busy_unlocked(&self, n: usize) -> bool {
-        (n as u64) * PAGE_SIZE < self.read.map_end.load(Ordering::Acquire) || (n as u64) < self.read.pinned.load(Ordering::Acquire)
+        (n as u64) * PAGE_SIZE < self.read.summaries.map_end.load(Ordering::Acquire) || (n as u64) < self.read.summaries.pinned.load(Ordering::Acquire)
     }
 
     pub fn set_nbytes(&self, nbytes: u64) -> Result<(), Error> {
