@@ -979,3 +979,33 @@ fn segment_readers_take_no_lock() {
     nothing_leaked_since((pages0, live0))
 }
 }
+
+ktest! {
+fn segment_mapping_past_the_end_is_refused() {
+    // `add_map` checks the mapping against the pages under the segment's lock (the caller's
+    // check reads the size without it, so a shrink in between could leave a mapping past the
+    // end), and the mapping summary a refused shrink reads without the lock follows
+    // `add_map`/`remove_map`.
+    use crate::kobj::kref::KRef;
+    use crate::kobj::segment::{SegMap, Segment};
+    use crate::kobj::{KObject, Kind};
+    let err = |e: abi::Error| alloc::format!("{e:?}");
+    let (pages0, live0) = quiescent_counts();
+    let seg = Segment::new(2 * PAGE_SIZE, 0).map_err(err)?;
+    let holder = KObject::create(b"ktest-map", 0, Kind::Segment(Segment::new(0, 0).map_err(err)?)).map_err(err)?;
+    let map = |soff: u64, len: u64| SegMap { ar: KRef::downgrade(&holder), ar_key: 1, voff: 0, soff, len };
+    let r = seg.add_map(map(PAGE_SIZE, 2 * PAGE_SIZE));
+    kassert!(r == Err(abi::Error::OutOfRange), "a mapping past the end gave {r:?}");
+    let r = seg.add_map(map(PAGE_SIZE, u64::MAX));
+    kassert!(r == Err(abi::Error::OutOfRange), "an overflowing mapping gave {r:?}");
+    seg.add_map(map(PAGE_SIZE, PAGE_SIZE)).map_err(err)?;
+    let r = seg.set_nbytes(PAGE_SIZE);
+    kassert!(r == Err(abi::Error::Busy), "shrinking under the mapping gave {r:?}");
+    seg.remove_map(1, 0);
+    let r = seg.set_nbytes(PAGE_SIZE);
+    kassert!(r.is_ok(), "shrinking after the unmap gave {r:?}");
+    drop(seg);
+    drop(holder);
+    nothing_leaked_since((pages0, live0))
+}
+}

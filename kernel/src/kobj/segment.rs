@@ -435,8 +435,15 @@ impl Segment {
         r
     }
 
+    /// Record a mapping of `[m.soff, m.soff + m.len)`. `OutOfRange` if that reaches past the
+    /// segment's pages: checked here, under the lock a shrink holds, because the caller's
+    /// own check (`ar::set_seg_peeked`) reads the size without it, and a shrink between the
+    /// two would otherwise leave a mapping past the end.
     pub fn add_map(&self, m: SegMap) -> Result<(), Error> {
         let mut g = self.inner.lock();
+        if m.soff.checked_add(m.len).is_none_or(|end| end > g.pages.len() as u64 * PAGE_SIZE) {
+            return Err(Error::OutOfRange);
+        }
         try_push(&mut g.maps, m)?;
         self.publish_summaries(&g);
         Ok(())
