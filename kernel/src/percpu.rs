@@ -68,6 +68,10 @@ pub struct PerCpu {
     /// system-call path already holds this area's address, so the flag costs one store each
     /// way (session 11, issue 22: the null call's instructions).
     pub in_call: AtomicBool,
+    /// This core's list of orphans waiting for their scan is not empty (`kobj::kref`; set and
+    /// cleared under the list's lock, beside the list's own count). The system-call path
+    /// tests this byte, in the area it already holds, instead of the list's line.
+    pub orphans_pending: AtomicBool,
     /// Contexts waiting to run on this core (a TC's time-sharing queue; owner core only).
     pub runq: crate::sched::RunQueue,
 }
@@ -147,6 +151,7 @@ impl PerCpu {
             acting_area: AtomicPtr::new(core::ptr::null_mut()),
             injectable: AtomicBool::new(false),
             in_call: AtomicBool::new(false),
+            orphans_pending: AtomicBool::new(false),
             runq: crate::sched::RunQueue::new(),
         }
     }

@@ -420,6 +420,7 @@ fn defer_scan(p: *mut (), scan: unsafe fn(*mut ())) -> bool {
     l.items[n] = (p as usize, scan as usize);
     l.n = n + 1;
     me.waiting.store(n + 1, Ordering::Release);
+    area.orphans_pending.store(true, Ordering::Release);
     true
 }
 
@@ -443,6 +444,9 @@ fn scan_waiting(core: usize) {
         let taken = (l.items, l.n);
         l.n = 0;
         me.waiting.store(0, Ordering::Release);
+        if let Some(a) = crate::percpu::get(core) {
+            a.orphans_pending.store(false, Ordering::Release);
+        }
         taken
     };
     for &(p, scan) in &items[..n] {
@@ -463,12 +467,12 @@ pub fn scan_orphans() {
     scan_orphans_of(crate::percpu::current_index());
 }
 
-/// Whether orphans earlier calls on this core (`area`) left wait for their scan: one load of
-/// the core's own list line. The system-call path tests this and, only if set, calls
+/// Whether orphans earlier calls on this core (`area`) left wait for their scan: one byte of
+/// the core's own area (`PerCpu::orphans_pending`), which the caller holds already. The system-call path tests this and, only if set, calls
 /// `scan_deferred` out of line before `call_begins`.
 #[inline(always)]
 pub fn orphans_waiting(area: &crate::percpu::PerCpu) -> bool {
-    ORPHAN_LISTS[area.index % MAX_CORES].waiting.load(Ordering::Relaxed) != 0
+    area.orphans_pending.load(Ordering::Relaxed)
 }
 
 /// Scan the orphans earlier calls on this core left (`orphans_waiting` said there are some).
