@@ -214,12 +214,17 @@ impl Segment {
         }
         if n > g.pages.len() {
             let extra = n - g.pages.len();
-            // Before `begin_write`: a failure changes nothing readers see.
-            g.pages.try_reserve(extra).map_err(|_| Error::NoMemory)?;
+            // `try_reserve` may move the list and free the old buffer: the generation moves
+            // first, so a lock-free reader still reading the old buffer gives up before it
+            // uses anything it read there.
             let s = self.begin_write();
-            g.pages.resize_with(n, || None);
-            g.nbytes = nbytes;
+            let reserved = g.pages.try_reserve(extra);
+            if reserved.is_ok() {
+                g.pages.resize_with(n, || None);
+                g.nbytes = nbytes;
+            }
             self.end_write(&g, s);
+            reserved.map_err(|_| Error::NoMemory)?;
         } else {
             let s = self.begin_write();
             // Frees the pages past the end in place (no allocation; freeing a frame takes
@@ -369,7 +374,9 @@ impl Segment {
     /// a copy made from it (its new pages are freed by the drop). Slots are read with atomic
     /// word loads while writers store them plainly under the lock (the kernel's seqlock
     /// pattern: x86-64 word stores are single-copy atomic; a racing value is never used
-    /// unchecked).
+    /// unchecked). The writers' side of the rule: every writer moves the generation before
+    /// it frees anything a reader may dereference (the list's old buffer in `set_nbytes`'
+    /// grow, frames and their records in its shrink, a replaced frame in `fault_page`).
     fn duplicate_eager_unlocked(&self, node_core: u32) -> Option<Result<Segment, Error>> {
         let r = &self.read;
         let g1 = r.seq.load(Ordering::Acquire);
