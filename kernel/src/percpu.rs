@@ -62,6 +62,16 @@ pub struct PerCpu {
     /// Set while this core runs a system call (not a page fault inside it): where
     /// command-line fault injection applies.
     pub injectable: AtomicBool,
+    /// Set while this core runs a system call (`kobj::kref::call_begins`/`call_ends`): only
+    /// then is a last drop's borrow-slot scan deferred to the core's next call. Here, beside
+    /// `injectable` (set at the same two points), rather than on the orphan list's line: the
+    /// system-call path already holds this area's address, so the flag costs one store each
+    /// way (session 11, issue 22: the null call's instructions).
+    pub in_call: AtomicBool,
+    /// This core's list of orphans waiting for their scan is not empty (`kobj::kref`; set and
+    /// cleared under the list's lock, beside the list's own count). The system-call path
+    /// tests this byte, in the area it already holds, instead of the list's line.
+    pub orphans_pending: AtomicBool,
     /// Contexts waiting to run on this core (a TC's time-sharing queue; owner core only).
     pub runq: crate::sched::RunQueue,
 }
@@ -140,6 +150,8 @@ impl PerCpu {
             acting_index: AtomicUsize::new(index),
             acting_area: AtomicPtr::new(core::ptr::null_mut()),
             injectable: AtomicBool::new(false),
+            in_call: AtomicBool::new(false),
+            orphans_pending: AtomicBool::new(false),
             runq: crate::sched::RunQueue::new(),
         }
     }

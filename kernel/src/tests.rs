@@ -861,3 +861,151 @@ fn freeing_the_loaded_root_range_leaves_it_first() {
     Ok(())
 }
 }
+
+ktest! {
+fn segment_copy_races_resize_and_writes() {
+    // An eager copy reads the source without its lock (`Segment::duplicate`, seqlock reader
+    // side) while core 0 resizes the segment (4 <-> 8 pages) and rewrites every page with a
+    // new byte in one `write_bytes`. Every copy must be one state the writer made: 4 or 8
+    // pages, the first 4 all one byte, the last 4 (at 8 pages) that byte or zero (just grown).
+    // A copy that mixed two states (torn by a write or a resize) fails; nothing may leak.
+    use crate::kobj::segment::Segment;
+    let cores = percpu::online_count();
+    let (pages0, live0) = quiescent_counts();
+    let p = PAGE_SIZE as usize;
+    let seg = Segment::new(4 * PAGE_SIZE, 0).map_err(|e| alloc::format!("segment: {e:?}"))?;
+    seg.write_bytes(0, &alloc::vec![1u8; 4 * p]).map_err(|e| alloc::format!("write: {e:?}"))?;
+    let done = AtomicBool::new(false);
+    let bad = AtomicUsize::new(0);
+    let copies = AtomicU64::new(0);
+    let first_bad = AtomicU64::new(0);
+    smp::run_on_all(&|i| {
+        if i == 0 {
+            let deadline = time::Deadline::after_ms(1000);
+            let mut g = 2u8;
+            let mut big = false;
+            let buf = alloc::vec![0u8; 8 * p];
+            let mut n = 0u32;
+            while !deadline.expired() || n < 200 {
+                big = !big;
+                let pages = if big { 8 } else { 4 };
+                if seg.set_nbytes(pages as u64 * PAGE_SIZE).is_err() {
+                    break;
+                }
+                let fill: alloc::vec::Vec<u8> = buf[..pages * p].iter().map(|_| g).collect();
+                if seg.write_bytes(0, &fill).is_err() {
+                    break;
+                }
+                g = if g == 255 { 2 } else { g + 1 };
+                n += 1;
+            }
+            done.store(true, Ordering::Release);
+        } else {
+            let mut page = alloc::vec![0u8; p];
+            while !done.load(Ordering::Acquire) {
+                let Ok((copy, maps)) = seg.duplicate(false, i as u32) else { continue };
+                drop(maps);
+                copies.fetch_add(1, Ordering::Relaxed);
+                let size = copy.nbytes();
+                let npages = (size / PAGE_SIZE) as usize;
+                let mut ok = size == 4 * PAGE_SIZE || size == 8 * PAGE_SIZE;
+                let mut first = None;
+                let mut tail = None;
+                for k in 0..npages.min(8) {
+                    if copy.read_bytes((k * p) as u64, &mut page).is_err() {
+                        ok = false;
+                        break;
+                    }
+                    let b = page[0];
+                    if page.iter().any(|&x| x != b) {
+                        ok = false; // a torn page
+                    }
+                    let want = if k < 4 { &mut first } else { &mut tail };
+                    match *want {
+                        None => *want = Some(b),
+                        Some(w) if w != b => ok = false,
+                        Some(_) => {}
+                    }
+                }
+                if let (Some(f), Some(t)) = (first, tail) {
+                    if t != f && t != 0 {
+                        ok = false;
+                    }
+                }
+                if !ok {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                    first_bad.store(size, Ordering::Relaxed);
+                }
+            }
+        }
+    });
+    kassert!(bad.load(Ordering::Relaxed) == 0, "{} of {} copies mixed two states (e.g. size {:#x})", bad.load(Ordering::Relaxed), copies.load(Ordering::Relaxed), first_bad.load(Ordering::Relaxed));
+    kassert!(cores < 2 || copies.load(Ordering::Relaxed) > 0, "no copy was made");
+    drop(seg);
+    nothing_leaked_since((pages0, live0))
+}
+}
+
+ktest! {
+fn segment_readers_take_no_lock() {
+    // The reader side writes nothing of the segment: an eager copy and a refused shrink
+    // succeed while this core holds the segment's lock (the locked paths would wait for it
+    // forever), and a copy started while a writer is active falls back to the lock. The
+    // summaries the lock-free shrink check reads follow pins (a stale one refuses wrongly).
+    use crate::kobj::segment::Segment;
+    let (pages0, live0) = quiescent_counts();
+    let seg = Segment::new(4 * PAGE_SIZE, 0).map_err(|e| alloc::format!("segment: {e:?}"))?;
+    seg.write_bytes(PAGE_SIZE, b"hello").map_err(|e| alloc::format!("write: {e:?}"))?;
+    let pins = seg.pin(2).map_err(|e| alloc::format!("pin: {e:?}"))?;
+    kassert!(pins.len() == 2, "pin gave {} pages", pins.len());
+    {
+        let _held = seg.inner.lock();
+        let copy = seg.copy_without_lock(0).ok_or("the lock-free copy gave up with no writer")?.map_err(|e| alloc::format!("copy: {e:?}"))?;
+        let mut b = [0u8; 5];
+        copy.read_bytes(PAGE_SIZE, &mut b).map_err(|e| alloc::format!("read: {e:?}"))?;
+        kassert!(&b == b"hello", "copy read {b:?}");
+        kassert!(copy.nbytes() == 4 * PAGE_SIZE, "copy size {:#x}", copy.nbytes());
+        let r = seg.set_nbytes(PAGE_SIZE);
+        kassert!(r == Err(abi::Error::Busy), "shrinking below a pin under the held lock gave {r:?}");
+    }
+    let during = seg.copy_without_lock_during_write(0);
+    kassert!(during.is_none(), "a copy during a write did not fall back to the lock");
+    seg.unpin();
+    let r = seg.set_nbytes(PAGE_SIZE);
+    kassert!(r.is_ok(), "shrinking after the unpin gave {r:?}");
+    kassert!(seg.nbytes() == PAGE_SIZE, "size {:#x} after the shrink", seg.nbytes());
+    drop(pins);
+    drop(seg);
+    nothing_leaked_since((pages0, live0))
+}
+}
+
+ktest! {
+fn segment_mapping_past_the_end_is_refused() {
+    // `add_map` checks the mapping against the pages under the segment's lock (the caller's
+    // check reads the size without it, so a shrink in between could leave a mapping past the
+    // end), and the mapping summary a refused shrink reads without the lock follows
+    // `add_map`/`remove_map`.
+    use crate::kobj::kref::KRef;
+    use crate::kobj::segment::{SegMap, Segment};
+    use crate::kobj::{KObject, Kind};
+    let err = |e: abi::Error| alloc::format!("{e:?}");
+    let (pages0, live0) = quiescent_counts();
+    let seg = Segment::new(2 * PAGE_SIZE, 0).map_err(err)?;
+    let holder = KObject::create(b"ktest-map", 0, Kind::Segment(Segment::new(0, 0).map_err(err)?)).map_err(err)?;
+    let map = |soff: u64, len: u64| SegMap { ar: KRef::downgrade(&holder), ar_key: 1, voff: 0, soff, len };
+    let r = seg.add_map(map(PAGE_SIZE, 2 * PAGE_SIZE));
+    kassert!(r == Err(abi::Error::OutOfRange), "a mapping past the end gave {r:?}");
+    let r = seg.add_map(map(PAGE_SIZE, u64::MAX));
+    kassert!(r == Err(abi::Error::OutOfRange), "an overflowing mapping gave {r:?}");
+    seg.add_map(map(PAGE_SIZE, PAGE_SIZE)).map_err(err)?;
+    let r = seg.set_nbytes(PAGE_SIZE);
+    kassert!(r == Err(abi::Error::Busy), "shrinking under the mapping gave {r:?}");
+    seg.remove_map(1, 0);
+    let r = seg.set_nbytes(PAGE_SIZE);
+    kassert!(r.is_ok(), "shrinking after the unmap gave {r:?}");
+    drop(seg);
+    drop(holder);
+    nothing_leaked_since((pages0, live0))
+}
+}

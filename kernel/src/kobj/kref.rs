@@ -39,6 +39,9 @@ fn borrow_cores() -> usize {
     crate::percpu::online_count().max(crate::percpu::current_index() + 1).min(MAX_CORES)
 }
 
+/// `repr(transparent)`: one `NonNull` word, so `Option<KRef<T>>` is that word with null for
+/// `None` (segment page slots are read as words without their lock).
+#[repr(transparent)]
 pub struct KRef<T> {
     ptr: NonNull<Inner<T>>,
     _owns: PhantomData<Inner<T>>,
@@ -135,6 +138,16 @@ impl<T> KRef<T> {
     pub unsafe fn raw_value<'a>(ptr: *mut ()) -> &'a T {
         // SAFETY: by the caller's guarantee the allocation and the value are alive.
         unsafe { &(*(ptr as *const Inner<T>)).value }
+    }
+
+    /// Where the value behind a raw pointer is, without making a reference to it (for
+    /// optimistic readers that check afterwards that it was alive: `Segment::duplicate`).
+    ///
+    /// # Safety
+    /// `ptr` is (or was) a `KRef::<T>` pointer; the result is only an address computation.
+    pub unsafe fn raw_value_ptr(ptr: *mut ()) -> *const T {
+        // SAFETY: no memory is read: the field's address within the allocation.
+        unsafe { core::ptr::addr_of!((*(ptr as *const Inner<T>)).value) }
     }
 
     /// A new reference to the value behind a raw pointer.
@@ -376,25 +389,25 @@ struct Orphans {
 /// One core's list, on its own line: only its core pushes and scans it (and `scan_all_orphans`
 /// at quiescent points).
 struct OrphanList {
-    /// Entries waiting (read without the lock by `scan_orphans`' quick test).
+    /// Entries waiting (read without the lock by `scan_orphans`' quick test, the only part of
+    /// the list a system call with nothing deferred reads).
     waiting: AtomicUsize,
-    /// The core is running a system call (`call_begins`/`call_ends`): only then is a last
-    /// drop's scan deferred, so a drop in the kernel's own code (a context's exit, a test)
-    /// still drops at once.
-    in_call: AtomicBool,
     list: percore::TicketLock<Orphans>,
 }
 
 static ORPHAN_LISTS: [percore::CachePadded<OrphanList>; MAX_CORES] =
-    [const { percore::CachePadded::new(OrphanList { waiting: AtomicUsize::new(0), in_call: AtomicBool::new(false), list: percore::TicketLock::new(Orphans { n: 0, items: [(0, 0); ORPHANS] }) }) }; MAX_CORES];
+    [const { percore::CachePadded::new(OrphanList { waiting: AtomicUsize::new(0), list: percore::TicketLock::new(Orphans { n: 0, items: [(0, 0); ORPHANS] }) }) }; MAX_CORES];
 
 /// Put an orphaned value (`p`, scanned by `scan`) on this core's list, with one weak count of
 /// the list's own. `false` if the list is full or in use (the caller scans now).
 fn defer_scan(p: *mut (), scan: unsafe fn(*mut ())) -> bool {
-    let me = &ORPHAN_LISTS[crate::percpu::current_index() % MAX_CORES];
-    if !me.in_call.load(Ordering::Relaxed) {
+    // Only inside a system call (`PerCpu::in_call`): a drop in the kernel's own code (a
+    // context's exit, a test) still scans at once.
+    let area = crate::percpu::this();
+    if !area.in_call.load(Ordering::Relaxed) {
         return false;
     }
+    let me = &ORPHAN_LISTS[area.index % MAX_CORES];
     let Some(mut l) = me.list.try_lock() else { return false };
     if l.n == ORPHANS {
         return false;
@@ -407,20 +420,33 @@ fn defer_scan(p: *mut (), scan: unsafe fn(*mut ())) -> bool {
     l.items[n] = (p as usize, scan as usize);
     l.n = n + 1;
     me.waiting.store(n + 1, Ordering::Release);
+    area.orphans_pending.store(true, Ordering::Release);
     true
 }
 
 /// Scan the orphans core `core` left (`drop_last`): drop those no borrower holds.
+#[inline]
 fn scan_orphans_of(core: usize) {
-    let me = &ORPHAN_LISTS[core % MAX_CORES];
-    if me.waiting.load(Ordering::Acquire) == 0 {
-        return;
+    if ORPHAN_LISTS[core % MAX_CORES].waiting.load(Ordering::Acquire) != 0 {
+        scan_waiting(core);
     }
+}
+
+/// `scan_orphans_of` once its quick test found entries. Out of line and cold: inlined into
+/// the system-call path, the 512-byte copy of the list below gave `syscall_dispatch` a stack
+/// frame and five saved registers on every call (session 11).
+#[cold]
+#[inline(never)]
+fn scan_waiting(core: usize) {
+    let me = &ORPHAN_LISTS[core % MAX_CORES];
     let (items, n) = {
         let Some(mut l) = me.list.try_lock() else { return };
         let taken = (l.items, l.n);
         l.n = 0;
         me.waiting.store(0, Ordering::Release);
+        if let Some(a) = crate::percpu::get(core) {
+            a.orphans_pending.store(false, Ordering::Release);
+        }
         taken
     };
     for &(p, scan) in &items[..n] {
@@ -441,19 +467,33 @@ pub fn scan_orphans() {
     scan_orphans_of(crate::percpu::current_index());
 }
 
-/// A system call starts on this core: scan the orphans earlier calls left, then defer the
-/// scans of this call's last drops (`drop_last`) to the next call.
-#[inline]
-pub fn call_begins() {
-    let core = crate::percpu::current_index();
-    scan_orphans_of(core);
-    ORPHAN_LISTS[core % MAX_CORES].in_call.store(true, Ordering::Relaxed);
+/// Whether orphans earlier calls on this core (`area`) left wait for their scan: one byte of
+/// the core's own area (`PerCpu::orphans_pending`), which the caller holds already. The system-call path tests this and, only if set, calls
+/// `scan_deferred` out of line before `call_begins`.
+#[inline(always)]
+pub fn orphans_waiting(area: &crate::percpu::PerCpu) -> bool {
+    area.orphans_pending.load(Ordering::Relaxed)
 }
 
-/// The system call ends: last drops outside calls scan at once again.
-#[inline]
-pub fn call_ends() {
-    ORPHAN_LISTS[crate::percpu::current_index() % MAX_CORES].in_call.store(false, Ordering::Relaxed);
+/// Scan the orphans earlier calls on this core left (`orphans_waiting` said there are some).
+#[cold]
+#[inline(never)]
+pub fn scan_deferred(area: &crate::percpu::PerCpu) {
+    scan_orphans_of(area.index);
+}
+
+/// A system call starts on this core (`area`): defer the scans of this call's last drops
+/// (`drop_last`) to the next call. The caller has scanned what earlier calls left
+/// (`orphans_waiting`/`scan_deferred`).
+#[inline(always)]
+pub fn call_begins(area: &crate::percpu::PerCpu) {
+    area.in_call.store(true, Ordering::Relaxed);
+}
+
+/// The system call ends: last drops outside calls scan at once again. `area` as above.
+#[inline(always)]
+pub fn call_ends(area: &crate::percpu::PerCpu) {
+    area.in_call.store(false, Ordering::Relaxed);
 }
 
 /// Scan every core's orphans (quiescent points: exact object and memory counts).

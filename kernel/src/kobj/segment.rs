@@ -6,6 +6,7 @@
 //! where it is mapped, so a copy-on-write copy can write-protect the existing mappings.
 
 use alloc::vec::Vec;
+use core::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
 use super::kref::{KRef, KWeak};
 use super::{try_push, KObject, ObjRef};
@@ -52,15 +53,56 @@ pub struct SegInner {
 
 pub struct Segment {
     pub node_core: u32,
-    /// `SegInner::nbytes`, written only under the lock, read without it (`nbytes`): a size
-    /// query writes no line (the lock's would be one), and this sits on a line apart from the
-    /// lock, so copies and other locked work on the segment do not touch it.
-    size: SizeLine,
+    /// What readers read without the lock (`nbytes`, the lock-free side of `duplicate` and of
+    /// `set_nbytes`' `Busy` check), written only under the lock, on a line apart from it: a
+    /// size query or an eager copy writes no line of the segment, so two of them on two cores
+    /// (calls that commute) share only lines both read.
+    read: ReadLine,
     pub inner: TicketLock<SegInner>,
 }
 
+/// The segment's reader side (a seqlock over the size and the page list, plus summaries).
 #[repr(align(64))]
-struct SizeLine(core::sync::atomic::AtomicU64);
+struct ReadLine {
+    /// Generation of `nbytes`, the page list's buffer and its slots (which frame each page
+    /// is): odd while a writer changes them (under the lock), bumped by two per change.
+    seq: AtomicU64,
+    /// `SegInner::nbytes`.
+    nbytes: AtomicU64,
+    /// The page list's buffer (`SegInner::pages.as_ptr()`) and length, as of `seq`.
+    pages_ptr: AtomicUsize,
+    pages_len: AtomicUsize,
+    /// The summaries below on a line of their own: a shrink refused `Busy` reads only them,
+    /// so a resize or a write of the pages on another core (which moves `seq`) shares no
+    /// line with it.
+    summaries: Summaries,
+}
+
+#[repr(align(64))]
+struct Summaries {
+    /// The end of the furthest mapping (`soff + len`, 0 with none): a shrink below it fails
+    /// `Busy`. Stored only when it changes, so making a mapping inside it writes no line a
+    /// reader reads.
+    map_end: AtomicU64,
+    /// `SegInner::pinned_pages` (0 while nothing is pinned).
+    pinned: AtomicU64,
+}
+
+impl ReadLine {
+    fn new(g: &SegInner) -> ReadLine {
+        ReadLine {
+            seq: AtomicU64::new(0),
+            nbytes: AtomicU64::new(g.nbytes),
+            pages_ptr: AtomicUsize::new(g.pages.as_ptr() as usize),
+            pages_len: AtomicUsize::new(g.pages.len()),
+            summaries: Summaries { map_end: AtomicU64::new(0), pinned: AtomicU64::new(0) },
+        }
+    }
+}
+
+/// A page slot read without the lock must be one word holding the frame's `KRef` pointer
+/// (null for an absent page): `KRef` is `repr(transparent)` over a `NonNull`.
+const _: () = assert!(core::mem::size_of::<Option<KRef<Frame>>>() == core::mem::size_of::<usize>());
 
 fn pages_for(nbytes: u64) -> u64 {
     nbytes.div_ceil(PAGE_SIZE)
@@ -78,10 +120,17 @@ fn zeroed_page(home: u32) -> Result<KRef<Frame>, Error> {
 }
 
 fn copy_of(src: &Frame, home: u32) -> Result<KRef<Frame>, Error> {
+    copy_of_pa(src.pa, home)
+}
+
+/// A new frame holding a copy of the page at `src_pa`: a page of RAM, in the physical window
+/// (the caller keeps it alive, or, for the lock-free copy, checks afterwards that it was).
+fn copy_of_pa(src_pa: u64, home: u32) -> Result<KRef<Frame>, Error> {
     let pa = frame::alloc_page_for_core(home as usize).ok_or(Error::NoMemory)?;
-    // SAFETY: both pages are valid and distinct; the source is kept alive by `src`.
+    // SAFETY: both are pages of RAM in the physical window and distinct (the new one was just
+    // allocated, so it is not the source).
     unsafe {
-        core::ptr::copy_nonoverlapping(phys_to_virt(src.pa) as *const u8, phys_to_virt(pa) as *mut u8, PAGE_SIZE as usize)
+        core::ptr::copy_nonoverlapping(phys_to_virt(src_pa) as *const u8, phys_to_virt(pa) as *mut u8, PAGE_SIZE as usize)
     };
     KRef::try_new_on_node(Frame { pa }, super::node_of_core(home)).map_err(|f| {
         drop(f);
@@ -99,11 +148,53 @@ impl Segment {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(Error::OutOfRange);
         }
-        Ok(Segment { node_core, size: SizeLine(core::sync::atomic::AtomicU64::new(nbytes)), inner: TicketLock::new(SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, maps: Vec::new(), pins: 0, pinned_pages: 0 }) })
+        Ok(Self::from_inner(node_core, SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, maps: Vec::new(), pins: 0, pinned_pages: 0 }))
+    }
+
+    fn from_inner(node_core: u32, g: SegInner) -> Segment {
+        Segment { node_core, read: ReadLine::new(&g), inner: TicketLock::new(g) }
     }
 
     pub fn nbytes(&self) -> u64 {
-        self.size.0.load(core::sync::atomic::Ordering::Acquire)
+        self.read.nbytes.load(Ordering::Acquire)
+    }
+
+    /// A writer (holding the lock) starts changing the size, the page list or a slot: readers
+    /// that started before fall back to the lock. Returns the generation for `end_write`.
+    fn begin_write(&self) -> u64 {
+        let s = self.read.seq.load(Ordering::Relaxed);
+        self.read.seq.store(s + 1, Ordering::Relaxed);
+        // The odd generation is visible before any change it covers.
+        fence(Ordering::Release);
+        s
+    }
+
+    /// The writer is done: publish the size and the page list (`g` is the locked state), then
+    /// the next even generation.
+    fn end_write(&self, g: &SegInner, s: u64) {
+        self.read.nbytes.store(g.nbytes, Ordering::Relaxed);
+        self.read.pages_ptr.store(g.pages.as_ptr() as usize, Ordering::Relaxed);
+        self.read.pages_len.store(g.pages.len(), Ordering::Relaxed);
+        self.read.seq.store(s + 2, Ordering::Release);
+    }
+
+    /// Store the mapping and pin summaries if they changed (`g` is the locked state).
+    fn publish_summaries(&self, g: &SegInner) {
+        let end = g.maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
+        if self.read.summaries.map_end.load(Ordering::Relaxed) != end {
+            self.read.summaries.map_end.store(end, Ordering::Release);
+        }
+        let pinned = if g.pins > 0 { g.pinned_pages as u64 } else { 0 };
+        if self.read.summaries.pinned.load(Ordering::Relaxed) != pinned {
+            self.read.summaries.pinned.store(pinned, Ordering::Release);
+        }
+    }
+
+    /// Whether shrinking to `n` pages is refused because a mapping or a pin reaches past it,
+    /// read without the lock. Each summary is stored under the lock together with the change
+    /// it sums up, so a refusal is right at the moment the summary was read.
+    fn shrink_busy_unlocked(&self, n: usize) -> bool {
+        (n as u64) * PAGE_SIZE < self.read.summaries.map_end.load(Ordering::Acquire) || (n as u64) < self.read.summaries.pinned.load(Ordering::Acquire)
     }
 
     pub fn set_nbytes(&self, nbytes: u64) -> Result<(), Error> {
@@ -111,6 +202,11 @@ impl Segment {
             return Err(Error::OutOfRange);
         }
         let n = pages_for(nbytes) as usize;
+        // A shrink under a mapping or a pin fails without taking the lock: two such calls on
+        // two cores (they commute) write nothing.
+        if self.shrink_busy_unlocked(n) {
+            return Err(Error::Busy);
+        }
         let mut g = self.inner.lock();
         let mapped_end = g.maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
         if (n as u64) * PAGE_SIZE < mapped_end || (g.pins > 0 && n < g.pinned_pages) {
@@ -118,15 +214,25 @@ impl Segment {
         }
         if n > g.pages.len() {
             let extra = n - g.pages.len();
-            g.pages.try_reserve(extra).map_err(|_| Error::NoMemory)?;
-            g.pages.resize_with(n, || None);
+            // `try_reserve` may move the list and free the old buffer: the generation moves
+            // first, so a lock-free reader still reading the old buffer gives up before it
+            // uses anything it read there.
+            let s = self.begin_write();
+            let reserved = g.pages.try_reserve(extra);
+            if reserved.is_ok() {
+                g.pages.resize_with(n, || None);
+                g.nbytes = nbytes;
+            }
+            self.end_write(&g, s);
+            reserved.map_err(|_| Error::NoMemory)?;
         } else {
+            let s = self.begin_write();
             // Frees the pages past the end in place (no allocation; freeing a frame takes
             // only the page allocator's locks).
             g.pages.truncate(n);
+            g.nbytes = nbytes;
+            self.end_write(&g, s);
         }
-        g.nbytes = nbytes;
-        self.size.0.store(nbytes, core::sync::atomic::Ordering::Release);
         Ok(())
     }
 
@@ -155,16 +261,23 @@ impl Segment {
     /// kernel's own use (loading programs, start information); bounds are checked.
     pub fn write_bytes(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         let mut g = self.inner.lock();
-        for (idx, in_page, n, done) in Self::pieces(g.nbytes, offset, data.len())? {
-            if g.pages[idx].is_none() {
-                g.pages[idx] = Some(zeroed_page(self.node_core)?);
+        let pieces = Self::pieces(g.nbytes, offset, data.len())?;
+        // The whole write is one change for lock-free readers: a copy sees all of it or none.
+        let s = self.begin_write();
+        let r = (|| {
+            for (idx, in_page, n, done) in pieces {
+                if g.pages[idx].is_none() {
+                    g.pages[idx] = Some(zeroed_page(self.node_core)?);
+                }
+                let pa = g.pages[idx].as_ref().map(|f| f.pa).unwrap_or(0);
+                // SAFETY: the page belongs to this segment (held under the lock) and the copy
+                // stays within it.
+                unsafe { core::ptr::copy_nonoverlapping(data[done..].as_ptr(), (phys_to_virt(pa) as *mut u8).add(in_page), n) };
             }
-            let pa = g.pages[idx].as_ref().map(|f| f.pa).unwrap_or(0);
-            // SAFETY: the page belongs to this segment (held under the lock) and the copy stays
-            // within it.
-            unsafe { core::ptr::copy_nonoverlapping(data[done..].as_ptr(), (phys_to_virt(pa) as *mut u8).add(in_page), n) };
-        }
-        Ok(())
+            Ok(())
+        })();
+        self.end_write(&g, s);
+        r
     }
 
     /// Read `buf.len()` bytes at `offset` (absent pages read as zero).
@@ -187,16 +300,25 @@ impl Segment {
         let mut g = self.inner.lock();
         let slot = g.pages.get_mut(idx as usize).ok_or(Error::OutOfRange)?;
         let mut copied = false;
-        match slot {
-            None => *slot = Some(zeroed_page(self.node_core)?),
+        // A new frame in the slot is a change for lock-free readers (`duplicate`): made first,
+        // then put in under an odd generation.
+        let fresh = match slot {
+            None => Some(zeroed_page(self.node_core)?),
             Some(f) if write && KRef::strong_count(f) > 1 => {
-                let fresh = copy_of(f, self.node_core)?;
-                *slot = Some(fresh);
                 copied = true;
+                Some(copy_of(f, self.node_core)?)
             }
-            Some(_) => {}
+            Some(_) => None,
+        };
+        if let Some(fresh) = fresh {
+            let s = self.begin_write();
+            // The frame it replaces (a copy-on-write original) is dropped after the generation
+            // moves on; a reader that saw it still checks the generation before using it.
+            let old = g.pages[idx as usize].replace(fresh);
+            self.end_write(&g, s);
+            drop(old);
         }
-        let f = slot.as_ref().ok_or(Error::NoMemory)?;
+        let f = g.pages[idx as usize].as_ref().ok_or(Error::NoMemory)?;
         Ok((f.pa, KRef::strong_count(f) == 1, copied))
     }
 
@@ -204,6 +326,13 @@ impl Segment {
     /// Returns the copy and, for copy-on-write, where this segment is mapped (so the caller
     /// can write-protect those mappings outside this segment's lock).
     pub fn duplicate(&self, cow: bool, node_core: u32) -> Result<(Segment, Vec<(KWeak<KObject>, u64, u64)>), Error> {
+        // An eager copy first tries the reader side, which writes no line of this segment.
+        // (A copy-on-write copy takes a count of every frame and reads the mappings: locked.)
+        if !cow {
+            if let Some(r) = self.duplicate_eager_unlocked(node_core) {
+                return r.map(|copy| (copy, Vec::new()));
+            }
+        }
         let g = self.inner.lock();
         // A pinned page is written by a device behind the page tables' back: sharing it
         // copy-on-write would let that write reach the copy.
@@ -223,12 +352,108 @@ impl Segment {
                 maps.push((m.ar.clone(), m.voff, m.len));
             }
         }
-        let copy = Segment { node_core, size: SizeLine(core::sync::atomic::AtomicU64::new(g.nbytes)), inner: TicketLock::new(SegInner { nbytes: g.nbytes, pages, maps: Vec::new(), pins: 0, pinned_pages: 0 }) };
+        let copy = Self::from_inner(node_core, SegInner { nbytes: g.nbytes, pages, maps: Vec::new(), pins: 0, pinned_pages: 0 });
         Ok((copy, maps))
     }
 
+    /// Whether the generation is still `g1` (every read since then saw one state).
+    fn unchanged_since(&self, g1: u64) -> bool {
+        // Reads before this check are ordered before the generation load.
+        fence(Ordering::Acquire);
+        self.read.seq.load(Ordering::Relaxed) == g1
+    }
+
+    /// An eager copy without the lock (seqlock reader): `None` if a writer was active or
+    /// intervened (the caller takes the lock), else the copy or an allocation error. Writes no
+    /// line of this segment, so copies of one source on several cores do not conflict.
+    ///
+    /// Every address it dereferences was, at a generation check made before the dereference,
+    /// part of this segment (the page list's buffer, a slot's `Inner<Frame>`, a frame): heap
+    /// and frames are in the physical window, which stays mapped after a free, so a value read
+    /// after a writer freed it is garbage but never a fault, and the final check throws away
+    /// a copy made from it (its new pages are freed by the drop). Slots are read with atomic
+    /// word loads while writers store them plainly under the lock (the kernel's seqlock
+    /// pattern: x86-64 word stores are single-copy atomic; a racing value is never used
+    /// unchecked). The writers' side of the rule: every writer moves the generation before
+    /// it frees anything a reader may dereference (the list's old buffer in `set_nbytes`'
+    /// grow, frames and their records in its shrink, a replaced frame in `fault_page`).
+    fn duplicate_eager_unlocked(&self, node_core: u32) -> Option<Result<Segment, Error>> {
+        let r = &self.read;
+        let g1 = r.seq.load(Ordering::Acquire);
+        if g1 & 1 != 0 {
+            return None;
+        }
+        let nbytes = r.nbytes.load(Ordering::Relaxed);
+        let ptr = r.pages_ptr.load(Ordering::Relaxed) as *const AtomicUsize;
+        let len = r.pages_len.load(Ordering::Relaxed);
+        // The buffer, its length and the size belong together only if nothing changed.
+        if !self.unchanged_since(g1) || len as u64 != pages_for(nbytes) {
+            return None;
+        }
+        let mut pages = match page_vec(len as u64, node_core) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        for (i, out) in pages.iter_mut().enumerate() {
+            // SAFETY: `i < len`, and at the check above `ptr` was the live buffer of `len`
+            // slots (a freed buffer stays mapped: see the function's comment). A slot is one
+            // pointer-sized word (const assertion at `ReadLine`), aligned as a pointer.
+            let raw = unsafe { (*ptr.add(i)).load(Ordering::Relaxed) };
+            if raw == 0 {
+                continue;
+            }
+            // The slot held a live frame reference at this check.
+            if !self.unchanged_since(g1) {
+                return None;
+            }
+            // SAFETY: `raw` was this segment's `KRef<Frame>` pointer at the check (the slot
+            // word is `KRef`'s `NonNull`), so its allocation is kernel heap memory; a volatile
+            // read of the plain `u64` there cannot fault even if it was freed since.
+            let pa = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*KRef::<Frame>::raw_value_ptr(raw as *mut ())).pa)) };
+            // The frame was still this segment's when its address was read.
+            if !self.unchanged_since(g1) {
+                return None;
+            }
+            match copy_of_pa(pa, node_core) {
+                Ok(f) => *out = Some(f),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        // Nothing changed while the frames were copied: the copy is of one state.
+        if !self.unchanged_since(g1) {
+            return None;
+        }
+        Some(Ok(Self::from_inner(node_core, SegInner { nbytes, pages, maps: Vec::new(), pins: 0, pinned_pages: 0 })))
+    }
+
+    /// `duplicate_eager_unlocked` for the kernel tests (it must succeed while the lock is
+    /// held by someone else).
+    pub fn copy_without_lock(&self, node_core: u32) -> Option<Result<Segment, Error>> {
+        self.duplicate_eager_unlocked(node_core)
+    }
+
+    /// The same, started while a writer (this test, holding the lock) is between
+    /// `begin_write` and `end_write`: must give up (`None`), freeing what it made.
+    pub fn copy_without_lock_during_write(&self, node_core: u32) -> Option<Result<Segment, Error>> {
+        let g = self.inner.lock();
+        let s = self.begin_write();
+        let r = self.duplicate_eager_unlocked(node_core);
+        self.end_write(&g, s);
+        r
+    }
+
+    /// Record a mapping of `[m.soff, m.soff + m.len)`. `OutOfRange` if that reaches past the
+    /// segment's pages: checked here, under the lock a shrink holds, because the caller's
+    /// own check (`ar::set_seg_peeked`) reads the size without it, and a shrink between the
+    /// two would otherwise leave a mapping past the end.
     pub fn add_map(&self, m: SegMap) -> Result<(), Error> {
-        try_push(&mut self.inner.lock().maps, m)
+        let mut g = self.inner.lock();
+        if m.soff.checked_add(m.len).is_none_or(|end| end > g.pages.len() as u64 * PAGE_SIZE) {
+            return Err(Error::OutOfRange);
+        }
+        try_push(&mut g.maps, m)?;
+        self.publish_summaries(&g);
+        Ok(())
     }
 
     /// Forget the mapping of address range `ar_key` at `voff`.
@@ -236,6 +461,7 @@ impl Segment {
         let mut g = self.inner.lock();
         if let Some(i) = g.maps.iter().position(|m| m.ar_key == ar_key && m.voff == voff) {
             let m = g.maps.swap_remove(i);
+            self.publish_summaries(&g);
             drop(g);
             drop(m);
         }
@@ -251,9 +477,12 @@ impl Segment {
         let mut g = self.inner.lock();
         let slot = g.pages.get_mut(idx as usize).ok_or(Error::OutOfRange)?;
         if slot.is_none() {
-            *slot = Some(zeroed_page(self.node_core)?);
+            let fresh = zeroed_page(self.node_core)?;
+            let s = self.begin_write();
+            g.pages[idx as usize] = Some(fresh);
+            self.end_write(&g, s);
         }
-        let f_ref = slot.as_ref().ok_or(Error::NoMemory)?;
+        let f_ref = g.pages[idx as usize].as_ref().ok_or(Error::NoMemory)?;
         if KRef::strong_count(f_ref) > 1 {
             return Err(Error::Busy);
         }
@@ -278,7 +507,10 @@ impl Segment {
         pas.try_reserve_exact(npages).map_err(|_| Error::NoMemory)?;
         for i in 0..npages {
             if g.pages[i].is_none() {
-                g.pages[i] = Some(zeroed_page(self.node_core)?);
+                let fresh = zeroed_page(self.node_core)?;
+                let s = self.begin_write();
+                g.pages[i] = Some(fresh);
+                self.end_write(&g, s);
             }
             let f = g.pages[i].as_ref().ok_or(Error::NoMemory)?;
             if KRef::strong_count(f) > 1 {
@@ -288,6 +520,7 @@ impl Segment {
         }
         g.pins = g.pins.checked_add(1).ok_or(Error::Busy)?;
         g.pinned_pages = g.pinned_pages.max(npages);
+        self.publish_summaries(&g);
         Ok(pas)
     }
 
@@ -298,6 +531,7 @@ impl Segment {
         if g.pins == 0 {
             g.pinned_pages = 0;
         }
+        self.publish_summaries(&g);
     }
 
     /// Where the page list is (for the test that it is on `memid`'s node).

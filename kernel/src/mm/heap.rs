@@ -63,19 +63,28 @@ struct FreeObject {
     next: *mut FreeObject,
 }
 
-#[repr(C)]
+/// A slab's header, two cache lines. The first holds what the slab is (written when it is
+/// made, poisoned when it goes): a free on another core reads it to find the home core, and
+/// reads nothing else of the slab. The second holds the home core's list state, which every
+/// allocation and local free writes. On one line, a remote free's read of `home` shared a
+/// line with the home core's next allocation from the same slab (heap false sharing between
+/// two calls that touch different objects: docs/commute.md, session 11).
+#[repr(C, align(64))]
 struct SlabHeader {
     magic: u32,
     class: u16,
     home: u16,
-    in_use: u32,
-    on_partial: u16,
     /// Which of the home core's per-node caches the slab belongs to.
     node: u16,
+    _identity_line: [u8; 54],
+    in_use: u32,
+    on_partial: u16,
     free: *mut FreeObject,
     next: *mut SlabHeader,
     prev: *mut SlabHeader,
 }
+
+const _: () = assert!(core::mem::offset_of!(SlabHeader, in_use) == 64 && core::mem::size_of::<SlabHeader>() == 128);
 
 /// One core's state for one size class. Touched only by the owning core, interrupts off.
 struct ClassCache {
@@ -173,6 +182,7 @@ fn new_slab(class: usize, home: usize, slot: usize, frames_node: usize, caches: 
             in_use: 0,
             on_partial: 0,
             node: slot as u16,
+            _identity_line: [0; 54],
             free,
             next: null_mut(),
             prev: null_mut(),

@@ -37,8 +37,14 @@ impl<T> NodeVec<T> {
         NodeVec { ptr: NonNull::dangling(), len: 0, cap: 0, node, _owns: PhantomData }
     }
 
+    /// The buffer's layout, rounded up to whole cache lines and line-aligned (the heap then
+    /// serves it from the 64-byte class or larger): these buffers belong to kernel objects
+    /// that other cores read (a segment's page list, a share's table), so none may share a
+    /// line with another object's buffer, where one core's free or write would land on a line
+    /// another core's call reads (heap false sharing, docs/commute.md). Allocation and free
+    /// both go through here, so they agree on the size class.
     fn layout(cap: usize) -> Result<Layout, NoMemory> {
-        Layout::array::<T>(cap).map_err(|_| NoMemory)
+        Layout::array::<T>(cap).and_then(|l| l.align_to(64)).map(|l| l.pad_to_align()).map_err(|_| NoMemory)
     }
 
     /// Room for at least `extra` more elements.
