@@ -55,13 +55,28 @@ struct ParentLink {
     voff: u64,
 }
 
+/// A value on cache lines of its own (its size is a multiple of the line): see
+/// `AddressRange::inner`.
+#[repr(align(64))]
+struct OwnLine<T>(T);
+
+impl<T> core::ops::Deref for OwnLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 pub struct AddressRange {
     pub kind: ArKind,
     pub level: u32,
     /// Physical address of the top table page.
     pub table: u64,
     pub node_core: u32,
-    inner: TicketLock<ArInner>,
+    /// On its own line: the faults of the range's own core write the lock, and other cores
+    /// read the object's name, type and the fields above (a link, `obj_stat`); sharing their
+    /// line made it cross cores on every fault (issue 17's audit: one line a range).
+    inner: OwnLine<TicketLock<ArInner>>,
     parents: TicketLock<Vec<ParentLink>>,
     /// Cores currently running with this range as their root.
     pub running: CoreSet,
@@ -136,7 +151,7 @@ impl AddressRange {
             level: level_of(kind),
             table,
             node_core,
-            inner: TicketLock::new(ArInner { maps: Vec::new(), detached: Vec::new() }),
+            inner: OwnLine(TicketLock::new(ArInner { maps: Vec::new(), detached: Vec::new() })),
             parents: TicketLock::new(Vec::new()),
             running: CoreSet::new(),
         })
