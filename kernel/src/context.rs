@@ -315,7 +315,10 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
         let write = f.error & 2 != 0;
         let exec = f.error & 16 != 0;
         let resolved = if addr >= abi::USER_BASE && addr < abi::USER_END {
-            let root = percpu::acting().context.get().map(|c| c.root_ar.clone());
+            // Borrowed, not cloned: the running context's reference keeps the root alive
+            // for the whole fault (the context is replaced only outside this handler), and a
+            // clone would write the root's count line on every fault (issue 17).
+            let root = percpu::acting().context.get().map(|c| &*c.root_ar);
             match root {
                 Some(root) => {
                     // Resolving may wait for a range lock held by a core that is waiting for
@@ -327,10 +330,9 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
                     // Faults are not injection points (see mm::inject), even inside a call.
                     let area = percpu::this();
                     let was = area.injectable.swap(false, Ordering::Relaxed);
-                    let r = ar::resolve_fault(&root, addr & !0xFFF, write, exec);
+                    let r = ar::resolve_fault(root, addr & !0xFFF, write, exec);
                     area.injectable.store(was, Ordering::Relaxed);
                     cpu::disable_interrupts();
-                    drop(root);
                     r
                 }
                 None => Err(ar::FaultError::NotMapped),

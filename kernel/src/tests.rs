@@ -1007,5 +1007,149 @@ fn segment_mapping_past_the_end_is_refused() {
     drop(seg);
     drop(holder);
     nothing_leaked_since((pages0, live0))
+/// A root with a 1 GiB range linked at 1 GiB and, inside it, a 2 MiB range at 6 MiB mapping
+/// `seg`'s first four pages read-write: (root, mid, leaf).
+fn nested_ranges(seg: &crate::kobj::ObjRef) -> Result<(crate::kobj::ObjRef, crate::kobj::ObjRef, crate::kobj::ObjRef), alloc::string::String> {
+    use crate::kobj::{ar, ar::AddressRange, KObject, Kind};
+    use abi::ArKind;
+    let me = percpu::current_index() as u32;
+    let err = |e: abi::Error| alloc::format!("{e:?}");
+    let root = KObject::create(b"ktest-walk-root", me, Kind::Ar(AddressRange::new(ArKind::Root, me).map_err(err)?)).map_err(err)?;
+    let mid = KObject::create(b"ktest-walk-mid", me, Kind::Ar(AddressRange::new(ArKind::Span1G, me).map_err(err)?)).map_err(err)?;
+    let leaf = KObject::create(b"ktest-walk-leaf", me, Kind::Ar(AddressRange::new(ArKind::Span2M, me).map_err(err)?)).map_err(err)?;
+    ar::set_seg(&leaf, 0, seg, 0, 4 * PAGE_SIZE, abi::MAP_READ | abi::MAP_WRITE).map_err(err)?;
+    ar::set_ar(&mid, 6 << 20, &leaf).map_err(err)?;
+    ar::set_ar(&root, 1 << 30, &mid).map_err(err)?;
+    Ok((root, mid, leaf))
+}
+
+// Catches: a fault walk that leaks (or double-drops) a counted reference to a range it passes
+// (the counts of the ranges below the root are checked after faults, errors included); a
+// range's teardown that frees a child range's table as its own (free pages above the start:
+// a double free), that misses its intermediate tables (below the start: a leak), or that
+// forgets a table `set_ar` unhooked from its tree (a leak); a fault through a link that was
+// unmapped that finds anything but `NotMapped`.
+ktest! {
+fn nested_fault_walk_counts_nothing_and_teardown_frees_every_table() {
+    use crate::arch::x86_64::paging::{index, read_entry, PTE_PRESENT, PTE_WRITE};
+    use crate::kobj::{ar, ar::AddressRange, ar::FaultError, kref::KRef, segment::Segment, KObject, Kind};
+    let me = percpu::current_index() as u32;
+    let err = |e: abi::Error| alloc::format!("{e:?}");
+    let (pages0, live0) = quiescent_counts();
+    let seg = KObject::create(b"ktest-walk-seg", me, Kind::Segment(Segment::new(8 * PAGE_SIZE, me).map_err(err)?)).map_err(err)?;
+    let (root, mid, leaf) = nested_ranges(&seg)?;
+    // A table of mid's own that a later link replaces: map a page at 10 MiB, fault it in
+    // (mid makes the page table), unmap it, link a second 2 MiB range over the slot.
+    ar::set_seg(&mid, 10 << 20, &seg, 4 * PAGE_SIZE, PAGE_SIZE, abi::MAP_READ).map_err(err)?;
+    let r = ar::resolve_fault(&root, (1 << 30) + (10 << 20), false, false);
+    kassert!(r == Ok(false), "fault on mid's own mapping: {r:?}");
+    ar::unmap(&mid, 10 << 20, PAGE_SIZE).map_err(err)?;
+    let leaf2 = KObject::create(b"ktest-walk-leaf2", me, Kind::Ar(AddressRange::new(abi::ArKind::Span2M, me).map_err(err)?)).map_err(err)?;
+    ar::set_ar(&mid, 10 << 20, &leaf2).map_err(err)?;
+    drop(leaf2); // mid's link holds it now
+    let (mid_n, leaf_n) = (KRef::strong_count(&mid), KRef::strong_count(&leaf));
+    let base = (1 << 30) + (6 << 20);
+    // Through root and mid into leaf: the page table entry is written in leaf's table.
+    let r = ar::resolve_fault(&root, base + PAGE_SIZE, true, false);
+    kassert!(r == Ok(false), "write fault through two links: {r:?}");
+    let leaf_table = leaf.as_ar().map_err(err)?.table;
+    let e = read_entry(leaf_table, index(1, PAGE_SIZE));
+    kassert!(e & PTE_PRESENT != 0 && e & PTE_WRITE != 0, "leaf's entry after the fault: {e:#x}");
+    let r = ar::resolve_fault(&root, base + 5 * PAGE_SIZE, false, false);
+    kassert!(r == Err(FaultError::NotMapped), "fault past leaf's mapping: {r:?}");
+    let r = ar::resolve_fault(&root, base, false, true);
+    kassert!(r == Err(FaultError::Protection), "fetch from a mapping without MAP_EXEC: {r:?}");
+    let r = ar::resolve_fault(&root, (1 << 30) + (10 << 20), false, false);
+    kassert!(r == Err(FaultError::NotMapped), "fault into the empty second leaf: {r:?}");
+    kassert!(
+        KRef::strong_count(&mid) == mid_n && KRef::strong_count(&leaf) == leaf_n,
+        "counts after the walks: mid {} (was {mid_n}), leaf {} (was {leaf_n})",
+        KRef::strong_count(&mid),
+        KRef::strong_count(&leaf)
+    );
+    // Only the links hold mid and leaf now; unlinking mid frees both (and leaf2).
+    drop(mid);
+    drop(leaf);
+    ar::unmap(&root, 1 << 30, 1 << 30).map_err(err)?;
+    let r = ar::resolve_fault(&root, base + PAGE_SIZE, false, false);
+    kassert!(r == Err(FaultError::NotMapped), "fault through the unmapped link: {r:?}");
+    drop(root);
+    drop(seg);
+    nothing_leaked_since((pages0, live0))
+}
+}
+
+// Catches: a walk that takes a counted reference or borrow of the child and never gives it
+// back (the child is never dropped: live objects and pages above the start), a walk that
+// returns anything but success or `NotMapped` while the link comes and goes, and an unmap or
+// teardown that leaks under the race. Does NOT reliably catch a walk that lets go of the
+// parent's lock before keeping the child alive (planted once, 2026-11-29: the test passed;
+// the freed child is read from unpoisoned heap memory or a reused slot, which looks fine).
+// Core 0 links a fresh 1 GiB range whose only counted reference is the link, then unlinks it;
+// core 1 faults through the root meanwhile. Each fault must succeed or be `NotMapped`.
+ktest! {
+fn fault_walk_races_the_unmap_of_its_parent_link() -> Outcome {
+    use crate::kobj::{ar, ar::AddressRange, ar::FaultError, segment::Segment, KObject, Kind};
+    let cores = percpu::online_count();
+    if cores < 2 {
+        return Ok(crate::ktest::Outcome::Skipped("needs two cores".into()));
+    }
+    let err = |e: abi::Error| alloc::format!("{e:?}");
+    let (pages0, live0) = quiescent_counts();
+    let seg = KObject::create(b"ktest-race-seg", 0, Kind::Segment(Segment::new(4 * PAGE_SIZE, 0).map_err(err)?)).map_err(err)?;
+    let root = KObject::create(b"ktest-race-root", 0, Kind::Ar(AddressRange::new(abi::ArKind::Root, 0).map_err(err)?)).map_err(err)?;
+    let done = AtomicBool::new(false);
+    let wrong = AtomicUsize::new(0);
+    let resolved = AtomicU64::new(0);
+    let links = AtomicU64::new(0);
+    smp::run_on_all(&|i| {
+        if i == 0 {
+            let deadline = time::Deadline::after_ms(1500);
+            let mut n = 0u64;
+            while !deadline.expired() || n < 300 {
+                let Ok(a) = AddressRange::new(abi::ArKind::Span1G, 0) else { break };
+                let Ok(child) = KObject::create(b"ktest-race-child", 0, Kind::Ar(a)) else { break };
+                if ar::set_seg(&child, 0, &seg, 0, 4 * PAGE_SIZE, abi::MAP_READ).is_err() || ar::set_ar(&root, 1 << 30, &child).is_err() {
+                    wrong.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                drop(child); // the link holds the only counted reference
+                for _ in 0..(n % 7) * 200 {
+                    core::hint::spin_loop();
+                }
+                if ar::unmap(&root, 1 << 30, 1 << 30).is_err() {
+                    wrong.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                n += 1;
+            }
+            links.store(n, Ordering::Relaxed);
+            done.store(true, Ordering::Release);
+        } else if i == 1 {
+            // One faulting core: the walks all take the root's ticket lock, and with more vCPUs
+            // than host cores a ticket handed to a descheduled vCPU stalls everyone (the
+            // 8-vCPU boot timed out with seven walkers, and took 18 s under load with two).
+            let mut k = i as u64;
+            while !done.load(Ordering::Acquire) {
+                match ar::resolve_fault(&root, (1 << 30) + (k % 4) * PAGE_SIZE, false, false) {
+                    Ok(false) => {
+                        resolved.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(FaultError::NotMapped) => {}
+                    _ => {
+                        wrong.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                k += 1;
+            }
+        }
+    });
+    kassert!(wrong.load(Ordering::Relaxed) == 0, "{} wrong fault results or failed links", wrong.load(Ordering::Relaxed));
+    kassert!(links.load(Ordering::Relaxed) >= 300, "only {} links made", links.load(Ordering::Relaxed));
+    kassert!(resolved.load(Ordering::Relaxed) > 0, "no fault ever went through the link");
+    drop(root);
+    drop(seg);
+    nothing_leaked_since((pages0, live0))?;
+    Ok(crate::ktest::Outcome::Ran)
 }
 }

@@ -14,7 +14,7 @@
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
-use super::kref::{KRef, KWeak};
+use super::kref::{KBorrow, KRef, KWeak};
 use super::segment::SegMap;
 use super::{cores_in, CoreSet, KObject, ObjRef};
 use crate::arch::x86_64::paging::{
@@ -40,8 +40,12 @@ pub struct Mapping {
 struct ArInner {
     /// Sorted by `voff`, non-overlapping.
     maps: Vec<Mapping>,
-    /// Intermediate tables created below the top table.
-    owned: Vec<u64>,
+    /// Intermediate tables of ours that `set_ar` unhooked from the tree (a child range's table
+    /// took their entry), with their levels: freed, with the tables below them, in `Drop`.
+    /// The tables still in the tree need no list: `Drop` finds them by walking it (so a fault
+    /// that creates a table writes nothing but the table entry, issue 17). Rare: only a link
+    /// over a slot whose table an earlier mapping made.
+    detached: Vec<(u64, u32)>,
 }
 
 struct ParentLink {
@@ -51,13 +55,28 @@ struct ParentLink {
     voff: u64,
 }
 
+/// A value on cache lines of its own (its size is a multiple of the line): see
+/// `AddressRange::inner`.
+#[repr(align(64))]
+struct OwnLine<T>(T);
+
+impl<T> core::ops::Deref for OwnLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 pub struct AddressRange {
     pub kind: ArKind,
     pub level: u32,
     /// Physical address of the top table page.
     pub table: u64,
     pub node_core: u32,
-    inner: TicketLock<ArInner>,
+    /// On its own line: the faults of the range's own core write the lock, and other cores
+    /// read the object's name, type and the fields above (a link, `obj_stat`); sharing their
+    /// line made it cross cores on every fault (issue 17's audit: one line a range).
+    inner: OwnLine<TicketLock<ArInner>>,
     parents: TicketLock<Vec<ParentLink>>,
     /// Cores currently running with this range as their root.
     pub running: CoreSet,
@@ -132,7 +151,7 @@ impl AddressRange {
             level: level_of(kind),
             table,
             node_core,
-            inner: TicketLock::new(ArInner { maps: Vec::new(), owned: Vec::new() }),
+            inner: OwnLine(TicketLock::new(ArInner { maps: Vec::new(), detached: Vec::new() })),
             parents: TicketLock::new(Vec::new()),
             running: CoreSet::new(),
         })
@@ -160,9 +179,11 @@ impl AddressRange {
     }
 
     /// The table at `stop_level` covering `rel`, walking down from the top and creating
-    /// missing intermediate tables if `create`.
+    /// missing intermediate tables if `create`. The caller holds `inner`'s lock (the `_inner`
+    /// argument says so): the tables change only under it. A created table is recorded only
+    /// by its entry; `Drop` finds it by walking the tree (`free_below`).
     #[inline] // on the fault path, where its constant arguments fold away
-    fn table_at(&self, inner: &mut ArInner, rel: u64, stop_level: u32, create: bool) -> Result<Option<u64>, Error> {
+    fn table_at(&self, _inner: &mut ArInner, rel: u64, stop_level: u32, create: bool) -> Result<Option<u64>, Error> {
         let mut t = self.table;
         let mut lvl = self.level;
         while lvl > stop_level {
@@ -172,9 +193,7 @@ impl AddressRange {
                 if !create {
                     return Ok(None);
                 }
-                inner.owned.try_reserve(1).map_err(|_| Error::NoMemory)?;
                 let nt = alloc_table(self.node_core).ok_or(Error::NoMemory)?;
-                inner.owned.push(nt);
                 write_entry(t, idx, nt | TABLE_FLAGS);
                 t = nt;
             } else if e & PTE_HUGE != 0 {
@@ -309,10 +328,17 @@ pub fn set_ar(ar_obj: &ObjRef, voff: u64, child_obj: &ObjRef) -> Result<(), Erro
     }
     child.parents.lock().try_reserve(1).map_err(|_| Error::NoMemory)?;
     g.maps.try_reserve(1).map_err(|_| Error::NoMemory)?;
+    g.detached.try_reserve(1).map_err(|_| Error::NoMemory)?;
     let t = ar.table_at(&mut g, voff, child.level + 1, true)?.ok_or(Error::NoMemory)?;
     let idx = index(child.level + 1, voff);
-    let was_present = read_entry(t, idx) & PTE_PRESENT != 0;
+    let old = read_entry(t, idx);
+    let was_present = old & PTE_PRESENT != 0;
     write_entry(t, idx, child.table | TABLE_FLAGS);
+    if was_present {
+        // Ours (no mapping overlaps, so no child's table was here): off the tree now, so
+        // `Drop`'s walk would miss it and what hangs below it.
+        g.detached.push((old & PTE_ADDR_MASK, child.level));
+    }
     insert_sorted(&mut g.maps, Mapping { voff, len: span, flags: MAP_READ | MAP_WRITE | MAP_EXEC, target: Target::Ar(child_obj.clone()) })?;
     child.parents.lock().push(ParentLink { parent: KRef::downgrade(ar_obj), key: ar.key(), voff });
     if was_present {
@@ -421,60 +447,120 @@ pub fn mappings(ar_obj: &KObject) -> Result<Vec<ArMapping>, Error> {
     Ok(v)
 }
 
+/// A range the fault walk is in, kept alive without writing its count line where possible.
+enum Held<'r> {
+    /// The caller's range (its reference, e.g. the running context's root, outlives the walk).
+    Caller(&'r KObject),
+    /// A child range borrowed under its parent's lock (`KRef::borrow`: writes only this
+    /// core's borrow-slot line, not the range's count line, which every core that links or
+    /// walks the range would otherwise write: issue 17's `resolve_fault` lines).
+    Borrowed(KBorrow<KObject>),
+    /// This core's borrow slots were all taken: a counted reference, as before.
+    Counted(ObjRef),
+}
+
+impl Held<'_> {
+    /// Keep `child` alive past its parent's lock. The caller holds the parent's lock, so the
+    /// parent's mapping keeps a counted reference to `child` while the borrow starts.
+    fn of(child: &ObjRef) -> Held<'static> {
+        match KRef::borrow(child) {
+            Some(b) => Held::Borrowed(b),
+            None => Held::Counted(child.clone()),
+        }
+    }
+
+    fn obj(&self) -> &KObject {
+        match self {
+            Held::Caller(o) => o,
+            Held::Borrowed(b) => b,
+            Held::Counted(r) => r,
+        }
+    }
+}
+
 /// Resolve a fault at `rel` (relative to `root_obj`): find the segment mapping through any
 /// linked ranges, get (or copy) the page, and write the entry into the tables of the range
 /// that holds the mapping. Returns whether a copy-on-write copy happened.
-pub fn resolve_fault(root_obj: &ObjRef, rel: u64, write: bool, exec: bool) -> Result<bool, FaultError> {
-    let mut cur = root_obj.clone();
+///
+/// The walk takes no counted reference: the caller's reference keeps `root_obj` alive; each
+/// child range is borrowed (`Held::of`) while its parent's lock holds the mapping that
+/// counts it, and the parent's lock is let go only after that; the segment is used under the
+/// lock of the range whose mapping counts it. So a walk racing an `ar_unmap` of a parent
+/// either finds the mapping gone (`NotMapped`) or keeps the child alive until it is done
+/// (the child's last drop is handed to the borrow's end, `percore::borrow`).
+pub fn resolve_fault(root_obj: &KObject, rel: u64, write: bool, exec: bool) -> Result<bool, FaultError> {
+    let mut cur = Held::Caller(root_obj);
     let mut rel = rel;
     loop {
-        let ar = cur.as_ar().map_err(|_| FaultError::NotMapped)?;
-        let mut g = ar.inner.lock();
-        let Some(m) = g.maps.iter().find(|m| m.voff <= rel && rel < m.voff + m.len) else {
-            return Err(FaultError::NotMapped);
-        };
-        match &m.target {
-            Target::Ar(child) => {
-                let next = child.clone();
-                rel -= m.voff;
-                drop(g);
-                cur = next;
-            }
-            Target::Seg { obj, soff } => {
-                if (write && m.flags & MAP_WRITE == 0) || (exec && m.flags & MAP_EXEC == 0) {
-                    return Err(FaultError::Protection);
+        let next = {
+            let ar = cur.obj().as_ar().map_err(|_| FaultError::NotMapped)?;
+            let mut g = ar.inner.lock();
+            let Some(m) = g.maps.iter().find(|m| m.voff <= rel && rel < m.voff + m.len) else {
+                return Err(FaultError::NotMapped);
+            };
+            match &m.target {
+                Target::Ar(child) => {
+                    let next = Held::of(child);
+                    rel -= m.voff;
+                    next // the lock goes here, after the borrow began
                 }
-                let flags = m.flags;
-                let page = (soff + (rel - m.voff)) / PAGE_SIZE;
-                let seg = obj.clone();
-                let (pa, exclusive, copied) =
-                    seg.as_segment().map_err(|_| FaultError::NotMapped)?.fault_page(page, write).map_err(|e| match e {
-                        Error::NoMemory => FaultError::OutOfMemory,
-                        _ => FaultError::NotMapped,
-                    })?;
-                let mut pte = pa | PTE_PRESENT | PTE_USER | PTE_ACCESSED;
-                if flags & MAP_WRITE != 0 && exclusive {
-                    pte |= PTE_WRITE | PTE_DIRTY;
-                }
-                if flags & MAP_EXEC == 0 && nx_supported() {
-                    pte |= PTE_NX;
-                }
-                let t = ar.table_at(&mut g, rel, 1, true).map_err(|_| FaultError::OutOfMemory)?.ok_or(FaultError::OutOfMemory)?;
-                let i = index(1, rel);
-                let old = read_entry(t, i);
-                write_entry(t, i, pte);
-                let stats = &crate::percpu::this().stats;
-                stats.soft_faults.fetch_add(1, Ordering::Relaxed);
-                if copied {
-                    stats.cow_faults.fetch_add(1, Ordering::Relaxed);
-                    if old & PTE_PRESENT != 0 {
-                        // Other cores may still translate to the shared page.
-                        flush_cores(&ar.shootdown_targets());
+                Target::Seg { obj, soff } => {
+                    if (write && m.flags & MAP_WRITE == 0) || (exec && m.flags & MAP_EXEC == 0) {
+                        return Err(FaultError::Protection);
                     }
+                    let flags = m.flags;
+                    let page = (soff + (rel - m.voff)) / PAGE_SIZE;
+                    // `obj` is the mapping's counted reference, and `g` holds the mapping.
+                    let (pa, exclusive, copied) =
+                        obj.as_segment().map_err(|_| FaultError::NotMapped)?.fault_page(page, write).map_err(|e| match e {
+                            Error::NoMemory => FaultError::OutOfMemory,
+                            _ => FaultError::NotMapped,
+                        })?;
+                    let mut pte = pa | PTE_PRESENT | PTE_USER | PTE_ACCESSED;
+                    if flags & MAP_WRITE != 0 && exclusive {
+                        pte |= PTE_WRITE | PTE_DIRTY;
+                    }
+                    if flags & MAP_EXEC == 0 && nx_supported() {
+                        pte |= PTE_NX;
+                    }
+                    let t = ar.table_at(&mut g, rel, 1, true).map_err(|_| FaultError::OutOfMemory)?.ok_or(FaultError::OutOfMemory)?;
+                    let i = index(1, rel);
+                    let old = read_entry(t, i);
+                    write_entry(t, i, pte);
+                    let stats = &crate::percpu::this().stats;
+                    stats.soft_faults.fetch_add(1, Ordering::Relaxed);
+                    if copied {
+                        stats.cow_faults.fetch_add(1, Ordering::Relaxed);
+                        if old & PTE_PRESENT != 0 {
+                            // Other cores may still translate to the shared page.
+                            flush_cores(&ar.shootdown_targets());
+                        }
+                    }
+                    return Ok(copied);
                 }
-                return Ok(copied);
             }
+        };
+        // Ends the borrow of the range just left (its lock is already let go).
+        cur = next;
+    }
+}
+
+/// Free the tables below table `t` (at `level`) reached through its first `entries` entries:
+/// every present entry of a table above level 1 is an intermediate table of this range's own
+/// (child ranges' tables are unhooked before this runs; level-1 entries are segment pages,
+/// which the segments own). Recursion depth is at most three.
+fn free_below(t: u64, level: u32, entries: usize) {
+    if level <= 1 {
+        return;
+    }
+    for i in 0..entries {
+        let e = read_entry(t, i);
+        if e & PTE_PRESENT == 0 || e & PTE_HUGE != 0 {
+            continue;
         }
+        let sub = e & PTE_ADDR_MASK;
+        free_below(sub, level - 1, 512);
+        free_table(sub);
     }
 }
 
@@ -502,6 +588,11 @@ impl Drop for AddressRange {
                 }
                 Target::Ar(child_obj) => {
                     if let Ok(child) = child_obj.as_ar() {
+                        // Unhook the child's table first: the walk below frees every table
+                        // it reaches, and the child's are the child's.
+                        if let Ok(Some(t)) = self.table_at(&mut inner, m.voff, child.level + 1, false) {
+                            write_entry(t, index(child.level + 1, m.voff), 0);
+                        }
                         let mut p = child.parents.lock();
                         if let Some(i) = p.iter().position(|l| l.key == key && l.voff == m.voff) {
                             let link = p.swap_remove(i);
@@ -512,9 +603,12 @@ impl Drop for AddressRange {
                 }
             }
         }
-        for &t in &inner.owned {
+        for &(t, level) in &inner.detached {
+            free_below(t, level, 512);
             free_table(t);
         }
+        // A root's upper half is the kernel's, shared by every root: not ours to free.
+        free_below(self.table, self.level, if self.kind == ArKind::Root { 256 } else { 512 });
         free_table(self.table);
     }
 }

@@ -941,15 +941,21 @@ impl Share {
     pub fn ids(&self) -> Result<Vec<u64>, Error> {
         self.check_owner()?;
         let collect = |parts: &mut dyn Iterator<Item = &Table>| -> Result<Vec<u64>, Error> {
+            // Both temporaries are reserved in whole cache lines (8 words): a smaller one shares
+            // its line with another heap object, which another core's call may read (issue 19's
+            // `[heap]` false sharing: every `share_list` case conflicted after an unrelated
+            // change moved the heap's layout).
             let tables: Vec<&Table> = {
                 let mut v = Vec::new();
+                v.try_reserve(8).map_err(|_| Error::NoMemory)?;
                 for t in parts {
                     kobj_try_push(&mut v, t)?;
                 }
                 v
             };
             let mut v = Vec::new();
-            v.try_reserve(tables.iter().map(|t| t.live().count()).sum()).map_err(|_| Error::NoMemory)?;
+            let n: usize = tables.iter().map(|t| t.live().count()).sum();
+            v.try_reserve(n.max(1).next_multiple_of(8)).map_err(|_| Error::NoMemory)?;
             for t in &tables {
                 for (id, _) in t.live() {
                     // Entries added since the reservation are left out rather than allocated for.

@@ -53,7 +53,11 @@ impl<T> NodeVec<T> {
         if need <= self.cap || core::mem::size_of::<T>() == 0 {
             return Ok(());
         }
-        let cap = need.max(self.cap * 2).max(4);
+        // Whole cache lines: a buffer that grows (a segment's page list on `segment_set_nbytes`)
+        // would otherwise share its line with another heap object that another core's call
+        // reads (issue 19's `[heap]` false sharing).
+        let per_line = (64 / core::mem::size_of::<T>().max(1)).max(1);
+        let cap = need.max(self.cap * 2).max(4).next_multiple_of(per_line);
         let layout = Self::layout(cap)?;
         let fresh = heap::try_alloc_on_node(layout, self.node).ok_or(NoMemory)? as *mut T;
         if self.cap > 0 {
