@@ -1007,6 +1007,9 @@ fn segment_mapping_past_the_end_is_refused() {
     drop(seg);
     drop(holder);
     nothing_leaked_since((pages0, live0))
+}
+}
+
 /// A root with a 1 GiB range linked at 1 GiB and, inside it, a 2 MiB range at 6 MiB mapping
 /// `seg`'s first four pages read-write: (root, mid, leaf).
 fn nested_ranges(seg: &crate::kobj::ObjRef) -> Result<(crate::kobj::ObjRef, crate::kobj::ObjRef, crate::kobj::ObjRef), alloc::string::String> {
