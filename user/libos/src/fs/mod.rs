@@ -100,7 +100,7 @@ fn with_change<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
     use core::sync::atomic::Ordering::Relaxed;
     let mut g = FS.lock();
     let m = g.as_mut().ok_or(FsError::NoDevice)?;
-    let rec = &CHANGES[(crate::ctx::ctx().core as usize).min(63)];
+    let rec = my_changes();
     rec.n.store(0, Relaxed);
     rec.active.store(1, Relaxed);
     let r = f(m);
@@ -125,9 +125,15 @@ struct ChangeRecord {
     inos: [core::sync::atomic::AtomicU32; CHANGED_MAX],
 }
 
-static CHANGES: [percore::pad::CachePadded<ChangeRecord>; 64] = [const {
+static CHANGES: [percore::pad::CachePadded<ChangeRecord>; open_files::CORES] = [const {
     percore::pad::CachePadded::new(ChangeRecord { active: core::sync::atomic::AtomicU32::new(0), n: core::sync::atomic::AtomicU32::new(0), inos: [const { core::sync::atomic::AtomicU32::new(0) }; CHANGED_MAX] })
-}; 64];
+}; open_files::CORES];
+
+/// The calling core's change record (a context does not move between cores while it runs a
+/// change, which holds the file system's lock).
+fn my_changes() -> &'static ChangeRecord {
+    &CHANGES[(crate::ctx::ctx().core as usize).min(open_files::CORES - 1)]
+}
 
 /// `Ext2::change_hook` (set at mount): inside `with_change`, name `ino` once per change to
 /// `names::begin` (its generation stripe counts the change as running, with a full fence:
@@ -137,7 +143,7 @@ static CHANGES: [percore::pad::CachePadded<ChangeRecord>; 64] = [const {
 /// than `CHANGED_MAX` inodes, which none of ext2's operations does.
 fn change_hook(ino: u32) -> Result<()> {
     use core::sync::atomic::Ordering::Relaxed;
-    let rec = &CHANGES[(crate::ctx::ctx().core as usize).min(63)];
+    let rec = my_changes();
     if rec.active.load(Relaxed) == 0 {
         return Ok(());
     }
