@@ -51,6 +51,10 @@ pub struct PerCpu {
     pub fwd: CachePadded<crate::roles::FwdSlot>,
     /// A kernel core spinning on its work sets this; posters then skip the wake IPI.
     pub polling: AtomicBool,
+    /// Set while this core is inside `roles::kernel_core_loop` (from before its first look at
+    /// its role to after its last poll): `roles::set_role` waits for it to clear when a kernel
+    /// core leaves its role.
+    pub in_kernel_loop: AtomicBool,
     /// The core whose context this core's system calls act in: the client core while a kernel
     /// core runs a forwarded call, else this core's own index (`is_acting` tells which). Read
     /// gs-relative on every share lookup (the private share owner check), so it is one load.
@@ -147,6 +151,7 @@ impl PerCpu {
             role: AtomicU64::new(abi::ROLE_XC),
             fwd: CachePadded::new(crate::roles::FwdSlot::new()),
             polling: AtomicBool::new(false),
+            in_kernel_loop: AtomicBool::new(false),
             acting_index: AtomicUsize::new(index),
             acting_area: AtomicPtr::new(core::ptr::null_mut()),
             injectable: AtomicBool::new(false),

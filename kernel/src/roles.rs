@@ -261,11 +261,14 @@ pub fn kernel_core_loop() {
     let me = percpu::this();
     let mut root = LoadedRoot(None);
     let mut buf = RingBuffers { taken: [Taken::default(); TAKE_MAX], results: [0; TAKE_MAX], shares: Vec::new() };
+    // Before the first look at the role (both SeqCst, as in `set_role`): either `set_role`
+    // sees this flag and waits for the loop to end, or the loop sees the new role.
+    me.in_kernel_loop.store(true, Ordering::SeqCst);
     me.polling.store(true, Ordering::Release);
     set_rings_state(me.index, Some(RING_ATTACHED), 1);
     crate::dev::blk::kernel_core_running(me.index, true);
     let mut idle = 0u32;
-    while me.role.load(Ordering::Acquire) == ROLE_KC {
+    while me.role.load(Ordering::SeqCst) == ROLE_KC {
         cpu::disable_interrupts();
         // The loaded range goes before a message is answered (`evict_loaded_root` counts on
         // it). Messages are rare here (shootdowns, halts, checks); the next request loads the
@@ -329,6 +332,7 @@ pub fn kernel_core_loop() {
     // Requests not taken stay in the rings; their submitters see the status and cancel.
     set_rings_state(me.index, Some(RING_STOPPED), 0);
     crate::dev::blk::kernel_core_running(me.index, false);
+    me.in_kernel_loop.store(false, Ordering::Release);
 }
 
 // ---- Syscall rings (Corey's syscall pseudo-device, kobj/device.rs)
@@ -579,7 +583,11 @@ fn run_ring_batch(
 }
 
 /// Change the role of `core`, which must be idle. Safe while other cores run: requests to a
-/// kernel core that stops being one are adopted by another.
+/// kernel core that stops being one are adopted by another. A kernel core that leaves its
+/// role has left its polling loop when this returns: its devices and rings are no longer
+/// polled, so a caller may queue work that it expects nobody to take (before, the loop could
+/// finish its current turn after the return and send a frame queued just then: the
+/// intermittent `net_kernel_core_leaves_and_returns` failure, session 12).
 pub fn set_role(core: usize, role: u64) -> Result<(), Error> {
     if !matches!(role, ROLE_XC | ROLE_AC | ROLE_KC | ROLE_TC) {
         return Err(Error::InvalidArgument);
@@ -605,11 +613,21 @@ pub fn set_role(core: usize, role: u64) -> Result<(), Error> {
     if role == ROLE_AC && nearest_kc(core, core).is_none() {
         return Err(Error::NoSuchCore);
     }
-    target.role.store(role, Ordering::Release);
+    target.role.store(role, Ordering::SeqCst);
     if core != percore::cpu_id() {
         // Wake it so its idle loop notices (a kernel core leaves its polling loop, an idle
         // core enters it).
         apic::send_ipi(target.apic_id, apic::VECTOR_WAKE);
+        if old == ROLE_KC && role != ROLE_KC {
+            // Wait for the loop's last turn to end. Answer our own messages meanwhile: that
+            // turn may be waiting on us (a shootdown). Stop waiting if the core is made a
+            // kernel core again by someone else.
+            let me = percpu::this();
+            while target.in_kernel_loop.load(Ordering::SeqCst) && target.role.load(Ordering::Acquire) != ROLE_KC {
+                crate::smp::run_mailbox(me);
+                core::hint::spin_loop();
+            }
+        }
     }
     Ok(())
 }

@@ -1156,3 +1156,33 @@ fn fault_walk_races_the_unmap_of_its_parent_link() -> Outcome {
     Ok(crate::ktest::Outcome::Ran)
 }
 }
+
+// A kernel core that leaves its role has left its polling loop when `set_role` returns: a
+// caller may then queue work on its card or rings that nobody must take. Before session 12
+// `set_role` returned after the wake IPI, and the loop's last turn could still poll (the
+// intermittent `net_kernel_core_leaves_and_returns`). Planted bug caught: drop the wait in
+// `roles::set_role` and round 0 fails (the core is still in its loop right after the IPI).
+ktest! {
+fn kernel_core_has_left_its_loop_when_set_role_returns() -> Outcome {
+    let cores = percpu::online_count();
+    if cores < 2 {
+        return Ok(crate::ktest::Outcome::Skipped(alloc::format!("needs 2 or more cores, the boot has {cores}")));
+    }
+    let other = cores - 1; // never core 0, which may not be a kernel core
+    let area = percpu::get(other).ok_or_else(|| alloc::format!("core {other} has no area"))?;
+    for round in 0..100 {
+        crate::roles::set_role(other, abi::ROLE_KC).map_err(|e| alloc::format!("round {round}: set_role KC: {}", e.as_str()))?;
+        let entered = time::Deadline::after_ms(5_000);
+        while !area.in_kernel_loop.load(Ordering::Acquire) {
+            if entered.expired() {
+                let _ = crate::roles::set_role(other, abi::ROLE_XC);
+                return Err(alloc::format!("round {round}: core {other} did not enter its kernel-core loop in 5 s"));
+            }
+            core::hint::spin_loop();
+        }
+        crate::roles::set_role(other, abi::ROLE_XC).map_err(|e| alloc::format!("round {round}: set_role XC: {}", e.as_str()))?;
+        kassert!(!area.in_kernel_loop.load(Ordering::SeqCst), "round {round}: core {other} is still in its kernel-core loop after set_role returned");
+    }
+    Ok(crate::ktest::Outcome::Ran)
+}
+}

@@ -260,7 +260,11 @@ const NUMA_KTESTS: &[&str] = &[
 ];
 
 /// The in-kernel tests that need a second core (remote frees): they skip at 1 vCPU only.
-const TWO_CORE_KTESTS: &[&str] = &["kernel::tests::remote_frees_are_reused_without_a_trim", "kernel::tests::fault_walk_races_the_unmap_of_its_parent_link"];
+const TWO_CORE_KTESTS: &[&str] = &[
+    "kernel::tests::remote_frees_are_reused_without_a_trim",
+    "kernel::tests::fault_walk_races_the_unmap_of_its_parent_link",
+    "kernel::tests::kernel_core_has_left_its_loop_when_set_role_returns",
+];
 
 /// The NUMA placement tests and the two-core tests: what may skip on a one-node, one-core boot.
 const NUMA_AND_TWO_CORE_KTESTS: &[&str] = &[
@@ -269,6 +273,7 @@ const NUMA_AND_TWO_CORE_KTESTS: &[&str] = &[
     "kernel::tests::segment_pages_come_from_the_memid_node",
     "kernel::tests::remote_frees_are_reused_without_a_trim",
     "kernel::tests::fault_walk_races_the_unmap_of_its_parent_link",
+    "kernel::tests::kernel_core_has_left_its_loop_when_set_role_returns",
 ];
 
 /// What the in-kernel test boot at `smp` vCPUs and `numa_nodes` nodes declares: on one node
