@@ -32,7 +32,7 @@ pub fn register_handlers() {
 }
 
 /// Trim every core's slabs and report (free pages, live slab objects) at a quiescent point.
-fn quiescent_counts() -> (u64, i64) {
+pub(crate) fn quiescent_counts() -> (u64, i64) {
     // Memory retired by shared shares (tables, objects' deferred frees) is freed first.
     crate::kobj::share::reclaim_all();
     smp::run_on_all(&|_| heap::trim_local());
@@ -41,7 +41,7 @@ fn quiescent_counts() -> (u64, i64) {
 
 /// The end of a test that must give back everything it took: heap objects and free pages are
 /// what `quiescent_counts` said at its start.
-fn nothing_leaked_since((pages0, live0): (u64, i64)) -> Result<(), alloc::string::String> {
+pub(crate) fn nothing_leaked_since((pages0, live0): (u64, i64)) -> Result<(), alloc::string::String> {
     let (mut pages1, mut live1) = quiescent_counts();
     // Other cores give back what they freed for this test asynchronously (remote frees and
     // deferred frees travel by active message): recount a few times before calling it a leak.

@@ -23,7 +23,7 @@ use crate::arch::x86_64::paging::{
 };
 use crate::mm::PAGE_SIZE;
 use abi::{ArKind, ArMapping, Error, ObjType, MAP_EXEC, MAP_READ, MAP_WRITE};
-use percore::{TicketLock, MAX_CORES};
+use percore::{SeqLock, TicketLock, MAX_CORES};
 
 pub enum Target {
     Seg { obj: ObjRef, soff: u64 },
@@ -55,6 +55,62 @@ struct ParentLink {
     voff: u64,
 }
 
+/// Mappings the lock-free view (`AddressRange::view`) holds; a range with more is read under
+/// its lock (the view then says `VIEW_OVERFLOW`).
+const VIEW_MAPS: usize = 16;
+/// Words of one mapping in the view: voff, len, flags, target id, target type, soff.
+const VIEW_REC: usize = 6;
+/// The view: word 0 is the number of mappings (or `VIEW_OVERFLOW`), then the records by voff.
+const VIEW_WORDS: usize = 1 + VIEW_MAPS * VIEW_REC;
+const VIEW_OVERFLOW: u64 = u64::MAX;
+/// Optimistic reads of the view before a reader falls back to the range's lock.
+const VIEW_TRIES: usize = 4;
+
+/// One mapping as the view records it (what `ar_get` reports and the overlap checks need).
+#[derive(Clone, Copy)]
+struct ViewRec {
+    voff: u64,
+    len: u64,
+    flags: u64,
+    target: u64,
+    target_type: u64,
+    soff: u64,
+}
+
+impl ViewRec {
+    fn of(m: &Mapping) -> ViewRec {
+        let (target, target_type, soff) = match &m.target {
+            Target::Seg { obj, soff } => (obj.id, ObjType::Segment as u64, *soff),
+            Target::Ar(obj) => (obj.id, ObjType::AddressRange as u64, 0),
+        };
+        ViewRec { voff: m.voff, len: m.len, flags: m.flags, target, target_type, soff }
+    }
+
+    fn words(&self) -> [u64; VIEW_REC] {
+        [self.voff, self.len, self.flags, self.target, self.target_type, self.soff]
+    }
+
+    fn from_words(w: &[u64]) -> ViewRec {
+        ViewRec { voff: w[0], len: w[1], flags: w[2], target: w[3], target_type: w[4], soff: w[5] }
+    }
+
+    fn to_abi(self) -> ArMapping {
+        ArMapping { voff: self.voff, len: self.len, target: self.target, target_type: self.target_type as u32, _pad: 0, soff: self.soff, flags: self.flags }
+    }
+}
+
+/// A consistent copy of a range's mappings taken without its lock (`AddressRange::snapshot`).
+struct View {
+    words: [u64; VIEW_WORDS],
+}
+
+impl View {
+    fn recs(&self) -> impl Iterator<Item = ViewRec> + '_ {
+        // `snapshot` returns only views whose count is at most VIEW_MAPS.
+        self.words[1..1 + self.words[0] as usize * VIEW_REC].chunks_exact(VIEW_REC).map(ViewRec::from_words)
+    }
+}
+
 /// A value on cache lines of its own (its size is a multiple of the line): see
 /// `AddressRange::inner`.
 #[repr(align(64))]
@@ -77,6 +133,14 @@ pub struct AddressRange {
     /// read the object's name, type and the fields above (a link, `obj_stat`); sharing their
     /// line made it cross cores on every fault (issue 17's audit: one line a range).
     inner: OwnLine<TicketLock<ArInner>>,
+    /// The mappings again, as plain words behind a generation counter (`SeqLock`), written
+    /// under `inner`'s lock after every change of `maps` (`publish`): `ar_get`, an `ar_unmap`
+    /// with nothing to remove and an `ar_set_seg` refused for overlap read it and write no
+    /// shared line (issue 19: they all took the range's lock before, so two `ar_get`s of one
+    /// range bounced its lock line). On lines of their own: `running` and `parents` change on
+    /// context switches and links. The fault walk still takes the lock: it must keep the
+    /// mapping's segment alive while it uses it, which the copied words cannot.
+    view: OwnLine<SeqLock<[u64; VIEW_WORDS]>>,
     parents: TicketLock<Vec<ParentLink>>,
     /// Cores currently running with this range as their root.
     pub running: CoreSet,
@@ -152,9 +216,51 @@ impl AddressRange {
             table,
             node_core,
             inner: OwnLine(TicketLock::new(ArInner { maps: Vec::new(), detached: Vec::new() })),
+            view: OwnLine(SeqLock::new([0; VIEW_WORDS])),
             parents: TicketLock::new(Vec::new()),
             running: CoreSet::new(),
         })
+    }
+
+    /// Copy `maps` into the view. The caller holds `inner`'s lock (the `_inner` argument says
+    /// so) and calls this after every change of `maps`, before letting the lock go, so the
+    /// view never runs ahead of or behind the mappings the fault walk sees. Stores only the
+    /// words that changed (an appended mapping writes its record and the count, not the
+    /// records before it).
+    fn publish(&self, inner: &ArInner) {
+        self.view.write_words(|w| {
+            if inner.maps.len() > VIEW_MAPS {
+                w.set(0, VIEW_OVERFLOW);
+                return;
+            }
+            for (i, m) in inner.maps.iter().enumerate() {
+                for (k, &word) in ViewRec::of(m).words().iter().enumerate() {
+                    let at = 1 + i * VIEW_REC + k;
+                    if w.get(at) != Some(word) {
+                        w.set(at, word);
+                    }
+                }
+            }
+            if w.get(0) != Some(inner.maps.len() as u64) {
+                w.set(0, inner.maps.len() as u64);
+            }
+        });
+    }
+
+    /// The mappings as one consistent copy taken without the lock (it writes nothing shared),
+    /// or `None` if writers kept intervening or the range has more than `VIEW_MAPS` mappings:
+    /// then the caller takes the lock.
+    fn snapshot(&self) -> Option<View> {
+        for _ in 0..VIEW_TRIES {
+            if let Some(words) = self.view.try_read() {
+                if words[0] as usize <= VIEW_MAPS {
+                    return Some(View { words });
+                }
+                return None; // VIEW_OVERFLOW
+            }
+            core::hint::spin_loop();
+        }
+        None
     }
 
     fn key(&self) -> usize {
@@ -292,6 +398,13 @@ pub fn set_seg_peeked(ar_obj: &super::share::Peek, voff: u64, seg_obj: &super::s
     if seg_end > seg.nbytes().div_ceil(PAGE_SIZE) * PAGE_SIZE {
         return Err(Error::OutOfRange);
     }
+    // A mapping in the way is refused without the lock: the view is one state of the range
+    // during this call, and in it the slot was taken (mappings are never resized in place).
+    if let Some(v) = ar.snapshot() {
+        if v.recs().any(|m| voff < m.voff + m.len && m.voff < voff + len) {
+            return Err(Error::Overlap);
+        }
+    }
     let mut g = ar.inner.lock();
     if overlaps(&g.maps, voff, len) {
         return Err(Error::Overlap);
@@ -304,6 +417,7 @@ pub fn set_seg_peeked(ar_obj: &super::share::Peek, voff: u64, seg_obj: &super::s
         seg.remove_map(ar.key(), voff);
         return Err(e);
     }
+    ar.publish(&g);
     Ok(())
 }
 
@@ -340,6 +454,7 @@ pub fn set_ar(ar_obj: &ObjRef, voff: u64, child_obj: &ObjRef) -> Result<(), Erro
         g.detached.push((old & PTE_ADDR_MASK, child.level));
     }
     insert_sorted(&mut g.maps, Mapping { voff, len: span, flags: MAP_READ | MAP_WRITE | MAP_EXEC, target: Target::Ar(child_obj.clone()) })?;
+    ar.publish(&g);
     child.parents.lock().push(ParentLink { parent: KRef::downgrade(ar_obj), key: ar.key(), voff });
     if was_present {
         // An old intermediate table of ours was replaced: drop cached translations through it.
@@ -360,6 +475,16 @@ pub fn unmap(ar_obj: &KObject, voff: u64, len: u64) -> Result<(), Error> {
     let end = voff.checked_add(len).ok_or(Error::OutOfRange)?;
     if end > ar.kind.span() {
         return Err(Error::OutOfRange);
+    }
+    // Nothing to remove, or a mapping straddling an end: answered from the view, without the
+    // lock (the view is one state of the range during this call).
+    if let Some(v) = ar.snapshot() {
+        if v.recs().any(|m| m.voff < end && voff < m.voff + m.len && (m.voff < voff || m.voff + m.len > end)) {
+            return Err(Error::Overlap);
+        }
+        if !v.recs().any(|m| m.voff < end && voff < m.voff + m.len) {
+            return Ok(());
+        }
     }
     let removed: Vec<Mapping>;
     {
@@ -396,6 +521,9 @@ pub fn unmap(ar_obj: &KObject, voff: u64, len: u64) -> Result<(), Error> {
         if flush {
             flush_cores(&ar.shootdown_targets());
         }
+        if !gone.is_empty() {
+            ar.publish(&g);
+        }
         removed = gone;
     }
     // Reverse links go after the flush, outside this range's lock.
@@ -431,19 +559,20 @@ pub fn write_protect(ar_obj: &ObjRef, voff: u64, len: u64) {
     }
 }
 
-/// `ar_get`: the mappings, by `voff`.
+/// `ar_get`: the mappings, by `voff`. Read from the view without the lock (writes no shared
+/// line) unless writers keep intervening or the range has more than `VIEW_MAPS` mappings.
 pub fn mappings(ar_obj: &KObject) -> Result<Vec<ArMapping>, Error> {
     let ar = ar_obj.as_ar()?;
+    if let Some(view) = ar.snapshot() {
+        let mut v = Vec::new();
+        v.try_reserve(view.words[0] as usize).map_err(|_| Error::NoMemory)?;
+        v.extend(view.recs().map(ViewRec::to_abi));
+        return Ok(v);
+    }
     let g = ar.inner.lock();
     let mut v = Vec::new();
     v.try_reserve(g.maps.len()).map_err(|_| Error::NoMemory)?;
-    for m in &g.maps {
-        let (target, target_type, soff) = match &m.target {
-            Target::Seg { obj, soff } => (obj.id, ObjType::Segment as u32, *soff),
-            Target::Ar(obj) => (obj.id, ObjType::AddressRange as u32, 0),
-        };
-        v.push(ArMapping { voff: m.voff, len: m.len, target, target_type, _pad: 0, soff, flags: m.flags });
-    }
+    v.extend(g.maps.iter().map(|m| ViewRec::of(m).to_abi()));
     Ok(v)
 }
 
@@ -610,5 +739,165 @@ impl Drop for AddressRange {
         // A root's upper half is the kernel's, shared by every root: not ours to free.
         free_below(self.table, self.level, if self.kind == ArKind::Root { 256 } else { 512 });
         free_table(self.table);
+    }
+}
+
+/// In-kernel tests of the lock-free view (`AddressRange::view`), here rather than in
+/// tests.rs so that file's tail stays free for other work.
+mod ktests {
+    use super::{mappings, set_seg, unmap, VIEW_MAPS};
+    use super::AddressRange;
+    use crate::kobj::{segment::Segment, KObject, Kind, ObjRef};
+    use crate::mm::PAGE_SIZE;
+    use crate::{kassert, ktest, percpu, smp};
+    use abi::{ArKind, ArMapping, Error, MAP_READ, MAP_WRITE};
+    use alloc::string::String;
+    use core::sync::atomic::{AtomicUsize, Ordering};
+
+    fn err(e: Error) -> String {
+        alloc::format!("{e:?}")
+    }
+
+    /// `ar_get`'s answer is sorted by voff and no two mappings overlap.
+    fn well_formed(v: &[ArMapping]) -> bool {
+        v.windows(2).all(|w| w[0].voff + w[0].len <= w[1].voff)
+    }
+
+    fn new_range(me: u32) -> Result<ObjRef, String> {
+        KObject::create(b"ktest-view-ar", me, Kind::Ar(AddressRange::new(ArKind::Span2M, me).map_err(err)?)).map_err(err)
+    }
+
+    // Catches: a change of the mappings that is not copied into the view (`publish` left out
+    // of `set_seg` or `unmap`: a core's own mapping is missing from, or stays in, `ar_get`'s
+    // answer), a lock-free overlap check that refuses a disjoint slot (a core's own slot
+    // fails), a lock-free no-op unmap that claims success while the slot is mapped (the slot
+    // is still in `ar_get`'s answer afterwards), and two cores both mapping the shared slot
+    // (`ar_get` shows overlapping mappings, or more wins than unmaps). Every core maps, reads
+    // and unmaps its own page and races the others for page 100, on one 2 MiB range.
+    ktest! {
+    fn ar_view_disjoint_and_same_slot_from_several_cores() -> Outcome {
+        let cores = percpu::online_count().min(4);
+        if cores < 2 {
+            return Ok(crate::ktest::Outcome::Skipped("needs two cores".into()));
+        }
+        let (pages0, live0) = crate::tests::quiescent_counts();
+        let me = percpu::current_index() as u32;
+        let seg = KObject::create(b"ktest-view-seg", me, Kind::Segment(Segment::new(8 * PAGE_SIZE, me).map_err(err)?)).map_err(err)?;
+        let ar = new_range(me)?;
+        let wrong = AtomicUsize::new(0);
+        let first_wrong = AtomicUsize::new(0);
+        let shared_wins = AtomicUsize::new(0);
+        const ROUNDS: usize = 400;
+        const SHARED: u64 = 100 * PAGE_SIZE;
+        let note = |what: usize| {
+            wrong.fetch_add(1, Ordering::Relaxed);
+            let _ = first_wrong.compare_exchange(0, what, Ordering::Relaxed, Ordering::Relaxed);
+        };
+        smp::run_on_all(&|i| {
+            if i >= cores {
+                return;
+            }
+            // Pages 4i and 4i + 1 are this core's mapping, 4i + 2 and 4i + 3 stay empty.
+            let own = 4 * i as u64 * PAGE_SIZE;
+            let soff = 2 * i as u64 * PAGE_SIZE;
+            let map_own = || set_seg(&ar, own, &seg, soff, 2 * PAGE_SIZE, MAP_READ | MAP_WRITE);
+            for r in 0..ROUNDS {
+                if map_own().is_err() {
+                    note(1);
+                    return;
+                }
+                match mappings(&ar) {
+                    Ok(v) if well_formed(&v) && v.iter().filter(|m| m.voff == own && m.len == 2 * PAGE_SIZE && m.soff == soff && m.target == seg.id).count() == 1 => {}
+                    _ => note(2),
+                }
+                // The same slot again, or overlapping its second page: refused.
+                if set_seg(&ar, own + PAGE_SIZE, &seg, 0, PAGE_SIZE, MAP_READ) != Err(Error::Overlap) {
+                    note(3);
+                }
+                // An unmap straddling our mapping's end is refused; one of the empty pages
+                // after it is a no-op that leaves our mapping in place.
+                if unmap(&ar, own + PAGE_SIZE, 2 * PAGE_SIZE) != Err(Error::Overlap) {
+                    note(4);
+                }
+                if unmap(&ar, own + 2 * PAGE_SIZE, 2 * PAGE_SIZE).is_err() {
+                    note(5);
+                }
+                if r % 2 == 0 {
+                    // The whole slot: removes our mapping; map it again for the rest of the round.
+                    if unmap(&ar, own, 4 * PAGE_SIZE).is_err() || map_own().is_err() {
+                        note(10);
+                        return;
+                    }
+                }
+                if r % 3 == 0 && set_seg(&ar, SHARED, &seg, 0, PAGE_SIZE, MAP_READ).is_ok() {
+                    shared_wins.fetch_add(1, Ordering::Relaxed);
+                    match mappings(&ar) {
+                        Ok(v) if well_formed(&v) && v.iter().filter(|m| m.voff == SHARED).count() == 1 => {}
+                        _ => note(6),
+                    }
+                    if unmap(&ar, SHARED, PAGE_SIZE).is_err() {
+                        note(7);
+                    }
+                }
+                if unmap(&ar, own, 2 * PAGE_SIZE).is_err() {
+                    note(8);
+                    return;
+                }
+                match mappings(&ar) {
+                    Ok(v) if well_formed(&v) && !v.iter().any(|m| m.voff == own) => {}
+                    _ => note(9),
+                }
+            }
+        });
+        kassert!(wrong.load(Ordering::Relaxed) == 0, "{} wrong results (first: check {})", wrong.load(Ordering::Relaxed), first_wrong.load(Ordering::Relaxed));
+        kassert!(shared_wins.load(Ordering::Relaxed) > 0, "nobody ever mapped the shared slot");
+        let left = mappings(&ar).map_err(err)?;
+        kassert!(left.is_empty(), "{} mappings left after every core unmapped its own", left.len());
+        drop(ar);
+        drop(seg);
+        crate::tests::nothing_leaked_since((pages0, live0))?;
+        Ok(crate::ktest::Outcome::Ran)
+    }
+    }
+
+    // Catches: a view that holds more mappings than it has room for (truncated or garbage
+    // records in `ar_get`'s answer past `VIEW_MAPS`), a range past `VIEW_MAPS` whose overlap
+    // and no-op checks stop working, and a view not republished when the count drops back
+    // under `VIEW_MAPS` (stale records after the unmaps).
+    ktest! {
+    fn ar_view_past_its_capacity_falls_back_to_the_lock() {
+        let me = percpu::current_index() as u32;
+        let (pages0, live0) = crate::tests::quiescent_counts();
+        let n = VIEW_MAPS as u64 + 4;
+        let seg = KObject::create(b"ktest-view-seg2", me, Kind::Segment(Segment::new(2 * n * PAGE_SIZE, me).map_err(err)?)).map_err(err)?;
+        let ar = new_range(me)?;
+        // Two-page mappings at every fourth page, mapped from the top down (each insert at
+        // the front, so every record moves).
+        for k in (0..n).rev() {
+            set_seg(&ar, 4 * k * PAGE_SIZE, &seg, 2 * k * PAGE_SIZE, 2 * PAGE_SIZE, MAP_READ).map_err(err)?;
+            let v = mappings(&ar).map_err(err)?;
+            kassert!(v.len() as u64 == n - k && well_formed(&v), "after mapping {k}: {} mappings", v.len());
+            kassert!(v[0].voff == 4 * k * PAGE_SIZE && v[0].soff == 2 * k * PAGE_SIZE && v[0].target == seg.id, "first mapping after mapping {k}: voff {:#x}", v[0].voff);
+        }
+        for k in 0..n {
+            let at = 4 * k * PAGE_SIZE;
+            let r = set_seg(&ar, at + PAGE_SIZE, &seg, 0, PAGE_SIZE, MAP_READ);
+            kassert!(r == Err(Error::Overlap), "mapping over the second page of {k}: {r:?}");
+            let r = unmap(&ar, at + PAGE_SIZE, 2 * PAGE_SIZE);
+            kassert!(r == Err(Error::Overlap), "straddling unmap of {k}: {r:?}");
+            let r = unmap(&ar, at + 2 * PAGE_SIZE, 2 * PAGE_SIZE);
+            kassert!(r == Ok(()), "unmap of the gap after {k}: {r:?}");
+        }
+        // Unmap from the bottom: the count crosses VIEW_MAPS on the way down.
+        for k in 0..n {
+            unmap(&ar, 4 * k * PAGE_SIZE, 2 * PAGE_SIZE).map_err(err)?;
+            let v = mappings(&ar).map_err(err)?;
+            kassert!(v.len() as u64 == n - k - 1 && well_formed(&v), "after unmapping {k}: {} mappings", v.len());
+            kassert!(v.first().is_none_or(|m| m.voff == 4 * (k + 1) * PAGE_SIZE), "first mapping after unmapping {k}: voff {:#x}", v[0].voff);
+        }
+        drop(ar);
+        drop(seg);
+        crate::tests::nothing_leaked_since((pages0, live0))
+    }
     }
 }
