@@ -164,10 +164,14 @@ pub struct AddressRange {
     /// under `inner`'s lock after every change of `maps` (`publish`): `ar_get`, an `ar_unmap`
     /// with nothing to remove and an `ar_set_seg` refused for overlap read it and write no
     /// shared line (issue 19: they all took the range's lock before, so two `ar_get`s of one
-    /// range bounced its lock line). On lines of their own: `running` and `parents` change on
-    /// context switches and links. The fault walk still takes the lock: it must keep the
-    /// mapping's segment alive while it uses it, which the copied words cannot.
-    view: OwnLine<SeqLock<[u64; VIEW_WORDS]>>,
+    /// range bounced its lock line). In a line-aligned buffer of its own (one element), not
+    /// inline: every kernel object is as large as the largest `Kind`, and an inline view
+    /// (about 900 bytes) would grow them all if it made ranges the largest; its own lines
+    /// also keep it apart from
+    /// `running` and `parents`, which change on context switches and links. The fault walk
+    /// still takes the lock: it must keep the mapping's segment alive while it uses it, which
+    /// the copied words cannot.
+    view: NodeVec<SeqLock<[u64; VIEW_WORDS]>>,
     /// 2 MiB ranges only: a word per page (`occ_index`), written under `inner`'s lock around
     /// every change of the mappings (`occ_set`). An `ar_unmap` of free pages and an
     /// `ar_set_seg` over a mapped page read only their pages' words (`occ_probe`), not the
@@ -245,6 +249,7 @@ impl AddressRange {
             ArKind::Span2M => Some(NodeVec::try_from_fn(OCC_PAGES, super::node_of_core(node_core), |_| AtomicU64::new(OCC_FREE)).map_err(|_| Error::NoMemory)?),
             _ => None,
         };
+        let view = NodeVec::try_from_fn(1, super::node_of_core(node_core), |_| SeqLock::new([0; VIEW_WORDS])).map_err(|_| Error::NoMemory)?;
         let table = alloc_table(node_core).ok_or(Error::NoMemory)?;
         if kind == ArKind::Root {
             paging::copy_kernel_half(table);
@@ -255,7 +260,7 @@ impl AddressRange {
             table,
             node_core,
             inner: OwnLine(TicketLock::new(ArInner { maps: Vec::new(), detached: Vec::new() })),
-            view: OwnLine(SeqLock::new([0; VIEW_WORDS])),
+            view,
             occ,
             parents: TicketLock::new(Vec::new()),
             running: CoreSet::new(),
@@ -268,7 +273,8 @@ impl AddressRange {
     /// words that changed (an appended mapping writes its record and the count, not the
     /// records before it).
     fn publish(&self, inner: &ArInner) {
-        self.view.write_words(|w| {
+        let Some(view) = self.view.first() else { return };
+        view.write_words(|w| {
             if inner.maps.len() > VIEW_MAPS {
                 w.set(0, VIEW_OVERFLOW);
                 return;
@@ -292,7 +298,7 @@ impl AddressRange {
     /// then the caller takes the lock.
     fn snapshot(&self) -> Option<View> {
         for _ in 0..VIEW_TRIES {
-            if let Some(words) = self.view.try_read() {
+            if let Some(words) = self.view.first()?.try_read() {
                 if words[0] as usize <= VIEW_MAPS {
                     return Some(View { words });
                 }
