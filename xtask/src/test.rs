@@ -264,6 +264,7 @@ const TWO_CORE_KTESTS: &[&str] = &[
     "kernel::tests::remote_frees_are_reused_without_a_trim",
     "kernel::tests::fault_walk_races_the_unmap_of_its_parent_link",
     "kernel::tests::kernel_core_has_left_its_loop_when_set_role_returns",
+    "kernel::kobj::ar::ktests::ar_view_disjoint_and_same_slot_from_several_cores",
 ];
 
 /// The NUMA placement tests and the two-core tests: what may skip on a one-node, one-core boot.
@@ -274,6 +275,7 @@ const NUMA_AND_TWO_CORE_KTESTS: &[&str] = &[
     "kernel::tests::remote_frees_are_reused_without_a_trim",
     "kernel::tests::fault_walk_races_the_unmap_of_its_parent_link",
     "kernel::tests::kernel_core_has_left_its_loop_when_set_role_returns",
+    "kernel::kobj::ar::ktests::ar_view_disjoint_and_same_slot_from_several_cores",
 ];
 
 /// What the in-kernel test boot at `smp` vCPUs and `numa_nodes` nodes declares: on one node
