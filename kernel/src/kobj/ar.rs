@@ -862,7 +862,8 @@ impl Drop for AddressRange {
 /// In-kernel tests of the lock-free view (`AddressRange::view`), here rather than in
 /// tests.rs so that file's tail stays free for other work.
 mod ktests {
-    use super::{mappings, set_seg, unmap, VIEW_MAPS};
+    use super::{mappings, resolve_fault, set_seg, unmap, FaultError, VIEW_MAPS};
+    use crate::arch::x86_64::paging::{index, read_entry, PTE_PRESENT};
     use super::AddressRange;
     use crate::kobj::{segment::Segment, KObject, Kind, ObjRef};
     use crate::mm::PAGE_SIZE;
@@ -895,7 +896,9 @@ mod ktests {
     // is still in `ar_get`'s answer afterwards), and two cores both mapping the shared slot
     // (`ar_get` shows overlapping mappings, or more wins than unmaps), and an occupancy word
     // left mapped by an unmap (planted once, 2026-11-29: `OCC_MAPPED` for `OCC_FREE` in
-    // `unmap` fails check 10; so did leaving `publish` out of `unmap`). Every core maps,
+    // `unmap` fails check 10; so did leaving `publish` out of `unmap`), and an unmap that
+    // leaves the page's entry behind while other cores map and probe (planted once: no
+    // `clear_leaves` in `unmap` fails check 13). Every core maps, faults,
     // reads and unmaps its own pages and races the others for page 100, on a 2 MiB range
     // (occupancy words) and on a 1 GiB range (the view).
     ktest! {
@@ -971,6 +974,11 @@ mod ktests {
                         note(7);
                     }
                 }
+                // A write fault on our second page fills its entry (under the range's lock, as
+                // the other cores' lock-free refusals and no-ops go on).
+                if resolve_fault(&ar, own + PAGE_SIZE, true, false) != Ok(false) {
+                    note(11);
+                }
                 if unmap(&ar, own, 2 * PAGE_SIZE).is_err() {
                     note(8);
                     return;
@@ -978,6 +986,14 @@ mod ktests {
                 match mappings(&ar) {
                     Ok(v) if well_formed(&v) && !v.iter().any(|m| m.voff == own) => {}
                     _ => note(9),
+                }
+                // The unmap took the entry with it: the page is not mapped, and in a 2 MiB
+                // range (whose top table is the page table) its entry is clear.
+                if resolve_fault(&ar, own + PAGE_SIZE, false, false) != Err(FaultError::NotMapped) {
+                    note(12);
+                }
+                if kind == ArKind::Span2M && ar.as_ar().is_ok_and(|a| read_entry(a.table, index(1, own + PAGE_SIZE)) & PTE_PRESENT != 0) {
+                    note(13);
                 }
             }
         });
