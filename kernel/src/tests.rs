@@ -32,7 +32,7 @@ pub fn register_handlers() {
 }
 
 /// Trim every core's slabs and report (free pages, live slab objects) at a quiescent point.
-fn quiescent_counts() -> (u64, i64) {
+pub(crate) fn quiescent_counts() -> (u64, i64) {
     // Memory retired by shared shares (tables, objects' deferred frees) is freed first.
     crate::kobj::share::reclaim_all();
     smp::run_on_all(&|_| heap::trim_local());
@@ -41,7 +41,7 @@ fn quiescent_counts() -> (u64, i64) {
 
 /// The end of a test that must give back everything it took: heap objects and free pages are
 /// what `quiescent_counts` said at its start.
-fn nothing_leaked_since((pages0, live0): (u64, i64)) -> Result<(), alloc::string::String> {
+pub(crate) fn nothing_leaked_since((pages0, live0): (u64, i64)) -> Result<(), alloc::string::String> {
     let (mut pages1, mut live1) = quiescent_counts();
     // Other cores give back what they freed for this test asynchronously (remote frees and
     // deferred frees travel by active message): recount a few times before calling it a leak.
@@ -993,7 +993,7 @@ fn segment_mapping_past_the_end_is_refused() {
     let (pages0, live0) = quiescent_counts();
     let seg = Segment::new(2 * PAGE_SIZE, 0).map_err(err)?;
     let holder = KObject::create(b"ktest-map", 0, Kind::Segment(Segment::new(0, 0).map_err(err)?)).map_err(err)?;
-    let map = |soff: u64, len: u64| SegMap { ar: KRef::downgrade(&holder), ar_key: 1, voff: 0, soff, len };
+    let map = |soff: u64, len: u64| SegMap { ar: crate::kobj::kref::KLink::from_raw(KRef::as_raw(&holder)).expect("non-null"), ar_key: 1, voff: 0, soff, len };
     let r = seg.add_map(map(PAGE_SIZE, 2 * PAGE_SIZE));
     kassert!(r == Err(abi::Error::OutOfRange), "a mapping past the end gave {r:?}");
     let r = seg.add_map(map(PAGE_SIZE, u64::MAX));

@@ -8,7 +8,8 @@
 use alloc::vec::Vec;
 use core::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
-use super::kref::{KRef, KWeak};
+use super::kref::{KLink, KRef};
+use super::share::Peek;
 use super::{try_push, KObject, ObjRef};
 use crate::mm::{frame, phys_to_virt, PAGE_SIZE};
 use crate::mm::nodevec::NodeVec;
@@ -30,9 +31,11 @@ impl Drop for Frame {
 }
 
 /// A place this segment is mapped: `[voff, voff + len)` of an address range, starting at
-/// segment offset `soff`.
+/// segment offset `soff`. The link to the range writes none of its counts (`KLink`): the
+/// range's drop removes this entry (`AddressRange::drop` -> `remove_map`) before its memory
+/// can go, so while the entry is here, under the map lock, the range's allocation is alive.
 pub struct SegMap {
-    pub ar: KWeak<KObject>,
+    pub ar: KLink<KObject>,
     pub ar_key: usize,
     pub voff: u64,
     pub soff: u64,
@@ -325,7 +328,12 @@ impl Segment {
     /// Duplicate: `cow == false` copies every present page now; `cow == true` shares them.
     /// Returns the copy and, for copy-on-write, where this segment is mapped (so the caller
     /// can write-protect those mappings outside this segment's lock).
-    pub fn duplicate(&self, cow: bool, node_core: u32) -> Result<(Segment, Vec<(KWeak<KObject>, u64, u64)>), Error> {
+    ///
+    /// Each range comes back borrowed (`Peek::of_link`), not counted: a copy-on-write copy
+    /// writes no count line of the ranges it protects. The caller ends the borrows after this
+    /// returns (ending one may drop a range whose last reference went meanwhile, and that drop
+    /// takes this segment's lock to remove its entry).
+    pub fn duplicate(&self, cow: bool, node_core: u32) -> Result<(Segment, Vec<(Peek, u64, u64)>), Error> {
         // An eager copy first tries the reader side, which writes no line of this segment.
         // (A copy-on-write copy takes a count of every frame and reads the mappings: locked.)
         if !cow {
@@ -333,6 +341,8 @@ impl Segment {
                 return r.map(|copy| (copy, Vec::new()));
             }
         }
+        // Declared before the lock's guard, so dropped after it on every path (see above).
+        let mut maps = Vec::new();
         let g = self.inner.lock();
         // A pinned page is written by a device behind the page tables' back: sharing it
         // copy-on-write would let that write reach the copy.
@@ -345,11 +355,14 @@ impl Segment {
                 pages[i] = Some(if cow { f.clone() } else { copy_of(f, node_core)? });
             }
         }
-        let mut maps = Vec::new();
         if cow {
             maps.try_reserve(g.maps.len()).map_err(|_| Error::NoMemory)?;
             for m in &g.maps {
-                maps.push((m.ar.clone(), m.voff, m.len));
+                // SAFETY: the entry is in the map list and the lock is held, so the range's
+                // drop has not removed it yet and its allocation is alive (`SegMap`).
+                if let Some(p) = unsafe { Peek::of_link(&m.ar) } {
+                    maps.push((p, m.voff, m.len));
+                }
             }
         }
         let copy = Self::from_inner(node_core, SegInner { nbytes: g.nbytes, pages, maps: Vec::new(), pins: 0, pinned_pages: 0 });
@@ -547,4 +560,51 @@ impl Segment {
 /// Look up the segment behind an object.
 pub fn of(obj: &ObjRef) -> Result<&Segment, Error> {
     obj.as_segment()
+}
+
+// Session 12 (issue 19, helper segshare): a mapping's reverse link writes no count of the
+// range, and the range's drop removes it.
+mod segshare_tests {
+    use super::*;
+    use crate::{kassert, ktest};
+
+    ktest! {
+    fn segment_reverse_link_counts_nothing() {
+        use crate::kobj::ar::{self, AddressRange};
+        use crate::kobj::{Kind, KObject};
+        use abi::{ArKind, MAP_READ, MAP_WRITE};
+        let err = |e: Error| alloc::format!("{e:?}");
+        let before = crate::tests::quiescent_counts();
+        let me = crate::percpu::current_index() as u32;
+        let seg = KObject::create(b"ktest-link-seg", me, Kind::Segment(Segment::new(2 * PAGE_SIZE, me).map_err(err)?)).map_err(err)?;
+        let range = KObject::create(b"ktest-link-ar", me, Kind::Ar(AddressRange::new(ArKind::Span2M, me).map_err(err)?)).map_err(err)?;
+        let (strong0, weak0) = (KRef::strong_count(&range), KRef::weak_count(&range));
+        ar::set_seg(&range, 0, &seg, 0, 2 * PAGE_SIZE, MAP_READ | MAP_WRITE).map_err(err)?;
+        let (strong1, weak1) = (KRef::strong_count(&range), KRef::weak_count(&range));
+        kassert!((strong1, weak1) == (strong0, weak0), "mapping changed the range's counts: ({strong0}, {weak0}) -> ({strong1}, {weak1})");
+        {
+            // A copy-on-write copy finds the range through the link, borrowed: no count moves.
+            let (copy, maps) = seg.as_segment().map_err(err)?.duplicate(true, me).map_err(err)?;
+            kassert!(maps.len() == 1, "{} mappings found, expected 1", maps.len());
+            let (p, voff, len) = &maps[0];
+            kassert!(p.is(&range) && *voff == 0 && *len == 2 * PAGE_SIZE, "the mapping found is not the range's");
+            let strong2 = KRef::strong_count(&range);
+            kassert!(strong2 == strong0, "the copy took a count of the range: {strong0} -> {strong2}");
+            drop(maps);
+            drop(copy);
+        }
+        // The range goes first: its drop removes the entry, so the segment no longer names it
+        // (a copy-on-write copy would otherwise follow a link to freed memory).
+        drop(range);
+        crate::kobj::share::reclaim_all();
+        let (copy, maps) = seg.as_segment().map_err(err)?.duplicate(true, me).map_err(err)?;
+        kassert!(maps.is_empty(), "{} mappings left after the range's drop", maps.len());
+        let r = seg.as_segment().map_err(err)?.set_nbytes(0);
+        kassert!(r.is_ok(), "shrinking after the range's drop gave {r:?}");
+        drop(maps);
+        drop(copy);
+        drop(seg);
+        crate::tests::nothing_leaked_since(before)
+    }
+    }
 }
