@@ -289,7 +289,7 @@ pub fn set_seg_peeked(ar_obj: &super::share::Peek, voff: u64, seg_obj: &super::s
         return Err(Error::InvalidArgument);
     }
     let seg_end = soff.checked_add(len).ok_or(Error::OutOfRange)?;
-    if seg_end > seg.nbytes().div_ceil(PAGE_SIZE) * PAGE_SIZE {
+    if !seg.covers(seg_end) {
         return Err(Error::OutOfRange);
     }
     let mut g = ar.inner.lock();

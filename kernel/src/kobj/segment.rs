@@ -46,7 +46,6 @@ pub struct SegInner {
     nbytes: u64,
     /// From the memory of `memid`'s node, like the pages (`NodeVec`).
     pages: NodeVec<Option<KRef<Frame>>>,
-    pub maps: Vec<SegMap>,
     /// Pins held by devices that DMA into the pages (`pin`): while any is held the pinned
     /// frames stay in place (no shrinking below them, no copy-on-write sharing).
     pins: u32,
@@ -62,7 +61,25 @@ pub struct Segment {
     /// (calls that commute) share only lines both read.
     read: ReadLine,
     pub inner: TicketLock<SegInner>,
+    /// The reverse map (where the segment is mapped), under a lock of its own on its own
+    /// line: making or removing a mapping takes only this lock, so it shares no line with a
+    /// grow, which takes only `inner` (issue 19: `segment_set_nbytes` growing x `ar_set_seg` /
+    /// `ar_unmap` of one segment). A shrink takes both, `inner` first (it must see every
+    /// mapping); so does a copy-on-write copy (it reads the mappings).
+    maps: MapLine,
+    /// Pages no shrink has gone below: `floor.0` never exceeds the page list's length outside
+    /// a shrink (a shrink lowers it, under both locks, before it truncates), and only shrinks
+    /// write it. With the map lock held (no shrink running) a mapping ending within it fits,
+    /// and a resize below it is a shrink, both known without reading the size, which every
+    /// grow writes. Not raised by grows (a later mapping past it reads the size instead).
+    floor: Floor,
 }
+
+#[repr(align(64))]
+struct MapLine(TicketLock<Vec<SegMap>>);
+
+#[repr(align(64))]
+struct Floor(AtomicU64);
 
 /// The segment's reader side (a seqlock over the size and the page list, plus summaries).
 #[repr(align(64))]
@@ -151,11 +168,19 @@ impl Segment {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(Error::OutOfRange);
         }
-        Ok(Self::from_inner(node_core, SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, maps: Vec::new(), pins: 0, pinned_pages: 0 }))
+        Ok(Self::from_inner(node_core, SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, pins: 0, pinned_pages: 0 }))
     }
 
     fn from_inner(node_core: u32, g: SegInner) -> Segment {
-        Segment { node_core, read: ReadLine::new(&g), inner: TicketLock::new(g) }
+        let floor = Floor(AtomicU64::new(g.pages.len() as u64));
+        Segment { node_core, read: ReadLine::new(&g), inner: TicketLock::new(g), maps: MapLine(TicketLock::new(Vec::new())), floor }
+    }
+
+    /// Whether the pages reach `end` bytes, read without a lock: from the floor, else from the
+    /// size (`ar::set_seg`'s check before it takes any lock; `add_map` checks again under the
+    /// map lock). A mapping inside the floor reads no line a grow writes.
+    pub fn covers(&self, end: u64) -> bool {
+        end <= self.floor.0.load(Ordering::Acquire) * PAGE_SIZE || end <= self.nbytes().div_ceil(PAGE_SIZE) * PAGE_SIZE
     }
 
     pub fn nbytes(&self) -> u64 {
@@ -181,12 +206,18 @@ impl Segment {
         self.read.seq.store(s + 2, Ordering::Release);
     }
 
-    /// Store the mapping and pin summaries if they changed (`g` is the locked state).
-    fn publish_summaries(&self, g: &SegInner) {
-        let end = g.maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
+    /// Store the mapping summary if it changed (`maps`: the list under the map lock, the
+    /// only writer of `map_end`).
+    fn publish_map_end(&self, maps: &[SegMap]) {
+        let end = maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
         if self.read.summaries.map_end.load(Ordering::Relaxed) != end {
             self.read.summaries.map_end.store(end, Ordering::Release);
         }
+    }
+
+    /// Store the pin summary if it changed (`g` is the locked state, the only writer of
+    /// `pinned`).
+    fn publish_pinned(&self, g: &SegInner) {
         let pinned = if g.pins > 0 { g.pinned_pages as u64 } else { 0 };
         if self.read.summaries.pinned.load(Ordering::Relaxed) != pinned {
             self.read.summaries.pinned.store(pinned, Ordering::Release);
@@ -205,16 +236,14 @@ impl Segment {
             return Err(Error::OutOfRange);
         }
         let n = pages_for(nbytes) as usize;
-        // A shrink under a mapping or a pin fails without taking the lock: two such calls on
-        // two cores (they commute) write nothing.
-        if self.shrink_busy_unlocked(n) {
+        // Below the floor it is a shrink (see `floor`): one under a mapping or a pin fails
+        // without taking a lock or reading the size, so two such calls on two cores (they
+        // commute), or one and a grow, share no line written. A grow reads neither the
+        // summaries nor the map list (it cannot end below a mapping).
+        if (n as u64) < self.floor.0.load(Ordering::Acquire) && self.shrink_busy_unlocked(n) {
             return Err(Error::Busy);
         }
         let mut g = self.inner.lock();
-        let mapped_end = g.maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
-        if (n as u64) * PAGE_SIZE < mapped_end || (g.pins > 0 && n < g.pinned_pages) {
-            return Err(Error::Busy);
-        }
         if n > g.pages.len() {
             let extra = n - g.pages.len();
             // `try_reserve` may move the list and free the old buffer: the generation moves
@@ -229,12 +258,24 @@ impl Segment {
             self.end_write(&g, s);
             reserved.map_err(|_| Error::NoMemory)?;
         } else {
+            // A shrink (or a change inside the last page): no mapping may be made or removed
+            // meanwhile, so it holds the map lock too (`inner` first, as everywhere).
+            let maps = self.maps.0.lock();
+            let mapped_end = maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
+            if (n as u64) * PAGE_SIZE < mapped_end || (g.pins > 0 && n < g.pinned_pages) {
+                return Err(Error::Busy);
+            }
+            // Lowered before the pages go: `add_map`, which trusts it, waits for the map lock.
+            if (n as u64) < self.floor.0.load(Ordering::Relaxed) {
+                self.floor.0.store(n as u64, Ordering::Release);
+            }
             let s = self.begin_write();
             // Frees the pages past the end in place (no allocation; freeing a frame takes
             // only the page allocator's locks).
             g.pages.truncate(n);
             g.nbytes = nbytes;
             self.end_write(&g, s);
+            drop(maps);
         }
         Ok(())
     }
@@ -356,8 +397,13 @@ impl Segment {
             }
         }
         if cow {
-            maps.try_reserve(g.maps.len()).map_err(|_| Error::NoMemory)?;
-            for m in &g.maps {
+            // Under the map lock, after the frames were shared above: a mapping made before
+            // this is in the list (and gets write-protected by the caller); one made after it
+            // faults its pages in later and finds them shared (`fault_page` maps a shared
+            // frame read-only), so none is missed although `add_map` does not take `inner`.
+            let list = self.maps.0.lock();
+            maps.try_reserve(list.len()).map_err(|_| Error::NoMemory)?;
+            for m in list.iter() {
                 // SAFETY: the entry is in the map list and the lock is held, so the range's
                 // drop has not removed it yet and its allocation is alive (`SegMap`).
                 if let Some(p) = unsafe { Peek::of_link(&m.ar) } {
@@ -365,7 +411,7 @@ impl Segment {
                 }
             }
         }
-        let copy = Self::from_inner(node_core, SegInner { nbytes: g.nbytes, pages, maps: Vec::new(), pins: 0, pinned_pages: 0 });
+        let copy = Self::from_inner(node_core, SegInner { nbytes: g.nbytes, pages, pins: 0, pinned_pages: 0 });
         Ok((copy, maps))
     }
 
@@ -436,7 +482,7 @@ impl Segment {
         if !self.unchanged_since(g1) {
             return None;
         }
-        Some(Ok(Self::from_inner(node_core, SegInner { nbytes, pages, maps: Vec::new(), pins: 0, pinned_pages: 0 })))
+        Some(Ok(Self::from_inner(node_core, SegInner { nbytes, pages, pins: 0, pinned_pages: 0 })))
     }
 
     /// `duplicate_eager_unlocked` for the kernel tests (it must succeed while the lock is
@@ -456,26 +502,29 @@ impl Segment {
     }
 
     /// Record a mapping of `[m.soff, m.soff + m.len)`. `OutOfRange` if that reaches past the
-    /// segment's pages: checked here, under the lock a shrink holds, because the caller's
-    /// own check (`ar::set_seg_peeked`) reads the size without it, and a shrink between the
-    /// two would otherwise leave a mapping past the end.
+    /// segment's pages: checked here, under the map lock a shrink holds, because the caller's
+    /// own check (`ar::set_seg_peeked`) is made without it, and a shrink between the two
+    /// would otherwise leave a mapping past the end. Takes only the map lock: with it held no
+    /// shrink runs, so the pages reach the floor and the published list length (a grow
+    /// publishes the length only after the pages are there).
     pub fn add_map(&self, m: SegMap) -> Result<(), Error> {
-        let mut g = self.inner.lock();
-        if m.soff.checked_add(m.len).is_none_or(|end| end > g.pages.len() as u64 * PAGE_SIZE) {
+        let mut maps = self.maps.0.lock();
+        let end = m.soff.checked_add(m.len).ok_or(Error::OutOfRange)?;
+        if end > self.floor.0.load(Ordering::Acquire) * PAGE_SIZE && end > self.read.pages_len.load(Ordering::Acquire) as u64 * PAGE_SIZE {
             return Err(Error::OutOfRange);
         }
-        try_push(&mut g.maps, m)?;
-        self.publish_summaries(&g);
+        try_push(&mut maps, m)?;
+        self.publish_map_end(&maps);
         Ok(())
     }
 
     /// Forget the mapping of address range `ar_key` at `voff`.
     pub fn remove_map(&self, ar_key: usize, voff: u64) {
-        let mut g = self.inner.lock();
-        if let Some(i) = g.maps.iter().position(|m| m.ar_key == ar_key && m.voff == voff) {
-            let m = g.maps.swap_remove(i);
-            self.publish_summaries(&g);
-            drop(g);
+        let mut maps = self.maps.0.lock();
+        if let Some(i) = maps.iter().position(|m| m.ar_key == ar_key && m.voff == voff) {
+            let m = maps.swap_remove(i);
+            self.publish_map_end(&maps);
+            drop(maps);
             drop(m);
         }
     }
@@ -533,7 +582,7 @@ impl Segment {
         }
         g.pins = g.pins.checked_add(1).ok_or(Error::Busy)?;
         g.pinned_pages = g.pinned_pages.max(npages);
-        self.publish_summaries(&g);
+        self.publish_pinned(&g);
         Ok(pas)
     }
 
@@ -544,7 +593,7 @@ impl Segment {
         if g.pins == 0 {
             g.pinned_pages = 0;
         }
-        self.publish_summaries(&g);
+        self.publish_pinned(&g);
     }
 
     /// Where the page list is (for the test that it is on `memid`'s node).
