@@ -159,8 +159,17 @@ fn copy_of_pa(src_pa: u64, home: u32) -> Result<KRef<Frame>, Error> {
 }
 
 /// `n` absent pages, the list in the memory of core `home`'s node.
+///
+/// The capacity is the whole cache lines the buffer takes anyway (`NodeVec` rounds every
+/// buffer up to lines), not exactly `n`: a grow within them (a 2-page segment grown to 3)
+/// then neither allocates a new list nor frees the old one on the core that made it (a
+/// remote free writes that core's per-core free list, which its own next allocation reads:
+/// issue 19, `segment_alloc` x `segment_set_nbytes`).
 fn page_vec(n: u64, home: u32) -> Result<NodeVec<Option<KRef<Frame>>>, Error> {
-    NodeVec::try_from_fn(n as usize, super::node_of_core(home), |_| None).map_err(|_| Error::NoMemory)
+    let mut v = NodeVec::new(super::node_of_core(home));
+    v.try_reserve(n as usize).map_err(|_| Error::NoMemory)?;
+    v.resize_with(n as usize, || None);
+    Ok(v)
 }
 
 impl Segment {
