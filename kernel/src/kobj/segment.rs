@@ -665,4 +665,88 @@ mod segshare_tests {
         crate::tests::nothing_leaked_since(before)
     }
     }
+    ktest! {
+    fn segment_mappings_race_resizes() {
+        // Mappings (`add_map` / `remove_map`: the map lock only, the fit read from the floor)
+        // race resizes (a grow takes `inner` only; a shrink takes both and lowers the floor
+        // first). While a mapping of page 1 is recorded the segment must keep its 2 pages:
+        // a shrink to 1 page meanwhile is refused `Busy`, and a mapping made after a shrink
+        // is refused `OutOfRange`. With one core the two sides alternate on it.
+        use core::sync::atomic::AtomicBool;
+        use crate::kobj::Kind;
+        let err = |e: Error| alloc::format!("{e:?}");
+        let before = crate::tests::quiescent_counts();
+        let seg = Segment::new(2 * PAGE_SIZE, 0).map_err(err)?;
+        let holder = KObject::create(b"ktest-race-map", 0, Kind::Segment(Segment::new(0, 0).map_err(err)?)).map_err(err)?;
+        let link = || KLink::from_raw(KRef::as_raw(&holder));
+        let (bad, mapped, refused, shrunk) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+        let done = AtomicBool::new(false);
+        let map_once = || {
+            let Some(ar) = link() else { return };
+            match seg.add_map(SegMap { ar, ar_key: 7, voff: 0, soff: PAGE_SIZE, len: PAGE_SIZE }) {
+                Ok(()) => {
+                    mapped.fetch_add(1, Ordering::Relaxed);
+                    for _ in 0..2 {
+                        if seg.nbytes() < 2 * PAGE_SIZE {
+                            bad.fetch_add(1, Ordering::Relaxed);
+                        }
+                        core::hint::spin_loop();
+                    }
+                    seg.remove_map(7, 0);
+                }
+                Err(Error::OutOfRange) => {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        };
+        let resize_once = || {
+            match seg.set_nbytes(PAGE_SIZE) {
+                Ok(()) => {
+                    shrunk.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(Error::Busy) => {}
+                Err(_) => {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if seg.set_nbytes(2 * PAGE_SIZE).is_err() {
+                bad.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        let cores = crate::percpu::online_count();
+        crate::smp::run_on_all(&|i| {
+            if cores == 1 {
+                for k in 0..2000 {
+                    resize_once();
+                    if k % 2 == 0 {
+                        // Between a shrink and the grow back: the mapping must not fit.
+                        let _ = seg.set_nbytes(PAGE_SIZE);
+                    }
+                    map_once();
+                }
+            } else if i == 0 {
+                let deadline = crate::time::Deadline::after_ms(400);
+                let mut n = 0;
+                while !deadline.expired() || n < 500 {
+                    resize_once();
+                    n += 1;
+                }
+                done.store(true, Ordering::Release);
+            } else if i == 1 {
+                while !done.load(Ordering::Acquire) {
+                    map_once();
+                }
+            }
+        });
+        let (bad, mapped, refused, shrunk) = (bad.into_inner(), mapped.into_inner(), refused.into_inner(), shrunk.into_inner());
+        kassert!(bad == 0, "{bad} wrong outcomes ({mapped} mapped, {refused} refused, {shrunk} shrinks)");
+        kassert!(mapped > 0 && shrunk > 0, "the race never mapped ({mapped}) or never shrank ({shrunk})");
+        drop(seg);
+        drop(holder);
+        crate::tests::nothing_leaked_since(before)
+    }
+    }
 }
