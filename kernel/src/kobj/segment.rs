@@ -693,6 +693,10 @@ mod segshare_tests {
                         core::hint::spin_loop();
                     }
                     seg.remove_map(7, 0);
+                    // Unmapped for a while: room for the other core's shrink.
+                    for _ in 0..500 {
+                        core::hint::spin_loop();
+                    }
                 }
                 Err(Error::OutOfRange) => {
                     refused.fetch_add(1, Ordering::Relaxed);
@@ -706,6 +710,10 @@ mod segshare_tests {
             match seg.set_nbytes(PAGE_SIZE) {
                 Ok(()) => {
                     shrunk.fetch_add(1, Ordering::Relaxed);
+                    // Shrunk for a while: room for the other core's (refused) mapping.
+                    for _ in 0..500 {
+                        core::hint::spin_loop();
+                    }
                 }
                 Err(Error::Busy) => {}
                 Err(_) => {
