@@ -878,16 +878,18 @@ impl Share {
         Ok(Some(Lease { raw: p, end: LeaseEnd::Unlend(self) }))
     }
 
-    /// Whether a shared share's part has an entry for `id`, read without the writer lock
-    /// (inside a reclamation operation, like `contains`).
+    /// Where a shared share's part has its entry for `id` (the table and the slot), read
+    /// without the writer lock (inside a reclamation operation, like `contains`); `None` if
+    /// it has none. The place is a hint for a writer, which checks it under the lock.
     #[inline]
-    fn present_unlocked(&self, part: &Part, id: u64) -> bool {
+    fn find_unlocked(&self, part: &Part, id: u64) -> Option<(*const Table, usize)> {
+        let look = || part.table().and_then(|t| t.position(id).map(|i| (t as *const Table, i)));
         match reclaim() {
             Some(d) => {
                 let _op = d.enter_on(this_core());
-                part.table().is_some_and(|t| t.position(id).is_some())
+                look()
             }
-            None => part.table().is_some_and(|t| t.position(id).is_some()),
+            None => look(),
         }
     }
 
@@ -978,13 +980,16 @@ impl Share {
         // the share, so a failed delete commutes with every reader of the part and with
         // another failed delete (issue 19: `share_delobj` of an absent name × `obj_stat` /
         // `share_delobj` / `share_list` took the part's lock line that their lookups read).
-        if !self.present_unlocked(part, id) {
+        let Some((hint_table, hint)) = self.find_unlocked(part, id) else {
             return Err(Error::NoSuchObject);
-        }
+        };
         let p = {
             let _g = if try_only { part.writer.try_lock().ok_or(Error::Busy)? } else { part.writer.lock() };
             let t = part.table().ok_or(Error::NoSuchObject)?;
-            let i = t.position(id).ok_or(Error::NoSuchObject)?;
+            // The slot the lookup found, if it still holds `id` in the current table (only
+            // writers change either, and they hold the lock now); else probe again.
+            let at_hint = ptr::eq(hint_table, t) && t.slots.get(hint).is_some_and(|sl| sl.id.load(Ordering::Relaxed) == id);
+            let i = if at_hint { hint } else { t.position(id).ok_or(Error::NoSuchObject)? };
             let (p, freed) = t.empty(i);
             bump(&part.used, -(freed as isize));
             p
