@@ -385,11 +385,16 @@ impl Segment {
     /// takes this segment's lock to remove its entry).
     pub fn duplicate(&self, cow: bool, node_core: u32) -> Result<(Segment, Vec<(Peek, u64, u64)>), Error> {
         // An eager copy first tries the reader side, which writes no line of this segment.
-        // (A copy-on-write copy takes a count of every frame and reads the mappings: locked.)
-        if !cow {
-            if let Some(r) = self.duplicate_eager_unlocked(node_core) {
-                return r.map(|copy| (copy, Vec::new()));
-            }
+        // (A copy-on-write copy of a segment with pages takes a count of every frame and
+        // reads the mappings: locked.)
+        //
+        // A copy-on-write copy of a segment with no page present tries it too (`empty_only`):
+        // with no frame there is nothing to share and no mapping can hold a writable entry
+        // for one, so the copy is an empty segment of the same size and needs neither the
+        // locks nor the mappings (a page a fault puts in after the generation check is the
+        // source's own). Issue 19: copies of an untouched segment and their write protection.
+        if let Some(r) = self.duplicate_eager_unlocked(node_core, cow) {
+            return r.map(|copy| (copy, Vec::new()));
         }
         // Declared before the lock's guard, so dropped after it on every path (see above).
         let mut maps = Vec::new();
@@ -445,7 +450,8 @@ impl Segment {
     /// unchecked). The writers' side of the rule: every writer moves the generation before
     /// it frees anything a reader may dereference (the list's old buffer in `set_nbytes`'
     /// grow, frames and their records in its shrink, a replaced frame in `fault_page`).
-    fn duplicate_eager_unlocked(&self, node_core: u32) -> Option<Result<Segment, Error>> {
+    /// With `empty_only` it gives up (`None`) at the first present page instead of copying.
+    fn duplicate_eager_unlocked(&self, node_core: u32, empty_only: bool) -> Option<Result<Segment, Error>> {
         let r = &self.read;
         let g1 = r.seq.load(Ordering::Acquire);
         if g1 & 1 != 0 {
@@ -469,6 +475,9 @@ impl Segment {
             let raw = unsafe { (*ptr.add(i)).load(Ordering::Relaxed) };
             if raw == 0 {
                 continue;
+            }
+            if empty_only {
+                return None; // a present page: a copy-on-write copy shares it, under the lock
             }
             // The slot held a live frame reference at this check.
             if !self.unchanged_since(g1) {
@@ -497,7 +506,13 @@ impl Segment {
     /// `duplicate_eager_unlocked` for the kernel tests (it must succeed while the lock is
     /// held by someone else).
     pub fn copy_without_lock(&self, node_core: u32) -> Option<Result<Segment, Error>> {
-        self.duplicate_eager_unlocked(node_core)
+        self.duplicate_eager_unlocked(node_core, false)
+    }
+
+    /// The copy-on-write form (`empty_only`) for the kernel tests: a copy while no page is
+    /// present, `None` once one is.
+    pub fn cow_copy_without_lock(&self, node_core: u32) -> Option<Result<Segment, Error>> {
+        self.duplicate_eager_unlocked(node_core, true)
     }
 
     /// The same, started while a writer (this test, holding the lock) is between
@@ -505,7 +520,7 @@ impl Segment {
     pub fn copy_without_lock_during_write(&self, node_core: u32) -> Option<Result<Segment, Error>> {
         let g = self.inner.lock();
         let s = self.begin_write();
-        let r = self.duplicate_eager_unlocked(node_core);
+        let r = self.duplicate_eager_unlocked(node_core, false);
         self.end_write(&g, s);
         r
     }
@@ -640,6 +655,21 @@ mod segshare_tests {
         ar::set_seg(&range, 0, &seg, 0, 2 * PAGE_SIZE, MAP_READ | MAP_WRITE).map_err(err)?;
         let (strong1, weak1) = (KRef::strong_count(&range), KRef::weak_count(&range));
         kassert!((strong1, weak1) == (strong0, weak0), "mapping changed the range's counts: ({strong0}, {weak0}) -> ({strong1}, {weak1})");
+        // No page present yet: a copy-on-write copy is an empty segment of the same size,
+        // made without the locks, with no mapping to protect.
+        {
+            let s = seg.as_segment().map_err(err)?;
+            let copy = s.cow_copy_without_lock(me).ok_or("the copy of an untouched segment gave up")?.map_err(err)?;
+            kassert!(copy.nbytes() == 2 * PAGE_SIZE && copy.resident_pages() == 0, "the empty copy has {} bytes, {} pages", copy.nbytes(), copy.resident_pages());
+            let (copy2, maps) = s.duplicate(true, me).map_err(err)?;
+            kassert!(maps.is_empty(), "a copy of an untouched segment gave {} mappings to protect", maps.len());
+            drop((copy, copy2, maps));
+            // With a page present it gives up: that copy shares the frame, under the lock.
+            s.write_bytes(0, b"x").map_err(err)?;
+            let r = s.cow_copy_without_lock(me);
+            kassert!(r.is_none(), "the lock-free copy-on-write copy went on past a present page");
+            drop(r);
+        }
         {
             // A copy-on-write copy finds the range through the link, borrowed: no count moves.
             let (copy, maps) = seg.as_segment().map_err(err)?.duplicate(true, me).map_err(err)?;
