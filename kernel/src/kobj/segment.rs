@@ -102,9 +102,9 @@ struct ReadLine {
 struct Summaries {
     /// The end of the furthest mapping (`soff + len`, 0 with none): a shrink below it fails
     /// `Busy`. Stored only when it changes, so making a mapping inside it writes no line a
-    /// reader reads.
+    /// reader reads. Stored under the map lock (the other fields of `ReadLine` under `inner`).
     map_end: AtomicU64,
-    /// `SegInner::pinned_pages` (0 while nothing is pinned).
+    /// `SegInner::pinned_pages` (0 while nothing is pinned); stored under `inner`.
     pinned: AtomicU64,
 }
 
