@@ -470,10 +470,9 @@ fn sys_segment_copy(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     let (copy, maps) = src.as_segment()?.duplicate(cow, me)?;
     let id = insert_new(&dst, &name[..n], me, Kind::Segment(copy))?;
     // Existing writable mappings of the source must fault before writing from now on.
-    for (weak, voff, len) in maps {
-        if let Some(ar_obj) = weak.upgrade() {
-            ar::write_protect(&ar_obj, voff, len);
-        }
+    // (Each range is borrowed, `Segment::duplicate`; the borrows end here, outside its lock.)
+    for (ar_obj, voff, len) in maps {
+        ar::write_protect(&ar_obj, voff, len);
     }
     Ok(id)
 }

@@ -993,7 +993,7 @@ fn segment_mapping_past_the_end_is_refused() {
     let (pages0, live0) = quiescent_counts();
     let seg = Segment::new(2 * PAGE_SIZE, 0).map_err(err)?;
     let holder = KObject::create(b"ktest-map", 0, Kind::Segment(Segment::new(0, 0).map_err(err)?)).map_err(err)?;
-    let map = |soff: u64, len: u64| SegMap { ar: KRef::downgrade(&holder), ar_key: 1, voff: 0, soff, len };
+    let map = |soff: u64, len: u64| SegMap { ar: crate::kobj::kref::KLink::from_raw(KRef::as_raw(&holder)).expect("non-null"), ar_key: 1, voff: 0, soff, len };
     let r = seg.add_map(map(PAGE_SIZE, 2 * PAGE_SIZE));
     kassert!(r == Err(abi::Error::OutOfRange), "a mapping past the end gave {r:?}");
     let r = seg.add_map(map(PAGE_SIZE, u64::MAX));

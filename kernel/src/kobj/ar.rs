@@ -14,7 +14,7 @@
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::kref::{KBorrow, KRef, KWeak};
+use super::kref::{KBorrow, KLink, KRef, KWeak};
 use super::segment::SegMap;
 use super::{cores_in, CoreSet, KObject, ObjRef};
 use crate::arch::x86_64::paging::{
@@ -491,7 +491,7 @@ pub fn set_seg_peeked(ar_obj: &super::share::Peek, voff: u64, seg_obj: &super::s
         return Err(Error::InvalidArgument);
     }
     let seg_end = soff.checked_add(len).ok_or(Error::OutOfRange)?;
-    if seg_end > seg.nbytes().div_ceil(PAGE_SIZE) * PAGE_SIZE {
+    if !seg.covers(seg_end) {
         return Err(Error::OutOfRange);
     }
     // A mapping in the way is refused without the lock: the occupancy words (2 MiB ranges)
@@ -513,8 +513,9 @@ pub fn set_seg_peeked(ar_obj: &super::share::Peek, voff: u64, seg_obj: &super::s
     // Room first, so that once the pages are marked pending the insert cannot fail.
     g.maps.try_reserve(1).map_err(|_| Error::NoMemory)?;
     let seg_ref = seg_obj.counted()?;
-    let ar_weak = KRef::downgrade(&ar_obj.counted()?);
-    seg.add_map(SegMap { ar: ar_weak, ar_key: ar.key(), voff, soff, len })?;
+    // The reverse link writes no count of the range (`SegMap`, `KLink`).
+    let ar_link = KLink::from_raw(ar_obj.as_raw()).ok_or(Error::NoSuchObject)?;
+    seg.add_map(SegMap { ar: ar_link, ar_key: ar.key(), voff, soff, len })?;
     ar.occ_set(&g, voff, len, OCC_PENDING);
     if let Err(e) = insert_sorted(&mut g.maps, Mapping { voff, len, flags, target: Target::Seg { obj: seg_ref, soff } }) {
         ar.occ_set(&g, voff, len, OCC_FREE);
@@ -668,7 +669,7 @@ pub fn unmap(ar_obj: &KObject, voff: u64, len: u64) -> Result<(), Error> {
 }
 
 /// Write-protect `[voff, voff + len)` of a range (for copy-on-write copies of a segment).
-pub fn write_protect(ar_obj: &ObjRef, voff: u64, len: u64) {
+pub fn write_protect(ar_obj: &KObject, voff: u64, len: u64) {
     let Ok(ar) = ar_obj.as_ar() else { return };
     let mut g = ar.inner.lock();
     if ar.clear_leaves(&mut g, voff, len, true) {

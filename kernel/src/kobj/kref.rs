@@ -103,6 +103,11 @@ impl<T> KRef<T> {
         this.inner().strong.load(Ordering::Acquire)
     }
 
+    /// Weak references, plus one for the strong ones together (for tests).
+    pub fn weak_count(this: &Self) -> usize {
+        this.inner().weak.load(Ordering::Acquire)
+    }
+
     pub fn ptr_eq(a: &Self, b: &Self) -> bool {
         a.ptr == b.ptr
     }
@@ -535,6 +540,39 @@ impl<T> Drop for KWeak<T> {
         release_weak(self.ptr);
     }
 }
+
+/// A link to a value that neither keeps it alive nor writes any of its counts: for a reverse
+/// link whose holder the value's own drop removes, under a lock the link's users hold, before
+/// the allocation can be freed (a segment's reverse map entry for an address range:
+/// `AddressRange::drop` removes its entries under the segment's map lock, and the value is
+/// dropped before its allocation is freed). It was a `KWeak`, whose making and dropping wrote
+/// the range's count line, which every `obj_stat` and every counted reference of the range
+/// also touch (issue 19: `ar_set_seg` / `ar_unmap` x `obj_stat` / `share_addobj` of the
+/// range). Making or dropping one writes nothing; using it is `unsafe` (`KRef::borrow_raw` /
+/// `try_clone_raw` on `as_raw`, under that lock).
+pub struct KLink<T> {
+    ptr: NonNull<Inner<T>>,
+}
+
+impl<T> KLink<T> {
+    /// A link to the value behind `raw` (a `KRef::into_raw` / `as_raw` pointer). Only stores
+    /// the pointer.
+    pub fn from_raw(raw: *mut ()) -> Option<Self> {
+        NonNull::new(raw as *mut Inner<T>).map(|ptr| KLink { ptr })
+    }
+
+    /// The linked value's raw pointer, in `KRef::into_raw`'s form.
+    pub fn as_raw(&self) -> *mut () {
+        self.ptr.as_ptr() as *mut ()
+    }
+}
+
+// SAFETY: only a pointer; every use goes through `KRef`'s unsafe raw functions, whose callers
+// guarantee the allocation is alive, and shares the value across cores like `KRef` (T: Send +
+// Sync).
+unsafe impl<T: Send + Sync> Send for KLink<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Sync for KLink<T> {}
 
 /// A borrowed value (`KRef::borrow_raw`): derefs to it, keeps it alive without a count, and
 /// ends the borrow when dropped (dropping the value if its last counted reference went during

@@ -8,7 +8,8 @@
 use alloc::vec::Vec;
 use core::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
-use super::kref::{KRef, KWeak};
+use super::kref::{KLink, KRef};
+use super::share::Peek;
 use super::{try_push, KObject, ObjRef};
 use crate::mm::{frame, phys_to_virt, PAGE_SIZE};
 use crate::mm::nodevec::NodeVec;
@@ -30,9 +31,11 @@ impl Drop for Frame {
 }
 
 /// A place this segment is mapped: `[voff, voff + len)` of an address range, starting at
-/// segment offset `soff`.
+/// segment offset `soff`. The link to the range writes none of its counts (`KLink`): the
+/// range's drop removes this entry (`AddressRange::drop` -> `remove_map`) before its memory
+/// can go, so while the entry is here, under the map lock, the range's allocation is alive.
 pub struct SegMap {
-    pub ar: KWeak<KObject>,
+    pub ar: KLink<KObject>,
     pub ar_key: usize,
     pub voff: u64,
     pub soff: u64,
@@ -43,7 +46,6 @@ pub struct SegInner {
     nbytes: u64,
     /// From the memory of `memid`'s node, like the pages (`NodeVec`).
     pages: NodeVec<Option<KRef<Frame>>>,
-    pub maps: Vec<SegMap>,
     /// Pins held by devices that DMA into the pages (`pin`): while any is held the pinned
     /// frames stay in place (no shrinking below them, no copy-on-write sharing).
     pins: u32,
@@ -59,7 +61,25 @@ pub struct Segment {
     /// (calls that commute) share only lines both read.
     read: ReadLine,
     pub inner: TicketLock<SegInner>,
+    /// The reverse map (where the segment is mapped), under a lock of its own on its own
+    /// line: making or removing a mapping takes only this lock, so it shares no line with a
+    /// grow, which takes only `inner` (issue 19: `segment_set_nbytes` growing x `ar_set_seg` /
+    /// `ar_unmap` of one segment). A shrink takes both, `inner` first (it must see every
+    /// mapping); so does a copy-on-write copy (it reads the mappings).
+    maps: MapLine,
+    /// Pages no shrink has gone below: `floor.0` never exceeds the page list's length outside
+    /// a shrink (a shrink lowers it, under both locks, before it truncates), and only shrinks
+    /// write it. With the map lock held (no shrink running) a mapping ending within it fits,
+    /// and a resize below it is a shrink, both known without reading the size, which every
+    /// grow writes. Not raised by grows (a later mapping past it reads the size instead).
+    floor: Floor,
 }
+
+#[repr(align(64))]
+struct MapLine(TicketLock<Vec<SegMap>>);
+
+#[repr(align(64))]
+struct Floor(AtomicU64);
 
 /// The segment's reader side (a seqlock over the size and the page list, plus summaries).
 #[repr(align(64))]
@@ -82,9 +102,9 @@ struct ReadLine {
 struct Summaries {
     /// The end of the furthest mapping (`soff + len`, 0 with none): a shrink below it fails
     /// `Busy`. Stored only when it changes, so making a mapping inside it writes no line a
-    /// reader reads.
+    /// reader reads. Stored under the map lock (the other fields of `ReadLine` under `inner`).
     map_end: AtomicU64,
-    /// `SegInner::pinned_pages` (0 while nothing is pinned).
+    /// `SegInner::pinned_pages` (0 while nothing is pinned); stored under `inner`.
     pinned: AtomicU64,
 }
 
@@ -139,8 +159,17 @@ fn copy_of_pa(src_pa: u64, home: u32) -> Result<KRef<Frame>, Error> {
 }
 
 /// `n` absent pages, the list in the memory of core `home`'s node.
+///
+/// The capacity is the whole cache lines the buffer takes anyway (`NodeVec` rounds every
+/// buffer up to lines), not exactly `n`: a grow within them (a 2-page segment grown to 3)
+/// then neither allocates a new list nor frees the old one on the core that made it (a
+/// remote free writes that core's per-core free list, which its own next allocation reads:
+/// issue 19, `segment_alloc` x `segment_set_nbytes`).
 fn page_vec(n: u64, home: u32) -> Result<NodeVec<Option<KRef<Frame>>>, Error> {
-    NodeVec::try_from_fn(n as usize, super::node_of_core(home), |_| None).map_err(|_| Error::NoMemory)
+    let mut v = NodeVec::new(super::node_of_core(home));
+    v.try_reserve(n as usize).map_err(|_| Error::NoMemory)?;
+    v.resize_with(n as usize, || None);
+    Ok(v)
 }
 
 impl Segment {
@@ -148,11 +177,19 @@ impl Segment {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(Error::OutOfRange);
         }
-        Ok(Self::from_inner(node_core, SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, maps: Vec::new(), pins: 0, pinned_pages: 0 }))
+        Ok(Self::from_inner(node_core, SegInner { nbytes, pages: page_vec(pages_for(nbytes), node_core)?, pins: 0, pinned_pages: 0 }))
     }
 
     fn from_inner(node_core: u32, g: SegInner) -> Segment {
-        Segment { node_core, read: ReadLine::new(&g), inner: TicketLock::new(g) }
+        let floor = Floor(AtomicU64::new(g.pages.len() as u64));
+        Segment { node_core, read: ReadLine::new(&g), inner: TicketLock::new(g), maps: MapLine(TicketLock::new(Vec::new())), floor }
+    }
+
+    /// Whether the pages reach `end` bytes, read without a lock: from the floor, else from the
+    /// size (`ar::set_seg`'s check before it takes any lock; `add_map` checks again under the
+    /// map lock). A mapping inside the floor reads no line a grow writes.
+    pub fn covers(&self, end: u64) -> bool {
+        end <= self.floor.0.load(Ordering::Acquire) * PAGE_SIZE || end <= self.nbytes().div_ceil(PAGE_SIZE) * PAGE_SIZE
     }
 
     pub fn nbytes(&self) -> u64 {
@@ -178,12 +215,18 @@ impl Segment {
         self.read.seq.store(s + 2, Ordering::Release);
     }
 
-    /// Store the mapping and pin summaries if they changed (`g` is the locked state).
-    fn publish_summaries(&self, g: &SegInner) {
-        let end = g.maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
+    /// Store the mapping summary if it changed (`maps`: the list under the map lock, the
+    /// only writer of `map_end`).
+    fn publish_map_end(&self, maps: &[SegMap]) {
+        let end = maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
         if self.read.summaries.map_end.load(Ordering::Relaxed) != end {
             self.read.summaries.map_end.store(end, Ordering::Release);
         }
+    }
+
+    /// Store the pin summary if it changed (`g` is the locked state, the only writer of
+    /// `pinned`).
+    fn publish_pinned(&self, g: &SegInner) {
         let pinned = if g.pins > 0 { g.pinned_pages as u64 } else { 0 };
         if self.read.summaries.pinned.load(Ordering::Relaxed) != pinned {
             self.read.summaries.pinned.store(pinned, Ordering::Release);
@@ -202,16 +245,14 @@ impl Segment {
             return Err(Error::OutOfRange);
         }
         let n = pages_for(nbytes) as usize;
-        // A shrink under a mapping or a pin fails without taking the lock: two such calls on
-        // two cores (they commute) write nothing.
-        if self.shrink_busy_unlocked(n) {
+        // Below the floor it is a shrink (see `floor`): one under a mapping or a pin fails
+        // without taking a lock or reading the size, so two such calls on two cores (they
+        // commute), or one and a grow, share no line written. A grow reads neither the
+        // summaries nor the map list (it cannot end below a mapping).
+        if (n as u64) < self.floor.0.load(Ordering::Acquire) && self.shrink_busy_unlocked(n) {
             return Err(Error::Busy);
         }
         let mut g = self.inner.lock();
-        let mapped_end = g.maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
-        if (n as u64) * PAGE_SIZE < mapped_end || (g.pins > 0 && n < g.pinned_pages) {
-            return Err(Error::Busy);
-        }
         if n > g.pages.len() {
             let extra = n - g.pages.len();
             // `try_reserve` may move the list and free the old buffer: the generation moves
@@ -226,12 +267,24 @@ impl Segment {
             self.end_write(&g, s);
             reserved.map_err(|_| Error::NoMemory)?;
         } else {
+            // A shrink (or a change inside the last page): no mapping may be made or removed
+            // meanwhile, so it holds the map lock too (`inner` first, as everywhere).
+            let maps = self.maps.0.lock();
+            let mapped_end = maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
+            if (n as u64) * PAGE_SIZE < mapped_end || (g.pins > 0 && n < g.pinned_pages) {
+                return Err(Error::Busy);
+            }
+            // Lowered before the pages go: `add_map`, which trusts it, waits for the map lock.
+            if (n as u64) < self.floor.0.load(Ordering::Relaxed) {
+                self.floor.0.store(n as u64, Ordering::Release);
+            }
             let s = self.begin_write();
             // Frees the pages past the end in place (no allocation; freeing a frame takes
             // only the page allocator's locks).
             g.pages.truncate(n);
             g.nbytes = nbytes;
             self.end_write(&g, s);
+            drop(maps);
         }
         Ok(())
     }
@@ -325,14 +378,26 @@ impl Segment {
     /// Duplicate: `cow == false` copies every present page now; `cow == true` shares them.
     /// Returns the copy and, for copy-on-write, where this segment is mapped (so the caller
     /// can write-protect those mappings outside this segment's lock).
-    pub fn duplicate(&self, cow: bool, node_core: u32) -> Result<(Segment, Vec<(KWeak<KObject>, u64, u64)>), Error> {
+    ///
+    /// Each range comes back borrowed (`Peek::of_link`), not counted: a copy-on-write copy
+    /// writes no count line of the ranges it protects. The caller ends the borrows after this
+    /// returns (ending one may drop a range whose last reference went meanwhile, and that drop
+    /// takes this segment's lock to remove its entry).
+    pub fn duplicate(&self, cow: bool, node_core: u32) -> Result<(Segment, Vec<(Peek, u64, u64)>), Error> {
         // An eager copy first tries the reader side, which writes no line of this segment.
-        // (A copy-on-write copy takes a count of every frame and reads the mappings: locked.)
-        if !cow {
-            if let Some(r) = self.duplicate_eager_unlocked(node_core) {
-                return r.map(|copy| (copy, Vec::new()));
-            }
+        // (A copy-on-write copy of a segment with pages takes a count of every frame and
+        // reads the mappings: locked.)
+        //
+        // A copy-on-write copy of a segment with no page present tries it too (`empty_only`):
+        // with no frame there is nothing to share and no mapping can hold a writable entry
+        // for one, so the copy is an empty segment of the same size and needs neither the
+        // locks nor the mappings (a page a fault puts in after the generation check is the
+        // source's own). Issue 19: copies of an untouched segment and their write protection.
+        if let Some(r) = self.duplicate_eager_unlocked(node_core, cow) {
+            return r.map(|copy| (copy, Vec::new()));
         }
+        // Declared before the lock's guard, so dropped after it on every path (see above).
+        let mut maps = Vec::new();
         let g = self.inner.lock();
         // A pinned page is written by a device behind the page tables' back: sharing it
         // copy-on-write would let that write reach the copy.
@@ -345,14 +410,22 @@ impl Segment {
                 pages[i] = Some(if cow { f.clone() } else { copy_of(f, node_core)? });
             }
         }
-        let mut maps = Vec::new();
         if cow {
-            maps.try_reserve(g.maps.len()).map_err(|_| Error::NoMemory)?;
-            for m in &g.maps {
-                maps.push((m.ar.clone(), m.voff, m.len));
+            // Under the map lock, after the frames were shared above: a mapping made before
+            // this is in the list (and gets write-protected by the caller); one made after it
+            // faults its pages in later and finds them shared (`fault_page` maps a shared
+            // frame read-only), so none is missed although `add_map` does not take `inner`.
+            let list = self.maps.0.lock();
+            maps.try_reserve(list.len()).map_err(|_| Error::NoMemory)?;
+            for m in list.iter() {
+                // SAFETY: the entry is in the map list and the lock is held, so the range's
+                // drop has not removed it yet and its allocation is alive (`SegMap`).
+                if let Some(p) = unsafe { Peek::of_link(&m.ar) } {
+                    maps.push((p, m.voff, m.len));
+                }
             }
         }
-        let copy = Self::from_inner(node_core, SegInner { nbytes: g.nbytes, pages, maps: Vec::new(), pins: 0, pinned_pages: 0 });
+        let copy = Self::from_inner(node_core, SegInner { nbytes: g.nbytes, pages, pins: 0, pinned_pages: 0 });
         Ok((copy, maps))
     }
 
@@ -377,7 +450,8 @@ impl Segment {
     /// unchecked). The writers' side of the rule: every writer moves the generation before
     /// it frees anything a reader may dereference (the list's old buffer in `set_nbytes`'
     /// grow, frames and their records in its shrink, a replaced frame in `fault_page`).
-    fn duplicate_eager_unlocked(&self, node_core: u32) -> Option<Result<Segment, Error>> {
+    /// With `empty_only` it gives up (`None`) at the first present page instead of copying.
+    fn duplicate_eager_unlocked(&self, node_core: u32, empty_only: bool) -> Option<Result<Segment, Error>> {
         let r = &self.read;
         let g1 = r.seq.load(Ordering::Acquire);
         if g1 & 1 != 0 {
@@ -402,6 +476,9 @@ impl Segment {
             if raw == 0 {
                 continue;
             }
+            if empty_only {
+                return None; // a present page: a copy-on-write copy shares it, under the lock
+            }
             // The slot held a live frame reference at this check.
             if !self.unchanged_since(g1) {
                 return None;
@@ -423,13 +500,19 @@ impl Segment {
         if !self.unchanged_since(g1) {
             return None;
         }
-        Some(Ok(Self::from_inner(node_core, SegInner { nbytes, pages, maps: Vec::new(), pins: 0, pinned_pages: 0 })))
+        Some(Ok(Self::from_inner(node_core, SegInner { nbytes, pages, pins: 0, pinned_pages: 0 })))
     }
 
     /// `duplicate_eager_unlocked` for the kernel tests (it must succeed while the lock is
     /// held by someone else).
     pub fn copy_without_lock(&self, node_core: u32) -> Option<Result<Segment, Error>> {
-        self.duplicate_eager_unlocked(node_core)
+        self.duplicate_eager_unlocked(node_core, false)
+    }
+
+    /// The copy-on-write form (`empty_only`) for the kernel tests: a copy while no page is
+    /// present, `None` once one is.
+    pub fn cow_copy_without_lock(&self, node_core: u32) -> Option<Result<Segment, Error>> {
+        self.duplicate_eager_unlocked(node_core, true)
     }
 
     /// The same, started while a writer (this test, holding the lock) is between
@@ -437,32 +520,35 @@ impl Segment {
     pub fn copy_without_lock_during_write(&self, node_core: u32) -> Option<Result<Segment, Error>> {
         let g = self.inner.lock();
         let s = self.begin_write();
-        let r = self.duplicate_eager_unlocked(node_core);
+        let r = self.duplicate_eager_unlocked(node_core, false);
         self.end_write(&g, s);
         r
     }
 
     /// Record a mapping of `[m.soff, m.soff + m.len)`. `OutOfRange` if that reaches past the
-    /// segment's pages: checked here, under the lock a shrink holds, because the caller's
-    /// own check (`ar::set_seg_peeked`) reads the size without it, and a shrink between the
-    /// two would otherwise leave a mapping past the end.
+    /// segment's pages: checked here, under the map lock a shrink holds, because the caller's
+    /// own check (`ar::set_seg_peeked`) is made without it, and a shrink between the two
+    /// would otherwise leave a mapping past the end. Takes only the map lock: with it held no
+    /// shrink runs, so the pages reach the floor and the published list length (a grow
+    /// publishes the length only after the pages are there).
     pub fn add_map(&self, m: SegMap) -> Result<(), Error> {
-        let mut g = self.inner.lock();
-        if m.soff.checked_add(m.len).is_none_or(|end| end > g.pages.len() as u64 * PAGE_SIZE) {
+        let mut maps = self.maps.0.lock();
+        let end = m.soff.checked_add(m.len).ok_or(Error::OutOfRange)?;
+        if end > self.floor.0.load(Ordering::Acquire) * PAGE_SIZE && end > self.read.pages_len.load(Ordering::Acquire) as u64 * PAGE_SIZE {
             return Err(Error::OutOfRange);
         }
-        try_push(&mut g.maps, m)?;
-        self.publish_summaries(&g);
+        try_push(&mut maps, m)?;
+        self.publish_map_end(&maps);
         Ok(())
     }
 
     /// Forget the mapping of address range `ar_key` at `voff`.
     pub fn remove_map(&self, ar_key: usize, voff: u64) {
-        let mut g = self.inner.lock();
-        if let Some(i) = g.maps.iter().position(|m| m.ar_key == ar_key && m.voff == voff) {
-            let m = g.maps.swap_remove(i);
-            self.publish_summaries(&g);
-            drop(g);
+        let mut maps = self.maps.0.lock();
+        if let Some(i) = maps.iter().position(|m| m.ar_key == ar_key && m.voff == voff) {
+            let m = maps.swap_remove(i);
+            self.publish_map_end(&maps);
+            drop(maps);
             drop(m);
         }
     }
@@ -520,7 +606,7 @@ impl Segment {
         }
         g.pins = g.pins.checked_add(1).ok_or(Error::Busy)?;
         g.pinned_pages = g.pinned_pages.max(npages);
-        self.publish_summaries(&g);
+        self.publish_pinned(&g);
         Ok(pas)
     }
 
@@ -531,7 +617,7 @@ impl Segment {
         if g.pins == 0 {
             g.pinned_pages = 0;
         }
-        self.publish_summaries(&g);
+        self.publish_pinned(&g);
     }
 
     /// Where the page list is (for the test that it is on `memid`'s node).
@@ -547,4 +633,158 @@ impl Segment {
 /// Look up the segment behind an object.
 pub fn of(obj: &ObjRef) -> Result<&Segment, Error> {
     obj.as_segment()
+}
+
+// Session 12 (issue 19, helper segshare): a mapping's reverse link writes no count of the
+// range, and the range's drop removes it.
+mod segshare_tests {
+    use super::*;
+    use crate::{kassert, ktest};
+
+    ktest! {
+    fn segment_reverse_link_counts_nothing() {
+        use crate::kobj::ar::{self, AddressRange};
+        use crate::kobj::{Kind, KObject};
+        use abi::{ArKind, MAP_READ, MAP_WRITE};
+        let err = |e: Error| alloc::format!("{e:?}");
+        let before = crate::tests::quiescent_counts();
+        let me = crate::percpu::current_index() as u32;
+        let seg = KObject::create(b"ktest-link-seg", me, Kind::Segment(Segment::new(2 * PAGE_SIZE, me).map_err(err)?)).map_err(err)?;
+        let range = KObject::create(b"ktest-link-ar", me, Kind::Ar(AddressRange::new(ArKind::Span2M, me).map_err(err)?)).map_err(err)?;
+        let (strong0, weak0) = (KRef::strong_count(&range), KRef::weak_count(&range));
+        ar::set_seg(&range, 0, &seg, 0, 2 * PAGE_SIZE, MAP_READ | MAP_WRITE).map_err(err)?;
+        let (strong1, weak1) = (KRef::strong_count(&range), KRef::weak_count(&range));
+        kassert!((strong1, weak1) == (strong0, weak0), "mapping changed the range's counts: ({strong0}, {weak0}) -> ({strong1}, {weak1})");
+        // No page present yet: a copy-on-write copy is an empty segment of the same size,
+        // made without the locks, with no mapping to protect.
+        {
+            let s = seg.as_segment().map_err(err)?;
+            let copy = s.cow_copy_without_lock(me).ok_or("the copy of an untouched segment gave up")?.map_err(err)?;
+            kassert!(copy.nbytes() == 2 * PAGE_SIZE && copy.resident_pages() == 0, "the empty copy has {} bytes, {} pages", copy.nbytes(), copy.resident_pages());
+            let (copy2, maps) = s.duplicate(true, me).map_err(err)?;
+            kassert!(maps.is_empty(), "a copy of an untouched segment gave {} mappings to protect", maps.len());
+            drop((copy, copy2, maps));
+            // With a page present it gives up: that copy shares the frame, under the lock.
+            s.write_bytes(0, b"x").map_err(err)?;
+            let r = s.cow_copy_without_lock(me);
+            kassert!(r.is_none(), "the lock-free copy-on-write copy went on past a present page");
+            drop(r);
+        }
+        {
+            // A copy-on-write copy finds the range through the link, borrowed: no count moves.
+            let (copy, maps) = seg.as_segment().map_err(err)?.duplicate(true, me).map_err(err)?;
+            kassert!(maps.len() == 1, "{} mappings found, expected 1", maps.len());
+            let (p, voff, len) = &maps[0];
+            kassert!(p.is(&range) && *voff == 0 && *len == 2 * PAGE_SIZE, "the mapping found is not the range's");
+            let strong2 = KRef::strong_count(&range);
+            kassert!(strong2 == strong0, "the copy took a count of the range: {strong0} -> {strong2}");
+            drop(maps);
+            drop(copy);
+        }
+        // The range goes first: its drop removes the entry, so the segment no longer names it
+        // (a copy-on-write copy would otherwise follow a link to freed memory).
+        drop(range);
+        crate::kobj::share::reclaim_all();
+        let (copy, maps) = seg.as_segment().map_err(err)?.duplicate(true, me).map_err(err)?;
+        kassert!(maps.is_empty(), "{} mappings left after the range's drop", maps.len());
+        let r = seg.as_segment().map_err(err)?.set_nbytes(0);
+        kassert!(r.is_ok(), "shrinking after the range's drop gave {r:?}");
+        drop(maps);
+        drop(copy);
+        drop(seg);
+        crate::tests::nothing_leaked_since(before)
+    }
+    }
+    ktest! {
+    fn segment_mappings_race_resizes() {
+        // Mappings (`add_map` / `remove_map`: the map lock only, the fit read from the floor)
+        // race resizes (a grow takes `inner` only; a shrink takes both and lowers the floor
+        // first). While a mapping of page 1 is recorded the segment must keep its 2 pages:
+        // a shrink to 1 page meanwhile is refused `Busy`, and a mapping made after a shrink
+        // is refused `OutOfRange`. With one core the two sides alternate on it.
+        use core::sync::atomic::AtomicBool;
+        use crate::kobj::Kind;
+        let err = |e: Error| alloc::format!("{e:?}");
+        let before = crate::tests::quiescent_counts();
+        let seg = Segment::new(2 * PAGE_SIZE, 0).map_err(err)?;
+        let holder = KObject::create(b"ktest-race-map", 0, Kind::Segment(Segment::new(0, 0).map_err(err)?)).map_err(err)?;
+        let link = || KLink::from_raw(KRef::as_raw(&holder));
+        let (bad, mapped, refused, shrunk) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+        let done = AtomicBool::new(false);
+        let map_once = || {
+            let Some(ar) = link() else { return };
+            match seg.add_map(SegMap { ar, ar_key: 7, voff: 0, soff: PAGE_SIZE, len: PAGE_SIZE }) {
+                Ok(()) => {
+                    mapped.fetch_add(1, Ordering::Relaxed);
+                    for _ in 0..2 {
+                        if seg.nbytes() < 2 * PAGE_SIZE {
+                            bad.fetch_add(1, Ordering::Relaxed);
+                        }
+                        core::hint::spin_loop();
+                    }
+                    seg.remove_map(7, 0);
+                    // Unmapped for a while: room for the other core's shrink.
+                    for _ in 0..500 {
+                        core::hint::spin_loop();
+                    }
+                }
+                Err(Error::OutOfRange) => {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        };
+        let resize_once = || {
+            match seg.set_nbytes(PAGE_SIZE) {
+                Ok(()) => {
+                    shrunk.fetch_add(1, Ordering::Relaxed);
+                    // Shrunk for a while: room for the other core's (refused) mapping.
+                    for _ in 0..500 {
+                        core::hint::spin_loop();
+                    }
+                }
+                Err(Error::Busy) => {}
+                Err(_) => {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if seg.set_nbytes(2 * PAGE_SIZE).is_err() {
+                bad.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        let cores = crate::percpu::online_count();
+        crate::smp::run_on_all(&|i| {
+            if cores == 1 {
+                for k in 0..2000 {
+                    resize_once();
+                    if k % 2 == 0 {
+                        // Between a shrink and the grow back: the mapping must not fit.
+                        let _ = seg.set_nbytes(PAGE_SIZE);
+                    }
+                    map_once();
+                }
+            } else if i == 0 {
+                let deadline = crate::time::Deadline::after_ms(400);
+                let mut n = 0;
+                while !deadline.expired() || n < 500 {
+                    resize_once();
+                    n += 1;
+                }
+                done.store(true, Ordering::Release);
+            } else if i == 1 {
+                while !done.load(Ordering::Acquire) {
+                    map_once();
+                }
+            }
+        });
+        let (bad, mapped, refused, shrunk) = (bad.into_inner(), mapped.into_inner(), refused.into_inner(), shrunk.into_inner());
+        kassert!(bad == 0, "{bad} wrong outcomes ({mapped} mapped, {refused} refused, {shrunk} shrinks)");
+        kassert!(mapped > 0 && shrunk > 0, "the race never mapped ({mapped}) or never shrank ({shrunk})");
+        drop(seg);
+        drop(holder);
+        crate::tests::nothing_leaked_since(before)
+    }
+    }
 }

@@ -542,6 +542,23 @@ impl Peek {
             PeekRef::Counted(r) => KRef::as_raw(r),
         }
     }
+    /// The object behind a reverse link (`KLink`), borrowed (counted if this core has no
+    /// free borrow slot); `None` only if it has no counted reference left and no slot was
+    /// free. A value whose last counted reference went while it is still linked (its drop is
+    /// pending) comes back borrowed too: the borrow keeps it, and ending it may drop it, so
+    /// the caller ends it outside the lock below.
+    ///
+    /// # Safety
+    /// The link's allocation is alive while this runs: the caller holds the lock under which
+    /// the object's own drop removes the link (`AddressRange::drop`, `Segment::remove_map`).
+    pub unsafe fn of_link(l: &super::kref::KLink<KObject>) -> Option<Peek> {
+        // SAFETY: by the caller's guarantee; every KObject is borrowable.
+        match unsafe { KRef::<KObject>::borrow_raw(l.as_raw()) } {
+            Ok(b) | Err(Some(b)) => Some(Peek(PeekRef::Borrowed(b))),
+            // SAFETY: as above (the allocation is alive; the count is raised only from non-zero).
+            Err(None) => unsafe { KRef::<KObject>::try_clone_raw(l.as_raw()) }.map(|r| Peek(PeekRef::Counted(r))),
+        }
+    }
 
     /// A peek holding a counted reference.
     pub fn from_counted(r: ObjRef) -> Peek {
@@ -861,6 +878,33 @@ impl Share {
         Ok(Some(Lease { raw: p, end: LeaseEnd::Unlend(self) }))
     }
 
+    /// Where a shared share's part has its entry for `id` (the table and the slot), read
+    /// without the writer lock (inside a reclamation operation, like `contains`); `None` if
+    /// it has none. The place is a hint for a writer, which checks it under the lock.
+    #[inline]
+    fn find_unlocked(&self, part: &Part, id: u64) -> Option<(*const Table, usize)> {
+        let look = || part.table().and_then(|t| t.position(id).map(|i| (t as *const Table, i)));
+        match reclaim() {
+            Some(d) => {
+                let _op = d.enter_on(this_core());
+                look()
+            }
+            None => look(),
+        }
+    }
+
+    /// For the kernel tests: `remove(id)` made while this core holds the writer lock of
+    /// `id`'s part (a shared share only; `None` for a private one or if the lock is taken
+    /// elsewhere). A delete of an absent name must come back `NoSuchObject` without the lock;
+    /// one that reaches for the lock gets `Busy` here instead of waiting.
+    pub fn remove_with_part_locked(&self, id: u64) -> Option<Result<Option<ObjRef>, Error>> {
+        if self.owner.is_some() || !is_object_id(id) {
+            return None;
+        }
+        let _g = self.part(id).writer.try_lock()?;
+        Some(self.remove_shared(id, true))
+    }
+
     /// Whether `id` has an entry here (a read; `insert` checks again under the part's lock).
     pub fn contains(&self, id: u64) -> bool {
         if self.check_owner().is_err() {
@@ -922,11 +966,30 @@ impl Share {
             // SAFETY: the slot held this reference; it left the table just now.
             return Ok(Some(unsafe { KRef::from_raw(p) }));
         }
+        self.remove_shared(id, false)
+    }
+
+    /// `remove` in a shared share. `try_only` (the kernel tests' hook,
+    /// `remove_with_part_locked`): where the writer lock would be waited for, fail `Busy`
+    /// instead.
+    #[inline(always)]
+    fn remove_shared(&self, id: u64, try_only: bool) -> Result<Option<ObjRef>, Error> {
         let part = self.part(id);
+        // A name that is not there is refused without the writer lock (a lookup, as `contains`
+        // makes): the refusal is right at the moment of the lookup, and it writes no line of
+        // the share, so a failed delete commutes with every reader of the part and with
+        // another failed delete (issue 19: `share_delobj` of an absent name × `obj_stat` /
+        // `share_delobj` / `share_list` took the part's lock line that their lookups read).
+        let Some((hint_table, hint)) = self.find_unlocked(part, id) else {
+            return Err(Error::NoSuchObject);
+        };
         let p = {
-            let _g = part.writer.lock();
+            let _g = if try_only { part.writer.try_lock().ok_or(Error::Busy)? } else { part.writer.lock() };
             let t = part.table().ok_or(Error::NoSuchObject)?;
-            let i = t.position(id).ok_or(Error::NoSuchObject)?;
+            // The slot the lookup found, if it still holds `id` in the current table (only
+            // writers change either, and they hold the lock now); else probe again.
+            let at_hint = ptr::eq(hint_table, t) && t.slots.get(hint).is_some_and(|sl| sl.id.load(Ordering::Relaxed) == id);
+            let i = if at_hint { hint } else { t.position(id).ok_or(Error::NoSuchObject)? };
             let (p, freed) = t.empty(i);
             bump(&part.used, -(freed as isize));
             p
@@ -1030,4 +1093,43 @@ impl Drop for Share {
 /// Add `obj` to `share`, reporting failure as an error (used when creating objects).
 pub fn add(share: &ObjRef, obj: ObjRef) -> Result<(), Error> {
     share.as_share()?.insert(obj)
+}
+
+// Session 12 (issue 19, helper segshare): a delete of an absent name from a shared share is
+// refused without the part's writer lock.
+mod segshare_tests {
+    use super::*;
+    use crate::{kassert, ktest};
+
+    ktest! {
+    fn share_absent_delete_takes_no_lock() {
+        use crate::kobj::{segment::Segment, Kind};
+        use crate::mm::PAGE_SIZE;
+        let err = |e: Error| alloc::format!("{e:?}");
+        let before = crate::tests::quiescent_counts();
+        let share = KObject::create(b"ktest-absent", 0, Kind::Share(Share::new_shared(0).map_err(err)?)).map_err(err)?;
+        let sh = share.as_share().map_err(err)?;
+        let obj = KObject::create(b"ktest-absent-seg", 0, Kind::Segment(Segment::new(PAGE_SIZE, 0).map_err(err)?)).map_err(err)?;
+        let id = obj.id;
+        sh.insert(obj).map_err(err)?;
+        // Same core class and sequence modulo the parts: the same part as `id`, never inserted.
+        let absent = id + 32 * PARTS as u64;
+        kassert!(core::ptr::eq(sh.part(absent), sh.part(id)), "the absent id is in another part");
+        // With the part's lock held here, an absent name is refused at once.
+        let r = sh.remove_with_part_locked(absent);
+        kassert!(matches!(r, Some(Err(Error::NoSuchObject))), "absent delete under the held lock gave {:?}", r.as_ref().map(|r| r.as_ref().map(|o| o.is_some())));
+        // A present name passes the lock-free check and reaches for the lock (`Busy` from the
+        // hook); its delete then succeeds once, then is refused.
+        let r = sh.remove_with_part_locked(id);
+        kassert!(matches!(r, Some(Err(Error::Busy))), "a present name under the held lock gave {:?}", r.as_ref().map(|r| r.as_ref().map(|o| o.is_some())));
+        let removed = sh.remove(id).map_err(err)?;
+        kassert!(removed.as_ref().is_some_and(|o| o.id == id), "the delete did not return the object");
+        drop(removed);
+        let again = sh.remove(id);
+        kassert!(matches!(again, Err(Error::NoSuchObject)), "a second delete gave {:?}", again.map(|o| o.is_some()));
+        kassert!(!sh.contains(id), "the name is still there");
+        drop(share);
+        crate::tests::nothing_leaked_since(before)
+    }
+    }
 }

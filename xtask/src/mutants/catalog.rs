@@ -47,8 +47,8 @@ pub const CATALOG: &[Mutant] = &[
     Mutant {
         name: "ar_map_past_segment_end",
         file: "kernel/src/kobj/ar.rs",
-        original: "if seg_end > seg.nbytes().div_ceil(PAGE_SIZE) * PAGE_SIZE {",
-        replacement: "if false && seg_end > seg.nbytes().div_ceil(PAGE_SIZE) * PAGE_SIZE {",
+        original: "if !seg.covers(seg_end) {",
+        replacement: "if false && !seg.covers(seg_end) {",
         checks: &[Check::Suite("utest smp=1")],
         plants: "a mapping may run past its segment's end (faults there find no page)",
     },
