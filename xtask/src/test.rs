@@ -933,6 +933,9 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // The same for the POSIX calls on the library OS (`commute --system ours --ci`): a seeded
     // sample checked against xtask/src/commute/baseline-posix-ours.txt.
     r.suite("commute-posix ours", |_| crate::commute::posix::ci_tests(&["ours"]))?;
+    // The same sample on Linux, judged on results only (the model against a real POSIX kernel;
+    // Linux's shared lines vary between runs: posix.rs, `check_results_only`).
+    r.suite("commute-posix linux", |_| crate::commute::posix::ci_tests_linux_results())?;
     // The network (issue 15): the card's device object under bad input, then Corey's TCP
     // service served to the host in each configuration, every reply checked.
     r.user_boot(UserBoot { net: true, ..UserBoot::new(2, "init=nettest", Expect::ALL) })?;

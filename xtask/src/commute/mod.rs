@@ -359,18 +359,26 @@ fn write_tables(dir: &Path, name: &str, outcomes: &[Outcome]) -> Result<(), Stri
 /// drawn in both cells.
 pub fn heat_map_svg(outcomes: &[Outcome]) -> String {
     let names: Vec<&str> = cases::CALLS.iter().map(|c| c.name).collect();
+    let pairs: Vec<(&str, &str, usize, usize)> = by_pair(outcomes).into_iter().map(|((_, a, b), (n, f))| (a, b, n, f)).collect();
+    heat_map_of(&names, &pairs, "Conflict-free share of commutative cases per call pair (ours, 2 cores, exact sharing audit)")
+}
+
+/// Draw a heat map of `names` × `names` from `pairs` (call A, call B, commuting cases,
+/// conflict-free cases) under `title`: the kernel calls' map above, and the POSIX calls' map
+/// of each system (`posix.rs`). A name not in `names` is drawn in the first row (a caller's
+/// bug, visible rather than dropped).
+pub fn heat_map_of(names: &[&str], pairs: &[(&str, &str, usize, usize)], title: &str) -> String {
     let n = names.len();
-    let pairs = by_pair(outcomes);
     let mut cell: BTreeMap<(usize, usize), (usize, usize)> = BTreeMap::new();
-    for ((_, a, b), v) in &pairs {
-        let (i, j) = (names.iter().position(|x| x == a).unwrap_or(0), names.iter().position(|x| x == b).unwrap_or(0));
-        cell.insert((i, j), *v);
-        cell.insert((j, i), *v);
+    for &(a, b, total, free) in pairs {
+        let (i, j) = (names.iter().position(|x| *x == a).unwrap_or(0), names.iter().position(|x| *x == b).unwrap_or(0));
+        cell.insert((i, j), (total, free));
+        cell.insert((j, i), (total, free));
     }
     let (left, top, size) = (150usize, 150usize, 28usize);
     let (w, h) = (left + n * size + 20, top + n * size + 40);
     let mut svg = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"10\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
-    let _ = writeln!(svg, "<text x=\"10\" y=\"18\" font-size=\"13\">Conflict-free share of commutative cases per call pair (ours, 2 cores, exact sharing audit)</text>");
+    let _ = writeln!(svg, "<text x=\"10\" y=\"18\" font-size=\"13\">{title}</text>");
     for (i, name) in names.iter().enumerate() {
         let y = top + i * size + size / 2 + 3;
         let _ = writeln!(svg, "<text x=\"{}\" y=\"{y}\" text-anchor=\"end\">{name}</text>", left - 4);

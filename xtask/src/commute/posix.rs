@@ -227,6 +227,21 @@ pub fn report(system: &str, outcomes: &[Outcome]) -> String {
 }
 
 /// `SYSTEM: X/Y commutative cases conflict-free (P%)`.
+/// The heat map of one system's POSIX run: call × call, each cell the share of that pair's
+/// commuting cases that are conflict-free (`super::heat_map_of`).
+pub fn heat_map(system: &str, outcomes: &[Outcome]) -> String {
+    let names: Vec<&str> = pc::CALLS.iter().map(|c| c.name).collect();
+    let mut pairs: BTreeMap<(&str, &str), (usize, usize)> = BTreeMap::new();
+    for o in outcomes.iter().filter(|o| o.verdict.commutes) {
+        let e = pairs.entry((o.case.call_a, o.case.call_b)).or_default();
+        e.0 += 1;
+        e.1 += o.conflicts.is_empty() as usize;
+    }
+    let cells: Vec<(&str, &str, usize, usize)> = pairs.into_iter().map(|((a, b), (n, f))| (a, b, n, f)).collect();
+    let title = format!("Conflict-free share of commutative POSIX cases per call pair ({system}, 2 cores, exact sharing audit, kernel and user lines)");
+    super::heat_map_of(&names, &cells, &title)
+}
+
 pub fn summary(system: &str, outcomes: &[Outcome]) -> String {
     let commuting = outcomes.iter().filter(|o| o.verdict.commutes).count();
     let free = outcomes.iter().filter(|o| o.verdict.commutes && o.conflicts.is_empty()).count();
@@ -271,6 +286,9 @@ pub fn main(systems: &[&str], calls: Option<&str>, out: PathBuf, timeout: Durati
         let path = out.join(format!("commute-posix-{system}.txt"));
         fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         write_csv(&out.join(format!("commute-posix-{system}.csv")), &outcomes)?;
+        let svg = out.join(format!("commute-posix-{system}-heatmap.svg"));
+        fs::write(&svg, heat_map(system, &outcomes)).map_err(|e| format!("cannot write {}: {e}", svg.display()))?;
+        println!("wrote {}", svg.display());
         summaries.push(summary(system, &outcomes));
     }
     println!("evidence: exact sharing audit (single-threaded TCG, icount, 2 vCPUs), kernel and user lines, one plugin epoch per case");
@@ -366,6 +384,15 @@ pub fn ci_run(systems: &[&str], update: bool, timeout: Duration) -> Result<TestT
     let sample = ci_sample();
     let mut total = TestTally::default();
     for system in systems {
+        if *system == "linux" {
+            // No conflict baseline for Linux: its shared lines vary between runs
+            // (`check_results_only`).
+            if update {
+                return Err("commute: Linux has no conflict baseline (its shared lines vary from run to run); `--system linux --ci` checks its results against the model".into());
+            }
+            total.add(ci_tests_linux_results()?);
+            continue;
+        }
         let outcomes = run_system(system, &pick_arg(&sample), timeout)?;
         if outcomes.len() != sample.len() {
             return Err(format!("{system}: the guest ran {} of the {} sampled cases", outcomes.len(), sample.len()));
@@ -395,6 +422,41 @@ pub fn ci_tests(systems: &[&str]) -> Result<TestTally, String> {
     ci_run(systems, false, Duration::from_secs(600))
 }
 
+/// Judge a Linux run of the sample on its results only: each case passes when Linux's two
+/// results are ones the model allows (so the model of POSIX the library OS is held to is
+/// checked against a real POSIX kernel in every test run). Its shared lines are printed, not
+/// judged: on Linux they vary from run to run (a timer tick's `tk_core`/`resched_curr`, the
+/// buffer-head LRU of `__find_get_block` land in some cases' windows and not in others:
+/// three runs of the same 40 cases on one tree gave 17, 16 and 15 conflict-free, session 12),
+/// so a Linux conflict baseline would fail by chance.
+pub fn check_results_only(system: &str, outcomes: &[Outcome]) -> TestTally {
+    let mut t = TestTally::default();
+    for o in outcomes {
+        let name = format!("commute::posix_{system}_results_{}_{}_{}", o.case.index, o.case.call_a, o.case.call_b);
+        if o.results_ok() {
+            println!("{name} ... ok{}", if o.conflicts.is_empty() { "" } else { " (shares lines here: not judged)" });
+            t.add(TestTally::PASS);
+        } else {
+            println!("{name} ... FAILED ({}: results a={} b={}, the model allows {:?} or {:?})", case_label(&o.case), o.got.0, o.got.1, o.verdict.ab, o.verdict.ba);
+            t.add(TestTally::FAIL);
+        }
+    }
+    t
+}
+
+/// The CI suite `commute-posix linux`: the sample on Linux, results against the model.
+pub fn ci_tests_linux_results() -> Result<TestTally, String> {
+    let sample = ci_sample();
+    let outcomes = run_system("linux", &pick_arg(&sample), Duration::from_secs(600))?;
+    if outcomes.len() != sample.len() {
+        return Err(format!("linux: the guest ran {} of the {} sampled cases", outcomes.len(), sample.len()));
+    }
+    let t = check_results_only("linux", &outcomes);
+    println!("{}", summary("linux", &outcomes));
+    println!("linux: {} passed, {} failed (results against the model; shared lines not judged)", t.passed, t.failed);
+    Ok(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +466,34 @@ mod tests {
     fn parses_case_lines() {
         assert_eq!(parse_case_line("commute-posix i=12 a=f:a:1:8192 b=E:NotFound"), Some((12, "f:a:1:8192".into(), "E:NotFound".into())));
         assert_eq!(parse_case_line("commute-posix-done"), None);
+    }
+
+    // Catches a results-only check that cannot fail: a result the model does not allow fails,
+    // a shared line alone does not.
+    #[test]
+    fn linux_results_check_fails_on_a_wrong_result_only() {
+        let c = pc::case(0).unwrap();
+        let v = model::decide(&State::fixture(), c.a, c.b);
+        let mut o = Outcome { case: c, verdict: v.clone(), got: v.ab.clone(), conflicts: Vec::new() };
+        o.conflicts.push(Conflict { symbol: "tk_core".into(), pa: "0x40".into(), readers: 2, writers: 2 });
+        assert_eq!(check_results_only("linux", &[o.clone()]), TestTally::PASS);
+        o.got = ("E:Planted".into(), "E:Planted".into());
+        assert_eq!(check_results_only("linux", &[o]), TestTally::FAIL);
+    }
+
+    // Catches a POSIX heat map that drops a pair or counts a conflicting case as free.
+    #[test]
+    fn posix_heat_map_counts_conflicts_per_pair() {
+        let d = decide_all();
+        let (c, v) = d.iter().find(|(_, v)| v.commutes).cloned().unwrap();
+        let free = Outcome { case: c, verdict: v.clone(), got: v.ab.clone(), conflicts: Vec::new() };
+        let mut shared = free.clone();
+        shared.conflicts.push(Conflict { symbol: "libos::fs::FS".into(), pa: "0x40".into(), readers: 2, writers: 2 });
+        let svg = heat_map("ours", &[free.clone(), shared]);
+        assert!(svg.contains(&format!("{} × {}: 1/2", c.call_a, c.call_b)), "one of two cases conflict-free");
+        let svg = heat_map("linux", &[free]);
+        assert!(svg.contains(&format!("{} × {}: 1/1", c.call_b, c.call_a)), "drawn in both halves");
+        assert!(svg.contains("(linux, 2 cores"));
     }
 
     // Catches a CI sample that changes between runs or holds a non-commuting case.
