@@ -565,6 +565,19 @@ pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, par
 /// [`run`], with the region markers (start and stop on every vCPU, executed by worker 0 at the
 /// phase's bounding barriers) around the phase `marked`, for the insncount plugin.
 pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, partitions: usize, marked: Marked, sink: &mut dyn Sink) -> Result<Report, Error> {
+    run_with(env, app, input, workers, partitions, marked, true, sink)
+}
+
+/// [`run_marked`], choosing whether the end of map prepares the reducers' output pages
+/// (`prep`, the default everywhere else). With `prep == false` the reducers allocate their
+/// output in fresh demand-zero arena pages during reduce, as Metis did in Corey's
+/// measurement (seeds/000 section 8.4: "each core copies all the indices for each word it is
+/// responsible for ... to a freshly allocated buffer"), so each system's reduce takes a soft
+/// fault per new page: on Linux all of them in the one address space the threads share, on
+/// ours in each worker's own range. `reduce_prep_pages` is then 0 and `reduce_beyond_prep`
+/// is every byte reduce allocated.
+#[allow(clippy::too_many_arguments)]
+pub fn run_with<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, partitions: usize, marked: Marked, prep: bool, sink: &mut dyn Sink) -> Result<Report, Error> {
     // `All` starts with map and stops after merge.
     let start = |m: Marked| {
         if marked == m || (marked == Marked::All && m == Marked::Map) {
@@ -656,8 +669,11 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
             }
         }
         if let Some(a) = arena.as_mut() {
-            if !sh.failed.load(Ordering::Acquire) {
+            if prep && !sh.failed.load(Ordering::Acquire) {
                 prep_reduce(&sh, app, w, n, a);
+            } else {
+                // Nothing prepared: reduce's allocations all count as beyond the prepared end.
+                sh.slots[w].prep_end.store(a.used(), Ordering::Relaxed);
             }
         }
         sh.barrier.wait(&|| env.relax());

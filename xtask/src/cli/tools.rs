@@ -619,6 +619,10 @@ pub struct MetisRunArgs {
     /// Three more boots under the insncount plugin, one per phase
     #[arg(long)]
     pub insns: bool,
+    /// Reduce allocates its output in fresh pages and faults on them (Corey's Metis), instead
+    /// of the end of map preparing them (the default)
+    #[arg(long)]
+    pub no_prep: bool,
 }
 
 fn metis_size(v: &str) -> Result<u64, String> {
