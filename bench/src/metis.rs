@@ -64,6 +64,8 @@ pub fn row<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Err
     // `prep=0` (not a catalog default: given on the line, e.g. `--params "size=... prep=0"`):
     // reduce allocates its output fresh, as in Corey's measurement (`mapreduce::run_with`).
     let prep = params.given("prep").is_none_or(|v| v != 0);
+    // `tlbgrow=1` likewise: the emulator knob `mapreduce::Tuning::tlb_grow`.
+    let tlb_grow = params.given("tlbgrow").is_some_and(|v| v != 0);
     let mut result = Err(Error::Unsupported("metis"));
     p.with_metis_env(&mut |env| {
         result = (|| {
@@ -71,7 +73,7 @@ pub fn row<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Err
             let text = env.text(size, seed).map_err(to_bench)?;
             let gen = env.ticks() - t0;
             let mut digest = mapreduce::Digest::default();
-            let r = mapreduce::run_with(env, app, text, n, n * 8, marked, prep, &mut digest).map_err(to_bench)?;
+            let r = mapreduce::run_with(env, app, text, n, n * 8, marked, mapreduce::Tuning { prep, tlb_grow }, &mut digest).map_err(to_bench)?;
             if r.words == 0 || digest.lines != r.keys as u64 {
                 return Err(Error::Check("metis: no words, or output lines differ from keys"));
             }

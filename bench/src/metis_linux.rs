@@ -124,6 +124,18 @@ impl Env for LinuxEnv<'_> {
         mapreduce::gen::fill(seed, buf);
         Ok(buf)
     }
+    fn tlb_grow(&self, _w: usize) {
+        // 64 populated pages unmapped at once: more than Linux's single-page flush ceiling
+        // (`tlb_single_page_flush_ceiling`, 33), so the mm's CPUs flush their TLBs whole.
+        let len = 64 * 4096;
+        // SAFETY: a fresh anonymous mapping, unmapped at once; nothing else uses it.
+        unsafe {
+            let p = libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1, 0);
+            if p != libc::MAP_FAILED {
+                libc::munmap(p, len);
+            }
+        }
+    }
     fn faults(&self, _n: usize) -> u64 {
         // SAFETY: `ru` is plain data for getrusage to fill.
         unsafe {

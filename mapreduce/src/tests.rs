@@ -102,7 +102,7 @@ fn unprepared_reduce_gives_the_same_output_and_allocates_fresh_pages() {
         for (w, p) in [(1, 1), (2, 4), (3, 5), (8, 64)] {
             let env = HostEnv::new(8, 64 << 20);
             let mut out = Vec::new();
-            let r = crate::run_with(&env, app, &text, w, p, crate::Marked::None, false, &mut out).unwrap();
+            let r = crate::run_with(&env, app, &text, w, p, crate::Marked::None, crate::Tuning { prep: false, tlb_grow: false }, &mut out).unwrap();
             assert!(out == want, "{app:?} workers={w} parts={p}: output differs without prep");
             assert_eq!(r.reduce_prep_pages, 0, "{app:?} w={w} p={p}: nothing is prepared");
             let reduce_bytes = r.reduce_beyond_prep;
@@ -113,6 +113,27 @@ fn unprepared_reduce_gives_the_same_output_and_allocates_fresh_pages() {
                 assert!(r.reduce_arena_pages > 0, "the joined data takes new pages");
             }
         }
+    }
+}
+
+/// `Tuning::tlb_grow`: every mapper calls `Env::tlb_grow` once per `TLB_GROW_WORDS` words it
+/// mapped (one worker here, so words / TLB_GROW_WORDS calls), never without the option, and
+/// the output is unchanged. A call per word, a missed call, or calls without the option fail.
+#[test]
+fn tlb_grow_calls_the_env_every_so_many_words_and_changes_nothing_else() {
+    use core::sync::atomic::Ordering;
+    let mut text = vec![0u8; 2_500_000];
+    crate::gen::fill(7, &mut text);
+    let want = reference(App::Wc, &text);
+    for grow in [false, true] {
+        let env = HostEnv::new(8, 64 << 20);
+        let mut out = Vec::new();
+        let r = crate::run_with(&env, App::Wc, &text, 1, 4, crate::Marked::None, crate::Tuning { prep: true, tlb_grow: grow }, &mut out).unwrap();
+        assert!(out == want, "tlb_grow={grow}: output differs");
+        let calls = env.tlb_grows.load(Ordering::Relaxed);
+        let expect = if grow { r.words / crate::TLB_GROW_WORDS } else { 0 };
+        assert!(expect > 0 || !grow, "the text is too short to test: {} words", r.words);
+        assert_eq!(calls, expect, "tlb_grow={grow}: {} words", r.words);
     }
 }
 

@@ -623,6 +623,10 @@ pub struct MetisRunArgs {
     /// of the end of map preparing them (the default)
     #[arg(long)]
     pub no_prep: bool,
+    /// Emulator knob: every 2^18 words each mapper makes its core flush its TLB whole, so that
+    /// QEMU grows its software TLB (both systems; docs/metis.md, session 12)
+    #[arg(long)]
+    pub tlb_grow: bool,
 }
 
 fn metis_size(v: &str) -> Result<u64, String> {

@@ -57,6 +57,8 @@ pub struct MetisRun {
     /// The end of map prepares the reducers' output pages (default); false: `prep=0`, reduce
     /// faults in fresh pages as Corey's Metis did (`mapreduce::run_with`).
     pub prep: bool,
+    /// `tlbgrow=1`: the emulator knob `mapreduce::Tuning::tlb_grow`.
+    pub tlb_grow: bool,
 }
 
 impl Default for MetisRun {
@@ -80,6 +82,7 @@ impl Default for MetisRun {
             to_disk: false,
             keep_disk: None,
             prep: true,
+            tlb_grow: false,
         }
     }
 }
@@ -183,6 +186,7 @@ fn run_from(app: &str, smp: u32, a: MetisRunArgs) -> Result<MetisRun, String> {
         to_disk: a.to_disk,
         keep_disk: a.keep_disk,
         prep: !a.no_prep,
+        tlb_grow: a.tlb_grow,
     };
     if (r.to_disk || r.from_disk) && r.system != "ours" {
         return Err("metis: --from-disk and --to-disk are for --system ours (Linux's guest has no disk)".into());
@@ -232,6 +236,9 @@ fn guest_words(r: &MetisRun, input_name: &str) -> String {
     }
     if !r.prep {
         w += " prep=0";
+    }
+    if r.tlb_grow {
+        w += " tlbgrow=1";
     }
     w
 }
