@@ -413,7 +413,7 @@ fn map_phase(sh: &Shared, app: App, input: &[u8], w: usize, n: usize, arena: &mu
         let t = unsafe { &mut *tables.add(p) };
         count += 1;
         if let Some(f) = tlb_grow {
-            if count % TLB_GROW_WORDS == 0 {
+            if count.is_multiple_of(TLB_GROW_WORDS) {
                 f();
             }
         }
