@@ -798,7 +798,42 @@ pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
             }
         }
     }
+    // `--tlb-grow` on ours: two 4 MiB `wrmem` boots (per-core), without and with the knob;
+    // the knob must add one local TLB flush per call (each mapper calls once per
+    // `TLB_GROW_WORDS` words of its split), as the kernel's counters count them.
+    let grow = |on: bool| -> Result<(u64, u64, String), String> {
+        let r = MetisRun { app: "wrmem".into(), layout: "per-core".into(), size: 4 << 20, seed: 3, print: false, mem_mib: 512, timeout: Duration::from_secs(180), tlb_grow: on, ..Default::default() };
+        let res = run_once(&r, Some(&ours), None)?;
+        let k = res.kstats.clone().ok_or("no metis-kstats line")?;
+        let flushes = k.split_whitespace().find_map(|w| w.strip_prefix("tlb_flushes_local=")).and_then(|v| v.parse().ok()).ok_or("no tlb_flushes_local in metis-kstats")?;
+        Ok((flushes, res.phases.get("words").copied().unwrap_or(0), fnv_hex(res.digest.0)))
+    };
+    let verdict = grow(false).and_then(|off| grow(true).map(|on| (off, on))).and_then(|((f0, w0, d0), (f1, w1, d1))| {
+        let calls_max = w1 / mapreduce::TLB_GROW_WORDS;
+        let calls_min = calls_max.saturating_sub(1);
+        if d0 != d1 || w0 != w1 {
+            Err(format!("--tlb-grow changed the output (digest {d0} vs {d1}, words {w0} vs {w1})"))
+        } else if calls_max == 0 || f1 < f0 + calls_min || f1 > f0 + calls_max {
+            Err(format!("--tlb-grow: {f0} local flushes without, {f1} with; {w1} words should add {calls_min}..={calls_max}"))
+        } else {
+            Ok(f1 - f0)
+        }
+    });
+    match verdict {
+        Ok(d) => {
+            println!("   metis wrmem (per-core, --tlb-grow): same output, {d} more local TLB flushes, one per call");
+            t.passed += 1;
+        }
+        Err(e) => {
+            println!("   FAILED: metis wrmem (per-core, --tlb-grow): {e}");
+            t.failed += 1;
+        }
+    }
     Ok(t)
+}
+
+fn fnv_hex(x: u64) -> String {
+    format!("{x:016x}")
 }
 
 #[cfg(test)]
