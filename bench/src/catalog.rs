@@ -160,9 +160,9 @@ pub const BENCHES: &[BenchSpec] = &[
     b("pagefault_zero", "base", Processes, Parallel, "demand-zero fault, map/touch/unmap 64-page region", &[("pages", 64), ("rounds", 80)]),
     // Corey section 6.1 / 8.4 (figure 10), issue 17: Metis MapReduce over generated text
     // (bench/src/metis.rs); 4 MiB is ~0.1-0.3 s of map+reduce at 2 vCPUs under TCG.
-    b("metis_wc", "metis", Threads, Parallel, "one input byte through wc (map, reduce, merge)", &[("size", 4 << 20), ("seed", 1)]),
-    b("metis_wri", "metis", Threads, Parallel, "one input byte through wri (map, reduce, merge)", &[("size", 4 << 20), ("seed", 1)]),
-    b("metis_wrmem", "metis", Threads, Parallel, "one input byte through wrmem (text generated, then wri)", &[("size", 4 << 20), ("seed", 1)]),
+    b("metis_wc", "metis", Threads, Parallel, "one input byte through wc (map, reduce, merge)", &[("size", 4 << 20), ("seed", 1), ("prep", 1), ("tlbgrow", 0)]),
+    b("metis_wri", "metis", Threads, Parallel, "one input byte through wri (map, reduce, merge)", &[("size", 4 << 20), ("seed", 1), ("prep", 1), ("tlbgrow", 0)]),
+    b("metis_wrmem", "metis", Threads, Parallel, "one input byte through wrmem (text generated, then wri)", &[("size", 4 << 20), ("seed", 1), ("prep", 1), ("tlbgrow", 0)]),
     // Issue 16: files on the same ext2 image on both systems (Linux mounts it; ours' library OS
     // reads it), the layout in `FS_*` below (xtask/src/bench/fsimage.rs builds the image).
     // MOSBENCH (seeds/002): read-only lookups of one name from every core; Tornado fig. 11:

@@ -12,6 +12,9 @@
 //! Workers: one per core; memory layout: per-core address ranges on ours, one address space
 //! (transparent huge pages as the kernel's default) on Linux. The result line carries each
 //! phase's time and soft faults too (`phase_map_ns=... phase_map_faults=...`, bench/src/report.rs).
+//! `prep=0` runs reduce without the prepared output pages (Corey's reduce, which faults in
+//! fresh pages: `mapreduce::run_with`); `tlbgrow=1` turns on the emulator knob
+//! `mapreduce::Tuning::tlb_grow` (`cargo xtask bench --param tlbgrow=1`).
 
 use mapreduce::{App, Marked};
 
@@ -59,6 +62,10 @@ pub fn row<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Err
     let app = if params.spec.name == "metis_wc" { App::Wc } else { App::Wri };
     let gen_timed = params.spec.name == "metis_wrmem";
     let marked = if params.marked { Marked::All } else { Marked::None };
+    // `prep=0`: reduce allocates its output fresh, as in Corey's measurement
+    // (`mapreduce::run_with`); `tlbgrow=1`: the emulator knob `mapreduce::Tuning::tlb_grow`.
+    let prep = params.get("prep")? != 0;
+    let tlb_grow = params.get("tlbgrow")? != 0;
     let mut result = Err(Error::Unsupported("metis"));
     p.with_metis_env(&mut |env| {
         result = (|| {
@@ -66,7 +73,7 @@ pub fn row<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Err
             let text = env.text(size, seed).map_err(to_bench)?;
             let gen = env.ticks() - t0;
             let mut digest = mapreduce::Digest::default();
-            let r = mapreduce::run_marked(env, app, text, n, n * 8, marked, &mut digest).map_err(to_bench)?;
+            let r = mapreduce::run_with(env, app, text, n, n * 8, marked, mapreduce::Tuning { prep, tlb_grow }, &mut digest).map_err(to_bench)?;
             if r.words == 0 || digest.lines != r.keys as u64 {
                 return Err(Error::Check("metis: no words, or output lines differ from keys"));
             }

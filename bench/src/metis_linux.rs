@@ -24,12 +24,18 @@ pub struct LinuxEnv<'a> {
     /// the arenas (`MADV_NOHUGEPAGE`: 4 KiB pages, one fault each, as on ours and on Corey's
     /// Linux 2.6.25).
     pub thp: bool,
+    /// `Env::tlb_grow`'s region of each worker that has called it: (worker, address).
+    tlb_regions: Mutex<Vec<(usize, usize)>>,
 }
+
+/// `Env::tlb_grow`'s region: 64 pages, more than Linux's single-page flush ceiling
+/// (`tlb_single_page_flush_ceiling`, 33), so a protection change over it flushes whole.
+const TLB_REGION: usize = 64 * 4096;
 
 impl<'a> LinuxEnv<'a> {
     /// `budget`: bytes all arenas may take together, or 0 for 3/4 of the free memory.
     pub fn new(p: &'a Linux, budget: usize) -> LinuxEnv<'a> {
-        LinuxEnv { p, arenas: Mutex::new(Vec::new()), texts: Mutex::new(Vec::new()), budget, thp: true }
+        LinuxEnv { p, arenas: Mutex::new(Vec::new()), texts: Mutex::new(Vec::new()), budget, thp: true, tlb_regions: Mutex::new(Vec::new()) }
     }
 }
 
@@ -100,6 +106,10 @@ impl Env for LinuxEnv<'_> {
             // SAFETY: mapped in `arena` with this length; the run is over.
             unsafe { libc::munmap(p as *mut libc::c_void, len) };
         }
+        for (_, p) in self.tlb_regions.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            // SAFETY: mapped in `tlb_grow` with this length; the run is over.
+            unsafe { libc::munmap(p as *mut libc::c_void, TLB_REGION) };
+        }
     }
     fn ticks_per_sec(&self) -> u64 {
         self.p.ticks_per_sec()
@@ -123,6 +133,31 @@ impl Env for LinuxEnv<'_> {
         let buf = unsafe { core::slice::from_raw_parts_mut(p, size) };
         mapreduce::gen::fill(seed, buf);
         Ok(buf)
+    }
+    fn tlb_grow(&self, w: usize) {
+        // The worker's 64 populated pages (made at its first call: 64 faults once) made
+        // read-only and writable again: the first change covers more pages than the
+        // single-page flush ceiling, so the mm's CPUs flush their TLBs whole, with no page
+        // allocated or zeroed per call.
+        let mut regions = self.tlb_regions.lock().unwrap_or_else(|e| e.into_inner());
+        let p = match regions.iter().find(|r| r.0 == w) {
+            Some(&(_, p)) => p,
+            None => {
+                // SAFETY: a fresh anonymous mapping, unmapped in `release`.
+                let p = unsafe { libc::mmap(core::ptr::null_mut(), TLB_REGION, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1, 0) };
+                if p == libc::MAP_FAILED {
+                    return;
+                }
+                regions.push((w, p as usize));
+                p as usize
+            }
+        };
+        drop(regions);
+        // SAFETY: protection changes on our own mapping, which nothing reads or writes.
+        unsafe {
+            libc::mprotect(p as *mut libc::c_void, TLB_REGION, libc::PROT_READ);
+            libc::mprotect(p as *mut libc::c_void, TLB_REGION, libc::PROT_READ | libc::PROT_WRITE);
+        }
     }
     fn faults(&self, _n: usize) -> u64 {
         // SAFETY: `ru` is plain data for getrusage to fill.

@@ -31,6 +31,8 @@ pub const ARENA_BASE: u64 = libos::layout::SCRATCH_BASE;
 /// Where the input range is linked (512 GiB aligned, below the loader's scratch window).
 pub const INPUT_BASE: u64 = libos::layout::SCRATCH_BASE + (512 << 30);
 const SPAN512: u64 = 512 << 30;
+/// The page `Env::tlb_grow` maps and unmaps in each worker's root (1 TiB above the arenas).
+const TLB_GROW_VA: u64 = libos::layout::SCRATCH_BASE + (1024 << 30);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
@@ -343,6 +345,21 @@ impl Env for OursEnv<'_> {
             let _ = sys::share_delobj(ObjName::new(self.proc, old));
         }
         self.input_generated(size as u64, seed)
+    }
+    fn tlb_grow(&self, _w: usize) {
+        // A local CR3 reload: map one fresh page into this worker's own root range, read it
+        // (a soft fault fills the entry) and unmap it (the kernel then flushes the cores that
+        // run this root: only this one). Each worker's root is its own; `TLB_GROW_VA` is
+        // below the loader's scratch window and above every range this environment links.
+        let Ok(seg) = sys::segment_alloc(self.proc, "metis-tlb", MEMID_SELF, 4096) else { return };
+        let segn = ObjName::new(self.proc, seg);
+        if sys::ar_set_seg(root(), &SegMapping { voff: TLB_GROW_VA, seg: segn, soff: 0, len: 4096, flags: MAP_READ }).is_ok() {
+            // SAFETY: `TLB_GROW_VA` was just mapped readable in this context's root; a volatile
+            // read of one byte changes nothing.
+            unsafe { core::ptr::read_volatile(TLB_GROW_VA as *const u8) };
+            let _ = sys::ar_unmap(root(), TLB_GROW_VA, 4096);
+        }
+        let _ = sys::share_delobj(segn);
     }
     fn faults(&self, _n: usize) -> u64 {
         let cores = libos::start_info().cores;

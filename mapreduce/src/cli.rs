@@ -2,14 +2,17 @@
 //! lines they print, so the host parses one format:
 //!
 //! `APP [input=NAME] [size=BYTES] [seed=S] [workers=N] [parts=P] [layout=L] [print=0|1]
-//! [insns=map|reduce|merge] [out=PATH]`
+//! [insns=map|reduce|merge] [out=PATH] [prep=0|1] [tlbgrow=0|1]`
 //!
 //! `APP` is `wc`, `wri` or `wrmem` (wri over `size` bytes of generated text, seed `seed`).
 //! `input=NAME` is a file of the boot image (ours) or a path (Linux). `workers` defaults to
 //! every core, `parts` to 8 per worker, `print` to 1 (the output between `metis-begin` and
 //! `metis-end`; with 0 only its digest), `insns` to no phase (the region markers of the
 //! insncount plugin around that phase), `out` to none (with a path, the output is also written
-//! to that file through the front end's [`OutFile`]; on ours a file of the attached disk).
+//! to that file through the front end's [`OutFile`]; on ours a file of the attached disk),
+//! `prep` to 1 (the end of map prepares the reducers' output pages; 0: reduce allocates and
+//! faults in fresh pages, as in Corey's measurement: [`crate::run_with`]), `tlbgrow` to 0 (1:
+//! the emulator knob [`crate::Tuning::tlb_grow`]).
 //!
 //! Printed: `metis-begin ...`, the output lines, `metis-end`, then `metis-digest fnv=...
 //! lines=... bytes=...`, the [`crate::Report`] line (`metis-phases ...`) and `metis-done`, or
@@ -36,6 +39,10 @@ pub struct Opts<'a> {
     pub marked: crate::Marked,
     /// `out=PATH`: the file the output is also written to.
     pub out: Option<&'a str>,
+    /// `prep=0|1`: whether map's end prepares the reducers' output pages ([`crate::run_with`]).
+    pub prep: bool,
+    /// `tlbgrow=0|1`: [`crate::Tuning::tlb_grow`].
+    pub tlb_grow: bool,
 }
 
 /// Where a front end writes the output file (`out=PATH`): opened before the run, so a path
@@ -67,7 +74,7 @@ pub fn parse(args: &str) -> Result<Opts<'_>, &'static str> {
     let mut words = args.split_ascii_whitespace();
     let app_name = words.next().ok_or("missing application (wc, wri or wrmem)")?;
     let app = App::parse(app_name).ok_or("unknown application (wc, wri or wrmem)")?;
-    let mut o = Opts { app_name, app, input: Input::File(""), workers: None, parts: None, layout: "per-core", print: true, marked: crate::Marked::None, out: None };
+    let mut o = Opts { app_name, app, input: Input::File(""), workers: None, parts: None, layout: "per-core", print: true, marked: crate::Marked::None, out: None, prep: true, tlb_grow: false };
     let (mut file, mut size, mut seed) = (None, 1u64 << 20, 1u64);
     for w in words {
         let (k, v) = w.split_once('=').ok_or("arguments are key=value")?;
@@ -83,7 +90,9 @@ pub fn parse(args: &str) -> Result<Opts<'_>, &'static str> {
             "insns" => o.marked = crate::Marked::parse(v).ok_or("insns is map, reduce, merge or none")?,
             "out" if v.is_empty() => return Err("out= needs a path"),
             "out" => o.out = Some(v),
-            _ => return Err("unknown key (input, size, seed, workers, parts, layout, print, insns, out)"),
+            "prep" => o.prep = num()? != 0,
+            "tlbgrow" => o.tlb_grow = num()? != 0,
+            _ => return Err("unknown key (input, size, seed, workers, parts, layout, print, insns, out, prep, tlbgrow)"),
         }
     }
     o.input = match (app_name, file) {
@@ -151,7 +160,7 @@ pub fn run_and_print<E: crate::Env + ?Sized>(env: &E, o: &Opts, input: &[u8], ou
     out(line.as_bytes());
     let mut tee = Tee::new(o.print, out);
     tee.file = file.as_mut().map(|f| &mut **f as &mut dyn OutFile);
-    let r = crate::run_marked(env, o.app, input, workers, parts, o.marked, &mut tee);
+    let r = crate::run_with(env, o.app, input, workers, parts, o.marked, crate::Tuning { prep: o.prep, tlb_grow: o.tlb_grow }, &mut tee);
     tee.flush();
     let digest = tee.digest;
     line = alloc::format!("{END}\n");

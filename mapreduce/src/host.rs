@@ -14,11 +14,13 @@ pub struct HostEnv {
     pub budget: usize,
     arenas: Mutex<Vec<(usize, Layout)>>,
     texts: Mutex<Vec<Vec<u8>>>,
+    /// `Env::tlb_grow` calls (the host has no TLB to flush; the tests count them).
+    pub tlb_grows: core::sync::atomic::AtomicU64,
 }
 
 impl HostEnv {
     pub fn new(cores: usize, budget: usize) -> HostEnv {
-        HostEnv { cores, budget, arenas: Mutex::new(Vec::new()), texts: Mutex::new(Vec::new()) }
+        HostEnv { cores, budget, arenas: Mutex::new(Vec::new()), texts: Mutex::new(Vec::new()), tlb_grows: Default::default() }
     }
 }
 
@@ -71,6 +73,9 @@ impl Env for HostEnv {
     fn relax(&self) {
         // The tests run up to 8 workers on whatever cores the host has free.
         std::thread::yield_now()
+    }
+    fn tlb_grow(&self, _w: usize) {
+        self.tlb_grows.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     }
     fn text(&self, size: usize, seed: u64) -> Result<&[u8], Error> {
         let mut t = vec![0u8; size];

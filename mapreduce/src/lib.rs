@@ -146,6 +146,13 @@ pub trait Env: Sync {
     fn relax(&self) {
         core::hint::spin_loop()
     }
+    /// [`Tuning::tlb_grow`]: called by every mapper every [`TLB_GROW_WORDS`] words. It should
+    /// make the calling core's TLB be flushed whole (a local CR3 reload on ours, a ranged
+    /// unmap above Linux's single-page flush ceiling there). This is for the emulator only:
+    /// QEMU's TCG grows a vCPU's software TLB only when the guest flushes it whole (and the
+    /// table was over 70 % used), so a guest that never flushes keeps a small software TLB
+    /// and pays a software page walk per miss. On hardware it only costs.
+    fn tlb_grow(&self, _w: usize) {}
     /// bench's share-nothing calibration loop (`calib`) on `n` workers in this boot, fastest
     /// of three: (steps, ticks). `None` where there is no bench platform (host tests).
     fn calibration(&self, _n: usize) -> Option<(u64, u64)> {
@@ -371,7 +378,27 @@ struct Ref {
     w: usize,
 }
 
-fn map_phase(sh: &Shared, app: App, input: &[u8], w: usize, n: usize, arena: &mut Arena) -> Result<(), Error> {
+/// Words between two [`Env::tlb_grow`] calls of a mapper (with [`Tuning::tlb_grow`]).
+pub const TLB_GROW_WORDS: u64 = 1 << 18;
+
+/// How a run is set up beyond its parameters ([`run_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// The end of map prepares the reducers' output pages (default); `false` is Corey's
+    /// reduce, which faults in fresh pages.
+    pub prep: bool,
+    /// Mappers call [`Env::tlb_grow`] every [`TLB_GROW_WORDS`] words (default off): an
+    /// emulator-only knob that lets QEMU grow its software TLB (docs/metis.md, session 12).
+    pub tlb_grow: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning { prep: true, tlb_grow: false }
+    }
+}
+
+fn map_phase(sh: &Shared, app: App, input: &[u8], w: usize, n: usize, arena: &mut Arena, tlb_grow: Option<&dyn Fn()>) -> Result<(), Error> {
     let parts = sh.parts.len();
     let full_at = |done: usize| move |f: Full| Error::NoMemory { phase: "map", worker: w, arena: f.cap, fits: done.saturating_mul(n) };
     let tables = arena.alloc::<Table>(parts).map_err(full_at(0))?;
@@ -385,6 +412,11 @@ fn map_phase(sh: &Shared, app: App, input: &[u8], w: usize, n: usize, arena: &mu
         // SAFETY: `p < parts`; the tables are this worker's, in its own arena.
         let t = unsafe { &mut *tables.add(p) };
         count += 1;
+        if let Some(f) = tlb_grow {
+            if count.is_multiple_of(TLB_GROW_WORDS) {
+                f();
+            }
+        }
         match app {
             App::Wc => t.add_count(arena, input, s, e, h),
             App::Wri => t.add_offset(arena, input, s, e, h),
@@ -565,6 +597,21 @@ pub fn run<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, par
 /// [`run`], with the region markers (start and stop on every vCPU, executed by worker 0 at the
 /// phase's bounding barriers) around the phase `marked`, for the insncount plugin.
 pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, partitions: usize, marked: Marked, sink: &mut dyn Sink) -> Result<Report, Error> {
+    run_with(env, app, input, workers, partitions, marked, Tuning::default(), sink)
+}
+
+/// [`run_marked`] with a [`Tuning`]: whether the end of map prepares the reducers' output
+/// pages (`prep`, the default everywhere else), and the emulator knob `tlb_grow`. With
+/// `prep == false` the reducers allocate their
+/// output in fresh demand-zero arena pages during reduce, as Metis did in Corey's
+/// measurement (seeds/000 section 8.4: "each core copies all the indices for each word it is
+/// responsible for ... to a freshly allocated buffer"), so each system's reduce takes a soft
+/// fault per new page: on Linux all of them in the one address space the threads share, on
+/// ours in each worker's own range. `reduce_prep_pages` is then 0 and `reduce_beyond_prep`
+/// is every byte reduce allocated.
+#[allow(clippy::too_many_arguments)]
+pub fn run_with<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usize, partitions: usize, marked: Marked, tuning: Tuning, sink: &mut dyn Sink) -> Result<Report, Error> {
+    let prep = tuning.prep;
     // `All` starts with map and stops after merge.
     let start = |m: Marked| {
         if marked == m || (marked == Marked::All && m == Marked::Map) {
@@ -635,7 +682,8 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
         sh.barrier.wait(&|| env.relax());
         if let Some(a) = arena.as_mut() {
             if !sh.failed.load(Ordering::Acquire) {
-                if let Err(e) = map_phase(&sh, app, input, w, n, a) {
+                let grow = || env.tlb_grow(w);
+                if let Err(e) = map_phase(&sh, app, input, w, n, a, tuning.tlb_grow.then_some(&grow as &dyn Fn())) {
                     sh.fail(w, e);
                 }
             }
@@ -656,8 +704,11 @@ pub fn run_marked<E: Env + ?Sized>(env: &E, app: App, input: &[u8], workers: usi
             }
         }
         if let Some(a) = arena.as_mut() {
-            if !sh.failed.load(Ordering::Acquire) {
+            if prep && !sh.failed.load(Ordering::Acquire) {
                 prep_reduce(&sh, app, w, n, a);
+            } else {
+                // Nothing prepared: reduce's allocations all count as beyond the prepared end.
+                sh.slots[w].prep_end.store(a.used(), Ordering::Relaxed);
             }
         }
         sh.barrier.wait(&|| env.relax());

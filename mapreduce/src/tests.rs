@@ -88,6 +88,55 @@ fn reduce_allocates_only_inside_the_space_prepared_for_it() {
     }
 }
 
+/// `prep == false` (`run_with`, the guests' `prep=0`: Corey's reduce, which allocates its
+/// output fresh) gives the same output, prepares nothing, and all of reduce's allocation is
+/// beyond the (empty) prepared space, so on the guests those pages are reduce's own faults.
+/// An option that still prepared (or a `prep_end` left at 0, counting map's bytes too) fails
+/// the counts here.
+#[test]
+fn unprepared_reduce_gives_the_same_output_and_allocates_fresh_pages() {
+    let mut text = vec![0u8; 400_000];
+    crate::gen::fill(5, &mut text);
+    for app in [App::Wc, App::Wri] {
+        let want = reference(app, &text);
+        for (w, p) in [(1, 1), (2, 4), (3, 5), (8, 64)] {
+            let env = HostEnv::new(8, 64 << 20);
+            let mut out = Vec::new();
+            let r = crate::run_with(&env, app, &text, w, p, crate::Marked::None, crate::Tuning { prep: false, tlb_grow: false }, &mut out).unwrap();
+            assert!(out == want, "{app:?} workers={w} parts={p}: output differs without prep");
+            assert_eq!(r.reduce_prep_pages, 0, "{app:?} w={w} p={p}: nothing is prepared");
+            let reduce_bytes = r.reduce_beyond_prep;
+            assert!(reduce_bytes > 0, "{app:?} w={w} p={p}: reduce allocates its output");
+            // Every byte beyond the prepared end is reduce's own: at most its new pages' worth.
+            assert!(reduce_bytes <= (r.reduce_arena_pages + w as u64) * 4096, "{app:?} w={w} p={p}: {reduce_bytes} bytes beyond prep for {} new pages", r.reduce_arena_pages);
+            if w > 1 {
+                assert!(r.reduce_arena_pages > 0, "the joined data takes new pages");
+            }
+        }
+    }
+}
+
+/// `Tuning::tlb_grow`: every mapper calls `Env::tlb_grow` once per `TLB_GROW_WORDS` words it
+/// mapped (one worker here, so words / TLB_GROW_WORDS calls), never without the option, and
+/// the output is unchanged. A call per word, a missed call, or calls without the option fail.
+#[test]
+fn tlb_grow_calls_the_env_every_so_many_words_and_changes_nothing_else() {
+    use core::sync::atomic::Ordering;
+    let mut text = vec![0u8; 2_500_000];
+    crate::gen::fill(7, &mut text);
+    let want = reference(App::Wc, &text);
+    for grow in [false, true] {
+        let env = HostEnv::new(8, 64 << 20);
+        let mut out = Vec::new();
+        let r = crate::run_with(&env, App::Wc, &text, 1, 4, crate::Marked::None, crate::Tuning { prep: true, tlb_grow: grow }, &mut out).unwrap();
+        assert!(out == want, "tlb_grow={grow}: output differs");
+        let calls = env.tlb_grows.load(Ordering::Relaxed);
+        let expect = if grow { r.words / crate::TLB_GROW_WORDS } else { 0 };
+        assert!(expect > 0 || !grow, "the text is too short to test: {} words", r.words);
+        assert_eq!(calls, expect, "tlb_grow={grow}: {} words", r.words);
+    }
+}
+
 #[test]
 fn small_texts_match_the_reference() {
     check(b"the quick brown Fox jumps over the lazy dog. THE end");

@@ -619,6 +619,14 @@ pub struct MetisRunArgs {
     /// Three more boots under the insncount plugin, one per phase
     #[arg(long)]
     pub insns: bool,
+    /// Reduce allocates its output in fresh pages and faults on them (Corey's Metis), instead
+    /// of the end of map preparing them (the default)
+    #[arg(long)]
+    pub no_prep: bool,
+    /// Emulator knob: every 2^18 words each mapper makes its core flush its TLB whole, so that
+    /// QEMU grows its software TLB (both systems; docs/metis.md, session 12)
+    #[arg(long)]
+    pub tlb_grow: bool,
 }
 
 fn metis_size(v: &str) -> Result<u64, String> {

@@ -54,6 +54,11 @@ pub struct MetisRun {
     pub to_disk: bool,
     /// Keep the disk image here after the run (default: removed).
     pub keep_disk: Option<PathBuf>,
+    /// The end of map prepares the reducers' output pages (default); false: `prep=0`, reduce
+    /// faults in fresh pages as Corey's Metis did (`mapreduce::run_with`).
+    pub prep: bool,
+    /// `tlbgrow=1`: the emulator knob `mapreduce::Tuning::tlb_grow`.
+    pub tlb_grow: bool,
 }
 
 impl Default for MetisRun {
@@ -76,6 +81,8 @@ impl Default for MetisRun {
             from_disk: false,
             to_disk: false,
             keep_disk: None,
+            prep: true,
+            tlb_grow: false,
         }
     }
 }
@@ -178,6 +185,8 @@ fn run_from(app: &str, smp: u32, a: MetisRunArgs) -> Result<MetisRun, String> {
         from_disk: a.from_disk,
         to_disk: a.to_disk,
         keep_disk: a.keep_disk,
+        prep: !a.no_prep,
+        tlb_grow: a.tlb_grow,
     };
     if (r.to_disk || r.from_disk) && r.system != "ours" {
         return Err("metis: --from-disk and --to-disk are for --system ours (Linux's guest has no disk)".into());
@@ -224,6 +233,12 @@ fn guest_words(r: &MetisRun, input_name: &str) -> String {
     }
     if let Some(i) = r.insns {
         w += &format!(" insns={i}");
+    }
+    if !r.prep {
+        w += " prep=0";
+    }
+    if r.tlb_grow {
+        w += " tlbgrow=1";
     }
     w
 }
@@ -629,7 +644,11 @@ fn report(r: &MetisRun, res: &MetisResult, ours: Option<&(PathBuf, Vec<u8>)>, li
         g("prep_faults"),
         g("reduce_prep_pages")
     );
-    println!("reduce    {:>14}   {:>11}   (new arena pages the reducers wrote: {}, all made present in prep; faults are reads of other workers' data)", ms(p, "reduce_us"), g("reduce_faults"), g("reduce_arena_pages"));
+    if r.prep {
+        println!("reduce    {:>14}   {:>11}   (new arena pages the reducers wrote: {}, all made present in prep; faults are reads of other workers' data)", ms(p, "reduce_us"), g("reduce_faults"), g("reduce_arena_pages"));
+    } else {
+        println!("reduce    {:>14}   {:>11}   (prep=0: new arena pages the reducers wrote: {}, fresh, as Corey's Metis; faults beyond them are reads of other workers' data)", ms(p, "reduce_us"), g("reduce_faults"), g("reduce_arena_pages"));
+    }
     println!("merge     {:>14}   {:>11}   (new arena pages the merge rounds wrote: {})", ms(p, "merge_us"), g("merge_faults"), g("merge_arena_pages"));
     let sink = if r.to_disk { format!("to {DISK_OUTPUT} on the disk, synced") } else if r.print { "over the serial line".into() } else { "to the digest only".into() };
     println!("(output   {:>14} ms {sink}; boot to power-off {:.1} s)", ms(p, "output_us"), res.wall_s);
@@ -696,6 +715,23 @@ pub fn reduce_faults_as_the_layout_says(layout: &str, p: &BTreeMap<String, u64>)
     }
 }
 
+/// With `prep=0` (Corey's reduce) and a per-core or shared layout: nothing was prepared, and
+/// reduce's soft faults are its own fresh output pages only, so there are some and at most
+/// as many as the new arena pages it wrote (result arrays are sized for every key, so their
+/// tails may stay untouched). A `prep=0` that still prepared gives 0 faults; a reduce that
+/// faulted on the other workers' data gives more than its new pages.
+pub fn unprepared_reduce_faults_on_its_own_pages(p: &BTreeMap<String, u64>) -> Result<(), String> {
+    let g = |k: &str| p.get(k).copied().ok_or(format!("no {k} on the metis-phases line"));
+    let (faults, new_pages, prepared) = (g("reduce_faults")?, g("reduce_arena_pages")?, g("reduce_prep_pages")?);
+    if prepared != 0 {
+        return Err(format!("prep=0 prepared {prepared} pages"));
+    }
+    if faults == 0 || faults > new_pages {
+        return Err(format!("prep=0: {faults} soft faults in reduce for {new_pages} new arena pages (want 1..={new_pages})"));
+    }
+    Ok(())
+}
+
 /// For `cargo xtask test`: on ours at 2 vCPUs, `wc` (per-core layout) and `wri` (private)
 /// on a generated text with capitals, punctuation, a word across the split point and binary
 /// bytes must equal the host references byte for byte, and `wrmem` (shared layout) must
@@ -721,9 +757,12 @@ pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
     fs::write(&input, &text).map_err(|e| e.to_string())?;
     // The last wc reads its input through the file system from an ext2 disk image and writes
     // its output to a file of the same image (checked by e2fsck -fn, read back on the host).
-    let runs = [("wc", "per-core", false), ("wri", "private", false), ("wrmem", "shared", false), ("wc", "shared", true)];
-    for (app, layout, disk) in runs {
+    // The fifth is Corey's reduce (`prep=0`): its fresh output pages fault in reduce, in the
+    // worker's own per-core range.
+    let runs = [("wc", "per-core", false, true), ("wri", "private", false, true), ("wrmem", "shared", false, true), ("wc", "shared", true, true), ("wri", "per-core", false, false)];
+    for (app, layout, disk, prep) in runs {
         let r = MetisRun {
+            prep,
             from_disk: disk,
             to_disk: disk,
             app: app.into(),
@@ -744,11 +783,12 @@ pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
             Ok(res) if !r.print && !r.to_disk && res.digest != (fnv(&want), want.iter().filter(|&&b| b == b'\n').count() as u64, want.len() as u64) => {
                 Err(format!("digest {:?} differs from the reference's", res.digest))
             }
+            Ok(res) if !prep => unprepared_reduce_faults_on_its_own_pages(&res.phases).map(|()| res),
             Ok(res) => reduce_faults_as_the_layout_says(layout, &res.phases).map(|()| res),
         };
         match verdict {
             Ok(res) => {
-                let src = if disk { ", input from the disk, output to /metis-output on it (e2fsck -fn clean)" } else { "" };
+                let src = if disk { ", input from the disk, output to /metis-output on it (e2fsck -fn clean)" } else if !prep { ", prep=0" } else { "" };
                 println!("   metis {app} ({layout}{src}): identical to the reference, {} lines; reduce faults {}", res.digest.1, res.phases.get("reduce_faults").copied().unwrap_or(0));
                 t.passed += 1;
             }
@@ -758,7 +798,42 @@ pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
             }
         }
     }
+    // `--tlb-grow` on ours: two 4 MiB `wrmem` boots (per-core), without and with the knob;
+    // the knob must add one local TLB flush per call (each mapper calls once per
+    // `TLB_GROW_WORDS` words of its split), as the kernel's counters count them.
+    let grow = |on: bool| -> Result<(u64, u64, String), String> {
+        let r = MetisRun { app: "wrmem".into(), layout: "per-core".into(), size: 4 << 20, seed: 3, print: false, mem_mib: 512, timeout: Duration::from_secs(180), tlb_grow: on, ..Default::default() };
+        let res = run_once(&r, Some(&ours), None)?;
+        let k = res.kstats.clone().ok_or("no metis-kstats line")?;
+        let flushes = k.split_whitespace().find_map(|w| w.strip_prefix("tlb_flushes_local=")).and_then(|v| v.parse().ok()).ok_or("no tlb_flushes_local in metis-kstats")?;
+        Ok((flushes, res.phases.get("words").copied().unwrap_or(0), fnv_hex(res.digest.0)))
+    };
+    let verdict = grow(false).and_then(|off| grow(true).map(|on| (off, on))).and_then(|((f0, w0, d0), (f1, w1, d1))| {
+        let calls_max = w1 / mapreduce::TLB_GROW_WORDS;
+        let calls_min = calls_max.saturating_sub(1);
+        if d0 != d1 || w0 != w1 {
+            Err(format!("--tlb-grow changed the output (digest {d0} vs {d1}, words {w0} vs {w1})"))
+        } else if calls_max == 0 || f1 < f0 + calls_min || f1 > f0 + calls_max {
+            Err(format!("--tlb-grow: {f0} local flushes without, {f1} with; {w1} words should add {calls_min}..={calls_max}"))
+        } else {
+            Ok(f1 - f0)
+        }
+    });
+    match verdict {
+        Ok(d) => {
+            println!("   metis wrmem (per-core, --tlb-grow): same output, {d} more local TLB flushes, one per call");
+            t.passed += 1;
+        }
+        Err(e) => {
+            println!("   FAILED: metis wrmem (per-core, --tlb-grow): {e}");
+            t.failed += 1;
+        }
+    }
     Ok(t)
+}
+
+fn fnv_hex(x: u64) -> String {
+    format!("{x:016x}")
 }
 
 #[cfg(test)]
