@@ -271,7 +271,18 @@ fn with_dir_change<R>(f: impl FnOnce(&mut CoreFs) -> Result<R>) -> Result<R> {
     fs.frozen = true;
     let r = change_recorded(true, || f(fs));
     fs.frozen = false;
+    if !matches!(r, Err(FsError::Contended)) {
+        // Only this core writes its record.
+        let d = &my_changes().dir_side;
+        d.store(d.load(core::sync::atomic::Ordering::Relaxed) + 1, core::sync::atomic::Ordering::Relaxed);
+    }
     r
+}
+
+/// How many changes (create, unlink, `open` with `O_CREAT`, close) core `c` finished on the
+/// per-directory side, without the exclusive side.
+pub fn dir_side_changes(c: usize) -> u64 {
+    CHANGES[c.min(open_files::CORES - 1)].dir_side.load(core::sync::atomic::Ordering::Relaxed)
 }
 
 /// Run `f` as one change recorded on this core's `CHANGES` (the caller holds this core's lock
@@ -312,6 +323,8 @@ struct ChangeRecord {
     inos: [core::sync::atomic::AtomicU32; CHANGED_MAX],
     nstripes: core::sync::atomic::AtomicU32,
     stripes: [core::sync::atomic::AtomicU32; CHANGED_MAX],
+    /// Changes this core finished on the per-directory side (tests look).
+    dir_side: core::sync::atomic::AtomicU64,
 }
 
 static CHANGES: [CachePadded<ChangeRecord>; open_files::CORES] = [const {
@@ -322,6 +335,7 @@ static CHANGES: [CachePadded<ChangeRecord>; open_files::CORES] = [const {
         inos: [const { core::sync::atomic::AtomicU32::new(0) }; CHANGED_MAX],
         nstripes: core::sync::atomic::AtomicU32::new(0),
         stripes: [const { core::sync::atomic::AtomicU32::new(0) }; CHANGED_MAX],
+        dir_side: core::sync::atomic::AtomicU64::new(0),
     })
 }; open_files::CORES];
 
