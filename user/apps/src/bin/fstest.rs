@@ -1695,12 +1695,16 @@ fn two_cores_create_in_own_directories() -> TestResult {
 /// Files each core of `dir_locks_*` makes per round.
 const DL_ROUNDS: u64 = 150;
 
+/// Makes the shared directory's names long enough (56-byte records) that the kept ones need
+/// two blocks and more: the directory grows while both cores add to it.
+const DL_PAD: &str = "_padding_padding_padding_padding_padding";
+
 /// One core's part of `dir_locks_own_and_shared_directories`: in round `k`, create
 /// `/dl{c}/f{k}` and `/dls/c{c}_{k}` (`O_CREAT | O_EXCL`, closed at once), and unlink both
 /// again unless `k % 3 == 0`. Nonzero: the step that failed.
 fn dir_lock_loop(c: u64) -> u64 {
     for k in 0..DL_ROUNDS {
-        for (i, path) in [alloc::format!("/dl{c}/f{k}"), alloc::format!("/dls/c{c}_{k}")].iter().enumerate() {
+        for (i, path) in [alloc::format!("/dl{c}/f{k}"), alloc::format!("/dls/c{c}_{k}{DL_PAD}")].iter().enumerate() {
             let Ok(fd) = fs::open(path, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL) else { return 1 + i as u64 * 10 };
             if fs::close(fd).is_err() {
                 return 2 + i as u64 * 10;
@@ -1724,7 +1728,8 @@ fn names_in(d: &str) -> Result<Vec<alloc::string::String>, Msg> {
 /// directory stripe lock, no exclusive lock) that lose or duplicate a name when two cores
 /// change one directory at once, or corrupt a directory block, an inode or the bitmaps when
 /// they change different ones. Every core (at most 4) creates and unlinks in a directory of
-/// its own and in one shared directory at once; afterwards each directory holds exactly the
+/// its own and in one shared directory at once (long names there, so it grows by blocks
+/// while they do); afterwards each directory holds exactly the
 /// names kept, every kept name stats as a regular file, most changes ran on the
 /// per-directory side, and (after the suite) `e2fsck -fn` finds the image clean. Checked
 /// against a planted bug: `change_hook` not taking the stripe lock (fails with names missing
@@ -1751,7 +1756,7 @@ fn dir_locks_own_and_shared_directories() -> TestResult {
     }
     ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (1 create, 2 close, 3 unlink; +10 in /dls)");
     let kept = |c: u64, shared: bool| -> Vec<alloc::string::String> {
-        let mut v: Vec<alloc::string::String> = (0..DL_ROUNDS).filter(|k| k % 3 == 0).map(|k| if shared { alloc::format!("c{c}_{k}") } else { alloc::format!("f{k}") }).collect();
+        let mut v: Vec<alloc::string::String> = (0..DL_ROUNDS).filter(|k| k % 3 == 0).map(|k| if shared { alloc::format!("c{c}_{k}{DL_PAD}") } else { alloc::format!("f{k}") }).collect();
         v.sort();
         v
     };
