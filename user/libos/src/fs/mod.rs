@@ -628,8 +628,11 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
             }
         }
     }
-    if flags & O_CREAT != 0 && flags & O_TRUNC == 0 {
-        // The per-directory side: only the directory the file is made in is locked.
+    if flags != O_RDONLY {
+        // The per-directory side: only the directory a file is made in (`O_CREAT`) and the
+        // file `O_TRUNC` empties are locked; a walk needs no lock there (`with_dir_change`).
+        // A read-only open stays exclusive: it fills the name cache, which needs no change
+        // running anywhere.
         match with_dir_change(|fs| {
             let ino = open_inode(fs, path, flags)?;
             let mut t = TABLES.lock();
