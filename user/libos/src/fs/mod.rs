@@ -12,10 +12,17 @@
 //! | buffer cache and block device object client | `disk.rs` |
 //! | the device object | kernel `dev/blk.rs`, contract `abi/src/blk.rs` |
 //!
-//! **Locks.** One mounted file system per process, under one MCS lock (`FS`) for changes and
-//! for anything the paths below do not cover. Without it: `stat` of a cached path (`names`),
-//! read-only `open` of one, and `fstat`, `close`, `read`, `pread`, `lseek` of the per-core
-//! descriptor it gives (`open_files`, `read_unlocked`: docs/fs.md, "Names and descriptors").
+//! **Locks** (session 12; docs/fs.md, "Create and unlink"). One mounted file system per
+//! process, with one `Ext2` per core over the one buffer cache, each under its core's lock
+//! (`CORE_FS`: a big-reader lock whose reader side is exclusive per core). Create, unlink of
+//! a file, every `open` but a read-only one, and `close` take their core's lock and the lock
+//! of the directory (and file) stripes they change (`with_dir_change`, `DIR_LOCKS`); the
+//! allocation state is frozen there (reserve refills go exclusive). Everything else takes
+//! every core's lock (`exclusive`). The open-file tables have a lock of their own (`TABLES`),
+//! the cache's misses theirs (`disk::CACHE`). Without any lock: `stat` of a cached path
+//! (`names`), read-only `open` of one, and `fstat`, `close`, `read`, `pread`, `lseek` of the
+//! per-core descriptor it gives (`open_files`, `read_unlocked`: docs/fs.md, "Names and
+//! descriptors").
 //! Descriptors here are indexes into this module's own table of open files (`Fd`), or name
 //! a per-core slot (bit 30); `fd::open` puts one in the common descriptor tables (docs/fd.md).
 //! A context that uses the file system on another core maps the request segment and links
