@@ -86,6 +86,7 @@ impl<D: Disk> Ext2<D> {
 
     /// Write group `g`'s descriptor back (fields this code does not know are kept).
     pub(crate) fn write_group(&mut self, g: usize) -> Result<()> {
+        self.counts_gen += 1;
         let grp = self.groups[g];
         let off = (self.sb.first_data_block as u64 + 1) * self.bs + g as u64 * 32;
         let mut d = [0u8; 32];
@@ -100,6 +101,7 @@ impl<D: Disk> Ext2<D> {
     }
 
     pub(crate) fn write_super(&mut self) -> Result<()> {
+        self.counts_gen += 1;
         let mut b = [0u8; 1024];
         self.dev.read_at(1024, &mut b)?;
         put32(&mut b, 12, self.sb.free_blocks_count);

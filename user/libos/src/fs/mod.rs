@@ -164,8 +164,12 @@ impl Exclusive {
         let me = self.me();
         let t = self.tables.as_mut().ok_or(FsError::NoDevice)?;
         let fs = self.cores[me].as_mut().ok_or(FsError::NoDevice)?;
+        let gen = fs.counts_gen;
         let r = f(&mut Mounted { fs, files: &mut t.files, descs: &mut t.descs, orphans: &mut t.orphans });
-        self.broadcast(me);
+        // Only when the counts changed: else the other cores' lines stay unwritten.
+        if self.cores[me].as_ref().is_some_and(|fs| fs.counts_gen != gen) {
+            self.broadcast(me);
+        }
         r
     }
 
