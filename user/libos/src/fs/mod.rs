@@ -639,16 +639,30 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
             }
         }
     }
-    if flags != O_RDONLY {
-        // The per-directory side: only the directory a file is made in (`O_CREAT`) and the
-        // file `O_TRUNC` empties are locked; a walk needs no lock there (`with_dir_change`).
-        // A read-only open stays exclusive: it fills the name cache, which needs no change
-        // running anywhere.
+    if flags & O_CREAT != 0 {
+        // The per-directory side, only for an open that makes the file: it is made and its
+        // descriptor installed while its directory's stripe is locked, so an unlink of the
+        // name (which needs that lock) comes after and finds the descriptor. An existing
+        // file goes to the exclusive side: without a lock on the directory its name was
+        // found in (a symbolic link's target's, say), an unlink of its last name could free
+        // it between the walk and the descriptor.
         match with_dir_change(|fs| {
-            let ino = open_inode(fs, path, flags)?;
-            let mut t = TABLES.lock();
-            let t = t.as_mut().ok_or(FsError::NoDevice)?;
-            install_fd(&mut t.files, &mut t.descs, ino.ino, flags)
+            check_open_flags(flags)?;
+            match fs.resolve(path.as_bytes()) {
+                Ok(_) => Err(FsError::Contended),
+                Err(FsError::NotFound) => {
+                    let ino = match fs.create(path.as_bytes(), 0o644) {
+                        // Made by another core since the walk: without `O_EXCL` it is
+                        // opened, on the exclusive side.
+                        Err(FsError::Exists) if flags & O_EXCL == 0 => return Err(FsError::Contended),
+                        r => r?,
+                    };
+                    let mut t = TABLES.lock();
+                    let t = t.as_mut().ok_or(FsError::NoDevice)?;
+                    install_fd(&mut t.files, &mut t.descs, ino.ino, flags)
+                }
+                Err(e) => Err(e),
+            }
         }) {
             Err(FsError::Contended) => {}
             r => return r,
@@ -689,10 +703,8 @@ fn open_in(m: &mut Mounted, path: &str, flags: u32) -> Result<Fd> {
 
 /// What `open` opens: the file `path` names, made (`O_CREAT`) or emptied (`O_TRUNC`) first.
 fn open_inode(fs: &mut CoreFs, path: &str, flags: u32) -> Result<Inode> {
+    check_open_flags(flags)?;
     let acc = flags & O_ACCMODE;
-    if acc == 3 || flags & !(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND) != 0 {
-        return Err(FsError::InvalidArgument);
-    }
     let mut ino = match fs.resolve(path.as_bytes()) {
         Ok(_) if flags & O_CREAT != 0 && flags & O_EXCL != 0 => return Err(FsError::Exists),
         Ok(i) => i,
@@ -706,6 +718,14 @@ fn open_inode(fs: &mut CoreFs, path: &str, flags: u32) -> Result<Inode> {
         fs.truncate(&mut ino, 0)?;
     }
     Ok(ino)
+}
+
+/// `InvalidArgument` for flags `open` does not know.
+fn check_open_flags(flags: u32) -> Result<()> {
+    if flags & O_ACCMODE == 3 || flags & !(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND) != 0 {
+        return Err(FsError::InvalidArgument);
+    }
+    Ok(())
 }
 
 /// A new descriptor and open file description for inode `ino`.
@@ -793,7 +813,13 @@ fn close_in_tables(fs: &mut CoreFs, fd: Fd) -> Result<()> {
         }
     };
     match orphan {
-        Some(ino) => fs.release_orphan(ino),
+        Some(ino) => {
+            // The file's stripe first: an unlink on another core that made it an orphan holds
+            // it until it has written the inode (links 0); releasing before that would free
+            // an inode the unlink then writes over (or find links still 1 and leak it).
+            change_hook(ino)?;
+            fs.release_orphan(ino)
+        }
         None => Ok(()),
     }
 }
