@@ -15,7 +15,7 @@
 //! **Locks** (session 12; docs/fs.md, "Create and unlink"). One mounted file system per
 //! process, with one `Ext2` per core over the one buffer cache, each under its core's lock
 //! (`CORE_FS`: a big-reader lock whose reader side is exclusive per core). Create, unlink of
-//! a file, every `open` but a read-only one, and `close` take their core's lock and the lock
+//! a file, an `open` that makes its file, and `close` take their core's lock and the lock
 //! of the directory (and file) stripes they change (`with_dir_change`, `DIR_LOCKS`); the
 //! allocation state is frozen there (reserve refills go exclusive). Everything else takes
 //! every core's lock (`exclusive`). The open-file tables have a lock of their own (`TABLES`),
