@@ -169,6 +169,8 @@ mod imp {
             NoMemory => 14,
             NoDevice => 15,
             TooManyLinks => 16,
+            // Internal to `fs` (retried there); never returned by it.
+            Contended => 17,
         }
     }
 

@@ -666,6 +666,8 @@ fn fs_error(e: crate::fs::FsError) -> Error {
         F::Exists => Error::AlreadyExists,
         F::NameTooLong => Error::NameTooLong,
         F::InvalidArgument | F::NotEmpty | F::TooManyLinks => Error::InvalidArgument,
+        // Internal to `fs` (retried there); never returned by it.
+        F::Contended => Error::Busy,
     }
 }
 

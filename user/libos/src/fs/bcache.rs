@@ -112,7 +112,12 @@ pub struct Stats {
     pub evictions: u64,
 }
 
+/// Each slot's on its own 128 bytes (session 12): every write into a page stores its slot's
+/// `dirty`, and with 24-byte records the slots of pages different cores write (each core's
+/// directory, its inode-table block) shared lines, 4 of the 7 lines `fs_create_private` still
+/// shared per op once the file system's one lock was split (docs/results.md, "Session 12").
 #[derive(Default)]
+#[repr(align(128))]
 struct Meta {
     /// 1 while the page differs from the disk (set inside the slot's seqlock write).
     dirty: AtomicU32,
@@ -142,7 +147,7 @@ fn align(x: usize, a: usize) -> usize {
 
 fn layout(slots: usize) -> Layout {
     let stats = align(size_of::<Header>(), 128);
-    let meta = stats + STAT_CORES * size_of::<CachePadded<CoreStats>>();
+    let meta = align(stats + STAT_CORES * size_of::<CachePadded<CoreStats>>(), 128);
     let index = align(meta + slots * size_of::<Meta>(), 128);
     let index_len = (slots * 2).next_power_of_two();
     let pages = align(index + index_len * 8, 128);

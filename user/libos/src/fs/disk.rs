@@ -831,3 +831,104 @@ impl Cache {
         Ok(())
     }
 }
+
+/// The process's buffer cache (`Cache`: its device and its per-core links), under a lock of
+/// its own that only misses, write-backs, `sync` and the cache's bookkeeping take: hits and
+/// writes to cached pages go through a `CoreDisk` without it.
+static CACHE: crate::thread::Mutex<Option<Cache>> = crate::thread::Mutex::new(None);
+
+/// Run `f` on the mounted cache (`NoDevice` when there is none).
+pub(super) fn with_cache<R>(f: impl FnOnce(&mut Cache) -> Result<R, FsError>) -> Result<R, FsError> {
+    let mut g = CACHE.lock();
+    f(g.as_mut().ok_or(FsError::NoDevice)?)
+}
+
+/// Install `c` as the process's cache (mount) and return a handle on it.
+pub(super) fn install(c: Cache) -> CoreDisk {
+    let d = CoreDisk { table: c.table, bytes: c.disk_bytes() };
+    *CACHE.lock() = Some(c);
+    d
+}
+
+/// Drop the process's cache (unmount; nothing may use a `CoreDisk` after).
+pub(super) fn uninstall() {
+    let c = CACHE.lock().take();
+    drop(c);
+}
+
+/// The buffer cache as one core's `Disk` (the library OS keeps an `Ext2` per core over one of
+/// these; `fs`, "Locks"): a read of cached pages and a write into cached pages go straight to
+/// the shared table (`Table::try_read`/`try_write`: a seqlock window, the slot's own lock for
+/// a write), with no lock of the file system's; anything else (a miss, this core not linked to
+/// the cache yet) goes through `Cache` under `CACHE`'s lock, where the fill lock and the
+/// device are. A range the fast path wrote part of is written again whole by the slow one
+/// (the same bytes: harmless).
+#[derive(Clone)]
+pub struct CoreDisk {
+    table: Table,
+    bytes: u64,
+}
+
+impl CoreDisk {
+    /// This core, if the cache is linked in this context's root range.
+    fn here(&self) -> Option<usize> {
+        let ctx = crate::ctx::ctx();
+        let c = ctx.core as usize;
+        LINKED.get(c).filter(|l| l.load(Ordering::Acquire) == ctx.root_ar.object).map(|_| c)
+    }
+
+    fn check(&self, off: u64, len: usize) -> Result<(), FsError> {
+        if off.checked_add(len as u64).is_none_or(|e| e > self.bytes) {
+            return Err(FsError::Io);
+        }
+        Ok(())
+    }
+}
+
+impl Disk for CoreDisk {
+    fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<(), FsError> {
+        self.check(off, buf.len())?;
+        if let Some(core) = self.here() {
+            if try_copy(&self.table, core, off, buf) {
+                return Ok(());
+            }
+        }
+        with_cache(|c| c.read_at(off, buf))
+    }
+
+    fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<(), FsError> {
+        self.check(off, buf.len())?;
+        if let Some(core) = self.here() {
+            let t = self.table;
+            let mut done = 0usize;
+            while done < buf.len() {
+                let pos = off + done as u64;
+                let (p, at) = (pos / PAGE, (pos % PAGE) as usize);
+                let n = (buf.len() - done).min(PAGE as usize - at);
+                if !t.try_write(core, p, at, &buf[done..done + n], false) {
+                    break;
+                }
+                done += n;
+            }
+            if done == buf.len() {
+                return Ok(());
+            }
+        }
+        with_cache(|c| c.write_at(off, buf))
+    }
+
+    fn note_data(&mut self, off: u64) {
+        if self.here().is_some() {
+            self.table.note_data(off / PAGE);
+        } else {
+            let _ = with_cache(|c| {
+                c.note_data(off);
+                Ok(())
+            });
+        }
+    }
+
+    fn size(&self) -> u64 {
+        self.bytes
+    }
+}

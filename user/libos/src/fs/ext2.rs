@@ -44,6 +44,11 @@ pub enum FsError {
     NoDevice,
     /// More than `MAX_SYMLINK_HOPS` symbolic links on one path (a loop).
     TooManyLinks,
+    /// A change run with the allocation state frozen (`Ext2::frozen`: the library OS's
+    /// per-directory side) needs the bitmaps or the counts, or a second directory lock that
+    /// is busy. Returned before the change wrote anything; the caller runs it again with
+    /// the whole file system to itself. Never seen by the library's callers.
+    Contended,
 }
 
 impl FsError {
@@ -65,6 +70,7 @@ impl FsError {
             FsError::NoMemory => "out of memory",
             FsError::NoDevice => "no disk",
             FsError::TooManyLinks => "too many levels of symbolic links",
+            FsError::Contended => "contended (retried exclusively)",
         }
     }
 
@@ -333,6 +339,22 @@ pub struct Ext2<D: Disk> {
     /// writes). The library OS sets it at mount (`fs::change_hook`: the name cache's per-inode
     /// generations, recorded per core); `None` (the host tool): nothing is called.
     pub change_hook: Option<fn(u32) -> Result<()>>,
+    /// The allocation state is frozen (the library OS sets it while a change runs under one
+    /// directory's lock only, beside changes on other cores, each on its own `Ext2` over the
+    /// same cache: `fs`, "Locks"). Then nothing reads-modifies-writes the bitmaps or changes
+    /// the counts (`sb`, `groups`), which every core's copy must agree on: a reserve refill
+    /// is `Contended` (before anything is written), and what is freed past the reserve's
+    /// room goes to `spilled_*` (still marked used on the disk, like a reserve's items,
+    /// given back by `return_reserves` with the exclusive side held).
+    pub frozen: bool,
+    /// Inodes (and whether each was a directory's) and blocks freed while `frozen` that the
+    /// reserve had no room for.
+    pub(crate) spilled_inodes: Vec<(u32, bool)>,
+    pub(crate) spilled_blocks: Vec<u64>,
+    /// Moved by every write of a group descriptor or the superblock, i.e. after every change
+    /// of the counts: the library OS copies them to the other cores' `Ext2`s only when it
+    /// moved (`copy_counts_from`).
+    pub counts_gen: u64,
 }
 
 impl<D: Disk> Ext2<D> {
@@ -346,7 +368,7 @@ impl<D: Disk> Ext2<D> {
         let sb = Superblock::parse(&sbb, dev.size())?;
         let bs = sb.block_size();
         let ngroups = sb.groups();
-        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), reserves: Vec::new(), reserve_core: None, dirty_data: Default::default(), base: ROOT_INO, change_hook: None };
+        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), reserves: Vec::new(), reserve_core: None, dirty_data: Default::default(), base: ROOT_INO, change_hook: None, frozen: false, spilled_inodes: Vec::new(), spilled_blocks: Vec::new(), counts_gen: 0 };
         let gdt_block = sb.first_data_block as u64 + 1;
         let gdt_blocks = (ngroups * 32).div_ceil(bs);
         let mut gdt = vec![0u8; (gdt_blocks * bs) as usize];
@@ -373,6 +395,34 @@ impl<D: Disk> Ext2<D> {
             return Err(FsError::Corrupt("root inode is not a directory"));
         }
         Ok(fs)
+    }
+
+    /// Another `Ext2` over `dev` (the same disk seen through another handle) with this one's
+    /// superblock, groups and hooks, and reserves of its own (empty): the library OS keeps
+    /// one per core.
+    pub fn clone_with<E: Disk>(&self, dev: E) -> Ext2<E> {
+        Ext2 {
+            dev,
+            sb: self.sb,
+            bs: self.bs,
+            groups: self.groups.clone(),
+            reserves: Vec::new(),
+            reserve_core: self.reserve_core,
+            dirty_data: Default::default(),
+            base: ROOT_INO,
+            change_hook: self.change_hook,
+            frozen: false,
+            spilled_inodes: Vec::new(),
+            spilled_blocks: Vec::new(),
+            counts_gen: 0,
+        }
+    }
+
+    /// Take `o`'s superblock and group descriptors (counts included): after a change with
+    /// the exclusive side, every core's copy is made equal to the one that ran it.
+    pub fn copy_counts_from<E: Disk>(&mut self, o: &Ext2<E>) {
+        self.sb = o.sb;
+        self.groups.clone_from(&o.groups);
     }
 
     /// Read block `b` (checked to be inside the file system) into `buf`.

@@ -160,6 +160,14 @@ impl<D: Disk> Ext2<D> {
             return Err(FsError::NotDir);
         }
         self.changing(dir.ino)?;
+        // Read again now that the change is announced (and, in the library OS, the
+        // directory's lock is held: `fs::change_hook`): another core may have grown it
+        // between the walk and the lock, and a stale size would put a second new block
+        // where its new one is.
+        let dir = if self.change_hook.is_some() { self.inode(dir.ino)? } else { dir };
+        if !dir.is_dir() {
+            return Err(FsError::NotDir);
+        }
         Ok((dir, name))
     }
 

@@ -86,6 +86,7 @@ impl<D: Disk> Ext2<D> {
 
     /// Write group `g`'s descriptor back (fields this code does not know are kept).
     pub(crate) fn write_group(&mut self, g: usize) -> Result<()> {
+        self.counts_gen += 1;
         let grp = self.groups[g];
         let off = (self.sb.first_data_block as u64 + 1) * self.bs + g as u64 * 32;
         let mut d = [0u8; 32];
@@ -100,6 +101,7 @@ impl<D: Disk> Ext2<D> {
     }
 
     pub(crate) fn write_super(&mut self) -> Result<()> {
+        self.counts_gen += 1;
         let mut b = [0u8; 1024];
         self.dev.read_at(1024, &mut b)?;
         put32(&mut b, 12, self.sb.free_blocks_count);
@@ -140,6 +142,9 @@ impl<D: Disk> Ext2<D> {
     /// Up to `max` free blocks of one group (group `goal` first) marked used in the bitmap,
     /// the counts lowered by as many. `NoSpace` if no group has one.
     fn take_blocks(&mut self, goal: usize, max: usize, out: &mut [u64]) -> Result<usize> {
+        if self.frozen {
+            return Err(FsError::Contended);
+        }
         let ng = self.groups.len();
         let bpg = self.sb.blocks_per_group as u64;
         let mut bits = vec![0u8; self.bs as usize];
@@ -234,6 +239,12 @@ impl<D: Disk> Ext2<D> {
                 return Ok(());
             }
         }
+        if self.frozen {
+            // Marked used, not counted free: given back with the reserves.
+            self.spilled_blocks.try_reserve(1).map_err(|_| FsError::NoMemory)?;
+            self.spilled_blocks.push(b);
+            return Ok(());
+        }
         self.clear_block_bit_at(g, i, bm)
     }
 
@@ -299,6 +310,9 @@ impl<D: Disk> Ext2<D> {
     /// the inode-table block of the first free one (so two cores' batches lie in different
     /// blocks), the counts lowered by as many. `NoSpace` if no group has one.
     fn take_inodes(&mut self, dir: bool, goal: usize, max: usize, out: &mut [u32]) -> Result<usize> {
+        if self.frozen {
+            return Err(FsError::Contended);
+        }
         let ng = self.groups.len();
         let ipg = self.sb.inodes_per_group as u64;
         let per_block = (self.bs / self.sb.inode_size as u64).max(1);
@@ -374,6 +388,11 @@ impl<D: Disk> Ext2<D> {
                 return Ok(());
             }
         }
+        if self.frozen {
+            self.spilled_inodes.try_reserve(1).map_err(|_| FsError::NoMemory)?;
+            self.spilled_inodes.push((ino, dir));
+            return Ok(());
+        }
         let mut bits = vec![0u8; self.bs as usize];
         self.read_block(bm, &mut bits)?;
         bits[(i / 8) as usize] &= !(1 << (i % 8));
@@ -415,7 +434,8 @@ impl<D: Disk> Ext2<D> {
     /// Inodes and blocks the per-core reserves hold (free on the disk's terms: they go back
     /// at the next `return_reserves`).
     pub fn reserved(&self) -> (u64, u64) {
-        self.reserves.iter().fold((0, 0), |(i, b), r| (i + r.n_inodes as u64, b + r.n_blocks as u64))
+        let (i, b) = self.reserves.iter().fold((0, 0), |(i, b), r| (i + r.n_inodes as u64, b + r.n_blocks as u64));
+        (i + self.spilled_inodes.len() as u64, b + self.spilled_blocks.len() as u64)
     }
 
     /// A core whose reserve holds a block, and that block (for tests of double frees).
@@ -427,8 +447,27 @@ impl<D: Disk> Ext2<D> {
     /// disk's bitmaps and counts are exact: `e2fsck -fn` clean). Everything is given back
     /// even when one entry fails; the first error is returned.
     pub fn return_reserves(&mut self) -> Result<()> {
-        let reserves = core::mem::take(&mut self.reserves);
+        if self.frozen {
+            return Err(FsError::Contended);
+        }
         let mut res = Ok(());
+        for (ino, dir) in core::mem::take(&mut self.spilled_inodes) {
+            let x = self.clear_inode_bit(ino);
+            if dir && x.is_ok() {
+                let g = self.group_of(ino);
+                if let Some(grp) = self.groups.get_mut(g) {
+                    grp.used_dirs = grp.used_dirs.saturating_sub(1);
+                }
+                let y = self.write_group(g);
+                res = res.and(y);
+            }
+            res = res.and(x);
+        }
+        for b in core::mem::take(&mut self.spilled_blocks) {
+            let x = self.clear_block_bit(b);
+            res = res.and(x);
+        }
+        let reserves = core::mem::take(&mut self.reserves);
         for r in &reserves {
             for &ino in &r.inodes[..r.n_inodes] {
                 let x = self.clear_inode_bit(ino);

@@ -12,10 +12,17 @@
 //! | buffer cache and block device object client | `disk.rs` |
 //! | the device object | kernel `dev/blk.rs`, contract `abi/src/blk.rs` |
 //!
-//! **Locks.** One mounted file system per process, under one MCS lock (`FS`) for changes and
-//! for anything the paths below do not cover. Without it: `stat` of a cached path (`names`),
-//! read-only `open` of one, and `fstat`, `close`, `read`, `pread`, `lseek` of the per-core
-//! descriptor it gives (`open_files`, `read_unlocked`: docs/fs.md, "Names and descriptors").
+//! **Locks** (session 12; docs/fs.md, "Create and unlink"). One mounted file system per
+//! process, with one `Ext2` per core over the one buffer cache, each under its core's lock
+//! (`CORE_FS`: a big-reader lock whose reader side is exclusive per core). Create, unlink of
+//! a file, an `open` that makes its file, and `close` take their core's lock and the lock
+//! of the directory (and file) stripes they change (`with_dir_change`, `DIR_LOCKS`); the
+//! allocation state is frozen there (reserve refills go exclusive). Everything else takes
+//! every core's lock (`exclusive`). The open-file tables have a lock of their own (`TABLES`),
+//! the cache's misses theirs (`disk::CACHE`). Without any lock: `stat` of a cached path
+//! (`names`), read-only `open` of one, and `fstat`, `close`, `read`, `pread`, `lseek` of the
+//! per-core descriptor it gives (`open_files`, `read_unlocked`: docs/fs.md, "Names and
+//! descriptors").
 //! Descriptors here are indexes into this module's own table of open files (`Fd`), or name
 //! a per-core slot (bit 30); `fd::open` puts one in the common descriptor tables (docs/fd.md).
 //! A context that uses the file system on another core maps the request segment and links
@@ -31,7 +38,8 @@ pub mod open_files;
 
 use alloc::vec::Vec;
 
-use crate::thread::Mutex;
+use crate::thread::{Mutex, MutexGuard};
+use percore::pad::CachePadded;
 use disk::{Cache, CacheStats};
 use ext2::{Ext2, Inode};
 pub use ext2::{DirEntry, FsError, Stat, FT_DIR, FT_REG, S_IFDIR, S_IFMT, S_IFREG};
@@ -69,8 +77,8 @@ struct OpenFile {
     refs: u32,
 }
 
-struct Mounted {
-    fs: Ext2<Cache>,
+/// The open-file tables (descriptors, descriptions, orphans), under `TABLES`.
+struct Tables {
     /// Descriptor -> open file description (index into `descs`).
     files: Vec<Option<u32>>,
     descs: Vec<Option<OpenFile>>,
@@ -78,12 +86,160 @@ struct Mounted {
     orphans: alloc::collections::BTreeSet<u32>,
 }
 
-static FS: Mutex<Option<Mounted>> = Mutex::new(None);
+/// One core's `Ext2`: the shared buffer cache through a `CoreDisk`, with that core's copy of
+/// the superblock and group descriptors and its own reserve (`Ext2::clone_with`).
+type CoreFs = Ext2<disk::CoreDisk>;
 
-fn with<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
-    let mut g = FS.lock();
-    let m = g.as_mut().ok_or(FsError::NoDevice)?;
-    f(m)
+/// What a call runs on: the calling core's `Ext2` and the open-file tables.
+struct Mounted<'a> {
+    fs: &'a mut CoreFs,
+    files: &'a mut Vec<Option<u32>>,
+    descs: &'a mut Vec<Option<OpenFile>>,
+    orphans: &'a mut alloc::collections::BTreeSet<u32>,
+}
+
+/// The file system's big-reader lock: one lock per core, each on its own line, holding that
+/// core's `Ext2`. A change confined to one directory (create, unlink of a file, `open` with
+/// `O_CREAT`, an orphan's release: `with_dir_change`) takes its own core's lock only, plus the
+/// directory's stripe lock (`DIR_LOCKS`, through `change_hook`); everything else takes every
+/// core's lock in order, then `TABLES` (`exclusive`). So changes in different directories on
+/// different cores write no shared line of the file system's, and anything structural
+/// (rename, mkdir, rmdir, link, write, truncate, sync, mount, unmount, reserve refills) sees
+/// the whole file system still. (A per-core lock rather than a per-core reader count: the
+/// core's `Ext2`, its reserve and its change record are then the lock holder's alone, even
+/// with several contexts on one core.)
+static CORE_FS: [CachePadded<Mutex<Option<CoreFs>>>; open_files::CORES] = [const { CachePadded::new(Mutex::new(None)) }; open_files::CORES];
+
+/// How many of `CORE_FS` hold an `Ext2` (0: not mounted). Changed only with every lock held
+/// (mount, unmount); read after taking `CORE_FS[0]`.
+static NCORE_FS: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// The open-file tables: taken last, after a core's lock or all of them; its holders run no
+/// file-system operation under it (a scan or an update of the tables).
+static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
+
+/// Directory locks: a stripe per multiplicative hash of the inode number, each on its own
+/// 128 bytes. Held by a change on the per-directory side from the moment `change_hook` names
+/// the inode (before anything of it is written) to the end of the change.
+const DIR_STRIPES: usize = 64;
+static DIR_LOCKS: [CachePadded<core::sync::atomic::AtomicU32>; DIR_STRIPES] = [const { CachePadded::new(core::sync::atomic::AtomicU32::new(0)) }; DIR_STRIPES];
+
+fn dir_stripe(ino: u32) -> usize {
+    (ino.wrapping_mul(0x9E37_79B1) >> (32 - DIR_STRIPES.trailing_zeros())) as usize
+}
+
+fn try_lock_stripe(s: usize) -> bool {
+    use core::sync::atomic::Ordering::{Acquire, Relaxed};
+    DIR_LOCKS[s].load(Relaxed) == 0 && DIR_LOCKS[s].compare_exchange(0, 1, Acquire, Relaxed).is_ok()
+}
+
+fn unlock_stripe(s: usize) {
+    DIR_LOCKS[s].store(0, core::sync::atomic::Ordering::Release);
+}
+
+/// Every core's lock (in order) and the tables: the exclusive side.
+struct Exclusive {
+    cores: Vec<MutexGuard<'static, Option<CoreFs>>>,
+    tables: MutexGuard<'static, Option<Tables>>,
+}
+
+fn exclusive() -> Exclusive {
+    let first = CORE_FS[0].lock();
+    let n = NCORE_FS.load(core::sync::atomic::Ordering::Relaxed).clamp(1, open_files::CORES);
+    let mut cores = Vec::with_capacity(n);
+    cores.push(first);
+    for l in &CORE_FS[1..n] {
+        cores.push(l.lock());
+    }
+    Exclusive { cores, tables: TABLES.lock() }
+}
+
+impl Exclusive {
+    /// The `Ext2` the calling core runs exclusive calls on.
+    fn me(&self) -> usize {
+        (crate::ctx::ctx().core as usize).min(self.cores.len() - 1)
+    }
+
+    fn run<R>(&mut self, f: &mut impl FnMut(&mut Mounted) -> Result<R>) -> Result<R> {
+        let me = self.me();
+        let t = self.tables.as_mut().ok_or(FsError::NoDevice)?;
+        let fs = self.cores[me].as_mut().ok_or(FsError::NoDevice)?;
+        let gen = fs.counts_gen;
+        let r = f(&mut Mounted { fs, files: &mut t.files, descs: &mut t.descs, orphans: &mut t.orphans });
+        // Only when the counts changed: else the other cores' lines stay unwritten.
+        if self.cores[me].as_ref().is_some_and(|fs| fs.counts_gen != gen) {
+            self.broadcast(me);
+        }
+        r
+    }
+
+    /// Make every core's superblock and group descriptors those of core `from`'s `Ext2` (only
+    /// an exclusive call changes them: `Ext2::frozen`).
+    fn broadcast(&mut self, from: usize) {
+        let Some(src) = self.cores[from].take() else { return };
+        for (i, g) in self.cores.iter_mut().enumerate() {
+            if let (true, Some(fs)) = (i != from, g.as_mut()) {
+                fs.copy_counts_from(&src);
+            }
+        }
+        *self.cores[from] = Some(src);
+    }
+
+    /// Give every core's reserve (and spilled frees) back to the bitmaps and the counts, one
+    /// core after the other, each starting from the counts the one before left.
+    fn return_reserves(&mut self) -> Result<()> {
+        let me = self.me();
+        let Some(mut src) = self.cores[me].take() else { return Err(FsError::NoDevice) };
+        let mut r = Ok(());
+        for g in self.cores.iter_mut() {
+            if let Some(fs) = g.as_mut() {
+                fs.copy_counts_from(&src);
+                let x = fs.return_reserves();
+                r = r.and(x);
+                src.copy_counts_from(fs);
+            }
+        }
+        let x = src.return_reserves();
+        *self.cores[me] = Some(src);
+        self.broadcast(me);
+        r.and(x)
+    }
+
+    /// Inodes and blocks every core's reserve holds.
+    fn reserved(&self) -> (u64, u64) {
+        self.cores.iter().filter_map(|g| g.as_ref()).map(|fs| fs.reserved()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+
+    /// Ordered write-back: the data blocks written since the last sync, a flush, then the
+    /// metadata (bitmaps, inodes, directories, descriptors, superblock), a flush. A crash in
+    /// between leaves written data that no inode names yet (e2fsck -fy frees it), never an
+    /// inode naming blocks that were not written.
+    fn sync(&mut self) -> Result<()> {
+        // The cache knows which dirty pages are data (`Disk::note_data`) and writes those
+        // first, flushes, then the rest, then flushes. The per-core reserves go back to the
+        // bitmaps and counts first, so what reaches the disk is exact (`e2fsck -fn` clean).
+        // Written back even if that fails.
+        let r = self.return_reserves();
+        disk::with_cache(|c| c.sync())?;
+        for fs in self.cores.iter_mut().filter_map(|g| g.as_mut()) {
+            fs.dirty_data.clear();
+        }
+        r
+    }
+}
+
+/// Run `f` on the exclusive side (every core's lock, then the tables).
+fn with<R>(mut f: impl FnMut(&mut Mounted) -> Result<R>) -> Result<R> {
+    exclusive().run(&mut f)
+}
+
+/// Run `f` on the exclusive side with the `Exclusive` itself (sync, df, ...).
+fn with_all<R>(f: impl FnOnce(&mut Exclusive) -> Result<R>) -> Result<R> {
+    let mut x = exclusive();
+    if x.tables.is_none() {
+        return Err(FsError::NoDevice);
+    }
+    f(&mut x)
 }
 
 /// `with` for a call that may change names or attributes. Every inode whose directory
@@ -94,16 +250,63 @@ fn with<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
 /// and stay unused after (`names`: why that keeps lock-free `stat`, `open`, `fstat` and
 /// `read` right). Entries and descriptors of other inodes stay good. (Before session 11
 /// every change moved one generation for the whole cache; mount and unmount still move its
-/// epoch.) The inodes are recorded on the calling core's own line (`CHANGES`: a context does
-/// not move between cores), so recording writes nothing another core reads.
-fn with_change<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
+/// epoch.) The inodes are recorded on the calling core's own line (`CHANGES`), so recording
+/// writes nothing another core reads. A `NoSpace` while another core's reserve holds
+/// something gives every reserve back and runs `f` once more (a reserve never causes a false
+/// `NoSpace`; the failed run freed what it took).
+fn with_change<R>(mut f: impl FnMut(&mut Mounted) -> Result<R>) -> Result<R> {
+    let mut x = exclusive();
+    let r = change_recorded(false, || x.run(&mut f));
+    if matches!(r, Err(FsError::NoSpace)) && x.reserved() != (0, 0) {
+        x.return_reserves()?;
+        return change_recorded(false, || x.run(&mut f));
+    }
+    r
+}
+
+/// The per-directory side: run the change `f` on the calling core's `Ext2` with its own
+/// lock only, the allocation state frozen (`Ext2::frozen`), and the lock of each directory
+/// stripe `change_hook` is given. `Contended` (nothing written) when `f` needs more: the
+/// caller runs it again on the exclusive side. Why walks need no directory lock here: on this
+/// side a directory only gains or loses a record, each by one write of the bytes that change
+/// inside one block (one ranged seqlock write of the cache page, which a reader copies whole
+/// or not at all), or gains a block written before the size that exposes it; so a walk
+/// through a directory another core is changing sees it before or after that change, never
+/// half of it (a directory never shrinks or moves here: rmdir, rename and mkdir are exclusive).
+fn with_dir_change<R>(f: impl FnOnce(&mut CoreFs) -> Result<R>) -> Result<R> {
+    let c = crate::ctx::ctx().core as usize;
+    let Some(l) = CORE_FS.get(c) else { return Err(FsError::Contended) };
+    let mut g = l.lock();
+    // Not mounted, or a core without an `Ext2`: the exclusive side decides.
+    let Some(fs) = g.as_mut() else { return Err(FsError::Contended) };
+    fs.frozen = true;
+    let r = change_recorded(true, || f(fs));
+    fs.frozen = false;
+    if !matches!(r, Err(FsError::Contended)) {
+        // Only this core writes its record.
+        let d = &my_changes().dir_side;
+        d.store(d.load(core::sync::atomic::Ordering::Relaxed) + 1, core::sync::atomic::Ordering::Relaxed);
+    }
+    r
+}
+
+/// How many changes (create, unlink, `open` with `O_CREAT`, close) core `c` finished on the
+/// per-directory side, without the exclusive side.
+pub fn dir_side_changes(c: usize) -> u64 {
+    CHANGES[c.min(open_files::CORES - 1)].dir_side.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// Run `f` as one change recorded on this core's `CHANGES` (the caller holds this core's lock
+/// or every core's): `names::end` for every inode it named, and (`per_dir`) its directory
+/// stripes unlocked, after it.
+fn change_recorded<R>(per_dir: bool, f: impl FnOnce() -> Result<R>) -> Result<R> {
     use core::sync::atomic::Ordering::Relaxed;
-    let mut g = FS.lock();
-    let m = g.as_mut().ok_or(FsError::NoDevice)?;
     let rec = my_changes();
     rec.n.store(0, Relaxed);
+    rec.nstripes.store(0, Relaxed);
+    rec.per_dir.store(per_dir as u32, Relaxed);
     rec.active.store(1, Relaxed);
-    let r = f(m);
+    let r = f();
     rec.active.store(0, Relaxed);
     let n = rec.n.load(Relaxed) as usize;
     let mut inos = [0u32; CHANGED_MAX];
@@ -111,6 +314,10 @@ fn with_change<R>(f: impl FnOnce(&mut Mounted) -> Result<R>) -> Result<R> {
         *i = a.load(Relaxed);
     }
     names::end(&inos[..n]);
+    for s in rec.stripes.iter().take(rec.nstripes.load(Relaxed) as usize) {
+        unlock_stripe(s.load(Relaxed) as usize);
+    }
+    rec.nstripes.store(0, Relaxed);
     r
 }
 
@@ -121,24 +328,41 @@ const CHANGED_MAX: usize = 8;
 /// One core's record of the inodes the change it runs has named (only that core touches it).
 struct ChangeRecord {
     active: core::sync::atomic::AtomicU32,
+    /// The change runs on the per-directory side (`with_dir_change`): lock each stripe.
+    per_dir: core::sync::atomic::AtomicU32,
     n: core::sync::atomic::AtomicU32,
     inos: [core::sync::atomic::AtomicU32; CHANGED_MAX],
+    nstripes: core::sync::atomic::AtomicU32,
+    stripes: [core::sync::atomic::AtomicU32; CHANGED_MAX],
+    /// Changes this core finished on the per-directory side (tests look).
+    dir_side: core::sync::atomic::AtomicU64,
 }
 
-static CHANGES: [percore::pad::CachePadded<ChangeRecord>; open_files::CORES] = [const {
-    percore::pad::CachePadded::new(ChangeRecord { active: core::sync::atomic::AtomicU32::new(0), n: core::sync::atomic::AtomicU32::new(0), inos: [const { core::sync::atomic::AtomicU32::new(0) }; CHANGED_MAX] })
+static CHANGES: [CachePadded<ChangeRecord>; open_files::CORES] = [const {
+    CachePadded::new(ChangeRecord {
+        active: core::sync::atomic::AtomicU32::new(0),
+        per_dir: core::sync::atomic::AtomicU32::new(0),
+        n: core::sync::atomic::AtomicU32::new(0),
+        inos: [const { core::sync::atomic::AtomicU32::new(0) }; CHANGED_MAX],
+        nstripes: core::sync::atomic::AtomicU32::new(0),
+        stripes: [const { core::sync::atomic::AtomicU32::new(0) }; CHANGED_MAX],
+        dir_side: core::sync::atomic::AtomicU64::new(0),
+    })
 }; open_files::CORES];
 
 /// The calling core's change record (a context does not move between cores while it runs a
-/// change, which holds the file system's lock).
+/// change, which holds its core's lock or every core's).
 fn my_changes() -> &'static ChangeRecord {
     &CHANGES[(crate::ctx::ctx().core as usize).min(open_files::CORES - 1)]
 }
 
-/// `Ext2::change_hook` (set at mount): inside `with_change`, name `ino` once per change to
+/// `Ext2::change_hook` (set at mount): inside a change, name `ino` once per change to
 /// `names::begin` (its generation stripe counts the change as running, with a full fence:
 /// before the change writes anything of it, or scans the per-core lists of open files) and
-/// record it for `names::end`. Outside a change (nothing calls it there today) nothing.
+/// record it for `names::end`. On the per-directory side, first lock `ino`'s directory stripe:
+/// the first one waiting (a change names its parent directory first), any later one only if
+/// it is free, else `Contended` (two changes holding one stripe each and wanting the other's
+/// would wait forever; the exclusive side then runs the change). Outside a change nothing.
 /// `NoMemory`, before the change writes anything of `ino`, if one change would name more
 /// than `CHANGED_MAX` inodes, which none of ext2's operations does.
 fn change_hook(ino: u32) -> Result<()> {
@@ -153,6 +377,21 @@ fn change_hook(ino: u32) -> Result<()> {
     }
     if n == CHANGED_MAX {
         return Err(FsError::NoMemory);
+    }
+    if rec.per_dir.load(Relaxed) != 0 {
+        let s = dir_stripe(ino);
+        let k = rec.nstripes.load(Relaxed) as usize;
+        if !rec.stripes.iter().take(k).any(|a| a.load(Relaxed) as usize == s) {
+            if k == 0 {
+                while !try_lock_stripe(s) {
+                    core::hint::spin_loop();
+                }
+            } else if !try_lock_stripe(s) {
+                return Err(FsError::Contended);
+            }
+            rec.stripes[k].store(s as u32, Relaxed);
+            rec.nstripes.store(k as u32 + 1, Relaxed);
+        }
     }
     rec.inos[n].store(ino, Relaxed);
     rec.n.store(n as u32 + 1, Relaxed);
@@ -207,8 +446,9 @@ pub fn mount() -> Result<()> {
 /// `mount`, with the disk in `mode` (`disk::DiskMode`: Polling, or Dedicated through a kernel
 /// core's per-core rings). Nothing happens if a file system is mounted already.
 pub fn mount_with(mode: disk::DiskMode) -> Result<()> {
-    let mut g = FS.lock();
-    if g.is_some() {
+    use core::sync::atomic::Ordering::{Relaxed, SeqCst};
+    let mut x = exclusive();
+    if x.tables.is_some() {
         return Ok(());
     }
     let dev = mode.open(crate::process::proc_share()).map_err(|e| match e {
@@ -216,50 +456,78 @@ pub fn mount_with(mode: disk::DiskMode) -> Result<()> {
         _ => FsError::NoDevice,
     })?;
     // On an error the cache (and with it the device object) is dropped, which frees both.
-    let mut fs = Ext2::mount(Cache::new(dev)?)?;
-    // Creates, unlinks and writes draw inodes and blocks from the calling core's reserve
-    // (`ext2_write::Reserve`); every sync gives the reserves back to the bitmaps.
-    fs.reserve_core = Some(|| crate::ctx::ctx().core as usize);
-    // Changes name the inodes they change (`with_change`).
+    let d = disk::install(Cache::new(dev)?);
+    let mut fs = match Ext2::mount(d.clone()) {
+        Ok(fs) => fs,
+        Err(e) => {
+            disk::uninstall();
+            return Err(e);
+        }
+    };
+    // Creates, unlinks and writes draw inodes and blocks from the reserve of the `Ext2`
+    // they run on, which is the calling core's (`ext2_write::Reserve`; one reserve each);
+    // every sync gives the reserves back to the bitmaps.
+    fs.reserve_core = Some(|| 0);
+    // Changes name the inodes they change (`with_change`, `with_dir_change`).
     fs.change_hook = Some(change_hook);
+    // One `Ext2` per core the process has (a context on a core past them uses the exclusive
+    // side only).
+    let n = crate::heap::cores().clamp(1, open_files::CORES);
+    for l in &CORE_FS[1..n] {
+        x.cores.push(l.lock());
+    }
+    for g in x.cores.iter_mut().skip(1) {
+        **g = Some(fs.clone_with(d.clone()));
+    }
     names::NAMES.begin_change();
     // Before the mount is published: readers without the lock check `MOUNT` first.
     GEOMETRY.set(&fs.geometry());
-    open_files::MOUNT.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
-    *g = Some(Mounted { fs, files: Vec::new(), descs: Vec::new(), orphans: Default::default() });
+    open_files::MOUNT.fetch_add(1, SeqCst);
+    *x.cores[0] = Some(fs);
+    *x.tables = Some(Tables { files: Vec::new(), descs: Vec::new(), orphans: Default::default() });
+    NCORE_FS.store(n, Relaxed);
     names::NAMES.end_change();
     Ok(())
 }
 
 pub fn mounted() -> bool {
-    FS.lock().is_some()
+    TABLES.lock().is_some()
 }
 
 /// Write everything back, then free the device object. Open descriptors become invalid.
 pub fn unmount() -> Result<()> {
-    let mut g = FS.lock();
-    let Some(m) = g.as_mut() else { return Ok(()) };
+    let mut x = exclusive();
+    let Some(t) = x.tables.as_mut() else { return Ok(()) };
     // Open descriptors go with the mount: their orphans are freed now.
-    let orphans: Vec<u32> = m.orphans.iter().copied().collect();
+    let orphans: Vec<u32> = t.orphans.iter().copied().collect();
     let mut r = Ok(());
-    for n in orphans {
-        if let Err(e) = m.fs.release_orphan(n) {
-            r = Err(e);
+    let me = x.me();
+    if let Some(fs) = x.cores[me].as_mut() {
+        for n in orphans {
+            if let Err(e) = fs.release_orphan(n) {
+                r = Err(e);
+            }
         }
     }
-    let r = r.and(sync_ordered(m));
+    x.broadcast(me);
+    let r = r.and(x.sync());
     names::NAMES.begin_change();
     open_files::MOUNT.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
     open_files::watch_reset();
     // No reader without the lock starts on this mount now; wait for those running before the
     // cache's memory goes (`disk::with_unlocked`).
     disk::drain_unlocked();
-    *g = None;
+    for g in x.cores.iter_mut() {
+        **g = None;
+    }
+    *x.tables = None;
+    NCORE_FS.store(0, core::sync::atomic::Ordering::Relaxed);
+    disk::uninstall();
     names::NAMES.end_change();
     r
 }
 
-fn file(m: &mut Mounted, fd: Fd) -> Result<&mut OpenFile> {
+fn file<'a>(m: &'a mut Mounted<'_>, fd: Fd) -> Result<&'a mut OpenFile> {
     let d = desc_index(m, fd)?;
     m.descs.get_mut(d as usize).and_then(|f| f.as_mut()).ok_or(FsError::BadDescriptor)
 }
@@ -293,14 +561,18 @@ fn desc_index(m: &mut Mounted, fd: Fd) -> Result<u32> {
 
 /// Put `desc` in a free place of the description table; its index.
 fn new_desc(m: &mut Mounted, desc: OpenFile) -> usize {
-    match m.descs.iter().position(|d| d.is_none()) {
+    new_desc_in(m.descs, desc)
+}
+
+fn new_desc_in(descs: &mut Vec<Option<OpenFile>>, desc: OpenFile) -> usize {
+    match descs.iter().position(|d| d.is_none()) {
         Some(i) => {
-            m.descs[i] = Some(desc);
+            descs[i] = Some(desc);
             i
         }
         None => {
-            m.descs.push(Some(desc));
-            m.descs.len() - 1
+            descs.push(Some(desc));
+            descs.len() - 1
         }
     }
 }
@@ -318,11 +590,15 @@ fn move_offset(m: &mut Mounted, fd: Fd, from: u64, to: u64) -> Result<bool> {
 
 /// A free descriptor number.
 fn new_slot(m: &mut Mounted) -> Result<usize> {
-    match m.files.iter().position(|f| f.is_none()) {
+    new_slot_in(m.files)
+}
+
+fn new_slot_in(files: &mut Vec<Option<u32>>) -> Result<usize> {
+    match files.iter().position(|f| f.is_none()) {
         Some(i) => Ok(i),
-        None if m.files.len() < MAX_OPEN => {
-            m.files.push(None);
-            Ok(m.files.len() - 1)
+        None if files.len() < MAX_OPEN => {
+            files.push(None);
+            Ok(files.len() - 1)
         }
         None => Err(FsError::NoMemory),
     }
@@ -363,6 +639,35 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
             }
         }
     }
+    if flags & O_CREAT != 0 {
+        // The per-directory side, only for an open that makes the file: it is made and its
+        // descriptor installed while its directory's stripe is locked, so an unlink of the
+        // name (which needs that lock) comes after and finds the descriptor. An existing
+        // file goes to the exclusive side: without a lock on the directory its name was
+        // found in (a symbolic link's target's, say), an unlink of its last name could free
+        // it between the walk and the descriptor.
+        match with_dir_change(|fs| {
+            check_open_flags(flags)?;
+            match fs.resolve(path.as_bytes()) {
+                Ok(_) => Err(FsError::Contended),
+                Err(FsError::NotFound) => {
+                    let ino = match fs.create(path.as_bytes(), 0o644) {
+                        // Made by another core since the walk: without `O_EXCL` it is
+                        // opened, on the exclusive side.
+                        Err(FsError::Exists) if flags & O_EXCL == 0 => return Err(FsError::Contended),
+                        r => r?,
+                    };
+                    let mut t = TABLES.lock();
+                    let t = t.as_mut().ok_or(FsError::NoDevice)?;
+                    install_fd(&mut t.files, &mut t.descs, ino.ino, flags)
+                }
+                Err(e) => Err(e),
+            }
+        }) {
+            Err(FsError::Contended) => {}
+            r => return r,
+        }
+    }
     let body = |m: &mut Mounted| open_in(m, path, flags);
     if flags & (O_CREAT | O_TRUNC) != 0 {
         with_change(body)
@@ -392,28 +697,43 @@ pub fn openat(dir: Fd, path: &str, flags: u32) -> Result<Fd> {
 }
 
 fn open_in(m: &mut Mounted, path: &str, flags: u32) -> Result<Fd> {
-    {
-        let acc = flags & O_ACCMODE;
-        if acc == 3 || flags & !(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND) != 0 {
-            return Err(FsError::InvalidArgument);
-        }
-        let mut ino = match m.fs.resolve(path.as_bytes()) {
-            Ok(_) if flags & O_CREAT != 0 && flags & O_EXCL != 0 => return Err(FsError::Exists),
-            Ok(i) => i,
-            Err(FsError::NotFound) if flags & O_CREAT != 0 => m.fs.create(path.as_bytes(), 0o644)?,
-            Err(e) => return Err(e),
-        };
-        if ino.is_dir() && (acc != O_RDONLY || flags & O_TRUNC != 0) {
-            return Err(FsError::IsDir);
-        }
-        if flags & O_TRUNC != 0 && acc != O_RDONLY && ino.size != 0 {
-            m.fs.truncate(&mut ino, 0)?;
-        }
-        let slot = new_slot(m)?;
-        let d = new_desc(m, OpenFile { ino: ino.ino, off: 0, flags, refs: 1 });
-        m.files[slot] = Some(d as u32);
-        Ok(Fd(slot as u32))
+    let ino = open_inode(m.fs, path, flags)?;
+    install_fd(m.files, m.descs, ino.ino, flags)
+}
+
+/// What `open` opens: the file `path` names, made (`O_CREAT`) or emptied (`O_TRUNC`) first.
+fn open_inode(fs: &mut CoreFs, path: &str, flags: u32) -> Result<Inode> {
+    check_open_flags(flags)?;
+    let acc = flags & O_ACCMODE;
+    let mut ino = match fs.resolve(path.as_bytes()) {
+        Ok(_) if flags & O_CREAT != 0 && flags & O_EXCL != 0 => return Err(FsError::Exists),
+        Ok(i) => i,
+        Err(FsError::NotFound) if flags & O_CREAT != 0 => fs.create(path.as_bytes(), 0o644)?,
+        Err(e) => return Err(e),
+    };
+    if ino.is_dir() && (acc != O_RDONLY || flags & O_TRUNC != 0) {
+        return Err(FsError::IsDir);
     }
+    if flags & O_TRUNC != 0 && acc != O_RDONLY && ino.size != 0 {
+        fs.truncate(&mut ino, 0)?;
+    }
+    Ok(ino)
+}
+
+/// `InvalidArgument` for flags `open` does not know.
+fn check_open_flags(flags: u32) -> Result<()> {
+    if flags & O_ACCMODE == 3 || flags & !(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND) != 0 {
+        return Err(FsError::InvalidArgument);
+    }
+    Ok(())
+}
+
+/// A new descriptor and open file description for inode `ino`.
+fn install_fd(files: &mut Vec<Option<u32>>, descs: &mut Vec<Option<OpenFile>>, ino: u32, flags: u32) -> Result<Fd> {
+    let slot = new_slot_in(files)?;
+    let d = new_desc_in(descs, OpenFile { ino, off: 0, flags, refs: 1 });
+    files[slot] = Some(d as u32);
+    Ok(Fd(slot as u32))
 }
 
 /// Close a descriptor; the open file description goes with its last descriptor, and a file
@@ -428,6 +748,15 @@ pub fn close(fd: Fd) -> Result<()> {
                 return with(|m| release_if_orphan(m, ino as u32));
             }
             return Ok(());
+        }
+    }
+    if !open_files::is_fast(fd.0) {
+        // This core's lock (for the orphan's release, which draws on this core's `Ext2`),
+        // then the tables'. `Contended` only when the closure did not run (nothing mounted
+        // here): the exclusive side below then answers.
+        match with_dir_change(|fs| close_in_tables(fs, fd)) {
+            Err(FsError::Contended) => {}
+            r => return r,
         }
     }
     // `with`, not `with_change`: freeing an orphan changes no name or cached `stat`.
@@ -458,6 +787,41 @@ pub fn close(fd: Fd) -> Result<()> {
         m.descs[d] = None;
         release_if_orphan(m, ino)
     })
+}
+
+/// `close` of a descriptor of the shared table, on the per-directory side: the tables' lock
+/// for the table, and the orphan (if its last description went) released on `fs` after it.
+/// A frozen `Ext2` frees into its reserve or its spill: never `Contended`.
+fn close_in_tables(fs: &mut CoreFs, fd: Fd) -> Result<()> {
+    let orphan = {
+        let mut g = TABLES.lock();
+        let t = g.as_mut().ok_or(FsError::NoDevice)?;
+        let d = t.files.get_mut(fd.0 as usize).and_then(|f| f.take()).ok_or(FsError::BadDescriptor)? as usize;
+        let desc = t.descs.get_mut(d).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
+        desc.refs -= 1;
+        if desc.refs > 0 {
+            return Ok(());
+        }
+        let ino = desc.ino;
+        t.descs[d] = None;
+        if t.orphans.contains(&ino) && !(t.descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino)) {
+            t.orphans.remove(&ino);
+            open_files::watch(ino).fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
+            Some(ino)
+        } else {
+            None
+        }
+    };
+    match orphan {
+        Some(ino) => {
+            // The file's stripe first: an unlink on another core that made it an orphan holds
+            // it until it has written the inode (links 0); releasing before that would free
+            // an inode the unlink then writes over (or find links still 1 and leak it).
+            change_hook(ino)?;
+            fs.release_orphan(ino)
+        }
+        None => Ok(()),
+    }
 }
 
 /// Free `ino` if it was unlinked while open and nothing has it open any more.
@@ -681,6 +1045,43 @@ pub fn rmdir(path: &str) -> Result<()> {
 /// writable through its descriptors, and is freed when the last one closes (or at unmount).
 pub fn unlink(path: &str) -> Result<()> {
     use core::sync::atomic::Ordering::SeqCst;
+    // The per-directory side first: the parent's stripe lock (and the victim's, if free).
+    match with_dir_change(|fs| {
+        // As below, with the tables' lock for the scan of the descriptions; an orphan is
+        // recorded in the same hold, so a close on another core either ran before the scan
+        // (not open) or finds it in `orphans` and releases it.
+        let raised = core::cell::Cell::new(None);
+        let orphaned = core::cell::Cell::new(false);
+        let open = |ino: u32| {
+            open_files::watch(ino).fetch_add(1, SeqCst);
+            raised.set(Some(ino));
+            let mut g = TABLES.lock();
+            let Some(t) = g.as_mut() else { return false };
+            let o = t.descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino);
+            if o {
+                t.orphans.insert(ino);
+                orphaned.set(true);
+            }
+            o
+        };
+        match fs.unlink_with(path.as_bytes(), &open) {
+            Ok(Some(_)) => Ok(()),
+            r => {
+                if let Some(ino) = raised.get() {
+                    if orphaned.get() {
+                        if let Some(t) = TABLES.lock().as_mut() {
+                            t.orphans.remove(&ino);
+                        }
+                    }
+                    open_files::watch(ino).fetch_sub(1, SeqCst);
+                }
+                r.map(|_| ())
+            }
+        }
+    }) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     // The victim's inode is named (`Ext2::unlink_with` calls `changing` before `open`), so
     // `names::begin` fences before the per-core lists are scanned (`open_files`: why an
     // open without the lock then sees the change).
@@ -726,26 +1127,10 @@ pub fn link(existing: &str, new: &str) -> Result<()> {
 /// Make a file's data and the metadata naming it durable. First version: the whole file
 /// system is synced (in the same order as `sync`).
 pub fn fsync(fd: Fd) -> Result<()> {
-    with(|m| {
-        file(m, fd)?;
-        sync_ordered(m)
+    with_all(|x| {
+        x.run(&mut |m: &mut Mounted| file(m, fd).map(|_| ()))?;
+        x.sync()
     })
-}
-
-/// Ordered write-back: the data blocks written since the last sync, a flush, then the
-/// metadata (bitmaps, inodes, directories, descriptors, superblock), a flush. A crash in
-/// between leaves written data that no inode names yet (e2fsck -fy frees it), never an inode
-/// naming blocks that were not written.
-fn sync_ordered(m: &mut Mounted) -> Result<()> {
-    // The cache knows which dirty pages are data (`Disk::note_data`, set where `dirty_data`
-    // is) and writes those first, flushes, then the rest, then flushes.
-    // The per-core reserves go back to the bitmaps and counts first, so what reaches the
-    // disk is exact (`e2fsck -fn` clean). Written back even if that fails.
-    let r = m.fs.return_reserves();
-    m.fs.dev.sync()?;
-    m.fs.dirty_data.clear();
-    r?;
-    Ok(())
 }
 
 /// Move the offset; returns the new one. A negative result is `InvalidArgument`.
@@ -861,27 +1246,34 @@ pub struct Usage {
 }
 
 pub fn df() -> Result<Usage> {
-    with(|m| {
-        let (fb, b, fi, i) = m.fs.usage();
-        Ok(Usage { block_size: m.fs.bs, blocks: b, free_blocks: fb, inodes: i, free_inodes: fi })
+    with_all(|x| {
+        // Every core's copy of the counts is the same (`Exclusive::broadcast`); the reserves
+        // are each core's own.
+        let (ri, rb) = x.reserved();
+        let fs = x.cores[0].as_ref().ok_or(FsError::NoDevice)?;
+        let (fb, b, fi, i) = fs.usage();
+        let (ri0, rb0) = fs.reserved();
+        Ok(Usage { block_size: fs.bs, blocks: b, free_blocks: fb - rb0 + rb, inodes: i, free_inodes: fi - ri0 + ri })
     })
 }
 
 /// Inodes and blocks held in the per-core reserves now (0 right after a sync).
 pub fn reserved() -> Result<(u64, u64)> {
-    with(|m| Ok(m.fs.reserved()))
+    with_all(|x| Ok(x.reserved()))
 }
 
 /// Write every dirty cache page to the disk (data first, see `sync_ordered`) and flush it.
 pub fn sync() -> Result<()> {
-    with(sync_ordered)
+    with_all(|x| x.sync())
 }
 
 /// The cache's counters and the device's (requests and bytes each way).
 pub fn cache_stats() -> Result<(CacheStats, abi::DeviceStat)> {
-    with(|m| {
-        let st = crate::sys::device_stat(m.fs.dev.dev.dev).map_err(|_| FsError::Io)?;
-        Ok((m.fs.dev.stats(), st))
+    with_all(|_| {
+        disk::with_cache(|c| {
+            let st = crate::sys::device_stat(c.dev.dev).map_err(|_| FsError::Io)?;
+            Ok((c.stats(), st))
+        })
     })
 }
 
@@ -889,10 +1281,10 @@ pub fn cache_stats() -> Result<(CacheStats, abi::DeviceStat)> {
 /// uses this process's buffer cache instead of a copy of it (`disk::Cache`: what the child
 /// may and may not do with it). `NoDevice` if nothing is mounted.
 pub fn cache_sharing() -> Result<disk::CacheSharing> {
-    with(|m| Ok(m.fs.dev.sharing()))
+    with_all(|_| disk::with_cache(|c| Ok(c.sharing())))
 }
 
 /// Drop every clean page of the buffer cache (tests: the next reads go to the disk).
 pub fn cache_drop_clean() -> Result<()> {
-    with(|m| m.fs.dev.drop_clean())
+    with_all(|_| disk::with_cache(|c| c.drop_clean()))
 }
