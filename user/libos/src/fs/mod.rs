@@ -120,21 +120,19 @@ static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
 
 /// Directory locks: a stripe per multiplicative hash of the inode number, each on its own
 /// 128 bytes. Held by a change on the per-directory side from the moment `change_hook` names
-/// the inode (before anything of it is written) to the end of the change.
+/// the inode (before anything of it is written) to the end of the change. The acquisition
+/// rule (the first stripe of a change waits, a later one only if free) is
+/// `percore::StripeLocks::acquire`, model-checked with this file system's two sides in
+/// percore/tests/loom.rs (`stripe_*`).
 const DIR_STRIPES: usize = 64;
-static DIR_LOCKS: [CachePadded<core::sync::atomic::AtomicU32>; DIR_STRIPES] = [const { CachePadded::new(core::sync::atomic::AtomicU32::new(0)) }; DIR_STRIPES];
+static DIR_LOCKS: percore::StripeLocks<DIR_STRIPES> = percore::StripeLocks::new();
 
 fn dir_stripe(ino: u32) -> usize {
-    (ino.wrapping_mul(0x9E37_79B1) >> (32 - DIR_STRIPES.trailing_zeros())) as usize
-}
-
-fn try_lock_stripe(s: usize) -> bool {
-    use core::sync::atomic::Ordering::{Acquire, Relaxed};
-    DIR_LOCKS[s].load(Relaxed) == 0 && DIR_LOCKS[s].compare_exchange(0, 1, Acquire, Relaxed).is_ok()
+    percore::StripeLocks::<DIR_STRIPES>::stripe_of(ino)
 }
 
 fn unlock_stripe(s: usize) {
-    DIR_LOCKS[s].store(0, core::sync::atomic::Ordering::Release);
+    DIR_LOCKS.unlock(s);
 }
 
 /// Every core's lock (in order) and the tables: the exclusive side.
@@ -382,13 +380,7 @@ fn change_hook(ino: u32) -> Result<()> {
         let s = dir_stripe(ino);
         let k = rec.nstripes.load(Relaxed) as usize;
         if !rec.stripes.iter().take(k).any(|a| a.load(Relaxed) as usize == s) {
-            if k == 0 {
-                while !try_lock_stripe(s) {
-                    core::hint::spin_loop();
-                }
-            } else if !try_lock_stripe(s) {
-                return Err(FsError::Contended);
-            }
+            DIR_LOCKS.acquire(s, k).map_err(|_| FsError::Contended)?;
             rec.stripes[k].store(s as u32, Relaxed);
             rec.nstripes.store(k as u32 + 1, Relaxed);
         }
