@@ -456,7 +456,7 @@ fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     println!("== shell smoke test");
     let cfg = VmConfig {
         smp: 2,
-        mem_mib: 256, // the initrd (every program with its debug info) was 186 MB on branch fsdir2: 192 left 11 MiB
+        mem_mib: 192, // the initrd holds only the programs' loadable bytes (user::loadable_image): about 10 MB
         cmdline: "init=sh".into(),
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
