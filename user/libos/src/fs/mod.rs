@@ -540,8 +540,8 @@ fn desc_index(m: &mut Mounted, fd: Fd) -> Result<u32> {
     }
     match open_files::named(fd.0).ok_or(FsError::BadDescriptor)? {
         open_files::Named::Forwarded(d) => Ok(d),
-        open_files::Named::Open { ino, .. } => {
-            let d = new_desc(m, OpenFile { ino, off: 0, flags: O_RDONLY, refs: 1 });
+        open_files::Named::Open { ino, flags, .. } => {
+            let d = new_desc(m, OpenFile { ino, off: 0, flags, refs: 1 });
             match (open_files::forward(fd.0, d as u32), m.descs[d].as_mut()) {
                 (Some(off), Some(desc)) => {
                     // The offset as `forward` froze it (a read without the lock may have
@@ -551,7 +551,7 @@ fn desc_index(m: &mut Mounted, fd: Fd) -> Result<u32> {
                 }
                 _ => {
                     // Closed on its core meanwhile.
-                    m.descs[d] = None;
+                    drop_desc(m.descs, d);
                     Err(FsError::BadDescriptor)
                 }
             }
@@ -565,6 +565,7 @@ fn new_desc(m: &mut Mounted, desc: OpenFile) -> usize {
 }
 
 fn new_desc_in(descs: &mut Vec<Option<OpenFile>>, desc: OpenFile) -> usize {
+    TABLE_DESCS.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
     match descs.iter().position(|d| d.is_none()) {
         Some(i) => {
             descs[i] = Some(desc);
@@ -573,6 +574,24 @@ fn new_desc_in(descs: &mut Vec<Option<OpenFile>>, desc: OpenFile) -> usize {
         None => {
             descs.push(Some(desc));
             descs.len() - 1
+        }
+    }
+}
+
+/// Live open file descriptions in the shared table (`Tables::descs`), changed only under
+/// `TABLES`: an `unlink` on the per-directory side looks at the shared table (under its
+/// lock) only when this is not 0, so with every descriptor in the per-core lists it never
+/// takes `TABLES`. Why a load is enough: descriptions are made on the exclusive side (every
+/// core's lock, which such an unlink holds one of) or by an `O_CREAT` open holding the new
+/// file's directory stripe (which an unlink of that name takes first); one that goes meanwhile
+/// (a close on another core) only makes the unlink look for nothing.
+static TABLE_DESCS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Free description `d` of the shared table.
+fn drop_desc(descs: &mut [Option<OpenFile>], d: usize) {
+    if let Some(x) = descs.get_mut(d) {
+        if x.take().is_some() {
+            TABLE_DESCS.fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
         }
     }
 }
@@ -617,11 +636,13 @@ fn is_open(m: &Mounted, ino: u32) -> bool {
 /// the descriptor is a slot of this core's open-file list (`open_files`). A read-only open
 /// under the lock puts the path in the name cache, so the next one is lock-free.
 pub fn open(path: &str, flags: u32) -> Result<Fd> {
-    if flags == O_RDONLY {
+    // An open of an existing file that changes nothing (any access mode, `O_APPEND`, an
+    // `O_CREAT` that finds the name): the per-core list without a lock.
+    if check_open_flags(flags).is_ok() && flags & (O_EXCL | O_TRUNC) == 0 {
         for attempt in 0..2 {
             if let Some((st, gen)) = names::NAMES.lookup_stamp(path.as_bytes()) {
                 if st.mode & S_IFMT == S_IFREG {
-                    if let Some(fd) = open_files::open(&st, gen) {
+                    if let Some(fd) = open_files::open(&st, gen, flags & (O_ACCMODE | O_APPEND)) {
                         return Ok(Fd(fd));
                     }
                 }
@@ -657,6 +678,11 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
                         Err(FsError::Exists) if flags & O_EXCL == 0 => return Err(FsError::Contended),
                         r => r?,
                     };
+                    // A per-core descriptor (stale stamp: this change is running), installed
+                    // before the stripe is unlocked.
+                    if let Some(fd) = open_files::open_held(&Ext2::<Cache>::stat_of(&ino), flags & (O_ACCMODE | O_APPEND), false) {
+                        return Ok(Fd(fd));
+                    }
                     let mut t = TABLES.lock();
                     let t = t.as_mut().ok_or(FsError::NoDevice)?;
                     install_fd(&mut t.files, &mut t.descs, ino.ino, flags)
@@ -680,10 +706,11 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
 /// ignores it). `NotDir` if `dir` is not a directory.
 pub fn openat(dir: Fd, path: &str, flags: u32) -> Result<Fd> {
     let body = |m: &mut Mounted| {
-        let d = file(m, dir)?.ino;
-        if !m.fs.inode(d)?.is_dir() {
+        let (d, _, _) = inode_of(m, dir)?;
+        if !d.is_dir() {
             return Err(FsError::NotDir);
         }
+        let d = d.ino;
         m.fs.base = d;
         let r = open_in(m, path, flags);
         m.fs.base = ext2::ROOT_INO;
@@ -698,6 +725,15 @@ pub fn openat(dir: Fd, path: &str, flags: u32) -> Result<Fd> {
 
 fn open_in(m: &mut Mounted, path: &str, flags: u32) -> Result<Fd> {
     let ino = open_inode(m.fs, path, flags)?;
+    // A regular file gets a per-core descriptor (every core's lock is held: no change can
+    // remove the file before it is visible). Outside a change (no `O_CREAT`/`O_TRUNC`) it
+    // takes the file's current stamp, so its reads go without the lock at once.
+    if ino.is_reg() {
+        let fresh = flags & (O_CREAT | O_TRUNC) == 0;
+        if let Some(fd) = open_files::open_held(&Ext2::<Cache>::stat_of(&ino), flags & (O_ACCMODE | O_APPEND), fresh) {
+            return Ok(Fd(fd));
+        }
+    }
     install_fd(m.files, m.descs, ino.ino, flags)
 }
 
@@ -740,6 +776,10 @@ fn install_fd(files: &mut Vec<Option<u32>>, descs: &mut Vec<Option<OpenFile>>, i
 /// unlinked while open goes with its last description.
 pub fn close(fd: Fd) -> Result<()> {
     use core::sync::atomic::Ordering::SeqCst;
+    if open_files::close_stale(fd.0) {
+        // From before an unmount: its file system is gone.
+        return Err(FsError::BadDescriptor);
+    }
     if open_files::is_fast(fd.0) {
         // A per-core slot: closed without the lock, unless an unlink may have made its file
         // an orphan (`open_files`: why reading ORPHAN_WATCH after the slot is freed is enough).
@@ -784,7 +824,7 @@ pub fn close(fd: Fd) -> Result<()> {
             return Ok(());
         }
         let ino = desc.ino;
-        m.descs[d] = None;
+        drop_desc(m.descs, d);
         release_if_orphan(m, ino)
     })
 }
@@ -803,7 +843,7 @@ fn close_in_tables(fs: &mut CoreFs, fd: Fd) -> Result<()> {
             return Ok(());
         }
         let ino = desc.ino;
-        t.descs[d] = None;
+        drop_desc(&mut t.descs, d);
         if t.orphans.contains(&ino) && !(t.descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino)) {
             t.orphans.remove(&ino);
             open_files::watch(ino).fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
@@ -846,15 +886,30 @@ pub fn dup(fd: Fd) -> Result<Fd> {
     })
 }
 
-fn inode_of(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64)> {
-    if let Some(open_files::Named::Open { ino, off }) = open_files::named(fd.0) {
-        return Ok((m.fs.inode(ino)?, off));
+/// The inode, offset and open flags of what `fd` names (under the lock). A per-core
+/// descriptor is used in place, not forwarded.
+fn inode_of(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64, u32)> {
+    if let Some(open_files::Named::Open { ino, off, flags }) = open_files::named(fd.0) {
+        return Ok((m.fs.inode(ino)?, off, flags));
     }
-    let (ino, off) = {
+    let (ino, off, flags) = {
         let f = file(m, fd)?;
-        (f.ino, f.off)
+        (f.ino, f.off, f.flags)
     };
-    Ok((m.fs.inode(ino)?, off))
+    Ok((m.fs.inode(ino)?, off, flags))
+}
+
+/// `inode_of` for `read` and `pread`: `BadDescriptor` for a descriptor opened write-only,
+/// `IsDir` for a directory.
+fn readable_of(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64)> {
+    let (ino, off, flags) = inode_of(m, fd)?;
+    if flags & O_ACCMODE == O_WRONLY {
+        return Err(FsError::BadDescriptor);
+    }
+    if ino.is_dir() {
+        return Err(FsError::IsDir);
+    }
+    Ok((ino, off))
 }
 
 /// Read from the descriptor's offset, advancing it. 0 at the end of the file.
@@ -869,10 +924,7 @@ pub fn read(fd: Fd, buf: &mut [u8]) -> Result<usize> {
         }
     }
     with(|m| loop {
-        let (ino, off) = inode_of(m, fd)?;
-        if ino.is_dir() {
-            return Err(FsError::IsDir);
-        }
+        let (ino, off) = readable_of(m, fd)?;
         let n = m.fs.read(&ino, off, buf)?;
         if move_offset(m, fd, off, off + n as u64)? {
             restamp_if_stale(fd, &ino);
@@ -957,6 +1009,10 @@ pub fn unlocked_reads(c: usize) -> u64 {
 
 fn read_unlocked_inner(fd: Fd, buf: &mut [u8], at: Option<u64>) -> Option<usize> {
     let snap = open_files::snapshot(fd.0)?;
+    if snap.flags & O_ACCMODE == O_WRONLY {
+        // The locked path says `BadDescriptor`.
+        return None;
+    }
     let off = at.unwrap_or(snap.off);
     let n = disk::with_unlocked(snap.mount, |t, core| {
         let geo = GEOMETRY.get();
@@ -977,10 +1033,7 @@ pub fn pread(fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
         }
     }
     with(|m| {
-        let (ino, _) = inode_of(m, fd)?;
-        if ino.is_dir() {
-            return Err(FsError::IsDir);
-        }
+        let (ino, _) = readable_of(m, fd)?;
         let n = m.fs.read(&ino, off, buf)?;
         restamp_if_stale(fd, &ino);
         Ok(n)
@@ -988,14 +1041,24 @@ pub fn pread(fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
 }
 
 fn writable_file(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64, u32)> {
-    let (ino, off, flags) = {
-        let f = file(m, fd)?;
-        (f.ino, f.off, f.flags)
-    };
+    let (ino, off, flags) = inode_of(m, fd)?;
     if flags & O_ACCMODE == O_RDONLY {
         return Err(FsError::BadDescriptor);
     }
-    Ok((m.fs.inode(ino)?, off, flags))
+    Ok((ino, off, flags))
+}
+
+/// Set `fd`'s offset under the lock after a `write`. A per-core descriptor's offset is
+/// stored in its slot (no `forward` runs meanwhile: that needs the lock); a read without the
+/// lock of the same descriptor racing the write may have its move overwritten, as with two
+/// racing calls on one descriptor anywhere.
+fn set_offset(m: &mut Mounted, fd: Fd, to: u64) -> Result<()> {
+    if let Some(open_files::Named::Open { .. }) = open_files::named(fd.0) {
+        open_files::set_off(fd.0, to);
+        return Ok(());
+    }
+    file(m, fd)?.off = to;
+    Ok(())
 }
 
 /// Write at the descriptor's offset (at the end with `O_APPEND`), advancing it. Fewer bytes
@@ -1005,7 +1068,7 @@ pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
         let (mut ino, off, flags) = writable_file(m, fd)?;
         let at = if flags & O_APPEND != 0 { ino.size } else { off };
         let n = m.fs.write(&mut ino, at, buf)?;
-        file(m, fd)?.off = at + n as u64;
+        set_offset(m, fd, at + n as u64)?;
         Ok(n)
     })
 }
@@ -1047,17 +1110,24 @@ pub fn unlink(path: &str) -> Result<()> {
     use core::sync::atomic::Ordering::SeqCst;
     // The per-directory side first: the parent's stripe lock (and the victim's, if free).
     match with_dir_change(|fs| {
-        // As below, with the tables' lock for the scan of the descriptions; an orphan is
-        // recorded in the same hold, so a close on another core either ran before the scan
-        // (not open) or finds it in `orphans` and releases it.
+        // As below. The per-core lists are scanned with loads only; the shared table only if
+        // it holds any description (`TABLE_DESCS`), under its lock, and an orphan is recorded
+        // under that lock. A close on another core either ran before the scan (not open), or
+        // finds the raised watch count and frees the orphan on the exclusive side (which waits
+        // for this core's lock, so for the record), or (a shared-table close, under
+        // `TABLES`) finds it in `orphans`.
         let raised = core::cell::Cell::new(None);
         let orphaned = core::cell::Cell::new(false);
         let open = |ino: u32| {
             open_files::watch(ino).fetch_add(1, SeqCst);
             raised.set(Some(ino));
+            let in_lists = open_files::is_open(ino);
+            if !in_lists && TABLE_DESCS.load(SeqCst) == 0 {
+                return false;
+            }
             let mut g = TABLES.lock();
             let Some(t) = g.as_mut() else { return false };
-            let o = t.descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino);
+            let o = in_lists || t.descs.iter().flatten().any(|d| d.ino == ino);
             if o {
                 t.orphans.insert(ino);
                 orphaned.set(true);
@@ -1113,10 +1183,39 @@ pub fn unlink(path: &str) -> Result<()> {
 }
 
 /// Rename (replacing a file by a file, or an empty directory by a directory).
+///
+/// A file replaced while it is open stays readable and writable through its descriptors and
+/// is freed at its last close (an orphan, as `unlink` of its last name makes one).
 pub fn rename(old: &str, new: &str) -> Result<()> {
+    use core::sync::atomic::Ordering::SeqCst;
     // Both parents, the moved inode (a directory's `..` changes) and a replaced one: named by
-    // `Ext2::rename` itself.
-    with_change(|m| m.fs.rename(old.as_bytes(), new.as_bytes()))
+    // `Ext2::rename` itself (the replaced one before `open` runs on it, as in `unlink`).
+    with_change(|m| {
+        let raised = core::cell::Cell::new(None);
+        let orphaned = core::cell::Cell::new(false);
+        let descs = &m.descs;
+        let open = |ino: u32| {
+            open_files::watch(ino).fetch_add(1, SeqCst);
+            raised.set(Some(ino));
+            let o = descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino);
+            orphaned.set(o);
+            o
+        };
+        let r = m.fs.rename_with(old.as_bytes(), new.as_bytes(), &open);
+        match (raised.get(), orphaned.get()) {
+            // The replaced file lost its last name while open: an orphan, even if a later
+            // step of the rename failed (its name is gone either way). The watch count stays
+            // raised until it is freed (`release_if_orphan`).
+            (Some(ino), true) => {
+                m.orphans.insert(ino);
+            }
+            (Some(ino), false) => {
+                open_files::watch(ino).fetch_sub(1, SeqCst);
+            }
+            _ => {}
+        }
+        r
+    })
 }
 
 /// A second name for a file.
@@ -1128,7 +1227,7 @@ pub fn link(existing: &str, new: &str) -> Result<()> {
 /// system is synced (in the same order as `sync`).
 pub fn fsync(fd: Fd) -> Result<()> {
     with_all(|x| {
-        x.run(&mut |m: &mut Mounted| file(m, fd).map(|_| ()))?;
+        x.run(&mut |m: &mut Mounted| inode_of(m, fd).map(|_| ()))?;
         x.sync()
     })
 }
@@ -1149,9 +1248,10 @@ pub fn lseek(fd: Fd, off: i64, whence: u32) -> Result<u64> {
         }
     }
     with(|m| loop {
-        let (ino, cur) = inode_of(m, fd)?;
+        let (ino, cur, _) = inode_of(m, fd)?;
         let new = to([0, cur, ino.size][whence as usize])?;
         if move_offset(m, fd, cur, new)? {
+            restamp_if_stale(fd, &ino);
             return Ok(new);
         }
     })
@@ -1163,7 +1263,8 @@ pub fn fstat(fd: Fd) -> Result<Stat> {
         return Ok(st);
     }
     with(|m| {
-        let (ino, _) = inode_of(m, fd)?;
+        let (ino, _, _) = inode_of(m, fd)?;
+        restamp_if_stale(fd, &ino);
         Ok(Ext2::<Cache>::stat_of(&ino))
     })
 }

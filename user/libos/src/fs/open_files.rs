@@ -55,6 +55,13 @@ const FWD: u64 = 2;
 /// Being re-stamped under the lock (`restamp`): neither open nor closable without the lock
 /// for that moment.
 const RESTAMP: u64 = 3;
+/// Claimed by an opener that has not published it yet (not open to anyone, not free).
+const CLAIMED: u64 = 4;
+
+/// A stamp no file ever has (its running-change bits are set, so `names::still` refuses
+/// it): a slot opened inside a change, whose `Stat` may not match any finished state, reads
+/// and seeks under the lock until a locked read re-stamps it.
+pub const STALE: Stamp = Stamp { epoch: 0, gen: 1 };
 
 #[repr(align(128))]
 struct Slot {
@@ -68,21 +75,31 @@ struct Slot {
     gen: AtomicU64,
     epoch: AtomicU64,
     stat: [AtomicU64; 4],
+    /// The open's flags (`O_ACCMODE` and `O_APPEND`): what `read` and `write` may do with it.
+    flags: AtomicU64,
 }
 
 impl Slot {
     const fn new() -> Slot {
-        Slot { state: AtomicU64::new(FREE), ino: AtomicU64::new(0), off: AtomicU64::new(0), mount: AtomicU64::new(0), gen: AtomicU64::new(0), epoch: AtomicU64::new(0), stat: [const { AtomicU64::new(0) }; 4] }
+        Slot { state: AtomicU64::new(FREE), ino: AtomicU64::new(0), off: AtomicU64::new(0), mount: AtomicU64::new(0), gen: AtomicU64::new(0), epoch: AtomicU64::new(0), stat: [const { AtomicU64::new(0) }; 4], flags: AtomicU64::new(0) }
     }
 }
 
 struct CoreList {
-    /// Bit `i`: slot `i` is taken (set by the owning core, cleared by whoever closes).
+    /// Bit `i`: slot `i` has been taken at least once since the mount (set by the owning core
+    /// before it first claims the slot, never cleared while mounted): `is_open` looks only at
+    /// these slots. Written once per slot, so it stays a read-mostly line.
     used: CachePadded<AtomicU64>,
+    /// Bit `i`: the owning core believes slot `i` is free (its own closes set it, its opens
+    /// clear it; a close on another core frees the slot without touching this line, and the
+    /// owner finds such slots again when the hint runs dry). Only a hint: the claim is a
+    /// compare-and-swap of the slot's state, so a stale bit costs a retry, never a slot
+    /// given twice (several contexts on one core, a TC core, may race here).
+    free_hint: CachePadded<AtomicU64>,
     slots: [Slot; SLOTS],
 }
 
-static LISTS: [CoreList; CORES] = [const { CoreList { used: CachePadded::new(AtomicU64::new(0)), slots: [const { Slot::new() }; SLOTS] } }; CORES];
+static LISTS: [CoreList; CORES] = [const { CoreList { used: CachePadded::new(AtomicU64::new(0)), free_hint: CachePadded::new(AtomicU64::new(u64::MAX)), slots: [const { Slot::new() }; SLOTS] } }; CORES];
 
 /// Which mount is current (raised at every mount and unmount, under the lock).
 pub static MOUNT: AtomicU64 = AtomicU64::new(0);
@@ -120,28 +137,59 @@ fn core() -> usize {
 
 /// What a descriptor names, seen from a call that holds the file system's lock.
 pub enum Named {
-    /// An open per-core slot: its inode and offset.
-    Open { ino: u32, off: u64 },
+    /// An open per-core slot: its inode, offset and open flags.
+    Open { ino: u32, off: u64, flags: u32 },
     /// Forwarded to the ordinary open file description with this index.
     Forwarded(u32),
 }
 
-/// Open `stat.ino` read-only in the calling core's list, if the file's stamp is still `gen`
-/// once the slot is visible. None: no free slot, no list for this core, or a
-/// change started (the caller opens under the lock).
-pub fn open(stat: &Stat, gen: Stamp) -> Option<u32> {
-    let c = core();
+/// Claim a free slot of the calling core's list (state `CLAIMED`): the lowest one the
+/// core's hint says is free, else (the hint ran dry: slots freed by other cores' closes)
+/// any slot in the `FREE` state. Writes only lines of this core (the hint, the claimed
+/// slot, and `used` the first time a slot is taken). None: every slot is taken.
+fn claim(c: usize) -> Option<usize> {
     let list = LISTS.get(c)?;
-    let used = list.used.load(Ordering::Relaxed);
-    let i = (!used).trailing_zeros() as usize;
-    if i >= SLOTS {
-        return None;
+    for _ in 0..2 {
+        loop {
+            let hint = list.free_hint.load(Ordering::Relaxed);
+            if hint == 0 {
+                break;
+            }
+            let i = hint.trailing_zeros() as usize;
+            list.free_hint.fetch_and(!(1 << i), Ordering::Relaxed);
+            if claim_slot(list, i) {
+                return Some(i);
+            }
+        }
+        // Refill the hint from the slots' states (other cores' closes).
+        let mut found = 0u64;
+        for (i, s) in list.slots.iter().enumerate() {
+            if s.state.load(Ordering::Relaxed) == FREE {
+                found |= 1 << i;
+            }
+        }
+        if found == 0 {
+            return None;
+        }
+        list.free_hint.fetch_or(found, Ordering::Relaxed);
     }
-    // Only this core sets bits; other cores may clear them (a close elsewhere): an atomic or.
-    list.used.fetch_or(1 << i, Ordering::Relaxed);
-    let s = &list.slots[i];
+    None
+}
+
+/// Take slot `i` of `list` if it is free: `used` first (so a scan that finds the bit clear
+/// knows the slot is not open), then the state.
+fn claim_slot(list: &CoreList, i: usize) -> bool {
+    if list.used.load(Ordering::Relaxed) & (1 << i) == 0 {
+        list.used.fetch_or(1 << i, Ordering::SeqCst);
+    }
+    list.slots[i].state.compare_exchange(FREE, CLAIMED, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+}
+
+/// Fill a claimed slot and publish it (`OPEN`).
+fn fill(s: &Slot, stat: &Stat, gen: Stamp, flags: u32) {
     s.ino.store(stat.ino as u64, Ordering::Relaxed);
     s.off.store(0, Ordering::Relaxed);
+    s.flags.store(flags as u64, Ordering::Relaxed);
     s.mount.store(MOUNT.load(Ordering::Relaxed), Ordering::Relaxed);
     s.gen.store(gen.gen, Ordering::Relaxed);
     s.epoch.store(gen.epoch, Ordering::Relaxed);
@@ -149,14 +197,47 @@ pub fn open(stat: &Stat, gen: Stamp) -> Option<u32> {
         a.store(*w, Ordering::Relaxed);
     }
     s.state.store(OPEN, Ordering::Release);
+}
+
+fn fd_of(c: usize, i: usize) -> u32 {
+    FAST_BIT | (c as u32) << 6 | i as u32
+}
+
+/// Open `stat.ino` (with `flags`: the access mode and `O_APPEND`) in the calling core's list
+/// without the lock, if the file's stamp is still `gen` once the slot is visible. None: no
+/// free slot, no list for this core, or a change started (the caller opens under the lock).
+pub fn open(stat: &Stat, gen: Stamp, flags: u32) -> Option<u32> {
+    let c = core();
+    let i = claim(c)?;
+    let list = &LISTS[c];
+    let s = &list.slots[i];
+    fill(s, stat, gen, flags);
     fence(Ordering::SeqCst);
     if !super::names::still(stat.ino, gen) {
         // A change started: it may not have seen the slot. Take it back.
-        s.state.store(FREE, Ordering::Relaxed);
-        list.used.fetch_and(!(1 << i), Ordering::Release);
+        s.state.store(FREE, Ordering::Release);
+        list.free_hint.fetch_or(1 << i, Ordering::Relaxed);
         return None;
     }
-    Some(FAST_BIT | (c as u32) << 6 | i as u32)
+    Some(fd_of(c, i))
+}
+
+/// Open `stat.ino` in the calling core's list from a caller that keeps every change that
+/// could remove the file away until the descriptor is returned (the exclusive side, or the
+/// per-directory side holding the stripe of the directory the file was just made in): no
+/// re-check. `fresh`: no change runs (the exclusive side outside a change), so the file's
+/// current stamp goes with `stat`; else the slot gets `STALE` and its first read, seek or
+/// `fstat` under the lock re-stamps it. None: no free slot (the caller uses the shared
+/// table).
+pub fn open_held(stat: &Stat, flags: u32, fresh: bool) -> Option<u32> {
+    let c = core();
+    let i = claim(c)?;
+    let gen = if fresh { super::names::stamp(stat.ino).unwrap_or(STALE) } else { STALE };
+    fill(&LISTS[c].slots[i], stat, gen, flags);
+    // The publication is ordered before the lock's release (which orders it before a later
+    // change's scan); a SeqCst fence also orders it before this core's next loads.
+    fence(Ordering::SeqCst);
+    Some(fd_of(c, i))
 }
 
 /// `fstat` without the lock: the `Stat` taken at open, if no change happened since (the
@@ -196,10 +277,28 @@ pub fn close_open(fd: u32) -> Option<u64> {
     Some(ino)
 }
 
+/// Close a slot from before the current mount (its file system went with the unmount):
+/// freed, and the caller answers `BadDescriptor`. True if it was such a slot.
+pub fn close_stale(fd: u32) -> bool {
+    let Some(s) = slot_of(fd) else { return false };
+    let st = s.state.load(Ordering::Acquire);
+    if (st & 0xff != OPEN && st & 0xff != FWD) || s.mount.load(Ordering::Relaxed) == MOUNT.load(Ordering::Relaxed) {
+        return false;
+    }
+    if s.state.compare_exchange(st, FREE, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+        free_bit(fd);
+    }
+    true
+}
+
+/// A slot went back to `FREE`: on its own core, tell the core's hint (another core's close
+/// leaves the owner's lines alone: the owner finds the slot when its hint runs dry).
 fn free_bit(fd: u32) {
     let (c, i) = (((fd & !FAST_BIT) >> 6) as usize, fd & 63);
-    if let Some(l) = LISTS.get(c) {
-        l.used.fetch_and(!(1u64 << i), Ordering::Release);
+    if c == core() {
+        if let Some(l) = LISTS.get(c) {
+            l.free_hint.fetch_or(1u64 << i, Ordering::Relaxed);
+        }
     }
 }
 
@@ -212,7 +311,7 @@ pub fn named(fd: u32) -> Option<Named> {
         return None;
     }
     match st & 0xff {
-        OPEN => Some(Named::Open { ino: s.ino.load(Ordering::Relaxed) as u32, off: s.off.load(Ordering::Relaxed) }),
+        OPEN => Some(Named::Open { ino: s.ino.load(Ordering::Relaxed) as u32, off: s.off.load(Ordering::Relaxed), flags: s.flags.load(Ordering::Relaxed) as u32 }),
         FWD => Some(Named::Forwarded((st >> 8) as u32)),
         _ => None,
     }
@@ -226,6 +325,15 @@ const FROZEN: u64 = u64::MAX;
 /// moved it, or `forward` froze it): the caller starts over.
 pub fn advance_off(fd: u32, from: u64, to: u64) -> bool {
     from != FROZEN && to != FROZEN && slot_of(fd).is_some_and(|s| s.off.compare_exchange(from, to, Ordering::SeqCst, Ordering::Relaxed).is_ok())
+}
+
+/// Under the lock (so no `forward` runs): set an `OPEN` slot's offset (after a `write`).
+pub fn set_off(fd: u32, to: u64) {
+    if let Some(s) = slot_of(fd) {
+        if to != FROZEN && s.off.load(Ordering::Relaxed) != FROZEN {
+            s.off.store(to, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Under the lock: make an `OPEN` slot name the open file description `desc` from now on, and
@@ -278,6 +386,8 @@ pub struct Snapshot {
     pub mount: u64,
     /// The file's size at the open (true while the file's stamp is `gen`).
     pub size: u64,
+    /// The open's flags.
+    pub flags: u32,
 }
 
 /// The slot `fd` names, if a read may use it without the lock (see `Snapshot`). Loads only.
@@ -294,6 +404,7 @@ pub fn snapshot(fd: u32) -> Option<Snapshot> {
         gen,
         mount: s.mount.load(Ordering::Relaxed),
         size: s.stat[1].load(Ordering::Relaxed),
+        flags: s.flags.load(Ordering::Relaxed) as u32,
     };
     fence(Ordering::Acquire);
     let live = snap.off != FROZEN && s.state.load(Ordering::Relaxed) == OPEN && stamp_of(s) == snap.gen;
@@ -322,7 +433,10 @@ pub fn is_open(ino: u32) -> bool {
     let mount = MOUNT.load(Ordering::Relaxed);
     LISTS.iter().any(|l| {
         let used = l.used.load(Ordering::Acquire);
-        used != 0 && l.slots.iter().any(|s| s.state.load(Ordering::Acquire) == OPEN && s.ino.load(Ordering::Relaxed) == ino as u64 && s.mount.load(Ordering::Relaxed) == mount)
+        used != 0
+            && l.slots.iter().enumerate().any(|(i, s)| {
+                used & (1 << i) != 0 && matches!(s.state.load(Ordering::Acquire), OPEN | RESTAMP) && s.ino.load(Ordering::Relaxed) == ino as u64 && s.mount.load(Ordering::Relaxed) == mount
+            })
     })
 }
 
