@@ -29,6 +29,9 @@ use testkit::*;
 #[path = "../common/fstest_files.rs"]
 mod files;
 
+#[path = "../common/fstest_fdtables.rs"]
+mod fdtables;
+
 libos::main!(main);
 
 const SCRATCH: u64 = libos::layout::SCRATCH_BASE + (256 << 20);
@@ -2153,7 +2156,7 @@ fn cores_change_names_at_once() -> TestResult {
 
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 31] = [
+    let tests: [(&str, fn() -> TestResult); 35] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -2185,6 +2188,10 @@ fn main(args: &'static str) -> u64 {
         ("fs_dir_locks_own_and_shared_directories", dir_locks_own_and_shared_directories),
         ("fs_dir_locks_renames_and_rmdirs_race_creates", dir_locks_renames_and_rmdirs_race_creates),
         ("fs_dir_locks_close_races_the_unlink_of_its_file", close_races_the_unlink_of_its_file),
+        ("fs_fdtables_cores_write_and_read_one_file", fdtables::cores_write_and_read_one_file),
+        ("fs_fdtables_dup_across_cores_shares_the_offset", fdtables::dup_across_cores_shares_the_offset),
+        ("fs_fdtables_unlink_while_open_on_another_core", fdtables::unlink_while_open_on_another_core),
+        ("fs_fdtables_rename_over_an_open_file", fdtables::rename_over_an_open_file),
     ];
     for (name, f) in tests {
         if selected(args, name) {
