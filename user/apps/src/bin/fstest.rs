@@ -1777,11 +1777,13 @@ fn dir_locks_own_and_shared_directories() -> TestResult {
         let st = fs_ok("stat", fs::stat_walk(&alloc::format!("/dls/{w}")))?;
         ensure!(st.mode & fs::S_IFMT == fs::S_IFREG && st.links == 1 && st.size == 0, "/dls/{w}: {st:?}");
     }
-    // Every create, close and unlink of a round on the per-directory side but for reserve
-    // refills (one in 32 creates falls back to the exclusive side).
+    // Every create and unlink of a round on the per-directory side but for reserve refills
+    // (one in 32 creates falls back to the exclusive side): 2 creates and 4/3 unlinks a round,
+    // 500 in all. (The closes take no lock at all since session 13: the descriptors are
+    // per-core slots; before, each close counted here too.)
     for c in 0..n as usize {
         let d = fs::dir_side_changes(c) - before[c];
-        ensure!(d >= DL_ROUNDS * 4, "core {c}: {d} changes on the per-directory side (want at least {})", DL_ROUNDS * 4);
+        ensure!(d >= DL_ROUNDS * 3, "core {c}: {d} changes on the per-directory side (want at least {})", DL_ROUNDS * 3);
     }
     fs_ok("sync", fs::sync())?;
     ensure!(fs_ok("reserved", fs::reserved())? == (0, 0), "reserves not given back by sync");

@@ -18,13 +18,15 @@
 //! a file, an `open` that makes its file, and `close` take their core's lock and the lock
 //! of the directory (and file) stripes they change (`with_dir_change`, `DIR_LOCKS`); the
 //! allocation state is frozen there (reserve refills go exclusive). Everything else takes
-//! every core's lock (`exclusive`). The open-file tables have a lock of their own (`TABLES`),
-//! the cache's misses theirs (`disk::CACHE`). Without any lock: `stat` of a cached path
-//! (`names`), read-only `open` of one, and `fstat`, `close`, `read`, `pread`, `lseek` of the
-//! per-core descriptor it gives (`open_files`, `read_unlocked`: docs/fs.md, "Names and
-//! descriptors").
-//! Descriptors here are indexes into this module's own table of open files (`Fd`), or name
-//! a per-core slot (bit 30); `fd::open` puts one in the common descriptor tables (docs/fd.md).
+//! every core's lock (`exclusive`). The shared open-file table has a lock of its own
+//! (`TABLES`: `dup`'s descriptions, directories' descriptors), the cache's misses theirs
+//! (`disk::CACHE`). Without any lock: `stat` of a cached path (`names`), an `open` of one that
+//! changes nothing (any access mode), and `fstat`, `close`, `read`, `pread`, `lseek` of
+//! per-core descriptors while their file is unchanged (`open_files`, `read_unlocked`:
+//! docs/fs.md, "Names and descriptors").
+//! Descriptors here name a per-core slot (bit 30: every regular file's, session 13) or index
+//! this module's shared table (`Fd`); `fd::open` puts one in the common descriptor tables
+//! (docs/fd.md).
 //! A context that uses the file system on another core maps the request segment and links
 //! the buffer cache there on first use (under the lock).
 
@@ -535,14 +537,23 @@ fn file<'a>(m: &'a mut Mounted<'_>, fd: Fd) -> Result<&'a mut OpenFile> {
 /// The open file description `fd` names. A per-core descriptor still `OPEN` is forwarded to
 /// a new description first (with its inode and offset), so every locked call works on it.
 fn desc_index(m: &mut Mounted, fd: Fd) -> Result<u32> {
+    desc_index_in(m.files, m.descs, fd)
+}
+
+/// `desc_index` on the tables alone (their lock held, no core's lock needed: a `forward`
+/// races only with what holds `TABLES` too, or with calls without a lock that the slot's
+/// compare-and-swaps order: see `open_files::forward`).
+fn desc_index_in(files: &mut Vec<Option<u32>>, descs: &mut Vec<Option<OpenFile>>, fd: Fd) -> Result<u32> {
     if !open_files::is_fast(fd.0) {
-        return m.files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor);
+        return files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor);
     }
     match open_files::named(fd.0).ok_or(FsError::BadDescriptor)? {
         open_files::Named::Forwarded(d) => Ok(d),
         open_files::Named::Open { ino, flags, .. } => {
-            let d = new_desc(m, OpenFile { ino, off: 0, flags, refs: 1 });
-            match (open_files::forward(fd.0, d as u32), m.descs[d].as_mut()) {
+            // The description is counted (`TABLE_DESCS`) before the slot stops being `OPEN`,
+            // so an unlink's scan sees one or the other.
+            let d = new_desc_in(descs, OpenFile { ino, off: 0, flags, refs: 1 });
+            match (open_files::forward(fd.0, d as u32), descs[d].as_mut()) {
                 (Some(off), Some(desc)) => {
                     // The offset as `forward` froze it (a read without the lock may have
                     // moved it since `named`).
@@ -551,17 +562,12 @@ fn desc_index(m: &mut Mounted, fd: Fd) -> Result<u32> {
                 }
                 _ => {
                     // Closed on its core meanwhile.
-                    drop_desc(m.descs, d);
+                    drop_desc(descs, d);
                     Err(FsError::BadDescriptor)
                 }
             }
         }
     }
-}
-
-/// Put `desc` in a free place of the description table; its index.
-fn new_desc(m: &mut Mounted, desc: OpenFile) -> usize {
-    new_desc_in(m.descs, desc)
 }
 
 fn new_desc_in(descs: &mut Vec<Option<OpenFile>>, desc: OpenFile) -> usize {
@@ -605,11 +611,6 @@ fn move_offset(m: &mut Mounted, fd: Fd, from: u64, to: u64) -> Result<bool> {
     }
     file(m, fd)?.off = to;
     Ok(true)
-}
-
-/// A free descriptor number.
-fn new_slot(m: &mut Mounted) -> Result<usize> {
-    new_slot_in(m.files)
 }
 
 fn new_slot_in(files: &mut Vec<Option<u32>>) -> Result<usize> {
@@ -790,10 +791,11 @@ pub fn close(fd: Fd) -> Result<()> {
             return Ok(());
         }
     }
-    if !open_files::is_fast(fd.0) {
-        // This core's lock (for the orphan's release, which draws on this core's `Ext2`),
-        // then the tables'. `Contended` only when the closure did not run (nothing mounted
-        // here): the exclusive side below then answers.
+    {
+        // A descriptor of the shared table, or a forwarded per-core one: this core's lock
+        // (for the orphan's release, which draws on this core's `Ext2`), then the tables'.
+        // `Contended` when the closure did not run (nothing mounted here) or met a slot being
+        // re-stamped: the exclusive side below then answers.
         match with_dir_change(|fs| close_in_tables(fs, fd)) {
             Err(FsError::Contended) => {}
             r => return r,
@@ -829,14 +831,28 @@ pub fn close(fd: Fd) -> Result<()> {
     })
 }
 
-/// `close` of a descriptor of the shared table, on the per-directory side: the tables' lock
-/// for the table, and the orphan (if its last description went) released on `fs` after it.
-/// A frozen `Ext2` frees into its reserve or its spill: never `Contended`.
+/// `close` of a descriptor of the shared table or of a forwarded per-core slot, on the
+/// per-directory side: the tables' lock for the table, and the orphan (if its last
+/// description went) released on `fs` after it. A frozen `Ext2` frees into its reserve or its
+/// spill; `Contended` only for a slot that is `OPEN` again (the exclusive side closes it).
 fn close_in_tables(fs: &mut CoreFs, fd: Fd) -> Result<()> {
     let orphan = {
         let mut g = TABLES.lock();
         let t = g.as_mut().ok_or(FsError::NoDevice)?;
-        let d = t.files.get_mut(fd.0 as usize).and_then(|f| f.take()).ok_or(FsError::BadDescriptor)? as usize;
+        let d = if open_files::is_fast(fd.0) {
+            // `forward` and `close_forwarded` run only under `TABLES`, which we hold.
+            match open_files::named(fd.0) {
+                Some(open_files::Named::Forwarded(d)) => {
+                    open_files::close_forwarded(fd.0);
+                    d as usize
+                }
+                // Being re-stamped under the exclusive side (or open again since): there.
+                Some(open_files::Named::Open { .. }) => return Err(FsError::Contended),
+                None => return Err(FsError::BadDescriptor),
+            }
+        } else {
+            t.files.get_mut(fd.0 as usize).and_then(|f| f.take()).ok_or(FsError::BadDescriptor)? as usize
+        };
         let desc = t.descs.get_mut(d).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
         desc.refs -= 1;
         if desc.refs > 0 {
@@ -874,16 +890,22 @@ fn release_if_orphan(m: &mut Mounted, ino: u32) -> Result<()> {
     Ok(())
 }
 
-/// A second descriptor for the same open file description (they share the offset).
+/// A second descriptor for the same open file description (they share the offset). Under
+/// the tables' lock only (no core's lock: `dup` runs no file-system operation), from any
+/// core: a per-core descriptor is forwarded to a description of the shared table first
+/// (`desc_index_in`), whose offset both then use.
 pub fn dup(fd: Fd) -> Result<Fd> {
-    with(|m| {
-        let d = desc_index(m, fd)?;
-        let slot = new_slot(m)?;
-        let desc = m.descs.get_mut(d as usize).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
-        desc.refs += 1;
-        m.files[slot] = Some(d);
-        Ok(Fd(slot as u32))
-    })
+    if open_files::close_stale(fd.0) {
+        return Err(FsError::BadDescriptor);
+    }
+    let mut g = TABLES.lock();
+    let t = g.as_mut().ok_or(FsError::NoDevice)?;
+    let d = desc_index_in(&mut t.files, &mut t.descs, fd)?;
+    let slot = new_slot_in(&mut t.files)?;
+    let desc = t.descs.get_mut(d as usize).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
+    desc.refs += 1;
+    t.files[slot] = Some(d);
+    Ok(Fd(slot as u32))
 }
 
 /// The inode, offset and open flags of what `fd` names (under the lock). A per-core

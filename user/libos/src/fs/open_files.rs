@@ -1,16 +1,30 @@
 //! Per-core lists of open files (MOSBENCH's fix, seeds/002: no shared open-file list or
 //! reference count written by `open`/`close`).
 //!
-//! A read-only `open` of a path the name cache (`names`) answers takes a slot in the calling
-//! core's own list and returns a descriptor naming that slot ([`FAST_BIT`] | core << 6 |
-//! slot). Opening and closing it write only lines of that core's list; `fstat` writes nothing
-//! (the `Stat` taken at open is returned while no change to that file has happened since: the
-//! file's stamp, `names::Stamp`, its generation stripe and the epoch, is still the one the
-//! slot was filled at). Everything else (`read`, `lseek`,
-//! `dup`, ...) runs under the file system's lock as before: `read`/`pread`/`lseek` use the
-//! slot's inode and offset directly, and any other call first *forwards* the slot to an
-//! ordinary open file description (the slot then names it, `FWD`), so every call works on
-//! every descriptor.
+//! Every open of a regular file takes a slot in the calling core's own list (session 13;
+//! before, only read-only opens of cached names did) and returns a descriptor naming that
+//! slot ([`FAST_BIT`] | core << 6 | slot): the core is in the number, so a descriptor used
+//! or closed on another core still names its slot. An open of a cached name that changes
+//! nothing (any access mode, `O_APPEND`, an `O_CREAT` that finds the file) takes no lock
+//! ([`open`]); an open that makes or empties the file, or one under the lock, fills the slot
+//! while its locks keep every change that could remove the file away ([`open_held`]).
+//! Opening and closing write only lines of the slot (and, on the owning core, that core's
+//! free-slot hint); `fstat` writes nothing (the `Stat` taken at open is returned while no
+//! change to that file has happened since: the file's stamp, `names::Stamp`, its generation
+//! stripe and the epoch, is still the one the slot was filled at). `read`, `pread` and
+//! `lseek` go without the lock while that holds (`fs::read_unlocked`), under it otherwise
+//! (which re-stamps the slot); `write`, `pwrite` and `ftruncate` run under the lock on the
+//! slot in place (its flags say what it may do); `dup` *forwards* the slot to an ordinary
+//! open file description under the tables' lock (the slot then names it, `FWD`), so the two
+//! descriptors share one offset.
+//!
+//! **Claiming a slot without sharing a line.** `used` (a bit per slot ever taken since the
+//! mount, set before the slot is first claimed and never cleared) is what scans look at;
+//! `free_hint` is the owning core's own idea of which slots are free. A close on the owning
+//! core sets its hint bit; a close on another core only stores `FREE` in the slot (a line
+//! the closer writes anyway), and the owner finds such slots by their state when its hint
+//! runs dry. The claim itself is a compare-and-swap `FREE` -> `CLAIMED` on the slot, so a
+//! stale hint or two contexts on one core cost a retry, never one slot given twice.
 //!
 //! **Why a fast open is right.** The name cache's answer was true when the file's stamp was
 //! `g` (`names`: the stamp is the epoch and the file's generation stripe). The opener fills
@@ -32,6 +46,25 @@
 //! first and reads it after (both SeqCst), so a close that reads 0 happened before any scan
 //! could see its slot. A close that reads non-zero takes the lock and frees the orphan if it
 //! was the last.
+//!
+//! **Is the inode open anywhere (an unlink or a rename removing a last name)?** No shared
+//! table under one lock: `is_open` scans, with loads only, the slots whose `used` bit is set
+//! in every core's list, after the change named the victim (`names::begin`: a SeqCst fence),
+//! and the shared table (`fs::TABLES`, under its lock) only when it holds any description at
+//! all (`fs::TABLE_DESCS`). Why no open is missed:
+//! 1. An open without a lock ([`open`]): its `used` bit and `OPEN` come before its fence and
+//!    its re-check of the stamp; the change's increment comes before its fence and its scan.
+//!    Either the opener sees the stamp moved and takes its slot back, or the scan sees the slot.
+//! 2. An open under a lock ([`open_held`]): on the exclusive side it holds every core's lock,
+//!    the unlinking core's too, so its slot is published before that unlink starts or the
+//!    unlink is over before it looks the name up; an `O_CREAT` open on the per-directory side
+//!    holds the stripe of the directory it made the file in until its slot is published, and
+//!    an unlink of that name (the file's only one) takes that stripe first (renames and links
+//!    are exclusive).
+//! 3. A slot `dup` forwarded (`FWD`, not counted by the scan): its description was counted in
+//!    `TABLE_DESCS` (SeqCst) before the slot left `OPEN`; a scan that loads `FWD` (acquire)
+//!    then loads a non-zero count and searches the shared table under its lock.
+//! 4. A close meanwhile: the orphan watch counts above.
 
 use core::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -336,7 +369,8 @@ pub fn set_off(fd: u32, to: u64) {
     }
 }
 
-/// Under the lock: make an `OPEN` slot name the open file description `desc` from now on, and
+/// Under `TABLES` (held by every exclusive call too, so no `restamp` or locked offset move
+/// runs meanwhile): make an `OPEN` slot name the open file description `desc` from now on, and
 /// give its offset (frozen first, so that a read or seek without the lock that moves it after
 /// this fails its `advance_off` and starts over on the description). None if the slot was
 /// closed meanwhile (a fast close on its core).
@@ -418,7 +452,7 @@ pub fn unchanged(ino: u32, gen: Stamp) -> bool {
     super::names::still(ino, gen)
 }
 
-/// Under the lock: free a forwarded slot (its description is released by the caller).
+/// Under `TABLES`: free a forwarded slot (its description is released by the caller).
 pub fn close_forwarded(fd: u32) {
     if let Some(s) = slot_of(fd) {
         s.state.store(FREE, Ordering::Release);
