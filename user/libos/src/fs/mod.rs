@@ -640,38 +640,58 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
     // An open of an existing file that changes nothing (any access mode, `O_APPEND`, an
     // `O_CREAT` that finds the name): the per-core list without a lock.
     if check_open_flags(flags).is_ok() && flags & (O_EXCL | O_TRUNC) == 0 {
-        for attempt in 0..2 {
-            if let Some((st, gen)) = names::NAMES.lookup_stamp(path.as_bytes()) {
-                if st.mode & S_IFMT == S_IFREG {
-                    if let Some(fd) = open_files::open(&st, gen, flags & (O_ACCMODE | O_APPEND)) {
-                        return Ok(Fd(fd));
-                    }
-                }
-                break;
+        let fast = |flags: u32| -> Option<Fd> {
+            let (st, gen) = names::NAMES.lookup_stamp(path.as_bytes())?;
+            if st.mode & S_IFMT != S_IFREG {
+                return None;
             }
-            if attempt > 0 || !path.starts_with('/') {
-                break;
+            let o = open_files::open(&st, gen, flags & (O_ACCMODE | O_APPEND));
+            after_taken_back(&o);
+            o.fd().map(Fd)
+        };
+        if let Some(fd) = fast(flags) {
+            return Ok(fd);
+        }
+        // Not in the name cache (or a directory): walk it on this core's lock only.
+        let taken_back = core::cell::Cell::new(None);
+        let missing = core::cell::Cell::new(false);
+        let r = with_core(|fs| match fs.resolve(path.as_bytes()) {
+            Ok(first) => open_existing(fs, path, first, flags, &taken_back),
+            Err(FsError::NotFound) if flags & O_CREAT != 0 => {
+                missing.set(true);
+                Err(FsError::Contended)
             }
-            // A miss: put the path in the name cache under the lock (no change runs while we
-            // hold it, so the entry is true now) and try the per-core list once more. An
-            // error here (no such file, ...) is left to the locked open below to report.
-            let filled = with(|m| fill_name(m, path));
-            if filled.is_err() {
-                break;
+            Err(e) => Err(e),
+        });
+        if let Some(o) = taken_back.take() {
+            after_taken_back(&o);
+        }
+        match r {
+            Err(FsError::Contended) => {}
+            r => return r,
+        }
+        // Put the path in the name cache under the lock (no change runs while we hold it, so
+        // the entry is true now) and try the per-core list once more. An error here (no such
+        // file, ...) is left to the locked open below to report.
+        if !missing.get() && path.starts_with('/') && with(|m| fill_name(m, path)).is_ok() {
+            if let Some(fd) = fast(flags) {
+                return Ok(fd);
             }
         }
     }
     if flags & O_CREAT != 0 {
-        // The per-directory side, only for an open that makes the file: it is made and its
+        // The per-directory side, for an open that makes the file: it is made and its
         // descriptor installed while its directory's stripe is locked, so an unlink of the
         // name (which needs that lock) comes after and finds the descriptor. An existing
-        // file goes to the exclusive side: without a lock on the directory its name was
-        // found in (a symbolic link's target's, say), an unlink of its last name could free
-        // it between the walk and the descriptor.
-        match with_dir_change(|fs| {
+        // file is opened by the stamp protocol of `open_existing` (not under the stripe of
+        // the directory its name was found in, which for a symbolic link's target is not
+        // the one locked here).
+        let taken_back = core::cell::Cell::new(None);
+        let r = with_dir_change(|fs| {
             check_open_flags(flags)?;
             match fs.resolve(path.as_bytes()) {
-                Ok(_) => Err(FsError::Contended),
+                Ok(_) if flags & O_EXCL != 0 => Err(FsError::Exists),
+                Ok(first) => open_existing(fs, path, first, flags, &taken_back),
                 Err(FsError::NotFound) => {
                     let ino = match fs.create(path.as_bytes(), 0o644) {
                         // Made by another core since the walk: without `O_EXCL` it is
@@ -690,7 +710,11 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
                 }
                 Err(e) => Err(e),
             }
-        }) {
+        });
+        if let Some(o) = taken_back.take() {
+            after_taken_back(&o);
+        }
+        match r {
             Err(FsError::Contended) => {}
             r => return r,
         }
@@ -700,6 +724,64 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
         with_change(body)
     } else {
         with(body)
+    }
+}
+
+/// Run `f` on the calling core's `Ext2` with its own lock only, changing nothing. What it can
+/// rely on: no exclusive call runs (they need this lock too), so no directory moves or goes
+/// away (mkdir, rmdir, rename, link are exclusive); other cores' per-directory changes
+/// (creates, unlinks) run meanwhile, and a walk sees each directory before or after each of
+/// them (`with_dir_change`: why walks need no directory lock). `Contended` when this core has
+/// no `Ext2` (or nothing is mounted): the caller goes to the exclusive side.
+fn with_core<R>(f: impl FnOnce(&mut CoreFs) -> Result<R>) -> Result<R> {
+    let c = crate::ctx::ctx().core as usize;
+    let Some(l) = CORE_FS.get(c) else { return Err(FsError::Contended) };
+    let mut g = l.lock();
+    let Some(fs) = g.as_mut() else { return Err(FsError::Contended) };
+    f(fs)
+}
+
+/// Open the existing file `first` that a walk of `path` on this core's side (`with_core` or
+/// `with_dir_change`) found, without `O_TRUNC`. A directory gets a descriptor of the shared
+/// table (it can go only by rmdir or rename, exclusive, so not while this core's lock is
+/// held). A regular file gets a per-core slot by the protocol of an open from the name
+/// cache (`open_files::open`) with a stamp taken *before* a second walk: the file's stamp
+/// `s` (none while a change runs on its stripe: `Contended`), then `path` walked again to the
+/// same inode. An unlink of that name names the inode (`names::begin`) before it removes the
+/// entry, so if the stamp is still `s` once the slot is published (`open_files::open`'s
+/// re-check), no unlink of it had started when the second walk saw the name, and any later
+/// one scans the lists after the slot is visible and finds it (docs/fs.md, "Is this inode
+/// open anywhere?"). Anything else: `Contended` (the exclusive side opens it).
+fn open_existing(fs: &mut CoreFs, path: &str, first: Inode, flags: u32, taken_back: &core::cell::Cell<Option<open_files::Opened>>) -> Result<Fd> {
+    if first.is_dir() {
+        if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
+            return Err(FsError::IsDir);
+        }
+        let mut t = TABLES.lock();
+        let t = t.as_mut().ok_or(FsError::NoDevice)?;
+        return install_fd(&mut t.files, &mut t.descs, first.ino, flags);
+    }
+    if !first.is_reg() || flags & O_TRUNC != 0 {
+        return Err(FsError::Contended);
+    }
+    let Some(s) = names::stamp(first.ino) else { return Err(FsError::Contended) };
+    let again = fs.resolve(path.as_bytes())?;
+    if again.ino != first.ino || !again.is_reg() {
+        return Err(FsError::Contended);
+    }
+    let o = open_files::open(&Ext2::<Cache>::stat_of(&again), s, flags & (O_ACCMODE | O_APPEND));
+    let fd = o.fd();
+    // Looked at by the caller once this core's lock is released (`after_taken_back`).
+    taken_back.set(Some(o));
+    fd.map(Fd).ok_or(FsError::Contended)
+}
+
+/// After an open without the lock took its slot back (a change to the file started): if the
+/// change may have made the file an orphan because of that slot, free it under the lock when
+/// nothing else has it open, as a close would. Called holding no file-system lock.
+fn after_taken_back(o: &open_files::Opened) {
+    if let Some(ino) = o.orphan_check() {
+        let _ = with(|m| release_if_orphan(m, ino));
     }
 }
 

@@ -236,23 +236,55 @@ fn fd_of(c: usize, i: usize) -> u32 {
     FAST_BIT | (c as u32) << 6 | i as u32
 }
 
+/// What [`open`] did.
+pub enum Opened {
+    /// The descriptor.
+    Fd(u32),
+    /// No free slot or no list for this core: nothing was published.
+    NoSlot,
+    /// A change to the file started: the slot was published and taken back. The change may
+    /// have seen it and made the file an orphan meanwhile; `watch(ino)` is then non-zero and
+    /// the caller must free the orphan under the lock if nothing else has it open, as a
+    /// close would ([`Opened::orphan_check`]).
+    TakenBack(u32),
+}
+
+impl Opened {
+    /// The inode whose orphan the caller must look for (under the lock, after every lock it
+    /// holds now is released), if any.
+    pub fn orphan_check(&self) -> Option<u32> {
+        match self {
+            Opened::TakenBack(ino) if watch(*ino).load(Ordering::SeqCst) != 0 => Some(*ino),
+            _ => None,
+        }
+    }
+
+    pub fn fd(&self) -> Option<u32> {
+        match self {
+            Opened::Fd(fd) => Some(*fd),
+            _ => None,
+        }
+    }
+}
+
 /// Open `stat.ino` (with `flags`: the access mode and `O_APPEND`) in the calling core's list
-/// without the lock, if the file's stamp is still `gen` once the slot is visible. None: no
-/// free slot, no list for this core, or a change started (the caller opens under the lock).
-pub fn open(stat: &Stat, gen: Stamp, flags: u32) -> Option<u32> {
+/// without the lock, if the file's stamp is still `gen` once the slot is visible.
+pub fn open(stat: &Stat, gen: Stamp, flags: u32) -> Opened {
     let c = core();
-    let i = claim(c)?;
+    let Some(i) = claim(c) else { return Opened::NoSlot };
     let list = &LISTS[c];
     let s = &list.slots[i];
     fill(s, stat, gen, flags);
     fence(Ordering::SeqCst);
     if !super::names::still(stat.ino, gen) {
-        // A change started: it may not have seen the slot. Take it back.
-        s.state.store(FREE, Ordering::Release);
+        // A change started: it may or may not have seen the slot. Take it back; the fence
+        // orders that before the caller's look at the watch count (as in a close).
+        s.state.store(FREE, Ordering::SeqCst);
         list.free_hint.fetch_or(1 << i, Ordering::Relaxed);
-        return None;
+        fence(Ordering::SeqCst);
+        return Opened::TakenBack(stat.ino);
     }
-    Some(fd_of(c, i))
+    Opened::Fd(fd_of(c, i))
 }
 
 /// Open `stat.ino` in the calling core's list from a caller that keeps every change that
