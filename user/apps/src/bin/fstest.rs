@@ -2158,7 +2158,7 @@ fn cores_change_names_at_once() -> TestResult {
 
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 35] = [
+    let tests: [(&str, fn() -> TestResult); 36] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -2194,6 +2194,7 @@ fn main(args: &'static str) -> u64 {
         ("fs_fdtables_dup_across_cores_shares_the_offset", fdtables::dup_across_cores_shares_the_offset),
         ("fs_fdtables_unlink_while_open_on_another_core", fdtables::unlink_while_open_on_another_core),
         ("fs_fdtables_rename_over_an_open_file", fdtables::rename_over_an_open_file),
+        ("fs_fdtables_opens_race_unlinks", fdtables::opens_race_unlinks),
     ];
     for (name, f) in tests {
         if selected(args, name) {

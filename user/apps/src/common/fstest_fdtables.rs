@@ -322,3 +322,84 @@ pub fn rename_over_an_open_file() -> TestResult {
     ensure!(u1.free_inodes == u0.free_inodes + 1 && u1.free_blocks == u0.free_blocks + 1, "after the last close: {} -> {} free inodes, {} -> {} free blocks (want +1, +1)", u0.free_inodes, u1.free_inodes, u0.free_blocks, u1.free_blocks);
     Ok(Pass::Ok)
 }
+
+// ---- opens through a walk racing unlinks ----
+
+const OW_ROUNDS: u64 = 300;
+/// Core 1 finished (its result + 1).
+static OW_EXIT: AtomicU64 = AtomicU64::new(0);
+
+/// Core 1: make `/ft5/f` holding 4 KiB of the byte `k`, close it, unlink it; `OW_ROUNDS`
+/// times. 0, or the step that failed (1 create, 2 write, 3 close, 4 unlink).
+fn ow_churn(_: u64) -> u64 {
+    let rc = (|| {
+        for k in 1..=OW_ROUNDS {
+            let Ok(fd) = fs::open("/ft5/f", fs::O_RDWR | fs::O_CREAT | fs::O_EXCL) else { return 1 };
+            if fs::write(fd, &[k as u8; 4096]) != Ok(4096) {
+                return 2;
+            }
+            if fs::close(fd).is_err() {
+                return 3;
+            }
+            if fs::unlink("/ft5/f").is_err() {
+                return 4;
+            }
+        }
+        0
+    })();
+    OW_EXIT.store(rc + 1, Ordering::Release);
+    rc
+}
+
+/// Catches: an open of an existing file found by a walk (through a symbolic link, so never
+/// from the name cache: `open_existing` on the calling core's lock) that installs its
+/// descriptor after an unlink on another core freed the file (the descriptor then reads a
+/// freed or reused inode, and the free counts or `e2fsck` go wrong), or a slot taken back
+/// that leaks the orphan its unlink made. Core 1 makes, fills, closes and unlinks `/ft5/f`
+/// 300 times while core 0 opens it through `/ft5/link` as fast as it can and reads it: every
+/// read is 0 bytes (opened between the create and the write) or 4 KiB of one round's byte;
+/// afterwards, after a sync, the free inode and block counts are exactly those of before.
+pub fn opens_race_unlinks() -> TestResult {
+    if cores() < 2 {
+        return Ok(Pass::Skipped("one core"));
+    }
+    fs_ok("mount", fs::mount())?;
+    empty_dir("/ft5")?;
+    fs_ok("symlink", fs::symlink("/ft5/f", "/ft5/link"))?;
+    fs_ok("sync", fs::sync())?;
+    let u0 = fs_ok("df", fs::df())?;
+    OW_EXIT.store(0, Ordering::Release);
+    let t = ok!(libos::thread::spawn(1, ow_churn, 0));
+    let (mut opened, mut missing) = (0u64, 0u64);
+    let mut buf = vec![0u8; 4096];
+    let mut bad = None;
+    while OW_EXIT.load(Ordering::Acquire) == 0 && bad.is_none() {
+        match fs::open("/ft5/link", fs::O_RDONLY) {
+            Ok(fd) => {
+                opened += 1;
+                match fs::pread(fd, &mut buf, 0) {
+                    Ok(0) => {}
+                    Ok(4096) if buf.iter().all(|b| *b == buf[0]) && buf[0] != 0 => {}
+                    other => bad = Some(Msg::new(format_args!("open {opened}: read {other:?}, bytes {} .. {}", buf[0], buf[4095]))),
+                }
+                if let Err(e) = fs::close(fd) {
+                    bad = Some(Msg::new(format_args!("close: {e:?}")));
+                }
+            }
+            Err(FsError::NotFound) => missing += 1,
+            Err(e) => bad = Some(Msg::new(format_args!("open: {e:?}"))),
+        }
+    }
+    let rc = ok!(t.join());
+    if let Some(e) = bad {
+        return Err(e);
+    }
+    ensure!(rc == 0, "core 1 stopped at step {rc} (1 create, 2 write, 3 close, 4 unlink)");
+    ensure!(opened > 0, "no open found the file ({missing} not found)");
+    fs_ok("unlink", fs::unlink("/ft5/link"))?;
+    fs_ok("sync", fs::sync())?;
+    let u1 = fs_ok("df", fs::df())?;
+    ensure!(u1.free_inodes == u0.free_inodes + 1 && u1.free_blocks == u0.free_blocks, "after {opened} opens racing 300 unlinks: {} -> {} free inodes (want +1: the link), {} -> {} free blocks", u0.free_inodes, u1.free_inodes, u0.free_blocks, u1.free_blocks);
+    println!("fs_fdtables: {opened} opens through the link found the file, {missing} did not");
+    Ok(Pass::Ok)
+}
