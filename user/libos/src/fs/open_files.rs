@@ -134,6 +134,33 @@ struct CoreList {
 
 static LISTS: [CoreList; CORES] = [const { CoreList { used: CachePadded::new(AtomicU64::new(0)), free_hint: CachePadded::new(AtomicU64::new(u64::MAX)), slots: [const { Slot::new() }; SLOTS] } }; CORES];
 
+/// Per core, per inode stripe (`open_stripe`): how many of that core's slots are filled
+/// with an inode of the stripe and not yet freed (`OPEN`, `RESTAMP` or `FWD`), each count on
+/// a line of its own. Raised by the owning core before it publishes a slot, lowered by
+/// whoever frees it. `is_open` reads one count per core (its victim's stripe) and scans only
+/// the lists of cores whose count is not 0: an unlink then reads another core's slot lines
+/// only when that core has a file of the same stripe open, so a core that opens, closes and
+/// unlinks its own files (`fs_create_private`) reads no line another core writes but for
+/// stripe collisions (1 in `OPEN_STRIPES`).
+const OPEN_STRIPES: usize = 32;
+static OPEN_COUNTS: [[CachePadded<AtomicU64>; OPEN_STRIPES]; CORES] = [const { [const { CachePadded::new(AtomicU64::new(0)) }; OPEN_STRIPES] }; CORES];
+
+fn open_stripe(ino: u64) -> usize {
+    ((ino as u32).wrapping_mul(0x9E37_79B1) >> (32 - OPEN_STRIPES.trailing_zeros())) as usize
+}
+
+/// The count of core `c`'s filled slots of inode `ino`'s stripe.
+fn open_count(c: usize, ino: u64) -> &'static AtomicU64 {
+    &OPEN_COUNTS[c.min(CORES - 1)][open_stripe(ino)]
+}
+
+/// Slot `fd` (filled with `ino`) went back to `FREE`: its core's count down.
+fn uncount(fd: u32, ino: u64) {
+    let c = ((fd & !FAST_BIT) >> 6) as usize;
+    // Saturating: never below 0 whatever a corrupt caller does.
+    let _ = open_count(c, ino).fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1));
+}
+
 /// Which mount is current (raised at every mount and unmount, under the lock).
 pub static MOUNT: AtomicU64 = AtomicU64::new(0);
 /// Unlinks whose inode may be open in a per-core slot, per inode stripe (see the module
@@ -219,7 +246,9 @@ fn claim_slot(list: &CoreList, i: usize) -> bool {
 }
 
 /// Fill a claimed slot and publish it (`OPEN`).
-fn fill(s: &Slot, stat: &Stat, gen: Stamp, flags: u32) {
+fn fill(c: usize, s: &Slot, stat: &Stat, gen: Stamp, flags: u32) {
+    // Counted before it is published (and so before the opener's fence: `is_open`).
+    open_count(c, stat.ino as u64).fetch_add(1, Ordering::SeqCst);
     s.ino.store(stat.ino as u64, Ordering::Relaxed);
     s.off.store(0, Ordering::Relaxed);
     s.flags.store(flags as u64, Ordering::Relaxed);
@@ -274,12 +303,13 @@ pub fn open(stat: &Stat, gen: Stamp, flags: u32) -> Opened {
     let Some(i) = claim(c) else { return Opened::NoSlot };
     let list = &LISTS[c];
     let s = &list.slots[i];
-    fill(s, stat, gen, flags);
+    fill(c, s, stat, gen, flags);
     fence(Ordering::SeqCst);
     if !super::names::still(stat.ino, gen) {
         // A change started: it may or may not have seen the slot. Take it back; the fence
         // orders that before the caller's look at the watch count (as in a close).
         s.state.store(FREE, Ordering::SeqCst);
+        uncount(fd_of(c, i), stat.ino as u64);
         list.free_hint.fetch_or(1 << i, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         return Opened::TakenBack(stat.ino);
@@ -298,7 +328,7 @@ pub fn open_held(stat: &Stat, flags: u32, fresh: bool) -> Option<u32> {
     let c = core();
     let i = claim(c)?;
     let gen = if fresh { super::names::stamp(stat.ino).unwrap_or(STALE) } else { STALE };
-    fill(&LISTS[c].slots[i], stat, gen, flags);
+    fill(c, &LISTS[c].slots[i], stat, gen, flags);
     // The publication is ordered before the lock's release (which orders it before a later
     // change's scan); a SeqCst fence also orders it before this core's next loads.
     fence(Ordering::SeqCst);
@@ -338,6 +368,7 @@ pub fn close_open(fd: u32) -> Option<u64> {
     let s = slot_of(fd)?;
     let ino = s.ino.load(Ordering::Relaxed);
     s.state.compare_exchange(OPEN, FREE, Ordering::SeqCst, Ordering::Relaxed).ok()?;
+    uncount(fd, ino);
     free_bit(fd);
     Some(ino)
 }
@@ -351,6 +382,7 @@ pub fn close_stale(fd: u32) -> bool {
         return false;
     }
     if s.state.compare_exchange(st, FREE, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+        uncount(fd, s.ino.load(Ordering::Relaxed));
         free_bit(fd);
     }
     true
@@ -488,6 +520,7 @@ pub fn unchanged(ino: u32, gen: Stamp) -> bool {
 pub fn close_forwarded(fd: u32) {
     if let Some(s) = slot_of(fd) {
         s.state.store(FREE, Ordering::Release);
+        uncount(fd, s.ino.load(Ordering::Relaxed));
         free_bit(fd);
     }
 }
@@ -497,7 +530,13 @@ pub fn close_forwarded(fd: u32) {
 pub fn is_open(ino: u32) -> bool {
     fence(Ordering::SeqCst);
     let mount = MOUNT.load(Ordering::Relaxed);
-    LISTS.iter().any(|l| {
+    // Only the cores this process has (another core's list is never filled).
+    let n = crate::heap::cores().clamp(1, CORES);
+    LISTS[..n].iter().enumerate().any(|(c, l)| {
+        // A core with no filled slot of the stripe: nothing of its list to read.
+        if open_count(c, ino as u64).load(Ordering::SeqCst) == 0 {
+            return false;
+        }
         let used = l.used.load(Ordering::Acquire);
         used != 0
             && l.slots.iter().enumerate().any(|(i, s)| {
