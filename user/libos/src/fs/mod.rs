@@ -405,19 +405,19 @@ fn change_hook(ino: u32) -> Result<()> {
 /// for the name cache (`names::insert`). None (do not cache) for a relative path, a `.` or
 /// `..` component, a symbolic link anywhere on the way (its target's directories would not be
 /// on the chain), a chain longer than `names::CHAIN`, or any error.
-fn name_chain(m: &mut Mounted, path: &[u8]) -> Option<([u32; names::CHAIN], usize)> {
+fn name_chain(fs: &mut CoreFs, path: &[u8]) -> Option<([u32; names::CHAIN], usize)> {
     if path.first() != Some(&b'/') {
         return None;
     }
     let mut chain = [ext2::ROOT_INO; names::CHAIN];
     let mut n = 1;
-    let mut dir = m.fs.inode(ext2::ROOT_INO).ok()?;
+    let mut dir = fs.inode(ext2::ROOT_INO).ok()?;
     for comp in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
         if comp == b"." || comp == b".." || !dir.is_dir() || n == names::CHAIN {
             return None;
         }
-        let i = m.fs.lookup(&dir, comp).ok()?;
-        let ino = m.fs.inode(i).ok()?;
+        let i = fs.lookup(&dir, comp).ok()?;
+        let ino = fs.inode(i).ok()?;
         if ino.is_symlink() {
             return None;
         }
@@ -433,7 +433,7 @@ fn name_chain(m: &mut Mounted, path: &[u8]) -> Option<([u32; names::CHAIN], usiz
 fn fill_name(m: &mut Mounted, path: &str) -> Result<Stat> {
     let ino = m.fs.resolve(path.as_bytes())?;
     let st = Ext2::<Cache>::stat_of(&ino);
-    if let Some((chain, n)) = name_chain(m, path.as_bytes()) {
+    if let Some((chain, n)) = name_chain(m.fs, path.as_bytes()) {
         names::NAMES.insert(path.as_bytes(), &chain[..n], &st);
     }
     Ok(st)
@@ -652,15 +652,20 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
         if let Some(fd) = fast(flags) {
             return Ok(fd);
         }
-        // Not in the name cache (or a directory): walk it on this core's lock only.
+        // Not in the name cache (or a directory): walk it on this core's lock only. A regular
+        // file whose path the name cache can hold is put there first (under the lock, once),
+        // so that the next opens of it take the path above; any other existing file is
+        // opened here, and a name that is not there is answered here.
         let taken_back = core::cell::Cell::new(None);
-        let missing = core::cell::Cell::new(false);
+        let fill = core::cell::Cell::new(false);
         let r = with_core(|fs| match fs.resolve(path.as_bytes()) {
-            Ok(first) => open_existing(fs, path, first, flags, &taken_back),
-            Err(FsError::NotFound) if flags & O_CREAT != 0 => {
-                missing.set(true);
+            Ok(first) if first.is_reg() && name_chain(fs, path.as_bytes()).is_some() => {
+                fill.set(true);
                 Err(FsError::Contended)
             }
+            Ok(first) => open_existing(fs, path, first, flags, &taken_back),
+            // Made by the `O_CREAT` path below.
+            Err(FsError::NotFound) if flags & O_CREAT != 0 => Err(FsError::Contended),
             Err(e) => Err(e),
         });
         if let Some(o) = taken_back.take() {
@@ -673,7 +678,7 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
         // Put the path in the name cache under the lock (no change runs while we hold it, so
         // the entry is true now) and try the per-core list once more. An error here (no such
         // file, ...) is left to the locked open below to report.
-        if !missing.get() && path.starts_with('/') && with(|m| fill_name(m, path)).is_ok() {
+        if fill.get() && with(|m| fill_name(m, path)).is_ok() {
             if let Some(fd) = fast(flags) {
                 return Ok(fd);
             }
