@@ -523,6 +523,8 @@ pub fn unmount() -> Result<()> {
         **g = None;
     }
     *x.tables = None;
+    // The shared table's descriptions went with it (`TABLES` is held).
+    TABLE_DESCS.store(0, core::sync::atomic::Ordering::SeqCst);
     NCORE_FS.store(0, core::sync::atomic::Ordering::Relaxed);
     disk::uninstall();
     names::NAMES.end_change();
