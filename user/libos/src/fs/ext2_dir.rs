@@ -298,16 +298,23 @@ impl<D: Disk> Ext2<D> {
         } else {
             // A slow link: the target in a data block.
             self.write_inode(&mut ino)?;
-            match self.write_data(&mut ino, 0, target) {
+            // On the per-directory side its block must be in the reserve already: a refill
+            // is `Contended` before the link is named anywhere.
+            let r = match self.frozen_blocks_ok(&ino, 0, target.len() as u64) {
+                Ok(()) => self.write_data(&mut ino, 0, target),
+                Err(e) => Err(e),
+            };
+            match r {
                 Ok(k) if k == target.len() => {}
-                Ok(_) | Err(_) => {
+                r => {
                     let _ = self.release(&mut ino, false);
-                    return Err(FsError::NoSpace);
+                    return Err(if matches!(r, Err(FsError::Contended)) { FsError::Contended } else { FsError::NoSpace });
                 }
             }
         }
         if let Err(e) = self.add_entry(&mut dir, name, n, FT_SYMLINK) {
-            let _ = self.free_inode(n, false);
+            // A slow link's block goes back with its inode (`release`).
+            let _ = if target.len() <= FAST_SYMLINK_MAX { self.free_inode(n, false) } else { self.release(&mut ino, false) };
             return Err(e);
         }
         Ok(ino)

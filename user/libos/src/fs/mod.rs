@@ -375,7 +375,8 @@ fn change_hook(ino: u32) -> Result<()> {
     if rec.inos.iter().take(n).any(|a| a.load(Relaxed) == ino) {
         return Ok(());
     }
-    if n == CHANGED_MAX {
+    // (`hold_stripe` records stripes without inodes: both lists are bounded.)
+    if n == CHANGED_MAX || rec.nstripes.load(Relaxed) as usize == CHANGED_MAX {
         return Err(FsError::NoMemory);
     }
     if rec.per_dir.load(Relaxed) != 0 {
@@ -396,6 +397,36 @@ fn change_hook(ino: u32) -> Result<()> {
     rec.inos[n].store(ino, Relaxed);
     rec.n.store(n as u32 + 1, Relaxed);
     names::begin(&[ino]);
+    Ok(())
+}
+
+/// On the per-directory side, lock `ino`'s stripe for the rest of the change without naming
+/// `ino` to `names` (the change reads under it but does not change it: the directory a
+/// `truncate(path)` finds its file in). Waiting if it is the change's first stripe, else only
+/// if free (`Contended`), as `change_hook`. Outside a per-directory change nothing.
+fn hold_stripe(ino: u32) -> Result<()> {
+    use core::sync::atomic::Ordering::Relaxed;
+    let rec = my_changes();
+    if rec.active.load(Relaxed) == 0 || rec.per_dir.load(Relaxed) == 0 {
+        return Ok(());
+    }
+    let s = dir_stripe(ino);
+    let k = rec.nstripes.load(Relaxed) as usize;
+    if rec.stripes.iter().take(k).any(|a| a.load(Relaxed) as usize == s) {
+        return Ok(());
+    }
+    if k == CHANGED_MAX {
+        return Err(FsError::NoMemory);
+    }
+    if k == 0 {
+        while !try_lock_stripe(s) {
+            core::hint::spin_loop();
+        }
+    } else if !try_lock_stripe(s) {
+        return Err(FsError::Contended);
+    }
+    rec.stripes[k].store(s as u32, Relaxed);
+    rec.nstripes.store(k as u32 + 1, Relaxed);
     Ok(())
 }
 
@@ -1000,7 +1031,19 @@ fn writable_file(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64, u32)> {
 
 /// Write at the descriptor's offset (at the end with `O_APPEND`), advancing it. Fewer bytes
 /// than asked only when the disk filled up after some were written; `NoSpace` if none were.
+///
+/// On the per-directory side first (`fd_dir_change`: this core's lock and the file's stripe;
+/// blocks from this core's reserve, `Contended` before anything is written if it has too
+/// few), else on the exclusive side.
 pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
+    match fd_dir_change(fd, |fs, ino, off, flags| {
+        let at = if flags & O_APPEND != 0 { ino.size } else { off };
+        let n = fs.write(ino, at, buf)?;
+        Ok((n, Some(at + n as u64)))
+    }) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| {
         let (mut ino, off, flags) = writable_file(m, fd)?;
         let at = if flags & O_APPEND != 0 { ino.size } else { off };
@@ -1010,27 +1053,123 @@ pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
     })
 }
 
-/// Write at `off` without moving the descriptor's offset.
+/// Write at `off` without moving the descriptor's offset (per-directory side first, as
+/// `write`).
 pub fn pwrite(fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
+    match fd_dir_change(fd, |fs, ino, _, _| fs.write(ino, off, buf).map(|n| (n, None))) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| {
         let (mut ino, _, _) = writable_file(m, fd)?;
         m.fs.write(&mut ino, off, buf)
     })
 }
 
-/// Set the size of an open file (shrinking frees blocks; growing leaves a hole).
+/// Set the size of an open file (shrinking frees blocks; growing leaves a hole). Per-directory
+/// side first (shrinking frees into this core's reserve or its spill: never `Contended`).
 pub fn ftruncate(fd: Fd, size: u64) -> Result<()> {
+    match fd_dir_change(fd, |fs, ino, _, _| fs.truncate(ino, size).map(|()| ((), None))) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| {
         let (mut ino, _, _) = writable_file(m, fd)?;
         m.fs.truncate(&mut ino, size)
     })
 }
 
+/// `truncate` by name. Per-directory side first for an absolute path naming a regular file
+/// (`truncate_dir_side`), else (and for every error, which the exclusive side then gives
+/// exactly) on the exclusive side.
 pub fn truncate(path: &str, size: u64) -> Result<()> {
+    match with_dir_change(|fs| truncate_dir_side(fs, path, size)) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| {
         let mut ino = m.fs.resolve(path.as_bytes())?;
         m.fs.truncate(&mut ino, size)
     })
+}
+
+/// The shared-table description `fd` names: its index, inode, offset and flags (under
+/// `TABLES`, held only for the look-up). `Contended` for a per-core descriptor (the
+/// exclusive side forwards it; they are read-only anyway).
+fn shared_desc(fd: Fd) -> Result<(u32, u32, u64, u32)> {
+    if open_files::is_fast(fd.0) {
+        return Err(FsError::Contended);
+    }
+    let g = TABLES.lock();
+    let t = g.as_ref().ok_or(FsError::NoDevice)?;
+    let d = t.files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor)?;
+    let desc = t.descs.get(d as usize).and_then(|x| x.as_ref()).ok_or(FsError::BadDescriptor)?;
+    Ok((d, desc.ino, desc.off, desc.flags))
+}
+
+/// `write`, `pwrite`, `ftruncate` on the per-directory side: `f` gets this core's `Ext2`, the
+/// file's inode, the description's offset and flags, and returns its result and the new
+/// offset (if it moves). The file's stripe is taken (waiting: it is the change's first) and
+/// the inode named to `names::begin` before anything is read for the change; then the
+/// description is looked up *again*: if it still names the same inode, the inode cannot be
+/// freed under the change (an orphan is released only by the close of its last description,
+/// which takes the same stripe after removing the description: `close_in_tables`), and the
+/// offset read now is the one to use (two changes of one description's file are serialized
+/// by its stripe; everything else that moves offsets is exclusive). A descriptor closed
+/// between the two look-ups is `BadDescriptor` (the write lost the race to the close); one
+/// re-opened onto another file runs on the exclusive side. The new offset is stored only if
+/// the description still names the file (a close and an `O_CREAT` open on other cores may
+/// have put another description in its place: that one keeps its own offset).
+fn fd_dir_change<R>(fd: Fd, f: impl FnOnce(&mut CoreFs, &mut Inode, u64, u32) -> Result<(R, Option<u64>)>) -> Result<R> {
+    with_dir_change(|fs| {
+        let (_, ino0, _, _) = shared_desc(fd)?;
+        change_hook(ino0)?;
+        let (d, ino, off, flags) = shared_desc(fd)?;
+        if ino != ino0 {
+            return Err(FsError::Contended);
+        }
+        if flags & O_ACCMODE == O_RDONLY {
+            return Err(FsError::BadDescriptor);
+        }
+        let mut inode = fs.inode(ino)?;
+        let (r, new_off) = f(fs, &mut inode, off, flags)?;
+        if let Some(o) = new_off {
+            if let Some(desc) = TABLES.lock().as_mut().and_then(|t| t.descs.get_mut(d as usize)).and_then(|x| x.as_mut()) {
+                if desc.ino == ino {
+                    desc.off = o;
+                }
+            }
+        }
+        Ok(r)
+    })
+}
+
+/// `truncate(path)` on the per-directory side. The walk to the parent takes no lock; then the
+/// parent's stripe is taken (waiting; without naming it to `names`: its entries do not
+/// change) and the last name looked up again under it, so no unlink can free the file
+/// between the look-up and its own stripe (`Ext2::truncate` takes that one, `Contended` if
+/// another change holds it; rename and rmdir, which could move the name otherwise, are
+/// exclusive). Anything but an absolute path naming a regular file (a symbolic link to
+/// follow, an error to report) is `Contended`, before anything is written: the exclusive
+/// side does it exactly.
+fn truncate_dir_side(fs: &mut CoreFs, path: &str, size: u64) -> Result<()> {
+    let p = path.as_bytes();
+    if p.first() != Some(&b'/') || p.last() == Some(&b'/') {
+        return Err(FsError::Contended);
+    }
+    let (parent, name) = ext2_dir::split_path(p).map_err(|_| FsError::Contended)?;
+    let dir = fs.resolve(parent).map_err(|_| FsError::Contended)?;
+    if !dir.is_dir() {
+        return Err(FsError::Contended);
+    }
+    hold_stripe(dir.ino)?;
+    let dir = fs.inode(dir.ino)?;
+    let n = fs.lookup(&dir, name).map_err(|_| FsError::Contended)?;
+    let mut ino = fs.inode(n)?;
+    if !ino.is_reg() {
+        return Err(FsError::Contended);
+    }
+    fs.truncate(&mut ino, size)
 }
 
 pub fn mkdir(path: &str) -> Result<()> {
