@@ -2248,12 +2248,33 @@ fn dir_writes_loop(c: u64) -> u64 {
             return e(9);
         }
     }
-    for fd in fds.into_iter().chain([both]) {
+    // Then every core appends records to one file at once (`O_APPEND`: the size read and
+    // moved under the file's stripe).
+    let Ok(app) = fs::open("/dws/appended", fs::O_WRONLY | fs::O_APPEND) else { return 11 };
+    for k in 0..DW_APPENDS {
+        if fs::write(app, &dw_record(c, k)) != Ok(DW_RECORD) {
+            return 12;
+        }
+    }
+    for fd in fds.into_iter().chain([both, app]) {
         if fs::close(fd).is_err() {
             return 10;
         }
     }
     0
+}
+
+/// Records each core appends to `/dws/appended`.
+const DW_APPENDS: u64 = 300;
+/// Bytes of one such record.
+const DW_RECORD: usize = 48;
+
+/// Core `c`'s record `k`: its core and round in the first bytes, then bytes of both.
+fn dw_record(c: u64, k: u64) -> Vec<u8> {
+    let mut r = dw_bytes(c + 40, k, DW_RECORD);
+    r[0] = c as u8;
+    r[1..3].copy_from_slice(&(k as u16).to_le_bytes());
+    r
 }
 
 /// Catches: writes, `pwrite`s and truncates on the per-directory side that lose bytes or
@@ -2278,8 +2299,10 @@ fn dir_writes_own_and_shared_directories() -> TestResult {
     for c in 0..n {
         empty_dir(&alloc::format!("/dw{c}"))?;
     }
-    let fd = fs_ok("create /dws/both", fs::open("/dws/both", fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
-    fs_ok("close", fs::close(fd))?;
+    for p in ["/dws/both", "/dws/appended"] {
+        let fd = fs_ok("create", fs::open(p, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
+        fs_ok("close", fs::close(fd))?;
+    }
     fs_ok("sync", fs::sync())?;
     let df0 = fs_ok("df", fs::df())?;
     let before: Vec<u64> = (0..n as usize).map(fs::dir_side_changes).collect();
@@ -2291,7 +2314,7 @@ fn dir_writes_own_and_shared_directories() -> TestResult {
     for t in threads {
         rcs.push(ok!(t.join()));
     }
-    ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (100 * round + 1 open, 3 write, 4 pwrite, 5 truncate, 6 reopen, 7 bytes or size read back, 8 stat, 9 shared pwrite, 10 close)");
+    ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (100 * round + 1 open, 3 write, 4 pwrite, 5 truncate, 6 reopen, 7 bytes or size read back, 8 stat, 9 shared pwrite, 10 close, 11 open and 12 append to /dws/appended)");
     // The shared file: every core's slice of every round.
     let all = fs_ok("read /dws/both", fs::read_all("/dws/both", 1 << 20))?;
     ensure!(all.len() as u64 == DW_ROUNDS * n * DW_SLICE, "/dws/both: {} bytes, want {}", all.len(), DW_ROUNDS * n * DW_SLICE);
@@ -2300,6 +2323,16 @@ fn dir_writes_own_and_shared_directories() -> TestResult {
             let at = ((k * n + c) * DW_SLICE) as usize;
             ensure!(all[at..at + DW_SLICE as usize] == dw_bytes(c + 20, k, DW_SLICE as usize)[..], "/dws/both: core {c}'s slice of round {k} is not its bytes");
         }
+    }
+    // The appended file: every record of every core exactly once, whole, each core's in
+    // its order.
+    let app = fs_ok("read /dws/appended", fs::read_all("/dws/appended", 1 << 20))?;
+    ensure!(app.len() as u64 == n * DW_APPENDS * DW_RECORD as u64, "/dws/appended: {} bytes, want {} (records lost or overlapping)", app.len(), n * DW_APPENDS * DW_RECORD as u64);
+    let mut next = vec![0u64; n as usize];
+    for (i, r) in app.chunks(DW_RECORD).enumerate() {
+        let c = r[0] as u64;
+        ensure!(c < n && r == &dw_record(c, next[c as usize])[..], "/dws/appended: record {i} is not the next record of any core (core byte {c})");
+        next[c as usize] += 1;
     }
     // Each core's files, once more after every core finished (locked reads: `stat_walk`).
     for c in 0..n {
@@ -2320,6 +2353,9 @@ fn dir_writes_own_and_shared_directories() -> TestResult {
         fs_ok("unlink", fs::unlink(&alloc::format!("/dws/f{c}")))?;
     }
     fs_ok("truncate /dws/both", fs::truncate("/dws/both", 0))?;
+    let fd = fs_ok("open /dws/appended", fs::open("/dws/appended", fs::O_WRONLY))?;
+    fs_ok("ftruncate /dws/appended", fs::ftruncate(fd, 0))?;
+    fs_ok("close", fs::close(fd))?;
     fs_ok("sync", fs::sync())?;
     ensure!(fs_ok("reserved", fs::reserved())? == (0, 0), "reserves not given back by sync");
     let df1 = fs_ok("df", fs::df())?;
