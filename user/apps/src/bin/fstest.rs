@@ -2248,6 +2248,17 @@ fn dir_writes_loop(c: u64) -> u64 {
             return e(9);
         }
     }
+    // A write needing more blocks than a core's reserve holds (64): whole, on either side.
+    let big = dw_bytes(c + 60, 0, 300 << 10);
+    let path = alloc::format!("/dw{c}/big");
+    let Ok(fd) = fs::open(&path, fs::O_RDWR | fs::O_CREAT | fs::O_EXCL) else { return 13 };
+    if fs::write(fd, &big) != Ok(big.len()) {
+        return 14;
+    }
+    let mut back = vec![0u8; big.len() + 1];
+    if fs::pread(fd, &mut back, 0) != Ok(big.len()) || back[..big.len()] != big[..] || fs::close(fd).is_err() {
+        return 15;
+    }
     // Then every core appends records to one file at once (`O_APPEND`: the size read and
     // moved under the file's stripe).
     let Ok(app) = fs::open("/dws/appended", fs::O_WRONLY | fs::O_APPEND) else { return 11 };
@@ -2314,7 +2325,7 @@ fn dir_writes_own_and_shared_directories() -> TestResult {
     for t in threads {
         rcs.push(ok!(t.join()));
     }
-    ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (100 * round + 1 open, 3 write, 4 pwrite, 5 truncate, 6 reopen, 7 bytes or size read back, 8 stat, 9 shared pwrite, 10 close, 11 open and 12 append to /dws/appended)");
+    ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (100 * round + 1 open, 3 write, 4 pwrite, 5 truncate, 6 reopen, 7 bytes or size read back, 8 stat, 9 shared pwrite, 10 close, 11 open and 12 append to /dws/appended, 13-15 the big write)");
     // The shared file: every core's slice of every round.
     let all = fs_ok("read /dws/both", fs::read_all("/dws/both", 1 << 20))?;
     ensure!(all.len() as u64 == DW_ROUNDS * n * DW_SLICE, "/dws/both: {} bytes, want {}", all.len(), DW_ROUNDS * n * DW_SLICE);
@@ -2349,6 +2360,7 @@ fn dir_writes_own_and_shared_directories() -> TestResult {
         ensure!(d >= DW_ROUNDS * 3, "core {c}: {d} changes on the per-directory side (want at least {})", DW_ROUNDS * 3);
     }
     for c in 0..n {
+        fs_ok("unlink", fs::unlink(&alloc::format!("/dw{c}/big")))?;
         fs_ok("unlink", fs::unlink(&alloc::format!("/dw{c}/own")))?;
         fs_ok("unlink", fs::unlink(&alloc::format!("/dws/f{c}")))?;
     }
