@@ -2382,9 +2382,109 @@ fn dir_writes_own_and_shared_directories() -> TestResult {
     Ok(Pass::Ok)
 }
 
+
+/// Rounds of `dir_links_loop`.
+const DK_ROUNDS: u64 = 60;
+
+/// One core's part of `dir_links_to_one_file`: in round `k`, link `/dks/t` (one file every
+/// core links) as `/dk{c}/n{k}` and as `/dks/c{c}_{k}`, and make a symbolic link
+/// `/dk{c}/s{k}` to it; unlink all three again unless `k % 3 == 0`. Nonzero: the step that
+/// failed.
+fn dir_links_loop(c: u64) -> u64 {
+    for k in 0..DK_ROUNDS {
+        let (a, b, l) = (alloc::format!("/dk{c}/n{k}"), alloc::format!("/dks/c{c}_{k}"), alloc::format!("/dk{c}/s{k}"));
+        if fs::link("/dks/t", &a).is_err() {
+            return 1;
+        }
+        if fs::link("/dks/t", &b).is_err() {
+            return 2;
+        }
+        if fs::symlink("/dks/t", &l).is_err() {
+            return 3;
+        }
+        if k % 3 != 0 {
+            for p in [&a, &b, &l] {
+                if fs::unlink(p).is_err() {
+                    return 4;
+                }
+            }
+        }
+    }
+    0
+}
+
+/// Catches: `link` and `symlink` on the per-directory side losing an update of the target's
+/// link count (two cores link and unlink names of one file at once: the count is a
+/// read-modify-write of one inode), losing or duplicating names in a shared directory, or
+/// leaking inodes. After: the file's link count is exactly 1 + the names kept, each
+/// directory holds exactly the names kept, every symbolic link reads back its target, most
+/// links ran on the per-directory side. Planted once: `Ext2::link` not reading the target
+/// again under its stripe (docs/results.md, "Session 13 (fswrite)").
+fn dir_links_to_one_file() -> TestResult {
+    let n = cores().min(4) as u64;
+    if n < 2 {
+        return Ok(Pass::Skipped("one core"));
+    }
+    fs_ok("mount", fs::mount())?;
+    empty_dir("/dks")?;
+    for c in 0..n {
+        empty_dir(&alloc::format!("/dk{c}"))?;
+    }
+    let fd = fs_ok("create /dks/t", fs::open("/dks/t", fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
+    fs_ok("close", fs::close(fd))?;
+    fs_ok("sync", fs::sync())?;
+    let df0 = fs_ok("df", fs::df())?;
+    let before: Vec<u64> = (0..n as usize).map(fs::dir_side_changes).collect();
+    let mut threads = Vec::new();
+    for c in 1..n {
+        threads.push(ok!(libos::thread::spawn(c, dir_links_loop, c)));
+    }
+    let mut rcs = vec![dir_links_loop(0)];
+    for t in threads {
+        rcs.push(ok!(t.join()));
+    }
+    ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (1 link in own directory, 2 link in /dks, 3 symlink, 4 unlink)");
+    let kept: Vec<u64> = (0..DK_ROUNDS).filter(|k| k % 3 == 0).collect();
+    let st = fs_ok("stat /dks/t", fs::stat_walk("/dks/t"))?;
+    let want_links = 1 + 2 * n * kept.len() as u64;
+    ensure!(st.links as u64 == want_links, "/dks/t has {} links, want {want_links}", st.links);
+    let mut want_shared: Vec<alloc::string::String> = (0..n).flat_map(|c| kept.iter().map(move |k| alloc::format!("c{c}_{k}"))).chain([alloc::string::String::from("t")]).collect();
+    want_shared.sort();
+    ensure!(names_in("/dks")? == want_shared, "/dks: {} names, want {}", names_in("/dks")?.len(), want_shared.len());
+    for c in 0..n {
+        let d = alloc::format!("/dk{c}");
+        let mut want: Vec<alloc::string::String> = kept.iter().flat_map(|k| [alloc::format!("n{k}"), alloc::format!("s{k}")]).collect();
+        want.sort();
+        ensure!(names_in(&d)? == want, "{d}: {} names, want {}", names_in(&d)?.len(), want.len());
+        for k in &kept {
+            let p = alloc::format!("{d}/s{k}");
+            ensure!(fs_ok("readlink", fs::readlink(&p))? == b"/dks/t", "{p}: wrong target");
+            ensure!(fs_ok("stat", fs::stat_walk(&alloc::format!("{d}/n{k}")))?.ino == st.ino, "{d}/n{k}: another inode");
+        }
+    }
+    // Per round 2 links and a symlink, fewer by the reserve refills and the unlinks that met
+    // the target's stripe held (those ran exclusive).
+    for c in 0..n as usize {
+        let d = fs::dir_side_changes(c) - before[c];
+        ensure!(d >= DK_ROUNDS * 2, "core {c}: {d} changes on the per-directory side (want at least {})", DK_ROUNDS * 2);
+    }
+    for c in 0..n {
+        for k in &kept {
+            for p in [alloc::format!("/dk{c}/n{k}"), alloc::format!("/dks/c{c}_{k}"), alloc::format!("/dk{c}/s{k}")] {
+                fs_ok("unlink", fs::unlink(&p))?;
+            }
+        }
+    }
+    ensure!(fs_ok("stat", fs::stat_walk("/dks/t"))?.links == 1, "/dks/t: links not back to 1");
+    fs_ok("sync", fs::sync())?;
+    let df1 = fs_ok("df", fs::df())?;
+    ensure!((df1.free_blocks, df1.free_inodes) == (df0.free_blocks, df0.free_inodes), "free blocks {} -> {}, inodes {} -> {}", df0.free_blocks, df1.free_blocks, df0.free_inodes, df1.free_inodes);
+    Ok(Pass::Ok)
+}
+
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 32] = [
+    let tests: [(&str, fn() -> TestResult); 33] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -2417,6 +2517,7 @@ fn main(args: &'static str) -> u64 {
         ("fs_dir_locks_renames_and_rmdirs_race_creates", dir_locks_renames_and_rmdirs_race_creates),
         ("fs_dir_locks_close_races_the_unlink_of_its_file", close_races_the_unlink_of_its_file),
         ("fs_dir_writes_own_and_shared_directories", dir_writes_own_and_shared_directories),
+        ("fs_dir_links_to_one_file", dir_links_to_one_file),
     ];
     for (name, f) in tests {
         if selected(args, name) {

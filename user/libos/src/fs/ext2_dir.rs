@@ -258,6 +258,12 @@ impl<D: Disk> Ext2<D> {
             return Err(FsError::IsDir);
         }
         self.changing(target.ino)?;
+        // Read again now that the change is announced (in the library OS: the target's
+        // stripe is held, `fs::change_hook`): another core's unlink of another of its names
+        // may have changed its link count since the walk.
+        if self.change_hook.is_some() {
+            target = self.inode(target.ino)?;
+        }
         let (mut dir, name) = self.parent_of(new)?;
         if self.lookup(&dir, name).is_ok() {
             return Err(FsError::Exists);
@@ -267,7 +273,15 @@ impl<D: Disk> Ext2<D> {
         }
         target.links += 1;
         self.write_inode(&mut target)?;
-        self.add_entry(&mut dir, name, target.ino, ft_of(&target))
+        if let Err(e) = self.add_entry(&mut dir, name, target.ino, ft_of(&target)) {
+            // No new name: the count goes back (a `Contended` add, whose directory needed a
+            // block the reserve did not have, runs again on the exclusive side; a `NoSpace`
+            // one is the caller's error). Without this the count stayed one too high.
+            target.links -= 1;
+            let _ = self.write_inode(&mut target);
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// A symbolic link at `path` pointing at `target` (kept as given, not resolved).

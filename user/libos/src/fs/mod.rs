@@ -1165,11 +1165,41 @@ fn truncate_dir_side(fs: &mut CoreFs, path: &str, size: u64) -> Result<()> {
     hold_stripe(dir.ino)?;
     let dir = fs.inode(dir.ino)?;
     let n = fs.lookup(&dir, name).map_err(|_| FsError::Contended)?;
+    // The file's stripe before its inode is read: a write on another core may be changing
+    // its size and blocks until then.
+    change_hook(n)?;
     let mut ino = fs.inode(n)?;
     if !ino.is_reg() {
         return Err(FsError::Contended);
     }
     fs.truncate(&mut ino, size)
+}
+
+/// `link(existing, new)` on the per-directory side: as `truncate_dir_side`, the directory
+/// `existing` is named in is locked (waiting; not named to `names`) and the name looked up
+/// again under it, so no unlink frees the target before `Ext2::link` takes its stripe (only
+/// if free, like the new name's directory's: else `Contended`). `link` changes two inodes:
+/// the new name's directory and the target's link count (read again under its stripe). A
+/// symbolic link to follow, a directory, or any error of the look-up is `Contended`: the
+/// exclusive side gives the exact result.
+fn link_dir_side(fs: &mut CoreFs, existing: &str, new: &str) -> Result<()> {
+    let p = existing.as_bytes();
+    if p.first() != Some(&b'/') || p.last() == Some(&b'/') {
+        return Err(FsError::Contended);
+    }
+    let (parent, name) = ext2_dir::split_path(p).map_err(|_| FsError::Contended)?;
+    let dir = fs.resolve(parent).map_err(|_| FsError::Contended)?;
+    if !dir.is_dir() {
+        return Err(FsError::Contended);
+    }
+    hold_stripe(dir.ino)?;
+    let dir = fs.inode(dir.ino)?;
+    let n = fs.lookup(&dir, name).map_err(|_| FsError::Contended)?;
+    let target = fs.inode(n)?;
+    if target.is_dir() || target.is_symlink() {
+        return Err(FsError::Contended);
+    }
+    fs.link(p, new.as_bytes())
 }
 
 pub fn mkdir(path: &str) -> Result<()> {
@@ -1259,7 +1289,13 @@ pub fn rename(old: &str, new: &str) -> Result<()> {
 }
 
 /// A second name for a file.
+///
+/// Per-directory side first (`link_dir_side`), else exclusive.
 pub fn link(existing: &str, new: &str) -> Result<()> {
+    match with_dir_change(|fs| link_dir_side(fs, existing, new)) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| m.fs.link(existing.as_bytes(), new.as_bytes()))
 }
 
@@ -1334,6 +1370,12 @@ pub fn readlink(path: &str) -> Result<Vec<u8>> {
 
 /// Make `path` a symbolic link to `target` (targets below 60 bytes for now).
 pub fn symlink(target: &str, path: &str) -> Result<()> {
+    // Per-directory side first: a new inode like a create's (from this core's reserve; a
+    // slow link's block too, checked before it is written), named in one directory.
+    match with_dir_change(|fs| fs.symlink(target.as_bytes(), path.as_bytes()).map(|_| ())) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| m.fs.symlink(target.as_bytes(), path.as_bytes()).map(|_| ()))
 }
 
