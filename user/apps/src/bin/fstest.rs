@@ -2296,10 +2296,11 @@ fn dw_record(c: u64, k: u64) -> Vec<u8> {
 /// once (`dir_writes_loop`). After: every file's size and bytes exact, most of the writes
 /// ran on the per-directory side (`fs::dir_side_changes`), and once every file is removed
 /// and the reserves given back (`sync`), `df`'s free counts are exactly those of before
-/// (the suite's `e2fsck -fn` then checks the bitmaps against them). Planted once: the
-/// per-directory write not taking the file's stripe (`fd_dir_change` without
-/// `change_hook(ino0)`, and `Ext2::changing` skipping the stripe): see docs/results.md,
-/// "Session 13 (fswrite)".
+/// (the suite's `e2fsck -fn` then checks the bitmaps against them). Planted once each:
+/// the per-directory write not taking the file's stripe (`fd_dir_change` turning its
+/// change's `per_dir` off): fails ("/dws/both: core 1's slice of round 0 is not its
+/// bytes"; `e2fsck -fn` found errors); `frozen_blocks_ok` always saying yes: fails (the
+/// 300 KiB write came back short on both cores, step 14).
 fn dir_writes_own_and_shared_directories() -> TestResult {
     let n = cores().min(4) as u64;
     if n < 2 {
@@ -2418,8 +2419,10 @@ fn dir_links_loop(c: u64) -> u64 {
 /// read-modify-write of one inode), losing or duplicating names in a shared directory, or
 /// leaking inodes. After: the file's link count is exactly 1 + the names kept, each
 /// directory holds exactly the names kept, every symbolic link reads back its target, most
-/// links ran on the per-directory side. Planted once: `Ext2::link` not reading the target
-/// again under its stripe (docs/results.md, "Session 13 (fswrite)").
+/// links ran on the per-directory side. Planted once: `Ext2::link` not naming (so not
+/// locking) the target: fails ("/dks/t has 77 links, want 81"). Not caught: `Ext2::link`
+/// not reading the target again under its stripe (the window between the walk and the
+/// lock is narrow; passed one run).
 fn dir_links_to_one_file() -> TestResult {
     let n = cores().min(4) as u64;
     if n < 2 {
