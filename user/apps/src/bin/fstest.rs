@@ -2485,9 +2485,112 @@ fn dir_links_to_one_file() -> TestResult {
     Ok(Pass::Ok)
 }
 
+
+/// Rounds of `dir_mkdirs_loop`.
+const DM_ROUNDS: u64 = 40;
+
+/// One core's part of `dir_mkdirs_own_and_shared_directories`: in round `k`, make
+/// `/dm{c}/d{k}` and `/dms/c{c}_{k}`, a file in the second; remove the file and both
+/// directories again unless `k % 3 == 0` (rmdir is exclusive). Nonzero: the step that failed.
+fn dir_mkdirs_loop(c: u64) -> u64 {
+    for k in 0..DM_ROUNDS {
+        let (a, b) = (alloc::format!("/dm{c}/d{k}"), alloc::format!("/dms/c{c}_{k}"));
+        let f = alloc::format!("{b}/f");
+        if fs::mkdir(&a).is_err() {
+            return 1;
+        }
+        if fs::mkdir(&b).is_err() {
+            return 2;
+        }
+        match fs::open(&f, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL) {
+            Ok(fd) if fs::close(fd).is_ok() => {}
+            _ => return 3,
+        }
+        if k % 3 != 0 && (fs::unlink(&f).is_err() || fs::rmdir(&b).is_err() || fs::rmdir(&a).is_err()) {
+            return 4;
+        }
+    }
+    0
+}
+
+/// Catches: `mkdir` on the per-directory side losing or duplicating a name or a parent's
+/// link count when cores make directories in one directory at once, leaking inodes or
+/// blocks on its failure paths, or leaving a group's `used_dirs` count wrong (directories
+/// made from a core's reserve count there only once folded: `Ext2::fold_pending_dirs`, at
+/// every sync and before every exclusive change; the suite's `e2fsck -fn` checks it).
+/// After: every directory holds exactly the names kept, the parents' link counts are
+/// 2 + the directories kept, each kept directory holds its file, most mkdirs ran on the
+/// per-directory side, and after removing everything and a sync `df` is as before. Planted
+/// once: `return_reserves` not folding `pending_dirs` (docs/results.md, "Session 13").
+fn dir_mkdirs_own_and_shared_directories() -> TestResult {
+    let n = cores().min(4) as u64;
+    if n < 2 {
+        return Ok(Pass::Skipped("one core"));
+    }
+    fs_ok("mount", fs::mount())?;
+    for d in core::iter::once(alloc::string::String::from("/dms")).chain((0..n).map(|c| alloc::format!("/dm{c}"))) {
+        match fs::mkdir(&d) {
+            Ok(()) => {}
+            Err(e) => return Err(Msg::new(format_args!("mkdir {d}: {e:?} (left by an earlier run?)"))),
+        }
+    }
+    fs_ok("sync", fs::sync())?;
+    let df0 = fs_ok("df", fs::df())?;
+    let before: Vec<u64> = (0..n as usize).map(fs::dir_side_changes).collect();
+    let mut threads = Vec::new();
+    for c in 1..n {
+        threads.push(ok!(libos::thread::spawn(c, dir_mkdirs_loop, c)));
+    }
+    let mut rcs = vec![dir_mkdirs_loop(0)];
+    for t in threads {
+        rcs.push(ok!(t.join()));
+    }
+    ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (1 mkdir own, 2 mkdir shared, 3 create inside, 4 unlink/rmdir)");
+    let kept: Vec<u64> = (0..DM_ROUNDS).filter(|k| k % 3 == 0).collect();
+    let mut want: Vec<alloc::string::String> = (0..n).flat_map(|c| kept.iter().map(move |k| alloc::format!("c{c}_{k}"))).collect();
+    want.sort();
+    ensure!(names_in("/dms")? == want, "/dms: {} names, want {}", names_in("/dms")?.len(), want.len());
+    let st = fs_ok("stat", fs::stat_walk("/dms"))?;
+    ensure!(st.links as usize == 2 + want.len(), "/dms has {} links, want {}", st.links, 2 + want.len());
+    for w in &want {
+        ensure!(names_in(&alloc::format!("/dms/{w}"))? == ["f"], "/dms/{w} does not hold just f");
+    }
+    for c in 0..n {
+        let d = alloc::format!("/dm{c}");
+        let mut want: Vec<alloc::string::String> = kept.iter().map(|k| alloc::format!("d{k}")).collect();
+        want.sort();
+        ensure!(names_in(&d)? == want, "{d}: {} names, want {}", names_in(&d)?.len(), want.len());
+        ensure!(fs_ok("stat", fs::stat_walk(&d))?.links as usize == 2 + kept.len(), "{d}: wrong link count");
+    }
+    for c in 0..n as usize {
+        let d = fs::dir_side_changes(c) - before[c];
+        ensure!(d >= DM_ROUNDS * 2, "core {c}: {d} changes on the per-directory side (want at least {})", DM_ROUNDS * 2);
+    }
+    // Kept until the suite's `e2fsck -fn` (which checks `used_dirs`) unless a sync shows
+    // the counts leaked: every directory made here, removed, gives back exactly what it took.
+    for c in 0..n {
+        for k in &kept {
+            fs_ok("unlink", fs::unlink(&alloc::format!("/dms/c{c}_{k}/f")))?;
+            fs_ok("rmdir", fs::rmdir(&alloc::format!("/dms/c{c}_{k}")))?;
+            fs_ok("rmdir", fs::rmdir(&alloc::format!("/dm{c}/d{k}")))?;
+        }
+    }
+    fs_ok("sync", fs::sync())?;
+    ensure!(fs_ok("reserved", fs::reserved())? == (0, 0), "reserves not given back by sync");
+    let df1 = fs_ok("df", fs::df())?;
+    ensure!((df1.free_blocks, df1.free_inodes) == (df0.free_blocks, df0.free_inodes), "free blocks {} -> {}, inodes {} -> {}", df0.free_blocks, df1.free_blocks, df0.free_inodes, df1.free_inodes);
+    // Directories made on the per-directory side (core 0's) left for the suite's
+    // `e2fsck -fn`, synced.
+    for c in 0..n {
+        fs_ok("mkdir", fs::mkdir(&alloc::format!("/dm{c}/left")))?;
+    }
+    fs_ok("sync", fs::sync())?;
+    Ok(Pass::Ok)
+}
+
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 33] = [
+    let tests: [(&str, fn() -> TestResult); 34] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -2521,6 +2624,7 @@ fn main(args: &'static str) -> u64 {
         ("fs_dir_locks_close_races_the_unlink_of_its_file", close_races_the_unlink_of_its_file),
         ("fs_dir_writes_own_and_shared_directories", dir_writes_own_and_shared_directories),
         ("fs_dir_links_to_one_file", dir_links_to_one_file),
+        ("fs_dir_mkdirs_own_and_shared_directories", dir_mkdirs_own_and_shared_directories),
     ];
     for (name, f) in tests {
         if selected(args, name) {

@@ -239,12 +239,21 @@ impl<D: Disk> Ext2<D> {
         blk[19] = ft;
         blk[20] = b'.';
         blk[21] = b'.';
-        self.write_block(b, &blk)?;
         ino.block[0] = b as u32;
         ino.size = self.bs;
         ino.blocks512 = (self.bs / 512) as u32;
-        self.write_inode(&mut ino)?;
-        self.add_entry(&mut dir, name, n, FT_DIR)?;
+        let made = match self.write_block(b, &blk) {
+            Ok(()) => self.write_inode(&mut ino),
+            Err(e) => Err(e),
+        };
+        // Until the entry is added nothing names the new directory: a failure (a parent
+        // needing a block the reserve does not have is `Contended`, run again exclusive)
+        // gives its block and inode back. (They leaked here before.)
+        if let Err(e) = made.and_then(|()| self.add_entry(&mut dir, name, n, FT_DIR)) {
+            let _ = self.free_block(b);
+            let _ = self.free_inode(n, true);
+            return Err(e);
+        }
         dir.links = dir.links.saturating_add(1);
         self.write_inode(&mut dir)?;
         Ok(ino)

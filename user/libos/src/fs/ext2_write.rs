@@ -275,8 +275,11 @@ impl<D: Disk> Ext2<D> {
     /// directory's always from the bitmap (its group's `used_dirs` count changes with it).
     pub(crate) fn alloc_inode(&mut self, dir: bool, goal: usize) -> Result<u32> {
         self.writable()?;
+        // On the frozen side a directory's inode comes from the reserve too, its group's
+        // `used_dirs` raised later (`pending_dirs`, `fold_pending_dirs`).
+        let from_reserve = !dir || self.frozen;
         let ino = match self.reserve_slot() {
-            Some(c) if !dir => {
+            Some(c) if from_reserve => {
                 if self.reserves[c].n_inodes == 0 {
                     match self.fill_inode_reserve(c, goal) {
                         Ok(()) => {}
@@ -284,12 +287,19 @@ impl<D: Disk> Ext2<D> {
                         Err(e) => return Err(e),
                     }
                 }
+                if dir {
+                    self.pending_dirs.try_reserve(1).map_err(|_| FsError::NoMemory)?;
+                }
                 let r = &mut self.reserves[c];
                 if r.n_inodes > 0 {
                     r.n_inodes -= 1;
-                    r.inodes[r.n_inodes]
+                    let ino = r.inodes[r.n_inodes];
+                    if dir {
+                        self.pending_dirs.push(ino);
+                    }
+                    ino
                 } else {
-                    self.alloc_inode_bitmap(false, goal)?
+                    self.alloc_inode_bitmap(dir, goal)?
                 }
             }
             _ => self.alloc_inode_bitmap(dir, goal)?,
@@ -377,6 +387,14 @@ impl<D: Disk> Ext2<D> {
         if !self.bit_set(bm, i)? {
             return Err(FsError::Corrupt("freeing an inode that is already free"));
         }
+        // A directory made on this core whose `used_dirs` was never raised: freed as a file.
+        let dir = match self.pending_dirs.iter().position(|&d| d == ino) {
+            Some(k) if dir => {
+                self.pending_dirs.swap_remove(k);
+                false
+            }
+            _ => dir,
+        };
         if let Some(c) = self.reserve_slot() {
             let r = &mut self.reserves[c];
             if r.inodes[..r.n_inodes].contains(&ino) {
@@ -450,7 +468,7 @@ impl<D: Disk> Ext2<D> {
         if self.frozen {
             return Err(FsError::Contended);
         }
-        let mut res = Ok(());
+        let mut res = self.fold_pending_dirs();
         for (ino, dir) in core::mem::take(&mut self.spilled_inodes) {
             let x = self.clear_inode_bit(ino);
             if dir && x.is_ok() {
@@ -485,6 +503,29 @@ impl<D: Disk> Ext2<D> {
             r.n_blocks = 0;
         }
         res
+    }
+
+    /// Raise the `used_dirs` count of the group of every directory made on the frozen side
+    /// (`pending_dirs`). Not while frozen.
+    pub fn fold_pending_dirs(&mut self) -> Result<()> {
+        if self.frozen {
+            return Err(FsError::Contended);
+        }
+        let mut res = Ok(());
+        for ino in core::mem::take(&mut self.pending_dirs) {
+            let g = self.group_of(ino);
+            if let Some(grp) = self.groups.get_mut(g) {
+                grp.used_dirs = grp.used_dirs.saturating_add(1);
+                let x = self.write_group(g);
+                res = res.and(x);
+            }
+        }
+        res
+    }
+
+    /// Whether directories made on the frozen side wait for `fold_pending_dirs`.
+    pub fn has_pending_dirs(&self) -> bool {
+        !self.pending_dirs.is_empty()
     }
 
     fn clear_inode_bit(&mut self, ino: u32) -> Result<()> {

@@ -206,6 +206,27 @@ impl Exclusive {
         r.and(x)
     }
 
+    /// `Ext2::fold_pending_dirs` on every core, one after the other, each starting from the
+    /// counts the one before left (as `return_reserves`), then the result on every core.
+    fn fold_pending_dirs(&mut self) -> Result<()> {
+        let me = self.me();
+        let Some(mut src) = self.cores[me].take() else { return Err(FsError::NoDevice) };
+        let mut r = src.fold_pending_dirs();
+        for g in self.cores.iter_mut() {
+            if let Some(fs) = g.as_mut() {
+                if fs.has_pending_dirs() {
+                    fs.copy_counts_from(&src);
+                    let x = fs.fold_pending_dirs();
+                    r = r.and(x);
+                    src.copy_counts_from(fs);
+                }
+            }
+        }
+        *self.cores[me] = Some(src);
+        self.broadcast(me);
+        r
+    }
+
     /// Inodes and blocks every core's reserve holds.
     fn reserved(&self) -> (u64, u64) {
         self.cores.iter().filter_map(|g| g.as_ref()).map(|fs| fs.reserved()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
@@ -257,6 +278,11 @@ fn with_all<R>(f: impl FnOnce(&mut Exclusive) -> Result<R>) -> Result<R> {
 /// `NoSpace`; the failed run freed what it took).
 fn with_change<R>(mut f: impl FnMut(&mut Mounted) -> Result<R>) -> Result<R> {
     let mut x = exclusive();
+    // Directories made on the per-directory side count in their groups' `used_dirs` before
+    // any exclusive change (an rmdir of one would otherwise lower a count not yet raised).
+    if x.cores.iter().any(|g| g.as_ref().is_some_and(|fs| fs.has_pending_dirs())) {
+        x.fold_pending_dirs()?;
+    }
     let r = change_recorded(false, || x.run(&mut f));
     if matches!(r, Err(FsError::NoSpace)) && x.reserved() != (0, 0) {
         x.return_reserves()?;
@@ -1203,7 +1229,16 @@ fn link_dir_side(fs: &mut CoreFs, existing: &str, new: &str) -> Result<()> {
     fs.link(p, new.as_bytes())
 }
 
+/// Make a directory. Per-directory side first, as a create: its parent's stripe, its inode
+/// and block from this core's reserve (`Contended` on a refill), its group's `used_dirs`
+/// raised later with the exclusive side held (`Ext2::pending_dirs`). Why that is safe for
+/// walks without locks: the new directory's block and inode are written before the entry
+/// that names it, as a create's inode.
 pub fn mkdir(path: &str) -> Result<()> {
+    match with_dir_change(|fs| fs.mkdir(path.as_bytes(), 0o755).map(|_| ())) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| m.fs.mkdir(path.as_bytes(), 0o755).map(|_| ()))
 }
 
