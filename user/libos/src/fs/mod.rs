@@ -16,7 +16,7 @@
 //! process, with one `Ext2` per core over the one buffer cache, each under its core's lock
 //! (`CORE_FS`: a big-reader lock whose reader side is exclusive per core). Create, unlink of
 //! a file, an `open` that makes its file, `close`, and (session 13) `write`, `pwrite`,
-//! `truncate`, `ftruncate`, `link`, `symlink` take their core's lock and the lock
+//! `truncate`, `ftruncate`, `link`, `symlink`, `mkdir` take their core's lock and the lock
 //! of the directory (and file) stripes they change (`with_dir_change`, `DIR_LOCKS`); the
 //! allocation state is frozen there (reserve refills go exclusive). Everything else takes
 //! every core's lock (`exclusive`). The open-file tables have a lock of their own (`TABLES`),
@@ -105,7 +105,7 @@ struct Mounted<'a> {
 /// directory's stripe lock (`DIR_LOCKS`, through `change_hook`); everything else takes every
 /// core's lock in order, then `TABLES` (`exclusive`). So changes in different directories on
 /// different cores write no shared line of the file system's, and anything structural
-/// (rename, mkdir, rmdir, sync, mount, unmount, reserve refills) sees
+/// (rename, rmdir, sync, mount, unmount, reserve refills) sees
 /// the whole file system still. (A per-core lock rather than a per-core reader count: the
 /// core's `Ext2`, its reserve and its change record are then the lock holder's alone, even
 /// with several contexts on one core.)
