@@ -12,9 +12,9 @@
 
 use alloc::format;
 use alloc::string::String;
-use core::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering::SeqCst};
+use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::SeqCst};
 
-use crate::posix_cases::{self as pc, OpenMode, Op, Whence, D, P};
+use crate::posix_cases::{self as pc, FixtureOpen, OpenMode, Op, Whence, D, P};
 use crate::Platform;
 
 /// The command-line word that selects this program instead of a benchmark.
@@ -69,7 +69,29 @@ pub trait PosixFs {
     /// The directory the fixture directory goes in (no trailing `/`).
     fn root(&self) -> &str;
     fn p_open(&self, path: &[u8], mode: OpenMode) -> Result<u64, PErr>;
-    fn p_open_rw(&self, path: &[u8], create: bool) -> Result<u64, PErr>;
+    /// `O_RDWR` (with `create`: `| O_CREAT | O_EXCL`; with `append`: `| O_APPEND`).
+    fn p_open_rw(&self, path: &[u8], create: bool, append: bool) -> Result<u64, PErr>;
+    /// `openat(dir, rel, mode)`: `rel` a relative name, NUL-terminated.
+    fn p_openat(&self, dir: u64, rel: &[u8], mode: OpenMode) -> Result<u64, PErr>;
+    fn p_truncate(&self, path: &[u8], len: u64) -> Result<(), PErr>;
+    /// `pipe()`: (read end, write end). Pipe descriptors are used only through the `p_pipe_*`
+    /// calls (on the library OS they are `libos::fd` descriptors, not `libos::fs` ones).
+    fn p_pipe(&self) -> Result<(u64, u64), PErr>;
+    fn p_pipe_read(&self, fd: u64, buf: &mut [u8]) -> Result<usize, PErr>;
+    fn p_pipe_write(&self, fd: u64, buf: &[u8]) -> Result<usize, PErr>;
+    fn p_pipe_close(&self, fd: u64) -> Result<(), PErr>;
+    /// Close what is still open of a pipe and free it (teardown).
+    fn p_pipe_free(&self, r: u64, w: u64);
+    /// Before a region: make a pipe descriptor usable without first-use work (the library OS
+    /// maps the pipe's ring into the calling context's window on first use).
+    fn p_pipe_warm(&self, _fd: u64) {}
+    /// After a case, on each worker (outside the regions): drop per-context state the case's
+    /// pipe left (the library OS: the ring's mapping).
+    fn p_after_case(&self) {}
+    /// Once, before the workers start.
+    fn p_setup(&self) -> Result<(), PErr> {
+        Ok(())
+    }
     fn p_close(&self, fd: u64) -> Result<(), PErr>;
     fn p_stat(&self, path: &[u8]) -> Result<PStat, PErr>;
     fn p_fstat(&self, fd: u64) -> Result<PStat, PErr>;
@@ -105,6 +127,12 @@ impl Path {
         }
         p
     }
+    /// A relative name alone (for `openat`).
+    fn leaf(name: &str) -> Path {
+        let mut p = Path { buf: [0; 128], len: 0 };
+        p.push(name.as_bytes());
+        p
+    }
     fn push(&mut self, s: &[u8]) {
         let n = s.len().min(self.buf.len() - 1 - self.len);
         self.buf[self.len..self.len + n].copy_from_slice(&s[..n]);
@@ -126,7 +154,7 @@ struct Prepared {
 
 fn paths_of(op: Op) -> (Option<P>, Option<P>) {
     match op {
-        Op::Open(p, _) | Op::Stat(p) | Op::Unlink(p) | Op::Mkdir(p) | Op::Rmdir(p) => (Some(p), None),
+        Op::Open(p, _) | Op::Stat(p) | Op::Unlink(p) | Op::Mkdir(p) | Op::Rmdir(p) | Op::Truncate(p, _) => (Some(p), None),
         Op::Link(a, b) | Op::Rename(a, b) => (Some(a), Some(b)),
         _ => (None, None),
     }
@@ -135,11 +163,12 @@ fn paths_of(op: Op) -> (Option<P>, Option<P>) {
 fn desc_of(op: Op) -> Option<D> {
     match op {
         Op::Close(d) | Op::Fstat(d) | Op::Read(d) | Op::Pread(d, _) | Op::Write(d) | Op::Pwrite(d, _) | Op::Lseek(d, _, _) | Op::Dup(d) | Op::Ftruncate(d, _) => Some(d),
+        Op::Openat(..) => Some(D::Dd),
         _ => None,
     }
 }
 
-fn prepare(root: &str, op: Op, who: u8, fds: &[AtomicU64; 3]) -> Prepared {
+fn prepare<F: PosixFs>(fs: &F, root: &str, op: Op, who: u8, fds: &[AtomicU64; pc::ALL_DESCS]) -> Prepared {
     let (a, b) = paths_of(op);
     let mut buf = [0u8; pc::IO_BYTES];
     if matches!(op, Op::Write(_) | Op::Pwrite(..)) {
@@ -147,10 +176,17 @@ fn prepare(root: &str, op: Op, who: u8, fds: &[AtomicU64; 3]) -> Prepared {
             *x = pc::write_byte(who, i);
         }
     }
+    let fd = desc_of(op).map(|d| fds[d.index()].load(SeqCst)).unwrap_or(u64::MAX);
+    if desc_of(op).is_some_and(D::is_pipe) {
+        fs.p_pipe_warm(fd);
+    }
     Prepared {
-        p1: Path::new(root, a.map(P::rel)),
+        p1: match op {
+            Op::Openat(p, _) => Path::leaf(p.leaf()),
+            _ => Path::new(root, a.map(P::rel)),
+        },
         p2: Path::new(root, b.map(P::rel)),
-        fd: desc_of(op).map(|d| fds[d.index()].load(SeqCst)).unwrap_or(u64::MAX),
+        fd,
         buf,
     }
 }
@@ -159,6 +195,8 @@ fn prepare(root: &str, op: Op, who: u8, fds: &[AtomicU64; 3]) -> Prepared {
 enum Raw {
     Unit(Result<(), PErr>),
     Fd(Result<u64, PErr>),
+    /// `pipe`'s two descriptors.
+    Pipe(Result<(u64, u64), PErr>),
     Stat(Result<PStat, PErr>),
     Num(Result<u64, PErr>),
     Data(Result<usize, PErr>),
@@ -168,11 +206,14 @@ enum Raw {
 fn call<F: PosixFs>(fs: &F, op: Op, a: &mut Prepared) -> Raw {
     match op {
         Op::Open(_, m) => Raw::Fd(fs.p_open(a.p1.c(), m)),
+        Op::Close(d) if d.is_pipe() => Raw::Unit(fs.p_pipe_close(a.fd)),
         Op::Close(_) => Raw::Unit(fs.p_close(a.fd)),
         Op::Stat(_) => Raw::Stat(fs.p_stat(a.p1.c())),
         Op::Fstat(_) => Raw::Stat(fs.p_fstat(a.fd)),
+        Op::Read(d) if d.is_pipe() => Raw::Data(fs.p_pipe_read(a.fd, &mut a.buf)),
         Op::Read(_) => Raw::Data(fs.p_read(a.fd, &mut a.buf)),
         Op::Pread(_, off) => Raw::Data(fs.p_pread(a.fd, &mut a.buf, off)),
+        Op::Write(d) if d.is_pipe() => Raw::Num(fs.p_pipe_write(a.fd, &a.buf).map(|n| n as u64)),
         Op::Write(_) => Raw::Num(fs.p_write(a.fd, &a.buf).map(|n| n as u64)),
         Op::Pwrite(_, off) => Raw::Num(fs.p_pwrite(a.fd, &a.buf, off).map(|n| n as u64)),
         Op::Lseek(_, off, w) => Raw::Num(fs.p_lseek(a.fd, off, w)),
@@ -183,6 +224,9 @@ fn call<F: PosixFs>(fs: &F, op: Op, a: &mut Prepared) -> Raw {
         Op::Dup(_) => Raw::Fd(fs.p_dup(a.fd)),
         Op::Ftruncate(_, len) => Raw::Unit(fs.p_ftruncate(a.fd, len)),
         Op::Rmdir(_) => Raw::Unit(fs.p_rmdir(a.p1.c())),
+        Op::Openat(_, m) => Raw::Fd(fs.p_openat(a.fd, a.p1.c(), m)),
+        Op::Truncate(_, len) => Raw::Unit(fs.p_truncate(a.p1.c(), len)),
+        Op::Pipe => Raw::Pipe(fs.p_pipe()),
     }
 }
 
@@ -193,7 +237,7 @@ const INO_NAMES: [&str; 4] = ["a", "b", "d", "c"];
 fn result_text(r: &Raw, buf: &[u8], inos: &[AtomicU64; 4]) -> String {
     match r {
         Raw::Unit(Ok(())) => "0".into(),
-        Raw::Fd(Ok(_)) => "fd".into(),
+        Raw::Fd(Ok(_)) | Raw::Pipe(Ok(_)) => "fd".into(),
         Raw::Num(Ok(n)) => format!("{n}"),
         Raw::Data(Ok(n)) => format!("{n}:{:08x}", pc::fnv(&buf[..*n])),
         Raw::Stat(Ok(s)) => {
@@ -204,19 +248,49 @@ fn result_text(r: &Raw, buf: &[u8], inos: &[AtomicU64; 4]) -> String {
                 format!("f:{name}:{}:{}", s.nlink, s.size)
             }
         }
-        Raw::Unit(Err(e)) | Raw::Fd(Err(e)) | Raw::Stat(Err(e)) | Raw::Num(Err(e)) | Raw::Data(Err(e)) => e.label(),
+        Raw::Unit(Err(e)) | Raw::Fd(Err(e)) | Raw::Pipe(Err(e)) | Raw::Stat(Err(e)) | Raw::Num(Err(e)) | Raw::Data(Err(e)) => e.label(),
     }
 }
 
-fn new_fd(r: &Raw) -> i64 {
-    match r {
-        Raw::Fd(Ok(fd)) => *fd as i64,
-        _ => -1,
+/// The descriptors a call made, for the teardown: a file descriptor, or a pipe's two ends.
+#[derive(Clone, Copy)]
+enum NewFds {
+    None,
+    File(u64),
+    Pipe(u64, u64),
+}
+
+impl NewFds {
+    fn of(r: &Raw) -> NewFds {
+        match r {
+            Raw::Fd(Ok(fd)) => NewFds::File(*fd),
+            Raw::Pipe(Ok((r, w))) => NewFds::Pipe(*r, *w),
+            _ => NewFds::None,
+        }
+    }
+    /// As three words for the hand-over between the workers: kind, first, second.
+    fn store(self, to: &[AtomicU64; 3]) {
+        let (k, a, b) = match self {
+            NewFds::None => (0, 0, 0),
+            NewFds::File(f) => (1, f, 0),
+            NewFds::Pipe(r, w) => (2, r, w),
+        };
+        to[1].store(a, SeqCst);
+        to[2].store(b, SeqCst);
+        to[0].store(k, SeqCst);
+    }
+    fn load(from: &[AtomicU64; 3]) -> NewFds {
+        let (a, b) = (from[1].load(SeqCst), from[2].load(SeqCst));
+        match from[0].load(SeqCst) {
+            1 => NewFds::File(a),
+            2 => NewFds::Pipe(a, b),
+            _ => NewFds::None,
+        }
     }
 }
 
 /// Make the fixture: the directory, the files with their bytes, the descriptors.
-fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; 3], inos: &[AtomicU64; 4]) -> Result<(), String> {
+fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], inos: &[AtomicU64; 4]) -> Result<(), String> {
     let root = fs.root();
     fn e(what: &'static str) -> impl Fn(PErr) -> String {
         move |x| format!("fixture: {what}: {x:?}")
@@ -224,7 +298,7 @@ fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; 3], inos: &[AtomicU64; 4])
     fs.p_mkdir(Path::new(root, None).c()).map_err(e("mkdir cm"))?;
     fs.p_mkdir(Path::new(root, Some("d")).c()).map_err(e("mkdir d"))?;
     for (p, seed, bytes) in [(P::A, 1u8, pc::FILE_BYTES), (P::B, 2, pc::FILE_BYTES), (P::DC, 3, pc::SMALL_BYTES)] {
-        let fd = fs.p_open_rw(Path::new(root, Some(p.rel())).c(), true).map_err(e("create"))?;
+        let fd = fs.p_open_rw(Path::new(root, Some(p.rel())).c(), true, false).map_err(e("create"))?;
         let mut block = [0u8; 512];
         let mut off = 0u64;
         while off < bytes {
@@ -241,7 +315,23 @@ fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; 3], inos: &[AtomicU64; 4])
         fs.p_close(fd).map_err(e("close"))?;
     }
     for d in pc::DESCS {
-        fds[d.index()].store(fs.p_open_rw(Path::new(root, Some(d.file().rel())).c(), false).map_err(e("open"))?, SeqCst);
+        let path = Path::new(root, d.file().map(P::rel));
+        let fd = match d.fixture_open() {
+            FixtureOpen::ReadWrite => fs.p_open_rw(path.c(), false, false),
+            FixtureOpen::Append => fs.p_open_rw(path.c(), false, true),
+            FixtureOpen::Directory => fs.p_open(path.c(), OpenMode::Read),
+        };
+        fds[d.index()].store(fd.map_err(e("open"))?, SeqCst);
+    }
+    let (r, w) = fs.p_pipe().map_err(e("pipe"))?;
+    fds[pc::D::P0.index()].store(r, SeqCst);
+    fds[pc::D::P1.index()].store(w, SeqCst);
+    let mut bytes = [0u8; pc::PIPE_FIXTURE_BYTES];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = pc::pipe_byte(i);
+    }
+    if fs.p_pipe_write(w, &bytes).map_err(e("pipe write"))? != bytes.len() {
+        return Err("fixture: short pipe write".into());
     }
     for (k, rel) in ["a", "b", "d", "d/c"].iter().enumerate() {
         inos[k].store(fs.p_stat(Path::new(root, Some(rel)).c()).map_err(e("stat"))?.ino, SeqCst);
@@ -250,16 +340,23 @@ fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; 3], inos: &[AtomicU64; 4])
 }
 
 /// Remove whatever the fixture and the case left: descriptors, names, directories.
-fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; 3], new_fds: [i64; 2]) -> Result<(), String> {
+fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], new_fds: [NewFds; 2]) -> Result<(), String> {
     let root = fs.root();
+    fs.p_after_case();
     // The case's new descriptors first: one may have reused the number of a fixture
     // descriptor the other call closed (Linux gives the lowest free number).
-    for fd in new_fds.into_iter().filter(|f| *f >= 0) {
-        fs.p_close(fd as u64).map_err(|x| format!("teardown: close of a case's descriptor: {x:?}"))?;
+    for n in new_fds {
+        match n {
+            NewFds::None => {}
+            NewFds::File(fd) => fs.p_close(fd).map_err(|x| format!("teardown: close of a case's descriptor: {x:?}"))?,
+            NewFds::Pipe(r, w) => fs.p_pipe_free(r, w),
+        }
     }
     for d in pc::DESCS {
         let _ = fs.p_close(fds[d.index()].load(SeqCst));
     }
+    // A closed end (`close(P1)`) gives an error here, which is fine: the other end frees it.
+    fs.p_pipe_free(fds[pc::D::P0.index()].load(SeqCst), fds[pc::D::P1.index()].load(SeqCst));
     let remove = |rel: &str| -> Result<(), String> {
         let path = Path::new(root, Some(rel));
         match fs.p_stat(path.c()) {
@@ -305,11 +402,12 @@ pub fn run<T: Platform + PosixFs>(p: &T, pick: Option<&str>, emit: fn(&str)) -> 
     }
     let go = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
-    let fds: [AtomicU64; 3] = Default::default();
+    p.p_setup().map_err(|e| format!("setup: {e:?}"))?;
+    let fds: [AtomicU64; pc::ALL_DESCS] = Default::default();
     let inos: [AtomicU64; 4] = Default::default();
     let b_text: [AtomicU8; 64] = [const { AtomicU8::new(0) }; 64];
     let b_len = AtomicUsize::new(0);
-    let b_fd = AtomicI64::new(-1);
+    let b_fds: [AtomicU64; 3] = Default::default();
     let failed: AtomicUsize = AtomicUsize::new(0);
     let body = |w: usize| {
         if w == 1 {
@@ -328,7 +426,7 @@ pub fn run<T: Platform + PosixFs>(p: &T, pick: Option<&str>, emit: fn(&str)) -> 
                 }
                 last = g;
                 let Some(c) = pc::case(g - 1) else { return };
-                let mut prep = prepare(p.root(), c.b, 1, &fds);
+                let mut prep = prepare(p, p.root(), c.b, 1, &fds);
                 p.marker(1);
                 let r = call(p, c.b, &mut prep);
                 p.marker(2);
@@ -337,7 +435,8 @@ pub fn run<T: Platform + PosixFs>(p: &T, pick: Option<&str>, emit: fn(&str)) -> 
                     b_text[i].store(b, SeqCst);
                 }
                 b_len.store(t.len().min(b_text.len()), SeqCst);
-                b_fd.store(new_fd(&r), SeqCst);
+                NewFds::of(&r).store(&b_fds);
+                p.p_after_case();
                 done.store(g, SeqCst);
             }
         }
@@ -354,7 +453,7 @@ pub fn run<T: Platform + PosixFs>(p: &T, pick: Option<&str>, emit: fn(&str)) -> 
                 outcome = Err(why);
                 break;
             }
-            let mut prep = prepare(p.root(), c.a, 0, &fds);
+            let mut prep = prepare(p, p.root(), c.a, 0, &fds);
             go.store(i + 1, SeqCst);
             p.marker(1);
             let r = call(p, c.a, &mut prep);
@@ -367,7 +466,7 @@ pub fn run<T: Platform + PosixFs>(p: &T, pick: Option<&str>, emit: fn(&str)) -> 
             let n = b_len.load(SeqCst);
             let bt: String = b_text[..n].iter().map(|b| b.load(SeqCst) as char).collect();
             emit(&format!("commute-posix i={i} a={a} b={bt}"));
-            if let Err(why) = remove_fixture(p, &fds, [new_fd(&r), b_fd.load(SeqCst)]) {
+            if let Err(why) = remove_fixture(p, &fds, [NewFds::of(&r), NewFds::load(&b_fds)]) {
                 outcome = Err(format!("case {i}: {why}"));
                 break;
             }
@@ -417,6 +516,15 @@ mod linux_fs {
         }
     }
 
+    fn open_flags(mode: OpenMode) -> libc::c_int {
+        match mode {
+            OpenMode::Read => libc::O_RDONLY,
+            OpenMode::CreateExcl => libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+            OpenMode::Trunc => libc::O_RDWR | libc::O_TRUNC,
+            OpenMode::Append => libc::O_WRONLY | libc::O_APPEND,
+        }
+    }
+
     fn cp(path: &[u8]) -> *const libc::c_char {
         path.as_ptr() as *const libc::c_char
     }
@@ -438,17 +546,39 @@ mod linux_fs {
             }
         }
         fn p_open(&self, path: &[u8], mode: OpenMode) -> Result<u64, PErr> {
-            let flags = match mode {
-                OpenMode::Read => libc::O_RDONLY,
-                OpenMode::CreateExcl => libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-            };
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::open(cp(path), open_flags(mode), 0o644) } as i64).map(|f| f as u64)
+        }
+        fn p_open_rw(&self, path: &[u8], create: bool, append: bool) -> Result<u64, PErr> {
+            let flags = libc::O_RDWR | if create { libc::O_CREAT | libc::O_EXCL } else { 0 } | if append { libc::O_APPEND } else { 0 };
             // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
             ok(unsafe { libc::open(cp(path), flags, 0o644) } as i64).map(|f| f as u64)
         }
-        fn p_open_rw(&self, path: &[u8], create: bool) -> Result<u64, PErr> {
-            let flags = libc::O_RDWR | if create { libc::O_CREAT | libc::O_EXCL } else { 0 };
+        fn p_openat(&self, dir: u64, rel: &[u8], mode: OpenMode) -> Result<u64, PErr> {
             // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
-            ok(unsafe { libc::open(cp(path), flags, 0o644) } as i64).map(|f| f as u64)
+            ok(unsafe { libc::openat(dir as i32, cp(rel), open_flags(mode), 0o644) } as i64).map(|f| f as u64)
+        }
+        fn p_truncate(&self, path: &[u8], len: u64) -> Result<(), PErr> {
+            // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
+            ok(unsafe { libc::truncate(cp(path), len as libc::off_t) } as i64).map(|_| ())
+        }
+        fn p_pipe(&self) -> Result<(u64, u64), PErr> {
+            let mut fds = [0 as libc::c_int; 2];
+            // SAFETY: see the impl's comment (`fds` is the two ints pipe writes).
+            ok(unsafe { libc::pipe(fds.as_mut_ptr()) } as i64).map(|_| (fds[0] as u64, fds[1] as u64))
+        }
+        fn p_pipe_read(&self, fd: u64, buf: &mut [u8]) -> Result<usize, PErr> {
+            self.p_read(fd, buf)
+        }
+        fn p_pipe_write(&self, fd: u64, buf: &[u8]) -> Result<usize, PErr> {
+            self.p_write(fd, buf)
+        }
+        fn p_pipe_close(&self, fd: u64) -> Result<(), PErr> {
+            self.p_close(fd)
+        }
+        fn p_pipe_free(&self, r: u64, w: u64) {
+            let _ = self.p_close(r);
+            let _ = self.p_close(w);
         }
         fn p_close(&self, fd: u64) -> Result<(), PErr> {
             // SAFETY: see the impl's comment (NUL-terminated path, valid buffer or struct).
@@ -526,7 +656,33 @@ mod linux_fs {
 mod ours_fs {
     use super::*;
     use crate::ours::Ours;
+    use libos::fd as lfd;
     use libos::fs::{self as lfs, Fd, FsError};
+
+    /// The process-wide descriptor table pipes are made in (`p_setup`).
+    static PIPE_TABLE: AtomicU64 = AtomicU64::new(0);
+
+    fn pfd(obj: u64) -> lfd::Fd {
+        lfd::Fd { table: PIPE_TABLE.load(SeqCst), obj }
+    }
+
+    fn perr(e: abi::Error) -> PErr {
+        match e {
+            // A closed descriptor (its slot's generation changed), or the wrong end of a pipe.
+            abi::Error::NoSuchObject | abi::Error::NotPermitted => PErr::BadFd,
+            abi::Error::InvalidArgument => PErr::Inval,
+            _ => PErr::Other(1100),
+        }
+    }
+
+    fn open_flags(mode: OpenMode) -> u32 {
+        match mode {
+            OpenMode::Read => lfs::O_RDONLY,
+            OpenMode::CreateExcl => lfs::O_CREAT | lfs::O_EXCL | lfs::O_RDWR,
+            OpenMode::Trunc => lfs::O_RDWR | lfs::O_TRUNC,
+            OpenMode::Append => lfs::O_WRONLY | lfs::O_APPEND,
+        }
+    }
 
     fn err(e: FsError) -> PErr {
         match e {
@@ -560,15 +716,56 @@ mod ours_fs {
             ""
         }
         fn p_open(&self, path: &[u8], mode: OpenMode) -> Result<u64, PErr> {
-            let flags = match mode {
-                OpenMode::Read => lfs::O_RDONLY,
-                OpenMode::CreateExcl => lfs::O_CREAT | lfs::O_EXCL | lfs::O_RDWR,
-            };
+            lfs::open(s(path), open_flags(mode)).map(|f| f.0 as u64).map_err(err)
+        }
+        fn p_open_rw(&self, path: &[u8], create: bool, append: bool) -> Result<u64, PErr> {
+            let flags = lfs::O_RDWR | if create { lfs::O_CREAT | lfs::O_EXCL } else { 0 } | if append { lfs::O_APPEND } else { 0 };
             lfs::open(s(path), flags).map(|f| f.0 as u64).map_err(err)
         }
-        fn p_open_rw(&self, path: &[u8], create: bool) -> Result<u64, PErr> {
-            let flags = lfs::O_RDWR | if create { lfs::O_CREAT | lfs::O_EXCL } else { 0 };
-            lfs::open(s(path), flags).map(|f| f.0 as u64).map_err(err)
+        fn p_openat(&self, dir: u64, rel: &[u8], mode: OpenMode) -> Result<u64, PErr> {
+            lfs::openat(Fd(dir as u32), s(rel), open_flags(mode)).map(|f| f.0 as u64).map_err(err)
+        }
+        fn p_truncate(&self, path: &[u8], len: u64) -> Result<(), PErr> {
+            lfs::truncate(s(path), len).map_err(err)
+        }
+        fn p_setup(&self) -> Result<(), PErr> {
+            // The process-wide descriptor table, made before the workers start so both
+            // threads find it; pipes go there (a private descriptor is one context's only).
+            let t = lfd::table(lfd::Scope::Process).map_err(perr)?;
+            PIPE_TABLE.store(t, SeqCst);
+            Ok(())
+        }
+        fn p_pipe(&self) -> Result<(u64, u64), PErr> {
+            lfd::pipe(lfd::Scope::Process).map(|(r, w)| (r.obj, w.obj)).map_err(perr)
+        }
+        fn p_pipe_read(&self, fd: u64, buf: &mut [u8]) -> Result<usize, PErr> {
+            lfd::read(pfd(fd), buf).map_err(perr)
+        }
+        fn p_pipe_write(&self, fd: u64, buf: &[u8]) -> Result<usize, PErr> {
+            lfd::write(pfd(fd), buf).map_err(perr)
+        }
+        fn p_pipe_close(&self, fd: u64) -> Result<(), PErr> {
+            lfd::close(pfd(fd)).map_err(perr)
+        }
+        fn p_pipe_free(&self, r: u64, w: u64) {
+            // A process-wide pipe's ring stays in the table's share after its last close
+            // (`libos::fd::proc_last_close`): delete it here, or every case would leave 64 KiB.
+            let ring = lfd::object(pfd(r)).or_else(|_| lfd::object(pfd(w)));
+            let _ = lfd::close(pfd(r));
+            let _ = lfd::close(pfd(w));
+            if let Ok(ring) = ring {
+                let _ = libos::sys::share_delobj(ring);
+            }
+        }
+        fn p_pipe_warm(&self, fd: u64) {
+            // `fstat` maps the ring into this context's descriptor window, which the first
+            // read or write would otherwise do inside the region.
+            let _ = lfd::fstat(pfd(fd));
+        }
+        fn p_after_case(&self) {
+            // The ring's mapping in this context's window holds the ring; the next case's pipe
+            // is a new one.
+            lfd::unmap_all();
         }
         fn p_close(&self, fd: u64) -> Result<(), PErr> {
             lfs::close(Fd(fd as u32)).map_err(err)

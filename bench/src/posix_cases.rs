@@ -12,7 +12,13 @@
 //!   of `b` `fixture_byte(2, i)`);
 //! - `d`: a directory holding `d/c`, a file of [`SMALL_BYTES`] bytes (`fixture_byte(3, i)`);
 //! - descriptors `D0` and `D1`: two opens of `a` (read-write; two open file descriptions, so
-//!   two offsets), `D2`: an open of `b` (read-write); every offset is 0.
+//!   two offsets), `D2`: an open of `b` (read-write); every offset is 0;
+//! - `Dd`: a read-only open of the directory `d` (what `openat` is relative to: it follows the
+//!   directory, not its name, so a rename of `d` does not change what it finds);
+//! - `Dap`: an `O_RDWR | O_APPEND` open of `a` (its writes go to the end of the file);
+//! - `P0`, `P1`: the read and write ends of a pipe holding [`PIPE_FIXTURE_BYTES`] bytes
+//!   (`fixture_byte(4, i)`), so every read of the pipe a case makes finds bytes waiting (a
+//!   read of an empty pipe would block on Linux).
 //!
 //! `m` and `n` (and `d/n`) are missing names a case may create. A case is a pair of calls with
 //! concrete arguments drawn from each call's argument classes ([`CALLS`]): same / different
@@ -48,6 +54,13 @@ impl P {
             P::DN => "d/n",
         }
     }
+    /// The last part of the path (what `openat` relative to its directory names).
+    pub fn leaf(self) -> &'static str {
+        match self.rel().rsplit_once('/') {
+            Some((_, leaf)) => leaf,
+            None => self.rel(),
+        }
+    }
 }
 
 /// The names in the fixture directory a case can leave; a directory among them may hold
@@ -61,21 +74,65 @@ pub enum D {
     D0,
     D1,
     D2,
+    /// `d`, read-only (for `openat`).
+    Dd,
+    /// `a`, `O_RDWR | O_APPEND`.
+    Dap,
+    /// The fixture pipe's read end.
+    P0,
+    /// The fixture pipe's write end.
+    P1,
 }
 
-pub const DESCS: [D; 3] = [D::D0, D::D1, D::D2];
+/// The fixture's descriptors of the file tree (the pipe's ends are [`PIPE_ENDS`]).
+pub const DESCS: [D; 5] = [D::D0, D::D1, D::D2, D::Dd, D::Dap];
+/// The fixture pipe's ends, read end first.
+pub const PIPE_ENDS: [D; 2] = [D::P0, D::P1];
+/// How many fixture descriptors there are (`D::index` is below it).
+pub const ALL_DESCS: usize = 7;
+
+/// How the fixture opens a descriptor of the file tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FixtureOpen {
+    /// `O_RDWR`
+    ReadWrite,
+    /// `O_RDONLY` (a directory)
+    Directory,
+    /// `O_RDWR | O_APPEND`
+    Append,
+}
 
 impl D {
     pub fn index(self) -> usize {
         self as usize
     }
-    /// The file the fixture opens as this descriptor.
-    pub fn file(self) -> P {
+    /// The name the fixture opens as this descriptor; `None` for the pipe's ends.
+    pub fn file(self) -> Option<P> {
         match self {
-            D::D0 | D::D1 => P::A,
-            D::D2 => P::B,
+            D::D0 | D::D1 | D::Dap => Some(P::A),
+            D::D2 => Some(P::B),
+            D::Dd => Some(P::Sub),
+            D::P0 | D::P1 => None,
         }
     }
+    pub fn fixture_open(self) -> FixtureOpen {
+        match self {
+            D::Dd => FixtureOpen::Directory,
+            D::Dap => FixtureOpen::Append,
+            _ => FixtureOpen::ReadWrite,
+        }
+    }
+    pub fn is_pipe(self) -> bool {
+        matches!(self, D::P0 | D::P1)
+    }
+}
+
+/// Bytes waiting in the fixture pipe: more than one read takes ([`IO_BYTES`]) and fewer than
+/// two, so two reads get different bytes and neither finds the pipe empty.
+pub const PIPE_FIXTURE_BYTES: usize = 24;
+/// Byte `i` of the fixture pipe.
+pub fn pipe_byte(i: usize) -> u8 {
+    fixture_byte(4, i as u64)
 }
 
 /// Bytes of `a` and `b` in the fixture: two 4 KiB blocks.
@@ -112,6 +169,10 @@ pub enum OpenMode {
     Read,
     /// `O_CREAT | O_EXCL | O_RDWR`
     CreateExcl,
+    /// `O_RDWR | O_TRUNC`: empties an existing file.
+    Trunc,
+    /// `O_WRONLY | O_APPEND`
+    Append,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,6 +206,13 @@ pub enum Op {
     Mkdir(P),
     Rmdir(P),
     Rename(P, P),
+    /// `openat(Dd, NAME, mode)`: the path is the name's last part (`c` of `d/c`), looked up
+    /// in the directory `Dd` holds wherever it is now. Only names in `d`.
+    Openat(P, OpenMode),
+    /// `truncate(path, len)`.
+    Truncate(P, u64),
+    /// `pipe()`: two new descriptors (a new pipe; the cases never use them).
+    Pipe,
 }
 
 /// A call and its argument classes.
@@ -174,15 +242,20 @@ pub const CALLS: &[Call] = &[
             Op::Open(DN, OpenMode::CreateExcl),
             Op::Open(A, OpenMode::CreateExcl),
             Op::Open(DC, OpenMode::CreateExcl),
+            Op::Open(A, OpenMode::Trunc),
+            Op::Open(DC, OpenMode::Trunc),
+            Op::Open(M, OpenMode::Trunc),
+            Op::Open(Sub, OpenMode::Trunc),
+            Op::Open(B, OpenMode::Append),
         ],
     },
-    Call { name: "close", variants: &[Op::Close(D0), Op::Close(D1), Op::Close(D2)] },
+    Call { name: "close", variants: &[Op::Close(D0), Op::Close(D1), Op::Close(D2), Op::Close(Dd), Op::Close(P1)] },
     Call { name: "dup", variants: &[Op::Dup(D0), Op::Dup(D2)] },
     Call { name: "stat", variants: &[Op::Stat(A), Op::Stat(B), Op::Stat(M), Op::Stat(DC), Op::Stat(Sub), Op::Stat(N), Op::Stat(DN)] },
     Call { name: "fstat", variants: &[Op::Fstat(D0), Op::Fstat(D1), Op::Fstat(D2)] },
-    Call { name: "read", variants: &[Op::Read(D0), Op::Read(D1), Op::Read(D2)] },
+    Call { name: "read", variants: &[Op::Read(D0), Op::Read(D1), Op::Read(D2), Op::Read(P0)] },
     Call { name: "pread", variants: &[Op::Pread(D0, 0), Op::Pread(D0, 4096), Op::Pread(D2, 0), Op::Pread(D1, 0), Op::Pread(D0, 8192), Op::Pread(D2, 4096)] },
-    Call { name: "write", variants: &[Op::Write(D0), Op::Write(D1), Op::Write(D2)] },
+    Call { name: "write", variants: &[Op::Write(D0), Op::Write(D1), Op::Write(D2), Op::Write(Dap), Op::Write(P1)] },
     Call { name: "pwrite", variants: &[Op::Pwrite(D0, 0), Op::Pwrite(D0, 4096), Op::Pwrite(D2, 0), Op::Pwrite(D1, 0), Op::Pwrite(D2, 4096), Op::Pwrite(D0, 8192)] },
     Call {
         name: "lseek",
@@ -214,6 +287,18 @@ pub const CALLS: &[Call] = &[
             Op::Rename(Sub, M),
         ],
     },
+    Call {
+        name: "openat",
+        variants: &[
+            Op::Openat(DC, OpenMode::Read),
+            Op::Openat(DN, OpenMode::Read),
+            Op::Openat(DN, OpenMode::CreateExcl),
+            Op::Openat(DC, OpenMode::CreateExcl),
+            Op::Openat(DC, OpenMode::Trunc),
+        ],
+    },
+    Call { name: "truncate", variants: &[Op::Truncate(A, 4096), Op::Truncate(B, 0), Op::Truncate(DC, 8192), Op::Truncate(M, 0), Op::Truncate(Sub, 0)] },
+    Call { name: "pipe", variants: &[Op::Pipe] },
 ];
 
 /// One case: its index in the enumeration, and the two calls (A on core 0, B on core 1).

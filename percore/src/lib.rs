@@ -15,6 +15,7 @@
 //! | [`counter`] | `SloppyCounter`, `DistributedCounter` | seeds/002, Tornado fig. 1 |
 //! | [`clustered`] | clustered objects, miss handling, policies | Tornado §3 |
 //! | [`reclaim`] | existence guarantees by quiescence (token over per-core counts) | Tornado §5 |
+//! | [`stripe`] | striped try-locks keyed by an object number; the first of an operation's stripes waits, later ones only if free | |
 //! | [`spsc`] | single-producer single-consumer message ring, sequence-tagged slots | NIX, Corey's rings |
 //! | [`slab`] | per-core object cache over a backend (page slabs, heap) | Tornado §4 |
 //! | [`fdtable`] | descriptor table in shared memory: lock-free slot allocation, `fget`-style references | Linux `files_struct`, Corey fig. 1 |
@@ -40,6 +41,7 @@ pub mod selftest;
 pub mod slab;
 pub mod spin;
 pub mod spsc;
+pub mod stripe;
 
 pub use borrow::{BorrowSlots, DropState, BORROW_SLOTS};
 pub use clustered::{ClusteredObject, Policy, RepInfo};
@@ -53,6 +55,7 @@ pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use seqlock::{ReadPath, SeqData, SeqLock, WordsWriter};
 pub use slab::{HeapBackend, ObjectBackend, ObjectCache, PageSlab, PageSource};
 pub use spin::{IrqTicketLock, TicketLock, TicketLockGuard};
+pub use stripe::{StripeBusy, StripeLocks};
 
 /// True when built with `--cfg loom` (the primitives then use loom's atomics); the loom
 /// tests assert it so that a build that silently lost the cfg cannot pass vacuously.

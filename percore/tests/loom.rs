@@ -810,3 +810,86 @@ fn state_checked_borrow_against_a_deferred_scan() {
         assert!(o.state.is_dropped());
     });
 }
+
+/// The library OS's directory locks (percore::stripe, used by user/libos/src/fs/mod.rs):
+/// what the per-directory side and the exclusive side of its file system do, with two
+/// "cores", two stripes and a counter per stripe. A per-directory change holds its core's
+/// lock (an MCS lock per core), takes its first stripe waiting and its second only if free;
+/// refused, it releases everything and runs as an exclusive change, which takes every core's
+/// lock in order and no stripe. Both changes must land (no lost update: loom reports a race
+/// on a counter written under the wrong lock) and the model must end (with the second stripe
+/// also waiting, the two changes hold one stripe each and wait for the other's forever:
+/// loom runs out of branches).
+struct StripeFs {
+    cores: [McsLock<()>; 2],
+    stripes: percore::StripeLocks<2>,
+    counts: [SyncCell<u32>; 2],
+}
+
+impl StripeFs {
+    fn new() -> Self {
+        Self { cores: [McsLock::new(()), McsLock::new(())], stripes: percore::StripeLocks::new(), counts: [SyncCell::new(0), SyncCell::new(0)] }
+    }
+
+    /// Add 1 to both stripes' counts, stripe `first` first, as core `core`.
+    fn change(&self, core: usize, first: usize) {
+        let order = [first, 1 - first];
+        {
+            let _own = self.cores[core].lock();
+            let mut held = 0;
+            for &s in &order {
+                if self.stripes.acquire(s, held).is_err() {
+                    break;
+                }
+                held += 1;
+            }
+            if held == 2 {
+                for c in &self.counts {
+                    // SAFETY: loom's cell, written under both stripes; loom reports a race.
+                    c.with_mut(|p| unsafe { *p += 1 });
+                }
+            }
+            for &s in &order[..held] {
+                self.stripes.unlock(s);
+            }
+            if held == 2 {
+                return;
+            }
+        }
+        // The exclusive side: every core's lock in order, no stripe.
+        let _a = self.cores[0].lock();
+        let _b = self.cores[1].lock();
+        for c in &self.counts {
+            // SAFETY: loom's cell, written with every core's lock held.
+            c.with_mut(|p| unsafe { *p += 1 });
+        }
+    }
+}
+
+#[test]
+fn stripe_changes_in_opposite_orders_fall_back_and_both_land() {
+    model_pair(StripeFs::new, |f| f.change(0, 0), |f| f.change(1, 1), |f| {
+        for c in &f.counts {
+            // SAFETY: loom's cell; both threads have been joined.
+            assert_eq!(c.with(|p| unsafe { *p }), 2, "both changes landed on both stripes");
+        }
+    });
+}
+
+/// One stripe, two holders (first acquisitions, both waiting) adding to one count: mutual
+/// exclusion, and the release orders the first holder's write before the second's (a
+/// `Relaxed` unlock or a lock that lets both in makes loom report the race).
+#[test]
+fn stripe_mutual_exclusion() {
+    fn add(f: &StripeFs, n: u32) {
+        f.stripes.acquire(1, 0).expect("a first acquisition waits");
+        // SAFETY: loom's cell, written under stripe 1.
+        f.counts[1].with_mut(|p| unsafe { *p += n });
+        f.stripes.unlock(1);
+    }
+    model_pair(StripeFs::new, |f| add(f, 1), |f| add(f, 10), |f| {
+        // SAFETY: loom's cell; both threads have been joined.
+        assert_eq!(f.counts[1].with(|p| unsafe { *p }), 11);
+        assert!(!f.stripes.is_locked(1));
+    });
+}

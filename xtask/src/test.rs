@@ -456,7 +456,7 @@ fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     println!("== shell smoke test");
     let cfg = VmConfig {
         smp: 2,
-        mem_mib: 256, // the initrd (every program with its debug info) was 186 MB on branch fsdir2: 192 left 11 MiB
+        mem_mib: 192, // the initrd holds only the programs' loadable bytes (user::loadable_image): about 10 MB
         cmdline: "init=sh".into(),
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
@@ -930,6 +930,9 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // system-call pairs on two cores under the sharing audit; a case conflict-free in the
     // checked-in baseline that now shares a kernel line fails.
     r.suite("commute", |_| crate::commute::ci_tests())?;
+    // The sample's check shown to catch a planted regression (kernel feature
+    // `planted-conflict`: a global counter bumped by every `segment_alloc`), on every run.
+    r.suite("commute-planted", |_| crate::commute::planted_ci_test())?;
     // The same for the POSIX calls on the library OS (`commute --system ours --ci`): a seeded
     // sample checked against xtask/src/commute/baseline-posix-ours.txt.
     r.suite("commute-posix ours", |_| crate::commute::posix::ci_tests(&["ours"]))?;

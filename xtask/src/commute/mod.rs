@@ -471,6 +471,41 @@ pub fn ci_tests() -> Result<TestTally, String> {
     Ok(t)
 }
 
+/// Suite `commute-planted` of `cargo xtask test`: the CI sample's check, shown to catch a
+/// planted regression on every run. Builds the kernel with `planted-conflict` (every
+/// `segment_alloc` bumps one global counter), runs the planted target case alone under the
+/// audit and passes only if the baseline check fails it on `PLANTED_SEGMENT_ALLOCS` (the
+/// check's own output is indented and labelled as the expected failure). A second test: the
+/// same case on the normal kernel (the `commute` suite's run of the sample) is conflict-free
+/// in the baseline, so the failure comes from the planted line alone.
+pub fn planted_ci_test() -> Result<TestTally, String> {
+    let target = planted_target();
+    let baseline = fs::read_to_string(baseline_path()).map_err(|e| format!("cannot read {}: {e}", baseline_path().display()))?;
+    let mut t = TestTally::default();
+    let free_in_baseline = baseline.lines().any(|l| l.split(' ').take(2).eq([target.to_string().as_str(), "free"]));
+    if free_in_baseline {
+        println!("commute::planted_target_{target}_is_conflict_free_in_the_baseline ... ok");
+        t.add(TestTally::PASS);
+    } else {
+        println!("commute::planted_target_{target}_is_conflict_free_in_the_baseline ... FAILED (the baseline does not list case {target} as free)");
+        t.add(TestTally::FAIL);
+    }
+    let kernel = crate::env::build_kernel_with(&["planted-conflict"])?;
+    let outcomes = run_cases_on(kernel, &format!("pick={target}"), 2, Duration::from_secs(300))?;
+    println!("   the baseline check on the planted kernel (a failure is expected here):");
+    let checked = check_baseline(&outcomes, &baseline)?;
+    let caught = outcomes.iter().any(|o| o.case.index == target && o.conflicts.iter().any(|c| c.symbol.contains("PLANTED_SEGMENT_ALLOCS")));
+    if caught && checked.failed == 1 {
+        println!("commute::planted_regression_is_caught ... ok (case {target} fails the baseline check on PLANTED_SEGMENT_ALLOCS)");
+        t.add(TestTally::PASS);
+    } else {
+        println!("commute::planted_regression_is_caught ... FAILED (case {target}: {} of {} checks failed, PLANTED_SEGMENT_ALLOCS seen: {caught})", checked.failed, outcomes.len());
+        t.add(TestTally::FAIL);
+    }
+    println!("{} passed, {} failed", t.passed, t.failed);
+    Ok(t)
+}
+
 /// `--calls`: kernel calls (`cases.rs`) or, with `--system`, POSIX calls (`posix_cases.rs`);
 /// `main` checks which set applies.
 pub fn calls_arg(v: &str) -> Result<String, String> {

@@ -20,6 +20,8 @@ pub enum Ino {
     Root,
     Fix(&'static str),
     New(u8),
+    /// The fixture pipe (its bytes are `State::pipe`).
+    Pipe,
 }
 
 impl Ino {
@@ -28,6 +30,7 @@ impl Ino {
             Ino::Root => "cm",
             Ino::Fix(n) => n,
             Ino::New(_) => "new",
+            Ino::Pipe => "pipe",
         }
     }
 }
@@ -46,6 +49,8 @@ pub struct State {
     pub names: BTreeMap<String, Ino>,
     /// The fixture's descriptors still open: inode and offset.
     pub fds: BTreeMap<D, (Ino, u64)>,
+    /// The bytes waiting in the fixture pipe, oldest first.
+    pub pipe: Vec<u8>,
 }
 
 fn err<T>(e: &str) -> Result<T, String> {
@@ -70,8 +75,12 @@ impl State {
         inodes.insert(Ino::Fix("d"), Inode { dir: true, nlink: 2, data: Vec::new() });
         inodes.insert(Ino::Fix("c"), file(3, pc::SMALL_BYTES));
         let names = [("a", Ino::Fix("a")), ("b", Ino::Fix("b")), ("d", Ino::Fix("d")), ("d/c", Ino::Fix("c"))].into_iter().map(|(n, i)| (n.to_string(), i)).collect();
-        let fds = pc::DESCS.iter().map(|d| (*d, (Ino::Fix(d.file().rel()), 0))).collect();
-        State { inodes, names, fds }
+        let mut fds: BTreeMap<D, (Ino, u64)> = pc::DESCS.iter().map(|d| (*d, (Ino::Fix(d.file().expect("a file descriptor").rel()), 0))).collect();
+        for d in pc::PIPE_ENDS {
+            fds.insert(d, (Ino::Pipe, 0));
+        }
+        let pipe = (0..pc::PIPE_FIXTURE_BYTES).map(pc::pipe_byte).collect();
+        State { inodes, names, fds, pipe }
     }
 
     /// The directory `p` is in, which must exist and be a directory.
@@ -141,6 +150,30 @@ impl State {
         n.nlink = (n.nlink as i64 + delta) as u64;
     }
 
+    /// `open` of the name `rel` (relative to the fixture directory, its directory known to
+    /// exist) with `mode`.
+    fn open_name(&mut self, rel: String, mode: OpenMode, who: u8) -> Result<String, String> {
+        let found = self.names.get(&rel).copied();
+        match (mode, found) {
+            (OpenMode::CreateExcl, Some(_)) => err(pc::ERR_EXISTS),
+            (OpenMode::CreateExcl, None) => {
+                let i = Ino::New(who);
+                self.inodes.insert(i, Inode { dir: false, nlink: 1, data: Vec::new() });
+                self.names.insert(rel, i);
+                Ok("fd".into())
+            }
+            (_, None) => err(pc::ERR_NOT_FOUND),
+            (OpenMode::Read, Some(_)) => Ok("fd".into()),
+            // Opening a directory for writing is EISDIR (POSIX), before any truncation.
+            (OpenMode::Trunc | OpenMode::Append, Some(i)) if self.inodes[&i].dir => err(pc::ERR_IS_DIR),
+            (OpenMode::Trunc, Some(i)) => {
+                self.inodes.get_mut(&i).expect("named inode").data.clear();
+                Ok("fd".into())
+            }
+            (OpenMode::Append, Some(_)) => Ok("fd".into()),
+        }
+    }
+
     /// Run `op` as call `who` (0 = A, 1 = B): its result, in the guest's format.
     pub fn apply(&mut self, op: Op, who: u8) -> String {
         match self.step(op, who) {
@@ -150,20 +183,29 @@ impl State {
 
     fn step(&mut self, op: Op, who: u8) -> Result<String, String> {
         match op {
-            Op::Open(p, OpenMode::Read) => {
-                self.lookup(p)?;
-                Ok("fd".into())
-            }
-            Op::Open(p, OpenMode::CreateExcl) => {
+            Op::Open(p, mode) => {
                 self.dir_of(p)?;
-                if self.names.contains_key(p.rel()) {
-                    return err(pc::ERR_EXISTS);
-                }
-                let i = Ino::New(who);
-                self.inodes.insert(i, Inode { dir: false, nlink: 1, data: Vec::new() });
-                self.names.insert(p.rel().to_string(), i);
-                Ok("fd".into())
+                self.open_name(p.rel().to_string(), mode, who)
             }
+            Op::Openat(p, mode) => {
+                // The directory `Dd` holds, under whatever name it has now (rename moves it).
+                let (dir, _) = self.fd(D::Dd)?;
+                let Some(dir_path) = self.names.iter().find(|(_, i)| **i == dir).map(|(n, _)| n.clone()) else {
+                    // Removed (rmdir): nothing can be found or made in it (Linux: ENOENT).
+                    return err(pc::ERR_NOT_FOUND);
+                };
+                self.open_name(format!("{dir_path}/{}", p.leaf()), mode, who)
+            }
+            Op::Truncate(p, len) => {
+                let i = self.lookup(p)?;
+                if self.inodes[&i].dir {
+                    return err(pc::ERR_IS_DIR);
+                }
+                self.inodes.get_mut(&i).expect("named inode").data.resize(len as usize, 0);
+                Ok("0".into())
+            }
+            // A new pipe: two new descriptors, nothing a case looks at.
+            Op::Pipe => Ok("fd".into()),
             Op::Close(d) => {
                 let (i, _) = self.fd(d)?;
                 self.fds.remove(&d);
@@ -182,6 +224,16 @@ impl State {
             }
             Op::Read(d) => {
                 let (i, off) = self.fd(d)?;
+                if i == Ino::Pipe {
+                    if d != D::P0 {
+                        return err(pc::ERR_BAD_FD);
+                    }
+                    // The oldest bytes, which leave the pipe (the fixture never leaves it empty:
+                    // a read of an empty pipe would block).
+                    let n = self.pipe.len().min(pc::IO_BYTES);
+                    let got: Vec<u8> = self.pipe.drain(..n).collect();
+                    return Ok(format!("{n}:{:08x}", pc::fnv(&got)));
+                }
                 let r = self.read_at(i, off);
                 let n = (self.inodes[&i].data.len() as u64).saturating_sub(off).min(pc::IO_BYTES as u64);
                 self.fds.insert(d, (i, off + n));
@@ -193,6 +245,15 @@ impl State {
             }
             Op::Write(d) => {
                 let (i, off) = self.fd(d)?;
+                if i == Ino::Pipe {
+                    if d != D::P1 {
+                        return err(pc::ERR_BAD_FD);
+                    }
+                    self.pipe.extend((0..pc::IO_BYTES).map(|k| pc::write_byte(who, k)));
+                    return Ok(pc::IO_BYTES.to_string());
+                }
+                // O_APPEND: at the end of the file, whatever the offset was.
+                let off = if d == D::Dap { self.inodes[&i].data.len() as u64 } else { off };
                 self.write_at(i, off, who);
                 self.fds.insert(d, (i, off + pc::IO_BYTES as u64));
                 Ok(pc::IO_BYTES.to_string())
@@ -388,6 +449,8 @@ mod tests {
         assert_eq!(s.apply(Op::Close(D0), 0), pc::ERR_BAD_FD);
         assert!(s.inodes.contains_key(&Ino::Fix("a")));
         assert_eq!(s.apply(Op::Close(D1), 0), "0");
+        assert!(s.inodes.contains_key(&Ino::Fix("a")), "Dap still holds it");
+        assert_eq!(s.apply(Op::Close(Dap), 0), "0");
         assert!(!s.inodes.contains_key(&Ino::Fix("a")));
     }
 
@@ -415,5 +478,88 @@ mod tests {
         assert!(!commutes(Op::Rename(Sub, M), Op::Stat(DC)));
         assert!(commutes(Op::Rmdir(M), Op::Rmdir(N)));
         assert!(!commutes(Op::Mkdir(M), Op::Rmdir(M)));
+    }
+
+    // Catches O_TRUNC that does not empty the file (or empties a directory), and an O_APPEND
+    // write that goes to the descriptor's offset instead of the end: an append and a write at
+    // offset 0 of the same file commute; two appends do not; a truncating open conflicts with
+    // a read of the file but not with one of another file.
+    #[test]
+    fn truncating_opens_and_appends() {
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Open(A, OpenMode::Trunc), 0), "fd");
+        assert_eq!(s.apply(Op::Stat(A), 0), "f:a:1:0");
+        assert_eq!(s.apply(Op::Open(Sub, OpenMode::Trunc), 0), pc::ERR_IS_DIR);
+        assert_eq!(s.apply(Op::Open(M, OpenMode::Trunc), 0), pc::ERR_NOT_FOUND);
+        assert!(!commutes(Op::Open(A, OpenMode::Trunc), Op::Pread(D0, 0)));
+        assert!(commutes(Op::Open(A, OpenMode::Trunc), Op::Pread(D2, 0)));
+        assert!(commutes(Op::Open(A, OpenMode::Trunc), Op::Open(A, OpenMode::Trunc)));
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Write(Dap), 0), "16");
+        assert_eq!(s.apply(Op::Fstat(D0), 0), "f:a:1:8208");
+        assert!(commutes(Op::Write(Dap), Op::Write(D0)));
+        assert!(!commutes(Op::Write(Dap), Op::Write(Dap)));
+        assert!(!commutes(Op::Write(Dap), Op::Pwrite(D0, 8192)));
+        assert!(!commutes(Op::Write(Dap), Op::Stat(A)));
+    }
+
+    // Catches truncate by path that ignores directories or the size: a grow and a shrink of
+    // one file do not commute, truncates of two files do; a directory is EISDIR.
+    #[test]
+    fn truncate_by_path() {
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Truncate(DC, 8192), 0), "0");
+        assert_eq!(s.apply(Op::Stat(DC), 0), "f:c:1:8192");
+        assert_eq!(s.apply(Op::Truncate(Sub, 0), 0), pc::ERR_IS_DIR);
+        assert!(commutes(Op::Truncate(A, 4096), Op::Truncate(B, 0)));
+        assert!(!commutes(Op::Truncate(A, 4096), Op::Ftruncate(D1, 8192)));
+        assert!(!commutes(Op::Truncate(A, 4096), Op::Fstat(D0)));
+        // After the unlink the truncate is NotFound.
+        assert!(!commutes(Op::Truncate(A, 4096), Op::Unlink(A)));
+    }
+
+    // Catches openat resolved by the directory's name instead of the directory: after `d` is
+    // renamed to `m`, openat through `Dd` still finds `c` (and creates `n` in `m`), so rename
+    // of `d` commutes with openat (of an existing name, or making one) but not with
+    // open("d/c") or open("d/n", O_CREAT). A closed `Dd` is EBADF.
+    #[test]
+    fn openat_follows_the_directory() {
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Rename(Sub, M), 0), "0");
+        assert_eq!(s.apply(Op::Openat(DC, OpenMode::Read), 0), "fd");
+        assert_eq!(s.apply(Op::Openat(DN, OpenMode::CreateExcl), 0), "fd");
+        assert!(s.names.contains_key("m/n"));
+        assert!(commutes(Op::Rename(Sub, M), Op::Openat(DC, OpenMode::Read)));
+        assert!(!commutes(Op::Rename(Sub, M), Op::Open(DC, OpenMode::Read)));
+        // Made in `d` and moved with it, or made in `m`: `m/n` either way.
+        assert!(commutes(Op::Rename(Sub, M), Op::Openat(DN, OpenMode::CreateExcl)));
+        assert!(!commutes(Op::Rename(Sub, M), Op::Open(DN, OpenMode::CreateExcl)));
+        assert!(!commutes(Op::Close(Dd), Op::Openat(DC, OpenMode::Read)));
+        assert!(!commutes(Op::Openat(DN, OpenMode::CreateExcl), Op::Open(DN, OpenMode::CreateExcl)));
+        assert!(commutes(Op::Openat(DN, OpenMode::CreateExcl), Op::Open(M, OpenMode::CreateExcl)));
+        assert!(!commutes(Op::Openat(DC, OpenMode::Trunc), Op::Stat(DC)));
+        assert_eq!(State::fixture().apply(Op::Openat(DC, OpenMode::CreateExcl), 0), pc::ERR_EXISTS);
+    }
+
+    // Catches a pipe model whose reads do not consume or whose writes do not queue: two reads
+    // of the pipe get different bytes (do not commute), a read and a write commute while the
+    // pipe holds more than one read takes, two writes do not (their bytes' order), and a write
+    // after the write end's close is EBADF.
+    #[test]
+    fn pipe_reads_consume_and_writes_queue() {
+        let mut s = State::fixture();
+        let first = s.apply(Op::Read(P0), 0);
+        assert!(first.starts_with("16:"), "{first}");
+        assert!(s.apply(Op::Read(P0), 1).starts_with("8:"));
+        assert!(!commutes(Op::Read(P0), Op::Read(P0)));
+        assert!(commutes(Op::Read(P0), Op::Write(P1)));
+        assert!(!commutes(Op::Write(P1), Op::Write(P1)));
+        assert!(commutes(Op::Read(P0), Op::Close(P1)));
+        assert!(!commutes(Op::Write(P1), Op::Close(P1)));
+        assert!(commutes(Op::Pipe, Op::Pipe));
+        assert!(commutes(Op::Pipe, Op::Write(P1)));
+        // A pipe is not a file: a write to it commutes with file reads and writes.
+        assert!(commutes(Op::Write(P1), Op::Write(D0)));
+        assert_eq!(State::fixture().apply(Op::Write(P0), 0), pc::ERR_BAD_FD);
     }
 }

@@ -29,6 +29,9 @@ use testkit::*;
 #[path = "../common/fstest_files.rs"]
 mod files;
 
+#[path = "../common/fstest_fdtables.rs"]
+mod fdtables;
+
 libos::main!(main);
 
 const SCRATCH: u64 = libos::layout::SCRATCH_BASE + (256 << 20);
@@ -1774,11 +1777,13 @@ fn dir_locks_own_and_shared_directories() -> TestResult {
         let st = fs_ok("stat", fs::stat_walk(&alloc::format!("/dls/{w}")))?;
         ensure!(st.mode & fs::S_IFMT == fs::S_IFREG && st.links == 1 && st.size == 0, "/dls/{w}: {st:?}");
     }
-    // Every create, close and unlink of a round on the per-directory side but for reserve
-    // refills (one in 32 creates falls back to the exclusive side).
+    // Every create and unlink of a round on the per-directory side but for reserve refills
+    // (one in 32 creates falls back to the exclusive side): 2 creates and 4/3 unlinks a round,
+    // 500 in all. (The closes take no lock at all since session 13: the descriptors are
+    // per-core slots; before, each close counted here too.)
     for c in 0..n as usize {
         let d = fs::dir_side_changes(c) - before[c];
-        ensure!(d >= DL_ROUNDS * 4, "core {c}: {d} changes on the per-directory side (want at least {})", DL_ROUNDS * 4);
+        ensure!(d >= DL_ROUNDS * 3, "core {c}: {d} changes on the per-directory side (want at least {})", DL_ROUNDS * 3);
     }
     fs_ok("sync", fs::sync())?;
     ensure!(fs_ok("reserved", fs::reserved())? == (0, 0), "reserves not given back by sync");
@@ -2591,7 +2596,7 @@ fn dir_mkdirs_own_and_shared_directories() -> TestResult {
 
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 34] = [
+    let tests: [(&str, fn() -> TestResult); 39] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -2626,6 +2631,11 @@ fn main(args: &'static str) -> u64 {
         ("fs_dir_writes_own_and_shared_directories", dir_writes_own_and_shared_directories),
         ("fs_dir_links_to_one_file", dir_links_to_one_file),
         ("fs_dir_mkdirs_own_and_shared_directories", dir_mkdirs_own_and_shared_directories),
+        ("fs_fdtables_cores_write_and_read_one_file", fdtables::cores_write_and_read_one_file),
+        ("fs_fdtables_dup_across_cores_shares_the_offset", fdtables::dup_across_cores_shares_the_offset),
+        ("fs_fdtables_unlink_while_open_on_another_core", fdtables::unlink_while_open_on_another_core),
+        ("fs_fdtables_rename_over_an_open_file", fdtables::rename_over_an_open_file),
+        ("fs_fdtables_opens_race_unlinks", fdtables::opens_race_unlinks),
     ];
     for (name, f) in tests {
         if selected(args, name) {

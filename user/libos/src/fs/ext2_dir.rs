@@ -434,6 +434,12 @@ impl<D: Disk> Ext2<D> {
     /// empty directory; a directory cannot move into itself). The new name is added before the
     /// old one goes, so a crash in between leaves two names (e2fsck fixes the count), never none.
     pub fn rename(&mut self, old: &[u8], new: &[u8]) -> Result<()> {
+        self.rename_with(old, new, &|_| false)
+    }
+
+    /// `rename`, but a file it replaces whose last name goes while `open(ino)` says it is open
+    /// keeps its blocks (an orphan, as in `unlink_with`) until `release_orphan`.
+    pub fn rename_with(&mut self, old: &[u8], new: &[u8], open: &dyn Fn(u32) -> bool) -> Result<()> {
         self.writable()?;
         let (op, oname) = self.parent_of(old)?;
         let ino_n = self.lookup(&op, oname)?;
@@ -468,7 +474,9 @@ impl<D: Disk> Ext2<D> {
                         let path = new;
                         self.rmdir(path)?;
                     }
-                    (false, false) => self.unlink(new)?,
+                    (false, false) => {
+                        self.unlink_with(new, open)?;
+                    }
                     (true, false) => return Err(FsError::NotDir),
                     (false, true) => return Err(FsError::IsDir),
                 }

@@ -19,13 +19,15 @@
 //! `truncate`, `ftruncate`, `link`, `symlink`, `mkdir` take their core's lock and the lock
 //! of the directory (and file) stripes they change (`with_dir_change`, `DIR_LOCKS`); the
 //! allocation state is frozen there (reserve refills go exclusive). Everything else takes
-//! every core's lock (`exclusive`). The open-file tables have a lock of their own (`TABLES`),
-//! the cache's misses theirs (`disk::CACHE`). Without any lock: `stat` of a cached path
-//! (`names`), read-only `open` of one, and `fstat`, `close`, `read`, `pread`, `lseek` of the
-//! per-core descriptor it gives (`open_files`, `read_unlocked`: docs/fs.md, "Names and
-//! descriptors").
-//! Descriptors here are indexes into this module's own table of open files (`Fd`), or name
-//! a per-core slot (bit 30); `fd::open` puts one in the common descriptor tables (docs/fd.md).
+//! every core's lock (`exclusive`). The shared open-file table has a lock of its own
+//! (`TABLES`: `dup`'s descriptions, directories' descriptors), the cache's misses theirs
+//! (`disk::CACHE`). Without any lock: `stat` of a cached path (`names`), an `open` of one that
+//! changes nothing (any access mode), and `fstat`, `close`, `read`, `pread`, `lseek` of
+//! per-core descriptors while their file is unchanged (`open_files`, `read_unlocked`:
+//! docs/fs.md, "Names and descriptors").
+//! Descriptors here name a per-core slot (bit 30: every regular file's, session 13) or index
+//! this module's shared table (`Fd`); `fd::open` puts one in the common descriptor tables
+//! (docs/fd.md).
 //! A context that uses the file system on another core maps the request segment and links
 //! the buffer cache there on first use (under the lock).
 
@@ -121,21 +123,19 @@ static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
 
 /// Directory locks: a stripe per multiplicative hash of the inode number, each on its own
 /// 128 bytes. Held by a change on the per-directory side from the moment `change_hook` names
-/// the inode (before anything of it is written) to the end of the change.
+/// the inode (before anything of it is written) to the end of the change. The acquisition
+/// rule (the first stripe of a change waits, a later one only if free) is
+/// `percore::StripeLocks::acquire`, model-checked with this file system's two sides in
+/// percore/tests/loom.rs (`stripe_*`).
 const DIR_STRIPES: usize = 64;
-static DIR_LOCKS: [CachePadded<core::sync::atomic::AtomicU32>; DIR_STRIPES] = [const { CachePadded::new(core::sync::atomic::AtomicU32::new(0)) }; DIR_STRIPES];
+static DIR_LOCKS: percore::StripeLocks<DIR_STRIPES> = percore::StripeLocks::new();
 
 fn dir_stripe(ino: u32) -> usize {
-    (ino.wrapping_mul(0x9E37_79B1) >> (32 - DIR_STRIPES.trailing_zeros())) as usize
-}
-
-fn try_lock_stripe(s: usize) -> bool {
-    use core::sync::atomic::Ordering::{Acquire, Relaxed};
-    DIR_LOCKS[s].load(Relaxed) == 0 && DIR_LOCKS[s].compare_exchange(0, 1, Acquire, Relaxed).is_ok()
+    percore::StripeLocks::<DIR_STRIPES>::stripe_of(ino)
 }
 
 fn unlock_stripe(s: usize) {
-    DIR_LOCKS[s].store(0, core::sync::atomic::Ordering::Release);
+    DIR_LOCKS.unlock(s);
 }
 
 /// Every core's lock (in order) and the tables: the exclusive side.
@@ -410,13 +410,7 @@ fn change_hook(ino: u32) -> Result<()> {
         let s = dir_stripe(ino);
         let k = rec.nstripes.load(Relaxed) as usize;
         if !rec.stripes.iter().take(k).any(|a| a.load(Relaxed) as usize == s) {
-            if k == 0 {
-                while !try_lock_stripe(s) {
-                    core::hint::spin_loop();
-                }
-            } else if !try_lock_stripe(s) {
-                return Err(FsError::Contended);
-            }
+            DIR_LOCKS.acquire(s, k).map_err(|_| FsError::Contended)?;
             rec.stripes[k].store(s as u32, Relaxed);
             rec.nstripes.store(k as u32 + 1, Relaxed);
         }
@@ -445,13 +439,8 @@ fn hold_stripe(ino: u32) -> Result<()> {
     if k == CHANGED_MAX {
         return Err(FsError::NoMemory);
     }
-    if k == 0 {
-        while !try_lock_stripe(s) {
-            core::hint::spin_loop();
-        }
-    } else if !try_lock_stripe(s) {
-        return Err(FsError::Contended);
-    }
+    // The change's first stripe waits, a later one only if free (`StripeLocks::acquire`).
+    DIR_LOCKS.acquire(s, k).map_err(|_| FsError::Contended)?;
     rec.stripes[k].store(s as u32, Relaxed);
     rec.nstripes.store(k as u32 + 1, Relaxed);
     Ok(())
@@ -461,19 +450,19 @@ fn hold_stripe(ino: u32) -> Result<()> {
 /// for the name cache (`names::insert`). None (do not cache) for a relative path, a `.` or
 /// `..` component, a symbolic link anywhere on the way (its target's directories would not be
 /// on the chain), a chain longer than `names::CHAIN`, or any error.
-fn name_chain(m: &mut Mounted, path: &[u8]) -> Option<([u32; names::CHAIN], usize)> {
+fn name_chain(fs: &mut CoreFs, path: &[u8]) -> Option<([u32; names::CHAIN], usize)> {
     if path.first() != Some(&b'/') {
         return None;
     }
     let mut chain = [ext2::ROOT_INO; names::CHAIN];
     let mut n = 1;
-    let mut dir = m.fs.inode(ext2::ROOT_INO).ok()?;
+    let mut dir = fs.inode(ext2::ROOT_INO).ok()?;
     for comp in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
         if comp == b"." || comp == b".." || !dir.is_dir() || n == names::CHAIN {
             return None;
         }
-        let i = m.fs.lookup(&dir, comp).ok()?;
-        let ino = m.fs.inode(i).ok()?;
+        let i = fs.lookup(&dir, comp).ok()?;
+        let ino = fs.inode(i).ok()?;
         if ino.is_symlink() {
             return None;
         }
@@ -489,7 +478,7 @@ fn name_chain(m: &mut Mounted, path: &[u8]) -> Option<([u32; names::CHAIN], usiz
 fn fill_name(m: &mut Mounted, path: &str) -> Result<Stat> {
     let ino = m.fs.resolve(path.as_bytes())?;
     let st = Ext2::<Cache>::stat_of(&ino);
-    if let Some((chain, n)) = name_chain(m, path.as_bytes()) {
+    if let Some((chain, n)) = name_chain(m.fs, path.as_bytes()) {
         names::NAMES.insert(path.as_bytes(), &chain[..n], &st);
     }
     Ok(st)
@@ -579,6 +568,8 @@ pub fn unmount() -> Result<()> {
         **g = None;
     }
     *x.tables = None;
+    // The shared table's descriptions went with it (`TABLES` is held).
+    TABLE_DESCS.store(0, core::sync::atomic::Ordering::SeqCst);
     NCORE_FS.store(0, core::sync::atomic::Ordering::Relaxed);
     disk::uninstall();
     names::NAMES.end_change();
@@ -593,14 +584,23 @@ fn file<'a>(m: &'a mut Mounted<'_>, fd: Fd) -> Result<&'a mut OpenFile> {
 /// The open file description `fd` names. A per-core descriptor still `OPEN` is forwarded to
 /// a new description first (with its inode and offset), so every locked call works on it.
 fn desc_index(m: &mut Mounted, fd: Fd) -> Result<u32> {
+    desc_index_in(m.files, m.descs, fd)
+}
+
+/// `desc_index` on the tables alone (their lock held, no core's lock needed: a `forward`
+/// races only with what holds `TABLES` too, or with calls without a lock that the slot's
+/// compare-and-swaps order: see `open_files::forward`).
+fn desc_index_in(files: &mut Vec<Option<u32>>, descs: &mut Vec<Option<OpenFile>>, fd: Fd) -> Result<u32> {
     if !open_files::is_fast(fd.0) {
-        return m.files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor);
+        return files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor);
     }
     match open_files::named(fd.0).ok_or(FsError::BadDescriptor)? {
         open_files::Named::Forwarded(d) => Ok(d),
-        open_files::Named::Open { ino, .. } => {
-            let d = new_desc(m, OpenFile { ino, off: 0, flags: O_RDONLY, refs: 1 });
-            match (open_files::forward(fd.0, d as u32), m.descs[d].as_mut()) {
+        open_files::Named::Open { ino, flags, .. } => {
+            // The description is counted (`TABLE_DESCS`) before the slot stops being `OPEN`,
+            // so an unlink's scan sees one or the other.
+            let d = new_desc_in(descs, OpenFile { ino, off: 0, flags, refs: 1 });
+            match (open_files::forward(fd.0, d as u32), descs[d].as_mut()) {
                 (Some(off), Some(desc)) => {
                     // The offset as `forward` froze it (a read without the lock may have
                     // moved it since `named`).
@@ -609,7 +609,7 @@ fn desc_index(m: &mut Mounted, fd: Fd) -> Result<u32> {
                 }
                 _ => {
                     // Closed on its core meanwhile.
-                    m.descs[d] = None;
+                    drop_desc(descs, d);
                     Err(FsError::BadDescriptor)
                 }
             }
@@ -617,12 +617,8 @@ fn desc_index(m: &mut Mounted, fd: Fd) -> Result<u32> {
     }
 }
 
-/// Put `desc` in a free place of the description table; its index.
-fn new_desc(m: &mut Mounted, desc: OpenFile) -> usize {
-    new_desc_in(m.descs, desc)
-}
-
 fn new_desc_in(descs: &mut Vec<Option<OpenFile>>, desc: OpenFile) -> usize {
+    TABLE_DESCS.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
     match descs.iter().position(|d| d.is_none()) {
         Some(i) => {
             descs[i] = Some(desc);
@@ -631,6 +627,24 @@ fn new_desc_in(descs: &mut Vec<Option<OpenFile>>, desc: OpenFile) -> usize {
         None => {
             descs.push(Some(desc));
             descs.len() - 1
+        }
+    }
+}
+
+/// Live open file descriptions in the shared table (`Tables::descs`), changed only under
+/// `TABLES`: an `unlink` on the per-directory side looks at the shared table (under its
+/// lock) only when this is not 0, so with every descriptor in the per-core lists it never
+/// takes `TABLES`. Why a load is enough: descriptions are made on the exclusive side (every
+/// core's lock, which such an unlink holds one of) or by an `O_CREAT` open holding the new
+/// file's directory stripe (which an unlink of that name takes first); one that goes meanwhile
+/// (a close on another core) only makes the unlink look for nothing.
+static TABLE_DESCS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Free description `d` of the shared table.
+fn drop_desc(descs: &mut [Option<OpenFile>], d: usize) {
+    if let Some(x) = descs.get_mut(d) {
+        if x.take().is_some() {
+            TABLE_DESCS.fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
         }
     }
 }
@@ -644,11 +658,6 @@ fn move_offset(m: &mut Mounted, fd: Fd, from: u64, to: u64) -> Result<bool> {
     }
     file(m, fd)?.off = to;
     Ok(true)
-}
-
-/// A free descriptor number.
-fn new_slot(m: &mut Mounted) -> Result<usize> {
-    new_slot_in(m.files)
 }
 
 fn new_slot_in(files: &mut Vec<Option<u32>>) -> Result<usize> {
@@ -675,39 +684,66 @@ fn is_open(m: &Mounted, ino: u32) -> bool {
 /// the descriptor is a slot of this core's open-file list (`open_files`). A read-only open
 /// under the lock puts the path in the name cache, so the next one is lock-free.
 pub fn open(path: &str, flags: u32) -> Result<Fd> {
-    if flags == O_RDONLY {
-        for attempt in 0..2 {
-            if let Some((st, gen)) = names::NAMES.lookup_stamp(path.as_bytes()) {
-                if st.mode & S_IFMT == S_IFREG {
-                    if let Some(fd) = open_files::open(&st, gen) {
-                        return Ok(Fd(fd));
-                    }
-                }
-                break;
+    // An open of an existing file that changes nothing (any access mode, `O_APPEND`, an
+    // `O_CREAT` that finds the name): the per-core list without a lock.
+    if check_open_flags(flags).is_ok() && flags & (O_EXCL | O_TRUNC) == 0 {
+        let fast = |flags: u32| -> Option<Fd> {
+            let (st, gen) = names::NAMES.lookup_stamp(path.as_bytes())?;
+            if st.mode & S_IFMT != S_IFREG {
+                return None;
             }
-            if attempt > 0 || !path.starts_with('/') {
-                break;
+            let o = open_files::open(&st, gen, flags & (O_ACCMODE | O_APPEND));
+            after_taken_back(&o);
+            o.fd().map(Fd)
+        };
+        if let Some(fd) = fast(flags) {
+            return Ok(fd);
+        }
+        // Not in the name cache (or a directory): walk it on this core's lock only. A regular
+        // file whose path the name cache can hold is put there first (under the lock, once),
+        // so that the next opens of it take the path above; any other existing file is
+        // opened here, and a name that is not there is answered here.
+        let taken_back = core::cell::Cell::new(None);
+        let fill = core::cell::Cell::new(false);
+        let r = with_core(|fs| match fs.resolve(path.as_bytes()) {
+            Ok(first) if first.is_reg() && name_chain(fs, path.as_bytes()).is_some() => {
+                fill.set(true);
+                Err(FsError::Contended)
             }
-            // A miss: put the path in the name cache under the lock (no change runs while we
-            // hold it, so the entry is true now) and try the per-core list once more. An
-            // error here (no such file, ...) is left to the locked open below to report.
-            let filled = with(|m| fill_name(m, path));
-            if filled.is_err() {
-                break;
+            Ok(first) => open_existing(fs, path, first, flags, &taken_back),
+            // Made by the `O_CREAT` path below.
+            Err(FsError::NotFound) if flags & O_CREAT != 0 => Err(FsError::Contended),
+            Err(e) => Err(e),
+        });
+        if let Some(o) = taken_back.take() {
+            after_taken_back(&o);
+        }
+        match r {
+            Err(FsError::Contended) => {}
+            r => return r,
+        }
+        // Put the path in the name cache under the lock (no change runs while we hold it, so
+        // the entry is true now) and try the per-core list once more. An error here (no such
+        // file, ...) is left to the locked open below to report.
+        if fill.get() && with(|m| fill_name(m, path)).is_ok() {
+            if let Some(fd) = fast(flags) {
+                return Ok(fd);
             }
         }
     }
     if flags & O_CREAT != 0 {
-        // The per-directory side, only for an open that makes the file: it is made and its
+        // The per-directory side, for an open that makes the file: it is made and its
         // descriptor installed while its directory's stripe is locked, so an unlink of the
         // name (which needs that lock) comes after and finds the descriptor. An existing
-        // file goes to the exclusive side: without a lock on the directory its name was
-        // found in (a symbolic link's target's, say), an unlink of its last name could free
-        // it between the walk and the descriptor.
-        match with_dir_change(|fs| {
+        // file is opened by the stamp protocol of `open_existing` (not under the stripe of
+        // the directory its name was found in, which for a symbolic link's target is not
+        // the one locked here).
+        let taken_back = core::cell::Cell::new(None);
+        let r = with_dir_change(|fs| {
             check_open_flags(flags)?;
             match fs.resolve(path.as_bytes()) {
-                Ok(_) => Err(FsError::Contended),
+                Ok(_) if flags & O_EXCL != 0 => Err(FsError::Exists),
+                Ok(first) => open_existing(fs, path, first, flags, &taken_back),
                 Err(FsError::NotFound) => {
                     let ino = match fs.create(path.as_bytes(), 0o644) {
                         // Made by another core since the walk: without `O_EXCL` it is
@@ -715,13 +751,22 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
                         Err(FsError::Exists) if flags & O_EXCL == 0 => return Err(FsError::Contended),
                         r => r?,
                     };
+                    // A per-core descriptor (stale stamp: this change is running), installed
+                    // before the stripe is unlocked.
+                    if let Some(fd) = open_files::open_held(&Ext2::<Cache>::stat_of(&ino), flags & (O_ACCMODE | O_APPEND), false) {
+                        return Ok(Fd(fd));
+                    }
                     let mut t = TABLES.lock();
                     let t = t.as_mut().ok_or(FsError::NoDevice)?;
                     install_fd(&mut t.files, &mut t.descs, ino.ino, flags)
                 }
                 Err(e) => Err(e),
             }
-        }) {
+        });
+        if let Some(o) = taken_back.take() {
+            after_taken_back(&o);
+        }
+        match r {
             Err(FsError::Contended) => {}
             r => return r,
         }
@@ -734,14 +779,73 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
     }
 }
 
+/// Run `f` on the calling core's `Ext2` with its own lock only, changing nothing. What it can
+/// rely on: no exclusive call runs (they need this lock too), so no directory moves or goes
+/// away (mkdir, rmdir, rename, link are exclusive); other cores' per-directory changes
+/// (creates, unlinks) run meanwhile, and a walk sees each directory before or after each of
+/// them (`with_dir_change`: why walks need no directory lock). `Contended` when this core has
+/// no `Ext2` (or nothing is mounted): the caller goes to the exclusive side.
+fn with_core<R>(f: impl FnOnce(&mut CoreFs) -> Result<R>) -> Result<R> {
+    let c = crate::ctx::ctx().core as usize;
+    let Some(l) = CORE_FS.get(c) else { return Err(FsError::Contended) };
+    let mut g = l.lock();
+    let Some(fs) = g.as_mut() else { return Err(FsError::Contended) };
+    f(fs)
+}
+
+/// Open the existing file `first` that a walk of `path` on this core's side (`with_core` or
+/// `with_dir_change`) found, without `O_TRUNC`. A directory gets a descriptor of the shared
+/// table (it can go only by rmdir or rename, exclusive, so not while this core's lock is
+/// held). A regular file gets a per-core slot by the protocol of an open from the name
+/// cache (`open_files::open`) with a stamp taken *before* a second walk: the file's stamp
+/// `s` (none while a change runs on its stripe: `Contended`), then `path` walked again to the
+/// same inode. An unlink of that name names the inode (`names::begin`) before it removes the
+/// entry, so if the stamp is still `s` once the slot is published (`open_files::open`'s
+/// re-check), no unlink of it had started when the second walk saw the name, and any later
+/// one scans the lists after the slot is visible and finds it (docs/fs.md, "Is this inode
+/// open anywhere?"). Anything else: `Contended` (the exclusive side opens it).
+fn open_existing(fs: &mut CoreFs, path: &str, first: Inode, flags: u32, taken_back: &core::cell::Cell<Option<open_files::Opened>>) -> Result<Fd> {
+    if first.is_dir() {
+        if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
+            return Err(FsError::IsDir);
+        }
+        let mut t = TABLES.lock();
+        let t = t.as_mut().ok_or(FsError::NoDevice)?;
+        return install_fd(&mut t.files, &mut t.descs, first.ino, flags);
+    }
+    if !first.is_reg() || flags & O_TRUNC != 0 {
+        return Err(FsError::Contended);
+    }
+    let Some(s) = names::stamp(first.ino) else { return Err(FsError::Contended) };
+    let again = fs.resolve(path.as_bytes())?;
+    if again.ino != first.ino || !again.is_reg() {
+        return Err(FsError::Contended);
+    }
+    let o = open_files::open(&Ext2::<Cache>::stat_of(&again), s, flags & (O_ACCMODE | O_APPEND));
+    let fd = o.fd();
+    // Looked at by the caller once this core's lock is released (`after_taken_back`).
+    taken_back.set(Some(o));
+    fd.map(Fd).ok_or(FsError::Contended)
+}
+
+/// After an open without the lock took its slot back (a change to the file started): if the
+/// change may have made the file an orphan because of that slot, free it under the lock when
+/// nothing else has it open, as a close would. Called holding no file-system lock.
+fn after_taken_back(o: &open_files::Opened) {
+    if let Some(ino) = o.orphan_check() {
+        let _ = with(|m| release_if_orphan(m, ino));
+    }
+}
+
 /// `open` with a relative `path` taken from the directory open as `dir` (an absolute path
 /// ignores it). `NotDir` if `dir` is not a directory.
 pub fn openat(dir: Fd, path: &str, flags: u32) -> Result<Fd> {
     let body = |m: &mut Mounted| {
-        let d = file(m, dir)?.ino;
-        if !m.fs.inode(d)?.is_dir() {
+        let (d, _, _) = inode_of(m, dir)?;
+        if !d.is_dir() {
             return Err(FsError::NotDir);
         }
+        let d = d.ino;
         m.fs.base = d;
         let r = open_in(m, path, flags);
         m.fs.base = ext2::ROOT_INO;
@@ -756,6 +860,15 @@ pub fn openat(dir: Fd, path: &str, flags: u32) -> Result<Fd> {
 
 fn open_in(m: &mut Mounted, path: &str, flags: u32) -> Result<Fd> {
     let ino = open_inode(m.fs, path, flags)?;
+    // A regular file gets a per-core descriptor (every core's lock is held: no change can
+    // remove the file before it is visible). Outside a change (no `O_CREAT`/`O_TRUNC`) it
+    // takes the file's current stamp, so its reads go without the lock at once.
+    if ino.is_reg() {
+        let fresh = flags & (O_CREAT | O_TRUNC) == 0;
+        if let Some(fd) = open_files::open_held(&Ext2::<Cache>::stat_of(&ino), flags & (O_ACCMODE | O_APPEND), fresh) {
+            return Ok(Fd(fd));
+        }
+    }
     install_fd(m.files, m.descs, ino.ino, flags)
 }
 
@@ -798,6 +911,10 @@ fn install_fd(files: &mut Vec<Option<u32>>, descs: &mut Vec<Option<OpenFile>>, i
 /// unlinked while open goes with its last description.
 pub fn close(fd: Fd) -> Result<()> {
     use core::sync::atomic::Ordering::SeqCst;
+    if open_files::close_stale(fd.0) {
+        // From before an unmount: its file system is gone.
+        return Err(FsError::BadDescriptor);
+    }
     if open_files::is_fast(fd.0) {
         // A per-core slot: closed without the lock, unless an unlink may have made its file
         // an orphan (`open_files`: why reading ORPHAN_WATCH after the slot is freed is enough).
@@ -808,10 +925,11 @@ pub fn close(fd: Fd) -> Result<()> {
             return Ok(());
         }
     }
-    if !open_files::is_fast(fd.0) {
-        // This core's lock (for the orphan's release, which draws on this core's `Ext2`),
-        // then the tables'. `Contended` only when the closure did not run (nothing mounted
-        // here): the exclusive side below then answers.
+    {
+        // A descriptor of the shared table, or a forwarded per-core one: this core's lock
+        // (for the orphan's release, which draws on this core's `Ext2`), then the tables'.
+        // `Contended` when the closure did not run (nothing mounted here) or met a slot being
+        // re-stamped: the exclusive side below then answers.
         match with_dir_change(|fs| close_in_tables(fs, fd)) {
             Err(FsError::Contended) => {}
             r => return r,
@@ -842,26 +960,40 @@ pub fn close(fd: Fd) -> Result<()> {
             return Ok(());
         }
         let ino = desc.ino;
-        m.descs[d] = None;
+        drop_desc(m.descs, d);
         release_if_orphan(m, ino)
     })
 }
 
-/// `close` of a descriptor of the shared table, on the per-directory side: the tables' lock
-/// for the table, and the orphan (if its last description went) released on `fs` after it.
-/// A frozen `Ext2` frees into its reserve or its spill: never `Contended`.
+/// `close` of a descriptor of the shared table or of a forwarded per-core slot, on the
+/// per-directory side: the tables' lock for the table, and the orphan (if its last
+/// description went) released on `fs` after it. A frozen `Ext2` frees into its reserve or its
+/// spill; `Contended` only for a slot that is `OPEN` again (the exclusive side closes it).
 fn close_in_tables(fs: &mut CoreFs, fd: Fd) -> Result<()> {
     let orphan = {
         let mut g = TABLES.lock();
         let t = g.as_mut().ok_or(FsError::NoDevice)?;
-        let d = t.files.get_mut(fd.0 as usize).and_then(|f| f.take()).ok_or(FsError::BadDescriptor)? as usize;
+        let d = if open_files::is_fast(fd.0) {
+            // `forward` and `close_forwarded` run only under `TABLES`, which we hold.
+            match open_files::named(fd.0) {
+                Some(open_files::Named::Forwarded(d)) => {
+                    open_files::close_forwarded(fd.0);
+                    d as usize
+                }
+                // Being re-stamped under the exclusive side (or open again since): there.
+                Some(open_files::Named::Open { .. }) => return Err(FsError::Contended),
+                None => return Err(FsError::BadDescriptor),
+            }
+        } else {
+            t.files.get_mut(fd.0 as usize).and_then(|f| f.take()).ok_or(FsError::BadDescriptor)? as usize
+        };
         let desc = t.descs.get_mut(d).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
         desc.refs -= 1;
         if desc.refs > 0 {
             return Ok(());
         }
         let ino = desc.ino;
-        t.descs[d] = None;
+        drop_desc(&mut t.descs, d);
         if t.orphans.contains(&ino) && !(t.descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino)) {
             t.orphans.remove(&ino);
             open_files::watch(ino).fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
@@ -892,27 +1024,48 @@ fn release_if_orphan(m: &mut Mounted, ino: u32) -> Result<()> {
     Ok(())
 }
 
-/// A second descriptor for the same open file description (they share the offset).
+/// A second descriptor for the same open file description (they share the offset). Under
+/// the tables' lock only (no core's lock: `dup` runs no file-system operation), from any
+/// core: a per-core descriptor is forwarded to a description of the shared table first
+/// (`desc_index_in`), whose offset both then use.
 pub fn dup(fd: Fd) -> Result<Fd> {
-    with(|m| {
-        let d = desc_index(m, fd)?;
-        let slot = new_slot(m)?;
-        let desc = m.descs.get_mut(d as usize).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
-        desc.refs += 1;
-        m.files[slot] = Some(d);
-        Ok(Fd(slot as u32))
-    })
+    if open_files::close_stale(fd.0) {
+        return Err(FsError::BadDescriptor);
+    }
+    let mut g = TABLES.lock();
+    let t = g.as_mut().ok_or(FsError::NoDevice)?;
+    let d = desc_index_in(&mut t.files, &mut t.descs, fd)?;
+    let slot = new_slot_in(&mut t.files)?;
+    let desc = t.descs.get_mut(d as usize).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
+    desc.refs += 1;
+    t.files[slot] = Some(d);
+    Ok(Fd(slot as u32))
 }
 
-fn inode_of(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64)> {
-    if let Some(open_files::Named::Open { ino, off }) = open_files::named(fd.0) {
-        return Ok((m.fs.inode(ino)?, off));
+/// The inode, offset and open flags of what `fd` names (under the lock). A per-core
+/// descriptor is used in place, not forwarded.
+fn inode_of(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64, u32)> {
+    if let Some(open_files::Named::Open { ino, off, flags }) = open_files::named(fd.0) {
+        return Ok((m.fs.inode(ino)?, off, flags));
     }
-    let (ino, off) = {
+    let (ino, off, flags) = {
         let f = file(m, fd)?;
-        (f.ino, f.off)
+        (f.ino, f.off, f.flags)
     };
-    Ok((m.fs.inode(ino)?, off))
+    Ok((m.fs.inode(ino)?, off, flags))
+}
+
+/// `inode_of` for `read` and `pread`: `BadDescriptor` for a descriptor opened write-only,
+/// `IsDir` for a directory.
+fn readable_of(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64)> {
+    let (ino, off, flags) = inode_of(m, fd)?;
+    if flags & O_ACCMODE == O_WRONLY {
+        return Err(FsError::BadDescriptor);
+    }
+    if ino.is_dir() {
+        return Err(FsError::IsDir);
+    }
+    Ok((ino, off))
 }
 
 /// Read from the descriptor's offset, advancing it. 0 at the end of the file.
@@ -927,10 +1080,7 @@ pub fn read(fd: Fd, buf: &mut [u8]) -> Result<usize> {
         }
     }
     with(|m| loop {
-        let (ino, off) = inode_of(m, fd)?;
-        if ino.is_dir() {
-            return Err(FsError::IsDir);
-        }
+        let (ino, off) = readable_of(m, fd)?;
         let n = m.fs.read(&ino, off, buf)?;
         if move_offset(m, fd, off, off + n as u64)? {
             restamp_if_stale(fd, &ino);
@@ -1015,6 +1165,10 @@ pub fn unlocked_reads(c: usize) -> u64 {
 
 fn read_unlocked_inner(fd: Fd, buf: &mut [u8], at: Option<u64>) -> Option<usize> {
     let snap = open_files::snapshot(fd.0)?;
+    if snap.flags & O_ACCMODE == O_WRONLY {
+        // The locked path says `BadDescriptor`.
+        return None;
+    }
     let off = at.unwrap_or(snap.off);
     let n = disk::with_unlocked(snap.mount, |t, core| {
         let geo = GEOMETRY.get();
@@ -1035,10 +1189,7 @@ pub fn pread(fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
         }
     }
     with(|m| {
-        let (ino, _) = inode_of(m, fd)?;
-        if ino.is_dir() {
-            return Err(FsError::IsDir);
-        }
+        let (ino, _) = readable_of(m, fd)?;
         let n = m.fs.read(&ino, off, buf)?;
         restamp_if_stale(fd, &ino);
         Ok(n)
@@ -1046,14 +1197,24 @@ pub fn pread(fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
 }
 
 fn writable_file(m: &mut Mounted, fd: Fd) -> Result<(Inode, u64, u32)> {
-    let (ino, off, flags) = {
-        let f = file(m, fd)?;
-        (f.ino, f.off, f.flags)
-    };
+    let (ino, off, flags) = inode_of(m, fd)?;
     if flags & O_ACCMODE == O_RDONLY {
         return Err(FsError::BadDescriptor);
     }
-    Ok((m.fs.inode(ino)?, off, flags))
+    Ok((ino, off, flags))
+}
+
+/// Set `fd`'s offset under the lock after a `write`. A per-core descriptor's offset is
+/// stored in its slot (no `forward` runs meanwhile: that needs the lock); a read without the
+/// lock of the same descriptor racing the write may have its move overwritten, as with two
+/// racing calls on one descriptor anywhere.
+fn set_offset(m: &mut Mounted, fd: Fd, to: u64) -> Result<()> {
+    if let Some(open_files::Named::Open { .. }) = open_files::named(fd.0) {
+        open_files::set_off(fd.0, to);
+        return Ok(());
+    }
+    file(m, fd)?.off = to;
+    Ok(())
 }
 
 /// Write at the descriptor's offset (at the end with `O_APPEND`), advancing it. Fewer bytes
@@ -1075,7 +1236,7 @@ pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
         let (mut ino, off, flags) = writable_file(m, fd)?;
         let at = if flags & O_APPEND != 0 { ino.size } else { off };
         let n = m.fs.write(&mut ino, at, buf)?;
-        file(m, fd)?.off = at + n as u64;
+        set_offset(m, fd, at + n as u64)?;
         Ok(n)
     })
 }
@@ -1120,38 +1281,50 @@ pub fn truncate(path: &str, size: u64) -> Result<()> {
     })
 }
 
-/// The shared-table description `fd` names: its index, inode, offset and flags (under
-/// `TABLES`, held only for the look-up). `Contended` for a per-core descriptor (the
-/// exclusive side forwards it; they are read-only anyway).
-fn shared_desc(fd: Fd) -> Result<(u32, u32, u64, u32)> {
-    if open_files::is_fast(fd.0) {
-        return Err(FsError::Contended);
-    }
+/// What `fd` names: the shared table's description index (`None` for a per-core slot still
+/// `OPEN`, `open_files`), the inode, the offset and the open flags. `TABLES` is taken only for
+/// a descriptor of the shared table or a forwarded slot, and only for the look-up. `Contended`
+/// for a slot `named` does not know (closed, or from before an unmount): the exclusive side
+/// gives the exact error.
+fn fd_desc(fd: Fd) -> Result<(Option<u32>, u32, u64, u32)> {
+    let d = if open_files::is_fast(fd.0) {
+        match open_files::named(fd.0) {
+            Some(open_files::Named::Open { ino, off, flags }) => return Ok((None, ino, off, flags)),
+            Some(open_files::Named::Forwarded(d)) => Some(d),
+            None => return Err(FsError::Contended),
+        }
+    } else {
+        None
+    };
     let g = TABLES.lock();
     let t = g.as_ref().ok_or(FsError::NoDevice)?;
-    let d = t.files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor)?;
+    let d = match d {
+        Some(d) => d,
+        None => t.files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor)?,
+    };
     let desc = t.descs.get(d as usize).and_then(|x| x.as_ref()).ok_or(FsError::BadDescriptor)?;
-    Ok((d, desc.ino, desc.off, desc.flags))
+    Ok((Some(d), desc.ino, desc.off, desc.flags))
 }
 
 /// `write`, `pwrite`, `ftruncate` on the per-directory side: `f` gets this core's `Ext2`, the
-/// file's inode, the description's offset and flags, and returns its result and the new
-/// offset (if it moves). The file's stripe is taken (waiting: it is the change's first) and
-/// the inode named to `names::begin` before anything is read for the change; then the
-/// description is looked up *again*: if it still names the same inode, the inode cannot be
-/// freed under the change (an orphan is released only by the close of its last description,
-/// which takes the same stripe after removing the description: `close_in_tables`), and the
-/// offset read now is the one to use (two changes of one description's file are serialized
-/// by its stripe; everything else that moves offsets is exclusive). A descriptor closed
+/// file's inode, the descriptor's offset and flags, and returns its result and the new offset
+/// (if it moves). The file's stripe is taken (waiting: it is the change's first) and the inode
+/// named to `names::begin` before anything is read for the change; then the descriptor is
+/// looked up *again*: if it still names the same inode, the inode cannot be freed under the
+/// change: an orphan is released by the close of its last descriptor either on the exclusive
+/// side (a per-core slot's close: `release_if_orphan` under `with`, which waits for this
+/// core's lock) or after taking the same stripe (`close_in_tables`), and an unlink frees a
+/// file that is not open only with its stripe (only if free). The offset read now is the
+/// one to use (two changes of one file are serialized by its stripe). A descriptor closed
 /// between the two look-ups is `BadDescriptor` (the write lost the race to the close); one
-/// re-opened onto another file runs on the exclusive side. The new offset is stored only if
-/// the description still names the file (a close and an `O_CREAT` open on other cores may
-/// have put another description in its place: that one keeps its own offset).
+/// re-opened onto another file meanwhile runs on the exclusive side. The new offset is stored
+/// only if the descriptor still names the file (as `set_offset` does on the exclusive side:
+/// a plain store into the slot, or the description's offset).
 fn fd_dir_change<R>(fd: Fd, f: impl FnOnce(&mut CoreFs, &mut Inode, u64, u32) -> Result<(R, Option<u64>)>) -> Result<R> {
     with_dir_change(|fs| {
-        let (_, ino0, _, _) = shared_desc(fd)?;
+        let (_, ino0, _, _) = fd_desc(fd)?;
         change_hook(ino0)?;
-        let (d, ino, off, flags) = shared_desc(fd)?;
+        let (d, ino, off, flags) = fd_desc(fd)?;
         if ino != ino0 {
             return Err(FsError::Contended);
         }
@@ -1159,11 +1332,23 @@ fn fd_dir_change<R>(fd: Fd, f: impl FnOnce(&mut CoreFs, &mut Inode, u64, u32) ->
             return Err(FsError::BadDescriptor);
         }
         let mut inode = fs.inode(ino)?;
+        if inode.is_dir() {
+            return Err(FsError::Contended);
+        }
         let (r, new_off) = f(fs, &mut inode, off, flags)?;
         if let Some(o) = new_off {
-            if let Some(desc) = TABLES.lock().as_mut().and_then(|t| t.descs.get_mut(d as usize)).and_then(|x| x.as_mut()) {
-                if desc.ino == ino {
-                    desc.off = o;
+            match d {
+                None => {
+                    if matches!(open_files::named(fd.0), Some(open_files::Named::Open { ino: i, .. }) if i == ino) {
+                        open_files::set_off(fd.0, o);
+                    }
+                }
+                Some(d) => {
+                    if let Some(desc) = TABLES.lock().as_mut().and_then(|t| t.descs.get_mut(d as usize)).and_then(|x| x.as_mut()) {
+                        if desc.ino == ino {
+                            desc.off = o;
+                        }
+                    }
                 }
             }
         }
@@ -1252,17 +1437,24 @@ pub fn unlink(path: &str) -> Result<()> {
     use core::sync::atomic::Ordering::SeqCst;
     // The per-directory side first: the parent's stripe lock (and the victim's, if free).
     match with_dir_change(|fs| {
-        // As below, with the tables' lock for the scan of the descriptions; an orphan is
-        // recorded in the same hold, so a close on another core either ran before the scan
-        // (not open) or finds it in `orphans` and releases it.
+        // As below. The per-core lists are scanned with loads only; the shared table only if
+        // it holds any description (`TABLE_DESCS`), under its lock, and an orphan is recorded
+        // under that lock. A close on another core either ran before the scan (not open), or
+        // finds the raised watch count and frees the orphan on the exclusive side (which waits
+        // for this core's lock, so for the record), or (a shared-table close, under
+        // `TABLES`) finds it in `orphans`.
         let raised = core::cell::Cell::new(None);
         let orphaned = core::cell::Cell::new(false);
         let open = |ino: u32| {
             open_files::watch(ino).fetch_add(1, SeqCst);
             raised.set(Some(ino));
+            let in_lists = open_files::is_open(ino);
+            if !in_lists && TABLE_DESCS.load(SeqCst) == 0 {
+                return false;
+            }
             let mut g = TABLES.lock();
             let Some(t) = g.as_mut() else { return false };
-            let o = t.descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino);
+            let o = in_lists || t.descs.iter().flatten().any(|d| d.ino == ino);
             if o {
                 t.orphans.insert(ino);
                 orphaned.set(true);
@@ -1318,10 +1510,39 @@ pub fn unlink(path: &str) -> Result<()> {
 }
 
 /// Rename (replacing a file by a file, or an empty directory by a directory).
+///
+/// A file replaced while it is open stays readable and writable through its descriptors and
+/// is freed at its last close (an orphan, as `unlink` of its last name makes one).
 pub fn rename(old: &str, new: &str) -> Result<()> {
+    use core::sync::atomic::Ordering::SeqCst;
     // Both parents, the moved inode (a directory's `..` changes) and a replaced one: named by
-    // `Ext2::rename` itself.
-    with_change(|m| m.fs.rename(old.as_bytes(), new.as_bytes()))
+    // `Ext2::rename` itself (the replaced one before `open` runs on it, as in `unlink`).
+    with_change(|m| {
+        let raised = core::cell::Cell::new(None);
+        let orphaned = core::cell::Cell::new(false);
+        let descs = &m.descs;
+        let open = |ino: u32| {
+            open_files::watch(ino).fetch_add(1, SeqCst);
+            raised.set(Some(ino));
+            let o = descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino);
+            orphaned.set(o);
+            o
+        };
+        let r = m.fs.rename_with(old.as_bytes(), new.as_bytes(), &open);
+        match (raised.get(), orphaned.get()) {
+            // The replaced file lost its last name while open: an orphan, even if a later
+            // step of the rename failed (its name is gone either way). The watch count stays
+            // raised until it is freed (`release_if_orphan`).
+            (Some(ino), true) => {
+                m.orphans.insert(ino);
+            }
+            (Some(ino), false) => {
+                open_files::watch(ino).fetch_sub(1, SeqCst);
+            }
+            _ => {}
+        }
+        r
+    })
 }
 
 /// A second name for a file.
@@ -1339,7 +1560,7 @@ pub fn link(existing: &str, new: &str) -> Result<()> {
 /// system is synced (in the same order as `sync`).
 pub fn fsync(fd: Fd) -> Result<()> {
     with_all(|x| {
-        x.run(&mut |m: &mut Mounted| file(m, fd).map(|_| ()))?;
+        x.run(&mut |m: &mut Mounted| inode_of(m, fd).map(|_| ()))?;
         x.sync()
     })
 }
@@ -1360,9 +1581,10 @@ pub fn lseek(fd: Fd, off: i64, whence: u32) -> Result<u64> {
         }
     }
     with(|m| loop {
-        let (ino, cur) = inode_of(m, fd)?;
+        let (ino, cur, _) = inode_of(m, fd)?;
         let new = to([0, cur, ino.size][whence as usize])?;
         if move_offset(m, fd, cur, new)? {
+            restamp_if_stale(fd, &ino);
             return Ok(new);
         }
     })
@@ -1374,7 +1596,8 @@ pub fn fstat(fd: Fd) -> Result<Stat> {
         return Ok(st);
     }
     with(|m| {
-        let (ino, _) = inode_of(m, fd)?;
+        let (ino, _, _) = inode_of(m, fd)?;
+        restamp_if_stale(fd, &ino);
         Ok(Ext2::<Cache>::stat_of(&ino))
     })
 }

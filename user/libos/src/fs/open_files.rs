@@ -1,16 +1,30 @@
 //! Per-core lists of open files (MOSBENCH's fix, seeds/002: no shared open-file list or
 //! reference count written by `open`/`close`).
 //!
-//! A read-only `open` of a path the name cache (`names`) answers takes a slot in the calling
-//! core's own list and returns a descriptor naming that slot ([`FAST_BIT`] | core << 6 |
-//! slot). Opening and closing it write only lines of that core's list; `fstat` writes nothing
-//! (the `Stat` taken at open is returned while no change to that file has happened since: the
-//! file's stamp, `names::Stamp`, its generation stripe and the epoch, is still the one the
-//! slot was filled at). Everything else (`read`, `lseek`,
-//! `dup`, ...) runs under the file system's lock as before: `read`/`pread`/`lseek` use the
-//! slot's inode and offset directly, and any other call first *forwards* the slot to an
-//! ordinary open file description (the slot then names it, `FWD`), so every call works on
-//! every descriptor.
+//! Every open of a regular file takes a slot in the calling core's own list (session 13;
+//! before, only read-only opens of cached names did) and returns a descriptor naming that
+//! slot ([`FAST_BIT`] | core << 6 | slot): the core is in the number, so a descriptor used
+//! or closed on another core still names its slot. An open of a cached name that changes
+//! nothing (any access mode, `O_APPEND`, an `O_CREAT` that finds the file) takes no lock
+//! ([`open`]); an open that makes or empties the file, or one under the lock, fills the slot
+//! while its locks keep every change that could remove the file away ([`open_held`]).
+//! Opening and closing write only lines of the slot (and, on the owning core, that core's
+//! free-slot hint); `fstat` writes nothing (the `Stat` taken at open is returned while no
+//! change to that file has happened since: the file's stamp, `names::Stamp`, its generation
+//! stripe and the epoch, is still the one the slot was filled at). `read`, `pread` and
+//! `lseek` go without the lock while that holds (`fs::read_unlocked`), under it otherwise
+//! (which re-stamps the slot); `write`, `pwrite` and `ftruncate` run under the lock on the
+//! slot in place (its flags say what it may do); `dup` *forwards* the slot to an ordinary
+//! open file description under the tables' lock (the slot then names it, `FWD`), so the two
+//! descriptors share one offset.
+//!
+//! **Claiming a slot without sharing a line.** `used` (a bit per slot ever taken since the
+//! mount, set before the slot is first claimed and never cleared) is what scans look at;
+//! `free_hint` is the owning core's own idea of which slots are free. A close on the owning
+//! core sets its hint bit; a close on another core only stores `FREE` in the slot (a line
+//! the closer writes anyway), and the owner finds such slots by their state when its hint
+//! runs dry. The claim itself is a compare-and-swap `FREE` -> `CLAIMED` on the slot, so a
+//! stale hint or two contexts on one core cost a retry, never one slot given twice.
 //!
 //! **Why a fast open is right.** The name cache's answer was true when the file's stamp was
 //! `g` (`names`: the stamp is the epoch and the file's generation stripe). The opener fills
@@ -32,6 +46,25 @@
 //! first and reads it after (both SeqCst), so a close that reads 0 happened before any scan
 //! could see its slot. A close that reads non-zero takes the lock and frees the orphan if it
 //! was the last.
+//!
+//! **Is the inode open anywhere (an unlink or a rename removing a last name)?** No shared
+//! table under one lock: `is_open` scans, with loads only, the slots whose `used` bit is set
+//! in every core's list, after the change named the victim (`names::begin`: a SeqCst fence),
+//! and the shared table (`fs::TABLES`, under its lock) only when it holds any description at
+//! all (`fs::TABLE_DESCS`). Why no open is missed:
+//! 1. An open without a lock ([`open`]): its `used` bit and `OPEN` come before its fence and
+//!    its re-check of the stamp; the change's increment comes before its fence and its scan.
+//!    Either the opener sees the stamp moved and takes its slot back, or the scan sees the slot.
+//! 2. An open under a lock ([`open_held`]): on the exclusive side it holds every core's lock,
+//!    the unlinking core's too, so its slot is published before that unlink starts or the
+//!    unlink is over before it looks the name up; an `O_CREAT` open on the per-directory side
+//!    holds the stripe of the directory it made the file in until its slot is published, and
+//!    an unlink of that name (the file's only one) takes that stripe first (renames and links
+//!    are exclusive).
+//! 3. A slot `dup` forwarded (`FWD`, not counted by the scan): its description was counted in
+//!    `TABLE_DESCS` (SeqCst) before the slot left `OPEN`; a scan that loads `FWD` (acquire)
+//!    then loads a non-zero count and searches the shared table under its lock.
+//! 4. A close meanwhile: the orphan watch counts above.
 
 use core::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -55,6 +88,13 @@ const FWD: u64 = 2;
 /// Being re-stamped under the lock (`restamp`): neither open nor closable without the lock
 /// for that moment.
 const RESTAMP: u64 = 3;
+/// Claimed by an opener that has not published it yet (not open to anyone, not free).
+const CLAIMED: u64 = 4;
+
+/// A stamp no file ever has (its running-change bits are set, so `names::still` refuses
+/// it): a slot opened inside a change, whose `Stat` may not match any finished state, reads
+/// and seeks under the lock until a locked read re-stamps it.
+pub const STALE: Stamp = Stamp { epoch: 0, gen: 1 };
 
 #[repr(align(128))]
 struct Slot {
@@ -68,21 +108,58 @@ struct Slot {
     gen: AtomicU64,
     epoch: AtomicU64,
     stat: [AtomicU64; 4],
+    /// The open's flags (`O_ACCMODE` and `O_APPEND`): what `read` and `write` may do with it.
+    flags: AtomicU64,
 }
 
 impl Slot {
     const fn new() -> Slot {
-        Slot { state: AtomicU64::new(FREE), ino: AtomicU64::new(0), off: AtomicU64::new(0), mount: AtomicU64::new(0), gen: AtomicU64::new(0), epoch: AtomicU64::new(0), stat: [const { AtomicU64::new(0) }; 4] }
+        Slot { state: AtomicU64::new(FREE), ino: AtomicU64::new(0), off: AtomicU64::new(0), mount: AtomicU64::new(0), gen: AtomicU64::new(0), epoch: AtomicU64::new(0), stat: [const { AtomicU64::new(0) }; 4], flags: AtomicU64::new(0) }
     }
 }
 
 struct CoreList {
-    /// Bit `i`: slot `i` is taken (set by the owning core, cleared by whoever closes).
+    /// Bit `i`: slot `i` has been taken at least once since the mount (set by the owning core
+    /// before it first claims the slot, never cleared while mounted): `is_open` looks only at
+    /// these slots. Written once per slot, so it stays a read-mostly line.
     used: CachePadded<AtomicU64>,
+    /// Bit `i`: the owning core believes slot `i` is free (its own closes set it, its opens
+    /// clear it; a close on another core frees the slot without touching this line, and the
+    /// owner finds such slots again when the hint runs dry). Only a hint: the claim is a
+    /// compare-and-swap of the slot's state, so a stale bit costs a retry, never a slot
+    /// given twice (several contexts on one core, a TC core, may race here).
+    free_hint: CachePadded<AtomicU64>,
     slots: [Slot; SLOTS],
 }
 
-static LISTS: [CoreList; CORES] = [const { CoreList { used: CachePadded::new(AtomicU64::new(0)), slots: [const { Slot::new() }; SLOTS] } }; CORES];
+static LISTS: [CoreList; CORES] = [const { CoreList { used: CachePadded::new(AtomicU64::new(0)), free_hint: CachePadded::new(AtomicU64::new(u64::MAX)), slots: [const { Slot::new() }; SLOTS] } }; CORES];
+
+/// Per core, per inode stripe (`open_stripe`): how many of that core's slots are filled
+/// with an inode of the stripe and not yet freed (`OPEN`, `RESTAMP` or `FWD`), each count on
+/// a line of its own. Raised by the owning core before it publishes a slot, lowered by
+/// whoever frees it. `is_open` reads one count per core (its victim's stripe) and scans only
+/// the lists of cores whose count is not 0: an unlink then reads another core's slot lines
+/// only when that core has a file of the same stripe open, so a core that opens, closes and
+/// unlinks its own files (`fs_create_private`) reads no line another core writes but for
+/// stripe collisions (1 in `OPEN_STRIPES`).
+const OPEN_STRIPES: usize = 32;
+static OPEN_COUNTS: [[CachePadded<AtomicU64>; OPEN_STRIPES]; CORES] = [const { [const { CachePadded::new(AtomicU64::new(0)) }; OPEN_STRIPES] }; CORES];
+
+fn open_stripe(ino: u64) -> usize {
+    ((ino as u32).wrapping_mul(0x9E37_79B1) >> (32 - OPEN_STRIPES.trailing_zeros())) as usize
+}
+
+/// The count of core `c`'s filled slots of inode `ino`'s stripe.
+fn open_count(c: usize, ino: u64) -> &'static AtomicU64 {
+    &OPEN_COUNTS[c.min(CORES - 1)][open_stripe(ino)]
+}
+
+/// Slot `fd` (filled with `ino`) went back to `FREE`: its core's count down.
+fn uncount(fd: u32, ino: u64) {
+    let c = ((fd & !FAST_BIT) >> 6) as usize;
+    // Saturating: never below 0 whatever a corrupt caller does.
+    let _ = open_count(c, ino).fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1));
+}
 
 /// Which mount is current (raised at every mount and unmount, under the lock).
 pub static MOUNT: AtomicU64 = AtomicU64::new(0);
@@ -120,28 +197,61 @@ fn core() -> usize {
 
 /// What a descriptor names, seen from a call that holds the file system's lock.
 pub enum Named {
-    /// An open per-core slot: its inode and offset.
-    Open { ino: u32, off: u64 },
+    /// An open per-core slot: its inode, offset and open flags.
+    Open { ino: u32, off: u64, flags: u32 },
     /// Forwarded to the ordinary open file description with this index.
     Forwarded(u32),
 }
 
-/// Open `stat.ino` read-only in the calling core's list, if the file's stamp is still `gen`
-/// once the slot is visible. None: no free slot, no list for this core, or a
-/// change started (the caller opens under the lock).
-pub fn open(stat: &Stat, gen: Stamp) -> Option<u32> {
-    let c = core();
+/// Claim a free slot of the calling core's list (state `CLAIMED`): the lowest one the
+/// core's hint says is free, else (the hint ran dry: slots freed by other cores' closes)
+/// any slot in the `FREE` state. Writes only lines of this core (the hint, the claimed
+/// slot, and `used` the first time a slot is taken). None: every slot is taken.
+fn claim(c: usize) -> Option<usize> {
     let list = LISTS.get(c)?;
-    let used = list.used.load(Ordering::Relaxed);
-    let i = (!used).trailing_zeros() as usize;
-    if i >= SLOTS {
-        return None;
+    for _ in 0..2 {
+        loop {
+            let hint = list.free_hint.load(Ordering::Relaxed);
+            if hint == 0 {
+                break;
+            }
+            let i = hint.trailing_zeros() as usize;
+            list.free_hint.fetch_and(!(1 << i), Ordering::Relaxed);
+            if claim_slot(list, i) {
+                return Some(i);
+            }
+        }
+        // Refill the hint from the slots' states (other cores' closes).
+        let mut found = 0u64;
+        for (i, s) in list.slots.iter().enumerate() {
+            if s.state.load(Ordering::Relaxed) == FREE {
+                found |= 1 << i;
+            }
+        }
+        if found == 0 {
+            return None;
+        }
+        list.free_hint.fetch_or(found, Ordering::Relaxed);
     }
-    // Only this core sets bits; other cores may clear them (a close elsewhere): an atomic or.
-    list.used.fetch_or(1 << i, Ordering::Relaxed);
-    let s = &list.slots[i];
+    None
+}
+
+/// Take slot `i` of `list` if it is free: `used` first (so a scan that finds the bit clear
+/// knows the slot is not open), then the state.
+fn claim_slot(list: &CoreList, i: usize) -> bool {
+    if list.used.load(Ordering::Relaxed) & (1 << i) == 0 {
+        list.used.fetch_or(1 << i, Ordering::SeqCst);
+    }
+    list.slots[i].state.compare_exchange(FREE, CLAIMED, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+}
+
+/// Fill a claimed slot and publish it (`OPEN`).
+fn fill(c: usize, s: &Slot, stat: &Stat, gen: Stamp, flags: u32) {
+    // Counted before it is published (and so before the opener's fence: `is_open`).
+    open_count(c, stat.ino as u64).fetch_add(1, Ordering::SeqCst);
     s.ino.store(stat.ino as u64, Ordering::Relaxed);
     s.off.store(0, Ordering::Relaxed);
+    s.flags.store(flags as u64, Ordering::Relaxed);
     s.mount.store(MOUNT.load(Ordering::Relaxed), Ordering::Relaxed);
     s.gen.store(gen.gen, Ordering::Relaxed);
     s.epoch.store(gen.epoch, Ordering::Relaxed);
@@ -149,14 +259,80 @@ pub fn open(stat: &Stat, gen: Stamp) -> Option<u32> {
         a.store(*w, Ordering::Relaxed);
     }
     s.state.store(OPEN, Ordering::Release);
+}
+
+fn fd_of(c: usize, i: usize) -> u32 {
+    FAST_BIT | (c as u32) << 6 | i as u32
+}
+
+/// What [`open`] did.
+pub enum Opened {
+    /// The descriptor.
+    Fd(u32),
+    /// No free slot or no list for this core: nothing was published.
+    NoSlot,
+    /// A change to the file started: the slot was published and taken back. The change may
+    /// have seen it and made the file an orphan meanwhile; `watch(ino)` is then non-zero and
+    /// the caller must free the orphan under the lock if nothing else has it open, as a
+    /// close would ([`Opened::orphan_check`]).
+    TakenBack(u32),
+}
+
+impl Opened {
+    /// The inode whose orphan the caller must look for (under the lock, after every lock it
+    /// holds now is released), if any.
+    pub fn orphan_check(&self) -> Option<u32> {
+        match self {
+            Opened::TakenBack(ino) if watch(*ino).load(Ordering::SeqCst) != 0 => Some(*ino),
+            _ => None,
+        }
+    }
+
+    pub fn fd(&self) -> Option<u32> {
+        match self {
+            Opened::Fd(fd) => Some(*fd),
+            _ => None,
+        }
+    }
+}
+
+/// Open `stat.ino` (with `flags`: the access mode and `O_APPEND`) in the calling core's list
+/// without the lock, if the file's stamp is still `gen` once the slot is visible.
+pub fn open(stat: &Stat, gen: Stamp, flags: u32) -> Opened {
+    let c = core();
+    let Some(i) = claim(c) else { return Opened::NoSlot };
+    let list = &LISTS[c];
+    let s = &list.slots[i];
+    fill(c, s, stat, gen, flags);
     fence(Ordering::SeqCst);
     if !super::names::still(stat.ino, gen) {
-        // A change started: it may not have seen the slot. Take it back.
-        s.state.store(FREE, Ordering::Relaxed);
-        list.used.fetch_and(!(1 << i), Ordering::Release);
-        return None;
+        // A change started: it may or may not have seen the slot. Take it back; the fence
+        // orders that before the caller's look at the watch count (as in a close).
+        s.state.store(FREE, Ordering::SeqCst);
+        uncount(fd_of(c, i), stat.ino as u64);
+        list.free_hint.fetch_or(1 << i, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        return Opened::TakenBack(stat.ino);
     }
-    Some(FAST_BIT | (c as u32) << 6 | i as u32)
+    Opened::Fd(fd_of(c, i))
+}
+
+/// Open `stat.ino` in the calling core's list from a caller that keeps every change that
+/// could remove the file away until the descriptor is returned (the exclusive side, or the
+/// per-directory side holding the stripe of the directory the file was just made in): no
+/// re-check. `fresh`: no change runs (the exclusive side outside a change), so the file's
+/// current stamp goes with `stat`; else the slot gets `STALE` and its first read, seek or
+/// `fstat` under the lock re-stamps it. None: no free slot (the caller uses the shared
+/// table).
+pub fn open_held(stat: &Stat, flags: u32, fresh: bool) -> Option<u32> {
+    let c = core();
+    let i = claim(c)?;
+    let gen = if fresh { super::names::stamp(stat.ino).unwrap_or(STALE) } else { STALE };
+    fill(c, &LISTS[c].slots[i], stat, gen, flags);
+    // The publication is ordered before the lock's release (which orders it before a later
+    // change's scan); a SeqCst fence also orders it before this core's next loads.
+    fence(Ordering::SeqCst);
+    Some(fd_of(c, i))
 }
 
 /// `fstat` without the lock: the `Stat` taken at open, if no change happened since (the
@@ -192,14 +368,34 @@ pub fn close_open(fd: u32) -> Option<u64> {
     let s = slot_of(fd)?;
     let ino = s.ino.load(Ordering::Relaxed);
     s.state.compare_exchange(OPEN, FREE, Ordering::SeqCst, Ordering::Relaxed).ok()?;
+    uncount(fd, ino);
     free_bit(fd);
     Some(ino)
 }
 
+/// Close a slot from before the current mount (its file system went with the unmount):
+/// freed, and the caller answers `BadDescriptor`. True if it was such a slot.
+pub fn close_stale(fd: u32) -> bool {
+    let Some(s) = slot_of(fd) else { return false };
+    let st = s.state.load(Ordering::Acquire);
+    if (st & 0xff != OPEN && st & 0xff != FWD) || s.mount.load(Ordering::Relaxed) == MOUNT.load(Ordering::Relaxed) {
+        return false;
+    }
+    if s.state.compare_exchange(st, FREE, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+        uncount(fd, s.ino.load(Ordering::Relaxed));
+        free_bit(fd);
+    }
+    true
+}
+
+/// A slot went back to `FREE`: on its own core, tell the core's hint (another core's close
+/// leaves the owner's lines alone: the owner finds the slot when its hint runs dry).
 fn free_bit(fd: u32) {
     let (c, i) = (((fd & !FAST_BIT) >> 6) as usize, fd & 63);
-    if let Some(l) = LISTS.get(c) {
-        l.used.fetch_and(!(1u64 << i), Ordering::Release);
+    if c == core() {
+        if let Some(l) = LISTS.get(c) {
+            l.free_hint.fetch_or(1u64 << i, Ordering::Relaxed);
+        }
     }
 }
 
@@ -212,7 +408,7 @@ pub fn named(fd: u32) -> Option<Named> {
         return None;
     }
     match st & 0xff {
-        OPEN => Some(Named::Open { ino: s.ino.load(Ordering::Relaxed) as u32, off: s.off.load(Ordering::Relaxed) }),
+        OPEN => Some(Named::Open { ino: s.ino.load(Ordering::Relaxed) as u32, off: s.off.load(Ordering::Relaxed), flags: s.flags.load(Ordering::Relaxed) as u32 }),
         FWD => Some(Named::Forwarded((st >> 8) as u32)),
         _ => None,
     }
@@ -228,7 +424,17 @@ pub fn advance_off(fd: u32, from: u64, to: u64) -> bool {
     from != FROZEN && to != FROZEN && slot_of(fd).is_some_and(|s| s.off.compare_exchange(from, to, Ordering::SeqCst, Ordering::Relaxed).is_ok())
 }
 
-/// Under the lock: make an `OPEN` slot name the open file description `desc` from now on, and
+/// Under the lock (so no `forward` runs): set an `OPEN` slot's offset (after a `write`).
+pub fn set_off(fd: u32, to: u64) {
+    if let Some(s) = slot_of(fd) {
+        if to != FROZEN && s.off.load(Ordering::Relaxed) != FROZEN {
+            s.off.store(to, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Under `TABLES` (held by every exclusive call too, so no `restamp` or locked offset move
+/// runs meanwhile): make an `OPEN` slot name the open file description `desc` from now on, and
 /// give its offset (frozen first, so that a read or seek without the lock that moves it after
 /// this fails its `advance_off` and starts over on the description). None if the slot was
 /// closed meanwhile (a fast close on its core).
@@ -278,6 +484,8 @@ pub struct Snapshot {
     pub mount: u64,
     /// The file's size at the open (true while the file's stamp is `gen`).
     pub size: u64,
+    /// The open's flags.
+    pub flags: u32,
 }
 
 /// The slot `fd` names, if a read may use it without the lock (see `Snapshot`). Loads only.
@@ -294,6 +502,7 @@ pub fn snapshot(fd: u32) -> Option<Snapshot> {
         gen,
         mount: s.mount.load(Ordering::Relaxed),
         size: s.stat[1].load(Ordering::Relaxed),
+        flags: s.flags.load(Ordering::Relaxed) as u32,
     };
     fence(Ordering::Acquire);
     let live = snap.off != FROZEN && s.state.load(Ordering::Relaxed) == OPEN && stamp_of(s) == snap.gen;
@@ -307,10 +516,11 @@ pub fn unchanged(ino: u32, gen: Stamp) -> bool {
     super::names::still(ino, gen)
 }
 
-/// Under the lock: free a forwarded slot (its description is released by the caller).
+/// Under `TABLES`: free a forwarded slot (its description is released by the caller).
 pub fn close_forwarded(fd: u32) {
     if let Some(s) = slot_of(fd) {
         s.state.store(FREE, Ordering::Release);
+        uncount(fd, s.ino.load(Ordering::Relaxed));
         free_bit(fd);
     }
 }
@@ -320,9 +530,18 @@ pub fn close_forwarded(fd: u32) {
 pub fn is_open(ino: u32) -> bool {
     fence(Ordering::SeqCst);
     let mount = MOUNT.load(Ordering::Relaxed);
-    LISTS.iter().any(|l| {
+    // Only the cores this process has (another core's list is never filled).
+    let n = crate::heap::cores().clamp(1, CORES);
+    LISTS[..n].iter().enumerate().any(|(c, l)| {
+        // A core with no filled slot of the stripe: nothing of its list to read.
+        if open_count(c, ino as u64).load(Ordering::SeqCst) == 0 {
+            return false;
+        }
         let used = l.used.load(Ordering::Acquire);
-        used != 0 && l.slots.iter().any(|s| s.state.load(Ordering::Acquire) == OPEN && s.ino.load(Ordering::Relaxed) == ino as u64 && s.mount.load(Ordering::Relaxed) == mount)
+        used != 0
+            && l.slots.iter().enumerate().any(|(i, s)| {
+                used & (1 << i) != 0 && matches!(s.state.load(Ordering::Acquire), OPEN | RESTAMP) && s.ino.load(Ordering::Relaxed) == ino as u64 && s.mount.load(Ordering::Relaxed) == mount
+            })
     })
 }
 
