@@ -351,6 +351,10 @@ pub struct Ext2<D: Disk> {
     /// reserve had no room for.
     pub(crate) spilled_inodes: Vec<(u32, bool)>,
     pub(crate) spilled_blocks: Vec<u64>,
+    /// Directories made while `frozen` (their inodes from the reserve): their groups'
+    /// `used_dirs` is not raised yet (a shared count); `fold_pending_dirs` raises it with the
+    /// exclusive side held (every sync, and before every exclusive change).
+    pub(crate) pending_dirs: Vec<u32>,
     /// Moved by every write of a group descriptor or the superblock, i.e. after every change
     /// of the counts: the library OS copies them to the other cores' `Ext2`s only when it
     /// moved (`copy_counts_from`).
@@ -368,7 +372,7 @@ impl<D: Disk> Ext2<D> {
         let sb = Superblock::parse(&sbb, dev.size())?;
         let bs = sb.block_size();
         let ngroups = sb.groups();
-        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), reserves: Vec::new(), reserve_core: None, dirty_data: Default::default(), base: ROOT_INO, change_hook: None, frozen: false, spilled_inodes: Vec::new(), spilled_blocks: Vec::new(), counts_gen: 0 };
+        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), reserves: Vec::new(), reserve_core: None, dirty_data: Default::default(), base: ROOT_INO, change_hook: None, frozen: false, spilled_inodes: Vec::new(), spilled_blocks: Vec::new(), pending_dirs: Vec::new(), counts_gen: 0 };
         let gdt_block = sb.first_data_block as u64 + 1;
         let gdt_blocks = (ngroups * 32).div_ceil(bs);
         let mut gdt = vec![0u8; (gdt_blocks * bs) as usize];
@@ -414,6 +418,7 @@ impl<D: Disk> Ext2<D> {
             frozen: false,
             spilled_inodes: Vec::new(),
             spilled_blocks: Vec::new(),
+            pending_dirs: Vec::new(),
             counts_gen: 0,
         }
     }

@@ -239,12 +239,21 @@ impl<D: Disk> Ext2<D> {
         blk[19] = ft;
         blk[20] = b'.';
         blk[21] = b'.';
-        self.write_block(b, &blk)?;
         ino.block[0] = b as u32;
         ino.size = self.bs;
         ino.blocks512 = (self.bs / 512) as u32;
-        self.write_inode(&mut ino)?;
-        self.add_entry(&mut dir, name, n, FT_DIR)?;
+        let made = match self.write_block(b, &blk) {
+            Ok(()) => self.write_inode(&mut ino),
+            Err(e) => Err(e),
+        };
+        // Until the entry is added nothing names the new directory: a failure (a parent
+        // needing a block the reserve does not have is `Contended`, run again exclusive)
+        // gives its block and inode back. (They leaked here before.)
+        if let Err(e) = made.and_then(|()| self.add_entry(&mut dir, name, n, FT_DIR)) {
+            let _ = self.free_block(b);
+            let _ = self.free_inode(n, true);
+            return Err(e);
+        }
         dir.links = dir.links.saturating_add(1);
         self.write_inode(&mut dir)?;
         Ok(ino)
@@ -258,6 +267,12 @@ impl<D: Disk> Ext2<D> {
             return Err(FsError::IsDir);
         }
         self.changing(target.ino)?;
+        // Read again now that the change is announced (in the library OS: the target's
+        // stripe is held, `fs::change_hook`): another core's unlink of another of its names
+        // may have changed its link count since the walk.
+        if self.change_hook.is_some() {
+            target = self.inode(target.ino)?;
+        }
         let (mut dir, name) = self.parent_of(new)?;
         if self.lookup(&dir, name).is_ok() {
             return Err(FsError::Exists);
@@ -267,7 +282,15 @@ impl<D: Disk> Ext2<D> {
         }
         target.links += 1;
         self.write_inode(&mut target)?;
-        self.add_entry(&mut dir, name, target.ino, ft_of(&target))
+        if let Err(e) = self.add_entry(&mut dir, name, target.ino, ft_of(&target)) {
+            // No new name: the count goes back (a `Contended` add, whose directory needed a
+            // block the reserve did not have, runs again on the exclusive side; a `NoSpace`
+            // one is the caller's error). Without this the count stayed one too high.
+            target.links -= 1;
+            let _ = self.write_inode(&mut target);
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// A symbolic link at `path` pointing at `target` (kept as given, not resolved).
@@ -298,16 +321,23 @@ impl<D: Disk> Ext2<D> {
         } else {
             // A slow link: the target in a data block.
             self.write_inode(&mut ino)?;
-            match self.write_data(&mut ino, 0, target) {
+            // On the per-directory side its block must be in the reserve already: a refill
+            // is `Contended` before the link is named anywhere.
+            let r = match self.frozen_blocks_ok(&ino, 0, target.len() as u64) {
+                Ok(()) => self.write_data(&mut ino, 0, target),
+                Err(e) => Err(e),
+            };
+            match r {
                 Ok(k) if k == target.len() => {}
-                Ok(_) | Err(_) => {
+                r => {
                     let _ = self.release(&mut ino, false);
-                    return Err(FsError::NoSpace);
+                    return Err(if matches!(r, Err(FsError::Contended)) { FsError::Contended } else { FsError::NoSpace });
                 }
             }
         }
         if let Err(e) = self.add_entry(&mut dir, name, n, FT_SYMLINK) {
-            let _ = self.free_inode(n, false);
+            // A slow link's block goes back with its inode (`release`).
+            let _ = if target.len() <= FAST_SYMLINK_MAX { self.free_inode(n, false) } else { self.release(&mut ino, false) };
             return Err(e);
         }
         Ok(ino)

@@ -15,7 +15,8 @@
 //! **Locks** (session 12; docs/fs.md, "Create and unlink"). One mounted file system per
 //! process, with one `Ext2` per core over the one buffer cache, each under its core's lock
 //! (`CORE_FS`: a big-reader lock whose reader side is exclusive per core). Create, unlink of
-//! a file, an `open` that makes its file, and `close` take their core's lock and the lock
+//! a file, an `open` that makes its file, `close`, and (session 13) `write`, `pwrite`,
+//! `truncate`, `ftruncate`, `link`, `symlink`, `mkdir` take their core's lock and the lock
 //! of the directory (and file) stripes they change (`with_dir_change`, `DIR_LOCKS`); the
 //! allocation state is frozen there (reserve refills go exclusive). Everything else takes
 //! every core's lock (`exclusive`). The shared open-file table has a lock of its own
@@ -106,7 +107,7 @@ struct Mounted<'a> {
 /// directory's stripe lock (`DIR_LOCKS`, through `change_hook`); everything else takes every
 /// core's lock in order, then `TABLES` (`exclusive`). So changes in different directories on
 /// different cores write no shared line of the file system's, and anything structural
-/// (rename, mkdir, rmdir, link, write, truncate, sync, mount, unmount, reserve refills) sees
+/// (rename, rmdir, sync, mount, unmount, reserve refills) sees
 /// the whole file system still. (A per-core lock rather than a per-core reader count: the
 /// core's `Ext2`, its reserve and its change record are then the lock holder's alone, even
 /// with several contexts on one core.)
@@ -205,6 +206,27 @@ impl Exclusive {
         r.and(x)
     }
 
+    /// `Ext2::fold_pending_dirs` on every core, one after the other, each starting from the
+    /// counts the one before left (as `return_reserves`), then the result on every core.
+    fn fold_pending_dirs(&mut self) -> Result<()> {
+        let me = self.me();
+        let Some(mut src) = self.cores[me].take() else { return Err(FsError::NoDevice) };
+        let mut r = src.fold_pending_dirs();
+        for g in self.cores.iter_mut() {
+            if let Some(fs) = g.as_mut() {
+                if fs.has_pending_dirs() {
+                    fs.copy_counts_from(&src);
+                    let x = fs.fold_pending_dirs();
+                    r = r.and(x);
+                    src.copy_counts_from(fs);
+                }
+            }
+        }
+        *self.cores[me] = Some(src);
+        self.broadcast(me);
+        r
+    }
+
     /// Inodes and blocks every core's reserve holds.
     fn reserved(&self) -> (u64, u64) {
         self.cores.iter().filter_map(|g| g.as_ref()).map(|fs| fs.reserved()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
@@ -256,6 +278,11 @@ fn with_all<R>(f: impl FnOnce(&mut Exclusive) -> Result<R>) -> Result<R> {
 /// `NoSpace`; the failed run freed what it took).
 fn with_change<R>(mut f: impl FnMut(&mut Mounted) -> Result<R>) -> Result<R> {
     let mut x = exclusive();
+    // Directories made on the per-directory side count in their groups' `used_dirs` before
+    // any exclusive change (an rmdir of one would otherwise lower a count not yet raised).
+    if x.cores.iter().any(|g| g.as_ref().is_some_and(|fs| fs.has_pending_dirs())) {
+        x.fold_pending_dirs()?;
+    }
     let r = change_recorded(false, || x.run(&mut f));
     if matches!(r, Err(FsError::NoSpace)) && x.reserved() != (0, 0) {
         x.return_reserves()?;
@@ -375,7 +402,8 @@ fn change_hook(ino: u32) -> Result<()> {
     if rec.inos.iter().take(n).any(|a| a.load(Relaxed) == ino) {
         return Ok(());
     }
-    if n == CHANGED_MAX {
+    // (`hold_stripe` records stripes without inodes: both lists are bounded.)
+    if n == CHANGED_MAX || rec.nstripes.load(Relaxed) as usize == CHANGED_MAX {
         return Err(FsError::NoMemory);
     }
     if rec.per_dir.load(Relaxed) != 0 {
@@ -390,6 +418,31 @@ fn change_hook(ino: u32) -> Result<()> {
     rec.inos[n].store(ino, Relaxed);
     rec.n.store(n as u32 + 1, Relaxed);
     names::begin(&[ino]);
+    Ok(())
+}
+
+/// On the per-directory side, lock `ino`'s stripe for the rest of the change without naming
+/// `ino` to `names` (the change reads under it but does not change it: the directory a
+/// `truncate(path)` finds its file in). Waiting if it is the change's first stripe, else only
+/// if free (`Contended`), as `change_hook`. Outside a per-directory change nothing.
+fn hold_stripe(ino: u32) -> Result<()> {
+    use core::sync::atomic::Ordering::Relaxed;
+    let rec = my_changes();
+    if rec.active.load(Relaxed) == 0 || rec.per_dir.load(Relaxed) == 0 {
+        return Ok(());
+    }
+    let s = dir_stripe(ino);
+    let k = rec.nstripes.load(Relaxed) as usize;
+    if rec.stripes.iter().take(k).any(|a| a.load(Relaxed) as usize == s) {
+        return Ok(());
+    }
+    if k == CHANGED_MAX {
+        return Err(FsError::NoMemory);
+    }
+    // The change's first stripe waits, a later one only if free (`StripeLocks::acquire`).
+    DIR_LOCKS.acquire(s, k).map_err(|_| FsError::Contended)?;
+    rec.stripes[k].store(s as u32, Relaxed);
+    rec.nstripes.store(k as u32 + 1, Relaxed);
     Ok(())
 }
 
@@ -1166,7 +1219,19 @@ fn set_offset(m: &mut Mounted, fd: Fd, to: u64) -> Result<()> {
 
 /// Write at the descriptor's offset (at the end with `O_APPEND`), advancing it. Fewer bytes
 /// than asked only when the disk filled up after some were written; `NoSpace` if none were.
+///
+/// On the per-directory side first (`fd_dir_change`: this core's lock and the file's stripe;
+/// blocks from this core's reserve, `Contended` before anything is written if it has too
+/// few), else on the exclusive side.
 pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
+    match fd_dir_change(fd, |fs, ino, off, flags| {
+        let at = if flags & O_APPEND != 0 { ino.size } else { off };
+        let n = fs.write(ino, at, buf)?;
+        Ok((n, Some(at + n as u64)))
+    }) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| {
         let (mut ino, off, flags) = writable_file(m, fd)?;
         let at = if flags & O_APPEND != 0 { ino.size } else { off };
@@ -1176,30 +1241,189 @@ pub fn write(fd: Fd, buf: &[u8]) -> Result<usize> {
     })
 }
 
-/// Write at `off` without moving the descriptor's offset.
+/// Write at `off` without moving the descriptor's offset (per-directory side first, as
+/// `write`).
 pub fn pwrite(fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
+    match fd_dir_change(fd, |fs, ino, _, _| fs.write(ino, off, buf).map(|n| (n, None))) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| {
         let (mut ino, _, _) = writable_file(m, fd)?;
         m.fs.write(&mut ino, off, buf)
     })
 }
 
-/// Set the size of an open file (shrinking frees blocks; growing leaves a hole).
+/// Set the size of an open file (shrinking frees blocks; growing leaves a hole). Per-directory
+/// side first (shrinking frees into this core's reserve or its spill: never `Contended`).
 pub fn ftruncate(fd: Fd, size: u64) -> Result<()> {
+    match fd_dir_change(fd, |fs, ino, _, _| fs.truncate(ino, size).map(|()| ((), None))) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| {
         let (mut ino, _, _) = writable_file(m, fd)?;
         m.fs.truncate(&mut ino, size)
     })
 }
 
+/// `truncate` by name. Per-directory side first for an absolute path naming a regular file
+/// (`truncate_dir_side`), else (and for every error, which the exclusive side then gives
+/// exactly) on the exclusive side.
 pub fn truncate(path: &str, size: u64) -> Result<()> {
+    match with_dir_change(|fs| truncate_dir_side(fs, path, size)) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| {
         let mut ino = m.fs.resolve(path.as_bytes())?;
         m.fs.truncate(&mut ino, size)
     })
 }
 
+/// What `fd` names: the shared table's description index (`None` for a per-core slot still
+/// `OPEN`, `open_files`), the inode, the offset and the open flags. `TABLES` is taken only for
+/// a descriptor of the shared table or a forwarded slot, and only for the look-up. `Contended`
+/// for a slot `named` does not know (closed, or from before an unmount): the exclusive side
+/// gives the exact error.
+fn fd_desc(fd: Fd) -> Result<(Option<u32>, u32, u64, u32)> {
+    let d = if open_files::is_fast(fd.0) {
+        match open_files::named(fd.0) {
+            Some(open_files::Named::Open { ino, off, flags }) => return Ok((None, ino, off, flags)),
+            Some(open_files::Named::Forwarded(d)) => Some(d),
+            None => return Err(FsError::Contended),
+        }
+    } else {
+        None
+    };
+    let g = TABLES.lock();
+    let t = g.as_ref().ok_or(FsError::NoDevice)?;
+    let d = match d {
+        Some(d) => d,
+        None => t.files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor)?,
+    };
+    let desc = t.descs.get(d as usize).and_then(|x| x.as_ref()).ok_or(FsError::BadDescriptor)?;
+    Ok((Some(d), desc.ino, desc.off, desc.flags))
+}
+
+/// `write`, `pwrite`, `ftruncate` on the per-directory side: `f` gets this core's `Ext2`, the
+/// file's inode, the descriptor's offset and flags, and returns its result and the new offset
+/// (if it moves). The file's stripe is taken (waiting: it is the change's first) and the inode
+/// named to `names::begin` before anything is read for the change; then the descriptor is
+/// looked up *again*: if it still names the same inode, the inode cannot be freed under the
+/// change: an orphan is released by the close of its last descriptor either on the exclusive
+/// side (a per-core slot's close: `release_if_orphan` under `with`, which waits for this
+/// core's lock) or after taking the same stripe (`close_in_tables`), and an unlink frees a
+/// file that is not open only with its stripe (only if free). The offset read now is the
+/// one to use (two changes of one file are serialized by its stripe). A descriptor closed
+/// between the two look-ups is `BadDescriptor` (the write lost the race to the close); one
+/// re-opened onto another file meanwhile runs on the exclusive side. The new offset is stored
+/// only if the descriptor still names the file (as `set_offset` does on the exclusive side:
+/// a plain store into the slot, or the description's offset).
+fn fd_dir_change<R>(fd: Fd, f: impl FnOnce(&mut CoreFs, &mut Inode, u64, u32) -> Result<(R, Option<u64>)>) -> Result<R> {
+    with_dir_change(|fs| {
+        let (_, ino0, _, _) = fd_desc(fd)?;
+        change_hook(ino0)?;
+        let (d, ino, off, flags) = fd_desc(fd)?;
+        if ino != ino0 {
+            return Err(FsError::Contended);
+        }
+        if flags & O_ACCMODE == O_RDONLY {
+            return Err(FsError::BadDescriptor);
+        }
+        let mut inode = fs.inode(ino)?;
+        if inode.is_dir() {
+            return Err(FsError::Contended);
+        }
+        let (r, new_off) = f(fs, &mut inode, off, flags)?;
+        if let Some(o) = new_off {
+            match d {
+                None => {
+                    if matches!(open_files::named(fd.0), Some(open_files::Named::Open { ino: i, .. }) if i == ino) {
+                        open_files::set_off(fd.0, o);
+                    }
+                }
+                Some(d) => {
+                    if let Some(desc) = TABLES.lock().as_mut().and_then(|t| t.descs.get_mut(d as usize)).and_then(|x| x.as_mut()) {
+                        if desc.ino == ino {
+                            desc.off = o;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(r)
+    })
+}
+
+/// `truncate(path)` on the per-directory side. The walk to the parent takes no lock; then the
+/// parent's stripe is taken (waiting; without naming it to `names`: its entries do not
+/// change) and the last name looked up again under it, so no unlink can free the file
+/// between the look-up and its own stripe (`Ext2::truncate` takes that one, `Contended` if
+/// another change holds it; rename and rmdir, which could move the name otherwise, are
+/// exclusive). Anything but an absolute path naming a regular file (a symbolic link to
+/// follow, an error to report) is `Contended`, before anything is written: the exclusive
+/// side does it exactly.
+fn truncate_dir_side(fs: &mut CoreFs, path: &str, size: u64) -> Result<()> {
+    let p = path.as_bytes();
+    if p.first() != Some(&b'/') || p.last() == Some(&b'/') {
+        return Err(FsError::Contended);
+    }
+    let (parent, name) = ext2_dir::split_path(p).map_err(|_| FsError::Contended)?;
+    let dir = fs.resolve(parent).map_err(|_| FsError::Contended)?;
+    if !dir.is_dir() {
+        return Err(FsError::Contended);
+    }
+    hold_stripe(dir.ino)?;
+    let dir = fs.inode(dir.ino)?;
+    let n = fs.lookup(&dir, name).map_err(|_| FsError::Contended)?;
+    // The file's stripe before its inode is read: a write on another core may be changing
+    // its size and blocks until then.
+    change_hook(n)?;
+    let mut ino = fs.inode(n)?;
+    if !ino.is_reg() {
+        return Err(FsError::Contended);
+    }
+    fs.truncate(&mut ino, size)
+}
+
+/// `link(existing, new)` on the per-directory side: as `truncate_dir_side`, the directory
+/// `existing` is named in is locked (waiting; not named to `names`) and the name looked up
+/// again under it, so no unlink frees the target before `Ext2::link` takes its stripe (only
+/// if free, like the new name's directory's: else `Contended`). `link` changes two inodes:
+/// the new name's directory and the target's link count (read again under its stripe). A
+/// symbolic link to follow, a directory, or any error of the look-up is `Contended`: the
+/// exclusive side gives the exact result.
+fn link_dir_side(fs: &mut CoreFs, existing: &str, new: &str) -> Result<()> {
+    let p = existing.as_bytes();
+    if p.first() != Some(&b'/') || p.last() == Some(&b'/') {
+        return Err(FsError::Contended);
+    }
+    let (parent, name) = ext2_dir::split_path(p).map_err(|_| FsError::Contended)?;
+    let dir = fs.resolve(parent).map_err(|_| FsError::Contended)?;
+    if !dir.is_dir() {
+        return Err(FsError::Contended);
+    }
+    hold_stripe(dir.ino)?;
+    let dir = fs.inode(dir.ino)?;
+    let n = fs.lookup(&dir, name).map_err(|_| FsError::Contended)?;
+    let target = fs.inode(n)?;
+    if target.is_dir() || target.is_symlink() {
+        return Err(FsError::Contended);
+    }
+    fs.link(p, new.as_bytes())
+}
+
+/// Make a directory. Per-directory side first, as a create: its parent's stripe, its inode
+/// and block from this core's reserve (`Contended` on a refill), its group's `used_dirs`
+/// raised later with the exclusive side held (`Ext2::pending_dirs`). Why that is safe for
+/// walks without locks: the new directory's block and inode are written before the entry
+/// that names it, as a create's inode.
 pub fn mkdir(path: &str) -> Result<()> {
+    match with_dir_change(|fs| fs.mkdir(path.as_bytes(), 0o755).map(|_| ())) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| m.fs.mkdir(path.as_bytes(), 0o755).map(|_| ()))
 }
 
@@ -1322,7 +1546,13 @@ pub fn rename(old: &str, new: &str) -> Result<()> {
 }
 
 /// A second name for a file.
+///
+/// Per-directory side first (`link_dir_side`), else exclusive.
 pub fn link(existing: &str, new: &str) -> Result<()> {
+    match with_dir_change(|fs| link_dir_side(fs, existing, new)) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| m.fs.link(existing.as_bytes(), new.as_bytes()))
 }
 
@@ -1399,6 +1629,12 @@ pub fn readlink(path: &str) -> Result<Vec<u8>> {
 
 /// Make `path` a symbolic link to `target` (targets below 60 bytes for now).
 pub fn symlink(target: &str, path: &str) -> Result<()> {
+    // Per-directory side first: a new inode like a create's (from this core's reserve; a
+    // slow link's block too, checked before it is written), named in one directory.
+    match with_dir_change(|fs| fs.symlink(target.as_bytes(), path.as_bytes()).map(|_| ())) {
+        Err(FsError::Contended) => {}
+        r => return r,
+    }
     with_change(|m| m.fs.symlink(target.as_bytes(), path.as_bytes()).map(|_| ()))
 }
 
