@@ -621,21 +621,7 @@ impl<D: Disk> Ext2<D> {
             ino.blocks512 += per;
             return Ok((b, true));
         }
-        let mut l = lblk - 12;
-        let (root, path): (usize, [u64; 3]) = if l < p {
-            (12, [l, 0, 0])
-        } else {
-            l -= p;
-            if l < p * p {
-                (13, [l / p, l % p, 0])
-            } else {
-                l -= p * p;
-                if l >= p * p * p {
-                    return Err(FsError::InvalidArgument);
-                }
-                (14, [l / (p * p), (l / p) % p, l % p])
-            }
-        };
+        let (root, path) = indirect_path(lblk, p)?;
         let mut cur = self.check_ptr(ino.block[root])?;
         if cur == 0 {
             cur = self.alloc_zeroed(goal)?;
@@ -725,21 +711,7 @@ impl<D: Disk> Ext2<D> {
             return Ok((self.check_ptr(ino.block[lblk as usize])? == 0) as u64);
         }
         let p = self.bs / 4;
-        let mut l = lblk - 12;
-        let (root, path): (usize, [u64; 3]) = if l < p {
-            (12, [l, 0, 0])
-        } else {
-            l -= p;
-            if l < p * p {
-                (13, [l / p, l % p, 0])
-            } else {
-                l -= p * p;
-                if l >= p * p * p {
-                    return Err(FsError::InvalidArgument);
-                }
-                (14, [l / (p * p), (l / p) % p, l % p])
-            }
-        };
+        let (root, path) = indirect_path(lblk, p)?;
         let depth = root_depth(root);
         // The depth of the first missing block on the way (`depth`: the data block).
         let mut missing_from = None;
@@ -910,6 +882,25 @@ impl<D: Disk> Ext2<D> {
         }
         Ok(())
     }
+}
+
+/// Where logical block `lblk` (12 or more) hangs below the inode with `p` pointers per
+/// block: the inode's root slot (12 single, 13 double, 14 triple indirect) and the index at
+/// each level below it. `InvalidArgument` beyond the triple-indirect tree.
+fn indirect_path(lblk: u64, p: u64) -> Result<(usize, [u64; 3])> {
+    let mut l = lblk - 12;
+    if l < p {
+        return Ok((12, [l, 0, 0]));
+    }
+    l -= p;
+    if l < p * p {
+        return Ok((13, [l / p, l % p, 0]));
+    }
+    l -= p * p;
+    if l >= p * p * p {
+        return Err(FsError::InvalidArgument);
+    }
+    Ok((14, [l / (p * p), (l / p) % p, l % p]))
 }
 
 /// How many levels of indirect blocks hang under root slot `root` (12, 13, 14).

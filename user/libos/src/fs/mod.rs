@@ -1356,15 +1356,13 @@ fn fd_dir_change<R>(fd: Fd, f: impl FnOnce(&mut CoreFs, &mut Inode, u64, u32) ->
     })
 }
 
-/// `truncate(path)` on the per-directory side. The walk to the parent takes no lock; then the
-/// parent's stripe is taken (waiting; without naming it to `names`: its entries do not
-/// change) and the last name looked up again under it, so no unlink can free the file
-/// between the look-up and its own stripe (`Ext2::truncate` takes that one, `Contended` if
-/// another change holds it; rename and rmdir, which could move the name otherwise, are
-/// exclusive). Anything but an absolute path naming a regular file (a symbolic link to
-/// follow, an error to report) is `Contended`, before anything is written: the exclusive
-/// side does it exactly.
-fn truncate_dir_side(fs: &mut CoreFs, path: &str, size: u64) -> Result<()> {
+/// The per-directory side's look-up of an absolute `path`'s last name with its directory's
+/// stripe held (`hold_stripe`: waiting, not named to `names`), for `truncate_dir_side` and
+/// `link_dir_side`: the name is looked up again under the stripe, so no unlink can free its
+/// file before the caller takes the file's own stripe. Anything else (a relative path, a
+/// trailing `/`, a look-up error, a parent that is not a directory) is `Contended`, before
+/// anything is written: the exclusive side gives the exact result.
+fn last_name_under_its_directory(fs: &mut CoreFs, path: &str) -> Result<u32> {
     let p = path.as_bytes();
     if p.first() != Some(&b'/') || p.last() == Some(&b'/') {
         return Err(FsError::Contended);
@@ -1376,7 +1374,19 @@ fn truncate_dir_side(fs: &mut CoreFs, path: &str, size: u64) -> Result<()> {
     }
     hold_stripe(dir.ino)?;
     let dir = fs.inode(dir.ino)?;
-    let n = fs.lookup(&dir, name).map_err(|_| FsError::Contended)?;
+    fs.lookup(&dir, name).map_err(|_| FsError::Contended)
+}
+
+/// `truncate(path)` on the per-directory side. The walk to the parent takes no lock; then the
+/// parent's stripe is taken (waiting; without naming it to `names`: its entries do not
+/// change) and the last name looked up again under it, so no unlink can free the file
+/// between the look-up and its own stripe (`Ext2::truncate` takes that one, `Contended` if
+/// another change holds it; rename and rmdir, which could move the name otherwise, are
+/// exclusive). Anything but an absolute path naming a regular file (a symbolic link to
+/// follow, an error to report) is `Contended`, before anything is written: the exclusive
+/// side does it exactly.
+fn truncate_dir_side(fs: &mut CoreFs, path: &str, size: u64) -> Result<()> {
+    let n = last_name_under_its_directory(fs, path)?;
     // The file's stripe before its inode is read: a write on another core may be changing
     // its size and blocks until then.
     change_hook(n)?;
@@ -1395,23 +1405,12 @@ fn truncate_dir_side(fs: &mut CoreFs, path: &str, size: u64) -> Result<()> {
 /// symbolic link to follow, a directory, or any error of the look-up is `Contended`: the
 /// exclusive side gives the exact result.
 fn link_dir_side(fs: &mut CoreFs, existing: &str, new: &str) -> Result<()> {
-    let p = existing.as_bytes();
-    if p.first() != Some(&b'/') || p.last() == Some(&b'/') {
-        return Err(FsError::Contended);
-    }
-    let (parent, name) = ext2_dir::split_path(p).map_err(|_| FsError::Contended)?;
-    let dir = fs.resolve(parent).map_err(|_| FsError::Contended)?;
-    if !dir.is_dir() {
-        return Err(FsError::Contended);
-    }
-    hold_stripe(dir.ino)?;
-    let dir = fs.inode(dir.ino)?;
-    let n = fs.lookup(&dir, name).map_err(|_| FsError::Contended)?;
+    let n = last_name_under_its_directory(fs, existing)?;
     let target = fs.inode(n)?;
     if target.is_dir() || target.is_symlink() {
         return Err(FsError::Contended);
     }
-    fs.link(p, new.as_bytes())
+    fs.link(existing.as_bytes(), new.as_bytes())
 }
 
 /// Make a directory. Per-directory side first, as a create: its parent's stripe, its inode
