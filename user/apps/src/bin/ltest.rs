@@ -822,9 +822,11 @@ fn fd_pipe_blocking_read() -> TestResult {
 }
 
 /// Dup'ed ends keep the pipe open until the last close, within a table (same open file) and
-/// across tables (a new end). Catches: a dup within a table counted as a new end, or a close
-/// of one descriptor dropping the end while a dup is left (planted: `drop_end` at every
-/// close: "write with a dup'ed read end left: Err(BrokenPipe)").
+/// across tables (a new end). Catches: a close of one descriptor dropping the end while a
+/// dup is left (planted: `drop_end` at every private close: "Private: write with a
+/// same-table dup of the read end left: Err(BrokenPipe)"), a dup within a table counted as a
+/// new end (planted: `add_end` in the process-wide `dup`: "Process: write after the read
+/// end's last dup closed: Ok(1)").
 fn fd_pipe_dup_keeps_open() -> TestResult {
     let (r, w) = ok!(fd::pipe(Scope::Process));
     let r_same = ok!(fd::dup(r, Scope::Process));
@@ -841,6 +843,16 @@ fn fd_pipe_dup_keeps_open() -> TestResult {
     ok!(fd::close(w_priv));
     ensure!(fd::read(r_priv, &mut b) == Ok(1) && fd::read(r_priv, &mut b) == Ok(0), "EOF after the last write end closed");
     ok!(fd::close(r_priv));
+    // Dups inside one table (either kind) are one end: it goes with the last of them.
+    for scope in [Scope::Process, Scope::Private] {
+        let (r, w) = ok!(fd::pipe(scope));
+        let r2 = ok!(fd::dup(r, scope));
+        ok!(fd::close(r));
+        ensure!(fd::write(w, b"a") == Ok(1), "{scope:?}: write with a same-table dup of the read end left: {:?}", fd::write(w, b"a"));
+        ok!(fd::close(r2));
+        ensure!(fd::write(w, b"a") == Err(abi::Error::BrokenPipe), "{scope:?}: write after the read end's last dup closed: {:?}", fd::write(w, b"a"));
+        ok!(fd::close(w));
+    }
     fd::unmap_all();
     Ok(None)
 }
