@@ -718,8 +718,8 @@ pub fn pipe(scope: Scope) -> Result<(Fd, Fd), Error> {
     let ring = crate::sys::segment_alloc(t, "pipe-ring", MEMID_SELF, PIPE_BYTES)?;
     // Both ends counted before either exists: nobody else can name the ring yet, and from
     // here on every way out goes through `drop_end`, whose last call frees the ring.
-    match ring_ends(t, ring) {
-        Ok(ends) => ends.store(READ_END | WRITE_END, Ordering::Release),
+    match with_ends(t, ring, |ends| ends.store(READ_END | WRITE_END, Ordering::Release)) {
+        Ok(()) => {}
         Err(e) => {
             let _ = crate::sys::share_delobj(ObjName::new(t, ring));
             return Err(e);
@@ -1001,36 +1001,43 @@ fn end_of(k: Kind) -> Option<(ObjectId, u64)> {
     }
 }
 
-/// The ends word of ring `ring` in table share `t` (mapping the ring in this context's
-/// window if it is not yet).
-fn ring_ends(t: ObjectId, ring: ObjectId) -> Result<&'static AtomicU64, Error> {
+/// Run `f` on the ends word of ring `ring` in table share `t`. A ring this context had not
+/// mapped is mapped for the call only: a context that opens or closes ends of many pipes it
+/// never reads or writes (another context frees them) does not fill its window.
+fn with_ends<R>(t: ObjectId, ring: ObjectId, f: impl FnOnce(&AtomicU64) -> R) -> Result<R, Error> {
+    let was_mapped = crate::ctx::ctx().mapped.contains(&ring);
     let (va, _) = map(ObjName::new(t, ring))?;
-    Ok(ends_at(va))
+    let r = f(ends_at(va));
+    if !was_mapped {
+        unmap_one(ring);
+    }
+    Ok(r)
 }
 
 /// The ends word of the ring mapped at `va` (by `map`).
 fn ends_at(va: u64) -> &'static AtomicU64 {
-    // SAFETY: the ring is mapped read-write at `va` (at least one page, `PIPE_BYTES`), and
-    // the mapping stays while this context lives or until `unmap_one`/`unmap_all`; callers
-    // use the reference only within the call that got it. Header word `ENDS_WORD` is an `AtomicU64`
-    // every user of the ring reads and writes atomically only.
+    // SAFETY: `va` is where `map` mapped the ring read-write (at least one page; the word is
+    // at byte 128). Callers use the reference only while that mapping stays: inside
+    // `with_ends`' closure (unmapped after it), or inside `read`/`write`, which unmap nothing
+    // before they return. Every user of the ring touches this word atomically only.
     unsafe { &*(va as *const AtomicU64).add(ENDS_WORD) }
 }
 
 /// Count a new end `k` of its ring (in table share `t`), unless the ring's last end is gone.
 fn add_end(t: ObjectId, k: Kind) -> Result<(), Error> {
     let Some((ring, unit)) = end_of(k) else { return Ok(()) };
-    let ends = ring_ends(t, ring)?;
-    let mut cur = ends.load(Ordering::Relaxed);
-    loop {
-        if cur == 0 {
-            return Err(Error::NoSuchObject);
+    with_ends(t, ring, |ends| {
+        let mut cur = ends.load(Ordering::Relaxed);
+        loop {
+            if cur == 0 {
+                return Err(Error::NoSuchObject);
+            }
+            match ends.compare_exchange_weak(cur, cur + unit, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(now) => cur = now,
+            }
         }
-        match ends.compare_exchange_weak(cur, cur + unit, Ordering::AcqRel, Ordering::Relaxed) {
-            Ok(_) => return Ok(()),
-            Err(now) => cur = now,
-        }
-    }
+    })?
 }
 
 /// Drop end `k` of its ring (in table share `t`); the last end frees the ring. `Ok(true)`:
@@ -1038,15 +1045,24 @@ fn add_end(t: ObjectId, k: Kind) -> Result<(), Error> {
 /// acquire load that sees the count fall (a reader seeing no writer then sees every byte).
 fn drop_end(t: ObjectId, k: Kind) -> Result<bool, Error> {
     let Some((ring, unit)) = end_of(k) else { return Ok(false) };
-    let ends = ring_ends(t, ring)?;
-    let before = ends.fetch_sub(unit, Ordering::AcqRel);
+    let before = with_ends(t, ring, |ends| ends.fetch_sub(unit, Ordering::AcqRel))?;
     // Each end is counted once when it opens and dropped once when its open file goes.
     debug_assert!(before / unit % (1 << 32) != 0, "pipe end dropped twice: {before:#x}");
     if before != unit {
         return Ok(false);
     }
+    RINGS_FREED.fetch_add(1, Ordering::Relaxed);
     free_ring(t, ring);
     Ok(true)
+}
+
+/// Rings this process freed (`drop_end` took their ends word to 0), for tests: each ring
+/// must be freed exactly once.
+static RINGS_FREED: AtomicU64 = AtomicU64::new(0);
+
+/// Rings this process has freed (see `RINGS_FREED`).
+pub fn rings_freed() -> u64 {
+    RINGS_FREED.load(Ordering::Relaxed)
 }
 
 /// No end of `ring` is open: take it out of every table that may hold it (the closer's, the

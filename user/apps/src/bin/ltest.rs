@@ -893,6 +893,60 @@ fn fd_pipe_ring_freed() -> TestResult {
     Ok(None)
 }
 
+const CLOSE_RACES: u64 = 300;
+static RACE_GO: AtomicU64 = AtomicU64::new(0);
+static RACE_DONE: AtomicU64 = AtomicU64::new(0);
+static RACE_W: AtomicU64 = AtomicU64::new(0);
+static RACE_BAD: AtomicU64 = AtomicU64::new(0);
+
+/// On another core: close round `i`'s write end as soon as the round starts.
+fn t_close_racer(table: u64) -> u64 {
+    for i in 1..=CLOSE_RACES {
+        while RACE_GO.load(Ordering::Acquire) != i {
+            core::hint::spin_loop();
+        }
+        let w = fd::Fd { table, obj: RACE_W.load(Ordering::Acquire) };
+        if fd::close(w).is_err() {
+            RACE_BAD.fetch_add(1, Ordering::Relaxed);
+        }
+        RACE_DONE.store(i, Ordering::Release);
+    }
+    fd::unmap_all();
+    0
+}
+
+/// The last read end and the last write end closed at once on two cores, 300 times: every
+/// ring freed exactly once (`rings_freed`), none left (kernel objects), both closes succeed.
+/// Catches (planted: the free decided by two separate looks, "my half is 0, then the word is
+/// 0", which both closers can see): "300 rounds freed 3xx rings".
+fn fd_pipe_close_race() -> TestResult {
+    let Some(&other) = others().first() else { return Ok(Some(no_other_core())) };
+    let table = ok!(fd::table(Scope::Process));
+    let (k0, f0) = (live_kobjects(), fd::rings_freed());
+    RACE_GO.store(0, Ordering::SeqCst);
+    RACE_DONE.store(0, Ordering::SeqCst);
+    RACE_BAD.store(0, Ordering::SeqCst);
+    let t = ok!(thread::spawn(other, t_close_racer, table));
+    for i in 1..=CLOSE_RACES {
+        let (r, w) = ok!(fd::pipe(Scope::Process));
+        RACE_W.store(w.obj, Ordering::Release);
+        RACE_GO.store(i, Ordering::Release);
+        if fd::close(r).is_err() {
+            RACE_BAD.fetch_add(1, Ordering::Relaxed);
+        }
+        while RACE_DONE.load(Ordering::Acquire) != i {
+            core::hint::spin_loop();
+        }
+    }
+    ensure!(ok!(t.join()) == 0, "racer failed");
+    let freed = fd::rings_freed() - f0;
+    ensure!(RACE_BAD.load(Ordering::SeqCst) == 0, "{} closes failed", RACE_BAD.load(Ordering::SeqCst));
+    ensure!(freed == CLOSE_RACES, "{CLOSE_RACES} rounds freed {freed} rings");
+    ensure!(live_kobjects() == k0, "{} kernel objects left", live_kobjects() - k0);
+    fd::unmap_all();
+    Ok(None)
+}
+
 /// A cfork child (sharing the process-wide table) holding its own end of the parent's pipe:
 /// a private dup in the child. Returns a bit mask of failed checks.
 fn child_pipe_end(arg: u64) -> u64 {
@@ -1263,6 +1317,7 @@ const TESTS: &[(&str, fn() -> TestResult)] = &[
     ("fd::pipe_dup_keeps_open", fd_pipe_dup_keeps_open),
     ("fd::pipe_ring_freed", fd_pipe_ring_freed),
     ("fd::pipe_cfork_end", fd_pipe_cfork_end),
+    ("fd::pipe_close_race", fd_pipe_close_race),
     ("heap::stress_no_leak", heap_stress_no_leak),
 ];
 
