@@ -1005,19 +1005,20 @@ fn end_of(k: Kind) -> Option<(ObjectId, u64)> {
 /// mapped is mapped for the call only: a context that opens or closes ends of many pipes it
 /// never reads or writes (another context frees them) does not fill its window.
 fn with_ends<R>(t: ObjectId, ring: ObjectId, f: impl FnOnce(&AtomicU64) -> R) -> Result<R, Error> {
-    let was_mapped = crate::ctx::ctx().mapped.contains(&ring);
+    // Already mapped (the usual case for a context that used the pipe): no system call.
+    if let Some(i) = crate::ctx::ctx().mapped.iter().position(|&m| m == ring) {
+        return Ok(f(ends_at(crate::ctx::arena() + MAPWIN_OFF + i as u64 * MAPWIN_SLOT)));
+    }
     let (va, _) = map(ObjName::new(t, ring))?;
     let r = f(ends_at(va));
-    if !was_mapped {
-        unmap_one(ring);
-    }
+    unmap_one(ring);
     Ok(r)
 }
 
 /// The ends word of the ring mapped at `va` (by `map`).
 fn ends_at(va: u64) -> &'static AtomicU64 {
-    // SAFETY: `va` is where `map` mapped the ring read-write (at least one page; the word is
-    // at byte 128). Callers use the reference only while that mapping stays: inside
+    // SAFETY: `va` is where `map` mapped the ring read-write, in this call or earlier (its
+    // window slot, found in `ctx.mapped`); at least one page, and the word is at byte 128. Callers use the reference only while that mapping stays: inside
     // `with_ends`' closure (unmapped after it), or inside `read`/`write`, which unmap nothing
     // before they return. Every user of the ring touches this word atomically only.
     unsafe { &*(va as *const AtomicU64).add(ENDS_WORD) }
