@@ -40,8 +40,11 @@
 //! The slot's generation changes at every close, so a closed descriptor stays invalid
 //! (`NoSuchObject`) even after its slot is reused.
 //!
-//! Pipes are rings in a shared segment (a spin lock word, head and tail counters, then the
-//! data); files are segments. Both are mapped on demand into the context's descriptor window
+//! Pipes are rings in a shared segment (a spin lock word, head and tail counters, the count of
+//! open read and write ends, then the data) with POSIX's answers: a write with no read end
+//! open is `BrokenPipe`, a read of an empty pipe is 0 (end of file) with no write end open and
+//! waits while one is, and the last end to close frees the ring (docs/fd.md, "Pipes"); files
+//! are segments. Both are mapped on demand into the context's descriptor window
 //! (`layout::MAPWIN_OFF`) and read and written there, without system calls.
 
 use crate::layout::{MAPWIN_OFF, MAPWIN_SLOT};
