@@ -378,10 +378,13 @@ pub enum Error {
     /// A protected procedure call ended without a result: its handler took a fault it did
     /// not recover from (`ppc_call`).
     CallAborted = 21,
+    /// A write to a pipe no read end of which is open any more (POSIX `EPIPE`; the library
+    /// OS's pipes, never the kernel).
+    BrokenPipe = 22,
 }
 
 impl Error {
-    pub const ALL: [Error; 21] = [
+    pub const ALL: [Error; 22] = [
         Error::NoSuchCall,
         Error::InvalidArgument,
         Error::ShareNotReachable,
@@ -403,6 +406,7 @@ impl Error {
         Error::Io,
         Error::WrongCore,
         Error::CallAborted,
+        Error::BrokenPipe,
     ];
 
     pub fn from_code(code: i64) -> Option<Error> {
@@ -432,6 +436,7 @@ impl Error {
             Error::Io => "device I/O error",
             Error::WrongCore => "wrong core",
             Error::CallAborted => "call aborted",
+            Error::BrokenPipe => "broken pipe",
         }
     }
 }

@@ -462,7 +462,8 @@ fn fd_private_table() -> TestResult {
     ok!(fd::close(w));
     ok!(fd::close(r2));
     ensure!(fd::private_counts() == c0, "pipe ends left: {:?}", fd::private_counts());
-    ensure!(ok!(fd::write(pw, b"more")) == 4, "process-wide end of a closed private pipe");
+    // No read end is left anywhere (the private ones closed): EPIPE.
+    ensure!(fd::write(pw, b"more") == Err(abi::Error::BrokenPipe), "write with no read end: {:?}", fd::write(pw, b"more"));
     ok!(fd::close(pw));
     // Shared to private: a new private open file, whose close gives the private share's
     // reference to the ring back.
@@ -746,6 +747,240 @@ fn fd_proc_cfork() -> TestResult {
     ok!(fd::close(d));
     ok!(fd::close(a));
     ensure!(fd::proc_counts() == c0, "counts {:?}", fd::proc_counts());
+    Ok(None)
+}
+
+// ---------------------------------------------------------------------------------------
+// Pipe semantics (POSIX): EPIPE, EOF, blocking reads, ends counted across tables, the ring
+// freed with the last end.
+
+/// A write with no read end open fails (`BrokenPipe`); a read of an empty pipe with no write
+/// end open is end of file (0), after the bytes still waiting; both table kinds. Catches:
+/// writes that ignore the read count (planted: the check removed: the write took 1 byte),
+/// EOF before the waiting bytes (planted: reads answering 0 once no writer is left, before
+/// the ring: "read after the last writer: 0").
+fn fd_pipe_epipe_eof() -> TestResult {
+    for scope in [Scope::Process, Scope::Private] {
+        let (r, w) = ok!(fd::pipe(scope));
+        ok!(fd::close(r));
+        ensure!(fd::write(w, b"x") == Err(abi::Error::BrokenPipe), "{scope:?}: write after the read end closed: {:?}", fd::write(w, b"x"));
+        ok!(fd::close(w));
+        let (r, w) = ok!(fd::pipe(scope));
+        ensure!(ok!(fd::write(w, b"drain me")) == 8, "{scope:?}: write");
+        ok!(fd::close(w));
+        let mut b = [0u8; 5];
+        ensure!(fd::read(r, &mut b) == Ok(5) && &b == b"drain", "read after the last writer: {:?} {b:?}", fd::read(r, &mut [0u8; 0]));
+        ensure!(fd::read(r, &mut b) == Ok(3) && &b[..3] == b" me", "second read after the last writer: {b:?}");
+        for i in 0..3 {
+            ensure!(fd::read(r, &mut b) == Ok(0), "{scope:?}: read {i} of a drained pipe with no writer: {:?}", fd::read(r, &mut b));
+        }
+        ok!(fd::close(r));
+    }
+    fd::unmap_all();
+    Ok(None)
+}
+
+static PIPE_ACTED: AtomicU64 = AtomicU64::new(0);
+
+/// On another core: wait, then write "wake" (step 1), wait, then close the write end (step 2).
+fn t_pipe_late_writer(arg: u64) -> u64 {
+    // SAFETY: `arg` points at the parent's descriptor, alive until this thread is joined.
+    let w = unsafe { *(arg as *const fd::Fd) };
+    libos::time::wait_until(30, || false);
+    PIPE_ACTED.store(1, Ordering::SeqCst);
+    if fd::write(w, b"wake") != Ok(4) {
+        return 1;
+    }
+    libos::time::wait_until(30, || false);
+    PIPE_ACTED.store(2, Ordering::SeqCst);
+    let r = fd::close(w).is_err() as u64 * 2;
+    fd::unmap_all();
+    r
+}
+
+/// A read of an empty pipe waits while a write end is open: until a writer on another core
+/// writes, then until that writer closes (0). Bounded: the writer acts after 30 ms each time.
+/// Catches: a read answering 0 for "empty" while a writer is open (planted: the wait loop
+/// removed: "read returned Ok(0) before the writer wrote (step 0)").
+fn fd_pipe_blocking_read() -> TestResult {
+    let Some(&other) = others().first() else { return Ok(Some(no_other_core())) };
+    let (r, w) = ok!(fd::pipe(Scope::Process));
+    PIPE_ACTED.store(0, Ordering::SeqCst);
+    let boxed = Box::new(w);
+    let t = ok!(thread::spawn(other, t_pipe_late_writer, &*boxed as *const fd::Fd as u64));
+    let mut b = [0u8; 16];
+    let n = fd::read(r, &mut b);
+    let step = PIPE_ACTED.load(Ordering::SeqCst);
+    ensure!(n == Ok(4) && &b[..4] == b"wake" && step >= 1, "read returned {n:?} before the writer wrote (step {step})");
+    let n = fd::read(r, &mut b);
+    let step = PIPE_ACTED.load(Ordering::SeqCst);
+    ensure!(n == Ok(0) && step == 2, "read returned {n:?} before the writer closed (step {step})");
+    ensure!(ok!(t.join()) == 0, "writer thread failed");
+    ok!(fd::close(r));
+    fd::unmap_all();
+    Ok(None)
+}
+
+/// Dup'ed ends keep the pipe open until the last close, within a table (same open file) and
+/// across tables (a new end). Catches: a close of one descriptor dropping the end while a
+/// dup is left (planted: `drop_end` at every private close: "Private: write with a
+/// same-table dup of the read end left: Err(BrokenPipe)"), a dup within a table counted as a
+/// new end (planted: `add_end` in the process-wide `dup`: "Process: write after the read
+/// end's last dup closed: Ok(1)").
+fn fd_pipe_dup_keeps_open() -> TestResult {
+    let (r, w) = ok!(fd::pipe(Scope::Process));
+    let r_same = ok!(fd::dup(r, Scope::Process));
+    let r_priv = ok!(fd::dup(r, Scope::Private));
+    let w_priv = ok!(fd::dup(w, Scope::Private));
+    ok!(fd::close(r));
+    ensure!(fd::write(w, b"a") == Ok(1), "write with a dup'ed read end left: {:?}", fd::write(w, b"a"));
+    ok!(fd::close(r_same));
+    ensure!(fd::write(w_priv, b"b") == Ok(1), "write with the private read end left: {:?}", fd::write(w_priv, b"b"));
+    ok!(fd::close(w));
+    let mut b = [0u8; 4];
+    ensure!(fd::read(r_priv, &mut b) == Ok(2) && &b[..2] == b"ab", "read {b:?}");
+    ensure!(fd::write(w_priv, b"c") == Ok(1), "write through the last write end");
+    ok!(fd::close(w_priv));
+    ensure!(fd::read(r_priv, &mut b) == Ok(1) && fd::read(r_priv, &mut b) == Ok(0), "EOF after the last write end closed");
+    ok!(fd::close(r_priv));
+    // Dups inside one table (either kind) are one end: it goes with the last of them.
+    for scope in [Scope::Process, Scope::Private] {
+        let (r, w) = ok!(fd::pipe(scope));
+        let r2 = ok!(fd::dup(r, scope));
+        ok!(fd::close(r));
+        ensure!(fd::write(w, b"a") == Ok(1), "{scope:?}: write with a same-table dup of the read end left: {:?}", fd::write(w, b"a"));
+        ok!(fd::close(r2));
+        ensure!(fd::write(w, b"a") == Err(abi::Error::BrokenPipe), "{scope:?}: write after the read end's last dup closed: {:?}", fd::write(w, b"a"));
+        ok!(fd::close(w));
+    }
+    fd::unmap_all();
+    Ok(None)
+}
+
+/// The ring goes with the last end (kernel objects counted), in both table kinds, whichever
+/// end closes last, dup'ed across tables too; never while an end is open. Catches: a ring left
+/// in the process-wide table's share (planted: no `free_ring`: "1 kernel objects left"), a
+/// ring freed with an end still open (planted: free at the first close: "write after the
+/// other end closed: Err(NoSuchObject)").
+fn fd_pipe_ring_freed() -> TestResult {
+    ok!(fd::table(Scope::Private));
+    ok!(fd::table(Scope::Process));
+    let k0 = live_kobjects();
+    for scope in [Scope::Process, Scope::Private] {
+        for read_first in [true, false] {
+            let (r, w) = ok!(fd::pipe(scope));
+            ensure!(ok!(fd::write(w, b"zz")) == 2, "write");
+            let (first, last) = if read_first { (r, w) } else { (w, r) };
+            ok!(fd::close(first));
+            ensure!(live_kobjects() > k0, "{scope:?}: the ring went with one end open");
+            let mut b = [0u8; 2];
+            let used = if read_first { fd::write(w, b"q").map(|_| ()) } else { fd::read(r, &mut b).map(|_| ()) };
+            ensure!(used == Ok(()) || used == Err(abi::Error::BrokenPipe), "{scope:?}: use after the other end closed: {used:?}");
+            ok!(fd::close(last));
+            ensure!(live_kobjects() == k0, "{scope:?} (read end first: {read_first}): {} kernel objects left", live_kobjects() - k0);
+        }
+    }
+    // A process-wide pipe dup'ed into the private table, the process-wide ends closed first:
+    // the private end frees the ring from both tables.
+    let (r, w) = ok!(fd::pipe(Scope::Process));
+    let pr = ok!(fd::dup(r, Scope::Private));
+    ok!(fd::close(r));
+    ok!(fd::close(w));
+    ensure!(live_kobjects() > k0, "the ring went with a private end open");
+    ok!(fd::close(pr));
+    ensure!(live_kobjects() == k0, "dup'ed pipe: {} kernel objects left", live_kobjects() - k0);
+    fd::unmap_all();
+    Ok(None)
+}
+
+const CLOSE_RACES: u64 = 300;
+static RACE_GO: AtomicU64 = AtomicU64::new(0);
+static RACE_DONE: AtomicU64 = AtomicU64::new(0);
+static RACE_W: AtomicU64 = AtomicU64::new(0);
+static RACE_BAD: AtomicU64 = AtomicU64::new(0);
+
+/// On another core: close round `i`'s write end as soon as the round starts.
+fn t_close_racer(table: u64) -> u64 {
+    for i in 1..=CLOSE_RACES {
+        while RACE_GO.load(Ordering::Acquire) != i {
+            core::hint::spin_loop();
+        }
+        let w = fd::Fd { table, obj: RACE_W.load(Ordering::Acquire) };
+        if fd::close(w).is_err() {
+            RACE_BAD.fetch_add(1, Ordering::Relaxed);
+        }
+        RACE_DONE.store(i, Ordering::Release);
+    }
+    fd::unmap_all();
+    0
+}
+
+/// The last read end and the last write end closed at once on two cores, 300 times: every
+/// ring freed exactly once (`rings_freed`), none left (kernel objects), both closes succeed.
+/// Catches (planted: the free decided by two separate looks, "my half is 0, then the word is
+/// 0", which both closers can see): "300 rounds freed 3xx rings".
+fn fd_pipe_close_race() -> TestResult {
+    let Some(&other) = others().first() else { return Ok(Some(no_other_core())) };
+    let table = ok!(fd::table(Scope::Process));
+    let (k0, f0) = (live_kobjects(), fd::rings_freed());
+    RACE_GO.store(0, Ordering::SeqCst);
+    RACE_DONE.store(0, Ordering::SeqCst);
+    RACE_BAD.store(0, Ordering::SeqCst);
+    let t = ok!(thread::spawn(other, t_close_racer, table));
+    for i in 1..=CLOSE_RACES {
+        let (r, w) = ok!(fd::pipe(Scope::Process));
+        RACE_W.store(w.obj, Ordering::Release);
+        RACE_GO.store(i, Ordering::Release);
+        if fd::close(r).is_err() {
+            RACE_BAD.fetch_add(1, Ordering::Relaxed);
+        }
+        while RACE_DONE.load(Ordering::Acquire) != i {
+            core::hint::spin_loop();
+        }
+    }
+    ensure!(ok!(t.join()) == 0, "racer failed");
+    let freed = fd::rings_freed() - f0;
+    ensure!(RACE_BAD.load(Ordering::SeqCst) == 0, "{} closes failed", RACE_BAD.load(Ordering::SeqCst));
+    ensure!(freed == CLOSE_RACES, "{CLOSE_RACES} rounds freed {freed} rings");
+    ensure!(live_kobjects() == k0, "{} kernel objects left", live_kobjects() - k0);
+    fd::unmap_all();
+    Ok(None)
+}
+
+/// A cfork child (sharing the process-wide table) holding its own end of the parent's pipe:
+/// a private dup in the child. Returns a bit mask of failed checks.
+fn child_pipe_end(arg: u64) -> u64 {
+    // SAFETY: `arg` points at the parent's two descriptors (the child's copy of its heap).
+    let [r, w] = unsafe { *(arg as *const [fd::Fd; 2]) };
+    let mut bad = 0;
+    let Ok(mine) = fd::dup(r, Scope::Private) else { return 1 };
+    // The shared table's read end closed: the child's private end keeps the pipe open.
+    bad |= (fd::close(r).is_err() as u64) << 1;
+    bad |= ((fd::write(w, b"d") != Ok(1)) as u64) << 2;
+    let mut b = [0u8; 8];
+    bad |= ((fd::read(mine, &mut b) != Ok(4) || &b[..4] != b"abcd") as u64) << 3;
+    bad |= (fd::close(mine).is_err() as u64) << 4;
+    // The child's end was the last read end.
+    bad |= ((fd::write(w, b"e") != Err(abi::Error::BrokenPipe)) as u64) << 5;
+    fd::unmap_all();
+    bad
+}
+
+/// Ends held by a cfork child count (the counts live in the ring, which both processes map).
+/// Catches: ends counted per process (planted: the child's private dup not counted:
+/// "child checks failed, bit mask 0x..." with the write after the close refused).
+fn fd_pipe_cfork_end() -> TestResult {
+    let Some(&other) = others().first() else { return Ok(Some(no_other_core())) };
+    let (r, w) = ok!(fd::pipe(Scope::Process));
+    ensure!(ok!(fd::write(w, b"abc")) == 3, "write");
+    let boxed = Box::new([r, w]);
+    let (share, seg) = ok!(fd::cfork_share_table());
+    let child = ok!(cfork(other, &CforkOpts { shares: &[share], segments: &[seg], ..Default::default() }, child_pipe_end, &*boxed as *const [fd::Fd; 2] as u64));
+    let bad = ok!(child.join());
+    ensure!(bad == 0, "child checks failed, bit mask {bad:#x}");
+    ensure!(fd::write(w, b"f") == Err(abi::Error::BrokenPipe), "parent's write after the child's end closed: {:?}", fd::write(w, b"f"));
+    ok!(fd::close(w));
+    fd::unmap_all();
     Ok(None)
 }
 
@@ -1077,6 +1312,12 @@ const TESTS: &[(&str, fn() -> TestResult)] = &[
     ("fd::proc_table", fd_proc_table),
     ("fd::proc_concurrent", fd_proc_concurrent),
     ("fd::proc_cfork", fd_proc_cfork),
+    ("fd::pipe_epipe_eof", fd_pipe_epipe_eof),
+    ("fd::pipe_blocking_read", fd_pipe_blocking_read),
+    ("fd::pipe_dup_keeps_open", fd_pipe_dup_keeps_open),
+    ("fd::pipe_ring_freed", fd_pipe_ring_freed),
+    ("fd::pipe_cfork_end", fd_pipe_cfork_end),
+    ("fd::pipe_close_race", fd_pipe_close_race),
     ("heap::stress_no_leak", heap_stress_no_leak),
 ];
 
