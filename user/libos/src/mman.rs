@@ -273,9 +273,14 @@ pub fn munmap(addr: u64, len: u64) -> Result<(), Error> {
 }
 
 /// `mprotect(addr, len, prot)`: change the protection of `[addr, addr + len)`, which must be
-/// mapped throughout (`NoMemory` otherwise, POSIX's `ENOMEM`). Contents are kept.
+/// mapped throughout (`NoMemory` otherwise, POSIX's `ENOMEM`). Contents are kept. A zero
+/// length is no error if `addr` is aligned (as on Linux).
 pub fn mprotect(addr: u64, len: u64, prot: u64) -> Result<(), Error> {
     check_prot(prot)?;
+    // A zero length changes nothing and is no error (Linux; POSIX leaves it open).
+    if len == 0 {
+        return if addr.is_multiple_of(PAGE_SIZE) { Ok(()) } else { Err(Error::InvalidArgument) };
+    }
     let (c, off, len) = locate(addr, len)?;
     let mut maps = MAPS[c].lock();
     // Covered without holes?
