@@ -21,8 +21,9 @@
 //!   read of an empty pipe would block on Linux).
 //!
 //! - `M0`: an anonymous read-write mapping of [`MEM_PAGES`] pages at an address the system
-//!   chose, whose page [`MEM_HOLE`] (the last) is unmapped again, so `mprotect` of it is
-//!   `ENOMEM`; the cases' own `mmap`s are at least 2 pages, so they cannot land in the hole.
+//!   chose, whose page [`MEM_HOLE`] (the next to last) is unmapped again, so `mprotect` of it
+//!   is `ENOMEM`; the cases' own `mmap`s are at least 2 pages, so they cannot land in the
+//!   one-page hole between mapped pages.
 //!
 //! `m` and `n` (and `d/n`) are missing names a case may create. A case is a pair of calls with
 //! concrete arguments drawn from each call's argument classes ([`CALLS`]): same / different
@@ -236,8 +237,9 @@ pub struct Call {
 use D::*;
 use P::*;
 
-/// Pages of the fixture mapping `M0` (the last one is the hole).
-pub const MEM_PAGES: u64 = 5;
+/// Pages of the fixture mapping `M0`. The hole is between mapped pages: at the end it would
+/// join the free space after `M0`, where a case's `mmap` could start.
+pub const MEM_PAGES: u64 = 6;
 /// The unmapped page of `M0`.
 pub const MEM_HOLE: u64 = 4;
 /// The page size both systems use.

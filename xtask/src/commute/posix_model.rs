@@ -628,7 +628,7 @@ mod tests {
         assert_eq!(s.apply(Op::Munmap(0, pg), 0), "0");
         assert_eq!(s.apply(Op::Mprotect(0, pg, pc::PROT_READ), 0), pc::ERR_NO_MEM);
         assert_eq!(s.apply(Op::Mprotect(pg, pg, pc::PROT_NONE), 0), "0");
-        assert_eq!(s.mem, vec![None, Some(pc::PROT_NONE), Some(pc::PROT_RW), Some(pc::PROT_RW), None]);
+        assert_eq!(s.mem, vec![None, Some(pc::PROT_NONE), Some(pc::PROT_RW), Some(pc::PROT_RW), None, Some(pc::PROT_RW)]);
         // Different pages commute; the same page in different ways does not.
         assert!(commutes(Op::Mprotect(0, pg, pc::PROT_READ), Op::Mprotect(pg, pg, pc::PROT_READ)));
         assert!(commutes(Op::Mprotect(0, pg, pc::PROT_READ), Op::Munmap(pg, pg)));
