@@ -369,7 +369,7 @@ fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], inos: &[At
 }
 
 /// Remove whatever the fixture and the case left: descriptors, names, directories.
-fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], new_fds: [NewFds; 2]) -> Result<(), String> {
+fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], new_fds: [NewFds; 2], m0_left: [bool; pc::MEM_PAGES as usize]) -> Result<(), String> {
     let root = fs.root();
     fs.p_after_case();
     // The case's new descriptors first: one may have reused the number of a fixture
@@ -385,8 +385,13 @@ fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], new_fds:
     for d in pc::DESCS {
         let _ = fs.p_close(fds[d.index()].load(SeqCst));
     }
-    // M0 whatever the case left of it (unmapped pages are no error).
-    fs.p_munmap(MEM_BASE.load(SeqCst), pc::MEM_PAGES * pc::PAGE).map_err(|x| format!("teardown: munmap of M0: {x:?}"))?;
+    // M0's pages the case left mapped, one by one: a page the fixture (the hole) or the
+    // case unmapped may hold memory the system mapped since (on Linux, musl's allocator
+    // maps small groups of pages), which must not be unmapped.
+    let base = MEM_BASE.load(SeqCst);
+    for (k, _) in m0_left.iter().enumerate().filter(|(_, left)| **left) {
+        fs.p_munmap(base + k as u64 * pc::PAGE, pc::PAGE).map_err(|x| format!("teardown: munmap of M0: {x:?}"))?;
+    }
     // A closed end (`close(P1)`) gives an error here, which is fine: the other end frees it.
     fs.p_pipe_free(fds[pc::D::P0.index()].load(SeqCst), fds[pc::D::P1.index()].load(SeqCst));
     let remove = |rel: &str| -> Result<(), String> {
@@ -404,6 +409,21 @@ fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], new_fds:
         remove(top)?;
     }
     fs.p_rmdir(Path::new(root, None).c()).map_err(|x| format!("teardown: rmdir cm: {x:?}"))
+}
+
+/// The pages of `M0` still mapped after a case: all but the hole and those a successful
+/// `munmap` of the case removed.
+fn m0_pages_left(calls: [(Op, &str); 2]) -> [bool; pc::MEM_PAGES as usize] {
+    let mut left = [true; pc::MEM_PAGES as usize];
+    left[pc::MEM_HOLE as usize] = false;
+    for (op, res) in calls {
+        if let (Op::Munmap(off, len), "0") = (op, res) {
+            for k in off / pc::PAGE..(off + len).div_ceil(pc::PAGE).min(pc::MEM_PAGES) {
+                left[k as usize] = false;
+            }
+        }
+    }
+    left
 }
 
 /// Is case `i` picked by `pick` (`I,J-K,...`; none: every case)?
@@ -498,7 +518,8 @@ pub fn run<T: Platform + PosixFs>(p: &T, pick: Option<&str>, emit: fn(&str)) -> 
             let n = b_len.load(SeqCst);
             let bt: String = b_text[..n].iter().map(|b| b.load(SeqCst) as char).collect();
             emit(&format!("commute-posix i={i} a={a} b={bt}"));
-            if let Err(why) = remove_fixture(p, &fds, [NewFds::of(&r), NewFds::load(&b_fds)]) {
+            let left = m0_pages_left([(c.a, a.as_str()), (c.b, bt.as_str())]);
+            if let Err(why) = remove_fixture(p, &fds, [NewFds::of(&r), NewFds::load(&b_fds)], left) {
                 outcome = Err(format!("case {i}: {why}"));
                 break;
             }
