@@ -633,14 +633,16 @@ mod linux_fs {
             }
             Ok(p as u64)
         }
+        // munmap and mprotect go straight to the kernel: the guest's musl rounds mprotect's
+        // address down to a page (an unaligned one then succeeds), glibc does not.
         fn p_munmap(&self, addr: u64, len: u64) -> Result<(), PErr> {
             // SAFETY: the addresses are the fixture mapping's or a case's own mapping's; no
             // reference into them exists.
-            ok(unsafe { libc::munmap(addr as *mut libc::c_void, len as usize) } as i64).map(|_| ())
+            ok(unsafe { libc::syscall(libc::SYS_munmap, addr, len) } as i64).map(|_| ())
         }
         fn p_mprotect(&self, addr: u64, len: u64, prot: u64) -> Result<(), PErr> {
             // SAFETY: as `p_munmap`: only the fixture mapping, which nothing reads or writes.
-            ok(unsafe { libc::mprotect(addr as *mut libc::c_void, len as usize, prot as libc::c_int) } as i64).map(|_| ())
+            ok(unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) } as i64).map(|_| ())
         }
         fn p_pipe_write(&self, fd: u64, buf: &[u8]) -> Result<usize, PErr> {
             self.p_write(fd, buf)

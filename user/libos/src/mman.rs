@@ -72,12 +72,16 @@ impl Map {
 /// One core's records, sorted by `off`, non-overlapping.
 #[derive(Clone, Copy)]
 struct Maps {
+    /// The core's heap range (`heap::range_of`), copied at the table's first `mmap`: a call
+    /// from another core then reads only this table, not the heap's line of the owner core,
+    /// which the owner writes whenever it allocates (a conflict the POSIX checker showed).
+    range: ObjName,
     n: usize,
     m: [Map; MAX_MAPS],
 }
 
 impl Maps {
-    const EMPTY: Maps = Maps { n: 0, m: [Map { off: 0, len: 0, seg: 0, soff: 0, prot: 0 }; MAX_MAPS] };
+    const EMPTY: Maps = Maps { range: ObjName { share: 0, object: 0 }, n: 0, m: [Map { off: 0, len: 0, seg: 0, soff: 0, prot: 0 }; MAX_MAPS] };
 
     fn live(&self) -> &[Map] {
         &self.m[..self.n]
@@ -137,19 +141,18 @@ fn check_prot(prot: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// Map a piece into the kernel range (nothing for `PROT_NONE`).
-fn map_piece(c: usize, e: &Map) -> Result<(), Error> {
+/// Map a piece into the kernel range `r` (nothing for `PROT_NONE`).
+fn map_piece(r: ObjName, e: &Map) -> Result<(), Error> {
     if e.prot == PROT_NONE {
         return Ok(());
     }
-    let r = crate::heap::range_of(c);
     let m = SegMapping { voff: e.off, seg: ObjName::new(r.share, e.seg), soff: e.soff, len: e.len, flags: flags_of(e.prot) };
     crate::sys::ar_set_seg(r, &m).map(|_| ())
 }
 
 /// Remove every kernel mapping in `[e.off, e.end())`.
-fn unmap_span(c: usize, e: &Map) -> Result<(), Error> {
-    crate::sys::ar_unmap(crate::heap::range_of(c), e.off, e.len).map(|_| ())
+fn unmap_span(r: ObjName, e: &Map) -> Result<(), Error> {
+    crate::sys::ar_unmap(r, e.off, e.len).map(|_| ())
 }
 
 /// `mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)`: `len` bytes (rounded up to
@@ -176,10 +179,13 @@ pub fn mmap(len: u64, prot: u64) -> Result<u64, Error> {
         return Err(Error::NoMemory);
     }
     let (off, at) = maps.find_gap(len).ok_or(Error::NoMemory)?;
-    let share = crate::heap::range_of(c).share;
+    if maps.n == 0 {
+        maps.range = crate::heap::range_of(c);
+    }
+    let share = maps.range.share;
     let seg = crate::sys::segment_alloc(share, "mmap", MEMID_SELF, len)?;
     let e = Map { off, len, seg, soff: 0, prot };
-    if let Err(err) = map_piece(c, &e) {
+    if let Err(err) = map_piece(maps.range, &e) {
         let _ = crate::sys::share_delobj(ObjName::new(share, seg));
         return Err(err);
     }
@@ -208,8 +214,10 @@ fn locate(addr: u64, len: u64) -> Result<(usize, u64, u64), Error> {
 /// Replace the records overlapping `[lo, hi)`: the parts outside keep their protection, the
 /// part inside gets `new` (`None`: removed). Kernel mappings follow; on a failure every
 /// changed record's kernel mapping is put back as it was and nothing changes.
-fn rewrite(c: usize, maps: &mut Maps, lo: u64, hi: u64, new: Option<u64>) -> Result<(), Error> {
+fn rewrite(maps: &mut Maps, lo: u64, hi: u64, new: Option<u64>) -> Result<(), Error> {
+    let r = maps.range;
     let mut out = Maps::EMPTY;
+    out.range = r;
     for e in maps.live() {
         if e.end() <= lo || e.off >= hi {
             out.push(*e)?;
@@ -233,9 +241,9 @@ fn rewrite(c: usize, maps: &mut Maps, lo: u64, hi: u64, new: Option<u64>) -> Res
         if !affected(e) {
             continue;
         }
-        let r = unmap_span(c, e).and_then(|_| {
+        let r = unmap_span(r, e).and_then(|_| {
             for p in out.live().iter().filter(|p| p.seg == e.seg && p.off >= e.off && p.end() <= e.end()) {
-                map_piece(c, p)?;
+                map_piece(r, p)?;
             }
             Ok(())
         });
@@ -248,16 +256,15 @@ fn rewrite(c: usize, maps: &mut Maps, lo: u64, hi: u64, new: Option<u64>) -> Res
     if let Some(err) = failed {
         // Put back every record handled so far (including the one that failed).
         for e in maps.live()[..done].iter().filter(|e| affected(e)) {
-            let _ = unmap_span(c, e);
-            let _ = map_piece(c, e);
+            let _ = unmap_span(r, e);
+            let _ = map_piece(r, e);
         }
         return Err(err);
     }
-    let share = crate::heap::range_of(c).share;
     for e in maps.live().iter().filter(|e| affected(e)) {
         if !out.uses(e.seg) {
             // Several old records may name the segment: delete it once.
-            let _ = crate::sys::share_delobj(ObjName::new(share, e.seg));
+            let _ = crate::sys::share_delobj(ObjName::new(r.share, e.seg));
         }
     }
     *maps = out;
@@ -269,7 +276,7 @@ fn rewrite(c: usize, maps: &mut Maps, lo: u64, hi: u64, new: Option<u64>) -> Res
 pub fn munmap(addr: u64, len: u64) -> Result<(), Error> {
     let (c, off, len) = locate(addr, len)?;
     let mut maps = MAPS[c].lock();
-    rewrite(c, &mut maps, off, off + len, None)
+    rewrite(&mut maps, off, off + len, None)
 }
 
 /// `mprotect(addr, len, prot)`: change the protection of `[addr, addr + len)`, which must be
@@ -297,7 +304,7 @@ pub fn mprotect(addr: u64, len: u64, prot: u64) -> Result<(), Error> {
     if at < off + len {
         return Err(Error::NoMemory);
     }
-    rewrite(c, &mut maps, off, off + len, Some(prot))
+    rewrite(&mut maps, off, off + len, Some(prot))
 }
 
 /// Records (pieces of mappings) in core `c`'s window: for tests that check nothing leaks.
