@@ -34,6 +34,8 @@ pub enum PErr {
     NotEmpty,
     /// `EPERM` (Linux: a link to a directory).
     Perm,
+    /// `ENOMEM` (`mprotect` of pages that are not mapped).
+    NoMem,
     /// Anything else: the system's own code.
     Other(i64),
 }
@@ -49,6 +51,7 @@ impl PErr {
             PErr::Inval => pc::ERR_INVAL.into(),
             PErr::NotEmpty => pc::ERR_NOT_EMPTY.into(),
             PErr::Perm => pc::ERR_PERM.into(),
+            PErr::NoMem => pc::ERR_NO_MEM.into(),
             PErr::Other(c) => format!("E:Other{c}"),
         }
     }
@@ -107,6 +110,10 @@ pub trait PosixFs {
     fn p_rename(&self, old: &[u8], new: &[u8]) -> Result<(), PErr>;
     fn p_dup(&self, fd: u64) -> Result<u64, PErr>;
     fn p_ftruncate(&self, fd: u64, len: u64) -> Result<(), PErr>;
+    /// Anonymous private memory of `len` bytes; returns its address.
+    fn p_mmap(&self, len: u64, prot: u64) -> Result<u64, PErr>;
+    fn p_munmap(&self, addr: u64, len: u64) -> Result<(), PErr>;
+    fn p_mprotect(&self, addr: u64, len: u64, prot: u64) -> Result<(), PErr>;
 }
 
 /// A NUL-terminated path on the stack.
@@ -176,7 +183,10 @@ fn prepare<F: PosixFs>(fs: &F, root: &str, op: Op, who: u8, fds: &[AtomicU64; pc
             *x = pc::write_byte(who, i);
         }
     }
-    let fd = desc_of(op).map(|d| fds[d.index()].load(SeqCst)).unwrap_or(u64::MAX);
+    let fd = match op {
+        Op::Munmap(..) | Op::Mprotect(..) => MEM_BASE.load(SeqCst),
+        _ => desc_of(op).map(|d| fds[d.index()].load(SeqCst)).unwrap_or(u64::MAX),
+    };
     if desc_of(op).is_some_and(D::is_pipe) {
         fs.p_pipe_warm(fd);
     }
@@ -197,6 +207,8 @@ enum Raw {
     Fd(Result<u64, PErr>),
     /// `pipe`'s two descriptors.
     Pipe(Result<(u64, u64), PErr>),
+    /// `mmap`'s address and length.
+    Map(Result<(u64, u64), PErr>),
     Stat(Result<PStat, PErr>),
     Num(Result<u64, PErr>),
     Data(Result<usize, PErr>),
@@ -227,6 +239,9 @@ fn call<F: PosixFs>(fs: &F, op: Op, a: &mut Prepared) -> Raw {
         Op::Openat(_, m) => Raw::Fd(fs.p_openat(a.fd, a.p1.c(), m)),
         Op::Truncate(_, len) => Raw::Unit(fs.p_truncate(a.p1.c(), len)),
         Op::Pipe => Raw::Pipe(fs.p_pipe()),
+        Op::Mmap(len, prot) => Raw::Map(fs.p_mmap(len, prot).map(|a| (a, len))),
+        Op::Munmap(off, len) => Raw::Unit(fs.p_munmap(a.fd + off, len)),
+        Op::Mprotect(off, len, prot) => Raw::Unit(fs.p_mprotect(a.fd + off, len, prot)),
     }
 }
 
@@ -238,6 +253,7 @@ fn result_text(r: &Raw, buf: &[u8], inos: &[AtomicU64; 4]) -> String {
     match r {
         Raw::Unit(Ok(())) => "0".into(),
         Raw::Fd(Ok(_)) | Raw::Pipe(Ok(_)) => "fd".into(),
+        Raw::Map(Ok(_)) => "map".into(),
         Raw::Num(Ok(n)) => format!("{n}"),
         Raw::Data(Ok(n)) => format!("{n}:{:08x}", pc::fnv(&buf[..*n])),
         Raw::Stat(Ok(s)) => {
@@ -248,7 +264,7 @@ fn result_text(r: &Raw, buf: &[u8], inos: &[AtomicU64; 4]) -> String {
                 format!("f:{name}:{}:{}", s.nlink, s.size)
             }
         }
-        Raw::Unit(Err(e)) | Raw::Fd(Err(e)) | Raw::Pipe(Err(e)) | Raw::Stat(Err(e)) | Raw::Num(Err(e)) | Raw::Data(Err(e)) => e.label(),
+        Raw::Unit(Err(e)) | Raw::Fd(Err(e)) | Raw::Pipe(Err(e)) | Raw::Map(Err(e)) | Raw::Stat(Err(e)) | Raw::Num(Err(e)) | Raw::Data(Err(e)) => e.label(),
     }
 }
 
@@ -258,6 +274,8 @@ enum NewFds {
     None,
     File(u64),
     Pipe(u64, u64),
+    /// A mapping: address and length.
+    Map(u64, u64),
 }
 
 impl NewFds {
@@ -265,6 +283,7 @@ impl NewFds {
         match r {
             Raw::Fd(Ok(fd)) => NewFds::File(*fd),
             Raw::Pipe(Ok((r, w))) => NewFds::Pipe(*r, *w),
+            Raw::Map(Ok((a, len))) => NewFds::Map(*a, *len),
             _ => NewFds::None,
         }
     }
@@ -274,6 +293,7 @@ impl NewFds {
             NewFds::None => (0, 0, 0),
             NewFds::File(f) => (1, f, 0),
             NewFds::Pipe(r, w) => (2, r, w),
+            NewFds::Map(a, len) => (3, a, len),
         };
         to[1].store(a, SeqCst);
         to[2].store(b, SeqCst);
@@ -284,10 +304,15 @@ impl NewFds {
         match from[0].load(SeqCst) {
             1 => NewFds::File(a),
             2 => NewFds::Pipe(a, b),
+            3 => NewFds::Map(a, b),
             _ => NewFds::None,
         }
     }
 }
+
+/// The fixture mapping `M0`'s address (made by worker 0 before each case; memory calls of a
+/// case address it through `Prepared::fd`).
+static MEM_BASE: AtomicU64 = AtomicU64::new(0);
 
 /// Make the fixture: the directory, the files with their bytes, the descriptors.
 fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], inos: &[AtomicU64; 4]) -> Result<(), String> {
@@ -333,6 +358,10 @@ fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], inos: &[At
     if fs.p_pipe_write(w, &bytes).map_err(e("pipe write"))? != bytes.len() {
         return Err("fixture: short pipe write".into());
     }
+    // M0: MEM_PAGES pages read-write, the last one unmapped again (the hole).
+    let m0 = fs.p_mmap(pc::MEM_PAGES * pc::PAGE, pc::PROT_RW).map_err(e("mmap"))?;
+    fs.p_munmap(m0 + pc::MEM_HOLE * pc::PAGE, pc::PAGE).map_err(e("munmap of the hole"))?;
+    MEM_BASE.store(m0, SeqCst);
     for (k, rel) in ["a", "b", "d", "d/c"].iter().enumerate() {
         inos[k].store(fs.p_stat(Path::new(root, Some(rel)).c()).map_err(e("stat"))?.ino, SeqCst);
     }
@@ -340,7 +369,7 @@ fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], inos: &[At
 }
 
 /// Remove whatever the fixture and the case left: descriptors, names, directories.
-fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], new_fds: [NewFds; 2]) -> Result<(), String> {
+fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], new_fds: [NewFds; 2], m0_left: [bool; pc::MEM_PAGES as usize]) -> Result<(), String> {
     let root = fs.root();
     fs.p_after_case();
     // The case's new descriptors first: one may have reused the number of a fixture
@@ -350,10 +379,18 @@ fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], new_fds:
             NewFds::None => {}
             NewFds::File(fd) => fs.p_close(fd).map_err(|x| format!("teardown: close of a case's descriptor: {x:?}"))?,
             NewFds::Pipe(r, w) => fs.p_pipe_free(r, w),
+            NewFds::Map(a, len) => fs.p_munmap(a, len).map_err(|x| format!("teardown: munmap of a case's mapping: {x:?}"))?,
         }
     }
     for d in pc::DESCS {
         let _ = fs.p_close(fds[d.index()].load(SeqCst));
+    }
+    // M0's pages the case left mapped, one by one: a page the fixture (the hole) or the
+    // case unmapped may hold memory the system mapped since (on Linux, musl's allocator
+    // maps small groups of pages), which must not be unmapped.
+    let base = MEM_BASE.load(SeqCst);
+    for (k, _) in m0_left.iter().enumerate().filter(|(_, left)| **left) {
+        fs.p_munmap(base + k as u64 * pc::PAGE, pc::PAGE).map_err(|x| format!("teardown: munmap of M0: {x:?}"))?;
     }
     // A closed end (`close(P1)`) gives an error here, which is fine: the other end frees it.
     fs.p_pipe_free(fds[pc::D::P0.index()].load(SeqCst), fds[pc::D::P1.index()].load(SeqCst));
@@ -372,6 +409,21 @@ fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], new_fds:
         remove(top)?;
     }
     fs.p_rmdir(Path::new(root, None).c()).map_err(|x| format!("teardown: rmdir cm: {x:?}"))
+}
+
+/// The pages of `M0` still mapped after a case: all but the hole and those a successful
+/// `munmap` of the case removed.
+fn m0_pages_left(calls: [(Op, &str); 2]) -> [bool; pc::MEM_PAGES as usize] {
+    let mut left = [true; pc::MEM_PAGES as usize];
+    left[pc::MEM_HOLE as usize] = false;
+    for (op, res) in calls {
+        if let (Op::Munmap(off, len), "0") = (op, res) {
+            for k in off / pc::PAGE..(off + len).div_ceil(pc::PAGE).min(pc::MEM_PAGES) {
+                left[k as usize] = false;
+            }
+        }
+    }
+    left
 }
 
 /// Is case `i` picked by `pick` (`I,J-K,...`; none: every case)?
@@ -466,7 +518,8 @@ pub fn run<T: Platform + PosixFs>(p: &T, pick: Option<&str>, emit: fn(&str)) -> 
             let n = b_len.load(SeqCst);
             let bt: String = b_text[..n].iter().map(|b| b.load(SeqCst) as char).collect();
             emit(&format!("commute-posix i={i} a={a} b={bt}"));
-            if let Err(why) = remove_fixture(p, &fds, [NewFds::of(&r), NewFds::load(&b_fds)]) {
+            let left = m0_pages_left([(c.a, a.as_str()), (c.b, bt.as_str())]);
+            if let Err(why) = remove_fixture(p, &fds, [NewFds::of(&r), NewFds::load(&b_fds)], left) {
                 outcome = Err(format!("case {i}: {why}"));
                 break;
             }
@@ -504,6 +557,7 @@ mod linux_fs {
             libc::EINVAL => PErr::Inval,
             libc::ENOTEMPTY => PErr::NotEmpty,
             libc::EPERM => PErr::Perm,
+            libc::ENOMEM => PErr::NoMem,
             c => PErr::Other(c as i64),
         }
     }
@@ -569,6 +623,26 @@ mod linux_fs {
         }
         fn p_pipe_read(&self, fd: u64, buf: &mut [u8]) -> Result<usize, PErr> {
             self.p_read(fd, buf)
+        }
+        fn p_mmap(&self, len: u64, prot: u64) -> Result<u64, PErr> {
+            // SAFETY: an anonymous private mapping at an address the kernel picks touches no
+            // existing memory.
+            let p = unsafe { libc::mmap(core::ptr::null_mut(), len as usize, prot as libc::c_int, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+            if p == libc::MAP_FAILED {
+                return Err(err());
+            }
+            Ok(p as u64)
+        }
+        // munmap and mprotect go straight to the kernel: the guest's musl rounds mprotect's
+        // address down to a page (an unaligned one then succeeds), glibc does not.
+        fn p_munmap(&self, addr: u64, len: u64) -> Result<(), PErr> {
+            // SAFETY: the addresses are the fixture mapping's or a case's own mapping's; no
+            // reference into them exists.
+            ok(unsafe { libc::syscall(libc::SYS_munmap, addr, len) } as i64).map(|_| ())
+        }
+        fn p_mprotect(&self, addr: u64, len: u64, prot: u64) -> Result<(), PErr> {
+            // SAFETY: as `p_munmap`: only the fixture mapping, which nothing reads or writes.
+            ok(unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) } as i64).map(|_| ())
         }
         fn p_pipe_write(&self, fd: u64, buf: &[u8]) -> Result<usize, PErr> {
             self.p_write(fd, buf)
@@ -671,6 +745,7 @@ mod ours_fs {
             // A closed descriptor (its slot's generation changed), or the wrong end of a pipe.
             abi::Error::NoSuchObject | abi::Error::NotPermitted => PErr::BadFd,
             abi::Error::InvalidArgument => PErr::Inval,
+            abi::Error::NoMemory => PErr::NoMem,
             _ => PErr::Other(1100),
         }
     }
@@ -740,6 +815,15 @@ mod ours_fs {
         }
         fn p_pipe_read(&self, fd: u64, buf: &mut [u8]) -> Result<usize, PErr> {
             lfd::read(pfd(fd), buf).map_err(perr)
+        }
+        fn p_mmap(&self, len: u64, prot: u64) -> Result<u64, PErr> {
+            libos::mman::mmap(len, prot).map_err(perr)
+        }
+        fn p_munmap(&self, addr: u64, len: u64) -> Result<(), PErr> {
+            libos::mman::munmap(addr, len).map_err(perr)
+        }
+        fn p_mprotect(&self, addr: u64, len: u64, prot: u64) -> Result<(), PErr> {
+            libos::mman::mprotect(addr, len, prot).map_err(perr)
         }
         fn p_pipe_write(&self, fd: u64, buf: &[u8]) -> Result<usize, PErr> {
             lfd::write(pfd(fd), buf).map_err(perr)

@@ -20,6 +20,11 @@
 //!   (`fixture_byte(4, i)`), so every read of the pipe a case makes finds bytes waiting (a
 //!   read of an empty pipe would block on Linux).
 //!
+//! - `M0`: an anonymous read-write mapping of [`MEM_PAGES`] pages at an address the system
+//!   chose, whose page [`MEM_HOLE`] (the next to last) is unmapped again, so `mprotect` of it
+//!   is `ENOMEM`; the cases' own `mmap`s are at least 2 pages, so they cannot land in the
+//!   one-page hole between mapped pages.
+//!
 //! `m` and `n` (and `d/n`) are missing names a case may create. A case is a pair of calls with
 //! concrete arguments drawn from each call's argument classes ([`CALLS`]): same / different
 //! file, same / different directory, existing / missing name, same / different descriptor or
@@ -213,6 +218,14 @@ pub enum Op {
     Truncate(P, u64),
     /// `pipe()`: two new descriptors (a new pipe; the cases never use them).
     Pipe,
+    /// `mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)`: the address is the
+    /// system's choice and not part of the result (as a new descriptor's number); the cases
+    /// never use the new mapping.
+    Mmap(u64, u64),
+    /// `munmap(M0 + off, len)` (bytes).
+    Munmap(u64, u64),
+    /// `mprotect(M0 + off, len, prot)` (bytes).
+    Mprotect(u64, u64, u64),
 }
 
 /// A call and its argument classes.
@@ -223,6 +236,19 @@ pub struct Call {
 
 use D::*;
 use P::*;
+
+/// Pages of the fixture mapping `M0`. The hole is between mapped pages: at the end it would
+/// join the free space after `M0`, where a case's `mmap` could start.
+pub const MEM_PAGES: u64 = 6;
+/// The unmapped page of `M0`.
+pub const MEM_HOLE: u64 = 4;
+/// The page size both systems use.
+pub const PAGE: u64 = 4096;
+/// `mmap`/`mprotect` protections (the POSIX values, the same on both systems).
+pub const PROT_NONE: u64 = 0;
+pub const PROT_READ: u64 = 1;
+pub const PROT_WRITE: u64 = 2;
+pub const PROT_RW: u64 = PROT_READ | PROT_WRITE;
 
 /// The modelled calls, in enumeration order (docs/commute.md says which POSIX calls are not
 /// modelled yet).
@@ -299,6 +325,29 @@ pub const CALLS: &[Call] = &[
     },
     Call { name: "truncate", variants: &[Op::Truncate(A, 4096), Op::Truncate(B, 0), Op::Truncate(DC, 8192), Op::Truncate(M, 0), Op::Truncate(Sub, 0)] },
     Call { name: "pipe", variants: &[Op::Pipe] },
+    Call { name: "mmap", variants: &[Op::Mmap(2 * PAGE, PROT_RW), Op::Mmap(3 * PAGE, PROT_READ), Op::Mmap(0, PROT_RW)] },
+    Call {
+        name: "munmap",
+        variants: &[
+            Op::Munmap(0, PAGE),
+            Op::Munmap(PAGE, PAGE),
+            Op::Munmap(0, 4 * PAGE),
+            Op::Munmap(MEM_HOLE * PAGE, PAGE),
+            Op::Munmap(8, PAGE),
+            Op::Munmap(0, 0),
+        ],
+    },
+    Call {
+        name: "mprotect",
+        variants: &[
+            Op::Mprotect(0, PAGE, PROT_READ),
+            Op::Mprotect(PAGE, PAGE, PROT_READ),
+            Op::Mprotect(0, PAGE, PROT_NONE),
+            Op::Mprotect(0, 4 * PAGE, PROT_RW),
+            Op::Mprotect(MEM_HOLE * PAGE, PAGE, PROT_READ),
+            Op::Mprotect(8, PAGE, PROT_READ),
+        ],
+    },
 ];
 
 /// One case: its index in the enumeration, and the two calls (A on core 0, B on core 1).
@@ -354,3 +403,4 @@ pub const ERR_BAD_FD: &str = "E:BadFd";
 pub const ERR_INVAL: &str = "E:Inval";
 pub const ERR_NOT_EMPTY: &str = "E:NotEmpty";
 pub const ERR_PERM: &str = "E:Perm";
+pub const ERR_NO_MEM: &str = "E:NoMem";

@@ -814,6 +814,7 @@ const UTEST_ONE_CORE: &[&str] = &[
     "unmap_then_touch_faults_child",
     "shared_range_no_fault_on_b",
     "shared_unmap_shootdown",
+    "mman_two_cores",
 ];
 
 /// roletest's six tests; `role_change_under_load` and `forwarding_after_the_serving_kc_leaves`

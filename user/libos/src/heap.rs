@@ -205,7 +205,8 @@ impl CoreHeap {
             Some(i) => l.holes[i].0,
             None => l.next_off.next_multiple_of(align.max(PAGE_SIZE)),
         };
-        if off + len > HEAP_SPAN {
+        // The top of the range is `libos::mman`'s window (anonymous mmap): stay below it.
+        if off + len > crate::mman::WINDOW_OFF {
             return None;
         }
         let seg = crate::sys::segment_alloc(share, name, MEMID_SELF, len).ok()?;
@@ -381,7 +382,7 @@ const RESERVE_PAGES_PER_CORE: u64 = 64 + 512;
 /// shell runs on its own core, in the shell's context: a fault there would end the shell
 /// too. The check and the use are not atomic: programs on other cores taking memory at the
 /// same moment can still make a fault happen.
-fn memory_for(len: u64) -> bool {
+pub(crate) fn memory_for(len: u64) -> bool {
     let Ok(si) = crate::sys::sys_info() else { return true };
     let reserve = RESERVE_PAGES + RESERVE_PAGES_PER_CORE * si.cores;
     si.free_pages >= len.div_ceil(PAGE_SIZE) + reserve

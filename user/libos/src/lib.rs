@@ -31,6 +31,7 @@ pub mod fd;
 pub mod fs;
 pub mod heap;
 pub mod layout;
+pub mod mman;
 pub mod net;
 pub mod ppc;
 pub mod process;

@@ -51,6 +51,9 @@ pub struct State {
     pub fds: BTreeMap<D, (Ino, u64)>,
     /// The bytes waiting in the fixture pipe, oldest first.
     pub pipe: Vec<u8>,
+    /// The fixture mapping `M0`, page by page: its protection, `None` where unmapped.
+    /// (Contents are not modelled: no case reads or writes the memory, see docs/commute.md.)
+    pub mem: Vec<Option<u64>>,
 }
 
 fn err<T>(e: &str) -> Result<T, String> {
@@ -80,7 +83,8 @@ impl State {
             fds.insert(d, (Ino::Pipe, 0));
         }
         let pipe = (0..pc::PIPE_FIXTURE_BYTES).map(pc::pipe_byte).collect();
-        State { inodes, names, fds, pipe }
+        let mem = (0..pc::MEM_PAGES).map(|p| (p != pc::MEM_HOLE).then_some(pc::PROT_RW)).collect();
+        State { inodes, names, fds, pipe, mem }
     }
 
     /// The directory `p` is in, which must exist and be a directory.
@@ -112,6 +116,15 @@ impl State {
         } else {
             format!("f:{}:{}:{}", i.label(), n.nlink, n.data.len())
         }
+    }
+
+    /// The pages of `M0` that `[off, off + len)` covers; `EINVAL` for an unaligned offset or
+    /// an empty range.
+    fn pages(&self, off: u64, len: u64) -> Result<std::ops::Range<u64>, String> {
+        if !off.is_multiple_of(pc::PAGE) || len == 0 {
+            return err(pc::ERR_INVAL);
+        }
+        Ok(off / pc::PAGE..(off + len).div_ceil(pc::PAGE))
     }
 
     fn fd(&self, d: D) -> Result<(Ino, u64), String> {
@@ -206,6 +219,45 @@ impl State {
             }
             // A new pipe: two new descriptors, nothing a case looks at.
             Op::Pipe => Ok("fd".into()),
+            // A new mapping at an address the system chose (never in M0, which is mapped, nor
+            // in its one-page hole: the cases map at least 2 pages). Linux checks the length
+            // before anything else.
+            Op::Mmap(len, prot) => {
+                if len == 0 || prot & !pc::PROT_RW != 0 {
+                    return err(pc::ERR_INVAL);
+                }
+                Ok("map".into())
+            }
+            // Unmapped pages in the range are no error (POSIX); an unaligned address or an
+            // empty range is EINVAL.
+            Op::Munmap(off, len) => {
+                let pages = self.pages(off, len)?;
+                for p in pages {
+                    if let Some(m) = self.mem.get_mut(p as usize) {
+                        *m = None;
+                    }
+                }
+                Ok("0".into())
+            }
+            // Every page must be mapped (ENOMEM otherwise, nothing changed: the classes' ranges
+            // start in the hole or are mapped throughout, where Linux changes nothing either);
+            // a zero length is no error on Linux (checked after the address's alignment).
+            Op::Mprotect(off, len, prot) => {
+                if !off.is_multiple_of(pc::PAGE) || prot & !pc::PROT_RW != 0 {
+                    return err(pc::ERR_INVAL);
+                }
+                if len == 0 {
+                    return Ok("0".into());
+                }
+                let pages = self.pages(off, len)?;
+                if pages.clone().any(|p| self.mem.get(p as usize).copied().flatten().is_none()) {
+                    return err(pc::ERR_NO_MEM);
+                }
+                for p in pages {
+                    self.mem[p as usize] = Some(prot);
+                }
+                Ok("0".into())
+            }
             Op::Close(d) => {
                 let (i, _) = self.fd(d)?;
                 self.fds.remove(&d);
@@ -561,5 +613,31 @@ mod tests {
         // A pipe is not a file: a write to it commutes with file reads and writes.
         assert!(commutes(Op::Write(P1), Op::Write(D0)));
         assert_eq!(State::fixture().apply(Op::Write(P0), 0), pc::ERR_BAD_FD);
+    }
+
+    #[test]
+    fn memory_calls_by_page() {
+        let pg = pc::PAGE;
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Mmap(0, pc::PROT_RW), 0), pc::ERR_INVAL);
+        assert_eq!(s.apply(Op::Munmap(8, pg), 0), pc::ERR_INVAL);
+        assert_eq!(s.apply(Op::Munmap(0, 0), 0), pc::ERR_INVAL);
+        assert_eq!(s.apply(Op::Mprotect(8, pg, pc::PROT_READ), 0), pc::ERR_INVAL);
+        assert_eq!(s.apply(Op::Mprotect(pc::MEM_HOLE * pg, pg, pc::PROT_READ), 0), pc::ERR_NO_MEM);
+        assert_eq!(s.apply(Op::Munmap(pc::MEM_HOLE * pg, pg), 0), "0");
+        assert_eq!(s.apply(Op::Munmap(0, pg), 0), "0");
+        assert_eq!(s.apply(Op::Mprotect(0, pg, pc::PROT_READ), 0), pc::ERR_NO_MEM);
+        assert_eq!(s.apply(Op::Mprotect(pg, pg, pc::PROT_NONE), 0), "0");
+        assert_eq!(s.mem, vec![None, Some(pc::PROT_NONE), Some(pc::PROT_RW), Some(pc::PROT_RW), None, Some(pc::PROT_RW)]);
+        // Different pages commute; the same page in different ways does not.
+        assert!(commutes(Op::Mprotect(0, pg, pc::PROT_READ), Op::Mprotect(pg, pg, pc::PROT_READ)));
+        assert!(commutes(Op::Mprotect(0, pg, pc::PROT_READ), Op::Munmap(pg, pg)));
+        assert!(!commutes(Op::Mprotect(0, pg, pc::PROT_READ), Op::Munmap(0, pg)));
+        assert!(!commutes(Op::Mprotect(0, pg, pc::PROT_READ), Op::Mprotect(0, pg, pc::PROT_NONE)));
+        assert!(!commutes(Op::Mprotect(0, 4 * pg, pc::PROT_RW), Op::Mprotect(pg, pg, pc::PROT_READ)));
+        assert!(commutes(Op::Mprotect(0, pg, pc::PROT_READ), Op::Mprotect(0, pg, pc::PROT_READ)));
+        assert!(commutes(Op::Munmap(0, 4 * pg), Op::Munmap(0, pg)));
+        assert!(commutes(Op::Mmap(2 * pg, pc::PROT_RW), Op::Munmap(0, 4 * pg)));
+        assert!(commutes(Op::Mmap(2 * pg, pc::PROT_RW), Op::Stat(P::A)));
     }
 }

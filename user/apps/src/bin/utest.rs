@@ -1167,6 +1167,133 @@ fn t_heap() -> TestResult {
 }
 
 // ---------------------------------------------------------------------------------------
+// Anonymous memory mappings (`libos::mman`)
+
+/// Objects in a share (segments `mmap` made live in the core's heap share).
+fn share_objects(share: ObjectId) -> Result<u64, Msg> {
+    let mut ids = [0 as ObjectId; 512];
+    Ok(ok!(sys::share_list(share, &mut ids)))
+}
+
+/// Whether the kernel may write the page at `addr` (a system call's output buffer in its
+/// second half, so the first words, which the tests check, keep their values).
+fn kernel_writes(addr: u64) -> bool {
+    const _: () = assert!(core::mem::size_of::<abi::SysInfo>() as u64 <= PAGE_SIZE / 2);
+    raw(nr::SYS_INFO, [addr + PAGE_SIZE / 2, 0, 0, 0, 0, 0]).is_ok()
+}
+
+/// Whether the kernel may read the page at `addr` (one byte of it written to the console).
+fn kernel_reads(addr: u64) -> bool {
+    raw(nr::CONSOLE_WRITE, [addr, 1, 0, 0, 0, 0]).is_ok()
+}
+
+fn t_mman() -> TestResult {
+    use libos::mman::{self, PROT_NONE, PROT_READ, PROT_WRITE};
+    const P: u64 = PAGE_SIZE;
+    let c = libos::core_id() as usize;
+    let share = libos::heap::range_of(c).share;
+    let objs = share_objects(share)?;
+    let recs = mman::records(c);
+    err!(mman::mmap(0, PROT_READ), Error::InvalidArgument);
+    err!(mman::mmap(P, 8), Error::InvalidArgument);
+    err!(mman::mmap(1 << 40, PROT_READ | PROT_WRITE), Error::NoMemory);
+    err!(mman::munmap(SCRATCH_BASE, P), Error::InvalidArgument);
+    err!(mman::mprotect(SCRATCH_BASE, P, PROT_READ), Error::InvalidArgument);
+    let a = ok!(mman::mmap(4 * P - 100, PROT_READ | PROT_WRITE));
+    ensure!(a.is_multiple_of(P), "mmap address {a:#x} not page-aligned");
+    ensure!(mman::records(c) == recs + 1 && share_objects(share)? == objs + 1, "one record, one segment");
+    err!(mman::munmap(a + 8, P), Error::InvalidArgument);
+    err!(mman::munmap(a, 0), Error::InvalidArgument);
+    err!(mman::mprotect(a, P, 4), Error::InvalidArgument);
+    err!(mman::mprotect(a, 5 * P, PROT_READ), Error::NoMemory);
+    for p in 0..4 {
+        ensure!(rd(a + p * P) == 0, "page {p} not zero");
+        wr(a + p * P, 100 + p);
+    }
+    // Pages 1-2 read-only: three pieces; the contents stay; the kernel may not write them.
+    ok!(mman::mprotect(a + P, 2 * P, PROT_READ));
+    ensure!(mman::records(c) == recs + 3, "mprotect in the middle: {} records, want {}", mman::records(c), recs + 3);
+    ensure!(kernel_writes(a) && !kernel_writes(a + P) && !kernel_writes(a + 2 * P) && kernel_writes(a + 3 * P), "protections after mprotect");
+    for p in 0..4 {
+        ensure!(rd(a + p * P) == 100 + p, "page {p} changed by mprotect: {:#x} {:#x} {:#x} {:#x}", rd(a), rd(a + P), rd(a + 2 * P), rd(a + 3 * P));
+    }
+    // Page 1 no access (the kernel may not even read it), then back to read-write: kept.
+    ok!(mman::mprotect(a + P, P, PROT_NONE));
+    ensure!(!kernel_reads(a + P) && kernel_reads(a + 2 * P), "PROT_NONE page readable");
+    ok!(mman::mprotect(a, 4 * P, PROT_READ | PROT_WRITE));
+    ensure!(kernel_writes(a + P) && kernel_writes(a + 2 * P), "not writable after mprotect back");
+    for p in 0..4 {
+        ensure!(rd(a + p * P) == 100 + p, "page {p}: {} after mprotect back, want {}", rd(a + p * P), 100 + p);
+        wr(a + p * P, 200 + p);
+    }
+    // Unmap page 1: the rest stays mapped and keeps its contents.
+    ok!(mman::munmap(a + P, P));
+    ensure!(!kernel_reads(a + P), "unmapped page still mapped");
+    for p in [0, 2, 3] {
+        ensure!(rd(a + p * P) == 200 + p, "page {p} after partial munmap: {}", rd(a + p * P));
+    }
+    err!(mman::mprotect(a, 2 * P, PROT_READ), Error::NoMemory);
+    ensure!(share_objects(share)? == objs + 1, "the segment must stay while pieces use it");
+    // Unmapping a hole is no error; unmapping everything gives the segment back.
+    ok!(mman::munmap(a + P, P));
+    ok!(mman::munmap(a, 4 * P));
+    ensure!(!kernel_reads(a) && !kernel_reads(a + 3 * P), "munmap left pages mapped");
+    ensure!(mman::records(c) == recs, "records {} after munmap, want {}", mman::records(c), recs);
+    ensure!(share_objects(share)? == objs, "segments leaked: {} objects, want {objs}", share_objects(share)?);
+    // The address is free again (first fit).
+    let b = ok!(mman::mmap(P, PROT_READ));
+    ensure!(b == a && rd(b) == 0, "a new mapping at {b:#x} (want {a:#x}) reads {}", rd(b));
+    ok!(mman::munmap(b, P));
+    Ok(Pass::Ok)
+}
+
+/// Address core 0 mapped, for the thread on core 1 (0: not yet).
+static MMAN_ADDR0: AtomicU64 = AtomicU64::new(0);
+
+/// On core 1: map a page, write a marker, wait for core 0's mapping and read its marker.
+/// Returns the address, or 0 if core 0's marker was wrong.
+fn thread_mmap(_: u64) -> u64 {
+    use libos::mman::{self, PROT_READ, PROT_WRITE};
+    let Ok(a) = mman::mmap(PAGE_SIZE, PROT_READ | PROT_WRITE) else { return 1 };
+    wr(a, 0x1111);
+    let mut a0 = 0;
+    libos::time::wait_until(JOIN_MS, || {
+        a0 = MMAN_ADDR0.load(Ordering::Acquire);
+        a0 != 0
+    });
+    if a0 == 0 || rd(a0) != 0x2222 {
+        return 0;
+    }
+    a
+}
+
+fn t_mman_two_cores() -> TestResult {
+    use libos::mman::{self, PROT_READ, PROT_WRITE};
+    if let Some(s) = need_cores(2) {
+        return Ok(s);
+    }
+    let objs = [share_objects(libos::heap::range_of(0).share)?, share_objects(libos::heap::range_of(1).share)?];
+    MMAN_ADDR0.store(0, Ordering::Release);
+    let t = ok!(libos::thread::spawn(1, thread_mmap, 0));
+    let a0 = ok!(mman::mmap(PAGE_SIZE, PROT_READ | PROT_WRITE));
+    wr(a0, 0x2222);
+    MMAN_ADDR0.store(a0, Ordering::Release);
+    let a1 = ok!(t.join());
+    MMAN_ADDR0.store(0, Ordering::Release);
+    ensure!(a1 > 1, "thread on core 1: mmap failed or core 0's page not seen ({a1})");
+    ensure!(a0 != a1, "both cores got {a0:#x}");
+    ensure!(a0 >= libos::heap::window(0) && a0 < libos::heap::window(1) && a1 >= libos::heap::window(1), "windows: {a0:#x} {a1:#x}");
+    // Core 1's mapping is seen here (process-wide) and can be unmapped from here.
+    ensure!(rd(a1) == 0x1111, "core 1's marker reads {:#x} on core 0", rd(a1));
+    ok!(mman::munmap(a1, PAGE_SIZE));
+    ok!(mman::munmap(a0, PAGE_SIZE));
+    ensure!(mman::records(0) == 0 && mman::records(1) == 0, "records left: {} {}", mman::records(0), mman::records(1));
+    let after = [share_objects(libos::heap::range_of(0).share)?, share_objects(libos::heap::range_of(1).share)?];
+    ensure!(after == objs, "heap shares' objects {objs:?} -> {after:?}");
+    Ok(Pass::Ok)
+}
+
+// ---------------------------------------------------------------------------------------
 
 type Test = (&'static str, fn() -> TestResult);
 
@@ -1208,6 +1335,8 @@ const TESTS: &[Test] = &[
     ("locality_get", t_locality_get),
     ("initrd_get", t_initrd_get),
     ("heap", t_heap),
+    ("mman", t_mman),
+    ("mman_two_cores", t_mman_two_cores),
 ];
 
 /// Touch the stack down to `bytes` below here, so its demand-zero faults happen now and not
