@@ -607,17 +607,23 @@ pub(super) fn drain_unlocked() {
 /// Copy device bytes `[off, off + buf.len())` from the table's cached pages without a lock;
 /// `false` as soon as one page is not cached (or a writer is in it).
 pub(super) fn try_copy(t: &Table, core: usize, off: u64, buf: &mut [u8]) -> bool {
+    pieces(off, buf.len()).all(|(p, at, r)| t.try_read(core, p, at, &mut buf[r]))
+}
+
+/// Device bytes `[off, off + len)` cut at cache-page boundaries: for each piece its page,
+/// its offset in that page, and its range in the caller's buffer.
+fn pieces(off: u64, len: usize) -> impl Iterator<Item = (u64, usize, core::ops::Range<usize>)> {
     let mut done = 0usize;
-    while done < buf.len() {
+    core::iter::from_fn(move || {
+        if done >= len {
+            return None;
+        }
         let pos = off + done as u64;
         let (p, at) = (pos / PAGE, (pos % PAGE) as usize);
-        let n = (buf.len() - done).min(PAGE as usize - at);
-        if !t.try_read(core, p, at, &mut buf[done..done + n]) {
-            return false;
-        }
-        done += n;
-    }
-    true
+        let r = done..done + (len - done).min(PAGE as usize - at);
+        done = r.end;
+        Some((p, at, r))
+    })
 }
 
 /// The buffer cache: a `bcache::Table` of 4 KiB pages of the disk in a segment mapped through
@@ -786,16 +792,11 @@ impl Disk for Cache {
         self.check(off, buf.len())?;
         let core = self.ready()?;
         let t = self.table;
-        let mut done = 0usize;
-        while done < buf.len() {
-            let pos = off + done as u64;
-            let (p, at) = (pos / PAGE, (pos % PAGE) as usize);
-            let n = (buf.len() - done).min(PAGE as usize - at);
-            let dst = &mut buf[done..done + n];
+        for (p, at, r) in pieces(off, buf.len()) {
+            let dst = &mut buf[r];
             if !t.try_read(core, p, at, dst) {
                 t.read(core, &mut DevIo { dev: &mut self.dev }, p, at, dst).map_err(fs_err)?;
             }
-            done += n;
         }
         Ok(())
     }
@@ -820,13 +821,8 @@ impl Cache {
         self.check(off, buf.len())?;
         let core = self.ready()?;
         let t = self.table;
-        let mut done = 0usize;
-        while done < buf.len() {
-            let pos = off + done as u64;
-            let (p, at) = (pos / PAGE, (pos % PAGE) as usize);
-            let n = (buf.len() - done).min(PAGE as usize - at);
-            t.write(core, &mut DevIo { dev: &mut self.dev }, p, at, &buf[done..done + n], is_data).map_err(fs_err)?;
-            done += n;
+        for (p, at, r) in pieces(off, buf.len()) {
+            t.write(core, &mut DevIo { dev: &mut self.dev }, p, at, &buf[r], is_data).map_err(fs_err)?;
         }
         Ok(())
     }
@@ -901,18 +897,17 @@ impl Disk for CoreDisk {
         if let Some(core) = self.here() {
             let t = self.table;
             let mut done = 0usize;
-            while done < buf.len() {
-                let pos = off + done as u64;
-                let (p, at) = (pos / PAGE, (pos % PAGE) as usize);
-                let n = (buf.len() - done).min(PAGE as usize - at);
-                if !t.try_write(core, p, at, &buf[done..done + n], false) {
+            for (p, at, r) in pieces(off, buf.len()) {
+                if !t.try_write(core, p, at, &buf[r.clone()], false) {
                     break;
                 }
-                done += n;
+                done = r.end;
             }
             if done == buf.len() {
                 return Ok(());
             }
+            // The pieces written already hold their bytes: the cache writes only the rest.
+            return with_cache(|c| c.write_at(off + done as u64, &buf[done..]));
         }
         with_cache(|c| c.write_at(off, buf))
     }

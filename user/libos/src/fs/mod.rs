@@ -649,6 +649,19 @@ fn drop_desc(descs: &mut [Option<OpenFile>], d: usize) {
     }
 }
 
+/// One descriptor's reference to description `d` of the shared table goes: `Some(inode)` when
+/// it was the last (the description is freed), `None` while others remain.
+fn unref_desc(descs: &mut [Option<OpenFile>], d: usize) -> Result<Option<u32>> {
+    let desc = descs.get_mut(d).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
+    desc.refs -= 1;
+    if desc.refs > 0 {
+        return Ok(None);
+    }
+    let ino = desc.ino;
+    drop_desc(descs, d);
+    Ok(Some(ino))
+}
+
 /// Move `fd`'s offset from `from` to `to` (under the lock). `Ok(false)`: a per-core
 /// descriptor's offset is not `from` any more (a read or seek without the lock moved it, or
 /// it was forwarded meanwhile): the caller starts over.
@@ -954,14 +967,10 @@ pub fn close(fd: Fd) -> Result<()> {
         } else {
             m.files.get_mut(fd.0 as usize).and_then(|f| f.take()).ok_or(FsError::BadDescriptor)? as usize
         };
-        let desc = m.descs.get_mut(d).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
-        desc.refs -= 1;
-        if desc.refs > 0 {
-            return Ok(());
+        match unref_desc(m.descs, d)? {
+            Some(ino) => release_if_orphan(m, ino),
+            None => Ok(()),
         }
-        let ino = desc.ino;
-        drop_desc(m.descs, d);
-        release_if_orphan(m, ino)
     })
 }
 
@@ -987,13 +996,7 @@ fn close_in_tables(fs: &mut CoreFs, fd: Fd) -> Result<()> {
         } else {
             t.files.get_mut(fd.0 as usize).and_then(|f| f.take()).ok_or(FsError::BadDescriptor)? as usize
         };
-        let desc = t.descs.get_mut(d).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
-        desc.refs -= 1;
-        if desc.refs > 0 {
-            return Ok(());
-        }
-        let ino = desc.ino;
-        drop_desc(&mut t.descs, d);
+        let Some(ino) = unref_desc(&mut t.descs, d)? else { return Ok(()) };
         if t.orphans.contains(&ino) && !(t.descs.iter().flatten().any(|d| d.ino == ino) || open_files::is_open(ino)) {
             t.orphans.remove(&ino);
             open_files::watch(ino).fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
