@@ -329,13 +329,21 @@ const OW_ROUNDS: u64 = 300;
 /// Core 1 finished (its result + 1).
 static OW_EXIT: AtomicU64 = AtomicU64::new(0);
 
-/// Core 1: make `/ft5/f` holding 4 KiB of the byte `k`, close it, unlink it; `OW_ROUNDS`
+/// Core 1: make `/ft5/f` holding 4 KiB of the byte `round_byte(k)`, close it, unlink it; `OW_ROUNDS`
 /// times. 0, or the step that failed (1 create, 2 write, 3 close, 4 unlink).
+/// The byte round `k` fills `/ft5/f` with: never 0. (`k as u8` was 0 in round 256, and a
+/// reader that caught that round's file read 4 KiB of zeros, which the check in
+/// `opens_race_unlinks` rightly refuses as a state between no two changes: the intermittent
+/// failure of session 13, about one run in 20, was this test's, not the file system's.)
+fn round_byte(k: u64) -> u8 {
+    (k % 255) as u8 + 1
+}
+
 fn ow_churn(_: u64) -> u64 {
     let rc = (|| {
         for k in 1..=OW_ROUNDS {
             let Ok(fd) = fs::open("/ft5/f", fs::O_RDWR | fs::O_CREAT | fs::O_EXCL) else { return 1 };
-            if fs::write(fd, &[k as u8; 4096]) != Ok(4096) {
+            if fs::write(fd, &[round_byte(k); 4096]) != Ok(4096) {
                 return 2;
             }
             if fs::close(fd).is_err() {
