@@ -233,6 +233,7 @@ extern "C" fn cfork_start(start: *mut CforkStart, root_share: u64, pcore: u64) -
         }
         Err(_) => abi::EXIT_FAULT_BASE - 2,
     };
+    crate::fd::close_private_at_exit();
     let _ = crate::sys::pcore_halt(ObjName::new(root_share, pcore), code);
     crate::exit(code)
 }

@@ -320,6 +320,39 @@ fn close_private(share: ObjectId, t: &mut PrivateTable, slot: usize) -> Result<(
     last_close(share, t, f)
 }
 
+/// Close every descriptor left in the calling context's private table, because the context
+/// is ending: a thread or a cfork child whose function returned, or a program whose `main`
+/// returned. Each pipe end goes, so a reader in another context reads end of file and a writer
+/// gets `BrokenPipe` instead of waiting forever, and the last end frees the ring. A file
+/// system descriptor's open file goes too, so a file unlinked while open is freed. Before
+/// session 14 nothing closed them, and a pipe whose last reader's thread ended without `close`
+/// never reported `BrokenPipe`. Errors are ignored: the context ends whatever they say.
+/// Returns how many descriptors it closed.
+///
+/// Not called by a context that ends any other way: `exit` called from inside a function,
+/// a fault, or a halt from outside. `exit` runs in `cores::Core` contexts too, which have no
+/// context page to look at.
+pub fn close_private_at_exit() -> usize {
+    let Some(c) = crate::ctx::try_ctx() else { return 0 };
+    let share = c.private_fds;
+    if share == 0 {
+        return 0;
+    }
+    let t = private_table();
+    let mut closed = 0;
+    for slot in 0..PRIVATE_SLOTS {
+        if t.slot_used[slot / 64] != 0 && bit(&t.slot_used, slot) {
+            let _ = close_private(share, t, slot);
+            closed += 1;
+        }
+    }
+    if closed != 0 {
+        // The rings the closes mapped to count their ends down.
+        unmap_all();
+    }
+    closed
+}
+
 /// The last descriptor of private open file `f` closed: delete its kernel object, and the
 /// pipe ring or file segment behind it if no other private open file uses that (it stays
 /// alive in any shared table it was dup'ed into, which holds its own reference).

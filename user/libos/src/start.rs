@@ -180,6 +180,8 @@ extern "C" fn rt_start(info: *const StartInfo, rsi_root: u64, rdx_pcore: u64) ->
     }
     // SAFETY: `__rt_user_main` is defined by the program through `libos::main!`.
     let code = unsafe { __rt_user_main(args()) };
+    // Its private descriptors first: a file among them is closed before the unmount.
+    crate::fd::close_private_at_exit();
     // Like stdio's buffers at exit: a program that returns from main has its files written
     // back and the disk let go (an unmount error cannot change the exit code any more).
     if crate::fs::mounted() {

@@ -119,6 +119,7 @@ extern "C" fn thread_start(start: *mut ThreadStart, root_share: u64, pcore: u64)
     // remote free if the spawner is on another core).
     drop(unsafe { Box::from_raw(start) });
     let code = (s.f)(s.arg);
+    crate::fd::close_private_at_exit();
     let _ = crate::sys::pcore_halt(ObjName::new(root_share, pcore), code);
     crate::exit(code)
 }

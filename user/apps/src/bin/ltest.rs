@@ -893,6 +893,35 @@ fn fd_pipe_ring_freed() -> TestResult {
     Ok(None)
 }
 
+/// On another core: take a private read end of the parent's pipe (a dup of its process-wide
+/// one) and end without closing it.
+fn t_keep_read_end(arg: u64) -> u64 {
+    // SAFETY: `arg` points at the parent's descriptor, alive until this thread is joined.
+    let r = unsafe { *(arg as *const fd::Fd) };
+    fd::dup(r, Scope::Private).is_err() as u64
+}
+
+/// A context that ends without closing its private descriptors has them closed at its end
+/// (`fd::close_private_at_exit`): here the pipe's last read end is a thread's private dup,
+/// so once the thread is over a write gets `BrokenPipe`, and the last close frees the ring.
+/// Catches: no close at a context's end (planted: the call in `thread_start` removed:
+/// "write after the last reader's thread ended: Ok(1)").
+fn fd_pipe_end_dropped_at_exit() -> TestResult {
+    let Some(&other) = others().first() else { return Ok(Some(no_other_core())) };
+    let freed0 = fd::rings_freed();
+    let (r, w) = ok!(fd::pipe(Scope::Process));
+    let boxed = Box::new(r);
+    let t = ok!(thread::spawn(other, t_keep_read_end, &*boxed as *const fd::Fd as u64));
+    ensure!(ok!(t.join()) == 0, "the thread could not dup the read end");
+    ok!(fd::close(r));
+    let got = fd::write(w, b"x");
+    ensure!(got == Err(abi::Error::BrokenPipe), "write after the last reader's thread ended: {got:?} (its private read end was not dropped)");
+    ok!(fd::close(w));
+    ensure!(fd::rings_freed() == freed0 + 1, "rings freed {} -> {} (want one more: the ring goes with its last end)", freed0, fd::rings_freed());
+    fd::unmap_all();
+    Ok(None)
+}
+
 const CLOSE_RACES: u64 = 300;
 static RACE_GO: AtomicU64 = AtomicU64::new(0);
 static RACE_DONE: AtomicU64 = AtomicU64::new(0);
@@ -1318,6 +1347,7 @@ const TESTS: &[(&str, fn() -> TestResult)] = &[
     ("fd::pipe_ring_freed", fd_pipe_ring_freed),
     ("fd::pipe_cfork_end", fd_pipe_cfork_end),
     ("fd::pipe_close_race", fd_pipe_close_race),
+    ("fd::pipe_end_dropped_at_exit", fd_pipe_end_dropped_at_exit),
     ("heap::stress_no_leak", heap_stress_no_leak),
 ];
 
