@@ -122,6 +122,8 @@ const PIPE_HDR: u64 = 256;
 const ENDS_WORD: usize = 16;
 const READ_END: u64 = 1;
 const WRITE_END: u64 = 1 << 32;
+/// Writes of at most this many bytes to a pipe are atomic (POSIX `PIPE_BUF`, Linux's value).
+pub const PIPE_BUF: usize = 4096;
 /// A reader of an empty pipe with a writer spins this many times between looks, then yields
 /// the core (`pcore_yield`: on a time-shared core the writer may be the one waiting to run).
 const READ_SPINS: u32 = 256;
@@ -1130,7 +1132,9 @@ fn ring_unlock(hdr: *const AtomicU64) {
     unsafe { &*hdr }.store(0, Ordering::Release);
 }
 
-/// Write to a descriptor; returns the bytes taken (a full pipe takes fewer, maybe 0).
+/// Write to a descriptor; returns the bytes written. A pipe takes every byte, waiting while
+/// it is full, unless its last read end goes: then the bytes written before that, or
+/// `BrokenPipe` if none were (POSIX blocking write, as Linux).
 pub fn write(fd: Fd, data: &[u8]) -> Result<usize, Error> {
     on_kind(fd, |k| match k {
         Kind::Fs(i) => crate::fs::write(crate::fs::Fd(i), data).map_err(fs_error),
@@ -1140,28 +1144,39 @@ pub fn write(fd: Fd, data: &[u8]) -> Result<usize, Error> {
         }
         Kind::PipeWrite(ring) => {
             let (va, _) = map(ObjName::new(fd.table, ring))?;
-            if ends_at(va).load(Ordering::Acquire) & (WRITE_END - 1) == 0 {
+            let ends = ends_at(va);
+            if ends.load(Ordering::Acquire) & (WRITE_END - 1) == 0 {
                 // No read end open anywhere: nobody will ever read these bytes (POSIX EPIPE;
                 // there are no signals, so no SIGPIPE).
                 return Err(Error::BrokenPipe);
             }
-            let cap = PIPE_BYTES - PIPE_HDR;
-            let hdr = va as *const AtomicU64;
-            ring_lock(hdr);
-            // SAFETY: the ring header words are mapped read-write at `va`; data bytes follow.
-            let n = unsafe {
-                let head = &*(va as *const AtomicU64).add(1);
-                let tail = &*(va as *const AtomicU64).add(2);
-                let (h, t) = (head.load(Ordering::Relaxed), tail.load(Ordering::Relaxed));
-                let n = (cap - (h - t)).min(data.len() as u64);
-                for i in 0..n {
-                    *((va + PIPE_HDR + (h + i) % cap) as *mut u8) = data[i as usize];
+            // At most `PIPE_BUF` bytes go in at once, never interleaved with another
+            // writer's (POSIX): such a write waits until the ring has room for all of it.
+            let whole = data.len() <= PIPE_BUF;
+            let mut done = ring_put(va, data, whole);
+            let mut spins = 0u32;
+            // A full ring: wait for a reader to make room (POSIX blocking write: every byte
+            // is written before it returns), unless the last read end goes meanwhile; then
+            // what was written so far, or `BrokenPipe` if nothing was (as Linux).
+            while done < data.len() {
+                if ends.load(Ordering::Acquire) & (WRITE_END - 1) == 0 {
+                    return if done == 0 { Err(Error::BrokenPipe) } else { Ok(done) };
                 }
-                head.store(h + n, Ordering::Release);
-                n
-            };
-            ring_unlock(hdr);
-            Ok(n as usize)
+                let n = ring_put(va, &data[done..], whole);
+                if n != 0 {
+                    done += n;
+                    spins = 0;
+                    continue;
+                }
+                spins += 1;
+                if spins < READ_SPINS {
+                    core::hint::spin_loop();
+                } else {
+                    spins = 0;
+                    let _ = crate::sys::pcore_yield();
+                }
+            }
+            Ok(done)
         }
         Kind::File(seg) => pwrite(fd, seg, 0, data),
         Kind::PipeRead(_) => Err(Error::NotPermitted),
@@ -1208,12 +1223,35 @@ pub fn read(fd: Fd, buf: &mut [u8]) -> Result<usize, Error> {
     })
 }
 
+/// Put as many bytes of `data` as fit into the ring mapped at `va` (with `whole`, all of
+/// them or none); returns how many.
+fn ring_put(va: u64, data: &[u8], whole: bool) -> usize {
+    let cap = PIPE_BYTES - PIPE_HDR;
+    let hdr = va as *const AtomicU64;
+    ring_lock(hdr);
+    // SAFETY: the ring header words are mapped read-write at `va`; data bytes follow.
+    let n = unsafe {
+        let head = &*(va as *const AtomicU64).add(1);
+        let tail = &*(va as *const AtomicU64).add(2);
+        let (h, t) = (head.load(Ordering::Relaxed), tail.load(Ordering::Acquire));
+        let room = cap - (h - t);
+        let n = if whole && room < data.len() as u64 { 0 } else { room.min(data.len() as u64) };
+        for i in 0..n {
+            *((va + PIPE_HDR + (h + i) % cap) as *mut u8) = data[i as usize];
+        }
+        head.store(h + n, Ordering::Release);
+        n
+    };
+    ring_unlock(hdr);
+    n as usize
+}
+
 /// Take up to `buf.len()` waiting bytes out of the ring mapped at `va`.
 fn ring_take(va: u64, buf: &mut [u8]) -> usize {
     let cap = PIPE_BYTES - PIPE_HDR;
     let hdr = va as *const AtomicU64;
     ring_lock(hdr);
-    // SAFETY: as in `write`.
+    // SAFETY: as in `ring_put`.
     let n = unsafe {
         let head = &*(va as *const AtomicU64).add(1);
         let tail = &*(va as *const AtomicU64).add(2);

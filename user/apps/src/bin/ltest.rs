@@ -922,6 +922,121 @@ fn fd_pipe_end_dropped_at_exit() -> TestResult {
     Ok(None)
 }
 
+/// Bytes `fd_pipe_write_blocks_when_full` writes in one call: more than a ring holds.
+const FULL_WRITE: usize = fd::PIPE_BYTES as usize + 4096;
+
+fn full_write_byte(i: usize) -> u8 {
+    (i % 251) as u8
+}
+
+/// On another core: wait 30 ms (the writer fills the ring meanwhile), then read to the end of
+/// file. 0 if exactly `FULL_WRITE` bytes came, in order; else 1 + what went wrong.
+fn t_pipe_slow_reader(arg: u64) -> u64 {
+    // SAFETY: `arg` points at the parent's descriptor, alive until this thread is joined.
+    let r = unsafe { *(arg as *const fd::Fd) };
+    libos::time::wait_until(30, || false);
+    let mut got = 0usize;
+    let mut b = [0u8; 4096];
+    loop {
+        match fd::read(r, &mut b) {
+            Ok(0) => break,
+            Ok(n) => {
+                if (0..n).any(|i| b[i] != full_write_byte(got + i)) {
+                    return 2;
+                }
+                got += n;
+            }
+            Err(_) => return 3,
+        }
+    }
+    fd::unmap_all();
+    if got == FULL_WRITE { 0 } else { 1 }
+}
+
+/// A write of more than the ring holds waits for the reader and returns every byte (POSIX
+/// blocking write); the reader on another core gets them all, in order, then end of file.
+/// Then a write into a full pipe whose last reader closes returns what it wrote, and a write
+/// of at most `PIPE_BUF` bytes goes in whole. Catches: a write that returns the bytes that fit
+/// (planted: the wait loop removed: "one write of 69632 bytes returned Ok(65280)"); a small
+/// write taken in pieces (planted: `whole` always false: "the reader's first read got 65280
+/// bytes").
+fn fd_pipe_write_blocks_when_full() -> TestResult {
+    let Some(&other) = others().first() else { return Ok(Some(no_other_core())) };
+    let (r, w) = ok!(fd::pipe(Scope::Process));
+    let boxed = Box::new(r);
+    let t = ok!(thread::spawn(other, t_pipe_slow_reader, &*boxed as *const fd::Fd as u64));
+    let data: alloc::vec::Vec<u8> = (0..FULL_WRITE).map(full_write_byte).collect();
+    let n = fd::write(w, &data);
+    ok!(fd::close(w));
+    let rc = ok!(t.join());
+    ensure!(n == Ok(FULL_WRITE), "one write of {FULL_WRITE} bytes returned {n:?}");
+    ensure!(rc == 0, "the reader saw {} (1 wrong count, 2 wrong byte, 3 error)", rc);
+    ok!(fd::close(r));
+    // The only read end closes (on another core, after 30 ms) while the write waits for room.
+    let (r, w) = ok!(fd::pipe(Scope::Process));
+    let boxed = Box::new(r);
+    let t = ok!(thread::spawn(other, t_close_late, &*boxed as *const fd::Fd as u64));
+    let n = fd::write(w, &data);
+    ensure!(ok!(t.join()) == 0, "the closing thread failed");
+    let cap = fd::PIPE_BYTES as usize - 256;
+    ensure!(n == Ok(cap), "a write into a pipe whose reader closed while it waited: {n:?} (want the {cap} bytes that fit)");
+    ensure!(fd::write(w, b"x") == Err(abi::Error::BrokenPipe), "the next write: {:?}", fd::write(w, b"x"));
+    ok!(fd::close(w));
+    // A small write into a ring with room for 10 bytes waits and goes in whole: the reader's
+    // first read (30 ms later, into a buffer larger than the ring) finds only the first write.
+    let (r, w) = ok!(fd::pipe(Scope::Process));
+    ensure!(fd::write(w, &data[..cap - 10]) == Ok(cap - 10), "filling the ring");
+    PROBE_FIRST.store(u64::MAX, Ordering::SeqCst);
+    let boxed = Box::new(r);
+    let t = ok!(thread::spawn(other, t_probe_reader, &*boxed as *const fd::Fd as u64));
+    let n = fd::write(w, &[7u8; 100]);
+    ok!(fd::close(w));
+    let rc = ok!(t.join());
+    let first = PROBE_FIRST.load(Ordering::SeqCst);
+    ensure!(n == Ok(100) && rc == 0, "small write {n:?}, reader {rc} (1 wrong total, 2 error)");
+    ensure!(first == (cap - 10) as u64, "the reader's first read got {first} bytes: the 100-byte write went in pieces (want {} then 100)", cap - 10);
+    ok!(fd::close(r));
+    fd::unmap_all();
+    Ok(None)
+}
+
+/// The byte count of `t_probe_reader`'s first read.
+static PROBE_FIRST: AtomicU64 = AtomicU64::new(0);
+
+/// On another core: wait 30 ms, read once into a buffer larger than the ring (recording how
+/// much came), then read to the end of file: 0 if `cap - 10 + 100` bytes came in all.
+fn t_probe_reader(arg: u64) -> u64 {
+    // SAFETY: `arg` points at the parent's descriptor, alive until this thread is joined.
+    let r = unsafe { *(arg as *const fd::Fd) };
+    libos::time::wait_until(30, || false);
+    let mut b = alloc::vec![0u8; fd::PIPE_BYTES as usize + 256];
+    let mut total = 0usize;
+    loop {
+        match fd::read(r, &mut b) {
+            Ok(0) => break,
+            Ok(n) => {
+                if total == 0 {
+                    PROBE_FIRST.store(n as u64, Ordering::SeqCst);
+                }
+                total += n;
+            }
+            Err(_) => return 2,
+        }
+    }
+    fd::unmap_all();
+    (total != fd::PIPE_BYTES as usize - 256 - 10 + 100) as u64
+}
+
+/// On another core: wait 30 ms, then close the descriptor `arg` points at.
+fn t_close_late(arg: u64) -> u64 {
+    // SAFETY: `arg` points at the parent's descriptor, alive until this thread is joined.
+    let r = unsafe { *(arg as *const fd::Fd) };
+    libos::time::wait_until(30, || false);
+    let rc = fd::close(r).is_err() as u64;
+    fd::unmap_all();
+    rc
+}
+
 const CLOSE_RACES: u64 = 300;
 static RACE_GO: AtomicU64 = AtomicU64::new(0);
 static RACE_DONE: AtomicU64 = AtomicU64::new(0);
@@ -1348,6 +1463,7 @@ const TESTS: &[(&str, fn() -> TestResult)] = &[
     ("fd::pipe_cfork_end", fd_pipe_cfork_end),
     ("fd::pipe_close_race", fd_pipe_close_race),
     ("fd::pipe_end_dropped_at_exit", fd_pipe_end_dropped_at_exit),
+    ("fd::pipe_write_blocks_when_full", fd_pipe_write_blocks_when_full),
     ("heap::stress_no_leak", heap_stress_no_leak),
 ];
 
