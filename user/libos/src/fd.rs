@@ -1168,13 +1168,7 @@ pub fn write(fd: Fd, data: &[u8]) -> Result<usize, Error> {
                     spins = 0;
                     continue;
                 }
-                spins += 1;
-                if spins < READ_SPINS {
-                    core::hint::spin_loop();
-                } else {
-                    spins = 0;
-                    let _ = crate::sys::pcore_yield();
-                }
+                pipe_wait(&mut spins);
             }
             Ok(done)
         }
@@ -1209,13 +1203,7 @@ pub fn read(fd: Fd, buf: &mut [u8]) -> Result<usize, Error> {
                 if n != 0 || writers == 0 {
                     return Ok(n);
                 }
-                spins += 1;
-                if spins < READ_SPINS {
-                    core::hint::spin_loop();
-                } else {
-                    spins = 0;
-                    let _ = crate::sys::pcore_yield();
-                }
+                pipe_wait(&mut spins);
             }
         }
         Kind::File(seg) => pread(fd, seg, 0, buf),
@@ -1223,48 +1211,61 @@ pub fn read(fd: Fd, buf: &mut [u8]) -> Result<usize, Error> {
     })
 }
 
+/// The ring mapped at `va` under its lock: `f` gets its data bytes (`PIPE_BYTES - PIPE_HDR`
+/// of them, used circularly), the head (bytes ever put) and the tail (bytes ever taken), and
+/// returns the new head and tail.
+fn with_ring<R>(va: u64, f: impl FnOnce(&mut [u8], u64, u64) -> (u64, u64, R)) -> R {
+    let cap = (PIPE_BYTES - PIPE_HDR) as usize;
+    let hdr = va as *const AtomicU64;
+    ring_lock(hdr);
+    // SAFETY: the ring is mapped read-write at `va` (`map`): header words 1 and 2 are the head
+    // and tail, `cap` data bytes follow the header. The ring lock, held until below, keeps
+    // every other context's `with_ring` out of them, so this is the only reference to them.
+    let (head, tail, bytes) = unsafe { (&*(va as *const AtomicU64).add(1), &*(va as *const AtomicU64).add(2), core::slice::from_raw_parts_mut((va + PIPE_HDR) as *mut u8, cap)) };
+    let (h, t) = (head.load(Ordering::Acquire), tail.load(Ordering::Acquire));
+    let (h2, t2, r) = f(bytes, h, t);
+    head.store(h2, Ordering::Release);
+    tail.store(t2, Ordering::Release);
+    ring_unlock(hdr);
+    r
+}
+
+/// One step of waiting on a pipe's other side: spin `READ_SPINS` times, then yield the core
+/// (on a time-shared core the other side may be the one waiting to run).
+fn pipe_wait(spins: &mut u32) {
+    *spins += 1;
+    if *spins < READ_SPINS {
+        core::hint::spin_loop();
+    } else {
+        *spins = 0;
+        let _ = crate::sys::pcore_yield();
+    }
+}
+
 /// Put as many bytes of `data` as fit into the ring mapped at `va` (with `whole`, all of
 /// them or none); returns how many.
 fn ring_put(va: u64, data: &[u8], whole: bool) -> usize {
-    let cap = PIPE_BYTES - PIPE_HDR;
-    let hdr = va as *const AtomicU64;
-    ring_lock(hdr);
-    // SAFETY: the ring header words are mapped read-write at `va`; data bytes follow.
-    let n = unsafe {
-        let head = &*(va as *const AtomicU64).add(1);
-        let tail = &*(va as *const AtomicU64).add(2);
-        let (h, t) = (head.load(Ordering::Relaxed), tail.load(Ordering::Acquire));
+    with_ring(va, |bytes, h, t| {
+        let cap = bytes.len() as u64;
         let room = cap - (h - t);
         let n = if whole && room < data.len() as u64 { 0 } else { room.min(data.len() as u64) };
         for i in 0..n {
-            *((va + PIPE_HDR + (h + i) % cap) as *mut u8) = data[i as usize];
+            bytes[((h + i) % cap) as usize] = data[i as usize];
         }
-        head.store(h + n, Ordering::Release);
-        n
-    };
-    ring_unlock(hdr);
-    n as usize
+        (h + n, t, n as usize)
+    })
 }
 
 /// Take up to `buf.len()` waiting bytes out of the ring mapped at `va`.
 fn ring_take(va: u64, buf: &mut [u8]) -> usize {
-    let cap = PIPE_BYTES - PIPE_HDR;
-    let hdr = va as *const AtomicU64;
-    ring_lock(hdr);
-    // SAFETY: as in `ring_put`.
-    let n = unsafe {
-        let head = &*(va as *const AtomicU64).add(1);
-        let tail = &*(va as *const AtomicU64).add(2);
-        let (h, t) = (head.load(Ordering::Acquire), tail.load(Ordering::Relaxed));
+    with_ring(va, |bytes, h, t| {
+        let cap = bytes.len() as u64;
         let n = (h - t).min(buf.len() as u64);
         for i in 0..n {
-            buf[i as usize] = *((va + PIPE_HDR + (t + i) % cap) as *const u8);
+            buf[i as usize] = bytes[((t + i) % cap) as usize];
         }
-        tail.store(t + n, Ordering::Release);
-        n
-    };
-    ring_unlock(hdr);
-    n as usize
+        (h, t + n, n as usize)
+    })
 }
 
 fn pwrite(fd: Fd, seg: ObjectId, off: u64, data: &[u8]) -> Result<usize, Error> {
