@@ -917,16 +917,13 @@ fn unmap_paged(ar: &AddressRange, paged: &Paged, voff: u64, end: u64) -> Result<
         (v & OCC_STATE == OCC_PENDING && v & OCC_WAS_MAPPED != 0).then(|| occ_start(v))
     };
     // A mapping straddles the start if the first page's began before it, and the end if the
-    // page after the last belongs to the last page's mapping (that page's word is mapped or,
-    // if another unmap has claimed it, pending with the same start; the mapping stays while
-    // we hold its last page here).
+    // last page's mapping reaches past it: its record says (it stays while we hold its last
+    // page; its slot is the one the removal below takes anyway, and the page after the end,
+    // which a neighbour's writer may be changing, is not read).
     let straddles_start = was(first).is_some_and(|s| s < first);
     let straddles_end = was(last - 1).is_some_and(|s| {
-        paged.word(last).is_some_and(|w| {
-            let v = w.load(Ordering::SeqCst);
-            let mapped = v & OCC_STATE == OCC_MAPPED || (v & OCC_STATE == OCC_PENDING && v & OCC_WAS_MAPPED != 0);
-            mapped && occ_start(v) == s
-        })
+        let g = paged.slots[slot_of(s)].lock.0.lock();
+        g.iter().find(|m| m.voff == s * PAGE_SIZE).is_some_and(|m| m.voff + m.len > end)
     });
     if straddles_start || straddles_end {
         paged.restore(first, last);
