@@ -163,7 +163,7 @@ struct SlotLock(TicketLock<Vec<Mapping>>);
 /// lock). Not a `percore::SeqLock`: that has its own writer lock and a 128-byte generation,
 /// three lines a slot; this one is written only under the slot's lock, so a generation word on
 /// the same line as the words is enough (the writer and reader protocol is `SeqLock`'s, see
-/// `Slot::publish` and `Paged::mappings`). One line.
+/// `SlotView::publish` and `Paged::mappings`). One line.
 #[repr(align(64))]
 struct SlotView {
     /// Odd while the slot's writer stores the words; two more per change.
@@ -171,21 +171,16 @@ struct SlotView {
     words: [AtomicU64; SLOT_VIEW_WORDS],
 }
 
-struct Slot {
-    lock: SlotLock,
-    view: SlotView,
-}
-
-impl Slot {
-    fn new() -> Slot {
-        Slot { lock: SlotLock(TicketLock::new(Vec::new())), view: SlotView { gen: AtomicU64::new(0), words: [const { AtomicU64::new(0) }; SLOT_VIEW_WORDS] } }
+impl SlotView {
+    fn new() -> SlotView {
+        SlotView { gen: AtomicU64::new(0), words: [const { AtomicU64::new(0) }; SLOT_VIEW_WORDS] }
     }
 
     /// Copy the slot's records (`maps`, under the slot's lock: the caller holds the guard)
     /// into its view, as `SeqLock::write` does: an odd generation first, ordered before the
     /// words by a release fence, then the words, then the next even generation (release).
     fn publish(&self, maps: &[Mapping]) {
-        let v = &self.view;
+        let v = self;
         let g = v.gen.load(Ordering::Relaxed); // only lock holders store it
         v.gen.store(g + 1, Ordering::Relaxed);
         fence(Ordering::Release);
@@ -211,7 +206,11 @@ impl Slot {
 struct Paged {
     /// A word per page (`occ_index`).
     occ: NodeVec<AtomicU64>,
-    slots: NodeVec<Slot>,
+    /// Slot `i`'s lock and records, and its view: two arrays of 64 lines, each one page (a
+    /// single frame comes from the core's own cache; a two-page buffer would go to the node's
+    /// shared free lists, which made two `ar_alloc`s on two cores share lines).
+    locks: NodeVec<SlotLock>,
+    views: NodeVec<SlotView>,
 }
 
 /// Where page `p`'s occupancy word is: the pages go round the 64 lines of the 4 KiB array,
@@ -347,19 +346,19 @@ impl Paged {
         let mut gens = [0u64; SLOTS];
         'tries: for _ in 0..VIEW_TRIES {
             v.clear();
-            for (i, slot) in self.slots.iter().enumerate() {
-                let g = slot.view.gen.load(Ordering::Acquire);
+            for (i, view) in self.views.iter().enumerate() {
+                let g = view.gen.load(Ordering::Acquire);
                 if g & 1 != 0 {
                     core::hint::spin_loop();
                     continue 'tries;
                 }
                 gens[i] = g;
-                match slot.view.words[0].load(Ordering::Relaxed) {
+                match view.words[0].load(Ordering::Relaxed) {
                     0 => {}
                     1 => {
                         let mut w = [0u64; VIEW_REC];
                         for (k, x) in w.iter_mut().enumerate() {
-                            *x = slot.view.words[1 + k].load(Ordering::Relaxed);
+                            *x = view.words[1 + k].load(Ordering::Relaxed);
                         }
                         v.try_reserve(1).map_err(|_| Error::NoMemory)?;
                         v.push(ViewRec::from_words(&w).to_abi());
@@ -369,15 +368,15 @@ impl Paged {
             }
             // As in `SeqLock::try_read`: pairs with `publish`'s release fence.
             fence(Ordering::Acquire);
-            if self.slots.iter().zip(gens.iter()).all(|(slot, &g)| slot.view.gen.load(Ordering::Relaxed) == g) {
+            if self.views.iter().zip(gens.iter()).all(|(view, &g)| view.gen.load(Ordering::Relaxed) == g) {
                 v.sort_unstable_by_key(|m| m.voff);
                 return Ok(v);
             }
         }
         let mut guards = Vec::new();
         guards.try_reserve(SLOTS).map_err(|_| Error::NoMemory)?;
-        for slot in self.slots.iter() {
-            guards.push(slot.lock.0.lock());
+        for lock in self.locks.iter() {
+            guards.push(lock.0.lock());
         }
         v.clear();
         v.try_reserve(guards.iter().map(|g| g.len()).sum()).map_err(|_| Error::NoMemory)?;
@@ -501,7 +500,8 @@ impl AddressRange {
         let paged = match kind {
             ArKind::Span2M => Some(Paged {
                 occ: NodeVec::try_from_fn(OCC_PAGES, node, |_| AtomicU64::new(OCC_FREE)).map_err(|_| Error::NoMemory)?,
-                slots: NodeVec::try_from_fn(SLOTS, node, |_| Slot::new()).map_err(|_| Error::NoMemory)?,
+                locks: NodeVec::try_from_fn(SLOTS, node, |_| SlotLock(TicketLock::new(Vec::new()))).map_err(|_| Error::NoMemory)?,
+                views: NodeVec::try_from_fn(SLOTS, node, |_| SlotView::new()).map_err(|_| Error::NoMemory)?,
             }),
             _ => None,
         };
@@ -772,13 +772,13 @@ fn set_seg_paged(
         let seg_ref = seg_obj.counted()?;
         // The reverse link writes no count of the range (`SegMap`, `KLink`).
         let ar_link = KLink::from_raw(ar_obj.as_raw()).ok_or(Error::NoSuchObject)?;
-        let slot = &paged.slots[slot_of(first)];
-        let mut g = slot.lock.0.lock();
+        let slot = slot_of(first);
+        let mut g = paged.locks[slot].0.lock();
         // Room first, so that once the segment knows the mapping the push cannot fail.
         g.try_reserve(1).map_err(|_| Error::NoMemory)?;
         seg.add_map(SegMap { ar: ar_link, ar_key: ar.key(), voff, soff, len })?;
         g.push(Mapping { voff, len, flags, target: Target::Seg { obj: seg_ref, soff } });
-        slot.publish(&g);
+        paged.views[slot].publish(&g);
         Ok(())
     })();
     match made {
@@ -922,7 +922,7 @@ fn unmap_paged(ar: &AddressRange, paged: &Paged, voff: u64, end: u64) -> Result<
     // which a neighbour's writer may be changing, is not read).
     let straddles_start = was(first).is_some_and(|s| s < first);
     let straddles_end = was(last - 1).is_some_and(|s| {
-        let g = paged.slots[slot_of(s)].lock.0.lock();
+        let g = paged.locks[slot_of(s)].0.lock();
         g.iter().find(|m| m.voff == s * PAGE_SIZE).is_some_and(|m| m.voff + m.len > end)
     });
     if straddles_start || straddles_end {
@@ -937,8 +937,8 @@ fn unmap_paged(ar: &AddressRange, paged: &Paged, voff: u64, end: u64) -> Result<
         return Err(Error::NoMemory);
     }
     for p in starts() {
-        let slot = &paged.slots[slot_of(p)];
-        let mut g = slot.lock.0.lock();
+        let slot = slot_of(p);
+        let mut g = paged.locks[slot].0.lock();
         let Some(i) = g.iter().position(|m| m.voff == p * PAGE_SIZE) else { continue };
         let m = g.swap_remove(i);
         // Under the slot's lock, as a fault on the mapping fills its entries: a fault that
@@ -947,7 +947,7 @@ fn unmap_paged(ar: &AddressRange, paged: &Paged, voff: u64, end: u64) -> Result<
         if clear_leaves_of_table(ar.table, m.voff, m.len, false) {
             flush_cores(&ar.shootdown_targets());
         }
-        slot.publish(&g);
+        paged.views[slot].publish(&g);
         drop(g);
         gone.push(m);
     }
@@ -986,7 +986,7 @@ pub fn write_protect(ar_obj: &KObject, voff: u64, len: u64) {
     if let Some(paged) = &ar.paged {
         // `voff` is where the mapping starts (the segment's `SegMap`): its slot's lock is the
         // one a fault on it holds while it fills an entry.
-        let _g = paged.slots[slot_of(voff / PAGE_SIZE)].lock.0.lock();
+        let _g = paged.locks[slot_of(voff / PAGE_SIZE)].0.lock();
         if clear_leaves_of_table(ar.table, voff, len, true) {
             flush_cores(&ar.shootdown_targets());
         }
@@ -1145,7 +1145,7 @@ fn fault_paged(ar: &AddressRange, paged: &Paged, rel: u64, write: bool, exec: bo
         match v & OCC_STATE {
             OCC_FREE => return Err(FaultError::NotMapped),
             OCC_MAPPED => {
-                let g = paged.slots[slot_of(occ_start(v))].lock.0.lock();
+                let g = paged.locks[slot_of(occ_start(v))].0.lock();
                 // Gone since the word was read (an unmap claimed the page first): read it again.
                 let Some(m) = g.iter().find(|m| m.voff <= rel && rel < m.voff + m.len) else { continue };
                 let Target::Seg { obj, soff } = &m.target else { return Err(FaultError::NotMapped) };
@@ -1210,8 +1210,8 @@ impl Drop for AddressRange {
         }
         let key = self.key();
         if let Some(paged) = &self.paged {
-            for slot in paged.slots.iter() {
-                for m in core::mem::take(&mut *slot.lock.0.lock()) {
+            for lock in paged.locks.iter() {
+                for m in core::mem::take(&mut *lock.0.lock()) {
                     if let Target::Seg { obj, .. } = &m.target {
                         if let Ok(seg) = obj.as_segment() {
                             seg.remove_map(key, m.voff);
