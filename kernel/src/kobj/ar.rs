@@ -1125,7 +1125,7 @@ pub fn resolve_fault(root_obj: &KObject, rel: u64, write: bool, exec: bool) -> R
 /// The entry a fault at `rel` in segment mapping `m` (of `obj` at `soff`) gets, with whether
 /// the page was copied (copy-on-write). The caller holds the lock that keeps the mapping (and
 /// so its counted reference `obj`): the range's, or the mapping's slot's.
-#[inline]
+#[inline(always)] // the fault path: as inline as it was before it was shared with `fault_paged`
 fn seg_entry(m: &Mapping, obj: &ObjRef, soff: u64, rel: u64, write: bool, exec: bool) -> Result<(u64, bool), FaultError> {
     if (write && m.flags & MAP_WRITE == 0) || (exec && m.flags & MAP_EXEC == 0) {
         return Err(FaultError::Protection);
@@ -1148,7 +1148,7 @@ fn seg_entry(m: &Mapping, obj: &ObjRef, soff: u64, rel: u64, write: bool, exec: 
 /// Write `pte` for `rel` into page table `t` of `ar` (under the same lock as `seg_entry`) and
 /// count the fault; a copy that replaced a present entry is flushed from every core that may
 /// still translate to the shared page.
-#[inline]
+#[inline(always)] // the fault path: as inline as it was before it was shared with `fault_paged`
 fn install_entry(ar: &AddressRange, t: u64, rel: u64, pte: u64, copied: bool) {
     let i = index(1, rel);
     let old = read_entry(t, i);
@@ -1167,6 +1167,7 @@ fn install_entry(ar: &AddressRange, t: u64, rel: u64, pte: u64, copied: bool) {
 /// starts at, whose slot holds the record; the entry is filled under that slot's lock (which
 /// keeps the mapping and its segment reference, as the range's lock does in larger ranges).
 /// A pending page (a writer between its claim and its final store) is waited for.
+#[inline(never)] // kept out of `resolve_fault`'s loop, which larger ranges run per level
 fn fault_paged(ar: &AddressRange, paged: &Paged, rel: u64, write: bool, exec: bool) -> Result<bool, FaultError> {
     let w = paged.word(rel / PAGE_SIZE).ok_or(FaultError::NotMapped)?;
     loop {
