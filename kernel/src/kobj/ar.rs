@@ -780,7 +780,8 @@ fn set_seg_paged(
     paged.claim_free(first, last)?;
     // The pages are ours: nobody maps them now, so the segment's answers stand as they are.
     let made = (|| {
-        if !seg.covers(seg_end) {
+        let fits = seg.covers(seg_end);
+        if !fits {
             return Err(Error::OutOfRange);
         }
         let seg_ref = seg_obj.counted()?;
