@@ -1712,4 +1712,37 @@ mod slot_ktests {
         drop(seg);
         crate::tests::nothing_leaked_since((pages0, live0))
     }
+
+    // Catches a kernel whose error order differs from abi `AR_SET_SEG` (and the model's): a
+    // mapping over a mapped page that also runs past the segment's end is `Overlap`, in a
+    // 2 MiB range (occupancy words, claims) and in a 1 GiB one (view, range lock); past the
+    // end over free pages it is `OutOfRange`, and nothing is left claimed or mapped (planted
+    // once, 2026-11-29: the range-lock path's size check moved back before its overlap
+    // checks fails on the 1 GiB range).
+    ktest! {
+    fn ar_set_seg_reports_overlap_before_the_segment_size() {
+        let (pages0, live0) = crate::tests::quiescent_counts();
+        let me = percpu::current_index() as u32;
+        for kind in [ArKind::Span2M, ArKind::Span1G] {
+            let seg = KObject::create(b"ktest-order-seg", me, Kind::Segment(Segment::new(PAGE_SIZE, me).map_err(err)?)).map_err(err)?;
+            let ar = KObject::create(b"ktest-order-ar", me, Kind::Ar(AddressRange::new(kind, me).map_err(err)?)).map_err(err)?;
+            set_seg(&ar, 0, &seg, 0, PAGE_SIZE, MAP_READ).map_err(err)?;
+            let r = set_seg(&ar, 0, &seg, PAGE_SIZE, PAGE_SIZE, MAP_READ);
+            kassert!(r == Err(Error::Overlap), "{kind:?}: over a mapped page and past the end: {r:?}");
+            let r = set_seg(&ar, 0, &seg, 0, 2 * PAGE_SIZE, MAP_READ);
+            kassert!(r == Err(Error::Overlap), "{kind:?}: from a mapped page on past the end: {r:?}");
+            let r = set_seg(&ar, 4 * PAGE_SIZE, &seg, 0, 2 * PAGE_SIZE, MAP_READ);
+            kassert!(r == Err(Error::OutOfRange), "{kind:?}: past the end over free pages: {r:?}");
+            let v = mappings(&ar).map_err(err)?;
+            kassert!(v.len() == 1 && v[0].voff == 0, "{kind:?}: {} mappings after the refusals", v.len());
+            unmap(&ar, 0, 8 * PAGE_SIZE).map_err(err)?;
+            if kind == ArKind::Span2M {
+                kassert!(all_free(&ar), "a refused mapping left a page claimed");
+            }
+            drop(ar);
+            drop(seg);
+        }
+        crate::tests::nothing_leaked_since((pages0, live0))
+    }
+    }
 }
