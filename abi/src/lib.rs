@@ -92,7 +92,13 @@ pub mod nr {
 
     /// `ar_alloc(share, name_ptr, name_len, memid, kind: ArKind) -> address range id`.
     pub const AR_ALLOC: u64 = 30;
-    /// `ar_set_seg(ar_share, ar, *const SegMapping) -> 0`.
+    /// `ar_set_seg(ar_share, ar, *const SegMapping) -> 0`. Errors, the first that applies
+    /// wins: the record and the names (`BadAddress`, `ShareNotReachable`, `NoSuchObject`,
+    /// `WrongType`); the arguments (`InvalidArgument` for `len == 0` or bad flags,
+    /// `Misaligned`, `OutOfRange` past the range's span); then the range, `Overlap` (another
+    /// mapping in `[voff, voff + len)`); then the segment, `OutOfRange` (`soff + len` past
+    /// its pages). The range is checked before the segment, so a refusal for overlap does not
+    /// depend on the segment's size.
     pub const AR_SET_SEG: u64 = 31;
     /// `ar_set_ar(ar_share, ar, voff, child_share, child) -> 0`: link the whole child range
     /// (kind below the parent's) at `voff`, aligned to the child's span. Every root that
@@ -553,7 +559,8 @@ pub const MAP_EXEC: u64 = 4;
 
 /// `ar_set_seg(ar_share, ar, &SegMapping)`: map `len` bytes at `voff` in the range to the
 /// segment's bytes starting at `soff`. `voff`, `soff` and `len` must be page-aligned; the
-/// mapping must not overlap another one in the same range.
+/// mapping must not overlap another one in the same range (`Overlap`, reported before a
+/// segment too small, `OutOfRange`: see `syscall::AR_SET_SEG`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SegMapping {

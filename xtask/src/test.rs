@@ -265,6 +265,8 @@ const TWO_CORE_KTESTS: &[&str] = &[
     "kernel::tests::fault_walk_races_the_unmap_of_its_parent_link",
     "kernel::tests::kernel_core_has_left_its_loop_when_set_role_returns",
     "kernel::kobj::ar::ktests::ar_view_disjoint_and_same_slot_from_several_cores",
+    "kernel::kobj::ar::slot_ktests::ar_slots_neighbouring_writers_and_overlapping_claims",
+    "kernel::kobj::ar::slot_ktests::ar_slots_get_sees_one_state_of_the_range",
 ];
 
 /// The NUMA placement tests and the two-core tests: what may skip on a one-node, one-core boot.
@@ -276,6 +278,8 @@ const NUMA_AND_TWO_CORE_KTESTS: &[&str] = &[
     "kernel::tests::fault_walk_races_the_unmap_of_its_parent_link",
     "kernel::tests::kernel_core_has_left_its_loop_when_set_role_returns",
     "kernel::kobj::ar::ktests::ar_view_disjoint_and_same_slot_from_several_cores",
+    "kernel::kobj::ar::slot_ktests::ar_slots_neighbouring_writers_and_overlapping_claims",
+    "kernel::kobj::ar::slot_ktests::ar_slots_get_sees_one_state_of_the_range",
 ];
 
 /// What the in-kernel test boot at `smp` vCPUs and `numa_nodes` nodes declares: on one node

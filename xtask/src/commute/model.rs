@@ -244,11 +244,13 @@ impl State {
                 let s = self.lookup(seg)?;
                 self.range(a)?;
                 let nbytes = self.segment(s)?;
-                if soff + len > nbytes.div_ceil(PAGE) {
-                    return Err(err("OutOfRange"));
-                }
+                // The range before the segment (abi `AR_SET_SEG`): an overlap wins over a
+                // segment too small, so a refusal for overlap does not depend on the size.
                 if self.range(a)?.iter().any(|m| m.voff < voff + len && voff < m.voff + m.len) {
                     return Err(err("Overlap"));
+                }
+                if soff + len > nbytes.div_ceil(PAGE) {
+                    return Err(err("OutOfRange"));
                 }
                 if let Some(Obj::Range(maps)) = self.objs.get_mut(&a) {
                     maps.push(Map { voff, len, seg: s, soff });
@@ -372,6 +374,23 @@ mod tests {
         // Mapping page 0 survives the shrink: commutes.
         assert!(commutes(shrink, Op::ArSetSeg { ar: (SA, R), voff: 1, seg: (SA, Y), soff: 0, len: 1 }));
         assert!(!commutes(Op::SegmentSetNbytes((SA, X), 0), Op::ArUnmap { ar: (SA, R), voff: 0, len: 1 }));
+    }
+
+    // Catches the old error order (the segment's size before the range's overlap): a mapping
+    // over a mapped page that is also past the shrunk size is refused `Overlap` in both orders,
+    // so it commutes with the shrink (planted once, 2026-11-29: the size check moved back
+    // first gives `E:OutOfRange` after the shrink and fails here).
+    #[test]
+    fn overlap_is_checked_before_the_segment_size() {
+        let shrink = Op::SegmentSetNbytes((SA, Y), 1);
+        let over_x_past_end = Op::ArSetSeg { ar: (SA, R), voff: 0, seg: (SA, Y), soff: 1, len: 1 };
+        let v = decide(&State::fixture(), shrink, over_x_past_end);
+        assert_eq!(v.ab, ("0".to_string(), "E:Overlap".to_string()));
+        assert_eq!(v.ba, v.ab);
+        assert!(v.commutes);
+        // Past the end with the page free: the size still refuses after the shrink.
+        let past_end = Op::ArSetSeg { ar: (SA, Q), voff: 0, seg: (SA, Y), soff: 1, len: 1 };
+        assert!(!commutes(shrink, past_end));
     }
 
     // Catches range operations that ignore pages: mappings of different pages of one range
