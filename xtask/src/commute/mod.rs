@@ -8,6 +8,7 @@
 
 #[allow(dead_code)] // shared with the guest, which uses all of it
 pub mod cases;
+pub mod heatmap_png;
 pub mod model;
 pub mod posix;
 #[path = "../../../bench/src/posix_cases.rs"]
@@ -414,7 +415,12 @@ fn write_tables(dir: &Path, name: &str, outcomes: &[Outcome]) -> Result<(), Stri
             o.results_ok(),
             syms.join(";")
         );
-        let lines: Vec<String> = o.conflicts.iter().map(|c| format!("{{\"symbol\":{},\"pa\":{},\"readers\":{},\"writers\":{}}}", crate::plugins::jstr(&c.symbol), crate::plugins::jstr(&c.pa), c.readers, c.writers)).collect();
+        // Lines by symbol, then physical address: a heap line's address depends on what the
+        // boot ran before the case (`--jobs` boots start at different cases), its symbol and
+        // sharing do not, so the order does not move with the address.
+        let mut sorted: Vec<&Conflict> = o.conflicts.iter().collect();
+        sorted.sort_by(|a, b| (&a.symbol, a.readers, a.writers, &a.pa).cmp(&(&b.symbol, b.readers, b.writers, &b.pa)));
+        let lines: Vec<String> = sorted.iter().map(|c| format!("{{\"symbol\":{},\"pa\":{},\"readers\":{},\"writers\":{}}}", crate::plugins::jstr(&c.symbol), crate::plugins::jstr(&c.pa), c.readers, c.writers)).collect();
         json.push(format!(
             "{{\"index\":{},\"call_a\":{},\"call_b\":{},\"a\":{},\"b\":{},\"commutes\":{},\"conflict_free\":{},\"result_a\":{},\"result_b\":{},\"results_ok\":{},\"conflicts\":[{}]}}",
             o.case.index,
@@ -451,7 +457,26 @@ fn write_tables(dir: &Path, name: &str, outcomes: &[Outcome]) -> Result<(), Stri
 pub fn heat_map_svg(outcomes: &[Outcome]) -> String {
     let names: Vec<&str> = cases::CALLS.iter().map(|c| c.name).collect();
     let pairs: Vec<(&str, &str, usize, usize)> = by_pair(outcomes).into_iter().map(|((_, a, b), (n, f))| (a, b, n, f)).collect();
-    heat_map_of(&names, &pairs, "Conflict-free share of commutative cases per call pair (ours, 2 cores, exact sharing audit)")
+    heat_map_of(&names, &pairs, KERNEL_MAP_TITLE)
+}
+
+const KERNEL_MAP_TITLE: &str = "Conflict-free share of commutative cases per call pair (ours, 2 cores, exact sharing audit)";
+
+/// The same heat map as PNG (`heatmap_png`), from the same cells.
+pub fn heat_map_png(outcomes: &[Outcome]) -> Result<Vec<u8>, String> {
+    let names: Vec<&str> = cases::CALLS.iter().map(|c| c.name).collect();
+    let pairs: Vec<(&str, &str, usize, usize)> = by_pair(outcomes).into_iter().map(|((_, a, b), (n, f))| (a, b, n, f)).collect();
+    heatmap_png::heat_map_png(&names, &pairs, KERNEL_MAP_TITLE)
+}
+
+/// Write a heat map as `svg` and, beside it, the same name with `.png`.
+pub fn write_heat_maps(svg: &Path, svg_text: &str, png: Result<Vec<u8>, String>) -> Result<(), String> {
+    fs::write(svg, svg_text).map_err(|e| format!("cannot write {}: {e}", svg.display()))?;
+    println!("wrote {}", svg.display());
+    let png_path = svg.with_extension("png");
+    fs::write(&png_path, png?).map_err(|e| format!("cannot write {}: {e}", png_path.display()))?;
+    println!("wrote {}", png_path.display());
+    Ok(())
 }
 
 /// Draw a heat map of `names` × `names` from `pairs` (call A, call B, commuting cases,
@@ -479,13 +504,10 @@ pub fn heat_map_of(names: &[&str], pairs: &[(&str, &str, usize, usize)], title: 
     for i in 0..n {
         for j in 0..n {
             let (x, y) = (left + j * size, top + i * size);
-            let (fill, label) = match cell.get(&(i, j)) {
-                Some(&(total, free)) if total > 0 => {
-                    let f = free as f64 / total as f64;
-                    (format!("rgb({},{},80)", (220.0 * (1.0 - f)) as u32 + 30, (200.0 * f) as u32 + 30), format!("{}/{}", free, total))
-                }
-                _ => ("rgb(220,220,220)".to_string(), String::new()),
-            };
+            let (total, free) = cell.get(&(i, j)).copied().unwrap_or((0, 0));
+            let [r, g, b] = heatmap_png::cell_colour(total, free);
+            let fill = format!("rgb({r},{g},{b})");
+            let label = if total > 0 { format!("{free}/{total}") } else { String::new() };
             let _ = writeln!(svg, "<rect x=\"{x}\" y=\"{y}\" width=\"{size}\" height=\"{size}\" fill=\"{fill}\" stroke=\"white\"><title>{} × {}: {label}</title></rect>", names[i], names[j]);
             if !label.is_empty() {
                 let _ = writeln!(svg, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"7\" fill=\"white\">{label}</text>", x + size / 2, y + size / 2 + 3);
@@ -735,8 +757,7 @@ pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
     fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     fs::write(out.join("commute-ours.txt"), &text).map_err(|e| format!("cannot write report: {e}"))?;
     let svg = out.join("commute-ours-heatmap.svg");
-    fs::write(&svg, heat_map_svg(&outcomes)).map_err(|e| format!("cannot write {}: {e}", svg.display()))?;
-    println!("wrote {}", svg.display());
+    write_heat_maps(&svg, &heat_map_svg(&outcomes), heat_map_png(&outcomes))?;
     write_tables(&out, "commute-ours", &outcomes)
 }
 

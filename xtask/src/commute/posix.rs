@@ -260,15 +260,28 @@ pub fn report(system: &str, outcomes: &[Outcome]) -> String {
 /// commuting cases that are conflict-free (`super::heat_map_of`).
 pub fn heat_map(system: &str, outcomes: &[Outcome]) -> String {
     let names: Vec<&str> = pc::CALLS.iter().map(|c| c.name).collect();
-    let mut pairs: BTreeMap<(&str, &str), (usize, usize)> = BTreeMap::new();
+    super::heat_map_of(&names, &heat_map_cells(outcomes), &heat_map_title(system))
+}
+
+/// Per call pair: (call A, call B, commuting cases, conflict-free ones), for both drawings.
+fn heat_map_cells(outcomes: &[Outcome]) -> Vec<(&'static str, &'static str, usize, usize)> {
+    let mut pairs: BTreeMap<(&'static str, &'static str), (usize, usize)> = BTreeMap::new();
     for o in outcomes.iter().filter(|o| o.verdict.commutes) {
         let e = pairs.entry((o.case.call_a, o.case.call_b)).or_default();
         e.0 += 1;
         e.1 += o.conflicts.is_empty() as usize;
     }
-    let cells: Vec<(&str, &str, usize, usize)> = pairs.into_iter().map(|((a, b), (n, f))| (a, b, n, f)).collect();
-    let title = format!("Conflict-free share of commutative POSIX cases per call pair ({system}, 2 cores, exact sharing audit, kernel and user lines)");
-    super::heat_map_of(&names, &cells, &title)
+    pairs.into_iter().map(|((a, b), (n, f))| (a, b, n, f)).collect()
+}
+
+fn heat_map_title(system: &str) -> String {
+    format!("Conflict-free share of commutative POSIX cases per call pair ({system}, 2 cores, exact sharing audit, kernel and user lines)")
+}
+
+/// The same heat map as PNG, from the same cells.
+pub fn heat_map_png(system: &str, outcomes: &[Outcome]) -> Result<Vec<u8>, String> {
+    let names: Vec<&str> = pc::CALLS.iter().map(|c| c.name).collect();
+    super::heatmap_png::heat_map_png(&names, &heat_map_cells(outcomes), &heat_map_title(system))
 }
 
 pub fn summary(system: &str, outcomes: &[Outcome]) -> String {
@@ -318,8 +331,7 @@ pub fn main(systems: &[&str], calls: Option<&str>, out: PathBuf, timeout: Durati
         fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         write_csv(&out.join(format!("commute-posix-{system}.csv")), &outcomes)?;
         let svg = out.join(format!("commute-posix-{system}-heatmap.svg"));
-        fs::write(&svg, heat_map(system, &outcomes)).map_err(|e| format!("cannot write {}: {e}", svg.display()))?;
-        println!("wrote {}", svg.display());
+        super::write_heat_maps(&svg, &heat_map(system, &outcomes), heat_map_png(system, &outcomes))?;
         summaries.push(summary(system, &outcomes));
     }
     println!("evidence: exact sharing audit (single-threaded TCG, icount, 2 vCPUs), kernel and user lines, one plugin epoch per case");
