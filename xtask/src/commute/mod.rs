@@ -269,7 +269,7 @@ pub const WARMUP: usize = 64;
 /// shows it (a 2-job POSIX run without warm-up differed from the one-boot run in 5 cases at
 /// the start of job 1). Returns (cases to drop, the boot's case list) per part.
 pub fn warm_lists(run_set: &[usize], parts: &[Vec<usize>], warm: usize) -> Vec<(usize, Vec<usize>)> {
-    let mut at = 0;
+    let mut at: usize = 0;
     parts
         .iter()
         .map(|p| {
