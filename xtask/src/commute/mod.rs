@@ -259,36 +259,6 @@ pub fn split_parts(cases: &[usize], jobs: usize) -> Vec<Vec<usize>> {
     parts
 }
 
-/// Cases a job after the first runs before its part and drops ([`warm_lists`]).
-pub const WARMUP: usize = 64;
-
-/// `--jobs`: what each boot runs: job 0 its part; every later job first the (up to) `warm`
-/// cases of `run_set` just before its part, whose outcomes it drops ([`drop_warmup`]), then
-/// its part. Why: a boot's first cases meet first-use work (page faults on fresh memory,
-/// empty caches) that a case deep in a one-boot run does not, and the library OS's audit
-/// shows it (a 2-job POSIX run without warm-up differed from the one-boot run in 5 cases at
-/// the start of job 1). Returns (cases to drop, the boot's case list) per part.
-pub fn warm_lists(run_set: &[usize], parts: &[Vec<usize>], warm: usize) -> Vec<(usize, Vec<usize>)> {
-    let mut at: usize = 0;
-    parts
-        .iter()
-        .map(|p| {
-            let from = at.saturating_sub(warm);
-            at += p.len();
-            let mut list = run_set[from..at - p.len()].to_vec();
-            let n = list.len();
-            list.extend_from_slice(p);
-            (n, list)
-        })
-        .collect()
-}
-
-/// The outcomes of a boot without its first `n` (its warm-up cases).
-pub fn drop_warmup<T>(mut outcomes: Vec<T>, n: usize) -> Vec<T> {
-    outcomes.drain(..n.min(outcomes.len()));
-    outcomes
-}
-
 /// `--jobs`: the parts' outcomes as ONE list, checked: part `k` must hold exactly the cases
 /// `expected[k]` in that order (a boot that skipped, repeated or reordered a case is an
 /// error, not a report with a hole), so the merged list is what one boot of all the cases
@@ -778,12 +748,9 @@ pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
     let pick = pick_arg(&idx);
     let run_set: Vec<usize> = if pick.len() <= PICK_MAX { idx } else { decided.iter().filter(|(c, _)| selected(c)).map(|(c, _)| c.index).collect() };
     let parts = split_parts(&run_set, args.jobs);
-    let boots = warm_lists(&run_set, &parts, WARMUP);
-    let guest_args: Vec<String> = boots.iter().map(|(_, list)| part_guest_args(list, calls.as_deref())).collect();
+    let guest_args: Vec<String> = parts.iter().map(|p| part_guest_args(p, calls.as_deref())).collect();
     let t0 = std::time::Instant::now();
-    let ran = run_cases_jobs(crate::env::build_kernel()?, &guest_args, smp, timeout)?;
-    let ran = ran.into_iter().zip(&boots).map(|(o, (warm, _))| drop_warmup(o, *warm)).collect();
-    let outcomes = merge_parts(ran, &parts, |o| o.case.index)?;
+    let outcomes = merge_parts(run_cases_jobs(crate::env::build_kernel()?, &guest_args, smp, timeout)?, &parts, |o| o.case.index)?;
     let text = report(&outcomes, n_all, n_comm);
     print!("{text}");
     println!("(guest run {:.0} s with {} job(s), one run on a shared host)", t0.elapsed().as_secs_f64(), parts.len());
@@ -860,15 +827,6 @@ mod tests {
         assert!(merge_parts(vec![vec![1, 2], vec![3]], &parts, |i| *i).unwrap_err().contains("job 1 ran 1 case(s) where 2 were given"));
         assert!(merge_parts(vec![vec![2, 1], vec![3, 4]], &parts, |i| *i).is_err());
         assert!(merge_parts(vec![vec![1, 2]], &parts, |i| *i).is_err());
-        // Warm-up: job k > 0 runs the cases before its part first and drops them.
-        let run: Vec<usize> = (10..20).collect();
-        let parts = split_parts(&run, 3);
-        let boots = warm_lists(&run, &parts, 2);
-        assert_eq!(boots, vec![(0, vec![10, 11, 12, 13]), (2, vec![12, 13, 14, 15, 16]), (2, vec![15, 16, 17, 18, 19])]);
-        let ran: Vec<Vec<usize>> = boots.iter().map(|(w, l)| drop_warmup(l.clone(), *w)).collect();
-        assert_eq!(merge_parts(ran, &parts, |i| *i).unwrap(), run);
-        // A warm-up longer than what precedes the part takes what there is.
-        assert_eq!(warm_lists(&run, &parts, 100)[1], (4, vec![10, 11, 12, 13, 14, 15, 16]));
     }
 
     // Catches a part whose guest arguments select other cases than the part: a short part is
