@@ -395,9 +395,10 @@ pub struct CommuteArgs {
     /// vCPUs, at least 2 (the two calls run on cores 0 and 1)
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=255))]
     pub smp: u32,
-    /// Split the cases into N parts run by N QEMU boots at once, merged into one report
-    /// (the same per-case results as one boot). Default 1: each boot takes a host core for
-    /// its whole run and the machine may be shared; 2 on an idle 2-core host
+    /// Split the cases into N parts run by N QEMU boots at once, merged into one report (the
+    /// same per-case results as one boot; on the library OS a few cases' shared lines can
+    /// differ, docs/commute.md). Default 1: each boot takes a host core for its whole run and
+    /// the machine may be shared; 2 on an idle 2-core host
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 1, value_parser = crate::commute::jobs_arg)]
     pub jobs: usize,
     /// The guest run's limit
