@@ -36,6 +36,8 @@ pub enum PErr {
     Perm,
     /// `ENOMEM` (`mprotect` of pages that are not mapped).
     NoMem,
+    /// `EPIPE` (a write to a pipe with no read end open).
+    BrokenPipe,
     /// Anything else: the system's own code.
     Other(i64),
 }
@@ -52,6 +54,7 @@ impl PErr {
             PErr::NotEmpty => pc::ERR_NOT_EMPTY.into(),
             PErr::Perm => pc::ERR_PERM.into(),
             PErr::NoMem => pc::ERR_NO_MEM.into(),
+            PErr::BrokenPipe => pc::ERR_BROKEN_PIPE.into(),
             PErr::Other(c) => format!("E:Other{c}"),
         }
     }
@@ -110,6 +113,7 @@ pub trait PosixFs {
     fn p_rename(&self, old: &[u8], new: &[u8]) -> Result<(), PErr>;
     fn p_dup(&self, fd: u64) -> Result<u64, PErr>;
     fn p_ftruncate(&self, fd: u64, len: u64) -> Result<(), PErr>;
+    fn p_fsync(&self, fd: u64) -> Result<(), PErr>;
     /// Anonymous private memory of `len` bytes; returns its address.
     fn p_mmap(&self, len: u64, prot: u64) -> Result<u64, PErr>;
     fn p_munmap(&self, addr: u64, len: u64) -> Result<(), PErr>;
@@ -169,7 +173,7 @@ fn paths_of(op: Op) -> (Option<P>, Option<P>) {
 
 fn desc_of(op: Op) -> Option<D> {
     match op {
-        Op::Close(d) | Op::Fstat(d) | Op::Read(d) | Op::Pread(d, _) | Op::Write(d) | Op::Pwrite(d, _) | Op::Lseek(d, _, _) | Op::Dup(d) | Op::Ftruncate(d, _) => Some(d),
+        Op::Close(d) | Op::Fstat(d) | Op::Read(d) | Op::Pread(d, _) | Op::Write(d) | Op::Pwrite(d, _) | Op::Lseek(d, _, _) | Op::Dup(d) | Op::Ftruncate(d, _) | Op::Fsync(d) => Some(d),
         Op::Openat(..) => Some(D::Dd),
         _ => None,
     }
@@ -235,6 +239,7 @@ fn call<F: PosixFs>(fs: &F, op: Op, a: &mut Prepared) -> Raw {
         Op::Rename(..) => Raw::Unit(fs.p_rename(a.p1.c(), a.p2.c())),
         Op::Dup(_) => Raw::Fd(fs.p_dup(a.fd)),
         Op::Ftruncate(_, len) => Raw::Unit(fs.p_ftruncate(a.fd, len)),
+        Op::Fsync(_) => Raw::Unit(fs.p_fsync(a.fd)),
         Op::Rmdir(_) => Raw::Unit(fs.p_rmdir(a.p1.c())),
         Op::Openat(_, m) => Raw::Fd(fs.p_openat(a.fd, a.p1.c(), m)),
         Op::Truncate(_, len) => Raw::Unit(fs.p_truncate(a.p1.c(), len)),
@@ -314,6 +319,10 @@ impl NewFds {
 /// case address it through `Prepared::fd`).
 static MEM_BASE: AtomicU64 = AtomicU64::new(0);
 
+/// The write end of the fixture's empty pipe (`E0`'s other end), closed by the fixture and
+/// kept for the teardown's `p_pipe_free`.
+static EMPTY_PIPE_W: AtomicU64 = AtomicU64::new(0);
+
 /// Make the fixture: the directory, the files with their bytes, the descriptors.
 fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], inos: &[AtomicU64; 4]) -> Result<(), String> {
     let root = fs.root();
@@ -358,6 +367,11 @@ fn make_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], inos: &[At
     if fs.p_pipe_write(w, &bytes).map_err(e("pipe write"))? != bytes.len() {
         return Err("fixture: short pipe write".into());
     }
+    // E0: an empty pipe with its write end closed, so its reads are end of file.
+    let (er, ew) = fs.p_pipe().map_err(e("pipe E"))?;
+    fs.p_pipe_close(ew).map_err(e("close of E's write end"))?;
+    fds[pc::D::E0.index()].store(er, SeqCst);
+    EMPTY_PIPE_W.store(ew, SeqCst);
     // M0: MEM_PAGES pages read-write, the last one unmapped again (the hole).
     let m0 = fs.p_mmap(pc::MEM_PAGES * pc::PAGE, pc::PROT_RW).map_err(e("mmap"))?;
     fs.p_munmap(m0 + pc::MEM_HOLE * pc::PAGE, pc::PAGE).map_err(e("munmap of the hole"))?;
@@ -394,6 +408,8 @@ fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], new_fds:
     }
     // A closed end (`close(P1)`) gives an error here, which is fine: the other end frees it.
     fs.p_pipe_free(fds[pc::D::P0.index()].load(SeqCst), fds[pc::D::P1.index()].load(SeqCst));
+    // No class closes E0, so the pipe is found through it.
+    fs.p_pipe_free(fds[pc::D::E0.index()].load(SeqCst), EMPTY_PIPE_W.load(SeqCst));
     let remove = |rel: &str| -> Result<(), String> {
         let path = Path::new(root, Some(rel));
         match fs.p_stat(path.c()) {
@@ -558,6 +574,7 @@ mod linux_fs {
             libc::ENOTEMPTY => PErr::NotEmpty,
             libc::EPERM => PErr::Perm,
             libc::ENOMEM => PErr::NoMem,
+            libc::EPIPE => PErr::BrokenPipe,
             c => PErr::Other(c as i64),
         }
     }
@@ -723,6 +740,20 @@ mod linux_fs {
             // SAFETY: see the impl's comment (ftruncate has no memory arguments).
             ok(unsafe { libc::ftruncate(fd as i32, len as libc::off_t) } as i64).map(|_| ())
         }
+        fn p_fsync(&self, fd: u64) -> Result<(), PErr> {
+            // SAFETY: see the impl's comment (fsync has no memory arguments).
+            ok(unsafe { libc::fsync(fd as i32) } as i64).map(|_| ())
+        }
+        fn p_setup(&self) -> Result<(), PErr> {
+            // A write to a pipe whose read end is closed (`close(P0)` then `write(P1)`) must
+            // return EPIPE, as the model says, not kill the program with SIGPIPE.
+            // SAFETY: SIG_IGN installs no handler code; nothing else in the program uses
+            // SIGPIPE.
+            if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) } == libc::SIG_ERR {
+                return Err(err());
+            }
+            Ok(())
+        }
     }
 }
 
@@ -746,6 +777,7 @@ mod ours_fs {
             abi::Error::NoSuchObject | abi::Error::NotPermitted => PErr::BadFd,
             abi::Error::InvalidArgument => PErr::Inval,
             abi::Error::NoMemory => PErr::NoMem,
+            abi::Error::BrokenPipe => PErr::BrokenPipe,
             _ => PErr::Other(1100),
         }
     }
@@ -900,6 +932,9 @@ mod ours_fs {
         }
         fn p_ftruncate(&self, fd: u64, len: u64) -> Result<(), PErr> {
             lfs::ftruncate(Fd(fd as u32), len).map_err(err)
+        }
+        fn p_fsync(&self, fd: u64) -> Result<(), PErr> {
+            lfs::fsync(Fd(fd as u32)).map_err(err)
         }
     }
 }

@@ -20,6 +20,11 @@
 //!   (`fixture_byte(4, i)`), so every read of the pipe a case makes finds bytes waiting (a
 //!   read of an empty pipe would block on Linux).
 //!
+//! - `E0`: the read end of a second pipe, **empty, its write end closed** by the fixture, so
+//!   a read of it is end of file (0 bytes) on both systems instead of blocking (a read of an
+//!   empty pipe whose write end is open waits: such cases are not modelled). No class closes
+//!   `E0` (the teardown frees the pipe through it).
+//!
 //! - `M0`: an anonymous read-write mapping of [`MEM_PAGES`] pages at an address the system
 //!   chose, whose page [`MEM_HOLE`] (the next to last) is unmapped again, so `mprotect` of it
 //!   is `ENOMEM`; the cases' own `mmap`s are at least 2 pages, so they cannot land in the
@@ -87,6 +92,8 @@ pub enum D {
     P0,
     /// The fixture pipe's write end.
     P1,
+    /// The read end of the fixture's empty pipe, whose write end the fixture closed.
+    E0,
 }
 
 /// The fixture's descriptors of the file tree (the pipe's ends are [`PIPE_ENDS`]).
@@ -94,7 +101,7 @@ pub const DESCS: [D; 5] = [D::D0, D::D1, D::D2, D::Dd, D::Dap];
 /// The fixture pipe's ends, read end first.
 pub const PIPE_ENDS: [D; 2] = [D::P0, D::P1];
 /// How many fixture descriptors there are (`D::index` is below it).
-pub const ALL_DESCS: usize = 7;
+pub const ALL_DESCS: usize = 8;
 
 /// How the fixture opens a descriptor of the file tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +124,7 @@ impl D {
             D::D0 | D::D1 | D::Dap => Some(P::A),
             D::D2 => Some(P::B),
             D::Dd => Some(P::Sub),
-            D::P0 | D::P1 => None,
+            D::P0 | D::P1 | D::E0 => None,
         }
     }
     pub fn fixture_open(self) -> FixtureOpen {
@@ -128,7 +135,7 @@ impl D {
         }
     }
     pub fn is_pipe(self) -> bool {
-        matches!(self, D::P0 | D::P1)
+        matches!(self, D::P0 | D::P1 | D::E0)
     }
 }
 
@@ -218,6 +225,8 @@ pub enum Op {
     Truncate(P, u64),
     /// `pipe()`: two new descriptors (a new pipe; the cases never use them).
     Pipe,
+    /// `fsync(fd)`: the file's data and the names leading to it made durable.
+    Fsync(D),
     /// `mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)`: the address is the
     /// system's choice and not part of the result (as a new descriptor's number); the cases
     /// never use the new mapping.
@@ -275,11 +284,11 @@ pub const CALLS: &[Call] = &[
             Op::Open(B, OpenMode::Append),
         ],
     },
-    Call { name: "close", variants: &[Op::Close(D0), Op::Close(D1), Op::Close(D2), Op::Close(Dd), Op::Close(P1)] },
+    Call { name: "close", variants: &[Op::Close(D0), Op::Close(D1), Op::Close(D2), Op::Close(Dd), Op::Close(P1), Op::Close(P0)] },
     Call { name: "dup", variants: &[Op::Dup(D0), Op::Dup(D2)] },
     Call { name: "stat", variants: &[Op::Stat(A), Op::Stat(B), Op::Stat(M), Op::Stat(DC), Op::Stat(Sub), Op::Stat(N), Op::Stat(DN)] },
     Call { name: "fstat", variants: &[Op::Fstat(D0), Op::Fstat(D1), Op::Fstat(D2)] },
-    Call { name: "read", variants: &[Op::Read(D0), Op::Read(D1), Op::Read(D2), Op::Read(P0)] },
+    Call { name: "read", variants: &[Op::Read(D0), Op::Read(D1), Op::Read(D2), Op::Read(P0), Op::Read(E0)] },
     Call { name: "pread", variants: &[Op::Pread(D0, 0), Op::Pread(D0, 4096), Op::Pread(D2, 0), Op::Pread(D1, 0), Op::Pread(D0, 8192), Op::Pread(D2, 4096)] },
     Call { name: "write", variants: &[Op::Write(D0), Op::Write(D1), Op::Write(D2), Op::Write(Dap), Op::Write(P1)] },
     Call { name: "pwrite", variants: &[Op::Pwrite(D0, 0), Op::Pwrite(D0, 4096), Op::Pwrite(D2, 0), Op::Pwrite(D1, 0), Op::Pwrite(D2, 4096), Op::Pwrite(D0, 8192)] },
@@ -325,6 +334,7 @@ pub const CALLS: &[Call] = &[
     },
     Call { name: "truncate", variants: &[Op::Truncate(A, 4096), Op::Truncate(B, 0), Op::Truncate(DC, 8192), Op::Truncate(M, 0), Op::Truncate(Sub, 0)] },
     Call { name: "pipe", variants: &[Op::Pipe] },
+    Call { name: "fsync", variants: &[Op::Fsync(D0), Op::Fsync(D2)] },
     Call { name: "mmap", variants: &[Op::Mmap(2 * PAGE, PROT_RW), Op::Mmap(3 * PAGE, PROT_READ), Op::Mmap(0, PROT_RW)] },
     Call {
         name: "munmap",
@@ -404,3 +414,6 @@ pub const ERR_INVAL: &str = "E:Inval";
 pub const ERR_NOT_EMPTY: &str = "E:NotEmpty";
 pub const ERR_PERM: &str = "E:Perm";
 pub const ERR_NO_MEM: &str = "E:NoMem";
+/// `EPIPE`: a write to a pipe with no read end open (Linux's `SIGPIPE` is ignored by the
+/// guest program, so the call returns the error).
+pub const ERR_BROKEN_PIPE: &str = "E:BrokenPipe";

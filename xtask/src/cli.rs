@@ -395,6 +395,12 @@ pub struct CommuteArgs {
     /// vCPUs, at least 2 (the two calls run on cores 0 and 1)
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=255))]
     pub smp: u32,
+    /// Split the cases into N parts run by N QEMU boots at once, merged into one report (the
+    /// same per-case results as one boot; on the library OS a few cases' shared lines can
+    /// differ, docs/commute.md). Default 1: each boot takes a host core for its whole run and
+    /// the machine may be shared; 2 on an idle 2-core host
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 1, value_parser = crate::commute::jobs_arg)]
+    pub jobs: usize,
     /// The guest run's limit
     #[arg(long, allow_negative_numbers = true, value_name = "SECS", default_value_t = 900)]
     pub timeout: u64,
@@ -682,6 +688,14 @@ mod tests {
         bad("mutants --only nosuch", "no mutant `nosuch`");
         bad("commute --smp 1", "--smp");
         bad("commute --system bsd", "--system");
+        let Command::Commute(c) = p("commute --system ours --jobs 2 --calls open,close").unwrap() else { panic!() };
+        assert_eq!((c.jobs, c.system.as_deref()), (2, Some("ours")));
+        let Command::Commute(c) = p("commute").unwrap() else { panic!() };
+        assert_eq!(c.jobs, 1, "one boot unless asked");
+        bad("commute --jobs 0", "0 jobs would run no case");
+        bad("commute --jobs two", "`two` is not a number of jobs");
+        bad("commute --jobs -1", "`-1` is not a number of jobs");
+        bad("commute --jobs 1000", "at most 32");
         bad("completions tcsh", "tcsh");
         bad("fuz", "fuzz");
         bad("frobnicate", "frobnicate");

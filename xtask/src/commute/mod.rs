@@ -8,6 +8,7 @@
 
 #[allow(dead_code)] // shared with the guest, which uses all of it
 pub mod cases;
+pub mod heatmap_png;
 pub mod model;
 pub mod posix;
 #[path = "../../../bench/src/posix_cases.rs"]
@@ -131,6 +132,21 @@ pub fn run_cases(guest_args: &str, smp: u32, timeout: Duration) -> Result<Vec<Ou
 
 /// `run_cases` on a given kernel (the planted regression's).
 pub fn run_cases_on(kernel: PathBuf, guest_args: &str, smp: u32, timeout: Duration) -> Result<Vec<Outcome>, String> {
+    let mut parts = run_cases_jobs(kernel, &[guest_args.to_string()], smp, timeout)?;
+    Ok(parts.pop().unwrap_or_default())
+}
+
+/// One boot of the kernel checker: QEMU's arguments and the plugin report it writes.
+struct KernelBoot {
+    args: Vec<String>,
+    out: PathBuf,
+}
+
+/// Boot `kernel` once per element of `guest_args` (`calls=` / `pick=`), all at once (one
+/// QEMU process each: `--jobs`), and return each boot's outcomes in the order given. Every
+/// boot has its own plugin report file, so two boots never write one file.
+pub fn run_cases_jobs(kernel: PathBuf, guest_args: &[String], smp: u32, timeout: Duration) -> Result<Vec<Vec<Outcome>>, String> {
+    // Everything that builds or writes a shared file happens here, once, before any boot.
     let built = plugins::build()?;
     let initrd = crate::user::build_initrd()?;
     let syms = {
@@ -139,27 +155,54 @@ pub fn run_cases_on(kernel: PathBuf, guest_args: &str, smp: u32, timeout: Durati
     };
     let runs = plugins::artifact_dir().join("runs");
     fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
-    let out = runs.join(format!("sharing-commute-{smp}.txt"));
-    let _ = fs::remove_file(&out);
-    let mut parg = format!("{},out={},kernel_only=on", built.sharing.display(), out.display());
-    for e in plugins::quantum_plugin_args(smp) {
-        parg.push(',');
-        parg.push_str(&e);
+    let mut boots = Vec::new();
+    for (job, ga) in guest_args.iter().enumerate() {
+        // Job 0 keeps the single run's file name; one file per process and job, so a CI
+        // run beside a full run, or two jobs, never share one.
+        let out = runs.join(format!("sharing-commute-{smp}-{}-job{job}.txt", std::process::id()));
+        let _ = fs::remove_file(&out);
+        let mut parg = format!("{},out={},kernel_only=on", built.sharing.display(), out.display());
+        for e in plugins::quantum_plugin_args(smp) {
+            parg.push(',');
+            parg.push_str(&e);
+        }
+        let cmdline = format!("init=commute -- {ga}");
+        let cfg = crate::qemu::VmConfig {
+            smp,
+            medium: Some(crate::qemu::BootMedium::Kernel(kernel.clone())),
+            initrd: Some(initrd.clone()),
+            cmdline: cmdline.trim().to_string(),
+            extra: vec!["-plugin".into(), parg],
+            ..Default::default()
+        };
+        cfg.validate()?;
+        let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
+        args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
+        args.extend(plugins::exact_qemu_args());
+        boots.push(KernelBoot { args, out });
     }
-    let cmdline = format!("init=commute -- {guest_args}");
-    let cfg = crate::qemu::VmConfig {
-        smp,
-        medium: Some(crate::qemu::BootMedium::Kernel(kernel)),
-        initrd: Some(initrd),
-        cmdline: cmdline.trim().to_string(),
-        extra: vec!["-plugin".into(), parg],
-        ..Default::default()
-    };
-    cfg.validate()?;
-    let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
-    args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
-    args.extend(plugins::exact_qemu_args());
-    let run = crate::linux::run_qemu(&args, timeout)?;
+    let runs = run_boots(boots.iter().map(|b| b.args.clone()).collect(), timeout);
+    let mut parts = Vec::new();
+    for (job, (boot, run)) in boots.iter().zip(runs).enumerate() {
+        let tag = if boots.len() > 1 { format!("job {job}: ") } else { String::new() };
+        let outcomes = kernel_outcomes(&run?, &boot.out, &syms, timeout).map_err(|e| format!("{tag}{e}"))?;
+        let _ = fs::remove_file(&boot.out);
+        parts.push(outcomes);
+    }
+    Ok(parts)
+}
+
+/// Run one QEMU per argument list, all at once, each with its own limit; the results in the
+/// order given. (One host thread per boot waits for its QEMU process.)
+pub fn run_boots(boots: Vec<Vec<String>>, timeout: Duration) -> Vec<Result<crate::linux::RunOutput, String>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = boots.iter().map(|args| s.spawn(move || crate::linux::run_qemu(args, timeout))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a QEMU runner thread panicked".into()))).collect()
+    })
+}
+
+/// One boot's outcomes from its serial output and plugin report.
+fn kernel_outcomes(run: &crate::linux::RunOutput, out: &Path, syms: &Symbols, timeout: Duration) -> Result<Vec<Outcome>, String> {
     if let Some(l) = run.serial.lines().find(|l| l.contains("commute-error")) {
         return Err(format!("guest: {}", l.trim()));
     }
@@ -170,7 +213,7 @@ pub fn run_cases_on(kernel: PathBuf, guest_args: &str, smp: u32, timeout: Durati
         let tail: Vec<&str> = run.serial.lines().rev().take(15).collect();
         return Err(format!("commute guest ended early (exit {:?}); last serial lines:\n{}", run.exit_code, tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
     }
-    let text = fs::read_to_string(&out).map_err(|e| format!("no plugin report {}: {e}", out.display()))?;
+    let text = fs::read_to_string(out).map_err(|e| format!("no plugin report {}: {e}", out.display()))?;
     let epochs = parse_epochs(&text);
     let results: Vec<(usize, String, String)> = run.serial.lines().filter_map(parse_case_line).collect();
     if epochs.len() != results.len() {
@@ -181,10 +224,59 @@ pub fn run_cases_on(kernel: PathBuf, guest_args: &str, smp: u32, timeout: Durati
     for ((index, ra, rb), lines) in results.into_iter().zip(epochs) {
         let case = cases::case(index).ok_or_else(|| format!("guest printed unknown case {index}"))?;
         let verdict = model::decide(&start, case.a, case.b);
-        let conflicts = lines.iter().map(|r| Conflict { symbol: symbol_of(&syms, r), pa: r.get("pa").unwrap_or("?").to_string(), readers: r.u("readers"), writers: r.u("writers") }).collect();
+        let conflicts = lines.iter().map(|r| Conflict { symbol: symbol_of(syms, r), pa: r.get("pa").unwrap_or("?").to_string(), readers: r.u("readers"), writers: r.u("writers") }).collect();
         outcomes.push(Outcome { case, verdict, got: (ra, rb), conflicts });
     }
     Ok(outcomes)
+}
+
+/// The most `--jobs` allows: more boots than this only queue for the host's cores.
+pub const MAX_JOBS: usize = 32;
+
+/// `--jobs N`: a whole number from 1 to [`MAX_JOBS`], or a clear error.
+pub fn jobs_arg(v: &str) -> Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(0) => Err("0 jobs would run no case: give 1 or more (1 = one boot, as without --jobs)".into()),
+        Ok(n) if n > MAX_JOBS => Err(format!("{n} jobs: at most {MAX_JOBS} (each job is one QEMU boot on one host core)")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{v}` is not a number of jobs (a whole number from 1 to {MAX_JOBS})")),
+    }
+}
+
+/// `--jobs`: `cases` (ascending) cut into at most `jobs` contiguous parts of near-equal size
+/// (the first parts take one more case when it does not divide). No part is empty: fewer
+/// cases than jobs give one part per case.
+pub fn split_parts(cases: &[usize], jobs: usize) -> Vec<Vec<usize>> {
+    let n = jobs.max(1).min(cases.len().max(1));
+    let (base, extra) = (cases.len() / n, cases.len() % n);
+    let mut parts = Vec::new();
+    let mut at = 0;
+    for k in 0..n {
+        let len = base + usize::from(k < extra);
+        parts.push(cases[at..at + len].to_vec());
+        at += len;
+    }
+    parts
+}
+
+/// `--jobs`: the parts' outcomes as ONE list, checked: part `k` must hold exactly the cases
+/// `expected[k]` in that order (a boot that skipped, repeated or reordered a case is an
+/// error, not a report with a hole), so the merged list is what one boot of all the cases
+/// gives, case for case.
+pub fn merge_parts<T>(parts: Vec<Vec<T>>, expected: &[Vec<usize>], index: impl Fn(&T) -> usize) -> Result<Vec<T>, String> {
+    if parts.len() != expected.len() {
+        return Err(format!("{} job(s) reported for {} part(s)", parts.len(), expected.len()));
+    }
+    let mut all = Vec::new();
+    for (k, (part, want)) in parts.into_iter().zip(expected).enumerate() {
+        let got: Vec<usize> = part.iter().map(&index).collect();
+        if got != *want {
+            let missing: Vec<usize> = want.iter().filter(|i| !got.contains(i)).copied().take(5).collect();
+            return Err(format!("job {k} ran {} case(s) where {} were given (first missing: {missing:?}; or out of order)", got.len(), want.len()));
+        }
+        all.extend(part);
+    }
+    Ok(all)
 }
 
 /// The kernel symbol that owns a line (as `plugin audit` names it), demangled.
@@ -323,7 +415,12 @@ fn write_tables(dir: &Path, name: &str, outcomes: &[Outcome]) -> Result<(), Stri
             o.results_ok(),
             syms.join(";")
         );
-        let lines: Vec<String> = o.conflicts.iter().map(|c| format!("{{\"symbol\":{},\"pa\":{},\"readers\":{},\"writers\":{}}}", crate::plugins::jstr(&c.symbol), crate::plugins::jstr(&c.pa), c.readers, c.writers)).collect();
+        // Lines by symbol, then physical address: a heap line's address depends on what the
+        // boot ran before the case (`--jobs` boots start at different cases), its symbol and
+        // sharing do not, so the order does not move with the address.
+        let mut sorted: Vec<&Conflict> = o.conflicts.iter().collect();
+        sorted.sort_by(|a, b| (&a.symbol, a.readers, a.writers, &a.pa).cmp(&(&b.symbol, b.readers, b.writers, &b.pa)));
+        let lines: Vec<String> = sorted.iter().map(|c| format!("{{\"symbol\":{},\"pa\":{},\"readers\":{},\"writers\":{}}}", crate::plugins::jstr(&c.symbol), crate::plugins::jstr(&c.pa), c.readers, c.writers)).collect();
         json.push(format!(
             "{{\"index\":{},\"call_a\":{},\"call_b\":{},\"a\":{},\"b\":{},\"commutes\":{},\"conflict_free\":{},\"result_a\":{},\"result_b\":{},\"results_ok\":{},\"conflicts\":[{}]}}",
             o.case.index,
@@ -360,7 +457,26 @@ fn write_tables(dir: &Path, name: &str, outcomes: &[Outcome]) -> Result<(), Stri
 pub fn heat_map_svg(outcomes: &[Outcome]) -> String {
     let names: Vec<&str> = cases::CALLS.iter().map(|c| c.name).collect();
     let pairs: Vec<(&str, &str, usize, usize)> = by_pair(outcomes).into_iter().map(|((_, a, b), (n, f))| (a, b, n, f)).collect();
-    heat_map_of(&names, &pairs, "Conflict-free share of commutative cases per call pair (ours, 2 cores, exact sharing audit)")
+    heat_map_of(&names, &pairs, KERNEL_MAP_TITLE)
+}
+
+const KERNEL_MAP_TITLE: &str = "Conflict-free share of commutative cases per call pair (ours, 2 cores, exact sharing audit)";
+
+/// The same heat map as PNG (`heatmap_png`), from the same cells.
+pub fn heat_map_png(outcomes: &[Outcome]) -> Result<Vec<u8>, String> {
+    let names: Vec<&str> = cases::CALLS.iter().map(|c| c.name).collect();
+    let pairs: Vec<(&str, &str, usize, usize)> = by_pair(outcomes).into_iter().map(|((_, a, b), (n, f))| (a, b, n, f)).collect();
+    heatmap_png::heat_map_png(&names, &pairs, KERNEL_MAP_TITLE)
+}
+
+/// Write a heat map as `svg` and, beside it, the same name with `.png`.
+pub fn write_heat_maps(svg: &Path, svg_text: &str, png: Result<Vec<u8>, String>) -> Result<(), String> {
+    fs::write(svg, svg_text).map_err(|e| format!("cannot write {}: {e}", svg.display()))?;
+    println!("wrote {}", svg.display());
+    let png_path = svg.with_extension("png");
+    fs::write(&png_path, png?).map_err(|e| format!("cannot write {}: {e}", png_path.display()))?;
+    println!("wrote {}", png_path.display());
+    Ok(())
 }
 
 /// Draw a heat map of `names` × `names` from `pairs` (call A, call B, commuting cases,
@@ -388,13 +504,10 @@ pub fn heat_map_of(names: &[&str], pairs: &[(&str, &str, usize, usize)], title: 
     for i in 0..n {
         for j in 0..n {
             let (x, y) = (left + j * size, top + i * size);
-            let (fill, label) = match cell.get(&(i, j)) {
-                Some(&(total, free)) if total > 0 => {
-                    let f = free as f64 / total as f64;
-                    (format!("rgb({},{},80)", (220.0 * (1.0 - f)) as u32 + 30, (200.0 * f) as u32 + 30), format!("{}/{}", free, total))
-                }
-                _ => ("rgb(220,220,220)".to_string(), String::new()),
-            };
+            let (total, free) = cell.get(&(i, j)).copied().unwrap_or((0, 0));
+            let [r, g, b] = heatmap_png::cell_colour(total, free);
+            let fill = format!("rgb({r},{g},{b})");
+            let label = if total > 0 { format!("{free}/{total}") } else { String::new() };
             let _ = writeln!(svg, "<rect x=\"{x}\" y=\"{y}\" width=\"{size}\" height=\"{size}\" fill=\"{fill}\" stroke=\"white\"><title>{} × {}: {label}</title></rect>", names[i], names[j]);
             if !label.is_empty() {
                 let _ = writeln!(svg, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"7\" fill=\"white\">{label}</text>", x + size / 2, y + size / 2 + 3);
@@ -518,12 +631,34 @@ pub fn calls_arg(v: &str) -> Result<String, String> {
     Ok(v.to_string())
 }
 
+/// The longest `pick=` list given to the kernel (its command line holds 512 bytes).
+const PICK_MAX: usize = 400;
+
+/// The guest's arguments for one part of the run (`--jobs`): its case list if it fits, else
+/// the part's index range `first-last` with the `calls=` filter, which selects exactly the
+/// part when the run is every selected case (the caller's `run_set`; `merge_parts` checks).
+fn part_guest_args(part: &[usize], calls: Option<&str>) -> String {
+    let pick = pick_arg(part);
+    if pick.len() <= PICK_MAX {
+        return format!("pick={pick}");
+    }
+    let range = format!("pick={}-{}", part.first().copied().unwrap_or(0), part.last().copied().unwrap_or(0));
+    match calls {
+        Some(c) => format!("calls={c} {range}"),
+        None => range,
+    }
+}
+
 /// `cargo xtask commute` (cli.rs declares the options).
 pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
     let calls = args.calls.clone();
     let (smp, timeout) = (args.smp, Duration::from_secs(args.timeout));
     let out = args.out.clone().unwrap_or_else(|| crate::env::target_dir().join("commute"));
     let (ci, update, model_only, list, planted) = (args.ci, args.update_baseline, args.model_only, args.list, args.planted);
+    if args.jobs > 1 && (ci || planted) {
+        // The CI sample is one short boot; its suites run it as one.
+        return Err("commute: --jobs is for a full run (not with --ci or --planted)".into());
+    }
     // --system: the POSIX calls on the library OS and/or Linux (posix.rs); without it the
     // kernel's own calls, which only this system has.
     if let Some(system) = args.system.as_deref() {
@@ -545,7 +680,7 @@ pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
             let t = posix::ci_run(systems, update, timeout)?;
             return if t.failed > 0 { Err(format!("{} POSIX sampled case(s) regressed", t.failed)) } else { Ok(()) };
         }
-        return posix::main(systems, calls.as_deref(), out, timeout, model_only, list);
+        return posix::main(systems, calls.as_deref(), out, timeout, model_only, list, args.jobs);
     }
     if smp < 2 {
         return Err("commute: --smp must be at least 2 (the calls run on cores 0 and 1)".into());
@@ -611,17 +746,18 @@ pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
     // kernel's command line; else every selected case.
     let idx: Vec<usize> = decided.iter().filter(|(c, v)| selected(c) && v.commutes).map(|(c, _)| c.index).collect();
     let pick = pick_arg(&idx);
-    let guest_args = if pick.len() <= 400 { format!("pick={pick}") } else { calls.as_ref().map(|c| format!("calls={c}")).unwrap_or_default() };
+    let run_set: Vec<usize> = if pick.len() <= PICK_MAX { idx } else { decided.iter().filter(|(c, _)| selected(c)).map(|(c, _)| c.index).collect() };
+    let parts = split_parts(&run_set, args.jobs);
+    let guest_args: Vec<String> = parts.iter().map(|p| part_guest_args(p, calls.as_deref())).collect();
     let t0 = std::time::Instant::now();
-    let outcomes = run_cases(&guest_args, smp, timeout)?;
+    let outcomes = merge_parts(run_cases_jobs(crate::env::build_kernel()?, &guest_args, smp, timeout)?, &parts, |o| o.case.index)?;
     let text = report(&outcomes, n_all, n_comm);
     print!("{text}");
-    println!("(guest run {:.0} s, host loaded by other jobs)", t0.elapsed().as_secs_f64());
+    println!("(guest run {:.0} s with {} job(s), one run on a shared host)", t0.elapsed().as_secs_f64(), parts.len());
     fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     fs::write(out.join("commute-ours.txt"), &text).map_err(|e| format!("cannot write report: {e}"))?;
     let svg = out.join("commute-ours-heatmap.svg");
-    fs::write(&svg, heat_map_svg(&outcomes)).map_err(|e| format!("cannot write {}: {e}", svg.display()))?;
-    println!("wrote {}", svg.display());
+    write_heat_maps(&svg, &heat_map_svg(&outcomes), heat_map_png(&outcomes))?;
     write_tables(&out, "commute-ours", &outcomes)
 }
 
@@ -653,6 +789,65 @@ mod tests {
     fn pick_arg_compresses_runs() {
         assert_eq!(pick_arg(&[1, 2, 3, 5, 7, 8]), "1-3,5,7-8");
         assert_eq!(pick_arg(&[]), "");
+    }
+
+    // Catches a split that loses, repeats or reorders cases, and a merge that accepts a job
+    // that ran other cases than it was given: a synthetic run of the kernel's cases cut into
+    // 1, 2, 3 and 7 parts merges back to exactly the one-part run.
+    #[test]
+    fn jobs_merge_equals_one_job() {
+        let start = State::fixture();
+        let all: Vec<Outcome> = (0..cases::count())
+            .filter(|i| i % 3 != 1)
+            .map(|i| {
+                let c = cases::case(i).unwrap();
+                let v = model::decide(&start, c.a, c.b);
+                let conflicts = if i % 5 == 0 { vec![Conflict { symbol: format!("S{i}"), pa: "0x40".into(), readers: 3, writers: 3 }] } else { Vec::new() };
+                Outcome { case: c, verdict: v.clone(), got: v.ab.clone(), conflicts }
+            })
+            .collect();
+        let idx: Vec<usize> = all.iter().map(|o| o.case.index).collect();
+        let one = report(&all, all.len(), all.len());
+        for jobs in [1, 2, 3, 7] {
+            let parts = split_parts(&idx, jobs);
+            assert_eq!(parts.len(), jobs);
+            assert!(parts.iter().all(|p| !p.is_empty()));
+            assert!(parts.iter().map(|p| p.len()).max().unwrap() - parts.iter().map(|p| p.len()).min().unwrap() <= 1, "near-equal parts");
+            // Each "boot" returns its part's outcomes, as the guest prints them.
+            let ran: Vec<Vec<Outcome>> = parts.iter().map(|p| all.iter().filter(|o| p.contains(&o.case.index)).cloned().collect()).collect();
+            let merged = merge_parts(ran, &parts, |o| o.case.index).unwrap();
+            assert_eq!(merged.iter().map(|o| o.case.index).collect::<Vec<_>>(), idx, "{jobs} jobs");
+            assert_eq!(report(&merged, merged.len(), merged.len()), one, "{jobs} jobs: the same report");
+        }
+        // Fewer cases than jobs: one part per case.
+        assert_eq!(split_parts(&[4, 9], 5), vec![vec![4], vec![9]]);
+        assert_eq!(split_parts(&[], 3), vec![Vec::<usize>::new()]);
+        // A job that lost a case, or ran them out of order, is refused.
+        let parts = split_parts(&[1, 2, 3, 4], 2);
+        assert!(merge_parts(vec![vec![1, 2], vec![3]], &parts, |i| *i).unwrap_err().contains("job 1 ran 1 case(s) where 2 were given"));
+        assert!(merge_parts(vec![vec![2, 1], vec![3, 4]], &parts, |i| *i).is_err());
+        assert!(merge_parts(vec![vec![1, 2]], &parts, |i| *i).is_err());
+    }
+
+    // Catches a part whose guest arguments select other cases than the part: a short part is
+    // its own list; a long one (over the command line's room) is its index range, filtered
+    // by --calls.
+    #[test]
+    fn part_guest_args_select_the_part() {
+        assert_eq!(part_guest_args(&[3, 4, 5, 9], None), "pick=3-5,9");
+        let long: Vec<usize> = (0..400).map(|i| i * 2).collect();
+        assert_eq!(part_guest_args(&long, None), "pick=0-798");
+        assert_eq!(part_guest_args(&long, Some("null,obj_stat")), "calls=null,obj_stat pick=0-798");
+    }
+
+    // Catches --jobs values that would run nothing or are not numbers.
+    #[test]
+    fn jobs_arg_refuses_bad_values() {
+        assert_eq!(jobs_arg("2"), Ok(2));
+        assert!(jobs_arg("0").unwrap_err().contains("1 or more"));
+        assert!(jobs_arg("x").unwrap_err().contains("not a number"));
+        assert!(jobs_arg("-2").unwrap_err().contains("not a number"));
+        assert!(jobs_arg("33").unwrap_err().contains("at most 32"));
     }
 
     // Catches a CI sample that changes from run to run (the baseline would not match).

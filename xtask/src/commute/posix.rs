@@ -53,6 +53,16 @@ pub fn selected(calls: Option<&str>, c: &Case) -> bool {
 
 /// Boot `system` ("ours" or "linux") once and run the cases of `pick` (`I,J-K`).
 pub fn run_system(system: &str, pick: &str, timeout: Duration) -> Result<Vec<Outcome>, String> {
+    let mut parts = run_system_jobs(system, &[pick.to_string()], timeout)?;
+    Ok(parts.pop().unwrap_or_default())
+}
+
+/// Boot `system` once per element of `picks`, all at once (`--jobs`), and return each boot's
+/// outcomes in the order given. The guest, its disk image and the symbols are prepared once
+/// before any boot (preparing writes shared files: Linux's initramfs); each boot has its own
+/// plugin report and serial log, and its disk is `snapshot=on`, so the boots share no file
+/// they write.
+pub fn run_system_jobs(system: &str, picks: &[String], timeout: Duration) -> Result<Vec<Vec<Outcome>>, String> {
     let logs = crate::env::target_dir().join("commute").join("logs");
     let guest: Box<dyn Guest> = match system {
         "ours" => Box::new(crate::bench::ours::OursSystem::prepare(512, false, &logs)?),
@@ -60,47 +70,66 @@ pub fn run_system(system: &str, pick: &str, timeout: Duration) -> Result<Vec<Out
         other => return Err(format!("commute: unknown system `{other}` (ours, linux, both)")),
     };
     let built = plugins::build()?;
+    let image = crate::bench::fsimage::image()?;
     let runs = plugins::artifact_dir().join("runs");
     fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
-    // One file per xtask process: a CI run and a full run may run side by side.
-    let out = runs.join(format!("sharing-commute-posix-{system}-{}.txt", std::process::id()));
-    let _ = fs::remove_file(&out);
-    let mut parg = format!("{},out={}", built.sharing.display(), out.display());
-    for e in plugins::quantum_plugin_args(2) {
-        parg.push(',');
-        parg.push_str(&e);
+    let mut boots = Vec::new();
+    for (job, pick) in picks.iter().enumerate() {
+        // One file per xtask process and job: a CI run and a full run may run side by side,
+        // and so do the jobs of one run.
+        let out = runs.join(format!("sharing-commute-posix-{system}-{}-job{job}.txt", std::process::id()));
+        let _ = fs::remove_file(&out);
+        let mut parg = format!("{},out={}", built.sharing.display(), out.display());
+        for e in plugins::quantum_plugin_args(2) {
+            parg.push(',');
+            parg.push_str(&e);
+        }
+        // `bench=fs_commute` makes the Linux side boot the initramfs with the disk's modules.
+        let words = format!("bench=fs_commute {} pick={pick}", bench_word());
+        let mut cfg = guest.vm(&words);
+        cfg.smp = 2;
+        cfg.mem_mib = 512;
+        cfg.timeout = Some(timeout);
+        cfg.extra.extend(crate::bench::fsimage::disk_args(&image));
+        cfg.extra.extend(["-plugin".into(), parg]);
+        let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
+        args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
+        args.extend(plugins::exact_qemu_args());
+        boots.push((args, out));
     }
-    // `bench=fs_commute` makes the Linux side boot the initramfs with the disk's modules.
-    let words = format!("bench=fs_commute {} pick={pick}", bench_word());
-    let mut cfg = guest.vm(&words);
-    cfg.smp = 2;
-    cfg.mem_mib = 512;
-    cfg.timeout = Some(timeout);
-    cfg.extra.extend(crate::bench::fsimage::disk_args(&crate::bench::fsimage::image()?));
-    cfg.extra.extend(["-plugin".into(), parg]);
-    let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
-    args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
-    args.extend(plugins::exact_qemu_args());
-    let run = crate::linux::run_qemu(&args, timeout)?;
+    let syms = symbols(system)?;
+    let runs = super::run_boots(boots.iter().map(|(a, _)| a.clone()).collect(), timeout);
     let _ = fs::create_dir_all(&logs);
-    let _ = fs::write(logs.join(format!("commute-posix-{system}.serial.txt")), &run.serial);
+    let mut parts = Vec::new();
+    for (job, ((_, out), run)) in boots.iter().zip(runs).enumerate() {
+        let run = run?;
+        let log = if boots.len() > 1 { format!("commute-posix-{system}-job{job}.serial.txt") } else { format!("commute-posix-{system}.serial.txt") };
+        let _ = fs::write(logs.join(log), &run.serial);
+        let tag = if boots.len() > 1 { format!("{system} job {job}") } else { system.to_string() };
+        parts.push(posix_outcomes(&tag, &run, out, &syms, timeout)?);
+        let _ = fs::remove_file(out);
+    }
+    Ok(parts)
+}
+
+/// One boot's outcomes from its serial output and plugin report.
+fn posix_outcomes(tag: &str, run: &crate::linux::RunOutput, out: &std::path::Path, syms: &Names, timeout: Duration) -> Result<Vec<Outcome>, String> {
     if let Some(l) = run.serial.lines().find(|l| l.contains("commute-error")) {
-        return Err(format!("{system} guest: {}", l.trim()));
+        return Err(format!("{tag} guest: {}", l.trim()));
     }
     if run.timed_out {
-        return Err(format!("{system} guest timed out after {}s", timeout.as_secs()));
+        return Err(format!("{tag} guest timed out after {}s", timeout.as_secs()));
     }
     if !run.serial.lines().any(|l| l.contains("commute-done")) {
         let tail: Vec<&str> = run.serial.lines().rev().take(15).collect();
-        return Err(format!("{system} guest ended early (exit {:?}); last serial lines:\n{}", run.exit_code, tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+        return Err(format!("{tag} guest ended early (exit {:?}); last serial lines:\n{}", run.exit_code, tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
     }
-    let text = fs::read_to_string(&out).map_err(|e| format!("no plugin report {}: {e}", out.display()))?;
+    let text = fs::read_to_string(out).map_err(|e| format!("no plugin report {}: {e}", out.display()))?;
     let epochs = parse_epochs(&text);
     let results: Vec<(usize, String, String)> = run.serial.lines().filter_map(parse_case_line).collect();
     if epochs.len() != results.len() {
-        return Err(format!("{system}: {} cases printed but {} plugin epochs reported", results.len(), epochs.len()));
+        return Err(format!("{tag}: {} cases printed but {} plugin epochs reported", results.len(), epochs.len()));
     }
-    let syms = symbols(system)?;
     let start = State::fixture();
     let mut outcomes = Vec::new();
     for ((index, ra, rb), lines) in results.into_iter().zip(epochs) {
@@ -108,7 +137,7 @@ pub fn run_system(system: &str, pick: &str, timeout: Duration) -> Result<Vec<Out
         let verdict = model::decide(&start, case.a, case.b);
         let conflicts = lines
             .iter()
-            .map(|r| Conflict { symbol: symbol_of(&syms, r.u("vaddr"), r.u("pc")), pa: r.get("pa").unwrap_or("?").to_string(), readers: r.u("readers"), writers: r.u("writers") })
+            .map(|r| Conflict { symbol: symbol_of(syms, r.u("vaddr"), r.u("pc")), pa: r.get("pa").unwrap_or("?").to_string(), readers: r.u("readers"), writers: r.u("writers") })
             .collect();
         outcomes.push(Outcome { case, verdict, got: (ra, rb), conflicts });
     }
@@ -231,15 +260,28 @@ pub fn report(system: &str, outcomes: &[Outcome]) -> String {
 /// commuting cases that are conflict-free (`super::heat_map_of`).
 pub fn heat_map(system: &str, outcomes: &[Outcome]) -> String {
     let names: Vec<&str> = pc::CALLS.iter().map(|c| c.name).collect();
-    let mut pairs: BTreeMap<(&str, &str), (usize, usize)> = BTreeMap::new();
+    super::heat_map_of(&names, &heat_map_cells(outcomes), &heat_map_title(system))
+}
+
+/// Per call pair: (call A, call B, commuting cases, conflict-free ones), for both drawings.
+fn heat_map_cells(outcomes: &[Outcome]) -> Vec<(&'static str, &'static str, usize, usize)> {
+    let mut pairs: BTreeMap<(&'static str, &'static str), (usize, usize)> = BTreeMap::new();
     for o in outcomes.iter().filter(|o| o.verdict.commutes) {
         let e = pairs.entry((o.case.call_a, o.case.call_b)).or_default();
         e.0 += 1;
         e.1 += o.conflicts.is_empty() as usize;
     }
-    let cells: Vec<(&str, &str, usize, usize)> = pairs.into_iter().map(|((a, b), (n, f))| (a, b, n, f)).collect();
-    let title = format!("Conflict-free share of commutative POSIX cases per call pair ({system}, 2 cores, exact sharing audit, kernel and user lines)");
-    super::heat_map_of(&names, &cells, &title)
+    pairs.into_iter().map(|((a, b), (n, f))| (a, b, n, f)).collect()
+}
+
+fn heat_map_title(system: &str) -> String {
+    format!("Conflict-free share of commutative POSIX cases per call pair ({system}, 2 cores, exact sharing audit, kernel and user lines)")
+}
+
+/// The same heat map as PNG, from the same cells.
+pub fn heat_map_png(system: &str, outcomes: &[Outcome]) -> Result<Vec<u8>, String> {
+    let names: Vec<&str> = pc::CALLS.iter().map(|c| c.name).collect();
+    super::heatmap_png::heat_map_png(&names, &heat_map_cells(outcomes), &heat_map_title(system))
 }
 
 pub fn summary(system: &str, outcomes: &[Outcome]) -> String {
@@ -255,7 +297,7 @@ fn pick_arg(idx: &[usize]) -> String {
 }
 
 /// `cargo xtask commute --system ...`.
-pub fn main(systems: &[&str], calls: Option<&str>, out: PathBuf, timeout: Duration, model_only: bool, list: bool) -> Result<(), String> {
+pub fn main(systems: &[&str], calls: Option<&str>, out: PathBuf, timeout: Duration, model_only: bool, list: bool, jobs: usize) -> Result<(), String> {
     let decided = decide_all();
     if list {
         for c in pc::CALLS {
@@ -274,21 +316,27 @@ pub fn main(systems: &[&str], calls: Option<&str>, out: PathBuf, timeout: Durati
     }
     // Every selected case runs (the non-commuting ones check the results against the model).
     let idx: Vec<usize> = chosen.iter().map(|(c, _)| c.index).collect();
-    let pick = pick_arg(&idx);
+    // `--jobs`: contiguous parts, one boot each, merged back case for case.
+    let parts = super::split_parts(&idx, jobs);
+    let picks: Vec<String> = parts.iter().map(|p| pick_arg(p)).collect();
+    if jobs > 1 && systems.contains(&"ours") {
+        // docs/commute.md, "Session 14 (branch commutejobs)": one boot's run is reproducible
+        // case for case, a split one is not quite (history-dependent false sharing).
+        println!("note: with --jobs the library OS's shared lines can differ from a one-boot run in a few cases (a case's lines depend on what its boot ran before it); results and the model's checks do not");
+    }
     fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let mut summaries = Vec::new();
     for system in systems {
         let t0 = std::time::Instant::now();
-        let outcomes = run_system(system, &pick, timeout)?;
+        let outcomes = super::merge_parts(run_system_jobs(system, &picks, timeout)?, &parts, |o| o.case.index)?;
         let text = report(system, &outcomes);
         print!("{text}");
-        println!("({system} guest run {:.0} s, host loaded by other jobs)\n", t0.elapsed().as_secs_f64());
+        println!("({system} guest run {:.0} s with {} job(s), one run on a shared host)\n", t0.elapsed().as_secs_f64(), parts.len());
         let path = out.join(format!("commute-posix-{system}.txt"));
         fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         write_csv(&out.join(format!("commute-posix-{system}.csv")), &outcomes)?;
         let svg = out.join(format!("commute-posix-{system}-heatmap.svg"));
-        fs::write(&svg, heat_map(system, &outcomes)).map_err(|e| format!("cannot write {}: {e}", svg.display()))?;
-        println!("wrote {}", svg.display());
+        super::write_heat_maps(&svg, &heat_map(system, &outcomes), heat_map_png(system, &outcomes))?;
         summaries.push(summary(system, &outcomes));
     }
     println!("evidence: exact sharing audit (single-threaded TCG, icount, 2 vCPUs), kernel and user lines, one plugin epoch per case");

@@ -22,6 +22,8 @@ pub enum Ino {
     New(u8),
     /// The fixture pipe (its bytes are `State::pipe`).
     Pipe,
+    /// The fixture's empty pipe, whose write end is closed (`E0` reads end of file).
+    EmptyPipe,
 }
 
 impl Ino {
@@ -30,7 +32,7 @@ impl Ino {
             Ino::Root => "cm",
             Ino::Fix(n) => n,
             Ino::New(_) => "new",
-            Ino::Pipe => "pipe",
+            Ino::Pipe | Ino::EmptyPipe => "pipe",
         }
     }
 }
@@ -82,6 +84,7 @@ impl State {
         for d in pc::PIPE_ENDS {
             fds.insert(d, (Ino::Pipe, 0));
         }
+        fds.insert(D::E0, (Ino::EmptyPipe, 0));
         let pipe = (0..pc::PIPE_FIXTURE_BYTES).map(pc::pipe_byte).collect();
         let mem = (0..pc::MEM_PAGES).map(|p| (p != pc::MEM_HOLE).then_some(pc::PROT_RW)).collect();
         State { inodes, names, fds, pipe, mem }
@@ -276,12 +279,21 @@ impl State {
             }
             Op::Read(d) => {
                 let (i, off) = self.fd(d)?;
+                if i == Ino::EmptyPipe {
+                    // Empty with no write end open: end of file, 0 bytes.
+                    return Ok(format!("0:{:08x}", pc::fnv(&[])));
+                }
                 if i == Ino::Pipe {
                     if d != D::P0 {
                         return err(pc::ERR_BAD_FD);
                     }
-                    // The oldest bytes, which leave the pipe (the fixture never leaves it empty:
-                    // a read of an empty pipe would block).
+                    if self.pipe.is_empty() {
+                        // End of file once no write end is open; with one open the read would
+                        // wait, which no case can reach (the fixture's 24 bytes outlast the one
+                        // read a case makes): say so rather than guess.
+                        return if self.fds.contains_key(&D::P1) { err("E:WouldBlock") } else { Ok(format!("0:{:08x}", pc::fnv(&[]))) };
+                    }
+                    // The oldest bytes, which leave the pipe.
                     let n = self.pipe.len().min(pc::IO_BYTES);
                     let got: Vec<u8> = self.pipe.drain(..n).collect();
                     return Ok(format!("{n}:{:08x}", pc::fnv(&got)));
@@ -300,6 +312,11 @@ impl State {
                 if i == Ino::Pipe {
                     if d != D::P1 {
                         return err(pc::ERR_BAD_FD);
+                    }
+                    // No read end open: nobody can read the bytes (POSIX: EPIPE; Linux also
+                    // raises SIGPIPE, which the guest ignores).
+                    if !self.fds.contains_key(&D::P0) {
+                        return err(pc::ERR_BROKEN_PIPE);
                     }
                     self.pipe.extend((0..pc::IO_BYTES).map(|k| pc::write_byte(who, k)));
                     return Ok(pc::IO_BYTES.to_string());
@@ -332,6 +349,13 @@ impl State {
             Op::Dup(d) => {
                 self.fd(d)?;
                 Ok("fd".into())
+            }
+            // Durability is not part of the state (no case crashes the system): only the
+            // descriptor is checked, so fsync commutes with everything but its descriptor's
+            // close.
+            Op::Fsync(d) => {
+                self.fd(d)?;
+                Ok("0".into())
             }
             Op::Ftruncate(d, len) => {
                 let (i, _) = self.fd(d)?;
@@ -613,6 +637,48 @@ mod tests {
         // A pipe is not a file: a write to it commutes with file reads and writes.
         assert!(commutes(Op::Write(P1), Op::Write(D0)));
         assert_eq!(State::fixture().apply(Op::Write(P0), 0), pc::ERR_BAD_FD);
+    }
+
+    // Catches a model where closing the read end changes nothing: a write to the pipe then
+    // fails (EPIPE), so `close(P0)` and `write(P1)` do not commute; a read of the empty pipe
+    // whose write end is closed is end of file and commutes with every other pipe call.
+    #[test]
+    fn pipe_read_end_close_and_end_of_file() {
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Close(P0), 0), "0");
+        assert_eq!(s.apply(Op::Write(P1), 1), pc::ERR_BROKEN_PIPE);
+        assert_eq!(s.apply(Op::Read(P0), 1), pc::ERR_BAD_FD);
+        let v = decide(&State::fixture(), Op::Close(P0), Op::Write(P1));
+        assert!(!v.commutes);
+        assert_eq!(v.ba, ("0".to_string(), pc::IO_BYTES.to_string()));
+        assert!(!commutes(Op::Close(P0), Op::Read(P0)));
+        assert!(commutes(Op::Close(P0), Op::Close(P1)));
+        assert!(commutes(Op::Close(P0), Op::Read(D0)));
+        let eof = format!("0:{:08x}", pc::fnv(&[]));
+        assert_eq!(State::fixture().apply(Op::Read(E0), 0), eof);
+        assert!(commutes(Op::Read(E0), Op::Read(E0)));
+        assert!(commutes(Op::Read(E0), Op::Close(P1)));
+        assert!(commutes(Op::Read(E0), Op::Write(P1)));
+        // The fixture pipe, emptied, reads end of file once its write end is closed.
+        let mut s = State::fixture();
+        s.pipe.clear();
+        assert_eq!(s.apply(Op::Close(P1), 0), "0");
+        assert_eq!(s.apply(Op::Read(P0), 0), eof);
+    }
+
+    // Catches an fsync that is not checked against its descriptor or that changes the state:
+    // it commutes with writes and reads of its own file, not with its descriptor's close.
+    #[test]
+    fn fsync_checks_only_its_descriptor() {
+        assert_eq!(State::fixture().apply(Op::Fsync(D0), 0), "0");
+        assert!(commutes(Op::Fsync(D0), Op::Write(D0)));
+        assert!(commutes(Op::Fsync(D0), Op::Fsync(D0)));
+        assert!(commutes(Op::Fsync(D0), Op::Unlink(A)));
+        assert!(!commutes(Op::Fsync(D0), Op::Close(D0)));
+        assert!(commutes(Op::Fsync(D0), Op::Close(D1)));
+        let mut s = State::fixture();
+        s.apply(Op::Close(D2), 0);
+        assert_eq!(s.apply(Op::Fsync(D2), 0), pc::ERR_BAD_FD);
     }
 
     #[test]
