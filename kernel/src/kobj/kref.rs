@@ -11,6 +11,8 @@ use core::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 
 use percore::{BorrowSlots, DropState, MAX_CORES};
 
+use super::refcache;
+
 /// `repr(C)`, so the counts come first and the borrow state last: for a value aligned to a
 /// cache line (`KObject`) the counts have the first line to themselves and the borrow state
 /// (read by every borrow) a line after the value, so a new counted reference (an insert, a
@@ -22,13 +24,75 @@ struct Inner<T> {
     weak: AtomicUsize,
     /// Free the allocation only after a reclamation grace period (`KRef::defer_free`).
     deferred: AtomicBool,
+    /// Set at creation, never changed, for values whose count is kept per core (`refcache`:
+    /// segments made in a shared share, `KObject::create_shared`). Then `strong` is only the
+    /// shared part of the count (written when a core's table line is full), the value is
+    /// dropped by a review, never by the decrement itself, and every count change writes only
+    /// the changing core's table. On the counts' line: every clone and drop of *every* value
+    /// reads it, and a plain count's clone or drop writes that line anyway, so a private
+    /// object pays one load and a branch, not a line (session 14; the session-13 patch had it
+    /// after the value, a second line per count change).
+    percore: bool,
     value: T,
     /// Set at creation for values that may be borrowed (`KRef::borrow_raw`): their last drop
     /// runs the hand-over protocol of `percore::borrow`. (After the value: every borrow
     /// reads it, so it must not share the counts' line.)
     borrowable: bool,
+    /// Per-core counted values (`percore`): set by the review that found the count's sum
+    /// zero with every core's lock held (`refcache`); a borrow's `to_counted` fails after it.
+    /// Here, not on the counts' line: every `to_counted` reads it, and an insert into a
+    /// shared share writes that line (`defer_free`).
+    dead: AtomicBool,
     /// The borrow protocol's side of this value (unused unless `borrowable`).
     drop_state: DropState,
+}
+
+impl<T> Inner<T> {
+    /// The count: the word, or its sum with every core's delta (`refcache::sum`).
+    fn count(&self) -> usize {
+        if self.percore {
+            return refcache::sum(&self.counted()).max(0) as usize;
+        }
+        self.strong.load(Ordering::Acquire)
+    }
+
+    /// One more counted reference (the caller holds one).
+    #[inline]
+    fn inc(&self) {
+        if self.percore {
+            refcache::inc(&self.counted());
+        } else {
+            self.strong.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// This value's side of `refcache`.
+    fn counted(&self) -> refcache::Counted<'_> {
+        refcache::Counted { obj: self as *const Self as usize, base: &self.strong, dead: &self.dead }
+    }
+}
+
+/// The count word and dead mark of the per-core counted value at `obj` (for `refcache`'s
+/// reviews, which know only addresses).
+///
+/// # Safety
+/// `obj` is the address of an `Inner<KObject>` (only kernel objects are made per-core
+/// counted: `KObject::create`) whose allocation is alive. Only the count word and the mark
+/// are touched, not the value (which may be in the middle of a borrow's use).
+pub(super) unsafe fn percore_parts<'a>(obj: usize) -> (&'a AtomicUsize, &'a AtomicBool) {
+    // SAFETY: by the caller's guarantee.
+    let inner = unsafe { &*(obj as *const Inner<super::KObject>) };
+    (&inner.strong, &inner.dead)
+}
+
+/// Drop the per-core counted kernel object at `obj`, which a review declared dead.
+///
+/// # Safety
+/// `obj` is an `Inner<KObject>` (only kernel objects are made per-core counted:
+/// `KObject::create`), declared dead by a review, dropped once.
+pub(super) unsafe fn drop_percore(obj: usize) {
+    // SAFETY: non-null (a table's key); by the caller's guarantee.
+    drop_last::<super::KObject>(unsafe { NonNull::new_unchecked(obj as *mut Inner<super::KObject>) });
 }
 
 /// Every core's borrow slots (`percore::borrow`): a borrow writes only its own core's line.
@@ -65,7 +129,7 @@ impl<T> KRef<T> {
     pub fn try_new(value: T) -> Result<Self, T> {
         let layout = Layout::new::<Inner<T>>();
         let Some(p) = crate::mm::heap::try_alloc(layout) else { return Err(value) };
-        Ok(Self::init_at(p, value, false))
+        Ok(Self::init_at(p, value, false, false))
     }
 
     /// Allocate from NUMA node `node`'s memory (Corey's `memid`: object metadata lives near
@@ -73,7 +137,7 @@ impl<T> KRef<T> {
     pub fn try_new_on_node(value: T, node: usize) -> Result<Self, T> {
         let layout = Layout::new::<Inner<T>>();
         let Some(p) = crate::mm::heap::try_alloc_on_node(layout, node) else { return Err(value) };
-        Ok(Self::init_at(p, value, false))
+        Ok(Self::init_at(p, value, false, false))
     }
 
     /// `try_new_on_node` for a value that system calls may borrow (`borrow_raw`) instead of
@@ -81,13 +145,20 @@ impl<T> KRef<T> {
     pub fn try_new_borrowable_on_node(value: T, node: usize) -> Result<Self, T> {
         let layout = Layout::new::<Inner<T>>();
         let Some(p) = crate::mm::heap::try_alloc_on_node(layout, node) else { return Err(value) };
-        Ok(Self::init_at(p, value, true))
+        Ok(Self::init_at(p, value, true, false))
+    }
+
+    /// `try_new_borrowable_on_node` for a value whose count is kept per core (`refcache`).
+    pub fn try_new_percore_on_node(value: T, node: usize) -> Result<Self, T> {
+        let layout = Layout::new::<Inner<T>>();
+        let Some(p) = crate::mm::heap::try_alloc_on_node(layout, node) else { return Err(value) };
+        Ok(Self::init_at(p, value, true, true))
     }
 
     /// `p`: a fresh, non-null heap allocation with `Inner<T>`'s layout.
-    fn init_at(p: *mut u8, value: T, borrowable: bool) -> Self {
+    fn init_at(p: *mut u8, value: T, borrowable: bool, percore: bool) -> Self {
         let ptr = p as *mut Inner<T>;
-        let inner = Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), value, borrowable, drop_state: DropState::new() };
+        let inner = Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), value, borrowable, percore, dead: AtomicBool::new(false), drop_state: DropState::new() };
         // SAFETY: p is a fresh allocation with Inner<T>'s layout.
         unsafe { ptr.write(inner) };
         // SAFETY: p is non-null (the allocator returned Some).
@@ -100,7 +171,7 @@ impl<T> KRef<T> {
     }
 
     pub fn strong_count(this: &Self) -> usize {
-        this.inner().strong.load(Ordering::Acquire)
+        this.inner().count()
     }
 
     /// Weak references, plus one for the strong ones together (for tests).
@@ -163,7 +234,7 @@ impl<T> KRef<T> {
     pub unsafe fn clone_raw(ptr: *mut ()) -> Self {
         // SAFETY: as the caller guarantees, the allocation is alive with a count of at least one.
         let inner = unsafe { &*(ptr as *const Inner<T>) };
-        inner.strong.fetch_add(1, Ordering::Relaxed);
+        inner.inc();
         // SAFETY: non-null, as above.
         KRef { ptr: unsafe { NonNull::new_unchecked(ptr as *mut Inner<T>) }, _owns: PhantomData }
     }
@@ -188,6 +259,14 @@ impl<T> KRef<T> {
     fn from_live_allocation(ptr: NonNull<Inner<T>>) -> Option<Self> {
         // SAFETY: as the callers guarantee, the allocation is alive.
         let inner = unsafe { ptr.as_ref() };
+        if inner.percore {
+            // Not `then_some(KRef { .. })`: that would build the reference, and drop it (a
+            // decrement never matched by an increment) when the object is dead.
+            if !refcache::try_inc(&inner.counted()) {
+                return None;
+            }
+            return Some(KRef { ptr, _owns: PhantomData });
+        }
         let mut n = inner.strong.load(Ordering::Relaxed);
         loop {
             if n == 0 {
@@ -205,7 +284,11 @@ impl<T> KRef<T> {
     /// published where lock-free readers can find it, so a reader inside a reclamation
     /// operation may try `try_clone_raw` even after the last reference went.
     pub fn defer_free(this: &Self) {
-        this.inner().deferred.store(true, Ordering::Release);
+        // Stored only once: a value inserted into a second shared share (or again) writes no
+        // line that its borrowers' `to_counted` or other cores' counts read.
+        if !this.inner().deferred.load(Ordering::Relaxed) {
+            this.inner().deferred.store(true, Ordering::Release);
+        }
     }
 
     /// Borrow the value behind `ptr` without touching its count (`percore::borrow`): publish
@@ -263,7 +346,7 @@ impl<T> KRef<T> {
 
 impl<T> Clone for KRef<T> {
     fn clone(&self) -> Self {
-        self.inner().strong.fetch_add(1, Ordering::Relaxed);
+        self.inner().inc();
         KRef { ptr: self.ptr, _owns: PhantomData }
     }
 }
@@ -304,6 +387,10 @@ impl<T> Drop for KRef<T> {
     /// every system call's path; only the last one calls out.
     #[inline]
     fn drop(&mut self) {
+        if self.inner().percore {
+            refcache::dec(&self.inner().counted());
+            return;
+        }
         if self.inner().strong.fetch_sub(1, Ordering::Release) != 1 {
             return;
         }
@@ -321,7 +408,13 @@ impl<T> KRef<T> {
         core::mem::forget(this);
         // SAFETY: `this` was a counted reference: the allocation is alive until the count
         // reaches zero here.
-        if unsafe { ptr.as_ref() }.strong.fetch_sub(1, Ordering::Release) != 1 {
+        let inner = unsafe { ptr.as_ref() };
+        if inner.percore {
+            // Dropped by a review (`refcache`), never here.
+            refcache::dec(&inner.counted());
+            return None;
+        }
+        if inner.strong.fetch_sub(1, Ordering::Release) != 1 {
             return None;
         }
         Some(KLast { ptr })
@@ -469,6 +562,7 @@ fn scan_waiting(core: usize) {
 /// (dropping a value may free and take locks).
 #[inline]
 pub fn scan_orphans() {
+    refcache::review_own();
     scan_orphans_of(crate::percpu::current_index());
 }
 
@@ -484,7 +578,16 @@ pub fn orphans_waiting(area: &crate::percpu::PerCpu) -> bool {
 #[cold]
 #[inline(never)]
 pub fn scan_deferred(area: &crate::percpu::PerCpu) {
+    // Cleared first: the review and the scans below run outside a call (`in_call` is not
+    // set yet), so what they drop is scanned at once and sets nothing again.
+    area.orphans_pending.store(false, Ordering::Relaxed);
+    if refcache::waiting(area.index) {
+        refcache::review_own();
+    }
     scan_orphans_of(area.index);
+    if ORPHAN_LISTS[area.index % MAX_CORES].waiting.load(Ordering::Acquire) != 0 {
+        area.orphans_pending.store(true, Ordering::Relaxed); // the list was busy: next call
+    }
 }
 
 /// A system call starts on this core (`area`): defer the scans of this call's last drops
@@ -503,6 +606,7 @@ pub fn call_ends(area: &crate::percpu::PerCpu) {
 
 /// Scan every core's orphans (quiescent points: exact object and memory counts).
 pub fn scan_all_orphans() {
+    refcache::review_all();
     for core in 0..borrow_cores() {
         scan_orphans_of(core);
     }
@@ -593,7 +697,7 @@ impl<T> KBorrow<T> {
     /// The value's counted references (the borrow is not one).
     pub fn strong_count(&self) -> usize {
         // SAFETY: the borrow keeps the allocation alive.
-        unsafe { self.ptr.as_ref() }.strong.load(Ordering::Acquire)
+        unsafe { self.ptr.as_ref() }.count()
     }
 
     /// The raw pointer, in `KRef::into_raw`'s form.
