@@ -1,5 +1,14 @@
-//! Per-core reference counts for segments (issue 19; after Refcache, Clements et al.,
-//! EuroSys'13, simplified to per-core locks instead of epochs).
+//! Per-core reference counts for segments made in a shared share (issue 19; after Refcache,
+//! Clements et al., EuroSys'13, simplified to per-core locks instead of epochs).
+//!
+//! Session 14 (branch segrefs): only a segment created straight into a **shared** share
+//! (`KObject::create_shared`, from `syscall::insert_new`) is counted here. Every other object,
+//! a private segment included, keeps `KRef`'s one count word and is freed by its last drop,
+//! with no table, review or cross-core lock: session 13 made every segment per-core, and then
+//! each private segment's free was a review that locked every core's table (20.4 kernel
+//! lines/op moved between vCPUs in `segment_allocfree` instead of 4.58; refused). The choice
+//! is made once, at creation, while the creator holds the only reference and no other core
+//! can reach the object, so no plain count change ever races with per-core ones.
 //!
 //! Why: a segment is counted by every share that holds it and every mapping of it, and two
 //! commuting calls on two cores (`share_addobj` and `ar_set_seg` of one segment, two
@@ -613,6 +622,84 @@ mod ktests {
         drop(seg);
         crate::kobj::share::reclaim_all();
         kassert!(live_objects() == objs0, "the segment stayed after its last reference");
+        crate::tests::nothing_leaked_since(before)
+    }
+    }
+
+    // Session 14 (branch segrefs): only segments made in a shared share are counted per core.
+
+    ktest! {
+    fn private_segment_count_stays_one_word() {
+        // A segment made for a private share (`KObject::create`) keeps the plain count: clones
+        // and drops on every core put nothing in any core's table, no review ever sees it,
+        // and its last drop (outside a system call) frees it at once, before any review or
+        // reclamation. (Planted once: `create` made per-core; this failed on the table
+        // entries and on the segment still alive after its last drop.)
+        let objs0 = live_objects();
+        let deaths0 = super::deaths();
+        let me = crate::percpu::current_index() as u32;
+        let seg = KObject::create(b"ktest-rc-private", me, Kind::Segment(Segment::new(PAGE_SIZE, me).map_err(err)?)).map_err(err)?;
+        let addr = KRef::as_raw(&seg) as usize;
+        crate::smp::run_on_all(&|_| {
+            let a = seg.clone();
+            let b = a.clone();
+            drop(a);
+            drop(b);
+        });
+        let left = super::entries_naming(addr);
+        kassert!(left == 0, "{left} table entries name a private segment");
+        kassert!(KRef::strong_count(&seg) == 1, "count {}", KRef::strong_count(&seg));
+        drop(seg);
+        let objs1 = live_objects();
+        kassert!(objs1 == objs0, "the private segment outlived its last drop: {objs1} objects, expected {objs0}");
+        let deaths1 = super::deaths();
+        kassert!(deaths1 == deaths0, "a review declared {} private segments dead", deaths1 - deaths0);
+        Ok(())
+    }
+    }
+
+    ktest! {
+    fn shared_share_removal_on_another_core_keeps_mapped_segment_and_frees_its_frames() {
+        // A segment made in a shared share, with two pages present, mapped in a range on this
+        // core; another core removes it from the share and drops that reference (the last
+        // one but the mapping's). The segment and its frames must stay while mapped; after
+        // the range goes, the segment goes once and both frames come back.
+        // (Planted once: `dec` declared the segment dead without summing the other cores'
+        // deltas, i.e. the mapping's +1 on this core was ignored; this failed on "freed under
+        // its mapping".)
+        let before = crate::tests::quiescent_counts();
+        let objs0 = live_objects();
+        let deaths0 = super::deaths();
+        let me = crate::percpu::current_index() as u32;
+        let share = KObject::create(b"ktest-rc-share", me, Kind::Share(crate::kobj::share::Share::new_shared(me).map_err(err)?)).map_err(err)?;
+        let seg = KObject::create_shared(b"ktest-rc-shseg", me, Kind::Segment(Segment::new(2 * PAGE_SIZE, me).map_err(err)?)).map_err(err)?;
+        let id = seg.id;
+        seg.as_segment().map_err(err)?.write_bytes(0, &[1u8; 2 * PAGE_SIZE as usize]).map_err(err)?;
+        share.as_share().map_err(err)?.insert(seg.clone()).map_err(err)?;
+        let range = KObject::create(b"ktest-rc-shar", me, Kind::Ar(AddressRange::new(ArKind::Span2M, me).map_err(err)?)).map_err(err)?;
+        ar::set_seg(&range, 0, &seg, 0, 2 * PAGE_SIZE, MAP_READ | MAP_WRITE).map_err(err)?;
+        drop(seg); // now: the share's reference and the mapping's
+        let (pages_held, _) = crate::tests::quiescent_counts();
+        let cores = crate::percpu::online_count();
+        let other = if cores > 1 { (me as usize + 1) % cores } else { me as usize };
+        let removed = AtomicUsize::new(0);
+        crate::smp::run_on(&|_| {
+            if let Ok(Some(r)) = share.as_share().and_then(|s| s.remove(id)) {
+                drop(r);
+                removed.fetch_add(1, Ordering::Relaxed);
+            }
+        }, core::iter::once(other), other == me as usize);
+        kassert!(removed.load(Ordering::Relaxed) == 1, "the other core did not remove the entry");
+        let (pages_mid, _) = crate::tests::quiescent_counts();
+        kassert!(live_objects() == objs0 + 3, "{} objects with the mapping held, expected {} (segment freed under its mapping)", live_objects(), objs0 + 3);
+        kassert!(super::deaths() == deaths0, "a segment was declared dead while mapped");
+        kassert!(pages_mid == pages_held, "{} free pages with the segment mapped, {} before the removal (frames freed under a mapping)", pages_mid, pages_held);
+        drop(range);
+        let (pages_after, _) = crate::tests::quiescent_counts();
+        kassert!(super::deaths() == deaths0 + 1, "{} deaths after the mapping went, expected 1", super::deaths() - deaths0);
+        kassert!(pages_after >= pages_mid + 2, "only {} of the segment's 2 frames came back", pages_after.saturating_sub(pages_mid));
+        drop(share);
+        kassert!(live_objects() == objs0, "{} objects at the end, expected {objs0}", live_objects());
         crate::tests::nothing_leaked_since(before)
     }
     }
