@@ -38,6 +38,19 @@ struct Inner<T> {
     /// runs the hand-over protocol of `percore::borrow`. (After the value: every borrow
     /// reads it, so it must not share the counts' line.)
     borrowable: bool,
+    /// The core that made the value (borrowable values): while `scan_all` is clear, only
+    /// this core can have borrowed it, so a last drop on this core scans only its own borrow
+    /// slots, at once (session 14: main's last drop of every private segment read every
+    /// core's slot line, 4.58 kernel line transfers per `segment_allocfree` at 4 vCPUs).
+    origin: u32,
+    /// Set (store-once, SeqCst) by the first borrow on a core other than `origin`, before it
+    /// publishes its slot, and by `defer_free` (a value in a shared share is borrowed
+    /// everywhere; set there, while publishing, so that a first borrow by another core
+    /// writes nothing). A last drop reads it after its orphan mark's fence: clear means no
+    /// other core has a slot to scan (`DropState::try_drop_on`; loom:
+    /// `origin_only_scan_against_a_remote_borrow`). On the borrow-state line, not the
+    /// counts': only borrowers and the last drop read it.
+    scan_all: AtomicBool,
     /// Per-core counted values (`percore`): set by the review that found the count's sum
     /// zero with every core's lock held (`refcache`); a borrow's `to_counted` fails after it.
     /// Here, not on the counts' line: every `to_counted` reads it, and an insert into a
@@ -158,7 +171,7 @@ impl<T> KRef<T> {
     /// `p`: a fresh, non-null heap allocation with `Inner<T>`'s layout.
     fn init_at(p: *mut u8, value: T, borrowable: bool, percore: bool) -> Self {
         let ptr = p as *mut Inner<T>;
-        let inner = Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), value, borrowable, percore, dead: AtomicBool::new(false), drop_state: DropState::new() };
+        let inner = Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), value, borrowable, origin: if borrowable { crate::percpu::current_index() as u32 } else { 0 }, scan_all: AtomicBool::new(false), percore, dead: AtomicBool::new(false), drop_state: DropState::new() };
         // SAFETY: p is a fresh allocation with Inner<T>'s layout.
         unsafe { ptr.write(inner) };
         // SAFETY: p is non-null (the allocator returned Some).
@@ -289,6 +302,10 @@ impl<T> KRef<T> {
         if !this.inner().deferred.load(Ordering::Relaxed) {
             this.inner().deferred.store(true, Ordering::Release);
         }
+        // Borrowed from any core from now on: last drops scan every core (`scan_all`).
+        if !this.inner().scan_all.load(Ordering::Relaxed) {
+            this.inner().scan_all.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Borrow the value behind `ptr` without touching its count (`percore::borrow`): publish
@@ -312,6 +329,11 @@ impl<T> KRef<T> {
             return Err(None); // its last drop would not wait for borrowers
         }
         let core = crate::percpu::current_index();
+        // Before the publication (see `scan_all`): a last drop that then reads the flag
+        // clear has its orphan mark seen by this borrow's check below.
+        if core != inner.origin as usize && !inner.scan_all.load(Ordering::SeqCst) {
+            inner.scan_all.store(true, Ordering::SeqCst);
+        }
         let Some(slot) = BORROWS.publish(core, ptr.as_ptr() as *mut ()) else { return Err(None) };
         let b = KBorrow { ptr, core, slot };
         // After the publication's fence (the protocol's Dekker pairing with `drop_last`, which
@@ -448,6 +470,15 @@ fn drop_last<T>(ptr: NonNull<Inner<T>>) {
         // another, would otherwise share every core's slot line). If the list is full (or
         // in use, from an interrupt), scan now.
         inner.drop_state.orphan();
+        // Only borrowed on this core (its origin), if at all: its own slots are the only ones
+        // to scan, now (no other core's line read, nothing deferred). SeqCst after the orphan
+        // mark's fence: see `scan_all`.
+        if !inner.scan_all.load(Ordering::SeqCst) && inner.origin as usize == crate::percpu::current_index() {
+            if inner.drop_state.try_drop_on(&BORROWS, inner.origin as usize, ptr.as_ptr() as *mut ()) {
+                drop_value(ptr);
+            }
+            return; // else a borrower on this core holds it and drops it when its borrow ends
+        }
         if defer_scan(ptr.as_ptr() as *mut (), scan_orphan::<T>) {
             // The list's entry keeps the allocation alive (one weak count).
             return;
