@@ -64,19 +64,42 @@ impl<T> Inner<T> {
     /// The count: the word, or its sum with every core's delta (`refcache::sum`).
     fn count(&self) -> usize {
         if self.percore {
-            return refcache::sum(&self.counted()).max(0) as usize;
+            return self.sum_percore();
         }
         self.strong.load(Ordering::Acquire)
     }
 
     /// One more counted reference (the caller holds one).
-    #[inline]
+    #[inline(always)]
     fn inc(&self) {
         if self.percore {
-            refcache::inc(&self.counted());
+            self.inc_percore();
         } else {
             self.strong.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// `count` of a per-core counted value (out of line, cold).
+    #[cold]
+    #[inline(never)]
+    fn sum_percore(&self) -> usize {
+        refcache::sum(&self.counted()).max(0) as usize
+    }
+
+    /// `inc` of a per-core counted value: out of line and cold, so the plain count's path
+    /// (every other object's clone) stays a test and a locked add.
+    #[cold]
+    #[inline(never)]
+    fn inc_percore(&self) {
+        refcache::inc(&self.counted());
+    }
+
+    /// The drop of one counted reference of a per-core counted value (out of line, cold:
+    /// see `inc_percore`).
+    #[cold]
+    #[inline(never)]
+    fn dec_percore(&self) {
+        refcache::dec(&self.counted());
     }
 
     /// This value's side of `refcache`.
@@ -116,6 +139,17 @@ fn borrow_cores() -> usize {
     crate::percpu::online_count().max(crate::percpu::current_index() + 1).min(MAX_CORES)
 }
 
+/// A borrow on a core other than the value's origin: set `scan_all` (once; SeqCst, before the
+/// borrow publishes its slot). Out of line and cold: a private object's borrows on its own
+/// core only compare the core index.
+#[cold]
+#[inline(never)]
+fn mark_borrowed_elsewhere(scan_all: &AtomicBool) {
+    if !scan_all.load(Ordering::SeqCst) {
+        scan_all.store(true, Ordering::SeqCst);
+    }
+}
+
 /// `repr(transparent)`: one `NonNull` word, so `Option<KRef<T>>` is that word with null for
 /// `None` (segment page slots are read as words without their lock).
 #[repr(transparent)]
@@ -147,6 +181,7 @@ impl<T> KRef<T> {
 
     /// Allocate from NUMA node `node`'s memory (Corey's `memid`: object metadata lives near
     /// the core that will use it), or give the value back if memory is exhausted.
+    #[inline]
     pub fn try_new_on_node(value: T, node: usize) -> Result<Self, T> {
         let layout = Layout::new::<Inner<T>>();
         let Some(p) = crate::mm::heap::try_alloc_on_node(layout, node) else { return Err(value) };
@@ -269,16 +304,12 @@ impl<T> KRef<T> {
 
     /// A new reference if the value still has one (count raised only from non-zero).
     /// `ptr`'s allocation must be alive (a weak reference, or a deferred free).
+    #[inline]
     fn from_live_allocation(ptr: NonNull<Inner<T>>) -> Option<Self> {
         // SAFETY: as the callers guarantee, the allocation is alive.
         let inner = unsafe { ptr.as_ref() };
         if inner.percore {
-            // Not `then_some(KRef { .. })`: that would build the reference, and drop it (a
-            // decrement never matched by an increment) when the object is dead.
-            if !refcache::try_inc(&inner.counted()) {
-                return None;
-            }
-            return Some(KRef { ptr, _owns: PhantomData });
+            return Self::from_live_percore(ptr);
         }
         let mut n = inner.strong.load(Ordering::Relaxed);
         loop {
@@ -290,6 +321,22 @@ impl<T> KRef<T> {
                 Err(now) => n = now,
             }
         }
+    }
+
+    /// `from_live_allocation` of a per-core counted value: out of line and cold, so the plain
+    /// path stays small enough to inline (session 14: inline, it pushed `Peek::counted` out of
+    /// line, +26 guest instructions per `share_global` op).
+    #[cold]
+    #[inline(never)]
+    fn from_live_percore(ptr: NonNull<Inner<T>>) -> Option<Self> {
+        // SAFETY: as `from_live_allocation`'s callers guarantee, the allocation is alive.
+        let inner = unsafe { ptr.as_ref() };
+        // Not `then_some(KRef { .. })`: that would build the reference, and drop it (a
+        // decrement never matched by an increment) when the object is dead.
+        if !refcache::try_inc(&inner.counted()) {
+            return None;
+        }
+        Some(KRef { ptr, _owns: PhantomData })
     }
 
     /// From now on, free this allocation only after a reclamation grace period (Tornado's
@@ -320,6 +367,7 @@ impl<T> KRef<T> {
     /// `ptr` came from `KRef::<T>::into_raw` of a value made by `try_new_borrowable_on_node`,
     /// and its allocation is not freed while this runs (a counted reference is held, or the
     /// caller is inside a reclamation operation and the value was `defer_free`d).
+    #[inline]
     pub unsafe fn borrow_raw(ptr: *mut ()) -> Result<KBorrow<T>, Option<KBorrow<T>>> {
         // SAFETY: non-null (`into_raw`), alive by the caller's guarantee.
         let ptr = unsafe { NonNull::new_unchecked(ptr as *mut Inner<T>) };
@@ -331,8 +379,8 @@ impl<T> KRef<T> {
         let core = crate::percpu::current_index();
         // Before the publication (see `scan_all`): a last drop that then reads the flag
         // clear has its orphan mark seen by this borrow's check below.
-        if core != inner.origin as usize && !inner.scan_all.load(Ordering::SeqCst) {
-            inner.scan_all.store(true, Ordering::SeqCst);
+        if core != inner.origin as usize {
+            mark_borrowed_elsewhere(&inner.scan_all);
         }
         let Some(slot) = BORROWS.publish(core, ptr.as_ptr() as *mut ()) else { return Err(None) };
         let b = KBorrow { ptr, core, slot };
@@ -410,7 +458,7 @@ impl<T> Drop for KRef<T> {
     #[inline]
     fn drop(&mut self) {
         if self.inner().percore {
-            refcache::dec(&self.inner().counted());
+            self.inner().dec_percore();
             return;
         }
         if self.inner().strong.fetch_sub(1, Ordering::Release) != 1 {
@@ -433,7 +481,7 @@ impl<T> KRef<T> {
         let inner = unsafe { ptr.as_ref() };
         if inner.percore {
             // Dropped by a review (`refcache`), never here.
-            refcache::dec(&inner.counted());
+            inner.dec_percore();
             return None;
         }
         if inner.strong.fetch_sub(1, Ordering::Release) != 1 {
@@ -721,6 +769,7 @@ pub struct KBorrow<T> {
 impl<T> KBorrow<T> {
     /// A counted reference to the borrowed value, if it still has one (for a call that keeps
     /// the object: an insert, a mapping).
+    #[inline]
     pub fn to_counted(&self) -> Option<KRef<T>> {
         KRef::from_live_allocation(self.ptr)
     }

@@ -167,6 +167,7 @@ fn with_own<R>(f: impl FnOnce(usize, &mut Review) -> R) -> R {
 }
 
 /// One more counted reference (the caller holds one, so the object is not dead).
+#[inline(never)]
 pub fn inc(c: &Counted<'_>) {
     with_own(|me, _| add(me, c, 1));
 }
@@ -174,6 +175,7 @@ pub fn inc(c: &Counted<'_>) {
 /// One more counted reference from a borrow or a lock-free reader's pointer: fails once a
 /// review declared the object dead. The allocation must be alive (the caller's borrow or
 /// reclamation operation).
+#[inline(never)]
 pub fn try_inc(c: &Counted<'_>) -> bool {
     with_own(|me, _| {
         // Under this core's lock: a review that declares the object dead holds it too, so
@@ -190,6 +192,7 @@ pub fn try_inc(c: &Counted<'_>) -> bool {
 /// core's review list, reviewed at this core's next system call or idle loop, or now if the
 /// caller is outside a system call with interrupts on (a context's exit, the kernel's own
 /// code: they expect the value gone when the reference is) or the list is full.
+#[inline(never)]
 pub fn dec(c: &Counted<'_>) {
     let full = with_own(|me, r| {
         add(me, c, -1);

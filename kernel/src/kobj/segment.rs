@@ -129,6 +129,7 @@ fn pages_for(nbytes: u64) -> u64 {
 }
 
 /// A zeroed page from the NUMA node of core `home` (the segment's `memid`).
+#[inline]
 fn zeroed_page(home: u32) -> Result<KRef<Frame>, Error> {
     let pa = frame::alloc_page_for_core(home as usize).ok_or(Error::NoMemory)?;
     // SAFETY: a page we just allocated, mapped in the physical window.
