@@ -898,9 +898,9 @@ fn stripe_mutual_exclusion() {
 /// (core 0) borrowed scans only core 0's slots (`DropState::try_drop_on`); a borrower on
 /// another core first stores the object's `remote` flag, and the last drop reads it after its
 /// orphan mark's fence (then it scans every core). Borrowers check `is_live`, as the kernel
-/// does. Fails if the borrower stores the flag after publishing with no fence between
-/// (planted once: moving the store after `is_live`; loom found a borrower reading the dropped
-/// value).
+/// does. Planted once (session 14): the borrower's flag store moved after its `is_live`
+/// check; loom failed it with "Causality violation: Concurrent read and write accesses to
+/// `UnsafeCell`" (the borrower's read of the value racing the origin-only drop).
 struct OriginBorrowed {
     inner: Borrowed,
     remote: loom::sync::atomic::AtomicBool,

@@ -636,8 +636,8 @@ mod ktests {
         // A segment made for a private share (`KObject::create`) keeps the plain count: clones
         // and drops on every core put nothing in any core's table, no review ever sees it,
         // and its last drop (outside a system call) frees it at once, before any review or
-        // reclamation. (Planted once: `create` made per-core; this failed on the table
-        // entries and on the segment still alive after its last drop.)
+        // reclamation. (Planted once: `create` made every segment per-core; this failed with
+        // "1 table entries name a private segment".)
         let objs0 = live_objects();
         let deaths0 = super::deaths();
         let me = crate::percpu::current_index() as u32;
@@ -667,9 +667,11 @@ mod ktests {
         // core; another core removes it from the share and drops that reference (the last
         // one but the mapping's). The segment and its frames must stay while mapped; after
         // the range goes, the segment goes once and both frames come back.
-        // (Planted once: `dec` declared the segment dead without summing the other cores'
-        // deltas, i.e. the mapping's +1 on this core was ignored; this failed on "freed under
-        // its mapping".)
+        // (Planted once: the review and its unlocked pre-check summed every core's deltas
+        // but core 0's, where the mapping's +1 is; this failed with "2 objects with the
+        // mapping held, expected 3 (segment freed under its mapping)". A plant that summed
+        // only the reviewing core's table failed it with "0 deaths after the mapping went",
+        // the leak side.)
         let before = crate::tests::quiescent_counts();
         let objs0 = live_objects();
         let deaths0 = super::deaths();
