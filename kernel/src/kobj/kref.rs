@@ -104,7 +104,10 @@ impl<T> Inner<T> {
 
     /// This value's side of `refcache`.
     fn counted(&self) -> refcache::Counted<'_> {
-        refcache::Counted { obj: self as *const Self as usize, base: &self.strong, dead: &self.dead }
+        // SAFETY: only per-core counted values call this, and only kernel objects are made
+        // per-core counted (`KObject::create_counted`), so `self` is an `Inner<KObject>`.
+        let remote = unsafe { remote_flag(self as *const Self as usize) };
+        refcache::Counted { obj: self as *const Self as usize, base: &self.strong, dead: &self.dead, origin: self.origin as usize, remote }
     }
 }
 
@@ -119,6 +122,33 @@ pub(super) unsafe fn percore_parts<'a>(obj: usize) -> (&'a AtomicUsize, &'a Atom
     // SAFETY: by the caller's guarantee.
     let inner = unsafe { &*(obj as *const Inner<super::KObject>) };
     (&inner.strong, &inner.dead)
+}
+
+/// Flag always set: a per-core counted object that is not a segment (none is made today) is
+/// always reviewed with every core's lock.
+static ALWAYS_REMOTE: AtomicBool = AtomicBool::new(true);
+
+/// The per-core counted kernel object at `obj`: its origin core and its remote-counts flag
+/// (`Segment::remote_counts`).
+///
+/// # Safety
+/// As `percore_parts`.
+pub(super) unsafe fn remote_flag<'a>(obj: usize) -> &'a AtomicBool {
+    // SAFETY: by the caller's guarantee.
+    let inner = unsafe { &*(obj as *const Inner<super::KObject>) };
+    match &inner.value.kind {
+        super::Kind::Segment(s) => s.remote_counts(),
+        _ => &ALWAYS_REMOTE,
+    }
+}
+
+/// The origin core of the per-core counted kernel object at `obj`.
+///
+/// # Safety
+/// As `percore_parts`.
+pub(super) unsafe fn origin_of(obj: usize) -> usize {
+    // SAFETY: by the caller's guarantee.
+    unsafe { (*(obj as *const Inner<super::KObject>)).origin as usize }
 }
 
 /// Drop the per-core counted kernel object at `obj`, which a review declared dead.
