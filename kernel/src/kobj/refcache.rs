@@ -818,4 +818,38 @@ mod ktests {
         crate::tests::nothing_leaked_since(before)
     }
     }
+
+    ktest! {
+    fn origin_only_segment_dies_by_its_own_review() {
+        // A segment made in a shared share and counted only on this core (its origin): the
+        // remote flag stays clear and its last drop is a death by this core's review alone
+        // (`review_local`). A count change on another core sets the
+        // flag (then the all-lock review decides). (Planted once: `note_remote` made a no-op;
+        // this failed with "a count on core 1 left the remote flag clear".)
+        let objs0 = live_objects();
+        let deaths0 = super::deaths();
+        let me = crate::percpu::current_index();
+        let seg = segment(b"ktest-rc-local", 1)?;
+        let flag = |o: &ObjRef| o.as_segment().map(|s| s.remote_counts().load(Ordering::SeqCst));
+        let a = seg.clone();
+        drop(a);
+        kassert!(flag(&seg).map_err(err)? == false, "a count on the origin core set the remote flag");
+        drop(seg);
+        // This core's own review (as at its next system call): the origin-only path.
+        super::review_own();
+        kassert!(live_objects() == objs0, "the segment outlived its last drop and its core's review");
+        kassert!(super::deaths() == deaths0 + 1, "{} deaths, expected 1", super::deaths() - deaths0);
+        let cores = crate::percpu::online_count();
+        if cores > 1 {
+            let seg = segment(b"ktest-rc-remote", 1)?;
+            let other = (me + 1) % cores;
+            crate::smp::run_on(&|_| drop(seg.clone()), core::iter::once(other), false);
+            kassert!(flag(&seg).map_err(err)? == true, "a count on core {other} left the remote flag clear");
+            drop(seg);
+            crate::kobj::share::reclaim_all();
+            kassert!(live_objects() == objs0, "the remotely counted segment stayed after its last drop");
+        }
+        Ok(())
+    }
+    }
 }
