@@ -173,7 +173,9 @@ fn peek(share_id: u64, obj_id: u64) -> Result<Peek, Error> {
 
 fn insert_new(share_obj: &KObject, name: &[u8], home: u32, kind: Kind) -> Result<u64, Error> {
     let s = share_obj.as_share()?;
-    let obj = KObject::create(name, home, kind)?;
+    // Made in a shared share: the application shares it (a segment's count is then kept
+    // per core, `KObject::create_shared`); in a private one it stays one word.
+    let obj = if s.is_private() { KObject::create(name, home, kind)? } else { KObject::create_shared(name, home, kind)? };
     let id = obj.id;
     s.insert(obj)?;
     Ok(id)

@@ -83,6 +83,11 @@ impl<const CORES: usize> BorrowSlots<CORES> {
     pub fn held(&self, ncores: usize, p: *mut ()) -> bool {
         self.cores[..ncores.min(CORES)].iter().any(|slots| slots.iter().any(|s| s.load(Ordering::SeqCst) == p))
     }
+
+    /// Whether core `core`'s slots hold `p` (false for a core out of range).
+    pub fn held_by(&self, core: usize, p: *mut ()) -> bool {
+        self.cores.get(core).is_some_and(|slots| slots.iter().any(|s| s.load(Ordering::SeqCst) == p))
+    }
 }
 
 impl<const CORES: usize> Default for BorrowSlots<CORES> {
@@ -149,6 +154,16 @@ impl DropState {
     /// the value now (no borrower holds it and no ending borrower won the drop first).
     pub fn try_drop<const C: usize>(&self, slots: &BorrowSlots<C>, ncores: usize, p: *mut ()) -> bool {
         self.try_win(slots, ncores, p)
+    }
+
+    /// `try_drop` for an object only core `core` can have borrowed: scans that core's slots
+    /// alone. The caller must know no other core published `p` before the orphan mark's
+    /// fence (`orphan`), e.g. because every borrower on another core first stores a flag
+    /// (SeqCst) that the caller reads (SeqCst) after `orphan`: by the store-fence-load pairing,
+    /// either the caller sees the flag (and scans every core) or that borrower's check after
+    /// its own publication sees the orphan mark and does not use the object.
+    pub fn try_drop_on<const C: usize>(&self, slots: &BorrowSlots<C>, core: usize, p: *mut ()) -> bool {
+        !slots.held_by(core, p) && self.0.compare_exchange(ORPHAN, DROPPED, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
     fn try_win<const C: usize>(&self, slots: &BorrowSlots<C>, ncores: usize, p: *mut ()) -> bool {

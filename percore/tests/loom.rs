@@ -893,3 +893,57 @@ fn stripe_mutual_exclusion() {
         assert!(!f.stripes.is_locked(1));
     });
 }
+
+/// Session 14 (segrefs): the kernel's last drop of an object that no core but its origin
+/// (core 0) borrowed scans only core 0's slots (`DropState::try_drop_on`); a borrower on
+/// another core first stores the object's `remote` flag, and the last drop reads it after its
+/// orphan mark's fence (then it scans every core). Borrowers check `is_live`, as the kernel
+/// does. Planted once (session 14): the borrower's flag store moved after its `is_live`
+/// check; loom failed it with "Causality violation: Concurrent read and write accesses to
+/// `UnsafeCell`" (the borrower's read of the value racing the origin-only drop).
+struct OriginBorrowed {
+    inner: Borrowed,
+    remote: loom::sync::atomic::AtomicBool,
+}
+
+impl OriginBorrowed {
+    fn put(&self) {
+        let o = &self.inner;
+        if o.strong.fetch_sub(1, Ordering::Release) == 1 {
+            loom::sync::atomic::fence(Ordering::Acquire);
+            o.state.orphan();
+            let won = if self.remote.load(Ordering::SeqCst) { o.state.try_drop(&o.slots, 2, OBJ) } else { o.state.try_drop_on(&o.slots, 0, OBJ) };
+            if won {
+                o.drop_value();
+            }
+        }
+    }
+    fn borrow_remote(&self) {
+        let o = &self.inner;
+        if !self.remote.load(Ordering::SeqCst) {
+            self.remote.store(true, Ordering::SeqCst);
+        }
+        let slot = o.slots.publish(1, OBJ).expect("a free slot");
+        if o.state.is_live() {
+            // SAFETY: loom's cell; a borrow that saw the object live may read the value.
+            let v = o.value.with(|p| unsafe { *p });
+            assert_eq!(v, 42, "a borrower saw a dropped value");
+        }
+        if o.state.end_borrow(&o.slots, 1, slot, 2, OBJ) {
+            o.drop_value();
+        }
+    }
+}
+
+#[test]
+fn origin_only_scan_against_a_remote_borrow() {
+    model_pair(
+        || OriginBorrowed { inner: Borrowed::new(1), remote: loom::sync::atomic::AtomicBool::new(false) },
+        |o| o.put(),
+        |o| o.borrow_remote(),
+        |o| {
+            assert_eq!(o.inner.drops.load(Ordering::Relaxed), 1, "dropped exactly once");
+            assert!(o.inner.state.is_dropped());
+        },
+    );
+}

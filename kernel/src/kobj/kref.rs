@@ -11,6 +11,8 @@ use core::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 
 use percore::{BorrowSlots, DropState, MAX_CORES};
 
+use super::refcache;
+
 /// `repr(C)`, so the counts come first and the borrow state last: for a value aligned to a
 /// cache line (`KObject`) the counts have the first line to themselves and the borrow state
 /// (read by every borrow) a line after the value, so a new counted reference (an insert, a
@@ -22,13 +24,141 @@ struct Inner<T> {
     weak: AtomicUsize,
     /// Free the allocation only after a reclamation grace period (`KRef::defer_free`).
     deferred: AtomicBool,
+    /// Set at creation, never changed, for values whose count is kept per core (`refcache`:
+    /// segments made in a shared share, `KObject::create_shared`). Then `strong` is only the
+    /// shared part of the count (written when a core's table line is full), the value is
+    /// dropped by a review, never by the decrement itself, and every count change writes only
+    /// the changing core's table. On the counts' line: every clone and drop of *every* value
+    /// reads it, and a plain count's clone or drop writes that line anyway, so a private
+    /// object pays one load and a branch, not a line (session 14; the session-13 patch had it
+    /// after the value, a second line per count change).
+    percore: bool,
     value: T,
     /// Set at creation for values that may be borrowed (`KRef::borrow_raw`): their last drop
     /// runs the hand-over protocol of `percore::borrow`. (After the value: every borrow
     /// reads it, so it must not share the counts' line.)
     borrowable: bool,
+    /// The core that made the value (borrowable values): while `scan_all` is clear, only
+    /// this core can have borrowed it, so a last drop on this core scans only its own borrow
+    /// slots, at once (session 14: main's last drop of every private segment read every
+    /// core's slot line, 4.58 kernel line transfers per `segment_allocfree` at 4 vCPUs).
+    origin: u32,
+    /// Set (store-once, SeqCst) by the first borrow on a core other than `origin`, before it
+    /// publishes its slot, and by `defer_free` (a value in a shared share is borrowed
+    /// everywhere; set there, while publishing, so that a first borrow by another core
+    /// writes nothing). A last drop reads it after its orphan mark's fence: clear means no
+    /// other core has a slot to scan (`DropState::try_drop_on`; loom:
+    /// `origin_only_scan_against_a_remote_borrow`). On the borrow-state line, not the
+    /// counts': only borrowers and the last drop read it.
+    scan_all: AtomicBool,
+    /// Per-core counted values (`percore`): set by the review that found the count's sum
+    /// zero with every core's lock held (`refcache`); a borrow's `to_counted` fails after it.
+    /// Here, not on the counts' line: every `to_counted` reads it, and an insert into a
+    /// shared share writes that line (`defer_free`).
+    dead: AtomicBool,
     /// The borrow protocol's side of this value (unused unless `borrowable`).
     drop_state: DropState,
+}
+
+impl<T> Inner<T> {
+    /// The count: the word, or its sum with every core's delta (`refcache::sum`).
+    fn count(&self) -> usize {
+        if self.percore {
+            return self.sum_percore();
+        }
+        self.strong.load(Ordering::Acquire)
+    }
+
+    /// One more counted reference (the caller holds one).
+    #[inline(always)]
+    fn inc(&self) {
+        if self.percore {
+            self.inc_percore();
+        } else {
+            self.strong.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `count` of a per-core counted value (out of line, cold).
+    #[cold]
+    #[inline(never)]
+    fn sum_percore(&self) -> usize {
+        refcache::sum(&self.counted()).max(0) as usize
+    }
+
+    /// `inc` of a per-core counted value: out of line and cold, so the plain count's path
+    /// (every other object's clone) stays a test and a locked add.
+    #[cold]
+    #[inline(never)]
+    fn inc_percore(&self) {
+        refcache::inc(&self.counted());
+    }
+
+    /// The drop of one counted reference of a per-core counted value (out of line, cold:
+    /// see `inc_percore`).
+    #[cold]
+    #[inline(never)]
+    fn dec_percore(&self) {
+        refcache::dec(&self.counted());
+    }
+
+    /// This value's side of `refcache`.
+    fn counted(&self) -> refcache::Counted<'_> {
+        // SAFETY: only per-core counted values call this, and only kernel objects are made
+        // per-core counted (`KObject::create_counted`), so `self` is an `Inner<KObject>`.
+        let remote = unsafe { remote_flag(self as *const Self as usize) };
+        refcache::Counted { obj: self as *const Self as usize, base: &self.strong, dead: &self.dead, origin: self.origin as usize, remote }
+    }
+}
+
+/// The count word and dead mark of the per-core counted value at `obj` (for `refcache`'s
+/// reviews, which know only addresses).
+///
+/// # Safety
+/// `obj` is the address of an `Inner<KObject>` (only kernel objects are made per-core
+/// counted: `KObject::create`) whose allocation is alive. Only the count word and the mark
+/// are touched, not the value (which may be in the middle of a borrow's use).
+pub(super) unsafe fn percore_parts<'a>(obj: usize) -> (&'a AtomicUsize, &'a AtomicBool) {
+    // SAFETY: by the caller's guarantee.
+    let inner = unsafe { &*(obj as *const Inner<super::KObject>) };
+    (&inner.strong, &inner.dead)
+}
+
+/// Flag always set: a per-core counted object that is not a segment (none is made today) is
+/// always reviewed with every core's lock.
+static ALWAYS_REMOTE: AtomicBool = AtomicBool::new(true);
+
+/// The per-core counted kernel object at `obj`: its origin core and its remote-counts flag
+/// (`Segment::remote_counts`).
+///
+/// # Safety
+/// As `percore_parts`.
+pub(super) unsafe fn remote_flag<'a>(obj: usize) -> &'a AtomicBool {
+    // SAFETY: by the caller's guarantee.
+    let inner = unsafe { &*(obj as *const Inner<super::KObject>) };
+    match &inner.value.kind {
+        super::Kind::Segment(s) => s.remote_counts(),
+        _ => &ALWAYS_REMOTE,
+    }
+}
+
+/// The origin core of the per-core counted kernel object at `obj`.
+///
+/// # Safety
+/// As `percore_parts`.
+pub(super) unsafe fn origin_of(obj: usize) -> usize {
+    // SAFETY: by the caller's guarantee.
+    unsafe { (*(obj as *const Inner<super::KObject>)).origin as usize }
+}
+
+/// Drop the per-core counted kernel object at `obj`, which a review declared dead.
+///
+/// # Safety
+/// `obj` is an `Inner<KObject>` (only kernel objects are made per-core counted:
+/// `KObject::create`), declared dead by a review, dropped once.
+pub(super) unsafe fn drop_percore(obj: usize) {
+    // SAFETY: non-null (a table's key); by the caller's guarantee.
+    drop_last::<super::KObject>(unsafe { NonNull::new_unchecked(obj as *mut Inner<super::KObject>) });
 }
 
 /// Every core's borrow slots (`percore::borrow`): a borrow writes only its own core's line.
@@ -37,6 +167,17 @@ static BORROWS: BorrowSlots<MAX_CORES> = BorrowSlots::new();
 /// Cores whose slots a last drop scans: every core that can have borrowed is online.
 fn borrow_cores() -> usize {
     crate::percpu::online_count().max(crate::percpu::current_index() + 1).min(MAX_CORES)
+}
+
+/// A borrow on a core other than the value's origin: set `scan_all` (once; SeqCst, before the
+/// borrow publishes its slot). Out of line and cold: a private object's borrows on its own
+/// core only compare the core index.
+#[cold]
+#[inline(never)]
+fn mark_borrowed_elsewhere(scan_all: &AtomicBool) {
+    if !scan_all.load(Ordering::SeqCst) {
+        scan_all.store(true, Ordering::SeqCst);
+    }
 }
 
 /// `repr(transparent)`: one `NonNull` word, so `Option<KRef<T>>` is that word with null for
@@ -65,15 +206,16 @@ impl<T> KRef<T> {
     pub fn try_new(value: T) -> Result<Self, T> {
         let layout = Layout::new::<Inner<T>>();
         let Some(p) = crate::mm::heap::try_alloc(layout) else { return Err(value) };
-        Ok(Self::init_at(p, value, false))
+        Ok(Self::init_at(p, value, false, false))
     }
 
     /// Allocate from NUMA node `node`'s memory (Corey's `memid`: object metadata lives near
     /// the core that will use it), or give the value back if memory is exhausted.
+    #[inline]
     pub fn try_new_on_node(value: T, node: usize) -> Result<Self, T> {
         let layout = Layout::new::<Inner<T>>();
         let Some(p) = crate::mm::heap::try_alloc_on_node(layout, node) else { return Err(value) };
-        Ok(Self::init_at(p, value, false))
+        Ok(Self::init_at(p, value, false, false))
     }
 
     /// `try_new_on_node` for a value that system calls may borrow (`borrow_raw`) instead of
@@ -81,13 +223,20 @@ impl<T> KRef<T> {
     pub fn try_new_borrowable_on_node(value: T, node: usize) -> Result<Self, T> {
         let layout = Layout::new::<Inner<T>>();
         let Some(p) = crate::mm::heap::try_alloc_on_node(layout, node) else { return Err(value) };
-        Ok(Self::init_at(p, value, true))
+        Ok(Self::init_at(p, value, true, false))
+    }
+
+    /// `try_new_borrowable_on_node` for a value whose count is kept per core (`refcache`).
+    pub fn try_new_percore_on_node(value: T, node: usize) -> Result<Self, T> {
+        let layout = Layout::new::<Inner<T>>();
+        let Some(p) = crate::mm::heap::try_alloc_on_node(layout, node) else { return Err(value) };
+        Ok(Self::init_at(p, value, true, true))
     }
 
     /// `p`: a fresh, non-null heap allocation with `Inner<T>`'s layout.
-    fn init_at(p: *mut u8, value: T, borrowable: bool) -> Self {
+    fn init_at(p: *mut u8, value: T, borrowable: bool, percore: bool) -> Self {
         let ptr = p as *mut Inner<T>;
-        let inner = Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), value, borrowable, drop_state: DropState::new() };
+        let inner = Inner { strong: AtomicUsize::new(1), weak: AtomicUsize::new(1), deferred: AtomicBool::new(false), value, borrowable, origin: if borrowable { crate::percpu::current_index() as u32 } else { 0 }, scan_all: AtomicBool::new(false), percore, dead: AtomicBool::new(false), drop_state: DropState::new() };
         // SAFETY: p is a fresh allocation with Inner<T>'s layout.
         unsafe { ptr.write(inner) };
         // SAFETY: p is non-null (the allocator returned Some).
@@ -100,7 +249,7 @@ impl<T> KRef<T> {
     }
 
     pub fn strong_count(this: &Self) -> usize {
-        this.inner().strong.load(Ordering::Acquire)
+        this.inner().count()
     }
 
     /// Weak references, plus one for the strong ones together (for tests).
@@ -163,7 +312,7 @@ impl<T> KRef<T> {
     pub unsafe fn clone_raw(ptr: *mut ()) -> Self {
         // SAFETY: as the caller guarantees, the allocation is alive with a count of at least one.
         let inner = unsafe { &*(ptr as *const Inner<T>) };
-        inner.strong.fetch_add(1, Ordering::Relaxed);
+        inner.inc();
         // SAFETY: non-null, as above.
         KRef { ptr: unsafe { NonNull::new_unchecked(ptr as *mut Inner<T>) }, _owns: PhantomData }
     }
@@ -185,9 +334,13 @@ impl<T> KRef<T> {
 
     /// A new reference if the value still has one (count raised only from non-zero).
     /// `ptr`'s allocation must be alive (a weak reference, or a deferred free).
+    #[inline]
     fn from_live_allocation(ptr: NonNull<Inner<T>>) -> Option<Self> {
         // SAFETY: as the callers guarantee, the allocation is alive.
         let inner = unsafe { ptr.as_ref() };
+        if inner.percore {
+            return Self::from_live_percore(ptr);
+        }
         let mut n = inner.strong.load(Ordering::Relaxed);
         loop {
             if n == 0 {
@@ -200,12 +353,36 @@ impl<T> KRef<T> {
         }
     }
 
+    /// `from_live_allocation` of a per-core counted value: out of line and cold, so the plain
+    /// path stays small enough to inline (session 14: inline, it pushed `Peek::counted` out of
+    /// line, +26 guest instructions per `share_global` op).
+    #[cold]
+    #[inline(never)]
+    fn from_live_percore(ptr: NonNull<Inner<T>>) -> Option<Self> {
+        // SAFETY: as `from_live_allocation`'s callers guarantee, the allocation is alive.
+        let inner = unsafe { ptr.as_ref() };
+        // Not `then_some(KRef { .. })`: that would build the reference, and drop it (a
+        // decrement never matched by an increment) when the object is dead.
+        if !refcache::try_inc(&inner.counted()) {
+            return None;
+        }
+        Some(KRef { ptr, _owns: PhantomData })
+    }
+
     /// From now on, free this allocation only after a reclamation grace period (Tornado's
     /// existence guarantee, like Linux's SLAB_TYPESAFE_BY_RCU): set before the reference is
     /// published where lock-free readers can find it, so a reader inside a reclamation
     /// operation may try `try_clone_raw` even after the last reference went.
     pub fn defer_free(this: &Self) {
-        this.inner().deferred.store(true, Ordering::Release);
+        // Stored only once: a value inserted into a second shared share (or again) writes no
+        // line that its borrowers' `to_counted` or other cores' counts read.
+        if !this.inner().deferred.load(Ordering::Relaxed) {
+            this.inner().deferred.store(true, Ordering::Release);
+        }
+        // Borrowed from any core from now on: last drops scan every core (`scan_all`).
+        if !this.inner().scan_all.load(Ordering::Relaxed) {
+            this.inner().scan_all.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Borrow the value behind `ptr` without touching its count (`percore::borrow`): publish
@@ -220,6 +397,7 @@ impl<T> KRef<T> {
     /// `ptr` came from `KRef::<T>::into_raw` of a value made by `try_new_borrowable_on_node`,
     /// and its allocation is not freed while this runs (a counted reference is held, or the
     /// caller is inside a reclamation operation and the value was `defer_free`d).
+    #[inline]
     pub unsafe fn borrow_raw(ptr: *mut ()) -> Result<KBorrow<T>, Option<KBorrow<T>>> {
         // SAFETY: non-null (`into_raw`), alive by the caller's guarantee.
         let ptr = unsafe { NonNull::new_unchecked(ptr as *mut Inner<T>) };
@@ -229,6 +407,11 @@ impl<T> KRef<T> {
             return Err(None); // its last drop would not wait for borrowers
         }
         let core = crate::percpu::current_index();
+        // Before the publication (see `scan_all`): a last drop that then reads the flag
+        // clear has its orphan mark seen by this borrow's check below.
+        if core != inner.origin as usize {
+            mark_borrowed_elsewhere(&inner.scan_all);
+        }
         let Some(slot) = BORROWS.publish(core, ptr.as_ptr() as *mut ()) else { return Err(None) };
         let b = KBorrow { ptr, core, slot };
         // After the publication's fence (the protocol's Dekker pairing with `drop_last`, which
@@ -263,7 +446,7 @@ impl<T> KRef<T> {
 
 impl<T> Clone for KRef<T> {
     fn clone(&self) -> Self {
-        self.inner().strong.fetch_add(1, Ordering::Relaxed);
+        self.inner().inc();
         KRef { ptr: self.ptr, _owns: PhantomData }
     }
 }
@@ -304,6 +487,10 @@ impl<T> Drop for KRef<T> {
     /// every system call's path; only the last one calls out.
     #[inline]
     fn drop(&mut self) {
+        if self.inner().percore {
+            self.inner().dec_percore();
+            return;
+        }
         if self.inner().strong.fetch_sub(1, Ordering::Release) != 1 {
             return;
         }
@@ -321,7 +508,13 @@ impl<T> KRef<T> {
         core::mem::forget(this);
         // SAFETY: `this` was a counted reference: the allocation is alive until the count
         // reaches zero here.
-        if unsafe { ptr.as_ref() }.strong.fetch_sub(1, Ordering::Release) != 1 {
+        let inner = unsafe { ptr.as_ref() };
+        if inner.percore {
+            // Dropped by a review (`refcache`), never here.
+            inner.dec_percore();
+            return None;
+        }
+        if inner.strong.fetch_sub(1, Ordering::Release) != 1 {
             return None;
         }
         Some(KLast { ptr })
@@ -355,6 +548,15 @@ fn drop_last<T>(ptr: NonNull<Inner<T>>) {
         // another, would otherwise share every core's slot line). If the list is full (or
         // in use, from an interrupt), scan now.
         inner.drop_state.orphan();
+        // Only borrowed on this core (its origin), if at all: its own slots are the only ones
+        // to scan, now (no other core's line read, nothing deferred). SeqCst after the orphan
+        // mark's fence: see `scan_all`.
+        if !inner.scan_all.load(Ordering::SeqCst) && inner.origin as usize == crate::percpu::current_index() {
+            if inner.drop_state.try_drop_on(&BORROWS, inner.origin as usize, ptr.as_ptr() as *mut ()) {
+                drop_value(ptr);
+            }
+            return; // else a borrower on this core holds it and drops it when its borrow ends
+        }
         if defer_scan(ptr.as_ptr() as *mut (), scan_orphan::<T>) {
             // The list's entry keeps the allocation alive (one weak count).
             return;
@@ -469,6 +671,7 @@ fn scan_waiting(core: usize) {
 /// (dropping a value may free and take locks).
 #[inline]
 pub fn scan_orphans() {
+    refcache::review_own();
     scan_orphans_of(crate::percpu::current_index());
 }
 
@@ -484,7 +687,16 @@ pub fn orphans_waiting(area: &crate::percpu::PerCpu) -> bool {
 #[cold]
 #[inline(never)]
 pub fn scan_deferred(area: &crate::percpu::PerCpu) {
+    // Cleared first: the review and the scans below run outside a call (`in_call` is not
+    // set yet), so what they drop is scanned at once and sets nothing again.
+    area.orphans_pending.store(false, Ordering::Relaxed);
+    if refcache::waiting(area.index) {
+        refcache::review_own();
+    }
     scan_orphans_of(area.index);
+    if ORPHAN_LISTS[area.index % MAX_CORES].waiting.load(Ordering::Acquire) != 0 {
+        area.orphans_pending.store(true, Ordering::Relaxed); // the list was busy: next call
+    }
 }
 
 /// A system call starts on this core (`area`): defer the scans of this call's last drops
@@ -503,6 +715,7 @@ pub fn call_ends(area: &crate::percpu::PerCpu) {
 
 /// Scan every core's orphans (quiescent points: exact object and memory counts).
 pub fn scan_all_orphans() {
+    refcache::review_all();
     for core in 0..borrow_cores() {
         scan_orphans_of(core);
     }
@@ -586,6 +799,7 @@ pub struct KBorrow<T> {
 impl<T> KBorrow<T> {
     /// A counted reference to the borrowed value, if it still has one (for a call that keeps
     /// the object: an insert, a mapping).
+    #[inline]
     pub fn to_counted(&self) -> Option<KRef<T>> {
         KRef::from_live_allocation(self.ptr)
     }
@@ -593,7 +807,7 @@ impl<T> KBorrow<T> {
     /// The value's counted references (the borrow is not one).
     pub fn strong_count(&self) -> usize {
         // SAFETY: the borrow keeps the allocation alive.
-        unsafe { self.ptr.as_ref() }.strong.load(Ordering::Acquire)
+        unsafe { self.ptr.as_ref() }.count()
     }
 
     /// The raw pointer, in `KRef::into_raw`'s form.

@@ -11,6 +11,7 @@ pub mod gate;
 pub mod kref;
 pub mod pcore;
 pub mod segment;
+pub mod refcache;
 pub mod share;
 
 use core::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -89,14 +90,31 @@ pub fn memid_core(memid: u64) -> Result<u32, Error> {
 
 impl KObject {
     /// Allocate a new object. Out of memory is an error; the kind's resources are dropped.
+    /// Its count is one word (`KRef`'s own): an object made private stays cheap to count and
+    /// to free, whoever it is later shared with.
     pub fn create(name: &[u8], home_core: u32, kind: Kind) -> Result<ObjRef, Error> {
+        Self::create_counted(name, home_core, kind, false)
+    }
+
+    /// `create` for an object that goes straight into a **shared** share (`insert_new`): the
+    /// application asked for it to be used from several cores. A segment made so has its
+    /// count kept per core (`refcache`): shares and mappings of it made or dropped on
+    /// different cores write no common line (issue 19, session 14). Other kinds are counted
+    /// as by `create`. Decided here, once, while the caller holds the only reference and no
+    /// other core can reach the object, so no count change ever races with the choice.
+    pub fn create_shared(name: &[u8], home_core: u32, kind: Kind) -> Result<ObjRef, Error> {
+        let per_core = matches!(kind, Kind::Segment(_));
+        Self::create_counted(name, home_core, kind, per_core)
+    }
+
+    fn create_counted(name: &[u8], home_core: u32, kind: Kind, per_core: bool) -> Result<ObjRef, Error> {
         check_name(name)?;
         let mut n = [0u8; MAX_NAME];
         n[..name.len()].copy_from_slice(name);
         let obj = KObject { id: new_id(), name: n, name_len: name.len() as u8, home_core, kind };
         // The metadata itself comes from the memory of `memid`'s node, like the pages.
         let node = node_of_core(home_core);
-        let r = KRef::try_new_borrowable_on_node(obj, node).map_err(|_| Error::NoMemory)?;
+        let r = if per_core { KRef::try_new_percore_on_node(obj, node) } else { KRef::try_new_borrowable_on_node(obj, node) }.map_err(|_| Error::NoMemory)?;
         IDS[crate::percpu::current_index()].live.fetch_add(1, Ordering::Relaxed);
         Ok(r)
     }

@@ -73,7 +73,16 @@ pub struct Segment {
     /// and a resize below it is a shrink, both known without reading the size, which every
     /// grow writes. Not raised by grows (a later mapping past it reads the size instead).
     floor: Floor,
+    /// Per-core counted segments (`refcache`): set (once, SeqCst) by the first count change
+    /// on a core other than the segment's origin, before that core writes its delta. While
+    /// clear, the origin core's review sums its own table alone (`refcache::review_local`).
+    /// On a line of its own: the first remote change writes it, and the origin core reads it
+    /// only in its reviews, never in a count change, a borrow or a mapping.
+    remote_counts: RemoteLine,
 }
+
+#[repr(align(64))]
+struct RemoteLine(core::sync::atomic::AtomicBool);
 
 #[repr(align(64))]
 struct MapLine(TicketLock<Vec<SegMap>>);
@@ -129,6 +138,7 @@ fn pages_for(nbytes: u64) -> u64 {
 }
 
 /// A zeroed page from the NUMA node of core `home` (the segment's `memid`).
+#[inline]
 fn zeroed_page(home: u32) -> Result<KRef<Frame>, Error> {
     let pa = frame::alloc_page_for_core(home as usize).ok_or(Error::NoMemory)?;
     // SAFETY: a page we just allocated, mapped in the physical window.
@@ -182,7 +192,7 @@ impl Segment {
 
     fn from_inner(node_core: u32, g: SegInner) -> Segment {
         let floor = Floor(AtomicU64::new(g.pages.len() as u64));
-        Segment { node_core, read: ReadLine::new(&g), inner: TicketLock::new(g), maps: MapLine(TicketLock::new(Vec::new())), floor }
+        Segment { node_core, read: ReadLine::new(&g), inner: TicketLock::new(g), maps: MapLine(TicketLock::new(Vec::new())), floor, remote_counts: RemoteLine(core::sync::atomic::AtomicBool::new(false)) }
     }
 
     /// Whether the pages reach `end` bytes, read without a lock: from the floor, else from the
@@ -190,6 +200,11 @@ impl Segment {
     /// map lock). A mapping inside the floor reads no line a grow writes.
     pub fn covers(&self, end: u64) -> bool {
         end <= self.floor.0.load(Ordering::Acquire) * PAGE_SIZE || end <= self.nbytes().div_ceil(PAGE_SIZE) * PAGE_SIZE
+    }
+
+    /// The flag `refcache` keeps for this segment (see `remote_counts`).
+    pub fn remote_counts(&self) -> &core::sync::atomic::AtomicBool {
+        &self.remote_counts.0
     }
 
     pub fn nbytes(&self) -> u64 {

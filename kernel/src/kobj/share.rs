@@ -519,6 +519,7 @@ impl Peek {
 
     /// A counted reference of the caller's own to the object (`NoSuchObject` if its last
     /// counted reference went during the borrow).
+    #[inline]
     pub fn counted(&self) -> Result<ObjRef, Error> {
         match &self.0 {
             PeekRef::Borrowed(b) => b.to_counted().ok_or(Error::NoSuchObject),
