@@ -1,0 +1,293 @@
+//! `SeqParts`: a seqlock split into parts, one generation word and one writers' lock per part,
+//! each on a cache line of its own, for a word array that different writers change in
+//! different places (the buffer cache's 4 KiB pages: sixteen 256-byte inodes, directory
+//! records; docs/fs.md, "The buffer cache").
+//!
+//! With one [`SeqLock`](crate::seqlock::SeqLock) per page, a writer of one inode bumps the
+//! page's one generation word, which every lock-free reader of any inode of that page reads:
+//! a reader of inode B and a writer of inode A share that line, and the reader retries
+//! whenever the writer ran during its copy. Here the array's `W * P` words are `P` parts of
+//! `W` words; a writer locks and bumps only the parts its words lie in, a reader validates
+//! only the parts its words lie in. Plus one `tag` word on a line of its own, which every
+//! reader copies and only a writer of *all* parts ([`SeqParts::write_all`]) changes (the
+//! buffer cache's "which block this page holds").
+//!
+//! **Why a copy is never torn.** Writer of parts `lo..=hi`: take their locks in ascending
+//! order (so two writers of overlapping ranges cannot deadlock), store 0 in each part's
+//! generation, a release fence, the data stores, then each part's next generation (release).
+//! Reader of words in parts `lo..=hi`: load each part's generation (acquire; 0 = a writer is
+//! in: fail), copy the words (and the tag), an acquire fence, load each generation again; the
+//! copy counts only if every one is unchanged. For each part this is exactly `SeqLock`'s
+//! argument: if the copy saw any store a writer of part `k` made, that store came after the
+//! writer's zero in part `k`'s generation (its release fence), so the reader's second load of
+//! part `k`'s generation (after its acquire fence) sees 0 or a later generation, and the copy
+//! is thrown away. So an accepted copy saw no store of any writer of any of its parts that
+//! was not already complete when the reader's first generation loads ran, and no writer of
+//! those parts completed a store in between: all its words are the values they had at one
+//! moment. A writer of several parts cannot be seen half done: the reader fails on any part
+//! whose stores it saw while that part's generation was 0 or changed, and a writer that
+//! finished before the first loads is seen whole (the acquire loads of its new generations).
+//! The tag: only `write_all` stores it, and `write_all` zeroes every part's generation, so
+//! whatever parts a reader validates cover it. The lock-free reader writes nothing.
+//!
+//! Checked by loom (`seqparts_*` in tests/loom.rs) and by the buffer cache's host tests.
+
+use crate::spin::{TicketLock, TicketLockGuard};
+use crate::sync::{fence, AtomicU32, AtomicUsize, Ordering};
+
+/// One part's generation, its writers' lock (holding the writers' copy of the generation, so
+/// a writer only stores the shared word) and a flags word for the user (the buffer cache's
+/// dirty and data bits), all on one 64-byte line: a writer of this part writes only this line
+/// of the part words, and a reader of another part never reads it.
+#[repr(C, align(64))]
+pub struct Part {
+    generation: AtomicUsize,
+    lock: TicketLock<usize>,
+    flags: AtomicU32,
+}
+
+/// The tag on a line of its own: read by every reader, written only with all parts locked.
+#[repr(C, align(64))]
+struct TagLine {
+    tag: crate::seqlock::storage::Words<[u64; 1]>,
+}
+
+/// `P` parts of `W` words each, and a tag word. The data begins on a 64-byte line (the
+/// struct is 64-byte aligned and the part words and the tag fill whole lines), so with `W` a
+/// multiple of 8 no line holds words of two parts.
+#[repr(C)]
+pub struct SeqParts<const W: usize, const P: usize> {
+    parts: [Part; P],
+    tag: TagLine,
+    data: crate::seqlock::storage::Words<[[u64; W]; P]>,
+}
+
+// SAFETY: the data is plain words, written under the parts' locks with atomic word stores and
+// read with atomic word loads.
+unsafe impl<const W: usize, const P: usize> Sync for SeqParts<W, P> {}
+// SAFETY: moving it moves the data with it.
+unsafe impl<const W: usize, const P: usize> Send for SeqParts<W, P> {}
+
+/// A reader's window: the generations of the parts `lo..=hi` as `begin` saw them.
+pub struct ReadWindow<const P: usize> {
+    lo: usize,
+    hi: usize,
+    gens: [usize; P],
+}
+
+fn next_gen(g: usize) -> usize {
+    // Skip 0 on wrap-around: 0 means "being modified".
+    match g.wrapping_add(1) {
+        0 => 1,
+        g => g,
+    }
+}
+
+impl<const W: usize, const P: usize> Default for SeqParts<W, P> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const W: usize, const P: usize> SeqParts<W, P> {
+    /// Words of data.
+    pub const WORDS: usize = W * P;
+
+    /// All words 0, tag 0, flags 0.
+    pub fn new() -> Self {
+        Self {
+            parts: core::array::from_fn(|_| Part { generation: AtomicUsize::new(1), lock: TicketLock::new(1), flags: AtomicU32::new(0) }),
+            tag: TagLine { tag: crate::seqlock::storage::Words::new([0]) },
+            data: crate::seqlock::storage::Words::new([[0; W]; P]),
+        }
+    }
+
+    /// The parts holding words `[first, end)`: `None` if the range is out of the array. An
+    /// empty range in the array is the part of `first` (a reader of the tag alone).
+    fn parts_of(first: usize, end: usize) -> Option<(usize, usize)> {
+        if W == 0 || P == 0 || first > end || end > W * P || first >= W * P {
+            return None;
+        }
+        Some((first / W, end.max(first + 1).div_ceil(W) - 1))
+    }
+
+    /// Part `k`'s generation (0 while a writer is in it); `None` past the parts.
+    pub fn generation(&self, k: usize) -> Option<usize> {
+        self.parts.get(k).map(|p| p.generation.load(Ordering::Acquire))
+    }
+
+    /// Part `k`'s flags word (the user's; a writer of the part may set it inside its write,
+    /// where a `write_all` holder sees it stable); `None` past the parts.
+    pub fn flags(&self, k: usize) -> Option<&AtomicU32> {
+        self.parts.get(k).map(|p| &p.flags)
+    }
+
+    /// Start a lock-free read of words `[first, end)`: the generations of their parts, or
+    /// `None` if a writer is in one of them (or the range is out of the array).
+    pub fn begin(&self, first: usize, end: usize) -> Option<ReadWindow<P>> {
+        let (lo, hi) = Self::parts_of(first, end)?;
+        let mut gens = [0usize; P];
+        for k in lo..=hi {
+            let g = self.parts[k].generation.load(Ordering::Acquire);
+            if g == 0 {
+                return None;
+            }
+            gens[k] = g;
+        }
+        Some(ReadWindow { lo, hi, gens })
+    }
+
+    /// Copy the tag and words `first .. first + out.len()` inside window `w` (racy: use the
+    /// copy only if [`validate`](Self::validate) then says yes). Words outside the window's
+    /// parts are not copied (`false`).
+    pub fn copy_racy(&self, w: &ReadWindow<P>, first: usize, out: &mut [u64]) -> Option<u64> {
+        let (lo, hi) = Self::parts_of(first, first + out.len())?;
+        if lo < w.lo || hi > w.hi {
+            return None;
+        }
+        let tag = self.tag.tag.load_word(0);
+        self.data.load_words_racy(first, out);
+        Some(tag)
+    }
+
+    /// Whether no writer touched the window's parts since `begin`: then everything copied in
+    /// it is one moment's words.
+    pub fn validate(&self, w: &ReadWindow<P>) -> bool {
+        // Pairs with the writers' release fence (module comment).
+        fence(Ordering::Acquire);
+        (w.lo..=w.hi).all(|k| self.parts[k].generation.load(Ordering::Relaxed) == w.gens[k])
+    }
+
+    /// The lock-free read: the tag, and words `first .. first + out.len()` into `out`; `None`
+    /// if a writer of one of their parts was in the way (then `out` holds garbage) or the
+    /// range is out of the array.
+    pub fn try_read(&self, first: usize, out: &mut [u64]) -> Option<u64> {
+        let w = self.begin(first, first + out.len())?;
+        let tag = self.copy_racy(&w, first, out)?;
+        self.validate(&w).then_some(tag)
+    }
+
+    /// Take the locks of parts `lo..=hi`, ascending.
+    fn lock_parts(&self, lo: usize, hi: usize) -> [Option<TicketLockGuard<'_, usize>>; P] {
+        let mut g: [Option<TicketLockGuard<'_, usize>>; P] = core::array::from_fn(|_| None);
+        for (k, slot) in g.iter_mut().enumerate().take(hi + 1).skip(lo) {
+            *slot = Some(self.parts[k].lock.lock());
+        }
+        g
+    }
+
+    /// Read under the locks of the parts (the fallback path); `None` if out of the array.
+    pub fn read_locked(&self, first: usize, out: &mut [u64]) -> Option<u64> {
+        let (lo, hi) = Self::parts_of(first, first + out.len())?;
+        let _g = self.lock_parts(lo, hi);
+        // Writers store only under the locks we hold (the tag only under all of them).
+        let tag = self.tag.tag.load_word(0);
+        self.data.load_words_racy(first, out);
+        Some(tag)
+    }
+
+    /// `try_read`, falling back to the locks.
+    pub fn read(&self, first: usize, out: &mut [u64]) -> Option<u64> {
+        self.try_read(first, out).or_else(|| self.read_locked(first, out))
+    }
+
+    fn write_parts<R>(&self, lo: usize, hi: usize, all: bool, f: impl FnOnce(&mut PartsWriter<'_, W, P>) -> R) -> R {
+        let mut guards = self.lock_parts(lo, hi);
+        for k in lo..=hi {
+            self.parts[k].generation.store(0, Ordering::Relaxed);
+        }
+        // Orders the zeros before every data store `f` makes, for readers' acquire fence.
+        fence(Ordering::Release);
+        let r = f(&mut PartsWriter { lock: self, first: lo * W, end: (hi + 1) * W, all });
+        for (k, g) in guards.iter_mut().enumerate().take(hi + 1).skip(lo) {
+            if let Some(g) = g {
+                let next = next_gen(**g);
+                **g = next;
+                // Release: a reader that sees `next` sees every word `f` stored.
+                self.parts[k].generation.store(next, Ordering::Release);
+            }
+        }
+        r
+    }
+
+    /// A ranged write: lock and bump only the parts holding words `[first, end)`; `f` may load
+    /// and store words of those parts (others are refused) and load the tag. `None` (nothing
+    /// locked, `f` not called) if the range is out of the array.
+    pub fn write<R>(&self, first: usize, end: usize, f: impl FnOnce(&mut PartsWriter<'_, W, P>) -> R) -> Option<R> {
+        let (lo, hi) = Self::parts_of(first, end)?;
+        Some(self.write_parts(lo, hi, false, f))
+    }
+
+    /// A write of the whole array with every part locked: the only writer that may set the tag.
+    pub fn write_all<R>(&self, f: impl FnOnce(&mut PartsWriter<'_, W, P>) -> R) -> R {
+        if W == 0 || P == 0 {
+            // Nothing to lock; a writer with an empty range refuses every store.
+            return f(&mut PartsWriter { lock: self, first: 0, end: 0, all: false });
+        }
+        self.write_parts(0, P - 1, true, f)
+    }
+}
+
+/// The writer's side: exists only with its parts locked; loads and stores only their words
+/// (and the tag: loads always, stores only for `write_all`). Out-of-range indexes are refused
+/// (`None`, `false`), never a panic.
+pub struct PartsWriter<'a, const W: usize, const P: usize> {
+    lock: &'a SeqParts<W, P>,
+    first: usize,
+    end: usize,
+    all: bool,
+}
+
+impl<const W: usize, const P: usize> PartsWriter<'_, W, P> {
+    /// The tag (stable while any part is locked: only `write_all` stores it).
+    pub fn tag(&self) -> u64 {
+        self.lock.tag.tag.load_word(0)
+    }
+
+    /// Set the tag; `false` (nothing stored) unless this is a `write_all`.
+    pub fn set_tag(&mut self, v: u64) -> bool {
+        if self.all {
+            self.lock.tag.tag.store_word(0, v);
+        }
+        self.all
+    }
+
+    /// The parts this writer holds.
+    pub fn parts(&self) -> core::ops::Range<usize> {
+        if W == 0 {
+            return 0..0;
+        }
+        self.first / W..self.end / W
+    }
+
+    /// Part `k`'s flags word if this writer holds part `k` (`SeqParts::flags`).
+    pub fn flags(&self, k: usize) -> Option<&AtomicU32> {
+        self.parts().contains(&k).then(|| &self.lock.parts[k].flags)
+    }
+
+    /// Word `i`, or `None` if it is not in a locked part.
+    pub fn get(&self, i: usize) -> Option<u64> {
+        (self.first..self.end).contains(&i).then(|| self.lock.data.load_word(i))
+    }
+
+    /// Store `v` in word `i`; `false` (nothing stored) if it is not in a locked part.
+    pub fn set(&mut self, i: usize, v: u64) -> bool {
+        if !(self.first..self.end).contains(&i) {
+            return false;
+        }
+        self.lock.data.store_word(i, v);
+        true
+    }
+
+    /// Store `words` from word `first` on; `false` (nothing stored) unless all lie in locked
+    /// parts.
+    pub fn set_words(&mut self, first: usize, words: &[u64]) -> bool {
+        if first < self.first || first.checked_add(words.len()).is_none_or(|e| e > self.end) {
+            return false;
+        }
+        for (k, &w) in words.iter().enumerate() {
+            self.lock.data.store_word(first + k, w);
+        }
+        true
+    }
+}
