@@ -291,3 +291,62 @@ impl<const W: usize, const P: usize> PartsWriter<'_, W, P> {
         true
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Deterministic, one thread: a window opened on part 2 survives writes of parts 0 and 5
+    /// and fails on a write of part 2 and on a write that straddles into it.
+    /// Catches (planted once): a write that bumps every part's generation (the one-word
+    /// seqlock's behaviour): the first `validate` fails.
+    #[test]
+    fn a_write_of_one_part_leaves_another_parts_window_valid() {
+        let s: SeqParts<4, 8> = SeqParts::new();
+        let w = s.begin(8, 12).unwrap();
+        s.write(0, 4, |p| assert!(p.set_words(0, &[1, 2, 3, 4]))).unwrap();
+        s.write(20, 21, |p| assert!(p.set(20, 9))).unwrap();
+        let mut out = [0u64; 4];
+        assert_eq!(s.copy_racy(&w, 8, &mut out), Some(0));
+        assert!(s.validate(&w), "a write of parts 0 and 5 invalidated a reader of part 2");
+        assert_eq!(s.generation(2), Some(1));
+        s.write(9, 10, |p| assert!(p.set(9, 5))).unwrap();
+        assert!(!s.validate(&w), "a write of part 2 did not invalidate its reader");
+        let w = s.begin(8, 12).unwrap();
+        // Words 7..9: the end of part 1 and the start of part 2.
+        s.write(7, 9, |p| assert!(p.set_words(7, &[6, 6]))).unwrap();
+        assert!(!s.validate(&w), "a write straddling parts 1 and 2 did not invalidate a reader of part 2");
+        assert_eq!(s.try_read(6, &mut out), Some(0));
+        assert_eq!(out, [0, 6, 6, 5]);
+    }
+
+    /// A writer stores only inside its parts; only `write_all` sets the tag; ranges out of the
+    /// array are refused, never a panic.
+    #[test]
+    fn writers_stay_inside_their_parts() {
+        let s: SeqParts<4, 2> = SeqParts::new();
+        s.write(1, 2, |p| {
+            assert_eq!(p.parts(), 0..1);
+            assert!(!p.set(4, 1), "a store outside the locked part accepted");
+            assert!(!p.set_words(3, &[1, 1]), "a run leaving the locked part accepted");
+            assert!(p.get(4).is_none());
+            assert!(!p.set_tag(3), "a ranged writer set the tag");
+            assert!(p.flags(1).is_none() && p.flags(0).is_some());
+        })
+        .unwrap();
+        assert!(s.write(8, 9, |_| ()).is_none());
+        assert!(s.write(3, 2, |_| ()).is_none());
+        assert!(s.try_read(7, &mut [0; 2]).is_none());
+        assert!(s.read(8, &mut []).is_none());
+        s.write_all(|p| assert!(p.set_tag(3) && p.set_words(0, &[1; 8])));
+        let mut out = [0u64; 8];
+        assert_eq!(s.read(0, &mut out), Some(3));
+        assert_eq!(out, [1; 8]);
+        assert_eq!((s.generation(0), s.generation(1)), (Some(3), Some(2)));
+        // Data begins on a line of its own (with W a multiple of 8, no line holds two parts').
+        let big: SeqParts<32, 16> = SeqParts::new();
+        let off = core::ptr::addr_of!(big.data) as usize - core::ptr::addr_of!(big) as usize;
+        assert_eq!(off % 64, 0);
+        assert_eq!(core::mem::size_of::<Part>(), 64);
+    }
+}

@@ -8,15 +8,16 @@
 //! | --- | --- |
 //! | `Header`: magic, sizes, the fill lock (a `percore` ticket lock: no pointers, so it works between address spaces, which an MCS lock's stack nodes do not) and the clock hand | fill-lock holders |
 //! | `CoreStats` per core, each on its own 128-byte line | that core |
-//! | `Meta` per slot: dirty, data-class and referenced flags | writers (dirty, under the slot's lock), fill-lock holders, a reader once per eviction cycle (referenced) |
+//! | `Meta` per slot: the referenced flag and a copy of the tag | fill-lock holders, a reader once per eviction cycle (referenced) |
 //! | the index: open addressing, one `u64` per entry, `(block + 1) << 20 | slot` | fill-lock holders |
-//! | `SeqLock<Page>` per slot: word 0 is the tag (block + 1, 0 = free), then 512 words of data | writers under the slot's lock |
+//! | `Page` (`percore::SeqParts`) per slot: 16 part lines (each part's generation, writers' lock, dirty and data flags), the tag line (block + 1, 0 = free), then 512 words of data, 256 bytes per part | writers under their parts' locks; the tag only under all 16 |
 //!
 //! **Lookups take no lock and write nothing shared.** A hit loads the index entry for the
-//! block (acquire), copies the slot as a seqlock reader (`SeqLock::try_read`: generation,
-//! copy, generation) and accepts the copy only if its tag names the block. A slot is filled
-//! (tag and data in one seqlock write) before its index entry is published, and emptied
-//! (tag 0 in one seqlock write) before its entry is removed, so a reader that copied a slot
+//! block (acquire), copies the slot as a seqlock reader (`SeqParts::try_read`: the
+//! generations of the parts holding the words it wants, the copy with the tag, the same
+//! generations again) and accepts the copy only if its tag names the block. A slot is filled
+//! (tag and data in one write of every part) before its index entry is published, and emptied
+//! (tag 0 in one write of every part) before its entry is removed, so a reader that copied a slot
 //! whose tag names its block holds the whole page as it was at one moment while that slot
 //! held that block: never a torn page (the seqlock rejects copies a writer overlapped) and
 //! never another block's page (the tag is inside the copy). Anything else (no entry, a tag
@@ -24,9 +25,13 @@
 //! where index and slots do not change under the reader. A false miss costs time, never
 //! correctness, which is why the index may be rebuilt in place under the fill lock.
 //!
-//! **Writes to a cached page** take only that slot's seqlock (its ticket lock), check the tag
-//! inside the write and set the slot's dirty flag there, so an evictor, which clears the tag
-//! inside its own seqlock write only if the page is clean, never drops a write.
+//! **Writes to a cached page** lock only the parts (256 bytes each: one ext2 inode) holding
+//! the bytes they write, check the tag inside the write and set those parts' dirty flags
+//! there, so an evictor, which clears the tag with every part locked only if no part is dirty,
+//! never drops a write. Since session 14 a write of one inode bumps only its part's
+//! generation: a lock-free reader of another inode of the same inode-table block neither
+//! retries nor shares a line with it (one seqlock per page before: 1 594 of the POSIX
+//! commutativity cases conflicted on that word; docs/results.md, "Session 14").
 //!
 //! **No reference counts on pages.** Readers copy, so nothing pins a page: the sloppy
 //! reference counts are not needed by this design (they would be a write per lookup; here a
