@@ -1,7 +1,7 @@
-//! `SeqParts`: a seqlock split into parts, one generation word and one writers' lock per part,
-//! each on a cache line of its own, for a word array that different writers change in
-//! different places (the buffer cache's 4 KiB pages: sixteen 256-byte inodes, directory
-//! records; docs/fs.md, "The buffer cache").
+//! `SeqParts`: a seqlock split into parts, one generation word per part (which is also the
+//! part's writers' lock), each on a cache line of its own, for a word array that different
+//! writers change in different places (the buffer cache's 4 KiB pages: sixteen 256-byte
+//! inodes, directory records; docs/fs.md, "The buffer cache").
 //!
 //! With one [`SeqLock`](crate::seqlock::SeqLock) per page, a writer of one inode bumps the
 //! page's one generation word, which every lock-free reader of any inode of that page reads:
@@ -12,37 +12,46 @@
 //! reader copies and only a writer of *all* parts ([`SeqParts::write_all`]) changes (the
 //! buffer cache's "which block this page holds").
 //!
-//! **Why a copy is never torn.** Writer of parts `lo..=hi`: take their locks in ascending
-//! order (so two writers of overlapping ranges cannot deadlock), store 0 in each part's
-//! generation, a release fence, the data stores, then each part's next generation (release).
-//! Reader of words in parts `lo..=hi`: load each part's generation (acquire; 0 = a writer is
-//! in: fail), copy the words (and the tag), an acquire fence, load each generation again; the
-//! copy counts only if every one is unchanged. For each part this is exactly `SeqLock`'s
-//! argument: if the copy saw any store a writer of part `k` made, that store came after the
-//! writer's zero in part `k`'s generation (its release fence), so the reader's second load of
-//! part `k`'s generation (after its acquire fence) sees 0 or a later generation, and the copy
-//! is thrown away. So an accepted copy saw no store of any writer of any of its parts that
-//! was not already complete when the reader's first generation loads ran, and no writer of
-//! those parts completed a store in between: all its words are the values they had at one
-//! moment. A writer of several parts cannot be seen half done: the reader fails on any part
-//! whose stores it saw while that part's generation was 0 or changed, and a writer that
-//! finished before the first loads is seen whole (the acquire loads of its new generations).
-//! The tag: only `write_all` stores it, and `write_all` zeroes every part's generation, so
-//! whatever parts a reader validates cover it. The lock-free reader writes nothing.
+//! **The generation is the lock** (Linux's `seqcount` with a spinning writer): even = no
+//! writer, odd = a writer is in the part. A writer takes a part by moving its generation from
+//! an even `g` to `g + 1` (compare-and-swap, acquire) and leaves it by storing `g + 2`
+//! (release). So a part's generation only grows, by one per step, and a writer needs no copy
+//! of it and no second word.
+//!
+//! **Why a copy is never torn.** Writer of parts `lo..=hi`: take them in ascending order (so
+//! two writers of overlapping ranges cannot deadlock), a release fence, the data stores, then
+//! each part's `g + 2` (release). Reader of words in parts `lo..=hi`: load each part's
+//! generation (acquire; odd = a writer is in: fail), copy the words (and the tag), an acquire
+//! fence, load each generation again; the copy counts only if every one is unchanged. For
+//! each part this is exactly `SeqLock`'s argument: if the copy saw any store a writer of part
+//! `k` made, that store came after the writer's odd generation in part `k` (its release
+//! fence), so the reader's second load of part `k`'s generation (after its acquire fence)
+//! sees that odd value or a later one, and the copy is thrown away. So an accepted copy saw
+//! no store of any writer of any of its parts that was not already complete when the reader's
+//! first generation loads ran, and no writer of those parts completed a store in between: all
+//! its words are the values they had at one moment. A writer of several parts cannot be seen
+//! half done: the reader fails on any part whose stores it saw while that part was odd or
+//! moved on, and a writer that finished before the first loads is seen whole (the acquire
+//! loads of its new generations). The tag: only `write_all` stores it, and `write_all` takes
+//! every part, so whatever parts a reader validates cover it. The lock-free reader writes
+//! nothing.
+//!
+//! "Every one unchanged" is checked as one sum: the second loads must all be even and add up
+//! to what the first loads added up to. A part's generation never decreases (each load sees
+//! the same or a later value of the word), so equal sums of values each at least the earlier
+//! one mean every value is the earlier one; unless the differences add up to 2^64, i.e. 2^64
+//! writes of the parts during one copy. So the reader keeps one word, not one per part.
 //!
 //! Checked by loom (`seqparts_*` in tests/loom.rs) and by the buffer cache's host tests.
 
-use crate::spin::{TicketLock, TicketLockGuard};
-use crate::sync::{fence, AtomicU32, AtomicUsize, Ordering};
+use crate::sync::{fence, spin_loop, AtomicU32, AtomicUsize, Ordering};
 
-/// One part's generation, its writers' lock (holding the writers' copy of the generation, so
-/// a writer only stores the shared word) and a flags word for the user (the buffer cache's
-/// dirty and data bits), all on one 64-byte line: a writer of this part writes only this line
-/// of the part words, and a reader of another part never reads it.
+/// One part's generation (and lock: odd while a writer holds the part) and a flags word for
+/// the user (the buffer cache's dirty and data bits), on one 64-byte line: a writer of this
+/// part writes only this line of the part words, and a reader of another part never reads it.
 #[repr(C, align(64))]
 pub struct Part {
     generation: AtomicUsize,
-    lock: TicketLock<usize>,
     flags: AtomicU32,
 }
 
@@ -62,25 +71,17 @@ pub struct SeqParts<const W: usize, const P: usize> {
     data: crate::seqlock::storage::Words<[[u64; W]; P]>,
 }
 
-// SAFETY: the data is plain words, written under the parts' locks with atomic word stores and
-// read with atomic word loads.
+// SAFETY: the data is plain words, written by the parts' lock holders with atomic word stores
+// and read with atomic word loads.
 unsafe impl<const W: usize, const P: usize> Sync for SeqParts<W, P> {}
 // SAFETY: moving it moves the data with it.
 unsafe impl<const W: usize, const P: usize> Send for SeqParts<W, P> {}
 
-/// A reader's window: the generations of the parts `lo..=hi` as `begin` saw them.
-pub struct ReadWindow<const P: usize> {
+/// A reader's window: the parts `lo..=hi` and the sum of their generations as `begin` saw them.
+pub struct ReadWindow {
     lo: usize,
     hi: usize,
-    gens: [usize; P],
-}
-
-fn next_gen(g: usize) -> usize {
-    // Skip 0 on wrap-around: 0 means "being modified".
-    match g.wrapping_add(1) {
-        0 => 1,
-        g => g,
-    }
+    sum: usize,
 }
 
 impl<const W: usize, const P: usize> Default for SeqParts<W, P> {
@@ -96,7 +97,7 @@ impl<const W: usize, const P: usize> SeqParts<W, P> {
     /// All words 0, tag 0, flags 0.
     pub fn new() -> Self {
         Self {
-            parts: core::array::from_fn(|_| Part { generation: AtomicUsize::new(1), lock: TicketLock::new(1), flags: AtomicU32::new(0) }),
+            parts: core::array::from_fn(|_| Part { generation: AtomicUsize::new(0), flags: AtomicU32::new(0) }),
             tag: TagLine { tag: crate::seqlock::storage::Words::new([0]) },
             data: crate::seqlock::storage::Words::new([[0; W]; P]),
         }
@@ -104,6 +105,7 @@ impl<const W: usize, const P: usize> SeqParts<W, P> {
 
     /// The parts holding words `[first, end)`: `None` if the range is out of the array. An
     /// empty range in the array is the part of `first` (a reader of the tag alone).
+    #[inline]
     fn parts_of(first: usize, end: usize) -> Option<(usize, usize)> {
         if W == 0 || P == 0 || first > end || end > W * P || first >= W * P {
             return None;
@@ -111,7 +113,7 @@ impl<const W: usize, const P: usize> SeqParts<W, P> {
         Some((first / W, end.max(first + 1).div_ceil(W) - 1))
     }
 
-    /// Part `k`'s generation (0 while a writer is in it); `None` past the parts.
+    /// Part `k`'s generation (odd while a writer holds the part); `None` past the parts.
     pub fn generation(&self, k: usize) -> Option<usize> {
         self.parts.get(k).map(|p| p.generation.load(Ordering::Acquire))
     }
@@ -122,25 +124,27 @@ impl<const W: usize, const P: usize> SeqParts<W, P> {
         self.parts.get(k).map(|p| &p.flags)
     }
 
-    /// Start a lock-free read of words `[first, end)`: the generations of their parts, or
-    /// `None` if a writer is in one of them (or the range is out of the array).
-    pub fn begin(&self, first: usize, end: usize) -> Option<ReadWindow<P>> {
+    /// Start a lock-free read of words `[first, end)`: `None` if a writer is in one of their
+    /// parts (or the range is out of the array).
+    #[inline]
+    pub fn begin(&self, first: usize, end: usize) -> Option<ReadWindow> {
         let (lo, hi) = Self::parts_of(first, end)?;
-        let mut gens = [0usize; P];
-        for k in lo..=hi {
-            let g = self.parts[k].generation.load(Ordering::Acquire);
-            if g == 0 {
+        let mut sum = 0usize;
+        for p in &self.parts[lo..=hi] {
+            let g = p.generation.load(Ordering::Acquire);
+            if g & 1 != 0 {
                 return None;
             }
-            gens[k] = g;
+            sum = sum.wrapping_add(g);
         }
-        Some(ReadWindow { lo, hi, gens })
+        Some(ReadWindow { lo, hi, sum })
     }
 
     /// Copy the tag and words `first .. first + out.len()` inside window `w` (racy: use the
     /// copy only if [`validate`](Self::validate) then says yes). Words outside the window's
-    /// parts are not copied (`false`).
-    pub fn copy_racy(&self, w: &ReadWindow<P>, first: usize, out: &mut [u64]) -> Option<u64> {
+    /// parts are not copied (`None`).
+    #[inline]
+    pub fn copy_racy(&self, w: &ReadWindow, first: usize, out: &mut [u64]) -> Option<u64> {
         let (lo, hi) = Self::parts_of(first, first + out.len())?;
         if lo < w.lo || hi > w.hi {
             return None;
@@ -152,62 +156,78 @@ impl<const W: usize, const P: usize> SeqParts<W, P> {
 
     /// Whether no writer touched the window's parts since `begin`: then everything copied in
     /// it is one moment's words.
-    pub fn validate(&self, w: &ReadWindow<P>) -> bool {
+    #[inline]
+    pub fn validate(&self, w: &ReadWindow) -> bool {
         // Pairs with the writers' release fence (module comment).
         fence(Ordering::Acquire);
-        (w.lo..=w.hi).all(|k| self.parts[k].generation.load(Ordering::Relaxed) == w.gens[k])
+        let mut sum = 0usize;
+        for p in &self.parts[w.lo..=w.hi] {
+            let g = p.generation.load(Ordering::Relaxed);
+            if g & 1 != 0 {
+                return false;
+            }
+            sum = sum.wrapping_add(g);
+        }
+        sum == w.sum
     }
 
     /// The lock-free read: the tag, and words `first .. first + out.len()` into `out`; `None`
     /// if a writer of one of their parts was in the way (then `out` holds garbage) or the
     /// range is out of the array.
+    #[inline]
     pub fn try_read(&self, first: usize, out: &mut [u64]) -> Option<u64> {
         let w = self.begin(first, first + out.len())?;
         let tag = self.copy_racy(&w, first, out)?;
         self.validate(&w).then_some(tag)
     }
 
-    /// Take the locks of parts `lo..=hi`, ascending.
-    fn lock_parts(&self, lo: usize, hi: usize) -> [Option<TicketLockGuard<'_, usize>>; P] {
-        let mut g: [Option<TicketLockGuard<'_, usize>>; P] = core::array::from_fn(|_| None);
-        for (k, slot) in g.iter_mut().enumerate().take(hi + 1).skip(lo) {
-            *slot = Some(self.parts[k].lock.lock());
+    /// Take part `k`: its generation from even to odd.
+    fn lock_part(&self, k: usize) {
+        let g = &self.parts[k].generation;
+        loop {
+            let v = g.load(Ordering::Relaxed);
+            if v & 1 == 0 && g.compare_exchange_weak(v, v.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return;
+            }
+            spin_loop();
         }
-        g
     }
 
-    /// Read under the locks of the parts (the fallback path); `None` if out of the array.
+    /// Leave part `k` (held): its next even generation. Release: a reader that sees it sees
+    /// every word stored under it.
+    fn unlock_part(&self, k: usize) {
+        let g = &self.parts[k].generation;
+        // Only the holder stores the word while it is odd.
+        g.store(g.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
+    }
+
+    fn write_parts<R>(&self, lo: usize, hi: usize, all: bool, f: impl FnOnce(&mut PartsWriter<'_, W, P>) -> R) -> R {
+        for k in lo..=hi {
+            self.lock_part(k);
+        }
+        // Orders the odd generations before every data store `f` makes, for readers' acquire
+        // fence.
+        fence(Ordering::Release);
+        let r = f(&mut PartsWriter { lock: self, first: lo * W, end: (hi + 1) * W, all });
+        for k in lo..=hi {
+            self.unlock_part(k);
+        }
+        r
+    }
+
+    /// Read under the parts' locks (the fallback path; it bumps their generations as a write
+    /// does, so lock-free readers meanwhile retry); `None` if out of the array.
     pub fn read_locked(&self, first: usize, out: &mut [u64]) -> Option<u64> {
         let (lo, hi) = Self::parts_of(first, first + out.len())?;
-        let _g = self.lock_parts(lo, hi);
-        // Writers store only under the locks we hold (the tag only under all of them).
-        let tag = self.tag.tag.load_word(0);
-        self.data.load_words_racy(first, out);
-        Some(tag)
+        Some(self.write_parts(lo, hi, false, |p| {
+            p.lock.data.load_words_racy(first, out);
+            p.tag()
+        }))
     }
 
     /// `try_read`, falling back to the locks.
     pub fn read(&self, first: usize, out: &mut [u64]) -> Option<u64> {
         self.try_read(first, out).or_else(|| self.read_locked(first, out))
-    }
-
-    fn write_parts<R>(&self, lo: usize, hi: usize, all: bool, f: impl FnOnce(&mut PartsWriter<'_, W, P>) -> R) -> R {
-        let mut guards = self.lock_parts(lo, hi);
-        for k in lo..=hi {
-            self.parts[k].generation.store(0, Ordering::Relaxed);
-        }
-        // Orders the zeros before every data store `f` makes, for readers' acquire fence.
-        fence(Ordering::Release);
-        let r = f(&mut PartsWriter { lock: self, first: lo * W, end: (hi + 1) * W, all });
-        for (k, g) in guards.iter_mut().enumerate().take(hi + 1).skip(lo) {
-            if let Some(g) = g {
-                let next = next_gen(**g);
-                **g = next;
-                // Release: a reader that sees `next` sees every word `f` stored.
-                self.parts[k].generation.store(next, Ordering::Release);
-            }
-        }
-        r
     }
 
     /// A ranged write: lock and bump only the parts holding words `[first, end)`; `f` may load
@@ -309,7 +329,7 @@ mod tests {
         let mut out = [0u64; 4];
         assert_eq!(s.copy_racy(&w, 8, &mut out), Some(0));
         assert!(s.validate(&w), "a write of parts 0 and 5 invalidated a reader of part 2");
-        assert_eq!(s.generation(2), Some(1));
+        assert_eq!(s.generation(2), Some(0));
         s.write(9, 10, |p| assert!(p.set(9, 5))).unwrap();
         assert!(!s.validate(&w), "a write of part 2 did not invalidate its reader");
         let w = s.begin(8, 12).unwrap();
@@ -342,7 +362,7 @@ mod tests {
         let mut out = [0u64; 8];
         assert_eq!(s.read(0, &mut out), Some(3));
         assert_eq!(out, [1; 8]);
-        assert_eq!((s.generation(0), s.generation(1)), (Some(3), Some(2)));
+        assert_eq!((s.generation(0), s.generation(1)), (Some(4), Some(2)));
         // Data begins on a line of its own (with W a multiple of 8, no line holds two parts').
         let big: SeqParts<32, 16> = SeqParts::new();
         let off = core::ptr::addr_of!(big.data) as usize - core::ptr::addr_of!(big) as usize;

@@ -360,7 +360,7 @@ fn seqparts_reads_never_torn() {
             let mut all = [0u64; 3];
             assert_eq!(s.try_read(0, &mut all), Some(7), "quiescent read must not fail");
             assert_eq!(all, [4, 4, 4]);
-            assert_eq!((s.generation(0), s.generation(1), s.generation(2)), (Some(3), Some(4), Some(3)));
+            assert_eq!((s.generation(0), s.generation(1), s.generation(2)), (Some(4), Some(6), Some(4)));
         },
     );
 }
