@@ -485,3 +485,46 @@ fn a_writer_of_one_inode_never_makes_a_reader_of_another_retry() {
     assert!(n > 0 && writes >= 40_000);
     assert_eq!(failed, 0, "{failed} of {n} lock-free reads of inode 5 failed while inode 2 was written {writes} times");
 }
+
+/// Catches: a whole-page write of a block that is not cached publishing the slot (its index
+/// entry, its tag) before the page's bytes are in it, so that a lock-free reader sees 4 KiB of
+/// zeros the block never held (the shape of `fs_fdtables_opens_race_unlinks`'s one failure,
+/// docs/fs.md "Not done yet"). A writer writes page 3 whole, syncs and drops it, again and
+/// again, so every write meets an uncached block; a reader copies it without a lock: every
+/// copy it accepts is one write's byte or the disk's, never 0.
+#[test]
+fn a_whole_page_write_of_an_uncached_block_is_never_seen_as_zeros() {
+    let t = table(4);
+    let disk = Arc::new(Mutex::new(MemDisk::new(8)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let reader = std::thread::spawn({
+        let (stop, seen) = (stop.clone(), seen.clone());
+        move || {
+            let mut page = vec![0u8; PAGE];
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                // Mostly one word (a short copy: many tries per write), sometimes the page.
+                let want = if n % 8 == 0 { PAGE } else { 8 };
+                if t.try_read(1, 3, 0, &mut page[..want]) {
+                    let page = &page[..want];
+                    seen.fetch_add(1, Ordering::Relaxed);
+                    assert!(page[0] != 0, "a lock-free read of page 3 saw zeros");
+                    assert!(page.iter().all(|&x| x == page[0]), "page 3 torn");
+                }
+            }
+        }
+    });
+    let mut k = 0u32;
+    while k < 20_000 || (seen.load(Ordering::Relaxed) < 2_000 && k < 2_000_000) {
+        let mut d = disk.lock().unwrap();
+        t.write(0, &mut *d, 3, 0, &[(k % 200) as u8 + 10; PAGE], true).unwrap();
+        t.sync(0, &mut *d).unwrap();
+        t.drop_clean();
+        k += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    reader.join().unwrap();
+    assert!(t.stats().misses as u32 >= k, "the writes did not meet an uncached page");
+}

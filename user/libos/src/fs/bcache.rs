@@ -415,7 +415,7 @@ impl Table {
             return Ok(());
         }
         let mut sw = self.header().fill.lock();
-        let s = self.slot_for(core, &mut sw, io, block, true)?;
+        let (s, _) = self.slot_for(core, &mut sw, io, block, Fill::Disk)?;
         // Under the fill lock the slot keeps its block; a writer may still be in it, so read
         // as a seqlock reader (falling back to the parts' locks).
         if buf.is_empty() {
@@ -444,7 +444,11 @@ impl Table {
         }
         let whole = at == 0 && data.len() == PAGE;
         let mut sw = self.header().fill.lock();
-        let s = self.slot_for(core, &mut sw, io, block, !whole)?;
+        let fill = if whole { Fill::Bytes(data, is_data) } else { Fill::Disk };
+        let (s, done) = self.slot_for(core, &mut sw, io, block, fill)?;
+        if done {
+            return Ok(());
+        }
         // Under the fill lock nobody evicts the slot, so its tag still names `block`.
         self.page(s).write(at / 8, (at + data.len()).div_ceil(8), |p| {
             copy_in(p, at, data);
@@ -453,16 +457,17 @@ impl Table {
         Ok(())
     }
 
-    /// The slot holding `block`, filled from the disk (or zeroed if `!fill`) if it was not
-    /// cached. Fill lock held.
-    fn slot_for(&self, core: usize, sw: &mut Sweep, io: &mut dyn BlockIo, block: u64, fill: bool) -> Result<usize, IoError> {
+    /// The slot holding `block`, filled (from the disk, or with a whole page's bytes) if it
+    /// was not cached; and whether it was filled with the bytes (then it is dirty already and
+    /// the caller's write is done). Fill lock held.
+    fn slot_for(&self, core: usize, sw: &mut Sweep, io: &mut dyn BlockIo, block: u64, fill: Fill<'_>) -> Result<(usize, bool), IoError> {
         if block > MAX_BLOCK {
             return Err(IoError::Io);
         }
         if let Some(s) = self.find(block) {
             // Under the fill lock the index is exact: an entry names a slot holding its block.
             if self.meta(s).tag.load(Ordering::Relaxed) == block + 1 {
-                return Ok(s);
+                return Ok((s, false));
             }
             // Not reachable unless the shared memory was overwritten: drop the stale entry.
             self.index_remove(sw, block);
@@ -477,29 +482,42 @@ impl Table {
             self.index_rebuild(sw);
         }
         let mut p = [0u64; PAGE_WORDS];
-        if fill {
-            let mut bytes = [0u8; PAGE];
-            let n = io.page_len(block).min(PAGE);
-            io.read_page(block, &mut bytes[..n])?;
-            st.disk_reads.fetch_add(1, Ordering::Relaxed);
-            for (w, c) in p.iter_mut().zip(bytes.chunks_exact(8)) {
-                *w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+        let from_disk;
+        let mut bytes = [0u8; PAGE];
+        let (src, flags): (&[u8], u32) = match fill {
+            Fill::Disk => {
+                let n = io.page_len(block).min(PAGE);
+                io.read_page(block, &mut bytes[..n])?;
+                st.disk_reads.fetch_add(1, Ordering::Relaxed);
+                from_disk = true;
+                (&bytes, 0)
             }
+            // A whole page written: its bytes go in with the tag, dirty, in the one write that
+            // fills the slot. (Until session 14 the slot was published zeroed and the bytes
+            // written after: a lock-free reader that found the index entry in between read
+            // 4 KiB of zeros for a block that never held them.)
+            Fill::Bytes(data, is_data) => {
+                from_disk = false;
+                (data, if is_data { DIRTY | DATA } else { DIRTY })
+            }
+        };
+        for (w, c) in p.iter_mut().zip(src.chunks_exact(8)) {
+            *w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
         }
         // Fill before publishing: a reader that finds the entry finds the page whole. Every
-        // part locked and bumped (the tag changes), every word stored, the flags cleared.
+        // part locked and bumped (the tag changes), every word stored, the flags set.
         self.page(s).write_all(|w| {
             w.set_tag(block + 1);
             w.set_words(0, &p);
             for k in w.parts() {
-                set_flags(w, k, 0);
+                set_flags(w, k, flags);
             }
         });
         let m = self.meta(s);
         m.referenced.store(1, Ordering::Relaxed);
         m.tag.store(block + 1, Ordering::Relaxed);
         self.index_insert(sw, block, s);
-        Ok(s)
+        Ok((s, !from_disk))
     }
 
     fn index_insert(&self, sw: &mut Sweep, block: u64, s: usize) {
@@ -744,6 +762,14 @@ fn copy_in(p: &mut PartsWriter<'_, PART_WORDS, PARTS>, at: usize, data: &[u8]) {
         w[..end - i].copy_from_slice(&data[i - at..]);
         p.set(i / 8, u64::from_le_bytes(w));
     }
+}
+
+/// What fills a slot for a block that is not cached.
+enum Fill<'a> {
+    /// The block's bytes on the disk.
+    Disk,
+    /// A whole page the caller writes (`PAGE` bytes), and whether it is file data.
+    Bytes(&'a [u8], bool),
 }
 
 /// Part `k`'s flags, seen by a writer holding it (0 if it does not).
