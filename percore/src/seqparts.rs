@@ -124,19 +124,32 @@ impl<const W: usize, const P: usize> SeqParts<W, P> {
         self.parts.get(k).map(|p| &p.flags)
     }
 
+    /// The sum of parts `lo..=hi`'s generations, and their bitwise or (one test for all at
+    /// the end: any odd generation leaves its low bit in it).
+    #[inline]
+    fn gen_sum(&self, lo: usize, hi: usize, order: Ordering) -> (usize, usize) {
+        let (mut sum, mut any) = (0usize, 0usize);
+        let mut add = |p: &Part| {
+            let g = p.generation.load(order);
+            any |= g;
+            sum = sum.wrapping_add(g);
+        };
+        if lo == 0 && hi + 1 == P {
+            // Every part (a whole page: file data, write-back): a loop of constant length,
+            // which the compiler unrolls.
+            self.parts.iter().for_each(&mut add);
+        } else {
+            self.parts[lo..=hi].iter().for_each(&mut add);
+        }
+        (sum, any)
+    }
+
     /// Start a lock-free read of words `[first, end)`: `None` if a writer is in one of their
     /// parts (or the range is out of the array).
     #[inline]
     pub fn begin(&self, first: usize, end: usize) -> Option<ReadWindow> {
         let (lo, hi) = Self::parts_of(first, end)?;
-        // One test for all parts at the end (a whole page is 16 of them): any odd generation
-        // leaves its low bit in `any`.
-        let (mut sum, mut any) = (0usize, 0usize);
-        for p in &self.parts[lo..=hi] {
-            let g = p.generation.load(Ordering::Acquire);
-            any |= g;
-            sum = sum.wrapping_add(g);
-        }
+        let (sum, any) = self.gen_sum(lo, hi, Ordering::Acquire);
         (any & 1 == 0).then_some(ReadWindow { lo, hi, sum })
     }
 
@@ -160,12 +173,7 @@ impl<const W: usize, const P: usize> SeqParts<W, P> {
     pub fn validate(&self, w: &ReadWindow) -> bool {
         // Pairs with the writers' release fence (module comment).
         fence(Ordering::Acquire);
-        let (mut sum, mut any) = (0usize, 0usize);
-        for p in &self.parts[w.lo..=w.hi] {
-            let g = p.generation.load(Ordering::Relaxed);
-            any |= g;
-            sum = sum.wrapping_add(g);
-        }
+        let (sum, any) = self.gen_sum(w.lo, w.hi, Ordering::Relaxed);
         any & 1 == 0 && sum == w.sum
     }
 
