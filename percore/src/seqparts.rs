@@ -126,20 +126,28 @@ impl<const W: usize, const P: usize> SeqParts<W, P> {
 
     /// The sum of parts `lo..=hi`'s generations, and their bitwise or (one test for all at
     /// the end: any odd generation leaves its low bit in it).
-    #[inline]
+    #[inline(always)]
     fn gen_sum(&self, lo: usize, hi: usize, order: Ordering) -> (usize, usize) {
+        if lo == hi {
+            // One part (an inode, a record, a few bytes): the common case.
+            let g = self.parts[lo].generation.load(order);
+            return (g, g);
+        }
         let (mut sum, mut any) = (0usize, 0usize);
-        let mut add = |p: &Part| {
-            let g = p.generation.load(order);
-            any |= g;
-            sum = sum.wrapping_add(g);
-        };
         if lo == 0 && hi + 1 == P {
             // Every part (a whole page: file data, write-back): a loop of constant length,
             // which the compiler unrolls.
-            self.parts.iter().for_each(&mut add);
+            for p in &self.parts {
+                let g = p.generation.load(order);
+                any |= g;
+                sum = sum.wrapping_add(g);
+            }
         } else {
-            self.parts[lo..=hi].iter().for_each(&mut add);
+            for p in &self.parts[lo..=hi] {
+                let g = p.generation.load(order);
+                any |= g;
+                sum = sum.wrapping_add(g);
+            }
         }
         (sum, any)
     }
