@@ -506,7 +506,7 @@ fn a_whole_page_write_of_an_uncached_block_is_never_seen_as_zeros() {
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
                 // Mostly one word (a short copy: many tries per write), sometimes the page.
-                let want = if n % 8 == 0 { PAGE } else { 8 };
+                let want = if n.is_multiple_of(8) { PAGE } else { 8 };
                 if t.try_read(1, 3, 0, &mut page[..want]) {
                     let page = &page[..want];
                     seen.fetch_add(1, Ordering::Relaxed);
