@@ -12,6 +12,7 @@
 //! | [`mcs`] | MCS queue lock (qspinlock-style fast path) | Corey fig. 3 |
 //! | [`rwlock`] | scalable reader-writer lock (per-core reader counts, MCS writer queue) | Corey §2 |
 //! | [`seqlock`] | generation-counter lock-free reads/comparison | Linux dentry (seeds/002) |
+//! | [`seqparts`] | a seqlock split into parts (a generation and a lock per part, each on its own line): writers of different parts of one array do not disturb each other's readers | |
 //! | [`counter`] | `SloppyCounter`, `DistributedCounter` | seeds/002, Tornado fig. 1 |
 //! | [`clustered`] | clustered objects, miss handling, policies | Tornado §3 |
 //! | [`reclaim`] | existence guarantees by quiescence (token over per-core counts) | Tornado §5 |
@@ -37,6 +38,7 @@ pub mod per_core;
 pub mod reclaim;
 pub mod rwlock;
 pub mod seqlock;
+pub mod seqparts;
 pub mod selftest;
 pub mod slab;
 pub mod spin;

@@ -252,7 +252,7 @@ impl<const N: usize> WordsWriter<'_, N> {
 }
 
 #[cfg(not(loom))]
-mod storage {
+pub(crate) mod storage {
     use super::SeqData;
     use core::cell::UnsafeCell;
     use core::mem::{align_of, size_of, MaybeUninit};
@@ -260,14 +260,14 @@ mod storage {
 
     /// The value, read and written with relaxed atomics of the widest size its alignment
     /// allows, so concurrent readers and a writer never form a data race.
-    pub(super) struct Words<T>(UnsafeCell<T>);
+    pub(crate) struct Words<T>(UnsafeCell<T>);
 
     impl<T: SeqData> Words<T> {
-        pub(super) fn new(v: T) -> Self {
+        pub(crate) fn new(v: T) -> Self {
             Self(UnsafeCell::new(v))
         }
 
-        pub(super) fn load_racy(&self) -> MaybeUninit<T> {
+        pub(crate) fn load_racy(&self) -> MaybeUninit<T> {
             let mut out = MaybeUninit::<T>::uninit();
             let src = self.0.get() as *const u8;
             let dst = out.as_mut_ptr() as *mut u8;
@@ -297,7 +297,7 @@ mod storage {
         }
 
         /// Words `first ..` of a `T` that is a `u64` array (bounds checked by the caller).
-        pub(super) fn load_words_racy(&self, first: usize, out: &mut [u64]) {
+        pub(crate) fn load_words_racy(&self, first: usize, out: &mut [u64]) {
             debug_assert!((first + out.len()) * 8 <= size_of::<T>() && align_of::<T>() >= 8);
             let src = self.0.get() as *const u64;
             // Eight words per step (the fixed inner loop is unrolled): a page copy is about
@@ -319,7 +319,7 @@ mod storage {
         }
 
         /// Word `i` of a `T` that is a `u64` array (`i` checked by the caller).
-        pub(super) fn load_word(&self, i: usize) -> u64 {
+        pub(crate) fn load_word(&self, i: usize) -> u64 {
             debug_assert!((i + 1) * 8 <= size_of::<T>() && align_of::<T>() >= 8);
             // SAFETY: `i` is inside the array (caller), naturally aligned, and accessed only
             // atomically by concurrent parties.
@@ -327,13 +327,13 @@ mod storage {
         }
 
         /// Store word `i` of a `u64` array (`i` checked by the caller; lock holder only).
-        pub(super) fn store_word(&self, i: usize, v: u64) {
+        pub(crate) fn store_word(&self, i: usize, v: u64) {
             debug_assert!((i + 1) * 8 <= size_of::<T>() && align_of::<T>() >= 8);
             // SAFETY: as in `load_word`; only the lock holder stores.
             unsafe { AtomicU64::from_ptr((self.0.get() as *mut u64).add(i)) }.store(v, Ordering::Relaxed)
         }
 
-        pub(super) fn store_racy(&self, v: T) {
+        pub(crate) fn store_racy(&self, v: T) {
             let src = &v as *const T as *const u8;
             let dst = self.0.get() as *mut u8;
             let n = size_of::<T>();
@@ -358,14 +358,14 @@ mod storage {
 }
 
 #[cfg(loom)]
-mod storage {
+pub(crate) mod storage {
     //! Under loom the value lives in loom atomics, one per 8 bytes, so the model checker sees
     //! (and permutes) every word a reader copies.
     use super::SeqData;
     use core::mem::{size_of, MaybeUninit};
     use loom::sync::atomic::{AtomicU64, Ordering};
 
-    pub(super) struct Words<T> {
+    pub(crate) struct Words<T> {
         words: Box<[AtomicU64]>,
         _t: core::marker::PhantomData<T>,
     }
@@ -378,29 +378,29 @@ mod storage {
     }
 
     impl<T: SeqData> Words<T> {
-        pub(super) fn new(v: T) -> Self {
+        pub(crate) fn new(v: T) -> Self {
             let words = to_words(&v).into_iter().map(AtomicU64::new).collect();
             Self { words, _t: core::marker::PhantomData }
         }
-        pub(super) fn load_racy(&self) -> MaybeUninit<T> {
+        pub(crate) fn load_racy(&self) -> MaybeUninit<T> {
             let buf: Vec<u64> = self.words.iter().map(|w| w.load(Ordering::Relaxed)).collect();
             let mut out = MaybeUninit::<T>::uninit();
             // SAFETY: `buf` holds at least `size_of::<T>()` initialised bytes.
             unsafe { core::ptr::copy_nonoverlapping(buf.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8, size_of::<T>()) };
             out
         }
-        pub(super) fn load_words_racy(&self, first: usize, out: &mut [u64]) {
+        pub(crate) fn load_words_racy(&self, first: usize, out: &mut [u64]) {
             for (o, w) in out.iter_mut().zip(&self.words[first..]) {
                 *o = w.load(Ordering::Relaxed);
             }
         }
-        pub(super) fn load_word(&self, i: usize) -> u64 {
+        pub(crate) fn load_word(&self, i: usize) -> u64 {
             self.words[i].load(Ordering::Relaxed)
         }
-        pub(super) fn store_word(&self, i: usize, v: u64) {
+        pub(crate) fn store_word(&self, i: usize, v: u64) {
             self.words[i].store(v, Ordering::Relaxed)
         }
-        pub(super) fn store_racy(&self, v: T) {
+        pub(crate) fn store_racy(&self, v: T) {
             for (w, x) in self.words.iter().zip(to_words(&v)) {
                 w.store(x, Ordering::Relaxed);
             }

@@ -21,6 +21,7 @@ use percore::mcs::McsLock;
 use percore::reclaim::Domain;
 use percore::rwlock::RwLock;
 use percore::seqlock::{ReadPath, SeqLock};
+use percore::seqparts::SeqParts;
 
 /// A loom cell that may be shared: the primitive under test is what must make the accesses
 /// safe, and loom reports any access it failed to order.
@@ -316,6 +317,50 @@ fn seqlock_ranged_writes_never_torn() {
             assert_eq!(v, [2, 2, 2, 4, 4]);
             assert_eq!(path, ReadPath::Optimistic, "quiescent read must not need the lock");
             assert_eq!(s.generation(), 4);
+        },
+    );
+}
+
+#[test]
+fn seqparts_reads_never_torn() {
+    // A buffer-cache page in miniature split into three one-word parts (`SeqParts<1, 3>`).
+    // The writer: words 0-1 (parts 0 and 1, a record straddling two parts) to 2; words 1-2
+    // (parts 1 and 2) to 3; then every part with a new tag (a refill: tag 7, words 4). Every
+    // value a reader may accept, as (tag, words):
+    //   (0, [0, 0, 0])  (0, [2, 2, 0])  (0, [2, 3, 3])  (7, [4, 4, 4])
+    // A copy of any words in one window is one of those: never a straddling write half seen,
+    // never a tag with the other tag's words, never words of a writer still in its parts.
+    const STATES: [(u64, [u64; 3]); 4] = [(0, [0, 0, 0]), (0, [2, 2, 0]), (0, [2, 3, 3]), (7, [4, 4, 4])];
+    fn ok(tag: u64, first: usize, w: &[u64]) -> bool {
+        STATES.iter().any(|(t, st)| *t == tag && st[first..first + w.len()] == *w)
+    }
+    model_pair(
+        SeqParts::<1, 3>::new,
+        |s| {
+            s.write(0, 2, |p| assert!(p.set_words(0, &[2, 2]))).unwrap();
+            s.write(1, 3, |p| {
+                assert_eq!(p.get(1), Some(2), "a writer sees the last write");
+                assert!(p.set(2, 3) && p.set(1, 3));
+                assert!(!p.set(0, 9), "a store outside the writer's parts accepted");
+            })
+            .unwrap();
+            s.write_all(|p| assert!(p.set_tag(7) && p.set_words(0, &[4, 4, 4])));
+        },
+        |s| {
+            let mut two = [0u64; 2];
+            if let Some(tag) = s.try_read(0, &mut two) {
+                assert!(ok(tag, 0, &two), "torn read of parts 0-1: tag {tag}, {two:?}");
+            }
+            let mut one = [0u64; 1];
+            if let Some(tag) = s.try_read(2, &mut one) {
+                assert!(ok(tag, 2, &one), "torn read of part 2: tag {tag}, {one:?}");
+            }
+        },
+        |s| {
+            let mut all = [0u64; 3];
+            assert_eq!(s.try_read(0, &mut all), Some(7), "quiescent read must not fail");
+            assert_eq!(all, [4, 4, 4]);
+            assert_eq!((s.generation(0), s.generation(1), s.generation(2)), (Some(4), Some(6), Some(4)));
         },
     );
 }

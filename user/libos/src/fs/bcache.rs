@@ -8,15 +8,16 @@
 //! | --- | --- |
 //! | `Header`: magic, sizes, the fill lock (a `percore` ticket lock: no pointers, so it works between address spaces, which an MCS lock's stack nodes do not) and the clock hand | fill-lock holders |
 //! | `CoreStats` per core, each on its own 128-byte line | that core |
-//! | `Meta` per slot: dirty, data-class and referenced flags | writers (dirty, under the slot's lock), fill-lock holders, a reader once per eviction cycle (referenced) |
+//! | `Meta` per slot: the referenced flag and a copy of the tag | fill-lock holders, a reader once per eviction cycle (referenced) |
 //! | the index: open addressing, one `u64` per entry, `(block + 1) << 20 | slot` | fill-lock holders |
-//! | `SeqLock<Page>` per slot: word 0 is the tag (block + 1, 0 = free), then 512 words of data | writers under the slot's lock |
+//! | `Page` (`percore::SeqParts`) per slot: 16 part lines (each part's generation, writers' lock, dirty and data flags), the tag line (block + 1, 0 = free), then 512 words of data, 256 bytes per part | writers under their parts' locks; the tag only under all 16 |
 //!
 //! **Lookups take no lock and write nothing shared.** A hit loads the index entry for the
-//! block (acquire), copies the slot as a seqlock reader (`SeqLock::try_read`: generation,
-//! copy, generation) and accepts the copy only if its tag names the block. A slot is filled
-//! (tag and data in one seqlock write) before its index entry is published, and emptied
-//! (tag 0 in one seqlock write) before its entry is removed, so a reader that copied a slot
+//! block (acquire), copies the slot as a seqlock reader (`SeqParts::try_read`: the
+//! generations of the parts holding the words it wants, the copy with the tag, the same
+//! generations again) and accepts the copy only if its tag names the block. A slot is filled
+//! (tag and data in one write of every part) before its index entry is published, and emptied
+//! (tag 0 in one write of every part) before its entry is removed, so a reader that copied a slot
 //! whose tag names its block holds the whole page as it was at one moment while that slot
 //! held that block: never a torn page (the seqlock rejects copies a writer overlapped) and
 //! never another block's page (the tag is inside the copy). Anything else (no entry, a tag
@@ -24,9 +25,13 @@
 //! where index and slots do not change under the reader. A false miss costs time, never
 //! correctness, which is why the index may be rebuilt in place under the fill lock.
 //!
-//! **Writes to a cached page** take only that slot's seqlock (its ticket lock), check the tag
-//! inside the write and set the slot's dirty flag there, so an evictor, which clears the tag
-//! inside its own seqlock write only if the page is clean, never drops a write.
+//! **Writes to a cached page** lock only the parts (256 bytes each: one ext2 inode) holding
+//! the bytes they write, check the tag inside the write and set those parts' dirty flags
+//! there, so an evictor, which clears the tag with every part locked only if no part is dirty,
+//! never drops a write. Since session 14 a write of one inode bumps only its part's
+//! generation: a lock-free reader of another inode of the same inode-table block neither
+//! retries nor shares a line with it (one seqlock per page before: 1 594 of the POSIX
+//! commutativity cases conflicted on that word; docs/results.md, "Session 14").
 //!
 //! **No reference counts on pages.** Readers copy, so nothing pins a page: the sloppy
 //! reference counts are not needed by this design (they would be a write per lookup; here a
@@ -42,15 +47,29 @@ use core::mem::size_of;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use percore::pad::CachePadded;
-use percore::seqlock::{SeqLock, WordsWriter};
+use percore::seqparts::{PartsWriter, SeqParts};
 use percore::spin::TicketLock;
 
 /// Bytes of one page.
 pub const PAGE: usize = 4096;
 /// Words of data in a page.
 pub const PAGE_WORDS: usize = PAGE / 8;
-/// A slot's contents: the tag (block + 1; 0 = free), then the page.
-pub type Page = [u64; PAGE_WORDS + 1];
+/// Bytes of one part of a page: the largest ext2 inode (256 bytes), so that two inodes of one
+/// inode-table block never share a part (with 128-byte inodes two do: a writer of one then
+/// costs a reader of the other a retry, as before, no more). A directory record lies in one
+/// or a few parts.
+pub const PART: usize = 256;
+/// Words of one part.
+pub const PART_WORDS: usize = PART / 8;
+/// Parts of a page.
+pub const PARTS: usize = PAGE / PART;
+/// A slot: the tag (block + 1; 0 = free) and the page, under one seqlock per 256-byte part
+/// (session 14; docs/fs.md, "The buffer cache").
+pub type Page = SeqParts<PART_WORDS, PARTS>;
+/// A part's flags (`SeqParts::flags`): the part differs from the disk.
+const DIRTY: u32 = 1;
+/// A part's flags: the page is file data (written back before the other dirty pages).
+const DATA: u32 = 2;
 /// Cores with their own statistics line (others share the last one).
 pub const STAT_CORES: usize = 64;
 const MAGIC: u64 = 0x6263_6163_6865_3031; // "bcache01"
@@ -112,17 +131,14 @@ pub struct Stats {
     pub evictions: u64,
 }
 
-/// Each slot's on its own 128 bytes (session 12): every write into a page stores its slot's
-/// `dirty`, and with 24-byte records the slots of pages different cores write (each core's
-/// directory, its inode-table block) shared lines, 4 of the 7 lines `fs_create_private` still
-/// shared per op once the file system's one lock was split (docs/results.md, "Session 12").
+/// Each slot's on its own 128 bytes (session 12): with 24-byte records the slots of pages
+/// different cores use (each core's directory, its inode-table block) shared lines. The dirty
+/// and data flags a write stores moved in session 14 to the flags word of each part of the page
+/// (`DIRTY`, `DATA`), on the part's own line, so two writers of different inodes of one page
+/// store no common line.
 #[derive(Default)]
 #[repr(align(128))]
 struct Meta {
-    /// 1 while the page differs from the disk (set inside the slot's seqlock write).
-    dirty: AtomicU32,
-    /// 1 if the dirty page is file data (written back before the other dirty pages).
-    data: AtomicU32,
     /// Set by hits (only when clear), cleared by the clock hand.
     referenced: AtomicU32,
     /// A copy of the page's tag, changed only under the fill lock (as the tag is), so the
@@ -151,7 +167,7 @@ fn layout(slots: usize) -> Layout {
     let index = align(meta + slots * size_of::<Meta>(), 128);
     let index_len = (slots * 2).next_power_of_two();
     let pages = align(index + index_len * 8, 128);
-    let bytes = align(pages + slots * size_of::<SeqLock<Page>>(), PAGE);
+    let bytes = align(pages + slots * size_of::<Page>(), PAGE);
     Layout { stats, meta, index, index_len, pages, bytes }
 }
 
@@ -198,7 +214,7 @@ impl Table {
             }
             for s in 0..slots {
                 ((base + lay.meta) as *mut Meta).add(s).write(Meta::default());
-                ((base + lay.pages) as *mut SeqLock<Page>).add(s).write(SeqLock::new([0; PAGE_WORDS + 1]));
+                ((base + lay.pages) as *mut Page).add(s).write(Page::new());
             }
             for i in 0..lay.index_len {
                 ((base + lay.index) as *mut AtomicU64).add(i).write(AtomicU64::new(INDEX_EMPTY));
@@ -248,9 +264,35 @@ impl Table {
         unsafe { &*((self.base + self.lay.meta) as *const Meta).add(s) }
     }
 
-    fn page(&self, s: usize) -> &SeqLock<Page> {
+    fn page(&self, s: usize) -> &Page {
         // SAFETY: as `meta`.
-        unsafe { &*((self.base + self.lay.pages) as *const SeqLock<Page>).add(s) }
+        unsafe { &*((self.base + self.lay.pages) as *const Page).add(s) }
+    }
+
+    /// Whether any part of slot `s`'s page has `bit` in its flags.
+    fn any_flag(&self, s: usize, bit: u32) -> bool {
+        let p = self.page(s);
+        (0..PARTS).any(|k| p.flags(k).is_some_and(|f| f.load(Ordering::Acquire) & bit != 0))
+    }
+
+    /// Whether slot `s`'s page differs from the disk.
+    fn is_dirty(&self, s: usize) -> bool {
+        self.any_flag(s, DIRTY)
+    }
+
+    /// Empty slot `s` (tag 0) if its page is clean, in one write of every part (so every
+    /// lock-free reader of any part sees the tag change); `false` if it is dirty. Fill lock
+    /// held (the tag and `Meta::tag` change only there).
+    fn evict_if_clean(&self, s: usize) -> bool {
+        // Under every part's lock, where writers set `DIRTY`: none can dirty it meanwhile.
+        self.page(s).write_all(|p| {
+            if (0..PARTS).any(|k| p_flags(p, k) & DIRTY != 0) {
+                return false;
+            }
+            // The tag alone: a reader checks it inside its window, so the stale data words
+            // need not be touched.
+            p.set_tag(0)
+        })
     }
 
     fn index(&self, i: usize) -> &AtomicU64 {
@@ -296,7 +338,8 @@ impl Table {
         if at >= PAGE || buf.len() > PAGE - at {
             return false;
         }
-        // Only the tag and the words holding the bytes asked for, in one seqlock window.
+        // Only the tag and the words holding the bytes asked for, in one window of the parts
+        // holding them (a writer of another part of the page does not disturb it).
         let (first, end) = (at / 8, (at + buf.len()).div_ceil(8));
         // SAFETY: any bytes are a valid `u64` and the reverse; `align_to_mut` gives the
         // aligned middle part only.
@@ -305,14 +348,12 @@ impl Table {
             // Whole aligned words (pages and inodes into heap buffers): copy straight into
             // the caller's buffer; a failed window leaves garbage there that the slow path
             // overwrites, and nobody looks at it before that.
-            let mut tag = [0u64; 1];
-            if !self.page(s).try_read_ranges(&mut [(0, &mut tag), (1 + first, mid)]) || tag[0] != block + 1 {
+            if self.page(s).try_read(first, mid) != Some(block + 1) {
                 return false;
             }
             self.hit(core, s);
             return true;
         }
-        let mut tag = [0u64; 1];
         // A few words (an inode's fields, a block pointer, a byte) through a small buffer:
         // clearing a page-sized one costs more than the copy.
         let mut small = [0u64; 16];
@@ -323,7 +364,7 @@ impl Table {
             big = [0u64; PAGE_WORDS];
             &mut big[..end - first]
         };
-        if !self.page(s).try_read_ranges(&mut [(0, &mut tag), (1 + first, words)]) || tag[0] != block + 1 {
+        if self.page(s).try_read(first, words) != Some(block + 1) {
             return false;
         }
         copy_words_out(words, at % 8, buf);
@@ -343,27 +384,25 @@ impl Table {
     /// Write into cached page `block` under only its slot's lock. `false` if it is not cached
     /// (or `[at, at + data.len())` is not inside a page: `write` then says so).
     ///
-    /// A ranged write (`SeqLock::write_words`): only the words holding the bytes written are
+    /// A ranged write (`SeqParts::write`): only the words holding the bytes written are
     /// stored, so an inode or a directory entry costs a few stores, not a copy of the page in
-    /// and out, and only its cache lines change.
+    /// and out, and only its cache lines change; and only the parts (256 bytes each) holding
+    /// them are locked and their generations bumped, so a lock-free reader of another inode of
+    /// the same page is not disturbed, and a writer of another inode shares no line with it.
     pub fn try_write(&self, core: usize, block: u64, at: usize, data: &[u8], is_data: bool) -> bool {
-        if !in_page(at, data.len()) {
+        if !in_page(at, data.len()) || data.is_empty() {
             return false;
         }
         let Some(s) = self.find(block) else { return false };
-        let m = self.meta(s);
-        let done = self.page(s).write_words(|p| {
-            if p.get(0) != Some(block + 1) {
+        let done = self.page(s).write(at / 8, (at + data.len()).div_ceil(8), |p| {
+            // The tag changes only under every part's lock: stable while we hold ours.
+            if p.tag() != block + 1 {
                 return false;
             }
             copy_in(p, at, data);
-            // Inside the slot's lock: an evictor checks `dirty` under the same lock.
-            if is_data {
-                m.data.store(1, Ordering::Relaxed);
-            }
-            m.dirty.store(1, Ordering::Release);
+            mark_dirty(p, is_data);
             true
-        });
+        }) == Some(true);
         if done {
             self.stats_of(core).hits.fetch_add(1, Ordering::Relaxed);
         }
@@ -376,11 +415,19 @@ impl Table {
             return Ok(());
         }
         let mut sw = self.header().fill.lock();
-        let s = self.slot_for(core, &mut sw, io, block, true)?;
+        let (s, _) = self.slot_for(core, &mut sw, io, block, Fill::Disk)?;
         // Under the fill lock the slot keeps its block; a writer may still be in it, so read
-        // as a seqlock reader (falling back to the slot's lock).
-        let p = self.page(s).read();
-        copy_out(&p, at, buf);
+        // as a seqlock reader (falling back to the parts' locks).
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if at >= PAGE || buf.len() > PAGE - at {
+            return Err(IoError::Io);
+        }
+        let (first, end) = (at / 8, (at + buf.len()).div_ceil(8));
+        let mut words = [0u64; PAGE_WORDS];
+        self.page(s).read(first, &mut words[..end - first]);
+        copy_words_out(&words[..end - first], at % 8, buf);
         Ok(())
     }
 
@@ -392,31 +439,35 @@ impl Table {
         if !in_page(at, data.len()) {
             return Err(IoError::Io);
         }
+        if data.is_empty() {
+            return Ok(());
+        }
         let whole = at == 0 && data.len() == PAGE;
         let mut sw = self.header().fill.lock();
-        let s = self.slot_for(core, &mut sw, io, block, !whole)?;
-        let m = self.meta(s);
+        let fill = if whole { Fill::Bytes(data, is_data) } else { Fill::Disk };
+        let (s, done) = self.slot_for(core, &mut sw, io, block, fill)?;
+        if done {
+            return Ok(());
+        }
         // Under the fill lock nobody evicts the slot, so its tag still names `block`.
-        self.page(s).write_words(|p| {
+        self.page(s).write(at / 8, (at + data.len()).div_ceil(8), |p| {
             copy_in(p, at, data);
-            if is_data {
-                m.data.store(1, Ordering::Relaxed);
-            }
-            m.dirty.store(1, Ordering::Release);
+            mark_dirty(p, is_data);
         });
         Ok(())
     }
 
-    /// The slot holding `block`, filled from the disk (or zeroed if `!fill`) if it was not
-    /// cached. Fill lock held.
-    fn slot_for(&self, core: usize, sw: &mut Sweep, io: &mut dyn BlockIo, block: u64, fill: bool) -> Result<usize, IoError> {
+    /// The slot holding `block`, filled (from the disk, or with a whole page's bytes) if it
+    /// was not cached; and whether it was filled with the bytes (then it is dirty already and
+    /// the caller's write is done). Fill lock held.
+    fn slot_for(&self, core: usize, sw: &mut Sweep, io: &mut dyn BlockIo, block: u64, fill: Fill<'_>) -> Result<(usize, bool), IoError> {
         if block > MAX_BLOCK {
             return Err(IoError::Io);
         }
         if let Some(s) = self.find(block) {
             // Under the fill lock the index is exact: an entry names a slot holding its block.
             if self.meta(s).tag.load(Ordering::Relaxed) == block + 1 {
-                return Ok(s);
+                return Ok((s, false));
             }
             // Not reachable unless the shared memory was overwritten: drop the stale entry.
             self.index_remove(sw, block);
@@ -430,27 +481,43 @@ impl Table {
         if sw.tombs > self.lay.index_len / 4 {
             self.index_rebuild(sw);
         }
-        let mut p: Page = [0; PAGE_WORDS + 1];
-        p[0] = block + 1;
-        if fill {
-            let mut bytes = [0u8; PAGE];
-            let n = io.page_len(block).min(PAGE);
-            io.read_page(block, &mut bytes[..n])?;
-            st.disk_reads.fetch_add(1, Ordering::Relaxed);
-            for (w, c) in p[1..].iter_mut().zip(bytes.chunks_exact(8)) {
-                *w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+        let mut p = [0u64; PAGE_WORDS];
+        let from_disk;
+        let mut bytes = [0u8; PAGE];
+        let (src, flags): (&[u8], u32) = match fill {
+            Fill::Disk => {
+                let n = io.page_len(block).min(PAGE);
+                io.read_page(block, &mut bytes[..n])?;
+                st.disk_reads.fetch_add(1, Ordering::Relaxed);
+                from_disk = true;
+                (&bytes, 0)
             }
+            // A whole page written: its bytes go in with the tag, dirty, in the one write that
+            // fills the slot. (Until session 14 the slot was published zeroed and the bytes
+            // written after: a lock-free reader that found the index entry in between read
+            // 4 KiB of zeros for a block that never held them.)
+            Fill::Bytes(data, is_data) => {
+                from_disk = false;
+                (data, if is_data { DIRTY | DATA } else { DIRTY })
+            }
+        };
+        for (w, c) in p.iter_mut().zip(src.chunks_exact(8)) {
+            *w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
         }
         // Fill before publishing: a reader that finds the entry finds the page whole. Every
-        // word is stored, none loaded (`set` would copy the old page out first).
-        self.page(s).write_words(|w| w.set_words(0, &p));
+        // part locked and bumped (the tag changes), every word stored, the flags set.
+        self.page(s).write_all(|w| {
+            w.set_tag(block + 1);
+            w.set_words(0, &p);
+            for k in w.parts() {
+                set_flags(w, k, flags);
+            }
+        });
         let m = self.meta(s);
-        m.dirty.store(0, Ordering::Relaxed);
-        m.data.store(0, Ordering::Relaxed);
         m.referenced.store(1, Ordering::Relaxed);
         m.tag.store(block + 1, Ordering::Relaxed);
         self.index_insert(sw, block, s);
-        Ok(s)
+        Ok((s, !from_disk))
     }
 
     fn index_insert(&self, sw: &mut Sweep, block: u64, s: usize) {
@@ -516,17 +583,8 @@ impl Table {
                     m.referenced.store(0, Ordering::Relaxed);
                     continue;
                 }
-                // Take the page only if it is clean, checked under the slot's lock, where
-                // writers set `dirty`.
-                let taken = self.page(s).write_words(|p| {
-                    if m.dirty.load(Ordering::Acquire) != 0 {
-                        return false;
-                    }
-                    // The tag alone: a reader checks it inside its window, so the stale data
-                    // words need not be touched.
-                    p.set(0, 0)
-                });
-                if taken {
+                // Take the page only if it is clean.
+                if self.evict_if_clean(s) {
                     m.tag.store(0, Ordering::Relaxed);
                     self.index_remove(sw, tag - 1);
                     self.stats_of(core).evictions.fetch_add(1, Ordering::Relaxed);
@@ -546,14 +604,13 @@ impl Table {
         let pass = |io: &mut dyn BlockIo, want_data: Option<bool>| -> Result<(), IoError> {
             let mut dirty: alloc::vec::Vec<(u64, usize)> = alloc::vec::Vec::new();
             for s in 0..self.slots {
-                let m = self.meta(s);
-                if m.dirty.load(Ordering::Acquire) == 0 {
+                if !self.is_dirty(s) {
                     continue;
                 }
-                if want_data.is_some_and(|d| d != (m.data.load(Ordering::Relaxed) != 0)) {
+                if want_data.is_some_and(|d| d != self.any_flag(s, DATA)) {
                     continue;
                 }
-                let tag = m.tag.load(Ordering::Relaxed);
+                let tag = self.meta(s).tag.load(Ordering::Relaxed);
                 if tag == 0 || only.is_some_and(|(a, b)| tag - 1 < a || tag > b) {
                     continue;
                 }
@@ -562,23 +619,31 @@ impl Table {
             }
             dirty.sort_unstable();
             let mut bytes = [0u8; PAGE];
+            let mut words = [0u64; PAGE_WORDS];
             for (block, s) in dirty {
-                let m = self.meta(s);
-                // Clear first: a write that lands after this sets it again and is written
-                // next time; one before it is in the copy below (its dirty store was after
-                // its data, and this swap acquires it).
-                m.dirty.swap(0, Ordering::AcqRel);
-                m.data.store(0, Ordering::Relaxed);
-                let p = self.page(s).read();
-                if p[0] != block + 1 {
+                let page = self.page(s);
+                // Clear first, part by part: a write that lands after this sets its part's
+                // flags again and is written next time; one before it is in the copy below
+                // (its flags store was after its data, and this swap acquires it).
+                let mut had = 0;
+                for k in 0..PARTS {
+                    if let Some(f) = page.flags(k) {
+                        had |= f.swap(0, Ordering::AcqRel);
+                    }
+                }
+                // The whole page, validated against every part (or under every part's lock).
+                if page.read(0, &mut words) != Some(block + 1) {
                     continue;
                 }
-                for (c, w) in bytes.chunks_exact_mut(8).zip(p[1..].iter()) {
+                for (c, w) in bytes.chunks_exact_mut(8).zip(words.iter()) {
                     c.copy_from_slice(&w.to_le_bytes());
                 }
                 let n = io.page_len(block).min(PAGE);
                 if let Err(e) = io.write_page(block, &bytes[..n]) {
-                    m.dirty.store(1, Ordering::Release);
+                    // Still to be written (with its class): part 0 carries it.
+                    if let Some(f) = page.flags(0) {
+                        f.fetch_or(had & (DIRTY | DATA), Ordering::Release);
+                    }
                     return Err(e);
                 }
                 self.stats_of(core).writebacks.fetch_add(1, Ordering::Relaxed);
@@ -611,13 +676,15 @@ impl Table {
     /// Mark page `block` as file data if it is cached and dirty (written back first).
     pub fn note_data(&self, block: u64) {
         if let Some(s) = self.find(block) {
-            self.meta(s).data.store(1, Ordering::Relaxed);
+            if let Some(f) = self.page(s).flags(0) {
+                f.fetch_or(DATA, Ordering::Relaxed);
+            }
         }
     }
 
     /// Dirty pages now.
     pub fn dirty_pages(&self) -> usize {
-        (0..self.slots).filter(|&s| self.meta(s).dirty.load(Ordering::Relaxed) != 0).count()
+        (0..self.slots).filter(|&s| self.is_dirty(s)).count()
     }
 
     /// Pages holding a block now.
@@ -634,36 +701,11 @@ impl Table {
             if tag == 0 {
                 continue;
             }
-            let taken = self.page(s).write_words(|p| {
-                if m.dirty.load(Ordering::Acquire) != 0 {
-                    return false;
-                }
-                p.set(0, 0)
-            });
-            if taken {
+            if self.evict_if_clean(s) {
                 m.tag.store(0, Ordering::Relaxed);
                 self.index_remove(&mut sw, tag - 1);
             }
         }
-    }
-}
-
-fn copy_out(p: &Page, at: usize, buf: &mut [u8]) {
-    if at.is_multiple_of(8) && buf.len().is_multiple_of(8) && at + buf.len() <= PAGE {
-        // Whole words (pages, inodes, descriptors): one 8-byte store each.
-        for (c, w) in buf.chunks_exact_mut(8).zip(&p[1 + at / 8..]) {
-            c.copy_from_slice(&w.to_le_bytes());
-        }
-        return;
-    }
-    let end = (at + buf.len()).min(PAGE);
-    let mut i = at;
-    while i < end {
-        let w = p[1 + i / 8].to_le_bytes();
-        let k = i % 8;
-        let n = (8 - k).min(end - i);
-        buf[i - at..i - at + n].copy_from_slice(&w[k..k + n]);
-        i += n;
     }
 }
 
@@ -693,32 +735,66 @@ fn in_page(at: usize, len: usize) -> bool {
     at.checked_add(len).is_some_and(|e| e <= PAGE)
 }
 
-/// Store `data` at byte `at` of the page (caller: `in_page`), inside a ranged seqlock write:
-/// one store per word the bytes cover, whole words as they are, the partly covered first and
-/// last words read, merged and stored whole (readers copy words, so a word is the unit a
-/// reader sees change). Nothing else of the page is stored.
-fn copy_in(p: &mut WordsWriter<'_, { PAGE_WORDS + 1 }>, at: usize, data: &[u8]) {
+/// Store `data` at byte `at` of the page (caller: `in_page`, and `p` holds the parts of those
+/// bytes), inside a ranged seqlock write: one store per word the bytes cover, whole words as
+/// they are, the partly covered first and last words read, merged and stored whole (readers
+/// copy words, so a word is the unit a reader sees change). Nothing else of the page is stored.
+fn copy_in(p: &mut PartsWriter<'_, PART_WORDS, PARTS>, at: usize, data: &[u8]) {
     let end = at + data.len();
     let mut i = at;
     if !i.is_multiple_of(8) && i < end {
         // The partly covered first word.
         let (k, n) = (i % 8, (8 - i % 8).min(end - i));
-        let mut w = p.get(1 + i / 8).unwrap_or(0).to_le_bytes();
+        let mut w = p.get(i / 8).unwrap_or(0).to_le_bytes();
         w[k..k + n].copy_from_slice(&data[..n]);
-        p.set(1 + i / 8, u64::from_le_bytes(w));
+        p.set(i / 8, u64::from_le_bytes(w));
         i += n;
     }
     // Whole words.
     let whole = (end - i) / 8;
     for (k, c) in data[i - at..i - at + whole * 8].chunks_exact(8).enumerate() {
-        p.set(1 + i / 8 + k, u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+        p.set(i / 8 + k, u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
     }
     i += whole * 8;
     if i < end {
         // The partly covered last word.
-        let mut w = p.get(1 + i / 8).unwrap_or(0).to_le_bytes();
+        let mut w = p.get(i / 8).unwrap_or(0).to_le_bytes();
         w[..end - i].copy_from_slice(&data[i - at..]);
-        p.set(1 + i / 8, u64::from_le_bytes(w));
+        p.set(i / 8, u64::from_le_bytes(w));
+    }
+}
+
+/// What fills a slot for a block that is not cached.
+enum Fill<'a> {
+    /// The block's bytes on the disk.
+    Disk,
+    /// A whole page the caller writes (`PAGE` bytes), and whether it is file data.
+    Bytes(&'a [u8], bool),
+}
+
+/// Part `k`'s flags, seen by a writer holding it (0 if it does not).
+fn p_flags(p: &PartsWriter<'_, PART_WORDS, PARTS>, k: usize) -> u32 {
+    p.flags(k).map_or(0, |f| f.load(Ordering::Acquire))
+}
+
+/// Set part `k`'s flags to `v` (a writer holding it).
+fn set_flags(p: &PartsWriter<'_, PART_WORDS, PARTS>, k: usize, v: u32) {
+    if let Some(f) = p.flags(k) {
+        f.store(v, Ordering::Release);
+    }
+}
+
+/// Mark the parts a writer holds dirty (and file data), inside its write: an evictor checks
+/// the flags with every part locked, so it never drops the write. Always a read-modify-write
+/// after the data (never skipped when the bit looks set already): a write-back clears the
+/// flags with a swap and then copies the page, and it is this release that makes it see the
+/// data, or else sets the bit again after the swap.
+fn mark_dirty(p: &PartsWriter<'_, PART_WORDS, PARTS>, is_data: bool) {
+    let bits = if is_data { DIRTY | DATA } else { DIRTY };
+    for k in p.parts() {
+        if let Some(f) = p.flags(k) {
+            f.fetch_or(bits, Ordering::Release);
+        }
     }
 }
 
