@@ -1384,23 +1384,30 @@ fn run_one(f: fn() -> TestResult) -> Result<Pass, Msg> {
     if after == before {
         return Ok(r);
     }
-    // First use of a kernel cache can keep pages; a second run must give everything back.
-    let before2 = free_pages();
-    f()?;
-    let after2 = settled_free(before2);
-    if after2 != before2 {
-        fail!(
-            "free pages {} -> {} ({:+}); on a second run {} -> {} ({:+})",
-            before,
-            after,
-            after as i64 - before as i64,
-            before2,
-            after2,
-            after2 as i64 - before2 as i64
-        );
+    // First use of a kernel cache can keep pages (page tables of a new address, a range's
+    // slot arrays, an object cache's first slab): a later run must give everything back. A
+    // leak loses pages on every run; a cache's warm-up only on the first ones (session 14:
+    // after the segment and range changes, `mman` at 1 vCPU kept 4 pages, then 1, then none).
+    let mut runs = alloc::vec![(before, after)];
+    for _ in 0..WARM_UP_RUNS {
+        let b = free_pages();
+        f()?;
+        let a = settled_free(b);
+        runs.push((b, a));
+        if a == b {
+            return Ok(r);
+        }
     }
-    Ok(r)
+    let mut m = Msg::new(format_args!("free pages lost on every one of {} runs:", runs.len()));
+    for (b, a) in runs {
+        let _ = write!(m, " {b} -> {a} ({:+})", a as i64 - b as i64);
+    }
+    Err(m)
 }
+
+/// Runs after the first that may still keep pages in kernel caches before a test that loses
+/// pages on each of them is called a leak.
+const WARM_UP_RUNS: usize = 3;
 
 fn main(args: &'static str) -> u64 {
     let si = libos::start_info();
