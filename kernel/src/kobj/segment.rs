@@ -33,7 +33,8 @@ impl Drop for Frame {
 /// A place this segment is mapped: `[voff, voff + len)` of an address range, starting at
 /// segment offset `soff`. The link to the range writes none of its counts (`KLink`): the
 /// range's drop removes this entry (`AddressRange::drop` -> `remove_map`) before its memory
-/// can go, so while the entry is here, under the map lock, the range's allocation is alive.
+/// can go, so while the entry is here, under its bucket's lock, the range's allocation is
+/// alive.
 pub struct SegMap {
     pub ar: KLink<KObject>,
     pub ar_key: usize,
@@ -61,17 +62,29 @@ pub struct Segment {
     /// (calls that commute) share only lines both read.
     read: ReadLine,
     pub inner: TicketLock<SegInner>,
-    /// The reverse map (where the segment is mapped), under a lock of its own on its own
-    /// line: making or removing a mapping takes only this lock, so it shares no line with a
-    /// grow, which takes only `inner` (issue 19: `segment_set_nbytes` growing x `ar_set_seg` /
-    /// `ar_unmap` of one segment). A shrink takes both, `inner` first (it must see every
-    /// mapping); so does a copy-on-write copy (it reads the mappings).
-    maps: MapLine,
+    /// The reverse map (where the segment is mapped), split by address range into
+    /// `RMAP_BUCKETS` buckets, each a lock, its records and the furthest end of its records
+    /// on a line of its own (`AddressRange::rmap_bucket` picks a range's bucket; consecutive
+    /// ranges of one core get different ones). Making or removing a mapping takes only its
+    /// range's bucket, so two ranges' mappings of one segment share no line written (issue 19:
+    /// `ar_set_seg` of Q x `ar_unmap` of R, one segment). A copy-on-write copy reads every
+    /// bucket; a shrink that must look (`page_lines` below) too.
+    rmap: [RmapBucket; RMAP_BUCKETS],
+    /// The per-page side of the reverse map (docs/objects.md "Segments: the reverse map per
+    /// page"): a word on a line of its own for each of the first `PAGE_LINES` pages and one
+    /// for all later pages (`group_of`). Each says whether its page exists (`G_EXISTS`, the
+    /// first `PAGE_LINES` only), whether a shrink is taking it (`G_SHRINKING`: registrations
+    /// wait) and a hint: a bucket that held a record covering the page (`G_HINT`; 0 = no
+    /// record covers it). A mapping checks and registers only its own pages' words; a shrink
+    /// to `n` pages takes only the words of pages `n` and up, and reads the buckets only if
+    /// one of them has a hint. So a mapping of page 0 and a shrink to one page share no line.
+    page_lines: [PageLine; PAGE_LINES + 1],
     /// Pages no shrink has gone below: `floor.0` never exceeds the page list's length outside
-    /// a shrink (a shrink lowers it, under both locks, before it truncates), and only shrinks
-    /// write it. With the map lock held (no shrink running) a mapping ending within it fits,
-    /// and a resize below it is a shrink, both known without reading the size, which every
-    /// grow writes. Not raised by grows (a later mapping past it reads the size instead).
+    /// a shrink (a shrink lowers it, under `inner` with the later pages' words taken, before
+    /// it truncates), and only shrinks write it. A mapping past the first `PAGE_LINES` pages
+    /// (whose words say nothing of existence) ending within it fits, known without reading
+    /// the size, which every grow writes. Not raised by grows (a later mapping past it reads
+    /// the size instead).
     floor: Floor,
     /// Per-core counted segments (`refcache`): set (once, SeqCst) by the first count change
     /// on a core other than the segment's origin, before that core writes its delta. While
@@ -84,8 +97,69 @@ pub struct Segment {
 #[repr(align(64))]
 struct RemoteLine(core::sync::atomic::AtomicBool);
 
+/// Buckets of the reverse map (`Segment::rmap`). Ranges made one after another on one core
+/// get consecutive buckets (`ar::AddressRange::new`), so a process's few ranges mapping one
+/// segment rarely share one.
+pub const RMAP_BUCKETS: usize = 4;
+
+/// Pages with a word of their own in `Segment::page_lines`; later pages share one word.
+/// Four lines (256 bytes a segment) cover the small segments that are mapped and resized
+/// on several cores at once (the commutativity fixture's are two pages); a larger segment
+/// still works, its later pages only share a word (a shrink past them and a mapping of them
+/// share a line, as every mapping and shrink did before).
+pub const PAGE_LINES: usize = 4;
+
+/// `page_lines` bits: the page exists (below the page list's length; first `PAGE_LINES`
+/// pages only).
+const G_EXISTS: u64 = 1;
+/// A shrink holds the word: registrations of its pages wait (it clears the bit when done).
+const G_SHRINKING: u64 = 2;
+/// Hint: bucket + 1 of a bucket that held (and may still hold) a record covering the page;
+/// 0 = no record covers the page. Set by the first registration; cleared or changed only
+/// by a shrink that holds the word (`G_SHRINKING`) and looked at every bucket.
+const G_HINT_SHIFT: u32 = 8;
+const G_HINT: u64 = 0xff << G_HINT_SHIFT;
+
+fn hint_of(w: u64) -> usize {
+    ((w & G_HINT) >> G_HINT_SHIFT) as usize
+}
+
+/// The word of `page`: its own for the first `PAGE_LINES` pages, the shared one after.
+fn group_of(page: u64) -> usize {
+    page.min(PAGE_LINES as u64) as usize
+}
+
+/// One bucket of the reverse map: its records and the furthest end (`soff + len`, 0 with
+/// none) among them, stored under the lock only when it changes. A shrink refused without a
+/// lock reads `end` (`shrink_busy_unlocked`).
 #[repr(align(64))]
-struct MapLine(TicketLock<Vec<SegMap>>);
+struct RmapBucket {
+    list: TicketLock<Vec<SegMap>>,
+    end: AtomicU64,
+}
+
+impl RmapBucket {
+    fn new() -> RmapBucket {
+        RmapBucket { list: TicketLock::new(Vec::new()), end: AtomicU64::new(0) }
+    }
+
+    /// Store the end if it changed (`list`: the locked records).
+    fn publish_end(&self, list: &[SegMap]) {
+        let end = list.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
+        if self.end.load(Ordering::Relaxed) != end {
+            self.end.store(end, Ordering::Release);
+        }
+    }
+}
+
+#[repr(align(64))]
+struct PageLine(AtomicU64);
+
+/// `add_map` found a page word held by a shrink: let the bucket go, wait, try again.
+enum Register {
+    Done,
+    Wait,
+}
 
 #[repr(align(64))]
 struct Floor(AtomicU64);
@@ -109,11 +183,8 @@ struct ReadLine {
 
 #[repr(align(64))]
 struct Summaries {
-    /// The end of the furthest mapping (`soff + len`, 0 with none): a shrink below it fails
-    /// `Busy`. Stored only when it changes, so making a mapping inside it writes no line a
-    /// reader reads. Stored under the map lock (the other fields of `ReadLine` under `inner`).
-    map_end: AtomicU64,
-    /// `SegInner::pinned_pages` (0 while nothing is pinned); stored under `inner`.
+    /// `SegInner::pinned_pages` (0 while nothing is pinned); stored under `inner`. (The
+    /// mappings' end is per bucket now: `RmapBucket::end`.)
     pinned: AtomicU64,
 }
 
@@ -124,7 +195,7 @@ impl ReadLine {
             nbytes: AtomicU64::new(g.nbytes),
             pages_ptr: AtomicUsize::new(g.pages.as_ptr() as usize),
             pages_len: AtomicUsize::new(g.pages.len()),
-            summaries: Summaries { map_end: AtomicU64::new(0), pinned: AtomicU64::new(0) },
+            summaries: Summaries { pinned: AtomicU64::new(0) },
         }
     }
 }
@@ -192,13 +263,30 @@ impl Segment {
 
     fn from_inner(node_core: u32, g: SegInner) -> Segment {
         let floor = Floor(AtomicU64::new(g.pages.len() as u64));
-        Segment { node_core, read: ReadLine::new(&g), inner: TicketLock::new(g), maps: MapLine(TicketLock::new(Vec::new())), floor, remote_counts: RemoteLine(core::sync::atomic::AtomicBool::new(false)) }
+        let len = g.pages.len();
+        Segment {
+            node_core,
+            read: ReadLine::new(&g),
+            inner: TicketLock::new(g),
+            rmap: core::array::from_fn(|_| RmapBucket::new()),
+            page_lines: core::array::from_fn(|i| PageLine(AtomicU64::new(if i < PAGE_LINES && i < len { G_EXISTS } else { 0 }))),
+            floor,
+            remote_counts: RemoteLine(core::sync::atomic::AtomicBool::new(false)),
+        }
     }
 
-    /// Whether the pages reach `end` bytes, read without a lock: from the floor, else from the
-    /// size (`ar::set_seg`'s check before it takes any lock; `add_map` checks again under the
-    /// map lock). A mapping inside the floor reads no line a grow writes.
+    /// Whether the pages reach `end` bytes, read without a lock (`ar::set_seg`'s check before
+    /// it takes any lock; `add_map` checks again with the pages' words). Ending in the first
+    /// `PAGE_LINES` pages: the last page's word alone, so a mapping of page 0 reads no line a
+    /// shrink to one page or a grow writes. Later: the floor, else the size.
     pub fn covers(&self, end: u64) -> bool {
+        let pages = end.div_ceil(PAGE_SIZE);
+        if pages == 0 {
+            return true;
+        }
+        if pages <= PAGE_LINES as u64 {
+            return self.page_lines[pages as usize - 1].0.load(Ordering::Acquire) & G_EXISTS != 0;
+        }
         end <= self.floor.0.load(Ordering::Acquire) * PAGE_SIZE || end <= self.nbytes().div_ceil(PAGE_SIZE) * PAGE_SIZE
     }
 
@@ -230,15 +318,6 @@ impl Segment {
         self.read.seq.store(s + 2, Ordering::Release);
     }
 
-    /// Store the mapping summary if it changed (`maps`: the list under the map lock, the
-    /// only writer of `map_end`).
-    fn publish_map_end(&self, maps: &[SegMap]) {
-        let end = maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
-        if self.read.summaries.map_end.load(Ordering::Relaxed) != end {
-            self.read.summaries.map_end.store(end, Ordering::Release);
-        }
-    }
-
     /// Store the pin summary if it changed (`g` is the locked state, the only writer of
     /// `pinned`).
     fn publish_pinned(&self, g: &SegInner) {
@@ -249,10 +328,89 @@ impl Segment {
     }
 
     /// Whether shrinking to `n` pages is refused because a mapping or a pin reaches past it,
-    /// read without the lock. Each summary is stored under the lock together with the change
-    /// it sums up, so a refusal is right at the moment the summary was read.
+    /// read without a lock; `false` means "not known", not "no". Reads the pin summary, then
+    /// the words of pages `n` and up (stopping at the first page that does not exist) and,
+    /// for a word with a hint, that bucket's end: a bucket whose records end past `n` pages
+    /// holds a mapping of a page from `n` up at the moment it is read (each end is stored
+    /// under its bucket's lock with the change it sums up), so `Busy` is right then, and the
+    /// mapping lies within the pages, so this is a shrink. Reads no other bucket: a refusal
+    /// because R maps page 0 reads R's bucket, not the one Q's new mapping of page 0 writes.
     fn shrink_busy_unlocked(&self, n: usize) -> bool {
-        (n as u64) * PAGE_SIZE < self.read.summaries.map_end.load(Ordering::Acquire) || (n as u64) < self.read.summaries.pinned.load(Ordering::Acquire)
+        if (n as u64) < self.read.summaries.pinned.load(Ordering::Acquire) {
+            return true;
+        }
+        let below = (n as u64) * PAGE_SIZE;
+        for gi in group_of(n as u64)..=PAGE_LINES {
+            let w = self.page_lines[gi].0.load(Ordering::Acquire);
+            if gi < PAGE_LINES && w & G_EXISTS == 0 {
+                return false; // no page here, so none after it
+            }
+            let h = hint_of(w);
+            if h != 0 && self.rmap[h - 1].end.load(Ordering::Acquire) > below {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A shrink from `old` to `n` pages (holding `inner`): take the words of pages `n` and up
+    /// (`G_SHRINKING`: registrations of those pages wait), then decide whether a mapping
+    /// covers one of them. Returns the range of words taken (to `release_pages`) and whether
+    /// the shrink is refused. With no hint on any taken word no record covers those pages
+    /// (a registration sets the hint before it pushes its record, and none can now), so no
+    /// bucket is read; else every bucket is read under its lock, and the hints are set
+    /// right again (a bucket that covers the page, or 0).
+    fn take_pages(&self, old: usize, n: usize) -> (core::ops::RangeInclusive<usize>, bool) {
+        if n >= old {
+            return (core::ops::RangeInclusive::new(1, 0), false); // takes nothing
+        }
+        let groups = group_of(n as u64)..=group_of(old as u64 - 1);
+        let mut hinted = false;
+        for gi in groups.clone() {
+            let w = self.page_lines[gi].0.fetch_or(G_SHRINKING, Ordering::AcqRel);
+            hinted |= hint_of(w) != 0;
+        }
+        if !hinted {
+            return (groups, false);
+        }
+        let below = (n as u64) * PAGE_SIZE;
+        let mut busy = false;
+        // The first bucket holding a record that covers each word's pages.
+        let mut found = [0usize; PAGE_LINES + 1];
+        for (b, bucket) in self.rmap.iter().enumerate() {
+            let list = bucket.list.lock();
+            for m in list.iter() {
+                if m.len == 0 {
+                    continue;
+                }
+                let end = m.soff + m.len;
+                busy |= end > below;
+                for gi in group_of(m.soff / PAGE_SIZE)..=group_of((end - 1) / PAGE_SIZE) {
+                    if groups.contains(&gi) && found[gi] == 0 {
+                        found[gi] = b + 1;
+                    }
+                }
+            }
+        }
+        // The words are held: no registration changes them until `release_pages`.
+        for gi in groups.clone() {
+            let w = self.page_lines[gi].0.load(Ordering::Relaxed);
+            self.page_lines[gi].0.store((w & !G_HINT) | ((found[gi] as u64) << G_HINT_SHIFT), Ordering::Relaxed);
+        }
+        (groups, busy)
+    }
+
+    /// Give back the words `take_pages` took; `gone`: the shrink was made, so pages `n` and up
+    /// no longer exist (published after the page list, so a registration that then sees the
+    /// word free sees the new size too).
+    fn release_pages(&self, groups: core::ops::RangeInclusive<usize>, n: usize, gone: bool) {
+        for gi in groups {
+            let mut w = self.page_lines[gi].0.load(Ordering::Relaxed) & !G_SHRINKING;
+            if gone && gi >= n {
+                w &= !G_EXISTS;
+            }
+            self.page_lines[gi].0.store(w, Ordering::Release);
+        }
     }
 
     pub fn set_nbytes(&self, nbytes: u64) -> Result<(), Error> {
@@ -260,11 +418,10 @@ impl Segment {
             return Err(Error::OutOfRange);
         }
         let n = pages_for(nbytes) as usize;
-        // Below the floor it is a shrink (see `floor`): one under a mapping or a pin fails
-        // without taking a lock or reading the size, so two such calls on two cores (they
-        // commute), or one and a grow, share no line written. A grow reads neither the
-        // summaries nor the map list (it cannot end below a mapping).
-        if (n as u64) < self.floor.0.load(Ordering::Acquire) && self.shrink_busy_unlocked(n) {
+        // A shrink under a mapping or a pin fails without taking a lock or reading the size,
+        // so two such calls on two cores (they commute), or one and a grow, share no line
+        // written. A grow reads only the words of the pages it adds (none exists yet).
+        if self.shrink_busy_unlocked(n) {
             return Err(Error::Busy);
         }
         let mut g = self.inner.lock();
@@ -281,15 +438,25 @@ impl Segment {
             }
             self.end_write(&g, s);
             reserved.map_err(|_| Error::NoMemory)?;
+            // The new pages exist: published after the list, so a registration that sees the
+            // bit finds the page there.
+            for gi in (n - extra)..n.min(PAGE_LINES) {
+                self.page_lines[gi].0.fetch_or(G_EXISTS, Ordering::Release);
+            }
         } else {
-            // A shrink (or a change inside the last page): no mapping may be made or removed
-            // meanwhile, so it holds the map lock too (`inner` first, as everywhere).
-            let maps = self.maps.0.lock();
-            let mapped_end = maps.iter().map(|m| m.soff + m.len).max().unwrap_or(0);
-            if (n as u64) * PAGE_SIZE < mapped_end || (g.pins > 0 && n < g.pinned_pages) {
+            // A shrink (or a change inside the last page). Pins first (no word taken yet).
+            if g.pins > 0 && n < g.pinned_pages {
                 return Err(Error::Busy);
             }
-            // Lowered before the pages go: `add_map`, which trusts it, waits for the map lock.
+            // No mapping of pages `n` and up may be made meanwhile: their words are taken
+            // (mappings of lower pages and removals go on).
+            let (groups, busy) = self.take_pages(g.pages.len(), n);
+            if busy {
+                self.release_pages(groups, n, false);
+                return Err(Error::Busy);
+            }
+            // Lowered before the pages go: `add_map` trusts it for pages past `PAGE_LINES`
+            // once the shared word is free again.
             if (n as u64) < self.floor.0.load(Ordering::Relaxed) {
                 self.floor.0.store(n as u64, Ordering::Release);
             }
@@ -299,7 +466,7 @@ impl Segment {
             g.pages.truncate(n);
             g.nbytes = nbytes;
             self.end_write(&g, s);
-            drop(maps);
+            self.release_pages(groups, n, true);
         }
         Ok(())
     }
@@ -426,17 +593,22 @@ impl Segment {
             }
         }
         if cow {
-            // Under the map lock, after the frames were shared above: a mapping made before
-            // this is in the list (and gets write-protected by the caller); one made after it
-            // faults its pages in later and finds them shared (`fault_page` maps a shared
-            // frame read-only), so none is missed although `add_map` does not take `inner`.
-            let list = self.maps.0.lock();
-            maps.try_reserve(list.len()).map_err(|_| Error::NoMemory)?;
-            for m in list.iter() {
-                // SAFETY: the entry is in the map list and the lock is held, so the range's
-                // drop has not removed it yet and its allocation is alive (`SegMap`).
-                if let Some(p) = unsafe { Peek::of_link(&m.ar) } {
-                    maps.push((p, m.voff, m.len));
+            // Every bucket under its lock, after the frames were shared above: a mapping made
+            // before a bucket is read is in it (and gets write-protected by the caller); one
+            // made after faults its pages in later and finds them shared (`fault_page` maps a
+            // shared frame read-only), so none is missed although `add_map` does not take
+            // `inner`. (A mapping is in exactly one bucket, its range's, from `add_map` to
+            // `remove_map`.)
+            for bucket in self.rmap.iter() {
+                let list = bucket.list.lock();
+                maps.try_reserve(list.len()).map_err(|_| Error::NoMemory)?;
+                for m in list.iter() {
+                    // SAFETY: the entry is in its bucket and the bucket's lock is held, so the
+                    // range's drop has not removed it yet and its allocation is alive
+                    // (`SegMap`).
+                    if let Some(p) = unsafe { Peek::of_link(&m.ar) } {
+                        maps.push((p, m.voff, m.len));
+                    }
                 }
             }
         }
@@ -540,30 +712,96 @@ impl Segment {
         r
     }
 
-    /// Record a mapping of `[m.soff, m.soff + m.len)`. `OutOfRange` if that reaches past the
-    /// segment's pages: checked here, under the map lock a shrink holds, because the caller's
-    /// own check (`ar::set_seg_peeked`) is made without it, and a shrink between the two
-    /// would otherwise leave a mapping past the end. Takes only the map lock: with it held no
-    /// shrink runs, so the pages reach the floor and the published list length (a grow
-    /// publishes the length only after the pages are there).
-    pub fn add_map(&self, m: SegMap) -> Result<(), Error> {
-        let mut maps = self.maps.0.lock();
+    /// Record a mapping of `[m.soff, m.soff + m.len)` in bucket `bucket` (the range's,
+    /// `AddressRange::rmap_bucket`; `remove_map` must be given the same). `OutOfRange` if it
+    /// reaches past the segment's pages: checked here, with the pages' words, because the
+    /// caller's own check (`ar::set_seg_peeked`) is made without them, and a shrink between
+    /// the two would otherwise leave a mapping past the end.
+    ///
+    /// Under the bucket's lock: each of its pages' words is read (a shrink holding one:
+    /// let the lock go, wait, again), its page must exist (first `PAGE_LINES` pages: the
+    /// word's bit; later ones: the floor or the published list length, as a grow publishes
+    /// the length after the pages are there), and a word with no hint gets this bucket's.
+    /// Then the record goes in. A shrink takes the words before it reads the buckets under
+    /// their locks, so it either finds this record or this call finds its word taken
+    /// (docs/objects.md). Writes only this bucket and, for a page no record covered, its word.
+    pub fn add_map(&self, m: SegMap, bucket: usize) -> Result<(), Error> {
         let end = m.soff.checked_add(m.len).ok_or(Error::OutOfRange)?;
-        if end > self.floor.0.load(Ordering::Acquire) * PAGE_SIZE && end > self.read.pages_len.load(Ordering::Acquire) as u64 * PAGE_SIZE {
-            return Err(Error::OutOfRange);
+        let b = &self.rmap[bucket % RMAP_BUCKETS];
+        loop {
+            let mut list = b.list.lock();
+            match self.register_pages(m.soff, end, bucket % RMAP_BUCKETS)? {
+                Register::Wait => {
+                    drop(list);
+                    // The shrink holding the word ends without waiting for anyone.
+                    while self.pages_held(m.soff, end) {
+                        core::hint::spin_loop();
+                    }
+                    continue;
+                }
+                Register::Done => {}
+            }
+            // A failed push leaves hints set: a hint may name a bucket without a record (the
+            // next shrink that looks sets it right).
+            try_push(&mut list, m)?;
+            if end > b.end.load(Ordering::Relaxed) {
+                b.end.store(end, Ordering::Release);
+            }
+            return Ok(());
         }
-        try_push(&mut maps, m)?;
-        self.publish_map_end(&maps);
-        Ok(())
     }
 
-    /// Forget the mapping of address range `ar_key` at `voff`.
-    pub fn remove_map(&self, ar_key: usize, voff: u64) {
-        let mut maps = self.maps.0.lock();
-        if let Some(i) = maps.iter().position(|m| m.ar_key == ar_key && m.voff == voff) {
-            let m = maps.swap_remove(i);
-            self.publish_map_end(&maps);
-            drop(maps);
+    /// The words of pages `[soff, end)` (bytes): whether a shrink holds one.
+    fn pages_held(&self, soff: u64, end: u64) -> bool {
+        if end <= soff {
+            return false;
+        }
+        (group_of(soff / PAGE_SIZE)..=group_of((end - 1) / PAGE_SIZE)).any(|gi| self.page_lines[gi].0.load(Ordering::Acquire) & G_SHRINKING != 0)
+    }
+
+    /// `add_map`'s check and hints (its bucket's lock held).
+    fn register_pages(&self, soff: u64, end: u64, bucket: usize) -> Result<Register, Error> {
+        if end <= soff {
+            return Ok(Register::Done);
+        }
+        let last_page = (end - 1) / PAGE_SIZE;
+        for gi in group_of(soff / PAGE_SIZE)..=group_of(last_page) {
+            let word = &self.page_lines[gi].0;
+            let mut w = word.load(Ordering::Acquire);
+            loop {
+                if w & G_SHRINKING != 0 {
+                    return Ok(Register::Wait);
+                }
+                if gi < PAGE_LINES && w & G_EXISTS == 0 {
+                    return Err(Error::OutOfRange);
+                }
+                if hint_of(w) != 0 {
+                    break;
+                }
+                match word.compare_exchange_weak(w, w | (((bucket + 1) as u64) << G_HINT_SHIFT), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => break,
+                    Err(now) => w = now,
+                }
+            }
+        }
+        // Pages past the first `PAGE_LINES`: their shared word was free (no shrink of them
+        // runs until this bucket's lock goes), so the floor and list length stand.
+        if last_page >= PAGE_LINES as u64 && end > self.floor.0.load(Ordering::Acquire) * PAGE_SIZE && end > self.read.pages_len.load(Ordering::Acquire) as u64 * PAGE_SIZE {
+            return Err(Error::OutOfRange);
+        }
+        Ok(Register::Done)
+    }
+
+    /// Forget the mapping of address range `ar_key` at `voff`, recorded in `bucket` (the one
+    /// `add_map` was given). Writes only that bucket: the pages' hints stay (a shrink that
+    /// finds a hint's bucket without a record covering the page reads the others).
+    pub fn remove_map(&self, ar_key: usize, bucket: usize, voff: u64) {
+        let b = &self.rmap[bucket % RMAP_BUCKETS];
+        let mut list = b.list.lock();
+        if let Some(i) = list.iter().position(|m| m.ar_key == ar_key && m.voff == voff) {
+            let m = list.swap_remove(i);
+            b.publish_end(&list);
+            drop(list);
             drop(m);
         }
     }
@@ -712,9 +950,9 @@ mod segshare_tests {
     }
     ktest! {
     fn segment_mappings_race_resizes() {
-        // Mappings (`add_map` / `remove_map`: the map lock only, the fit read from the floor)
-        // race resizes (a grow takes `inner` only; a shrink takes both and lowers the floor
-        // first). While a mapping of page 1 is recorded the segment must keep its 2 pages:
+        // Mappings (`add_map` / `remove_map`: the range's bucket and the pages' words) race
+        // resizes (a grow takes `inner` only; a shrink takes `inner` and the words of the
+        // pages it removes). While a mapping of page 1 is recorded the segment must keep its 2 pages:
         // a shrink to 1 page meanwhile is refused `Busy`, and a mapping made after a shrink
         // is refused `OutOfRange`. With one core the two sides alternate on it.
         use core::sync::atomic::AtomicBool;
@@ -728,7 +966,7 @@ mod segshare_tests {
         let done = AtomicBool::new(false);
         let map_once = || {
             let Some(ar) = link() else { return };
-            match seg.add_map(SegMap { ar, ar_key: 7, voff: 0, soff: PAGE_SIZE, len: PAGE_SIZE }) {
+            match seg.add_map(SegMap { ar, ar_key: 7, voff: 0, soff: PAGE_SIZE, len: PAGE_SIZE }, 3) {
                 Ok(()) => {
                     mapped.fetch_add(1, Ordering::Relaxed);
                     for _ in 0..2 {
@@ -737,7 +975,7 @@ mod segshare_tests {
                         }
                         core::hint::spin_loop();
                     }
-                    seg.remove_map(7, 0);
+                    seg.remove_map(7, 3, 0);
                     // Unmapped for a while: room for the other core's shrink.
                     for _ in 0..500 {
                         core::hint::spin_loop();
