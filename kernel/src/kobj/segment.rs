@@ -55,7 +55,6 @@ pub struct SegInner {
 }
 
 pub struct Segment {
-    pub node_core: u32,
     /// What readers read without the lock (`nbytes`, the lock-free side of `duplicate` and of
     /// `set_nbytes`' `Busy` check), written only under the lock, on a line apart from it: a
     /// size query or an eager copy writes no line of the segment, so two of them on two cores
@@ -72,13 +71,13 @@ pub struct Segment {
     rmap: [RmapBucket; RMAP_BUCKETS],
     /// The per-page side of the reverse map (docs/objects.md "Segments: the reverse map per
     /// page"): a word on a line of its own for each of the first `PAGE_LINES` pages and one
-    /// for all later pages (`group_of`). Each says whether its page exists (`G_EXISTS`, the
+    /// for all later pages, on the floor's line (`group_of`, `word`). Each says whether its page exists (`G_EXISTS`, the
     /// first `PAGE_LINES` only), whether a shrink is taking it (`G_SHRINKING`: registrations
     /// wait) and a hint: a bucket that held a record covering the page (`G_HINT`; 0 = no
     /// record covers it). A mapping checks and registers only its own pages' words; a shrink
     /// to `n` pages takes only the words of pages `n` and up, and reads the buckets only if
     /// one of them has a hint. So a mapping of page 0 and a shrink to one page share no line.
-    page_lines: [PageLine; PAGE_LINES + 1],
+    page_lines: [PageLine; PAGE_LINES],
     /// Pages no shrink has gone below: `floor.0` never exceeds the page list's length outside
     /// a shrink (a shrink lowers it, under `inner` with the later pages' words taken, before
     /// it truncates), and only shrinks write it. A mapping past the first `PAGE_LINES` pages
@@ -98,16 +97,19 @@ pub struct Segment {
 struct RemoteLine(core::sync::atomic::AtomicBool);
 
 /// Buckets of the reverse map (`Segment::rmap`). Ranges made one after another on one core
-/// get consecutive buckets (`ar::AddressRange::new`), so a process's few ranges mapping one
-/// segment rarely share one.
-pub const RMAP_BUCKETS: usize = 4;
+/// get consecutive buckets (`ar::AddressRange::new`), so two ranges made in turn (a
+/// process's R and Q) never share one. Two, not more: every kernel object is as large as the
+/// largest kind, and each bucket is a line (memory and the cost of making an object: see
+/// docs/results.md, session 14 segmaps).
+pub const RMAP_BUCKETS: usize = 2;
 
-/// Pages with a word of their own in `Segment::page_lines`; later pages share one word.
-/// Four lines (256 bytes a segment) cover the small segments that are mapped and resized
-/// on several cores at once (the commutativity fixture's are two pages); a larger segment
+/// Pages with a word of their own in `Segment::page_lines`; later pages share one word (on
+/// the floor's line). Two lines cover the small segments that are mapped and resized on
+/// several cores at once (the commutativity fixture's are two pages); a larger segment
 /// still works, its later pages only share a word (a shrink past them and a mapping of them
-/// share a line, as every mapping and shrink did before).
-pub const PAGE_LINES: usize = 4;
+/// share a line, as every mapping and shrink did before). More lines make every kernel
+/// object larger (see `RMAP_BUCKETS`).
+pub const PAGE_LINES: usize = 2;
 
 /// `page_lines` bits: the page exists (below the page list's length; first `PAGE_LINES`
 /// pages only).
@@ -161,8 +163,13 @@ enum Register {
     Wait,
 }
 
+/// The floor (`Segment::floor`) and the word of the pages past the first `PAGE_LINES`
+/// (`Segment::word`), which a mapping of those pages reads with the floor anyway: one line.
 #[repr(align(64))]
-struct Floor(AtomicU64);
+struct Floor {
+    pages: AtomicU64,
+    rest: AtomicU64,
+}
 
 /// The segment's reader side (a seqlock over the size and the page list, plus summaries).
 #[repr(align(64))]
@@ -175,6 +182,10 @@ struct ReadLine {
     /// The page list's buffer (`SegInner::pages.as_ptr()`) and length, as of `seq`.
     pages_ptr: AtomicUsize,
     pages_len: AtomicUsize,
+    /// The core whose node the pages come from (`memid`). Never changes; here, in the
+    /// line's spare room, because a new page (the only reader) moves `seq` anyway, and a
+    /// line of its own would make every kernel object a line larger.
+    node_core: u32,
     /// The summaries below on a line of their own: a shrink refused `Busy` reads only them,
     /// so a resize or a write of the pages on another core (which moves `seq`) shares no
     /// line with it.
@@ -189,8 +200,9 @@ struct Summaries {
 }
 
 impl ReadLine {
-    fn new(g: &SegInner) -> ReadLine {
+    fn new(g: &SegInner, node_core: u32) -> ReadLine {
         ReadLine {
+            node_core,
             seq: AtomicU64::new(0),
             nbytes: AtomicU64::new(g.nbytes),
             pages_ptr: AtomicUsize::new(g.pages.as_ptr() as usize),
@@ -262,14 +274,13 @@ impl Segment {
     }
 
     fn from_inner(node_core: u32, g: SegInner) -> Segment {
-        let floor = Floor(AtomicU64::new(g.pages.len() as u64));
+        let floor = Floor { pages: AtomicU64::new(g.pages.len() as u64), rest: AtomicU64::new(0) };
         let len = g.pages.len();
         Segment {
-            node_core,
-            read: ReadLine::new(&g),
+            read: ReadLine::new(&g, node_core),
             inner: TicketLock::new(g),
             rmap: core::array::from_fn(|_| RmapBucket::new()),
-            page_lines: core::array::from_fn(|i| PageLine(AtomicU64::new(if i < PAGE_LINES && i < len { G_EXISTS } else { 0 }))),
+            page_lines: core::array::from_fn(|i| PageLine(AtomicU64::new(if i < len { G_EXISTS } else { 0 }))),
             floor,
             remote_counts: RemoteLine(core::sync::atomic::AtomicBool::new(false)),
         }
@@ -285,9 +296,9 @@ impl Segment {
             return true;
         }
         if pages <= PAGE_LINES as u64 {
-            return self.page_lines[pages as usize - 1].0.load(Ordering::Acquire) & G_EXISTS != 0;
+            return self.word(pages as usize - 1).load(Ordering::Acquire) & G_EXISTS != 0;
         }
-        end <= self.floor.0.load(Ordering::Acquire) * PAGE_SIZE || end <= self.nbytes().div_ceil(PAGE_SIZE) * PAGE_SIZE
+        end <= self.floor.pages.load(Ordering::Acquire) * PAGE_SIZE || end <= self.nbytes().div_ceil(PAGE_SIZE) * PAGE_SIZE
     }
 
     /// The flag `refcache` keeps for this segment (see `remote_counts`).
@@ -341,7 +352,7 @@ impl Segment {
         }
         let below = (n as u64) * PAGE_SIZE;
         for gi in group_of(n as u64)..=PAGE_LINES {
-            let w = self.page_lines[gi].0.load(Ordering::Acquire);
+            let w = self.word(gi).load(Ordering::Acquire);
             if gi < PAGE_LINES && w & G_EXISTS == 0 {
                 return false; // no page here, so none after it
             }
@@ -351,6 +362,14 @@ impl Segment {
             }
         }
         false
+    }
+
+    /// The word of word group `gi` (`group_of`).
+    fn word(&self, gi: usize) -> &AtomicU64 {
+        match self.page_lines.get(gi) {
+            Some(l) => &l.0,
+            None => &self.floor.rest,
+        }
     }
 
     /// A shrink from `old` to `n` pages (holding `inner`): take the words of pages `n` and up
@@ -367,7 +386,7 @@ impl Segment {
         let groups = group_of(n as u64)..=group_of(old as u64 - 1);
         let mut hinted = false;
         for gi in groups.clone() {
-            let w = self.page_lines[gi].0.fetch_or(G_SHRINKING, Ordering::AcqRel);
+            let w = self.word(gi).fetch_or(G_SHRINKING, Ordering::AcqRel);
             hinted |= hint_of(w) != 0;
         }
         if !hinted {
@@ -394,8 +413,8 @@ impl Segment {
         }
         // The words are held: no registration changes them until `release_pages`.
         for gi in groups.clone() {
-            let w = self.page_lines[gi].0.load(Ordering::Relaxed);
-            self.page_lines[gi].0.store((w & !G_HINT) | ((found[gi] as u64) << G_HINT_SHIFT), Ordering::Relaxed);
+            let w = self.word(gi).load(Ordering::Relaxed);
+            self.word(gi).store((w & !G_HINT) | ((found[gi] as u64) << G_HINT_SHIFT), Ordering::Relaxed);
         }
         (groups, busy)
     }
@@ -405,11 +424,11 @@ impl Segment {
     /// word free sees the new size too).
     fn release_pages(&self, groups: core::ops::RangeInclusive<usize>, n: usize, gone: bool) {
         for gi in groups {
-            let mut w = self.page_lines[gi].0.load(Ordering::Relaxed) & !G_SHRINKING;
+            let mut w = self.word(gi).load(Ordering::Relaxed) & !G_SHRINKING;
             if gone && gi >= n {
                 w &= !G_EXISTS;
             }
-            self.page_lines[gi].0.store(w, Ordering::Release);
+            self.word(gi).store(w, Ordering::Release);
         }
     }
 
@@ -441,7 +460,7 @@ impl Segment {
             // The new pages exist: published after the list, so a registration that sees the
             // bit finds the page there.
             for gi in (n - extra)..n.min(PAGE_LINES) {
-                self.page_lines[gi].0.fetch_or(G_EXISTS, Ordering::Release);
+                self.word(gi).fetch_or(G_EXISTS, Ordering::Release);
             }
         } else {
             // A shrink (or a change inside the last page). Pins first (no word taken yet).
@@ -457,8 +476,8 @@ impl Segment {
             }
             // Lowered before the pages go: `add_map` trusts it for pages past `PAGE_LINES`
             // once the shared word is free again.
-            if (n as u64) < self.floor.0.load(Ordering::Relaxed) {
-                self.floor.0.store(n as u64, Ordering::Release);
+            if (n as u64) < self.floor.pages.load(Ordering::Relaxed) {
+                self.floor.pages.store(n as u64, Ordering::Release);
             }
             let s = self.begin_write();
             // Frees the pages past the end in place (no allocation; freeing a frame takes
@@ -502,7 +521,7 @@ impl Segment {
         let r = (|| {
             for (idx, in_page, n, done) in pieces {
                 if g.pages[idx].is_none() {
-                    g.pages[idx] = Some(zeroed_page(self.node_core)?);
+                    g.pages[idx] = Some(zeroed_page(self.read.node_core)?);
                 }
                 let pa = g.pages[idx].as_ref().map(|f| f.pa).unwrap_or(0);
                 // SAFETY: the page belongs to this segment (held under the lock) and the copy
@@ -538,10 +557,10 @@ impl Segment {
         // A new frame in the slot is a change for lock-free readers (`duplicate`): made first,
         // then put in under an odd generation.
         let fresh = match slot {
-            None => Some(zeroed_page(self.node_core)?),
+            None => Some(zeroed_page(self.read.node_core)?),
             Some(f) if write && KRef::strong_count(f) > 1 => {
                 copied = true;
-                Some(copy_of(f, self.node_core)?)
+                Some(copy_of(f, self.read.node_core)?)
             }
             Some(_) => None,
         };
@@ -756,7 +775,7 @@ impl Segment {
         if end <= soff {
             return false;
         }
-        (group_of(soff / PAGE_SIZE)..=group_of((end - 1) / PAGE_SIZE)).any(|gi| self.page_lines[gi].0.load(Ordering::Acquire) & G_SHRINKING != 0)
+        (group_of(soff / PAGE_SIZE)..=group_of((end - 1) / PAGE_SIZE)).any(|gi| self.word(gi).load(Ordering::Acquire) & G_SHRINKING != 0)
     }
 
     /// `add_map`'s check and hints (its bucket's lock held).
@@ -766,7 +785,7 @@ impl Segment {
         }
         let last_page = (end - 1) / PAGE_SIZE;
         for gi in group_of(soff / PAGE_SIZE)..=group_of(last_page) {
-            let word = &self.page_lines[gi].0;
+            let word = &self.word(gi);
             let mut w = word.load(Ordering::Acquire);
             loop {
                 if w & G_SHRINKING != 0 {
@@ -786,7 +805,7 @@ impl Segment {
         }
         // Pages past the first `PAGE_LINES`: their shared word was free (no shrink of them
         // runs until this bucket's lock goes), so the floor and list length stand.
-        if last_page >= PAGE_LINES as u64 && end > self.floor.0.load(Ordering::Acquire) * PAGE_SIZE && end > self.read.pages_len.load(Ordering::Acquire) as u64 * PAGE_SIZE {
+        if last_page >= PAGE_LINES as u64 && end > self.floor.pages.load(Ordering::Acquire) * PAGE_SIZE && end > self.read.pages_len.load(Ordering::Acquire) as u64 * PAGE_SIZE {
             return Err(Error::OutOfRange);
         }
         Ok(Register::Done)
@@ -816,7 +835,7 @@ impl Segment {
         let mut g = self.inner.lock();
         let slot = g.pages.get_mut(idx as usize).ok_or(Error::OutOfRange)?;
         if slot.is_none() {
-            let fresh = zeroed_page(self.node_core)?;
+            let fresh = zeroed_page(self.read.node_core)?;
             let s = self.begin_write();
             g.pages[idx as usize] = Some(fresh);
             self.end_write(&g, s);
@@ -846,7 +865,7 @@ impl Segment {
         pas.try_reserve_exact(npages).map_err(|_| Error::NoMemory)?;
         for i in 0..npages {
             if g.pages[i].is_none() {
-                let fresh = zeroed_page(self.node_core)?;
+                let fresh = zeroed_page(self.read.node_core)?;
                 let s = self.begin_write();
                 g.pages[i] = Some(fresh);
                 self.end_write(&g, s);
@@ -1041,3 +1060,8 @@ mod segshare_tests {
     }
     }
 }
+
+/// Every kernel object is as large as its largest kind (a segment): the reverse map's lines
+/// (`rmap`, `page_lines`) cost every object their size. Session 14 (segmaps) took it from
+/// 448 to 576 bytes; a change that grows it should say why.
+const _: () = assert!(core::mem::size_of::<Segment>() <= 576);
