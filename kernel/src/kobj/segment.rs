@@ -1065,3 +1065,178 @@ mod segshare_tests {
 /// (`rmap`, `page_lines`) cost every object their size. Session 14 (segmaps) took it from
 /// 448 to 576 bytes; a change that grows it should say why.
 const _: () = assert!(core::mem::size_of::<Segment>() <= 576);
+
+/// Session 14 (segmaps): the reverse map in range buckets with per-page words (`rmap`,
+/// `page_lines`, docs/objects.md "Segments: the reverse map per page").
+mod segmaps_ktests {
+    use super::*;
+    use crate::kobj::kref::KLink;
+    use crate::kobj::{KObject, Kind};
+    use crate::{kassert, ktest};
+    use core::sync::atomic::AtomicBool;
+
+    fn err(e: Error) -> alloc::string::String {
+        alloc::format!("{e:?}")
+    }
+
+    fn mapping(holder: &ObjRef, ar_key: usize, voff: u64, page: u64) -> Option<SegMap> {
+        Some(SegMap { ar: KLink::from_raw(KRef::as_raw(holder))?, ar_key, voff, soff: page * PAGE_SIZE, len: PAGE_SIZE })
+    }
+
+    // Catches (planted once each, 2026-11-29): a shrink that reads only the hinted bucket
+    // or only bucket 0 (`take_pages`' loop over `rmap` cut to `take(1)`: the shrink to 1 page
+    // under B's mapping in bucket 1, whose page's hint still names bucket 0, was made:
+    // "shrinking under a mapping in bucket 1 gave Ok(())"); a copy-on-write copy that reads
+    // one bucket (`duplicate`'s loop cut to `take(1)`: "1 mappings to protect, expected 2");
+    // a shrink that leaves its pages' words saying they exist (`release_pages` without the
+    // `G_EXISTS` clear: "a mapping of page 0 after the shrink to 0 gave Ok(())"); ranges made
+    // in turn that share a bucket (`next_rmap_bucket` returning 0: "buckets 0 and 0").
+    ktest! {
+    fn rmap_buckets_and_page_words_shrink_and_protect_exactly() {
+        use crate::kobj::ar::AddressRange;
+        use abi::ArKind;
+        let before = crate::tests::quiescent_counts();
+        let me = crate::percpu::current_index() as u32;
+        // Ranges made in turn on one core: different buckets (R and Q of the fixture).
+        let (r1, r2) = (AddressRange::new(ArKind::Span2M, me).map_err(err)?, AddressRange::new(ArKind::Span2M, me).map_err(err)?);
+        kassert!(r1.rmap_bucket != r2.rmap_bucket, "ranges made in turn got buckets {} and {}", r1.rmap_bucket, r2.rmap_bucket);
+        drop((r1, r2));
+        let seg = Segment::new(4 * PAGE_SIZE, me).map_err(err)?;
+        let a = KObject::create(b"ktest-rmap-a", me, Kind::Segment(Segment::new(0, me).map_err(err)?)).map_err(err)?;
+        let b = KObject::create(b"ktest-rmap-b", me, Kind::Segment(Segment::new(0, me).map_err(err)?)).map_err(err)?;
+        // A stale hint: page 1 mapped in bucket 0 and unmapped, then mapped in bucket 1.
+        seg.add_map(mapping(&a, 1, 0, 1).ok_or("null link")?, 0).map_err(err)?;
+        seg.remove_map(1, 0, 0);
+        seg.add_map(mapping(&b, 2, 0, 1).ok_or("null link")?, 1).map_err(err)?;
+        let r = seg.set_nbytes(PAGE_SIZE);
+        kassert!(r == Err(Error::Busy), "shrinking under a mapping in bucket 1 gave {r:?}");
+        kassert!(seg.nbytes() == 4 * PAGE_SIZE, "the refused shrink changed the size to {}", seg.nbytes());
+        // Pages 2 and 3 (the shared word) are not mapped: that shrink is made.
+        seg.set_nbytes(2 * PAGE_SIZE).map_err(err)?;
+        seg.set_nbytes(4 * PAGE_SIZE).map_err(err)?;
+        // Page 3 (past the own words) mapped in bucket 0: a shrink to 3 pages is refused.
+        seg.add_map(mapping(&a, 1, 4 * PAGE_SIZE, 3).ok_or("null link")?, 0).map_err(err)?;
+        let r = seg.set_nbytes(3 * PAGE_SIZE);
+        kassert!(r == Err(Error::Busy), "shrinking under the mapping of page 3 gave {r:?}");
+        // A present page makes the copy-on-write copy take the locked path and read the map.
+        seg.fault_page(0, true).map_err(err)?;
+        let (copy, maps) = seg.duplicate(true, me).map_err(err)?;
+        kassert!(maps.len() == 2, "{} mappings to protect, expected 2 (one in each bucket)", maps.len());
+        kassert!(maps.iter().any(|(p, v, _)| p.is(&a) && *v == 4 * PAGE_SIZE) && maps.iter().any(|(p, v, _)| p.is(&b) && *v == 0), "the mappings found are not A's and B's");
+        drop(maps);
+        drop(copy);
+        seg.remove_map(2, 1, 0);
+        seg.remove_map(1, 0, 4 * PAGE_SIZE);
+        seg.set_nbytes(0).map_err(err)?;
+        let r = seg.add_map(mapping(&a, 1, 0, 0).ok_or("null link")?, 0);
+        kassert!(r == Err(Error::OutOfRange), "a mapping of page 0 after the shrink to 0 gave {r:?}");
+        kassert!(!seg.covers(PAGE_SIZE), "the pages' words still cover page 0 after the shrink to 0");
+        seg.set_nbytes(PAGE_SIZE).map_err(err)?;
+        seg.add_map(mapping(&a, 1, 0, 0).ok_or("null link")?, 0).map_err(err)?;
+        seg.remove_map(1, 0, 0);
+        drop(seg);
+        drop((a, b));
+        crate::tests::nothing_leaked_since(before)
+    }
+    }
+
+    // One core shrinks a 4-page segment to 1 page and grows it back; another maps page 0
+    // (never refused: no shrink takes its word) and page 1 or 3 (the shared word), in turns
+    // of bucket, and checks that while a mapping is recorded the segment keeps its page. With
+    // one core the two sides alternate on it. Catches a shrink that frees a mapped page or a
+    // mapping of a page a shrink removed (planted once, 2026-11-29: `register_pages` not
+    // waiting for `G_SHRINKING`: "wrong outcomes"), and a refused mapping of page 0.
+    ktest! {
+    fn rmap_shrink_races_mappings_of_other_pages() {
+        let before = crate::tests::quiescent_counts();
+        let me = crate::percpu::current_index() as u32;
+        let seg = Segment::new(4 * PAGE_SIZE, me).map_err(err)?;
+        let holder = KObject::create(b"ktest-rmap-race", me, Kind::Segment(Segment::new(0, me).map_err(err)?)).map_err(err)?;
+        let (bad, mapped, shrunk, refused) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+        let done = AtomicBool::new(false);
+        let map_once = |k: usize| {
+            let Some(m0) = mapping(&holder, 10, 0, 0) else { return };
+            // Page 0: the shrinks to 1 page never take its word.
+            if seg.add_map(m0, k % RMAP_BUCKETS).is_err() {
+                bad.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            let page = if k % 3 == 0 { 3 } else { 1 };
+            let Some(m) = mapping(&holder, 11, PAGE_SIZE, page) else { return };
+            match seg.add_map(m, (k + 1) % RMAP_BUCKETS) {
+                Ok(()) => {
+                    mapped.fetch_add(1, Ordering::Relaxed);
+                    for _ in 0..3 {
+                        if seg.nbytes() < (page + 1) * PAGE_SIZE || !seg.covers((page + 1) * PAGE_SIZE) {
+                            bad.fetch_add(1, Ordering::Relaxed);
+                        }
+                        core::hint::spin_loop();
+                    }
+                    seg.remove_map(11, (k + 1) % RMAP_BUCKETS, PAGE_SIZE);
+                }
+                Err(Error::OutOfRange) => {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            seg.remove_map(10, k % RMAP_BUCKETS, 0);
+            for _ in 0..300 {
+                core::hint::spin_loop();
+            }
+        };
+        let resize_once = || {
+            match seg.set_nbytes(PAGE_SIZE) {
+                Ok(()) => {
+                    shrunk.fetch_add(1, Ordering::Relaxed);
+                    for _ in 0..300 {
+                        core::hint::spin_loop();
+                    }
+                }
+                Err(Error::Busy) => {}
+                Err(_) => {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if seg.set_nbytes(4 * PAGE_SIZE).is_err() {
+                bad.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        let cores = crate::percpu::online_count();
+        crate::smp::run_on_all(&|i| {
+            if cores == 1 {
+                for k in 0..2000 {
+                    resize_once();
+                    if k % 2 == 0 {
+                        let _ = seg.set_nbytes(PAGE_SIZE);
+                    }
+                    map_once(k);
+                }
+            } else if i == 0 {
+                let deadline = crate::time::Deadline::after_ms(400);
+                let mut n = 0;
+                while !deadline.expired() || n < 500 {
+                    resize_once();
+                    n += 1;
+                }
+                done.store(true, Ordering::Release);
+            } else if i == 1 {
+                let mut k = 0;
+                while !done.load(Ordering::Acquire) {
+                    map_once(k);
+                    k += 1;
+                }
+            }
+        });
+        let (bad, mapped, shrunk, refused) = (bad.into_inner(), mapped.into_inner(), shrunk.into_inner(), refused.into_inner());
+        kassert!(bad == 0, "{bad} wrong outcomes ({mapped} mapped, {refused} refused, {shrunk} shrinks)");
+        kassert!(mapped > 0 && shrunk > 0, "the race never mapped ({mapped}) or never shrank ({shrunk})");
+        // Nothing is left recorded: a shrink to nothing is made.
+        seg.set_nbytes(0).map_err(err)?;
+        drop(seg);
+        drop(holder);
+        crate::tests::nothing_leaked_since(before)
+    }
+    }
+}
