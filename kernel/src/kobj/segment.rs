@@ -1090,7 +1090,8 @@ mod segmaps_ktests {
     // one bucket (`duplicate`'s loop cut to `take(1)`: "1 mappings to protect, expected 2");
     // a registration that does not wait for a shrink holding its page's word
     // (`register_pages` ignoring `G_SHRINKING`: "a registration of a page the shrink holds
-    // did not wait"; the race test below did not catch that one in one run);
+    // did not wait"; of the race tests, ours below missed it in one run and session 12's
+    // `segment_mappings_race_resizes` caught it in one of two);
     // a shrink that leaves its pages' words saying they exist (`release_pages` without the
     // `G_EXISTS` clear: "a mapping of page 0 after the shrink to 0 gave Ok(())"); ranges made
     // in turn that share a bucket (`next_rmap_bucket` returning 0: "buckets 0 and 0").
