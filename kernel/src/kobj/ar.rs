@@ -455,17 +455,13 @@ pub struct AddressRange {
     pub rmap_bucket: usize,
 }
 
-/// Ranges made on each core so far (`AddressRange::rmap_bucket`), each on its own line:
-/// written only by its core, so making ranges on two cores shares nothing.
-#[repr(align(64))]
-struct RangesMade(AtomicU64);
-
-static RANGES_MADE: [RangesMade; MAX_CORES] = [const { RangesMade(AtomicU64::new(0)) }; MAX_CORES];
-
+/// The bucket of a new range (`AddressRange::rmap_bucket`): from the count of ranges made on
+/// this core (in its per-core statistics, written only by this core, so making ranges on two
+/// cores shares nothing).
 fn next_rmap_bucket() -> usize {
-    let me = crate::percpu::current_index();
-    let k = RANGES_MADE[me % MAX_CORES].0.fetch_add(1, Ordering::Relaxed);
-    (k as usize + me) % super::segment::RMAP_BUCKETS
+    let c = crate::percpu::this();
+    let k = c.stats.ranges_made.fetch_add(1, Ordering::Relaxed);
+    (k as usize + c.index) % super::segment::RMAP_BUCKETS
 }
 
 /// Why a fault could not be resolved.
