@@ -994,14 +994,14 @@ fn segment_mapping_past_the_end_is_refused() {
     let seg = Segment::new(2 * PAGE_SIZE, 0).map_err(err)?;
     let holder = KObject::create(b"ktest-map", 0, Kind::Segment(Segment::new(0, 0).map_err(err)?)).map_err(err)?;
     let map = |soff: u64, len: u64| SegMap { ar: crate::kobj::kref::KLink::from_raw(KRef::as_raw(&holder)).expect("non-null"), ar_key: 1, voff: 0, soff, len };
-    let r = seg.add_map(map(PAGE_SIZE, 2 * PAGE_SIZE));
+    let r = seg.add_map(map(PAGE_SIZE, 2 * PAGE_SIZE), 0);
     kassert!(r == Err(abi::Error::OutOfRange), "a mapping past the end gave {r:?}");
-    let r = seg.add_map(map(PAGE_SIZE, u64::MAX));
+    let r = seg.add_map(map(PAGE_SIZE, u64::MAX), 0);
     kassert!(r == Err(abi::Error::OutOfRange), "an overflowing mapping gave {r:?}");
-    seg.add_map(map(PAGE_SIZE, PAGE_SIZE)).map_err(err)?;
+    seg.add_map(map(PAGE_SIZE, PAGE_SIZE), 0).map_err(err)?;
     let r = seg.set_nbytes(PAGE_SIZE);
     kassert!(r == Err(abi::Error::Busy), "shrinking under the mapping gave {r:?}");
-    seg.remove_map(1, 0);
+    seg.remove_map(1, 0, 0);
     let r = seg.set_nbytes(PAGE_SIZE);
     kassert!(r.is_ok(), "shrinking after the unmap gave {r:?}");
     drop(seg);

@@ -448,6 +448,20 @@ pub struct AddressRange {
     parents: TicketLock<Vec<ParentLink>>,
     /// Cores currently running with this range as their root.
     pub running: CoreSet,
+    /// The bucket of a segment's reverse map that this range's mappings go in
+    /// (`Segment::add_map` / `remove_map`): from a per-core count of ranges made, so ranges
+    /// made one after another on one core (a process's R and Q) get different buckets and
+    /// their mappings of one segment share no line.
+    pub rmap_bucket: usize,
+}
+
+/// The bucket of a new range (`AddressRange::rmap_bucket`): from the count of ranges made on
+/// this core (in its per-core statistics, written only by this core, so making ranges on two
+/// cores shares nothing).
+fn next_rmap_bucket() -> usize {
+    let c = crate::percpu::this();
+    let k = c.stats.ranges_made.fetch_add(1, Ordering::Relaxed);
+    (k as usize + c.index) % super::segment::RMAP_BUCKETS
 }
 
 /// Why a fault could not be resolved.
@@ -536,6 +550,7 @@ impl AddressRange {
             paged,
             parents: TicketLock::new(Vec::new()),
             running: CoreSet::new(),
+            rmap_bucket: next_rmap_bucket(),
         })
     }
 
@@ -741,10 +756,10 @@ pub fn set_seg_peeked(ar_obj: &super::share::Peek, voff: u64, seg_obj: &super::s
     let seg_ref = seg_obj.counted()?;
     // The reverse link writes no count of the range (`SegMap`, `KLink`).
     let ar_link = KLink::from_raw(ar_obj.as_raw()).ok_or(Error::NoSuchObject)?;
-    seg.add_map(SegMap { ar: ar_link, ar_key: ar.key(), voff, soff, len })?;
+    seg.add_map(SegMap { ar: ar_link, ar_key: ar.key(), voff, soff, len }, ar.rmap_bucket)?;
     if let Err(e) = insert_sorted(&mut g.maps, Mapping { voff, len, flags, target: Target::Seg { obj: seg_ref, soff } }) {
         drop(g);
-        seg.remove_map(ar.key(), voff);
+        seg.remove_map(ar.key(), ar.rmap_bucket, voff);
         return Err(e);
     }
     ar.publish(&g);
@@ -791,7 +806,7 @@ fn set_seg_paged(
         let mut g = paged.locks[slot].0.lock();
         // Room first, so that once the segment knows the mapping the push cannot fail.
         g.try_reserve(1).map_err(|_| Error::NoMemory)?;
-        seg.add_map(SegMap { ar: ar_link, ar_key: ar.key(), voff, soff, len })?;
+        seg.add_map(SegMap { ar: ar_link, ar_key: ar.key(), voff, soff, len }, ar.rmap_bucket)?;
         g.push(Mapping { voff, len, flags, target: Target::Seg { obj: seg_ref, soff } });
         paged.views[slot].publish(&g);
         Ok(())
@@ -993,7 +1008,7 @@ fn forget_reverse_links(ar: &AddressRange, removed: &[Mapping]) {
         match &m.target {
             Target::Seg { obj, .. } => {
                 if let Ok(seg) = obj.as_segment() {
-                    seg.remove_map(ar.key(), m.voff);
+                    seg.remove_map(ar.key(), ar.rmap_bucket, m.voff);
                 }
             }
             Target::Ar(child_obj) => {
@@ -1245,7 +1260,7 @@ impl Drop for AddressRange {
                 for m in core::mem::take(&mut *lock.0.lock()) {
                     if let Target::Seg { obj, .. } = &m.target {
                         if let Ok(seg) = obj.as_segment() {
-                            seg.remove_map(key, m.voff);
+                            seg.remove_map(key, self.rmap_bucket, m.voff);
                         }
                     }
                 }
@@ -1256,7 +1271,7 @@ impl Drop for AddressRange {
             match &m.target {
                 Target::Seg { obj, .. } => {
                     if let Ok(seg) = obj.as_segment() {
-                        seg.remove_map(key, m.voff);
+                        seg.remove_map(key, self.rmap_bucket, m.voff);
                     }
                 }
                 Target::Ar(child_obj) => {

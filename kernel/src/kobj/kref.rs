@@ -757,7 +757,7 @@ impl<T> Drop for KWeak<T> {
 /// A link to a value that neither keeps it alive nor writes any of its counts: for a reverse
 /// link whose holder the value's own drop removes, under a lock the link's users hold, before
 /// the allocation can be freed (a segment's reverse map entry for an address range:
-/// `AddressRange::drop` removes its entries under the segment's map lock, and the value is
+/// `AddressRange::drop` removes its entries under their bucket's lock, and the value is
 /// dropped before its allocation is freed). It was a `KWeak`, whose making and dropping wrote
 /// the range's count line, which every `obj_stat` and every counted reference of the range
 /// also touch (issue 19: `ar_set_seg` / `ar_unmap` x `obj_stat` / `share_addobj` of the
