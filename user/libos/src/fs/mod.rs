@@ -296,10 +296,12 @@ fn with_change<R>(mut f: impl FnMut(&mut Mounted) -> Result<R>) -> Result<R> {
 /// stripe `change_hook` is given. `Contended` (nothing written) when `f` needs more: the
 /// caller runs it again on the exclusive side. Why walks need no directory lock here: on this
 /// side a directory only gains or loses a record, each by one write of the bytes that change
-/// inside one block (one ranged seqlock write of the cache page, which a reader copies whole
-/// or not at all), or gains a block written before the size that exposes it; so a walk
-/// through a directory another core is changing sees it before or after that change, never
-/// half of it (a directory never shrinks or moves here: rmdir, rename and mkdir are exclusive).
+/// inside one block (one write of the cache page's parts that hold those bytes, all of them
+/// locked for it: a reader validates every part it copied, so it copies the record whole or
+/// not at all: `percore::seqparts`), or gains a block written before the size that exposes
+/// it; so a walk through a directory another core is changing sees it before or after that
+/// change, never half of it (a directory never shrinks or moves here: rmdir and rename are
+/// exclusive; a `mkdir` here only adds a record to its parent).
 fn with_dir_change<R>(f: impl FnOnce(&mut CoreFs) -> Result<R>) -> Result<R> {
     let c = crate::ctx::ctx().core as usize;
     let Some(l) = CORE_FS.get(c) else { return Err(FsError::Contended) };
