@@ -357,6 +357,17 @@ impl State {
                 self.fd(d)?;
                 Ok("0".into())
             }
+            // The names directly in the directory, sorted (`names` is a sorted map of paths,
+            // so its order is the byte order the guest sorts by), without `.` and `..`.
+            Op::Readdir(p) => {
+                let i = self.lookup(p)?;
+                if !self.inodes[&i].dir {
+                    return err(pc::ERR_NOT_DIR);
+                }
+                let prefix = format!("{}/", p.rel());
+                let names: Vec<&str> = self.names.keys().filter_map(|k| k.strip_prefix(&prefix)).filter(|leaf| !leaf.contains('/')).collect();
+                Ok(format!("dir:{}", names.join(",")))
+            }
             Op::Ftruncate(d, len) => {
                 let (i, _) = self.fd(d)?;
                 self.inodes.get_mut(&i).expect("open inode").data.resize(len as usize, 0);
@@ -679,6 +690,36 @@ mod tests {
         let mut s = State::fixture();
         s.apply(Op::Close(D2), 0);
         assert_eq!(s.apply(Op::Fsync(D2), 0), pc::ERR_BAD_FD);
+    }
+
+    // Catches a readdir that ignores the directory's entries (or lists its own path's
+    // siblings): it conflicts with creates, removes and renames of names in the directory,
+    // not with those elsewhere nor with writes to its files.
+    #[test]
+    fn readdir_lists_the_directory() {
+        assert_eq!(State::fixture().apply(Op::Readdir(Sub), 0), "dir:c");
+        assert_eq!(State::fixture().apply(Op::Readdir(M), 0), pc::ERR_NOT_FOUND);
+        assert_eq!(State::fixture().apply(Op::Readdir(A), 0), pc::ERR_NOT_DIR);
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Link(B, DN), 0), "0");
+        assert_eq!(s.apply(Op::Readdir(Sub), 0), "dir:c,n");
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Rename(Sub, M), 0), "0");
+        assert_eq!(s.apply(Op::Readdir(M), 0), "dir:c");
+        assert_eq!(s.apply(Op::Readdir(Sub), 0), pc::ERR_NOT_FOUND);
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Mkdir(M), 0), "0");
+        assert_eq!(s.apply(Op::Readdir(M), 0), "dir:");
+        assert!(!commutes(Op::Readdir(Sub), Op::Unlink(DC)));
+        assert!(!commutes(Op::Readdir(Sub), Op::Open(DN, OpenMode::CreateExcl)));
+        assert!(!commutes(Op::Readdir(Sub), Op::Rename(DC, DN)));
+        assert!(!commutes(Op::Readdir(M), Op::Mkdir(M)));
+        assert!(!commutes(Op::Readdir(M), Op::Open(M, OpenMode::CreateExcl)));
+        assert!(commutes(Op::Readdir(Sub), Op::Open(N, OpenMode::CreateExcl)));
+        assert!(commutes(Op::Readdir(Sub), Op::Write(D0)));
+        assert!(commutes(Op::Readdir(Sub), Op::Truncate(DC, 0)));
+        assert!(commutes(Op::Readdir(Sub), Op::Readdir(Sub)));
+        assert!(commutes(Op::Readdir(A), Op::Unlink(DC)));
     }
 
     #[test]
