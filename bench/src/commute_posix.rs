@@ -116,6 +116,10 @@ pub trait PosixFs {
     fn p_fsync(&self, fd: u64) -> Result<(), PErr>;
     /// The directory's entries (all of them, to the end), each given to `out.push`.
     fn p_readdir(&self, path: &[u8], out: &mut DirNames) -> Result<(), PErr>;
+    /// `symlink(target, path)`; `target` NUL-terminated.
+    fn p_symlink(&self, target: &[u8], path: &[u8]) -> Result<(), PErr>;
+    /// `readlink(path)` into `buf`: the target's length (cut to `buf`).
+    fn p_readlink(&self, path: &[u8], buf: &mut [u8]) -> Result<usize, PErr>;
     /// Anonymous private memory of `len` bytes; returns its address.
     fn p_mmap(&self, len: u64, prot: u64) -> Result<u64, PErr>;
     fn p_munmap(&self, addr: u64, len: u64) -> Result<(), PErr>;
@@ -214,7 +218,7 @@ struct Prepared {
 
 fn paths_of(op: Op) -> (Option<P>, Option<P>) {
     match op {
-        Op::Open(p, _) | Op::Stat(p) | Op::Unlink(p) | Op::Mkdir(p) | Op::Rmdir(p) | Op::Truncate(p, _) | Op::Readdir(p) => (Some(p), None),
+        Op::Open(p, _) | Op::Stat(p) | Op::Unlink(p) | Op::Mkdir(p) | Op::Rmdir(p) | Op::Truncate(p, _) | Op::Readdir(p) | Op::Symlink(p) | Op::Readlink(p) => (Some(p), None),
         Op::Link(a, b) | Op::Rename(a, b) => (Some(a), Some(b)),
         _ => (None, None),
     }
@@ -268,6 +272,8 @@ enum Raw {
     Data(Result<usize, PErr>),
     /// `readdir`: the names are in `Prepared::dir`.
     Dir(Result<(), PErr>),
+    /// `readlink`: the target's length; its bytes are in `Prepared::buf`.
+    Link(Result<usize, PErr>),
 }
 
 /// Run the call (inside the region: no allocation, no shared user memory).
@@ -293,6 +299,8 @@ fn call<F: PosixFs>(fs: &F, op: Op, a: &mut Prepared) -> Raw {
         Op::Ftruncate(_, len) => Raw::Unit(fs.p_ftruncate(a.fd, len)),
         Op::Fsync(_) => Raw::Unit(fs.p_fsync(a.fd)),
         Op::Readdir(_) => Raw::Dir(fs.p_readdir(a.p1.c(), &mut a.dir)),
+        Op::Symlink(_) => Raw::Unit(fs.p_symlink(SYMLINK_TARGET_C, a.p1.c())),
+        Op::Readlink(_) => Raw::Link(fs.p_readlink(a.p1.c(), &mut a.buf)),
         Op::Rmdir(_) => Raw::Unit(fs.p_rmdir(a.p1.c())),
         Op::Openat(_, m) => Raw::Fd(fs.p_openat(a.fd, a.p1.c(), m)),
         Op::Truncate(_, len) => Raw::Unit(fs.p_truncate(a.p1.c(), len)),
@@ -303,6 +311,10 @@ fn call<F: PosixFs>(fs: &F, op: Op, a: &mut Prepared) -> Raw {
     }
 }
 
+/// `pc::SYMLINK_TARGET` with its NUL.
+const SYMLINK_TARGET_C: &[u8] = b"a\0";
+const _: () = assert!(SYMLINK_TARGET_C.len() == pc::SYMLINK_TARGET.len() + 1 && SYMLINK_TARGET_C[0] == pc::SYMLINK_TARGET.as_bytes()[0]);
+
 /// The fixture's inode numbers, to name a stat's inode: `a`, `b`, `d`, `d/c`.
 const INO_NAMES: [&str; 4] = ["a", "b", "d", "c"];
 
@@ -310,6 +322,7 @@ const INO_NAMES: [&str; 4] = ["a", "b", "d", "c"];
 fn result_text(r: &Raw, buf: &[u8], dir: &DirNames, inos: &[AtomicU64; 4]) -> String {
     match r {
         Raw::Dir(Ok(())) => dir.text(),
+        Raw::Link(Ok(n)) => format!("link:{}", core::str::from_utf8(&buf[..*n]).unwrap_or("?")),
         Raw::Unit(Ok(())) => "0".into(),
         Raw::Fd(Ok(_)) | Raw::Pipe(Ok(_)) => "fd".into(),
         Raw::Map(Ok(_)) => "map".into(),
@@ -323,7 +336,7 @@ fn result_text(r: &Raw, buf: &[u8], dir: &DirNames, inos: &[AtomicU64; 4]) -> St
                 format!("f:{name}:{}:{}", s.nlink, s.size)
             }
         }
-        Raw::Unit(Err(e)) | Raw::Fd(Err(e)) | Raw::Pipe(Err(e)) | Raw::Map(Err(e)) | Raw::Stat(Err(e)) | Raw::Num(Err(e)) | Raw::Data(Err(e)) | Raw::Dir(Err(e)) => e.label(),
+        Raw::Unit(Err(e)) | Raw::Fd(Err(e)) | Raw::Pipe(Err(e)) | Raw::Map(Err(e)) | Raw::Stat(Err(e)) | Raw::Num(Err(e)) | Raw::Data(Err(e)) | Raw::Dir(Err(e)) | Raw::Link(Err(e)) => e.label(),
     }
 }
 
@@ -469,7 +482,12 @@ fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], new_fds:
         match fs.p_stat(path.c()) {
             Ok(s) if s.dir => fs.p_rmdir(path.c()).map_err(|x| format!("teardown: rmdir {rel}: {x:?}")),
             Ok(_) => fs.p_unlink(path.c()).map_err(|x| format!("teardown: unlink {rel}: {x:?}")),
-            Err(_) => Ok(()),
+            // Missing, or a dangling link (`d/n` -> `d/a`: `stat` follows it), which only
+            // `unlink` removes.
+            Err(_) => match fs.p_unlink(path.c()) {
+                Ok(()) | Err(PErr::NotFound) | Err(PErr::NotDir) => Ok(()),
+                Err(x) => Err(format!("teardown: unlink {rel} (not found by stat): {x:?}")),
+            },
         }
     };
     for top in pc::TEARDOWN {
@@ -830,6 +848,14 @@ mod linux_fs {
             unsafe { libc::close(fd) };
             r
         }
+        fn p_symlink(&self, target: &[u8], path: &[u8]) -> Result<(), PErr> {
+            // SAFETY: both NUL-terminated.
+            ok(unsafe { libc::symlink(cp(target), cp(path)) } as i64).map(|_| ())
+        }
+        fn p_readlink(&self, path: &[u8], buf: &mut [u8]) -> Result<usize, PErr> {
+            // SAFETY: `path` is NUL-terminated; the kernel writes at most `buf.len()` bytes.
+            ok(unsafe { libc::readlink(cp(path), buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } as i64).map(|n| n as usize)
+        }
         fn p_setup(&self) -> Result<(), PErr> {
             // A write to a pipe whose read end is closed (`close(P0)` then `write(P1)`) must
             // return EPIPE, as the model says, not kill the program with SIGPIPE.
@@ -1029,6 +1055,15 @@ mod ours_fs {
                 out.push(&e.name);
             }
             Ok(())
+        }
+        fn p_symlink(&self, target: &[u8], path: &[u8]) -> Result<(), PErr> {
+            lfs::symlink(s(target), s(path)).map_err(err)
+        }
+        fn p_readlink(&self, path: &[u8], buf: &mut [u8]) -> Result<usize, PErr> {
+            let t = lfs::readlink(s(path)).map_err(err)?;
+            let n = t.len().min(buf.len());
+            buf[..n].copy_from_slice(&t[..n]);
+            Ok(n)
         }
     }
 }
