@@ -114,10 +114,62 @@ pub trait PosixFs {
     fn p_dup(&self, fd: u64) -> Result<u64, PErr>;
     fn p_ftruncate(&self, fd: u64, len: u64) -> Result<(), PErr>;
     fn p_fsync(&self, fd: u64) -> Result<(), PErr>;
+    /// The directory's entries (all of them, to the end), each given to `out.push`.
+    fn p_readdir(&self, path: &[u8], out: &mut DirNames) -> Result<(), PErr>;
+    /// `symlink(target, path)`; `target` NUL-terminated.
+    fn p_symlink(&self, target: &[u8], path: &[u8]) -> Result<(), PErr>;
+    /// `readlink(path)` into `buf`: the target's length (cut to `buf`).
+    fn p_readlink(&self, path: &[u8], buf: &mut [u8]) -> Result<usize, PErr>;
     /// Anonymous private memory of `len` bytes; returns its address.
     fn p_mmap(&self, len: u64, prot: u64) -> Result<u64, PErr>;
     fn p_munmap(&self, addr: u64, len: u64) -> Result<(), PErr>;
     fn p_mprotect(&self, addr: u64, len: u64, prot: u64) -> Result<(), PErr>;
+}
+
+/// A `readdir`'s names, collected on the stack inside the measured region (sorted and
+/// formatted after it).
+pub struct DirNames {
+    names: [[u8; pc::DIR_NAME_MAX]; pc::DIR_MAX_NAMES],
+    lens: [usize; pc::DIR_MAX_NAMES],
+    count: usize,
+    /// A name longer than `DIR_NAME_MAX` or more than `DIR_MAX_NAMES` names: the result says
+    /// so rather than showing a cut list.
+    overflow: bool,
+}
+
+impl DirNames {
+    fn new() -> DirNames {
+        DirNames { names: [[0; pc::DIR_NAME_MAX]; pc::DIR_MAX_NAMES], lens: [0; pc::DIR_MAX_NAMES], count: 0, overflow: false }
+    }
+    /// One entry as the system listed it; `.` and `..` are left out.
+    pub fn push(&mut self, name: &[u8]) {
+        if name == b"." || name == b".." {
+            return;
+        }
+        if self.count == pc::DIR_MAX_NAMES || name.len() > pc::DIR_NAME_MAX {
+            self.overflow = true;
+            return;
+        }
+        self.names[self.count][..name.len()].copy_from_slice(name);
+        self.lens[self.count] = name.len();
+        self.count += 1;
+    }
+    /// `dir:` and the names in byte order joined by `,` (the model's format).
+    fn text(&self) -> String {
+        if self.overflow {
+            return "E:DirNamesOverflow".into();
+        }
+        let mut v: alloc::vec::Vec<&[u8]> = (0..self.count).map(|k| &self.names[k][..self.lens[k]]).collect();
+        v.sort();
+        let mut t = String::from("dir:");
+        for (k, n) in v.iter().enumerate() {
+            if k > 0 {
+                t.push(',');
+            }
+            t.push_str(core::str::from_utf8(n).unwrap_or("?"));
+        }
+        t
+    }
 }
 
 /// A NUL-terminated path on the stack.
@@ -161,11 +213,12 @@ struct Prepared {
     p2: Path,
     fd: u64,
     buf: [u8; pc::IO_BYTES],
+    dir: DirNames,
 }
 
 fn paths_of(op: Op) -> (Option<P>, Option<P>) {
     match op {
-        Op::Open(p, _) | Op::Stat(p) | Op::Unlink(p) | Op::Mkdir(p) | Op::Rmdir(p) | Op::Truncate(p, _) => (Some(p), None),
+        Op::Open(p, _) | Op::Stat(p) | Op::Unlink(p) | Op::Mkdir(p) | Op::Rmdir(p) | Op::Truncate(p, _) | Op::Readdir(p) | Op::Symlink(p) | Op::Readlink(p) => (Some(p), None),
         Op::Link(a, b) | Op::Rename(a, b) => (Some(a), Some(b)),
         _ => (None, None),
     }
@@ -202,6 +255,7 @@ fn prepare<F: PosixFs>(fs: &F, root: &str, op: Op, who: u8, fds: &[AtomicU64; pc
         p2: Path::new(root, b.map(P::rel)),
         fd,
         buf,
+        dir: DirNames::new(),
     }
 }
 
@@ -216,6 +270,10 @@ enum Raw {
     Stat(Result<PStat, PErr>),
     Num(Result<u64, PErr>),
     Data(Result<usize, PErr>),
+    /// `readdir`: the names are in `Prepared::dir`.
+    Dir(Result<(), PErr>),
+    /// `readlink`: the target's length; its bytes are in `Prepared::buf`.
+    Link(Result<usize, PErr>),
 }
 
 /// Run the call (inside the region: no allocation, no shared user memory).
@@ -240,6 +298,9 @@ fn call<F: PosixFs>(fs: &F, op: Op, a: &mut Prepared) -> Raw {
         Op::Dup(_) => Raw::Fd(fs.p_dup(a.fd)),
         Op::Ftruncate(_, len) => Raw::Unit(fs.p_ftruncate(a.fd, len)),
         Op::Fsync(_) => Raw::Unit(fs.p_fsync(a.fd)),
+        Op::Readdir(_) => Raw::Dir(fs.p_readdir(a.p1.c(), &mut a.dir)),
+        Op::Symlink(_) => Raw::Unit(fs.p_symlink(SYMLINK_TARGET_C, a.p1.c())),
+        Op::Readlink(_) => Raw::Link(fs.p_readlink(a.p1.c(), &mut a.buf)),
         Op::Rmdir(_) => Raw::Unit(fs.p_rmdir(a.p1.c())),
         Op::Openat(_, m) => Raw::Fd(fs.p_openat(a.fd, a.p1.c(), m)),
         Op::Truncate(_, len) => Raw::Unit(fs.p_truncate(a.p1.c(), len)),
@@ -250,12 +311,18 @@ fn call<F: PosixFs>(fs: &F, op: Op, a: &mut Prepared) -> Raw {
     }
 }
 
+/// `pc::SYMLINK_TARGET` with its NUL.
+const SYMLINK_TARGET_C: &[u8] = b"a\0";
+const _: () = assert!(SYMLINK_TARGET_C.len() == pc::SYMLINK_TARGET.len() + 1 && SYMLINK_TARGET_C[0] == pc::SYMLINK_TARGET.as_bytes()[0]);
+
 /// The fixture's inode numbers, to name a stat's inode: `a`, `b`, `d`, `d/c`.
 const INO_NAMES: [&str; 4] = ["a", "b", "d", "c"];
 
 /// The result in the model's format (`xtask/src/commute/posix_model.rs`).
-fn result_text(r: &Raw, buf: &[u8], inos: &[AtomicU64; 4]) -> String {
+fn result_text(r: &Raw, buf: &[u8], dir: &DirNames, inos: &[AtomicU64; 4]) -> String {
     match r {
+        Raw::Dir(Ok(())) => dir.text(),
+        Raw::Link(Ok(n)) => format!("link:{}", core::str::from_utf8(&buf[..*n]).unwrap_or("?")),
         Raw::Unit(Ok(())) => "0".into(),
         Raw::Fd(Ok(_)) | Raw::Pipe(Ok(_)) => "fd".into(),
         Raw::Map(Ok(_)) => "map".into(),
@@ -269,7 +336,7 @@ fn result_text(r: &Raw, buf: &[u8], inos: &[AtomicU64; 4]) -> String {
                 format!("f:{name}:{}:{}", s.nlink, s.size)
             }
         }
-        Raw::Unit(Err(e)) | Raw::Fd(Err(e)) | Raw::Pipe(Err(e)) | Raw::Map(Err(e)) | Raw::Stat(Err(e)) | Raw::Num(Err(e)) | Raw::Data(Err(e)) => e.label(),
+        Raw::Unit(Err(e)) | Raw::Fd(Err(e)) | Raw::Pipe(Err(e)) | Raw::Map(Err(e)) | Raw::Stat(Err(e)) | Raw::Num(Err(e)) | Raw::Data(Err(e)) | Raw::Dir(Err(e)) | Raw::Link(Err(e)) => e.label(),
     }
 }
 
@@ -415,7 +482,12 @@ fn remove_fixture<F: PosixFs>(fs: &F, fds: &[AtomicU64; pc::ALL_DESCS], new_fds:
         match fs.p_stat(path.c()) {
             Ok(s) if s.dir => fs.p_rmdir(path.c()).map_err(|x| format!("teardown: rmdir {rel}: {x:?}")),
             Ok(_) => fs.p_unlink(path.c()).map_err(|x| format!("teardown: unlink {rel}: {x:?}")),
-            Err(_) => Ok(()),
+            // Missing, or a dangling link (`d/n` -> `d/a`: `stat` follows it), which only
+            // `unlink` removes.
+            Err(_) => match fs.p_unlink(path.c()) {
+                Ok(()) | Err(PErr::NotFound) | Err(PErr::NotDir) => Ok(()),
+                Err(x) => Err(format!("teardown: unlink {rel} (not found by stat): {x:?}")),
+            },
         }
     };
     for top in pc::TEARDOWN {
@@ -498,7 +570,7 @@ pub fn run<T: Platform + PosixFs>(p: &T, pick: Option<&str>, emit: fn(&str)) -> 
                 p.marker(1);
                 let r = call(p, c.b, &mut prep);
                 p.marker(2);
-                let t = result_text(&r, &prep.buf, &inos);
+                let t = result_text(&r, &prep.buf, &prep.dir, &inos);
                 for (i, b) in t.bytes().take(b_text.len()).enumerate() {
                     b_text[i].store(b, SeqCst);
                 }
@@ -530,7 +602,7 @@ pub fn run<T: Platform + PosixFs>(p: &T, pick: Option<&str>, emit: fn(&str)) -> 
                 core::hint::spin_loop();
             }
             p.marker(5);
-            let a = result_text(&r, &prep.buf, &inos);
+            let a = result_text(&r, &prep.buf, &prep.dir, &inos);
             let n = b_len.load(SeqCst);
             let bt: String = b_text[..n].iter().map(|b| b.load(SeqCst) as char).collect();
             emit(&format!("commute-posix i={i} a={a} b={bt}"));
@@ -744,6 +816,46 @@ mod linux_fs {
             // SAFETY: see the impl's comment (fsync has no memory arguments).
             ok(unsafe { libc::fsync(fd as i32) } as i64).map(|_| ())
         }
+        fn p_readdir(&self, path: &[u8], out: &mut DirNames) -> Result<(), PErr> {
+            // What opendir/readdir/closedir do, without opendir's allocation: open the
+            // directory, getdents64 into a stack buffer until it returns 0, close.
+            // SAFETY: `path` is NUL-terminated (`Path::c`).
+            let fd = ok(unsafe { libc::open(cp(path), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) } as i64)? as i32;
+            let mut buf = [0u8; 1024];
+            let r = loop {
+                // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`, which lives
+                // across the call.
+                let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+                let n = match ok(n) {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => n as usize,
+                    Err(e) => break Err(e),
+                };
+                // linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, NUL-terminated name.
+                let mut at = 0;
+                while at + 19 < n {
+                    let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+                    if reclen < 20 || at + reclen > n {
+                        break;
+                    }
+                    let name = &buf[at + 19..at + reclen];
+                    let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                    out.push(&name[..len]);
+                    at += reclen;
+                }
+            };
+            // SAFETY: `fd` is the descriptor opened above, closed once.
+            unsafe { libc::close(fd) };
+            r
+        }
+        fn p_symlink(&self, target: &[u8], path: &[u8]) -> Result<(), PErr> {
+            // SAFETY: both NUL-terminated.
+            ok(unsafe { libc::symlink(cp(target), cp(path)) } as i64).map(|_| ())
+        }
+        fn p_readlink(&self, path: &[u8], buf: &mut [u8]) -> Result<usize, PErr> {
+            // SAFETY: `path` is NUL-terminated; the kernel writes at most `buf.len()` bytes.
+            ok(unsafe { libc::readlink(cp(path), buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } as i64).map(|n| n as usize)
+        }
         fn p_setup(&self) -> Result<(), PErr> {
             // A write to a pipe whose read end is closed (`close(P0)` then `write(P1)`) must
             // return EPIPE, as the model says, not kill the program with SIGPIPE.
@@ -935,6 +1047,23 @@ mod ours_fs {
         }
         fn p_fsync(&self, fd: u64) -> Result<(), PErr> {
             lfs::fsync(Fd(fd as u32)).map_err(err)
+        }
+        fn p_readdir(&self, path: &[u8], out: &mut DirNames) -> Result<(), PErr> {
+            // The library OS reads the whole directory in one call (its own allocation, as
+            // the other calls' is part of the system measured).
+            for e in lfs::readdir(s(path)).map_err(err)? {
+                out.push(&e.name);
+            }
+            Ok(())
+        }
+        fn p_symlink(&self, target: &[u8], path: &[u8]) -> Result<(), PErr> {
+            lfs::symlink(s(target), s(path)).map_err(err)
+        }
+        fn p_readlink(&self, path: &[u8], buf: &mut [u8]) -> Result<usize, PErr> {
+            let t = lfs::readlink(s(path)).map_err(err)?;
+            let n = t.len().min(buf.len());
+            buf[..n].copy_from_slice(&t[..n]);
+            Ok(n)
         }
     }
 }

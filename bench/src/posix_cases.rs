@@ -227,6 +227,16 @@ pub enum Op {
     Pipe,
     /// `fsync(fd)`: the file's data and the names leading to it made durable.
     Fsync(D),
+    /// The entries of the directory at the path (`opendir`/`readdir` to the end/`closedir`,
+    /// `getdents64` on Linux): the result is the sorted list of names without `.` and `..`
+    /// (`dir:c,n`; `dir:` for an empty directory), so the order a system keeps entries in is
+    /// not part of it.
+    Readdir(P),
+    /// `symlink(SYMLINK_TARGET, path)`: a symbolic link to `a`, relative to the link's own
+    /// directory (so `d/n` dangles: `d/a` does not exist).
+    Symlink(P),
+    /// `readlink(path)`: the link's target (`link:a`); `EINVAL` for a name that is not a link.
+    Readlink(P),
     /// `mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)`: the address is the
     /// system's choice and not part of the result (as a new descriptor's number); the cases
     /// never use the new mapping.
@@ -335,6 +345,16 @@ pub const CALLS: &[Call] = &[
     Call { name: "truncate", variants: &[Op::Truncate(A, 4096), Op::Truncate(B, 0), Op::Truncate(DC, 8192), Op::Truncate(M, 0), Op::Truncate(Sub, 0)] },
     Call { name: "pipe", variants: &[Op::Pipe] },
     Call { name: "fsync", variants: &[Op::Fsync(D0), Op::Fsync(D2)] },
+    // An existing directory (`d`, which creates, renames and unlinks in it change), a missing
+    // name (`m`, which `mkdir(m)` or `rename(d, m)` can make a directory, `open(m, O_CREAT)`
+    // a file), a file (`a`: ENOTDIR).
+    Call { name: "readdir", variants: &[Op::Readdir(Sub), Op::Readdir(M), Op::Readdir(A)] },
+    // A link in the fixture directory that resolves (`n` -> `a`) and one in `d` that dangles
+    // (`d/n` -> `d/a`). No class makes a link to a link (the target is always `a`, and no
+    // class renames a link onto `a`), so a path follows at most one link.
+    Call { name: "symlink", variants: &[Op::Symlink(N), Op::Symlink(DN)] },
+    // A name a case may make a link (`n`) and a file (`a`: EINVAL).
+    Call { name: "readlink", variants: &[Op::Readlink(N), Op::Readlink(A)] },
     Call { name: "mmap", variants: &[Op::Mmap(2 * PAGE, PROT_RW), Op::Mmap(3 * PAGE, PROT_READ), Op::Mmap(0, PROT_RW)] },
     Call {
         name: "munmap",
@@ -417,3 +437,11 @@ pub const ERR_NO_MEM: &str = "E:NoMem";
 /// `EPIPE`: a write to a pipe with no read end open (Linux's `SIGPIPE` is ignored by the
 /// guest program, so the call returns the error).
 pub const ERR_BROKEN_PIPE: &str = "E:BrokenPipe";
+
+/// Most names a `readdir` result holds (the fixture directory has at most 5, `d` at most 2):
+/// the guest collects them into a fixed buffer inside the measured region.
+pub const DIR_MAX_NAMES: usize = 8;
+/// Longest name a `readdir` result holds (the fixture's names are one byte).
+pub const DIR_NAME_MAX: usize = 8;
+/// What every `symlink` of a case points to (relative to the link's directory).
+pub const SYMLINK_TARGET: &str = "a";

@@ -42,6 +42,9 @@ pub struct Inode {
     pub dir: bool,
     pub nlink: u64,
     pub data: Vec<u8>,
+    /// A symbolic link's target (relative to the link's directory); `None` for a file or a
+    /// directory.
+    pub link: Option<&'static str>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,12 +75,12 @@ fn parent(p: P) -> Option<&'static str> {
 
 impl State {
     pub fn fixture() -> State {
-        let file = |seed: u8, n: u64| Inode { dir: false, nlink: 1, data: (0..n).map(|i| pc::fixture_byte(seed, i)).collect() };
+        let file = |seed: u8, n: u64| Inode { dir: false, nlink: 1, data: (0..n).map(|i| pc::fixture_byte(seed, i)).collect(), link: None };
         let mut inodes = BTreeMap::new();
-        inodes.insert(Ino::Root, Inode { dir: true, nlink: 3, data: Vec::new() });
+        inodes.insert(Ino::Root, Inode { dir: true, nlink: 3, data: Vec::new(), link: None });
         inodes.insert(Ino::Fix("a"), file(1, pc::FILE_BYTES));
         inodes.insert(Ino::Fix("b"), file(2, pc::FILE_BYTES));
-        inodes.insert(Ino::Fix("d"), Inode { dir: true, nlink: 2, data: Vec::new() });
+        inodes.insert(Ino::Fix("d"), Inode { dir: true, nlink: 2, data: Vec::new(), link: None });
         inodes.insert(Ino::Fix("c"), file(3, pc::SMALL_BYTES));
         let names = [("a", Ino::Fix("a")), ("b", Ino::Fix("b")), ("d", Ino::Fix("d")), ("d/c", Ino::Fix("c"))].into_iter().map(|(n, i)| (n.to_string(), i)).collect();
         let mut fds: BTreeMap<D, (Ino, u64)> = pc::DESCS.iter().map(|d| (*d, (Ino::Fix(d.file().expect("a file descriptor").rel()), 0))).collect();
@@ -105,6 +108,32 @@ impl State {
     fn lookup(&self, p: P) -> Result<Ino, String> {
         self.dir_of(p)?;
         self.names.get(p.rel()).copied().ok_or_else(|| pc::ERR_NOT_FOUND.to_string())
+    }
+
+    /// What the path `rel` names once a symbolic link as its last part is followed (its
+    /// target is taken from the link's directory, as POSIX says); `None` if nothing (a
+    /// dangling link). One hop: no case can make a link to a link (posix_cases' `symlink`).
+    fn follow(&self, rel: &str) -> Option<Ino> {
+        let i = *self.names.get(rel)?;
+        match self.inodes[&i].link {
+            None => Some(i),
+            Some(target) => {
+                let at = match rel.rsplit_once('/') {
+                    Some((dir, _)) => format!("{dir}/{target}"),
+                    None => target.to_string(),
+                };
+                let j = *self.names.get(&at)?;
+                assert!(self.inodes[&j].link.is_none(), "a link to a link: posix_cases has no such class");
+                Some(j)
+            }
+        }
+    }
+
+    /// `lookup` for the calls that follow a final symbolic link (`stat`, `truncate`,
+    /// `readdir`, `open` without `O_EXCL`).
+    fn lookup_follow(&self, p: P) -> Result<Ino, String> {
+        self.dir_of(p)?;
+        self.follow(p.rel()).ok_or_else(|| pc::ERR_NOT_FOUND.to_string())
     }
 
     fn has_children(&self, dir: &str) -> bool {
@@ -169,12 +198,17 @@ impl State {
     /// `open` of the name `rel` (relative to the fixture directory, its directory known to
     /// exist) with `mode`.
     fn open_name(&mut self, rel: String, mode: OpenMode, who: u8) -> Result<String, String> {
-        let found = self.names.get(&rel).copied();
+        // `O_CREAT | O_EXCL` fails on any existing name, a dangling link too (POSIX); the other
+        // modes open what a link names.
+        let found = match mode {
+            OpenMode::CreateExcl => self.names.get(&rel).copied(),
+            _ => self.follow(&rel),
+        };
         match (mode, found) {
             (OpenMode::CreateExcl, Some(_)) => err(pc::ERR_EXISTS),
             (OpenMode::CreateExcl, None) => {
                 let i = Ino::New(who);
-                self.inodes.insert(i, Inode { dir: false, nlink: 1, data: Vec::new() });
+                self.inodes.insert(i, Inode { dir: false, nlink: 1, data: Vec::new(), link: None });
                 self.names.insert(rel, i);
                 Ok("fd".into())
             }
@@ -213,7 +247,7 @@ impl State {
                 self.open_name(format!("{dir_path}/{}", p.leaf()), mode, who)
             }
             Op::Truncate(p, len) => {
-                let i = self.lookup(p)?;
+                let i = self.lookup_follow(p)?;
                 if self.inodes[&i].dir {
                     return err(pc::ERR_IS_DIR);
                 }
@@ -270,7 +304,7 @@ impl State {
                 Ok("0".into())
             }
             Op::Stat(p) => {
-                let i = self.lookup(p)?;
+                let i = self.lookup_follow(p)?;
                 Ok(self.stat_text(i))
             }
             Op::Fstat(d) => {
@@ -357,6 +391,36 @@ impl State {
                 self.fd(d)?;
                 Ok("0".into())
             }
+            // A new name for a new link inode (the directory's link count does not change).
+            Op::Symlink(p) => {
+                self.dir_of(p)?;
+                if self.names.contains_key(p.rel()) {
+                    return err(pc::ERR_EXISTS);
+                }
+                let i = Ino::New(who);
+                self.inodes.insert(i, Inode { dir: false, nlink: 1, data: pc::SYMLINK_TARGET.as_bytes().to_vec(), link: Some(pc::SYMLINK_TARGET) });
+                self.names.insert(p.rel().to_string(), i);
+                Ok("0".into())
+            }
+            // The name itself, not followed.
+            Op::Readlink(p) => {
+                let i = self.lookup(p)?;
+                match self.inodes[&i].link {
+                    Some(t) => Ok(format!("link:{t}")),
+                    None => err(pc::ERR_INVAL),
+                }
+            }
+            // The names directly in the directory, sorted (`names` is a sorted map of paths,
+            // so its order is the byte order the guest sorts by), without `.` and `..`.
+            Op::Readdir(p) => {
+                let i = self.lookup_follow(p)?;
+                if !self.inodes[&i].dir {
+                    return err(pc::ERR_NOT_DIR);
+                }
+                let prefix = format!("{}/", p.rel());
+                let names: Vec<&str> = self.names.keys().filter_map(|k| k.strip_prefix(&prefix)).filter(|leaf| !leaf.contains('/')).collect();
+                Ok(format!("dir:{}", names.join(",")))
+            }
             Op::Ftruncate(d, len) => {
                 let (i, _) = self.fd(d)?;
                 self.inodes.get_mut(&i).expect("open inode").data.resize(len as usize, 0);
@@ -404,7 +468,7 @@ impl State {
                     return err(pc::ERR_EXISTS);
                 }
                 let i = Ino::New(who);
-                self.inodes.insert(i, Inode { dir: true, nlink: 2, data: Vec::new() });
+                self.inodes.insert(i, Inode { dir: true, nlink: 2, data: Vec::new(), link: None });
                 self.names.insert(p.rel().to_string(), i);
                 self.dir_nlink(parent, 1);
                 Ok("0".into())
@@ -679,6 +743,70 @@ mod tests {
         let mut s = State::fixture();
         s.apply(Op::Close(D2), 0);
         assert_eq!(s.apply(Op::Fsync(D2), 0), pc::ERR_BAD_FD);
+    }
+
+    // Catches a readdir that ignores the directory's entries (or lists its own path's
+    // siblings): it conflicts with creates, removes and renames of names in the directory,
+    // not with those elsewhere nor with writes to its files.
+    #[test]
+    fn readdir_lists_the_directory() {
+        assert_eq!(State::fixture().apply(Op::Readdir(Sub), 0), "dir:c");
+        assert_eq!(State::fixture().apply(Op::Readdir(M), 0), pc::ERR_NOT_FOUND);
+        assert_eq!(State::fixture().apply(Op::Readdir(A), 0), pc::ERR_NOT_DIR);
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Link(B, DN), 0), "0");
+        assert_eq!(s.apply(Op::Readdir(Sub), 0), "dir:c,n");
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Rename(Sub, M), 0), "0");
+        assert_eq!(s.apply(Op::Readdir(M), 0), "dir:c");
+        assert_eq!(s.apply(Op::Readdir(Sub), 0), pc::ERR_NOT_FOUND);
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Mkdir(M), 0), "0");
+        assert_eq!(s.apply(Op::Readdir(M), 0), "dir:");
+        assert!(!commutes(Op::Readdir(Sub), Op::Unlink(DC)));
+        assert!(!commutes(Op::Readdir(Sub), Op::Open(DN, OpenMode::CreateExcl)));
+        assert!(!commutes(Op::Readdir(Sub), Op::Rename(DC, DN)));
+        assert!(!commutes(Op::Readdir(M), Op::Mkdir(M)));
+        assert!(!commutes(Op::Readdir(M), Op::Open(M, OpenMode::CreateExcl)));
+        assert!(commutes(Op::Readdir(Sub), Op::Open(N, OpenMode::CreateExcl)));
+        assert!(commutes(Op::Readdir(Sub), Op::Write(D0)));
+        assert!(commutes(Op::Readdir(Sub), Op::Truncate(DC, 0)));
+        assert!(commutes(Op::Readdir(Sub), Op::Readdir(Sub)));
+        assert!(commutes(Op::Readdir(A), Op::Unlink(DC)));
+    }
+
+    // Catches a symlink that the calls do not follow (stat of the link is the target's),
+    // one followed by O_EXCL or by rmdir/unlink, and a relative target taken from the
+    // fixture directory instead of the link's own.
+    #[test]
+    fn symlink_followed_by_stat_and_open_not_by_unlink() {
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Symlink(N), 0), "0");
+        assert_eq!(s.apply(Op::Readlink(N), 1), "link:a");
+        assert_eq!(s.apply(Op::Stat(N), 1), "f:a:1:8192");
+        assert_eq!(s.apply(Op::Open(N, OpenMode::Read), 1), "fd");
+        assert_eq!(s.apply(Op::Open(N, OpenMode::CreateExcl), 1), pc::ERR_EXISTS);
+        assert_eq!(s.apply(Op::Rmdir(N), 1), pc::ERR_NOT_DIR);
+        assert_eq!(s.apply(Op::Symlink(N), 1), pc::ERR_EXISTS);
+        assert_eq!(s.apply(Op::Unlink(N), 1), "0");
+        assert_eq!(s.apply(Op::Stat(A), 1), "f:a:1:8192");
+        // d/n -> d/a, which does not exist: dangling, but the name exists.
+        let mut s = State::fixture();
+        assert_eq!(s.apply(Op::Symlink(DN), 0), "0");
+        assert_eq!(s.apply(Op::Stat(DN), 1), pc::ERR_NOT_FOUND);
+        assert_eq!(s.apply(Op::Openat(DN, OpenMode::Read), 1), pc::ERR_NOT_FOUND);
+        assert_eq!(s.apply(Op::Openat(DN, OpenMode::CreateExcl), 1), pc::ERR_EXISTS);
+        assert_eq!(s.apply(Op::Readdir(Sub), 1), "dir:c,n");
+        assert_eq!(State::fixture().apply(Op::Readlink(A), 0), pc::ERR_INVAL);
+        assert_eq!(State::fixture().apply(Op::Readlink(N), 0), pc::ERR_NOT_FOUND);
+        assert!(!commutes(Op::Symlink(N), Op::Stat(N)));
+        assert!(!commutes(Op::Symlink(N), Op::Readlink(N)));
+        assert!(!commutes(Op::Symlink(DN), Op::Readdir(Sub)));
+        assert!(commutes(Op::Symlink(N), Op::Symlink(DN)));
+        assert!(commutes(Op::Symlink(N), Op::Stat(A)));
+        assert!(commutes(Op::Symlink(N), Op::Readdir(Sub)));
+        assert!(commutes(Op::Readlink(A), Op::Readlink(N)));
+        assert!(!commutes(Op::Symlink(N), Op::Symlink(N)));
     }
 
     #[test]
