@@ -1541,11 +1541,18 @@ mod slot_ktests {
     }
     }
 
+    /// A segment of `pages` pages and a 2 MiB range (the kind with per-slot writers), made
+    /// on this core.
+    fn segment_and_2m_range(seg_name: &[u8], ar_name: &[u8], pages: u64) -> Result<(ObjRef, ObjRef), String> {
+        let me = percpu::current_index() as u32;
+        let seg = KObject::create(seg_name, me, Kind::Segment(Segment::new(pages * PAGE_SIZE, me).map_err(err)?)).map_err(err)?;
+        let ar = KObject::create(ar_name, me, Kind::Ar(AddressRange::new(ArKind::Span2M, me).map_err(err)?)).map_err(err)?;
+        Ok((seg, ar))
+    }
+
     fn neighbours(cores: usize) -> Result<(), String> {
         let (pages0, live0) = crate::tests::quiescent_counts();
-        let me = percpu::current_index() as u32;
-        let seg = KObject::create(b"ktest-slots-seg", me, Kind::Segment(Segment::new(8 * PAGE_SIZE, me).map_err(err)?)).map_err(err)?;
-        let ar = KObject::create(b"ktest-slots-ar", me, Kind::Ar(AddressRange::new(ArKind::Span2M, me).map_err(err)?)).map_err(err)?;
+        let (seg, ar) = segment_and_2m_range(b"ktest-slots-seg", b"ktest-slots-ar", 8)?;
         let wrong = AtomicUsize::new(0);
         let first_wrong = AtomicUsize::new(0);
         let wins = AtomicUsize::new(0);
@@ -1672,9 +1679,7 @@ mod slot_ktests {
 
     fn one_state(cores: usize) -> Result<(), String> {
         let (pages0, live0) = crate::tests::quiescent_counts();
-        let me = percpu::current_index() as u32;
-        let seg = KObject::create(b"ktest-slots-seg2", me, Kind::Segment(Segment::new(2 * PAGE_SIZE, me).map_err(err)?)).map_err(err)?;
-        let ar = KObject::create(b"ktest-slots-ar2", me, Kind::Ar(AddressRange::new(ArKind::Span2M, me).map_err(err)?)).map_err(err)?;
+        let (seg, ar) = segment_and_2m_range(b"ktest-slots-seg2", b"ktest-slots-ar2", 2)?;
         let done = AtomicBool::new(false);
         let torn = AtomicUsize::new(0);
         let reads = AtomicUsize::new(0);

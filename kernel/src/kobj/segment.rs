@@ -974,7 +974,6 @@ mod segshare_tests {
         // pages it removes). While a mapping of page 1 is recorded the segment must keep its 2 pages:
         // a shrink to 1 page meanwhile is refused `Busy`, and a mapping made after a shrink
         // is refused `OutOfRange`. With one core the two sides alternate on it.
-        use core::sync::atomic::AtomicBool;
         use crate::kobj::Kind;
         let err = |e: Error| alloc::format!("{e:?}");
         let before = crate::tests::quiescent_counts();
@@ -982,7 +981,6 @@ mod segshare_tests {
         let holder = KObject::create(b"ktest-race-map", 0, Kind::Segment(Segment::new(0, 0).map_err(err)?)).map_err(err)?;
         let link = || KLink::from_raw(KRef::as_raw(&holder));
         let (bad, mapped, refused, shrunk) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
-        let done = AtomicBool::new(false);
         let map_once = || {
             let Some(ar) = link() else { return };
             match seg.add_map(SegMap { ar, ar_key: 7, voff: 0, soff: PAGE_SIZE, len: PAGE_SIZE }, 3) {
@@ -1008,49 +1006,9 @@ mod segshare_tests {
                 }
             }
         };
-        let resize_once = || {
-            match seg.set_nbytes(PAGE_SIZE) {
-                Ok(()) => {
-                    shrunk.fetch_add(1, Ordering::Relaxed);
-                    // Shrunk for a while: room for the other core's (refused) mapping.
-                    for _ in 0..500 {
-                        core::hint::spin_loop();
-                    }
-                }
-                Err(Error::Busy) => {}
-                Err(_) => {
-                    bad.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            if seg.set_nbytes(2 * PAGE_SIZE).is_err() {
-                bad.fetch_add(1, Ordering::Relaxed);
-            }
-        };
-        let cores = crate::percpu::online_count();
-        crate::smp::run_on_all(&|i| {
-            if cores == 1 {
-                for k in 0..2000 {
-                    resize_once();
-                    if k % 2 == 0 {
-                        // Between a shrink and the grow back: the mapping must not fit.
-                        let _ = seg.set_nbytes(PAGE_SIZE);
-                    }
-                    map_once();
-                }
-            } else if i == 0 {
-                let deadline = crate::time::Deadline::after_ms(400);
-                let mut n = 0;
-                while !deadline.expired() || n < 500 {
-                    resize_once();
-                    n += 1;
-                }
-                done.store(true, Ordering::Release);
-            } else if i == 1 {
-                while !done.load(Ordering::Acquire) {
-                    map_once();
-                }
-            }
-        });
+        // Shrunk for a while: room for the other core's (refused) mapping.
+        let resize_once = || super::segmaps_ktests::resize_once(&seg, 2 * PAGE_SIZE, 500, &shrunk, &bad);
+        super::segmaps_ktests::race_resizes_with_mappings(&seg, &resize_once, &|_| map_once());
         let (bad, mapped, refused, shrunk) = (bad.into_inner(), mapped.into_inner(), refused.into_inner(), shrunk.into_inner());
         kassert!(bad == 0, "{bad} wrong outcomes ({mapped} mapped, {refused} refused, {shrunk} shrinks)");
         kassert!(mapped > 0 && shrunk > 0, "the race never mapped ({mapped}) or never shrank ({shrunk})");
@@ -1077,6 +1035,62 @@ mod segmaps_ktests {
 
     fn err(e: Error) -> alloc::string::String {
         alloc::format!("{e:?}")
+    }
+
+    /// One round of the resizing side of a race with mappings: shrink `seg` to one page
+    /// (`shrunk` counts it; refused `Busy` while a mapping holds a page past it), hold that
+    /// for `hold_spins`, grow it back to `grow_to`; any other outcome counts in `bad`.
+    pub(super) fn resize_once(seg: &Segment, grow_to: u64, hold_spins: usize, shrunk: &AtomicUsize, bad: &AtomicUsize) {
+        match seg.set_nbytes(PAGE_SIZE) {
+            Ok(()) => {
+                shrunk.fetch_add(1, Ordering::Relaxed);
+                for _ in 0..hold_spins {
+                    core::hint::spin_loop();
+                }
+            }
+            Err(Error::Busy) => {}
+            Err(_) => {
+                bad.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if seg.set_nbytes(grow_to).is_err() {
+            bad.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Run `resize` against `map(k)` (k: the mapping round): with one core they alternate,
+    /// a shrink to one page left in place before every second mapping (which then must not
+    /// fit); with more, core 0 resizes for 400 ms (at least 500 times) while core 1 maps until
+    /// core 0 is done.
+    pub(super) fn race_resizes_with_mappings(seg: &Segment, resize: &(dyn Fn() + Sync), map: &(dyn Fn(usize) + Sync)) {
+        let done = AtomicBool::new(false);
+        let cores = crate::percpu::online_count();
+        crate::smp::run_on_all(&|i| {
+            if cores == 1 {
+                for k in 0..2000 {
+                    resize();
+                    if k % 2 == 0 {
+                        // Between a shrink and the grow back.
+                        let _ = seg.set_nbytes(PAGE_SIZE);
+                    }
+                    map(k);
+                }
+            } else if i == 0 {
+                let deadline = crate::time::Deadline::after_ms(400);
+                let mut n = 0;
+                while !deadline.expired() || n < 500 {
+                    resize();
+                    n += 1;
+                }
+                done.store(true, Ordering::Release);
+            } else if i == 1 {
+                let mut k = 0;
+                while !done.load(Ordering::Acquire) {
+                    map(k);
+                    k += 1;
+                }
+            }
+        });
     }
 
     fn mapping(holder: &ObjRef, ar_key: usize, voff: u64, page: u64) -> Option<SegMap> {
@@ -1174,7 +1188,6 @@ mod segmaps_ktests {
         let seg = Segment::new(4 * PAGE_SIZE, me).map_err(err)?;
         let holder = KObject::create(b"ktest-rmap-race", me, Kind::Segment(Segment::new(0, me).map_err(err)?)).map_err(err)?;
         let (bad, mapped, shrunk, refused) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
-        let done = AtomicBool::new(false);
         let map_once = |k: usize| {
             let Some(m0) = mapping(&holder, 10, 0, 0) else { return };
             // Page 0: the shrinks to 1 page never take its word.
@@ -1207,49 +1220,8 @@ mod segmaps_ktests {
                 core::hint::spin_loop();
             }
         };
-        let resize_once = || {
-            match seg.set_nbytes(PAGE_SIZE) {
-                Ok(()) => {
-                    shrunk.fetch_add(1, Ordering::Relaxed);
-                    for _ in 0..300 {
-                        core::hint::spin_loop();
-                    }
-                }
-                Err(Error::Busy) => {}
-                Err(_) => {
-                    bad.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            if seg.set_nbytes(4 * PAGE_SIZE).is_err() {
-                bad.fetch_add(1, Ordering::Relaxed);
-            }
-        };
-        let cores = crate::percpu::online_count();
-        crate::smp::run_on_all(&|i| {
-            if cores == 1 {
-                for k in 0..2000 {
-                    resize_once();
-                    if k % 2 == 0 {
-                        let _ = seg.set_nbytes(PAGE_SIZE);
-                    }
-                    map_once(k);
-                }
-            } else if i == 0 {
-                let deadline = crate::time::Deadline::after_ms(400);
-                let mut n = 0;
-                while !deadline.expired() || n < 500 {
-                    resize_once();
-                    n += 1;
-                }
-                done.store(true, Ordering::Release);
-            } else if i == 1 {
-                let mut k = 0;
-                while !done.load(Ordering::Acquire) {
-                    map_once(k);
-                    k += 1;
-                }
-            }
-        });
+        let resize_once = || resize_once(&seg, 4 * PAGE_SIZE, 300, &shrunk, &bad);
+        race_resizes_with_mappings(&seg, &resize_once, &map_once);
         let (bad, mapped, shrunk, refused) = (bad.into_inner(), mapped.into_inner(), shrunk.into_inner(), refused.into_inner());
         kassert!(bad == 0, "{bad} wrong outcomes ({mapped} mapped, {refused} refused, {shrunk} shrinks)");
         kassert!(mapped > 0 && shrunk > 0, "the race never mapped ({mapped}) or never shrank ({shrunk})");
