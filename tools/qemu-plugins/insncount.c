@@ -13,6 +13,10 @@
  * all vCPUs and updated with atomics; it holds PROFILE_SLOTS distinct blocks and counts the
  * rest as "other". quantum=N,quantum_outside=M: switch vCPUs every N instructions inside the
  * region, M outside (quantum.h; the exact mode of docs/plugins.md; single-threaded TCG only).
+ * regions=on also writes one `region` record per region left (a stop marker on a vCPU that was
+ * inside): that vCPU's kernel and user instructions since it entered. A guest that measures
+ * several paths one after another in one boot gets each path's count (the instruction-count
+ * gate, docs/insngate.md).
  */
 #include "qemu_plugin_api.h"
 #include "marker.h"
@@ -32,6 +36,18 @@ static struct {
     uint8_t pad[40];
 } counts[REGION_MAX_VCPUS];
 static FILE *out;
+
+/* regions=on: per-region records, kept until exit (a few per benchmark). */
+static int regions_on;
+static struct {
+    uint64_t n[2];
+} region_base[REGION_MAX_VCPUS];
+struct region_rec {
+    unsigned vcpu;
+    uint64_t n[2];
+};
+static struct region_rec *regions;
+static size_t nregions, region_cap;
 /* quantum=N: the exact-mode vCPU switch (quantum.h; single-threaded TCG only). */
 static quantum_t quantum;
 
@@ -95,9 +111,46 @@ static void vcpu_tb_exec_profiled(unsigned int vcpu, void *udata)
     profile_add(tb->vaddr, tb->packed & 0xffffffff);
 }
 
+static void region_close(unsigned v)
+{
+    if (nregions == region_cap) {
+        size_t cap = region_cap ? region_cap * 2 : 64;
+        struct region_rec *r = realloc(regions, cap * sizeof *r);
+        if (!r)
+            return; /* counted as missing at exit: regions_lost */
+        regions = r;
+        region_cap = cap;
+    }
+    regions[nregions].vcpu = v;
+    regions[nregions].n[0] = counts[v].n[0] - region_base[v].n[0];
+    regions[nregions].n[1] = counts[v].n[1] - region_base[v].n[1];
+    nregions++;
+}
+
+static uint64_t regions_lost;
+
 static void vcpu_marker(unsigned int vcpu, void *udata)
 {
+    if (!regions_on) {
+        region_mark(&region, vcpu, (int)(uintptr_t)udata);
+        return;
+    }
+    int nv = region.nvcpus > REGION_MAX_VCPUS ? REGION_MAX_VCPUS : region.nvcpus;
+    uint8_t before[REGION_MAX_VCPUS];
+    for (int v = 0; v < nv; v++)
+        before[v] = region.active[v];
     region_mark(&region, vcpu, (int)(uintptr_t)udata);
+    for (int v = 0; v < nv; v++) {
+        if (!before[v] && region.active[v]) {
+            region_base[v].n[0] = counts[v].n[0];
+            region_base[v].n[1] = counts[v].n[1];
+        } else if (before[v] && !region.active[v]) {
+            size_t had = nregions;
+            region_close((unsigned)v);
+            if (nregions == had)
+                regions_lost++;
+        }
+    }
 }
 
 static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
@@ -140,6 +193,12 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
     for (int v = 0; v < nv; v++)
         fprintf(f, "vcpu index=%d kernel=%llu user=%llu blocks=%llu\n", v, (unsigned long long)counts[v].n[0],
                 (unsigned long long)counts[v].n[1], (unsigned long long)counts[v].tbs);
+    if (regions_on) {
+        for (size_t i = 0; i < nregions; i++)
+            fprintf(f, "region index=%zu vcpu=%u kernel=%llu user=%llu\n", i, regions[i].vcpu,
+                    (unsigned long long)regions[i].n[0], (unsigned long long)regions[i].n[1]);
+        fprintf(f, "regions count=%zu lost=%llu\n", nregions, (unsigned long long)regions_lost);
+    }
     fprintf(f, "end\n");
     fflush(f);
     if (out)
@@ -173,13 +232,15 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
                 fprintf(stderr, "insncount: cannot write profile %s\n", argv[i] + 8);
                 return -1;
             }
+        } else if (!strcmp(argv[i], "regions=on")) {
+            regions_on = 1;
         } else if (quantum_arg(&quantum, argv[i], &bad)) {
             if (bad) {
                 fprintf(stderr, "insncount: `%s`: not a number of instructions\n", argv[i]);
                 return -1;
             }
         } else {
-            fprintf(stderr, "insncount: unknown argument `%s` (out=PATH, profile=PATH, quantum=N, quantum_outside=N)\n", argv[i]);
+            fprintf(stderr, "insncount: unknown argument `%s` (out=PATH, profile=PATH, regions=on, quantum=N, quantum_outside=N)\n", argv[i]);
             return -1;
         }
     }

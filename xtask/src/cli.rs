@@ -75,6 +75,19 @@ Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
     Metis(tools::MetisArgs),
     /// Print a shell completion script for `cargo xtask ...` (bash: `source <(cargo xtask completions bash)`)
     Completions(CompletionsArgs),
+    /// The instruction-count gate: exact instructions per operation of the measured paths against
+    /// xtask/insngate-baseline.txt (docs/insngate.md); --update rewrites lines, with a reason
+    Insngate(InsngateArgs),
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct InsngateArgs {
+    /// Rewrite these baseline lines with the measured counts (comma-separated path names, or `all`)
+    #[arg(long, value_name = "NAME,...|all")]
+    pub update: Option<String>,
+    /// Why the baseline changes (required with --update; written on each line)
+    #[arg(long, value_name = "TEXT", requires = "update")]
+    pub reason: Option<String>,
 }
 
 /// A sub-tool's own command line, handed to it unparsed (it has its own `help`).

@@ -13,6 +13,7 @@ mod env;
 mod fs;
 mod fuzz;
 mod gdb;
+mod insngate;
 mod iso;
 mod ksyms;
 mod linux;
@@ -114,6 +115,12 @@ fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
             work(qemu::run_command(cfg, a.gdb))
         }
         Command::Test(a) => work(test::run(&a)),
+        Command::Insngate(a) => {
+            if a.update.is_some() && a.reason.as_deref().map(str::trim).unwrap_or("").is_empty() {
+                return Err(Failure::Usage("insngate --update needs --reason TEXT: why the baseline changes".into()));
+            }
+            work(insngate::command(a.update.as_deref(), a.reason.as_deref()))
+        }
         Command::Iso(a) => work(iso::command(a.out, a.cmdline.unwrap_or_default())),
         Command::Build(a) => work(if a.all {
             env::build_kernel().and_then(|k| user::build_initrd().map(|i| println!("{}\n{}", k.display(), i.display())))

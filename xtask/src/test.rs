@@ -960,6 +960,9 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     r.suite("programs", |a| program_runs(&a.kernel()?, &a.initrd()?))?;
     // Metis MapReduce (issue 17): wc, wri, wrmem equal to the host reference.
     r.suite("metis", |a| crate::metis::ci_check(&a.kernel()?))?;
+    // Exact instructions per operation of the measured paths against the committed baseline
+    // (docs/insngate.md): two boots at 1 vCPU.
+    r.suite("insngate", |a| crate::insngate::ci_check(&a.kernel()?, &a.initrd()?))?;
     r.suite("summary-boots", |a| summary_boots(&a.kernel()?))?;
     r.suite("gdb-stub", |a| crate::gdb::ci_check(&a.kernel()?))?;
     r.suite("bad-boots", |a| bad_boot_conditions(&a.kernel()?))?;
