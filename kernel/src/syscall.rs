@@ -12,18 +12,19 @@ use crate::kobj::{ar, device, memid_core, pcore, segment, share, KObject, Kind, 
 use crate::percpu;
 use abi::*;
 
-/// The system call in frame `f`; returns the encoded result, which the entry stub returns in
-/// `rax`. Nothing is kept across the handler call (the per-CPU area is loaded again after it),
-/// and the uncommon paths (a forwarded call, deferred last-drop scans) are out of line, so
-/// the common path saves no registers and has no stack frame beyond the frame pointer
-/// (session 11, issue 22: inlined, those paths made every call save five registers and a
-/// 0x208-byte frame; null call 81 -> 120 instructions).
+/// The system call in frame `f`, on the paths `syscall_entry` does not take itself: a core
+/// that is not an XC (an AC forwards, a TC may yield on return), orphans waiting for their
+/// scan, a number past the table. The entry stub has counted the call; this returns the
+/// encoded result, which the stub returns in `rax`. Nothing is kept across the handler call
+/// (the per-CPU area is loaded again after it), and the uncommon paths (a forwarded call,
+/// deferred last-drop scans) are out of line, so this path saves no registers and has no
+/// stack frame beyond the frame pointer (inlined, those paths made every call save five
+/// registers and a 0x208-byte frame).
 ///
 /// `f` is a raw pointer, as for `ppc_call_entry`.
 #[no_mangle]
 extern "C" fn syscall_dispatch(f: *mut SyscallFrame) -> i64 {
     let me = percpu::this();
-    me.stats.syscalls.fetch_add(1, Ordering::Relaxed);
     if me.role.load(Ordering::Acquire) == ROLE_AC {
         return forward_call(f);
     }
@@ -231,67 +232,102 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
 /// A system call's handler: `(call number, arguments)`.
 type Handler = fn(u64, &[u64; 6]) -> Result<u64, Error>;
 
-/// One past the highest call number.
-const CALLS: usize = 96;
+/// One past the highest call number (`syscall_entry` sends higher numbers to
+/// `syscall_dispatch`, which answers `NoSuchCall`).
+pub(crate) const CALLS: usize = 96;
 
 fn sys_no_such_call(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {
     Err(Error::NoSuchCall)
 }
 
-/// The call table: an indexed jump to each call's own function, so a call pays for its own
-/// stack frame only (one `match` over every call made one large frame for all of them).
-static HANDLERS: [Handler; CALLS] = {
-    let mut t: [Handler; CALLS] = [sys_no_such_call; CALLS];
-    t[nr::NULL as usize] = sys_null;
-    t[nr::SYSCALL_BATCH as usize] = sys_syscall_batch;
-    t[nr::OBJ_GET_NAME as usize] = sys_obj_get_name;
-    t[nr::OBJ_STAT as usize] = sys_obj_stat;
-    t[nr::SHARE_ALLOC as usize] = sys_share_alloc;
-    t[nr::SHARE_ADDOBJ as usize] = sys_share_addobj;
-    t[nr::SHARE_DELOBJ as usize] = sys_share_delobj;
-    t[nr::SELF_DROP as usize] = sys_self_drop;
-    t[nr::SELF_SHARES as usize] = sys_self_shares;
-    t[nr::SHARE_LIST as usize] = sys_share_list;
-    t[nr::SEGMENT_ALLOC as usize] = sys_segment_alloc;
-    t[nr::SEGMENT_COPY as usize] = sys_segment_copy;
-    t[nr::SEGMENT_GET_NBYTES as usize] = sys_segment_get_nbytes;
-    t[nr::SEGMENT_SET_NBYTES as usize] = sys_segment_set_nbytes;
-    t[nr::AR_ALLOC as usize] = sys_ar_alloc;
-    t[nr::AR_SET_SEG as usize] = sys_ar_set_seg;
-    t[nr::AR_SET_AR as usize] = sys_ar_set_ar;
-    t[nr::AR_GET as usize] = sys_ar_get;
-    t[nr::AR_UNMAP as usize] = sys_ar_unmap;
-    t[nr::PCORE_ALLOC as usize] = sys_pcore_alloc;
-    t[nr::PCORE_CURRENT as usize] = sys_pcore_current;
-    t[nr::PCORE_RUN as usize] = sys_pcore_run;
-    t[nr::PCORE_YIELD as usize] = sys_pcore_yield;
-    t[nr::PCORE_SET_INTERVAL as usize] = sys_pcore_set_interval;
-    t[nr::PCORE_HALT as usize] = sys_pcore_halt;
-    t[nr::PCORE_SET_ROLE as usize] = sys_pcore_set_role;
-    t[nr::PCORE_ADD_DEVICE as usize] = sys_pcore_add_device_or_pcore_del_device;
-    t[nr::PCORE_DEL_DEVICE as usize] = sys_pcore_add_device_or_pcore_del_device;
-    t[nr::PCORE_STAT as usize] = sys_pcore_stat;
-    t[nr::DEVICE_ALLOC as usize] = sys_device_alloc;
-    t[nr::DEVICE_LIST as usize] = sys_device_list;
-    t[nr::DEVICE_STAT as usize] = sys_device_stat;
-    t[nr::DEVICE_CONF as usize] = sys_device_conf;
-    t[nr::DEVICE_BUF as usize] = sys_device_buf;
-    t[nr::LOCALITY_GET as usize] = sys_locality_get;
-    t[nr::CONSOLE_WRITE as usize] = sys_console_write;
-    t[nr::CONSOLE_READ as usize] = sys_console_read;
-    t[nr::TIME_NOW as usize] = sys_time_now;
-    t[nr::SYS_INFO as usize] = sys_sys_info;
-    t[nr::CORE_STATS as usize] = sys_core_stats;
-    t[nr::INITRD_GET as usize] = sys_initrd_get;
-    t[nr::CORE_REQUEST as usize] = sys_core_request;
-    t[nr::CORE_RELEASE as usize] = sys_core_release;
-    t[nr::PPC_REGISTER as usize] = sys_ppc_register;
-    t[nr::PPC_CALL as usize] = sys_ppc_not_direct;
-    t[nr::PPC_RETURN as usize] = sys_ppc_not_direct;
-    t[nr::PPC_BIND as usize] = sys_ppc_bind;
-    t[nr::PPC_UNBIND as usize] = sys_ppc_unbind;
-    t
-};
+/// The call table, twice from one list: an indexed jump to each call's own function, so a
+/// call pays for its own stack frame only (one `match` over every call made one large frame
+/// for all of them).
+///
+/// `HANDLERS` (Rust functions) serves `dispatch` (forwarded calls, batches) and the generic
+/// `syscall_dispatch`. `FAST_HANDLERS` holds, per call, an `extern "C"` function of the
+/// argument array that runs the handler and encodes its result: `syscall_entry` calls it
+/// directly on the common path (an XC core with no orphans waiting), with no Rust dispatch
+/// function in between.
+macro_rules! call_tables {
+    ($($nr:ident => $h:ident,)*) => {
+        static HANDLERS: [Handler; CALLS] = {
+            let mut t: [Handler; CALLS] = [sys_no_such_call; CALLS];
+            $(t[nr::$nr as usize] = $h;)*
+            t
+        };
+        /// Read by `syscall_entry` (arch/x86_64/syscall.rs) as `FAST_HANDLERS(,%rax,8)`.
+        #[no_mangle]
+        static FAST_HANDLERS: [FastHandler; CALLS] = {
+            let mut t: [FastHandler; CALLS] = [fast_no_such_call; CALLS];
+            $({
+                extern "C" fn fast(a: &[u64; 6]) -> i64 {
+                    encode($h(nr::$nr, a))
+                }
+                t[nr::$nr as usize] = fast;
+            })*
+            t
+        };
+    };
+}
+
+/// A `FAST_HANDLERS` entry: the call's arguments (in the entry frame) to its encoded result.
+type FastHandler = extern "C" fn(&[u64; 6]) -> i64;
+
+extern "C" fn fast_no_such_call(_a: &[u64; 6]) -> i64 {
+    encode(Err(Error::NoSuchCall))
+}
+
+call_tables! {
+    NULL => sys_null,
+    SYSCALL_BATCH => sys_syscall_batch,
+    OBJ_GET_NAME => sys_obj_get_name,
+    OBJ_STAT => sys_obj_stat,
+    SHARE_ALLOC => sys_share_alloc,
+    SHARE_ADDOBJ => sys_share_addobj,
+    SHARE_DELOBJ => sys_share_delobj,
+    SELF_DROP => sys_self_drop,
+    SELF_SHARES => sys_self_shares,
+    SHARE_LIST => sys_share_list,
+    SEGMENT_ALLOC => sys_segment_alloc,
+    SEGMENT_COPY => sys_segment_copy,
+    SEGMENT_GET_NBYTES => sys_segment_get_nbytes,
+    SEGMENT_SET_NBYTES => sys_segment_set_nbytes,
+    AR_ALLOC => sys_ar_alloc,
+    AR_SET_SEG => sys_ar_set_seg,
+    AR_SET_AR => sys_ar_set_ar,
+    AR_GET => sys_ar_get,
+    AR_UNMAP => sys_ar_unmap,
+    PCORE_ALLOC => sys_pcore_alloc,
+    PCORE_CURRENT => sys_pcore_current,
+    PCORE_RUN => sys_pcore_run,
+    PCORE_YIELD => sys_pcore_yield,
+    PCORE_SET_INTERVAL => sys_pcore_set_interval,
+    PCORE_HALT => sys_pcore_halt,
+    PCORE_SET_ROLE => sys_pcore_set_role,
+    PCORE_ADD_DEVICE => sys_pcore_add_device_or_pcore_del_device,
+    PCORE_DEL_DEVICE => sys_pcore_add_device_or_pcore_del_device,
+    PCORE_STAT => sys_pcore_stat,
+    DEVICE_ALLOC => sys_device_alloc,
+    DEVICE_LIST => sys_device_list,
+    DEVICE_STAT => sys_device_stat,
+    DEVICE_CONF => sys_device_conf,
+    DEVICE_BUF => sys_device_buf,
+    LOCALITY_GET => sys_locality_get,
+    CONSOLE_WRITE => sys_console_write,
+    CONSOLE_READ => sys_console_read,
+    TIME_NOW => sys_time_now,
+    SYS_INFO => sys_sys_info,
+    CORE_STATS => sys_core_stats,
+    INITRD_GET => sys_initrd_get,
+    CORE_REQUEST => sys_core_request,
+    CORE_RELEASE => sys_core_release,
+    PPC_REGISTER => sys_ppc_register,
+    PPC_CALL => sys_ppc_not_direct,
+    PPC_RETURN => sys_ppc_not_direct,
+    PPC_BIND => sys_ppc_bind,
+    PPC_UNBIND => sys_ppc_unbind,
+}
 
 /// `dispatch` with the arguments read where they are (the entry frame), not copied.
 #[inline]
