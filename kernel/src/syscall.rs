@@ -381,8 +381,10 @@ fn sys_obj_get_name(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 }
 
 fn sys_obj_stat(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    let o = peek(a[0], a[1])?;
-    let st = ObjStat { id: o.id, obj_type: o.obj_type() as u32, home_core: o.home_core, refs: o.refs() as u64 };
+    // Read in place (`Share::with_entry`: no borrow in a private share), copied out after.
+    let st = with_share(a[0], |s| {
+        s.as_share()?.with_entry(a[1], |o, refs| ObjStat { id: o.id, obj_type: o.obj_type() as u32, home_core: o.home_core, refs: refs as u64 })
+    })?;
     write_user(a[2], &st)?;
     Ok(0)
 }

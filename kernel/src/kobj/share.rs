@@ -855,6 +855,30 @@ impl Share {
         }
     }
 
+    /// Run `f` on the entry for `id` and its counted references (what `ObjStat::refs`
+    /// reports), with no borrow and no reference where the share is private (its owner is
+    /// the only core that changes its table, `check_owner` says this call acts for it, and
+    /// no call changes a table while it reads one, so the table's counted reference keeps the
+    /// object alive and in place until `f` returns). A shared share's entry is peeked. For
+    /// calls that only read an object (`obj_stat`): a borrow's publish, check and drop cost
+    /// more than the read.
+    #[inline]
+    pub fn with_entry<R>(&self, id: u64, f: impl FnOnce(&KObject, usize) -> R) -> Result<R, Error> {
+        self.check_owner()?;
+        if self.owner.is_some() {
+            let p = self.main.table().and_then(|t| t.find_raw(id)).ok_or(Error::NoSuchObject)?;
+            // SAFETY: `p` is the table's `KRef::into_raw` pointer, whose counted reference
+            // stays in the table while `f` runs (above); this copy is never dropped
+            // (ManuallyDrop), so the count is untouched.
+            let r = core::mem::ManuallyDrop::new(unsafe { KRef::<KObject>::from_raw(p) });
+            let refs = KRef::strong_count(&r);
+            return Ok(f(&r, refs));
+        }
+        let p = self.peek(id)?;
+        let refs = p.refs();
+        Ok(f(&p, refs))
+    }
+
     /// A private share's owner borrows the entry for `id` without taking a reference: how a
     /// system call reaches a share held by the root share (nearly every call that names one)
     /// without the count traffic of a new reference. The entry stays alive because only the

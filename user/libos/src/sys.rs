@@ -131,10 +131,13 @@ pub fn obj_get_name(o: ObjName, buf: &mut [u8]) -> Result<u64, Error> {
 }
 
 /// `obj_stat(<share, obj>, &mut ObjStat)`.
+///
+/// Inline, three argument registers (the call takes three).
+#[inline]
 pub fn obj_stat(o: ObjName) -> Result<ObjStat, Error> {
     let mut st = ObjStat::default();
     // SAFETY: `st` is a live, writable `ObjStat`.
-    unsafe { call(nr::OBJ_STAT, o.share, o.object, &mut st as *mut ObjStat as u64, 0, 0, 0)? };
+    abi::decode(unsafe { raw3(nr::OBJ_STAT, o.share, o.object, &mut st as *mut ObjStat as u64) })?;
     Ok(st)
 }
 
