@@ -588,7 +588,21 @@ mod tests {
     }
 
     /// Every command of main.rs's dispatch, in the order `help` lists them.
-    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "completions"];
+    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "completions", "insngate"];
+
+    /// Catches: `--reason` accepted without `--update`, or the options not reaching the command.
+    #[test]
+    fn insngate_options() {
+        match p("insngate --update null,stat_mt --reason why").unwrap() {
+            Command::Insngate(a) => {
+                assert_eq!(a.update.as_deref(), Some("null,stat_mt"));
+                assert_eq!(a.reason.as_deref(), Some("why"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(p("insngate --reason why").is_err(), "--reason needs --update");
+        assert!(p("insngate").is_ok());
+    }
 
     #[test]
     fn help_lists_every_command() {
