@@ -35,6 +35,15 @@ pub const CATALOG: &[Mutant] = &[
         checks: &[Check::Suite("ppctest")],
         plants: "a gate can be put into a share its own handler holds: a reference cycle that is never freed",
     },
+    // ---- kernel: the system-call path's cost (the instruction-count gate) ---------------------
+    Mutant {
+        name: "syscall_common_path_off",
+        file: "kernel/src/arch/x86_64/syscall.rs",
+        original: "    cmpq ${role_xc}, %gs:{role}\n    jne 20f",
+        replacement: "    cmpq ${role_xc}, %gs:{role}\n    jmp 20f",
+        checks: &[Check::Suite("insngate")],
+        plants: "every system call takes syscall_dispatch instead of the entry's common path: correct, but 24 instructions more per call",
+    },
     // ---- kernel: address ranges, faults and TLB shootdowns ----------------------------------
     Mutant {
         name: "ar_page_zero_mappable",
