@@ -34,7 +34,7 @@ use crate::qemu::{BootMedium, VmConfig};
 pub enum Boot<'a> {
     /// Debian's kernel (the PVH vmlinux) with the measurement guest's initramfs that holds
     /// the NIC's modules.
-    Linux { kernel: &'a Path, initrd: &'a Path },
+    Linux { kernel: &'a Path, initrd: &'a Path, tuned: bool },
     /// This system's kernel and program archive.
     Ours { kernel: &'a Path, initrd: &'a Path },
 }
@@ -115,8 +115,8 @@ pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params
     let port = net.host_port(crate::net::SERVICE_PORT).unwrap_or(0);
     let guest_words = format!("conns={} warmup={}", acc.guest_conns(), acc.warmup);
     let mut cfg = match boot {
-        Boot::Linux { kernel, initrd } => {
-            let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable wl=tcpserv threads={cores} {guest_words}");
+        Boot::Linux { kernel, initrd, tuned } => {
+            let cmdline = format!("{} wl=tcpserv threads={cores} {guest_words}", super::linux_sys::cmdline(tuned));
             let extra = vec!["-kernel".into(), kernel.display().to_string(), "-initrd".into(), initrd.display().to_string(), "-append".into(), cmdline];
             VmConfig { extra, ..VmConfig::default() }
         }

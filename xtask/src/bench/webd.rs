@@ -64,7 +64,9 @@ fn param(params: &[(String, u64)], k: &str, default: u64) -> u64 {
 }
 
 /// Boot one cell and make its record. `tag` is appended to the log files' names.
-pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, params: &[(String, u64)], cores: u32, timeout: Duration, tag: &str) -> Record {
+/// `tuned`: the Linux baseline's kernel command line gets `linux_sys::TUNED_WORDS`.
+#[allow(clippy::too_many_arguments)]
+pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, params: &[(String, u64)], cores: u32, timeout: Duration, tag: &str, tuned: bool) -> Record {
     let system = common.system;
     let blank = |status, reason: String| Record::without_result(system, spec, params.to_vec(), cores, status, &reason);
     let linux = matches!(art, Artifacts::Linux { .. });
@@ -99,10 +101,17 @@ pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, param
         extra,
         guest_extra: Vec::new(),
     };
-    let p = match webd_run::prepare(&b, art) {
+    let mut p = match webd_run::prepare(&b, art) {
         Ok(p) => p,
         Err(e) => return blank(Status::Error, e),
     };
+    if linux {
+        // The baseline's command line as the other rows boot it (tuned or not): the kernel's
+        // words before webd-linux's `--`.
+        let Some(append) = p.args.iter_mut().skip_while(|a| *a != "-append").nth(1) else { return blank(Status::Error, "webd: the Linux boot has no -append".into()) };
+        let Some((_, guest)) = append.split_once(" -- ") else { return blank(Status::Error, format!("webd: unexpected Linux command line `{append}`")) };
+        *append = format!("{} -- {guest}", super::linux_sys::cmdline(tuned));
+    }
     let r = match Running::start(&p, timeout, false) {
         Ok(r) => r,
         Err(nr) => {
