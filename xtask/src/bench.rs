@@ -306,7 +306,7 @@ pub fn run_matrix(
                 // it reads back equal to what was written.
                 r.wall_s = (r.wall_s * 100.0).round() / 100.0;
                 let how = match (r.status, r.per_core_throughput()) {
-                    (Status::Ok, Some(t)) => format!("{} ops/s/core", report::si(t)),
+                    (Status::Ok, Some(t)) => format!("{} ops/s/vCPU", report::si(t)),
                     _ => format!("{}: {}", r.status.as_str(), r.reason.as_deref().unwrap_or("")),
                 };
                 let which = match (o.boots > 1, boot) {
@@ -762,7 +762,8 @@ mod tests {
         assert!(row.starts_with("| dupclose | 0.12 (rounds 0.12 [0.08–0.25]) |"), "{row}");
         let row = t.lines().find(|l| l.starts_with("| stat_mt | 2 |")).unwrap();
         assert!(row.contains("| timeout (3/3 failed) |"), "{row}");
-        let all = stats::Results::from_records(records.clone());
+        let mut all = stats::Results::from_records(records.clone());
+        all.run = Some(stats::RunInfo { version: stats::RESULTS_VERSION, command: "test".into(), started: "2026-12-07 00:00:00".into(), machine: stats::Machine::default(), boots: 3, seed: 1, linux: Vec::new() });
         let dir = std::env::temp_dir().join(format!("xtask-bench-boots-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         fs::write(dir.join("results.json"), all.to_json()).unwrap();
@@ -902,7 +903,8 @@ mod tests {
         }
         let t = report::table(&records, &o.smp);
         let row = t.lines().find(|l| l.starts_with("| thread_mt | 1 |")).unwrap();
-        assert!(row.contains("| unavailable |") && row.ends_with("| - |"), "{row}");
+        // ours' throughput, then its instructions and the ratios: none for an unavailable cell.
+        assert!(row.contains("| unavailable | - | - | - |"), "{row}");
         assert!(t.lines().any(|l| l.starts_with("- thread_mt on ours: unavailable (") && l.contains("time-sharing")), "{t}");
         assert!(unfinished(&records).is_ok(), "unavailable is not a failure");
     }
@@ -976,7 +978,7 @@ mod tests {
         let mut v2 = r.clone();
         v2.run = Some(stats::RunInfo { version: stats::RESULTS_VERSION, command: "cargo xtask bench --only tcp_accept --boots 5".into(), started: "2026-11-25 16:00:00".into(), machine: stats::Machine::default(), boots: 5, seed: 1, linux: Vec::new() });
         let text = v2.to_json();
-        assert!(text.starts_with("[\n  {\"kind\":\"run\",\"version\":2,"), "{}", &text[..80]);
+        assert!(text.starts_with("[\n  {\"kind\":\"run\",\"version\":3,"), "{}", &text[..80]);
         fs::write(dir.join("results.json"), &text).unwrap();
         assert_eq!(read_results(&dir).unwrap(), v2);
         let refused = |t: &str| {
@@ -985,7 +987,7 @@ mod tests {
             assert!(!e.contains('\n'), "one line: {e}");
             e
         };
-        assert!(refused(&text.replacen("\"version\":2", "\"version\":3", 1)).contains("version 3"));
+        assert!(refused(&text.replacen("\"version\":3", "\"version\":4", 1)).contains("version 4"));
         // The run item after a record.
         let lines: Vec<&str> = text.lines().collect();
         let moved = format!("[\n{},\n{}\n{}", lines[2].trim_end_matches(','), lines[1].trim_end_matches(','), lines[3..].join("\n").replacen("  {", "  ,{", 1));

@@ -67,7 +67,7 @@ fn main() {
 /// One line about the kernel this runs on, for the harness's record of the Linux baseline
 /// (xtask/src/bench/linux_sys.rs reads it): its release, the active security modules and
 /// every CPU vulnerability's state as the kernel reports it (mitigated, vulnerable or not
-/// affected), spaces as underscores. sysfs and securityfs are mounted for it; a part that
+/// affected), each run of spaces as one `~` (the states hold underscores of their own). sysfs and securityfs are mounted for it; a part that
 /// cannot be read is left out.
 #[cfg(target_os = "linux")]
 fn print_config() {
@@ -77,7 +77,7 @@ fn print_config() {
         libc::mount(c"sysfs".as_ptr(), c"/sys".as_ptr(), c"sysfs".as_ptr(), 0, std::ptr::null());
         libc::mount(c"securityfs".as_ptr(), c"/sys/kernel/security".as_ptr(), c"securityfs".as_ptr(), 0, std::ptr::null());
     }
-    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().replace(char::is_whitespace, "_"));
+    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.split_whitespace().collect::<Vec<_>>().join("~"));
     let mut line = format!("bench-config release={}", read("/proc/sys/kernel/osrelease").unwrap_or_default());
     if let Some(lsm) = read("/sys/kernel/security/lsm") {
         line.push_str(&format!(" lsm={lsm}"));

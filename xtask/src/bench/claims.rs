@@ -14,6 +14,9 @@
 //! - `cell SYS B@N per_core_throughput|calibrated_throughput`: a cell's median;
 //! - `insns SYS B@N`: instructions per operation (exact);
 //! - `insns_ratio LINUX B@N`: ours' instructions per operation over LINUX's.
+//!
+//! `LINUX` may be `faster`: the baseline least favourable to ours, the one a claim must hold
+//! against (the smallest ours/Linux median ratio; the Linux with the fewest instructions).
 
 use std::path::Path;
 
@@ -30,6 +33,13 @@ pub fn value(r: &Results, query: &str) -> Result<f64, String> {
         r.records.iter().filter(|x| x.system == sys && x.benchmark == b && x.cores == n).find_map(|x| x.instructions_per_op()).ok_or_else(|| format!("no instruction count for {sys} {b}@{n}"))
     };
     match w.as_slice() {
+        ["pair", "faster", _, _] | ["insns_ratio", "faster", _] => {
+            // The same query against each baseline; the value least favourable to ours.
+            let q = |l: &str| w.iter().map(|x| if *x == "faster" { l } else { x }).collect::<Vec<_>>().join(" ");
+            let vals: Vec<f64> = super::LINUX_NAMES.iter().filter_map(|l| value(r, &q(l)).ok()).collect();
+            let pick = if w[0] == "pair" { vals.iter().copied().min_by(f64::total_cmp) } else { vals.iter().copied().max_by(f64::total_cmp) };
+            pick.ok_or_else(|| format!("no Linux baseline gives `{}`", q("LINUX")))
+        }
         ["pair", linux, bn, what] => {
             let (b, n) = at(bn)?;
             let p = r.pairs.iter().find(|p| p.linux == *linux && p.benchmark == b && p.cores == n).ok_or_else(|| format!("no pair ours/{linux} {b}@{n}"))?;

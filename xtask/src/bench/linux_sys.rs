@@ -46,7 +46,7 @@ pub fn cmdline(tuned: bool) -> String {
 }
 
 /// The line `bench-linux` prints about the kernel it runs on (before its result line):
-/// `bench-config release=R lsm=A,B vuln_NAME=STATE_WITH_UNDERSCORES ...`.
+/// `bench-config release=R lsm=A,B vuln_NAME=STATE~WITH~SPACES ...`.
 pub const CONFIG_PREFIX: &str = "bench-config ";
 
 pub struct LinuxSystem {
@@ -242,7 +242,7 @@ impl LinuxSystem {
 }
 
 /// `(release, lsm, vulnerabilities)` from a boot's `bench-config` line; a vulnerability's
-/// state has its spaces as underscores on the line and gets them back here.
+/// state has its spaces as `~` on the line and gets them back here.
 pub fn parse_config(serial: &str) -> Option<(String, String, std::collections::BTreeMap<String, String>)> {
     let line = serial.lines().find_map(|l| l.trim().strip_prefix(CONFIG_PREFIX))?;
     let (mut release, mut lsm, mut vulns) = (String::new(), String::new(), std::collections::BTreeMap::new());
@@ -252,7 +252,7 @@ pub fn parse_config(serial: &str) -> Option<(String, String, std::collections::B
             "lsm" => lsm = v.into(),
             _ => {
                 if let Some(name) = k.strip_prefix("vuln_") {
-                    vulns.insert(name.to_string(), v.replace('_', " "));
+                    vulns.insert(name.to_string(), v.replace('~', " "));
                 }
             }
         }
@@ -336,11 +336,12 @@ mod tests {
         assert!(!cmdline(false).contains("mitigations"));
         let t = cmdline(true);
         assert!(t.starts_with(BASE_WORDS) && t.contains("mitigations=off") && t.contains("lsm=capability"), "{t}");
-        let serial = "noise\nbench-config release=6.1.0-57-amd64 lsm=capability vuln_meltdown=Not_affected vuln_spectre_v2=Vulnerable\nbench-result name=x\n";
+        let serial = "noise\nbench-config release=6.1.0-57-amd64 lsm=capability vuln_meltdown=Not~affected vuln_spectre_v1=Mitigation:~__user~pointer~sanitization vuln_spectre_v2=Vulnerable\nbench-result name=x\n";
         let (rel, lsm, v) = parse_config(serial).unwrap();
         assert_eq!((rel.as_str(), lsm.as_str()), ("6.1.0-57-amd64", "capability"));
         assert_eq!(v["meltdown"], "Not affected");
         assert_eq!(v["spectre_v2"], "Vulnerable");
+        assert_eq!(v["spectre_v1"], "Mitigation: __user pointer sanitization");
         assert!(parse_config("bench-result name=x\n").is_none());
     }
 

@@ -462,7 +462,7 @@ mod tests {
         let mut r = Record::without_result(sys, spec, vec![], cores, Status::Ok, "");
         r.reason = None;
         r.boot = k;
-        r.workers = Some(1);
+        r.workers = Some(cores as u64);
         r.ops = Some(ops);
         r.ns = Some(1_000_000);
         r.busy_ns = Some(1_000_000);
@@ -584,13 +584,13 @@ mod tests {
             boot("linux", "calib", 2, 2, 1900, 1000),
         ];
         let cells = summarize(&recs);
-        // Medians 2000 and 1850 per ms.
+        // Medians 2000 and 1850 per ms, over 1 and 2 vCPUs.
         let s = scaling_of_medians(&cells, "linux", "calib", 1, 2, |c| c.per_core.as_ref()).unwrap();
-        assert!((s - 0.925).abs() < 1e-12);
+        assert!((s - 0.4625).abs() < 1e-12);
         assert_eq!(scaling_of_medians(&cells, "ours", "calib", 1, 2, |c| c.per_core.as_ref()), None);
         // Per round: boot 1 1800/1000, boot 2 1900/3000; boot 3 has no 2-vCPU boot.
         let r = scaling_per_round(&recs, "linux", "calib", 1, 2, Record::per_core_throughput).unwrap();
         assert_eq!(r.n, 2);
-        assert!((r.max - 1.8).abs() < 1e-9 && (r.min - 1900.0 / 3000.0).abs() < 1e-9);
+        assert!((r.max - 0.9).abs() < 1e-9 && (r.min - 950.0 / 3000.0).abs() < 1e-9);
     }
 }
