@@ -593,4 +593,38 @@ mod tests {
         assert_eq!(r.n, 2);
         assert!((r.max - 0.9).abs() < 1e-9 && (r.min - 950.0 / 3000.0).abs() < 1e-9);
     }
+
+    /// Catches: a divisor that differs between the systems (ours per worker, Linux per vCPU),
+    /// the per-service-core view missing where workers differ, pairs taken against one Linux
+    /// only, and the host's load left out of `noisy`.
+    #[test]
+    fn one_divisor_both_baselines_and_the_host_load() {
+        use super::super::record::HostLoad;
+        let host = |load: f64| Some(HostLoad { load1_start: load, load1_end: load, cpus: 2, qemu_cpu_s: 1.0 });
+        // ours: 1 worker (a service core) on 2 vCPUs; Linux: 2 workers on 2 vCPUs; same ops and time.
+        let mut ours = boot("ours", "tcp_accept", 2, 1, 2000, 1000);
+        ours.workers = Some(1);
+        let linux = boot("linux", "tcp_accept", 2, 1, 2000, 1000);
+        let tuned = boot("linux-tuned", "tcp_accept", 2, 1, 4000, 1000);
+        assert_eq!(ours.per_core_throughput(), linux.per_core_throughput(), "the same work per vCPU is the same figure");
+        assert_eq!(ours.per_core_throughput(), Some(1_000_000.0));
+        assert_eq!(ours.per_service_core_throughput(), Some(2_000_000.0));
+        assert_eq!(linux.per_service_core_throughput(), None, "only where workers differ from vCPUs");
+        let recs = vec![ours.clone(), linux.clone(), tuned.clone()];
+        let p = pairs(&recs);
+        let r = |l: &str| p.iter().find(|x| x.linux == l).and_then(|x| x.ratio.as_ref()).map(|s| s.median);
+        assert_eq!((r("linux"), r("linux-tuned")), (Some(1.0), Some(0.5)));
+        assert!(!p.iter().any(|x| x.noisy));
+        // The same boots with the host's load apart by more than its 2 CPUs: noisy.
+        let (mut o2, mut l2) = (ours, linux);
+        (o2.host, l2.host) = (host(3.0), host(6.0));
+        let p = pairs(&[o2.clone(), l2.clone()]);
+        assert!(p[0].noisy, "a pair booted under loads 3 and 6 on 2 CPUs");
+        l2.host = host(4.5);
+        assert!(!pairs(&[o2.clone(), l2.clone()])[0].noisy, "1.5 apart is within 2 CPUs");
+        let mut o3 = o2.clone();
+        (o3.boot, o3.host) = (2, host(9.0));
+        let c = summarize(&[o2, o3]);
+        assert!(c[0].noisy && c[0].host_load1.as_ref().unwrap().max == 9.0, "a cell whose boots ran at loads 3 and 9");
+    }
 }
