@@ -84,6 +84,11 @@ pub fn add_audit(rec: &mut Record, spec: &BenchSpec, cores: u32, timeout: Durati
     if cores < 2 || rec.status != Status::Ok {
         return;
     }
+    if rec.system == "linux-tuned" {
+        // The audit boots Linux through `plugin audit`, which has one Linux: as shipped.
+        net.audit_note = Some("no sharing audit of the tuned baseline (plugin audit boots Linux as shipped)".into());
+        return;
+    }
     let mode = if rec.system == "ours" { format!("mode={} ", ours_mode(spec)) } else { String::new() };
     let params = format!("{mode}conns=101 warmup=1");
     match crate::plugins::sharing_summary(&rec.system, "tcpserv", cores, &params, timeout, &crate::net::audit_class) {
