@@ -524,6 +524,10 @@ pub const CSV_COLUMNS: &[&str] = &[
     "wall_s",
     "params",
     "net_conns_per_s",
+    "per_service_core_throughput",
+    "host_load1_start",
+    "host_load1_end",
+    "qemu_cpu_s",
 ];
 
 /// One CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break.
@@ -571,6 +575,10 @@ pub fn to_csv(records: &[Record]) -> String {
             f(j.wall_s),
             params.join(" "),
             f(j.net.as_ref().map(|n| n.conns_per_s)),
+            f(j.per_service_core_throughput),
+            f(j.host.as_ref().map(|h| h.load1_start)),
+            f(j.host.as_ref().map(|h| h.load1_end)),
+            f(j.host.as_ref().map(|h| h.qemu_cpu_s)),
         ];
         debug_assert_eq!(row.len(), CSV_COLUMNS.len());
         out.push_str(&row.iter().map(|s| csv_field(s)).collect::<Vec<_>>().join(","));
@@ -616,6 +624,7 @@ mod tests {
         let mut ok = Record::without_result("linux", spec, vec![("iters".into(), 1000), ("reps".into(), 3)], 2, Status::Ok, "");
         ok.reason = None;
         (ok.workers, ok.ops, ok.ns, ok.instructions_note) = (Some(2), Some(4000), Some(2_000_000), Some("plugin off".into()));
+        ok.host = Some(HostLoad { load1_start: 3.5, load1_end: 4.25, cpus: 2, qemu_cpu_s: 7.5 });
         let bad = Record::without_result("ours", spec, vec![], 1, Status::Error, "guest said \"no\", then stopped\nsecond line");
         let text = to_csv(&[ok.clone(), bad]);
         let rows = parse_csv(&text);
@@ -628,5 +637,7 @@ mod tests {
         assert_eq!(rows[1][col("per_core_throughput")].parse::<f64>().unwrap(), ok.per_core_throughput().unwrap());
         assert_eq!(rows[2][col("reason")], "guest said \"no\", then stopped\nsecond line");
         assert_eq!(rows[2][col("per_core_throughput")], "", "null is an empty field");
+        assert_eq!((rows[1][col("host_load1_end")].as_str(), rows[1][col("qemu_cpu_s")].as_str()), ("4.25", "7.5"));
+        assert_eq!(rows[2][col("host_load1_start")], "");
     }
 }
