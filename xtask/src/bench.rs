@@ -651,7 +651,7 @@ mod tests {
     /// shuffled order that the seed fixes; boot k of ours is next to boot k of Linux.
     #[test]
     fn boots_are_interleaved_in_a_seeded_order() {
-        let o = parse_options(&args("--only stat_mt,dupclose --smp 1,2 --boots 3 --seed 7")).unwrap();
+        let o = parse_options(&args("--only stat_mt,dupclose --smp 1,2 --boots 3 --seed 7 --systems ours,linux")).unwrap();
         assert_eq!((o.boots, o.seed), (3, 7));
         assert_eq!(parse_options(&args("")).map(|o| (o.boots, o.seed)).unwrap(), (1, 1));
         let sys = [System::Ours, System::Linux];
@@ -732,7 +732,7 @@ mod tests {
     /// the range.
     #[test]
     fn many_boots_give_medians_ranges_and_noise_marks() {
-        let o = parse_options(&args("--only dupclose,stat_mt --smp 1,2 --boots 3")).unwrap();
+        let o = parse_options(&args("--only dupclose,stat_mt --smp 1,2 --boots 3 --systems ours,linux")).unwrap();
         let records = run_matrix(&o, &|_| None, &mut |s, b, p, c, k| {
             let mut r = fake(s, b, p, c);
             if r.status == Status::Ok {
@@ -836,10 +836,11 @@ mod tests {
         });
         // Every benchmark (all but the self-test) × both systems × 3 core counts.
         let benches: Vec<&str> = catalog::BENCHES.iter().filter(|b| !b.hidden).map(|b| b.name).collect();
-        assert_eq!(records.len(), benches.len() * 2 * 3);
-        assert_eq!(calls, benches.len() * 3, "ours is never booted while unavailable");
+        // The default systems: ours and both Linux baselines.
+        assert_eq!(records.len(), benches.len() * 3 * 3);
+        assert_eq!(calls, benches.len() * 2 * 3, "ours is never booted while unavailable");
         for b in &benches {
-            for sys in ["ours", "linux"] {
+            for sys in ["ours", "linux", "linux-tuned"] {
                 for cores in [1, 2, 4] {
                     let n = records.iter().filter(|r| r.benchmark == *b && r.system == sys && r.cores == cores).count();
                     assert_eq!(n, 1, "{b} {sys} {cores}");
@@ -861,7 +862,7 @@ mod tests {
         assert!(t.contains("stat_mt") && t.contains("timeout"));
         // Linux: 1000 ops in `cores` ms on `cores` workers, over 2000 calibration steps per
         // ms per core.
-        let dupclose: Vec<f64> = records.iter().filter(|r| r.benchmark == "dupclose").filter_map(|r| r.calibrated_throughput()).collect();
+        let dupclose: Vec<f64> = records.iter().filter(|r| r.benchmark == "dupclose" && r.system == "linux").filter_map(|r| r.calibrated_throughput()).collect();
         assert_eq!(dupclose, [0.5, 0.5 / 4.0, 0.5 / 16.0]);
         let dir = std::env::temp_dir().join(format!("xtask-bench-test-{}", std::process::id()));
         let plots = report::plots_svg_only(&records, &o.systems, &o.smp, &dir).unwrap();
@@ -876,7 +877,7 @@ mod tests {
     /// row with the reason under the table, and does not make the command fail.
     #[test]
     fn unavailable_benchmarks_are_recorded_and_reported() {
-        let o = parse_options(&args("--smp 1,2 --only thread_mt,dupclose")).unwrap();
+        let o = parse_options(&args("--smp 1,2 --only thread_mt,dupclose --systems ours,linux")).unwrap();
         let mut booted = Vec::new();
         // This system runs every benchmark today, so the test stands in a backend that lacks
         // one (as ours lacked thread_mt before time-sharing), the way `ours::unsupported` would.
