@@ -11,6 +11,9 @@ pub(crate) mod guest;
 mod html;
 pub(crate) mod json;
 pub(crate) mod report_check;
+pub(crate) mod paths;
+#[cfg(test)]
+mod claims;
 pub(crate) mod linux_sys;
 mod net;
 pub(crate) mod ours;
@@ -29,17 +32,38 @@ use record::{Record, Status};
 /// The most boots per cell `--boots` takes.
 pub const MAX_BOOTS: u32 = 100;
 
+/// The systems a matrix can boot. `linux` is Debian's kernel as shipped (its default
+/// mitigations and security modules); `linux-tuned` is the same kernel with what a tuned
+/// benchmark machine switches off (`linux_sys::TUNED_WORDS`, docs/bench.md "The Linux
+/// baselines"). Every ratio is given against both; a claim holds only against the faster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum System {
     Ours,
     Linux,
+    LinuxTuned,
 }
+
+/// Every system's name as records carry it.
+pub const SYSTEM_NAMES: [&str; 3] = ["ours", "linux", "linux-tuned"];
+
+/// The Linux baselines' names, in table order.
+pub const LINUX_NAMES: [&str; 2] = ["linux", "linux-tuned"];
 
 impl System {
     pub fn name(self) -> &'static str {
         match self {
             System::Ours => "ours",
             System::Linux => "linux",
+            System::LinuxTuned => "linux-tuned",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<System> {
+        match s {
+            "ours" => Some(System::Ours),
+            "linux" => Some(System::Linux),
+            "linux-tuned" => Some(System::LinuxTuned),
+            _ => None,
         }
     }
 }
@@ -100,11 +124,7 @@ impl Options {
             report: a.report,
         };
         for s in split_list(&a.systems) {
-            let sys = match s {
-                "ours" => System::Ours,
-                "linux" => System::Linux,
-                other => return Err(format!("bench: --systems: unknown system `{other}` (known: ours, linux)")),
-            };
+            let sys = System::from_name(s).ok_or_else(|| format!("bench: --systems: unknown system `{s}` (known: {})", SYSTEM_NAMES.join(", ")))?;
             if !o.systems.contains(&sys) {
                 o.systems.push(sys);
             }
@@ -279,12 +299,14 @@ pub fn run_matrix(
                     _ => String::new(),
                 };
                 progress.start(i + 1, &format!("{} {} on {cores} vCPU(s){which}", sys.name(), spec.name));
+                let before = HostSample::now();
                 let mut r = run_one(sys, spec, &params, cores, boot);
+                r.host = before.and_then(|b| b.until_now());
                 // results.json keeps wall time to 10 ms; keep the record the same, so
                 // it reads back equal to what was written.
                 r.wall_s = (r.wall_s * 100.0).round() / 100.0;
                 let how = match (r.status, r.per_core_throughput()) {
-                    (Status::Ok, Some(t)) => format!("{} ops/s/core", report::si(t)),
+                    (Status::Ok, Some(t)) => format!("{} ops/s/vCPU", report::si(t)),
                     _ => format!("{}: {}", r.status.as_str(), r.reason.as_deref().unwrap_or("")),
                 };
                 let which = match (o.boots > 1, boot) {
@@ -308,6 +330,52 @@ pub fn run_matrix(
     }
 }
 
+/// The host's state at the start of a boot: its load average and the CPU time of this
+/// process's waited-for children so far (QEMU runs as a child and is waited for before the
+/// boot's record is made, so the difference at the end is the boot's QEMU time).
+struct HostSample {
+    load1: f64,
+    children_ticks: u64,
+}
+
+impl HostSample {
+    fn now() -> Option<HostSample> {
+        Some(HostSample { load1: load1()?, children_ticks: children_cpu_ticks()? })
+    }
+
+    fn until_now(self) -> Option<record::HostLoad> {
+        let end = HostSample::now()?;
+        let cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+        Some(record::HostLoad {
+            load1_start: self.load1,
+            load1_end: end.load1,
+            cpus,
+            qemu_cpu_s: end.children_ticks.saturating_sub(self.children_ticks) as f64 / CLOCK_TICKS_PER_S,
+        })
+    }
+}
+
+/// `/proc/self/stat`'s unit (USER_HZ, 100 on every Linux this runs on: x86-64 fixes it).
+const CLOCK_TICKS_PER_S: f64 = 100.0;
+
+/// The host's 1-minute load average.
+fn load1() -> Option<f64> {
+    fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// `cutime + cstime` of this process (fields 16 and 17 of /proc/self/stat, counted after the
+/// command name's closing parenthesis, which may itself hold spaces).
+fn children_cpu_ticks() -> Option<u64> {
+    parse_children_ticks(&fs::read_to_string("/proc/self/stat").ok()?)
+}
+
+fn parse_children_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3, so field N is f[N - 3].
+    Some(f.get(13)?.parse::<u64>().ok()? + f.get(14)?.parse::<u64>().ok()?)
+}
+
 /// The counting boots (boot 0) give their instructions to the timing boots of the same cell
 /// and are then dropped: every record left is a timing boot, so the statistics see only those.
 /// A counting boot that did not finish leaves a note saying so in the cell's records.
@@ -320,6 +388,7 @@ pub fn fill_counted_instructions(records: Vec<Record>) -> Vec<Record> {
         }
         if c.status == Status::Ok {
             r.instructions_kernel = c.instructions_kernel;
+            r.instructions_vcpus = c.instructions_vcpus.clone();
             r.instructions_user = c.instructions_user;
             r.instructions_note = match (&c.instructions_note, c.instructions_kernel) {
                 (Some(n), _) => Some(n.clone()),
@@ -348,7 +417,7 @@ pub fn run(o: Options, args: &[String]) -> Result<(), String> {
     }
     fs::create_dir_all(&o.out).map_err(|e| format!("bench: cannot create {}: {e}", o.out.display()))?;
     // What was run, where and when: results.json's `run` item and report.html's header.
-    let run_info = stats::RunInfo { version: stats::RESULTS_VERSION, command: html::command_line(args), started: html::utc_now(), machine: stats::Machine::this_host(), boots: o.boots, seed: o.seed };
+    let run_info = stats::RunInfo { version: stats::RESULTS_VERSION, command: html::command_line(args), started: html::utc_now(), machine: stats::Machine::this_host(), boots: o.boots, seed: o.seed, linux: Vec::new() };
     // This system: the kernel and the user programs (with `bench-ours`). If they do not
     // build, every ours cell is `unavailable` with the build error as the reason.
     let (ours_sys, ours_why) = if o.systems.contains(&System::Ours) {
@@ -364,60 +433,76 @@ pub fn run(o: Options, args: &[String]) -> Result<(), String> {
     };
     // Everything Linux needs is prepared before the first boot, so a missing kernel package
     // without network is one error line before any run.
-    let linux = if o.systems.contains(&System::Linux) { Some(linux_sys::LinuxSystem::prepare(o.mem_mib, o.insns, &o.out.join("logs"))?) } else { None };
+    let prepare_linux = |sys: System| -> Result<Option<linux_sys::LinuxSystem>, String> {
+        if o.systems.contains(&sys) {
+            Ok(Some(linux_sys::LinuxSystem::prepare_baseline(o.mem_mib, o.insns, &o.out.join("logs"), sys == System::LinuxTuned)?))
+        } else {
+            Ok(None)
+        }
+    };
+    let linux = prepare_linux(System::Linux)?;
+    let linux_tuned = prepare_linux(System::LinuxTuned)?;
+    let any_linux = linux.as_ref().or(linux_tuned.as_ref());
     // The host-driven benchmarks boot Linux with the measurement guest (tcpserv) and the NIC's
     // modules instead of bench-linux; if that initramfs cannot be made, those cells say why.
-    let linux_net = (linux.is_some() && o.benches.iter().any(|b| b.host_driven))
+    let linux_net = (any_linux.is_some() && o.benches.iter().any(|b| b.host_driven))
         .then(|| crate::linux::fetch_kernel().and_then(|k| crate::net::linux_guest::initramfs(&k)).map_err(|e| format!("linux: the tcpserv initramfs: {e}")));
     // The webd rows boot Linux with webd-linux as /init (its initramfs is made per file set).
-    let linux_webd = (linux.is_some() && o.benches.iter().any(|b| webd::is_webd(b))).then(|| {
-        linux_sys::build_static("bench", "webd-linux").map_err(|e| format!("linux: webd-linux: {e}")).map(|w| crate::webd::run::Artifacts::Linux { kernel: linux.as_ref().map(|l| l.kernel.clone()).unwrap_or_default(), webd: w })
+    let linux_webd = (any_linux.is_some() && o.benches.iter().any(|b| webd::is_webd(b))).then(|| {
+        linux_sys::build_static("bench", "webd-linux").map_err(|e| format!("linux: webd-linux: {e}")).map(|w| crate::webd::run::Artifacts::Linux { kernel: any_linux.map(|l| l.kernel.clone()).unwrap_or_default(), webd: w })
     });
     let unavailable = |s: System| match s {
         System::Ours => ours_why.clone(),
-        System::Linux => None,
+        System::Linux | System::LinuxTuned => None,
     };
     eprintln!(
-        "bench: {} boot(s) per cell, cells in an order shuffled with --seed {} (ours and linux back to back per cell){}",
+        "bench: {} boot(s) per cell, cells in an order shuffled with --seed {} ({} back to back per cell){}",
         o.boots,
         o.seed,
+        o.systems.iter().map(|s| s.name()).collect::<Vec<_>>().join(", "),
         if o.boots > 1 && o.insns { "; instruction counts are exact, so one boot is enough for them: each cell first gets a counting boot with the insncount plugin, and its timing boots run without it (the plugin slows code paths unequally)" } else { "" }
     );
     let records = run_matrix(&o, &unavailable, &mut |sys, spec, params, cores, boot| {
         let tag = if o.boots > 1 { format!("-boot{boot}") } else { String::new() };
         // Boot 0 counts instructions; boots 1..=N of a multi-boot run time without the plugin.
         let timing_only = o.insns && o.boots > 1 && boot > 0;
-        for c in [ours_sys.as_ref().map(|s| &s.common), linux.as_ref().map(|l| &l.common)].into_iter().flatten() {
+        for c in [ours_sys.as_ref().map(|s| &s.common), linux.as_ref().map(|l| &l.common), linux_tuned.as_ref().map(|l| &l.common)].into_iter().flatten() {
             c.timing_only.set(timing_only);
         }
+        let lsys = match sys {
+            System::Linux => linux.as_ref(),
+            System::LinuxTuned => linux_tuned.as_ref(),
+            System::Ours => None,
+        };
         let g: Option<&dyn guest::Guest> = match sys {
-            System::Linux => linux.as_ref().map(|l| l as _),
+            System::Linux | System::LinuxTuned => lsys.map(|l| l as _),
             System::Ours => ours_sys.as_ref().map(|s| s as _),
         };
+        let not_prepared = || Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared");
         if webd::is_webd(spec) {
-            let (common, art) = match sys {
-                System::Linux => match (linux.as_ref(), linux_webd.as_ref()) {
-                    (Some(l), Some(Ok(art))) => (&l.common, art.clone()),
+            let (common, art, tuned) = match sys {
+                System::Linux | System::LinuxTuned => match (lsys, linux_webd.as_ref()) {
+                    (Some(l), Some(Ok(art))) => (&l.common, art.clone(), l.tuned),
                     (_, Some(Err(e))) => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, e),
-                    _ => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+                    _ => return not_prepared(),
                 },
                 System::Ours => match ours_sys.as_ref() {
-                    Some(s) => (&s.common, crate::webd::run::Artifacts::Ours { kernel: s.kernel.clone(), initrd: s.initrd.clone() }),
-                    None => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+                    Some(s) => (&s.common, crate::webd::run::Artifacts::Ours { kernel: s.kernel.clone(), initrd: s.initrd.clone() }, false),
+                    None => return not_prepared(),
                 },
             };
-            return webd::run_one(common, &art, spec, params, cores, o.timeout, &tag);
+            return webd::run_one(common, &art, spec, params, cores, o.timeout, &tag, tuned);
         }
         if spec.host_driven {
             let (common, boot) = match sys {
-                System::Linux => match (linux.as_ref(), linux_net.as_ref()) {
-                    (Some(l), Some(Ok(initrd))) => (&l.common, net::Boot::Linux { kernel: &l.kernel, initrd }),
+                System::Linux | System::LinuxTuned => match (lsys, linux_net.as_ref()) {
+                    (Some(l), Some(Ok(initrd))) => (&l.common, net::Boot::Linux { kernel: &l.kernel, initrd, tuned: l.tuned }),
                     (_, Some(Err(e))) => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, e),
-                    _ => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+                    _ => return not_prepared(),
                 },
                 System::Ours => match ours_sys.as_ref() {
                     Some(s) => (&s.common, net::Boot::Ours { kernel: &s.kernel, initrd: &s.initrd }),
-                    None => return Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+                    None => return not_prepared(),
                 },
             };
             let mut rec = net::run_one(common, boot, spec, params, cores, o.timeout, &tag);
@@ -428,9 +513,15 @@ pub fn run(o: Options, args: &[String]) -> Result<(), String> {
         }
         match g {
             Some(g) => guest::run_one(g, spec, params, cores, o.timeout, &tag),
-            None => Record::without_result(sys.name(), spec, params.to_vec(), cores, Status::Error, "system not prepared"),
+            None => not_prepared(),
         }
     });
+    // What each Linux baseline was (kernel, command line, and what its first good boot said
+    // about its mitigations and security modules): results.json's `run` item.
+    let mut run_info = run_info;
+    for l in [linux.as_ref(), linux_tuned.as_ref()].into_iter().flatten() {
+        run_info.linux.push(l.config(&records));
+    }
     let results = o.out.join("results.json");
     let mut all = stats::Results::from_records(records);
     all.run = Some(run_info);
@@ -463,7 +554,12 @@ fn unfinished(records: &[Record]) -> Result<(), String> {
 fn read_results(dir: &std::path::Path) -> Result<stats::Results, String> {
     let path = dir.join("results.json");
     let text = fs::read_to_string(&path).map_err(|e| format!("bench: cannot read {}: {e}", path.display()))?;
-    let r = stats::Results::from_json(&text).map_err(|e| format!("bench: {}: {e}", path.display()))?;
+    let mut r = stats::Results::from_json(&text).map_err(|e| format!("bench: {}: {e}", path.display()))?;
+    // Before version 3 the summaries were per worker, not per vCPU: recompute them.
+    if r.run.as_ref().map(|i| i.version).unwrap_or(1) < 3 && !(r.cells.is_empty() && r.pairs.is_empty()) {
+        let again = stats::Results::from_records(r.records.clone());
+        (r.cells, r.pairs) = (again.cells, again.pairs);
+    }
     if !(r.cells.is_empty() && r.pairs.is_empty()) {
         let again = stats::Results::from_records(r.records.clone());
         if again.cells != r.cells || again.pairs != r.pairs {
@@ -506,7 +602,7 @@ fn redraw(dir: &std::path::Path) -> Result<(), String> {
     let mut systems: Vec<System> = Vec::new();
     let mut smp: Vec<u32> = Vec::new();
     for r in records {
-        let s = if r.system == "ours" { System::Ours } else { System::Linux };
+        let s = System::from_name(&r.system).unwrap_or(System::Linux);
         if !systems.contains(&s) {
             systems.push(s);
         }
@@ -555,7 +651,7 @@ mod tests {
     /// shuffled order that the seed fixes; boot k of ours is next to boot k of Linux.
     #[test]
     fn boots_are_interleaved_in_a_seeded_order() {
-        let o = parse_options(&args("--only stat_mt,dupclose --smp 1,2 --boots 3 --seed 7")).unwrap();
+        let o = parse_options(&args("--only stat_mt,dupclose --smp 1,2 --boots 3 --seed 7 --systems ours,linux")).unwrap();
         assert_eq!((o.boots, o.seed), (3, 7));
         assert_eq!(parse_options(&args("")).map(|o| (o.boots, o.seed)).unwrap(), (1, 1));
         let sys = [System::Ours, System::Linux];
@@ -636,7 +732,7 @@ mod tests {
     /// the range.
     #[test]
     fn many_boots_give_medians_ranges_and_noise_marks() {
-        let o = parse_options(&args("--only dupclose,stat_mt --smp 1,2 --boots 3")).unwrap();
+        let o = parse_options(&args("--only dupclose,stat_mt --smp 1,2 --boots 3 --systems ours,linux")).unwrap();
         let records = run_matrix(&o, &|_| None, &mut |s, b, p, c, k| {
             let mut r = fake(s, b, p, c);
             if r.status == Status::Ok {
@@ -666,7 +762,8 @@ mod tests {
         assert!(row.starts_with("| dupclose | 0.12 (rounds 0.12 [0.08–0.25]) |"), "{row}");
         let row = t.lines().find(|l| l.starts_with("| stat_mt | 2 |")).unwrap();
         assert!(row.contains("| timeout (3/3 failed) |"), "{row}");
-        let all = stats::Results::from_records(records.clone());
+        let mut all = stats::Results::from_records(records.clone());
+        all.run = Some(stats::RunInfo { version: stats::RESULTS_VERSION, command: "test".into(), started: "2026-12-07 00:00:00".into(), machine: stats::Machine::default(), boots: 3, seed: 1, linux: Vec::new() });
         let dir = std::env::temp_dir().join(format!("xtask-bench-boots-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         fs::write(dir.join("results.json"), all.to_json()).unwrap();
@@ -739,10 +836,11 @@ mod tests {
         });
         // Every benchmark (all but the self-test) × both systems × 3 core counts.
         let benches: Vec<&str> = catalog::BENCHES.iter().filter(|b| !b.hidden).map(|b| b.name).collect();
-        assert_eq!(records.len(), benches.len() * 2 * 3);
-        assert_eq!(calls, benches.len() * 3, "ours is never booted while unavailable");
+        // The default systems: ours and both Linux baselines.
+        assert_eq!(records.len(), benches.len() * 3 * 3);
+        assert_eq!(calls, benches.len() * 2 * 3, "ours is never booted while unavailable");
         for b in &benches {
-            for sys in ["ours", "linux"] {
+            for sys in ["ours", "linux", "linux-tuned"] {
                 for cores in [1, 2, 4] {
                     let n = records.iter().filter(|r| r.benchmark == *b && r.system == sys && r.cores == cores).count();
                     assert_eq!(n, 1, "{b} {sys} {cores}");
@@ -764,7 +862,7 @@ mod tests {
         assert!(t.contains("stat_mt") && t.contains("timeout"));
         // Linux: 1000 ops in `cores` ms on `cores` workers, over 2000 calibration steps per
         // ms per core.
-        let dupclose: Vec<f64> = records.iter().filter(|r| r.benchmark == "dupclose").filter_map(|r| r.calibrated_throughput()).collect();
+        let dupclose: Vec<f64> = records.iter().filter(|r| r.benchmark == "dupclose" && r.system == "linux").filter_map(|r| r.calibrated_throughput()).collect();
         assert_eq!(dupclose, [0.5, 0.5 / 4.0, 0.5 / 16.0]);
         let dir = std::env::temp_dir().join(format!("xtask-bench-test-{}", std::process::id()));
         let plots = report::plots_svg_only(&records, &o.systems, &o.smp, &dir).unwrap();
@@ -779,7 +877,7 @@ mod tests {
     /// row with the reason under the table, and does not make the command fail.
     #[test]
     fn unavailable_benchmarks_are_recorded_and_reported() {
-        let o = parse_options(&args("--smp 1,2 --only thread_mt,dupclose")).unwrap();
+        let o = parse_options(&args("--smp 1,2 --only thread_mt,dupclose --systems ours,linux")).unwrap();
         let mut booted = Vec::new();
         // This system runs every benchmark today, so the test stands in a backend that lacks
         // one (as ours lacked thread_mt before time-sharing), the way `ours::unsupported` would.
@@ -806,7 +904,8 @@ mod tests {
         }
         let t = report::table(&records, &o.smp);
         let row = t.lines().find(|l| l.starts_with("| thread_mt | 1 |")).unwrap();
-        assert!(row.contains("| unavailable |") && row.ends_with("| - |"), "{row}");
+        // ours' throughput, then its instructions and the ratios: none for an unavailable cell.
+        assert!(row.contains("| unavailable | - | - | - |"), "{row}");
         assert!(t.lines().any(|l| l.starts_with("- thread_mt on ours: unavailable (") && l.contains("time-sharing")), "{t}");
         assert!(unfinished(&records).is_ok(), "unavailable is not a failure");
     }
@@ -878,9 +977,9 @@ mod tests {
         html::check_page(&page, &["tcp_accept", "tcp_accept_polling", "calib"]).unwrap();
         // Written again as version 2: the same records and summaries, and the run item.
         let mut v2 = r.clone();
-        v2.run = Some(stats::RunInfo { version: stats::RESULTS_VERSION, command: "cargo xtask bench --only tcp_accept --boots 5".into(), started: "2026-11-25 16:00:00".into(), machine: stats::Machine::default(), boots: 5, seed: 1 });
+        v2.run = Some(stats::RunInfo { version: stats::RESULTS_VERSION, command: "cargo xtask bench --only tcp_accept --boots 5".into(), started: "2026-11-25 16:00:00".into(), machine: stats::Machine::default(), boots: 5, seed: 1, linux: Vec::new() });
         let text = v2.to_json();
-        assert!(text.starts_with("[\n  {\"kind\":\"run\",\"version\":2,"), "{}", &text[..80]);
+        assert!(text.starts_with("[\n  {\"kind\":\"run\",\"version\":3,"), "{}", &text[..80]);
         fs::write(dir.join("results.json"), &text).unwrap();
         assert_eq!(read_results(&dir).unwrap(), v2);
         let refused = |t: &str| {
@@ -889,7 +988,7 @@ mod tests {
             assert!(!e.contains('\n'), "one line: {e}");
             e
         };
-        assert!(refused(&text.replacen("\"version\":2", "\"version\":3", 1)).contains("version 3"));
+        assert!(refused(&text.replacen("\"version\":3", "\"version\":4", 1)).contains("version 4"));
         // The run item after a record.
         let lines: Vec<&str> = text.lines().collect();
         let moved = format!("[\n{},\n{}\n{}", lines[2].trim_end_matches(','), lines[1].trim_end_matches(','), lines[3..].join("\n").replacen("  {", "  ,{", 1));

@@ -18,6 +18,7 @@ fn main() {
     let line = if as_init {
         // SAFETY: plain mount(2) with NUL-terminated strings.
         unsafe { libc::mount(c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), 0, std::ptr::null()) };
+        print_config();
         std::fs::read_to_string("/proc/cmdline").unwrap_or_default()
     } else {
         std::env::args().skip(1).collect::<Vec<_>>().join(" ")
@@ -61,6 +62,34 @@ fn main() {
     // QEMU's -no-reboot ends the run. The harness takes a cell as `ok` only after the
     // kernel's `reboot: Power down` (xtask/src/bench/linux_sys.rs).
     std::process::exit(if ok { 0 } else { 1 });
+}
+
+/// One line about the kernel this runs on, for the harness's record of the Linux baseline
+/// (xtask/src/bench/linux_sys.rs reads it): its release, the active security modules and
+/// every CPU vulnerability's state as the kernel reports it (mitigated, vulnerable or not
+/// affected), each run of spaces as one `~` (the states hold underscores of their own). sysfs and securityfs are mounted for it; a part that
+/// cannot be read is left out.
+#[cfg(target_os = "linux")]
+fn print_config() {
+    let _ = std::fs::create_dir_all("/sys");
+    // SAFETY: plain mount(2) calls with NUL-terminated strings.
+    unsafe {
+        libc::mount(c"sysfs".as_ptr(), c"/sys".as_ptr(), c"sysfs".as_ptr(), 0, std::ptr::null());
+        libc::mount(c"securityfs".as_ptr(), c"/sys/kernel/security".as_ptr(), c"securityfs".as_ptr(), 0, std::ptr::null());
+    }
+    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.split_whitespace().collect::<Vec<_>>().join("~"));
+    let mut line = format!("bench-config release={}", read("/proc/sys/kernel/osrelease").unwrap_or_default());
+    if let Some(lsm) = read("/sys/kernel/security/lsm") {
+        line.push_str(&format!(" lsm={lsm}"));
+    }
+    let mut vulns: Vec<(String, String)> = std::fs::read_dir("/sys/devices/system/cpu/vulnerabilities")
+        .map(|d| d.flatten().filter_map(|e| Some((e.file_name().to_string_lossy().to_string(), read(&e.path().to_string_lossy())?))).collect())
+        .unwrap_or_default();
+    vulns.sort();
+    for (k, v) in vulns {
+        line.push_str(&format!(" vuln_{k}={v}"));
+    }
+    println!("{line}");
 }
 
 #[cfg(not(target_os = "linux"))]

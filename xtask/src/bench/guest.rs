@@ -154,6 +154,7 @@ pub(super) fn add_instructions(rec: &mut Record, plugin: &Result<PathBuf, String
                 let reps = params.iter().find(|(k, _)| k == "reps").map(|(_, v)| *v).unwrap_or(1).max(1);
                 rec.instructions_kernel = Some(k / reps);
                 rec.instructions_user = Some(u / reps);
+                rec.instructions_vcpus = insncount_per_vcpu(&text).into_iter().map(|n| n / reps).collect();
             }
             Err(e) => rec.instructions_note = Some(e),
         },
@@ -227,6 +228,20 @@ pub fn parse_insncount(text: &str) -> Result<(u64, u64), String> {
     Ok((k, u))
 }
 
+/// Kernel + user instructions of each vCPU (index order) from the insncount report.
+pub fn insncount_per_vcpu(text: &str) -> Vec<u64> {
+    let mut v: Vec<(u64, u64)> = text
+        .lines()
+        .filter(|l| l.starts_with("vcpu "))
+        .map(|l| {
+            let get = |key: &str| kv(l).find(|(kk, _)| *kk == key).and_then(|(_, v)| v.parse::<u64>().ok()).unwrap_or(0);
+            (get("index"), get("kernel") + get("user"))
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, n)| n).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,6 +291,7 @@ mod tests {
     fn parses_insncount() {
         let t = "insncount version=1 starts=2 stops=2 vcpus=2\nvcpu index=0 kernel=100 user=5 blocks=3\nvcpu index=1 kernel=50 user=7 blocks=2\nend\n";
         assert_eq!(parse_insncount(t).unwrap(), (150, 12));
+        assert_eq!(insncount_per_vcpu(t), [105, 57]);
         assert!(parse_insncount("insncount version=1 starts=0 stops=0 vcpus=1\nend\n").is_err());
         assert!(parse_insncount("insncount version=1 starts=1 stops=0 vcpus=1\nvcpu index=0 kernel=1 user=1 blocks=1\n").is_err());
     }

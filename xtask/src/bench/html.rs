@@ -53,6 +53,19 @@ pub fn page(records: &[Record], systems: &[System], smp: &[u32], run: Option<&Ru
             let m = &r.machine;
             let _ = writeln!(h, "<dt>machine</dt><dd>{} ({} host CPUs); {}; {}</dd>", esc(&m.cpu), m.host_cpus, esc(&m.os), esc(&m.qemu));
             let _ = writeln!(h, "<dt>results.json version</dt><dd>{}</dd>", r.version);
+            for l in &r.linux {
+                let m: Vec<String> = l.mitigations.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                let _ = writeln!(
+                    h,
+                    "<dt>{}</dt><dd>kernel {}; command line <code>{}</code>; security modules: {}; vulnerabilities: {}{}</dd>",
+                    esc(&l.system),
+                    esc(&l.kernel),
+                    esc(&l.cmdline),
+                    esc(if l.lsm.is_empty() { "not reported" } else { &l.lsm }),
+                    esc(&if m.is_empty() { "not reported".to_string() } else { m.join("; ") }),
+                    l.note.as_ref().map(|n| format!(" ({})", esc(n))).unwrap_or_default()
+                );
+            }
         }
         None => {
             let _ = writeln!(h, "<dt>command, machine</dt><dd>not recorded (results.json written before version {})</dd>", stats::RESULTS_VERSION);
@@ -63,36 +76,49 @@ pub fn page(records: &[Record], systems: &[System], smp: &[u32], run: Option<&Ru
     let cells = stats::summarize(records);
     let pairs = stats::pairs(records);
     let boots = cells.iter().map(|c| c.boots).max().unwrap_or(1);
-    let _ = writeln!(h, "<h2 id=\"table\">Per-core throughput</h2>");
+    let _ = writeln!(h, "<h2 id=\"table\">Per-vCPU throughput</h2>");
     let _ = writeln!(
         h,
-        "<p>ops/s per core{}; insns/op = guest instructions (kernel + user) per operation; ours/linux calibrated = each side over the share-nothing loop run in its own boot. <span class=\"noisy\">noisy</span> = max/min of the calibrated value above {} over the boots: not a result.</p>",
+        "<p>ops/s per vCPU of the guest, the same divisor on both systems{}; insns/op = guest instructions (kernel + user) per operation; calibrated = each side over the share-nothing loop run in its own boot; path (ours): <em>kernel path</em> = ours enters its kernel on every operation, <em>library path</em> = ours serves it in the library OS without entering the kernel while Linux makes a system call (not a faster system call), <em>user code (both)</em> = the same user code on both. <span class=\"noisy\">noisy</span> = max/min of the calibrated value above {} over the boots, or the host's load apart by more than {} per host CPU between the boots compared: not a result. host load = the host's 1-minute load average over the row's boots.</p>",
         if boots > 1 { format!(", median [min–max] over {boots} boots per cell") } else { String::new() },
-        stats::NOISY
+        stats::NOISY,
+        stats::NOISY_LOAD_PER_CPU
     );
-    let _ = writeln!(h, "<table id=\"results\">\n<thead><tr><th>benchmark</th><th>vCPUs</th><th>linux ops/s/core</th><th>linux insns/op</th><th>ours ops/s/core</th><th>ours insns/op</th><th>ours/linux</th><th>ours/linux calibrated</th></tr></thead>\n<tbody>");
+    let linuxes: Vec<&str> = super::LINUX_NAMES.iter().copied().filter(|l| records.iter().any(|r| r.system == *l)).collect();
+    let mut head = String::from("<th>benchmark</th><th>vCPUs</th><th>path (ours)</th>");
+    for l in &linuxes {
+        let _ = write!(head, "<th>{l} ops/s/vCPU</th><th>{l} insns/op</th>");
+    }
+    head.push_str("<th>ours ops/s/vCPU</th><th>ours per service core</th><th>ours insns/op</th>");
+    for l in &linuxes {
+        let _ = write!(head, "<th>ours/{l}</th><th>ours/{l} calibrated</th>");
+    }
+    head.push_str("<th>host load</th>");
+    let _ = writeln!(h, "<table id=\"results\">\n<thead><tr>{head}</tr></thead>\n<tbody>");
     let insns = |sys: &str, b: &str, n: u32| records.iter().filter(|r| r.system == sys && r.benchmark == b && r.cores == n).find_map(|r| r.instructions_per_op()).map(report::si).unwrap_or_else(|| "-".into());
     for b in &benches {
         for &n in smp {
             if !records.iter().any(|r| r.benchmark == *b && r.cores == n) {
                 continue;
             }
-            let p = pairs.iter().find(|p| p.benchmark == *b && p.cores == n);
-            let (l, o) = (report::summary(&cells, "linux", b, n), report::summary(&cells, "ours", b, n));
+            let o = report::summary(&cells, "ours", b, n);
             let label = if n > 2 { format!("{n} (functional)") } else { n.to_string() };
-            let _ = writeln!(
-                h,
-                "<tr data-benchmark=\"{}\" data-cores=\"{n}\"><td><a href=\"#plot-{}\">{}</a></td><td class=\"n\">{label}</td>{}{}{}{}{}{}</tr>",
-                esc(b),
-                esc(b),
-                esc(b),
-                td(&report::cell(l, records)),
-                td(&insns("linux", b, n)),
-                td(&report::cell(o, records)),
-                td(&insns("ours", b, n)),
-                td(&report::pair_cell(p, |p| p.ratio.as_ref(), false)),
-                td(&report::pair_cell(p, |p| p.calibrated_ratio.as_ref(), true)),
-            );
+            let mut row = format!("<tr data-benchmark=\"{}\" data-cores=\"{n}\"><td><a href=\"#plot-{}\">{}</a></td><td class=\"n\">{label}</td>{}", esc(b), esc(b), esc(b), td(&super::paths::label(records, b, n)));
+            for l in &linuxes {
+                row.push_str(&td(&report::cell(report::summary(&cells, l, b, n), records)));
+                row.push_str(&td(&insns(l, b, n)));
+            }
+            row.push_str(&td(&report::cell(o, records)));
+            row.push_str(&td(&o.and_then(|c| c.per_service_core_throughput.as_ref()).map(|s| report::range(s, report::si)).unwrap_or_else(|| "-".into())));
+            row.push_str(&td(&insns("ours", b, n)));
+            for l in &linuxes {
+                let p = pairs.iter().find(|p| p.linux == *l && p.benchmark == *b && p.cores == n);
+                row.push_str(&td(&report::pair_cell(p, |p| p.ratio.as_ref(), false)));
+                row.push_str(&td(&report::pair_cell(p, |p| p.calibrated_ratio.as_ref(), true)));
+            }
+            let loads: Vec<f64> = records.iter().filter(|r| r.benchmark == *b && r.cores == n && r.status == Status::Ok).filter_map(|r| r.host.as_ref().map(|x| x.load1())).collect();
+            row.push_str(&td(&stats::spread(&loads).map(|s| report::range(&s, |x| format!("{x:.1}"))).unwrap_or_else(|| "-".into())));
+            let _ = writeln!(h, "{row}</tr>");
         }
     }
     let _ = writeln!(h, "</tbody>\n</table>");
@@ -113,7 +139,7 @@ pub fn page(records: &[Record], systems: &[System], smp: &[u32], run: Option<&Ru
     // The calibration: the share-nothing loop's own cells and its scaling.
     let _ = writeln!(h, "<h2 id=\"calibration\">Calibration</h2>\n<p>The share-nothing calibration (<code>{}</code>: a register-only loop, no memory traffic, no kernel) per system and vCPU count, steps/s per core; every boot also runs it after its benchmark, and the calibrated columns divide by that.</p>", catalog::CALIBRATION);
     let _ = writeln!(h, "<table id=\"calib\">\n<thead><tr><th>system</th><th>vCPUs</th><th>steps/s/core</th><th>scaling over {} vCPU</th></tr></thead>\n<tbody>", smp.first().copied().unwrap_or(1));
-    for sys in ["linux", "ours"] {
+    for sys in ["linux", "linux-tuned", "ours"] {
         for &n in smp {
             let Some(c) = report::summary(&cells, sys, catalog::CALIBRATION, n) else { continue };
             let base = smp.first().copied().unwrap_or(n);
@@ -123,7 +149,7 @@ pub fn page(records: &[Record], systems: &[System], smp: &[u32], run: Option<&Ru
     }
     let _ = writeln!(h, "</tbody>\n</table>");
     // Every plot, inline.
-    let _ = writeln!(h, "<h2 id=\"plots\">Plots</h2>\n<p>Per-core throughput against vCPUs, a line per system; with several boots the median and a min–max bar.</p>");
+    let _ = writeln!(h, "<h2 id=\"plots\">Plots</h2>\n<p>Per-vCPU throughput against vCPUs, a line per system; with several boots the median and a min–max bar.</p>");
     for b in &benches {
         let svg = report::svg(b, records, systems, smp);
         let _ = writeln!(h, "<figure id=\"plot-{}\">\n{}</figure>", esc(b), svg.trim_end());
@@ -257,6 +283,7 @@ mod tests {
             machine: Machine { cpu: "Test CPU <2 cores>".into(), host_cpus: 2, os: "Linux 6.1".into(), qemu: "QEMU emulator version 9.2.0".into() },
             boots: 3,
             seed: 1,
+            linux: Vec::new(),
         }
     }
 
@@ -274,7 +301,8 @@ mod tests {
         assert!(html.contains("1970-01-01 00:00:00"));
         let doc = parse(&html).unwrap();
         let row = doc.descendants().find(|n| n.attribute("data-benchmark") == Some("dupclose") && n.attribute("data-cores") == Some("1")).unwrap();
-        let linux = row.children().filter(|c| c.has_tag_name("td")).nth(2).unwrap();
+        // benchmark, vCPUs, path, then Linux's per-vCPU throughput.
+        let linux = row.children().filter(|c| c.has_tag_name("td")).nth(3).unwrap();
         assert_eq!(linux.text(), Some("2.00M [1.00M–3.00M] noisy"));
         assert!(linux.attribute("class").unwrap().contains("noisy"));
         let calib = doc.descendants().find(|n| n.attribute("id") == Some("calib")).unwrap();

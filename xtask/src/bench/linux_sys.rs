@@ -14,7 +14,48 @@ use crate::qemu::VmConfig;
 const MUSL: &str = "x86_64-unknown-linux-musl";
 const GNU: &str = "x86_64-unknown-linux-gnu";
 
+/// The kernel command line every Linux baseline boots with, before the benchmark's words:
+/// serial console, quiet, no address randomization (stable instruction counts), power off on
+/// panic, the TSC trusted (TCG's TSC is stable; without it the kernel may fall back to a
+/// slower clocksource mid-run), and no boot-time check that the IO-APIC timer ticks within a
+/// few host-starved milliseconds (`no_timer_check`: on a host at load 20-36 about one Linux
+/// boot in ten panicked with `IO-APIC + timer doesn't work!` before /init; the check is
+/// about buggy chipsets, not something the benchmarks measure).
+pub const BASE_WORDS: &str = "console=ttyS0 quiet nokaslr panic=-1 tsc=reliable no_timer_check";
+
+/// What `linux-tuned` adds: what a tuned benchmark machine switches off, each because it
+/// costs Linux time on the benchmarked paths and ours has no counterpart
+/// (docs/bench.md, "The Linux baselines"):
+/// - `mitigations=off`: every CPU-vulnerability mitigation (page-table isolation on each
+///   kernel entry and exit, retpolines, return-stack stuffing, buffer clearing, SSB);
+/// - `lsm=capability`: no security module beyond capabilities (Debian enables landlock,
+///   lockdown, yama and AppArmor; each adds hooks to open, stat, mmap, fork ...);
+/// - `audit=0`: no system-call auditing context;
+/// - `init_on_alloc=0`: pages and slab objects not zeroed on every allocation (Debian's
+///   CONFIG_INIT_ON_ALLOC_DEFAULT_ON);
+/// - `randomize_kstack_offset=off`: no random kernel-stack offset per system call;
+/// - `nowatchdog`: no soft/hard lockup detector timers;
+/// - `preempt=none`: the throughput setting of Debian's dynamic preemption.
+/// Not `idle=poll`: spinning idle vCPUs would take host CPU time from the busy ones under TCG.
+pub const TUNED_WORDS: &str = "mitigations=off lsm=capability audit=0 init_on_alloc=0 randomize_kstack_offset=off nowatchdog preempt=none";
+
+/// The command line of a Linux baseline (the benchmark's words follow).
+pub fn cmdline(tuned: bool) -> String {
+    if tuned {
+        format!("{BASE_WORDS} {TUNED_WORDS}")
+    } else {
+        BASE_WORDS.to_string()
+    }
+}
+
+/// The line `bench-linux` prints about the kernel it runs on (before its result line):
+/// `bench-config release=R lsm=A,B vuln_NAME=STATE~WITH~SPACES ...`.
+pub const CONFIG_PREFIX: &str = "bench-config ";
+
 pub struct LinuxSystem {
+    /// Booted with [`TUNED_WORDS`] (`linux-tuned`).
+    pub tuned: bool,
+    version: String,
     /// The uncompressed vmlinux (booted through its PVH note), or the bzImage if it has none.
     pub(super) kernel: PathBuf,
     initrd: PathBuf,
@@ -161,6 +202,12 @@ impl LinuxSystem {
     /// Fetch the kernel package (a clear error without network), build the guest program and
     /// its initramfs, and the insncount plugin.
     pub fn prepare(mem_mib: u64, insns: bool, logs: &Path) -> Result<LinuxSystem, String> {
+        Self::prepare_baseline(mem_mib, insns, logs, false)
+    }
+
+    /// [`LinuxSystem::prepare`] for `linux` (`tuned` false) or `linux-tuned`.
+    pub fn prepare_baseline(mem_mib: u64, insns: bool, logs: &Path, tuned: bool) -> Result<LinuxSystem, String> {
+        let version = crate::linux::fetch_kernel().map_err(|e| format!("linux: cannot get Debian's kernel package: {e}"))?.version;
         let kernel = guest_kernel()?;
         let program = build_guest_program()?;
         let initrd = work_dir().join("linux-initramfs.cpio");
@@ -169,8 +216,51 @@ impl LinuxSystem {
         if let Err(e) = &initrd_files {
             eprintln!("linux: no initramfs for the file rows: {e}");
         }
-        Ok(LinuxSystem { kernel, initrd, initrd_files, common: Common::prepare("linux", mem_mib, insns, logs)? })
+        let name = if tuned { "linux-tuned" } else { "linux" };
+        Ok(LinuxSystem { tuned, version, kernel, initrd, initrd_files, common: Common::prepare(name, mem_mib, insns, logs)? })
     }
+
+    /// This baseline's configuration for results.json: the kernel and command line, and what
+    /// the first good boot of the run said about itself (its `bench-config` line, in the
+    /// boot's serial log).
+    pub fn config(&self, records: &[super::record::Record]) -> super::stats::LinuxConfig {
+        let mut c = super::stats::LinuxConfig { system: self.common.system.into(), kernel: self.version.clone(), cmdline: cmdline(self.tuned), ..Default::default() };
+        let said = records.iter().filter(|r| r.system == self.common.system && r.status == super::record::Status::Ok).find_map(|r| {
+            let tag = if r.boot >= 1 && records.iter().any(|x| x.boot > 1) { format!("-boot{}", r.boot) } else { String::new() };
+            let serial = fs::read_to_string(self.common.logs.join(format!("{}-{}-{}{tag}.serial.txt", r.system, r.benchmark, r.cores))).ok()?;
+            parse_config(&serial)
+        });
+        match said {
+            Some((release, lsm, vulns)) => {
+                if release != self.version {
+                    c.note = Some(format!("the guest said it runs {release}"));
+                }
+                c.lsm = lsm;
+                c.mitigations = vulns;
+            }
+            None => c.note = Some("no good boot of bench-linux printed its configuration (only host-driven rows ran, or none succeeded)".into()),
+        }
+        c
+    }
+}
+
+/// `(release, lsm, vulnerabilities)` from a boot's `bench-config` line; a vulnerability's
+/// state has its spaces as `~` on the line and gets them back here.
+pub fn parse_config(serial: &str) -> Option<(String, String, std::collections::BTreeMap<String, String>)> {
+    let line = serial.lines().find_map(|l| l.trim().strip_prefix(CONFIG_PREFIX))?;
+    let (mut release, mut lsm, mut vulns) = (String::new(), String::new(), std::collections::BTreeMap::new());
+    for (k, v) in line.split_whitespace().filter_map(|w| w.split_once('=')) {
+        match k {
+            "release" => release = v.into(),
+            "lsm" => lsm = v.into(),
+            _ => {
+                if let Some(name) = k.strip_prefix("vuln_") {
+                    vulns.insert(name.to_string(), v.replace('~', " "));
+                }
+            }
+        }
+    }
+    Some((release, lsm, vulns))
 }
 
 impl Guest for LinuxSystem {
@@ -180,7 +270,7 @@ impl Guest for LinuxSystem {
 
     /// Debian's kernel with `bench-linux` as `/init`, which reads `words` from /proc/cmdline.
     fn vm(&self, words: &str) -> VmConfig {
-        let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable {words}");
+        let cmdline = format!("{} {words}", cmdline(self.tuned));
         // A file row boots the initramfs with the disk's modules (bench-linux loads them and
         // mounts the image); without one, bench-linux says so and the cell is an error.
         let bench = words.split_whitespace().find_map(|w| w.strip_prefix("bench=")).unwrap_or("");
@@ -240,6 +330,22 @@ mod tests {
         assert!(ended_cleanly("bench-result name=x\nbench-done\n", Some(0)).unwrap_err().contains("did not power off"));
         assert!(ended_cleanly(good, Some(1)).is_err());
         assert!(ended_cleanly(good, None).is_err());
+    }
+
+    /// Catches: the tuned baseline booting without its words, a vulnerability state read
+    /// with underscores, the configuration line missed.
+    #[test]
+    fn tuned_command_line_and_the_guest_s_configuration_line() {
+        assert!(!cmdline(false).contains("mitigations"));
+        let t = cmdline(true);
+        assert!(t.starts_with(BASE_WORDS) && t.contains("mitigations=off") && t.contains("lsm=capability"), "{t}");
+        let serial = "noise\nbench-config release=6.1.0-57-amd64 lsm=capability vuln_meltdown=Not~affected vuln_spectre_v1=Mitigation:~__user~pointer~sanitization vuln_spectre_v2=Vulnerable\nbench-result name=x\n";
+        let (rel, lsm, v) = parse_config(serial).unwrap();
+        assert_eq!((rel.as_str(), lsm.as_str()), ("6.1.0-57-amd64", "capability"));
+        assert_eq!(v["meltdown"], "Not affected");
+        assert_eq!(v["spectre_v2"], "Vulnerable");
+        assert_eq!(v["spectre_v1"], "Mitigation: __user pointer sanitization");
+        assert!(parse_config("bench-result name=x\n").is_none());
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::qemu::{BootMedium, VmConfig};
 pub enum Boot<'a> {
     /// Debian's kernel (the PVH vmlinux) with the measurement guest's initramfs that holds
     /// the NIC's modules.
-    Linux { kernel: &'a Path, initrd: &'a Path },
+    Linux { kernel: &'a Path, initrd: &'a Path, tuned: bool },
     /// This system's kernel and program archive.
     Ours { kernel: &'a Path, initrd: &'a Path },
 }
@@ -84,6 +84,11 @@ pub fn add_audit(rec: &mut Record, spec: &BenchSpec, cores: u32, timeout: Durati
     if cores < 2 || rec.status != Status::Ok {
         return;
     }
+    if rec.system == "linux-tuned" {
+        // The audit boots Linux through `plugin audit`, which has one Linux: as shipped.
+        net.audit_note = Some("no sharing audit of the tuned baseline (plugin audit boots Linux as shipped)".into());
+        return;
+    }
     let mode = if rec.system == "ours" { format!("mode={} ", ours_mode(spec)) } else { String::new() };
     let params = format!("{mode}conns=101 warmup=1");
     match crate::plugins::sharing_summary(&rec.system, "tcpserv", cores, &params, timeout, &crate::net::audit_class) {
@@ -115,8 +120,8 @@ pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params
     let port = net.host_port(crate::net::SERVICE_PORT).unwrap_or(0);
     let guest_words = format!("conns={} warmup={}", acc.guest_conns(), acc.warmup);
     let mut cfg = match boot {
-        Boot::Linux { kernel, initrd } => {
-            let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable wl=tcpserv threads={cores} {guest_words}");
+        Boot::Linux { kernel, initrd, tuned } => {
+            let cmdline = format!("{} wl=tcpserv threads={cores} {guest_words}", super::linux_sys::cmdline(tuned));
             let extra = vec!["-kernel".into(), kernel.display().to_string(), "-initrd".into(), initrd.display().to_string(), "-append".into(), cmdline];
             VmConfig { extra, ..VmConfig::default() }
         }

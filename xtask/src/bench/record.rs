@@ -38,6 +38,27 @@ pub struct NetStats {
     pub audit_note: Option<String>,
 }
 
+/// The host while one boot ran (issue "Cores that sleep": host load in every result): the
+/// 1-minute load average when the boot started and when it ended, the host's CPUs, and the
+/// CPU time (user + system) of the boot's QEMU processes, from the host's own accounting of
+/// this process's waited-for children (`/proc/self/stat` fields `cutime` and `cstime`; a
+/// host-driven cell with `--audit on` includes its audit boot). In JSON an object `host`,
+/// absent in files written before it was recorded.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct HostLoad {
+    pub load1_start: f64,
+    pub load1_end: f64,
+    pub cpus: u32,
+    pub qemu_cpu_s: f64,
+}
+
+impl HostLoad {
+    /// The busier of the two load samples: what the boot competed with at worst.
+    pub fn load1(&self) -> f64 {
+        self.load1_start.max(self.load1_end)
+    }
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -108,6 +129,11 @@ pub struct Record {
     /// Phased benchmarks (`metis_*`): each phase's name, guest ns and soft page faults, in
     /// order, of the same run as `ns`.
     pub phases: Vec<PhaseRecord>,
+    /// The host's load and QEMU's CPU time during the boot (absent in older files).
+    pub host: Option<HostLoad>,
+    /// Instructions inside the region per vCPU (kernel + user, vCPU 0 first; insncount), for
+    /// the host-driven rows' split into service cores and the rest. Empty when not counted.
+    pub instructions_vcpus: Vec<u64>,
 }
 
 /// One phase of a phased benchmark's run.
@@ -143,6 +169,8 @@ impl Record {
             shape: spec.shape,
             net: None,
             phases: Vec::new(),
+            host: None,
+            instructions_vcpus: Vec::new(),
         }
     }
 
@@ -154,16 +182,35 @@ impl Record {
         Some(self.instructions()? as f64 / self.ops.filter(|&o| o > 0)? as f64)
     }
 
-    /// Operations per second per core. Parallel benchmarks: ops / elapsed / workers. Relay
-    /// benchmarks (one core at a time): ops / the workers' summed busy time, so a system that
-    /// passes memory between cores for free stays flat.
+    /// Operations per second per vCPU of the guest: the one divisor both systems get
+    /// (DESIGN.md, "Fair comparisons"). Parallel benchmarks: ops / elapsed / vCPUs, whatever
+    /// the vCPUs not running a worker do (a kernel core, a front-end that also sums, an idle
+    /// CPU). Relay benchmarks (one core at a time): ops / the workers' summed busy time, so a
+    /// system that passes memory between cores for free stays flat.
     pub fn per_core_throughput(&self) -> Option<f64> {
-        if self.status != Status::Ok {
+        self.throughput_over(self.cores as u64)
+    }
+
+    /// Operations per second per worker ("per service core": the cores that run the measured
+    /// loop or serve the load), only where that differs from the vCPUs: the kernel-core rows
+    /// (one worker), tcp_accept (ours' kernel core is not a service core), webd (front-end
+    /// cores). A second, labelled column; never the ratio against Linux.
+    pub fn per_service_core_throughput(&self) -> Option<f64> {
+        let w = self.workers.filter(|&w| w > 0)?;
+        if w == self.cores as u64 || self.shape == Shape::Relay {
+            return None;
+        }
+        self.throughput_over(w)
+    }
+
+    fn throughput_over(&self, divisor: u64) -> Option<f64> {
+        if self.status != Status::Ok || divisor == 0 {
             return None;
         }
         let ops = self.ops? as f64;
+        self.workers.filter(|&w| w > 0)?;
         match self.shape {
-            Shape::Parallel => Some(ops / (self.ns.filter(|&n| n > 0)? as f64 / 1e9) / self.workers.filter(|&w| w > 0)? as f64),
+            Shape::Parallel => Some(ops / (self.ns.filter(|&n| n > 0)? as f64 / 1e9) / divisor as f64),
             Shape::Relay => Some(ops / (self.busy_ns.filter(|&n| n > 0)? as f64 / 1e9)),
         }
     }
@@ -177,8 +224,9 @@ impl Record {
         Some(self.calib_ops? as f64 / (self.calib_ns.filter(|&n| n > 0)? as f64 / 1e9) / self.workers.filter(|&w| w > 0)? as f64)
     }
 
-    /// Per-core throughput divided by the in-boot calibration's: operations per calibration
-    /// step. Load on the host slows both alike, so this compares across boots and systems.
+    /// Per-vCPU throughput divided by the in-boot calibration's rate per calibrating core:
+    /// operations per calibration step. Load on the host slows both alike, so this compares
+    /// across boots and systems.
     pub fn calibrated_throughput(&self) -> Option<f64> {
         Some(self.per_core_throughput()? / self.calib_per_core_throughput().filter(|&c| c > 0.0)?)
     }
@@ -254,10 +302,17 @@ pub struct RecordJson {
     /// Phased benchmarks only (`metis_*`); absent otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub phases: Vec<PhaseRecord>,
+    /// Per worker where workers differ from vCPUs (derived; absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_service_core_throughput: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostLoad>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instructions_vcpus: Vec<u64>,
 }
 
 fn ops_per_s_per_core() -> String {
-    "ops/s/core".into()
+    "ops/s per vCPU".into()
 }
 
 impl From<&Record> for RecordJson {
@@ -293,6 +348,9 @@ impl From<&Record> for RecordJson {
             wall_s: finite(Some((r.wall_s * 100.0).round() / 100.0)),
             net: r.net.clone(),
             phases: r.phases.clone(),
+            per_service_core_throughput: finite(r.per_service_core_throughput()),
+            host: r.host.clone(),
+            instructions_vcpus: r.instructions_vcpus.clone(),
         }
     }
 }
@@ -303,7 +361,7 @@ impl RecordJson {
     pub fn check(&self) -> Result<(), String> {
         let non_empty = |k: &str, v: &str| if v.is_empty() { Err(format!("`{k}` must be a non-empty string")) } else { Ok(()) };
         non_empty("system", &self.system)?;
-        if !["ours", "linux"].contains(&self.system.as_str()) {
+        if !super::SYSTEM_NAMES.contains(&self.system.as_str()) {
             return Err(format!("unknown system `{}`", self.system));
         }
         non_empty("benchmark", &self.benchmark)?;
@@ -324,6 +382,7 @@ impl RecordJson {
             ("calib_per_core_throughput", self.calib_per_core_throughput),
             ("calibrated_throughput", self.calibrated_throughput),
             ("wall_s", self.wall_s),
+            ("per_service_core_throughput", self.per_service_core_throughput),
         ] {
             if v.is_some_and(|x| !(x >= 0.0)) {
                 return Err(format!("`{k}` must be a non-negative number or null"));
@@ -355,6 +414,16 @@ impl RecordJson {
             }
             if let Some((k, _)) = n.audit.iter().find(|(_, v)| !(**v >= 0.0)) {
                 return Err(format!("`net.audit.{k}` must be a non-negative number"));
+            }
+        }
+        if let Some(h) = &self.host {
+            for (k, v) in [("load1_start", h.load1_start), ("load1_end", h.load1_end), ("qemu_cpu_s", h.qemu_cpu_s)] {
+                if !(v >= 0.0 && v.is_finite()) {
+                    return Err(format!("`host.{k}` must be a non-negative number"));
+                }
+            }
+            if h.cpus == 0 {
+                return Err("`host.cpus` must be positive".into());
             }
         }
         Ok(())
@@ -389,6 +458,8 @@ impl RecordJson {
             shape: spec.shape,
             net: self.net,
             phases: self.phases,
+            host: self.host,
+            instructions_vcpus: self.instructions_vcpus,
         })
     }
 }
@@ -453,6 +524,10 @@ pub const CSV_COLUMNS: &[&str] = &[
     "wall_s",
     "params",
     "net_conns_per_s",
+    "per_service_core_throughput",
+    "host_load1_start",
+    "host_load1_end",
+    "qemu_cpu_s",
 ];
 
 /// One CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break.
@@ -500,6 +575,10 @@ pub fn to_csv(records: &[Record]) -> String {
             f(j.wall_s),
             params.join(" "),
             f(j.net.as_ref().map(|n| n.conns_per_s)),
+            f(j.per_service_core_throughput),
+            f(j.host.as_ref().map(|h| h.load1_start)),
+            f(j.host.as_ref().map(|h| h.load1_end)),
+            f(j.host.as_ref().map(|h| h.qemu_cpu_s)),
         ];
         debug_assert_eq!(row.len(), CSV_COLUMNS.len());
         out.push_str(&row.iter().map(|s| csv_field(s)).collect::<Vec<_>>().join(","));
@@ -545,6 +624,7 @@ mod tests {
         let mut ok = Record::without_result("linux", spec, vec![("iters".into(), 1000), ("reps".into(), 3)], 2, Status::Ok, "");
         ok.reason = None;
         (ok.workers, ok.ops, ok.ns, ok.instructions_note) = (Some(2), Some(4000), Some(2_000_000), Some("plugin off".into()));
+        ok.host = Some(HostLoad { load1_start: 3.5, load1_end: 4.25, cpus: 2, qemu_cpu_s: 7.5 });
         let bad = Record::without_result("ours", spec, vec![], 1, Status::Error, "guest said \"no\", then stopped\nsecond line");
         let text = to_csv(&[ok.clone(), bad]);
         let rows = parse_csv(&text);
@@ -557,5 +637,7 @@ mod tests {
         assert_eq!(rows[1][col("per_core_throughput")].parse::<f64>().unwrap(), ok.per_core_throughput().unwrap());
         assert_eq!(rows[2][col("reason")], "guest said \"no\", then stopped\nsecond line");
         assert_eq!(rows[2][col("per_core_throughput")], "", "null is an empty field");
+        assert_eq!((rows[1][col("host_load1_end")].as_str(), rows[1][col("qemu_cpu_s")].as_str()), ("4.25", "7.5"));
+        assert_eq!(rows[2][col("host_load1_start")], "");
     }
 }

@@ -100,24 +100,59 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
             benches.push(&r.benchmark);
         }
     }
-    let _ = writeln!(t, "Per-core throughput (ops/s per core; TCG, emulated timing; rows above 2 vCPUs are functional only); insns/op = guest instructions (kernel + user) per operation, insncount plugin, deterministic\n");
+    let _ = writeln!(t, "Per-vCPU throughput (ops/s per vCPU of the guest, the same divisor on both systems; TCG, emulated timing; rows above 2 vCPUs are functional only); insns/op = guest instructions (kernel + user) per operation, insncount plugin, deterministic\n");
     if boots > 1 {
-        let _ = writeln!(t, "{boots} boots per cell: each number is `median [min–max]` over the cell's good boots (failed boots counted in the cell); insns/op from the first good boot (exact, the same in every boot); ours/linux = median [range] of the per-pair ratios, boot k of ours over boot k of Linux (booted back to back); `noisy` = max/min of the calibrated value above {} (do not quote)\n", stats::NOISY);
+        let _ = writeln!(t, "{boots} boots per cell: each number is `median [min–max]` over the cell's good boots (failed boots counted in the cell); insns/op from the first good boot (exact, the same in every boot); ours/LINUX = median [range] of the per-pair ratios, boot k of ours over boot k of that Linux (booted back to back); `noisy` = max/min of the calibrated value above {}, or the host's load average differing by more than {} per host CPU between the boots compared (do not quote)\n", stats::NOISY, stats::NOISY_LOAD_PER_CPU);
     }
-    let _ = writeln!(t, "ours/linux calibrated: each side's throughput divided by the share-nothing loop run in its own boot (corrects for the host's load differing between the two boots)\n");
-    let _ = writeln!(t, "| benchmark | vCPUs | linux ops/s/core | linux insns/op | ours ops/s/core | ours insns/op | ours/linux | ours/linux calibrated |");
-    let _ = writeln!(t, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(t, "calibrated: each side's throughput divided by the share-nothing loop run in its own boot (corrects for the host's load differing between the two boots)");
+    let _ = writeln!(t, "path (ours): `kernel path` = ours enters its kernel on every operation; `library path` = ours serves it in the library OS without entering the kernel while Linux makes a system call (not a faster system call); `user code (both)` = the same user code on both (from the exact counts: xtask/src/bench/paths.rs)");
+    let _ = writeln!(t, "per service core: ours' throughput per worker where that differs from per vCPU (kernel-core rows, tcp_accept, webd); a second view, never the ratio's divisor; host load = the host's 1-minute load average over the row's boots, median [min–max]\n");
+    let linuxes: Vec<&str> = super::LINUX_NAMES.iter().copied().filter(|l| records.iter().any(|r| r.system == *l)).collect();
+    let service = records.iter().any(|r| r.per_service_core_throughput().is_some());
+    let mut head = String::from("| benchmark | vCPUs | path (ours) |");
+    let mut rule = String::from("| --- | ---: | --- |");
+    for l in &linuxes {
+        let _ = write!(head, " {l} ops/s/vCPU | {l} insns/op |");
+        rule.push_str(" ---: | ---: |");
+    }
+    head.push_str(" ours ops/s/vCPU |");
+    rule.push_str(" ---: |");
+    if service {
+        head.push_str(" ours ops/s per service core |");
+        rule.push_str(" ---: |");
+    }
+    head.push_str(" ours insns/op |");
+    rule.push_str(" ---: |");
+    for l in &linuxes {
+        let _ = write!(head, " ours/{l} | ours/{l} calibrated |");
+        rule.push_str(" ---: | ---: |");
+    }
+    head.push_str(" host load |");
+    rule.push_str(" ---: |");
+    let _ = writeln!(t, "{head}\n{rule}");
     let insns = |sys: &str, b: &str, n: u32| {
         records.iter().filter(|r| r.system == sys && r.benchmark == b && r.cores == n).find_map(|r| r.instructions_per_op()).map(si).unwrap_or_else(|| "-".into())
     };
     for b in &benches {
         for &n in smp {
-            let p = pairs.iter().find(|p| p.benchmark == *b && p.cores == n);
-            let rat = pair_cell(p, |p| p.ratio.as_ref(), false);
-            let cal = pair_cell(p, |p| p.calibrated_ratio.as_ref(), true);
             let label = if n > 2 { format!("{n} (functional)") } else { n.to_string() };
-            let (l, o) = (summary(&cells, "linux", b, n), summary(&cells, "ours", b, n));
-            let _ = writeln!(t, "| {b} | {label} | {} | {} | {} | {} | {rat} | {cal} |", cell(l, records), insns("linux", b, n), cell(o, records), insns("ours", b, n));
+            let mut row = format!("| {b} | {label} | {} |", super::paths::label(records, b, n));
+            for l in &linuxes {
+                let _ = write!(row, " {} | {} |", cell(summary(&cells, l, b, n), records), insns(l, b, n));
+            }
+            let o = summary(&cells, "ours", b, n);
+            let _ = write!(row, " {} |", cell(o, records));
+            if service {
+                let _ = write!(row, " {} |", o.and_then(|c| c.per_service_core_throughput.as_ref()).map(|s| range(s, si)).unwrap_or_else(|| "-".into()));
+            }
+            let _ = write!(row, " {} |", insns("ours", b, n));
+            for l in &linuxes {
+                let p = pairs.iter().find(|p| p.linux == *l && p.benchmark == *b && p.cores == n);
+                let _ = write!(row, " {} | {} |", pair_cell(p, |p| p.ratio.as_ref(), false), pair_cell(p, |p| p.calibrated_ratio.as_ref(), true));
+            }
+            let loads: Vec<f64> = records.iter().filter(|r| r.benchmark == *b && r.cores == n && r.status == Status::Ok).filter_map(|r| r.host.as_ref().map(|h| h.load1())).collect();
+            let _ = writeln!(row, " {} |", stats::spread(&loads).map(|s| range(&s, |x| format!("{x:.1}"))).unwrap_or_else(|| "-".into()));
+            t.push_str(&row);
         }
     }
     // Every cell without a number says why, once per benchmark, system and reason.
@@ -144,15 +179,16 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
                 (None, Some(s)) => ("per-core (no calibration)", s),
                 (None, None) => ("-", &Spread { n: 0, median: 0.0, min: 0.0, max: 0.0, iqr_over_median: 0.0 }),
             };
-            format!("- {} on {} at {} vCPU(s): {what} {}–{} over {} boots (max/min {:.2})", c.benchmark, c.system, c.cores, sig(s.min), sig(s.max), s.n, s.max_over_min())
+            let load = c.host_load1.as_ref().map(|l| format!("; host load {:.1}–{:.1}", l.min, l.max)).unwrap_or_default();
+            format!("- {} on {} at {} vCPU(s): {what} {}–{} over {} boots (max/min {:.2}){load}", c.benchmark, c.system, c.cores, sig(s.min), sig(s.max), s.n, s.max_over_min())
         })
         .chain(pairs.iter().filter(|p| p.noisy).map(|p| {
             let s = p.calibrated_ratio.as_ref().or(p.ratio.as_ref());
-            format!("- {} ours/linux at {} vCPU(s): paired ratio {} over {} pairs", p.benchmark, p.cores, s.map(|s| format!("{:.2}–{:.2} (max/min {:.2})", s.min, s.max, s.max_over_min())).unwrap_or_default(), s.map(|s| s.n).unwrap_or(0))
+            format!("- {} ours/{} at {} vCPU(s): paired ratio {} over {} pairs", p.benchmark, p.linux, p.cores, s.map(|s| format!("{:.2}–{:.2} (max/min {:.2})", s.min, s.max, s.max_over_min())).unwrap_or_default(), s.map(|s| s.n).unwrap_or(0))
         }))
         .collect();
     if !noisy.is_empty() {
-        let _ = writeln!(t, "\nNoisy (max/min of the calibrated value above {}; not a result):\n", stats::NOISY);
+        let _ = writeln!(t, "\nNoisy (max/min of the calibrated value above {}, or the host's load apart by more than {} per host CPU; not a result):\n", stats::NOISY, stats::NOISY_LOAD_PER_CPU);
         for line in noisy {
             let _ = writeln!(t, "{line}");
         }
@@ -174,7 +210,7 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
         c.calibrated.as_ref()
     }
     let _ = writeln!(t);
-    for sys in ["linux", "ours"] {
+    for sys in ["linux", "linux-tuned", "ours"].into_iter().filter(|s| records.iter().any(|r| r.system == *s)) {
         for &n in &others {
             let c = stats::scaling_of_medians(&cells, sys, catalog::CALIBRATION, base, n, raw);
             let _ = writeln!(
@@ -189,7 +225,7 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
     let mut head = String::from("| benchmark |");
     let mut rule = String::from("| --- |");
     for &n in &others {
-        for sys in ["linux", "ours"] {
+        for sys in ["linux", "linux-tuned", "ours"].into_iter().filter(|s| records.iter().any(|r| r.system == *s)) {
             let _ = write!(head, " {sys} raw {n}/{base} | {sys} calibrated {n}/{base} |");
             rule.push_str(" ---: | ---: |");
         }
@@ -198,7 +234,7 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
     for b in &benches {
         let mut row = format!("| {b} |");
         for &n in &others {
-            for sys in ["linux", "ours"] {
+            for sys in ["linux", "linux-tuned", "ours"].into_iter().filter(|s| records.iter().any(|r| r.system == *s)) {
                 let r = stats::scaling_of_medians(&cells, sys, b, base, n, raw);
                 let c = stats::scaling_of_medians(&cells, sys, b, base, n, calibrated);
                 // With several boots, the per-round ratios' range as well.
@@ -258,9 +294,10 @@ fn net_table(records: &[Record]) -> String {
         return String::new();
     }
     let mut t = String::new();
-    let _ = writeln!(t, "\nTCP service seen from the host (load generator on 127.0.0.1 through QEMU's user-mode network; fastest round; latency = connect to EOF; webd_* rows: requests instead of connections, service cores = front-end cores, latency = request to response)\n");
-    let _ = writeln!(t, "| benchmark | system | vCPUs | boot | status | conns/s | service cores | conns/s/core | p50 | p90 | p99 | max | failed / attempted | slow connects | audit: line transfers/conn (driver/stack/ipc/alloc/other/user) |");
-    let _ = writeln!(t, "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    let _ = writeln!(t, "\nTCP service seen from the host (load generator on 127.0.0.1 through QEMU's user-mode network; fastest round; latency = connect to EOF; webd_* rows: requests instead of connections, service cores = front-end cores, latency = request to response)");
+    let _ = writeln!(t, "conns/s/vCPU divides both systems by the guest's vCPUs (the comparison); per service core is a second view. insns/conn (insncount, per connection, from the cell's counting boot): busy = the service cores (ours' mark only their busy stretches; Linux's vCPUs all serve and halt when idle, so their count is their work); other vCPUs = ours' kernel core, which drives the card and polls it without pause inside the region: its busy work and its idle polling together, not split by the plugin; `all` = every vCPU. host load = 1-minute load average at the boot's start/end; QEMU CPU = host CPU seconds of the boot's QEMU\n");
+    let _ = writeln!(t, "| benchmark | system | vCPUs | boot | status | conns/s | service cores | conns/s/vCPU | conns/s per service core | insns/conn busy (service cores) | insns/conn other vCPUs (kernel core: busy + idle polling) | insns/conn all | p50 | p90 | p99 | max | failed / attempted | slow connects | host load | QEMU CPU | audit: line transfers/conn (driver/stack/ipc/alloc/other/user) |");
+    let _ = writeln!(t, "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     for r in rows {
         let Some(n) = &r.net else { continue };
         let ms = |k: &str| n.latency_us.get(k).map(|u| format!("{:.1}ms", *u as f64 / 1000.0)).unwrap_or_else(|| "-".into());
@@ -271,9 +308,15 @@ fn net_table(records: &[Record]) -> String {
         } else {
             format!("{} ({}/{}/{}/{}/{}/{})", a("transfers"), a("driver"), a("stack"), a("ipc"), a("alloc"), a("other"), a("user"))
         };
+        let (busy, other) = split_service_insns(r);
+        let per_op = |x: Option<u64>| match (x, r.ops.filter(|&o| o > 0)) {
+            (Some(i), Some(o)) => si(i as f64 / o as f64),
+            _ => "-".into(),
+        };
+        let host = r.host.as_ref().map(|h| (format!("{:.1}/{:.1}", h.load1_start, h.load1_end), format!("{:.1}s", h.qemu_cpu_s))).unwrap_or_else(|| ("-".into(), "-".into()));
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {failed} / {} | {} | {audit} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {failed} / {} | {} | {} | {} | {audit} |",
             r.benchmark,
             r.system,
             r.cores,
@@ -282,15 +325,37 @@ fn net_table(records: &[Record]) -> String {
             if n.conns_per_s > 0.0 { si(n.conns_per_s) } else { "-".into() },
             r.workers.map(|w| w.to_string()).unwrap_or_else(|| "-".into()),
             r.per_core_throughput().map(si).unwrap_or_else(|| "-".into()),
+            r.per_service_core_throughput().or_else(|| r.per_core_throughput()).map(si).unwrap_or_else(|| "-".into()),
+            per_op(busy),
+            per_op(other),
+            per_op(r.instructions()),
             ms("p50"),
             ms("p90"),
             ms("p99"),
             ms("max"),
             n.attempted,
-            n.slow_connects
+            n.slow_connects,
+            host.0,
+            host.1
         );
     }
     t
+}
+
+/// A host-driven record's instructions split into its service cores' (busy) and the other
+/// vCPUs' (ours: the kernel core, `kc=` in the guest's words or the last vCPU; Linux: none,
+/// every vCPU serves). None where the per-vCPU counts are missing.
+pub(super) fn split_service_insns(r: &Record) -> (Option<u64>, Option<u64>) {
+    if r.instructions_vcpus.is_empty() {
+        return (None, None);
+    }
+    let all: u64 = r.instructions_vcpus.iter().sum();
+    if r.system != "ours" || r.workers.is_some_and(|w| w >= r.instructions_vcpus.len() as u64) {
+        return (Some(all), Some(0));
+    }
+    let kc = r.net.as_ref().and_then(|n| n.guest.get("kc")).and_then(|v| v.parse::<usize>().ok()).unwrap_or(r.instructions_vcpus.len() - 1);
+    let other = r.instructions_vcpus.get(kc).copied().unwrap_or(0);
+    (Some(all - other), Some(other))
 }
 
 /// A "nice" axis step (1, 2 or 5 times a power of ten) giving about `ticks` ticks up to `max`.
@@ -362,11 +427,12 @@ pub fn svg(bench: &str, records: &[Record], systems: &[System], smp: &[u32]) -> 
         let _ = writeln!(s, "<text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"middle\">{n}</text>", top + ph + 18.0);
     }
     let _ = writeln!(s, "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\" text-anchor=\"middle\">vCPUs</text>", l + pw / 2.0, top + ph + 36.0);
-    let _ = writeln!(s, "<text x=\"16\" y=\"{:.1}\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 16 {:.1})\">ops/s per core</text>", top + ph / 2.0, top + ph / 2.0);
+    let _ = writeln!(s, "<text x=\"16\" y=\"{:.1}\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 16 {:.1})\">ops/s per vCPU</text>", top + ph / 2.0, top + ph / 2.0);
     // One line per system; failed points are marked on the axis with their status.
     for (i, sys) in systems.iter().enumerate() {
         let color = match sys {
             System::Linux => "#1f77b4",
+            System::LinuxTuned => "#2ca02c",
             System::Ours => "#d62728",
         };
         let mine: Vec<&Record> = records.iter().filter(|r| r.system == sys.name() && r.benchmark == bench && smp.contains(&r.cores)).collect();

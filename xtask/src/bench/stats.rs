@@ -15,6 +15,22 @@ use super::record::{Record, Status};
 /// A row is `noisy` when max/min of its calibrated value is above this: too wide to quote.
 pub const NOISY: f64 = 1.5;
 
+/// A cell (or a pair) is also `noisy` when the host's 1-minute load average differed between
+/// the boots compared by more than this many times the host's CPUs: the competing load
+/// changed by a whole machine's worth, which the in-boot calibration only partly divides out
+/// (it runs after the benchmark, not beside it).
+pub const NOISY_LOAD_PER_CPU: f64 = 1.0;
+
+/// Whether the host's load over `records` (the boots of one cell or both sides of the pairs)
+/// varied by more than [`NOISY_LOAD_PER_CPU`] per host CPU. Boots without a host sample
+/// (older files) do not count.
+pub fn load_noisy(records: &[&Record]) -> bool {
+    let loads: Vec<(f64, u32)> = records.iter().filter(|r| r.status == Status::Ok).filter_map(|r| r.host.as_ref()).map(|h| (h.load1(), h.cpus)).collect();
+    let (Some(lo), Some(hi)) = (loads.iter().map(|l| l.0).min_by(f64::total_cmp), loads.iter().map(|l| l.0).max_by(f64::total_cmp)) else { return false };
+    let cpus = loads.iter().map(|l| l.1).max().unwrap_or(1).max(1) as f64;
+    hi - lo > NOISY_LOAD_PER_CPU * cpus
+}
+
 /// Median, range and spread of one quantity over the good boots of a cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Spread {
@@ -92,14 +108,29 @@ pub struct CellSummary {
     #[serde(rename = "calibrated_throughput")]
     pub calibrated: Option<Spread>,
     /// max/min of the calibrated value above [`NOISY`] (of the raw per-core value when no
-    /// boot has a calibration).
+    /// boot has a calibration), or the host's load varying between the boots by more than
+    /// [`NOISY_LOAD_PER_CPU`] per host CPU ([`load_noisy`]).
     pub noisy: bool,
+    /// The host's 1-minute load average over the good boots (the busier of each boot's start
+    /// and end sample); absent when no boot recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_load1: Option<Spread>,
+    /// CPU seconds the host gave each good boot's QEMU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qemu_cpu_s: Option<Spread>,
+    /// Per worker where that differs from per vCPU (`Record::per_service_core_throughput`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_service_core_throughput: Option<Spread>,
 }
 
 /// The ours/Linux ratio of one benchmark × vCPU count, taken per pair of boots (in
 /// results.json an item with `"kind":"pair"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PairSummary {
+    /// Which Linux baseline the ratio is against (`linux` or `linux-tuned`; files before
+    /// version 3 had one, `linux`).
+    #[serde(default = "plain_linux")]
+    pub linux: String,
     pub benchmark: String,
     pub cores: u32,
     /// Per-core throughput, ours/Linux, one value per pair where both boots were good.
@@ -108,6 +139,10 @@ pub struct PairSummary {
     /// Pairs with at least one failed or unavailable side (not in the ratios).
     pub broken_pairs: usize,
     pub noisy: bool,
+}
+
+fn plain_linux() -> String {
+    "linux".into()
 }
 
 fn total_ops_per_s(r: &Record) -> Option<f64> {
@@ -138,8 +173,12 @@ pub fn summarize(records: &[Record]) -> Vec<CellSummary> {
             let count = |s: &[Status]| mine.iter().filter(|r| s.contains(&r.status)).count();
             let per_core = spread(&mine.iter().filter_map(|r| r.per_core_throughput()).collect::<Vec<_>>());
             let calibrated = spread(&mine.iter().filter_map(|r| r.calibrated_throughput()).collect::<Vec<_>>());
-            let noisy = if calibrated.is_some() { is_noisy(calibrated.as_ref()) } else { is_noisy(per_core.as_ref()) };
+            let noisy = if calibrated.is_some() { is_noisy(calibrated.as_ref()) } else { is_noisy(per_core.as_ref()) } || load_noisy(&mine);
+            let good_host = || mine.iter().filter(|r| r.status == Status::Ok).filter_map(|r| r.host.as_ref());
             CellSummary {
+                host_load1: spread(&good_host().map(|h| h.load1()).collect::<Vec<_>>()),
+                qemu_cpu_s: spread(&good_host().map(|h| h.qemu_cpu_s).collect::<Vec<_>>()),
+                per_service_core_throughput: spread(&mine.iter().filter_map(|r| r.per_service_core_throughput()).collect::<Vec<_>>()),
                 boots: mine.len(),
                 ok: count(&[Status::Ok]),
                 failed: count(&[Status::Error, Status::Timeout]),
@@ -156,41 +195,46 @@ pub fn summarize(records: &[Record]) -> Vec<CellSummary> {
         .collect()
 }
 
-/// The ours/Linux ratio per benchmark × vCPU count where both systems have boots: boot k of
-/// ours over boot k of Linux, then the median of those ratios (never a ratio of medians).
+/// The ours/Linux ratio per Linux baseline × benchmark × vCPU count where both systems have
+/// boots: boot k of ours over boot k of that Linux, then the median of those ratios (never a
+/// ratio of medians).
 pub fn pairs(records: &[Record]) -> Vec<PairSummary> {
     let mut out: Vec<PairSummary> = Vec::new();
-    for (system, benchmark, cores) in cells(records) {
-        if system != "ours" || out.iter().any(|p| p.benchmark == benchmark && p.cores == cores) {
-            continue;
-        }
-        let side = |sys: &str| -> Vec<&Record> { records.iter().filter(|r| r.system == sys && r.benchmark == benchmark && r.cores == cores).collect() };
-        let (ours, linux) = (side("ours"), side("linux"));
-        if linux.is_empty() {
-            continue;
-        }
-        let (mut raw, mut cal, mut broken) = (Vec::new(), Vec::new(), 0);
-        let mut boots: Vec<u32> = ours.iter().chain(&linux).map(|r| r.boot).collect();
-        boots.sort();
-        boots.dedup();
-        for k in boots {
-            let (o, l) = (ours.iter().find(|r| r.boot == k), linux.iter().find(|r| r.boot == k));
-            let (Some(o), Some(l)) = (o, l) else {
-                broken += 1;
+    for linux_name in super::LINUX_NAMES {
+        for (system, benchmark, cores) in cells(records) {
+            if system != "ours" || out.iter().any(|p| p.linux == linux_name && p.benchmark == benchmark && p.cores == cores) {
                 continue;
-            };
-            let div = |f: fn(&Record) -> Option<f64>| Some(f(o)? / f(l).filter(|&x| x > 0.0)?);
-            match div(Record::per_core_throughput) {
-                Some(x) => raw.push(x),
-                None => broken += 1,
             }
-            if let Some(x) = div(Record::calibrated_throughput) {
-                cal.push(x);
+            let side = |sys: &str| -> Vec<&Record> { records.iter().filter(|r| r.system == sys && r.benchmark == benchmark && r.cores == cores).collect() };
+            let (ours, linux) = (side("ours"), side(linux_name));
+            if linux.is_empty() {
+                continue;
             }
+            let (mut raw, mut cal, mut broken, mut load_apart) = (Vec::new(), Vec::new(), 0, false);
+            let mut boots: Vec<u32> = ours.iter().chain(&linux).map(|r| r.boot).collect();
+            boots.sort();
+            boots.dedup();
+            for k in boots {
+                let (o, l) = (ours.iter().find(|r| r.boot == k), linux.iter().find(|r| r.boot == k));
+                let (Some(o), Some(l)) = (o, l) else {
+                    broken += 1;
+                    continue;
+                };
+                let div = |f: fn(&Record) -> Option<f64>| Some(f(o)? / f(l).filter(|&x| x > 0.0)?);
+                match div(Record::per_core_throughput) {
+                    Some(x) => raw.push(x),
+                    None => broken += 1,
+                }
+                if let Some(x) = div(Record::calibrated_throughput) {
+                    cal.push(x);
+                }
+                // The two boots of a pair ran under different host loads.
+                load_apart |= load_noisy(&[*o, *l]);
+            }
+            let (ratio, calibrated_ratio) = (spread(&raw), spread(&cal));
+            let noisy = if calibrated_ratio.is_some() { is_noisy(calibrated_ratio.as_ref()) } else { is_noisy(ratio.as_ref()) } || load_apart;
+            out.push(PairSummary { linux: linux_name.to_string(), benchmark, cores, ratio, calibrated_ratio, broken_pairs: broken, noisy });
         }
-        let (ratio, calibrated_ratio) = (spread(&raw), spread(&cal));
-        let noisy = if calibrated_ratio.is_some() { is_noisy(calibrated_ratio.as_ref()) } else { is_noisy(ratio.as_ref()) };
-        out.push(PairSummary { benchmark, cores, ratio, calibrated_ratio, broken_pairs: broken, noisy });
     }
     out
 }
@@ -209,7 +253,30 @@ pub fn scaling_of_medians(cells: &[CellSummary], sys: &str, bench: &str, base: u
 
 /// The version of results.json this xtask writes. 1: boot records and summaries, no `run`
 /// item (files written before the version existed; still read). 2: a `run` item first.
-pub const RESULTS_VERSION: u32 = 2;
+/// 3: per-core throughput per vCPU of the guest (before: per worker, which for tcp_accept
+/// and webd was per service or front-end core), pairs per Linux baseline, the host's load
+/// per boot, the Linux baselines' configuration in the `run` item. Summaries of an older file
+/// are recomputed on reading (they were per worker).
+pub const RESULTS_VERSION: u32 = 3;
+
+/// One Linux baseline as it was booted (results.json's `run` item, `linux`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct LinuxConfig {
+    /// `linux` or `linux-tuned`.
+    pub system: String,
+    /// Debian's kernel release (`6.1.0-57-amd64`).
+    pub kernel: String,
+    /// The kernel command line before the benchmark's own words.
+    pub cmdline: String,
+    /// What the guest reported of itself (bench-linux's `bench-config` line, from the first
+    /// good boot that printed one): `/sys/devices/system/cpu/vulnerabilities/*` by name, and
+    /// the active security modules (`/sys/kernel/security/lsm`).
+    pub mitigations: std::collections::BTreeMap<String, String>,
+    pub lsm: String,
+    /// Why `mitigations`/`lsm` are empty, when they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
 
 /// The host a run was measured on (for the report; timings depend on it).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -257,6 +324,9 @@ pub struct RunInfo {
     pub machine: Machine,
     pub boots: u32,
     pub seed: u64,
+    /// The Linux baselines of the run (from version 3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub linux: Vec<LinuxConfig>,
 }
 
 /// serde's form of one item with a `kind` tag.
@@ -392,7 +462,7 @@ mod tests {
         let mut r = Record::without_result(sys, spec, vec![], cores, Status::Ok, "");
         r.reason = None;
         r.boot = k;
-        r.workers = Some(1);
+        r.workers = Some(cores as u64);
         r.ops = Some(ops);
         r.ns = Some(1_000_000);
         r.busy_ns = Some(1_000_000);
@@ -514,13 +584,47 @@ mod tests {
             boot("linux", "calib", 2, 2, 1900, 1000),
         ];
         let cells = summarize(&recs);
-        // Medians 2000 and 1850 per ms.
+        // Medians 2000 and 1850 per ms, over 1 and 2 vCPUs.
         let s = scaling_of_medians(&cells, "linux", "calib", 1, 2, |c| c.per_core.as_ref()).unwrap();
-        assert!((s - 0.925).abs() < 1e-12);
+        assert!((s - 0.4625).abs() < 1e-12);
         assert_eq!(scaling_of_medians(&cells, "ours", "calib", 1, 2, |c| c.per_core.as_ref()), None);
         // Per round: boot 1 1800/1000, boot 2 1900/3000; boot 3 has no 2-vCPU boot.
         let r = scaling_per_round(&recs, "linux", "calib", 1, 2, Record::per_core_throughput).unwrap();
         assert_eq!(r.n, 2);
-        assert!((r.max - 1.8).abs() < 1e-9 && (r.min - 1900.0 / 3000.0).abs() < 1e-9);
+        assert!((r.max - 0.9).abs() < 1e-9 && (r.min - 950.0 / 3000.0).abs() < 1e-9);
+    }
+
+    /// Catches: a divisor that differs between the systems (ours per worker, Linux per vCPU),
+    /// the per-service-core view missing where workers differ, pairs taken against one Linux
+    /// only, and the host's load left out of `noisy`.
+    #[test]
+    fn one_divisor_both_baselines_and_the_host_load() {
+        use super::super::record::HostLoad;
+        let host = |load: f64| Some(HostLoad { load1_start: load, load1_end: load, cpus: 2, qemu_cpu_s: 1.0 });
+        // ours: 1 worker (a service core) on 2 vCPUs; Linux: 2 workers on 2 vCPUs; same ops and time.
+        let mut ours = boot("ours", "tcp_accept", 2, 1, 2000, 1000);
+        ours.workers = Some(1);
+        let linux = boot("linux", "tcp_accept", 2, 1, 2000, 1000);
+        let tuned = boot("linux-tuned", "tcp_accept", 2, 1, 4000, 1000);
+        assert_eq!(ours.per_core_throughput(), linux.per_core_throughput(), "the same work per vCPU is the same figure");
+        assert_eq!(ours.per_core_throughput(), Some(1_000_000.0));
+        assert_eq!(ours.per_service_core_throughput(), Some(2_000_000.0));
+        assert_eq!(linux.per_service_core_throughput(), None, "only where workers differ from vCPUs");
+        let recs = vec![ours.clone(), linux.clone(), tuned.clone()];
+        let p = pairs(&recs);
+        let r = |l: &str| p.iter().find(|x| x.linux == l).and_then(|x| x.ratio.as_ref()).map(|s| s.median);
+        assert_eq!((r("linux"), r("linux-tuned")), (Some(1.0), Some(0.5)));
+        assert!(!p.iter().any(|x| x.noisy));
+        // The same boots with the host's load apart by more than its 2 CPUs: noisy.
+        let (mut o2, mut l2) = (ours, linux);
+        (o2.host, l2.host) = (host(3.0), host(6.0));
+        let p = pairs(&[o2.clone(), l2.clone()]);
+        assert!(p[0].noisy, "a pair booted under loads 3 and 6 on 2 CPUs");
+        l2.host = host(4.5);
+        assert!(!pairs(&[o2.clone(), l2.clone()])[0].noisy, "1.5 apart is within 2 CPUs");
+        let mut o3 = o2.clone();
+        (o3.boot, o3.host) = (2, host(9.0));
+        let c = summarize(&[o2, o3]);
+        assert!(c[0].noisy && c[0].host_load1.as_ref().unwrap().max == 9.0, "a cell whose boots ran at loads 3 and 9");
     }
 }

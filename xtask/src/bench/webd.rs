@@ -64,7 +64,9 @@ fn param(params: &[(String, u64)], k: &str, default: u64) -> u64 {
 }
 
 /// Boot one cell and make its record. `tag` is appended to the log files' names.
-pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, params: &[(String, u64)], cores: u32, timeout: Duration, tag: &str) -> Record {
+/// `tuned`: the Linux baseline's kernel command line gets `linux_sys::TUNED_WORDS`.
+#[allow(clippy::too_many_arguments)]
+pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, params: &[(String, u64)], cores: u32, timeout: Duration, tag: &str, tuned: bool) -> Record {
     let system = common.system;
     let blank = |status, reason: String| Record::without_result(system, spec, params.to_vec(), cores, status, &reason);
     let linux = matches!(art, Artifacts::Linux { .. });
@@ -99,10 +101,17 @@ pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, param
         extra,
         guest_extra: Vec::new(),
     };
-    let p = match webd_run::prepare(&b, art) {
+    let mut p = match webd_run::prepare(&b, art) {
         Ok(p) => p,
         Err(e) => return blank(Status::Error, e),
     };
+    if linux {
+        // The baseline's command line as the other rows boot it (tuned or not): the kernel's
+        // words before webd-linux's `--`.
+        let Some(append) = p.args.iter_mut().skip_while(|a| *a != "-append").nth(1) else { return blank(Status::Error, "webd: the Linux boot has no -append".into()) };
+        let Some((_, guest)) = append.split_once(" -- ") else { return blank(Status::Error, format!("webd: unexpected Linux command line `{append}`")) };
+        *append = format!("{} -- {guest}", super::linux_sys::cmdline(tuned));
+    }
     let r = match Running::start(&p, timeout, false) {
         Ok(r) => r,
         Err(nr) => {
@@ -176,7 +185,8 @@ pub fn record(system: &str, spec: &BenchSpec, params: &[(String, u64)], cores: u
         }
     }
     rec.net = Some(stats);
-    let sys = if system == "linux" { Sys::Linux } else { Sys::Ours };
+    // Both Linux baselines (`linux`, `linux-tuned`) end as Linux does.
+    let sys = if system == "ours" { Sys::Ours } else { Sys::Linux };
     if let Some(why) = problem.or_else(|| o.verdict(sys).err()) {
         rec.status = Status::Error;
         rec.reason = Some(why);
@@ -273,6 +283,8 @@ mod tests {
         );
         let r = record("linux", spec, &p, 2, &o, std::slice::from_ref(&round), None);
         assert_eq!((r.status, r.workers, r.calib_ops), (Status::Ok, Some(2), Some(8_000_000)));
+        // The tuned baseline is judged as Linux (it powers off with QEMU's exit 0).
+        assert_eq!(record("linux-tuned", spec, &p, 2, &o, std::slice::from_ref(&round), None).status, Status::Ok);
         // A leak (ours' exit status says so), a failed round, or no round: errors.
         let leaked = outcome("webd: ready frontends=0 apps=1", Some("webd: done requests=20 frontends=1 apps=1"), crate::qemu::QEMU_EXIT_FAILURE);
         assert_eq!(record("ours", spec, &p, 2, &leaked, std::slice::from_ref(&round), None).status, Status::Error);
