@@ -610,3 +610,131 @@ mod tests {
         assert!(a.windows(2).any(|w| w[0] == "-rtc" && w[1].contains("clock=vm") && w[1].contains("base=2")));
     }
 }
+
+#[cfg(test)]
+mod vmlinux_tests {
+    use super::*;
+
+    /// A small kernel-like ELF: the header, a PT_LOAD of x86 code full of `call rel32`
+    /// (E8), which the xz x86 BCJ filter rewrites, so a decoder that skipped the filter would
+    /// give other bytes, and a PT_NOTE with a GNU note and then Xen's note of type `xen_type`
+    /// whose 8-byte value is 0x1000850.
+    pub(super) fn fixture_elf(xen_type: u32) -> Vec<u8> {
+        let text_off = 0x100usize;
+        let text: Vec<u8> = (0..800u32).flat_map(|i| [0xe8, (i * 7) as u8, (i >> 3) as u8, 0, 0]).collect();
+        let mut notes = Vec::new();
+        for (name, ty, desc) in [(&b"GNU\0"[..], 3u32, vec![0x5au8; 20]), (&b"Xen\0"[..], xen_type, 0x1000850u64.to_le_bytes().to_vec())] {
+            notes.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            notes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+            notes.extend_from_slice(&ty.to_le_bytes());
+            notes.extend_from_slice(name);
+            notes.extend_from_slice(&desc);
+        }
+        let note_off = text_off + text.len();
+        let mut e = vec![0u8; 64];
+        e[..8].copy_from_slice(b"\x7fELF\x02\x01\x01\x00");
+        e[16..18].copy_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+        e[18..20].copy_from_slice(&62u16.to_le_bytes()); // x86-64
+        e[20..24].copy_from_slice(&1u32.to_le_bytes());
+        e[24..32].copy_from_slice(&0x1000000u64.to_le_bytes());
+        e[32..40].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+        e[52..54].copy_from_slice(&64u16.to_le_bytes());
+        e[54..56].copy_from_slice(&56u16.to_le_bytes());
+        e[56..58].copy_from_slice(&2u16.to_le_bytes());
+        e[58..60].copy_from_slice(&64u16.to_le_bytes());
+        for (ty, off, size, paddr) in [(1u32, text_off, text.len(), 0x1000000u64), (4, note_off, notes.len(), 0)] {
+            let mut ph = vec![0u8; 56];
+            ph[..4].copy_from_slice(&ty.to_le_bytes());
+            ph[8..16].copy_from_slice(&(off as u64).to_le_bytes());
+            ph[16..24].copy_from_slice(&(0xffffffff80000000u64 + paddr).to_le_bytes());
+            ph[24..32].copy_from_slice(&paddr.to_le_bytes());
+            ph[32..40].copy_from_slice(&(size as u64).to_le_bytes());
+            ph[40..48].copy_from_slice(&(size as u64).to_le_bytes());
+            e.extend_from_slice(&ph);
+        }
+        e.resize(text_off, 0);
+        e.extend_from_slice(&text);
+        e.extend_from_slice(&notes);
+        e
+    }
+
+    /// `fixture_elf(18)` followed by 64 bytes of 0xaa (standing for the relocation table the
+    /// kernel build appends), compressed as the kernel build does: `xz --format=xz
+    /// --check=crc32 --x86 --lzma2=dict=1MiB`.
+    const FIXTURE_XZ: &[u8] = include_bytes!("../testdata/vmlinux-fixture.xz");
+    const UNCOMPRESSED_LEN: u32 = 4316 + 64;
+
+    /// A bzImage around `payload`: 2 setup sectors after the boot sector, the payload 0x100
+    /// bytes into the protected-mode code, boot protocol 2.15.
+    fn bzimage(payload: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; 3 * 512 + 0x100];
+        b[0x1f1] = 2;
+        b[0x202..0x206].copy_from_slice(b"HdrS");
+        b[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
+        b[0x248..0x24c].copy_from_slice(&0x100u32.to_le_bytes());
+        b[0x24c..0x250].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        b.extend_from_slice(payload);
+        b.extend_from_slice(&[0x11; 300]); // what follows the payload in a real image
+        b
+    }
+
+    fn payload(size: u32) -> Vec<u8> {
+        let mut p = FIXTURE_XZ.to_vec();
+        p.extend_from_slice(&size.to_le_bytes());
+        p
+    }
+
+    #[test]
+    fn unpacks_the_elf_and_finds_the_pvh_entry() {
+        assert_eq!(fixture_elf(18).len() + 64, UNCOMPRESSED_LEN as usize);
+        let elf = extract_vmlinux(&bzimage(&payload(UNCOMPRESSED_LEN))).unwrap();
+        // Exactly the ELF: the x86 filter undone, the trailing table cut off.
+        assert!(elf == fixture_elf(18), "decoded ELF differs from the fixture's source");
+        assert_eq!(pvh_entry(&elf), Ok(0x1000850));
+    }
+
+    #[test]
+    fn bad_images_are_refused_with_a_reason() {
+        let good = bzimage(&payload(UNCOMPRESSED_LEN));
+        let err = |img: &[u8]| extract_vmlinux(img).unwrap_err();
+        assert!(err(&[0u8; 0x300]).contains("HdrS"));
+        assert!(err(&good[..0x300]).contains("past the file"));
+        let mut old = good.clone();
+        old[0x206..0x208].copy_from_slice(&0x0206u16.to_le_bytes());
+        assert!(err(&old).contains("2.08"), "{}", err(&old));
+        let mut long = good.clone();
+        long[0x24c..0x250].copy_from_slice(&0x10_0000u32.to_le_bytes());
+        assert!(err(&long).contains("past the file"), "{}", err(&long));
+        assert!(err(&bzimage(&payload(UNCOMPRESSED_LEN + 1))).contains("size trailer"));
+        let mut gz = payload(UNCOMPRESSED_LEN);
+        gz[..2].copy_from_slice(&[0x1f, 0x8b]);
+        assert!(err(&bzimage(&gz)).contains("gzip"));
+        // A flipped bit in the compressed data: the stream's CRC32 (or the LZMA2 decoder) refuses it.
+        let mut bad = payload(UNCOMPRESSED_LEN);
+        bad[600] ^= 0x10;
+        assert!(err(&bzimage(&bad)).contains("xz payload"), "{}", err(&bzimage(&bad)));
+        // Cut short: the decoder runs out of input.
+        let short = [&FIXTURE_XZ[..FIXTURE_XZ.len() - 40], &UNCOMPRESSED_LEN.to_le_bytes()[..]].concat();
+        assert!(err(&bzimage(&short)).contains("xz payload"), "{}", err(&bzimage(&short)));
+    }
+
+    #[test]
+    fn an_elf_without_the_pvh_note_is_refused() {
+        assert!(pvh_entry(&fixture_elf(17)).unwrap_err().contains("no PVH entry note"));
+        let mut truncated = fixture_elf(18);
+        truncated.truncate(200);
+        assert!(pvh_entry(&truncated).is_err());
+        assert!(pvh_entry(b"MZ not an elf").unwrap_err().contains("not an ELF"));
+        // A 4-byte entry value is read too (QEMU accepts both sizes).
+        let mut four = fixture_elf(18);
+        let n = four.len();
+        // Rewrite the Xen note as descsz 4: its value then ends 4 bytes early, so the note
+        // segment is 4 bytes shorter.
+        four[n - 8 - 4 - 12 + 4..n - 8 - 4 - 12 + 8].copy_from_slice(&4u32.to_le_bytes());
+        four.truncate(n - 4);
+        let ph_note = 64 + 56;
+        let size = u64::from_le_bytes(four[ph_note + 32..ph_note + 40].try_into().unwrap()) - 4;
+        four[ph_note + 32..ph_note + 40].copy_from_slice(&size.to_le_bytes());
+        assert_eq!(pvh_entry(&four), Ok(0x1000850));
+    }
+}
