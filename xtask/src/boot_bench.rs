@@ -67,6 +67,22 @@ pub fn qemu_args(g: &Guest, smp: u32) -> Vec<String> {
     a
 }
 
+/// QEMU arguments without `-kernel`, `-initrd` and `-append` and their values: the machine,
+/// which must be the same for both systems.
+pub fn machine_only(a: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < a.len() {
+        if ["-kernel", "-initrd", "-append"].contains(&a[i].as_str()) {
+            i += 2;
+        } else {
+            out.push(a[i].clone());
+            i += 1;
+        }
+    }
+    out
+}
+
 /// One boot's times from spawning QEMU.
 #[derive(Debug, Clone, Copy)]
 pub struct Sample {
@@ -370,8 +386,7 @@ pub fn run(args: &crate::cli::BootBenchArgs) -> Result<(), String> {
     println!(
         "bench boot: QEMU spawn to the first line of the initrd's one program (`{FIRST_LINE} ...`), {runs} boot(s) per system and vCPU count, ours and Linux back to back; TCG wall clock on this host (noisy when the host is busy)"
     );
-    let machine: Vec<String> = qemu_args(&ours, smps[0]).into_iter().filter(|a| !a.starts_with('/') && a != "init=hello").collect();
-    println!("bench boot: machine (both): {}", machine.join(" ").replace("-kernel -initrd -append ", ""));
+    println!("bench boot: machine (both, at {} vCPUs): {}", smps[0], machine_only(&qemu_args(&ours, smps[0])).join(" "));
     println!("bench boot: ours:  -kernel {} -initrd {} -append {OUR_CMDLINE:?}", ours.kernel.display(), ours.initrd.display());
     if let Some(l) = &linux {
         println!("bench boot: Linux: -kernel {} -initrd {} -append {LINUX_CMDLINE:?}", l.kernel.display(), l.initrd.display());
@@ -430,21 +445,6 @@ mod tests {
 
     fn guest(kernel: &str, initrd: &str, cmdline: &str) -> Guest {
         Guest { kernel: kernel.into(), initrd: initrd.into(), cmdline: cmdline.into() }
-    }
-
-    /// Drop `-kernel`, `-initrd` and `-append` with their values.
-    fn machine_only(a: &[String]) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < a.len() {
-            if ["-kernel", "-initrd", "-append"].contains(&a[i].as_str()) {
-                i += 2;
-            } else {
-                out.push(a[i].clone());
-                i += 1;
-            }
-        }
-        out
     }
 
     #[test]
