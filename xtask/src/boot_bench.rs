@@ -392,12 +392,15 @@ pub fn run(args: &crate::cli::BootBenchArgs) -> Result<(), String> {
         println!("bench boot: Linux: -kernel {} -initrd {} -append {LINUX_CMDLINE:?}", l.kernel.display(), l.initrd.display());
     }
     let total = smps.len() * runs;
-    let started = Instant::now();
+    // A line when each pair starts and when it ends (on a terminal, a status line redrawn
+    // every second; otherwise one more line a minute while a slow boot runs).
+    let progress = crate::progress::Progress::new("bench boot", total);
     let mut rows = Vec::new();
     let mut done = 0;
     for &smp in &smps {
         let mut row = Row { smp, ours: Vec::new(), linux: Vec::new() };
         for k in 1..=runs {
+            progress.start(done + 1, &format!("{smp} vCPUs, boot {k}/{runs}{}", if linux.is_some() { " (ours, then Linux)" } else { "" }));
             let o = boot_once(&qemu_args(&ours, smp), FIRST_LINE, timeout_for(smp));
             let mut what = format!("{smp} vCPUs, boot {k}/{runs}: ours ");
             match &o {
@@ -421,12 +424,13 @@ pub fn run(args: &crate::cli::BootBenchArgs) -> Result<(), String> {
             }
             row.ours.push(o);
             done += 1;
-            println!("{}", crate::progress::line("bench boot", done, total, &what, started.elapsed(), done));
+            progress.finish(&format!("bench boot: [{done}/{total}] {what}"));
         }
         let linux_part = if with_linux { format!(", Linux {}, ours/Linux {}", cell_ms(&row.linux_ms(), &row.linux), fmt_ratio(&summarize(&row.ratios()))) } else { String::new() };
         println!("bench boot: {smp} vCPUs: ours {}{linux_part}", cell_ms(&row.ours_ms(), &row.ours));
         rows.push(row);
     }
+    drop(progress);
     println!("\nmedian [min–max] over {runs} boot(s); ratio per pair (boot k of ours over boot k of Linux), below 1 = ours reaches its first line sooner");
     print!("{}", table(&rows, with_linux));
     let path = out_dir.join("boot.json");
