@@ -38,7 +38,7 @@ const OUR_CMDLINE: &str = "init=hello";
 /// `no_timer_check`: Linux checks at boot that the timer interrupt arrives through the IO-APIC
 /// within a few ticks and panics ("IO-APIC + timer doesn't work!") when it does not, which a
 /// TCG vCPU on a busy host can miss (seen here at 4 vCPUs); virtual machines commonly skip the
-/// check, which this kernel does not make.
+/// check (ours makes no such check).
 const LINUX_CMDLINE: &str = "console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check";
 
 /// What one side boots: a PVH kernel ELF, its one-program initrd and its command line.
