@@ -346,7 +346,7 @@ fn json(rows: &[Row]) -> String {
             .iter()
             .filter_map(|x| x.as_ref().err().map(|e| ("ours", e)))
             .chain(r.linux.iter().filter_map(|x| x.as_ref().err().map(|e| ("linux", e))))
-            .map(|(who, e)| format!("{{\"system\":\"{who}\",\"error\":{:?}}}", e.lines().next().unwrap_or("")))
+            .map(|(who, e)| format!("{{\"system\":\"{who}\",\"error\":{}}}", serde_json::Value::from(e.lines().next().unwrap_or(""))))
             .collect();
         format!("[{}]", e.join(","))
     };
@@ -503,5 +503,10 @@ mod tests {
         assert!(t.contains("0.150 [0.100–0.200]"), "{t}");
         assert!(t.contains("200 [100–300] ms, 1 failed"), "{t}");
         assert!(t.contains("1000 [900–1500] ms, 1 failed"), "{t}");
+        // boot.json stays JSON whatever a failure's text holds (quotes, control characters).
+        let r = Row { smp: 1, ours: vec![Err("say \"no\"\u{1b}[0m".into())], linux: vec![Ok(d(5))] };
+        let v: serde_json::Value = serde_json::from_str(&json(&[r])).expect("boot.json parses");
+        assert_eq!(v[0]["failures"][0]["error"], "say \"no\"\u{1b}[0m");
+        assert_eq!(v[0]["linux_ms"][0], 5.0);
     }
 }
