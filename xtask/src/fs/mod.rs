@@ -51,7 +51,7 @@ fn command(cmd: FsCommand) -> Result<(), String> {
         FsCommand::FstestImage { img } => {
             let root = crate::env::target_dir().join("fs-test").join("root");
             write_fstest_tree(&root)?;
-            mkimage(&root, &img, Some(16)).map(|mib| println!("fs: {}: ext2, {mib} MiB, fstest's files", img.display()))
+            mkimage_with(&root, &img, Some(fstest_files::IMAGE_MIB), fstest_layout()).map(|mib| println!("fs: {}: ext2, {mib} MiB in groups of 4 MiB, fstest's files", img.display()))
         }
         FsCommand::Test => {
             let kernel = crate::env::build_kernel()?;
@@ -108,10 +108,30 @@ fn dir_bytes(dir: &Path) -> u64 {
     total
 }
 
+/// The layout `mke2fs` gives an image: block size, blocks per group (`-g`: a small value
+/// gives many groups in a small image) and inode count (`-N`), each `mke2fs`'s default when
+/// None.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    pub block_size: u32,
+    pub blocks_per_group: Option<u32>,
+    pub inodes: Option<u32>,
+}
+
+impl Layout {
+    /// 4 KiB blocks, `mke2fs`'s groups (32 768 blocks: one group up to 128 MiB).
+    pub const DEFAULT: Layout = Layout { block_size: 4096, blocks_per_group: None, inodes: None };
+}
+
 /// Make `img` (replacing it) holding `dir`'s files. Returns its size in MiB. The image is
 /// plain ext2 with 4 KiB blocks and no htree directory index (`-O ^dir_index`: the library OS
 /// reads and writes directories linearly).
 pub fn mkimage(dir: &Path, img: &Path, size_mib: Option<u64>) -> Result<u64, String> {
+    mkimage_with(dir, img, size_mib, Layout::DEFAULT)
+}
+
+/// [`mkimage`] with a chosen [`Layout`].
+pub fn mkimage_with(dir: &Path, img: &Path, size_mib: Option<u64>, layout: Layout) -> Result<u64, String> {
     if !dir.is_dir() {
         return Err(format!("fs mkimage: `{}` is not a directory", dir.display()));
     }
@@ -122,12 +142,15 @@ pub fn mkimage(dir: &Path, img: &Path, size_mib: Option<u64>) -> Result<u64, Str
     let f = File::create(img).map_err(|e| format!("{}: {e}", img.display()))?;
     f.set_len(mib << 20).map_err(|e| format!("{}: {e}", img.display()))?;
     drop(f);
-    let out = Command::new(tool("mke2fs"))
-        .args(["-q", "-F", "-t", "ext2", "-b", "4096", "-O", "^dir_index", "-E", "root_owner=0:0", "-d"])
-        .arg(dir)
-        .arg(img)
-        .output()
-        .map_err(|e| format!("cannot run mke2fs: {e}"))?;
+    let mut cmd = Command::new(tool("mke2fs"));
+    cmd.args(["-q", "-F", "-t", "ext2", "-b", &layout.block_size.to_string(), "-O", "^dir_index", "-E", "root_owner=0:0"]);
+    if let Some(g) = layout.blocks_per_group {
+        cmd.args(["-g", &g.to_string()]);
+    }
+    if let Some(n) = layout.inodes {
+        cmd.args(["-N", &n.to_string()]);
+    }
+    let out = cmd.arg("-d").arg(dir).arg(img).output().map_err(|e| format!("cannot run mke2fs: {e}"))?;
     if !out.status.success() {
         return Err(format!("mke2fs failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
     }
@@ -245,13 +268,20 @@ pub fn write_fstest_tree(root: &Path) -> Result<(), String> {
     std::fs::write(root.join("sub").join(long), b"long name\n").map_err(|e| e.to_string())
 }
 
-/// `cargo xtask test`'s file-system part: a fresh image of `fstest`'s files, `init=fstest` on
-/// it, then `e2fsck -fn` (the test leaves the disk as it found it, so it must still be clean).
+/// `fstest`'s image layout: 4 KiB blocks in groups of 4 MiB, so the image has several groups
+/// and the guest's larger writes land past group 0.
+fn fstest_layout() -> Layout {
+    Layout { blocks_per_group: Some(fstest_files::IMAGE_BLOCKS_PER_GROUP), ..Layout::DEFAULT }
+}
+
+/// `cargo xtask test`'s file-system part: a fresh image of `fstest`'s files (several block
+/// groups), `init=fstest` on it, then `e2fsck -fn` (what the guest wrote must leave it clean),
+/// and the guest's files read back on the host, some of them from groups past 0.
 pub fn ci_test(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String> {
     let dir = crate::env::target_dir().join("fs-test");
     write_fstest_tree(&dir.join("root"))?;
     let img = dir.join("fstest.img");
-    mkimage(&dir.join("root"), &img, Some(16))?;
+    mkimage_with(&dir.join("root"), &img, Some(fstest_files::IMAGE_MIB), fstest_layout())?;
     use crate::test::{user_boot, Expect, UserBoot};
     // Two requesting cores and a kernel core need 3 vCPUs: that test runs in the next boot.
     let two = Expect { may_skip: &["fs_blk_dedicated_two_cores"], must_pass: &[] };
@@ -297,11 +327,31 @@ pub fn check_guest_files(img: &Path) -> Result<usize, String> {
             return Err(format!("{path}: byte {i} differs"));
         }
     }
+    // The file larger than a group has blocks in groups past 0 (a writer that only knew
+    // group 0 would have failed to write it, or written over another group's metadata, which
+    // e2fsck would have found).
+    let mut fs = mount(img)?;
+    if fs.groups.len() < 2 {
+        return Err(format!("the image has {} block group(s); the test needs several", fs.groups.len()));
+    }
+    let far = fs.resolve(b"/guest/far.bin").map_err(|e| fs_err(img, "/guest/far.bin", e))?;
+    let mut groups = std::collections::BTreeSet::new();
+    for lblk in 0..far.size.div_ceil(fs.bs) {
+        let b = fs.bmap(&far, lblk).map_err(|e| fs_err(img, "/guest/far.bin", e))?;
+        if b == 0 {
+            return Err(format!("/guest/far.bin: block {lblk} is a hole; the guest wrote every byte"));
+        }
+        groups.insert((b - fs.sb.first_data_block as u64) / fs.sb.blocks_per_group as u64);
+    }
+    if !groups.iter().any(|&g| g > 0) || groups.len() < 2 {
+        return Err(format!("/guest/far.bin's blocks are in groups {groups:?}, want several, past 0"));
+    }
     for path in fstest_files::GUEST_GONE {
         if read_file(img, path).is_ok() || mount(img)?.resolve(path.as_bytes()).is_ok() {
             return Err(format!("{path} is still there"));
         }
     }
+    println!("   /guest/far.bin ({} bytes) lies in block groups {groups:?} of {}", far.size, fs.groups.len());
     Ok(fstest_files::GUEST_FILES.len())
 }
 

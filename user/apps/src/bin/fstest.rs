@@ -2650,8 +2650,11 @@ fn main(args: &'static str) -> u64 {
             t.record(name, f());
         }
     }
+    // The last unmount writes back what the tests left in the cache: the suite's `e2fsck -fn`
+    // and the host's read-back depend on it, so a failure here fails the run (unmounting
+    // with nothing mounted is Ok, so only a real failure shows).
     if let Err(e) = fs::unmount() {
-        println!("fstest: unmount: {e:?}");
+        t.fail("fs_unmount_at_the_end", &alloc::format!("unmount: {e:?}"));
     }
     if t.passed + t.failed == 0 {
         println!("fstest: no test matched {args:?}");
