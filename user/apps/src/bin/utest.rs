@@ -1370,12 +1370,12 @@ fn settled_free(want: u64) -> u64 {
 
 /// Run test `f`, checking that it gives back every page it took (after a warm-up); add to
 /// `kept` the pages its warm-up runs kept (free pages before its first run minus after its
-/// last), and to `failed_delta` the change in free pages across a run that failed.
-fn run_one(f: fn() -> TestResult, kept: &mut i64, failed_delta: &mut i64) -> Result<Pass, Msg> {
+/// last), or to `failed_kept` if it failed.
+fn run_one(f: fn() -> TestResult, kept: &mut i64, failed_kept: &mut i64) -> Result<Pass, Msg> {
     let r = run_measured(f, kept);
     if r.is_err() {
         // The pages of a failed test are its own failure's business, not the end check's.
-        *failed_delta += *kept;
+        *failed_kept += *kept;
         *kept = 0;
     }
     r
@@ -1458,13 +1458,13 @@ fn main(args: &'static str) -> u64 {
     }
     let boot_free = free_pages();
     let mut tally = Tally::default();
-    let (mut warm_kept, mut failed_delta, mut warmed) = (0i64, 0i64, 0u32);
+    let (mut warm_kept, mut failed_kept, mut warmed) = (0i64, 0i64, 0u32);
     for &(name, f) in TESTS {
         if !selected(args, name) {
             continue;
         }
         let mut kept = 0;
-        tally.record(name, run_one(f, &mut kept, &mut failed_delta));
+        tally.record(name, run_one(f, &mut kept, &mut failed_kept));
         if kept != 0 {
             warm_kept += kept;
             warmed += 1;
@@ -1478,12 +1478,12 @@ fn main(args: &'static str) -> u64 {
     // freed outside every test's measured runs (a core still working after its test
     // returned, a free deferred past the settle wait), and a first-use "warm-up" larger than
     // any cache is a leak that happens once per test.
-    let want_end = boot_free as i64 - warm_kept + failed_delta;
+    let want_end = boot_free as i64 - warm_kept - failed_kept;
     let end_free = free_pages();
     let end_free = if end_free as i64 == want_end { end_free } else { settled_free(want_end.max(0) as u64) };
     println!("utest: free pages {boot_free} before the tests, {end_free} after; {warm_kept} kept by the warm-ups of {warmed} tests (budget {WARM_UP_BUDGET})");
     if end_free as i64 != want_end {
-        tally.fail("free_pages_at_the_end", &alloc::format!("free pages {boot_free} before the tests, {end_free} after ({:+}); the warm-ups kept {warm_kept}, failed tests {failed_delta:+}", end_free as i64 - boot_free as i64));
+        tally.fail("free_pages_at_the_end", &alloc::format!("free pages {boot_free} before the tests, {end_free} after ({:+}); the warm-ups kept {warm_kept}, failed tests {failed_kept}", end_free as i64 - boot_free as i64));
     } else if warm_kept > WARM_UP_BUDGET {
         tally.fail("free_pages_at_the_end", &alloc::format!("the warm-ups of {warmed} tests kept {warm_kept} pages, more than any kernel cache's first use ({WARM_UP_BUDGET})"));
     }
