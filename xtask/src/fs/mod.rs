@@ -357,3 +357,134 @@ pub fn check_guest_files(img: &Path) -> Result<usize, String> {
 
 #[cfg(test)]
 mod tests;
+
+/// The shell's file commands on a disk (`init=sh` with an image of a few files, commands on
+/// its serial input): listing, printing, making, writing and appending, linking, renaming and
+/// removing, each refusal one line (the shell keeps going), `df`, `sync`, `umount` and a
+/// mount again on the next command, and `halt` with nothing leaked. Then on the host: `e2fsck
+/// -fn` finds the image clean and our reader finds what the shell made, with its bytes, and
+/// not what it removed. Catches: a command that does nothing (its file absent on the host),
+/// `append` that truncates or `write` that appends, `mv`/`ln` that lose the data, an error
+/// that ends the shell, `umount` that does not write back (the host sees an old image), a
+/// remount that fails.
+pub fn shell_files(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String> {
+    use crate::qemu::{boot_captured, BootMedium, VmConfig};
+    println!("== the shell's file commands on a disk");
+    let dir = crate::env::target_dir().join("fs-shell");
+    let root = dir.join("root");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("sub")).map_err(|e| e.to_string())?;
+    std::fs::write(root.join("hello.txt"), fstest_files::HELLO).map_err(|e| e.to_string())?;
+    std::fs::write(root.join("sub/inner.txt"), b"inner\n").map_err(|e| e.to_string())?;
+    let img = dir.join("shell.img");
+    mkimage(&root, &img, Some(8))?;
+    let cfg = VmConfig {
+        smp: 2,
+        mem_mib: 192,
+        cmdline: "init=sh".into(),
+        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+        initrd: Some(initrd.to_path_buf()),
+        disk: Some(img.clone()),
+        timeout: Some(std::time::Duration::from_secs(240)),
+        ..Default::default()
+    };
+    // Blank lines first: input sent while the kernel boots can lose its first bytes.
+    let commands = [
+        "ls /",
+        "cat /hello.txt",
+        "mkdir /shdir /shdir/sub",
+        "write /shdir/note one two three",
+        "append /shdir/note four",
+        "cat /shdir/note",
+        "ln /shdir/note /shdir/hard",
+        "ln -s note /shdir/soft",
+        "mv /shdir/hard /shdir/sub/moved",
+        "write /shdir/gone x",
+        "rm /shdir/gone",
+        "write /shdir/over first version",
+        "write /shdir/over second",
+        "cat /nosuch",
+        "rmdir /shdir",
+        "mkdir /hello.txt/x",
+        "rm /sub",
+        "mv /nosuch /x",
+        "ls /shdir",
+        "df",
+        "sync",
+        "umount",
+        "cat /shdir/soft",
+        "rmdir /sub",
+        "halt",
+    ];
+    let input = format!("{}{}\n", "\n".repeat(16), commands.join("\n"));
+    let out = boot_captured(&cfg, Some(&input), false, None)?;
+    let s = out.serial.as_str();
+    let listed = |name: &str| s.lines().any(|l| l.trim_end().ends_with(&format!(" {name}")) && (l.starts_with("d ") || l.starts_with("- ")));
+    let checks: [(&str, bool); 14] = [
+        ("ls / lists the image's files", listed("hello.txt") && listed("sub") && listed("lost+found")),
+        ("cat prints a file", s.contains("hello from the host")),
+        ("write then append, cat shows both", s.contains("one two three\nfour\n") || s.contains("one two three\r\nfour")),
+        ("ls /shdir lists what was made", listed("note") && listed("soft") && s.lines().any(|l| l.starts_with("d ") && l.trim_end().ends_with(" sub"))),
+        ("cat of a missing file: one line", s.contains("sh: cat /nosuch: no such file or directory")),
+        ("rmdir of a non-empty directory refused", s.contains("sh: rmdir /shdir: directory not empty")),
+        ("mkdir under a file refused", s.contains("sh: mkdir /hello.txt/x: not a directory")),
+        ("rm of a directory refused", s.contains("sh: rm /sub: is a directory")),
+        ("mv of a missing name refused", s.contains("sh: mv /nosuch /x: no such file or directory")),
+        ("rmdir of a non-empty image directory refused after the remount", s.contains("sh: rmdir /sub: directory not empty")),
+        ("df", s.contains("blocks: ") && s.contains(" KiB free; inodes: ")),
+        ("after umount, the next command mounts again (cat through the symlink)", s.matches("one two three").count() >= 2),
+        ("no disk error", !s.contains("sh: disk:")),
+        ("halt: clean exit, no leak", s.contains("init: `sh` exited with code 0") && out.kernel_exit_ok() && !out.timed_out),
+    ];
+    let mut t = crate::TestTally::default();
+    for (what, ok) in checks {
+        if ok {
+            t.passed += 1;
+        } else {
+            println!("   FAILED: shell files: {what}");
+            t.failed += 1;
+        }
+    }
+    // The image, on the host.
+    let host = (|| -> Result<String, String> {
+        check(&img)?;
+        let note = read_file(&img, "/shdir/note")?;
+        if note != b"one two three\nfour\n" {
+            return Err(format!("/shdir/note is {:?}", String::from_utf8_lossy(&note)));
+        }
+        if read_file(&img, "/shdir/sub/moved")? != note {
+            return Err("/shdir/sub/moved differs from /shdir/note".into());
+        }
+        if read_file(&img, "/shdir/over")? != b"second\n" {
+            return Err(format!("/shdir/over is {:?}, want the second write only", String::from_utf8_lossy(&read_file(&img, "/shdir/over")?)));
+        }
+        let mut fs = mount(&img)?;
+        let (a, b) = (fs.resolve(b"/shdir/soft").map_err(|e| fs_err(&img, "/shdir/soft", e))?, fs.resolve(b"/shdir/note").map_err(|e| fs_err(&img, "/shdir/note", e))?);
+        if a.ino != b.ino || b.links != 2 {
+            return Err(format!("/shdir/soft -> inode {}, /shdir/note is {} with {} links (want the same, 2)", a.ino, b.ino, b.links));
+        }
+        for gone in ["/shdir/gone", "/shdir/hard"] {
+            if fs.resolve(gone.as_bytes()).is_ok() {
+                return Err(format!("{gone} is still there"));
+            }
+        }
+        Ok("e2fsck -fn clean; note, moved, over and the symlink as the shell left them; gone and hard removed".into())
+    })();
+    match host {
+        Ok(w) => {
+            println!("   shell files on the host: {w}");
+            t.passed += 1;
+        }
+        Err(e) => {
+            println!("   FAILED: shell files on the host: {e}");
+            t.failed += 1;
+        }
+    }
+    if t.failed > 0 {
+        for l in out.serial.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev() {
+            println!("   | {l}");
+        }
+    }
+    println!("   shell files: {} passed, {} failed ({:.1} s)", t.passed, t.failed, out.elapsed.as_secs_f64());
+    Ok(t)
+}
