@@ -452,7 +452,7 @@ fn writes_survive_a_remount() -> TestResult {
     fs_ok("unmount", fs::unmount())?;
     fs_ok("mount", fs::mount())?;
     for (path, len, seed) in files::GUEST_FILES {
-        let got = fs_ok(path, fs::read_all(path, 1 << 20))?;
+        let got = fs_ok(path, fs::read_all(path, len + 1))?;
         ensure!(got.len() == len, "{path}: {} bytes after remount, want {len}", got.len());
         for (i, &b) in got.iter().enumerate() {
             ensure!(b == files::byte(seed, i), "{path}: byte {i} wrong after remount");
