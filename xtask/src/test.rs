@@ -918,6 +918,7 @@ impl RunCounts {
         format!("passed={} failed={} skipped={} suites={} seconds={} date={}", self.tally.passed, self.tally.failed, self.tally.skipped, self.suites, self.seconds, self.date)
     }
 
+    #[cfg(test)]
     pub fn parse(line: &str) -> Result<RunCounts, String> {
         let get = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k).and_then(|v| v.strip_prefix('='))).ok_or(format!("test counts: no `{k}=` in {line:?}"));
         let num = |k: &str| get(k)?.parse::<u64>().map_err(|e| format!("test counts: {k}: {e}"));
@@ -958,6 +959,7 @@ pub fn replace_counts(text: &str, sentence: &str) -> Result<String, String> {
 }
 
 /// The text between the markers.
+#[cfg(test)]
 pub fn quoted_counts(text: &str) -> Option<&str> {
     let a = text.find(COUNTS_OPEN)? + COUNTS_OPEN.len();
     let b = text[a..].find(COUNTS_CLOSE)? + a;
