@@ -276,6 +276,9 @@ pub struct NetFuzzArgs {
     /// Send only frames of these kinds (e.g. truncated,bit_flips), numbered as in the full run
     #[arg(long, value_name = "LIST")]
     pub kinds: Option<String>,
+    /// With --system ours: how the guest's service takes frames (tcpserv's mode=)
+    #[arg(long, value_name = "MODE", default_value = "dedicated", value_parser = ["dedicated", "polling", "inline"])]
+    pub mode: String,
 }
 
 // ---------------------------------------------------------------------------------------

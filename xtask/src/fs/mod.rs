@@ -51,7 +51,7 @@ fn command(cmd: FsCommand) -> Result<(), String> {
         FsCommand::FstestImage { img } => {
             let root = crate::env::target_dir().join("fs-test").join("root");
             write_fstest_tree(&root)?;
-            mkimage(&root, &img, Some(16)).map(|mib| println!("fs: {}: ext2, {mib} MiB, fstest's files", img.display()))
+            mkimage_with(&root, &img, Some(fstest_files::IMAGE_MIB), fstest_layout()).map(|mib| println!("fs: {}: ext2, {mib} MiB in groups of 4 MiB, fstest's files", img.display()))
         }
         FsCommand::Test => {
             let kernel = crate::env::build_kernel()?;
@@ -108,10 +108,30 @@ fn dir_bytes(dir: &Path) -> u64 {
     total
 }
 
+/// The layout `mke2fs` gives an image: block size, blocks per group (`-g`: a small value
+/// gives many groups in a small image) and inode count (`-N`), each `mke2fs`'s default when
+/// None.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    pub block_size: u32,
+    pub blocks_per_group: Option<u32>,
+    pub inodes: Option<u32>,
+}
+
+impl Layout {
+    /// 4 KiB blocks, `mke2fs`'s groups (32 768 blocks: one group up to 128 MiB).
+    pub const DEFAULT: Layout = Layout { block_size: 4096, blocks_per_group: None, inodes: None };
+}
+
 /// Make `img` (replacing it) holding `dir`'s files. Returns its size in MiB. The image is
 /// plain ext2 with 4 KiB blocks and no htree directory index (`-O ^dir_index`: the library OS
 /// reads and writes directories linearly).
 pub fn mkimage(dir: &Path, img: &Path, size_mib: Option<u64>) -> Result<u64, String> {
+    mkimage_with(dir, img, size_mib, Layout::DEFAULT)
+}
+
+/// [`mkimage`] with a chosen [`Layout`].
+pub fn mkimage_with(dir: &Path, img: &Path, size_mib: Option<u64>, layout: Layout) -> Result<u64, String> {
     if !dir.is_dir() {
         return Err(format!("fs mkimage: `{}` is not a directory", dir.display()));
     }
@@ -122,12 +142,15 @@ pub fn mkimage(dir: &Path, img: &Path, size_mib: Option<u64>) -> Result<u64, Str
     let f = File::create(img).map_err(|e| format!("{}: {e}", img.display()))?;
     f.set_len(mib << 20).map_err(|e| format!("{}: {e}", img.display()))?;
     drop(f);
-    let out = Command::new(tool("mke2fs"))
-        .args(["-q", "-F", "-t", "ext2", "-b", "4096", "-O", "^dir_index", "-E", "root_owner=0:0", "-d"])
-        .arg(dir)
-        .arg(img)
-        .output()
-        .map_err(|e| format!("cannot run mke2fs: {e}"))?;
+    let mut cmd = Command::new(tool("mke2fs"));
+    cmd.args(["-q", "-F", "-t", "ext2", "-b", &layout.block_size.to_string(), "-O", "^dir_index", "-E", "root_owner=0:0"]);
+    if let Some(g) = layout.blocks_per_group {
+        cmd.args(["-g", &g.to_string()]);
+    }
+    if let Some(n) = layout.inodes {
+        cmd.args(["-N", &n.to_string()]);
+    }
+    let out = cmd.arg("-d").arg(dir).arg(img).output().map_err(|e| format!("cannot run mke2fs: {e}"))?;
     if !out.status.success() {
         return Err(format!("mke2fs failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
     }
@@ -245,13 +268,20 @@ pub fn write_fstest_tree(root: &Path) -> Result<(), String> {
     std::fs::write(root.join("sub").join(long), b"long name\n").map_err(|e| e.to_string())
 }
 
-/// `cargo xtask test`'s file-system part: a fresh image of `fstest`'s files, `init=fstest` on
-/// it, then `e2fsck -fn` (the test leaves the disk as it found it, so it must still be clean).
+/// `fstest`'s image layout: 4 KiB blocks in groups of 4 MiB, so the image has several groups
+/// and the guest's larger writes land past group 0.
+fn fstest_layout() -> Layout {
+    Layout { blocks_per_group: Some(fstest_files::IMAGE_BLOCKS_PER_GROUP), ..Layout::DEFAULT }
+}
+
+/// `cargo xtask test`'s file-system part: a fresh image of `fstest`'s files (several block
+/// groups), `init=fstest` on it, then `e2fsck -fn` (what the guest wrote must leave it clean),
+/// and the guest's files read back on the host, some of them from groups past 0.
 pub fn ci_test(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String> {
     let dir = crate::env::target_dir().join("fs-test");
     write_fstest_tree(&dir.join("root"))?;
     let img = dir.join("fstest.img");
-    mkimage(&dir.join("root"), &img, Some(16))?;
+    mkimage_with(&dir.join("root"), &img, Some(fstest_files::IMAGE_MIB), fstest_layout())?;
     use crate::test::{user_boot, Expect, UserBoot};
     // Two requesting cores and a kernel core need 3 vCPUs: that test runs in the next boot.
     let two = Expect { may_skip: &["fs_blk_dedicated_two_cores"], must_pass: &[] };
@@ -297,13 +327,164 @@ pub fn check_guest_files(img: &Path) -> Result<usize, String> {
             return Err(format!("{path}: byte {i} differs"));
         }
     }
+    // The file larger than a group has blocks in groups past 0 (a writer that only knew
+    // group 0 would have failed to write it, or written over another group's metadata, which
+    // e2fsck would have found).
+    let mut fs = mount(img)?;
+    if fs.groups.len() < 2 {
+        return Err(format!("the image has {} block group(s); the test needs several", fs.groups.len()));
+    }
+    let far = fs.resolve(b"/guest/far.bin").map_err(|e| fs_err(img, "/guest/far.bin", e))?;
+    let mut groups = std::collections::BTreeSet::new();
+    for lblk in 0..far.size.div_ceil(fs.bs) {
+        let b = fs.bmap(&far, lblk).map_err(|e| fs_err(img, "/guest/far.bin", e))?;
+        if b == 0 {
+            return Err(format!("/guest/far.bin: block {lblk} is a hole; the guest wrote every byte"));
+        }
+        groups.insert((b - fs.sb.first_data_block as u64) / fs.sb.blocks_per_group as u64);
+    }
+    if !groups.iter().any(|&g| g > 0) || groups.len() < 2 {
+        return Err(format!("/guest/far.bin's blocks are in groups {groups:?}, want several, past 0"));
+    }
     for path in fstest_files::GUEST_GONE {
         if read_file(img, path).is_ok() || mount(img)?.resolve(path.as_bytes()).is_ok() {
             return Err(format!("{path} is still there"));
         }
     }
+    println!("   /guest/far.bin ({} bytes) lies in block groups {groups:?} of {}", far.size, fs.groups.len());
     Ok(fstest_files::GUEST_FILES.len())
 }
 
 #[cfg(test)]
 mod tests;
+
+/// The shell's file commands on a disk (`init=sh` with an image of a few files, commands on
+/// its serial input): listing, printing, making, writing and appending, linking, renaming and
+/// removing, each refusal one line (the shell keeps going), `df`, `sync`, `umount` and a
+/// mount again on the next command, and `halt` with nothing leaked. Then on the host: `e2fsck
+/// -fn` finds the image clean and our reader finds what the shell made, with its bytes, and
+/// not what it removed. Catches: a command that does nothing (its file absent on the host),
+/// `append` that truncates or `write` that appends, `mv`/`ln` that lose the data, an error
+/// that ends the shell, `umount` that does not write back (the host sees an old image), a
+/// remount that fails.
+pub fn shell_files(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String> {
+    use crate::qemu::{boot_captured, BootMedium, VmConfig};
+    println!("== the shell's file commands on a disk");
+    let dir = crate::env::target_dir().join("fs-shell");
+    let root = dir.join("root");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("sub")).map_err(|e| e.to_string())?;
+    std::fs::write(root.join("hello.txt"), fstest_files::HELLO).map_err(|e| e.to_string())?;
+    std::fs::write(root.join("sub/inner.txt"), b"inner\n").map_err(|e| e.to_string())?;
+    let img = dir.join("shell.img");
+    mkimage(&root, &img, Some(8))?;
+    let cfg = VmConfig {
+        smp: 2,
+        mem_mib: 192,
+        cmdline: "init=sh".into(),
+        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+        initrd: Some(initrd.to_path_buf()),
+        disk: Some(img.clone()),
+        timeout: Some(std::time::Duration::from_secs(240)),
+        ..Default::default()
+    };
+    // Blank lines first: input sent while the kernel boots can lose its first bytes.
+    let commands = [
+        "ls /",
+        "cat /hello.txt",
+        "mkdir /shdir /shdir/sub",
+        "write /shdir/note one two three",
+        "append /shdir/note four",
+        "cat /shdir/note",
+        "ln /shdir/note /shdir/hard",
+        "ln -s note /shdir/soft",
+        "mv /shdir/hard /shdir/sub/moved",
+        "write /shdir/gone x",
+        "rm /shdir/gone",
+        "write /shdir/over first version",
+        "write /shdir/over second",
+        "cat /nosuch",
+        "rmdir /shdir",
+        "mkdir /hello.txt/x",
+        "rm /sub",
+        "mv /nosuch /x",
+        "ls /shdir",
+        "df",
+        "sync",
+        "umount",
+        "cat /shdir/soft",
+        "rmdir /sub",
+        "halt",
+    ];
+    let input = format!("{}{}\n", "\n".repeat(16), commands.join("\n"));
+    let out = boot_captured(&cfg, Some(&input), false, None)?;
+    let s = out.serial.as_str();
+    let listed = |name: &str| s.lines().any(|l| l.trim_end().ends_with(&format!(" {name}")) && (l.starts_with("d ") || l.starts_with("- ")));
+    let checks: [(&str, bool); 14] = [
+        ("ls / lists the image's files", listed("hello.txt") && listed("sub") && listed("lost+found")),
+        ("cat prints a file", s.contains("hello from the host")),
+        ("write then append, cat shows both", s.contains("one two three\nfour\n") || s.contains("one two three\r\nfour")),
+        ("ls /shdir lists what was made", listed("note") && listed("soft") && s.lines().any(|l| l.starts_with("d ") && l.trim_end().ends_with(" sub"))),
+        ("cat of a missing file: one line", s.contains("sh: cat /nosuch: no such file or directory")),
+        ("rmdir of a non-empty directory refused", s.contains("sh: rmdir /shdir: directory not empty")),
+        ("mkdir under a file refused", s.contains("sh: mkdir /hello.txt/x: not a directory")),
+        ("rm of a directory refused", s.contains("sh: rm /sub: is a directory")),
+        ("mv of a missing name refused", s.contains("sh: mv /nosuch /x: no such file or directory")),
+        ("rmdir of a non-empty image directory refused after the remount", s.contains("sh: rmdir /sub: directory not empty")),
+        ("df", s.contains("blocks: ") && s.contains(" KiB free; inodes: ")),
+        ("after umount, the next command mounts again (cat through the symlink)", s.matches("one two three").count() >= 2),
+        ("no disk error", !s.contains("sh: disk:")),
+        ("halt: clean exit, no leak", s.contains("init: `sh` exited with code 0") && out.kernel_exit_ok() && !out.timed_out),
+    ];
+    let mut t = crate::TestTally::default();
+    for (what, ok) in checks {
+        if ok {
+            t.passed += 1;
+        } else {
+            println!("   FAILED: shell files: {what}");
+            t.failed += 1;
+        }
+    }
+    // The image, on the host.
+    let host = (|| -> Result<String, String> {
+        check(&img)?;
+        let note = read_file(&img, "/shdir/note")?;
+        if note != b"one two three\nfour\n" {
+            return Err(format!("/shdir/note is {:?}", String::from_utf8_lossy(&note)));
+        }
+        if read_file(&img, "/shdir/sub/moved")? != note {
+            return Err("/shdir/sub/moved differs from /shdir/note".into());
+        }
+        if read_file(&img, "/shdir/over")? != b"second\n" {
+            return Err(format!("/shdir/over is {:?}, want the second write only", String::from_utf8_lossy(&read_file(&img, "/shdir/over")?)));
+        }
+        let mut fs = mount(&img)?;
+        let (a, b) = (fs.resolve(b"/shdir/soft").map_err(|e| fs_err(&img, "/shdir/soft", e))?, fs.resolve(b"/shdir/note").map_err(|e| fs_err(&img, "/shdir/note", e))?);
+        if a.ino != b.ino || b.links != 2 {
+            return Err(format!("/shdir/soft -> inode {}, /shdir/note is {} with {} links (want the same, 2)", a.ino, b.ino, b.links));
+        }
+        for gone in ["/shdir/gone", "/shdir/hard"] {
+            if fs.resolve(gone.as_bytes()).is_ok() {
+                return Err(format!("{gone} is still there"));
+            }
+        }
+        Ok("e2fsck -fn clean; note, moved, over and the symlink as the shell left them; gone and hard removed".into())
+    })();
+    match host {
+        Ok(w) => {
+            println!("   shell files on the host: {w}");
+            t.passed += 1;
+        }
+        Err(e) => {
+            println!("   FAILED: shell files on the host: {e}");
+            t.failed += 1;
+        }
+    }
+    if t.failed > 0 {
+        for l in out.serial.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev() {
+            println!("   | {l}");
+        }
+    }
+    println!("   shell files: {} passed, {} failed ({:.1} s)", t.passed, t.failed, out.elapsed.as_secs_f64());
+    Ok(t)
+}

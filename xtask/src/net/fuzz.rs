@@ -383,11 +383,18 @@ pub struct FuzzOptions {
     /// Only frames of these kinds are sent (the others are skipped, not replaced, so frame i
     /// stays frame i of the seed); all kinds when empty.
     pub kinds: Vec<usize>,
+    /// Ours: `tcpserv`'s mode, which decides who parses the frames: `dedicated` (a kernel core
+    /// steers every frame to the service core's ring), `polling` (service cores poll the
+    /// card's queues themselves) or `inline` (one core polls the card and serves).
+    pub mode: String,
 }
 
 /// `cargo xtask net fuzz`'s options, checked.
 pub fn options(a: crate::cli::tools::NetFuzzArgs) -> Result<FuzzOptions, String> {
-    let mut o = FuzzOptions { frames: a.frames, seed: a.seed, system: a.system, smp: a.smp, timeout: Duration::from_secs(a.timeout), kinds: Vec::new() };
+    let mut o = FuzzOptions { frames: a.frames, seed: a.seed, system: a.system, smp: a.smp, timeout: Duration::from_secs(a.timeout), kinds: Vec::new(), mode: a.mode };
+    if o.system != "ours" && o.mode != "dedicated" {
+        return Err(format!("net fuzz: --mode {} is for --system ours (Linux's service has one mode)", o.mode));
+    }
     for k in a.kinds.as_deref().unwrap_or("").split(',').filter(|k| !k.is_empty()) {
         let i = KINDS.iter().position(|x| *x == k).ok_or_else(|| format!("net fuzz: --kinds: unknown kind `{k}` (known: {})", KINDS.join(", ")))?;
         o.kinds.push(i);
@@ -419,7 +426,7 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
     } else {
         let cfg = crate::qemu::VmConfig {
             smp: o.smp,
-            cmdline: "init=tcpserv -- mode=dedicated conns=1".into(),
+            cmdline: format!("init=tcpserv -- mode={} conns=1", o.mode),
             medium: Some(crate::qemu::BootMedium::Kernel(crate::env::build_kernel()?)),
             initrd: Some(crate::user::build_initrd()?),
             ..Default::default()
@@ -432,7 +439,8 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
         qemu.extend(["-serial", "stdio", "-monitor", "none"].map(String::from));
     }
     qemu.extend(qemu_args(port));
-    println!("net fuzz: seed={} frames={} system={} smp={} (QEMU's NIC connects to 127.0.0.1:{port})", o.seed, o.frames, o.system, o.smp);
+    let mode = if o.system == "ours" { format!(" mode={}", o.mode) } else { String::new() };
+    println!("net fuzz: seed={} frames={} system={}{mode} smp={} (QEMU's NIC connects to 127.0.0.1:{port})", o.seed, o.frames, o.system, o.smp);
     let mut session = Session::start(&qemu, false)?;
     let deadline = session.start + o.timeout;
     // QEMU connects at start-up; bounded wait for it.
@@ -621,8 +629,10 @@ mod tests {
             }
         };
         let o = parse_options(&a("--frames 100 --seed 9 --system linux --smp 1")).unwrap();
-        assert_eq!((o.frames, o.seed, o.smp), (100, 9, 1));
-        for (args, needle) in [("--frames 0", "--frames"), ("--seed x", "--seed"), ("--system bsd", "--system"), ("--smp 0", "--smp"), ("--bogus", "--bogus"), ("--kinds truncated,nosuch", "--kinds"), ("--frames 200000000", "--frames"), ("--timeout 0", "--timeout")] {
+        assert_eq!((o.frames, o.seed, o.smp, o.mode.as_str()), (100, 9, 1, "dedicated"));
+        assert_eq!(parse_options(&a("--system ours --mode polling --smp 3")).unwrap().mode, "polling");
+        assert!(parse_options(&a("--system linux --mode inline")).unwrap_err().contains("--mode"));
+        for (args, needle) in [("--frames 0", "--frames"), ("--seed x", "--seed"), ("--system bsd", "--system"), ("--smp 0", "--smp"), ("--bogus", "--bogus"), ("--kinds truncated,nosuch", "--kinds"), ("--frames 200000000", "--frames"), ("--timeout 0", "--timeout"), ("--system ours --mode ring", "--mode")] {
             assert!(parse_options(&a(args)).unwrap_err().contains(needle), "{args}");
         }
         assert!(kernel_trouble("ok\n[  3.1] BUG: unable to handle page fault\n").is_some());

@@ -264,10 +264,16 @@ pub fn qemu_tests() -> Result<crate::TestTally, String> {
     // Catches: the fuzzer's framing broken (QEMU would stop reading), ARP not answered (the
     // probe would go unanswered), a guest that stops serving after malformed frames, the
     // probe's hand-made handshake or reassembly broken (no 128 bytes).
-    let o = |seed, smp, system: &str| fuzz::FuzzOptions { frames: 3000, seed, system: system.into(), smp, timeout: std::time::Duration::from_secs(120), kinds: Vec::new() };
-    tally(&mut t, "net fuzz: 3000 seeded frames into the Linux guest, its service still sends the 128 bytes", fuzz::command(o(1, 1, "linux")));
+    let o = |seed, smp, system: &str, mode: &str, frames| fuzz::FuzzOptions { frames, seed, system: system.into(), smp, timeout: std::time::Duration::from_secs(120), kinds: Vec::new(), mode: mode.into() };
+    tally(&mut t, "net fuzz: 3000 seeded frames into the Linux guest, its service still sends the 128 bytes", fuzz::command(o(1, 1, "linux", "dedicated", 3000)));
     // The same into this system (Dedicated: the kernel core parses and steers every frame, the
     // service core's stack gets the malformed ones); then the kernel's leak check after exit.
-    tally(&mut t, "net fuzz: 3000 seeded frames into this system, its service still sends the 128 bytes, nothing leaked", fuzz::command(o(2, 2, "ours")));
+    tally(&mut t, "net fuzz: 3000 seeded frames into this system, its service still sends the 128 bytes, nothing leaked", fuzz::command(o(2, 2, "ours", "dedicated", 3000)));
+    // Polling (the service cores read the card's queues and parse every frame themselves, no
+    // kernel core in between) and Inline (one core polls the card and serves): the malformed
+    // frames reach other code there. Shorter runs, other seeds; the tcp-service suites boot
+    // the same modes at the same vCPU counts.
+    tally(&mut t, "net fuzz: 1500 seeded frames into this system in Polling mode (3 vCPUs), still serving, nothing leaked", fuzz::command(o(3, 3, "ours", "polling", 1500)));
+    tally(&mut t, "net fuzz: 1500 seeded frames into this system in Inline mode (2 vCPUs), still serving, nothing leaked", fuzz::command(o(4, 2, "ours", "inline", 1500)));
     Ok(t)
 }

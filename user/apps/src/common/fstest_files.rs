@@ -21,12 +21,23 @@ pub const FILES: [(&str, usize, u8); 8] = [
 /// Files `fstest` writes (in `/guest`, which it makes), and the host then reads from the image
 /// with its own reader after `e2fsck -fn` found it clean. `/guest/big.bin` is written in odd
 /// pieces; `/guest/trunc.bin` is written at 300 000 bytes then truncated to its length here.
-pub const GUEST_FILES: [(&str, usize, u8); 4] = [
+/// `/guest/far.bin` is larger than one block group of the image (`cargo xtask test` makes it
+/// with groups of 4 MiB), so some of its blocks are in a group past 0 whatever the allocator
+/// picks; the host checks that they are.
+pub const GUEST_FILES: [(&str, usize, u8); 5] = [
     ("/guest/a.txt", 100, 21),
     ("/guest/big.bin", 300_000, 22),
     ("/guest/dir/deep.bin", 70_000, 23),
     ("/guest/trunc.bin", 50_001, 24),
+    ("/guest/far.bin", FAR_LEN, 25),
 ];
+
+/// `/guest/far.bin`'s length: more than a 4 MiB block group.
+pub const FAR_LEN: usize = 4_500_000;
+
+/// The size of `fstest`'s image in MiB, and its blocks per group (4 KiB blocks): six groups.
+pub const IMAGE_MIB: u64 = 24;
+pub const IMAGE_BLOCKS_PER_GROUP: u32 = 1024;
 
 /// Names `fstest` makes and removes again: the host checks they are gone.
 pub const GUEST_GONE: [&str; 2] = ["/guest/gone.txt", "/guest/gonedir"];
