@@ -204,6 +204,15 @@ pub fn require_work(v: &mut Verdict, o: &FuzzOpts) {
     if v.calls < o.calls {
         v.passed = false;
         v.reason = format!("fuzzed too little: {} calls made, {} asked", v.calls, o.calls);
+    } else if o.inject.is_some() && v.injected_by_call.iter().map(|(_, n)| n).sum::<u64>() != v.injected {
+        // Every failure injected from the command line is inside some system call, so the
+        // per-call counts add up to the total (else the kernel lost track of the call).
+        v.passed = false;
+        v.reason = format!(
+            "injection report inconsistent: {} failures injected, {} counted against system calls",
+            v.injected,
+            v.injected_by_call.iter().map(|(_, n)| n).sum::<u64>()
+        );
     } else if o.inject.is_some() && v.injected < o.min_injected {
         v.passed = false;
         v.reason = format!(
@@ -418,26 +427,57 @@ fn ci_progress(n: usize, total: usize, what: &str, calls: u64, failures: usize, 
 // ---------------------------------------------------------------------------------------
 // CI
 
-/// The CI part: a short fuzz with and without injection at 4 vCPUs, the isolation suite at
-/// 2 vCPUs, and the planted-bug demonstration. `user_tests` runs the isolation suite (its
-/// `utest` lines are counted like utest's).
+/// One CI fuzz run: vCPUs, calls, injection, network card.
+struct CiRun {
+    smp: u32,
+    calls: u64,
+    inject: Option<&'static str>,
+    net: bool,
+}
+
+/// The CI fuzz runs. Injection is armed once the fuzzer's set-up is done, at 2, 4 (with the
+/// network card), 5 and 8 vCPUs; each injection run must inject at least `CI_MIN_INJECTED`
+/// failures inside system calls (rates and call counts chosen for several times that, in
+/// well under a minute each on an idle 2-core host).
+const CI_RUNS: [CiRun; 6] = [
+    CiRun { smp: 4, calls: 100_000, inject: None, net: false },
+    CiRun { smp: 2, calls: 40_000, inject: Some("alloc:1/20"), net: false },
+    CiRun { smp: 5, calls: 50_000, inject: Some("alloc:1/50"), net: false },
+    CiRun { smp: 8, calls: 40_000, inject: Some("alloc:1/20"), net: false },
+    // With the network card, so virtual NICs are made and misused too.
+    CiRun { smp: 4, calls: 100_000, inject: None, net: true },
+    CiRun { smp: 4, calls: 100_000, inject: Some("alloc:seed:1:2"), net: true },
+];
+
+/// Each CI injection run must inject at least this many failures inside system calls.
+pub const CI_MIN_INJECTED: u64 = 100;
+
+/// The CI part: the fuzz runs of `CI_RUNS`, the exit-without-memory check and the planted-bug
+/// demonstration. (`user_tests` runs the isolation suite; its `utest` lines are counted like
+/// utest's.)
 pub fn ci_fuzz(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     let mut t = TestTally::default();
     let (start, mut calls) = (Instant::now(), 0u64);
-    const RUNS: usize = 6;
-    // The last two runs have the network card, so virtual NICs are made and misused too.
-    for (i, (inject, net)) in [(None, false), (Some("alloc:seed:1:2"), false), (None, true), (Some("alloc:seed:1:2"), true)].into_iter().enumerate() {
+    let total = CI_RUNS.len() + 2;
+    for (i, r) in CI_RUNS.iter().enumerate() {
         let o = FuzzOpts {
-            calls: 100_000,
+            calls: r.calls,
             seed: 1,
-            smp: 4,
-            inject: inject.map(str::to_string),
+            smp: r.smp,
+            inject: r.inject.map(str::to_string),
+            min_injected: CI_MIN_INJECTED,
             timeout: Some(Duration::from_secs(150)),
-            net,
+            net: r.net,
             ..Default::default()
         };
-        let what = format!("{} calls at 4 vCPUs{}{}", o.calls, inject.map(|i| format!(", inject={i}")).unwrap_or_default(), if net { ", with the network card" } else { "" });
-        println!("{}", ci_progress(i + 1, RUNS, &what, calls, t.failed, start));
+        let what = format!(
+            "{} calls at {} vCPUs{}{}",
+            o.calls,
+            o.smp,
+            r.inject.map(|i| format!(", inject={i} (at least {CI_MIN_INJECTED} injected)")).unwrap_or_default(),
+            if r.net { ", with the network card" } else { "" }
+        );
+        println!("{}", ci_progress(i + 1, total, &what, calls, t.failed, start));
         let (v, out) = run_once(kernel, initrd, &o, false)?;
         calls += v.calls;
         match report(&o, &v, &out) {
@@ -445,9 +485,9 @@ pub fn ci_fuzz(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
             Err(_) => t.failed += 1,
         }
     }
-    println!("{}", ci_progress(5, RUNS, "exit with every allocation failing", calls, t.failed, start));
+    println!("{}", ci_progress(total - 1, total, "exit with every allocation failing", calls, t.failed, start));
     t.add(exit_without_memory(kernel, initrd)?);
-    println!("{}", ci_progress(6, RUNS, "the planted-bug kernel", calls, t.failed, start));
+    println!("{}", ci_progress(total, total, "the planted-bug kernel", calls, t.failed, start));
     t.add(planted_bug_demo(initrd)?);
     Ok(t)
 }
@@ -810,6 +850,9 @@ mod tests {
         assert_eq!(v.injected, 120);
         assert_eq!(v.injected_by_call, vec![("share_alloc".to_string(), 100), ("call 99".to_string(), 20)]);
         assert!(injection_summary(&v).starts_with("injected 120 failures inside system calls, in 2 calls: share_alloc 100, call 99 20;"), "{}", injection_summary(&v));
+        let mut v = judge(&serial.replace("call 99: 20", "call 99: 19"), false, true, true, 2);
+        require_work(&mut v, &FuzzOpts { min_injected: 100, ..inj.clone() });
+        assert!(!v.passed && v.reason.starts_with("injection report inconsistent: 120 failures injected, 119 counted"), "{}", v.reason);
         let mut v = judge(&serial, false, true, true, 2);
         require_work(&mut v, &FuzzOpts { min_injected: 121, ..inj });
         assert!(!v.passed && v.reason.contains("120 failures injected inside system calls, at least 121 required"), "{}", v.reason);
