@@ -181,3 +181,51 @@ pub fn should_fail() -> bool {
     }
     fail
 }
+
+/// Forget a configuration (for the kernel test below, which configures as the command line
+/// would and must leave the boot as it found it).
+fn unconfigure() {
+    suspend();
+    CONFIGURED.store(false, Ordering::Release);
+    SYSCALLS_ONLY.store(false, Ordering::Relaxed);
+}
+
+mod ktests {
+    use core::sync::atomic::Ordering;
+
+    use crate::mm::frame;
+    use crate::{kassert, ktest};
+
+    ktest! {
+    fn injection_waits_for_the_program_and_counts_by_call() {
+        // Catches: `inject_from=program` injecting before `inject_ctl(INJECT_ARM)`, arming
+        // that never starts it, and failures counted against no call or the wrong one.
+        let (pages0, live0) = crate::tests::quiescent_counts();
+        let me = crate::percpu::this();
+        let nr = abi::nr::SHARE_ALLOC as usize;
+        let before = super::failures_in_call(nr);
+        super::configure("alloc:1/1", false).map_err(|e| alloc::format!("{e}"))?;
+        me.injectable.store(nr as u8, Ordering::Relaxed);
+        let waiting = frame::alloc_page();
+        let armed = super::arm().is_ok();
+        let failed = frame::alloc_page();
+        // Outside a system call nothing is injected, even when armed.
+        me.injectable.store(super::NOT_IN_CALL, Ordering::Relaxed);
+        let outside = frame::alloc_page();
+        let counted = super::failures_in_call(nr) - before;
+        super::unconfigure();
+        let (w, f, o) = (waiting.is_some(), failed.is_none(), outside.is_some());
+        for p in [waiting, failed, outside].into_iter().flatten() {
+            frame::free_page(p);
+        }
+        kassert!(w, "an allocation failed before the program armed injection");
+        kassert!(armed && f, "arming did not start injection (arm ok: {armed})");
+        kassert!(o, "an allocation outside a system call failed");
+        kassert!(counted == 1, "{counted} failures counted against share_alloc, expected 1");
+        kassert!(super::arm() == Err(abi::Error::Unsupported), "arm without a configuration did not say Unsupported");
+        let (pages1, live1) = crate::tests::quiescent_counts();
+        kassert!(pages1 == pages0 && live1 == live0, "counts moved: pages {pages0}->{pages1}, live {live0}->{live1}");
+        Ok(())
+    }
+    }
+}
