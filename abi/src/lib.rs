@@ -293,7 +293,23 @@ pub mod nr {
     /// out of range, empty or bound by another identity. A call running through the slot
     /// keeps the gate until it ends. `NotPermitted` through a syscall ring.
     pub const PPC_UNBIND: u64 = 85;
+
+    /// `inject_ctl(op, counts: *mut u64, cap) -> n`: the allocation fault injection the kernel
+    /// command line configured (`inject=`), for test programs. `INJECT_ARM`: start injecting
+    /// now, if `inject_from=program` left it waiting for the program (else nothing changes);
+    /// returns 0. `INJECT_COUNTS`: the injected failures so far in all; if `counts` is not 0,
+    /// also writes `min(cap, INJECT_CALLS)` words, the failures injected inside each system call
+    /// number (index = number; a call inside `syscall_batch` counts as its own number).
+    /// `Unsupported` if the command line configured no injection; `InvalidArgument` for
+    /// another `op`; `BadAddress` for an unwritable `counts`.
+    pub const INJECT_CTL: u64 = 86;
 }
+
+/// `inject_ctl` operations.
+pub const INJECT_COUNTS: u64 = 0;
+pub const INJECT_ARM: u64 = 1;
+/// Call numbers `inject_ctl(INJECT_COUNTS)` reports on (0 .. INJECT_CALLS).
+pub const INJECT_CALLS: u64 = 128;
 
 /// `ppc_call`'s `gate_share` for a gate bound with `ppc_bind` (the gate argument is then the
 /// slot). No share has this id (ids carry the making core plus one above bit 40).

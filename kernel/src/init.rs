@@ -57,8 +57,10 @@ fn counts() -> (u64, i64, u64) {
     (crate::mm::frame::free_pages(), crate::mm::heap::live_objects(), crate::kobj::live_objects())
 }
 
-/// Run init to completion; returns true if it exited with 0 and nothing leaked.
-pub fn run(name: &str, args: &str, inject: Option<&str>) -> bool {
+/// Run init to completion; returns true if it exited with 0 and nothing leaked. `inject` is
+/// the command line's `inject=` spec (`mm::inject`); `inject_from` its `inject_from=`: `boot`
+/// (or absent) arms it before init starts, `program` when init calls `inject_ctl(INJECT_ARM)`.
+pub fn run(name: &str, args: &str, inject: Option<&str>, inject_from: Option<&str>) -> bool {
     let (pages0, slab0, kobj0) = counts();
     let area = percpu::this();
     let ctx = match build(name, args) {
@@ -70,9 +72,18 @@ pub fn run(name: &str, args: &str, inject: Option<&str>) -> bool {
     };
     area.busy.store(true, Ordering::Release);
     kprintln!("init: starting `{name}` on core {}", area.index);
+    let armed = match inject_from {
+        None | Some("boot") => true,
+        Some("program") => false,
+        Some(other) => {
+            crate::boot_option_error(&alloc::format!("inject_from={other}: expected boot or program; injecting from boot"));
+            true
+        }
+    };
     if let Some(spec) = inject {
-        match crate::mm::inject::configure(spec) {
-            Ok(()) => kprintln!("init: allocation fault injection on ({spec})"),
+        match crate::mm::inject::configure(spec, armed) {
+            Ok(()) if armed => kprintln!("init: allocation fault injection on ({spec})"),
+            Ok(()) => kprintln!("init: allocation fault injection configured ({spec}), armed when the program calls inject_ctl"),
             Err(why) => crate::boot_option_error(&alloc::format!("inject={spec} not applied: {why}; injection stays off")),
         }
     }
@@ -108,6 +119,17 @@ pub fn run(name: &str, args: &str, inject: Option<&str>) -> bool {
     kprintln!("init: `{name}` exited with code {code}");
     if injected > 0 {
         kprintln!("init: {injected} allocations failed by injection");
+    }
+    if inject.is_some() {
+        // Which calls met them (numbers as in abi::nr), for the host's report.
+        let mut line = alloc::string::String::new();
+        for nr in 0..abi::INJECT_CALLS as usize {
+            let n = crate::mm::inject::failures_in_call(nr);
+            if n > 0 {
+                line += &alloc::format!(" {nr}:{n}");
+            }
+        }
+        kprintln!("init: injected failures by call number:{}", if line.is_empty() { " none" } else { &line });
     }
     kprintln!("init: {answered}/{} cores answered an active message", percpu::online_count());
     kprintln!("init: free pages {pages0} -> {pages1}, kernel heap objects {slab0} -> {slab1}, kernel objects {kobj0} -> {kobj1}");

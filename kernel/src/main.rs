@@ -317,14 +317,14 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
                 args.push(' ');
                 args.push_str(w);
             }
-            let ok = init::run("microbench", &args, bi.option("inject"));
+            let ok = init::run("microbench", &args, bi.option("inject"), bi.option("inject_from"));
             finish(ok);
         }
     }
     if let Some(name) = bi.option("init").filter(|n| !n.is_empty()) {
         // Everything after `--` is the program's arguments.
         let args = bi.cmdline().split_once(" -- ").map(|(_, a)| a).unwrap_or("");
-        let ok = init::run(name, args, bi.option("inject"));
+        let ok = init::run(name, args, bi.option("inject"), bi.option("inject_from"));
         finish(ok);
     }
     kprintln!("kernel: boot complete; no init= program given, halting");

@@ -3,7 +3,7 @@
 //! remote-free heads) sit on their own cache lines inside it.
 
 use core::arch::asm;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::arch::x86_64::gdt::{Gdt, Tss};
 use crate::arch::x86_64::idt::Idt;
@@ -63,9 +63,11 @@ pub struct PerCpu {
     /// The area of `acting_index`: this area, or the client's while acting for it. Read
     /// gs-relative at the start of every system call that names an object (`acting`).
     acting_area: AtomicPtr<PerCpu>,
-    /// Set while this core runs a system call (not a page fault inside it): where
-    /// command-line fault injection applies.
-    pub injectable: AtomicBool,
+    /// While this core runs a system call (not a page fault inside it), the call's number
+    /// (a byte; the number of the entry a `syscall_batch` runs), else
+    /// `mm::inject::NOT_IN_CALL`: where command-line fault injection applies, and which call
+    /// an injected failure is counted against.
+    pub injectable: AtomicU8,
     /// Set while this core runs a system call (`kobj::kref::call_begins`/`call_ends`): only
     /// then is a last drop's borrow-slot scan deferred to the core's next call. Here, beside
     /// `injectable` (set at the same two points), rather than on the orphan list's line: the
@@ -157,7 +159,7 @@ impl PerCpu {
             in_kernel_loop: AtomicBool::new(false),
             acting_index: AtomicUsize::new(index),
             acting_area: AtomicPtr::new(core::ptr::null_mut()),
-            injectable: AtomicBool::new(false),
+            injectable: AtomicU8::new(crate::mm::inject::NOT_IN_CALL),
             in_call: AtomicBool::new(false),
             orphans_pending: AtomicBool::new(false),
             runq: crate::sched::RunQueue::new(),

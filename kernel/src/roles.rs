@@ -189,9 +189,9 @@ fn run_for(me: &'static PerCpu, root: &mut LoadedRoot, client: &'static PerCpu, 
     root.enter(me, &ar)?;
     me.act_for(client);
     cpu::enable_interrupts();
-    me.injectable.store(true, Ordering::Relaxed);
+    me.injectable.store(nr as u8, Ordering::Relaxed);
     let r = crate::syscall::dispatch(nr, args);
-    me.injectable.store(false, Ordering::Relaxed);
+    me.injectable.store(crate::mm::inject::NOT_IN_CALL, Ordering::Relaxed);
     cpu::disable_interrupts();
     me.stop_acting();
     r
@@ -558,18 +558,21 @@ fn run_ring_batch(
     cpu::enable_interrupts();
     let served = crate::context::serve_as(ctx, || {
         // Allocation failures may be injected into the calls (nothing else here allocates).
-        me.injectable.store(true, Ordering::Relaxed);
         for (t, r) in taken.iter().zip(results.iter_mut()) {
             let res = match t.nr {
                 None => Err(Error::InvalidArgument),
                 Some(nr) => match ring_refuses(nr, &t.args) {
                     Some(e) => Err(e),
-                    None => crate::syscall::dispatch(nr, t.args),
+                    None => {
+                        me.injectable.store(nr as u8, Ordering::Relaxed);
+                        let r = crate::syscall::dispatch(nr, t.args);
+                        me.injectable.store(crate::mm::inject::NOT_IN_CALL, Ordering::Relaxed);
+                        r
+                    }
                 },
             };
             *r = abi::encode(res);
         }
-        me.injectable.store(false, Ordering::Relaxed);
     });
     // Dropping the identity may free objects: with interrupts on, as a context's end does.
     let r = served.map(|(_, mut ctx)| {

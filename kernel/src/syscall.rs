@@ -61,12 +61,12 @@ fn dispatch_call(me: &percpu::PerCpu, f: *mut SyscallFrame) -> i64 {
     // SAFETY: syscall_entry passes the frame it pushed on this core's entry stack; it lives
     // until syscall_entry pops it after this returns. Only these two fields are read here.
     let (nr, args) = unsafe { ((*f).rax, &(*f).args) };
-    me.injectable.store(true, Ordering::Relaxed);
+    me.injectable.store(nr as u8, Ordering::Relaxed);
     crate::kobj::kref::call_begins(me);
     let r = dispatch_in(nr, args);
     let me = percpu::this();
     crate::kobj::kref::call_ends(me);
-    me.injectable.store(false, Ordering::Relaxed);
+    me.injectable.store(crate::mm::inject::NOT_IN_CALL, Ordering::Relaxed);
     // `pcore_yield`: switch as this call returns to user mode (sched::yield_on_return).
     crate::sched::yield_on_return(me, encode(r))
 }
@@ -327,6 +327,7 @@ call_tables! {
     PPC_RETURN => sys_ppc_not_direct,
     PPC_BIND => sys_ppc_bind,
     PPC_UNBIND => sys_ppc_unbind,
+    INJECT_CTL => sys_inject_ctl,
 }
 
 /// `dispatch` with the arguments read where they are (the entry frame), not copied.
@@ -360,13 +361,41 @@ fn sys_syscall_batch(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         let bytes = unsafe { core::slice::from_raw_parts_mut(chunk.as_mut_ptr() as *mut u8, k * size) };
         copy_from_user(bytes, at)?;
         for e in &mut chunk[..k] {
+            // An injected failure counts against the entry's call, not the batch.
+            let me = percpu::this();
+            let outer = me.injectable.swap(e.nr as u8, Ordering::Relaxed);
             let r = if e.nr == nr::SYSCALL_BATCH { Err(Error::InvalidArgument) } else { dispatch(e.nr, e.args) };
+            percpu::this().injectable.store(outer, Ordering::Relaxed);
             e.result = encode(r);
         }
         write_slice(at, &chunk[..k])?;
         done += k as u64;
     }
     Ok(n)
+}
+
+fn sys_inject_ctl(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    use crate::mm::inject;
+    let (op, buf, cap) = (a[0], a[1], a[2]);
+    if !inject::configured() {
+        return Err(Error::Unsupported);
+    }
+    match op {
+        INJECT_ARM => inject::arm().map(|()| 0),
+        INJECT_COUNTS => {
+            if buf != 0 {
+                let n = cap.min(INJECT_CALLS);
+                check_out_buf::<u64>(buf, n)?;
+                let mut counts = [0u64; INJECT_CALLS as usize];
+                for (i, c) in counts.iter_mut().enumerate() {
+                    *c = inject::failures_in_call(i);
+                }
+                write_slice(buf, &counts[..n as usize])?;
+            }
+            Ok(inject::failures())
+        }
+        _ => Err(Error::InvalidArgument),
+    }
 }
 
 fn sys_obj_get_name(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {

@@ -457,6 +457,9 @@ pub struct FuzzArgs {
     /// Allocation fault injection: alloc:1/N (every Nth) or alloc:seed:S:P (P percent, seeded)
     #[arg(long, value_name = "SPEC", value_parser = inject_spec)]
     pub inject: Option<String>,
+    /// When injection starts: `program` (once the fuzzer's set-up is done, so every injected failure meets a fuzzed call) or `boot` (before the program starts: tests its start-up, which then fuzzes nothing and fails)
+    #[arg(long, value_name = "WHEN", default_value = "program", value_parser = ["program", "boot"])]
+    pub inject_from: String,
     /// Boot the kernel with the planted bug (a name length left unchecked): the fuzzer must find it
     #[arg(long)]
     pub planted_bug: bool,

@@ -5,7 +5,9 @@
 //! A run passes when the program printed its `fuzz: done` line with no failure, the kernel
 //! neither panicked nor took an exception, QEMU did not time out, every core answered an
 //! active message, and free pages, kernel heap objects and kernel objects came back to their
-//! values before init (the kernel's `init:` lines).
+//! values before init (the kernel's `init:` lines); and it did the work asked: at least the
+//! calls asked for, and with `--inject`, at least one failure injected inside a system call
+//! (`FuzzOpts::min_injected`). A run that fuzzed nothing never passes.
 
 use crate::qemu::{boot_captured, BootMedium, BootOutput, VmConfig};
 use crate::TestTally;
@@ -23,6 +25,11 @@ pub struct FuzzOpts {
     pub seed: u64,
     pub smp: u32,
     pub inject: Option<String>,
+    /// Inject from before the program starts (`inject_from=boot`), testing its start-up,
+    /// instead of from the end of the fuzzer's set-up.
+    pub inject_from_boot: bool,
+    /// With `inject`: fewer failures injected inside system calls than this fails the run.
+    pub min_injected: u64,
     pub planted_bug: bool,
     pub trace: bool,
     pub timeout: Option<Duration>,
@@ -36,7 +43,19 @@ pub struct FuzzOpts {
 
 impl Default for FuzzOpts {
     fn default() -> Self {
-        Self { calls: 100_000, seed: 1, smp: 4, inject: None, planted_bug: false, trace: false, timeout: None, net: false, scratch_disk: false }
+        Self {
+            calls: 100_000,
+            seed: 1,
+            smp: 4,
+            inject: None,
+            inject_from_boot: false,
+            min_injected: 1,
+            planted_bug: false,
+            trace: false,
+            timeout: None,
+            net: false,
+            scratch_disk: false,
+        }
     }
 }
 
@@ -79,6 +98,8 @@ impl From<crate::cli::FuzzArgs> for FuzzOpts {
             seed: a.seed,
             smp: a.smp,
             inject: a.inject,
+            inject_from_boot: a.inject_from == "boot",
+            min_injected: 1,
             planted_bug: a.planted_bug,
             trace: a.trace,
             timeout: a.timeout.map(|s| Duration::from_secs(s.max(1))),
@@ -103,6 +124,9 @@ impl FuzzOpts {
         let mut s = format!("cargo xtask fuzz --seed {} --calls {} --smp {}", self.seed, self.calls, self.smp);
         if let Some(i) = &self.inject {
             s += &format!(" --inject {i}");
+            if self.inject_from_boot {
+                s += " --inject-from boot";
+            }
         }
         if self.planted_bug {
             s += " --planted-bug";
@@ -115,12 +139,13 @@ impl FuzzOpts {
 
     pub fn cmdline(&self) -> String {
         let mut s = String::new();
+        let from = if self.inject_from_boot { "boot" } else { "program" };
         if let Some(i) = &self.inject {
-            s += &format!("inject={i} ");
+            s += &format!("inject={i} inject_from={from} ");
         }
         s += &format!("init=fuzz -- seed={} calls={}", self.seed, self.calls);
         if let Some(i) = &self.inject {
-            s += &format!(" inject={i}");
+            s += &format!(" inject={i} inject_from={from}");
         }
         if self.trace {
             s += " trace";
@@ -128,12 +153,15 @@ impl FuzzOpts {
         s
     }
 
-    /// A limit generous for TCG on a busy 2-core host: start-up plus a slow call rate.
+    /// A limit generous for TCG on a busy 2-core host: start-up plus a slow call rate. More
+    /// vCPUs than host cores share them, and their cross-core work (TLB shootdowns, active
+    /// messages) waits on vCPUs that are not running, so the limit grows with the vCPU count:
+    /// 100,000 calls at 8 vCPUs took 30 s to 3 min on a 2-core host with a load average of
+    /// 15-20 (the old limit, 90 s, killed such runs as hangs).
     pub fn effective_timeout(&self) -> Duration {
         self.timeout.unwrap_or_else(|| {
-            let per_vcpu_rate = if self.trace { 200 } else { 2_000 };
-            let per_core = self.calls / self.smp.max(1) as u64;
-            Duration::from_secs(60 + per_core / per_vcpu_rate * (1 + self.smp as u64 / 2))
+            let rate = if self.trace { 100 } else { 1_000 };
+            Duration::from_secs(60 + self.calls * self.smp.max(2) as u64 / (2 * rate))
         })
     }
 }
@@ -159,10 +187,44 @@ pub struct Verdict {
     pub costs: Vec<String>,
     /// The (call, error) pairs the run reached, from its `fuzz: paths` lines.
     pub error_pairs: Vec<(String, String)>,
+    /// Failures injected inside system calls while the program fuzzed (`injected=`).
+    pub injected: u64,
+    /// The same by system call, from the program's `fuzz: injected CALL: N` lines.
+    pub injected_by_call: Vec<(String, u64)>,
 }
 
 fn field(line: &str, key: &str) -> Option<u64> {
     line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}
+
+/// A run that passed `judge` but did less than asked fails: fewer calls than `o.calls` (the
+/// program stopped early or counted wrong), or with injection fewer than `o.min_injected`
+/// failures injected inside system calls (injection never reached the fuzzed calls).
+pub fn require_work(v: &mut Verdict, o: &FuzzOpts) {
+    if !v.passed {
+        return;
+    }
+    if v.calls < o.calls {
+        v.passed = false;
+        v.reason = format!("fuzzed too little: {} calls made, {} asked", v.calls, o.calls);
+    } else if o.inject.is_some() && v.injected_by_call.iter().map(|(_, n)| n).sum::<u64>() != v.injected {
+        // Every failure injected from the command line is inside some system call, so the
+        // per-call counts add up to the total (else the kernel lost track of the call).
+        v.passed = false;
+        v.reason = format!(
+            "injection report inconsistent: {} failures injected, {} counted against system calls",
+            v.injected,
+            v.injected_by_call.iter().map(|(_, n)| n).sum::<u64>()
+        );
+    } else if o.inject.is_some() && v.injected < o.min_injected {
+        v.passed = false;
+        v.reason = format!(
+            "injection reached too little: {} failures injected inside system calls, at least {} required{}",
+            v.injected,
+            o.min_injected,
+            if v.injected == 0 && !o.inject_from_boot { " (was injection armed? see the program's `armed=`)" } else { "" }
+        );
+    }
 }
 
 /// Judge a fuzz boot from its serial output and exit status.
@@ -175,6 +237,15 @@ pub fn judge(serial: &str, timed_out: bool, exit_ok: bool, injecting: bool, smp:
         v.calls_per_s = field(d, "calls_per_s").unwrap_or(0);
         v.per_vcpu = field(d, "per_vcpu").unwrap_or(0);
         v.error_paths = field(d, "error_paths").unwrap_or(0);
+        v.injected = field(d, "injected").unwrap_or(0);
+    }
+    // `fuzz: injected CALL: N` (one line per call that met an injected failure).
+    for l in &lines {
+        let Some(rest) = l.split("fuzz: injected ").nth(1) else { continue };
+        let Some((call, n)) = rest.rsplit_once(": ") else { continue };
+        if let Ok(n) = n.trim().parse() {
+            v.injected_by_call.push((call.to_string(), n));
+        }
     }
     v.costs = lines.iter().filter(|l| l.contains("fuzz: cost")).map(|l| l.trim().to_string()).collect();
     // `fuzz: paths CALL: ok, ERROR, ...` (one line per call).
@@ -226,9 +297,15 @@ pub fn judge(serial: &str, timed_out: bool, exit_ok: bool, injecting: bool, smp:
         );
         v.evidence = lines.iter().rev().take(15).rev().map(|l| l.to_string()).collect();
     } else if (killed || startup_oom) && injecting && v.done_line.is_none() {
-        // Allowed under injection: core 0 took a demand-zero fault the kernel had no page for.
+        // Injection stopped the program before it fuzzed (core 0 took a demand-zero fault the
+        // kernel had no page for, or the library OS's start-up gave up on NoMemory), and it
+        // ended cleanly. Still a failure: nothing was fuzzed. `exit_without_memory` expects
+        // exactly this.
         v.killed_by_injection = true;
-        v.passed = true;
+        v.reason = format!(
+            "fuzzed nothing: injection stopped the program before it fuzzed ({}); nothing leaked",
+            if startup_oom { "the library OS's start-up ran out of memory" } else { "core 0 got no page for a fault" }
+        );
     } else if v.done_line.is_none() {
         v.reason = format!("the fuzzer did not finish ({})", exit_line.as_deref().unwrap_or("no exit line"));
         v.evidence = lines.iter().rev().take(15).rev().map(|l| l.to_string()).collect();
@@ -262,7 +339,8 @@ pub fn run_once(kernel: &Path, initrd: &Path, o: &FuzzOpts, echo: bool) -> Resul
         ..Default::default()
     };
     let out = boot_captured(&cfg, None, echo, None)?;
-    let v = judge(&out.serial, out.timed_out, out.kernel_exit_ok(), o.inject.is_some(), o.smp);
+    let mut v = judge(&out.serial, out.timed_out, out.kernel_exit_ok(), o.inject.is_some(), o.smp);
+    require_work(&mut v, o);
     Ok((v, out))
 }
 
@@ -281,10 +359,10 @@ pub fn report(o: &FuzzOpts, v: &Verdict, out: &BootOutput) -> Result<(), String>
             v.calls, o.smp, v.calls_per_s, v.per_vcpu, v.error_paths, secs
         );
     }
+    if o.inject.is_some() && v.done_line.is_some() {
+        println!("   {}", injection_summary(v));
+    }
     if v.passed {
-        if v.killed_by_injection {
-            println!("   ok (nothing fuzzed): injection stopped the program before it started (a page fault it got no memory for, or the library OS's start-up ran out); nothing leaked. Try another --inject seed.");
-        }
         return Ok(());
     }
     // With the planted-bug kernel a crash is the expected finding, not a test failure.
@@ -300,10 +378,34 @@ pub fn report(o: &FuzzOpts, v: &Verdict, out: &BootOutput) -> Result<(), String>
     Err(format!("fuzz failed with seed {}: {}", o.seed, v.reason))
 }
 
+/// What injection reached, in one line: the failures injected inside system calls by call, and
+/// the (call, error) paths the run saw (`NoMemory` ones counted apart).
+pub fn injection_summary(v: &Verdict) -> String {
+    let mut by: Vec<&(String, u64)> = v.injected_by_call.iter().collect();
+    by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let calls: Vec<String> = by.iter().map(|(c, n)| format!("{c} {n}")).collect();
+    let nomem = v.error_pairs.iter().filter(|(_, e)| e == "out of memory").count();
+    format!(
+        "injected {} failures inside system calls, in {} calls: {}; {} distinct (call, error) paths, {} of them (call, out of memory)",
+        v.injected,
+        by.len(),
+        if calls.is_empty() { "none".to_string() } else { calls.join(", ") },
+        v.error_pairs.len(),
+        nomem
+    )
+}
+
 /// `cargo xtask fuzz`.
 pub fn main(o: FuzzOpts) -> Result<(), String> {
     let (kernel, initrd) = build(o.planted_bug)?;
-    let what = format!("{} calls, seed {}, {} vCPUs{}{}", o.calls, o.seed, o.smp, o.inject.as_ref().map(|i| format!(", inject {i}")).unwrap_or_default(), if o.planted_bug { ", planted-bug kernel" } else { "" });
+    let what = format!(
+        "{} calls, seed {}, {} vCPUs{}{}",
+        o.calls,
+        o.seed,
+        o.smp,
+        o.inject.as_ref().map(|i| format!(", inject {i} from {}", if o.inject_from_boot { "boot" } else { "the end of set-up" })).unwrap_or_default(),
+        if o.planted_bug { ", planted-bug kernel" } else { "" }
+    );
     println!("== fuzz: {what}");
     // Progress while the guest runs (its calls are counted only at the end): a status line
     // redrawn each second on a terminal, a plain line a minute otherwise, and with --trace
@@ -328,26 +430,57 @@ fn ci_progress(n: usize, total: usize, what: &str, calls: u64, failures: usize, 
 // ---------------------------------------------------------------------------------------
 // CI
 
-/// The CI part: a short fuzz with and without injection at 4 vCPUs, the isolation suite at
-/// 2 vCPUs, and the planted-bug demonstration. `user_tests` runs the isolation suite (its
-/// `utest` lines are counted like utest's).
+/// One CI fuzz run: vCPUs, calls, injection, network card.
+struct CiRun {
+    smp: u32,
+    calls: u64,
+    inject: Option<&'static str>,
+    net: bool,
+}
+
+/// The CI fuzz runs. Injection is armed once the fuzzer's set-up is done, at 2, 4 (with the
+/// network card), 5 and 8 vCPUs; each injection run must inject at least `CI_MIN_INJECTED`
+/// failures inside system calls (rates and call counts chosen for several times that, in
+/// well under a minute each on an idle 2-core host).
+const CI_RUNS: [CiRun; 6] = [
+    CiRun { smp: 4, calls: 100_000, inject: None, net: false },
+    CiRun { smp: 2, calls: 40_000, inject: Some("alloc:1/20"), net: false },
+    CiRun { smp: 5, calls: 50_000, inject: Some("alloc:1/50"), net: false },
+    CiRun { smp: 8, calls: 40_000, inject: Some("alloc:1/20"), net: false },
+    // With the network card, so virtual NICs are made and misused too.
+    CiRun { smp: 4, calls: 100_000, inject: None, net: true },
+    CiRun { smp: 4, calls: 100_000, inject: Some("alloc:seed:1:2"), net: true },
+];
+
+/// Each CI injection run must inject at least this many failures inside system calls.
+pub const CI_MIN_INJECTED: u64 = 100;
+
+/// The CI part: the fuzz runs of `CI_RUNS`, the exit-without-memory check and the planted-bug
+/// demonstration. (`user_tests` runs the isolation suite; its `utest` lines are counted like
+/// utest's.)
 pub fn ci_fuzz(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     let mut t = TestTally::default();
     let (start, mut calls) = (Instant::now(), 0u64);
-    const RUNS: usize = 6;
-    // The last two runs have the network card, so virtual NICs are made and misused too.
-    for (i, (inject, net)) in [(None, false), (Some("alloc:seed:1:2"), false), (None, true), (Some("alloc:seed:1:2"), true)].into_iter().enumerate() {
+    let total = CI_RUNS.len() + 2;
+    for (i, r) in CI_RUNS.iter().enumerate() {
         let o = FuzzOpts {
-            calls: 100_000,
+            calls: r.calls,
             seed: 1,
-            smp: 4,
-            inject: inject.map(str::to_string),
+            smp: r.smp,
+            inject: r.inject.map(str::to_string),
+            min_injected: CI_MIN_INJECTED,
             timeout: Some(Duration::from_secs(150)),
-            net,
+            net: r.net,
             ..Default::default()
         };
-        let what = format!("{} calls at 4 vCPUs{}{}", o.calls, inject.map(|i| format!(", inject={i}")).unwrap_or_default(), if net { ", with the network card" } else { "" });
-        println!("{}", ci_progress(i + 1, RUNS, &what, calls, t.failed, start));
+        let what = format!(
+            "{} calls at {} vCPUs{}{}",
+            o.calls,
+            o.smp,
+            r.inject.map(|i| format!(", inject={i} (at least {CI_MIN_INJECTED} injected)")).unwrap_or_default(),
+            if r.net { ", with the network card" } else { "" }
+        );
+        println!("{}", ci_progress(i + 1, total, &what, calls, t.failed, start));
         let (v, out) = run_once(kernel, initrd, &o, false)?;
         calls += v.calls;
         match report(&o, &v, &out) {
@@ -355,9 +488,9 @@ pub fn ci_fuzz(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
             Err(_) => t.failed += 1,
         }
     }
-    println!("{}", ci_progress(5, RUNS, "exit with every allocation failing", calls, t.failed, start));
+    println!("{}", ci_progress(total - 1, total, "exit with every allocation failing", calls, t.failed, start));
     t.add(exit_without_memory(kernel, initrd)?);
-    println!("{}", ci_progress(6, RUNS, "the planted-bug kernel", calls, t.failed, start));
+    println!("{}", ci_progress(total, total, "the planted-bug kernel", calls, t.failed, start));
     t.add(planted_bug_demo(initrd)?);
     Ok(t)
 }
@@ -369,16 +502,26 @@ pub fn ci_fuzz(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
 /// every allocation failing, the outcome does not depend on the schedule.
 pub fn exit_without_memory(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     println!("== fuzz: exit with every allocation failing (inject=alloc:1/1, 2 vCPUs)");
-    let o = FuzzOpts { calls: 1000, seed: 1, smp: 2, inject: Some("alloc:1/1".into()), timeout: Some(Duration::from_secs(90)), ..Default::default() };
+    let o = FuzzOpts {
+        calls: 1000,
+        seed: 1,
+        smp: 2,
+        inject: Some("alloc:1/1".into()),
+        inject_from_boot: true,
+        timeout: Some(Duration::from_secs(90)),
+        ..Default::default()
+    };
     let (v, out) = run_once(kernel, initrd, &o, false)?;
     let clean_exit = out.serial.lines().any(|l| l.contains("init: `fuzz` exited with code 1"));
     let gave_up = out.serial.contains("libos: start-up failed: out of memory");
-    if v.passed && v.killed_by_injection && clean_exit && gave_up {
+    // The fuzz verdict is "fuzzed nothing" (a failure for a fuzz run), with nothing worse
+    // found first: no crash, leak, deaf core or abort.
+    if !v.passed && v.killed_by_injection && clean_exit && gave_up {
         println!("   ok: start-up gave up on NoMemory and the program exited with code 1; nothing leaked, every core answered");
         return Ok(TestTally::PASS);
     }
     let _ = report(&o, &v, &out);
-    if v.passed {
+    if v.passed || !v.killed_by_injection {
         println!("   FAILED: expected the library OS to give up at start-up and exit with code 1 (start-up failed: {gave_up}, exit code 1: {clean_exit})");
     }
     Ok(TestTally::FAIL)
@@ -441,7 +584,9 @@ pub fn soak(minutes: u64, smp: u32) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(minutes * 60);
     let (mut runs, mut failures, mut panics, mut hangs, mut leaks) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut calls, mut guest_ms_weighted) = (0u64, 0u64);
-    let (mut inject_runs, mut nothing_fuzzed) = (0u64, 0u64);
+    let (mut inject_runs, mut nothing_fuzzed, mut injected) = (0u64, 0u64, 0u64);
+    let mut injected_min = u64::MAX;
+    let mut injected_by_call: std::collections::BTreeMap<String, u64> = Default::default();
     let (mut min_paths, mut max_paths) = (u64::MAX, 0u64);
     let mut all_pairs = std::collections::BTreeSet::new();
     let mut last_invariants: Vec<String> = Vec::new();
@@ -450,18 +595,16 @@ pub fn soak(minutes: u64, smp: u32) -> Result<(), String> {
     while Instant::now() < deadline {
         round += 1;
         let seed = 1000 + round;
-        let inject_job = |k: u64| ("fuzz+inject", Some(FuzzOpts { calls: 100_000, seed, smp, inject: Some(format!("alloc:seed:{}:2", seed + k * 100_000)), ..Default::default() }), "");
-        let mut jobs: std::collections::VecDeque<(&str, Option<FuzzOpts>, &str)> = [
+        // Injection is armed once the fuzzer's set-up is done, so every seed fuzzes under it.
+        let inject_job = ("fuzz+inject", Some(FuzzOpts { calls: 100_000, seed, smp, inject: Some(format!("alloc:seed:{seed}:2")), ..Default::default() }), "");
+        let jobs: std::collections::VecDeque<(&str, Option<FuzzOpts>, &str)> = [
             ("fuzz", Some(FuzzOpts { calls: 200_000, seed, smp, ..Default::default() }), ""),
-            inject_job(0),
+            inject_job,
             ("memclone", None, "init=memclone -- 8m"),
             ("mempass", None, "init=mempass -- 8m"),
         ]
         .into();
-        // Injection seeds whose first failure hits the library OS's start-up fuzz nothing
-        // (allowed); up to two more injection seeds per round keep the soak fuzzing under it.
-        let mut inject_retries = 0;
-        while let Some((what, fo, cmd)) = jobs.pop_front() {
+        for (what, fo, cmd) in jobs {
             if Instant::now() >= deadline {
                 break;
             }
@@ -474,6 +617,13 @@ pub fn soak(minutes: u64, smp: u32) -> Result<(), String> {
                     calls += v.calls;
                     inject_runs += o.inject.is_some() as u64;
                     nothing_fuzzed += v.killed_by_injection as u64;
+                    if o.inject.is_some() && v.done_line.is_some() {
+                        injected += v.injected;
+                        injected_min = injected_min.min(v.injected);
+                        for (c, n) in &v.injected_by_call {
+                            *injected_by_call.entry(c.clone()).or_default() += n;
+                        }
+                    }
                     if v.done_line.is_some() {
                         min_paths = min_paths.min(v.error_paths);
                         max_paths = max_paths.max(v.error_paths);
@@ -484,13 +634,8 @@ pub fn soak(minutes: u64, smp: u32) -> Result<(), String> {
                         last_invariants = v.invariants.clone();
                     }
                     let status = if v.passed { "ok".to_string() } else { format!("FAILED: {}", v.reason) };
-                    let status = if v.killed_by_injection { "ok (nothing fuzzed: injection stopped the start-up)".to_string() } else { status };
-                    let inj = o.inject.as_ref().map(|i| format!(" {i}")).unwrap_or_default();
+                    let inj = o.inject.as_ref().map(|i| format!(" {i} ({} injected)", v.injected)).unwrap_or_default();
                     println!("   round {round} {what} seed {seed}{inj}: {} calls, {} calls/s, {} error paths; {status}", v.calls, v.calls_per_s, v.error_paths);
-                    if v.killed_by_injection && inject_retries < 2 {
-                        inject_retries += 1;
-                        jobs.push_front(inject_job(inject_retries));
-                    }
                     if !v.passed {
                         failures += 1;
                         if v.reason.starts_with("kernel crash") {
@@ -540,7 +685,15 @@ pub fn soak(minutes: u64, smp: u32) -> Result<(), String> {
     if max_paths > 0 {
         println!("   distinct (call, error) paths: {min_paths}..{max_paths} per fuzz run, {} over the whole soak", all_pairs.len());
     }
-    println!("   {inject_runs} fuzz runs with injection, {nothing_fuzzed} of them stopped at start-up (nothing fuzzed, allowed)");
+    println!(
+        "   {inject_runs} fuzz runs with injection ({nothing_fuzzed} fuzzed nothing: failures); {injected} failures injected inside system calls, at least {} in each run that fuzzed",
+        if injected_min == u64::MAX { 0 } else { injected_min }
+    );
+    if !injected_by_call.is_empty() {
+        let mut by: Vec<_> = injected_by_call.iter().collect();
+        by.sort_by(|a, b| b.1.cmp(a.1));
+        println!("   injected by call: {}", by.iter().map(|(c, n)| format!("{c} {n}")).collect::<Vec<_>>().join(", "));
+    }
     for l in &last_invariants {
         println!("   last fuzz run: {l}");
     }
@@ -579,8 +732,15 @@ mod tests {
         let o = parse_opts(&args(&["--calls", "5000", "--seed", "0x2a", "--smp", "2", "--inject", "alloc:1/7", "--planted-bug"])).unwrap();
         assert_eq!((o.calls, o.seed, o.smp), (5000, 42, 2));
         assert_eq!(o.replay_command(), "cargo xtask fuzz --seed 42 --calls 5000 --smp 2 --inject alloc:1/7 --planted-bug");
-        assert!(o.cmdline().starts_with("inject=alloc:1/7 init=fuzz -- seed=42 calls=5000"));
+        assert!(o.cmdline().starts_with("inject=alloc:1/7 inject_from=program init=fuzz -- seed=42 calls=5000"), "{}", o.cmdline());
         assert_eq!(parse_opts(&[]).unwrap(), FuzzOpts::default());
+        // From boot: the kernel and the program are told, and the replay keeps it.
+        let b = parse_opts(&args(&["--inject", "alloc:1/7", "--inject-from", "boot"])).unwrap();
+        assert!(b.inject_from_boot);
+        assert!(b.cmdline().starts_with("inject=alloc:1/7 inject_from=boot init=fuzz"), "{}", b.cmdline());
+        assert!(b.cmdline().ends_with("inject=alloc:1/7 inject_from=boot"), "{}", b.cmdline());
+        assert!(b.replay_command().ends_with("--inject alloc:1/7 --inject-from boot"), "{}", b.replay_command());
+        assert!(parse_opts(&args(&["--inject-from", "later"])).is_err());
     }
 
     #[test]
@@ -643,17 +803,21 @@ mod tests {
         assert!(!judge(&deaf, false, false, false, 2).passed);
         assert!(judge(DONE, true, false, false, 2).reason.starts_with("timed out"));
         assert!(!judge("", false, true, false, 2).passed);
-        // Killed by an injected page fault: allowed only under injection.
+        // Killed by an injected page fault before fuzzing: never a pass, but recognised as
+        // injection's doing (and not a crash) only under injection.
         let killed = GOOD_TAIL.replace("code 0", "code 65550");
-        assert!(judge(&killed, false, false, true, 2).passed);
-        assert!(!judge(&killed, false, false, false, 2).passed);
+        let v = judge(&killed, false, false, true, 2);
+        assert!(!v.passed && v.killed_by_injection && v.reason.starts_with("fuzzed nothing"), "{}", v.reason);
+        let v = judge(&killed, false, false, false, 2);
+        assert!(!v.passed && !v.killed_by_injection);
     }
 
     #[test]
-    fn startup_oom_is_allowed_only_with_a_clean_exit() {
+    fn startup_oom_fails_as_fuzzing_nothing() {
         let oom = format!("libos: start-up failed: out of memory\n{}", GOOD_TAIL.replace("code 0", "code 1"));
         let v = judge(&oom, false, false, true, 2);
-        assert!(v.passed && v.killed_by_injection, "{}", v.reason);
+        assert!(!v.passed && v.killed_by_injection && v.reason.contains("start-up ran out of memory"), "{}", v.reason);
+        assert!(!v.reason.contains('\n'));
         assert!(!judge(&oom, false, false, false, 2).passed);
         // The same start-up failure, but exit could not halt the context.
         let ud2 = format!(
@@ -662,6 +826,43 @@ mod tests {
         );
         let v = judge(&ud2, false, false, true, 2);
         assert!(!v.passed && v.reason.contains("invalid-opcode"), "{}", v.reason);
+    }
+
+    /// Catches: a pass without work (the issue's `ok (nothing fuzzed)`), a run that stopped
+    /// early, and injection that never reached a system call.
+    #[test]
+    fn a_run_that_did_less_than_asked_fails() {
+        let o = FuzzOpts { calls: 1000, smp: 2, ..Default::default() };
+        let mut v = judge(&format!("{DONE}{GOOD_TAIL}"), false, true, false, 2);
+        require_work(&mut v, &o);
+        assert!(v.passed, "{}", v.reason);
+        let mut v = judge(&format!("{DONE}{GOOD_TAIL}"), false, true, false, 2);
+        require_work(&mut v, &FuzzOpts { calls: 1001, ..o.clone() });
+        assert!(!v.passed && v.reason.starts_with("fuzzed too little: 1000 calls made, 1001 asked"), "{}", v.reason);
+        // Injection asked, none injected (DONE has no injected= field): fails.
+        let inj = FuzzOpts { inject: Some("alloc:1/50".into()), ..o.clone() };
+        let mut v = judge(&format!("{DONE}{GOOD_TAIL}"), false, true, true, 2);
+        require_work(&mut v, &inj);
+        assert!(!v.passed && v.reason.starts_with("injection reached too little: 0 failures"), "{}", v.reason);
+        // Enough injected: passes; fewer than the minimum: fails.
+        let done = DONE.replace("failures=0", "injected=120 armed=1 failures=0");
+        let serial = format!("fuzz: injected 120 allocation failures inside system calls\nfuzz: injected share_alloc: 100\nfuzz: injected call 99: 20\n{done}{GOOD_TAIL}");
+        let mut v = judge(&serial, false, true, true, 2);
+        require_work(&mut v, &FuzzOpts { min_injected: 100, ..inj.clone() });
+        assert!(v.passed, "{}", v.reason);
+        assert_eq!(v.injected, 120);
+        assert_eq!(v.injected_by_call, vec![("share_alloc".to_string(), 100), ("call 99".to_string(), 20)]);
+        assert!(injection_summary(&v).starts_with("injected 120 failures inside system calls, in 2 calls: share_alloc 100, call 99 20;"), "{}", injection_summary(&v));
+        let mut v = judge(&serial.replace("call 99: 20", "call 99: 19"), false, true, true, 2);
+        require_work(&mut v, &FuzzOpts { min_injected: 100, ..inj.clone() });
+        assert!(!v.passed && v.reason.starts_with("injection report inconsistent: 120 failures injected, 119 counted"), "{}", v.reason);
+        let mut v = judge(&serial, false, true, true, 2);
+        require_work(&mut v, &FuzzOpts { min_injected: 121, ..inj });
+        assert!(!v.passed && v.reason.contains("120 failures injected inside system calls, at least 121 required"), "{}", v.reason);
+        // A failure found first is not hidden by the work check.
+        let mut v = judge(&format!("{DONE}{GOOD_TAIL}[0] init: LEAK: x\n"), false, true, false, 2);
+        require_work(&mut v, &FuzzOpts { calls: 5000, ..o });
+        assert!(v.reason.starts_with("leak"), "{}", v.reason);
     }
 
     #[test]

@@ -1070,7 +1070,7 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     r.user(2, "init=schedtest -- off", Expect::ALL)?;
     // Nothing a program does may break the kernel (docs/fuzz.md): isolation attacks (3
     // vCPUs adds the forwarded-call case), a short fuzz with and without allocation
-    // injection, and the planted-bug demonstration.
+    // injection (at 2, 4, 5 and 8 vCPUs: fuzz::CI_RUNS), and the planted-bug demonstration.
     r.user(2, "init=isolation", Expect { may_skip: &["forwarded_calls_name_kernel_core_objects"], must_pass: &[] })?;
     r.user(3, "init=isolation", Expect { may_skip: &[], must_pass: &["forwarded_calls_name_kernel_core_objects"] })?;
     r.suite("fuzz", |a| crate::fuzz::ci_fuzz(&a.kernel()?, &a.initrd()?))?;

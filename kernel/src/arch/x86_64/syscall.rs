@@ -18,6 +18,9 @@ const _: () = {
     assert!(core::mem::offset_of!(PerCpu, in_call) == core::mem::offset_of!(PerCpu, injectable) + 1);
     assert!(core::mem::size_of::<core::sync::atomic::AtomicBool>() == 1);
     assert!(core::mem::size_of::<PerCpu>() < (1 << 31));
+    // The fast path stores the call's number as `injectable`: every number it takes (below
+    // `CALLS`) must fit in the byte and differ from `NOT_IN_CALL`.
+    assert!(crate::syscall::CALLS <= crate::mm::inject::NOT_IN_CALL as usize);
 };
 
 const MSR_STAR: u32 = 0xC000_0081;
@@ -55,8 +58,8 @@ syscall_entry:
     /* The common path: an XC core (no forwarding, no time-sharing yield on return) with no
        orphans waiting for their scan, and a number in the table. It does what
        `syscall_dispatch` does for such a call, without a Rust function in between: count
-       it, mark the core inside a call (`injectable` and `in_call`, two adjacent bytes, in
-       one store), call the number's `FAST_HANDLERS` entry with the argument array (its
+       it, mark the core inside a call (`injectable`, the call's number, and `in_call`, two
+       adjacent bytes, in one store), call the number's `FAST_HANDLERS` entry with the argument array (its
        result comes back encoded in rax), clear the marks. Anything else goes to
        `syscall_dispatch`. */
     incq %gs:{syscalls}
@@ -66,12 +69,13 @@ syscall_entry:
     jne 20f
     cmp ${calls}, %rax
     jae 20f
-    movw $0x0101, %gs:{in_call_flags}
+    lea 0x100(%rax), %edi   /* injectable = the call's number (below 256), in_call = 1 */
+    movw %di, %gs:{in_call_flags}
     mov %rsp, %rdi
     sti
     call *FAST_HANDLERS(, %rax, 8)
     cli
-    movw $0, %gs:{in_call_flags}
+    movw ${not_in_call}, %gs:{in_call_flags}   /* injectable = NOT_IN_CALL, in_call = 0 */
     jmp 21f
 20: mov %rsp, %rdi
     sti
@@ -339,6 +343,7 @@ uaccess_fixup:
     role_xc = const abi::ROLE_XC,
     orphans = const core::mem::offset_of!(PerCpu, orphans_pending),
     in_call_flags = const core::mem::offset_of!(PerCpu, injectable),
+    not_in_call = const crate::mm::inject::NOT_IN_CALL as u16,
     calls = const crate::syscall::CALLS,
     ppc_return = const abi::nr::PPC_RETURN,
     ppc_bound = const abi::PPC_BOUND as i64,

@@ -3,7 +3,10 @@
 //! Arguments (words): `seed=S` (default 1), `calls=N` (total over all cores, default
 //! 100000), `cores=K` (default: all), `trace` (print every call before issuing it: slow, for
 //! locating a kernel crash), `inject=SPEC` (only echoed in the replay line: the kernel command
-//! line turns injection on).
+//! line configures injection), `inject_from=boot` (the kernel injects from before the program
+//! starts; otherwise core 0 arms the configured injection with `inject_ctl(INJECT_ARM)` once
+//! every core's set-up is done, just before the cores start fuzzing, and reports the failures
+//! injected by system call at the end).
 //!
 //! Each core draws its calls from its own stream, `splitmix(seed, core, attempt)`, so a run is
 //! replayed by `cargo xtask fuzz --seed S` with the same `--calls`, `--smp` and `--inject`
@@ -98,6 +101,16 @@ struct Slot {
 #[repr(C)]
 struct Ctl {
     go: AtomicU64,
+    /// Workers whose set-up is done (they wait for `go`): core 0 arms injection once all are.
+    ready: AtomicU64,
+    /// Workers started by core 0 (how many `ready` must reach).
+    started: AtomicU64,
+    /// `inject_ctl(INJECT_ARM)`'s result: 0 not asked, 1 armed, 2 no injection configured,
+    /// 3 the call failed.
+    armed: AtomicU64,
+    /// Core 0 waits for every worker's set-up before arming (not when injecting from boot,
+    /// where a worker can die in its set-up and is restarted only at the join).
+    wait_ready: AtomicU64,
     stop: AtomicU64,
     seed: AtomicU64,
     calls_per_core: AtomicU64,
@@ -185,7 +198,7 @@ const NAME_ERRS: u32 = bit(Error::NameTooLong);
 const BUF_ERRS: u32 = bit(Error::BufferTooSmall);
 const MAP_ERRS: u32 = bit(Error::Misaligned) | bit(Error::Overlap) | bit(Error::Busy);
 
-const CALLS: [CallInfo; 49] = [
+const CALLS: [CallInfo; 50] = [
     CallInfo { nr: nr::OBJ_GET_NAME, name: "obj_get_name", extra: BUF_ERRS, names_objects: true },
     CallInfo { nr: nr::OBJ_STAT, name: "obj_stat", extra: 0, names_objects: true },
     CallInfo { nr: nr::SHARE_ALLOC, name: "share_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
@@ -268,6 +281,8 @@ const CALLS: [CallInfo; 49] = [
     CallInfo { nr: nr::PPC_BIND, name: "ppc_bind", extra: bit(Error::WrongCore) | bit(Error::Busy), names_objects: true },
     // NoSuchObject for a slot out of range, empty or another identity's.
     CallInfo { nr: nr::PPC_UNBIND, name: "ppc_unbind", extra: 0, names_objects: true },
+    // Unsupported: the command line configured no injection.
+    CallInfo { nr: nr::INJECT_CTL, name: "inject_ctl", extra: bit(Error::Unsupported), names_objects: false },
     CallInfo { nr: u64::MAX, name: "(unknown)", extra: 0, names_objects: false },
 ];
 const NCALLS: usize = CALLS.len();
@@ -289,7 +304,7 @@ fn allowed(ci: usize, err: Error) -> bool {
         Error::NoSuchCall => false,
         Error::InvalidArgument | Error::BadAddress | Error::OutOfRange => true,
         // Calls that allocate nothing cannot run out of memory.
-        Error::NoMemory => !matches!(c.nr, nr::NULL | nr::TIME_NOW | nr::PCORE_CURRENT | nr::PCORE_YIELD | nr::PPC_CALL | nr::PPC_RETURN | nr::PPC_UNBIND),
+        Error::NoMemory => !matches!(c.nr, nr::NULL | nr::TIME_NOW | nr::PCORE_CURRENT | nr::PCORE_YIELD | nr::PPC_CALL | nr::PPC_RETURN | nr::PPC_UNBIND | nr::INJECT_CTL),
         Error::ShareNotReachable | Error::NoSuchObject | Error::WrongType | Error::NotPermitted => c.names_objects,
         e => c.extra & bit(e) != 0,
     }
@@ -791,6 +806,7 @@ impl Fuzz {
             991..=994 => call_index(nr::PPC_CALL),
             995 => call_index(nr::PPC_UNBIND),
             996..=997 => call_index(nr::PPC_RETURN),
+            998 => call_index(nr::INJECT_CTL),
             _ => UNKNOWN,
         };
         let n = CALLS[ci].nr;
@@ -1232,6 +1248,14 @@ impl Fuzz {
             nr::PPC_UNBIND => {
                 a = [self.slot(), 0, 0, 0, 0, 0];
             }
+            nr::INJECT_CTL => {
+                // Arming is a no-op by now (the harness armed before fuzzing); counts into any
+                // output buffer, with any capacity.
+                let op = [abi::INJECT_COUNTS, abi::INJECT_ARM, 2 + self.rng.below(4), self.rng.next()][self.rng.below(4) as usize];
+                let cap = if self.rng.pct(70) { self.rng.below(abi::INJECT_CALLS + 2) } else { self.len() };
+                let buf = if self.rng.pct(20) { 0 } else { self.out_ptr(cap.min(abi::INJECT_CALLS) * 8) };
+                a = [op, buf, cap, 0, 0, 0];
+            }
             nr::PPC_RETURN => {
                 for x in a.iter_mut() {
                     *x = self.rng.next();
@@ -1590,6 +1614,28 @@ fn prefault_image(root: ObjectId) {
     }
 }
 
+/// Arm the allocation fault injection the kernel command line configured
+/// (`inject_ctl(INJECT_ARM)`): 1 armed (or already on from boot), 2 none configured, 3 the
+/// call failed otherwise.
+fn arm_injection() -> u64 {
+    // SAFETY: INJECT_ARM reads and writes no user memory.
+    match unsafe { sys::call(nr::INJECT_CTL, abi::INJECT_ARM, 0, 0, 0, 0, 0) } {
+        Ok(_) => 1,
+        Err(Error::Unsupported) => 2,
+        Err(e) => {
+            println!("fuzz: inject_ctl(arm) -> {e:?}");
+            3
+        }
+    }
+}
+
+/// The failures injected so far, in all and by system call number
+/// (`inject_ctl(INJECT_COUNTS)`); `None` if the command line configured no injection.
+fn injected_counts(by_call: &mut [u64; abi::INJECT_CALLS as usize]) -> Option<u64> {
+    // SAFETY: the kernel writes INJECT_CALLS words into `by_call`, which has that many.
+    unsafe { sys::call(nr::INJECT_CTL, abi::INJECT_COUNTS, by_call.as_mut_ptr() as u64, abi::INJECT_CALLS, 0, 0, 0) }.ok()
+}
+
 /// Retry `f` while it fails with `NoMemory` (allocation fault injection).
 fn persist<T>(mut f: impl FnMut() -> Result<T, Error>) -> Result<T, Error> {
     let mut last = Error::NoMemory;
@@ -1690,6 +1736,19 @@ fn fuzz_core(b: &Base) -> u64 {
         f.put(NAME_OFF + i, ch);
     }
     let calls = c.calls_per_core.load(Ordering::Relaxed);
+    if b.core == 0 {
+        // Every started worker has made its own objects (or was restarted and will make them
+        // under injection, which it survives): arm injection, so it meets the fuzzed calls and
+        // not the set-up, then let every core go.
+        let started = c.started.load(Ordering::Acquire);
+        if c.wait_ready.load(Ordering::Relaxed) != 0 {
+            libos::time::wait_until(60_000, || c.ready.load(Ordering::Acquire) >= started);
+        }
+        c.armed.store(arm_injection(), Ordering::Release);
+        c.go.store(1, Ordering::Release);
+    } else {
+        c.ready.fetch_add(1, Ordering::AcqRel);
+    }
     libos::time::wait_until(60_000, || c.go.load(Ordering::Acquire) != 0);
     let t0 = libos::time::ticks();
     while f.seq < calls && c.stop.load(Ordering::Relaxed) == 0 {
@@ -1758,6 +1817,8 @@ fn main(args: &'static str) -> u64 {
     let ncores = arg_u64(args, "cores", si.cores).clamp(1, si.cores.min(MAXC as u64));
     let trace = args.split_whitespace().any(|w| w == "trace");
     let inject = args.split_whitespace().find_map(|w| w.strip_prefix("inject="));
+    // `inject_from=boot`: the kernel injects from before we start (testing start-up itself).
+    let from_boot = args.split_whitespace().any(|w| w == "inject_from=boot");
     let rar = ObjName::new(root, libos::start_info().root_ar);
     println!("fuzz: seed={seed} calls={total} cores={ncores}{}", if inject.is_some() { " (allocation fault injection on)" } else { "" });
 
@@ -1787,6 +1848,7 @@ fn main(args: &'static str) -> u64 {
     c.calls_per_core.store(total.div_ceil(ncores), Ordering::Relaxed);
     c.ncores.store(ncores, Ordering::Relaxed);
     c.trace.store(trace as u64, Ordering::Relaxed);
+    c.wait_ready.store(!from_boot as u64, Ordering::Relaxed);
     let mut devs = [DeviceInfo::default(); 16];
     if let Ok(n) = persist(|| sys::device_list(&mut devs)) {
         if let Some(d) = devs[..n as usize].iter().find(|d| d.kind == abi::DEVICE_CONSOLE) {
@@ -1837,13 +1899,18 @@ fn main(args: &'static str) -> u64 {
     };
     for (i, w) in workers.iter_mut().enumerate() {
         if let Some(w) = w {
-            if let Err(e) = start(w, 0) {
-                println!("fuzz: cannot start core {i}: {e:?}");
-                setup_failed = true;
+            match start(w, 0) {
+                Ok(()) => {
+                    c.started.fetch_add(1, Ordering::AcqRel);
+                }
+                Err(e) => {
+                    println!("fuzz: cannot start core {i}: {e:?}");
+                    setup_failed = true;
+                }
             }
         }
     }
-    c.go.store(1, Ordering::Release);
+    // `fuzz_core` on core 0 arms injection and sets `go` once every worker is ready.
     let t0 = libos::time::ticks();
     let base = Base { core: 0, root, x, core_share: 0, rar, pcore: libos::pcore(), attempt: 0 };
     let mut failures = fuzz_core(&base);
@@ -1886,6 +1953,20 @@ fn main(args: &'static str) -> u64 {
         }
     }
     let wall = libos::time::ticks() - t0;
+    // The failures injected while the cores fuzzed (and cleaned up), by the call they met.
+    let mut by_call = [0u64; abi::INJECT_CALLS as usize];
+    let injected = injected_counts(&mut by_call);
+    if let Some(total) = injected {
+        println!("fuzz: injected {total} allocation failures inside system calls");
+        for (n, &k) in by_call.iter().enumerate().filter(|(_, &k)| k > 0) {
+            let ci = call_index(n as u64);
+            if ci == UNKNOWN {
+                println!("fuzz: injected call {n}: {k}");
+            } else {
+                println!("fuzz: injected {}: {k}", CALLS[ci].name);
+            }
+        }
+    }
 
     // The report.
     let (mut calls, mut ok) = (0u64, 0u64);
@@ -1962,17 +2043,20 @@ fn main(args: &'static str) -> u64 {
     let _ = persist(|| sys::ar_unmap(rar, SCR_BASE, SCR_PAGES * PAGE_SIZE));
     let _ = persist(|| sys::share_delobj(scr));
     println!(
-        "fuzz: done seed={seed} cores={ncores} calls={calls} ok={ok} errors={} ms={ms} wall_ms={wall_ms} calls_per_s={per_s} per_vcpu={} paths={npaths} error_paths={error_paths} restarts={restarts} setup_failed={} failures={failures}",
+        "fuzz: done seed={seed} cores={ncores} calls={calls} ok={ok} errors={} ms={ms} wall_ms={wall_ms} calls_per_s={per_s} per_vcpu={} paths={npaths} error_paths={error_paths} restarts={restarts} setup_failed={} injected={} armed={} failures={failures}",
         calls - ok,
         per_s / ncores.max(1),
         setup_failed as u8,
+        injected.unwrap_or(0),
+        c.armed.load(Ordering::Acquire),
     );
     if failures > 0 || setup_failed {
         println!(
-            "fuzz: replay: cargo xtask fuzz --seed {seed} --calls {total} --smp {}{}{}",
+            "fuzz: replay: cargo xtask fuzz --seed {seed} --calls {total} --smp {}{}{}{}",
             si.cores,
             if inject.is_some() { " --inject " } else { "" },
-            inject.unwrap_or("")
+            inject.unwrap_or(""),
+            if from_boot { " --inject-from boot" } else { "" }
         );
     }
     // Last: the control block (nothing reads it any more).
