@@ -101,11 +101,24 @@ pub const CONF_NET_MODE: u64 = 0x100;
 pub const CONF_NET_POLL: u64 = 0x101;
 /// Sleep until the kernel puts something on channel `value & 0xFF`'s `RX` or `TXDONE` ring, or
 /// `value >> 8` microseconds pass (at most `NET_MAX_WAIT_US`), or any interrupt comes: for a
-/// service core with nothing to do, instead of polling (Dedicated and Polling modes; Inline is
-/// `NotPermitted`, nothing else would bring the frames in). Returns at once if an entry is
-/// already there. The kernel core sends a wake-up IPI when it fills a waiting channel's ring.
+/// service core with nothing to do, instead of polling. Returns at once if an entry is
+/// already there. The kernel core sends a wake-up IPI when it fills a waiting channel's ring
+/// (Dedicated and Polling modes). In Inline mode nothing else brings frames in, so the call
+/// is a sleep bounded by its timeout, after which the caller polls the card again.
 pub const CONF_NET_WAIT: u64 = 0x102;
 pub const NET_MAX_WAIT_US: u64 = 1_000_000;
+/// How the kernel core polling this virtual NIC idles (Dedicated and Polling modes): `value`
+/// is how long, in microseconds, it keeps polling with nothing arriving before it sleeps
+/// (at most `NET_MAX_WAIT_US`). Asleep, it halts and looks at the card again every
+/// `NET_KC_SLEEP_US` or when woken by an IPI, and polls without pause again from the first
+/// frame on. 0: never sleep (Corey's pure polling, the papers' configuration). Default
+/// `NET_KC_IDLE_POLL_US`. With several NICs on one kernel core, the shortest stretch counts
+/// and any NIC set to 0 keeps the core polling.
+pub const CONF_NET_KC_IDLE: u64 = 0x103;
+/// The default of `CONF_NET_KC_IDLE`.
+pub const NET_KC_IDLE_POLL_US: u64 = 2_000;
+/// How often a sleeping kernel core looks at its NICs (the card's interrupt is not used).
+pub const NET_KC_SLEEP_US: u64 = 1_000;
 pub const NET_MODE_DEDICATED: u64 = 0;
 pub const NET_MODE_POLLING: u64 = 1;
 pub const NET_MODE_INLINE: u64 = 2;

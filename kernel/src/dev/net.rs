@@ -108,6 +108,9 @@ pub struct NetDev {
     /// line a channel shares on purpose: the service core sets it, the core that fills the
     /// channel's ring reads it and, if set, clears it and sends the wake-up IPI.
     waiters: Vec<CachePadded<AtomicU32>>,
+    /// `CONF_NET_KC_IDLE`: microseconds of empty polls before the kernel core sleeps (0:
+    /// never).
+    kc_idle_us: AtomicU64,
     /// The core polling it (`pcore_add_device`), or `u32::MAX`.
     pub attached: AtomicU32,
     /// The device object is gone: poll nothing more.
@@ -157,6 +160,7 @@ impl NetDev {
             chans: Vec::new(),
             unsteered_drops: CachePadded::new(AtomicU64::new(0)),
             waiters: Vec::new(),
+            kc_idle_us: AtomicU64::new(abi::NET_KC_IDLE_POLL_US),
             attached: AtomicU32::new(u32::MAX),
             dead: AtomicBool::new(false),
             owns_card: AtomicBool::new(true),
@@ -474,9 +478,6 @@ impl NetDev {
         if c >= self.nchannels || timeout_us > abi::NET_MAX_WAIT_US {
             return Err(Error::InvalidArgument);
         }
-        if self.mode.load(Ordering::Relaxed) == NET_MODE_INLINE {
-            return Err(Error::NotPermitted);
-        }
         if timeout_us == 0 || self.dead.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -493,7 +494,7 @@ impl NetDev {
                 apic::timer_oneshot_us(timeout_us);
             }
             // Any interrupt ends the sleep: the wake-up IPI, the timer, a shootdown.
-            cpu::enable_and_halt();
+            crate::smp::halt(me);
             cpu::disable_interrupts();
             if !periodic {
                 apic::timer_periodic_us(0);
@@ -534,6 +535,13 @@ impl NetDev {
                 _ => Err(Error::InvalidArgument),
             },
             abi::CONF_NET_WAIT => self.wait(value & 0xFF, value >> 8),
+            abi::CONF_NET_KC_IDLE => {
+                if value > abi::NET_MAX_WAIT_US {
+                    return Err(Error::InvalidArgument);
+                }
+                self.kc_idle_us.store(value, Ordering::Relaxed);
+                Ok(())
+            }
             abi::CONF_NET_POLL => {
                 if self.mode.load(Ordering::Relaxed) != NET_MODE_INLINE {
                     return Err(Error::NotPermitted);
@@ -627,9 +635,23 @@ pub fn detach(dev: &KRef<NetDev>, only: Option<usize>) -> Result<(), Error> {
     Ok(())
 }
 
+/// How long kernel core `core` keeps polling its virtual NICs with nothing arriving before it
+/// sleeps (`CONF_NET_KC_IDLE`, the shortest of its NICs'), or `None` if one of them asks for
+/// pure polling (Corey's kernel cores poll devices instead of taking their interrupts).
+pub fn sleep_after_us(core: usize) -> Option<u64> {
+    let list = POLLED[core].lock();
+    let mut after = None;
+    for d in list.iter() {
+        match d.kc_idle_us.load(Ordering::Relaxed) {
+            0 => return None,
+            us => after = Some(after.map_or(us, |a: u64| a.min(us))),
+        }
+    }
+    Some(after.unwrap_or(abi::NET_KC_IDLE_POLL_US))
+}
+
 /// A kernel core's poll of its virtual NICs: `None` if it has none, else whether anything
-/// moved. A core with a device polls it without pause (Corey's kernel cores poll devices
-/// instead of taking their interrupts), so the caller never sleeps while this is `Some`.
+/// moved.
 pub fn poll_attached(core: usize) -> Option<bool> {
     let mut did = false;
     let mut i = 0;

@@ -39,12 +39,8 @@ fn main(_args: &'static str) -> u64 {
     print!("{PROMPT}");
     loop {
         let mut buf = [0u8; 64];
-        let n = sys::console_read(&mut buf).unwrap_or(0) as usize;
-        if n == 0 {
-            // Non-blocking console: poll with a short pause.
-            libos::time::spin_ms(2);
-            continue;
-        }
+        // The core halts until a key arrives (the serial receive interrupt), no polling.
+        let n = libos::console::read_blocking(&mut buf, 0);
         for &b in &buf[..n] {
             match b {
                 b'\r' | b'\n' => {
@@ -148,7 +144,8 @@ fn help() {
     println!("  rm FILE...                     remove files");
     println!("  mv OLD NEW                     rename");
     println!("  ln [-s] TARGET NAME            hard (or symbolic) link");
-    println!("  write FILE WORDS...            make FILE hold WORDS and a newline (append: add them)");
+    println!("  write FILE WORDS...            make FILE hold WORDS and a newline");
+    println!("  append FILE WORDS...           add WORDS and a newline to the end of FILE");
     println!("  sync                           write the buffer cache back to the disk");
     println!("  umount                         sync and let go of the disk (`run` and `halt` do this first)");
     println!("  help                           this list");
@@ -257,7 +254,7 @@ fn objs() {
 }
 
 fn stat() {
-    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts  switches  lock_waits  lock_spin_us  sched_msgs");
+    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts  switches  lock_waits  lock_spin_us  sched_msgs  halts  halted_ms");
     let tpm = libos::time::tsc_per_ms().max(1);
     for c in 0..ncores() {
         let s: CoreStats = match sys::core_stats(c) {
@@ -268,7 +265,7 @@ fn stat() {
             }
         };
         println!(
-            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}  {:>8}  {:>10}  {:>12}  {:>10}",
+            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}  {:>8}  {:>10}  {:>12}  {:>10}  {:>5}  {:>9}",
             abi::role_name(s.role),
             s.syscalls,
             s.soft_faults,
@@ -280,7 +277,9 @@ fn stat() {
             s.context_switches,
             s.lock_spin_waits,
             s.lock_spin_cycles * 1000 / tpm,
-            s.sched_messages
+            s.sched_messages,
+            s.halts,
+            s.halted_cycles / tpm
         );
     }
 }
