@@ -73,8 +73,45 @@ Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
     Fs(tools::FsArgs),
     /// Metis MapReduce: `metis wc|wri|wrmem ...`, `metis sweep`, `metis ci` (`cargo xtask metis --help`)
     Metis(tools::MetisArgs),
+    /// Host CPU an idle guest uses: QEMU's CPU time over a window with no input or traffic (docs/roles.md, Sleeping)
+    Idle(IdleArgs),
     /// Print a shell completion script for `cargo xtask ...` (bash: `source <(cargo xtask completions bash)`)
     Completions(CompletionsArgs),
+}
+
+/// `cargo xtask idle`.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct IdleArgs {
+    /// vCPU counts to boot, e.g. 1,2,4
+    #[arg(long, value_parser = core_list, default_value = "1,2,4", value_name = "LIST")]
+    pub smp: CoreList,
+    /// Which system: ours, linux or both
+    #[arg(long, value_enum, default_value = "ours")]
+    pub system: IdleSystem,
+    /// What sits idle: shell (the prompt), tcpserv or webd (booted, no traffic), or all
+    #[arg(long, value_enum, default_value = "shell")]
+    pub what: IdleWhat,
+    /// Length of the measured window
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600), value_name = "SECS")]
+    pub seconds: u64,
+    /// More words for our tcpserv or webd (e.g. "idle=poll" for pure polling)
+    #[arg(long, default_value = "", value_name = "\"...\"")]
+    pub guest: String,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleSystem {
+    Ours,
+    Linux,
+    Both,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleWhat {
+    Shell,
+    Tcpserv,
+    Webd,
+    All,
 }
 
 /// A sub-tool's own command line, handed to it unparsed (it has its own `help`).
