@@ -109,16 +109,21 @@ pub const CONF_NET_WAIT: u64 = 0x102;
 pub const NET_MAX_WAIT_US: u64 = 1_000_000;
 /// How the kernel core polling this virtual NIC idles (Dedicated and Polling modes): `value`
 /// is how long, in microseconds, it keeps polling with nothing arriving before it sleeps
-/// (at most `NET_MAX_WAIT_US`). Asleep, it halts and looks at the card again every
-/// `NET_KC_SLEEP_US` or when woken by an IPI, and polls without pause again from the first
-/// frame on. 0: never sleep (Corey's pure polling, the papers' configuration). Default
+/// (at most `NET_MAX_WAIT_US`). Asleep, it halts until the card's interrupt (INTx through
+/// the I/O APIC, armed only while it sleeps), a wake IPI, or a timer (`NET_KC_ARMED_SLEEP_US`,
+/// or `NET_KC_SLEEP_US` without an interrupt line), and polls without pause again from the
+/// first frame on. 0: never sleep (Corey's pure polling, the papers' configuration). Default
 /// `NET_KC_IDLE_POLL_US`. With several NICs on one kernel core, the shortest stretch counts
 /// and any NIC set to 0 keeps the core polling.
 pub const CONF_NET_KC_IDLE: u64 = 0x103;
 /// The default of `CONF_NET_KC_IDLE`.
 pub const NET_KC_IDLE_POLL_US: u64 = 2_000;
-/// How often a sleeping kernel core looks at its NICs (the card's interrupt is not used).
+/// How often a sleeping kernel core looks at its NICs when it cannot use the card's
+/// interrupt (no INTx line known on this machine).
 pub const NET_KC_SLEEP_US: u64 = 1_000;
+/// With the card's interrupt armed, a sleeping kernel core still looks every this often (a
+/// safety net: a frame whose interrupt went astray waits at most this long).
+pub const NET_KC_ARMED_SLEEP_US: u64 = 20_000;
 pub const NET_MODE_DEDICATED: u64 = 0;
 pub const NET_MODE_POLLING: u64 = 1;
 pub const NET_MODE_INLINE: u64 = 2;

@@ -292,9 +292,9 @@ pub fn kernel_core_loop() {
             continue;
         }
         // With a device: adaptive polling. Poll without pause while frames keep coming; after
-        // `CONF_NET_KC_IDLE` microseconds with nothing, sleep in halts of `NET_KC_SLEEP_US`
-        // (the card's interrupt is not used: a one-shot timer bounds each halt, and wake IPIs
-        // end it early), looking at the devices once per wake-up until one has work again.
+        // `CONF_NET_KC_IDLE` microseconds with nothing, arm the card's interrupt and halt (a
+        // one-shot timer bounds each halt, wake IPIs end it early), looking at the devices
+        // once per wake-up until one has work again.
         // Disks, and a NIC set to 0, keep the core polling without pause (Corey's kernel
         // cores poll their devices and take no interrupts).
         let mut device_sleep = false;
@@ -347,14 +347,29 @@ pub fn kernel_core_loop() {
             idle = 0;
             continue;
         }
+        // The card's interrupt ends the sleep when a frame comes (armed now, after the last
+        // look; a completion in between is found here and the core polls on).
+        let armed = if device_sleep { crate::dev::net::arm_attached(me.index, me.apic_id) } else { crate::dev::net::Armed::NoLine };
+        if armed == crate::dev::net::Armed::Work {
+            me.polling.store(true, Ordering::SeqCst);
+            set_rings_state(me.index, None, 1);
+            idle = 0;
+            idle_since = 0;
+            continue;
+        }
         let periodic = device_sleep && crate::sched::timer_hz() != 0;
         if device_sleep && !periodic {
-            apic::timer_oneshot_us(abi::NET_KC_SLEEP_US);
+            apic::timer_oneshot_us(if armed == crate::dev::net::Armed::Yes { abi::NET_KC_ARMED_SLEEP_US } else { abi::NET_KC_SLEEP_US });
         }
         crate::smp::halt(me);
-        if device_sleep && !periodic {
+        if device_sleep {
             cpu::disable_interrupts();
-            apic::timer_periodic_us(0);
+            if armed == crate::dev::net::Armed::Yes {
+                crate::dev::net::disarm();
+            }
+            if !periodic {
+                apic::timer_periodic_us(0);
+            }
         }
         me.polling.store(true, Ordering::SeqCst);
         set_rings_state(me.index, None, 1);

@@ -70,3 +70,31 @@ pub fn route(gsi: u32, vector: u8, apic_id: u32) -> bool {
     write(low, vector as u32);
     true
 }
+
+/// Route `gsi` to `vector` on `apic_id`, level-triggered, active high, unmasked: a PCI
+/// device's INTx line as QEMU models it. The handler masks it (`mask`) before its EOI, so a
+/// line still asserted does not interrupt again at once. False if there is no such input.
+pub fn route_level(gsi: u32, vector: u8, apic_id: u32) -> bool {
+    let Some(pin) = gsi.checked_sub(GSI_BASE.load(Ordering::Relaxed)) else { return false };
+    if pin >= entries() {
+        return false;
+    }
+    let _g = LOCK.lock_irqsave();
+    let low = 0x10 + 2 * pin;
+    write(low, 1 << 16);
+    write(low + 1, apic_id << 24);
+    write(low, vector as u32 | 1 << 15);
+    true
+}
+
+/// Mask input `gsi` (nothing is delivered until it is routed again).
+pub fn mask(gsi: u32) {
+    let Some(pin) = gsi.checked_sub(GSI_BASE.load(Ordering::Relaxed)) else { return };
+    if pin >= entries() {
+        return;
+    }
+    let _g = LOCK.lock_irqsave();
+    let low = 0x10 + 2 * pin;
+    let v = read(low);
+    write(low, v | 1 << 16);
+}

@@ -3,7 +3,9 @@
 //! Commands (one per line): `run [-c CORES] PROG [ARGS...]` runs a program from the boot
 //! image on each listed core (`-c 2,3`; default: the next core after the shell's) and waits
 //! for all of them; `cores` lists online cores with their roles and locality; `objs` lists
-//! the objects in this context's shares; `stat` shows per-core counters; `grant N [xc|tc|ac]`
+//! the objects in this context's shares; `stat` shows per-core counters (`halts` and
+//! `halted_ms`: how often and how long each core halted waiting for an interrupt); `sleep MS`
+//! halts the shell's core for a while; `grant N [xc|tc|ac]`
 //! and `release CORE|all` ask the core scheduler on core 0 for cores and give them back
 //! (`sched=core0`); `help`; `halt` exits the shell (the kernel then checks for leaks and
 //! powers off).
@@ -84,6 +86,13 @@ fn run_line(line: &str) -> bool {
         "cores" => cores(),
         "objs" => objs(),
         "stat" => stat(),
+        "sleep" => match rest.as_slice() {
+            [ms] => match ms.parse::<u64>() {
+                Ok(ms) if (1..=60_000).contains(&ms) => libos::time::sleep_ms(ms),
+                _ => println!("sh: sleep MS: 1..=60000 milliseconds"),
+            },
+            _ => println!("sh: sleep MS"),
+        },
         "run" => run(&rest),
         "grant" => grant(&rest),
         "release" => release(&rest),
@@ -135,6 +144,7 @@ fn help() {
     println!("  cores                          online cores, their roles and locality");
     println!("  objs                           objects in this context's shares");
     println!("  stat                           per-core counters");
+    println!("  sleep MS                       halt this core for MS milliseconds (1..=60000)");
     println!("  grant N [xc|tc|ac]             ask the core scheduler (sched=core0) for N cores");
     println!("  release CORE|all               give granted cores back");
     println!("  ls [PATH]                      list a directory of the disk's ext2 file system (mounted on first use)");

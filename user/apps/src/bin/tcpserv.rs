@@ -204,15 +204,9 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
             // stretch with nothing arriving, so traffic with short gaps is served by polling.
             let long_enough = job.nic.mode != Mode::Inline || libos::time::tsc_ns() - idle_since >= INLINE_IDLE_BEFORE_SLEEP_NS;
             if job.sleep && idle_polls >= IDLE_POLLS_BEFORE_SLEEP && long_enough {
-                // Sleep until the kernel core brings something, or the timeout: Inline has
-                // nothing to wake it (it polls the card itself), core 0 watches the run's end.
-                let max_us = if job.nic.mode == Mode::Inline {
-                    1_000
-                } else if job.channel == 0 {
-                    10_000
-                } else {
-                    100_000
-                };
+                // Sleep until the kernel core brings something (in Inline mode: the card's
+                // interrupt), or the timeout: core 0 also watches the run's end.
+                let max_us = if job.channel == 0 { 10_000 } else { 100_000 };
                 stack.wait_idle(max_us);
             }
             continue;
@@ -410,6 +404,9 @@ fn main(args: &'static str) -> u64 {
         }
     }
     let start = libos::time::now_ns();
+    // Every core's halts from here to the end (`tcpserv: halts` line): what the idle mode did.
+    let halts_at = |c: u64| libos::sys::core_stats(c).map(|s| (s.halts, s.halted_cycles)).unwrap_or((0, 0));
+    let halts0: Vec<(u64, u64)> = (0..ncores).map(halts_at).collect();
     if !failed {
         // Core 0 serves channel 0 itself once the other cores listen.
         let n = service.len();
@@ -472,6 +469,16 @@ fn main(args: &'static str) -> u64 {
     }
     println!("{line}");
     println!("tcpserv: per core: served/resets/rx frames/tx frames/tx stalls");
+    // How often each core halted during the run and for how long (ms): service cores and the
+    // kernel core halt with `idle=sleep`, and poll without halting with `idle=poll`.
+    let tpm = libos::time::tsc_per_ms().max(1);
+    let mut line = alloc::format!("tcpserv: halts idle={}", if o.sleep { "sleep" } else { "poll" });
+    for (c, &(h0, t0)) in halts0.iter().enumerate() {
+        let (h1, t1) = halts_at(c as u64);
+        let role = if service.contains(&(c as u64)) { "service" } else if kc.is_some() && c as u64 == o.kc { "kc" } else { "other" };
+        line.push_str(&alloc::format!(" core{c}={role}:{}/{}", h1.saturating_sub(h0), t1.saturating_sub(t0) / tpm));
+    }
+    println!("{line}");
     code
 }
 

@@ -25,10 +25,11 @@
 //! - `halt-app CORE:N`: application core CORE stops after N sums (the bad-input test of an
 //!   application core halted while requests are in flight).
 //! - `idle`: `sleep` (default): a front-end with nothing to do for `IDLE_BEFORE_SLEEP_NS`
-//!   sleeps in the kernel (`CONF_NET_WAIT`) for at most 1 ms at a time, woken early when the
-//!   kernel core fills its ring; an application core whose rings stayed empty as long sleeps
-//!   1 ms at a time (`nr::WAIT`); both poll without pause again from the first work on; a
-//!   kernel core polls adaptively (docs/net.md). `poll`: every core polls
+//!   sleeps in the kernel (`CONF_NET_WAIT`), woken when the
+//!   kernel core fills its ring or the card interrupts (Inline); an application core whose
+//!   rings stayed empty as long sleeps 1 ms, then longer up to 32 ms (`nr::WAIT`; nothing
+//!   wakes it early); both poll without pause again from the first work on; a kernel core
+//!   polls adaptively (docs/net.md). `poll`: every core polls
 //!   without pause (Corey's configuration).
 //!
 //! HTTP: GET and HEAD, keep-alive; `/filesum/NAME` answers the decimal sum of the bytes of file
@@ -176,9 +177,16 @@ static SLEEP: AtomicBool = AtomicBool::new(true);
 /// How long a front-end or application core polls with nothing arriving before it sleeps
 /// (`--idle sleep`): work arriving more often than this is served by polling, as before.
 const IDLE_BEFORE_SLEEP_NS: u64 = 2_000_000;
-/// The longest sleep: a sleeping core is woken by nothing but the timeout when the work comes
-/// from another core's ring (application cores) or from its own poll of the card (Inline).
-const IDLE_SLEEP_US: u64 = 1_000;
+/// An application core's first sleep: nothing but the timeout wakes it when a front-end
+/// pushes a request, so it sleeps 1 ms, then twice as long each time nothing came, up to
+/// `APP_SLEEP_MAX_US` (the first request after a long quiet waits at most that long; the
+/// core polls again from then on).
+const APP_SLEEP_US: u64 = 1_000;
+const APP_SLEEP_MAX_US: u64 = 32_000;
+/// A front-end's longest sleep (it is woken by the kernel core or the card's interrupt when a
+/// frame comes); the coordinating front-end watches the run's end, so it sleeps less.
+const FRONT_SLEEP_US: u64 = 100_000;
+const COORDINATOR_SLEEP_US: u64 = 10_000;
 /// Set by front-end 0 once the warm-up requests are done: the measured region.
 static MEASURING: CachePadded<AtomicBool> = CachePadded::new(AtomicBool::new(false));
 static CALIB: calib::Calibration = calib::Calibration::new();
@@ -284,6 +292,7 @@ fn app_main(arg: u64) -> u64 {
     let (mut counting, mut measured) = (false, false);
     let sleep = SLEEP.load(Ordering::Relaxed);
     let mut idle_since = 0u64;
+    let mut nap_us = APP_SLEEP_US;
     'run: while !STOP.load(Ordering::Relaxed) {
         if !measured && MEASURING.load(Ordering::Relaxed) {
             // MARK_START_ALL turned this vCPU on: it counts until it next finds no work.
@@ -323,6 +332,7 @@ fn app_main(arg: u64) -> u64 {
         }
         if worked {
             idle_since = 0;
+            nap_us = APP_SLEEP_US;
             count.sums.store(sums, Ordering::Relaxed);
             count.bytes.store(bytes, Ordering::Relaxed);
         } else {
@@ -335,8 +345,10 @@ fn app_main(arg: u64) -> u64 {
                 if idle_since == 0 {
                     idle_since = now;
                 } else if now - idle_since >= IDLE_BEFORE_SLEEP_NS {
-                    // Nothing wakes us when a front-end pushes a request: a short sleep.
-                    let _ = libos::sys::wait(0, IDLE_SLEEP_US);
+                    // Nothing wakes us when a front-end pushes a request: a short sleep,
+                    // longer the longer nothing comes.
+                    let _ = libos::sys::wait(0, nap_us);
+                    nap_us = (nap_us * 2).min(APP_SLEEP_MAX_US);
                 }
             }
         }
@@ -848,14 +860,14 @@ fn serve(srv: &'static Server, me: usize) -> Result<(), abi::Error> {
             }
         }
         if !busy {
-            if sleep {
+            // Not while a request waits for an application core: its reply would wake nothing.
+            if sleep && f.conns.iter().all(|c| c.waiting.is_none() && c.pending.is_none()) {
                 if idle_since == 0 {
                     idle_since = now;
                 } else if now - idle_since >= IDLE_BEFORE_SLEEP_NS {
-                    // Woken early by the kernel core filling our ring (Dedicated, Polling);
-                    // replies from application cores, and the card in Inline mode, wait for
-                    // the timeout.
-                    stack.wait_idle(IDLE_SLEEP_US);
+                    // Woken by the kernel core filling our ring (Dedicated, Polling) or the
+                    // card's interrupt (Inline).
+                    stack.wait_idle(if me == 0 { COORDINATOR_SLEEP_US } else { FRONT_SLEEP_US });
                 }
             }
             continue;
