@@ -349,8 +349,20 @@ pub fn kernel_core_loop() {
         }
         // The card's interrupt ends the sleep when a frame comes (armed now, after the last
         // look; a completion in between is found here and the core polls on).
-        let armed = if device_sleep { crate::dev::net::arm_attached(me.index, me.apic_id) } else { crate::dev::net::Armed::NoLine };
+        // Programs putting frames on a TX ring (Dedicated) ring the doorbell once they see
+        // this; a frame put before it is found by the look that follows.
+        if device_sleep {
+            crate::dev::net::set_asleep_attached(me.index, true);
+        }
+        let armed = if !device_sleep {
+            crate::dev::net::Armed::NoLine
+        } else if crate::dev::net::poll_attached(me.index) == Some(true) {
+            crate::dev::net::Armed::Work
+        } else {
+            crate::dev::net::arm_attached(me.index, me.apic_id)
+        };
         if armed == crate::dev::net::Armed::Work {
+            crate::dev::net::set_asleep_attached(me.index, false);
             me.polling.store(true, Ordering::SeqCst);
             set_rings_state(me.index, None, 1);
             idle = 0;
@@ -364,6 +376,7 @@ pub fn kernel_core_loop() {
         crate::smp::halt(me);
         if device_sleep {
             cpu::disable_interrupts();
+            crate::dev::net::set_asleep_attached(me.index, false);
             if armed == crate::dev::net::Armed::Yes {
                 crate::dev::net::disarm();
             }

@@ -133,7 +133,10 @@ pub fn measure(system: &str, what: What, smp: u32, seconds: u64, guest: &str) ->
     let pred = move |l: &str| if ready == "sh> " { l.starts_with("sh: libos shell") } else { l.starts_with(ready) };
     match s.wait_for(&pred, Instant::now() + Duration::from_secs(180)) {
         Ok(_) => {}
-        Err(WaitEnd::Exited(c)) => return Err(format!("idle: {system} {} at {smp} vCPUs stopped (QEMU status {c:?}) before `{ready}`", what.name())),
+        Err(WaitEnd::Exited(c)) => {
+            let last: Vec<&str> = s.serial.lines().rev().take(6).collect();
+            return Err(format!("idle: {system} {} at {smp} vCPUs stopped (QEMU status {c:?}) before `{ready}`; last lines: {:?}", what.name(), last));
+        }
         Err(WaitEnd::TimedOut) => return Err(format!("idle: {system} {} at {smp} vCPUs: no `{ready}` within 180 s", what.name())),
     }
     // Let the boot's last work (the Linux guest's module loading, our init's messages) end.

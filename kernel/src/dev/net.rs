@@ -516,6 +516,14 @@ impl NetDev {
         }
     }
 
+    /// Publish whether the kernel core polling this NIC sleeps (`NET_HEADER_KC_ASLEEP`).
+    fn set_kc_asleep(&self, asleep: bool) {
+        if self.pages.is_empty() {
+            return;
+        }
+        self.page(0)[(abi::NET_HEADER_KC_ASLEEP / 8) as usize].store(asleep as u64, Ordering::Release);
+    }
+
     /// After filling channel `c`'s ring: wake its service core if it sleeps in `wait`.
     fn wake(&self, c: u64) {
         let w = &self.waiters[c as usize];
@@ -601,6 +609,15 @@ impl NetDev {
                 _ => Err(Error::InvalidArgument),
             },
             abi::CONF_NET_WAIT => self.wait(value & 0xFF, value >> 8),
+            abi::CONF_NET_KICK => {
+                let core = self.attached.load(Ordering::Acquire);
+                if let Some(kc) = crate::percpu::get(core as usize) {
+                    if kc.role.load(Ordering::Acquire) == abi::ROLE_KC && !kc.polling.load(Ordering::Acquire) {
+                        crate::arch::x86_64::apic::send_ipi(kc.apic_id, crate::arch::x86_64::apic::VECTOR_WAKE);
+                    }
+                }
+                Ok(())
+            }
             abi::CONF_NET_KC_IDLE => {
                 if value > abi::NET_MAX_WAIT_US {
                     return Err(Error::InvalidArgument);
@@ -714,6 +731,15 @@ pub fn sleep_after_us(core: usize) -> Option<u64> {
         }
     }
     Some(after.unwrap_or(abi::NET_KC_IDLE_POLL_US))
+}
+
+/// Tell the programs of every virtual NIC kernel core `core` polls that it sleeps (or polls
+/// again); after setting it, the caller looks at the rings once more (`poll_attached`).
+pub fn set_asleep_attached(core: usize, asleep: bool) {
+    for d in POLLED[core].lock().iter() {
+        d.set_kc_asleep(asleep);
+    }
+    core::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// `NetDev::arm` for every virtual NIC kernel core `core` polls: `Yes` only if every one is

@@ -269,6 +269,7 @@ impl Channel {
                 }
                 w[AT + (self.rxfree_sent % NET_RING_ENTRIES) as usize].store(net_entry(self.rxfree_sent, b as u64, 0), Ordering::Release);
                 self.rxfree_sent += 1;
+                self.kick_if_asleep();
                 true
             }
             Mode::Polling | Mode::Inline => {
@@ -338,6 +339,16 @@ impl Channel {
         }
     }
 
+    /// Dedicated: after putting an entry on `TX` or `RXFREE`, wake the kernel core if it
+    /// sleeps (`NET_HEADER_KC_ASLEEP`; the fence pairs with the kernel core's before its last
+    /// look). While it polls this is a fence and one load of a line it rarely writes.
+    fn kick_if_asleep(&self) {
+        core::sync::atomic::fence(Ordering::SeqCst);
+        if header()[(abi::NET_HEADER_KC_ASLEEP / 8) as usize].load(Ordering::Relaxed) != 0 {
+            let _ = crate::sys::device_conf(self.nic.dev, &DeviceConf { key: abi::CONF_NET_KICK, value: 0 });
+        }
+    }
+
     /// A transmit buffer to fill (up to `NET_MAX_FRAME` bytes), if one is free.
     pub fn tx_buffer(&mut self) -> Option<(u32, &'static mut [u8])> {
         let b = self.tx_free.pop()?;
@@ -355,6 +366,7 @@ impl Channel {
                 } else {
                     w[AT + (self.tx_sent % NET_RING_ENTRIES) as usize].store(net_entry(self.tx_sent, b as u64, len as u64), Ordering::Release);
                     self.tx_sent += 1;
+                    self.kick_if_asleep();
                     true
                 }
             }
