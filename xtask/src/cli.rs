@@ -538,6 +538,22 @@ pub struct CompletionsArgs {
 const HELP_WORD: &[&str] = &["run", "test", "iso", "build", "commute", "fuzz", "soak", "mutants", "completions", "cachesim", "audit"];
 
 /// Parse `cargo xtask`'s arguments (without the program name).
+/// The usage of the subcommand at `path` (`["cachesim"]`, `["plugin", "sharing"]`), as clap
+/// prints it, plus a pointer to its help.
+pub fn usage_of(path: &[&str]) -> String {
+    use clap::CommandFactory;
+    let mut c = Cli::command();
+    c.build();
+    let mut cur = &mut c;
+    for p in path {
+        if cur.find_subcommand(p).is_none() {
+            break;
+        }
+        cur = cur.find_subcommand_mut(p).expect("looked up just now");
+    }
+    format!("{}\nFor more information, try 'cargo xtask {} --help'.", cur.render_usage(), path.join(" "))
+}
+
 pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
 where
     I: IntoIterator<Item = T>,

@@ -137,6 +137,10 @@ fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
         Command::Mutants(a) => work(mutants::main(&a)),
         Command::Plugin(a) => plugins::main(a.command),
         // The short names for the two measurement commands.
+        // Typed bare, they say what they need and how to call them (status 2, as for every
+        // other command missing a required argument).
+        Command::Cachesim(o) if o.workload.is_none() => Err(Failure::Usage(format!("cachesim: --workload NAME is required\n{}", cli::usage_of(&["cachesim"])))),
+        Command::Audit(o) if o.workload.is_none() => Err(Failure::Usage(format!("audit: --bench NAME is required\n{}", cli::usage_of(&["audit"])))),
         Command::Cachesim(o) => plugins::main(cli::tools::PluginCommand::Cachesim(o)),
         Command::Audit(o) => plugins::main(cli::tools::PluginCommand::Sharing(o)),
         Command::Linux(a) => linux::main(a.command),

@@ -1627,6 +1627,11 @@ fn cmd_overhead(o: &Opts) -> Result<(), String> {
 }
 
 /// `cargo xtask plugin ...` (and `cachesim`, `audit`).
+/// A measurement command without its workload: a usage error (status 2) with the usage.
+fn bare(cmd: &str) -> crate::Failure {
+    crate::Failure::Usage(format!("{cmd}: --workload NAME is required\n{}", crate::cli::usage_of(&["plugin", cmd])))
+}
+
 pub fn main(cmd: PluginCommand) -> Result<(), crate::Failure> {
     match cmd {
         PluginCommand::Build => crate::work(build().map(|b| {
@@ -1642,6 +1647,9 @@ pub fn main(cmd: PluginCommand) -> Result<(), crate::Failure> {
                 Ok(())
             }
         })),
+        PluginCommand::Insncount(a) if a.workload.is_none() => Err(bare("insncount")),
+        PluginCommand::Cachesim(a) if a.workload.is_none() => Err(bare("cachesim")),
+        PluginCommand::Sharing(a) if a.workload.is_none() => Err(bare("sharing")),
         PluginCommand::Insncount(a) => crate::work(cmd_insncount(&crate::usage(opts(a))?)),
         PluginCommand::Cachesim(a) => crate::work(cmd_cachesim(&crate::usage(opts(a))?)),
         PluginCommand::Sharing(a) => crate::work(cmd_sharing(&crate::usage(opts(a))?)),
