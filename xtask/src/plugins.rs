@@ -624,7 +624,14 @@ fn run_net_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[Str
     let acc = AcceptSpec { conns, rounds: 1, warmup: 1, ready_timeout: spec.timeout, ..AcceptSpec::default() };
     let net = crate::net::NetConfig::service()?;
     let port = net.host_port(crate::net::SERVICE_PORT).ok_or("no forward to the service port")?;
-    let guest_words = format!("conns={} warmup={}", acc.guest_conns(), acc.warmup);
+    let mut guest_words = format!("conns={} warmup={}", acc.guest_conns(), acc.warmup);
+    // Ours: `idle=poll` (Corey's pure polling) or `idle=sleep` (the default) passes through.
+    if let Some(w) = spec.params.split_whitespace().find(|w| w.starts_with("idle=")) {
+        if spec.system == System::Ours {
+            guest_words.push(' ');
+            guest_words.push_str(w);
+        }
+    }
     let mut cfg = match spec.system {
         System::Ours => {
             let mode = if spec.workload == "tcp_accept_polling" { "polling" } else { "dedicated" };
