@@ -876,7 +876,8 @@ pub struct CoreStats {
     /// Times this core halted (`hlt`) waiting for an interrupt: its idle loop, a kernel
     /// core with nothing to poll, `nr::WAIT`, `CONF_NET_WAIT`.
     pub halts: u64,
-    /// TSC cycles this core spent halted (from each `hlt` to the interrupt that ended it).
+    /// TSC cycles this core spent halted (from each `hlt` to the interrupt that ended it,
+    /// the halt in progress included).
     pub halted_cycles: u64,
 }
 

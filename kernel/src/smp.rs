@@ -151,8 +151,13 @@ pub fn idle_loop() -> ! {
 /// so no wake-up is lost. Returns with interrupts on, after the interrupt's handler ran.
 pub fn halt(area: &PerCpu) {
     let t0 = cpu::rdtsc();
+    // Readers add the halt in progress (`core_stats`): a core halted for a whole window
+    // shows it. Cleared before the total grows, so a reader may miss a moment, never count
+    // one twice.
+    area.stats.halted_since.store(t0, Ordering::Relaxed);
     cpu::enable_and_halt();
     let t1 = cpu::rdtsc();
+    area.stats.halted_since.store(0, Ordering::Relaxed);
     area.stats.halts.fetch_add(1, Ordering::Relaxed);
     area.stats.halted_cycles.fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
 }

@@ -869,7 +869,11 @@ fn sys_core_stats(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         sched_messages: s.sched_messages.load(Ordering::Relaxed),
         ppc_aborts: s.ppc_aborts.load(Ordering::Relaxed),
         halts: s.halts.load(Ordering::Relaxed),
-        halted_cycles: s.halted_cycles.load(Ordering::Relaxed),
+        halted_cycles: {
+            let since = s.halted_since.load(Ordering::Relaxed);
+            let now = crate::arch::x86_64::cpu::rdtsc();
+            s.halted_cycles.load(Ordering::Relaxed) + if since != 0 { now.saturating_sub(since) } else { 0 }
+        },
     };
     write_user(a[1], &st)?;
     Ok(0)
