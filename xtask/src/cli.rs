@@ -628,7 +628,24 @@ mod tests {
     }
 
     /// Every command of main.rs's dispatch, in the order `help` lists them.
-    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "completions"];
+    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions"];
+
+    #[test]
+    fn bare_measurements_show_their_usage() {
+        // `cargo xtask cachesim` typed bare: main.rs turns the missing workload into this
+        // usage (status 2).
+        let u = usage_of(&["cachesim"]);
+        assert!(u.contains("Usage: cargo xtask cachesim") && u.contains("cargo xtask cachesim --help"), "{u}");
+        let u = usage_of(&["plugin", "sharing"]);
+        assert!(u.contains("Usage: cargo xtask plugin sharing"), "{u}");
+        // net fuzz's default system is this one.
+        match p("net fuzz").unwrap() {
+            Command::Net(n) => assert!(format!("{n:?}").contains("system: \"ours\""), "{n:?}"),
+            c => panic!("{c:?}"),
+        }
+        let c = p("idle").unwrap();
+        assert!(matches!(c, Command::Idle(ref a) if a.smp.0 == vec![1, 2, 4] && a.seconds == 30), "{c:?}");
+    }
 
     #[test]
     fn help_lists_every_command() {
