@@ -303,6 +303,17 @@ pub mod nr {
     /// `Unsupported` if the command line configured no injection; `InvalidArgument` for
     /// another `op`; `BadAddress` for an unwritable `counts`.
     pub const INJECT_CTL: u64 = 86;
+
+    /// `wait(flags, timeout_us) -> what`: halt the calling core until an interrupt comes or
+    /// `timeout_us` passes (at most `MAX_WAIT_US`), instead of polling. With `WAIT_CONSOLE` in
+    /// `flags` the serial port's receive interrupt is armed for this core, and the call
+    /// returns at once if input is already waiting. Returns `WAIT_CONSOLE` if console input is
+    /// waiting when it returns, else 0 (timeout, or another interrupt: callers look again).
+    /// Errors: `InvalidArgument` for unknown flags or a timeout over `MAX_WAIT_US`;
+    /// `NotPermitted` where the caller's core is not the core that would halt (a call
+    /// forwarded from an application core, a syscall ring). On a TC with other contexts
+    /// queued it returns 0 at once (the next tick switches to them).
+    pub const WAIT: u64 = 87;
 }
 
 /// `inject_ctl` operations.
@@ -317,6 +328,11 @@ pub const PPC_BOUND: u64 = u64::MAX;
 
 /// Bound-gate slots per context (`nr::PPC_BIND`).
 pub const PPC_BOUND_SLOTS: u64 = 8;
+
+/// `nr::WAIT` flag: wake when the serial console has input.
+pub const WAIT_CONSOLE: u64 = 1;
+/// The longest `nr::WAIT` (10 s).
+pub const MAX_WAIT_US: u64 = 10_000_000;
 
 /// Calls one context may nest (a handler calling another gate, and so on) before `ppc_call`
 /// is `Busy`.
@@ -874,6 +890,12 @@ pub struct CoreStats {
     /// Protected procedure calls on this core that ended with `CallAborted` (their handler
     /// took a fault).
     pub ppc_aborts: u64,
+    /// Times this core halted (`hlt`) waiting for an interrupt: its idle loop, a kernel
+    /// core with nothing to poll, `nr::WAIT`, `CONF_NET_WAIT`.
+    pub halts: u64,
+    /// TSC cycles this core spent halted (from each `hlt` to the interrupt that ended it,
+    /// the halt in progress included).
+    pub halted_cycles: u64,
 }
 
 /// One call of a `syscall_batch`: `result` receives the encoded result (`encode`).

@@ -101,11 +101,38 @@ pub const CONF_NET_MODE: u64 = 0x100;
 pub const CONF_NET_POLL: u64 = 0x101;
 /// Sleep until the kernel puts something on channel `value & 0xFF`'s `RX` or `TXDONE` ring, or
 /// `value >> 8` microseconds pass (at most `NET_MAX_WAIT_US`), or any interrupt comes: for a
-/// service core with nothing to do, instead of polling (Dedicated and Polling modes; Inline is
-/// `NotPermitted`, nothing else would bring the frames in). Returns at once if an entry is
-/// already there. The kernel core sends a wake-up IPI when it fills a waiting channel's ring.
+/// service core with nothing to do, instead of polling. Returns at once if an entry is
+/// already there. The kernel core sends a wake-up IPI when it fills a waiting channel's ring
+/// (Dedicated and Polling modes). In Inline mode nothing else brings frames in, so the call
+/// is a sleep bounded by its timeout, after which the caller polls the card again.
 pub const CONF_NET_WAIT: u64 = 0x102;
 pub const NET_MAX_WAIT_US: u64 = 1_000_000;
+/// How the kernel core polling this virtual NIC idles (Dedicated and Polling modes): `value`
+/// is how long, in microseconds, it keeps polling with nothing arriving before it sleeps
+/// (at most `NET_MAX_WAIT_US`). Asleep, it halts until the card's interrupt (INTx through
+/// the I/O APIC, armed only while it sleeps), a wake IPI, or a timer (`NET_KC_ARMED_SLEEP_US`,
+/// or `NET_KC_SLEEP_US` without an interrupt line), and polls without pause again from the
+/// first frame on. 0: never sleep (Corey's pure polling, the papers' configuration). Default
+/// `NET_KC_IDLE_POLL_US`. With several NICs on one kernel core, the shortest stretch counts
+/// and any NIC set to 0 keeps the core polling.
+pub const CONF_NET_KC_IDLE: u64 = 0x103;
+/// The doorbell of a sleeping kernel core (Dedicated mode): wake the kernel core polling this
+/// virtual NIC if it sleeps (`NET_HEADER_KC_ASLEEP`); the value is ignored.
+pub const CONF_NET_KICK: u64 = 0x104;
+/// Byte offset in page 0 of the channel segment (the header page) of a word the kernel sets to
+/// 1 while the kernel core polling this virtual NIC sleeps, and to 0 while it polls. In
+/// Dedicated mode a program that puts entries on `TX` or `RXFREE` fences, reads it, and if it
+/// is 1 rings `CONF_NET_KICK`: the kernel core sets the word, fences and looks at the rings
+/// once more before it halts, so either it sees the entry or the program sees the word.
+pub const NET_HEADER_KC_ASLEEP: u64 = 64;
+/// The default of `CONF_NET_KC_IDLE`.
+pub const NET_KC_IDLE_POLL_US: u64 = 2_000;
+/// How often a sleeping kernel core looks at its NICs when it cannot use the card's
+/// interrupt (no INTx line known on this machine).
+pub const NET_KC_SLEEP_US: u64 = 1_000;
+/// With the card's interrupt armed, a sleeping kernel core still looks every this often (a
+/// safety net: a frame whose interrupt went astray waits at most this long).
+pub const NET_KC_ARMED_SLEEP_US: u64 = 100_000;
 pub const NET_MODE_DEDICATED: u64 = 0;
 pub const NET_MODE_POLLING: u64 = 1;
 pub const NET_MODE_INLINE: u64 = 2;

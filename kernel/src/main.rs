@@ -247,6 +247,10 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     }
     apic::calibrate_timer();
     smp::register_handlers();
+    if let Some((base, gsi_base)) = acpi.ioapic {
+        arch::x86_64::ioapic::set_base(base, gsi_base);
+    }
+    serial::enable_rx_interrupt(acpi.com1_gsi);
     tests::register_handlers();
 
     // The boot processor's own record, then everyone else.

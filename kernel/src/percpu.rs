@@ -110,6 +110,11 @@ pub struct CpuStats {
     /// Protected procedure calls on this core that ended without a result (the handler
     /// faulted: `context::abort_call`).
     pub ppc_aborts: AtomicU64,
+    /// Halts waiting for an interrupt, and the TSC cycles spent halted (`smp::halt`).
+    pub halts: AtomicU64,
+    pub halted_cycles: AtomicU64,
+    /// The TSC when the halt in progress began (0: not halted).
+    pub halted_since: AtomicU64,
     /// Address ranges made on this core: picks each new range's reverse-map bucket
     /// (`kobj::ar::next_rmap_bucket`), so ranges made in turn get different ones.
     pub ranges_made: AtomicU64,

@@ -268,6 +268,9 @@ pub fn kernel_core_loop() {
     set_rings_state(me.index, Some(RING_ATTACHED), 1);
     crate::dev::blk::kernel_core_running(me.index, true);
     let mut idle = 0u32;
+    // With devices: the TSC of the first empty poll of the current idle stretch (0: the
+    // last poll found work).
+    let mut idle_since = 0u64;
     while me.role.load(Ordering::SeqCst) == ROLE_KC {
         cpu::disable_interrupts();
         // The loaded range goes before a message is answered (`evict_loaded_root` counts on
@@ -285,18 +288,40 @@ pub fn kernel_core_loop() {
         let disks = crate::dev::blk::poll_attached(me.index);
         if answered | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | (nics == Some(true)) | (disks == Some(true)) {
             idle = 0;
+            idle_since = 0;
             continue;
         }
-        // A kernel core with a device polls it without pause (Corey: no device interrupts).
+        // With a device: adaptive polling. Poll without pause while frames keep coming; after
+        // `CONF_NET_KC_IDLE` microseconds with nothing, arm the card's interrupt and halt (a
+        // one-shot timer bounds each halt, wake IPIs end it early), looking at the devices
+        // once per wake-up until one has work again.
+        // Disks, and a NIC set to 0, keep the core polling without pause (Corey's kernel
+        // cores poll their devices and take no interrupts).
+        let mut device_sleep = false;
         if nics.is_some() || disks.is_some() {
-            continue;
-        }
-        idle += 1;
-        if idle < POLLS_BEFORE_HALT {
-            if idle % PAUSE_EVERY == 0 {
-                core::hint::spin_loop();
+            let Some(after_us) = disks.is_none().then(|| crate::dev::net::sleep_after_us(me.index)).flatten() else { continue };
+            idle = idle.wrapping_add(1);
+            if idle % PAUSE_EVERY != 0 {
+                continue;
             }
-            continue;
+            core::hint::spin_loop();
+            let now = cpu::rdtsc();
+            if idle_since == 0 {
+                idle_since = now;
+                continue;
+            }
+            if now.saturating_sub(idle_since) < after_us.saturating_mul(crate::time::tsc_per_ms()) / 1000 {
+                continue;
+            }
+            device_sleep = true;
+        } else {
+            idle += 1;
+            if idle < POLLS_BEFORE_HALT {
+                if idle % PAUSE_EVERY == 0 {
+                    core::hint::spin_loop();
+                }
+                continue;
+            }
         }
         // Nothing runs in a user range while we sleep: leave it (no shootdowns to answer).
         // Before the announcement: leaving may take interrupts, and a wake IPI taken after
@@ -312,6 +337,7 @@ pub fn kernel_core_loop() {
             me.polling.store(true, Ordering::SeqCst);
             set_rings_state(me.index, None, 1);
             idle = 0;
+            idle_since = 0;
             continue;
         }
         if root.0.is_some() {
@@ -321,9 +347,47 @@ pub fn kernel_core_loop() {
             idle = 0;
             continue;
         }
-        cpu::enable_and_halt();
+        // The card's interrupt ends the sleep when a frame comes (armed now, after the last
+        // look; a completion in between is found here and the core polls on).
+        // Programs putting frames on a TX ring (Dedicated) ring the doorbell once they see
+        // this; a frame put before it is found by the look that follows.
+        if device_sleep {
+            crate::dev::net::set_asleep_attached(me.index, true);
+        }
+        let armed = if !device_sleep {
+            crate::dev::net::Armed::NoLine
+        } else if crate::dev::net::poll_attached(me.index) == Some(true) {
+            crate::dev::net::Armed::Work
+        } else {
+            crate::dev::net::arm_attached(me.index, me.apic_id)
+        };
+        if armed == crate::dev::net::Armed::Work {
+            crate::dev::net::set_asleep_attached(me.index, false);
+            me.polling.store(true, Ordering::SeqCst);
+            set_rings_state(me.index, None, 1);
+            idle = 0;
+            idle_since = 0;
+            continue;
+        }
+        let periodic = device_sleep && crate::sched::timer_hz() != 0;
+        if device_sleep && !periodic {
+            apic::timer_oneshot_us(if armed == crate::dev::net::Armed::Yes { abi::NET_KC_ARMED_SLEEP_US } else { abi::NET_KC_SLEEP_US });
+        }
+        crate::smp::halt(me);
+        if device_sleep {
+            cpu::disable_interrupts();
+            crate::dev::net::set_asleep_attached(me.index, false);
+            if armed == crate::dev::net::Armed::Yes {
+                crate::dev::net::disarm();
+            }
+            if !periodic {
+                apic::timer_periodic_us(0);
+            }
+        }
         me.polling.store(true, Ordering::SeqCst);
         set_rings_state(me.index, None, 1);
+        // Asleep with devices, the next empty poll sleeps again at once (`idle_since` is
+        // kept); work found resets it.
         idle = 0;
     }
     root.leave(me);
@@ -444,7 +508,7 @@ fn serve_rings(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingBuffers
 /// private shares), and a ring's requests run for no core (see `abi::RingSlot`).
 fn ring_refuses(nr: u64, args: &[u64; 6]) -> Option<Error> {
     match nr {
-        nr::PCORE_ALLOC | nr::PCORE_CURRENT | nr::PCORE_RUN | nr::PCORE_SET_INTERVAL | nr::PCORE_HALT | nr::PCORE_SET_ROLE | nr::SELF_DROP | nr::SELF_SHARES | nr::PPC_BIND | nr::PPC_UNBIND => {
+        nr::PCORE_ALLOC | nr::PCORE_CURRENT | nr::PCORE_RUN | nr::PCORE_SET_INTERVAL | nr::PCORE_HALT | nr::PCORE_SET_ROLE | nr::SELF_DROP | nr::SELF_SHARES | nr::PPC_BIND | nr::PPC_UNBIND | nr::WAIT => {
             Some(Error::NotPermitted)
         }
         nr::SHARE_ALLOC if args[4] & abi::SHARE_PRIVATE != 0 => Some(Error::NotPermitted),

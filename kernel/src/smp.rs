@@ -141,8 +141,25 @@ pub fn idle_loop() -> ! {
         }
         // Atomic with respect to the wake IPI: a job posted after the checks above raises an
         // interrupt that ends the halt immediately.
-        cpu::enable_and_halt();
+        halt(area);
     }
+}
+
+/// Halt this core until an interrupt comes, counting the halt and the TSC cycles spent
+/// halted (`CoreStats::halts`, `halted_cycles`). Called with interrupts off after the caller
+/// looked for work: `sti; hlt` is atomic with respect to an interrupt raised after that look,
+/// so no wake-up is lost. Returns with interrupts on, after the interrupt's handler ran.
+pub fn halt(area: &PerCpu) {
+    let t0 = cpu::rdtsc();
+    // Readers add the halt in progress (`core_stats`): a core halted for a whole window
+    // shows it. Cleared before the total grows, so a reader may miss a moment, never count
+    // one twice.
+    area.stats.halted_since.store(t0, Ordering::Relaxed);
+    cpu::enable_and_halt();
+    let t1 = cpu::rdtsc();
+    area.stats.halted_since.store(0, Ordering::Relaxed);
+    area.stats.halts.fetch_add(1, Ordering::Relaxed);
+    area.stats.halted_cycles.fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
 }
 
 fn wake_handler(f: &mut crate::arch::x86_64::idt::TrapFrame) {

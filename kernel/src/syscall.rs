@@ -328,6 +328,7 @@ call_tables! {
     PPC_BIND => sys_ppc_bind,
     PPC_UNBIND => sys_ppc_unbind,
     INJECT_CTL => sys_inject_ctl,
+    WAIT => sys_wait,
 }
 
 /// `dispatch` with the arguments read where they are (the entry frame), not copied.
@@ -842,6 +843,50 @@ fn sys_console_read(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     Ok(n as u64)
 }
 
+/// `wait(flags, timeout_us)`: halt this core until an interrupt, console input (with
+/// `WAIT_CONSOLE`) or the timeout.
+fn sys_wait(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    use crate::arch::x86_64::{apic, cpu, serial};
+    let (flags, timeout_us) = (a[0], a[1]);
+    if flags & !abi::WAIT_CONSOLE != 0 || timeout_us > abi::MAX_WAIT_US {
+        return Err(Error::InvalidArgument);
+    }
+    let me = percpu::this();
+    // Only the caller's own core may sleep for it: not a kernel core running a call
+    // forwarded from an application core (syscall rings refuse the call before this).
+    if percpu::acting().index != me.index {
+        return Err(Error::NotPermitted);
+    }
+    let console = flags & abi::WAIT_CONSOLE != 0;
+    if console {
+        serial::route_rx_interrupt_to(me.apic_id);
+    }
+    let ready = |console: bool| if console && serial::input_waiting() { abi::WAIT_CONSOLE } else { 0 };
+    // Contexts queued behind us on a TC run at the next tick: sleeping would hold them up.
+    if timeout_us == 0 || crate::sched::queued() > 0 {
+        return Ok(ready(console));
+    }
+    let periodic = crate::sched::timer_hz() != 0;
+    let on = cpu::interrupts_enabled();
+    cpu::disable_interrupts();
+    // Looked at with interrupts off: input arriving after this look raises the receive
+    // interrupt, which ends the halt below at once.
+    if ready(console) == 0 && me.exit_requested.load(Ordering::Relaxed) == 0 {
+        if !periodic {
+            apic::timer_oneshot_us(timeout_us);
+        }
+        crate::smp::halt(me);
+        cpu::disable_interrupts();
+        if !periodic {
+            apic::timer_periodic_us(0);
+        }
+    }
+    if on {
+        cpu::enable_interrupts();
+    }
+    Ok(ready(console))
+}
+
 fn sys_time_now(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {
     Ok(crate::time::now_ticks())
 }
@@ -890,6 +935,12 @@ fn sys_core_stats(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         granted_to: crate::coresched::granted_to(c.index),
         sched_messages: s.sched_messages.load(Ordering::Relaxed),
         ppc_aborts: s.ppc_aborts.load(Ordering::Relaxed),
+        halts: s.halts.load(Ordering::Relaxed),
+        halted_cycles: {
+            let since = s.halted_since.load(Ordering::Relaxed);
+            let now = crate::arch::x86_64::cpu::rdtsc();
+            s.halted_cycles.load(Ordering::Relaxed) + if since != 0 { now.saturating_sub(since) } else { 0 }
+        },
     };
     write_user(a[1], &st)?;
     Ok(0)

@@ -73,6 +73,8 @@ Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
     Fs(tools::FsArgs),
     /// Metis MapReduce: `metis wc|wri|wrmem ...`, `metis sweep`, `metis ci` (`cargo xtask metis --help`)
     Metis(tools::MetisArgs),
+    /// Host CPU an idle guest uses: QEMU's CPU time over a window with no input or traffic (docs/roles.md, Sleeping)
+    Idle(IdleArgs),
     /// Print a shell completion script for `cargo xtask ...` (bash: `source <(cargo xtask completions bash)`)
     Completions(CompletionsArgs),
     /// The instruction-count gate: exact instructions per operation of the measured paths against
@@ -88,6 +90,41 @@ pub struct InsngateArgs {
     /// Why the baseline changes (required with --update; written on each line)
     #[arg(long, value_name = "TEXT", requires = "update")]
     pub reason: Option<String>,
+}
+
+/// `cargo xtask idle`.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct IdleArgs {
+    /// vCPU counts to boot, e.g. 1,2,4
+    #[arg(long, value_parser = core_list, default_value = "1,2,4", value_name = "LIST")]
+    pub smp: CoreList,
+    /// Which system: ours, linux or both
+    #[arg(long, value_enum, default_value = "ours")]
+    pub system: IdleSystem,
+    /// What sits idle: shell (the prompt), tcpserv or webd (booted, no traffic), or all
+    #[arg(long, value_enum, default_value = "shell")]
+    pub what: IdleWhat,
+    /// Length of the measured window
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600), value_name = "SECS")]
+    pub seconds: u64,
+    /// More words for our tcpserv or webd (e.g. "idle=poll" for pure polling)
+    #[arg(long, default_value = "", value_name = "\"...\"")]
+    pub guest: String,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleSystem {
+    Ours,
+    Linux,
+    Both,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleWhat {
+    Shell,
+    Tcpserv,
+    Webd,
+    All,
 }
 
 /// A sub-tool's own command line, handed to it unparsed (it has its own `help`).
@@ -521,6 +558,22 @@ pub struct CompletionsArgs {
 const HELP_WORD: &[&str] = &["run", "test", "iso", "build", "commute", "fuzz", "soak", "mutants", "completions", "cachesim", "audit"];
 
 /// Parse `cargo xtask`'s arguments (without the program name).
+/// The usage of the subcommand at `path` (`["cachesim"]`, `["plugin", "sharing"]`), as clap
+/// prints it, plus a pointer to its help.
+pub fn usage_of(path: &[&str]) -> String {
+    use clap::CommandFactory;
+    let mut c = Cli::command();
+    c.build();
+    let mut cur = &mut c;
+    for p in path {
+        if cur.find_subcommand(p).is_none() {
+            break;
+        }
+        cur = cur.find_subcommand_mut(p).expect("looked up just now");
+    }
+    format!("{}\nFor more information, try 'cargo xtask {} --help'.", cur.render_usage(), path.join(" "))
+}
+
 pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
 where
     I: IntoIterator<Item = T>,
@@ -595,7 +648,7 @@ mod tests {
     }
 
     /// Every command of main.rs's dispatch, in the order `help` lists them.
-    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "completions", "insngate"];
+    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate"];
 
     /// Catches: `--reason` accepted without `--update`, or the options not reaching the command.
     #[test]
@@ -609,6 +662,23 @@ mod tests {
         }
         assert!(p("insngate --reason why").is_err(), "--reason needs --update");
         assert!(p("insngate").is_ok());
+    }
+
+    #[test]
+    fn bare_measurements_show_their_usage() {
+        // `cargo xtask cachesim` typed bare: main.rs turns the missing workload into this
+        // usage (status 2).
+        let u = usage_of(&["cachesim"]);
+        assert!(u.contains("Usage: cargo xtask cachesim") && u.contains("cargo xtask cachesim --help"), "{u}");
+        let u = usage_of(&["plugin", "sharing"]);
+        assert!(u.contains("Usage: cargo xtask plugin sharing"), "{u}");
+        // net fuzz's default system is this one.
+        match p("net fuzz").unwrap() {
+            Command::Net(n) => assert!(format!("{n:?}").contains("system: \"ours\""), "{n:?}"),
+            c => panic!("{c:?}"),
+        }
+        let c = p("idle").unwrap();
+        assert!(matches!(c, Command::Idle(ref a) if a.smp.0 == vec![1, 2, 4] && a.seconds == 30), "{c:?}");
     }
 
     #[test]

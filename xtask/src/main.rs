@@ -13,6 +13,7 @@ mod env;
 mod fs;
 mod fuzz;
 mod gdb;
+mod idle;
 mod insngate;
 mod iso;
 mod ksyms;
@@ -143,6 +144,10 @@ fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
         Command::Mutants(a) => work(mutants::main(&a)),
         Command::Plugin(a) => plugins::main(a.command),
         // The short names for the two measurement commands.
+        // Typed bare, they say what they need and how to call them (status 2, as for every
+        // other command missing a required argument).
+        Command::Cachesim(o) if o.workload.is_none() => Err(Failure::Usage(format!("cachesim: --workload NAME is required\n{}", cli::usage_of(&["cachesim"])))),
+        Command::Audit(o) if o.workload.is_none() => Err(Failure::Usage(format!("audit: --bench NAME is required\n{}", cli::usage_of(&["audit"])))),
         Command::Cachesim(o) => plugins::main(cli::tools::PluginCommand::Cachesim(o)),
         Command::Audit(o) => plugins::main(cli::tools::PluginCommand::Sharing(o)),
         Command::Linux(a) => linux::main(a.command),
@@ -150,6 +155,21 @@ fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
         Command::Fs(a) => fs::main(a.command),
         Command::Metis(a) => metis::main(a.command),
         Command::Webd(a) => webd::main(a.command),
+        Command::Idle(a) => {
+            use cli::{IdleSystem, IdleWhat};
+            let systems = match a.system {
+                IdleSystem::Ours => vec!["ours".to_string()],
+                IdleSystem::Linux => vec!["linux".to_string()],
+                IdleSystem::Both => vec!["ours".to_string(), "linux".to_string()],
+            };
+            let what = match a.what {
+                IdleWhat::Shell => vec![idle::What::Shell],
+                IdleWhat::Tcpserv => vec![idle::What::Tcpserv],
+                IdleWhat::Webd => vec![idle::What::Webd],
+                IdleWhat::All => vec![idle::What::Shell, idle::What::Tcpserv, idle::What::Webd],
+            };
+            work(idle::command(&idle::IdleOptions { smp: a.smp.0, systems, what, seconds: a.seconds, guest: a.guest }))
+        }
         Command::Completions(a) => {
             use std::io::Write;
             work(std::io::stdout().write_all(&cli::completions(a.shell)).map_err(|e| format!("completions: {e}")))

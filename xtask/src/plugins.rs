@@ -624,7 +624,14 @@ fn run_net_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[Str
     let acc = AcceptSpec { conns, rounds: 1, warmup: 1, ready_timeout: spec.timeout, ..AcceptSpec::default() };
     let net = crate::net::NetConfig::service()?;
     let port = net.host_port(crate::net::SERVICE_PORT).ok_or("no forward to the service port")?;
-    let guest_words = format!("conns={} warmup={}", acc.guest_conns(), acc.warmup);
+    let mut guest_words = format!("conns={} warmup={}", acc.guest_conns(), acc.warmup);
+    // Ours: `idle=poll` (Corey's pure polling) or `idle=sleep` (the default) passes through.
+    if let Some(w) = spec.params.split_whitespace().find(|w| w.starts_with("idle=")) {
+        if spec.system == System::Ours {
+            guest_words.push(' ');
+            guest_words.push_str(w);
+        }
+    }
     let mut cfg = match spec.system {
         System::Ours => {
             let mode = if spec.workload == "tcp_accept_polling" { "polling" } else { "dedicated" };
@@ -1627,6 +1634,11 @@ fn cmd_overhead(o: &Opts) -> Result<(), String> {
 }
 
 /// `cargo xtask plugin ...` (and `cachesim`, `audit`).
+/// A measurement command without its workload: a usage error (status 2) with the usage.
+fn bare(cmd: &str) -> crate::Failure {
+    crate::Failure::Usage(format!("{cmd}: --workload NAME is required\n{}", crate::cli::usage_of(&["plugin", cmd])))
+}
+
 pub fn main(cmd: PluginCommand) -> Result<(), crate::Failure> {
     match cmd {
         PluginCommand::Build => crate::work(build().map(|b| {
@@ -1642,6 +1654,9 @@ pub fn main(cmd: PluginCommand) -> Result<(), crate::Failure> {
                 Ok(())
             }
         })),
+        PluginCommand::Insncount(a) if a.workload.is_none() => Err(bare("insncount")),
+        PluginCommand::Cachesim(a) if a.workload.is_none() => Err(bare("cachesim")),
+        PluginCommand::Sharing(a) if a.workload.is_none() => Err(bare("sharing")),
         PluginCommand::Insncount(a) => crate::work(cmd_insncount(&crate::usage(opts(a))?)),
         PluginCommand::Cachesim(a) => crate::work(cmd_cachesim(&crate::usage(opts(a))?)),
         PluginCommand::Sharing(a) => crate::work(cmd_sharing(&crate::usage(opts(a))?)),

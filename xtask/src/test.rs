@@ -469,9 +469,9 @@ fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     };
     // Input sent while the kernel boots can lose its first bytes (the UART is reset): lead
     // with blank lines, which the shell ignores.
-    let input = format!("{}run -c 0,1 hello a b\nfoo\nrun -c 7 hello\nrun -c 1,x hello\nrun nosuch\ncores\nstat\nobjs\ngrant 1\nrun -c 1 hog\nrun -c 0 hog\nrun -c 1 hello after\nhalt\n", "\n".repeat(16));
+    let input = format!("{}run -c 0,1 hello a b\nfoo\nrun -c 7 hello\nrun -c 1,x hello\nrun nosuch\ncores\nstat\nobjs\ngrant 1\nrun -c 1 hog\nrun -c 0 hog\nrun -c 1 hello after\nstat\nsleep 2000\nstat\nhalt\n", "\n".repeat(16));
     let out = boot_captured(&cfg, Some(&input), false, None)?;
-    let checks: [(&str, &dyn Fn(&str) -> bool); 11] = [
+    let checks: [(&str, &dyn Fn(&str) -> bool); 12] = [
         ("program output on both cores", &|s| s.lines().filter(|l| l.trim() == "arg 0: a").count() == 2),
         ("exit line from the shell's own core", &|s| s.contains("sh: hello on core 0 exited with code 0")),
         ("exit line from another core", &|s| s.contains("sh: hello on core 1 exited with code 0")),
@@ -485,6 +485,10 @@ fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
         // memory must be a failed allocation (exit 2 from hog), not a fault ending the shell.
         ("out of memory on the shell's core", &|s| s.contains("sh: hog on core 0 exited with code 2") && s.contains("arg 0: after")),
         ("halt: clean exit, no leak", &|s| s.contains("sh: halt") && s.contains("init: `sh` exited with code 0")),
+        // `sleep 2000` between two `stat`s: the shell's core and the idle core each spent at
+        // least half of it halted (the kernel's own count, `halted_ms`), whatever the host's
+        // speed. Catches an idle loop or a sleep that polls instead of halting.
+        ("idle cores halt (halted_ms over `sleep 2000`)", &|s| cores_halted_between_last_stats(s, 1000).is_ok()),
     ];
     let mut t = TestTally::default();
     for (what, check) in checks {
@@ -492,6 +496,11 @@ fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
             t.passed += 1;
         } else {
             println!("   FAILED: shell: {what}");
+            if what.starts_with("idle cores halt") {
+                if let Err(e) = cores_halted_between_last_stats(&out.serial, 1000) {
+                    println!("   | {e}");
+                }
+            }
             t.failed += 1;
         }
     }
@@ -543,6 +552,16 @@ fn tcp_service(kernel: &Path, initrd: &Path, smp: u32, mode: &str) -> Result<Tes
     let words = o.guest_words();
     let served = words.iter().find(|(k, _)| k == "conns").map(|(_, v)| v.clone()).unwrap_or_default();
     check("the guest counted every connection", served == spec.guest_conns().to_string(), format!("conns={served:?}"));
+    // tcpserv sleeps when idle by default: every service core (and the kernel core) halted
+    // during the run, counted by the kernel, and the service cores still served (the checks
+    // above). Catches a service core or kernel core that polls despite `idle=sleep`.
+    let halts = tcpserv_halts(&o.finished.serial);
+    let not_halted: Vec<String> = halts.iter().filter(|h| h.role != "other" && h.halts == 0).map(|h| format!("core {} ({})", h.core, h.role)).collect();
+    check(
+        "service and kernel cores halted while idle (idle=sleep)",
+        !halts.is_empty() && halts.iter().any(|h| h.role == "service") && not_halted.is_empty(),
+        format!("never halted: {not_halted:?}; halts line: {:?}", o.finished.serial.lines().find(|l| l.starts_with("tcpserv: halts"))),
+    );
     // The kernel's own verdict (init exited 0 and its leak check found nothing) is QEMU's
     // exit status, as for every other boot of the suite.
     let leak = o.finished.serial.lines().find(|l| l.contains("init: free pages")).unwrap_or("").to_string();
@@ -555,6 +574,70 @@ fn tcp_service(kernel: &Path, initrd: &Path, smp: u32, mode: &str) -> Result<Tes
     }
     println!("   {name}: {} passed, {} failed", t.passed, t.failed);
     Ok(t)
+}
+
+/// The shell's `stat` tables: per core, `(halts, halted_ms)` (the last two columns).
+fn shell_stat_tables(serial: &str) -> Vec<Vec<(u64, u64)>> {
+    let mut tables = Vec::new();
+    let mut cur: Option<Vec<(u64, u64)>> = None;
+    for l in serial.lines() {
+        // The header may follow the prompt on the same line.
+        if l.contains("core  role  syscalls") && l.trim_end().ends_with("halts  halted_ms") {
+            if let Some(t) = cur.take() {
+                tables.push(t);
+            }
+            cur = Some(Vec::new());
+            continue;
+        }
+        let Some(t) = cur.as_mut() else { continue };
+        let w: Vec<&str> = l.split_whitespace().collect();
+        match (w.first().and_then(|c| c.parse::<u64>().ok()), w.len()) {
+            (Some(_), n) if n >= 3 => match (w[n - 2].parse(), w[n - 1].parse()) {
+                (Ok(h), Ok(ms)) => t.push((h, ms)),
+                _ => tables.push(cur.take().unwrap_or_default()),
+            },
+            _ => tables.push(cur.take().unwrap_or_default()),
+        }
+    }
+    tables.extend(cur);
+    tables
+}
+
+/// Between the last two `stat` tables every core spent at least `min_ms` more halted.
+fn cores_halted_between_last_stats(serial: &str, min_ms: u64) -> Result<(), String> {
+    let t = shell_stat_tables(serial);
+    let [.., a, b] = t.as_slice() else { return Err(format!("want two `stat` tables, found {}", t.len())) };
+    if a.is_empty() || a.len() != b.len() {
+        return Err(format!("`stat` tables of {} and {} cores", a.len(), b.len()));
+    }
+    let short: Vec<String> = a.iter().zip(b).enumerate().filter(|(_, (x, y))| y.1.saturating_sub(x.1) < min_ms).map(|(c, (x, y))| format!("core {c}: {} ms halted", y.1.saturating_sub(x.1))).collect();
+    if short.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("cores that did not halt for {min_ms} ms: {}", short.join(", ")))
+    }
+}
+
+/// One core's entry of tcpserv's `tcpserv: halts idle=.. core0=ROLE:HALTS/MS ...` line.
+#[derive(Debug, PartialEq)]
+struct CoreHalts {
+    core: u32,
+    role: String,
+    halts: u64,
+    halted_ms: u64,
+}
+
+fn tcpserv_halts(serial: &str) -> Vec<CoreHalts> {
+    let Some(line) = serial.lines().find(|l| l.starts_with("tcpserv: halts")) else { return Vec::new() };
+    line.split_whitespace()
+        .filter_map(|w| {
+            let (k, v) = w.split_once('=')?;
+            let core = k.strip_prefix("core")?.parse().ok()?;
+            let (role, counts) = v.split_once(':')?;
+            let (h, ms) = counts.split_once('/')?;
+            Some(CoreHalts { core, role: role.to_string(), halts: h.parse().ok()?, halted_ms: ms.parse().ok()? })
+        })
+        .collect()
 }
 
 /// `ltest` run by the shell (issue 5's cfork-under-the-shell bug): once on the shell's own
@@ -1124,6 +1207,30 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shell_stat_tables_and_halted_time() {
+        let head = "core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts  switches  lock_waits  lock_spin_us  sched_msgs  halts  halted_ms";
+        let serial = format!("sh> {head}\n   0  XC    10  0  0  0  0  0  1  0  0  0  0  5  100\n   1  XC    0  0  0  0  0  0  0  0  0  0  0  3  200\nsh> \nsh> {head}\n   0  XC    12  0  0  0  0  0  1  0  0  0  0  9  1300\n   1  XC    0  0  0  0  0  0  0  0  0  0  0  4  1900\nsh> halt\n");
+        let t = shell_stat_tables(&serial);
+        assert_eq!(t, vec![vec![(5, 100), (3, 200)], vec![(9, 1300), (4, 1900)]]);
+        assert!(cores_halted_between_last_stats(&serial, 1000).is_ok());
+        // Core 1 halted 1700 ms, core 0 only 1200: a threshold of 1500 names core 0.
+        let e = cores_halted_between_last_stats(&serial, 1500).unwrap_err();
+        assert!(e.contains("core 0") && !e.contains("core 1"), "{e}");
+        assert!(cores_halted_between_last_stats("sh> \n", 1).is_err());
+    }
+
+    #[test]
+    fn tcpserv_halts_line_is_read() {
+        let serial = "x\ntcpserv: halts idle=sleep core0=service:12/340 core1=kc:5/20 core2=other:0/0\n";
+        let h = tcpserv_halts(serial);
+        assert_eq!(h.len(), 3);
+        assert_eq!(h[0], CoreHalts { core: 0, role: "service".into(), halts: 12, halted_ms: 340 });
+        assert_eq!(h[1].role, "kc");
+        assert_eq!(h[2].halts, 0);
+        assert!(tcpserv_halts("tcpserv: done conns=1\n").is_empty());
+    }
 
     const CLEAN: Ending = Ending { timed_out: false, exit_ok: true };
     const EXIT_FAILURE: Ending = Ending { timed_out: false, exit_ok: false };

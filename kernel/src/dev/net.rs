@@ -47,6 +47,39 @@ const NONE: u32 = u32::MAX;
 
 /// Set while a virtual NIC owns the card.
 static CARD_TAKEN: AtomicBool = AtomicBool::new(false);
+/// The I/O APIC input of the card's INTx line (`pci::intx_gsi`), or `u32::MAX` if unknown.
+static CARD_GSI: AtomicU32 = AtomicU32::new(u32::MAX);
+/// The vector the card's interrupt arrives on while a core sleeps waiting for it.
+pub const VECTOR_NIC: u8 = 0xE1;
+
+/// The card's interrupt: it only ends a halt. The line stays asserted until the driver
+/// acknowledges it, so it is masked before the EOI (`arm` unmasks it again).
+fn nic_interrupt(_f: &mut crate::arch::x86_64::idt::TrapFrame) {
+    let gsi = CARD_GSI.load(Ordering::Relaxed);
+    if gsi != u32::MAX {
+        crate::arch::x86_64::ioapic::mask(gsi);
+    }
+    crate::arch::x86_64::apic::eoi();
+}
+
+/// What `arm` found.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Armed {
+    /// The card's interrupt will end the coming halt.
+    Yes,
+    /// A completion is already waiting (or the driver is busy): do not sleep.
+    Work,
+    /// No interrupt line: sleep on a short timer instead.
+    NoLine,
+}
+
+/// Mask the card's interrupt again after a halt.
+pub fn disarm() {
+    let gsi = CARD_GSI.load(Ordering::Relaxed);
+    if gsi != u32::MAX {
+        crate::arch::x86_64::ioapic::mask(gsi);
+    }
+}
 
 /// The card's hwid, if the PCI walk found one.
 pub fn card() -> Option<pci::Function> {
@@ -108,6 +141,9 @@ pub struct NetDev {
     /// line a channel shares on purpose: the service core sets it, the core that fills the
     /// channel's ring reads it and, if set, clears it and sends the wake-up IPI.
     waiters: Vec<CachePadded<AtomicU32>>,
+    /// `CONF_NET_KC_IDLE`: microseconds of empty polls before the kernel core sleeps (0:
+    /// never).
+    kc_idle_us: AtomicU64,
     /// The core polling it (`pcore_add_device`), or `u32::MAX`.
     pub attached: AtomicU32,
     /// The device object is gone: poll nothing more.
@@ -144,6 +180,8 @@ impl NetDev {
                 return Err(e);
             }
         };
+        CARD_GSI.store(pci::intx_gsi(f.df).unwrap_or(u32::MAX), Ordering::Relaxed);
+        crate::arch::x86_64::idt::register_handler(VECTOR_NIC, nic_interrupt);
         // From here on, dropping `dev` unpins and frees the card.
         let mut chans = Vec::new();
         let mut dev = NetDev {
@@ -157,6 +195,7 @@ impl NetDev {
             chans: Vec::new(),
             unsteered_drops: CachePadded::new(AtomicU64::new(0)),
             waiters: Vec::new(),
+            kc_idle_us: AtomicU64::new(abi::NET_KC_IDLE_POLL_US),
             attached: AtomicU32::new(u32::MAX),
             dead: AtomicBool::new(false),
             owns_card: AtomicBool::new(true),
@@ -454,6 +493,37 @@ impl NetDev {
         did
     }
 
+    /// Before this core halts waiting for frames: acknowledge the card's interrupt (which
+    /// lowers its line), look once more for completions, and if there are none route the line
+    /// to this core, unmasked. A completion after the look raises the line again, and the
+    /// level-triggered input delivers it as soon as the core enables interrupts, so none is
+    /// lost. Interrupts are off.
+    pub fn arm(&self, apic_id: u32) -> Armed {
+        let gsi = CARD_GSI.load(Ordering::Relaxed);
+        if gsi == u32::MAX || self.dead.load(Ordering::Acquire) {
+            return Armed::NoLine;
+        }
+        let Some(mut g) = self.driver.try_lock() else { return Armed::Work };
+        let Some(st) = g.first_mut() else { return Armed::NoLine };
+        let _ = st.drv.ack_interrupt();
+        if st.drv.poll_receive().is_some() || st.drv.poll_transmit().is_some() {
+            return Armed::Work;
+        }
+        if crate::arch::x86_64::ioapic::route_level(gsi, VECTOR_NIC, apic_id) {
+            Armed::Yes
+        } else {
+            Armed::NoLine
+        }
+    }
+
+    /// Publish whether the kernel core polling this NIC sleeps (`NET_HEADER_KC_ASLEEP`).
+    fn set_kc_asleep(&self, asleep: bool) {
+        if self.pages.is_empty() {
+            return;
+        }
+        self.page(0)[(abi::NET_HEADER_KC_ASLEEP / 8) as usize].store(asleep as u64, Ordering::Release);
+    }
+
     /// After filling channel `c`'s ring: wake its service core if it sleeps in `wait`.
     fn wake(&self, c: u64) {
         let w = &self.waiters[c as usize];
@@ -474,9 +544,6 @@ impl NetDev {
         if c >= self.nchannels || timeout_us > abi::NET_MAX_WAIT_US {
             return Err(Error::InvalidArgument);
         }
-        if self.mode.load(Ordering::Relaxed) == NET_MODE_INLINE {
-            return Err(Error::NotPermitted);
-        }
         if timeout_us == 0 || self.dead.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -488,16 +555,24 @@ impl NetDev {
         core::sync::atomic::fence(Ordering::SeqCst);
         let cons = |ring: u64| self.ring(c, ring)[(NET_RING_CONSUMER / 8) as usize].load(Ordering::Acquire);
         let pending = ch.rx_put.load(Ordering::Relaxed) > cons(NET_RING_RX) || ch.txdone_put.load(Ordering::Relaxed) > cons(NET_RING_TXDONE);
-        if !pending && !ch.broken.load(Ordering::Relaxed) {
+        // Inline: only this core polls the card, so the card's interrupt must wake it; without
+        // one the sleep is short (the caller polls again after it).
+        let inline = self.mode.load(Ordering::Relaxed) == NET_MODE_INLINE;
+        let armed = if inline && !pending { self.arm(me.apic_id) } else { Armed::NoLine };
+        let timeout_us = if inline && armed == Armed::NoLine { timeout_us.min(abi::NET_KC_SLEEP_US) } else { timeout_us };
+        if !pending && armed != Armed::Work && !ch.broken.load(Ordering::Relaxed) {
             if !periodic {
                 apic::timer_oneshot_us(timeout_us);
             }
             // Any interrupt ends the sleep: the wake-up IPI, the timer, a shootdown.
-            cpu::enable_and_halt();
+            crate::smp::halt(me);
             cpu::disable_interrupts();
             if !periodic {
                 apic::timer_periodic_us(0);
             }
+        }
+        if armed == Armed::Yes {
+            disarm();
         }
         self.waiters[c as usize].store(0, Ordering::Relaxed);
         cpu::enable_interrupts();
@@ -534,6 +609,22 @@ impl NetDev {
                 _ => Err(Error::InvalidArgument),
             },
             abi::CONF_NET_WAIT => self.wait(value & 0xFF, value >> 8),
+            abi::CONF_NET_KICK => {
+                let core = self.attached.load(Ordering::Acquire);
+                if let Some(kc) = crate::percpu::get(core as usize) {
+                    if kc.role.load(Ordering::Acquire) == abi::ROLE_KC && !kc.polling.load(Ordering::Acquire) {
+                        crate::arch::x86_64::apic::send_ipi(kc.apic_id, crate::arch::x86_64::apic::VECTOR_WAKE);
+                    }
+                }
+                Ok(())
+            }
+            abi::CONF_NET_KC_IDLE => {
+                if value > abi::NET_MAX_WAIT_US {
+                    return Err(Error::InvalidArgument);
+                }
+                self.kc_idle_us.store(value, Ordering::Relaxed);
+                Ok(())
+            }
             abi::CONF_NET_POLL => {
                 if self.mode.load(Ordering::Relaxed) != NET_MODE_INLINE {
                     return Err(Error::NotPermitted);
@@ -627,9 +718,51 @@ pub fn detach(dev: &KRef<NetDev>, only: Option<usize>) -> Result<(), Error> {
     Ok(())
 }
 
+/// How long kernel core `core` keeps polling its virtual NICs with nothing arriving before it
+/// sleeps (`CONF_NET_KC_IDLE`, the shortest of its NICs'), or `None` if one of them asks for
+/// pure polling (Corey's kernel cores poll devices instead of taking their interrupts).
+pub fn sleep_after_us(core: usize) -> Option<u64> {
+    let list = POLLED[core].lock();
+    let mut after = None;
+    for d in list.iter() {
+        match d.kc_idle_us.load(Ordering::Relaxed) {
+            0 => return None,
+            us => after = Some(after.map_or(us, |a: u64| a.min(us))),
+        }
+    }
+    Some(after.unwrap_or(abi::NET_KC_IDLE_POLL_US))
+}
+
+/// Tell the programs of every virtual NIC kernel core `core` polls that it sleeps (or polls
+/// again); after setting it, the caller looks at the rings once more (`poll_attached`).
+pub fn set_asleep_attached(core: usize, asleep: bool) {
+    for d in POLLED[core].lock().iter() {
+        d.set_kc_asleep(asleep);
+    }
+    core::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// `NetDev::arm` for every virtual NIC kernel core `core` polls: `Yes` only if every one is
+/// armed.
+pub fn arm_attached(core: usize, apic_id: u32) -> Armed {
+    let list = POLLED[core].lock();
+    let mut r = Armed::Yes;
+    for d in list.iter() {
+        match d.arm(apic_id) {
+            Armed::Yes => {}
+            Armed::Work => return Armed::Work,
+            Armed::NoLine => r = Armed::NoLine,
+        }
+    }
+    if list.is_empty() {
+        Armed::NoLine
+    } else {
+        r
+    }
+}
+
 /// A kernel core's poll of its virtual NICs: `None` if it has none, else whether anything
-/// moved. A core with a device polls it without pause (Corey's kernel cores poll devices
-/// instead of taking their interrupts), so the caller never sleeps while this is `Some`.
+/// moved.
 pub fn poll_attached(core: usize) -> Option<bool> {
     let mut did = false;
     let mut i = 0;

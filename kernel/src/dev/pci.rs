@@ -39,12 +39,16 @@ pub type Root = PciRoot<MmioCam<'static>>;
 /// `device_alloc`); nothing on a data path touches it.
 static ROOT: TicketLock<Option<Root>> = TicketLock::new(None);
 static FUNCTIONS: TicketLock<Vec<Function>> = TicketLock::new(Vec::new());
+/// Where the ECAM window is mapped (0: none), for the few configuration reads done outside
+/// the crate's `PciRoot` (the interrupt pin).
+static ECAM_VA: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
 /// Walk the buses the MCFG lists. Returns how many functions were found.
 pub fn init(ecam: Option<Ecam>) -> Result<usize, &'static str> {
     let Some(ecam) = ecam else { return Ok(0) };
     // The ECAM window covers 256 buses of 1 MiB each; `MmioCam` assumes all 256 are mapped.
     let base_va = boot::map_mmio(ecam.base, Cam::Ecam.size() as u64)?;
+    ECAM_VA.store(base_va, core::sync::atomic::Ordering::Relaxed);
     // SAFETY: `base_va` maps the 256 MiB ECAM region uncached, for the life of the kernel; only
     // this root (kept in `ROOT`, used under its lock) and the transports made from it access it.
     let cam = unsafe { MmioCam::new(base_va as *mut u8, Cam::Ecam) };
@@ -99,6 +103,27 @@ pub fn functions() -> Result<Vec<Function>, abi::Error> {
 /// The first function of virtio type `t`.
 pub fn find_virtio(t: DeviceType) -> Option<Function> {
     FUNCTIONS.lock().iter().find(|f| f.virtio == Some(t)).copied()
+}
+
+/// The I/O APIC input a function's legacy interrupt (INTx) reaches, on QEMU's q35 machine:
+/// the ICH9 routes INTA-INTD of the device in slot S to PIRQ E-H as `(S + pin) % 4 + 4`, and in
+/// APIC mode PIRQ n is global system interrupt 16 + n (QEMU's `ich9_lpc_map_irq` and the _PRT
+/// of its ACPI tables). `None` for a function with no interrupt pin or outside bus 0. Another
+/// chipset routes differently: its interrupt then never comes, and the sleeping kernel core
+/// still wakes by its timer.
+pub fn intx_gsi(df: DeviceFunction) -> Option<u32> {
+    let va = ECAM_VA.load(core::sync::atomic::Ordering::Relaxed);
+    if va == 0 || df.bus != 0 {
+        return None;
+    }
+    let off = (df.device as u64) << 15 | (df.function as u64) << 12 | 0x3D;
+    // SAFETY: the ECAM window is mapped uncached for the life of the kernel (`init`), and
+    // offset 0x3D of a function's 4 KiB of configuration space is its interrupt pin register.
+    let pin = unsafe { core::ptr::read_volatile((va + off) as *const u8) };
+    if !(1..=4).contains(&pin) {
+        return None;
+    }
+    Some(16 + (df.device as u32 + pin as u32 - 1) % 4 + 4)
 }
 
 /// The function with hwid `hwid`.

@@ -658,6 +658,16 @@ int main(void)
         fail("ioperm(0x501)");
     if (!strcmp(wl, "tcpserv"))
         tcpserv_main(cmdline);
+    if (!strcmp(wl, "idle")) {
+        /* `cargo xtask idle`'s baseline of a shell at its prompt: block reading the console. */
+        printf("idle: ready\n");
+        fflush(stdout);
+        for (;;) {
+            char c;
+            if (read(0, &c, 1) <= 0)
+                pause();
+        }
+    }
     nthreads = (int)param("threads", 1);
     iters = param("iters", 1000);
     long ops;

@@ -81,3 +81,30 @@ macro_rules! println {
     () => { $crate::console::_print(format_args!(""), true) };
     ($($arg:tt)*) => { $crate::console::_print(format_args!($($arg)*), true) };
 }
+
+/// Read console input, blocking: the core halts until the serial port's receive interrupt
+/// (or `timeout_ms`, 0 for no limit) instead of polling. Returns the bytes read, 0 on timeout.
+/// Where the core cannot sleep (an application core, whose calls run on a kernel core) it
+/// falls back to polling with a short pause.
+pub fn read_blocking(buf: &mut [u8], timeout_ms: u64) -> usize {
+    let end = (timeout_ms > 0).then(|| crate::time::ticks().saturating_add(timeout_ms.saturating_mul(crate::time::tsc_per_ms())));
+    loop {
+        let n = crate::sys::console_read(buf).unwrap_or(0) as usize;
+        if n > 0 {
+            return n;
+        }
+        let left_us = match end {
+            Some(e) => {
+                let now = crate::time::ticks();
+                if now >= e {
+                    return 0;
+                }
+                ((e - now) * 1000 / crate::time::tsc_per_ms().max(1)).clamp(1, abi::MAX_WAIT_US)
+            }
+            None => abi::MAX_WAIT_US,
+        };
+        if crate::sys::wait(abi::WAIT_CONSOLE, left_us).is_err() {
+            crate::time::spin_ms(2);
+        }
+    }
+}

@@ -367,6 +367,12 @@ pub fn console_read(buf: &mut [u8]) -> Result<u64, Error> {
     unsafe { call(nr::CONSOLE_READ, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0, 0) }
 }
 
+/// `wait(flags, timeout_us)`: halt this core until an interrupt, console input
+/// (`abi::WAIT_CONSOLE`) or the timeout; returns `WAIT_CONSOLE` if input is waiting.
+pub fn wait(flags: u64, timeout_us: u64) -> Result<u64, Error> {
+    call_nomem3(nr::WAIT, flags, timeout_us, 0)
+}
+
 /// `time_now()`: the time-stamp counter (ticks; `SysInfo::tsc_per_ms` per millisecond).
 pub fn time_now() -> Result<u64, Error> {
     call_nomem3(nr::TIME_NOW, 0, 0, 0)

@@ -44,6 +44,25 @@ pub fn spin_ms(ms: u64) {
     }
 }
 
+/// Sleep for about `ms` milliseconds with the core halted (`nr::WAIT`; woken early by other
+/// interrupts, it halts again). Busy-waits where the core cannot halt for us (an AC).
+pub fn sleep_ms(ms: u64) {
+    let end = ticks().saturating_add(ms.saturating_mul(tsc_per_ms()));
+    loop {
+        let now = ticks();
+        if now >= end {
+            return;
+        }
+        let us = ((end - now) * 1000 / tsc_per_ms().max(1)).clamp(1, abi::MAX_WAIT_US);
+        if crate::sys::wait(0, us).is_err() {
+            while ticks() < end {
+                core::hint::spin_loop();
+            }
+            return;
+        }
+    }
+}
+
 /// Poll `done` until it returns true or `ms` milliseconds pass; returns whether it did.
 pub fn wait_until(ms: u64, mut done: impl FnMut() -> bool) -> bool {
     let end = ticks().saturating_add(ms.saturating_mul(tsc_per_ms()));

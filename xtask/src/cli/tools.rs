@@ -264,8 +264,8 @@ pub struct NetFuzzArgs {
     /// The seed
     #[arg(long, value_name = "S", default_value = "1", value_parser = number)]
     pub seed: u64,
-    /// The guest system
-    #[arg(long, value_name = "SYSTEM", default_value = "linux", value_parser = ["linux", "ours"])]
+    /// The guest system: ours (this system, the default) or linux (the baseline)
+    #[arg(long, value_name = "SYSTEM", default_value = "ours", value_parser = ["linux", "ours"])]
     pub system: String,
     /// vCPUs, 1..=64
     #[arg(long, value_name = "K", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]

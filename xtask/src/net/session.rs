@@ -76,6 +76,11 @@ impl Session {
         Ok(Session { child, lines, stderr: Some(stderr), serial: String::new(), start: Instant::now(), echo, exit: None })
     }
 
+    /// QEMU's process id (its CPU time is in /proc/PID/stat).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     fn take(&mut self, line: String) {
         if self.echo {
             print!("{line}");

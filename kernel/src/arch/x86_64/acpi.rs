@@ -37,6 +37,11 @@ pub struct AcpiInfo {
     pub x2apic_entries: bool,
     /// PCI segment group 0's configuration space (MCFG), if the firmware lists one.
     pub ecam: Option<Ecam>,
+    /// The first I/O APIC (MADT type 1): its address and first global system interrupt.
+    pub ioapic: Option<(u64, u32)>,
+    /// The global system interrupt of ISA IRQ 4 (COM1): 4 unless an interrupt source
+    /// override (MADT type 2) moves it.
+    pub com1_gsi: u32,
 }
 
 /// One MCFG entry: memory-mapped configuration space for buses `bus_start..=bus_end`.
@@ -130,6 +135,8 @@ pub fn parse(loader_rsdp: Option<u64>, bsp_apic_id: u32) -> Result<AcpiInfo, &'s
         slit: None,
         x2apic_entries: false,
         ecam: None,
+        ioapic: None,
+        com1_gsi: 4,
     };
     let mut madt = None;
     let mut srat = None;
@@ -189,6 +196,20 @@ fn parse_madt(pa: u64, bsp: u32, info: &mut AcpiInfo) -> Result<(), &'static str
                     add_cpu(info, apic_id as u32);
                 } else {
                     info.cpus_skipped += 1;
+                }
+            }
+            1 if elen >= 12 => {
+                let addr: u32 = read_phys(e + 4).ok_or("bad MADT")?;
+                let gsi_base: u32 = read_phys(e + 8).ok_or("bad MADT")?;
+                if info.ioapic.is_none_or(|(_, b)| gsi_base < b) {
+                    info.ioapic = Some((addr as u64, gsi_base));
+                }
+            }
+            2 if elen >= 10 => {
+                let irq: u8 = read_phys(e + 3).ok_or("bad MADT")?;
+                let gsi: u32 = read_phys(e + 4).ok_or("bad MADT")?;
+                if irq == 4 {
+                    info.com1_gsi = gsi;
                 }
             }
             9 if elen >= 16 => {

@@ -6,6 +6,7 @@ pub mod boot;
 pub mod cpu;
 pub mod gdt;
 pub mod idt;
+pub mod ioapic;
 pub mod paging;
 pub mod serial;
 pub mod syscall;

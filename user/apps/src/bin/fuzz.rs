@@ -198,7 +198,7 @@ const NAME_ERRS: u32 = bit(Error::NameTooLong);
 const BUF_ERRS: u32 = bit(Error::BufferTooSmall);
 const MAP_ERRS: u32 = bit(Error::Misaligned) | bit(Error::Overlap) | bit(Error::Busy);
 
-const CALLS: [CallInfo; 50] = [
+const CALLS: [CallInfo; 51] = [
     CallInfo { nr: nr::OBJ_GET_NAME, name: "obj_get_name", extra: BUF_ERRS, names_objects: true },
     CallInfo { nr: nr::OBJ_STAT, name: "obj_stat", extra: 0, names_objects: true },
     CallInfo { nr: nr::SHARE_ALLOC, name: "share_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
@@ -283,6 +283,8 @@ const CALLS: [CallInfo; 50] = [
     CallInfo { nr: nr::PPC_UNBIND, name: "ppc_unbind", extra: 0, names_objects: true },
     // Unsupported: the command line configured no injection.
     CallInfo { nr: nr::INJECT_CTL, name: "inject_ctl", extra: bit(Error::Unsupported), names_objects: false },
+    // NotPermitted: a call forwarded to a kernel core or made through a syscall ring.
+    CallInfo { nr: nr::WAIT, name: "wait", extra: bit(Error::NotPermitted), names_objects: false },
     CallInfo { nr: u64::MAX, name: "(unknown)", extra: 0, names_objects: false },
 ];
 const NCALLS: usize = CALLS.len();
@@ -805,7 +807,8 @@ impl Fuzz {
             988..=990 => call_index(nr::PPC_BIND),
             991..=994 => call_index(nr::PPC_CALL),
             995 => call_index(nr::PPC_UNBIND),
-            996..=997 => call_index(nr::PPC_RETURN),
+            996 => call_index(nr::PPC_RETURN),
+            997 => call_index(nr::WAIT),
             998 => call_index(nr::INJECT_CTL),
             _ => UNKNOWN,
         };
@@ -1247,6 +1250,13 @@ impl Fuzz {
             }
             nr::PPC_UNBIND => {
                 a = [self.slot(), 0, 0, 0, 0, 0];
+            }
+            nr::WAIT => {
+                // Short waits only (the fuzzer must keep calling): bad flags and timeouts past
+                // the limit are refused; a good one halts this core at most 200 us.
+                let flags = [0, abi::WAIT_CONSOLE, 2 + self.rng.below(6), self.rng.next()][self.rng.below(4) as usize];
+                let timeout = if self.rng.pct(85) { self.rng.below(200) } else { abi::MAX_WAIT_US + 1 + self.rng.below(1 << 20) };
+                a = [flags, timeout, 0, 0, 0, 0];
             }
             nr::INJECT_CTL => {
                 // Arming is a no-op by now (the harness armed before fuzzing); counts into any

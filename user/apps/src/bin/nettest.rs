@@ -155,7 +155,13 @@ fn device_buf_checks_its_arguments() -> TestResult {
         ensure!(slept < 2_000_000_000, "a 20 ms wait took {slept} ns");
         err!(sys::device_conf(nic.dev, &DeviceConf { key: 0x7777, value: 0 }), Error::Unsupported);
         ok!(sys::device_conf(nic.dev, &DeviceConf { key: CONF_NET_MODE, value: abi::NET_MODE_INLINE }));
-        err!(wait(0, 100), Error::NotPermitted);
+        // Inline: a sleep bounded by its timeout (nothing but the card's interrupt wakes it).
+        ok!(wait(0, 100));
+        // The kernel core's idle stretch: at most NET_MAX_WAIT_US; 0 is pure polling.
+        err!(sys::device_conf(nic.dev, &DeviceConf { key: abi::CONF_NET_KC_IDLE, value: abi::NET_MAX_WAIT_US + 1 }), Error::InvalidArgument);
+        ok!(sys::device_conf(nic.dev, &DeviceConf { key: abi::CONF_NET_KC_IDLE, value: 0 }));
+        ok!(sys::device_conf(nic.dev, &DeviceConf { key: abi::CONF_NET_KC_IDLE, value: abi::NET_KC_IDLE_POLL_US }));
+        ok!(sys::device_conf(nic.dev, &DeviceConf { key: abi::CONF_NET_KICK, value: 0 }));
         ok!(sys::device_conf(nic.dev, &DeviceConf { key: CONF_NET_MODE, value: abi::NET_MODE_DEDICATED }));
         err!(tx(0, 0, 60, BUF_NET_TX), Error::NotPermitted);
         Ok(Pass::Ok)

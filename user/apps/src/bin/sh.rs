@@ -3,7 +3,9 @@
 //! Commands (one per line): `run [-c CORES] PROG [ARGS...]` runs a program from the boot
 //! image on each listed core (`-c 2,3`; default: the next core after the shell's) and waits
 //! for all of them; `cores` lists online cores with their roles and locality; `objs` lists
-//! the objects in this context's shares; `stat` shows per-core counters; `grant N [xc|tc|ac]`
+//! the objects in this context's shares; `stat` shows per-core counters (`halts` and
+//! `halted_ms`: how often and how long each core halted waiting for an interrupt); `sleep MS`
+//! halts the shell's core for a while; `grant N [xc|tc|ac]`
 //! and `release CORE|all` ask the core scheduler on core 0 for cores and give them back
 //! (`sched=core0`); `help`; `halt` exits the shell (the kernel then checks for leaks and
 //! powers off).
@@ -39,12 +41,8 @@ fn main(_args: &'static str) -> u64 {
     print!("{PROMPT}");
     loop {
         let mut buf = [0u8; 64];
-        let n = sys::console_read(&mut buf).unwrap_or(0) as usize;
-        if n == 0 {
-            // Non-blocking console: poll with a short pause.
-            libos::time::spin_ms(2);
-            continue;
-        }
+        // The core halts until a key arrives (the serial receive interrupt), no polling.
+        let n = libos::console::read_blocking(&mut buf, 0);
         for &b in &buf[..n] {
             match b {
                 b'\r' | b'\n' => {
@@ -88,6 +86,13 @@ fn run_line(line: &str) -> bool {
         "cores" => cores(),
         "objs" => objs(),
         "stat" => stat(),
+        "sleep" => match rest.as_slice() {
+            [ms] => match ms.parse::<u64>() {
+                Ok(ms) if (1..=60_000).contains(&ms) => libos::time::sleep_ms(ms),
+                _ => println!("sh: sleep MS: 1..=60000 milliseconds"),
+            },
+            _ => println!("sh: sleep MS"),
+        },
         "run" => run(&rest),
         "grant" => grant(&rest),
         "release" => release(&rest),
@@ -139,6 +144,7 @@ fn help() {
     println!("  cores                          online cores, their roles and locality");
     println!("  objs                           objects in this context's shares");
     println!("  stat                           per-core counters");
+    println!("  sleep MS                       halt this core for MS milliseconds (1..=60000)");
     println!("  grant N [xc|tc|ac]             ask the core scheduler (sched=core0) for N cores");
     println!("  release CORE|all               give granted cores back");
     println!("  ls [PATH]                      list a directory of the disk's ext2 file system (mounted on first use)");
@@ -148,7 +154,8 @@ fn help() {
     println!("  rm FILE...                     remove files");
     println!("  mv OLD NEW                     rename");
     println!("  ln [-s] TARGET NAME            hard (or symbolic) link");
-    println!("  write FILE WORDS...            make FILE hold WORDS and a newline (append: add them)");
+    println!("  write FILE WORDS...            make FILE hold WORDS and a newline");
+    println!("  append FILE WORDS...           add WORDS and a newline to the end of FILE");
     println!("  sync                           write the buffer cache back to the disk");
     println!("  umount                         sync and let go of the disk (`run` and `halt` do this first)");
     println!("  help                           this list");
@@ -257,7 +264,7 @@ fn objs() {
 }
 
 fn stat() {
-    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts  switches  lock_waits  lock_spin_us  sched_msgs");
+    println!("core  role  syscalls  soft_faults  cow_faults  flushes  ipis_sent  ipis_recv  contexts  switches  lock_waits  lock_spin_us  sched_msgs  halts  halted_ms");
     let tpm = libos::time::tsc_per_ms().max(1);
     for c in 0..ncores() {
         let s: CoreStats = match sys::core_stats(c) {
@@ -268,7 +275,7 @@ fn stat() {
             }
         };
         println!(
-            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}  {:>8}  {:>10}  {:>12}  {:>10}",
+            "{c:>4}  {:<4}  {:>8}  {:>11}  {:>10}  {:>7}  {:>9}  {:>9}  {:>8}  {:>8}  {:>10}  {:>12}  {:>10}  {:>5}  {:>9}",
             abi::role_name(s.role),
             s.syscalls,
             s.soft_faults,
@@ -280,7 +287,9 @@ fn stat() {
             s.context_switches,
             s.lock_spin_waits,
             s.lock_spin_cycles * 1000 / tpm,
-            s.sched_messages
+            s.sched_messages,
+            s.halts,
+            s.halted_cycles / tpm
         );
     }
 }

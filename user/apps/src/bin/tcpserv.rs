@@ -14,8 +14,12 @@
 //!   `seconds`, or for ever).
 //! - `sockets`: listening sockets per core, the most connections a core has open at once
 //!   (default 16).
-//! - `idle`: what a service core does with nothing to do: `poll` (default, Corey's) or
-//!   `sleep` in the kernel until the kernel core fills its ring (`CONF_NET_WAIT`; an IPI).
+//! - `idle`: what the cores do with nothing to do. `sleep` (default): a service core sleeps
+//!   in the kernel after 64 empty polls until the kernel core fills its ring (`CONF_NET_WAIT`;
+//!   an IPI) or a timeout (1 ms in Inline mode, where it polls the card itself; 10 ms on core
+//!   0, which watches the run's end; 100 ms elsewhere), and the kernel core polls adaptively
+//!   (`CONF_NET_KC_IDLE`, docs/net.md). `poll`: every core polls without pause, service cores
+//!   and kernel core alike (Corey's configuration, for the papers' comparison).
 //! - `stats`: print every service core's counts every S seconds (`tcpserv: stats conns=N
 //!   ch0=served/resets/rx/tx/stalls ...`; default 0, only at the end).
 //!
@@ -108,8 +112,11 @@ struct Job {
     sleep: bool,
 }
 
-/// Empty polls in a row before an `idle=sleep` core sleeps.
+/// Empty polls in a row before an `idle=sleep` core sleeps (the kernel core's IPI wakes it
+/// when a frame comes, Dedicated and Polling).
 const IDLE_POLLS_BEFORE_SLEEP: u32 = 64;
+/// In Inline mode, also this long with nothing arriving (only a timeout wakes it there).
+const INLINE_IDLE_BEFORE_SLEEP_NS: u64 = 2_000_000;
 
 /// The share-nothing calibration (common/calib.rs), run on every service core at once after
 /// the connections, only when every service core came up (the barrier counts all of them).
@@ -144,6 +151,7 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
     let mut last = libos::net::ChannelStats::default();
     let (mut after_work, mut measured, mut counting) = (true, false, false);
     let mut idle_polls = 0u32;
+    let mut idle_since = 0u64;
     while !STOP.load(Ordering::Relaxed) {
         if job.channel == 0 {
             // Core 0 ends the run: it reads the others' counts about once a millisecond.
@@ -189,11 +197,17 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
         }
         if !busy {
             idle_polls += 1;
-            if job.sleep && idle_polls >= IDLE_POLLS_BEFORE_SLEEP {
-                // Sleep until the kernel core brings something (or 1 ms, so core 0 still
-                // watches the run's end).
-                stack.wait_idle(1_000);
-                idle_polls = 0;
+            if idle_polls == 1 {
+                idle_since = libos::time::tsc_ns();
+            }
+            // In Inline mode nothing but the timeout ends the sleep: sleep only after a
+            // stretch with nothing arriving, so traffic with short gaps is served by polling.
+            let long_enough = job.nic.mode != Mode::Inline || libos::time::tsc_ns() - idle_since >= INLINE_IDLE_BEFORE_SLEEP_NS;
+            if job.sleep && idle_polls >= IDLE_POLLS_BEFORE_SLEEP && long_enough {
+                // Sleep until the kernel core brings something (in Inline mode: the card's
+                // interrupt), or the timeout: core 0 also watches the run's end.
+                let max_us = if job.channel == 0 { 10_000 } else { 100_000 };
+                stack.wait_idle(max_us);
             }
             continue;
         }
@@ -288,7 +302,7 @@ fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
         sockets: 16,
         warmup: 0,
         stats: 0,
-        sleep: false,
+        sleep: true,
     };
     for w in args.split_whitespace() {
         let (k, v) = w.split_once('=').ok_or_else(|| alloc::format!("{w:?} is not key=value"))?;
@@ -347,6 +361,12 @@ fn main(args: &'static str) -> u64 {
             return 1;
         }
     };
+    if !o.sleep && o.mode != Mode::Inline {
+        // Pure polling: the kernel core never sleeps either.
+        if let Err(e) = nic.set_kc_idle(0) {
+            println!("tcpserv: cannot make the kernel core poll without pause: {e:?}");
+        }
+    }
     let root = libos::root_share();
     let mut kc: Option<ObjName> = None;
     if o.mode != Mode::Inline {
@@ -384,6 +404,9 @@ fn main(args: &'static str) -> u64 {
         }
     }
     let start = libos::time::now_ns();
+    // Every core's halts from here to the end (`tcpserv: halts` line): what the idle mode did.
+    let halts_at = |c: u64| libos::sys::core_stats(c).map(|s| (s.halts, s.halted_cycles)).unwrap_or((0, 0));
+    let halts0: Vec<(u64, u64)> = (0..ncores).map(halts_at).collect();
     if !failed {
         // Core 0 serves channel 0 itself once the other cores listen.
         let n = service.len();
@@ -394,12 +417,13 @@ fn main(args: &'static str) -> u64 {
             TARGET.store(if o.conns > 0 { o.conns } else { u64::MAX }, Ordering::Relaxed);
             NSERVICE.store(n as u64, Ordering::Relaxed);
             println!(
-                "tcpserv: ready mode={} cores={} kc={} port={} sockets={}",
+                "tcpserv: ready mode={} cores={} kc={} port={} sockets={} idle={}",
                 o.mode.name(),
                 n,
                 if o.mode == Mode::Inline { -1 } else { o.kc as i64 },
                 o.port,
-                o.sockets
+                o.sockets,
+                if o.sleep { "sleep" } else { "poll" }
             );
             if let Err(e) = serve(&Job { nic, channel: 0, port: o.port, sockets: o.sockets, calib, sleep: o.sleep }) {
                 println!("tcpserv: channel 0: {e:?}");
@@ -445,6 +469,16 @@ fn main(args: &'static str) -> u64 {
     }
     println!("{line}");
     println!("tcpserv: per core: served/resets/rx frames/tx frames/tx stalls");
+    // How often each core halted during the run and for how long (ms): service cores and the
+    // kernel core halt with `idle=sleep`, and poll without halting with `idle=poll`.
+    let tpm = libos::time::tsc_per_ms().max(1);
+    let mut line = alloc::format!("tcpserv: halts idle={}", if o.sleep { "sleep" } else { "poll" });
+    for (c, &(h0, t0)) in halts0.iter().enumerate() {
+        let (h1, t1) = halts_at(c as u64);
+        let role = if service.contains(&(c as u64)) { "service" } else if kc.is_some() && c as u64 == o.kc { "kc" } else { "other" };
+        line.push_str(&alloc::format!(" core{c}={role}:{}/{}", h1.saturating_sub(h0), t1.saturating_sub(t0) / tpm));
+    }
+    println!("{line}");
     code
 }
 

@@ -213,6 +213,25 @@ fn t_console_write() -> TestResult {
     Ok(Pass::Ok)
 }
 
+fn t_wait() -> TestResult {
+    err!(sys::wait(2, 0), Error::InvalidArgument);
+    err!(sys::wait(0, abi::MAX_WAIT_US + 1), Error::InvalidArgument);
+    let me = libos::core_id();
+    let before = ok!(sys::core_stats(me));
+    let t0 = libos::time::now_ns();
+    ok!(sys::wait(0, 20_000));
+    let slept = libos::time::now_ns() - t0;
+    let after = ok!(sys::core_stats(me));
+    // The core halted (the kernel counts it) and the timeout ended the halt.
+    ensure!(after.halts > before.halts, "halts {} -> {}: the core did not halt", before.halts, after.halts);
+    ensure!(after.halted_cycles > before.halted_cycles, "no halted cycles counted");
+    ensure!(slept < 5_000_000_000, "a 20 ms wait took {slept} ns");
+    // A zero timeout only looks; with WAIT_CONSOLE the answer is 0 or WAIT_CONSOLE.
+    let r = ok!(sys::wait(abi::WAIT_CONSOLE, 0));
+    ensure!(r == 0 || r == abi::WAIT_CONSOLE, "wait(console, 0) -> {r}");
+    Ok(Pass::Ok)
+}
+
 fn t_console_read() -> TestResult {
     let mut buf = [0u8; 16];
     let n = ok!(sys::console_read(&mut buf));
@@ -1305,6 +1324,7 @@ const TESTS: &[Test] = &[
     ("time_now", t_time_now),
     ("console_write", t_console_write),
     ("console_read", t_console_read),
+    ("wait_halts_the_core", t_wait),
     ("obj_get_name", t_obj_get_name),
     ("obj_stat_refs", t_obj_stat_refs),
     ("name_too_long", t_name_too_long),

@@ -24,6 +24,13 @@
 //!   (default: run until killed).
 //! - `halt-app CORE:N`: application core CORE stops after N sums (the bad-input test of an
 //!   application core halted while requests are in flight).
+//! - `idle`: `sleep` (default): a front-end with nothing to do for `IDLE_BEFORE_SLEEP_NS`
+//!   sleeps in the kernel (`CONF_NET_WAIT`), woken when the
+//!   kernel core fills its ring or the card interrupts (Inline); an application core whose
+//!   rings stayed empty as long sleeps 1 ms, then longer up to 32 ms (`nr::WAIT`; nothing
+//!   wakes it early); both poll without pause again from the first work on; a kernel core
+//!   polls adaptively (docs/net.md). `poll`: every core polls
+//!   without pause (Corey's configuration).
 //!
 //! HTTP: GET and HEAD, keep-alive; `/filesum/NAME` answers the decimal sum of the bytes of file
 //! `/NAME` (a path from `root`); `/stats` per-core counters as JSON; any other path the file
@@ -164,6 +171,22 @@ static APP: [CachePadded<AppCount>; MAX_APPS] = [const {
 }; MAX_APPS];
 /// Set by front-end 0 when the run is over (read by every core: one line, written once).
 static STOP: CachePadded<AtomicBool> = CachePadded::new(AtomicBool::new(false));
+/// `--idle sleep` (the default): cores with nothing to do sleep instead of polling. Written
+/// once by `main` before any other core starts.
+static SLEEP: AtomicBool = AtomicBool::new(true);
+/// How long a front-end or application core polls with nothing arriving before it sleeps
+/// (`--idle sleep`): work arriving more often than this is served by polling, as before.
+const IDLE_BEFORE_SLEEP_NS: u64 = 2_000_000;
+/// An application core's first sleep: nothing but the timeout wakes it when a front-end
+/// pushes a request, so it sleeps 1 ms, then twice as long each time nothing came, up to
+/// `APP_SLEEP_MAX_US` (the first request after a long quiet waits at most that long; the
+/// core polls again from then on).
+const APP_SLEEP_US: u64 = 1_000;
+const APP_SLEEP_MAX_US: u64 = 32_000;
+/// A front-end's longest sleep (it is woken by the kernel core or the card's interrupt when a
+/// frame comes); the coordinating front-end watches the run's end, so it sleeps less.
+const FRONT_SLEEP_US: u64 = 100_000;
+const COORDINATOR_SLEEP_US: u64 = 10_000;
 /// Set by front-end 0 once the warm-up requests are done: the measured region.
 static MEASURING: CachePadded<AtomicBool> = CachePadded::new(AtomicBool::new(false));
 static CALIB: calib::Calibration = calib::Calibration::new();
@@ -267,6 +290,9 @@ fn app_main(arg: u64) -> u64 {
     };
     let (mut sums, mut bytes) = (0u64, 0u64);
     let (mut counting, mut measured) = (false, false);
+    let sleep = SLEEP.load(Ordering::Relaxed);
+    let mut idle_since = 0u64;
+    let mut nap_us = APP_SLEEP_US;
     'run: while !STOP.load(Ordering::Relaxed) {
         if !measured && MEASURING.load(Ordering::Relaxed) {
             // MARK_START_ALL turned this vCPU on: it counts until it next finds no work.
@@ -305,11 +331,26 @@ fn app_main(arg: u64) -> u64 {
             }
         }
         if worked {
+            idle_since = 0;
+            nap_us = APP_SLEEP_US;
             count.sums.store(sums, Ordering::Relaxed);
             count.bytes.store(bytes, Ordering::Relaxed);
-        } else if counting {
-            marker(bench::harness::MARK_STOP_CPU);
-            counting = false;
+        } else {
+            if counting {
+                marker(bench::harness::MARK_STOP_CPU);
+                counting = false;
+            }
+            if sleep {
+                let now = libos::time::tsc_ns();
+                if idle_since == 0 {
+                    idle_since = now;
+                } else if now - idle_since >= IDLE_BEFORE_SLEEP_NS {
+                    // Nothing wakes us when a front-end pushes a request: a short sleep,
+                    // longer the longer nothing comes.
+                    let _ = libos::sys::wait(0, nap_us);
+                    nap_us = (nap_us * 2).min(APP_SLEEP_MAX_US);
+                }
+            }
         }
     }
     if counting {
@@ -320,7 +361,7 @@ fn app_main(arg: u64) -> u64 {
     count.alive.store(false, Ordering::Release);
     // A halted core still joins the calibration at the end (the barrier counts every core).
     while !STOP.load(Ordering::Relaxed) {
-        libos::time::spin_ms(1);
+        libos::time::sleep_ms(1);
     }
     if CALIB_OK.load(Ordering::Acquire) {
         CALIB.run(&srv.calib, srv.nfront + me, srv.participants());
@@ -792,6 +833,8 @@ fn serve(srv: &'static Server, me: usize) -> Result<(), abi::Error> {
     let mut next_stats = libos::time::tsc_ns() + srv.stats_every_ns;
     let mut after_work = true;
     let (mut measured, mut counting) = (false, false);
+    let sleep = SLEEP.load(Ordering::Relaxed);
+    let mut idle_since = 0u64;
     while !STOP.load(Ordering::Relaxed) {
         let now = libos::time::tsc_ns();
         if now >= next_check {
@@ -817,8 +860,19 @@ fn serve(srv: &'static Server, me: usize) -> Result<(), abi::Error> {
             }
         }
         if !busy {
+            // Not while a request waits for an application core: its reply would wake nothing.
+            if sleep && f.conns.iter().all(|c| c.waiting.is_none() && c.pending.is_none()) {
+                if idle_since == 0 {
+                    idle_since = now;
+                } else if now - idle_since >= IDLE_BEFORE_SLEEP_NS {
+                    // Woken by the kernel core filling our ring (Dedicated, Polling) or the
+                    // card's interrupt (Inline).
+                    stack.wait_idle(if me == 0 { COORDINATOR_SLEEP_US } else { FRONT_SLEEP_US });
+                }
+            }
             continue;
         }
+        idle_since = 0;
         after_work = stack.poll();
         for a in 0..srv.napps {
             while let Some((tag, sum)) = f.from_apps[a].pop() {
@@ -988,11 +1042,12 @@ struct Opts {
     stats: u64,
     sockets: usize,
     halt_app: Option<(u64, u64)>,
+    sleep: bool,
 }
 
 const USAGE: &str = "usage: webd [--mode random|locality|same-core] [--frontends LIST] [--apps LIST] [--kc CORE] \
 [--net-mode dedicated|polling|inline] [--port P] [--root DIR] [--requests N] [--seconds S] [--warmup N] [--stats S] \
-[--sockets K] [--halt-app CORE:N]   (LIST: 0 | 1,3 | 1-3)";
+[--sockets K] [--halt-app CORE:N] [--idle sleep|poll]   (LIST: 0 | 1,3 | 1-3)";
 
 fn parse_list(v: &str) -> Option<Vec<u64>> {
     let mut out = Vec::new();
@@ -1029,6 +1084,7 @@ fn parse(args: &str, ncores: u64, here: u64) -> Result<Opts, String> {
         stats: 0,
         sockets: 16,
         halt_app: None,
+        sleep: true,
     };
     let mut apps_given = false;
     let mut words = args.split_whitespace();
@@ -1056,6 +1112,13 @@ fn parse(args: &str, ncores: u64, here: u64) -> Result<Opts, String> {
             "warmup" => o.warmup = num()?,
             "stats" => o.stats = num()?,
             "sockets" => o.sockets = num()?.clamp(1, 256) as usize,
+            "idle" => {
+                o.sleep = match v {
+                    "poll" => false,
+                    "sleep" => true,
+                    _ => return Err(alloc::format!("idle={v:?}: poll or sleep")),
+                }
+            }
             "halt-app" => {
                 let (c, n) = v.split_once(':').ok_or_else(|| alloc::format!("halt-app={v:?}: CORE:N"))?;
                 let (Some(c), Some(n)) = (libos::parse_u64(c), libos::parse_u64(n)) else {
@@ -1177,6 +1240,13 @@ fn main(args: &'static str) -> u64 {
             return 1;
         }
     };
+    SLEEP.store(o.sleep, Ordering::Relaxed);
+    if !o.sleep && o.kc.is_some() {
+        // Pure polling: the kernel core never sleeps either.
+        if let Err(e) = nic.set_kc_idle(0) {
+            println!("webd: cannot make the kernel core poll without pause: {e:?}");
+        }
+    }
     let root = libos::root_share();
     let mut kc: Option<ObjName> = None;
     if let Some(core) = o.kc {

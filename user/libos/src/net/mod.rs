@@ -140,6 +140,12 @@ impl Nic {
         unsafe { crate::sys::call(abi::nr::PCORE_DEL_DEVICE, pcore.share, pcore.object, self.dev.share, self.dev.object, 0, 0).map(|_| ()) }
     }
 
+    /// How the kernel core polling this NIC idles (`CONF_NET_KC_IDLE`): `us` microseconds of
+    /// empty polls before it sleeps; 0 keeps it polling without pause (Corey's kernel cores).
+    pub fn set_kc_idle(&self, us: u64) -> Result<(), Error> {
+        crate::sys::device_conf(self.dev, &DeviceConf { key: abi::CONF_NET_KC_IDLE, value: us }).map(|_| ())
+    }
+
     /// Free the virtual NIC (the card resets) and its segment. Unmap it everywhere first.
     pub fn close(self) -> Result<(), Error> {
         crate::sys::share_delobj(self.dev)?;
@@ -263,6 +269,7 @@ impl Channel {
                 }
                 w[AT + (self.rxfree_sent % NET_RING_ENTRIES) as usize].store(net_entry(self.rxfree_sent, b as u64, 0), Ordering::Release);
                 self.rxfree_sent += 1;
+                self.kick_if_asleep();
                 true
             }
             Mode::Polling | Mode::Inline => {
@@ -302,22 +309,23 @@ impl Channel {
     }
 
     /// Whether the kernel has put anything on this channel's `RX` or `TXDONE` ring that is not
-    /// collected yet, or buffers wait to be given back (a peek: nothing changes). Inline mode
-    /// always has work: only this core's own poll of the card brings anything in.
+    /// collected yet, or buffers wait to be given back (a peek: nothing changes). In Inline mode
+    /// only this core's own poll of the card brings anything in, so it polls the card first.
     pub fn has_work(&self) -> bool {
-        if self.nic.mode == Mode::Inline || !self.rx_spare.is_empty() {
+        if !self.rx_spare.is_empty() {
             return true;
         }
+        self.poll_device();
         let rx = ring_page(self.c, NET_RING_RX)[AT + (self.rx_seen % NET_RING_ENTRIES) as usize].load(Ordering::Acquire);
         let done = ring_page(self.c, NET_RING_TXDONE)[AT + (self.txdone_seen % NET_RING_ENTRIES) as usize].load(Ordering::Acquire);
         net_entry_is(rx, self.rx_seen) || net_entry_is(done, self.txdone_seen)
     }
 
     /// Sleep until the kernel fills one of this channel's rings, or `timeout_us` passes
-    /// (`CONF_NET_WAIT`): for a service core with nothing to do. Inline mode never sleeps
-    /// (this core must poll the card itself).
+    /// (`CONF_NET_WAIT`): for a service core with nothing to do. In Inline mode nothing wakes
+    /// it but the timeout (this core polls the card itself): keep `timeout_us` short there.
     pub fn wait(&self, timeout_us: u64) {
-        if self.nic.mode == Mode::Inline || timeout_us == 0 {
+        if timeout_us == 0 {
             return;
         }
         let t = timeout_us.min(abi::NET_MAX_WAIT_US);
@@ -328,6 +336,16 @@ impl Channel {
     pub fn recycle(&mut self, b: u32) {
         if !self.give_rx(b) {
             self.rx_spare.push(b);
+        }
+    }
+
+    /// Dedicated: after putting an entry on `TX` or `RXFREE`, wake the kernel core if it
+    /// sleeps (`NET_HEADER_KC_ASLEEP`; the fence pairs with the kernel core's before its last
+    /// look). While it polls this is a fence and one load of a line it rarely writes.
+    fn kick_if_asleep(&self) {
+        core::sync::atomic::fence(Ordering::SeqCst);
+        if header()[(abi::NET_HEADER_KC_ASLEEP / 8) as usize].load(Ordering::Relaxed) != 0 {
+            let _ = crate::sys::device_conf(self.nic.dev, &DeviceConf { key: abi::CONF_NET_KICK, value: 0 });
         }
     }
 
@@ -348,6 +366,7 @@ impl Channel {
                 } else {
                     w[AT + (self.tx_sent % NET_RING_ENTRIES) as usize].store(net_entry(self.tx_sent, b as u64, len as u64), Ordering::Release);
                     self.tx_sent += 1;
+                    self.kick_if_asleep();
                     true
                 }
             }

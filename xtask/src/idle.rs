@@ -1,0 +1,186 @@
+//! `cargo xtask idle`: how much host CPU an idle guest burns. Boots this system or the Linux
+//! baseline, waits until it is idle (the shell's prompt, `tcpserv: ready`, `webd: ready`),
+//! then reads QEMU's CPU time (user + system, /proc/PID/stat) at the start and end of a
+//! window with no input and no traffic, and prints it as a percentage of one host CPU.
+//! A guest whose cores halt when they have nothing to do uses almost none; one whose cores
+//! poll uses a whole host CPU per polling vCPU (as far as the host gives it one).
+
+use std::time::{Duration, Instant};
+
+use crate::net::session::{Session, WaitEnd};
+use crate::qemu::{BootMedium, VmConfig};
+
+/// What sits idle in the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum What {
+    Shell,
+    Tcpserv,
+    Webd,
+}
+
+impl What {
+    pub fn name(self) -> &'static str {
+        match self {
+            What::Shell => "shell",
+            What::Tcpserv => "tcpserv",
+            What::Webd => "webd",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct IdleOptions {
+    pub smp: Vec<u32>,
+    pub systems: Vec<String>,
+    pub what: Vec<What>,
+    pub seconds: u64,
+    /// Extra words for ours' program (e.g. `idle=poll` for tcpserv's old pure polling).
+    pub guest: String,
+}
+
+/// QEMU's CPU time so far (user + system), in clock ticks of `sysconf(_SC_CLK_TCK)`.
+fn cpu_ticks(pid: u32) -> Result<u64, String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| format!("idle: /proc/{pid}/stat: {e}"))?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from after it.
+    let rest = s.rsplit_once(')').map(|(_, r)| r).ok_or("idle: unreadable /proc/PID/stat")?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3, so utime (14) and stime (15) are at 11 and 12 here.
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).ok_or("idle: unreadable utime/stime");
+    Ok(get(11)? + get(12)?)
+}
+
+fn clock_ticks_per_s() -> u64 {
+    std::process::Command::new("getconf").arg("CLK_TCK").output().ok().and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok()).unwrap_or(100)
+}
+
+/// One boot: QEMU's arguments and the line that says the guest is up and idle.
+struct Boot {
+    args: Vec<String>,
+    ready: &'static str,
+    /// Keeps webd's file image alive while QEMU runs.
+    _keep: Option<crate::webd::files::Made>,
+}
+
+fn prepare(system: &str, what: What, smp: u32, guest: &str) -> Result<Boot, String> {
+    let ours = system == "ours";
+    match what {
+        What::Webd if ours && smp < 2 => Err("idle: our webd needs 2 vCPUs or more (a front-end and an application core)".into()),
+        What::Webd => {
+            use crate::webd::run::{prepare, Artifacts, Sys, WebdBoot};
+            let sys = if ours { Sys::Ours } else { Sys::Linux };
+            let b = WebdBoot {
+                system: sys,
+                // The Linux baseline serves random mode only.
+                mode: if ours { "locality" } else { "random" }.into(),
+                files: crate::webd::files::FileSpec { count: 16, size: 4096 },
+                smp,
+                mem_mib: 512,
+                frontends: None,
+                apps: None,
+                kc: None,
+                requests: None,
+                warmup: 0,
+                extra: Vec::new(),
+                guest_extra: if ours { guest.split_whitespace().map(String::from).collect() } else { Vec::new() },
+            };
+            let p = prepare(&b, &Artifacts::build(sys)?)?;
+            Ok(Boot { args: p.args, ready: "webd: ready", _keep: Some(p.made) })
+        }
+        What::Shell | What::Tcpserv if !ours => {
+            let k = crate::linux::fetch_kernel()?;
+            let mut vm = crate::linux::LinuxVm::new(&k, &crate::net::linux_guest::initramfs(&k)?);
+            vm.smp = smp;
+            if what == What::Tcpserv {
+                vm.net = Some(crate::net::NetConfig::service()?);
+                vm.append = format!("wl=tcpserv threads={smp}");
+                Ok(Boot { args: vm.qemu_args(), ready: "tcpserv: ready", _keep: None })
+            } else {
+                // The measurement guest's `wl=idle`: prints its ready line and blocks reading
+                // the console, as a shell at its prompt does.
+                vm.append = "wl=idle".into();
+                Ok(Boot { args: vm.qemu_args(), ready: "idle: ready", _keep: None })
+            }
+        }
+        What::Shell | What::Tcpserv => {
+            let mut cfg = VmConfig {
+                smp,
+                medium: Some(BootMedium::Kernel(crate::env::build_kernel()?)),
+                initrd: Some(crate::user::build_initrd()?),
+                ..Default::default()
+            };
+            let ready = if what == What::Tcpserv {
+                cfg.net = Some(crate::net::NetConfig::service()?);
+                // Dedicated with a kernel core from 2 vCPUs on, Inline at 1 (tcpserv's default).
+                cfg.cmdline = format!("init=tcpserv -- {guest}").trim().to_string();
+                "tcpserv: ready"
+            } else {
+                cfg.cmdline = "init=sh".into();
+                "sh> "
+            };
+            let mut args = cfg.qemu_args();
+            args.extend(["-serial", "stdio", "-monitor", "none"].map(String::from));
+            Ok(Boot { args, ready, _keep: None })
+        }
+    }
+}
+
+/// Boot, wait for the ready line, wait 2 s more for the boot's stragglers, then measure
+/// QEMU's CPU time over `seconds`. Returns the percentage of one host CPU.
+pub fn measure(system: &str, what: What, smp: u32, seconds: u64, guest: &str) -> Result<f64, String> {
+    let boot = prepare(system, what, smp, guest)?;
+    let mut s = Session::start(&boot.args, false)?;
+    let ready = boot.ready;
+    // The shell's prompt has no newline after it: it arrives with the next line, or not at
+    // all, so for the shell wait for the line before it and give the prompt a moment.
+    let pred = move |l: &str| if ready == "sh> " { l.starts_with("sh: libos shell") } else { l.starts_with(ready) };
+    match s.wait_for(&pred, Instant::now() + Duration::from_secs(180)) {
+        Ok(_) => {}
+        Err(WaitEnd::Exited(c)) => {
+            let last: Vec<&str> = s.serial.lines().rev().take(6).collect();
+            return Err(format!("idle: {system} {} at {smp} vCPUs stopped (QEMU status {c:?}) before `{ready}`; last lines: {:?}", what.name(), last));
+        }
+        Err(WaitEnd::TimedOut) => return Err(format!("idle: {system} {} at {smp} vCPUs: no `{ready}` within 180 s", what.name())),
+    }
+    // Let the boot's last work (the Linux guest's module loading, our init's messages) end.
+    let _ = s.wait_for(&|_| false, Instant::now() + Duration::from_secs(2));
+    let pid = s.pid();
+    let t0 = (Instant::now(), cpu_ticks(pid)?);
+    // Reading its output meanwhile keeps QEMU from blocking on a full pipe.
+    match s.wait_for(&|_| false, Instant::now() + Duration::from_secs(seconds)) {
+        Err(WaitEnd::Exited(c)) => return Err(format!("idle: {system} {} at {smp} vCPUs stopped during the window (QEMU status {c:?})", what.name())),
+        _ => {}
+    }
+    let t1 = (Instant::now(), cpu_ticks(pid)?);
+    drop(s);
+    let cpu_s = (t1.1 - t0.1) as f64 / clock_ticks_per_s() as f64;
+    Ok(100.0 * cpu_s / (t1.0 - t0.0).as_secs_f64())
+}
+
+pub fn command(o: &IdleOptions) -> Result<(), String> {
+    println!("idle: QEMU's CPU time (user+system, /proc/PID/stat) over {} s with no input or traffic, % of one host CPU", o.seconds);
+    println!("{:<6} {:<8} {:>5} {:>8}", "system", "what", "vCPUs", "host CPU");
+    for sys in &o.systems {
+        for &w in &o.what {
+            for &n in &o.smp {
+                match measure(sys, w, n, o.seconds, &o.guest) {
+                    Ok(p) => println!("{:<6} {:<8} {:>5} {:>7.1}%", sys, w.name(), n, p),
+                    Err(e) => println!("{:<6} {:<8} {:>5}   error: {e}", sys, w.name(), n),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_reads_our_own_stat() {
+        // This process has run for a while: its CPU time is readable (and a missing process
+        // is an error, not 0).
+        assert!(cpu_ticks(std::process::id()).is_ok());
+        assert!(cpu_ticks(u32::MAX).is_err());
+    }
+}
