@@ -307,3 +307,5 @@ pub fn check_guest_files(img: &Path) -> Result<usize, String> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod groups_tests;
