@@ -297,7 +297,7 @@ pub const CATALOG: &[Mutant] = &[
         file: "kernel/src/dev/net.rs",
         original: "let c = abi::net_steer(&head[..n], self.nchannels);",
         replacement: "let c = abi::net_steer(&head[..n], self.nchannels.min(1));",
-        checks: &[Check::Suite("tcp-service smp=3 mode=polling")],
+        checks: &[Check::Suite("webd")],
         plants: "every received frame goes to channel 0's RX ring, not to the channel its flow is steered to",
     },
     // ---- the block driver and the virtio glue -----------------------------------------------
