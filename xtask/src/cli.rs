@@ -464,9 +464,15 @@ pub struct CommuteArgs {
     /// The seeded CI sample, checked against xtask/src/commute/baseline.txt
     #[arg(long)]
     pub ci: bool,
-    /// With --ci: rewrite the baseline from this run
+    /// With --ci: rewrite the baseline from this run (a case recorded conflict-free that now
+    /// conflicts is refused unless named with --accept)
     #[arg(long, requires = "ci")]
     pub update_baseline: bool,
+    /// With --update-baseline: write these cases (indices, comma-separated, repeatable), recorded
+    /// conflict-free and conflicting now, as accepted regressions; each needs a line `SET CASE
+    /// REASON` in xtask/src/commute/accepted-regressions.txt
+    #[arg(long, value_name = "CASE,...", value_delimiter = ',', requires = "update_baseline")]
+    pub accept: Vec<usize>,
     /// Print the model's decisions without booting
     #[arg(long)]
     pub model_only: bool,
@@ -788,6 +794,10 @@ mod tests {
         let Command::Commute(c) = p("commute --ci --update-baseline --smp 3").unwrap() else { panic!() };
         assert!(c.ci && c.update_baseline && c.smp == 3);
         bad("commute --update-baseline", "--ci");
+        let Command::Commute(c) = p("commute --ci --update-baseline --accept 35,47 --accept 109").unwrap() else { panic!() };
+        assert_eq!(c.accept, vec![35, 47, 109]);
+        bad("commute --ci --accept 35", "--update-baseline");
+        bad("commute --ci --update-baseline --accept x", "--accept");
         bad("commute --calls null,nosuch", "unknown call `nosuch`");
         bad("mutants --only nosuch", "no mutant `nosuch`");
         bad("commute --smp 1", "--smp");

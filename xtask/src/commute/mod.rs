@@ -6,6 +6,7 @@
 //! a commuting case is **conflict-free** when no kernel cache line was written by one core
 //! and read or written by the other inside the two calls' regions.
 
+pub mod baseline;
 #[allow(dead_code)] // shared with the guest, which uses all of it
 pub mod cases;
 pub mod heatmap_png;
@@ -518,57 +519,32 @@ pub fn heat_map_of(names: &[&str], pairs: &[(&str, &str, usize, usize)], title: 
     svg
 }
 
-/// The baseline's line for a case: `INDEX free|conflict LABEL`.
-fn baseline_line(o: &Outcome) -> String {
-    format!("{} {} {}", o.case.index, if o.conflicts.is_empty() { "free" } else { "conflict" }, case_label(&o.case))
+/// A run's case as the baseline check sees it (`baseline.rs`).
+fn seen(o: &Outcome) -> baseline::Seen {
+    let mut symbols: Vec<String> = o.conflicts.iter().map(|c| c.symbol.clone()).collect();
+    symbols.sort();
+    symbols.dedup();
+    baseline::Seen {
+        index: o.case.index,
+        label: case_label(&o.case),
+        name: format!("commute::case_{}_{}_{}", o.case.index, o.case.call_a, o.case.call_b),
+        symbols,
+        lines: o.conflicts.len(),
+        results_error: (!o.results_ok()).then(|| format!("kernel results a={} b={}, the model allows {:?} or {:?}", o.got.0, o.got.1, o.verdict.ab, o.verdict.ba)),
+    }
 }
 
-/// Compare a CI run with the baseline: a case that was conflict-free and now conflicts fails,
-/// with its calls, arguments and the lines' symbols; so does a result the model does not allow.
-pub fn check_baseline(outcomes: &[Outcome], baseline: &str) -> Result<TestTally, String> {
-    let mut t = TestTally::default();
-    let mut base: BTreeMap<usize, (bool, String)> = BTreeMap::new();
-    for l in baseline.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-        let mut w = l.splitn(3, ' ');
-        let (i, st, label) = (w.next().unwrap_or(""), w.next().unwrap_or(""), w.next().unwrap_or(""));
-        let i: usize = i.parse().map_err(|_| format!("baseline: bad line `{l}`"))?;
-        base.insert(i, (st == "free", label.to_string()));
-    }
-    for o in outcomes {
-        let name = format!("commute::case_{}_{}_{}", o.case.index, o.case.call_a, o.case.call_b);
-        let Some((was_free, label)) = base.get(&o.case.index) else {
-            println!("{name} ... FAILED (not in the baseline: `cargo xtask commute --ci --update-baseline`)");
-            t.add(TestTally::FAIL);
-            continue;
-        };
-        if *label != case_label(&o.case) {
-            println!("{name} ... FAILED (the baseline names another case, `{label}`: cases.rs changed; `cargo xtask commute --ci --update-baseline`)");
-            t.add(TestTally::FAIL);
-            continue;
-        }
-        if !o.results_ok() {
-            println!("{name} ... FAILED (kernel results a={} b={}, the model allows {:?} or {:?})", o.got.0, o.got.1, o.verdict.ab, o.verdict.ba);
-            t.add(TestTally::FAIL);
-        } else if *was_free && !o.conflicts.is_empty() {
-            let mut syms: Vec<String> = o.conflicts.iter().map(|c| c.symbol.clone()).collect();
-            syms.sort();
-            syms.dedup();
-            println!("{name} ... FAILED ({}: conflict-free in the baseline, now {} shared line(s): {})", case_label(&o.case), o.conflicts.len(), syms.join(", "));
-            if syms.iter().all(|s| s.starts_with("[heap]")) {
-                // A heap line that two unrelated objects share (false sharing) can appear or
-                // vanish when any change moves allocations; docs/commute.md, "CI".
-                println!("   hint: only [heap] lines: if the change did not add sharing, this may be two objects placed on one line; see `cargo xtask commute` and docs/commute.md before updating the baseline");
-            }
-            t.add(TestTally::FAIL);
-        } else {
-            if !*was_free && o.conflicts.is_empty() {
-                println!("   note: case {} is conflict-free now (was conflicting): update the baseline", o.case.index);
-            }
-            println!("{name} ... ok");
-            t.add(TestTally::PASS);
-        }
-    }
-    Ok(t)
+const UPDATE_KERNEL: &str = "cargo xtask commute --ci --update-baseline";
+
+const KERNEL_BASELINE_HEADER: &str = "# The commutativity checker's CI sample (`cargo xtask commute --ci`): per sampled case, its\n# status: `free` (conflict-free when written), `conflict` (never recorded free) or `accepted`\n# (was free; conflicting since, listed with its reason in accepted-regressions.txt).\n# Regenerate with `cargo xtask commute --ci --update-baseline` after changing cases.rs or fixing\n# a conflict; a free case that now conflicts needs `--accept CASE` (docs/commute.md).\n";
+
+/// Compare a CI run with the baseline and the accepted regressions (`baseline::check`): a
+/// case that was conflict-free and now conflicts fails, with its calls, arguments and the
+/// lines' symbols, unless accepted-regressions.txt lists it; so does a result the model does
+/// not allow.
+pub fn check_baseline(outcomes: &[Outcome], baseline: &str, accepted: &baseline::Accepted) -> Result<TestTally, String> {
+    let seen: Vec<baseline::Seen> = outcomes.iter().map(seen).collect();
+    baseline::check("kernel", &seen, baseline, accepted, UPDATE_KERNEL)
 }
 
 /// The CI suite: the seeded sample, checked against the baseline.
@@ -579,7 +555,7 @@ pub fn ci_tests() -> Result<TestTally, String> {
         return Err(format!("the guest ran {} of the {} sampled cases", outcomes.len(), sample.len()));
     }
     let baseline = fs::read_to_string(baseline_path()).map_err(|e| format!("cannot read {}: {e}", baseline_path().display()))?;
-    let t = check_baseline(&outcomes, &baseline)?;
+    let t = check_baseline(&outcomes, &baseline, &baseline::read_accepted()?)?;
     println!("{} passed, {} failed", t.passed, t.failed);
     Ok(t)
 }
@@ -606,7 +582,7 @@ pub fn planted_ci_test() -> Result<TestTally, String> {
     let kernel = crate::env::build_kernel_with(&["planted-conflict"])?;
     let outcomes = run_cases_on(kernel, &format!("pick={target}"), 2, Duration::from_secs(300))?;
     println!("   the baseline check on the planted kernel (a failure is expected here):");
-    let checked = check_baseline(&outcomes, &baseline)?;
+    let checked = check_baseline(&outcomes, &baseline, &baseline::read_accepted()?)?;
     let caught = outcomes.iter().any(|o| o.case.index == target && o.conflicts.iter().any(|c| c.symbol.contains("PLANTED_SEGMENT_ALLOCS")));
     if caught && checked.failed == 1 {
         println!("commute::planted_regression_is_caught ... ok (case {target} fails the baseline check on PLANTED_SEGMENT_ALLOCS)");
@@ -677,7 +653,7 @@ pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
             return Err("commute --system: --planted is for the kernel calls".into());
         }
         if ci {
-            let t = posix::ci_run(systems, update, timeout)?;
+            let t = posix::ci_run(systems, update, &args.accept, timeout)?;
             return if t.failed > 0 { Err(format!("{} POSIX sampled case(s) regressed", t.failed)) } else { Ok(()) };
         }
         return posix::main(systems, calls.as_deref(), out, timeout, model_only, list, args.jobs);
@@ -687,6 +663,9 @@ pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
     }
     if update && !ci {
         return Err("commute: --update-baseline goes with --ci".into());
+    }
+    if !args.accept.is_empty() && !update {
+        return Err("commute: --accept goes with --ci --update-baseline".into());
     }
     if let Some(c) = &calls {
         if let Some(bad) = c.split(',').find(|n| !cases::CALLS.iter().any(|k| k.name == *n)) {
@@ -717,7 +696,7 @@ pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
         let sample = ci_sample();
         let outcomes = run_cases_on(kernel, &format!("pick={}", pick_arg(&sample)), smp, timeout)?;
         let baseline = fs::read_to_string(baseline_path()).map_err(|e| format!("cannot read {}: {e}", baseline_path().display()))?;
-        let t = check_baseline(&outcomes, &baseline)?;
+        let t = check_baseline(&outcomes, &baseline, &baseline::read_accepted()?)?;
         let target = planted_target();
         let caught = outcomes.iter().any(|o| o.case.index == target && o.conflicts.iter().any(|c| c.symbol.contains("PLANTED_SEGMENT_ALLOCS")));
         println!("planted regression: {} of {} sampled cases fail; case {target} conflicts on PLANTED_SEGMENT_ALLOCS: {caught}", t.failed, outcomes.len());
@@ -727,10 +706,13 @@ pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
         let sample = ci_sample();
         let outcomes = run_cases(&format!("pick={}", pick_arg(&sample)), smp, timeout)?;
         if update {
-            let mut body = String::from("# The commutativity checker's CI sample (`cargo xtask commute --ci`): per sampled case,\n# whether it was conflict-free when this file was written. Regenerate with\n# `cargo xtask commute --ci --update-baseline` after changing cases.rs or fixing a conflict.\n");
-            for o in &outcomes {
-                body.push_str(&baseline_line(o));
-                body.push('\n');
+            // A free case that now conflicts is written only as `accepted`, with `--accept`
+            // and a reviewed reason (baseline.rs); otherwise nothing is written.
+            let old = fs::read_to_string(baseline_path()).map_err(|e| format!("cannot read {}: {e}", baseline_path().display()))?;
+            let seen: Vec<baseline::Seen> = outcomes.iter().map(seen).collect();
+            let (body, notes) = baseline::update("kernel", &seen, &old, &baseline::read_accepted()?, &args.accept, KERNEL_BASELINE_HEADER)?;
+            for n in notes {
+                println!("note: {n}");
             }
             fs::write(baseline_path(), body).map_err(|e| format!("cannot write {}: {e}", baseline_path().display()))?;
             println!("wrote {}", baseline_path().display());
@@ -738,7 +720,7 @@ pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
             return Ok(());
         }
         let baseline = fs::read_to_string(baseline_path()).map_err(|e| format!("cannot read {}: {e}", baseline_path().display()))?;
-        let t = check_baseline(&outcomes, &baseline)?;
+        let t = check_baseline(&outcomes, &baseline, &baseline::read_accepted()?)?;
         println!("{} passed, {} failed", t.passed, t.failed);
         return if t.failed > 0 { Err(format!("{} sampled case(s) regressed", t.failed)) } else { Ok(()) };
     }
@@ -879,13 +861,19 @@ mod tests {
         let c = cases::case(0).unwrap();
         let v = model::decide(&State::fixture(), c.a, c.b);
         let mut o = Outcome { case: c, verdict: v.clone(), got: v.ab.clone(), conflicts: Vec::new() };
-        let base = format!("{}\n", baseline_line(&o));
-        assert_eq!(check_baseline(&[o.clone()], &base).unwrap(), TestTally::PASS);
+        let base = format!("{} free {}\n", o.case.index, case_label(&o.case));
+        let none = baseline::Accepted::new();
+        let tally = |o: &Outcome| {
+            let t = check_baseline(&[o.clone()], &base, &none).unwrap();
+            (t.passed, t.failed)
+        };
+        // The case, and the (empty) accepted-regressions file.
+        assert_eq!(tally(&o), (2, 0));
         o.conflicts.push(Conflict { symbol: "OBJECT_IDS".into(), pa: "0x40".into(), readers: 3, writers: 3 });
-        assert_eq!(check_baseline(&[o.clone()], &base).unwrap(), TestTally::FAIL);
+        assert_eq!(tally(&o), (1, 1));
         // A result the model does not allow fails too.
         o.conflicts.clear();
         o.got.0 = "E:Busy".into();
-        assert_eq!(check_baseline(&[o], &base).unwrap(), TestTally::FAIL);
+        assert_eq!(tally(&o), (1, 1));
     }
 }

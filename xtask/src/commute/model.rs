@@ -376,6 +376,19 @@ mod tests {
         assert!(!commutes(Op::SegmentSetNbytes((SA, X), 0), Op::ArUnmap { ar: (SA, R), voff: 0, len: 1 }));
     }
 
+    // Catches a model that judges by results alone: two resizes of one segment to different
+    // sizes both succeed, with the same results in either order, but leave different sizes,
+    // so every later call can tell the orders apart: they do not commute.
+    #[test]
+    fn equal_results_with_different_final_states_do_not_commute() {
+        let (grow, shrink) = (Op::SegmentSetNbytes((SA, Y), 3), Op::SegmentSetNbytes((SA, Y), 1));
+        let v = decide(&State::fixture(), grow, shrink);
+        assert_eq!(v.ab, v.ba, "the same results in both orders");
+        assert!(!v.commutes, "different final sizes: not commutative");
+        // The same resize twice leaves one state: it commutes.
+        assert!(commutes(grow, grow));
+    }
+
     // Catches the old error order (the segment's size before the range's overlap): a mapping
     // over a mapped page that is also past the shrunk size is refused `Overlap` in both orders,
     // so it commutes with the shrink (planted once, 2026-11-29: the size check moved back

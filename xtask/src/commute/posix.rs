@@ -383,52 +383,37 @@ pub fn baseline_path(system: &str) -> PathBuf {
     crate::env::workspace_root().join(format!("xtask/src/commute/baseline-posix-{system}.txt"))
 }
 
-fn baseline_line(o: &Outcome) -> String {
-    format!("{} {} {}", o.case.index, if o.conflicts.is_empty() { "free" } else { "conflict" }, case_label(&o.case))
+/// A run's case as the baseline check sees it (`baseline.rs`).
+fn seen(system: &str, o: &Outcome) -> super::baseline::Seen {
+    let mut symbols: Vec<String> = o.conflicts.iter().map(|c| c.symbol.clone()).collect();
+    symbols.sort();
+    symbols.dedup();
+    super::baseline::Seen {
+        index: o.case.index,
+        label: case_label(&o.case),
+        name: format!("commute::posix_{system}_{}_{}_{}", o.case.index, o.case.call_a, o.case.call_b),
+        symbols,
+        lines: o.conflicts.len(),
+        results_error: (!o.results_ok()).then(|| format!("results a={} b={}, the model allows {:?} or {:?}", o.got.0, o.got.1, o.verdict.ab, o.verdict.ba)),
+    }
 }
 
-/// Compare a CI run with its baseline: a case that was conflict-free and now conflicts fails
-/// (with its symbols), so does a result the model does not allow and a case the baseline
-/// does not name as it is now.
-pub fn check_baseline(system: &str, outcomes: &[Outcome], baseline: &str) -> Result<TestTally, String> {
-    let mut t = TestTally::default();
-    let mut base: BTreeMap<usize, (bool, String)> = BTreeMap::new();
-    for l in baseline.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-        let mut w = l.splitn(3, ' ');
-        let (i, st, label) = (w.next().unwrap_or(""), w.next().unwrap_or(""), w.next().unwrap_or(""));
-        let i: usize = i.parse().map_err(|_| format!("baseline: bad line `{l}`"))?;
-        base.insert(i, (st == "free", label.to_string()));
-    }
-    for o in outcomes {
-        let name = format!("commute::posix_{system}_{}_{}_{}", o.case.index, o.case.call_a, o.case.call_b);
-        let fail = |t: &mut TestTally, why: String| {
-            println!("{name} ... FAILED ({why})");
-            t.add(TestTally::FAIL);
-        };
-        match base.get(&o.case.index) {
-            None => fail(&mut t, "not in the baseline: `cargo xtask commute --system SYSTEM --ci --update-baseline`".into()),
-            Some((_, label)) if *label != case_label(&o.case) => fail(&mut t, format!("the baseline names another case, `{label}`: posix_cases.rs changed")),
-            Some(_) if !o.results_ok() => fail(&mut t, format!("results a={} b={}, the model allows {:?} or {:?}", o.got.0, o.got.1, o.verdict.ab, o.verdict.ba)),
-            Some((true, _)) if !o.conflicts.is_empty() => {
-                let mut syms: Vec<String> = o.conflicts.iter().map(|c| c.symbol.clone()).collect();
-                syms.sort();
-                syms.dedup();
-                fail(&mut t, format!("{}: conflict-free in the baseline, now {} shared line(s): {}", case_label(&o.case), o.conflicts.len(), syms.join(", ")));
-            }
-            Some((was_free, _)) => {
-                if !*was_free && o.conflicts.is_empty() {
-                    println!("   note: case {} is conflict-free now on {system} (was conflicting): update the baseline", o.case.index);
-                }
-                println!("{name} ... ok");
-                t.add(TestTally::PASS);
-            }
-        }
-    }
-    Ok(t)
+/// The accepted-regressions set of a system's baseline.
+fn baseline_set(system: &str) -> String {
+    format!("posix-{system}")
+}
+
+/// Compare a CI run with its baseline and the accepted regressions (`baseline::check`): a
+/// case that was conflict-free and now conflicts fails (with its symbols) unless
+/// accepted-regressions.txt lists it; so does a result the model does not allow and a case
+/// the baseline does not name as it is now.
+pub fn check_baseline(system: &str, outcomes: &[Outcome], baseline: &str, accepted: &super::baseline::Accepted) -> Result<TestTally, String> {
+    let seen: Vec<super::baseline::Seen> = outcomes.iter().map(|o| seen(system, o)).collect();
+    super::baseline::check(&baseline_set(system), &seen, baseline, accepted, &format!("cargo xtask commute --system {system} --ci --update-baseline"))
 }
 
 /// The CI sample on `systems`, against their baselines (`update`: rewrite them instead).
-pub fn ci_run(systems: &[&str], update: bool, timeout: Duration) -> Result<TestTally, String> {
+pub fn ci_run(systems: &[&str], update: bool, accept: &[usize], timeout: Duration) -> Result<TestTally, String> {
     let sample = ci_sample();
     let mut total = TestTally::default();
     for system in systems {
@@ -447,10 +432,14 @@ pub fn ci_run(systems: &[&str], update: bool, timeout: Duration) -> Result<TestT
         }
         let path = baseline_path(system);
         if update {
-            let mut body = format!("# The POSIX commutativity checker's CI sample on {system} (`cargo xtask commute --system {system} --ci`):\n# per sampled case, whether it was conflict-free when this file was written. Regenerate with\n# `cargo xtask commute --system {system} --ci --update-baseline` after changing posix_cases.rs or fixing a conflict.\n");
-            for o in &outcomes {
-                body.push_str(&baseline_line(o));
-                body.push('\n');
+            // As for the kernel calls' baseline: a free case that now conflicts is written only
+            // as `accepted`, with `--accept` and a reviewed reason (baseline.rs).
+            let header = format!("# The POSIX commutativity checker's CI sample on {system} (`cargo xtask commute --system {system} --ci`):\n# per sampled case, its status: `free` (conflict-free when written), `conflict` (never recorded\n# free) or `accepted` (was free; conflicting since, listed with its reason in\n# accepted-regressions.txt). Regenerate with `cargo xtask commute --system {system} --ci --update-baseline`\n# after changing posix_cases.rs or fixing a conflict; a free case that now conflicts needs\n# `--accept CASE` (docs/commute.md).\n");
+            let old = fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let seen: Vec<super::baseline::Seen> = outcomes.iter().map(|o| seen(system, o)).collect();
+            let (body, notes) = super::baseline::update(&baseline_set(system), &seen, &old, &super::baseline::read_accepted()?, accept, &header)?;
+            for n in notes {
+                println!("note: {n}");
             }
             fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             println!("wrote {}", path.display());
@@ -458,7 +447,7 @@ pub fn ci_run(systems: &[&str], update: bool, timeout: Duration) -> Result<TestT
             continue;
         }
         let baseline = fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let t = check_baseline(system, &outcomes, &baseline)?;
+        let t = check_baseline(system, &outcomes, &baseline, &super::baseline::read_accepted()?)?;
         println!("{system}: {} passed, {} failed", t.passed, t.failed);
         total.add(t);
     }
@@ -467,7 +456,7 @@ pub fn ci_run(systems: &[&str], update: bool, timeout: Duration) -> Result<TestT
 
 /// The CI suite (`cargo xtask test --only commute`): the sample on this system's library OS.
 pub fn ci_tests(systems: &[&str]) -> Result<TestTally, String> {
-    ci_run(systems, false, Duration::from_secs(600))
+    ci_run(systems, false, &[], Duration::from_secs(600))
 }
 
 /// Judge a Linux run of the sample on its results only: each case passes when Linux's two
@@ -561,13 +550,24 @@ mod tests {
         let c = pc::case(0).unwrap();
         let v = model::decide(&State::fixture(), c.a, c.b);
         let mut o = Outcome { case: c, verdict: v.clone(), got: v.ab.clone(), conflicts: Vec::new() };
-        let base = format!("{}\n", baseline_line(&o));
-        assert_eq!(check_baseline("ours", &[o.clone()], &base).unwrap(), TestTally::PASS);
+        let base = format!("{} free {}\n", o.case.index, case_label(&o.case));
+        let none = super::super::baseline::Accepted::new();
+        let tally = |o: &Outcome, acc: &super::super::baseline::Accepted| {
+            let t = check_baseline("ours", &[o.clone()], &base, acc).unwrap();
+            (t.passed, t.failed)
+        };
+        // The case, and the (empty) accepted-regressions file.
+        assert_eq!(tally(&o, &none), (2, 0));
         o.conflicts.push(Conflict { symbol: "libos::fs::NAMES".into(), pa: "0x40".into(), readers: 3, writers: 3 });
-        assert_eq!(check_baseline("ours", &[o.clone()], &base).unwrap(), TestTally::FAIL);
+        assert_eq!(tally(&o, &none), (1, 1));
+        // Listed with a reason under this set: accepted; under the kernel's set: not.
+        let listed = super::super::baseline::parse_accepted(&format!("posix-ours {} reviewed\n", o.case.index)).unwrap();
+        assert_eq!(tally(&o, &listed), (2, 0));
+        let kernel = super::super::baseline::parse_accepted(&format!("kernel {} reviewed\n", o.case.index)).unwrap();
+        assert_eq!(tally(&o, &kernel), (1, 1));
         o.conflicts.clear();
         o.got.0 = "E:Exists".into();
-        assert_eq!(check_baseline("ours", &[o], &base).unwrap(), TestTally::FAIL);
+        assert_eq!(tally(&o, &none), (1, 1));
     }
 
     /// The model against a native run of the guest program on the host's Linux

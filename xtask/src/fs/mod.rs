@@ -488,3 +488,6 @@ pub fn shell_files(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, Str
     println!("   shell files: {} passed, {} failed ({:.1} s)", t.passed, t.failed, out.elapsed.as_secs_f64());
     Ok(t)
 }
+
+#[cfg(test)]
+mod groups_tests;

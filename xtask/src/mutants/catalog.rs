@@ -8,6 +8,14 @@ use super::{Check, Mutant};
 
 /// `cargo test -p percore` (host: unit tests, stress tests on threads, property tests).
 const PERCORE_HOST: Check = Check::Cargo(&["-p", "percore"]);
+/// The buffer cache's table on the host (`percore/tests/bcache.rs` compiles the library OS's
+/// `bcache.rs` by path).
+const BCACHE_HOST: Check = Check::Cargo(&["-p", "percore", "--test", "bcache"]);
+/// The ext2 code on the host (`xtask/src/fs` compiles the library OS's ext2 files by path;
+/// the tests need mke2fs and e2fsck, which `cargo xtask` installs). The ext2 allocation
+/// mutants have no guest check: the `fs` suite's image has one block group, so only the
+/// host's four-group tests (`fs::groups_tests`) can see them.
+const EXT2_HOST: Check = Check::Cargo(&["-p", "xtask", "--", "fs::"]);
 
 pub const CATALOG: &[Mutant] = &[
     // ---- kernel: capability and ownership checks in shares --------------------------------
@@ -276,5 +284,190 @@ pub const CATALOG: &[Mutant] = &[
         replacement: "now.wrapping_sub(r.stamp) >= n",
         checks: &[Check::Suite("loom")],
         plants: "a retired object is freed after n-1 visits, counting the visit that was under way when it was retired",
+    },
+
+    // ---- the network: rings and steering ---------------------------------------------------
+    Mutant {
+        name: "net_steer_ignores_ip_options",
+        file: "abi/src/net.rs",
+        original: "let sport = u16::from_be_bytes([ip[ihl], ip[ihl + 1]]);",
+        replacement: "let sport = u16::from_be_bytes([ip[20], ip[21]]);",
+        checks: &[Check::Cargo(&["-p", "abi"])],
+        plants: "steering reads the source port 20 bytes into the IP header whatever its length: a frame with IP options goes to the wrong channel",
+    },
+    Mutant {
+        name: "net_rx_ring_trusts_consumer_count",
+        file: "kernel/src/dev/net.rs",
+        original: "        if fresh < cached || fresh > p {\n            self.stopped(c, \"consumer count impossible\");",
+        replacement: "        if false && (fresh < cached || fresh > p) {\n            self.stopped(c, \"consumer count impossible\");",
+        checks: &[Check::Suite("nettest smp=2")],
+        plants: "the kernel believes any consumer count a program writes on a ring it fills, so it overwrites entries the program has not read",
+    },
+    Mutant {
+        name: "net_rx_lands_on_unsteered_channel",
+        file: "kernel/src/dev/net.rs",
+        original: "let c = abi::net_steer(&head[..n], self.nchannels);",
+        replacement: "let c = abi::net_steer(&head[..n], self.nchannels.min(1));",
+        checks: &[Check::Suite("webd")],
+        plants: "every received frame goes to channel 0's RX ring, not to the channel its flow is steered to",
+    },
+    // ---- the block driver and the virtio glue -----------------------------------------------
+    Mutant {
+        name: "blk_disk_bound_twice",
+        file: "kernel/src/dev/blk.rs",
+        original: "            if t.contains(&hwid) {\n                return Err(Error::Busy);",
+        replacement: "            if false && t.contains(&hwid) {\n                return Err(Error::Busy);",
+        checks: &[Check::Suite("fs")],
+        plants: "a disk already bound to a device object can be bound again: two objects drive one virtqueue",
+    },
+    Mutant {
+        name: "blk_ring_request_over_the_rings",
+        file: "kernel/src/dev/blk.rs",
+        original: "if offset < blk_data_offset(n) {",
+        replacement: "if false && offset < blk_data_offset(n) {",
+        checks: &[Check::Suite("fs")],
+        plants: "a Dedicated-mode request may name the segment's header and ring pages as its buffer: a read DMAs over the rings",
+    },
+    Mutant {
+        name: "blk_ring_trusts_completion_count",
+        file: "kernel/src/dev/blk.rs",
+        original: "        if fresh < seen || fresh > put {\n            self.stop_ring(r, \"completion count impossible\");",
+        replacement: "        if false && (fresh < seen || fresh > put) {\n            self.stop_ring(r, \"completion count impossible\");",
+        checks: &[Check::Suite("fs")],
+        plants: "the kernel core believes an impossible completion count and overwrites completions the program has not read",
+    },
+    Mutant {
+        name: "blk_every_page_to_the_first_sector",
+        file: "kernel/src/dev/blk.rs",
+        original: "((a.sector + a.done / BLK_SECTOR) as usize, buf)",
+        replacement: "(a.sector as usize, buf)",
+        checks: &[Check::Suite("fs")],
+        plants: "a Dedicated-mode request over several pages reads or writes every page at its first sector",
+    },
+    Mutant {
+        name: "virtio_dma_pages_never_freed",
+        file: "kernel/src/dev/virtio.rs",
+        original: "frame::free_frames(paddr as u64, order_of(pages));",
+        replacement: "let _ = (paddr, pages);",
+        checks: &[Check::Suite("fs")],
+        plants: "the virtio glue never gives a device's DMA pages (its virtqueues) back when the device object goes",
+    },
+    // ---- ext2 allocation (blocks and inodes, every group) ----------------------------------
+    Mutant {
+        name: "ext2_blocks_only_from_the_goal_group",
+        file: "user/libos/src/fs/ext2_write.rs",
+        original: "            let g = (goal + k) % ng;\n            if self.groups[g].free_blocks == 0 {",
+        replacement: "            let g = (goal + k * 0) % ng;\n            if self.groups[g].free_blocks == 0 {",
+        checks: &[EXT2_HOST],
+        plants: "block allocation looks only in the goal group: NoSpace while other groups have free blocks",
+    },
+    Mutant {
+        name: "ext2_inodes_only_from_the_goal_group",
+        file: "user/libos/src/fs/ext2_write.rs",
+        original: "            let g = (goal + k) % ng;\n            if self.groups[g].free_inodes == 0 {",
+        replacement: "            let g = (goal + k * 0) % ng;\n            if self.groups[g].free_inodes == 0 {",
+        checks: &[EXT2_HOST],
+        plants: "inode allocation looks only in the goal group: NoSpace while other groups have free inodes",
+    },
+    Mutant {
+        name: "ext2_freed_block_cleared_in_group_0",
+        file: "user/libos/src/fs/ext2_write.rs",
+        original: "let g = (rel / self.sb.blocks_per_group as u64) as usize;",
+        replacement: "let g = (rel / self.sb.blocks_per_group as u64) as usize * 0;",
+        checks: &[EXT2_HOST],
+        plants: "freeing a block of group g > 0 clears a bit in group 0's bitmap (and counts it free there)",
+    },
+    Mutant {
+        name: "ext2_freed_inode_cleared_in_group_0",
+        file: "user/libos/src/fs/ext2_write.rs",
+        original: "let g = (idx / ipg) as usize;",
+        replacement: "let g = (idx / ipg) as usize * 0;",
+        checks: &[EXT2_HOST],
+        plants: "freeing an inode of group g > 0 clears a bit in group 0's inode bitmap",
+    },
+    // ---- the buffer cache -------------------------------------------------------------------
+    Mutant {
+        name: "bcache_evicts_dirty_pages",
+        file: "user/libos/src/fs/bcache.rs",
+        original: "if (0..PARTS).any(|k| p_flags(p, k) & DIRTY != 0) {",
+        replacement: "if false && (0..PARTS).any(|k| p_flags(p, k) & DIRTY != 0) {",
+        checks: &[BCACHE_HOST],
+        plants: "the clock hand evicts a dirty page without writing it back: the write is lost",
+    },
+    Mutant {
+        name: "bcache_hit_ignores_the_tag",
+        file: "user/libos/src/fs/bcache.rs",
+        original: "if self.page(s).try_read(first, mid) != Some(block + 1) {",
+        replacement: "if self.page(s).try_read(first, mid).is_none() {",
+        checks: &[BCACHE_HOST],
+        plants: "a lock-free page read accepts whatever block the slot holds now, not only the block it looked up",
+    },
+    // ---- the library OS's protected procedure calls -------------------------------------------
+    Mutant {
+        name: "ppc_gate_names_without_core",
+        file: "user/libos/src/ppc.rs",
+        original: "name.push_u64(core)?;",
+        replacement: "name.push_u64(0)?;",
+        checks: &[Check::Suite("ppctest smp=2 roles=tc:0-1")],
+        plants: "serve_cores names every core's gate `SERVICE@0`: clients of other cores cannot find theirs",
+    },
+    Mutant {
+        name: "ppc_result_past_i64_not_refused",
+        file: "user/libos/src/ppc.rs",
+        original: "Ok(v) if v > i64::MAX as u64 => abi::encode(Err(Error::OutOfRange)),",
+        replacement: "Ok(v) if false && v > i64::MAX as u64 => abi::encode(Err(Error::OutOfRange)),",
+        checks: &[Check::Suite("ppctest smp=2 roles=tc:0-1")],
+        plants: "a handler's result above i64::MAX reaches the caller as an error code instead of OutOfRange",
+    },
+    // ---- Metis --------------------------------------------------------------------------------
+    Mutant {
+        name: "metis_split_starts_inside_a_word",
+        file: "mapreduce/src/words.rs",
+        original: "if s > 0 && s < len && is_letter(input[s - 1]) {",
+        replacement: "if false && s > 0 && s < len && is_letter(input[s - 1]) {",
+        checks: &[Check::Cargo(&["-p", "mapreduce"])],
+        plants: "a worker's split may start inside a word: its tail is counted as a word of its own",
+    },
+    Mutant {
+        name: "metis_reduce_keeps_duplicate_keys",
+        file: "mapreduce/src/lib.rs",
+        original: "while j < total && unsafe { (*refs[j].e).key() } == key {",
+        replacement: "while false && j < total && unsafe { (*refs[j].e).key() } == key {",
+        checks: &[Check::Cargo(&["-p", "mapreduce"]), Check::Suite("metis")],
+        plants: "reduce does not combine one key's entries from different workers: the output repeats keys",
+    },
+    // ---- webd ---------------------------------------------------------------------------------
+    Mutant {
+        name: "webd_path_climbs_out",
+        file: "webcore/src/http.rs",
+        original: "\"..\" => return Err(Status::BadRequest),",
+        replacement: "\"..\" => {}",
+        checks: &[Check::Cargo(&["-p", "webcore"])],
+        plants: "a request path's `..` segment is dropped instead of refused (a request may name a file outside the served tree)",
+    },
+    Mutant {
+        name: "webd_filesum_lanes_overflow",
+        file: "webcore/src/sum.rs",
+        original: "const WORDS_PER_FOLD: usize = 128;",
+        replacement: "const WORDS_PER_FOLD: usize = 512;",
+        checks: &[Check::Cargo(&["-p", "webcore"])],
+        plants: "filesum folds its 16-bit lanes too late: a lane overflows on bright data and the sum is wrong",
+    },
+    // ---- the commutativity models ---------------------------------------------------------------
+    Mutant {
+        name: "commute_model_ignores_the_final_state",
+        file: "xtask/src/commute/model.rs",
+        original: "Verdict { commutes: ra1 == ra2 && rb1 == rb2 && s1 == s2,",
+        replacement: "Verdict { commutes: ra1 == ra2 && rb1 == rb2,",
+        checks: &[Check::Cargo(&["-p", "xtask", "--", "commute::"])],
+        plants: "the kernel-call model says two calls commute when their results agree, though the states they leave differ",
+    },
+    Mutant {
+        name: "commute_posix_link_keeps_the_count",
+        file: "xtask/src/commute/posix_model.rs",
+        original: "nlink += 1;\n                Ok(\"0\".into())",
+        replacement: "nlink += 0;\n                Ok(\"0\".into())",
+        checks: &[Check::Cargo(&["-p", "xtask", "--", "commute::"])],
+        plants: "the POSIX model's link does not raise the file's link count: stat and link commute in the model",
     },
 ];

@@ -32,6 +32,9 @@ mod files;
 #[path = "../common/fstest_fdtables.rs"]
 mod fdtables;
 
+#[path = "../common/fstest_devmem.rs"]
+mod devmem;
+
 libos::main!(main);
 
 const SCRATCH: u64 = libos::layout::SCRATCH_BASE + (256 << 20);
@@ -2604,11 +2607,12 @@ fn dir_mkdirs_own_and_shared_directories() -> TestResult {
 
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 39] = [
+    let tests: [(&str, fn() -> TestResult); 40] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
         ("fs_blk_round_trip", blk_round_trip),
+        ("fs_blk_device_gives_its_memory_back", devmem::blk_device_gives_its_memory_back),
         ("fs_two_cores_use_one_disk", two_cores_use_one_disk),
         ("fs_reads_every_file", reads_every_file),
         ("fs_other_cores_read_too", other_cores_read_too),
