@@ -338,7 +338,7 @@ pub fn run_once(kernel: &Path, initrd: &Path, o: &FuzzOpts, echo: bool) -> Resul
         disk: if o.scratch_disk { Some(scratch_disk()?) } else { None },
         ..Default::default()
     };
-    let out = boot_captured(&cfg, None, echo, None)?;
+    let out = boot_captured(&cfg, None, echo)?;
     let mut v = judge(&out.serial, out.timed_out, out.kernel_exit_ok(), o.inject.is_some(), o.smp);
     require_work(&mut v, o);
     Ok((v, out))
@@ -659,7 +659,7 @@ pub fn soak(minutes: u64, smp: u32) -> Result<(), String> {
                         timeout: Some(Duration::from_secs(300)),
                         ..Default::default()
                     };
-                    let out = boot_captured(&cfg, None, false, None)?;
+                    let out = boot_captured(&cfg, None, false)?;
                     let v = judge(&out.serial, out.timed_out, out.kernel_exit_ok(), false, smp);
                     let crashed = v.reason.starts_with("kernel crash");
                     let leaked = v.reason.starts_with("leak");

@@ -211,10 +211,6 @@ pub struct BootOutput {
     pub status: Option<ExitStatus>,
     pub timed_out: bool,
     pub elapsed: Duration,
-    /// When the first line containing `watch` appeared, measured from QEMU's start. (No caller
-    /// passes a `watch` now: `bench boot` stops QEMU at its line itself, boot_bench.rs.)
-    #[allow(dead_code)]
-    pub watch_seen_at: Option<Duration>,
 }
 
 impl BootOutput {
@@ -224,16 +220,16 @@ impl BootOutput {
 }
 
 /// Boot with serial on stdout captured (optionally echoed), stdin from `input`, and a hard
-/// timeout. `watch` names a line prefix whose arrival time is recorded.
-pub fn boot_captured(cfg: &VmConfig, input: Option<&str>, echo: bool, watch: Option<&str>) -> Result<BootOutput, String> {
+/// timeout.
+pub fn boot_captured(cfg: &VmConfig, input: Option<&str>, echo: bool) -> Result<BootOutput, String> {
     let mut args = cfg.qemu_args();
     args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|s| s.to_string()));
-    run_captured(&args, cfg.timeout, input, echo, watch)
+    run_captured(&args, cfg.timeout, input, echo)
 }
 
 /// Run QEMU with exactly `args` (which must send the serial console to stdio), capturing its
 /// output with a hard timeout; see `boot_captured`.
-pub fn run_captured(args: &[String], timeout: Option<Duration>, input: Option<&str>, echo: bool, watch: Option<&str>) -> Result<BootOutput, String> {
+pub fn run_captured(args: &[String], timeout: Option<Duration>, input: Option<&str>, echo: bool) -> Result<BootOutput, String> {
     crate::env::ensure_qemu()?;
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.args(args);
@@ -273,14 +269,10 @@ pub fn run_captured(args: &[String], timeout: Option<Duration>, input: Option<&s
         s
     });
     let mut serial = String::new();
-    let mut watch_seen_at = None;
     let mut timed_out = false;
     let status;
     loop {
-        while let Ok((line, at)) = rx.try_recv() {
-            if watch_seen_at.is_none() && watch.is_some_and(|w| line.contains(w)) {
-                watch_seen_at = Some(at);
-            }
+        while let Ok((line, _)) = rx.try_recv() {
             if echo {
                 print!("{line}");
                 let _ = std::io::stdout().flush();
@@ -298,10 +290,7 @@ pub fn run_captured(args: &[String], timeout: Option<Duration>, input: Option<&s
             break;
         }
         match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok((line, at)) => {
-                if watch_seen_at.is_none() && watch.is_some_and(|w| line.contains(w)) {
-                    watch_seen_at = Some(at);
-                }
+            Ok((line, _)) => {
                 if echo {
                     print!("{line}");
                     let _ = std::io::stdout().flush();
@@ -326,7 +315,7 @@ pub fn run_captured(args: &[String], timeout: Option<Duration>, input: Option<&s
             }
         }
     }
-    Ok(BootOutput { serial, status, timed_out, elapsed: start.elapsed(), watch_seen_at })
+    Ok(BootOutput { serial, status, timed_out, elapsed: start.elapsed() })
 }
 
 /// `cargo xtask run`.

@@ -309,7 +309,7 @@ fn kernel_tests(kernel: &Path, smp: u32, numa_nodes: u32) -> Result<TestTally, S
     } else {
         println!("== kernel tests at {smp} vCPU(s)");
     }
-    let out = boot_captured(&cfg, None, false, None)?;
+    let out = boot_captured(&cfg, None, false)?;
     if let Some(l) = out.serial.lines().find(|l| l.contains("boot: ")) {
         println!("   {}", l.trim());
     }
@@ -323,7 +323,7 @@ fn kernel_tests(kernel: &Path, smp: u32, numa_nodes: u32) -> Result<TestTally, S
 fn bad_boot(kernel: &Path, what: &str, mut cfg: VmConfig, expect: &str) -> Result<TestTally, String> {
     cfg.medium = Some(BootMedium::Kernel(kernel.to_path_buf()));
     cfg.timeout = Some(Duration::from_secs(120));
-    let out = boot_captured(&cfg, None, false, None)?;
+    let out = boot_captured(&cfg, None, false)?;
     let code = out.status.and_then(|s| s.code());
     let ok = !out.timed_out && code == Some(crate::qemu::QEMU_EXIT_FAILURE) && out.serial.contains(expect);
     if ok {
@@ -372,7 +372,7 @@ fn bad_boot_conditions(kernel: &Path) -> Result<TestTally, String> {
 
 /// A user-program test boot: `cmdline` (with `init=PROG`) at `smp` vCPUs, its `utest` lines
 /// judged against `expect` (the kernel's leak check after the program exited is in the exit
-/// status: a failure there fails the boot, a pass adds no test). `net` adds the network card (issue 15), `disk` a disk image (issue 16).
+/// status: a failure there fails the boot, a pass adds no test). `net` adds the network card, `disk` a disk image.
 pub struct UserBoot<'a> {
     pub smp: u32,
     pub cmdline: &'a str,
@@ -401,7 +401,7 @@ pub fn user_boot(kernel: &Path, initrd: &Path, b: UserBoot) -> Result<TestTally,
         ..Default::default()
     };
     println!("== user tests ({cmdline}) at {smp} vCPU(s)");
-    let out = boot_captured(&cfg, None, false, None)?;
+    let out = boot_captured(&cfg, None, false)?;
     let end = Ending::of(&out);
     // The kernel's leak check after the program exited is part of the boot's verdict: a
     // failure exit is a problem in `v`, a clean one is not counted as a test of its own.
@@ -440,7 +440,7 @@ fn program_runs(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
             timeout: Some(BOOT_TIMEOUT),
             ..Default::default()
         };
-        let out = boot_captured(&cfg, None, false, None)?;
+        let out = boot_captured(&cfg, None, false)?;
         let exit_line = out.serial.lines().find(|l| l.contains("exited with code")).unwrap_or("").trim().to_string();
         if out.kernel_exit_ok() && !out.timed_out {
             println!("   {prog}: {exit_line}");
@@ -470,7 +470,7 @@ fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     // Input sent while the kernel boots can lose its first bytes (the UART is reset): lead
     // with blank lines, which the shell ignores.
     let input = format!("{}run -c 0,1 hello a b\nfoo\nrun -c 7 hello\nrun -c 1,x hello\nrun nosuch\ncores\nstat\nobjs\ngrant 1\nrun -c 1 hog\nrun -c 0 hog\nrun -c 1 hello after\nstat\nsleep 2000\nstat\nhalt\n", "\n".repeat(16));
-    let out = boot_captured(&cfg, Some(&input), false, None)?;
+    let out = boot_captured(&cfg, Some(&input), false)?;
     let checks: [(&str, &dyn Fn(&str) -> bool); 12] = [
         ("program output on both cores", &|s| s.lines().filter(|l| l.trim() == "arg 0: a").count() == 2),
         ("exit line from the shell's own core", &|s| s.contains("sh: hello on core 0 exited with code 0")),
@@ -657,7 +657,7 @@ fn shell_ltest(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     };
     // Blank lines first: input sent while the kernel boots can lose bytes (see shell_smoke).
     let input = format!("{}run -c 0 ltest nomeasure\nrun -c 1 ltest nomeasure\nhalt\n", "\n".repeat(16));
-    let out = boot_captured(&cfg, Some(&input), false, None)?;
+    let out = boot_captured(&cfg, Some(&input), false)?;
     // Two runs of ltest, two closing lines; core 2 is free for both, so nothing may skip.
     let v = judge_run(&out.serial, Ending::of(&out), &Expect::ALL);
     let mut t = report("shell ltest", &v, &out.serial, 0);
@@ -698,7 +698,7 @@ fn summary_boots(kernel: &Path) -> Result<TestTally, String> {
             timeout: Some(Duration::from_secs(120)),
             ..Default::default()
         };
-        let out = boot_captured(&cfg, None, false, None)?;
+        let out = boot_captured(&cfg, None, false)?;
         let want_cores = format!("boot: {smp}/{smp} cores online");
         let want_nodes = format!(" {} NUMA nodes", numa.max(1));
         let line = out.serial.lines().find(|l| l.contains("cores online")).unwrap_or("").trim().to_string();
@@ -728,7 +728,7 @@ fn iso_boots() -> Result<TestTally, String> {
             timeout: Some(Duration::from_secs(180)),
             ..Default::default()
         };
-        let out = boot_captured(&cfg, None, false, None)?;
+        let out = boot_captured(&cfg, None, false)?;
         let firmware = if uefi { "OVMF" } else { "SeaBIOS" };
         let line = out.serial.lines().find(|l| l.contains("boot: 2/2 cores online"));
         let ran = out.serial.contains("arg 0: from-iso");

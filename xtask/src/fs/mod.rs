@@ -417,7 +417,7 @@ pub fn shell_files(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, Str
         "halt",
     ];
     let input = format!("{}{}\n", "\n".repeat(16), commands.join("\n"));
-    let out = boot_captured(&cfg, Some(&input), false, None)?;
+    let out = boot_captured(&cfg, Some(&input), false)?;
     let s = out.serial.as_str();
     let listed = |name: &str| s.lines().any(|l| l.trim_end().ends_with(&format!(" {name}")) && (l.starts_with("d ") || l.starts_with("- ")));
     let checks: [(&str, bool); 14] = [

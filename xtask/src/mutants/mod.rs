@@ -462,7 +462,7 @@ mod tests {
 
     /// Catches: the catalog rotting silently. Every snippet must still match the current tree
     /// exactly once, every suite pattern must name a suite of `cargo xtask test`, and the
-    /// catalog must keep its size and spread: at least 20 mutations (issue 23), and planted
+    /// catalog must keep its size and spread: at least 20 mutations, and planted
     /// bugs in the network rings and steering, the block driver and virtio glue, ext2
     /// allocation of blocks and inodes, the buffer cache, the library OS's PPC, Metis, webd
     /// and both commutativity models.
