@@ -692,7 +692,11 @@ pub fn attach(core: usize, dev: &KRef<NetDev>) -> Result<(), Error> {
     list.push(dev.clone());
     drop(list);
     // A kernel core asleep in its idle halt would not look at its list until something woke it.
-    if target.role.load(Ordering::Acquire) == abi::ROLE_KC && !target.polling.load(Ordering::Acquire) {
+    // Always, not only when `polling` is clear: a core between its last empty look at the list
+    // and its announcement that it stops polling would otherwise halt with the device attached
+    // (and a disk's requests time out as `NoSuchCore`). The IPI waits in the core's APIC while
+    // its interrupts are off, so it ends that halt at once; attaching is rare.
+    if target.role.load(Ordering::Acquire) == abi::ROLE_KC {
         crate::arch::x86_64::apic::send_ipi(target.apic_id, crate::arch::x86_64::apic::VECTOR_WAKE);
     }
     Ok(())
