@@ -108,7 +108,11 @@ pub fn forward(nr: u64, args: [u64; 6]) -> Result<u64, Error> {
     for (s, a) in slot.args.iter().zip(args) {
         s.store(a, Ordering::Relaxed);
     }
-    slot.state.store(PENDING, Ordering::Release);
+    // SeqCst (an `xchg` on x86): the store must be visible before `polling` is read below, or
+    // the kernel core could announce it stops polling, look at this slot before the store
+    // leaves our store buffer, and halt while we read the stale `polling` and send no IPI
+    // (its side is a SeqCst store of `polling`, then the look).
+    slot.state.store(PENDING, Ordering::SeqCst);
     me.stats.syscalls_forwarded.fetch_add(1, Ordering::Relaxed);
     if let Some(kc) = percpu::get(server) {
         if !kc.polling.load(Ordering::Acquire) {
