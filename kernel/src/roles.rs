@@ -351,6 +351,15 @@ pub fn kernel_core_loop() {
             idle = 0;
             continue;
         }
+        // The role once more, with interrupts off until the halt: `set_role` stores the new role
+        // and then sends a wake IPI, and an IPI taken while interrupts were on since the
+        // loop's top (leaving a range enables them) would otherwise be spent before this halt,
+        // which then lasts until some other interrupt (`role_change_under_load` hung so).
+        if me.role.load(Ordering::SeqCst) != ROLE_KC {
+            me.polling.store(true, Ordering::SeqCst);
+            set_rings_state(me.index, None, 1);
+            continue;
+        }
         // The card's interrupt ends the sleep when a frame comes (armed now, after the last
         // look; a completion in between is found here and the core polls on).
         // Programs putting frames on a TX ring (Dedicated) ring the doorbell once they see
