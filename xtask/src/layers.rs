@@ -483,7 +483,7 @@ pub fn crate_graph(root: &Path, dir: &Path, name: &str, crates: &[String]) -> Cr
         // Resolve every path of every file this root reached.
         for (&fi, mpath) in &at {
             let paths = infos[fi].paths.clone();
-            for (inl, segs, from_use) in paths {
+            for (inl, segs, _from_use) in paths {
                 let mut cur = mpath.clone();
                 cur.extend(inl.iter().cloned());
                 let (base, rest): (Vec<String>, &[String]) = match segs[0].as_str() {
@@ -509,7 +509,6 @@ pub fn crate_graph(root: &Path, dir: &Path, name: &str, crates: &[String]) -> Cr
                         }
                     }
                 };
-                let _ = from_use;
                 // The longest prefix of base + rest that is a module.
                 let mut target = None;
                 for k in (0..=rest.len()).rev() {
@@ -678,7 +677,7 @@ pub fn dot(graphs: &[CrateGraph]) -> String {
     for (ci, g) in graphs.iter().enumerate() {
         let sm = summarize(g);
         let circle: BTreeSet<usize> = sm.use_circle.iter().copied().collect();
-        let _ = writeln!(s, "  subgraph cluster_{ci} {{\n    label=\"{} ({} files; circle {})\"; fontsize=14; style=rounded; color=\"#4060a0\";", g.name, g.files.len(), sm.use_circle.len());
+        let _ = writeln!(s, "  subgraph cluster_{ci} {{\n    label=\"{} ({}/, {} files; largest circle {})\"; fontsize=14; style=rounded; color=\"#4060a0\";", g.name, g.dir.display(), g.files.len(), sm.use_circle.len());
         // Folders, nested.
         let mut folders: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
         for (i, f) in g.files.iter().enumerate() {
