@@ -714,8 +714,57 @@ pub fn dot(graphs: &[CrateGraph]) -> String {
     s
 }
 
-/// `cargo xtask layers [--crate NAME]... [--dot FILE] [--svg FILE]`.
-pub fn command(only: &[String], dot_out: Option<&Path>, svg_out: Option<&Path>) -> Result<(), String> {
+/// The dot text one level up: a node per folder (its files counted, filled when it holds
+/// files of the crate's largest `use` circle), crates as clusters, an arrow per pair of
+/// folders whose files import each other (its width grows with the number of file imports),
+/// and the crate-level dependencies between the clusters.
+pub fn dot_folders(graphs: &[CrateGraph]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "// cargo xtask layers --folders --dot FILE: folders as nodes, crates as clusters; an arrow A -> B: files of A import files of B (use; width: how many).");
+    let _ = writeln!(s, "digraph layers {{\n  compound=true; newrank=true; rankdir=TB; ranksep=0.45; nodesep=0.25;\n  node [shape=box, fontsize=11, style=\"filled,rounded\", fillcolor=white];\n  edge [color=\"#00000060\", arrowsize=0.6];");
+    let folder = |f: &Path| f.parent().unwrap_or(Path::new("")).to_path_buf();
+    let mut first_node: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for (ci, g) in graphs.iter().enumerate() {
+        let sm = summarize(g);
+        let circle: BTreeSet<PathBuf> = sm.use_circle.iter().map(|&i| folder(&g.files[i])).collect();
+        let mut files: BTreeMap<PathBuf, usize> = BTreeMap::new();
+        for f in &g.files {
+            *files.entry(folder(f)).or_default() += 1;
+        }
+        let _ = writeln!(s, "  subgraph cluster_{ci} {{\n    label=\"{} ({}/): {} files, largest circle {}\"; fontsize=14; style=rounded; color=\"#4060a0\";", g.name, g.dir.display(), g.files.len(), sm.use_circle.len());
+        for (f, n) in &files {
+            let fill = if circle.contains(f) { "#f4c0a0" } else { "white" };
+            let _ = writeln!(s, "    \"{}:{}\" [label=\"{}/\\n{n} files\", fillcolor=\"{fill}\"];", g.name, f.display(), f.display());
+        }
+        let _ = writeln!(s, "  }}");
+        if let Some(f) = g.files.first() {
+            first_node.insert(g.name.clone(), folder(f));
+        }
+        let mut pairs: BTreeMap<(PathBuf, PathBuf), usize> = BTreeMap::new();
+        for &(a, b, k) in &g.edges {
+            let (fa, fb) = (folder(&g.files[a]), folder(&g.files[b]));
+            if k == Kind::Use && fa != fb {
+                *pairs.entry((fa, fb)).or_default() += 1;
+            }
+        }
+        for ((a, b), n) in pairs {
+            let w = 1.0 + (n as f64).ln();
+            let _ = writeln!(s, "  \"{}:{}\" -> \"{}:{}\" [penwidth={w:.1}, tooltip=\"{n} file imports\"];", g.name, a.display(), g.name, b.display());
+        }
+    }
+    for (ci, g) in graphs.iter().enumerate() {
+        for d in &g.crate_deps {
+            if let (Some(di), Some(a), Some(b)) = (graphs.iter().position(|h| &h.name == d), first_node.get(&g.name), first_node.get(d)) {
+                let _ = writeln!(s, "  \"{}:{}\" -> \"{d}:{}\" [ltail=cluster_{ci}, lhead=cluster_{di}, color=\"#4060a0\", penwidth=2.5, arrowsize=1];", g.name, a.display(), b.display());
+            }
+        }
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// `cargo xtask layers [--crate NAME]... [--folders] [--dot FILE] [--svg FILE]`.
+pub fn command(only: &[String], folders: bool, dot_out: Option<&Path>, svg_out: Option<&Path>) -> Result<(), String> {
     let root = crate::env::workspace_root();
     let crates = workspace_crates(&root)?;
     let names: Vec<String> = crates.iter().map(|c| c.1.clone()).collect();
@@ -726,7 +775,7 @@ pub fn command(only: &[String], dot_out: Option<&Path>, svg_out: Option<&Path>) 
     }
     let graphs: Vec<CrateGraph> = crates.iter().filter(|(_, n)| only.is_empty() || only.contains(n)).map(|(d, n)| crate_graph(&root, d, n, &names)).collect();
     print!("{}", report(&graphs));
-    let text = dot(&graphs);
+    let text = if folders { dot_folders(&graphs) } else { dot(&graphs) };
     if let Some(p) = dot_out {
         std::fs::write(p, &text).map_err(|e| format!("layers: cannot write {}: {e}", p.display()))?;
         println!("layers: wrote {}", p.display());
@@ -841,6 +890,9 @@ pub struct LayersArgs {
     /// Only this crate (as code names it: kernel, libos, xtask, ...); repeatable
     #[arg(long = "crate", value_name = "NAME")]
     pub krate: Vec<String>,
+    /// Draw folders as nodes (files counted in each) instead of files
+    #[arg(long)]
+    pub folders: bool,
     /// Write the Graphviz dot text here
     #[arg(long, value_name = "FILE")]
     pub dot: Option<PathBuf>,
