@@ -484,53 +484,85 @@ pub fn crate_graph(root: &Path, dir: &Path, name: &str, crates: &[String]) -> Cr
             }
         }
         // Resolve every path of every file this root reached.
-        for (&fi, mpath) in &at {
-            let paths = infos[fi].paths.clone();
-            for (inl, segs, _from_use) in paths {
-                let mut cur = mpath.clone();
-                cur.extend(inl.iter().cloned());
-                let (base, rest): (Vec<String>, &[String]) = match segs[0].as_str() {
-                    "crate" => (Vec::new(), &segs[1..]),
-                    "self" => (cur.clone(), &segs[1..]),
-                    "super" => {
-                        let ups = segs.iter().take_while(|s| *s == "super").count();
-                        if ups > cur.len() {
-                            continue;
-                        }
-                        (cur[..cur.len() - ups].to_vec(), &segs[ups..])
-                    }
-                    first => {
-                        let mut child = cur.clone();
-                        child.push(first.to_string());
-                        if modules.contains_key(&child) {
-                            (cur.clone(), &segs[..])
-                        } else if crates.iter().any(|c| c == first) && first != name {
-                            g.crate_deps.insert(first.to_string());
-                            continue;
-                        } else {
-                            continue;
-                        }
-                    }
-                };
-                // The longest prefix of base + rest that is a module.
-                let mut target = None;
-                for k in (0..=rest.len()).rev() {
-                    let mut m = base.clone();
-                    m.extend(rest[..k].iter().cloned());
-                    if let Some(&t) = modules.get(&m) {
-                        target = Some(t);
-                        break;
-                    }
-                }
-                if let Some(t) = target {
-                    if t != fi {
+        let ctx = Ctx { modules: &modules, at: &at, infos: &infos, crates, name };
+        for (&fi, _) in &at {
+            for (inl, segs, _from_use) in &infos[fi].paths {
+                match resolve(&ctx, fi, inl, segs, 0) {
+                    Res::File(t) if t != fi => {
                         g.edges.insert((fi, t, Kind::Use));
                     }
+                    Res::Crate(c) => {
+                        g.crate_deps.insert(c);
+                    }
+                    _ => {}
                 }
             }
         }
     }
     g
+}
+
+/// One root's module tree, for resolving paths.
+struct Ctx<'a> {
+    modules: &'a BTreeMap<Vec<String>, usize>,
+    at: &'a BTreeMap<usize, Vec<String>>,
+    infos: &'a [FileInfo],
+    crates: &'a [String],
+    name: &'a str,
+}
+
+enum Res {
+    File(usize),
+    Crate(String),
+    Nothing,
+}
+
+/// The file a path written in file `fi` (inside its inline modules `inl`) names: the longest
+/// module prefix decides; a name the module only re-exports (`pub use x::Name`, as crate roots
+/// do) is followed to where it comes from, up to four steps.
+fn resolve(ctx: &Ctx, fi: usize, inl: &[String], segs: &[String], depth: u8) -> Res {
+    let Some(mpath) = ctx.at.get(&fi) else { return Res::Nothing };
+    let mut cur = mpath.clone();
+    cur.extend(inl.iter().cloned());
+    let (base, rest): (Vec<String>, &[String]) = match segs[0].as_str() {
+        "crate" => (Vec::new(), &segs[1..]),
+        "self" => (cur.clone(), &segs[1..]),
+        "super" => {
+            let ups = segs.iter().take_while(|s| *s == "super").count();
+            if ups > cur.len() {
+                return Res::Nothing;
+            }
+            (cur[..cur.len() - ups].to_vec(), &segs[ups..])
+        }
+        first => {
+            let mut child = cur.clone();
+            child.push(first.to_string());
+            if ctx.modules.contains_key(&child) {
+                (cur.clone(), segs)
+            } else if ctx.crates.iter().any(|c| c == first) && first != ctx.name {
+                return Res::Crate(first.to_string());
+            } else {
+                return Res::Nothing;
+            }
+        }
+    };
+    for k in (0..=rest.len()).rev() {
+        let mut m = base.clone();
+        m.extend(rest[..k].iter().cloned());
+        let Some(&t) = ctx.modules.get(&m) else { continue };
+        if k < rest.len() && depth < 4 {
+            // `rest[k]` is an item of module `m` (in file `t`): if `t` brings it in by a `use`
+            // at that module's level, the item lives where that `use` points.
+            let inner: Vec<String> = m.get(ctx.at.get(&t).map(|p| p.len()).unwrap_or(0)..).map(|x| x.to_vec()).unwrap_or_default();
+            if let Some((inl2, segs2, _)) = ctx.infos[t].paths.iter().find(|(i, p, from_use)| *from_use && *i == inner && p.last() == Some(&rest[k]) && p.len() > 1) {
+                if let Res::File(t2) = resolve(ctx, t, inl2, segs2, depth + 1) {
+                    return Res::File(t2);
+                }
+            }
+        }
+        return Res::File(t);
+    }
+    Res::Nothing
 }
 
 // ---------------------------------------------------------------------------------------
@@ -861,6 +893,18 @@ mod tests {
         assert_eq!(g.crate_deps.iter().collect::<Vec<_>>(), ["other"]);
         // Only the `mod` edge and the code path `k::K`; nothing from the comment or the string.
         assert_eq!(g.edges.len(), 2, "{:?}", g.edges);
+        let _ = std::fs::remove_dir_all(root);
+    }
+
+    /// Catches: a crate root's re-export taken for the item's home (every module that names
+    /// `crate::A` would then stand in one circle with the root that declares it).
+    #[test]
+    fn re_exports_are_followed_to_the_item() {
+        let (root, g) = tree("reexport", &[("lib.rs", "mod a; mod b; pub use a::A;"), ("a.rs", "pub struct A;"), ("b.rs", "use crate::A; fn f() { crate::A; }")]);
+        let ix = |f: &str| g.files.iter().position(|p| p.ends_with(f)).unwrap();
+        assert!(g.edges.contains(&(ix("b.rs"), ix("a.rs"), Kind::Use)), "{:?}", g.edges);
+        assert!(!g.edges.contains(&(ix("b.rs"), ix("lib.rs"), Kind::Use)), "{:?}", g.edges);
+        assert!(summarize(&g).circle.is_empty());
         let _ = std::fs::remove_dir_all(root);
     }
 
