@@ -80,6 +80,8 @@ Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
     /// The instruction-count gate: exact instructions per operation of the measured paths against
     /// xtask/insngate-baseline.txt (docs/insngate.md); --update rewrites lines, with a reason
     Insngate(InsngateArgs),
+    /// Each crate's file-level import graph: files, import circles (Tarjan), floors; --dot/--svg draw it (docs/architecture.md)
+    Layers(crate::layers::LayersArgs),
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -654,7 +656,7 @@ mod tests {
     }
 
     /// Every command of main.rs's dispatch, in the order `help` lists them.
-    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate"];
+    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate", "layers"];
 
     /// Catches: `--reason` accepted without `--update`, or the options not reaching the command.
     #[test]
@@ -938,7 +940,7 @@ mod tests {
     fn documented_command_lines_parse() {
         let root = crate::env::workspace_root();
         let mut files = vec![root.join("README.md")];
-        for e in std::fs::read_dir(root.join("docs")).unwrap() {
+        for e in std::fs::read_dir(root.join("docs")).unwrap().chain(std::fs::read_dir(root.join("docs/history")).unwrap()) {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "md") {
                 files.push(p);

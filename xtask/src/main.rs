@@ -16,6 +16,7 @@ mod gdb;
 mod idle;
 mod insngate;
 mod iso;
+mod layers;
 mod ksyms;
 mod linux;
 mod net;
@@ -170,6 +171,7 @@ fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
             };
             work(idle::command(&idle::IdleOptions { smp: a.smp.0, systems, what, seconds: a.seconds, guest: a.guest }))
         }
+        Command::Layers(a) => work(layers::command(&a.krate, a.folders, a.dot.as_deref(), a.svg.as_deref())),
         Command::Completions(a) => {
             use std::io::Write;
             work(std::io::stdout().write_all(&cli::completions(a.shell)).map_err(|e| format!("completions: {e}")))
