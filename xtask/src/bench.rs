@@ -111,7 +111,7 @@ impl Options {
             systems: Vec::new(),
             smp: Vec::new(),
             benches: catalog::BENCHES.iter().filter(|b| !b.hidden).collect(),
-            out: a.out.unwrap_or_else(|| crate::env::workspace_root().join("target").join("bench-results")),
+            out: a.out.unwrap_or_else(|| crate::host::env::workspace_root().join("target").join("bench-results")),
             timeout: Duration::from_secs(a.timeout),
             overrides: Vec::new(),
             mem_mib: a.mem,
@@ -203,45 +203,7 @@ pub fn effective_params(spec: &BenchSpec, overrides: &[(String, u64)]) -> Vec<(S
         .collect()
 }
 
-/// A small seeded generator (splitmix64) for the order of cells (the same `--seed` gives the
-/// same order, so a run can be replayed) and for the frame fuzzer's frames.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// 0..n (0 for n = 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-
-    /// `n` bytes.
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-
-    /// Fisher-Yates.
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = (self.next() % (i as u64 + 1)) as usize;
-            v.swap(i, j);
-        }
-    }
-}
+pub use crate::host::rng::Rng;
 
 /// The order of boots: `boots` rounds; in each, every cell (benchmark × vCPU count) once, in
 /// an order shuffled afresh per round from `seed`, and within a cell every system back to
@@ -285,7 +247,7 @@ pub fn run_matrix(
     let total = order.len();
     let mut records = Vec::with_capacity(total);
     // `bench: [n/N] system benchmark on V vCPU(s)`, elapsed and an estimate (crate::progress).
-    let progress = crate::progress::Progress::new("bench", total);
+    let progress = crate::host::progress::Progress::new("bench", total);
     for (i, &(b, cores, sys, boot)) in order.iter().enumerate() {
         let spec = o.benches[b];
         let mut params = effective_params(spec, &o.overrides);

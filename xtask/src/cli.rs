@@ -157,7 +157,7 @@ pub fn core_list(v: &str) -> Result<CoreList, String> {
 
 /// A guest memory size: `512M`, `2G`, `64` (MiB).
 pub fn mem_size(v: &str) -> Result<u64, String> {
-    crate::qemu::parse_size_mib(v)
+    crate::host::vm::parse_size_mib(v)
 }
 
 /// A number, decimal (`1_000` allowed) or `0x` hexadecimal.
@@ -172,8 +172,8 @@ fn tcp_port(v: &str) -> Result<u16, String> {
     v.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| format!("`{v}` is not a TCP port in 1..=65535"))
 }
 
-fn hostfwd(v: &str) -> Result<crate::net::Forward, String> {
-    crate::net::parse_hostfwd(v).map_err(|e| e.trim_start_matches("--hostfwd: ").to_string())
+fn hostfwd(v: &str) -> Result<crate::host::vm::Forward, String> {
+    crate::host::vm::parse_hostfwd(v).map_err(|e| e.trim_start_matches("--hostfwd: ").to_string())
 }
 
 fn inject_spec(v: &str) -> Result<String, String> {
@@ -249,14 +249,14 @@ pub struct VmArgs {
     pub disk: Option<PathBuf>,
     /// Forward 127.0.0.1:H on the host to guest port G (repeatable; implies --net)
     #[arg(long, value_name = "H:G", value_parser = hostfwd, action = clap::ArgAction::Append)]
-    pub hostfwd: Vec<crate::net::Forward>,
+    pub hostfwd: Vec<crate::host::vm::Forward>,
 }
 
 impl VmArgs {
     /// The machine these options describe; the checks between options (NUMA nodes against
     /// cores and memory, the disk image) are made here.
-    pub fn into_config(self) -> Result<crate::qemu::VmConfig, String> {
-        use crate::qemu::{BootMedium, VmConfig};
+    pub fn into_config(self) -> Result<crate::host::vm::VmConfig, String> {
+        use crate::host::vm::{BootMedium, VmConfig};
         let d = VmConfig::default();
         let cfg = VmConfig {
             smp: self.smp,
@@ -265,9 +265,9 @@ impl VmArgs {
             cmdline: self.cmdline.unwrap_or_default(),
             cpu: self.cpu,
             timeout: self.timeout.map(std::time::Duration::from_secs),
-            net: if self.net || !self.hostfwd.is_empty() { Some(crate::net::from_options(self.hostfwd)?) } else { None },
+            net: if self.net || !self.hostfwd.is_empty() { Some(crate::host::vm::from_options(self.hostfwd)?) } else { None },
             disk: self.disk,
-            medium: self.iso.then(|| BootMedium::Iso { path: crate::iso::default_iso_path(), uefi: self.uefi }),
+            medium: self.iso.then(|| BootMedium::Iso { path: crate::host::iso::default_iso_path(), uefi: self.uefi }),
             ..d
         };
         cfg.validate()?;
@@ -640,6 +640,61 @@ pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// The machine `cargo xtask run ARGS` describes, checked as `run` checks it.
+    fn vm(a: &[&str]) -> Result<crate::host::vm::VmConfig, String> {
+        match parse_command("run", &a.iter().map(|s| s.to_string()).collect::<Vec<_>>())? {
+            Command::Run(r) => r.vm.into_config(),
+            _ => unreachable!("parse_command(\"run\") gives a run command"),
+        }
+    }
+
+    #[test]
+    fn bad_options_rejected() {
+        assert!(vm(&["--smp", "0"]).is_err());
+        assert!(vm(&["--smp", "256"]).is_err());
+        assert!(vm(&["--smp", "x"]).is_err());
+        assert!(vm(&["--smp", "2", "--numa", "3"]).is_err());
+        assert!(vm(&["--mem", "lots"]).is_err());
+        assert!(vm(&["--smp"]).is_err());
+        assert!(vm(&["--uefi"]).is_err());
+        assert!(vm(&["--foo"]).unwrap_err().contains("--foo"));
+        let cfg = vm(&["--smp", "255", "--numa", "5"]).unwrap();
+        assert_eq!((cfg.smp, cfg.numa_nodes), (255, 5));
+    }
+    #[test]
+    fn net_options_add_the_nic_and_nothing_else_has_one() {
+        let cfg = vm(&["--net"]).unwrap();
+        let a = cfg.qemu_args();
+        let port = cfg.net.as_ref().unwrap().host_port(80).expect("default forward to guest port 80");
+        assert!(a.iter().any(|s| s == &format!("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:80")));
+        assert!(a.windows(2).any(|w| w[0] == "-device" && w[1] == "virtio-net-pci,netdev=n0"));
+        let cfg = vm(&["--hostfwd", "8080:80", "--hostfwd", "8081:7"]).unwrap();
+        assert_eq!(cfg.net.unwrap().forwards.len(), 2, "--hostfwd implies --net, no default forward added");
+        assert!(vm(&["--hostfwd", "80"]).unwrap_err().contains("--hostfwd"));
+        assert!(vm(&["--hostfwd"]).unwrap_err().contains("--hostfwd"));
+        // Without --net: no NIC at all (QEMU's default one would be on an unrestricted network).
+        let a = crate::host::vm::VmConfig::default().qemu_args();
+        assert!(a.windows(2).any(|w| w[0] == "-nic" && w[1] == "none"));
+        assert!(!a.iter().any(|s| s.contains("netdev")));
+    }
+    #[test]
+    fn disk_option_attaches_a_virtio_blk_disk_and_nothing_else_has_one() {
+        let dir = crate::host::env::target_dir().join("qemu-disk-test");
+        std::fs::create_dir_all(&dir).unwrap();
+        let img = dir.join("d.img");
+        std::fs::write(&img, vec![0u8; 4096]).unwrap();
+        let cfg = vm(&["--disk", img.to_str().unwrap()]).unwrap();
+        let a = cfg.qemu_args();
+        assert!(a.windows(2).any(|w| w[0] == "-drive" && w[1] == format!("file={},format=raw,if=none,id=d0", img.display())));
+        assert!(a.windows(2).any(|w| w[0] == "-device" && w[1] == "virtio-blk-pci,drive=d0"));
+        assert!(!crate::host::vm::VmConfig::default().qemu_args().iter().any(|s| s.contains("virtio-blk") || s.starts_with("-drive")));
+        assert!(vm(&["--disk", "/nonexistent/x.img"]).unwrap_err().contains("--disk"));
+        assert!(vm(&["--disk"]).unwrap_err().contains("--disk"));
+        let comma = dir.join("a,b.img");
+        std::fs::write(&comma, b"x").unwrap();
+        assert!(vm(&["--disk", comma.to_str().unwrap()]).unwrap_err().contains("comma"));
+    }
+
     fn p(line: &str) -> Result<Command, clap::Error> {
         parse(line.split_whitespace()).map(|c| c.command)
     }
@@ -727,7 +782,7 @@ mod tests {
         let cfg = r.vm.into_config().unwrap();
         assert_eq!(cfg.net.unwrap().forwards.len(), 2, "--hostfwd implies --net");
         let Command::Run(r) = p("run --iso --uefi").unwrap() else { panic!() };
-        assert!(matches!(r.vm.into_config().unwrap().medium, Some(crate::qemu::BootMedium::Iso { uefi: true, .. })));
+        assert!(matches!(r.vm.into_config().unwrap().medium, Some(crate::host::vm::BootMedium::Iso { uefi: true, .. })));
         bad("run --smp 0", "--smp");
         bad("run --smp 0", "1..=255");
         bad("run --smp 256", "1..=255");
@@ -936,7 +991,7 @@ mod tests {
     /// option renamed here but not in the docs, or one the docs invent.
     #[test]
     fn documented_command_lines_parse() {
-        let root = crate::env::workspace_root();
+        let root = crate::host::env::workspace_root();
         let mut files = vec![root.join("README.md")];
         for e in std::fs::read_dir(root.join("docs")).unwrap() {
             let p = e.unwrap().path();

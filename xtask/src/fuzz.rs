@@ -9,7 +9,8 @@
 //! calls asked for, and with `--inject`, at least one failure injected inside a system call
 //! (`FuzzOpts::min_injected`). A run that fuzzed nothing never passes.
 
-use crate::qemu::{boot_captured, BootMedium, BootOutput, VmConfig};
+use crate::host::qemu::{boot_captured, BootOutput};
+use crate::host::vm::{BootMedium, VmConfig};
 use crate::TestTally;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -61,7 +62,7 @@ impl Default for FuzzOpts {
 
 /// A blank scratch disk for the fuzzer (recreated each run).
 fn scratch_disk() -> Result<PathBuf, String> {
-    let p = crate::env::target_dir().join("fuzz-scratch-disk.img");
+    let p = crate::host::env::target_dir().join("fuzz-scratch-disk.img");
     let f = std::fs::File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?;
     f.set_len(4 << 20).map_err(|e| format!("{}: {e}", p.display()))?;
     Ok(p)
@@ -319,9 +320,9 @@ pub fn judge(serial: &str, timed_out: bool, exit_ok: bool, injecting: bool, smp:
 }
 
 fn build(planted_bug: bool) -> Result<(PathBuf, PathBuf), String> {
-    let kernel = if planted_bug { crate::env::build_kernel_with(&["planted-bug"])? } else { crate::env::build_kernel()? };
-    let initrd = crate::user::build_initrd()?;
-    crate::env::ensure_qemu()?;
+    let kernel = if planted_bug { crate::host::env::build_kernel_with(&["planted-bug"])? } else { crate::host::env::build_kernel()? };
+    let initrd = crate::host::user::build_initrd()?;
+    crate::host::env::ensure_qemu()?;
     Ok((kernel, initrd))
 }
 
@@ -334,7 +335,7 @@ pub fn run_once(kernel: &Path, initrd: &Path, o: &FuzzOpts, echo: bool) -> Resul
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         timeout: Some(o.effective_timeout()),
-        net: if o.net { Some(crate::net::NetConfig::service()?) } else { None },
+        net: if o.net { Some(crate::host::vm::NetConfig::service()?) } else { None },
         disk: if o.scratch_disk { Some(scratch_disk()?) } else { None },
         ..Default::default()
     };
@@ -410,11 +411,11 @@ pub fn main(o: FuzzOpts) -> Result<(), String> {
     // Progress while the guest runs (its calls are counted only at the end): a status line
     // redrawn each second on a terminal, a plain line a minute otherwise, and with --trace
     // (the guest's lines stream to stdout) plain lines only.
-    let progress = crate::progress::Progress::with_terminal("fuzz", 1, std::io::IsTerminal::is_terminal(&std::io::stderr()) && !o.trace);
-    progress.start(1, &format!("{what}, limit {}", crate::progress::duration(o.effective_timeout())));
+    let progress = crate::host::progress::Progress::with_terminal("fuzz", 1, std::io::IsTerminal::is_terminal(&std::io::stderr()) && !o.trace);
+    progress.start(1, &format!("{what}, limit {}", crate::host::progress::duration(o.effective_timeout())));
     let run = run_once(&kernel, &initrd, &o, o.trace);
     progress.finish(&match &run {
-        Ok((v, out)) => format!("fuzz: run ended after {}: {} calls, {}", crate::progress::duration(out.elapsed), v.calls, if v.passed { "passed" } else { "failed" }),
+        Ok((v, out)) => format!("fuzz: run ended after {}: {} calls, {}", crate::host::progress::duration(out.elapsed), v.calls, if v.passed { "passed" } else { "failed" }),
         Err(e) => format!("fuzz: run failed: {e}"),
     });
     drop(progress);
@@ -424,7 +425,7 @@ pub fn main(o: FuzzOpts) -> Result<(), String> {
 
 /// The CI fuzz's progress line before run `n` of `total`: the runs, calls and failures so far.
 fn ci_progress(n: usize, total: usize, what: &str, calls: u64, failures: usize, start: Instant) -> String {
-    format!("{}; {calls} calls and {failures} failure(s) so far", crate::progress::line("== fuzz", n, total, what, start.elapsed(), n - 1))
+    format!("{}; {calls} calls and {failures} failure(s) so far", crate::host::progress::line("== fuzz", n, total, what, start.elapsed(), n - 1))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -554,7 +555,7 @@ pub fn shows_planted_bug(serial: &str) -> bool {
 /// the seed and the replay command.
 pub fn planted_bug_demo(initrd: &Path) -> Result<TestTally, String> {
     println!("== fuzz: planted-bug kernel (the fuzzer must find it)");
-    let kernel = crate::env::build_kernel_with(&["planted-bug"])?;
+    let kernel = crate::host::env::build_kernel_with(&["planted-bug"])?;
     let o = FuzzOpts { calls: 20_000, seed: 7, smp: 2, planted_bug: true, timeout: Some(Duration::from_secs(90)), ..Default::default() };
     let (v, out) = run_once(&kernel, initrd, &o, false)?;
     let reported = report(&o, &v, &out);
@@ -610,7 +611,7 @@ pub fn soak(minutes: u64, smp: u32) -> Result<(), String> {
             }
             runs += 1;
             // Progress (plain lines: one run takes tens of seconds).
-            println!("== soak: [run {runs}, round {round}] {what}; {} left, {calls} fuzz calls and {failures} failure(s) so far", crate::progress::duration(deadline.saturating_duration_since(Instant::now())));
+            println!("== soak: [run {runs}, round {round}] {what}; {} left, {calls} fuzz calls and {failures} failure(s) so far", crate::host::progress::duration(deadline.saturating_duration_since(Instant::now())));
             match fo {
                 Some(o) => {
                     let (v, out) = run_once(&kernel, &initrd, &o, false)?;

@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::net::session::{Session, WaitEnd};
-use crate::qemu::{BootMedium, VmConfig};
+use crate::host::qemu::{Session, WaitEnd};
+use crate::host::vm::{BootMedium, VmConfig};
 
 /// What sits idle in the guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +91,7 @@ fn prepare(system: &str, what: What, smp: u32, guest: &str) -> Result<Boot, Stri
             let mut vm = crate::linux::LinuxVm::new(&k, &crate::net::linux_guest::initramfs(&k)?);
             vm.smp = smp;
             if what == What::Tcpserv {
-                vm.net = Some(crate::net::NetConfig::service()?);
+                vm.net = Some(crate::host::vm::NetConfig::service()?);
                 vm.append = format!("wl=tcpserv threads={smp}");
                 Ok(Boot { args: vm.qemu_args(), ready: "tcpserv: ready", _keep: None })
             } else {
@@ -104,12 +104,12 @@ fn prepare(system: &str, what: What, smp: u32, guest: &str) -> Result<Boot, Stri
         What::Shell | What::Tcpserv => {
             let mut cfg = VmConfig {
                 smp,
-                medium: Some(BootMedium::Kernel(crate::env::build_kernel()?)),
-                initrd: Some(crate::user::build_initrd()?),
+                medium: Some(BootMedium::Kernel(crate::host::env::build_kernel()?)),
+                initrd: Some(crate::host::user::build_initrd()?),
                 ..Default::default()
             };
             let ready = if what == What::Tcpserv {
-                cfg.net = Some(crate::net::NetConfig::service()?);
+                cfg.net = Some(crate::host::vm::NetConfig::service()?);
                 // Dedicated with a kernel core from 2 vCPUs on, Inline at 1 (tcpserv's default).
                 cfg.cmdline = format!("init=tcpserv -- {guest}").trim().to_string();
                 "tcpserv: ready"

@@ -9,24 +9,20 @@ mod bench;
 mod cli;
 mod commute;
 mod boot_bench;
-mod env;
 mod fs;
 mod fuzz;
 mod gdb;
+mod host;
 mod idle;
 mod insngate;
-mod iso;
-mod ksyms;
 mod linux;
 mod net;
 mod metis;
 mod mutants;
 mod percore_tasks;
 mod plugins;
-mod progress;
-mod qemu;
+mod run;
 mod test;
-mod user;
 mod webd;
 
 use std::process::ExitCode;
@@ -113,7 +109,7 @@ fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
     match command {
         Command::Run(a) => {
             let cfg = usage(a.vm.into_config())?;
-            work(qemu::run_command(cfg, a.gdb))
+            work(run::run_command(cfg, a.gdb))
         }
         Command::Test(a) => work(test::run(&a)),
         Command::Insngate(a) => {
@@ -122,11 +118,11 @@ fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
             }
             work(insngate::command(a.update.as_deref(), a.reason.as_deref()))
         }
-        Command::Iso(a) => work(iso::command(a.out, a.cmdline.unwrap_or_default())),
+        Command::Iso(a) => work(host::iso::command(a.out, a.cmdline.unwrap_or_default())),
         Command::Build(a) => work(if a.all {
-            env::build_kernel().and_then(|k| user::build_initrd().map(|i| println!("{}\n{}", k.display(), i.display())))
+            host::env::build_kernel().and_then(|k| host::user::build_initrd().map(|i| println!("{}\n{}", k.display(), i.display())))
         } else {
-            env::build_kernel().map(|p| println!("{}", p.display()))
+            host::env::build_kernel().map(|p| println!("{}", p.display()))
         }),
         Command::Bench(b) => match b.sub {
             Some(BenchCommand::Boot(a)) => work(boot_bench::run(&a)),

@@ -25,11 +25,11 @@ use crate::cli::tools::{PluginCommand, PluginOpts};
 
 /// Where built plugins, the guest program and raw plugin outputs go.
 pub fn artifact_dir() -> PathBuf {
-    crate::env::workspace_root().join("target").join("qemu-plugins")
+    crate::host::env::workspace_root().join("target").join("qemu-plugins")
 }
 
 fn src_dir() -> PathBuf {
-    crate::env::workspace_root().join("tools").join("qemu-plugins")
+    crate::host::env::workspace_root().join("tools").join("qemu-plugins")
 }
 
 fn cc(args: &[String], what: &str) -> Result<(), String> {
@@ -42,9 +42,9 @@ fn cc(args: &[String], what: &str) -> Result<(), String> {
 }
 
 fn ensure_compiler() -> Result<(), String> {
-    crate::env::ensure_tool("cc", &["gcc"])?;
+    crate::host::env::ensure_tool("cc", &["gcc"])?;
     // static glibc for the guest's /init
-    crate::env::ensure_packages(&["libc6-dev"])
+    crate::host::env::ensure_packages(&["libc6-dev"])
 }
 
 fn s(p: &Path) -> String {
@@ -272,100 +272,35 @@ pub struct Custom {
     pub cmdline: String,
     pub disk: Option<PathBuf>,
     /// The NIC on QEMU's restricted user network, with its forwards (`--net`, `--hostfwd`).
-    pub net: Option<crate::net::NetConfig>,
+    pub net: Option<crate::host::vm::NetConfig>,
     pub ready: Option<String>,
     pub load_cmd: Option<String>,
     /// Print the guest's serial lines as they arrive.
     pub echo: bool,
 }
 
-/// Ask QEMU to stop the way `kill` does by default: it shuts down in order, so the plugins'
-/// exit callbacks run and write their reports (SIGKILL would lose them).
-fn terminate(child: &mut std::process::Child, grace: Duration) -> Option<i32> {
-    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-    let until = std::time::Instant::now() + grace;
-    while std::time::Instant::now() < until {
-        if let Ok(Some(st)) = child.try_wait() {
-            return st.code();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    child.wait().ok().and_then(|s| s.code())
-}
-
 /// Run a `--cmdline` guest (see [`Custom`]). `timed_out` is set only when the deadline, not
-/// the guest or the end of the load command, ended the run.
+/// the guest or the end of the load command, ended the run. QEMU is stopped with SIGTERM, so
+/// the plugins write their reports ([`Session::terminate`]).
 fn run_custom(args: &[String], timeout: Duration, c: &Custom) -> Result<linux::RunOutput, String> {
-    use std::io::{BufRead, BufReader, Read};
-    use std::process::Stdio;
-    use std::sync::mpsc;
+    use crate::host::qemu::{Echo, Session, WaitEnd};
     use std::time::Instant;
-    crate::env::ensure_qemu()?;
-    let start = Instant::now();
-    let deadline = start + timeout;
-    let mut child = Command::new("qemu-system-x86_64")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start qemu-system-x86_64: {e}"))?;
-    let out = child.stdout.take().expect("piped");
-    let mut err = child.stderr.take().expect("piped");
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            match line {
-                Ok(l) if tx.send(l.replace('\r', "")).is_ok() => {}
-                _ => break,
-            }
-        }
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut v = String::new();
-        let _ = err.read_to_string(&mut v);
-        v
-    });
-    let mut serial = String::new();
-    let take = |l: String, serial: &mut String| {
-        if c.echo {
-            println!("  | {l}");
-        }
-        serial.push_str(&l);
-        serial.push('\n');
-    };
-    let port = c.net.as_ref().and_then(|n| n.host_port(crate::net::SERVICE_PORT)).or_else(|| c.net.as_ref().and_then(|n| n.forwards.first().map(|f| f.host)));
+    let mut s = Session::spawn(args, None, if c.echo { Echo::Prefixed("  | ") } else { Echo::Off })?;
+    let deadline = s.start + timeout;
+    let port = c.net.as_ref().and_then(|n| n.host_port(crate::host::vm::SERVICE_PORT)).or_else(|| c.net.as_ref().and_then(|n| n.forwards.first().map(|f| f.host)));
     if let Some(n) = &c.net {
         print!("{}", n.describe());
     }
     let mut timed_out = false;
     let mut load_problem = None;
-    let mut exit_code = None;
     let mut exited = false;
     if let Some(cmd) = &c.load_cmd {
         // Wait for the guest to say it is ready (if asked to), then load it from the host.
         if let Some(ready) = &c.ready {
-            loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    timed_out = true;
-                    break;
-                }
-                match rx.recv_timeout(left.min(Duration::from_millis(100))) {
-                    Ok(l) => {
-                        let hit = l.contains(ready.as_str());
-                        take(l, &mut serial);
-                        if hit {
-                            break;
-                        }
-                    }
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(mpsc::RecvTimeoutError::Disconnected) => {
-                        exited = true;
-                        break;
-                    }
-                }
+            match s.wait_for(&|l| l.contains(ready.as_str()), deadline) {
+                Ok(_) => {}
+                Err(WaitEnd::TimedOut) => timed_out = true,
+                Err(WaitEnd::Exited(_)) => exited = true,
             }
         }
         if !timed_out && !exited {
@@ -378,9 +313,7 @@ fn run_custom(args: &[String], timeout: Duration, c: &Custom) -> Result<linux::R
             }
             let mut lc = load.spawn().map_err(|e| format!("--load-cmd: cannot start sh: {e}"))?;
             loop {
-                while let Ok(l) = rx.try_recv() {
-                    take(l, &mut serial);
-                }
+                s.poll()?;
                 if let Some(st) = lc.try_wait().map_err(|e| e.to_string())? {
                     if !st.success() {
                         load_problem = Some(format!("--load-cmd exited with {:?}", st.code()));
@@ -396,39 +329,27 @@ fn run_custom(args: &[String], timeout: Duration, c: &Custom) -> Result<linux::R
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        if !exited {
-            exit_code = terminate(&mut child, Duration::from_secs(60));
-            exited = true;
-        }
     }
-    if !exited {
+    let f = if c.load_cmd.is_some() || exited {
+        // The load is done (or the guest is gone): stop QEMU now.
+        s.terminate(Duration::from_secs(60))
+    } else {
         // Until the guest powers off, or the deadline.
         loop {
-            if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
-                exit_code = st.code();
-                break;
+            if s.poll()?.is_some() {
+                break s.terminate(Duration::from_secs(60));
             }
             if Instant::now() >= deadline {
                 timed_out = true;
-                exit_code = terminate(&mut child, Duration::from_secs(60));
-                break;
-            }
-            while let Ok(l) = rx.try_recv() {
-                take(l, &mut serial);
+                break s.terminate(Duration::from_secs(60));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-    } else if exit_code.is_none() {
-        exit_code = child.wait().ok().and_then(|s| s.code());
-    }
-    while let Ok(l) = rx.recv_timeout(Duration::from_millis(300)) {
-        take(l, &mut serial);
-    }
-    let stderr = err_t.join().unwrap_or_default();
+    };
     if let Some(p) = load_problem {
         return Err(p);
     }
-    Ok(linux::RunOutput { serial, stderr, exit_code, timed_out, elapsed: start.elapsed() })
+    Ok(linux::RunOutput { serial: f.serial, stderr: f.stderr, exit_code: f.exit_code, timed_out, elapsed: f.elapsed })
 }
 
 fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Duration), String> {
@@ -464,7 +385,7 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             };
             let mut vm = LinuxVm::new(&kernel, &initrd);
             if tcp {
-                vm.net = Some(crate::net::NetConfig::service()?);
+                vm.net = Some(crate::host::vm::NetConfig::service()?);
             }
             vm.smp = spec.smp;
             // One host thread runs all vCPUs round-robin (the plugins' tables are not locked).
@@ -490,7 +411,7 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             Ok((args, vm.timeout))
         }
         System::Ours => {
-            let kernel = crate::env::build_kernel()?;
+            let kernel = crate::host::env::build_kernel()?;
             // A benchmark of the suite (`cargo xtask bench --list`) runs in `bench-ours`, one
             // worker per vCPU, one repetition; any other name is a `microbench` benchmark,
             // which the kernel runs for `bench=NAME` (one core).
@@ -504,16 +425,16 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             } else {
                 format!("bench={} {}", spec.workload, spec.params)
             };
-            let cfg = crate::qemu::VmConfig {
+            let cfg = crate::host::vm::VmConfig {
                 smp: spec.smp,
-                medium: Some(crate::qemu::BootMedium::Kernel(kernel)),
-                initrd: Some(crate::user::build_initrd()?),
+                medium: Some(crate::host::vm::BootMedium::Kernel(kernel)),
+                initrd: Some(crate::host::user::build_initrd()?),
                 cmdline: cmdline.trim().to_string(),
                 extra: plugin.map(|p| vec!["-plugin".to_string(), p]).unwrap_or_default(),
                 net: if let Some(c) = spec.custom {
                     c.net.clone()
                 } else if spec.workload == "tcpserv" {
-                    Some(crate::net::NetConfig::service()?)
+                    Some(crate::host::vm::NetConfig::service()?)
                 } else {
                     None
                 },
@@ -622,8 +543,8 @@ fn run_net_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[Str
     let (out, arg) = plugin_arg(built, spec, plugin, extra)?;
     let conns = spec.params.split_whitespace().find_map(|w| w.strip_prefix("conns=")).map(|v| v.parse::<u64>().map_err(|_| format!("conns={v}: not a number"))).transpose()?.unwrap_or(100);
     let acc = AcceptSpec { conns, rounds: 1, warmup: 1, ready_timeout: spec.timeout, ..AcceptSpec::default() };
-    let net = crate::net::NetConfig::service()?;
-    let port = net.host_port(crate::net::SERVICE_PORT).ok_or("no forward to the service port")?;
+    let net = crate::host::vm::NetConfig::service()?;
+    let port = net.host_port(crate::host::vm::SERVICE_PORT).ok_or("no forward to the service port")?;
     let mut guest_words = format!("conns={} warmup={}", acc.guest_conns(), acc.warmup);
     // Ours: `idle=poll` (Corey's pure polling) or `idle=sleep` (the default) passes through.
     if let Some(w) = spec.params.split_whitespace().find(|w| w.starts_with("idle=")) {
@@ -635,9 +556,9 @@ fn run_net_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[Str
     let mut cfg = match spec.system {
         System::Ours => {
             let mode = if spec.workload == "tcp_accept_polling" { "polling" } else { "dedicated" };
-            crate::qemu::VmConfig {
-                medium: Some(crate::qemu::BootMedium::Kernel(crate::env::build_kernel()?)),
-                initrd: Some(crate::user::build_initrd()?),
+            crate::host::vm::VmConfig {
+                medium: Some(crate::host::vm::BootMedium::Kernel(crate::host::env::build_kernel()?)),
+                initrd: Some(crate::host::user::build_initrd()?),
                 cmdline: format!("init=tcpserv -- mode={mode} {guest_words}"),
                 ..Default::default()
             }
@@ -651,7 +572,7 @@ fn run_net_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[Str
             let kernel = crate::bench::linux_sys::guest_kernel()?;
             let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable wl=tcpserv threads={} {guest_words}", spec.smp);
             let extra = vec!["-kernel".into(), s(&kernel), "-initrd".into(), s(&initrd), "-append".into(), cmdline];
-            crate::qemu::VmConfig { extra, ..Default::default() }
+            crate::host::vm::VmConfig { extra, ..Default::default() }
         }
     };
     cfg.smp = spec.smp;
@@ -797,7 +718,7 @@ fn symbols_for(system: System) -> Result<Symbols, String> {
     match system {
         System::Linux => linux_symbols(),
         System::Ours => {
-            let elf = crate::env::build_kernel()?;
+            let elf = crate::host::env::build_kernel()?;
             let data = fs::read(&elf).map_err(|e| format!("cannot read {}: {e}", elf.display()))?;
             Symbols::from_elf(&data).map_err(|e| format!("{}: {e}", elf.display()))
         }
@@ -922,7 +843,7 @@ fn svg_hbars(title: &str, xlabel: &str, bars: &[(String, f64)]) -> String {
 }
 
 fn write_plot(dir: &Path, name: &str, svg: &str) -> Result<PathBuf, String> {
-    crate::env::ensure_tool("rsvg-convert", &["librsvg2-bin"])?;
+    crate::host::env::ensure_tool("rsvg-convert", &["librsvg2-bin"])?;
     let p = write_out(dir, name, svg)?;
     // A PNG beside each SVG, for viewers that do not open SVG.
     let png = p.with_extension("png");
@@ -970,7 +891,7 @@ fn opts(a: PluginOpts) -> Result<Opts, String> {
         inclusive: a.inclusive.is_on(),
         kernel_only: a.kernel_only,
         top: a.top,
-        out: a.out.unwrap_or_else(|| crate::env::workspace_root().join("target").join("plugin-results")),
+        out: a.out.unwrap_or_else(|| crate::host::env::workspace_root().join("target").join("plugin-results")),
         timeout: Duration::from_secs(a.timeout),
         core_map: a.core_map.map(|c| c.0),
         scope_all: a.scope == "all",
@@ -990,7 +911,7 @@ fn opts(a: PluginOpts) -> Result<Opts, String> {
             }
             custom.cmdline = c;
             if net {
-                custom.net = Some(crate::net::from_options(forwards)?);
+                custom.net = Some(crate::host::vm::from_options(forwards)?);
             }
             if o.workload.is_none() {
                 o.workload = Some("custom".into());

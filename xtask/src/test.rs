@@ -14,7 +14,8 @@
 //! Adding a suite is one line in [`run`]: `r.user(SMP, "CMDLINE", Expect::ALL)?` for a
 //! user-program suite, or `r.suite(NAME, |a| ...)?` for anything else.
 
-use crate::qemu::{boot_captured, BootMedium, BootOutput, VmConfig};
+use crate::host::qemu::{boot_captured, BootOutput};
+use crate::host::vm::{BootMedium, VmConfig};
 use crate::TestTally;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -232,7 +233,7 @@ fn host_tests() -> Result<TestTally, String> {
     println!("== host: cargo test");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .current_dir(crate::env::workspace_root())
+        .current_dir(crate::host::env::workspace_root())
         .args(["test", "--workspace", "--exclude", "kernel", "--exclude", "apps", "--exclude", "libos"])
         .output()
         .map_err(|e| format!("cannot run cargo test: {e}"))?;
@@ -324,8 +325,8 @@ fn bad_boot(kernel: &Path, what: &str, mut cfg: VmConfig, expect: &str) -> Resul
     cfg.medium = Some(BootMedium::Kernel(kernel.to_path_buf()));
     cfg.timeout = Some(Duration::from_secs(120));
     let out = boot_captured(&cfg, None, false)?;
-    let code = out.status.and_then(|s| s.code());
-    let ok = !out.timed_out && code == Some(crate::qemu::QEMU_EXIT_FAILURE) && out.serial.contains(expect);
+    let code = out.exit_code;
+    let ok = !out.timed_out && code == Some(crate::host::vm::QEMU_EXIT_FAILURE) && out.serial.contains(expect);
     if ok {
         let line = out.serial.lines().find(|l| l.contains(expect)).unwrap_or("").trim();
         println!("   bad boot `{what}` stops cleanly: {line}");
@@ -397,7 +398,7 @@ pub fn user_boot(kernel: &Path, initrd: &Path, b: UserBoot) -> Result<TestTally,
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         timeout: Some(BOOT_TIMEOUT),
-        net: if b.net { Some(crate::net::NetConfig::service()?) } else { None },
+        net: if b.net { Some(crate::host::vm::NetConfig::service()?) } else { None },
         ..Default::default()
     };
     println!("== user tests ({cmdline}) at {smp} vCPU(s)");
@@ -422,7 +423,7 @@ pub fn user_boot(kernel: &Path, initrd: &Path, b: UserBoot) -> Result<TestTally,
 fn program_runs(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     println!("== user programs");
     let mut t = TestTally::default();
-    let programs = crate::user::program_names()?;
+    let programs = crate::host::user::program_names()?;
     let runs: [(&str, &str, u32); 3] = [("hello", "hello -- one two", 2), ("memclone", "memclone -- 4M 2", 2), ("mempass", "mempass -- 4M 2", 2)];
     for (prog, cmd, smp) in runs {
         // Every program this suite runs is part of the tree: one missing from the archive is
@@ -505,7 +506,7 @@ fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
         }
     }
     if out.timed_out || !out.kernel_exit_ok() {
-        println!("   FAILED: shell: timed out={} exit={:?}", out.timed_out, out.status.and_then(|s| s.code()));
+        println!("   FAILED: shell: timed out={} exit={:?}", out.timed_out, out.exit_code);
         t.failed += 1;
     }
     if t.failed > 0 {
@@ -523,8 +524,8 @@ fn tcp_service(kernel: &Path, initrd: &Path, smp: u32, mode: &str) -> Result<Tes
     use crate::net::tcp_accept::{self, AcceptSpec};
     let name = format!("tcp service, {mode}, {smp} vCPUs");
     println!("== {name}");
-    let net = crate::net::NetConfig::service()?;
-    let port = net.host_port(crate::net::SERVICE_PORT).ok_or("no forward to the service port")?;
+    let net = crate::host::vm::NetConfig::service()?;
+    let port = net.host_port(crate::host::vm::SERVICE_PORT).ok_or("no forward to the service port")?;
     let spec = AcceptSpec { conns: 40, rounds: 1, warmup: 1, ..AcceptSpec::default() };
     let cfg = VmConfig {
         smp,
@@ -565,7 +566,7 @@ fn tcp_service(kernel: &Path, initrd: &Path, smp: u32, mode: &str) -> Result<Tes
     // The kernel's own verdict (init exited 0 and its leak check found nothing) is QEMU's
     // exit status, as for every other boot of the suite.
     let leak = o.finished.serial.lines().find(|l| l.contains("init: free pages")).unwrap_or("").to_string();
-    let clean = o.finished.exit_code == Some(crate::qemu::QEMU_EXIT_SUCCESS);
+    let clean = o.finished.exit_code == Some(crate::host::vm::QEMU_EXIT_SUCCESS);
     check("exit 0 and nothing leaked", clean, format!("QEMU exit {:?}, {leak:?}", o.finished.exit_code));
     if t.failed > 0 {
         for l in o.finished.serial.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev() {
@@ -716,10 +717,10 @@ fn summary_boots(kernel: &Path) -> Result<TestTally, String> {
 /// The GRUB ISO must reach the same summary line under SeaBIOS and under OVMF (UEFI).
 fn iso_boots() -> Result<TestTally, String> {
     println!("== ISO boots (GRUB Multiboot2)");
-    let iso = crate::env::target_dir().join("os-test.iso");
+    let iso = crate::host::env::target_dir().join("os-test.iso");
     // The ISO carries the program archive as a Multiboot2 module: run a program from it.
-    crate::iso::build_iso_with(&iso, "init=hello -- from-iso")?;
-    crate::iso::ensure_ovmf()?;
+    crate::host::iso::build_iso_with(&iso, "init=hello -- from-iso")?;
+    crate::host::iso::ensure_ovmf()?;
     let mut t = TestTally::default();
     for uefi in [false, true] {
         let cfg = VmConfig {
@@ -736,7 +737,7 @@ fn iso_boots() -> Result<TestTally, String> {
             println!("   {firmware}: {} (and ran `hello` from the module)", l.trim());
             t.passed += 1;
         } else {
-            println!("   FAILED: ISO under {firmware}: timed out={} exit={:?}; serial:\n{}", out.timed_out, out.status.and_then(|s| s.code()), out.serial);
+            println!("   FAILED: ISO under {firmware}: timed out={} exit={:?}; serial:\n{}", out.timed_out, out.exit_code, out.serial);
             t.failed += 1;
         }
     }
@@ -753,8 +754,8 @@ pub struct Artifacts {
 impl Artifacts {
     pub fn kernel(&mut self) -> Result<PathBuf, String> {
         if self.kernel.is_none() {
-            let k = crate::env::build_kernel()?;
-            crate::env::ensure_qemu()?;
+            let k = crate::host::env::build_kernel()?;
+            crate::host::env::ensure_qemu()?;
             self.kernel = Some(k);
         }
         Ok(self.kernel.clone().unwrap_or_default())
@@ -762,7 +763,7 @@ impl Artifacts {
 
     pub fn initrd(&mut self) -> Result<PathBuf, String> {
         if self.initrd.is_none() {
-            self.initrd = Some(crate::user::build_initrd()?);
+            self.initrd = Some(crate::host::user::build_initrd()?);
         }
         Ok(self.initrd.clone().unwrap_or_default())
     }
@@ -813,7 +814,7 @@ impl Runner {
         }
         // Progress: suite n of the selected ones, elapsed, a rough estimate (suites differ).
         if self.planned > 0 {
-            println!("{}", crate::progress::line("== test", self.ran + 1, self.planned.max(self.ran + 1), &format!("suite `{name}`"), self.start.elapsed(), self.ran));
+            println!("{}", crate::host::progress::line("== test", self.ran + 1, self.planned.max(self.ran + 1), &format!("suite `{name}`"), self.start.elapsed(), self.ran));
         }
         let t0 = Instant::now();
         let t = f(&mut self.art).map_err(|e| format!("suite `{name}`: {e}"))?;
@@ -973,7 +974,7 @@ pub struct RunCounts {
 
 /// Where a full run leaves its closing counts (one line, [`RunCounts::line`]).
 pub fn counts_file() -> PathBuf {
-    crate::env::target_dir().join("test-counts.txt")
+    crate::host::env::target_dir().join("test-counts.txt")
 }
 
 /// The files that quote the last full run's counts, between [`COUNTS_OPEN`] and
@@ -1074,7 +1075,7 @@ fn record_counts(c: &RunCounts) -> Result<(), String> {
         println!("test counts: {} (not quoted in the docs: the run failed)", f.display());
         return Ok(());
     }
-    let root = crate::env::workspace_root();
+    let root = crate::host::env::workspace_root();
     for doc in COUNTS_DOCS {
         let p = root.join(doc);
         let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -1383,7 +1384,7 @@ mod tests {
         assert!(replace_counts(&format!("{doc}{doc}"), "x").is_err());
         assert!(RunCounts::parse("passed=1 failed=0 suites=2 seconds=3 date=x").is_err(), "no skipped=");
         // Each doc quotes one sentence in the form a run writes (a run then replaces it).
-        let root = crate::env::workspace_root();
+        let root = crate::host::env::workspace_root();
         for d in COUNTS_DOCS {
             let text = std::fs::read_to_string(root.join(d)).unwrap();
             replace_counts(&text, "x").unwrap_or_else(|e| panic!("{d}: {e}"));

@@ -20,7 +20,7 @@ use super::html;
 
 /// `cargo xtask bench report-check`.
 pub fn command(a: &crate::cli::ReportCheckArgs) -> Result<(), String> {
-    let dir = a.dir.clone().unwrap_or_else(|| crate::env::workspace_root().join("target").join("bench-results"));
+    let dir = a.dir.clone().unwrap_or_else(|| crate::host::env::workspace_root().join("target").join("bench-results"));
     let names = check_dir(&dir)?;
     println!("report-check: {} is well-formed, self-contained, and names all {} benchmark(s) of results.json in a row and a plot", dir.join("report.html").display(), names.len());
     if a.browser {
@@ -142,7 +142,7 @@ fn chromium(page: &Path, what: &str, profile: &Path) -> Result<(), String> {
 /// same for an empty page, as the control. Fails if the PDF has no page or the drawing is no
 /// bigger than the empty page's a few times over.
 pub fn render(page: &Path, out: &Path) -> Result<Rendered, String> {
-    crate::env::ensure_tool(CHROMIUM, &["chromium"])?;
+    crate::host::env::ensure_tool(CHROMIUM, &["chromium"])?;
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let version = Command::new(CHROMIUM).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
     let profile = out.join("profile");
@@ -182,10 +182,10 @@ pub fn render(page: &Path, out: &Path) -> Result<Rendered, String> {
 /// results.json in testdata, checked at the parse level and in Chromium.
 pub fn ci_check() -> Result<crate::TestTally, String> {
     println!("== report.html in headless Chromium");
-    let dir = crate::env::target_dir().join("report-browser");
+    let dir = crate::host::env::target_dir().join("report-browser");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let src = crate::env::workspace_root().join("xtask/src/bench/testdata/results-v1-net-boots5.json");
+    let src = crate::host::env::workspace_root().join("xtask/src/bench/testdata/results-v1-net-boots5.json");
     std::fs::copy(&src, dir.join("results.json")).map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
     super::redraw(&dir)?;
     let names = check_dir(&dir)?;
@@ -209,7 +209,7 @@ mod tests {
     /// or whose results.json names a benchmark the page lacks, fails naming it.
     #[test]
     fn a_redrawn_report_passes_and_a_broken_one_fails() {
-        let dir = crate::env::target_dir().join("report-check-test");
+        let dir = crate::host::env::target_dir().join("report-check-test");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bench/testdata/results-v1-net-boots5.json"), dir.join("results.json")).unwrap();

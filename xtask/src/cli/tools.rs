@@ -89,7 +89,7 @@ pub struct PluginOpts {
     pub net: bool,
     /// With --cmdline: forward 127.0.0.1:H to guest port G (repeatable; implies --net)
     #[arg(long, value_name = "H:G", value_parser = hostfwd, action = clap::ArgAction::Append)]
-    pub hostfwd: Vec<crate::net::Forward>,
+    pub hostfwd: Vec<crate::host::vm::Forward>,
     /// With --cmdline: once a serial line contains TEXT, run --load-cmd
     #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
     pub ready: Option<String>,
@@ -196,7 +196,7 @@ pub struct LinuxRunArgs {
     pub net: bool,
     /// Forward 127.0.0.1:H to guest port G (repeatable; implies --net)
     #[arg(long, value_name = "H:G", value_parser = hostfwd, action = clap::ArgAction::Append)]
-    pub hostfwd: Vec<crate::net::Forward>,
+    pub hostfwd: Vec<crate::host::vm::Forward>,
     /// With --wl tcpserv --net: drive the guest with N connections (the accept benchmark)
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub load: Option<u64>,

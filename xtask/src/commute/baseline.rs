@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 /// The reviewed file of accepted regressions.
 pub fn accepted_path() -> PathBuf {
-    crate::env::workspace_root().join("xtask/src/commute/accepted-regressions.txt")
+    crate::host::env::workspace_root().join("xtask/src/commute/accepted-regressions.txt")
 }
 
 /// The sets a baseline belongs to (the first word of an accepted-regressions line).
@@ -348,7 +348,7 @@ mod tests {
     fn the_checked_in_files_parse() {
         read_accepted().unwrap();
         for f in ["baseline.txt", "baseline-posix-ours.txt"] {
-            let p = crate::env::workspace_root().join("xtask/src/commute").join(f);
+            let p = crate::host::env::workspace_root().join("xtask/src/commute").join(f);
             parse_baseline(&std::fs::read_to_string(p).unwrap()).unwrap();
         }
     }

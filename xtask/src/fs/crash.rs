@@ -18,12 +18,12 @@ fn e2fsck(img: &Path, flag: &str) -> Result<(i32, String), String> {
 /// [`repairs_not_allowed`] allows, which a kill between two syncs leaves; more is a failure), checks
 /// that `e2fsck -fn` then finds it clean, and reads every file any round reported synced.
 pub fn crash_test(kernel: &Path, initrd: &Path, kills: u32, seed: u64) -> Result<crate::TestTally, String> {
-    use crate::net::session::Session;
-    use crate::qemu::{BootMedium, VmConfig};
+    use crate::host::qemu::Session;
+    use crate::host::vm::{BootMedium, VmConfig};
     use std::time::{Duration, Instant};
     ensure_e2fsprogs()?;
     println!("== fs crash test: {kills} kills (seed {seed})");
-    let dir = crate::env::target_dir().join("fs-crash");
+    let dir = crate::host::env::target_dir().join("fs-crash");
     let root = dir.join("root");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;

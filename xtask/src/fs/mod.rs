@@ -49,13 +49,13 @@ fn command(cmd: FsCommand) -> Result<(), String> {
             std::fs::write(&out, data).map_err(|e| format!("{}: {e}", out.display()))
         }
         FsCommand::FstestImage { img } => {
-            let root = crate::env::target_dir().join("fs-test").join("root");
+            let root = crate::host::env::target_dir().join("fs-test").join("root");
             write_fstest_tree(&root)?;
             mkimage_with(&root, &img, Some(fstest_files::IMAGE_MIB), fstest_layout()).map(|mib| println!("fs: {}: ext2, {mib} MiB in groups of 4 MiB, fstest's files", img.display()))
         }
         FsCommand::Test => {
-            let kernel = crate::env::build_kernel()?;
-            let initrd = crate::user::build_initrd()?;
+            let kernel = crate::host::env::build_kernel()?;
+            let initrd = crate::host::user::build_initrd()?;
             let t = ci_test(&kernel, &initrd)?;
             println!("{} passed, {} failed", t.passed, t.failed);
             if t.failed == 0 {
@@ -65,8 +65,8 @@ fn command(cmd: FsCommand) -> Result<(), String> {
             }
         }
         FsCommand::Crash { kills, seed } => {
-            let kernel = crate::env::build_kernel()?;
-            let initrd = crate::user::build_initrd()?;
+            let kernel = crate::host::env::build_kernel()?;
+            let initrd = crate::host::user::build_initrd()?;
             let t = crash_test(&kernel, &initrd, kills, seed)?;
             println!("{} passed, {} failed", t.passed, t.failed);
             if t.failed == 0 {
@@ -79,8 +79,8 @@ fn command(cmd: FsCommand) -> Result<(), String> {
 }
 
 pub fn ensure_e2fsprogs() -> Result<(), String> {
-    crate::env::ensure_tool("mke2fs", &["e2fsprogs"])?;
-    crate::env::ensure_tool("e2fsck", &["e2fsprogs"])
+    crate::host::env::ensure_tool("mke2fs", &["e2fsprogs"])?;
+    crate::host::env::ensure_tool("e2fsck", &["e2fsprogs"])
 }
 
 /// Find an e2fsprogs program (in /sbin on Debian, which a user's PATH may lack).
@@ -278,7 +278,7 @@ fn fstest_layout() -> Layout {
 /// groups), `init=fstest` on it, then `e2fsck -fn` (what the guest wrote must leave it clean),
 /// and the guest's files read back on the host, some of them from groups past 0.
 pub fn ci_test(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String> {
-    let dir = crate::env::target_dir().join("fs-test");
+    let dir = crate::host::env::target_dir().join("fs-test");
     write_fstest_tree(&dir.join("root"))?;
     let img = dir.join("fstest.img");
     mkimage_with(&dir.join("root"), &img, Some(fstest_files::IMAGE_MIB), fstest_layout())?;
@@ -368,9 +368,10 @@ mod tests;
 /// that ends the shell, `umount` that does not write back (the host sees an old image), a
 /// remount that fails.
 pub fn shell_files(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String> {
-    use crate::qemu::{boot_captured, BootMedium, VmConfig};
+    use crate::host::qemu::boot_captured;
+    use crate::host::vm::{BootMedium, VmConfig};
     println!("== the shell's file commands on a disk");
-    let dir = crate::env::target_dir().join("fs-shell");
+    let dir = crate::host::env::target_dir().join("fs-shell");
     let root = dir.join("root");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(root.join("sub")).map_err(|e| e.to_string())?;

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::qemu::{BootMedium, VmConfig};
+use crate::host::vm::{BootMedium, VmConfig};
 
 mod sweep;
 
@@ -263,7 +263,7 @@ fn plugin_out(r: &MetisRun) -> PathBuf {
 }
 
 fn work_dir() -> PathBuf {
-    crate::env::target_dir().join("metis")
+    crate::host::env::target_dir().join("metis")
 }
 
 fn read_input(r: &MetisRun) -> Result<Vec<u8>, String> {
@@ -319,7 +319,7 @@ fn boot_ours(r: &MetisRun, kernel: &Path, metis_elf: &[u8]) -> Result<(crate::li
         files.push(("metis-input".into(), input));
         "metis-input"
     };
-    crate::user::write_archive(&initrd, &files)?;
+    crate::host::user::write_archive(&initrd, &files)?;
     let cfg = VmConfig {
         smp: r.smp,
         mem_mib: r.mem_mib,
@@ -377,10 +377,10 @@ fn output_from_disk(img: &Path, serial: &str, res: &mut MetisResult) -> Result<(
 
 /// Build the kernel and the `metis` program (once per command).
 pub fn prepare_ours() -> Result<(PathBuf, Vec<u8>), String> {
-    let kernel = crate::env::build_kernel()?;
-    let bin = crate::user::build_programs()?.join("metis");
+    let kernel = crate::host::env::build_kernel()?;
+    let bin = crate::host::user::build_programs()?.join("metis");
     let elf = fs::read(&bin).map_err(|e| format!("metis: cannot read {}: {e}", bin.display()))?;
-    crate::user::check_program("metis", &elf)?;
+    crate::host::user::check_program("metis", &elf)?;
     Ok((kernel, elf))
 }
 
@@ -392,7 +392,7 @@ pub fn prepare_linux() -> Result<(PathBuf, PathBuf), String> {
 }
 
 fn boot_linux(r: &MetisRun, kernel: &Path, program: &Path) -> Result<crate::linux::RunOutput, String> {
-    use crate::linux::CpioEntry;
+    use crate::host::cpio::CpioEntry;
     let init = fs::read(program).map_err(|e| format!("metis: cannot read {}: {e}", program.display()))?;
     let entries = vec![
         CpioEntry::Dir("dev".into()),
@@ -404,7 +404,7 @@ fn boot_linux(r: &MetisRun, kernel: &Path, program: &Path) -> Result<crate::linu
     let dir = work_dir();
     fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let initrd = dir.join(format!("linux-{}.cpio", std::process::id()));
-    fs::write(&initrd, crate::linux::cpio_newc(&entries)).map_err(|e| format!("cannot write {}: {e}", initrd.display()))?;
+    fs::write(&initrd, crate::host::cpio::cpio_newc(&entries)).map_err(|e| format!("cannot write {}: {e}", initrd.display()))?;
     // Linux has one layout (threads in one address space); `--linux-thp off` asks it for 4 KiB
     // pages in the arenas.
     let lr = MetisRun { layout: if r.linux_thp { "threads".into() } else { "nothp".into() }, ..r.clone() };
@@ -537,7 +537,7 @@ pub fn main(cmd: MetisCommand) -> Result<(), crate::Failure> {
         // `cargo xtask metis ci`: the check `cargo xtask test` runs, alone.
         MetisCommand::Ci => {
             return crate::work((|| {
-                let t = ci_check(&crate::env::build_kernel()?)?;
+                let t = ci_check(&crate::host::env::build_kernel()?)?;
                 println!("{} passed, {} failed", t.passed, t.failed);
                 if t.failed == 0 {
                     Ok(())
@@ -754,7 +754,7 @@ pub fn unprepared_reduce_faults_on_its_own_pages(p: &BTreeMap<String, u64>) -> R
 pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
     println!("== metis (MapReduce) against the host reference");
     let mut t = crate::TestTally::default();
-    let bin = crate::user::build_programs()?.join("metis");
+    let bin = crate::host::user::build_programs()?.join("metis");
     let elf = fs::read(&bin).map_err(|e| format!("metis: cannot read {}: {e}", bin.display()))?;
     let ours = (kernel.to_path_buf(), elf);
     let mut text = vec![0u8; 96 << 10];

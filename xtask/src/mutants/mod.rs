@@ -132,7 +132,7 @@ const SUITE_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 const CARGO_TEST_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 fn mutants_dir() -> PathBuf {
-    crate::env::workspace_root().join("target").join("mutants")
+    crate::host::env::workspace_root().join("target").join("mutants")
 }
 
 /// Where the scratch tree is.
@@ -323,7 +323,7 @@ pub fn main(args: &crate::cli::MutantsArgs) -> Result<(), String> {
         return Ok(());
     }
 
-    let root = crate::env::workspace_root();
+    let root = crate::host::env::workspace_root();
     let problems = catalog_problems(CATALOG, &root, &crate::test::suite_names());
     let start = Instant::now();
     let tree = tree_dir();
@@ -468,7 +468,7 @@ mod tests {
     /// and both commutativity models.
     #[test]
     fn the_catalog_matches_the_tree() {
-        let problems = catalog_problems(CATALOG, &crate::env::workspace_root(), &crate::test::suite_names());
+        let problems = catalog_problems(CATALOG, &crate::host::env::workspace_root(), &crate::test::suite_names());
         assert!(problems.is_empty(), "catalog problems:\n{}", problems.join("\n"));
         assert!(CATALOG.len() >= 20, "only {} mutants", CATALOG.len());
         for area in ["kernel/", "user/libos/", "percore/"] {
@@ -499,7 +499,7 @@ mod tests {
     /// Catches: a broken entry or a bad suite pattern passing the catalog check.
     #[test]
     fn catalog_problems_are_found() {
-        let root = crate::env::workspace_root();
+        let root = crate::host::env::workspace_root();
         let suites = vec!["utest smp=2".to_string()];
         let bad = [
             Mutant { name: "missing", file: "percore/src/spsc.rs", original: "no such text at all", ..M },

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::session::Session;
+use crate::host::qemu::Session;
 
 /// The guest NIC's MAC (set explicitly on the device) and addresses of QEMU's user network,
 /// which the fuzzer impersonates (guest 10.0.2.15, gateway 10.0.2.2 with slirp's MAC).
@@ -424,11 +424,11 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
         vm.append = format!("wl=tcpserv threads={} conns=1", o.smp);
         qemu = vm.qemu_args();
     } else {
-        let cfg = crate::qemu::VmConfig {
+        let cfg = crate::host::vm::VmConfig {
             smp: o.smp,
             cmdline: format!("init=tcpserv -- mode={} conns=1", o.mode),
-            medium: Some(crate::qemu::BootMedium::Kernel(crate::env::build_kernel()?)),
-            initrd: Some(crate::user::build_initrd()?),
+            medium: Some(crate::host::vm::BootMedium::Kernel(crate::host::env::build_kernel()?)),
+            initrd: Some(crate::host::user::build_initrd()?),
             ..Default::default()
         };
         qemu = cfg.qemu_args();
@@ -529,7 +529,7 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
     let f = session.finish(Instant::now() + Duration::from_secs(if done { 30 } else { 0 }));
     // Ours also ends with the kernel's leak check (free pages, heap objects, kernel objects
     // before and after the program); its verdict is QEMU's exit status.
-    let stopped = done && !f.killed && (o.system != "ours" || f.exit_code == Some(crate::qemu::QEMU_EXIT_SUCCESS));
+    let stopped = done && !f.killed && (o.system != "ours" || f.exit_code == Some(crate::host::vm::QEMU_EXIT_SUCCESS));
     let kinds: Vec<String> = KINDS.iter().zip(by_kind).map(|(k, n)| format!("{k}={n}")).collect();
     println!("net fuzz: wrote {sent} frames in {:.1}s (the probe queued behind them proves the guest took them all): {}", took.as_secs_f64(), kinds.join(" "));
     println!(
@@ -546,7 +546,7 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
         }
     );
     let trouble = kernel_trouble(&f.serial).map(str::to_string);
-    let log = crate::env::target_dir().join("net-fuzz.serial.txt");
+    let log = crate::host::env::target_dir().join("net-fuzz.serial.txt");
     let _ = std::fs::write(&log, &f.serial);
     match (stop_why, trouble, alive && served && stopped) {
         (None, None, true) => {

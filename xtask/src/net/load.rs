@@ -528,7 +528,7 @@ pub(crate) mod tests {
             assert_eq!(r.failures.total(), 3, "{kind}: {}", r.summary());
         }
         // Nothing listens on a port just freed: refused.
-        let port = crate::net::free_port().unwrap();
+        let port = crate::host::vm::free_port().unwrap();
         let r = run(&spec(port, 2, 1)).unwrap();
         assert_eq!(r.failures.refused, 2, "{}", r.summary());
     }

@@ -82,7 +82,7 @@ pub struct ModeResult {
 }
 
 fn one_mode(o: &Opts, art: &Artifacts, so: &Path, mode: &str) -> Result<ModeResult, String> {
-    let out = crate::env::workspace_root().join("target").join("webd").join(format!("cachesim-{mode}-{}-{}.txt", o.preset, o.files.name()));
+    let out = crate::host::env::workspace_root().join("target").join("webd").join(format!("cachesim-{mode}-{}-{}.txt", o.preset, o.files.name()));
     let _ = std::fs::remove_file(&out);
     let n = o.files.count;
     let same_core = mode == "same-core";
@@ -190,7 +190,7 @@ pub fn command(o: Opts) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join(",")
     );
-    let path = o.json.clone().unwrap_or_else(|| crate::env::workspace_root().join("target").join("webd").join(format!("cachesim-{}-{}.json", o.preset, o.files.name())));
+    let path = o.json.clone().unwrap_or_else(|| crate::host::env::workspace_root().join("target").join("webd").join(format!("cachesim-{}-{}.json", o.preset, o.files.name())));
     std::fs::write(&path, format!("{json}\n")).map_err(|e| format!("{}: {e}", path.display()))?;
     println!("{json}");
     println!("written to {}", path.display());

@@ -239,7 +239,7 @@ fn connect(spec: &WebLoadSpec, k: u64, next_port: &mut dyn Iterator<Item = u16>)
     let ch = spec.steer[(k % spec.steer.len() as u64) as usize];
     for _ in 0..256 {
         let Some(sport) = next_port.next() else { break };
-        if super::steer::channel_of(sport, crate::net::SERVICE_PORT, spec.steer_channels) != ch {
+        if super::steer::channel_of(sport, crate::host::vm::SERVICE_PORT, spec.steer_channels) != ch {
             continue;
         }
         if let Some(c) = Conn::open_from(spec.port, sport, spec.timeout)? {
@@ -509,7 +509,7 @@ pub(crate) mod tests {
         let port = server(10, Serve::Unavailable);
         let r = run(&spec(port, 1, 4)).unwrap();
         assert_eq!(r.failures.get(&Failure::BadStatus).copied(), Some(4), "{}", r.table());
-        let free = crate::net::free_port().unwrap();
+        let free = crate::host::vm::free_port().unwrap();
         let r = run(&spec(free, 2, 4)).unwrap();
         assert_eq!(r.failures.get(&Failure::Refused).copied(), Some(4), "{}", r.table());
         // Static files: size and sum of the body.

@@ -2,7 +2,7 @@
 //! bad-input checker (`check`), the files a run serves (`files`), steering a connection to a
 //! chosen front-end (`steer`), booting webd on either system (`run`) and the `webd_filesum`
 //! benchmark rows (xtask/src/bench/webd.rs). Everything connects to 127.0.0.1 only, through
-//! the forward of QEMU's restricted user network (crate::net::NetConfig).
+//! the forward of QEMU's restricted user network (crate::host::vm::NetConfig).
 
 pub mod cachesim;
 pub mod check;
@@ -57,8 +57,8 @@ pub fn main(cmd: WebdCommand) -> Result<(), crate::Failure> {
             crate::work(cachesim::command(o))
         }
         WebdCommand::Selftest => crate::work((|| {
-            let kernel = crate::env::build_kernel()?;
-            let initrd = crate::user::build_initrd()?;
+            let kernel = crate::host::env::build_kernel()?;
+            let initrd = crate::host::user::build_initrd()?;
             let t = suite::ci_tests(&kernel, &initrd)?;
             println!("{} passed, {} failed", t.passed, t.failed);
             if t.failed > 0 {

@@ -1,0 +1,154 @@
+//! `cargo xtask run`: boot the kernel (or the ISO) into the shell under QEMU, interactive on a
+//! terminal, or with piped input sent to the guest serial after the shell's first prompt.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::host::vm::{BootMedium, VmConfig, QEMU_EXIT_FAILURE, QEMU_EXIT_SUCCESS};
+
+/// `cargo xtask run`.
+pub fn run_command(mut cfg: VmConfig, gdb_port: Option<u16>) -> Result<(), String> {
+    // Boot into the shell unless the command line names another first program.
+    if !cfg.cmdline.split_whitespace().any(|w| w.starts_with("init=")) {
+        cfg.cmdline = if cfg.cmdline.trim().is_empty() { "init=sh".into() } else { format!("{} init=sh", cfg.cmdline.trim()) };
+    }
+    match cfg.medium {
+        None => {
+            cfg.medium = Some(BootMedium::Kernel(crate::host::env::build_kernel()?));
+            cfg.initrd = Some(crate::host::user::build_initrd()?);
+        }
+        Some(BootMedium::Iso { ref path, uefi }) => {
+            crate::host::iso::build_iso_with(path, &cfg.cmdline)?;
+            if uefi {
+                crate::host::iso::ensure_ovmf()?;
+            }
+        }
+        Some(BootMedium::Kernel(_)) => {}
+    }
+    crate::host::env::ensure_qemu()?;
+    if let Some(net) = &cfg.net {
+        print!("{}", net.describe());
+        let _ = std::io::stdout().flush();
+    }
+    if let Some(port) = gdb_port {
+        crate::gdb::check_port_free(port)?;
+        cfg.extra.extend(crate::gdb::qemu_args(port));
+        let symbols = match &cfg.medium {
+            Some(BootMedium::Kernel(k)) => k.clone(),
+            // The ISO boots the same kernel ELF, built by the same step.
+            _ => crate::host::env::build_kernel()?,
+        };
+        println!("gdb: QEMU waits for a debugger on 127.0.0.1:{port}, stopped before the first instruction. In another terminal:");
+        println!("  {}", crate::gdb::command_line(crate::gdb::debugger(), &symbols, port));
+        let _ = std::io::stdout().flush();
+    }
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(cfg.qemu_args());
+    if interactive {
+        // mon:stdio multiplexes the monitor: Ctrl-A X quits, Ctrl-A C switches to the monitor.
+        cmd.args(["-serial", "mon:stdio"]);
+    } else {
+        cmd.args(["-serial", "stdio", "-monitor", "none"]);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start qemu-system-x86_64: {e}"))?;
+    if !interactive {
+        // Guest output is passed through, watching for the shell's first prompt: input sent
+        // while the kernel boots can be lost (the UART is reset), so it waits for the prompt
+        // (or a minute, for a first program that never prints one).
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        let mut from_guest = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            let mut out = std::io::stdout();
+            let mut buf = [0u8; 4096];
+            let mut tail: Vec<u8> = Vec::new();
+            let mut ready = Some(ready_tx);
+            loop {
+                match from_guest.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let _ = out.write_all(&buf[..n]);
+                        let _ = out.flush();
+                        if ready.is_some() {
+                            tail.extend_from_slice(&buf[..n]);
+                            if tail.windows(4).any(|w| w == b"sh> ") {
+                                let _ = ready.take().map(|t| t.send(()));
+                            }
+                            if tail.len() > 8192 {
+                                tail.drain(..tail.len() - 8);
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        // Piped input goes to the guest serial; the shell cannot see an end of input on a
+        // serial line, so after it ends make sure a `halt` line follows.
+        let mut to_guest = child.stdin.take().expect("piped");
+        std::thread::spawn(move || {
+            let mut input = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut input);
+            let _ = ready_rx.recv_timeout(Duration::from_secs(60));
+            let _ = to_guest.write_all(&with_halt(&input));
+            let _ = to_guest.flush();
+            // Keep the pipe open: QEMU reads it as the guest drains its receive FIFO.
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        });
+    }
+    let status = match cfg.timeout {
+        None => child.wait().map_err(|e| e.to_string())?,
+        Some(t) => {
+            let start = Instant::now();
+            loop {
+                if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+                    break s;
+                }
+                if start.elapsed() > t {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("timed out after {} s", t.as_secs()));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    match status.code() {
+        Some(QEMU_EXIT_SUCCESS) => Ok(()),
+        Some(QEMU_EXIT_FAILURE) => Err("the kernel stopped with a failure".into()),
+        Some(0) => Ok(()), // closed from the QEMU monitor
+        Some(c) => Err(format!("QEMU exited with status {c}")),
+        None => Err("QEMU was killed by a signal".into()),
+    }
+}
+
+/// Piped shell input with a `halt` line at the end unless its last line is one already.
+pub fn with_halt(input: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(input);
+    let last = text.lines().map(str::trim).filter(|l| !l.is_empty()).next_back();
+    let mut out = input.to_vec();
+    if last != Some("halt") {
+        if !out.is_empty() && !out.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+        out.extend_from_slice(b"halt\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn piped_input_ends_with_halt() {
+        assert_eq!(with_halt(b"run hello\n"), b"run hello\nhalt\n");
+        assert_eq!(with_halt(b"run hello"), b"run hello\nhalt\n");
+        assert_eq!(with_halt(b"run hello\nhalt\n"), b"run hello\nhalt\n");
+        assert_eq!(with_halt(b""), b"halt\n");
+    }
+}
