@@ -14,6 +14,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::host::outcome::{usage, work, Failure};
+
 pub mod tools;
 
 #[derive(Parser, Debug)]
@@ -634,6 +636,75 @@ pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut cargo, "cargo", &mut out);
     out
+}
+
+/// Run the command parsed (`args`: the command line as given, for the records that name it).
+pub fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
+    match command {
+        Command::Run(a) => {
+            let cfg = usage(a.vm.into_config())?;
+            work(crate::run::run_command(cfg, a.gdb))
+        }
+        Command::Test(a) => work(crate::test::run(&a)),
+        Command::Insngate(a) => {
+            if a.update.is_some() && a.reason.as_deref().map(str::trim).unwrap_or("").is_empty() {
+                return Err(Failure::Usage("insngate --update needs --reason TEXT: why the baseline changes".into()));
+            }
+            work(crate::insngate::command(a.update.as_deref(), a.reason.as_deref()))
+        }
+        Command::Iso(a) => work(crate::host::iso::command(a.out, a.cmdline.unwrap_or_default())),
+        Command::Build(a) => work(if a.all {
+            crate::host::env::build_kernel().and_then(|k| crate::host::user::build_initrd().map(|i| println!("{}\n{}", k.display(), i.display())))
+        } else {
+            crate::host::env::build_kernel().map(|p| println!("{}", p.display()))
+        }),
+        Command::Bench(b) => match b.sub {
+            Some(BenchCommand::Boot(a)) => work(crate::boot_bench::run(&a)),
+            Some(BenchCommand::Percore(a)) => work(crate::percore_tasks::bench(&a.args)),
+            Some(BenchCommand::ReportCheck(a)) => work(crate::bench::report_check::command(&a)),
+            None => {
+                let o = usage(crate::bench::Options::from_args(b.matrix))?;
+                // What was run: results.json's `run` item and report.html's header.
+                work(crate::bench::run(o, &args[1..]))
+            }
+        },
+        Command::Commute(a) => work(crate::commute::main(&a)),
+        Command::Fuzz(a) => work(crate::fuzz::main(crate::fuzz::FuzzOpts::from(a))),
+        Command::Soak(a) => work(crate::fuzz::soak(a.minutes, a.smp)),
+        Command::Mutants(a) => work(crate::mutants::main(&a)),
+        Command::Plugin(a) => crate::plugins::main(a.command),
+        // The short names for the two measurement commands.
+        // Typed bare, they say what they need and how to call them (status 2, as for every
+        // other command missing a required argument).
+        Command::Cachesim(o) if o.workload.is_none() => Err(Failure::Usage(format!("cachesim: --workload NAME is required\n{}", usage_of(&["cachesim"])))),
+        Command::Audit(o) if o.workload.is_none() => Err(Failure::Usage(format!("audit: --bench NAME is required\n{}", usage_of(&["audit"])))),
+        Command::Cachesim(o) => crate::plugins::main(tools::PluginCommand::Cachesim(o)),
+        Command::Audit(o) => crate::plugins::main(tools::PluginCommand::Sharing(o)),
+        Command::Linux(a) => crate::linux::main(a.command),
+        Command::Net(a) => crate::net::main(a.command),
+        Command::Fs(a) => crate::fs::main(a.command),
+        Command::Metis(a) => crate::metis::main(a.command),
+        Command::Webd(a) => crate::webd::main(a.command),
+        Command::Idle(a) => {
+            
+            let systems = match a.system {
+                IdleSystem::Ours => vec!["ours".to_string()],
+                IdleSystem::Linux => vec!["linux".to_string()],
+                IdleSystem::Both => vec!["ours".to_string(), "linux".to_string()],
+            };
+            let what = match a.what {
+                IdleWhat::Shell => vec![crate::idle::What::Shell],
+                IdleWhat::Tcpserv => vec![crate::idle::What::Tcpserv],
+                IdleWhat::Webd => vec![crate::idle::What::Webd],
+                IdleWhat::All => vec![crate::idle::What::Shell, crate::idle::What::Tcpserv, crate::idle::What::Webd],
+            };
+            work(crate::idle::command(&crate::idle::IdleOptions { smp: a.smp.0, systems, what, seconds: a.seconds, guest: a.guest }))
+        }
+        Command::Completions(a) => {
+            use std::io::Write;
+            work(std::io::stdout().write_all(&completions(a.shell)).map_err(|e| format!("completions: {e}")))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -150,8 +150,8 @@ impl Drop for Child {
 /// symbol table) stops it there. Then, if `gdb` is installed, run the very command line
 /// `run --gdb` prints (batch mode) and check that it stops in `kernel_entry`. Bounded: one
 /// minute per boot, QEMU killed at the end.
-pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
-    let mut t = crate::TestTally::default();
+pub fn ci_check(kernel: &Path) -> Result<crate::host::outcome::TestTally, String> {
+    let mut t = crate::host::outcome::TestTally::default();
     let elf = std::fs::read(kernel).map_err(|e| format!("cannot read {}: {e}", kernel.display()))?;
     let entry = crate::host::ksyms::function_symbols(&elf)?.into_iter().find(|(_, n)| n == ENTRY_SYMBOL).map(|(a, _)| a).ok_or_else(|| format!("the kernel has no `{ENTRY_SYMBOL}` symbol"))?;
     let mut check = |name: &str, r: Result<String, String>| match r {

@@ -360,18 +360,18 @@ fn read_baseline() -> Result<(String, Vec<BaselineLine>), String> {
 }
 
 /// The suite of `cargo xtask test`: measure, compare, one test per path.
-pub fn ci_check(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<crate::TestTally, String> {
+pub fn ci_check(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<crate::host::outcome::TestTally, String> {
     let (_, baseline) = read_baseline()?;
     let measured = measure(kernel, initrd)?;
     let rows = compare(&baseline, &measured);
     print!("{}", indent(&render(&rows)));
-    let mut t = crate::TestTally::default();
+    let mut t = crate::host::outcome::TestTally::default();
     for r in &rows {
         if r.verdict.fails() {
             println!("   FAILED: insngate {}: {:?}", r.name, r.verdict);
-            t.add(crate::TestTally::FAIL);
+            t.add(crate::host::outcome::TestTally::FAIL);
         } else {
-            t.add(crate::TestTally::PASS);
+            t.add(crate::host::outcome::TestTally::PASS);
         }
     }
     Ok(t)

@@ -446,19 +446,19 @@ pub fn run_workload(vm: &LinuxVm) -> Result<RunOutput, String> {
 }
 
 /// `cargo xtask linux ...` (the command line: cli/tools.rs, [`LinuxCommand`]).
-pub fn main(cmd: LinuxCommand) -> Result<(), crate::Failure> {
+pub fn main(cmd: LinuxCommand) -> Result<(), crate::host::outcome::Failure> {
     match cmd {
-        LinuxCommand::Fetch => crate::work(fetch_kernel().map(|k| println!("{} {}", k.version, k.bzimage.display()))),
-        LinuxCommand::Modules => crate::work(crate::net::linux_guest::print_modules()),
+        LinuxCommand::Fetch => crate::host::outcome::work(fetch_kernel().map(|k| println!("{} {}", k.version, k.bzimage.display()))),
+        LinuxCommand::Modules => crate::host::outcome::work(crate::net::linux_guest::print_modules()),
         LinuxCommand::Initramfs { init, out } => {
             let out = out.unwrap_or_else(|| crate::plugins::artifact_dir().join("initramfs.cpio"));
-            crate::work(build_initramfs(&init, &out).map(|()| println!("{}", out.display())))
+            crate::host::outcome::work(build_initramfs(&init, &out).map(|()| println!("{}", out.display())))
         }
         LinuxCommand::Run(a) => {
             if a.load.is_some() && (a.wl != "tcpserv" || !(a.net || !a.hostfwd.is_empty())) {
-                return Err(crate::Failure::Usage("linux run: --load needs --wl tcpserv and --net".into()));
+                return Err(crate::host::outcome::Failure::Usage("linux run: --load needs --wl tcpserv and --net".into()));
             }
-            crate::work(run_command(a))
+            crate::host::outcome::work(run_command(a))
         }
     }
 }

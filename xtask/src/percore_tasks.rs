@@ -1,7 +1,7 @@
 //! `cargo xtask bench percore` and the loom model-checking runs of the percore crate.
 //! Owned by the percore work (issue 3).
 
-use crate::TestTally;
+use crate::host::outcome::TestTally;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

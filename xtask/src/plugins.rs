@@ -6,7 +6,7 @@
 //! JSON file and, for cachesim, SVG plots. See docs/plugins.md.
 
 use crate::linux::{self, LinuxVm};
-use crate::TestTally;
+use crate::host::outcome::TestTally;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
@@ -1556,18 +1556,18 @@ fn cmd_overhead(o: &Opts) -> Result<(), String> {
 
 /// `cargo xtask plugin ...` (and `cachesim`, `audit`).
 /// A measurement command without its workload: a usage error (status 2) with the usage.
-fn bare(cmd: &str) -> crate::Failure {
-    crate::Failure::Usage(format!("{cmd}: --workload NAME is required\n{}", crate::cli::usage_of(&["plugin", cmd])))
+fn bare(cmd: &str) -> crate::host::outcome::Failure {
+    crate::host::outcome::Failure::Usage(format!("{cmd}: --workload NAME is required\n{}", crate::cli::usage_of(&["plugin", cmd])))
 }
 
-pub fn main(cmd: PluginCommand) -> Result<(), crate::Failure> {
+pub fn main(cmd: PluginCommand) -> Result<(), crate::host::outcome::Failure> {
     match cmd {
-        PluginCommand::Build => crate::work(build().map(|b| {
+        PluginCommand::Build => crate::host::outcome::work(build().map(|b| {
             for p in [&b.insncount, &b.cachesim, &b.sharing, &b.test_bin] {
                 println!("{}", p.display());
             }
         })),
-        PluginCommand::Test => crate::work(tests().and_then(|t| {
+        PluginCommand::Test => crate::host::outcome::work(tests().and_then(|t| {
             println!("plugin tests: {} passed, {} failed", t.passed, t.failed);
             if t.failed > 0 {
                 Err(format!("{} plugin test(s) failed", t.failed))
@@ -1578,13 +1578,13 @@ pub fn main(cmd: PluginCommand) -> Result<(), crate::Failure> {
         PluginCommand::Insncount(a) if a.workload.is_none() => Err(bare("insncount")),
         PluginCommand::Cachesim(a) if a.workload.is_none() => Err(bare("cachesim")),
         PluginCommand::Sharing(a) if a.workload.is_none() => Err(bare("sharing")),
-        PluginCommand::Insncount(a) => crate::work(cmd_insncount(&crate::usage(opts(a))?)),
-        PluginCommand::Cachesim(a) => crate::work(cmd_cachesim(&crate::usage(opts(a))?)),
-        PluginCommand::Sharing(a) => crate::work(cmd_sharing(&crate::usage(opts(a))?)),
-        PluginCommand::Overhead(a) => crate::work(cmd_overhead(&crate::usage(opts(a))?)),
+        PluginCommand::Insncount(a) => crate::host::outcome::work(cmd_insncount(&crate::host::outcome::usage(opts(a))?)),
+        PluginCommand::Cachesim(a) => crate::host::outcome::work(cmd_cachesim(&crate::host::outcome::usage(opts(a))?)),
+        PluginCommand::Sharing(a) => crate::host::outcome::work(cmd_sharing(&crate::host::outcome::usage(opts(a))?)),
+        PluginCommand::Overhead(a) => crate::host::outcome::work(cmd_overhead(&crate::host::outcome::usage(opts(a))?)),
         PluginCommand::Symbols(a) => {
-            let o = crate::usage(opts(a))?;
-            crate::work(symbols_for(o.system).map(|syms| println!("{} kernel symbols", syms.len())))
+            let o = crate::host::outcome::usage(opts(a))?;
+            crate::host::outcome::work(symbols_for(o.system).map(|syms| println!("{} kernel symbols", syms.len())))
         }
     }
 }

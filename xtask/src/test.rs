@@ -16,7 +16,7 @@
 
 use crate::host::qemu::{boot_captured, BootOutput};
 use crate::host::vm::{BootMedium, VmConfig};
-use crate::TestTally;
+use crate::host::outcome::TestTally;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

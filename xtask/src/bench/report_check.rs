@@ -180,7 +180,7 @@ pub fn render(page: &Path, out: &Path) -> Result<Rendered, String> {
 
 /// The `report-browser` suite of `cargo xtask test`: a report redrawn from the recorded
 /// results.json in testdata, checked at the parse level and in Chromium.
-pub fn ci_check() -> Result<crate::TestTally, String> {
+pub fn ci_check() -> Result<crate::host::outcome::TestTally, String> {
     println!("== report.html in headless Chromium");
     let dir = crate::host::env::target_dir().join("report-browser");
     let _ = std::fs::remove_dir_all(&dir);
@@ -192,11 +192,11 @@ pub fn ci_check() -> Result<crate::TestTally, String> {
     match render(&dir.join("report.html"), &dir.join("report-check")) {
         Ok(r) => {
             println!("report-browser ... ok ({}: {} benchmark(s), {} PDF page(s), PNG {} bytes against {} for an empty page)", r.version, names.len(), r.pages, r.png_bytes, r.blank_png_bytes);
-            Ok(crate::TestTally::PASS)
+            Ok(crate::host::outcome::TestTally::PASS)
         }
         Err(e) => {
             println!("report-browser ... FAILED ({e})");
-            Ok(crate::TestTally::FAIL)
+            Ok(crate::host::outcome::TestTally::FAIL)
         }
     }
 }

@@ -16,7 +16,7 @@
 //! nothing. A case is matched to its old line by its label (calls and arguments), so a change
 //! to the case list that renumbers cases cannot turn a free case into a new, conflicting one.
 
-use crate::TestTally;
+use crate::host::outcome::TestTally;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

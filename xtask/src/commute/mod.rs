@@ -18,7 +18,7 @@ pub mod posix_cases;
 pub mod posix_model;
 
 use crate::plugins::{self, Record, Symbols};
-use crate::TestTally;
+use crate::host::outcome::TestTally;
 use cases::{Case, Op};
 use model::{State, Verdict};
 use std::collections::BTreeMap;

@@ -13,7 +13,7 @@ use super::posix_model::{self as model, State, Verdict};
 use super::{parse_epochs, Conflict};
 use crate::bench::guest::Guest;
 use crate::plugins::{self, Symbols};
-use crate::TestTally;
+use crate::host::outcome::TestTally;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;

@@ -31,8 +31,8 @@ use crate::cli::tools::FsCommand;
 mod fstest_files;
 
 /// `cargo xtask fs ...` (the command line: cli/tools.rs, [`FsCommand`]).
-pub fn main(cmd: FsCommand) -> Result<(), crate::Failure> {
-    crate::work(command(cmd))
+pub fn main(cmd: FsCommand) -> Result<(), crate::host::outcome::Failure> {
+    crate::host::outcome::work(command(cmd))
 }
 
 fn command(cmd: FsCommand) -> Result<(), String> {
@@ -277,7 +277,7 @@ fn fstest_layout() -> Layout {
 /// `cargo xtask test`'s file-system part: a fresh image of `fstest`'s files (several block
 /// groups), `init=fstest` on it, then `e2fsck -fn` (what the guest wrote must leave it clean),
 /// and the guest's files read back on the host, some of them from groups past 0.
-pub fn ci_test(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String> {
+pub fn ci_test(kernel: &Path, initrd: &Path) -> Result<crate::host::outcome::TestTally, String> {
     let dir = crate::host::env::target_dir().join("fs-test");
     write_fstest_tree(&dir.join("root"))?;
     let img = dir.join("fstest.img");
@@ -367,7 +367,7 @@ mod tests;
 /// `append` that truncates or `write` that appends, `mv`/`ln` that lose the data, an error
 /// that ends the shell, `umount` that does not write back (the host sees an old image), a
 /// remount that fails.
-pub fn shell_files(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String> {
+pub fn shell_files(kernel: &Path, initrd: &Path) -> Result<crate::host::outcome::TestTally, String> {
     use crate::host::qemu::boot_captured;
     use crate::host::vm::{BootMedium, VmConfig};
     println!("== the shell's file commands on a disk");
@@ -437,7 +437,7 @@ pub fn shell_files(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, Str
         ("no disk error", !s.contains("sh: disk:")),
         ("halt: clean exit, no leak", s.contains("init: `sh` exited with code 0") && out.kernel_exit_ok() && !out.timed_out),
     ];
-    let mut t = crate::TestTally::default();
+    let mut t = crate::host::outcome::TestTally::default();
     for (what, ok) in checks {
         if ok {
             t.passed += 1;

@@ -532,11 +532,11 @@ fn ms(p: &BTreeMap<String, u64>, k: &str) -> String {
 }
 
 /// `cargo xtask metis ...` (the command line: cli/tools.rs, [`MetisCommand`]).
-pub fn main(cmd: MetisCommand) -> Result<(), crate::Failure> {
+pub fn main(cmd: MetisCommand) -> Result<(), crate::host::outcome::Failure> {
     let (app, a) = match cmd {
         // `cargo xtask metis ci`: the check `cargo xtask test` runs, alone.
         MetisCommand::Ci => {
-            return crate::work((|| {
+            return crate::host::outcome::work((|| {
                 let t = ci_check(&crate::host::env::build_kernel()?)?;
                 println!("{} passed, {} failed", t.passed, t.failed);
                 if t.failed == 0 {
@@ -548,7 +548,7 @@ pub fn main(cmd: MetisCommand) -> Result<(), crate::Failure> {
         }
         MetisCommand::Sweep(s) => {
             return match s.app {
-                SweepApp::All => crate::work(sweep::all(&s)),
+                SweepApp::All => crate::host::outcome::work(sweep::all(&s)),
                 app => {
                     let name = match app {
                         SweepApp::Wc => "wc",
@@ -556,8 +556,8 @@ pub fn main(cmd: MetisCommand) -> Result<(), crate::Failure> {
                         _ => "wrmem",
                     };
                     // The output is not needed here, only its digest (and the guests print less).
-                    let base = crate::usage(run_from(name, 2, MetisRunArgs { digest_only: true, ..s.run.clone() }))?;
-                    crate::work(sweep::main(&s, base))
+                    let base = crate::host::outcome::usage(run_from(name, 2, MetisRunArgs { digest_only: true, ..s.run.clone() }))?;
+                    crate::host::outcome::work(sweep::main(&s, base))
                 }
             };
         }
@@ -565,8 +565,8 @@ pub fn main(cmd: MetisCommand) -> Result<(), crate::Failure> {
         MetisCommand::Wri(a) => ("wri", a),
         MetisCommand::Wrmem(a) => ("wrmem", a),
     };
-    let (r, out, check) = crate::usage(app_options(app, a))?;
-    crate::work(run_app(r, out, check))
+    let (r, out, check) = crate::host::outcome::usage(app_options(app, a))?;
+    crate::host::outcome::work(run_app(r, out, check))
 }
 
 fn run_app(r: MetisRun, out: Option<PathBuf>, check: bool) -> Result<(), String> {
@@ -751,9 +751,9 @@ pub fn unprepared_reduce_faults_on_its_own_pages(p: &BTreeMap<String, u64>) -> R
 /// at a boundary counted twice or lost, a partition reduced by no one, offsets out of order,
 /// an arena of the private layout not mapped at reduce, reduce's output pages not made
 /// present before it.
-pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
+pub fn ci_check(kernel: &Path) -> Result<crate::host::outcome::TestTally, String> {
     println!("== metis (MapReduce) against the host reference");
-    let mut t = crate::TestTally::default();
+    let mut t = crate::host::outcome::TestTally::default();
     let bin = crate::host::user::build_programs()?.join("metis");
     let elf = fs::read(&bin).map_err(|e| format!("metis: cannot read {}: {e}", bin.display()))?;
     let ours = (kernel.to_path_buf(), elf);
@@ -848,9 +848,9 @@ pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
 /// too), `wrmem` by the digest of the reference over the text it generates. Catches: the
 /// Linux baseline giving a different answer from ours (a comparison of two programs that
 /// do not do the same work), its output lost or cut on the serial line, its guest crashing.
-pub fn ci_check_linux() -> Result<crate::TestTally, String> {
+pub fn ci_check_linux() -> Result<crate::host::outcome::TestTally, String> {
     println!("== metis on the Linux guest against the host reference");
-    let mut t = crate::TestTally::default();
+    let mut t = crate::host::outcome::TestTally::default();
     let linux = prepare_linux()?;
     let mut text = vec![0u8; 48 << 10];
     mapreduce::gen::fill(6, &mut text);

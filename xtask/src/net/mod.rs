@@ -53,18 +53,18 @@ pub fn audit_class(code: &str) -> &'static str {
 }
 
 /// `cargo xtask net ...` (the command line: cli/tools.rs, [`NetCommand`]).
-pub fn main(cmd: crate::cli::tools::NetCommand) -> Result<(), crate::Failure> {
+pub fn main(cmd: crate::cli::tools::NetCommand) -> Result<(), crate::host::outcome::Failure> {
     use crate::cli::tools::NetCommand;
     match cmd {
         NetCommand::Load(a) => {
-            let spec = crate::usage(load::options(a))?;
-            crate::work(load::command(&spec))
+            let spec = crate::host::outcome::usage(load::options(a))?;
+            crate::host::outcome::work(load::command(&spec))
         }
         NetCommand::Fuzz(a) => {
-            let o = crate::usage(fuzz::options(a))?;
-            crate::work(fuzz::command(o))
+            let o = crate::host::outcome::usage(fuzz::options(a))?;
+            crate::host::outcome::work(fuzz::command(o))
         }
-        NetCommand::Selftest => crate::work(qemu_tests().and_then(|t| {
+        NetCommand::Selftest => crate::host::outcome::work(qemu_tests().and_then(|t| {
             println!("{} passed, {} failed", t.passed, t.failed);
             if t.failed > 0 {
                 Err(format!("{} network test(s) failed", t.failed))
@@ -99,7 +99,7 @@ mod tests {
 
 }
 
-fn tally(t: &mut crate::TestTally, name: &str, r: Result<(), String>) {
+fn tally(t: &mut crate::host::outcome::TestTally, name: &str, r: Result<(), String>) {
     match r {
         Ok(()) => {
             t.passed += 1;
@@ -115,9 +115,9 @@ fn tally(t: &mut crate::TestTally, name: &str, r: Result<(), String>) {
 /// The network's QEMU tests for `cargo xtask test` (also `cargo xtask net selftest`), about
 /// 12 s here: the Linux baseline's service through the forward, and a short seeded fuzz.
 /// (Ours joins when its guest side exists; until then it is not a skip but not a test.)
-pub fn qemu_tests() -> Result<crate::TestTally, String> {
+pub fn qemu_tests() -> Result<crate::host::outcome::TestTally, String> {
     println!("== network: the Linux baseline's TCP service and the frame fuzzer");
-    let mut t = crate::TestTally::default();
+    let mut t = crate::host::outcome::TestTally::default();
     // Catches: the NIC's modules missing or out of order, the guest's interface or route
     // not configured, the forward not reaching guest port 80, a reply that is not the 128
     // bytes, connections lost or counted twice, SO_REUSEPORT listeners not all serving.

@@ -18,12 +18,12 @@ use std::time::Duration;
 use crate::cli::tools::{WebdCheckArgs, WebdCommand, WebdLoadArgs};
 
 /// `cargo xtask webd ...` (the command line: cli/tools.rs, [`WebdCommand`]).
-pub fn main(cmd: WebdCommand) -> Result<(), crate::Failure> {
+pub fn main(cmd: WebdCommand) -> Result<(), crate::host::outcome::Failure> {
     match cmd {
         WebdCommand::Load(a) => {
             let json_out = a.json.clone();
-            let spec = crate::usage(load_spec(a).and_then(|s| s.validate().map(|()| s).map_err(|e| format!("webd load: {e}"))))?;
-            crate::work((|| {
+            let spec = crate::host::outcome::usage(load_spec(a).and_then(|s| s.validate().map(|()| s).map_err(|e| format!("webd load: {e}"))))?;
+            crate::host::outcome::work((|| {
                 let r = load::run(&spec)?;
                 print!("{}", r.table());
                 let j = r.json();
@@ -38,8 +38,8 @@ pub fn main(cmd: WebdCommand) -> Result<(), crate::Failure> {
             })())
         }
         WebdCommand::Check(a) => {
-            let spec = crate::usage(check_spec(a))?;
-            crate::work((|| {
+            let spec = crate::host::outcome::usage(check_spec(a))?;
+            crate::host::outcome::work((|| {
                 let r = check::run(&spec)?;
                 print!("{}", r.lines());
                 if r.failed() > 0 {
@@ -49,14 +49,14 @@ pub fn main(cmd: WebdCommand) -> Result<(), crate::Failure> {
             })())
         }
         WebdCommand::Run(a) => {
-            let (b, ph) = crate::usage(run::options(a))?;
-            crate::work(run::command(b, ph))
+            let (b, ph) = crate::host::outcome::usage(run::options(a))?;
+            crate::host::outcome::work(run::command(b, ph))
         }
         WebdCommand::Cachesim(a) => {
-            let o = crate::usage(cachesim::options(a))?;
-            crate::work(cachesim::command(o))
+            let o = crate::host::outcome::usage(cachesim::options(a))?;
+            crate::host::outcome::work(cachesim::command(o))
         }
-        WebdCommand::Selftest => crate::work((|| {
+        WebdCommand::Selftest => crate::host::outcome::work((|| {
             let kernel = crate::host::env::build_kernel()?;
             let initrd = crate::host::user::build_initrd()?;
             let t = suite::ci_tests(&kernel, &initrd)?;
