@@ -16,6 +16,7 @@ pub(crate) mod paths;
 mod claims;
 pub(crate) mod linux_sys;
 mod net;
+pub mod options;
 pub(crate) mod ours;
 mod record;
 mod report;
@@ -97,16 +98,13 @@ fn split_list(v: &str) -> impl Iterator<Item = &str> {
 /// (one-line errors).
 #[cfg(test)]
 pub fn parse_options(args: &[String]) -> Result<Options, String> {
-    match crate::cli::parse_command("bench", args)? {
-        crate::cli::Command::Bench(crate::cli::BenchArgs { sub: None, matrix }) => Options::from_args(matrix),
-        _ => Err("bench: a subcommand, not the matrix".into()),
-    }
+    Options::from_args(crate::host::args::parse_args::<options::MatrixArgs>("bench", args)?)
 }
 
 impl Options {
     /// The matrix the options describe: the names checked against the catalog. cli.rs has
     /// checked every number's range.
-    pub fn from_args(a: crate::cli::MatrixArgs) -> Result<Options, String> {
+    pub fn from_args(a: crate::bench::options::MatrixArgs) -> Result<Options, String> {
         let mut o = Options {
             systems: Vec::new(),
             smp: Vec::new(),

@@ -12,6 +12,7 @@
 //! scalability claim); ours and Linux are booted back to back, boot k of each forming a pair,
 //! and the ratio is taken per pair.
 
+use crate::host::args::{core_list, CoreList};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -330,7 +331,7 @@ fn json(rows: &[Row]) -> String {
 }
 
 /// `cargo xtask bench boot [--smp LIST] [--runs N] [--out DIR] [--no-linux]` (cli.rs).
-pub fn run(args: &crate::cli::BootBenchArgs) -> Result<(), String> {
+pub fn run(args: &crate::boot_bench::BootBenchArgs) -> Result<(), String> {
     let (smps, runs, with_linux) = (args.smp.0.clone(), args.runs as usize, !args.no_linux);
     let out_dir = args.out.clone().unwrap_or_else(|| crate::host::env::target_dir().join("bench"));
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
@@ -400,6 +401,27 @@ pub fn run(args: &crate::cli::BootBenchArgs) -> Result<(), String> {
         return Err(format!("{failed} boot(s) did not reach their first line (the reasons are above)"));
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line of `bench boot`
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct BootBenchArgs {
+    /// vCPU counts, each 1..=255 (Linux's boot under TCG grows fast with them: 16 or more take
+    /// minutes per boot)
+    #[arg(long, value_name = "LIST", default_value = "1,2,4", value_parser = core_list)]
+    pub smp: CoreList,
+    /// Boots per system and count, 1..=100 (ours and Linux back to back); medians and ranges
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub runs: u32,
+    /// Where boot.json goes (default target/bench)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Do not boot Linux for the comparison
+    #[arg(long)]
+    pub no_linux: bool,
 }
 
 #[cfg(test)]

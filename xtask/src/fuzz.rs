@@ -9,6 +9,7 @@
 //! calls asked for, and with `--inject`, at least one failure injected inside a system call
 //! (`FuzzOpts::min_injected`). A run that fuzzed nothing never passes.
 
+use crate::host::args::{at_least_one, number};
 use crate::host::qemu::{boot_captured, BootOutput};
 use crate::host::vm::{BootMedium, VmConfig};
 use crate::host::outcome::TestTally;
@@ -92,8 +93,8 @@ pub fn check_inject(spec: &str) -> Result<(), String> {
     Ok(())
 }
 
-impl From<crate::cli::FuzzArgs> for FuzzOpts {
-    fn from(a: crate::cli::FuzzArgs) -> FuzzOpts {
+impl From<crate::fuzz::FuzzArgs> for FuzzOpts {
+    fn from(a: crate::fuzz::FuzzArgs) -> FuzzOpts {
         FuzzOpts {
             calls: a.calls,
             seed: a.seed,
@@ -113,10 +114,7 @@ impl From<crate::cli::FuzzArgs> for FuzzOpts {
 /// `cargo xtask fuzz ARGS` as cli.rs declares it (one-line errors).
 #[cfg(test)]
 pub fn parse_opts(args: &[String]) -> Result<FuzzOpts, String> {
-    match crate::cli::parse_command("fuzz", args)? {
-        crate::cli::Command::Fuzz(a) => Ok(a.into()),
-        _ => unreachable!("parse_command(\"fuzz\") gives a fuzz command"),
-    }
+    crate::host::args::parse_args::<FuzzArgs>("fuzz", args).map(Into::into)
 }
 
 impl FuzzOpts {
@@ -703,6 +701,59 @@ pub fn soak(minutes: u64, smp: u32) -> Result<(), String> {
     } else {
         Ok(())
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The command lines of `fuzz` and `soak`
+
+fn inject_spec(v: &str) -> Result<String, String> {
+    crate::fuzz::check_inject(v).map(|()| v.to_string()).map_err(|e| e.trim_start_matches("--inject: ").to_string())
+}
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct FuzzArgs {
+    /// Calls in all, shared out over the cores (at least 1)
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "100000", value_parser = at_least_one)]
+    pub calls: u64,
+    /// The seed (decimal or 0x hex); a failure prints it and the replay command
+    #[arg(long, allow_negative_numbers = true, value_name = "S", default_value = "1", value_parser = number)]
+    pub seed: u64,
+    /// vCPUs, 1..=32 (the fuzzer's core limit)
+    #[arg(long, allow_negative_numbers = true, value_name = "K", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub smp: u32,
+    /// Allocation fault injection: alloc:1/N (every Nth) or alloc:seed:S:P (P percent, seeded)
+    #[arg(long, value_name = "SPEC", value_parser = inject_spec)]
+    pub inject: Option<String>,
+    /// When injection starts: `program` (once the fuzzer's set-up is done, so every injected failure meets a fuzzed call) or `boot` (before the program starts: tests its start-up, which then fuzzes nothing and fails)
+    #[arg(long, value_name = "WHEN", default_value = "program", value_parser = ["program", "boot"])]
+    pub inject_from: String,
+    /// Boot the kernel with the planted bug (a name length left unchecked): the fuzzer must find it
+    #[arg(long)]
+    pub planted_bug: bool,
+    /// Boot with the network card: virtual NICs are made and misused too
+    #[arg(long)]
+    pub net: bool,
+    /// Attach a blank scratch disk: block device objects and disk requests too
+    #[arg(long)]
+    pub scratch_disk: bool,
+    /// Print every call before it is issued (to see the one that crashed the kernel)
+    #[arg(long)]
+    pub trace: bool,
+    /// Kill the run after SECS (default: from the call count)
+    #[arg(long, allow_negative_numbers = true, value_name = "SECS", value_parser = number)]
+    pub timeout: Option<u64>,
+}
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct SoakArgs {
+    /// How long, in minutes (at least 1)
+    #[arg(long, allow_negative_numbers = true, value_name = "M", value_parser = at_least_one)]
+    pub minutes: u64,
+    /// vCPUs, 1..=32
+    #[arg(long, allow_negative_numbers = true, value_name = "K", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub smp: u32,
 }
 
 #[cfg(test)]

@@ -242,10 +242,7 @@ mod tests {
     /// `run --gdb [PORT]` as cli.rs declares it: the port (or Some(DEFAULT_PORT) for a bare
     /// `--gdb`), and the other options. Errors are one line.
     fn take_option(args: &[String]) -> Result<(Option<u16>, u32), String> {
-        match crate::cli::parse_command("run", args)? {
-            crate::cli::Command::Run(r) => Ok((r.gdb, r.vm.smp)),
-            _ => unreachable!(),
-        }
+        crate::host::args::parse_args::<crate::run::RunArgs>("run", args).map(|r| (r.gdb, r.vm.smp))
     }
 
     /// Catches `--gdb` eating the next option, a bad port accepted, or a default port other

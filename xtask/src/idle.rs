@@ -5,6 +5,7 @@
 //! A guest whose cores halt when they have nothing to do uses almost none; one whose cores
 //! poll uses a whole host CPU per polling vCPU (as far as the host gives it one).
 
+use crate::host::args::{core_list, CoreList};
 use std::time::{Duration, Instant};
 
 use crate::host::qemu::{Session, WaitEnd};
@@ -170,6 +171,44 @@ pub fn command(o: &IdleOptions) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line of `idle`
+
+/// `cargo xtask idle`.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct IdleArgs {
+    /// vCPU counts to boot, e.g. 1,2,4
+    #[arg(long, value_parser = core_list, default_value = "1,2,4", value_name = "LIST")]
+    pub smp: CoreList,
+    /// Which system: ours, linux or both
+    #[arg(long, value_enum, default_value = "ours")]
+    pub system: IdleSystem,
+    /// What sits idle: shell (the prompt), tcpserv or webd (booted, no traffic), or all
+    #[arg(long, value_enum, default_value = "shell")]
+    pub what: IdleWhat,
+    /// Length of the measured window
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600), value_name = "SECS")]
+    pub seconds: u64,
+    /// More words for our tcpserv or webd (e.g. "idle=poll" for pure polling)
+    #[arg(long, default_value = "", value_name = "\"...\"")]
+    pub guest: String,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleSystem {
+    Ours,
+    Linux,
+    Both,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleWhat {
+    Shell,
+    Tcpserv,
+    Webd,
+    All,
 }
 
 #[cfg(test)]

@@ -429,6 +429,19 @@ fn today() -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+// ---------------------------------------------------------------------------------------
+// The command line of `insngate`
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct InsngateArgs {
+    /// Rewrite these baseline lines with the measured counts (comma-separated path names, or `all`)
+    #[arg(long, value_name = "NAME,...|all")]
+    pub update: Option<String>,
+    /// Why the baseline changes (required with --update; written on each line)
+    #[arg(long, value_name = "TEXT", requires = "update")]
+    pub reason: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

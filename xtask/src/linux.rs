@@ -3,12 +3,12 @@
 //! TCG). Used by the measurement plugins (issue 7) and meant for the Linux half of the
 //! benchmark suite (issue 6): [`fetch_kernel`], [`build_initramfs`], [`LinuxVm`], [`run_qemu`].
 
+use crate::host::args::{at_least_one, hostfwd};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::cli::tools::{LinuxCommand, LinuxRunArgs};
 use crate::host::cpio::{cpio_newc, CpioEntry};
 use crate::host::qemu::{Finished, Session};
 
@@ -511,6 +511,74 @@ fn run_command(a: LinuxRunArgs) -> Result<(), String> {
     print!("{}", out.serial);
     println!("linux: guest ran {:.1}s", out.elapsed.as_secs_f64());
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line of `linux`
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct LinuxArgs {
+    #[command(subcommand)]
+    pub command: LinuxCommand,
+}
+
+#[derive(clap::Subcommand, Debug, Clone, PartialEq)]
+pub enum LinuxCommand {
+    /// Download Debian's kernel package (the one linux-image-amd64 depends on) into
+    /// target/linux-cache and unpack its /boot (never installs into /boot); prints the version
+    /// and bzImage path
+    Fetch,
+    /// The NIC's modules (virtio-net, virtio-pci and their depends=) in load order, each checked
+    /// to carry the bzImage's release in its vermagic
+    Modules,
+    /// Pack BIN as /init (plus /dev/console, /proc, /tmp) into a newc cpio
+    Initramfs {
+        /// The static program to run as /init
+        #[arg(long, value_name = "BIN")]
+        init: PathBuf,
+        /// Where the archive goes (default target/qemu-plugins/initramfs.cpio)
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Boot the measurement guest (tools/qemu-plugins/guest) running a workload; print its serial output
+    #[command(long_about = "Boot the measurement guest (tools/qemu-plugins/guest) running workload NAME (default null) \
+and print its serial output. --net adds the virtio-net NIC (its modules unpacked from the kernel package into the \
+initramfs) on QEMU's restricted user-mode network, forwarding a free port on 127.0.0.1 to guest port 80 (or --hostfwd); \
+for `--wl tcpserv` (Corey's TCP accept service), --load N waits for `tcpserv: ready`, opens N connections with the load \
+generator (C at a time, default 2), and waits for the guest's `tcpserv: done`.")]
+    Run(LinuxRunArgs),
+}
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct LinuxRunArgs {
+    /// The guest workload (tools/qemu-plugins/guest)
+    #[arg(long, value_name = "NAME", default_value = "null")]
+    pub wl: String,
+    /// vCPUs, 1..=64
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub smp: Option<u32>,
+    /// Guest memory in MiB
+    #[arg(long, value_name = "MIB", value_parser = at_least_one)]
+    pub mem: Option<u64>,
+    /// Added to the kernel command line
+    #[arg(long, value_name = "\"...\"", allow_hyphen_values = true)]
+    pub append: Option<String>,
+    /// Kill the guest after SECS
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// A NIC on QEMU's restricted user-mode network (forwards a free port to guest port 80)
+    #[arg(long)]
+    pub net: bool,
+    /// Forward 127.0.0.1:H to guest port G (repeatable; implies --net)
+    #[arg(long, value_name = "H:G", value_parser = hostfwd, action = clap::ArgAction::Append)]
+    pub hostfwd: Vec<crate::host::vm::Forward>,
+    /// With --wl tcpserv --net: drive the guest with N connections (the accept benchmark)
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    pub load: Option<u64>,
+    /// With --load: connections at once
+    #[arg(long, value_name = "C", value_parser = clap::value_parser!(u64).range(1..))]
+    pub concurrency: Option<u64>,
 }
 
 #[cfg(test)]

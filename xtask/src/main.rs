@@ -47,7 +47,7 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
                 _ => {
-                    eprintln!("xtask: {}", cli::one_line(&e, cli::command_name(&args).as_deref()));
+                    eprintln!("xtask: {}", host::args::one_line(&e, cli::command_name(&args).as_deref()));
                     ExitCode::from(2)
                 }
             };

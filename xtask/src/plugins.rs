@@ -5,6 +5,7 @@
 //! them loaded, parses the plugin's `kind key=value ...` report, and writes a text table, a
 //! JSON file and, for cachesim, SVG plots. See docs/plugins.md.
 
+use crate::host::args::{hostfwd, OnOff};
 use crate::linux::{self, LinuxVm};
 use crate::host::outcome::TestTally;
 use std::collections::BTreeMap;
@@ -21,7 +22,6 @@ use std::time::Duration;
 // load. Not the host-driven workloads (tcpserv, tcp_accept*: packets arrive in host time) and
 // not `overhead` (a timing).
 
-use crate::cli::tools::{PluginCommand, PluginOpts};
 
 /// Where built plugins, the guest program and raw plugin outputs go.
 pub fn artifact_dir() -> PathBuf {
@@ -1555,11 +1555,6 @@ fn cmd_overhead(o: &Opts) -> Result<(), String> {
 }
 
 /// `cargo xtask plugin ...` (and `cachesim`, `audit`).
-/// A measurement command without its workload: a usage error (status 2) with the usage.
-fn bare(cmd: &str) -> crate::host::outcome::Failure {
-    crate::host::outcome::Failure::Usage(format!("{cmd}: --workload NAME is required\n{}", crate::cli::usage_of(&["plugin", cmd])))
-}
-
 pub fn main(cmd: PluginCommand) -> Result<(), crate::host::outcome::Failure> {
     match cmd {
         PluginCommand::Build => crate::host::outcome::work(build().map(|b| {
@@ -1575,9 +1570,6 @@ pub fn main(cmd: PluginCommand) -> Result<(), crate::host::outcome::Failure> {
                 Ok(())
             }
         })),
-        PluginCommand::Insncount(a) if a.workload.is_none() => Err(bare("insncount")),
-        PluginCommand::Cachesim(a) if a.workload.is_none() => Err(bare("cachesim")),
-        PluginCommand::Sharing(a) if a.workload.is_none() => Err(bare("sharing")),
         PluginCommand::Insncount(a) => crate::host::outcome::work(cmd_insncount(&crate::host::outcome::usage(opts(a))?)),
         PluginCommand::Cachesim(a) => crate::host::outcome::work(cmd_cachesim(&crate::host::outcome::usage(opts(a))?)),
         PluginCommand::Sharing(a) => crate::host::outcome::work(cmd_sharing(&crate::host::outcome::usage(opts(a))?)),
@@ -1797,8 +1789,8 @@ mod unit {
         // The whole path of `cargo xtask plugin insncount ...`: clap (cli/tools.rs), then `opts`.
         let a = |v: &[&str]| -> Result<Opts, String> {
             let args: Vec<String> = std::iter::once("insncount").chain(v.iter().copied()).map(String::from).collect();
-            match crate::cli::parse_command("plugin", &args)? {
-                crate::cli::Command::Plugin(crate::cli::tools::PluginArgs { command: PluginCommand::Insncount(o) }) => opts(o),
+            match crate::host::args::parse_args::<PluginArgs>("plugin", &args)? {
+                PluginArgs { command: PluginCommand::Insncount(o), .. } => opts(o),
                 other => panic!("{other:?}"),
             }
         };
@@ -1825,7 +1817,7 @@ mod unit {
         assert!(a(&["--smp", "0"]).err().unwrap().contains("--smp"));
         assert!(a(&["--smp", "65"]).err().unwrap().contains("--smp"));
         assert!(a(&["--frobnicate"]).err().unwrap().contains("--frobnicate"));
-        let e = crate::cli::parse_command("plugin", &["frob".to_string()]).unwrap_err();
+        let e = crate::host::args::parse_args::<PluginArgs>("plugin", &["frob".to_string()]).unwrap_err();
         assert!(e.contains("frob") && !e.contains('\n'), "{e}");
     }
 
@@ -1835,4 +1827,130 @@ mod unit {
         let r = parse_records("x n=3 h=0x10 s=abc").remove(0);
         assert_eq!(record_json(&r), "{\"kind\":\"x\",\"n\":3,\"h\":\"0x10\",\"s\":\"abc\"}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The command lines of `plugin`, `cachesim` and `audit`
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct PluginArgs {
+    #[command(subcommand)]
+    pub command: PluginCommand,
+}
+
+#[derive(clap::Subcommand, Debug, Clone, PartialEq)]
+pub enum PluginCommand {
+    /// Build the plugins (target/qemu-plugins/*.so), the guest /init and the simulator tests
+    Build,
+    /// Simulator tests on synthetic traces, then short guest runs (as `cargo xtask test`)
+    Test,
+    /// Guest instructions per vCPU, kernel/user, inside the marked region
+    Insncount(PluginOpts),
+    /// CachEMU: OS/app misses, competition, cooperation, memory CPI per placement
+    Cachesim(PluginOpts),
+    /// Lines written by one vCPU and touched by another, with kernel symbols
+    #[command(visible_alias = "audit")]
+    Sharing(PluginOpts),
+    /// Run time with each plugin over plain TCG on one workload
+    Overhead(PluginOpts),
+    /// Fetch (once) the Linux guest's kernel symbols (/proc/kallsyms, cached)
+    Symbols(PluginOpts),
+}
+
+/// The measurement runs' options. insncount, cachesim and sharing run in the exact mode
+/// (docs/plugins.md): their counts repeat whatever the host's load.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct PluginOpts {
+    /// Guest system
+    #[arg(long, value_name = "SYSTEM", default_value = "linux", value_parser = ["linux", "ours"])]
+    pub system: String,
+    /// The workload (linux: stream null dupclose ... tcpserv or a suite benchmark; ours: a suite
+    /// benchmark or a microbenchmark: null fault share_private share_global stat segment ppc)
+    #[arg(long, visible_alias = "bench", value_name = "NAME")]
+    pub workload: Option<String>,
+    /// vCPUs, 1..=64 (default 1; sharing: 2)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub smp: Option<u32>,
+    /// Workload parameters (iters=, threads=, size=, passes=, files=)
+    #[arg(long, value_name = "\"k=v ...\"", default_value = "", allow_hyphen_values = true)]
+    pub params: String,
+    /// cachesim: nehalem, sweep, nehalem-mc, amd16, comma-separated (default nehalem)
+    #[arg(long, value_name = "LIST", value_parser = preset_list)]
+    pub preset: Option<Presets>,
+    /// Multi-core presets: vCPU i drives core Ci (e.g. 0,4,8,12: one per amd16 chip)
+    #[arg(long, value_name = "C0,C1,..", value_parser = core_map)]
+    pub core_map: Option<CoreMap>,
+    /// Multi-core presets: simulate only inside the region, or every access after the first marker
+    #[arg(long, value_name = "SCOPE", default_value = "region", value_parser = ["region", "all"])]
+    pub scope: String,
+    /// cachesim: custom unified hierarchy, G = SIZE:ASSOC[:LINE], e.g. 32K:8/8M:16
+    #[arg(long, value_name = "G1/G2/..")]
+    pub levels: Option<String>,
+    /// cachesim with --levels: back-invalidate on eviction
+    #[arg(long, value_enum, default_value = "on")]
+    pub inclusive: OnOff,
+    /// sharing: ignore user-mode accesses
+    #[arg(long)]
+    pub kernel_only: bool,
+    /// sharing: lines to list
+    #[arg(long, value_name = "N", default_value_t = 25)]
+    pub top: usize,
+    /// (--system ours) boot this command line instead of a workload ("init=PROG -- ARGS")
+    #[arg(long, value_name = "\"init=PROG -- ARGS\"", allow_hyphen_values = true)]
+    pub cmdline: Option<String>,
+    /// With --cmdline: attach IMG as a virtio-blk disk
+    #[arg(long, value_name = "IMG")]
+    pub disk: Option<PathBuf>,
+    /// With --cmdline: a NIC on QEMU's restricted user-mode network (as `cargo xtask run --net`)
+    #[arg(long)]
+    pub net: bool,
+    /// With --cmdline: forward 127.0.0.1:H to guest port G (repeatable; implies --net)
+    #[arg(long, value_name = "H:G", value_parser = hostfwd, action = clap::ArgAction::Append)]
+    pub hostfwd: Vec<crate::host::vm::Forward>,
+    /// With --cmdline: once a serial line contains TEXT, run --load-cmd
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    pub ready: Option<String>,
+    /// With --ready: `sh -c CMD` with the forwarded port in $PORT and {port}; then QEMU is stopped
+    #[arg(long, value_name = "CMD", allow_hyphen_values = true)]
+    pub load_cmd: Option<String>,
+    /// With --cmdline: print the serial output
+    #[arg(long)]
+    pub echo: bool,
+    /// Where JSON and plots go (default target/plugin-results)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Kill the guest after SECS
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub timeout: u64,
+}
+
+/// `--preset`'s list of cache-simulator presets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Presets(pub Vec<String>);
+
+/// `--core-map`: vCPU i drives simulated core `0[i]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoreMap(pub Vec<u32>);
+
+fn preset_list(v: &str) -> Result<Presets, String> {
+    v.split(',')
+        .map(|p| {
+            if matches!(p, "nehalem" | "sweep" | "nehalem-mc" | "amd16") {
+                Ok(p.to_string())
+            } else {
+                Err(format!("unknown preset `{p}` (nehalem, sweep, nehalem-mc, amd16)"))
+            }
+        })
+        .collect::<Result<_, _>>()
+        .map(Presets)
+}
+
+fn core_map(v: &str) -> Result<CoreMap, String> {
+    let cores = v.split(',').map(|c| c.trim().parse::<u32>().ok().filter(|&c| c < 64)).collect::<Option<Vec<u32>>>();
+    let cores = cores.filter(|c| !c.is_empty()).ok_or_else(|| format!("`{v}` is not a list of core numbers 0..63 (e.g. 0,4,8,12)"))?;
+    if let Some(d) = cores.iter().enumerate().find(|(i, c)| cores[..*i].contains(c)) {
+        return Err(format!("core {} is given to two vCPUs", d.1));
+    }
+    Ok(CoreMap(cores))
 }

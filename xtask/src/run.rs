@@ -1,6 +1,8 @@
 //! `cargo xtask run`: boot the kernel (or the ISO) into the shell under QEMU, interactive on a
 //! terminal, or with piped input sent to the guest serial after the shell's first prompt.
 
+use std::path::PathBuf;
+use crate::host::args::{hostfwd, mem_size, tcp_port};
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -138,6 +140,84 @@ pub fn with_halt(input: &[u8]) -> Vec<u8> {
         out.extend_from_slice(b"halt\n");
     }
     out
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line of `run`
+
+/// The virtual machine's options (`run`).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct VmArgs {
+    /// Virtual CPUs, 1..=255
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=255))]
+    pub smp: u32,
+    /// Guest memory, e.g. 512M, 2G
+    #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = mem_size)]
+    pub mem: u64,
+    /// Split cores and memory evenly over NODES NUMA nodes (at most one node per core)
+    #[arg(long, allow_negative_numbers = true, value_name = "NODES", value_parser = clap::value_parser!(u32).range(1..=255))]
+    pub numa: Option<u32>,
+    /// Kernel command line (e.g. "topology"); `init=sh` is added unless it names a first program
+    #[arg(long, value_name = "\"...\"", allow_hyphen_values = true)]
+    pub cmdline: Option<String>,
+    /// QEMU -cpu model
+    #[arg(long, value_name = "MODEL", default_value = "max")]
+    pub cpu: String,
+    /// Boot the GRUB ISO instead of -kernel
+    #[arg(long)]
+    pub iso: bool,
+    /// With --iso: boot under OVMF (UEFI) instead of SeaBIOS
+    #[arg(long, requires = "iso")]
+    pub uefi: bool,
+    /// Kill QEMU after SECS seconds (default: none)
+    #[arg(long, allow_negative_numbers = true, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// Add a virtio-net NIC on QEMU's restricted user-mode network (guest 10.0.2.15/24); forwards
+    /// a free port on 127.0.0.1 to guest port 80 unless --hostfwd is given, and prints
+    /// `net: 127.0.0.1:PORT -> guest:80`
+    #[arg(long)]
+    pub net: bool,
+    /// Attach the raw image IMG as a virtio-blk disk (make one with `cargo xtask fs mkimage DIR IMG`)
+    #[arg(long, value_name = "IMG")]
+    pub disk: Option<PathBuf>,
+    /// Forward 127.0.0.1:H on the host to guest port G (repeatable; implies --net)
+    #[arg(long, value_name = "H:G", value_parser = hostfwd, action = clap::ArgAction::Append)]
+    pub hostfwd: Vec<crate::host::vm::Forward>,
+}
+
+impl VmArgs {
+    /// The machine these options describe; the checks between options (NUMA nodes against
+    /// cores and memory, the disk image) are made here.
+    pub fn into_config(self) -> Result<crate::host::vm::VmConfig, String> {
+        use crate::host::vm::{BootMedium, VmConfig};
+        let d = VmConfig::default();
+        let cfg = VmConfig {
+            smp: self.smp,
+            mem_mib: self.mem,
+            numa_nodes: self.numa.unwrap_or(0),
+            cmdline: self.cmdline.unwrap_or_default(),
+            cpu: self.cpu,
+            timeout: self.timeout.map(std::time::Duration::from_secs),
+            net: if self.net || !self.hostfwd.is_empty() { Some(crate::host::vm::from_options(self.hostfwd)?) } else { None },
+            disk: self.disk,
+            medium: self.iso.then(|| BootMedium::Iso { path: crate::host::iso::default_iso_path(), uefi: self.uefi }),
+            ..d
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub vm: VmArgs,
+    /// QEMU's gdb stub on 127.0.0.1:PORT (default 1234), stopped before the first instruction;
+    /// prints the gdb command line that loads the kernel's symbols and runs to kernel_entry
+    /// (docs/boot.md, Debugging)
+    #[arg(long, allow_negative_numbers = true, value_name = "PORT", num_args = 0..=1, default_missing_value = "1234", value_parser = tcp_port)]
+    pub gdb: Option<u16>,
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 //! Adding a suite is one line in [`run`]: `r.user(SMP, "CMDLINE", Expect::ALL)?` for a
 //! user-program suite, or `r.suite(NAME, |a| ...)?` for anything else.
 
+use crate::host::args::{core_list, CoreList};
 use crate::host::qemu::{boot_captured, BootOutput};
 use crate::host::vm::{BootMedium, VmConfig};
 use crate::host::outcome::TestTally;
@@ -929,7 +930,7 @@ const TCTEST_ALL: &[&str] =
     &["tc_three_progress", "tc_halt_queued", "tc_exit_any_order", "tc_yield", "tc_queue_full", "tc_thread_on_own_tc", "tc_bad_input"];
 const TCTEST_OTHER_TC: &[&str] = &["tc_three_progress", "tc_halt_queued", "tc_exit_any_order", "tc_yield", "tc_queue_full", "tc_bad_input"];
 
-pub fn run(args: &crate::cli::TestArgs) -> Result<(), String> {
+pub fn run(args: &crate::test::TestArgs) -> Result<(), String> {
     let (smp_list, host_only, only, list) = (args.smp.0.clone(), args.host_only, args.only.clone(), args.list);
     let mut r = Runner::new(only.clone(), list);
     r.full = only.is_empty() && !host_only && smp_list == [1, 2, 4, 8];
@@ -1203,6 +1204,26 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // and drawn to PNG (docs/bench.md, "Checking the report").
     r.suite("report-browser", |_| crate::bench::report_check::ci_check())?;
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line of `test`
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct TestArgs {
+    /// vCPU counts for the in-kernel test boots, each 1..=255
+    #[arg(long, value_name = "LIST", default_value = "1,2,4,8", value_parser = core_list)]
+    pub smp: CoreList,
+    /// Skip the QEMU boots
+    #[arg(long)]
+    pub host_only: bool,
+    /// Run only the suites whose name contains PATTERN (repeatable), e.g. --only roletest --only "kernel smp=4"
+    #[arg(long, value_name = "PATTERN", action = clap::ArgAction::Append, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub only: Vec<String>,
+    /// Print the suites' names and what each declares, run nothing
+    #[arg(long)]
+    pub list: bool,
 }
 
 #[cfg(test)]

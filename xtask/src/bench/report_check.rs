@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::html;
 
 /// `cargo xtask bench report-check`.
-pub fn command(a: &crate::cli::ReportCheckArgs) -> Result<(), String> {
+pub fn command(a: &crate::bench::report_check::ReportCheckArgs) -> Result<(), String> {
     let dir = a.dir.clone().unwrap_or_else(|| crate::host::env::workspace_root().join("target").join("bench-results"));
     let names = check_dir(&dir)?;
     println!("report-check: {} is well-formed, self-contained, and names all {} benchmark(s) of results.json in a row and a plot", dir.join("report.html").display(), names.len());
@@ -199,6 +199,21 @@ pub fn ci_check() -> Result<crate::host::outcome::TestTally, String> {
             Ok(crate::host::outcome::TestTally::FAIL)
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line of `bench report-check`
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct ReportCheckArgs {
+    /// The results directory holding report.html and results.json (default target/bench-results)
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Also render the page in headless Chromium (Debian package `chromium`, installed on
+    /// demand): printed to PDF (must have pages) and drawn to PNG (must not be blank)
+    #[arg(long)]
+    pub browser: bool,
 }
 
 #[cfg(test)]

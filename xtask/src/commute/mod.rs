@@ -11,6 +11,7 @@ pub mod baseline;
 pub mod cases;
 pub mod heatmap_png;
 pub mod model;
+pub mod options;
 pub mod posix;
 #[path = "../../../bench/src/posix_cases.rs"]
 #[allow(dead_code)] // shared with the guest program, which uses all of it
@@ -626,7 +627,7 @@ fn part_guest_args(part: &[usize], calls: Option<&str>) -> String {
 }
 
 /// `cargo xtask commute` (cli.rs declares the options).
-pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
+pub fn main(args: &crate::commute::options::CommuteArgs) -> Result<(), String> {
     let calls = args.calls.clone();
     let (smp, timeout) = (args.smp, Duration::from_secs(args.timeout));
     let out = args.out.clone().unwrap_or_else(|| crate::host::env::target_dir().join("commute"));

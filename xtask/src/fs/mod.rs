@@ -20,11 +20,12 @@ pub mod ext2_write;
 pub mod ext2_dir;
 
 mod crash;
+pub mod options;
 pub use crash::crash_test;
 
 use ext2::{Disk, Ext2, FsError};
 
-use crate::cli::tools::FsCommand;
+use crate::fs::options::FsCommand;
 
 /// The files of `fstest`'s image (shared with the guest test).
 #[path = "../../../user/apps/src/common/fstest_files.rs"]

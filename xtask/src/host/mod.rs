@@ -7,6 +7,7 @@
 //!
 //! Nothing here imports a command module (docs/architecture-host.md draws the layers).
 
+pub mod args;
 pub mod cpio;
 pub mod env;
 pub mod iso;

@@ -23,9 +23,13 @@ use std::time::Duration;
 
 use crate::host::vm::{BootMedium, VmConfig};
 
+pub mod options;
 mod sweep;
 
-use crate::cli::tools::{MetisAppArgs, MetisCommand, MetisRunArgs, SweepApp};
+use crate::metis::options::MetisAppArgs;
+use crate::metis::options::MetisCommand;
+use crate::metis::options::MetisRunArgs;
+use crate::metis::options::SweepApp;
 
 #[derive(Debug, Clone)]
 pub struct MetisRun {
@@ -971,10 +975,10 @@ mod tests {
     fn bad_arguments_are_refused() {
         // The whole path of `cargo xtask metis ...`: clap (cli/tools.rs), then the checks here.
         let a = |v: &[&str]| -> Result<(MetisRun, Option<PathBuf>, bool), String> {
-            match crate::cli::parse_command("metis", &v.iter().map(|s| s.to_string()).collect::<Vec<_>>())? {
-                crate::cli::Command::Metis(crate::cli::tools::MetisArgs { command: MetisCommand::Wc(x) }) => app_options("wc", x),
-                crate::cli::Command::Metis(crate::cli::tools::MetisArgs { command: MetisCommand::Wri(x) }) => app_options("wri", x),
-                crate::cli::Command::Metis(crate::cli::tools::MetisArgs { command: MetisCommand::Wrmem(x) }) => app_options("wrmem", x),
+            match crate::host::args::parse_args::<crate::metis::options::MetisArgs>("metis", &v.iter().map(|s| s.to_string()).collect::<Vec<_>>())? {
+                crate::metis::options::MetisArgs { command: MetisCommand::Wc(x) } => app_options("wc", x),
+                crate::metis::options::MetisArgs { command: MetisCommand::Wri(x) } => app_options("wri", x),
+                crate::metis::options::MetisArgs { command: MetisCommand::Wrmem(x) } => app_options("wrmem", x),
                 other => panic!("{other:?}"),
             }
         };

@@ -12,7 +12,8 @@ use std::fmt::Write as _;
 use std::fs;
 
 use super::{calib_rate, run_once, MetisResult, MetisRun};
-use crate::cli::tools::{MetisRunArgs, MetisSweepArgs};
+use crate::metis::options::MetisRunArgs;
+use crate::metis::options::MetisSweepArgs;
 
 /// Phases in the plot, with their shades per system.
 const PHASES: [(&str, &str); 3] = [("map", "map_us"), ("reduce", "reduce_us"), ("merge", "merge_us")];

@@ -305,7 +305,7 @@ fn run_mutant(tree: &Path, m: &Mutant, log: &Path) -> Result<Outcome, String> {
 }
 
 
-pub fn main(args: &crate::cli::MutantsArgs) -> Result<(), String> {
+pub fn main(args: &crate::mutants::MutantsArgs) -> Result<(), String> {
     let only: Vec<String> = args.only.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
     let (list, keep, baseline) = (args.list, args.keep, !args.no_baseline);
     for name in &only {
@@ -434,6 +434,36 @@ fn report(rows: &[(&Mutant, Outcome, Duration)], problems: &[String]) -> String 
     }
     s.push('\n');
     s
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line of `mutants`
+
+/// `mutants --only`: a mutant of the catalog (empty names between commas are ignored).
+fn mutant_name(v: &str) -> Result<String, String> {
+    let v = v.trim();
+    if !v.is_empty() && !crate::mutants::CATALOG.iter().any(|m| m.name == v) {
+        return Err(format!("no mutant `{v}` in the catalog (see --list)"));
+    }
+    Ok(v.to_string())
+}
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct MutantsArgs {
+    /// Only these mutants (comma-separated, repeatable; see --list)
+    #[arg(long, value_name = "NAME,...", action = clap::ArgAction::Append, value_delimiter = ',', value_parser = mutant_name)]
+    pub only: Vec<String>,
+    /// Print the catalog, run nothing
+    #[arg(long)]
+    pub list: bool,
+    /// Keep the scratch tree and its builds afterwards (a rerun then rebuilds only what changed)
+    #[arg(long)]
+    pub keep: bool,
+    /// Skip running the checks on the unmutated tree first (only when it was just checked: a
+    /// check that fails anyway would count every mutant killed)
+    #[arg(long)]
+    pub no_baseline: bool,
 }
 
 #[cfg(test)]

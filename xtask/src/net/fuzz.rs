@@ -390,7 +390,7 @@ pub struct FuzzOptions {
 }
 
 /// `cargo xtask net fuzz`'s options, checked.
-pub fn options(a: crate::cli::tools::NetFuzzArgs) -> Result<FuzzOptions, String> {
+pub fn options(a: crate::net::options::NetFuzzArgs) -> Result<FuzzOptions, String> {
     let mut o = FuzzOptions { frames: a.frames, seed: a.seed, system: a.system, smp: a.smp, timeout: Duration::from_secs(a.timeout), kinds: Vec::new(), mode: a.mode };
     if o.system != "ours" && o.mode != "dedicated" {
         return Err(format!("net fuzz: --mode {} is for --system ours (Linux's service has one mode)", o.mode));
@@ -623,8 +623,8 @@ mod tests {
         let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
         // The whole path of `cargo xtask net fuzz ...`: clap's parse, then the checks here.
         let parse_options = |args: &[String]| -> Result<FuzzOptions, String> {
-            match crate::cli::parse_command("net", &[&["fuzz".to_string()], args].concat())? {
-                crate::cli::Command::Net(crate::cli::tools::NetArgs { command: crate::cli::tools::NetCommand::Fuzz(f) }) => options(f),
+            match crate::host::args::parse_args::<crate::net::options::NetArgs>("net", &[&["fuzz".to_string()], args].concat())? {
+                crate::net::options::NetArgs { command: crate::net::options::NetCommand::Fuzz(f) } => options(f),
                 other => panic!("{other:?}"),
             }
         };

@@ -400,7 +400,7 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport, String> {
 }
 
 /// `cargo xtask net load`'s options as a spec (checked: [`LoadSpec::validate`]).
-pub fn options(a: crate::cli::tools::NetLoadArgs) -> Result<LoadSpec, String> {
+pub fn options(a: crate::net::options::NetLoadArgs) -> Result<LoadSpec, String> {
     let mut spec = LoadSpec { port: a.port, ..LoadSpec::default() };
     if let Some(n) = a.conns {
         spec.conns = n;
@@ -560,8 +560,8 @@ pub(crate) mod tests {
         let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
         // The whole path of `cargo xtask net load ...`: clap's parse, then the spec's checks.
         let parse_options = |args: &[String]| -> Result<LoadSpec, String> {
-            match crate::cli::parse_command("net", &[&["load".to_string()], args].concat())? {
-                crate::cli::Command::Net(crate::cli::tools::NetArgs { command: crate::cli::tools::NetCommand::Load(l) }) => options(l),
+            match crate::host::args::parse_args::<crate::net::options::NetArgs>("net", &[&["load".to_string()], args].concat())? {
+                crate::net::options::NetArgs { command: crate::net::options::NetCommand::Load(l) } => options(l),
                 other => panic!("{other:?}"),
             }
         };

@@ -10,6 +10,7 @@
 pub mod fuzz;
 pub mod linux_guest;
 pub mod load;
+pub mod options;
 pub mod tcp_accept;
 
 
@@ -53,8 +54,8 @@ pub fn audit_class(code: &str) -> &'static str {
 }
 
 /// `cargo xtask net ...` (the command line: cli/tools.rs, [`NetCommand`]).
-pub fn main(cmd: crate::cli::tools::NetCommand) -> Result<(), crate::host::outcome::Failure> {
-    use crate::cli::tools::NetCommand;
+pub fn main(cmd: crate::net::options::NetCommand) -> Result<(), crate::host::outcome::Failure> {
+    use crate::net::options::NetCommand;
     match cmd {
         NetCommand::Load(a) => {
             let spec = crate::host::outcome::usage(load::options(a))?;

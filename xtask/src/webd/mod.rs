@@ -8,6 +8,7 @@ pub mod cachesim;
 pub mod check;
 pub mod files;
 pub mod http;
+pub mod options;
 pub mod load;
 pub mod run;
 pub mod steer;
@@ -15,7 +16,9 @@ pub mod suite;
 
 use std::time::Duration;
 
-use crate::cli::tools::{WebdCheckArgs, WebdCommand, WebdLoadArgs};
+use crate::webd::options::WebdCheckArgs;
+use crate::webd::options::WebdCommand;
+use crate::webd::options::WebdLoadArgs;
 
 /// `cargo xtask webd ...` (the command line: cli/tools.rs, [`WebdCommand`]).
 pub fn main(cmd: WebdCommand) -> Result<(), crate::host::outcome::Failure> {
@@ -127,10 +130,7 @@ mod tests {
 
     /// `cargo xtask webd SUB ARGS...` through clap (cli/tools.rs), one-line error.
     fn parse(sub: &str, args: &[String]) -> Result<WebdCommand, String> {
-        match crate::cli::parse_command("webd", &[&[sub.to_string()], args].concat())? {
-            crate::cli::Command::Webd(w) => Ok(w.command),
-            other => panic!("{other:?}"),
-        }
+        crate::host::args::parse_args::<crate::webd::options::WebdArgs>("webd", &[&[sub.to_string()], args].concat()).map(|w| w.command)
     }
 
     /// The whole path of `webd load ARGS` up to the run, but without the spec's own checks.

@@ -569,7 +569,7 @@ impl Running {
 
 /// `webd run`'s options (cli/tools.rs) as the boot and its phases; `--load`'s sums file is
 /// read here.
-pub fn options(a: crate::cli::tools::WebdRunArgs) -> Result<(WebdBoot, RunPhases), String> {
+pub fn options(a: crate::webd::options::WebdRunArgs) -> Result<(WebdBoot, RunPhases), String> {
     let b = WebdBoot {
         system: if a.system == "linux" { Sys::Linux } else { Sys::Ours },
         mode: a.mode,
@@ -727,8 +727,8 @@ mod tests {
         let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
         // The whole path of `cargo xtask webd run ...`: clap (cli/tools.rs), then `options`.
         let parse_run = |args: Vec<String>| -> Result<(WebdBoot, RunPhases), String> {
-            match crate::cli::parse_command("webd", &[&["run".to_string()], &args[..]].concat())? {
-                crate::cli::Command::Webd(crate::cli::tools::WebdArgs { command: crate::cli::tools::WebdCommand::Run(r) }) => options(r),
+            match crate::host::args::parse_args::<crate::webd::options::WebdArgs>("webd", &[&["run".to_string()], &args[..]].concat())? {
+                crate::webd::options::WebdArgs { command: crate::webd::options::WebdCommand::Run(r) } => options(r),
                 other => panic!("{other:?}"),
             }
         };
