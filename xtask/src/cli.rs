@@ -1,13 +1,15 @@
-//! The command line of `cargo xtask`: every command and option declared once, here, with clap
-//! (derive). `cargo xtask help`, `cargo xtask --help`, `cargo xtask COMMAND --help` and the
-//! shell completions (`cargo xtask completions bash|zsh|fish`) are generated from these
-//! declarations. Values are checked while parsing (a bad `--smp` names the option and the
-//! range), so every bad value or unknown command is one line on stderr and exit status 2,
-//! before anything is built, run or written (main.rs).
+//! The command line of `cargo xtask`: the list of commands, parsed with clap (derive) and
+//! dispatched. Each command declares its own options where it lives (`RunArgs` in run.rs,
+//! `NetArgs` in net/options.rs, ...; the value parsers several share are in host/args.rs);
+//! this file assembles them into one command line, and is the only module that names them
+//! all. `cargo xtask help`, `cargo xtask --help`, `cargo xtask COMMAND --help` and the shell
+//! completions (`cargo xtask completions bash|zsh|fish`) are generated from the declarations.
+//! Values are checked while parsing (a bad `--smp` names the option and the range), so every
+//! bad value or unknown command is one line on stderr and exit status 2, before anything is
+//! built, run or written (main.rs).
 //!
-//! The sub-tools with commands of their own (`plugin`, `linux`, `net`, `webd`, `fs`, `metis`)
-//! are declared in [`tools`]. Only `bench percore` takes the rest of its line as it is
-//! ([`ToolArgs`]): it hands it to the percore crate's example, which parses it.
+//! Only `bench percore` takes the rest of its line as it is ([`ToolArgs`]): it hands it to the
+//! percore crate's example, which parses it.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -31,6 +33,7 @@ use crate::plugins::{PluginArgs, PluginCommand, PluginOpts};
 use crate::run::RunArgs;
 use crate::test::TestArgs;
 use crate::webd::options::WebdArgs;
+#[cfg(test)]
 use crate::host::args::one_line;
 
 
@@ -99,6 +102,8 @@ Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
     /// The instruction-count gate: exact instructions per operation of the measured paths against
     /// xtask/insngate-baseline.txt (docs/insngate.md); --update rewrites lines, with a reason
     Insngate(InsngateArgs),
+    // A new command is one variant here (its options declared in its own module, as the ones
+    // above) and one arm in `dispatch`; the `layers` command joins this way.
 }
 
 /// A sub-tool's own command line, handed to it unparsed (it has its own `help`).
@@ -391,7 +396,7 @@ mod tests {
         assert!(msg.contains(needle), "{line}: `{msg}` should name `{needle}`");
     }
 
-    /// Every command of main.rs's dispatch, in the order `help` lists them.
+    /// Every command of the dispatch, in the order `help` lists them.
     const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate"];
 
     /// Catches: `--reason` accepted without `--update`, or the options not reaching the command.
@@ -410,7 +415,7 @@ mod tests {
 
     #[test]
     fn bare_measurements_show_their_usage() {
-        // `cargo xtask cachesim` typed bare: main.rs turns the missing workload into this
+        // `cargo xtask cachesim` typed bare: the dispatch turns the missing workload into this
         // usage (status 2).
         let u = usage_of(&["cachesim"]);
         assert!(u.contains("Usage: cargo xtask cachesim") && u.contains("cargo xtask cachesim --help"), "{u}");
@@ -682,7 +687,7 @@ mod tests {
             }
         }
         let (mut checked, mut mentions, mut failures) = (0, 0, Vec::new());
-        // Lines of the sub-tools (cli/tools.rs), checked option by option like the others.
+        // Lines of the sub-tools (declared in their modules), checked option by option like the others.
         let mut sub_tool_lines = 0;
         for f in &files {
             let text = std::fs::read_to_string(f).unwrap();

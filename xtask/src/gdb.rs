@@ -235,31 +235,6 @@ fn boot_stopped(kernel: &Path, port: u16) -> Result<Child, String> {
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
-    }
-
-    /// `run --gdb [PORT]` as cli.rs declares it: the port (or Some(DEFAULT_PORT) for a bare
-    /// `--gdb`), and the other options. Errors are one line.
-    fn take_option(args: &[String]) -> Result<(Option<u16>, u32), String> {
-        crate::host::args::parse_args::<crate::run::RunArgs>("run", args).map(|r| (r.gdb, r.vm.smp))
-    }
-
-    /// Catches `--gdb` eating the next option, a bad port accepted, or a default port other
-    /// than DEFAULT_PORT.
-    #[test]
-    fn gdb_option_parses() {
-        assert_eq!(take_option(&args("--smp 3")).unwrap(), (None, 3));
-        assert_eq!(take_option(&args("--gdb")).unwrap(), (Some(DEFAULT_PORT), 2));
-        assert_eq!(take_option(&args("--gdb --smp 4")).unwrap(), (Some(DEFAULT_PORT), 4));
-        assert_eq!(take_option(&args("--smp 4 --gdb 4321")).unwrap(), (Some(4321), 4));
-        assert_eq!(take_option(&args("--gdb=9000 --smp 5")).unwrap(), (Some(9000), 5));
-        for bad in ["--gdb 0", "--gdb 65536", "--gdb 12ab", "--gdb=", "--gdb=x"] {
-            let e = take_option(&args(bad)).unwrap_err();
-            assert!(e.contains("--gdb") && e.contains("1..=65535") && !e.contains('\n'), "{bad}: {e}");
-        }
-    }
-
     /// Catches a stub listening beyond loopback or a guest that starts before gdb attaches.
     #[test]
     fn stub_listens_on_loopback_only_and_starts_stopped() {

@@ -445,7 +445,7 @@ pub fn run_workload(vm: &LinuxVm) -> Result<RunOutput, String> {
     Ok(out)
 }
 
-/// `cargo xtask linux ...` (the command line: cli/tools.rs, [`LinuxCommand`]).
+/// `cargo xtask linux ...` (the command line: [`LinuxCommand`], below).
 pub fn main(cmd: LinuxCommand) -> Result<(), crate::host::outcome::Failure> {
     match cmd {
         LinuxCommand::Fetch => crate::host::outcome::work(fetch_kernel().map(|k| println!("{} {}", k.version, k.bzimage.display()))),

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-// The command line (commands and options, their help): cli/tools.rs, [`PluginCommand`] and
+// The command line (commands and options, their help): declared below, [`PluginCommand`] and
 // [`PluginOpts`]. insncount, cachesim and sharing run in the exact mode (docs/plugins.md):
 // -icount shift=3 with sleep off, a fixed -seed and -rtc, and with several vCPUs a
 // plugin-driven switch every 250 instructions, so their counts repeat whatever the host's
@@ -879,7 +879,7 @@ struct Opts {
 /// The multi-core presets of cachesim (tools/qemu-plugins/cachesim_mc.c) and their core counts.
 const MC_PRESETS: [(&str, u32); 2] = [("nehalem-mc", 8), ("amd16", 16)];
 
-/// The measurement options (cli/tools.rs) as [`Opts`], with the checks between them.
+/// The measurement options (declared below) as [`Opts`], with the checks between them.
 fn opts(a: PluginOpts) -> Result<Opts, String> {
     let mut o = Opts {
         system: System::parse(&a.system)?,
@@ -1786,7 +1786,7 @@ mod unit {
 
     #[test]
     fn options_reject_bad_input() {
-        // The whole path of `cargo xtask plugin insncount ...`: clap (cli/tools.rs), then `opts`.
+        // The whole path of `cargo xtask plugin insncount ...`: clap (declared below), then `opts`.
         let a = |v: &[&str]| -> Result<Opts, String> {
             let args: Vec<String> = std::iter::once("insncount").chain(v.iter().copied()).map(String::from).collect();
             match crate::host::args::parse_args::<PluginArgs>("plugin", &args)? {

@@ -231,4 +231,29 @@ mod tests {
         assert_eq!(with_halt(b"run hello\nhalt\n"), b"run hello\nhalt\n");
         assert_eq!(with_halt(b""), b"halt\n");
     }
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    /// `run --gdb [PORT]` as cli.rs declares it: the port (or Some(crate::gdb::DEFAULT_PORT) for a bare
+    /// `--gdb`), and the other options. Errors are one line.
+    fn take_option(args: &[String]) -> Result<(Option<u16>, u32), String> {
+        crate::host::args::parse_args::<RunArgs>("run", args).map(|r| (r.gdb, r.vm.smp))
+    }
+
+    /// Catches `--gdb` eating the next option, a bad port accepted, or a default port other
+    /// than DEFAULT_PORT.
+    #[test]
+    fn gdb_option_parses() {
+        assert_eq!(take_option(&args("--smp 3")).unwrap(), (None, 3));
+        assert_eq!(take_option(&args("--gdb")).unwrap(), (Some(crate::gdb::DEFAULT_PORT), 2));
+        assert_eq!(take_option(&args("--gdb --smp 4")).unwrap(), (Some(crate::gdb::DEFAULT_PORT), 4));
+        assert_eq!(take_option(&args("--smp 4 --gdb 4321")).unwrap(), (Some(4321), 4));
+        assert_eq!(take_option(&args("--gdb=9000 --smp 5")).unwrap(), (Some(9000), 5));
+        for bad in ["--gdb 0", "--gdb 65536", "--gdb 12ab", "--gdb=", "--gdb=x"] {
+            let e = take_option(&args(bad)).unwrap_err();
+            assert!(e.contains("--gdb") && e.contains("1..=65535") && !e.contains('\n'), "{bad}: {e}");
+        }
+    }
 }

@@ -31,7 +31,7 @@ use crate::fs::options::FsCommand;
 #[path = "../../../user/apps/src/common/fstest_files.rs"]
 mod fstest_files;
 
-/// `cargo xtask fs ...` (the command line: cli/tools.rs, [`FsCommand`]).
+/// `cargo xtask fs ...` (the command line: options.rs, [`FsCommand`]).
 pub fn main(cmd: FsCommand) -> Result<(), crate::host::outcome::Failure> {
     crate::host::outcome::work(command(cmd))
 }

@@ -174,7 +174,7 @@ pub fn pipeline_wc(file: &Path) -> Result<Vec<u8>, String> {
     Ok(out.stdout)
 }
 
-/// A boot of APP with these options (cli/tools.rs), checked: the checks between options and
+/// A boot of APP with these options (options.rs), checked: the checks between options and
 /// that the input file is there.
 fn run_from(app: &str, smp: u32, a: MetisRunArgs) -> Result<MetisRun, String> {
     let d = MetisRun::default();
@@ -535,7 +535,7 @@ fn ms(p: &BTreeMap<String, u64>, k: &str) -> String {
     p.get(k).map(|us| format!("{:.1}", *us as f64 / 1000.0)).unwrap_or("?".into())
 }
 
-/// `cargo xtask metis ...` (the command line: cli/tools.rs, [`MetisCommand`]).
+/// `cargo xtask metis ...` (the command line: options.rs, [`MetisCommand`]).
 pub fn main(cmd: MetisCommand) -> Result<(), crate::host::outcome::Failure> {
     let (app, a) = match cmd {
         // `cargo xtask metis ci`: the check `cargo xtask test` runs, alone.
@@ -973,7 +973,7 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_refused() {
-        // The whole path of `cargo xtask metis ...`: clap (cli/tools.rs), then the checks here.
+        // The whole path of `cargo xtask metis ...`: clap (options.rs), then the checks here.
         let a = |v: &[&str]| -> Result<(MetisRun, Option<PathBuf>, bool), String> {
             match crate::host::args::parse_args::<crate::metis::options::MetisArgs>("metis", &v.iter().map(|s| s.to_string()).collect::<Vec<_>>())? {
                 crate::metis::options::MetisArgs { command: MetisCommand::Wc(x) } => app_options("wc", x),

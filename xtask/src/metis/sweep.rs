@@ -59,7 +59,7 @@ pub fn all(args: &MetisSweepArgs) -> Result<(), String> {
     }
 }
 
-/// `sweep APP`: `base` is the boot of APP with the run options (cli/tools.rs), checked.
+/// `sweep APP`: `base` is the boot of APP with the run options (options.rs), checked.
 pub fn main(args: &MetisSweepArgs, base: MetisRun) -> Result<(), String> {
     let smp_list = args.smp.clone().map_or(vec![1u32, 2], |l| l.0);
     let systems = if args.systems.is_empty() { vec!["ours".to_string(), "linux".to_string()] } else { args.systems.clone() };

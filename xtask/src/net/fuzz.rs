@@ -44,7 +44,7 @@ pub fn qemu_args(port: u16) -> Vec<String> {
 
 /// The seeded generator of the bench's boot order (splitmix64): frame `i` of seed `S` is the
 /// same on every machine.
-use crate::bench::Rng;
+use crate::host::rng::Rng;
 
 /// The Internet checksum (RFC 1071) of `data`, starting from `sum`.
 pub fn checksum(data: &[u8], mut sum: u32) -> u16 {

@@ -53,7 +53,7 @@ pub fn audit_class(code: &str) -> &'static str {
     }
 }
 
-/// `cargo xtask net ...` (the command line: cli/tools.rs, [`NetCommand`]).
+/// `cargo xtask net ...` (the command line: options.rs, [`NetCommand`]).
 pub fn main(cmd: crate::net::options::NetCommand) -> Result<(), crate::host::outcome::Failure> {
     use crate::net::options::NetCommand;
     match cmd {

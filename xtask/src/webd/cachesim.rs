@@ -29,7 +29,7 @@ pub struct Opts {
 const SMP: u32 = 5;
 const APPS: &str = "1-4";
 
-/// `webd cachesim`'s options (cli/tools.rs) with the preset's defaults filled in.
+/// `webd cachesim`'s options (options.rs) with the preset's defaults filled in.
 pub fn options(a: crate::webd::options::WebdCachesimArgs) -> Result<Opts, String> {
     let modes = if a.modes.is_empty() { run::MODES.iter().map(|m| m.to_string()).collect() } else { a.modes };
     let map = a.map.unwrap_or_else(|| if a.preset == "amd16" { "1:0:4:8:12" } else { "3:0:1:4:5" }.into());
@@ -215,7 +215,7 @@ mod tests {
         assert!(parse_report("mcpu model=amd16 vcpu=0 party=os insns=x\nend\n").is_err());
     }
 
-    /// `cargo xtask webd cachesim ARGS` through clap (cli/tools.rs), then the defaults.
+    /// `cargo xtask webd cachesim ARGS` through clap (options.rs), then the defaults.
     fn parse(args: &[String]) -> Result<Opts, String> {
         match crate::host::args::parse_args::<crate::webd::options::WebdArgs>("webd", &[&["cachesim".to_string()], args].concat())? {
             crate::webd::options::WebdArgs { command: crate::webd::options::WebdCommand::Cachesim(c) } => super::options(c),

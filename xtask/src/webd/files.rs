@@ -82,7 +82,7 @@ impl FileSpec {
     /// File `i`'s bytes: a splitmix64 stream seeded by the index and the size, so every
     /// file differs from every other and the same spec always gives the same bytes.
     pub fn content(&self, i: u64) -> Vec<u8> {
-        let mut rng = crate::bench::Rng::new(0x5EED_F11E_0000_0000 ^ (i << 32) ^ self.size);
+        let mut rng = crate::host::rng::Rng::new(0x5EED_F11E_0000_0000 ^ (i << 32) ^ self.size);
         let mut v = Vec::with_capacity(self.size as usize + 8);
         while (v.len() as u64) < self.size {
             v.extend_from_slice(&rng.next().to_le_bytes());

@@ -20,7 +20,7 @@ use crate::webd::options::WebdCheckArgs;
 use crate::webd::options::WebdCommand;
 use crate::webd::options::WebdLoadArgs;
 
-/// `cargo xtask webd ...` (the command line: cli/tools.rs, [`WebdCommand`]).
+/// `cargo xtask webd ...` (the command line: options.rs, [`WebdCommand`]).
 pub fn main(cmd: WebdCommand) -> Result<(), crate::host::outcome::Failure> {
     match cmd {
         WebdCommand::Load(a) => {
@@ -128,7 +128,7 @@ mod tests {
         s.split_whitespace().map(String::from).collect()
     }
 
-    /// `cargo xtask webd SUB ARGS...` through clap (cli/tools.rs), one-line error.
+    /// `cargo xtask webd SUB ARGS...` through clap (options.rs), one-line error.
     fn parse(sub: &str, args: &[String]) -> Result<WebdCommand, String> {
         crate::host::args::parse_args::<crate::webd::options::WebdArgs>("webd", &[&[sub.to_string()], args].concat()).map(|w| w.command)
     }

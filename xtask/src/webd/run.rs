@@ -567,7 +567,7 @@ impl Running {
 
 // ---- `cargo xtask webd run` ----
 
-/// `webd run`'s options (cli/tools.rs) as the boot and its phases; `--load`'s sums file is
+/// `webd run`'s options (options.rs) as the boot and its phases; `--load`'s sums file is
 /// read here.
 pub fn options(a: crate::webd::options::WebdRunArgs) -> Result<(WebdBoot, RunPhases), String> {
     let b = WebdBoot {
@@ -725,7 +725,7 @@ mod tests {
     #[test]
     fn run_options() {
         let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
-        // The whole path of `cargo xtask webd run ...`: clap (cli/tools.rs), then `options`.
+        // The whole path of `cargo xtask webd run ...`: clap (options.rs), then `options`.
         let parse_run = |args: Vec<String>| -> Result<(WebdBoot, RunPhases), String> {
             match crate::host::args::parse_args::<crate::webd::options::WebdArgs>("webd", &[&["run".to_string()], &args[..]].concat())? {
                 crate::webd::options::WebdArgs { command: crate::webd::options::WebdCommand::Run(r) } => options(r),
