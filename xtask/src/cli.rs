@@ -21,7 +21,7 @@ use crate::bench::options::MatrixArgs;
 use crate::bench::report_check::ReportCheckArgs;
 use crate::boot_bench::BootBenchArgs;
 use crate::commute::options::CommuteArgs;
-use crate::fs::options::FsArgs;
+use crate::fs::options::{FsArgs, FsCommand};
 use crate::fuzz::{FuzzArgs, SoakArgs};
 use crate::idle::{IdleArgs, IdleSystem, IdleWhat};
 use crate::insngate::InsngateArgs;
@@ -294,6 +294,8 @@ pub fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
         Command::Audit(o) => crate::plugins::main(PluginCommand::Sharing(o)),
         Command::Linux(a) => crate::linux::main(a.command),
         Command::Net(a) => crate::net::main(a.command),
+        // `fs test` boots the guest through the test runner.
+        Command::Fs(FsArgs { command: FsCommand::Test }) => work(crate::test::fs_command()),
         Command::Fs(a) => crate::fs::main(a.command),
         Command::Metis(a) => crate::metis::main(a.command),
         Command::Webd(a) => crate::webd::main(a.command),
@@ -322,7 +324,6 @@ pub fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::options::FsCommand;
     use crate::linux::LinuxCommand;
     use crate::metis::options::{MetisCommand, SweepApp};
     use crate::net::options::NetCommand;
