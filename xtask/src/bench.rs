@@ -16,6 +16,7 @@ pub(crate) mod paths;
 mod claims;
 pub(crate) mod linux_sys;
 mod net;
+pub mod options;
 pub(crate) mod ours;
 mod record;
 mod report;
@@ -97,21 +98,18 @@ fn split_list(v: &str) -> impl Iterator<Item = &str> {
 /// (one-line errors).
 #[cfg(test)]
 pub fn parse_options(args: &[String]) -> Result<Options, String> {
-    match crate::cli::parse_command("bench", args)? {
-        crate::cli::Command::Bench(crate::cli::BenchArgs { sub: None, matrix }) => Options::from_args(matrix),
-        _ => Err("bench: a subcommand, not the matrix".into()),
-    }
+    Options::from_args(crate::host::args::parse_args::<options::MatrixArgs>("bench", args)?)
 }
 
 impl Options {
     /// The matrix the options describe: the names checked against the catalog. cli.rs has
     /// checked every number's range.
-    pub fn from_args(a: crate::cli::MatrixArgs) -> Result<Options, String> {
+    pub fn from_args(a: crate::bench::options::MatrixArgs) -> Result<Options, String> {
         let mut o = Options {
             systems: Vec::new(),
             smp: Vec::new(),
             benches: catalog::BENCHES.iter().filter(|b| !b.hidden).collect(),
-            out: a.out.unwrap_or_else(|| crate::env::workspace_root().join("target").join("bench-results")),
+            out: a.out.unwrap_or_else(|| crate::host::env::workspace_root().join("target").join("bench-results")),
             timeout: Duration::from_secs(a.timeout),
             overrides: Vec::new(),
             mem_mib: a.mem,
@@ -203,45 +201,7 @@ pub fn effective_params(spec: &BenchSpec, overrides: &[(String, u64)]) -> Vec<(S
         .collect()
 }
 
-/// A small seeded generator (splitmix64) for the order of cells (the same `--seed` gives the
-/// same order, so a run can be replayed) and for the frame fuzzer's frames.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// 0..n (0 for n = 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-
-    /// `n` bytes.
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-
-    /// Fisher-Yates.
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = (self.next() % (i as u64 + 1)) as usize;
-            v.swap(i, j);
-        }
-    }
-}
+pub use crate::host::rng::Rng;
 
 /// The order of boots: `boots` rounds; in each, every cell (benchmark × vCPU count) once, in
 /// an order shuffled afresh per round from `seed`, and within a cell every system back to
@@ -285,7 +245,7 @@ pub fn run_matrix(
     let total = order.len();
     let mut records = Vec::with_capacity(total);
     // `bench: [n/N] system benchmark on V vCPU(s)`, elapsed and an estimate (crate::progress).
-    let progress = crate::progress::Progress::new("bench", total);
+    let progress = crate::host::progress::Progress::new("bench", total);
     for (i, &(b, cores, sys, boot)) in order.iter().enumerate() {
         let spec = o.benches[b];
         let mut params = effective_params(spec, &o.overrides);

@@ -12,13 +12,13 @@
 //! scalability claim); ours and Linux are booted back to back, boot k of each forming a pair,
 //! and the ratio is taken per pair.
 
-use std::io::{BufRead, BufReader, Read};
+use crate::host::args::{core_list, CoreList};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use crate::qemu::{BootMedium, VmConfig};
+use crate::host::qemu::{Session, WaitEnd};
+use crate::host::vm::{BootMedium, VmConfig};
 
 /// How the line both programs print first begins (in full `hello from user mode: 0
 /// argument(s)` on both: neither gets arguments); the endpoint.
@@ -95,72 +95,32 @@ pub struct Sample {
 /// Boot once and stop QEMU at the first line containing `endpoint`. An error says why no
 /// such line came (QEMU failed or exited, or `timeout` passed), with the serial output's tail.
 pub fn boot_once(args: &[String], endpoint: &str, timeout: Duration) -> Result<Sample, String> {
-    crate::env::ensure_qemu()?;
-    let start = Instant::now();
-    let mut child = Command::new("qemu-system-x86_64")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start qemu-system-x86_64: {e}"))?;
-    let stdout = child.stdout.take().expect("piped");
-    let mut stderr = child.stderr.take().expect("piped");
-    let (tx, rx) = mpsc::channel::<(String, Duration)>();
-    let reader = std::thread::spawn(move || {
-        let mut r = BufReader::new(stdout);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match r.read_until(b'\n', &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if tx.send((String::from_utf8_lossy(&buf).replace('\r', ""), start.elapsed())).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let mut serial = String::new();
+    let mut s = Session::start(args, false)?;
     let mut summary = None;
-    let deadline = start + timeout;
-    let outcome = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((line, at)) => {
-                if summary.is_none() && line.contains(OUR_SUMMARY) {
-                    summary = Some(at);
-                }
-                if line.contains(endpoint) {
-                    break Ok(Sample { first_line: at, summary });
-                }
-                serial.push_str(&line);
+    let outcome = s.watch(
+        &mut |line, at| {
+            if summary.is_none() && line.contains(OUR_SUMMARY) {
+                summary = Some(at);
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => break Err(format!("no `{endpoint}` line within {} s", timeout.as_secs())),
-            Err(mpsc::RecvTimeoutError::Disconnected) => break Err(format!("QEMU closed its output before a `{endpoint}` line")),
-        }
+            line.contains(endpoint)
+        },
+        s.start + timeout,
+    );
+    // Stop QEMU whatever happened (it may have exited already).
+    let f = s.stop();
+    let outcome = match outcome {
+        Ok((_, at)) => return Ok(Sample { first_line: at, summary }),
+        Err(WaitEnd::TimedOut) => format!("no `{endpoint}` line within {} s", timeout.as_secs()),
+        Err(WaitEnd::Exited(_)) => format!("QEMU closed its output before a `{endpoint}` line"),
     };
-    // Stop QEMU whatever happened (it may have exited already: then kill fails harmlessly).
-    let _ = child.kill();
-    let status = child.wait().ok();
-    let _ = reader.join();
-    let qemu_err = err_reader.join().unwrap_or_default();
-    outcome.map_err(|why| {
-        let tail: Vec<&str> = serial.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect();
-        // A guest panic's reason is above its backtrace: name it first.
-        let why = match serial.lines().find(|l| l.contains("Kernel panic") || l.contains("panicked")) {
-            Some(p) => format!("{why}: {}", p.trim()),
-            None => why,
-        };
-        let err = qemu_err.lines().next().map(|l| format!("; QEMU said: {}", l.trim())).unwrap_or_default();
-        format!("{why} (QEMU status {status:?}{err}); last serial lines:\n  {}", tail.join("\n  "))
-    })
+    let tail: Vec<&str> = f.serial.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect();
+    // A guest panic's reason is above its backtrace: name it first.
+    let why = match f.serial.lines().find(|l| l.contains("Kernel panic") || l.contains("panicked")) {
+        Some(p) => format!("{outcome}: {}", p.trim()),
+        None => outcome,
+    };
+    let err = f.stderr.lines().next().map(|l| format!("; QEMU said: {}", l.trim())).unwrap_or_default();
+    Err(format!("{why} (QEMU status {:?}{err}); last serial lines:\n  {}", f.exit_code, tail.join("\n  ")))
 }
 
 /// Median and range of a sample, in the unit given.
@@ -218,20 +178,20 @@ fn fmt_ratio(s: &Option<Summary>) -> String {
 
 /// Our side: this kernel and an initrd holding only `hello`.
 fn prepare_ours(dir: &Path) -> Result<Guest, String> {
-    let kernel = crate::env::build_kernel()?;
-    let bin = crate::user::build_programs()?.join("hello");
+    let kernel = crate::host::env::build_kernel()?;
+    let bin = crate::host::user::build_programs()?.join("hello");
     let data = std::fs::read(&bin).map_err(|e| format!("cannot read {}: {e}", bin.display()))?;
-    crate::user::check_program("hello", &data)?;
+    crate::host::user::check_program("hello", &data)?;
     let initrd = dir.join("boot-ours.cpio");
-    crate::user::write_archive(&initrd, &[("hello".into(), crate::user::loadable_image(&data))])?;
+    crate::host::user::write_archive(&initrd, &[("hello".into(), crate::host::user::loadable_image(&data))])?;
     Ok(Guest { kernel, initrd, cmdline: OUR_CMDLINE.into() })
 }
 
 /// Build tools/boot-bench/hello.c as a static program.
 fn build_linux_init(dir: &Path) -> Result<PathBuf, String> {
-    crate::env::ensure_tool("cc", &["gcc"])?;
-    crate::env::ensure_packages(&["libc6-dev"])?;
-    let src = crate::env::workspace_root().join("tools/boot-bench/hello.c");
+    crate::host::env::ensure_tool("cc", &["gcc"])?;
+    crate::host::env::ensure_packages(&["libc6-dev"])?;
+    let src = crate::host::env::workspace_root().join("tools/boot-bench/hello.c");
     let out = dir.join("boot-linux-init");
     let o = Command::new("cc")
         .args(["-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
@@ -256,7 +216,7 @@ fn prepare_linux(dir: &Path) -> Result<Guest, String> {
     let init = build_linux_init(dir)?;
     let data = std::fs::read(&init).map_err(|e| format!("cannot read {}: {e}", init.display()))?;
     let initrd = dir.join("boot-linux.cpio");
-    std::fs::write(&initrd, crate::linux::cpio_newc(&[crate::linux::CpioEntry::File { path: "init".into(), mode: 0o755, data }]))
+    std::fs::write(&initrd, crate::host::cpio::cpio_newc(&[crate::host::cpio::CpioEntry::File { path: "init".into(), mode: 0o755, data }]))
         .map_err(|e| format!("cannot write {}: {e}", initrd.display()))?;
     Ok(Guest { kernel, initrd, cmdline: LINUX_CMDLINE.into() })
 }
@@ -371,9 +331,9 @@ fn json(rows: &[Row]) -> String {
 }
 
 /// `cargo xtask bench boot [--smp LIST] [--runs N] [--out DIR] [--no-linux]` (cli.rs).
-pub fn run(args: &crate::cli::BootBenchArgs) -> Result<(), String> {
+pub fn run(args: &crate::boot_bench::BootBenchArgs) -> Result<(), String> {
     let (smps, runs, with_linux) = (args.smp.0.clone(), args.runs as usize, !args.no_linux);
-    let out_dir = args.out.clone().unwrap_or_else(|| crate::env::target_dir().join("bench"));
+    let out_dir = args.out.clone().unwrap_or_else(|| crate::host::env::target_dir().join("bench"));
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
     println!("bench boot: building this kernel, `hello` and its one-program initrd");
     let ours = prepare_ours(&out_dir)?;
@@ -394,7 +354,7 @@ pub fn run(args: &crate::cli::BootBenchArgs) -> Result<(), String> {
     let total = smps.len() * runs;
     // A line when each pair starts and when it ends (on a terminal, a status line redrawn
     // every second; otherwise one more line a minute while a slow boot runs).
-    let progress = crate::progress::Progress::new("bench boot", total);
+    let progress = crate::host::progress::Progress::new("bench boot", total);
     let mut rows = Vec::new();
     let mut done = 0;
     for &smp in &smps {
@@ -441,6 +401,27 @@ pub fn run(args: &crate::cli::BootBenchArgs) -> Result<(), String> {
         return Err(format!("{failed} boot(s) did not reach their first line (the reasons are above)"));
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line of `bench boot`
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct BootBenchArgs {
+    /// vCPU counts, each 1..=255 (Linux's boot under TCG grows fast with them: 16 or more take
+    /// minutes per boot)
+    #[arg(long, value_name = "LIST", default_value = "1,2,4", value_parser = core_list)]
+    pub smp: CoreList,
+    /// Boots per system and count, 1..=100 (ours and Linux back to back); medians and ranges
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub runs: u32,
+    /// Where boot.json goes (default target/bench)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Do not boot Linux for the comparison
+    #[arg(long)]
+    pub no_linux: bool,
 }
 
 #[cfg(test)]

@@ -1,20 +1,42 @@
-//! The command line of `cargo xtask`: every command and option declared once, here, with clap
-//! (derive). `cargo xtask help`, `cargo xtask --help`, `cargo xtask COMMAND --help` and the
-//! shell completions (`cargo xtask completions bash|zsh|fish`) are generated from these
-//! declarations. Values are checked while parsing (a bad `--smp` names the option and the
-//! range), so every bad value or unknown command is one line on stderr and exit status 2,
-//! before anything is built, run or written (main.rs).
+//! The command line of `cargo xtask`: the list of commands, parsed with clap (derive) and
+//! dispatched. Each command declares its own options where it lives (`RunArgs` in run.rs,
+//! `NetArgs` in net/options.rs, ...; the value parsers several share are in host/args.rs);
+//! this file assembles them into one command line, and is the only module that names them
+//! all. `cargo xtask help`, `cargo xtask --help`, `cargo xtask COMMAND --help` and the shell
+//! completions (`cargo xtask completions bash|zsh|fish`) are generated from the declarations.
+//! Values are checked while parsing (a bad `--smp` names the option and the range), so every
+//! bad value or unknown command is one line on stderr and exit status 2, before anything is
+//! built, run or written (main.rs).
 //!
-//! The sub-tools with commands of their own (`plugin`, `linux`, `net`, `webd`, `fs`, `metis`)
-//! are declared in [`tools`]. Only `bench percore` takes the rest of its line as it is
-//! ([`ToolArgs`]): it hands it to the percore crate's example, which parses it.
+//! Only `bench percore` takes the rest of its line as it is ([`ToolArgs`]): it hands it to the
+//! percore crate's example, which parses it.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
-pub mod tools;
+use crate::host::outcome::{usage, work, Failure};
+use crate::bench::options::MatrixArgs;
+use crate::bench::report_check::ReportCheckArgs;
+use crate::boot_bench::BootBenchArgs;
+use crate::commute::options::CommuteArgs;
+use crate::fs::options::{FsArgs, FsCommand};
+use crate::fuzz::{FuzzArgs, SoakArgs};
+use crate::idle::{IdleArgs, IdleSystem, IdleWhat};
+use crate::insngate::InsngateArgs;
+use crate::linux::LinuxArgs;
+use crate::metis::options::MetisArgs;
+use crate::mutants::MutantsArgs;
+use crate::net::options::NetArgs;
+use crate::plugins::{PluginArgs, PluginCommand, PluginOpts};
+use crate::run::RunArgs;
+use crate::test::TestArgs;
+use crate::webd::options::WebdArgs;
+#[cfg(test)]
+use crate::host::args::one_line;
+
+
 
 #[derive(Parser, Debug)]
 #[command(
@@ -58,21 +80,21 @@ catch it; reports each `killed`, `survived` or `unviable` (does not build), and 
 Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
     Mutants(MutantsArgs),
     /// QEMU measurement plugins: insncount, cachesim, sharing (audit), overhead (`cargo xtask plugin help`)
-    Plugin(tools::PluginArgs),
+    Plugin(PluginArgs),
     /// Short for `plugin cachesim`
-    Cachesim(tools::PluginOpts),
+    Cachesim(PluginOpts),
     /// Short for `plugin audit` (the sharing audit)
-    Audit(tools::PluginOpts),
+    Audit(PluginOpts),
     /// Linux baseline: `linux fetch|modules|initramfs|run` (`cargo xtask linux help`)
-    Linux(tools::LinuxArgs),
+    Linux(LinuxArgs),
     /// Network host side: `net load`, the TCP load generator, `net fuzz` (`cargo xtask net help`)
-    Net(tools::NetArgs),
+    Net(NetArgs),
     /// webd's host side: `webd load`, `webd check`, `webd run`, `webd cachesim` (`cargo xtask webd help`)
-    Webd(tools::WebdArgs),
+    Webd(WebdArgs),
     /// ext2 images: `fs mkimage`, `fs check`, `fs ls|cat|get`, `fs test`, `fs crash` (`cargo xtask fs help`)
-    Fs(tools::FsArgs),
+    Fs(FsArgs),
     /// Metis MapReduce: `metis wc|wri|wrmem ...`, `metis sweep`, `metis ci` (`cargo xtask metis --help`)
-    Metis(tools::MetisArgs),
+    Metis(MetisArgs),
     /// Host CPU an idle guest uses: QEMU's CPU time over a window with no input or traffic (docs/roles.md, Sleeping)
     Idle(IdleArgs),
     /// Print a shell completion script for `cargo xtask ...` (bash: `source <(cargo xtask completions bash)`)
@@ -82,51 +104,8 @@ Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
     Insngate(InsngateArgs),
     /// Each crate's file-level import graph: files, import circles (Tarjan), floors; --dot/--svg draw it (docs/architecture.md)
     Layers(crate::layers::LayersArgs),
-}
-
-#[derive(Args, Debug, Clone, PartialEq)]
-pub struct InsngateArgs {
-    /// Rewrite these baseline lines with the measured counts (comma-separated path names, or `all`)
-    #[arg(long, value_name = "NAME,...|all")]
-    pub update: Option<String>,
-    /// Why the baseline changes (required with --update; written on each line)
-    #[arg(long, value_name = "TEXT", requires = "update")]
-    pub reason: Option<String>,
-}
-
-/// `cargo xtask idle`.
-#[derive(Args, Debug, Clone, PartialEq)]
-pub struct IdleArgs {
-    /// vCPU counts to boot, e.g. 1,2,4
-    #[arg(long, value_parser = core_list, default_value = "1,2,4", value_name = "LIST")]
-    pub smp: CoreList,
-    /// Which system: ours, linux or both
-    #[arg(long, value_enum, default_value = "ours")]
-    pub system: IdleSystem,
-    /// What sits idle: shell (the prompt), tcpserv or webd (booted, no traffic), or all
-    #[arg(long, value_enum, default_value = "shell")]
-    pub what: IdleWhat,
-    /// Length of the measured window
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600), value_name = "SECS")]
-    pub seconds: u64,
-    /// More words for our tcpserv or webd (e.g. "idle=poll" for pure polling)
-    #[arg(long, default_value = "", value_name = "\"...\"")]
-    pub guest: String,
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdleSystem {
-    Ours,
-    Linux,
-    Both,
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdleWhat {
-    Shell,
-    Tcpserv,
-    Webd,
-    All,
+    // A new command is one variant here (its options declared in its own module, as the ones
+    // above) and one arm in `dispatch`.
 }
 
 /// A sub-tool's own command line, handed to it unparsed (it has its own `help`).
@@ -141,173 +120,11 @@ pub struct ToolArgs {
 // ---------------------------------------------------------------------------------------
 // Value parsers: each error names what is wrong and what is allowed; clap adds the option.
 
-/// A comma-separated list of vCPU counts, each 1..=255 (`1,2,4`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CoreList(pub Vec<u32>);
-
-pub fn core_list(v: &str) -> Result<CoreList, String> {
-    let mut out = Vec::new();
-    for s in v.split(',').map(str::trim) {
-        let n: u32 = s.parse().map_err(|_| format!("`{s}` is not a number (want a list of vCPU counts such as 1,2,4)"))?;
-        if n == 0 || n > 255 {
-            return Err(format!("{n} vCPUs is not in 1..=255"));
-        }
-        out.push(n);
-    }
-    Ok(CoreList(out))
-}
-
-/// A guest memory size: `512M`, `2G`, `64` (MiB).
-pub fn mem_size(v: &str) -> Result<u64, String> {
-    crate::qemu::parse_size_mib(v)
-}
-
-/// A number, decimal (`1_000` allowed) or `0x` hexadecimal.
-pub fn number(v: &str) -> Result<u64, String> {
-    let t = v.trim();
-    let r = if let Some(h) = t.strip_prefix("0x") { u64::from_str_radix(h, 16) } else { t.replace('_', "").parse::<u64>() };
-    r.map_err(|_| format!("`{v}` is not a number"))
-}
-
-/// `--gdb`'s port: 1..=65535.
-fn tcp_port(v: &str) -> Result<u16, String> {
-    v.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| format!("`{v}` is not a TCP port in 1..=65535"))
-}
-
-fn hostfwd(v: &str) -> Result<crate::net::Forward, String> {
-    crate::net::parse_hostfwd(v).map_err(|e| e.trim_start_matches("--hostfwd: ").to_string())
-}
-
-fn inject_spec(v: &str) -> Result<String, String> {
-    crate::fuzz::check_inject(v).map(|()| v.to_string()).map_err(|e| e.trim_start_matches("--inject: ").to_string())
-}
-
-/// `mutants --only`: a mutant of the catalog (empty names between commas are ignored).
-fn mutant_name(v: &str) -> Result<String, String> {
-    let v = v.trim();
-    if !v.is_empty() && !crate::mutants::CATALOG.iter().any(|m| m.name == v) {
-        return Err(format!("no mutant `{v}` in the catalog (see --list)"));
-    }
-    Ok(v.to_string())
-}
-
-fn at_least_one(v: &str) -> Result<u64, String> {
-    match number(v)? {
-        0 => Err("need at least 1".into()),
-        n => Ok(n),
-    }
-}
-
-/// `on` or `off`.
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnOff {
-    On,
-    Off,
-}
-
-impl OnOff {
-    pub fn is_on(self) -> bool {
-        self == OnOff::On
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // run
 
-/// The virtual machine's options (`run`).
-#[derive(Args, Debug, Clone, PartialEq)]
-pub struct VmArgs {
-    /// Virtual CPUs, 1..=255
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=255))]
-    pub smp: u32,
-    /// Guest memory, e.g. 512M, 2G
-    #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = mem_size)]
-    pub mem: u64,
-    /// Split cores and memory evenly over NODES NUMA nodes (at most one node per core)
-    #[arg(long, allow_negative_numbers = true, value_name = "NODES", value_parser = clap::value_parser!(u32).range(1..=255))]
-    pub numa: Option<u32>,
-    /// Kernel command line (e.g. "topology"); `init=sh` is added unless it names a first program
-    #[arg(long, value_name = "\"...\"", allow_hyphen_values = true)]
-    pub cmdline: Option<String>,
-    /// QEMU -cpu model
-    #[arg(long, value_name = "MODEL", default_value = "max")]
-    pub cpu: String,
-    /// Boot the GRUB ISO instead of -kernel
-    #[arg(long)]
-    pub iso: bool,
-    /// With --iso: boot under OVMF (UEFI) instead of SeaBIOS
-    #[arg(long, requires = "iso")]
-    pub uefi: bool,
-    /// Kill QEMU after SECS seconds (default: none)
-    #[arg(long, allow_negative_numbers = true, value_name = "SECS")]
-    pub timeout: Option<u64>,
-    /// Add a virtio-net NIC on QEMU's restricted user-mode network (guest 10.0.2.15/24); forwards
-    /// a free port on 127.0.0.1 to guest port 80 unless --hostfwd is given, and prints
-    /// `net: 127.0.0.1:PORT -> guest:80`
-    #[arg(long)]
-    pub net: bool,
-    /// Attach the raw image IMG as a virtio-blk disk (make one with `cargo xtask fs mkimage DIR IMG`)
-    #[arg(long, value_name = "IMG")]
-    pub disk: Option<PathBuf>,
-    /// Forward 127.0.0.1:H on the host to guest port G (repeatable; implies --net)
-    #[arg(long, value_name = "H:G", value_parser = hostfwd, action = clap::ArgAction::Append)]
-    pub hostfwd: Vec<crate::net::Forward>,
-}
-
-impl VmArgs {
-    /// The machine these options describe; the checks between options (NUMA nodes against
-    /// cores and memory, the disk image) are made here.
-    pub fn into_config(self) -> Result<crate::qemu::VmConfig, String> {
-        use crate::qemu::{BootMedium, VmConfig};
-        let d = VmConfig::default();
-        let cfg = VmConfig {
-            smp: self.smp,
-            mem_mib: self.mem,
-            numa_nodes: self.numa.unwrap_or(0),
-            cmdline: self.cmdline.unwrap_or_default(),
-            cpu: self.cpu,
-            timeout: self.timeout.map(std::time::Duration::from_secs),
-            net: if self.net || !self.hostfwd.is_empty() { Some(crate::net::from_options(self.hostfwd)?) } else { None },
-            disk: self.disk,
-            medium: self.iso.then(|| BootMedium::Iso { path: crate::iso::default_iso_path(), uefi: self.uefi }),
-            ..d
-        };
-        cfg.validate()?;
-        Ok(cfg)
-    }
-}
-
-#[derive(Args, Debug, Clone, PartialEq)]
-#[command(args_override_self = true)]
-pub struct RunArgs {
-    #[command(flatten)]
-    pub vm: VmArgs,
-    /// QEMU's gdb stub on 127.0.0.1:PORT (default 1234), stopped before the first instruction;
-    /// prints the gdb command line that loads the kernel's symbols and runs to kernel_entry
-    /// (docs/boot.md, Debugging)
-    #[arg(long, allow_negative_numbers = true, value_name = "PORT", num_args = 0..=1, default_missing_value = "1234", value_parser = tcp_port)]
-    pub gdb: Option<u16>,
-}
-
 // ---------------------------------------------------------------------------------------
 // test, iso, build
-
-#[derive(Args, Debug, Clone, PartialEq)]
-#[command(args_override_self = true)]
-pub struct TestArgs {
-    /// vCPU counts for the in-kernel test boots, each 1..=255
-    #[arg(long, value_name = "LIST", default_value = "1,2,4,8", value_parser = core_list)]
-    pub smp: CoreList,
-    /// Skip the QEMU boots
-    #[arg(long)]
-    pub host_only: bool,
-    /// Run only the suites whose name contains PATTERN (repeatable), e.g. --only roletest --only "kernel smp=4"
-    #[arg(long, value_name = "PATTERN", action = clap::ArgAction::Append, value_parser = clap::builder::NonEmptyStringValueParser::new())]
-    pub only: Vec<String>,
-    /// Print the suites' names and what each declares, run nothing
-    #[arg(long)]
-    pub list: bool,
-}
 
 #[derive(Args, Debug, Clone, PartialEq)]
 #[command(args_override_self = true)]
@@ -352,204 +169,8 @@ pub enum BenchCommand {
     ReportCheck(ReportCheckArgs),
 }
 
-/// The benchmark matrix's options (`cargo xtask bench`).
-#[derive(Args, Debug, Clone, PartialEq)]
-pub struct MatrixArgs {
-    /// Systems to run: ours, linux (Debian's kernel as shipped), linux-tuned (the same with
-    /// mitigations=off and the rest of docs/bench.md's tuning); a claim holds only against
-    /// the faster Linux, so both baselines are the default
-    #[arg(long, value_name = "LIST", default_value = "ours,linux,linux-tuned")]
-    pub systems: String,
-    /// vCPU counts, each 1..=255; above 2 timings are functional only
-    #[arg(long, value_name = "LIST", default_value = "1,2", value_parser = core_list)]
-    pub smp: CoreList,
-    /// Benchmarks to run (default all; see --list); `calib` always runs as well
-    #[arg(long, value_name = "LIST")]
-    pub only: Option<String>,
-    /// Where results.json, results.csv, table.txt, report.html and the plots go (default target/bench-results)
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// Kill one guest boot after SECS (reported as timed out)
-    #[arg(long, allow_negative_numbers = true, value_name = "SECS", default_value = "180", value_parser = at_least_one)]
-    pub timeout: u64,
-    /// Override a parameter (e.g. iters=1000) in every benchmark that has it (repeatable)
-    #[arg(long, value_name = "KEY=VALUE", action = clap::ArgAction::Append)]
-    pub param: Vec<String>,
-    /// Guest memory
-    #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = mem_size)]
-    pub mem: u64,
-    /// Count guest instructions with the insncount plugin
-    #[arg(long, value_name = "on|off", default_value = "on")]
-    pub insns: OnOff,
-    /// Runs per boot, 1..=100; the fastest is reported
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
-    pub reps: u64,
-    /// Boot every cell (system x benchmark x vCPUs) N times, 1..=100; medians and ranges per
-    /// cell, ours/linux paired boot by boot; recorded timing claims use 5 or more
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=crate::bench::MAX_BOOTS as i64))]
-    pub boots: u32,
-    /// Seed of the shuffled cell order (printed, to replay a run)
-    #[arg(long, allow_negative_numbers = true, value_name = "S", default_value_t = 1)]
-    pub seed: u64,
-    /// tcp_accept: also a sharing audit per cell from 2 vCPUs (a boot of its own, single-threaded
-    /// TCG): cross-core line transfers per connection, split into driver, stack, IPC, alloc,
-    /// other (kernel) and user
-    #[arg(long, value_name = "on|off", default_value = "off")]
-    pub audit: OnOff,
-    /// Redraw the table, plots, results.csv and report.html from DIR/results.json without running
-    #[arg(long, value_name = "DIR")]
-    pub report: Option<PathBuf>,
-    /// List the benchmarks
-    #[arg(long)]
-    pub list: bool,
-}
-
-#[derive(Args, Debug, Clone, PartialEq)]
-#[command(args_override_self = true)]
-pub struct BootBenchArgs {
-    /// vCPU counts, each 1..=255 (Linux's boot under TCG grows fast with them: 16 or more take
-    /// minutes per boot)
-    #[arg(long, value_name = "LIST", default_value = "1,2,4", value_parser = core_list)]
-    pub smp: CoreList,
-    /// Boots per system and count, 1..=100 (ours and Linux back to back); medians and ranges
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub runs: u32,
-    /// Where boot.json goes (default target/bench)
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// Do not boot Linux for the comparison
-    #[arg(long)]
-    pub no_linux: bool,
-}
-
-#[derive(Args, Debug, Clone, PartialEq)]
-#[command(args_override_self = true)]
-pub struct ReportCheckArgs {
-    /// The results directory holding report.html and results.json (default target/bench-results)
-    #[arg(value_name = "DIR")]
-    pub dir: Option<PathBuf>,
-    /// Also render the page in headless Chromium (Debian package `chromium`, installed on
-    /// demand): printed to PDF (must have pages) and drawn to PNG (must not be blank)
-    #[arg(long)]
-    pub browser: bool,
-}
-
 // ---------------------------------------------------------------------------------------
 // commute, fuzz, soak, mutants
-
-#[derive(Args, Debug, Clone, PartialEq)]
-#[command(args_override_self = true)]
-pub struct CommuteArgs {
-    /// Only pairs of these calls (default: every modelled call; see --list; with --system the
-    /// POSIX calls)
-    #[arg(long, value_name = "a,b,...", value_parser = crate::commute::calls_arg)]
-    pub calls: Option<String>,
-    /// Check the POSIX calls (open, read, link, ...) on this system's library OS, on Linux, or
-    /// both, the same cases under the same audit (without it: the kernel's own calls)
-    #[arg(long, value_name = "ours|linux|both", value_parser = ["ours", "linux", "both"])]
-    pub system: Option<String>,
-    /// vCPUs, at least 2 (the two calls run on cores 0 and 1)
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=255))]
-    pub smp: u32,
-    /// Split the cases into N parts run by N QEMU boots at once, merged into one report (the
-    /// same per-case results as one boot; on the library OS a few cases' shared lines can
-    /// differ, docs/commute.md). Default 1: each boot takes a host core for its whole run and
-    /// the machine may be shared; 2 on an idle 2-core host
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 1, value_parser = crate::commute::jobs_arg)]
-    pub jobs: usize,
-    /// The guest run's limit
-    #[arg(long, allow_negative_numbers = true, value_name = "SECS", default_value_t = 900)]
-    pub timeout: u64,
-    /// Where results go (default target/commute)
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// The seeded CI sample, checked against xtask/src/commute/baseline.txt
-    #[arg(long)]
-    pub ci: bool,
-    /// With --ci: rewrite the baseline from this run (a case recorded conflict-free that now
-    /// conflicts is refused unless named with --accept)
-    #[arg(long, requires = "ci")]
-    pub update_baseline: bool,
-    /// With --update-baseline: write these cases (indices, comma-separated, repeatable), recorded
-    /// conflict-free and conflicting now, as accepted regressions; each needs a line `SET CASE
-    /// REASON` in xtask/src/commute/accepted-regressions.txt
-    #[arg(long, value_name = "CASE,...", value_delimiter = ',', requires = "update_baseline")]
-    pub accept: Vec<usize>,
-    /// Print the model's decisions without booting
-    #[arg(long)]
-    pub model_only: bool,
-    /// List the modelled calls and the case count
-    #[arg(long)]
-    pub list: bool,
-    /// The CI sample on a kernel with a planted conflict (feature planted-conflict): succeeds
-    /// only if the baseline check catches it
-    #[arg(long)]
-    pub planted: bool,
-}
-
-#[derive(Args, Debug, Clone, PartialEq)]
-#[command(args_override_self = true)]
-pub struct FuzzArgs {
-    /// Calls in all, shared out over the cores (at least 1)
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "100000", value_parser = at_least_one)]
-    pub calls: u64,
-    /// The seed (decimal or 0x hex); a failure prints it and the replay command
-    #[arg(long, allow_negative_numbers = true, value_name = "S", default_value = "1", value_parser = number)]
-    pub seed: u64,
-    /// vCPUs, 1..=32 (the fuzzer's core limit)
-    #[arg(long, allow_negative_numbers = true, value_name = "K", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
-    pub smp: u32,
-    /// Allocation fault injection: alloc:1/N (every Nth) or alloc:seed:S:P (P percent, seeded)
-    #[arg(long, value_name = "SPEC", value_parser = inject_spec)]
-    pub inject: Option<String>,
-    /// When injection starts: `program` (once the fuzzer's set-up is done, so every injected failure meets a fuzzed call) or `boot` (before the program starts: tests its start-up, which then fuzzes nothing and fails)
-    #[arg(long, value_name = "WHEN", default_value = "program", value_parser = ["program", "boot"])]
-    pub inject_from: String,
-    /// Boot the kernel with the planted bug (a name length left unchecked): the fuzzer must find it
-    #[arg(long)]
-    pub planted_bug: bool,
-    /// Boot with the network card: virtual NICs are made and misused too
-    #[arg(long)]
-    pub net: bool,
-    /// Attach a blank scratch disk: block device objects and disk requests too
-    #[arg(long)]
-    pub scratch_disk: bool,
-    /// Print every call before it is issued (to see the one that crashed the kernel)
-    #[arg(long)]
-    pub trace: bool,
-    /// Kill the run after SECS (default: from the call count)
-    #[arg(long, allow_negative_numbers = true, value_name = "SECS", value_parser = number)]
-    pub timeout: Option<u64>,
-}
-
-#[derive(Args, Debug, Clone, PartialEq)]
-#[command(args_override_self = true)]
-pub struct SoakArgs {
-    /// How long, in minutes (at least 1)
-    #[arg(long, allow_negative_numbers = true, value_name = "M", value_parser = at_least_one)]
-    pub minutes: u64,
-    /// vCPUs, 1..=32
-    #[arg(long, allow_negative_numbers = true, value_name = "K", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
-    pub smp: u32,
-}
-
-#[derive(Args, Debug, Clone, PartialEq)]
-#[command(args_override_self = true)]
-pub struct MutantsArgs {
-    /// Only these mutants (comma-separated, repeatable; see --list)
-    #[arg(long, value_name = "NAME,...", action = clap::ArgAction::Append, value_delimiter = ',', value_parser = mutant_name)]
-    pub only: Vec<String>,
-    /// Print the catalog, run nothing
-    #[arg(long)]
-    pub list: bool,
-    /// Keep the scratch tree and its builds afterwards (a rerun then rebuilds only what changed)
-    #[arg(long)]
-    pub keep: bool,
-    /// Skip running the checks on the unmutated tree first (only when it was just checked: a
-    /// check that fails anyway would count every mutant killed)
-    #[arg(long)]
-    pub no_baseline: bool,
-}
 
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct CompletionsArgs {
@@ -594,24 +215,6 @@ where
     Cli::try_parse_from(argv)
 }
 
-/// A clap error as one line: what is wrong (clap names the option and the value), its tip if
-/// it has one, and where the help is.
-pub fn one_line(e: &clap::Error, command: Option<&str>) -> String {
-    let text = e.to_string();
-    // The message, and the lines it continues on (`...not provided:` and the arguments),
-    // up to the usage line; clap's tip if it gives one.
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    let body: Vec<&str> = lines.iter().copied().take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information") && !l.starts_with("tip:")).collect();
-    let joined = if body.is_empty() { "bad command line".to_string() } else { body.join(" ") };
-    let first = joined.strip_prefix("error: ").unwrap_or(&joined);
-    let tip = lines.iter().find_map(|l| l.strip_prefix("tip: ")).map(|t| format!(" ({t})")).unwrap_or_default();
-    let help = match command {
-        Some(c) => format!("cargo xtask {c} --help"),
-        None => "cargo xtask help".into(),
-    };
-    format!("{first}{tip}; see `{help}`")
-}
-
 /// The command named on a command line, if it is one of ours (for the error's help pointer).
 pub fn command_name<T: AsRef<str>>(args: &[T]) -> Option<String> {
     let first = args.first()?.as_ref();
@@ -638,9 +241,151 @@ pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
     out
 }
 
+/// `plugin insncount|cachesim|sharing` without `--workload`: what is missing, and the usage.
+fn bare_workload(cmd: &str) -> Failure {
+    Failure::Usage(format!("{cmd}: --workload NAME is required\n{}", usage_of(&["plugin", cmd])))
+}
+
+/// Run the command parsed (`args`: the command line as given, for the records that name it).
+pub fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
+    match command {
+        Command::Run(a) => {
+            let cfg = usage(a.vm.into_config())?;
+            work(crate::run::run_command(cfg, a.gdb))
+        }
+        Command::Test(a) => work(crate::test::run(&a)),
+        Command::Insngate(a) => {
+            if a.update.is_some() && a.reason.as_deref().map(str::trim).unwrap_or("").is_empty() {
+                return Err(Failure::Usage("insngate --update needs --reason TEXT: why the baseline changes".into()));
+            }
+            work(crate::insngate::command(a.update.as_deref(), a.reason.as_deref()))
+        }
+        Command::Iso(a) => work(crate::host::iso::command(a.out, a.cmdline.unwrap_or_default())),
+        Command::Build(a) => work(if a.all {
+            crate::host::env::build_kernel().and_then(|k| crate::host::user::build_initrd().map(|i| println!("{}\n{}", k.display(), i.display())))
+        } else {
+            crate::host::env::build_kernel().map(|p| println!("{}", p.display()))
+        }),
+        Command::Bench(b) => match b.sub {
+            Some(BenchCommand::Boot(a)) => work(crate::boot_bench::run(&a)),
+            Some(BenchCommand::Percore(a)) => work(crate::percore_tasks::bench(&a.args)),
+            Some(BenchCommand::ReportCheck(a)) => work(crate::bench::report_check::command(&a)),
+            None => {
+                let o = usage(crate::bench::Options::from_args(b.matrix))?;
+                // What was run: results.json's `run` item and report.html's header.
+                work(crate::bench::run(o, &args[1..]))
+            }
+        },
+        Command::Commute(a) => work(crate::commute::main(&a)),
+        Command::Fuzz(a) => work(crate::fuzz::main(crate::fuzz::FuzzOpts::from(a))),
+        Command::Soak(a) => work(crate::fuzz::soak(a.minutes, a.smp)),
+        Command::Mutants(a) => work(crate::mutants::main(&a)),
+        // A measurement command without its workload: a usage error (status 2) with the usage.
+        Command::Plugin(a) => match &a.command {
+            PluginCommand::Insncount(o) if o.workload.is_none() => Err(bare_workload("insncount")),
+            PluginCommand::Cachesim(o) if o.workload.is_none() => Err(bare_workload("cachesim")),
+            PluginCommand::Sharing(o) if o.workload.is_none() => Err(bare_workload("sharing")),
+            _ => crate::plugins::main(a.command),
+        },
+        // The issue's short names for the two measurement commands.
+        // Typed bare, they say what they need and how to call them (status 2, as for every
+        // other command missing a required argument).
+        Command::Cachesim(o) if o.workload.is_none() => Err(Failure::Usage(format!("cachesim: --workload NAME is required\n{}", usage_of(&["cachesim"])))),
+        Command::Audit(o) if o.workload.is_none() => Err(Failure::Usage(format!("audit: --bench NAME is required\n{}", usage_of(&["audit"])))),
+        Command::Cachesim(o) => crate::plugins::main(PluginCommand::Cachesim(o)),
+        Command::Audit(o) => crate::plugins::main(PluginCommand::Sharing(o)),
+        Command::Linux(a) => crate::linux::main(a.command),
+        Command::Net(a) => crate::net::main(a.command),
+        // `fs test` boots the guest through the test runner.
+        Command::Fs(FsArgs { command: FsCommand::Test }) => work(crate::test::fs_command()),
+        Command::Fs(a) => crate::fs::main(a.command),
+        Command::Metis(a) => crate::metis::main(a.command),
+        Command::Webd(a) => crate::webd::main(a.command),
+        Command::Idle(a) => {
+            
+            let systems = match a.system {
+                IdleSystem::Ours => vec!["ours".to_string()],
+                IdleSystem::Linux => vec!["linux".to_string()],
+                IdleSystem::Both => vec!["ours".to_string(), "linux".to_string()],
+            };
+            let what = match a.what {
+                IdleWhat::Shell => vec![crate::idle::What::Shell],
+                IdleWhat::Tcpserv => vec![crate::idle::What::Tcpserv],
+                IdleWhat::Webd => vec![crate::idle::What::Webd],
+                IdleWhat::All => vec![crate::idle::What::Shell, crate::idle::What::Tcpserv, crate::idle::What::Webd],
+            };
+            work(crate::idle::command(&crate::idle::IdleOptions { smp: a.smp.0, systems, what, seconds: a.seconds, guest: a.guest }))
+        }
+        Command::Layers(a) => work(crate::layers::command(&a.krate, a.folders, a.dot.as_deref(), a.svg.as_deref())),
+        Command::Completions(a) => {
+            use std::io::Write;
+            work(std::io::stdout().write_all(&completions(a.shell)).map_err(|e| format!("completions: {e}")))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::linux::LinuxCommand;
+    use crate::metis::options::{MetisCommand, SweepApp};
+    use crate::net::options::NetCommand;
+    use crate::webd::options::WebdCommand;
+
+    /// The machine `cargo xtask run ARGS` describes, checked as `run` checks it.
+    fn vm(a: &[&str]) -> Result<crate::host::vm::VmConfig, String> {
+        match parse_command("run", &a.iter().map(|s| s.to_string()).collect::<Vec<_>>())? {
+            Command::Run(r) => r.vm.into_config(),
+            _ => unreachable!("parse_command(\"run\") gives a run command"),
+        }
+    }
+
+    #[test]
+    fn bad_options_rejected() {
+        assert!(vm(&["--smp", "0"]).is_err());
+        assert!(vm(&["--smp", "256"]).is_err());
+        assert!(vm(&["--smp", "x"]).is_err());
+        assert!(vm(&["--smp", "2", "--numa", "3"]).is_err());
+        assert!(vm(&["--mem", "lots"]).is_err());
+        assert!(vm(&["--smp"]).is_err());
+        assert!(vm(&["--uefi"]).is_err());
+        assert!(vm(&["--foo"]).unwrap_err().contains("--foo"));
+        let cfg = vm(&["--smp", "255", "--numa", "5"]).unwrap();
+        assert_eq!((cfg.smp, cfg.numa_nodes), (255, 5));
+    }
+    #[test]
+    fn net_options_add_the_nic_and_nothing_else_has_one() {
+        let cfg = vm(&["--net"]).unwrap();
+        let a = cfg.qemu_args();
+        let port = cfg.net.as_ref().unwrap().host_port(80).expect("default forward to guest port 80");
+        assert!(a.iter().any(|s| s == &format!("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:80")));
+        assert!(a.windows(2).any(|w| w[0] == "-device" && w[1] == "virtio-net-pci,netdev=n0"));
+        let cfg = vm(&["--hostfwd", "8080:80", "--hostfwd", "8081:7"]).unwrap();
+        assert_eq!(cfg.net.unwrap().forwards.len(), 2, "--hostfwd implies --net, no default forward added");
+        assert!(vm(&["--hostfwd", "80"]).unwrap_err().contains("--hostfwd"));
+        assert!(vm(&["--hostfwd"]).unwrap_err().contains("--hostfwd"));
+        // Without --net: no NIC at all (QEMU's default one would be on an unrestricted network).
+        let a = crate::host::vm::VmConfig::default().qemu_args();
+        assert!(a.windows(2).any(|w| w[0] == "-nic" && w[1] == "none"));
+        assert!(!a.iter().any(|s| s.contains("netdev")));
+    }
+    #[test]
+    fn disk_option_attaches_a_virtio_blk_disk_and_nothing_else_has_one() {
+        let dir = crate::host::env::target_dir().join("qemu-disk-test");
+        std::fs::create_dir_all(&dir).unwrap();
+        let img = dir.join("d.img");
+        std::fs::write(&img, vec![0u8; 4096]).unwrap();
+        let cfg = vm(&["--disk", img.to_str().unwrap()]).unwrap();
+        let a = cfg.qemu_args();
+        assert!(a.windows(2).any(|w| w[0] == "-drive" && w[1] == format!("file={},format=raw,if=none,id=d0", img.display())));
+        assert!(a.windows(2).any(|w| w[0] == "-device" && w[1] == "virtio-blk-pci,drive=d0"));
+        assert!(!crate::host::vm::VmConfig::default().qemu_args().iter().any(|s| s.contains("virtio-blk") || s.starts_with("-drive")));
+        assert!(vm(&["--disk", "/nonexistent/x.img"]).unwrap_err().contains("--disk"));
+        assert!(vm(&["--disk"]).unwrap_err().contains("--disk"));
+        let comma = dir.join("a,b.img");
+        std::fs::write(&comma, b"x").unwrap();
+        assert!(vm(&["--disk", comma.to_str().unwrap()]).unwrap_err().contains("comma"));
+    }
 
     fn p(line: &str) -> Result<Command, clap::Error> {
         parse(line.split_whitespace()).map(|c| c.command)
@@ -655,7 +400,7 @@ mod tests {
         assert!(msg.contains(needle), "{line}: `{msg}` should name `{needle}`");
     }
 
-    /// Every command of main.rs's dispatch, in the order `help` lists them.
+    /// Every command of the dispatch, in the order `help` lists them.
     const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate", "layers"];
 
     /// Catches: `--reason` accepted without `--update`, or the options not reaching the command.
@@ -674,7 +419,7 @@ mod tests {
 
     #[test]
     fn bare_measurements_show_their_usage() {
-        // `cargo xtask cachesim` typed bare: main.rs turns the missing workload into this
+        // `cargo xtask cachesim` typed bare: the dispatch turns the missing workload into this
         // usage (status 2).
         let u = usage_of(&["cachesim"]);
         assert!(u.contains("Usage: cargo xtask cachesim") && u.contains("cargo xtask cachesim --help"), "{u}");
@@ -729,7 +474,7 @@ mod tests {
         let cfg = r.vm.into_config().unwrap();
         assert_eq!(cfg.net.unwrap().forwards.len(), 2, "--hostfwd implies --net");
         let Command::Run(r) = p("run --iso --uefi").unwrap() else { panic!() };
-        assert!(matches!(r.vm.into_config().unwrap().medium, Some(crate::qemu::BootMedium::Iso { uefi: true, .. })));
+        assert!(matches!(r.vm.into_config().unwrap().medium, Some(crate::host::vm::BootMedium::Iso { uefi: true, .. })));
         bad("run --smp 0", "--smp");
         bad("run --smp 0", "1..=255");
         bad("run --smp 256", "1..=255");
@@ -817,10 +562,9 @@ mod tests {
         bad("frobnicate", "frobnicate");
     }
 
-    /// The sub-tools' lines (cli/tools.rs): good ones parse to the typed command.
+    /// The sub-tools' lines (declared in their own modules): good ones parse to the typed command.
     #[test]
     fn sub_tool_lines() {
-        use tools::*;
         let Command::Fs(FsArgs { command: FsCommand::Mkimage { size, .. } }) = p("fs mkimage dir x.img --size 8M").unwrap() else { panic!() };
         assert_eq!(size, Some(8));
         assert!(matches!(p("fs ls x.img").unwrap(), Command::Fs(FsArgs { command: FsCommand::Ls { path, .. } }) if path == "/"));
@@ -938,7 +682,7 @@ mod tests {
     /// option renamed here but not in the docs, or one the docs invent.
     #[test]
     fn documented_command_lines_parse() {
-        let root = crate::env::workspace_root();
+        let root = crate::host::env::workspace_root();
         let mut files = vec![root.join("README.md")];
         for e in std::fs::read_dir(root.join("docs")).unwrap().chain(std::fs::read_dir(root.join("docs/history")).unwrap()) {
             let p = e.unwrap().path();
@@ -947,7 +691,7 @@ mod tests {
             }
         }
         let (mut checked, mut mentions, mut failures) = (0, 0, Vec::new());
-        // Lines of the sub-tools (cli/tools.rs), checked option by option like the others.
+        // Lines of the sub-tools (declared in their modules), checked option by option like the others.
         let mut sub_tool_lines = 0;
         for f in &files {
             let text = std::fs::read_to_string(f).unwrap();

@@ -9,8 +9,10 @@
 //! calls asked for, and with `--inject`, at least one failure injected inside a system call
 //! (`FuzzOpts::min_injected`). A run that fuzzed nothing never passes.
 
-use crate::qemu::{boot_captured, BootMedium, BootOutput, VmConfig};
-use crate::TestTally;
+use crate::host::args::{at_least_one, number};
+use crate::host::qemu::{boot_captured, BootOutput};
+use crate::host::vm::{BootMedium, VmConfig};
+use crate::host::outcome::TestTally;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -61,7 +63,7 @@ impl Default for FuzzOpts {
 
 /// A blank scratch disk for the fuzzer (recreated each run).
 fn scratch_disk() -> Result<PathBuf, String> {
-    let p = crate::env::target_dir().join("fuzz-scratch-disk.img");
+    let p = crate::host::env::target_dir().join("fuzz-scratch-disk.img");
     let f = std::fs::File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?;
     f.set_len(4 << 20).map_err(|e| format!("{}: {e}", p.display()))?;
     Ok(p)
@@ -91,8 +93,8 @@ pub fn check_inject(spec: &str) -> Result<(), String> {
     Ok(())
 }
 
-impl From<crate::cli::FuzzArgs> for FuzzOpts {
-    fn from(a: crate::cli::FuzzArgs) -> FuzzOpts {
+impl From<crate::fuzz::FuzzArgs> for FuzzOpts {
+    fn from(a: crate::fuzz::FuzzArgs) -> FuzzOpts {
         FuzzOpts {
             calls: a.calls,
             seed: a.seed,
@@ -112,10 +114,7 @@ impl From<crate::cli::FuzzArgs> for FuzzOpts {
 /// `cargo xtask fuzz ARGS` as cli.rs declares it (one-line errors).
 #[cfg(test)]
 pub fn parse_opts(args: &[String]) -> Result<FuzzOpts, String> {
-    match crate::cli::parse_command("fuzz", args)? {
-        crate::cli::Command::Fuzz(a) => Ok(a.into()),
-        _ => unreachable!("parse_command(\"fuzz\") gives a fuzz command"),
-    }
+    crate::host::args::parse_args::<FuzzArgs>("fuzz", args).map(Into::into)
 }
 
 impl FuzzOpts {
@@ -319,9 +318,9 @@ pub fn judge(serial: &str, timed_out: bool, exit_ok: bool, injecting: bool, smp:
 }
 
 fn build(planted_bug: bool) -> Result<(PathBuf, PathBuf), String> {
-    let kernel = if planted_bug { crate::env::build_kernel_with(&["planted-bug"])? } else { crate::env::build_kernel()? };
-    let initrd = crate::user::build_initrd()?;
-    crate::env::ensure_qemu()?;
+    let kernel = if planted_bug { crate::host::env::build_kernel_with(&["planted-bug"])? } else { crate::host::env::build_kernel()? };
+    let initrd = crate::host::user::build_initrd()?;
+    crate::host::env::ensure_qemu()?;
     Ok((kernel, initrd))
 }
 
@@ -334,7 +333,7 @@ pub fn run_once(kernel: &Path, initrd: &Path, o: &FuzzOpts, echo: bool) -> Resul
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         timeout: Some(o.effective_timeout()),
-        net: if o.net { Some(crate::net::NetConfig::service()?) } else { None },
+        net: if o.net { Some(crate::host::vm::NetConfig::service()?) } else { None },
         disk: if o.scratch_disk { Some(scratch_disk()?) } else { None },
         ..Default::default()
     };
@@ -410,11 +409,11 @@ pub fn main(o: FuzzOpts) -> Result<(), String> {
     // Progress while the guest runs (its calls are counted only at the end): a status line
     // redrawn each second on a terminal, a plain line a minute otherwise, and with --trace
     // (the guest's lines stream to stdout) plain lines only.
-    let progress = crate::progress::Progress::with_terminal("fuzz", 1, std::io::IsTerminal::is_terminal(&std::io::stderr()) && !o.trace);
-    progress.start(1, &format!("{what}, limit {}", crate::progress::duration(o.effective_timeout())));
+    let progress = crate::host::progress::Progress::with_terminal("fuzz", 1, std::io::IsTerminal::is_terminal(&std::io::stderr()) && !o.trace);
+    progress.start(1, &format!("{what}, limit {}", crate::host::progress::duration(o.effective_timeout())));
     let run = run_once(&kernel, &initrd, &o, o.trace);
     progress.finish(&match &run {
-        Ok((v, out)) => format!("fuzz: run ended after {}: {} calls, {}", crate::progress::duration(out.elapsed), v.calls, if v.passed { "passed" } else { "failed" }),
+        Ok((v, out)) => format!("fuzz: run ended after {}: {} calls, {}", crate::host::progress::duration(out.elapsed), v.calls, if v.passed { "passed" } else { "failed" }),
         Err(e) => format!("fuzz: run failed: {e}"),
     });
     drop(progress);
@@ -424,7 +423,7 @@ pub fn main(o: FuzzOpts) -> Result<(), String> {
 
 /// The CI fuzz's progress line before run `n` of `total`: the runs, calls and failures so far.
 fn ci_progress(n: usize, total: usize, what: &str, calls: u64, failures: usize, start: Instant) -> String {
-    format!("{}; {calls} calls and {failures} failure(s) so far", crate::progress::line("== fuzz", n, total, what, start.elapsed(), n - 1))
+    format!("{}; {calls} calls and {failures} failure(s) so far", crate::host::progress::line("== fuzz", n, total, what, start.elapsed(), n - 1))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -554,7 +553,7 @@ pub fn shows_planted_bug(serial: &str) -> bool {
 /// the seed and the replay command.
 pub fn planted_bug_demo(initrd: &Path) -> Result<TestTally, String> {
     println!("== fuzz: planted-bug kernel (the fuzzer must find it)");
-    let kernel = crate::env::build_kernel_with(&["planted-bug"])?;
+    let kernel = crate::host::env::build_kernel_with(&["planted-bug"])?;
     let o = FuzzOpts { calls: 20_000, seed: 7, smp: 2, planted_bug: true, timeout: Some(Duration::from_secs(90)), ..Default::default() };
     let (v, out) = run_once(&kernel, initrd, &o, false)?;
     let reported = report(&o, &v, &out);
@@ -610,7 +609,7 @@ pub fn soak(minutes: u64, smp: u32) -> Result<(), String> {
             }
             runs += 1;
             // Progress (plain lines: one run takes tens of seconds).
-            println!("== soak: [run {runs}, round {round}] {what}; {} left, {calls} fuzz calls and {failures} failure(s) so far", crate::progress::duration(deadline.saturating_duration_since(Instant::now())));
+            println!("== soak: [run {runs}, round {round}] {what}; {} left, {calls} fuzz calls and {failures} failure(s) so far", crate::host::progress::duration(deadline.saturating_duration_since(Instant::now())));
             match fo {
                 Some(o) => {
                     let (v, out) = run_once(&kernel, &initrd, &o, false)?;
@@ -702,6 +701,59 @@ pub fn soak(minutes: u64, smp: u32) -> Result<(), String> {
     } else {
         Ok(())
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The command lines of `fuzz` and `soak`
+
+fn inject_spec(v: &str) -> Result<String, String> {
+    crate::fuzz::check_inject(v).map(|()| v.to_string()).map_err(|e| e.trim_start_matches("--inject: ").to_string())
+}
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct FuzzArgs {
+    /// Calls in all, shared out over the cores (at least 1)
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "100000", value_parser = at_least_one)]
+    pub calls: u64,
+    /// The seed (decimal or 0x hex); a failure prints it and the replay command
+    #[arg(long, allow_negative_numbers = true, value_name = "S", default_value = "1", value_parser = number)]
+    pub seed: u64,
+    /// vCPUs, 1..=32 (the fuzzer's core limit)
+    #[arg(long, allow_negative_numbers = true, value_name = "K", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub smp: u32,
+    /// Allocation fault injection: alloc:1/N (every Nth) or alloc:seed:S:P (P percent, seeded)
+    #[arg(long, value_name = "SPEC", value_parser = inject_spec)]
+    pub inject: Option<String>,
+    /// When injection starts: `program` (once the fuzzer's set-up is done, so every injected failure meets a fuzzed call) or `boot` (before the program starts: tests its start-up, which then fuzzes nothing and fails)
+    #[arg(long, value_name = "WHEN", default_value = "program", value_parser = ["program", "boot"])]
+    pub inject_from: String,
+    /// Boot the kernel with the planted bug (a name length left unchecked): the fuzzer must find it
+    #[arg(long)]
+    pub planted_bug: bool,
+    /// Boot with the network card: virtual NICs are made and misused too
+    #[arg(long)]
+    pub net: bool,
+    /// Attach a blank scratch disk: block device objects and disk requests too
+    #[arg(long)]
+    pub scratch_disk: bool,
+    /// Print every call before it is issued (to see the one that crashed the kernel)
+    #[arg(long)]
+    pub trace: bool,
+    /// Kill the run after SECS (default: from the call count)
+    #[arg(long, allow_negative_numbers = true, value_name = "SECS", value_parser = number)]
+    pub timeout: Option<u64>,
+}
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct SoakArgs {
+    /// How long, in minutes (at least 1)
+    #[arg(long, allow_negative_numbers = true, value_name = "M", value_parser = at_least_one)]
+    pub minutes: u64,
+    /// vCPUs, 1..=32
+    #[arg(long, allow_negative_numbers = true, value_name = "K", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub smp: u32,
 }
 
 #[cfg(test)]

@@ -150,10 +150,10 @@ impl Drop for Child {
 /// symbol table) stops it there. Then, if `gdb` is installed, run the very command line
 /// `run --gdb` prints (batch mode) and check that it stops in `kernel_entry`. Bounded: one
 /// minute per boot, QEMU killed at the end.
-pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
-    let mut t = crate::TestTally::default();
+pub fn ci_check(kernel: &Path) -> Result<crate::host::outcome::TestTally, String> {
+    let mut t = crate::host::outcome::TestTally::default();
     let elf = std::fs::read(kernel).map_err(|e| format!("cannot read {}: {e}", kernel.display()))?;
-    let entry = crate::ksyms::function_symbols(&elf)?.into_iter().find(|(_, n)| n == ENTRY_SYMBOL).map(|(a, _)| a).ok_or_else(|| format!("the kernel has no `{ENTRY_SYMBOL}` symbol"))?;
+    let entry = crate::host::ksyms::function_symbols(&elf)?.into_iter().find(|(_, n)| n == ENTRY_SYMBOL).map(|(a, _)| a).ok_or_else(|| format!("the kernel has no `{ENTRY_SYMBOL}` symbol"))?;
     let mut check = |name: &str, r: Result<String, String>| match r {
         Ok(what) => {
             println!("   {name} ... ok ({what})");
@@ -166,7 +166,7 @@ pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
     };
     // The protocol probe.
     let probe = (|| -> Result<(u64, u64), String> {
-        let port = crate::net::free_port()?;
+        let port = crate::host::vm::free_port()?;
         let qemu = boot_stopped(kernel, port)?;
         let mut r = Remote::connect(port, Duration::from_secs(30))?;
         let why = r.ask("?", Duration::from_secs(10))?;
@@ -196,7 +196,7 @@ pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
     // The printed command itself, when a gdb is installed (CI's machine may have none).
     if Command::new("gdb").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success()) {
         let r = (|| -> Result<String, String> {
-            let port = crate::net::free_port()?;
+            let port = crate::host::vm::free_port()?;
             let _qemu = boot_stopped(kernel, port)?;
             // Wait for the listener so gdb's single connect does not race QEMU's start.
             drop(Remote::connect(port, Duration::from_secs(30))?);
@@ -222,8 +222,8 @@ pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
 
 /// QEMU as `run --gdb PORT` starts it (one vCPU, no console input), killed when dropped.
 fn boot_stopped(kernel: &Path, port: u16) -> Result<Child, String> {
-    crate::env::ensure_qemu()?;
-    let cfg = crate::qemu::VmConfig { smp: 1, medium: Some(crate::qemu::BootMedium::Kernel(kernel.to_path_buf())), ..Default::default() };
+    crate::host::env::ensure_qemu()?;
+    let cfg = crate::host::vm::VmConfig { smp: 1, medium: Some(crate::host::vm::BootMedium::Kernel(kernel.to_path_buf())), ..Default::default() };
     let mut args = cfg.qemu_args();
     args.extend(qemu_args(port));
     args.extend(["-serial", "null", "-monitor", "none"].map(String::from));
@@ -234,34 +234,6 @@ fn boot_stopped(kernel: &Path, port: u16) -> Result<Child, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
-    }
-
-    /// `run --gdb [PORT]` as cli.rs declares it: the port (or Some(DEFAULT_PORT) for a bare
-    /// `--gdb`), and the other options. Errors are one line.
-    fn take_option(args: &[String]) -> Result<(Option<u16>, u32), String> {
-        match crate::cli::parse_command("run", args)? {
-            crate::cli::Command::Run(r) => Ok((r.gdb, r.vm.smp)),
-            _ => unreachable!(),
-        }
-    }
-
-    /// Catches `--gdb` eating the next option, a bad port accepted, or a default port other
-    /// than DEFAULT_PORT.
-    #[test]
-    fn gdb_option_parses() {
-        assert_eq!(take_option(&args("--smp 3")).unwrap(), (None, 3));
-        assert_eq!(take_option(&args("--gdb")).unwrap(), (Some(DEFAULT_PORT), 2));
-        assert_eq!(take_option(&args("--gdb --smp 4")).unwrap(), (Some(DEFAULT_PORT), 4));
-        assert_eq!(take_option(&args("--smp 4 --gdb 4321")).unwrap(), (Some(4321), 4));
-        assert_eq!(take_option(&args("--gdb=9000 --smp 5")).unwrap(), (Some(9000), 5));
-        for bad in ["--gdb 0", "--gdb 65536", "--gdb 12ab", "--gdb=", "--gdb=x"] {
-            let e = take_option(&args(bad)).unwrap_err();
-            assert!(e.contains("--gdb") && e.contains("1..=65535") && !e.contains('\n'), "{bad}: {e}");
-        }
-    }
 
     /// Catches a stub listening beyond loopback or a guest that starts before gdb attaches.
     #[test]

@@ -5,10 +5,11 @@
 //! A guest whose cores halt when they have nothing to do uses almost none; one whose cores
 //! poll uses a whole host CPU per polling vCPU (as far as the host gives it one).
 
+use crate::host::args::{core_list, CoreList};
 use std::time::{Duration, Instant};
 
-use crate::net::session::{Session, WaitEnd};
-use crate::qemu::{BootMedium, VmConfig};
+use crate::host::qemu::{Session, WaitEnd};
+use crate::host::vm::{BootMedium, VmConfig};
 
 /// What sits idle in the guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +92,7 @@ fn prepare(system: &str, what: What, smp: u32, guest: &str) -> Result<Boot, Stri
             let mut vm = crate::linux::LinuxVm::new(&k, &crate::net::linux_guest::initramfs(&k)?);
             vm.smp = smp;
             if what == What::Tcpserv {
-                vm.net = Some(crate::net::NetConfig::service()?);
+                vm.net = Some(crate::host::vm::NetConfig::service()?);
                 vm.append = format!("wl=tcpserv threads={smp}");
                 Ok(Boot { args: vm.qemu_args(), ready: "tcpserv: ready", _keep: None })
             } else {
@@ -104,12 +105,12 @@ fn prepare(system: &str, what: What, smp: u32, guest: &str) -> Result<Boot, Stri
         What::Shell | What::Tcpserv => {
             let mut cfg = VmConfig {
                 smp,
-                medium: Some(BootMedium::Kernel(crate::env::build_kernel()?)),
-                initrd: Some(crate::user::build_initrd()?),
+                medium: Some(BootMedium::Kernel(crate::host::env::build_kernel()?)),
+                initrd: Some(crate::host::user::build_initrd()?),
                 ..Default::default()
             };
             let ready = if what == What::Tcpserv {
-                cfg.net = Some(crate::net::NetConfig::service()?);
+                cfg.net = Some(crate::host::vm::NetConfig::service()?);
                 // Dedicated with a kernel core from 2 vCPUs on, Inline at 1 (tcpserv's default).
                 cfg.cmdline = format!("init=tcpserv -- {guest}").trim().to_string();
                 "tcpserv: ready"
@@ -170,6 +171,44 @@ pub fn command(o: &IdleOptions) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line of `idle`
+
+/// `cargo xtask idle`.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct IdleArgs {
+    /// vCPU counts to boot, e.g. 1,2,4
+    #[arg(long, value_parser = core_list, default_value = "1,2,4", value_name = "LIST")]
+    pub smp: CoreList,
+    /// Which system: ours, linux or both
+    #[arg(long, value_enum, default_value = "ours")]
+    pub system: IdleSystem,
+    /// What sits idle: shell (the prompt), tcpserv or webd (booted, no traffic), or all
+    #[arg(long, value_enum, default_value = "shell")]
+    pub what: IdleWhat,
+    /// Length of the measured window
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600), value_name = "SECS")]
+    pub seconds: u64,
+    /// More words for our tcpserv or webd (e.g. "idle=poll" for pure polling)
+    #[arg(long, default_value = "", value_name = "\"...\"")]
+    pub guest: String,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleSystem {
+    Ours,
+    Linux,
+    Both,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleWhat {
+    Shell,
+    Tcpserv,
+    Webd,
+    All,
 }
 
 #[cfg(test)]

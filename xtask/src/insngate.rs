@@ -14,7 +14,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::env::{target_dir, workspace_root};
+use crate::host::env::{target_dir, workspace_root};
 use crate::plugins::{parse_records, Record};
 
 /// A path may cost this much more than its baseline (3 %) before the gate fails.
@@ -274,9 +274,9 @@ fn boot(kernel: &std::path::Path, initrd: &std::path::Path, tag: &str, cmdline: 
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let out = dir.join(format!("insncount-{tag}.txt"));
     let _ = fs::remove_file(&out);
-    let cfg = crate::qemu::VmConfig {
+    let cfg = crate::host::vm::VmConfig {
         smp: 1,
-        medium: Some(crate::qemu::BootMedium::Kernel(kernel.to_path_buf())),
+        medium: Some(crate::host::vm::BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         cmdline,
         extra: vec!["-plugin".into(), format!("{},out={},regions=on", built.insncount.display(), out.display())],
@@ -294,7 +294,7 @@ fn boot(kernel: &std::path::Path, initrd: &std::path::Path, tag: &str, cmdline: 
     if run.timed_out {
         return Err(format!("insngate {tag}: the guest timed out; serial ends:\n{}", tail()));
     }
-    if run.exit_code != Some(crate::qemu::QEMU_EXIT_SUCCESS) {
+    if run.exit_code != Some(crate::host::vm::QEMU_EXIT_SUCCESS) {
         return Err(format!("insngate {tag}: the guest failed (QEMU exit {:?}); serial ends:\n{}", run.exit_code, tail()));
     }
     let text = fs::read_to_string(&out).map_err(|e| format!("insngate {tag}: no plugin report {}: {e}", out.display()))?;
@@ -360,18 +360,18 @@ fn read_baseline() -> Result<(String, Vec<BaselineLine>), String> {
 }
 
 /// The suite of `cargo xtask test`: measure, compare, one test per path.
-pub fn ci_check(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<crate::TestTally, String> {
+pub fn ci_check(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<crate::host::outcome::TestTally, String> {
     let (_, baseline) = read_baseline()?;
     let measured = measure(kernel, initrd)?;
     let rows = compare(&baseline, &measured);
     print!("{}", indent(&render(&rows)));
-    let mut t = crate::TestTally::default();
+    let mut t = crate::host::outcome::TestTally::default();
     for r in &rows {
         if r.verdict.fails() {
             println!("   FAILED: insngate {}: {:?}", r.name, r.verdict);
-            t.add(crate::TestTally::FAIL);
+            t.add(crate::host::outcome::TestTally::FAIL);
         } else {
-            t.add(crate::TestTally::PASS);
+            t.add(crate::host::outcome::TestTally::PASS);
         }
     }
     Ok(t)
@@ -402,8 +402,8 @@ pub fn command(update: Option<&str>, reason: Option<&str>) -> Result<(), String>
     if !targets.is_empty() && reason.map(str::trim).unwrap_or("").is_empty() {
         return Err("--update needs --reason TEXT: why the baseline changes".into());
     }
-    let kernel = crate::env::build_kernel()?;
-    let initrd = crate::user::build_initrd()?;
+    let kernel = crate::host::env::build_kernel()?;
+    let initrd = crate::host::user::build_initrd()?;
     let measured = measure(&kernel, &initrd)?;
     let rows = compare(&baseline, &measured);
     print!("{}", render(&rows));
@@ -427,6 +427,19 @@ pub fn command(update: Option<&str>, reason: Option<&str>) -> Result<(), String>
 fn today() -> Result<String, String> {
     let out = std::process::Command::new("date").args(["-u", "+%Y-%m-%d"]).output().map_err(|e| format!("date: {e}"))?;
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line of `insngate`
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct InsngateArgs {
+    /// Rewrite these baseline lines with the measured counts (comma-separated path names, or `all`)
+    #[arg(long, value_name = "NAME,...|all")]
+    pub update: Option<String>,
+    /// Why the baseline changes (required with --update; written on each line)
+    #[arg(long, value_name = "TEXT", requires = "update")]
+    pub reason: Option<String>,
 }
 
 #[cfg(test)]

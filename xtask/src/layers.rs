@@ -800,7 +800,7 @@ pub fn dot_folders(graphs: &[CrateGraph]) -> String {
 
 /// `cargo xtask layers [--crate NAME]... [--folders] [--dot FILE] [--svg FILE]`.
 pub fn command(only: &[String], folders: bool, dot_out: Option<&Path>, svg_out: Option<&Path>) -> Result<(), String> {
-    let root = crate::env::workspace_root();
+    let root = crate::host::env::workspace_root();
     let crates = workspace_crates(&root)?;
     let names: Vec<String> = crates.iter().map(|c| c.1.clone()).collect();
     for o in only {
@@ -816,7 +816,7 @@ pub fn command(only: &[String], folders: bool, dot_out: Option<&Path>, svg_out: 
         println!("layers: wrote {}", p.display());
     }
     if let Some(p) = svg_out {
-        crate::env::ensure_tool("dot", &["graphviz"])?;
+        crate::host::env::ensure_tool("dot", &["graphviz"])?;
         let tmp = std::env::temp_dir().join(format!("layers-{}.dot", std::process::id()));
         std::fs::write(&tmp, &text).map_err(|e| format!("layers: cannot write {}: {e}", tmp.display()))?;
         let st = std::process::Command::new("dot").arg("-Tsvg").arg(&tmp).arg("-o").arg(p).status().map_err(|e| format!("layers: dot: {e}"));
@@ -921,7 +921,7 @@ mod tests {
     /// The real tree: every workspace crate is read, and the kernel has files and imports.
     #[test]
     fn the_workspace_reads() {
-        let root = crate::env::workspace_root();
+        let root = crate::host::env::workspace_root();
         let crates = workspace_crates(&root).unwrap();
         assert!(crates.iter().any(|c| c.1 == "kernel") && crates.iter().any(|c| c.1 == "libos"), "{crates:?}");
         let names: Vec<String> = crates.iter().map(|c| c.1.clone()).collect();

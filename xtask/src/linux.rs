@@ -3,17 +3,18 @@
 //! TCG). Used by the measurement plugins (issue 7) and meant for the Linux half of the
 //! benchmark suite (issue 6): [`fetch_kernel`], [`build_initramfs`], [`LinuxVm`], [`run_qemu`].
 
+use crate::host::args::{at_least_one, hostfwd};
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::cli::tools::{LinuxCommand, LinuxRunArgs};
+use crate::host::cpio::{cpio_newc, CpioEntry};
+use crate::host::qemu::{Finished, Session};
 
 /// Where the kernel package is cached and unpacked.
 pub fn cache_dir() -> PathBuf {
-    crate::env::workspace_root().join("target").join("linux-cache")
+    crate::host::env::workspace_root().join("target").join("linux-cache")
 }
 
 /// An unpacked Debian kernel.
@@ -57,8 +58,8 @@ pub fn fetch_kernel() -> Result<LinuxKernel, String> {
         return Ok(k);
     }
     fs::create_dir_all(&unpacked).map_err(|e| format!("cannot create {}: {e}", unpacked.display()))?;
-    crate::env::ensure_tool("apt-get", &["apt"])?;
-    crate::env::ensure_tool("dpkg-deb", &["dpkg"])?;
+    crate::host::env::ensure_tool("apt-get", &["apt"])?;
+    crate::host::env::ensure_tool("dpkg-deb", &["dpkg"])?;
     let deps = run_ok(Command::new("apt-cache").args(["depends", "linux-image-amd64"]), "apt-cache depends linux-image-amd64")?;
     let pkg = deps
         .lines()
@@ -299,47 +300,6 @@ pub fn vmlinux(kernel: &LinuxKernel) -> Result<PathBuf, String> {
     Ok(out)
 }
 
-/// One file in a newc cpio archive.
-pub enum CpioEntry {
-    Dir(String),
-    File { path: String, mode: u32, data: Vec<u8> },
-    CharDev { path: String, major: u32, minor: u32 },
-}
-
-fn cpio_header(out: &mut Vec<u8>, ino: u32, mode: u32, size: usize, rmajor: u32, rminor: u32, name: &str) {
-    let fields = [ino, mode, 0, 0, 1, 0, size as u32, 0, 0, rmajor, rminor, (name.len() + 1) as u32, 0];
-    out.extend_from_slice(b"070701");
-    for f in fields {
-        out.extend_from_slice(format!("{f:08x}").as_bytes());
-    }
-    out.extend_from_slice(name.as_bytes());
-    out.push(0);
-    while out.len() % 4 != 0 {
-        out.push(0);
-    }
-}
-
-/// Serialize entries as a newc ("070701") cpio archive, as the kernel's initramfs unpacker reads.
-pub fn cpio_newc(entries: &[CpioEntry]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
-        let ino = i as u32 + 1;
-        match e {
-            CpioEntry::Dir(p) => cpio_header(&mut out, ino, 0o040755, 0, 0, 0, p),
-            CpioEntry::CharDev { path, major, minor } => cpio_header(&mut out, ino, 0o020600, 0, *major, *minor, path),
-            CpioEntry::File { path, mode, data } => {
-                cpio_header(&mut out, ino, 0o100000 | mode, data.len(), 0, 0, path);
-                out.extend_from_slice(data);
-                while out.len() % 4 != 0 {
-                    out.push(0);
-                }
-            }
-        }
-    }
-    cpio_header(&mut out, 0, 0, 0, 0, 0, "TRAILER!!!");
-    out
-}
-
 /// Build an initramfs whose /init is `init_binary` (a static program), plus the nodes it needs
 /// before it can mount anything: /dev/console (so init has stdio), /proc, /tmp, /sys.
 pub fn build_initramfs(init_binary: &Path, out: &Path) -> Result<(), String> {
@@ -389,7 +349,7 @@ pub struct LinuxVm {
     pub timeout: Duration,
     /// The NIC on QEMU's restricted user-mode network (issue 15); none without it (the VM is
     /// `-nodefaults`, so QEMU adds no NIC of its own).
-    pub net: Option<crate::net::NetConfig>,
+    pub net: Option<crate::host::vm::NetConfig>,
 }
 
 impl LinuxVm {
@@ -450,42 +410,15 @@ pub struct RunOutput {
 
 /// Run qemu-system-x86_64 with `args`, serial on stdout captured, killed after `timeout`.
 pub fn run_qemu(args: &[String], timeout: Duration) -> Result<RunOutput, String> {
-    crate::env::ensure_qemu()?;
-    let mut child = Command::new("qemu-system-x86_64")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start qemu-system-x86_64: {e}"))?;
-    let start = Instant::now();
-    let mut so = child.stdout.take().expect("piped");
-    let mut se = child.stderr.take().expect("piped");
-    let out_t = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = so.read_to_end(&mut v);
-        v
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = se.read_to_end(&mut v);
-        v
-    });
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-            break Some(s);
-        }
-        if start.elapsed() > timeout {
-            let _ = child.kill();
-            timed_out = true;
-            break child.wait().ok();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let serial = String::from_utf8_lossy(&out_t.join().unwrap_or_default()).replace('\r', "");
-    let stderr = String::from_utf8_lossy(&err_t.join().unwrap_or_default()).to_string();
-    Ok(RunOutput { serial, stderr, exit_code: status.and_then(|s| s.code()), timed_out, elapsed: start.elapsed() })
+    let s = Session::start(args, false)?;
+    let deadline = s.start + timeout;
+    Ok(s.finish(deadline).into())
+}
+
+impl From<Finished> for RunOutput {
+    fn from(f: Finished) -> RunOutput {
+        RunOutput { serial: f.serial, stderr: f.stderr, exit_code: f.exit_code, timed_out: f.killed, elapsed: f.elapsed }
+    }
 }
 
 /// The measurement guest's initramfs (the workload program from tools/qemu-plugins/guest).
@@ -512,20 +445,20 @@ pub fn run_workload(vm: &LinuxVm) -> Result<RunOutput, String> {
     Ok(out)
 }
 
-/// `cargo xtask linux ...` (the command line: cli/tools.rs, [`LinuxCommand`]).
-pub fn main(cmd: LinuxCommand) -> Result<(), crate::Failure> {
+/// `cargo xtask linux ...` (the command line: [`LinuxCommand`], below).
+pub fn main(cmd: LinuxCommand) -> Result<(), crate::host::outcome::Failure> {
     match cmd {
-        LinuxCommand::Fetch => crate::work(fetch_kernel().map(|k| println!("{} {}", k.version, k.bzimage.display()))),
-        LinuxCommand::Modules => crate::work(crate::net::linux_guest::print_modules()),
+        LinuxCommand::Fetch => crate::host::outcome::work(fetch_kernel().map(|k| println!("{} {}", k.version, k.bzimage.display()))),
+        LinuxCommand::Modules => crate::host::outcome::work(crate::net::linux_guest::print_modules()),
         LinuxCommand::Initramfs { init, out } => {
             let out = out.unwrap_or_else(|| crate::plugins::artifact_dir().join("initramfs.cpio"));
-            crate::work(build_initramfs(&init, &out).map(|()| println!("{}", out.display())))
+            crate::host::outcome::work(build_initramfs(&init, &out).map(|()| println!("{}", out.display())))
         }
         LinuxCommand::Run(a) => {
             if a.load.is_some() && (a.wl != "tcpserv" || !(a.net || !a.hostfwd.is_empty())) {
-                return Err(crate::Failure::Usage("linux run: --load needs --wl tcpserv and --net".into()));
+                return Err(crate::host::outcome::Failure::Usage("linux run: --load needs --wl tcpserv and --net".into()));
             }
-            crate::work(run_command(a))
+            crate::host::outcome::work(run_command(a))
         }
     }
 }
@@ -549,14 +482,14 @@ fn run_command(a: LinuxRunArgs) -> Result<(), String> {
     let concurrency = a.concurrency.map_or(crate::net::load::DEFAULT_CONCURRENCY, |c| c.min(usize::MAX as u64) as usize);
     vm.initrd = if net { crate::net::linux_guest::initramfs(&kernel)? } else { guest_initramfs()? };
     if net {
-        vm.net = Some(crate::net::from_options(forwards)?);
+        vm.net = Some(crate::host::vm::from_options(forwards)?);
     }
     let accept = load.map(|conns| crate::net::tcp_accept::AcceptSpec { conns, concurrency, ready_timeout: vm.timeout, ..Default::default() });
     let conns = accept.as_ref().map(|a| format!(" conns={} warmup={}", a.guest_conns(), a.warmup)).unwrap_or_default();
     vm.append = format!("wl={wl} threads={}{conns} {extra}", vm.smp);
     if let Some(n) = &vm.net {
         print!("{}", n.describe());
-        let port = n.host_port(crate::net::SERVICE_PORT);
+        let port = n.host_port(crate::host::vm::SERVICE_PORT);
         if let (Some(spec), Some(port)) = (&accept, port) {
             let o = crate::net::tcp_accept::run(&vm.qemu_args(), port, spec, true)?;
             for l in &o.rounds {
@@ -569,7 +502,7 @@ fn run_command(a: LinuxRunArgs) -> Result<(), String> {
             return Err("--load: no forward to guest port 80".into());
         }
         // Serve until the guest stops or the timeout: the serial line as it comes.
-        let s = crate::net::session::Session::start(&vm.qemu_args(), true)?;
+        let s = Session::start(&vm.qemu_args(), true)?;
         let f = s.finish(Instant::now() + vm.timeout);
         println!("linux: guest ran {:.1}s{}", f.elapsed.as_secs_f64(), if f.killed { " (killed at --timeout)".to_string() } else { format!(" (QEMU status {:?})", f.exit_code) });
         return Ok(());
@@ -580,20 +513,77 @@ fn run_command(a: LinuxRunArgs) -> Result<(), String> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------
+// The command line of `linux`
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct LinuxArgs {
+    #[command(subcommand)]
+    pub command: LinuxCommand,
+}
+
+#[derive(clap::Subcommand, Debug, Clone, PartialEq)]
+pub enum LinuxCommand {
+    /// Download Debian's kernel package (the one linux-image-amd64 depends on) into
+    /// target/linux-cache and unpack its /boot (never installs into /boot); prints the version
+    /// and bzImage path
+    Fetch,
+    /// The NIC's modules (virtio-net, virtio-pci and their depends=) in load order, each checked
+    /// to carry the bzImage's release in its vermagic
+    Modules,
+    /// Pack BIN as /init (plus /dev/console, /proc, /tmp) into a newc cpio
+    Initramfs {
+        /// The static program to run as /init
+        #[arg(long, value_name = "BIN")]
+        init: PathBuf,
+        /// Where the archive goes (default target/qemu-plugins/initramfs.cpio)
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Boot the measurement guest (tools/qemu-plugins/guest) running a workload; print its serial output
+    #[command(long_about = "Boot the measurement guest (tools/qemu-plugins/guest) running workload NAME (default null) \
+and print its serial output. --net adds the virtio-net NIC (its modules unpacked from the kernel package into the \
+initramfs) on QEMU's restricted user-mode network, forwarding a free port on 127.0.0.1 to guest port 80 (or --hostfwd); \
+for `--wl tcpserv` (Corey's TCP accept service), --load N waits for `tcpserv: ready`, opens N connections with the load \
+generator (C at a time, default 2), and waits for the guest's `tcpserv: done`.")]
+    Run(LinuxRunArgs),
+}
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct LinuxRunArgs {
+    /// The guest workload (tools/qemu-plugins/guest)
+    #[arg(long, value_name = "NAME", default_value = "null")]
+    pub wl: String,
+    /// vCPUs, 1..=64
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub smp: Option<u32>,
+    /// Guest memory in MiB
+    #[arg(long, value_name = "MIB", value_parser = at_least_one)]
+    pub mem: Option<u64>,
+    /// Added to the kernel command line
+    #[arg(long, value_name = "\"...\"", allow_hyphen_values = true)]
+    pub append: Option<String>,
+    /// Kill the guest after SECS
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// A NIC on QEMU's restricted user-mode network (forwards a free port to guest port 80)
+    #[arg(long)]
+    pub net: bool,
+    /// Forward 127.0.0.1:H to guest port G (repeatable; implies --net)
+    #[arg(long, value_name = "H:G", value_parser = hostfwd, action = clap::ArgAction::Append)]
+    pub hostfwd: Vec<crate::host::vm::Forward>,
+    /// With --wl tcpserv --net: drive the guest with N connections (the accept benchmark)
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    pub load: Option<u64>,
+    /// With --load: connections at once
+    #[arg(long, value_name = "C", value_parser = clap::value_parser!(u64).range(1..))]
+    pub concurrency: Option<u64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpio_layout() {
-        let a = cpio_newc(&[CpioEntry::File { path: "init".into(), mode: 0o755, data: b"abc".to_vec() }]);
-        assert!(a.starts_with(b"070701"));
-        // header is 110 bytes, name "init\0" pads to 116, data 3 pads to 120, then the trailer
-        assert_eq!(&a[110..114], b"init");
-        assert_eq!(&a[116..119], b"abc");
-        assert_eq!(&a[120..126], b"070701");
-        assert_eq!(a.len() % 4, 0);
-    }
 
     #[test]
     fn qemu_args_have_plugins_and_icount() {

@@ -1,7 +1,7 @@
 //! `cargo xtask bench percore` and the loom model-checking runs of the percore crate.
 //! Owned by the percore work (issue 3).
 
-use crate::TestTally;
+use crate::host::outcome::TestTally;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -21,13 +21,13 @@ fn cargo() -> String {
 pub fn bench(args: &[String]) -> Result<(), String> {
     let mut pass: Vec<String> = args.to_vec();
     if !pass.iter().any(|a| a == "--json") {
-        let path: PathBuf = crate::env::target_dir().join("bench").join("percore.json");
+        let path: PathBuf = crate::host::env::target_dir().join("bench").join("percore.json");
         pass.push("--json".into());
         pass.push(path.display().to_string());
     }
     println!("== bench percore: cargo run --release -p percore --features std --example bench -- {}", pass.join(" "));
     let status = Command::new(cargo())
-        .current_dir(crate::env::workspace_root())
+        .current_dir(crate::host::env::workspace_root())
         .args(["run", "--release", "-p", "percore", "--features", "std", "--example", "bench", "--"])
         .args(&pass)
         .status()
@@ -69,14 +69,14 @@ fn tally(stdout: &str) -> (TestTally, Vec<String>) {
 /// with `--cfg loom` in its own target directory (so it does not rebuild the normal one).
 pub fn loom_tests() -> Result<TestTally, String> {
     println!("== loom: RUSTFLAGS=\"--cfg loom\" cargo test -p percore --release --test loom");
-    let target = crate::env::target_dir().join("loom");
+    let target = crate::host::env::target_dir().join("loom");
     let mut rustflags = std::env::var("RUSTFLAGS").unwrap_or_default();
     if !rustflags.split_whitespace().any(|f| f == "loom") {
         rustflags = format!("{rustflags} --cfg loom").trim().to_string();
     }
     let start = Instant::now();
     let mut child = Command::new(cargo())
-        .current_dir(crate::env::workspace_root())
+        .current_dir(crate::host::env::workspace_root())
         .args(["test", "-p", "percore", "--release", "--test", "loom"])
         .env("RUSTFLAGS", &rustflags)
         // Would override RUSTFLAGS if inherited from an outer cargo.

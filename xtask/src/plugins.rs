@@ -5,8 +5,9 @@
 //! them loaded, parses the plugin's `kind key=value ...` report, and writes a text table, a
 //! JSON file and, for cachesim, SVG plots. See docs/plugins.md.
 
+use crate::host::args::{hostfwd, OnOff};
 use crate::linux::{self, LinuxVm};
-use crate::TestTally;
+use crate::host::outcome::TestTally;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
@@ -14,22 +15,21 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-// The command line (commands and options, their help): cli/tools.rs, [`PluginCommand`] and
+// The command line (commands and options, their help): declared below, [`PluginCommand`] and
 // [`PluginOpts`]. insncount, cachesim and sharing run in the exact mode (docs/plugins.md):
 // -icount shift=3 with sleep off, a fixed -seed and -rtc, and with several vCPUs a
 // plugin-driven switch every 250 instructions, so their counts repeat whatever the host's
 // load. Not the host-driven workloads (tcpserv, tcp_accept*: packets arrive in host time) and
 // not `overhead` (a timing).
 
-use crate::cli::tools::{PluginCommand, PluginOpts};
 
 /// Where built plugins, the guest program and raw plugin outputs go.
 pub fn artifact_dir() -> PathBuf {
-    crate::env::workspace_root().join("target").join("qemu-plugins")
+    crate::host::env::workspace_root().join("target").join("qemu-plugins")
 }
 
 fn src_dir() -> PathBuf {
-    crate::env::workspace_root().join("tools").join("qemu-plugins")
+    crate::host::env::workspace_root().join("tools").join("qemu-plugins")
 }
 
 fn cc(args: &[String], what: &str) -> Result<(), String> {
@@ -42,9 +42,9 @@ fn cc(args: &[String], what: &str) -> Result<(), String> {
 }
 
 fn ensure_compiler() -> Result<(), String> {
-    crate::env::ensure_tool("cc", &["gcc"])?;
+    crate::host::env::ensure_tool("cc", &["gcc"])?;
     // static glibc for the guest's /init
-    crate::env::ensure_packages(&["libc6-dev"])
+    crate::host::env::ensure_packages(&["libc6-dev"])
 }
 
 fn s(p: &Path) -> String {
@@ -272,100 +272,35 @@ pub struct Custom {
     pub cmdline: String,
     pub disk: Option<PathBuf>,
     /// The NIC on QEMU's restricted user network, with its forwards (`--net`, `--hostfwd`).
-    pub net: Option<crate::net::NetConfig>,
+    pub net: Option<crate::host::vm::NetConfig>,
     pub ready: Option<String>,
     pub load_cmd: Option<String>,
     /// Print the guest's serial lines as they arrive.
     pub echo: bool,
 }
 
-/// Ask QEMU to stop the way `kill` does by default: it shuts down in order, so the plugins'
-/// exit callbacks run and write their reports (SIGKILL would lose them).
-fn terminate(child: &mut std::process::Child, grace: Duration) -> Option<i32> {
-    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-    let until = std::time::Instant::now() + grace;
-    while std::time::Instant::now() < until {
-        if let Ok(Some(st)) = child.try_wait() {
-            return st.code();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    child.wait().ok().and_then(|s| s.code())
-}
-
 /// Run a `--cmdline` guest (see [`Custom`]). `timed_out` is set only when the deadline, not
-/// the guest or the end of the load command, ended the run.
+/// the guest or the end of the load command, ended the run. QEMU is stopped with SIGTERM, so
+/// the plugins write their reports ([`Session::terminate`]).
 fn run_custom(args: &[String], timeout: Duration, c: &Custom) -> Result<linux::RunOutput, String> {
-    use std::io::{BufRead, BufReader, Read};
-    use std::process::Stdio;
-    use std::sync::mpsc;
+    use crate::host::qemu::{Echo, Session, WaitEnd};
     use std::time::Instant;
-    crate::env::ensure_qemu()?;
-    let start = Instant::now();
-    let deadline = start + timeout;
-    let mut child = Command::new("qemu-system-x86_64")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start qemu-system-x86_64: {e}"))?;
-    let out = child.stdout.take().expect("piped");
-    let mut err = child.stderr.take().expect("piped");
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            match line {
-                Ok(l) if tx.send(l.replace('\r', "")).is_ok() => {}
-                _ => break,
-            }
-        }
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut v = String::new();
-        let _ = err.read_to_string(&mut v);
-        v
-    });
-    let mut serial = String::new();
-    let take = |l: String, serial: &mut String| {
-        if c.echo {
-            println!("  | {l}");
-        }
-        serial.push_str(&l);
-        serial.push('\n');
-    };
-    let port = c.net.as_ref().and_then(|n| n.host_port(crate::net::SERVICE_PORT)).or_else(|| c.net.as_ref().and_then(|n| n.forwards.first().map(|f| f.host)));
+    let mut s = Session::spawn(args, None, if c.echo { Echo::Prefixed("  | ") } else { Echo::Off })?;
+    let deadline = s.start + timeout;
+    let port = c.net.as_ref().and_then(|n| n.host_port(crate::host::vm::SERVICE_PORT)).or_else(|| c.net.as_ref().and_then(|n| n.forwards.first().map(|f| f.host)));
     if let Some(n) = &c.net {
         print!("{}", n.describe());
     }
     let mut timed_out = false;
     let mut load_problem = None;
-    let mut exit_code = None;
     let mut exited = false;
     if let Some(cmd) = &c.load_cmd {
         // Wait for the guest to say it is ready (if asked to), then load it from the host.
         if let Some(ready) = &c.ready {
-            loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    timed_out = true;
-                    break;
-                }
-                match rx.recv_timeout(left.min(Duration::from_millis(100))) {
-                    Ok(l) => {
-                        let hit = l.contains(ready.as_str());
-                        take(l, &mut serial);
-                        if hit {
-                            break;
-                        }
-                    }
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(mpsc::RecvTimeoutError::Disconnected) => {
-                        exited = true;
-                        break;
-                    }
-                }
+            match s.wait_for(&|l| l.contains(ready.as_str()), deadline) {
+                Ok(_) => {}
+                Err(WaitEnd::TimedOut) => timed_out = true,
+                Err(WaitEnd::Exited(_)) => exited = true,
             }
         }
         if !timed_out && !exited {
@@ -378,9 +313,7 @@ fn run_custom(args: &[String], timeout: Duration, c: &Custom) -> Result<linux::R
             }
             let mut lc = load.spawn().map_err(|e| format!("--load-cmd: cannot start sh: {e}"))?;
             loop {
-                while let Ok(l) = rx.try_recv() {
-                    take(l, &mut serial);
-                }
+                s.poll()?;
                 if let Some(st) = lc.try_wait().map_err(|e| e.to_string())? {
                     if !st.success() {
                         load_problem = Some(format!("--load-cmd exited with {:?}", st.code()));
@@ -396,39 +329,27 @@ fn run_custom(args: &[String], timeout: Duration, c: &Custom) -> Result<linux::R
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        if !exited {
-            exit_code = terminate(&mut child, Duration::from_secs(60));
-            exited = true;
-        }
     }
-    if !exited {
+    let f = if c.load_cmd.is_some() || exited {
+        // The load is done (or the guest is gone): stop QEMU now.
+        s.terminate(Duration::from_secs(60))
+    } else {
         // Until the guest powers off, or the deadline.
         loop {
-            if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
-                exit_code = st.code();
-                break;
+            if s.poll()?.is_some() {
+                break s.terminate(Duration::from_secs(60));
             }
             if Instant::now() >= deadline {
                 timed_out = true;
-                exit_code = terminate(&mut child, Duration::from_secs(60));
-                break;
-            }
-            while let Ok(l) = rx.try_recv() {
-                take(l, &mut serial);
+                break s.terminate(Duration::from_secs(60));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-    } else if exit_code.is_none() {
-        exit_code = child.wait().ok().and_then(|s| s.code());
-    }
-    while let Ok(l) = rx.recv_timeout(Duration::from_millis(300)) {
-        take(l, &mut serial);
-    }
-    let stderr = err_t.join().unwrap_or_default();
+    };
     if let Some(p) = load_problem {
         return Err(p);
     }
-    Ok(linux::RunOutput { serial, stderr, exit_code, timed_out, elapsed: start.elapsed() })
+    Ok(linux::RunOutput { serial: f.serial, stderr: f.stderr, exit_code: f.exit_code, timed_out, elapsed: f.elapsed })
 }
 
 fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Duration), String> {
@@ -464,7 +385,7 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             };
             let mut vm = LinuxVm::new(&kernel, &initrd);
             if tcp {
-                vm.net = Some(crate::net::NetConfig::service()?);
+                vm.net = Some(crate::host::vm::NetConfig::service()?);
             }
             vm.smp = spec.smp;
             // One host thread runs all vCPUs round-robin (the plugins' tables are not locked).
@@ -490,7 +411,7 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             Ok((args, vm.timeout))
         }
         System::Ours => {
-            let kernel = crate::env::build_kernel()?;
+            let kernel = crate::host::env::build_kernel()?;
             // A benchmark of the suite (`cargo xtask bench --list`) runs in `bench-ours`, one
             // worker per vCPU, one repetition; any other name is a `microbench` benchmark,
             // which the kernel runs for `bench=NAME` (one core).
@@ -504,16 +425,16 @@ fn guest_args(spec: &RunSpec, plugin: Option<String>) -> Result<(Vec<String>, Du
             } else {
                 format!("bench={} {}", spec.workload, spec.params)
             };
-            let cfg = crate::qemu::VmConfig {
+            let cfg = crate::host::vm::VmConfig {
                 smp: spec.smp,
-                medium: Some(crate::qemu::BootMedium::Kernel(kernel)),
-                initrd: Some(crate::user::build_initrd()?),
+                medium: Some(crate::host::vm::BootMedium::Kernel(kernel)),
+                initrd: Some(crate::host::user::build_initrd()?),
                 cmdline: cmdline.trim().to_string(),
                 extra: plugin.map(|p| vec!["-plugin".to_string(), p]).unwrap_or_default(),
                 net: if let Some(c) = spec.custom {
                     c.net.clone()
                 } else if spec.workload == "tcpserv" {
-                    Some(crate::net::NetConfig::service()?)
+                    Some(crate::host::vm::NetConfig::service()?)
                 } else {
                     None
                 },
@@ -622,8 +543,8 @@ fn run_net_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[Str
     let (out, arg) = plugin_arg(built, spec, plugin, extra)?;
     let conns = spec.params.split_whitespace().find_map(|w| w.strip_prefix("conns=")).map(|v| v.parse::<u64>().map_err(|_| format!("conns={v}: not a number"))).transpose()?.unwrap_or(100);
     let acc = AcceptSpec { conns, rounds: 1, warmup: 1, ready_timeout: spec.timeout, ..AcceptSpec::default() };
-    let net = crate::net::NetConfig::service()?;
-    let port = net.host_port(crate::net::SERVICE_PORT).ok_or("no forward to the service port")?;
+    let net = crate::host::vm::NetConfig::service()?;
+    let port = net.host_port(crate::host::vm::SERVICE_PORT).ok_or("no forward to the service port")?;
     let mut guest_words = format!("conns={} warmup={}", acc.guest_conns(), acc.warmup);
     // Ours: `idle=poll` (Corey's pure polling) or `idle=sleep` (the default) passes through.
     if let Some(w) = spec.params.split_whitespace().find(|w| w.starts_with("idle=")) {
@@ -635,9 +556,9 @@ fn run_net_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[Str
     let mut cfg = match spec.system {
         System::Ours => {
             let mode = if spec.workload == "tcp_accept_polling" { "polling" } else { "dedicated" };
-            crate::qemu::VmConfig {
-                medium: Some(crate::qemu::BootMedium::Kernel(crate::env::build_kernel()?)),
-                initrd: Some(crate::user::build_initrd()?),
+            crate::host::vm::VmConfig {
+                medium: Some(crate::host::vm::BootMedium::Kernel(crate::host::env::build_kernel()?)),
+                initrd: Some(crate::host::user::build_initrd()?),
                 cmdline: format!("init=tcpserv -- mode={mode} {guest_words}"),
                 ..Default::default()
             }
@@ -651,7 +572,7 @@ fn run_net_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[Str
             let kernel = crate::bench::linux_sys::guest_kernel()?;
             let cmdline = format!("console=ttyS0 quiet nokaslr panic=-1 tsc=reliable wl=tcpserv threads={} {guest_words}", spec.smp);
             let extra = vec!["-kernel".into(), s(&kernel), "-initrd".into(), s(&initrd), "-append".into(), cmdline];
-            crate::qemu::VmConfig { extra, ..Default::default() }
+            crate::host::vm::VmConfig { extra, ..Default::default() }
         }
     };
     cfg.smp = spec.smp;
@@ -797,7 +718,7 @@ fn symbols_for(system: System) -> Result<Symbols, String> {
     match system {
         System::Linux => linux_symbols(),
         System::Ours => {
-            let elf = crate::env::build_kernel()?;
+            let elf = crate::host::env::build_kernel()?;
             let data = fs::read(&elf).map_err(|e| format!("cannot read {}: {e}", elf.display()))?;
             Symbols::from_elf(&data).map_err(|e| format!("{}: {e}", elf.display()))
         }
@@ -922,7 +843,7 @@ fn svg_hbars(title: &str, xlabel: &str, bars: &[(String, f64)]) -> String {
 }
 
 fn write_plot(dir: &Path, name: &str, svg: &str) -> Result<PathBuf, String> {
-    crate::env::ensure_tool("rsvg-convert", &["librsvg2-bin"])?;
+    crate::host::env::ensure_tool("rsvg-convert", &["librsvg2-bin"])?;
     let p = write_out(dir, name, svg)?;
     // A PNG beside each SVG, for viewers that do not open SVG.
     let png = p.with_extension("png");
@@ -958,7 +879,7 @@ struct Opts {
 /// The multi-core presets of cachesim (tools/qemu-plugins/cachesim_mc.c) and their core counts.
 const MC_PRESETS: [(&str, u32); 2] = [("nehalem-mc", 8), ("amd16", 16)];
 
-/// The measurement options (cli/tools.rs) as [`Opts`], with the checks between them.
+/// The measurement options (declared below) as [`Opts`], with the checks between them.
 fn opts(a: PluginOpts) -> Result<Opts, String> {
     let mut o = Opts {
         system: System::parse(&a.system)?,
@@ -970,7 +891,7 @@ fn opts(a: PluginOpts) -> Result<Opts, String> {
         inclusive: a.inclusive.is_on(),
         kernel_only: a.kernel_only,
         top: a.top,
-        out: a.out.unwrap_or_else(|| crate::env::workspace_root().join("target").join("plugin-results")),
+        out: a.out.unwrap_or_else(|| crate::host::env::workspace_root().join("target").join("plugin-results")),
         timeout: Duration::from_secs(a.timeout),
         core_map: a.core_map.map(|c| c.0),
         scope_all: a.scope == "all",
@@ -990,7 +911,7 @@ fn opts(a: PluginOpts) -> Result<Opts, String> {
             }
             custom.cmdline = c;
             if net {
-                custom.net = Some(crate::net::from_options(forwards)?);
+                custom.net = Some(crate::host::vm::from_options(forwards)?);
             }
             if o.workload.is_none() {
                 o.workload = Some("custom".into());
@@ -1634,19 +1555,14 @@ fn cmd_overhead(o: &Opts) -> Result<(), String> {
 }
 
 /// `cargo xtask plugin ...` (and `cachesim`, `audit`).
-/// A measurement command without its workload: a usage error (status 2) with the usage.
-fn bare(cmd: &str) -> crate::Failure {
-    crate::Failure::Usage(format!("{cmd}: --workload NAME is required\n{}", crate::cli::usage_of(&["plugin", cmd])))
-}
-
-pub fn main(cmd: PluginCommand) -> Result<(), crate::Failure> {
+pub fn main(cmd: PluginCommand) -> Result<(), crate::host::outcome::Failure> {
     match cmd {
-        PluginCommand::Build => crate::work(build().map(|b| {
+        PluginCommand::Build => crate::host::outcome::work(build().map(|b| {
             for p in [&b.insncount, &b.cachesim, &b.sharing, &b.test_bin] {
                 println!("{}", p.display());
             }
         })),
-        PluginCommand::Test => crate::work(tests().and_then(|t| {
+        PluginCommand::Test => crate::host::outcome::work(tests().and_then(|t| {
             println!("plugin tests: {} passed, {} failed", t.passed, t.failed);
             if t.failed > 0 {
                 Err(format!("{} plugin test(s) failed", t.failed))
@@ -1654,16 +1570,13 @@ pub fn main(cmd: PluginCommand) -> Result<(), crate::Failure> {
                 Ok(())
             }
         })),
-        PluginCommand::Insncount(a) if a.workload.is_none() => Err(bare("insncount")),
-        PluginCommand::Cachesim(a) if a.workload.is_none() => Err(bare("cachesim")),
-        PluginCommand::Sharing(a) if a.workload.is_none() => Err(bare("sharing")),
-        PluginCommand::Insncount(a) => crate::work(cmd_insncount(&crate::usage(opts(a))?)),
-        PluginCommand::Cachesim(a) => crate::work(cmd_cachesim(&crate::usage(opts(a))?)),
-        PluginCommand::Sharing(a) => crate::work(cmd_sharing(&crate::usage(opts(a))?)),
-        PluginCommand::Overhead(a) => crate::work(cmd_overhead(&crate::usage(opts(a))?)),
+        PluginCommand::Insncount(a) => crate::host::outcome::work(cmd_insncount(&crate::host::outcome::usage(opts(a))?)),
+        PluginCommand::Cachesim(a) => crate::host::outcome::work(cmd_cachesim(&crate::host::outcome::usage(opts(a))?)),
+        PluginCommand::Sharing(a) => crate::host::outcome::work(cmd_sharing(&crate::host::outcome::usage(opts(a))?)),
+        PluginCommand::Overhead(a) => crate::host::outcome::work(cmd_overhead(&crate::host::outcome::usage(opts(a))?)),
         PluginCommand::Symbols(a) => {
-            let o = crate::usage(opts(a))?;
-            crate::work(symbols_for(o.system).map(|syms| println!("{} kernel symbols", syms.len())))
+            let o = crate::host::outcome::usage(opts(a))?;
+            crate::host::outcome::work(symbols_for(o.system).map(|syms| println!("{} kernel symbols", syms.len())))
         }
     }
 }
@@ -1873,11 +1786,11 @@ mod unit {
 
     #[test]
     fn options_reject_bad_input() {
-        // The whole path of `cargo xtask plugin insncount ...`: clap (cli/tools.rs), then `opts`.
+        // The whole path of `cargo xtask plugin insncount ...`: clap (declared below), then `opts`.
         let a = |v: &[&str]| -> Result<Opts, String> {
             let args: Vec<String> = std::iter::once("insncount").chain(v.iter().copied()).map(String::from).collect();
-            match crate::cli::parse_command("plugin", &args)? {
-                crate::cli::Command::Plugin(crate::cli::tools::PluginArgs { command: PluginCommand::Insncount(o) }) => opts(o),
+            match crate::host::args::parse_args::<PluginArgs>("plugin", &args)? {
+                PluginArgs { command: PluginCommand::Insncount(o), .. } => opts(o),
                 other => panic!("{other:?}"),
             }
         };
@@ -1904,7 +1817,7 @@ mod unit {
         assert!(a(&["--smp", "0"]).err().unwrap().contains("--smp"));
         assert!(a(&["--smp", "65"]).err().unwrap().contains("--smp"));
         assert!(a(&["--frobnicate"]).err().unwrap().contains("--frobnicate"));
-        let e = crate::cli::parse_command("plugin", &["frob".to_string()]).unwrap_err();
+        let e = crate::host::args::parse_args::<PluginArgs>("plugin", &["frob".to_string()]).unwrap_err();
         assert!(e.contains("frob") && !e.contains('\n'), "{e}");
     }
 
@@ -1914,4 +1827,130 @@ mod unit {
         let r = parse_records("x n=3 h=0x10 s=abc").remove(0);
         assert_eq!(record_json(&r), "{\"kind\":\"x\",\"n\":3,\"h\":\"0x10\",\"s\":\"abc\"}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The command lines of `plugin`, `cachesim` and `audit`
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct PluginArgs {
+    #[command(subcommand)]
+    pub command: PluginCommand,
+}
+
+#[derive(clap::Subcommand, Debug, Clone, PartialEq)]
+pub enum PluginCommand {
+    /// Build the plugins (target/qemu-plugins/*.so), the guest /init and the simulator tests
+    Build,
+    /// Simulator tests on synthetic traces, then short guest runs (as `cargo xtask test`)
+    Test,
+    /// Guest instructions per vCPU, kernel/user, inside the marked region
+    Insncount(PluginOpts),
+    /// CachEMU: OS/app misses, competition, cooperation, memory CPI per placement
+    Cachesim(PluginOpts),
+    /// Lines written by one vCPU and touched by another, with kernel symbols
+    #[command(visible_alias = "audit")]
+    Sharing(PluginOpts),
+    /// Run time with each plugin over plain TCG on one workload
+    Overhead(PluginOpts),
+    /// Fetch (once) the Linux guest's kernel symbols (/proc/kallsyms, cached)
+    Symbols(PluginOpts),
+}
+
+/// The measurement runs' options. insncount, cachesim and sharing run in the exact mode
+/// (docs/plugins.md): their counts repeat whatever the host's load.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct PluginOpts {
+    /// Guest system
+    #[arg(long, value_name = "SYSTEM", default_value = "linux", value_parser = ["linux", "ours"])]
+    pub system: String,
+    /// The workload (linux: stream null dupclose ... tcpserv or a suite benchmark; ours: a suite
+    /// benchmark or a microbenchmark: null fault share_private share_global stat segment ppc)
+    #[arg(long, visible_alias = "bench", value_name = "NAME")]
+    pub workload: Option<String>,
+    /// vCPUs, 1..=64 (default 1; sharing: 2)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub smp: Option<u32>,
+    /// Workload parameters (iters=, threads=, size=, passes=, files=)
+    #[arg(long, value_name = "\"k=v ...\"", default_value = "", allow_hyphen_values = true)]
+    pub params: String,
+    /// cachesim: nehalem, sweep, nehalem-mc, amd16, comma-separated (default nehalem)
+    #[arg(long, value_name = "LIST", value_parser = preset_list)]
+    pub preset: Option<Presets>,
+    /// Multi-core presets: vCPU i drives core Ci (e.g. 0,4,8,12: one per amd16 chip)
+    #[arg(long, value_name = "C0,C1,..", value_parser = core_map)]
+    pub core_map: Option<CoreMap>,
+    /// Multi-core presets: simulate only inside the region, or every access after the first marker
+    #[arg(long, value_name = "SCOPE", default_value = "region", value_parser = ["region", "all"])]
+    pub scope: String,
+    /// cachesim: custom unified hierarchy, G = SIZE:ASSOC[:LINE], e.g. 32K:8/8M:16
+    #[arg(long, value_name = "G1/G2/..")]
+    pub levels: Option<String>,
+    /// cachesim with --levels: back-invalidate on eviction
+    #[arg(long, value_enum, default_value = "on")]
+    pub inclusive: OnOff,
+    /// sharing: ignore user-mode accesses
+    #[arg(long)]
+    pub kernel_only: bool,
+    /// sharing: lines to list
+    #[arg(long, value_name = "N", default_value_t = 25)]
+    pub top: usize,
+    /// (--system ours) boot this command line instead of a workload ("init=PROG -- ARGS")
+    #[arg(long, value_name = "\"init=PROG -- ARGS\"", allow_hyphen_values = true)]
+    pub cmdline: Option<String>,
+    /// With --cmdline: attach IMG as a virtio-blk disk
+    #[arg(long, value_name = "IMG")]
+    pub disk: Option<PathBuf>,
+    /// With --cmdline: a NIC on QEMU's restricted user-mode network (as `cargo xtask run --net`)
+    #[arg(long)]
+    pub net: bool,
+    /// With --cmdline: forward 127.0.0.1:H to guest port G (repeatable; implies --net)
+    #[arg(long, value_name = "H:G", value_parser = hostfwd, action = clap::ArgAction::Append)]
+    pub hostfwd: Vec<crate::host::vm::Forward>,
+    /// With --cmdline: once a serial line contains TEXT, run --load-cmd
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    pub ready: Option<String>,
+    /// With --ready: `sh -c CMD` with the forwarded port in $PORT and {port}; then QEMU is stopped
+    #[arg(long, value_name = "CMD", allow_hyphen_values = true)]
+    pub load_cmd: Option<String>,
+    /// With --cmdline: print the serial output
+    #[arg(long)]
+    pub echo: bool,
+    /// Where JSON and plots go (default target/plugin-results)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Kill the guest after SECS
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub timeout: u64,
+}
+
+/// `--preset`'s list of cache-simulator presets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Presets(pub Vec<String>);
+
+/// `--core-map`: vCPU i drives simulated core `0[i]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoreMap(pub Vec<u32>);
+
+fn preset_list(v: &str) -> Result<Presets, String> {
+    v.split(',')
+        .map(|p| {
+            if matches!(p, "nehalem" | "sweep" | "nehalem-mc" | "amd16") {
+                Ok(p.to_string())
+            } else {
+                Err(format!("unknown preset `{p}` (nehalem, sweep, nehalem-mc, amd16)"))
+            }
+        })
+        .collect::<Result<_, _>>()
+        .map(Presets)
+}
+
+fn core_map(v: &str) -> Result<CoreMap, String> {
+    let cores = v.split(',').map(|c| c.trim().parse::<u32>().ok().filter(|&c| c < 64)).collect::<Option<Vec<u32>>>();
+    let cores = cores.filter(|c| !c.is_empty()).ok_or_else(|| format!("`{v}` is not a list of core numbers 0..63 (e.g. 0,4,8,12)"))?;
+    if let Some(d) = cores.iter().enumerate().find(|(i, c)| cores[..*i].contains(c)) {
+        return Err(format!("core {} is given to two vCPUs", d.1));
+    }
+    Ok(CoreMap(cores))
 }

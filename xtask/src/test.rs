@@ -14,8 +14,10 @@
 //! Adding a suite is one line in [`run`]: `r.user(SMP, "CMDLINE", Expect::ALL)?` for a
 //! user-program suite, or `r.suite(NAME, |a| ...)?` for anything else.
 
-use crate::qemu::{boot_captured, BootMedium, BootOutput, VmConfig};
-use crate::TestTally;
+use crate::host::args::{core_list, CoreList};
+use crate::host::qemu::{boot_captured, BootOutput};
+use crate::host::vm::{BootMedium, VmConfig};
+use crate::host::outcome::TestTally;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -232,7 +234,7 @@ fn host_tests() -> Result<TestTally, String> {
     println!("== host: cargo test");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .current_dir(crate::env::workspace_root())
+        .current_dir(crate::host::env::workspace_root())
         .args(["test", "--workspace", "--exclude", "kernel", "--exclude", "apps", "--exclude", "libos"])
         .output()
         .map_err(|e| format!("cannot run cargo test: {e}"))?;
@@ -324,8 +326,8 @@ fn bad_boot(kernel: &Path, what: &str, mut cfg: VmConfig, expect: &str) -> Resul
     cfg.medium = Some(BootMedium::Kernel(kernel.to_path_buf()));
     cfg.timeout = Some(Duration::from_secs(120));
     let out = boot_captured(&cfg, None, false)?;
-    let code = out.status.and_then(|s| s.code());
-    let ok = !out.timed_out && code == Some(crate::qemu::QEMU_EXIT_FAILURE) && out.serial.contains(expect);
+    let code = out.exit_code;
+    let ok = !out.timed_out && code == Some(crate::host::vm::QEMU_EXIT_FAILURE) && out.serial.contains(expect);
     if ok {
         let line = out.serial.lines().find(|l| l.contains(expect)).unwrap_or("").trim();
         println!("   bad boot `{what}` stops cleanly: {line}");
@@ -397,7 +399,7 @@ pub fn user_boot(kernel: &Path, initrd: &Path, b: UserBoot) -> Result<TestTally,
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         timeout: Some(BOOT_TIMEOUT),
-        net: if b.net { Some(crate::net::NetConfig::service()?) } else { None },
+        net: if b.net { Some(crate::host::vm::NetConfig::service()?) } else { None },
         ..Default::default()
     };
     println!("== user tests ({cmdline}) at {smp} vCPU(s)");
@@ -422,7 +424,7 @@ pub fn user_boot(kernel: &Path, initrd: &Path, b: UserBoot) -> Result<TestTally,
 fn program_runs(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     println!("== user programs");
     let mut t = TestTally::default();
-    let programs = crate::user::program_names()?;
+    let programs = crate::host::user::program_names()?;
     let runs: [(&str, &str, u32); 3] = [("hello", "hello -- one two", 2), ("memclone", "memclone -- 4M 2", 2), ("mempass", "mempass -- 4M 2", 2)];
     for (prog, cmd, smp) in runs {
         // Every program this suite runs is part of the tree: one missing from the archive is
@@ -505,7 +507,7 @@ fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
         }
     }
     if out.timed_out || !out.kernel_exit_ok() {
-        println!("   FAILED: shell: timed out={} exit={:?}", out.timed_out, out.status.and_then(|s| s.code()));
+        println!("   FAILED: shell: timed out={} exit={:?}", out.timed_out, out.exit_code);
         t.failed += 1;
     }
     if t.failed > 0 {
@@ -523,8 +525,8 @@ fn tcp_service(kernel: &Path, initrd: &Path, smp: u32, mode: &str) -> Result<Tes
     use crate::net::tcp_accept::{self, AcceptSpec};
     let name = format!("tcp service, {mode}, {smp} vCPUs");
     println!("== {name}");
-    let net = crate::net::NetConfig::service()?;
-    let port = net.host_port(crate::net::SERVICE_PORT).ok_or("no forward to the service port")?;
+    let net = crate::host::vm::NetConfig::service()?;
+    let port = net.host_port(crate::host::vm::SERVICE_PORT).ok_or("no forward to the service port")?;
     let spec = AcceptSpec { conns: 40, rounds: 1, warmup: 1, ..AcceptSpec::default() };
     let cfg = VmConfig {
         smp,
@@ -565,7 +567,7 @@ fn tcp_service(kernel: &Path, initrd: &Path, smp: u32, mode: &str) -> Result<Tes
     // The kernel's own verdict (init exited 0 and its leak check found nothing) is QEMU's
     // exit status, as for every other boot of the suite.
     let leak = o.finished.serial.lines().find(|l| l.contains("init: free pages")).unwrap_or("").to_string();
-    let clean = o.finished.exit_code == Some(crate::qemu::QEMU_EXIT_SUCCESS);
+    let clean = o.finished.exit_code == Some(crate::host::vm::QEMU_EXIT_SUCCESS);
     check("exit 0 and nothing leaked", clean, format!("QEMU exit {:?}, {leak:?}", o.finished.exit_code));
     if t.failed > 0 {
         for l in o.finished.serial.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev() {
@@ -716,10 +718,10 @@ fn summary_boots(kernel: &Path) -> Result<TestTally, String> {
 /// The GRUB ISO must reach the same summary line under SeaBIOS and under OVMF (UEFI).
 fn iso_boots() -> Result<TestTally, String> {
     println!("== ISO boots (GRUB Multiboot2)");
-    let iso = crate::env::target_dir().join("os-test.iso");
+    let iso = crate::host::env::target_dir().join("os-test.iso");
     // The ISO carries the program archive as a Multiboot2 module: run a program from it.
-    crate::iso::build_iso_with(&iso, "init=hello -- from-iso")?;
-    crate::iso::ensure_ovmf()?;
+    crate::host::iso::build_iso_with(&iso, "init=hello -- from-iso")?;
+    crate::host::iso::ensure_ovmf()?;
     let mut t = TestTally::default();
     for uefi in [false, true] {
         let cfg = VmConfig {
@@ -736,7 +738,7 @@ fn iso_boots() -> Result<TestTally, String> {
             println!("   {firmware}: {} (and ran `hello` from the module)", l.trim());
             t.passed += 1;
         } else {
-            println!("   FAILED: ISO under {firmware}: timed out={} exit={:?}; serial:\n{}", out.timed_out, out.status.and_then(|s| s.code()), out.serial);
+            println!("   FAILED: ISO under {firmware}: timed out={} exit={:?}; serial:\n{}", out.timed_out, out.exit_code, out.serial);
             t.failed += 1;
         }
     }
@@ -753,8 +755,8 @@ pub struct Artifacts {
 impl Artifacts {
     pub fn kernel(&mut self) -> Result<PathBuf, String> {
         if self.kernel.is_none() {
-            let k = crate::env::build_kernel()?;
-            crate::env::ensure_qemu()?;
+            let k = crate::host::env::build_kernel()?;
+            crate::host::env::ensure_qemu()?;
             self.kernel = Some(k);
         }
         Ok(self.kernel.clone().unwrap_or_default())
@@ -762,7 +764,7 @@ impl Artifacts {
 
     pub fn initrd(&mut self) -> Result<PathBuf, String> {
         if self.initrd.is_none() {
-            self.initrd = Some(crate::user::build_initrd()?);
+            self.initrd = Some(crate::host::user::build_initrd()?);
         }
         Ok(self.initrd.clone().unwrap_or_default())
     }
@@ -813,7 +815,7 @@ impl Runner {
         }
         // Progress: suite n of the selected ones, elapsed, a rough estimate (suites differ).
         if self.planned > 0 {
-            println!("{}", crate::progress::line("== test", self.ran + 1, self.planned.max(self.ran + 1), &format!("suite `{name}`"), self.start.elapsed(), self.ran));
+            println!("{}", crate::host::progress::line("== test", self.ran + 1, self.planned.max(self.ran + 1), &format!("suite `{name}`"), self.start.elapsed(), self.ran));
         }
         let t0 = Instant::now();
         let t = f(&mut self.art).map_err(|e| format!("suite `{name}`: {e}"))?;
@@ -928,7 +930,7 @@ const TCTEST_ALL: &[&str] =
     &["tc_three_progress", "tc_halt_queued", "tc_exit_any_order", "tc_yield", "tc_queue_full", "tc_thread_on_own_tc", "tc_bad_input"];
 const TCTEST_OTHER_TC: &[&str] = &["tc_three_progress", "tc_halt_queued", "tc_exit_any_order", "tc_yield", "tc_queue_full", "tc_bad_input"];
 
-pub fn run(args: &crate::cli::TestArgs) -> Result<(), String> {
+pub fn run(args: &crate::test::TestArgs) -> Result<(), String> {
     let (smp_list, host_only, only, list) = (args.smp.0.clone(), args.host_only, args.only.clone(), args.list);
     let mut r = Runner::new(only.clone(), list);
     r.full = only.is_empty() && !host_only && smp_list == [1, 2, 4, 8];
@@ -973,7 +975,7 @@ pub struct RunCounts {
 
 /// Where a full run leaves its closing counts (one line, [`RunCounts::line`]).
 pub fn counts_file() -> PathBuf {
-    crate::env::target_dir().join("test-counts.txt")
+    crate::host::env::target_dir().join("test-counts.txt")
 }
 
 /// The files that quote the last full run's counts, between [`COUNTS_OPEN`] and
@@ -1074,7 +1076,7 @@ fn record_counts(c: &RunCounts) -> Result<(), String> {
         println!("test counts: {} (not quoted in the docs: the run failed)", f.display());
         return Ok(());
     }
-    let root = crate::env::workspace_root();
+    let root = crate::host::env::workspace_root();
     for doc in COUNTS_DOCS {
         let p = root.join(doc);
         let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -1095,6 +1097,33 @@ pub fn suite_names() -> Vec<String> {
     // Listing runs no suite body, so it cannot fail.
     let _ = run_suites(&mut r, &[1, 2, 4, 8], false);
     r.listed
+}
+
+/// `cargo xtask fs test`: the file-system suite alone.
+pub fn fs_command() -> Result<(), String> {
+    let kernel = crate::host::env::build_kernel()?;
+    let initrd = crate::host::user::build_initrd()?;
+    let t = fs_suite(&kernel, &initrd)?;
+    println!("{} passed, {} failed", t.passed, t.failed);
+    if t.failed == 0 {
+        Ok(())
+    } else {
+        Err("fs test failed".into())
+    }
+}
+
+/// The file-system suite: `init=fstest` on a fresh image of its files (fs.rs makes it), then
+/// fs.rs's checks of what the guest left there.
+fn fs_suite(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
+    let img = crate::fs::ci_image()?;
+    // Two requesting cores and a kernel core need 3 vCPUs: that test runs in the next boot.
+    let two = Expect { may_skip: &["fs_blk_dedicated_two_cores"], must_pass: &[] };
+    let mut t = user_boot(kernel, initrd, UserBoot { disk: Some(img.clone()), ..UserBoot::new(2, "init=fstest", two) })?;
+    // The disk's Dedicated mode with two requesting cores and a kernel core (abi::blk).
+    let three = Expect { may_skip: &[], must_pass: &["fs_blk_dedicated_two_cores", "fs_blk_dedicated_refuses_bad_entries", "fs_blk_dedicated_kernel_core_removed", "fs_blk_dedicated_given_up_write_not_replayed", "fs_blk_dedicated_mount"] };
+    t.add(user_boot(kernel, initrd, UserBoot { disk: Some(img.clone()), ..UserBoot::new(3, "init=fstest -- fs_blk_dedicated", three) })?);
+    t.add(crate::fs::ci_after_boots(kernel, initrd, &img)?);
+    Ok(t)
 }
 
 /// Every suite of `cargo xtask test`, in order, through `r` (which runs or lists the ones
@@ -1184,7 +1213,7 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     r.suite("net-qemu", |_| crate::net::qemu_tests())?;
     // Files (issue 16): the disk's device object under bad input, ext2 read byte for byte
     // in the library OS, corrupt metadata; the image is still clean afterwards.
-    r.suite("fs", |a| crate::fs::ci_test(&a.kernel()?, &a.initrd()?))?;
+    r.suite("fs", |a| fs_suite(&a.kernel()?, &a.initrd()?))?;
     r.suite("programs", |a| program_runs(&a.kernel()?, &a.initrd()?))?;
     // Metis MapReduce (issue 17): wc, wri, wrmem equal to the host reference.
     r.suite("metis", |a| crate::metis::ci_check(&a.kernel()?))?;
@@ -1202,6 +1231,26 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // and drawn to PNG (docs/bench.md, "Checking the report").
     r.suite("report-browser", |_| crate::bench::report_check::ci_check())?;
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line of `test`
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct TestArgs {
+    /// vCPU counts for the in-kernel test boots, each 1..=255
+    #[arg(long, value_name = "LIST", default_value = "1,2,4,8", value_parser = core_list)]
+    pub smp: CoreList,
+    /// Skip the QEMU boots
+    #[arg(long)]
+    pub host_only: bool,
+    /// Run only the suites whose name contains PATTERN (repeatable), e.g. --only roletest --only "kernel smp=4"
+    #[arg(long, value_name = "PATTERN", action = clap::ArgAction::Append, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub only: Vec<String>,
+    /// Print the suites' names and what each declares, run nothing
+    #[arg(long)]
+    pub list: bool,
 }
 
 #[cfg(test)]
@@ -1383,7 +1432,7 @@ mod tests {
         assert!(replace_counts(&format!("{doc}{doc}"), "x").is_err());
         assert!(RunCounts::parse("passed=1 failed=0 suites=2 seconds=3 date=x").is_err(), "no skipped=");
         // Each doc quotes one sentence in the form a run writes (a run then replaces it).
-        let root = crate::env::workspace_root();
+        let root = crate::host::env::workspace_root();
         for d in COUNTS_DOCS {
             let text = std::fs::read_to_string(root.join(d)).unwrap();
             replace_counts(&text, "x").unwrap_or_else(|e| panic!("{d}: {e}"));

@@ -192,7 +192,7 @@ mod tests {
     /// The README as committed: every marker agrees with its file, every ratio has one.
     #[test]
     fn readme_numbers_come_from_results_files() {
-        let root = crate::env::workspace_root();
+        let root = crate::host::env::workspace_root();
         let text = std::fs::read_to_string(root.join("README.md")).unwrap();
         let problems = check(&text, &root);
         assert!(problems.is_empty(), "README.md:\n{}", problems.join("\n"));
@@ -215,7 +215,7 @@ mod tests {
         assert_eq!(unmarked_ratios("a 2.5× b 3×<!-- bench: f q --> c"), ["line 1: 2.5× has no `<!-- bench:` marker"]);
         assert!(markers("text <!-- bench: f q -->").is_err(), "a marker must follow a number");
         // Against a real results file: the committed one, its values and a wrong one.
-        let root = crate::env::workspace_root();
+        let root = crate::host::env::workspace_root();
         let text = std::fs::read_to_string(root.join("README.md")).unwrap();
         let first = markers(&text).unwrap().into_iter().next().expect("a marker in the README");
         let wrong = format!("9999.5×{OPEN}{} {} -->", first.file, first.query);

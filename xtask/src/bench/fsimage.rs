@@ -39,7 +39,7 @@ pub fn image() -> Result<PathBuf, String> {
     static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     IMAGE
         .get_or_init(|| {
-            let dir = crate::env::target_dir().join("bench");
+            let dir = crate::host::env::target_dir().join("bench");
             let tree = dir.join("fs-tree");
             let img = dir.join("fs-bench.img");
             write_tree(&tree)?;
@@ -66,7 +66,7 @@ pub fn disk_for(bench: &str) -> Option<Result<Vec<String>, String>> {
 }
 
 /// The initramfs entries with the disk's modules for kernel `k`, in load order.
-pub fn linux_modules(k: &crate::linux::LinuxKernel) -> Result<Vec<crate::linux::CpioEntry>, String> {
+pub fn linux_modules(k: &crate::linux::LinuxKernel) -> Result<Vec<crate::host::cpio::CpioEntry>, String> {
     let mods = crate::net::linux_guest::modules_for(k, &LINUX_MODULE_ROOTS)?;
     Ok(crate::net::linux_guest::module_entries(mods))
 }
@@ -79,7 +79,7 @@ mod tests {
     /// not the catalog's, a worker without its directory).
     #[test]
     fn the_tree_has_every_file_the_rows_read() {
-        let root = crate::env::target_dir().join("fsimage-tree-test");
+        let root = crate::host::env::target_dir().join("fsimage-tree-test");
         write_tree(&root).unwrap();
         let shared = std::fs::read(root.join("bench/shared/f")).unwrap();
         assert_eq!(shared.len(), FS_FILE_BYTES);

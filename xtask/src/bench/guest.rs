@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::catalog::{self, BenchSpec};
 use super::record::{Record, Status};
 use crate::linux::RunOutput;
-use crate::qemu::VmConfig;
+use crate::host::vm::VmConfig;
 
 /// What both systems' boots share: the plugin, the guest memory, where the logs go.
 pub struct Common {

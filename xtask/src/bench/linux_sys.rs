@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 
 use super::catalog::BenchSpec;
 use super::guest::{Common, Guest};
-use crate::qemu::VmConfig;
+use crate::host::vm::VmConfig;
 
 const MUSL: &str = "x86_64-unknown-linux-musl";
 const GNU: &str = "x86_64-unknown-linux-gnu";
@@ -66,7 +66,7 @@ pub struct LinuxSystem {
 }
 
 fn work_dir() -> PathBuf {
-    crate::env::target_dir().join("bench")
+    crate::host::env::target_dir().join("bench")
 }
 
 /// Build `bench-linux` as a static program: musl if rustup has (or can add) the target,
@@ -84,7 +84,7 @@ pub fn build_static(package: &str, bin: &str) -> Result<PathBuf, String> {
     let target = if musl { MUSL } else { GNU };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(crate::env::workspace_root())
+    cmd.current_dir(crate::host::env::workspace_root())
         .args(["build", "--quiet", "--release", "-p", package, "--bin", bin, "--target", target])
         // A small /init: no debug info, symbols stripped (the initramfs is copied every boot).
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
@@ -97,7 +97,7 @@ pub fn build_static(package: &str, bin: &str) -> Result<PathBuf, String> {
     if !status.success() {
         return Err(format!("building {bin} for {target} failed"));
     }
-    Ok(crate::env::target_dir().join(target).join("release").join(bin))
+    Ok(crate::host::env::target_dir().join(target).join("release").join(bin))
 }
 
 /// Debian's kernel as the baseline boots it: the uncompressed vmlinux through its PVH note,

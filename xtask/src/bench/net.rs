@@ -28,7 +28,7 @@ use super::catalog::BenchSpec;
 use super::guest::{add_instructions, Common};
 use super::record::{NetStats, Record, Status};
 use crate::net::tcp_accept::{self, AcceptSpec, Outcome};
-use crate::qemu::{BootMedium, VmConfig};
+use crate::host::vm::{BootMedium, VmConfig};
 
 /// What to boot for one cell.
 pub enum Boot<'a> {
@@ -113,11 +113,11 @@ pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params
         return blank(Status::Unavailable, why.into());
     }
     let acc = accept_spec(params, timeout);
-    let net = match crate::net::NetConfig::service() {
+    let net = match crate::host::vm::NetConfig::service() {
         Ok(n) => n,
         Err(e) => return blank(Status::Error, e),
     };
-    let port = net.host_port(crate::net::SERVICE_PORT).unwrap_or(0);
+    let port = net.host_port(crate::host::vm::SERVICE_PORT).unwrap_or(0);
     let guest_words = format!("conns={} warmup={}", acc.guest_conns(), acc.warmup);
     let mut cfg = match boot {
         Boot::Linux { kernel, initrd, tuned } => {
@@ -235,7 +235,7 @@ mod tests {
     use super::super::catalog;
     use super::*;
     use crate::net::load::{self, LoadSpec};
-    use crate::net::session::Finished;
+    use crate::host::qemu::Finished;
 
     fn finished(serial: &str) -> Finished {
         Finished { serial: serial.into(), stderr: String::new(), exit_code: Some(0), killed: false, elapsed: Duration::from_secs(3) }
@@ -252,7 +252,7 @@ mod tests {
             rounds: vec![round],
             done: Some("tcpserv: done conns=21 core0=11 core1=10 service_cores=1 calib_ops=8000000 calib_ns=40000000".into()),
             finished: Finished {
-                exit_code: Some(crate::qemu::QEMU_EXIT_SUCCESS),
+                exit_code: Some(crate::host::vm::QEMU_EXIT_SUCCESS),
                 ..finished("tcpserv: ready\ntcpserv: done\n[0] init: `tcpserv` exited with code 0\n")
             },
             problem: None,

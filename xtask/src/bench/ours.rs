@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::catalog::BenchSpec;
 use super::guest::{Common, Guest};
 use super::record::{Record, Status};
-use crate::qemu::{BootMedium, VmConfig};
+use crate::host::vm::{BootMedium, VmConfig};
 
 /// Why a benchmark cannot run on this system at `cores` vCPUs, or None if it can. Every
 /// benchmark of the catalog runs here (thread_mt/thread_mp time-share each worker's core with
@@ -31,8 +31,8 @@ pub struct OursSystem {
 impl OursSystem {
     /// Build the kernel, the user programs (with `bench-ours`) and the insncount plugin.
     pub fn prepare(mem_mib: u64, insns: bool, logs: &Path) -> Result<OursSystem, String> {
-        let kernel = crate::env::build_kernel().map_err(|e| format!("ours: {e}"))?;
-        let initrd = crate::user::build_initrd().map_err(|e| format!("ours: {e}"))?;
+        let kernel = crate::host::env::build_kernel().map_err(|e| format!("ours: {e}"))?;
+        let initrd = crate::host::user::build_initrd().map_err(|e| format!("ours: {e}"))?;
         Ok(OursSystem { kernel, initrd, common: Common::prepare("ours", mem_mib, insns, logs)? })
     }
 }
@@ -82,7 +82,7 @@ pub(super) fn program_ended_cleanly(program: &str, serial: &str, qemu_exit: Opti
         Some(l) if !l.ends_with("exited with code 0") => return Err(format!("{program} did not exit 0: {l}")),
         Some(_) => {}
     }
-    if qemu_exit != Some(crate::qemu::QEMU_EXIT_SUCCESS) {
+    if qemu_exit != Some(crate::host::vm::QEMU_EXIT_SUCCESS) {
         let why = serial.lines().find(|l| l.contains("boot: error:") || l.contains("init: LEAK") || l.contains("cores answered")).map(str::trim).unwrap_or("");
         return Err(format!("the kernel did not power off with its success status (QEMU exit {qemu_exit:?}) {why}").trim().to_string());
     }
@@ -127,12 +127,12 @@ mod tests {
     #[test]
     fn a_cell_needs_exit_0_and_the_kernels_success_status() {
         let good = "bench-result name=x\nbench-done\n[0] init: `bench-ours` exited with code 0\n[0] init: 2/2 cores answered an active message\n";
-        let ok = Some(crate::qemu::QEMU_EXIT_SUCCESS);
+        let ok = Some(crate::host::vm::QEMU_EXIT_SUCCESS);
         assert!(ended_cleanly(good, ok).is_ok());
         assert!(ended_cleanly(&good.replace("code 0", "code 1"), ok).unwrap_err().contains("did not exit 0"));
         assert!(ended_cleanly(&good.replace("code 0", "code 10"), ok).is_err());
         assert!(ended_cleanly("bench-result name=x\nbench-done\n", ok).unwrap_err().contains("did not exit"));
-        assert!(ended_cleanly(good, Some(crate::qemu::QEMU_EXIT_FAILURE)).unwrap_err().contains("success status"));
+        assert!(ended_cleanly(good, Some(crate::host::vm::QEMU_EXIT_FAILURE)).unwrap_err().contains("success status"));
         assert!(ended_cleanly(good, None).is_err());
     }
 }

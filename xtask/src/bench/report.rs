@@ -492,7 +492,7 @@ pub struct Plots {
 pub fn plots(records: &[Record], systems: &[System], smp: &[u32], dir: &Path) -> Result<Plots, String> {
     let svg = plots_svg_only(records, systems, smp, dir)?;
     let png = (|| {
-        crate::env::ensure_tool("rsvg-convert", &["librsvg2-bin"])?;
+        crate::host::env::ensure_tool("rsvg-convert", &["librsvg2-bin"])?;
         let mut n = 0;
         for b in BENCHES.iter().filter(|b| records.iter().any(|r| r.benchmark == b.name)) {
             let (src, dst) = (dir.join(format!("{}.svg", b.name)), dir.join(format!("{}.png", b.name)));

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use super::html;
 
 /// `cargo xtask bench report-check`.
-pub fn command(a: &crate::cli::ReportCheckArgs) -> Result<(), String> {
-    let dir = a.dir.clone().unwrap_or_else(|| crate::env::workspace_root().join("target").join("bench-results"));
+pub fn command(a: &crate::bench::report_check::ReportCheckArgs) -> Result<(), String> {
+    let dir = a.dir.clone().unwrap_or_else(|| crate::host::env::workspace_root().join("target").join("bench-results"));
     let names = check_dir(&dir)?;
     println!("report-check: {} is well-formed, self-contained, and names all {} benchmark(s) of results.json in a row and a plot", dir.join("report.html").display(), names.len());
     if a.browser {
@@ -142,7 +142,7 @@ fn chromium(page: &Path, what: &str, profile: &Path) -> Result<(), String> {
 /// same for an empty page, as the control. Fails if the PDF has no page or the drawing is no
 /// bigger than the empty page's a few times over.
 pub fn render(page: &Path, out: &Path) -> Result<Rendered, String> {
-    crate::env::ensure_tool(CHROMIUM, &["chromium"])?;
+    crate::host::env::ensure_tool(CHROMIUM, &["chromium"])?;
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let version = Command::new(CHROMIUM).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
     let profile = out.join("profile");
@@ -180,25 +180,40 @@ pub fn render(page: &Path, out: &Path) -> Result<Rendered, String> {
 
 /// The `report-browser` suite of `cargo xtask test`: a report redrawn from the recorded
 /// results.json in testdata, checked at the parse level and in Chromium.
-pub fn ci_check() -> Result<crate::TestTally, String> {
+pub fn ci_check() -> Result<crate::host::outcome::TestTally, String> {
     println!("== report.html in headless Chromium");
-    let dir = crate::env::target_dir().join("report-browser");
+    let dir = crate::host::env::target_dir().join("report-browser");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let src = crate::env::workspace_root().join("xtask/src/bench/testdata/results-v1-net-boots5.json");
+    let src = crate::host::env::workspace_root().join("xtask/src/bench/testdata/results-v1-net-boots5.json");
     std::fs::copy(&src, dir.join("results.json")).map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
     super::redraw(&dir)?;
     let names = check_dir(&dir)?;
     match render(&dir.join("report.html"), &dir.join("report-check")) {
         Ok(r) => {
             println!("report-browser ... ok ({}: {} benchmark(s), {} PDF page(s), PNG {} bytes against {} for an empty page)", r.version, names.len(), r.pages, r.png_bytes, r.blank_png_bytes);
-            Ok(crate::TestTally::PASS)
+            Ok(crate::host::outcome::TestTally::PASS)
         }
         Err(e) => {
             println!("report-browser ... FAILED ({e})");
-            Ok(crate::TestTally::FAIL)
+            Ok(crate::host::outcome::TestTally::FAIL)
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line of `bench report-check`
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct ReportCheckArgs {
+    /// The results directory holding report.html and results.json (default target/bench-results)
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Also render the page in headless Chromium (Debian package `chromium`, installed on
+    /// demand): printed to PDF (must have pages) and drawn to PNG (must not be blank)
+    #[arg(long)]
+    pub browser: bool,
 }
 
 #[cfg(test)]
@@ -209,7 +224,7 @@ mod tests {
     /// or whose results.json names a benchmark the page lacks, fails naming it.
     #[test]
     fn a_redrawn_report_passes_and_a_broken_one_fails() {
-        let dir = crate::env::target_dir().join("report-check-test");
+        let dir = crate::host::env::target_dir().join("report-check-test");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bench/testdata/results-v1-net-boots5.json"), dir.join("results.json")).unwrap();

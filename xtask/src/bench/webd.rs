@@ -245,7 +245,7 @@ mod tests {
     }
 
     fn outcome(ready: &str, done: Option<&str>, exit: i32) -> webd_run::WebdOutcome {
-        let finished = crate::net::session::Finished { serial: String::new(), stderr: String::new(), exit_code: Some(exit), killed: false, elapsed: Duration::from_secs(3) };
+        let finished = crate::host::qemu::Finished { serial: String::new(), stderr: String::new(), exit_code: Some(exit), killed: false, elapsed: Duration::from_secs(3) };
         webd_run::WebdOutcome { ready: ready.into(), done: done.map(String::from), finished, problem: None, topped_up: 0 }
     }
 
@@ -264,7 +264,7 @@ mod tests {
         let o = outcome(
             "webd: ready mode=random port=80 frontends=0 apps=1 kc=-1 net=inline files=8 bytes=524288",
             Some("webd: done requests=20 errors=0 mode=random frontends=1 apps=1 ms=100 calib_ops=8000000 calib_ns=40000000 fe0=2/20/0/0/1 app1=20/1"),
-            crate::qemu::QEMU_EXIT_SUCCESS,
+            crate::host::vm::QEMU_EXIT_SUCCESS,
         );
         let mut r = record("ours", spec, &p, 2, &o, std::slice::from_ref(&round), None);
         assert_eq!(r.status, Status::Ok, "{:?}", r.reason);
@@ -286,7 +286,7 @@ mod tests {
         // The tuned baseline is judged as Linux (it powers off with QEMU's exit 0).
         assert_eq!(record("linux-tuned", spec, &p, 2, &o, std::slice::from_ref(&round), None).status, Status::Ok);
         // A leak (ours' exit status says so), a failed round, or no round: errors.
-        let leaked = outcome("webd: ready frontends=0 apps=1", Some("webd: done requests=20 frontends=1 apps=1"), crate::qemu::QEMU_EXIT_FAILURE);
+        let leaked = outcome("webd: ready frontends=0 apps=1", Some("webd: done requests=20 frontends=1 apps=1"), crate::host::vm::QEMU_EXIT_FAILURE);
         assert_eq!(record("ours", spec, &p, 2, &leaked, std::slice::from_ref(&round), None).status, Status::Error);
         let r = record("ours", spec, &p, 2, &o, std::slice::from_ref(&round), Some("load: 3 of 20 requests failed".into()));
         assert_eq!((r.status, r.ops), (Status::Error, None));

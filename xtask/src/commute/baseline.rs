@@ -16,13 +16,13 @@
 //! nothing. A case is matched to its old line by its label (calls and arguments), so a change
 //! to the case list that renumbers cases cannot turn a free case into a new, conflicting one.
 
-use crate::TestTally;
+use crate::host::outcome::TestTally;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// The reviewed file of accepted regressions.
 pub fn accepted_path() -> PathBuf {
-    crate::env::workspace_root().join("xtask/src/commute/accepted-regressions.txt")
+    crate::host::env::workspace_root().join("xtask/src/commute/accepted-regressions.txt")
 }
 
 /// The sets a baseline belongs to (the first word of an accepted-regressions line).
@@ -348,7 +348,7 @@ mod tests {
     fn the_checked_in_files_parse() {
         read_accepted().unwrap();
         for f in ["baseline.txt", "baseline-posix-ours.txt"] {
-            let p = crate::env::workspace_root().join("xtask/src/commute").join(f);
+            let p = crate::host::env::workspace_root().join("xtask/src/commute").join(f);
             parse_baseline(&std::fs::read_to_string(p).unwrap()).unwrap();
         }
     }

@@ -11,6 +11,7 @@ pub mod baseline;
 pub mod cases;
 pub mod heatmap_png;
 pub mod model;
+pub mod options;
 pub mod posix;
 #[path = "../../../bench/src/posix_cases.rs"]
 #[allow(dead_code)] // shared with the guest program, which uses all of it
@@ -18,7 +19,7 @@ pub mod posix_cases;
 pub mod posix_model;
 
 use crate::plugins::{self, Record, Symbols};
-use crate::TestTally;
+use crate::host::outcome::TestTally;
 use cases::{Case, Op};
 use model::{State, Verdict};
 use std::collections::BTreeMap;
@@ -30,7 +31,7 @@ use std::time::Duration;
 
 /// The checked-in baseline of the CI sample: which sampled cases were conflict-free.
 fn baseline_path() -> PathBuf {
-    crate::env::workspace_root().join("xtask/src/commute/baseline.txt")
+    crate::host::env::workspace_root().join("xtask/src/commute/baseline.txt")
 }
 
 /// The CI sample: this many commuting cases, drawn with a fixed seed.
@@ -128,7 +129,7 @@ pub fn ci_sample() -> Vec<usize> {
 /// Boot the guest with the sharing plugin and run `guest_args` (`calls=` / `pick=`); return
 /// each case's results and conflicting lines.
 pub fn run_cases(guest_args: &str, smp: u32, timeout: Duration) -> Result<Vec<Outcome>, String> {
-    run_cases_on(crate::env::build_kernel()?, guest_args, smp, timeout)
+    run_cases_on(crate::host::env::build_kernel()?, guest_args, smp, timeout)
 }
 
 /// `run_cases` on a given kernel (the planted regression's).
@@ -149,7 +150,7 @@ struct KernelBoot {
 pub fn run_cases_jobs(kernel: PathBuf, guest_args: &[String], smp: u32, timeout: Duration) -> Result<Vec<Vec<Outcome>>, String> {
     // Everything that builds or writes a shared file happens here, once, before any boot.
     let built = plugins::build()?;
-    let initrd = crate::user::build_initrd()?;
+    let initrd = crate::host::user::build_initrd()?;
     let syms = {
         let data = fs::read(&kernel).map_err(|e| format!("cannot read {}: {e}", kernel.display()))?;
         Symbols::from_elf(&data).map_err(|e| format!("{}: {e}", kernel.display()))?
@@ -168,9 +169,9 @@ pub fn run_cases_jobs(kernel: PathBuf, guest_args: &[String], smp: u32, timeout:
             parg.push_str(&e);
         }
         let cmdline = format!("init=commute -- {ga}");
-        let cfg = crate::qemu::VmConfig {
+        let cfg = crate::host::vm::VmConfig {
             smp,
-            medium: Some(crate::qemu::BootMedium::Kernel(kernel.clone())),
+            medium: Some(crate::host::vm::BootMedium::Kernel(kernel.clone())),
             initrd: Some(initrd.clone()),
             cmdline: cmdline.trim().to_string(),
             extra: vec!["-plugin".into(), parg],
@@ -579,7 +580,7 @@ pub fn planted_ci_test() -> Result<TestTally, String> {
         println!("commute::planted_target_{target}_is_conflict_free_in_the_baseline ... FAILED (the baseline does not list case {target} as free)");
         t.add(TestTally::FAIL);
     }
-    let kernel = crate::env::build_kernel_with(&["planted-conflict"])?;
+    let kernel = crate::host::env::build_kernel_with(&["planted-conflict"])?;
     let outcomes = run_cases_on(kernel, &format!("pick={target}"), 2, Duration::from_secs(300))?;
     println!("   the baseline check on the planted kernel (a failure is expected here):");
     let checked = check_baseline(&outcomes, &baseline, &baseline::read_accepted()?)?;
@@ -626,10 +627,10 @@ fn part_guest_args(part: &[usize], calls: Option<&str>) -> String {
 }
 
 /// `cargo xtask commute` (cli.rs declares the options).
-pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
+pub fn main(args: &crate::commute::options::CommuteArgs) -> Result<(), String> {
     let calls = args.calls.clone();
     let (smp, timeout) = (args.smp, Duration::from_secs(args.timeout));
-    let out = args.out.clone().unwrap_or_else(|| crate::env::target_dir().join("commute"));
+    let out = args.out.clone().unwrap_or_else(|| crate::host::env::target_dir().join("commute"));
     let (ci, update, model_only, list, planted) = (args.ci, args.update_baseline, args.model_only, args.list, args.planted);
     if args.jobs > 1 && (ci || planted) {
         // The CI sample is one short boot; its suites run it as one.
@@ -692,7 +693,7 @@ pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
         return Ok(());
     }
     if planted {
-        let kernel = crate::env::build_kernel_with(&["planted-conflict"])?;
+        let kernel = crate::host::env::build_kernel_with(&["planted-conflict"])?;
         let sample = ci_sample();
         let outcomes = run_cases_on(kernel, &format!("pick={}", pick_arg(&sample)), smp, timeout)?;
         let baseline = fs::read_to_string(baseline_path()).map_err(|e| format!("cannot read {}: {e}", baseline_path().display()))?;
@@ -732,7 +733,7 @@ pub fn main(args: &crate::cli::CommuteArgs) -> Result<(), String> {
     let parts = split_parts(&run_set, args.jobs);
     let guest_args: Vec<String> = parts.iter().map(|p| part_guest_args(p, calls.as_deref())).collect();
     let t0 = std::time::Instant::now();
-    let outcomes = merge_parts(run_cases_jobs(crate::env::build_kernel()?, &guest_args, smp, timeout)?, &parts, |o| o.case.index)?;
+    let outcomes = merge_parts(run_cases_jobs(crate::host::env::build_kernel()?, &guest_args, smp, timeout)?, &parts, |o| o.case.index)?;
     let text = report(&outcomes, n_all, n_comm);
     print!("{text}");
     println!("(guest run {:.0} s with {} job(s), one run on a shared host)", t0.elapsed().as_secs_f64(), parts.len());

@@ -13,7 +13,7 @@ use super::posix_model::{self as model, State, Verdict};
 use super::{parse_epochs, Conflict};
 use crate::bench::guest::Guest;
 use crate::plugins::{self, Symbols};
-use crate::TestTally;
+use crate::host::outcome::TestTally;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
@@ -63,7 +63,7 @@ pub fn run_system(system: &str, pick: &str, timeout: Duration) -> Result<Vec<Out
 /// plugin report and serial log, and its disk is `snapshot=on`, so the boots share no file
 /// they write.
 pub fn run_system_jobs(system: &str, picks: &[String], timeout: Duration) -> Result<Vec<Vec<Outcome>>, String> {
-    let logs = crate::env::target_dir().join("commute").join("logs");
+    let logs = crate::host::env::target_dir().join("commute").join("logs");
     let guest: Box<dyn Guest> = match system {
         "ours" => Box::new(crate::bench::ours::OursSystem::prepare(512, false, &logs)?),
         "linux" => Box::new(crate::bench::linux_sys::LinuxSystem::prepare(512, false, &logs)?),
@@ -159,10 +159,10 @@ struct Names {
 fn symbols(system: &str) -> Result<Names, String> {
     match system {
         "ours" => {
-            let kernel = crate::env::build_kernel()?;
+            let kernel = crate::host::env::build_kernel()?;
             let data = fs::read(&kernel).map_err(|e| format!("cannot read {}: {e}", kernel.display()))?;
             let k = Symbols::from_elf(&data).map_err(|e| format!("{}: {e}", kernel.display()))?;
-            let user = crate::user::user_target_dir().join("x86_64-unknown-none/release/bench-ours");
+            let user = crate::host::user::user_target_dir().join("x86_64-unknown-none/release/bench-ours");
             let u = fs::read(&user).ok().and_then(|d| Symbols::from_elf(&d).ok());
             Ok(Names { kernel: k, user: u })
         }
@@ -380,7 +380,7 @@ pub fn ci_sample() -> Vec<usize> {
 
 /// The checked-in baseline of one system's CI sample.
 pub fn baseline_path(system: &str) -> PathBuf {
-    crate::env::workspace_root().join(format!("xtask/src/commute/baseline-posix-{system}.txt"))
+    crate::host::env::workspace_root().join(format!("xtask/src/commute/baseline-posix-{system}.txt"))
 }
 
 /// A run's case as the baseline check sees it (`baseline.rs`).

@@ -17,13 +17,13 @@ fn e2fsck(img: &Path, flag: &str) -> Result<(i32, String), String> {
 /// with `e2fsck -fy` (exit 0: nothing to fix; exit 1 only for the repairs
 /// [`repairs_not_allowed`] allows, which a kill between two syncs leaves; more is a failure), checks
 /// that `e2fsck -fn` then finds it clean, and reads every file any round reported synced.
-pub fn crash_test(kernel: &Path, initrd: &Path, kills: u32, seed: u64) -> Result<crate::TestTally, String> {
-    use crate::net::session::Session;
-    use crate::qemu::{BootMedium, VmConfig};
+pub fn crash_test(kernel: &Path, initrd: &Path, kills: u32, seed: u64) -> Result<crate::host::outcome::TestTally, String> {
+    use crate::host::qemu::Session;
+    use crate::host::vm::{BootMedium, VmConfig};
     use std::time::{Duration, Instant};
     ensure_e2fsprogs()?;
     println!("== fs crash test: {kills} kills (seed {seed})");
-    let dir = crate::env::target_dir().join("fs-crash");
+    let dir = crate::host::env::target_dir().join("fs-crash");
     let root = dir.join("root");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
@@ -31,7 +31,7 @@ pub fn crash_test(kernel: &Path, initrd: &Path, kills: u32, seed: u64) -> Result
     let img = dir.join("crash.img");
     mkimage(&root, &img, Some(48))?;
     let mut synced: Vec<(String, usize, u8)> = Vec::new();
-    let mut t = crate::TestTally::default();
+    let mut t = crate::host::outcome::TestTally::default();
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move || {
         x ^= x << 13;

@@ -13,7 +13,7 @@ const INODES: u64 = 256;
 /// A 16 MiB image of four groups, with one small file in it.
 fn four_group_image(name: &str) -> (PathBuf, Vec<u8>) {
     ensure_e2fsprogs().unwrap();
-    let d = crate::env::target_dir().join("fs-tests").join(name);
+    let d = crate::host::env::target_dir().join("fs-tests").join(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(d.join("root")).unwrap();
     std::fs::write(d.join("root/hello.txt"), b"hello\n").unwrap();

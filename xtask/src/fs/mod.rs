@@ -20,19 +20,20 @@ pub mod ext2_write;
 pub mod ext2_dir;
 
 mod crash;
+pub mod options;
 pub use crash::crash_test;
 
 use ext2::{Disk, Ext2, FsError};
 
-use crate::cli::tools::FsCommand;
+use crate::fs::options::FsCommand;
 
 /// The files of `fstest`'s image (shared with the guest test).
 #[path = "../../../user/apps/src/common/fstest_files.rs"]
 mod fstest_files;
 
-/// `cargo xtask fs ...` (the command line: cli/tools.rs, [`FsCommand`]).
-pub fn main(cmd: FsCommand) -> Result<(), crate::Failure> {
-    crate::work(command(cmd))
+/// `cargo xtask fs ...` (the command line: options.rs, [`FsCommand`]).
+pub fn main(cmd: FsCommand) -> Result<(), crate::host::outcome::Failure> {
+    crate::host::outcome::work(command(cmd))
 }
 
 fn command(cmd: FsCommand) -> Result<(), String> {
@@ -49,24 +50,15 @@ fn command(cmd: FsCommand) -> Result<(), String> {
             std::fs::write(&out, data).map_err(|e| format!("{}: {e}", out.display()))
         }
         FsCommand::FstestImage { img } => {
-            let root = crate::env::target_dir().join("fs-test").join("root");
+            let root = crate::host::env::target_dir().join("fs-test").join("root");
             write_fstest_tree(&root)?;
             mkimage_with(&root, &img, Some(fstest_files::IMAGE_MIB), fstest_layout()).map(|mib| println!("fs: {}: ext2, {mib} MiB in groups of 4 MiB, fstest's files", img.display()))
         }
-        FsCommand::Test => {
-            let kernel = crate::env::build_kernel()?;
-            let initrd = crate::user::build_initrd()?;
-            let t = ci_test(&kernel, &initrd)?;
-            println!("{} passed, {} failed", t.passed, t.failed);
-            if t.failed == 0 {
-                Ok(())
-            } else {
-                Err("fs test failed".into())
-            }
-        }
+        // Its boots are the test runner's (test.rs, `fs_command`), which cli.rs calls.
+        FsCommand::Test => unreachable!("cli.rs dispatches `fs test` to test::fs_command"),
         FsCommand::Crash { kills, seed } => {
-            let kernel = crate::env::build_kernel()?;
-            let initrd = crate::user::build_initrd()?;
+            let kernel = crate::host::env::build_kernel()?;
+            let initrd = crate::host::user::build_initrd()?;
             let t = crash_test(&kernel, &initrd, kills, seed)?;
             println!("{} passed, {} failed", t.passed, t.failed);
             if t.failed == 0 {
@@ -79,8 +71,8 @@ fn command(cmd: FsCommand) -> Result<(), String> {
 }
 
 pub fn ensure_e2fsprogs() -> Result<(), String> {
-    crate::env::ensure_tool("mke2fs", &["e2fsprogs"])?;
-    crate::env::ensure_tool("e2fsck", &["e2fsprogs"])
+    crate::host::env::ensure_tool("mke2fs", &["e2fsprogs"])?;
+    crate::host::env::ensure_tool("e2fsck", &["e2fsprogs"])
 }
 
 /// Find an e2fsprogs program (in /sbin on Debian, which a user's PATH may lack).
@@ -274,22 +266,22 @@ fn fstest_layout() -> Layout {
     Layout { blocks_per_group: Some(fstest_files::IMAGE_BLOCKS_PER_GROUP), ..Layout::DEFAULT }
 }
 
-/// `cargo xtask test`'s file-system part: a fresh image of `fstest`'s files (several block
-/// groups), `init=fstest` on it, then `e2fsck -fn` (what the guest wrote must leave it clean),
-/// and the guest's files read back on the host, some of them from groups past 0.
-pub fn ci_test(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String> {
-    let dir = crate::env::target_dir().join("fs-test");
+/// `cargo xtask test`'s file-system suite (test.rs boots `init=fstest` on the image between
+/// the two halves here): a fresh image of `fstest`'s files (several block groups); after the
+/// boots, `e2fsck -fn` (what the guest wrote must leave it clean), a short crash test, and the
+/// guest's files read back on the host, some of them from groups past 0.
+pub fn ci_image() -> Result<std::path::PathBuf, String> {
+    let dir = crate::host::env::target_dir().join("fs-test");
     write_fstest_tree(&dir.join("root"))?;
     let img = dir.join("fstest.img");
     mkimage_with(&dir.join("root"), &img, Some(fstest_files::IMAGE_MIB), fstest_layout())?;
-    use crate::test::{user_boot, Expect, UserBoot};
-    // Two requesting cores and a kernel core need 3 vCPUs: that test runs in the next boot.
-    let two = Expect { may_skip: &["fs_blk_dedicated_two_cores"], must_pass: &[] };
-    let mut t = user_boot(kernel, initrd, UserBoot { disk: Some(img.clone()), ..UserBoot::new(2, "init=fstest", two) })?;
-    // The disk's Dedicated mode with two requesting cores and a kernel core (abi::blk).
-    let three = Expect { may_skip: &[], must_pass: &["fs_blk_dedicated_two_cores", "fs_blk_dedicated_refuses_bad_entries", "fs_blk_dedicated_kernel_core_removed", "fs_blk_dedicated_given_up_write_not_replayed", "fs_blk_dedicated_mount"] };
-    t.add(user_boot(kernel, initrd, UserBoot { disk: Some(img.clone()), ..UserBoot::new(3, "init=fstest -- fs_blk_dedicated", three) })?);
-    match check(&img) {
+    Ok(img)
+}
+
+/// The checks of the suite after the guest's boots on `img` (see [`ci_image`]).
+pub fn ci_after_boots(kernel: &Path, initrd: &Path, img: &Path) -> Result<crate::host::outcome::TestTally, String> {
+    let mut t = crate::host::outcome::TestTally::default();
+    match check(img) {
         Ok(()) => {
             println!("   e2fsck -fn after fstest: clean");
             t.passed += 1;
@@ -302,7 +294,7 @@ pub fn ci_test(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String>
     // A short crash test (`cargo xtask fs crash` runs 20 kills).
     t.add(crash_test(kernel, initrd, 2, 7)?);
     // What the guest wrote, read on the host with our reader.
-    match check_guest_files(&img) {
+    match check_guest_files(img) {
         Ok(n) => {
             println!("   the guest's {n} files read back on the host byte for byte; removed names gone");
             t.passed += 1;
@@ -367,10 +359,11 @@ mod tests;
 /// `append` that truncates or `write` that appends, `mv`/`ln` that lose the data, an error
 /// that ends the shell, `umount` that does not write back (the host sees an old image), a
 /// remount that fails.
-pub fn shell_files(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, String> {
-    use crate::qemu::{boot_captured, BootMedium, VmConfig};
+pub fn shell_files(kernel: &Path, initrd: &Path) -> Result<crate::host::outcome::TestTally, String> {
+    use crate::host::qemu::boot_captured;
+    use crate::host::vm::{BootMedium, VmConfig};
     println!("== the shell's file commands on a disk");
-    let dir = crate::env::target_dir().join("fs-shell");
+    let dir = crate::host::env::target_dir().join("fs-shell");
     let root = dir.join("root");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(root.join("sub")).map_err(|e| e.to_string())?;
@@ -436,7 +429,7 @@ pub fn shell_files(kernel: &Path, initrd: &Path) -> Result<crate::TestTally, Str
         ("no disk error", !s.contains("sh: disk:")),
         ("halt: clean exit, no leak", s.contains("init: `sh` exited with code 0") && out.kernel_exit_ok() && !out.timed_out),
     ];
-    let mut t = crate::TestTally::default();
+    let mut t = crate::host::outcome::TestTally::default();
     for (what, ok) in checks {
         if ok {
             t.passed += 1;

@@ -5,7 +5,7 @@ use super::*;
 
 /// A scratch directory under the target directory, emptied first.
 fn scratch(name: &str) -> PathBuf {
-    let d = crate::env::target_dir().join("fs-tests").join(name);
+    let d = crate::host::env::target_dir().join("fs-tests").join(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

@@ -21,11 +21,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::qemu::{BootMedium, VmConfig};
+use crate::host::vm::{BootMedium, VmConfig};
 
+pub mod options;
 mod sweep;
 
-use crate::cli::tools::{MetisAppArgs, MetisCommand, MetisRunArgs, SweepApp};
+use crate::metis::options::MetisAppArgs;
+use crate::metis::options::MetisCommand;
+use crate::metis::options::MetisRunArgs;
+use crate::metis::options::SweepApp;
 
 #[derive(Debug, Clone)]
 pub struct MetisRun {
@@ -170,7 +174,7 @@ pub fn pipeline_wc(file: &Path) -> Result<Vec<u8>, String> {
     Ok(out.stdout)
 }
 
-/// A boot of APP with these options (cli/tools.rs), checked: the checks between options and
+/// A boot of APP with these options (options.rs), checked: the checks between options and
 /// that the input file is there.
 fn run_from(app: &str, smp: u32, a: MetisRunArgs) -> Result<MetisRun, String> {
     let d = MetisRun::default();
@@ -263,7 +267,7 @@ fn plugin_out(r: &MetisRun) -> PathBuf {
 }
 
 fn work_dir() -> PathBuf {
-    crate::env::target_dir().join("metis")
+    crate::host::env::target_dir().join("metis")
 }
 
 fn read_input(r: &MetisRun) -> Result<Vec<u8>, String> {
@@ -319,7 +323,7 @@ fn boot_ours(r: &MetisRun, kernel: &Path, metis_elf: &[u8]) -> Result<(crate::li
         files.push(("metis-input".into(), input));
         "metis-input"
     };
-    crate::user::write_archive(&initrd, &files)?;
+    crate::host::user::write_archive(&initrd, &files)?;
     let cfg = VmConfig {
         smp: r.smp,
         mem_mib: r.mem_mib,
@@ -377,10 +381,10 @@ fn output_from_disk(img: &Path, serial: &str, res: &mut MetisResult) -> Result<(
 
 /// Build the kernel and the `metis` program (once per command).
 pub fn prepare_ours() -> Result<(PathBuf, Vec<u8>), String> {
-    let kernel = crate::env::build_kernel()?;
-    let bin = crate::user::build_programs()?.join("metis");
+    let kernel = crate::host::env::build_kernel()?;
+    let bin = crate::host::user::build_programs()?.join("metis");
     let elf = fs::read(&bin).map_err(|e| format!("metis: cannot read {}: {e}", bin.display()))?;
-    crate::user::check_program("metis", &elf)?;
+    crate::host::user::check_program("metis", &elf)?;
     Ok((kernel, elf))
 }
 
@@ -392,7 +396,7 @@ pub fn prepare_linux() -> Result<(PathBuf, PathBuf), String> {
 }
 
 fn boot_linux(r: &MetisRun, kernel: &Path, program: &Path) -> Result<crate::linux::RunOutput, String> {
-    use crate::linux::CpioEntry;
+    use crate::host::cpio::CpioEntry;
     let init = fs::read(program).map_err(|e| format!("metis: cannot read {}: {e}", program.display()))?;
     let entries = vec![
         CpioEntry::Dir("dev".into()),
@@ -404,7 +408,7 @@ fn boot_linux(r: &MetisRun, kernel: &Path, program: &Path) -> Result<crate::linu
     let dir = work_dir();
     fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let initrd = dir.join(format!("linux-{}.cpio", std::process::id()));
-    fs::write(&initrd, crate::linux::cpio_newc(&entries)).map_err(|e| format!("cannot write {}: {e}", initrd.display()))?;
+    fs::write(&initrd, crate::host::cpio::cpio_newc(&entries)).map_err(|e| format!("cannot write {}: {e}", initrd.display()))?;
     // Linux has one layout (threads in one address space); `--linux-thp off` asks it for 4 KiB
     // pages in the arenas.
     let lr = MetisRun { layout: if r.linux_thp { "threads".into() } else { "nothp".into() }, ..r.clone() };
@@ -531,13 +535,13 @@ fn ms(p: &BTreeMap<String, u64>, k: &str) -> String {
     p.get(k).map(|us| format!("{:.1}", *us as f64 / 1000.0)).unwrap_or("?".into())
 }
 
-/// `cargo xtask metis ...` (the command line: cli/tools.rs, [`MetisCommand`]).
-pub fn main(cmd: MetisCommand) -> Result<(), crate::Failure> {
+/// `cargo xtask metis ...` (the command line: options.rs, [`MetisCommand`]).
+pub fn main(cmd: MetisCommand) -> Result<(), crate::host::outcome::Failure> {
     let (app, a) = match cmd {
         // `cargo xtask metis ci`: the check `cargo xtask test` runs, alone.
         MetisCommand::Ci => {
-            return crate::work((|| {
-                let t = ci_check(&crate::env::build_kernel()?)?;
+            return crate::host::outcome::work((|| {
+                let t = ci_check(&crate::host::env::build_kernel()?)?;
                 println!("{} passed, {} failed", t.passed, t.failed);
                 if t.failed == 0 {
                     Ok(())
@@ -548,7 +552,7 @@ pub fn main(cmd: MetisCommand) -> Result<(), crate::Failure> {
         }
         MetisCommand::Sweep(s) => {
             return match s.app {
-                SweepApp::All => crate::work(sweep::all(&s)),
+                SweepApp::All => crate::host::outcome::work(sweep::all(&s)),
                 app => {
                     let name = match app {
                         SweepApp::Wc => "wc",
@@ -556,8 +560,8 @@ pub fn main(cmd: MetisCommand) -> Result<(), crate::Failure> {
                         _ => "wrmem",
                     };
                     // The output is not needed here, only its digest (and the guests print less).
-                    let base = crate::usage(run_from(name, 2, MetisRunArgs { digest_only: true, ..s.run.clone() }))?;
-                    crate::work(sweep::main(&s, base))
+                    let base = crate::host::outcome::usage(run_from(name, 2, MetisRunArgs { digest_only: true, ..s.run.clone() }))?;
+                    crate::host::outcome::work(sweep::main(&s, base))
                 }
             };
         }
@@ -565,8 +569,8 @@ pub fn main(cmd: MetisCommand) -> Result<(), crate::Failure> {
         MetisCommand::Wri(a) => ("wri", a),
         MetisCommand::Wrmem(a) => ("wrmem", a),
     };
-    let (r, out, check) = crate::usage(app_options(app, a))?;
-    crate::work(run_app(r, out, check))
+    let (r, out, check) = crate::host::outcome::usage(app_options(app, a))?;
+    crate::host::outcome::work(run_app(r, out, check))
 }
 
 fn run_app(r: MetisRun, out: Option<PathBuf>, check: bool) -> Result<(), String> {
@@ -751,10 +755,10 @@ pub fn unprepared_reduce_faults_on_its_own_pages(p: &BTreeMap<String, u64>) -> R
 /// at a boundary counted twice or lost, a partition reduced by no one, offsets out of order,
 /// an arena of the private layout not mapped at reduce, reduce's output pages not made
 /// present before it.
-pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
+pub fn ci_check(kernel: &Path) -> Result<crate::host::outcome::TestTally, String> {
     println!("== metis (MapReduce) against the host reference");
-    let mut t = crate::TestTally::default();
-    let bin = crate::user::build_programs()?.join("metis");
+    let mut t = crate::host::outcome::TestTally::default();
+    let bin = crate::host::user::build_programs()?.join("metis");
     let elf = fs::read(&bin).map_err(|e| format!("metis: cannot read {}: {e}", bin.display()))?;
     let ours = (kernel.to_path_buf(), elf);
     let mut text = vec![0u8; 96 << 10];
@@ -848,9 +852,9 @@ pub fn ci_check(kernel: &Path) -> Result<crate::TestTally, String> {
 /// too), `wrmem` by the digest of the reference over the text it generates. Catches: the
 /// Linux baseline giving a different answer from ours (a comparison of two programs that
 /// do not do the same work), its output lost or cut on the serial line, its guest crashing.
-pub fn ci_check_linux() -> Result<crate::TestTally, String> {
+pub fn ci_check_linux() -> Result<crate::host::outcome::TestTally, String> {
     println!("== metis on the Linux guest against the host reference");
-    let mut t = crate::TestTally::default();
+    let mut t = crate::host::outcome::TestTally::default();
     let linux = prepare_linux()?;
     let mut text = vec![0u8; 48 << 10];
     mapreduce::gen::fill(6, &mut text);
@@ -969,12 +973,12 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_refused() {
-        // The whole path of `cargo xtask metis ...`: clap (cli/tools.rs), then the checks here.
+        // The whole path of `cargo xtask metis ...`: clap (options.rs), then the checks here.
         let a = |v: &[&str]| -> Result<(MetisRun, Option<PathBuf>, bool), String> {
-            match crate::cli::parse_command("metis", &v.iter().map(|s| s.to_string()).collect::<Vec<_>>())? {
-                crate::cli::Command::Metis(crate::cli::tools::MetisArgs { command: MetisCommand::Wc(x) }) => app_options("wc", x),
-                crate::cli::Command::Metis(crate::cli::tools::MetisArgs { command: MetisCommand::Wri(x) }) => app_options("wri", x),
-                crate::cli::Command::Metis(crate::cli::tools::MetisArgs { command: MetisCommand::Wrmem(x) }) => app_options("wrmem", x),
+            match crate::host::args::parse_args::<crate::metis::options::MetisArgs>("metis", &v.iter().map(|s| s.to_string()).collect::<Vec<_>>())? {
+                crate::metis::options::MetisArgs { command: MetisCommand::Wc(x) } => app_options("wc", x),
+                crate::metis::options::MetisArgs { command: MetisCommand::Wri(x) } => app_options("wri", x),
+                crate::metis::options::MetisArgs { command: MetisCommand::Wrmem(x) } => app_options("wrmem", x),
                 other => panic!("{other:?}"),
             }
         };

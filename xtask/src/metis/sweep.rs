@@ -12,7 +12,8 @@ use std::fmt::Write as _;
 use std::fs;
 
 use super::{calib_rate, run_once, MetisResult, MetisRun};
-use crate::cli::tools::{MetisRunArgs, MetisSweepArgs};
+use crate::metis::options::MetisRunArgs;
+use crate::metis::options::MetisSweepArgs;
 
 /// Phases in the plot, with their shades per system.
 const PHASES: [(&str, &str); 3] = [("map", "map_us"), ("reduce", "reduce_us"), ("merge", "merge_us")];
@@ -28,7 +29,7 @@ struct Point {
 /// `wri` read the text `wrmem` generates (`--size`, `--seed`), written to
 /// `OUT_DIR/generated-SIZE-SEED.txt`, so the three run on the same bytes.
 pub fn all(args: &MetisSweepArgs) -> Result<(), String> {
-    let out_dir = args.out_dir.clone().unwrap_or_else(|| crate::env::target_dir().join("metis-results"));
+    let out_dir = args.out_dir.clone().unwrap_or_else(|| crate::host::env::target_dir().join("metis-results"));
     let input = match &args.run.input {
         Some(f) => f.clone(),
         None => {
@@ -58,11 +59,11 @@ pub fn all(args: &MetisSweepArgs) -> Result<(), String> {
     }
 }
 
-/// `sweep APP`: `base` is the boot of APP with the run options (cli/tools.rs), checked.
+/// `sweep APP`: `base` is the boot of APP with the run options (options.rs), checked.
 pub fn main(args: &MetisSweepArgs, base: MetisRun) -> Result<(), String> {
     let smp_list = args.smp.clone().map_or(vec![1u32, 2], |l| l.0);
     let systems = if args.systems.is_empty() { vec!["ours".to_string(), "linux".to_string()] } else { args.systems.clone() };
-    let out_dir = args.out_dir.clone().unwrap_or_else(|| crate::env::target_dir().join("metis-results"));
+    let out_dir = args.out_dir.clone().unwrap_or_else(|| crate::host::env::target_dir().join("metis-results"));
     let ours = if systems.iter().any(|s| s == "ours") { Some(super::prepare_ours()?) } else { None };
     let linux = if systems.iter().any(|s| s == "linux") { Some(super::prepare_linux()?) } else { None };
     let mut points = Vec::new();
@@ -92,7 +93,7 @@ pub fn main(args: &MetisSweepArgs, base: MetisRun) -> Result<(), String> {
     print!("{md}");
     println!("wrote {} and {}", mdp.display(), svgp.display());
     let png = svgp.with_extension("png");
-    match crate::env::ensure_tool("rsvg-convert", &["librsvg2-bin"]).and_then(|_| {
+    match crate::host::env::ensure_tool("rsvg-convert", &["librsvg2-bin"]).and_then(|_| {
         let st = std::process::Command::new("rsvg-convert").arg("-o").arg(&png).arg(&svgp).status().map_err(|e| e.to_string())?;
         if st.success() {
             Ok(())

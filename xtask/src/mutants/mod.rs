@@ -132,7 +132,7 @@ const SUITE_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 const CARGO_TEST_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 fn mutants_dir() -> PathBuf {
-    crate::env::workspace_root().join("target").join("mutants")
+    crate::host::env::workspace_root().join("target").join("mutants")
 }
 
 /// Where the scratch tree is.
@@ -305,7 +305,7 @@ fn run_mutant(tree: &Path, m: &Mutant, log: &Path) -> Result<Outcome, String> {
 }
 
 
-pub fn main(args: &crate::cli::MutantsArgs) -> Result<(), String> {
+pub fn main(args: &crate::mutants::MutantsArgs) -> Result<(), String> {
     let only: Vec<String> = args.only.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
     let (list, keep, baseline) = (args.list, args.keep, !args.no_baseline);
     for name in &only {
@@ -323,7 +323,7 @@ pub fn main(args: &crate::cli::MutantsArgs) -> Result<(), String> {
         return Ok(());
     }
 
-    let root = crate::env::workspace_root();
+    let root = crate::host::env::workspace_root();
     let problems = catalog_problems(CATALOG, &root, &crate::test::suite_names());
     let start = Instant::now();
     let tree = tree_dir();
@@ -436,6 +436,36 @@ fn report(rows: &[(&Mutant, Outcome, Duration)], problems: &[String]) -> String 
     s
 }
 
+// ---------------------------------------------------------------------------------------
+// The command line of `mutants`
+
+/// `mutants --only`: a mutant of the catalog (empty names between commas are ignored).
+fn mutant_name(v: &str) -> Result<String, String> {
+    let v = v.trim();
+    if !v.is_empty() && !crate::mutants::CATALOG.iter().any(|m| m.name == v) {
+        return Err(format!("no mutant `{v}` in the catalog (see --list)"));
+    }
+    Ok(v.to_string())
+}
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(args_override_self = true)]
+pub struct MutantsArgs {
+    /// Only these mutants (comma-separated, repeatable; see --list)
+    #[arg(long, value_name = "NAME,...", action = clap::ArgAction::Append, value_delimiter = ',', value_parser = mutant_name)]
+    pub only: Vec<String>,
+    /// Print the catalog, run nothing
+    #[arg(long)]
+    pub list: bool,
+    /// Keep the scratch tree and its builds afterwards (a rerun then rebuilds only what changed)
+    #[arg(long)]
+    pub keep: bool,
+    /// Skip running the checks on the unmutated tree first (only when it was just checked: a
+    /// check that fails anyway would count every mutant killed)
+    #[arg(long)]
+    pub no_baseline: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -468,7 +498,7 @@ mod tests {
     /// and both commutativity models.
     #[test]
     fn the_catalog_matches_the_tree() {
-        let problems = catalog_problems(CATALOG, &crate::env::workspace_root(), &crate::test::suite_names());
+        let problems = catalog_problems(CATALOG, &crate::host::env::workspace_root(), &crate::test::suite_names());
         assert!(problems.is_empty(), "catalog problems:\n{}", problems.join("\n"));
         assert!(CATALOG.len() >= 20, "only {} mutants", CATALOG.len());
         for area in ["kernel/", "user/libos/", "percore/"] {
@@ -499,7 +529,7 @@ mod tests {
     /// Catches: a broken entry or a bad suite pattern passing the catalog check.
     #[test]
     fn catalog_problems_are_found() {
-        let root = crate::env::workspace_root();
+        let root = crate::host::env::workspace_root();
         let suites = vec!["utest smp=2".to_string()];
         let bad = [
             Mutant { name: "missing", file: "percore/src/spsc.rs", original: "no such text at all", ..M },

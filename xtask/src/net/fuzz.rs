@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::session::Session;
+use crate::host::qemu::Session;
 
 /// The guest NIC's MAC (set explicitly on the device) and addresses of QEMU's user network,
 /// which the fuzzer impersonates (guest 10.0.2.15, gateway 10.0.2.2 with slirp's MAC).
@@ -44,7 +44,7 @@ pub fn qemu_args(port: u16) -> Vec<String> {
 
 /// The seeded generator of the bench's boot order (splitmix64): frame `i` of seed `S` is the
 /// same on every machine.
-use crate::bench::Rng;
+use crate::host::rng::Rng;
 
 /// The Internet checksum (RFC 1071) of `data`, starting from `sum`.
 pub fn checksum(data: &[u8], mut sum: u32) -> u16 {
@@ -390,7 +390,7 @@ pub struct FuzzOptions {
 }
 
 /// `cargo xtask net fuzz`'s options, checked.
-pub fn options(a: crate::cli::tools::NetFuzzArgs) -> Result<FuzzOptions, String> {
+pub fn options(a: crate::net::options::NetFuzzArgs) -> Result<FuzzOptions, String> {
     let mut o = FuzzOptions { frames: a.frames, seed: a.seed, system: a.system, smp: a.smp, timeout: Duration::from_secs(a.timeout), kinds: Vec::new(), mode: a.mode };
     if o.system != "ours" && o.mode != "dedicated" {
         return Err(format!("net fuzz: --mode {} is for --system ours (Linux's service has one mode)", o.mode));
@@ -424,11 +424,11 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
         vm.append = format!("wl=tcpserv threads={} conns=1", o.smp);
         qemu = vm.qemu_args();
     } else {
-        let cfg = crate::qemu::VmConfig {
+        let cfg = crate::host::vm::VmConfig {
             smp: o.smp,
             cmdline: format!("init=tcpserv -- mode={} conns=1", o.mode),
-            medium: Some(crate::qemu::BootMedium::Kernel(crate::env::build_kernel()?)),
-            initrd: Some(crate::user::build_initrd()?),
+            medium: Some(crate::host::vm::BootMedium::Kernel(crate::host::env::build_kernel()?)),
+            initrd: Some(crate::host::user::build_initrd()?),
             ..Default::default()
         };
         qemu = cfg.qemu_args();
@@ -529,7 +529,7 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
     let f = session.finish(Instant::now() + Duration::from_secs(if done { 30 } else { 0 }));
     // Ours also ends with the kernel's leak check (free pages, heap objects, kernel objects
     // before and after the program); its verdict is QEMU's exit status.
-    let stopped = done && !f.killed && (o.system != "ours" || f.exit_code == Some(crate::qemu::QEMU_EXIT_SUCCESS));
+    let stopped = done && !f.killed && (o.system != "ours" || f.exit_code == Some(crate::host::vm::QEMU_EXIT_SUCCESS));
     let kinds: Vec<String> = KINDS.iter().zip(by_kind).map(|(k, n)| format!("{k}={n}")).collect();
     println!("net fuzz: wrote {sent} frames in {:.1}s (the probe queued behind them proves the guest took them all): {}", took.as_secs_f64(), kinds.join(" "));
     println!(
@@ -546,7 +546,7 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
         }
     );
     let trouble = kernel_trouble(&f.serial).map(str::to_string);
-    let log = crate::env::target_dir().join("net-fuzz.serial.txt");
+    let log = crate::host::env::target_dir().join("net-fuzz.serial.txt");
     let _ = std::fs::write(&log, &f.serial);
     match (stop_why, trouble, alive && served && stopped) {
         (None, None, true) => {
@@ -623,8 +623,8 @@ mod tests {
         let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
         // The whole path of `cargo xtask net fuzz ...`: clap's parse, then the checks here.
         let parse_options = |args: &[String]| -> Result<FuzzOptions, String> {
-            match crate::cli::parse_command("net", &[&["fuzz".to_string()], args].concat())? {
-                crate::cli::Command::Net(crate::cli::tools::NetArgs { command: crate::cli::tools::NetCommand::Fuzz(f) }) => options(f),
+            match crate::host::args::parse_args::<crate::net::options::NetArgs>("net", &[&["fuzz".to_string()], args].concat())? {
+                crate::net::options::NetArgs { command: crate::net::options::NetCommand::Fuzz(f) } => options(f),
                 other => panic!("{other:?}"),
             }
         };

@@ -11,7 +11,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::linux::{CpioEntry, LinuxKernel};
+use crate::host::cpio::CpioEntry;
+use crate::linux::LinuxKernel;
 
 /// The modules the NIC needs: the PCI transport and the network driver. Their dependencies
 /// (virtio, virtio_ring, the virtio-pci device helpers, failover, net_failover) are found

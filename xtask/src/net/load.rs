@@ -1,11 +1,14 @@
 //! The load generator for the TCP accept service (Corey §8.2): connections to 127.0.0.1 only,
 //! bounded in count, concurrency and time (it always stops by itself), each reply read to EOF
 //! and checked against the 128 expected bytes. Used by `cargo xtask net load`, by the
-//! `tcp_accept` benchmark and by tests.
+//! `tcp_accept` benchmark and by tests. Its core ([`drive`]: bounded work tickets over a set of
+//! threads, the clock started when all are ready), its failure kinds and its percentiles are
+//! also the HTTP load generator's (webd/load.rs), which adds requests on the connections.
 
 use std::io::{ErrorKind, Read};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Length of the service's reply.
@@ -247,6 +250,41 @@ impl Tickets {
     }
 }
 
+/// The core both load generators (this one, TCP, and webd's HTTP one on top of it) run on:
+/// `threads` workers, each first made by `prepare(i)` (the HTTP generator opens its
+/// keep-alive connection there), then, once every worker is ready, the clock starts and each
+/// takes [`Tickets`] (at most `count` in all, none after `max_time`) and does `work(worker,
+/// ticket)` for each. Returns the workers (a worker whose thread panicked is left out) and
+/// when the clock started.
+pub fn drive<W: Send>(threads: usize, count: u64, max_time: Duration, prepare: impl Fn(usize) -> W + Sync, work: impl Fn(&mut W, u64) + Sync) -> (Vec<W>, Instant) {
+    let threads = threads.max(1);
+    let ready = Barrier::new(threads);
+    let start_cell = OnceLock::new();
+    let tickets_cell: OnceLock<Tickets> = OnceLock::new();
+    let workers = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let (ready, start_cell, tickets_cell, prepare, work) = (&ready, &start_cell, &tickets_cell, &prepare, &work);
+                sc.spawn(move || {
+                    let mut w = prepare(i);
+                    ready.wait();
+                    let start = *start_cell.get_or_init(Instant::now);
+                    let tickets = tickets_cell.get_or_init(|| Tickets::new(count, start + max_time));
+                    while let Some(ticket) = tickets.take() {
+                        work(&mut w, ticket);
+                    }
+                    w
+                })
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    // Every worker passed the barrier, so the clock has started (unless all of them panicked
+    // before it: then no work was done, and now is as good a start as any).
+    let start = start_cell.get().copied().unwrap_or_else(Instant::now);
+    (workers, start)
+}
+
 pub(crate) fn io_failure(e: &std::io::Error) -> Failure {
     match e.kind() {
         ErrorKind::ConnectionRefused => Failure::Refused,
@@ -340,36 +378,29 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport, String> {
     spec.validate()?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, spec.port));
     let expected = expected_reply();
-    let start = Instant::now();
-    let tickets = Tickets::new(spec.conns, start + spec.max_time);
-    let per_thread: Vec<ThreadResult> = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..spec.concurrency)
-            .map(|_| {
-                sc.spawn(|| {
-                    let mut t = ThreadResult::default();
-                    while let Some(ticket) = tickets.take() {
-                        t.started += 1;
-                        let result = if spec.abort_every > 0 && ticket % spec.abort_every == spec.abort_every - 1 {
-                            abort_one(&addr, spec.timeout).map(|()| {
-                                t.aborted += 1;
-                            })
-                        } else {
-                            one(&addr, spec.timeout, &expected).map(|(d, connect)| {
-                                t.latencies.push(d);
-                                t.slow_connects += u64::from(connect >= SLOW_CONNECT);
-                            })
-                        };
-                        if let Err((f, why)) = result {
-                            t.failures.add(f);
-                            t.first_failure.get_or_insert(format!("{f:?}: {why}"));
-                        }
-                    }
-                    t
+    let (per_thread, start) = drive(
+        spec.concurrency,
+        spec.conns,
+        spec.max_time,
+        |_| ThreadResult::default(),
+        |t, ticket| {
+            t.started += 1;
+            let result = if spec.abort_every > 0 && ticket % spec.abort_every == spec.abort_every - 1 {
+                abort_one(&addr, spec.timeout).map(|()| {
+                    t.aborted += 1;
                 })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
-    });
+            } else {
+                one(&addr, spec.timeout, &expected).map(|(d, connect)| {
+                    t.latencies.push(d);
+                    t.slow_connects += u64::from(connect >= SLOW_CONNECT);
+                })
+            };
+            if let Err((f, why)) = result {
+                t.failures.add(f);
+                t.first_failure.get_or_insert(format!("{f:?}: {why}"));
+            }
+        },
+    );
     let elapsed = start.elapsed();
     let mut r = LoadReport {
         port: spec.port,
@@ -400,7 +431,7 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport, String> {
 }
 
 /// `cargo xtask net load`'s options as a spec (checked: [`LoadSpec::validate`]).
-pub fn options(a: crate::cli::tools::NetLoadArgs) -> Result<LoadSpec, String> {
+pub fn options(a: crate::net::options::NetLoadArgs) -> Result<LoadSpec, String> {
     let mut spec = LoadSpec { port: a.port, ..LoadSpec::default() };
     if let Some(n) = a.conns {
         spec.conns = n;
@@ -528,7 +559,7 @@ pub(crate) mod tests {
             assert_eq!(r.failures.total(), 3, "{kind}: {}", r.summary());
         }
         // Nothing listens on a port just freed: refused.
-        let port = crate::net::free_port().unwrap();
+        let port = crate::host::vm::free_port().unwrap();
         let r = run(&spec(port, 2, 1)).unwrap();
         assert_eq!(r.failures.refused, 2, "{}", r.summary());
     }
@@ -560,8 +591,8 @@ pub(crate) mod tests {
         let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
         // The whole path of `cargo xtask net load ...`: clap's parse, then the spec's checks.
         let parse_options = |args: &[String]| -> Result<LoadSpec, String> {
-            match crate::cli::parse_command("net", &[&["load".to_string()], args].concat())? {
-                crate::cli::Command::Net(crate::cli::tools::NetArgs { command: crate::cli::tools::NetCommand::Load(l) }) => options(l),
+            match crate::host::args::parse_args::<crate::net::options::NetArgs>("net", &[&["load".to_string()], args].concat())? {
+                crate::net::options::NetArgs { command: crate::net::options::NetCommand::Load(l) } => options(l),
                 other => panic!("{other:?}"),
             }
         };

@@ -10,10 +10,9 @@
 pub mod fuzz;
 pub mod linux_guest;
 pub mod load;
-pub mod session;
+pub mod options;
 pub mod tcp_accept;
 
-use std::net::{Ipv4Addr, TcpListener};
 
 /// Which part of the network path a kernel function belongs to, for the sharing audit's
 /// split of cross-core lines per connection (issue 15: driver, stack, IPC): by the name of the
@@ -54,99 +53,19 @@ pub fn audit_class(code: &str) -> &'static str {
     }
 }
 
-/// The guest port the TCP service listens on.
-pub const SERVICE_PORT: u16 = 80;
-
-/// One host-to-guest TCP forward: `127.0.0.1:host` on the host to `guest` in the guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Forward {
-    pub host: u16,
-    pub guest: u16,
-}
-
-/// The guest's network: QEMU's user-mode stack (restricted) with TCP forwards from 127.0.0.1.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NetConfig {
-    pub forwards: Vec<Forward>,
-}
-
-impl NetConfig {
-    /// One forward from a free host port to the service port (the default of `--net`).
-    pub fn service() -> Result<NetConfig, String> {
-        Ok(NetConfig { forwards: vec![Forward { host: free_port()?, guest: SERVICE_PORT }] })
-    }
-
-    /// The host port forwarded to `guest`, if any.
-    pub fn host_port(&self, guest: u16) -> Option<u16> {
-        self.forwards.iter().find(|f| f.guest == guest).map(|f| f.host)
-    }
-
-    /// The QEMU arguments: the NIC and its netdev. Everything the guest can reach is inside
-    /// QEMU (`restrict=on`); the host listens on 127.0.0.1 only.
-    pub fn qemu_args(&self) -> Vec<String> {
-        let mut netdev = String::from("user,id=n0,restrict=on");
-        for f in &self.forwards {
-            netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{}-:{}", f.host, f.guest));
-        }
-        vec!["-netdev".into(), netdev, "-device".into(), "virtio-net-pci,netdev=n0".into()]
-    }
-
-    /// What `run` prints, one line per forward: `net: 127.0.0.1:PORT -> guest:80`.
-    pub fn describe(&self) -> String {
-        self.forwards.iter().map(|f| format!("net: 127.0.0.1:{} -> guest:{}\n", f.host, f.guest)).collect()
-    }
-}
-
-/// QEMU's arguments for a guest without a network: no NIC at all. (Without this, QEMU adds a
-/// default NIC on an unrestricted user-mode network.)
-pub fn no_net_args() -> Vec<String> {
-    vec!["-nic".into(), "none".into()]
-}
-
-/// A TCP port on 127.0.0.1 that is free now (the OS picks it; QEMU binds it a moment later,
-/// and says so if someone else took it in between).
-pub fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("net: cannot find a free port on 127.0.0.1: {e}"))?;
-    l.local_addr().map(|a| a.port()).map_err(|e| format!("net: {e}"))
-}
-
-/// `--hostfwd HOSTPORT:GUESTPORT`.
-pub fn parse_hostfwd(v: &str) -> Result<Forward, String> {
-    let bad = |why: &str| format!("--hostfwd: `{v}` {why} (want HOSTPORT:GUESTPORT, e.g. 8080:80)");
-    let (h, g) = v.split_once(':').ok_or_else(|| bad("has no `:`"))?;
-    let port = |s: &str, which: &str| -> Result<u16, String> {
-        s.trim().parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| bad(&format!("has a bad {which} port `{s}`")))
-    };
-    Ok(Forward { host: port(h, "host")?, guest: port(g, "guest")? })
-}
-
-/// Build the network of `--net` / `--hostfwd` options: with no forward named, the default
-/// one (a free host port to guest port 80). Two forwards from one host port are an error.
-pub fn from_options(forwards: Vec<Forward>) -> Result<NetConfig, String> {
-    if forwards.is_empty() {
-        return NetConfig::service();
-    }
-    for (i, f) in forwards.iter().enumerate() {
-        if forwards[..i].iter().any(|g| g.host == f.host) {
-            return Err(format!("--hostfwd: host port {} is forwarded twice", f.host));
-        }
-    }
-    Ok(NetConfig { forwards })
-}
-
-/// `cargo xtask net ...` (the command line: cli/tools.rs, [`NetCommand`]).
-pub fn main(cmd: crate::cli::tools::NetCommand) -> Result<(), crate::Failure> {
-    use crate::cli::tools::NetCommand;
+/// `cargo xtask net ...` (the command line: options.rs, [`NetCommand`]).
+pub fn main(cmd: crate::net::options::NetCommand) -> Result<(), crate::host::outcome::Failure> {
+    use crate::net::options::NetCommand;
     match cmd {
         NetCommand::Load(a) => {
-            let spec = crate::usage(load::options(a))?;
-            crate::work(load::command(&spec))
+            let spec = crate::host::outcome::usage(load::options(a))?;
+            crate::host::outcome::work(load::command(&spec))
         }
         NetCommand::Fuzz(a) => {
-            let o = crate::usage(fuzz::options(a))?;
-            crate::work(fuzz::command(o))
+            let o = crate::host::outcome::usage(fuzz::options(a))?;
+            crate::host::outcome::work(fuzz::command(o))
         }
-        NetCommand::Selftest => crate::work(qemu_tests().and_then(|t| {
+        NetCommand::Selftest => crate::host::outcome::work(qemu_tests().and_then(|t| {
             println!("{} passed, {} failed", t.passed, t.failed);
             if t.failed > 0 {
                 Err(format!("{} network test(s) failed", t.failed))
@@ -160,23 +79,6 @@ pub fn main(cmd: crate::cli::tools::NetCommand) -> Result<(), crate::Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nic_on_restricted_user_net_forwarding_from_localhost_only() {
-        let n = NetConfig { forwards: vec![Forward { host: 5555, guest: 80 }, Forward { host: 5556, guest: 7 }] };
-        let a = n.qemu_args();
-        assert_eq!(a[0], "-netdev");
-        assert_eq!(a[1], "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:5555-:80,hostfwd=tcp:127.0.0.1:5556-:7");
-        assert_eq!(&a[2..], ["-device", "virtio-net-pci,netdev=n0"]);
-        assert_eq!(n.describe(), "net: 127.0.0.1:5555 -> guest:80\nnet: 127.0.0.1:5556 -> guest:7\n");
-        assert_eq!(n.host_port(7), Some(5556));
-        // Every netdev is restricted and every forward binds 127.0.0.1 (a planted `0.0.0.0`
-        // or a dropped `restrict=on` fails here).
-        for w in a.iter().filter(|s| s.starts_with("user,")) {
-            assert!(w.contains("restrict=on"));
-            assert!(w.split(',').filter(|p| p.starts_with("hostfwd=")).all(|p| p.starts_with("hostfwd=tcp:127.0.0.1:")));
-        }
-    }
 
     #[test]
     fn audit_classes() {
@@ -196,22 +98,9 @@ mod tests {
         assert_eq!(audit_class(""), "other");
     }
 
-    #[test]
-    fn hostfwd_parsing() {
-        assert_eq!(parse_hostfwd("8080:80").unwrap(), Forward { host: 8080, guest: 80 });
-        for bad in ["8080", "x:80", "8080:", "0:80", "70000:80", "80:0", ""] {
-            let e = parse_hostfwd(bad).unwrap_err();
-            assert!(e.starts_with("--hostfwd:"), "{bad}: {e}");
-        }
-        assert!(from_options(vec![Forward { host: 1, guest: 80 }, Forward { host: 1, guest: 81 }]).unwrap_err().contains("twice"));
-        let d = from_options(Vec::new()).unwrap();
-        assert_eq!(d.forwards.len(), 1);
-        assert_eq!(d.forwards[0].guest, 80);
-        assert_ne!(d.forwards[0].host, 0);
-    }
 }
 
-fn tally(t: &mut crate::TestTally, name: &str, r: Result<(), String>) {
+fn tally(t: &mut crate::host::outcome::TestTally, name: &str, r: Result<(), String>) {
     match r {
         Ok(()) => {
             t.passed += 1;
@@ -227,9 +116,9 @@ fn tally(t: &mut crate::TestTally, name: &str, r: Result<(), String>) {
 /// The network's QEMU tests for `cargo xtask test` (also `cargo xtask net selftest`), about
 /// 12 s here: the Linux baseline's service through the forward, and a short seeded fuzz.
 /// (Ours joins when its guest side exists; until then it is not a skip but not a test.)
-pub fn qemu_tests() -> Result<crate::TestTally, String> {
+pub fn qemu_tests() -> Result<crate::host::outcome::TestTally, String> {
     println!("== network: the Linux baseline's TCP service and the frame fuzzer");
-    let mut t = crate::TestTally::default();
+    let mut t = crate::host::outcome::TestTally::default();
     // Catches: the NIC's modules missing or out of order, the guest's interface or route
     // not configured, the forward not reaching guest port 80, a reply that is not the 128
     // bytes, connections lost or counted twice, SO_REUSEPORT listeners not all serving.
@@ -237,8 +126,8 @@ pub fn qemu_tests() -> Result<crate::TestTally, String> {
         let k = crate::linux::fetch_kernel()?;
         let mut vm = crate::linux::LinuxVm::new(&k, &linux_guest::initramfs(&k)?);
         vm.smp = 2;
-        let net = NetConfig::service()?;
-        let port = net.host_port(SERVICE_PORT).ok_or("no forward")?;
+        let net = crate::host::vm::NetConfig::service()?;
+        let port = net.host_port(crate::host::vm::SERVICE_PORT).ok_or("no forward")?;
         vm.net = Some(net);
         let spec = tcp_accept::AcceptSpec { conns: 200, ready_timeout: std::time::Duration::from_secs(120), ..Default::default() };
         vm.append = format!("wl=tcpserv threads=2 conns={} warmup={}", spec.guest_conns(), spec.warmup);

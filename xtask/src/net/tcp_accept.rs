@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use super::load::{self, LoadReport, LoadSpec};
-use super::session::{Finished, Session, WaitEnd};
+use crate::host::qemu::{Finished, Session, WaitEnd};
 
 /// The guest's readiness line (prefix; ` key=value` words may follow).
 pub const READY: &str = "tcpserv: ready";
@@ -186,7 +186,7 @@ pub fn measured_conns(serial: &str) -> Option<u64> {
 pub fn run_batch(qemu_args: &[String], timeout: Duration) -> Result<crate::linux::RunOutput, String> {
     let port = qemu_args
         .iter()
-        .find_map(|a| a.split(',').find_map(|p| p.strip_prefix("hostfwd=tcp:127.0.0.1:")).and_then(|p| p.strip_suffix(&format!("-:{}", super::SERVICE_PORT))))
+        .find_map(|a| a.split(',').find_map(|p| p.strip_prefix("hostfwd=tcp:127.0.0.1:")).and_then(|p| p.strip_suffix(&format!("-:{}", crate::host::vm::SERVICE_PORT))))
         .and_then(|p| p.parse::<u16>().ok())
         .ok_or("tcpserv: no forward to guest port 80 in the QEMU arguments")?;
     let want = |key: &str| -> Option<u64> {

@@ -29,8 +29,8 @@ pub struct Opts {
 const SMP: u32 = 5;
 const APPS: &str = "1-4";
 
-/// `webd cachesim`'s options (cli/tools.rs) with the preset's defaults filled in.
-pub fn options(a: crate::cli::tools::WebdCachesimArgs) -> Result<Opts, String> {
+/// `webd cachesim`'s options (options.rs) with the preset's defaults filled in.
+pub fn options(a: crate::webd::options::WebdCachesimArgs) -> Result<Opts, String> {
     let modes = if a.modes.is_empty() { run::MODES.iter().map(|m| m.to_string()).collect() } else { a.modes };
     let map = a.map.unwrap_or_else(|| if a.preset == "amd16" { "1:0:4:8:12" } else { "3:0:1:4:5" }.into());
     a.files.validate()?;
@@ -82,7 +82,7 @@ pub struct ModeResult {
 }
 
 fn one_mode(o: &Opts, art: &Artifacts, so: &Path, mode: &str) -> Result<ModeResult, String> {
-    let out = crate::env::workspace_root().join("target").join("webd").join(format!("cachesim-{mode}-{}-{}.txt", o.preset, o.files.name()));
+    let out = crate::host::env::workspace_root().join("target").join("webd").join(format!("cachesim-{mode}-{}-{}.txt", o.preset, o.files.name()));
     let _ = std::fs::remove_file(&out);
     let n = o.files.count;
     let same_core = mode == "same-core";
@@ -190,7 +190,7 @@ pub fn command(o: Opts) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join(",")
     );
-    let path = o.json.clone().unwrap_or_else(|| crate::env::workspace_root().join("target").join("webd").join(format!("cachesim-{}-{}.json", o.preset, o.files.name())));
+    let path = o.json.clone().unwrap_or_else(|| crate::host::env::workspace_root().join("target").join("webd").join(format!("cachesim-{}-{}.json", o.preset, o.files.name())));
     std::fs::write(&path, format!("{json}\n")).map_err(|e| format!("{}: {e}", path.display()))?;
     println!("{json}");
     println!("written to {}", path.display());
@@ -215,10 +215,10 @@ mod tests {
         assert!(parse_report("mcpu model=amd16 vcpu=0 party=os insns=x\nend\n").is_err());
     }
 
-    /// `cargo xtask webd cachesim ARGS` through clap (cli/tools.rs), then the defaults.
+    /// `cargo xtask webd cachesim ARGS` through clap (options.rs), then the defaults.
     fn parse(args: &[String]) -> Result<Opts, String> {
-        match crate::cli::parse_command("webd", &[&["cachesim".to_string()], args].concat())? {
-            crate::cli::Command::Webd(crate::cli::tools::WebdArgs { command: crate::cli::tools::WebdCommand::Cachesim(c) }) => super::options(c),
+        match crate::host::args::parse_args::<crate::webd::options::WebdArgs>("webd", &[&["cachesim".to_string()], args].concat())? {
+            crate::webd::options::WebdArgs { command: crate::webd::options::WebdCommand::Cachesim(c) } => super::options(c),
             other => panic!("{other:?}"),
         }
     }

@@ -82,7 +82,7 @@ impl FileSpec {
     /// File `i`'s bytes: a splitmix64 stream seeded by the index and the size, so every
     /// file differs from every other and the same spec always gives the same bytes.
     pub fn content(&self, i: u64) -> Vec<u8> {
-        let mut rng = crate::bench::Rng::new(0x5EED_F11E_0000_0000 ^ (i << 32) ^ self.size);
+        let mut rng = crate::host::rng::Rng::new(0x5EED_F11E_0000_0000 ^ (i << 32) ^ self.size);
         let mut v = Vec::with_capacity(self.size as usize + 8);
         while (v.len() as u64) < self.size {
             v.extend_from_slice(&rng.next().to_le_bytes());
@@ -143,7 +143,7 @@ pub fn read_sums(path: &Path) -> Result<BTreeMap<String, Expect>, String> {
 
 /// Where the artifacts of one file set live: `target/webd/`.
 pub fn work_dir() -> PathBuf {
-    crate::env::target_dir().join("webd")
+    crate::host::env::target_dir().join("webd")
 }
 
 /// A file set made on the host: its directory of files and its sums file.
@@ -190,12 +190,12 @@ pub fn image(m: &Made) -> Result<PathBuf, String> {
 }
 
 /// The initramfs entries that put the files at `/files/NAME` for the Linux baseline.
-pub fn initramfs_entries(m: &Made) -> Result<Vec<crate::linux::CpioEntry>, String> {
-    let mut e = vec![crate::linux::CpioEntry::Dir("files".into())];
+pub fn initramfs_entries(m: &Made) -> Result<Vec<crate::host::cpio::CpioEntry>, String> {
+    let mut e = vec![crate::host::cpio::CpioEntry::Dir("files".into())];
     for name in m.sums.keys() {
         let p = m.dir.join(name);
         let data = fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-        e.push(crate::linux::CpioEntry::File { path: format!("files/{name}"), mode: 0o644, data });
+        e.push(crate::host::cpio::CpioEntry::File { path: format!("files/{name}"), mode: 0o644, data });
     }
     Ok(e)
 }

@@ -313,7 +313,7 @@ pub(crate) mod tests {
         let port = canned(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
         assert_eq!(get_once(port, "/", Duration::from_secs(2)).unwrap_err().0, Failure::Malformed);
         // Nobody there.
-        let free = crate::net::free_port().unwrap();
+        let free = crate::host::vm::free_port().unwrap();
         assert_eq!(get_once(free, "/", Duration::from_secs(2)).unwrap_err().0, Failure::Refused);
     }
 

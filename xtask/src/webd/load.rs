@@ -1,6 +1,6 @@
 //! The HTTP load generator for webd (`cargo xtask webd load`): 127.0.0.1 only, `conns`
 //! connections at once (one thread each, keep-alive unless asked not to), at most `requests`
-//! requests in all (the network load generator's `Tickets`) and none started after
+//! requests in all (on the TCP load generator's core, `net::load::drive`) and none started after
 //! `max_time`; every request has its own timeout. Each response is read whole (Content-Length
 //! framing, bounded) and checked: status 200, and with expected sums the body of
 //! `/filesum/NAME` must be the decimal sum and the body of `/NAME` must have the file's size
@@ -8,12 +8,11 @@
 //! its first byte written (or its connect, when it opens one) to its last byte read.
 
 use std::collections::BTreeMap;
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use super::files::{filesum, Expect};
 use super::http::{self, Conn, Failure};
-use crate::net::load::{percentile, Tickets};
+use crate::net::load::{drive, percentile};
 
 /// Every loop here is bounded.
 pub const MAX_REQUESTS: u64 = 10_000_000;
@@ -230,6 +229,16 @@ struct ThreadResult {
     pending: Option<http::Error>,
 }
 
+/// One load thread's state: its tally, its source ports, its connection (kept alive between
+/// requests unless asked not to) and the connect time the next good request carries.
+struct Worker {
+    r: ThreadResult,
+    ports: Box<dyn Iterator<Item = u16> + Send>,
+    conn_no: u64,
+    conn: Option<(Conn, Option<u64>)>,
+    pending_connect: Duration,
+}
+
 /// Open connection number `k` of thread `t`: steered if asked (skipping source ports in use
 /// here), otherwise from a port the host picks.
 fn connect(spec: &WebLoadSpec, k: u64, next_port: &mut dyn Iterator<Item = u16>) -> Result<(Conn, Option<u64>), http::Error> {
@@ -239,7 +248,7 @@ fn connect(spec: &WebLoadSpec, k: u64, next_port: &mut dyn Iterator<Item = u16>)
     let ch = spec.steer[(k % spec.steer.len() as u64) as usize];
     for _ in 0..256 {
         let Some(sport) = next_port.next() else { break };
-        if super::steer::channel_of(sport, crate::net::SERVICE_PORT, spec.steer_channels) != ch {
+        if super::steer::channel_of(sport, crate::host::vm::SERVICE_PORT, spec.steer_channels) != ch {
             continue;
         }
         if let Some(c) = Conn::open_from(spec.port, sport, spec.timeout)? {
@@ -254,105 +263,97 @@ pub fn run(spec: &WebLoadSpec) -> Result<WebLoadReport, String> {
     spec.validate()?;
     let keepalive = !spec.no_keepalive;
     let threads = spec.conns.min(spec.requests as usize).max(1);
-    let ready = Barrier::new(threads);
-    // The clock starts when every keep-alive connection is open (or has failed to open).
-    let start_cell = std::sync::OnceLock::new();
-    let tickets_cell: std::sync::OnceLock<Tickets> = std::sync::OnceLock::new();
-    let results: Vec<ThreadResult> = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (ready, start_cell, tickets_cell) = (&ready, &start_cell, &tickets_cell);
-                sc.spawn(move || {
-                    let mut r = ThreadResult::default();
-                    // Source ports for steered connections: each thread its own stride of
-                    // the range, so threads never race for one port.
-                    let mut ports = (40000u16..=60999).rev().skip(t).step_by(threads);
-                    let mut conn_no = t as u64;
-                    let fail = |r: &mut ThreadResult, (f, why): http::Error| {
-                        *r.failures.entry(f).or_insert(0) += 1;
-                        r.first_failure.get_or_insert(format!("{}: {why}", f.name()));
-                    };
-                    let mut conn: Option<(Conn, Option<u64>)> = None;
-                    let mut pending_connect = Duration::ZERO;
-                    if keepalive {
-                        match connect(spec, conn_no, &mut ports) {
-                            Ok(c) => {
-                                r.connects += 1;
-                                conn = Some(c);
-                            }
-                            // Counted against this thread's first request below.
-                            Err(e) => r.pending = Some(e),
-                        }
-                        conn_no += threads as u64;
-                    }
-                    ready.wait();
-                    let start = *start_cell.get_or_init(Instant::now);
-                    let tickets = tickets_cell.get_or_init(|| Tickets::new(spec.requests, start + spec.max_time));
-                    while let Some(ticket) = tickets.take() {
-                        r.attempted += 1;
-                        let t0 = Instant::now();
-                        r.first_start.get_or_insert(t0);
-                        // A connect failure saved from before the clock counts for this one.
-                        if let Some(e) = r.pending.take() {
-                            fail(&mut r, e);
-                            r.last_end = Some(Instant::now());
-                            continue;
-                        }
-                        if conn.is_none() {
-                            match connect(spec, conn_no, &mut ports) {
-                                Ok(c) => {
-                                    r.connects += 1;
-                                    pending_connect = c.0.connect_time;
-                                    conn = Some(c);
-                                }
-                                Err(e) => {
-                                    fail(&mut r, e);
-                                    r.last_end = Some(Instant::now());
-                                    conn_no += threads as u64;
-                                    continue;
-                                }
-                            }
-                            conn_no += threads as u64;
-                        }
-                        let (c, ch) = conn.as_mut().expect("a connection is open here");
-                        let ch = *ch;
-                        let path = &spec.paths[(ticket % spec.paths.len() as u64) as usize];
-                        let outcome = c.send(&http::request("GET", path, keepalive), spec.timeout).and_then(|()| c.read_response(t0 + spec.timeout, false)).and_then(|resp| {
-                            if resp.status != 200 {
-                                return Err((Failure::BadStatus, format!("{path}: status {}", resp.status)));
-                            }
-                            if let Some(e) = &spec.expect {
-                                check_body(path, &resp.body, e).map_err(|w| (Failure::WrongBody, w))?;
-                            }
-                            Ok(resp)
-                        });
-                        let end = Instant::now();
-                        r.last_end = Some(end);
-                        match outcome {
-                            Ok(resp) => {
-                                r.latencies.push(end - t0 + std::mem::take(&mut pending_connect));
-                                r.body_bytes += resp.body.len() as u64;
-                                if let Some(ch) = ch {
-                                    *r.per_channel.entry(ch).or_insert(0) += 1;
-                                }
-                                if resp.close || !keepalive {
-                                    conn = None;
-                                }
-                            }
-                            Err(e) => {
-                                fail(&mut r, e);
-                                // After any failure the connection's state is unknown: a new one.
-                                conn = None;
-                                pending_connect = Duration::ZERO;
-                            }
-                        }
-                    }
-                    r
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
-    });
+    let fail = |r: &mut ThreadResult, (f, why): http::Error| {
+        *r.failures.entry(f).or_insert(0) += 1;
+        r.first_failure.get_or_insert(format!("{}: {why}", f.name()));
+    };
+    // The clock starts when every keep-alive connection is open (or has failed to open): the
+    // connects are the workers' preparation.
+    let prepare = |t: usize| {
+        let mut w = Worker {
+            r: ThreadResult::default(),
+            // Source ports for steered connections: each thread its own stride of the
+            // range, so threads never race for one port.
+            ports: Box::new((40000u16..=60999).rev().skip(t).step_by(threads)),
+            conn_no: t as u64,
+            conn: None,
+            pending_connect: Duration::ZERO,
+        };
+        if keepalive {
+            match connect(spec, w.conn_no, &mut w.ports) {
+                Ok(c) => {
+                    w.r.connects += 1;
+                    w.conn = Some(c);
+                }
+                // Counted against this thread's first request below.
+                Err(e) => w.r.pending = Some(e),
+            }
+            w.conn_no += threads as u64;
+        }
+        w
+    };
+    let work = |w: &mut Worker, ticket: u64| {
+        let r = &mut w.r;
+        r.attempted += 1;
+        let t0 = Instant::now();
+        r.first_start.get_or_insert(t0);
+        // A connect failure saved from before the clock counts for this one.
+        if let Some(e) = r.pending.take() {
+            fail(r, e);
+            r.last_end = Some(Instant::now());
+            return;
+        }
+        if w.conn.is_none() {
+            match connect(spec, w.conn_no, &mut w.ports) {
+                Ok(c) => {
+                    r.connects += 1;
+                    w.pending_connect = c.0.connect_time;
+                    w.conn = Some(c);
+                }
+                Err(e) => {
+                    fail(r, e);
+                    r.last_end = Some(Instant::now());
+                    w.conn_no += threads as u64;
+                    return;
+                }
+            }
+            w.conn_no += threads as u64;
+        }
+        let (c, ch) = w.conn.as_mut().expect("a connection is open here");
+        let ch = *ch;
+        let path = &spec.paths[(ticket % spec.paths.len() as u64) as usize];
+        let outcome = c.send(&http::request("GET", path, keepalive), spec.timeout).and_then(|()| c.read_response(t0 + spec.timeout, false)).and_then(|resp| {
+            if resp.status != 200 {
+                return Err((Failure::BadStatus, format!("{path}: status {}", resp.status)));
+            }
+            if let Some(e) = &spec.expect {
+                check_body(path, &resp.body, e).map_err(|w| (Failure::WrongBody, w))?;
+            }
+            Ok(resp)
+        });
+        let end = Instant::now();
+        r.last_end = Some(end);
+        match outcome {
+            Ok(resp) => {
+                r.latencies.push(end - t0 + std::mem::take(&mut w.pending_connect));
+                r.body_bytes += resp.body.len() as u64;
+                if let Some(ch) = ch {
+                    *r.per_channel.entry(ch).or_insert(0) += 1;
+                }
+                if resp.close || !keepalive {
+                    w.conn = None;
+                }
+            }
+            Err(e) => {
+                fail(r, e);
+                // After any failure the connection's state is unknown: a new one.
+                w.conn = None;
+                w.pending_connect = Duration::ZERO;
+            }
+        }
+    };
+    let (workers, _) = drive(threads, spec.requests, spec.max_time, prepare, work);
+    let results: Vec<ThreadResult> = workers.into_iter().map(|w| w.r).collect();
     let mut rep = WebLoadReport {
         port: spec.port,
         conns: spec.conns,
@@ -509,7 +510,7 @@ pub(crate) mod tests {
         let port = server(10, Serve::Unavailable);
         let r = run(&spec(port, 1, 4)).unwrap();
         assert_eq!(r.failures.get(&Failure::BadStatus).copied(), Some(4), "{}", r.table());
-        let free = crate::net::free_port().unwrap();
+        let free = crate::host::vm::free_port().unwrap();
         let r = run(&spec(free, 2, 4)).unwrap();
         assert_eq!(r.failures.get(&Failure::Refused).copied(), Some(4), "{}", r.table());
         // Static files: size and sum of the body.

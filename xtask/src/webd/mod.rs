@@ -2,12 +2,13 @@
 //! bad-input checker (`check`), the files a run serves (`files`), steering a connection to a
 //! chosen front-end (`steer`), booting webd on either system (`run`) and the `webd_filesum`
 //! benchmark rows (xtask/src/bench/webd.rs). Everything connects to 127.0.0.1 only, through
-//! the forward of QEMU's restricted user network (crate::net::NetConfig).
+//! the forward of QEMU's restricted user network (crate::host::vm::NetConfig).
 
 pub mod cachesim;
 pub mod check;
 pub mod files;
 pub mod http;
+pub mod options;
 pub mod load;
 pub mod run;
 pub mod steer;
@@ -15,15 +16,17 @@ pub mod suite;
 
 use std::time::Duration;
 
-use crate::cli::tools::{WebdCheckArgs, WebdCommand, WebdLoadArgs};
+use crate::webd::options::WebdCheckArgs;
+use crate::webd::options::WebdCommand;
+use crate::webd::options::WebdLoadArgs;
 
-/// `cargo xtask webd ...` (the command line: cli/tools.rs, [`WebdCommand`]).
-pub fn main(cmd: WebdCommand) -> Result<(), crate::Failure> {
+/// `cargo xtask webd ...` (the command line: options.rs, [`WebdCommand`]).
+pub fn main(cmd: WebdCommand) -> Result<(), crate::host::outcome::Failure> {
     match cmd {
         WebdCommand::Load(a) => {
             let json_out = a.json.clone();
-            let spec = crate::usage(load_spec(a).and_then(|s| s.validate().map(|()| s).map_err(|e| format!("webd load: {e}"))))?;
-            crate::work((|| {
+            let spec = crate::host::outcome::usage(load_spec(a).and_then(|s| s.validate().map(|()| s).map_err(|e| format!("webd load: {e}"))))?;
+            crate::host::outcome::work((|| {
                 let r = load::run(&spec)?;
                 print!("{}", r.table());
                 let j = r.json();
@@ -38,8 +41,8 @@ pub fn main(cmd: WebdCommand) -> Result<(), crate::Failure> {
             })())
         }
         WebdCommand::Check(a) => {
-            let spec = crate::usage(check_spec(a))?;
-            crate::work((|| {
+            let spec = crate::host::outcome::usage(check_spec(a))?;
+            crate::host::outcome::work((|| {
                 let r = check::run(&spec)?;
                 print!("{}", r.lines());
                 if r.failed() > 0 {
@@ -49,16 +52,16 @@ pub fn main(cmd: WebdCommand) -> Result<(), crate::Failure> {
             })())
         }
         WebdCommand::Run(a) => {
-            let (b, ph) = crate::usage(run::options(a))?;
-            crate::work(run::command(b, ph))
+            let (b, ph) = crate::host::outcome::usage(run::options(a))?;
+            crate::host::outcome::work(run::command(b, ph))
         }
         WebdCommand::Cachesim(a) => {
-            let o = crate::usage(cachesim::options(a))?;
-            crate::work(cachesim::command(o))
+            let o = crate::host::outcome::usage(cachesim::options(a))?;
+            crate::host::outcome::work(cachesim::command(o))
         }
-        WebdCommand::Selftest => crate::work((|| {
-            let kernel = crate::env::build_kernel()?;
-            let initrd = crate::user::build_initrd()?;
+        WebdCommand::Selftest => crate::host::outcome::work((|| {
+            let kernel = crate::host::env::build_kernel()?;
+            let initrd = crate::host::user::build_initrd()?;
             let t = suite::ci_tests(&kernel, &initrd)?;
             println!("{} passed, {} failed", t.passed, t.failed);
             if t.failed > 0 {
@@ -125,12 +128,9 @@ mod tests {
         s.split_whitespace().map(String::from).collect()
     }
 
-    /// `cargo xtask webd SUB ARGS...` through clap (cli/tools.rs), one-line error.
+    /// `cargo xtask webd SUB ARGS...` through clap (options.rs), one-line error.
     fn parse(sub: &str, args: &[String]) -> Result<WebdCommand, String> {
-        match crate::cli::parse_command("webd", &[&[sub.to_string()], args].concat())? {
-            crate::cli::Command::Webd(w) => Ok(w.command),
-            other => panic!("{other:?}"),
-        }
+        crate::host::args::parse_args::<crate::webd::options::WebdArgs>("webd", &[&[sub.to_string()], args].concat()).map(|w| w.command)
     }
 
     /// The whole path of `webd load ARGS` up to the run, but without the spec's own checks.

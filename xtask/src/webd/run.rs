@@ -17,9 +17,9 @@ use super::files::{self, Expect, FileSpec, Made};
 use super::http::{self, Conn};
 use super::{check, load, steer};
 use crate::bench::json::{self, Value};
-use crate::net::session::{Finished, Session, WaitEnd};
+use crate::host::qemu::{Finished, Session, WaitEnd};
 use crate::net::tcp_accept::words;
-use crate::qemu::{BootMedium, VmConfig};
+use crate::host::vm::{BootMedium, VmConfig};
 
 /// The guest's readiness line (prefix; ` key=value` words follow).
 pub const READY: &str = "webd: ready";
@@ -112,7 +112,7 @@ impl Artifacts {
     /// `webd-linux`).
     pub fn build(system: Sys) -> Result<Artifacts, String> {
         Ok(match system {
-            Sys::Ours => Artifacts::Ours { kernel: crate::env::build_kernel()?, initrd: crate::user::build_initrd()? },
+            Sys::Ours => Artifacts::Ours { kernel: crate::host::env::build_kernel()?, initrd: crate::host::user::build_initrd()? },
             Sys::Linux => Artifacts::Linux { kernel: crate::bench::linux_sys::guest_kernel()?, webd: crate::bench::linux_sys::build_static("bench", "webd-linux")? },
         })
     }
@@ -148,8 +148,8 @@ pub fn prepare(b: &WebdBoot, art: &Artifacts) -> Result<Prepared, String> {
         return Err(format!("--mode: `{}` is not one of {}", b.mode, MODES.join(", ")));
     }
     let made = files::make(&b.files)?;
-    let net = crate::net::NetConfig::service()?;
-    let port = net.host_port(crate::net::SERVICE_PORT).ok_or("no forward to the service port")?;
+    let net = crate::host::vm::NetConfig::service()?;
+    let port = net.host_port(crate::host::vm::SERVICE_PORT).ok_or("no forward to the service port")?;
     let mut guest = format!("--mode {}", b.mode);
     let mut cfg = match art {
         Artifacts::Ours { kernel, initrd } => {
@@ -386,7 +386,7 @@ impl WebdOutcome {
     }
 
     /// The system's own verdict on the run: ours exits through the kernel's leak check (QEMU
-    /// status [`crate::qemu::QEMU_EXIT_SUCCESS`]: init exited 0 and nothing leaked); Linux
+    /// status [`crate::host::vm::QEMU_EXIT_SUCCESS`]: init exited 0 and nothing leaked); Linux
     /// powers off (status 0). No panic or oops on the serial line either way.
     pub fn verdict(&self, system: Sys) -> Result<(), String> {
         if let Some(p) = &self.problem {
@@ -397,7 +397,7 @@ impl WebdOutcome {
             return Err(format!("the serial line says: {}", l.trim()));
         }
         let want = match system {
-            Sys::Ours => crate::qemu::QEMU_EXIT_SUCCESS,
+            Sys::Ours => crate::host::vm::QEMU_EXIT_SUCCESS,
             Sys::Linux => 0,
         };
         if self.finished.killed || self.finished.exit_code != Some(want) {
@@ -469,7 +469,7 @@ impl Running {
         let conns: Vec<(Option<usize>, Result<Conn, String>)> = match self.system {
             Sys::Ours => (0..self.frontends.len())
                 .map(|i| {
-                    let c = steer::ports_for(i as u64, n, crate::net::SERVICE_PORT)
+                    let c = steer::ports_for(i as u64, n, crate::host::vm::SERVICE_PORT)
                         .find_map(|sport| match Conn::open_from(self.port, sport, self.timeout) {
                             Ok(Some(c)) => Some(Ok(c)),
                             Ok(None) => None,
@@ -567,9 +567,9 @@ impl Running {
 
 // ---- `cargo xtask webd run` ----
 
-/// `webd run`'s options (cli/tools.rs) as the boot and its phases; `--load`'s sums file is
+/// `webd run`'s options (options.rs) as the boot and its phases; `--load`'s sums file is
 /// read here.
-pub fn options(a: crate::cli::tools::WebdRunArgs) -> Result<(WebdBoot, RunPhases), String> {
+pub fn options(a: crate::webd::options::WebdRunArgs) -> Result<(WebdBoot, RunPhases), String> {
     let b = WebdBoot {
         system: if a.system == "linux" { Sys::Linux } else { Sys::Ours },
         mode: a.mode,
@@ -725,10 +725,10 @@ mod tests {
     #[test]
     fn run_options() {
         let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
-        // The whole path of `cargo xtask webd run ...`: clap (cli/tools.rs), then `options`.
+        // The whole path of `cargo xtask webd run ...`: clap (options.rs), then `options`.
         let parse_run = |args: Vec<String>| -> Result<(WebdBoot, RunPhases), String> {
-            match crate::cli::parse_command("webd", &[&["run".to_string()], &args[..]].concat())? {
-                crate::cli::Command::Webd(crate::cli::tools::WebdArgs { command: crate::cli::tools::WebdCommand::Run(r) }) => options(r),
+            match crate::host::args::parse_args::<crate::webd::options::WebdArgs>("webd", &[&["run".to_string()], &args[..]].concat())? {
+                crate::webd::options::WebdArgs { command: crate::webd::options::WebdCommand::Run(r) } => options(r),
                 other => panic!("{other:?}"),
             }
         };

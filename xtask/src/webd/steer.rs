@@ -113,7 +113,7 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
         drop(c);
         // Nothing listening: refused.
-        let free = crate::net::free_port().unwrap();
+        let free = crate::host::vm::free_port().unwrap();
         let sport2 = ports_for(0, 2, 80).find(|&p| p != sport && TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok()).unwrap();
         assert_eq!(connect_from(sport2, free, Duration::from_secs(2)).unwrap_err().kind(), io::ErrorKind::ConnectionRefused);
     }

@@ -11,7 +11,7 @@ use super::check;
 use super::http;
 use super::files::FileSpec;
 use super::run::{self, Artifacts, Running, Sys, WebdBoot};
-use crate::TestTally;
+use crate::host::outcome::TestTally;
 
 /// One boot of ours in `mode`, checked three ways.
 fn one_mode(art: &Artifacts, mode: &str) -> TestTally {

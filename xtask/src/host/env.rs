@@ -153,6 +153,6 @@ pub fn build_kernel_with(features: &[&str]) -> Result<PathBuf, String> {
     } else {
         kernel_target_dir().join(format!("x86_64-unknown-none/release/kernel-{}.elf", features.join("-")))
     };
-    crate::ksyms::write_symbolized(&linked, &bootable)?;
+    crate::host::ksyms::write_symbolized(&linked, &bootable)?;
     Ok(bootable)
 }

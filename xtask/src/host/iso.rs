@@ -8,14 +8,14 @@ use std::process::Command;
 pub const OVMF_CODE: &str = "/usr/share/ovmf/OVMF.fd";
 
 pub fn default_iso_path() -> PathBuf {
-    crate::env::target_dir().join("os.iso")
+    crate::host::env::target_dir().join("os.iso")
 }
 
 pub fn ensure_ovmf() -> Result<(), String> {
     if Path::new(OVMF_CODE).exists() {
         return Ok(());
     }
-    crate::env::ensure_packages(&["ovmf"])
+    crate::host::env::ensure_packages(&["ovmf"])
 }
 
 fn grub_cfg(cmdline: &str) -> String {
@@ -28,14 +28,14 @@ fn grub_cfg(cmdline: &str) -> String {
 
 /// Build the kernel and an ISO around it with the given kernel command line.
 pub fn build_iso_with(out: &Path, cmdline: &str) -> Result<(), String> {
-    crate::env::ensure_tool("grub-mkrescue", &["grub-common", "grub-pc-bin", "grub-efi-amd64-bin", "xorriso", "mtools"])?;
-    crate::env::ensure_packages(&["grub-pc-bin", "grub-efi-amd64-bin", "xorriso", "mtools"])?;
-    let kernel = crate::env::build_kernel()?;
-    let stage = crate::env::target_dir().join("iso-stage");
+    crate::host::env::ensure_tool("grub-mkrescue", &["grub-common", "grub-pc-bin", "grub-efi-amd64-bin", "xorriso", "mtools"])?;
+    crate::host::env::ensure_packages(&["grub-pc-bin", "grub-efi-amd64-bin", "xorriso", "mtools"])?;
+    let kernel = crate::host::env::build_kernel()?;
+    let stage = crate::host::env::target_dir().join("iso-stage");
     let _ = std::fs::remove_dir_all(&stage);
     std::fs::create_dir_all(stage.join("boot/grub")).map_err(|e| format!("cannot create {}: {e}", stage.display()))?;
     std::fs::copy(&kernel, stage.join("boot/kernel.elf")).map_err(|e| format!("cannot copy the kernel: {e}"))?;
-    let initrd = crate::user::build_initrd()?;
+    let initrd = crate::host::user::build_initrd()?;
     std::fs::copy(&initrd, stage.join("boot/initrd.cpio")).map_err(|e| format!("cannot copy the program archive: {e}"))?;
     std::fs::write(stage.join("boot/grub/grub.cfg"), grub_cfg(cmdline)).map_err(|e| format!("cannot write grub.cfg: {e}"))?;
     if let Some(dir) = out.parent() {

@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::env::{target_dir, workspace_root};
+use crate::host::env::{target_dir, workspace_root};
 
 /// Code generation for user programs: a fixed link address (no PIE, code model small, the
 /// default) and frame pointers for backtraces. Passed through
@@ -49,7 +49,7 @@ pub fn program_names() -> Result<Vec<String>, String> {
 
 /// Build all user programs (release) and return the directory holding the binaries.
 pub fn build_programs() -> Result<PathBuf, String> {
-    crate::env::ensure_bare_target()?;
+    crate::host::env::ensure_bare_target()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .current_dir(workspace_root())
@@ -163,11 +163,11 @@ pub fn write_archive(out: &Path, programs: &[(String, Vec<u8>)]) -> Result<(), S
 
 /// Pack files into a newc archive: regular files, mode 0755, no directories.
 pub fn pack(files: &[(String, Vec<u8>)]) -> Vec<u8> {
-    let entries: Vec<crate::linux::CpioEntry> = files
+    let entries: Vec<crate::host::cpio::CpioEntry> = files
         .iter()
-        .map(|(name, data)| crate::linux::CpioEntry::File { path: name.clone(), mode: 0o755, data: data.clone() })
+        .map(|(name, data)| crate::host::cpio::CpioEntry::File { path: name.clone(), mode: 0o755, data: data.clone() })
         .collect();
-    crate::linux::cpio_newc(&entries)
+    crate::host::cpio::cpio_newc(&entries)
 }
 
 #[cfg(test)]

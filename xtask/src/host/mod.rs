@@ -1,0 +1,20 @@
+//! The host layer: what every command of `cargo xtask` stands on, and which knows none of
+//! them. The build environment and its package installs (`env`), the user programs and their
+//! archive (`user`, `cpio`), the GRUB ISO (`iso`), the kernel's symbols (`ksyms`), the
+//! machine QEMU emulates (`vm`) and the one way to run QEMU and read its serial console
+//! (`qemu`), the seeded generator (`rng`), progress lines (`progress`) and how a command ends
+//! (`outcome`: its failure, and the test tallies).
+//!
+//! Nothing here imports a command module (docs/architecture-host.md draws the layers).
+
+pub mod args;
+pub mod cpio;
+pub mod env;
+pub mod iso;
+pub mod ksyms;
+pub mod outcome;
+pub mod progress;
+pub mod qemu;
+pub mod rng;
+pub mod user;
+pub mod vm;
