@@ -15,9 +15,7 @@
 
 extern crate alloc;
 
-#[path = "../../../../xtask/src/commute/cases.rs"]
-#[allow(dead_code)]
-mod cases;
+use testdefs::commute_cases as cases;
 
 use abi::{ArKind, ArMapping, Error, ObjName, ObjectId, SegMapping, COPY_EAGER, COPY_ON_WRITE, MAP_READ, MAP_WRITE, MEMID_SELF};
 use alloc::string::{String, ToString};

@@ -1,9 +1,9 @@
-//! Writing ext2 (the other half of `ext2.rs`, same rules: `core` and `alloc` only, no
-//! `unsafe`, every on-disk number checked, compiled into the host tool too): block and inode
+//! Writing ext2 (the other half of `lib.rs`, same rules: `core` and `alloc` only, no
+//! `unsafe`, every on-disk number checked): block and inode
 //! allocation through the bitmaps (counts kept in the group descriptors and the superblock),
 //! block mapping with indirect blocks allocated on demand, file writes (sparse files keep their
 //! holes), truncate. Directory operations (create, mkdir, symlink, link, unlink, rmdir, rename)
-//! are in `ext2_dir.rs`.
+//! are in `dir.rs`.
 //!
 //! Everything goes through the `Disk` (the buffer cache in the library OS); nothing here
 //! orders writes. The caller's sync writes the data blocks recorded in `dirty_data` first, then
@@ -15,7 +15,7 @@
 
 use alloc::vec;
 
-use super::ext2::{le32, Disk, Ext2, FsError, Inode, Result, S_IFMT, S_IFREG};
+use crate::{le32, Disk, Ext2, FsError, Inode, Result, S_IFMT, S_IFREG};
 
 pub(crate) fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_le_bytes());
@@ -659,7 +659,7 @@ impl<D: Disk> Ext2<D> {
             return Err(if ino.is_dir() { FsError::IsDir } else { FsError::InvalidArgument });
         }
         let end = off.checked_add(data.len() as u64).ok_or(FsError::InvalidArgument)?;
-        if end > (1u64 << 31) - 1 && self.sb.feature_ro_compat & super::ext2::RO_COMPAT_LARGE_FILE == 0 {
+        if end > (1u64 << 31) - 1 && self.sb.feature_ro_compat & crate::RO_COMPAT_LARGE_FILE == 0 {
             return Err(FsError::InvalidArgument);
         }
         self.frozen_blocks_ok(ino, off, data.len() as u64)?;
