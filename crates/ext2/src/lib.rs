@@ -35,7 +35,6 @@ pub mod dir;
 pub mod write;
 
 pub use dir::split_path;
-pub use write::Reserve;
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -335,15 +334,43 @@ pub struct Stat {
     pub mtime: u32,
 }
 
+/// Most inodes a core's reserve holds (a batch is at most one inode-table block's worth).
+pub const RESERVE_INODES: usize = 32;
+/// Most blocks a core's reserve holds (a batch, and the most it keeps of what it frees).
+pub const RESERVE_BLOCKS: usize = 64;
+/// Cores with a reserve; a core past this allocates from the bitmaps.
+pub const RESERVE_CORES: usize = 64;
+
+/// One core's reserve of free inodes and blocks (docs/fs.md, "Create and unlink"; taken and
+/// given back in `write.rs`). What it
+/// holds is marked used in the bitmaps and not counted free in the group descriptors and the
+/// superblock (taken out in a batch), so the on-disk state is consistent at every moment but
+/// for allocated, unreferenced items, which `return_reserves` (every sync) gives back. On a
+/// line pair of its own: only its core writes it.
+#[derive(Clone)]
+#[repr(align(128))]
+pub struct Reserve {
+    pub(crate) inodes: [u32; RESERVE_INODES],
+    pub(crate) n_inodes: usize,
+    pub(crate) blocks: [u64; RESERVE_BLOCKS],
+    pub(crate) n_blocks: usize,
+}
+
+impl Default for Reserve {
+    fn default() -> Self {
+        Reserve { inodes: [0; RESERVE_INODES], n_inodes: 0, blocks: [0; RESERVE_BLOCKS], n_blocks: 0 }
+    }
+}
+
 /// A mounted ext2 file system over a `Disk`.
 pub struct Ext2<D: Disk> {
     pub dev: D,
     pub sb: Superblock,
     pub bs: u64,
     pub groups: Vec<Group>,
-    /// Per-core reserves of inodes and blocks (`write.rs`, "Reserves"), indexed by core;
+    /// Per-core reserves of inodes and blocks (`Reserve`; taken and given back in `write.rs`), indexed by core;
     /// used only while `reserve_core` is set.
-    pub(crate) reserves: Vec<write::Reserve>,
+    pub(crate) reserves: Vec<Reserve>,
     /// Which core's reserve a call draws from and gives back to (the library OS: the calling
     /// core). `None` (the host tool's default): no reserves, every allocation goes through
     /// the bitmaps.
@@ -692,13 +719,6 @@ impl<D: Disk> Ext2<D> {
 
     pub fn stat_of(ino: &Inode) -> Stat {
         Stat { ino: ino.ino, mode: ino.mode, links: ino.links, uid: ino.uid, gid: ino.gid, size: ino.size, blocks512: ino.blocks512, mtime: ino.mtime }
-    }
-
-    /// For `df`: free blocks, blocks, free inodes, inodes. What the per-core reserves hold counts as free
-    /// (it goes back to the bitmaps at the next sync).
-    pub fn usage(&self) -> (u64, u64, u64, u64) {
-        let (ri, rb) = self.reserved();
-        (self.sb.free_blocks_count as u64 + rb, self.sb.blocks_count as u64, self.sb.free_inodes_count as u64 + ri, self.sb.inodes_count as u64)
     }
 }
 

@@ -15,40 +15,13 @@
 
 use alloc::vec;
 
-use crate::{le32, Disk, Ext2, FsError, Inode, Result, S_IFMT, S_IFREG};
+use crate::{le32, Disk, Ext2, FsError, Inode, Reserve, Result, RESERVE_BLOCKS, RESERVE_CORES, RESERVE_INODES, S_IFMT, S_IFREG};
 
 pub(crate) fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
 pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-/// Most inodes a core's reserve holds (a batch is at most one inode-table block's worth).
-pub const RESERVE_INODES: usize = 32;
-/// Most blocks a core's reserve holds (a batch, and the most it keeps of what it frees).
-pub const RESERVE_BLOCKS: usize = 64;
-/// Cores with a reserve; a core past this allocates from the bitmaps.
-pub const RESERVE_CORES: usize = 64;
-
-/// One core's reserve of free inodes and blocks (docs/fs.md, "Create and unlink"). What it
-/// holds is marked used in the bitmaps and not counted free in the group descriptors and the
-/// superblock (taken out in a batch), so the on-disk state is consistent at every moment but
-/// for allocated, unreferenced items, which `return_reserves` (every sync) gives back. On a
-/// line pair of its own: only its core writes it.
-#[derive(Clone)]
-#[repr(align(128))]
-pub struct Reserve {
-    inodes: [u32; RESERVE_INODES],
-    n_inodes: usize,
-    blocks: [u64; RESERVE_BLOCKS],
-    n_blocks: usize,
-}
-
-impl Default for Reserve {
-    fn default() -> Self {
-        Reserve { inodes: [0; RESERVE_INODES], n_inodes: 0, blocks: [0; RESERVE_BLOCKS], n_blocks: 0 }
-    }
 }
 
 impl<D: Disk> Ext2<D> {
@@ -454,6 +427,13 @@ impl<D: Disk> Ext2<D> {
     pub fn reserved(&self) -> (u64, u64) {
         let (i, b) = self.reserves.iter().fold((0, 0), |(i, b), r| (i + r.n_inodes as u64, b + r.n_blocks as u64));
         (i + self.spilled_inodes.len() as u64, b + self.spilled_blocks.len() as u64)
+    }
+
+    /// For `df`: free blocks, blocks, free inodes, inodes. What the per-core reserves hold counts as free
+    /// (it goes back to the bitmaps at the next sync).
+    pub fn usage(&self) -> (u64, u64, u64, u64) {
+        let (ri, rb) = self.reserved();
+        (self.sb.free_blocks_count as u64 + rb, self.sb.blocks_count as u64, self.sb.free_inodes_count as u64 + ri, self.sb.inodes_count as u64)
     }
 
     /// A core whose reserve holds a block, and that block (for tests of double frees).
