@@ -94,22 +94,24 @@ fn cache_mark() -> *mut () {
 }
 
 /// Run `f` on the buffer cache's table without the file system's lock, for a descriptor
-/// opened on mount `mount`. `None` (take the lock) when that mount is gone, when the cache is
-/// not linked in this context's root range yet, or when `f` says so.
+/// opened on mount `mount`, as the mount counter `current` counts them (`open_files::MOUNT`,
+/// passed down by the caller: the cache does not reach up into the descriptors). `None` (take
+/// the lock) when that mount is gone, when the cache is not linked in this context's root
+/// range yet, or when `f` says so.
 ///
 /// Why the table's memory stays mapped while `f` runs: the reader publishes its borrow slot
-/// (a store and a full fence) *then* checks that `open_files::MOUNT` is still `mount`; an
+/// (a store and a full fence) *then* checks that `current` is still `mount`; an
 /// unmount raises `MOUNT` (a `SeqCst` increment) *then* waits until no slot names the cache
 /// (`drain_unlocked`) before it drops the cache, so either the reader sees the new mount and
 /// leaves, or the unmount sees the slot and waits (percore::borrow's Dekker argument). The
 /// link record (`LINKED`) is written under the lock before the mount is published, and
 /// cleared only when the cache is dropped, after the drain.
-pub(super) fn with_unlocked<R>(mount: u64, f: impl FnOnce(&Table, usize) -> Option<R>) -> Option<R> {
+pub(super) fn with_unlocked<R>(mount: u64, current: &AtomicU64, f: impl FnOnce(&Table, usize) -> Option<R>) -> Option<R> {
     let ctx = crate::ctx::ctx();
     let c = ctx.core as usize;
     let root = ctx.root_ar.object;
     let slot = READERS.publish(c, cache_mark())?;
-    let r = if super::open_files::MOUNT.load(Ordering::SeqCst) == mount && LINKED.get(c).is_some_and(|l| l.load(Ordering::Acquire) == root) {
+    let r = if current.load(Ordering::SeqCst) == mount && LINKED.get(c).is_some_and(|l| l.load(Ordering::Acquire) == root) {
         // SAFETY: the current mount's cache table is mapped at CACHE_VA in this context's
         // root range (LINKED), and stays mapped until our borrow ends (see above); `attach`
         // checks the table's magic before using it.

@@ -1172,7 +1172,7 @@ fn read_unlocked_inner(fd: Fd, buf: &mut [u8], at: Option<u64>) -> Option<usize>
         return None;
     }
     let off = at.unwrap_or(snap.off);
-    let n = cache::with_unlocked(snap.mount, |t, core| {
+    let n = cache::with_unlocked(snap.mount, &open_files::MOUNT, |t, core| {
         let geo = GEOMETRY.get();
         let (n, _) = ext2::read_unlocked(&geo, snap.ino, off, buf, &mut |o, b| cache::try_copy(t, core, o, b))?;
         open_files::unchanged(snap.ino, snap.gen).then_some(n)
