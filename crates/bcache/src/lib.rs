@@ -176,6 +176,7 @@ fn layout(slots: usize) -> Layout {
 }
 
 /// Bytes a table of `slots` pages takes.
+#[inline]
 pub fn table_bytes(slots: usize) -> usize {
     layout(slots).bytes
 }
@@ -233,6 +234,7 @@ impl Table {
     /// # Safety
     /// `[base, base + 4096)` is mapped readable, and if it holds a table, the whole table is
     /// mapped (as `init` requires).
+    #[inline]
     pub unsafe fn attach(base: usize) -> Option<Table> {
         // SAFETY: the header is mapped (caller).
         let h = unsafe { &*(base as *const Header) };
@@ -245,6 +247,7 @@ impl Table {
 
     /// A table that holds nothing, for a `Cache` under construction; never used before `init`
     /// replaces it.
+    #[inline]
     pub fn placeholder() -> Table {
         Table { base: 0, slots: 0, lay: layout(1) }
     }
@@ -306,6 +309,7 @@ impl Table {
 
     /// The slot the index names for `block`, if any (lock-free; may miss while the fill lock's
     /// holder changes the index).
+    #[inline]
     fn find(&self, block: u64) -> Option<usize> {
         let h = hash(block, self.lay.index_len);
         for i in 0..self.lay.index_len {
@@ -678,6 +682,7 @@ impl Table {
     }
 
     /// Mark page `block` as file data if it is cached and dirty (written back first).
+    #[inline]
     pub fn note_data(&self, block: u64) {
         if let Some(s) = self.find(block) {
             if let Some(f) = self.page(s).flags(0) {

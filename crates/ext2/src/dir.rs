@@ -30,6 +30,7 @@ fn rec_need(n: usize) -> usize {
 }
 
 /// Split a path into its parent directory and last name (trailing slashes ignored).
+#[inline]
 pub fn split_path(path: &[u8]) -> Result<(&[u8], &[u8])> {
     let mut end = path.len();
     while end > 0 && path[end - 1] == b'/' {

@@ -17,9 +17,11 @@ use alloc::vec;
 
 use crate::{le32, Disk, Ext2, FsError, Inode, Reserve, Result, RESERVE_BLOCKS, RESERVE_CORES, RESERVE_INODES, S_IFMT, S_IFREG};
 
+#[inline]
 pub(crate) fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
+#[inline]
 pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
