@@ -1025,7 +1025,7 @@ fn seeded_corruptions_never_panic() -> TestResult {
     Ok(Pass::Ok)
 }
 
-// ---- The buffer cache (fs/bcache.rs, fs/disk.rs): shared with cfork'd children where asked.
+// ---- The buffer cache (crate bcache, fs/cache.rs): shared with cfork'd children where asked.
 
 const BC_PATH: &str = "/bcache-shared";
 const BC_PAGES: u64 = 8;
