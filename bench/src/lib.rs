@@ -16,7 +16,7 @@ extern crate std;
 // (the library OS's per-core heap, std's).
 extern crate alloc;
 
-pub mod catalog;
+pub use testdefs::bench_catalog as catalog;
 pub mod commute_posix;
 pub mod harness;
 #[cfg(target_os = "linux")]
@@ -28,7 +28,7 @@ pub mod metis_linux;
 pub mod metis_ours;
 pub mod ours;
 pub mod params;
-pub mod posix_cases;
+pub use testdefs::posix_cases;
 pub mod report;
 pub mod suite;
 

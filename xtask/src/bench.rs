@@ -3,9 +3,7 @@
 //! count and system; results as JSON, a table with the ours/Linux ratio, and one plot per
 //! benchmark (docs/bench.md).
 
-#[path = "../../bench/src/catalog.rs"]
-#[allow(dead_code)] // shared with the guest crate; the host uses part of it
-pub(crate) mod catalog;
+pub(crate) use testdefs::bench_catalog as catalog;
 pub(crate) mod fsimage;
 pub(crate) mod guest;
 mod html;

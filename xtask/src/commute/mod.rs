@@ -7,15 +7,12 @@
 //! and read or written by the other inside the two calls' regions.
 
 pub mod baseline;
-#[allow(dead_code)] // shared with the guest, which uses all of it
-pub mod cases;
+pub use testdefs::commute_cases as cases;
 pub mod heatmap_png;
 pub mod model;
 pub mod options;
 pub mod posix;
-#[path = "../../../bench/src/posix_cases.rs"]
-#[allow(dead_code)] // shared with the guest program, which uses all of it
-pub mod posix_cases;
+pub use testdefs::posix_cases;
 pub mod posix_model;
 
 use crate::plugins::{self, Record, Symbols};

@@ -1,23 +1,13 @@
 //! `cargo xtask fs`: ext2 images on the host (issue 16). `mkimage` and `check` wrap Debian's
 //! e2fsprogs (`mke2fs -t ext2 -d DIR`, `e2fsck -fn`), installed on demand; `ls`, `cat` and
-//! `get` read an image with the library OS's own ext2 reader (`user/libos/src/fs/ext2.rs`,
-//! compiled here unchanged), so the host commands exercise the same code the guest runs, and
+//! `get` read an image with the library OS's own ext2 code (crate `ext2`, `crates/ext2`), so
+//! the host commands exercise the same code the guest runs, and
 //! the host tests below run it against real `mke2fs` images, corrupted ones included.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-#[path = "../../../user/libos/src/fs/ext2.rs"]
-#[allow(dead_code)]
-pub mod ext2;
-#[path = "../../../user/libos/src/fs/ext2_write.rs"]
-#[allow(dead_code)]
-pub mod ext2_write;
-#[path = "../../../user/libos/src/fs/ext2_dir.rs"]
-#[allow(dead_code)]
-pub mod ext2_dir;
 
 mod crash;
 pub mod options;
@@ -28,8 +18,7 @@ use ext2::{Disk, Ext2, FsError};
 use crate::fs::options::FsCommand;
 
 /// The files of `fstest`'s image (shared with the guest test).
-#[path = "../../../user/apps/src/common/fstest_files.rs"]
-mod fstest_files;
+use testdefs::fstest_files;
 
 /// `cargo xtask fs ...` (the command line: options.rs, [`FsCommand`]).
 pub fn main(cmd: FsCommand) -> Result<(), crate::host::outcome::Failure> {
@@ -194,8 +183,10 @@ impl Disk for ImageFile {
 }
 
 /// An image in memory as a `Disk` (tests).
+#[cfg(test)]
 pub struct MemDisk(pub Vec<u8>);
 
+#[cfg(test)]
 impl Disk for MemDisk {
     fn read_at(&mut self, off: u64, buf: &mut [u8]) -> ext2::Result<()> {
         let s = usize::try_from(off).map_err(|_| FsError::Io)?;
@@ -247,7 +238,7 @@ pub fn read_file(img: &Path, path: &str) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// Write `fstest`'s files (`user/apps/src/common/fstest_files.rs`) under `root`.
+/// Write `fstest`'s files (`testdefs::fstest_files`) under `root`.
 pub fn write_fstest_tree(root: &Path) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(root);
     for (path, len, seed) in fstest_files::FILES {

@@ -42,6 +42,6 @@ pub enum FsCommand {
         #[arg(long, value_name = "S", default_value = "1", value_parser = number)]
         seed: u64,
     },
-    /// The image `fstest` checks (its files: user/apps/src/common/fstest_files.rs)
+    /// The image `fstest` checks (its files: crates/testdefs/src/fstest_files.rs)
     FstestImage { img: PathBuf },
 }

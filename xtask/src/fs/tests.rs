@@ -514,7 +514,7 @@ fn reserve_core() -> usize {
     RESERVE_CORE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Per-core reserves of inodes and blocks (`ext2_write::Reserve`): two "cores" creating,
+/// Per-core reserves of inodes and blocks (`ext2::Reserve`): two "cores" creating,
 /// writing and unlinking files in their own directories, interleaved, draw from and give back
 /// to their own reserves; the reserves hold inodes and blocks while they run, in different
 /// inode-table blocks; `return_reserves` (what every sync does) leaves the exact counts of

@@ -8,13 +8,14 @@ use super::{Check, Mutant};
 
 /// `cargo test -p percore` (host: unit tests, stress tests on threads, property tests).
 const PERCORE_HOST: Check = Check::Cargo(&["-p", "percore"]);
-/// The buffer cache's table on the host (`percore/tests/bcache.rs` compiles the library OS's
-/// `bcache.rs` by path).
-const BCACHE_HOST: Check = Check::Cargo(&["-p", "percore", "--test", "bcache"]);
-/// The ext2 code on the host (`xtask/src/fs` compiles the library OS's ext2 files by path;
-/// the tests need mke2fs and e2fsck, which `cargo xtask` installs). The ext2 allocation
-/// mutants have no guest check: the `fs` suite's image has one block group, so only the
-/// host's four-group tests (`fs::groups_tests`) can see them.
+/// The buffer cache's table on the host (crate `bcache`: its unit tests and `tests/table.rs`).
+const BCACHE_HOST: Check = Check::Cargo(&["-p", "bcache"]);
+/// The ext2 crate's own tests (memory images made by the test itself; no e2fsprogs).
+const EXT2_CRATE: Check = Check::Cargo(&["-p", "ext2"]);
+/// The ext2 crate on `mke2fs` images (`xtask/src/fs/tests.rs`, `groups_tests.rs`: the tests
+/// need mke2fs and e2fsck, which `cargo xtask` installs). The ext2 allocation mutants have no
+/// guest check: the `fs` suite's image has one block group, so only the host's four-group
+/// tests (`fs::groups_tests`) can see them.
 const EXT2_HOST: Check = Check::Cargo(&["-p", "xtask", "--", "fs::"]);
 
 pub const CATALOG: &[Mutant] = &[
@@ -355,40 +356,40 @@ pub const CATALOG: &[Mutant] = &[
     // ---- ext2 allocation (blocks and inodes, every group) ----------------------------------
     Mutant {
         name: "ext2_blocks_only_from_the_goal_group",
-        file: "user/libos/src/fs/ext2_write.rs",
+        file: "crates/ext2/src/write.rs",
         original: "            let g = (goal + k) % ng;\n            if self.groups[g].free_blocks == 0 {",
         replacement: "            let g = (goal + k * 0) % ng;\n            if self.groups[g].free_blocks == 0 {",
-        checks: &[EXT2_HOST],
+        checks: &[EXT2_CRATE, EXT2_HOST],
         plants: "block allocation looks only in the goal group: NoSpace while other groups have free blocks",
     },
     Mutant {
         name: "ext2_inodes_only_from_the_goal_group",
-        file: "user/libos/src/fs/ext2_write.rs",
+        file: "crates/ext2/src/write.rs",
         original: "            let g = (goal + k) % ng;\n            if self.groups[g].free_inodes == 0 {",
         replacement: "            let g = (goal + k * 0) % ng;\n            if self.groups[g].free_inodes == 0 {",
-        checks: &[EXT2_HOST],
+        checks: &[EXT2_CRATE, EXT2_HOST],
         plants: "inode allocation looks only in the goal group: NoSpace while other groups have free inodes",
     },
     Mutant {
         name: "ext2_freed_block_cleared_in_group_0",
-        file: "user/libos/src/fs/ext2_write.rs",
+        file: "crates/ext2/src/write.rs",
         original: "let g = (rel / self.sb.blocks_per_group as u64) as usize;",
         replacement: "let g = (rel / self.sb.blocks_per_group as u64) as usize * 0;",
-        checks: &[EXT2_HOST],
+        checks: &[EXT2_CRATE, EXT2_HOST],
         plants: "freeing a block of group g > 0 clears a bit in group 0's bitmap (and counts it free there)",
     },
     Mutant {
         name: "ext2_freed_inode_cleared_in_group_0",
-        file: "user/libos/src/fs/ext2_write.rs",
+        file: "crates/ext2/src/write.rs",
         original: "let g = (idx / ipg) as usize;",
         replacement: "let g = (idx / ipg) as usize * 0;",
-        checks: &[EXT2_HOST],
+        checks: &[EXT2_CRATE, EXT2_HOST],
         plants: "freeing an inode of group g > 0 clears a bit in group 0's inode bitmap",
     },
     // ---- the buffer cache -------------------------------------------------------------------
     Mutant {
         name: "bcache_evicts_dirty_pages",
-        file: "user/libos/src/fs/bcache.rs",
+        file: "crates/bcache/src/lib.rs",
         original: "if (0..PARTS).any(|k| p_flags(p, k) & DIRTY != 0) {",
         replacement: "if false && (0..PARTS).any(|k| p_flags(p, k) & DIRTY != 0) {",
         checks: &[BCACHE_HOST],
@@ -396,7 +397,7 @@ pub const CATALOG: &[Mutant] = &[
     },
     Mutant {
         name: "bcache_hit_ignores_the_tag",
-        file: "user/libos/src/fs/bcache.rs",
+        file: "crates/bcache/src/lib.rs",
         original: "if self.page(s).try_read(first, mid) != Some(block + 1) {",
         replacement: "if self.page(s).try_read(first, mid).is_none() {",
         checks: &[BCACHE_HOST],

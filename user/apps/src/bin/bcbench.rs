@@ -1,5 +1,5 @@
 //! bcbench: instructions and disk reads per cached 4 KiB block read through the buffer cache
-//! (fs/bcache.rs), with one core and with two cores sharing one cache: core 0 and a cfork'd
+//! (crate `bcache`), with one core and with two cores sharing one cache: core 0 and a cfork'd
 //! child on core 1 given the cache (`fs::cache_sharing`), each with its own file-system lock,
 //! both reading the same cached pages. Each reader marks its own vCPU's region around its
 //! reads, so `cargo xtask plugin insncount` gives instructions per read per vCPU.

@@ -1,6 +1,6 @@
 //! The guest half of the commutativity checker (docs/commute.md): runs the two-core test of
-//! each selected case of `xtask/src/commute/cases.rs` (one table for host and guest, included
-//! below), so one boot runs many cases under the sharing audit.
+//! each selected case of `testdefs::commute_cases` (one table for host and guest, in
+//! `crates/testdefs`), so one boot runs many cases under the sharing audit.
 //!
 //! `init=commute -- [calls=a,b,...] [pick=I,J-K,...]`: the cases whose both calls are in
 //! `calls` (default: all), or only the listed case indices. For each case, on core 0:
@@ -15,9 +15,7 @@
 
 extern crate alloc;
 
-#[path = "../../../../xtask/src/commute/cases.rs"]
-#[allow(dead_code)]
-mod cases;
+use testdefs::commute_cases as cases;
 
 use abi::{ArKind, ArMapping, Error, ObjName, ObjectId, SegMapping, COPY_EAGER, COPY_ON_WRITE, MAP_READ, MAP_WRITE, MEMID_SELF};
 use alloc::string::{String, ToString};

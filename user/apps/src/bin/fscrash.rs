@@ -18,8 +18,7 @@ use alloc::vec::Vec;
 use libos::fs::{self, FsError};
 use libos::println;
 
-#[path = "../common/fstest_files.rs"]
-mod files;
+use testdefs::fstest_files as files;
 
 libos::main!(main);
 

@@ -1,6 +1,6 @@
 //! fstest: the block device object under bad input, and the ext2 file system in the library
 //! OS read byte for byte, corrupt metadata included (issue 16). Needs a disk made from
-//! `common/fstest_files.rs` (`cargo xtask test` makes it; by hand: `cargo xtask fs
+//! `testdefs::fstest_files` (`cargo xtask test` makes it; by hand: `cargo xtask fs
 //! fstest-image IMG`). Corruptions are made in the buffer cache only, and the sectors the
 //! round-trip test writes are restored; the write test leaves its files in `/guest` (the host
 //! reads them back after `e2fsck -fn`). Each test says which bug it catches.
@@ -14,7 +14,8 @@ extern crate alloc;
 use abi::{nr, DeviceBuf, Error, ObjName, BLK_MAX_REQUEST, BLK_SECTOR, BUF_BLK_FLUSH, BUF_BLK_READ, BUF_BLK_WRITE, COPY_ON_WRITE, DEVICE_BLOCK, HWID_PCI_BASE, MEMID_SELF, PAGE_SIZE};
 use alloc::vec;
 use alloc::vec::Vec;
-use libos::fs::disk::{find_disk, BlockDevice, Cache};
+use libos::fs::cache::Cache;
+use libos::fs::disk::{find_disk, BlockDevice};
 use libos::fs::ext2::{Disk, Ext2};
 use libos::fs::{self as fs, FsError};
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -26,8 +27,7 @@ use libos::cfork::{cfork, CforkOpts};
 mod testkit;
 use testkit::*;
 
-#[path = "../common/fstest_files.rs"]
-mod files;
+use testdefs::fstest_files as files;
 
 #[path = "../common/fstest_fdtables.rs"]
 mod fdtables;
@@ -1025,7 +1025,7 @@ fn seeded_corruptions_never_panic() -> TestResult {
     Ok(Pass::Ok)
 }
 
-// ---- The buffer cache (fs/bcache.rs, fs/disk.rs): shared with cfork'd children where asked.
+// ---- The buffer cache (crate bcache, fs/cache.rs): shared with cfork'd children where asked.
 
 const BC_PATH: &str = "/bcache-shared";
 const BC_PAGES: u64 = 8;
@@ -1078,7 +1078,7 @@ fn t_private_child(_: u64) -> u64 {
     }
 }
 
-fn sharing_opts(s: &fs::disk::CacheSharing) -> ([u64; 1], [u64; 1], [u64; 1]) {
+fn sharing_opts(s: &fs::cache::CacheSharing) -> ([u64; 1], [u64; 1], [u64; 1]) {
     ([s.share], [s.request_seg], [s.range])
 }
 

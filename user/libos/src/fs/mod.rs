@@ -4,12 +4,11 @@
 //! | layer | file |
 //! | --- | --- |
 //! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `openat`, `dup`, `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `rename`, `symlink`, `readlink`, `lstat`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
-//! | ext2 on-disk format (our own; also compiled into `cargo xtask fs`): reading | `ext2.rs` |
-//! | ext2 writing: allocation, block maps, write, truncate | `ext2_write.rs` |
-//! | ext2 directory operations: create, mkdir, symlink, link, unlink, rmdir, rename | `ext2_dir.rs` |
+//! | ext2 (our own; also used by `cargo xtask fs`): on-disk format, reading, writing, directories | crate `ext2` (`crates/ext2`) |
 //! | the lock-free path-name cache behind `stat` and read-only `open` | `names.rs` |
 //! | per-core lists of open files (read-only opens of cached names; `fstat`, `close`) | `open_files.rs` |
-//! | buffer cache and block device object client | `disk.rs` |
+//! | the buffer cache: `ext2::Disk` over the table (crate `bcache`, `crates/bcache`) | `cache.rs` |
+//! | the block device object client: `bcache::BlockIo` | `disk.rs` |
 //! | the device object | kernel `dev/blk.rs`, contract `abi/src/blk.rs` |
 //!
 //! **Locks** (session 12; docs/fs.md, "Create and unlink"). One mounted file system per
@@ -21,7 +20,7 @@
 //! allocation state is frozen there (reserve refills go exclusive). Everything else takes
 //! every core's lock (`exclusive`). The shared open-file table has a lock of its own
 //! (`TABLES`: `dup`'s descriptions, directories' descriptors), the cache's misses theirs
-//! (`disk::CACHE`). Without any lock: `stat` of a cached path (`names`), an `open` of one that
+//! (`cache::CACHE`). Without any lock: `stat` of a cached path (`names`), an `open` of one that
 //! changes nothing (any access mode), and `fstat`, `close`, `read`, `pread`, `lseek` of
 //! per-core descriptors while their file is unchanged (`open_files`, `read_unlocked`:
 //! docs/fs.md, "Names and descriptors").
@@ -31,11 +30,9 @@
 //! A context that uses the file system on another core maps the request segment and links
 //! the buffer cache there on first use (under the lock).
 
-pub mod bcache;
+pub mod cache;
 pub mod disk;
-pub mod ext2;
-pub mod ext2_dir;
-pub mod ext2_write;
+pub use ext2;
 pub mod names;
 pub mod open_files;
 
@@ -43,7 +40,7 @@ use alloc::vec::Vec;
 
 use crate::thread::{Mutex, MutexGuard};
 use percore::pad::CachePadded;
-use disk::{Cache, CacheStats};
+use cache::{Cache, CacheStats};
 use ext2::{Ext2, Inode};
 pub use ext2::{DirEntry, FsError, Stat, FT_DIR, FT_REG, S_IFDIR, S_IFMT, S_IFREG};
 
@@ -91,7 +88,7 @@ struct Tables {
 
 /// One core's `Ext2`: the shared buffer cache through a `CoreDisk`, with that core's copy of
 /// the superblock and group descriptors and its own reserve (`Ext2::clone_with`).
-type CoreFs = Ext2<disk::CoreDisk>;
+type CoreFs = Ext2<cache::CoreDisk>;
 
 /// What a call runs on: the calling core's `Ext2` and the open-file tables.
 struct Mounted<'a> {
@@ -242,7 +239,7 @@ impl Exclusive {
         // bitmaps and counts first, so what reaches the disk is exact (`e2fsck -fn` clean).
         // Written back even if that fails.
         let r = self.return_reserves();
-        disk::with_cache(|c| c.sync())?;
+        cache::with_cache(|c| c.sync())?;
         for fs in self.cores.iter_mut().filter_map(|g| g.as_mut()) {
             fs.dirty_data.clear();
         }
@@ -505,16 +502,16 @@ pub fn mount_with(mode: disk::DiskMode) -> Result<()> {
         _ => FsError::NoDevice,
     })?;
     // On an error the cache (and with it the device object) is dropped, which frees both.
-    let d = disk::install(Cache::new(dev)?);
+    let d = cache::install(Cache::new(dev)?);
     let mut fs = match Ext2::mount(d.clone()) {
         Ok(fs) => fs,
         Err(e) => {
-            disk::uninstall();
+            cache::uninstall();
             return Err(e);
         }
     };
     // Creates, unlinks and writes draw inodes and blocks from the reserve of the `Ext2`
-    // they run on, which is the calling core's (`ext2_write::Reserve`; one reserve each);
+    // they run on, which is the calling core's (`ext2::Reserve`; one reserve each);
     // every sync gives the reserves back to the bitmaps.
     fs.reserve_core = Some(|| 0);
     // Changes name the inodes they change (`with_change`, `with_dir_change`).
@@ -564,8 +561,8 @@ pub fn unmount() -> Result<()> {
     open_files::MOUNT.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
     open_files::watch_reset();
     // No reader without the lock starts on this mount now; wait for those running before the
-    // cache's memory goes (`disk::with_unlocked`).
-    disk::drain_unlocked();
+    // cache's memory goes (`cache::with_unlocked`).
+    cache::drain_unlocked();
     for g in x.cores.iter_mut() {
         **g = None;
     }
@@ -573,7 +570,7 @@ pub fn unmount() -> Result<()> {
     // The shared table's descriptions went with it (`TABLES` is held).
     TABLE_DESCS.store(0, core::sync::atomic::Ordering::SeqCst);
     NCORE_FS.store(0, core::sync::atomic::Ordering::Relaxed);
-    disk::uninstall();
+    cache::uninstall();
     names::NAMES.end_change();
     r
 }
@@ -1106,7 +1103,7 @@ fn restamp_if_stale(fd: Fd, ino: &Inode) {
 /// The mounted file system's `Geometry` (where inodes lie; fixed while mounted), for readers
 /// without the lock: written under the lock at mount, before `open_files::MOUNT` publishes
 /// the mount; read only by a reader that saw that `MOUNT` (acquire) and holds a borrow that
-/// keeps the unmount waiting (`disk::with_unlocked`), so never torn by a later mount.
+/// keeps the unmount waiting (`cache::with_unlocked`), so never torn by a later mount.
 struct SharedGeometry {
     words: [core::sync::atomic::AtomicU64; 8],
     tables: [core::sync::atomic::AtomicU32; ext2::GEOMETRY_GROUPS],
@@ -1175,9 +1172,9 @@ fn read_unlocked_inner(fd: Fd, buf: &mut [u8], at: Option<u64>) -> Option<usize>
         return None;
     }
     let off = at.unwrap_or(snap.off);
-    let n = disk::with_unlocked(snap.mount, |t, core| {
+    let n = cache::with_unlocked(snap.mount, &open_files::MOUNT, |t, core| {
         let geo = GEOMETRY.get();
-        let (n, _) = ext2::read_unlocked(&geo, snap.ino, off, buf, &mut |o, b| disk::try_copy(t, core, o, b))?;
+        let (n, _) = ext2::read_unlocked(&geo, snap.ino, off, buf, &mut |o, b| cache::try_copy(t, core, o, b))?;
         open_files::unchanged(snap.ino, snap.gen).then_some(n)
     })?;
     if at.is_none() && !open_files::advance_off(fd.0, off, off + n as u64) {
@@ -1372,7 +1369,7 @@ fn last_name_under_its_directory(fs: &mut CoreFs, path: &str) -> Result<u32> {
     if p.first() != Some(&b'/') || p.last() == Some(&b'/') {
         return Err(FsError::Contended);
     }
-    let (parent, name) = ext2_dir::split_path(p).map_err(|_| FsError::Contended)?;
+    let (parent, name) = ext2::dir::split_path(p).map_err(|_| FsError::Contended)?;
     let dir = fs.resolve(parent).map_err(|_| FsError::Contended)?;
     if !dir.is_dir() {
         return Err(FsError::Contended);
@@ -1714,7 +1711,7 @@ pub fn sync() -> Result<()> {
 /// The cache's counters and the device's (requests and bytes each way).
 pub fn cache_stats() -> Result<(CacheStats, abi::DeviceStat)> {
     with_all(|_| {
-        disk::with_cache(|c| {
+        cache::with_cache(|c| {
             let st = crate::sys::device_stat(c.dev.dev).map_err(|_| FsError::Io)?;
             Ok((c.stats(), st))
         })
@@ -1722,13 +1719,13 @@ pub fn cache_stats() -> Result<(CacheStats, abi::DeviceStat)> {
 }
 
 /// The ids to list in `cfork::CforkOpts` (share, request segment, range) so that the child
-/// uses this process's buffer cache instead of a copy of it (`disk::Cache`: what the child
+/// uses this process's buffer cache instead of a copy of it (`cache::Cache`: what the child
 /// may and may not do with it). `NoDevice` if nothing is mounted.
-pub fn cache_sharing() -> Result<disk::CacheSharing> {
-    with_all(|_| disk::with_cache(|c| Ok(c.sharing())))
+pub fn cache_sharing() -> Result<cache::CacheSharing> {
+    with_all(|_| cache::with_cache(|c| Ok(c.sharing())))
 }
 
 /// Drop every clean page of the buffer cache (tests: the next reads go to the disk).
 pub fn cache_drop_clean() -> Result<()> {
-    with_all(|_| disk::with_cache(|c| c.drop_clean()))
+    with_all(|_| cache::with_cache(|c| c.drop_clean()))
 }

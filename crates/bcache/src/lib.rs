@@ -43,6 +43,10 @@
 //! sweep finds none, every dirty page is written back in order (data pages, a flush, then the
 //! rest, a flush), which keeps the crash rule "data before the metadata naming it".
 
+#![no_std]
+
+extern crate alloc;
+
 use core::mem::size_of;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -172,6 +176,7 @@ fn layout(slots: usize) -> Layout {
 }
 
 /// Bytes a table of `slots` pages takes.
+#[inline]
 pub fn table_bytes(slots: usize) -> usize {
     layout(slots).bytes
 }
@@ -229,6 +234,7 @@ impl Table {
     /// # Safety
     /// `[base, base + 4096)` is mapped readable, and if it holds a table, the whole table is
     /// mapped (as `init` requires).
+    #[inline]
     pub unsafe fn attach(base: usize) -> Option<Table> {
         // SAFETY: the header is mapped (caller).
         let h = unsafe { &*(base as *const Header) };
@@ -241,7 +247,8 @@ impl Table {
 
     /// A table that holds nothing, for a `Cache` under construction; never used before `init`
     /// replaces it.
-    pub(crate) fn placeholder() -> Table {
+    #[inline]
+    pub fn placeholder() -> Table {
         Table { base: 0, slots: 0, lay: layout(1) }
     }
 
@@ -302,6 +309,7 @@ impl Table {
 
     /// The slot the index names for `block`, if any (lock-free; may miss while the fill lock's
     /// holder changes the index).
+    #[inline]
     fn find(&self, block: u64) -> Option<usize> {
         let h = hash(block, self.lay.index_len);
         for i in 0..self.lay.index_len {
@@ -674,6 +682,7 @@ impl Table {
     }
 
     /// Mark page `block` as file data if it is cached and dirty (written back first).
+    #[inline]
     pub fn note_data(&self, block: u64) {
         if let Some(s) = self.find(block) {
             if let Some(f) = self.page(s).flags(0) {
@@ -798,10 +807,23 @@ fn mark_dirty(p: &PartsWriter<'_, PART_WORDS, PARTS>, is_data: bool) {
     }
 }
 
-/// Unit tests, compiled on the host by `percore/tests/bcache.rs` (which includes this file).
+/// Unit tests of the table's internals (the index); `tests/table.rs` tests it through its
+/// public interface.
 #[cfg(test)]
 mod tests {
     use super::*;
+    extern crate std;
+
+    /// Memory for a table (leaked: tables live as long as their mapping, here the test).
+    fn table(slots: usize) -> Table {
+        let bytes = table_bytes(slots);
+        let mem = std::alloc::Layout::from_size_align(bytes, 4096).unwrap();
+        // SAFETY: a fresh allocation of `bytes`, 4096-aligned, used only through the table.
+        unsafe {
+            let base = std::alloc::alloc_zeroed(mem) as usize;
+            Table::init(base, bytes, slots).unwrap()
+        }
+    }
 
     struct Zero;
     impl BlockIo for Zero {
@@ -827,7 +849,7 @@ mod tests {
     /// bug of the first cut) left behind for good.
     #[test]
     fn a_hit_checks_the_tag_not_just_the_index() {
-        let t = crate::table(1);
+        let t = table(1);
         let mut io = Zero;
         let mut b = alloc::vec![0u8; 64];
         t.read(0, &mut io, 5, 0, &mut b).unwrap();

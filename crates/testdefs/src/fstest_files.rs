@@ -1,10 +1,9 @@
 //! The files of `fstest`'s disk image (issue 16), shared by the guest test (`fstest`, which
 //! checks them byte for byte) and the host (`cargo xtask test`, which writes them into a
-//! directory and makes the image with `cargo xtask fs mkimage`). Included with `#[path]`;
-//! `core` only. Sizes are chosen for 4 KiB blocks: direct blocks only, single-indirect, and
+//! directory and makes the image with `cargo xtask fs mkimage`), both from this crate; `core`
+//! only. Sizes are chosen for 4 KiB blocks: direct blocks only, single-indirect, and
 //! double-indirect (past 12 + 1024 blocks), plus an empty file, a hole-free one-byte file and a
 //! 255-byte name.
-#![allow(dead_code)]
 
 /// (path, length, seed); seed 0 means the bytes are `HELLO`.
 pub const FILES: [(&str, usize, u8); 8] = [

@@ -1,9 +1,9 @@
 //! The benchmark catalog: names, what each measures, its shape and its default parameters.
 //!
-//! This file is the one list both sides agree on. The `bench` crate compiles it as a module,
-//! and the host tool (`xtask/src/bench.rs`) includes the same file with `#[path]`, so the
-//! harness can validate `--only` and pass parameters without linking the guest code. It must
-//! therefore use `core` only and no other module of this crate.
+//! This module is the one list both sides agree on. The `bench` crate re-exports it as
+//! `bench::catalog`, and the host tool (`xtask/src/bench.rs`) uses it from this crate, so the
+//! harness can validate `--only` and pass parameters without linking the guest code. It uses
+//! `core` only and no other module of this crate.
 
 /// How a benchmark's workers relate in time, which decides how per-core throughput is taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
-//! ext2 directory operations (with `ext2_write.rs`, same rules: `core` and `alloc` only, no
-//! `unsafe`, every on-disk number checked, compiled into the host tool too): entries added in
+//! ext2 directory operations (with `write.rs`, same rules: `core` and `alloc` only, no
+//! `unsafe`, every on-disk number checked): entries added in
 //! the first gap big enough or a new block, removed by merging into the previous record;
 //! create, mkdir, symbolic links (fast below 60 bytes, in the block pointers; slow below 4 KiB,
 //! in a data block), hard links, unlink (with in-memory orphans for open files), rmdir, rename.
@@ -9,11 +9,11 @@
 
 use alloc::vec;
 
-use super::ext2::{
+use crate::{
     le16, le32, Disk, Ext2, FsError, Inode, Result, FAST_SYMLINK_MAX, FT_DIR, FT_REG, FT_SYMLINK, INCOMPAT_FILETYPE, INODE_INDEX_FL, NAME_MAX, ROOT_INO,
     S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
 };
-use super::ext2_write::{put16, put32};
+use crate::write::{put16, put32};
 
 /// The directory-entry type of an inode.
 fn ft_of(ino: &Inode) -> u8 {
@@ -30,6 +30,7 @@ fn rec_need(n: usize) -> usize {
 }
 
 /// Split a path into its parent directory and last name (trailing slashes ignored).
+#[inline]
 pub fn split_path(path: &[u8]) -> Result<(&[u8], &[u8])> {
     let mut end = path.len();
     while end > 0 && path[end - 1] == b'/' {

@@ -1,13 +1,8 @@
-//! Host tests of the library OS's buffer-cache table (`user/libos/src/fs/bcache.rs`, compiled
-//! here by path: it uses only `core`, `alloc` and this crate), on a memory disk that records
-//! every write and flush. Real threads for the concurrency test; iteration counts, not times.
-#![cfg(not(loom))]
+//! Host tests of the buffer cache's table (crate `bcache`, which the library OS maps in a
+//! segment), on a memory disk that records every write and flush. Real threads for the
+//! concurrency test; iteration counts, not times.
 
 extern crate alloc;
-
-#[path = "../../user/libos/src/fs/bcache.rs"]
-#[allow(dead_code)]
-mod bcache;
 
 use bcache::{BlockIo, IoError, Table, PAGE};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,8 +49,7 @@ impl BlockIo for MemDisk {
     }
 }
 
-/// Memory for a table (leaked: tables live as long as their mapping, here the test). Also used
-/// by the unit tests inside `bcache.rs`.
+/// Memory for a table (leaked: tables live as long as their mapping, here the test).
 fn table(slots: usize) -> Table {
     let bytes = bcache::table_bytes(slots);
     let mem = std::alloc::Layout::from_size_align(bytes, 4096).unwrap();

@@ -1,9 +1,9 @@
-//! Writing ext2 (the other half of `ext2.rs`, same rules: `core` and `alloc` only, no
-//! `unsafe`, every on-disk number checked, compiled into the host tool too): block and inode
+//! Writing ext2 (the other half of `lib.rs`, same rules: `core` and `alloc` only, no
+//! `unsafe`, every on-disk number checked): block and inode
 //! allocation through the bitmaps (counts kept in the group descriptors and the superblock),
 //! block mapping with indirect blocks allocated on demand, file writes (sparse files keep their
 //! holes), truncate. Directory operations (create, mkdir, symlink, link, unlink, rmdir, rename)
-//! are in `ext2_dir.rs`.
+//! are in `dir.rs`.
 //!
 //! Everything goes through the `Disk` (the buffer cache in the library OS); nothing here
 //! orders writes. The caller's sync writes the data blocks recorded in `dirty_data` first, then
@@ -15,40 +15,15 @@
 
 use alloc::vec;
 
-use super::ext2::{le32, Disk, Ext2, FsError, Inode, Result, S_IFMT, S_IFREG};
+use crate::{le32, Disk, Ext2, FsError, Inode, Reserve, Result, RESERVE_BLOCKS, RESERVE_CORES, RESERVE_INODES, S_IFMT, S_IFREG};
 
+#[inline]
 pub(crate) fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
+#[inline]
 pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-/// Most inodes a core's reserve holds (a batch is at most one inode-table block's worth).
-pub const RESERVE_INODES: usize = 32;
-/// Most blocks a core's reserve holds (a batch, and the most it keeps of what it frees).
-pub const RESERVE_BLOCKS: usize = 64;
-/// Cores with a reserve; a core past this allocates from the bitmaps.
-pub const RESERVE_CORES: usize = 64;
-
-/// One core's reserve of free inodes and blocks (docs/fs.md, "Create and unlink"). What it
-/// holds is marked used in the bitmaps and not counted free in the group descriptors and the
-/// superblock (taken out in a batch), so the on-disk state is consistent at every moment but
-/// for allocated, unreferenced items, which `return_reserves` (every sync) gives back. On a
-/// line pair of its own: only its core writes it.
-#[derive(Clone)]
-#[repr(align(128))]
-pub struct Reserve {
-    inodes: [u32; RESERVE_INODES],
-    n_inodes: usize,
-    blocks: [u64; RESERVE_BLOCKS],
-    n_blocks: usize,
-}
-
-impl Default for Reserve {
-    fn default() -> Self {
-        Reserve { inodes: [0; RESERVE_INODES], n_inodes: 0, blocks: [0; RESERVE_BLOCKS], n_blocks: 0 }
-    }
 }
 
 impl<D: Disk> Ext2<D> {
@@ -456,6 +431,13 @@ impl<D: Disk> Ext2<D> {
         (i + self.spilled_inodes.len() as u64, b + self.spilled_blocks.len() as u64)
     }
 
+    /// For `df`: free blocks, blocks, free inodes, inodes. What the per-core reserves hold counts as free
+    /// (it goes back to the bitmaps at the next sync).
+    pub fn usage(&self) -> (u64, u64, u64, u64) {
+        let (ri, rb) = self.reserved();
+        (self.sb.free_blocks_count as u64 + rb, self.sb.blocks_count as u64, self.sb.free_inodes_count as u64 + ri, self.sb.inodes_count as u64)
+    }
+
     /// A core whose reserve holds a block, and that block (for tests of double frees).
     pub fn reserves_first_block(&self) -> Option<(usize, u64)> {
         self.reserves.iter().position(|r| r.n_blocks > 0).map(|c| (c, self.reserves[c].blocks[0]))
@@ -659,7 +641,7 @@ impl<D: Disk> Ext2<D> {
             return Err(if ino.is_dir() { FsError::IsDir } else { FsError::InvalidArgument });
         }
         let end = off.checked_add(data.len() as u64).ok_or(FsError::InvalidArgument)?;
-        if end > (1u64 << 31) - 1 && self.sb.feature_ro_compat & super::ext2::RO_COMPAT_LARGE_FILE == 0 {
+        if end > (1u64 << 31) - 1 && self.sb.feature_ro_compat & crate::RO_COMPAT_LARGE_FILE == 0 {
             return Err(FsError::InvalidArgument);
         }
         self.frozen_blocks_ok(ino, off, data.len() as u64)?;

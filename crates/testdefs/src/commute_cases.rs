@@ -1,6 +1,6 @@
 //! The commutativity checker's test cases (docs/commute.md), one table shared by the host
 //! (`xtask/src/commute`, which decides which cases commute and scores them) and the guest
-//! (`user/apps/src/bin/commute.rs`, which includes this file with `#[path]` and runs them).
+//! (`user/apps/src/bin/commute.rs`, which runs them); both use it from this crate.
 //! No dependencies and no allocation, so it compiles on both sides; both enumerate the same
 //! cases in the same order, so a case is named by its index.
 //!

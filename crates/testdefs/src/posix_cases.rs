@@ -1,6 +1,6 @@
 //! The POSIX half of the commutativity checker (issue 19, docs/commute.md): the test cases, one
-//! table shared by the host (`xtask/src/commute/posix.rs` includes this file with `#[path]`,
-//! decides which cases commute with its model and scores them) and the guest program of both
+//! table shared by the host (`xtask/src/commute/posix.rs` uses it from this crate, decides
+//! which cases commute with its model and scores them) and the guest program of both
 //! systems (`bench::commute_posix`, run by `bench-ours` on the library OS and by `bench-linux`
 //! on Linux). No dependencies and no allocation, so it compiles on every side; all enumerate the
 //! same cases in the same order, so a case is named by its index.
