@@ -55,21 +55,23 @@
 use abi::{Error, ObjName, ObjectId, MEMID_SELF, PAGE_SIZE};
 
 mod file;
+mod kinds;
 mod pipe;
 mod private;
 mod shared;
 mod window;
 
 pub use file::{FileLike, Kind, Ready, Stat, S_IFCHR, S_IFIFO};
-pub use pipe::{pipe, rings_freed, PIPE_BUF, PIPE_BYTES};
+pub use pipe::{rings_freed, PIPE_BUF, PIPE_BYTES};
 pub use private::{close_private_at_exit, private_counts, PrivateCounts, PrivateTable, PRIVATE_FD, PRIVATE_SLOTS};
 pub(crate) use shared::{after_cfork, shared_with_child};
 pub use shared::{cfork_share_table, proc_counts, shares_for_core, Table, SHARED_FD, SHARED_SLOTS};
 pub use window::unmap_all;
 
-use file::shared_kind;
+use file::decode;
+use kinds::{shared_kind, with_file};
 use private::PrivateTable as Private;
-use shared::{home, proc_last_close, table_error, with_proc, ProcTable};
+use shared::{home, table_error, ProcTable};
 
 /// Where a descriptor lives (see the module comment).
 #[derive(Clone, Copy, Debug)]
@@ -140,7 +142,7 @@ pub fn table(scope: Scope) -> Result<ObjectId, Error> {
 /// counted pipe end dropped).
 fn open_new(scope: Scope, t: ObjectId, k: Kind) -> Result<Fd, Error> {
     open_counted(scope, t, k).inspect_err(|_| {
-        let _ = k.with_file(|file| file.last_close(t));
+        let _ = with_file(k, |file| file.last_close(t));
     })
 }
 
@@ -149,15 +151,42 @@ fn open_new(scope: Scope, t: ObjectId, k: Kind) -> Result<Fd, Error> {
 /// process-wide one a record of the shared table, a core-set one a kernel object.
 pub(super) fn open_counted(scope: Scope, t: ObjectId, k: Kind) -> Result<Fd, Error> {
     match scope {
-        Scope::Private => private::open_private(t, k),
-        Scope::Process => shared::open_proc(t, k),
-        Scope::Table(_) => Ok(Fd { table: t, obj: file::make_object(t, k)? }),
+        Scope::Private => Ok(Fd { table: t, obj: private::open_private(t, k)? }),
+        Scope::Process => Ok(Fd { table: t, obj: shared::open_proc(k)? }),
+        Scope::Table(_) => Ok(Fd { table: t, obj: kinds::make_object(t, k)? }),
     }
 }
 
 /// Open the console.
 pub fn open_console(scope: Scope) -> Result<Fd, Error> {
     open_new(scope, table(scope)?, Kind::Console)
+}
+
+/// A pipe: `(read end, write end)`, both in `scope`. The ring is a segment in the table.
+pub fn pipe(scope: Scope) -> Result<(Fd, Fd), Error> {
+    let t = table(scope)?;
+    // Both ends counted before either exists: nobody else can name the ring yet, and from
+    // here on every way out goes through `drop_end`, whose last call frees the ring.
+    let ring = pipe::new_ring(t)?;
+    let r = open_counted(scope, t, Kind::PipeRead(ring));
+    let w = open_counted(scope, t, Kind::PipeWrite(ring));
+    match (r, w) {
+        (Ok(r), Ok(w)) => Ok((r, w)),
+        (r, w) => {
+            let err = r.and(w).err().unwrap_or(Error::NoMemory);
+            // The end that did not open first (it only has its count), then the one that did
+            // (by `close`, which drops the last count and frees the ring).
+            for (res, write) in [(r, false), (w, true)] {
+                if res.is_err() {
+                    let _ = pipe::drop_end(t, ring, pipe::PipeEnd { ring, write }.unit());
+                }
+            }
+            for fd in [r.ok(), w.ok()].into_iter().flatten() {
+                let _ = close(fd);
+            }
+            Err(err)
+        }
+    }
 }
 
 /// An in-memory file of `bytes` (a segment; grows on write up to the window slot size).
@@ -198,13 +227,13 @@ fn on_kind<R>(fd: Fd, f: impl FnOnce(Kind) -> Result<R, Error>) -> Result<R, Err
     match resolve(fd)? {
         Where::Private(t, slot) => f(t.kind_of(t.file_of(slot)).ok_or(Error::WrongType)?),
         Where::Proc(t, d) => with_proc(t, d, f),
-        Where::Shared => f(shared_kind(fd)?),
+        Where::Shared => f(shared_kind(fd.table, fd.obj)?),
     }
 }
 
 /// Run `f` on the open file a descriptor names (`on_kind`, then the kind's `FileLike`).
 fn on_file<R>(fd: Fd, f: impl FnOnce(&dyn FileLike) -> Result<R, Error>) -> Result<R, Error> {
-    on_kind(fd, |k| k.with_file(f))
+    on_kind(fd, |k| with_file(k, f))
 }
 
 /// Read from a descriptor; returns the bytes read (`FileLike::read`). A pipe: what is
@@ -310,7 +339,7 @@ pub fn dup(fd: Fd, scope: Scope) -> Result<Fd, Error> {
             }
             t.kind_of(f).ok_or(Error::WrongType)?
         }
-        Where::Shared => shared_kind(fd)?,
+        Where::Shared => shared_kind(fd.table, fd.obj)?,
     };
     let t = table(scope)?;
     if let (Kind::Fs(_), Scope::Table(_)) = (k, scope) {
@@ -328,7 +357,7 @@ pub fn dup(fd: Fd, scope: Scope) -> Result<Fd, Error> {
             }
         }
     }
-    let opened = k.with_file(|file| file.opened(t)).map(|new| new.unwrap_or(k));
+    let opened = with_file(k, |file| file.opened(t)).map(|new| new.unwrap_or(k));
     opened.and_then(|new| open_new(scope, t, new)).inspect_err(|_| {
         if let Some(id) = added {
             let _ = crate::sys::share_delobj(ObjName::new(t, id));
@@ -353,12 +382,56 @@ pub fn close(fd: Fd) -> Result<(), Error> {
         Where::Shared => {
             // The kind first (the name goes with the object); only the caller whose delete
             // succeeds releases what it held, so two racing closes drop a pipe end once.
-            let k = shared_kind(fd);
+            let k = shared_kind(fd.table, fd.obj);
             crate::sys::share_delobj(ObjName::new(fd.table, fd.obj))?;
             match k {
-                Ok(k) => k.with_file(|file| file.last_close(fd.table)).map(|_| ()),
+                Ok(k) => with_file(k, |file| file.last_close(fd.table)).map(|_| ()),
                 _ => Ok(()),
             }
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The process-wide table's entries and their kinds
+
+/// The last reference to an open file of the process-wide table is gone: close what it held
+/// (`FileLike::last_close`: a pipe end is dropped, the last end of a ring frees it). A file
+/// segment stays in the table's share until the table goes (another open file may name it).
+#[cold]
+fn proc_last_close(freed: percore::fdtable::Freed) -> Result<(), Error> {
+    match decode(freed.kind) {
+        // `fs` state is per process: a cfork child sharing the table cannot close the
+        // parent's `fs` descriptor (it stays open in the parent until unmount; docs/fd.md).
+        Some(Kind::Fs(_)) if freed.owner != crate::process::proc_share() => Ok(()),
+        Some(k) => with_file(k, |file| file.last_close(shared::proc_share_now_acquire())).map(|_| ()),
+        None => Ok(()),
+    }
+}
+
+/// Run `f` on the kind of process-wide descriptor `d`, holding a reference to its open file.
+fn with_proc<R>(tbl: &ProcTable, d: u64, f: impl FnOnce(Kind) -> Result<R, Error>) -> Result<R, Error> {
+    let file = match tbl.get(d) {
+        Ok(file) => file,
+        Err((e, freed)) => {
+            if let Some(x) = freed {
+                let _ = proc_last_close(x);
+            }
+            return Err(table_error(e));
+        }
+    };
+    let (kind, owner) = tbl.record(file);
+    let r = match decode(kind) {
+        Some(Kind::Fs(_)) if owner != crate::process::proc_share() => Err(Error::NotPermitted),
+        Some(k) => f(k),
+        None => Err(Error::WrongType),
+    };
+    if let Some(x) = tbl.release(file) {
+        // Closed by another thread while we used it: we were the last.
+        let closed = proc_last_close(x);
+        r.and_then(|v| closed.map(|_| v))
+    } else {
+        r
+    }
+}
+

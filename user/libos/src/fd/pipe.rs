@@ -8,9 +8,8 @@
 use abi::{Error, ObjName, ObjectId, MEMID_SELF};
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::file::{made_up_stat, FileLike, Ready, Stat, S_IFIFO};
+use super::file::{made_up_stat, FileLike, Kind, Ready, Stat, S_IFIFO};
 use super::window::{map, unmap_one};
-use super::{open_counted, Fd, Kind, Scope};
 use crate::layout::{MAPWIN_OFF, MAPWIN_SLOT};
 
 /// Pipe ring size (one segment): 256 bytes of header, then data.
@@ -32,41 +31,20 @@ pub const PIPE_BUF: usize = 4096;
 /// the core (`pcore_yield`: on a time-shared core the writer may be the one waiting to run).
 const READ_SPINS: u32 = 256;
 
-/// A pipe: `(read end, write end)`, both in `scope`. The ring is a segment in the table.
-pub fn pipe(scope: Scope) -> Result<(Fd, Fd), Error> {
-    let t = super::table(scope)?;
+/// A pipe end, the open file of kinds `PipeRead` and `PipeWrite`: the ring, and which end.
+/// A new ring in table share `t`, its ends word counting one read end and one write end
+/// (the two open files `fd::pipe` makes next; nobody else can name the ring yet).
+pub(super) fn new_ring(t: ObjectId) -> Result<ObjectId, Error> {
     let ring = crate::sys::segment_alloc(t, "pipe-ring", MEMID_SELF, PIPE_BYTES)?;
-    // Both ends counted before either exists: nobody else can name the ring yet, and from
-    // here on every way out goes through `drop_end`, whose last call frees the ring.
     match with_ends(t, ring, |ends| ends.store(READ_END | WRITE_END, Ordering::Release)) {
-        Ok(()) => {}
+        Ok(()) => Ok(ring),
         Err(e) => {
             let _ = crate::sys::share_delobj(ObjName::new(t, ring));
-            return Err(e);
-        }
-    }
-    let r = open_counted(scope, t, Kind::PipeRead(ring));
-    let w = open_counted(scope, t, Kind::PipeWrite(ring));
-    match (r, w) {
-        (Ok(r), Ok(w)) => Ok((r, w)),
-        (r, w) => {
-            let err = r.and(w).err().unwrap_or(Error::NoMemory);
-            // The end that did not open first (it only has its count), then the one that did
-            // (by `close`, which drops the last count and frees the ring).
-            for (res, unit) in [(r, READ_END), (w, WRITE_END)] {
-                if res.is_err() {
-                    let _ = drop_end(t, ring, unit);
-                }
-            }
-            for fd in [r.ok(), w.ok()].into_iter().flatten() {
-                let _ = super::close(fd);
-            }
-            Err(err)
+            Err(e)
         }
     }
 }
 
-/// A pipe end, the open file of kinds `PipeRead` and `PipeWrite`: the ring, and which end.
 pub(super) struct PipeEnd {
     pub(super) ring: ObjectId,
     pub(super) write: bool,
@@ -74,7 +52,7 @@ pub(super) struct PipeEnd {
 
 impl PipeEnd {
     /// This end's unit in the ring's ends word.
-    fn unit(&self) -> u64 {
+    pub(super) fn unit(&self) -> u64 {
         if self.write {
             WRITE_END
         } else {
@@ -221,7 +199,7 @@ fn head_tail(va: u64) -> (u64, u64) {
 /// Run `f` on the ends word of ring `ring` in table share `t`. A ring this context had not
 /// mapped is mapped for the call only: a context that opens or closes ends of many pipes it
 /// never reads or writes (another context frees them) does not fill its window.
-pub(super) fn with_ends<R>(t: ObjectId, ring: ObjectId, f: impl FnOnce(&AtomicU64) -> R) -> Result<R, Error> {
+fn with_ends<R>(t: ObjectId, ring: ObjectId, f: impl FnOnce(&AtomicU64) -> R) -> Result<R, Error> {
     // Already mapped (the usual case for a context that used the pipe): no system call.
     if let Some(i) = crate::ctx::ctx().mapped.iter().position(|&m| m == ring) {
         return Ok(f(ends_at(crate::ctx::arena() + MAPWIN_OFF + i as u64 * MAPWIN_SLOT)));
@@ -261,7 +239,7 @@ fn add_end(t: ObjectId, ring: ObjectId, unit: u64) -> Result<(), Error> {
 /// Drop an end (`unit`) of ring `ring` (in table share `t`); the last end frees the ring. `Ok(true)`:
 /// this call freed it. The release half orders this end's writes before a reader's
 /// acquire load that sees the count fall (a reader seeing no writer then sees every byte).
-fn drop_end(t: ObjectId, ring: ObjectId, unit: u64) -> Result<bool, Error> {
+pub(super) fn drop_end(t: ObjectId, ring: ObjectId, unit: u64) -> Result<bool, Error> {
     let before = with_ends(t, ring, |ends| ends.fetch_sub(unit, Ordering::AcqRel))?;
     // Each end is counted once when it opens and dropped once when its open file goes.
     debug_assert!(before / unit % (1 << 32) != 0, "pipe end dropped twice: {before:#x}");

@@ -4,9 +4,9 @@
 
 use abi::{Error, ObjName, ObjectId, MEMID_SELF, PAGE_SIZE, SHARE_PRIVATE};
 
-use super::file::{decode, encode, make_object};
+use super::file::{decode, encode, Kind};
+use super::kinds::{make_object, with_file};
 use super::window::{unmap_all, unmap_one};
-use super::{Fd, Kind};
 
 /// Bit 63 of `Fd::obj` marks a private descriptor. Kernel object ids are `(core + 1) << 40 |
 /// sequence`, so no kernel-object descriptor has it.
@@ -61,6 +61,9 @@ pub struct PrivateCounts {
     /// Open files (kernel objects the table holds).
     pub open_files: u32,
 }
+
+// The table lies in the context segment's pages after the context page.
+const _: () = assert!(core::mem::size_of::<PrivateTable>() as u64 <= crate::ctx::FD_TABLE_PAGES * PAGE_SIZE);
 
 /// This context's private table. Callers first check that this context has a context page
 /// (`try_ctx`) and must not hold two results at once.
@@ -128,8 +131,9 @@ impl PrivateTable {
 }
 
 
-/// Open a private descriptor for a new open file of kind `k` in `share` (the private share).
-pub(super) fn open_private(share: ObjectId, k: Kind) -> Result<Fd, Error> {
+/// Open a private descriptor for a new open file of kind `k` in `share` (the private share);
+/// the descriptor's `obj`.
+pub(super) fn open_private(share: ObjectId, k: Kind) -> Result<ObjectId, Error> {
     let t = private_table();
     // Room first: a full table changes nothing and makes no kernel object.
     let slot = take_bit(&mut t.slot_used).ok_or(Error::Busy)?;
@@ -144,7 +148,7 @@ pub(super) fn open_private(share: ObjectId, k: Kind) -> Result<Fd, Error> {
             t.files[file] = OpenFile { obj, kind: encode(k) };
             t.refs[file] = 1;
             t.slots[slot].file = file as u32;
-            Ok(Fd { table: share, obj: t.fd_obj(slot) })
+            Ok(t.fd_obj(slot))
         }
         Err(e) => {
             clear_bit(&mut t.slot_used, slot);
@@ -210,7 +214,7 @@ fn last_close(share: ObjectId, t: &mut PrivateTable, f: usize) -> Result<(), Err
     let Some(k) = decode(kind) else { return r };
     // What the open file held (a pipe end: the last end anywhere frees the ring, from every
     // table holding it, this private share included; an `fs` descriptor).
-    match k.with_file(|file| file.last_close(share)) {
+    match with_file(k, |file| file.last_close(share)) {
         Ok(true) => return r,
         Ok(false) => {}
         Err(e) => return r.and(Err(e)),

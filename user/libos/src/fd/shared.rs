@@ -6,8 +6,7 @@
 use abi::{Error, ObjName, ObjectId, MEMID_SELF, PAGE_SIZE};
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::file::{decode, encode};
-use super::{Fd, Kind};
+use super::file::{encode, Kind};
 
 const MAX_TABLES: usize = 8;
 static TABLES: [AtomicU64; MAX_TABLES] = [const { AtomicU64::new(0) }; MAX_TABLES];
@@ -87,6 +86,12 @@ pub(super) fn proc_share() -> Result<ObjectId, Error> {
     new_proc_table()
 }
 
+/// The process-wide table's share, 0 before it exists (acquire: after a last close, which
+/// frees what the open file held through it).
+pub(super) fn proc_share_now_acquire() -> ObjectId {
+    PROC_TABLE.load(Ordering::Acquire)
+}
+
 /// The process-wide table's share, 0 before it exists.
 pub(super) fn proc_share_now() -> ObjectId {
     PROC_TABLE.load(Ordering::Relaxed)
@@ -157,11 +162,11 @@ pub fn cfork_share_table() -> Result<(ObjectId, ObjectId), Error> {
     Ok((share, PROC_SEG.load(Ordering::Relaxed)))
 }
 
-/// Whether `opts` shares the process-wide table with a `cfork` child (both its share and its
-/// segment listed).
-pub(crate) fn shared_with_child(opts: &crate::cfork::CforkOpts) -> bool {
+/// Whether a `cfork` child given `shares` and `segments` (`CforkOpts`) shares the
+/// process-wide table (both its share and its segment listed).
+pub(crate) fn shared_with_child(shares: &[ObjectId], segments: &[ObjectId]) -> bool {
     let (t, seg) = (PROC_TABLE.load(Ordering::Acquire), PROC_SEG.load(Ordering::Relaxed));
-    t != 0 && opts.shares.contains(&t) && opts.segments.contains(&seg)
+    t != 0 && shares.contains(&t) && segments.contains(&seg)
 }
 
 /// In a new `cfork` child: keep the process-wide table if the parent shared it, else forget
@@ -180,11 +185,11 @@ pub(super) fn home() -> usize {
     crate::ctx::core_id()
 }
 
-/// A new open file of kind `k` in the process-wide table `t` (its share).
-pub(super) fn open_proc(t: ObjectId, k: Kind) -> Result<Fd, Error> {
+/// A new open file of kind `k` in the process-wide table; the descriptor's `obj`.
+pub(super) fn open_proc(k: Kind) -> Result<u64, Error> {
     let tbl = proc_table().ok_or(Error::NoSuchObject)?;
     let d = tbl.open(home(), encode(k), crate::process::proc_share()).map_err(table_error)?;
-    Ok(Fd { table: t, obj: SHARED_FD | d })
+    Ok(SHARED_FD | d)
 }
 
 pub(super) fn table_error(e: percore::fdtable::TableError) -> Error {
@@ -193,44 +198,3 @@ pub(super) fn table_error(e: percore::fdtable::TableError) -> Error {
         percore::fdtable::TableError::BadDescriptor => Error::NoSuchObject,
     }
 }
-
-/// The last reference to an open file of the process-wide table is gone: close what it held
-/// (`FileLike::last_close`: a pipe end is dropped, the last end of a ring frees it). A file
-/// segment stays in the table's share until the table goes (another open file may name it).
-#[cold]
-pub(super) fn proc_last_close(freed: percore::fdtable::Freed) -> Result<(), Error> {
-    match decode(freed.kind) {
-        // `fs` state is per process: a cfork child sharing the table cannot close the
-        // parent's `fs` descriptor (it stays open in the parent until unmount; docs/fd.md).
-        Some(Kind::Fs(_)) if freed.owner != crate::process::proc_share() => Ok(()),
-        Some(k) => k.with_file(|file| file.last_close(PROC_TABLE.load(Ordering::Acquire))).map(|_| ()),
-        None => Ok(()),
-    }
-}
-
-/// Run `f` on the kind of process-wide descriptor `d`, holding a reference to its open file.
-pub(super) fn with_proc<R>(tbl: &ProcTable, d: u64, f: impl FnOnce(Kind) -> Result<R, Error>) -> Result<R, Error> {
-    let file = match tbl.get(d) {
-        Ok(file) => file,
-        Err((e, freed)) => {
-            if let Some(x) = freed {
-                let _ = proc_last_close(x);
-            }
-            return Err(table_error(e));
-        }
-    };
-    let (kind, owner) = tbl.record(file);
-    let r = match decode(kind) {
-        Some(Kind::Fs(_)) if owner != crate::process::proc_share() => Err(Error::NotPermitted),
-        Some(k) => f(k),
-        None => Err(Error::WrongType),
-    };
-    if let Some(x) = tbl.release(file) {
-        // Closed by another thread while we used it: we were the last.
-        let closed = proc_last_close(x);
-        r.and_then(|v| closed.map(|_| v))
-    } else {
-        r
-    }
-}
-
