@@ -67,6 +67,7 @@ const _: () = assert!(core::mem::size_of::<PrivateTable>() as u64 <= crate::ctx:
 
 /// This context's private table. Callers first check that this context has a context page
 /// (`try_ctx`) and must not hold two results at once.
+#[inline]
 pub(super) fn private_table() -> &'static mut PrivateTable {
     let p = (crate::ctx::arena() + PAGE_SIZE) as *mut PrivateTable;
     // SAFETY: every library-OS context maps its own context segment (`CTX_BYTES` bytes,
@@ -76,6 +77,7 @@ pub(super) fn private_table() -> &'static mut PrivateTable {
     unsafe { &mut *p }
 }
 
+#[inline]
 fn take_bit(bits: &mut [u64; WORDS]) -> Option<usize> {
     for (i, w) in bits.iter_mut().enumerate() {
         if *w != u64::MAX {
@@ -87,41 +89,49 @@ fn take_bit(bits: &mut [u64; WORDS]) -> Option<usize> {
     None
 }
 
+#[inline]
 fn clear_bit(bits: &mut [u64; WORDS], i: usize) {
     bits[i / 64] &= !(1 << (i % 64));
 }
 
+#[inline]
 fn bit(bits: &[u64; WORDS], i: usize) -> bool {
     bits[i / 64] & (1 << (i % 64)) != 0
 }
 
 impl PrivateTable {
+    #[inline]
     pub(super) fn fd_obj(&self, slot: usize) -> ObjectId {
         PRIVATE_FD | (self.slots[slot].generation as u64) << 32 | slot as u64
     }
 
     /// The slot a private descriptor names, if it is open (same generation).
+    #[inline]
     pub(super) fn slot_of(&self, obj: ObjectId) -> Option<usize> {
         let slot = (obj & 0xffff_ffff) as usize;
         let generation = (obj >> 32) & GEN_MASK as u64;
         (slot < PRIVATE_SLOTS && bit(&self.slot_used, slot) && self.slots[slot].generation as u64 == generation).then_some(slot)
     }
 
+    #[inline]
     pub(super) fn file_of(&self, slot: usize) -> usize {
         self.slots[slot].file as usize
     }
 
     /// The entry (kind) of open file `file`; `None` for a word no kind encodes.
+    #[inline]
     pub(super) fn kind_of(&self, file: usize) -> Option<Kind> {
         decode(self.files[file].kind)
     }
 
     /// The kernel object of open file `file` (0 for an `fs` file, which has none).
+    #[inline]
     pub(super) fn object_of(&self, file: usize) -> ObjectId {
         self.files[file].obj
     }
 
     /// A new slot for open file `file`.
+    #[inline]
     pub(super) fn new_slot(&mut self, file: usize) -> Result<usize, Error> {
         let s = take_bit(&mut self.slot_used).ok_or(Error::Busy)?;
         self.slots[s].file = file as u32;
@@ -158,6 +168,7 @@ pub(super) fn open_private(share: ObjectId, k: Kind) -> Result<ObjectId, Error> 
     }
 }
 
+#[inline]
 pub(super) fn close_private(share: ObjectId, t: &mut PrivateTable, slot: usize) -> Result<(), Error> {
     clear_bit(&mut t.slot_used, slot);
     t.slots[slot].generation = t.slots[slot].generation.wrapping_add(1) & GEN_MASK;

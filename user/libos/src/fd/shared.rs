@@ -29,6 +29,7 @@ pub const SHARED_FD: u64 = 1 << 62;
 
 
 /// The process-wide table, if this process has one.
+#[inline]
 pub(super) fn proc_table() -> Option<&'static ProcTable> {
     let p = PROC_MEM.load(Ordering::Acquire) as *const ProcTable;
     // SAFETY: `PROC_MEM` is 0 or the address of a `ProcTable` made by `table(Process)` in a
@@ -93,6 +94,7 @@ pub(super) fn proc_share_now_acquire() -> ObjectId {
 }
 
 /// The process-wide table's share, 0 before it exists.
+#[inline]
 pub(super) fn proc_share_now() -> ObjectId {
     PROC_TABLE.load(Ordering::Relaxed)
 }
@@ -181,6 +183,7 @@ pub(crate) fn after_cfork(shared: bool) {
 }
 
 /// This core's starting word in the process-wide table's bitmaps.
+#[inline]
 pub(super) fn home() -> usize {
     crate::ctx::core_id()
 }
@@ -192,6 +195,7 @@ pub(super) fn open_proc(k: Kind) -> Result<u64, Error> {
     Ok(SHARED_FD | d)
 }
 
+#[inline]
 pub(super) fn table_error(e: percore::fdtable::TableError) -> Error {
     match e {
         percore::fdtable::TableError::Full => Error::Busy,
