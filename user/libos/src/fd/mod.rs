@@ -39,7 +39,8 @@
 //!
 //! File and directory descriptors of `fs` (`open`) are open files of kind `Kind::Fs` in the
 //! private or process-wide table, beside consoles, pipes and segment files: `dup`, `close`,
-//! `read`, `write`, `fstat` work on every kind. (Tables for core sets keep kernel objects as
+//! `read`, `write`, `read_at`, `write_at`, `lseek`, `fstat`, `poll` work on every kind (each
+//! answers what it cannot do with the trait's default error). (Tables for core sets keep kernel objects as
 //! descriptors and do not take `fs` files: `Unsupported`.)
 //!
 //! A private descriptor is `Fd { table: private share, obj: PRIVATE_FD | generation << 32 |
@@ -48,7 +49,7 @@
 //! The slot's generation changes at every close, so a closed descriptor stays invalid
 //! (`NoSuchObject`) even after its slot is reused.
 //!
-//! Pipes are rings in a shared segment (`pipe.rs`); in-memory files are segments (`file.rs`).
+//! Pipes are rings in a shared segment (`pipe.rs`); in-memory files are segments (`kinds.rs`).
 //! Both are mapped on demand into the context's descriptor window (`window.rs`) and read and
 //! written there, without system calls.
 

@@ -108,7 +108,9 @@ pub(super) fn new_desc_in(descs: &mut Vec<Option<OpenFile>>, desc: OpenFile) -> 
 /// core's lock, which such an unlink holds one of) or by an `O_CREAT` open holding the new
 /// file's directory stripe (which an unlink of that name takes first); one that goes meanwhile
 /// (a close on another core) only makes the unlink look for nothing.
-pub(super) static TABLE_DESCS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+/// On its own line: a `dup` or `close` of a shared description writes it, and it must not
+/// share a line with what every read looks at (`open_files::MOUNT`).
+pub(super) static TABLE_DESCS: percore::pad::CachePadded<core::sync::atomic::AtomicU64> = percore::pad::CachePadded::new(core::sync::atomic::AtomicU64::new(0));
 
 /// Free description `d` of the shared table.
 pub(super) fn drop_desc(descs: &mut [Option<OpenFile>], d: usize) {
