@@ -171,7 +171,6 @@ pub fn self_halt(code: u64) -> Result<core::convert::Infallible, abi::Error> {
     Err(last)
 }
 
-
 /// End the calling context with exit code `code` by halting its pcore (`self_halt`); if that
 /// fails, by a fault (nothing else can stop it). What `exit` does in every context but a
 /// program's first one run inside its launcher's context; threads, cfork children and

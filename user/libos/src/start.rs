@@ -83,7 +83,7 @@ extern "C" fn rt_start(info: *const StartInfo, rsi_root: u64, rdx_pcore: u64) ->
     ARGS_LEN.store(si.args_len, Ordering::Relaxed);
     ROOT_SHARE.store(root, Ordering::Relaxed);
     PCORE.store(pcore, Ordering::Relaxed);
-    if let Err(e) = crate::process::init_main(&si) {
+    if let Err(e) = init_main(&si) {
         crate::println!("libos: start-up failed: {}", e.as_str());
         exit(1);
     }
@@ -97,6 +97,17 @@ extern "C" fn rt_start(info: *const StartInfo, rsi_root: u64, rdx_pcore: u64) ->
         let _ = crate::fs::unmount();
     }
     exit(code)
+}
+
+/// The first context's start-up: process state (`process`), then the per-core heap on the
+/// process share, then the first chunk of this core's heap.
+#[cfg(target_os = "none")]
+fn init_main(si: &StartInfo) -> Result<(), abi::Error> {
+    let p = crate::process::init_main(si)?;
+    crate::heap::init(p, ObjName::new(si.root_share, si.root_ar), si.cores as usize)?;
+    crate::process::set_ready();
+    crate::heap::pregrow();
+    Ok(())
 }
 
 /// End the calling context with exit code `code`. In a thread or a cfork child this ends

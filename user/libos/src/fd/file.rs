@@ -98,9 +98,9 @@ pub trait FileLike {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 /// A table entry: which open file it is. Packed in one word (`encode`) in the private and
-/// process-wide tables, and in a kernel object's name (`kind_name`) in a core-set table.
+/// process-wide tables, and in a kernel object's name (`kinds::kind_name`) in a core-set table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// The console (`console.rs`): a stream, reads and writes.
     Console,
@@ -123,7 +123,6 @@ impl Kind {
         }
     }
 }
-
 
 /// `Kind` packed in a word for the private table: the tag in the top byte, the id (object
 /// ids fit in 48 bits: `(core + 1) << 40 | sequence`) below.

@@ -105,8 +105,6 @@ pub(super) fn shared_kind(table: ObjectId, obj: ObjectId) -> Result<Kind, Error>
 
 /// The kind of a descriptor. Errors if this context cannot use it: another context's
 
-
-
 /// The console: `console::write_all` and the kernel's console read.
 struct Console;
 

@@ -91,7 +91,6 @@ pub struct Fd {
     pub obj: ObjectId,
 }
 
-
 /// Which table a descriptor is in, as seen from this context.
 enum Where {
     /// A kernel-object descriptor in a shared table (the kernel decides who may use it).
@@ -126,7 +125,6 @@ fn resolve(fd: Fd) -> Result<Where, Error> {
     let slot = t.slot_of(fd.obj).ok_or(Error::NoSuchObject)?;
     Ok(Where::Private(t, slot))
 }
-
 
 /// The table of a scope (made on first use for the private and process tables). For
 /// `Scope::Private` this is the share holding the private open files' kernel objects.

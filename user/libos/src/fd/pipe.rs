@@ -195,7 +195,6 @@ fn head_tail(va: u64) -> (u64, u64) {
 // So once the word is 0 it stays 0, the one caller that took it there frees the ring, and
 // nothing is freed while any end is open (each open end is ≥ 1 in the word).
 
-
 /// Run `f` on the ends word of ring `ring` in table share `t`. A ring this context had not
 /// mapped is mapped for the call only: a context that opens or closes ends of many pipes it
 /// never reads or writes (another context frees them) does not fill its window.

@@ -140,7 +140,6 @@ impl PrivateTable {
     }
 }
 
-
 /// Open a private descriptor for a new open file of kind `k` in `share` (the private share);
 /// the descriptor's `obj`.
 pub(super) fn open_private(share: ObjectId, k: Kind) -> Result<ObjectId, Error> {

@@ -27,7 +27,6 @@ pub(super) type ProcTable = percore::fdtable::DescTable<{ SHARED_SLOTS / 64 }, S
 /// slot's generation, 0..31 the slot).
 pub const SHARED_FD: u64 = 1 << 62;
 
-
 /// The process-wide table, if this process has one.
 #[inline]
 pub(super) fn proc_table() -> Option<&'static ProcTable> {
