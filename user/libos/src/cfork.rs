@@ -235,7 +235,7 @@ extern "C" fn cfork_start(start: *mut CforkStart, root_share: u64, pcore: u64) -
     };
     crate::fd::close_private_at_exit();
     let _ = crate::sys::pcore_halt(ObjName::new(root_share, pcore), code);
-    crate::exit(code)
+    crate::launch::halt(code)
 }
 
 /// Start `f(arg)` on core `core` in a copy-on-write copy of this context's address space
@@ -254,7 +254,7 @@ pub fn cfork(core: u64, opts: &CforkOpts, f: fn(u64) -> u64, arg: u64) -> Result
     // shell's mappings (its image, stack, arena and heap ranges): not ours to copy, and the
     // shell's heap ranges cannot even be named from here (they are in the shell's heap
     // shares, two levels below its root share), so copying them failed with NoSuchObject.
-    let host = crate::start::launcher_mappings(me.root_ar);
+    let host = crate::launch::launcher_mappings(me.root_ar);
     let mut k = 0;
     for i in 0..n {
         let m = maps[i];
@@ -273,7 +273,7 @@ pub fn cfork(core: u64, opts: &CforkOpts, f: fn(u64) -> u64, arg: u64) -> Result
         .find(|&top| !maps.iter().any(|m| m.voff < top && top - THREAD_STACK_SIZE < m.voff + m.len))
         .ok_or(Error::Busy)?;
     // Allocate the start block before the heap is copied, so the child's copy has it.
-    let start = Box::into_raw(Box::new(CforkStart { f, arg, core, share, root_ar: root.object, ctx_seg: 0, image_voff, fds_shared: crate::fd::shared_with_child(opts) }));
+    let start = Box::into_raw(Box::new(CforkStart { f, arg, core, share, root_ar: root.object, ctx_seg: 0, image_voff, fds_shared: crate::fd::shared_with_child(opts.shares, opts.segments) }));
     let r = (|| -> Result<(), Error> {
         let ctx_seg = crate::ctx::map_new(share, root, core)?;
         // SAFETY: `start` is our live block; the child reads its copy, made below.

@@ -81,7 +81,7 @@ pub(crate) extern "C" fn rt_core_start(slot: *const Slot, root_share: u64, pcore
     let f: CoreFn = unsafe { core::mem::transmute::<usize, CoreFn>(entry as usize) };
     let code = f(&ctx);
     let _ = crate::sys::pcore_halt(ctx.pcore, code);
-    crate::exit(code)
+    crate::launch::halt(code)
 }
 
 #[cfg(target_os = "none")]
@@ -141,8 +141,8 @@ fn take_slot() -> Option<usize> {
 /// Map every mapping of the image segment in the first program's root range into `ar`,
 /// without write permission.
 fn map_image(ar: ObjName) -> Result<(), Error> {
-    let root = crate::root_share();
-    let si = crate::start_info();
+    let root = crate::launch::root_share();
+    let si = crate::launch::start_info();
     let mut maps = [ArMapping::default(); 64];
     let n = crate::sys::ar_get(ObjName::new(root, si.root_ar), &mut maps)? as usize;
     let mut found = 0;
@@ -155,7 +155,7 @@ fn map_image(ar: ObjName) -> Result<(), Error> {
     if found == 0 {
         // The root range does not list the image (or not as that segment): assume the
         // segment holds the image from its first page, linked at IMAGE_BASE.
-        let len = (crate::image_end() - crate::layout::IMAGE_BASE).next_multiple_of(PAGE_SIZE);
+        let len = (crate::launch::image_end() - crate::layout::IMAGE_BASE).next_multiple_of(PAGE_SIZE);
         let sm = SegMapping {
             voff: crate::layout::IMAGE_BASE,
             seg: ObjName::new(root, si.image_seg),
@@ -174,7 +174,7 @@ impl Core {
         if opts.shares.len() > MAX_CONTEXT_SHARES - 1 || opts.stack_bytes == 0 || !opts.stack_bytes.is_multiple_of(PAGE_SIZE) {
             return Err(Error::InvalidArgument);
         }
-        let root = crate::root_share();
+        let root = crate::launch::root_share();
         let memid = opts.memid.unwrap_or(core);
         let slot = take_slot().ok_or(Error::Busy)?;
         let mut c = Core {
@@ -289,7 +289,7 @@ impl Drop for Core {
             let _ = crate::sys::share_delobj(self.root_ar);
         }
         if self.share != 0 {
-            let _ = crate::sys::share_delobj(ObjName::new(crate::root_share(), self.share));
+            let _ = crate::sys::share_delobj(ObjName::new(crate::launch::root_share(), self.share));
         }
         SLOTS[self.slot].busy.store(false, Ordering::Release);
     }

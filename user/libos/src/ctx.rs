@@ -46,10 +46,14 @@ pub struct Ctx {
     pub mapped: [ObjectId; MAP_SLOTS],
 }
 
-/// Bytes of a context's segment: the context page, then the private descriptor table
-/// (`fd::PrivateTable`, at `arena() + PAGE_SIZE`). The segment is demand-zero, so the table's
-/// pages cost nothing until the context first opens a private descriptor.
-pub const CTX_BYTES: u64 = abi::PAGE_SIZE + (core::mem::size_of::<crate::fd::PrivateTable>() as u64).next_multiple_of(abi::PAGE_SIZE);
+/// Pages after the context page for the private descriptor table (`fd::PrivateTable`, at
+/// `arena() + PAGE_SIZE`; `fd` checks at compile time that it fits).
+pub const FD_TABLE_PAGES: u64 = 8;
+
+/// Bytes of a context's segment: the context page, then the private descriptor table. The
+/// segment is demand-zero, so the table's pages cost nothing until the context first opens
+/// a private descriptor.
+pub const CTX_BYTES: u64 = abi::PAGE_SIZE * (1 + FD_TABLE_PAGES);
 
 const _: () = assert!(core::mem::size_of::<Ctx>() as u64 <= abi::PAGE_SIZE);
 

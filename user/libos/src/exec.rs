@@ -17,7 +17,7 @@
 //!   This is how a core that runs the shell can run a program too (one context per core).
 
 use crate::layout::{ARENA_DEFAULT, ARENA_EMBEDDED, EMBEDDED_STACK_TOP, LOADER_SCRATCH, SH_IMAGE_BASE};
-use crate::start::{LaunchExt, LAUNCH_MAGIC};
+use crate::launch::{LaunchExt, LAUNCH_MAGIC};
 use abi::{ArKind, ArMapping, Error, ObjName, ObjectId, PcoreContext, SegMapping, StartInfo, INIT_IMAGE_LIMIT, INIT_STACK_SIZE, INIT_STACK_TOP, MAP_EXEC, MAP_READ, MAP_WRITE, PAGE_SIZE, ROLE_XC, USER_BASE};
 use alloc::vec::Vec;
 

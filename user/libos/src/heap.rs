@@ -206,7 +206,7 @@ impl CoreHeap {
             None => l.next_off.next_multiple_of(align.max(PAGE_SIZE)),
         };
         // The top of the range is `libos::mman`'s window (anonymous mmap): stay below it.
-        if off + len > crate::mman::WINDOW_OFF {
+        if off + len > crate::layout::MMAP_WINDOW_OFF {
             return None;
         }
         let seg = crate::sys::segment_alloc(share, name, MEMID_SELF, len).ok()?;

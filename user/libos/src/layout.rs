@@ -28,6 +28,9 @@ pub const ARENA_EMBEDDED: u64 = 0x5000_0000_0000;
 pub const ARENA_SIZE: u64 = 0x1000_0000_0000;
 /// Span of one heap range.
 pub const HEAP_SPAN: u64 = 512 << 30;
+/// Offset of `mman`'s mapping window in each core's heap range (its top half): the heap
+/// stays below it.
+pub const MMAP_WINDOW_OFF: u64 = HEAP_SPAN / 2;
 /// Cores with a heap (the arena holds 31 heap ranges after the context slot).
 pub const HEAP_CORES: usize = 31;
 /// Offset of the descriptor-layer mapping window and its slots.

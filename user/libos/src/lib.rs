@@ -30,6 +30,7 @@ pub mod exec;
 pub mod fd;
 pub mod fs;
 pub mod heap;
+pub mod launch;
 pub mod layout;
 pub mod mman;
 pub mod net;
@@ -42,7 +43,8 @@ pub mod thread;
 pub mod time;
 
 pub use cfork::{cfork, CforkOpts, Child};
-pub use start::{args, exit, image_end, pcore, root_share, self_halt, start_info, started_by_kernel, LaunchExt, LAUNCH_MAGIC, PANIC_EXIT_CODE};
+pub use launch::{args, image_end, pcore, root_share, self_halt, start_info, started_by_kernel, LaunchExt, LAUNCH_MAGIC};
+pub use start::{exit, PANIC_EXIT_CODE};
 
 /// Declare the program's entry: `fn(args: &'static str) -> u64` (the exit code).
 #[macro_export]

@@ -40,7 +40,7 @@ pub const PROT_READ: u64 = 1;
 pub const PROT_WRITE: u64 = 2;
 
 /// Offset of the mapping window in each core's heap range (its top half).
-pub const WINDOW_OFF: u64 = HEAP_SPAN / 2;
+pub const WINDOW_OFF: u64 = crate::layout::MMAP_WINDOW_OFF;
 /// Size of one core's window.
 pub const WINDOW_LEN: u64 = HEAP_SPAN - WINDOW_OFF;
 /// Records per core (pieces of mappings count one each).

@@ -166,39 +166,8 @@ pub fn ppc_call_raw(share: u64, gate: u64, a0: u64, a1: u64, a2: u64, a3: u64) -
     ret
 }
 
-/// `ppc_return(value)` with the registers it clears declared clobbered (`abi::nr::PPC_RETURN`):
-/// the only safe way to make it by hand (outside a call it fails with `NotPermitted`; inside
-/// one it does not return).
-#[inline(always)]
-pub fn ppc_return_raw(value: u64) -> i64 {
-    let ret: i64;
-    #[cfg(target_os = "none")]
-    // SAFETY: `syscall` enters the kernel; if this context is in no call it comes back with
-    // the result in rax and the argument registers cleared (declared as outputs), rcx and
-    // r11 clobbered; the stack is not touched. In a call it returns to the caller instead,
-    // as the handler's end.
-    unsafe {
-        core::arch::asm!(
-            "syscall",
-            inlateout("rax") nr::PPC_RETURN as i64 => ret,
-            inlateout("rdi") value => _,
-            lateout("rsi") _,
-            lateout("rdx") _,
-            lateout("r10") _,
-            lateout("r8") _,
-            lateout("r9") _,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    #[cfg(not(target_os = "none"))]
-    {
-        let _ = value;
-        ret = abi::encode(Err(Error::Unsupported));
-    }
-    ret
-}
+/// `ppc_return(value)` made by hand (a system call wrapper, in `sys`).
+pub use crate::sys::ppc_return_raw;
 
 /// A gate this context registered. Dropping it deletes the gate, unmaps the handler's stack
 /// (a call still running in it then faults and ends with `CallAborted`) and frees the slot.

@@ -42,7 +42,10 @@ pub(crate) fn set_after_cfork(proc_share: ObjectId, image: ObjName) {
     STACK_SEG.store(0, Ordering::Relaxed);
 }
 
-pub(crate) fn init_main(si: &StartInfo) -> Result<(), abi::Error> {
+/// The first context's process state: its context page, the process share holding the
+/// image and the first stack. Returns the process share; `start` then makes the heap on it and
+/// calls `set_ready`.
+pub(crate) fn init_main(si: &StartInfo) -> Result<ObjectId, abi::Error> {
     let root = si.root_share;
     let root_ar = ObjName::new(root, si.root_ar);
     let pcore = ObjName::new(root, si.pcore);
@@ -58,10 +61,12 @@ pub(crate) fn init_main(si: &StartInfo) -> Result<(), abi::Error> {
     IMAGE_SEG.store(si.image_seg, Ordering::Relaxed);
     crate::sys::share_addobj(p, ObjName::new(root, si.stack_seg))?;
     STACK_SEG.store(si.stack_seg, Ordering::Relaxed);
-    crate::heap::init(p, root_ar, si.cores as usize)?;
+    Ok(p)
+}
+
+/// The heap is made: the library OS's state is complete (`ready`).
+pub(crate) fn set_ready() {
     READY.store(true, Ordering::Release);
-    crate::heap::pregrow();
-    Ok(())
 }
 
 /// Make a share held by the process share, so every thread can name objects in it. The

@@ -81,7 +81,7 @@ impl Ring {
     /// `Ring::create` in this program's own root range (the first program only: others name
     /// their root range themselves).
     pub fn create_here(share: ObjectId, va: u64, slots: u64) -> Result<Ring, Error> {
-        Ring::create(share, ObjName::new(crate::root_share(), crate::start_info().root_ar), va, slots)
+        Ring::create(share, ObjName::new(crate::launch::root_share(), crate::launch::start_info().root_ar), va, slots)
     }
 
     /// `pcore_add_device`: the pcore's core serves the ring while it is a kernel core.

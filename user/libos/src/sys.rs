@@ -424,7 +424,41 @@ pub fn ppc_register(share: ObjectId, name: &str, gate: &PpcGate) -> Result<Objec
 /// `ppc_return(value)` outside a call: `NotPermitted` (a handler returns through
 /// `libos::ppc`'s trampoline, never through this).
 pub fn ppc_return_outside_call(value: u64) -> Result<u64, Error> {
-    abi::decode(crate::ppc::ppc_return_raw(value))
+    abi::decode(ppc_return_raw(value))
+}
+
+/// `ppc_return(value)` with the registers it clears declared clobbered (`abi::nr::PPC_RETURN`):
+/// the only safe way to make it by hand (outside a call it fails with `NotPermitted`; inside
+/// one it does not return).
+#[inline(always)]
+pub fn ppc_return_raw(value: u64) -> i64 {
+    let ret: i64;
+    #[cfg(target_os = "none")]
+    // SAFETY: `syscall` enters the kernel; if this context is in no call it comes back with
+    // the result in rax and the argument registers cleared (declared as outputs), rcx and
+    // r11 clobbered; the stack is not touched. In a call it returns to the caller instead,
+    // as the handler's end.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr::PPC_RETURN as i64 => ret,
+            inlateout("rdi") value => _,
+            lateout("rsi") _,
+            lateout("rdx") _,
+            lateout("r10") _,
+            lateout("r8") _,
+            lateout("r9") _,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    #[cfg(not(target_os = "none"))]
+    {
+        let _ = value;
+        ret = abi::encode(Err(Error::Unsupported));
+    }
+    ret
 }
 
 /// `ppc_bind(<share, gate>) -> slot` (`libos::ppc::Gate::bind`).

@@ -121,7 +121,7 @@ extern "C" fn thread_start(start: *mut ThreadStart, root_share: u64, pcore: u64)
     let code = (s.f)(s.arg);
     crate::fd::close_private_at_exit();
     let _ = crate::sys::pcore_halt(ObjName::new(root_share, pcore), code);
-    crate::exit(code)
+    crate::launch::halt(code)
 }
 
 /// Run `f(arg)` on core `core` as a new thread of this program. `extra_shares` are added to

@@ -19,7 +19,7 @@ pub fn tsc_ns() -> u64 {
 
 /// Ticks per millisecond: from the start information, else from `sys_info` (never 0).
 pub fn tsc_per_ms() -> u64 {
-    let t = crate::start_info().tsc_per_ms;
+    let t = crate::launch::start_info().tsc_per_ms;
     if t != 0 {
         return t;
     }

@@ -223,7 +223,7 @@ pub const CATALOG: &[Mutant] = &[
     },
     Mutant {
         name: "fd_slot_reused_same_generation",
-        file: "user/libos/src/fd.rs",
+        file: "user/libos/src/fd/private.rs",
         original: "t.slots[slot].generation = t.slots[slot].generation.wrapping_add(1) & GEN_MASK;",
         replacement: "t.slots[slot].generation &= GEN_MASK;",
         checks: &[Check::Suite("ltest smp=2")],

@@ -306,6 +306,56 @@ fn files_in_the_descriptor_table() -> TestResult {
     Ok(Pass::Ok)
 }
 
+/// One offset per open file description, and readiness, through the descriptor trait
+/// (`fd::lseek`, `fd::poll`): an `lseek` through a private descriptor moves the offset its
+/// process-wide dup reads from, and the dup's `SEEK_CUR` sees the read; streams have no
+/// offset (`WrongType`, ESPIPE); a pipe polls as its ring and ends say (empty: not readable;
+/// bytes: readable; no writer: hung up; no reader: a write is in error), a dup of an end
+/// into the other table polls the same ring. Catches: a kind without `seek` (the trait's
+/// default), a dup across tables with an offset of its own, a `poll` that always answers
+/// ready.
+fn one_offset_and_readiness_through_the_trait() -> TestResult {
+    use libos::fd::{self, Ready, Scope};
+    let e = |what: &'static str| move |x: Error| Msg::new(format_args!("{what}: {x:?}"));
+    fs_ok("mount", fs::mount())?;
+    let c0 = fd::proc_counts();
+    let p = fs_ok("fd::open", fd::open(Scope::Private, "/hello.txt", fs::O_RDONLY))?;
+    let d = fd::dup(p, Scope::Process).map_err(e("dup"))?;
+    ensure!(fd::lseek(p, 6, fs::SEEK_SET) == Ok(6), "lseek SEEK_SET: {:?}", fd::lseek(p, 6, fs::SEEK_SET));
+    let mut b = [0u8; 4];
+    ensure!(fd::read(d, &mut b) == Ok(4) && b == files::HELLO[6..10], "the dup read {b:?} after the original's lseek: two offsets");
+    ensure!(fd::lseek(p, 0, fs::SEEK_CUR) == Ok(10), "the original's offset after the dup's read: {:?}", fd::lseek(p, 0, fs::SEEK_CUR));
+    ensure!(fd::lseek(d, -2, fs::SEEK_END) == Ok(files::HELLO.len() as u64 - 2), "SEEK_END: {:?}", fd::lseek(d, -2, fs::SEEK_END));
+    ensure!(fd::read(p, &mut b) == Ok(2) && b[..2] == files::HELLO[files::HELLO.len() - 2..], "read after SEEK_END gave {b:?}");
+    ensure!(fd::lseek(p, 0, 7) == Err(Error::InvalidArgument), "bad whence: {:?}", fd::lseek(p, 0, 7));
+    ensure!(fd::poll(p) == Ok(Ready::ALWAYS), "a file polls {:?}", fd::poll(p));
+    fd::close(p).map_err(e("close"))?;
+    fd::close(d).map_err(e("close dup"))?;
+    let (r, w) = fd::pipe(Scope::Private).map_err(e("pipe"))?;
+    ensure!(fd::lseek(r, 0, fs::SEEK_CUR) == Err(Error::WrongType), "lseek of a pipe: {:?}", fd::lseek(r, 0, fs::SEEK_CUR));
+    let empty_r = Ready { read: false, write: false, hangup: false, error: false };
+    let room_w = Ready { read: false, write: true, hangup: false, error: false };
+    ensure!(fd::poll(r) == Ok(empty_r) && fd::poll(w) == Ok(room_w), "new pipe polls {:?} / {:?}", fd::poll(r), fd::poll(w));
+    ensure!(fd::write(w, b"abc") == Ok(3), "pipe write");
+    let r2 = fd::dup(r, Scope::Process).map_err(e("dup read end"))?;
+    for x in [r, r2] {
+        ensure!(fd::poll(x).map(|q| (q.read, q.hangup)) == Ok((true, false)), "pipe with bytes polls {:?}", fd::poll(x));
+    }
+    fd::close(w).map_err(e("close w"))?;
+    ensure!(fd::read(r2, &mut b) == Ok(3), "drain");
+    ensure!(fd::poll(r) == Ok(Ready { read: true, write: false, hangup: true, error: false }), "no writer: {:?}", fd::poll(r));
+    ensure!(fd::read(r, &mut b) == Ok(0), "end of file");
+    let (r3, w3) = fd::pipe(Scope::Process).map_err(e("pipe 2"))?;
+    fd::close(r3).map_err(e("close r3"))?;
+    ensure!(fd::poll(w3).map(|q| q.error) == Ok(true) && fd::write(w3, b"x") == Err(Error::BrokenPipe), "no reader: {:?}", fd::poll(w3));
+    for x in [r, r2, w3] {
+        fd::close(x).map_err(e("close"))?;
+    }
+    fd::unmap_all();
+    ensure!(fd::proc_counts() == c0, "left {:?} (before {c0:?})", fd::proc_counts());
+    Ok(Pass::Ok)
+}
+
 /// Catches: a mount that trusts the superblock's counts (an inode table indexed past its end,
 /// a group table read past the disk). The corruption is made in the cache only.
 fn corrupt_superblock_is_refused() -> TestResult {
@@ -2607,7 +2657,7 @@ fn dir_mkdirs_own_and_shared_directories() -> TestResult {
 
 fn main(args: &'static str) -> u64 {
     let mut t = Tally::default();
-    let tests: [(&str, fn() -> TestResult); 40] = [
+    let tests: [(&str, fn() -> TestResult); 41] = [
         ("fs_disk_is_listed", disk_is_listed),
         ("fs_blk_alloc_checks_its_arguments", blk_alloc_checks_its_arguments),
         ("fs_blk_buf_checks_its_arguments", blk_buf_checks_its_arguments),
@@ -2618,6 +2668,7 @@ fn main(args: &'static str) -> u64 {
         ("fs_other_cores_read_too", other_cores_read_too),
         ("fs_names_and_descriptors", names_and_descriptors),
         ("fs_files_in_the_descriptor_table", files_in_the_descriptor_table),
+        ("fs_one_offset_and_readiness", one_offset_and_readiness_through_the_trait),
         ("fs_stat_from_the_name_cache", stat_from_the_name_cache),
         ("fs_open_from_the_per_core_list", open_from_the_per_core_list),
         ("fs_read_without_the_lock", read_without_the_lock),

@@ -4,6 +4,9 @@
 //! | layer | file |
 //! | --- | --- |
 //! | library calls: `mount`, `open` (`O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`), `openat`, `dup`, `read`, `pread`, `write`, `pwrite`, `lseek`, `close`, `fstat`, `stat`, `readdir`, `mkdir`, `rmdir`, `unlink`, `link`, `rename`, `symlink`, `readlink`, `lstat`, `truncate`, `ftruncate`, `fsync`, `sync`, `df` | this file |
+//! | the locks: per-core `Ext2`s, directory stripes, the exclusive side, change records | `locks.rs` |
+//! | the shared open-file table: descriptors, open file descriptions (offset), orphans; open flags | `tables.rs` |
+//! | the lock-free paths: reads without the lock, the mount geometry, filling the name cache | `unlocked.rs` |
 //! | ext2 (our own; also used by `cargo xtask fs`): on-disk format, reading, writing, directories | crate `ext2` (`crates/ext2`) |
 //! | the lock-free path-name cache behind `stat` and read-only `open` | `names.rs` |
 //! | per-core lists of open files (read-only opens of cached names; `fstat`, `close`) | `open_files.rs` |
@@ -11,7 +14,7 @@
 //! | the block device object client: `bcache::BlockIo` | `disk.rs` |
 //! | the device object | kernel `dev/blk.rs`, contract `abi/src/blk.rs` |
 //!
-//! **Locks** (session 12; docs/fs.md, "Create and unlink"). One mounted file system per
+//! **Locks** (`locks.rs`; docs/fs.md, "Create and unlink"). One mounted file system per
 //! process, with one `Ext2` per core over the one buffer cache, each under its core's lock
 //! (`CORE_FS`: a big-reader lock whose reader side is exclusive per core). Create, unlink of
 //! a file, an `open` that makes its file, `close`, and (session 13) `write`, `pwrite`,
@@ -35,453 +38,21 @@ pub mod disk;
 pub use ext2;
 pub mod names;
 pub mod open_files;
+mod locks;
+mod tables;
+mod unlocked;
 
 use alloc::vec::Vec;
 
-use crate::thread::{Mutex, MutexGuard};
-use percore::pad::CachePadded;
 use cache::{Cache, CacheStats};
 use ext2::{Ext2, Inode};
 pub use ext2::{DirEntry, FsError, Stat, FT_DIR, FT_REG, S_IFDIR, S_IFMT, S_IFREG};
-
-pub type Result<T> = core::result::Result<T, FsError>;
-
-/// Open flags (Linux's values).
-pub const O_RDONLY: u32 = 0;
-pub const O_WRONLY: u32 = 1;
-pub const O_RDWR: u32 = 2;
-pub const O_ACCMODE: u32 = 3;
-pub const O_CREAT: u32 = 0x40;
-pub const O_EXCL: u32 = 0x80;
-pub const O_TRUNC: u32 = 0x200;
-pub const O_APPEND: u32 = 0x400;
-
-/// `lseek` origins.
-pub const SEEK_SET: u32 = 0;
-pub const SEEK_CUR: u32 = 1;
-pub const SEEK_END: u32 = 2;
-
-/// Most files open at once in one process.
-pub const MAX_OPEN: usize = 256;
-
-/// A descriptor of this module's open-file table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fd(pub u32);
-
-/// An open file description: what `open` made, shared by the descriptors `dup` makes.
-struct OpenFile {
-    ino: u32,
-    off: u64,
-    flags: u32,
-    /// Descriptors naming it.
-    refs: u32,
-}
-
-/// The open-file tables (descriptors, descriptions, orphans), under `TABLES`.
-struct Tables {
-    /// Descriptor -> open file description (index into `descs`).
-    files: Vec<Option<u32>>,
-    descs: Vec<Option<OpenFile>>,
-    /// Files unlinked while open: freed when their last descriptor closes (or at unmount).
-    orphans: alloc::collections::BTreeSet<u32>,
-}
-
-/// One core's `Ext2`: the shared buffer cache through a `CoreDisk`, with that core's copy of
-/// the superblock and group descriptors and its own reserve (`Ext2::clone_with`).
-type CoreFs = Ext2<cache::CoreDisk>;
-
-/// What a call runs on: the calling core's `Ext2` and the open-file tables.
-struct Mounted<'a> {
-    fs: &'a mut CoreFs,
-    files: &'a mut Vec<Option<u32>>,
-    descs: &'a mut Vec<Option<OpenFile>>,
-    orphans: &'a mut alloc::collections::BTreeSet<u32>,
-}
-
-/// The file system's big-reader lock: one lock per core, each on its own line, holding that
-/// core's `Ext2`. A change confined to one directory (create, unlink of a file, `open` with
-/// `O_CREAT`, an orphan's release: `with_dir_change`) takes its own core's lock only, plus the
-/// directory's stripe lock (`DIR_LOCKS`, through `change_hook`); everything else takes every
-/// core's lock in order, then `TABLES` (`exclusive`). So changes in different directories on
-/// different cores write no shared line of the file system's, and anything structural
-/// (rename, rmdir, sync, mount, unmount, reserve refills) sees
-/// the whole file system still. (A per-core lock rather than a per-core reader count: the
-/// core's `Ext2`, its reserve and its change record are then the lock holder's alone, even
-/// with several contexts on one core.)
-static CORE_FS: [CachePadded<Mutex<Option<CoreFs>>>; open_files::CORES] = [const { CachePadded::new(Mutex::new(None)) }; open_files::CORES];
-
-/// How many of `CORE_FS` hold an `Ext2` (0: not mounted). Changed only with every lock held
-/// (mount, unmount); read after taking `CORE_FS[0]`.
-static NCORE_FS: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
-
-/// The open-file tables: taken last, after a core's lock or all of them; its holders run no
-/// file-system operation under it (a scan or an update of the tables).
-static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
-
-/// Directory locks: a stripe per multiplicative hash of the inode number, each on its own
-/// 128 bytes. Held by a change on the per-directory side from the moment `change_hook` names
-/// the inode (before anything of it is written) to the end of the change. The acquisition
-/// rule (the first stripe of a change waits, a later one only if free) is
-/// `percore::StripeLocks::acquire`, model-checked with this file system's two sides in
-/// percore/tests/loom.rs (`stripe_*`).
-const DIR_STRIPES: usize = 64;
-static DIR_LOCKS: percore::StripeLocks<DIR_STRIPES> = percore::StripeLocks::new();
-
-fn dir_stripe(ino: u32) -> usize {
-    percore::StripeLocks::<DIR_STRIPES>::stripe_of(ino)
-}
-
-fn unlock_stripe(s: usize) {
-    DIR_LOCKS.unlock(s);
-}
-
-/// Every core's lock (in order) and the tables: the exclusive side.
-struct Exclusive {
-    cores: Vec<MutexGuard<'static, Option<CoreFs>>>,
-    tables: MutexGuard<'static, Option<Tables>>,
-}
-
-fn exclusive() -> Exclusive {
-    let first = CORE_FS[0].lock();
-    let n = NCORE_FS.load(core::sync::atomic::Ordering::Relaxed).clamp(1, open_files::CORES);
-    let mut cores = Vec::with_capacity(n);
-    cores.push(first);
-    for l in &CORE_FS[1..n] {
-        cores.push(l.lock());
-    }
-    Exclusive { cores, tables: TABLES.lock() }
-}
-
-impl Exclusive {
-    /// The `Ext2` the calling core runs exclusive calls on.
-    fn me(&self) -> usize {
-        (crate::ctx::ctx().core as usize).min(self.cores.len() - 1)
-    }
-
-    fn run<R>(&mut self, f: &mut impl FnMut(&mut Mounted) -> Result<R>) -> Result<R> {
-        let me = self.me();
-        let t = self.tables.as_mut().ok_or(FsError::NoDevice)?;
-        let fs = self.cores[me].as_mut().ok_or(FsError::NoDevice)?;
-        let gen = fs.counts_gen;
-        let r = f(&mut Mounted { fs, files: &mut t.files, descs: &mut t.descs, orphans: &mut t.orphans });
-        // Only when the counts changed: else the other cores' lines stay unwritten.
-        if self.cores[me].as_ref().is_some_and(|fs| fs.counts_gen != gen) {
-            self.broadcast(me);
-        }
-        r
-    }
-
-    /// Make every core's superblock and group descriptors those of core `from`'s `Ext2` (only
-    /// an exclusive call changes them: `Ext2::frozen`).
-    fn broadcast(&mut self, from: usize) {
-        let Some(src) = self.cores[from].take() else { return };
-        for (i, g) in self.cores.iter_mut().enumerate() {
-            if let (true, Some(fs)) = (i != from, g.as_mut()) {
-                fs.copy_counts_from(&src);
-            }
-        }
-        *self.cores[from] = Some(src);
-    }
-
-    /// Give every core's reserve (and spilled frees) back to the bitmaps and the counts, one
-    /// core after the other, each starting from the counts the one before left.
-    fn return_reserves(&mut self) -> Result<()> {
-        let me = self.me();
-        let Some(mut src) = self.cores[me].take() else { return Err(FsError::NoDevice) };
-        let mut r = Ok(());
-        for g in self.cores.iter_mut() {
-            if let Some(fs) = g.as_mut() {
-                fs.copy_counts_from(&src);
-                let x = fs.return_reserves();
-                r = r.and(x);
-                src.copy_counts_from(fs);
-            }
-        }
-        let x = src.return_reserves();
-        *self.cores[me] = Some(src);
-        self.broadcast(me);
-        r.and(x)
-    }
-
-    /// `Ext2::fold_pending_dirs` on every core, one after the other, each starting from the
-    /// counts the one before left (as `return_reserves`), then the result on every core.
-    fn fold_pending_dirs(&mut self) -> Result<()> {
-        let me = self.me();
-        let Some(mut src) = self.cores[me].take() else { return Err(FsError::NoDevice) };
-        let mut r = src.fold_pending_dirs();
-        for g in self.cores.iter_mut() {
-            if let Some(fs) = g.as_mut() {
-                if fs.has_pending_dirs() {
-                    fs.copy_counts_from(&src);
-                    let x = fs.fold_pending_dirs();
-                    r = r.and(x);
-                    src.copy_counts_from(fs);
-                }
-            }
-        }
-        *self.cores[me] = Some(src);
-        self.broadcast(me);
-        r
-    }
-
-    /// Inodes and blocks every core's reserve holds.
-    fn reserved(&self) -> (u64, u64) {
-        self.cores.iter().filter_map(|g| g.as_ref()).map(|fs| fs.reserved()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
-    }
-
-    /// Ordered write-back: the data blocks written since the last sync, a flush, then the
-    /// metadata (bitmaps, inodes, directories, descriptors, superblock), a flush. A crash in
-    /// between leaves written data that no inode names yet (e2fsck -fy frees it), never an
-    /// inode naming blocks that were not written.
-    fn sync(&mut self) -> Result<()> {
-        // The cache knows which dirty pages are data (`Disk::note_data`) and writes those
-        // first, flushes, then the rest, then flushes. The per-core reserves go back to the
-        // bitmaps and counts first, so what reaches the disk is exact (`e2fsck -fn` clean).
-        // Written back even if that fails.
-        let r = self.return_reserves();
-        cache::with_cache(|c| c.sync())?;
-        for fs in self.cores.iter_mut().filter_map(|g| g.as_mut()) {
-            fs.dirty_data.clear();
-        }
-        r
-    }
-}
-
-/// Run `f` on the exclusive side (every core's lock, then the tables).
-fn with<R>(mut f: impl FnMut(&mut Mounted) -> Result<R>) -> Result<R> {
-    exclusive().run(&mut f)
-}
-
-/// Run `f` on the exclusive side with the `Exclusive` itself (sync, df, ...).
-fn with_all<R>(f: impl FnOnce(&mut Exclusive) -> Result<R>) -> Result<R> {
-    let mut x = exclusive();
-    if x.tables.is_none() {
-        return Err(FsError::NoDevice);
-    }
-    f(&mut x)
-}
-
-/// `with` for a call that may change names or attributes. Every inode whose directory
-/// entries or `Stat` it changes is named, before anything of it is written, to
-/// `names::begin` (through `Ext2::change_hook`, which the directory operations, `write` and
-/// `truncate` call: `Ext2::changing`), and to `names::end` after; the name cache's entries
-/// through those inodes and the per-core descriptors of them stop being used from the first
-/// and stay unused after (`names`: why that keeps lock-free `stat`, `open`, `fstat` and
-/// `read` right). Entries and descriptors of other inodes stay good. (Before session 11
-/// every change moved one generation for the whole cache; mount and unmount still move its
-/// epoch.) The inodes are recorded on the calling core's own line (`CHANGES`), so recording
-/// writes nothing another core reads. A `NoSpace` while another core's reserve holds
-/// something gives every reserve back and runs `f` once more (a reserve never causes a false
-/// `NoSpace`; the failed run freed what it took).
-fn with_change<R>(mut f: impl FnMut(&mut Mounted) -> Result<R>) -> Result<R> {
-    let mut x = exclusive();
-    // Directories made on the per-directory side count in their groups' `used_dirs` before
-    // any exclusive change (an rmdir of one would otherwise lower a count not yet raised).
-    if x.cores.iter().any(|g| g.as_ref().is_some_and(|fs| fs.has_pending_dirs())) {
-        x.fold_pending_dirs()?;
-    }
-    let r = change_recorded(false, || x.run(&mut f));
-    if matches!(r, Err(FsError::NoSpace)) && x.reserved() != (0, 0) {
-        x.return_reserves()?;
-        return change_recorded(false, || x.run(&mut f));
-    }
-    r
-}
-
-/// The per-directory side: run the change `f` on the calling core's `Ext2` with its own
-/// lock only, the allocation state frozen (`Ext2::frozen`), and the lock of each directory
-/// stripe `change_hook` is given. `Contended` (nothing written) when `f` needs more: the
-/// caller runs it again on the exclusive side. Why walks need no directory lock here: on this
-/// side a directory only gains or loses a record, each by one write of the bytes that change
-/// inside one block (one write of the cache page's parts that hold those bytes, all of them
-/// locked for it: a reader validates every part it copied, so it copies the record whole or
-/// not at all: `percore::seqparts`), or gains a block written before the size that exposes
-/// it; so a walk through a directory another core is changing sees it before or after that
-/// change, never half of it (a directory never shrinks or moves here: rmdir and rename are
-/// exclusive; a `mkdir` here only adds a record to its parent).
-fn with_dir_change<R>(f: impl FnOnce(&mut CoreFs) -> Result<R>) -> Result<R> {
-    let c = crate::ctx::ctx().core as usize;
-    let Some(l) = CORE_FS.get(c) else { return Err(FsError::Contended) };
-    let mut g = l.lock();
-    // Not mounted, or a core without an `Ext2`: the exclusive side decides.
-    let Some(fs) = g.as_mut() else { return Err(FsError::Contended) };
-    fs.frozen = true;
-    let r = change_recorded(true, || f(fs));
-    fs.frozen = false;
-    if !matches!(r, Err(FsError::Contended)) {
-        // Only this core writes its record.
-        let d = &my_changes().dir_side;
-        d.store(d.load(core::sync::atomic::Ordering::Relaxed) + 1, core::sync::atomic::Ordering::Relaxed);
-    }
-    r
-}
-
-/// How many changes (create, unlink, `open` with `O_CREAT`, close) core `c` finished on the
-/// per-directory side, without the exclusive side.
-pub fn dir_side_changes(c: usize) -> u64 {
-    CHANGES[c.min(open_files::CORES - 1)].dir_side.load(core::sync::atomic::Ordering::Relaxed)
-}
-
-/// Run `f` as one change recorded on this core's `CHANGES` (the caller holds this core's lock
-/// or every core's): `names::end` for every inode it named, and (`per_dir`) its directory
-/// stripes unlocked, after it.
-fn change_recorded<R>(per_dir: bool, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    use core::sync::atomic::Ordering::Relaxed;
-    let rec = my_changes();
-    rec.n.store(0, Relaxed);
-    rec.nstripes.store(0, Relaxed);
-    rec.per_dir.store(per_dir as u32, Relaxed);
-    rec.active.store(1, Relaxed);
-    let r = f();
-    rec.active.store(0, Relaxed);
-    let n = rec.n.load(Relaxed) as usize;
-    let mut inos = [0u32; CHANGED_MAX];
-    for (i, a) in inos.iter_mut().zip(&rec.inos).take(n) {
-        *i = a.load(Relaxed);
-    }
-    names::end(&inos[..n]);
-    for s in rec.stripes.iter().take(rec.nstripes.load(Relaxed) as usize) {
-        unlock_stripe(s.load(Relaxed) as usize);
-    }
-    rec.nstripes.store(0, Relaxed);
-    r
-}
-
-/// Most distinct inodes one change names (`rename` replacing a name: two parents, the moved
-/// inode, the replaced one; room to spare).
-const CHANGED_MAX: usize = 8;
-
-/// One core's record of the inodes the change it runs has named (only that core touches it).
-struct ChangeRecord {
-    active: core::sync::atomic::AtomicU32,
-    /// The change runs on the per-directory side (`with_dir_change`): lock each stripe.
-    per_dir: core::sync::atomic::AtomicU32,
-    n: core::sync::atomic::AtomicU32,
-    inos: [core::sync::atomic::AtomicU32; CHANGED_MAX],
-    nstripes: core::sync::atomic::AtomicU32,
-    stripes: [core::sync::atomic::AtomicU32; CHANGED_MAX],
-    /// Changes this core finished on the per-directory side (tests look).
-    dir_side: core::sync::atomic::AtomicU64,
-}
-
-static CHANGES: [CachePadded<ChangeRecord>; open_files::CORES] = [const {
-    CachePadded::new(ChangeRecord {
-        active: core::sync::atomic::AtomicU32::new(0),
-        per_dir: core::sync::atomic::AtomicU32::new(0),
-        n: core::sync::atomic::AtomicU32::new(0),
-        inos: [const { core::sync::atomic::AtomicU32::new(0) }; CHANGED_MAX],
-        nstripes: core::sync::atomic::AtomicU32::new(0),
-        stripes: [const { core::sync::atomic::AtomicU32::new(0) }; CHANGED_MAX],
-        dir_side: core::sync::atomic::AtomicU64::new(0),
-    })
-}; open_files::CORES];
-
-/// The calling core's change record (a context does not move between cores while it runs a
-/// change, which holds its core's lock or every core's).
-fn my_changes() -> &'static ChangeRecord {
-    &CHANGES[(crate::ctx::ctx().core as usize).min(open_files::CORES - 1)]
-}
-
-/// `Ext2::change_hook` (set at mount): inside a change, name `ino` once per change to
-/// `names::begin` (its generation stripe counts the change as running, with a full fence:
-/// before the change writes anything of it, or scans the per-core lists of open files) and
-/// record it for `names::end`. On the per-directory side, first lock `ino`'s directory stripe:
-/// the first one waiting (a change names its parent directory first), any later one only if
-/// it is free, else `Contended` (two changes holding one stripe each and wanting the other's
-/// would wait forever; the exclusive side then runs the change). Outside a change nothing.
-/// `NoMemory`, before the change writes anything of `ino`, if one change would name more
-/// than `CHANGED_MAX` inodes, which none of ext2's operations does.
-fn change_hook(ino: u32) -> Result<()> {
-    use core::sync::atomic::Ordering::Relaxed;
-    let rec = my_changes();
-    if rec.active.load(Relaxed) == 0 {
-        return Ok(());
-    }
-    let n = rec.n.load(Relaxed) as usize;
-    if rec.inos.iter().take(n).any(|a| a.load(Relaxed) == ino) {
-        return Ok(());
-    }
-    // (`hold_stripe` records stripes without inodes: both lists are bounded.)
-    if n == CHANGED_MAX || rec.nstripes.load(Relaxed) as usize == CHANGED_MAX {
-        return Err(FsError::NoMemory);
-    }
-    if rec.per_dir.load(Relaxed) != 0 {
-        let s = dir_stripe(ino);
-        let k = rec.nstripes.load(Relaxed) as usize;
-        if !rec.stripes.iter().take(k).any(|a| a.load(Relaxed) as usize == s) {
-            DIR_LOCKS.acquire(s, k).map_err(|_| FsError::Contended)?;
-            rec.stripes[k].store(s as u32, Relaxed);
-            rec.nstripes.store(k as u32 + 1, Relaxed);
-        }
-    }
-    rec.inos[n].store(ino, Relaxed);
-    rec.n.store(n as u32 + 1, Relaxed);
-    names::begin(&[ino]);
-    Ok(())
-}
-
-/// On the per-directory side, lock `ino`'s stripe for the rest of the change without naming
-/// `ino` to `names` (the change reads under it but does not change it: the directory a
-/// `truncate(path)` finds its file in). Waiting if it is the change's first stripe, else only
-/// if free (`Contended`), as `change_hook`. Outside a per-directory change nothing.
-fn hold_stripe(ino: u32) -> Result<()> {
-    use core::sync::atomic::Ordering::Relaxed;
-    let rec = my_changes();
-    if rec.active.load(Relaxed) == 0 || rec.per_dir.load(Relaxed) == 0 {
-        return Ok(());
-    }
-    let s = dir_stripe(ino);
-    let k = rec.nstripes.load(Relaxed) as usize;
-    if rec.stripes.iter().take(k).any(|a| a.load(Relaxed) as usize == s) {
-        return Ok(());
-    }
-    if k == CHANGED_MAX {
-        return Err(FsError::NoMemory);
-    }
-    // The change's first stripe waits, a later one only if free (`StripeLocks::acquire`).
-    DIR_LOCKS.acquire(s, k).map_err(|_| FsError::Contended)?;
-    rec.stripes[k].store(s as u32, Relaxed);
-    rec.nstripes.store(k as u32 + 1, Relaxed);
-    Ok(())
-}
-
-/// The inodes the walk of the absolute `path` goes through, the root first and the file last,
-/// for the name cache (`names::insert`). None (do not cache) for a relative path, a `.` or
-/// `..` component, a symbolic link anywhere on the way (its target's directories would not be
-/// on the chain), a chain longer than `names::CHAIN`, or any error.
-fn name_chain(fs: &mut CoreFs, path: &[u8]) -> Option<([u32; names::CHAIN], usize)> {
-    if path.first() != Some(&b'/') {
-        return None;
-    }
-    let mut chain = [ext2::ROOT_INO; names::CHAIN];
-    let mut n = 1;
-    let mut dir = fs.inode(ext2::ROOT_INO).ok()?;
-    for comp in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
-        if comp == b"." || comp == b".." || !dir.is_dir() || n == names::CHAIN {
-            return None;
-        }
-        let i = fs.lookup(&dir, comp).ok()?;
-        let ino = fs.inode(i).ok()?;
-        if ino.is_symlink() {
-            return None;
-        }
-        chain[n] = i;
-        n += 1;
-        dir = ino;
-    }
-    Some((chain, n))
-}
-
-/// Under the lock, no change running: resolve `path` and put it in the name cache (when
-/// `name_chain` allows).
-fn fill_name(m: &mut Mounted, path: &str) -> Result<Stat> {
-    let ino = m.fs.resolve(path.as_bytes())?;
-    let st = Ext2::<Cache>::stat_of(&ino);
-    if let Some((chain, n)) = name_chain(m.fs, path.as_bytes()) {
-        names::NAMES.insert(path.as_bytes(), &chain[..n], &st);
-    }
-    Ok(st)
-}
+pub use locks::dir_side_changes;
+use locks::*;
+pub use tables::{Fd, Result, MAX_OPEN, O_ACCMODE, O_APPEND, O_CREAT, O_EXCL, O_RDONLY, O_RDWR, O_TRUNC, O_WRONLY, SEEK_CUR, SEEK_END, SEEK_SET};
+use tables::*;
+pub use unlocked::unlocked_reads;
+use unlocked::*;
 
 /// Mount the ext2 file system on the first disk (a block device object and its request
 /// segment in the process share). `NoDevice` without a disk or when another process holds it.
@@ -586,81 +157,6 @@ fn desc_index(m: &mut Mounted, fd: Fd) -> Result<u32> {
     desc_index_in(m.files, m.descs, fd)
 }
 
-/// `desc_index` on the tables alone (their lock held, no core's lock needed: a `forward`
-/// races only with what holds `TABLES` too, or with calls without a lock that the slot's
-/// compare-and-swaps order: see `open_files::forward`).
-fn desc_index_in(files: &mut Vec<Option<u32>>, descs: &mut Vec<Option<OpenFile>>, fd: Fd) -> Result<u32> {
-    if !open_files::is_fast(fd.0) {
-        return files.get(fd.0 as usize).copied().flatten().ok_or(FsError::BadDescriptor);
-    }
-    match open_files::named(fd.0).ok_or(FsError::BadDescriptor)? {
-        open_files::Named::Forwarded(d) => Ok(d),
-        open_files::Named::Open { ino, flags, .. } => {
-            // The description is counted (`TABLE_DESCS`) before the slot stops being `OPEN`,
-            // so an unlink's scan sees one or the other.
-            let d = new_desc_in(descs, OpenFile { ino, off: 0, flags, refs: 1 });
-            match (open_files::forward(fd.0, d as u32), descs[d].as_mut()) {
-                (Some(off), Some(desc)) => {
-                    // The offset as `forward` froze it (a read without the lock may have
-                    // moved it since `named`).
-                    desc.off = off;
-                    Ok(d as u32)
-                }
-                _ => {
-                    // Closed on its core meanwhile.
-                    drop_desc(descs, d);
-                    Err(FsError::BadDescriptor)
-                }
-            }
-        }
-    }
-}
-
-fn new_desc_in(descs: &mut Vec<Option<OpenFile>>, desc: OpenFile) -> usize {
-    TABLE_DESCS.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
-    match descs.iter().position(|d| d.is_none()) {
-        Some(i) => {
-            descs[i] = Some(desc);
-            i
-        }
-        None => {
-            descs.push(Some(desc));
-            descs.len() - 1
-        }
-    }
-}
-
-/// Live open file descriptions in the shared table (`Tables::descs`), changed only under
-/// `TABLES`: an `unlink` on the per-directory side looks at the shared table (under its
-/// lock) only when this is not 0, so with every descriptor in the per-core lists it never
-/// takes `TABLES`. Why a load is enough: descriptions are made on the exclusive side (every
-/// core's lock, which such an unlink holds one of) or by an `O_CREAT` open holding the new
-/// file's directory stripe (which an unlink of that name takes first); one that goes meanwhile
-/// (a close on another core) only makes the unlink look for nothing.
-static TABLE_DESCS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-
-/// Free description `d` of the shared table.
-fn drop_desc(descs: &mut [Option<OpenFile>], d: usize) {
-    if let Some(x) = descs.get_mut(d) {
-        if x.take().is_some() {
-            TABLE_DESCS.fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
-        }
-    }
-}
-
-/// One descriptor's reference to description `d` of the shared table goes: `Some(inode)` when
-/// it was the last (the description is freed), `None` while others remain.
-fn unref_desc(descs: &mut [Option<OpenFile>], d: usize) -> Result<Option<u32>> {
-    let desc = descs.get_mut(d).and_then(|x| x.as_mut()).ok_or(FsError::BadDescriptor)?;
-    desc.refs -= 1;
-    if desc.refs > 0 {
-        return Ok(None);
-    }
-    let ino = desc.ino;
-    drop_desc(descs, d);
-    Ok(Some(ino))
-}
-
 /// Move `fd`'s offset from `from` to `to` (under the lock). `Ok(false)`: a per-core
 /// descriptor's offset is not `from` any more (a read or seek without the lock moved it, or
 /// it was forwarded meanwhile): the caller starts over.
@@ -670,17 +166,6 @@ fn move_offset(m: &mut Mounted, fd: Fd, from: u64, to: u64) -> Result<bool> {
     }
     file(m, fd)?.off = to;
     Ok(true)
-}
-
-fn new_slot_in(files: &mut Vec<Option<u32>>) -> Result<usize> {
-    match files.iter().position(|f| f.is_none()) {
-        Some(i) => Ok(i),
-        None if files.len() < MAX_OPEN => {
-            files.push(None);
-            Ok(files.len() - 1)
-        }
-        None => Err(FsError::NoMemory),
-    }
 }
 
 /// Whether any open file description names inode `ino`.
@@ -791,20 +276,6 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
     }
 }
 
-/// Run `f` on the calling core's `Ext2` with its own lock only, changing nothing. What it can
-/// rely on: no exclusive call runs (they need this lock too), so no directory moves or goes
-/// away (mkdir, rmdir, rename, link are exclusive); other cores' per-directory changes
-/// (creates, unlinks) run meanwhile, and a walk sees each directory before or after each of
-/// them (`with_dir_change`: why walks need no directory lock). `Contended` when this core has
-/// no `Ext2` (or nothing is mounted): the caller goes to the exclusive side.
-fn with_core<R>(f: impl FnOnce(&mut CoreFs) -> Result<R>) -> Result<R> {
-    let c = crate::ctx::ctx().core as usize;
-    let Some(l) = CORE_FS.get(c) else { return Err(FsError::Contended) };
-    let mut g = l.lock();
-    let Some(fs) = g.as_mut() else { return Err(FsError::Contended) };
-    f(fs)
-}
-
 /// Open the existing file `first` that a walk of `path` on this core's side (`with_core` or
 /// `with_dir_change`) found, without `O_TRUNC`. A directory gets a descriptor of the shared
 /// table (it can go only by rmdir or rename, exclusive, so not while this core's lock is
@@ -901,22 +372,6 @@ fn open_inode(fs: &mut CoreFs, path: &str, flags: u32) -> Result<Inode> {
         fs.truncate(&mut ino, 0)?;
     }
     Ok(ino)
-}
-
-/// `InvalidArgument` for flags `open` does not know.
-fn check_open_flags(flags: u32) -> Result<()> {
-    if flags & O_ACCMODE == 3 || flags & !(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND) != 0 {
-        return Err(FsError::InvalidArgument);
-    }
-    Ok(())
-}
-
-/// A new descriptor and open file description for inode `ino`.
-fn install_fd(files: &mut Vec<Option<u32>>, descs: &mut Vec<Option<OpenFile>>, ino: u32, flags: u32) -> Result<Fd> {
-    let slot = new_slot_in(files)?;
-    let d = new_desc_in(descs, OpenFile { ino, off: 0, flags, refs: 1 });
-    files[slot] = Some(d as u32);
-    Ok(Fd(slot as u32))
 }
 
 /// Close a descriptor; the open file description goes with its last descriptor, and a file
@@ -1089,98 +544,6 @@ pub fn read(fd: Fd, buf: &mut [u8]) -> Result<usize> {
             return Ok(n);
         }
     })
-}
-
-/// Under the lock, after a locked read of a per-core descriptor: if it read under the lock
-/// because a change made its generation stale, make it current (`open_files::restamp`), so
-/// that its next reads go without the lock again.
-fn restamp_if_stale(fd: Fd, ino: &Inode) {
-    if open_files::is_fast(fd.0) && open_files::stale(fd.0) {
-        open_files::restamp(fd.0, &Ext2::<Cache>::stat_of(ino));
-    }
-}
-
-/// The mounted file system's `Geometry` (where inodes lie; fixed while mounted), for readers
-/// without the lock: written under the lock at mount, before `open_files::MOUNT` publishes
-/// the mount; read only by a reader that saw that `MOUNT` (acquire) and holds a borrow that
-/// keeps the unmount waiting (`cache::with_unlocked`), so never torn by a later mount.
-struct SharedGeometry {
-    words: [core::sync::atomic::AtomicU64; 8],
-    tables: [core::sync::atomic::AtomicU32; ext2::GEOMETRY_GROUPS],
-}
-
-static GEOMETRY: SharedGeometry = SharedGeometry { words: [const { core::sync::atomic::AtomicU64::new(0) }; 8], tables: [const { core::sync::atomic::AtomicU32::new(0) }; ext2::GEOMETRY_GROUPS] };
-
-impl SharedGeometry {
-    fn set(&self, g: &ext2::Geometry) {
-        use core::sync::atomic::Ordering::Relaxed;
-        let w = [g.bs, g.blocks_count, g.first_data_block, g.inodes_count as u64, g.inodes_per_group as u64, g.inode_size, g.dev_bytes, g.groups as u64];
-        for (a, v) in self.words.iter().zip(w) {
-            a.store(v, Relaxed);
-        }
-        for (a, v) in self.tables.iter().zip(g.inode_tables) {
-            a.store(v, Relaxed);
-        }
-    }
-
-    fn get(&self) -> ext2::Geometry {
-        use core::sync::atomic::Ordering::Relaxed;
-        let w = |i: usize| self.words[i].load(Relaxed);
-        let mut inode_tables = [0u32; ext2::GEOMETRY_GROUPS];
-        for (t, a) in inode_tables.iter_mut().zip(&self.tables) {
-            *t = a.load(Relaxed);
-        }
-        ext2::Geometry { bs: w(0), blocks_count: w(1), first_data_block: w(2), inodes_count: w(3) as u32, inodes_per_group: w(4) as u32, inode_size: w(5), dev_bytes: w(6), groups: w(7) as u32, inode_tables }
-    }
-}
-
-/// `read` (`at` None: from the offset, advancing it) or `pread` (`at`) of a per-core
-/// descriptor without the file system's lock. None: use the locked path (the descriptor was
-/// forwarded or closed, a change started since its open, a page was not cached or a writer
-/// was in it, the offset moved under us, or anything looked wrong).
-///
-/// Why what it returns is what a locked read would have returned at one moment (docs/fs.md,
-/// "Reads without the lock"): the slot's generation `g` is the name cache's generation at
-/// which the file's `Stat` was true, and every change to the file system (write, truncate,
-/// unlink, rename, ... and mount/unmount) makes the generation odd, with a full fence,
-/// *before* it writes a byte of the cache. The inode, its indirect pointers and the data
-/// are each copied by a buffer-cache hit (a seqlock window and the page's tag: never torn,
-/// never another block's page); after the last copy, an acquire fence and the generation is
-/// still `g`: so no change had started when the last byte was copied, and every byte copied
-/// is the state of generation `g`, which is what the locked read would have seen then. A
-/// garbage copy (a failed window) is never looked at: the locked path overwrites `buf`.
-fn read_unlocked(fd: Fd, buf: &mut [u8], at: Option<u64>) -> Option<usize> {
-    let n = read_unlocked_inner(fd, buf, at)?;
-    let c = (crate::ctx::ctx().core as usize).min(63);
-    // Only this core writes its counter: a load and a store on its own line.
-    UNLOCKED_READS[c].store(UNLOCKED_READS[c].load(core::sync::atomic::Ordering::Relaxed) + 1, core::sync::atomic::Ordering::Relaxed);
-    Some(n)
-}
-
-/// Reads and `pread`s done without the lock, per core (tests and benchmarks look).
-static UNLOCKED_READS: [percore::pad::CachePadded<core::sync::atomic::AtomicU64>; 64] = [const { percore::pad::CachePadded::new(core::sync::atomic::AtomicU64::new(0)) }; 64];
-
-/// How many reads core `c` did without the file system's lock.
-pub fn unlocked_reads(c: usize) -> u64 {
-    UNLOCKED_READS[c.min(63)].load(core::sync::atomic::Ordering::Relaxed)
-}
-
-fn read_unlocked_inner(fd: Fd, buf: &mut [u8], at: Option<u64>) -> Option<usize> {
-    let snap = open_files::snapshot(fd.0)?;
-    if snap.flags & O_ACCMODE == O_WRONLY {
-        // The locked path says `BadDescriptor`.
-        return None;
-    }
-    let off = at.unwrap_or(snap.off);
-    let n = cache::with_unlocked(snap.mount, &open_files::MOUNT, |t, core| {
-        let geo = GEOMETRY.get();
-        let (n, _) = ext2::read_unlocked(&geo, snap.ino, off, buf, &mut |o, b| cache::try_copy(t, core, o, b))?;
-        open_files::unchanged(snap.ino, snap.gen).then_some(n)
-    })?;
-    if at.is_none() && !open_files::advance_off(fd.0, off, off + n as u64) {
-        return None;
-    }
-    Some(n)
 }
 
 /// Read at `off` without moving the descriptor's offset.

@@ -161,8 +161,9 @@ fn uncount(fd: u32, ino: u64) {
     let _ = open_count(c, ino).fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1));
 }
 
-/// Which mount is current (raised at every mount and unmount, under the lock).
-pub static MOUNT: AtomicU64 = AtomicU64::new(0);
+/// Which mount is current (raised at every mount and unmount, under the lock). Read by every
+/// call, so on a line of its own (no write of a neighbour's makes those reads conflict).
+pub static MOUNT: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 /// Unlinks whose inode may be open in a per-core slot, per inode stripe (see the module
 /// comment): an unlink writes only its victim's line, a fast close reads only its file's.
 static ORPHAN_WATCH: [CachePadded<AtomicU64>; super::names::STRIPES] = [const { CachePadded::new(AtomicU64::new(0)) }; super::names::STRIPES];
