@@ -55,7 +55,10 @@ pub(super) struct Tables {
 
 /// The open-file tables: taken last, after a core's lock or all of them; its holders run no
 /// file-system operation under it (a scan or an update of the tables).
-pub(super) static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
+// On its own line: `dup` and `close` of a shared descriptor take this lock, and whatever the
+// linker puts next to it (the context arena every call reads, the core count) must not share
+// the line (the POSIX commutativity check names the shared line when it does).
+pub(super) static TABLES: percore::pad::CachePadded<Mutex<Option<Tables>>> = percore::pad::CachePadded::new(Mutex::new(None));
 
 /// `desc_index` on the tables alone (their lock held, no core's lock needed: a `forward`
 /// races only with what holds `TABLES` too, or with calls without a lock that the slot's
