@@ -5,7 +5,7 @@
 //! (`qemu`), the seeded generator (`rng`), progress lines (`progress`) and how a command ends
 //! (`outcome`: its failure, and the test tallies).
 //!
-//! Nothing here imports a command module (docs/architecture-host.md draws the layers).
+//! Nothing here imports a command module (docs/architecture.md, "The host tool", draws the layers).
 
 pub mod args;
 pub mod cpio;

@@ -1,4 +1,4 @@
-//! Descriptors: one model for every kind of open file (docs/architecture-libos.md).
+//! Descriptors: one model for every kind of open file (docs/architecture.md, "The library OS").
 //!
 //! table (private / process-wide / core-set) -> entry (`Kind`, an open file with its count)
 //! -> kind (`file::FileLike`: console, pipe end, in-memory file, `fs` file; later epoll,

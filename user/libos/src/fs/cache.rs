@@ -1,4 +1,4 @@
-//! The buffer cache: the middle of the file system's stack (docs/architecture-storage.md).
+//! The buffer cache: the middle of the file system's stack (docs/architecture.md, "Storage").
 //! Above, ext2 reads and writes device bytes through `ext2::Disk`, which `Cache` and
 //! `CoreDisk` implement here; below, the table (crate `bcache`) reads and writes whole pages
 //! through `bcache::BlockIo`, which the block device implements (`disk.rs`). A read goes down

@@ -1,5 +1,5 @@
 //! The block layer: the block device object (`abi::blk`) and its request segment, the bottom
-//! of the file system's stack (docs/architecture-storage.md):
+//! of the file system's stack (docs/architecture.md, "Storage"):
 //!
 //! ext2 (crate `ext2`, over the `ext2::Disk` trait) -> the buffer cache (`cache.rs`, over the
 //! table of crate `bcache`) -> this module (`bcache::BlockIo` for `BlockDevice`) -> the disk.
