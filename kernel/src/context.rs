@@ -329,7 +329,7 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
                     }
                     // Faults are not injection points (see mm::inject), even inside a call.
                     let area = percpu::this();
-                    let was = area.injectable.swap(crate::mm::inject::NOT_IN_CALL, Ordering::Relaxed);
+                    let was = area.injectable.swap(crate::percpu::NOT_IN_CALL, Ordering::Relaxed);
                     let r = ar::resolve_fault(root, addr & !0xFFF, write, exec);
                     area.injectable.store(was, Ordering::Relaxed);
                     cpu::disable_interrupts();
@@ -352,10 +352,10 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
                 }
                 let rip = f.rip;
                 if abort_call(f) {
-                    crate::kprintln!("user fault: page fault at {addr:#x} ({why:?}) in a protected procedure call's handler, rip {rip:#x}; the call ends");
+                    crate::log::kprintln!("user fault: page fault at {addr:#x} ({why:?}) in a protected procedure call's handler, rip {rip:#x}; the call ends");
                     return true;
                 }
-                crate::kprintln!(
+                crate::log::kprintln!(
                     "user fault: page fault at {addr:#x} ({why:?}, {} {}), rip {:#x}; ending the context",
                     if write { "write" } else { "read" },
                     if exec { "fetch" } else { "" },
@@ -368,13 +368,13 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
     }
     let (vector, error, rip) = (f.vector, f.error, f.rip);
     if abort_call(f) {
-        crate::kprintln!(
+        crate::log::kprintln!(
             "user fault: {} (vector {vector}, error {error:#x}) at rip {rip:#x} in a protected procedure call's handler; the call ends",
             crate::arch::x86_64::idt::exception_name(vector),
         );
         return true;
     }
-    crate::kprintln!(
+    crate::log::kprintln!(
         "user fault: {} (vector {}, error {:#x}) at rip {:#x}; ending the context",
         crate::arch::x86_64::idt::exception_name(f.vector),
         f.vector,

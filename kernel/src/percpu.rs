@@ -12,6 +12,12 @@ use crate::mm::heap::SlabCaches;
 use crate::topology::CpuTopology;
 use percore::{CachePadded, TicketLock, MAX_CORES};
 
+/// `PerCpu::injectable` outside system calls (and while a call resolves a page fault); inside
+/// one it holds the call's number, truncated to a byte (numbers past `abi::INJECT_CALLS` are
+/// `NoSuchCall`, which allocates nothing). `mm::inject` reads it to decide where injection
+/// applies.
+pub const NOT_IN_CALL: u8 = u8::MAX;
+
 #[repr(C, align(128))]
 pub struct PerCpu {
     /// Must stay first: `this()` reads it through GS.
@@ -164,7 +170,7 @@ impl PerCpu {
             in_kernel_loop: AtomicBool::new(false),
             acting_index: AtomicUsize::new(index),
             acting_area: AtomicPtr::new(core::ptr::null_mut()),
-            injectable: AtomicU8::new(crate::mm::inject::NOT_IN_CALL),
+            injectable: AtomicU8::new(NOT_IN_CALL),
             in_call: AtomicBool::new(false),
             orphans_pending: AtomicBool::new(false),
             runq: crate::sched::RunQueue::new(),

@@ -24,6 +24,7 @@ use crate::arch::x86_64::{apic, cpu, paging};
 use crate::kobj::device::{Ring, Taken, NOT_ATTACHED, TAKE_MAX};
 use crate::kobj::kref::{KRef, KWeak};
 use crate::percpu::{self, PerCpu};
+use crate::smp;
 use abi::{nr, Error, RING_ATTACHED, RING_BROKEN, RING_DETACHED, RING_STOPPED, ROLE_AC, ROLE_KC, ROLE_TC, ROLE_XC};
 use percore::{CachePadded, TicketLock, MAX_CORES};
 
@@ -191,7 +192,7 @@ fn run_for(me: &'static PerCpu, root: &mut LoadedRoot, client: &'static PerCpu, 
     cpu::enable_interrupts();
     me.injectable.store(nr as u8, Ordering::Relaxed);
     let r = crate::syscall::dispatch(nr, args);
-    me.injectable.store(crate::mm::inject::NOT_IN_CALL, Ordering::Relaxed);
+    me.injectable.store(crate::percpu::NOT_IN_CALL, Ordering::Relaxed);
     cpu::disable_interrupts();
     me.stop_acting();
     r
@@ -630,7 +631,7 @@ fn run_ring_batch(
                     None => {
                         me.injectable.store(nr as u8, Ordering::Relaxed);
                         let r = crate::syscall::dispatch(nr, t.args);
-                        me.injectable.store(crate::mm::inject::NOT_IN_CALL, Ordering::Relaxed);
+                        me.injectable.store(crate::percpu::NOT_IN_CALL, Ordering::Relaxed);
                         r
                     }
                 },
@@ -748,11 +749,27 @@ pub fn apply_boot_policy(spec: &str) -> Result<(), alloc::string::String> {
     Ok(())
 }
 
-/// Timer period for a context starting on a core of `role` with interval `hz` (0 = none).
-pub fn timer_hz(role: u64, hz: u64) -> u64 {
-    match role {
-        ROLE_AC => 0,
-        ROLE_TC if hz == 0 => 100,
-        _ => hz,
+/// The idle loop of every core without a user context: run posted jobs, start a context
+/// when one is handed to this core, otherwise sleep until an interrupt.
+pub fn idle_loop() -> ! {
+    let area = percpu::this();
+    loop {
+        // Free what this core retired from shared shares (with interrupts on: a freed object
+        // may wait for other cores).
+        crate::kobj::share::reclaim_poll();
+        cpu::disable_interrupts();
+        if smp::run_mailbox(area) {
+            continue;
+        }
+        if area.role.load(Ordering::Acquire) == abi::ROLE_KC {
+            kernel_core_loop();
+            continue;
+        }
+        if crate::context::run_pending() {
+            continue;
+        }
+        // Atomic with respect to the wake IPI: a job posted after the checks above raises an
+        // interrupt that ends the halt immediately.
+        smp::halt(area);
     }
 }

@@ -28,7 +28,7 @@ use crate::arch::x86_64::{apic, cpu, paging};
 use crate::context::{self, Context};
 use crate::kobj::ObjRef;
 use crate::percpu::{self, PerCpu};
-use abi::{Error, PCORE_RUNNING, ROLE_KC, ROLE_TC};
+use abi::{Error, PCORE_RUNNING, ROLE_AC, ROLE_KC, ROLE_TC};
 use percore::TicketLock;
 
 /// Contexts a TC holds besides the one running (`pcore_run` beyond that is `Busy`).
@@ -149,7 +149,7 @@ pub fn pop_next() -> Option<Task> {
 /// Program this core's timer for a context of `pcore` about to run here, in this core's role.
 pub fn set_timer_for(area: &PerCpu, pcore: &ObjRef) {
     let hz = pcore.as_pcore().map(|p| p.interval_hz.load(Ordering::Relaxed)).unwrap_or(0);
-    set_timer_hz(crate::roles::timer_hz(area.role.load(Ordering::Acquire), hz));
+    set_timer_hz(timer_hz_for(area.role.load(Ordering::Acquire), hz));
 }
 
 /// Program this core's periodic timer (0 stops it), unless it already runs at that rate.
@@ -165,6 +165,15 @@ pub fn set_timer_hz(hz: u64) {
             q.hz = hz;
         }
     });
+}
+
+/// Timer period for a context starting on a core of `role` with interval `hz` (0 = none).
+pub fn timer_hz_for(role: u64, hz: u64) -> u64 {
+    match role {
+        ROLE_AC => 0,
+        ROLE_TC if hz == 0 => 100,
+        _ => hz,
+    }
 }
 
 /// Count a context's first start on its pcore (state before count, see `Pcore::stat`).
@@ -226,7 +235,7 @@ fn accept(cell: &TicketLock<Option<Context>>) -> Result<(), Error> {
         // A context that started while this core was an XC may run without a timer: start
         // one so the queue gets its turns.
         if role == ROLE_TC && q.hz == 0 && area.context.is_running() {
-            let hz = crate::roles::timer_hz(ROLE_TC, 0);
+            let hz = timer_hz_for(ROLE_TC, 0);
             apic::timer_periodic_us(1_000_000 / hz);
             q.hz = hz;
         }
@@ -379,4 +388,32 @@ fn switch_root(me: usize, from: &Context, to: &Context) {
     new.running.insert(me);
     paging::load_root(new.table);
     old.running.remove(me);
+}
+
+fn wake_handler(f: &mut crate::arch::x86_64::idt::TrapFrame) {
+    let area = percpu::this();
+    area.stats.ipis_received.fetch_add(1, Ordering::Relaxed);
+    apic::eoi();
+    crate::smp::run_mailbox(area);
+    if f.cs & 3 == 3 {
+        // A halt posted to a context queued here is freed now, not at the next tick.
+        on_user_interrupt(f, false);
+    }
+}
+
+/// The LAPIC timer: counts ticks (TC cores, `pcore_set_interval`); on a TC that interrupted
+/// user mode, switches to the next queued context (`sched`).
+fn timer_handler(f: &mut crate::arch::x86_64::idt::TrapFrame) {
+    percpu::this().stats.timer_ticks.fetch_add(1, Ordering::Relaxed);
+    apic::eoi();
+    if f.cs & 3 == 3 {
+        on_user_interrupt(f, true);
+    }
+}
+
+/// The wake IPI and the LAPIC timer: their handlers end in the scheduler when they
+/// interrupted user mode.
+pub fn register_handlers() {
+    crate::arch::x86_64::idt::register_handler(apic::VECTOR_WAKE, wake_handler);
+    crate::arch::x86_64::idt::register_handler(apic::VECTOR_TIMER, timer_handler);
 }

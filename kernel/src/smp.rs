@@ -5,7 +5,8 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use crate::arch::x86_64::{apic, boot, cpu, gdt};
 use crate::mm::{frame, phys_to_virt, PAGE_SIZE};
 use crate::percpu::{self, PerCpu};
-use crate::{kprintln, time};
+use crate::log::kprintln;
+use crate::time;
 use percore::MAX_CORES;
 
 /// Kernel stack per core: 64 KiB.
@@ -120,31 +121,6 @@ pub fn run_mailbox(area: &PerCpu) -> bool {
     any
 }
 
-/// The idle loop of every core without a user context: run posted jobs, start a context
-/// when one is handed to this core, otherwise sleep until an interrupt.
-pub fn idle_loop() -> ! {
-    let area = percpu::this();
-    loop {
-        // Free what this core retired from shared shares (with interrupts on: a freed object
-        // may wait for other cores).
-        crate::kobj::share::reclaim_poll();
-        cpu::disable_interrupts();
-        if run_mailbox(area) {
-            continue;
-        }
-        if area.role.load(Ordering::Acquire) == abi::ROLE_KC {
-            crate::roles::kernel_core_loop();
-            continue;
-        }
-        if crate::context::run_pending() {
-            continue;
-        }
-        // Atomic with respect to the wake IPI: a job posted after the checks above raises an
-        // interrupt that ends the halt immediately.
-        halt(area);
-    }
-}
-
 /// Halt this core until an interrupt comes, counting the halt and the TSC cycles spent
 /// halted (`CoreStats::halts`, `halted_cycles`). Called with interrupts off after the caller
 /// looked for work: `sti; hlt` is atomic with respect to an interrupt raised after that look,
@@ -160,32 +136,6 @@ pub fn halt(area: &PerCpu) {
     area.stats.halted_since.store(0, Ordering::Relaxed);
     area.stats.halts.fetch_add(1, Ordering::Relaxed);
     area.stats.halted_cycles.fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
-}
-
-fn wake_handler(f: &mut crate::arch::x86_64::idt::TrapFrame) {
-    let area = percpu::this();
-    area.stats.ipis_received.fetch_add(1, Ordering::Relaxed);
-    apic::eoi();
-    run_mailbox(area);
-    if f.cs & 3 == 3 {
-        // A halt posted to a context queued here is freed now, not at the next tick.
-        crate::sched::on_user_interrupt(f, false);
-    }
-}
-
-/// The LAPIC timer: counts ticks (TC cores, `pcore_set_interval`); on a TC that interrupted
-/// user mode, switches to the next queued context (`sched`).
-fn timer_handler(f: &mut crate::arch::x86_64::idt::TrapFrame) {
-    percpu::this().stats.timer_ticks.fetch_add(1, Ordering::Relaxed);
-    apic::eoi();
-    if f.cs & 3 == 3 {
-        crate::sched::on_user_interrupt(f, true);
-    }
-}
-
-pub fn register_handlers() {
-    crate::arch::x86_64::idt::register_handler(apic::VECTOR_WAKE, wake_handler);
-    crate::arch::x86_64::idt::register_handler(apic::VECTOR_TIMER, timer_handler);
 }
 
 fn alloc_zeroed(order: usize, node: u32) -> Option<u64> {
@@ -233,12 +183,22 @@ pub fn init_this_core(area: &'static PerCpu) {
     percpu::mark_online(area);
 }
 
+/// What a started processor runs once it is online (`start_aps`' `then`): a `fn() -> !`,
+/// set before the first processor starts.
+static AP_MAIN: AtomicUsize = AtomicUsize::new(0);
+
 #[no_mangle]
 extern "C" fn ap_entry(index: u32) -> ! {
     let Some(area) = percpu::get(index as usize) else { cpu::halt_forever() };
     percpu::install(area);
     init_this_core(area);
-    idle_loop()
+    let main = AP_MAIN.load(Ordering::Acquire);
+    if main == 0 {
+        cpu::halt_forever()
+    }
+    // SAFETY: only `fn() -> !` values are stored in AP_MAIN.
+    let main: fn() -> ! = unsafe { core::mem::transmute::<usize, fn() -> !>(main) };
+    main()
 }
 
 extern "C" {
@@ -260,8 +220,10 @@ ap_trampoline_entry:
     options(att_syntax)
 );
 
-/// Start every processor in `cpus` (index 0 is us). Returns how many came online in total.
-pub fn start_aps(cpus: &[(u32, u32)]) -> usize {
+/// Start every processor in `cpus` (index 0 is us); each runs `then` once it is online (the
+/// layers above decide what a core does). Returns how many came online in total.
+pub fn start_aps(cpus: &[(u32, u32)], then: fn() -> !) -> usize {
+    AP_MAIN.store(then as usize, Ordering::Release);
     // Copy the trampoline template below 1 MiB.
     let (tmpl, len, slots_off) = boot::trampoline_template();
     // SAFETY: the first MiB is excluded from the page pools; 0x8000.. is ours, and the

@@ -8,7 +8,8 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering
 use crate::arch::x86_64::idt::{self, TrapFrame};
 use crate::arch::x86_64::{apic, cpu};
 use crate::mm::{frame, heap, phys_to_virt, PAGE_SIZE};
-use crate::{kassert, ktest, percpu, smp, time};
+use crate::ktest::{kassert, ktest};
+use crate::{percpu, smp, time};
 
 /// Per-core expectation of a deliberate exception: vector to expect and bytes to skip.
 static EXPECT_VECTOR: [AtomicU64; percore::MAX_CORES] = [const { AtomicU64::new(u64::MAX) }; percore::MAX_CORES];
@@ -316,7 +317,7 @@ fn memory_stress_all_cores_cross_frees() {
         }
     }
     let (pages1, live1) = quiescent_counts();
-    crate::kprintln!(
+    crate::log::kprintln!(
         "stress: {} alloc/free operations on {} cores; free pages {} -> {}, live objects {} -> {}",
         ops.load(Ordering::Relaxed), cores, pages0, pages1, live0, live1
     );
@@ -609,7 +610,7 @@ fn percore_selftest_on_every_core() {
     let failed = AtomicUsize::new(0);
     smp::run_on_all(&|c| {
         if let Err(e) = st.run_on_core(c) {
-            crate::kprintln!("selftest on core {c}: {e:?}");
+            crate::log::kprintln!("selftest on core {c}: {e:?}");
             failed.fetch_add(1, Ordering::Relaxed);
         }
     });

@@ -1,6 +1,9 @@
 //! Package, core and thread from CPUID, node from the SRAT, and the locality matrix that
 //! Corey's `locality_get` returns (seeds/000 section 4).
 
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use crate::arch::x86_64::acpi::MAX_NODES;
 use crate::arch::x86_64::cpu::cpuid;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -91,12 +94,12 @@ pub fn locality(a: &CpuTopology, b: &CpuTopology) -> Locality {
 pub fn locality_get(i: usize, j: usize) -> Option<(Locality, u8)> {
     let a = crate::percpu::get(i)?;
     let b = crate::percpu::get(j)?;
-    Some((locality(&a.topology, &b.topology), crate::numa_distance(a.node as usize, b.node as usize)))
+    Some((locality(&a.topology, &b.topology), numa_distance(a.node as usize, b.node as usize)))
 }
 
 /// Print the per-core topology and the locality matrix.
 pub fn print() {
-    use crate::kprintln;
+    use crate::log::kprintln;
     let n = crate::percpu::online_count();
     kprintln!("topology: {n} cores");
     kprintln!("  core  apic  node  package  core  thread");
@@ -119,5 +122,23 @@ pub fn print() {
             }
         }
         kprintln!("{row}");
+    }
+}
+
+/// NUMA distances (SLIT, or 10 local / 20 remote).
+static NUMA_DISTANCE: [[AtomicU8; MAX_NODES]; MAX_NODES] = [const { [const { AtomicU8::new(0) }; MAX_NODES] }; MAX_NODES];
+
+pub fn numa_distance(a: usize, b: usize) -> u8 {
+    match NUMA_DISTANCE.get(a).and_then(|r| r.get(b)).map(|d| d.load(Ordering::Relaxed)) {
+        Some(d) if d != 0 => d,
+        _ if a == b => 10,
+        _ => 20,
+    }
+}
+
+/// Record the distance from node `a` to node `b` (the boot processor, from the SLIT).
+pub fn set_numa_distance(a: usize, b: usize, d: u8) {
+    if let Some(slot) = NUMA_DISTANCE.get(a).and_then(|r| r.get(b)) {
+        slot.store(d, Ordering::Relaxed);
     }
 }

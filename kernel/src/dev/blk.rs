@@ -466,7 +466,7 @@ impl BlkDev {
         let rp = &self.rings[r];
         if !rp.broken.swap(true, Ordering::Relaxed) {
             rp.counts.errors.fetch_add(1, Ordering::Relaxed);
-            crate::kprintln!("blk: ring {r} stopped: {why}");
+            crate::log::kprintln!("blk: ring {r} stopped: {why}");
         }
     }
 

@@ -19,15 +19,15 @@ pub fn init(ecam: Option<crate::arch::x86_64::acpi::Ecam>) {
             let mut virtio = 0;
             for f in &fns {
                 if let Some(t) = f.virtio {
-                    crate::kprintln!("pci: {} virtio {:?} (hwid {:#x})", f.df, t, f.hwid());
+                    crate::log::kprintln!("pci: {} virtio {:?} (hwid {:#x})", f.df, t, f.hwid());
                     virtio += 1;
                 }
             }
             if virtio == 0 {
-                crate::kprintln!("pci: {n} functions, no virtio device");
+                crate::log::kprintln!("pci: {n} functions, no virtio device");
             }
         }
-        Err(e) => crate::kprintln!("pci: {e}; no PCI devices"),
+        Err(e) => crate::log::kprintln!("pci: {e}; no PCI devices"),
     }
 }
 

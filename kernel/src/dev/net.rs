@@ -272,7 +272,7 @@ impl NetDev {
         let ch = &self.chans[c as usize];
         if !ch.broken.swap(true, Ordering::Relaxed) {
             ch.errors.fetch_add(1, Ordering::Relaxed);
-            crate::kprintln!("net: channel {c} stopped: {why}");
+            crate::log::kprintln!("net: channel {c} stopped: {why}");
         }
     }
 

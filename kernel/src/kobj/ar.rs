@@ -1309,7 +1309,8 @@ mod ktests {
     use super::AddressRange;
     use crate::kobj::{segment::Segment, KObject, Kind, ObjRef};
     use crate::mm::PAGE_SIZE;
-    use crate::{kassert, ktest, percpu, smp};
+    use crate::ktest::{kassert, ktest};
+    use crate::{percpu, smp};
     use abi::{ArKind, ArMapping, Error, MAP_READ, MAP_WRITE};
     use alloc::string::String;
     use core::sync::atomic::{AtomicUsize, Ordering};
@@ -1504,7 +1505,8 @@ mod slot_ktests {
     use super::{mappings, resolve_fault, set_seg, unmap, AddressRange, FaultError, OCC_PAGES, OCC_STATE, OCC_FREE};
     use crate::kobj::{segment::Segment, KObject, Kind, ObjRef};
     use crate::mm::PAGE_SIZE;
-    use crate::{kassert, ktest, percpu, smp};
+    use crate::ktest::{kassert, ktest};
+    use crate::{percpu, smp};
     use abi::{ArKind, ArMapping, Error, MAP_READ, MAP_WRITE};
     use alloc::string::String;
     use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
