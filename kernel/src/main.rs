@@ -41,7 +41,7 @@ use percpu::PerCpu;
 /// Smallest memory we boot with: page maps, per-core areas and stacks need room.
 const MIN_USABLE_MIB: u64 = 24;
 
-struct BspArea(UnsafeCell<MaybeUninit<PerCpu>>);
+struct BspArea(UnsafeCell<MaybeUninit<context::CoreArea>>);
 // SAFETY: written once by the boot processor before any other core exists.
 unsafe impl Sync for BspArea {}
 static BSP_AREA: BspArea = BspArea(UnsafeCell::new(MaybeUninit::uninit()));
@@ -68,10 +68,11 @@ unsafe impl Sync for BspEntry {}
 static BSP_ENTRY_STACK: BspEntry = BspEntry(UnsafeCell::new(EntryStack([0; 64 * 1024])));
 
 fn setup_bsp_area() -> &'static PerCpu {
+    percpu::set_layout(&context::AREA_LAYOUT);
     // SAFETY: single-threaded: we are the only core running, and this runs once.
     let area: &'static mut PerCpu = unsafe {
-        let p = (*BSP_AREA.0.get()).as_mut_ptr();
-        p.write(PerCpu::new(0, 0, 0));
+        let p = (*BSP_AREA.0.get()).as_mut_ptr() as *mut PerCpu;
+        percpu::make_area(p, 0, 0, 0);
         &mut *p
     };
     let ist_base = BSP_IST.0.get() as u64;
@@ -166,6 +167,7 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     arch::x86_64::gdt::load(g, t);
     arch::x86_64::idt::load(i);
     arch::x86_64::idt::set_fault_handler(context::handle_exception);
+    roles::set_dispatch(syscall::dispatch);
 
     let bi = match bootinfo::parse(protocol, info_phys as u64) {
         Ok(b) => b,

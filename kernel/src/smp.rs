@@ -1,13 +1,13 @@
 //! Starting the application processors, and running a function on every core.
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use crate::arch::x86_64::{apic, boot, cpu, gdt};
 use crate::mm::{frame, phys_to_virt, PAGE_SIZE};
-use crate::percpu::{self, PerCpu};
+use crate::percpu::{self, CoreSlots, PerCpu};
 use crate::log::kprintln;
 use crate::time;
-use percore::MAX_CORES;
+use percore::{CachePadded, MAX_CORES};
 
 /// Kernel stack per core: 64 KiB.
 const STACK_ORDER: usize = 4;
@@ -20,6 +20,10 @@ pub struct Job {
     run: *const (dyn Fn(usize) + Sync),
     pending: AtomicUsize,
 }
+
+/// Jobs posted to each core by the others (a lock-free stack of poster-owned nodes, drained by
+/// its owner after a wake IPI).
+static MAILBOX: CoreSlots<AtomicPtr<JobNode>> = CoreSlots::new([const { CachePadded::new(AtomicPtr::new(core::ptr::null_mut())) }; MAX_CORES]);
 
 /// One target's link in its mailbox (a lock-free multi-producer stack drained by its owner).
 pub struct JobNode {
@@ -64,7 +68,7 @@ fn run_on_until(f: &(dyn Fn(usize) + Sync), targets: impl Iterator<Item = usize>
         let Some(target) = percpu::get(t).filter(|c| c.online.load(Ordering::Acquire)) else { continue };
         job.pending.fetch_add(1, Ordering::AcqRel);
         let node = nodes[t].write(JobNode { next: core::ptr::null_mut(), job: &job }) as *mut JobNode;
-        let head = &target.mailbox.head;
+        let head = MAILBOX.of(target);
         let mut cur = head.load(Ordering::Acquire);
         loop {
             // SAFETY: the node is initialised (just written) and ours until the target takes
@@ -93,7 +97,7 @@ fn run_on_until(f: &(dyn Fn(usize) + Sync), targets: impl Iterator<Item = usize>
 
 /// Whether a job waits in this core's mailbox.
 pub fn mailbox_pending(area: &PerCpu) -> bool {
-    !area.mailbox.head.load(Ordering::Acquire).is_null()
+    !MAILBOX.of(area).load(Ordering::Acquire).is_null()
 }
 
 /// Run every job posted to this core. Returns true if any ran.
@@ -103,7 +107,7 @@ pub fn run_mailbox(area: &PerCpu) -> bool {
     if !mailbox_pending(area) {
         return false;
     }
-    let mut n = area.mailbox.head.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    let mut n = MAILBOX.of(area).swap(core::ptr::null_mut(), Ordering::AcqRel);
     let any = !n.is_null();
     while !n.is_null() {
         // SAFETY: the poster keeps the node, the Job and the function alive until we
@@ -148,16 +152,16 @@ fn alloc_zeroed(order: usize, node: u32) -> Option<u64> {
 
 /// Allocate and publish a per-CPU area with its stacks for core `index`.
 pub fn prepare_area(index: usize, apic_id: u32, node: u32) -> Option<&'static PerCpu> {
-    let size = core::mem::size_of::<PerCpu>() as u64;
+    let size = percpu::area_size() as u64;
     let order = (size.div_ceil(PAGE_SIZE)).next_power_of_two().trailing_zeros() as usize;
     let pa = alloc_zeroed(order, node)?;
     let stack = alloc_zeroed(STACK_ORDER, node)?;
     let entry_stack = alloc_zeroed(STACK_ORDER, node)?;
     let ist: [u64; 3] = [alloc_zeroed(IST_ORDER, node)?, alloc_zeroed(IST_ORDER, node)?, alloc_zeroed(IST_ORDER, node)?];
     let ptr = phys_to_virt(pa) as *mut PerCpu;
-    // SAFETY: the frames are ours, large enough for a PerCpu, and page-aligned (>= 128).
+    // SAFETY: the frames are ours, large enough for a whole area, and page-aligned (>= 128).
     let area: &'static mut PerCpu = unsafe {
-        ptr.write(PerCpu::new(index, apic_id, node));
+        percpu::make_area(ptr, index, apic_id, node);
         &mut *ptr
     };
     area.kernel_stack_top = phys_to_virt(stack) + (PAGE_SIZE << STACK_ORDER);
@@ -179,7 +183,7 @@ pub fn init_this_core(area: &'static PerCpu) {
     crate::arch::x86_64::syscall::init_core();
     apic::init_local();
     let topo = crate::topology::detect(apic::id(), area.node);
-    percpu::set_topology(area, topo);
+    crate::topology::set(area, topo);
     percpu::mark_online(area);
 }
 

@@ -637,7 +637,7 @@ fn sys_pcore_set_interval(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     // their next start.
     let local = !percpu::this().is_acting();
     if local && with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
-        crate::sched::set_timer_hz(crate::sched::timer_hz_for(percpu::this().role.load(Ordering::Acquire), a[2]));
+        crate::arch::x86_64::apic::set_timer_hz(crate::sched::timer_hz_for(percpu::this().role.load(Ordering::Acquire), a[2]));
     }
     Ok(0)
 }
@@ -691,9 +691,9 @@ fn sys_pcore_add_device_or_pcore_del_device(nr: u64, a: &[u64; 6]) -> Result<u64
     }
     let ring = dev.ring.as_ref().ok_or(Error::Unsupported)?;
     if nr == nr::PCORE_ADD_DEVICE {
-        crate::roles::attach_ring(pc.core as usize, ring)?;
+        crate::kobj::device::attach_ring(pc.core as usize, ring)?;
     } else {
-        crate::roles::detach_ring(ring, Some(pc.core as usize))?;
+        crate::kobj::device::detach_ring(ring, Some(pc.core as usize))?;
     }
     Ok(0)
 }
@@ -866,7 +866,7 @@ fn sys_wait(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     if timeout_us == 0 || crate::sched::queued() > 0 {
         return Ok(ready(console));
     }
-    let periodic = crate::sched::timer_hz() != 0;
+    let periodic = crate::arch::x86_64::apic::timer_hz() != 0;
     let on = cpu::interrupts_enabled();
     cpu::disable_interrupts();
     // Looked at with interrupts off: input arriving after this look raises the receive

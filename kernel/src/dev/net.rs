@@ -549,7 +549,7 @@ impl NetDev {
         }
         let ch = &self.chans[c as usize];
         let me = crate::percpu::this();
-        let periodic = crate::sched::timer_hz() != 0;
+        let periodic = crate::arch::x86_64::apic::timer_hz() != 0;
         cpu::disable_interrupts();
         self.waiters[c as usize].store(me.apic_id + 1, Ordering::Relaxed);
         core::sync::atomic::fence(Ordering::SeqCst);

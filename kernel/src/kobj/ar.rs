@@ -1241,10 +1241,22 @@ fn free_below(t: u64, level: u32, entries: usize) {
     }
 }
 
+/// Called as an address range is freed, before its page tables go: the kernel cores that
+/// keep it loaded (`roles::LoadedRoot`; they are in its `running` set and hold no reference) load
+/// the kernel's root, which they do before answering any active message.
+fn evict_loaded_root(running: &super::CoreSet) {
+    let me = percore::cpu_id();
+    let bits = running.snapshot();
+    let cores = super::cores_in(&bits).filter(move |&c| c != me);
+    if cores.clone().next().is_some() {
+        crate::smp::run_on(&|_| {}, cores, false);
+    }
+}
+
 impl Drop for AddressRange {
     fn drop(&mut self) {
         // Kernel cores may keep this range loaded between requests without a reference.
-        crate::roles::evict_loaded_root(&self.running);
+        evict_loaded_root(&self.running);
         // This core may be one of them: a kernel core that upgraded a ring's weak reference
         // to its range holds the last reference when the owner exits during the batch, and
         // drops it here with the root still loaded (`evict_loaded_root` skips the calling
