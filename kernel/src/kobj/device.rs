@@ -7,11 +7,14 @@
 //! from it and runs them with the identity the ring was made with (`Ring::shares`,
 //! `Ring::root_ar`), while the program that submitted them keeps running.
 
+use alloc::alloc::Layout;
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use super::kref::{KRef, KWeak};
 use crate::arch::x86_64::apic;
+use crate::dev::SharedMemory;
 use crate::percpu;
 use percore::{CachePadded, TicketLock, MAX_CORES};
 use super::{KObject, ObjRef};
@@ -196,6 +199,45 @@ impl Ring {
     }
 }
 
+/// A segment as a driver sees it (`dev::SharedMemory`): what a driver is handed instead of the
+/// object, so drivers know nothing of kernel objects.
+struct SegmentMemory(ObjRef);
+
+impl SegmentMemory {
+    /// On the heap, for the driver to keep; `NoMemory` (never a panic) if there is no room.
+    fn boxed(seg: ObjRef) -> Result<Box<dyn SharedMemory>, Error> {
+        let layout = Layout::new::<SegmentMemory>();
+        const { assert!(core::mem::size_of::<SegmentMemory>() > 0) };
+        // SAFETY: the layout is not zero-sized (checked above).
+        let p = unsafe { alloc::alloc::alloc(layout) } as *mut SegmentMemory;
+        if p.is_null() {
+            return Err(Error::NoMemory);
+        }
+        // SAFETY: `p` is a fresh allocation with `SegmentMemory`'s layout, written whole here
+        // before the Box owns it (and frees it with the same layout).
+        unsafe {
+            p.write(SegmentMemory(seg));
+            Ok(Box::from_raw(p))
+        }
+    }
+}
+
+impl SharedMemory for SegmentMemory {
+    fn nbytes(&self) -> Result<u64, Error> {
+        Ok(self.0.as_segment()?.nbytes())
+    }
+
+    fn pin(&self, npages: usize) -> Result<Vec<u64>, Error> {
+        self.0.as_segment()?.pin(npages)
+    }
+
+    fn unpin(&self) {
+        if let Ok(s) = self.0.as_segment() {
+            s.unpin();
+        }
+    }
+}
+
 pub fn list() -> Result<Vec<DeviceInfo>, Error> {
     let mut name = [0u8; 16];
     name[..4].copy_from_slice(b"com1");
@@ -216,14 +258,14 @@ impl Device {
 
     /// A virtual NIC over the card with hwid `hwid` (`abi::net`).
     pub fn open_net(hwid: u64, seg: ObjRef, nchannels: u64) -> Result<Device, Error> {
-        let n = crate::dev::net::NetDev::open(hwid, seg, nchannels)?;
+        let n = crate::dev::net::NetDev::open(hwid, SegmentMemory::boxed(seg)?, nchannels)?;
         let n = KRef::try_new(n).map_err(|_| Error::NoMemory)?;
         Ok(Device { hwid, kind: abi::DEVICE_NET, crlf: AtomicBool::new(false), ring: None, net: Some(n), blk: None })
     }
 
     /// A block device object over the disk with hwid `hwid` (`abi::blk`).
     pub fn open_blk(hwid: u64, seg: ObjRef, reserved: u64) -> Result<Device, Error> {
-        let b = crate::dev::blk::BlkDev::open(hwid, seg, reserved)?;
+        let b = crate::dev::blk::BlkDev::open(hwid, SegmentMemory::boxed(seg)?, reserved)?;
         let b = KRef::try_new(b).map_err(|_| Error::NoMemory)?;
         Ok(Device { hwid, kind: abi::DEVICE_BLOCK, crlf: AtomicBool::new(false), ring: None, net: None, blk: Some(b) })
     }
