@@ -376,7 +376,7 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
                     // Faults are not injection points (see mm::inject), even inside a call.
                     let area = percpu::this();
                     let was = area.injectable.swap(crate::percpu::NOT_IN_CALL, Ordering::Relaxed);
-                    let r = ar::resolve_fault(root, addr & !0xFFF, write, exec);
+                    let r = ar::fault::resolve_fault(root, addr & !0xFFF, write, exec);
                     area.injectable.store(was, Ordering::Relaxed);
                     cpu::disable_interrupts();
                     r
