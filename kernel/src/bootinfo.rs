@@ -1,6 +1,8 @@
 //! What the boot loader tells us: memory map, command line, RSDP. Both PVH (QEMU -kernel)
 //! and Multiboot2 (GRUB) are read into one `BootInfo`.
 
+use core::sync::atomic::{AtomicBool, Ordering};
+
 use crate::arch::x86_64::boot::{BOOT_MULTIBOOT2, BOOT_PVH};
 use crate::mm::{read_phys, read_phys_bytes};
 
@@ -172,4 +174,20 @@ pub fn parse(protocol: u32, info_phys: u64) -> Result<BootInfo, &'static str> {
         return Err("physical window not mapped");
     }
     Ok(bi)
+}
+
+static BOOT_OPTION_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// A command-line option that could not be applied (`roles=`, `sched=`, `inject=`): one line,
+/// `boot: error: WHAT`, and the boot goes on without it, but its final exit status says
+/// failure (`finish`). So no test, benchmark or fuzz run made under a configuration it did not
+/// get can pass, whatever it prints.
+pub fn boot_option_error(what: &str) {
+    crate::log::kprintln!("boot: error: {what}");
+    BOOT_OPTION_FAILED.store(true, Ordering::Release);
+}
+
+/// Whether some command-line option could not be applied (`boot_option_error`).
+pub fn boot_option_failed() -> bool {
+    BOOT_OPTION_FAILED.load(Ordering::Acquire)
 }

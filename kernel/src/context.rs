@@ -13,6 +13,7 @@ use crate::arch::x86_64::{apic, cpu, paging, syscall};
 use crate::sched::{self, Task};
 use crate::kobj::{ar, ObjRef};
 use crate::percpu::{self, PerCpu};
+use percore::TicketLock;
 use abi::{Error, EXIT_FAULT_BASE, PCORE_HALTED};
 
 pub struct Context {
@@ -40,6 +41,51 @@ impl Context {
     pub fn new(root_share: ObjRef, shares: Vec<ObjRef>, root_ar: ObjRef, pcore: ObjRef, rip: u64, rsp: u64, args: [u64; 3]) -> Context {
         Context { root_share, shares, root_ar, pcore, rip, rsp, args, ppc: None, ppc_depth: 0, bound: crate::kobj::gate::NO_BOUND }
     }
+}
+
+/// A core's whole per-CPU area: the architecture's `PerCpu`, then this layer's room in it, at
+/// a fixed offset from the area's start, so a system call reaches its context with the same
+/// one gs-relative load as `PerCpu`'s own fields (`percpu::AreaLayout`).
+#[repr(C)]
+pub struct CoreArea {
+    cpu: PerCpu,
+    /// The user context this core runs, if any (owner core only).
+    running: ContextSlot,
+    /// A context handed to this core by `pcore_run`, waiting to start.
+    pending: TicketLock<Option<Context>>,
+    /// Contexts waiting to run on this core (a TC's time-sharing queue; owner core only).
+    runq: sched::RunQueue,
+}
+
+/// Registered first thing at boot (`percpu::set_layout`): every core's area is a `CoreArea`.
+pub static AREA_LAYOUT: percpu::AreaLayout = percpu::AreaLayout { size: core::mem::size_of::<CoreArea>(), make: make_area };
+
+/// # Safety
+/// As `percpu::make_area`: `p` is valid for writes of a `CoreArea` and suitably aligned.
+unsafe fn make_area(p: *mut PerCpu, index: usize, apic_id: u32, node: u32) {
+    let area = CoreArea { cpu: PerCpu::new(index, apic_id, node), running: ContextSlot::new(), pending: TicketLock::new(None), runq: sched::RunQueue::new() };
+    // SAFETY: the caller's guarantee.
+    unsafe { (p as *mut CoreArea).write(area) }
+}
+
+#[inline(always)]
+fn whole(area: &PerCpu) -> &CoreArea {
+    // SAFETY: every published area was made by `make_area` (`AREA_LAYOUT` is registered
+    // before the first area is made, and `percpu::publish` refuses areas before that), so
+    // `area` is the first field of a `CoreArea` (repr(C): at offset 0) that lives as long.
+    unsafe { &*(area as *const PerCpu as *const CoreArea) }
+}
+
+/// The run queue of core `area` (`sched`).
+#[inline(always)]
+pub fn run_queue(area: &PerCpu) -> &sched::RunQueue {
+    &whole(area).runq
+}
+
+/// The running-context slot of core `area`.
+#[inline(always)]
+pub fn running(area: &PerCpu) -> &ContextSlot {
+    &whole(area).running
 }
 
 /// The running context of a core. Only its own core touches it, never from an interrupt
@@ -89,7 +135,7 @@ impl ContextSlot {
 /// Run `f` on the calling core's context (system calls only).
 #[inline]
 pub fn with_current<R>(f: impl FnOnce(&Context) -> R) -> Result<R, Error> {
-    percpu::acting().context.get().map(f).ok_or(Error::NotPermitted)
+    running(percpu::acting()).get().map(f).ok_or(Error::NotPermitted)
 }
 
 /// This core's own running context, for a system call that came straight from it (not a
@@ -103,12 +149,12 @@ pub fn current_mut() -> Option<&'static mut Context> {
 /// `current_mut` with this core's area already at hand (`area` must be `percpu::this()`).
 #[inline(always)]
 pub fn current_mut_of(area: &'static percpu::PerCpu) -> Option<&'static mut Context> {
-    area.context.get_mut()
+    running(area).get_mut()
 }
 
 /// Mutable access for the few calls that change the share set.
 pub fn with_current_mut<R>(f: impl FnOnce(&mut Context) -> R) -> Result<R, Error> {
-    percpu::acting().context.get_mut().map(f).ok_or(Error::NotPermitted)
+    running(percpu::acting()).get_mut().map(f).ok_or(Error::NotPermitted)
 }
 
 /// Run `f` with `ctx` as this core's context, then take it back: how a kernel core acts
@@ -117,12 +163,12 @@ pub fn with_current_mut<R>(f: impl FnOnce(&mut Context) -> R) -> Result<R, Error
 /// a core with no context of its own (kernel cores never run one); otherwise `Busy`.
 pub fn serve_as<R>(ctx: Context, f: impl FnOnce() -> R) -> Result<(R, Context), Error> {
     let area = percpu::this();
-    if area.context.is_running() || area.is_acting() {
+    if running(area).is_running() || area.is_acting() {
         return Err(Error::Busy);
     }
-    area.context.set(Some(ctx));
+    running(area).set(Some(ctx));
     let r = f();
-    let ctx = area.context.set(None).ok_or(Error::Busy)?;
+    let ctx = running(area).set(None).ok_or(Error::Busy)?;
     Ok((r, ctx))
 }
 
@@ -143,7 +189,7 @@ pub fn start_on(core: usize, ctx: Context) -> Result<(), Error> {
     if target.busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
         return Err(Error::Busy);
     }
-    *target.pending.lock_irqsave() = Some(ctx);
+    *whole(target).pending.lock_irqsave() = Some(ctx);
     if core != percore::cpu_id() {
         apic::send_ipi(target.apic_id, apic::VECTOR_WAKE);
     }
@@ -155,7 +201,7 @@ pub fn start_on(core: usize, ctx: Context) -> Result<(), Error> {
 /// it to their ends. Returns true if one ran.
 pub fn run_pending() -> bool {
     let area = percpu::this();
-    let task = match area.pending.lock_irqsave().take() {
+    let task = match whole(area).pending.lock_irqsave().take() {
         Some(ctx) => Some(Task::new(ctx)),
         None => sched::pop_next(),
     };
@@ -190,7 +236,7 @@ fn run_tasks(area: &PerCpu, first: Task, stop_with_first: bool) {
             area.stats.context_switches.fetch_add(1, Ordering::Relaxed);
         }
     }
-    sched::set_timer_hz(0);
+    crate::arch::x86_64::apic::set_timer_hz(0);
 }
 
 /// Enter `t` and return when the context running on this core ends (with time-sharing, not
@@ -215,11 +261,11 @@ fn run_task(area: &PerCpu, mut t: Task) -> Option<usize> {
     area.exit_code.store(0, Ordering::Relaxed);
     area.exit_requested.store(0, Ordering::Relaxed);
     let regs = t.regs;
-    area.context.set(Some(t.ctx));
+    running(area).set(Some(t.ctx));
     syscall::run_user_regs(&regs);
     // Back in the kernel, interrupts off, the running context has ended.
     paging::load_kernel_root();
-    let ctx = area.context.set(None);
+    let ctx = running(area).set(None);
     let code = area.exit_code.load(Ordering::Relaxed);
     let ctx = ctx?;
     let key = ctx.pcore.key();
@@ -252,7 +298,7 @@ pub(crate) fn finish(area: &PerCpu, ctx: Context, code: u64, started: bool) {
     // once. This core picks up a new context only after returning to its idle loop, so the
     // HALTED store below cannot overwrite a newer RUNNING. A TC stays busy while contexts
     // remain queued or one runs.
-    if !area.context.is_running() && sched::queued() == 0 {
+    if !running(area).is_running() && sched::queued() == 0 {
         area.busy.store(false, Ordering::Release);
     }
     if let Ok(p) = pcore.as_pcore() {
@@ -272,14 +318,14 @@ pub fn halt_remote(core: usize, pcore_key: usize, code: u64) {
     crate::smp::run_on(
         &|_| {
             let area = percpu::this();
-            if area.context.get().is_some_and(|c| c.pcore.key() == pcore_key) {
+            if running(area).get().is_some_and(|c| c.pcore.key() == pcore_key) {
                 request_exit(code);
                 return;
             }
             if crate::sched::halt_queued(pcore_key, code) {
                 return; // freed by this core at its next safe point
             }
-            let mut pending = area.pending.lock_irqsave();
+            let mut pending = whole(area).pending.lock_irqsave();
             if pending.as_ref().is_some_and(|c| c.pcore.key() == pcore_key) {
                 let ctx = pending.take();
                 drop(pending);
@@ -318,7 +364,7 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
             // Borrowed, not cloned: the running context's reference keeps the root alive
             // for the whole fault (the context is replaced only outside this handler), and a
             // clone would write the root's count line on every fault (issue 17).
-            let root = percpu::acting().context.get().map(|c| &*c.root_ar);
+            let root = running(percpu::acting()).get().map(|c| &*c.root_ar);
             match root {
                 Some(root) => {
                     // Resolving may wait for a range lock held by a core that is waiting for
@@ -329,8 +375,8 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
                     }
                     // Faults are not injection points (see mm::inject), even inside a call.
                     let area = percpu::this();
-                    let was = area.injectable.swap(crate::mm::inject::NOT_IN_CALL, Ordering::Relaxed);
-                    let r = ar::resolve_fault(root, addr & !0xFFF, write, exec);
+                    let was = area.injectable.swap(crate::percpu::NOT_IN_CALL, Ordering::Relaxed);
+                    let r = ar::fault::resolve_fault(root, addr & !0xFFF, write, exec);
                     area.injectable.store(was, Ordering::Relaxed);
                     cpu::disable_interrupts();
                     r
@@ -352,10 +398,10 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
                 }
                 let rip = f.rip;
                 if abort_call(f) {
-                    crate::kprintln!("user fault: page fault at {addr:#x} ({why:?}) in a protected procedure call's handler, rip {rip:#x}; the call ends");
+                    crate::log::kprintln!("user fault: page fault at {addr:#x} ({why:?}) in a protected procedure call's handler, rip {rip:#x}; the call ends");
                     return true;
                 }
-                crate::kprintln!(
+                crate::log::kprintln!(
                     "user fault: page fault at {addr:#x} ({why:?}, {} {}), rip {:#x}; ending the context",
                     if write { "write" } else { "read" },
                     if exec { "fetch" } else { "" },
@@ -368,13 +414,13 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
     }
     let (vector, error, rip) = (f.vector, f.error, f.rip);
     if abort_call(f) {
-        crate::kprintln!(
+        crate::log::kprintln!(
             "user fault: {} (vector {vector}, error {error:#x}) at rip {rip:#x} in a protected procedure call's handler; the call ends",
             crate::arch::x86_64::idt::exception_name(vector),
         );
         return true;
     }
-    crate::kprintln!(
+    crate::log::kprintln!(
         "user fault: {} (vector {}, error {:#x}) at rip {:#x}; ending the context",
         crate::arch::x86_64::idt::exception_name(f.vector),
         f.vector,
@@ -391,7 +437,7 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
 /// (the fault is the context's own).
 fn abort_call(f: &mut TrapFrame) -> bool {
     let area = percpu::this();
-    let Some(c) = area.context.get_mut() else { return false };
+    let Some(c) = running(area).get_mut() else { return false };
     let mut caller = crate::arch::x86_64::syscall::UserReturn::default();
     let Some(gate) = crate::kobj::gate::leave(c, &mut caller) else { return false };
     for r in [&mut f.r15, &mut f.r14, &mut f.r13, &mut f.r12, &mut f.r11, &mut f.r10, &mut f.r9, &mut f.r8, &mut f.rbp, &mut f.rdi, &mut f.rsi, &mut f.rdx, &mut f.rcx, &mut f.rbx] {

@@ -7,7 +7,8 @@ use core::sync::atomic::Ordering;
 
 use crate::context::{run_context, Context};
 use crate::kobj::{ar, pcore::Pcore, segment::Segment, share::Share, KObject, Kind};
-use crate::{kprintln, percpu};
+use crate::log::kprintln;
+use crate::percpu;
 use abi::{ArKind, StartInfo, INIT_STACK_SIZE, INIT_STACK_TOP, INIT_START_INFO, MAP_READ, MAP_WRITE, PAGE_SIZE};
 
 /// Build init's context. Errors are one-line reasons.
@@ -76,7 +77,7 @@ pub fn run(name: &str, args: &str, inject: Option<&str>, inject_from: Option<&st
         None | Some("boot") => true,
         Some("program") => false,
         Some(other) => {
-            crate::boot_option_error(&alloc::format!("inject_from={other}: expected boot or program; injecting from boot"));
+            crate::bootinfo::boot_option_error(&alloc::format!("inject_from={other}: expected boot or program; injecting from boot"));
             true
         }
     };
@@ -84,7 +85,7 @@ pub fn run(name: &str, args: &str, inject: Option<&str>, inject_from: Option<&st
         match crate::mm::inject::configure(spec, armed) {
             Ok(()) if armed => kprintln!("init: allocation fault injection on ({spec})"),
             Ok(()) => kprintln!("init: allocation fault injection configured ({spec}), armed when the program calls inject_ctl"),
-            Err(why) => crate::boot_option_error(&alloc::format!("inject={spec} not applied: {why}; injection stays off")),
+            Err(why) => crate::bootinfo::boot_option_error(&alloc::format!("inject={spec} not applied: {why}; injection stays off")),
         }
     }
     let code = run_context(area, ctx);

@@ -30,7 +30,6 @@ pub struct KTest {
     pub func: TestFn,
 }
 
-#[macro_export]
 macro_rules! ktest {
     (fn $name:ident() -> Outcome $body:block) => {
         fn $name() -> Result<$crate::ktest::Outcome, alloc::string::String> $body
@@ -57,7 +56,6 @@ macro_rules! ktest {
 }
 
 /// Fail a test with a formatted message unless `cond` holds.
-#[macro_export]
 macro_rules! kassert {
     ($cond:expr, $($arg:tt)*) => {
         if !$cond {
@@ -65,6 +63,9 @@ macro_rules! kassert {
         }
     };
 }
+
+// Reached by path (`use crate::ktest::{kassert, ktest}`).
+pub(crate) use {kassert, ktest};
 
 extern "C" {
     static __ktests_start: u8;
@@ -95,21 +96,21 @@ pub fn run_all(filter: Option<&str>) -> bool {
         match r {
             Ok(Outcome::Ran) => {
                 passed += 1;
-                crate::kprintln!("ktest {} ... ok ({} ms)", t.name, (crate::time::uptime_ns() - start) / 1_000_000);
+                crate::log::kprintln!("ktest {} ... ok ({} ms)", t.name, (crate::time::uptime_ns() - start) / 1_000_000);
             }
             Ok(Outcome::Skipped(why)) => {
                 skipped += 1;
-                crate::kprintln!("ktest {} ... skipped ({})", t.name, why);
+                crate::log::kprintln!("ktest {} ... skipped ({})", t.name, why);
             }
             Err(why) => {
                 failed += 1;
-                crate::kprintln!("ktest {} ... FAILED: {}", t.name, why);
+                crate::log::kprintln!("ktest {} ... FAILED: {}", t.name, why);
             }
         }
     }
     if passed + failed + skipped == 0 {
-        crate::kprintln!("ktest: no test matches `{}`", filter.unwrap_or(""));
+        crate::log::kprintln!("ktest: no test matches `{}`", filter.unwrap_or(""));
     }
-    crate::kprintln!("ktest: done {passed} passed, {failed} failed, {skipped} skipped");
+    crate::log::kprintln!("ktest: done {passed} passed, {failed} failed, {skipped} skipped");
     failed == 0 && passed > 0
 }

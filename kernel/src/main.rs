@@ -30,28 +30,18 @@ pub mod syscall;
 
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use core::sync::atomic::Ordering;
 
-use arch::x86_64::acpi::{self, MAX_NODES};
+use arch::x86_64::acpi;
 use arch::x86_64::{apic, cpu, serial};
 use mm::frame::NodeRange;
+use log::kprintln;
 use percpu::PerCpu;
 
 /// Smallest memory we boot with: page maps, per-core areas and stacks need room.
 const MIN_USABLE_MIB: u64 = 24;
 
-/// NUMA distances (SLIT, or 10 local / 20 remote).
-static NUMA_DISTANCE: [[AtomicU8; MAX_NODES]; MAX_NODES] = [const { [const { AtomicU8::new(0) }; MAX_NODES] }; MAX_NODES];
-
-pub fn numa_distance(a: usize, b: usize) -> u8 {
-    match NUMA_DISTANCE.get(a).and_then(|r| r.get(b)).map(|d| d.load(Ordering::Relaxed)) {
-        Some(d) if d != 0 => d,
-        _ if a == b => 10,
-        _ => 20,
-    }
-}
-
-struct BspArea(UnsafeCell<MaybeUninit<PerCpu>>);
+struct BspArea(UnsafeCell<MaybeUninit<context::CoreArea>>);
 // SAFETY: written once by the boot processor before any other core exists.
 unsafe impl Sync for BspArea {}
 static BSP_AREA: BspArea = BspArea(UnsafeCell::new(MaybeUninit::uninit()));
@@ -78,10 +68,11 @@ unsafe impl Sync for BspEntry {}
 static BSP_ENTRY_STACK: BspEntry = BspEntry(UnsafeCell::new(EntryStack([0; 64 * 1024])));
 
 fn setup_bsp_area() -> &'static PerCpu {
+    percpu::set_layout(&context::AREA_LAYOUT);
     // SAFETY: single-threaded: we are the only core running, and this runs once.
     let area: &'static mut PerCpu = unsafe {
-        let p = (*BSP_AREA.0.get()).as_mut_ptr();
-        p.write(PerCpu::new(0, 0, 0));
+        let p = (*BSP_AREA.0.get()).as_mut_ptr() as *mut PerCpu;
+        percpu::make_area(p, 0, 0, 0);
         &mut *p
     };
     let ist_base = BSP_IST.0.get() as u64;
@@ -175,6 +166,8 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     let (g, t, i) = percpu::tables_of(bsp);
     arch::x86_64::gdt::load(g, t);
     arch::x86_64::idt::load(i);
+    arch::x86_64::idt::set_fault_handler(context::handle_exception);
+    roles::set_dispatch(syscall::dispatch);
 
     let bi = match bootinfo::parse(protocol, info_phys as u64) {
         Ok(b) => b,
@@ -238,7 +231,7 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     for a in 0..acpi.node_count {
         for b in 0..acpi.node_count {
             let d = acpi.slit.as_ref().map(|m| m[a][b]).unwrap_or(if a == b { 10 } else { 20 });
-            NUMA_DISTANCE[a][b].store(d, Ordering::Relaxed);
+            topology::set_numa_distance(a, b, d);
         }
     }
 
@@ -246,7 +239,7 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
         kprintln!("time: PIT did not count; assuming a 1 GHz TSC");
     }
     apic::calibrate_timer();
-    smp::register_handlers();
+    sched::register_handlers();
     if let Some((base, gsi_base)) = acpi.ioapic {
         arch::x86_64::ioapic::set_base(base, gsi_base);
     }
@@ -258,7 +251,7 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     // The boot processor's node is known only now, from the SRAT.
     set_bsp_node(bsp, cpus[0].1);
     smp::init_this_core(bsp);
-    let online = smp::start_aps(&cpus);
+    let online = smp::start_aps(&cpus, roles::idle_loop);
     percore::cpu::set_core_count(online);
     kobj::share::init_reclaim(online);
 
@@ -291,13 +284,13 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     if let Some(spec) = bi.option("roles") {
         match roles::apply_boot_policy(spec) {
             Ok(()) => kprintln!("roles: {spec}"),
-            Err(why) => boot_option_error(&alloc::format!("roles={spec} not applied: {why}; every core stays XC")),
+            Err(why) => bootinfo::boot_option_error(&alloc::format!("roles={spec} not applied: {why}; every core stays XC")),
         }
     }
     if let Some(value) = bi.option("sched") {
         match coresched::apply_boot_option(value) {
             Ok(()) => kprintln!("sched: core 0 grants cores (core_request, core_release)"),
-            Err(why) => boot_option_error(&alloc::format!("sched={value} not applied: {why}; the core scheduler stays off")),
+            Err(why) => bootinfo::boot_option_error(&alloc::format!("sched={value} not applied: {why}; the core scheduler stays off")),
         }
     }
     match bi.option("crash") {
@@ -336,21 +329,10 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
 }
 
 /// Set when a command-line option could not be applied.
-static BOOT_OPTION_FAILED: AtomicBool = AtomicBool::new(false);
-
-/// A command-line option that could not be applied (`roles=`, `sched=`, `inject=`): one line,
-/// `boot: error: WHAT`, and the boot goes on without it, but its final exit status says
-/// failure (`finish`). So no test, benchmark or fuzz run made under a configuration it did not
-/// get can pass, whatever it prints.
-pub fn boot_option_error(what: &str) {
-    kprintln!("boot: error: {what}");
-    BOOT_OPTION_FAILED.store(true, Ordering::Release);
-}
-
 /// Power off with the run's verdict: success only if `ok` and every command-line option was
 /// applied.
 fn finish(ok: bool) -> ! {
-    let option_failed = BOOT_OPTION_FAILED.load(Ordering::Acquire);
+    let option_failed = bootinfo::boot_option_failed();
     if option_failed {
         kprintln!("kernel: exit status failure: a command-line option was not applied (the `boot: error:` line above)");
     }

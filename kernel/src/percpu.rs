@@ -1,6 +1,13 @@
-//! The per-CPU area: everything a core owns, reached through GS. Each area is allocated on
-//! its core's NUMA node and aligned to 128 bytes; fields that other cores write (mailbox,
-//! remote-free heads) sit on their own cache lines inside it.
+//! The per-CPU area: what the architecture needs of a core, reached through GS (its own
+//! address, its index, the system-call entry's scratch fields and the bytes the entry's fast
+//! path writes, its descriptor tables), plus the memory allocator's per-core caches, which sit
+//! on every allocation's path. Each area is allocated on its core's NUMA node and aligned to
+//! 128 bytes; fields that other cores write (remote-free heads) sit on their own cache lines
+//! inside it.
+//!
+//! State that a subsystem above keeps for each core is declared beside that subsystem as a
+//! `CoreSlots<T>` (one cache-line-aligned slot per core, indexed by the core's index), so this
+//! file knows none of their types.
 
 use core::arch::asm;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -9,8 +16,13 @@ use crate::arch::x86_64::gdt::{Gdt, Tss};
 use crate::arch::x86_64::idt::Idt;
 use crate::mm::frame::FrameCache;
 use crate::mm::heap::SlabCaches;
-use crate::topology::CpuTopology;
-use percore::{CachePadded, TicketLock, MAX_CORES};
+use percore::{CachePadded, MAX_CORES};
+
+/// `PerCpu::injectable` outside system calls (and while a call resolves a page fault); inside
+/// one it holds the call's number, truncated to a byte (numbers past `abi::INJECT_CALLS` are
+/// `NoSuchCall`, which allocates nothing). `mm::inject` reads it to decide where injection
+/// applies.
+pub const NOT_IN_CALL: u8 = u8::MAX;
 
 #[repr(C, align(128))]
 pub struct PerCpu {
@@ -28,27 +40,19 @@ pub struct PerCpu {
     pub apic_id: u32,
     pub node: u32,
     pub online: AtomicBool,
-    pub topology: CpuTopology,
     pub frame_cache: FrameCache,
     pub slabs: SlabCaches,
-    pub mailbox: CachePadded<Mailbox>,
     pub stats: CachePadded<CpuStats>,
     pub gdt: Gdt,
     pub tss: Tss,
     pub idt: Idt,
     pub kernel_stack_top: u64,
-    /// The user context this core runs, if any (owner core only).
-    pub context: crate::context::ContextSlot,
-    /// A context handed to this core by `pcore_run`, waiting to start.
-    pub pending: TicketLock<Option<crate::context::Context>>,
     /// Set while this core has a context (pending or running): `pcore_run` claims it.
     pub busy: AtomicBool,
     /// Exit code of the context that is ending.
     pub exit_code: AtomicU64,
     /// The core's role (`abi::ROLE_*`).
     pub role: AtomicU64,
-    /// This core's system-call forwarding slot (written by it as an AC, taken by a KC).
-    pub fwd: CachePadded<crate::roles::FwdSlot>,
     /// A kernel core spinning on its work sets this; posters then skip the wake IPI.
     pub polling: AtomicBool,
     /// Set while this core is inside `roles::kernel_core_loop` (from before its first look at
@@ -78,13 +82,6 @@ pub struct PerCpu {
     /// cleared under the list's lock, beside the list's own count). The system-call path
     /// tests this byte, in the area it already holds, instead of the list's line.
     pub orphans_pending: AtomicBool,
-    /// Contexts waiting to run on this core (a TC's time-sharing queue; owner core only).
-    pub runq: crate::sched::RunQueue,
-}
-
-/// Jobs posted by other cores (a lock-free stack of poster-owned nodes) plus a wake IPI.
-pub struct Mailbox {
-    pub head: AtomicPtr<crate::smp::JobNode>,
 }
 
 /// Per-core counters (NIX's measuring framework, Corey's fault and shootdown counts).
@@ -145,31 +142,65 @@ impl PerCpu {
             apic_id,
             node,
             online: AtomicBool::new(false),
-            topology: CpuTopology::default(),
             frame_cache: FrameCache::new(),
             slabs: SlabCaches::new(),
-            mailbox: CachePadded::new(Mailbox { head: AtomicPtr::new(core::ptr::null_mut()) }),
             stats: CachePadded::new(CpuStats::default()),
             gdt: Gdt::empty(),
             tss: Tss::default(),
             idt: Idt::empty(),
             kernel_stack_top: 0,
-            context: crate::context::ContextSlot::new(),
-            pending: TicketLock::new(None),
             busy: AtomicBool::new(false),
             exit_code: AtomicU64::new(0),
             role: AtomicU64::new(abi::ROLE_XC),
-            fwd: CachePadded::new(crate::roles::FwdSlot::new()),
             polling: AtomicBool::new(false),
             in_kernel_loop: AtomicBool::new(false),
             acting_index: AtomicUsize::new(index),
             acting_area: AtomicPtr::new(core::ptr::null_mut()),
-            injectable: AtomicU8::new(crate::mm::inject::NOT_IN_CALL),
+            injectable: AtomicU8::new(NOT_IN_CALL),
             in_call: AtomicBool::new(false),
             orphans_pending: AtomicBool::new(false),
-            runq: crate::sched::RunQueue::new(),
         }
     }
+}
+
+/// How each core's area is laid out: `PerCpu` first, then the room the layer above keeps at a
+/// fixed offset behind it (the running context, which system calls reach through GS, so in
+/// one load as before: `context::CoreArea`). This file knows only its size and how to make
+/// one. Registered once at boot (`set_layout`), before the first area is made.
+pub struct AreaLayout {
+    /// Bytes of a whole area (a multiple of `PerCpu`'s 128-byte alignment).
+    pub size: usize,
+    /// Write a whole area at the address given (room for `size` bytes, 128-byte aligned):
+    /// `PerCpu::new(index, apic_id, node)` first, then the room behind it.
+    pub make: unsafe fn(*mut PerCpu, usize, u32, u32),
+}
+
+static LAYOUT: AtomicPtr<AreaLayout> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Register the areas' layout (once, before the first area is made).
+pub fn set_layout(layout: &'static AreaLayout) {
+    LAYOUT.store(layout as *const AreaLayout as *mut AreaLayout, Ordering::Release);
+}
+
+fn layout() -> &'static AreaLayout {
+    let p = LAYOUT.load(Ordering::Acquire);
+    assert!(!p.is_null(), "percpu: an area is made before its layout is registered");
+    // SAFETY: only `&'static AreaLayout` values are stored in LAYOUT.
+    unsafe { &*p }
+}
+
+/// Bytes of one core's area (`AreaLayout::size`).
+pub fn area_size() -> usize {
+    layout().size
+}
+
+/// Make a core's area at `p` with the registered layout.
+///
+/// # Safety
+/// `p` must be valid for writes of `area_size()` bytes, 128-byte aligned, and not in use.
+pub unsafe fn make_area(p: *mut PerCpu, index: usize, apic_id: u32, node: u32) {
+    // SAFETY: the caller's guarantee is the one `make` needs.
+    unsafe { (layout().make)(p, index, apic_id, node) }
 }
 
 static CPUS: [AtomicPtr<PerCpu>; MAX_CORES] = [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CORES];
@@ -178,6 +209,8 @@ static ONLINE: AtomicUsize = AtomicUsize::new(0);
 /// Publish a core's area so other cores can find it (the boot processor does this for every
 /// core before starting it, so `all()` sees every core that exists).
 pub fn publish(area: &'static mut PerCpu) -> &'static PerCpu {
+    // Every area is made with the registered layout, so the room behind it is there.
+    let _ = layout();
     area.self_ptr = area as *const PerCpu;
     *area.acting_area.get_mut() = area as *mut PerCpu;
     CPUS[area.index].store(area, Ordering::Release);
@@ -197,14 +230,6 @@ pub fn tables_of(area: &'static PerCpu) -> (&'static mut Gdt, &'static mut Tss, 
     // SAFETY: only the owning core calls this, once, during its bring-up, before anything
     // else reads these three fields; they are disjoint fields of a 'static allocation.
     unsafe { (&mut (*p).gdt, &mut (*p).tss, &mut (*p).idt) }
-}
-
-/// Set the owning core's topology record during bring-up.
-pub fn set_topology(area: &'static PerCpu, t: CpuTopology) {
-    let p = area as *const PerCpu as *mut PerCpu;
-    // SAFETY: written once by the owning core before it is marked online; readers wait for
-    // `online` (Acquire) before reading it.
-    unsafe { (*p).topology = t }
 }
 
 /// Count a core as online (after its area is fully set up).
@@ -301,4 +326,45 @@ pub fn get(index: usize) -> Option<&'static PerCpu> {
 /// Every published area, in index order.
 pub fn all() -> impl Iterator<Item = &'static PerCpu> {
     (0..MAX_CORES).map_while(get)
+}
+
+/// State a subsystem keeps for every core, declared beside the subsystem that owns it:
+/// `static X: CoreSlots<T> = CoreSlots::new([const { CachePadded::new(T::new()) }; MAX_CORES]);`.
+/// One slot per possible core, each on its own cache lines (`CachePadded`), found by the
+/// core's index (one gs-relative load, then the slot's fixed address).
+pub struct CoreSlots<T>([CachePadded<T>; MAX_CORES]);
+
+impl<T> CoreSlots<T> {
+    pub const fn new(slots: [CachePadded<T>; MAX_CORES]) -> Self {
+        CoreSlots(slots)
+    }
+
+    /// The calling core's slot.
+    #[inline(always)]
+    pub fn this(&self) -> &T {
+        let i = current_index();
+        // SAFETY: a core's index is below MAX_CORES (`publish` stores its area at that index
+        // of a MAX_CORES array, and GS points at a published area before any caller runs).
+        unsafe { self.0.get_unchecked(i) }
+    }
+
+    /// The slot of the core whose context this core's system calls act in (`acting_index`).
+    #[inline(always)]
+    pub fn acting(&self) -> &T {
+        let i = acting_index();
+        // SAFETY: as for `this`: `acting_index` only ever holds a published core's index.
+        unsafe { self.0.get_unchecked(i) }
+    }
+
+    /// The slot of core `area`.
+    #[inline(always)]
+    pub fn of(&self, area: &PerCpu) -> &T {
+        self.at(area.index)
+    }
+
+    /// The slot of core `index` (an index below MAX_CORES: a core's `index`).
+    #[inline]
+    pub fn at(&self, index: usize) -> &T {
+        &self.0[index]
+    }
 }

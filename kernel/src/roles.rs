@@ -21,11 +21,12 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::arch::x86_64::{apic, cpu, paging};
-use crate::kobj::device::{Ring, Taken, NOT_ATTACHED, TAKE_MAX};
+use crate::kobj::device::{rings_of, set_rings_state, Ring, Taken, NOT_ATTACHED, TAKE_MAX};
 use crate::kobj::kref::{KRef, KWeak};
-use crate::percpu::{self, PerCpu};
-use abi::{nr, Error, RING_ATTACHED, RING_BROKEN, RING_DETACHED, RING_STOPPED, ROLE_AC, ROLE_KC, ROLE_TC, ROLE_XC};
-use percore::{CachePadded, TicketLock, MAX_CORES};
+use crate::percpu::{self, CoreSlots, PerCpu};
+use crate::smp;
+use abi::{nr, Error, RING_ATTACHED, RING_BROKEN, RING_STOPPED, ROLE_AC, ROLE_KC, ROLE_TC, ROLE_XC};
+use percore::{CachePadded, MAX_CORES};
 
 const EMPTY: u32 = 0;
 const PENDING: u32 = 1;
@@ -50,6 +51,9 @@ const POLLS_BEFORE_HALT: u32 = 20_000;
 const PAUSE_EVERY: u32 = 16;
 
 /// One core's forwarding slot (see the module comment).
+/// Each core's system-call forwarding slot (written by it as an AC, taken by a KC).
+static FWD: CoreSlots<FwdSlot> = CoreSlots::new([const { CachePadded::new(FwdSlot::new()) }; MAX_CORES]);
+
 pub struct FwdSlot {
     state: AtomicU32,
     server: AtomicUsize,
@@ -89,7 +93,7 @@ fn nearest_kc(core: usize, except: usize) -> Option<usize> {
 /// Forward the calling AC's system call to a kernel core and wait for its result.
 pub fn forward(nr: u64, args: [u64; 6]) -> Result<u64, Error> {
     let me = percpu::this();
-    let slot = &me.fwd;
+    let slot = FWD.of(me);
     // A previous call that timed out may still be running on a slow kernel core.
     let free = crate::time::Deadline::after_ms(FORWARD_DEADLINE_MS);
     loop {
@@ -160,7 +164,7 @@ fn serve_one(me: &'static PerCpu, root: &mut LoadedRoot) -> bool {
     let n = percpu::online_count();
     for c in 0..n {
         let Some(client) = percpu::get(c) else { continue };
-        let slot = &client.fwd;
+        let slot = FWD.of(client);
         if slot.state.load(Ordering::Acquire) != PENDING {
             continue;
         }
@@ -184,18 +188,40 @@ fn serve_one(me: &'static PerCpu, root: &mut LoadedRoot) -> bool {
     false
 }
 
+/// How a kernel core runs a system call it serves (a forwarded call, a ring request): the
+/// system-call layer's `dispatch`, registered once at boot (`set_dispatch`), so this file,
+/// which the system calls use, does not name them.
+static DISPATCH: AtomicUsize = AtomicUsize::new(0);
+
+/// Register the function that runs system call `nr` with its arguments on this core.
+pub fn set_dispatch(dispatch: fn(u64, [u64; 6]) -> Result<u64, Error>) {
+    DISPATCH.store(dispatch as usize, Ordering::Release);
+}
+
+/// Run system call `nr` through the registered dispatch (`NoSuchCall` before there is one).
+#[inline]
+fn run_call(nr: u64, args: [u64; 6]) -> Result<u64, Error> {
+    let f = DISPATCH.load(Ordering::Acquire);
+    if f == 0 {
+        return Err(Error::NoSuchCall);
+    }
+    // SAFETY: only `fn(u64, [u64; 6]) -> Result<u64, Error>` values are stored in DISPATCH.
+    let f: fn(u64, [u64; 6]) -> Result<u64, Error> = unsafe { core::mem::transmute::<usize, fn(u64, [u64; 6]) -> Result<u64, Error>>(f) };
+    f(nr, args)
+}
+
 /// Run a system call in `client`'s context on this core: its root range, its shares.
 #[inline(never)]
 fn run_for(me: &'static PerCpu, root: &mut LoadedRoot, client: &'static PerCpu, nr: u64, args: [u64; 6]) -> Result<u64, Error> {
     // The client is blocked in `forward` until we mark the slot DONE, so its context stays
     // put; we read it through the acting-core indirection only.
-    let Some(ar) = client.context.root_for_server() else { return Err(Error::NotPermitted) };
+    let Some(ar) = crate::context::running(client).root_for_server() else { return Err(Error::NotPermitted) };
     root.enter(me, &ar)?;
     me.act_for(client);
     cpu::enable_interrupts();
     me.injectable.store(nr as u8, Ordering::Relaxed);
-    let r = crate::syscall::dispatch(nr, args);
-    me.injectable.store(crate::mm::inject::NOT_IN_CALL, Ordering::Relaxed);
+    let r = run_call(nr, args);
+    me.injectable.store(crate::percpu::NOT_IN_CALL, Ordering::Relaxed);
     cpu::disable_interrupts();
     me.stop_acting();
     r
@@ -245,18 +271,6 @@ impl LoadedRoot {
                 cpu::disable_interrupts();
             }
         }
-    }
-}
-
-/// Called as an address range is freed, before its page tables go: the kernel cores that
-/// keep it loaded (`LoadedRoot`; they are in its `running` set and hold no reference) load
-/// the kernel's root, which they do before answering any active message.
-pub fn evict_loaded_root(running: &crate::kobj::CoreSet) {
-    let me = percore::cpu_id();
-    let bits = running.snapshot();
-    let cores = crate::kobj::cores_in(&bits).filter(move |&c| c != me);
-    if cores.clone().next().is_some() {
-        crate::smp::run_on(&|_| {}, cores, false);
     }
 }
 
@@ -382,7 +396,7 @@ pub fn kernel_core_loop() {
             idle_since = 0;
             continue;
         }
-        let periodic = device_sleep && crate::sched::timer_hz() != 0;
+        let periodic = device_sleep && crate::arch::x86_64::apic::timer_hz() != 0;
         if device_sleep && !periodic {
             apic::timer_oneshot_us(if armed == crate::dev::net::Armed::Yes { abi::NET_KC_ARMED_SLEEP_US } else { abi::NET_KC_SLEEP_US });
         }
@@ -414,91 +428,6 @@ pub fn kernel_core_loop() {
 
 // ---- Syscall rings (Corey's syscall pseudo-device, kobj/device.rs)
 
-/// The rings attached to each core (`pcore_add_device`). Only that core polls its list; other
-/// cores take the lock to attach and detach, and every header status change happens under
-/// it, so the statuses a core publishes are ordered.
-static RINGS: [CachePadded<TicketLock<Vec<KRef<Ring>>>>; MAX_CORES] = [const { CachePadded::new(TicketLock::new(Vec::new())) }; MAX_CORES];
-
-/// Set the status (if given) and the polling flag of every ring attached to `core`, and
-/// publish them in the rings' headers.
-fn set_rings_state(core: usize, status: Option<u32>, polling: u32) {
-    let list = RINGS[core].lock();
-    for r in list.iter() {
-        if let Some(st) = status {
-            if r.status.load(Ordering::Relaxed) != RING_BROKEN {
-                r.status.store(st, Ordering::Release);
-            }
-        }
-        r.polling.store(polling, Ordering::Release);
-        if !r.publish() {
-            r.status.store(RING_BROKEN, Ordering::Release);
-        }
-    }
-}
-
-/// `pcore_add_device` of a ring: attach it to `core`, which polls it while it is a kernel
-/// core. `Busy` if it is attached somewhere already.
-pub fn attach_ring(core: usize, ring: &KRef<Ring>) -> Result<(), Error> {
-    let target = percpu::get(core).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
-    let mut list = RINGS[core].lock();
-    if ring.attached.compare_exchange(NOT_ATTACHED, core as u32, Ordering::AcqRel, Ordering::Acquire).is_err() {
-        return Err(Error::Busy);
-    }
-    if list.try_reserve(1).is_err() {
-        ring.attached.store(NOT_ATTACHED, Ordering::Release);
-        return Err(Error::NoMemory);
-    }
-    list.push(ring.clone());
-    let kc = target.role.load(Ordering::Acquire) == ROLE_KC;
-    if ring.status.load(Ordering::Relaxed) != RING_BROKEN {
-        ring.status.store(if kc { RING_ATTACHED } else { RING_STOPPED }, Ordering::Release);
-    }
-    ring.polling.store((kc && target.polling.load(Ordering::Acquire)) as u32, Ordering::Release);
-    if !ring.publish() {
-        ring.status.store(RING_BROKEN, Ordering::Release);
-    }
-    Ok(())
-}
-
-/// Take a ring from the core it is attached to (`only`: provided it is that core).
-/// `NotFound` if it is not attached (there). Requests not taken stay in the ring.
-pub fn detach_ring(ring: &KRef<Ring>, only: Option<usize>) -> Result<(), Error> {
-    loop {
-        let core = ring.attached.load(Ordering::Acquire);
-        if core == NOT_ATTACHED || only.is_some_and(|c| c != core as usize) {
-            return Err(Error::NotFound);
-        }
-        let mut list = RINGS[core as usize].lock();
-        if ring.attached.load(Ordering::Acquire) != core {
-            continue; // moved meanwhile: look again
-        }
-        let removed = list.iter().position(|r| KRef::ptr_eq(r, ring)).map(|i| list.swap_remove(i));
-        // An empty list gives its buffer back (a core with no rings holds no memory).
-        let buffer = if list.is_empty() { core::mem::take(&mut *list) } else { Vec::new() };
-        ring.attached.store(NOT_ATTACHED, Ordering::Release);
-        if ring.status.load(Ordering::Relaxed) != RING_BROKEN {
-            ring.status.store(RING_DETACHED, Ordering::Release);
-        }
-        ring.polling.store(0, Ordering::Release);
-        let _ = ring.publish();
-        drop(list);
-        // Our reference goes outside the lock (the ring's last one frees its segment).
-        drop(removed);
-        drop(buffer);
-        return Ok(());
-    }
-}
-
-/// The doorbell: wake the kernel core a ring is attached to if it is asleep.
-pub fn kick_ring(ring: &Ring) {
-    let core = ring.attached.load(Ordering::Acquire);
-    if let Some(kc) = percpu::get(core as usize) {
-        if kc.role.load(Ordering::Acquire) == ROLE_KC && !kc.polling.load(Ordering::Acquire) {
-            apic::send_ipi(kc.apic_id, apic::VECTOR_WAKE);
-        }
-    }
-}
-
 /// Serve every ring attached to this kernel core once. Returns true if any request ran.
 /// An empty poll looks at each ring's head slot under the list lock and takes nothing else:
 /// no reference, no `serving` flag, no buffers.
@@ -507,7 +436,7 @@ fn serve_rings(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingBuffers
     let mut from = 0;
     loop {
         let ring = {
-            let list = RINGS[me.index].lock();
+            let list = rings_of(me.index).lock();
             let Some(i) = (from..list.len()).find(|&i| list[i].has_request()) else { break };
             from = i + 1;
             list[i].clone()
@@ -607,7 +536,7 @@ fn serve_ring_locked(me: &'static PerCpu, root: &mut LoadedRoot, buf: &mut RingB
 
 fn broken(ring: &KRef<Ring>) {
     let core = ring.attached.load(Ordering::Acquire);
-    let _list = (core != NOT_ATTACHED).then(|| RINGS[core as usize].lock());
+    let _list = (core != NOT_ATTACHED).then(|| rings_of(core as usize).lock());
     ring.status.store(RING_BROKEN, Ordering::Release);
     let _ = ring.publish();
 }
@@ -642,8 +571,8 @@ fn run_ring_batch(
                     Some(e) => Err(e),
                     None => {
                         me.injectable.store(nr as u8, Ordering::Relaxed);
-                        let r = crate::syscall::dispatch(nr, t.args);
-                        me.injectable.store(crate::mm::inject::NOT_IN_CALL, Ordering::Relaxed);
+                        let r = run_call(nr, t.args);
+                        me.injectable.store(crate::percpu::NOT_IN_CALL, Ordering::Relaxed);
                         r
                     }
                 },
@@ -761,11 +690,27 @@ pub fn apply_boot_policy(spec: &str) -> Result<(), alloc::string::String> {
     Ok(())
 }
 
-/// Timer period for a context starting on a core of `role` with interval `hz` (0 = none).
-pub fn timer_hz(role: u64, hz: u64) -> u64 {
-    match role {
-        ROLE_AC => 0,
-        ROLE_TC if hz == 0 => 100,
-        _ => hz,
+/// The idle loop of every core without a user context: run posted jobs, start a context
+/// when one is handed to this core, otherwise sleep until an interrupt.
+pub fn idle_loop() -> ! {
+    let area = percpu::this();
+    loop {
+        // Free what this core retired from shared shares (with interrupts on: a freed object
+        // may wait for other cores).
+        crate::kobj::share::reclaim_poll();
+        cpu::disable_interrupts();
+        if smp::run_mailbox(area) {
+            continue;
+        }
+        if area.role.load(Ordering::Acquire) == abi::ROLE_KC {
+            kernel_core_loop();
+            continue;
+        }
+        if crate::context::run_pending() {
+            continue;
+        }
+        // Atomic with respect to the wake IPI: a job posted after the checks above raises an
+        // interrupt that ends the halt immediately.
+        smp::halt(area);
     }
 }

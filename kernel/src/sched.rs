@@ -1,7 +1,7 @@
 //! Time-sharing on TC cores (NIX, seeds/003): a TC runs several user contexts, switching
 //! between them round-robin at each timer tick that interrupts user mode.
 //!
-//! Each core has its own run queue (`PerCpu::runq`) that only that core touches, always with
+//! Each core has its own run queue (in its per-CPU area, `context::run_queue`) that only that core touches, always with
 //! interrupts off, so it needs no lock. Another core hands a context to a TC through the TC's
 //! active-message mailbox (`post`): the message runs on the TC and appends the context to the
 //! queue there. Halting a queued context (`halt_queued`) is also a message; it only marks
@@ -28,7 +28,7 @@ use crate::arch::x86_64::{apic, cpu, paging};
 use crate::context::{self, Context};
 use crate::kobj::ObjRef;
 use crate::percpu::{self, PerCpu};
-use abi::{Error, PCORE_RUNNING, ROLE_KC, ROLE_TC};
+use abi::{Error, PCORE_RUNNING, ROLE_AC, ROLE_KC, ROLE_TC};
 use percore::TicketLock;
 
 /// Contexts a TC holds besides the one running (`pcore_run` beyond that is `Busy`).
@@ -58,8 +58,6 @@ struct Inner {
     len: usize,
     /// Some entry has `halt` set and waits to be freed.
     halts: bool,
-    /// The timer rate this core is programmed with (0 = off).
-    hz: u64,
     /// The running context called `pcore_yield`: switch at the next user-mode interrupt.
     yield_requested: bool,
 }
@@ -113,8 +111,8 @@ pub struct RunQueue(UnsafeCell<Inner>);
 unsafe impl Sync for RunQueue {}
 
 impl RunQueue {
-    pub fn new() -> RunQueue {
-        RunQueue(UnsafeCell::new(Inner { ring: [const { None }; MAX_QUEUED], head: 0, len: 0, halts: false, hz: 0, yield_requested: false }))
+    pub const fn new() -> RunQueue {
+        RunQueue(UnsafeCell::new(Inner { ring: [const { None }; MAX_QUEUED], head: 0, len: 0, halts: false, yield_requested: false }))
     }
 }
 
@@ -127,7 +125,7 @@ impl Default for RunQueue {
 /// Run `f` on the calling core's queue with interrupts off. `f` must not drop a context
 /// (that may take locks and wait for other cores) and must not call `with` again.
 fn with<R>(f: impl FnOnce(&mut Inner) -> R) -> R {
-    let q = &percpu::this().runq;
+    let q = context::run_queue(percpu::this());
     cpu::without_interrupts(|| {
         // SAFETY: our own core's queue, interrupts off, and `f` does not re-enter `with`
         // (see the type's comment), so this is the only reference.
@@ -149,22 +147,16 @@ pub fn pop_next() -> Option<Task> {
 /// Program this core's timer for a context of `pcore` about to run here, in this core's role.
 pub fn set_timer_for(area: &PerCpu, pcore: &ObjRef) {
     let hz = pcore.as_pcore().map(|p| p.interval_hz.load(Ordering::Relaxed)).unwrap_or(0);
-    set_timer_hz(crate::roles::timer_hz(area.role.load(Ordering::Acquire), hz));
+    apic::set_timer_hz(timer_hz_for(area.role.load(Ordering::Acquire), hz));
 }
 
-/// Program this core's periodic timer (0 stops it), unless it already runs at that rate.
-/// This core's periodic timer rate (0: no periodic tick).
-pub fn timer_hz() -> u64 {
-    with(|q| q.hz)
-}
-
-pub fn set_timer_hz(hz: u64) {
-    with(|q| {
-        if q.hz != hz {
-            apic::timer_periodic_us(1_000_000u64.checked_div(hz).unwrap_or(0));
-            q.hz = hz;
-        }
-    });
+/// Timer period for a context starting on a core of `role` with interval `hz` (0 = none).
+pub fn timer_hz_for(role: u64, hz: u64) -> u64 {
+    match role {
+        ROLE_AC => 0,
+        ROLE_TC if hz == 0 => 100,
+        _ => hz,
+    }
 }
 
 /// Count a context's first start on its pcore (state before count, see `Pcore::stat`).
@@ -225,10 +217,8 @@ fn accept(cell: &TicketLock<Option<Context>>) -> Result<(), Error> {
         area.busy.store(true, Ordering::Release);
         // A context that started while this core was an XC may run without a timer: start
         // one so the queue gets its turns.
-        if role == ROLE_TC && q.hz == 0 && area.context.is_running() {
-            let hz = crate::roles::timer_hz(ROLE_TC, 0);
-            apic::timer_periodic_us(1_000_000 / hz);
-            q.hz = hz;
+        if role == ROLE_TC && apic::timer_hz() == 0 && context::running(area).is_running() {
+            apic::set_timer_hz(timer_hz_for(ROLE_TC, 0));
         }
         Ok(())
     })
@@ -257,7 +247,7 @@ pub fn halt_queued(pcore_key: usize, code: u64) -> bool {
 /// running one at its next return to user mode, the queued ones at the next safe point.
 pub fn stop_all(code: u64) {
     let area = percpu::this();
-    if area.context.is_running() {
+    if context::running(area).is_running() {
         context::request_exit(code);
     }
     with(|q| {
@@ -310,7 +300,7 @@ pub fn on_user_interrupt(f: &mut TrapFrame, tick: bool) {
         with(|q| q.halts = true);
         return;
     }
-    let Some(cur) = area.context.set(None) else {
+    let Some(cur) = context::running(area).set(None) else {
         requeue(next); // not possible from user mode: a context is running
         return;
     };
@@ -319,7 +309,7 @@ pub fn on_user_interrupt(f: &mut TrapFrame, tick: bool) {
     next.regs.to_frame(f);
     mark_started(area, &mut next);
     set_timer_for(area, &next.ctx.pcore);
-    area.context.set(Some(next.ctx));
+    context::running(area).set(Some(next.ctx));
     requeue(saved);
     area.stats.context_switches.fetch_add(1, Ordering::Relaxed);
 }
@@ -379,4 +369,32 @@ fn switch_root(me: usize, from: &Context, to: &Context) {
     new.running.insert(me);
     paging::load_root(new.table);
     old.running.remove(me);
+}
+
+fn wake_handler(f: &mut crate::arch::x86_64::idt::TrapFrame) {
+    let area = percpu::this();
+    area.stats.ipis_received.fetch_add(1, Ordering::Relaxed);
+    apic::eoi();
+    crate::smp::run_mailbox(area);
+    if f.cs & 3 == 3 {
+        // A halt posted to a context queued here is freed now, not at the next tick.
+        on_user_interrupt(f, false);
+    }
+}
+
+/// The LAPIC timer: counts ticks (TC cores, `pcore_set_interval`); on a TC that interrupted
+/// user mode, switches to the next queued context (`sched`).
+fn timer_handler(f: &mut crate::arch::x86_64::idt::TrapFrame) {
+    percpu::this().stats.timer_ticks.fetch_add(1, Ordering::Relaxed);
+    apic::eoi();
+    if f.cs & 3 == 3 {
+        on_user_interrupt(f, true);
+    }
+}
+
+/// The wake IPI and the LAPIC timer: their handlers end in the scheduler when they
+/// interrupted user mode.
+pub fn register_handlers() {
+    crate::arch::x86_64::idt::register_handler(apic::VECTOR_WAKE, wake_handler);
+    crate::arch::x86_64::idt::register_handler(apic::VECTOR_TIMER, timer_handler);
 }

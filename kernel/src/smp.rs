@@ -1,12 +1,13 @@
 //! Starting the application processors, and running a function on every core.
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use crate::arch::x86_64::{apic, boot, cpu, gdt};
 use crate::mm::{frame, phys_to_virt, PAGE_SIZE};
-use crate::percpu::{self, PerCpu};
-use crate::{kprintln, time};
-use percore::MAX_CORES;
+use crate::percpu::{self, CoreSlots, PerCpu};
+use crate::log::kprintln;
+use crate::time;
+use percore::{CachePadded, MAX_CORES};
 
 /// Kernel stack per core: 64 KiB.
 const STACK_ORDER: usize = 4;
@@ -19,6 +20,10 @@ pub struct Job {
     run: *const (dyn Fn(usize) + Sync),
     pending: AtomicUsize,
 }
+
+/// Jobs posted to each core by the others (a lock-free stack of poster-owned nodes, drained by
+/// its owner after a wake IPI).
+static MAILBOX: CoreSlots<AtomicPtr<JobNode>> = CoreSlots::new([const { CachePadded::new(AtomicPtr::new(core::ptr::null_mut())) }; MAX_CORES]);
 
 /// One target's link in its mailbox (a lock-free multi-producer stack drained by its owner).
 pub struct JobNode {
@@ -63,7 +68,7 @@ fn run_on_until(f: &(dyn Fn(usize) + Sync), targets: impl Iterator<Item = usize>
         let Some(target) = percpu::get(t).filter(|c| c.online.load(Ordering::Acquire)) else { continue };
         job.pending.fetch_add(1, Ordering::AcqRel);
         let node = nodes[t].write(JobNode { next: core::ptr::null_mut(), job: &job }) as *mut JobNode;
-        let head = &target.mailbox.head;
+        let head = MAILBOX.of(target);
         let mut cur = head.load(Ordering::Acquire);
         loop {
             // SAFETY: the node is initialised (just written) and ours until the target takes
@@ -92,7 +97,7 @@ fn run_on_until(f: &(dyn Fn(usize) + Sync), targets: impl Iterator<Item = usize>
 
 /// Whether a job waits in this core's mailbox.
 pub fn mailbox_pending(area: &PerCpu) -> bool {
-    !area.mailbox.head.load(Ordering::Acquire).is_null()
+    !MAILBOX.of(area).load(Ordering::Acquire).is_null()
 }
 
 /// Run every job posted to this core. Returns true if any ran.
@@ -102,7 +107,7 @@ pub fn run_mailbox(area: &PerCpu) -> bool {
     if !mailbox_pending(area) {
         return false;
     }
-    let mut n = area.mailbox.head.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    let mut n = MAILBOX.of(area).swap(core::ptr::null_mut(), Ordering::AcqRel);
     let any = !n.is_null();
     while !n.is_null() {
         // SAFETY: the poster keeps the node, the Job and the function alive until we
@@ -118,31 +123,6 @@ pub fn run_mailbox(area: &PerCpu) -> bool {
         }
     }
     any
-}
-
-/// The idle loop of every core without a user context: run posted jobs, start a context
-/// when one is handed to this core, otherwise sleep until an interrupt.
-pub fn idle_loop() -> ! {
-    let area = percpu::this();
-    loop {
-        // Free what this core retired from shared shares (with interrupts on: a freed object
-        // may wait for other cores).
-        crate::kobj::share::reclaim_poll();
-        cpu::disable_interrupts();
-        if run_mailbox(area) {
-            continue;
-        }
-        if area.role.load(Ordering::Acquire) == abi::ROLE_KC {
-            crate::roles::kernel_core_loop();
-            continue;
-        }
-        if crate::context::run_pending() {
-            continue;
-        }
-        // Atomic with respect to the wake IPI: a job posted after the checks above raises an
-        // interrupt that ends the halt immediately.
-        halt(area);
-    }
 }
 
 /// Halt this core until an interrupt comes, counting the halt and the TSC cycles spent
@@ -162,32 +142,6 @@ pub fn halt(area: &PerCpu) {
     area.stats.halted_cycles.fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
 }
 
-fn wake_handler(f: &mut crate::arch::x86_64::idt::TrapFrame) {
-    let area = percpu::this();
-    area.stats.ipis_received.fetch_add(1, Ordering::Relaxed);
-    apic::eoi();
-    run_mailbox(area);
-    if f.cs & 3 == 3 {
-        // A halt posted to a context queued here is freed now, not at the next tick.
-        crate::sched::on_user_interrupt(f, false);
-    }
-}
-
-/// The LAPIC timer: counts ticks (TC cores, `pcore_set_interval`); on a TC that interrupted
-/// user mode, switches to the next queued context (`sched`).
-fn timer_handler(f: &mut crate::arch::x86_64::idt::TrapFrame) {
-    percpu::this().stats.timer_ticks.fetch_add(1, Ordering::Relaxed);
-    apic::eoi();
-    if f.cs & 3 == 3 {
-        crate::sched::on_user_interrupt(f, true);
-    }
-}
-
-pub fn register_handlers() {
-    crate::arch::x86_64::idt::register_handler(apic::VECTOR_WAKE, wake_handler);
-    crate::arch::x86_64::idt::register_handler(apic::VECTOR_TIMER, timer_handler);
-}
-
 fn alloc_zeroed(order: usize, node: u32) -> Option<u64> {
     let _ = node; // allocation prefers the calling core's node; per-node placement is a TODO
     let pa = frame::alloc_frames(order)?;
@@ -198,16 +152,16 @@ fn alloc_zeroed(order: usize, node: u32) -> Option<u64> {
 
 /// Allocate and publish a per-CPU area with its stacks for core `index`.
 pub fn prepare_area(index: usize, apic_id: u32, node: u32) -> Option<&'static PerCpu> {
-    let size = core::mem::size_of::<PerCpu>() as u64;
+    let size = percpu::area_size() as u64;
     let order = (size.div_ceil(PAGE_SIZE)).next_power_of_two().trailing_zeros() as usize;
     let pa = alloc_zeroed(order, node)?;
     let stack = alloc_zeroed(STACK_ORDER, node)?;
     let entry_stack = alloc_zeroed(STACK_ORDER, node)?;
     let ist: [u64; 3] = [alloc_zeroed(IST_ORDER, node)?, alloc_zeroed(IST_ORDER, node)?, alloc_zeroed(IST_ORDER, node)?];
     let ptr = phys_to_virt(pa) as *mut PerCpu;
-    // SAFETY: the frames are ours, large enough for a PerCpu, and page-aligned (>= 128).
+    // SAFETY: the frames are ours, large enough for a whole area, and page-aligned (>= 128).
     let area: &'static mut PerCpu = unsafe {
-        ptr.write(PerCpu::new(index, apic_id, node));
+        percpu::make_area(ptr, index, apic_id, node);
         &mut *ptr
     };
     area.kernel_stack_top = phys_to_virt(stack) + (PAGE_SIZE << STACK_ORDER);
@@ -229,16 +183,26 @@ pub fn init_this_core(area: &'static PerCpu) {
     crate::arch::x86_64::syscall::init_core();
     apic::init_local();
     let topo = crate::topology::detect(apic::id(), area.node);
-    percpu::set_topology(area, topo);
+    crate::topology::set(area, topo);
     percpu::mark_online(area);
 }
+
+/// What a started processor runs once it is online (`start_aps`' `then`): a `fn() -> !`,
+/// set before the first processor starts.
+static AP_MAIN: AtomicUsize = AtomicUsize::new(0);
 
 #[no_mangle]
 extern "C" fn ap_entry(index: u32) -> ! {
     let Some(area) = percpu::get(index as usize) else { cpu::halt_forever() };
     percpu::install(area);
     init_this_core(area);
-    idle_loop()
+    let main = AP_MAIN.load(Ordering::Acquire);
+    if main == 0 {
+        cpu::halt_forever()
+    }
+    // SAFETY: only `fn() -> !` values are stored in AP_MAIN.
+    let main: fn() -> ! = unsafe { core::mem::transmute::<usize, fn() -> !>(main) };
+    main()
 }
 
 extern "C" {
@@ -260,8 +224,10 @@ ap_trampoline_entry:
     options(att_syntax)
 );
 
-/// Start every processor in `cpus` (index 0 is us). Returns how many came online in total.
-pub fn start_aps(cpus: &[(u32, u32)]) -> usize {
+/// Start every processor in `cpus` (index 0 is us); each runs `then` once it is online (the
+/// layers above decide what a core does). Returns how many came online in total.
+pub fn start_aps(cpus: &[(u32, u32)], then: fn() -> !) -> usize {
+    AP_MAIN.store(then as usize, Ordering::Release);
     // Copy the trampoline template below 1 MiB.
     let (tmpl, len, slots_off) = boot::trampoline_template();
     // SAFETY: the first MiB is excluded from the page pools; 0x8000.. is ours, and the

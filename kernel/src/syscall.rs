@@ -66,7 +66,7 @@ fn dispatch_call(me: &percpu::PerCpu, f: *mut SyscallFrame) -> i64 {
     let r = dispatch_in(nr, args);
     let me = percpu::this();
     crate::kobj::kref::call_ends(me);
-    me.injectable.store(crate::mm::inject::NOT_IN_CALL, Ordering::Relaxed);
+    me.injectable.store(crate::percpu::NOT_IN_CALL, Ordering::Relaxed);
     // `pcore_yield`: switch as this call returns to user mode (sched::yield_on_return).
     crate::sched::yield_on_return(me, encode(r))
 }
@@ -232,9 +232,9 @@ pub(crate) fn dispatch(nr: u64, a: [u64; 6]) -> Result<u64, Error> {
 /// A system call's handler: `(call number, arguments)`.
 type Handler = fn(u64, &[u64; 6]) -> Result<u64, Error>;
 
-/// One past the highest call number (`syscall_entry` sends higher numbers to
-/// `syscall_dispatch`, which answers `NoSuchCall`).
-pub(crate) const CALLS: usize = 96;
+/// One past the highest call number: the size of the tables that `syscall_entry` indexes
+/// (declared beside the entry, which bounds the number before it jumps).
+use crate::arch::x86_64::syscall::CALLS;
 
 fn sys_no_such_call(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {
     Err(Error::NoSuchCall)
@@ -637,7 +637,7 @@ fn sys_pcore_set_interval(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     // their next start.
     let local = !percpu::this().is_acting();
     if local && with_current(|c| KRef::ptr_eq(&c.pcore, &p)).unwrap_or(false) {
-        crate::sched::set_timer_hz(crate::roles::timer_hz(percpu::this().role.load(Ordering::Acquire), a[2]));
+        crate::arch::x86_64::apic::set_timer_hz(crate::sched::timer_hz_for(percpu::this().role.load(Ordering::Acquire), a[2]));
     }
     Ok(0)
 }
@@ -691,9 +691,9 @@ fn sys_pcore_add_device_or_pcore_del_device(nr: u64, a: &[u64; 6]) -> Result<u64
     }
     let ring = dev.ring.as_ref().ok_or(Error::Unsupported)?;
     if nr == nr::PCORE_ADD_DEVICE {
-        crate::roles::attach_ring(pc.core as usize, ring)?;
+        crate::kobj::device::attach_ring(pc.core as usize, ring)?;
     } else {
-        crate::roles::detach_ring(ring, Some(pc.core as usize))?;
+        crate::kobj::device::detach_ring(ring, Some(pc.core as usize))?;
     }
     Ok(0)
 }
@@ -866,7 +866,7 @@ fn sys_wait(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     if timeout_us == 0 || crate::sched::queued() > 0 {
         return Ok(ready(console));
     }
-    let periodic = crate::sched::timer_hz() != 0;
+    let periodic = crate::arch::x86_64::apic::timer_hz() != 0;
     let on = cpu::interrupts_enabled();
     cpu::disable_interrupts();
     // Looked at with interrupts off: input arriving after this look raises the receive

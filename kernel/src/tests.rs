@@ -8,7 +8,8 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering
 use crate::arch::x86_64::idt::{self, TrapFrame};
 use crate::arch::x86_64::{apic, cpu};
 use crate::mm::{frame, heap, phys_to_virt, PAGE_SIZE};
-use crate::{kassert, ktest, percpu, smp, time};
+use crate::ktest::{kassert, ktest};
+use crate::{percpu, smp, time};
 
 /// Per-core expectation of a deliberate exception: vector to expect and bytes to skip.
 static EXPECT_VECTOR: [AtomicU64; percore::MAX_CORES] = [const { AtomicU64::new(u64::MAX) }; percore::MAX_CORES];
@@ -316,7 +317,7 @@ fn memory_stress_all_cores_cross_frees() {
         }
     }
     let (pages1, live1) = quiescent_counts();
-    crate::kprintln!(
+    crate::log::kprintln!(
         "stress: {} alloc/free operations on {} cores; free pages {} -> {}, live objects {} -> {}",
         ops.load(Ordering::Relaxed), cores, pages0, pages1, live0, live1
     );
@@ -609,7 +610,7 @@ fn percore_selftest_on_every_core() {
     let failed = AtomicUsize::new(0);
     smp::run_on_all(&|c| {
         if let Err(e) = st.run_on_core(c) {
-            crate::kprintln!("selftest on core {c}: {e:?}");
+            crate::log::kprintln!("selftest on core {c}: {e:?}");
             failed.fetch_add(1, Ordering::Relaxed);
         }
     });
@@ -1044,7 +1045,7 @@ fn nested_fault_walk_counts_nothing_and_teardown_frees_every_table() {
     // A table of mid's own that a later link replaces: map a page at 10 MiB, fault it in
     // (mid makes the page table), unmap it, link a second 2 MiB range over the slot.
     ar::set_seg(&mid, 10 << 20, &seg, 4 * PAGE_SIZE, PAGE_SIZE, abi::MAP_READ).map_err(err)?;
-    let r = ar::resolve_fault(&root, (1 << 30) + (10 << 20), false, false);
+    let r = ar::fault::resolve_fault(&root, (1 << 30) + (10 << 20), false, false);
     kassert!(r == Ok(false), "fault on mid's own mapping: {r:?}");
     ar::unmap(&mid, 10 << 20, PAGE_SIZE).map_err(err)?;
     let leaf2 = KObject::create(b"ktest-walk-leaf2", me, Kind::Ar(AddressRange::new(abi::ArKind::Span2M, me).map_err(err)?)).map_err(err)?;
@@ -1053,16 +1054,16 @@ fn nested_fault_walk_counts_nothing_and_teardown_frees_every_table() {
     let (mid_n, leaf_n) = (KRef::strong_count(&mid), KRef::strong_count(&leaf));
     let base = (1 << 30) + (6 << 20);
     // Through root and mid into leaf: the page table entry is written in leaf's table.
-    let r = ar::resolve_fault(&root, base + PAGE_SIZE, true, false);
+    let r = ar::fault::resolve_fault(&root, base + PAGE_SIZE, true, false);
     kassert!(r == Ok(false), "write fault through two links: {r:?}");
     let leaf_table = leaf.as_ar().map_err(err)?.table;
     let e = read_entry(leaf_table, index(1, PAGE_SIZE));
     kassert!(e & PTE_PRESENT != 0 && e & PTE_WRITE != 0, "leaf's entry after the fault: {e:#x}");
-    let r = ar::resolve_fault(&root, base + 5 * PAGE_SIZE, false, false);
+    let r = ar::fault::resolve_fault(&root, base + 5 * PAGE_SIZE, false, false);
     kassert!(r == Err(FaultError::NotMapped), "fault past leaf's mapping: {r:?}");
-    let r = ar::resolve_fault(&root, base, false, true);
+    let r = ar::fault::resolve_fault(&root, base, false, true);
     kassert!(r == Err(FaultError::Protection), "fetch from a mapping without MAP_EXEC: {r:?}");
-    let r = ar::resolve_fault(&root, (1 << 30) + (10 << 20), false, false);
+    let r = ar::fault::resolve_fault(&root, (1 << 30) + (10 << 20), false, false);
     kassert!(r == Err(FaultError::NotMapped), "fault into the empty second leaf: {r:?}");
     kassert!(
         KRef::strong_count(&mid) == mid_n && KRef::strong_count(&leaf) == leaf_n,
@@ -1074,7 +1075,7 @@ fn nested_fault_walk_counts_nothing_and_teardown_frees_every_table() {
     drop(mid);
     drop(leaf);
     ar::unmap(&root, 1 << 30, 1 << 30).map_err(err)?;
-    let r = ar::resolve_fault(&root, base + PAGE_SIZE, false, false);
+    let r = ar::fault::resolve_fault(&root, base + PAGE_SIZE, false, false);
     kassert!(r == Err(FaultError::NotMapped), "fault through the unmapped link: {r:?}");
     drop(root);
     drop(seg);
@@ -1134,7 +1135,7 @@ fn fault_walk_races_the_unmap_of_its_parent_link() -> Outcome {
             // 8-vCPU boot timed out with seven walkers, and took 18 s under load with two).
             let mut k = i as u64;
             while !done.load(Ordering::Acquire) {
-                match ar::resolve_fault(&root, (1 << 30) + (k % 4) * PAGE_SIZE, false, false) {
+                match ar::fault::resolve_fault(&root, (1 << 30) + (k % 4) * PAGE_SIZE, false, false) {
                     Ok(false) => {
                         resolved.fetch_add(1, Ordering::Relaxed);
                     }

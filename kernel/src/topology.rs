@@ -1,7 +1,12 @@
 //! Package, core and thread from CPUID, node from the SRAT, and the locality matrix that
 //! Corey's `locality_get` returns (seeds/000 section 4).
 
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use crate::arch::x86_64::acpi::MAX_NODES;
 use crate::arch::x86_64::cpu::cpuid;
+use crate::percpu::{CoreSlots, PerCpu};
+use percore::{CachePadded, TicketLock, MAX_CORES};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuTopology {
@@ -10,6 +15,11 @@ pub struct CpuTopology {
     pub core: u32,
     pub thread: u32,
     pub node: u32,
+}
+
+impl CpuTopology {
+    /// Before the core has read its own (all zero, as `Default`).
+    pub const UNKNOWN: CpuTopology = CpuTopology { apic_id: 0, package: 0, core: 0, thread: 0, node: 0 };
 }
 
 /// How close two cores are, nearest first.
@@ -87,21 +97,34 @@ pub fn locality(a: &CpuTopology, b: &CpuTopology) -> Locality {
     }
 }
 
+/// Each core's topology record, written once by the core during bring-up (`set`).
+static TOPOLOGY: CoreSlots<TicketLock<CpuTopology>> = CoreSlots::new([const { CachePadded::new(TicketLock::new(CpuTopology::UNKNOWN)) }; MAX_CORES]);
+
+/// Record the calling core's topology during bring-up (before it is marked online).
+pub fn set(area: &PerCpu, t: CpuTopology) {
+    *TOPOLOGY.of(area).lock() = t;
+}
+
+/// The topology record of core `area`.
+pub fn of(area: &PerCpu) -> CpuTopology {
+    *TOPOLOGY.of(area).lock()
+}
+
 /// `locality_get` for cores `i` and `j`: the locality level and the NUMA distance.
 pub fn locality_get(i: usize, j: usize) -> Option<(Locality, u8)> {
     let a = crate::percpu::get(i)?;
     let b = crate::percpu::get(j)?;
-    Some((locality(&a.topology, &b.topology), crate::numa_distance(a.node as usize, b.node as usize)))
+    Some((locality(&of(a), &of(b)), numa_distance(a.node as usize, b.node as usize)))
 }
 
 /// Print the per-core topology and the locality matrix.
 pub fn print() {
-    use crate::kprintln;
+    use crate::log::kprintln;
     let n = crate::percpu::online_count();
     kprintln!("topology: {n} cores");
     kprintln!("  core  apic  node  package  core  thread");
     for c in crate::percpu::all().take(n) {
-        let t = c.topology;
+        let t = of(c);
         kprintln!("  {:>4}  {:>4}  {:>4}  {:>7}  {:>4}  {:>6}", c.index, t.apic_id, t.node, t.package, t.core, t.thread);
     }
     kprintln!("locality matrix (self, smt = SMT sibling, pkg = same package, node = same NUMA node, far = other node; distance from SLIT or 10/20):");
@@ -119,5 +142,23 @@ pub fn print() {
             }
         }
         kprintln!("{row}");
+    }
+}
+
+/// NUMA distances (SLIT, or 10 local / 20 remote).
+static NUMA_DISTANCE: [[AtomicU8; MAX_NODES]; MAX_NODES] = [const { [const { AtomicU8::new(0) }; MAX_NODES] }; MAX_NODES];
+
+pub fn numa_distance(a: usize, b: usize) -> u8 {
+    match NUMA_DISTANCE.get(a).and_then(|r| r.get(b)).map(|d| d.load(Ordering::Relaxed)) {
+        Some(d) if d != 0 => d,
+        _ if a == b => 10,
+        _ => 20,
+    }
+}
+
+/// Record the distance from node `a` to node `b` (the boot processor, from the SLIT).
+pub fn set_numa_distance(a: usize, b: usize, d: u8) {
+    if let Some(slot) = NUMA_DISTANCE.get(a).and_then(|r| r.get(b)) {
+        slot.store(d, Ordering::Relaxed);
     }
 }

@@ -36,6 +36,7 @@
 //!
 //! Per-core queues (virtio-blk multiqueue) are not built.
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -55,7 +56,7 @@ use virtio_drivers::transport::DeviceType;
 use super::pci;
 use super::virtio::KernelHal;
 use crate::kobj::kref::KRef;
-use crate::kobj::ObjRef;
+use super::SharedMemory;
 use crate::mm::phys_to_virt;
 
 type Driver = VirtIOBlk<KernelHal, PciTransport>;
@@ -124,7 +125,8 @@ static TAKEN: TicketLock<Vec<u64>> = TicketLock::new(Vec::new());
 /// A block device object: one disk and the pinned request segment.
 pub struct BlkDev {
     pub hwid: u64,
-    seg: ObjRef,
+    /// The segment the device shares with its program (pinned while `owns` the device).
+    seg: Box<dyn SharedMemory>,
     /// Physical address of every page of the pinned segment (its size when it was bound:
     /// pages added later by growing the segment are not the device's).
     pages: Vec<u64>,
@@ -178,12 +180,12 @@ fn release(hwid: u64) {
 
 impl BlkDev {
     /// `device_alloc` of a disk: a block device object over `seg`.
-    pub fn open(hwid: u64, seg: ObjRef, reserved: u64) -> Result<BlkDev, Error> {
+    pub fn open(hwid: u64, seg: Box<dyn SharedMemory>, reserved: u64) -> Result<BlkDev, Error> {
         let f = pci::by_hwid(hwid).filter(|f| f.virtio == Some(DeviceType::Block)).ok_or(Error::NotFound)?;
         if reserved != 0 {
             return Err(Error::InvalidArgument);
         }
-        let nbytes = seg.as_segment()?.nbytes();
+        let nbytes = seg.nbytes()?;
         if nbytes < BLK_SECTOR {
             return Err(Error::OutOfRange);
         }
@@ -197,7 +199,7 @@ impl BlkDev {
             t.try_reserve(1).map_err(|_| Error::NoMemory)?;
             t.push(hwid);
         }
-        let pages = match seg.as_segment().and_then(|s| s.pin(npages)) {
+        let pages = match seg.pin(npages) {
             Ok(p) => p,
             Err(e) => {
                 release(hwid);
@@ -466,7 +468,7 @@ impl BlkDev {
         let rp = &self.rings[r];
         if !rp.broken.swap(true, Ordering::Relaxed) {
             rp.counts.errors.fetch_add(1, Ordering::Relaxed);
-            crate::kprintln!("blk: ring {r} stopped: {why}");
+            crate::log::kprintln!("blk: ring {r} stopped: {why}");
         }
     }
 
@@ -710,9 +712,7 @@ impl BlkDev {
         let driver = core::mem::take(&mut *self.driver.lock());
         drop(driver);
         if self.owns.swap(false, Ordering::AcqRel) {
-            if let Ok(s) = self.seg.as_segment() {
-                s.unpin();
-            }
+            self.seg.unpin();
             release(self.hwid);
         }
     }

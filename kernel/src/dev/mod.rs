@@ -7,7 +7,23 @@ pub mod net;
 pub mod pci;
 pub mod virtio;
 
+use alloc::vec::Vec;
+
+use abi::Error;
 use virtio_drivers::transport::DeviceType;
+
+/// The memory a device shares with the program that made it (a segment), as a driver sees it:
+/// its size, and its first pages pinned in place while the device uses them. The
+/// kernel-object layer hands one to a driver (`kobj::device`); drivers know nothing else of
+/// kernel objects.
+pub trait SharedMemory: Send + Sync {
+    /// Bytes the memory holds now.
+    fn nbytes(&self) -> Result<u64, Error>;
+    /// Pin its first `npages` pages (made if not there yet): their physical addresses.
+    fn pin(&self, npages: usize) -> Result<Vec<u64>, Error>;
+    /// Give back one `pin`.
+    fn unpin(&self);
+}
 
 /// Walk PCI and map the registers of the devices this kernel drives. Boot only, before the
 /// first user address range exists. Prints what it found.
@@ -19,15 +35,15 @@ pub fn init(ecam: Option<crate::arch::x86_64::acpi::Ecam>) {
             let mut virtio = 0;
             for f in &fns {
                 if let Some(t) = f.virtio {
-                    crate::kprintln!("pci: {} virtio {:?} (hwid {:#x})", f.df, t, f.hwid());
+                    crate::log::kprintln!("pci: {} virtio {:?} (hwid {:#x})", f.df, t, f.hwid());
                     virtio += 1;
                 }
             }
             if virtio == 0 {
-                crate::kprintln!("pci: {n} functions, no virtio device");
+                crate::log::kprintln!("pci: {n} functions, no virtio device");
             }
         }
-        Err(e) => crate::kprintln!("pci: {e}; no PCI devices"),
+        Err(e) => crate::log::kprintln!("pci: {e}; no PCI devices"),
     }
 }
 

@@ -16,6 +16,7 @@
 //! lines, written by the core that polls (and, for a channel's own `device_buf` calls, by that
 //! channel's core, in separate lines).
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -35,7 +36,7 @@ use virtio_drivers::transport::DeviceType;
 use super::pci;
 use super::virtio::KernelHal;
 use crate::kobj::kref::KRef;
-use crate::kobj::ObjRef;
+use super::SharedMemory;
 use crate::mm::phys_to_virt;
 
 /// Descriptors per virtqueue.
@@ -124,7 +125,8 @@ struct ChanPoll {
 /// A virtual NIC: the card, one channel segment, `nchannels` channels.
 pub struct NetDev {
     pub hwid: u64,
-    seg: ObjRef,
+    /// The segment the device shares with its program (pinned while `owns` the device).
+    seg: Box<dyn SharedMemory>,
     /// Physical address of every page of the pinned segment.
     pages: Vec<u64>,
     nchannels: u64,
@@ -158,12 +160,12 @@ static POLLED: [CachePadded<TicketLock<Vec<KRef<NetDev>>>>; MAX_CORES] = [const 
 
 impl NetDev {
     /// `device_alloc` of the card: a virtual NIC over `seg` with `nchannels` channels.
-    pub fn open(hwid: u64, seg: ObjRef, nchannels: u64) -> Result<NetDev, Error> {
+    pub fn open(hwid: u64, seg: Box<dyn SharedMemory>, nchannels: u64) -> Result<NetDev, Error> {
         let f = card().filter(|f| f.hwid() == hwid).ok_or(Error::NotFound)?;
         if nchannels == 0 || nchannels > NET_MAX_CHANNELS {
             return Err(Error::InvalidArgument);
         }
-        let nbytes = seg.as_segment()?.nbytes();
+        let nbytes = seg.nbytes()?;
         let nbuffers = net_buffers(nbytes, nchannels);
         if nbuffers < NET_MIN_BUFFERS_PER_CHANNEL * nchannels {
             return Err(Error::OutOfRange);
@@ -173,7 +175,7 @@ impl NetDev {
         }
         // Only the pages the channels use: the header, the rings and `nbuffers` buffers.
         let used = (net_bufs_offset(nchannels) + nbuffers * NET_BUF_BYTES).div_ceil(PAGE_SIZE) as usize;
-        let pages = match seg.as_segment().and_then(|s| s.pin(used)) {
+        let pages = match seg.pin(used) {
             Ok(p) => p,
             Err(e) => {
                 CARD_TAKEN.store(false, Ordering::Release);
@@ -272,7 +274,7 @@ impl NetDev {
         let ch = &self.chans[c as usize];
         if !ch.broken.swap(true, Ordering::Relaxed) {
             ch.errors.fetch_add(1, Ordering::Relaxed);
-            crate::kprintln!("net: channel {c} stopped: {why}");
+            crate::log::kprintln!("net: channel {c} stopped: {why}");
         }
     }
 
@@ -549,7 +551,7 @@ impl NetDev {
         }
         let ch = &self.chans[c as usize];
         let me = crate::percpu::this();
-        let periodic = crate::sched::timer_hz() != 0;
+        let periodic = crate::arch::x86_64::apic::timer_hz() != 0;
         cpu::disable_interrupts();
         self.waiters[c as usize].store(me.apic_id + 1, Ordering::Relaxed);
         core::sync::atomic::fence(Ordering::SeqCst);
@@ -664,9 +666,7 @@ impl NetDev {
         // Once only (the device object's drop, then this struct's own), and also for a
         // virtual NIC whose `open` failed after it took the card.
         if self.owns_card.swap(false, Ordering::AcqRel) {
-            if let Ok(s) = self.seg.as_segment() {
-                s.unpin();
-            }
+            self.seg.unpin();
             CARD_TAKEN.store(false, Ordering::Release);
         }
     }

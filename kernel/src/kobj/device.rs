@@ -7,14 +7,21 @@
 //! from it and runs them with the identity the ring was made with (`Ring::shares`,
 //! `Ring::root_ar`), while the program that submitted them keeps running.
 
+use alloc::alloc::Layout;
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use super::kref::{KRef, KWeak};
+use crate::arch::x86_64::apic;
+use crate::dev::SharedMemory;
+use crate::percpu;
+use percore::{CachePadded, TicketLock, MAX_CORES};
 use super::{KObject, ObjRef};
 use abi::{
     DeviceInfo, DeviceStat, Error, CONF_CONSOLE_CRLF, DEVICE_CONSOLE, DEVICE_SYSCALL_RING, HWID_SYSCALL_RING, MAX_RING_SHARES,
-    MAX_RING_SLOTS, PAGE_SIZE, RING_DONE, RING_FREE, RING_SLOT_BYTES, RING_SUBMITTED, RING_TAKEN,
+    MAX_RING_SLOTS, PAGE_SIZE, RING_ATTACHED, RING_BROKEN, RING_DETACHED, RING_DONE, RING_FREE, RING_SLOT_BYTES, RING_STOPPED,
+    RING_SUBMITTED, RING_TAKEN, ROLE_KC,
 };
 
 pub const CONSOLE_HWID: u64 = 0;
@@ -69,7 +76,7 @@ pub struct Ring {
     pub head: AtomicU64,
     pub completed: AtomicU64,
     /// The core the ring is attached to, or `NOT_ATTACHED`; changed under that core's ring
-    /// list lock (roles.rs).
+    /// list lock (`rings_of`).
     pub attached: AtomicU32,
     /// What the header says (`RING_*` status, and whether the kernel core polls).
     pub status: AtomicU32,
@@ -192,6 +199,45 @@ impl Ring {
     }
 }
 
+/// A segment as a driver sees it (`dev::SharedMemory`): what a driver is handed instead of the
+/// object, so drivers know nothing of kernel objects.
+struct SegmentMemory(ObjRef);
+
+impl SegmentMemory {
+    /// On the heap, for the driver to keep; `NoMemory` (never a panic) if there is no room.
+    fn boxed(seg: ObjRef) -> Result<Box<dyn SharedMemory>, Error> {
+        let layout = Layout::new::<SegmentMemory>();
+        const { assert!(core::mem::size_of::<SegmentMemory>() > 0) };
+        // SAFETY: the layout is not zero-sized (checked above).
+        let p = unsafe { alloc::alloc::alloc(layout) } as *mut SegmentMemory;
+        if p.is_null() {
+            return Err(Error::NoMemory);
+        }
+        // SAFETY: `p` is a fresh allocation with `SegmentMemory`'s layout, written whole here
+        // before the Box owns it (and frees it with the same layout).
+        unsafe {
+            p.write(SegmentMemory(seg));
+            Ok(Box::from_raw(p))
+        }
+    }
+}
+
+impl SharedMemory for SegmentMemory {
+    fn nbytes(&self) -> Result<u64, Error> {
+        Ok(self.0.as_segment()?.nbytes())
+    }
+
+    fn pin(&self, npages: usize) -> Result<Vec<u64>, Error> {
+        self.0.as_segment()?.pin(npages)
+    }
+
+    fn unpin(&self) {
+        if let Ok(s) = self.0.as_segment() {
+            s.unpin();
+        }
+    }
+}
+
 pub fn list() -> Result<Vec<DeviceInfo>, Error> {
     let mut name = [0u8; 16];
     name[..4].copy_from_slice(b"com1");
@@ -212,14 +258,14 @@ impl Device {
 
     /// A virtual NIC over the card with hwid `hwid` (`abi::net`).
     pub fn open_net(hwid: u64, seg: ObjRef, nchannels: u64) -> Result<Device, Error> {
-        let n = crate::dev::net::NetDev::open(hwid, seg, nchannels)?;
+        let n = crate::dev::net::NetDev::open(hwid, SegmentMemory::boxed(seg)?, nchannels)?;
         let n = KRef::try_new(n).map_err(|_| Error::NoMemory)?;
         Ok(Device { hwid, kind: abi::DEVICE_NET, crlf: AtomicBool::new(false), ring: None, net: Some(n), blk: None })
     }
 
     /// A block device object over the disk with hwid `hwid` (`abi::blk`).
     pub fn open_blk(hwid: u64, seg: ObjRef, reserved: u64) -> Result<Device, Error> {
-        let b = crate::dev::blk::BlkDev::open(hwid, seg, reserved)?;
+        let b = crate::dev::blk::BlkDev::open(hwid, SegmentMemory::boxed(seg)?, reserved)?;
         let b = KRef::try_new(b).map_err(|_| Error::NoMemory)?;
         Ok(Device { hwid, kind: abi::DEVICE_BLOCK, crlf: AtomicBool::new(false), ring: None, net: None, blk: Some(b) })
     }
@@ -286,7 +332,7 @@ impl Device {
         if let Some(r) = &self.ring {
             return match key {
                 abi::CONF_RING_KICK => {
-                    crate::roles::kick_ring(r);
+                    kick_ring(r);
                     Ok(())
                 }
                 _ => Err(Error::Unsupported),
@@ -335,7 +381,99 @@ impl Drop for Device {
             // A kernel core running requests from it holds the ring and finishes them; it
             // takes no more.
             r.dead.store(true, Ordering::Release);
-            let _ = crate::roles::detach_ring(r, None);
+            let _ = detach_ring(r, None);
+        }
+    }
+}
+
+// ---- Which kernel core serves each ring (`pcore_add_device`; the serving loop is in roles.rs)
+
+/// The rings attached to each core (`pcore_add_device`). Only that core polls its list; other
+/// cores take the lock to attach and detach, and every header status change happens under
+/// it, so the statuses a core publishes are ordered.
+static RINGS: [CachePadded<TicketLock<Vec<KRef<Ring>>>>; MAX_CORES] = [const { CachePadded::new(TicketLock::new(Vec::new())) }; MAX_CORES];
+
+/// The list of rings attached to `core` (its kernel core's poll takes the lock).
+pub fn rings_of(core: usize) -> &'static TicketLock<Vec<KRef<Ring>>> {
+    &RINGS[core]
+}
+
+/// Set the status (if given) and the polling flag of every ring attached to `core`, and
+/// publish them in the rings' headers.
+pub fn set_rings_state(core: usize, status: Option<u32>, polling: u32) {
+    let list = RINGS[core].lock();
+    for r in list.iter() {
+        if let Some(st) = status {
+            if r.status.load(Ordering::Relaxed) != RING_BROKEN {
+                r.status.store(st, Ordering::Release);
+            }
+        }
+        r.polling.store(polling, Ordering::Release);
+        if !r.publish() {
+            r.status.store(RING_BROKEN, Ordering::Release);
+        }
+    }
+}
+
+/// `pcore_add_device` of a ring: attach it to `core`, which polls it while it is a kernel
+/// core. `Busy` if it is attached somewhere already.
+pub fn attach_ring(core: usize, ring: &KRef<Ring>) -> Result<(), Error> {
+    let target = percpu::get(core).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
+    let mut list = RINGS[core].lock();
+    if ring.attached.compare_exchange(NOT_ATTACHED, core as u32, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return Err(Error::Busy);
+    }
+    if list.try_reserve(1).is_err() {
+        ring.attached.store(NOT_ATTACHED, Ordering::Release);
+        return Err(Error::NoMemory);
+    }
+    list.push(ring.clone());
+    let kc = target.role.load(Ordering::Acquire) == ROLE_KC;
+    if ring.status.load(Ordering::Relaxed) != RING_BROKEN {
+        ring.status.store(if kc { RING_ATTACHED } else { RING_STOPPED }, Ordering::Release);
+    }
+    ring.polling.store((kc && target.polling.load(Ordering::Acquire)) as u32, Ordering::Release);
+    if !ring.publish() {
+        ring.status.store(RING_BROKEN, Ordering::Release);
+    }
+    Ok(())
+}
+
+/// Take a ring from the core it is attached to (`only`: provided it is that core).
+/// `NotFound` if it is not attached (there). Requests not taken stay in the ring.
+pub fn detach_ring(ring: &KRef<Ring>, only: Option<usize>) -> Result<(), Error> {
+    loop {
+        let core = ring.attached.load(Ordering::Acquire);
+        if core == NOT_ATTACHED || only.is_some_and(|c| c != core as usize) {
+            return Err(Error::NotFound);
+        }
+        let mut list = RINGS[core as usize].lock();
+        if ring.attached.load(Ordering::Acquire) != core {
+            continue; // moved meanwhile: look again
+        }
+        let removed = list.iter().position(|r| KRef::ptr_eq(r, ring)).map(|i| list.swap_remove(i));
+        // An empty list gives its buffer back (a core with no rings holds no memory).
+        let buffer = if list.is_empty() { core::mem::take(&mut *list) } else { Vec::new() };
+        ring.attached.store(NOT_ATTACHED, Ordering::Release);
+        if ring.status.load(Ordering::Relaxed) != RING_BROKEN {
+            ring.status.store(RING_DETACHED, Ordering::Release);
+        }
+        ring.polling.store(0, Ordering::Release);
+        let _ = ring.publish();
+        drop(list);
+        // Our reference goes outside the lock (the ring's last one frees its segment).
+        drop(removed);
+        drop(buffer);
+        return Ok(());
+    }
+}
+
+/// The doorbell: wake the kernel core a ring is attached to if it is asleep.
+pub fn kick_ring(ring: &Ring) {
+    let core = ring.attached.load(Ordering::Acquire);
+    if let Some(kc) = percpu::get(core as usize) {
+        if kc.role.load(Ordering::Acquire) == ROLE_KC && !kc.polling.load(Ordering::Acquire) {
+            apic::send_ipi(kc.apic_id, apic::VECTOR_WAKE);
         }
     }
 }

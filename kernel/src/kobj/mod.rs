@@ -78,6 +78,7 @@ pub fn node_of_core(core: u32) -> usize {
 }
 
 /// Resolve `memid` to a core index.
+#[inline]
 pub fn memid_core(memid: u64) -> Result<u32, Error> {
     if memid == abi::MEMID_SELF {
         return Ok(crate::percpu::acting().index as u32);

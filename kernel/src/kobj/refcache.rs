@@ -577,7 +577,7 @@ mod ktests {
     use crate::kobj::segment::Segment;
     use crate::kobj::{live_objects, KObject, Kind, ObjRef};
     use crate::mm::PAGE_SIZE;
-    use crate::{kassert, ktest};
+    use crate::ktest::{kassert, ktest};
 
     fn err(e: Error) -> alloc::string::String {
         alloc::format!("{e:?}")

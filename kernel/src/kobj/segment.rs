@@ -911,7 +911,7 @@ pub fn of(obj: &ObjRef) -> Result<&Segment, Error> {
 // range, and the range's drop removes it.
 mod segshare_tests {
     use super::*;
-    use crate::{kassert, ktest};
+    use crate::ktest::{kassert, ktest};
 
     ktest! {
     fn segment_reverse_link_counts_nothing() {
@@ -1030,7 +1030,7 @@ mod segmaps_ktests {
     use super::*;
     use crate::kobj::kref::KLink;
     use crate::kobj::{KObject, Kind};
-    use crate::{kassert, ktest};
+    use crate::ktest::{kassert, ktest};
     use core::sync::atomic::AtomicBool;
 
     fn err(e: Error) -> alloc::string::String {

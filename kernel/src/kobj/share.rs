@@ -1124,7 +1124,7 @@ pub fn add(share: &ObjRef, obj: ObjRef) -> Result<(), Error> {
 // refused without the part's writer lock.
 mod segshare_tests {
     use super::*;
-    use crate::{kassert, ktest};
+    use crate::ktest::{kassert, ktest};
 
     ktest! {
     fn share_absent_delete_takes_no_lock() {

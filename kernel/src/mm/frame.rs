@@ -210,6 +210,7 @@ pub struct NodeRange {
 /// Returns the number of pages put into the pools.
 pub fn init(ranges: &[NodeRange], nodes: usize) -> Result<u64, &'static str> {
     NODE_COUNT.store(nodes.max(1), Ordering::Relaxed);
+    crate::arch::x86_64::paging::set_table_frames(alloc_page_for_core, free_page);
     // SAFETY: single-threaded boot; nothing reads SPANS yet.
     let table = unsafe { &mut *SPANS.0.get() };
     let mut total = 0;

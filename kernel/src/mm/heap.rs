@@ -287,7 +287,7 @@ fn free_small(ptr: *mut u8, class: usize) {
     // SAFETY: ptr was returned by alloc_small for this class, so s is its live slab header.
     let (magic, home) = unsafe { ((*s).magic, (*s).home as usize) };
     if magic != SLAB_MAGIC {
-        crate::kprintln!("heap: free of {ptr:p} with a bad slab header (double free or wrong size)");
+        crate::log::kprintln!("heap: free of {ptr:p} with a bad slab header (double free or wrong size)");
         return;
     }
     let pc = crate::percpu::this();

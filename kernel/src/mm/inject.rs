@@ -27,10 +27,7 @@ const OFF: u8 = 0;
 const ONE_IN: u8 = 1;
 const RANDOM: u8 = 2;
 
-/// `PerCpu::injectable` outside system calls (and while a call resolves a page fault); inside
-/// one it holds the call's number, truncated to a byte (numbers past `abi::INJECT_CALLS` are
-/// `NoSuchCall`, which allocates nothing).
-pub const NOT_IN_CALL: u8 = u8::MAX;
+use crate::percpu::NOT_IN_CALL;
 
 static MODE: AtomicU8 = AtomicU8::new(OFF);
 /// A configured mode waiting for `arm` (`inject_from=program`), or `OFF`.
@@ -194,7 +191,7 @@ mod ktests {
     use core::sync::atomic::Ordering;
 
     use crate::mm::frame;
-    use crate::{kassert, ktest};
+    use crate::ktest::{kassert, ktest};
 
     ktest! {
     fn injection_waits_for_the_program_and_counts_by_call() {
@@ -210,7 +207,7 @@ mod ktests {
         let armed = super::arm().is_ok();
         let failed = frame::alloc_page();
         // Outside a system call nothing is injected, even when armed.
-        me.injectable.store(super::NOT_IN_CALL, Ordering::Relaxed);
+        me.injectable.store(crate::percpu::NOT_IN_CALL, Ordering::Relaxed);
         let outside = frame::alloc_page();
         let counted = super::failures_in_call(nr) - before;
         super::unconfigure();

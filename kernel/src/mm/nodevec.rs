@@ -48,6 +48,7 @@ impl<T> NodeVec<T> {
     }
 
     /// Room for at least `extra` more elements.
+    #[inline]
     pub fn try_reserve(&mut self, extra: usize) -> Result<(), NoMemory> {
         let need = self.len.checked_add(extra).ok_or(NoMemory)?;
         if need <= self.cap || core::mem::size_of::<T>() == 0 {

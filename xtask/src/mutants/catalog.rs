@@ -56,7 +56,7 @@ pub const CATALOG: &[Mutant] = &[
     // ---- kernel: address ranges, faults and TLB shootdowns ----------------------------------
     Mutant {
         name: "ar_page_zero_mappable",
-        file: "kernel/src/kobj/ar.rs",
+        file: "kernel/src/kobj/ar/mod.rs",
         original: "if self.kind == ArKind::Root && voff < abi::USER_BASE {",
         replacement: "if false && self.kind == ArKind::Root && voff < abi::USER_BASE {",
         checks: &[Check::Suite("utest smp=1")],
@@ -64,7 +64,7 @@ pub const CATALOG: &[Mutant] = &[
     },
     Mutant {
         name: "ar_map_past_segment_end",
-        file: "kernel/src/kobj/ar.rs",
+        file: "kernel/src/kobj/ar/map.rs",
         original: "if !seg.covers(seg_end) {",
         replacement: "if false && !seg.covers(seg_end) {",
         checks: &[Check::Suite("utest smp=1")],
@@ -72,7 +72,7 @@ pub const CATALOG: &[Mutant] = &[
     },
     Mutant {
         name: "unmap_without_flush",
-        file: "kernel/src/kobj/ar.rs",
+        file: "kernel/src/kobj/ar/map.rs",
         original: "        if flush {\n            flush_cores(&ar.shootdown_targets());",
         replacement: "        if false && flush {\n            flush_cores(&ar.shootdown_targets());",
         checks: &[Check::Suite("utest smp=2")],
@@ -80,7 +80,7 @@ pub const CATALOG: &[Mutant] = &[
     },
     Mutant {
         name: "shootdown_ignores_parents",
-        file: "kernel/src/kobj/ar.rs",
+        file: "kernel/src/kobj/ar/mod.rs",
         original: "for p in parents.iter().flatten() {",
         replacement: "for p in parents.iter().flatten().take(0) {",
         checks: &[Check::Suite("utest smp=2")],

@@ -3,6 +3,9 @@
 use super::cpu::{self, rdmsr, wrmsr, MSR_APIC_BASE};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::percpu::CoreSlots;
+use percore::{CachePadded, MAX_CORES};
+
 static X2APIC: AtomicBool = AtomicBool::new(false);
 /// LAPIC timer ticks per millisecond at divide-by-16, measured at boot.
 static TIMER_TICKS_PER_MS: AtomicU64 = AtomicU64::new(0);
@@ -156,6 +159,29 @@ pub fn timer_oneshot_us(us: u64) {
     write(REG_TIMER_DIV, 0x3);
     write(REG_LVT_TIMER, VECTOR_TIMER as u32);
     write(REG_TIMER_INIT, ticks as u32);
+}
+
+/// Each core's periodic timer rate in Hz (0: none), as `set_timer_hz` last programmed it: the
+/// scheduler sets it as contexts start and stop, and code that sleeps on a core (a device
+/// wait, a kernel core going idle) reads it to know whether a tick will end the sleep.
+static TIMER_HZ: CoreSlots<AtomicU64> = CoreSlots::new([const { CachePadded::new(AtomicU64::new(0)) }; MAX_CORES]);
+
+/// This core's periodic timer rate (0: no periodic tick).
+pub fn timer_hz() -> u64 {
+    TIMER_HZ.this().load(Ordering::Relaxed)
+}
+
+/// Program this core's periodic timer at `hz` (0 stops it), unless it already runs at that
+/// rate.
+pub fn set_timer_hz(hz: u64) {
+    // Interrupts off: the record and the timer change together on this core.
+    let irq = cpu::irq_save();
+    let slot = TIMER_HZ.this();
+    if slot.load(Ordering::Relaxed) != hz {
+        timer_periodic_us(1_000_000u64.checked_div(hz).unwrap_or(0));
+        slot.store(hz, Ordering::Relaxed);
+    }
+    cpu::irq_restore(irq);
 }
 
 /// Arm a periodic timer interrupt every `us` microseconds (0 stops it).

@@ -197,6 +197,15 @@ pub fn exception_name(vector: u64) -> &'static str {
     EXCEPTION_NAMES.get(vector as usize).copied().unwrap_or("interrupt")
 }
 
+/// The kernel's own handler for exceptions it owns (faults of user contexts and of system
+/// calls touching user memory: `context::handle_exception`), registered once at boot so this
+/// file does not depend on the layers above it. Returns true if handled.
+static FAULT_HANDLER: AtomicUsize = AtomicUsize::new(0);
+
+pub fn set_fault_handler(handler: fn(&mut TrapFrame) -> bool) {
+    FAULT_HANDLER.store(handler as usize, Ordering::Release);
+}
+
 /// Hook the kernel installs to handle exceptions it can recover from (kernel tests that
 /// provoke faults on purpose; later, user-mode faults). Returns true if handled.
 static EXCEPTION_HOOK: AtomicUsize = AtomicUsize::new(0);
@@ -216,13 +225,18 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
             let f: fn(&mut TrapFrame) = unsafe { core::mem::transmute::<usize, fn(&mut TrapFrame)>(h) };
             f(frame);
         } else {
-            crate::kprintln!("trap: unexpected interrupt vector {v}");
+            crate::log::kprintln!("trap: unexpected interrupt vector {v}");
             super::apic::eoi();
         }
         return;
     }
-    if crate::context::handle_exception(frame) {
-        return;
+    let handler = FAULT_HANDLER.load(Ordering::Acquire);
+    if handler != 0 {
+        // SAFETY: only `fn(&mut TrapFrame) -> bool` values are stored in FAULT_HANDLER.
+        let f: fn(&mut TrapFrame) -> bool = unsafe { core::mem::transmute::<usize, fn(&mut TrapFrame) -> bool>(handler) };
+        if f(frame) {
+            return;
+        }
     }
     let hook = EXCEPTION_HOOK.load(Ordering::Acquire);
     if hook != 0 {

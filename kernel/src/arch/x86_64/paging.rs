@@ -1,7 +1,9 @@
 //! Page-table pages and entries. Address ranges (kernel/src/kobj/ar.rs) own table pages and
 //! use these helpers to read and write entries through the physical window.
 
-use crate::mm::{frame, phys_to_virt, PAGE_SIZE};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::mm::{phys_to_virt, PAGE_SIZE};
 
 pub const PTE_PRESENT: u64 = 1 << 0;
 pub const PTE_WRITE: u64 = 1 << 1;
@@ -43,16 +45,41 @@ pub fn write_entry(table_pa: u64, idx: usize, value: u64) {
     unsafe { table(table_pa).add(idx).write_volatile(value) }
 }
 
+/// Where page-table pages come from and go back to: the frame allocator registers its two
+/// functions once, at boot (`set_table_frames`), so paging does not depend on it. Until then
+/// `alloc_table` finds no memory.
+static TABLE_ALLOC: AtomicUsize = AtomicUsize::new(0);
+static TABLE_FREE: AtomicUsize = AtomicUsize::new(0);
+
+/// Register the functions that allocate (a page near core `home`) and free page-table pages.
+pub fn set_table_frames(alloc: fn(usize) -> Option<u64>, free: fn(u64)) {
+    TABLE_FREE.store(free as usize, Ordering::Release);
+    TABLE_ALLOC.store(alloc as usize, Ordering::Release);
+}
+
 /// A zeroed page-table page from the NUMA node of core `home`.
 pub fn alloc_table(home: u32) -> Option<u64> {
-    let pa = frame::alloc_page_for_core(home as usize)?;
+    let f = TABLE_ALLOC.load(Ordering::Acquire);
+    if f == 0 {
+        return None;
+    }
+    // SAFETY: only `fn(usize) -> Option<u64>` values are stored in TABLE_ALLOC.
+    let alloc: fn(usize) -> Option<u64> = unsafe { core::mem::transmute::<usize, fn(usize) -> Option<u64>>(f) };
+    let pa = alloc(home as usize)?;
     // SAFETY: a page we just allocated.
     unsafe { core::ptr::write_bytes(table(pa), 0, 512) };
     Some(pa)
 }
 
+/// Give back a page from `alloc_table` (so its allocator was registered).
 pub fn free_table(pa: u64) {
-    frame::free_page(pa);
+    let f = TABLE_FREE.load(Ordering::Acquire);
+    debug_assert!(f != 0, "free_table before set_table_frames");
+    if f != 0 {
+        // SAFETY: only `fn(u64)` values are stored in TABLE_FREE.
+        let free: fn(u64) = unsafe { core::mem::transmute::<usize, fn(u64)>(f) };
+        free(pa);
+    }
 }
 
 /// Copy the kernel half (entries 256..512) of the boot PML4 into a new root table.

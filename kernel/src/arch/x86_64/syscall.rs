@@ -10,7 +10,12 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use super::cpu::{self, rdmsr, wrmsr, MSR_EFER};
 use super::gdt::{KERNEL_CS, USER_BASE};
-use crate::percpu::{CpuStats, PerCpu};
+use crate::percpu::{CpuStats, PerCpu, NOT_IN_CALL};
+
+/// One past the highest system-call number: the size of the call tables (`FAST_HANDLERS`,
+/// built by `crate::syscall`) that `syscall_entry` indexes. Higher numbers go to
+/// `syscall_dispatch`, which answers `NoSuchCall`.
+pub const CALLS: usize = 96;
 
 // `syscall_entry` sets and clears `injectable` and `in_call` with one 16-bit store, and
 // counts calls in `stats.syscalls` (a `CachePadded`, whose value is at its offset 0).
@@ -20,7 +25,7 @@ const _: () = {
     assert!(core::mem::size_of::<PerCpu>() < (1 << 31));
     // The fast path stores the call's number as `injectable`: every number it takes (below
     // `CALLS`) must fit in the byte and differ from `NOT_IN_CALL`.
-    assert!(crate::syscall::CALLS <= crate::mm::inject::NOT_IN_CALL as usize);
+    assert!(CALLS <= NOT_IN_CALL as usize);
 };
 
 const MSR_STAR: u32 = 0xC000_0081;
@@ -343,8 +348,8 @@ uaccess_fixup:
     role_xc = const abi::ROLE_XC,
     orphans = const core::mem::offset_of!(PerCpu, orphans_pending),
     in_call_flags = const core::mem::offset_of!(PerCpu, injectable),
-    not_in_call = const crate::mm::inject::NOT_IN_CALL as u16,
-    calls = const crate::syscall::CALLS,
+    not_in_call = const NOT_IN_CALL as u16,
+    calls = const CALLS,
     ppc_return = const abi::nr::PPC_RETURN,
     ppc_bound = const abi::PPC_BOUND as i64,
     options(att_syntax)
