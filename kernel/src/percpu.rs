@@ -80,6 +80,8 @@ pub struct PerCpu {
     pub orphans_pending: AtomicBool,
     /// Contexts waiting to run on this core (a TC's time-sharing queue; owner core only).
     pub runq: crate::sched::RunQueue,
+    /// A `wake` (`nr::WAKE`) for this core that its next `wait` has not consumed yet.
+    pub wake_pending: AtomicBool,
 }
 
 /// Jobs posted by other cores (a lock-free stack of poster-owned nodes) plus a wake IPI.
@@ -168,6 +170,7 @@ impl PerCpu {
             in_call: AtomicBool::new(false),
             orphans_pending: AtomicBool::new(false),
             runq: crate::sched::RunQueue::new(),
+            wake_pending: AtomicBool::new(false),
         }
     }
 }

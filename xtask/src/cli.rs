@@ -110,6 +110,9 @@ pub struct IdleArgs {
     /// More words for our tcpserv or webd (e.g. "idle=poll" for pure polling)
     #[arg(long, default_value = "", value_name = "\"...\"")]
     pub guest: String,
+    /// Boots per cell (interleaved); more than 1 prints medians and ranges
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20), value_name = "N")]
+    pub boots: u32,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

@@ -168,7 +168,7 @@ fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
                 IdleWhat::Webd => vec![idle::What::Webd],
                 IdleWhat::All => vec![idle::What::Shell, idle::What::Tcpserv, idle::What::Webd],
             };
-            work(idle::command(&idle::IdleOptions { smp: a.smp.0, systems, what, seconds: a.seconds, guest: a.guest }))
+            work(idle::command(&idle::IdleOptions { smp: a.smp.0, systems, what, seconds: a.seconds, guest: a.guest, boots: a.boots }))
         }
         Command::Completions(a) => {
             use std::io::Write;
