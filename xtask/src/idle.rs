@@ -78,14 +78,14 @@ struct Boot {
 fn prepare(system: &str, what: What, smp: u32, guest: &str) -> Result<Boot, String> {
     let ours = system == "ours";
     match what {
-        What::Webd if ours && smp < 2 => Err("idle: our webd needs 2 vCPUs or more (a front-end and an application core)".into()),
         What::Webd => {
             use crate::webd::run::{prepare, Artifacts, Sys, WebdBoot};
             let sys = if ours { Sys::Ours } else { Sys::Linux };
             let b = WebdBoot {
                 system: sys,
-                // The Linux baseline serves random mode only.
-                mode: if ours { "locality" } else { "random" }.into(),
+                // The Linux baseline serves random mode only; ours at 1 vCPU has no application
+                // core, and only random mode runs without one.
+                mode: if ours && smp > 1 { "locality" } else { "random" }.into(),
                 files: crate::webd::files::FileSpec { count: 16, size: 4096 },
                 smp,
                 mem_mib: 512,

@@ -608,6 +608,14 @@ impl Front {
                         self.same_core(i, idx);
                         return;
                     }
+                    if self.srv.napps == 0 {
+                        // Random mode with no application core: sum here, from the copy
+                        // loaded at start.
+                        let mut digits = [0u8; 20];
+                        let s = fmt_u64(webcore::filesum(self.srv.files[idx].data()), &mut digits);
+                        self.respond(i, Status::Ok, s, &[], "text/plain");
+                        return;
+                    }
                     match self.pick_app(idx) {
                         None => self.respond(i, Status::Unavailable, b"application core halted\n", &[], "text/plain"),
                         Some(a) => {
@@ -1233,8 +1241,13 @@ fn parse(args: &str, ncores: u64, here: u64) -> Result<Opts, String> {
             return Err(String::from("same-core mode has no application cores (drop --apps)"));
         }
         o.apps.clear();
-    } else if o.apps.is_empty() {
-        return Err(String::from("no application core left (give --apps, or boot more cores)"));
+    } else if o.apps.is_empty() && (apps_given || o.mode != Mode::Random) {
+        // Random mode without application cores (one core, or every core a front-end): each
+        // front-end sums on its own core, as the Linux baseline's threads do.
+        return Err(alloc::format!(
+            "no application core left (give --apps, or boot more cores; {} with no application core: random or same-core mode)",
+            if o.mode == Mode::Locality { "locality mode needs one, only random mode runs" } else { "random mode runs" }
+        ));
     }
     if o.frontends.len() > MAX_FRONTENDS || o.apps.len() > MAX_APPS {
         return Err(alloc::format!("at most {MAX_FRONTENDS} front-ends and {MAX_APPS} application cores"));
@@ -1421,7 +1434,7 @@ fn main(args: &'static str) -> u64 {
     // Each file's bytes are now in their owner's memory (application cores' or the filesum
     // server's); the loaded copies go, except that same-core mode serves static files from
     // them.
-    let _static_files = if o.mode == Mode::SameCore { Some(loaded) } else { drop(loaded); None };
+    let _static_files = if o.mode == Mode::SameCore || napps == 0 { Some(loaded) } else { drop(loaded); None };
     let mut main_front: Option<usize> = None;
     if !failed {
         for (f, &core) in o.frontends.iter().enumerate() {
