@@ -308,12 +308,23 @@ pub mod nr {
     /// `timeout_us` passes (at most `MAX_WAIT_US`), instead of polling. With `WAIT_CONSOLE` in
     /// `flags` the serial port's receive interrupt is armed for this core, and the call
     /// returns at once if input is already waiting. Returns `WAIT_CONSOLE` if console input is
-    /// waiting when it returns, else 0 (timeout, or another interrupt: callers look again).
+    /// waiting when it returns, plus `WAIT_WOKEN` if a `wake` (`nr::WAKE`) for this core ended
+    /// the wait or was pending when it began (then it does not halt); 0 for a timeout or
+    /// another interrupt (callers look again).
     /// Errors: `InvalidArgument` for unknown flags or a timeout over `MAX_WAIT_US`;
     /// `NotPermitted` where the caller's core is not the core that would halt (a call
     /// forwarded from an application core, a syscall ring). On a TC with other contexts
     /// queued it returns 0 at once (the next tick switches to them).
     pub const WAIT: u64 = 87;
+    /// `wake(core) -> 0`: end `core`'s `wait` now, or, if it is not waiting, make its next
+    /// `wait` return at once (one pending wake per core: wakes before it waits again do not
+    /// add up). That `wait` returns `WAIT_WOKEN`. For a program whose cores hand each other
+    /// work through memory: the consumer announces that it is going to sleep (a flag in
+    /// memory), looks at its queues once more and calls `wait`; a producer that queued work
+    /// and then sees the flag calls `wake`, so the work waits for no timeout. A wake that
+    /// comes before the `wait` is not lost. Errors: `NoSuchCore` for a core that is not
+    /// online.
+    pub const WAKE: u64 = 88;
 }
 
 /// `inject_ctl` operations.
@@ -331,6 +342,8 @@ pub const PPC_BOUND_SLOTS: u64 = 8;
 
 /// `nr::WAIT` flag: wake when the serial console has input.
 pub const WAIT_CONSOLE: u64 = 1;
+/// `nr::WAIT`'s result bit: a `wake` for this core ended the wait (or came before it).
+pub const WAIT_WOKEN: u64 = 2;
 /// The longest `nr::WAIT` (10 s).
 pub const MAX_WAIT_US: u64 = 10_000_000;
 

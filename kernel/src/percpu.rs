@@ -82,6 +82,8 @@ pub struct PerCpu {
     /// cleared under the list's lock, beside the list's own count). The system-call path
     /// tests this byte, in the area it already holds, instead of the list's line.
     pub orphans_pending: AtomicBool,
+    /// A `wake` (`nr::WAKE`) for this core that its next `wait` has not consumed yet.
+    pub wake_pending: AtomicBool,
 }
 
 /// Per-core counters (NIX's measuring framework, Corey's fault and shootdown counts).
@@ -159,6 +161,7 @@ impl PerCpu {
             injectable: AtomicU8::new(NOT_IN_CALL),
             in_call: AtomicBool::new(false),
             orphans_pending: AtomicBool::new(false),
+            wake_pending: AtomicBool::new(false),
         }
     }
 }

@@ -329,6 +329,7 @@ call_tables! {
     PPC_UNBIND => sys_ppc_unbind,
     INJECT_CTL => sys_inject_ctl,
     WAIT => sys_wait,
+    WAKE => sys_wake,
 }
 
 /// `dispatch` with the arguments read where they are (the entry frame), not copied.
@@ -864,14 +865,17 @@ fn sys_wait(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     let ready = |console: bool| if console && serial::input_waiting() { abi::WAIT_CONSOLE } else { 0 };
     // Contexts queued behind us on a TC run at the next tick: sleeping would hold them up.
     if timeout_us == 0 || crate::sched::queued() > 0 {
-        return Ok(ready(console));
+        let woken = if me.wake_pending.swap(false, Ordering::AcqRel) { abi::WAIT_WOKEN } else { 0 };
+        return Ok(ready(console) | woken);
     }
     let periodic = crate::arch::x86_64::apic::timer_hz() != 0;
     let on = cpu::interrupts_enabled();
     cpu::disable_interrupts();
     // Looked at with interrupts off: input arriving after this look raises the receive
-    // interrupt, which ends the halt below at once.
-    if ready(console) == 0 && me.exit_requested.load(Ordering::Relaxed) == 0 {
+    // interrupt, and a `wake` after it sends the wake IPI, either of which ends the halt
+    // below at once. A `wake` that came before it is consumed here instead of halting.
+    let mut woken = me.wake_pending.swap(false, Ordering::AcqRel);
+    if !woken && ready(console) == 0 && me.exit_requested.load(Ordering::Relaxed) == 0 {
         if !periodic {
             apic::timer_oneshot_us(timeout_us);
         }
@@ -880,11 +884,24 @@ fn sys_wait(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         if !periodic {
             apic::timer_periodic_us(0);
         }
+        woken = me.wake_pending.swap(false, Ordering::AcqRel);
     }
     if on {
         cpu::enable_interrupts();
     }
-    Ok(ready(console))
+    Ok(ready(console) | if woken { abi::WAIT_WOKEN } else { 0 })
+}
+
+/// `wake(core)`: mark a wake pending for `core` and, if none was, send it the wake IPI (which
+/// ends a halt in `wait`; a core not waiting takes it as an empty interrupt and consumes the
+/// mark at its next `wait`). A mark already set means an IPI was sent since that core last
+/// looked, so none is needed.
+fn sys_wake(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let target = usize::try_from(a[0]).ok().and_then(percpu::get).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
+    if !target.wake_pending.swap(true, Ordering::AcqRel) {
+        crate::arch::x86_64::apic::send_ipi(target.apic_id, crate::arch::x86_64::apic::VECTOR_WAKE);
+    }
+    Ok(0)
 }
 
 fn sys_time_now(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {

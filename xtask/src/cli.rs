@@ -314,7 +314,7 @@ pub fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
                 IdleWhat::Webd => vec![crate::idle::What::Webd],
                 IdleWhat::All => vec![crate::idle::What::Shell, crate::idle::What::Tcpserv, crate::idle::What::Webd],
             };
-            work(crate::idle::command(&crate::idle::IdleOptions { smp: a.smp.0, systems, what, seconds: a.seconds, guest: a.guest }))
+            work(crate::idle::command(&crate::idle::IdleOptions { smp: a.smp.0, systems, what, seconds: a.seconds, guest: a.guest, boots: a.boots }))
         }
         Command::Layers(a) => work(crate::layers::command(&a.krate, a.folders, a.dot.as_deref(), a.svg.as_deref())),
         Command::Completions(a) => {

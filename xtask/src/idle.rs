@@ -37,6 +37,20 @@ pub struct IdleOptions {
     pub seconds: u64,
     /// Extra words for ours' program (e.g. `idle=poll` for tcpserv's old pure polling).
     pub guest: String,
+    /// Boots per cell: the median and the range are printed.
+    pub boots: u32,
+}
+
+/// Median and range of one cell's boots (`None` if none succeeded).
+pub fn summary(v: &[f64]) -> Option<(f64, f64, f64)> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    let med = if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 };
+    Some((med, s[0], s[n - 1]))
 }
 
 /// QEMU's CPU time so far (user + system), in clock ticks of `sysconf(_SC_CLK_TCK)`.
@@ -65,14 +79,14 @@ struct Boot {
 fn prepare(system: &str, what: What, smp: u32, guest: &str) -> Result<Boot, String> {
     let ours = system == "ours";
     match what {
-        What::Webd if ours && smp < 2 => Err("idle: our webd needs 2 vCPUs or more (a front-end and an application core)".into()),
         What::Webd => {
             use crate::webd::run::{prepare, Artifacts, Sys, WebdBoot};
             let sys = if ours { Sys::Ours } else { Sys::Linux };
             let b = WebdBoot {
                 system: sys,
-                // The Linux baseline serves random mode only.
-                mode: if ours { "locality" } else { "random" }.into(),
+                // The Linux baseline serves random mode only; ours at 1 vCPU has no application
+                // core, and only random mode runs without one.
+                mode: if ours && smp > 1 { "locality" } else { "random" }.into(),
                 files: crate::webd::files::FileSpec { count: 16, size: 4096 },
                 smp,
                 mem_mib: 512,
@@ -157,18 +171,51 @@ pub fn measure(system: &str, what: What, smp: u32, seconds: u64, guest: &str) ->
     Ok(100.0 * cpu_s / (t1.0 - t0.0).as_secs_f64())
 }
 
+/// One printed row: median [min-max] over the boots that measured, and how many did.
+fn row(sys: &str, what: What, smp: u32, got: &[f64], boots: u32) -> String {
+    let each = got.iter().map(|p| format!("{p:.1}")).collect::<Vec<_>>().join(" ");
+    match summary(got) {
+        Some((med, lo, hi)) if boots > 1 => format!("{:<6} {:<8} {:>5} {:>7.1}% [{lo:.1}-{hi:.1}] {}/{} boots: {each}", sys, what.name(), smp, med, got.len(), boots),
+        Some((med, _, _)) => format!("{:<6} {:<8} {:>5} {:>7.1}%", sys, what.name(), smp, med),
+        None => format!("{:<6} {:<8} {:>5}   no boot measured", sys, what.name(), smp),
+    }
+}
+
 pub fn command(o: &IdleOptions) -> Result<(), String> {
+    let boots = o.boots.max(1);
     println!("idle: QEMU's CPU time (user+system, /proc/PID/stat) over {} s with no input or traffic, % of one host CPU", o.seconds);
+    if boots > 1 {
+        println!("idle: {boots} boots per cell, the cells' boots interleaved (round after round); median [min-max]");
+    }
     println!("{:<6} {:<8} {:>5} {:>8}", "system", "what", "vCPUs", "host CPU");
+    let mut cells: Vec<(&str, What, u32, Vec<f64>)> = Vec::new();
     for sys in &o.systems {
         for &w in &o.what {
             for &n in &o.smp {
-                match measure(sys, w, n, o.seconds, &o.guest) {
-                    Ok(p) => println!("{:<6} {:<8} {:>5} {:>7.1}%", sys, w.name(), n, p),
-                    Err(e) => println!("{:<6} {:<8} {:>5}   error: {e}", sys, w.name(), n),
-                }
+                cells.push((sys.as_str(), w, n, Vec::new()));
             }
         }
+    }
+    // Round after round over every cell, so a stretch of heavier host load spreads over the
+    // cells instead of landing on one.
+    for round in 0..boots {
+        for (sys, w, n, got) in cells.iter_mut() {
+            match measure(sys, *w, *n, o.seconds, &o.guest) {
+                Ok(p) => {
+                    got.push(p);
+                    if boots > 1 {
+                        println!("idle: boot {}/{boots}: {sys} {} {n} vCPUs: {p:.1}%", round + 1, w.name());
+                    }
+                }
+                Err(e) => println!("{:<6} {:<8} {:>5}   error (boot {}): {e}", sys, w.name(), n, round + 1),
+            }
+        }
+    }
+    if boots > 1 {
+        println!("idle: medians");
+    }
+    for (sys, w, n, got) in &cells {
+        println!("{}", row(sys, *w, *n, got, boots));
     }
     Ok(())
 }
@@ -194,6 +241,9 @@ pub struct IdleArgs {
     /// More words for our tcpserv or webd (e.g. "idle=poll" for pure polling)
     #[arg(long, default_value = "", value_name = "\"...\"")]
     pub guest: String,
+    /// Boots per cell (interleaved); more than 1 prints medians and ranges
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20), value_name = "N")]
+    pub boots: u32,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,6 +264,19 @@ pub enum IdleWhat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn medians_and_ranges() {
+        assert_eq!(summary(&[]), None);
+        assert_eq!(summary(&[3.0]), Some((3.0, 3.0, 3.0)));
+        assert_eq!(summary(&[5.0, 1.0, 2.0]), Some((2.0, 1.0, 5.0)));
+        assert_eq!(summary(&[4.0, 1.0, 2.0, 8.0]), Some((3.0, 1.0, 8.0)));
+        let r = row("ours", What::Shell, 2, &[0.3, 0.1, 0.2], 3);
+        assert!(r.contains("0.2% [0.1-0.3] 3/3 boots"), "{r}");
+        // A cell where one boot failed says so.
+        assert!(row("linux", What::Webd, 4, &[1.0, 2.0], 3).contains("2/3 boots"));
+        assert!(row("linux", What::Webd, 4, &[], 3).contains("no boot measured"));
+    }
 
     #[test]
     fn cpu_ticks_reads_our_own_stat() {

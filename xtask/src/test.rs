@@ -916,6 +916,7 @@ const UTEST_ONE_CORE: &[&str] = &[
     "shared_range_no_fault_on_b",
     "shared_unmap_shootdown",
     "mman_two_cores",
+    "join_halts_and_is_woken",
 ];
 
 /// roletest's six tests; `role_change_under_load` and `forwarding_after_the_serving_kc_leaves`

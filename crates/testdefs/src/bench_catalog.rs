@@ -80,7 +80,9 @@ const fn webd(name: &'static str, op: &'static str) -> BenchSpec {
     // conns 8: Linux's SO_REUSEPORT spreads keep-alive connections over its threads by a hash
     // the host cannot steer; with 2, both land on one thread half the time (measured: one
     // thread served all 208 requests), with 8 a thread is left idle ~1% of the time.
-    net(name, op, &[("files", 8), ("requests", 400), ("conns", 8), ("warmup", 8)])
+    // wake 1: ours' front-ends wake a sleeping application core when they hand it a request;
+    // 0 runs webd with `--wake off` (the core waits out its sleep), to measure what that saves.
+    net(name, op, &[("files", 8), ("requests", 400), ("conns", 8), ("warmup", 8), ("wake", 1)])
 }
 
 /// A single-worker benchmark on an application core served by a kernel core.

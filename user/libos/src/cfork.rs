@@ -70,7 +70,7 @@ pub struct Child {
 
 impl Child {
     pub fn join_timeout(&mut self, timeout_ms: u64) -> Result<u64, Error> {
-        let code = crate::thread::wait_halted(self.pcore, self.runs_before, timeout_ms)?;
+        let code = crate::thread::wait_halted(self.pcore, self.runs_before, timeout_ms, None)?;
         self.joined = true;
         Ok(code)
     }
@@ -84,7 +84,7 @@ impl Drop for Child {
     fn drop(&mut self) {
         if !self.joined && self.pcore.object != 0 {
             let _ = crate::sys::pcore_halt(self.pcore, abi::EXIT_FAULT_BASE - 1);
-            let _ = crate::thread::wait_halted(self.pcore, self.runs_before, 2000);
+            let _ = crate::thread::wait_halted(self.pcore, self.runs_before, 2000, None);
         }
         crate::process::del_share(self.share);
     }

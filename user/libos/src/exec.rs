@@ -171,7 +171,7 @@ pub struct Running {
 impl Running {
     /// Wait until the program ends; returns its exit code and deletes its objects.
     pub fn wait(&mut self, timeout_ms: u64) -> Result<u64, Error> {
-        let code = crate::thread::wait_halted(self.pcore, self.runs_before, timeout_ms)?;
+        let code = crate::thread::wait_halted(self.pcore, self.runs_before, timeout_ms, None)?;
         self.done = true;
         Ok(code)
     }
@@ -181,7 +181,7 @@ impl Drop for Running {
     fn drop(&mut self) {
         if !self.done && self.pcore.object != 0 {
             let _ = crate::sys::pcore_halt(self.pcore, abi::EXIT_FAULT_BASE - 1);
-            let _ = crate::thread::wait_halted(self.pcore, self.runs_before, 2000);
+            let _ = crate::thread::wait_halted(self.pcore, self.runs_before, 2000, None);
         }
         crate::process::del_share(self.share);
     }

@@ -368,9 +368,16 @@ pub fn console_read(buf: &mut [u8]) -> Result<u64, Error> {
 }
 
 /// `wait(flags, timeout_us)`: halt this core until an interrupt, console input
-/// (`abi::WAIT_CONSOLE`) or the timeout; returns `WAIT_CONSOLE` if input is waiting.
+/// (`abi::WAIT_CONSOLE`), a `wake` or the timeout; returns `WAIT_CONSOLE` if input is waiting,
+/// plus `WAIT_WOKEN` if a `wake` ended it.
 pub fn wait(flags: u64, timeout_us: u64) -> Result<u64, Error> {
     call_nomem3(nr::WAIT, flags, timeout_us, 0)
+}
+
+/// `wake(core)`: end `core`'s `wait` now, or make its next one return at once (with
+/// `abi::WAIT_WOKEN`); see `abi::nr::WAKE` for the protocol around it.
+pub fn wake(core: u64) -> Result<u64, Error> {
+    call_nomem3(nr::WAKE, core, 0, 0)
 }
 
 /// `time_now()`: the time-stamp counter (ticks; `SysInfo::tsc_per_ms` per millisecond).

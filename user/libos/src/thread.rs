@@ -36,6 +36,8 @@ struct ThreadStart {
     core: u64,
     root_ar: ObjName,
     ctx_seg: ObjectId,
+    /// The `Thread`'s join word (`time::wait_until_woken`): the thread wakes its joiner.
+    join_word: *const AtomicU64,
 }
 
 /// A running (or finished) thread.
@@ -48,7 +50,14 @@ pub struct Thread {
     runs_before: u64,
     joined: bool,
     stack: *mut u8,
+    /// A halted joiner's core (`time::wait_until_woken`), which the thread wakes as it ends.
+    join_word: Box<JoinWord>,
 }
+
+/// A thread's join word, on its own cache line.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct JoinWord(AtomicU64);
 
 const STACK_LAYOUT: core::alloc::Layout = match core::alloc::Layout::from_size_align(THREAD_STACK_SIZE as usize, 4096) {
     Ok(l) => l,
@@ -120,6 +129,9 @@ extern "C" fn thread_start(start: *mut ThreadStart, root_share: u64, pcore: u64)
     drop(unsafe { Box::from_raw(start) });
     let code = (s.f)(s.arg);
     crate::fd::close_private_at_exit();
+    // A joiner halted in `wait_halted` wakes now and polls until the halt below shows.
+    // SAFETY: the word is the `Thread`'s, which frees it only after this context halted.
+    crate::time::wake_sleeper(unsafe { &*s.join_word });
     let _ = crate::sys::pcore_halt(ObjName::new(root_share, pcore), code);
     crate::launch::halt(code)
 }
@@ -129,7 +141,7 @@ extern "C" fn thread_start(start: *mut ThreadStart, root_share: u64, pcore: u64)
 pub fn spawn_with(core: u64, f: fn(u64) -> u64, arg: u64, extra_shares: &[ObjectId]) -> Result<Thread, Error> {
     let p = crate::process::proc_share();
     let share = crate::process::new_share("thread", core)?;
-    let mut t = Thread { core, share, pcore: ObjName::default(), runs_before: 0, joined: true, stack: core::ptr::null_mut() };
+    let mut t = Thread { core, share, pcore: ObjName::default(), runs_before: 0, joined: true, stack: core::ptr::null_mut(), join_word: Box::default() };
     let root = ObjName::new(share, crate::sys::ar_alloc(share, "thread-root", core, ArKind::Root)?);
     map_image_shared(root)?;
     link_heaps(root)?;
@@ -152,7 +164,7 @@ pub fn spawn_with(core: u64, f: fn(u64) -> u64, arg: u64, extra_shares: &[Object
             n += 1;
         }
     }
-    let start = Box::into_raw(Box::new(ThreadStart { f, arg, core, root_ar: root, ctx_seg }));
+    let start = Box::into_raw(Box::new(ThreadStart { f, arg, core, root_ar: root, ctx_seg, join_word: &t.join_word.0 }));
     let ctx = PcoreContext {
         rip: thread_entry_address(),
         rsp: t.stack as u64 + THREAD_STACK_SIZE,
@@ -179,9 +191,9 @@ pub fn spawn(core: u64, f: fn(u64) -> u64, arg: u64) -> Result<Thread, Error> {
 
 /// Wait (polling `pcore_stat`) until the context started through `pcore` after it had run
 /// `runs_before` times has halted; returns its exit code.
-pub(crate) fn wait_halted(pcore: ObjName, runs_before: u64, timeout_ms: u64) -> Result<u64, Error> {
+pub(crate) fn wait_halted(pcore: ObjName, runs_before: u64, timeout_ms: u64, join_word: Option<&AtomicU64>) -> Result<u64, Error> {
     let mut out = Err(Error::Busy);
-    crate::time::wait_until(timeout_ms, || match crate::sys::pcore_stat(pcore) {
+    crate::time::wait_until_woken(timeout_ms, join_word, || match crate::sys::pcore_stat(pcore) {
         Ok(st) if st.runs > runs_before && (st.state == PCORE_HALTED || st.state == PCORE_IDLE) => {
             out = Ok(st.exit_code);
             true
@@ -203,7 +215,7 @@ impl Thread {
     /// Wait for the thread to end (at most `timeout_ms`) and return its exit code; its
     /// objects are deleted.
     pub fn join_timeout(&mut self, timeout_ms: u64) -> Result<u64, Error> {
-        let code = wait_halted(self.pcore, self.runs_before, timeout_ms)?;
+        let code = wait_halted(self.pcore, self.runs_before, timeout_ms, Some(&self.join_word.0))?;
         self.joined = true;
         Ok(code)
     }
@@ -217,7 +229,7 @@ impl Drop for Thread {
     fn drop(&mut self) {
         if !self.joined {
             let _ = crate::sys::pcore_halt(self.pcore, abi::EXIT_FAULT_BASE - 1);
-            let _ = wait_halted(self.pcore, self.runs_before, 2000);
+            let _ = wait_halted(self.pcore, self.runs_before, 2000, Some(&self.join_word.0));
         }
         crate::process::del_share(self.share);
         if !self.stack.is_null() {

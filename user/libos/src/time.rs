@@ -63,18 +63,91 @@ pub fn sleep_ms(ms: u64) {
     }
 }
 
-/// Poll `done` until it returns true or `ms` milliseconds pass; returns whether it did.
-pub fn wait_until(ms: u64, mut done: impl FnMut() -> bool) -> bool {
-    let end = ticks().saturating_add(ms.saturating_mul(tsc_per_ms()));
+/// How long a wait looks without pause before it halts between looks: a condition that comes
+/// true sooner is seen as soon as before.
+const SPIN_BEFORE_HALT_NS: u64 = 2_000_000;
+/// Its first halt, and the longest: each halt that ends by its timeout doubles the next, so a
+/// long wait costs a halt per millisecond and sees its condition at most that late.
+const HALT_FIRST_US: u64 = 50;
+const HALT_MAX_US: u64 = 1_000;
+
+/// Poll `done` until it returns true or `ms` milliseconds pass; returns whether it did. After
+/// `SPIN_BEFORE_HALT_NS` of looking, the core halts between looks (`nr::WAIT`, 50 us doubling
+/// up to 1 ms), where it can (not on an application core, whose calls go to a kernel core).
+pub fn wait_until(ms: u64, done: impl FnMut() -> bool) -> bool {
+    wait_until_woken(ms, None, done)
+}
+
+/// `wait_until`, for a condition whose maker can wake us: before each halt the waiter puts
+/// its core (+ 1) into `sleeper` with a compare-and-swap from 0; the maker, once the
+/// condition is (about to be) true, swaps `WAKER_DONE` in and calls `nr::WAKE` on the core it
+/// found. A `WAKER_DONE` already there means "it is coming": the waiter polls instead of
+/// halting. A wake ends the halt at once and starts another stretch of polling.
+pub fn wait_until_woken(ms: u64, sleeper: Option<&core::sync::atomic::AtomicU64>, mut done: impl FnMut() -> bool) -> bool {
+    use core::sync::atomic::Ordering;
+    let per_ms = tsc_per_ms();
+    let end = ticks().saturating_add(ms.saturating_mul(per_ms));
+    let spin_ticks = SPIN_BEFORE_HALT_NS.saturating_mul(per_ms) / 1_000_000;
+    let mut spin_from = ticks();
+    let mut nap_us = HALT_FIRST_US;
+    let mut can_halt = true;
     loop {
         if done() {
             return true;
         }
-        if ticks() >= end {
+        let now = ticks();
+        if now >= end {
             return done();
         }
-        for _ in 0..64 {
-            core::hint::spin_loop();
+        if !can_halt || now.saturating_sub(spin_from) < spin_ticks {
+            for _ in 0..64 {
+                core::hint::spin_loop();
+            }
+            continue;
         }
+        // Only a waiter with a sleeper word asks which core it is on: a bare context (no
+        // library OS state, e.g. `cores::Core`'s) can still wait.
+        let me = if sleeper.is_some() { crate::core_id() + 1 } else { 0 };
+        if let Some(w) = sleeper {
+            if w.compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+                // The maker is done: poll (the condition follows within microseconds).
+                spin_from = now;
+                continue;
+            }
+        }
+        let left_us = ((end - now) as u128 * 1000 / per_ms as u128).clamp(1, abi::MAX_WAIT_US as u128) as u64;
+        match crate::sys::wait(0, nap_us.min(left_us)) {
+            Ok(r) if r & abi::WAIT_WOKEN != 0 => {
+                WOKEN_WAITS.fetch_add(1, Ordering::Relaxed);
+                spin_from = ticks();
+                nap_us = HALT_FIRST_US;
+            }
+            Ok(_) => nap_us = (nap_us * 2).min(HALT_MAX_US),
+            // An application core cannot halt through a forwarded call: poll.
+            Err(_) => can_halt = false,
+        }
+        if let Some(w) = sleeper {
+            let _ = w.compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Halts in `wait_until_woken` that a wake ended, in this program (for tests).
+static WOKEN_WAITS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// How many of this program's `wait_until_woken` halts a wake ended so far.
+pub fn woken_waits() -> u64 {
+    WOKEN_WAITS.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// `wait_until_woken`'s `sleeper`: the maker has finished (no waiter may sleep any more).
+pub const WAKER_DONE: u64 = u64::MAX;
+
+/// The maker's side of `wait_until_woken`: mark `sleeper` done and wake the core sleeping on
+/// it, if any.
+pub fn wake_sleeper(sleeper: &core::sync::atomic::AtomicU64) {
+    let c = sleeper.swap(WAKER_DONE, core::sync::atomic::Ordering::SeqCst);
+    if c != 0 && c != WAKER_DONE {
+        let _ = crate::sys::wake(c - 1);
     }
 }

@@ -70,9 +70,11 @@ pub struct WebdBoot {
 }
 
 /// Ours' default placement at `smp` vCPUs: core 0 is the front-end (driving the card itself:
-/// net mode inline), every other core an application core; one vCPU: core 0 does both.
-pub fn default_placement(smp: u32) -> (String, String) {
-    let apps = if smp <= 1 { "0".to_string() } else { (1..smp).map(|c| c.to_string()).collect::<Vec<_>>().join(",") };
+/// net mode inline), every other core an application core; one vCPU: no application core
+/// (`None`: webd's random mode then sums on the front-end; a core cannot be both, and webd
+/// refuses `--apps 0` beside `--frontends 0`).
+pub fn default_placement(smp: u32) -> (String, Option<String>) {
+    let apps = (smp > 1).then(|| (1..smp).map(|c| c.to_string()).collect::<Vec<_>>().join(","));
     ("0".to_string(), apps)
 }
 
@@ -157,7 +159,7 @@ pub fn prepare(b: &WebdBoot, art: &Artifacts) -> Result<Prepared, String> {
             // Same-core mode has no application cores (the front-end sums through a protected
             // procedure call on its own core): no --apps unless asked for (webd refuses it).
             let same_core = b.mode == "same-core";
-            let (f, a) = (b.frontends.clone().unwrap_or(df), b.apps.clone().or(if same_core { None } else { Some(da) }));
+            let (f, a) = (b.frontends.clone().unwrap_or(df), b.apps.clone().or(if same_core { None } else { da }));
             for (what, list) in [("--frontends", Some(&f)), ("--apps", a.as_ref())] {
                 let Some(list) = list else { continue };
                 if let Some(c) = parse_cores(list).map_err(|e| format!("{what}: {e}"))?.iter().find(|&&c| c >= b.smp) {
@@ -707,9 +709,9 @@ mod tests {
         assert!(parse_cores("").is_err());
         assert!(parse_cores("3-1").is_err());
         assert!(parse_cores("a").is_err());
-        assert_eq!(default_placement(2), ("0".to_string(), "1".to_string()));
-        assert_eq!(default_placement(4), ("0".to_string(), "1,2,3".to_string()));
-        assert_eq!(default_placement(1), ("0".to_string(), "0".to_string()));
+        assert_eq!(default_placement(2), ("0".to_string(), Some("1".to_string())));
+        assert_eq!(default_placement(4), ("0".to_string(), Some("1,2,3".to_string())));
+        assert_eq!(default_placement(1), ("0".to_string(), None));
     }
 
     #[test]

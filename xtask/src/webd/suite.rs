@@ -1,5 +1,6 @@
 //! The `webd` suite of `cargo xtask test` (also `cargo xtask webd selftest`): our webd at 2
-//! vCPUs with a small image (4 files of 64 KiB) in each of the three modes; in each boot every
+//! vCPUs with a small image (4 files of 64 KiB) in each of the three modes, and random mode
+//! at 1 vCPU (no application core); in each boot every
 //! file's sum from every front-end (compared with the host's, and with `/stats`' per-core
 //! counts), the bad-input cases (`webd check`), and the kernel's verdict after webd stops by
 //! itself (init exited 0, nothing leaked). About 12 s a mode here.
@@ -14,8 +15,8 @@ use super::run::{self, Artifacts, Running, Sys, WebdBoot};
 use crate::host::outcome::TestTally;
 
 /// One boot of ours in `mode`, checked three ways.
-fn one_mode(art: &Artifacts, mode: &str) -> TestTally {
-    let name = format!("webd, {mode} mode, 2 vCPUs, 4x64K");
+fn one_mode(art: &Artifacts, mode: &str, smp: u32) -> TestTally {
+    let name = format!("webd, {mode} mode, {smp} vCPU{}, 4x64K", if smp == 1 { "" } else { "s" });
     println!("== {name}");
     let t0 = Instant::now();
     let mut t = TestTally::default();
@@ -30,8 +31,8 @@ fn one_mode(art: &Artifacts, mode: &str) -> TestTally {
         }
     };
     let files = FileSpec { count: 4, size: 64 << 10 };
-    let mut b = WebdBoot { system: Sys::Ours, mode: mode.into(), files, smp: 2, mem_mib: 512, frontends: None, apps: None, kc: None, requests: None, warmup: 0, extra: Vec::new(), guest_extra: Vec::new() };
-    b.requests = Some(run::planned_sum_check(Sys::Ours, files.count, 1, 2) + check::planned_requests());
+    let mut b = WebdBoot { system: Sys::Ours, mode: mode.into(), files, smp, mem_mib: 512, frontends: None, apps: None, kc: None, requests: None, warmup: 0, extra: Vec::new(), guest_extra: Vec::new() };
+    b.requests = Some(run::planned_sum_check(Sys::Ours, files.count, 1, smp) + check::planned_requests());
     let p = match run::prepare(&b, art) {
         Ok(p) => p,
         Err(e) => {
@@ -78,8 +79,58 @@ fn one_mode(art: &Artifacts, mode: &str) -> TestTally {
         }
     }
     record("stops by itself after --requests; init exits 0 and nothing leaked", v);
+    // Catches: a front-end that hands a sleeping application core a request without waking
+    // it (the request waits out the core's 100 ms sleep: `late` > 0), and wakes that never
+    // arrive or are never counted (`woken` = 0: the host's pauses between requests, its
+    // connecting after `ready` and the slow bad-input cases, always let the core fall asleep
+    // at least once). Counts from the guest, so a slow host cannot fail it.
+    if mode != "same-core" && smp > 1 {
+        record("a request for a sleeping application core wakes it (no request waits out a sleep)", app_sleeps_checked(&o.finished.serial));
+    }
     println!("   {name}: {} passed, {} failed ({:.1} s)", t.passed, t.failed, t0.elapsed().as_secs_f64());
     t
+}
+
+/// webd's `webd: app sleeps wake=on app<CORE>=naps/woken/late ...` line: per application
+/// core (core, naps, woken, late).
+pub fn parse_app_sleeps(serial: &str) -> Option<(bool, Vec<(u32, u64, u64, u64)>)> {
+    let line = serial.lines().rev().find_map(|l| l.trim().strip_prefix("webd: app sleeps wake="))?;
+    let mut words = line.split_whitespace();
+    let wake = words.next()? == "on";
+    let mut v = Vec::new();
+    for w in words {
+        let (core, counts) = w.strip_prefix("app")?.split_once('=')?;
+        let n: Vec<u64> = counts.split('/').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+        let [naps, woken, late] = n[..] else { return None };
+        v.push((core.parse().ok()?, naps, woken, late));
+    }
+    Some((wake, v))
+}
+
+/// Every application core was woken at least once and no request waited out a sleep.
+fn app_sleeps_checked(serial: &str) -> Result<String, String> {
+    let (wake, cores) = parse_app_sleeps(serial).ok_or("no `webd: app sleeps` line")?;
+    if !wake {
+        return Err("webd ran with wake=off".into());
+    }
+    if cores.is_empty() {
+        return Err("no application core in `webd: app sleeps`".into());
+    }
+    let mut bad = Vec::new();
+    for &(core, naps, woken, late) in &cores {
+        if late > 0 {
+            bad.push(format!("core {core}: {late} of {naps} sleeps ended by their timeout with a request waiting"));
+        }
+        if woken == 0 {
+            bad.push(format!("core {core}: never woken ({naps} sleeps)"));
+        }
+    }
+    let all = cores.iter().map(|(c, n, w, l)| format!("core {c}: {n} sleeps, {w} woken, {l} late")).collect::<Vec<_>>().join(", ");
+    if bad.is_empty() {
+        Ok(all)
+    } else {
+        Err(format!("{} ({all})", bad.join("; ")))
+    }
 }
 
 /// An application core halted while requests are in flight (`--halt-app 2:1`, locality mode
@@ -222,8 +273,11 @@ pub fn ci_tests(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     let art = Artifacts::Ours { kernel: kernel.to_path_buf(), initrd: initrd.to_path_buf() };
     let mut total = TestTally::default();
     for mode in run::MODES {
-        total.add(one_mode(&art, mode));
+        total.add(one_mode(&art, mode, 2));
     }
+    // One vCPU: no application core; random mode's front-end sums itself (catches a default
+    // placement or a webd that cannot start without an application core).
+    total.add(one_mode(&art, "random", 1));
     total.add(halted_app(&art));
     total.add(two_frontends(&art));
     Ok(total)
@@ -289,4 +343,22 @@ fn two_frontends(art: &Artifacts) -> TestTally {
     record("stops by itself after --requests; init exits 0 and nothing leaked", o.verdict(Sys::Ours).map(|()| o.done.clone().unwrap_or_default().split_whitespace().take(4).collect::<Vec<_>>().join(" ")));
     println!("   {name}: {} passed, {} failed ({:.1} s)", t.passed, t.failed, t0.elapsed().as_secs_f64());
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_sleeps_line_is_read_and_judged() {
+        let good = "x\nwebd: app sleeps wake=on app1=7/5/0 app2=3/3/0\nwebd: app sleeps: app=naps/woken/late\n";
+        assert_eq!(parse_app_sleeps(good), Some((true, vec![(1, 7, 5, 0), (2, 3, 3, 0)])));
+        assert!(app_sleeps_checked(good).is_ok());
+        // A request that waited out a sleep, a core never woken, wakes off, no line at all.
+        assert!(app_sleeps_checked("webd: app sleeps wake=on app1=7/5/1\n").unwrap_err().contains("core 1: 1 of 7"));
+        assert!(app_sleeps_checked("webd: app sleeps wake=on app1=4/0/0\n").unwrap_err().contains("never woken"));
+        assert!(app_sleeps_checked("webd: app sleeps wake=off app1=4/2/0\n").is_err());
+        assert!(app_sleeps_checked("webd: done\n").is_err());
+        assert_eq!(parse_app_sleeps("webd: app sleeps wake=on app1=4/0\n"), None);
+    }
 }

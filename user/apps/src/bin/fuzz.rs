@@ -198,7 +198,7 @@ const NAME_ERRS: u32 = bit(Error::NameTooLong);
 const BUF_ERRS: u32 = bit(Error::BufferTooSmall);
 const MAP_ERRS: u32 = bit(Error::Misaligned) | bit(Error::Overlap) | bit(Error::Busy);
 
-const CALLS: [CallInfo; 51] = [
+const CALLS: [CallInfo; 52] = [
     CallInfo { nr: nr::OBJ_GET_NAME, name: "obj_get_name", extra: BUF_ERRS, names_objects: true },
     CallInfo { nr: nr::OBJ_STAT, name: "obj_stat", extra: 0, names_objects: true },
     CallInfo { nr: nr::SHARE_ALLOC, name: "share_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
@@ -285,6 +285,8 @@ const CALLS: [CallInfo; 51] = [
     CallInfo { nr: nr::INJECT_CTL, name: "inject_ctl", extra: bit(Error::Unsupported), names_objects: false },
     // NotPermitted: a call forwarded to a kernel core or made through a syscall ring.
     CallInfo { nr: nr::WAIT, name: "wait", extra: bit(Error::NotPermitted), names_objects: false },
+    // NoSuchCore: not an online core. Reached through the random call numbers (78..178).
+    CallInfo { nr: nr::WAKE, name: "wake", extra: bit(Error::NoSuchCore), names_objects: false },
     CallInfo { nr: u64::MAX, name: "(unknown)", extra: 0, names_objects: false },
 ];
 const NCALLS: usize = CALLS.len();

@@ -1312,6 +1312,49 @@ fn t_mman_two_cores() -> TestResult {
     Ok(Pass::Ok)
 }
 
+/// On another core: wait (polling, at most 5 s) until core `joiner` has halted twice more,
+/// then end with 7. Ending only once the joiner sleeps makes the test a matter of counts, not
+/// of how the host schedules the vCPUs.
+fn thread_until_joiner_halts(joiner: u64) -> u64 {
+    let Ok(h0) = libos::sys::core_stats(joiner).map(|s| s.halts) else { return 1 };
+    let end = libos::time::tsc_ns() + 5_000_000_000;
+    while libos::time::tsc_ns() < end {
+        if libos::sys::core_stats(joiner).map(|s| s.halts).unwrap_or(0) >= h0 + 2 {
+            return 7;
+        }
+        core::hint::spin_loop();
+    }
+    7
+}
+
+/// A join that lasts longer than the waits' polling stretch (2 ms) halts the joiner's core
+/// between looks, and the thread's end wakes it (`nr::WAKE`) rather than its next timeout.
+/// Counts, not times: the joiner's core halted during each join, and at least one of its
+/// halts was ended by a wake. Catches a wait that polls for ever (no halt) and a thread that
+/// ends without waking its joiner (no woken halt).
+fn t_join_halts_and_is_woken() -> TestResult {
+    if let Some(s) = need_cores(2) {
+        return Ok(s);
+    }
+    let me = libos::core_id();
+    let woken0 = libos::time::woken_waits();
+    let mut halts = 0;
+    // Three joins: the thread's end finds the joiner between two halts (and so need not wake
+    // it) only rarely, in all three practically never.
+    for _ in 0..3 {
+        let halts0 = ok!(libos::sys::core_stats(me)).halts;
+        let t = ok!(libos::thread::spawn(if me == 1 { 0 } else { 1 }, thread_until_joiner_halts, me));
+        let code = ok!(t.join());
+        ensure!(code == 7, "thread ended with {code}");
+        let h = ok!(libos::sys::core_stats(me)).halts - halts0;
+        ensure!(h >= 1, "core {me} never halted during a join of 5 s at most");
+        halts += h;
+    }
+    let woken = libos::time::woken_waits() - woken0;
+    ensure!(woken >= 1, "no halt of three joins was ended by the thread's wake ({halts} halts)");
+    Ok(Pass::Ok)
+}
+
 // ---------------------------------------------------------------------------------------
 
 type Test = (&'static str, fn() -> TestResult);
@@ -1357,6 +1400,7 @@ const TESTS: &[Test] = &[
     ("heap", t_heap),
     ("mman", t_mman),
     ("mman_two_cores", t_mman_two_cores),
+    ("join_halts_and_is_woken", t_join_halts_and_is_woken),
 ];
 
 /// Touch the stack down to `bytes` below here, so its demand-zero faults happen now and not

@@ -27,10 +27,13 @@
 //! - `idle`: `sleep` (default): a front-end with nothing to do for `IDLE_BEFORE_SLEEP_NS`
 //!   sleeps in the kernel (`CONF_NET_WAIT`), woken when the
 //!   kernel core fills its ring or the card interrupts (Inline); an application core whose
-//!   rings stayed empty as long sleeps 1 ms, then longer up to 32 ms (`nr::WAIT`; nothing
-//!   wakes it early); both poll without pause again from the first work on; a kernel core
-//!   polls adaptively (docs/net.md). `poll`: every core polls
+//!   rings stayed empty as long sleeps (`nr::WAIT`) until the front-end that hands it a
+//!   request wakes it (`nr::WAKE`); both poll without pause again from the first work on; a
+//!   kernel core polls adaptively (docs/net.md). `poll`: every core polls
 //!   without pause (Corey's configuration).
+//! - `wake`: `on` (default); `off`: front-ends do not wake sleeping application cores, which
+//!   then sleep 1 ms, doubling up to 32 ms, and a request can wait out such a sleep (kept to
+//!   measure what the wake saves; `webd: app sleeps` at the end counts the sleeps).
 //!
 //! HTTP: GET and HEAD, keep-alive; `/filesum/NAME` answers the decimal sum of the bytes of file
 //! `/NAME` (a path from `root`); `/stats` per-core counters as JSON; any other path the file
@@ -147,6 +150,12 @@ struct AppCount {
     /// Cleared when the core stops serving (halted, or the run ended).
     alive: AtomicBool,
     exited: AtomicBool,
+    /// Sleeps (`nr::WAIT`) taken; those a front-end's `wake` ended (or came before); and those
+    /// that ended by their timeout with a request already waiting in a ring (a request that
+    /// waited out the sleep: with wakes on, only a push that raced with the timeout).
+    naps: AtomicU64,
+    woken: AtomicU64,
+    late: AtomicU64,
 }
 
 static FRONT: [CachePadded<FrontCount>; MAX_FRONTENDS] = [const {
@@ -167,8 +176,20 @@ static APP: [CachePadded<AppCount>; MAX_APPS] = [const {
         ready: AtomicBool::new(false),
         alive: AtomicBool::new(false),
         exited: AtomicBool::new(false),
+        naps: AtomicU64::new(0),
+        woken: AtomicU64::new(0),
+        late: AtomicU64::new(0),
     })
 }; MAX_APPS];
+/// Set by an application core just before it sleeps (and cleared by whoever takes it): a
+/// front-end that pushed a request and then sees it set wakes the core (`nr::WAKE`). On its
+/// own line, written only around sleeps, so the front-ends' look after every push costs no
+/// line transfer while the core is busy.
+static APP_ASLEEP: [CachePadded<AtomicBool>; MAX_APPS] = [const { CachePadded::new(AtomicBool::new(false)) }; MAX_APPS];
+/// `--wake on` (the default): front-ends wake a sleeping application core when they hand it a
+/// request. `off`: they do not; the core waits out its sleep (kept to measure what the wake
+/// saves). Written once by `main` before any other core starts.
+static WAKE: AtomicBool = AtomicBool::new(true);
 /// Set by front-end 0 when the run is over (read by every core: one line, written once).
 static STOP: CachePadded<AtomicBool> = CachePadded::new(AtomicBool::new(false));
 /// `--idle sleep` (the default): cores with nothing to do sleep instead of polling. Written
@@ -177,12 +198,15 @@ static SLEEP: AtomicBool = AtomicBool::new(true);
 /// How long a front-end or application core polls with nothing arriving before it sleeps
 /// (`--idle sleep`): work arriving more often than this is served by polling, as before.
 const IDLE_BEFORE_SLEEP_NS: u64 = 2_000_000;
-/// An application core's first sleep: nothing but the timeout wakes it when a front-end
-/// pushes a request, so it sleeps 1 ms, then twice as long each time nothing came, up to
-/// `APP_SLEEP_MAX_US` (the first request after a long quiet waits at most that long; the
+/// An application core's sleep with `--wake off`: nothing but the timeout wakes it when a
+/// front-end pushes a request, so it sleeps 1 ms, then twice as long each time nothing came,
+/// up to `APP_SLEEP_MAX_US` (the first request after a long quiet waits at most that long; the
 /// core polls again from then on).
 const APP_SLEEP_US: u64 = 1_000;
 const APP_SLEEP_MAX_US: u64 = 32_000;
+/// With `--wake on` the front-end that hands a sleeping core a request wakes it, so the
+/// timeout is only a safety net (a front-end that stopped): as long as a front-end's.
+const APP_WOKEN_SLEEP_US: u64 = 100_000;
 /// A front-end's longest sleep (it is woken by the kernel core or the card's interrupt when a
 /// frame comes); the coordinating front-end watches the run's end, so it sleeps less.
 const FRONT_SLEEP_US: u64 = 100_000;
@@ -291,8 +315,13 @@ fn app_main(arg: u64) -> u64 {
     let (mut sums, mut bytes) = (0u64, 0u64);
     let (mut counting, mut measured) = (false, false);
     let sleep = SLEEP.load(Ordering::Relaxed);
+    let wake = WAKE.load(Ordering::Relaxed);
+    let first_nap = if wake { APP_WOKEN_SLEEP_US } else { APP_SLEEP_US };
     let mut idle_since = 0u64;
-    let mut nap_us = APP_SLEEP_US;
+    let mut nap_us = first_nap;
+    // The last sleep ended by its timeout, not by a wake: work found now waited it out.
+    let mut after_timeout = false;
+    let (mut naps, mut woken, mut late) = (0u64, 0u64, 0u64);
     'run: while !STOP.load(Ordering::Relaxed) {
         if !measured && MEASURING.load(Ordering::Relaxed) {
             // MARK_START_ALL turned this vCPU on: it counts until it next finds no work.
@@ -331,8 +360,13 @@ fn app_main(arg: u64) -> u64 {
             }
         }
         if worked {
+            if after_timeout {
+                late += 1;
+                count.late.store(late, Ordering::Relaxed);
+            }
+            after_timeout = false;
             idle_since = 0;
-            nap_us = APP_SLEEP_US;
+            nap_us = first_nap;
             count.sums.store(sums, Ordering::Relaxed);
             count.bytes.store(bytes, Ordering::Relaxed);
         } else {
@@ -345,10 +379,32 @@ fn app_main(arg: u64) -> u64 {
                 if idle_since == 0 {
                     idle_since = now;
                 } else if now - idle_since >= IDLE_BEFORE_SLEEP_NS {
-                    // Nothing wakes us when a front-end pushes a request: a short sleep,
-                    // longer the longer nothing comes.
-                    let _ = libos::sys::wait(0, nap_us);
-                    nap_us = (nap_us * 2).min(APP_SLEEP_MAX_US);
+                    after_timeout = false;
+                    // Announce the sleep, then look once more: a front-end pushes, fences and
+                    // then reads the flag, so either we see its request here or it sees the
+                    // flag and wakes us (a wake before the `wait` makes it return at once).
+                    let asleep = &APP_ASLEEP[me];
+                    asleep.store(true, Ordering::Relaxed);
+                    core::sync::atomic::fence(Ordering::SeqCst);
+                    if ins.iter().any(|c| c.ready()) {
+                        asleep.store(false, Ordering::Relaxed);
+                        continue;
+                    }
+                    let r = libos::sys::wait(0, nap_us).unwrap_or(0);
+                    // Not ours to clear any more: a front-end took it and sent a wake.
+                    let claimed = !asleep.swap(false, Ordering::AcqRel);
+                    naps += 1;
+                    if r & abi::WAIT_WOKEN != 0 || claimed {
+                        woken += 1;
+                    } else {
+                        after_timeout = true;
+                    }
+                    count.naps.store(naps, Ordering::Relaxed);
+                    count.woken.store(woken, Ordering::Relaxed);
+                    if !wake {
+                        // Nothing wakes us: a short sleep, longer the longer nothing comes.
+                        nap_us = (nap_us * 2).min(APP_SLEEP_MAX_US);
+                    }
                 }
             }
         }
@@ -552,6 +608,14 @@ impl Front {
                         self.same_core(i, idx);
                         return;
                     }
+                    if self.srv.napps == 0 {
+                        // Random mode with no application core: sum here, from the copy
+                        // loaded at start.
+                        let mut digits = [0u8; 20];
+                        let s = fmt_u64(webcore::filesum(self.srv.files[idx].data()), &mut digits);
+                        self.respond(i, Status::Ok, s, &[], "text/plain");
+                        return;
+                    }
                     match self.pick_app(idx) {
                         None => self.respond(i, Status::Unavailable, b"application core halted\n", &[], "text/plain"),
                         Some(a) => {
@@ -597,6 +661,9 @@ impl Front {
         if self.to_apps[a].push(tag, idx as u64) {
             self.conns[i].pending = None;
             self.conns[i].waiting = Some(a);
+            if WAKE.load(Ordering::Relaxed) {
+                wake_app(self.srv, a);
+            }
         }
     }
 
@@ -920,7 +987,31 @@ fn coordinate(srv: &Server, now: u64, next_stats: &mut u64) {
             marker(bench::harness::MARK_STOP_ALL);
         }
         STOP.store(true, Ordering::Release);
+        for a in 0..srv.napps {
+            wake_app(srv, a);
+        }
     }
+}
+
+/// After handing application core `a` work (or the end of the run): wake it if it sleeps.
+/// The fence orders the push before the look at the flag (the core's side: flag, fence, look
+/// at the rings); the swap makes one front-end the waker.
+fn wake_app(srv: &Server, a: usize) {
+    core::sync::atomic::fence(Ordering::SeqCst);
+    let asleep = &APP_ASLEEP[a];
+    if asleep.load(Ordering::Relaxed) && asleep.swap(false, Ordering::AcqRel) {
+        let _ = libos::sys::wake(srv.app_cores[a]);
+    }
+}
+
+/// The application cores' sleeps: `app<CORE>=naps/woken/late` (see `AppCount`).
+fn sleeps_line(srv: &Server) -> String {
+    let mut line = String::new();
+    for (a, &core) in srv.app_cores.iter().enumerate() {
+        let c = &APP[a];
+        line.push_str(&alloc::format!(" app{core}={}/{}/{}", c.naps.load(Ordering::Relaxed), c.woken.load(Ordering::Relaxed), c.late.load(Ordering::Relaxed)));
+    }
+    line
 }
 
 /// Every core's counts: `fe<CORE>=conns/requests/bad/errors/bytes app<CORE>=sums/bytes`.
@@ -1043,11 +1134,12 @@ struct Opts {
     sockets: usize,
     halt_app: Option<(u64, u64)>,
     sleep: bool,
+    wake: bool,
 }
 
 const USAGE: &str = "usage: webd [--mode random|locality|same-core] [--frontends LIST] [--apps LIST] [--kc CORE] \
 [--net-mode dedicated|polling|inline] [--port P] [--root DIR] [--requests N] [--seconds S] [--warmup N] [--stats S] \
-[--sockets K] [--halt-app CORE:N] [--idle sleep|poll]   (LIST: 0 | 1,3 | 1-3)";
+[--sockets K] [--halt-app CORE:N] [--idle sleep|poll] [--wake on|off]   (LIST: 0 | 1,3 | 1-3)";
 
 fn parse_list(v: &str) -> Option<Vec<u64>> {
     let mut out = Vec::new();
@@ -1085,6 +1177,7 @@ fn parse(args: &str, ncores: u64, here: u64) -> Result<Opts, String> {
         sockets: 16,
         halt_app: None,
         sleep: true,
+        wake: true,
     };
     let mut apps_given = false;
     let mut words = args.split_whitespace();
@@ -1119,6 +1212,13 @@ fn parse(args: &str, ncores: u64, here: u64) -> Result<Opts, String> {
                     _ => return Err(alloc::format!("idle={v:?}: poll or sleep")),
                 }
             }
+            "wake" => {
+                o.wake = match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(alloc::format!("wake={v:?}: on or off")),
+                }
+            }
             "halt-app" => {
                 let (c, n) = v.split_once(':').ok_or_else(|| alloc::format!("halt-app={v:?}: CORE:N"))?;
                 let (Some(c), Some(n)) = (libos::parse_u64(c), libos::parse_u64(n)) else {
@@ -1141,8 +1241,13 @@ fn parse(args: &str, ncores: u64, here: u64) -> Result<Opts, String> {
             return Err(String::from("same-core mode has no application cores (drop --apps)"));
         }
         o.apps.clear();
-    } else if o.apps.is_empty() {
-        return Err(String::from("no application core left (give --apps, or boot more cores)"));
+    } else if o.apps.is_empty() && (apps_given || o.mode != Mode::Random) {
+        // Random mode without application cores (one core, or every core a front-end): each
+        // front-end sums on its own core, as the Linux baseline's threads do.
+        return Err(alloc::format!(
+            "no application core left (give --apps, or boot more cores; {} with no application core: random or same-core mode)",
+            if o.mode == Mode::Locality { "locality mode needs one, only random mode runs" } else { "random mode runs" }
+        ));
     }
     if o.frontends.len() > MAX_FRONTENDS || o.apps.len() > MAX_APPS {
         return Err(alloc::format!("at most {MAX_FRONTENDS} front-ends and {MAX_APPS} application cores"));
@@ -1241,6 +1346,7 @@ fn main(args: &'static str) -> u64 {
         }
     };
     SLEEP.store(o.sleep, Ordering::Relaxed);
+    WAKE.store(o.wake, Ordering::Relaxed);
     if !o.sleep && o.kc.is_some() {
         // Pure polling: the kernel core never sleeps either.
         if let Err(e) = nic.set_kc_idle(0) {
@@ -1328,7 +1434,7 @@ fn main(args: &'static str) -> u64 {
     // Each file's bytes are now in their owner's memory (application cores' or the filesum
     // server's); the loaded copies go, except that same-core mode serves static files from
     // them.
-    let _static_files = if o.mode == Mode::SameCore { Some(loaded) } else { drop(loaded); None };
+    let _static_files = if o.mode == Mode::SameCore || napps == 0 { Some(loaded) } else { drop(loaded); None };
     let mut main_front: Option<usize> = None;
     if !failed {
         for (f, &core) in o.frontends.iter().enumerate() {
@@ -1394,6 +1500,9 @@ fn main(args: &'static str) -> u64 {
         code = 1;
     }
     STOP.store(true, Ordering::Release);
+    for a in 0..srv.napps {
+        wake_app(srv, a);
+    }
     for t in threads {
         match t.join() {
             Ok(0) => {}
@@ -1423,6 +1532,10 @@ fn main(args: &'static str) -> u64 {
         counts_line(srv)
     );
     println!("webd: per core: fe=conns/requests/bad/errors/bytes app=sums/bytes");
+    if napps > 0 {
+        println!("webd: app sleeps wake={}{}", if WAKE.load(Ordering::Relaxed) { "on" } else { "off" }, sleeps_line(srv));
+        println!("webd: app sleeps: app=naps/woken/late");
+    }
     code
 }
 
