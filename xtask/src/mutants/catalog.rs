@@ -63,12 +63,16 @@ pub const CATALOG: &[Mutant] = &[
         plants: "a root range maps page 0, so a null pointer in user mode is valid memory",
     },
     Mutant {
-        name: "ar_map_past_segment_end",
-        file: "kernel/src/kobj/ar/map.rs",
-        original: "if !seg.covers(seg_end) {",
-        replacement: "if false && !seg.covers(seg_end) {",
-        checks: &[Check::Suite("utest smp=1")],
-        plants: "a mapping may run past its segment's end (faults there find no page)",
+        name: "segment_map_past_its_pages",
+        file: "kernel/src/kobj/segment.rs",
+        original: "                    return Ok(Register::Wait);\n                }\n                if gi < PAGE_LINES && w & G_EXISTS == 0 {",
+        replacement: "                    return Ok(Register::Wait);\n                }\n                if false && gi < PAGE_LINES && w & G_EXISTS == 0 {",
+        checks: &[Check::Suite("kernel smp=2")],
+        // `ar_set_seg` also refuses early when the segment does not cover the mapping
+        // (`Segment::covers`, before any reference is taken); dropping only that check is an
+        // equivalent mutant (this one still refuses), so the catalog plants the bug here, in
+        // the check that holds against a racing shrink.
+        plants: "a mapping registers pages the segment does not have (past its end, or taken by a shrink racing the map)",
     },
     Mutant {
         name: "unmap_without_flush",

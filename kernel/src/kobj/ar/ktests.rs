@@ -196,3 +196,35 @@ fn past_capacity(kind: ArKind) -> Result<(), String> {
     drop(seg);
     crate::tests::nothing_leaked_since((pages0, live0))
 }
+
+// Catches: a mapping allowed to run past its segment's end (faults there would find no
+// page), on either path: the lock-free 2 MiB range and the locked larger range. Each path
+// refuses twice (`Segment::covers` early, and the segment's page words as the mapping
+// registers), so only a bug in both fails this; the catalog's `segment_map_past_its_pages`
+// plants the second. A mapping that ends exactly at the segment's end is made.
+ktest! {
+fn ar_mapping_past_the_segment_end_is_refused() {
+    for kind in KINDS {
+        past_segment_end(kind).map_err(|e| alloc::format!("{kind:?}: {e}"))?;
+    }
+    Ok(())
+}
+}
+
+fn past_segment_end(kind: ArKind) -> Result<(), String> {
+    let me = percpu::current_index() as u32;
+    let (pages0, live0) = crate::tests::quiescent_counts();
+    let seg = KObject::create(b"ktest-seg-end", me, Kind::Segment(Segment::new(2 * PAGE_SIZE, me).map_err(err)?)).map_err(err)?;
+    let ar = new_range(me, kind)?;
+    for (soff, len) in [(PAGE_SIZE, 2 * PAGE_SIZE), (0, 3 * PAGE_SIZE), (2 * PAGE_SIZE, PAGE_SIZE)] {
+        let r = set_seg(&ar, 8 * PAGE_SIZE, &seg, soff, len, MAP_READ);
+        kassert!(r == Err(Error::OutOfRange), "mapping {len:#x} bytes at segment offset {soff:#x} of a 2-page segment: {r:?}");
+        kassert!(mappings(&ar).map_err(err)?.is_empty(), "a refused mapping left a record");
+    }
+    set_seg(&ar, 8 * PAGE_SIZE, &seg, PAGE_SIZE, PAGE_SIZE, MAP_READ).map_err(err)?;
+    kassert!(mappings(&ar).map_err(err)?.len() == 1, "the mapping that ends at the segment's end is missing");
+    unmap(&ar, 8 * PAGE_SIZE, PAGE_SIZE).map_err(err)?;
+    drop(ar);
+    drop(seg);
+    crate::tests::nothing_leaked_since((pages0, live0))
+}
