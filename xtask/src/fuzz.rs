@@ -36,7 +36,7 @@ pub struct FuzzOpts {
     pub trace: bool,
     pub timeout: Option<Duration>,
     /// Boot with the network card, so the fuzzer also makes virtual NICs over it and feeds
-    /// their calls bad arguments (issue 15).
+    /// their calls bad arguments (docs/net.md).
     pub net: bool,
     /// Attach a blank 4 MiB scratch disk (`--scratch-disk`): the fuzzer then makes block
     /// device objects and disk requests too (abi::blk), writing anywhere on it.

@@ -1,4 +1,4 @@
-//! `cargo xtask metis wc|wri|wrmem`: Metis MapReduce (issue 17, mapreduce/) on either system.
+//! `cargo xtask metis wc|wri|wrmem`: Metis MapReduce (docs/metis.md, mapreduce/) on either system.
 //!
 //! - **ours**: the kernel with a boot image holding the `metis` program and the input file
 //!   (as `metis-input`); command line `init=metis -- APP input=metis-input layout=L ...`.
@@ -711,11 +711,12 @@ fn check_output(r: &MetisRun, res: &MetisResult) -> Result<(), String> {
     Ok(())
 }
 
-/// The reduce phase's soft faults on ours (Corey's claim, issue 17's target): with per-core
-/// (or one shared) address ranges, 0: the reducers read every worker's arena through page
-/// tables map filled, and their own output pages were made present before the phase (`prep`);
-/// the reduce must still have written new pages (else the check proves nothing), all of them
-/// prepared. With private ranges every reader takes faults on the others' data.
+/// The reduce phase's soft faults on ours (Corey's claim, and a target in docs/metis.md):
+/// with per-core (or one shared) address ranges, 0: the reducers read every worker's arena
+/// through page tables map filled, and their own output pages were made present before the
+/// phase (`prep`); the reduce must still have written new pages (else the check proves
+/// nothing), all of them prepared. With private ranges every reader takes faults on the
+/// others' data.
 pub fn reduce_faults_as_the_layout_says(layout: &str, p: &BTreeMap<String, u64>) -> Result<(), String> {
     let g = |k: &str| p.get(k).copied().ok_or(format!("no {k} on the metis-phases line"));
     let (faults, new_pages, prepared, beyond) = (g("reduce_faults")?, g("reduce_arena_pages")?, g("reduce_prep_pages")?, g("reduce_beyond_prep")?);
