@@ -880,7 +880,7 @@ mod tests {
         assert!(!v.passed && v.reason.contains("invalid-opcode"), "{}", v.reason);
     }
 
-    /// Catches: a pass without work (the issue's `ok (nothing fuzzed)`), a run that stopped
+    /// Catches: a pass without work (an `ok (nothing fuzzed)`), a run that stopped
     /// early, and injection that never reached a system call.
     #[test]
     fn a_run_that_did_less_than_asked_fails() {

@@ -34,8 +34,8 @@
 //! commutativity cases conflicted on that word; docs/history/2026-11-29.md, "One seqlock per
 //! 256-byte part of a cache page").
 //!
-//! **No reference counts on pages.** Readers copy, so nothing pins a page: the issue's sloppy
-//! reference counts are not needed by this design (they would be a write per lookup; here a
+//! **No reference counts on pages.** Readers copy, so nothing pins a page: sloppy reference
+//! counts (MOSBENCH's) are not needed by this design (they would be a write per lookup; here a
 //! lookup writes nothing but, once per eviction cycle, a page's referenced flag).
 //!
 //! **Misses, eviction and write-back** run under the one fill lock, with the disk I/O: the

@@ -159,8 +159,8 @@ pub fn reference_wri(text: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The shell pipeline itself, rearranged as `word<TAB>count` (for the check that the
-/// Rust reference agrees with it). Run by bash with `pipefail`: a stage that fails (a missing
+/// The reference shell pipeline (docs/metis.md, "Output format") itself, rearranged as
+/// `word<TAB>count` (for the check that the Rust reference agrees with it). Run by bash with `pipefail`: a stage that fails (a missing
 /// `tr`, `awk` or `sort`, or `grep` finding no word) is an error, and so is empty output.
 pub fn pipeline_wc(file: &Path) -> Result<Vec<u8>, String> {
     let script = "tr -cs 'A-Za-z' '\\n' < \"$1\" | tr 'A-Z' 'a-z' | grep -v '^$' | LC_ALL=C sort | uniq -c | awk '{print $2 \"\\t\" $1}'";
