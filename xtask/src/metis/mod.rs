@@ -160,8 +160,9 @@ pub fn reference_wri(text: &[u8]) -> Vec<u8> {
 }
 
 /// The reference shell pipeline (docs/metis.md, "Output format") itself, rearranged as
-/// `word<TAB>count` (for the check that the Rust reference agrees with it). Run by bash with `pipefail`: a stage that fails (a missing
-/// `tr`, `awk` or `sort`, or `grep` finding no word) is an error, and so is empty output.
+/// `word<TAB>count` (for the check that the Rust reference agrees with it). Run by bash with
+/// `pipefail`: a stage that fails (a missing `tr`, `awk` or `sort`, or `grep` finding no word)
+/// is an error, and so is empty output.
 pub fn pipeline_wc(file: &Path) -> Result<Vec<u8>, String> {
     let script = "tr -cs 'A-Za-z' '\\n' < \"$1\" | tr 'A-Z' 'a-z' | grep -v '^$' | LC_ALL=C sort | uniq -c | awk '{print $2 \"\\t\" $1}'";
     let out = Command::new("bash").args(["-o", "pipefail", "-c", script, "bash"]).arg(file).env("LC_ALL", "C").output().map_err(|e| format!("cannot run bash: {e}"))?;
