@@ -163,7 +163,7 @@ pub const BENCHES: &[BenchSpec] = &[
     b("metis_wc", "metis", Threads, Parallel, "one input byte through wc (map, reduce, merge)", &[("size", 4 << 20), ("seed", 1), ("prep", 1), ("tlbgrow", 0)]),
     b("metis_wri", "metis", Threads, Parallel, "one input byte through wri (map, reduce, merge)", &[("size", 4 << 20), ("seed", 1), ("prep", 1), ("tlbgrow", 0)]),
     b("metis_wrmem", "metis", Threads, Parallel, "one input byte through wrmem (text generated, then wri)", &[("size", 4 << 20), ("seed", 1), ("prep", 1), ("tlbgrow", 0)]),
-    // Files (docs/fs.md): on the same ext2 image on both systems (Linux mounts it; ours' library OS
+    // Files on the same ext2 image on both systems (Linux mounts it; ours' library OS
     // reads it), the layout in `FS_*` below (xtask/src/bench/fsimage.rs builds the image).
     // MOSBENCH (seeds/002): read-only lookups of one name from every core; Tornado fig. 11:
     // fstat of one shared file vs a file per worker.
