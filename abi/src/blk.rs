@@ -1,4 +1,4 @@
-//! The block device (issue 16): a `virtio-blk` disk as a Corey device object, and how a
+//! The block device (docs/fs.md): a `virtio-blk` disk as a Corey device object, and how a
 //! program moves sectors between the disk and a segment of its own.
 //!
 //! `device_alloc(share, hwid, memid, seg_share, seg, 0)` with a disk's hwid (from

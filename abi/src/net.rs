@@ -1,4 +1,4 @@
-//! The network device (issue 15): a virtio-net NIC as a Corey device object, and the layout of
+//! The network device (docs/net.md): a virtio-net NIC as a Corey device object, and the layout of
 //! the *channel segment* through which service cores exchange packet buffers with the kernel.
 //!
 //! `device_alloc(share, hwid, memid, seg_share, seg, nchannels)` with the NIC's hwid (from

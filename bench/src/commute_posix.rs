@@ -1,4 +1,4 @@
-//! The guest side of the POSIX commutativity checker (issue 19, docs/commute.md), one program
+//! The guest side of the POSIX commutativity checker (docs/commute.md), one program
 //! for both systems: `bench-ours` runs it on the library OS's file system, `bench-linux` on
 //! Linux's ext2 (the same disk image), when their command line holds the word
 //! [`COMMAND_WORD`].

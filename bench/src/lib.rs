@@ -153,8 +153,8 @@ pub trait Platform: Sync {
     fn null_syscall_batch(&self, n: usize) -> Result<(), Error>;
 
     /// Make another core a kernel core and the calling core an application core, whose system
-    /// calls then run on the kernel core (issue 8). Needs a core no worker runs on; one caller
-    /// at a time. After a failure nothing is left changed.
+    /// calls then run on the kernel core (docs/roles.md). Needs a core no worker runs on;
+    /// one caller at a time. After a failure nothing is left changed.
     fn forward_begin(&self) -> Result<(), Error>;
     /// Undo [`forward_begin`](Self::forward_begin): both cores get their roles back. Returns
     /// the system calls the kernel core ran in between (checked against the operations).

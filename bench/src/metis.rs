@@ -1,4 +1,4 @@
-//! Metis MapReduce (mapreduce/, issue 17) as benchmark rows, and the glue between the two
+//! Metis MapReduce (mapreduce/, docs/metis.md) as benchmark rows, and the glue between the two
 //! crates' error types. The systems' environments are [`crate::metis_ours`] and
 //! [`crate::metis_linux`]; a backend hands one out through
 //! [`Platform::with_metis_env`](crate::Platform::with_metis_env).

@@ -266,7 +266,7 @@ impl TreePath {
     }
 }
 
-/// The file-system rows (issue 16) over the tree of catalog `FS_*`. Every read is checked
+/// The file-system rows (docs/fs.md) over the tree of catalog `FS_*`. Every read is checked
 /// against the tree's known bytes and every `stat`/`fstat` against its size.
 fn files<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Error> {
     use crate::catalog::{fs_file_byte, FS_FILE_BYTES, FS_MAX_WORKERS, FS_PRIVATE_DIR, FS_SHARED_DIR, FS_SHARED_FILE};

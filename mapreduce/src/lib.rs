@@ -388,7 +388,8 @@ pub struct Tuning {
     /// reduce, which faults in fresh pages.
     pub prep: bool,
     /// Mappers call [`Env::tlb_grow`] every [`TLB_GROW_WORDS`] words (default off): an
-    /// emulator-only knob that lets QEMU grow its software TLB (docs/metis.md, session 12).
+    /// emulator-only knob that lets QEMU grow its software TLB
+    /// (docs/metis.md, "Where the time goes").
     pub tlb_grow: bool,
 }
 

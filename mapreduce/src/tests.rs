@@ -1,5 +1,5 @@
-//! The library against a straightforward reference (a BTreeMap over a byte scan), on the edge
-//! cases the issue names, at several worker and partition counts.
+//! The library against a straightforward reference (a BTreeMap over a byte scan), on edge
+//! cases, at several worker and partition counts.
 
 use std::collections::BTreeMap;
 use std::string::{String, ToString};

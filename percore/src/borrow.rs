@@ -4,7 +4,7 @@
 //! Why: a system call that only *uses* an object for its own length (a size query, a mapping
 //! query, the source of a copy) need not take a counted reference, and taking one writes the
 //! object's count line, so two such calls on two cores conflict on that line although they
-//! commute (the scalable commutativity rule, issue 19). A borrow writes only the calling core's
+//! commute (the scalable commutativity rule). A borrow writes only the calling core's
 //! own slot line.
 //!
 //! The protocol (Dekker-style; every step `SeqCst`):

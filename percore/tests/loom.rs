@@ -939,11 +939,11 @@ fn stripe_mutual_exclusion() {
     });
 }
 
-/// Session 14 (segrefs): the kernel's last drop of an object that no core but its origin
+/// The kernel's last drop of an object that no core but its origin
 /// (core 0) borrowed scans only core 0's slots (`DropState::try_drop_on`); a borrower on
 /// another core first stores the object's `remote` flag, and the last drop reads it after its
 /// orphan mark's fence (then it scans every core). Borrowers check `is_live`, as the kernel
-/// does. Planted once (session 14): the borrower's flag store moved after its `is_live`
+/// does. Planted once: the borrower's flag store moved after its `is_live`
 /// check; loom failed it with "Causality violation: Concurrent read and write accesses to
 /// `UnsafeCell`" (the borrower's read of the value racing the origin-only drop).
 struct OriginBorrowed {

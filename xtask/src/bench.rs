@@ -547,7 +547,7 @@ fn write_report(results: &stats::Results, systems: &[System], smp: &[u32], out: 
 
 /// `--report DIR`: the report again from a finished run's records. A results.json that is
 /// missing, does not parse, breaks the schema or is of an unknown version is bad input: one
-/// line and exit status 2 (issue 20), and nothing is written.
+/// line and exit status 2, and nothing is written.
 fn redraw(dir: &std::path::Path) -> Result<(), String> {
     let results = match read_results(dir) {
         Ok(r) => r,

@@ -287,7 +287,7 @@ pub fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
             PluginCommand::Sharing(o) if o.workload.is_none() => Err(bare_workload("sharing")),
             _ => crate::plugins::main(a.command),
         },
-        // The short names for the two measurement commands.
+        // Short names for the two measurement commands.
         // Typed bare, they say what they need and how to call them (status 2, as for every
         // other command missing a required argument).
         Command::Cachesim(o) if o.workload.is_none() => Err(Failure::Usage(format!("cachesim: --workload NAME is required\n{}", usage_of(&["cachesim"])))),

@@ -36,7 +36,7 @@ pub struct FuzzOpts {
     pub trace: bool,
     pub timeout: Option<Duration>,
     /// Boot with the network card, so the fuzzer also makes virtual NICs over it and feeds
-    /// their calls bad arguments (issue 15).
+    /// their calls bad arguments (docs/net.md).
     pub net: bool,
     /// Attach a blank 4 MiB scratch disk (`--scratch-disk`): the fuzzer then makes block
     /// device objects and disk requests too (abi::blk), writing anywhere on it.
@@ -880,7 +880,7 @@ mod tests {
         assert!(!v.passed && v.reason.contains("invalid-opcode"), "{}", v.reason);
     }
 
-    /// Catches: a pass without work (the issue's `ok (nothing fuzzed)`), a run that stopped
+    /// Catches: a pass without work (an `ok (nothing fuzzed)`), a run that stopped
     /// early, and injection that never reached a system call.
     #[test]
     fn a_run_that_did_less_than_asked_fails() {

@@ -1,7 +1,7 @@
 //! The Linux baseline guest: fetch Debian's kernel, build an initramfs around one static
 //! program, and boot it under the same QEMU configuration as this system (q35, `-cpu max`,
-//! TCG). Used by the measurement plugins (issue 7) and meant for the Linux half of the
-//! benchmark suite (issue 6): [`fetch_kernel`], [`build_initramfs`], [`LinuxVm`], [`run_qemu`].
+//! TCG). Used by the measurement plugins (docs/plugins.md) and meant for the Linux half of the
+//! benchmark suite: [`fetch_kernel`], [`build_initramfs`], [`LinuxVm`], [`run_qemu`].
 
 use crate::host::args::{at_least_one, hostfwd};
 use std::fs;
@@ -347,7 +347,7 @@ pub struct LinuxVm {
     /// `-plugin` arguments, e.g. `/path/cachesim.so,out=/tmp/x,preset=nehalem`.
     pub plugins: Vec<String>,
     pub timeout: Duration,
-    /// The NIC on QEMU's restricted user-mode network (issue 15); none without it (the VM is
+    /// The NIC on QEMU's restricted user-mode network; none without it (the VM is
     /// `-nodefaults`, so QEMU adds no NIC of its own).
     pub net: Option<crate::host::vm::NetConfig>,
 }

@@ -1,5 +1,5 @@
 //! `cargo xtask bench percore` and the loom model-checking runs of the percore crate.
-//! Owned by the percore work (issue 3).
+//! Part of the percore work (docs/percore.md).
 
 use crate::host::outcome::TestTally;
 use std::io::{BufRead, BufReader, Read};

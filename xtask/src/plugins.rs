@@ -1,4 +1,4 @@
-//! QEMU TCG measurement plugins (issue 7): `cargo xtask plugin ...`.
+//! QEMU TCG measurement plugins (docs/plugins.md): `cargo xtask plugin ...`.
 //!
 //! Builds the C plugins in tools/qemu-plugins (insncount, cachesim, sharing) with the system
 //! compiler, boots a guest (Linux from Debian's kernel, or this system's kernel) with one of
@@ -58,7 +58,7 @@ pub fn build_guest() -> Result<PathBuf, String> {
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let out = dir.join("guest-init");
     let src = src_dir().join("guest").join("workload.c");
-    // tcpserv.c: the TCP accept service (wl=tcpserv), the Linux side of issue 15.
+    // tcpserv.c: the TCP accept service (wl=tcpserv), the Linux side of Corey's TCP service.
     let net = src_dir().join("guest").join("tcpserv.c");
     let args: Vec<String> = ["-static", "-O2", "-Wall", "-pthread", "-o"].iter().map(|x| x.to_string()).chain([s(&out), s(&src), s(&net)]).collect();
     cc(&args, "guest/workload.c guest/tcpserv.c")?;
@@ -189,7 +189,7 @@ const LINUX_WORKLOADS: &[(&str, &str)] = &[
     // round trips between two processes pinned to CPU 0, over pipes and over a socketpair.
     ("piperr", "iters=2000"),
     ("sockrr", "iters=2000"),
-    // Corey's TCP service (issue 15): the guest boots with the NIC and the host's load
+    // Corey's TCP service (docs/net.md): the guest boots with the NIC and the host's load
     // generator drives it (xtask/src/net/tcp_accept.rs); ops = the measured connections.
     ("tcpserv", "conns=101 warmup=1"),
 ];
@@ -216,7 +216,7 @@ struct RunSpec<'a> {
 }
 
 /// The exact mode's guest time: `-icount shift=3` (one instruction = 8 ns of guest time, as the
-/// 1-vCPU cachesim runs have used since issue 7), so timer interrupts land at the same
+/// 1-vCPU cachesim runs have always used), so timer interrupts land at the same
 /// instruction from run to run.
 pub const EXACT_ICOUNT_SHIFT: u32 = 3;
 /// Instructions a vCPU runs before single-threaded TCG switches to the next one inside the
@@ -527,7 +527,7 @@ fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]
     Ok(GuestRun { ops: parse_ops(&run.serial), serial: run.serial, report, elapsed: run.elapsed })
 }
 
-/// The host-driven benchmarks (Corey's TCP service, issue 15): the audit boots the service
+/// The host-driven benchmarks (Corey's TCP service): the audit boots the service
 /// with its NIC and loads it from the host while the plugin watches.
 const NET_BENCHES: [&str; 2] = ["tcp_accept", "tcp_accept_polling"];
 
@@ -1685,7 +1685,7 @@ pub fn tests() -> Result<TestTally, String> {
         }
         Ok(())
     });
-    // cachesim's multi-core model (issue 18) on Corey's filesum: four vCPUs on four chips of
+    // cachesim's multi-core model on Corey's filesum: four vCPUs on four chips of
     // amd16, a 1 MB buffer each (fits in a core's L2 + its chip's victim L3, 2.5 MB), four
     // passes. Locality: each vCPU misses its chip's L3 only on the first pass (16 384 lines,
     // plus the loop's code line or two); random (a rotation: every vCPU sums every buffer
@@ -1731,7 +1731,7 @@ pub fn tests() -> Result<TestTally, String> {
         }
         Ok(())
     });
-    // The exact mode (issue 23): the same run again gives the same report, record for record,
+    // The exact mode: the same run again gives the same report, record for record,
     // and the vCPUs took turns of about the quantum inside the region. Catches a lost -icount,
     // -seed or -rtc (Linux's counts then move between boots) and a lost quantum (then 7.2's
     // scheduler starves the second vCPU under icount and the boot hangs, or the turns are
@@ -1794,7 +1794,7 @@ mod unit {
                 other => panic!("{other:?}"),
             }
         };
-        // the multi-core and custom-guest options (issue 18)
+        // the multi-core and custom-guest options
         assert!(a(&["--preset", "amd16,nehalem-mc"]).is_ok());
         assert!(a(&["--core-map", "0,4,x"]).err().unwrap().contains("not a list of core numbers"));
         assert!(a(&["--core-map", "0,4,4"]).err().unwrap().contains("core 4 is given to two vCPUs"));

@@ -642,7 +642,7 @@ fn tcpserv_halts(serial: &str) -> Vec<CoreHalts> {
         .collect()
 }
 
-/// `ltest` run by the shell (issue 5's cfork-under-the-shell bug): once on the shell's own
+/// `ltest` run by the shell (a cfork-under-the-shell bug once broke it): once on the shell's own
 /// core (inside the shell's context, where cfork must leave the shell's mappings alone) and
 /// once on core 1 (where core 0, the shell's, is busy: `Busy` for threads and cfork there,
 /// the tests use core 2). Every `utest` line counts; both runs must exit 0, the second must
@@ -1149,7 +1149,7 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     r.user(1, "init=utest", Expect { may_skip: UTEST_ONE_CORE, must_pass: &[] })?;
     r.user(2, "init=utest", Expect::ALL)?;
     r.user(4, "init=utest", Expect::ALL)?;
-    // The library OS (issue 5): threads, cfork, descriptors on shares, the per-core heap.
+    // The library OS (docs/libos.md): threads, cfork, descriptors on shares, the per-core heap.
     // At 4 vCPUs too: the heap stress's leak check drains every core's remote-free list
     // before it counts, so it is exact however the vCPUs are scheduled (docs/libos.md).
     r.user(2, "init=ltest -- nomeasure", Expect::ALL)?;
@@ -1187,7 +1187,7 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     r.user(2, "init=isolation", Expect { may_skip: &["forwarded_calls_name_kernel_core_objects"], must_pass: &[] })?;
     r.user(3, "init=isolation", Expect { may_skip: &[], must_pass: &["forwarded_calls_name_kernel_core_objects"] })?;
     r.suite("fuzz", |a| crate::fuzz::ci_fuzz(&a.kernel()?, &a.initrd()?))?;
-    // The commutativity checker (issue 19, docs/commute.md): a seeded sample of commuting
+    // The commutativity checker (docs/commute.md): a seeded sample of commuting
     // system-call pairs on two cores under the sharing audit; a case conflict-free in the
     // checked-in baseline that now shares a kernel line fails.
     r.suite("commute", |_| crate::commute::ci_tests())?;
@@ -1200,23 +1200,23 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // The same sample on Linux, judged on results only (the model against a real POSIX kernel;
     // Linux's shared lines vary between runs: posix.rs, `check_results_only`).
     r.suite("commute-posix linux", |_| crate::commute::posix::ci_tests_linux_results())?;
-    // The network (issue 15): the card's device object under bad input, then Corey's TCP
+    // The network (docs/net.md): the card's device object under bad input, then Corey's TCP
     // service served to the host in each configuration, every reply checked.
     r.user_boot(UserBoot { net: true, ..UserBoot::new(2, "init=nettest", Expect::ALL) })?;
     for (smp, mode) in [(2u32, "dedicated"), (3, "polling"), (2, "inline")] {
         r.suite(&format!("tcp-service smp={smp} mode={mode}"), |a| tcp_service(&a.kernel()?, &a.initrd()?, smp, mode))?;
     }
-    // webd (issue 18): each mode, every sum from every front-end, bad input, no leak.
+    // webd (docs/webd.md): each mode, every sum from every front-end, bad input, no leak.
     r.suite("webd", |a| crate::webd::suite::ci_tests(&a.kernel()?, &a.initrd()?))?;
     // The same sums from the Linux baseline's webd (its answers are checked too).
     r.suite("webd-linux", |_| crate::webd::suite::ci_tests_linux())?;
-    // The network (issue 15): the Linux baseline's TCP service and the frame fuzzer.
+    // The network (docs/net-host.md): the Linux baseline's TCP service and the frame fuzzer.
     r.suite("net-qemu", |_| crate::net::qemu_tests())?;
-    // Files (issue 16): the disk's device object under bad input, ext2 read byte for byte
+    // Files (docs/fs.md): the disk's device object under bad input, ext2 read byte for byte
     // in the library OS, corrupt metadata; the image is still clean afterwards.
     r.suite("fs", |a| fs_suite(&a.kernel()?, &a.initrd()?))?;
     r.suite("programs", |a| program_runs(&a.kernel()?, &a.initrd()?))?;
-    // Metis MapReduce (issue 17): wc, wri, wrmem equal to the host reference.
+    // Metis MapReduce (docs/metis.md): wc, wri, wrmem equal to the host reference.
     r.suite("metis", |a| crate::metis::ci_check(&a.kernel()?))?;
     // Exact instructions per operation of the measured paths against the committed baseline
     // (docs/insngate.md): two boots at 1 vCPU.

@@ -1,4 +1,4 @@
-//! The Linux baseline of webd (issue 18, Corey §6.2/§8.4): the same server logic as ours
+//! The Linux baseline of webd (docs/webd.md, Corey §6.2/§8.4): the same server logic as ours
 //! (webcore: the HTTP/1.1 parser with its limits, the router, response heads, filesum,
 //! `/stats`) as one process with one thread per online CPU, each pinned to its CPU with
 //! `sched_setaffinity` (the only placement Linux offers: it has no way to keep a file's data in

@@ -28,13 +28,14 @@
 //! **Writes to a cached page** lock only the parts (256 bytes each: one ext2 inode) holding
 //! the bytes they write, check the tag inside the write and set those parts' dirty flags
 //! there, so an evictor, which clears the tag with every part locked only if no part is dirty,
-//! never drops a write. Since session 14 a write of one inode bumps only its part's
+//! never drops a write. A write of one inode bumps only its part's
 //! generation: a lock-free reader of another inode of the same inode-table block neither
 //! retries nor shares a line with it (one seqlock per page before: 1 594 of the POSIX
-//! commutativity cases conflicted on that word; docs/results.md, "Session 14").
+//! commutativity cases conflicted on that word; docs/history/2026-11-29.md, "One seqlock per
+//! 256-byte part of a cache page").
 //!
-//! **No reference counts on pages.** Readers copy, so nothing pins a page: the issue's sloppy
-//! reference counts are not needed by this design (they would be a write per lookup; here a
+//! **No reference counts on pages.** Readers copy, so nothing pins a page: sloppy reference
+//! counts (MOSBENCH's) are not needed by this design (they would be a write per lookup; here a
 //! lookup writes nothing but, once per eviction cycle, a page's referenced flag).
 //!
 //! **Misses, eviction and write-back** run under the one fill lock, with the disk I/O: the
@@ -68,7 +69,7 @@ pub const PART_WORDS: usize = PART / 8;
 /// Parts of a page.
 pub const PARTS: usize = PAGE / PART;
 /// A slot: the tag (block + 1; 0 = free) and the page, under one seqlock per 256-byte part
-/// (session 14; docs/fs.md, "The buffer cache").
+/// (docs/fs.md, "The buffer cache").
 pub type Page = SeqParts<PART_WORDS, PARTS>;
 /// A part's flags (`SeqParts::flags`): the part differs from the disk.
 const DIRTY: u32 = 1;
@@ -135,9 +136,9 @@ pub struct Stats {
     pub evictions: u64,
 }
 
-/// Each slot's on its own 128 bytes (session 12): with 24-byte records the slots of pages
+/// Each slot's on its own 128 bytes: with 24-byte records the slots of pages
 /// different cores use (each core's directory, its inode-table block) shared lines. The dirty
-/// and data flags a write stores moved in session 14 to the flags word of each part of the page
+/// and data flags a write stores live in the flags word of each part of the page
 /// (`DIRTY`, `DATA`), on the part's own line, so two writers of different inodes of one page
 /// store no common line.
 #[derive(Default)]
@@ -501,8 +502,8 @@ impl Table {
                 (&bytes, 0)
             }
             // A whole page written: its bytes go in with the tag, dirty, in the one write that
-            // fills the slot. (Until session 14 the slot was published zeroed and the bytes
-            // written after: a lock-free reader that found the index entry in between read
+            // fills the slot. (An earlier version published the slot zeroed and the bytes
+            // were written after: a lock-free reader that found the index entry in between read
             // 4 KiB of zeros for a block that never held them.)
             Fill::Bytes(data, is_data) => {
                 from_disk = false;

@@ -356,7 +356,7 @@ fn lock_free_readers_never_see_a_ranged_write_half_done() {
     assert_eq!(t.stats().misses, 1, "the page was evicted or refilled");
 }
 
-/// An inode-table page in miniature (session 14, one seqlock per 256-byte part): ranges in
+/// An inode-table page in miniature (one seqlock per 256-byte part): ranges in
 /// part 2 (an inode), part 3, across parts 3 and 4 (a directory record straddling two parts)
 /// and part 4. The writer fills them in turn, write `k` filling range `k % 4` with the byte of
 /// round `k / 4`; so at any moment the four ranges hold rounds `[R.., R-1..]` (the ranges

@@ -38,11 +38,11 @@ pub struct BenchSpec {
     pub defaults: &'static [(&'static str, u64)],
     /// Not in the default matrix (only with `--only`): self-tests of the harness.
     pub hidden: bool,
-    /// Needs a kernel core (issue 8): one worker only, on an application core whose system
+    /// Needs a kernel core (docs/roles.md): one worker only, on an application core whose system
     /// calls a second core, made a kernel core for the run, executes. Needs at least 2 cores;
     /// a system without kernel cores (Linux) cannot run it.
     pub kernel_core: bool,
-    /// Driven from the host (issue 15): the guest program is a service (`tcpserv`), the host's
+    /// Driven from the host (docs/net.md): the guest program is a service (`tcpserv`), the host's
     /// load generator measures it (xtask/src/bench/net.rs). The suite here does not run it.
     pub host_driven: bool,
 }
@@ -75,7 +75,7 @@ const fn net(name: &'static str, op: &'static str, defaults: &'static [(&'static
     BenchSpec { host_driven: true, ..b(name, "corey", Placement::Threads, Shape::Parallel, op, defaults) }
 }
 
-/// A webd filesum row (issue 18): host-driven, its mode and file size in its name.
+/// A webd filesum row (docs/webd.md): host-driven, its mode and file size in its name.
 const fn webd(name: &'static str, op: &'static str) -> BenchSpec {
     // conns 8: Linux's SO_REUSEPORT spreads keep-alive connections over its threads by a hash
     // the host cannot steer; with 2, both land on one thread half the time (measured: one
@@ -110,7 +110,7 @@ pub const BENCHES: &[BenchSpec] = &[
     // Corey section 8.3: shares (on Linux: dup/close in the shared vs an unshared table).
     b("share_global", "corey", Threads, Parallel, "add + delete of an object in one global share", &[("iters", 100000)]),
     b("share_local", "corey", Threads, Parallel, "add + delete of an object in a per-core share", &[("iters", 100000)]),
-    // Corey section 3 (figure 5), issue 4: a memory object made and freed, no pages touched.
+    // Corey section 3 (figure 5): a memory object made and freed, no pages touched.
     // 20k: Linux's memfd_create + ftruncate + close runs ~16k ops/s here.
     b("segment_allocfree", "corey", Threads, Parallel, "alloc + free of a `bytes`-byte memory object", &[("iters", 20000), ("bytes", 4096)]),
     // Tornado figure 1: counter layouts.
@@ -130,12 +130,12 @@ pub const BENCHES: &[BenchSpec] = &[
     b("stat_mp", "tornado", Processes, Parallel, "fstat of the worker's own file", &[("iters", 40000)]),
     // Base costs.
     b("nullsyscall", "base", Threads, Parallel, "getpid (null system call)", &[("iters", 200000)]),
-    // Issue 8: the null call from an application core, executed by a kernel core (one worker;
+    // The null call from an application core, executed by a kernel core (one worker;
     // the kernel core is the second core). Forwarded one by one costs a cross-vCPU hand-off
     // each (microseconds under TCG), hence fewer iterations.
     kc("nullsyscall_forwarded", "null call forwarded to a kernel core", &[("iters", 20000)]),
     kc("nullsyscall_batched", "null call in a syscall_batch of `batch`, forwarded to a kernel core", &[("iters", 200000), ("batch", 64)]),
-    // Corey section 8.2 (issue 15): the TCP service on every service core, the host's load
+    // Corey section 8.2 (docs/net.md): the TCP service on every service core, the host's load
     // generator as the client through QEMU's user-mode network. One operation is one
     // connection; `conns` per round, `reps` rounds, the fastest reported; `concurrency`
     // connections open at once. Ours runs its Dedicated configuration in `tcp_accept`, its
@@ -144,7 +144,7 @@ pub const BENCHES: &[BenchSpec] = &[
     // more connects in flight lose SYNs to 1 s retransmissions (xtask/src/net/load.rs).
     net("tcp_accept", "TCP connection: accept, write 128 bytes, close (ours: Dedicated)", &[("conns", 300), ("concurrency", 2)]),
     net("tcp_accept_polling", "TCP connection: accept, write 128 bytes, close (ours: Polling)", &[("conns", 300), ("concurrency", 2)]),
-    // Corey section 6.2 / 8.4 (figure 12), issue 18: webd with filesum, driven from the host
+    // Corey section 6.2 / 8.4 (figure 12; docs/webd.md): webd with filesum, driven from the host
     // (xtask/src/bench/webd.rs). One operation is one request `/filesum/NAME` (the files in
     // turn), answered with the sum of the file's bytes; `files` files of the row's size,
     // `requests` per round on `conns` keep-alive connections after `warmup` untimed ones.
@@ -160,12 +160,12 @@ pub const BENCHES: &[BenchSpec] = &[
     webd("webd_filesum_same_core_512k", "HTTP request: filesum of a 512 KiB file (same-core mode)"),
     webd("webd_filesum_same_core_1m", "HTTP request: filesum of a 1 MiB file (same-core mode)"),
     b("pagefault_zero", "base", Processes, Parallel, "demand-zero fault, map/touch/unmap 64-page region", &[("pages", 64), ("rounds", 80)]),
-    // Corey section 6.1 / 8.4 (figure 10), issue 17: Metis MapReduce over generated text
+    // Corey section 6.1 / 8.4 (figure 10; docs/metis.md): Metis MapReduce over generated text
     // (bench/src/metis.rs); 4 MiB is ~0.1-0.3 s of map+reduce at 2 vCPUs under TCG.
     b("metis_wc", "metis", Threads, Parallel, "one input byte through wc (map, reduce, merge)", &[("size", 4 << 20), ("seed", 1), ("prep", 1), ("tlbgrow", 0)]),
     b("metis_wri", "metis", Threads, Parallel, "one input byte through wri (map, reduce, merge)", &[("size", 4 << 20), ("seed", 1), ("prep", 1), ("tlbgrow", 0)]),
     b("metis_wrmem", "metis", Threads, Parallel, "one input byte through wrmem (text generated, then wri)", &[("size", 4 << 20), ("seed", 1), ("prep", 1), ("tlbgrow", 0)]),
-    // Issue 16: files on the same ext2 image on both systems (Linux mounts it; ours' library OS
+    // Files on the same ext2 image on both systems (Linux mounts it; ours' library OS
     // reads it), the layout in `FS_*` below (xtask/src/bench/fsimage.rs builds the image).
     // MOSBENCH (seeds/002): read-only lookups of one name from every core; Tornado fig. 11:
     // fstat of one shared file vs a file per worker.
@@ -192,7 +192,7 @@ pub fn uses_files(name: &str) -> bool {
     name.starts_with("fs_") || name.starts_with("fstat_")
 }
 
-/// The benchmark file tree (issue 16), the same on both systems: the host writes it into an
+/// The benchmark file tree (docs/fs.md), the same on both systems: the host writes it into an
 /// ext2 image (`cargo xtask bench` attaches it, read-only to the host: QEMU `snapshot=on`),
 /// the Linux guest mounts that image at `/mnt`, ours' library OS mounts it at its root, and a
 /// native run on a host builds it in a temporary directory. Paths are relative to that root.

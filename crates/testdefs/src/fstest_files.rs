@@ -1,4 +1,4 @@
-//! The files of `fstest`'s disk image (issue 16), shared by the guest test (`fstest`, which
+//! The files of `fstest`'s disk image (docs/fs.md), shared by the guest test (`fstest`, which
 //! checks them byte for byte) and the host (`cargo xtask test`, which writes them into a
 //! directory and makes the image with `cargo xtask fs mkimage`), both from this crate; `core`
 //! only. Sizes are chosen for 4 KiB blocks: direct blocks only, single-indirect, and

@@ -1,4 +1,4 @@
-//! The POSIX half of the commutativity checker (issue 19, docs/commute.md): the test cases, one
+//! The POSIX half of the commutativity checker (docs/commute.md): the test cases, one
 //! table shared by the host (`xtask/src/commute/posix.rs` uses it from this crate, decides
 //! which cases commute with its model and scores them) and the guest program of both
 //! systems (`bench::commute_posix`, run by `bench-ours` on the library OS and by `bench-linux`

@@ -1,4 +1,4 @@
-//! Anonymous memory mappings, POSIX-shaped: `mmap`, `munmap`, `mprotect` (issue 19).
+//! Anonymous memory mappings, POSIX-shaped: `mmap`, `munmap`, `mprotect` (docs/libos.md).
 //!
 //! **Where mappings go.** POSIX mappings are process-wide: every thread sees them. A mapping
 //! in a context's root range would be that context's only, so mappings go in the top half of

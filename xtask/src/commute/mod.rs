@@ -1,4 +1,4 @@
-//! `cargo xtask commute`: the commutativity checker (issue 19, docs/commute.md), after
+//! `cargo xtask commute`: the commutativity checker (docs/commute.md), after
 //! sv6/Commuter (SOSP'13). For each pair of modelled system calls and each argument class
 //! (`cases.rs`), the model (`model.rs`) decides whether the two calls commute on the fixture;
 //! the guest (`user/apps/src/bin/commute.rs`) runs every selected case as a two-core test

@@ -320,8 +320,9 @@ pub fn main(systems: &[&str], calls: Option<&str>, out: PathBuf, timeout: Durati
     let parts = super::split_parts(&idx, jobs);
     let picks: Vec<String> = parts.iter().map(|p| pick_arg(p)).collect();
     if jobs > 1 && systems.contains(&"ours") {
-        // docs/commute.md, "Session 14 (branch commutejobs)": one boot's run is reproducible
-        // case for case, a split one is not quite (history-dependent false sharing).
+        // docs/history/2026-11-29.md, "`cargo xtask commute --jobs N`, ...": one boot's run
+        // is reproducible case for case, a split one is not quite (history-dependent false
+        // sharing).
         println!("note: with --jobs the library OS's shared lines can differ from a one-boot run in a few cases (a case's lines depend on what its boot ran before it); results and the model's checks do not");
     }
     fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
@@ -464,7 +465,7 @@ pub fn ci_tests(systems: &[&str]) -> Result<TestTally, String> {
 /// checked against a real POSIX kernel in every test run). Its shared lines are printed, not
 /// judged: on Linux they vary from run to run (a timer tick's `tk_core`/`resched_curr`, the
 /// buffer-head LRU of `__find_get_block` land in some cases' windows and not in others:
-/// three runs of the same 40 cases on one tree gave 17, 16 and 15 conflict-free, session 12),
+/// three runs of the same 40 cases on one tree gave 17, 16 and 15 conflict-free),
 /// so a Linux conflict baseline would fail by chance.
 pub fn check_results_only(system: &str, outcomes: &[Outcome]) -> TestTally {
     let mut t = TestTally::default();

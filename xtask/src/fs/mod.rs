@@ -1,4 +1,4 @@
-//! `cargo xtask fs`: ext2 images on the host (issue 16). `mkimage` and `check` wrap Debian's
+//! `cargo xtask fs`: ext2 images on the host (docs/fs.md). `mkimage` and `check` wrap Debian's
 //! e2fsprogs (`mke2fs -t ext2 -d DIR`, `e2fsck -fn`), installed on demand; `ls`, `cat` and
 //! `get` read an image with the library OS's own ext2 code (crate `ext2`, `crates/ext2`), so
 //! the host commands exercise the same code the guest runs, and

@@ -1,4 +1,4 @@
-//! `cargo xtask metis wc|wri|wrmem`: Metis MapReduce (issue 17, mapreduce/) on either system.
+//! `cargo xtask metis wc|wri|wrmem`: Metis MapReduce (docs/metis.md, mapreduce/) on either system.
 //!
 //! - **ours**: the kernel with a boot image holding the `metis` program and the input file
 //!   (as `metis-input`); command line `init=metis -- APP input=metis-input layout=L ...`.
@@ -159,9 +159,10 @@ pub fn reference_wri(text: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The issue's shell pipeline itself, rearranged as `word<TAB>count` (for the check that the
-/// Rust reference agrees with it). Run by bash with `pipefail`: a stage that fails (a missing
-/// `tr`, `awk` or `sort`, or `grep` finding no word) is an error, and so is empty output.
+/// The reference shell pipeline (docs/metis.md, "Output format") itself, rearranged as
+/// `word<TAB>count` (for the check that the Rust reference agrees with it). Run by bash with
+/// `pipefail`: a stage that fails (a missing `tr`, `awk` or `sort`, or `grep` finding no word)
+/// is an error, and so is empty output.
 pub fn pipeline_wc(file: &Path) -> Result<Vec<u8>, String> {
     let script = "tr -cs 'A-Za-z' '\\n' < \"$1\" | tr 'A-Z' 'a-z' | grep -v '^$' | LC_ALL=C sort | uniq -c | awk '{print $2 \"\\t\" $1}'";
     let out = Command::new("bash").args(["-o", "pipefail", "-c", script, "bash"]).arg(file).env("LC_ALL", "C").output().map_err(|e| format!("cannot run bash: {e}"))?;
@@ -711,11 +712,12 @@ fn check_output(r: &MetisRun, res: &MetisResult) -> Result<(), String> {
     Ok(())
 }
 
-/// The reduce phase's soft faults on ours (Corey's claim, issue 17's target): with per-core
-/// (or one shared) address ranges, 0: the reducers read every worker's arena through page
-/// tables map filled, and their own output pages were made present before the phase (`prep`);
-/// the reduce must still have written new pages (else the check proves nothing), all of them
-/// prepared. With private ranges every reader takes faults on the others' data.
+/// The reduce phase's soft faults on ours (Corey's claim, and a target in docs/metis.md):
+/// with per-core (or one shared) address ranges, 0: the reducers read every worker's arena
+/// through page tables map filled, and their own output pages were made present before the
+/// phase (`prep`); the reduce must still have written new pages (else the check proves
+/// nothing), all of them prepared. With private ranges every reader takes faults on the
+/// others' data.
 pub fn reduce_faults_as_the_layout_says(layout: &str, p: &BTreeMap<String, u64>) -> Result<(), String> {
     let g = |k: &str| p.get(k).copied().ok_or(format!("no {k} on the metis-phases line"));
     let (faults, new_pages, prepared, beyond) = (g("reduce_faults")?, g("reduce_arena_pages")?, g("reduce_prep_pages")?, g("reduce_beyond_prep")?);

@@ -117,7 +117,7 @@ pub struct MetisRunArgs {
     #[arg(long)]
     pub no_prep: bool,
     /// Emulator knob: every 2^18 words each mapper makes its core flush its TLB whole, so that
-    /// QEMU grows its software TLB (both systems; docs/metis.md, session 12)
+    /// QEMU grows its software TLB (both systems; docs/metis.md, "Where the time goes")
     #[arg(long)]
     pub tlb_grow: bool,
 }

@@ -1,4 +1,4 @@
-//! `cargo xtask mutants`: mutation testing as a standing tool (issue 23, docs/testing.md).
+//! `cargo xtask mutants`: mutation testing as a standing tool (docs/testing.md).
 //!
 //! The catalog (`catalog.rs`) holds named semantic mutations: each a small source change
 //! (file, exact original snippet, replacement), the bug it plants, and the checks that should

@@ -1,4 +1,4 @@
-//! `cargo xtask net fuzz`: the frame fuzzer's host side (issue 15). The guest's NIC is
+//! `cargo xtask net fuzz`: the frame fuzzer's host side (docs/net.md). The guest's NIC is
 //! connected by QEMU's `-netdev socket,connect=127.0.0.1:PORT` to this process, which is the
 //! whole network: it writes seeded random and mutated Ethernet frames into the guest (truncated,
 //! bad IP and TCP checksums, bogus lengths and header sizes, huge and malformed TCP option lists,

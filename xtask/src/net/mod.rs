@@ -1,4 +1,4 @@
-//! The host side of the guest network (issue 15): the QEMU arguments for the guest NIC (one
+//! The host side of the guest network (docs/net-host.md): the QEMU arguments for the guest NIC (one
 //! place, shared by `run`, `bench`, the Linux baseline and the tests), the load generator
 //! (`load`), the TCP accept benchmark driver (`tcp_accept`) and `cargo xtask net`.
 //!
@@ -15,7 +15,7 @@ pub mod tcp_accept;
 
 
 /// Which part of the network path a kernel function belongs to, for the sharing audit's
-/// split of cross-core lines per connection (issue 15: driver, stack, IPC): by the name of the
+/// split of cross-core lines per connection (driver, stack, IPC): by the name of the
 /// code that first wrote the line (the only code the sharing plugin records per line).
 /// Linux's names and this system's (`dev::`, `net::`, rings and mailboxes) are both listed.
 /// `alloc`: lines first written by an allocator or by memset/memcpy (fresh objects, e.g.

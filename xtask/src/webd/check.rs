@@ -1,4 +1,4 @@
-//! `cargo xtask webd check --port P`: the bad input of issue 18 against a running webd, one
+//! `cargo xtask webd check --port P`: the bad input (docs/webd.md) against a running webd, one
 //! case at a time. Each case sends something a server must refuse (or, for a few, must still
 //! answer right: a dribbled request, HEAD, keep-alive, pipelining) and checks the status the
 //! server gives (400/404/405/413/431) or that it closes the connection where closing is the

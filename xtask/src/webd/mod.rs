@@ -1,4 +1,4 @@
-//! The host side of webd (issue 18, Corey §6.2/§8.4): the HTTP load generator (`load`), the
+//! The host side of webd (Corey §6.2/§8.4): the HTTP load generator (`load`), the
 //! bad-input checker (`check`), the files a run serves (`files`), steering a connection to a
 //! chosen front-end (`steer`), booting webd on either system (`run`) and the `webd_filesum`
 //! benchmark rows (xtask/src/bench/webd.rs). Everything connects to 127.0.0.1 only, through

@@ -18,7 +18,7 @@ at most N requests (default 1000) and none started after S seconds (default 30);
 sum, /NAME must have the size and sum. Prints a table and one JSON line (also written to --json FILE); exit 1 if any \
 request failed.")]
     Load(WebdLoadArgs),
-    /// The bad-input cases of issue 18, each followed by a good request; `N passed, N failed`
+    /// The bad-input cases (docs/webd.md), each followed by a good request; `N passed, N failed`
     Check(WebdCheckArgs),
     /// Make the files, boot webd (ours or Linux), then --check, --bad-input, --load
     #[command(long_about = "Make the files (default 4x64K; deterministic content, sums in target/webd/files-SPEC.sums) into \

@@ -44,7 +44,7 @@ impl Sys {
     }
 }
 
-/// The modes of issue 18.
+/// webd's modes (docs/webd.md).
 pub const MODES: [&str; 3] = ["random", "locality", "same-core"];
 
 /// What to boot.

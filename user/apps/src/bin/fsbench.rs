@@ -1,4 +1,4 @@
-//! fsbench: first measurements of the file system in the library OS (issue 16), on this
+//! fsbench: first measurements of the file system in the library OS (docs/fs.md), on this
 //! system only (the suite's rows beside Linux on the same image are not built yet). On a disk
 //! made by `cargo xtask fs fstest-image` (any image with `/sub/inner.txt` and `/direct.bin`
 //! works):

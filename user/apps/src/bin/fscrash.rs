@@ -1,4 +1,4 @@
-//! fscrash: the guest half of the crash test (issue 16; `cargo xtask fs crash`). Writes files
+//! fscrash: the guest half of the crash test (docs/fs.md; `cargo xtask fs crash`). Writes files
 //! into `/c<round>` on the disk, `fsync`s each and then prints `fscrash: synced PATH LEN SEED`;
 //! between them it writes and removes files it never syncs, so the cache always holds dirty
 //! data and metadata when the host kills QEMU (at a moment it picks after some `synced`

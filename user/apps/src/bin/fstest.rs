@@ -1,5 +1,5 @@
 //! fstest: the block device object under bad input, and the ext2 file system in the library
-//! OS read byte for byte, corrupt metadata included (issue 16). Needs a disk made from
+//! OS read byte for byte, corrupt metadata included (docs/fs.md). Needs a disk made from
 //! `testdefs::fstest_files` (`cargo xtask test` makes it; by hand: `cargo xtask fs
 //! fstest-image IMG`). Corruptions are made in the buffer cache only, and the sectors the
 //! round-trip test writes are restored; the write test leaves its files in `/guest` (the host
@@ -252,8 +252,8 @@ fn names_and_descriptors() -> TestResult {
     Ok(Pass::Ok)
 }
 
-/// Files and directories as descriptors of the common table (`fd::open`, issue 16
-/// "Descriptors"), beside a console and a pipe: dup within and across the private and
+/// Files and directories as descriptors of the common table (`fd::open`, docs/fs.md,
+/// "Names and descriptors"), beside a console and a pipe: dup within and across the private and
 /// process-wide tables shares the offset, fstat works on every kind, close of the last
 /// descriptor closes `fs`'s, and closed descriptors are refused. Catches: an `fs` descriptor
 /// closed while a dup still uses it (or never closed), dups with separate offsets, fstat
@@ -841,7 +841,7 @@ fn t_rewriter(_: u64) -> u64 {
 }
 
 /// The byte round `k` writes: 1..=255, never 0 (a page of zeros is what a hole or a lost
-/// write reads as). Until session 11 this was `k as u8`, which is 0 at every 256th round: a
+/// write reads as). It was once `k as u8`, which is 0 at every 256th round: a
 /// read that landed between round 1280's two writes was wrongly called torn (seen once).
 fn race_byte(k: u64) -> u8 {
     (k % 255) as u8 + 1
@@ -1544,7 +1544,7 @@ fn dedicated_kernel_core_removed() -> TestResult {
 
 /// Catches: a write given up while no kernel core polls (`NoSuchCore`) served later from a
 /// data area the next request had already overwritten (the given-up sector written with the
-/// other request's bytes: the ring protocol before session 10); a request refused with
+/// other request's bytes: an earlier ring protocol did); a request refused with
 /// `NoSuchCore` that still reaches the disk.
 fn dedicated_given_up_write_not_replayed() -> TestResult {
     if cores() < 2 {
@@ -1832,8 +1832,8 @@ fn dir_locks_own_and_shared_directories() -> TestResult {
     }
     // Every create and unlink of a round on the per-directory side but for reserve refills
     // (one in 32 creates falls back to the exclusive side): 2 creates and 4/3 unlinks a round,
-    // 500 in all. (The closes take no lock at all since session 13: the descriptors are
-    // per-core slots; before, each close counted here too.)
+    // 500 in all. (The closes take no lock at all: the descriptors are per-core slots;
+    // when they were not, each close counted here too.)
     for c in 0..n as usize {
         let d = fs::dir_side_changes(c) - before[c];
         ensure!(d >= DL_ROUNDS * 3, "core {c}: {d} changes on the per-directory side (want at least {})", DL_ROUNDS * 3);
@@ -2210,7 +2210,7 @@ fn cores_change_names_at_once() -> TestResult {
 }
 
 
-// ---- Session 13: writes, truncates (and links) on the per-directory side ----
+// ---- Writes, truncates (and links) on the per-directory side ----
 
 /// Rounds of `dir_writes_loop`.
 const DW_ROUNDS: u64 = 40;

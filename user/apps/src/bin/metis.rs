@@ -1,4 +1,4 @@
-//! Metis MapReduce on this system (Corey section 6.1, figure 10; issue 17):
+//! Metis MapReduce on this system (Corey section 6.1, figure 10; docs/metis.md):
 //! `init=metis -- wc|wri|wrmem [input=NAME] [size=BYTES] [seed=S] [workers=N] [parts=P]
 //! [layout=per-core|shared|private] [print=0|1] [out=/PATH]` (the words: mapreduce/src/cli.rs).
 //!

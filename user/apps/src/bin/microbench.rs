@@ -1,4 +1,4 @@
-//! Base costs of the kernel interface (issue 4 "Measure"): the null system call, a
+//! Base costs of the kernel interface: the null system call, a
 //! demand-zero fault in a private range, share add+delete on a private and on a shared
 //! share, and segment alloc+free. Each is measured on its own between the measurement
 //! plugins' region markers, so `insncount` gives guest instructions per operation, and

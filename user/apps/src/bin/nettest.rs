@@ -1,4 +1,4 @@
-//! nettest: the network card's device object under bad input (issue 15). Needs a card (boot
+//! nettest: the network card's device object under bad input (docs/net.md). Needs a card (boot
 //! with `--net`); it sends no traffic. Each test says which kernel bug it catches.
 //!
 //! Usage: `nettest [NAME...]` (default: all).

@@ -1,4 +1,4 @@
-//! Core roles (issue 8): application cores take no interrupts and their system calls run on
+//! Core roles (docs/roles.md): application cores take no interrupts and their system calls run on
 //! a kernel core; a role change under load loses no request; kernel cores refuse contexts.
 //!
 //! The tests follow the roles in effect (read per core with `core_stats`, as the shell's
@@ -816,7 +816,7 @@ fn main(args: &'static str) -> u64 {
             }
         }
     }
-    // Lock spinning over the whole run (issue 8's instrumentation; informational).
+    // Lock spinning over the whole run (the core roles' instrumentation; informational).
     let tpm = libos::time::tsc_per_ms().max(1);
     let ncores = sys::sys_info().map(|i| i.cores).unwrap_or(0);
     for c in 0..ncores {

@@ -15,7 +15,7 @@
 //! there); programs on other cores run in contexts of their own (`libos::exec::spawn`).
 //! Bad input gets a one-line message and the shell keeps reading.
 //!
-//! Files (issue 16): `ls`, `cat`, `df`, `mkdir`, `rmdir`, `rm`, `mv`, `ln`, `write`, `append`, `sync`,
+//! Files: `ls`, `cat`, `df`, `mkdir`, `rmdir`, `rm`, `mv`, `ln`, `write`, `append`, `sync`,
 //! `umount` use `libos::fs` on the first disk
 //! (`cargo xtask run --disk IMG`), mounted on first use. One process holds a disk at a time, so
 //! the shell syncs and lets go of it before `run` starts a program, and at `halt`.

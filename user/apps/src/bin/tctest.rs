@@ -1,4 +1,4 @@
-//! TC time-sharing (issue 8): several contexts on one TC core make progress together, a
+//! TC time-sharing (docs/roles.md): several contexts on one TC core make progress together, a
 //! halted queued context is removed and gives its memory back, contexts ending in any order
 //! (or by a fault) leave nothing behind, the core counts its switches, and bad input gets its
 //! documented error. Prints `utest NAME ... ok|FAILED|skipped` lines like utest.

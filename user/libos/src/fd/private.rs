@@ -184,7 +184,7 @@ pub(super) fn close_private(share: ObjectId, t: &mut PrivateTable, slot: usize) 
 /// returned. Each pipe end goes, so a reader in another context reads end of file and a writer
 /// gets `BrokenPipe` instead of waiting forever, and the last end frees the ring. A file
 /// system descriptor's open file goes too, so a file unlinked while open is freed. Before
-/// session 14 nothing closed them, and a pipe whose last reader's thread ended without `close`
+/// 2026-11-29 nothing closed them, and a pipe whose last reader's thread ended without `close`
 /// never reported `BrokenPipe`. Errors are ignored: the context ends whatever they say.
 /// Returns how many descriptors it closed.
 ///

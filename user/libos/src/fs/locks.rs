@@ -193,7 +193,7 @@ pub(super) fn with_all<R>(f: impl FnOnce(&mut Exclusive) -> Result<R>) -> Result
 /// `truncate` call: `Ext2::changing`), and to `names::end` after; the name cache's entries
 /// through those inodes and the per-core descriptors of them stop being used from the first
 /// and stay unused after (`names`: why that keeps lock-free `stat`, `open`, `fstat` and
-/// `read` right). Entries and descriptors of other inodes stay good. (Before session 11
+/// `read` right). Entries and descriptors of other inodes stay good. (Before 2026-11-29
 /// every change moved one generation for the whole cache; mount and unmount still move its
 /// epoch.) The inodes are recorded on the calling core's own line (`CHANGES`), so recording
 /// writes nothing another core reads. A `NoSpace` while another core's reserve holds

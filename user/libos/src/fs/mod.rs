@@ -1,4 +1,4 @@
-//! Files (issue 16; docs/fs.md): POSIX-shaped library calls over an ext2 file system on the
+//! Files (docs/fs.md): POSIX-shaped library calls over an ext2 file system on the
 //! first virtio-blk disk.
 //!
 //! | layer | file |
@@ -17,7 +17,7 @@
 //! **Locks** (`locks.rs`; docs/fs.md, "Create and unlink"). One mounted file system per
 //! process, with one `Ext2` per core over the one buffer cache, each under its core's lock
 //! (`CORE_FS`: a big-reader lock whose reader side is exclusive per core). Create, unlink of
-//! a file, an `open` that makes its file, `close`, and (session 13) `write`, `pwrite`,
+//! a file, an `open` that makes its file, `close`, and `write`, `pwrite`,
 //! `truncate`, `ftruncate`, `link`, `symlink`, `mkdir` take their core's lock and the lock
 //! of the directory (and file) stripes they change (`with_dir_change`, `DIR_LOCKS`); the
 //! allocation state is frozen there (reserve refills go exclusive). Everything else takes
@@ -27,7 +27,7 @@
 //! changes nothing (any access mode), and `fstat`, `close`, `read`, `pread`, `lseek` of
 //! per-core descriptors while their file is unchanged (`open_files`, `read_unlocked`:
 //! docs/fs.md, "Names and descriptors").
-//! Descriptors here name a per-core slot (bit 30: every regular file's, session 13) or index
+//! Descriptors here name a per-core slot (bit 30: every regular file's) or index
 //! this module's shared table (`Fd`); `fd::open` puts one in the common descriptor tables
 //! (docs/fd.md).
 //! A context that uses the file system on another core maps the request segment and links

@@ -10,7 +10,7 @@
 //! (the root, every directory on the path, the file itself; at most `CHAIN` of them) with the
 //! generation of each one's stripe when the entry was made.
 //!
-//! **Generations per inode, not one for the whole cache (session 11).** `GENS` is a table of
+//! **Generations per inode, not one for the whole cache.** `GENS` is a table of
 //! `STRIPES` counters, each on its own line, keyed by inode number (`stripe`: a multiplicative hash). A word's
 //! low 16 bits count the changes running on inodes of that stripe, the bits above count the
 //! changes finished. Every change to the file system names, before it starts, the inodes whose

@@ -1,8 +1,8 @@
 //! Per-core lists of open files (MOSBENCH's fix, seeds/002: no shared open-file list or
 //! reference count written by `open`/`close`).
 //!
-//! Every open of a regular file takes a slot in the calling core's own list (session 13;
-//! before, only read-only opens of cached names did) and returns a descriptor naming that
+//! Every open of a regular file takes a slot in the calling core's own list (until
+//! 2026-11-29 only read-only opens of cached names did) and returns a descriptor naming that
 //! slot ([`FAST_BIT`] | core << 6 | slot): the core is in the number, so a descriptor used
 //! or closed on another core still names its slot. An open of a cached name that changes
 //! nothing (any access mode, `O_APPEND`, an `O_CREAT` that finds the file) takes no lock
@@ -40,7 +40,7 @@
 //!
 //! **Orphans.** Closing the last descriptor of a file unlinked while open must free it; a fast
 //! close cannot know without the lock. `ORPHAN_WATCH` counts, per inode stripe (`watch`: the
-//! name cache's stripes, session 11; one global count before, which every unlink wrote),
+//! name cache's stripes; once one global count, which every unlink wrote),
 //! unlinks in progress or done of a last name whose inode may be open; `unlink` raises the
 //! victim's stripe before it scans the lists, a fast close lowers its slot
 //! first and reads it after (both SeqCst), so a close that reads 0 happened before any scan

@@ -1,4 +1,4 @@
-//! The network in the library OS (issue 15; docs/net.md): a virtual NIC over the card
+//! The network in the library OS (docs/net.md): a virtual NIC over the card
 //! (`Nic`), one channel per service core (`Channel`), and a private smoltcp TCP/IP stack on
 //! each service core (`stack::Stack`). The contract with the kernel (segment layout, who owns
 //! a buffer when, the Dedicated / Polling / Inline modes) is `abi::net`.
