@@ -363,7 +363,7 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
         let resolved = if addr >= abi::USER_BASE && addr < abi::USER_END {
             // Borrowed, not cloned: the running context's reference keeps the root alive
             // for the whole fault (the context is replaced only outside this handler), and a
-            // clone would write the root's count line on every fault (issue 17).
+            // clone would write the root's count line on every fault.
             let root = running(percpu::acting()).get().map(|c| &*c.root_ar);
             match root {
                 Some(root) => {

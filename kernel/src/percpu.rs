@@ -76,7 +76,7 @@ pub struct PerCpu {
     /// then is a last drop's borrow-slot scan deferred to the core's next call. Here, beside
     /// `injectable` (set at the same two points), rather than on the orphan list's line: the
     /// system-call path already holds this area's address, so the flag costs one store each
-    /// way (session 11, issue 22: the null call's instructions).
+    /// way (the null call's instructions).
     pub in_call: AtomicBool,
     /// This core's list of orphans waiting for their scan is not empty (`kobj::kref`; set and
     /// cleared under the list's lock, beside the list's own count). The system-call path

@@ -46,7 +46,7 @@ const POLLS_BEFORE_HALT: u32 = 20_000;
 /// TCG `pause` leaves the translated code and the vCPU thread goes through its outer loop
 /// (which takes QEMU's global lock) before it looks again, so a waiter pausing at every look
 /// notices the other side late: measured, a forwarded null call took 1-6 µs with a pause per
-/// look and 0.7-0.9 µs with one per 16 (docs/results.md, issue 8). On hardware a pause per
+/// look and 0.7-0.9 µs with one per 16 (docs/history/2026-11-22.md). On hardware a pause per
 /// 16 short looks still keeps the spin polite.
 const PAUSE_EVERY: u32 = 16;
 
@@ -596,7 +596,7 @@ fn run_ring_batch(
 /// role has left its polling loop when this returns: its devices and rings are no longer
 /// polled, so a caller may queue work that it expects nobody to take (before, the loop could
 /// finish its current turn after the return and send a frame queued just then: the
-/// intermittent `net_kernel_core_leaves_and_returns` failure, session 12).
+/// intermittent `net_kernel_core_leaves_and_returns` failure).
 pub fn set_role(core: usize, role: u64) -> Result<(), Error> {
     if !matches!(role, ROLE_XC | ROLE_AC | ROLE_KC | ROLE_TC) {
         return Err(Error::InvalidArgument);

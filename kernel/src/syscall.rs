@@ -475,7 +475,7 @@ fn sys_self_drop(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 fn sys_self_shares(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     check_out_buf::<u64>(a[0], a[1])?;
     // The ids go through a stack buffer, not a heap vector: a small heap block of this core
-    // can share a cache line with data another core reads (issue 19's false sharing), and
+    // can share a cache line with data another core reads (heap false sharing), and
     // this call reads only the caller's own context. Contexts hold at most
     // MAX_CONTEXT_SHARES shares (plus the root share); a longer set is copied in chunks.
     const CHUNK: usize = MAX_CONTEXT_SHARES + 1;

@@ -1159,7 +1159,7 @@ fn fault_walk_races_the_unmap_of_its_parent_link() -> Outcome {
 }
 
 // A kernel core that leaves its role has left its polling loop when `set_role` returns: a
-// caller may then queue work on its card or rings that nobody must take. Before session 12
+// caller may then queue work on its card or rings that nobody must take. Before 2026-11-29
 // `set_role` returned after the wake IPI, and the loop's last turn could still poll (the
 // intermittent `net_kernel_core_leaves_and_returns`). Planted bug caught: drop the wait in
 // `roles::set_role` and round 0 fails (the core is still in its loop right after the IPI).

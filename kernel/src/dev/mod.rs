@@ -1,4 +1,4 @@
-//! Device drivers (issue 15 onward): PCI discovery, the virtio glue, and one file per device
+//! Device drivers: PCI discovery, the virtio glue, and one file per device
 //! kind. The device *objects* programs hold are in `kobj/device.rs`; the drivers here own the
 //! hardware state behind them.
 

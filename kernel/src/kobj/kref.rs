@@ -30,7 +30,7 @@ struct Inner<T> {
     /// dropped by a review, never by the decrement itself, and every count change writes only
     /// the changing core's table. On the counts' line: every clone and drop of *every* value
     /// reads it, and a plain count's clone or drop writes that line anyway, so a private
-    /// object pays one load and a branch, not a line (session 14; the session-13 patch had it
+    /// object pays one load and a branch, not a line (an earlier layout had it
     /// after the value, a second line per count change).
     percore: bool,
     value: T,
@@ -40,7 +40,7 @@ struct Inner<T> {
     borrowable: bool,
     /// The core that made the value (borrowable values): while `scan_all` is clear, only
     /// this core can have borrowed it, so a last drop on this core scans only its own borrow
-    /// slots, at once (session 14: main's last drop of every private segment read every
+    /// slots, at once (before 2026-11-29, the last drop of every private segment read every
     /// core's slot line, 4.58 kernel line transfers per `segment_allocfree` at 4 vCPUs).
     origin: u32,
     /// Set (store-once, SeqCst) by the first borrow on a core other than `origin`, before it
@@ -354,7 +354,7 @@ impl<T> KRef<T> {
     }
 
     /// `from_live_allocation` of a per-core counted value: out of line and cold, so the plain
-    /// path stays small enough to inline (session 14: inline, it pushed `Peek::counted` out of
+    /// path stays small enough to inline (inline, it pushed `Peek::counted` out of
     /// line, +26 guest instructions per `share_global` op).
     #[cold]
     #[inline(never)]
@@ -545,7 +545,7 @@ fn drop_last<T>(ptr: NonNull<Inner<T>>) {
     if inner.borrowable {
         // Mark it orphaned now; scan the other cores' borrow slots later, at this core's next
         // system call (`scan_orphans`), so a last drop reads no line another core writes
-        // (issue 19: two commuting calls, one freeing an object while the other borrows
+        // (two commuting calls, one freeing an object while the other borrows
         // another, would otherwise share every core's slot line). If the list is full (or
         // in use, from an interrupt), scan now.
         inner.drop_state.orphan();
@@ -642,7 +642,7 @@ fn scan_orphans_of(core: usize) {
 
 /// `scan_orphans_of` once its quick test found entries. Out of line and cold: inlined into
 /// the system-call path, the 512-byte copy of the list below gave `syscall_dispatch` a stack
-/// frame and five saved registers on every call (session 11).
+/// frame and five saved registers on every call.
 #[cold]
 #[inline(never)]
 fn scan_waiting(core: usize) {
@@ -761,7 +761,7 @@ impl<T> Drop for KWeak<T> {
 /// `AddressRange::drop` removes its entries under their bucket's lock, and the value is
 /// dropped before its allocation is freed). It was a `KWeak`, whose making and dropping wrote
 /// the range's count line, which every `obj_stat` and every counted reference of the range
-/// also touch (issue 19: `ar_set_seg` / `ar_unmap` x `obj_stat` / `share_addobj` of the
+/// also touch (conflicts of `ar_set_seg` / `ar_unmap` x `obj_stat` / `share_addobj` of the
 /// range). Making or dropping one writes nothing; using it is `unsafe` (`KRef::borrow_raw` /
 /// `try_clone_raw` on `as_raw`, under that lock).
 pub struct KLink<T> {

@@ -100,7 +100,7 @@ impl KObject {
     /// `create` for an object that goes straight into a **shared** share (`insert_new`): the
     /// application asked for it to be used from several cores. A segment made so has its
     /// count kept per core (`refcache`): shares and mappings of it made or dropped on
-    /// different cores write no common line (issue 19, session 14). Other kinds are counted
+    /// different cores write no common line. Other kinds are counted
     /// as by `create`. Decided here, once, while the caller holds the only reference and no
     /// other core can reach the object, so no count change ever races with the choice.
     pub fn create_shared(name: &[u8], home_core: u32, kind: Kind) -> Result<ObjRef, Error> {

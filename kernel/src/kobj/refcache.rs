@@ -1,11 +1,11 @@
-//! Per-core reference counts for segments made in a shared share (issue 19; after Refcache,
+//! Per-core reference counts for segments made in a shared share (after Refcache,
 //! Clements et al., EuroSys'13, simplified to per-core locks instead of epochs).
 //!
-//! Session 14 (branch segrefs): only a segment created straight into a **shared** share
+//! Only a segment created straight into a **shared** share
 //! (`KObject::create_shared`, from `syscall::insert_new`) is counted here. Every other object,
 //! a private segment included, keeps `KRef`'s one count word and is freed by its last drop,
-//! with no table, review or cross-core lock: session 13 made every segment per-core, and then
-//! each private segment's free was a review that locked every core's table (20.4 kernel
+//! with no table, review or cross-core lock: an earlier version made every segment per-core, and
+//! then each private segment's free was a review that locked every core's table (20.4 kernel
 //! lines/op moved between vCPUs in `segment_allocfree` instead of 4.58; refused). The choice
 //! is made once, at creation, while the creator holds the only reference and no other core
 //! can reach the object, so no plain count change ever races with per-core ones.
@@ -120,7 +120,7 @@ pub struct Counted<'a> {
     pub remote: &'a AtomicBool,
 }
 
-/// Before core `me` writes a delta of `c` (session 14): if `me` is not the origin, make sure
+/// Before core `me` writes a delta of `c`: if `me` is not the origin, make sure
 /// the remote flag is set, SeqCst, so that an origin-only review (`review_local`) that then
 /// reads the flag clear knows no other core has a delta, and one racing with this change
 /// sees the flag after its dead mark (the store-fence-load pairing with `try_inc`'s load of
@@ -305,7 +305,7 @@ fn sum_unlocked(obj: usize, base: &AtomicUsize, n: usize) -> isize {
     s
 }
 
-/// The origin-only review (session 14), under this core's lock alone: for each object on
+/// The origin-only review, under this core's lock alone: for each object on
 /// this core's list that this core made and no other core ever counted (its remote flag
 /// clear), the sum is the base plus this core's delta, exactly. Non-zero: the entry goes (a
 /// later decrement lists it again). Zero: mark it dead (SeqCst), then read the flag again
@@ -460,7 +460,7 @@ fn review_cores(only: Option<usize>) {
     }
     if let Some(me) = only {
         // Objects made on this core that no other core ever counted: this core's table
-        // alone, no other core's line (session 14).
+        // alone, no other core's line.
         if !review_local(me) {
             return;
         }
@@ -564,7 +564,7 @@ fn review_cores(only: Option<usize>) {
     }
 }
 
-// Session 13 (issue 19, helper refcache): per-core segment counts.
+// Per-core segment counts.
 mod ktests {
     use alloc::vec::Vec;
     use core::sync::atomic::{AtomicUsize, Ordering};
@@ -739,7 +739,7 @@ mod ktests {
     }
     }
 
-    // Session 14 (branch segrefs): only segments made in a shared share are counted per core.
+    // Only segments made in a shared share are counted per core.
 
     ktest! {
     fn private_segment_count_stays_one_word() {

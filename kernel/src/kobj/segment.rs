@@ -65,9 +65,9 @@ pub struct Segment {
     /// `RMAP_BUCKETS` buckets, each a lock, its records and the furthest end of its records
     /// on a line of its own (`AddressRange::rmap_bucket` picks a range's bucket; consecutive
     /// ranges of one core get different ones). Making or removing a mapping takes only its
-    /// range's bucket, so two ranges' mappings of one segment share no line written (issue 19:
-    /// `ar_set_seg` of Q x `ar_unmap` of R, one segment). A copy-on-write copy reads every
-    /// bucket; a shrink that must look (`page_lines` below) too.
+    /// range's bucket, so two ranges' mappings of one segment share no line written (as the
+    /// commutativity check needs for `ar_set_seg` of Q x `ar_unmap` of R, one segment). A
+    /// copy-on-write copy reads every bucket; a shrink that must look (`page_lines` below) too.
     rmap: [RmapBucket; RMAP_BUCKETS],
     /// The per-page side of the reverse map (docs/objects.md "Segments: the reverse map per
     /// page"): a word on a line of its own for each of the first `PAGE_LINES` pages and one
@@ -100,7 +100,7 @@ struct RemoteLine(core::sync::atomic::AtomicBool);
 /// get consecutive buckets (`ar::AddressRange::new`), so two ranges made in turn (a
 /// process's R and Q) never share one. Two, not more: every kernel object is as large as the
 /// largest kind, and each bucket is a line (memory and the cost of making an object: see
-/// docs/results.md, session 14 segmaps).
+/// docs/history/2026-11-29.md, "The segment's reverse map in range buckets").
 pub const RMAP_BUCKETS: usize = 2;
 
 /// Pages with a word of their own in `Segment::page_lines`; later pages share one word (on
@@ -257,7 +257,7 @@ fn copy_of_pa(src_pa: u64, home: u32) -> Result<KRef<Frame>, Error> {
 /// buffer up to lines), not exactly `n`: a grow within them (a 2-page segment grown to 3)
 /// then neither allocates a new list nor frees the old one on the core that made it (a
 /// remote free writes that core's per-core free list, which its own next allocation reads:
-/// issue 19, `segment_alloc` x `segment_set_nbytes`).
+/// a conflict of `segment_alloc` x `segment_set_nbytes`).
 fn page_vec(n: u64, home: u32) -> Result<NodeVec<Option<KRef<Frame>>>, Error> {
     let mut v = NodeVec::new(super::node_of_core(home));
     v.try_reserve(n as usize).map_err(|_| Error::NoMemory)?;
@@ -593,7 +593,7 @@ impl Segment {
         // with no frame there is nothing to share and no mapping can hold a writable entry
         // for one, so the copy is an empty segment of the same size and needs neither the
         // locks nor the mappings (a page a fault puts in after the generation check is the
-        // source's own). Issue 19: copies of an untouched segment and their write protection.
+        // source's own). So copies of an untouched segment and their write protection commute.
         if let Some(r) = self.duplicate_eager_unlocked(node_core, cow) {
             return r.map(|copy| (copy, Vec::new()));
         }
@@ -907,7 +907,7 @@ pub fn of(obj: &ObjRef) -> Result<&Segment, Error> {
     obj.as_segment()
 }
 
-// Session 12 (issue 19, helper segshare): a mapping's reverse link writes no count of the
+// A mapping's reverse link writes no count of the
 // range, and the range's drop removes it.
 mod segshare_tests {
     use super::*;
@@ -1020,11 +1020,11 @@ mod segshare_tests {
 }
 
 /// Every kernel object is as large as its largest kind (a segment): the reverse map's lines
-/// (`rmap`, `page_lines`) cost every object their size. Session 14 (segmaps) took it from
-/// 448 to 576 bytes; a change that grows it should say why.
+/// (`rmap`, `page_lines`) cost every object their size. The buckets and page words took it from
+/// 448 to 576 bytes (2026-11-29); a change that grows it should say why.
 const _: () = assert!(core::mem::size_of::<Segment>() <= 576);
 
-/// Session 14 (segmaps): the reverse map in range buckets with per-page words (`rmap`,
+/// The reverse map in range buckets with per-page words (`rmap`,
 /// `page_lines`, docs/objects.md "Segments: the reverse map per page").
 mod segmaps_ktests {
     use super::*;
@@ -1104,7 +1104,7 @@ mod segmaps_ktests {
     // one bucket (`duplicate`'s loop cut to `take(1)`: "1 mappings to protect, expected 2");
     // a registration that does not wait for a shrink holding its page's word
     // (`register_pages` ignoring `G_SHRINKING`: "a registration of a page the shrink holds
-    // did not wait"; of the race tests, ours below missed it in one run and session 12's
+    // did not wait"; of the race tests, ours below missed it in one run and
     // `segment_mappings_race_resizes` caught it in one of two);
     // a shrink that leaves its pages' words saying they exist (`release_pages` without the
     // `G_EXISTS` clear: "a mapping of page 0 after the shrink to 0 gave Ok(())"); ranges made

@@ -594,7 +594,7 @@ impl core::ops::Deref for Peek {
 /// Parts of a shared share. An entry lives in the part its id names (`part_of`), and each part
 /// has its own table, load count and writer lock on its own cache line: changes of entries in
 /// different parts (inserts and deletes of different names in one share) share no line, and a
-/// lookup reads only its part (sv6's per-bucket locks, issue 19). A private share, which only
+/// lookup reads only its part (sv6's per-bucket locks). A private share, which only
 /// its owner core touches, has one part.
 const PARTS: usize = 32;
 /// Ids of cores in different classes (core index modulo this) never share a part; ids of one
@@ -1003,7 +1003,7 @@ impl Share {
         // A name that is not there is refused without the writer lock (a lookup, as `contains`
         // makes): the refusal is right at the moment of the lookup, and it writes no line of
         // the share, so a failed delete commutes with every reader of the part and with
-        // another failed delete (issue 19: `share_delobj` of an absent name × `obj_stat` /
+        // another failed delete (before, `share_delobj` of an absent name × `obj_stat` /
         // `share_delobj` / `share_list` took the part's lock line that their lookups read).
         let Some((hint_table, hint)) = self.find_unlocked(part, id) else {
             return Err(Error::NoSuchObject);
@@ -1030,7 +1030,7 @@ impl Share {
         self.check_owner()?;
         let collect = |parts: &mut dyn Iterator<Item = &Table>| -> Result<Vec<u64>, Error> {
             // Both temporaries are reserved in whole cache lines (8 words): a smaller one shares
-            // its line with another heap object, which another core's call may read (issue 19's
+            // its line with another heap object, which another core's call may read (the
             // `[heap]` false sharing: every `share_list` case conflicted after an unrelated
             // change moved the heap's layout).
             let tables: Vec<&Table> = {
@@ -1120,7 +1120,7 @@ pub fn add(share: &ObjRef, obj: ObjRef) -> Result<(), Error> {
     share.as_share()?.insert(obj)
 }
 
-// Session 12 (issue 19, helper segshare): a delete of an absent name from a shared share is
+// A delete of an absent name from a shared share is
 // refused without the part's writer lock.
 mod segshare_tests {
     use super::*;

@@ -68,7 +68,7 @@ struct FreeObject {
 /// reads nothing else of the slab. The second holds the home core's list state, which every
 /// allocation and local free writes. On one line, a remote free's read of `home` shared a
 /// line with the home core's next allocation from the same slab (heap false sharing between
-/// two calls that touch different objects: docs/commute.md, session 11).
+/// two calls that touch different objects: docs/commute.md).
 #[repr(C, align(64))]
 struct SlabHeader {
     magic: u32,

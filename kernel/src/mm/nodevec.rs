@@ -56,7 +56,7 @@ impl<T> NodeVec<T> {
         }
         // Whole cache lines: a buffer that grows (a segment's page list on `segment_set_nbytes`)
         // would otherwise share its line with another heap object that another core's call
-        // reads (issue 19's `[heap]` false sharing).
+        // reads (`[heap]` false sharing between commuting calls, docs/commute.md).
         let per_line = (64 / core::mem::size_of::<T>().max(1)).max(1);
         let cap = need.max(self.cap * 2).max(4).next_multiple_of(per_line);
         let layout = Self::layout(cap)?;

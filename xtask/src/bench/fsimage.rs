@@ -1,4 +1,4 @@
-//! The file-system rows' disk (issue 16): one ext2 image of the tree in bench/src/catalog.rs
+//! The file-system rows' disk: one ext2 image of the tree in bench/src/catalog.rs
 //! (`FS_*`), made with `mke2fs -d` (`crate::fs::mkimage`), attached to every boot of a file
 //! row on both systems. QEMU opens it with `snapshot=on`: each boot writes into a temporary
 //! overlay, so every boot (ours and Linux, every vCPU count) starts from the very same bytes.

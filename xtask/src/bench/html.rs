@@ -1,4 +1,4 @@
-//! report.html: one self-contained page per benchmark run (issue 20): what was run (the exact
+//! report.html: one self-contained page per benchmark run: what was run (the exact
 //! command, when, the machine), the table with `median [min–max]` and `noisy` marks, the
 //! calibration, every plot inlined as SVG, and the full text report. No script, no external
 //! style sheet, font or image: it opens offline. It is written well-formed (XHTML-compatible:

@@ -1,4 +1,4 @@
-//! The host-driven benchmarks (`BenchSpec::host_driven`, issue 15): Corey §8.2's TCP accept
+//! The host-driven benchmarks (`BenchSpec::host_driven`): Corey §8.2's TCP accept
 //! service. One boot per cell, as for the rest of the matrix, but the guest program is the
 //! service and the host measures: the guest boots with the NIC (`--net`'s arguments, one
 //! forward of a free 127.0.0.1 port to guest port 80), the host waits for `tcpserv: ready`,

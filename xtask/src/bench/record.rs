@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::catalog::{BenchSpec, Shape};
 
-/// What a host-driven network benchmark (tcp_accept, issue 15) adds to its record: the load
+/// What a host-driven network benchmark (tcp_accept) adds to its record: the load
 /// generator's view of the fastest round and the guest's own `key=value` words. In JSON an
 /// object `net` (absent for every other benchmark).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -38,7 +38,7 @@ pub struct NetStats {
     pub audit_note: Option<String>,
 }
 
-/// The host while one boot ran (issue "Cores that sleep": host load in every result): the
+/// The host while one boot ran (host load goes in every result): the
 /// 1-minute load average when the boot started and when it ended, the host's CPUs, and the
 /// CPU time (user + system) of the boot's QEMU processes, from the host's own accounting of
 /// this process's waited-for children (`/proc/self/stat` fields `cutime` and `cstime`; a

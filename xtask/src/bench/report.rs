@@ -286,7 +286,7 @@ fn phase_table(records: &[Record]) -> String {
     t
 }
 
-/// The host-driven network benchmarks' own view (issue 15): what the load generator saw in
+/// The host-driven network benchmarks' own view: what the load generator saw in
 /// the fastest round (connections/s of all service cores, latency) and every failure.
 fn net_table(records: &[Record]) -> String {
     let rows: Vec<&Record> = records.iter().filter(|r| r.net.is_some()).collect();

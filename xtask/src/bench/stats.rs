@@ -1,4 +1,4 @@
-//! Statistics over the boots of a cell (`--boots N`, issue 22): per system × benchmark × vCPU
+//! Statistics over the boots of a cell (`--boots N`): per system × benchmark × vCPU
 //! count the median, minimum, maximum and IQR/median of total ops/s, per-core throughput and
 //! calibrated throughput (each boot's throughput divided by the calibration measured in that
 //! same boot, paired before any statistic); the ours/Linux ratio per interleaved pair of boots

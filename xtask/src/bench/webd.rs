@@ -1,4 +1,4 @@
-//! The `webd_filesum_MODE_SIZE` rows (issue 18, Corey §8.4 figure 12): webd with filesum,
+//! The `webd_filesum_MODE_SIZE` rows (Corey §8.4 figure 12): webd with filesum,
 //! driven from the host like `tcp_accept` (xtask/src/bench/net.rs). One row per mode
 //! (random, locality, same-core) and file size (64 KiB, 512 KiB, 1 MiB); `files` files of
 //! that size (default 8, Corey's), each request `/filesum/NAME` for the files in turn, every

@@ -19,7 +19,7 @@ pub(super) enum Held<'r> {
     Caller(&'r KObject),
     /// A child range borrowed under its parent's lock (`KRef::borrow`: writes only this
     /// core's borrow-slot line, not the range's count line, which every core that links or
-    /// walks the range would otherwise write: issue 17's `resolve_fault` lines).
+    /// walks the range would otherwise write on every `resolve_fault`).
     Borrowed(KBorrow<KObject>),
     /// This core's borrow slots were all taken: a counted reference, as before.
     Counted(ObjRef),

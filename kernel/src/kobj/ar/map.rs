@@ -27,7 +27,7 @@ pub fn set_seg(ar_obj: &ObjRef, voff: u64, seg_obj: &ObjRef, soff: u64, len: u64
 /// Error order (abi `AR_SET_SEG`, docs/objects.md): the arguments (`InvalidArgument`,
 /// `Misaligned`, `OutOfRange` of the range), then `Overlap` (the range), then `OutOfRange` of
 /// the segment (its size). The range is checked before the segment, so a mapping refused for
-/// overlap reads nothing of the segment (issue 19: such a refusal commutes with a resize of
+/// overlap reads nothing of the segment (so such a refusal commutes with a resize of
 /// the segment and shares no line with it).
 pub fn set_seg_peeked(ar_obj: &crate::kobj::share::Peek, voff: u64, seg_obj: &crate::kobj::share::Peek, soff: u64, len: u64, flags: u64) -> Result<(), Error> {
     let ar = ar_obj.as_ar()?;

@@ -52,7 +52,7 @@ struct ArInner {
     /// Intermediate tables of ours that `set_ar` unhooked from the tree (a child range's table
     /// took their entry), with their levels: freed, with the tables below them, in `Drop`.
     /// The tables still in the tree need no list: `Drop` finds them by walking it (so a fault
-    /// that creates a table writes nothing but the table entry, issue 17). Rare: only a link
+    /// that creates a table writes nothing but the table entry). Rare: only a link
     /// over a slot whose table an earlier mapping made.
     detached: Vec<(u64, u32)>,
 }
@@ -87,12 +87,12 @@ pub struct AddressRange {
     pub node_core: u32,
     /// On its own line: the faults of the range's own core write the lock, and other cores
     /// read the object's name, type and the fields above (a link, `obj_stat`); sharing their
-    /// line made it cross cores on every fault (issue 17's audit: one line a range).
+    /// line made it cross cores on every fault (the sharing audit: one line a range).
     inner: OwnLine<TicketLock<ArInner>>,
     /// The mappings again, as plain words behind a generation counter (`SeqLock`), written
     /// under `inner`'s lock after every change of `maps` (`publish`): `ar_get`, an `ar_unmap`
     /// with nothing to remove and an `ar_set_seg` refused for overlap read it and write no
-    /// shared line (issue 19: they all took the range's lock before, so two `ar_get`s of one
+    /// shared line (they all took the range's lock before, so two `ar_get`s of one
     /// range bounced its lock line). In a line-aligned buffer of its own (one element), not
     /// inline: every kernel object is as large as the largest `Kind`, and an inline view
     /// (about 900 bytes) would grow them all if it made ranges the largest; its own lines
@@ -486,5 +486,5 @@ impl Drop for AddressRange {
 /// tests.rs so that file's tail stays free for other work.
 mod ktests;
 
-/// In-kernel tests of the per-slot writers of 2 MiB ranges (`Paged`, session 14).
+/// In-kernel tests of the per-slot writers of 2 MiB ranges (`Paged`).
 mod slot_ktests;

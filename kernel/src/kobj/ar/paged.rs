@@ -165,8 +165,8 @@ impl SlotView {
     }
 }
 
-/// What a 2 MiB range has instead of the one lock, `Vec` and view of larger ranges
-/// (issue 19, session 14): per-page occupancy words, which are also the writers' per-page
+/// What a 2 MiB range has instead of the one lock, `Vec` and view of larger ranges:
+/// per-page occupancy words, which are also the writers' per-page
 /// claims, and `SLOTS` slots of records. A mapping made or removed writes only its own pages'
 /// words and its start page's slot, so two writers on pages less than 64 apart share no line
 /// (a 2 MiB range holds only segment mappings: no range is linked below the lowest level).

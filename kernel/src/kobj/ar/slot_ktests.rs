@@ -1,4 +1,4 @@
-//! In-kernel tests of the per-slot writers of 2 MiB ranges (`Paged`, session 14).
+//! In-kernel tests of the per-slot writers of 2 MiB ranges (`Paged`).
 
 use super::fault::resolve_fault;
 use super::{mappings, set_seg, unmap, AddressRange, FaultError, OCC_PAGES, OCC_STATE, OCC_FREE};

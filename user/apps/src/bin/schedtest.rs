@@ -1,4 +1,4 @@
-//! The core scheduler on core 0 (issue 8, NIX's asymmetric scheduling; `kernel/src/coresched.rs`).
+//! The core scheduler on core 0 (NIX's asymmetric scheduling; `kernel/src/coresched.rs`).
 //! Boot with `sched=core0 init=schedtest` on 4 vCPUs: this program runs on core 0, cores 1-3
 //! are the pool. Checks: a grant and its release, exhaustion (`Busy`) and reuse, cores that
 //! run a context are not granted, the locality and role arguments, bad arguments, two

@@ -1,4 +1,4 @@
-//! `fstest`'s tests of the per-core open-file tables (session 13, branch fdtables; docs/fs.md,
+//! `fstest`'s tests of the per-core open-file tables (docs/fs.md,
 //! "Names and descriptors"): writable descriptors in the per-core lists, used from two cores,
 //! `dup` across cores, unlink and rename of files open in another core's list.
 
@@ -288,7 +288,7 @@ pub fn unlink_while_open_on_another_core() -> TestResult {
 
 // ---- rename over an open file ----
 
-/// Catches: `rename` over a file that is open freeing it at once (the bug before session 13:
+/// Catches: `rename` over a file that is open freeing it at once (the bug before 2026-11-29:
 /// `Ext2::rename` unlinked the replaced name with no regard to descriptors). The replaced
 /// file must stay readable through its descriptors (links 0) and keep its inode and blocks
 /// until its last close; after that close and a sync the free counts are those from before
@@ -334,7 +334,7 @@ static OW_EXIT: AtomicU64 = AtomicU64::new(0);
 /// The byte round `k` fills `/ft5/f` with: never 0. (`k as u8` was 0 in round 256, and a
 /// reader that caught that round's file read 4 KiB of zeros, which the check in
 /// `opens_race_unlinks` rightly refuses as a state between no two changes: the intermittent
-/// failure of session 13, about one run in 20, was this test's, not the file system's.)
+/// failure seen about one run in 20, was this test's, not the file system's.)
 fn round_byte(k: u64) -> u8 {
     (k % 255) as u8 + 1
 }
