@@ -364,7 +364,7 @@ fn main() {
         ("rw_read thr norm >= 0.9 (1.8x of 2x)", find("rw_read").thr_norm >= 0.9),
     ];
     println!("normalised = raw ratio / calibration ratio of the same round: 1.00 scales exactly as well as share-nothing code");
-    println!("targets (issue 3), on normalised ratios:");
+    println!("targets (docs/percore.md), on normalised ratios:");
     for (t, ok) in &targets {
         println!("  {:<38} {}", t, if *ok { "met" } else { "NOT met" });
     }

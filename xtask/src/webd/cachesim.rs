@@ -170,7 +170,7 @@ pub fn command(o: Opts) -> Result<(), String> {
     let find = |m: &str| results.iter().find(|r| r.mode == m);
     if let (Some(rnd), Some(loc)) = (find("random"), find("locality")) {
         println!(
-            "random / locality: L3 misses per request {:.2}x, memory CPI {:.2}x (issue 18 targets: >= 3x and >= 1.5x)",
+            "random / locality: L3 misses per request {:.2}x, memory CPI {:.2}x (targets, docs/webd.md: >= 3x and >= 1.5x)",
             rnd.l3_per_req / loc.l3_per_req.max(1e-9),
             rnd.mem_cpi / loc.mem_cpi.max(1e-9)
         );
