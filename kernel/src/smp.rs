@@ -142,6 +142,20 @@ pub fn halt(area: &PerCpu) {
     area.stats.halted_cycles.fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
 }
 
+/// Halt until an interrupt, for at most `timeout_us`: a one-shot timer bounds it unless the
+/// core's periodic tick already does. Called with interrupts off; returns with them off.
+pub fn halt_at_most(area: &PerCpu, timeout_us: u64) {
+    let periodic = apic::timer_hz() != 0;
+    if !periodic {
+        apic::timer_oneshot_us(timeout_us);
+    }
+    halt(area);
+    cpu::disable_interrupts();
+    if !periodic {
+        apic::timer_periodic_us(0);
+    }
+}
+
 fn alloc_zeroed(order: usize, node: u32) -> Option<u64> {
     let _ = node; // allocation prefers the calling core's node; per-node placement is a TODO
     let pa = frame::alloc_frames(order)?;

@@ -847,7 +847,7 @@ fn sys_console_read(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
 /// `wait(flags, timeout_us)`: halt this core until an interrupt, console input (with
 /// `WAIT_CONSOLE`) or the timeout.
 fn sys_wait(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    use crate::arch::x86_64::{apic, cpu, serial};
+    use crate::arch::x86_64::{cpu, serial};
     let (flags, timeout_us) = (a[0], a[1]);
     if flags & !abi::WAIT_CONSOLE != 0 || timeout_us > abi::MAX_WAIT_US {
         return Err(Error::InvalidArgument);
@@ -868,7 +868,6 @@ fn sys_wait(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         let woken = if me.wake_pending.swap(false, Ordering::AcqRel) { abi::WAIT_WOKEN } else { 0 };
         return Ok(ready(console) | woken);
     }
-    let periodic = crate::arch::x86_64::apic::timer_hz() != 0;
     let on = cpu::interrupts_enabled();
     cpu::disable_interrupts();
     // Looked at with interrupts off: input arriving after this look raises the receive
@@ -876,14 +875,7 @@ fn sys_wait(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     // below at once. A `wake` that came before it is consumed here instead of halting.
     let mut woken = me.wake_pending.swap(false, Ordering::AcqRel);
     if !woken && ready(console) == 0 && me.exit_requested.load(Ordering::Relaxed) == 0 {
-        if !periodic {
-            apic::timer_oneshot_us(timeout_us);
-        }
-        crate::smp::halt(me);
-        cpu::disable_interrupts();
-        if !periodic {
-            apic::timer_periodic_us(0);
-        }
+        crate::smp::halt_at_most(me, timeout_us);
         woken = me.wake_pending.swap(false, Ordering::AcqRel);
     }
     if on {

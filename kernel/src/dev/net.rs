@@ -542,7 +542,7 @@ impl NetDev {
     /// `CONF_NET_WAIT`: sleep on this core until channel `c` has something, `timeout_us`
     /// passes, or an interrupt comes.
     fn wait(&self, c: u64, timeout_us: u64) -> Result<(), Error> {
-        use crate::arch::x86_64::{apic, cpu};
+        use crate::arch::x86_64::cpu;
         if c >= self.nchannels || timeout_us > abi::NET_MAX_WAIT_US {
             return Err(Error::InvalidArgument);
         }
@@ -551,7 +551,6 @@ impl NetDev {
         }
         let ch = &self.chans[c as usize];
         let me = crate::percpu::this();
-        let periodic = crate::arch::x86_64::apic::timer_hz() != 0;
         cpu::disable_interrupts();
         self.waiters[c as usize].store(me.apic_id + 1, Ordering::Relaxed);
         core::sync::atomic::fence(Ordering::SeqCst);
@@ -563,15 +562,8 @@ impl NetDev {
         let armed = if inline && !pending { self.arm(me.apic_id) } else { Armed::NoLine };
         let timeout_us = if inline && armed == Armed::NoLine { timeout_us.min(abi::NET_KC_SLEEP_US) } else { timeout_us };
         if !pending && armed != Armed::Work && !ch.broken.load(Ordering::Relaxed) {
-            if !periodic {
-                apic::timer_oneshot_us(timeout_us);
-            }
             // Any interrupt ends the sleep: the wake-up IPI, the timer, a shootdown.
-            crate::smp::halt(me);
-            cpu::disable_interrupts();
-            if !periodic {
-                apic::timer_periodic_us(0);
-            }
+            crate::smp::halt_at_most(me, timeout_us);
         }
         if armed == Armed::Yes {
             disarm();
