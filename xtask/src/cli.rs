@@ -104,6 +104,10 @@ Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
     Insngate(InsngateArgs),
     /// Each crate's file-level import graph: files, import circles (Tarjan), floors; --dot/--svg draw it (docs/architecture.md)
     Layers(crate::layers::LayersArgs),
+    /// Run a static Linux program on this system or the Linux guest, like qemu-x86_64; --conformance: the suite beside Linux (docs/linux-exec.md)
+    Exec(crate::exec::command::ExecArgs),
+    /// Build the Linux test programs (linux/progs/*.c with musl-gcc, Debian's busybox-static) into target/linux-progs/; prints their paths
+    LinuxProgs,
     // A new command is one variant here (its options declared in its own module, as the ones
     // above) and one arm in `dispatch`.
 }
@@ -295,6 +299,8 @@ pub fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
         Command::Cachesim(o) => crate::plugins::main(PluginCommand::Cachesim(o)),
         Command::Audit(o) => crate::plugins::main(PluginCommand::Sharing(o)),
         Command::Linux(a) => crate::linux::main(a.command),
+        Command::Exec(a) => crate::exec::command::main(a),
+        Command::LinuxProgs => work(crate::exec::command::linux_progs()),
         Command::Net(a) => crate::net::main(a.command),
         // `fs test` boots the guest through the test runner.
         Command::Fs(FsArgs { command: FsCommand::Test }) => work(crate::test::fs_command()),

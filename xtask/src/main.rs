@@ -8,7 +8,6 @@ extern crate alloc;
 mod bench;
 mod cli;
 mod commute;
-#[allow(dead_code)] // wired to `cargo xtask exec` and the conformance suite as they are built
 mod exec;
 mod boot_bench;
 mod fs;

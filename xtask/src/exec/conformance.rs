@@ -1,0 +1,1 @@
+pub fn command(_s: &[super::command::System], _o: Option<&str>) -> Result<(), String> { Err("x".into()) }
