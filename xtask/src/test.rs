@@ -1223,6 +1223,10 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     r.suite("insngate", |a| crate::insngate::ci_check(&a.kernel()?, &a.initrd()?))?;
     // The same check of the Linux baseline's metis (small inputs).
     r.suite("metis-linux", |_| crate::metis::ci_check_linux())?;
+    // Unmodified static Linux programs (docs/linux-exec.md): the conformance suite's bounded
+    // part, each case on the Linux guest (checked against what a Linux user expects) and on
+    // this system (compared with Linux; linux/accepted-differences.txt lists what may differ).
+    r.suite("linux-conformance", |_| crate::exec::conformance::ci_tests())?;
     r.suite("summary-boots", |a| summary_boots(&a.kernel()?))?;
     r.suite("gdb-stub", |a| crate::gdb::ci_check(&a.kernel()?))?;
     r.suite("bad-boots", |a| bad_boot_conditions(&a.kernel()?))?;

@@ -36,6 +36,9 @@ pub struct ExecArgs {
     /// Also print the guest's console (kernel messages) on standard error
     #[arg(long)]
     pub console: bool,
+    /// Also print the files left under /tmp (type, mode, size, CRC-32, path) on standard error
+    #[arg(long)]
+    pub files: bool,
     /// Run the conformance suite (every case on both systems, compared) instead of one program
     #[arg(long, conflicts_with_all = ["program", "disk"])]
     pub conformance: bool,
@@ -121,6 +124,11 @@ pub fn main(a: ExecArgs) -> Result<(), Failure> {
     let out = systems[0].run(&req).map_err(|e| Failure::Work(format!("exec --system {}: {e}", systems[0].name())))?;
     if a.console {
         eprint!("{}", out.console);
+    }
+    if a.files {
+        for f in &out.files {
+            eprintln!("xtask exec: left behind: {f}");
+        }
     }
     let _ = std::io::stdout().write_all(&out.stdout);
     let _ = std::io::stdout().flush();

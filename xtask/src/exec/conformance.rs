@@ -61,7 +61,7 @@ pub const CASES: &[Case] = &[
     bb("ls-l", &["ls", "-l", "/bin"], Out::Has(&["total 1936", "-rwxr-xr-x    1 0        0          1982256 Jan  1  1970 busybox"])),
     Case { stdin: "line 1\nline 2\n", files: &[TEXT], ..bb("cat", &["cat", "-", "text"], Out::Is("line 1\nline 2\none two three\nfour five\nsix\n")) },
     Case { stdin: WORDS, ..bb("sort", &["sort", "-u"], Out::Is("apple\nfig\nkiwi\npear\n")) },
-    Case { files: &[TEXT], ..bb("wc", &["wc", "text"], Out::Is("        3         6        29 text\n")) },
+    Case { files: &[TEXT], ..bb("wc", &["wc", "text"], Out::Is("        3         6        28 text\n")) },
     Case { stdin: WORDS, ..bb("sed", &["sed", "-e", "s/p/P/g", "-e", "/fig/d"], Out::Is("Pear\naPPle\naPPle\nkiwi\n")) },
     Case { files: &[TEXT], ..bb("awk", &["awk", "{ n += NF; print NR \": \" $NF } END { print n }", "text"], Out::Is("1: three\n2: five\n3: six\n6\n")) },
     bb("find", &["sh", "-c", "mkdir -p a/b/c && touch a/x a/b/y && find a | sort && find a -type f -name y"], Out::Is("a\na/b\na/b/c\na/b/y\na/x\na/b/y\n")),
@@ -76,7 +76,7 @@ pub const CASES: &[Case] = &[
     Case {
         ci: true,
         files: &[TEXT],
-        ..bb("gzip", &["sh", "-c", "gzip -c < text > text.gz && gzip -t text.gz && gunzip -c text.gz | wc -c && gzip -d < text.gz | cmp - text && echo same"], Out::Is("29\nsame\n"))
+        ..bb("gzip", &["sh", "-c", "gzip -c < text > text.gz && gzip -t text.gz && gunzip -c text.gz | wc -c && gzip -d < text.gz | cmp - text && echo same"], Out::Is("28\nsame\n"))
     },
     Case {
         ci: true,
@@ -184,6 +184,14 @@ pub fn compare(linux: &Result<ExecOutput, String>, ours: &Result<ExecOutput, Str
 pub fn check_linux(case: &Case, out: &ExecOutput) -> Result<(), String> {
     if out.status != case.status {
         return Err(format!("status {} (expected {}); stderr: {}", out.status, case.status, String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    // The input files are left as they were (no case changes them): the guest's listing must
+    // show each with the host's size and CRC-32.
+    for (name, data) in case.files {
+        let want = super::file_line(0o644, data.as_bytes(), name);
+        if !out.files.contains(&want) {
+            return Err(format!("the files left behind lack `{want}`: {:?}", out.files));
+        }
     }
     let text = String::from_utf8_lossy(&out.stdout);
     match case.stdout {
@@ -395,6 +403,11 @@ mod tests {
         assert_eq!(check_linux(case, &out("apple\nfig\nkiwi\npear\n", 0, &[])), Ok(()));
         assert!(check_linux(case, &out("apple\nfig\npear\nkiwi\n", 0, &[])).is_err());
         assert!(check_linux(case, &out("apple\nfig\nkiwi\npear\n", 1, &[])).unwrap_err().contains("status 1"));
+        let wc = CASES.iter().find(|c| c.name == "wc").unwrap();
+        let text = super::super::file_line(0o644, TEXT.1.as_bytes(), "text");
+        assert_eq!(check_linux(wc, &out("        3         6        28 text\n", 0, &[&text])), Ok(()));
+        let changed = super::super::file_line(0o644, b"one two three\n", "text");
+        assert!(check_linux(wc, &out("        3         6        28 text\n", 0, &[&changed])).unwrap_err().contains("lack"));
         let has = CASES.iter().find(|c| c.name == "pthreads").unwrap();
         assert!(check_linux(has, &out("hand-offs: 99999 of 100000\npthreads: ok\n", 0, &[])).is_err());
         let names: Vec<&str> = CASES.iter().map(|c| c.name).collect();
