@@ -148,13 +148,11 @@ pub fn linux_progs() -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{parse, Command};
 
+    /// `cargo xtask exec ...` (`line` starts with the word `exec`).
     fn p(line: &str) -> Result<ExecArgs, String> {
-        match parse(line.split_whitespace()).map_err(|e| e.to_string())?.command {
-            Command::Exec(a) => Ok(a),
-            other => Err(format!("not exec: {other:?}")),
-        }
+        let words: Vec<String> = line.split_whitespace().skip(1).map(String::from).collect();
+        crate::host::args::parse_args::<ExecArgs>("exec", &words)
     }
 
     #[test]

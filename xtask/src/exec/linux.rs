@@ -92,6 +92,13 @@ pub fn entries(req: &ExecRequest, modules: Vec<CpioEntry>) -> Result<Vec<CpioEnt
     Ok(out)
 }
 
+/// Build the init and unpack the kernel (each once; later calls find them), so that runs in
+/// parallel share them without racing to write them.
+pub fn prepare() -> Result<(), String> {
+    super::progs::build_init()?;
+    vmlinux(&fetch_kernel()?).map(|_| ())
+}
+
 pub fn run(req: &ExecRequest) -> Result<ExecOutput, String> {
     super::check_request(req)?;
     let init = super::progs::build_init()?;
