@@ -19,8 +19,10 @@ use super::{decode_report, guest_file_path, guest_path, ExecOutput, ExecRequest}
 use crate::host::cpio::CpioEntry;
 use crate::linux::{fetch_kernel, vmlinux, LinuxVm};
 
-/// The modules the `--disk` root needs (their dependencies follow from `depends=`).
-const DISK_MODULES: [&str; 3] = ["virtio_pci", "virtio_blk", "ext4"];
+/// The modules the `--disk` root needs (their dependencies follow from `depends=`). ext4
+/// asks the crypto layer for crc32c at mount time without naming a module, so
+/// `crc32c_generic` is listed itself, first.
+const DISK_MODULES: [&str; 4] = ["crc32c_generic", "virtio_pci", "virtio_blk", "ext4"];
 
 /// A directory of its own for each run (several may run at once).
 fn run_dir() -> Result<PathBuf, String> {
