@@ -407,7 +407,7 @@ mod tests {
     }
 
     /// Every command of the dispatch, in the order `help` lists them.
-    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate", "layers"];
+    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate", "layers", "exec", "linux-progs"];
 
     /// Catches: `--reason` accepted without `--update`, or the options not reaching the command.
     #[test]
