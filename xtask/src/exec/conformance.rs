@@ -89,6 +89,8 @@ pub const CASES: &[Case] = &[
     },
     Case { status: 7, ..bb("sh-status", &["sh", "-c", "echo before; exit 7"], Out::Is("before\n")) },
     Case { ci: true, ..c_prog("pthreads", "pthreads", &[], 0, Out::Has(&["hand-offs: 100000 of 100000", "pthreads: ok"])) },
+    // The same 4 threads on 4 vCPUs: hand-offs between cores (futex wakes that cross vCPUs).
+    Case { smp: 4, ..c_prog("pthreads-smp4", "pthreads", &[], 0, Out::Has(&["hand-offs: 100000 of 100000", "pthreads: ok"])) },
     Case { ci: true, ..c_prog("signals", "signals", &[], 0, Out::Has(&["signals: ok"])) },
     Case { ci: true, ..c_prog("signals-segv", "signals", &["segv"], 139, Out::Is("touching address 0 with no handler\n")) },
     Case { ci: true, ..c_prog("forkstorm", "forkstorm", &[], 0, Out::Has(&["forkstorm: ok"])) },
