@@ -11,6 +11,7 @@
 //! idle stretch before sleeping, arm the wake-up interrupt, disarm it.
 
 pub mod blk;
+mod ktests;
 pub mod net;
 pub mod pci;
 pub mod virtio;
