@@ -40,34 +40,24 @@ pub struct KTest {
 macro_rules! ktest {
     (fn $name:ident() -> Outcome $body:block) => {
         fn $name() -> Result<$crate::ktest::Outcome, alloc::string::String> $body
-        const _: () = {
-            #[link_section = ".ktests"]
-            #[used]
-            static ENTRY: $crate::ktest::KTest = $crate::ktest::KTest {
-                name: concat!(module_path!(), "::", stringify!($name)),
-                func: $crate::ktest::TestFn::MaySkip($name),
-            };
-        };
+        $crate::ktest::ktest!(@entry $name, MaySkip);
     };
     (on_request fn $name:ident() $body:block) => {
         fn $name() -> Result<(), alloc::string::String> $body
-        const _: () = {
-            #[link_section = ".ktests"]
-            #[used]
-            static ENTRY: $crate::ktest::KTest = $crate::ktest::KTest {
-                name: concat!(module_path!(), "::", stringify!($name)),
-                func: $crate::ktest::TestFn::OnRequest($name),
-            };
-        };
+        $crate::ktest::ktest!(@entry $name, OnRequest);
     };
     (fn $name:ident() $body:block) => {
         fn $name() -> Result<(), alloc::string::String> $body
+        $crate::ktest::ktest!(@entry $name, Plain);
+    };
+    // The test's entry in the `.ktests` section.
+    (@entry $name:ident, $kind:ident) => {
         const _: () = {
             #[link_section = ".ktests"]
             #[used]
             static ENTRY: $crate::ktest::KTest = $crate::ktest::KTest {
                 name: concat!(module_path!(), "::", stringify!($name)),
-                func: $crate::ktest::TestFn::Plain($name),
+                func: $crate::ktest::TestFn::$kind($name),
             };
         };
     };

@@ -127,10 +127,17 @@ fn idle_then_request(mem: &[AtomicU64], kc: usize, area: &percpu::PerCpu) -> Res
     Ok(())
 }
 
-/// Spin on this core for `ms` milliseconds.
+/// Let `ms` milliseconds pass with this core halted (in halts of at most 10 ms), so that the
+/// window measures the kernel core alone.
 fn pause_ms(ms: u64) {
+    use crate::arch::x86_64::cpu;
     let d = time::Deadline::after_ms(ms);
+    let on = cpu::interrupts_enabled();
     while !d.expired() {
-        core::hint::spin_loop();
+        cpu::disable_interrupts();
+        crate::smp::halt_at_most(percpu::this(), 10_000);
+    }
+    if on {
+        cpu::enable_interrupts();
     }
 }
