@@ -8,6 +8,11 @@
 //! `ktest! { fn name() -> Outcome { ... } }` and returns `Ok(Outcome::Skipped(why))` when the
 //! boot lacks what it needs. A skip is not a pass: `cargo xtask test` fails it unless the
 //! suite that booted the kernel declared it may skip there (docs/testing.md).
+//!
+//! A test that needs hardware the kernel test boots do not have (a disk) is written
+//! `ktest! { on_request fn name() { ... } }`: it runs only when `test=FILTER` names it, from
+//! a boot made for it (the `fs` suite boots the dev tests with a disk), and fails there if
+//! what it needs is missing.
 
 use alloc::string::String;
 
@@ -18,10 +23,12 @@ pub enum Outcome {
     Skipped(String),
 }
 
-/// A test's function: one that always runs, or one that may report a skip.
+/// A test's function: one that always runs, one that may report a skip, or one that runs only
+/// when the filter names it.
 pub enum TestFn {
     Plain(fn() -> Result<(), String>),
     MaySkip(fn() -> Result<Outcome, String>),
+    OnRequest(fn() -> Result<(), String>),
 }
 
 #[repr(C)]
@@ -33,23 +40,24 @@ pub struct KTest {
 macro_rules! ktest {
     (fn $name:ident() -> Outcome $body:block) => {
         fn $name() -> Result<$crate::ktest::Outcome, alloc::string::String> $body
-        const _: () = {
-            #[link_section = ".ktests"]
-            #[used]
-            static ENTRY: $crate::ktest::KTest = $crate::ktest::KTest {
-                name: concat!(module_path!(), "::", stringify!($name)),
-                func: $crate::ktest::TestFn::MaySkip($name),
-            };
-        };
+        $crate::ktest::ktest!(@entry $name, MaySkip);
+    };
+    (on_request fn $name:ident() $body:block) => {
+        fn $name() -> Result<(), alloc::string::String> $body
+        $crate::ktest::ktest!(@entry $name, OnRequest);
     };
     (fn $name:ident() $body:block) => {
         fn $name() -> Result<(), alloc::string::String> $body
+        $crate::ktest::ktest!(@entry $name, Plain);
+    };
+    // The test's entry in the `.ktests` section.
+    (@entry $name:ident, $kind:ident) => {
         const _: () = {
             #[link_section = ".ktests"]
             #[used]
             static ENTRY: $crate::ktest::KTest = $crate::ktest::KTest {
                 name: concat!(module_path!(), "::", stringify!($name)),
-                func: $crate::ktest::TestFn::Plain($name),
+                func: $crate::ktest::TestFn::$kind($name),
             };
         };
     };
@@ -87,10 +95,15 @@ pub fn all() -> &'static [KTest] {
 /// skipped) is not a success.
 pub fn run_all(filter: Option<&str>) -> bool {
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for t in all().iter().filter(|t| filter.is_none_or(|f| t.name.contains(f))) {
+    let selected = |t: &&KTest| match (&t.func, filter) {
+        (_, Some(f)) => t.name.contains(f),
+        (TestFn::OnRequest(_), None) => false,
+        (_, None) => true,
+    };
+    for t in all().iter().filter(selected) {
         let start = crate::time::uptime_ns();
         let r = match t.func {
-            TestFn::Plain(f) => f().map(|()| Outcome::Ran),
+            TestFn::Plain(f) | TestFn::OnRequest(f) => f().map(|()| Outcome::Ran),
             TestFn::MaySkip(f) => f(),
         };
         match r {

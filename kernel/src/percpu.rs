@@ -1,21 +1,18 @@
 //! The per-CPU area: what the architecture needs of a core, reached through GS (its own
 //! address, its index, the system-call entry's scratch fields and the bytes the entry's fast
-//! path writes, its descriptor tables), plus the memory allocator's per-core caches, which sit
-//! on every allocation's path. Each area is allocated on its core's NUMA node and aligned to
-//! 128 bytes; fields that other cores write (remote-free heads) sit on their own cache lines
-//! inside it.
+//! path writes, its descriptor tables). Each area is allocated on its core's NUMA node and
+//! aligned to 128 bytes.
 //!
 //! State that a subsystem above keeps for each core is declared beside that subsystem as a
 //! `CoreSlots<T>` (one cache-line-aligned slot per core, indexed by the core's index), so this
-//! file knows none of their types.
+//! file knows none of their types: the memory allocator's per-core caches too (`mm::frame`'s
+//! frame caches, `mm::heap`'s slab caches), which this file knows nothing of.
 
 use core::arch::asm;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::arch::x86_64::gdt::{Gdt, Tss};
 use crate::arch::x86_64::idt::Idt;
-use crate::mm::frame::FrameCache;
-use crate::mm::heap::SlabCaches;
 use percore::{CachePadded, MAX_CORES};
 
 /// `PerCpu::injectable` outside system calls (and while a call resolves a page fault); inside
@@ -40,8 +37,6 @@ pub struct PerCpu {
     pub apic_id: u32,
     pub node: u32,
     pub online: AtomicBool,
-    pub frame_cache: FrameCache,
-    pub slabs: SlabCaches,
     pub stats: CachePadded<CpuStats>,
     pub gdt: Gdt,
     pub tss: Tss,
@@ -144,8 +139,6 @@ impl PerCpu {
             apic_id,
             node,
             online: AtomicBool::new(false),
-            frame_cache: FrameCache::new(),
-            slabs: SlabCaches::new(),
             stats: CachePadded::new(CpuStats::default()),
             gdt: Gdt::empty(),
             tss: Tss::default(),
@@ -357,6 +350,21 @@ impl<T> CoreSlots<T> {
         let i = acting_index();
         // SAFETY: as for `this`: `acting_index` only ever holds a published core's index.
         unsafe { self.0.get_unchecked(i) }
+    }
+
+    /// The calling core's slot and the core's index, from one gs-relative load (the
+    /// allocator's paths need both).
+    #[inline(always)]
+    pub fn this_and_index(&self) -> (&T, usize) {
+        let i = current_index();
+        // SAFETY: as for `this`.
+        (unsafe { self.0.get_unchecked(i) }, i)
+    }
+
+    /// The slot of core `index`, if there can be such a core.
+    #[inline]
+    pub fn get(&self, index: usize) -> Option<&T> {
+        self.0.get(index).map(|s| &**s)
     }
 
     /// The slot of core `area`.

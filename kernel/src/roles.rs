@@ -21,6 +21,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::arch::x86_64::{apic, cpu, paging};
+use crate::dev::Armed;
 use crate::kobj::device::{rings_of, set_rings_state, Ring, Taken, NOT_ATTACHED, TAKE_MAX};
 use crate::kobj::kref::{KRef, KWeak};
 use crate::percpu::{self, CoreSlots, PerCpu};
@@ -284,7 +285,7 @@ pub fn kernel_core_loop() {
     me.in_kernel_loop.store(true, Ordering::SeqCst);
     me.polling.store(true, Ordering::Release);
     set_rings_state(me.index, Some(RING_ATTACHED), 1);
-    crate::dev::blk::kernel_core_running(me.index, true);
+    crate::dev::kernel_core_running(me.index, true);
     let mut idle = 0u32;
     // With devices: the TSC of the first empty poll of the current idle stretch (0: the
     // last poll found work).
@@ -302,22 +303,23 @@ pub fn kernel_core_loop() {
             buf.release();
             crate::smp::run_mailbox(me)
         };
-        let nics = crate::dev::net::poll_attached(me.index);
-        let disks = crate::dev::blk::poll_attached(me.index);
-        if answered | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | (nics == Some(true)) | (disks == Some(true)) {
+        let devices = crate::dev::poll_attached(me.index);
+        if answered | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | (devices == Some(true)) {
             idle = 0;
             idle_since = 0;
             continue;
         }
-        // With a device: adaptive polling. Poll without pause while frames keep coming; after
-        // `CONF_NET_KC_IDLE` microseconds with nothing, arm the card's interrupt and halt (a
-        // one-shot timer bounds each halt, wake IPIs end it early), looking at the devices
-        // once per wake-up until one has work again.
-        // Disks, and a NIC set to 0, keep the core polling without pause (Corey's kernel
-        // cores poll their devices and take no interrupts).
+        // With devices: adaptive polling. Poll every attached driver without pause while work
+        // keeps coming; once all have been idle for the shortest of their stretches
+        // (`Driver::sleep_after_us`: a NIC's `CONF_NET_KC_IDLE`, a disk's `blk::KC_IDLE_US`),
+        // arm every driver's interrupt and halt (a one-shot timer bounds each halt, the
+        // devices' interrupts and wake IPIs end it early), looking at the devices once per
+        // wake-up until one has work again. A driver that asks for pure polling (a NIC set to
+        // 0) keeps the core polling without pause (Corey's kernel cores poll their devices and
+        // take no interrupts).
         let mut device_sleep = false;
-        if nics.is_some() || disks.is_some() {
-            let Some(after_us) = disks.is_none().then(|| crate::dev::net::sleep_after_us(me.index)).flatten() else { continue };
+        if devices.is_some() {
+            let Some(after_us) = crate::dev::sleep_after_us(me.index) else { continue };
             idle = idle.wrapping_add(1);
             if idle % PAUSE_EVERY != 0 {
                 continue;
@@ -374,22 +376,25 @@ pub fn kernel_core_loop() {
             set_rings_state(me.index, None, 1);
             continue;
         }
-        // The card's interrupt ends the sleep when a frame comes (armed now, after the last
-        // look; a completion in between is found here and the core polls on).
-        // Programs putting frames on a TX ring (Dedicated) ring the doorbell once they see
-        // this; a frame put before it is found by the look that follows.
+        // The devices' interrupts end the sleep when a frame comes or a request completes
+        // (armed now, after the last look; a completion in between is found here and the core
+        // polls on). Programs putting frames on a NIC's TX ring (Dedicated) ring the doorbell
+        // once they see the announcement; a frame put before it is found by the look that
+        // follows.
         if device_sleep {
-            crate::dev::net::set_asleep_attached(me.index, true);
+            crate::dev::set_asleep_attached(me.index, true);
         }
         let armed = if !device_sleep {
-            crate::dev::net::Armed::NoLine
-        } else if crate::dev::net::poll_attached(me.index) == Some(true) {
-            crate::dev::net::Armed::Work
+            Armed::NoLine
+        } else if crate::dev::poll_attached(me.index) == Some(true) {
+            Armed::Work
         } else {
-            crate::dev::net::arm_attached(me.index, me.apic_id)
+            crate::dev::arm_attached(me.index, me.apic_id)
         };
-        if armed == crate::dev::net::Armed::Work {
-            crate::dev::net::set_asleep_attached(me.index, false);
+        if armed == Armed::Work {
+            // Some drivers may have been armed before one found work.
+            crate::dev::disarm_attached(me.index);
+            crate::dev::set_asleep_attached(me.index, false);
             me.polling.store(true, Ordering::SeqCst);
             set_rings_state(me.index, None, 1);
             idle = 0;
@@ -398,15 +403,14 @@ pub fn kernel_core_loop() {
         }
         let periodic = device_sleep && crate::arch::x86_64::apic::timer_hz() != 0;
         if device_sleep && !periodic {
-            apic::timer_oneshot_us(if armed == crate::dev::net::Armed::Yes { abi::NET_KC_ARMED_SLEEP_US } else { abi::NET_KC_SLEEP_US });
+            apic::timer_oneshot_us(crate::dev::sleep_bound_us(me.index, armed));
         }
         crate::smp::halt(me);
         if device_sleep {
             cpu::disable_interrupts();
-            crate::dev::net::set_asleep_attached(me.index, false);
-            if armed == crate::dev::net::Armed::Yes {
-                crate::dev::net::disarm();
-            }
+            crate::dev::set_asleep_attached(me.index, false);
+            // Every line armed (with `NoLine`, the drivers that have one may be armed).
+            crate::dev::disarm_attached(me.index);
             if !periodic {
                 apic::timer_periodic_us(0);
             }
@@ -422,7 +426,7 @@ pub fn kernel_core_loop() {
     me.polling.store(false, Ordering::Release);
     // Requests not taken stay in the rings; their submitters see the status and cancel.
     set_rings_state(me.index, Some(RING_STOPPED), 0);
-    crate::dev::blk::kernel_core_running(me.index, false);
+    crate::dev::kernel_core_running(me.index, false);
     me.in_kernel_loop.store(false, Ordering::Release);
 }
 

@@ -676,18 +676,11 @@ fn sys_pcore_add_device_or_pcore_del_device(nr: u64, a: &[u64; 6]) -> Result<u64
     if pc.allocator_core != caller() as u32 {
         return Err(Error::NotPermitted);
     }
-    if let Some(n) = &dev.net {
+    if let Some(d) = &dev.drv {
         return if nr == nr::PCORE_ADD_DEVICE {
-            crate::dev::net::attach(pc.core as usize, n).map(|()| 0)
+            crate::dev::attach(pc.core as usize, d).map(|()| 0)
         } else {
-            crate::dev::net::detach(n, Some(pc.core as usize)).map(|()| 0)
-        };
-    }
-    if let Some(b) = &dev.blk {
-        return if nr == nr::PCORE_ADD_DEVICE {
-            crate::dev::blk::attach(pc.core as usize, b).map(|()| 0)
-        } else {
-            crate::dev::blk::detach(b, Some(pc.core as usize)).map(|()| 0)
+            crate::dev::detach(d, Some(pc.core as usize)).map(|()| 0)
         };
     }
     let ring = dev.ring.as_ref().ok_or(Error::Unsupported)?;
@@ -715,15 +708,12 @@ fn sys_device_alloc(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         let d = device::Device::open_ring(seg, a[5], &root_ar, &shares, caller() as u32)?;
         return insert_new(&s, b"syscall-ring", home, Kind::Device(d));
     }
-    if let Some(f) = crate::dev::pci::by_hwid(a[1]) {
+    if let Some(kind) = crate::dev::kind_of(a[1]) {
         let seg = lookup(a[3], a[4])?;
         seg.as_segment()?;
-        if f.virtio == Some(virtio_drivers::transport::DeviceType::Block) {
-            let d = device::Device::open_blk(a[1], seg, a[5])?;
-            return insert_new(&s, b"vblk", home, Kind::Device(d));
-        }
-        let d = device::Device::open_net(a[1], seg, a[5])?;
-        return insert_new(&s, b"vnic", home, Kind::Device(d));
+        let kind = kind?;
+        let d = device::Device::open_hw(a[1], kind, seg, a[5])?;
+        return insert_new(&s, kind.object_name, home, Kind::Device(d));
     }
     let d = device::Device::open(a[1])?;
     insert_new(&s, b"console", home, Kind::Device(d))
@@ -755,11 +745,8 @@ fn sys_device_buf(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     let b: DeviceBuf = read_user(a[2])?;
     let dev_obj = lookup(a[0], a[1])?;
     let dev = dev_obj.as_device()?;
-    if let Some(n) = &dev.net {
-        return n.buf(b.buf_type, b.seg.share, b.offset, b.len);
-    }
-    if let Some(d) = &dev.blk {
-        return d.buf(b.buf_type, b.seg.share, b.seg.object, b.offset, b.len);
+    if let Some(d) = &dev.drv {
+        return d.get().buf(&b);
     }
     if b.buf_type != BUF_TX {
         return Err(Error::Unsupported);

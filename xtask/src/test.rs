@@ -1123,7 +1123,30 @@ fn fs_suite(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     // The disk's Dedicated mode with two requesting cores and a kernel core (abi::blk).
     let three = Expect { may_skip: &[], must_pass: &["fs_blk_dedicated_two_cores", "fs_blk_dedicated_refuses_bad_entries", "fs_blk_dedicated_kernel_core_removed", "fs_blk_dedicated_given_up_write_not_replayed", "fs_blk_dedicated_mount"] };
     t.add(user_boot(kernel, initrd, UserBoot { disk: Some(img.clone()), ..UserBoot::new(3, "init=fstest -- fs_blk_dedicated", three) })?);
+    t.add(kernel_disk_tests(kernel, &img)?);
     t.add(crate::fs::ci_after_boots(kernel, initrd, &img)?);
+    Ok(t)
+}
+
+/// The in-kernel driver tests that need a disk (`ktest! { on_request ... }` in
+/// kernel/src/dev/ktests.rs: the kernel test boots have none), on the suite's image (they only
+/// read it).
+fn kernel_disk_tests(kernel: &Path, img: &Path) -> Result<TestTally, String> {
+    let cfg = VmConfig {
+        smp: 2,
+        mem_mib: 512,
+        cmdline: "test=kernel::dev::ktests".into(),
+        disk: Some(img.to_path_buf()),
+        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
+        timeout: Some(BOOT_TIMEOUT),
+        ..Default::default()
+    };
+    println!("== kernel driver tests with the disk at 2 vCPU(s)");
+    let out = boot_captured(&cfg, None, false)?;
+    let expect = Expect { may_skip: &[], must_pass: &["kernel::dev::ktests::disk_kernel_core_sleeps_when_idle_and_wakes_for_a_request"] };
+    let v = judge_run(&out.serial, Ending::of(&out), &expect);
+    let t = report("kernel driver tests with a disk", &v, &out.serial, 15);
+    println!("   2 vCPU(s): {} passed, {} failed, {} skipped ({:.1} s)", t.passed, t.failed, t.skipped, out.elapsed.as_secs_f64());
     Ok(t)
 }
 

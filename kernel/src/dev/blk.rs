@@ -48,23 +48,22 @@ use abi::{
 use core::sync::atomic::{AtomicBool, AtomicU32};
 use percore::mcs::McsLock;
 use percore::pad::CachePadded;
-use percore::{TicketLock, MAX_CORES};
+use percore::TicketLock;
 use virtio_drivers::device::blk::{BlkReq, BlkResp, VirtIOBlk};
 use virtio_drivers::transport::pci::PciTransport;
 use virtio_drivers::transport::DeviceType;
 
 use super::pci;
 use super::virtio::KernelHal;
-use crate::kobj::kref::KRef;
-use super::SharedMemory;
+use super::{Armed, Driver, Line, SharedMemory};
 use crate::mm::phys_to_virt;
 
-type Driver = VirtIOBlk<KernelHal, PciTransport>;
+type Virtio = VirtIOBlk<KernelHal, PciTransport>;
 
 /// The driver, how many requests are in the device, and (Dedicated) each ring's request in
 /// the device.
 struct DriverState {
-    drv: Driver,
+    drv: Virtio,
     inflight: u32,
     /// `BLK_MAX_RINGS` entries, made at `open` and never resized: the headers and statuses the
     /// device reads stay at their heap addresses while a request is in flight.
@@ -107,17 +106,13 @@ struct RingPoll {
     broken: AtomicBool,
 }
 
-/// The block devices attached to each kernel core. Only that core polls its list; attach and
-/// detach take the lock.
-static POLLED: [CachePadded<TicketLock<Vec<KRef<BlkDev>>>>; MAX_CORES] = [const { CachePadded::new(TicketLock::new(Vec::new())) }; MAX_CORES];
-
-/// Whether each core runs its kernel-core loop now: set by `kernel_core_running` as the loop
-/// starts and cleared as it ends, under `POLLED[core]`'s lock. The ring header names a core
-/// only while this says so: a core whose *role* is kernel core may not have entered its loop
-/// yet (it was running a context when the role changed, and looks at its role only when that
-/// context leaves), and a header naming it would let a requesting core spin on a ring nobody
-/// polls.
-static SERVING: [AtomicBool; MAX_CORES] = [const { AtomicBool::new(false) }; MAX_CORES];
+/// Empty polls (microseconds) before a kernel core with only disks attached sleeps.
+pub const KC_IDLE_US: u64 = 2_000;
+/// How often a sleeping kernel core looks at its disks' submit rings. The used ring's
+/// interrupt ends a halt at once when a request in the device completes; a new submit entry
+/// raises nothing (a program posts it with plain stores and spins on its completion ring, with
+/// no doorbell), so it waits for this look: at most this long after an idle stretch.
+pub const KC_SLEEP_US: u64 = 1_000;
 
 /// hwids of the disks a block device object owns now.
 static TAKEN: TicketLock<Vec<u64>> = TicketLock::new(Vec::new());
@@ -148,6 +143,8 @@ pub struct BlkDev {
     dead: AtomicBool,
     /// This object holds the disk and a pin on the segment (`shutdown` gives both back once).
     owns: AtomicBool,
+    /// The disk's interrupt line (armed only while its kernel core sleeps).
+    line: Line,
 }
 
 #[derive(Default)]
@@ -221,6 +218,7 @@ impl BlkDev {
             attached: AtomicU32::new(u32::MAX),
             dead: AtomicBool::new(false),
             owns: AtomicBool::new(true),
+            line: Line::of(f.df),
         };
         dev.rings.try_reserve_exact(BLK_MAX_RINGS as usize).map_err(|_| Error::NoMemory)?;
         dev.rings.extend((0..BLK_MAX_RINGS).map(|_| CachePadded::new(RingPoll::default())));
@@ -233,7 +231,7 @@ impl BlkDev {
         let mut slot = Vec::new();
         slot.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
         let transport = pci::with_root(|root| PciTransport::new::<KernelHal, _>(root, f.df)).ok_or(Error::NotFound)?.map_err(|_| Error::Unsupported)?;
-        let drv = Driver::new(transport).map_err(io_error)?;
+        let drv = Virtio::new(transport).map_err(io_error)?;
         dev.capacity = drv.capacity();
         dev.readonly = drv.readonly();
         slot.push(DriverState { drv, inflight: 0, rio });
@@ -536,7 +534,7 @@ impl BlkDev {
 
     /// Place the next page of ring `r`'s request in the virtqueue. False if the queue is full
     /// (tried again next round).
-    fn place(&self, drv: &mut Driver, inflight: &mut u32, io: &mut RingIo, r: usize) -> bool {
+    fn place(&self, drv: &mut Virtio, inflight: &mut u32, io: &mut RingIo, r: usize) -> bool {
         let RingIo { active, token, req, resp } = io;
         let Some(a) = active else { return false };
         let (first, buf) = self.chunk(a);
@@ -731,93 +729,88 @@ impl Drop for BlkDev {
     }
 }
 
-/// `pcore_add_device` of a block device object: `core` polls it while it is a kernel core.
-/// `NotPermitted` unless the object is in Dedicated mode (Polling needs no kernel core).
-pub fn attach(core: usize, dev: &KRef<BlkDev>) -> Result<(), Error> {
-    let target = crate::percpu::get(core).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
-    if !dev.dedicated() || dev.dead.load(Ordering::Acquire) {
-        return Err(Error::NotPermitted);
+impl Driver for BlkDev {
+    fn poll(&self) -> bool {
+        BlkDev::poll(self)
     }
-    if dev.attached.compare_exchange(u32::MAX, core as u32, Ordering::AcqRel, Ordering::Acquire).is_err() {
-        return Err(Error::Busy);
-    }
-    let mut list = POLLED[core].lock();
-    if list.try_reserve(1).is_err() {
-        dev.attached.store(u32::MAX, Ordering::Release);
-        return Err(Error::NoMemory);
-    }
-    list.push(dev.clone());
-    // The header names the core only while its kernel-core loop runs (`SERVING`, written under
-    // this lock): not merely because its role says kernel core.
-    if SERVING[core].load(Ordering::Acquire) {
-        dev.publish_attached(core as u64);
-    }
-    drop(list);
-    // A kernel core asleep in its idle halt would not look at its list until something woke it.
-    // Always, not only when `polling` is clear: a core between its last empty look at the list
-    // and its announcement that it stops polling would otherwise halt with the device attached
-    // (and a disk's requests time out as `NoSuchCore`). The IPI waits in the core's APIC while
-    // its interrupts are off, so it ends that halt at once; attaching is rare.
-    if target.role.load(Ordering::Acquire) == abi::ROLE_KC {
-        crate::arch::x86_64::apic::send_ipi(target.apic_id, crate::arch::x86_64::apic::VECTOR_WAKE);
-    }
-    Ok(())
-}
 
-/// `pcore_del_device`, or the device object going: stop polling it. Requests on the rings stay
-/// there (and those in the device complete into the segment); the header says `BLK_DETACHED`,
-/// which a waiting program reads as "no kernel core" (`NoSuchCore`). Attaching again resumes.
-pub fn detach(dev: &KRef<BlkDev>, only: Option<usize>) -> Result<(), Error> {
-    let core = dev.attached.load(Ordering::Acquire);
-    if core == u32::MAX || only.is_some_and(|c| c != core as usize) {
-        return Err(Error::NotFound);
+    fn sleep_after_us(&self) -> Option<u64> {
+        Some(KC_IDLE_US)
     }
-    let removed = {
-        let mut list = POLLED[core as usize].lock();
-        let r = list.iter().position(|d| KRef::ptr_eq(d, dev)).map(|i| list.swap_remove(i));
-        if list.is_empty() {
-            *list = Vec::new();
-        }
-        dev.attached.store(u32::MAX, Ordering::Release);
-        if !dev.dead.load(Ordering::Acquire) {
-            dev.publish_attached(BLK_DETACHED);
-        }
-        r
-    };
-    // The list's reference goes outside the lock (the last one resets the disk).
-    drop(removed);
-    Ok(())
-}
 
-/// `core`'s kernel-core loop starts (`on`) or ends: the headers of the disks attached to it
-/// say so (`BLK_DETACHED` while it does not run, so a requesting core gets `NoSuchCore` rather
-/// than spinning). Under the list's lock, which `attach` holds while it reads `SERVING`.
-pub fn kernel_core_running(core: usize, on: bool) {
-    let list = POLLED[core].lock();
-    SERVING[core].store(on, Ordering::Release);
-    for d in list.iter() {
-        if !d.dead.load(Ordering::Acquire) {
-            d.publish_attached(if on { core as u64 } else { BLK_DETACHED });
+    fn sleep_bound_us(&self, _armed: bool) -> u64 {
+        KC_SLEEP_US
+    }
+
+    /// Before the kernel core halts: acknowledge the disk's interrupt (which lowers its line),
+    /// look once more at the used ring, and if nothing completed route the line to this core,
+    /// unmasked. A completion after the look raises the line again, and the level-triggered
+    /// input delivers it as soon as the core enables interrupts, so none is lost. A submit
+    /// entry waiting on a ring is work too (its request is placed by the next poll).
+    fn arm(&self, apic_id: u32) -> Armed {
+        if !self.line.exists() || self.dead.load(Ordering::Acquire) || !self.dedicated() {
+            return Armed::NoLine;
+        }
+        let Some(mut g) = self.driver.try_lock() else { return Armed::Work };
+        let Some(st) = g.first_mut() else { return Armed::NoLine };
+        let _ = st.drv.ack_interrupt();
+        if st.drv.peek_used().is_some() {
+            return Armed::Work;
+        }
+        let n = (self.nrings.load(Ordering::Relaxed) as usize).min(st.rio.len());
+        // A page waiting to be placed, or a submit entry that came after the last poll.
+        let waiting = |r: usize| st.rio[r].active.is_some() || self.peek_submit(r).is_some();
+        if (0..n).any(|r| st.rio[r].token.is_none() && !self.rings[r].broken.load(Ordering::Relaxed) && waiting(r)) {
+            return Armed::Work;
+        }
+        if self.line.arm(apic_id) {
+            Armed::Yes
+        } else {
+            Armed::NoLine
         }
     }
-}
 
-/// A kernel core's poll of its block devices: `None` if it has none, else whether anything
-/// moved (the caller never sleeps while this is `Some`, as for NICs).
-pub fn poll_attached(core: usize) -> Option<bool> {
-    let mut did = false;
-    let mut i = 0;
-    loop {
-        let dev = {
-            let list = POLLED[core].lock();
-            match list.get(i) {
-                Some(d) => d.clone(),
-                None if i == 0 => return None,
-                None => break,
-            }
-        };
-        did |= dev.poll();
-        i += 1;
+    fn disarm(&self) {
+        self.line.disarm();
     }
-    Some(did)
+
+    fn attached(&self) -> &AtomicU32 {
+        &self.attached
+    }
+
+    /// Only in Dedicated mode (Polling needs no kernel core), and not once the object is gone.
+    fn can_attach(&self) -> Result<(), Error> {
+        if !self.dedicated() || self.dead.load(Ordering::Acquire) {
+            return Err(Error::NotPermitted);
+        }
+        Ok(())
+    }
+
+    /// The ring header names the core while its kernel-core loop runs, and says `BLK_DETACHED`
+    /// otherwise, which a waiting program reads as "no kernel core" (`NoSuchCore`) rather than
+    /// spinning. Requests on the rings stay there when it is detached (and those in the device
+    /// complete into the segment); attaching again resumes.
+    fn serving(&self, core: Option<usize>) {
+        if !self.dead.load(Ordering::Acquire) {
+            self.publish_attached(core.map_or(BLK_DETACHED, |c| c as u64));
+        }
+    }
+
+    fn shutdown(&self) {
+        BlkDev::shutdown(self)
+    }
+
+    fn stat(&self) -> DeviceStat {
+        BlkDev::stat(self)
+    }
+
+    fn conf(&self, key: u64, value: u64) -> Result<(), Error> {
+        BlkDev::conf(self, key, value)
+    }
+
+    /// The first sector in `seg.share` (`seg.object` reserved), the bytes of the request segment
+    /// in `offset` and `len`.
+    fn buf(&self, b: &abi::DeviceBuf) -> Result<u64, Error> {
+        BlkDev::buf(self, b.buf_type, b.seg.share, b.seg.object, b.offset, b.len)
+    }
 }

@@ -28,68 +28,33 @@ use abi::{
 };
 use percore::mcs::McsLock;
 use percore::pad::CachePadded;
-use percore::{TicketLock, MAX_CORES};
 use virtio_drivers::device::net::VirtIONetRaw;
 use virtio_drivers::transport::pci::PciTransport;
 use virtio_drivers::transport::DeviceType;
 
 use super::pci;
 use super::virtio::KernelHal;
-use crate::kobj::kref::KRef;
-use super::SharedMemory;
+use super::{Armed, Driver, Line, SharedMemory};
 use crate::mm::phys_to_virt;
 
 /// Descriptors per virtqueue.
 const QUEUE_SIZE: usize = 256;
-type Driver = VirtIONetRaw<KernelHal, PciTransport, QUEUE_SIZE>;
+type Virtio = VirtIONetRaw<KernelHal, PciTransport, QUEUE_SIZE>;
 
 /// No buffer in a descriptor slot.
 const NONE: u32 = u32::MAX;
 
 /// Set while a virtual NIC owns the card.
 static CARD_TAKEN: AtomicBool = AtomicBool::new(false);
-/// The I/O APIC input of the card's INTx line (`pci::intx_gsi`), or `u32::MAX` if unknown.
-static CARD_GSI: AtomicU32 = AtomicU32::new(u32::MAX);
-/// The vector the card's interrupt arrives on while a core sleeps waiting for it.
-pub const VECTOR_NIC: u8 = 0xE1;
-
-/// The card's interrupt: it only ends a halt. The line stays asserted until the driver
-/// acknowledges it, so it is masked before the EOI (`arm` unmasks it again).
-fn nic_interrupt(_f: &mut crate::arch::x86_64::idt::TrapFrame) {
-    let gsi = CARD_GSI.load(Ordering::Relaxed);
-    if gsi != u32::MAX {
-        crate::arch::x86_64::ioapic::mask(gsi);
-    }
-    crate::arch::x86_64::apic::eoi();
-}
-
-/// What `arm` found.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Armed {
-    /// The card's interrupt will end the coming halt.
-    Yes,
-    /// A completion is already waiting (or the driver is busy): do not sleep.
-    Work,
-    /// No interrupt line: sleep on a short timer instead.
-    NoLine,
-}
-
-/// Mask the card's interrupt again after a halt.
-pub fn disarm() {
-    let gsi = CARD_GSI.load(Ordering::Relaxed);
-    if gsi != u32::MAX {
-        crate::arch::x86_64::ioapic::mask(gsi);
-    }
-}
 
 /// The card's hwid, if the PCI walk found one.
 pub fn card() -> Option<pci::Function> {
     pci::find_virtio(DeviceType::Network)
 }
 
-/// The driver and which buffer each in-flight descriptor holds.
+/// The virtio driver and which buffer each in-flight descriptor holds.
 struct DriverState {
-    drv: Driver,
+    drv: Virtio,
     /// Transmit descriptor token -> `channel << 16 | buffer`, and the frame's length.
     tx_owner: [u32; QUEUE_SIZE],
     tx_len: [u16; QUEUE_SIZE],
@@ -152,11 +117,9 @@ pub struct NetDev {
     pub dead: AtomicBool,
     /// This virtual NIC holds the card and a pin on the segment (`shutdown` gives both back).
     owns_card: AtomicBool,
+    /// The card's interrupt line (armed only while a core sleeps waiting for frames).
+    line: Line,
 }
-
-/// The virtual NICs attached to each kernel core. Only that core polls its list; attach and
-/// detach take the lock.
-static POLLED: [CachePadded<TicketLock<Vec<KRef<NetDev>>>>; MAX_CORES] = [const { CachePadded::new(TicketLock::new(Vec::new())) }; MAX_CORES];
 
 impl NetDev {
     /// `device_alloc` of the card: a virtual NIC over `seg` with `nchannels` channels.
@@ -182,8 +145,6 @@ impl NetDev {
                 return Err(e);
             }
         };
-        CARD_GSI.store(pci::intx_gsi(f.df).unwrap_or(u32::MAX), Ordering::Relaxed);
-        crate::arch::x86_64::idt::register_handler(VECTOR_NIC, nic_interrupt);
         // From here on, dropping `dev` unpins and frees the card.
         let mut chans = Vec::new();
         let mut dev = NetDev {
@@ -201,6 +162,7 @@ impl NetDev {
             attached: AtomicU32::new(u32::MAX),
             dead: AtomicBool::new(false),
             owns_card: AtomicBool::new(true),
+            line: Line::of(f.df),
         };
         chans.try_reserve_exact(nchannels as usize).map_err(|_| Error::NoMemory)?;
         chans.extend((0..nchannels).map(|_| CachePadded::new(ChanPoll::default())));
@@ -212,7 +174,7 @@ impl NetDev {
         let mut slot = Vec::new();
         slot.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
         let transport = pci::with_root(|root| PciTransport::new::<KernelHal, _>(root, f.df)).ok_or(Error::NotFound)?.map_err(|_| Error::Unsupported)?;
-        let drv = Driver::new(transport).map_err(|e| match e {
+        let drv = Virtio::new(transport).map_err(|e| match e {
             virtio_drivers::Error::DmaError => Error::NoMemory,
             _ => Error::Unsupported,
         })?;
@@ -501,8 +463,7 @@ impl NetDev {
     /// level-triggered input delivers it as soon as the core enables interrupts, so none is
     /// lost. Interrupts are off.
     pub fn arm(&self, apic_id: u32) -> Armed {
-        let gsi = CARD_GSI.load(Ordering::Relaxed);
-        if gsi == u32::MAX || self.dead.load(Ordering::Acquire) {
+        if !self.line.exists() || self.dead.load(Ordering::Acquire) {
             return Armed::NoLine;
         }
         let Some(mut g) = self.driver.try_lock() else { return Armed::Work };
@@ -511,7 +472,7 @@ impl NetDev {
         if st.drv.poll_receive().is_some() || st.drv.poll_transmit().is_some() {
             return Armed::Work;
         }
-        if crate::arch::x86_64::ioapic::route_level(gsi, VECTOR_NIC, apic_id) {
+        if self.line.arm(apic_id) {
             Armed::Yes
         } else {
             Armed::NoLine
@@ -566,7 +527,7 @@ impl NetDev {
             crate::smp::halt_at_most(me, timeout_us);
         }
         if armed == Armed::Yes {
-            disarm();
+            self.line.disarm();
         }
         self.waiters[c as usize].store(0, Ordering::Relaxed);
         cpu::enable_interrupts();
@@ -670,109 +631,57 @@ impl Drop for NetDev {
     }
 }
 
-/// `pcore_add_device` of a virtual NIC: `core` polls it while it is a kernel core.
-pub fn attach(core: usize, dev: &KRef<NetDev>) -> Result<(), Error> {
-    let target = crate::percpu::get(core).filter(|c| c.online.load(Ordering::Acquire)).ok_or(Error::NoSuchCore)?;
-    if dev.attached.compare_exchange(u32::MAX, core as u32, Ordering::AcqRel, Ordering::Acquire).is_err() {
-        return Err(Error::Busy);
+impl Driver for NetDev {
+    fn poll(&self) -> bool {
+        NetDev::poll(self)
     }
-    let mut list = POLLED[core].lock();
-    if list.try_reserve(1).is_err() {
-        dev.attached.store(u32::MAX, Ordering::Release);
-        return Err(Error::NoMemory);
-    }
-    list.push(dev.clone());
-    drop(list);
-    // A kernel core asleep in its idle halt would not look at its list until something woke it.
-    // Always, not only when `polling` is clear: a core between its last empty look at the list
-    // and its announcement that it stops polling would otherwise halt with the device attached
-    // (and a disk's requests time out as `NoSuchCore`). The IPI waits in the core's APIC while
-    // its interrupts are off, so it ends that halt at once; attaching is rare.
-    if target.role.load(Ordering::Acquire) == abi::ROLE_KC {
-        crate::arch::x86_64::apic::send_ipi(target.apic_id, crate::arch::x86_64::apic::VECTOR_WAKE);
-    }
-    Ok(())
-}
 
-/// `pcore_del_device`, or the device object going: stop polling it.
-pub fn detach(dev: &KRef<NetDev>, only: Option<usize>) -> Result<(), Error> {
-    let core = dev.attached.load(Ordering::Acquire);
-    if core == u32::MAX || only.is_some_and(|c| c != core as usize) {
-        return Err(Error::NotFound);
-    }
-    let removed = {
-        let mut list = POLLED[core as usize].lock();
-        let r = list.iter().position(|d| KRef::ptr_eq(d, dev)).map(|i| list.swap_remove(i));
-        if list.is_empty() {
-            *list = Vec::new();
-        }
-        dev.attached.store(u32::MAX, Ordering::Release);
-        r
-    };
-    // The list's reference goes outside the lock (the last one resets the card).
-    drop(removed);
-    Ok(())
-}
-
-/// How long kernel core `core` keeps polling its virtual NICs with nothing arriving before it
-/// sleeps (`CONF_NET_KC_IDLE`, the shortest of its NICs'), or `None` if one of them asks for
-/// pure polling (Corey's kernel cores poll devices instead of taking their interrupts).
-pub fn sleep_after_us(core: usize) -> Option<u64> {
-    let list = POLLED[core].lock();
-    let mut after = None;
-    for d in list.iter() {
-        match d.kc_idle_us.load(Ordering::Relaxed) {
-            0 => return None,
-            us => after = Some(after.map_or(us, |a: u64| a.min(us))),
+    /// `CONF_NET_KC_IDLE` (0: never sleep).
+    fn sleep_after_us(&self) -> Option<u64> {
+        match self.kc_idle_us.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(us),
         }
     }
-    Some(after.unwrap_or(abi::NET_KC_IDLE_POLL_US))
-}
 
-/// Tell the programs of every virtual NIC kernel core `core` polls that it sleeps (or polls
-/// again); after setting it, the caller looks at the rings once more (`poll_attached`).
-pub fn set_asleep_attached(core: usize, asleep: bool) {
-    for d in POLLED[core].lock().iter() {
-        d.set_kc_asleep(asleep);
-    }
-    core::sync::atomic::fence(Ordering::SeqCst);
-}
-
-/// `NetDev::arm` for every virtual NIC kernel core `core` polls: `Yes` only if every one is
-/// armed.
-pub fn arm_attached(core: usize, apic_id: u32) -> Armed {
-    let list = POLLED[core].lock();
-    let mut r = Armed::Yes;
-    for d in list.iter() {
-        match d.arm(apic_id) {
-            Armed::Yes => {}
-            Armed::Work => return Armed::Work,
-            Armed::NoLine => r = Armed::NoLine,
+    fn sleep_bound_us(&self, armed: bool) -> u64 {
+        if armed {
+            abi::NET_KC_ARMED_SLEEP_US
+        } else {
+            abi::NET_KC_SLEEP_US
         }
     }
-    if list.is_empty() {
-        Armed::NoLine
-    } else {
-        r
-    }
-}
 
-/// A kernel core's poll of its virtual NICs: `None` if it has none, else whether anything
-/// moved.
-pub fn poll_attached(core: usize) -> Option<bool> {
-    let mut did = false;
-    let mut i = 0;
-    loop {
-        let dev = {
-            let list = POLLED[core].lock();
-            match list.get(i) {
-                Some(d) => d.clone(),
-                None if i == 0 => return None,
-                None => break,
-            }
-        };
-        did |= dev.poll();
-        i += 1;
+    fn set_asleep(&self, asleep: bool) {
+        self.set_kc_asleep(asleep);
     }
-    Some(did)
+
+    fn arm(&self, apic_id: u32) -> Armed {
+        NetDev::arm(self, apic_id)
+    }
+
+    fn disarm(&self) {
+        self.line.disarm();
+    }
+
+    fn attached(&self) -> &AtomicU32 {
+        &self.attached
+    }
+
+    fn shutdown(&self) {
+        NetDev::shutdown(self)
+    }
+
+    fn stat(&self) -> DeviceStat {
+        NetDev::stat(self)
+    }
+
+    fn conf(&self, key: u64, value: u64) -> Result<(), Error> {
+        NetDev::conf(self, key, value)
+    }
+
+    /// The channel in `seg.share`, the buffer index in `offset`.
+    fn buf(&self, b: &abi::DeviceBuf) -> Result<u64, Error> {
+        NetDev::buf(self, b.buf_type, b.seg.share, b.offset, b.len)
+    }
 }

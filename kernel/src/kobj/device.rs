@@ -14,7 +14,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use super::kref::{KRef, KWeak};
 use crate::arch::x86_64::apic;
-use crate::dev::SharedMemory;
+use crate::dev::{DriverRef, SharedMemory};
 use crate::percpu;
 use percore::{CachePadded, TicketLock, MAX_CORES};
 use super::{KObject, ObjRef};
@@ -43,12 +43,10 @@ pub struct Device {
     /// polls it can hold it strongly without keeping the device object (and through it the
     /// shares that hold the device) alive: freeing the device detaches the ring.
     pub ring: Option<KRef<Ring>>,
-    /// A virtual NIC over the network card (`abi::net`). Its own allocation for the same
-    /// reason as `ring`: the kernel core polling it holds it, not the device object.
-    pub net: Option<KRef<crate::dev::net::NetDev>>,
-    /// A block device object over a disk (`abi::blk`). Its own allocation for the same reason
-    /// as `net`: a kernel core polling it (Dedicated mode) holds it.
-    pub blk: Option<KRef<crate::dev::blk::BlkDev>>,
+    /// The driver of a hardware device (`dev::KINDS`: a virtual NIC over the network card,
+    /// `abi::net`; a block device object over a disk, `abi::blk`). Its own allocation for the
+    /// same reason as `ring`: the kernel core polling it holds it, not the device object.
+    pub drv: Option<DriverRef>,
 }
 
 /// A taken request: its slot sequence number, call number and arguments (`nr == None`: the
@@ -253,21 +251,14 @@ impl Device {
             return Err(Error::NotFound);
         }
         CONSOLE_OWNER.store(percore::cpu_id() as u32, Ordering::Relaxed);
-        Ok(Device { hwid, kind: DEVICE_CONSOLE, crlf: AtomicBool::new(true), ring: None, net: None, blk: None })
+        Ok(Device { hwid, kind: DEVICE_CONSOLE, crlf: AtomicBool::new(true), ring: None, drv: None })
     }
 
-    /// A virtual NIC over the card with hwid `hwid` (`abi::net`).
-    pub fn open_net(hwid: u64, seg: ObjRef, nchannels: u64) -> Result<Device, Error> {
-        let n = crate::dev::net::NetDev::open(hwid, SegmentMemory::boxed(seg)?, nchannels)?;
-        let n = KRef::try_new(n).map_err(|_| Error::NoMemory)?;
-        Ok(Device { hwid, kind: abi::DEVICE_NET, crlf: AtomicBool::new(false), ring: None, net: Some(n), blk: None })
-    }
-
-    /// A block device object over the disk with hwid `hwid` (`abi::blk`).
-    pub fn open_blk(hwid: u64, seg: ObjRef, reserved: u64) -> Result<Device, Error> {
-        let b = crate::dev::blk::BlkDev::open(hwid, SegmentMemory::boxed(seg)?, reserved)?;
-        let b = KRef::try_new(b).map_err(|_| Error::NoMemory)?;
-        Ok(Device { hwid, kind: abi::DEVICE_BLOCK, crlf: AtomicBool::new(false), ring: None, net: None, blk: Some(b) })
+    /// A device object over the hardware device with hwid `hwid`, of kind `kind` (`dev::KINDS`),
+    /// sharing `seg` with its program; `arg` is `device_alloc`'s last argument.
+    pub fn open_hw(hwid: u64, kind: &crate::dev::Kind, seg: ObjRef, arg: u64) -> Result<Device, Error> {
+        let d = (kind.open)(hwid, SegmentMemory::boxed(seg)?, arg)?;
+        Ok(Device { hwid, kind: kind.kind, crlf: AtomicBool::new(false), ring: None, drv: Some(d) })
     }
 
     /// A syscall ring over the first bytes of `seg`, acting with `root_ar` and `shares`.
@@ -300,15 +291,12 @@ impl Device {
         if !ring.publish() {
             return Err(Error::Busy);
         }
-        Ok(Device { hwid: HWID_SYSCALL_RING, kind: DEVICE_SYSCALL_RING, crlf: AtomicBool::new(false), ring: Some(ring), net: None, blk: None })
+        Ok(Device { hwid: HWID_SYSCALL_RING, kind: DEVICE_SYSCALL_RING, crlf: AtomicBool::new(false), ring: Some(ring), drv: None })
     }
 
     pub fn stat(&self) -> DeviceStat {
-        if let Some(n) = &self.net {
-            return n.stat();
-        }
-        if let Some(b) = &self.blk {
-            return b.stat();
+        if let Some(d) = &self.drv {
+            return d.get().stat();
         }
         if let Some(r) = &self.ring {
             return DeviceStat { hwid: self.hwid, kind: self.kind, buffers: r.completed.load(Ordering::Relaxed), ..Default::default() };
@@ -323,11 +311,8 @@ impl Device {
     }
 
     pub fn conf(&self, key: u64, value: u64) -> Result<(), Error> {
-        if let Some(n) = &self.net {
-            return n.conf(key, value);
-        }
-        if let Some(b) = &self.blk {
-            return b.conf(key, value);
+        if let Some(d) = &self.drv {
+            return d.get().conf(key, value);
         }
         if let Some(r) = &self.ring {
             return match key {
@@ -367,15 +352,11 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
-        if let Some(n) = &self.net {
-            // The kernel core polling it lets go; the last reference resets the card.
-            let _ = crate::dev::net::detach(n, None);
-            n.shutdown();
-        }
-        if let Some(b) = &self.blk {
-            // As for a NIC: the kernel core polling it lets go, and the disk is reset now.
-            let _ = crate::dev::blk::detach(b, None);
-            b.shutdown();
+        if let Some(d) = &self.drv {
+            // The kernel core polling it lets go, and the device is reset now (a kernel core
+            // in the middle of a round finishes it and finds no device).
+            let _ = crate::dev::detach(d, None);
+            d.get().shutdown();
         }
         if let Some(r) = &self.ring {
             // A kernel core running requests from it holds the ring and finishes them; it

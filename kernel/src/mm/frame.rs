@@ -20,7 +20,8 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::{phys_to_virt, PAGE_SIZE};
 use crate::arch::x86_64::acpi::MAX_NODES;
-use percore::{CachePadded, TicketLock};
+use crate::percpu::CoreSlots;
+use percore::{CachePadded, TicketLock, MAX_CORES};
 
 pub const MAX_ORDER: usize = 10;
 pub const LARGE_ORDER: usize = 9;
@@ -270,6 +271,10 @@ pub struct FrameCache {
 // SAFETY: `frames` is only accessed by the owning core with interrupts disabled.
 unsafe impl Sync for FrameCache {}
 
+/// Every core's frame cache, each on its own cache lines (the allocator owns them; the per-CPU
+/// area knows nothing of them).
+static FRAME_CACHES: CoreSlots<FrameCache> = CoreSlots::new([const { CachePadded::new(FrameCache::new()) }; MAX_CORES]);
+
 impl FrameCache {
     pub const fn new() -> Self {
         Self { frames: UnsafeCell::new([0; CACHE_CAPACITY]), count: AtomicUsize::new(0), carve_next: AtomicU64::new(0), carve_end: AtomicU64::new(0) }
@@ -314,7 +319,7 @@ pub fn alloc_page() -> Option<u64> {
     if injected_failure() {
         return None;
     }
-    let cache = &crate::percpu::this().frame_cache;
+    let cache = FRAME_CACHES.this();
     crate::arch::x86_64::cpu::without_interrupts(|| {
         // SAFETY: only this core touches its cache, and interrupts are off.
         let frames = unsafe { &mut *cache.frames.get() };
@@ -384,7 +389,7 @@ pub fn free_page(pa: u64) {
         pool_free(pa, 0);
         return;
     }
-    let cache = &crate::percpu::this().frame_cache;
+    let cache = FRAME_CACHES.this();
     crate::arch::x86_64::cpu::without_interrupts(|| {
         // SAFETY: only this core touches its cache, and interrupts are off.
         let frames = unsafe { &mut *cache.frames.get() };
@@ -462,7 +467,7 @@ pub fn free_large(pa: u64) {
 /// Give this core's cached frames back to the node pool: its stack and the rest of its carve
 /// (whole blocks, so the buddy can merge them back into the 2 MiB block they came from).
 pub fn drain_local_cache() {
-    let cache = &crate::percpu::this().frame_cache;
+    let cache = FRAME_CACHES.this();
     crate::arch::x86_64::cpu::without_interrupts(|| {
         // SAFETY: only this core touches its cache, and interrupts are off.
         let frames = unsafe { &mut *cache.frames.get() };
@@ -483,7 +488,7 @@ pub fn drain_local_cache() {
 /// core is allocating at the same moment (leak checks run at quiescent points).
 pub fn free_pages() -> u64 {
     let pools: u64 = (0..node_count()).map(|n| NODES[n].buddy.lock_irqsave().free_pages).sum();
-    let caches: u64 = crate::percpu::all().map(|c| c.frame_cache.len() as u64).sum();
+    let caches: u64 = crate::percpu::all().map(|c| FRAME_CACHES.of(c).len() as u64).sum();
     pools + caches
 }
 

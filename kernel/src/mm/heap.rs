@@ -23,7 +23,8 @@ use core::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
 use super::frame;
 use super::{phys_to_virt, virt_to_phys, PAGE_SIZE};
 use crate::arch::x86_64::cpu::without_interrupts;
-use percore::CachePadded;
+use crate::percpu::CoreSlots;
+use percore::{CachePadded, MAX_CORES};
 
 pub const CLASS_SIZES: [usize; 8] = [16, 32, 64, 128, 256, 512, 1024, 2048];
 pub const CLASSES: usize = CLASS_SIZES.len();
@@ -107,6 +108,10 @@ pub struct SlabCaches {
 
 // SAFETY: `classes` is only touched by the owning core with interrupts off; the rest is atomic.
 unsafe impl Sync for SlabCaches {}
+
+/// Every core's slab caches, each on its own cache lines (the allocator owns them; the per-CPU
+/// area knows nothing of them).
+static SLABS: CoreSlots<SlabCaches> = CoreSlots::new([const { CachePadded::new(SlabCaches::new()) }; MAX_CORES]);
 
 impl SlabCaches {
     pub const fn new() -> Self {
@@ -248,8 +253,7 @@ fn drain_remote(class: usize, caches: &SlabCaches) {
 
 /// From this core's cache slot `slot` of `class`; a new slab takes frames from `frames_node`.
 fn alloc_small(class: usize, slot: usize, frames_node: usize) -> *mut u8 {
-    let pc = crate::percpu::this();
-    let caches = &pc.slabs;
+    let (caches, me) = SLABS.this_and_index();
     without_interrupts(|| {
         // SAFETY: the owning core with interrupts off is the only user of `classes`; the
         // reference is not used across drain_remote, which takes its own.
@@ -259,7 +263,7 @@ fn alloc_small(class: usize, slot: usize, frames_node: usize) -> *mut u8 {
         // SAFETY: as above.
         let cc = unsafe { cache_of(caches, slot, class) };
         if cc.partial.is_null() {
-            match new_slab(class, pc.index, slot, frames_node, caches) {
+            match new_slab(class, me, slot, frames_node, caches) {
                 Some(s) => {
                     cc.slabs += 1;
                     push_partial(cc, s);
@@ -290,14 +294,14 @@ fn free_small(ptr: *mut u8, class: usize) {
         crate::log::kprintln!("heap: free of {ptr:p} with a bad slab header (double free or wrong size)");
         return;
     }
-    let pc = crate::percpu::this();
-    pc.slabs.live.fetch_sub(1, Ordering::Relaxed);
-    if home == pc.index {
+    let (caches, me) = SLABS.this_and_index();
+    caches.live.fetch_sub(1, Ordering::Relaxed);
+    if home == me {
         // We are the home core; interrupts off.
-        without_interrupts(|| free_local(class, ptr, &pc.slabs));
+        without_interrupts(|| free_local(class, ptr, caches));
     } else {
-        let Some(owner) = crate::percpu::get(home) else { return };
-        let head = &owner.slabs.remote[class];
+        let Some(owner) = SLABS.get(home) else { return };
+        let head = &owner.remote[class];
         let o = ptr as *mut FreeObject;
         let mut cur = head.load(Ordering::Relaxed);
         loop {
@@ -373,8 +377,7 @@ pub fn free(ptr: *mut u8, layout: Layout) {
 /// On this core: take back remote frees and release every empty slab. Used before exact
 /// leak checks and when memory runs low.
 pub fn trim_local() {
-    let pc = crate::percpu::this();
-    let caches = &pc.slabs;
+    let caches = SLABS.this();
     without_interrupts(|| {
         for class in 0..CLASSES {
             drain_remote(class, caches);
@@ -399,12 +402,12 @@ pub fn trim_local() {
 
 /// Objects currently allocated from slabs, summed over all cores.
 pub fn live_objects() -> i64 {
-    crate::percpu::all().map(|c| c.slabs.live.load(Ordering::Relaxed)).sum()
+    crate::percpu::all().map(|c| SLABS.of(c).live.load(Ordering::Relaxed)).sum()
 }
 
 /// Pages held by slabs, summed over all cores.
 pub fn slab_pages() -> i64 {
-    crate::percpu::all().map(|c| c.slabs.slab_pages.load(Ordering::Relaxed)).sum()
+    crate::percpu::all().map(|c| SLABS.of(c).slab_pages.load(Ordering::Relaxed)).sum()
 }
 
 pub struct KernelHeap;
