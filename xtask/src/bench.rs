@@ -317,7 +317,7 @@ impl HostSample {
 const CLOCK_TICKS_PER_S: f64 = 100.0;
 
 /// The host's 1-minute load average.
-fn load1() -> Option<f64> {
+pub(crate) fn load1() -> Option<f64> {
     fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
 
