@@ -29,41 +29,9 @@ use libos::thread::Barrier;
 
 libos::main!(main);
 
-core::arch::global_asm!(
-    r#"
-    .section .text.blkbench_marker, "ax"
-    .balign 16
-blkbench_marker_start_all:
-    movw $0x501, %dx
-    movb $3, %al
-    outb %al, %dx
-    ret
-    .balign 16
-blkbench_marker_stop_all:
-    movw $0x501, %dx
-    movb $4, %al
-    outb %al, %dx
-    ret
-"#,
-    options(att_syntax)
-);
+#[path = "../common/marker.rs"]
+mod marker;
 
-extern "C" {
-    fn blkbench_marker_start_all();
-    fn blkbench_marker_stop_all();
-}
-
-fn marker(start: bool) {
-    // SAFETY: the routines write the marker port, which the kernel's TSS I/O bitmap opens to
-    // user mode for the plugins; they touch nothing else.
-    unsafe {
-        if start {
-            blkbench_marker_start_all()
-        } else {
-            blkbench_marker_stop_all()
-        }
-    }
-}
 
 static DEV: AtomicU64 = AtomicU64::new(0);
 static ITERS: AtomicU64 = AtomicU64::new(200);
@@ -83,7 +51,7 @@ fn reads(core: u64) -> u64 {
     }
     START.wait();
     if core == 0 {
-        marker(true);
+        marker::region_all(true);
     }
     let mut bad = 0;
     for k in 0..n {
@@ -94,7 +62,7 @@ fn reads(core: u64) -> u64 {
     }
     STOP.wait();
     if core == 0 {
-        marker(false);
+        marker::region_all(false);
     }
     bad
 }
@@ -163,7 +131,7 @@ fn fs_reads(dedicated: bool, kc: u64, passes: u64) -> u64 {
         fs::cache_drop_clean()?;
         let (_, st0) = fs::cache_stats()?;
         let t0 = libos::time::now_ns();
-        marker(true);
+        marker::region_all(true);
         let (mut files, mut bytes) = (0, 0);
         for _ in 0..passes {
             fs::cache_drop_clean()?;
@@ -171,7 +139,7 @@ fn fs_reads(dedicated: bool, kc: u64, passes: u64) -> u64 {
             files += f;
             bytes += b;
         }
-        marker(false);
+        marker::region_all(false);
         let ns = libos::time::now_ns() - t0;
         let (_, st1) = fs::cache_stats()?;
         println!("blkbench: fs {} passes: {files} files, {bytes} bytes read; {} disk requests, {} bytes from the disk", passes, st1.packets_in - st0.packets_in, st1.bytes_in - st0.bytes_in);
