@@ -101,24 +101,30 @@ fn read_tree(dir: &str, buf: &mut [u8]) -> Result<(u64, u64), libos::fs::FsError
     Ok((files, bytes))
 }
 
+/// Make core `kc` a kernel core of ours (Dedicated mode), or say why not.
+fn kernel_core(root: u64, kc: u64) -> Option<ObjName> {
+    let p = match libos::sys::pcore_alloc(root, "blk-kc", kc).map(|p| ObjName::new(root, p)) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("blkbench: no core {kc}: {e:?}");
+            return None;
+        }
+    };
+    if let Err(e) = libos::sys::pcore_set_role(p, ROLE_KC) {
+        println!("blkbench: core {kc} cannot be a kernel core: {e:?}");
+        return None;
+    }
+    Some(p)
+}
+
 /// `work=fs`: cold reads of every file through the file system in either mode.
 fn fs_reads(dedicated: bool, kc: u64, passes: u64) -> u64 {
     use libos::fs::{self, disk::DiskMode};
     let root = libos::root_share();
     let mut pcore = None;
     let mode = if dedicated {
-        let p = match libos::sys::pcore_alloc(root, "blk-kc", kc).map(|p| ObjName::new(root, p)) {
-            Ok(p) => p,
-            Err(e) => {
-                println!("blkbench: no core {kc}: {e:?}");
-                return 1;
-            }
-        };
+        let Some(p) = kernel_core(root, kc) else { return 1 };
         pcore = Some(p);
-        if let Err(e) = libos::sys::pcore_set_role(p, ROLE_KC) {
-            println!("blkbench: core {kc} cannot be a kernel core: {e:?}");
-            return 1;
-        }
         DiskMode::Dedicated { kernel_core: p, rings: 1 }
     } else {
         DiskMode::Polling
@@ -196,18 +202,8 @@ fn main(args: &'static str) -> u64 {
     let root = libos::root_share();
     let mut pcore: Option<ObjName> = None;
     let dev = if dedicated {
-        let p = match libos::sys::pcore_alloc(root, "blk-kc", kc).map(|p| ObjName::new(root, p)) {
-            Ok(p) => p,
-            Err(e) => {
-                println!("blkbench: no core {kc}: {e:?}");
-                return 1;
-            }
-        };
+        let Some(p) = kernel_core(root, kc) else { return 1 };
         pcore = Some(p);
-        if let Err(e) = libos::sys::pcore_set_role(p, ROLE_KC) {
-            println!("blkbench: core {kc} cannot be a kernel core: {e:?}");
-            return 1;
-        }
         BlockDevice::open_dedicated(share, 2, p)
     } else {
         BlockDevice::open_polling_per_core(share, 2)
