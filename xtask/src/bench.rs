@@ -347,6 +347,7 @@ pub fn fill_counted_instructions(records: Vec<Record>) -> Vec<Record> {
         if c.status == Status::Ok {
             r.instructions_kernel = c.instructions_kernel;
             r.instructions_vcpus = c.instructions_vcpus.clone();
+            r.instructions_idle_vcpus = c.instructions_idle_vcpus.clone();
             r.instructions_user = c.instructions_user;
             r.instructions_note = match (&c.instructions_note, c.instructions_kernel) {
                 (Some(n), _) => Some(n.clone()),
