@@ -80,6 +80,8 @@ typedef struct {
     uint64_t starts, stops; /* marker executions seen */
     int nvcpus;
     int nactive; /* vCPUs inside the region now (the exact-mode scheduler's quantum depends on it) */
+    int run;     /* between a start and a stop on every vCPU (3 and 4): a vCPU that stopped
+                    itself in there (2) is idle, not gone (insncount's idle counts) */
 } region_t;
 
 static inline void region_mark(region_t *r, unsigned vcpu, int v)
@@ -102,11 +104,13 @@ static inline void region_mark(region_t *r, unsigned vcpu, int v)
     case MARKER_START_ALL:
         memset((void *)r->active, 1, sizeof r->active);
         r->nactive = REGION_MAX_VCPUS;
+        r->run = 1;
         r->starts++;
         break;
     case MARKER_STOP_ALL:
         memset((void *)r->active, 0, sizeof r->active);
         r->nactive = 0;
+        r->run = 0;
         r->stops++;
         break;
     }
@@ -115,6 +119,13 @@ static inline void region_mark(region_t *r, unsigned vcpu, int v)
 static inline int region_on(const region_t *r, unsigned vcpu)
 {
     return vcpu < REGION_MAX_VCPUS && r->active[vcpu];
+}
+
+/* Inside a run opened on every vCPU (3) but stopped on this one (2): a guest marks a vCPU's
+ * stretches with nothing to do this way (tcpserv's polls that find nothing). */
+static inline int region_idle(const region_t *r, unsigned vcpu)
+{
+    return r->run && vcpu < REGION_MAX_VCPUS && !r->active[vcpu];
 }
 
 #endif

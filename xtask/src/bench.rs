@@ -317,7 +317,7 @@ impl HostSample {
 const CLOCK_TICKS_PER_S: f64 = 100.0;
 
 /// The host's 1-minute load average.
-fn load1() -> Option<f64> {
+pub(crate) fn load1() -> Option<f64> {
     fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
 
@@ -347,6 +347,7 @@ pub fn fill_counted_instructions(records: Vec<Record>) -> Vec<Record> {
         if c.status == Status::Ok {
             r.instructions_kernel = c.instructions_kernel;
             r.instructions_vcpus = c.instructions_vcpus.clone();
+            r.instructions_idle_vcpus = c.instructions_idle_vcpus.clone();
             r.instructions_user = c.instructions_user;
             r.instructions_note = match (&c.instructions_note, c.instructions_kernel) {
                 (Some(n), _) => Some(n.clone()),

@@ -139,9 +139,18 @@ fn prepare(system: &str, what: What, smp: u32, guest: &str) -> Result<Boot, Stri
     }
 }
 
+/// One boot's measurement: QEMU's CPU time as a percentage of one host CPU, and the host's
+/// 1-minute load average at the start and the end of the window (the host is shared, so
+/// every figure says how busy it was).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measured {
+    pub pct: f64,
+    pub load: (f64, f64),
+}
+
 /// Boot, wait for the ready line, wait 2 s more for the boot's stragglers, then measure
-/// QEMU's CPU time over `seconds`. Returns the percentage of one host CPU.
-pub fn measure(system: &str, what: What, smp: u32, seconds: u64, guest: &str) -> Result<f64, String> {
+/// QEMU's CPU time over `seconds`.
+pub fn measure(system: &str, what: What, smp: u32, seconds: u64, guest: &str) -> Result<Measured, String> {
     let boot = prepare(system, what, smp, guest)?;
     let mut s = Session::start(&boot.args, false)?;
     let ready = boot.ready;
@@ -159,6 +168,7 @@ pub fn measure(system: &str, what: What, smp: u32, seconds: u64, guest: &str) ->
     // Let the boot's last work (the Linux guest's module loading, our init's messages) end.
     let _ = s.wait_for(&|_| false, Instant::now() + Duration::from_secs(2));
     let pid = s.pid();
+    let load0 = crate::bench::load1().unwrap_or(f64::NAN);
     let t0 = (Instant::now(), cpu_ticks(pid)?);
     // Reading its output meanwhile keeps QEMU from blocking on a full pipe.
     match s.wait_for(&|_| false, Instant::now() + Duration::from_secs(seconds)) {
@@ -166,17 +176,25 @@ pub fn measure(system: &str, what: What, smp: u32, seconds: u64, guest: &str) ->
         _ => {}
     }
     let t1 = (Instant::now(), cpu_ticks(pid)?);
+    let load1 = crate::bench::load1().unwrap_or(f64::NAN);
     drop(s);
     let cpu_s = (t1.1 - t0.1) as f64 / clock_ticks_per_s() as f64;
-    Ok(100.0 * cpu_s / (t1.0 - t0.0).as_secs_f64())
+    Ok(Measured { pct: 100.0 * cpu_s / (t1.0 - t0.0).as_secs_f64(), load: (load0, load1) })
 }
 
-/// One printed row: median [min-max] over the boots that measured, and how many did.
-fn row(sys: &str, what: What, smp: u32, got: &[f64], boots: u32) -> String {
-    let each = got.iter().map(|p| format!("{p:.1}")).collect::<Vec<_>>().join(" ");
-    match summary(got) {
-        Some((med, lo, hi)) if boots > 1 => format!("{:<6} {:<8} {:>5} {:>7.1}% [{lo:.1}-{hi:.1}] {}/{} boots: {each}", sys, what.name(), smp, med, got.len(), boots),
-        Some((med, _, _)) => format!("{:<6} {:<8} {:>5} {:>7.1}%", sys, what.name(), smp, med),
+/// One printed row: median [min-max] over the boots that measured, how many did, and the
+/// lowest and highest host load average seen at the start or end of their windows.
+fn row(sys: &str, what: What, smp: u32, got: &[Measured], boots: u32) -> String {
+    let pcts: Vec<f64> = got.iter().map(|m| m.pct).collect();
+    let each = pcts.iter().map(|p| format!("{p:.1}")).collect::<Vec<_>>().join(" ");
+    let loads: Vec<f64> = got.iter().flat_map(|m| [m.load.0, m.load.1]).filter(|l| l.is_finite()).collect();
+    let load = match summary(&loads) {
+        Some((_, lo, hi)) => format!(", host load {lo:.1}-{hi:.1}"),
+        None => String::new(),
+    };
+    match summary(&pcts) {
+        Some((med, lo, hi)) if boots > 1 => format!("{:<6} {:<8} {:>5} {:>7.1}% [{lo:.1}-{hi:.1}] {}/{} boots: {each}{load}", sys, what.name(), smp, med, got.len(), boots),
+        Some((med, _, _)) => format!("{:<6} {:<8} {:>5} {:>7.1}%{load}", sys, what.name(), smp, med),
         None => format!("{:<6} {:<8} {:>5}   no boot measured", sys, what.name(), smp),
     }
 }
@@ -188,7 +206,7 @@ pub fn command(o: &IdleOptions) -> Result<(), String> {
         println!("idle: {boots} boots per cell, the cells' boots interleaved (round after round); median [min-max]");
     }
     println!("{:<6} {:<8} {:>5} {:>8}", "system", "what", "vCPUs", "host CPU");
-    let mut cells: Vec<(&str, What, u32, Vec<f64>)> = Vec::new();
+    let mut cells: Vec<(&str, What, u32, Vec<Measured>)> = Vec::new();
     for sys in &o.systems {
         for &w in &o.what {
             for &n in &o.smp {
@@ -201,10 +219,10 @@ pub fn command(o: &IdleOptions) -> Result<(), String> {
     for round in 0..boots {
         for (sys, w, n, got) in cells.iter_mut() {
             match measure(sys, *w, *n, o.seconds, &o.guest) {
-                Ok(p) => {
-                    got.push(p);
+                Ok(m) => {
+                    got.push(m);
                     if boots > 1 {
-                        println!("idle: boot {}/{boots}: {sys} {} {n} vCPUs: {p:.1}%", round + 1, w.name());
+                        println!("idle: boot {}/{boots}: {sys} {} {n} vCPUs: {:.1}% (host load {:.1} -> {:.1})", round + 1, w.name(), m.pct, m.load.0, m.load.1);
                     }
                 }
                 Err(e) => println!("{:<6} {:<8} {:>5}   error (boot {}): {e}", sys, w.name(), n, round + 1),
@@ -271,10 +289,13 @@ mod tests {
         assert_eq!(summary(&[3.0]), Some((3.0, 3.0, 3.0)));
         assert_eq!(summary(&[5.0, 1.0, 2.0]), Some((2.0, 1.0, 5.0)));
         assert_eq!(summary(&[4.0, 1.0, 2.0, 8.0]), Some((3.0, 1.0, 8.0)));
-        let r = row("ours", What::Shell, 2, &[0.3, 0.1, 0.2], 3);
+        let m = |pct, a, b| Measured { pct, load: (a, b) };
+        let r = row("ours", What::Shell, 2, &[m(0.3, 4.0, 5.5), m(0.1, 3.2, 3.0), m(0.2, f64::NAN, 7.25)], 3);
         assert!(r.contains("0.2% [0.1-0.3] 3/3 boots"), "{r}");
+        // The host's load over every boot of the cell, an unreadable one left out.
+        assert!(r.ends_with("host load 3.0-7.2"), "{r}");
         // A cell where one boot failed says so.
-        assert!(row("linux", What::Webd, 4, &[1.0, 2.0], 3).contains("2/3 boots"));
+        assert!(row("linux", What::Webd, 4, &[m(1.0, 1.0, 1.0), m(2.0, 1.0, 1.0)], 3).contains("2/3 boots"));
         assert!(row("linux", What::Webd, 4, &[], 3).contains("no boot measured"));
     }
 

@@ -239,16 +239,21 @@ impl Drop for Thread {
     }
 }
 
-/// A sense-reversing barrier for `n` participants.
+/// A sense-reversing barrier for `n` participants. A waiter polls for the first 2 ms
+/// (`time::wait_until_woken_set`), so participants that arrive close together, as between a
+/// benchmark's measured phases, pass it without a system call; after that its core halts
+/// until the last arrival wakes it (`nr::WAKE`), or for at most 1 ms at a time.
 pub struct Barrier {
     n: u64,
     count: CachePadded<AtomicU64>,
     generation: CachePadded<AtomicU64>,
+    /// The cores of waiters that halt (`time::wake_set`).
+    sleepers: CachePadded<AtomicU64>,
 }
 
 impl Barrier {
     pub const fn new(n: u64) -> Self {
-        Self { n, count: CachePadded::new(AtomicU64::new(0)), generation: CachePadded::new(AtomicU64::new(0)) }
+        Self { n, count: CachePadded::new(AtomicU64::new(0)), generation: CachePadded::new(AtomicU64::new(0)), sleepers: CachePadded::new(AtomicU64::new(0)) }
     }
 
     /// Wait until `n` callers have arrived. Returns true for exactly one of them.
@@ -256,12 +261,12 @@ impl Barrier {
         let gen = self.generation.load(Ordering::Acquire);
         if self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
             self.count.store(0, Ordering::Relaxed);
-            self.generation.store(gen + 1, Ordering::Release);
+            // SeqCst against the waiters' reads below and `wake_set`'s read of the set.
+            self.generation.store(gen + 1, Ordering::SeqCst);
+            crate::time::wake_set(&self.sleepers);
             return true;
         }
-        while self.generation.load(Ordering::Acquire) == gen {
-            core::hint::spin_loop();
-        }
+        crate::time::wait_until_woken_set(u64::MAX / 4, &self.sleepers, || self.generation.load(Ordering::SeqCst) != gen);
         false
     }
 }

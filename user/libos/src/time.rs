@@ -83,7 +83,97 @@ pub fn wait_until(ms: u64, done: impl FnMut() -> bool) -> bool {
 /// condition is (about to be) true, swaps `WAKER_DONE` in and calls `nr::WAKE` on the core it
 /// found. A `WAKER_DONE` already there means "it is coming": the waiter polls instead of
 /// halting. A wake ends the halt at once and starts another stretch of polling.
-pub fn wait_until_woken(ms: u64, sleeper: Option<&core::sync::atomic::AtomicU64>, mut done: impl FnMut() -> bool) -> bool {
+pub fn wait_until_woken(ms: u64, sleeper: Option<&core::sync::atomic::AtomicU64>, done: impl FnMut() -> bool) -> bool {
+    match sleeper {
+        Some(w) => wait_loop(ms, Sleeper::One(w), done),
+        None => wait_loop(ms, Sleeper::Nobody, done),
+    }
+}
+
+/// `wait_until`, for a condition that several cores may wait for at once and whose maker
+/// wakes them all with `wake_set` (a barrier's last arrival). `sleepers` is a set of cores,
+/// bit `c` for core `c`: before each halt the waiter sets its core's bit and looks at `done`
+/// once more; the maker makes the condition true first and then wakes every core in the set
+/// (`nr::WAKE`; one that has not halted yet finds the wake pending). A waiter on a core past
+/// 63 has no bit and sees the condition by its halts' timeouts (at most 1 ms late). Two
+/// waiters on one core share a bit: the first to wake clears it, and the other sees the
+/// condition by its timeout.
+pub fn wait_until_woken_set(ms: u64, sleepers: &core::sync::atomic::AtomicU64, done: impl FnMut() -> bool) -> bool {
+    wait_loop(ms, Sleeper::Set(sleepers), done)
+}
+
+/// The maker's side of `wait_until_woken_set`, once the condition is true: empty the set and
+/// wake each core that was in it. Nobody in it (every waiter still polling): one load.
+pub fn wake_set(sleepers: &core::sync::atomic::AtomicU64) {
+    use core::sync::atomic::Ordering;
+    // A waiter sets its bit, then reads the condition; the maker wrote the condition, then
+    // reads the set: with both in one order (SeqCst) either the waiter sees the condition or
+    // the maker sees the bit.
+    if sleepers.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    let mut set = sleepers.swap(0, Ordering::SeqCst);
+    while set != 0 {
+        let c = set.trailing_zeros() as u64;
+        set &= set - 1;
+        let _ = crate::sys::wake(c);
+    }
+}
+
+/// How a waiter tells its maker that it halts.
+#[derive(Clone, Copy)]
+enum Sleeper<'a> {
+    /// Nobody wakes it: it halts until its timeouts.
+    Nobody,
+    /// One waiter: its core + 1 in the word (`wait_until_woken`).
+    One(&'a core::sync::atomic::AtomicU64),
+    /// Any number of waiters: a bit per core (`wait_until_woken_set`).
+    Set(&'a core::sync::atomic::AtomicU64),
+}
+
+impl Sleeper<'_> {
+    /// This core's mark in the word (0 for `Nobody`, or a core with no bit): only a waiter
+    /// with a word asks which core it is on, so a bare context (no library OS state, e.g.
+    /// `cores::Core`'s) can still wait.
+    fn mark(self) -> u64 {
+        match self {
+            Sleeper::Nobody => 0,
+            Sleeper::One(_) => crate::core_id() + 1,
+            Sleeper::Set(_) => 1u64.checked_shl(crate::core_id() as u32).unwrap_or(0),
+        }
+    }
+
+    /// Say this core is about to halt. False: do not halt now (the maker is done and the
+    /// condition follows within microseconds).
+    fn announce(self, mark: u64) -> bool {
+        use core::sync::atomic::Ordering;
+        match self {
+            Sleeper::Nobody => true,
+            Sleeper::One(w) => w.compare_exchange(0, mark, Ordering::SeqCst, Ordering::SeqCst).is_ok(),
+            Sleeper::Set(w) => {
+                w.fetch_or(mark, Ordering::SeqCst);
+                true
+            }
+        }
+    }
+
+    /// Take back `announce` after the halt (the maker may have done so already).
+    fn withdraw(self, mark: u64) {
+        use core::sync::atomic::Ordering;
+        match self {
+            Sleeper::Nobody => {}
+            Sleeper::One(w) => {
+                let _ = w.compare_exchange(mark, 0, Ordering::SeqCst, Ordering::SeqCst);
+            }
+            Sleeper::Set(w) => {
+                w.fetch_and(!mark, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// The loop of `wait_until`, `wait_until_woken` and `wait_until_woken_set`.
+fn wait_loop(ms: u64, sleeper: Sleeper, mut done: impl FnMut() -> bool) -> bool {
     use core::sync::atomic::Ordering;
     let per_ms = tsc_per_ms();
     let end = ticks().saturating_add(ms.saturating_mul(per_ms));
@@ -91,6 +181,7 @@ pub fn wait_until_woken(ms: u64, sleeper: Option<&core::sync::atomic::AtomicU64>
     let mut spin_from = ticks();
     let mut nap_us = HALT_FIRST_US;
     let mut can_halt = true;
+    let mut mark = None;
     loop {
         if done() {
             return true;
@@ -105,15 +196,17 @@ pub fn wait_until_woken(ms: u64, sleeper: Option<&core::sync::atomic::AtomicU64>
             }
             continue;
         }
-        // Only a waiter with a sleeper word asks which core it is on: a bare context (no
-        // library OS state, e.g. `cores::Core`'s) can still wait.
-        let me = if sleeper.is_some() { crate::core_id() + 1 } else { 0 };
-        if let Some(w) = sleeper {
-            if w.compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst).is_err() {
-                // The maker is done: poll (the condition follows within microseconds).
-                spin_from = now;
-                continue;
-            }
+        let me = *mark.get_or_insert_with(|| sleeper.mark());
+        if !sleeper.announce(me) {
+            // The maker is done: poll.
+            spin_from = now;
+            continue;
+        }
+        // A set's maker wakes only the cores it finds in the set: look once more now that
+        // this core is in it.
+        if matches!(sleeper, Sleeper::Set(_)) && done() {
+            sleeper.withdraw(me);
+            return true;
         }
         let left_us = ((end - now) as u128 * 1000 / per_ms as u128).clamp(1, abi::MAX_WAIT_US as u128) as u64;
         match crate::sys::wait(0, nap_us.min(left_us)) {
@@ -126,16 +219,16 @@ pub fn wait_until_woken(ms: u64, sleeper: Option<&core::sync::atomic::AtomicU64>
             // An application core cannot halt through a forwarded call: poll.
             Err(_) => can_halt = false,
         }
-        if let Some(w) = sleeper {
-            let _ = w.compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst);
-        }
+        sleeper.withdraw(me);
     }
 }
 
-/// Halts in `wait_until_woken` that a wake ended, in this program (for tests).
+/// Halts in `wait_until_woken` and `wait_until_woken_set` that a wake ended, in this program
+/// (for tests).
 static WOKEN_WAITS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
-/// How many of this program's `wait_until_woken` halts a wake ended so far.
+/// How many of this program's `wait_until_woken` and `wait_until_woken_set` halts a wake
+/// ended so far.
 pub fn woken_waits() -> u64 {
     WOKEN_WAITS.load(core::sync::atomic::Ordering::Relaxed)
 }

@@ -155,6 +155,7 @@ pub(super) fn add_instructions(rec: &mut Record, plugin: &Result<PathBuf, String
                 rec.instructions_kernel = Some(k / reps);
                 rec.instructions_user = Some(u / reps);
                 rec.instructions_vcpus = insncount_per_vcpu(&text).into_iter().map(|n| n / reps).collect();
+                rec.instructions_idle_vcpus = insncount_idle_per_vcpu(&text).into_iter().map(|n| n / reps).collect();
             }
             Err(e) => rec.instructions_note = Some(e),
         },
@@ -230,12 +231,26 @@ pub fn parse_insncount(text: &str) -> Result<(u64, u64), String> {
 
 /// Kernel + user instructions of each vCPU (index order) from the insncount report.
 pub fn insncount_per_vcpu(text: &str) -> Vec<u64> {
+    insncount_vcpu_field(text, &["kernel", "user"])
+}
+
+/// Each vCPU's idle instructions (index order; `idle=`, insncount's count of a vCPU that
+/// stopped itself inside a run started on every vCPU): empty from a report without them.
+pub fn insncount_idle_per_vcpu(text: &str) -> Vec<u64> {
+    if !text.lines().any(|l| l.starts_with("vcpu ") && l.contains(" idle=")) {
+        return Vec::new();
+    }
+    insncount_vcpu_field(text, &["idle"])
+}
+
+/// The sum of `keys` on each `vcpu` line of the insncount report, in index order.
+fn insncount_vcpu_field(text: &str, keys: &[&str]) -> Vec<u64> {
     let mut v: Vec<(u64, u64)> = text
         .lines()
         .filter(|l| l.starts_with("vcpu "))
         .map(|l| {
             let get = |key: &str| kv(l).find(|(kk, _)| *kk == key).and_then(|(_, v)| v.parse::<u64>().ok()).unwrap_or(0);
-            (get("index"), get("kernel") + get("user"))
+            (get("index"), keys.iter().map(|k| get(k)).sum())
         })
         .collect();
     v.sort();
@@ -292,6 +307,11 @@ mod tests {
         let t = "insncount version=1 starts=2 stops=2 vcpus=2\nvcpu index=0 kernel=100 user=5 blocks=3\nvcpu index=1 kernel=50 user=7 blocks=2\nend\n";
         assert_eq!(parse_insncount(t).unwrap(), (150, 12));
         assert_eq!(insncount_per_vcpu(t), [105, 57]);
+        // Idle counts apart, and none from a report that has none.
+        assert!(insncount_idle_per_vcpu(t).is_empty());
+        let t2 = "insncount version=1 starts=1 stops=1 vcpus=2\nvcpu index=1 kernel=50 user=7 blocks=2 idle=40\nvcpu index=0 kernel=100 user=5 blocks=3 idle=0\nend\n";
+        assert_eq!(insncount_per_vcpu(t2), [105, 57]);
+        assert_eq!(insncount_idle_per_vcpu(t2), [0, 40]);
         assert!(parse_insncount("insncount version=1 starts=0 stops=0 vcpus=1\nend\n").is_err());
         assert!(parse_insncount("insncount version=1 starts=1 stops=0 vcpus=1\nvcpu index=0 kernel=1 user=1 blocks=1\n").is_err());
     }

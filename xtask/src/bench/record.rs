@@ -134,6 +134,10 @@ pub struct Record {
     /// Instructions inside the region per vCPU (kernel + user, vCPU 0 first; insncount), for
     /// the host-driven rows' split into service cores and the rest. Empty when not counted.
     pub instructions_vcpus: Vec<u64>,
+    /// Instructions per vCPU that ran inside the run while the vCPU had marked itself idle
+    /// (insncount's `idle=`: ours' service cores polling with nothing to do), apart from
+    /// `instructions_vcpus`. Empty when not counted.
+    pub instructions_idle_vcpus: Vec<u64>,
 }
 
 /// One phase of a phased benchmark's run.
@@ -171,6 +175,7 @@ impl Record {
             phases: Vec::new(),
             host: None,
             instructions_vcpus: Vec::new(),
+            instructions_idle_vcpus: Vec::new(),
         }
     }
 
@@ -309,6 +314,8 @@ pub struct RecordJson {
     pub host: Option<HostLoad>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instructions_vcpus: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instructions_idle_vcpus: Vec<u64>,
 }
 
 fn ops_per_s_per_core() -> String {
@@ -351,6 +358,7 @@ impl From<&Record> for RecordJson {
             per_service_core_throughput: finite(r.per_service_core_throughput()),
             host: r.host.clone(),
             instructions_vcpus: r.instructions_vcpus.clone(),
+            instructions_idle_vcpus: r.instructions_idle_vcpus.clone(),
         }
     }
 }
@@ -460,6 +468,7 @@ impl RecordJson {
             phases: self.phases,
             host: self.host,
             instructions_vcpus: self.instructions_vcpus,
+            instructions_idle_vcpus: self.instructions_idle_vcpus,
         })
     }
 }

@@ -295,9 +295,9 @@ fn net_table(records: &[Record]) -> String {
     }
     let mut t = String::new();
     let _ = writeln!(t, "\nTCP service seen from the host (load generator on 127.0.0.1 through QEMU's user-mode network; fastest round; latency = connect to EOF; webd_* rows: requests instead of connections, service cores = front-end cores, latency = request to response)");
-    let _ = writeln!(t, "conns/s/vCPU divides both systems by the guest's vCPUs (the comparison); per service core is a second view. insns/conn (insncount, per connection, from the cell's counting boot): busy = the service cores (ours' mark only their busy stretches; Linux's vCPUs all serve and halt when idle, so their count is their work); other vCPUs = ours' kernel core, which drives the card and polls it without pause inside the region: its busy work and its idle polling together, not split by the plugin; `all` = every vCPU. host load = 1-minute load average at the boot's start/end; QEMU CPU = host CPU seconds of the boot's QEMU\n");
-    let _ = writeln!(t, "| benchmark | system | vCPUs | boot | status | conns/s | service cores | conns/s/vCPU | conns/s per service core | insns/conn busy (service cores) | insns/conn other vCPUs (kernel core: busy + idle polling) | insns/conn all | p50 | p90 | p99 | max | failed / attempted | slow connects | host load | QEMU CPU | audit: line transfers/conn (driver/stack/ipc/alloc/other/user) |");
-    let _ = writeln!(t, "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    let _ = writeln!(t, "conns/s/vCPU divides both systems by the guest's vCPUs (the comparison); per service core is a second view. insns/conn (insncount, per connection, from the cell's counting boot): busy = the service cores while they had work (ours' mark only their busy stretches; Linux's vCPUs all serve and halt when idle, so their count is their work); idle polling = the service cores' polls that found nothing (insncount's `idle`; Linux: none, its idle vCPUs halt; `-` where the report predates the split); other vCPUs = ours' kernel core, which drives the card and polls it (2 ms of empty polls before it sleeps): its busy work and its idle polling together, not split by the plugin; `all` = every vCPU while busy (idle polling not included). host load = 1-minute load average at the boot's start/end; QEMU CPU = host CPU seconds of the boot's QEMU\n");
+    let _ = writeln!(t, "| benchmark | system | vCPUs | boot | status | conns/s | service cores | conns/s/vCPU | conns/s per service core | insns/conn busy (service cores) | insns/conn idle polling (service cores) | insns/conn other vCPUs (kernel core: busy + idle polling) | insns/conn all | p50 | p90 | p99 | max | failed / attempted | slow connects | host load | QEMU CPU | audit: line transfers/conn (driver/stack/ipc/alloc/other/user) |");
+    let _ = writeln!(t, "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     for r in rows {
         let Some(n) = &r.net else { continue };
         let ms = |k: &str| n.latency_us.get(k).map(|u| format!("{:.1}ms", *u as f64 / 1000.0)).unwrap_or_else(|| "-".into());
@@ -316,7 +316,7 @@ fn net_table(records: &[Record]) -> String {
         let host = r.host.as_ref().map(|h| (format!("{:.1}/{:.1}", h.load1_start, h.load1_end), format!("{:.1}s", h.qemu_cpu_s))).unwrap_or_else(|| ("-".into(), "-".into()));
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {failed} / {} | {} | {} | {} | {audit} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {failed} / {} | {} | {} | {} | {audit} |",
             r.benchmark,
             r.system,
             r.cores,
@@ -327,6 +327,7 @@ fn net_table(records: &[Record]) -> String {
             r.per_core_throughput().map(si).unwrap_or_else(|| "-".into()),
             r.per_service_core_throughput().or_else(|| r.per_core_throughput()).map(si).unwrap_or_else(|| "-".into()),
             per_op(busy),
+            per_op(idle_polling_insns(r)),
             per_op(other),
             per_op(r.instructions()),
             ms("p50"),
@@ -356,6 +357,12 @@ pub(super) fn split_service_insns(r: &Record) -> (Option<u64>, Option<u64>) {
     let kc = r.net.as_ref().and_then(|n| n.guest.get("kc")).and_then(|v| v.parse::<usize>().ok()).unwrap_or(r.instructions_vcpus.len() - 1);
     let other = r.instructions_vcpus.get(kc).copied().unwrap_or(0);
     (Some(all - other), Some(other))
+}
+
+/// A host-driven record's idle-polling instructions: what its vCPUs ran inside the run while
+/// marked idle (insncount's `idle=`). None where the report had no idle counts.
+pub(super) fn idle_polling_insns(r: &Record) -> Option<u64> {
+    (!r.instructions_idle_vcpus.is_empty()).then(|| r.instructions_idle_vcpus.iter().sum())
 }
 
 /// A "nice" axis step (1, 2 or 5 times a power of ten) giving about `ticks` ticks up to `max`.
@@ -522,5 +529,29 @@ mod tests {
         assert_eq!((sig(0.0016), sig(0.25), sig(12.345), sig(1234.5)), ("0.00160".into(), "0.250".into(), "12.3".into(), "1234".into()));
         assert_eq!(fit("short"), "short");
         assert_eq!(fit(&"x".repeat(200)).chars().count(), 88);
+    }
+
+    /// Catches: the idle-polling column dropped, summed into busy, or taken from the wrong
+    /// counts; a report without idle counts shown as 0 instead of `-`.
+    #[test]
+    fn net_table_shows_busy_and_idle_polling_apart() {
+        let spec = catalog::find("tcp_accept").unwrap();
+        let mut r = Record::without_result("ours", spec, Vec::new(), 2, Status::Ok, "");
+        r.ops = Some(100);
+        r.workers = Some(1);
+        r.net = Some(super::super::record::NetStats { conns_per_s: 500.0, ..Default::default() });
+        // vCPU 0 serves (busy 2.0M, idle polling 0.7M), vCPU 1 is the kernel core (3.0M).
+        r.instructions_vcpus = vec![2_000_000, 3_000_000];
+        r.instructions_idle_vcpus = vec![700_000, 0];
+        (r.instructions_kernel, r.instructions_user) = (Some(4_000_000), Some(1_000_000));
+        let t = net_table(&[r.clone()]);
+        let row = t.lines().find(|l| l.starts_with("| tcp_accept | ours")).expect(&t);
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        // busy, idle polling, other vCPUs, all: per connection.
+        assert_eq!(&cells[10..14], ["20.0k", "7.00k", "30.0k", "50.0k"], "{row}");
+        r.instructions_idle_vcpus.clear();
+        let t = net_table(&[r]);
+        let row = t.lines().find(|l| l.starts_with("| tcp_accept | ours")).expect(&t);
+        assert_eq!(row.split('|').map(str::trim).nth(11), Some("-"), "{row}");
     }
 }

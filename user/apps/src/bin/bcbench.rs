@@ -18,41 +18,9 @@ use libos::println;
 
 libos::main!(main);
 
-core::arch::global_asm!(
-    r#"
-    .section .text.bcbench_marker, "ax"
-    .balign 16
-bcbench_marker_start:
-    movw $0x501, %dx
-    movb $1, %al
-    outb %al, %dx
-    ret
-    .balign 16
-bcbench_marker_stop:
-    movw $0x501, %dx
-    movb $2, %al
-    outb %al, %dx
-    ret
-"#,
-    options(att_syntax)
-);
+#[path = "../common/marker.rs"]
+mod marker;
 
-extern "C" {
-    fn bcbench_marker_start();
-    fn bcbench_marker_stop();
-}
-
-fn marker(start: bool) {
-    // SAFETY: the routines write the marker port, which the kernel's TSS I/O bitmap opens to
-    // user mode, and clobber only dx and al (caller-saved).
-    unsafe {
-        if start {
-            bcbench_marker_start()
-        } else {
-            bcbench_marker_stop()
-        }
-    }
-}
 
 const PATH: &str = "/bcbench.dat";
 const PAGES: u64 = 16;
@@ -66,7 +34,7 @@ fn reader(iters: u64) -> u64 {
     for p in 0..PAGES {
         let _ = fs::pread(fd, &mut buf, p * 4096);
     }
-    marker(true);
+    marker::region(true);
     let mut bad = 0;
     for i in 0..iters {
         let p = i % PAGES;
@@ -74,7 +42,7 @@ fn reader(iters: u64) -> u64 {
             bad += 1;
         }
     }
-    marker(false);
+    marker::region(false);
     let _ = fs::close(fd);
     if bad == 0 { 0 } else { 2 }
 }

@@ -29,41 +29,9 @@ use libos::thread::Barrier;
 
 libos::main!(main);
 
-core::arch::global_asm!(
-    r#"
-    .section .text.blkbench_marker, "ax"
-    .balign 16
-blkbench_marker_start_all:
-    movw $0x501, %dx
-    movb $3, %al
-    outb %al, %dx
-    ret
-    .balign 16
-blkbench_marker_stop_all:
-    movw $0x501, %dx
-    movb $4, %al
-    outb %al, %dx
-    ret
-"#,
-    options(att_syntax)
-);
+#[path = "../common/marker.rs"]
+mod marker;
 
-extern "C" {
-    fn blkbench_marker_start_all();
-    fn blkbench_marker_stop_all();
-}
-
-fn marker(start: bool) {
-    // SAFETY: the routines write the marker port, which the kernel's TSS I/O bitmap opens to
-    // user mode for the plugins; they touch nothing else.
-    unsafe {
-        if start {
-            blkbench_marker_start_all()
-        } else {
-            blkbench_marker_stop_all()
-        }
-    }
-}
 
 static DEV: AtomicU64 = AtomicU64::new(0);
 static ITERS: AtomicU64 = AtomicU64::new(200);
@@ -83,7 +51,7 @@ fn reads(core: u64) -> u64 {
     }
     START.wait();
     if core == 0 {
-        marker(true);
+        marker::region_all(true);
     }
     let mut bad = 0;
     for k in 0..n {
@@ -94,7 +62,7 @@ fn reads(core: u64) -> u64 {
     }
     STOP.wait();
     if core == 0 {
-        marker(false);
+        marker::region_all(false);
     }
     bad
 }
@@ -133,24 +101,30 @@ fn read_tree(dir: &str, buf: &mut [u8]) -> Result<(u64, u64), libos::fs::FsError
     Ok((files, bytes))
 }
 
+/// Make core `kc` a kernel core of ours (Dedicated mode), or say why not.
+fn kernel_core(root: u64, kc: u64) -> Option<ObjName> {
+    let p = match libos::sys::pcore_alloc(root, "blk-kc", kc).map(|p| ObjName::new(root, p)) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("blkbench: no core {kc}: {e:?}");
+            return None;
+        }
+    };
+    if let Err(e) = libos::sys::pcore_set_role(p, ROLE_KC) {
+        println!("blkbench: core {kc} cannot be a kernel core: {e:?}");
+        return None;
+    }
+    Some(p)
+}
+
 /// `work=fs`: cold reads of every file through the file system in either mode.
 fn fs_reads(dedicated: bool, kc: u64, passes: u64) -> u64 {
     use libos::fs::{self, disk::DiskMode};
     let root = libos::root_share();
     let mut pcore = None;
     let mode = if dedicated {
-        let p = match libos::sys::pcore_alloc(root, "blk-kc", kc).map(|p| ObjName::new(root, p)) {
-            Ok(p) => p,
-            Err(e) => {
-                println!("blkbench: no core {kc}: {e:?}");
-                return 1;
-            }
-        };
+        let Some(p) = kernel_core(root, kc) else { return 1 };
         pcore = Some(p);
-        if let Err(e) = libos::sys::pcore_set_role(p, ROLE_KC) {
-            println!("blkbench: core {kc} cannot be a kernel core: {e:?}");
-            return 1;
-        }
         DiskMode::Dedicated { kernel_core: p, rings: 1 }
     } else {
         DiskMode::Polling
@@ -163,7 +137,7 @@ fn fs_reads(dedicated: bool, kc: u64, passes: u64) -> u64 {
         fs::cache_drop_clean()?;
         let (_, st0) = fs::cache_stats()?;
         let t0 = libos::time::now_ns();
-        marker(true);
+        marker::region_all(true);
         let (mut files, mut bytes) = (0, 0);
         for _ in 0..passes {
             fs::cache_drop_clean()?;
@@ -171,7 +145,7 @@ fn fs_reads(dedicated: bool, kc: u64, passes: u64) -> u64 {
             files += f;
             bytes += b;
         }
-        marker(false);
+        marker::region_all(false);
         let ns = libos::time::now_ns() - t0;
         let (_, st1) = fs::cache_stats()?;
         println!("blkbench: fs {} passes: {files} files, {bytes} bytes read; {} disk requests, {} bytes from the disk", passes, st1.packets_in - st0.packets_in, st1.bytes_in - st0.bytes_in);
@@ -228,18 +202,8 @@ fn main(args: &'static str) -> u64 {
     let root = libos::root_share();
     let mut pcore: Option<ObjName> = None;
     let dev = if dedicated {
-        let p = match libos::sys::pcore_alloc(root, "blk-kc", kc).map(|p| ObjName::new(root, p)) {
-            Ok(p) => p,
-            Err(e) => {
-                println!("blkbench: no core {kc}: {e:?}");
-                return 1;
-            }
-        };
+        let Some(p) = kernel_core(root, kc) else { return 1 };
         pcore = Some(p);
-        if let Err(e) = libos::sys::pcore_set_role(p, ROLE_KC) {
-            println!("blkbench: core {kc} cannot be a kernel core: {e:?}");
-            return 1;
-        }
         BlockDevice::open_dedicated(share, 2, p)
     } else {
         BlockDevice::open_polling_per_core(share, 2)

@@ -27,55 +27,9 @@ use libos::sys;
 
 libos::main!(main);
 
-core::arch::global_asm!(
-    r#"
-    .section .text.commute_marker, "ax"
-    .balign 16
-commute_marker_start:
-    movw $0x501, %dx
-    movb $1, %al
-    outb %al, %dx
-    ret
-    .balign 16
-commute_marker_stop:
-    movw $0x501, %dx
-    movb $2, %al
-    outb %al, %dx
-    ret
-    .balign 16
-commute_marker_epoch:
-    movw $0x501, %dx
-    movb $5, %al
-    outb %al, %dx
-    ret
-"#,
-    options(att_syntax)
-);
+#[path = "../common/marker.rs"]
+mod marker;
 
-extern "C" {
-    fn commute_marker_start();
-    fn commute_marker_stop();
-    fn commute_marker_epoch();
-}
-
-#[derive(Clone, Copy)]
-enum Marker {
-    Start,
-    Stop,
-    Epoch,
-}
-
-fn marker(m: Marker) {
-    // SAFETY: the routines write the marker port, which the kernel's TSS I/O bitmap opens to
-    // user mode, and clobber only dx and al (caller-saved).
-    unsafe {
-        match m {
-            Marker::Start => commute_marker_start(),
-            Marker::Stop => commute_marker_stop(),
-            Marker::Epoch => commute_marker_epoch(),
-        }
-    }
-}
 
 /// The fixture's object ids, by `Sym` (index in `SYMS`).
 #[derive(Clone, Copy, Default)]
@@ -334,9 +288,9 @@ fn worker(_arg: u64) -> u64 {
             }
             let Some(case) = cases::case(CASE.load(Ordering::Relaxed)) else { return 1 };
             let mut raw = Raw::new();
-            marker(Marker::Start);
+            marker::region(true);
             exec(case.b, &fx, &mut raw);
-            marker(Marker::Stop);
+            marker::region(false);
             RAW_CODE.store(raw.code, Ordering::Relaxed);
             RAW_N.store(raw.n, Ordering::Relaxed);
             for (i, v) in raw.vals.iter().enumerate() {
@@ -431,11 +385,11 @@ fn main(args: &'static str) -> u64 {
         wait_done(settle);
         let mut raw = Raw::new();
         PHASE.store(run, Ordering::Release);
-        marker(Marker::Start);
+        marker::region(true);
         exec(case.a, &fx, &mut raw);
-        marker(Marker::Stop);
+        marker::region(false);
         wait_done(run);
-        marker(Marker::Epoch);
+        marker::epoch();
         let mut braw = Raw::new();
         braw.code = RAW_CODE.load(Ordering::Relaxed);
         braw.n = RAW_N.load(Ordering::Relaxed);

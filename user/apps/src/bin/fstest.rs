@@ -1455,26 +1455,15 @@ fn dedicated_refuses_bad_entries() -> TestResult {
         sub[at].store(abi::blk_tag(seq), Ordering::Release);
     }
     // Wait for the 64 answers (bounded: a kernel core that hangs fails here, not forever).
-    let mut spins = 0u64;
-    while done[abi::blk_slot_word(abi::BLK_RING_ENTRIES - 1)].load(Ordering::Acquire) != abi::blk_tag(abi::BLK_RING_ENTRIES - 1) {
-        spins += 1;
-        ensure!(spins < 500_000_000, "the kernel core did not answer 64 garbage entries");
-        core::hint::spin_loop();
-    }
+    let answered = || done[abi::blk_slot_word(abi::BLK_RING_ENTRIES - 1)].load(Ordering::Acquire) == abi::blk_tag(abi::BLK_RING_ENTRIES - 1);
+    ensure!(libos::time::wait_until(10_000, answered), "the kernel core did not answer 64 garbage entries in 10 s");
     // One more entry, with the completion ring full and an impossible count (ahead of the kernel).
     done[(abi::BLK_RING_CONSUMER / 8) as usize].store(1000, Ordering::Release);
     let at = abi::blk_slot_word(abi::BLK_RING_ENTRIES);
     sub[at + 1].store(BUF_BLK_READ | 512 << 32, Ordering::Relaxed);
     sub[at + 3].store(data, Ordering::Relaxed);
     sub[at].store(abi::blk_tag(abi::BLK_RING_ENTRIES), Ordering::Release);
-    let mut stopped = false;
-    for _ in 0..20_000_000u64 {
-        if ok!(sys::device_stat(dev.dev)).errors >= 1 {
-            stopped = true;
-            break;
-        }
-        core::hint::spin_loop();
-    }
+    let stopped = libos::time::wait_until(10_000, || sys::device_stat(dev.dev).map(|s| s.errors >= 1).unwrap_or(false));
     ok!(sys::ar_unmap(rar(), SCRATCH, ring_bytes));
     ensure!(stopped, "an impossible completion count was not counted (ring not stopped)");
     // Ring 0 is still served.
@@ -1521,18 +1510,10 @@ fn dedicated_kernel_core_removed() -> TestResult {
     // The role changes when the core next looks: wait (bounded) until its loop has ended.
     // Bounded in time (5 s), so that a core that never leaves its loop fails here, not by the
     // boot's timeout.
-    let t0 = libos::time::now_ns();
-    while ok!(dev.kernel_core()).is_some() {
-        ensure!(libos::time::now_ns() - t0 < 5_000_000_000, "the header still names core {core} 5 s after its role changed");
-        core::hint::spin_loop();
-    }
+    ensure!(libos::time::wait_until(5_000, || matches!(dev.kernel_core(), Ok(None))), "the header still names core {core} 5 s after its role changed");
     err!(dev.read(2, &mut sb), Error::NoSuchCore);
     ok!(sys::pcore_set_role(kc.0, abi::ROLE_KC));
-    let t0 = libos::time::now_ns();
-    while ok!(dev.kernel_core()) != Some(core) {
-        ensure!(libos::time::now_ns() - t0 < 5_000_000_000, "the header does not name core {core} 5 s after it became a kernel core again");
-        core::hint::spin_loop();
-    }
+    ensure!(libos::time::wait_until(5_000, || dev.kernel_core() == Ok(Some(core))), "the header does not name core {core} 5 s after it became a kernel core again");
     sb.fill(0);
     ok!(dev.read(2, &mut sb));
     ensure!(sb[56] == 0x53 && sb[57] == 0xEF, "wrong bytes once a kernel core again");
@@ -1920,9 +1901,9 @@ const OR_ROUNDS: u64 = 300;
 /// Core 1's part: unlink `/or/f{k}` as soon as core 0 says it is open.
 fn orphan_unlinker(_: u64) -> u64 {
     for k in 1..=OR_ROUNDS {
-        while OR_ROUND.load(Ordering::Acquire) < k {
-            core::hint::spin_loop();
-        }
+        // Polls for 2 ms, as before, then halts between looks; after 10 s the unlink below
+        // fails and says which round.
+        libos::time::wait_until(10_000, || OR_ROUND.load(Ordering::Acquire) >= k);
         OR_UNLINKING.store(k, Ordering::Release);
         if fs::unlink(&alloc::format!("/or/f{k}")).is_err() {
             return k;
@@ -1962,9 +1943,7 @@ fn close_races_the_unlink_of_its_file() -> TestResult {
             }
         };
         OR_ROUND.store(k, Ordering::Release);
-        while OR_UNLINKING.load(Ordering::Acquire) < k {
-            core::hint::spin_loop();
-        }
+        libos::time::wait_until(10_000, || OR_UNLINKING.load(Ordering::Acquire) >= k);
         // Spin a little (a different amount each round) so that the close lands at different
         // points of the unlink.
         for _ in 0..(k * 997) % 30_000 {

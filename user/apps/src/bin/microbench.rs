@@ -15,41 +15,9 @@ use libos::sys;
 
 libos::main!(main);
 
-core::arch::global_asm!(
-    r#"
-    .section .text.microbench_marker, "ax"
-    .balign 16
-microbench_marker_start:
-    movw $0x501, %dx
-    movb $1, %al
-    outb %al, %dx
-    ret
-    .balign 16
-microbench_marker_stop:
-    movw $0x501, %dx
-    movb $2, %al
-    outb %al, %dx
-    ret
-"#,
-    options(att_syntax)
-);
+#[path = "../common/marker.rs"]
+mod marker;
 
-extern "C" {
-    fn microbench_marker_start();
-    fn microbench_marker_stop();
-}
-
-fn marker(start: bool) {
-    // SAFETY: the routines write the marker port, which the kernel's TSS I/O bitmap opens to
-    // user mode, and clobber only dx and al (caller-saved).
-    unsafe {
-        if start {
-            microbench_marker_start()
-        } else {
-            microbench_marker_stop()
-        }
-    }
-}
 
 /// Where the fault benchmark maps its segment (private root range, below the heap).
 const FAULT_BASE: u64 = 0x2000_0000_0000;
@@ -70,27 +38,27 @@ fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
             for _ in 0..100 {
                 sys::null()?;
             }
-            marker(true);
+            marker::region(true);
             let t0 = sys::time_now()?;
             for _ in 0..iters {
                 sys::null()?;
             }
             let t1 = sys::time_now()?;
-            marker(false);
+            marker::region(false);
             report(name, iters, t0, t1);
         }
         "fault" => {
             let bytes = iters * PAGE_SIZE;
             let seg = ObjName::new(root, sys::segment_alloc(root, "mb-fault", MEMID_SELF, bytes)?);
             sys::ar_set_seg(rar, &SegMapping { voff: FAULT_BASE, seg, soff: 0, len: bytes, flags: MAP_READ | MAP_WRITE })?;
-            marker(true);
+            marker::region(true);
             let t0 = sys::time_now()?;
             for i in 0..iters {
                 // SAFETY: the page is mapped writable just above; the first write faults it in.
                 unsafe { core::ptr::write_volatile((FAULT_BASE + i * PAGE_SIZE) as *mut u64, i) };
             }
             let t1 = sys::time_now()?;
-            marker(false);
+            marker::region(false);
             report(name, iters, t0, t1);
             sys::ar_unmap(rar, FAULT_BASE, bytes)?;
             sys::share_delobj(seg)?;
@@ -103,14 +71,14 @@ fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
                 sys::share_addobj(sh, seg)?;
                 sys::share_delobj(ObjName::new(sh, seg.object))?;
             }
-            marker(true);
+            marker::region(true);
             let t0 = sys::time_now()?;
             for _ in 0..iters {
                 sys::share_addobj(sh, seg)?;
                 sys::share_delobj(ObjName::new(sh, seg.object))?;
             }
             let t1 = sys::time_now()?;
-            marker(false);
+            marker::region(false);
             report(name, iters, t0, t1);
             sys::share_delobj(seg)?;
             sys::share_delobj(ObjName::new(root, sh))?;
@@ -118,25 +86,25 @@ fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
         "stat" => {
             // One lookup through the root share plus a small copy-out: the naming path alone.
             let seg = ObjName::new(root, sys::segment_alloc(root, "mb-obj", MEMID_SELF, PAGE_SIZE)?);
-            marker(true);
+            marker::region(true);
             let t0 = sys::time_now()?;
             for _ in 0..iters {
                 sys::obj_stat(seg)?;
             }
             let t1 = sys::time_now()?;
-            marker(false);
+            marker::region(false);
             report(name, iters, t0, t1);
             sys::share_delobj(seg)?;
         }
         "segment" => {
-            marker(true);
+            marker::region(true);
             let t0 = sys::time_now()?;
             for _ in 0..iters {
                 let s = sys::segment_alloc(root, "mb-seg", MEMID_SELF, PAGE_SIZE)?;
                 sys::share_delobj(ObjName::new(root, s))?;
             }
             let t1 = sys::time_now()?;
-            marker(false);
+            marker::region(false);
             report(name, iters, t0, t1);
         }
         "ppc" => {
@@ -154,14 +122,14 @@ fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
                     return Err(abi::Error::InvalidArgument);
                 }
             }
-            marker(true);
+            marker::region(true);
             let t0 = sys::time_now()?;
             let mut bad = 0;
             for i in 0..iters {
                 bad |= g.call(i, 0, 0, 0)? ^ (i + 1);
             }
             let t1 = sys::time_now()?;
-            marker(false);
+            marker::region(false);
             report(name, iters, t0, t1);
             g.unbind()?;
             named.delete()?;
@@ -178,14 +146,14 @@ fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
                 sys::core_request(&mut one, abi::GRANT_ROLE_ANY, abi::NEAR_CALLER)?;
                 sys::core_release(one[0])?;
             }
-            marker(true);
+            marker::region(true);
             let t0 = sys::time_now()?;
             for _ in 0..iters {
                 sys::core_request(&mut one, abi::GRANT_ROLE_ANY, abi::NEAR_CALLER)?;
                 sys::core_release(one[0])?;
             }
             let t1 = sys::time_now()?;
-            marker(false);
+            marker::region(false);
             report(name, iters, t0, t1);
         }
         _ => return Err(abi::Error::InvalidArgument),

@@ -557,43 +557,9 @@ fn t_kc_refuses_contexts(p: &Placement) -> TestResult {
     Ok(None)
 }
 
-core::arch::global_asm!(
-    r#"
-    .section .text.roletest_marker, "ax"
-    .balign 16
-roletest_marker_start_all:
-    movw $0x501, %dx
-    movb $3, %al
-    outb %al, %dx
-    ret
-    .balign 16
-roletest_marker_stop_all:
-    movw $0x501, %dx
-    movb $4, %al
-    outb %al, %dx
-    ret
-"#,
-    options(att_syntax)
-);
+#[path = "../common/marker.rs"]
+mod marker;
 
-extern "C" {
-    fn roletest_marker_start_all();
-    fn roletest_marker_stop_all();
-}
-
-/// The measurement plugins' region marker (tools/qemu-plugins/marker.h), on every vCPU: with
-/// `insncount` the kernel core's instructions count too.
-fn marker_all(start: bool) {
-    // SAFETY: the routines write the marker port, which the kernel's TSS I/O bitmap opens to
-    // user mode, and clobber only dx and al (caller-saved).
-    unsafe {
-        if start {
-            roletest_marker_start_all()
-        } else {
-            roletest_marker_stop_all()
-        }
-    }
-}
 
 /// `roletest bench [rounds=N] [verbose] [path=NAME]` at 2 vCPUs with `roles=kc:1`: null-call
 /// cost on this core as an XC (local), as an AC (forwarded to the KC through its slot), each
@@ -639,14 +605,14 @@ fn bench(args: &str) -> u64 {
         ring.attach(p1).map_err(|e| format!("pcore_add_device: {e:?}"))?;
         if let Some(i) = only {
             run_path(i, me, &mut ring)?;
-            marker_all(true);
+            marker::region_all(true);
             let (mut ns, mut f) = (0, 0);
             for _ in 0..repeat {
                 let (n, fr) = run_path(i, me, &mut ring)?;
                 ns += n;
                 f += fr;
             }
-            marker_all(false);
+            marker::region_all(false);
             failures += f;
             libos::println!("bench name=roles_{} ops={} ns_per_op={}", PATH_KEYS[i], path_calls(i) * repeat, ns / repeat);
         } else {

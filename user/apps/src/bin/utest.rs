@@ -1312,18 +1312,12 @@ fn t_mman_two_cores() -> TestResult {
     Ok(Pass::Ok)
 }
 
-/// On another core: wait (polling, at most 5 s) until core `joiner` has halted twice more,
+/// On another core: wait (at most 5 s) until core `joiner` has halted twice more,
 /// then end with 7. Ending only once the joiner sleeps makes the test a matter of counts, not
 /// of how the host schedules the vCPUs.
 fn thread_until_joiner_halts(joiner: u64) -> u64 {
     let Ok(h0) = libos::sys::core_stats(joiner).map(|s| s.halts) else { return 1 };
-    let end = libos::time::tsc_ns() + 5_000_000_000;
-    while libos::time::tsc_ns() < end {
-        if libos::sys::core_stats(joiner).map(|s| s.halts).unwrap_or(0) >= h0 + 2 {
-            return 7;
-        }
-        core::hint::spin_loop();
-    }
+    libos::time::wait_until(5_000, || libos::sys::core_stats(joiner).map(|s| s.halts).unwrap_or(0) >= h0 + 2);
     7
 }
 

@@ -42,9 +42,8 @@ fn rw_writer(_: u64) -> u64 {
     let mut buf = vec![0u8; RW_BYTES];
     for r in 1..=RW_ROUNDS {
         let seen = RW_READS.load(Ordering::Acquire);
-        while RW_READS.load(Ordering::Acquire) < seen + 2 {
-            core::hint::spin_loop();
-        }
+        // Polls, then halts between looks (core 0 ends the rounds by a large count).
+        libos::time::wait_until(10_000, || RW_READS.load(Ordering::Acquire) >= seen + 2);
         buf.fill(r as u8);
         if fs::pwrite(fd, &buf, 0) != Ok(RW_BYTES) {
             return 2;
@@ -224,8 +223,8 @@ fn un_owner(_: u64) -> u64 {
         }
         UN_FDS[k].store(fd.0 as u64 + 1, Ordering::Release);
     }
-    while UN_GONE.load(Ordering::Acquire) == 0 {
-        core::hint::spin_loop();
+    if !libos::time::wait_until(10_000, || UN_GONE.load(Ordering::Acquire) != 0) {
+        return 4;
     }
     let mut buf = vec![0u8; UN_BYTES];
     for f in &UN_FDS {
@@ -263,9 +262,7 @@ pub fn unlink_while_open_on_another_core() -> TestResult {
     UN_GONE.store(0, Ordering::Release);
     UN_EXIT.store(0, Ordering::Release);
     let t = ok!(libos::thread::spawn(1, un_owner_then_exit, 0));
-    while UN_FDS[1].load(Ordering::Acquire) == 0 && UN_EXIT.load(Ordering::Acquire) == 0 {
-        core::hint::spin_loop();
-    }
+    ensure!(libos::time::wait_until(10_000, || UN_FDS[1].load(Ordering::Acquire) != 0 || UN_EXIT.load(Ordering::Acquire) != 0), "core 1 made no file in 10 s");
     let made = fs_ok("df", fs::df())?;
     let r = fs::unlink("/ft3/a").and_then(|_| fs::unlink("/ft3/b"));
     let after = fs_ok("df", fs::df())?;
