@@ -10,6 +10,7 @@ use crate::kobj::kref::KRef;
 use crate::kobj::share::{Lease, Peek};
 use crate::kobj::{ar, device, memid_core, pcore, segment, share, KObject, Kind, ObjRef};
 use crate::percpu;
+use crate::personality::sys_linux_personality;
 use abi::*;
 
 /// The system call in frame `f`, on the paths `syscall_entry` does not take itself: a core
@@ -330,6 +331,7 @@ call_tables! {
     INJECT_CTL => sys_inject_ctl,
     WAIT => sys_wait,
     WAKE => sys_wake,
+    LINUX_PERSONALITY => sys_linux_personality,
 }
 
 /// `dispatch` with the arguments read where they are (the entry frame), not copied.
