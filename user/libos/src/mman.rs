@@ -314,37 +314,3 @@ pub fn records(c: usize) -> usize {
     }
     MAPS[c].lock().n
 }
-
-/// Whether `[addr, addr + len)` lies wholly in mappings of this module that allow reading
-/// (and writing, with `write`): how a caller checks a pointer it was handed before touching
-/// it (the Linux personality's `-EFAULT`). A zero length is accessible.
-pub fn accessible(addr: u64, len: u64, write: bool) -> bool {
-    if len == 0 {
-        return true;
-    }
-    let Some(end) = addr.checked_add(len) else { return false };
-    let base = crate::ctx::arena() + HEAP_SPAN;
-    let Some(rel) = addr.checked_sub(base) else { return false };
-    let c = (rel / HEAP_SPAN) as usize;
-    if c >= HEAP_CORES || c >= crate::heap::cores() {
-        return false;
-    }
-    let win = base + c as u64 * HEAP_SPAN;
-    let maps = MAPS[c].lock();
-    let mut at = addr;
-    for e in maps.live() {
-        let (lo, hi) = (win + e.off, win + e.end());
-        if hi <= at {
-            continue;
-        }
-        let ok = if write { e.prot & PROT_WRITE != 0 } else { e.prot != PROT_NONE };
-        if lo > at || !ok {
-            return false;
-        }
-        at = hi;
-        if at >= end {
-            return true;
-        }
-    }
-    false
-}

@@ -35,14 +35,11 @@ pub struct Process {
     pub framed: bool,
     /// System calls the program made.
     pub calls: u64,
-    /// Its `mmap`s `(address, length)`, removed at exit (a later `munmap` of part or all
-    /// of one makes that a no-op).
-    pub mmaps: Vec<(u64, u64)>,
 }
 
 impl Process {
     pub fn new(image: Loaded, files: Files, framed: bool) -> Process {
-        Process { image, files, cwd: String::from("/"), exit: None, reported: [0; 9], sigactions: [[0; 32]; 65], sigmask: 0, fs_base: 0, tid_address: 0, framed, calls: 0, mmaps: Vec::new() }
+        Process { image, files, cwd: String::from("/"), exit: None, reported: [0; 9], sigactions: [[0; 32]; 65], sigmask: 0, fs_base: 0, tid_address: 0, framed, calls: 0 }
     }
 }
 
@@ -377,14 +374,6 @@ const MAP_PRIVATE: u64 = 2;
 const MAP_FIXED: u64 = 0x10;
 const MAP_ANONYMOUS: u64 = 0x20;
 
-fn errno_of(e: abi::Error) -> i64 {
-    match e {
-        abi::Error::NoMemory => -ENOMEM,
-        abi::Error::BadAddress => -EFAULT,
-        _ => -EINVAL,
-    }
-}
-
 fn sys_mmap(p: &mut Process, a: &[u64; 6]) -> i64 {
     // Anonymous private mappings anywhere (the address is a hint we do not follow).
     let (len, prot, flags) = (a[1], a[2], a[3]);
@@ -397,19 +386,16 @@ fn sys_mmap(p: &mut Process, a: &[u64; 6]) -> i64 {
     if len == 0 {
         return -EINVAL;
     }
-    match crate::mman::mmap(len, prot & (PROT_READ | PROT_WRITE)) {
-        Ok(v) => {
-            p.mmaps.push((v, len));
-            v as i64
-        }
-        Err(e) => errno_of(e),
+    match p.image.space.mmaps.map(len, prot & (PROT_READ | PROT_WRITE)) {
+        Ok(v) => v as i64,
+        Err(e) => e,
     }
 }
 
-fn sys_munmap(_p: &mut Process, a: &[u64; 6]) -> i64 {
-    match crate::mman::munmap(a[0], a[1]) {
+fn sys_munmap(p: &mut Process, a: &[u64; 6]) -> i64 {
+    match p.image.space.mmaps.unmap(a[0], a[1]) {
         Ok(()) => 0,
-        Err(e) => errno_of(e),
+        Err(e) => e,
     }
 }
 
@@ -420,12 +406,12 @@ fn sys_mprotect(p: &mut Process, a: &[u64; 6]) -> i64 {
     }
     // In an mmap: changed as asked. In the image, stack or brk heap (musl makes its RELRO
     // part read-only): accepted as long as it is the program's memory, protections unchanged.
-    match crate::mman::mprotect(addr, len, prot & (PROT_READ | PROT_WRITE)) {
-        Ok(()) => 0,
+    match p.image.space.mmaps.protect(addr, len, prot) {
+        Ok(true) => 0,
         // Not in the mmap window: the image, stack or brk heap.
-        Err(abi::Error::InvalidArgument) if p.image.space.ok(addr, len, false) => 0,
-        Err(abi::Error::InvalidArgument) => -ENOMEM,
-        Err(e) => errno_of(e),
+        Ok(false) if p.image.space.ok(addr, len, false) => 0,
+        Ok(false) => -ENOMEM,
+        Err(e) => e,
     }
 }
 

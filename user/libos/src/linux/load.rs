@@ -51,7 +51,8 @@ pub fn load(file: &[u8], path: &str, argv: &[&[u8]], envp: &[&[u8]], limit: u64,
     match fill(&mut l, &plan, file, path, argv, envp, limit, random, root) {
         Ok(()) => Ok(l),
         Err(e) => {
-            unload(&l);
+            let mut l = l;
+            unload(&mut l);
             Err(e)
         }
     }
@@ -93,6 +94,7 @@ fn fill(l: &mut Loaded, plan: &elf::Plan, file: &[u8], path: &str, argv: &[&[u8]
     l.brk_seg = ObjName::new(l.share, crate::sys::segment_alloc(l.share, "linux-brk", MEMID_SELF, brk_limit - hi).map_err(|e| err("brk segment", e))?);
     l.brk_limit = brk_limit;
     l.space.brk_lo = hi;
+    l.space.mmaps = super::vm::Mmaps::new(l.share);
     l.space.brk = hi;
     Ok(())
 }
@@ -131,8 +133,9 @@ pub fn set_brk(l: &mut Loaded, new: u64) -> u64 {
 }
 
 /// Remove the program's mappings and objects.
-pub fn unload(l: &Loaded) {
+pub fn unload(l: &mut Loaded) {
     let root = crate::ctx::ctx().root_ar;
+    l.space.mmaps.release();
     for &(va, len) in &l.maps {
         let _ = crate::sys::ar_unmap(root, va, len);
     }

@@ -1,5 +1,5 @@
 //! The Linux program's memory as the dispatcher sees it: which addresses it may hand us
-//! (its image, its `brk` heap, its stack, and its `mmap`s, which `crate::mman` records), and
+//! (its image, its `brk` heap, its stack, and its `mmap`s, `vm`), and
 //! copies to and from them. A pointer outside them, or to read-only memory for an output, is
 //! `-EFAULT` before anything is touched: the runtime shares the address space, and a fault
 //! in it would end the runtime with the program. One of the modules allowed `unsafe` (with
@@ -24,6 +24,8 @@ pub struct Space {
     pub brk_lo: u64,
     /// The current break (the heap is `[brk_lo, brk)`, mapped to the page above).
     pub brk: u64,
+    /// Its anonymous mappings.
+    pub mmaps: super::vm::Mmaps,
 }
 
 impl Space {
@@ -35,7 +37,7 @@ impl Space {
         let Some(end) = addr.checked_add(len) else { return false };
         let in_fixed = self.regions.iter().any(|r| r.lo <= addr && end <= r.hi && (r.write || !write));
         let in_brk = self.brk_lo <= addr && end <= self.brk.next_multiple_of(abi::PAGE_SIZE);
-        in_fixed || in_brk || crate::mman::accessible(addr, len, write)
+        in_fixed || in_brk || self.mmaps.accessible(addr, len, write)
     }
 
     /// The program's bytes `[addr, addr + len)`, if readable.

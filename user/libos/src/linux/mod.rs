@@ -2,8 +2,8 @@
 //! inside the runtime's own context. The kernel reflects every `syscall` the program makes
 //! back to user mode at the upcall (`upcall.rs`, `abi::nr::LINUX_PERSONALITY`); the
 //! dispatcher (`dispatch.rs`) runs it by its Linux number on the library OS: files on the
-//! ext2 file system (`files.rs`), memory from `mman` and the program's own segments
-//! (`load.rs`, `mem.rs`), standard output and error to the host (`out.rs`).
+//! ext2 file system (`files.rs`), memory from the program's own segments (`load.rs`,
+//! `vm.rs`, `mem.rs`), standard output and error to the host (`out.rs`).
 //!
 //! Sharing: the program is one process with one thread on the runtime's core; its
 //! descriptor table, address space, signal state and working directory are this module's
@@ -14,6 +14,7 @@ pub mod files;
 pub mod load;
 pub mod mem;
 pub mod out;
+pub mod vm;
 #[cfg(target_os = "none")]
 pub mod upcall;
 
@@ -60,10 +61,7 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     let r = upcall::enter(entry, rsp);
     let mut p = dispatch::PROC.lock().take().ok_or_else(|| String::from("the program's state is gone"))?;
     p.files.close_all();
-    load::unload(&p.image);
-    for &(a, l) in &p.mmaps {
-        let _ = crate::mman::munmap(a, l);
-    }
+    load::unload(&mut p.image);
     let status = r.map_err(|e| alloc::format!("{}: the kernel refused the personality: {e:?}", o.path))?;
     Ok(Outcome { status, calls: p.calls })
 }
