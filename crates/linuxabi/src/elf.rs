@@ -246,3 +246,113 @@ pub fn plan(file: &[u8], pie_base: u64, min_addr: u64, limit: u64) -> Result<Pla
     let tls = tls.map(|(v, f, m, a)| (v.wrapping_add(bias), f, m, a));
     Ok(Plan { entry, bias, phdr, phnum, loads, nloads: n, lo, hi, tls })
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec::Vec;
+
+    /// A minimal ELF64 executable: header, `phdrs` program headers right after it, then
+    /// `body` bytes; `entry`.
+    fn elf(etype: u16, machine: u16, entry: u64, phdrs: &[(u32, u32, u64, u64, u64, u64)], tail: &[u8]) -> Vec<u8> {
+        let mut f = std::vec![0u8; 64];
+        f[..4].copy_from_slice(b"\x7fELF");
+        f[4] = 2;
+        f[5] = 1;
+        f[6] = 1;
+        f[16..18].copy_from_slice(&etype.to_le_bytes());
+        f[18..20].copy_from_slice(&machine.to_le_bytes());
+        f[24..32].copy_from_slice(&entry.to_le_bytes());
+        f[32..40].copy_from_slice(&64u64.to_le_bytes());
+        f[52..54].copy_from_slice(&64u16.to_le_bytes());
+        f[54..56].copy_from_slice(&PHENT.to_le_bytes());
+        f[56..58].copy_from_slice(&(phdrs.len() as u16).to_le_bytes());
+        for &(t, fl, off, va, filesz, memsz) in phdrs {
+            let mut p = [0u8; 56];
+            p[0..4].copy_from_slice(&t.to_le_bytes());
+            p[4..8].copy_from_slice(&fl.to_le_bytes());
+            p[8..16].copy_from_slice(&off.to_le_bytes());
+            p[16..24].copy_from_slice(&va.to_le_bytes());
+            p[32..40].copy_from_slice(&filesz.to_le_bytes());
+            p[40..48].copy_from_slice(&memsz.to_le_bytes());
+            f.extend_from_slice(&p);
+        }
+        f.extend_from_slice(tail);
+        f.resize(f.len().max(0x3000), 0);
+        f
+    }
+
+    const TEXT: (u32, u32, u64, u64, u64, u64) = (PT_LOAD, PF_R | PF_X, 0, 0x400000, 0x1000, 0x1000);
+    const DATA: (u32, u32, u64, u64, u64, u64) = (PT_LOAD, PF_R | PF_W, 0x1f00, 0x401f00, 0x100, 0x2000);
+    const LIMIT: u64 = 0x2000_0000;
+
+    #[test]
+    fn an_exec_file_is_planned_at_its_addresses() {
+        let f = elf(ET_EXEC, EM_X86_64, 0x400100, &[TEXT, DATA], &[]);
+        let p = plan(&f, 0x1000_0000, 0x10000, LIMIT).unwrap();
+        assert_eq!((p.entry, p.bias, p.lo, p.hi, p.nloads), (0x400100, 0, 0x400000, 0x404000, 2));
+        // The headers sit at offset 64 of the first segment.
+        assert_eq!(p.phdr, 0x400040);
+        let mut m = [(0, 0, 0); MAX_LOADS];
+        let n = p.mappings(&mut m);
+        assert_eq!(&m[..n], &[(0x400000, 0x401000, PF_R | PF_X), (0x401000, 0x404000, PF_R | PF_W)]);
+    }
+
+    #[test]
+    fn segments_sharing_a_page_get_one_run_with_both_permissions() {
+        let data = (PT_LOAD, PF_R | PF_W, 0x800, 0x400800, 0x100, 0x1000);
+        let text = (PT_LOAD, PF_R | PF_X, 0, 0x400000, 0x800, 0x800);
+        let f = elf(ET_EXEC, EM_X86_64, 0x400100, &[text, data], &[]);
+        let p = plan(&f, 0, 0x10000, LIMIT).unwrap();
+        let mut m = [(0, 0, 0); MAX_LOADS];
+        let n = p.mappings(&mut m);
+        assert_eq!(&m[..n], &[(0x400000, 0x401000, PF_R | PF_W | PF_X), (0x401000, 0x402000, PF_R | PF_W)]);
+    }
+
+    #[test]
+    fn a_static_pie_is_moved_to_the_base() {
+        let text = (PT_LOAD, PF_R | PF_X, 0, 0, 0x1000, 0x1000);
+        let f = elf(ET_DYN, EM_X86_64, 0x100, &[text], &[]);
+        let p = plan(&f, 0x1000_0000, 0x10000, LIMIT).unwrap();
+        assert_eq!((p.bias, p.entry, p.lo, p.phdr), (0x1000_0000, 0x1000_0100, 0x1000_0000, 0x1000_0040));
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_reason() {
+        let good = elf(ET_EXEC, EM_X86_64, 0x400100, &[TEXT, DATA], &[]);
+        assert_eq!(plan(b"#!/bin/sh\n", 0, 0x10000, LIMIT), Err(ElfError::NotElf));
+        assert_eq!(plan(&good[..40], 0, 0x10000, LIMIT), Err(ElfError::Truncated));
+        // Program headers past the end.
+        assert_eq!(plan(&good[..100], 0, 0x10000, LIMIT), Err(ElfError::Truncated));
+        // A segment's bytes past the end.
+        assert_eq!(plan(&good[..0x1f80], 0, 0x10000, LIMIT), Err(ElfError::Truncated));
+        let mut c32 = good.clone();
+        c32[4] = 1;
+        assert_eq!(plan(&c32, 0, 0x10000, LIMIT), Err(ElfError::WrongClass));
+        assert_eq!(plan(&elf(ET_EXEC, 183, 0x400100, &[TEXT], &[]), 0, 0x10000, LIMIT), Err(ElfError::WrongMachine(183)));
+        assert_eq!(plan(&elf(1, EM_X86_64, 0x400100, &[TEXT], &[]), 0, 0x10000, LIMIT), Err(ElfError::WrongType(1)));
+        let over = (PT_LOAD, PF_R, 0, 0x400800, 0x100, 0x100);
+        assert_eq!(plan(&elf(ET_EXEC, EM_X86_64, 0x400100, &[TEXT, over], &[]), 0, 0x10000, LIMIT), Err(ElfError::Overlap));
+        let runtime = (PT_LOAD, PF_R, 0, 0x1fff_f000, 0x100, 0x2000);
+        assert_eq!(plan(&elf(ET_EXEC, EM_X86_64, 0x400100, &[TEXT, runtime], &[]), 0, 0x10000, LIMIT), Err(ElfError::OutsideWindow { lo: 0x10000, hi: LIMIT }));
+        let huge = (PT_LOAD, PF_R, 0, 0x400000, 0x100, u64::MAX - 0x1000);
+        assert_eq!(plan(&elf(ET_EXEC, EM_X86_64, 0x400100, &[huge], &[]), 0, 0x10000, LIMIT), Err(ElfError::BadSegment));
+        let fat = (PT_LOAD, PF_R, 0, 0x400000, 0x200, 0x100);
+        assert_eq!(plan(&elf(ET_EXEC, EM_X86_64, 0x400100, &[fat], &[]), 0, 0x10000, LIMIT), Err(ElfError::BadSegment));
+        assert_eq!(plan(&elf(ET_EXEC, EM_X86_64, 0x900000, &[TEXT], &[]), 0, 0x10000, LIMIT), Err(ElfError::EntryOutside(0x900000)));
+        assert_eq!(plan(&elf(ET_EXEC, EM_X86_64, 0x400100, &[], &[]), 0, 0x10000, LIMIT), Err(ElfError::BadLoads));
+    }
+
+    #[test]
+    fn an_interpreter_is_named_in_the_refusal() {
+        let name = b"/lib/ld-musl-x86_64.so.1\0";
+        let interp = (PT_INTERP, PF_R, 0x2000, 0, name.len() as u64, name.len() as u64);
+        let mut f = elf(ET_DYN, EM_X86_64, 0x100, &[interp, TEXT], &[]);
+        f[0x2000..0x2000 + name.len()].copy_from_slice(name);
+        let e = plan(&f, 0x1000_0000, 0x10000, LIMIT).unwrap_err();
+        assert_eq!(e, ElfError::Interp(b"/lib/ld-musl-x86_64.so.1"));
+        let msg = std::format!("{e}");
+        assert!(msg.contains("/lib/ld-musl-x86_64.so.1") && msg.contains("dynamic loading is not supported"), "{msg}");
+    }
+}

@@ -143,3 +143,71 @@ impl Fixed {
         self.v[i]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec::Vec;
+
+    const TOP: u64 = 0x7000_0000;
+
+    fn word(b: &[u8], top: u64, at: u64) -> u64 {
+        let o = (at - (top - b.len() as u64)) as usize;
+        u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+    }
+
+    fn string(b: &[u8], top: u64, at: u64) -> Vec<u8> {
+        let o = (at - (top - b.len() as u64)) as usize;
+        b[o..].iter().take_while(|&&c| c != 0).copied().collect()
+    }
+
+    #[test]
+    fn the_block_reads_back_as_linux_lays_it_out() {
+        let mut b = std::vec![0u8; 8192];
+        let aux = AuxInfo { phdr: 0x400040, phent: 56, phnum: 5, entry: 0x401000, hwcap: 0x178bfbff, random: [7; 16] };
+        let rsp = build(&mut b, TOP, &[b"/bin/prog", b"a b"], &[b"HOME=/"], b"/bin/prog", &aux).unwrap();
+        assert_eq!(rsp % 16, 0);
+        assert_eq!(word(&b, TOP, rsp), 2);
+        assert_eq!(string(&b, TOP, word(&b, TOP, rsp + 8)), b"/bin/prog");
+        assert_eq!(string(&b, TOP, word(&b, TOP, rsp + 16)), b"a b");
+        assert_eq!(word(&b, TOP, rsp + 24), 0);
+        assert_eq!(string(&b, TOP, word(&b, TOP, rsp + 32)), b"HOME=/");
+        assert_eq!(word(&b, TOP, rsp + 40), 0);
+        let mut aux_seen = std::collections::BTreeMap::new();
+        let mut at = rsp + 48;
+        loop {
+            let (t, v) = (word(&b, TOP, at), word(&b, TOP, at + 8));
+            at += 16;
+            if t == AT_NULL {
+                break;
+            }
+            aux_seen.insert(t, v);
+        }
+        assert_eq!(aux_seen.len(), AUX_ENTRIES - 1);
+        assert_eq!(aux_seen[&AT_PHDR], 0x400040);
+        assert_eq!(aux_seen[&AT_PHENT], 56);
+        assert_eq!(aux_seen[&AT_PHNUM], 5);
+        assert_eq!(aux_seen[&AT_PAGESZ], 4096);
+        assert_eq!(aux_seen[&AT_ENTRY], 0x401000);
+        assert_eq!(aux_seen[&AT_HWCAP], 0x178bfbff);
+        assert_eq!(aux_seen[&AT_SECURE], 0);
+        assert_eq!(string(&b, TOP, aux_seen[&AT_EXECFN]), b"/bin/prog");
+        let r = aux_seen[&AT_RANDOM];
+        let o = (r - (TOP - b.len() as u64)) as usize;
+        assert_eq!(&b[o..o + 16], &[7; 16]);
+        // Everything lies inside the block, above rsp.
+        assert!(at <= TOP && r + 16 <= TOP);
+    }
+
+    #[test]
+    fn too_much_is_refused() {
+        let mut b = std::vec![0u8; 512];
+        let long = std::vec![b'x'; 600];
+        let e = build(&mut b, TOP, &[&long], &[], b"/p", &AuxInfo::default()).unwrap_err();
+        assert!(e.needed > 512 && e.room == 512);
+        let many: Vec<&[u8]> = (0..MAX_STRINGS + 1).map(|_| &b"a"[..]).collect();
+        let mut big = std::vec![0u8; 1 << 20];
+        assert!(build(&mut big, TOP, &many, &[], b"/p", &AuxInfo::default()).is_err());
+    }
+}

@@ -97,3 +97,43 @@ impl LinuxStat {
         b
     }
 }
+
+/// docs/linux-abi.md's table: one row for every number in [`crate::SYSCALLS`].
+pub fn doc_table(out: &mut impl core::fmt::Write) -> core::fmt::Result {
+    writeln!(out, "| number | name | status | what is missing |")?;
+    writeln!(out, "| ---: | --- | --- | --- |")?;
+    for &(n, name) in crate::SYSCALLS {
+        match support(n as u64) {
+            Some(Support::Full) => writeln!(out, "| {n} | `{name}` | implemented | |")?,
+            Some(Support::Partial(what)) => writeln!(out, "| {n} | `{name}` | partial | {what} |")?,
+            None => writeln!(out, "| {n} | `{name}` | ENOSYS | |")?,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_sorted_and_names_real_calls() {
+        for w in SUPPORTED.windows(2) {
+            assert!(w[0].0 < w[1].0);
+        }
+        for &(n, _) in SUPPORTED {
+            assert!(crate::name(n).is_some(), "{n} is no Linux call");
+        }
+        assert_eq!(support(nr::GETPID), Some(Support::Partial("always 1: one process per runtime")));
+        assert_eq!(support(nr::FORK), None);
+    }
+
+    #[test]
+    fn stat_fields_sit_where_linux_has_them() {
+        let b = LinuxStat { ino: 5, nlink: 2, mode: 0o100644, uid: 1, gid: 2, size: 300, blocks: 8, mtime: 99 }.to_bytes();
+        assert_eq!(u64::from_le_bytes(b[8..16].try_into().unwrap()), 5);
+        assert_eq!(u32::from_le_bytes(b[24..28].try_into().unwrap()), 0o100644);
+        assert_eq!(i64::from_le_bytes(b[48..56].try_into().unwrap()), 300);
+        assert_eq!(i64::from_le_bytes(b[88..96].try_into().unwrap()), 99);
+    }
+}
