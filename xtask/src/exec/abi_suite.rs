@@ -21,6 +21,8 @@ struct Case {
     stdout: &'static [&'static str],
     /// Substrings the console must hold, each with how many times (exactly).
     console: &'static [(&'static str, usize)],
+    /// Run only the file's first this many bytes (0: all of it): a refused load.
+    truncate: usize,
 }
 
 const INPUT: &[u8] = b"hello world from the image\n";
@@ -34,6 +36,7 @@ const CASES: &[Case] = &[
         status: 3,
         stdout: &["hello from a static Linux program", "argv[0]=/bin/hello", "argv[1]=one", "argv[2]=two words"],
         console: &[],
+        truncate: 0,
     },
     Case {
         prog: "abi_args",
@@ -43,9 +46,10 @@ const CASES: &[Case] = &[
         status: 0,
         stdout: &["argc=2", "argv[0]=/bin/abi_args", "argv[1]=x", "ABI_TEST=(unset)", "envc=0", "hwcap has fpu: 1", "auxv ok"],
         console: &[],
+        truncate: 0,
     },
-    Case { prog: "abi_tls", args: &[], files: &[], stdin: b"", status: 0, stdout: &["counter=42 zeroed[0]=0 zeroed[99]=7", "arch_prctl=0 self-pointer=yes below-tp=yes"], console: &[] },
-    Case { prog: "abi_malloc", args: &[], files: &[], stdin: b"", status: 0, stdout: &["malloc ok: 2000 small blocks, one of 16 MiB"], console: &[] },
+    Case { prog: "abi_tls", args: &[], files: &[], stdin: b"", status: 0, stdout: &["counter=42 zeroed[0]=0 zeroed[99]=7", "arch_prctl=0 self-pointer=yes below-tp=yes"], console: &[], truncate: 0 },
+    Case { prog: "abi_malloc", args: &[], files: &[], stdin: b"", status: 0, stdout: &["malloc ok: 2000 small blocks, one of 16 MiB"], console: &[], truncate: 0 },
     Case {
         prog: "abi_file",
         args: &[],
@@ -62,6 +66,7 @@ const CASES: &[Case] = &[
             "getdents64: 3 names, input.txt found",
         ],
         console: &[],
+        truncate: 0,
     },
     Case {
         prog: "abi_enosys",
@@ -72,6 +77,18 @@ const CASES: &[Case] = &[
         stdout: &["syscall(999) = -1, errno ENOSYS", "syscall(999) = -1, errno ENOSYS", "still running"],
         // Once per program: two runs, so twice in the boot.
         console: &[("unimplemented system call (no such call) (999): -ENOSYS", 2), ("unimplemented system call getitimer (36): -ENOSYS", 2)],
+        truncate: 0,
+    },
+    // A file cut inside its program headers: refused with the reason, status 127, nothing left.
+    Case {
+        prog: "hello",
+        args: &[],
+        files: &[],
+        stdin: b"",
+        status: 127,
+        stdout: &[],
+        console: &[("/bin/hello: truncated ELF file (headers or segments run past its end)", 2)],
+        truncate: 200,
     },
     Case {
         prog: "abi_efault",
@@ -90,6 +107,7 @@ const CASES: &[Case] = &[
             "efault done",
         ],
         console: &[],
+        truncate: 0,
     },
 ];
 
@@ -129,7 +147,13 @@ pub fn ci_tests(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     let dir = crate::host::env::target_dir().join("linux-exec").join("abi-files");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for c in CASES {
-        let program = progs::build(c.prog, &[])?;
+        let mut program = progs::build(c.prog, &[])?;
+        if c.truncate > 0 {
+            let bytes = std::fs::read(&program).map_err(|e| format!("{}: {e}", program.display()))?;
+            let cut = dir.join(c.prog);
+            std::fs::write(&cut, &bytes[..c.truncate.min(bytes.len())]).map_err(|e| format!("{}: {e}", cut.display()))?;
+            program = cut;
+        }
         let mut files = Vec::new();
         for (i, (guest, bytes)) in c.files.iter().enumerate() {
             let host = dir.join(format!("{}-{i}", c.prog));
@@ -141,7 +165,7 @@ pub fn ci_tests(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
             Ok(out) => {
                 let bad = check(c, &out);
                 if bad.is_empty() {
-                    println!("   {}: ok", c.prog);
+                    println!("   {}{}: ok", c.prog, if c.truncate > 0 { " (truncated)" } else { "" });
                     t.passed += 1;
                 } else {
                     println!("   FAILED: {}: {}", c.prog, bad.join("; "));

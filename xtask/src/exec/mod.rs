@@ -8,6 +8,7 @@
 //! NOT FINISHED: this is the shared frame the two halves are built into; `ours::run` and
 //! `linux::run` say what each does.
 
+pub mod abi_doc;
 pub mod abi_suite;
 pub mod linux;
 pub mod ours;
