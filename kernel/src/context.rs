@@ -132,7 +132,7 @@ impl ContextSlot {
         // SAFETY: every slot is the `running` field of a `CoreArea` (`running` is the only
         // way to reach one), whose first field is that core's `PerCpu` (repr(C)).
         let area = unsafe { &*((self as *const Self as *const u8).sub(core::mem::offset_of!(CoreArea, running)) as *const PerCpu) };
-        crate::personality::install(area, c.as_ref());
+        crate::personality::install(area, c.as_ref().and_then(|c| c.linux));
         // SAFETY: as for get; called only outside user mode, and never while a system call
         // of this core (or a kernel core serving it) holds a reference from `get`.
         unsafe { core::mem::replace(&mut *self.0.get(), c) }

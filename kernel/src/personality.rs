@@ -25,8 +25,7 @@
 use core::sync::atomic::Ordering;
 
 use crate::arch::x86_64::syscall::set_linux_entry;
-use crate::context::{current_mut_of, Context};
-use crate::percpu::{self, PerCpu};
+use crate::percpu::PerCpu;
 use abi::{Error, LINUX_OFF, LINUX_ON, LINUX_SET_FS, USER_BASE, USER_END};
 
 /// A context's Linux personality.
@@ -41,11 +40,10 @@ pub struct Personality {
     pub fs_base: u64,
 }
 
-/// Make the core's entry match `ctx` (the context about to run here, or none). Called with
-/// interrupts off whenever the running context changes; a core that had no personality
-/// and gets none does nothing (one load and a branch).
-pub fn install(area: &PerCpu, ctx: Option<&Context>) {
-    let p = ctx.and_then(|c| c.linux);
+/// Make the core's entry match `p` (the personality of the context about to run here, or
+/// none). Called with interrupts off whenever the running context changes; a core that had
+/// no personality and gets none does nothing (one load and a branch).
+pub fn install(area: &PerCpu, p: Option<Personality>) {
     let had = area.linux_upcall.load(Ordering::Relaxed) != 0;
     match p {
         Some(p) => {
@@ -62,16 +60,9 @@ pub fn install(area: &PerCpu, ctx: Option<&Context>) {
     }
 }
 
-/// `linux_personality(op, a0, a1, a2)`: see `abi::nr::LINUX_PERSONALITY`.
-pub fn sys_linux_personality(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
-    let area = percpu::this();
-    if area.is_acting() {
-        return Err(Error::NotPermitted);
-    }
-    let ctx = current_mut_of(area).ok_or(Error::NotPermitted)?;
-    if ctx.ppc.is_some() {
-        return Err(Error::NotPermitted);
-    }
+/// Apply `linux_personality(op, a0, a1, a2)` (see `abi::nr::LINUX_PERSONALITY`) to a
+/// context's record `cur`; the caller installs the result on its core.
+pub fn apply(cur: &mut Option<Personality>, a: &[u64; 6]) -> Result<(), Error> {
     let user = |v: u64| (USER_BASE..USER_END).contains(&v);
     match a[0] {
         LINUX_ON => {
@@ -82,23 +73,18 @@ pub fn sys_linux_personality(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
             if !user(lo) || hi > USER_END {
                 return Err(Error::BadAddress);
             }
-            let fs_base = ctx.linux.map(|p| p.fs_base).unwrap_or(0);
-            ctx.linux = Some(Personality { native_lo: lo, native_hi: hi, upcall, fs_base });
+            let fs_base = cur.map(|p| p.fs_base).unwrap_or(0);
+            *cur = Some(Personality { native_lo: lo, native_hi: hi, upcall, fs_base });
         }
-        LINUX_OFF => ctx.linux = None,
+        LINUX_OFF => *cur = None,
         LINUX_SET_FS => {
             let base = a[1];
             if base != 0 && !user(base) {
                 return Err(Error::BadAddress);
             }
-            let p = ctx.linux.as_mut().ok_or(Error::NotPermitted)?;
-            p.fs_base = base;
+            cur.as_mut().ok_or(Error::NotPermitted)?.fs_base = base;
         }
         _ => return Err(Error::InvalidArgument),
     }
-    // Interrupts off: a tick switching contexts in between would install the other one.
-    let token = crate::arch::x86_64::cpu::irq_save();
-    install(area, current_mut_of(area).map(|c| &*c));
-    crate::arch::x86_64::cpu::irq_restore(token);
-    Ok(0)
+    Ok(())
 }
