@@ -8,6 +8,12 @@
 //! Sharing: the program is one process with one thread on the runtime's core; its
 //! descriptor table, address space, signal state and working directory are this module's
 //! private state (one `Process`), touched by no other core.
+//!
+//! NOT DONE: processes (`fork`, `clone`, `execve`, `wait4`), threads and `futex`, signal
+//! delivery, pipes and sockets as descriptors (`fd::FileLike`), file mappings, `poll`, the
+//! file calls that change names (`mkdirat`, `unlinkat`, `renameat2`, ...), `fcntl`, `dup*`;
+//! standard input from a live terminal (it is a byte string given at start). The table of
+//! what is there: `linuxabi::support`, docs/linux-abi.md.
 
 pub mod dispatch;
 pub mod files;
