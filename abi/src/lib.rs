@@ -325,7 +325,25 @@ pub mod nr {
     /// comes before the `wait` is not lost. Errors: `NoSuchCore` for a core that is not
     /// online.
     pub const WAKE: u64 = 88;
+
+    /// `linux_personality(op, a0, a1, a2) -> 0`: the Linux personality's reflection
+    /// (docs/linux-abi.md). `op = LINUX_ON`, `a0 = upcall`, `[a1, a2)` = the native range:
+    /// from now on a `syscall` made by this context from outside the native range is not a
+    /// call: it returns to user mode at `upcall` at once with `rax` = the caller's rip,
+    /// `r11` = (the number << 32) | the caller's rflags, `rcx` = `upcall`, every other
+    /// register (rsp too) as the caller left it. `LINUX_OFF`: back to plain calls.
+    /// `LINUX_SET_FS`, `a0 = base`: the user FS base while this context runs (0 or a user
+    /// address). Errors: `InvalidArgument` for an empty range, an upcall outside it or an
+    /// unknown `op`; `BadAddress` for a range or base outside the user half; `NotPermitted`
+    /// when forwarded from an application core, inside a protected procedure call, from a
+    /// syscall ring, or for `LINUX_SET_FS` without a personality.
+    pub const LINUX_PERSONALITY: u64 = 95;
 }
+
+/// `nr::LINUX_PERSONALITY` operations.
+pub const LINUX_OFF: u64 = 0;
+pub const LINUX_ON: u64 = 1;
+pub const LINUX_SET_FS: u64 = 2;
 
 /// `inject_ctl` operations.
 pub const INJECT_COUNTS: u64 = 0;

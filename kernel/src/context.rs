@@ -34,12 +34,14 @@ pub struct Context {
     /// Gates bound for `ppc_call(PPC_BOUND, slot, ..)` (`kobj::gate::bind`), each for the
     /// identity that bound it.
     pub bound: crate::kobj::gate::BoundSlots,
+    /// The Linux personality this context registered, if any (`personality`).
+    pub linux: Option<crate::personality::Personality>,
 }
 
 impl Context {
     /// A context that starts at `rip` with stack `rsp` and arguments `args`, in no call.
     pub fn new(root_share: ObjRef, shares: Vec<ObjRef>, root_ar: ObjRef, pcore: ObjRef, rip: u64, rsp: u64, args: [u64; 3]) -> Context {
-        Context { root_share, shares, root_ar, pcore, rip, rsp, args, ppc: None, ppc_depth: 0, bound: crate::kobj::gate::NO_BOUND }
+        Context { root_share, shares, root_ar, pcore, rip, rsp, args, ppc: None, ppc_depth: 0, bound: crate::kobj::gate::NO_BOUND, linux: None }
     }
 }
 
@@ -126,6 +128,11 @@ impl ContextSlot {
     /// Replace the running context (this core only: starting, ending, or `sched` switching
     /// in an interrupt taken from user mode, when no system call holds a reference).
     pub(crate) fn set(&self, c: Option<Context>) -> Option<Context> {
+        // The core's system-call entry follows the running context's Linux personality.
+        // SAFETY: every slot is the `running` field of a `CoreArea` (`running` is the only
+        // way to reach one), whose first field is that core's `PerCpu` (repr(C)).
+        let area = unsafe { &*((self as *const Self as *const u8).sub(core::mem::offset_of!(CoreArea, running)) as *const PerCpu) };
+        crate::personality::install(area, c.as_ref().and_then(|c| c.linux));
         // SAFETY: as for get; called only outside user mode, and never while a system call
         // of this core (or a kernel core serving it) holds a reference from `get`.
         unsafe { core::mem::replace(&mut *self.0.get(), c) }

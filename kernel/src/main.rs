@@ -26,6 +26,7 @@ pub mod elf;
 pub mod init;
 pub mod initrd;
 pub mod kobj;
+pub mod personality;
 pub mod syscall;
 
 use core::cell::UnsafeCell;

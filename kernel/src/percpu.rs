@@ -79,6 +79,13 @@ pub struct PerCpu {
     pub orphans_pending: AtomicBool,
     /// A `wake` (`nr::WAKE`) for this core that its next `wait` has not consumed yet.
     pub wake_pending: AtomicBool,
+    /// The Linux personality of the context running here (`personality`), read by
+    /// `syscall_entry_linux`: a `syscall` whose return address lies outside
+    /// `[linux_native_lo, linux_native_hi)` goes back to user mode at `linux_upcall`.
+    /// Meaningful only while the Linux entry is installed (`linux_upcall != 0`).
+    pub linux_native_lo: AtomicU64,
+    pub linux_native_hi: AtomicU64,
+    pub linux_upcall: AtomicU64,
 }
 
 /// Per-core counters (NIX's measuring framework, Corey's fault and shootdown counts).
@@ -155,6 +162,9 @@ impl PerCpu {
             in_call: AtomicBool::new(false),
             orphans_pending: AtomicBool::new(false),
             wake_pending: AtomicBool::new(false),
+            linux_native_lo: AtomicU64::new(0),
+            linux_native_hi: AtomicU64::new(0),
+            linux_upcall: AtomicU64::new(0),
         }
     }
 }

@@ -330,6 +330,7 @@ call_tables! {
     INJECT_CTL => sys_inject_ctl,
     WAIT => sys_wait,
     WAKE => sys_wake,
+    LINUX_PERSONALITY => sys_linux_personality,
 }
 
 /// `dispatch` with the arguments read where they are (the entry frame), not copied.
@@ -339,6 +340,25 @@ fn dispatch_in(nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
         Some(h) => h(nr, a),
         None => Err(Error::NoSuchCall),
     }
+}
+
+/// `linux_personality`: only from this core's own context (the MSRs it sets are this
+/// core's), outside protected procedure calls (`personality`).
+fn sys_linux_personality(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    let area = percpu::this();
+    if area.is_acting() {
+        return Err(Error::NotPermitted);
+    }
+    let ctx = context::current_mut_of(area).ok_or(Error::NotPermitted)?;
+    if ctx.ppc.is_some() {
+        return Err(Error::NotPermitted);
+    }
+    crate::personality::apply(&mut ctx.linux, a)?;
+    // Interrupts off: a tick switching contexts in between would install the other one.
+    let token = crate::arch::x86_64::cpu::irq_save();
+    crate::personality::install(area, ctx.linux);
+    crate::arch::x86_64::cpu::irq_restore(token);
+    Ok(0)
 }
 
 fn sys_null(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {

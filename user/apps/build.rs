@@ -20,7 +20,7 @@ fn main() {
             continue;
         }
         let name = path.file_stem().and_then(|s| s.to_str()).expect("utf-8 name").to_string();
-        let s = if name == "sh" { &sh_script } else { &script };
+        let s = if name == "sh" || name == "linuxrt" { &sh_script } else { &script };
         println!("cargo:rustc-link-arg-bin={name}=-T{}", s.display());
         println!("cargo:rustc-link-arg-bin={name}=-no-pie");
         println!("cargo:rustc-link-arg-bin={name}=--no-dynamic-linker");

@@ -1239,6 +1239,7 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // in the library OS, corrupt metadata; the image is still clean afterwards.
     r.suite("fs", |a| fs_suite(&a.kernel()?, &a.initrd()?))?;
     r.suite("programs", |a| program_runs(&a.kernel()?, &a.initrd()?))?;
+    r.suite("linux-abi", |a| crate::exec::abi_suite::ci_tests(&a.kernel()?, &a.initrd()?))?;
     // Metis MapReduce (docs/metis.md): wc, wri, wrmem equal to the host reference.
     r.suite("metis", |a| crate::metis::ci_check(&a.kernel()?))?;
     // Exact instructions per operation of the measured paths against the committed baseline

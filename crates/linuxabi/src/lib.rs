@@ -8,6 +8,10 @@
 //! host tool writes docs/linux-abi.md's table from them.
 #![no_std]
 
+pub mod elf;
+pub mod initstack;
+pub mod support;
+
 /// Every x86-64 Linux system call: `(number, name)`, sorted by number. Numbers that Linux
 /// leaves unused (between 335 and 424) have no row.
 pub const SYSCALLS: &[(u32, &str)] = &[

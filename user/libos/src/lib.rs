@@ -32,6 +32,7 @@ pub mod fs;
 pub mod heap;
 pub mod launch;
 pub mod layout;
+pub mod linux;
 pub mod mman;
 pub mod net;
 pub mod ppc;

@@ -477,3 +477,9 @@ pub fn ppc_bind(gate: ObjName) -> Result<u64, Error> {
 pub fn ppc_unbind(slot: u64) -> Result<u64, Error> {
     call_nomem3(nr::PPC_UNBIND, slot, 0, 0)
 }
+
+/// `linux_personality(op, a0, a1, a2)`: the Linux personality's reflection (see
+/// `abi::nr::LINUX_PERSONALITY`; `user/libos/src/linux`).
+pub fn linux_personality(op: u64, a0: u64, a1: u64, a2: u64) -> Result<u64, Error> {
+    call_nomem(nr::LINUX_PERSONALITY, op, a0, a1, a2, 0, 0)
+}

@@ -7,6 +7,8 @@
 //! `progs` builds the project's own C test programs (linux/progs/*.c) with `musl-gcc -static`
 //! and fetches Debian's `busybox-static`; `command` is the command line's side.
 
+pub mod abi_doc;
+pub mod abi_suite;
 pub mod command;
 pub mod conformance;
 pub mod linux;

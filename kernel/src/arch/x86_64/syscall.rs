@@ -43,6 +43,7 @@ global_asm!(
     .global syscall_entry
 syscall_entry:
     swapgs
+syscall_native:
     mov %rsp, %gs:16
     mov %gs:24, %rsp
     pushq %gs:16
@@ -174,6 +175,28 @@ syscall_entry:
     pop %rcx
     pop %r11
     pop %rsp
+    swapgs
+    sysretq
+
+    /* The entry while the running context has a Linux personality (`personality`; LSTAR
+       points here only then). A `syscall` from the context's native code (its return
+       address, rcx, inside [linux_native_lo, linux_native_hi)) goes on as any call. Any
+       other is reflected: straight back to user mode at linux_upcall with rax = the
+       caller's rip, r11 = (number << 32) | the caller's rflags (sysretq loads only the flag
+       bits), rcx = the upcall, and every other register, rsp included, as the caller left
+       it. Nothing is written to memory and no interrupt is enabled. linux_upcall was
+       checked to lie in the user half when it was registered. */
+    .global syscall_entry_linux
+syscall_entry_linux:
+    swapgs
+    cmp %gs:{linux_lo}, %rcx
+    jb 1f
+    cmp %gs:{linux_hi}, %rcx
+    jb syscall_native
+1:  shl $32, %rax
+    or %rax, %r11
+    mov %rcx, %rax
+    mov %gs:{linux_upcall}, %rcx
     swapgs
     sysretq
 
@@ -352,11 +375,15 @@ uaccess_fixup:
     calls = const CALLS,
     ppc_return = const abi::nr::PPC_RETURN,
     ppc_bound = const abi::PPC_BOUND as i64,
+    linux_lo = const core::mem::offset_of!(PerCpu, linux_native_lo),
+    linux_hi = const core::mem::offset_of!(PerCpu, linux_native_hi),
+    linux_upcall = const core::mem::offset_of!(PerCpu, linux_upcall),
     options(att_syntax)
 );
 
 extern "C" {
     fn syscall_entry();
+    fn syscall_entry_linux();
     fn enter_user_mode(rip: u64, rsp: u64, a0: u64, a1: u64, a2: u64);
     fn enter_user_regs(regs: *const UserRegs);
     fn uaccess_copy(dst: *mut u8, src: *const u8, len: usize) -> u64;
@@ -386,7 +413,22 @@ pub fn init_core() {
         cr4 |= 1 << 21;
         SMAP_ENABLED.store(true, Ordering::Relaxed);
     }
+    // SSE for user programs (the Linux personality's programs use it: OSFXSR and
+    // OSXMMEXCPT). The kernel and the library OS are built without SSE.
+    cr4 |= (1 << 9) | (1 << 10);
     cpu::write_cr4(cr4);
+}
+
+const MSR_FS_BASE: u32 = 0xC000_0100;
+
+/// Point this core's `syscall` at the Linux personality's entry (`syscall_entry_linux`,
+/// which reflects calls from outside the native range read from the per-CPU area) or back
+/// at the plain one; and set the user FS base (the Linux program's thread pointer; 0 for a
+/// native context). `fs_base` must be canonical: the caller checks it lies in the user half.
+pub fn set_linux_entry(on: bool, fs_base: u64) {
+    let entry = if on { syscall_entry_linux as *const () as u64 } else { syscall_entry as *const () as u64 };
+    wrmsr(MSR_LSTAR, entry);
+    wrmsr(MSR_FS_BASE, fs_base);
 }
 
 pub fn smep_smap() -> (bool, bool) {

@@ -1,0 +1,175 @@
+//! The user-mode end of the kernel's reflection (`abi::nr::LINUX_PERSONALITY`): entering the
+//! Linux program, the upcall stub every reflected `syscall` lands in, and leaving the
+//! program when it exits. One of the modules allowed `unsafe` (with `mem.rs`).
+//!
+//! At `__linux_upcall` the kernel has left rax = the program's rip after its `syscall`,
+//! r11 = (number << 32) | its rflags, rcx = the stub's address, every other register (rsp
+//! too) as the program had it. The stub switches to the runtime's upcall stack (never
+//! touching the program's stack, whose red zone may be live), saves the registers as a
+//! [`Frame`], calls `linux_dispatch`, and returns to the program as Linux does: every
+//! register as it was except rax (the result), rcx (the return address) and r11 (rflags).
+//! One upcall stack: the program is single-threaded, and the dispatcher's own system calls
+//! are native (made from inside the runtime's image), so upcalls never nest.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// The registers of a reflected call, as the stub pushes them (lowest address first).
+#[repr(C)]
+#[derive(Debug)]
+pub struct Frame {
+    pub r9: u64,
+    pub r8: u64,
+    pub r10: u64,
+    pub rdx: u64,
+    pub rsi: u64,
+    pub rdi: u64,
+    pub r15: u64,
+    pub r14: u64,
+    pub r13: u64,
+    pub r12: u64,
+    pub rbp: u64,
+    pub rbx: u64,
+    /// What the program gets in rax.
+    pub ret: u64,
+    /// (number << 32) | rflags.
+    pub nr_flags: u64,
+    pub rip: u64,
+    pub rsp: u64,
+}
+
+/// Top of the upcall stack (set by `enter`, read by the stub).
+#[no_mangle]
+static __linux_upcall_stack_top: AtomicU64 = AtomicU64::new(0);
+
+/// The upcall stack: 256 KiB in the runtime's image (its .bss).
+const UPCALL_STACK: usize = 256 << 10;
+#[repr(C, align(16))]
+struct Stack([u8; UPCALL_STACK]);
+static mut STACK: Stack = Stack([0; UPCALL_STACK]);
+
+core::arch::global_asm!(
+    ".global __linux_upcall",
+    "__linux_upcall:",
+    "    mov rcx, rsp",
+    "    mov rsp, [rip + __linux_upcall_stack_top]",
+    "    push rcx",
+    "    push rax",
+    "    push r11",
+    "    push 0",
+    "    push rbx",
+    "    push rbp",
+    "    push r12",
+    "    push r13",
+    "    push r14",
+    "    push r15",
+    "    push rdi",
+    "    push rsi",
+    "    push rdx",
+    "    push r10",
+    "    push r8",
+    "    push r9",
+    "    cld",
+    "    mov rdi, rsp",
+    "    call {dispatch}",
+    "    pop r9",
+    "    pop r8",
+    "    pop r10",
+    "    pop rdx",
+    "    pop rsi",
+    "    pop rdi",
+    "    pop r15",
+    "    pop r14",
+    "    pop r13",
+    "    pop r12",
+    "    pop rbp",
+    "    pop rbx",
+    "    pop rax",
+    "    pop r11",
+    "    mov r11d, r11d",
+    "    push r11",
+    "    popfq",
+    "    pop rcx",
+    "    pop rsp",
+    "    jmp rcx",
+    // __linux_enter(entry, rsp, saved: *mut u64): start the program; returns (through
+    // __linux_leave) with its exit status.
+    ".global __linux_enter",
+    "__linux_enter:",
+    "    push rbp",
+    "    push rbx",
+    "    push r12",
+    "    push r13",
+    "    push r14",
+    "    push r15",
+    "    mov [rdx], rsp",
+    "    mov rsp, rsi",
+    // Linux's start state: rdx = 0 (no exit handler), the other registers cleared.
+    "    mov rax, rdi",
+    "    xor ebx, ebx",
+    "    xor ecx, ecx",
+    "    xor edx, edx",
+    "    xor esi, esi",
+    "    xor edi, edi",
+    "    xor ebp, ebp",
+    "    xor r8d, r8d",
+    "    xor r9d, r9d",
+    "    xor r10d, r10d",
+    "    xor r11d, r11d",
+    "    xor r12d, r12d",
+    "    xor r13d, r13d",
+    "    xor r14d, r14d",
+    "    xor r15d, r15d",
+    "    jmp rax",
+    // __linux_leave(saved_rsp, status): back into __linux_enter's frame.
+    ".global __linux_leave",
+    "__linux_leave:",
+    "    mov rsp, rdi",
+    "    mov rax, rsi",
+    "    pop r15",
+    "    pop r14",
+    "    pop r13",
+    "    pop r12",
+    "    pop rbx",
+    "    pop rbp",
+    "    ret",
+    dispatch = sym super::dispatch::linux_dispatch,
+);
+
+extern "C" {
+    fn __linux_upcall();
+    fn __linux_enter(entry: u64, rsp: u64, saved: *mut u64) -> u64;
+    fn __linux_leave(rsp: u64, status: u64) -> !;
+    static __image_start: u8;
+    static __image_end: u8;
+}
+
+static SAVED_RSP: AtomicU64 = AtomicU64::new(0);
+
+/// The runtime's own image: the native range.
+pub fn native_range() -> (u64, u64) {
+
+    (core::ptr::addr_of!(__image_start) as u64, core::ptr::addr_of!(__image_end) as u64)
+}
+
+/// Register the personality and run the program at `entry` with stack `rsp` until it exits;
+/// returns the status `leave` was given. The personality is off again afterwards.
+pub fn enter(entry: u64, rsp: u64) -> Result<u64, abi::Error> {
+    let (lo, hi) = native_range();
+    let top = core::ptr::addr_of_mut!(STACK) as u64 + UPCALL_STACK as u64;
+    __linux_upcall_stack_top.store(top, Ordering::Relaxed);
+    crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
+    // SAFETY: the program runs on its own stack in this address space and comes back only
+    // through `leave` (its exit), which restores this frame's callee-saved registers and
+    // stack from what `__linux_enter` stored in SAVED_RSP.
+    let status = unsafe { __linux_enter(entry, rsp, SAVED_RSP.as_ptr()) };
+    let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
+    Ok(status)
+}
+
+/// End the program: back into `enter` with `status`. Only from the dispatcher, on the upcall
+/// stack, holding no lock, while `enter` runs the program.
+pub fn leave(status: u64) -> ! {
+    // SAFETY: SAVED_RSP is what `__linux_enter` stored for the `enter` call that is still
+    // live (the program runs inside it); nothing on the upcall stack needs dropping.
+    unsafe { __linux_leave(SAVED_RSP.load(Ordering::Relaxed), status) }
+}
