@@ -139,15 +139,64 @@ pub fn run_times(kernel: &Path, initrd: &Path, req: &ExecRequest, runs: u32) -> 
         ..Default::default()
     };
     let out = crate::host::qemu::boot_captured(&cfg, None, false)?;
+    // The files left under /tmp, read from the image the guest wrote (as the Linux guest's
+    // init lists them), before the run's folder goes.
+    let files = list_tmp(&dir.join("root.img"));
     let _ = std::fs::remove_dir_all(&dir);
     let mut r = decode(&out.serial)?;
     if out.timed_out {
         return Err(format!("{}: timed out after {:?}; console:\n{}", req.program.display(), req.timeout, r.console));
     }
     match r.status {
-        Some(s) => Ok(ExecOutput { stdout: std::mem::take(&mut r.stdout), stderr: std::mem::take(&mut r.stderr), status: s, console: r.console }),
+        Some(s) => Ok(ExecOutput { stdout: std::mem::take(&mut r.stdout), stderr: std::mem::take(&mut r.stderr), status: s, console: r.console, files: files? }),
         None => Err(format!("{}: the runtime reported no exit status; console:\n{}", req.program.display(), r.console)),
     }
+}
+
+/// The files under `/tmp` of the ext2 image `img`, one line each in the form the Linux
+/// guest's init prints them (`f MODE SIZE CRC32 PATH`, `d MODE PATH`, `l TARGET PATH`,
+/// `o MODE PATH`; paths relative to /tmp, names in byte order, depth first).
+pub fn list_tmp(img: &Path) -> Result<Vec<String>, String> {
+    let mut fs = ext2::Ext2::mount(crate::fs::ImageFile::open(img)?).map_err(|e| format!("{}: {e:?}", img.display()))?;
+    let tmp = fs.resolve(b"/tmp").map_err(|e| format!("{}: /tmp: {e:?}", img.display()))?;
+    let mut lines = Vec::new();
+    list_dir(&mut fs, &tmp, "", 0, &mut lines)?;
+    Ok(lines)
+}
+
+fn list_dir<D: ext2::Disk>(fs: &mut ext2::Ext2<D>, dir: &ext2::Inode, rel: &str, depth: u32, lines: &mut Vec<String>) -> Result<(), String> {
+    let mut entries = fs.read_dir(dir).map_err(|e| format!("/tmp/{rel}: {e:?}"))?;
+    entries.retain(|e| e.name != b"." && e.name != b"..");
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    for e in entries {
+        let name = String::from_utf8_lossy(&e.name);
+        let sub = if rel.is_empty() { name.to_string() } else { format!("{rel}/{name}") };
+        let ino = fs.inode(e.ino).map_err(|err| format!("/tmp/{sub}: {err:?}"))?;
+        let mode = u32::from(ino.mode);
+        if ino.is_reg() {
+            let mut data = vec![0u8; ino.size as usize];
+            let mut at = 0;
+            while at < data.len() {
+                match fs.read(&ino, at as u64, &mut data[at..]) {
+                    Ok(0) => break,
+                    Ok(n) => at += n,
+                    Err(err) => return Err(format!("/tmp/{sub}: {err:?}")),
+                }
+            }
+            lines.push(super::file_line(mode, &data, &sub));
+        } else if ino.is_dir() {
+            lines.push(format!("d {:o} {sub}", mode & 0o7777));
+            if depth < 32 {
+                list_dir(fs, &ino, &sub, depth + 1, lines)?;
+            }
+        } else if ino.is_symlink() {
+            let target = fs.read_link(&ino).map_err(|err| format!("/tmp/{sub}: {err:?}"))?;
+            lines.push(format!("l {} {sub}", String::from_utf8_lossy(&target)));
+        } else {
+            lines.push(format!("o {:o} {sub}", mode & 0o7777));
+        }
+    }
+    Ok(())
 }
 
 /// The serial output split apart.
