@@ -55,14 +55,20 @@
 
 use abi::{Error, ObjName, ObjectId, MEMID_SELF, PAGE_SIZE};
 
+mod eventfd;
 mod file;
 mod kinds;
 mod pipe;
 mod private;
+mod ready;
 mod shared;
+mod socket;
 mod window;
 
-pub use file::{FileLike, Kind, Ready, Stat, S_IFCHR, S_IFIFO};
+pub use eventfd::{EFD_CLOEXEC, EFD_NONBLOCK, EFD_SEMAPHORE};
+pub use file::{FileLike, Kind, Ready, Stat, WakeOn, S_IFCHR, S_IFIFO, S_IFSOCK};
+pub use ready::{poll_wait, wait_counts, PollFd, WaitCounts, POLL_NAP_US};
+pub use socket::{accept, set_nonblocking, tcp_connect, tcp_listen};
 pub use pipe::{rings_freed, PIPE_BUF, PIPE_BYTES};
 pub use private::{close_private_at_exit, private_counts, PrivateCounts, PrivateTable, PRIVATE_FD, PRIVATE_SLOTS};
 pub(crate) use shared::{after_cfork, shared_with_child};
@@ -282,6 +288,23 @@ pub fn poll(fd: Fd) -> Result<Ready, Error> {
     on_file(fd, |f| f.poll(fd.table))
 }
 
+/// How a waiter hears that `poll(fd)`'s answer may have changed (`FileLike::wake_on`).
+pub fn wake_on(fd: Fd) -> Result<WakeOn, Error> {
+    on_file(fd, |f| f.wake_on(fd.table))
+}
+
+/// An eventfd (`eventfd.rs`: Linux's counter semantics) with counter `init` and `flags`
+/// (`EFD_SEMAPHORE`, `EFD_NONBLOCK`, `EFD_CLOEXEC`), in `scope`: a page in the table, freed
+/// by the last close of its last open file, in whichever table.
+pub fn eventfd(scope: Scope, init: u32, flags: u32) -> Result<Fd, Error> {
+    let t = table(scope)?;
+    let seg = eventfd::new_event(t, init, flags)?;
+    open_counted(scope, t, Kind::Event(seg)).inspect_err(|_| {
+        // Its one count was for this open file: dropping it frees the page.
+        let _ = pipe::drop_end(t, seg, 1);
+    })
+}
+
 /// Whether this context can use the descriptor.
 pub fn visible(fd: Fd) -> bool {
     match resolve(fd) {
@@ -341,10 +364,14 @@ pub fn dup(fd: Fd, scope: Scope) -> Result<Fd, Error> {
         Where::Shared => shared_kind(fd.table, fd.obj)?,
     };
     let t = table(scope)?;
-    if let (Kind::Fs(_), Scope::Table(_)) = (k, scope) {
+    match (k, scope) {
         // A core-set table's open file is a kernel object with no count to tell when `fs`'s
         // descriptor may close: file-system files live in the other two tables only.
-        return Err(Error::Unsupported);
+        (Kind::Fs(_), Scope::Table(_)) => return Err(Error::Unsupported),
+        // A socket's state is its core's: only private tables, which no other core reads,
+        // hold it (`socket.rs`).
+        (Kind::Socket(_), Scope::Table(_) | Scope::Process) => return Err(Error::Unsupported),
+        _ => {}
     }
     let mut added = None;
     if t != fd.table {
