@@ -1471,8 +1471,10 @@ fn fd_eventfd_counter() -> TestResult {
     for scope in [Scope::Private, Scope::Process] {
         let e = ok!(fd::eventfd(scope, 3, fd::EFD_NONBLOCK));
         ensure!(ok!(fd::poll(e)) == fd::Ready { read: true, write: true, hangup: false, error: false }, "{scope:?}: poll with 3: {:?}", fd::poll(e));
-        ensure!(ev_read(e) == Ok(3), "{scope:?}: first read {:?}", ev_read(e));
-        ensure!(ev_read(e) == Err(abi::Error::WouldBlock), "{scope:?}: second read {:?}", ev_read(e));
+        let got = ev_read(e);
+        ensure!(got == Ok(3), "{scope:?}: first read {got:?}");
+        let got = ev_read(e);
+        ensure!(got == Err(abi::Error::WouldBlock), "{scope:?}: second read {got:?}");
         ensure!(!ok!(fd::poll(e)).read, "{scope:?}: readable at 0");
         ensure!(ev_write(e, 5) == Ok(8) && ev_write(e, 2) == Ok(8), "{scope:?}: writes");
         let mut small = [0u8; 7];
@@ -1482,10 +1484,12 @@ fn fd_eventfd_counter() -> TestResult {
         // A dup into the other table is the same eventfd: one counter.
         let other = if let Scope::Private = scope { Scope::Process } else { Scope::Private };
         let d = ok!(fd::dup(e, other));
-        ensure!(ev_read(d) == Ok(7), "{scope:?}: the dup read {:?}", ev_read(d));
+        let got = ev_read(d);
+        ensure!(got == Ok(7), "{scope:?}: the dup read {got:?}");
         // Full: u64::MAX - 1 is the most it holds.
         ensure!(ev_write(e, u64::MAX - 1) == Ok(8), "{scope:?}: write up to the limit");
-        ensure!(ev_write(d, 1) == Err(abi::Error::WouldBlock) && !ok!(fd::poll(d)).write, "{scope:?}: write past the limit {:?}", ev_write(d, 1));
+        let got = ev_write(d, 1);
+        ensure!(got == Err(abi::Error::WouldBlock) && !ok!(fd::poll(d)).write, "{scope:?}: write past the limit {got:?}");
         ensure!(ev_read(d) == Ok(u64::MAX - 1), "{scope:?}: read the limit");
         ok!(fd::close(e));
         ensure!(ev_write(d, 9) == Ok(8) && ev_read(d) == Ok(9), "{scope:?}: the dup after the first closed");
@@ -1493,9 +1497,12 @@ fn fd_eventfd_counter() -> TestResult {
         ensure!(live_kobjects() == k0, "{scope:?}: {} kernel objects left", live_kobjects() - k0);
         // Semaphore mode: 1 at a time.
         let s = ok!(fd::eventfd(scope, 2, fd::EFD_SEMAPHORE | fd::EFD_NONBLOCK));
-        ensure!(ev_read(s) == Ok(1), "{scope:?}: semaphore: first read {:?}", ev_read(s));
-        ensure!(ev_read(s) == Ok(1), "{scope:?}: semaphore: second read {:?}", ev_read(s));
-        ensure!(ev_read(s) == Err(abi::Error::WouldBlock), "{scope:?}: semaphore: third read {:?}", ev_read(s));
+        let got = ev_read(s);
+        ensure!(got == Ok(1), "{scope:?}: semaphore: first read {got:?}");
+        let got = ev_read(s);
+        ensure!(got == Ok(1), "{scope:?}: semaphore: second read {got:?}");
+        let got = ev_read(s);
+        ensure!(got == Err(abi::Error::WouldBlock), "{scope:?}: semaphore: third read {got:?}");
         ok!(fd::close(s));
         ensure!(fd::eventfd(scope, 0, 0x40).is_err(), "{scope:?}: an unknown flag accepted");
     }
