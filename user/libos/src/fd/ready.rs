@@ -18,15 +18,15 @@
 //! context whose descriptor did not change, which then looks and sleeps again. A changer
 //! with no sleeper pays a fence and one load of a line it already holds.
 //!
+//! `fd::poll_wait` (in `mod.rs`, the API) is the loop over many descriptors; this file holds
+//! the primitives it and the blocking calls share.
+//!
 //! A kind whose state only the owning core moves (a socket, whose stack is polled by that
 //! core) has no word: `WakeOn::Poll` says "look again every so often", and its `poll` moves
 //! the stack forward itself. Files and the console are always ready (`WakeOn::Nothing`).
 
-use abi::Error;
 use core::sync::atomic::{fence, AtomicU64, Ordering};
 
-use super::file::Ready;
-use super::Fd;
 
 /// How a waiter hears that a descriptor's `poll` answer may have changed.
 #[derive(Clone, Copy)]
@@ -44,7 +44,7 @@ pub enum WakeOn {
 /// The longest a `poll_wait` holding a `WakeOn::Poll` descriptor sleeps between looks.
 pub const POLL_NAP_US: u64 = 1_000;
 /// The longest nap otherwise: a safety net only (a wake ends a nap at once).
-const WORD_NAP_US: u64 = 50_000;
+pub(super) const WORD_NAP_US: u64 = 50_000;
 
 /// The changer's side: after changing the state behind `word`, wake every core sleeping on
 /// it. A fence and a load when nobody sleeps.
@@ -69,7 +69,7 @@ fn wake_all(word: &AtomicU64) {
 
 /// This core's bit in a waiters word (cores 64 and up share bit 63: they are woken with it
 /// and look again; correct, only less precise).
-fn my_bit() -> u64 {
+pub(super) fn my_bit() -> u64 {
     1 << crate::ctx::core_id().min(63)
 }
 
@@ -94,7 +94,7 @@ pub fn wait_counts() -> WaitCounts {
 
 /// Sleep at most `us` microseconds, or until a wake. Where the core cannot halt (an
 /// application core, whose calls are forwarded), yield instead.
-fn nap(us: u64) {
+pub(super) fn nap(us: u64) {
     NAPS.fetch_add(1, Ordering::Relaxed);
     match crate::sys::wait(0, us.clamp(1, abi::MAX_WAIT_US)) {
         Ok(r) if r & abi::WAIT_WOKEN != 0 => {
@@ -121,86 +121,5 @@ pub(super) fn block_on<R>(word: &AtomicU64, mut ready: impl FnMut() -> Option<R>
             return r;
         }
         nap(WORD_NAP_US);
-    }
-}
-
-/// One descriptor of a `poll_wait`: what the caller waits for, and (after the call) what is
-/// ready (`Ready`; `hangup` and `error` are reported whether asked for or not, as POSIX's
-/// `POLLHUP` and `POLLERR`).
-#[derive(Clone, Copy, Debug)]
-pub struct PollFd {
-    pub fd: Fd,
-    /// Wait for `Ready::read`.
-    pub read: bool,
-    /// Wait for `Ready::write`.
-    pub write: bool,
-    /// Set by `poll_wait`.
-    pub ready: Ready,
-}
-
-impl PollFd {
-    pub fn new(fd: Fd, read: bool, write: bool) -> PollFd {
-        PollFd { fd, read, write, ready: Ready::default() }
-    }
-
-    /// Whether `ready` answers what this entry waits for (or reports a hang-up or error).
-    pub fn fired(&self) -> bool {
-        (self.read && self.ready.read) || (self.write && self.ready.write) || self.ready.hangup || self.ready.error
-    }
-}
-
-/// POSIX `poll` over any descriptors (files, pipes, sockets, eventfds, in any table): look at
-/// every one (`fd::poll`); if none fired, put this core's bit in every waiters word and look
-/// once more, then sleep until a wake or a nap's end, and look again; until one fires or
-/// `timeout_ms` passes (`None`: no limit). Returns how many fired (0: the time ran out); each
-/// entry's `ready` says what. A descriptor this context cannot use fails the call (its error),
-/// as a closed one is `POLLNVAL` in POSIX.
-pub fn poll_wait(fds: &mut [PollFd], timeout_ms: Option<u64>) -> Result<usize, Error> {
-    let per_ms = crate::time::tsc_per_ms().max(1);
-    let end = timeout_ms.map(|ms| crate::time::ticks().saturating_add(ms.saturating_mul(per_ms)));
-    let bit = my_bit();
-    let look = |fds: &mut [PollFd]| -> Result<usize, Error> {
-        let mut n = 0;
-        for p in fds.iter_mut() {
-            p.ready = super::poll(p.fd)?;
-            n += p.fired() as usize;
-        }
-        Ok(n)
-    };
-    loop {
-        let n = look(fds)?;
-        if n != 0 {
-            return Ok(n);
-        }
-        let now = crate::time::ticks();
-        if end.is_some_and(|e| now >= e) {
-            return Ok(0);
-        }
-        // Register on every word; note whether something can only be looked at.
-        let mut poll_only = false;
-        for p in fds.iter() {
-            match super::wake_on(p.fd)? {
-                WakeOn::Word(w) => {
-                    w.fetch_or(bit, Ordering::SeqCst);
-                }
-                WakeOn::Poll => poll_only = true,
-                WakeOn::Nothing => {}
-            }
-        }
-        let n = look(fds);
-        let fired = n.as_ref().map_or(true, |&n| n != 0);
-        if !fired {
-            let left_us = end.map_or(u64::MAX, |e| ((e.saturating_sub(now)) as u128 * 1000 / per_ms as u128) as u64);
-            nap(left_us.min(if poll_only { POLL_NAP_US } else { WORD_NAP_US }));
-        }
-        // Leave no bit behind: a later change must not wake this core for nothing.
-        for p in fds.iter() {
-            if let Ok(WakeOn::Word(w)) = super::wake_on(p.fd) {
-                w.fetch_and(!bit, Ordering::Relaxed);
-            }
-        }
-        if fired {
-            return n;
-        }
     }
 }

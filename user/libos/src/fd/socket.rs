@@ -19,7 +19,6 @@ use smoltcp::wire::{IpAddress, IpEndpoint};
 
 use super::file::{made_up_stat, FileLike, Kind, Ready, Stat, WakeOn, S_IFSOCK};
 use super::ready::POLL_NAP_US;
-use super::{open_new, table, Fd, Scope};
 use crate::net::host::{new_tcp, split_id, with_home, Home, Sock, MAX_BACKLOG};
 
 /// The open file of kind `Socket`.
@@ -170,33 +169,13 @@ fn established(st: tcp::State) -> bool {
     !connecting(st) && st != tcp::State::Closed
 }
 
-/// The socket id of a descriptor (`WrongType` for any other kind).
-fn socket_of(fd: Fd) -> Result<u64, Error> {
-    match super::kind(fd)? {
-        Kind::Socket(id) => Ok(id),
-        _ => Err(Error::WrongType),
-    }
-}
-
-/// A private descriptor for a new slot holding `sock` (made on this core's home); on an
-/// error the slot and its sockets go.
-fn open_socket(scope: Scope, make: impl FnOnce(&mut Home) -> Result<u64, Error>) -> Result<Fd, Error> {
-    if !matches!(scope, Scope::Private) {
-        return Err(Error::Unsupported);
-    }
-    let t = table(scope)?;
-    let id = with_home(crate::ctx::core_id() as u64, make)?;
-    open_new(scope, t, Kind::Socket(id))
-}
-
-/// A listening TCP socket on `port` of this core's stack (`net::host::attach`), with
-/// `backlog` (1..=`MAX_BACKLOG`) connections that can complete their handshake before
-/// `accept` takes them. Private scope only.
-pub fn tcp_listen(scope: Scope, port: u16, backlog: usize) -> Result<Fd, Error> {
+/// A new slot of this core's socket table holding a listener on `port` with `backlog`
+/// (1..=`MAX_BACKLOG`) listening smoltcp sockets; its socket id.
+pub(super) fn listen(port: u16, backlog: usize) -> Result<u64, Error> {
     if port == 0 || backlog == 0 || backlog > MAX_BACKLOG {
         return Err(Error::InvalidArgument);
     }
-    open_socket(scope, |home| {
+    with_home(crate::ctx::core_id() as u64, |home| {
         let mut hs = alloc::vec::Vec::with_capacity(backlog);
         for _ in 0..backlog {
             let mut s = new_tcp();
@@ -215,14 +194,13 @@ pub fn tcp_listen(scope: Scope, port: u16, backlog: usize) -> Result<Fd, Error> 
     })
 }
 
-/// A TCP connection from local port `local_port` of this core's stack to `ip:port`. Returns
-/// at once; a read or write waits for the handshake (a non-blocking one: `WouldBlock`), and
-/// `poll` says writable once it is done. Private scope only.
-pub fn tcp_connect(scope: Scope, ip: [u8; 4], port: u16, local_port: u16) -> Result<Fd, Error> {
+/// A new slot holding a connection from `local_port` to `ip:port`, started (SYN on the next
+/// poll); its socket id.
+pub(super) fn connect(ip: [u8; 4], port: u16, local_port: u16) -> Result<u64, Error> {
     if port == 0 || local_port == 0 {
         return Err(Error::InvalidArgument);
     }
-    open_socket(scope, |home| {
+    with_home(crate::ctx::core_id() as u64, |home| {
         let h = home.host.sockets().add(new_tcp());
         let remote = IpEndpoint::new(IpAddress::v4(ip[0], ip[1], ip[2], ip[3]), port);
         if let Err(e) = home.host.connect(h, remote, local_port) {
@@ -235,13 +213,11 @@ pub fn tcp_connect(scope: Scope, ip: [u8; 4], port: u16, local_port: u16) -> Res
     })
 }
 
-/// The next connection of a listening socket, as a new private descriptor: waits for one
-/// (a non-blocking listener: `WouldBlock`). The listener gets a fresh listening socket in
-/// its place. `InvalidArgument` for a connection's descriptor.
-pub fn accept(fd: Fd) -> Result<Fd, Error> {
-    let id = socket_of(fd)?;
-    let t = table(Scope::Private)?;
-    let new = at_home(id, |home| {
+/// The next connection of listener `id`, in a new slot; its socket id. Waits for one (a
+/// non-blocking listener: `WouldBlock`); the listener gets a fresh listening socket in its
+/// place. `InvalidArgument` for a connection.
+pub(super) fn accept(id: u64) -> Result<u64, Error> {
+    at_home(id, |home| {
         let nb = home.slot(id)?.nonblocking;
         let mut got = None;
         until(home, nb, |home| {
@@ -278,13 +254,11 @@ pub fn accept(fd: Fd) -> Result<Fd, Error> {
         home.new_slot(Sock::Conn(h)).inspect_err(|_| {
             home.host.sockets().remove(h);
         })
-    })?;
-    open_new(Scope::Private, t, Kind::Socket(new))
+    })
 }
 
-/// Make a socket's calls fail with `WouldBlock` instead of waiting (or wait again).
-pub fn set_nonblocking(fd: Fd, on: bool) -> Result<(), Error> {
-    let id = socket_of(fd)?;
+/// Make socket `id`'s calls fail with `WouldBlock` instead of waiting (or wait again).
+pub(super) fn set_nonblocking(id: u64, on: bool) -> Result<(), Error> {
     at_home(id, |home| {
         home.slot(id)?.nonblocking = on;
         Ok(())
