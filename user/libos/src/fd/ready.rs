@@ -121,5 +121,7 @@ pub(super) fn block_on<R>(word: &AtomicU64, mut ready: impl FnMut() -> Option<R>
             return r;
         }
         nap(WORD_NAP_US);
+        // A nap that timed out leaves the bit: take it back (a wake took it already).
+        word.fetch_and(!bit, Ordering::Relaxed);
     }
 }
