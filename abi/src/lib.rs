@@ -450,10 +450,13 @@ pub enum Error {
     /// A write to a pipe no read end of which is open any more (POSIX `EPIPE`; the library
     /// OS's pipes, never the kernel).
     BrokenPipe = 22,
+    /// The call would have to wait and the descriptor is non-blocking (POSIX `EAGAIN`; the
+    /// library OS's eventfds and sockets, never the kernel).
+    WouldBlock = 23,
 }
 
 impl Error {
-    pub const ALL: [Error; 22] = [
+    pub const ALL: [Error; 23] = [
         Error::NoSuchCall,
         Error::InvalidArgument,
         Error::ShareNotReachable,
@@ -476,6 +479,7 @@ impl Error {
         Error::WrongCore,
         Error::CallAborted,
         Error::BrokenPipe,
+        Error::WouldBlock,
     ];
 
     pub fn from_code(code: i64) -> Option<Error> {
@@ -506,6 +510,7 @@ impl Error {
             Error::WrongCore => "wrong core",
             Error::CallAborted => "call aborted",
             Error::BrokenPipe => "broken pipe",
+            Error::WouldBlock => "would block",
         }
     }
 }

@@ -521,16 +521,16 @@ fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
 
 /// Boot `tcpserv` in `mode` with the card, open 40 connections from the host (after one
 /// warm-up), and check every reply, the guest's count, and its leak check.
-fn tcp_service(kernel: &Path, initrd: &Path, smp: u32, mode: &str) -> Result<TestTally, String> {
+fn tcp_service(kernel: &Path, initrd: &Path, smp: u32, mode: &str, extra: &str) -> Result<TestTally, String> {
     use crate::net::tcp_accept::{self, AcceptSpec};
-    let name = format!("tcp service, {mode}, {smp} vCPUs");
+    let name = format!("tcp service, {mode}{extra}, {smp} vCPUs");
     println!("== {name}");
     let net = crate::host::vm::NetConfig::service()?;
     let port = net.host_port(crate::host::vm::SERVICE_PORT).ok_or("no forward to the service port")?;
     let spec = AcceptSpec { conns: 40, rounds: 1, warmup: 1, ..AcceptSpec::default() };
     let cfg = VmConfig {
         smp,
-        cmdline: format!("init=tcpserv -- mode={mode} conns={} warmup=1", spec.guest_conns()),
+        cmdline: format!("init=tcpserv -- mode={mode} conns={} warmup=1{extra}", spec.guest_conns()),
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         net: Some(net),
@@ -1227,8 +1227,10 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // service served to the host in each configuration, every reply checked.
     r.user_boot(UserBoot { net: true, ..UserBoot::new(2, "init=nettest", Expect::ALL) })?;
     for (smp, mode) in [(2u32, "dedicated"), (3, "polling"), (2, "inline")] {
-        r.suite(&format!("tcp-service smp={smp} mode={mode}"), |a| tcp_service(&a.kernel()?, &a.initrd()?, smp, mode))?;
+        r.suite(&format!("tcp-service smp={smp} mode={mode}"), |a| tcp_service(&a.kernel()?, &a.initrd()?, smp, mode, ""))?;
     }
+    // The same service through socket descriptors (`api=fd`: fd::tcp_listen/accept/write/close).
+    r.suite("tcp-service smp=2 mode=dedicated api=fd", |a| tcp_service(&a.kernel()?, &a.initrd()?, 2, "dedicated", " api=fd"))?;
     // webd (docs/webd.md): each mode, every sum from every front-end, bad input, no leak.
     r.suite("webd", |a| crate::webd::suite::ci_tests(&a.kernel()?, &a.initrd()?))?;
     // The same sums from the Linux baseline's webd (its answers are checked too).

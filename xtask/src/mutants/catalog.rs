@@ -234,6 +234,22 @@ pub const CATALOG: &[Mutant] = &[
         plants: "a closed private descriptor's slot is reused under the same generation: the stale descriptor reaches the new file",
     },
     Mutant {
+        name: "eventfd_semaphore_ignored",
+        file: "user/libos/src/fd/eventfd.rs",
+        original: "let (new, got) = if flags & EFD_SEMAPHORE != 0 { (cur - 1, 1) } else { (0, cur) };",
+        replacement: "let (new, got) = (0, cur);",
+        checks: &[Check::Suite("ltest smp=2")],
+        plants: "an eventfd read in EFD_SEMAPHORE mode returns the whole count and resets it instead of 1",
+    },
+    Mutant {
+        name: "readiness_change_wakes_nobody",
+        file: "user/libos/src/fd/ready.rs",
+        original: "if word.load(Ordering::Relaxed) != 0 {",
+        replacement: "if false && word.load(Ordering::Relaxed) != 0 {",
+        checks: &[Check::Suite("ltest smp=2")],
+        plants: "a pipe or eventfd change never wakes the cores sleeping on its waiters word (they see it only when their nap times out)",
+    },
+    Mutant {
         name: "heap_remote_free_into_local_list",
         file: "user/libos/src/heap.rs",
         original: "if me() == Some(owner) {",

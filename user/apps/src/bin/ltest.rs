@@ -1483,6 +1483,259 @@ fn measure_dup_close() {
 
 // ---------------------------------------------------------------------------------------
 
+// ---------------------------------------------------------------------------------------
+// Eventfds, sockets and readiness: one descriptor model for every kind
+
+/// Read an eventfd's 8 bytes as a number.
+fn ev_read(f: fd::Fd) -> Result<u64, abi::Error> {
+    let mut b = [0u8; 8];
+    fd::read(f, &mut b).map(|_| u64::from_ne_bytes(b))
+}
+
+fn ev_write(f: fd::Fd, v: u64) -> Result<usize, abi::Error> {
+    fd::write(f, &v.to_ne_bytes())
+}
+
+/// Linux's eventfd counter, in both tables and dup'ed across them: a read returns the count
+/// and resets it, a write adds, `EFD_SEMAPHORE` reads 1 at a time, `EFD_NONBLOCK` answers
+/// `WouldBlock` where a call would wait (an empty counter; a sum past `u64::MAX - 1`), bad
+/// sizes and `u64::MAX` are `InvalidArgument`, `poll` follows the counter, and the last close
+/// frees the page (kernel objects counted). Catches: the semaphore mode ignored ("semaphore:
+/// first read Ok(2)"), a read that does not reset ("second read Ok(3)"), a counter per open
+/// file instead of per eventfd ("the dup read Ok(0)"), a page left after the last close
+/// ("1 kernel objects left").
+fn fd_eventfd_counter() -> TestResult {
+    ok!(fd::table(Scope::Private));
+    ok!(fd::table(Scope::Process));
+    let k0 = live_kobjects();
+    for scope in [Scope::Private, Scope::Process] {
+        let e = ok!(fd::eventfd(scope, 3, fd::EFD_NONBLOCK));
+        ensure!(ok!(fd::poll(e)) == fd::Ready { read: true, write: true, hangup: false, error: false }, "{scope:?}: poll with 3: {:?}", fd::poll(e));
+        let got = ev_read(e);
+        ensure!(got == Ok(3), "{scope:?}: first read {got:?}");
+        let got = ev_read(e);
+        ensure!(got == Err(abi::Error::WouldBlock), "{scope:?}: second read {got:?}");
+        ensure!(!ok!(fd::poll(e)).read, "{scope:?}: readable at 0");
+        ensure!(ev_write(e, 5) == Ok(8) && ev_write(e, 2) == Ok(8), "{scope:?}: writes");
+        let mut small = [0u8; 7];
+        ensure!(fd::read(e, &mut small) == Err(abi::Error::InvalidArgument), "{scope:?}: 7-byte read");
+        ensure!(fd::write(e, &[1u8; 7]) == Err(abi::Error::InvalidArgument), "{scope:?}: 7-byte write");
+        ensure!(ev_write(e, u64::MAX) == Err(abi::Error::InvalidArgument), "{scope:?}: write of u64::MAX");
+        // A dup into the other table is the same eventfd: one counter.
+        let other = if let Scope::Private = scope { Scope::Process } else { Scope::Private };
+        let d = ok!(fd::dup(e, other));
+        let got = ev_read(d);
+        ensure!(got == Ok(7), "{scope:?}: the dup read {got:?}");
+        // Full: u64::MAX - 1 is the most it holds.
+        ensure!(ev_write(e, u64::MAX - 1) == Ok(8), "{scope:?}: write up to the limit");
+        let got = ev_write(d, 1);
+        ensure!(got == Err(abi::Error::WouldBlock) && !ok!(fd::poll(d)).write, "{scope:?}: write past the limit {got:?}");
+        ensure!(ev_read(d) == Ok(u64::MAX - 1), "{scope:?}: read the limit");
+        ok!(fd::close(e));
+        ensure!(ev_write(d, 9) == Ok(8) && ev_read(d) == Ok(9), "{scope:?}: the dup after the first closed");
+        ok!(fd::close(d));
+        ensure!(live_kobjects() == k0, "{scope:?}: {} kernel objects left", live_kobjects() - k0);
+        // Semaphore mode: 1 at a time.
+        let s = ok!(fd::eventfd(scope, 2, fd::EFD_SEMAPHORE | fd::EFD_NONBLOCK));
+        let got = ev_read(s);
+        ensure!(got == Ok(1), "{scope:?}: semaphore: first read {got:?}");
+        let got = ev_read(s);
+        ensure!(got == Ok(1), "{scope:?}: semaphore: second read {got:?}");
+        let got = ev_read(s);
+        ensure!(got == Err(abi::Error::WouldBlock), "{scope:?}: semaphore: third read {got:?}");
+        ok!(fd::close(s));
+        ensure!(fd::eventfd(scope, 0, 0x40).is_err(), "{scope:?}: an unknown flag accepted");
+    }
+    ensure!(live_kobjects() == k0, "{} kernel objects left", live_kobjects() - k0);
+    fd::unmap_all();
+    Ok(None)
+}
+
+/// On another core: wait 30 ms, then write 5 to the eventfd, then (after 30 ms more) write
+/// "x" into the pipe.
+fn t_late_event(arg: u64) -> u64 {
+    // SAFETY: `arg` points at the parent's two descriptors, alive until this thread is joined.
+    let [e, w] = unsafe { *(arg as *const [fd::Fd; 2]) };
+    libos::time::wait_until(30, || false);
+    let mut bad = (ev_write(e, 5) != Ok(8)) as u64;
+    libos::time::wait_until(30, || false);
+    bad |= ((fd::write(w, b"x") != Ok(1)) as u64) << 1;
+    fd::unmap_all();
+    bad
+}
+
+/// A blocking eventfd read sleeps until a writer on another core adds, and is woken by it
+/// (not by a timeout). Catches: a write that wakes no sleeper (planted: no `notify` after the
+/// add: "0 of the naps were woken").
+fn fd_eventfd_blocking_read() -> TestResult {
+    let Some(&other) = others().first() else { return Ok(Some(no_other_core())) };
+    let e = ok!(fd::eventfd(Scope::Process, 0, 0));
+    let (r, w) = ok!(fd::pipe(Scope::Process));
+    let arg = Box::new([e, w]);
+    let before = fd::wait_counts();
+    let t = ok!(thread::spawn(other, t_late_event, &*arg as *const [fd::Fd; 2] as u64));
+    let got = ev_read(e);
+    let after = fd::wait_counts();
+    ensure!(got == Ok(5), "blocking read {got:?}");
+    ensure!(after.naps > before.naps, "the read did not sleep ({} naps)", after.naps - before.naps);
+    ensure!(after.woken > before.woken, "0 of the naps were woken ({} naps)", after.naps - before.naps);
+    ensure!(ok!(t.join()) == 0, "writer thread failed");
+    for x in [e, r, w] {
+        ok!(fd::close(x));
+    }
+    fd::unmap_all();
+    Ok(None)
+}
+
+/// Attach a loopback stack on this core (once per program): sockets at 127.0.0.1.
+fn loopback() -> Result<(), String> {
+    match libos::net::host::attach(Box::new(libos::net::host::LoopStack::new())) {
+        Ok(()) | Err(abi::Error::AlreadyExists) => Ok(()),
+        Err(e) => Err(alloc::format!("attach a loopback stack: {e:?}")),
+    }
+}
+
+/// A connected pair of loopback sockets (client, server) and the listener.
+fn socket_pair(port: u16, local: u16) -> Result<(fd::Fd, fd::Fd, fd::Fd), String> {
+    loopback()?;
+    let l = fd::tcp_listen(Scope::Private, port, 2).map_err(|e| alloc::format!("listen: {e:?}"))?;
+    let c = fd::tcp_connect(Scope::Private, [127, 0, 0, 1], port, local).map_err(|e| alloc::format!("connect: {e:?}"))?;
+    let s = fd::accept(l).map_err(|e| alloc::format!("accept: {e:?}"))?;
+    Ok((l, c, s))
+}
+
+/// A TCP connection over loopback, both ends descriptors: `write` on one is `read` on the
+/// other through the calls files and pipes use, `poll` and `fstat` answer for sockets, a
+/// non-blocking read with nothing is `WouldBlock`, a listener is no stream, the peer's close
+/// reads as end of file, a private socket is not usable from another core, and socket
+/// descriptors stay out of the process-wide table. Every slot and smoltcp socket is gone
+/// after the closes. Catches: a read that ignores the peer's close (planted: no `Ok(0)`
+/// branch: the test waits, then "read after the peer closed" fails by its timeout), a
+/// socket left in the stack after close ("(1, 1) slots/sockets left").
+fn fd_socket_loopback() -> TestResult {
+    let (l, c, s) = socket_pair(7001, 40001)?;
+    ensure!(ok!(fd::write(c, b"hello")) == 5, "client write");
+    let mut b = [0u8; 16];
+    ensure!(fd::read(s, &mut b) == Ok(5) && &b[..5] == b"hello", "server read {b:?}");
+    ensure!(ok!(fd::write(s, b"world!")) == 6, "server write");
+    ensure!(ok!(fd::poll(c)).read, "client not readable with bytes waiting");
+    ensure!(fd::read(c, &mut b) == Ok(6) && &b[..6] == b"world!", "client read {b:?}");
+    ensure!(ok!(fd::fstat(s)).mode & 0o170000 == fd::S_IFSOCK, "fstat mode {:o}", ok!(fd::fstat(s)).mode);
+    ensure!(fd::read(l, &mut b) == Err(abi::Error::InvalidArgument), "read of a listener: {:?}", fd::read(l, &mut b));
+    ok!(fd::set_nonblocking(s, true));
+    ensure!(fd::read(s, &mut b) == Err(abi::Error::WouldBlock), "non-blocking read with nothing: {:?}", fd::read(s, &mut b));
+    ensure!(fd::lseek(s, 0, 0) == Err(abi::Error::WrongType), "lseek on a socket");
+    ensure!(fd::dup(s, Scope::Process) == Err(abi::Error::Unsupported), "a socket in the process-wide table");
+    // Not from another core (its private table, and its stack, are this core's).
+    if let Some(&other) = others().first() {
+        let boxed = Box::new(s);
+        let t = ok!(thread::spawn(other, t_visible, &*boxed as *const fd::Fd as u64));
+        ensure!(ok!(t.join()) == 0, "a private socket is visible on core {other}");
+    }
+    // A same-table dup keeps the connection; the client's close reaches the server as EOF.
+    let s2 = ok!(fd::dup(s, Scope::Private));
+    ok!(fd::close(s));
+    ok!(fd::set_nonblocking(s2, false));
+    ok!(fd::close(c));
+    let eof = fd::read(s2, &mut b);
+    ensure!(eof == Ok(0), "read after the peer closed: {eof:?}");
+    ensure!(ok!(fd::poll(s2)).read, "not readable at end of file");
+    ok!(fd::close(s2));
+    ok!(fd::close(l));
+    let left = libos::time::wait_until(2_000, || {
+        let _ = libos::net::host::poll();
+        libos::net::host::counts() == Ok((0, 0))
+    });
+    ensure!(left, "{:?} slots/sockets left", libos::net::host::counts());
+    Ok(None)
+}
+
+/// `poll_wait` over a pipe, a socket and an eventfd sleeps until a writer on another core
+/// changes one of them, reports that one only, and a wait with nothing coming ends at its
+/// timeout with 0. Without the socket the sleep is ended by the wake itself. Catches: a pipe
+/// write that wakes no sleeper (planted: no `notify` in the pipe's write: "pipe round: 0 of N
+/// naps were woken"), a `poll_wait` that spins (`naps` unchanged: "did not sleep"), a
+/// readiness reported for the wrong descriptor.
+fn fd_poll_sleeps_and_is_woken() -> TestResult {
+    let Some(&other) = others().first() else { return Ok(Some(no_other_core())) };
+    let (l, c, s) = socket_pair(7002, 40002)?;
+    let e = ok!(fd::eventfd(Scope::Process, 0, 0));
+    let (r, w) = ok!(fd::pipe(Scope::Process));
+    // Nothing is coming: the timeout, with 0.
+    let mut set = [fd::PollFd::new(r, true, false), fd::PollFd::new(s, true, false), fd::PollFd::new(e, true, false)];
+    let t0 = libos::time::now_ns();
+    let n = ok!(fd::poll_wait(&mut set, Some(20)));
+    let ms = (libos::time::now_ns() - t0) / 1_000_000;
+    ensure!(n == 0 && ms >= 20, "an idle poll_wait returned {n} after {ms} ms");
+    let arg = Box::new([e, w]);
+    let t = ok!(thread::spawn(other, t_late_event, &*arg as *const [fd::Fd; 2] as u64));
+    // Round 1, with the socket: the eventfd fires.
+    let before = fd::wait_counts();
+    let n = ok!(fd::poll_wait(&mut set, Some(5_000)));
+    let after = fd::wait_counts();
+    ensure!(n == 1 && set[2].fired() && !set[0].fired() && !set[1].fired(), "socket round: {n} fired: {set:?}");
+    ensure!(after.naps > before.naps, "socket round: did not sleep");
+    ensure!(ev_read(e) == Ok(5), "the eventfd after the poll");
+    // Round 2, pipe and eventfd: the pipe write wakes the sleeper.
+    let mut set2 = [fd::PollFd::new(r, true, false), fd::PollFd::new(e, true, false)];
+    let before = fd::wait_counts();
+    let n = ok!(fd::poll_wait(&mut set2, Some(5_000)));
+    let after = fd::wait_counts();
+    ensure!(n == 1 && set2[0].fired() && !set2[1].fired(), "pipe round: {n} fired: {set2:?}");
+    ensure!(after.naps > before.naps, "pipe round: did not sleep");
+    ensure!(after.woken > before.woken, "pipe round: 0 of {} naps were woken", after.naps - before.naps);
+    ensure!(ok!(t.join()) == 0, "writer thread failed");
+    for x in [r, w, e, c, s, l] {
+        ok!(fd::close(x));
+    }
+    fd::unmap_all();
+    Ok(None)
+}
+
+/// 10 000 sockets (listening and connecting) and 10 000 eventfds opened and closed: nothing
+/// runs out and nothing is left (socket slots, smoltcp sockets, private table, kernel
+/// objects). Catches: a close that keeps the smoltcp socket (planted: no `remove` in
+/// `free_slot`: "after 10000: (0, N) slots/sockets"), a slot never reused ("Busy" before the
+/// end), an eventfd page never freed (kernel objects grow).
+fn fd_open_close_10000() -> TestResult {
+    loopback()?;
+    // Connections earlier tests closed finish their goodbye first (FIN, ACK).
+    let settled = libos::time::wait_until(2_000, || {
+        let _ = libos::net::host::poll();
+        libos::net::host::counts() == Ok((0, 0))
+    });
+    ensure!(settled, "before: {:?} slots/sockets", libos::net::host::counts());
+    ok!(fd::table(Scope::Private));
+    let k0 = live_kobjects();
+    let p0 = fd::private_counts();
+    for i in 0..10_000u32 {
+        let l = match fd::tcp_listen(Scope::Private, 7100, 1) {
+            Ok(l) => l,
+            Err(e) => fail!("listen {i}: {e:?}"),
+        };
+        let c = match fd::tcp_connect(Scope::Private, [127, 0, 0, 1], 7999, 20000 + (i % 20000) as u16) {
+            Ok(c) => c,
+            Err(e) => fail!("connect {i}: {e:?}"),
+        };
+        let e = match fd::eventfd(Scope::Private, i, 0) {
+            Ok(e) => e,
+            Err(x) => fail!("eventfd {i}: {x:?}"),
+        };
+        for x in [l, c, e] {
+            if let Err(x) = fd::close(x) {
+                fail!("close {i}: {x:?}");
+            }
+        }
+    }
+    let counts = libos::net::host::counts();
+    ensure!(counts == Ok((0, 0)), "after 10000: {counts:?} slots/sockets");
+    ensure!(fd::private_counts() == p0, "private table {:?} -> {:?}", p0, fd::private_counts());
+    ensure!(live_kobjects() == k0, "{} kernel objects left", live_kobjects() as i64 - k0 as i64);
+    fd::unmap_all();
+    Ok(None)
+}
+
+
 const TESTS: &[(&str, fn() -> TestResult)] = &[
     ("thread::shares_statics", threads_share_statics),
     ("thread::mutex_and_barrier", mutex_and_barrier),
@@ -1505,6 +1758,11 @@ const TESTS: &[(&str, fn() -> TestResult)] = &[
     ("fd::pipe_close_race", fd_pipe_close_race),
     ("fd::pipe_end_dropped_at_exit", fd_pipe_end_dropped_at_exit),
     ("fd::pipe_write_blocks_when_full", fd_pipe_write_blocks_when_full),
+    ("fd::eventfd_counter", fd_eventfd_counter),
+    ("fd::eventfd_blocking_read", fd_eventfd_blocking_read),
+    ("fd::socket_loopback", fd_socket_loopback),
+    ("fd::poll_sleeps_and_is_woken", fd_poll_sleeps_and_is_woken),
+    ("fd::open_close_10000", fd_open_close_10000),
     ("heap::stress_no_leak", heap_stress_no_leak),
 ];
 

@@ -20,6 +20,12 @@
 //!   0, which watches the run's end; 100 ms elsewhere), and the kernel core polls adaptively
 //!   (`CONF_NET_KC_IDLE`, docs/net.md). `poll`: every core polls without pause, service cores
 //!   and kernel core alike (Corey's configuration, for the papers' comparison).
+//! - `api`: how the service cores hold their sockets. `handles` (default, the measured
+//!   path): smoltcp handles of the core's stack, driven directly. `fd`: socket descriptors
+//!   (`fd::tcp_listen` with `sockets` as the backlog, non-blocking `fd::accept`, `fd::write`,
+//!   `fd::close`) on the core's stack attached to the library OS (`net::host`); the same
+//!   service through the calls files and pipes use (docs/net.md, "Sockets as descriptors").
+//!   Its per-core rx/tx/stall counts are not kept (0), and it marks no insncount regions.
 //! - `stats`: print every service core's counts every S seconds (`tcpserv: stats conns=N
 //!   ch0=served/resets/rx/tx/stalls ...`; default 0, only at the end).
 //!
@@ -110,6 +116,8 @@ struct Job {
     calib: &'static libos::thread::Barrier,
     /// `idle=sleep`: sleep in the kernel when there is nothing to do, instead of polling.
     sleep: bool,
+    /// `api=fd`: serve through socket descriptors (`serve_fd`).
+    fd_api: bool,
 }
 
 /// Empty polls in a row before an `idle=sleep` core sleeps (the kernel core's IPI wakes it
@@ -124,6 +132,9 @@ static CALIB: calib::Calibration = calib::Calibration::new();
 static CALIB_OK: AtomicBool = AtomicBool::new(false);
 
 fn serve(job: &Job) -> Result<(), abi::Error> {
+    if job.fd_api {
+        return serve_fd(job);
+    }
     if job.channel != 0 {
         job.nic.map_here()?;
     }
@@ -264,6 +275,89 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
     Ok(())
 }
 
+/// `api=fd`: the same service through socket descriptors. Core 0 ends the run as in `serve`
+/// (its check every millisecond); a connection counts as served once its reply is written
+/// and its descriptor closed (the FIN goes out in the background; the stack is polled until
+/// every closed connection is gone before the core stops).
+fn serve_fd(job: &Job) -> Result<(), abi::Error> {
+    use libos::fd::{self, Scope};
+    use libos::net::host;
+    if job.channel != 0 {
+        job.nic.map_here()?;
+    }
+    let stack = Stack::new(job.nic.channel(job.channel), 0x5eed ^ (job.channel << 32) ^ libos::time::ticks());
+    if job.channel == 0 {
+        stack.dev.announce();
+    }
+    host::attach(Box::new(stack))?;
+    let backlog = job.sockets.min(host::MAX_BACKLOG);
+    let l = fd::tcp_listen(Scope::Private, job.port, backlog)?;
+    fd::set_nonblocking(l, true)?;
+    let me = &COUNTS[job.channel as usize];
+    me.ready.store(true, Ordering::Release);
+    let mut next_check = 0u64;
+    let (mut idle_polls, mut idle_since) = (0u32, 0u64);
+    let mut failed = None;
+    while !STOP.load(Ordering::Relaxed) {
+        if job.channel == 0 {
+            let now = libos::time::tsc_ns();
+            if now >= next_check {
+                next_check = now + 1_000_000;
+                let n = NSERVICE.load(Ordering::Relaxed) as usize;
+                let served: u64 = (0..n).map(|c| COUNTS[c].served.load(Ordering::Relaxed)).sum();
+                if served >= TARGET.load(Ordering::Relaxed) || now >= DEADLINE_NS.load(Ordering::Relaxed) {
+                    STOP.store(true, Ordering::Release);
+                }
+            }
+        }
+        let mut busy = host::poll()?;
+        loop {
+            match fd::accept(l) {
+                Ok(c) => {
+                    busy = true;
+                    let wrote = fd::write(c, &REPLY) == Ok(REPLY.len());
+                    let closed = fd::close(c).is_ok();
+                    let count = if wrote && closed { &me.served } else { &me.resets };
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(abi::Error::WouldBlock) => break,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if failed.is_some() {
+            break;
+        }
+        if busy {
+            idle_polls = 0;
+            continue;
+        }
+        idle_polls += 1;
+        if idle_polls == 1 {
+            idle_since = libos::time::tsc_ns();
+        }
+        let long_enough = job.nic.mode != Mode::Inline || libos::time::tsc_ns() - idle_since >= INLINE_IDLE_BEFORE_SLEEP_NS;
+        if job.sleep && idle_polls >= IDLE_POLLS_BEFORE_SLEEP && long_enough {
+            let max_us = if job.channel == 0 { 10_000 } else { 100_000 };
+            host::with_host(|h| h.wait_idle(max_us))?;
+        }
+    }
+    // The closed connections' goodbyes (FIN, ACK) finish; only the listener's sockets stay.
+    libos::time::wait_until(500, || host::poll().is_ok() && host::counts().is_ok_and(|(_, socks)| socks <= backlog));
+    let _ = fd::close(l);
+    let _ = host::poll();
+    let _ = host::detach();
+    if CALIB_OK.load(Ordering::Acquire) {
+        CALIB.run(job.calib, job.channel as usize, NSERVICE.load(Ordering::Relaxed) as usize);
+    }
+    if job.channel != 0 {
+        let _ = job.nic.unmap_here();
+    }
+    failed.map_or(Ok(()), Err)
+}
+
 fn thread_main(arg: u64) -> u64 {
     // SAFETY: `arg` is a `Box<Job>` leaked by `main` for this thread, which owns it now.
     let job = unsafe { Box::from_raw(arg as *mut Job) };
@@ -289,6 +383,7 @@ struct Opts {
     warmup: u64,
     stats: u64,
     sleep: bool,
+    fd_api: bool,
 }
 
 fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
@@ -303,6 +398,7 @@ fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
         warmup: 0,
         stats: 0,
         sleep: true,
+        fd_api: false,
     };
     for w in args.split_whitespace() {
         let (k, v) = w.split_once('=').ok_or_else(|| alloc::format!("{w:?} is not key=value"))?;
@@ -319,6 +415,13 @@ fn parse(args: &str, ncores: u64) -> Result<Opts, alloc::string::String> {
                     "poll" => false,
                     "sleep" => true,
                     _ => return Err(alloc::format!("idle={v:?}: poll or sleep")),
+                }
+            }
+            "api" => {
+                o.fd_api = match v {
+                    "handles" => false,
+                    "fd" => true,
+                    _ => return Err(alloc::format!("api={v:?}: handles or fd")),
                 }
             }
             "seconds" => o.seconds = num()?,
@@ -339,7 +442,7 @@ fn main(args: &'static str) -> u64 {
         Ok(o) => o,
         Err(e) => {
             println!("tcpserv: {e}");
-            println!("usage: tcpserv [mode=dedicated|polling|inline] [kc=CORE] [cores=N] [conns=N] [seconds=S] [port=P] [sockets=K] [warmup=W] [stats=S] [idle=poll|sleep]");
+            println!("usage: tcpserv [mode=dedicated|polling|inline] [kc=CORE] [cores=N] [conns=N] [seconds=S] [port=P] [sockets=K] [warmup=W] [stats=S] [idle=poll|sleep] [api=handles|fd]");
             return 2;
         }
     };
@@ -391,7 +494,7 @@ fn main(args: &'static str) -> u64 {
     let mut threads = Vec::new();
     let mut failed = false;
     for (ch, &core) in service.iter().enumerate().skip(1) {
-        let job = Box::into_raw(Box::new(Job { nic, channel: ch as u64, port: o.port, sockets: o.sockets, calib, sleep: o.sleep }));
+        let job = Box::into_raw(Box::new(Job { nic, channel: ch as u64, port: o.port, sockets: o.sockets, calib, sleep: o.sleep, fd_api: o.fd_api }));
         match libos::thread::spawn(core, thread_main, job as u64) {
             Ok(t) => threads.push(t),
             Err(e) => {
@@ -425,7 +528,7 @@ fn main(args: &'static str) -> u64 {
                 o.sockets,
                 if o.sleep { "sleep" } else { "poll" }
             );
-            if let Err(e) = serve(&Job { nic, channel: 0, port: o.port, sockets: o.sockets, calib, sleep: o.sleep }) {
+            if let Err(e) = serve(&Job { nic, channel: 0, port: o.port, sockets: o.sockets, calib, sleep: o.sleep, fd_api: o.fd_api }) {
                 println!("tcpserv: channel 0: {e:?}");
                 code_fail();
             }

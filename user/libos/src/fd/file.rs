@@ -5,11 +5,14 @@
 //! every call that reads, writes, seeks, stats, polls or closes goes through it. A kind does
 //! only what it can: the trait's defaults are the "not supported" answers (`NotPermitted` for
 //! a stream not open that way, `WrongType` for an offset on something without one, always
-//! ready for `poll`). A new kind (Linux's epoll or eventfd) is a variant of `Kind` with its
-//! tag in `encode`/`decode`, a type implementing `FileLike` in its own file of this folder,
-//! and its arm in `kinds::with_file`.
+//! ready for `poll`, nothing to sleep on). A new kind is a variant of `Kind` with its tag in
+//! `encode`/`decode`, a type implementing `FileLike` in its own file of this folder, and its
+//! arm in `kinds::with_file` (the eventfd, `eventfd.rs`, is the worked example: one file, one
+//! variant, one arm, one tag). Readiness and waking: `poll` and `wake_on` (`ready.rs`).
 
 use abi::{Error, ObjectId};
+
+pub use super::ready::WakeOn;
 
 /// What `fstat` answers (the file system's `Stat`, for every kind).
 pub use crate::fs::Stat;
@@ -17,6 +20,7 @@ pub use crate::fs::Stat;
 /// File mode bits (`st_mode`'s type) for descriptors that are not `fs` files.
 pub const S_IFCHR: u16 = 0o020000;
 pub const S_IFIFO: u16 = 0o010000;
+pub const S_IFSOCK: u16 = 0o140000;
 
 /// Readiness of an open file, as `poll` reports it (Linux's `POLLIN`, `POLLOUT`, `POLLHUP`,
 /// `POLLERR`): what a `read` or `write` would do now without waiting.
@@ -73,10 +77,23 @@ pub trait FileLike {
     }
     /// `fstat`: an `fs` file's inode, or one made up from what the descriptor names.
     fn stat(&self, at: ObjectId) -> Result<Stat, Error>;
-    /// What a read or write would do now. Default: always ready.
+    /// What a read or write would do now, without waiting. Loads only for a kind with a
+    /// waiters word; a socket's moves its core's stack forward first (its state changes only
+    /// when that core polls it). Default: always ready.
     fn poll(&self, at: ObjectId) -> Result<Ready, Error> {
         let _ = at;
         Ok(Ready::ALWAYS)
+    }
+    /// How a waiter (`fd::poll_wait`, a blocking call) hears that `poll`'s answer may have
+    /// changed: the waiters word of the object (`ready.rs`: whoever changes the state wakes
+    /// the cores whose bits are in it), `WakeOn::Poll` for an object nothing can wake a sleeper
+    /// for (look again soon), `WakeOn::Nothing` when only the caller's own calls change it.
+    /// A kind with a word must `ready::notify` it after every change that can make a `poll`
+    /// answer go from not ready to ready (bytes in, room made, the other side gone). Default:
+    /// `Nothing` (always ready).
+    fn wake_on(&self, at: ObjectId) -> Result<WakeOn, Error> {
+        let _ = at;
+        Ok(WakeOn::Nothing)
     }
     /// A new open file for the same thing as this one is being made in table `at` (a `dup`
     /// into another table): count it where the kind counts its users (a pipe end), or make
@@ -112,14 +129,20 @@ pub enum Kind {
     /// A file or directory of the mounted file system: `fs`'s descriptor (one per open file
     /// of this table; it holds `fs`'s open file description, offset included).
     Fs(u32),
+    /// An eventfd (`eventfd.rs`): a page in the table's share holding its counter, its flags,
+    /// its open-file count and its waiters word.
+    Event(ObjectId),
+    /// A TCP socket (`socket.rs`): `core << 48 | generation << 24 | slot` in the socket table
+    /// of the core whose stack holds the connection (`net::host`). Private tables only.
+    Socket(u64),
 }
 
 impl Kind {
     /// The pipe ring or file segment behind the descriptor, if any.
     pub(super) fn behind(self) -> Option<ObjectId> {
         match self {
-            Kind::Console | Kind::Fs(_) => None,
-            Kind::PipeRead(id) | Kind::PipeWrite(id) | Kind::File(id) => Some(id),
+            Kind::Console | Kind::Fs(_) | Kind::Socket(_) => None,
+            Kind::PipeRead(id) | Kind::PipeWrite(id) | Kind::File(id) | Kind::Event(id) => Some(id),
         }
     }
 }
@@ -133,6 +156,8 @@ pub(super) fn encode(k: Kind) -> u64 {
         Kind::PipeWrite(id) => 3 << 56 | id,
         Kind::File(id) => 4 << 56 | id,
         Kind::Fs(i) => 5 << 56 | i as u64,
+        Kind::Event(id) => 6 << 56 | id,
+        Kind::Socket(id) => 7 << 56 | id,
     }
 }
 
@@ -144,6 +169,8 @@ pub(super) fn decode(w: u64) -> Option<Kind> {
         3 => Some(Kind::PipeWrite(id)),
         4 => Some(Kind::File(id)),
         5 if id <= u32::MAX as u64 => Some(Kind::Fs(id as u32)),
+        6 => Some(Kind::Event(id)),
+        7 => Some(Kind::Socket(id)),
         _ => None,
     }
 }

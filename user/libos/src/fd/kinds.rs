@@ -19,6 +19,8 @@ pub(super) fn with_file<R>(k: Kind, f: impl FnOnce(&dyn FileLike) -> R) -> R {
         Kind::PipeWrite(ring) => f(&PipeEnd { ring, write: true }),
         Kind::File(seg) => f(&SegFile(seg)),
         Kind::Fs(i) => f(&FsFile(crate::fs::Fd(i))),
+        Kind::Event(seg) => f(&super::eventfd::EventFd(seg)),
+        Kind::Socket(id) => f(&super::socket::SocketFile(id)),
     }
 }
 
@@ -48,6 +50,8 @@ fn kind_name(k: Kind) -> NameBuf {
         Kind::PipeWrite(id) => write!(n, "fd:w{id:x}"),
         Kind::File(id) => write!(n, "fd:f{id:x}"),
         Kind::Fs(i) => write!(n, "fd:F{i:x}"),
+        Kind::Event(id) => write!(n, "fd:e{id:x}"),
+        Kind::Socket(id) => write!(n, "fd:s{id:x}"),
     };
     n
 }
@@ -73,16 +77,17 @@ fn parse_kind(name: &[u8]) -> Option<Kind> {
         (b'r', false) => Some(Kind::PipeRead(id)),
         (b'w', false) => Some(Kind::PipeWrite(id)),
         (b'f', false) => Some(Kind::File(id)),
+        (b'e', false) => Some(Kind::Event(id)),
         _ => None,
     }
 }
 
 /// Make the kernel object of an open file of kind `k` in `share`.
 pub(super) fn make_object(share: ObjectId, k: Kind) -> Result<ObjectId, Error> {
-    if let Kind::Fs(_) = k {
+    if let Kind::Fs(_) | Kind::Socket(_) = k {
         // Each kernel-object descriptor is its own open file, with no count to tell when
         // `fs`'s descriptor may close: file-system files live in the private and the
-        // process-wide tables only.
+        // process-wide tables only. Sockets live in private tables only (`socket.rs`).
         return Err(Error::Unsupported);
     }
     if k.behind().is_some_and(|id| id >> 56 != 0) {

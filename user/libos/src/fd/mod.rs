@@ -55,14 +55,19 @@
 
 use abi::{Error, ObjName, ObjectId, MEMID_SELF, PAGE_SIZE};
 
+mod eventfd;
 mod file;
 mod kinds;
 mod pipe;
 mod private;
+mod ready;
 mod shared;
+mod socket;
 mod window;
 
-pub use file::{FileLike, Kind, Ready, Stat, S_IFCHR, S_IFIFO};
+pub use eventfd::{EFD_CLOEXEC, EFD_NONBLOCK, EFD_SEMAPHORE};
+pub use file::{FileLike, Kind, Ready, Stat, WakeOn, S_IFCHR, S_IFIFO, S_IFSOCK};
+pub use ready::{wait_counts, WaitCounts, POLL_NAP_US};
 pub use pipe::{rings_freed, PIPE_BUF, PIPE_BYTES};
 pub use private::{close_private_at_exit, private_counts, PrivateCounts, PrivateTable, PRIVATE_FD, PRIVATE_SLOTS};
 pub(crate) use shared::{after_cfork, shared_with_child};
@@ -282,6 +287,154 @@ pub fn poll(fd: Fd) -> Result<Ready, Error> {
     on_file(fd, |f| f.poll(fd.table))
 }
 
+/// How a waiter hears that `poll(fd)`'s answer may have changed (`FileLike::wake_on`).
+pub fn wake_on(fd: Fd) -> Result<WakeOn, Error> {
+    on_file(fd, |f| f.wake_on(fd.table))
+}
+
+/// An eventfd (`eventfd.rs`: Linux's counter semantics) with counter `init` and `flags`
+/// (`EFD_SEMAPHORE`, `EFD_NONBLOCK`, `EFD_CLOEXEC`), in `scope`: a page in the table, freed
+/// by the last close of its last open file, in whichever table.
+pub fn eventfd(scope: Scope, init: u32, flags: u32) -> Result<Fd, Error> {
+    let t = table(scope)?;
+    let seg = eventfd::new_event(t, init, flags)?;
+    open_counted(scope, t, Kind::Event(seg)).inspect_err(|_| {
+        // Its one count was for this open file: dropping it frees the page.
+        let _ = pipe::drop_end(t, seg, 1);
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Waiting for readiness over any kinds (the protocol: `ready.rs`)
+
+/// One descriptor of a `poll_wait`: what the caller waits for, and (after the call) what is
+/// ready (`Ready`; `hangup` and `error` are reported whether asked for or not, as POSIX's
+/// `POLLHUP` and `POLLERR`).
+#[derive(Clone, Copy, Debug)]
+pub struct PollFd {
+    pub fd: Fd,
+    /// Wait for `Ready::read`.
+    pub read: bool,
+    /// Wait for `Ready::write`.
+    pub write: bool,
+    /// Set by `poll_wait`.
+    pub ready: Ready,
+}
+
+impl PollFd {
+    pub fn new(fd: Fd, read: bool, write: bool) -> PollFd {
+        PollFd { fd, read, write, ready: Ready::default() }
+    }
+
+    /// Whether `ready` answers what this entry waits for (or reports a hang-up or error).
+    pub fn fired(&self) -> bool {
+        (self.read && self.ready.read) || (self.write && self.ready.write) || self.ready.hangup || self.ready.error
+    }
+}
+
+/// POSIX `poll` over any descriptors (files, pipes, sockets, eventfds, in any table): look at
+/// every one (`fd::poll`); if none fired, put this core's bit in every waiters word and look
+/// once more, then sleep until a wake or a nap's end, and look again; until one fires or
+/// `timeout_ms` passes (`None`: no limit). Returns how many fired (0: the time ran out); each
+/// entry's `ready` says what. A descriptor this context cannot use fails the call (its error),
+/// as a closed one is `POLLNVAL` in POSIX.
+pub fn poll_wait(fds: &mut [PollFd], timeout_ms: Option<u64>) -> Result<usize, Error> {
+    let per_ms = crate::time::tsc_per_ms().max(1);
+    let end = timeout_ms.map(|ms| crate::time::ticks().saturating_add(ms.saturating_mul(per_ms)));
+    let bit = ready::my_bit();
+    let look = |fds: &mut [PollFd]| -> Result<usize, Error> {
+        let mut n = 0;
+        for p in fds.iter_mut() {
+            p.ready = poll(p.fd)?;
+            n += p.fired() as usize;
+        }
+        Ok(n)
+    };
+    loop {
+        let n = look(fds)?;
+        if n != 0 {
+            return Ok(n);
+        }
+        let now = crate::time::ticks();
+        if end.is_some_and(|e| now >= e) {
+            return Ok(0);
+        }
+        // Register on every word; note whether something can only be looked at.
+        let mut poll_only = false;
+        for p in fds.iter() {
+            match wake_on(p.fd)? {
+                WakeOn::Word(w) => {
+                    w.fetch_or(bit, core::sync::atomic::Ordering::SeqCst);
+                }
+                WakeOn::Poll => poll_only = true,
+                WakeOn::Nothing => {}
+            }
+        }
+        let n = look(fds);
+        let fired = n.as_ref().map_or(true, |&n| n != 0);
+        if !fired {
+            let left_us = end.map_or(u64::MAX, |e| ((e.saturating_sub(now)) as u128 * 1000 / per_ms as u128) as u64);
+            ready::nap(left_us.min(if poll_only { POLL_NAP_US } else { ready::WORD_NAP_US }));
+        }
+        // Leave no bit behind: a later change must not wake this core for nothing.
+        for p in fds.iter() {
+            if let Ok(WakeOn::Word(w)) = wake_on(p.fd) {
+                w.fetch_and(!bit, core::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        if fired {
+            return n;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Sockets (`socket.rs`; docs/net.md "Sockets as descriptors")
+
+/// The socket id of a descriptor (`WrongType` for any other kind).
+fn socket_of(fd: Fd) -> Result<u64, Error> {
+    match kind(fd)? {
+        Kind::Socket(id) => Ok(id),
+        _ => Err(Error::WrongType),
+    }
+}
+
+/// A private descriptor for socket `id` (which it owns from here: on an error its slot goes).
+fn open_socket(scope: Scope, id: impl FnOnce() -> Result<u64, Error>) -> Result<Fd, Error> {
+    if !matches!(scope, Scope::Private) {
+        // A socket's state is its core's: only private tables, which no other core uses.
+        return Err(Error::Unsupported);
+    }
+    let t = table(scope)?;
+    open_new(scope, t, Kind::Socket(id()?))
+}
+
+/// A listening TCP socket on `port` of this core's stack (`net::host::attach`), with
+/// `backlog` (1..=64) connections that can complete their handshake before `accept` takes
+/// them. Private scope only (`Unsupported` otherwise).
+pub fn tcp_listen(scope: Scope, port: u16, backlog: usize) -> Result<Fd, Error> {
+    open_socket(scope, || socket::listen(port, backlog))
+}
+
+/// A TCP connection from local port `local_port` of this core's stack to `ip:port`. Returns
+/// at once; a read or write waits for the handshake (a non-blocking one: `WouldBlock`), and
+/// `poll` says writable once it is done. Private scope only.
+pub fn tcp_connect(scope: Scope, ip: [u8; 4], port: u16, local_port: u16) -> Result<Fd, Error> {
+    open_socket(scope, || socket::connect(ip, port, local_port))
+}
+
+/// The next connection of a listening socket, as a new private descriptor: waits for one
+/// (a non-blocking listener: `WouldBlock`). `InvalidArgument` for a connection's descriptor.
+pub fn accept(fd: Fd) -> Result<Fd, Error> {
+    let id = socket_of(fd)?;
+    open_socket(Scope::Private, || socket::accept(id))
+}
+
+/// Make a socket's calls answer `WouldBlock` instead of waiting (`on`), or wait again.
+pub fn set_nonblocking(fd: Fd, on: bool) -> Result<(), Error> {
+    socket::set_nonblocking(socket_of(fd)?, on)
+}
+
 /// Whether this context can use the descriptor.
 pub fn visible(fd: Fd) -> bool {
     match resolve(fd) {
@@ -341,10 +494,14 @@ pub fn dup(fd: Fd, scope: Scope) -> Result<Fd, Error> {
         Where::Shared => shared_kind(fd.table, fd.obj)?,
     };
     let t = table(scope)?;
-    if let (Kind::Fs(_), Scope::Table(_)) = (k, scope) {
+    match (k, scope) {
         // A core-set table's open file is a kernel object with no count to tell when `fs`'s
         // descriptor may close: file-system files live in the other two tables only.
-        return Err(Error::Unsupported);
+        (Kind::Fs(_), Scope::Table(_)) => return Err(Error::Unsupported),
+        // A socket's state is its core's: only private tables, which no other core reads,
+        // hold it (`socket.rs`).
+        (Kind::Socket(_), Scope::Table(_) | Scope::Process) => return Err(Error::Unsupported),
+        _ => {}
     }
     let mut added = None;
     if t != fd.table {

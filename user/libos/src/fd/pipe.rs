@@ -8,7 +8,8 @@
 use abi::{Error, ObjName, ObjectId, MEMID_SELF};
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::file::{made_up_stat, FileLike, Kind, Ready, Stat, S_IFIFO};
+use super::file::{made_up_stat, FileLike, Kind, Ready, Stat, WakeOn, S_IFIFO};
+use super::ready::notify;
 use super::window::{map, unmap_one};
 use crate::layout::{MAPWIN_OFF, MAPWIN_SLOT};
 
@@ -23,6 +24,10 @@ const PIPE_HDR: u64 = 256;
 /// half. One word, so that the decrement that takes the ring to "no end open" is one atomic
 /// step only one closer sees (see `drop_end`).
 const ENDS_WORD: usize = 16;
+/// Header word 17: the ring's waiters word (`ready.rs`): cores sleeping until a read end has
+/// bytes or a hang-up, or a write end room or an error. Beside the ends word, on the line
+/// only closes and sleepers write.
+const WAITERS_WORD: usize = 17;
 const READ_END: u64 = 1;
 const WRITE_END: u64 = 1 << 32;
 /// Writes of at most this many bytes to a pipe are atomic (POSIX `PIPE_BUF`, Linux's value).
@@ -73,7 +78,9 @@ impl FileLike for PipeEnd {
         let n = ring_take(va, buf);
         if n != 0 || buf.is_empty() {
             // Bytes waiting (the common case): the ends word is not touched, so a read
-            // shares no line with a close of another end.
+            // shares no line with a close of another end. Room was made: a writer sleeping
+            // in `poll_wait` is woken.
+            notify(waiters_at(va));
             return Ok(n);
         }
         let ends = ends_at(va);
@@ -85,6 +92,7 @@ impl FileLike for PipeEnd {
             let writers = ends.load(Ordering::Acquire) >> 32;
             let n = ring_take(va, buf);
             if n != 0 || writers == 0 {
+                notify(waiters_at(va));
                 return Ok(n);
             }
             pipe_wait(&mut spins);
@@ -109,6 +117,9 @@ impl FileLike for PipeEnd {
         // writer's (POSIX): such a write waits until the ring has room for all of it.
         let whole = data.len() <= PIPE_BUF;
         let mut done = ring_put(va, data, whole);
+        if done != 0 {
+            notify(waiters_at(va));
+        }
         let mut spins = 0u32;
         // A full ring: wait for a reader to make room (POSIX blocking write: every byte
         // is written before it returns), unless the last read end goes meanwhile; then
@@ -119,6 +130,7 @@ impl FileLike for PipeEnd {
             }
             let n = ring_put(va, &data[done..], whole);
             if n != 0 {
+                notify(waiters_at(va));
                 done += n;
                 spins = 0;
                 continue;
@@ -151,6 +163,12 @@ impl FileLike for PipeEnd {
             let no_writer = ends >> 32 == 0;
             Ready { read: waiting != 0 || no_writer, write: false, hangup: no_writer, error: false }
         })
+    }
+
+    /// The ring's waiters word: every read, write and close notifies it.
+    fn wake_on(&self, at: ObjectId) -> Result<WakeOn, Error> {
+        let (va, _) = map(ObjName::new(at, self.ring))?;
+        Ok(WakeOn::Word(waiters_at(va)))
     }
 
     /// A new end of the ring (a `dup` into another table): counted, unless the ring's last
@@ -198,7 +216,7 @@ fn head_tail(va: u64) -> (u64, u64) {
 /// Run `f` on the ends word of ring `ring` in table share `t`. A ring this context had not
 /// mapped is mapped for the call only: a context that opens or closes ends of many pipes it
 /// never reads or writes (another context frees them) does not fill its window.
-fn with_ends<R>(t: ObjectId, ring: ObjectId, f: impl FnOnce(&AtomicU64) -> R) -> Result<R, Error> {
+pub(super) fn with_ends<R>(t: ObjectId, ring: ObjectId, f: impl FnOnce(&AtomicU64) -> R) -> Result<R, Error> {
     // Already mapped (the usual case for a context that used the pipe): no system call.
     if let Some(i) = crate::ctx::ctx().mapped.iter().position(|&m| m == ring) {
         return Ok(f(ends_at(crate::ctx::arena() + MAPWIN_OFF + i as u64 * MAPWIN_SLOT)));
@@ -209,8 +227,16 @@ fn with_ends<R>(t: ObjectId, ring: ObjectId, f: impl FnOnce(&AtomicU64) -> R) ->
     Ok(r)
 }
 
+/// The waiters word of the ring (or eventfd page) mapped at `va` (by `map`).
+pub(super) fn waiters_at(va: u64) -> &'static AtomicU64 {
+    // SAFETY: as in `ends_at`: word 17 of the mapped header, touched atomically only. The
+    // reference is used while the mapping stays (a descriptor window slot is unmapped only by
+    // this context's own closes and `unmap_all`, never during a `poll_wait` or a read).
+    unsafe { &*(va as *const AtomicU64).add(WAITERS_WORD) }
+}
+
 /// The ends word of the ring mapped at `va` (by `map`).
-fn ends_at(va: u64) -> &'static AtomicU64 {
+pub(super) fn ends_at(va: u64) -> &'static AtomicU64 {
     // SAFETY: `va` is where `map` mapped the ring read-write, in this call or earlier (its
     // window slot, found in `ctx.mapped`); at least one page, and the word is at byte 128. Callers use the reference only while that mapping stays: inside
     // `with_ends`' closure (unmapped after it), or inside `read`/`write`, which unmap nothing
@@ -220,7 +246,7 @@ fn ends_at(va: u64) -> &'static AtomicU64 {
 
 /// Count a new end (`unit`: `READ_END` or `WRITE_END`) of ring `ring` (in table share
 /// `t`), unless the ring's last end is gone.
-fn add_end(t: ObjectId, ring: ObjectId, unit: u64) -> Result<(), Error> {
+pub(super) fn add_end(t: ObjectId, ring: ObjectId, unit: u64) -> Result<(), Error> {
     with_ends(t, ring, |ends| {
         let mut cur = ends.load(Ordering::Relaxed);
         loop {
@@ -239,7 +265,13 @@ fn add_end(t: ObjectId, ring: ObjectId, unit: u64) -> Result<(), Error> {
 /// this call freed it. The release half orders this end's writes before a reader's
 /// acquire load that sees the count fall (a reader seeing no writer then sees every byte).
 pub(super) fn drop_end(t: ObjectId, ring: ObjectId, unit: u64) -> Result<bool, Error> {
-    let before = with_ends(t, ring, |ends| ends.fetch_sub(unit, Ordering::AcqRel))?;
+    let before = with_ends(t, ring, |ends| {
+        let before = ends.fetch_sub(unit, Ordering::AcqRel);
+        // A reader may now see end of file, a writer `BrokenPipe`: wake their `poll_wait`s.
+        // SAFETY: the waiters word is the next word of the same mapped header.
+        notify(unsafe { &*(ends as *const AtomicU64).add(WAITERS_WORD - ENDS_WORD) });
+        before
+    })?;
     // Each end is counted once when it opens and dropped once when its open file goes.
     debug_assert!(before / unit % (1 << 32) != 0, "pipe end dropped twice: {before:#x}");
     if before != unit {

@@ -150,8 +150,9 @@ pub(super) fn open_private(share: ObjectId, k: Kind) -> Result<ObjectId, Error> 
         clear_bit(&mut t.slot_used, slot);
         return Err(Error::Busy);
     };
-    // An `fs` file needs no kernel object: `fs`'s descriptor is what the open file holds.
-    let made = if let Kind::Fs(_) = k { Ok(0) } else { make_object(share, k) };
+    // An `fs` file needs no kernel object: `fs`'s descriptor is what the open file holds;
+    // nor does a socket: its slot in its core's socket table is.
+    let made = if let Kind::Fs(_) | Kind::Socket(_) = k { Ok(0) } else { make_object(share, k) };
     match made {
         Ok(obj) => {
             t.files[file] = OpenFile { obj, kind: encode(k) };

@@ -7,6 +7,7 @@
 //! kernel core (Dedicated) or the driver lock (Polling) is the one place cores meet. Buffers
 //! move between cores by index (ownership), never by copy.
 
+pub mod host;
 pub mod stack;
 
 /// The TCP/IP library the stacks use, for programs that make sockets.

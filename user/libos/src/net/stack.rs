@@ -94,44 +94,37 @@ impl EthDevice {
         if op != 1 || tpa != self.ip {
             return;
         }
+        if self.send_arp(2, sha, sha, spa.to_be_bytes()) {
+            self.eth.borrow_mut().arp_replies += 1;
+        }
+    }
+
+    /// Send an ARP packet of operation `op` (1 request, 2 reply) from this core's MAC and
+    /// the machine's IP to `dst` (Ethernet), naming `target_mac`/`target_ip`; whether it
+    /// went out.
+    fn send_arp(&self, op: u16, dst: [u8; 6], target_mac: [u8; 6], target_ip: [u8; 4]) -> bool {
         let mac = self.mac();
         let mut ch = self.chan.borrow_mut();
-        let Some((b, buf)) = ch.tx_buffer() else { return };
-        buf[0..6].copy_from_slice(&sha);
+        let Some((b, buf)) = ch.tx_buffer() else { return false };
+        buf[0..6].copy_from_slice(&dst);
         buf[6..12].copy_from_slice(&mac);
         buf[12..14].copy_from_slice(&[0x08, 0x06]);
         let r = &mut buf[ETH_HDR..ETH_HDR + 28];
         r[0..6].copy_from_slice(&[0, 1, 8, 0, 6, 4]);
-        r[6..8].copy_from_slice(&2u16.to_be_bytes());
+        r[6..8].copy_from_slice(&op.to_be_bytes());
         r[8..14].copy_from_slice(&mac);
         r[14..18].copy_from_slice(&self.ip.to_be_bytes());
-        r[18..24].copy_from_slice(&sha);
-        r[24..28].copy_from_slice(&spa.to_be_bytes());
+        r[18..24].copy_from_slice(&target_mac);
+        r[24..28].copy_from_slice(&target_ip);
         // Pad to the 60-byte Ethernet minimum.
         buf[ETH_HDR + 28..60].fill(0);
-        if ch.send(b, 60) {
-            self.eth.borrow_mut().arp_replies += 1;
-        }
+        ch.send(b, 60)
     }
 
     /// Tell the network we are here (a gratuitous ARP request for the gateway), so the first
     /// incoming connection does not wait for an ARP round trip.
     pub fn announce(&self) {
-        let mac = self.mac();
-        let mut ch = self.chan.borrow_mut();
-        let Some((b, buf)) = ch.tx_buffer() else { return };
-        buf[0..6].copy_from_slice(&BROADCAST);
-        buf[6..12].copy_from_slice(&mac);
-        buf[12..14].copy_from_slice(&[0x08, 0x06]);
-        let r = &mut buf[ETH_HDR..ETH_HDR + 28];
-        r[0..6].copy_from_slice(&[0, 1, 8, 0, 6, 4]);
-        r[6..8].copy_from_slice(&1u16.to_be_bytes());
-        r[8..14].copy_from_slice(&mac);
-        r[14..18].copy_from_slice(&self.ip.to_be_bytes());
-        r[18..24].fill(0);
-        r[24..28].copy_from_slice(&GATEWAY_IP);
-        buf[ETH_HDR + 28..60].fill(0);
-        ch.send(b, 60);
+        self.send_arp(1, BROADCAST, [0; 6], GATEWAY_IP);
     }
 }
 
