@@ -104,6 +104,8 @@ Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
     Insngate(InsngateArgs),
     /// Each crate's file-level import graph: files, import circles (Tarjan), floors; --dot/--svg draw it (docs/architecture.md)
     Layers(crate::layers::LayersArgs),
+    /// Corey's figures 7, 8, 10, 11 in model time at 1-16 cores (exact counts + the amd16 cache model; docs/model.md)
+    Model(crate::model::ModelArgs),
     // A new command is one variant here (its options declared in its own module, as the ones
     // above) and one arm in `dispatch`.
 }
@@ -300,6 +302,7 @@ pub fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
         Command::Fs(FsArgs { command: FsCommand::Test }) => work(crate::test::fs_command()),
         Command::Fs(a) => crate::fs::main(a.command),
         Command::Metis(a) => crate::metis::main(a.command),
+        Command::Model(a) => crate::model::main(a),
         Command::Webd(a) => crate::webd::main(a.command),
         Command::Idle(a) => {
             
@@ -401,7 +404,7 @@ mod tests {
     }
 
     /// Every command of the dispatch, in the order `help` lists them.
-    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate", "layers"];
+    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate", "layers", "model"];
 
     /// Catches: `--reason` accepted without `--update`, or the options not reaching the command.
     #[test]

@@ -1223,6 +1223,9 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     r.suite("insngate", |a| crate::insngate::ci_check(&a.kernel()?, &a.initrd()?))?;
     // The same check of the Linux baseline's metis (small inputs).
     r.suite("metis-linux", |_| crate::metis::ci_check_linux())?;
+    // The cycle model's 2-core smoke run (docs/model.md): two exact boots, identical, and the
+    // model's numbers against xtask/src/model/smoke-expected.txt.
+    r.suite("model-smoke", |_| crate::model::ci_check())?;
     r.suite("summary-boots", |a| summary_boots(&a.kernel()?))?;
     r.suite("gdb-stub", |a| crate::gdb::ci_check(&a.kernel()?))?;
     r.suite("bad-boots", |a| bad_boot_conditions(&a.kernel()?))?;
