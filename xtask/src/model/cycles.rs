@@ -187,12 +187,12 @@ mod tests {
     use crate::plugins::parse_records;
 
     fn report() -> Vec<Record> {
-        // Two vCPUs; vCPU 0: 10 L1 misses, 6 of them L2 misses, 4 of those L3 misses (1
-        // sibling, 1 remote, 2 memory); cycles = 4*14 + 2*75 + 127 + 200 + 2*127 = 787.
+        // Two vCPUs; vCPU 0: 10 L1 misses, 6 of them L2 misses, 5 of those L3 misses (1
+        // sibling, 2 remote, 2 memory); cycles = 4*14 + 1*75 + 127 + 2*200 + 2*127 = 912.
         parse_records(
             "mc model=amd16 lat_l2=14 lat_l3=75 lat_sibling=127 lat_remote=200 lat_mem=127\n\
              mcpu model=amd16 vcpu=0 party=app insns=1000 l1i_miss=2 l1d_miss=5 l2_miss=4 l3_miss=3 from_sibling=1 from_remote=0 from_mem=2 cycles=3\n\
-             mcpu model=amd16 vcpu=0 party=os insns=500 l1i_miss=1 l1d_miss=2 l2_miss=2 l3_miss=1 from_sibling=0 from_remote=1 from_mem=0 cycles=0\n\
+             mcpu model=amd16 vcpu=0 party=os insns=500 l1i_miss=1 l1d_miss=2 l2_miss=2 l3_miss=2 from_sibling=0 from_remote=2 from_mem=0 cycles=0\n\
              mcpu model=amd16 vcpu=1 party=app insns=100 l1i_miss=0 l1d_miss=1 l2_miss=0 l3_miss=0 from_sibling=0 from_remote=0 from_mem=0 cycles=14\n\
              end\n",
         )
@@ -200,10 +200,10 @@ mod tests {
 
     fn fixed(mut r: Vec<Record>) -> Vec<Record> {
         // Give the records the plugin's cycles: app 3*14 + 1*75 + 127 + 2*127 = 498,
-        // os 1*14 + 1*75 + 200 = 289.
+        // os 1*14 + 2*200 = 414.
         for x in r.iter_mut() {
             if x.kind == "mcpu" && x.get("vcpu") == Some("0") {
-                let c = if x.get("party") == Some("app") { "498" } else { "289" };
+                let c = if x.get("party") == Some("app") { "498" } else { "414" };
                 x.fields.retain(|(k, _)| k != "cycles");
                 x.fields.push(("cycles".into(), c.into()));
             }
@@ -216,23 +216,23 @@ mod tests {
         let run = RunCounts::from_report(&fixed(report()), Some(40)).unwrap();
         assert_eq!(run.cores.len(), 2);
         let c0 = run.cores[0];
-        assert_eq!((c0.insns, c0.l1_miss, c0.l2_miss, c0.l3_miss), (1500, 10, 6, 4));
-        assert_eq!(c0.served().unwrap(), [4, 2, 1, 1, 2]);
-        assert_eq!(c0.memory_cycles(&run.lat).unwrap(), 787.0);
-        assert_eq!(c0.cycles(&run.lat, 1.0).unwrap(), 2287.0);
-        assert_eq!(c0.cycles(&run.lat, 2.0).unwrap(), 3787.0);
-        assert_eq!(c0.transfers(), 2);
+        assert_eq!((c0.insns, c0.l1_miss, c0.l2_miss, c0.l3_miss), (1500, 10, 6, 5));
+        assert_eq!(c0.served().unwrap(), [4, 1, 1, 2, 2]);
+        assert_eq!(c0.memory_cycles(&run.lat).unwrap(), 912.0);
+        assert_eq!(c0.cycles(&run.lat, 1.0).unwrap(), 2412.0);
+        assert_eq!(c0.cycles(&run.lat, 2.0).unwrap(), 3912.0);
+        assert_eq!(c0.transfers(), 3);
         // The phase is its slowest core's: vCPU 0.
-        assert_eq!(run.phase_cycles(1.0, 1.0).unwrap(), 2287.0);
-        assert_eq!(run.seconds(1.0, 1.0).unwrap(), 2287.0 / CLOCK_HZ);
-        assert_eq!(run.throughput(1.0, 1.0).unwrap(), 40.0 / (2287.0 / CLOCK_HZ));
+        assert_eq!(run.phase_cycles(1.0, 1.0).unwrap(), 2412.0);
+        assert_eq!(run.seconds(1.0, 1.0).unwrap(), 2412.0 / CLOCK_HZ);
+        assert_eq!(run.throughput(1.0, 1.0).unwrap(), 40.0 / (2412.0 / CLOCK_HZ));
     }
 
     #[test]
     fn latency_scale_moves_only_the_miss_cycles() {
         let run = RunCounts::from_report(&fixed(report()), None).unwrap();
-        assert_eq!(run.phase_cycles(0.5, 1.0).unwrap(), 1500.0 + 787.0 / 2.0);
-        assert_eq!(run.phase_cycles(2.0, 1.0).unwrap(), 1500.0 + 787.0 * 2.0);
+        assert_eq!(run.phase_cycles(0.5, 1.0).unwrap(), 1500.0 + 912.0 / 2.0);
+        assert_eq!(run.phase_cycles(2.0, 1.0).unwrap(), 1500.0 + 912.0 * 2.0);
         assert!(run.throughput(1.0, 1.0).is_err(), "no ops, no throughput");
     }
 
