@@ -62,7 +62,7 @@ pub fn lines(title: &str, ylabel: &str, xs: &[u32], series: &[Series]) -> String
         let ly = t + 14.0 + 18.0 * k as f64;
         let _ = writeln!(s, r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{col}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#, l + pw + 12.0, l + pw + 32.0, l + pw + 38.0, ly + 4.0, esc(&se.name));
     }
-    let _ = writeln!(s, r#"<text x="{}" y="{}" font-size="10" fill="dimgray">every point: model time (exact counts + amd16 cache model)</text>"#, l + pw + 12.0, t + ph);
+    let _ = writeln!(s, r#"<text x="{l}" y="{}" font-size="10" fill="dimgray">every point: model time (exact counts + amd16 cache model), not a measurement</text>"#, t - 6.0);
     s.push_str("</svg>\n");
     s
 }
