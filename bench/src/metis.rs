@@ -61,7 +61,16 @@ pub fn row<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Err
     let seed = params.get("seed")?;
     let app = if params.spec.name == "metis_wc" { App::Wc } else { App::Wri };
     let gen_timed = params.spec.name == "metis_wrmem";
-    let marked = if params.marked { Marked::All } else { Marked::None };
+    // `phase=1|2|3` (a harness option, not a catalog parameter) marks map, reduce or merge
+    // alone, so a plugin counts one phase (`cargo xtask model fig10`); absent or 0, all three.
+    let marked = match (params.marked, params.given("phase")) {
+        (false, _) => Marked::None,
+        (true, None | Some(0)) => Marked::All,
+        (true, Some(1)) => Marked::Map,
+        (true, Some(2)) => Marked::Reduce,
+        (true, Some(3)) => Marked::Merge,
+        (true, Some(_)) => return Err(Error::Param("phase: 0 (all), 1 (map), 2 (reduce) or 3 (merge)")),
+    };
     // `prep=0`: reduce allocates its output fresh, as in Corey's measurement
     // (`mapreduce::run_with`); `tlbgrow=1`: the emulator knob `mapreduce::Tuning::tlb_grow`.
     let prep = params.get("prep")? != 0;

@@ -108,6 +108,8 @@ Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
     Exec(crate::exec::command::ExecArgs),
     /// Build the Linux test programs (linux/progs/*.c with musl-gcc, Debian's busybox-static) into target/linux-progs/; prints their paths
     LinuxProgs,
+    /// Corey's figures 7, 8, 10, 11 in model time at 1-16 cores (exact counts + the amd16 cache model; docs/model.md)
+    Model(crate::model::ModelArgs),
     // A new command is one variant here (its options declared in its own module, as the ones
     // above) and one arm in `dispatch`.
 }
@@ -306,6 +308,7 @@ pub fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
         Command::Fs(FsArgs { command: FsCommand::Test }) => work(crate::test::fs_command()),
         Command::Fs(a) => crate::fs::main(a.command),
         Command::Metis(a) => crate::metis::main(a.command),
+        Command::Model(a) => crate::model::main(a),
         Command::Webd(a) => crate::webd::main(a.command),
         Command::Idle(a) => {
             
@@ -407,7 +410,7 @@ mod tests {
     }
 
     /// Every command of the dispatch, in the order `help` lists them.
-    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate", "layers", "exec", "linux-progs"];
+    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate", "layers", "exec", "linux-progs", "model"];
 
     /// Catches: `--reason` accepted without `--update`, or the options not reaching the command.
     #[test]

@@ -20,6 +20,7 @@ mod layers;
 mod linux;
 mod net;
 mod metis;
+mod model;
 mod mutants;
 mod percore_tasks;
 mod plugins;

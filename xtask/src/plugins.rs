@@ -527,6 +527,17 @@ fn run_with_plugin(built: &Built, spec: &RunSpec, plugin: &str, extra: &[String]
     Ok(GuestRun { ops: parse_ops(&run.serial), serial: run.serial, report, elapsed: run.elapsed })
 }
 
+/// One plugin run for another tool (`cargo xtask model`): `plugin` with its `extra` arguments
+/// on `workload` (a suite benchmark, a Linux workload, or a host-driven network benchmark) in
+/// the exact mode where the workload allows it. Returns the parsed report and the operations
+/// the guest reported.
+pub fn run_report(system: &str, workload: &str, smp: u32, params: &str, timeout: Duration, plugin: &str, extra: &[String]) -> Result<(Vec<Record>, Option<u64>), String> {
+    let built = build()?;
+    let spec = RunSpec { system: System::parse(system)?, workload, smp, params, timeout, exact: true, custom: None };
+    let run = if NET_BENCHES.contains(&workload) { run_net_with_plugin(&built, &spec, plugin, extra)? } else { run_with_plugin(&built, &spec, plugin, extra)? };
+    Ok((run.report, run.ops))
+}
+
 /// The host-driven benchmarks (Corey's TCP service): the audit boots the service
 /// with its NIC and loads it from the host while the plugin watches.
 const NET_BENCHES: [&str; 2] = ["tcp_accept", "tcp_accept_polling"];

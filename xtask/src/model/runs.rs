@@ -1,0 +1,169 @@
+//! The plugin runs behind the model, cached under `target/model-cache/` by what produced them:
+//! the guest's build (our kernel and initrd, or Linux's bzImage and its guest programs), the
+//! cachesim plugin, the workload, its parameters and the vCPU count. A figure drawn again
+//! reads the cache and does not boot QEMU; a rebuilt kernel or program is a new key.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::cycles::RunCounts;
+use crate::plugins::{self, parse_records};
+
+/// The cachesim arguments of every model run: Corey's machine, one vCPU per core in order.
+const PLUGIN_ARGS: &[&str] = &["preset=amd16"];
+
+/// One point of a figure: a workload on one system at one vCPU count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunKey {
+    pub system: &'static str,
+    pub workload: &'static str,
+    pub smp: u32,
+    pub params: String,
+}
+
+/// FNV-1a, 64 bits: a stable hash of the build's files (the cache key must not change between
+/// runs of the tool, which std's hasher does not promise).
+pub fn fnv1a(h: u64, bytes: &[u8]) -> u64 {
+    let mut h = h;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+pub const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn hash_files(files: &[PathBuf]) -> Result<u64, String> {
+    let mut h = FNV_START;
+    for f in files {
+        let data = fs::read(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+        h = fnv1a(h, &(data.len() as u64).to_le_bytes());
+        h = fnv1a(h, &data);
+    }
+    Ok(h)
+}
+
+/// The files a system's guest is made of (built if needed), and the plugin.
+fn build_files(system: &str) -> Result<Vec<PathBuf>, String> {
+    let mut files = vec![plugins::build()?.cachesim];
+    match system {
+        "ours" => {
+            files.push(crate::host::env::build_kernel()?);
+            files.push(crate::host::user::build_initrd()?);
+        }
+        "linux" => {
+            files.push(crate::linux::fetch_kernel()?.bzimage);
+            files.push(crate::bench::linux_sys::build_guest_program()?);
+            files.push(plugins::build_guest()?);
+        }
+        other => return Err(format!("unknown system `{other}`")),
+    }
+    Ok(files)
+}
+
+/// The runs of one command, with the build keys computed once per system.
+pub struct Runs {
+    dir: PathBuf,
+    keys: Vec<(&'static str, u64)>,
+    timeout: Duration,
+    /// Ignore the cache (still write to it).
+    fresh: bool,
+    /// Runs that booted QEMU, and runs read from the cache.
+    pub booted: usize,
+    pub cached: usize,
+}
+
+impl Runs {
+    pub fn new(timeout: Duration, fresh: bool) -> Runs {
+        Runs { dir: crate::host::env::workspace_root().join("target").join("model-cache"), keys: Vec::new(), timeout, fresh, booted: 0, cached: 0 }
+    }
+
+    fn build_key(&mut self, system: &'static str) -> Result<u64, String> {
+        if let Some((_, k)) = self.keys.iter().find(|(s, _)| *s == system) {
+            return Ok(*k);
+        }
+        let k = hash_files(&build_files(system)?)?;
+        self.keys.push((system, k));
+        Ok(k)
+    }
+
+    /// Where the cached report of `key` lives.
+    fn path(&mut self, key: &RunKey) -> Result<PathBuf, String> {
+        let build = self.build_key(key.system)?;
+        let what = fnv1a(build, format!("{}|{}|{}|{}", key.workload, key.smp, key.params, PLUGIN_ARGS.join(",")).as_bytes());
+        Ok(self.dir.join(format!("{}-{}-{}-{what:016x}.txt", key.system, key.workload, key.smp)))
+    }
+
+    /// The counts of `key`: from the cache, or from a plugin run (then cached).
+    pub fn get(&mut self, key: &RunKey) -> Result<RunCounts, String> {
+        let path = self.path(key)?;
+        if !self.fresh {
+            if let Some(r) = read_cached(&path)? {
+                self.cached += 1;
+                return Ok(r);
+            }
+        }
+        let (text, ops) = self.boot(key)?;
+        fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
+        let body = format!("ops {}\n{text}", ops.map(|o| o.to_string()).unwrap_or_else(|| "none".into()));
+        // The counts are checked before they are kept.
+        let counts = parse_cached(&body)?;
+        fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok(counts)
+    }
+
+    /// A plugin run of `key`, whatever the cache holds: the report's text and the ops.
+    pub fn boot(&mut self, key: &RunKey) -> Result<(String, Option<u64>), String> {
+        println!("model: booting {} {} at {} vCPU(s) under cachesim amd16 ({})", key.system, key.workload, key.smp, key.params);
+        let extra: Vec<String> = PLUGIN_ARGS.iter().map(|s| s.to_string()).collect();
+        let (report, ops) = plugins::run_report(key.system, key.workload, key.smp, &key.params, self.timeout, "cachesim", &extra)
+            .map_err(|e| format!("{} {} at {} vCPUs: {e}", key.system, key.workload, key.smp))?;
+        self.booted += 1;
+        let text: String = report.iter().map(|r| format!("{} {}\n", r.kind, r.fields.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "))).collect();
+        Ok((text, ops))
+    }
+}
+
+fn read_cached(path: &Path) -> Result<Option<RunCounts>, String> {
+    match fs::read_to_string(path) {
+        Ok(t) => parse_cached(&t).map(Some).map_err(|e| format!("{}: {e} (delete it to run again)", path.display())),
+        Err(_) => Ok(None),
+    }
+}
+
+/// A cached run: `ops N` (or `ops none`), then the plugin's records.
+pub fn parse_cached(text: &str) -> Result<RunCounts, String> {
+    let first = text.lines().next().unwrap_or("");
+    let ops = match first.strip_prefix("ops ") {
+        Some("none") => None,
+        Some(n) => Some(n.trim().parse::<u64>().map_err(|_| format!("bad ops line `{first}`"))?),
+        None => return Err("no ops line".into()),
+    };
+    RunCounts::from_report(&parse_records(text), ops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv_is_the_published_function() {
+        // FNV-1a 64 test vectors.
+        assert_eq!(fnv1a(FNV_START, b""), 0xcbf29ce484222325);
+        assert_eq!(fnv1a(FNV_START, b"a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(fnv1a(FNV_START, b"foobar"), 0x85944171f73967e8);
+    }
+
+    #[test]
+    fn cached_text_round_trips() {
+        let t = "ops 7\nmc model=amd16 lat_l2=14 lat_l3=75 lat_sibling=127 lat_remote=200 lat_mem=127\nmcpu model=amd16 vcpu=0 party=app insns=10 l1i_miss=1 l1d_miss=0 l2_miss=0 l3_miss=0 cycles=14\nend\n";
+        let r = parse_cached(t).unwrap();
+        assert_eq!(r.ops, Some(7));
+        assert_eq!(r.cores[0].insns, 10);
+        assert!(parse_cached(&t.replace("ops 7", "ops x")).is_err());
+        assert!(parse_cached(&t.replacen("ops 7\n", "", 1)).is_err());
+        assert_eq!(parse_cached(&t.replace("ops 7", "ops none")).unwrap().ops, None);
+    }
+}
