@@ -12,6 +12,7 @@ mod boot_bench;
 mod fs;
 mod fuzz;
 mod gdb;
+mod guest;
 mod host;
 mod idle;
 mod insngate;

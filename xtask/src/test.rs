@@ -522,7 +522,7 @@ fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
 /// Boot `tcpserv` in `mode` with the card, open 40 connections from the host (after one
 /// warm-up), and check every reply, the guest's count, and its leak check.
 fn tcp_service(kernel: &Path, initrd: &Path, smp: u32, mode: &str) -> Result<TestTally, String> {
-    use crate::net::tcp_accept::{self, AcceptSpec};
+    use crate::guest::tcp_accept::{self, AcceptSpec};
     let name = format!("tcp service, {mode}, {smp} vCPUs");
     println!("== {name}");
     let net = crate::host::vm::NetConfig::service()?;

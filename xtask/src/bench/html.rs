@@ -7,11 +7,11 @@
 
 use std::fmt::Write as _;
 
-use super::catalog::{self, BENCHES};
-use super::record::{Record, Status};
+use testdefs::bench_catalog::{self as catalog, BENCHES};
+use crate::guest::record::{Record, Status};
 use super::report::{self, esc};
 use super::stats::{self, RunInfo};
-use super::System;
+use crate::guest::record::System;
 
 const STYLE: &str = "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:2em;max-width:76em;color:#222}\
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.25em .6em}\
@@ -84,7 +84,7 @@ pub fn page(records: &[Record], systems: &[System], smp: &[u32], run: Option<&Ru
         stats::NOISY,
         stats::NOISY_LOAD_PER_CPU
     );
-    let linuxes: Vec<&str> = super::LINUX_NAMES.iter().copied().filter(|l| records.iter().any(|r| r.system == *l)).collect();
+    let linuxes: Vec<&str> = crate::guest::record::LINUX_NAMES.iter().copied().filter(|l| records.iter().any(|r| r.system == *l)).collect();
     let mut head = String::from("<th>benchmark</th><th>vCPUs</th><th>path (ours)</th>");
     for l in &linuxes {
         let _ = write!(head, "<th>{l} ops/s/vCPU</th><th>{l} insns/op</th>");

@@ -15,7 +15,8 @@ pub mod posix;
 pub use testdefs::posix_cases;
 pub mod posix_model;
 
-use crate::plugins::{self, Record, Symbols};
+use crate::guest::plugin::{self, Record};
+use crate::guest::symbols::Symbols;
 use crate::host::outcome::TestTally;
 use cases::{Case, Op};
 use model::{State, Verdict};
@@ -146,13 +147,13 @@ struct KernelBoot {
 /// boot has its own plugin report file, so two boots never write one file.
 pub fn run_cases_jobs(kernel: PathBuf, guest_args: &[String], smp: u32, timeout: Duration) -> Result<Vec<Vec<Outcome>>, String> {
     // Everything that builds or writes a shared file happens here, once, before any boot.
-    let built = plugins::build()?;
+    let built = plugin::build()?;
     let initrd = crate::host::user::build_initrd()?;
     let syms = {
         let data = fs::read(&kernel).map_err(|e| format!("cannot read {}: {e}", kernel.display()))?;
         Symbols::from_elf(&data).map_err(|e| format!("{}: {e}", kernel.display()))?
     };
-    let runs = plugins::artifact_dir().join("runs");
+    let runs = plugin::artifact_dir().join("runs");
     fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
     let mut boots = Vec::new();
     for (job, ga) in guest_args.iter().enumerate() {
@@ -161,7 +162,7 @@ pub fn run_cases_jobs(kernel: PathBuf, guest_args: &[String], smp: u32, timeout:
         let out = runs.join(format!("sharing-commute-{smp}-{}-job{job}.txt", std::process::id()));
         let _ = fs::remove_file(&out);
         let mut parg = format!("{},out={},kernel_only=on", built.sharing.display(), out.display());
-        for e in plugins::quantum_plugin_args(smp) {
+        for e in plugin::quantum_plugin_args(smp) {
             parg.push(',');
             parg.push_str(&e);
         }
@@ -177,7 +178,7 @@ pub fn run_cases_jobs(kernel: PathBuf, guest_args: &[String], smp: u32, timeout:
         cfg.validate()?;
         let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
         args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
-        args.extend(plugins::exact_qemu_args());
+        args.extend(plugin::exact_qemu_args());
         boots.push(KernelBoot { args, out });
     }
     let runs = run_boots(boots.iter().map(|b| b.args.clone()).collect(), timeout);
@@ -193,15 +194,15 @@ pub fn run_cases_jobs(kernel: PathBuf, guest_args: &[String], smp: u32, timeout:
 
 /// Run one QEMU per argument list, all at once, each with its own limit; the results in the
 /// order given. (One host thread per boot waits for its QEMU process.)
-pub fn run_boots(boots: Vec<Vec<String>>, timeout: Duration) -> Vec<Result<crate::linux::RunOutput, String>> {
+pub fn run_boots(boots: Vec<Vec<String>>, timeout: Duration) -> Vec<Result<crate::host::qemu::RunOutput, String>> {
     std::thread::scope(|s| {
-        let handles: Vec<_> = boots.iter().map(|args| s.spawn(move || crate::linux::run_qemu(args, timeout))).collect();
+        let handles: Vec<_> = boots.iter().map(|args| s.spawn(move || crate::host::qemu::run_qemu(args, timeout))).collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a QEMU runner thread panicked".into()))).collect()
     })
 }
 
 /// One boot's outcomes from its serial output and plugin report.
-fn kernel_outcomes(run: &crate::linux::RunOutput, out: &Path, syms: &Symbols, timeout: Duration) -> Result<Vec<Outcome>, String> {
+fn kernel_outcomes(run: &crate::host::qemu::RunOutput, out: &Path, syms: &Symbols, timeout: Duration) -> Result<Vec<Outcome>, String> {
     if let Some(l) = run.serial.lines().find(|l| l.contains("commute-error")) {
         return Err(format!("guest: {}", l.trim()));
     }
@@ -326,7 +327,7 @@ fn parse_case_line(l: &str) -> Option<(usize, String, String)> {
 fn parse_epochs(text: &str) -> Vec<Vec<Record>> {
     let mut out: Vec<Vec<Record>> = Vec::new();
     let mut in_epoch = false;
-    for r in plugins::parse_records(text) {
+    for r in plugin::parse_records(text) {
         match r.kind.as_str() {
             "epoch" => {
                 out.push(Vec::new());
@@ -419,18 +420,18 @@ fn write_tables(dir: &Path, name: &str, outcomes: &[Outcome]) -> Result<(), Stri
         // sharing do not, so the order does not move with the address.
         let mut sorted: Vec<&Conflict> = o.conflicts.iter().collect();
         sorted.sort_by(|a, b| (&a.symbol, a.readers, a.writers, &a.pa).cmp(&(&b.symbol, b.readers, b.writers, &b.pa)));
-        let lines: Vec<String> = sorted.iter().map(|c| format!("{{\"symbol\":{},\"pa\":{},\"readers\":{},\"writers\":{}}}", crate::plugins::jstr(&c.symbol), crate::plugins::jstr(&c.pa), c.readers, c.writers)).collect();
+        let lines: Vec<String> = sorted.iter().map(|c| format!("{{\"symbol\":{},\"pa\":{},\"readers\":{},\"writers\":{}}}", crate::guest::plugin::jstr(&c.symbol), crate::guest::plugin::jstr(&c.pa), c.readers, c.writers)).collect();
         json.push(format!(
             "{{\"index\":{},\"call_a\":{},\"call_b\":{},\"a\":{},\"b\":{},\"commutes\":{},\"conflict_free\":{},\"result_a\":{},\"result_b\":{},\"results_ok\":{},\"conflicts\":[{}]}}",
             o.case.index,
-            crate::plugins::jstr(o.case.call_a),
-            crate::plugins::jstr(o.case.call_b),
-            crate::plugins::jstr(&describe(o.case.a)),
-            crate::plugins::jstr(&describe(o.case.b)),
+            crate::guest::plugin::jstr(o.case.call_a),
+            crate::guest::plugin::jstr(o.case.call_b),
+            crate::guest::plugin::jstr(&describe(o.case.a)),
+            crate::guest::plugin::jstr(&describe(o.case.b)),
             o.verdict.commutes,
             o.conflicts.is_empty(),
-            crate::plugins::jstr(&o.got.0),
-            crate::plugins::jstr(&o.got.1),
+            crate::guest::plugin::jstr(&o.got.0),
+            crate::guest::plugin::jstr(&o.got.1),
             o.results_ok(),
             lines.join(",")
         ));
@@ -439,7 +440,7 @@ fn write_tables(dir: &Path, name: &str, outcomes: &[Outcome]) -> Result<(), Stri
     let free = outcomes.iter().filter(|o| o.verdict.commutes && o.conflicts.is_empty()).count();
     let body = format!(
         "{{\"evidence\":\"exact sharing audit (single-threaded TCG, icount, vCPU quantum {}), kernel lines only, one plugin epoch per case\",\"system\":\"ours\",\"commutative\":{commuting},\"conflict_free\":{free},\"cases\":[\n{}\n]}}\n",
-        plugins::EXACT_QUANTUM,
+        plugin::EXACT_QUANTUM,
         json.join(",\n")
     );
     for (ext, text) in [("csv", &csv), ("json", &body)] {

@@ -11,8 +11,9 @@
 use super::posix_cases::{self as pc, Case};
 use super::posix_model::{self as model, State, Verdict};
 use super::{parse_epochs, Conflict};
-use crate::bench::guest::Guest;
-use crate::plugins::{self, Symbols};
+use crate::guest::boot::Guest;
+use crate::guest::plugin;
+use crate::guest::symbols::{self, Symbols};
 use crate::host::outcome::TestTally;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -65,13 +66,13 @@ pub fn run_system(system: &str, pick: &str, timeout: Duration) -> Result<Vec<Out
 pub fn run_system_jobs(system: &str, picks: &[String], timeout: Duration) -> Result<Vec<Vec<Outcome>>, String> {
     let logs = crate::host::env::target_dir().join("commute").join("logs");
     let guest: Box<dyn Guest> = match system {
-        "ours" => Box::new(crate::bench::ours::OursSystem::prepare(512, false, &logs)?),
-        "linux" => Box::new(crate::bench::linux_sys::LinuxSystem::prepare(512, false, &logs)?),
+        "ours" => Box::new(crate::guest::ours::OursSystem::prepare(512, false, &logs)?),
+        "linux" => Box::new(crate::guest::linux_sys::LinuxSystem::prepare(512, false, &logs)?),
         other => return Err(format!("commute: unknown system `{other}` (ours, linux, both)")),
     };
-    let built = plugins::build()?;
-    let image = crate::bench::fsimage::image()?;
-    let runs = plugins::artifact_dir().join("runs");
+    let built = plugin::build()?;
+    let image = crate::guest::fsimage::image()?;
+    let runs = plugin::artifact_dir().join("runs");
     fs::create_dir_all(&runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
     let mut boots = Vec::new();
     for (job, pick) in picks.iter().enumerate() {
@@ -80,7 +81,7 @@ pub fn run_system_jobs(system: &str, picks: &[String], timeout: Duration) -> Res
         let out = runs.join(format!("sharing-commute-posix-{system}-{}-job{job}.txt", std::process::id()));
         let _ = fs::remove_file(&out);
         let mut parg = format!("{},out={}", built.sharing.display(), out.display());
-        for e in plugins::quantum_plugin_args(2) {
+        for e in plugin::quantum_plugin_args(2) {
             parg.push(',');
             parg.push_str(&e);
         }
@@ -90,11 +91,11 @@ pub fn run_system_jobs(system: &str, picks: &[String], timeout: Duration) -> Res
         cfg.smp = 2;
         cfg.mem_mib = 512;
         cfg.timeout = Some(timeout);
-        cfg.extra.extend(crate::bench::fsimage::disk_args(&image));
+        cfg.extra.extend(crate::guest::fsimage::disk_args(&image));
         cfg.extra.extend(["-plugin".into(), parg]);
         let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
         args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
-        args.extend(plugins::exact_qemu_args());
+        args.extend(plugin::exact_qemu_args());
         boots.push((args, out));
     }
     let syms = symbols(system)?;
@@ -113,7 +114,7 @@ pub fn run_system_jobs(system: &str, picks: &[String], timeout: Duration) -> Res
 }
 
 /// One boot's outcomes from its serial output and plugin report.
-fn posix_outcomes(tag: &str, run: &crate::linux::RunOutput, out: &std::path::Path, syms: &Names, timeout: Duration) -> Result<Vec<Outcome>, String> {
+fn posix_outcomes(tag: &str, run: &crate::host::qemu::RunOutput, out: &std::path::Path, syms: &Names, timeout: Duration) -> Result<Vec<Outcome>, String> {
     if let Some(l) = run.serial.lines().find(|l| l.contains("commute-error")) {
         return Err(format!("{tag} guest: {}", l.trim()));
     }
@@ -169,7 +170,7 @@ fn symbols(system: &str) -> Result<Names, String> {
         _ => {
             // nokaslr: the addresses of a /proc/kallsyms dumped once (cached) hold for every boot
             // (the package's System.map is a placeholder).
-            Ok(Names { kernel: plugins::linux_symbols()?, user: None })
+            Ok(Names { kernel: symbols::linux_symbols()?, user: None })
         }
     }
 }

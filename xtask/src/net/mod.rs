@@ -8,10 +8,8 @@
 //! listens on guest port 80 and answers every connection with [`load::expected_reply`].
 
 pub mod fuzz;
-pub mod linux_guest;
 pub mod load;
 pub mod options;
-pub mod tcp_accept;
 
 
 /// Which part of the network path a kernel function belongs to, for the sharing audit's
@@ -123,15 +121,15 @@ pub fn qemu_tests() -> Result<crate::host::outcome::TestTally, String> {
     // not configured, the forward not reaching guest port 80, a reply that is not the 128
     // bytes, connections lost or counted twice, SO_REUSEPORT listeners not all serving.
     let served = (|| -> Result<(), String> {
-        let k = crate::linux::fetch_kernel()?;
-        let mut vm = crate::linux::LinuxVm::new(&k, &linux_guest::initramfs(&k)?);
+        let k = crate::guest::linux::fetch_kernel()?;
+        let mut vm = crate::guest::linux::LinuxVm::new(&k, &crate::guest::linux_net::initramfs(&k)?);
         vm.smp = 2;
         let net = crate::host::vm::NetConfig::service()?;
         let port = net.host_port(crate::host::vm::SERVICE_PORT).ok_or("no forward")?;
         vm.net = Some(net);
-        let spec = tcp_accept::AcceptSpec { conns: 200, ready_timeout: std::time::Duration::from_secs(120), ..Default::default() };
+        let spec = crate::guest::tcp_accept::AcceptSpec { conns: 200, ready_timeout: std::time::Duration::from_secs(120), ..Default::default() };
         vm.append = format!("wl=tcpserv threads=2 conns={} warmup={}", spec.guest_conns(), spec.warmup);
-        let o = tcp_accept::run(&vm.qemu_args(), port, &spec, false)?;
+        let o = crate::guest::tcp_accept::run(&vm.qemu_args(), port, &spec, false)?;
         if let Some(p) = &o.problem {
             return Err(p.clone());
         }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::files::{filesum, Expect};
 use super::http::{self, Conn, Failure};
-use crate::net::load::{drive, percentile};
+use crate::host::tcpload::{drive, percentile};
 
 /// Every loop here is bounded.
 pub const MAX_REQUESTS: u64 = 10_000_000;
@@ -198,8 +198,8 @@ impl WebLoadReport {
             self.attempted,
             self.ok,
             self.failed(),
-            crate::bench::json::num((self.requests_per_s() * 100.0).round() / 100.0),
-            crate::bench::json::num((self.elapsed.as_secs_f64() * 1e6).round() / 1e6),
+            crate::host::json::num((self.requests_per_s() * 100.0).round() / 100.0),
+            crate::host::json::num((self.elapsed.as_secs_f64() * 1e6).round() / 1e6),
             self.stopped_by_time,
             self.connects,
             self.body_bytes,
@@ -209,7 +209,7 @@ impl WebLoadReport {
             us(self.latencies.last().copied()),
             fails.join(","),
             chans.join(","),
-            self.first_failure.as_deref().map(crate::bench::json::quote).unwrap_or_else(|| "null".into())
+            self.first_failure.as_deref().map(crate::host::json::quote).unwrap_or_else(|| "null".into())
         )
     }
 }
@@ -484,9 +484,9 @@ pub(crate) mod tests {
         assert!(!r.stopped_by_time);
         assert!(r.percentile(50.0).unwrap() <= r.percentile(99.0).unwrap());
         assert_eq!(r.body_bytes, 100 * 4 * 3, "every body read whole");
-        let j = crate::bench::json::parse(&r.json()).unwrap();
-        assert!(matches!(j.get("ok"), Some(crate::bench::json::Value::Num(n)) if *n == 300.0));
-        assert!(matches!(j.get("errors").and_then(|e| e.get("wrong_body")), Some(crate::bench::json::Value::Num(n)) if *n == 0.0));
+        let j = crate::host::json::parse(&r.json()).unwrap();
+        assert!(matches!(j.get("ok"), Some(crate::host::json::Value::Num(n)) if *n == 300.0));
+        assert!(matches!(j.get("errors").and_then(|e| e.get("wrong_body")), Some(crate::host::json::Value::Num(n)) if *n == 0.0));
         // Without keep-alive: a connection per request.
         let port = server(20, Serve::Good);
         let r = run(&WebLoadSpec { no_keepalive: true, ..spec(port, 2, 20) }).unwrap();

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use super::catalog::{fs_file_byte, uses_files, FS_FILE_BYTES, FS_MAX_WORKERS, FS_PRIVATE_DIR, FS_SHARED_FILE};
+use testdefs::bench_catalog::{fs_file_byte, uses_files, FS_FILE_BYTES, FS_MAX_WORKERS, FS_PRIVATE_DIR, FS_SHARED_FILE};
 
 /// The modules Debian's kernel needs to see the disk and mount ext2 (their dependencies, such
 /// as virtio, virtio_ring, jbd2, mbcache and crc16, follow from `depends=`); ext4 asks the crypto
@@ -66,9 +66,9 @@ pub fn disk_for(bench: &str) -> Option<Result<Vec<String>, String>> {
 }
 
 /// The initramfs entries with the disk's modules for kernel `k`, in load order.
-pub fn linux_modules(k: &crate::linux::LinuxKernel) -> Result<Vec<crate::host::cpio::CpioEntry>, String> {
-    let mods = crate::net::linux_guest::modules_for(k, &LINUX_MODULE_ROOTS)?;
-    Ok(crate::net::linux_guest::module_entries(mods))
+pub fn linux_modules(k: &crate::guest::linux::LinuxKernel) -> Result<Vec<crate::host::cpio::CpioEntry>, String> {
+    let mods = crate::guest::linux_net::modules_for(k, &LINUX_MODULE_ROOTS)?;
+    Ok(crate::guest::linux_net::module_entries(mods))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::load::{self, LoadReport, LoadSpec};
+use crate::host::tcpload::{LoadReport, LoadSpec};
 use crate::host::qemu::{Finished, Session, WaitEnd};
 
 /// The guest's readiness line (prefix; ` key=value` words may follow).
@@ -48,7 +48,7 @@ impl Default for AcceptSpec {
             conns: 500,
             rounds: 1,
             warmup: 1,
-            concurrency: super::load::DEFAULT_CONCURRENCY,
+            concurrency: crate::host::tcpload::DEFAULT_CONCURRENCY,
             load_time: Duration::from_secs(60),
             conn_timeout: Duration::from_secs(10),
             ready_timeout: Duration::from_secs(120),
@@ -132,7 +132,7 @@ pub fn run(qemu_args: &[String], port: u16, spec: &AcceptSpec, echo: bool) -> Re
             plan.push(("load", LoadSpec { conns: spec.conns, concurrency: spec.concurrency, ..warm.clone() }));
         }
         for (what, ls) in plan {
-            let l = load::run(&ls)?;
+            let l = crate::host::tcpload::run(&ls)?;
             if problem.is_none() {
                 if l.failures.total() > 0 || l.ok == 0 {
                     problem = Some(format!(
@@ -183,7 +183,7 @@ pub fn measured_conns(serial: &str) -> Option<u64> {
 /// (with a forward to guest port 80 among them), and once the guest is ready open as many
 /// connections as its `conns=` asks for, one at a time (the plugins run single-threaded TCG,
 /// slowly), then wait for it to power off. The output as `run_qemu` gives it.
-pub fn run_batch(qemu_args: &[String], timeout: Duration) -> Result<crate::linux::RunOutput, String> {
+pub fn run_batch(qemu_args: &[String], timeout: Duration) -> Result<crate::host::qemu::RunOutput, String> {
     let port = qemu_args
         .iter()
         .find_map(|a| a.split(',').find_map(|p| p.strip_prefix("hostfwd=tcp:127.0.0.1:")).and_then(|p| p.strip_suffix(&format!("-:{}", crate::host::vm::SERVICE_PORT))))
@@ -211,7 +211,7 @@ pub fn run_batch(qemu_args: &[String], timeout: Duration) -> Result<crate::linux
         // The caller looks for this prefix to report a failed guest.
         serial.push_str(&format!("workload-error: tcpserv: {p}\n"));
     }
-    Ok(crate::linux::RunOutput { serial, stderr: o.finished.stderr, exit_code: o.finished.exit_code, timed_out: o.finished.killed && o.done.is_none(), elapsed: start.elapsed() })
+    Ok(crate::host::qemu::RunOutput { serial, stderr: o.finished.stderr, exit_code: o.finished.exit_code, timed_out: o.finished.killed && o.done.is_none(), elapsed: start.elapsed() })
 }
 
 #[cfg(test)]
