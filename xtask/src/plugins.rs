@@ -1012,24 +1012,11 @@ mod unit {
     use super::*;
 
     #[test]
-    fn records_parse() {
-        let r = parse_records("place model=x party=os l1_data_miss=12\nline pa=0x40 mode=k\nend\n");
-        assert_eq!(r.len(), 3);
-        assert_eq!(r[0].kind, "place");
-        assert_eq!(r[0].u("l1_data_miss"), 12);
-        assert_eq!(r[1].u("pa"), 0x40);
-        assert_eq!(r[1].u("missing"), 0);
+    fn json_escapes() {
+        assert_eq!(jstr("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+        let r = parse_records("x n=3 h=0x10 s=abc").remove(0);
+        assert_eq!(record_json(&r), "{\"kind\":\"x\",\"n\":3,\"h\":\"0x10\",\"s\":\"abc\"}");
     }
-
-    #[test]
-    fn kallsyms_lookup() {
-        let s = Symbols::from_kallsyms("ffffffff82000000 D foo\nffffffff82000040 D bar\nffffffff81000000 T text\n");
-        assert_eq!(s.name(0xffff_ffff_8200_0000).as_deref(), Some("foo"));
-        assert_eq!(s.name(0xffff_ffff_8200_0048).as_deref(), Some("bar+0x8"));
-        assert_eq!(s.name(0xff11_0000_0400_0000), None); // direct map: no symbol
-        assert_eq!(s.name(0x1000), None);
-    }
-
     #[test]
     fn options_reject_bad_input() {
         // The whole path of `cargo xtask plugin insncount ...`: clap (declared below), then `opts`.
@@ -1067,12 +1054,6 @@ mod unit {
         assert!(e.contains("frob") && !e.contains('\n'), "{e}");
     }
 
-    #[test]
-    fn json_escapes() {
-        assert_eq!(jstr("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
-        let r = parse_records("x n=3 h=0x10 s=abc").remove(0);
-        assert_eq!(record_json(&r), "{\"kind\":\"x\",\"n\":3,\"h\":\"0x10\",\"s\":\"abc\"}");
-    }
 }
 
 // ---------------------------------------------------------------------------------------

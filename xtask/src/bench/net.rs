@@ -234,7 +234,7 @@ pub fn record(system: &str, spec: &BenchSpec, params: &[(String, u64)], cores: u
 mod tests {
     use testdefs::bench_catalog as catalog;
     use super::*;
-    use crate::host::tcpload::{self, LoadSpec};
+    use crate::host::tcpload::{self as load, LoadSpec};
     use crate::host::qemu::Finished;
 
     fn finished(serial: &str) -> Finished {

@@ -492,7 +492,7 @@ mod vmlinux_tests {
     /// `fixture_elf(18)` followed by 64 bytes of 0xaa (standing for the relocation table the
     /// kernel build appends), compressed as the kernel build does: `xz --format=xz
     /// --check=crc32 --x86 --lzma2=dict=1MiB`.
-    const FIXTURE_XZ: &[u8] = include_bytes!("../testdata/vmlinux-fixture.xz");
+    const FIXTURE_XZ: &[u8] = include_bytes!("../../testdata/vmlinux-fixture.xz");
     const UNCOMPRESSED_LEN: u32 = 4316 + 64;
 
     /// A bzImage around `payload`: 2 setup sectors after the boot sector, the payload 0x100

@@ -184,3 +184,19 @@ pub(crate) fn jstr(v: &str) -> String {
     o.push('"');
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_parse() {
+        let r = parse_records("place model=x party=os l1_data_miss=12\nline pa=0x40 mode=k\nend\n");
+        assert_eq!(r.len(), 3);
+        assert_eq!(r[0].kind, "place");
+        assert_eq!(r[0].u("l1_data_miss"), 12);
+        assert_eq!(r[1].u("pa"), 0x40);
+        assert_eq!(r[1].u("missing"), 0);
+    }
+
+}

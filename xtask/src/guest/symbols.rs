@@ -120,3 +120,17 @@ pub fn linux_symbols() -> Result<Symbols, String> {
     fs::write(&cache, &body).map_err(|e| format!("cannot write {}: {e}", cache.display()))?;
     Ok(Symbols::from_kallsyms(&body))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kallsyms_lookup() {
+        let s = Symbols::from_kallsyms("ffffffff82000000 D foo\nffffffff82000040 D bar\nffffffff81000000 T text\n");
+        assert_eq!(s.name(0xffff_ffff_8200_0000).as_deref(), Some("foo"));
+        assert_eq!(s.name(0xffff_ffff_8200_0048).as_deref(), Some("bar+0x8"));
+        assert_eq!(s.name(0xff11_0000_0400_0000), None); // direct map: no symbol
+        assert_eq!(s.name(0x1000), None);
+    }
+}

@@ -403,6 +403,43 @@ pub fn run(spec: &WebLoadSpec) -> Result<WebLoadReport, String> {
     Ok(rep)
 }
 
+/// `webd load`'s options (also `webd run --load "..."`, where the port may be left out) as a
+/// spec; the files they name are read here. Not yet validated ([`WebLoadSpec::validate`]).
+pub fn options(a: crate::webd::options::WebdLoadArgs) -> Result<WebLoadSpec, String> {
+    let mut spec = WebLoadSpec::default();
+    if let Some(p) = a.port {
+        spec.port = p;
+    }
+    if let Some(c) = a.conns {
+        spec.conns = c.min(usize::MAX as u64) as usize;
+    }
+    if let Some(n) = a.requests {
+        spec.requests = n;
+    }
+    if let Some(s) = a.seconds {
+        spec.max_time = Duration::from_secs(s);
+    }
+    if let Some(t) = a.timeout {
+        spec.timeout = Duration::from_secs(t);
+    }
+    if let Some(p) = a.path {
+        spec.paths = p.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+    }
+    if let Some(p) = a.paths_file {
+        let text = std::fs::read_to_string(&p).map_err(|e| format!("webd load: --paths-file {}: {e}", p.display()))?;
+        spec.paths = text.lines().map(str::trim).filter(|s| !s.is_empty() && !s.starts_with('#')).map(String::from).collect();
+    }
+    spec.no_keepalive = a.no_keepalive;
+    if let Some(f) = a.expect_sums {
+        spec.expect = Some(super::files::read_sums(&f)?);
+    }
+    if let Some(n) = a.steer {
+        spec.steer_channels = n;
+        spec.steer = (0..n).collect();
+    }
+    Ok(spec)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

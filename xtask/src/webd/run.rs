@@ -587,7 +587,7 @@ pub fn options(a: crate::webd::options::WebdRunArgs) -> Result<(WebdBoot, RunPha
         guest_extra: Vec::new(),
     };
     let load = match a.load {
-        Some(l) => Some(super::load_spec(l)?),
+        Some(l) => Some(super::load::options(l)?),
         None => None,
     };
     let ph = RunPhases { check: a.check, bad_input: a.bad_input, load, timeout: Duration::from_secs(a.timeout), requests: a.requests };
