@@ -1190,10 +1190,10 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // The commutativity checker (docs/commute.md): a seeded sample of commuting
     // system-call pairs on two cores under the sharing audit; a case conflict-free in the
     // checked-in baseline that now shares a kernel line fails.
-    r.suite("commute", |_| crate::commute::ci_tests())?;
+    r.suite("commute", |_| crate::commute::kernel::ci_tests())?;
     // The sample's check shown to catch a planted regression (kernel feature
     // `planted-conflict`: a global counter bumped by every `segment_alloc`), on every run.
-    r.suite("commute-planted", |_| crate::commute::planted_ci_test())?;
+    r.suite("commute-planted", |_| crate::commute::kernel::planted_ci_test())?;
     // The same for the POSIX calls on the library OS (`commute --system ours --ci`): a seeded
     // sample checked against xtask/src/commute/baseline-posix-ours.txt.
     r.suite("commute-posix ours", |_| crate::commute::posix::ci_tests(&["ours"]))?;

@@ -428,9 +428,7 @@ pub(crate) fn symbols_for(system: System) -> Result<Symbols, String> {
     match system {
         System::Linux => linux_symbols(),
         System::Ours => {
-            let elf = crate::host::env::build_kernel()?;
-            let data = fs::read(&elf).map_err(|e| format!("cannot read {}: {e}", elf.display()))?;
-            Symbols::from_elf(&data).map_err(|e| format!("{}: {e}", elf.display()))
+            Symbols::from_elf_file(&crate::host::env::build_kernel()?)
         }
     }
 }

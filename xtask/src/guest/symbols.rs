@@ -34,6 +34,12 @@ impl Symbols {
     }
 
     /// The symbol table (SHT_SYMTAB) of an ELF64 little-endian file.
+    /// The symbols of the ELF file at `path` (a kernel, a user program).
+    pub fn from_elf_file(path: &std::path::Path) -> Result<Symbols, String> {
+        let data = fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Symbols::from_elf(&data).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
     pub fn from_elf(data: &[u8]) -> Result<Symbols, String> {
         let rd = |o: usize, n: usize| -> Result<u64, String> {
             let b = data.get(o..o + n).ok_or("ELF: truncated")?;
