@@ -11,7 +11,6 @@ mod commute;
 mod boot_bench;
 mod fs;
 mod fuzz;
-mod gdb;
 mod guest;
 mod host;
 mod idle;

@@ -1224,7 +1224,7 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // The same check of the Linux baseline's metis (small inputs).
     r.suite("metis-linux", |_| crate::metis::ci_check_linux())?;
     r.suite("summary-boots", |a| summary_boots(&a.kernel()?))?;
-    r.suite("gdb-stub", |a| crate::gdb::ci_check(&a.kernel()?))?;
+    r.suite("gdb-stub", |a| crate::host::gdb::ci_check(&a.kernel()?))?;
     r.suite("bad-boots", |a| bad_boot_conditions(&a.kernel()?))?;
     r.suite("iso", |_| iso_boots())?;
     // report.html in a real browser (headless Chromium, installed on demand; a missing or

@@ -77,7 +77,7 @@ pub fn accept_spec(params: &[(String, u64)], timeout: Duration) -> AcceptSpec {
 
 /// `--audit on`: the sharing audit (kernel and user lines) of the same service in a boot of its own
 /// (single-threaded TCG, 100 connections one at a time after 1 warm-up), per connection, into
-/// `net.audit` (split by `crate::net::audit_class`); a failure is a note, not a failed record.
+/// `net.audit` (split by `crate::guest::tcp_accept::audit_class`); a failure is a note, not a failed record.
 /// Not at 1 vCPU (nothing can cross).
 pub fn add_audit(rec: &mut Record, spec: &BenchSpec, cores: u32, timeout: Duration) {
     let Some(net) = rec.net.as_mut() else { return };
@@ -91,7 +91,7 @@ pub fn add_audit(rec: &mut Record, spec: &BenchSpec, cores: u32, timeout: Durati
     }
     let mode = if rec.system == "ours" { format!("mode={} ", ours_mode(spec)) } else { String::new() };
     let params = format!("{mode}conns=101 warmup=1");
-    match crate::guest::measure::sharing_summary(&rec.system, "tcpserv", cores, &params, timeout, &crate::net::audit_class) {
+    match crate::guest::measure::sharing_summary(&rec.system, "tcpserv", cores, &params, timeout, &crate::guest::tcp_accept::audit_class) {
         Ok(s) => {
             let per = |x: u64| (x as f64 / s.ops as f64 * 100.0).round() / 100.0;
             net.audit.insert("transfers".into(), per(s.transfers_kernel + s.transfers_user));

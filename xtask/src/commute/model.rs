@@ -13,7 +13,7 @@
 //! Results are strings in the format the guest prints (`user/apps/src/bin/commute.rs`), so the
 //! host can also check that the kernel returned what the model predicts (`check_results`).
 
-use super::pipeline::{Case, Model, Style};
+use super::pipeline::{model_of_case_table, Style};
 use testdefs::commute_cases::{self as cases, Name, Op, Sym, FIXTURE_SEG_PAGES, NEW_SEG_BYTES, PAGE};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -284,38 +284,7 @@ impl State {
 /// The kernel's own calls as the pipeline sees them (cases.rs, this model).
 pub struct Kernel;
 
-fn case_of(c: cases::Case) -> Case<Op> {
-    Case { index: c.index, call_a: c.call_a, a: c.a, call_b: c.call_b, b: c.b }
-}
-
-impl Model for Kernel {
-    type Op = Op;
-    type State = State;
-    const CASE_WORD: &'static str = "commute-case";
-    const STYLE: Style = Style { call_width: 22, call_heads: ("call A (core 0)", "call B (core 1)"), index_width: 4, list_width: 20, by_pair: false, got_word: "kernel", results_word: "kernel results" };
-
-    fn calls() -> Vec<(&'static str, usize)> {
-        cases::CALLS.iter().map(|c| (c.name, c.variants.len())).collect()
-    }
-
-    fn cases() -> Vec<Case<Op>> {
-        let mut v = Vec::new();
-        cases::for_each_case(|c| v.push(case_of(c)));
-        v
-    }
-
-    fn case(index: usize) -> Option<Case<Op>> {
-        cases::case(index).map(case_of)
-    }
-
-    fn fixture() -> State {
-        State::fixture()
-    }
-
-    fn apply(state: &mut State, op: Op, who: u8) -> String {
-        state.apply(op, who)
-    }
-}
+model_of_case_table!(Kernel, cases, "commute-case", Style { call_width: 22, call_heads: ("call A (core 0)", "call B (core 1)"), index_width: 4, list_width: 20, by_pair: false, got_word: "kernel", results_word: "kernel results" });
 
 #[cfg(test)]
 mod tests {

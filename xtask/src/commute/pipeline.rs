@@ -37,6 +37,44 @@ pub trait Model {
     fn apply(state: &mut Self::State, op: Self::Op, who: u8) -> String;
 }
 
+/// `impl Model for $name`: the cases of a `testdefs` case table (`$cases`: `CALLS` with each
+/// call's `name` and `variants`, `for_each_case`, `case`, each case's index, calls and ops)
+/// decided on the model's `State` (`fixture()`, `apply(op, who)`). Both models are written
+/// this way, so their tables and states are all that differs.
+macro_rules! model_of_case_table {
+    ($name:ident, $cases:ident, $word:expr, $style:expr) => {
+        impl $crate::commute::pipeline::Model for $name {
+            type Op = $cases::Op;
+            type State = State;
+            const CASE_WORD: &'static str = $word;
+            const STYLE: $crate::commute::pipeline::Style = $style;
+
+            fn calls() -> Vec<(&'static str, usize)> {
+                $cases::CALLS.iter().map(|c| (c.name, c.variants.len())).collect()
+            }
+
+            fn cases() -> Vec<$crate::commute::pipeline::Case<$cases::Op>> {
+                let mut v = Vec::new();
+                $cases::for_each_case(|c| v.push($crate::commute::pipeline::Case { index: c.index, call_a: c.call_a, a: c.a, call_b: c.call_b, b: c.b }));
+                v
+            }
+
+            fn case(index: usize) -> Option<$crate::commute::pipeline::Case<$cases::Op>> {
+                $cases::case(index).map(|c| $crate::commute::pipeline::Case { index: c.index, call_a: c.call_a, a: c.a, call_b: c.call_b, b: c.b })
+            }
+
+            fn fixture() -> State {
+                State::fixture()
+            }
+
+            fn apply(state: &mut State, op: $cases::Op, who: u8) -> String {
+                state.apply(op, who)
+            }
+        }
+    };
+}
+pub(crate) use model_of_case_table;
+
 /// The layout of one model's listings.
 pub struct Style {
     /// The call columns of the pair table: width and headings.

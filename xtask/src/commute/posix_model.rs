@@ -10,7 +10,7 @@
 //!
 //! Results are strings in the format the guest prints (`bench/src/commute_posix.rs`).
 
-use super::pipeline::{Case, Model, Style};
+use super::pipeline::{model_of_case_table, Style};
 use testdefs::posix_cases::{self as pc, OpenMode, Op, Whence, D, P};
 use std::collections::BTreeMap;
 
@@ -517,38 +517,7 @@ impl State {
 /// The POSIX calls as the pipeline sees them (posix_cases.rs, this model).
 pub struct Posix;
 
-fn case_of(c: pc::Case) -> Case<Op> {
-    Case { index: c.index, call_a: c.call_a, a: c.a, call_b: c.call_b, b: c.b }
-}
-
-impl Model for Posix {
-    type Op = Op;
-    type State = State;
-    const CASE_WORD: &'static str = "commute-posix";
-    const STYLE: Style = Style { call_width: 10, call_heads: ("call A", "call B"), index_width: 5, list_width: 10, by_pair: true, got_word: "got", results_word: "results" };
-
-    fn calls() -> Vec<(&'static str, usize)> {
-        pc::CALLS.iter().map(|c| (c.name, c.variants.len())).collect()
-    }
-
-    fn cases() -> Vec<Case<Op>> {
-        let mut v = Vec::new();
-        pc::for_each_case(|c| v.push(case_of(c)));
-        v
-    }
-
-    fn case(index: usize) -> Option<Case<Op>> {
-        pc::case(index).map(case_of)
-    }
-
-    fn fixture() -> State {
-        State::fixture()
-    }
-
-    fn apply(state: &mut State, op: Op, who: u8) -> String {
-        state.apply(op, who)
-    }
-}
+model_of_case_table!(Posix, pc, "commute-posix", Style { call_width: 10, call_heads: ("call A", "call B"), index_width: 5, list_width: 10, by_pair: true, got_word: "got", results_word: "results" });
 
 #[cfg(test)]
 mod tests {
