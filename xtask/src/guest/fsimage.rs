@@ -1,5 +1,5 @@
 //! The file-system rows' disk: one ext2 image of the tree in bench/src/catalog.rs
-//! (`FS_*`), made with `mke2fs -d` (`crate::fs::mkimage`), attached to every boot of a file
+//! (`FS_*`), made with `mke2fs -d` (`crate::host::ext2img::mkimage`), attached to every boot of a file
 //! row on both systems. QEMU opens it with `snapshot=on`: each boot writes into a temporary
 //! overlay, so every boot (ours and Linux, every vCPU count) starts from the very same bytes.
 //! Linux mounts it as ext2 at /mnt (its disk and ext4 modules are packed into the initramfs:
@@ -43,8 +43,8 @@ pub fn image() -> Result<PathBuf, String> {
             let tree = dir.join("fs-tree");
             let img = dir.join("fs-bench.img");
             write_tree(&tree)?;
-            crate::fs::mkimage(&tree, &img, Some(IMAGE_MIB)).map_err(|e| format!("benchmark image: {e}"))?;
-            crate::fs::check(&img).map_err(|e| format!("benchmark image does not check clean: {e}"))?;
+            crate::host::ext2img::mkimage(&tree, &img, Some(IMAGE_MIB)).map_err(|e| format!("benchmark image: {e}"))?;
+            crate::host::ext2img::check(&img).map_err(|e| format!("benchmark image does not check clean: {e}"))?;
             Ok(img)
         })
         .clone()

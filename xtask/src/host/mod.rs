@@ -10,6 +10,7 @@
 pub mod args;
 pub mod cpio;
 pub mod env;
+pub mod ext2img;
 pub mod gdb;
 pub mod iso;
 pub mod json;

@@ -67,23 +67,39 @@ impl Default for LoadSpec {
 
 impl LoadSpec {
     pub fn validate(&self) -> Result<(), String> {
-        if self.port == 0 {
-            return Err("--port: need a port (1..=65535)".into());
-        }
-        if self.conns == 0 || self.conns > MAX_CONNS {
-            return Err(format!("--conns: {} is not in 1..={MAX_CONNS}", self.conns));
-        }
-        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
-            return Err(format!("--concurrency: {} is not in 1..={MAX_CONCURRENCY}", self.concurrency));
-        }
-        if self.max_time.is_zero() || self.max_time > Duration::from_secs(MAX_SECONDS) {
-            return Err(format!("--seconds: {:?} is not in (0, {MAX_SECONDS}] s", self.max_time));
-        }
-        if self.timeout.is_zero() {
-            return Err("--timeout: must be more than 0".into());
-        }
-        Ok(())
+        check_port(self.port)?;
+        check_count("--conns", self.conns, MAX_CONNS)?;
+        check_count("--concurrency", self.concurrency as u64, MAX_CONCURRENCY as u64)?;
+        check_times(self.max_time, self.timeout)
     }
+}
+
+/// A load spec's port: not 0. (The checks here are every load generator's: this one's and
+/// webd's.)
+pub fn check_port(port: u16) -> Result<(), String> {
+    if port == 0 {
+        return Err("--port: need a port (1..=65535)".into());
+    }
+    Ok(())
+}
+
+/// A count given with `option`: in 1..=`max`.
+pub fn check_count(option: &str, n: u64, max: u64) -> Result<(), String> {
+    if n == 0 || n > max {
+        return Err(format!("{option}: {n} is not in 1..={max}"));
+    }
+    Ok(())
+}
+
+/// The time bounds: `--seconds` in (0, [`MAX_SECONDS`]] and a `--timeout` above 0.
+pub fn check_times(max_time: Duration, timeout: Duration) -> Result<(), String> {
+    if max_time.is_zero() || max_time > Duration::from_secs(MAX_SECONDS) {
+        return Err(format!("--seconds: {max_time:?} is not in (0, {MAX_SECONDS}] s"));
+    }
+    if timeout.is_zero() {
+        return Err("--timeout: must be more than 0".into());
+    }
+    Ok(())
 }
 
 /// Why a connection failed.

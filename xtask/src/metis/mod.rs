@@ -301,7 +301,7 @@ fn make_disk(r: &MetisRun, input: &[u8]) -> Result<Option<PathBuf>, String> {
     let text_len = if r.app == "wrmem" { r.size } else { input.len() as u64 };
     let mib = if r.to_disk { ((text_len * 6 + if input_on_disk { text_len } else { 0 }) >> 20) + 8 } else { ((text_len * 2) >> 20).max(4) + 1 };
     let img = dir.join(format!("metis-disk-{}.img", std::process::id()));
-    let made = crate::fs::mkimage(&tree, &img, Some(mib));
+    let made = crate::host::ext2img::mkimage(&tree, &img, Some(mib));
     let _ = fs::remove_dir_all(&tree);
     made?;
     Ok(Some(img))
@@ -352,7 +352,7 @@ fn boot_ours(r: &MetisRun, kernel: &Path, metis_elf: &[u8]) -> Result<(crate::ho
 
 /// `e2fsck -fn` on the image, quietly: Ok if clean, else its report.
 fn fsck_clean(img: &Path) -> Result<(), String> {
-    crate::fs::ensure_e2fsprogs()?;
+    crate::host::ext2img::ensure_e2fsprogs()?;
     let tool = ["/usr/sbin/e2fsck", "/sbin/e2fsck"].into_iter().find(|p| Path::new(p).exists()).unwrap_or("e2fsck");
     let out = Command::new(tool).arg("-fn").arg(img).output().map_err(|e| format!("cannot run e2fsck: {e}"))?;
     if out.status.success() {

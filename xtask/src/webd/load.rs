@@ -12,12 +12,11 @@ use std::time::{Duration, Instant};
 
 use super::files::{filesum, Expect};
 use super::http::{self, Conn, Failure};
-use crate::host::tcpload::{drive, percentile};
+use crate::host::tcpload::{check_count, check_port, check_times, drive, percentile};
 
 /// Every loop here is bounded.
 pub const MAX_REQUESTS: u64 = 10_000_000;
 pub const MAX_CONNS: usize = 256;
-pub const MAX_SECONDS: u64 = 3600;
 
 #[derive(Debug, Clone)]
 pub struct WebLoadSpec {
@@ -61,21 +60,10 @@ impl Default for WebLoadSpec {
 
 impl WebLoadSpec {
     pub fn validate(&self) -> Result<(), String> {
-        if self.port == 0 {
-            return Err("--port: need a port (1..=65535)".into());
-        }
-        if self.requests == 0 || self.requests > MAX_REQUESTS {
-            return Err(format!("--requests: {} is not in 1..={MAX_REQUESTS}", self.requests));
-        }
-        if self.conns == 0 || self.conns > MAX_CONNS {
-            return Err(format!("--conns: {} is not in 1..={MAX_CONNS}", self.conns));
-        }
-        if self.max_time.is_zero() || self.max_time > Duration::from_secs(MAX_SECONDS) {
-            return Err(format!("--seconds: {:?} is not in (0, {MAX_SECONDS}] s", self.max_time));
-        }
-        if self.timeout.is_zero() {
-            return Err("--timeout: must be more than 0".into());
-        }
+        check_port(self.port)?;
+        check_count("--requests", self.requests, MAX_REQUESTS)?;
+        check_count("--conns", self.conns as u64, MAX_CONNS as u64)?;
+        check_times(self.max_time, self.timeout)?;
         if self.paths.is_empty() {
             return Err("--path: no path to ask for".into());
         }
