@@ -855,7 +855,7 @@ impl Runner {
         }
         let t = self.total;
         if self.full {
-            let c = RunCounts { tally: t, suites: self.ran, seconds: self.start.elapsed().as_secs(), date: today() };
+            let c = RunCounts { tally: t, suites: self.ran, seconds: self.start.elapsed().as_secs(), date: crate::host::date::today() };
             if let Err(e) = record_counts(&c) {
                 println!("test counts: {e}");
                 if t.failed == 0 {
@@ -1050,22 +1050,6 @@ pub fn quoted_counts(text: &str) -> Option<&str> {
     let a = text.find(COUNTS_OPEN)? + COUNTS_OPEN.len();
     let b = text[a..].find(COUNTS_CLOSE)? + a;
     Some(&text[a..b])
-}
-
-/// Today's date (UTC) as `YYYY-MM-DD`.
-fn today() -> String {
-    let days = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() / 86_400).unwrap_or(0) as i64;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
 }
 
 /// A full run's counts: always into [`counts_file`]; after a green run also into the README
@@ -1444,7 +1428,7 @@ mod tests {
         assert_eq!(grouped(7), "7");
         assert_eq!(grouped(1000), "1 000");
         assert_eq!(grouped(123456), "123 456");
-        assert_eq!(today().len(), 10);
+        assert_eq!(crate::host::date::today().len(), 10);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 pub mod args;
 pub mod cpio;
+pub mod date;
 pub mod env;
 pub mod ext2img;
 pub mod gdb;
