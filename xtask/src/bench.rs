@@ -3,20 +3,13 @@
 //! count and system; results as JSON, a table with the ours/Linux ratio, and one plot per
 //! benchmark (docs/bench.md).
 
-pub(crate) use testdefs::bench_catalog as catalog;
-pub(crate) mod fsimage;
-pub(crate) mod guest;
-mod html;
-pub(crate) mod json;
-pub(crate) mod report_check;
-pub(crate) mod paths;
 #[cfg(test)]
 mod claims;
-pub(crate) mod linux_sys;
+mod html;
 mod net;
 pub mod options;
-pub(crate) mod ours;
-mod record;
+pub(crate) mod paths;
+pub(crate) mod report_check;
 mod report;
 mod stats;
 mod webd;
@@ -25,47 +18,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use catalog::BenchSpec;
-use record::{Record, Status};
-
-/// The most boots per cell `--boots` takes.
-pub const MAX_BOOTS: u32 = 100;
-
-/// The systems a matrix can boot. `linux` is Debian's kernel as shipped (its default
-/// mitigations and security modules); `linux-tuned` is the same kernel with what a tuned
-/// benchmark machine switches off (`linux_sys::TUNED_WORDS`, docs/bench.md "The Linux
-/// baselines"). Every ratio is given against both; a claim holds only against the faster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum System {
-    Ours,
-    Linux,
-    LinuxTuned,
-}
-
-/// Every system's name as records carry it.
-pub const SYSTEM_NAMES: [&str; 3] = ["ours", "linux", "linux-tuned"];
-
-/// The Linux baselines' names, in table order.
-pub const LINUX_NAMES: [&str; 2] = ["linux", "linux-tuned"];
-
-impl System {
-    pub fn name(self) -> &'static str {
-        match self {
-            System::Ours => "ours",
-            System::Linux => "linux",
-            System::LinuxTuned => "linux-tuned",
-        }
-    }
-
-    pub fn from_name(s: &str) -> Option<System> {
-        match s {
-            "ours" => Some(System::Ours),
-            "linux" => Some(System::Linux),
-            "linux-tuned" => Some(System::LinuxTuned),
-            _ => None,
-        }
-    }
-}
+use crate::guest::record::{self, Record, Status, System, SYSTEM_NAMES};
+use crate::guest::{boot, linux_sys, ours};
+use testdefs::bench_catalog::{self as catalog, BenchSpec};
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -233,7 +188,7 @@ pub fn run_matrix(
     let mut order = boot_order(o.benches.len(), &o.smp, &o.systems, o.boots, o.seed);
     // With several boots and instructions on, every cell first gets a counting boot (boot 0,
     // with the plugin; its timing is not kept) and its N timing boots run without the plugin
-    // (`guest::Common::timing_only`): counts are exact in one boot, timings are not bent by the
+    // (`boot::Common::timing_only`): counts are exact in one boot, timings are not bent by the
     // plugin's per-block callback. The counting round comes first, in its own shuffled order.
     let counting = o.insns && o.boots > 1;
     if counting {
@@ -405,7 +360,7 @@ pub fn run(o: Options, args: &[String]) -> Result<(), String> {
     // The host-driven benchmarks boot Linux with the measurement guest (tcpserv) and the NIC's
     // modules instead of bench-linux; if that initramfs cannot be made, those cells say why.
     let linux_net = (any_linux.is_some() && o.benches.iter().any(|b| b.host_driven))
-        .then(|| crate::linux::fetch_kernel().and_then(|k| crate::net::linux_guest::initramfs(&k)).map_err(|e| format!("linux: the tcpserv initramfs: {e}")));
+        .then(|| crate::guest::linux::fetch_kernel().and_then(|k| crate::guest::linux_net::initramfs(&k)).map_err(|e| format!("linux: the tcpserv initramfs: {e}")));
     // The webd rows boot Linux with webd-linux as /init (its initramfs is made per file set).
     let linux_webd = (any_linux.is_some() && o.benches.iter().any(|b| webd::is_webd(b))).then(|| {
         linux_sys::build_static("bench", "webd-linux").map_err(|e| format!("linux: webd-linux: {e}")).map(|w| crate::webd::run::Artifacts::Linux { kernel: any_linux.map(|l| l.kernel.clone()).unwrap_or_default(), webd: w })
@@ -433,7 +388,7 @@ pub fn run(o: Options, args: &[String]) -> Result<(), String> {
             System::LinuxTuned => linux_tuned.as_ref(),
             System::Ours => None,
         };
-        let g: Option<&dyn guest::Guest> = match sys {
+        let g: Option<&dyn boot::Guest> = match sys {
             System::Linux | System::LinuxTuned => lsys.map(|l| l as _),
             System::Ours => ours_sys.as_ref().map(|s| s as _),
         };
@@ -471,7 +426,7 @@ pub fn run(o: Options, args: &[String]) -> Result<(), String> {
             return rec;
         }
         match g {
-            Some(g) => guest::run_one(g, spec, params, cores, o.timeout, &tag),
+            Some(g) => boot::run_one(g, spec, params, cores, o.timeout, &tag),
             None => not_prepared(),
         }
     });
@@ -683,7 +638,7 @@ mod tests {
     }
 
     fn guest_timing_note() -> &'static str {
-        super::guest::TIMING_BOOT_NOTE
+        crate::guest::boot::TIMING_BOOT_NOTE
     }
 
     /// Several boots: the table shows `median [min–max]`, counts failed boots, marks noisy

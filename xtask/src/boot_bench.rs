@@ -4,7 +4,7 @@
 //! Both sides get the same QEMU machine (q35, `-cpu max`, the same memory and vCPU count,
 //! `-nodefaults`, multi-threaded TCG), the same entry (PVH through `-kernel` with an
 //! uncompressed ELF: this kernel's ELF, and Linux's vmlinux unpacked from Debian's bzImage by
-//! [`crate::linux::vmlinux`]), the same kind of initrd (a newc archive holding one static
+//! [`crate::guest::linux::vmlinux`]), the same kind of initrd (a newc archive holding one static
 //! program) and the same endpoint: the program's first line, `hello from user mode: 0
 //! argument(s)`, printed by `hello` (user/apps/src/bin/hello.rs) on ours and by its C
 //! counterpart (tools/boot-bench/hello.c) as Linux's /init. QEMU is stopped as soon as that
@@ -207,12 +207,12 @@ fn build_linux_init(dir: &Path) -> Result<PathBuf, String> {
 
 /// Linux's side: Debian's kernel unpacked to its vmlinux, and an initrd holding only /init.
 fn prepare_linux(dir: &Path) -> Result<Guest, String> {
-    let k = crate::linux::fetch_kernel()?;
-    let unpacked = crate::linux::cache_dir().join(format!("vmlinux-{}", k.version));
+    let k = crate::guest::linux::fetch_kernel()?;
+    let unpacked = crate::guest::linux::cache_dir().join(format!("vmlinux-{}", k.version));
     if !unpacked.is_file() {
         println!("bench boot: unpacking vmlinux from {} (once; cached in {})", k.bzimage.display(), unpacked.display());
     }
-    let kernel = crate::linux::vmlinux(&k)?;
+    let kernel = crate::guest::linux::vmlinux(&k)?;
     let init = build_linux_init(dir)?;
     let data = std::fs::read(&init).map_err(|e| format!("cannot read {}: {e}", init.display()))?;
     let initrd = dir.join("boot-linux.cpio");

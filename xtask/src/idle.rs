@@ -102,8 +102,8 @@ fn prepare(system: &str, what: What, smp: u32, guest: &str) -> Result<Boot, Stri
             Ok(Boot { args: p.args, ready: "webd: ready", _keep: Some(p.made) })
         }
         What::Shell | What::Tcpserv if !ours => {
-            let k = crate::linux::fetch_kernel()?;
-            let mut vm = crate::linux::LinuxVm::new(&k, &crate::net::linux_guest::initramfs(&k)?);
+            let k = crate::guest::linux::fetch_kernel()?;
+            let mut vm = crate::guest::linux::LinuxVm::new(&k, &crate::guest::linux_net::initramfs(&k)?);
             vm.smp = smp;
             if what == What::Tcpserv {
                 vm.net = Some(crate::host::vm::NetConfig::service()?);

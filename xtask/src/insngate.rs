@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::host::env::{target_dir, workspace_root};
-use crate::plugins::{parse_records, Record};
+use crate::guest::plugin::{parse_records, Record};
 
 /// A path may cost this much more than its baseline (3 %) before the gate fails.
 pub const THRESHOLD: f64 = 0.03;
@@ -269,7 +269,7 @@ fn per_op(rows: &[Row], regions: &[&Record], ops: &[u64]) -> Result<Vec<(String,
 /// Boot `cmdline` on 1 vCPU with insncount (`regions=on`) in the exact mode; the plugin's
 /// records and the serial output.
 fn boot(kernel: &std::path::Path, initrd: &std::path::Path, tag: &str, cmdline: String, disk: bool) -> Result<(Vec<Record>, String), String> {
-    let built = crate::plugins::build()?;
+    let built = crate::guest::plugin::build()?;
     let dir = target_dir().join("insngate");
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let out = dir.join(format!("insncount-{tag}.txt"));
@@ -286,10 +286,10 @@ fn boot(kernel: &std::path::Path, initrd: &std::path::Path, tag: &str, cmdline: 
     let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
     args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
     if disk {
-        args.extend(crate::bench::fsimage::disk_args(&crate::bench::fsimage::image()?));
+        args.extend(crate::guest::fsimage::disk_args(&crate::guest::fsimage::image()?));
     }
-    args.extend(crate::plugins::exact_qemu_args());
-    let run = crate::linux::run_qemu(&args, Duration::from_secs(240))?;
+    args.extend(crate::guest::plugin::exact_qemu_args());
+    let run = crate::host::qemu::run_qemu(&args, Duration::from_secs(240))?;
     let tail = || run.serial.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
     if run.timed_out {
         return Err(format!("insngate {tag}: the guest timed out; serial ends:\n{}", tail()));

@@ -12,7 +12,7 @@ mod exec;
 mod boot_bench;
 mod fs;
 mod fuzz;
-mod gdb;
+mod guest;
 mod host;
 mod idle;
 mod insngate;

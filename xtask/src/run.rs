@@ -35,15 +35,15 @@ pub fn run_command(mut cfg: VmConfig, gdb_port: Option<u16>) -> Result<(), Strin
         let _ = std::io::stdout().flush();
     }
     if let Some(port) = gdb_port {
-        crate::gdb::check_port_free(port)?;
-        cfg.extra.extend(crate::gdb::qemu_args(port));
+        crate::host::gdb::check_port_free(port)?;
+        cfg.extra.extend(crate::host::gdb::qemu_args(port));
         let symbols = match &cfg.medium {
             Some(BootMedium::Kernel(k)) => k.clone(),
             // The ISO boots the same kernel ELF, built by the same step.
             _ => crate::host::env::build_kernel()?,
         };
         println!("gdb: QEMU waits for a debugger on 127.0.0.1:{port}, stopped before the first instruction. In another terminal:");
-        println!("  {}", crate::gdb::command_line(crate::gdb::debugger(), &symbols, port));
+        println!("  {}", crate::host::gdb::command_line(crate::host::gdb::debugger(), &symbols, port));
         let _ = std::io::stdout().flush();
     }
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
@@ -236,7 +236,7 @@ mod tests {
         s.split_whitespace().map(String::from).collect()
     }
 
-    /// `run --gdb [PORT]` as cli.rs declares it: the port (or Some(crate::gdb::DEFAULT_PORT) for a bare
+    /// `run --gdb [PORT]` as cli.rs declares it: the port (or Some(crate::host::gdb::DEFAULT_PORT) for a bare
     /// `--gdb`), and the other options. Errors are one line.
     fn take_option(args: &[String]) -> Result<(Option<u16>, u32), String> {
         crate::host::args::parse_args::<RunArgs>("run", args).map(|r| (r.gdb, r.vm.smp))
@@ -247,8 +247,8 @@ mod tests {
     #[test]
     fn gdb_option_parses() {
         assert_eq!(take_option(&args("--smp 3")).unwrap(), (None, 3));
-        assert_eq!(take_option(&args("--gdb")).unwrap(), (Some(crate::gdb::DEFAULT_PORT), 2));
-        assert_eq!(take_option(&args("--gdb --smp 4")).unwrap(), (Some(crate::gdb::DEFAULT_PORT), 4));
+        assert_eq!(take_option(&args("--gdb")).unwrap(), (Some(crate::host::gdb::DEFAULT_PORT), 2));
+        assert_eq!(take_option(&args("--gdb --smp 4")).unwrap(), (Some(crate::host::gdb::DEFAULT_PORT), 4));
         assert_eq!(take_option(&args("--smp 4 --gdb 4321")).unwrap(), (Some(4321), 4));
         assert_eq!(take_option(&args("--gdb=9000 --smp 5")).unwrap(), (Some(9000), 5));
         for bad in ["--gdb 0", "--gdb 65536", "--gdb 12ab", "--gdb=", "--gdb=x"] {

@@ -522,7 +522,7 @@ fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
 /// Boot `tcpserv` in `mode` with the card, open 40 connections from the host (after one
 /// warm-up), and check every reply, the guest's count, and its leak check.
 fn tcp_service(kernel: &Path, initrd: &Path, smp: u32, mode: &str, extra: &str) -> Result<TestTally, String> {
-    use crate::net::tcp_accept::{self, AcceptSpec};
+    use crate::guest::tcp_accept::{self, AcceptSpec};
     let name = format!("tcp service, {mode}{extra}, {smp} vCPUs");
     println!("== {name}");
     let net = crate::host::vm::NetConfig::service()?;
@@ -855,7 +855,7 @@ impl Runner {
         }
         let t = self.total;
         if self.full {
-            let c = RunCounts { tally: t, suites: self.ran, seconds: self.start.elapsed().as_secs(), date: today() };
+            let c = RunCounts { tally: t, suites: self.ran, seconds: self.start.elapsed().as_secs(), date: crate::host::date::today() };
             if let Err(e) = record_counts(&c) {
                 println!("test counts: {e}");
                 if t.failed == 0 {
@@ -1052,22 +1052,6 @@ pub fn quoted_counts(text: &str) -> Option<&str> {
     Some(&text[a..b])
 }
 
-/// Today's date (UTC) as `YYYY-MM-DD`.
-fn today() -> String {
-    let days = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() / 86_400).unwrap_or(0) as i64;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
 /// A full run's counts: always into [`counts_file`]; after a green run also into the README
 /// and docs/testing.md, so the figures there are the last green full run's, not typed by hand.
 fn record_counts(c: &RunCounts) -> Result<(), String> {
@@ -1213,10 +1197,10 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // The commutativity checker (docs/commute.md): a seeded sample of commuting
     // system-call pairs on two cores under the sharing audit; a case conflict-free in the
     // checked-in baseline that now shares a kernel line fails.
-    r.suite("commute", |_| crate::commute::ci_tests())?;
+    r.suite("commute", |_| crate::commute::kernel::ci_tests())?;
     // The sample's check shown to catch a planted regression (kernel feature
     // `planted-conflict`: a global counter bumped by every `segment_alloc`), on every run.
-    r.suite("commute-planted", |_| crate::commute::planted_ci_test())?;
+    r.suite("commute-planted", |_| crate::commute::kernel::planted_ci_test())?;
     // The same for the POSIX calls on the library OS (`commute --system ours --ci`): a seeded
     // sample checked against xtask/src/commute/baseline-posix-ours.txt.
     r.suite("commute-posix ours", |_| crate::commute::posix::ci_tests(&["ours"]))?;
@@ -1257,7 +1241,7 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // model's numbers against xtask/src/model/smoke-expected.txt.
     r.suite("model-smoke", |_| crate::model::ci_check())?;
     r.suite("summary-boots", |a| summary_boots(&a.kernel()?))?;
-    r.suite("gdb-stub", |a| crate::gdb::ci_check(&a.kernel()?))?;
+    r.suite("gdb-stub", |a| crate::host::gdb::ci_check(&a.kernel()?))?;
     r.suite("bad-boots", |a| bad_boot_conditions(&a.kernel()?))?;
     r.suite("iso", |_| iso_boots())?;
     // report.html in a real browser (headless Chromium, installed on demand; a missing or
@@ -1477,7 +1461,7 @@ mod tests {
         assert_eq!(grouped(7), "7");
         assert_eq!(grouped(1000), "1 000");
         assert_eq!(grouped(123456), "123 456");
-        assert_eq!(today().len(), 10);
+        assert_eq!(crate::host::date::today().len(), 10);
     }
 
     #[test]

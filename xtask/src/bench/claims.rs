@@ -36,7 +36,7 @@ pub fn value(r: &Results, query: &str) -> Result<f64, String> {
         ["pair", "faster", _, _] | ["insns_ratio", "faster", _] => {
             // The same query against each baseline; the value least favourable to ours.
             let q = |l: &str| w.iter().map(|x| if *x == "faster" { l } else { x }).collect::<Vec<_>>().join(" ");
-            let vals: Vec<f64> = super::LINUX_NAMES.iter().filter_map(|l| value(r, &q(l)).ok()).collect();
+            let vals: Vec<f64> = crate::guest::record::LINUX_NAMES.iter().filter_map(|l| value(r, &q(l)).ok()).collect();
             let pick = if w[0] == "pair" { vals.iter().copied().min_by(f64::total_cmp) } else { vals.iter().copied().max_by(f64::total_cmp) };
             pick.ok_or_else(|| format!("no Linux baseline gives `{}`", q("LINUX")))
         }

@@ -7,11 +7,11 @@
 
 use std::fmt::Write as _;
 
-use super::catalog::{self, BENCHES};
-use super::record::{Record, Status};
+use testdefs::bench_catalog::{self as catalog, BENCHES};
+use crate::guest::record::{Record, Status};
 use super::report::{self, esc};
 use super::stats::{self, RunInfo};
-use super::System;
+use crate::guest::record::System;
 
 const STYLE: &str = "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:2em;max-width:76em;color:#222}\
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.25em .6em}\
@@ -84,7 +84,7 @@ pub fn page(records: &[Record], systems: &[System], smp: &[u32], run: Option<&Ru
         stats::NOISY,
         stats::NOISY_LOAD_PER_CPU
     );
-    let linuxes: Vec<&str> = super::LINUX_NAMES.iter().copied().filter(|l| records.iter().any(|r| r.system == *l)).collect();
+    let linuxes: Vec<&str> = crate::guest::record::LINUX_NAMES.iter().copied().filter(|l| records.iter().any(|r| r.system == *l)).collect();
     let mut head = String::from("<th>benchmark</th><th>vCPUs</th><th>path (ours)</th>");
     for l in &linuxes {
         let _ = write!(head, "<th>{l} ops/s/vCPU</th><th>{l} insns/op</th>");
@@ -163,22 +163,7 @@ pub fn page(records: &[Record], systems: &[System], smp: &[u32], run: Option<&Ru
 /// Today's UTC date and time, `YYYY-MM-DD HH:MM:SS` (no date crate: days to civil date by
 /// Howard Hinnant's algorithm).
 pub fn utc_now() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    utc(secs)
-}
-
-fn utc(secs: u64) -> String {
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    crate::host::date::utc(crate::host::date::unix_now())
 }
 
 /// The command as a user would type it again: `cargo xtask bench` and the arguments, each
@@ -247,6 +232,7 @@ pub fn check_page(html: &str, benchmarks: &[&str]) -> Result<(), String> {
 mod tests {
     use super::super::stats::Machine;
     use super::*;
+    use crate::host::date::utc;
 
     fn good(sys: &str, bench: &str, cores: u32, boot: u32, ops: u64) -> Record {
         let spec = catalog::find(bench).unwrap();

@@ -24,10 +24,10 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use super::catalog::BenchSpec;
-use super::guest::{add_instructions, Common};
-use super::record::{NetStats, Record, Status};
-use crate::net::tcp_accept::{self, AcceptSpec, Outcome};
+use testdefs::bench_catalog::BenchSpec;
+use crate::guest::boot::{add_instructions, Common};
+use crate::guest::record::{NetStats, Record, Status};
+use crate::guest::tcp_accept::{self, AcceptSpec, Outcome};
 use crate::host::vm::{BootMedium, VmConfig};
 
 /// What to boot for one cell.
@@ -67,7 +67,7 @@ pub fn accept_spec(params: &[(String, u64)], timeout: Duration) -> AcceptSpec {
         conns: param(params, "conns", 300).max(1),
         rounds: param(params, "reps", 1).max(1),
         warmup: 1,
-        concurrency: param(params, "concurrency", 2).clamp(1, crate::net::load::MAX_CONCURRENCY as u64) as usize,
+        concurrency: param(params, "concurrency", 2).clamp(1, crate::host::tcpload::MAX_CONCURRENCY as u64) as usize,
         load_time: timeout,
         conn_timeout: Duration::from_secs(10),
         ready_timeout: timeout,
@@ -77,7 +77,7 @@ pub fn accept_spec(params: &[(String, u64)], timeout: Duration) -> AcceptSpec {
 
 /// `--audit on`: the sharing audit (kernel and user lines) of the same service in a boot of its own
 /// (single-threaded TCG, 100 connections one at a time after 1 warm-up), per connection, into
-/// `net.audit` (split by `crate::net::audit_class`); a failure is a note, not a failed record.
+/// `net.audit` (split by `crate::guest::tcp_accept::audit_class`); a failure is a note, not a failed record.
 /// Not at 1 vCPU (nothing can cross).
 pub fn add_audit(rec: &mut Record, spec: &BenchSpec, cores: u32, timeout: Duration) {
     let Some(net) = rec.net.as_mut() else { return };
@@ -91,7 +91,7 @@ pub fn add_audit(rec: &mut Record, spec: &BenchSpec, cores: u32, timeout: Durati
     }
     let mode = if rec.system == "ours" { format!("mode={} ", ours_mode(spec)) } else { String::new() };
     let params = format!("{mode}conns=101 warmup=1");
-    match crate::plugins::sharing_summary(&rec.system, "tcpserv", cores, &params, timeout, &crate::net::audit_class) {
+    match crate::guest::measure::sharing_summary(&rec.system, "tcpserv", cores, &params, timeout, &crate::guest::tcp_accept::audit_class) {
         Ok(s) => {
             let per = |x: u64| (x as f64 / s.ops as f64 * 100.0).round() / 100.0;
             net.audit.insert("transfers".into(), per(s.transfers_kernel + s.transfers_user));
@@ -121,7 +121,7 @@ pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params
     let guest_words = format!("conns={} warmup={}", acc.guest_conns(), acc.warmup);
     let mut cfg = match boot {
         Boot::Linux { kernel, initrd, tuned } => {
-            let cmdline = format!("{} wl=tcpserv threads={cores} {guest_words}", super::linux_sys::cmdline(tuned));
+            let cmdline = format!("{} wl=tcpserv threads={cores} {guest_words}", crate::guest::linux_sys::cmdline(tuned));
             let extra = vec!["-kernel".into(), kernel.display().to_string(), "-initrd".into(), initrd.display().to_string(), "-append".into(), cmdline];
             VmConfig { extra, ..VmConfig::default() }
         }
@@ -211,7 +211,7 @@ pub fn record(system: &str, spec: &BenchSpec, params: &[(String, u64)], cores: u
     }
     // `ok` only if the guest program exited 0 and the guest powered off normally.
     let f = &o.finished;
-    let ended = if system == "ours" { super::ours::program_ended_cleanly("tcpserv", &f.serial, f.exit_code) } else { super::linux_sys::ended_cleanly(&f.serial, f.exit_code) };
+    let ended = if system == "ours" { crate::guest::ours::program_ended_cleanly("tcpserv", &f.serial, f.exit_code) } else { crate::guest::linux_sys::ended_cleanly(&f.serial, f.exit_code) };
     if let Err(why) = ended {
         rec.status = Status::Error;
         rec.reason = Some(why);
@@ -232,9 +232,9 @@ pub fn record(system: &str, spec: &BenchSpec, params: &[(String, u64)], cores: u
 
 #[cfg(test)]
 mod tests {
-    use super::super::catalog;
+    use testdefs::bench_catalog as catalog;
     use super::*;
-    use crate::net::load::{self, LoadSpec};
+    use crate::host::tcpload::{self as load, LoadSpec};
     use crate::host::qemu::Finished;
 
     fn finished(serial: &str) -> Finished {
@@ -316,7 +316,7 @@ mod tests {
         let r = record("linux", spec, &p, 2, &bad);
         assert_eq!(r.status, Status::Error);
         assert_eq!(r.net.as_ref().unwrap().failures["wrong_bytes"], 3);
-        assert!(super::super::record::check_schema(&serde_json::from_str(&r.to_json()).unwrap()).is_ok());
+        assert!(crate::guest::record::check_schema(&serde_json::from_str(&r.to_json()).unwrap()).is_ok());
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub struct MatrixArgs {
     pub reps: u64,
     /// Boot every cell (system x benchmark x vCPUs) N times, 1..=100; medians and ranges per
     /// cell, ours/linux paired boot by boot; recorded timing claims use 5 or more
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=crate::bench::MAX_BOOTS as i64))]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=MAX_BOOTS as i64))]
     pub boots: u32,
     /// Seed of the shuffled cell order (printed, to replay a run)
     #[arg(long, allow_negative_numbers = true, value_name = "S", default_value_t = 1)]
@@ -55,3 +55,6 @@ pub struct MatrixArgs {
     #[arg(long)]
     pub list: bool,
 }
+
+/// The most boots per cell `--boots` takes.
+pub const MAX_BOOTS: u32 = 100;

@@ -13,7 +13,7 @@
 //! serving cores (ours' kernel core polls the card inside the region), so they carry a fixed
 //! label that says what each core does.
 
-use super::record::Record;
+use crate::guest::record::Record;
 
 /// Kernel instructions per operation from which an operation is taken to enter the kernel:
 /// below ours' cheapest system call (`nullsyscall`, 70 kernel instructions) and far above
@@ -33,7 +33,7 @@ pub fn label(records: &[Record], bench: &str, cores: u32) -> String {
     if ours >= KERNEL_PER_OP {
         return "kernel path".into();
     }
-    match super::LINUX_NAMES.iter().find_map(|l| kernel_per_op(l)) {
+    match crate::guest::record::LINUX_NAMES.iter().find_map(|l| kernel_per_op(l)) {
         Some(l) if l >= KERNEL_PER_OP => "library path".into(),
         Some(_) => "user code (both)".into(),
         None => "library path?".into(),
@@ -52,8 +52,8 @@ pub fn host_driven_label(bench: &str) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::catalog;
-    use super::super::record::Status;
+    use testdefs::bench_catalog as catalog;
+    use crate::guest::record::Status;
     use super::*;
 
     fn counted(sys: &str, bench: &str, kernel: u64, user: u64, ops: u64) -> Record {

@@ -7,10 +7,10 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use super::catalog::{self, BENCHES};
-use super::record::{Record, Status};
+use testdefs::bench_catalog::{self as catalog, BENCHES};
+use crate::guest::record::{Record, Status};
 use super::stats::{self, CellSummary, PairSummary, Spread};
-use super::System;
+use crate::guest::record::System;
 
 /// 1234567.0 -> "1.23M": short numbers for tables and axes.
 pub fn si(x: f64) -> String {
@@ -107,7 +107,7 @@ pub fn table(records: &[Record], smp: &[u32]) -> String {
     let _ = writeln!(t, "calibrated: each side's throughput divided by the share-nothing loop run in its own boot (corrects for the host's load differing between the two boots)");
     let _ = writeln!(t, "path (ours): `kernel path` = ours enters its kernel on every operation; `library path` = ours serves it in the library OS without entering the kernel while Linux makes a system call (not a faster system call); `user code (both)` = the same user code on both (from the exact counts: xtask/src/bench/paths.rs)");
     let _ = writeln!(t, "per service core: ours' throughput per worker where that differs from per vCPU (kernel-core rows, tcp_accept, webd); a second view, never the ratio's divisor; host load = the host's 1-minute load average over the row's boots, median [min–max]\n");
-    let linuxes: Vec<&str> = super::LINUX_NAMES.iter().copied().filter(|l| records.iter().any(|r| r.system == *l)).collect();
+    let linuxes: Vec<&str> = crate::guest::record::LINUX_NAMES.iter().copied().filter(|l| records.iter().any(|r| r.system == *l)).collect();
     let service = records.iter().any(|r| r.per_service_core_throughput().is_some());
     let mut head = String::from("| benchmark | vCPUs | path (ours) |");
     let mut rule = String::from("| --- | ---: | --- |");

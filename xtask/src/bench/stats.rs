@@ -10,7 +10,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::record::{Record, Status};
+use crate::guest::record::LinuxConfig;
+
+use crate::guest::record::{Record, Status};
 
 /// A row is `noisy` when max/min of its calibrated value is above this: too wide to quote.
 pub const NOISY: f64 = 1.5;
@@ -200,7 +202,7 @@ pub fn summarize(records: &[Record]) -> Vec<CellSummary> {
 /// ratio of medians).
 pub fn pairs(records: &[Record]) -> Vec<PairSummary> {
     let mut out: Vec<PairSummary> = Vec::new();
-    for linux_name in super::LINUX_NAMES {
+    for linux_name in crate::guest::record::LINUX_NAMES {
         for (system, benchmark, cores) in cells(records) {
             if system != "ours" || out.iter().any(|p| p.linux == linux_name && p.benchmark == benchmark && p.cores == cores) {
                 continue;
@@ -258,25 +260,6 @@ pub fn scaling_of_medians(cells: &[CellSummary], sys: &str, bench: &str, base: u
 /// per boot, the Linux baselines' configuration in the `run` item. Summaries of an older file
 /// are recomputed on reading (they were per worker).
 pub const RESULTS_VERSION: u32 = 3;
-
-/// One Linux baseline as it was booted (results.json's `run` item, `linux`).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct LinuxConfig {
-    /// `linux` or `linux-tuned`.
-    pub system: String,
-    /// Debian's kernel release (`6.1.0-57-amd64`).
-    pub kernel: String,
-    /// The kernel command line before the benchmark's own words.
-    pub cmdline: String,
-    /// What the guest reported of itself (bench-linux's `bench-config` line, from the first
-    /// good boot that printed one): `/sys/devices/system/cpu/vulnerabilities/*` by name, and
-    /// the active security modules (`/sys/kernel/security/lsm`).
-    pub mitigations: std::collections::BTreeMap<String, String>,
-    pub lsm: String,
-    /// Why `mitigations`/`lsm` are empty, when they are.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
 
 /// The host a run was measured on (for the report; timings depend on it).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -433,7 +416,7 @@ pub fn scaling_per_round(records: &[Record], sys: &str, bench: &str, base: u32, 
 
 #[cfg(test)]
 mod tests {
-    use super::super::catalog;
+    use testdefs::bench_catalog as catalog;
     use super::*;
 
     #[test]
@@ -599,7 +582,7 @@ mod tests {
     /// only, and the host's load left out of `noisy`.
     #[test]
     fn one_divisor_both_baselines_and_the_host_load() {
-        use super::super::record::HostLoad;
+        use crate::guest::record::HostLoad;
         let host = |load: f64| Some(HostLoad { load1_start: load, load1_end: load, cpus: 2, qemu_cpu_s: 1.0 });
         // ours: 1 worker (a service core) on 2 vCPUs; Linux: 2 workers on 2 vCPUs; same ops and time.
         let mut ours = boot("ours", "tcp_accept", 2, 1, 2000, 1000);

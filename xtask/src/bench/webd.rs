@@ -23,9 +23,9 @@
 use std::fs;
 use std::time::Duration;
 
-use super::catalog::BenchSpec;
-use super::guest::{add_instructions, Common};
-use super::record::{NetStats, Record, Status};
+use testdefs::bench_catalog::BenchSpec;
+use crate::guest::boot::{add_instructions, Common};
+use crate::guest::record::{NetStats, Record, Status};
 use crate::webd::files::FileSpec;
 use crate::webd::load::{self, WebLoadReport, WebLoadSpec};
 use crate::webd::run::{self as webd_run, Artifacts, Running, Sys, WebdBoot};
@@ -113,7 +113,7 @@ pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, param
         // words before webd-linux's `--`.
         let Some(append) = p.args.iter_mut().skip_while(|a| *a != "-append").nth(1) else { return blank(Status::Error, "webd: the Linux boot has no -append".into()) };
         let Some((_, guest)) = append.split_once(" -- ") else { return blank(Status::Error, format!("webd: unexpected Linux command line `{append}`")) };
-        *append = format!("{} -- {guest}", super::linux_sys::cmdline(tuned));
+        *append = format!("{} -- {guest}", crate::guest::linux_sys::cmdline(tuned));
     }
     let r = match Running::start(&p, timeout, false) {
         Ok(r) => r,
@@ -204,7 +204,7 @@ pub fn record(system: &str, spec: &BenchSpec, params: &[(String, u64)], cores: u
     rec.ns = Some(best.elapsed.as_nanos() as u64);
     // Requests/s per front-end core: the front-end list of the ready line (ours' done line
     // gives counts under the same names).
-    let ready_words = crate::net::tcp_accept::words(&o.ready);
+    let ready_words = crate::guest::tcp_accept::words(&o.ready);
     let ready_list = |k: &str| ready_words.iter().find(|(kk, _)| kk == k).and_then(|(_, v)| webd_run::parse_cores(v).ok()).map(|v| v.len() as u64);
     let frontends = ready_list("frontends").filter(|&n| n > 0);
     rec.workers = Some(frontends.unwrap_or(cores as u64));
@@ -223,7 +223,7 @@ pub fn record(system: &str, spec: &BenchSpec, params: &[(String, u64)], cores: u
 
 #[cfg(test)]
 mod tests {
-    use super::super::catalog;
+    use testdefs::bench_catalog as catalog;
     use super::*;
 
     #[test]
@@ -280,7 +280,7 @@ mod tests {
         assert_eq!(r.net.as_ref().unwrap().guest["fe0"], "2/20/0/0/1");
         let back = Record::from_json(&r.to_json()).unwrap();
         assert_eq!(back, r);
-        assert!(super::super::record::check_schema(&serde_json::from_str(&r.to_json()).unwrap()).is_ok());
+        assert!(crate::guest::record::check_schema(&serde_json::from_str(&r.to_json()).unwrap()).is_ok());
         // Linux: two front-end threads, calibration on both: per worker as it is.
         let o = outcome(
             "webd: ready mode=random port=80 frontends=0,1 apps=0,1 kc=-1 files=8 bytes=1 system=linux",

@@ -1,5 +1,5 @@
 //! The heat maps as PNG (docs/commute.md, "Reading the output"): the same cells, colours and
-//! labels as the SVG (`super::heat_map_of`), drawn into a pixel buffer with a built-in 3×5
+//! labels as the SVG (`pipeline::heat_map_of`), drawn into a pixel buffer with a built-in 3×5
 //! font and written with the `png` crate, so a viewer without SVG support (or a fresh machine
 //! without a converter) can show them. Drawn from the same `(call A, call B, commuting,
 //! conflict-free)` cells as the SVG, never converted from it.
@@ -135,7 +135,7 @@ pub fn grid_origin(longest: usize) -> (usize, usize) {
     (room, room + 20)
 }
 
-/// The PNG of a heat map of `names` × `names` from `pairs` (as `super::heat_map_of`: call A,
+/// The PNG of a heat map of `names` × `names` from `pairs` (as `pipeline::heat_map_of`: call A,
 /// call B, commuting, conflict-free; symmetric). Cell (i, j) is at
 /// `grid_origin + (j * CELL, i * CELL)`.
 pub fn heat_map_png(names: &[&str], pairs: &[(&str, &str, usize, usize)], title: &str) -> Result<Vec<u8>, String> {
@@ -229,7 +229,7 @@ mod tests {
     // Catches a glyph table with a missing character among those the maps' names use.
     #[test]
     fn every_call_name_has_glyphs() {
-        for n in super::super::cases::CALLS.iter().map(|c| c.name).chain(super::super::posix_cases::CALLS.iter().map(|c| c.name)) {
+        for n in testdefs::commute_cases::CALLS.iter().map(|c| c.name).chain(testdefs::posix_cases::CALLS.iter().map(|c| c.name)) {
             for ch in n.chars() {
                 assert_ne!(glyph(ch), 0, "`{ch}` of {n}");
             }

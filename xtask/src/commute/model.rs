@@ -13,7 +13,8 @@
 //! Results are strings in the format the guest prints (`user/apps/src/bin/commute.rs`), so the
 //! host can also check that the kernel returned what the model predicts (`check_results`).
 
-use super::cases::{Name, Op, Sym, FIXTURE_SEG_PAGES, NEW_SEG_BYTES, PAGE};
+use super::pipeline::{model_of_case_table, Style};
+use testdefs::commute_cases::{self as cases, Name, Op, Sym, FIXTURE_SEG_PAGES, NEW_SEG_BYTES, PAGE};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// An object of the model: a fixture object or the one a case's call made (0 = A, 1 = B).
@@ -280,35 +281,20 @@ impl State {
     }
 }
 
-/// What running a pair in each order gives.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    pub commutes: bool,
-    /// A's and B's results when A runs first, and when B runs first.
-    pub ab: (String, String),
-    pub ba: (String, String),
-}
+/// The kernel's own calls as the pipeline sees them (cases.rs, this model).
+pub struct Kernel;
 
-/// Do `a` (call A) and `b` (call B) commute on `start`?
-pub fn decide(start: &State, a: Op, b: Op) -> Verdict {
-    let mut s1 = start.clone();
-    let ra1 = s1.apply(a, 0);
-    let rb1 = s1.apply(b, 1);
-    let mut s2 = start.clone();
-    let rb2 = s2.apply(b, 1);
-    let ra2 = s2.apply(a, 0);
-    Verdict { commutes: ra1 == ra2 && rb1 == rb2 && s1 == s2, ab: (ra1, rb1), ba: (ra2, rb2) }
-}
-
-/// Did the kernel give results the model allows? For a commuting pair both orders give the same
-/// results, so the kernel's must be those; otherwise either order's.
-pub fn results_allowed(v: &Verdict, got: (&str, &str)) -> bool {
-    (got.0 == v.ab.0 && got.1 == v.ab.1) || (got.0 == v.ba.0 && got.1 == v.ba.1)
-}
+model_of_case_table!(Kernel, cases, "commute-case", Style { call_width: 22, call_heads: ("call A (core 0)", "call B (core 1)"), index_width: 4, list_width: 20, by_pair: false, got_word: "kernel", results_word: "kernel results" });
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use super::super::pipeline::{self, Verdict};
+
+    /// The pipeline's decision on this model.
+    fn decide(start: &State, a: Op, b: Op) -> Verdict {
+        pipeline::decide::<Kernel>(start, a, b)
+    }
     use Sym::*;
 
     fn commutes(a: Op, b: Op) -> bool {
@@ -432,11 +418,11 @@ mod tests {
     // Catches a case table the two sides could disagree on: indices are dense and stable.
     #[test]
     fn case_enumeration_is_dense() {
-        let n = super::super::cases::count();
+        let n = cases::count();
         assert!(n > 500, "{n}");
         for i in [0, n / 2, n - 1] {
-            assert_eq!(super::super::cases::case(i).unwrap().index, i);
+            assert_eq!(cases::case(i).unwrap().index, i);
         }
-        assert!(super::super::cases::case(n).is_none());
+        assert!(cases::case(n).is_none());
     }
 }

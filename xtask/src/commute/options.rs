@@ -1,5 +1,6 @@
 //! The command line of `cargo xtask commute` (cli.rs dispatches it).
 
+use super::pipeline::MAX_JOBS;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone, PartialEq)]
@@ -7,7 +8,7 @@ use std::path::PathBuf;
 pub struct CommuteArgs {
     /// Only pairs of these calls (default: every modelled call; see --list; with --system the
     /// POSIX calls)
-    #[arg(long, value_name = "a,b,...", value_parser = crate::commute::calls_arg)]
+    #[arg(long, value_name = "a,b,...", value_parser = calls_arg)]
     pub calls: Option<String>,
     /// Check the POSIX calls (open, read, link, ...) on this system's library OS, on Linux, or
     /// both, the same cases under the same audit (without it: the kernel's own calls)
@@ -20,7 +21,7 @@ pub struct CommuteArgs {
     /// same per-case results as one boot; on the library OS a few cases' shared lines can
     /// differ, docs/commute.md). Default 1: each boot takes a host core for its whole run and
     /// the machine may be shared; 2 on an idle 2-core host
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 1, value_parser = crate::commute::jobs_arg)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 1, value_parser = jobs_arg)]
     pub jobs: usize,
     /// The guest run's limit
     #[arg(long, allow_negative_numbers = true, value_name = "SECS", default_value_t = 900)]
@@ -50,4 +51,27 @@ pub struct CommuteArgs {
     /// only if the baseline check catches it
     #[arg(long)]
     pub planted: bool,
+}
+
+/// `--calls`: kernel calls (`cases.rs`) or, with `--system`, POSIX calls (`posix_cases.rs`);
+/// the command checks which set applies.
+pub fn calls_arg(v: &str) -> Result<String, String> {
+    use testdefs::{commute_cases as cases, posix_cases};
+    let known = |n: &str| cases::CALLS.iter().any(|k| k.name == n) || posix_cases::CALLS.iter().any(|k| k.name == n);
+    if let Some(bad) = v.split(',').find(|n| !known(n)) {
+        let names: Vec<&str> = cases::CALLS.iter().map(|k| k.name).collect();
+        let pnames: Vec<&str> = posix_cases::CALLS.iter().map(|k| k.name).collect();
+        return Err(format!("unknown call `{bad}` (kernel: {}; POSIX, with --system: {})", names.join(", "), pnames.join(", ")));
+    }
+    Ok(v.to_string())
+}
+
+/// `--jobs N`: a whole number from 1 to [`MAX_JOBS`], or a clear error.
+pub fn jobs_arg(v: &str) -> Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(0) => Err("0 jobs would run no case: give 1 or more (1 = one boot, as without --jobs)".into()),
+        Ok(n) if n > MAX_JOBS => Err(format!("{n} jobs: at most {MAX_JOBS} (each job is one QEMU boot on one host core)")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{v}` is not a number of jobs (a whole number from 1 to {MAX_JOBS})")),
+    }
 }

@@ -10,7 +10,8 @@
 //!
 //! Results are strings in the format the guest prints (`bench/src/commute_posix.rs`).
 
-use super::posix_cases::{self as pc, OpenMode, Op, Whence, D, P};
+use super::pipeline::{model_of_case_table, Style};
+use testdefs::posix_cases::{self as pc, OpenMode, Op, Whence, D, P};
 use std::collections::BTreeMap;
 
 /// An inode: a fixture one (by its first name) or one a call made (0 = A, 1 = B).
@@ -513,22 +514,20 @@ impl State {
     }
 }
 
-pub use super::model::Verdict;
+/// The POSIX calls as the pipeline sees them (posix_cases.rs, this model).
+pub struct Posix;
 
-/// Do `a` (call A) and `b` (call B) commute on `start`?
-pub fn decide(start: &State, a: Op, b: Op) -> Verdict {
-    let mut s1 = start.clone();
-    let ra1 = s1.apply(a, 0);
-    let rb1 = s1.apply(b, 1);
-    let mut s2 = start.clone();
-    let rb2 = s2.apply(b, 1);
-    let ra2 = s2.apply(a, 0);
-    Verdict { commutes: ra1 == ra2 && rb1 == rb2 && s1 == s2, ab: (ra1, rb1), ba: (ra2, rb2) }
-}
+model_of_case_table!(Posix, pc, "commute-posix", Style { call_width: 10, call_heads: ("call A", "call B"), index_width: 5, list_width: 10, by_pair: true, got_word: "got", results_word: "results" });
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use super::super::pipeline::{self, Verdict};
+
+    /// The pipeline's decision on this model.
+    fn decide(start: &State, a: Op, b: Op) -> Verdict {
+        pipeline::decide::<Posix>(start, a, b)
+    }
     use D::*;
     use P::*;
 

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use super::{decode_report, guest_file_path, guest_path, ExecOutput, ExecRequest};
 use crate::host::cpio::CpioEntry;
-use crate::linux::{fetch_kernel, vmlinux, LinuxVm};
+use crate::guest::linux::{fetch_kernel, vmlinux, LinuxVm};
 
 /// The modules the `--disk` root needs (their dependencies follow from `depends=`). ext4
 /// asks the crypto layer for crc32c at mount time without naming a module, so
@@ -107,7 +107,7 @@ pub fn run(req: &ExecRequest) -> Result<ExecOutput, String> {
     let kernel = fetch_kernel()?;
     let elf = vmlinux(&kernel)?;
     let modules = match req.disk {
-        Some(_) => crate::net::linux_guest::module_entries(crate::net::linux_guest::modules_for(&kernel, &DISK_MODULES)?),
+        Some(_) => crate::guest::linux_net::module_entries(crate::guest::linux_net::modules_for(&kernel, &DISK_MODULES)?),
         None => Vec::new(),
     };
     let dir = run_dir()?;
@@ -116,9 +116,9 @@ pub fn run(req: &ExecRequest) -> Result<ExecOutput, String> {
     result
 }
 
-fn boot(req: &ExecRequest, init: &Path, kernel: &crate::linux::LinuxKernel, elf: &Path, modules: Vec<CpioEntry>, dir: &Path) -> Result<ExecOutput, String> {
+fn boot(req: &ExecRequest, init: &Path, kernel: &crate::guest::linux::LinuxKernel, elf: &Path, modules: Vec<CpioEntry>, dir: &Path) -> Result<ExecOutput, String> {
     let initrd = dir.join("initramfs.cpio");
-    crate::linux::build_initramfs_with(init, entries(req, modules)?, &initrd)?;
+    crate::guest::linux::build_initramfs_with(init, entries(req, modules)?, &initrd)?;
     let mut vm = LinuxVm::new(kernel, &initrd);
     vm.kernel = elf.to_path_buf();
     vm.smp = req.smp.max(1);
@@ -133,7 +133,7 @@ fn boot(req: &ExecRequest, init: &Path, kernel: &crate::linux::LinuxKernel, elf:
         args.extend(["-drive".into(), format!("file={},format=raw,if=virtio,snapshot=on", abs.display())]);
     }
     let start = Instant::now();
-    let r = crate::linux::run_qemu(&args, req.timeout)?;
+    let r = crate::host::qemu::run_qemu(&args, req.timeout)?;
     let console = r.serial.clone();
     let tail = || console.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
     if r.timed_out {

@@ -78,11 +78,11 @@ pub fn root_image(req: &ExecRequest, dir: &Path) -> Result<PathBuf, String> {
                 }
                 std::fs::copy(host, &to).map_err(|e| format!("{} -> {}: {e}", host.display(), to.display()))?;
             }
-            crate::fs::mkimage(&root, &img, None)?;
+            crate::host::ext2img::mkimage(&root, &img, None)?;
         }
         Some(disk) => {
             std::fs::copy(disk, &img).map_err(|e| format!("{} -> {}: {e}", disk.display(), img.display()))?;
-            crate::fs::ensure_e2fsprogs()?;
+            crate::host::ext2img::ensure_e2fsprogs()?;
             for (guest, host) in &files {
                 // debugfs: make the parent directories, drop an old file, write the new one.
                 let mut script = String::new();
@@ -157,7 +157,7 @@ pub fn run_times(kernel: &Path, initrd: &Path, req: &ExecRequest, runs: u32) -> 
 /// guest's init prints them (`f MODE SIZE CRC32 PATH`, `d MODE PATH`, `l TARGET PATH`,
 /// `o MODE PATH`; paths relative to /tmp, names in byte order, depth first).
 pub fn list_tmp(img: &Path) -> Result<Vec<String>, String> {
-    let mut fs = ext2::Ext2::mount(crate::fs::ImageFile::open(img)?).map_err(|e| format!("{}: {e:?}", img.display()))?;
+    let mut fs = ext2::Ext2::mount(crate::host::ext2img::ImageFile::open(img)?).map_err(|e| format!("{}: {e:?}", img.display()))?;
     let tmp = fs.resolve(b"/tmp").map_err(|e| format!("{}: /tmp: {e:?}", img.display()))?;
     let mut lines = Vec::new();
     list_dir(&mut fs, &tmp, "", 0, &mut lines)?;

@@ -101,7 +101,7 @@ pub fn busybox_static() -> Result<PathBuf, String> {
     if out.exists() {
         return Ok(out);
     }
-    let cache = crate::linux::cache_dir();
+    let cache = crate::guest::linux::cache_dir();
     std::fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
     let find_deb = || -> Option<PathBuf> {
         std::fs::read_dir(&cache).ok()?.flatten().map(|e| e.path()).find(|p| {

@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use super::{ensure_e2fsprogs, fstest_files, mkimage, read_file, tool};
+use super::{fstest_files, read_file};
+use crate::host::ext2img::{ensure_e2fsprogs, mkimage, tool};
 
 /// e2fsck with `flag` (`-fy` repairs, `-fn` only looks); its exit status and output.
 fn e2fsck(img: &Path, flag: &str) -> Result<(i32, String), String> {

@@ -5,6 +5,9 @@
 //! fill it, then empty it, checking every group's counts and `e2fsck -fn`.
 
 use super::*;
+use crate::host::ext2img::{ensure_e2fsprogs, tool};
+use std::path::PathBuf;
+use std::process::Command;
 
 /// Blocks per group and inodes in the image (64 per group).
 const BLOCKS_PER_GROUP: u64 = 1024;

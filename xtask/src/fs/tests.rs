@@ -2,6 +2,9 @@
 //! makes: reading, refusing and surviving corrupt metadata, writing (checked by `e2fsck -fn`).
 
 use super::*;
+use crate::host::ext2img::tool;
+use std::path::PathBuf;
+use std::process::Command;
 
 /// A scratch directory under the target directory, emptied first.
 fn scratch(name: &str) -> PathBuf {

@@ -9,12 +9,17 @@
 
 pub mod args;
 pub mod cpio;
+pub mod date;
 pub mod env;
+pub mod ext2img;
+pub mod gdb;
 pub mod iso;
+pub mod json;
 pub mod ksyms;
 pub mod outcome;
 pub mod progress;
 pub mod qemu;
 pub mod rng;
+pub mod tcpload;
 pub mod user;
 pub mod vm;

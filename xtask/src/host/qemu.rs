@@ -388,3 +388,27 @@ mod tests {
         assert_eq!((f.serial.as_str(), f.exit_code, f.killed), ("up\nbye\n", Some(7), false));
     }
 }
+
+
+/// What one QEMU run produced.
+#[derive(Debug)]
+pub struct RunOutput {
+    pub serial: String,
+    pub stderr: String,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub elapsed: Duration,
+}
+
+/// Run qemu-system-x86_64 with `args`, serial on stdout captured, killed after `timeout`.
+pub fn run_qemu(args: &[String], timeout: Duration) -> Result<RunOutput, String> {
+    let s = Session::start(args, false)?;
+    let deadline = s.start + timeout;
+    Ok(s.finish(deadline).into())
+}
+
+impl From<Finished> for RunOutput {
+    fn from(f: Finished) -> RunOutput {
+        RunOutput { serial: f.serial, stderr: f.stderr, exit_code: f.exit_code, timed_out: f.killed, elapsed: f.elapsed }
+    }
+}

@@ -301,7 +301,7 @@ fn make_disk(r: &MetisRun, input: &[u8]) -> Result<Option<PathBuf>, String> {
     let text_len = if r.app == "wrmem" { r.size } else { input.len() as u64 };
     let mib = if r.to_disk { ((text_len * 6 + if input_on_disk { text_len } else { 0 }) >> 20) + 8 } else { ((text_len * 2) >> 20).max(4) + 1 };
     let img = dir.join(format!("metis-disk-{}.img", std::process::id()));
-    let made = crate::fs::mkimage(&tree, &img, Some(mib));
+    let made = crate::host::ext2img::mkimage(&tree, &img, Some(mib));
     let _ = fs::remove_dir_all(&tree);
     made?;
     Ok(Some(img))
@@ -309,7 +309,7 @@ fn make_disk(r: &MetisRun, input: &[u8]) -> Result<Option<PathBuf>, String> {
 
 /// Boot ours with `metis` and the input in the boot image (or on the disk). Returns the run
 /// and the disk image it had attached (the caller reads and removes it).
-fn boot_ours(r: &MetisRun, kernel: &Path, metis_elf: &[u8]) -> Result<(crate::linux::RunOutput, Option<PathBuf>), String> {
+fn boot_ours(r: &MetisRun, kernel: &Path, metis_elf: &[u8]) -> Result<(crate::host::qemu::RunOutput, Option<PathBuf>), String> {
     let input = read_input(r)?;
     let dir = work_dir();
     fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -337,7 +337,7 @@ fn boot_ours(r: &MetisRun, kernel: &Path, metis_elf: &[u8]) -> Result<(crate::li
     };
     let mut args = cfg.qemu_args();
     args.extend(["-serial", "stdio", "-monitor", "none"].map(String::from));
-    let run = crate::linux::run_qemu(&args, r.timeout);
+    let run = crate::host::qemu::run_qemu(&args, r.timeout);
     let _ = fs::remove_file(&initrd);
     match run {
         Ok(run) => Ok((run, disk)),
@@ -352,7 +352,7 @@ fn boot_ours(r: &MetisRun, kernel: &Path, metis_elf: &[u8]) -> Result<(crate::li
 
 /// `e2fsck -fn` on the image, quietly: Ok if clean, else its report.
 fn fsck_clean(img: &Path) -> Result<(), String> {
-    crate::fs::ensure_e2fsprogs()?;
+    crate::host::ext2img::ensure_e2fsprogs()?;
     let tool = ["/usr/sbin/e2fsck", "/sbin/e2fsck"].into_iter().find(|p| Path::new(p).exists()).unwrap_or("e2fsck");
     let out = Command::new(tool).arg("-fn").arg(img).output().map_err(|e| format!("cannot run e2fsck: {e}"))?;
     if out.status.success() {
@@ -391,12 +391,12 @@ pub fn prepare_ours() -> Result<(PathBuf, Vec<u8>), String> {
 
 /// Debian's kernel and the static `metis-linux` guest program.
 pub fn prepare_linux() -> Result<(PathBuf, PathBuf), String> {
-    let kernel = crate::bench::linux_sys::guest_kernel()?;
-    let program = crate::bench::linux_sys::build_static("bench", "metis-linux")?;
+    let kernel = crate::guest::linux_sys::guest_kernel()?;
+    let program = crate::guest::linux_sys::build_static("bench", "metis-linux")?;
     Ok((kernel, program))
 }
 
-fn boot_linux(r: &MetisRun, kernel: &Path, program: &Path) -> Result<crate::linux::RunOutput, String> {
+fn boot_linux(r: &MetisRun, kernel: &Path, program: &Path) -> Result<crate::host::qemu::RunOutput, String> {
     use crate::host::cpio::CpioEntry;
     let init = fs::read(program).map_err(|e| format!("metis: cannot read {}: {e}", program.display()))?;
     let entries = vec![
@@ -426,7 +426,7 @@ fn boot_linux(r: &MetisRun, kernel: &Path, program: &Path) -> Result<crate::linu
     };
     let mut args = cfg.qemu_args();
     args.extend(["-serial", "stdio", "-monitor", "none"].map(String::from));
-    let run = crate::linux::run_qemu(&args, r.timeout);
+    let run = crate::host::qemu::run_qemu(&args, r.timeout);
     let _ = fs::remove_file(&initrd);
     run
 }
@@ -495,7 +495,7 @@ pub fn run_once(r: &MetisRun, ours: Option<&(PathBuf, Vec<u8>)>, linux: Option<&
     res
 }
 
-fn finish_run(r: &MetisRun, run: &crate::linux::RunOutput, disk: Option<&Path>) -> Result<MetisResult, String> {
+fn finish_run(r: &MetisRun, run: &crate::host::qemu::RunOutput, disk: Option<&Path>) -> Result<MetisResult, String> {
     // One log per boot (a failed boot's log must survive the next run).
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
     let log = work_dir().join(format!("{}-{}-{}-{}-{}-{stamp}.serial.txt", r.system, r.app, r.smp, r.layout, r.insns.unwrap_or("none")));
@@ -515,7 +515,7 @@ fn finish_run(r: &MetisRun, run: &crate::linux::RunOutput, disk: Option<&Path>) 
     if r.insns.is_some() && r.plugin.is_some() {
         let out = plugin_out(r);
         let text = fs::read_to_string(&out).map_err(|e| format!("the insncount plugin wrote no report {}: {e}", out.display()))?;
-        res.insns = Some(crate::bench::guest::parse_insncount(&text)?);
+        res.insns = Some(crate::guest::boot::parse_insncount(&text)?);
     }
     Ok(res)
 }
@@ -675,7 +675,7 @@ fn report(r: &MetisRun, res: &MetisResult, ours: Option<&(PathBuf, Vec<u8>)>, li
         None => println!("calibration loop: none in this boot"),
     }
     if r.plugin.is_some() {
-        let so = crate::plugins::build().map_err(|e| format!("metis: --insns: the insncount plugin does not build: {e}"))?.insncount;
+        let so = crate::guest::plugin::build().map_err(|e| format!("metis: --insns: the insncount plugin does not build: {e}"))?.insncount;
         let mib = (g("input_bytes") as f64 / (1 << 20) as f64).max(1.0 / 1024.0);
         println!("phase     kernel insns    user insns   kernel insns/input MiB   (insncount plugin, all vCPUs, one boot per phase)");
         for phase in ["map", "reduce", "merge"] {

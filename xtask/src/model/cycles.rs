@@ -3,7 +3,7 @@
 //! served it in the amd16 model; a phase takes as long as its slowest core. Pure functions of
 //! the plugin's counts, so the host tests check them without a guest.
 
-use crate::plugins::Record;
+use crate::guest::plugin::Record;
 
 /// Corey's machine runs at 2 GHz (seeds/000 section 8: four quad-core 2 GHz Opterons).
 pub const CLOCK_HZ: f64 = 2.0e9;
@@ -184,7 +184,7 @@ pub fn relative_error(model: f64, measured: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::parse_records;
+    use crate::guest::plugin::parse_records;
 
     fn report() -> Vec<Record> {
         // Two vCPUs; vCPU 0: 10 L1 misses, 6 of them L2 misses, 5 of those L3 misses (1

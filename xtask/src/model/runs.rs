@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::cycles::RunCounts;
-use crate::plugins::{self, parse_records};
+use crate::guest::plugin::{self as plugins, parse_records};
 
 /// The cachesim arguments of every model run: Corey's machine, one vCPU per core in order.
 const PLUGIN_ARGS: &[&str] = &["preset=amd16"];
@@ -54,8 +54,8 @@ fn build_files(system: &str) -> Result<Vec<PathBuf>, String> {
             files.push(crate::host::user::build_initrd()?);
         }
         "linux" => {
-            files.push(crate::linux::fetch_kernel()?.bzimage);
-            files.push(crate::bench::linux_sys::build_guest_program()?);
+            files.push(crate::guest::linux::fetch_kernel()?.bzimage);
+            files.push(crate::guest::linux_sys::build_guest_program()?);
             files.push(plugins::build_guest()?);
         }
         other => return Err(format!("unknown system `{other}`")),
@@ -118,7 +118,7 @@ impl Runs {
     pub fn boot(&mut self, key: &RunKey) -> Result<(String, Option<u64>), String> {
         println!("model: booting {} {} at {} vCPU(s) under cachesim amd16 ({})", key.system, key.workload, key.smp, key.params);
         let extra: Vec<String> = PLUGIN_ARGS.iter().map(|s| s.to_string()).collect();
-        let (report, ops) = plugins::run_report(key.system, key.workload, key.smp, &key.params, self.timeout, "cachesim", &extra)
+        let (report, ops) = crate::guest::measure::run_report(key.system, key.workload, key.smp, &key.params, self.timeout, "cachesim", &extra)
             .map_err(|e| format!("{} {} at {} vCPUs: {e}", key.system, key.workload, key.smp))?;
         self.booted += 1;
         let text: String = report.iter().map(|r| format!("{} {}\n", r.kind, r.fields.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "))).collect();

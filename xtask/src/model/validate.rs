@@ -101,7 +101,7 @@ pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path) -> R
             let get = |runs: &mut Runs, system: &'static str| -> Result<RunCounts, String> {
                 // Catalog defaults; `workload` needs a 'static name: the matrix's names are the
                 // catalog's.
-                let name = crate::bench::catalog::find(b).map(|s| s.name).ok_or_else(|| format!("{b}: not in the benchmark catalog"))?;
+                let name = testdefs::bench_catalog::find(b).map(|s| s.name).ok_or_else(|| format!("{b}: not in the benchmark catalog"))?;
                 // Linux has one TCP service; the matrix sets both of ours' modes beside it.
                 let name = if system == "linux" && name == "tcp_accept_polling" { "tcp_accept" } else { name };
                 runs.get(&RunKey { system, workload: name, smp, params: String::new() })

@@ -477,11 +477,11 @@ pub const CATALOG: &[Mutant] = &[
     // ---- the commutativity models ---------------------------------------------------------------
     Mutant {
         name: "commute_model_ignores_the_final_state",
-        file: "xtask/src/commute/model.rs",
+        file: "xtask/src/commute/pipeline.rs",
         original: "Verdict { commutes: ra1 == ra2 && rb1 == rb2 && s1 == s2,",
         replacement: "Verdict { commutes: ra1 == ra2 && rb1 == rb2,",
         checks: &[Check::Cargo(&["-p", "xtask", "--", "commute::"])],
-        plants: "the kernel-call model says two calls commute when their results agree, though the states they leave differ",
+        plants: "the models (kernel calls and POSIX calls, one `decide`) say two calls commute when their results agree, though the states they leave differ",
     },
     Mutant {
         name: "commute_posix_link_keeps_the_count",

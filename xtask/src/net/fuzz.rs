@@ -416,9 +416,9 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let mut qemu: Vec<String>;
     if o.system == "linux" {
-        let k = crate::linux::fetch_kernel()?;
-        let initrd = super::linux_guest::initramfs(&k)?;
-        let mut vm = crate::linux::LinuxVm::new(&k, &initrd);
+        let k = crate::guest::linux::fetch_kernel()?;
+        let initrd = crate::guest::linux_net::initramfs(&k)?;
+        let mut vm = crate::guest::linux::LinuxVm::new(&k, &initrd);
         vm.smp = o.smp;
         // conns=1: the probe is the one connection completed; then the guest stops by itself.
         vm.append = format!("wl=tcpserv threads={} conns=1", o.smp);
@@ -453,9 +453,9 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
         }
     };
     sock.set_nonblocking(false).map_err(|e| e.to_string())?;
-    let ready = session.wait_for(&|l| l.starts_with(super::tcp_accept::READY) || l.starts_with("tcpserv-error") || l.starts_with("workload-error"), deadline);
+    let ready = session.wait_for(&|l| l.starts_with(crate::guest::tcp_accept::READY) || l.starts_with("tcpserv-error") || l.starts_with("workload-error"), deadline);
     match ready {
-        Ok(l) if l.starts_with(super::tcp_accept::READY) => {}
+        Ok(l) if l.starts_with(crate::guest::tcp_accept::READY) => {}
         other => {
             let f = session.finish(Instant::now());
             let last = f.serial.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(no output)");
@@ -514,7 +514,7 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
         let until = Instant::now() + Duration::from_secs(10);
         while Instant::now() < until {
             let (len, fin) = seen.probe.lock().map(|p| (p.data.len(), p.fin)).unwrap_or((0, false));
-            if fin || len > super::load::REPLY_LEN {
+            if fin || len > crate::host::tcpload::REPLY_LEN {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -522,10 +522,10 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
         reply = seen.probe.lock().map(|p| p.data.clone()).unwrap_or_default();
         let _ = write_frame(&tx, &segment(our_next, 0, RST));
     }
-    let served = reply == super::load::expected_reply();
+    let served = reply == crate::host::tcpload::expected_reply();
     // The probe was the guest's one connection (conns=1): it must now say `tcpserv: done` and
     // stop by itself (ours then runs the kernel's leak check, which must find nothing).
-    let done = served && session.wait_for(&|l| l.starts_with(super::tcp_accept::DONE), Instant::now() + Duration::from_secs(60)).is_ok();
+    let done = served && session.wait_for(&|l| l.starts_with(crate::guest::tcp_accept::DONE), Instant::now() + Duration::from_secs(60)).is_ok();
     let f = session.finish(Instant::now() + Duration::from_secs(if done { 30 } else { 0 }));
     // Ours also ends with the kernel's leak check (free pages, heap objects, kernel objects
     // before and after the program); its verdict is QEMU's exit status.
@@ -540,7 +540,7 @@ pub fn command(o: FuzzOptions) -> Result<(), String> {
         seen.rsts.load(Ordering::Relaxed),
         match (alive, served) {
             (true, true) => "answered, the 128 bytes received".to_string(),
-            (true, false) if reply.len() == super::load::REPLY_LEN => "SYN answered, but the 128 reply bytes are not the expected ones".to_string(),
+            (true, false) if reply.len() == crate::host::tcpload::REPLY_LEN => "SYN answered, but the 128 reply bytes are not the expected ones".to_string(),
             (true, false) => format!("SYN answered, but {} reply bytes, not the 128 expected", reply.len()),
             _ => "SYN NOT answered".to_string(),
         }

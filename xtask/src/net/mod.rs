@@ -8,50 +8,9 @@
 //! listens on guest port 80 and answers every connection with [`load::expected_reply`].
 
 pub mod fuzz;
-pub mod linux_guest;
 pub mod load;
 pub mod options;
-pub mod tcp_accept;
 
-
-/// Which part of the network path a kernel function belongs to, for the sharing audit's
-/// split of cross-core lines per connection (driver, stack, IPC): by the name of the
-/// code that first wrote the line (the only code the sharing plugin records per line).
-/// Linux's names and this system's (`dev::`, `net::`, rings and mailboxes) are both listed.
-/// `alloc`: lines first written by an allocator or by memset/memcpy (fresh objects, e.g.
-/// sockets and packet buffers zeroed on allocation, whose owner the first writer does not
-/// name); anything else (scheduler, locks, timers) is `other`. A heuristic.
-pub fn audit_class(code: &str) -> &'static str {
-    let name = code.split('+').next().unwrap_or("").to_ascii_lowercase();
-    if name.contains("::") {
-        // This system's Rust paths.
-        let any = |pats: &[&str]| pats.iter().any(|p| name.contains(p));
-        return if any(&["::dev::", "virtio", "virtqueue"]) {
-            "driver"
-        } else if any(&["alloc", "slab", "frame", "memset", "memcpy", "page_cache"]) {
-            "alloc"
-        } else if any(&["::net::", "smoltcp"]) {
-            "stack"
-        } else if any(&["::smp::", "::roles::", "mailbox", "active_msg", "::ring", "ring::", "forward", "::ipi", "ipi::"]) {
-            "ipc"
-        } else {
-            "other"
-        };
-    }
-    // Linux's C names, by prefix.
-    let starts = |pats: &[&str]| pats.iter().any(|p| name.trim_start_matches('_').starts_with(p));
-    if starts(&["memset", "memcpy", "memmove", "clear_page", "copy_page", "get_page_from_freelist", "prep_new_page", "kmem_cache", "kmalloc", "slab", "alloc_pages", "rmqueue"]) {
-        "alloc"
-    } else if starts(&["virtio", "virtnet", "vring", "vp_", "napi", "netif_", "net_rx", "dev_", "sch_", "qdisc", "fq_codel", "start_xmit", "validate_xmit"]) {
-        "driver"
-    } else if starts(&["tcp", "inet", "ip_", "ipv4", "sk_", "sock", "skb", "kfree_skb", "reqsk", "dst_", "neigh", "arp", "lock_sock", "release_sock", "csk_"]) {
-        "stack"
-    } else if starts(&["llist", "smp_call", "send_call_function", "ttwu", "try_to_wake_up", "wake_up", "autoremove_wake"]) {
-        "ipc"
-    } else {
-        "other"
-    }
-}
 
 /// `cargo xtask net ...` (the command line: options.rs, [`NetCommand`]).
 pub fn main(cmd: crate::net::options::NetCommand) -> Result<(), crate::host::outcome::Failure> {
@@ -74,30 +33,6 @@ pub fn main(cmd: crate::net::options::NetCommand) -> Result<(), crate::host::out
             }
         })),
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn audit_classes() {
-        assert_eq!(audit_class("napi_complete_done+0xba"), "driver");
-        assert_eq!(audit_class("__dev_queue_xmit+0xb0a"), "driver");
-        assert_eq!(audit_class("inet_reqsk_alloc+0xf2"), "stack");
-        assert_eq!(audit_class("tcp_v4_rcv+0x10"), "stack");
-        assert_eq!(audit_class("llist_add_batch+0x9"), "ipc");
-        assert_eq!(audit_class("memset_erms+0x9"), "alloc");
-        assert_eq!(audit_class("native_queued_spin_lock_slowpath+0x1"), "other");
-        assert_eq!(audit_class("finish_task_switch.isra.0+0xbc"), "other", "not `sk_` inside a word");
-        assert_eq!(audit_class("__dev_queue_xmit"), "driver");
-        assert_eq!(audit_class("kernel::dev::virtio_net::rx+0x1"), "driver");
-        assert_eq!(audit_class("libos::net::poll"), "stack");
-        assert_eq!(audit_class("kernel::smp::run_mailbox+0x12"), "ipc");
-        assert_eq!(audit_class("kernel::roles::serve_one"), "ipc");
-        assert_eq!(audit_class(""), "other");
-    }
-
 }
 
 fn tally(t: &mut crate::host::outcome::TestTally, name: &str, r: Result<(), String>) {
@@ -123,15 +58,15 @@ pub fn qemu_tests() -> Result<crate::host::outcome::TestTally, String> {
     // not configured, the forward not reaching guest port 80, a reply that is not the 128
     // bytes, connections lost or counted twice, SO_REUSEPORT listeners not all serving.
     let served = (|| -> Result<(), String> {
-        let k = crate::linux::fetch_kernel()?;
-        let mut vm = crate::linux::LinuxVm::new(&k, &linux_guest::initramfs(&k)?);
+        let k = crate::guest::linux::fetch_kernel()?;
+        let mut vm = crate::guest::linux::LinuxVm::new(&k, &crate::guest::linux_net::initramfs(&k)?);
         vm.smp = 2;
         let net = crate::host::vm::NetConfig::service()?;
         let port = net.host_port(crate::host::vm::SERVICE_PORT).ok_or("no forward")?;
         vm.net = Some(net);
-        let spec = tcp_accept::AcceptSpec { conns: 200, ready_timeout: std::time::Duration::from_secs(120), ..Default::default() };
+        let spec = crate::guest::tcp_accept::AcceptSpec { conns: 200, ready_timeout: std::time::Duration::from_secs(120), ..Default::default() };
         vm.append = format!("wl=tcpserv threads=2 conns={} warmup={}", spec.guest_conns(), spec.warmup);
-        let o = tcp_accept::run(&vm.qemu_args(), port, &spec, false)?;
+        let o = crate::guest::tcp_accept::run(&vm.qemu_args(), port, &spec, false)?;
         if let Some(p) = &o.problem {
             return Err(p.clone());
         }

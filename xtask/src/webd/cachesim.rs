@@ -99,7 +99,7 @@ fn one_mode(o: &Opts, art: &Artifacts, so: &Path, mode: &str) -> Result<ModeResu
         warmup: n,
         extra: vec![
             "-plugin".into(),
-            format!("{},out={},preset={},map={},scope=all,{}", so.display(), out.display(), o.preset, o.map, crate::plugins::quantum_plugin_args(SMP).join(",")),
+            format!("{},out={},preset={},map={},scope=all,{}", so.display(), out.display(), o.preset, o.map, crate::guest::plugin::quantum_plugin_args(SMP).join(",")),
         ],
         guest_extra: Vec::new(),
     };
@@ -149,7 +149,7 @@ fn one_mode(o: &Opts, art: &Artifacts, so: &Path, mode: &str) -> Result<ModeResu
 }
 
 pub fn command(o: Opts) -> Result<(), String> {
-    let so = crate::plugins::build()?.cachesim;
+    let so = crate::guest::plugin::build()?.cachesim;
     let art = Artifacts::build(Sys::Ours)?;
     println!(
         "webd cachesim: preset {}, vCPUs -> cores {}, {} files of {} KiB, {} rounds (first one warms up), {SMP} vCPUs, application cores {APPS}",

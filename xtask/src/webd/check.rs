@@ -330,7 +330,7 @@ const CASES: &[(&str, u64, CaseFn)] = &[
         let mut b = [0u8; 64];
         conn.stream.set_read_timeout(Some(c.spec.timeout)).map_err(|e| e.to_string())?;
         let n = std::io::Read::read(&mut conn.stream, &mut b).map_err(|e| format!("no first bytes: {e}"))?;
-        crate::net::load::reset_on_close(&conn.stream).map_err(|e| format!("SO_LINGER: {e}"))?;
+        crate::host::tcpload::reset_on_close(&conn.stream).map_err(|e| format!("SO_LINGER: {e}"))?;
         drop(conn);
         Ok(format!("read {n} bytes of 32 answers for {target}, then reset"))
     }),

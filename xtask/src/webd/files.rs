@@ -185,7 +185,7 @@ pub fn make(spec: &FileSpec) -> Result<Made, String> {
 /// The ext2 image of a made file set, for ours (`--disk`): `target/webd/webd-SPEC.img`.
 pub fn image(m: &Made) -> Result<PathBuf, String> {
     let img = work_dir().join(format!("webd-{}.img", m.spec.name()));
-    crate::fs::mkimage(&m.dir, &img, None)?;
+    crate::host::ext2img::mkimage(&m.dir, &img, None)?;
     Ok(img)
 }
 

@@ -51,8 +51,8 @@ impl Failure {
     }
 
     fn of_io(e: &std::io::Error) -> Failure {
-        use crate::net::load::Failure as F;
-        match crate::net::load::io_failure(e) {
+        use crate::host::tcpload::Failure as F;
+        match crate::host::tcpload::io_failure(e) {
             F::Refused => Failure::Refused,
             F::Reset => Failure::Reset,
             F::Timeout => Failure::Timeout,

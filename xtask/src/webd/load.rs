@@ -12,12 +12,11 @@ use std::time::{Duration, Instant};
 
 use super::files::{filesum, Expect};
 use super::http::{self, Conn, Failure};
-use crate::net::load::{drive, percentile};
+use crate::host::tcpload::{check_count, check_port, check_times, drive, percentile};
 
 /// Every loop here is bounded.
 pub const MAX_REQUESTS: u64 = 10_000_000;
 pub const MAX_CONNS: usize = 256;
-pub const MAX_SECONDS: u64 = 3600;
 
 #[derive(Debug, Clone)]
 pub struct WebLoadSpec {
@@ -61,21 +60,10 @@ impl Default for WebLoadSpec {
 
 impl WebLoadSpec {
     pub fn validate(&self) -> Result<(), String> {
-        if self.port == 0 {
-            return Err("--port: need a port (1..=65535)".into());
-        }
-        if self.requests == 0 || self.requests > MAX_REQUESTS {
-            return Err(format!("--requests: {} is not in 1..={MAX_REQUESTS}", self.requests));
-        }
-        if self.conns == 0 || self.conns > MAX_CONNS {
-            return Err(format!("--conns: {} is not in 1..={MAX_CONNS}", self.conns));
-        }
-        if self.max_time.is_zero() || self.max_time > Duration::from_secs(MAX_SECONDS) {
-            return Err(format!("--seconds: {:?} is not in (0, {MAX_SECONDS}] s", self.max_time));
-        }
-        if self.timeout.is_zero() {
-            return Err("--timeout: must be more than 0".into());
-        }
+        check_port(self.port)?;
+        check_count("--requests", self.requests, MAX_REQUESTS)?;
+        check_count("--conns", self.conns as u64, MAX_CONNS as u64)?;
+        check_times(self.max_time, self.timeout)?;
         if self.paths.is_empty() {
             return Err("--path: no path to ask for".into());
         }
@@ -198,8 +186,8 @@ impl WebLoadReport {
             self.attempted,
             self.ok,
             self.failed(),
-            crate::bench::json::num((self.requests_per_s() * 100.0).round() / 100.0),
-            crate::bench::json::num((self.elapsed.as_secs_f64() * 1e6).round() / 1e6),
+            crate::host::json::num((self.requests_per_s() * 100.0).round() / 100.0),
+            crate::host::json::num((self.elapsed.as_secs_f64() * 1e6).round() / 1e6),
             self.stopped_by_time,
             self.connects,
             self.body_bytes,
@@ -209,7 +197,7 @@ impl WebLoadReport {
             us(self.latencies.last().copied()),
             fails.join(","),
             chans.join(","),
-            self.first_failure.as_deref().map(crate::bench::json::quote).unwrap_or_else(|| "null".into())
+            self.first_failure.as_deref().map(crate::host::json::quote).unwrap_or_else(|| "null".into())
         )
     }
 }
@@ -403,6 +391,43 @@ pub fn run(spec: &WebLoadSpec) -> Result<WebLoadReport, String> {
     Ok(rep)
 }
 
+/// `webd load`'s options (also `webd run --load "..."`, where the port may be left out) as a
+/// spec; the files they name are read here. Not yet validated ([`WebLoadSpec::validate`]).
+pub fn options(a: crate::webd::options::WebdLoadArgs) -> Result<WebLoadSpec, String> {
+    let mut spec = WebLoadSpec::default();
+    if let Some(p) = a.port {
+        spec.port = p;
+    }
+    if let Some(c) = a.conns {
+        spec.conns = c.min(usize::MAX as u64) as usize;
+    }
+    if let Some(n) = a.requests {
+        spec.requests = n;
+    }
+    if let Some(s) = a.seconds {
+        spec.max_time = Duration::from_secs(s);
+    }
+    if let Some(t) = a.timeout {
+        spec.timeout = Duration::from_secs(t);
+    }
+    if let Some(p) = a.path {
+        spec.paths = p.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+    }
+    if let Some(p) = a.paths_file {
+        let text = std::fs::read_to_string(&p).map_err(|e| format!("webd load: --paths-file {}: {e}", p.display()))?;
+        spec.paths = text.lines().map(str::trim).filter(|s| !s.is_empty() && !s.starts_with('#')).map(String::from).collect();
+    }
+    spec.no_keepalive = a.no_keepalive;
+    if let Some(f) = a.expect_sums {
+        spec.expect = Some(super::files::read_sums(&f)?);
+    }
+    if let Some(n) = a.steer {
+        spec.steer_channels = n;
+        spec.steer = (0..n).collect();
+    }
+    Ok(spec)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -484,9 +509,9 @@ pub(crate) mod tests {
         assert!(!r.stopped_by_time);
         assert!(r.percentile(50.0).unwrap() <= r.percentile(99.0).unwrap());
         assert_eq!(r.body_bytes, 100 * 4 * 3, "every body read whole");
-        let j = crate::bench::json::parse(&r.json()).unwrap();
-        assert!(matches!(j.get("ok"), Some(crate::bench::json::Value::Num(n)) if *n == 300.0));
-        assert!(matches!(j.get("errors").and_then(|e| e.get("wrong_body")), Some(crate::bench::json::Value::Num(n)) if *n == 0.0));
+        let j = crate::host::json::parse(&r.json()).unwrap();
+        assert!(matches!(j.get("ok"), Some(crate::host::json::Value::Num(n)) if *n == 300.0));
+        assert!(matches!(j.get("errors").and_then(|e| e.get("wrong_body")), Some(crate::host::json::Value::Num(n)) if *n == 0.0));
         // Without keep-alive: a connection per request.
         let port = server(20, Serve::Good);
         let r = run(&WebLoadSpec { no_keepalive: true, ..spec(port, 2, 20) }).unwrap();

@@ -18,14 +18,13 @@ use std::time::Duration;
 
 use crate::webd::options::WebdCheckArgs;
 use crate::webd::options::WebdCommand;
-use crate::webd::options::WebdLoadArgs;
 
 /// `cargo xtask webd ...` (the command line: options.rs, [`WebdCommand`]).
 pub fn main(cmd: WebdCommand) -> Result<(), crate::host::outcome::Failure> {
     match cmd {
         WebdCommand::Load(a) => {
             let json_out = a.json.clone();
-            let spec = crate::host::outcome::usage(load_spec(a).and_then(|s| s.validate().map(|()| s).map_err(|e| format!("webd load: {e}"))))?;
+            let spec = crate::host::outcome::usage(load::options(a).and_then(|s| s.validate().map(|()| s).map_err(|e| format!("webd load: {e}"))))?;
             crate::host::outcome::work((|| {
                 let r = load::run(&spec)?;
                 print!("{}", r.table());
@@ -73,43 +72,6 @@ pub fn main(cmd: WebdCommand) -> Result<(), crate::host::outcome::Failure> {
     }
 }
 
-/// `webd load`'s options (also `webd run --load "..."`, where the port may be left out) as a
-/// spec; the files they name are read here. Not yet validated ([`load::WebLoadSpec::validate`]).
-pub fn load_spec(a: WebdLoadArgs) -> Result<load::WebLoadSpec, String> {
-    let mut spec = load::WebLoadSpec::default();
-    if let Some(p) = a.port {
-        spec.port = p;
-    }
-    if let Some(c) = a.conns {
-        spec.conns = c.min(usize::MAX as u64) as usize;
-    }
-    if let Some(n) = a.requests {
-        spec.requests = n;
-    }
-    if let Some(s) = a.seconds {
-        spec.max_time = Duration::from_secs(s);
-    }
-    if let Some(t) = a.timeout {
-        spec.timeout = Duration::from_secs(t);
-    }
-    if let Some(p) = a.path {
-        spec.paths = p.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
-    }
-    if let Some(p) = a.paths_file {
-        let text = std::fs::read_to_string(&p).map_err(|e| format!("webd load: --paths-file {}: {e}", p.display()))?;
-        spec.paths = text.lines().map(str::trim).filter(|s| !s.is_empty() && !s.starts_with('#')).map(String::from).collect();
-    }
-    spec.no_keepalive = a.no_keepalive;
-    if let Some(f) = a.expect_sums {
-        spec.expect = Some(files::read_sums(&f)?);
-    }
-    if let Some(n) = a.steer {
-        spec.steer_channels = n;
-        spec.steer = (0..n).collect();
-    }
-    Ok(spec)
-}
-
 /// `webd check`'s options as a spec (the sums file is read here).
 pub fn check_spec(a: WebdCheckArgs) -> Result<check::CheckSpec, String> {
     let expect = match a.expect_sums {
@@ -137,7 +99,7 @@ mod tests {
     fn parse_load(args: &[String]) -> Result<(load::WebLoadSpec, Option<std::path::PathBuf>), String> {
         let WebdCommand::Load(l) = parse("load", args)? else { panic!() };
         let json = l.json.clone();
-        load_spec(l).map(|s| (s, json))
+        load::options(l).map(|s| (s, json))
     }
 
     fn parse_check(args: &[String]) -> Result<check::CheckSpec, String> {

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use super::files::{self, Expect, FileSpec, Made};
 use super::http::{self, Conn};
 use super::{check, load, steer};
-use crate::bench::json::{self, Value};
+use crate::host::json::{self, Value};
 use crate::host::qemu::{Finished, Session, WaitEnd};
-use crate::net::tcp_accept::words;
+use crate::guest::tcp_accept::words;
 use crate::host::vm::{BootMedium, VmConfig};
 
 /// The guest's readiness line (prefix; ` key=value` words follow).
@@ -115,7 +115,7 @@ impl Artifacts {
     pub fn build(system: Sys) -> Result<Artifacts, String> {
         Ok(match system {
             Sys::Ours => Artifacts::Ours { kernel: crate::host::env::build_kernel()?, initrd: crate::host::user::build_initrd()? },
-            Sys::Linux => Artifacts::Linux { kernel: crate::bench::linux_sys::guest_kernel()?, webd: crate::bench::linux_sys::build_static("bench", "webd-linux")? },
+            Sys::Linux => Artifacts::Linux { kernel: crate::guest::linux_sys::guest_kernel()?, webd: crate::guest::linux_sys::build_static("bench", "webd-linux")? },
         })
     }
 }
@@ -123,11 +123,11 @@ impl Artifacts {
 /// The Linux baseline's initramfs for a file set: `webd-linux` as /init, the NIC's modules,
 /// the files at /files/NAME. `target/webd/linux-SPEC.cpio`.
 pub fn linux_initramfs(webd: &Path, made: &Made) -> Result<PathBuf, String> {
-    let k = crate::linux::fetch_kernel()?;
-    let mut more = crate::net::linux_guest::module_entries(crate::net::linux_guest::net_modules(&k)?);
+    let k = crate::guest::linux::fetch_kernel()?;
+    let mut more = crate::guest::linux_net::module_entries(crate::guest::linux_net::net_modules(&k)?);
     more.extend(files::initramfs_entries(made)?);
     let out = files::work_dir().join(format!("linux-{}.cpio", made.spec.name()));
-    crate::linux::build_initramfs_with(webd, more, &out)?;
+    crate::guest::linux::build_initramfs_with(webd, more, &out)?;
     Ok(out)
 }
 
@@ -587,7 +587,7 @@ pub fn options(a: crate::webd::options::WebdRunArgs) -> Result<(WebdBoot, RunPha
         guest_extra: Vec::new(),
     };
     let load = match a.load {
-        Some(l) => Some(super::load_spec(l)?),
+        Some(l) => Some(super::load::options(l)?),
         None => None,
     };
     let ph = RunPhases { check: a.check, bad_input: a.bad_input, load, timeout: Duration::from_secs(a.timeout), requests: a.requests };

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::load::{self, LoadReport, LoadSpec};
+use crate::host::tcpload::{LoadReport, LoadSpec};
 use crate::host::qemu::{Finished, Session, WaitEnd};
 
 /// The guest's readiness line (prefix; ` key=value` words may follow).
@@ -48,7 +48,7 @@ impl Default for AcceptSpec {
             conns: 500,
             rounds: 1,
             warmup: 1,
-            concurrency: super::load::DEFAULT_CONCURRENCY,
+            concurrency: crate::host::tcpload::DEFAULT_CONCURRENCY,
             load_time: Duration::from_secs(60),
             conn_timeout: Duration::from_secs(10),
             ready_timeout: Duration::from_secs(120),
@@ -132,7 +132,7 @@ pub fn run(qemu_args: &[String], port: u16, spec: &AcceptSpec, echo: bool) -> Re
             plan.push(("load", LoadSpec { conns: spec.conns, concurrency: spec.concurrency, ..warm.clone() }));
         }
         for (what, ls) in plan {
-            let l = load::run(&ls)?;
+            let l = crate::host::tcpload::run(&ls)?;
             if problem.is_none() {
                 if l.failures.total() > 0 || l.ok == 0 {
                     problem = Some(format!(
@@ -183,7 +183,7 @@ pub fn measured_conns(serial: &str) -> Option<u64> {
 /// (with a forward to guest port 80 among them), and once the guest is ready open as many
 /// connections as its `conns=` asks for, one at a time (the plugins run single-threaded TCG,
 /// slowly), then wait for it to power off. The output as `run_qemu` gives it.
-pub fn run_batch(qemu_args: &[String], timeout: Duration) -> Result<crate::linux::RunOutput, String> {
+pub fn run_batch(qemu_args: &[String], timeout: Duration) -> Result<crate::host::qemu::RunOutput, String> {
     let port = qemu_args
         .iter()
         .find_map(|a| a.split(',').find_map(|p| p.strip_prefix("hostfwd=tcp:127.0.0.1:")).and_then(|p| p.strip_suffix(&format!("-:{}", crate::host::vm::SERVICE_PORT))))
@@ -211,12 +211,69 @@ pub fn run_batch(qemu_args: &[String], timeout: Duration) -> Result<crate::linux
         // The caller looks for this prefix to report a failed guest.
         serial.push_str(&format!("workload-error: tcpserv: {p}\n"));
     }
-    Ok(crate::linux::RunOutput { serial, stderr: o.finished.stderr, exit_code: o.finished.exit_code, timed_out: o.finished.killed && o.done.is_none(), elapsed: start.elapsed() })
+    Ok(crate::host::qemu::RunOutput { serial, stderr: o.finished.stderr, exit_code: o.finished.exit_code, timed_out: o.finished.killed && o.done.is_none(), elapsed: start.elapsed() })
+}
+
+/// Which part of the network path a kernel function belongs to, for the sharing audit's
+/// split of cross-core lines per connection (driver, stack, IPC): by the name of the
+/// code that first wrote the line (the only code the sharing plugin records per line).
+/// Linux's names and this system's (`dev::`, `net::`, rings and mailboxes) are both listed.
+/// `alloc`: lines first written by an allocator or by memset/memcpy (fresh objects, e.g.
+/// sockets and packet buffers zeroed on allocation, whose owner the first writer does not
+/// name); anything else (scheduler, locks, timers) is `other`. A heuristic.
+pub fn audit_class(code: &str) -> &'static str {
+    let name = code.split('+').next().unwrap_or("").to_ascii_lowercase();
+    if name.contains("::") {
+        // This system's Rust paths.
+        let any = |pats: &[&str]| pats.iter().any(|p| name.contains(p));
+        return if any(&["::dev::", "virtio", "virtqueue"]) {
+            "driver"
+        } else if any(&["alloc", "slab", "frame", "memset", "memcpy", "page_cache"]) {
+            "alloc"
+        } else if any(&["::net::", "smoltcp"]) {
+            "stack"
+        } else if any(&["::smp::", "::roles::", "mailbox", "active_msg", "::ring", "ring::", "forward", "::ipi", "ipi::"]) {
+            "ipc"
+        } else {
+            "other"
+        };
+    }
+    // Linux's C names, by prefix.
+    let starts = |pats: &[&str]| pats.iter().any(|p| name.trim_start_matches('_').starts_with(p));
+    if starts(&["memset", "memcpy", "memmove", "clear_page", "copy_page", "get_page_from_freelist", "prep_new_page", "kmem_cache", "kmalloc", "slab", "alloc_pages", "rmqueue"]) {
+        "alloc"
+    } else if starts(&["virtio", "virtnet", "vring", "vp_", "napi", "netif_", "net_rx", "dev_", "sch_", "qdisc", "fq_codel", "start_xmit", "validate_xmit"]) {
+        "driver"
+    } else if starts(&["tcp", "inet", "ip_", "ipv4", "sk_", "sock", "skb", "kfree_skb", "reqsk", "dst_", "neigh", "arp", "lock_sock", "release_sock", "csk_"]) {
+        "stack"
+    } else if starts(&["llist", "smp_call", "send_call_function", "ttwu", "try_to_wake_up", "wake_up", "autoremove_wake"]) {
+        "ipc"
+    } else {
+        "other"
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn audit_classes() {
+        assert_eq!(audit_class("napi_complete_done+0xba"), "driver");
+        assert_eq!(audit_class("__dev_queue_xmit+0xb0a"), "driver");
+        assert_eq!(audit_class("inet_reqsk_alloc+0xf2"), "stack");
+        assert_eq!(audit_class("tcp_v4_rcv+0x10"), "stack");
+        assert_eq!(audit_class("llist_add_batch+0x9"), "ipc");
+        assert_eq!(audit_class("memset_erms+0x9"), "alloc");
+        assert_eq!(audit_class("native_queued_spin_lock_slowpath+0x1"), "other");
+        assert_eq!(audit_class("finish_task_switch.isra.0+0xbc"), "other", "not `sk_` inside a word");
+        assert_eq!(audit_class("__dev_queue_xmit"), "driver");
+        assert_eq!(audit_class("kernel::dev::virtio_net::rx+0x1"), "driver");
+        assert_eq!(audit_class("libos::net::poll"), "stack");
+        assert_eq!(audit_class("kernel::smp::run_mailbox+0x12"), "ipc");
+        assert_eq!(audit_class("kernel::roles::serve_one"), "ipc");
+        assert_eq!(audit_class(""), "other");
+    }
 
     #[test]
     fn guest_words_merge_ready_and_done() {

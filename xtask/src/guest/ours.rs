@@ -7,8 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::catalog::BenchSpec;
-use super::guest::{Common, Guest};
+use testdefs::bench_catalog::BenchSpec;
+use super::boot::{Common, Guest};
 use super::record::{Record, Status};
 use crate::host::vm::{BootMedium, VmConfig};
 
@@ -23,9 +23,9 @@ pub fn unsupported(spec: &BenchSpec, cores: u32) -> Option<&'static str> {
 const NOT_PROVIDED: &str = "not provided by this backend";
 
 pub struct OursSystem {
-    pub(super) kernel: PathBuf,
-    pub(super) initrd: PathBuf,
-    pub(super) common: Common,
+    pub(crate) kernel: PathBuf,
+    pub(crate) initrd: PathBuf,
+    pub(crate) common: Common,
 }
 
 impl OursSystem {
@@ -75,7 +75,7 @@ fn ended_cleanly(serial: &str, qemu_exit: Option<i32>) -> Result<(), String> {
 }
 
 /// `ended_cleanly` for the first program `program` (`tcpserv` for the network cells).
-pub(super) fn program_ended_cleanly(program: &str, serial: &str, qemu_exit: Option<i32>) -> Result<(), String> {
+pub(crate) fn program_ended_cleanly(program: &str, serial: &str, qemu_exit: Option<i32>) -> Result<(), String> {
     let exit = serial.lines().find(|l| l.contains(&format!("init: `{program}` exited with code"))).map(str::trim);
     match exit {
         None => return Err(format!("{program} did not exit (no `init: `{program}` exited` line)")),
@@ -100,8 +100,8 @@ fn judge(serial: &str, parsed: Result<Record, String>) -> Result<Record, (Status
 
 #[cfg(test)]
 mod tests {
-    use super::super::catalog;
-    use super::super::guest::record_from_serial;
+    use testdefs::bench_catalog as catalog;
+    use super::super::boot::record_from_serial;
     use super::*;
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::catalog::{BenchSpec, Shape};
+use testdefs::bench_catalog::{BenchSpec, Shape};
 
 /// What a host-driven network benchmark (tcp_accept) adds to its record: the load
 /// generator's view of the fastest round and the guest's own `key=value` words. In JSON an
@@ -369,11 +369,11 @@ impl RecordJson {
     pub fn check(&self) -> Result<(), String> {
         let non_empty = |k: &str, v: &str| if v.is_empty() { Err(format!("`{k}` must be a non-empty string")) } else { Ok(()) };
         non_empty("system", &self.system)?;
-        if !super::SYSTEM_NAMES.contains(&self.system.as_str()) {
+        if !SYSTEM_NAMES.contains(&self.system.as_str()) {
             return Err(format!("unknown system `{}`", self.system));
         }
         non_empty("benchmark", &self.benchmark)?;
-        if super::catalog::find(&self.benchmark).is_none() {
+        if testdefs::bench_catalog::find(&self.benchmark).is_none() {
             return Err(format!("unknown benchmark `{}`", self.benchmark));
         }
         non_empty("group", &self.group)?;
@@ -440,7 +440,7 @@ impl RecordJson {
     /// The record, derived fields recomputed; `check` first.
     pub fn into_record(self) -> Result<Record, String> {
         self.check()?;
-        let spec = super::catalog::find(&self.benchmark).ok_or("unknown benchmark")?;
+        let spec = testdefs::bench_catalog::find(&self.benchmark).ok_or("unknown benchmark")?;
         let mut params = self.params;
         // JSON objects are unordered: restore the catalog's order, harness options last.
         params.sort_by_key(|(k, _)| spec.defaults.iter().position(|(d, _)| d == k).unwrap_or(usize::MAX));
@@ -596,6 +596,61 @@ pub fn to_csv(records: &[Record]) -> String {
     out
 }
 
+/// The systems a matrix can boot. `linux` is Debian's kernel as shipped (its default
+/// mitigations and security modules); `linux-tuned` is the same kernel with what a tuned
+/// benchmark machine switches off (`linux_sys::TUNED_WORDS`, docs/bench.md "The Linux
+/// baselines"). Every ratio is given against both; a claim holds only against the faster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum System {
+    Ours,
+    Linux,
+    LinuxTuned,
+}
+
+/// Every system's name as records carry it.
+pub const SYSTEM_NAMES: [&str; 3] = ["ours", "linux", "linux-tuned"];
+
+/// The Linux baselines' names, in table order.
+pub const LINUX_NAMES: [&str; 2] = ["linux", "linux-tuned"];
+
+impl System {
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Ours => "ours",
+            System::Linux => "linux",
+            System::LinuxTuned => "linux-tuned",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<System> {
+        match s {
+            "ours" => Some(System::Ours),
+            "linux" => Some(System::Linux),
+            "linux-tuned" => Some(System::LinuxTuned),
+            _ => None,
+        }
+    }
+}
+
+/// One Linux baseline as it was booted (results.json's `run` item, `linux`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct LinuxConfig {
+    /// `linux` or `linux-tuned`.
+    pub system: String,
+    /// Debian's kernel release (`6.1.0-57-amd64`).
+    pub kernel: String,
+    /// The kernel command line before the benchmark's own words.
+    pub cmdline: String,
+    /// What the guest reported of itself (bench-linux's `bench-config` line, from the first
+    /// good boot that printed one): `/sys/devices/system/cpu/vulnerabilities/*` by name, and
+    /// the active security modules (`/sys/kernel/security/lsm`).
+    pub mitigations: std::collections::BTreeMap<String, String>,
+    pub lsm: String,
+    /// Why `mitigations`/`lsm` are empty, when they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -629,7 +684,7 @@ mod tests {
     /// quote unquoted, a column added to one side only) or that loses a record's values.
     #[test]
     fn csv_has_one_aligned_row_per_record_and_quotes_what_needs_it() {
-        let spec = super::super::catalog::find("dupclose").unwrap();
+        let spec = testdefs::bench_catalog::find("dupclose").unwrap();
         let mut ok = Record::without_result("linux", spec, vec![("iters".into(), 1000), ("reps".into(), 3)], 2, Status::Ok, "");
         ok.reason = None;
         (ok.workers, ok.ops, ok.ns, ok.instructions_note) = (Some(2), Some(4000), Some(2_000_000), Some("plugin off".into()));

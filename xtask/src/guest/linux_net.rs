@@ -1,7 +1,7 @@
 //! The Linux baseline's network: Debian's kernel has virtio-net (and virtio-pci, and their
 //! dependencies) as modules, and the baseline boots an initramfs without a root file system.
 //! So the modules are taken from the kernel package already downloaded by
-//! [`crate::linux::fetch_kernel`], checked against the bzImage (vermagic), ordered by their
+//! [`crate::guest::linux::fetch_kernel`], checked against the bzImage (vermagic), ordered by their
 //! `depends=` (dependencies first) and packed as `/lib/modules/*.ko` with a load order in
 //! `/lib/modules/order`; the guest's `/init` (tools/qemu-plugins/guest/tcpserv.c) loads them
 //! with `finit_module` and configures the interface itself.
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::host::cpio::CpioEntry;
-use crate::linux::LinuxKernel;
+use crate::guest::linux::LinuxKernel;
 
 /// The modules the NIC needs: the PCI transport and the network driver. Their dependencies
 /// (virtio, virtio_ring, the virtio-pci device helpers, failover, net_failover) are found
@@ -128,7 +128,7 @@ fn module_bytes(p: &Path) -> Result<Vec<u8>, String> {
 
 fn kernel_deb(k: &LinuxKernel) -> Result<PathBuf, String> {
     let prefix = format!("linux-image-{}_", k.version);
-    let dir = crate::linux::cache_dir();
+    let dir = crate::guest::linux::cache_dir();
     fs::read_dir(&dir)
         .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
         .flatten()
@@ -174,7 +174,7 @@ pub fn modules_for(k: &LinuxKernel, roots: &[&str]) -> Result<Vec<(String, Vec<u
     if release != k.version {
         return Err(format!("linux: {} says it is {release}, its file name says {}", k.bzimage.display(), k.version));
     }
-    let dir = crate::linux::cache_dir().join(format!("net-modules-{}", k.version));
+    let dir = crate::guest::linux::cache_dir().join(format!("net-modules-{}", k.version));
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let deb = kernel_deb(k)?;
     // Every module file in the package by name (listing once, cached).
@@ -231,7 +231,7 @@ pub fn modules_for(k: &LinuxKernel, roots: &[&str]) -> Result<Vec<(String, Vec<u
 
 /// `cargo xtask linux modules`: the NIC's modules in load order with what was checked.
 pub fn print_modules() -> Result<(), String> {
-    let k = crate::linux::fetch_kernel()?;
+    let k = crate::guest::linux::fetch_kernel()?;
     let image = fs::read(&k.bzimage).map_err(|e| format!("cannot read {}: {e}", k.bzimage.display()))?;
     println!("bzImage {}: {}", k.bzimage.display(), bzimage_version(&image).unwrap_or_default());
     for (name, data) in net_modules(&k)? {
@@ -254,9 +254,9 @@ pub fn module_entries(mods: Vec<(String, Vec<u8>)>) -> Vec<CpioEntry> {
 
 /// The measurement guest's initramfs (workload.c + tcpserv.c as /init) with the NIC's modules.
 pub fn initramfs(k: &LinuxKernel) -> Result<PathBuf, String> {
-    let init = crate::plugins::build_guest()?;
-    let out = crate::plugins::artifact_dir().join("guest-initramfs-net.cpio");
-    crate::linux::build_initramfs_with(&init, module_entries(net_modules(k)?), &out)?;
+    let init = crate::guest::plugin::build_guest()?;
+    let out = crate::guest::plugin::artifact_dir().join("guest-initramfs-net.cpio");
+    crate::guest::linux::build_initramfs_with(&init, module_entries(net_modules(k)?), &out)?;
     Ok(out)
 }
 

@@ -1,5 +1,5 @@
 //! The file-system rows' disk: one ext2 image of the tree in bench/src/catalog.rs
-//! (`FS_*`), made with `mke2fs -d` (`crate::fs::mkimage`), attached to every boot of a file
+//! (`FS_*`), made with `mke2fs -d` (`crate::host::ext2img::mkimage`), attached to every boot of a file
 //! row on both systems. QEMU opens it with `snapshot=on`: each boot writes into a temporary
 //! overlay, so every boot (ours and Linux, every vCPU count) starts from the very same bytes.
 //! Linux mounts it as ext2 at /mnt (its disk and ext4 modules are packed into the initramfs:
@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use super::catalog::{fs_file_byte, uses_files, FS_FILE_BYTES, FS_MAX_WORKERS, FS_PRIVATE_DIR, FS_SHARED_FILE};
+use testdefs::bench_catalog::{fs_file_byte, uses_files, FS_FILE_BYTES, FS_MAX_WORKERS, FS_PRIVATE_DIR, FS_SHARED_FILE};
 
 /// The modules Debian's kernel needs to see the disk and mount ext2 (their dependencies, such
 /// as virtio, virtio_ring, jbd2, mbcache and crc16, follow from `depends=`); ext4 asks the crypto
@@ -43,8 +43,8 @@ pub fn image() -> Result<PathBuf, String> {
             let tree = dir.join("fs-tree");
             let img = dir.join("fs-bench.img");
             write_tree(&tree)?;
-            crate::fs::mkimage(&tree, &img, Some(IMAGE_MIB)).map_err(|e| format!("benchmark image: {e}"))?;
-            crate::fs::check(&img).map_err(|e| format!("benchmark image does not check clean: {e}"))?;
+            crate::host::ext2img::mkimage(&tree, &img, Some(IMAGE_MIB)).map_err(|e| format!("benchmark image: {e}"))?;
+            crate::host::ext2img::check(&img).map_err(|e| format!("benchmark image does not check clean: {e}"))?;
             Ok(img)
         })
         .clone()
@@ -66,9 +66,9 @@ pub fn disk_for(bench: &str) -> Option<Result<Vec<String>, String>> {
 }
 
 /// The initramfs entries with the disk's modules for kernel `k`, in load order.
-pub fn linux_modules(k: &crate::linux::LinuxKernel) -> Result<Vec<crate::host::cpio::CpioEntry>, String> {
-    let mods = crate::net::linux_guest::modules_for(k, &LINUX_MODULE_ROOTS)?;
-    Ok(crate::net::linux_guest::module_entries(mods))
+pub fn linux_modules(k: &crate::guest::linux::LinuxKernel) -> Result<Vec<crate::host::cpio::CpioEntry>, String> {
+    let mods = crate::guest::linux_net::modules_for(k, &LINUX_MODULE_ROOTS)?;
+    Ok(crate::guest::linux_net::module_entries(mods))
 }
 
 #[cfg(test)]

@@ -8,24 +8,24 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::catalog::{self, BenchSpec};
+use testdefs::bench_catalog::{self as catalog, BenchSpec};
 use super::record::{Record, Status};
-use crate::linux::RunOutput;
+use crate::host::qemu::RunOutput;
 use crate::host::vm::VmConfig;
 
 /// What both systems' boots share: the plugin, the guest memory, where the logs go.
 pub struct Common {
     /// "ours" or "linux", as in the records.
-    pub(super) system: &'static str,
+    pub(crate) system: &'static str,
     /// The insncount plugin, or why there is none (then instructions are null, with the why).
-    pub(super) insncount: Result<PathBuf, String>,
-    pub(super) mem_mib: u64,
-    pub(super) logs: PathBuf,
+    pub(crate) insncount: Result<PathBuf, String>,
+    pub(crate) mem_mib: u64,
+    pub(crate) logs: PathBuf,
     /// Set for a timing boot of a `--boots N` run (N > 1): the plugin is left out, because its
     /// callback on every translation block slows code paths unequally (kernel code with short
     /// blocks more than a long user loop, one system more than the other) and so bends the
     /// timings; the cell's instructions come from its separate counting boot (`run_matrix`).
-    pub(super) timing_only: std::cell::Cell<bool>,
+    pub(crate) timing_only: std::cell::Cell<bool>,
 }
 
 impl Common {
@@ -33,7 +33,7 @@ impl Common {
     /// log directory.
     pub fn prepare(system: &'static str, mem_mib: u64, insns: bool, logs: &Path) -> Result<Common, String> {
         let insncount = if insns {
-            crate::plugins::build().map(|b| b.insncount).map_err(|e| format!("insncount plugin unavailable: {}", e.lines().next().unwrap_or("")))
+            crate::guest::plugin::build().map(|b| b.insncount).map_err(|e| format!("insncount plugin unavailable: {}", e.lines().next().unwrap_or("")))
         } else {
             Err("instruction counting turned off (--insns off)".into())
         };
@@ -45,7 +45,7 @@ impl Common {
     }
 
     /// The plugin to load in this boot, or why there is none.
-    pub(super) fn plugin(&self) -> Result<PathBuf, String> {
+    pub(crate) fn plugin(&self) -> Result<PathBuf, String> {
         if self.timing_only.get() {
             return Err(TIMING_BOOT_NOTE.into());
         }
@@ -54,7 +54,7 @@ impl Common {
 }
 
 /// The instructions note of a timing boot before its cell's counted instructions are filled in.
-pub(super) const TIMING_BOOT_NOTE: &str = "a timing boot, run without the insncount plugin";
+pub(crate) const TIMING_BOOT_NOTE: &str = "a timing boot, run without the insncount plugin";
 
 /// One system as the matrix sees it.
 pub trait Guest {
@@ -115,7 +115,7 @@ pub fn run_one(g: &dyn Guest, spec: &'static BenchSpec, params: &[(String, u64)]
     }
     let mut args = cfg.qemu_args();
     args.extend(["-serial", "stdio", "-monitor", "none"].map(String::from));
-    let run = match crate::linux::run_qemu(&args, timeout) {
+    let run = match crate::host::qemu::run_qemu(&args, timeout) {
         Ok(r) => r,
         Err(e) => return blank(Status::Error, e),
     };
@@ -144,7 +144,7 @@ fn qemu_said(run: &RunOutput) -> String {
 }
 
 /// Instructions from the plugin's report, or a note saying why there are none.
-pub(super) fn add_instructions(rec: &mut Record, plugin: &Result<PathBuf, String>, report: &Path, params: &[(String, u64)]) {
+pub(crate) fn add_instructions(rec: &mut Record, plugin: &Result<PathBuf, String>, report: &Path, params: &[(String, u64)]) {
     match (plugin, fs::read_to_string(report)) {
         (Err(e), _) => rec.instructions_note = Some(e.clone()),
         (Ok(_), Err(_)) => rec.instructions_note = Some("the insncount plugin wrote no report".into()),

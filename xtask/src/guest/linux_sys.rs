@@ -7,8 +7,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::catalog::BenchSpec;
-use super::guest::{Common, Guest};
+use testdefs::bench_catalog::BenchSpec;
+use super::boot::{Common, Guest};
 use crate::host::vm::VmConfig;
 
 const MUSL: &str = "x86_64-unknown-linux-musl";
@@ -57,12 +57,12 @@ pub struct LinuxSystem {
     pub tuned: bool,
     version: String,
     /// The uncompressed vmlinux (booted through its PVH note), or the bzImage if it has none.
-    pub(super) kernel: PathBuf,
+    pub(crate) kernel: PathBuf,
     initrd: PathBuf,
     /// The initramfs for the file rows: `initrd`'s program plus the disk's and ext4's modules
     /// (fsimage.rs), or why it could not be made (then those rows are errors with the reason).
     initrd_files: Result<PathBuf, String>,
-    pub(super) common: Common,
+    pub(crate) common: Common,
 }
 
 fn work_dir() -> PathBuf {
@@ -103,7 +103,7 @@ pub fn build_static(package: &str, bin: &str) -> Result<PathBuf, String> {
 /// Debian's kernel as the baseline boots it: the uncompressed vmlinux through its PVH note,
 /// or the bzImage if that cannot be had.
 pub fn guest_kernel() -> Result<PathBuf, String> {
-    let kernel = crate::linux::fetch_kernel().map_err(|e| format!("linux: cannot get Debian's kernel package: {e}"))?;
+    let kernel = crate::guest::linux::fetch_kernel().map_err(|e| format!("linux: cannot get Debian's kernel package: {e}"))?;
     Ok(match pvh_vmlinux(&kernel.bzimage, &work_dir().join(format!("vmlinux-{}", kernel.version))) {
         Ok(v) => v,
         Err(e) => {
@@ -192,9 +192,9 @@ fn has_pvh_note(elf: &[u8]) -> bool {
 /// `program` as /init with the modules the file rows need (virtio-pci, virtio-blk, ext4 and
 /// their dependencies, from the kernel package), in target/bench/linux-initramfs-files.cpio.
 pub fn files_initramfs(program: &Path) -> Result<PathBuf, String> {
-    let k = crate::linux::fetch_kernel()?;
+    let k = crate::guest::linux::fetch_kernel()?;
     let out = work_dir().join("linux-initramfs-files.cpio");
-    crate::linux::build_initramfs_with(program, super::fsimage::linux_modules(&k)?, &out)?;
+    crate::guest::linux::build_initramfs_with(program, super::fsimage::linux_modules(&k)?, &out)?;
     Ok(out)
 }
 
@@ -207,11 +207,11 @@ impl LinuxSystem {
 
     /// [`LinuxSystem::prepare`] for `linux` (`tuned` false) or `linux-tuned`.
     pub fn prepare_baseline(mem_mib: u64, insns: bool, logs: &Path, tuned: bool) -> Result<LinuxSystem, String> {
-        let version = crate::linux::fetch_kernel().map_err(|e| format!("linux: cannot get Debian's kernel package: {e}"))?.version;
+        let version = crate::guest::linux::fetch_kernel().map_err(|e| format!("linux: cannot get Debian's kernel package: {e}"))?.version;
         let kernel = guest_kernel()?;
         let program = build_guest_program()?;
         let initrd = work_dir().join("linux-initramfs.cpio");
-        crate::linux::build_initramfs(&program, &initrd)?;
+        crate::guest::linux::build_initramfs(&program, &initrd)?;
         let initrd_files = files_initramfs(&program);
         if let Err(e) = &initrd_files {
             eprintln!("linux: no initramfs for the file rows: {e}");
@@ -223,8 +223,8 @@ impl LinuxSystem {
     /// This baseline's configuration for results.json: the kernel and command line, and what
     /// the first good boot of the run said about itself (its `bench-config` line, in the
     /// boot's serial log).
-    pub fn config(&self, records: &[super::record::Record]) -> super::stats::LinuxConfig {
-        let mut c = super::stats::LinuxConfig { system: self.common.system.into(), kernel: self.version.clone(), cmdline: cmdline(self.tuned), ..Default::default() };
+    pub fn config(&self, records: &[super::record::Record]) -> super::record::LinuxConfig {
+        let mut c = super::record::LinuxConfig { system: self.common.system.into(), kernel: self.version.clone(), cmdline: cmdline(self.tuned), ..Default::default() };
         let said = records.iter().filter(|r| r.system == self.common.system && r.status == super::record::Status::Ok).find_map(|r| {
             let tag = if r.boot >= 1 && records.iter().any(|x| x.boot > 1) { format!("-boot{}", r.boot) } else { String::new() };
             let serial = fs::read_to_string(self.common.logs.join(format!("{}-{}-{}{tag}.serial.txt", r.system, r.benchmark, r.cores))).ok()?;
@@ -275,7 +275,7 @@ impl Guest for LinuxSystem {
         // mounts the image); without one, bench-linux says so and the cell is an error.
         let bench = words.split_whitespace().find_map(|w| w.strip_prefix("bench=")).unwrap_or("");
         let initrd = match &self.initrd_files {
-            Ok(f) if super::catalog::uses_files(bench) => f,
+            Ok(f) if testdefs::bench_catalog::uses_files(bench) => f,
             _ => &self.initrd,
         };
         let extra = vec!["-kernel".into(), self.kernel.display().to_string(), "-initrd".into(), initrd.display().to_string(), "-append".into(), cmdline];
@@ -296,7 +296,7 @@ impl Guest for LinuxSystem {
 /// exitcode=0x00000100`) and QEMU stop (`panic=-1`, `-no-reboot`). So the kernel's power-off
 /// line, with no panic and QEMU's exit code 0, says the program succeeded and the guest
 /// powered off normally.
-pub(super) fn ended_cleanly(serial: &str, qemu_exit: Option<i32>) -> Result<(), String> {
+pub(crate) fn ended_cleanly(serial: &str, qemu_exit: Option<i32>) -> Result<(), String> {
     if let Some(l) = serial.lines().find(|l| l.contains("Kernel panic")) {
         return Err(format!("the guest kernel panicked: {}", l.trim()));
     }
@@ -350,10 +350,10 @@ mod tests {
 
     #[test]
     fn kernel_core_benchmarks_are_unavailable_on_linux() {
-        for b in super::super::catalog::BENCHES {
+        for b in testdefs::bench_catalog::BENCHES {
             assert_eq!(unsupported(b).is_some(), b.kernel_core, "{}", b.name);
         }
-        assert!(unsupported(super::super::catalog::find("nullsyscall_forwarded").unwrap()).is_some_and(|w| w.contains("no kernel cores")));
+        assert!(unsupported(testdefs::bench_catalog::find("nullsyscall_forwarded").unwrap()).is_some_and(|w| w.contains("no kernel cores")));
     }
 
     /// A minimal ELF64 with one PT_NOTE segment holding `notes` (name, type).
