@@ -20,10 +20,17 @@ pub fn guest_path(program: &Path) -> String {
 const STDIN_PATH: &str = "/.stdin";
 
 pub fn run(req: &ExecRequest) -> Result<ExecOutput, String> {
+    let (kernel, initrd) = prepare()?;
+    run_with(&kernel, &initrd, req)
+}
+
+/// Build the kernel and the boot image (with the runtime) once for several runs; returns
+/// their paths.
+pub fn prepare() -> Result<(PathBuf, PathBuf), String> {
     let kernel = crate::host::env::build_kernel()?;
     crate::host::env::ensure_qemu()?;
     let initrd = crate::host::user::build_initrd()?;
-    run_with(&kernel, &initrd, req)
+    Ok((kernel, initrd))
 }
 
 /// The runtime's command-line word for one argument: spaces and `%` escaped (`linuxrt`).
@@ -34,7 +41,8 @@ fn escape(s: &str) -> String {
 /// The kernel command line that runs `req` under the runtime (`runs` times: a leak check
 /// that is exact from the second run on, for tests).
 pub fn cmdline(req: &ExecRequest, runs: u32) -> Result<String, String> {
-    let mut c = String::from("init=linuxrt -- --framed");
+    // The Linux guest's init runs the program in /tmp, where relative request files go.
+    let mut c = String::from("init=linuxrt -- --framed --cwd /tmp");
     if runs > 1 {
         c.push_str(&format!(" --runs {runs}"));
     }
@@ -60,7 +68,7 @@ static RUNS: AtomicU64 = AtomicU64::new(0);
 pub fn root_image(req: &ExecRequest, dir: &Path) -> Result<PathBuf, String> {
     let img = dir.join("root.img");
     let mut files: Vec<(String, PathBuf)> = vec![(guest_path(&req.program), req.program.clone())];
-    files.extend(req.files.iter().cloned());
+    files.extend(req.files.iter().map(|(guest, host)| (super::guest_file_path(guest), host.clone())));
     let stdin_file = dir.join("stdin");
     if !req.stdin.is_empty() {
         std::fs::write(&stdin_file, &req.stdin).map_err(|e| format!("{}: {e}", stdin_file.display()))?;
@@ -277,8 +285,8 @@ mod tests {
             disk: None,
             timeout: std::time::Duration::from_secs(1),
         };
-        assert_eq!(cmdline(&req, 1).unwrap(), "init=linuxrt -- --framed --stdin /.stdin /bin/hello a%20b 50%25");
-        assert_eq!(cmdline(&req, 2).unwrap(), "init=linuxrt -- --framed --runs 2 --stdin /.stdin /bin/hello a%20b 50%25");
+        assert_eq!(cmdline(&req, 1).unwrap(), "init=linuxrt -- --framed --cwd /tmp --stdin /.stdin /bin/hello a%20b 50%25");
+        assert_eq!(cmdline(&req, 2).unwrap(), "init=linuxrt -- --framed --cwd /tmp --runs 2 --stdin /.stdin /bin/hello a%20b 50%25");
         let bad = ExecRequest { args: vec!["".into()], ..req };
         assert!(cmdline(&bad, 1).is_err());
     }

@@ -2,7 +2,7 @@
 //! root file system inside this context (user/libos/src/linux, docs/linux-abi.md), then
 //! checks that the kernel's free pages and objects are back to their counts from before it.
 //!
-//! `linuxrt [--framed] [--stdin FILE] [--env NAME=VALUE]... [--runs N] PATH [ARGS...]`
+//! `linuxrt [--framed] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]`
 //!
 //! `--runs N` runs the program N times (at most 10), each with its own leak check: from the
 //! second on the check is exact (see `run_once`).
@@ -84,11 +84,13 @@ fn main(args: &'static str) -> u64 {
     let mut envp = Vec::new();
     let mut path = None;
     let mut runs = 1;
+    let mut cwd = String::from("/");
     while let Some(w) = words.next() {
         match w {
             "--framed" => framed = true,
             "--stdin" => stdin_path = words.next(),
             "--env" => envp.extend(words.next().map(unescape)),
+            "--cwd" => cwd = words.next().map(unescape).unwrap_or_default(),
             "--runs" => runs = words.next().and_then(libos::parse_u64).unwrap_or(0).clamp(1, 10),
             _ => {
                 path = Some(unescape(w));
@@ -97,7 +99,7 @@ fn main(args: &'static str) -> u64 {
         }
     }
     let Some(path) = path else {
-        libos::println!("linuxrt: usage: linuxrt [--framed] [--stdin FILE] [--env NAME=VALUE]... [--runs N] PATH [ARGS...]");
+        libos::println!("linuxrt: usage: linuxrt [--framed] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]");
         return 2;
     };
     let mut argv = alloc::vec![path.clone()];
@@ -116,7 +118,11 @@ fn main(args: &'static str) -> u64 {
         },
         None => Vec::new(),
     };
-    let opts = libos::linux::Options { path: &path, argv, envp, stdin, framed };
+    if !cwd.starts_with('/') {
+        libos::println!("linuxrt: --cwd {cwd}: not an absolute path");
+        return 2;
+    }
+    let opts = libos::linux::Options { path: &path, argv, envp, stdin, framed, cwd };
     let mut status = 0;
     for run in 1..=runs {
         status = run_once(&opts, run);

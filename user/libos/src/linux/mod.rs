@@ -37,6 +37,8 @@ pub struct Options<'a> {
     pub stdin: Vec<u8>,
     /// Standard output and error as framed records for the host (`out`).
     pub framed: bool,
+    /// The working directory the program starts in (absolute; `/` if empty).
+    pub cwd: String,
 }
 
 /// What the run left.
@@ -63,7 +65,11 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     let loaded = load::load(&file, o.path, &argv, &envp, limit, random)?;
     drop(file);
     let (entry, rsp) = (loaded.entry, loaded.rsp);
-    *dispatch::PROC.lock() = Some(dispatch::Process::new(loaded, files::Files::new(o.stdin.clone()), o.framed));
+    let mut process = dispatch::Process::new(loaded, files::Files::new(o.stdin.clone()), o.framed);
+    if o.cwd.starts_with('/') {
+        process.cwd = files::normalize(&o.cwd);
+    }
+    *dispatch::PROC.lock() = Some(process);
     let r = upcall::enter(entry, rsp);
     let mut p = dispatch::PROC.lock().take().ok_or_else(|| String::from("the program's state is gone"))?;
     p.files.close_all();
