@@ -198,7 +198,7 @@ const NAME_ERRS: u32 = bit(Error::NameTooLong);
 const BUF_ERRS: u32 = bit(Error::BufferTooSmall);
 const MAP_ERRS: u32 = bit(Error::Misaligned) | bit(Error::Overlap) | bit(Error::Busy);
 
-const CALLS: [CallInfo; 52] = [
+const CALLS: [CallInfo; 53] = [
     CallInfo { nr: nr::OBJ_GET_NAME, name: "obj_get_name", extra: BUF_ERRS, names_objects: true },
     CallInfo { nr: nr::OBJ_STAT, name: "obj_stat", extra: 0, names_objects: true },
     CallInfo { nr: nr::SHARE_ALLOC, name: "share_alloc", extra: NAME_ERRS | bit(Error::NoSuchCore), names_objects: true },
@@ -287,6 +287,12 @@ const CALLS: [CallInfo; 52] = [
     CallInfo { nr: nr::WAIT, name: "wait", extra: bit(Error::NotPermitted), names_objects: false },
     // NoSuchCore: not an online core. Reached through the random call numbers (78..178).
     CallInfo { nr: nr::WAKE, name: "wake", extra: bit(Error::NoSuchCore), names_objects: false },
+    // NotPermitted: forwarded, inside a protected procedure call, from a ring, or
+    // `LINUX_SET_FS` without a personality. Reached through the random call numbers (78..178)
+    // with random arguments only: a random `op` is `LINUX_ON` with a chance of 2^-64, and a
+    // personality whose native range left out the fuzzer's own code would send its next calls
+    // to the random upcall (the linux-abi suite tests the personality).
+    CallInfo { nr: nr::LINUX_PERSONALITY, name: "linux_personality", extra: bit(Error::NotPermitted), names_objects: false },
     CallInfo { nr: u64::MAX, name: "(unknown)", extra: 0, names_objects: false },
 ];
 const NCALLS: usize = CALLS.len();
