@@ -44,8 +44,11 @@ static __linux_upcall_stack_top: AtomicU64 = AtomicU64::new(0);
 /// The upcall stack: 256 KiB in the runtime's image (its .bss).
 const UPCALL_STACK: usize = 256 << 10;
 #[repr(C, align(16))]
-struct Stack([u8; UPCALL_STACK]);
-static mut STACK: Stack = Stack([0; UPCALL_STACK]);
+struct Stack(core::cell::UnsafeCell<[u8; UPCALL_STACK]>);
+// SAFETY: Rust code only takes the stack's address; the upcall stub alone reads and writes
+// it, on the one core the program runs on (one upcall at a time).
+unsafe impl Sync for Stack {}
+static STACK: Stack = Stack(core::cell::UnsafeCell::new([0; UPCALL_STACK]));
 
 core::arch::global_asm!(
     ".global __linux_upcall",
@@ -147,7 +150,6 @@ static SAVED_RSP: AtomicU64 = AtomicU64::new(0);
 
 /// The runtime's own image: the native range.
 pub fn native_range() -> (u64, u64) {
-
     (core::ptr::addr_of!(__image_start) as u64, core::ptr::addr_of!(__image_end) as u64)
 }
 
@@ -155,7 +157,7 @@ pub fn native_range() -> (u64, u64) {
 /// returns the status `leave` was given. The personality is off again afterwards.
 pub fn enter(entry: u64, rsp: u64) -> Result<u64, abi::Error> {
     let (lo, hi) = native_range();
-    let top = core::ptr::addr_of_mut!(STACK) as u64 + UPCALL_STACK as u64;
+    let top = STACK.0.get() as u64 + UPCALL_STACK as u64;
     __linux_upcall_stack_top.store(top, Ordering::Relaxed);
     crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
     // SAFETY: the program runs on its own stack in this address space and comes back only
