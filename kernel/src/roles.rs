@@ -18,7 +18,7 @@
 //! within the deadline the AC gets `Busy`, not a hang.
 
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::arch::x86_64::{apic, cpu, paging};
 use crate::dev::Armed;
@@ -275,6 +275,18 @@ impl LoadedRoot {
     }
 }
 
+/// Whether kernel cores tell the insncount plugin, after each pass of their loop, whether the
+/// pass found work (`kcmark` on the kernel's command line; the benchmark matrix's counting
+/// boots pass it). Off, the loop reads this once per entry and emits nothing; on, each pass
+/// ends in one port write, so a kernel core's instructions split into work and empty polls
+/// the way a service core's busy stretches do (docs/roles.md, "Counting a kernel core's work").
+static MARK_PASSES: AtomicBool = AtomicBool::new(false);
+
+/// Turn on the kernel cores' pass markers (`kcmark`).
+pub fn mark_kernel_core_passes() {
+    MARK_PASSES.store(true, Ordering::Relaxed);
+}
+
 /// The loop of a kernel core; returns when the core's role changes.
 pub fn kernel_core_loop() {
     let me = percpu::this();
@@ -290,7 +302,14 @@ pub fn kernel_core_loop() {
     // With devices: the TSC of the first empty poll of the current idle stretch (0: the
     // last poll found work).
     let mut idle_since = 0u64;
+    // `kcmark`: the previous pass found work (set where a pass finds some); each pass starts
+    // by reporting the one before it, so every instruction is in the pass it belongs to.
+    let mark = MARK_PASSES.load(Ordering::Relaxed);
+    let mut worked = false;
     while me.role.load(Ordering::SeqCst) == ROLE_KC {
+        if mark {
+            cpu::insn_pass_marker(core::mem::take(&mut worked));
+        }
         cpu::disable_interrupts();
         // The loaded range goes before a message is answered (`evict_loaded_root` counts on
         // it). Messages are rare here (shootdowns, halts, checks); the next request loads the
@@ -307,6 +326,7 @@ pub fn kernel_core_loop() {
         if answered | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | (devices == Some(true)) {
             idle = 0;
             idle_since = 0;
+            worked = true;
             continue;
         }
         // With devices: adaptive polling. Poll every attached driver without pause while work
@@ -358,6 +378,7 @@ pub fn kernel_core_loop() {
             set_rings_state(me.index, None, 1);
             idle = 0;
             idle_since = 0;
+            worked = true;
             continue;
         }
         if root.0.is_some() {
@@ -399,6 +420,7 @@ pub fn kernel_core_loop() {
             set_rings_state(me.index, None, 1);
             idle = 0;
             idle_since = 0;
+            worked = true;
             continue;
         }
         let periodic = device_sleep && crate::arch::x86_64::apic::timer_hz() != 0;
@@ -420,6 +442,9 @@ pub fn kernel_core_loop() {
         // Asleep with devices, the next empty poll sleeps again at once (`idle_since` is
         // kept); work found resets it.
         idle = 0;
+    }
+    if mark {
+        cpu::insn_pass_marker(worked);
     }
     root.leave(me);
     buf.release();

@@ -18,7 +18,10 @@
  * several paths one after another in one boot gets each path's count (the instruction-count
  * gate, docs/insngate.md). Instructions a vCPU runs while it has stopped itself (2) inside a
  * region started on every vCPU (3) count apart, as its `idle` (a service core's polls that
- * found nothing, when the guest marks only its busy stretches).
+ * found nothing, when the guest marks only its busy stretches). A vCPU that says after each pass
+ * of a polling loop whether the pass found work (markers 6 and 7, marker.h; our kernel core)
+ * has its instructions inside the region held as pending until the pass's marker, which adds
+ * them to its count (work) or to its `idle`; what is pending at exit counts as work.
  */
 #include "qemu_plugin_api.h"
 #include "marker.h"
@@ -35,8 +38,10 @@ static region_t region;
 static struct {
     uint64_t n[2];
     uint64_t tbs;
-    uint64_t idle; /* kernel + user instructions while idle (region_idle) */
-    uint8_t pad[32];
+    uint64_t idle; /* kernel + user instructions while idle (region_idle, or a pass marked idle) */
+    uint64_t pending[2]; /* since the last pass marker (split mode), [0 = kernel, 1 = user] */
+    uint64_t split; /* this vCPU has sent a pass marker (6 or 7): its passes are split */
+    uint8_t pad[8];
 } counts[REGION_MAX_VCPUS];
 static FILE *out;
 
@@ -86,8 +91,27 @@ static void profile_add(uint64_t vaddr, uint64_t n)
 
 static void count_block(unsigned int vcpu, uint64_t u)
 {
-    counts[vcpu].n[(u >> 63) ? 0 : 1] += u & 0xffffffff;
+    if (counts[vcpu].split)
+        counts[vcpu].pending[(u >> 63) ? 0 : 1] += u & 0xffffffff;
+    else
+        counts[vcpu].n[(u >> 63) ? 0 : 1] += u & 0xffffffff;
     counts[vcpu].tbs++;
+}
+
+/* A pass marker (6 or 7) on `vcpu`, from its own thread: what it ran inside the region since its
+ * last pass marker was work (counted) or idle polling. */
+static void pass_end(unsigned int vcpu, int v)
+{
+    if (vcpu >= REGION_MAX_VCPUS)
+        return;
+    if (v == MARKER_WORK_SINCE) {
+        counts[vcpu].n[0] += counts[vcpu].pending[0];
+        counts[vcpu].n[1] += counts[vcpu].pending[1];
+    } else {
+        counts[vcpu].idle += counts[vcpu].pending[0] + counts[vcpu].pending[1];
+    }
+    counts[vcpu].pending[0] = counts[vcpu].pending[1] = 0;
+    counts[vcpu].split = 1;
 }
 
 static void vcpu_tb_exec(unsigned int vcpu, void *udata)
@@ -139,6 +163,10 @@ static uint64_t regions_lost;
 
 static void vcpu_marker(unsigned int vcpu, void *udata)
 {
+    if ((int)(uintptr_t)udata >= MARKER_WORK_SINCE) {
+        pass_end(vcpu, (int)(uintptr_t)udata);
+        return;
+    }
     if (!regions_on) {
         region_mark(&region, vcpu, (int)(uintptr_t)udata);
         return;
@@ -183,7 +211,7 @@ static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     }
     for (size_t i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
-        int mv = marker_value(qemu_plugin_insn_haddr(insn), qemu_plugin_insn_vaddr(insn));
+        int mv = marker_value_split(qemu_plugin_insn_haddr(insn), qemu_plugin_insn_vaddr(insn));
         if (mv)
             qemu_plugin_register_vcpu_insn_exec_cb(insn, vcpu_marker, QEMU_PLUGIN_CB_NO_REGS,
                                                    (void *)(uintptr_t)mv);
@@ -196,6 +224,9 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
     (void)p;
     FILE *f = out ? out : stderr;
     int nv = region.nvcpus > REGION_MAX_VCPUS ? REGION_MAX_VCPUS : region.nvcpus;
+    /* A pass not closed by its marker before exit: counted as work (never claimed idle). */
+    for (int v = 0; v < nv; v++)
+        pass_end((unsigned)v, MARKER_WORK_SINCE);
     fprintf(f, "insncount version=1 starts=%llu stops=%llu vcpus=%d quantum=%llu kicks=%llu\n", (unsigned long long)region.starts,
             (unsigned long long)region.stops, nv, (unsigned long long)quantum.quantum, (unsigned long long)quantum.kicks);
     for (int v = 0; v < nv; v++)

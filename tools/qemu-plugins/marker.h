@@ -18,6 +18,11 @@
  *     5 = epoch: a plugin that keeps per-test records (sharing) reports what it gathered since
  *         the last epoch and starts afresh (the commutativity checker, docs/commute.md, runs
  *         many two-core tests in one boot); the region state does not change.
+ *     6 = the instructions this vCPU ran since its last 6 or 7 were work,
+ *     7 = ... were idle polling: a polling loop that learns only at the end of a pass whether
+ *         the pass found work (our kernel core, `kcmark` on its command line) says so after
+ *         each pass. Only insncount reads 6 and 7 (marker_value_split); the region state does
+ *         not change, so the other plugins and the exact mode's scheduling do not see them.
  */
 #ifndef MANYCORE_MARKER_H
 #define MANYCORE_MARKER_H
@@ -31,6 +36,8 @@
 #define MARKER_START_ALL 3
 #define MARKER_STOP_ALL 4
 #define MARKER_EPOCH 5
+#define MARKER_WORK_SINCE 6
+#define MARKER_IDLE_SINCE 7
 
 #define MARKER_ASM(v) "movw $0x501, %%dx\n\tmovb $" #v ", %%al\n\toutb %%al, %%dx\n\t"
 
@@ -40,7 +47,16 @@
  * is read from the same guest page only (host pointers are contiguous within a page), so a
  * sequence straddling a page boundary is not recognised: emitters keep it within a page.
  */
+static inline int marker_value_split(const uint8_t *out_insn, uint64_t vaddr);
+
 static inline int marker_value(const uint8_t *out_insn, uint64_t vaddr)
+{
+    int v = marker_value_split(out_insn, vaddr);
+    return v <= MARKER_EPOCH ? v : 0;
+}
+
+/* As marker_value, but also the pass markers 6 and 7 (insncount's busy/idle split). */
+static inline int marker_value_split(const uint8_t *out_insn, uint64_t vaddr)
 {
     if (!out_insn || out_insn[0] != 0xee)
         return 0;
@@ -56,7 +72,7 @@ static inline int marker_value(const uint8_t *out_insn, uint64_t vaddr)
         if (p[0] == 0xba && p[1] == 0x01 && p[2] == 0x05 && p[3] == 0 && p[4] == 0 && p[5] == 0xb0)
             v = p[6];
     }
-    return (v >= MARKER_START_CPU && v <= MARKER_EPOCH) ? v : 0;
+    return (v >= MARKER_START_CPU && v <= MARKER_IDLE_SINCE) ? v : 0;
 }
 
 /* Kernel or user by instruction address: x86-64 kernels (Linux, ours) live in the high half. */

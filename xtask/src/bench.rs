@@ -303,6 +303,11 @@ pub fn fill_counted_instructions(records: Vec<Record>) -> Vec<Record> {
             r.instructions_kernel = c.instructions_kernel;
             r.instructions_vcpus = c.instructions_vcpus.clone();
             r.instructions_idle_vcpus = c.instructions_idle_vcpus.clone();
+            // Whether the counting boot's kernel core split its passes goes with its counts.
+            let kcmark = c.net.as_ref().and_then(|n| n.guest.get(report::KCMARK_WORD)).cloned();
+            if let (Some(v), Some(n)) = (kcmark, r.net.as_mut()) {
+                n.guest.insert(report::KCMARK_WORD.into(), v);
+            }
             r.instructions_user = c.instructions_user;
             r.instructions_note = match (&c.instructions_note, c.instructions_kernel) {
                 (Some(n), _) => Some(n.clone()),

@@ -126,7 +126,9 @@ pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params
             VmConfig { extra, ..VmConfig::default() }
         }
         Boot::Ours { kernel, initrd } => VmConfig {
-            cmdline: format!("init=tcpserv -- mode={} {guest_words}", ours_mode(spec)),
+            // With the instruction counter, the kernel core marks its passes (work or empty
+            // polls) so its instructions split as the service cores' do.
+            cmdline: format!("{}init=tcpserv -- mode={} {guest_words}", if common.plugin().is_ok() { "kcmark " } else { "" }, ours_mode(spec)),
             medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
             initrd: Some(initrd.to_path_buf()),
             ..VmConfig::default()
@@ -155,6 +157,9 @@ pub fn run_one(common: &Common, boot: Boot<'_>, spec: &'static BenchSpec, params
     }
     rec
 }
+
+/// Our kernel's line saying its kernel cores mark their passes for insncount (`kcmark`).
+pub const KCMARK_LINE: &str = "kcmark: kernel cores mark each pass";
 
 /// A guest line saying the configuration asked for is not provided (then the cell is
 /// `unavailable` with that line): `tcpserv: unavailable <why>`.
@@ -188,6 +193,9 @@ pub fn record(system: &str, spec: &BenchSpec, params: &[(String, u64)], cores: u
                     stats.latency_us.insert(k.into(), d.as_micros() as u64);
                 }
             }
+        }
+        if o.finished.serial.contains(KCMARK_LINE) {
+            stats.guest.insert(crate::bench::report::KCMARK_WORD.into(), "on".into());
         }
         rec.net = Some(stats);
     }

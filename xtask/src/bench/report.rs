@@ -295,9 +295,9 @@ fn net_table(records: &[Record]) -> String {
     }
     let mut t = String::new();
     let _ = writeln!(t, "\nTCP service seen from the host (load generator on 127.0.0.1 through QEMU's user-mode network; fastest round; latency = connect to EOF; webd_* rows: requests instead of connections, service cores = front-end cores, latency = request to response)");
-    let _ = writeln!(t, "conns/s/vCPU divides both systems by the guest's vCPUs (the comparison); per service core is a second view. insns/conn (insncount, per connection, from the cell's counting boot): busy = the service cores while they had work (ours' mark only their busy stretches; Linux's vCPUs all serve and halt when idle, so their count is their work); idle polling = the service cores' polls that found nothing (insncount's `idle`; Linux: none, its idle vCPUs halt; `-` where the report predates the split); other vCPUs = ours' kernel core, which drives the card and polls it (2 ms of empty polls before it sleeps): its busy work and its idle polling together, not split by the plugin; `all` = every vCPU while busy (idle polling not included). host load = 1-minute load average at the boot's start/end; QEMU CPU = host CPU seconds of the boot's QEMU\n");
-    let _ = writeln!(t, "| benchmark | system | vCPUs | boot | status | conns/s | service cores | conns/s/vCPU | conns/s per service core | insns/conn busy (service cores) | insns/conn idle polling (service cores) | insns/conn other vCPUs (kernel core: busy + idle polling) | insns/conn all | p50 | p90 | p99 | max | failed / attempted | slow connects | host load | QEMU CPU | audit: line transfers/conn (driver/stack/ipc/alloc/other/user) |");
-    let _ = writeln!(t, "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    let _ = writeln!(t, "conns/s/vCPU divides both systems by the guest's vCPUs (the comparison); per service core is a second view. insns/conn (insncount, per connection, from the cell's counting boot): busy = the service cores while they had work (ours' mark only their busy stretches; Linux's vCPUs all serve and halt when idle, so their count is their work); idle polling = the service cores' polls that found nothing (insncount's `idle`; Linux: none, its idle vCPUs halt; `-` where the report predates the split); kernel core busy / idle polling = ours' kernel core (drives the card), its loop's passes that found work and those that found nothing (its `kcmark` pass markers; where the counting boot predates them, busy shows the two together as `N (with idle)` and idle `-`; Linux has no kernel core: `-`); `all` = every vCPU while busy (idle polling of any core not included). host load = 1-minute load average at the boot's start/end; QEMU CPU = host CPU seconds of the boot's QEMU\n");
+    let _ = writeln!(t, "| benchmark | system | vCPUs | boot | status | conns/s | service cores | conns/s/vCPU | conns/s per service core | insns/conn busy (service cores) | insns/conn idle polling (service cores) | insns/conn kernel core busy | insns/conn kernel core idle polling | insns/conn all | p50 | p90 | p99 | max | failed / attempted | slow connects | host load | QEMU CPU | audit: line transfers/conn (driver/stack/ipc/alloc/other/user) |");
+    let _ = writeln!(t, "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     for r in rows {
         let Some(n) = &r.net else { continue };
         let ms = |k: &str| n.latency_us.get(k).map(|u| format!("{:.1}ms", *u as f64 / 1000.0)).unwrap_or_else(|| "-".into());
@@ -308,15 +308,19 @@ fn net_table(records: &[Record]) -> String {
         } else {
             format!("{} ({}/{}/{}/{}/{}/{})", a("transfers"), a("driver"), a("stack"), a("ipc"), a("alloc"), a("other"), a("user"))
         };
-        let (busy, other) = split_service_insns(r);
+        let split = split_insns(r);
         let per_op = |x: Option<u64>| match (x, r.ops.filter(|&o| o > 0)) {
             (Some(i), Some(o)) => si(i as f64 / o as f64),
             _ => "-".into(),
         };
+        let kc_busy = match (split.kc_busy, split.kc_split) {
+            (Some(b), false) => format!("{} (with idle)", per_op(Some(b))),
+            (b, _) => per_op(b),
+        };
         let host = r.host.as_ref().map(|h| (format!("{:.1}/{:.1}", h.load1_start, h.load1_end), format!("{:.1}s", h.qemu_cpu_s))).unwrap_or_else(|| ("-".into(), "-".into()));
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {failed} / {} | {} | {} | {} | {audit} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {kc_busy} | {} | {} | {} | {} | {} | {} | {failed} / {} | {} | {} | {} | {audit} |",
             r.benchmark,
             r.system,
             r.cores,
@@ -326,9 +330,9 @@ fn net_table(records: &[Record]) -> String {
             r.workers.map(|w| w.to_string()).unwrap_or_else(|| "-".into()),
             r.per_core_throughput().map(si).unwrap_or_else(|| "-".into()),
             r.per_service_core_throughput().or_else(|| r.per_core_throughput()).map(si).unwrap_or_else(|| "-".into()),
-            per_op(busy),
-            per_op(idle_polling_insns(r)),
-            per_op(other),
+            per_op(split.service_busy),
+            per_op(split.service_idle),
+            per_op(split.kc_idle),
             per_op(r.instructions()),
             ms("p50"),
             ms("p90"),
@@ -343,27 +347,52 @@ fn net_table(records: &[Record]) -> String {
     t
 }
 
-/// A host-driven record's instructions split into its service cores' (busy) and the other
-/// vCPUs' (ours: the kernel core, `kc=` in the guest's words or the last vCPU; Linux: none,
-/// every vCPU serves). None where the per-vCPU counts are missing.
-pub(super) fn split_service_insns(r: &Record) -> (Option<u64>, Option<u64>) {
-    if r.instructions_vcpus.is_empty() {
-        return (None, None);
-    }
-    let all: u64 = r.instructions_vcpus.iter().sum();
-    if r.system != "ours" || r.workers.is_some_and(|w| w >= r.instructions_vcpus.len() as u64) {
-        return (Some(all), Some(0));
-    }
-    let kc = r.net.as_ref().and_then(|n| n.guest.get("kc")).and_then(|v| v.parse::<usize>().ok()).unwrap_or(r.instructions_vcpus.len() - 1);
-    let other = r.instructions_vcpus.get(kc).copied().unwrap_or(0);
-    (Some(all - other), Some(other))
+/// A host-driven record's instructions per role, from insncount's per-vCPU counts.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(super) struct InsnSplit {
+    /// The service cores while they had work (Linux: every vCPU; its idle vCPUs halt).
+    pub service_busy: Option<u64>,
+    /// The service cores' polls that found nothing (insncount's `idle`).
+    pub service_idle: Option<u64>,
+    /// Ours' kernel core: its passes that found work, or, where it did not mark its passes
+    /// (`kc_split` false), all it ran. None where there is no kernel core.
+    pub kc_busy: Option<u64>,
+    /// Ours' kernel core's passes that found nothing; None where not split or no kernel core.
+    pub kc_idle: Option<u64>,
+    /// The kernel core marked its passes (the counting boot ran with `kcmark`).
+    pub kc_split: bool,
 }
 
-/// A host-driven record's idle-polling instructions: what its vCPUs ran inside the run while
-/// marked idle (insncount's `idle=`). None where the report had no idle counts.
-pub(super) fn idle_polling_insns(r: &Record) -> Option<u64> {
-    (!r.instructions_idle_vcpus.is_empty()).then(|| r.instructions_idle_vcpus.iter().sum())
+/// Split a host-driven record's instructions into its service cores' and its kernel core's
+/// (ours: `kc=` in the guest's words or the last vCPU), each busy and idle polling. All None
+/// where the per-vCPU counts are missing; the idle parts None where no idle counts were kept.
+pub(super) fn split_insns(r: &Record) -> InsnSplit {
+    if r.instructions_vcpus.is_empty() {
+        return InsnSplit::default();
+    }
+    let all: u64 = r.instructions_vcpus.iter().sum();
+    let idle = (!r.instructions_idle_vcpus.is_empty()).then_some(&r.instructions_idle_vcpus);
+    let idle_all: Option<u64> = idle.map(|v| v.iter().sum());
+    if r.system != "ours" || r.workers.is_some_and(|w| w >= r.instructions_vcpus.len() as u64) {
+        return InsnSplit { service_busy: Some(all), service_idle: idle_all, ..InsnSplit::default() };
+    }
+    let net = r.net.as_ref();
+    let kc = net.and_then(|n| n.guest.get("kc")).and_then(|v| v.parse::<usize>().ok()).unwrap_or(r.instructions_vcpus.len() - 1);
+    let kc_split = net.and_then(|n| n.guest.get(KCMARK_WORD)).is_some_and(|v| v == "on");
+    let kc_busy = r.instructions_vcpus.get(kc).copied().unwrap_or(0);
+    let kc_idle = idle.map(|v| v.get(kc).copied().unwrap_or(0));
+    InsnSplit {
+        service_busy: Some(all - kc_busy),
+        service_idle: idle_all.map(|i| i - kc_idle.unwrap_or(0)),
+        kc_busy: Some(kc_busy),
+        kc_idle: if kc_split { kc_idle } else { None },
+        kc_split,
+    }
 }
+
+/// The word in a network record's guest words that says the kernel core marked its passes
+/// (set from the kernel's `KCMARK_LINE` in the counting boot's serial output).
+pub const KCMARK_WORD: &str = "kcmark";
 
 /// A "nice" axis step (1, 2 or 5 times a power of ten) giving about `ticks` ticks up to `max`.
 fn nice_step(max: f64, ticks: f64) -> f64 {
@@ -532,7 +561,9 @@ mod tests {
     }
 
     /// Catches: the idle-polling column dropped, summed into busy, or taken from the wrong
-    /// counts; a report without idle counts shown as 0 instead of `-`.
+    /// counts; a report without idle counts shown as 0 instead of `-`; the kernel core's idle
+    /// polling counted as a service core's, left in its busy column once split, or claimed
+    /// split when its counting boot did not mark its passes.
     #[test]
     fn net_table_shows_busy_and_idle_polling_apart() {
         let spec = catalog::find("tcp_accept").unwrap();
@@ -540,18 +571,36 @@ mod tests {
         r.ops = Some(100);
         r.workers = Some(1);
         r.net = Some(super::super::record::NetStats { conns_per_s: 500.0, ..Default::default() });
-        // vCPU 0 serves (busy 2.0M, idle polling 0.7M), vCPU 1 is the kernel core (3.0M).
+        // vCPU 0 serves (busy 2.0M, idle polling 0.7M), vCPU 1 is the kernel core (3.0M), its
+        // passes not marked.
         r.instructions_vcpus = vec![2_000_000, 3_000_000];
         r.instructions_idle_vcpus = vec![700_000, 0];
         (r.instructions_kernel, r.instructions_user) = (Some(4_000_000), Some(1_000_000));
-        let t = net_table(&[r.clone()]);
-        let row = t.lines().find(|l| l.starts_with("| tcp_accept | ours")).expect(&t);
-        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-        // busy, idle polling, other vCPUs, all: per connection.
-        assert_eq!(&cells[10..14], ["20.0k", "7.00k", "30.0k", "50.0k"], "{row}");
+        let cells = |r: &Record| -> Vec<String> {
+            let t = net_table(&[r.clone()]);
+            let row = t.lines().find(|l| l.starts_with("| tcp_accept | ours")).expect(&t).to_string();
+            row.split('|').map(|c| c.trim().to_string()).collect()
+        };
+        // busy, idle polling (service cores), kernel core busy, kernel core idle, all: per connection.
+        assert_eq!(&cells(&r)[10..15], ["20.0k", "7.00k", "30.0k (with idle)", "-", "50.0k"]);
+        // The kernel core marked its passes: 1.0M of work, 4.0M of empty polls.
+        r.net.as_mut().unwrap().guest.insert(KCMARK_WORD.into(), "on".into());
+        r.instructions_vcpus = vec![2_000_000, 1_000_000];
+        r.instructions_idle_vcpus = vec![700_000, 4_000_000];
+        (r.instructions_kernel, r.instructions_user) = (Some(2_000_000), Some(1_000_000));
+        assert_eq!(&cells(&r)[10..15], ["20.0k", "7.00k", "10.0k", "40.0k", "30.0k"]);
+        // The kernel core on vCPU 0 (`kc=0`): the split follows it.
+        r.net.as_mut().unwrap().guest.insert("kc".into(), "0".into());
+        assert_eq!(&cells(&r)[10..15], ["10.0k", "40.0k", "20.0k", "7.00k", "30.0k"]);
         r.instructions_idle_vcpus.clear();
-        let t = net_table(&[r]);
-        let row = t.lines().find(|l| l.starts_with("| tcp_accept | ours")).expect(&t);
-        assert_eq!(row.split('|').map(str::trim).nth(11), Some("-"), "{row}");
+        assert_eq!((cells(&r)[11].as_str(), cells(&r)[13].as_str()), ("-", "-"));
+        // Linux: every vCPU serves; no kernel core.
+        let mut l = r.clone();
+        l.system = "linux".into();
+        l.workers = Some(2);
+        l.instructions_idle_vcpus = vec![0, 0];
+        let t = net_table(&[l]);
+        let row: Vec<String> = t.lines().find(|x| x.starts_with("| tcp_accept | linux")).expect(&t).split('|').map(|c| c.trim().to_string()).collect();
+        assert_eq!(&row[10..15], ["30.0k", "0.00", "-", "-", "30.0k"]);
     }
 }

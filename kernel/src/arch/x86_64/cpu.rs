@@ -67,6 +67,22 @@ pub fn rdtsc() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
+/// Tell the insncount plugin that what this core ran since its last pass marker was work
+/// (`work`) or polling that found nothing (tools/qemu-plugins/marker.h, values 6 and 7). The
+/// bytes are the plugin's marker sequence, emitted literally and 8-byte aligned so that they
+/// never straddle a page (the plugin reads them from one page). Without the plugin the port
+/// write goes nowhere (nothing is attached to the marker port, `gdt::MARKER_PORT`).
+#[inline]
+pub fn insn_pass_marker(work: bool) {
+    if work {
+        // SAFETY: a write to the unassigned marker port; no memory, stack or flags touched.
+        unsafe { asm!(".p2align 3", "mov dx, 0x501", "mov al, 6", "out dx, al", out("dx") _, out("al") _, options(nomem, nostack, preserves_flags)) }
+    } else {
+        // SAFETY: as above.
+        unsafe { asm!(".p2align 3", "mov dx, 0x501", "mov al, 7", "out dx, al", out("dx") _, out("al") _, options(nomem, nostack, preserves_flags)) }
+    }
+}
+
 #[inline]
 pub fn read_cr2() -> u64 {
     let v: u64;
