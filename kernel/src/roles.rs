@@ -299,9 +299,9 @@ pub fn kernel_core_loop() {
     set_rings_state(me.index, Some(RING_ATTACHED), 1);
     crate::dev::kernel_core_running(me.index, true);
     let mut idle = 0u32;
-    // With devices: the TSC of the first empty poll of the current idle stretch (0: the
-    // last poll found work).
-    let mut idle_since = 0u64;
+    // With devices: the stretch of empty polls before sleeping, in TSC cycles, cut short
+    // when the host deschedules this core while it polls (percore::poll).
+    let mut window = percore::poll::PollWindow::new(0, crate::time::tsc_per_ms());
     // `kcmark`: the previous pass found work (set where a pass finds some); each pass starts
     // by reporting the one before it, so every instruction is in the pass it belongs to.
     let mark = MARK_PASSES.load(Ordering::Relaxed);
@@ -325,7 +325,7 @@ pub fn kernel_core_loop() {
         let devices = crate::dev::poll_attached(me.index);
         if answered | serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) | (devices == Some(true)) {
             idle = 0;
-            idle_since = 0;
+            window.worked();
             worked = true;
             continue;
         }
@@ -345,12 +345,8 @@ pub fn kernel_core_loop() {
                 continue;
             }
             core::hint::spin_loop();
-            let now = cpu::rdtsc();
-            if idle_since == 0 {
-                idle_since = now;
-                continue;
-            }
-            if now.saturating_sub(idle_since) < after_us.saturating_mul(crate::time::tsc_per_ms()) / 1000 {
+            window.set_poll(after_us.saturating_mul(crate::time::tsc_per_ms()) / 1000);
+            if !window.empty(cpu::rdtsc()) {
                 continue;
             }
             device_sleep = true;
@@ -377,7 +373,7 @@ pub fn kernel_core_loop() {
             me.polling.store(true, Ordering::SeqCst);
             set_rings_state(me.index, None, 1);
             idle = 0;
-            idle_since = 0;
+            window.worked();
             worked = true;
             continue;
         }
@@ -419,7 +415,7 @@ pub fn kernel_core_loop() {
             me.polling.store(true, Ordering::SeqCst);
             set_rings_state(me.index, None, 1);
             idle = 0;
-            idle_since = 0;
+            window.worked();
             worked = true;
             continue;
         }
@@ -439,9 +435,15 @@ pub fn kernel_core_loop() {
         }
         me.polling.store(true, Ordering::SeqCst);
         set_rings_state(me.index, None, 1);
-        // Asleep with devices, the next empty poll sleeps again at once (`idle_since` is
-        // kept); work found resets it.
+        // Asleep with devices, the next empty poll sleeps again at once (the window's
+        // stretch goes on); work found starts a new one.
+        window.woke();
         idle = 0;
+    }
+    if window.preemptions() > 0 {
+        // Evidence for docs/net.md ("A busy host"): how often the host took this core away
+        // in the middle of a polling stretch.
+        crate::kprintln!("roles: kernel core {}: the host descheduled it {} times while it polled (it then slept at once for 100 ms)", me.index, window.preemptions());
     }
     if mark {
         cpu::insn_pass_marker(worked);

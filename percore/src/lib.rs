@@ -18,6 +18,7 @@
 //! | [`reclaim`] | existence guarantees by quiescence (token over per-core counts) | Tornado §5 |
 //! | [`stripe`] | striped try-locks keyed by an object number; the first of an operation's stripes waits, later ones only if free | |
 //! | [`spsc`] | single-producer single-consumer message ring, sequence-tagged slots | NIX, Corey's rings |
+//! | [`poll`] | `PollWindow`: poll while work comes, sleep after a stretch of empty looks, and at once for a while after the host descheduled the poller | NAPI, IX, KVM halt-polling |
 //! | [`slab`] | per-core object cache over a backend (page slabs, heap) | Tornado §4 |
 //! | [`fdtable`] | descriptor table in shared memory: lock-free slot allocation, `fget`-style references | Linux `files_struct`, Corey fig. 1 |
 //! | [`selftest`] | the all-cores stress the kernel runs (and the host, on threads) | |
@@ -35,6 +36,7 @@ pub mod fdtable;
 pub mod mcs;
 pub mod pad;
 pub mod per_core;
+pub mod poll;
 pub mod reclaim;
 pub mod rwlock;
 pub mod seqlock;

@@ -139,6 +139,8 @@ struct FrontCount {
     bytes: AtomicU64,
     ready: AtomicBool,
     exited: AtomicBool,
+    /// Times the host descheduled this core in the middle of a polling stretch (percore::poll).
+    preempted: AtomicU64,
 }
 
 /// Counts of one application core, written by that core only.
@@ -156,6 +158,8 @@ struct AppCount {
     naps: AtomicU64,
     woken: AtomicU64,
     late: AtomicU64,
+    /// As a front-end's `preempted`.
+    preempted: AtomicU64,
 }
 
 static FRONT: [CachePadded<FrontCount>; MAX_FRONTENDS] = [const {
@@ -167,6 +171,7 @@ static FRONT: [CachePadded<FrontCount>; MAX_FRONTENDS] = [const {
         bytes: AtomicU64::new(0),
         ready: AtomicBool::new(false),
         exited: AtomicBool::new(false),
+        preempted: AtomicU64::new(0),
     })
 }; MAX_FRONTENDS];
 static APP: [CachePadded<AppCount>; MAX_APPS] = [const {
@@ -179,6 +184,7 @@ static APP: [CachePadded<AppCount>; MAX_APPS] = [const {
         naps: AtomicU64::new(0),
         woken: AtomicU64::new(0),
         late: AtomicU64::new(0),
+        preempted: AtomicU64::new(0),
     })
 }; MAX_APPS];
 /// Set by an application core just before it sleeps (and cleared by whoever takes it): a
@@ -317,7 +323,9 @@ fn app_main(arg: u64) -> u64 {
     let sleep = SLEEP.load(Ordering::Relaxed);
     let wake = WAKE.load(Ordering::Relaxed);
     let first_nap = if wake { APP_WOKEN_SLEEP_US } else { APP_SLEEP_US };
-    let mut idle_since = 0u64;
+    // Poll 2 ms before sleeping, less once the host has descheduled this core mid-stretch
+    // (percore::poll: then a wake-up is faster than waiting for the host to run a poller).
+    let mut window = percore::poll::PollWindow::new(IDLE_BEFORE_SLEEP_NS, 1_000_000);
     let mut nap_us = first_nap;
     // The last sleep ended by its timeout, not by a wake: work found now waited it out.
     let mut after_timeout = false;
@@ -365,7 +373,7 @@ fn app_main(arg: u64) -> u64 {
                 count.late.store(late, Ordering::Relaxed);
             }
             after_timeout = false;
-            idle_since = 0;
+            window.worked();
             nap_us = first_nap;
             count.sums.store(sums, Ordering::Relaxed);
             count.bytes.store(bytes, Ordering::Relaxed);
@@ -375,10 +383,7 @@ fn app_main(arg: u64) -> u64 {
                 counting = false;
             }
             if sleep {
-                let now = libos::time::tsc_ns();
-                if idle_since == 0 {
-                    idle_since = now;
-                } else if now - idle_since >= IDLE_BEFORE_SLEEP_NS {
+                if window.empty(libos::time::tsc_ns()) {
                     after_timeout = false;
                     // Announce the sleep, then look once more: a front-end pushes, fences and
                     // then reads the flag, so either we see its request here or it sees the
@@ -391,6 +396,7 @@ fn app_main(arg: u64) -> u64 {
                         continue;
                     }
                     let r = libos::sys::wait(0, nap_us).unwrap_or(0);
+                    window.woke();
                     // Not ours to clear any more: a front-end took it and sent a wake.
                     let claimed = !asleep.swap(false, Ordering::AcqRel);
                     naps += 1;
@@ -400,6 +406,7 @@ fn app_main(arg: u64) -> u64 {
                         after_timeout = true;
                     }
                     count.naps.store(naps, Ordering::Relaxed);
+                    count.preempted.store(window.preemptions(), Ordering::Relaxed);
                     count.woken.store(woken, Ordering::Relaxed);
                     if !wake {
                         // Nothing wakes us: a short sleep, longer the longer nothing comes.
@@ -414,6 +421,7 @@ fn app_main(arg: u64) -> u64 {
     }
     count.sums.store(sums, Ordering::Relaxed);
     count.bytes.store(bytes, Ordering::Relaxed);
+    count.preempted.store(window.preemptions(), Ordering::Relaxed);
     count.alive.store(false, Ordering::Release);
     // A halted core still joins the calibration at the end (the barrier counts every core).
     while !STOP.load(Ordering::Relaxed) {
@@ -901,7 +909,9 @@ fn serve(srv: &'static Server, me: usize) -> Result<(), abi::Error> {
     let mut after_work = true;
     let (mut measured, mut counting) = (false, false);
     let sleep = SLEEP.load(Ordering::Relaxed);
-    let mut idle_since = 0u64;
+    // As an application core's: 2 ms of polling, none for a while after the host took this
+    // core away mid-stretch (percore::poll).
+    let mut window = percore::poll::PollWindow::new(IDLE_BEFORE_SLEEP_NS, 1_000_000);
     while !STOP.load(Ordering::Relaxed) {
         let now = libos::time::tsc_ns();
         if now >= next_check {
@@ -928,18 +938,18 @@ fn serve(srv: &'static Server, me: usize) -> Result<(), abi::Error> {
         }
         if !busy {
             // Not while a request waits for an application core: its reply would wake nothing.
-            if sleep && f.conns.iter().all(|c| c.waiting.is_none() && c.pending.is_none()) {
-                if idle_since == 0 {
-                    idle_since = now;
-                } else if now - idle_since >= IDLE_BEFORE_SLEEP_NS {
-                    // Woken by the kernel core filling our ring (Dedicated, Polling) or the
-                    // card's interrupt (Inline).
-                    stack.wait_idle(if me == 0 { COORDINATOR_SLEEP_US } else { FRONT_SLEEP_US });
-                }
+            // Every empty look goes to the window (a gap between two is the host's doing).
+            let stretch_over = window.empty(now);
+            if sleep && stretch_over && f.conns.iter().all(|c| c.waiting.is_none() && c.pending.is_none()) {
+                // Woken by the kernel core filling our ring (Dedicated, Polling) or the card's
+                // interrupt (Inline).
+                stack.wait_idle(if me == 0 { COORDINATOR_SLEEP_US } else { FRONT_SLEEP_US });
+                window.woke();
+                FRONT[me].preempted.store(window.preemptions(), Ordering::Relaxed);
             }
             continue;
         }
-        idle_since = 0;
+        window.worked();
         after_work = stack.poll();
         for a in 0..srv.napps {
             while let Some((tag, sum)) = f.from_apps[a].pop() {
@@ -959,6 +969,7 @@ fn serve(srv: &'static Server, me: usize) -> Result<(), abi::Error> {
     if counting {
         marker(bench::harness::MARK_STOP_CPU);
     }
+    FRONT[me].preempted.store(window.preemptions(), Ordering::Relaxed);
     f.publish();
     // One last poll sends what the stack still holds (FINs, ACKs).
     stack.poll();
@@ -1010,6 +1021,18 @@ fn sleeps_line(srv: &Server) -> String {
     for (a, &core) in srv.app_cores.iter().enumerate() {
         let c = &APP[a];
         line.push_str(&alloc::format!(" app{core}={}/{}/{}", c.naps.load(Ordering::Relaxed), c.woken.load(Ordering::Relaxed), c.late.load(Ordering::Relaxed)));
+    }
+    line
+}
+
+/// Per core, the times the host descheduled it mid-stretch: ` fe<CORE>=N ... app<CORE>=N`.
+fn preempted_line(srv: &Server) -> String {
+    let mut line = String::new();
+    for (f, &core) in srv.front_cores.iter().enumerate() {
+        line.push_str(&alloc::format!(" fe{core}={}", FRONT[f].preempted.load(Ordering::Relaxed)));
+    }
+    for (a, &core) in srv.app_cores.iter().enumerate() {
+        line.push_str(&alloc::format!(" app{core}={}", APP[a].preempted.load(Ordering::Relaxed)));
     }
     line
 }
@@ -1535,6 +1558,7 @@ fn main(args: &'static str) -> u64 {
     if napps > 0 {
         println!("webd: app sleeps wake={}{}", if WAKE.load(Ordering::Relaxed) { "on" } else { "off" }, sleeps_line(srv));
         println!("webd: app sleeps: app=naps/woken/late");
+        println!("webd: polling stretches the host cut short (percore::poll):{}", preempted_line(srv));
     }
     code
 }
