@@ -17,6 +17,11 @@
 //!
 //! `LINUX` may be `faster`: the baseline least favourable to ours, the one a claim must hold
 //! against (the smallest ours/Linux median ratio; the Linux with the fewest instructions).
+//!
+//! A marker may also name a sharing audit's report (the JSON `cargo xtask plugin audit`
+//! writes, committed under docs/plots/): `sharing transfers_kernel_per_op` is its kernel line
+//! transfers between vCPUs divided by its operations, `sharing transfers_per_op` kernel and
+//! user together.
 
 use std::path::Path;
 
@@ -150,6 +155,14 @@ pub fn check(text: &str, root: &Path) -> Vec<String> {
     };
     let mut files: Vec<(String, Result<Results, String>)> = Vec::new();
     for m in &ms {
+        if let Some(what) = m.query.strip_prefix("sharing ") {
+            let path = root.join(&m.file);
+            let v = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display())).and_then(|t| sharing_value(&t, what.trim()));
+            if let Err(e) = v.and_then(|v| agrees(&m.shown, v)) {
+                problems.push(format!("`{}` ({} {}): {e}", m.shown, m.file, m.query));
+            }
+            continue;
+        }
         if !files.iter().any(|(f, _)| *f == m.file) {
             let path = root.join(&m.file);
             let r = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display())).and_then(|t| read_checked(&t).map_err(|e| format!("{}: {e}", m.file)));
@@ -166,6 +179,22 @@ pub fn check(text: &str, root: &Path) -> Vec<String> {
         }
     }
     problems
+}
+
+/// The value `what` of a sharing audit's JSON report (`cargo xtask plugin audit`).
+fn sharing_value(text: &str, what: &str) -> Result<f64, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    if v["plugin"] != "sharing" {
+        return Err("not a sharing audit's report (its `plugin` is not `sharing`)".into());
+    }
+    let ops = v["ops"].as_u64().filter(|&o| o > 0).ok_or("the report has no operations")?;
+    let field = |k: &str| v["summary"][k].as_u64().ok_or_else(|| format!("the report's summary has no `{k}`"));
+    let transfers = match what {
+        "transfers_kernel_per_op" => field("transfers_kernel")?,
+        "transfers_per_op" => field("transfers_kernel")? + field("transfers_user")?,
+        other => return Err(format!("unknown sharing value `{other}`")),
+    };
+    Ok(transfers as f64 / ops as f64)
 }
 
 /// A results file as `--report` reads it: the schema, and its summaries what its boots give.
@@ -223,5 +252,24 @@ mod tests {
         assert!(p.len() == 1 && p[0].contains("the file gives"), "{p:?}");
         assert!(!check(&format!("1×{OPEN}{} nosuch query -->", first.file), &root).is_empty());
         assert!(!check(&format!("1×{OPEN}docs/nosuch.json pair linux x@1 ratio -->"), &root).is_empty());
+    }
+
+    /// Catches: a sharing audit's number typed by hand or rounded wrongly, a report of another
+    /// plugin taken for a sharing audit, an unknown value accepted.
+    #[test]
+    fn a_sharing_audit_number_comes_from_its_report() {
+        let report = r#"{"plugin":"sharing","ops":100,"summary":{"transfers_kernel":2777,"transfers_user":109}}"#;
+        assert_eq!(sharing_value(report, "transfers_kernel_per_op"), Ok(27.77));
+        assert_eq!(sharing_value(report, "transfers_per_op"), Ok(28.86));
+        assert!(sharing_value(report, "lines").is_err());
+        assert!(sharing_value(&report.replace("sharing", "cachesim"), "transfers_per_op").is_err());
+        assert!(sharing_value(&report.replace("100", "0"), "transfers_per_op").is_err());
+        let dir = std::env::temp_dir().join(format!("claims-sharing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.json"), report).unwrap();
+        assert!(check(&format!("27.8{OPEN}a.json sharing transfers_kernel_per_op -->"), &dir).is_empty());
+        let p = check(&format!("27.7{OPEN}a.json sharing transfers_kernel_per_op -->"), &dir);
+        assert!(p.len() == 1 && p[0].contains("the file gives 27.8"), "{p:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -295,7 +295,7 @@ fn net_table(records: &[Record]) -> String {
     }
     let mut t = String::new();
     let _ = writeln!(t, "\nTCP service seen from the host (load generator on 127.0.0.1 through QEMU's user-mode network; fastest round; latency = connect to EOF; webd_* rows: requests instead of connections, service cores = front-end cores, latency = request to response)");
-    let _ = writeln!(t, "conns/s/vCPU divides both systems by the guest's vCPUs (the comparison); per service core is a second view. insns/conn (insncount, per connection, from the cell's counting boot): busy = the service cores while they had work (ours' mark only their busy stretches; Linux's vCPUs all serve and halt when idle, so their count is their work); idle polling = the service cores' polls that found nothing (insncount's `idle`; Linux: none, its idle vCPUs halt; `-` where the report predates the split); kernel core busy / idle polling = ours' kernel core (drives the card), its loop's passes that found work and those that found nothing (its `kcmark` pass markers; where the counting boot predates them, busy shows the two together as `N (with idle)` and idle `-`; Linux has no kernel core: `-`); `all` = every vCPU while busy (idle polling of any core not included). host load = 1-minute load average at the boot's start/end; QEMU CPU = host CPU seconds of the boot's QEMU\n");
+    let _ = writeln!(t, "conns/s/vCPU divides both systems by the guest's vCPUs (the comparison); per service core is a second view. insns/conn (insncount, per connection, from the cell's counting boot): busy = the service cores while they had work (ours' mark only their busy stretches; Linux's vCPUs all serve and halt when idle, so their count is their work); idle polling = the service cores' polls that found nothing (insncount's `idle`; Linux: none, its idle vCPUs halt; `-` where the report predates the split); kernel core busy / idle polling = ours' kernel core (drives the card; webd rows with `kc=-1` have none, and their busy and idle polling columns cover the front-ends and the application cores), its loop's passes that found work and those that found nothing (its `kcmark` pass markers; where the counting boot predates them, busy shows the two together as `N (with idle)` and idle `-`; Linux has no kernel core: `-`); `all` = every vCPU while busy (idle polling of any core not included). host load = 1-minute load average at the boot's start/end; QEMU CPU = host CPU seconds of the boot's QEMU\n");
     let _ = writeln!(t, "| benchmark | system | vCPUs | boot | status | conns/s | service cores | conns/s/vCPU | conns/s per service core | insns/conn busy (service cores) | insns/conn idle polling (service cores) | insns/conn kernel core busy | insns/conn kernel core idle polling | insns/conn all | p50 | p90 | p99 | max | failed / attempted | slow connects | host load | QEMU CPU | audit: line transfers/conn (driver/stack/ipc/alloc/other/user) |");
     let _ = writeln!(t, "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     for r in rows {
@@ -373,10 +373,13 @@ pub(super) fn split_insns(r: &Record) -> InsnSplit {
     let all: u64 = r.instructions_vcpus.iter().sum();
     let idle = (!r.instructions_idle_vcpus.is_empty()).then_some(&r.instructions_idle_vcpus);
     let idle_all: Option<u64> = idle.map(|v| v.iter().sum());
-    if r.system != "ours" || r.workers.is_some_and(|w| w >= r.instructions_vcpus.len() as u64) {
+    let net = r.net.as_ref();
+    // webd without a kernel core says `kc=-1`: its front-ends and application cores mark their
+    // own busy stretches, and every vCPU's idle polling is its own `idle`.
+    let no_kc = net.and_then(|n| n.guest.get("kc")).is_some_and(|v| v.parse::<i64>().is_ok_and(|k| k < 0));
+    if r.system != "ours" || no_kc || r.workers.is_some_and(|w| w >= r.instructions_vcpus.len() as u64) {
         return InsnSplit { service_busy: Some(all), service_idle: idle_all, ..InsnSplit::default() };
     }
-    let net = r.net.as_ref();
     let kc = net.and_then(|n| n.guest.get("kc")).and_then(|v| v.parse::<usize>().ok()).unwrap_or(r.instructions_vcpus.len() - 1);
     let kc_split = net.and_then(|n| n.guest.get(KCMARK_WORD)).is_some_and(|v| v == "on");
     let kc_busy = r.instructions_vcpus.get(kc).copied().unwrap_or(0);
@@ -594,6 +597,11 @@ mod tests {
         assert_eq!(&cells(&r)[10..15], ["10.0k", "40.0k", "20.0k", "7.00k", "30.0k"]);
         r.instructions_idle_vcpus.clear();
         assert_eq!((cells(&r)[11].as_str(), cells(&r)[13].as_str()), ("-", "-"));
+        // webd with no kernel core (`kc=-1`): every core's busy and idle polling together.
+        let mut w = r.clone();
+        w.net.as_mut().unwrap().guest.insert("kc".into(), "-1".into());
+        w.instructions_idle_vcpus = vec![700_000, 4_000_000];
+        assert_eq!(&cells(&w)[10..15], ["30.0k", "47.0k", "-", "-", "30.0k"]);
         // Linux: every vCPU serves; no kernel core.
         let mut l = r.clone();
         l.system = "linux".into();
