@@ -109,6 +109,9 @@ pub struct Files {
     stdin_at: usize,
     /// Where the descriptors live: this context's private table (one thread on one core).
     scope: Scope,
+    /// The file-creation mask (`umask`): process-wide in Linux (its `fs_struct`), kept here
+    /// beside the descriptors every `*at` call resolves against.
+    pub umask: u32,
 }
 
 fn errno_of(e: Error) -> i64 {
@@ -134,7 +137,7 @@ impl Files {
     /// 0, 1, 2: the console; `stdin` is standard input's bytes. `Err` if the descriptor
     /// layer cannot make them (what it made is closed).
     pub fn new(stdin: Vec<u8>) -> Result<Files, Error> {
-        let mut f = Files { slots: (0..MAX_FDS).map(|_| None).collect(), descs: Vec::new(), stdin, stdin_at: 0, scope: Scope::Private };
+        let mut f = Files { slots: (0..MAX_FDS).map(|_| None).collect(), descs: Vec::new(), stdin, stdin_at: 0, scope: Scope::Private, umask: 0o022 };
         for (i, (stream, flags)) in [(Stream::In, O_RDONLY), (Stream::Out(1), O_WRONLY), (Stream::Out(2), O_WRONLY)].into_iter().enumerate() {
             let fd = match fd::open_console(f.scope) {
                 Ok(fd) => fd,

@@ -17,6 +17,7 @@
 
 pub mod dispatch;
 pub mod files;
+pub mod fscalls;
 pub mod load;
 pub mod mem;
 pub mod out;
