@@ -298,9 +298,10 @@ const S_IFLNK: u32 = 0o120000;
 
 /// `openat` of the absolute `path` (see docs/linux-abi.md "Descriptors").
 pub fn open(f: &mut Files, path: &str, flags: u32) -> i64 {
-    let known = O_ACCMODE | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_APPEND | O_NONBLOCK | O_DSYNC | O_ASYNC | O_DIRECT | O_LARGEFILE | O_DIRECTORY | O_NOFOLLOW | O_NOATIME | O_CLOEXEC | O_SYNC;
-    if flags & !known != 0 || flags & O_ACCMODE == 3 {
-        return -EINVAL;
+    // Linux's `open` ignores flags it does not know, and access mode 3 opens for neither
+    // reading nor writing (`ioctl` only): so here, where `read` and `write` refuse it.
+    if flags & O_TMPFILE == O_TMPFILE {
+        return -EOPNOTSUPP;
     }
     if f.free_slot(0).is_none() {
         return -EMFILE;
@@ -335,7 +336,7 @@ pub fn open(f: &mut Files, path: &str, flags: u32) -> i64 {
     } else if flags & O_DIRECTORY != 0 && flags & O_CREAT == 0 {
         return target.map(|_| 0).unwrap_or_else(errno);
     }
-    let mut ours = flags & O_ACCMODE;
+    let mut ours = if flags & O_ACCMODE == 3 { fs::O_RDONLY } else { flags & O_ACCMODE };
     // O_APPEND is this layer's (it can change with F_SETFL): `write` seeks to the end.
     for (l, o) in [(O_CREAT, fs::O_CREAT), (O_EXCL, fs::O_EXCL), (O_TRUNC, fs::O_TRUNC)] {
         if flags & l != 0 {
@@ -439,7 +440,7 @@ pub fn read(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
     let Some(s) = f.slot(fd) else { return -EBADF };
     let ofd = s.fd;
     let Some(d) = f.descs[s.desc].as_ref() else { return -EBADF };
-    if d.flags & O_ACCMODE == O_WRONLY {
+    if matches!(d.flags & O_ACCMODE, O_WRONLY | 3) {
         return -EBADF;
     }
     if d.is_dir {
@@ -471,7 +472,7 @@ pub fn write(f: &mut Files, fd: i32, src: &[u8], framed: bool, at: Option<u64>) 
     let Some(s) = f.slot(fd) else { return -EBADF };
     let ofd = s.fd;
     let Some(d) = f.descs[s.desc].as_ref() else { return -EBADF };
-    if d.flags & O_ACCMODE == O_RDONLY {
+    if matches!(d.flags & O_ACCMODE, O_RDONLY | 3) {
         return -EBADF;
     }
     match d.stream {

@@ -374,11 +374,12 @@ pub fn sys_utimensat(p: &mut Process, a: &[u64; 6]) -> i64 {
                 return -EINVAL;
             }
         }
-        match w(24) {
-            UTIME_OMIT => None,
-            UTIME_NOW => Some(now),
-            s if s < 0 => return -EINVAL,
-            s => Some(s.min(u32::MAX as i64) as u32),
+        // times[1] is the modification time: seconds at 16, nanoseconds at 24.
+        match (w(16), w(24)) {
+            (_, UTIME_OMIT) => None,
+            (_, UTIME_NOW) => Some(now),
+            (s, _) if s < 0 => return -EINVAL,
+            (s, _) => Some(s.min(u32::MAX as i64) as u32),
         }
     };
     let path = if pathp == 0 {
