@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -33,6 +34,8 @@ static const char *en(int e) {
     case ESPIPE: return "ESPIPE";
     case ELOOP: return "ELOOP";
     case ENOTEMPTY: return "ENOTEMPTY";
+    case ENODEV: return "ENODEV";
+    case ENOMEM: return "ENOMEM";
     default: return "other";
     }
 }
@@ -220,6 +223,40 @@ int main(void) {
     show("read mode 3", read(fd, t, 1));
     show("write mode 3", write(fd, "x", 1));
     close(fd);
+
+    /* Memory: file mappings' bad input, mremap, madvise, msync. */
+    fd = open("b", O_RDONLY);
+    show("mmap unaligned offset", (long)mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 100));
+    show("mmap closed fd", (long)mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, 45, 0));
+    show("mmap shared writable of a read-only fd", (long)mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    char *pm = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    show("mmap private writable of a read-only fd", pm == MAP_FAILED ? -1 : 0);
+    show("private mapping shows b", pm != MAP_FAILED && memcmp(pm, "AB23", 4) == 0);
+    close(fd);
+    fd = open("sub", O_RDONLY);
+    show("mmap a directory", (long)mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0));
+    close(fd);
+    fd = open("b", O_WRONLY);
+    show("mmap a write-only fd", (long)mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0));
+    close(fd);
+    char *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    memset(m, 7, 8192);
+    char *m2 = mremap(m, 8192, 64 * 4096, MREMAP_MAYMOVE);
+    show("mremap grow keeps the bytes", m2 != MAP_FAILED && m2[0] == 7 && m2[8191] == 7 && m2[8192] == 0);
+    m2[64 * 4096 - 1] = 1;
+    show("mremap shrink", mremap(m2, 64 * 4096, 4096, 0) == m2);
+    show("mremap unaligned", (long)mremap(m2 + 1, 4096, 8192, MREMAP_MAYMOVE));
+    show("mremap bad flags", (long)mremap(m2, 4096, 8192, 64));
+    show("madvise DONTNEED", madvise(m2, 4096, MADV_DONTNEED));
+    show("and the page reads zero", m2[0] == 0);
+    show("madvise bad advice", madvise(m2, 4096, 77));
+    show("madvise unaligned", madvise(m2 + 1, 4096, MADV_NORMAL));
+    show("madvise WILLNEED", madvise(m2, 4096, MADV_WILLNEED));
+    show("msync unaligned", msync(m2 + 1, 4096, MS_SYNC));
+    show("msync bad flags", msync(m2, 4096, MS_SYNC | MS_ASYNC));
+    show("munmap", munmap(m2, 4096));
+    show("msync unmapped", msync(m2, 4096, MS_SYNC));
+    show("munmap unaligned", munmap(m2 + 1, 4096));
     printf("fscalls: done\n");
     return 0;
 }

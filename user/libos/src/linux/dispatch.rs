@@ -71,6 +71,9 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::WRITEV, sys_writev),
     (nr::ACCESS, fscalls::sys_access),
     (nr::SCHED_YIELD, sys_sched_yield),
+    (nr::MREMAP, super::vm::sys_mremap),
+    (nr::MSYNC, super::vm::sys_msync),
+    (nr::MADVISE, super::vm::sys_madvise),
     (nr::DUP, fscalls::sys_dup),
     (nr::DUP2, fscalls::sys_dup2),
     (nr::NANOSLEEP, sys_nanosleep),
@@ -422,15 +425,17 @@ const MAP_FIXED: u64 = 0x10;
 const MAP_ANONYMOUS: u64 = 0x20;
 
 fn sys_mmap(p: &mut Process, a: &[u64; 6]) -> i64 {
-    // Anonymous private mappings anywhere (the address is a hint we do not follow).
-    let (len, prot, flags) = (a[1], a[2], a[3]);
-    if flags & MAP_ANONYMOUS == 0 {
-        return -ENODEV; // file mappings are not built yet
-    }
-    if flags & MAP_FIXED != 0 || flags & 3 != MAP_PRIVATE || prot & PROT_EXEC != 0 {
+    // Anywhere in the window (the address is a hint we do not follow).
+    let (len, prot, flags, fd, off) = (a[1], a[2], a[3], a[4] as i32, a[5]);
+    let kind = flags & 3;
+    if flags & MAP_FIXED != 0 || kind == 0 || prot & PROT_EXEC != 0 || len == 0 {
         return -EINVAL;
     }
-    if len == 0 {
+    if flags & MAP_ANONYMOUS == 0 {
+        return super::vm::mmap_file(p, len, prot, kind, fd, off);
+    }
+    if kind != MAP_PRIVATE {
+        // Anonymous shared memory is shared only with children: none yet.
         return -EINVAL;
     }
     match p.image.space.mmaps.map(len, prot & (PROT_READ | PROT_WRITE)) {
