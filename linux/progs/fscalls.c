@@ -67,6 +67,7 @@ int main(void) {
     umask(022);
     show("mkdir /tmp/fsc", mkdir("/tmp/fsc", 0755));
     show("mkdir again", mkdir("/tmp/fsc", 0755));
+    show("mkdir /", mkdir("/", 0755));
     show("chdir", chdir("/tmp/fsc"));
 
     /* Creating and writing. */

@@ -81,6 +81,11 @@ pub fn sys_mkdirat(p: &mut Process, a: &[u64; 6]) -> i64 {
         Err(e) => return e,
     };
     let want = perm(p, a[2]);
+    // An existing name (the root included, which the file system cannot make) is EEXIST, as
+    // `mkdir -p` expects of every component that is there.
+    if kind_of(&path).is_some() {
+        return -EEXIST;
+    }
     if let Err(e) = fs::mkdir(&path) {
         return errno(e);
     }
