@@ -13,7 +13,8 @@ use linuxabi::errno::*;
 use linuxabi::nr;
 use percore::spin::TicketLock;
 
-use super::files::{self, Desc, Files};
+use super::files::{self, Files, Stream};
+use super::fscalls;
 use super::load::Loaded;
 use super::upcall::Frame;
 
@@ -65,21 +66,50 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::RT_SIGPROCMASK, sys_rt_sigprocmask),
     (nr::IOCTL, sys_ioctl),
     (nr::PREAD64, sys_pread64),
+    (nr::PWRITE64, fscalls::sys_pwrite64),
     (nr::READV, sys_readv),
     (nr::WRITEV, sys_writev),
+    (nr::ACCESS, fscalls::sys_access),
     (nr::SCHED_YIELD, sys_sched_yield),
+    (nr::MREMAP, super::vm::sys_mremap),
+    (nr::MSYNC, super::vm::sys_msync),
+    (nr::MADVISE, super::vm::sys_madvise),
+    (nr::DUP, fscalls::sys_dup),
+    (nr::DUP2, fscalls::sys_dup2),
     (nr::NANOSLEEP, sys_nanosleep),
     (nr::GETPID, sys_getpid),
     (nr::EXIT, sys_exit),
     (nr::UNAME, sys_uname),
+    (nr::FCNTL, fscalls::sys_fcntl),
+    (nr::FSYNC, fscalls::sys_fsync),
+    (nr::FDATASYNC, fscalls::sys_fsync),
+    (nr::TRUNCATE, fscalls::sys_truncate),
+    (nr::FTRUNCATE, fscalls::sys_ftruncate),
     (nr::GETCWD, sys_getcwd),
     (nr::CHDIR, sys_chdir),
+    (nr::FCHDIR, fscalls::sys_fchdir),
+    (nr::RENAME, fscalls::sys_rename),
+    (nr::MKDIR, fscalls::sys_mkdir),
+    (nr::RMDIR, fscalls::sys_rmdir),
+    (nr::CREAT, fscalls::sys_creat),
+    (nr::LINK, fscalls::sys_link),
+    (nr::UNLINK, fscalls::sys_unlink),
+    (nr::SYMLINK, fscalls::sys_symlink),
+    (nr::READLINK, fscalls::sys_readlink),
+    (nr::CHMOD, fscalls::sys_chmod),
+    (nr::FCHMOD, fscalls::sys_fchmod),
+    (nr::CHOWN, fscalls::sys_chown),
+    (nr::FCHOWN, fscalls::sys_fchown),
+    (nr::LCHOWN, fscalls::sys_lchown),
+    (nr::UMASK, fscalls::sys_umask),
     (nr::GETTIMEOFDAY, sys_gettimeofday),
     (nr::GETUID, sys_zero),
     (nr::GETGID, sys_zero),
     (nr::GETEUID, sys_zero),
     (nr::GETEGID, sys_zero),
     (nr::GETPPID, sys_zero),
+    (nr::STATFS, fscalls::sys_statfs),
+    (nr::FSTATFS, fscalls::sys_fstatfs),
     (nr::ARCH_PRCTL, sys_arch_prctl),
     (nr::GETTID, sys_getpid),
     (nr::SCHED_GETAFFINITY, sys_sched_getaffinity),
@@ -88,9 +118,23 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::CLOCK_GETTIME, sys_clock_gettime),
     (nr::EXIT_GROUP, sys_exit),
     (nr::OPENAT, sys_openat),
+    (nr::MKDIRAT, fscalls::sys_mkdirat),
+    (nr::FCHOWNAT, fscalls::sys_fchownat),
     (nr::NEWFSTATAT, sys_newfstatat),
+    (nr::UNLINKAT, fscalls::sys_unlinkat),
+    (nr::RENAMEAT, fscalls::sys_renameat),
+    (nr::LINKAT, fscalls::sys_linkat),
+    (nr::SYMLINKAT, fscalls::sys_symlinkat),
+    (nr::READLINKAT, fscalls::sys_readlinkat),
+    (nr::FCHMODAT, fscalls::sys_fchmodat),
+    (nr::FACCESSAT, fscalls::sys_faccessat),
+    (nr::UTIMENSAT, fscalls::sys_utimensat),
+    (nr::DUP3, fscalls::sys_dup3),
     (nr::PRLIMIT64, sys_prlimit64),
+    (nr::RENAMEAT2, fscalls::sys_renameat2),
     (nr::GETRANDOM, sys_getrandom),
+    (nr::STATX, fscalls::sys_statx),
+    (nr::FACCESSAT2, fscalls::sys_faccessat2),
 ];
 
 /// Numbers below this index the handler array; the rest are unknown.
@@ -171,7 +215,7 @@ fn sys_pread64(p: &mut Process, a: &[u64; 6]) -> i64 {
 fn sys_write(p: &mut Process, a: &[u64; 6]) -> i64 {
     let (fd, buf, len) = (a[0] as i32, a[1], a[2]);
     let Some(src) = p.image.space.read(buf, len) else { return -EFAULT };
-    files::write(&mut p.files, fd, src, p.framed)
+    files::write(&mut p.files, fd, src, p.framed, None)
 }
 
 /// The `(base, len)` pairs of an iovec array.
@@ -196,7 +240,7 @@ fn sys_writev(p: &mut Process, a: &[u64; 6]) -> i64 {
             None => return -EFAULT,
         }
     }
-    files::write(&mut p.files, a[0] as i32, &all, p.framed)
+    files::write(&mut p.files, a[0] as i32, &all, p.framed, None)
 }
 
 fn sys_readv(p: &mut Process, a: &[u64; 6]) -> i64 {
@@ -220,7 +264,7 @@ fn sys_readv(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 /// A path argument, made absolute against the working directory.
-fn path_arg(p: &Process, dirfd: i32, addr: u64) -> Result<String, i64> {
+pub(super) fn path_arg(p: &Process, dirfd: i32, addr: u64) -> Result<String, i64> {
     let raw = p.image.space.cstr(addr, 4095)?;
     let s = core::str::from_utf8(raw).map_err(|_| -EINVAL)?;
     if s.is_empty() {
@@ -237,11 +281,18 @@ fn sys_open(p: &mut Process, a: &[u64; 6]) -> i64 {
     sys_openat(p, &[files::AT_FDCWD as u64, a[0], a[1], a[2], 0, 0])
 }
 
-fn sys_openat(p: &mut Process, a: &[u64; 6]) -> i64 {
-    match path_arg(p, a[0] as i32, a[1]) {
-        Ok(path) => files::open(&mut p.files, &path, a[2] as u32),
-        Err(e) => e,
+pub(super) fn sys_openat(p: &mut Process, a: &[u64; 6]) -> i64 {
+    let path = match path_arg(p, a[0] as i32, a[1]) {
+        Ok(path) => path,
+        Err(e) => return e,
+    };
+    let create = a[2] as u32 & files::O_CREAT != 0;
+    let existed = create && crate::fs::lstat(&path).is_ok();
+    let r = files::open(&mut p.files, &path, a[2] as u32);
+    if create && r >= 0 {
+        fscalls::after_create(p, &files::normalize(&path), existed, a[3]);
     }
+    r
 }
 
 fn sys_close(p: &mut Process, a: &[u64; 6]) -> i64 {
@@ -336,9 +387,8 @@ const TIOCGWINSZ: u64 = 0x5413;
 
 fn sys_ioctl(p: &mut Process, a: &[u64; 6]) -> i64 {
     let (fd, req, arg) = (a[0] as i32, a[1], a[2]);
-    let tty = match files::desc(&p.files, fd) {
-        Some(Desc::Console(_)) => !p.framed,
-        Some(_) => false,
+    let tty = match p.files.desc(fd) {
+        Some(d) => d.stream != Stream::None && !p.framed,
         None => return -EBADF,
     };
     if !tty {
@@ -375,15 +425,17 @@ const MAP_FIXED: u64 = 0x10;
 const MAP_ANONYMOUS: u64 = 0x20;
 
 fn sys_mmap(p: &mut Process, a: &[u64; 6]) -> i64 {
-    // Anonymous private mappings anywhere (the address is a hint we do not follow).
-    let (len, prot, flags) = (a[1], a[2], a[3]);
-    if flags & MAP_ANONYMOUS == 0 {
-        return -ENODEV; // file mappings are not built yet
-    }
-    if flags & MAP_FIXED != 0 || flags & 3 != MAP_PRIVATE || prot & PROT_EXEC != 0 {
+    // Anywhere in the window (the address is a hint we do not follow).
+    let (len, prot, flags, fd, off) = (a[1], a[2], a[3], a[4] as i32, a[5]);
+    let kind = flags & 3;
+    if flags & MAP_FIXED != 0 || kind == 0 || prot & PROT_EXEC != 0 || len == 0 {
         return -EINVAL;
     }
-    if len == 0 {
+    if flags & MAP_ANONYMOUS == 0 {
+        return super::vm::mmap_file(p, len, prot, kind, fd, off);
+    }
+    if kind != MAP_PRIVATE {
+        // Anonymous shared memory is shared only with children: none yet.
         return -EINVAL;
     }
     match p.image.space.mmaps.map(len, prot & (PROT_READ | PROT_WRITE)) {
@@ -584,7 +636,7 @@ fn sys_uname(p: &mut Process, a: &[u64; 6]) -> i64 {
 // ---------------------------------------------------------------------------------------
 // Time and randomness
 
-fn now_ns() -> u64 {
+pub(super) fn now_ns() -> u64 {
     crate::time::now_ns()
 }
 

@@ -105,9 +105,12 @@ impl Space {
     }
 }
 
-/// The bytes `[va, va + len)` that the loader has just mapped read-write for itself.
+/// The bytes `[va, va + len)` that the loader, or `vm` (filling a file mapping, zeroing or
+/// writing back a writable one), has mapped read-write itself.
 pub(super) fn mapped_slice(va: u64, len: u64) -> &'static mut [u8] {
-    // SAFETY: only called by the loader on a range it mapped read-write in this address
-    // space itself, with no other reference to those bytes alive while it fills them.
+    // SAFETY: only called on a range the caller mapped read-write in this address space
+    // (the loader's image, `vm`'s fill mapping, or a writable mapping of the window `vm`
+    // records), with no other reference to those bytes alive while it uses them; the program
+    // is stopped in a system call meanwhile.
     unsafe { core::slice::from_raw_parts_mut(va as *mut u8, len as usize) }
 }

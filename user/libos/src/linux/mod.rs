@@ -1,22 +1,25 @@
 //! The Linux personality (docs/linux-abi.md): unmodified static x86-64 Linux programs run
 //! inside the runtime's own context. The kernel reflects every `syscall` the program makes
 //! back to user mode at the upcall (`upcall.rs`, `abi::nr::LINUX_PERSONALITY`); the
-//! dispatcher (`dispatch.rs`) runs it by its Linux number on the library OS: files on the
-//! ext2 file system (`files.rs`), memory from the program's own segments (`load.rs`,
-//! `vm.rs`, `mem.rs`), standard output and error to the host (`out.rs`).
+//! dispatcher (`dispatch.rs`) runs it by its Linux number on the library OS: descriptors
+//! over the library OS's descriptor model (`files.rs`, `crate::fd`), the calls that make and
+//! change names on the ext2 file system (`fscalls.rs`), memory and file mappings from the
+//! program's own segments (`load.rs`, `vm.rs`, `mem.rs`), standard output and error to the
+//! host (`out.rs`).
 //!
 //! Sharing: the program is one process with one thread on the runtime's core; its
 //! descriptor table, address space, signal state and working directory are this module's
 //! private state (one `Process`), touched by no other core.
 //!
 //! NOT DONE: processes (`fork`, `clone`, `execve`, `wait4`), threads and `futex`, signal
-//! delivery, pipes and sockets as descriptors (`fd::FileLike`), file mappings, `poll`, the
-//! file calls that change names (`mkdirat`, `unlinkat`, `renameat2`, ...), `fcntl`, `dup*`;
-//! standard input from a live terminal (it is a byte string given at start). The table of
-//! what is there: `linuxabi::support`, docs/linux-abi.md.
+//! delivery, the Linux calls that make pipes and sockets (the descriptor model takes them:
+//! `files::Files::install`), `poll`; standard input from a live terminal (it is a byte
+//! string given at start). The table of what is there: `linuxabi::support`,
+//! docs/linux-abi.md.
 
 pub mod dispatch;
 pub mod files;
+pub mod fscalls;
 pub mod load;
 pub mod mem;
 pub mod out;
@@ -65,7 +68,15 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     let loaded = load::load(&file, o.path, &argv, &envp, limit, random)?;
     drop(file);
     let (entry, rsp) = (loaded.entry, loaded.rsp);
-    let mut process = dispatch::Process::new(loaded, files::Files::new(o.stdin.clone()), o.framed);
+    let files = match files::Files::new(o.stdin.clone()) {
+        Ok(f) => f,
+        Err(e) => {
+            let mut image = loaded;
+            load::unload(&mut image);
+            return Err(alloc::format!("{}: cannot open the console descriptors: {e:?}", o.path));
+        }
+    };
+    let mut process = dispatch::Process::new(loaded, files, o.framed);
     if o.cwd.starts_with('/') {
         process.cwd = files::normalize(&o.cwd);
     }
