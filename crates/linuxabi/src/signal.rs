@@ -143,7 +143,8 @@ pub fn fault_signal(vector: u64, error: u64, cr2: u64, rip: u64) -> (u32, i32, u
 }
 
 /// The general registers as `struct sigcontext` orders them (r8..r15, rdi, rsi, rbp, rbx,
-/// rdx, rax, rcx, rsp, rip, eflags).
+/// rdx, rax, rcx, rsp, rip, eflags). `repr(C)`: the runtime's resume stub reads it by offset.
+#[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Regs {
     pub r8: u64,

@@ -48,10 +48,11 @@ fn newer(src: &Path, out: &Path) -> bool {
 }
 
 /// The C programs of linux/progs/ and the extra link arguments each needs.
-pub const C_PROGRAMS: [(&str, &[&str]); 6] = [
+pub const C_PROGRAMS: [(&str, &[&str]); 7] = [
     ("hello", &[]),
     ("pthreads", &["-lpthread"]),
     ("signals", &[]),
+    ("sigself", &[]),
     ("forkstorm", &[]),
     ("mmapfile", &[]),
     ("pipe2proc", &[]),

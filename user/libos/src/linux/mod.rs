@@ -20,6 +20,7 @@ pub mod files;
 pub mod load;
 pub mod mem;
 pub mod out;
+pub mod signal;
 pub mod vm;
 #[cfg(target_os = "none")]
 pub mod upcall;
@@ -72,6 +73,10 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     *dispatch::PROC.lock() = Some(process);
     let r = upcall::enter(entry, rsp);
     let mut p = dispatch::PROC.lock().take().ok_or_else(|| String::from("the program's state is gone"))?;
+    p.sig.finish();
+    if let Some(sig) = p.sig.killed_by {
+        crate::println!("linux: {} killed by signal {sig}", o.path);
+    }
     p.files.close_all();
     load::unload(&mut p.image);
     let status = r.map_err(|e| alloc::format!("{}: the kernel refused the personality: {e:?}", o.path))?;
