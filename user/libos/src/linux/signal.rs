@@ -89,6 +89,9 @@ pub struct State {
     pub call_rsp: u64,
     /// Registers to resume with instead of returning from the call (`rt_sigreturn`).
     resume: Option<Regs>,
+    /// Whether the way back from a call must look beyond the pending word: `resume` is set,
+    /// the timer is armed, or the call may have been interrupted (`interrupted`).
+    slow: bool,
     /// The signal that ended the program, if one did.
     pub killed_by: Option<u32>,
     pub slot: &'static SignalSlot,
@@ -107,6 +110,7 @@ impl State {
             ticks: None,
             call_rsp: 0,
             resume: None,
+            slow: false,
             killed_by: None,
             slot: &OWN,
         }
@@ -168,7 +172,7 @@ fn regs_after_call(f: &Frame) -> Regs {
 #[inline]
 pub fn after_call(p: &mut Process, f: &Frame, nr: u32) -> Option<Next> {
     let s = &p.sig;
-    if s.resume.is_none() && s.slot.pending.load(Ordering::Relaxed) & !s.mask == 0 && s.timer.deadline == 0 && (f.ret as i64) > -(ERESTARTSYS) {
+    if !s.slow && s.slot.pending.load(Ordering::Relaxed) & !s.mask == 0 {
         return None;
     }
     after_call_slow(p, f, nr)
@@ -184,10 +188,20 @@ fn after_call_slow(p: &mut Process, f: &Frame, nr: u32) -> Option<Next> {
         }
     };
     check_timer(p);
-    match deliver(p, regs, restart) {
+    let next = deliver(p, regs, restart);
+    p.sig.slow = p.sig.timer.deadline != 0 || p.sig.resume.is_some();
+    match next {
         Next::Resume(r) if !forced && restart.is_none() && r == regs => None,
         n => Some(n),
     }
+}
+
+/// What a call a signal interrupted returns (`code`: `ERESTARTSYS` or `ERESTARTNOHAND`):
+/// the way back then restarts it or makes it `-EINTR` (`deliver`). For the blocking calls
+/// of other parts (`wait4`, `futex`, pipe reads) too.
+pub fn interrupted(p: &mut Process, code: i64) -> i64 {
+    p.sig.slow = true;
+    -code
 }
 
 /// Post `SIGALRM` if the timer is due, and reload or disarm it.
@@ -545,6 +559,7 @@ pub fn sys_rt_sigreturn(p: &mut Process, _a: &[u64; 6]) -> i64 {
     regs.rflags = (regs.rflags & ls::USER_FLAGS) | 0x202;
     let rax = regs.rax;
     p.sig.resume = Some(regs);
+    p.sig.slow = true;
     rax as i64
 }
 
@@ -644,7 +659,7 @@ pub fn sys_tgkill(p: &mut Process, a: &[u64; 6]) -> i64 {
 
 pub fn sys_pause(p: &mut Process, _a: &[u64; 6]) -> i64 {
     sleep(p, None);
-    -ERESTARTNOHAND
+    interrupted(p, ERESTARTNOHAND)
 }
 
 pub fn sys_rt_sigsuspend(p: &mut Process, a: &[u64; 6]) -> i64 {
@@ -657,7 +672,7 @@ pub fn sys_rt_sigsuspend(p: &mut Process, a: &[u64; 6]) -> i64 {
     p.sig.mask = m & !UNBLOCKABLE;
     p.sig.suspend_mask = Some(old);
     sleep(p, None);
-    -ERESTARTNOHAND
+    interrupted(p, ERESTARTNOHAND)
 }
 
 /// `struct timeval` pairs as `setitimer` passes them: (interval, value) in ns, or `EINVAL`.
@@ -687,6 +702,7 @@ fn timer_now(p: &Process) -> (u64, u64) {
 
 fn arm(p: &mut Process, interval: u64, value: u64) {
     p.sig.timer = Timer { deadline: if value == 0 { 0 } else { now() + value }, interval };
+    p.sig.slow |= value != 0;
     set_ticks(&mut p.sig, value != 0);
 }
 
