@@ -16,6 +16,12 @@
 //! range and upcall, and the user FS base (`LINUX_SET_FS`: the Linux program's thread
 //! pointer, which no native program uses).
 //!
+//! Faults and ticks (`LINUX_EVENTS`): a user-mode exception, or a timer tick the runtime
+//! asked for, that interrupts the context outside its native range is reflected too
+//! (`reflect`): the registers are kept in the context (`Context::linux_event`) and the
+//! context resumes at the runtime's event upcall, which takes them (`LINUX_TAKE_EVENT`) and
+//! turns them into a Linux signal. A fault inside the native range still ends the context.
+//!
 //! Limits: the call must come from the context's own core (a call forwarded from an
 //! application core is `NotPermitted`: the MSRs belong to the caller's core), and not from
 //! inside a protected procedure call (`NotPermitted`); x87/SSE state is not saved across

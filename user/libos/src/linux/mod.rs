@@ -3,15 +3,15 @@
 //! back to user mode at the upcall (`upcall.rs`, `abi::nr::LINUX_PERSONALITY`); the
 //! dispatcher (`dispatch.rs`) runs it by its Linux number on the library OS: files on the
 //! ext2 file system (`files.rs`), memory from the program's own segments (`load.rs`,
-//! `vm.rs`, `mem.rs`), standard output and error to the host (`out.rs`).
+//! `vm.rs`, `mem.rs`), standard output and error to the host (`out.rs`), signals and the
+//! program's own faults (`signal.rs`).
 //!
 //! Sharing: the program is one process with one thread on the runtime's core; its
 //! descriptor table, address space, signal state and working directory are this module's
 //! private state (one `Process`), touched by no other core.
 //!
-//! NOT DONE: processes (`fork`, `clone`, `execve`, `wait4`), threads and `futex`, signal
-//! delivery, pipes and sockets as descriptors (`fd::FileLike`), file mappings, `poll`, the
-//! file calls that change names (`mkdirat`, `unlinkat`, `renameat2`, ...), `fcntl`, `dup*`;
+//! NOT DONE: processes (`fork`, `clone`, `execve`, `wait4`), threads and `futex`, pipes
+//! and sockets as descriptors (`fd::FileLike`), file mappings, `poll`, the file calls that change names (`mkdirat`, `unlinkat`, `renameat2`, ...), `fcntl`, `dup*`;
 //! standard input from a live terminal (it is a byte string given at start). The table of
 //! what is there: `linuxabi::support`, docs/linux-abi.md.
 
