@@ -13,7 +13,7 @@ use linuxabi::errno::*;
 use linuxabi::nr;
 use percore::spin::TicketLock;
 
-use super::files::{self, Desc, Files};
+use super::files::{self, Files, Stream};
 use super::signal;
 use super::load::Loaded;
 use super::upcall::Frame;
@@ -190,7 +190,7 @@ fn sys_pread64(p: &mut Process, a: &[u64; 6]) -> i64 {
 fn sys_write(p: &mut Process, a: &[u64; 6]) -> i64 {
     let (fd, buf, len) = (a[0] as i32, a[1], a[2]);
     let Some(src) = p.image.space.read(buf, len) else { return -EFAULT };
-    files::write(&mut p.files, fd, src, p.framed)
+    files::write(&mut p.files, fd, src, p.framed, None)
 }
 
 /// The `(base, len)` pairs of an iovec array.
@@ -215,7 +215,7 @@ fn sys_writev(p: &mut Process, a: &[u64; 6]) -> i64 {
             None => return -EFAULT,
         }
     }
-    files::write(&mut p.files, a[0] as i32, &all, p.framed)
+    files::write(&mut p.files, a[0] as i32, &all, p.framed, None)
 }
 
 fn sys_readv(p: &mut Process, a: &[u64; 6]) -> i64 {
@@ -355,9 +355,8 @@ const TIOCGWINSZ: u64 = 0x5413;
 
 fn sys_ioctl(p: &mut Process, a: &[u64; 6]) -> i64 {
     let (fd, req, arg) = (a[0] as i32, a[1], a[2]);
-    let tty = match files::desc(&p.files, fd) {
-        Some(Desc::Console(_)) => !p.framed,
-        Some(_) => false,
+    let tty = match p.files.desc(fd) {
+        Some(d) => d.stream != Stream::None && !p.framed,
         None => return -EBADF,
     };
     if !tty {

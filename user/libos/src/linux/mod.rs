@@ -66,7 +66,15 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     let loaded = load::load(&file, o.path, &argv, &envp, limit, random)?;
     drop(file);
     let (entry, rsp) = (loaded.entry, loaded.rsp);
-    let mut process = dispatch::Process::new(loaded, files::Files::new(o.stdin.clone()), o.framed);
+    let files = match files::Files::new(o.stdin.clone()) {
+        Ok(f) => f,
+        Err(e) => {
+            let mut image = loaded;
+            load::unload(&mut image);
+            return Err(alloc::format!("{}: cannot open the console descriptors: {e:?}", o.path));
+        }
+    };
+    let mut process = dispatch::Process::new(loaded, files, o.framed);
     if o.cwd.starts_with('/') {
         process.cwd = files::normalize(&o.cwd);
     }
