@@ -451,8 +451,20 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
 /// of ending the context, when the runtime asked for that.
 fn reflect_fault(f: &mut TrapFrame, addr: u64) -> bool {
     match running(percpu::this()).get_mut() {
-        Some(c) => crate::personality::reflect(c, f, abi::LINUX_EVENT_FAULT, addr),
+        Some(c) => crate::personality::reflect(&c.linux, c.ppc.is_some(), &mut c.linux_event, f, abi::LINUX_EVENT_FAULT, addr),
         None => false,
+    }
+}
+
+/// A timer tick that interrupted user mode on this core: reflected to the running context's
+/// runtime if it asked for ticks (`personality::reflect`; its Linux program's alarms).
+pub fn linux_tick(f: &mut TrapFrame) {
+    let area = percpu::this();
+    if area.linux_upcall.load(Ordering::Relaxed) == 0 {
+        return; // no personality installed here: one load and a branch
+    }
+    if let Some(c) = running(area).get_mut() {
+        crate::personality::reflect(&c.linux, c.ppc.is_some(), &mut c.linux_event, f, abi::LINUX_EVENT_TICK, 0);
     }
 }
 

@@ -32,9 +32,8 @@ use core::sync::atomic::Ordering;
 
 use crate::arch::x86_64::idt::TrapFrame;
 use crate::arch::x86_64::syscall::set_linux_entry;
-use crate::context::Context;
 use crate::percpu::PerCpu;
-use abi::{Error, LinuxEvent, LINUX_EVENTS, LINUX_EVENT_FAULT, LINUX_EVENT_TICK, LINUX_EV_FAULTS, LINUX_EV_TICKS, LINUX_OFF, LINUX_ON, LINUX_SET_FS, USER_BASE, USER_END};
+use abi::{Error, LinuxEvent, LINUX_EVENTS, LINUX_EVENT_FAULT, LINUX_EV_FAULTS, LINUX_EV_TICKS, LINUX_OFF, LINUX_ON, LINUX_SET_FS, USER_BASE, USER_END};
 
 /// A context's Linux personality.
 #[derive(Clone, Copy, Debug, Default)]
@@ -111,21 +110,22 @@ pub fn apply(cur: &mut Option<Personality>, a: &[u64; 6]) -> Result<(), Error> {
 }
 
 /// Reflect a user-mode fault (`LINUX_EVENT_FAULT`, with its vector, error code and address)
-/// or timer tick (`LINUX_EVENT_TICK`) of the running context `c`, interrupted at `f`, to its
-/// runtime: when the context asked for that kind (`LINUX_EVENTS`), was interrupted outside
-/// its native range (the Linux program's code, never the runtime's own), is in no protected
-/// procedure call and has no event kept already, its registers are kept in `c.linux_event`
-/// and `f` resumes at the event upcall with interrupts on and the direction, trap and
-/// alignment flags clear. Returns false (nothing changed) otherwise: a fault then ends the
-/// context as before, a tick is not seen.
-pub fn reflect(c: &mut Context, f: &mut TrapFrame, kind: u64, addr: u64) -> bool {
-    let Some(p) = c.linux else { return false };
+/// or timer tick (`LINUX_EVENT_TICK`) of the running context, interrupted at `f`, to its
+/// runtime. `p` is the context's personality, `in_call` whether it is in a protected
+/// procedure call, `kept` its event record (`Context::linux_event`). When the context asked
+/// for that kind (`LINUX_EVENTS`), was interrupted outside its native range (the Linux
+/// program's code, never the runtime's own), is in no protected procedure call and has no
+/// event kept already, its registers go to `kept` and `f` resumes at the event upcall with
+/// interrupts on and the direction, trap and alignment flags clear. Returns false (nothing
+/// changed) otherwise: a fault then ends the context as before, a tick is not seen.
+pub fn reflect(p: &Option<Personality>, in_call: bool, kept: &mut Option<LinuxEvent>, f: &mut TrapFrame, kind: u64, addr: u64) -> bool {
+    let Some(p) = p else { return false };
     let flag = if kind == LINUX_EVENT_FAULT { LINUX_EV_FAULTS } else { LINUX_EV_TICKS };
-    if p.events & flag == 0 || (p.native_lo..p.native_hi).contains(&f.rip) || c.ppc.is_some() || c.linux_event.is_some() {
+    if p.events & flag == 0 || (p.native_lo..p.native_hi).contains(&f.rip) || in_call || kept.is_some() {
         return false;
     }
     let (vector, error) = if kind == LINUX_EVENT_FAULT { (f.vector, f.error) } else { (0, 0) };
-    c.linux_event = Some(LinuxEvent {
+    *kept = Some(LinuxEvent {
         kind,
         vector,
         error,
@@ -154,25 +154,14 @@ pub fn reflect(c: &mut Context, f: &mut TrapFrame, kind: u64, addr: u64) -> bool
     true
 }
 
-/// A timer tick that interrupted user mode on this core: reflected to the running context's
-/// runtime if it asked for ticks (`reflect`).
-pub fn on_tick(f: &mut TrapFrame) {
-    let area = crate::percpu::this();
-    if area.linux_upcall.load(Ordering::Relaxed) == 0 {
-        return; // no personality installed here: one load and a branch
-    }
-    if let Some(c) = crate::context::current_mut_of(area) {
-        reflect(c, f, LINUX_EVENT_TICK, 0);
-    }
-}
-
-/// `LINUX_TAKE_EVENT`: the kept event, forgotten once copied out.
-pub fn take_event(c: &mut Context, buf: u64) -> Result<u64, Error> {
-    if c.linux.is_none() {
+/// `LINUX_TAKE_EVENT` for a context with personality `p` and event record `kept`: the kept
+/// event, forgotten once copied out.
+pub fn take_event(p: &Option<Personality>, kept: &mut Option<LinuxEvent>, buf: u64) -> Result<u64, Error> {
+    if p.is_none() {
         return Err(Error::NotPermitted);
     }
-    let Some(ev) = c.linux_event else { return Ok(0) };
+    let Some(ev) = *kept else { return Ok(0) };
     crate::arch::x86_64::syscall::write_user(buf, &ev)?;
-    c.linux_event = None;
+    *kept = None;
     Ok(1)
 }
