@@ -433,6 +433,9 @@ pub extern "C" fn linux_event() {
 
 /// Wait until an unblocked signal that does something is pending (true) or `deadline` (ns
 /// since boot) passes (false). Sleeps in the kernel's `wait`, woken by `post`.
+/// NOT DONE for threads: the caller holds the process lock (`PROC`) while it sleeps, which
+/// is harmless with one thread per process (a poster never takes it) but must become a
+/// sleep without the lock once several threads share the process.
 pub fn sleep(p: &mut Process, deadline: Option<u64>) -> bool {
     let me = crate::core_id() as u64 + 1;
     loop {
