@@ -337,6 +337,15 @@ pub mod nr {
     /// unknown `op`; `BadAddress` for a range or base outside the user half; `NotPermitted`
     /// when forwarded from an application core, inside a protected procedure call, from a
     /// syscall ring, or for `LINUX_SET_FS` without a personality.
+    /// `LINUX_EVENTS`, `a0 = event upcall` (inside the native range), `a1` = `LINUX_EV_*`
+    /// flags: a user-mode fault (`LINUX_EV_FAULTS`) or a timer tick (`LINUX_EV_TICKS`) that
+    /// interrupts the context outside its native range no longer ends it (a fault) or goes
+    /// unseen (a tick): the kernel keeps the interrupted registers as a [`LinuxEvent`](crate::LinuxEvent)
+    /// and resumes the context at the event upcall (the other registers undefined); a fault
+    /// inside the native range still ends the context. `LINUX_TAKE_EVENT`, `a0 = *mut
+    /// LinuxEvent`: copy the kept event out and forget it; returns 1, or 0 if none is kept.
+    /// Errors: `NotPermitted` for either without a personality; `InvalidArgument` for an
+    /// event upcall outside the native range or unknown flags; `BadAddress` for a bad buffer.
     pub const LINUX_PERSONALITY: u64 = 95;
 }
 
@@ -344,6 +353,44 @@ pub mod nr {
 pub const LINUX_OFF: u64 = 0;
 pub const LINUX_ON: u64 = 1;
 pub const LINUX_SET_FS: u64 = 2;
+pub const LINUX_EVENTS: u64 = 3;
+pub const LINUX_TAKE_EVENT: u64 = 4;
+/// `LINUX_EVENTS` flags: reflect user-mode faults / timer ticks.
+pub const LINUX_EV_FAULTS: u64 = 1;
+pub const LINUX_EV_TICKS: u64 = 2;
+/// `LinuxEvent::kind`.
+pub const LINUX_EVENT_FAULT: u64 = 1;
+pub const LINUX_EVENT_TICK: u64 = 2;
+
+/// What interrupted a Linux program (`nr::LINUX_PERSONALITY`, `LINUX_TAKE_EVENT`): the kind,
+/// for a fault its vector, error code and (page faults) the faulting address, and every
+/// register as the program had it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinuxEvent {
+    pub kind: u64,
+    pub vector: u64,
+    pub error: u64,
+    pub addr: u64,
+    pub rax: u64,
+    pub rbx: u64,
+    pub rcx: u64,
+    pub rdx: u64,
+    pub rsi: u64,
+    pub rdi: u64,
+    pub rbp: u64,
+    pub rsp: u64,
+    pub r8: u64,
+    pub r9: u64,
+    pub r10: u64,
+    pub r11: u64,
+    pub r12: u64,
+    pub r13: u64,
+    pub r14: u64,
+    pub r15: u64,
+    pub rip: u64,
+    pub rflags: u64,
+}
 
 /// `inject_ctl` operations.
 pub const INJECT_COUNTS: u64 = 0;

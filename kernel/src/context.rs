@@ -36,12 +36,15 @@ pub struct Context {
     pub bound: crate::kobj::gate::BoundSlots,
     /// The Linux personality this context registered, if any (`personality`).
     pub linux: Option<crate::personality::Personality>,
+    /// A fault or tick reflected to the personality's runtime, not yet taken
+    /// (`personality::reflect`, `LINUX_TAKE_EVENT`).
+    pub linux_event: Option<abi::LinuxEvent>,
 }
 
 impl Context {
     /// A context that starts at `rip` with stack `rsp` and arguments `args`, in no call.
     pub fn new(root_share: ObjRef, shares: Vec<ObjRef>, root_ar: ObjRef, pcore: ObjRef, rip: u64, rsp: u64, args: [u64; 3]) -> Context {
-        Context { root_share, shares, root_ar, pcore, rip, rsp, args, ppc: None, ppc_depth: 0, bound: crate::kobj::gate::NO_BOUND, linux: None }
+        Context { root_share, shares, root_ar, pcore, rip, rsp, args, ppc: None, ppc_depth: 0, bound: crate::kobj::gate::NO_BOUND, linux: None, linux_event: None }
     }
 }
 
@@ -403,6 +406,9 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
                     f.rip = fixup;
                     return true;
                 }
+                if from_user && reflect_fault(f, addr) {
+                    return true;
+                }
                 let rip = f.rip;
                 if abort_call(f) {
                     crate::log::kprintln!("user fault: page fault at {addr:#x} ({why:?}) in a protected procedure call's handler, rip {rip:#x}; the call ends");
@@ -418,6 +424,9 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
                 return true;
             }
         }
+    }
+    if reflect_fault(f, 0) {
+        return true;
     }
     let (vector, error, rip) = (f.vector, f.error, f.rip);
     if abort_call(f) {
@@ -436,6 +445,27 @@ pub fn handle_exception(f: &mut TrapFrame) -> bool {
     );
     request_exit(EXIT_FAULT_BASE + f.vector);
     true
+}
+
+/// A user-mode fault of a Linux program goes to its runtime (`personality::reflect`) instead
+/// of ending the context, when the runtime asked for that.
+fn reflect_fault(f: &mut TrapFrame, addr: u64) -> bool {
+    match running(percpu::this()).get_mut() {
+        Some(c) => crate::personality::reflect(&c.linux, c.ppc.is_some(), &mut c.linux_event, f, abi::LINUX_EVENT_FAULT, addr),
+        None => false,
+    }
+}
+
+/// A timer tick that interrupted user mode on this core: reflected to the running context's
+/// runtime if it asked for ticks (`personality::reflect`; its Linux program's alarms).
+pub fn linux_tick(f: &mut TrapFrame) {
+    let area = percpu::this();
+    if area.linux_upcall.load(Ordering::Relaxed) == 0 {
+        return; // no personality installed here: one load and a branch
+    }
+    if let Some(c) = running(area).get_mut() {
+        crate::personality::reflect(&c.linux, c.ppc.is_some(), &mut c.linux_event, f, abi::LINUX_EVENT_TICK, 0);
+    }
 }
 
 /// A fatal user-mode fault inside a protected procedure call ends the call, not the context:

@@ -389,6 +389,8 @@ fn timer_handler(f: &mut crate::arch::x86_64::idt::TrapFrame) {
     apic::eoi();
     if f.cs & 3 == 3 {
         on_user_interrupt(f, true);
+        // A Linux program's runtime may ask for ticks (its alarm timers).
+        crate::context::linux_tick(f);
     }
 }
 

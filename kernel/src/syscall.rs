@@ -353,6 +353,9 @@ fn sys_linux_personality(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
     if ctx.ppc.is_some() {
         return Err(Error::NotPermitted);
     }
+    if a[0] == abi::LINUX_TAKE_EVENT {
+        return crate::personality::take_event(&ctx.linux, &mut ctx.linux_event, a[1]);
+    }
     crate::personality::apply(&mut ctx.linux, a)?;
     // Interrupts off: a tick switching contexts in between would install the other one.
     let token = crate::arch::x86_64::cpu::irq_save();

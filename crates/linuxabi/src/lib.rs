@@ -10,6 +10,7 @@
 
 pub mod elf;
 pub mod initstack;
+pub mod signal;
 pub mod support;
 
 /// Every x86-64 Linux system call: `(number, name)`, sorted by number. Numbers that Linux

@@ -40,6 +40,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,6 +289,34 @@ static void *worker(void *arg)
                      : "rax", "rdx", "memory", "cc");
     }
     return NULL;
+}
+
+static volatile long sig_handled;
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    sig_handled++;
+}
+
+/* A signal delivered and returned: kill(getpid(), SIGUSR1) with an empty handler (the same
+   loop as linux/progs/abi_sigcost.c on this system's Linux personality). */
+static long run_signal(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;
+    sigaction(SIGUSR1, &sa, NULL);
+    pid_t me = getpid();
+    for (int i = 0; i < 100; i++)
+        kill(me, SIGUSR1);
+    MARK_START(1);
+    for (long i = 0; i < iters; i++)
+        kill(me, SIGUSR1);
+    MARK_STOP(2);
+    if (sig_handled != iters + 100)
+        printf("workload-error: %ld of %ld signals handled\n", sig_handled, iters + 100);
+    return iters;
 }
 
 static long run_threads(void)
@@ -692,6 +721,8 @@ int main(void)
         ops = run_spawn();
     else if (!strcmp(wl, "filesum"))
         ops = run_filesum();
+    else if (!strcmp(wl, "signal"))
+        ops = run_signal();
     else {
         printf("workload-error: unknown workload `%s`\n", wl);
         power_off();

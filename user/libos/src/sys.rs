@@ -483,3 +483,10 @@ pub fn ppc_unbind(slot: u64) -> Result<u64, Error> {
 pub fn linux_personality(op: u64, a0: u64, a1: u64, a2: u64) -> Result<u64, Error> {
     call_nomem(nr::LINUX_PERSONALITY, op, a0, a1, a2, 0, 0)
 }
+
+/// `linux_personality(LINUX_TAKE_EVENT, ev)`: the fault or tick the kernel reflected to this
+/// context, if one is kept (`Ok(true)`, written to `ev`).
+pub fn linux_take_event(ev: &mut abi::LinuxEvent) -> Result<bool, Error> {
+    // SAFETY: the kernel writes one `LinuxEvent` to `ev`, a live exclusive reference.
+    unsafe { call(nr::LINUX_PERSONALITY, abi::LINUX_TAKE_EVENT, ev as *mut abi::LinuxEvent as u64, 0, 0, 0, 0) }.map(|n| n == 1)
+}

@@ -93,6 +93,13 @@ pub const CASES: &[Case] = &[
     Case { smp: 4, ..c_prog("pthreads-smp4", "pthreads", &[], 0, Out::Has(&["hand-offs: 100000 of 100000", "pthreads: ok"])) },
     Case { ci: true, ..c_prog("signals", "signals", &[], 0, Out::Has(&["signals: ok"])) },
     Case { ci: true, ..c_prog("signals-segv", "signals", &["segv"], 139, Out::Is("touching address 0 with no handler\n")) },
+    // Signals a process sends itself and its own faults (no fork needed).
+    Case { ci: true, ..c_prog("sigself", "sigself", &[], 0, Out::Has(&["sigself: ok"])) },
+    Case { ci: true, ..c_prog("sigself-segv", "sigself", &["segv"], 139, Out::Is("dying by segv\n")) },
+    c_prog("sigself-ignsegv", "sigself", &["ignsegv"], 139, Out::Is("dying by ignsegv\n")),
+    c_prog("sigself-fpe", "sigself", &["fpe"], 136, Out::Is("dying by fpe\n")),
+    c_prog("sigself-abort", "sigself", &["abort"], 134, Out::Is("dying by abort\n")),
+    c_prog("sigself-term", "sigself", &["term"], 143, Out::Is("dying by term\n")),
     Case { ci: true, ..c_prog("forkstorm", "forkstorm", &[], 0, Out::Has(&["forkstorm: ok"])) },
     Case { ci: true, ..c_prog("mmapfile", "mmapfile", &[], 0, Out::Has(&["mmapfile: ok"])) },
     // The file calls that make, change and remove names, and dup/fcntl (linux/progs/fscalls.c).

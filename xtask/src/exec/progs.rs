@@ -48,10 +48,11 @@ fn newer(src: &Path, out: &Path) -> bool {
 }
 
 /// The C programs of linux/progs/ and the extra link arguments each needs.
-pub const C_PROGRAMS: [(&str, &[&str]); 7] = [
+pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     ("hello", &[]),
     ("pthreads", &["-lpthread"]),
     ("signals", &[]),
+    ("sigself", &[]),
     ("forkstorm", &[]),
     ("mmapfile", &[]),
     ("pipe2proc", &[]),
@@ -140,7 +141,7 @@ pub fn busybox_static() -> Result<PathBuf, String> {
 /// Every program: busybox and the C programs (`cargo xtask linux-progs`), as (name, path).
 pub fn build_all() -> Result<Vec<(String, PathBuf)>, String> {
     let mut v = vec![("busybox".to_string(), busybox_static()?)];
-    for (name, extra) in C_PROGRAMS {
+    for &(name, extra) in C_PROGRAMS {
         v.push((name.to_string(), build(name, extra)?));
     }
     Ok(v)

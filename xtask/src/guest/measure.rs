@@ -47,6 +47,8 @@ pub(crate) const LINUX_WORKLOADS: &[(&str, &str)] = &[
     ("zip", "files=100"),
     ("pipe", "iters=200"),
     ("spawn", "iters=10"),
+    // A signal delivered to an empty handler and returned (kill to itself).
+    ("signal", "iters=2000"),
     // Corey's filesum without the web server: the known answer of the multi-core cache models.
     ("filesum", "size=1048576 passes=4 stride=64 mode=locality"),
     // Protected procedure calls' Linux equivalents (docs/ppc.md): 8-byte request/response

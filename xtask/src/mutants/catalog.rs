@@ -491,4 +491,21 @@ pub const CATALOG: &[Mutant] = &[
         checks: &[Check::Cargo(&["-p", "xtask", "--", "commute::"])],
         plants: "the POSIX model's link does not raise the file's link count: stat and link commute in the model",
     },
+    // ---- the Linux personality's signals ----------------------------------------------------------
+    Mutant {
+        name: "linux_sigreturn_keeps_handler_fp",
+        file: "user/libos/src/linux/signal.rs",
+        original: "        upcall::fxrstor(&mut fx);",
+        replacement: "        let _ = &mut fx;",
+        checks: &[Check::Suite("linux-conformance")],
+        plants: "rt_sigreturn leaves the handler's x87/SSE registers in place of the program's (sigself's register check)",
+    },
+    Mutant {
+        name: "linux_fault_not_reflected",
+        file: "kernel/src/context.rs",
+        original: "if from_user && reflect_fault(f, addr) {",
+        replacement: "if false && from_user && reflect_fault(f, addr) {",
+        checks: &[Check::Suite("linux-conformance")],
+        plants: "a Linux program's bad access ends its runtime with it instead of becoming SIGSEGV (sigself, sigself-segv, signals-segv)",
+    },
 ];

@@ -15,6 +15,7 @@ use percore::spin::TicketLock;
 
 use super::files::{self, Files, Stream};
 use super::fscalls;
+use super::signal;
 use super::load::Loaded;
 use super::upcall::Frame;
 
@@ -27,9 +28,8 @@ pub struct Process {
     pub exit: Option<u64>,
     /// Numbers already reported as unimplemented (bit per number below 512; above, one bit).
     reported: [u64; 9],
-    /// `rt_sigaction` records (32 bytes each), `rt_sigprocmask`'s mask.
-    sigactions: [[u8; 32]; 65],
-    sigmask: u64,
+    /// Signal actions, mask, alternate stack, alarm (`signal`).
+    pub sig: super::signal::State,
     fs_base: u64,
     tid_address: u64,
     /// Standard output and error go to the host as framed records (`out`), not as a terminal.
@@ -40,7 +40,7 @@ pub struct Process {
 
 impl Process {
     pub fn new(image: Loaded, files: Files, framed: bool) -> Process {
-        Process { image, files, cwd: String::from("/"), exit: None, reported: [0; 9], sigactions: [[0; 32]; 65], sigmask: 0, fs_base: 0, tid_address: 0, framed, calls: 0 }
+        Process { image, files, cwd: String::from("/"), exit: None, reported: [0; 9], sig: super::signal::State::new(), fs_base: 0, tid_address: 0, framed, calls: 0 }
     }
 }
 
@@ -62,8 +62,9 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::MPROTECT, sys_mprotect),
     (nr::MUNMAP, sys_munmap),
     (nr::BRK, sys_brk),
-    (nr::RT_SIGACTION, sys_rt_sigaction),
-    (nr::RT_SIGPROCMASK, sys_rt_sigprocmask),
+    (nr::RT_SIGACTION, signal::sys_rt_sigaction),
+    (nr::RT_SIGPROCMASK, signal::sys_rt_sigprocmask),
+    (nr::RT_SIGRETURN, signal::sys_rt_sigreturn),
     (nr::IOCTL, sys_ioctl),
     (nr::PREAD64, sys_pread64),
     (nr::PWRITE64, fscalls::sys_pwrite64),
@@ -76,9 +77,14 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::MADVISE, super::vm::sys_madvise),
     (nr::DUP, fscalls::sys_dup),
     (nr::DUP2, fscalls::sys_dup2),
+    (nr::PAUSE, signal::sys_pause),
     (nr::NANOSLEEP, sys_nanosleep),
+    (nr::GETITIMER, signal::sys_getitimer),
+    (nr::ALARM, signal::sys_alarm),
+    (nr::SETITIMER, signal::sys_setitimer),
     (nr::GETPID, sys_getpid),
     (nr::EXIT, sys_exit),
+    (nr::KILL, signal::sys_kill),
     (nr::UNAME, sys_uname),
     (nr::FCNTL, fscalls::sys_fcntl),
     (nr::FSYNC, fscalls::sys_fsync),
@@ -108,15 +114,20 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::GETEUID, sys_zero),
     (nr::GETEGID, sys_zero),
     (nr::GETPPID, sys_zero),
+    (nr::RT_SIGPENDING, signal::sys_rt_sigpending),
+    (nr::RT_SIGSUSPEND, signal::sys_rt_sigsuspend),
+    (nr::SIGALTSTACK, signal::sys_sigaltstack),
     (nr::STATFS, fscalls::sys_statfs),
     (nr::FSTATFS, fscalls::sys_fstatfs),
     (nr::ARCH_PRCTL, sys_arch_prctl),
     (nr::GETTID, sys_getpid),
+    (nr::TKILL, signal::sys_tkill),
     (nr::SCHED_GETAFFINITY, sys_sched_getaffinity),
     (nr::GETDENTS64, sys_getdents64),
     (nr::SET_TID_ADDRESS, sys_set_tid_address),
     (nr::CLOCK_GETTIME, sys_clock_gettime),
     (nr::EXIT_GROUP, sys_exit),
+    (nr::TGKILL, signal::sys_tgkill),
     (nr::OPENAT, sys_openat),
     (nr::MKDIRAT, fscalls::sys_mkdirat),
     (nr::FCHOWNAT, fscalls::sys_fchownat),
@@ -171,15 +182,23 @@ pub extern "C" fn linux_dispatch(f: &mut Frame) {
         return;
     };
     p.calls += 1;
+    p.sig.call_rsp = f.rsp;
     let r = match TABLE.get(nr as usize) {
         Some(Some(h)) => h(p, &args),
         _ => unknown(p, nr),
     };
     f.ret = r as u64;
+    // A signal to deliver (or rt_sigreturn's registers) changes where the program resumes.
+    let next = if p.exit.is_none() { signal::after_call(p, f, nr) } else { None };
     let exit = p.exit;
     drop(g);
     if let Some(status) = exit {
         super::upcall::leave(status);
+    }
+    match next {
+        None => {}
+        Some(signal::Next::Resume(regs)) => super::upcall::resume(&regs),
+        Some(signal::Next::Exit(status)) => super::upcall::leave(status),
     }
 }
 
@@ -518,61 +537,6 @@ fn sys_arch_prctl(p: &mut Process, a: &[u64; 6]) -> i64 {
     }
 }
 
-fn sys_rt_sigaction(p: &mut Process, a: &[u64; 6]) -> i64 {
-    let (sig, act, old, size) = (a[0] as usize, a[1], a[2], a[3]);
-    if size != 8 || sig == 0 || sig > 64 || (act != 0 && (sig == 9 || sig == 19)) {
-        return -EINVAL;
-    }
-    if old != 0 && !p.image.space.ok(old, 32, true) {
-        return -EFAULT;
-    }
-    let new = if act != 0 {
-        match p.image.space.read(act, 32) {
-            Some(b) => Some(<[u8; 32]>::try_from(b).unwrap_or([0; 32])),
-            None => return -EFAULT,
-        }
-    } else {
-        None
-    };
-    if old != 0 {
-        let prev = p.sigactions[sig];
-        p.image.space.put(old, &prev);
-    }
-    if let Some(n) = new {
-        p.sigactions[sig] = n;
-    }
-    0
-}
-
-fn sys_rt_sigprocmask(p: &mut Process, a: &[u64; 6]) -> i64 {
-    let (how, set, old, size) = (a[0], a[1], a[2], a[3]);
-    if size != 8 {
-        return -EINVAL;
-    }
-    let new = if set != 0 {
-        match p.image.space.get_u64(set) {
-            Some(v) => Some(v),
-            None => return -EFAULT,
-        }
-    } else {
-        None
-    };
-    if old != 0 && !p.image.space.put(old, &p.sigmask.to_le_bytes()) {
-        return -EFAULT;
-    }
-    // SIGKILL and SIGSTOP cannot be blocked.
-    let unblockable = (1u64 << 8) | (1 << 18);
-    if let Some(v) = new {
-        p.sigmask = match how {
-            0 => p.sigmask | v,
-            1 => p.sigmask & !v,
-            2 => v,
-            _ => return -EINVAL,
-        } & !unblockable;
-    }
-    0
-}
-
 fn sys_sched_yield(_p: &mut Process, _a: &[u64; 6]) -> i64 {
     let _ = crate::sys::pcore_yield();
     0
@@ -674,11 +638,17 @@ fn sys_nanosleep(p: &mut Process, a: &[u64; 6]) -> i64 {
     }
     let total = (s as u64).saturating_mul(1_000_000_000).saturating_add(ns as u64);
     let end = now_ns().saturating_add(total);
-    while now_ns() < end {
-        let left_us = ((end - now_ns()) / 1000).clamp(1, abi::MAX_WAIT_US);
-        if crate::sys::wait(0, left_us).is_err() {
-            core::hint::spin_loop();
+    // A signal with a handler (or one that ends the program) interrupts the sleep: EINTR
+    // and what was left, as Linux (no restart, whatever SA_RESTART says).
+    if signal::sleep(p, Some(end)) {
+        let left = end.saturating_sub(now_ns());
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&(left / 1_000_000_000).to_le_bytes());
+        b[8..].copy_from_slice(&(left % 1_000_000_000).to_le_bytes());
+        if a[1] != 0 && !p.image.space.put(a[1], &b) {
+            return -EFAULT;
         }
+        return -EINTR;
     }
     if a[1] != 0 && !p.image.space.put(a[1], &[0u8; 16]) {
         return -EFAULT;

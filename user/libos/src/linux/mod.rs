@@ -5,14 +5,14 @@
 //! over the library OS's descriptor model (`files.rs`, `crate::fd`), the calls that make and
 //! change names on the ext2 file system (`fscalls.rs`), memory and file mappings from the
 //! program's own segments (`load.rs`, `vm.rs`, `mem.rs`), standard output and error to the
-//! host (`out.rs`).
+//! host (`out.rs`), signals and the program's own faults (`signal.rs`).
 //!
 //! Sharing: the program is one process with one thread on the runtime's core; its
 //! descriptor table, address space, signal state and working directory are this module's
 //! private state (one `Process`), touched by no other core.
 //!
-//! NOT DONE: processes (`fork`, `clone`, `execve`, `wait4`), threads and `futex`, signal
-//! delivery, the Linux calls that make pipes and sockets (the descriptor model takes them:
+//! NOT DONE: processes (`fork`, `clone`, `execve`, `wait4`), threads and `futex`, the Linux
+//! calls that make pipes and sockets (the descriptor model takes them:
 //! `files::Files::install`), `poll`; standard input from a live terminal (it is a byte
 //! string given at start). The table of what is there: `linuxabi::support`,
 //! docs/linux-abi.md.
@@ -23,6 +23,7 @@ pub mod fscalls;
 pub mod load;
 pub mod mem;
 pub mod out;
+pub mod signal;
 pub mod vm;
 #[cfg(target_os = "none")]
 pub mod upcall;
@@ -83,6 +84,10 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     *dispatch::PROC.lock() = Some(process);
     let r = upcall::enter(entry, rsp);
     let mut p = dispatch::PROC.lock().take().ok_or_else(|| String::from("the program's state is gone"))?;
+    p.sig.finish();
+    if let Some(sig) = p.sig.killed_by {
+        crate::println!("linux: {} killed by signal {sig}", o.path);
+    }
     p.files.close_all();
     load::unload(&mut p.image);
     let status = r.map_err(|e| alloc::format!("{}: the kernel refused the personality: {e:?}", o.path))?;

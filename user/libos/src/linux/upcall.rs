@@ -10,8 +10,16 @@
 //! register as it was except rax (the result), rcx (the return address) and r11 (rflags).
 //! One upcall stack: the program is single-threaded, and the dispatcher's own system calls
 //! are native (made from inside the runtime's image), so upcalls never nest.
+//!
+//! Faults and timer ticks (`abi::LINUX_EVENTS`): the kernel keeps the interrupted
+//! registers and resumes at `__linux_event`, which calls `signal::linux_event` on the same
+//! upcall stack (an event comes only while the program, not the runtime, runs). Signal
+//! delivery and `rt_sigreturn` leave through `resume`, which loads every register (the
+//! program's rcx and r11 included) without touching the program's stack.
 
 use core::sync::atomic::{AtomicU64, Ordering};
+
+pub use linuxabi::signal::Regs;
 
 /// The registers of a reflected call, as the stub pushes them (lowest address first).
 #[repr(C)]
@@ -135,11 +143,99 @@ core::arch::global_asm!(
     "    pop rbx",
     "    pop rbp",
     "    ret",
+    // __linux_event: where the kernel resumes the context after keeping a fault or tick of
+    // the program (`abi::LINUX_EVENTS`); every register is in the kept event, so the stub
+    // only takes the upcall stack (free: the program was running, not the runtime).
+    ".global __linux_event",
+    "__linux_event:",
+    "    mov rsp, [rip + __linux_upcall_stack_top]",
+    "    cld",
+    "    call {event}",
+    "    ud2",
+    // __linux_resume(regs: *const Regs): load every register of `Regs` (linuxabi::signal,
+    // repr(C): r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, rflags at 8-byte steps)
+    // and jump to its rip. The flags go through the upcall stack before rsp changes; the rip
+    // through a slot of the runtime's, so nothing is written to the program's stack.
+    ".global __linux_resume",
+    "__linux_resume:",
+    "    mov rax, [rdi + 128]",
+    "    mov [rip + __linux_resume_rip], rax",
+    "    push qword ptr [rdi + 136]",
+    "    mov r8, [rdi + 0]",
+    "    mov r9, [rdi + 8]",
+    "    mov r10, [rdi + 16]",
+    "    mov r11, [rdi + 24]",
+    "    mov r12, [rdi + 32]",
+    "    mov r13, [rdi + 40]",
+    "    mov r14, [rdi + 48]",
+    "    mov r15, [rdi + 56]",
+    "    mov rsi, [rdi + 72]",
+    "    mov rbp, [rdi + 80]",
+    "    mov rbx, [rdi + 88]",
+    "    mov rdx, [rdi + 96]",
+    "    mov rax, [rdi + 104]",
+    "    mov rcx, [rdi + 112]",
+    "    popfq",
+    "    mov rsp, [rdi + 120]",
+    "    mov rdi, [rdi + 64]",
+    "    jmp qword ptr [rip + __linux_resume_rip]",
     dispatch = sym super::dispatch::linux_dispatch,
+    event = sym super::signal::linux_event,
 );
+
+/// Where `__linux_resume` jumps (one program thread per runtime: one slot).
+#[no_mangle]
+static __linux_resume_rip: AtomicU64 = AtomicU64::new(0);
+
+// The stub's offsets are `Regs`'s.
+const _: () = {
+    assert!(core::mem::offset_of!(Regs, rdi) == 64 && core::mem::offset_of!(Regs, rcx) == 112);
+    assert!(core::mem::offset_of!(Regs, rsp) == 120 && core::mem::offset_of!(Regs, rip) == 128 && core::mem::offset_of!(Regs, rflags) == 136);
+};
+
+/// Resume the program with exactly these registers (a handler's entry, `rt_sigreturn`, an
+/// event with nothing to deliver). The trap flag is dropped: single-stepping would trap in
+/// the runtime's own resume path. Only with no lock held, from the upcall stack.
+pub fn resume(regs: &Regs) -> ! {
+    let mut r = *regs;
+    r.rflags = (r.rflags & !0x100) | 0x202;
+    // SAFETY: `__linux_resume` reads `r` (a live `Regs`) before it leaves the upcall stack
+    // and never returns; nothing on the upcall stack needs dropping (the caller holds no
+    // lock or allocation, as documented).
+    unsafe { __linux_resume(&r) }
+}
+
+/// The x87/SSE state as `fxsave` writes it (512 bytes, 16-byte aligned; Linux's
+/// `struct _fpstate` without the xsave extension).
+#[repr(C, align(64))]
+pub struct FpState(pub [u8; 512]);
+
+/// The program's x87/SSE registers now (the runtime itself never uses them: its target has
+/// no SSE, so they are the program's).
+pub fn fxsave(s: &mut FpState) {
+    // SAFETY: `fxsave64` writes 512 bytes to a 16-byte aligned address: `FpState` is both.
+    unsafe { core::arch::asm!("fxsave64 [{}]", in(reg) s.0.as_mut_ptr(), options(nostack)) }
+}
+
+/// Load the program's x87/SSE registers from `s`. MXCSR's reserved bits (which would make
+/// `fxrstor` fault in the runtime) are cleared first, against the mask the CPU reports.
+pub fn fxrstor(s: &mut FpState) {
+    let mut now = FpState([0; 512]);
+    fxsave(&mut now);
+    let mut mask = u32::from_le_bytes([now.0[28], now.0[29], now.0[30], now.0[31]]);
+    if mask == 0 {
+        mask = 0xFFBF;
+    }
+    let mxcsr = u32::from_le_bytes([s.0[24], s.0[25], s.0[26], s.0[27]]) & mask;
+    s.0[24..28].copy_from_slice(&mxcsr.to_le_bytes());
+    // SAFETY: 512 readable, 16-byte aligned bytes whose MXCSR has no reserved bit set.
+    unsafe { core::arch::asm!("fxrstor64 [{}]", in(reg) s.0.as_ptr(), options(nostack, readonly)) }
+}
 
 extern "C" {
     fn __linux_upcall();
+    fn __linux_event();
+    fn __linux_resume(regs: *const Regs) -> !;
     fn __linux_enter(entry: u64, rsp: u64, saved: *mut u64) -> u64;
     fn __linux_leave(rsp: u64, status: u64) -> !;
     static __image_start: u8;
@@ -147,6 +243,11 @@ extern "C" {
 }
 
 static SAVED_RSP: AtomicU64 = AtomicU64::new(0);
+
+/// Where the kernel resumes the runtime with a reflected fault or tick.
+pub fn event_upcall() -> u64 {
+    __linux_event as *const () as u64
+}
 
 /// The runtime's own image: the native range.
 pub fn native_range() -> (u64, u64) {
@@ -160,6 +261,8 @@ pub fn enter(entry: u64, rsp: u64) -> Result<u64, abi::Error> {
     let top = STACK.0.get() as u64 + UPCALL_STACK as u64;
     __linux_upcall_stack_top.store(top, Ordering::Relaxed);
     crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
+    // The program's own faults come back here as signals (`signal::linux_event`).
+    crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0)?;
     // SAFETY: the program runs on its own stack in this address space and comes back only
     // through `leave` (its exit), which restores this frame's callee-saved registers and
     // stack from what `__linux_enter` stored in SAVED_RSP.
