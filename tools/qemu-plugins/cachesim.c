@@ -500,18 +500,16 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     mc_shape mcshape;
     for (int v = 0; v < REGION_MAX_VCPUS; v++)
         core_map[v] = v;
-    int bad = 0;
     quantum_init(&quantum, id);
     slice_init(&slices);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (!strncmp(a, "out=", 4)) {
-            out = fopen(a + 4, "w");
-            if (!out) {
-                fprintf(stderr, "cachesim: cannot write %s\n", a + 4);
-                return -1;
-            }
-        } else if (!strcmp(a, "preset=nehalem")) {
+        int common = plugin_common_arg("cachesim", a, &out, &quantum);
+        if (common < 0)
+            return -1;
+        if (common)
+            continue;
+        if (!strcmp(a, "preset=nehalem")) {
             want_nehalem = 1;
         } else if (!strcmp(a, "preset=sweep")) {
             want_sweep = 1;
@@ -531,11 +529,6 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             inclusive = 1;
         } else if (!strcmp(a, "inclusive=off")) {
             inclusive = 0;
-        } else if (quantum_arg(&quantum, a, &bad)) {
-            if (bad) {
-                fprintf(stderr, "cachesim: `%s`: not a number of instructions\n", a);
-                return -1;
-            }
         } else {
             fprintf(stderr, "cachesim: unknown argument `%s` (out=, preset=nehalem|sweep|nehalem-mc|amd16, levels=, inclusive=, "
                             "map=, scope=region|all, quantum=, quantum_outside=)\n", a);
