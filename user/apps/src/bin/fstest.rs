@@ -1782,15 +1782,8 @@ fn dir_locks_own_and_shared_directories() -> TestResult {
         empty_dir(&alloc::format!("/dl{c}"))?;
     }
     fs_ok("sync", fs::sync())?;
-    let before: Vec<u64> = (0..n as usize).map(fs::dir_side_changes).collect();
-    let mut threads = Vec::new();
-    for c in 1..n {
-        threads.push(ok!(libos::thread::spawn(c, dir_lock_loop, c)));
-    }
-    let mut rcs = vec![dir_lock_loop(0)];
-    for t in threads {
-        rcs.push(ok!(t.join()));
-    }
+    let before = dir_side_now(n);
+    let rcs = on_cores(n, dir_lock_loop)?;
     ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (1 create, 2 close, 3 unlink; +10 in /dls)");
     let kept = |c: u64, shared: bool| -> Vec<alloc::string::String> {
         let mut v: Vec<alloc::string::String> = (0..DL_ROUNDS).filter(|k| k % 3 == 0).map(|k| if shared { alloc::format!("c{c}_{k}{DL_PAD}") } else { alloc::format!("f{k}") }).collect();
@@ -1815,10 +1808,7 @@ fn dir_locks_own_and_shared_directories() -> TestResult {
     // (one in 32 creates falls back to the exclusive side): 2 creates and 4/3 unlinks a round,
     // 500 in all. (The closes take no lock at all: the descriptors are per-core slots;
     // when they were not, each close counted here too.)
-    for c in 0..n as usize {
-        let d = fs::dir_side_changes(c) - before[c];
-        ensure!(d >= DL_ROUNDS * 3, "core {c}: {d} changes on the per-directory side (want at least {})", DL_ROUNDS * 3);
-    }
+    dir_side_at_least(&before, DL_ROUNDS * 3)?;
     fs_ok("sync", fs::sync())?;
     ensure!(fs_ok("reserved", fs::reserved())? == (0, 0), "reserves not given back by sync");
     Ok(Pass::Ok)
@@ -1967,6 +1957,43 @@ fn close_races_the_unlink_of_its_file() -> TestResult {
     let u1 = fs_ok("df", fs::df())?;
     ensure!(u1.free_inodes == u0.free_inodes && u1.free_blocks == u0.free_blocks, "after 300 opens, unlinks and closes: {} -> {} free inodes, {} -> {} free blocks", u0.free_inodes, u1.free_inodes, u0.free_blocks, u1.free_blocks);
     Ok(Pass::Ok)
+}
+
+/// Run `f(c)` on cores 1..n as threads of this program and `f(0)` here, at once; the
+/// return codes, core 0's first.
+fn on_cores(n: u64, f: fn(u64) -> u64) -> Result<Vec<u64>, Msg> {
+    let mut threads = Vec::new();
+    for c in 1..n {
+        threads.push(ok!(libos::thread::spawn(c, f, c)));
+    }
+    let mut rcs = vec![f(0)];
+    for t in threads {
+        rcs.push(ok!(t.join()));
+    }
+    Ok(rcs)
+}
+
+/// Each of cores 0..n's count of changes made on the per-directory side so far.
+fn dir_side_now(n: u64) -> Vec<u64> {
+    (0..n as usize).map(fs::dir_side_changes).collect()
+}
+
+/// Every core counted in `before` (by `dir_side_now`) made at least `want` changes on the
+/// per-directory side since.
+fn dir_side_at_least(before: &[u64], want: u64) -> Result<(), Msg> {
+    for (c, b) in before.iter().enumerate() {
+        let d = fs::dir_side_changes(c) - b;
+        ensure!(d >= want, "core {c}: {d} changes on the per-directory side (want at least {want})");
+    }
+    Ok(())
+}
+
+/// The free blocks and inodes are what `df0` counted (everything made since was removed);
+/// `why` ends the message.
+fn df_as_before(df0: &fs::Usage, why: &str) -> Result<(), Msg> {
+    let df1 = fs_ok("df", fs::df())?;
+    ensure!((df1.free_blocks, df1.free_inodes) == (df0.free_blocks, df0.free_inodes), "free blocks {} -> {}, inodes {} -> {}{why}", df0.free_blocks, df1.free_blocks, df0.free_inodes, df1.free_inodes);
+    Ok(())
 }
 
 /// Remove every entry of directory `d` (made if missing): leftovers of an earlier boot on the
@@ -2354,15 +2381,8 @@ fn dir_writes_own_and_shared_directories() -> TestResult {
     }
     fs_ok("sync", fs::sync())?;
     let df0 = fs_ok("df", fs::df())?;
-    let before: Vec<u64> = (0..n as usize).map(fs::dir_side_changes).collect();
-    let mut threads = Vec::new();
-    for c in 1..n {
-        threads.push(ok!(libos::thread::spawn(c, dir_writes_loop, c)));
-    }
-    let mut rcs = vec![dir_writes_loop(0)];
-    for t in threads {
-        rcs.push(ok!(t.join()));
-    }
+    let before = dir_side_now(n);
+    let rcs = on_cores(n, dir_writes_loop)?;
     ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (100 * round + 1 open, 3 write, 4 pwrite, 5 truncate, 6 reopen, 7 bytes or size read back, 8 stat, 9 shared pwrite, 10 close, 11 open and 12 append to /dws/appended, 13-15 the big write)");
     // The shared file: every core's slice of every round.
     let all = fs_ok("read /dws/both", fs::read_all("/dws/both", 1 << 20))?;
@@ -2393,10 +2413,7 @@ fn dir_writes_own_and_shared_directories() -> TestResult {
     }
     // Writes on the per-directory side: per round 2 writes, 2 pwrites and a slice; fewer
     // only by the reserve refills (a core's reserve holds 64 blocks) and the 2 creates.
-    for c in 0..n as usize {
-        let d = fs::dir_side_changes(c) - before[c];
-        ensure!(d >= DW_ROUNDS * 3, "core {c}: {d} changes on the per-directory side (want at least {})", DW_ROUNDS * 3);
-    }
+    dir_side_at_least(&before, DW_ROUNDS * 3)?;
     for c in 0..n {
         fs_ok("unlink", fs::unlink(&alloc::format!("/dw{c}/big")))?;
         fs_ok("unlink", fs::unlink(&alloc::format!("/dw{c}/own")))?;
@@ -2408,15 +2425,7 @@ fn dir_writes_own_and_shared_directories() -> TestResult {
     fs_ok("close", fs::close(fd))?;
     fs_ok("sync", fs::sync())?;
     ensure!(fs_ok("reserved", fs::reserved())? == (0, 0), "reserves not given back by sync");
-    let df1 = fs_ok("df", fs::df())?;
-    ensure!(
-        (df1.free_blocks, df1.free_inodes) == (df0.free_blocks, df0.free_inodes),
-        "free blocks {} -> {}, free inodes {} -> {} (every file written was removed)",
-        df0.free_blocks,
-        df1.free_blocks,
-        df0.free_inodes,
-        df1.free_inodes
-    );
+    df_as_before(&df0, " (every file written was removed)")?;
     Ok(Pass::Ok)
 }
 
@@ -2474,15 +2483,8 @@ fn dir_links_to_one_file() -> TestResult {
     fs_ok("close", fs::close(fd))?;
     fs_ok("sync", fs::sync())?;
     let df0 = fs_ok("df", fs::df())?;
-    let before: Vec<u64> = (0..n as usize).map(fs::dir_side_changes).collect();
-    let mut threads = Vec::new();
-    for c in 1..n {
-        threads.push(ok!(libos::thread::spawn(c, dir_links_loop, c)));
-    }
-    let mut rcs = vec![dir_links_loop(0)];
-    for t in threads {
-        rcs.push(ok!(t.join()));
-    }
+    let before = dir_side_now(n);
+    let rcs = on_cores(n, dir_links_loop)?;
     ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (1 link in own directory, 2 link in /dks, 3 symlink, 4 unlink)");
     let kept: Vec<u64> = (0..DK_ROUNDS).filter(|k| k % 3 == 0).collect();
     let st = fs_ok("stat /dks/t", fs::stat_walk("/dks/t"))?;
@@ -2504,10 +2506,7 @@ fn dir_links_to_one_file() -> TestResult {
     }
     // Per round 2 links and a symlink, fewer by the reserve refills and the unlinks that met
     // the target's stripe held (those ran exclusive).
-    for c in 0..n as usize {
-        let d = fs::dir_side_changes(c) - before[c];
-        ensure!(d >= DK_ROUNDS * 2, "core {c}: {d} changes on the per-directory side (want at least {})", DK_ROUNDS * 2);
-    }
+    dir_side_at_least(&before, DK_ROUNDS * 2)?;
     for c in 0..n {
         for k in &kept {
             for p in [alloc::format!("/dk{c}/n{k}"), alloc::format!("/dks/c{c}_{k}"), alloc::format!("/dk{c}/s{k}")] {
@@ -2517,8 +2516,7 @@ fn dir_links_to_one_file() -> TestResult {
     }
     ensure!(fs_ok("stat", fs::stat_walk("/dks/t"))?.links == 1, "/dks/t: links not back to 1");
     fs_ok("sync", fs::sync())?;
-    let df1 = fs_ok("df", fs::df())?;
-    ensure!((df1.free_blocks, df1.free_inodes) == (df0.free_blocks, df0.free_inodes), "free blocks {} -> {}, inodes {} -> {}", df0.free_blocks, df1.free_blocks, df0.free_inodes, df1.free_inodes);
+    df_as_before(&df0, "")?;
     Ok(Pass::Ok)
 }
 
@@ -2582,15 +2580,8 @@ fn dir_mkdirs_own_and_shared_directories() -> TestResult {
     }
     fs_ok("sync", fs::sync())?;
     let df0 = fs_ok("df", fs::df())?;
-    let before: Vec<u64> = (0..n as usize).map(fs::dir_side_changes).collect();
-    let mut threads = Vec::new();
-    for c in 1..n {
-        threads.push(ok!(libos::thread::spawn(c, dir_mkdirs_loop, c)));
-    }
-    let mut rcs = vec![dir_mkdirs_loop(0)];
-    for t in threads {
-        rcs.push(ok!(t.join()));
-    }
+    let before = dir_side_now(n);
+    let rcs = on_cores(n, dir_mkdirs_loop)?;
     ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (1 mkdir own, 2 mkdir shared, 3 create inside, 4 unlink/rmdir)");
     let kept: Vec<u64> = (0..DM_ROUNDS).filter(|k| k % 3 == 0).collect();
     let mut want: Vec<alloc::string::String> = (0..n).flat_map(|c| kept.iter().map(move |k| alloc::format!("c{c}_{k}"))).collect();
@@ -2608,10 +2599,7 @@ fn dir_mkdirs_own_and_shared_directories() -> TestResult {
         ensure!(names_in(&d)? == want, "{d}: {} names, want {}", names_in(&d)?.len(), want.len());
         ensure!(fs_ok("stat", fs::stat_walk(&d))?.links as usize == 2 + kept.len(), "{d}: wrong link count");
     }
-    for c in 0..n as usize {
-        let d = fs::dir_side_changes(c) - before[c];
-        ensure!(d >= DM_ROUNDS * 2, "core {c}: {d} changes on the per-directory side (want at least {})", DM_ROUNDS * 2);
-    }
+    dir_side_at_least(&before, DM_ROUNDS * 2)?;
     // Kept until the suite's `e2fsck -fn` (which checks `used_dirs`) unless a sync shows
     // the counts leaked: every directory made here, removed, gives back exactly what it took.
     for c in 0..n {
@@ -2623,8 +2611,7 @@ fn dir_mkdirs_own_and_shared_directories() -> TestResult {
     }
     fs_ok("sync", fs::sync())?;
     ensure!(fs_ok("reserved", fs::reserved())? == (0, 0), "reserves not given back by sync");
-    let df1 = fs_ok("df", fs::df())?;
-    ensure!((df1.free_blocks, df1.free_inodes) == (df0.free_blocks, df0.free_inodes), "free blocks {} -> {}, inodes {} -> {}", df0.free_blocks, df1.free_blocks, df0.free_inodes, df1.free_inodes);
+    df_as_before(&df0, "")?;
     // Directories made on the per-directory side (core 0's) left for the suite's
     // `e2fsck -fn`, synced.
     for c in 0..n {

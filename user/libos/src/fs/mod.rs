@@ -975,20 +975,23 @@ pub fn stat(path: &str) -> Result<Stat> {
     with(|m| fill_name(m, path))
 }
 
+/// Under the lock, `f` of the inode `path` names (its last component, if a symbolic link,
+/// followed with `follow`).
+fn with_inode<R>(path: &str, follow: bool, mut f: impl FnMut(&mut Mounted, &Inode) -> Result<R>) -> Result<R> {
+    with(|m| {
+        let ino = if follow { m.fs.resolve(path.as_bytes()) } else { m.fs.resolve_nofollow(path.as_bytes()) }?;
+        f(m, &ino)
+    })
+}
+
 /// `stat` of a path whose last component, if a symbolic link, is not followed.
 pub fn lstat(path: &str) -> Result<Stat> {
-    with(|m| {
-        let ino = m.fs.resolve_nofollow(path.as_bytes())?;
-        Ok(Ext2::<Cache>::stat_of(&ino))
-    })
+    with_inode(path, false, |_, ino| Ok(Ext2::<Cache>::stat_of(ino)))
 }
 
 /// The target of the symbolic link `path`.
 pub fn readlink(path: &str) -> Result<Vec<u8>> {
-    with(|m| {
-        let ino = m.fs.resolve_nofollow(path.as_bytes())?;
-        m.fs.read_link(&ino)
-    })
+    with_inode(path, false, |m, ino| m.fs.read_link(ino))
 }
 
 /// Make `path` a symbolic link to `target` (targets below 60 bytes for now).
@@ -1004,18 +1007,12 @@ pub fn symlink(target: &str, path: &str) -> Result<()> {
 
 /// `stat` through the walk under the lock, never the name cache (for comparison).
 pub fn stat_walk(path: &str) -> Result<Stat> {
-    with(|m| {
-        let ino = m.fs.resolve(path.as_bytes())?;
-        Ok(Ext2::<Cache>::stat_of(&ino))
-    })
+    with_inode(path, true, |_, ino| Ok(Ext2::<Cache>::stat_of(ino)))
 }
 
 /// Every entry of the directory `path`, `.` and `..` included, in on-disk order.
 pub fn readdir(path: &str) -> Result<Vec<DirEntry>> {
-    with(|m| {
-        let dir = m.fs.resolve(path.as_bytes())?;
-        m.fs.read_dir(&dir)
-    })
+    with_inode(path, true, |m, dir| m.fs.read_dir(dir))
 }
 
 /// Read a whole file (at most `max` bytes).
