@@ -110,10 +110,22 @@ pub(super) fn nap(us: u64) -> bool {
     }
 }
 
+/// How many times a blocking call looks before it sleeps: the other side already running on
+/// another core (a pipe's reader answering a request) often acts within a few hundred
+/// instructions, and a look is cheaper than a sleep and a wake (two system calls and an
+/// interrupt on each side).
+const LOOKS_BEFORE_SLEEP: u32 = 64;
+
 /// Block until `ready()` says yes: the blocking read or write of a kind with a waiters word
-/// (a pipe end, an eventfd). `ready` runs once before any sleep and once after the bit is
-/// set.
+/// (a pipe end, an eventfd). `ready` runs up to `LOOKS_BEFORE_SLEEP` times before the first
+/// sleep and once after the bit is set before each.
 pub(super) fn block_on<R>(word: &AtomicU64, mut ready: impl FnMut() -> Option<R>) -> R {
+    for _ in 0..LOOKS_BEFORE_SLEEP {
+        if let Some(r) = ready() {
+            return r;
+        }
+        core::hint::spin_loop();
+    }
     let bit = my_bit();
     loop {
         if let Some(r) = ready() {
