@@ -86,6 +86,22 @@ global_asm!(
     pushq $0x23
     .endm
 
+    /* Open and close the kernel's window on user memory: with SMAP on, `stac`/`clac`
+       around the accesses; without it, nothing. */
+    .macro user_access_open
+    cmpb $0, SMAP_ENABLED(%rip)
+    je 98f
+    stac
+98:
+    .endm
+
+    .macro user_access_close
+    cmpb $0, SMAP_ENABLED(%rip)
+    je 99f
+    clac
+99:
+    .endm
+
     .section .text.syscall_entry, "ax"
     .global syscall_entry
 syscall_entry:
@@ -284,10 +300,7 @@ uaccess_copy:
        under TCG every step of a rep string instruction is a pass through the translated
        block, so long copies (a batch of system calls copies its entries in and out with
        this) run as an unrolled loop of ordinary loads and stores. Scratch: rax, r8-r11. */
-    cmpb $0, SMAP_ENABLED(%rip)
-    je 1f
-    stac
-1:
+    user_access_open
     mov %rdx, %rcx
     shr $6, %rcx
     jz 3f
@@ -327,33 +340,24 @@ uaccess_copy_insn:
     .global uaccess_copy_tail_insn
 uaccess_copy_tail_insn:
     rep movsb
-    cmpb $0, SMAP_ENABLED(%rip)
-    je 2f
-    clac
-2:  xor %eax, %eax
+    user_access_close
+    xor %eax, %eax
     ret
     /* uaccess_probe_write(addr) -> 0 if the byte is writable (an atomic no-op write), else 1. */
     .global uaccess_probe_write
 uaccess_probe_write:
-    cmpb $0, SMAP_ENABLED(%rip)
-    je 4f
-    stac
-4:
+    user_access_open
     .global uaccess_probe_insn
 uaccess_probe_insn:
     lock orb $0, (%rdi)
-    cmpb $0, SMAP_ENABLED(%rip)
-    je 5f
-    clac
-5:  xor %eax, %eax
+    user_access_close
+    xor %eax, %eax
     ret
 
     .global uaccess_fixup
 uaccess_fixup:
-    cmpb $0, SMAP_ENABLED(%rip)
-    je 3f
-    clac
-3:  mov $1, %eax
+    user_access_close
+    mov $1, %eax
     ret
 "#,
     ppc_call = const abi::nr::PPC_CALL,

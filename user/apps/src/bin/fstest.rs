@@ -982,27 +982,10 @@ fn other_cores_read_too() -> TestResult {
 /// Walk what is reachable from the root (at most 300 inodes, 16 levels), reading the first
 /// 64 KiB of every file; errors are fine, a panic ends the program (and fails the run).
 fn walk<D: Disk>(fs: &mut Ext2<D>) {
-    let mut todo = vec![(libos::fs::ext2::ROOT_INO, 0u32)];
-    let mut seen = 0;
     let mut buf = vec![0u8; 64 << 10];
-    while let Some((ino, depth)) = todo.pop() {
-        seen += 1;
-        if seen > 300 || depth > 16 {
-            break;
-        }
-        let Ok(i) = fs.inode(ino) else { continue };
-        if i.is_dir() {
-            if let Ok(es) = fs.read_dir(&i) {
-                for e in es {
-                    if e.name != b"." && e.name != b".." {
-                        todo.push((e.ino, depth + 1));
-                    }
-                }
-            }
-        } else {
-            let _ = fs.read(&i, 0, &mut buf);
-        }
-    }
+    fs.walk_bounded(300, |fs, i| {
+        let _ = fs.read(i, 0, &mut buf);
+    });
 }
 
 /// Catches: a panic (index out of bounds, overflow, an endless loop until the timeout) on a
@@ -1772,15 +1755,8 @@ fn names_in(d: &str) -> Result<Vec<alloc::string::String>, Msg> {
 /// against a planted bug: `change_hook` not taking the stripe lock (fails with names missing
 /// from /dls or a corrupt-entry error).
 fn dir_locks_own_and_shared_directories() -> TestResult {
-    let n = cores().min(4) as u64;
-    if n < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("mount", fs::mount())?;
-    empty_dir("/dls")?;
-    for c in 0..n {
-        empty_dir(&alloc::format!("/dl{c}"))?;
-    }
+    let Some(n) = mounted_on_cores()? else { return Ok(Pass::Skipped("one core")) };
+    empty_dirs("/dl", n)?;
     fs_ok("sync", fs::sync())?;
     let before = dir_side_now(n);
     let rcs = on_cores(n, dir_lock_loop)?;
@@ -1957,6 +1933,27 @@ fn close_races_the_unlink_of_its_file() -> TestResult {
     let u1 = fs_ok("df", fs::df())?;
     ensure!(u1.free_inodes == u0.free_inodes && u1.free_blocks == u0.free_blocks, "after 300 opens, unlinks and closes: {} -> {} free inodes, {} -> {} free blocks", u0.free_inodes, u1.free_inodes, u0.free_blocks, u1.free_blocks);
     Ok(Pass::Ok)
+}
+
+/// The file system mounted, and how many cores (2 to 4) a test that runs a loop on each
+/// uses; `None` on one core.
+fn mounted_on_cores() -> Result<Option<u64>, Msg> {
+    let n = cores().min(4) as u64;
+    if n < 2 {
+        return Ok(None);
+    }
+    fs_ok("mount", fs::mount())?;
+    Ok(Some(n))
+}
+
+/// `PREFIX` + "s" (the directory every core shares) and `PREFIX0`..`PREFIX{n-1}` (one per
+/// core), each made or emptied.
+fn empty_dirs(prefix: &str, n: u64) -> Result<(), Msg> {
+    empty_dir(&alloc::format!("{prefix}s"))?;
+    for c in 0..n {
+        empty_dir(&alloc::format!("{prefix}{c}"))?;
+    }
+    Ok(())
 }
 
 /// Run `f(c)` on cores 1..n as threads of this program and `f(0)` here, at once; the
@@ -2366,15 +2363,8 @@ fn dw_record(c: u64, k: u64) -> Vec<u8> {
 /// bytes"; `e2fsck -fn` found errors); `frozen_blocks_ok` always saying yes: fails (the
 /// 300 KiB write came back short on both cores, step 14).
 fn dir_writes_own_and_shared_directories() -> TestResult {
-    let n = cores().min(4) as u64;
-    if n < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("mount", fs::mount())?;
-    empty_dir("/dws")?;
-    for c in 0..n {
-        empty_dir(&alloc::format!("/dw{c}"))?;
-    }
+    let Some(n) = mounted_on_cores()? else { return Ok(Pass::Skipped("one core")) };
+    empty_dirs("/dw", n)?;
     for p in ["/dws/both", "/dws/appended"] {
         let fd = fs_ok("create", fs::open(p, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
         fs_ok("close", fs::close(fd))?;
@@ -2470,15 +2460,8 @@ fn dir_links_loop(c: u64) -> u64 {
 /// not reading the target again under its stripe (the window between the walk and the
 /// lock is narrow; passed one run).
 fn dir_links_to_one_file() -> TestResult {
-    let n = cores().min(4) as u64;
-    if n < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("mount", fs::mount())?;
-    empty_dir("/dks")?;
-    for c in 0..n {
-        empty_dir(&alloc::format!("/dk{c}"))?;
-    }
+    let Some(n) = mounted_on_cores()? else { return Ok(Pass::Skipped("one core")) };
+    empty_dirs("/dk", n)?;
     let fd = fs_ok("create /dks/t", fs::open("/dks/t", fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
     fs_ok("close", fs::close(fd))?;
     fs_ok("sync", fs::sync())?;
@@ -2559,11 +2542,7 @@ fn dir_mkdirs_loop(c: u64) -> u64 {
 /// once: `fold_pending_dirs` folding nothing: the test itself passed, the `e2fsck -fn` after
 /// it failed ("Directories count wrong for group #0 (2, counted=30)").
 fn dir_mkdirs_own_and_shared_directories() -> TestResult {
-    let n = cores().min(4) as u64;
-    if n < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("mount", fs::mount())?;
+    let Some(n) = mounted_on_cores()? else { return Ok(Pass::Skipped("one core")) };
     for d in core::iter::once(alloc::string::String::from("/dms")).chain((0..n).map(|c| alloc::format!("/dm{c}"))) {
         // Left by an earlier run on this image: directories two levels deep, files in them.
         if fs::stat_walk(&d).is_ok() {

@@ -120,16 +120,10 @@ struct Job {
     fd_api: bool,
 }
 
-/// Empty polls in a row before an `idle=sleep` core sleeps (the kernel core's IPI wakes it
-/// when a frame comes, Dedicated and Polling).
-const IDLE_POLLS_BEFORE_SLEEP: u32 = 64;
-/// In Inline mode, also this long with nothing arriving (only a timeout wakes it there).
-const INLINE_IDLE_BEFORE_SLEEP_NS: u64 = 2_000_000;
-
-/// When a service core with nothing to do sleeps (`idle=sleep`): after
-/// `IDLE_POLLS_BEFORE_SLEEP` empty polls in a row, and in Inline mode, where nothing but
-/// the timeout ends the sleep, only after `INLINE_IDLE_BEFORE_SLEEP_NS` with nothing
-/// arriving, so that traffic with short gaps is served by polling.
+/// When a service core with nothing to do sleeps (`idle=sleep`): after `POLLS_BEFORE_SLEEP`
+/// empty polls in a row, and in Inline mode, where nothing but the timeout ends the sleep,
+/// only after `INLINE_NS_BEFORE_SLEEP` with nothing arriving, so that traffic with short gaps
+/// is served by polling.
 #[derive(Default)]
 struct Idle {
     polls: u32,
@@ -137,6 +131,12 @@ struct Idle {
 }
 
 impl Idle {
+    /// Empty polls in a row before the core sleeps (the kernel core's IPI wakes it when a
+    /// frame comes, Dedicated and Polling).
+    const POLLS_BEFORE_SLEEP: u32 = 64;
+    /// In Inline mode, also this long with nothing arriving (only a timeout wakes it there).
+    const INLINE_NS_BEFORE_SLEEP: u64 = 2_000_000;
+
     /// The poll found work: count again from 0.
     fn busy(&mut self) {
         self.polls = 0;
@@ -150,8 +150,8 @@ impl Idle {
         if self.polls == 1 {
             self.since = libos::time::tsc_ns();
         }
-        let long_enough = job.nic.mode != Mode::Inline || libos::time::tsc_ns() - self.since >= INLINE_IDLE_BEFORE_SLEEP_NS;
-        (job.sleep && self.polls >= IDLE_POLLS_BEFORE_SLEEP && long_enough).then_some(if job.channel == 0 { 10_000 } else { 100_000 })
+        let long_enough = job.nic.mode != Mode::Inline || libos::time::tsc_ns() - self.since >= Self::INLINE_NS_BEFORE_SLEEP;
+        (job.sleep && self.polls >= Self::POLLS_BEFORE_SLEEP && long_enough).then_some(if job.channel == 0 { 10_000 } else { 100_000 })
     }
 }
 
@@ -197,8 +197,7 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
             let now = libos::time::tsc_ns();
             if now >= next_check {
                 next_check = now + 1_000_000;
-                let n = NSERVICE.load(Ordering::Relaxed) as usize;
-                let served: u64 = (0..n).map(|c| COUNTS[c].served.load(Ordering::Relaxed)).sum();
+                let served = served_total();
                 if !MEASURING.load(Ordering::Relaxed) && served >= WARMUP.load(Ordering::Relaxed) {
                     MEASURING.store(true, Ordering::Relaxed);
                     // SAFETY: the kernel's I/O bitmap lets user mode write the marker port.
@@ -207,7 +206,7 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
                 let every = STATS_EVERY_NS.load(Ordering::Relaxed);
                 if every > 0 && now >= next_stats {
                     next_stats = now + every;
-                    print_counts("tcpserv: stats", n);
+                    print_counts("tcpserv: stats", NSERVICE.load(Ordering::Relaxed) as usize);
                 }
                 if served >= TARGET.load(Ordering::Relaxed) || now >= DEADLINE_NS.load(Ordering::Relaxed) {
                     if MEASURING.load(Ordering::Relaxed) {
@@ -321,8 +320,7 @@ fn serve_fd(job: &Job) -> Result<(), abi::Error> {
             let now = libos::time::tsc_ns();
             if now >= next_check {
                 next_check = now + 1_000_000;
-                let n = NSERVICE.load(Ordering::Relaxed) as usize;
-                let served: u64 = (0..n).map(|c| COUNTS[c].served.load(Ordering::Relaxed)).sum();
+                let served = served_total();
                 if served >= TARGET.load(Ordering::Relaxed) || now >= DEADLINE_NS.load(Ordering::Relaxed) {
                     STOP.store(true, Ordering::Release);
                 }
@@ -625,3 +623,9 @@ static WARMUP: AtomicU64 = AtomicU64::new(0);
 static DEADLINE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
 static TARGET: AtomicU64 = AtomicU64::new(u64::MAX);
 static NSERVICE: AtomicU64 = AtomicU64::new(1);
+
+/// Connections every service core has served so far (core 0 reads it to end the run).
+fn served_total() -> u64 {
+    let n = NSERVICE.load(Ordering::Relaxed) as usize;
+    (0..n).map(|c| COUNTS[c].served.load(Ordering::Relaxed)).sum()
+}
