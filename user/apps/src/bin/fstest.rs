@@ -1268,6 +1268,23 @@ impl Drop for Kc {
     }
 }
 
+/// The file system unmounted and the last core a kernel core (for a test that drives the
+/// disk through it); `None` on one core.
+fn last_core_as_kc() -> Result<Option<Kc>, Msg> {
+    if cores() < 2 {
+        return Ok(None);
+    }
+    fs_ok("unmount", fs::unmount())?;
+    Kc::make(cores() - 1).map(Some)
+}
+
+/// The end of a `last_core_as_kc` test: the core back to XC, the file system mounted again.
+fn remount_after(kc: Kc) -> TestResult {
+    drop(kc);
+    fs_ok("mount", fs::mount())?;
+    Ok(Pass::Ok)
+}
+
 /// The Dedicated device `t_ded` threads use (leaked for the test's duration, freed after the
 /// joins).
 static T_DED: AtomicU64 = AtomicU64::new(0);
@@ -1366,11 +1383,7 @@ fn dedicated_two_cores() -> TestResult {
 /// completion count (overwriting entries the program has not read) instead of stopping that
 /// ring alone; a mode change while attached.
 fn dedicated_refuses_bad_entries() -> TestResult {
-    if cores() < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("unmount", fs::unmount())?;
-    let kc = Kc::make(cores() - 1)?;
+    let Some(kc) = last_core_as_kc()? else { return Ok(Pass::Skipped("one core")) };
     let share = libos::process::proc_share();
     // Bad modes first, on a Polling device.
     {
@@ -1455,20 +1468,14 @@ fn dedicated_refuses_bad_entries() -> TestResult {
     ensure!(st.errors == 1, "errors {} after one stopped ring", st.errors);
     ensure!(st.drops >= bad.len() as u64 + 30, "only {} refusals counted after 64 garbage entries", st.drops);
     drop(dev);
-    drop(kc);
-    fs_ok("mount", fs::mount())?;
-    Ok(Pass::Ok)
+    remount_after(kc)
 }
 
 /// Catches: a request pending on a detached device, or on one whose kernel core changed role,
 /// that waits forever (or reports success); a kernel core that keeps polling a detached
 /// device; state lost across detach and attach.
 fn dedicated_kernel_core_removed() -> TestResult {
-    if cores() < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("unmount", fs::unmount())?;
-    let kc = Kc::make(cores() - 1)?;
+    let Some(kc) = last_core_as_kc()? else { return Ok(Pass::Skipped("one core")) };
     let share = libos::process::proc_share();
     let mut dev = ok!(BlockDevice::open_dedicated(share, 1, kc.0));
     let mut sb = [0u8; 1024];
@@ -1501,9 +1508,7 @@ fn dedicated_kernel_core_removed() -> TestResult {
     ok!(dev.read(2, &mut sb));
     ensure!(sb[56] == 0x53 && sb[57] == 0xEF, "wrong bytes once a kernel core again");
     drop(dev);
-    drop(kc);
-    fs_ok("mount", fs::mount())?;
-    Ok(Pass::Ok)
+    remount_after(kc)
 }
 
 /// Catches: a write given up while no kernel core polls (`NoSuchCore`) served later from a
@@ -1511,11 +1516,7 @@ fn dedicated_kernel_core_removed() -> TestResult {
 /// other request's bytes: an earlier ring protocol did); a request refused with
 /// `NoSuchCore` that still reaches the disk.
 fn dedicated_given_up_write_not_replayed() -> TestResult {
-    if cores() < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("unmount", fs::unmount())?;
-    let kc = Kc::make(cores() - 1)?;
+    let Some(kc) = last_core_as_kc()? else { return Ok(Pass::Skipped("one core")) };
     let share = libos::process::proc_share();
     let mut dev = ok!(BlockDevice::open_dedicated(share, 1, kc.0));
     let cap = ok!(sys::device_stat(dev.dev)).buffers;
@@ -1547,9 +1548,7 @@ fn dedicated_given_up_write_not_replayed() -> TestResult {
     }
     ensure!(r2, "sector {b}: a write refused with NoSuchCore reached the disk");
     drop(dev);
-    drop(kc);
-    fs_ok("mount", fs::mount())?;
-    Ok(Pass::Ok)
+    remount_after(kc)
 }
 
 /// The name of the file `dedicated_mount` writes.

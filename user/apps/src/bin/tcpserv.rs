@@ -194,9 +194,7 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
     while !STOP.load(Ordering::Relaxed) {
         if job.channel == 0 {
             // Core 0 ends the run: it reads the others' counts about once a millisecond.
-            let now = libos::time::tsc_ns();
-            if now >= next_check {
-                next_check = now + 1_000_000;
+            if let Some(now) = check_due(&mut next_check) {
                 let served = served_total();
                 if !MEASURING.load(Ordering::Relaxed) && served >= WARMUP.load(Ordering::Relaxed) {
                     MEASURING.store(true, Ordering::Relaxed);
@@ -317,9 +315,7 @@ fn serve_fd(job: &Job) -> Result<(), abi::Error> {
     let mut failed = None;
     while !STOP.load(Ordering::Relaxed) {
         if job.channel == 0 {
-            let now = libos::time::tsc_ns();
-            if now >= next_check {
-                next_check = now + 1_000_000;
+            if let Some(now) = check_due(&mut next_check) {
                 let served = served_total();
                 if served >= TARGET.load(Ordering::Relaxed) || now >= DEADLINE_NS.load(Ordering::Relaxed) {
                     STOP.store(true, Ordering::Release);
@@ -623,6 +619,16 @@ static WARMUP: AtomicU64 = AtomicU64::new(0);
 static DEADLINE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
 static TARGET: AtomicU64 = AtomicU64::new(u64::MAX);
 static NSERVICE: AtomicU64 = AtomicU64::new(1);
+
+/// Core 0's check of the run's end, about once a millisecond: the time now (ns) when one is
+/// due (and the next one then set), else `None`.
+fn check_due(next_check: &mut u64) -> Option<u64> {
+    let now = libos::time::tsc_ns();
+    (now >= *next_check).then(|| {
+        *next_check = now + 1_000_000;
+        now
+    })
+}
 
 /// Connections every service core has served so far (core 0 reads it to end the run).
 fn served_total() -> u64 {

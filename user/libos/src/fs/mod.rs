@@ -212,12 +212,8 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
             Err(FsError::NotFound) if flags & O_CREAT != 0 => Err(FsError::Contended),
             Err(e) => Err(e),
         });
-        if let Some(o) = taken_back.take() {
-            after_taken_back(&o);
-        }
-        match r {
-            Err(FsError::Contended) => {}
-            r => return r,
+        if let Some(r) = settle(r, &taken_back) {
+            return r;
         }
         // Put the path in the name cache under the lock (no change runs while we hold it, so
         // the entry is true now) and try the per-core list once more. An error here (no such
@@ -260,12 +256,8 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
                 Err(e) => Err(e),
             }
         });
-        if let Some(o) = taken_back.take() {
-            after_taken_back(&o);
-        }
-        match r {
-            Err(FsError::Contended) => {}
-            r => return r,
+        if let Some(r) = settle(r, &taken_back) {
+            return r;
         }
     }
     let body = |m: &mut Mounted| open_in(m, path, flags);
@@ -273,6 +265,19 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
         with_change(body)
     } else {
         with(body)
+    }
+}
+
+/// After a try of `open` on a per-core side: finish what `open_existing` took back, and
+/// `Some(the answer)` unless the try gave up (`Contended`: the next side tries).
+#[inline(always)]
+fn settle(r: Result<Fd>, taken_back: &core::cell::Cell<Option<open_files::Opened>>) -> Option<Result<Fd>> {
+    if let Some(o) = taken_back.take() {
+        after_taken_back(&o);
+    }
+    match r {
+        Err(FsError::Contended) => None,
+        r => Some(r),
     }
 }
 
