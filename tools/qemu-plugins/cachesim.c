@@ -368,19 +368,7 @@ static const char *const TWO_PLACES[] = {"shared", "separate"};
 
 static int add_nehalem(void)
 {
-    cs_shape sh;
-    memset(&sh, 0, sizeof sh);
-    sh.levels = 3;
-    sh.split_l1 = 1;
-    sh.l1i = (cs_geom){32 << 10, 4, 64};
-    sh.level[0] = (cs_geom){32 << 10, 8, 64};
-    sh.level[1] = (cs_geom){256 << 10, 8, 64};
-    sh.level[2] = (cs_geom){8 << 20, 16, 64};
-    sh.lat[0] = 0;
-    sh.lat[1] = 10;
-    sh.lat[2] = 38;
-    sh.lat[3] = 191;
-    sh.inclusive = 1u << 2; /* Nehalem's L3 is inclusive of the cores' L1/L2; its L2 is not of L1 */
+    cs_shape sh = cs_shape_nehalem_like((cs_geom){32 << 10, 4, 64}, (cs_geom){32 << 10, 8, 64}, (cs_geom){256 << 10, 8, 64}, (cs_geom){8 << 20, 16, 64});
     const int shared[] = {0, 2, 3};
     return add_model("nehalem", &sh, 3, shared, NEHALEM_PLACES);
 }
