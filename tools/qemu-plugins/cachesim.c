@@ -368,19 +368,7 @@ static const char *const TWO_PLACES[] = {"shared", "separate"};
 
 static int add_nehalem(void)
 {
-    cs_shape sh;
-    memset(&sh, 0, sizeof sh);
-    sh.levels = 3;
-    sh.split_l1 = 1;
-    sh.l1i = (cs_geom){32 << 10, 4, 64};
-    sh.level[0] = (cs_geom){32 << 10, 8, 64};
-    sh.level[1] = (cs_geom){256 << 10, 8, 64};
-    sh.level[2] = (cs_geom){8 << 20, 16, 64};
-    sh.lat[0] = 0;
-    sh.lat[1] = 10;
-    sh.lat[2] = 38;
-    sh.lat[3] = 191;
-    sh.inclusive = 1u << 2; /* Nehalem's L3 is inclusive of the cores' L1/L2; its L2 is not of L1 */
+    cs_shape sh = cs_shape_nehalem_like((cs_geom){32 << 10, 4, 64}, (cs_geom){32 << 10, 8, 64}, (cs_geom){256 << 10, 8, 64}, (cs_geom){8 << 20, 16, 64});
     const int shared[] = {0, 2, 3};
     return add_model("nehalem", &sh, 3, shared, NEHALEM_PLACES);
 }
@@ -500,18 +488,16 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     mc_shape mcshape;
     for (int v = 0; v < REGION_MAX_VCPUS; v++)
         core_map[v] = v;
-    int bad = 0;
     quantum_init(&quantum, id);
     slice_init(&slices);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (!strncmp(a, "out=", 4)) {
-            out = fopen(a + 4, "w");
-            if (!out) {
-                fprintf(stderr, "cachesim: cannot write %s\n", a + 4);
-                return -1;
-            }
-        } else if (!strcmp(a, "preset=nehalem")) {
+        int common = plugin_common_arg("cachesim", a, &out, &quantum);
+        if (common < 0)
+            return -1;
+        if (common)
+            continue;
+        if (!strcmp(a, "preset=nehalem")) {
             want_nehalem = 1;
         } else if (!strcmp(a, "preset=sweep")) {
             want_sweep = 1;
@@ -531,11 +517,6 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             inclusive = 1;
         } else if (!strcmp(a, "inclusive=off")) {
             inclusive = 0;
-        } else if (quantum_arg(&quantum, a, &bad)) {
-            if (bad) {
-                fprintf(stderr, "cachesim: `%s`: not a number of instructions\n", a);
-                return -1;
-            }
         } else {
             fprintf(stderr, "cachesim: unknown argument `%s` (out=, preset=nehalem|sweep|nehalem-mc|amd16, levels=, inclusive=, "
                             "map=, scope=region|all, quantum=, quantum_outside=)\n", a);

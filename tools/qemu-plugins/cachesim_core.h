@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define CS_MAX_LEVELS 4
 #define CS_MAX_PLACEMENTS 3
@@ -63,6 +64,26 @@ typedef struct {
      * below it (inclusion). Nehalem: only the L3 (bit 2); its L2 is non-inclusive. */
     unsigned inclusive;
 } cs_shape;
+
+/* Three levels, a split L1 (instruction cache `l1i`, data cache `l1d`), `l2` and an inclusive
+ * `l3`, with Nehalem's latencies: 10 cycles to the L2, 38 to the L3, 191 to memory. The
+ * `nehalem` preset with Nehalem's geometries; the tests with smaller ones. */
+static inline cs_shape cs_shape_nehalem_like(cs_geom l1i, cs_geom l1d, cs_geom l2, cs_geom l3)
+{
+    cs_shape s;
+    memset(&s, 0, sizeof s);
+    s.levels = 3;
+    s.split_l1 = 1;
+    s.l1i = l1i;
+    s.level[0] = l1d;
+    s.level[1] = l2;
+    s.level[2] = l3;
+    s.lat[1] = 10;
+    s.lat[2] = 38;
+    s.lat[3] = 191;
+    s.inclusive = 1u << 2; /* Nehalem's L3 is inclusive of the cores' L1/L2; its L2 is not of L1 */
+    return s;
+}
 
 /*
  * One placement of the OS and the application: levels below `first_shared` are private to each

@@ -255,16 +255,14 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
 {
-    int bad = 0;
     quantum_init(&quantum, id);
     for (int i = 0; i < argc; i++) {
-        if (!strncmp(argv[i], "out=", 4)) {
-            out = fopen(argv[i] + 4, "w");
-            if (!out) {
-                fprintf(stderr, "insncount: cannot write %s\n", argv[i] + 4);
-                return -1;
-            }
-        } else if (!strncmp(argv[i], "profile=", 8)) {
+        int common = plugin_common_arg("insncount", argv[i], &out, &quantum);
+        if (common < 0)
+            return -1;
+        if (common)
+            continue;
+        if (!strncmp(argv[i], "profile=", 8)) {
             profile_out = fopen(argv[i] + 8, "w");
             profile = calloc(PROFILE_SLOTS, sizeof *profile);
             if (!profile_out || !profile) {
@@ -273,11 +271,6 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             }
         } else if (!strcmp(argv[i], "regions=on")) {
             regions_on = 1;
-        } else if (quantum_arg(&quantum, argv[i], &bad)) {
-            if (bad) {
-                fprintf(stderr, "insncount: `%s`: not a number of instructions\n", argv[i]);
-                return -1;
-            }
         } else {
             fprintf(stderr, "insncount: unknown argument `%s` (out=PATH, profile=PATH, regions=on, quantum=N, quantum_outside=N)\n", argv[i]);
             return -1;

@@ -37,6 +37,7 @@
 #include "marker.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +88,29 @@ static inline int quantum_arg(quantum_t *q, const char *arg, int *bad)
     *bad = !*v || *end || n > (1ull << 40);
     if (!*bad)
         *field = n;
+    return 1;
+}
+
+/* The arguments every exact-mode plugin takes: `out=PATH` (where the report goes) and the
+ * quantum's (`quantum_arg`). 1 if `arg` was one of them and was taken, 0 if it was none of
+ * them, -1 after printing why it is bad (prefixed with the plugin's name). */
+static inline int plugin_common_arg(const char *plugin, const char *arg, FILE **out, quantum_t *q)
+{
+    int bad = 0;
+    if (!strncmp(arg, "out=", 4)) {
+        *out = fopen(arg + 4, "w");
+        if (!*out) {
+            fprintf(stderr, "%s: cannot write %s\n", plugin, arg + 4);
+            return -1;
+        }
+        return 1;
+    }
+    if (!quantum_arg(q, arg, &bad))
+        return 0;
+    if (bad) {
+        fprintf(stderr, "%s: `%s`: not a number of instructions\n", plugin, arg);
+        return -1;
+    }
     return 1;
 }
 

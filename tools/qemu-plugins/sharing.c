@@ -265,22 +265,15 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
 {
-    int bad = 0;
     quantum_init(&quantum, id);
     for (int i = 0; i < argc; i++) {
-        if (!strncmp(argv[i], "out=", 4)) {
-            out = fopen(argv[i] + 4, "w");
-            if (!out) {
-                fprintf(stderr, "sharing: cannot write %s\n", argv[i] + 4);
-                return -1;
-            }
-        } else if (!strcmp(argv[i], "kernel_only=on")) {
+        int common = plugin_common_arg("sharing", argv[i], &out, &quantum);
+        if (common < 0)
+            return -1;
+        if (common)
+            continue;
+        if (!strcmp(argv[i], "kernel_only=on")) {
             kernel_only = 1;
-        } else if (quantum_arg(&quantum, argv[i], &bad)) {
-            if (bad) {
-                fprintf(stderr, "sharing: `%s`: not a number of instructions\n", argv[i]);
-                return -1;
-            }
         } else {
             fprintf(stderr, "sharing: unknown argument `%s` (out=PATH, kernel_only=on, quantum=N, quantum_outside=N)\n", argv[i]);
             return -1;

@@ -148,18 +148,7 @@ static void test_competition_cooperation(void)
 static void test_placement_latency(void)
 {
     char err[256];
-    cs_shape s;
-    memset(&s, 0, sizeof s);
-    s.levels = 3;
-    s.split_l1 = 1;
-    s.l1i = (cs_geom){32 << 10, 4, 64};
-    s.level[0] = (cs_geom){32 << 10, 8, 64};
-    s.level[1] = (cs_geom){256 << 10, 8, 64};
-    s.level[2] = (cs_geom){8 << 20, 16, 64};
-    s.lat[1] = 10;
-    s.lat[2] = 38;
-    s.lat[3] = 191;
-    s.inclusive = 1u << 2;
+    cs_shape s = cs_shape_nehalem_like((cs_geom){32 << 10, 4, 64}, (cs_geom){32 << 10, 8, 64}, (cs_geom){256 << 10, 8, 64}, (cs_geom){8 << 20, 16, 64});
     const int shared[] = {0, 2, 3};
     const char *const names[] = {"same-core", "two-cores", "two-chips"};
     cs_model m;
@@ -188,18 +177,7 @@ static void test_placement_latency(void)
 static void test_fast_paths_exact(void)
 {
     char err[256];
-    cs_shape s;
-    memset(&s, 0, sizeof s);
-    s.levels = 3;
-    s.split_l1 = 1;
-    s.l1i = (cs_geom){1024, 2, 64};
-    s.level[0] = (cs_geom){1024, 4, 64};
-    s.level[1] = (cs_geom){4096, 4, 64};
-    s.level[2] = (cs_geom){16384, 8, 64};
-    s.lat[1] = 10;
-    s.lat[2] = 38;
-    s.lat[3] = 191;
-    s.inclusive = 1u << 2;
+    cs_shape s = cs_shape_nehalem_like((cs_geom){1024, 2, 64}, (cs_geom){1024, 4, 64}, (cs_geom){4096, 4, 64}, (cs_geom){16384, 8, 64});
     const int shared[] = {0, 2, 3};
     const char *const names[] = {"same-core", "two-cores", "two-chips"};
     cs_model a, b, c; /* a: fast paths; b: none; c: fast paths and the repeat filter */

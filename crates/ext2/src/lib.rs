@@ -633,6 +633,28 @@ impl<D: Disk> Ext2<D> {
         Ok(v)
     }
 
+    /// Give `f` every file (non-directory) reachable from the root, depth first, visiting
+    /// at most `max` inodes and 16 levels: a walk that ends on a corrupt image too (a
+    /// directory loop, a wild inode number); inodes and directories that cannot be read are
+    /// passed over. Returns the inodes visited. For the corrupt-image tests (host and guest).
+    pub fn walk_bounded(&mut self, max: usize, mut f: impl FnMut(&mut Self, &Inode)) -> usize {
+        let mut todo = alloc::vec![(ROOT_INO, 0u32)];
+        let mut seen = 0;
+        while let Some((ino, depth)) = todo.pop() {
+            seen += 1;
+            if seen > max || depth > 16 {
+                break;
+            }
+            let Ok(i) = self.inode(ino) else { continue };
+            if !i.is_dir() {
+                f(self, &i);
+            } else if let Ok(es) = self.read_dir(&i) {
+                todo.extend(es.into_iter().filter(|e| e.name != b"." && e.name != b"..").map(|e| (e.ino, depth + 1)));
+            }
+        }
+        seen
+    }
+
     /// The inode number `name` has in directory `dir`.
     pub fn lookup(&mut self, dir: &Inode, name: &[u8]) -> Result<u32> {
         if name.len() > NAME_MAX {

@@ -127,6 +127,22 @@ static struct {
 } private_counter[64] __attribute__((aligned(128)));
 static const char *wl;
 
+/* Run fn(i) on threads 1..nthreads-1 and fn(0) on this one, all let go at once (each worker
+ * counts itself in `ready`, then waits for `go`); returns when every one has finished. */
+static void start_together(void *(*fn)(void *))
+{
+    pthread_t t[64];
+    for (int i = 1; i < nthreads; i++)
+        if (pthread_create(&t[i], NULL, fn, (void *)(intptr_t)i))
+            fail("pthread_create");
+    while (ready < nthreads - 1)
+        sched_yield();
+    go = 1;
+    fn(0);
+    for (int i = 1; i < nthreads; i++)
+        pthread_join(t[i], NULL);
+}
+
 /* ---- filesum ---- */
 static struct {
     unsigned char *buf[64];
@@ -232,16 +248,7 @@ static long run_filesum(void)
     printf("filesum mode=%s size=%ld passes=%ld stride=%ld threads=%d anon_huge_kb=%ld\n",
            fs.shuffle ? "shuffle" : fs.random ? "random" : "locality",
            fs.size, fs.passes, fs.stride, nthreads, anon_huge_kb());
-    pthread_t t[64];
-    for (int i = 1; i < nthreads; i++)
-        if (pthread_create(&t[i], NULL, filesum_worker, (void *)(intptr_t)i))
-            fail("pthread_create");
-    while (ready < nthreads - 1)
-        sched_yield();
-    go = 1;
-    filesum_worker(0);
-    for (int i = 1; i < nthreads; i++)
-        pthread_join(t[i], NULL);
+    start_together(filesum_worker);
     return fs.passes * nthreads;
 }
 
@@ -321,20 +328,11 @@ static long run_signal(void)
 
 static long run_threads(void)
 {
-    pthread_t t[64];
     if (nthreads < 1 || nthreads > 64) {
         errno = EINVAL;
         fail("threads must be 1..64");
     }
-    for (int i = 1; i < nthreads; i++)
-        if (pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i))
-            fail("pthread_create");
-    while (ready < nthreads - 1)
-        sched_yield();
-    go = 1;
-    worker(0);
-    for (int i = 1; i < nthreads; i++)
-        pthread_join(t[i], NULL);
+    start_together(worker);
     return iters * nthreads;
 }
 

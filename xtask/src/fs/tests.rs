@@ -125,34 +125,17 @@ fn refuses_broken_superblocks_with_clear_errors() {
 
 /// Walk everything reachable (bounded), reading every file; errors are fine, panics not.
 fn walk_all<D: Disk>(fs: &mut Ext2<D>) -> usize {
-    let mut todo = vec![(ext2::ROOT_INO, 0u32)];
-    let mut seen = 0;
-    while let Some((ino, depth)) = todo.pop() {
-        seen += 1;
-        if seen > 2000 || depth > 16 {
-            break; // loops in a corrupt tree end here
-        }
-        let Ok(i) = fs.inode(ino) else { continue };
-        if i.is_dir() {
-            if let Ok(es) = fs.read_dir(&i) {
-                for e in es {
-                    if e.name != b"." && e.name != b".." {
-                        todo.push((e.ino, depth + 1));
-                    }
-                }
+    // 2000 inodes at most: loops in a corrupt tree end there.
+    fs.walk_bounded(2000, |fs, i| {
+        let mut buf = vec![0u8; 64 << 10];
+        let mut off = 0;
+        while let Ok(n) = fs.read(i, off, &mut buf) {
+            if n == 0 || off > 8 << 20 {
+                break;
             }
-        } else {
-            let mut buf = vec![0u8; 64 << 10];
-            let mut off = 0;
-            while let Ok(n) = fs.read(&i, off, &mut buf) {
-                if n == 0 || off > 8 << 20 {
-                    break;
-                }
-                off += n as u64;
-            }
+            off += n as u64;
         }
-    }
-    seen
+    })
 }
 
 /// Corrupt images per run (`FS_FUZZ_N` overrides, for longer runs by hand).

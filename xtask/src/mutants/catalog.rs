@@ -250,6 +250,14 @@ pub const CATALOG: &[Mutant] = &[
         plants: "a pipe or eventfd change never wakes the cores sleeping on its waiters word (they see it only when their nap times out)",
     },
     Mutant {
+        name: "pipe_write_wakes_nobody",
+        file: "user/libos/src/fd/pipe.rs",
+        original: "let mut done = ring_put(va, data, whole);\n        if done != 0 {\n            notify(waiters_at(va));\n        }",
+        replacement: "let mut done = ring_put(va, data, whole);",
+        checks: &[Check::Suite("ltest smp=2")],
+        plants: "a pipe write that finds room wakes no reader sleeping on the ring (the reader sees the bytes only when its nap times out)",
+    },
+    Mutant {
         name: "heap_remote_free_into_local_list",
         file: "user/libos/src/heap.rs",
         original: "if me() == Some(owner) {",

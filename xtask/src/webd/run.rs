@@ -422,6 +422,17 @@ pub struct SumCheck {
     pub failures: Vec<String>,
 }
 
+impl SumCheck {
+    /// The report's lines if nothing failed, else the failures.
+    pub fn verdict(&self) -> Result<String, String> {
+        if self.failures.is_empty() {
+            Ok(self.lines.join("; "))
+        } else {
+            Err(self.failures.join("; "))
+        }
+    }
+}
+
 /// Requests [`Running::check_sums`] will send at most, for the guest's count.
 pub fn planned_sum_check(system: Sys, nfiles: u64, nfrontends: u64, smp: u32) -> u64 {
     match system {

@@ -16,50 +16,19 @@ use crate::host::outcome::TestTally;
 
 /// One boot of ours in `mode`, checked three ways.
 fn one_mode(art: &Artifacts, mode: &str, smp: u32) -> TestTally {
-    let name = format!("webd, {mode} mode, {smp} vCPU{}, 4x64K", if smp == 1 { "" } else { "s" });
-    println!("== {name}");
-    let t0 = Instant::now();
-    let mut t = TestTally::default();
-    let mut record = |what: &str, r: Result<String, String>| match r {
-        Ok(how) => {
-            t.passed += 1;
-            println!("   ok   {what}: {how}");
-        }
-        Err(why) => {
-            t.failed += 1;
-            println!("   FAIL {what}: {why}");
-        }
-    };
-    let files = FileSpec { count: 4, size: 64 << 10 };
-    let mut b = WebdBoot { system: Sys::Ours, mode: mode.into(), files, smp, mem_mib: 512, frontends: None, apps: None, kc: None, requests: None, warmup: 0, extra: Vec::new(), guest_extra: Vec::new() };
-    b.requests = Some(run::planned_sum_check(Sys::Ours, files.count, 1, smp) + check::planned_requests());
-    let p = match run::prepare(&b, art) {
-        Ok(p) => p,
-        Err(e) => {
-            record("boot", Err(e));
-            return t;
-        }
-    };
-    let r = match Running::start(&p, Duration::from_secs(120), false) {
-        Ok(r) => r,
-        Err(nr) => {
-            for l in nr.finished.serial.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev() {
-                println!("   | {l}");
-            }
-            record("webd ready", Err(nr.why));
-            return t;
-        }
-    };
+    let mut t = Checks::new(format!("webd, {mode} mode, {smp} vCPU{}, 4x64K", if smp == 1 { "" } else { "s" }));
+    let mut b = small_boot(Sys::Ours, mode, smp);
+    b.requests = Some(run::planned_sum_check(Sys::Ours, SMALL.count, 1, smp) + check::planned_requests());
+    let Some(r) = t.start(&b, art, "webd ready") else { return t.done() };
     // Catches: a wrong sum (summing code, the wrong file, a torn copy on the application
     // core), a front-end the steering cannot reach or that does not answer, static files
     // served wrong, /stats counting wrong, locality sending a file to a core that is not
     // its home.
-    let c = r.check_sums();
-    record("every file's sum from every front-end, /stats agrees", if c.failures.is_empty() { Ok(c.lines.join("; ")) } else { Err(c.failures.join("; ")) });
+    t.record("every file's sum from every front-end, /stats agrees", r.check_sums().verdict());
     // Catches: a parser limit not enforced (431/413/400/405/404 wrong), a path escaping the
     // root, a server that stops serving after bad input or a vanished client.
     let spec = check::CheckSpec { port: r.port, timeout: Duration::from_secs(20), expect: Some(r.sums.clone()), only: Vec::new() };
-    record(
+    t.record(
         "bad input: the right status or a close, and the server keeps serving",
         match check::run(&spec) {
             Ok(rep) if rep.failed() == 0 => Ok(format!("{} cases", rep.passed())),
@@ -70,25 +39,96 @@ fn one_mode(art: &Artifacts, mode: &str, smp: u32) -> TestTally {
     // Catches: a server that does not stop after --requests, a leak of pages, kernel heap
     // objects or kernel objects (the NIC, the rings' segments, the application cores'
     // copies), a crash on the way out.
-    let told = b.requests.unwrap_or(0);
-    let o = r.finish(told, Duration::from_secs(60));
-    let v = o.verdict(Sys::Ours).map(|()| o.done.clone().unwrap_or_default().split_whitespace().take(4).collect::<Vec<_>>().join(" "));
-    if v.is_err() {
-        for l in o.finished.serial.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev() {
-            println!("   | {l}");
-        }
-    }
-    record("stops by itself after --requests; init exits 0 and nothing leaked", v);
+    let o = r.finish(b.requests.unwrap_or(0), Duration::from_secs(60));
+    t.record("stops by itself after --requests; init exits 0 and nothing leaked", stopped(&o, Sys::Ours, 4, 10));
     // Catches: a front-end that hands a sleeping application core a request without waking
     // it (the request waits out the core's 100 ms sleep: `late` > 0), and wakes that never
     // arrive or are never counted (`woken` = 0: the host's pauses between requests, its
     // connecting after `ready` and the slow bad-input cases, always let the core fall asleep
     // at least once). Counts from the guest, so a slow host cannot fail it.
     if mode != "same-core" && smp > 1 {
-        record("a request for a sleeping application core wakes it (no request waits out a sleep)", app_sleeps_checked(&o.finished.serial));
+        t.record("a request for a sleeping application core wakes it (no request waits out a sleep)", app_sleeps_checked(&o.finished.serial));
     }
-    println!("   {name}: {} passed, {} failed ({:.1} s)", t.passed, t.failed, t0.elapsed().as_secs_f64());
-    t
+    t.done()
+}
+
+/// The image every boot of the suite serves: 4 files of 64 KiB.
+const SMALL: FileSpec = FileSpec { count: 4, size: 64 << 10 };
+
+/// A boot of `system`'s webd in `mode` at `smp` vCPUs serving `SMALL`, every other choice
+/// the default (placement, requests, options).
+fn small_boot(system: Sys, mode: &str, smp: u32) -> WebdBoot {
+    WebdBoot { system, mode: mode.into(), files: SMALL, smp, mem_mib: 512, frontends: None, apps: None, kc: None, requests: None, warmup: 0, extra: Vec::new(), guest_extra: Vec::new() }
+}
+
+/// One boot's checks: each prints `ok`/`FAIL` with what it checked, and the boot's closing
+/// line gives the counts and the time.
+struct Checks {
+    name: String,
+    t0: Instant,
+    tally: TestTally,
+}
+
+impl Checks {
+    fn new(name: String) -> Checks {
+        println!("== {name}");
+        Checks { name, t0: Instant::now(), tally: TestTally::default() }
+    }
+
+    fn record(&mut self, what: &str, r: Result<String, String>) {
+        match r {
+            Ok(how) => {
+                self.tally.passed += 1;
+                println!("   ok   {what}: {how}");
+            }
+            Err(why) => {
+                self.tally.failed += 1;
+                println!("   FAIL {what}: {why}");
+            }
+        }
+    }
+
+    /// Boot `b` and wait until webd is ready; a failure is recorded (`ready` names that
+    /// check) with the serial's last lines, and gives `None`.
+    fn start(&mut self, b: &WebdBoot, art: &Artifacts, ready: &str) -> Option<Running> {
+        let p = match run::prepare(b, art) {
+            Ok(p) => p,
+            Err(e) => {
+                self.record("boot", Err(e));
+                return None;
+            }
+        };
+        match Running::start(&p, Duration::from_secs(120), false) {
+            Ok(r) => Some(r),
+            Err(nr) => {
+                print_tail(&nr.finished.serial, 8);
+                self.record(ready, Err(nr.why));
+                None
+            }
+        }
+    }
+
+    fn done(self) -> TestTally {
+        println!("   {}: {} passed, {} failed ({:.1} s)", self.name, self.tally.passed, self.tally.failed, self.t0.elapsed().as_secs_f64());
+        self.tally
+    }
+}
+
+/// The last `n` lines of a guest's serial output, indented.
+fn print_tail(serial: &str, n: usize) {
+    for l in serial.lines().rev().take(n).collect::<Vec<_>>().into_iter().rev() {
+        println!("   | {l}");
+    }
+}
+
+/// The verdict on how webd stopped (`WebdOutcome::verdict`), with the first `words` words of
+/// its closing line; a failure prints the serial's last `tail` lines.
+fn stopped(o: &run::WebdOutcome, system: Sys, words: usize, tail: usize) -> Result<String, String> {
+    let v = o.verdict(system).map(|()| o.done.clone().unwrap_or_default().split_whitespace().take(words).collect::<Vec<_>>().join(" "));
+    if v.is_err() && tail > 0 {
+        print_tail(&o.finished.serial, tail);
+    }
+    v
 }
 
 /// webd's `webd: app sleeps wake=on app<CORE>=naps/woken/late ...` line: per application
@@ -140,49 +180,9 @@ fn app_sleeps_checked(serial: &str) -> Result<String, String> {
 /// wrong answer instead of 503, a halted core's files answered by nobody or by the wrong core,
 /// a leak of the halted core's rings or copies.
 fn halted_app(art: &Artifacts) -> TestTally {
-    let name = "webd, an application core halted mid-run, 3 vCPUs";
-    println!("== {name}");
-    let t0 = Instant::now();
-    let mut t = TestTally::default();
-    let mut record = |what: &str, r: Result<String, String>| match r {
-        Ok(how) => {
-            t.passed += 1;
-            println!("   ok   {what}: {how}");
-        }
-        Err(why) => {
-            t.failed += 1;
-            println!("   FAIL {what}: {why}");
-        }
-    };
-    let files = FileSpec { count: 4, size: 64 << 10 };
-    let b = WebdBoot {
-        system: Sys::Ours,
-        mode: "locality".into(),
-        files,
-        smp: 3,
-        mem_mib: 512,
-        frontends: Some("0".into()),
-        apps: Some("1,2".into()),
-        kc: None,
-        requests: Some(40),
-        warmup: 0,
-        extra: Vec::new(),
-        guest_extra: vec!["--halt-app".into(), "2:1".into()],
-    };
-    let p = match run::prepare(&b, art) {
-        Ok(p) => p,
-        Err(e) => {
-            record("boot", Err(e));
-            return t;
-        }
-    };
-    let r = match Running::start(&p, Duration::from_secs(120), false) {
-        Ok(r) => r,
-        Err(nr) => {
-            record("webd ready", Err(nr.why));
-            return t;
-        }
-    };
+    let mut t = Checks::new("webd, an application core halted mid-run, 3 vCPUs".into());
+    let b = WebdBoot { frontends: Some("0".into()), apps: Some("1,2".into()), requests: Some(40), guest_extra: vec!["--halt-app".into(), "2:1".into()], ..small_boot(Sys::Ours, "locality", 3) };
+    let Some(r) = t.start(&b, art, "webd ready") else { return t.done() };
     let (mut right, mut unavailable, mut wrong) = (0u32, 0u32, Vec::new());
     let mut halted_files = 0;
     for round in 0..3 {
@@ -200,7 +200,7 @@ fn halted_app(art: &Artifacts) -> TestTally {
         }
     }
     let expect_unavailable = halted_files > 0;
-    record(
+    t.record(
         "the halted core's files get 503, the others their sums",
         if !wrong.is_empty() {
             Err(wrong.join("; "))
@@ -213,9 +213,8 @@ fn halted_app(art: &Artifacts) -> TestTally {
         },
     );
     let o = r.finish(40, Duration::from_secs(60));
-    record("stops by itself; init exits 0 and nothing leaked", o.verdict(Sys::Ours).map(|()| o.done.clone().unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")));
-    println!("   {name}: {} passed, {} failed ({:.1} s)", t.passed, t.failed, t0.elapsed().as_secs_f64());
-    t
+    t.record("stops by itself; init exits 0 and nothing leaked", stopped(&o, Sys::Ours, 3, 0));
+    t.done()
 }
 
 /// Linux's answers checked too: `webd-linux` (random mode, the baseline's only one) on
@@ -225,47 +224,15 @@ fn halted_app(art: &Artifacts) -> TestTally {
 /// (the comparison would time different work), a file missing from its initramfs, a thread
 /// that answers wrong, a guest that does not stop by itself. About 15 s here.
 pub fn ci_tests_linux() -> Result<TestTally, String> {
-    let name = "webd on the Linux guest, random mode, 2 vCPUs, 4x64K";
-    println!("== {name}");
-    let t0 = Instant::now();
+    let mut t = Checks::new("webd on the Linux guest, random mode, 2 vCPUs, 4x64K".into());
     let art = Artifacts::build(Sys::Linux)?;
-    let mut t = TestTally::default();
-    let mut record = |what: &str, r: Result<String, String>| match r {
-        Ok(how) => {
-            t.passed += 1;
-            println!("   ok   {what}: {how}");
-        }
-        Err(why) => {
-            t.failed += 1;
-            println!("   FAIL {what}: {why}");
-        }
-    };
-    let files = FileSpec { count: 4, size: 64 << 10 };
-    let mut b = WebdBoot { system: Sys::Linux, mode: "random".into(), files, smp: 2, mem_mib: 512, frontends: None, apps: None, kc: None, requests: None, warmup: 0, extra: Vec::new(), guest_extra: Vec::new() };
-    b.requests = Some(run::planned_sum_check(Sys::Linux, files.count, 1, 2));
-    let p = run::prepare(&b, &art)?;
-    let r = match Running::start(&p, Duration::from_secs(120), false) {
-        Ok(r) => r,
-        Err(nr) => {
-            for l in nr.finished.serial.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev() {
-                println!("   | {l}");
-            }
-            record("webd-linux ready", Err(nr.why));
-            return Ok(t);
-        }
-    };
-    let c = r.check_sums();
-    record("every file's sum from every thread, /stats agrees", if c.failures.is_empty() { Ok(c.lines.join("; ")) } else { Err(c.failures.join("; ")) });
+    let mut b = small_boot(Sys::Linux, "random", 2);
+    b.requests = Some(run::planned_sum_check(Sys::Linux, SMALL.count, 1, 2));
+    let Some(r) = t.start(&b, &art, "webd-linux ready") else { return Ok(t.done()) };
+    t.record("every file's sum from every thread, /stats agrees", r.check_sums().verdict());
     let o = r.finish(b.requests.unwrap_or(0), Duration::from_secs(60));
-    let v = o.verdict(Sys::Linux).map(|()| o.done.clone().unwrap_or_default().split_whitespace().take(4).collect::<Vec<_>>().join(" "));
-    if v.is_err() {
-        for l in o.finished.serial.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev() {
-            println!("   | {l}");
-        }
-    }
-    record("stops by itself after --requests; powers off cleanly", v);
-    println!("   {name}: {} passed, {} failed ({:.1} s)", t.passed, t.failed, t0.elapsed().as_secs_f64());
-    Ok(t)
+    t.record("stops by itself after --requests; powers off cleanly", stopped(&o, Sys::Linux, 4, 10));
+    Ok(t.done())
 }
 
 /// The suite: our webd in each mode, and the halted application core.
@@ -290,59 +257,17 @@ pub fn ci_tests(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
 /// 0, not the channel `net_steer` picks: front-end 1 then answers nothing), which the
 /// one-front-end boots above cannot see.
 fn two_frontends(art: &Artifacts) -> TestTally {
-    let name = "webd, two front-end channels, 3 vCPUs";
-    println!("== {name}");
-    let t0 = Instant::now();
-    let mut t = TestTally::default();
-    let mut record = |what: &str, r: Result<String, String>| match r {
-        Ok(how) => {
-            t.passed += 1;
-            println!("   ok   {what}: {how}");
-        }
-        Err(why) => {
-            t.failed += 1;
-            println!("   FAIL {what}: {why}");
-        }
-    };
-    let files = FileSpec { count: 4, size: 64 << 10 };
-    let mut b = WebdBoot {
-        system: Sys::Ours,
-        mode: "locality".into(),
-        files,
-        smp: 3,
-        mem_mib: 512,
-        frontends: Some("0,1".into()),
-        apps: Some("2".into()),
-        kc: None,
-        requests: None,
-        warmup: 0,
-        extra: Vec::new(),
-        guest_extra: Vec::new(),
-    };
-    b.requests = Some(run::planned_sum_check(Sys::Ours, files.count, 2, 3));
-    let p = match run::prepare(&b, art) {
-        Ok(p) => p,
-        Err(e) => {
-            record("boot", Err(e));
-            return t;
-        }
-    };
-    let r = match Running::start(&p, Duration::from_secs(120), false) {
-        Ok(r) => r,
-        Err(nr) => {
-            record("webd ready", Err(nr.why));
-            return t;
-        }
-    };
+    let mut t = Checks::new("webd, two front-end channels, 3 vCPUs".into());
+    let mut b = WebdBoot { frontends: Some("0,1".into()), apps: Some("2".into()), ..small_boot(Sys::Ours, "locality", 3) };
+    b.requests = Some(run::planned_sum_check(Sys::Ours, SMALL.count, 2, 3));
+    let Some(r) = t.start(&b, art, "webd ready") else { return t.done() };
     if r.frontends.len() != 2 {
-        record("two front-ends", Err(format!("webd reports front-ends {:?}", r.frontends)));
+        t.record("two front-ends", Err(format!("webd reports front-ends {:?}", r.frontends)));
     }
-    let c = r.check_sums();
-    record("every file's sum from each front-end's channel, /stats agrees", if c.failures.is_empty() { Ok(c.lines.join("; ")) } else { Err(c.failures.join("; ")) });
+    t.record("every file's sum from each front-end's channel, /stats agrees", r.check_sums().verdict());
     let o = r.finish(b.requests.unwrap_or(0), Duration::from_secs(60));
-    record("stops by itself after --requests; init exits 0 and nothing leaked", o.verdict(Sys::Ours).map(|()| o.done.clone().unwrap_or_default().split_whitespace().take(4).collect::<Vec<_>>().join(" ")));
-    println!("   {name}: {} passed, {} failed ({:.1} s)", t.passed, t.failed, t0.elapsed().as_secs_f64());
-    t
+    t.record("stops by itself after --requests; init exits 0 and nothing leaked", stopped(&o, Sys::Ours, 4, 0));
+    t.done()
 }
 
 #[cfg(test)]

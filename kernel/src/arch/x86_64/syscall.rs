@@ -39,6 +39,69 @@ static SMEP_ENABLED: AtomicBool = AtomicBool::new(false);
 
 global_asm!(
     r#"
+    /* The pieces the ways into and out of user mode share. The entry saves, in this
+       order, the user rsp, r11 (rflags) and rcx (rip) on the core's entry stack; a call
+       that passes its arguments to Rust saves the argument registers below them. */
+
+    /* Save the argument registers a3..a5, a1 and a2 (rdi, a0, is the caller's to save or
+       not: the bound-gate path puts it back instead). */
+    .macro push_call_args
+    push %r9
+    push %r8
+    push %r10
+    push %rdx
+    push %rsi
+    .endm
+
+    /* Restore what `push_call_args` saved. */
+    .macro pop_call_args
+    pop %rsi
+    pop %rdx
+    pop %r10
+    pop %r8
+    pop %r9
+    .endm
+
+    /* Back to user mode: the user rip, rflags and rsp the entry saved, the user GS. */
+    .macro sysret_to_user
+    pop %rcx
+    pop %r11
+    pop %rsp
+    swapgs
+    sysretq
+    .endm
+
+    /* Entering a user context from the kernel: save the callee-saved registers and this
+       stack (return_to_kernel comes back to it when the context ends), interrupts off, and
+       start the iretq frame with the user stack segment. */
+    .macro enter_user_prologue
+    push %rbx
+    push %rbp
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    cli
+    mov %rsp, %gs:40
+    pushq $0x23
+    .endm
+
+    /* Open and close the kernel's window on user memory: with SMAP on, `stac`/`clac`
+       around the accesses; without it, nothing. */
+    .macro user_access_open
+    cmpb $0, SMAP_ENABLED(%rip)
+    je 98f
+    stac
+98:
+    .endm
+
+    .macro user_access_close
+    cmpb $0, SMAP_ENABLED(%rip)
+    je 99f
+    clac
+99:
+    .endm
+
     .section .text.syscall_entry, "ax"
     .global syscall_entry
 syscall_entry:
@@ -55,11 +118,7 @@ syscall_native:
     cmp ${ppc_call}, %rax
     jae 7f
 1:  push %rax
-    push %r9
-    push %r8
-    push %r10
-    push %rdx
-    push %rsi
+    push_call_args
     push %rdi
     /* The common path: an XC core (no forwarding, no time-sharing yield on return) with no
        orphans waiting for their scan, and a number in the table. It does what
@@ -90,17 +149,9 @@ syscall_native:
 21: cmpq $0, %gs:32
     jne return_to_kernel
     pop %rdi
-    pop %rsi
-    pop %rdx
-    pop %r10
-    pop %r8
-    pop %r9
+    pop_call_args
     lea 8(%rsp), %rsp       /* the call number; rax holds the result */
-    pop %rcx
-    pop %r11
-    pop %rsp
-    swapgs
-    sysretq
+    sysret_to_user
 7:  je 8f
     cmp ${ppc_return}, %rax
     jne 1b
@@ -120,11 +171,7 @@ syscall_native:
     xor %r10d, %r10d
     xor %r8d, %r8d
     xor %r9d, %r9d
-    pop %rcx
-    pop %r11
-    pop %rsp
-    swapgs
-    sysretq
+    sysret_to_user
     /* ppc_call(share, gate, a0..a3): the argument registers are saved for the handler (or
        the caller, if the call fails), the first two go to the entry as they are, with the
        return slots (above the saved registers) third. */
@@ -136,29 +183,13 @@ syscall_native:
        stays pending until sysretq sets IF and is taken in user mode, where the trap path
        ends or switches the context: so no exit check here either. rdi is PPC_BOUND, put
        back rather than saved. */
-    push %r9
-    push %r8
-    push %r10
-    push %rdx
-    push %rsi
+    push_call_args
     lea 40(%rsp), %rdx
     call ppc_call_bound_entry
     mov ${ppc_bound}, %rdi
-    pop %rsi
-    pop %rdx
-    pop %r10
-    pop %r8
-    pop %r9
-    pop %rcx
-    pop %r11
-    pop %rsp
-    swapgs
-    sysretq
-11: push %r9
-    push %r8
-    push %r10
-    push %rdx
-    push %rsi
+    pop_call_args
+    sysret_to_user
+11: push_call_args
     push %rdi
     lea 48(%rsp), %rdx
     sti
@@ -167,16 +198,8 @@ syscall_native:
     cmpq $0, %gs:32
     jne return_to_kernel
     pop %rdi
-    pop %rsi
-    pop %rdx
-    pop %r10
-    pop %r8
-    pop %r9
-    pop %rcx
-    pop %r11
-    pop %rsp
-    swapgs
-    sysretq
+    pop_call_args
+    sysret_to_user
 
     /* The entry while the running context has a Linux personality (`personality`; LSTAR
        points here only then). A `syscall` from the context's native code (its return
@@ -203,15 +226,7 @@ syscall_entry_linux:
     /* enter_user_mode(rip, rsp, a0, a1, a2): returns when the context ends. */
     .global enter_user_mode
 enter_user_mode:
-    push %rbx
-    push %rbp
-    push %r12
-    push %r13
-    push %r14
-    push %r15
-    cli
-    mov %rsp, %gs:40
-    pushq $0x23
+    enter_user_prologue
     push %rsi
     pushq $0x202
     pushq $0x2B
@@ -239,15 +254,7 @@ enter_user_mode:
        time-shared core). Returns when the running context ends, like enter_user_mode. */
     .global enter_user_regs
 enter_user_regs:
-    push %rbx
-    push %rbp
-    push %r12
-    push %r13
-    push %r14
-    push %r15
-    cli
-    mov %rsp, %gs:40
-    pushq $0x23
+    enter_user_prologue
     pushq 136(%rdi)
     pushq 128(%rdi)
     pushq $0x2B
@@ -293,10 +300,7 @@ uaccess_copy:
        under TCG every step of a rep string instruction is a pass through the translated
        block, so long copies (a batch of system calls copies its entries in and out with
        this) run as an unrolled loop of ordinary loads and stores. Scratch: rax, r8-r11. */
-    cmpb $0, SMAP_ENABLED(%rip)
-    je 1f
-    stac
-1:
+    user_access_open
     mov %rdx, %rcx
     shr $6, %rcx
     jz 3f
@@ -336,33 +340,24 @@ uaccess_copy_insn:
     .global uaccess_copy_tail_insn
 uaccess_copy_tail_insn:
     rep movsb
-    cmpb $0, SMAP_ENABLED(%rip)
-    je 2f
-    clac
-2:  xor %eax, %eax
+    user_access_close
+    xor %eax, %eax
     ret
     /* uaccess_probe_write(addr) -> 0 if the byte is writable (an atomic no-op write), else 1. */
     .global uaccess_probe_write
 uaccess_probe_write:
-    cmpb $0, SMAP_ENABLED(%rip)
-    je 4f
-    stac
-4:
+    user_access_open
     .global uaccess_probe_insn
 uaccess_probe_insn:
     lock orb $0, (%rdi)
-    cmpb $0, SMAP_ENABLED(%rip)
-    je 5f
-    clac
-5:  xor %eax, %eax
+    user_access_close
+    xor %eax, %eax
     ret
 
     .global uaccess_fixup
 uaccess_fixup:
-    cmpb $0, SMAP_ENABLED(%rip)
-    je 3f
-    clac
-3:  mov $1, %eax
+    user_access_close
+    mov $1, %eax
     ret
 "#,
     ppc_call = const abi::nr::PPC_CALL,

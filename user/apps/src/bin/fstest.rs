@@ -982,27 +982,10 @@ fn other_cores_read_too() -> TestResult {
 /// Walk what is reachable from the root (at most 300 inodes, 16 levels), reading the first
 /// 64 KiB of every file; errors are fine, a panic ends the program (and fails the run).
 fn walk<D: Disk>(fs: &mut Ext2<D>) {
-    let mut todo = vec![(libos::fs::ext2::ROOT_INO, 0u32)];
-    let mut seen = 0;
     let mut buf = vec![0u8; 64 << 10];
-    while let Some((ino, depth)) = todo.pop() {
-        seen += 1;
-        if seen > 300 || depth > 16 {
-            break;
-        }
-        let Ok(i) = fs.inode(ino) else { continue };
-        if i.is_dir() {
-            if let Ok(es) = fs.read_dir(&i) {
-                for e in es {
-                    if e.name != b"." && e.name != b".." {
-                        todo.push((e.ino, depth + 1));
-                    }
-                }
-            }
-        } else {
-            let _ = fs.read(&i, 0, &mut buf);
-        }
-    }
+    fs.walk_bounded(300, |fs, i| {
+        let _ = fs.read(i, 0, &mut buf);
+    });
 }
 
 /// Catches: a panic (index out of bounds, overflow, an endless loop until the timeout) on a
@@ -1285,6 +1268,23 @@ impl Drop for Kc {
     }
 }
 
+/// The file system unmounted and the last core a kernel core (for a test that drives the
+/// disk through it); `None` on one core.
+fn last_core_as_kc() -> Result<Option<Kc>, Msg> {
+    if cores() < 2 {
+        return Ok(None);
+    }
+    fs_ok("unmount", fs::unmount())?;
+    Kc::make(cores() - 1).map(Some)
+}
+
+/// The end of a `last_core_as_kc` test: the core back to XC, the file system mounted again.
+fn remount_after(kc: Kc) -> TestResult {
+    drop(kc);
+    fs_ok("mount", fs::mount())?;
+    Ok(Pass::Ok)
+}
+
 /// The Dedicated device `t_ded` threads use (leaked for the test's duration, freed after the
 /// joins).
 static T_DED: AtomicU64 = AtomicU64::new(0);
@@ -1383,11 +1383,7 @@ fn dedicated_two_cores() -> TestResult {
 /// completion count (overwriting entries the program has not read) instead of stopping that
 /// ring alone; a mode change while attached.
 fn dedicated_refuses_bad_entries() -> TestResult {
-    if cores() < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("unmount", fs::unmount())?;
-    let kc = Kc::make(cores() - 1)?;
+    let Some(kc) = last_core_as_kc()? else { return Ok(Pass::Skipped("one core")) };
     let share = libos::process::proc_share();
     // Bad modes first, on a Polling device.
     {
@@ -1472,20 +1468,14 @@ fn dedicated_refuses_bad_entries() -> TestResult {
     ensure!(st.errors == 1, "errors {} after one stopped ring", st.errors);
     ensure!(st.drops >= bad.len() as u64 + 30, "only {} refusals counted after 64 garbage entries", st.drops);
     drop(dev);
-    drop(kc);
-    fs_ok("mount", fs::mount())?;
-    Ok(Pass::Ok)
+    remount_after(kc)
 }
 
 /// Catches: a request pending on a detached device, or on one whose kernel core changed role,
 /// that waits forever (or reports success); a kernel core that keeps polling a detached
 /// device; state lost across detach and attach.
 fn dedicated_kernel_core_removed() -> TestResult {
-    if cores() < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("unmount", fs::unmount())?;
-    let kc = Kc::make(cores() - 1)?;
+    let Some(kc) = last_core_as_kc()? else { return Ok(Pass::Skipped("one core")) };
     let share = libos::process::proc_share();
     let mut dev = ok!(BlockDevice::open_dedicated(share, 1, kc.0));
     let mut sb = [0u8; 1024];
@@ -1518,9 +1508,7 @@ fn dedicated_kernel_core_removed() -> TestResult {
     ok!(dev.read(2, &mut sb));
     ensure!(sb[56] == 0x53 && sb[57] == 0xEF, "wrong bytes once a kernel core again");
     drop(dev);
-    drop(kc);
-    fs_ok("mount", fs::mount())?;
-    Ok(Pass::Ok)
+    remount_after(kc)
 }
 
 /// Catches: a write given up while no kernel core polls (`NoSuchCore`) served later from a
@@ -1528,11 +1516,7 @@ fn dedicated_kernel_core_removed() -> TestResult {
 /// other request's bytes: an earlier ring protocol did); a request refused with
 /// `NoSuchCore` that still reaches the disk.
 fn dedicated_given_up_write_not_replayed() -> TestResult {
-    if cores() < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("unmount", fs::unmount())?;
-    let kc = Kc::make(cores() - 1)?;
+    let Some(kc) = last_core_as_kc()? else { return Ok(Pass::Skipped("one core")) };
     let share = libos::process::proc_share();
     let mut dev = ok!(BlockDevice::open_dedicated(share, 1, kc.0));
     let cap = ok!(sys::device_stat(dev.dev)).buffers;
@@ -1564,9 +1548,7 @@ fn dedicated_given_up_write_not_replayed() -> TestResult {
     }
     ensure!(r2, "sector {b}: a write refused with NoSuchCore reached the disk");
     drop(dev);
-    drop(kc);
-    fs_ok("mount", fs::mount())?;
-    Ok(Pass::Ok)
+    remount_after(kc)
 }
 
 /// The name of the file `dedicated_mount` writes.
@@ -1772,25 +1754,11 @@ fn names_in(d: &str) -> Result<Vec<alloc::string::String>, Msg> {
 /// against a planted bug: `change_hook` not taking the stripe lock (fails with names missing
 /// from /dls or a corrupt-entry error).
 fn dir_locks_own_and_shared_directories() -> TestResult {
-    let n = cores().min(4) as u64;
-    if n < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("mount", fs::mount())?;
-    empty_dir("/dls")?;
-    for c in 0..n {
-        empty_dir(&alloc::format!("/dl{c}"))?;
-    }
+    let Some(n) = mounted_on_cores()? else { return Ok(Pass::Skipped("one core")) };
+    empty_dirs("/dl", n)?;
     fs_ok("sync", fs::sync())?;
-    let before: Vec<u64> = (0..n as usize).map(fs::dir_side_changes).collect();
-    let mut threads = Vec::new();
-    for c in 1..n {
-        threads.push(ok!(libos::thread::spawn(c, dir_lock_loop, c)));
-    }
-    let mut rcs = vec![dir_lock_loop(0)];
-    for t in threads {
-        rcs.push(ok!(t.join()));
-    }
+    let before = dir_side_now(n);
+    let rcs = on_cores(n, dir_lock_loop)?;
     ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (1 create, 2 close, 3 unlink; +10 in /dls)");
     let kept = |c: u64, shared: bool| -> Vec<alloc::string::String> {
         let mut v: Vec<alloc::string::String> = (0..DL_ROUNDS).filter(|k| k % 3 == 0).map(|k| if shared { alloc::format!("c{c}_{k}{DL_PAD}") } else { alloc::format!("f{k}") }).collect();
@@ -1815,10 +1783,7 @@ fn dir_locks_own_and_shared_directories() -> TestResult {
     // (one in 32 creates falls back to the exclusive side): 2 creates and 4/3 unlinks a round,
     // 500 in all. (The closes take no lock at all: the descriptors are per-core slots;
     // when they were not, each close counted here too.)
-    for c in 0..n as usize {
-        let d = fs::dir_side_changes(c) - before[c];
-        ensure!(d >= DL_ROUNDS * 3, "core {c}: {d} changes on the per-directory side (want at least {})", DL_ROUNDS * 3);
-    }
+    dir_side_at_least(&before, DL_ROUNDS * 3)?;
     fs_ok("sync", fs::sync())?;
     ensure!(fs_ok("reserved", fs::reserved())? == (0, 0), "reserves not given back by sync");
     Ok(Pass::Ok)
@@ -1967,6 +1932,64 @@ fn close_races_the_unlink_of_its_file() -> TestResult {
     let u1 = fs_ok("df", fs::df())?;
     ensure!(u1.free_inodes == u0.free_inodes && u1.free_blocks == u0.free_blocks, "after 300 opens, unlinks and closes: {} -> {} free inodes, {} -> {} free blocks", u0.free_inodes, u1.free_inodes, u0.free_blocks, u1.free_blocks);
     Ok(Pass::Ok)
+}
+
+/// The file system mounted, and how many cores (2 to 4) a test that runs a loop on each
+/// uses; `None` on one core.
+fn mounted_on_cores() -> Result<Option<u64>, Msg> {
+    let n = cores().min(4) as u64;
+    if n < 2 {
+        return Ok(None);
+    }
+    fs_ok("mount", fs::mount())?;
+    Ok(Some(n))
+}
+
+/// `PREFIX` + "s" (the directory every core shares) and `PREFIX0`..`PREFIX{n-1}` (one per
+/// core), each made or emptied.
+fn empty_dirs(prefix: &str, n: u64) -> Result<(), Msg> {
+    empty_dir(&alloc::format!("{prefix}s"))?;
+    for c in 0..n {
+        empty_dir(&alloc::format!("{prefix}{c}"))?;
+    }
+    Ok(())
+}
+
+/// Run `f(c)` on cores 1..n as threads of this program and `f(0)` here, at once; the
+/// return codes, core 0's first.
+fn on_cores(n: u64, f: fn(u64) -> u64) -> Result<Vec<u64>, Msg> {
+    let mut threads = Vec::new();
+    for c in 1..n {
+        threads.push(ok!(libos::thread::spawn(c, f, c)));
+    }
+    let mut rcs = vec![f(0)];
+    for t in threads {
+        rcs.push(ok!(t.join()));
+    }
+    Ok(rcs)
+}
+
+/// Each of cores 0..n's count of changes made on the per-directory side so far.
+fn dir_side_now(n: u64) -> Vec<u64> {
+    (0..n as usize).map(fs::dir_side_changes).collect()
+}
+
+/// Every core counted in `before` (by `dir_side_now`) made at least `want` changes on the
+/// per-directory side since.
+fn dir_side_at_least(before: &[u64], want: u64) -> Result<(), Msg> {
+    for (c, b) in before.iter().enumerate() {
+        let d = fs::dir_side_changes(c) - b;
+        ensure!(d >= want, "core {c}: {d} changes on the per-directory side (want at least {want})");
+    }
+    Ok(())
+}
+
+/// The free blocks and inodes are what `df0` counted (everything made since was removed);
+/// `why` ends the message.
+fn df_as_before(df0: &fs::Usage, why: &str) -> Result<(), Msg> {
+    let df1 = fs_ok("df", fs::df())?;
+    ensure!((df1.free_blocks, df1.free_inodes) == (df0.free_blocks, df0.free_inodes), "free blocks {} -> {}, inodes {} -> {}{why}", df0.free_blocks, df1.free_blocks, df0.free_inodes, df1.free_inodes);
+    Ok(())
 }
 
 /// Remove every entry of directory `d` (made if missing): leftovers of an earlier boot on the
@@ -2339,30 +2362,16 @@ fn dw_record(c: u64, k: u64) -> Vec<u8> {
 /// bytes"; `e2fsck -fn` found errors); `frozen_blocks_ok` always saying yes: fails (the
 /// 300 KiB write came back short on both cores, step 14).
 fn dir_writes_own_and_shared_directories() -> TestResult {
-    let n = cores().min(4) as u64;
-    if n < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("mount", fs::mount())?;
-    empty_dir("/dws")?;
-    for c in 0..n {
-        empty_dir(&alloc::format!("/dw{c}"))?;
-    }
+    let Some(n) = mounted_on_cores()? else { return Ok(Pass::Skipped("one core")) };
+    empty_dirs("/dw", n)?;
     for p in ["/dws/both", "/dws/appended"] {
         let fd = fs_ok("create", fs::open(p, fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
         fs_ok("close", fs::close(fd))?;
     }
     fs_ok("sync", fs::sync())?;
     let df0 = fs_ok("df", fs::df())?;
-    let before: Vec<u64> = (0..n as usize).map(fs::dir_side_changes).collect();
-    let mut threads = Vec::new();
-    for c in 1..n {
-        threads.push(ok!(libos::thread::spawn(c, dir_writes_loop, c)));
-    }
-    let mut rcs = vec![dir_writes_loop(0)];
-    for t in threads {
-        rcs.push(ok!(t.join()));
-    }
+    let before = dir_side_now(n);
+    let rcs = on_cores(n, dir_writes_loop)?;
     ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (100 * round + 1 open, 3 write, 4 pwrite, 5 truncate, 6 reopen, 7 bytes or size read back, 8 stat, 9 shared pwrite, 10 close, 11 open and 12 append to /dws/appended, 13-15 the big write)");
     // The shared file: every core's slice of every round.
     let all = fs_ok("read /dws/both", fs::read_all("/dws/both", 1 << 20))?;
@@ -2393,10 +2402,7 @@ fn dir_writes_own_and_shared_directories() -> TestResult {
     }
     // Writes on the per-directory side: per round 2 writes, 2 pwrites and a slice; fewer
     // only by the reserve refills (a core's reserve holds 64 blocks) and the 2 creates.
-    for c in 0..n as usize {
-        let d = fs::dir_side_changes(c) - before[c];
-        ensure!(d >= DW_ROUNDS * 3, "core {c}: {d} changes on the per-directory side (want at least {})", DW_ROUNDS * 3);
-    }
+    dir_side_at_least(&before, DW_ROUNDS * 3)?;
     for c in 0..n {
         fs_ok("unlink", fs::unlink(&alloc::format!("/dw{c}/big")))?;
         fs_ok("unlink", fs::unlink(&alloc::format!("/dw{c}/own")))?;
@@ -2408,15 +2414,7 @@ fn dir_writes_own_and_shared_directories() -> TestResult {
     fs_ok("close", fs::close(fd))?;
     fs_ok("sync", fs::sync())?;
     ensure!(fs_ok("reserved", fs::reserved())? == (0, 0), "reserves not given back by sync");
-    let df1 = fs_ok("df", fs::df())?;
-    ensure!(
-        (df1.free_blocks, df1.free_inodes) == (df0.free_blocks, df0.free_inodes),
-        "free blocks {} -> {}, free inodes {} -> {} (every file written was removed)",
-        df0.free_blocks,
-        df1.free_blocks,
-        df0.free_inodes,
-        df1.free_inodes
-    );
+    df_as_before(&df0, " (every file written was removed)")?;
     Ok(Pass::Ok)
 }
 
@@ -2461,28 +2459,14 @@ fn dir_links_loop(c: u64) -> u64 {
 /// not reading the target again under its stripe (the window between the walk and the
 /// lock is narrow; passed one run).
 fn dir_links_to_one_file() -> TestResult {
-    let n = cores().min(4) as u64;
-    if n < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("mount", fs::mount())?;
-    empty_dir("/dks")?;
-    for c in 0..n {
-        empty_dir(&alloc::format!("/dk{c}"))?;
-    }
+    let Some(n) = mounted_on_cores()? else { return Ok(Pass::Skipped("one core")) };
+    empty_dirs("/dk", n)?;
     let fd = fs_ok("create /dks/t", fs::open("/dks/t", fs::O_WRONLY | fs::O_CREAT | fs::O_EXCL))?;
     fs_ok("close", fs::close(fd))?;
     fs_ok("sync", fs::sync())?;
     let df0 = fs_ok("df", fs::df())?;
-    let before: Vec<u64> = (0..n as usize).map(fs::dir_side_changes).collect();
-    let mut threads = Vec::new();
-    for c in 1..n {
-        threads.push(ok!(libos::thread::spawn(c, dir_links_loop, c)));
-    }
-    let mut rcs = vec![dir_links_loop(0)];
-    for t in threads {
-        rcs.push(ok!(t.join()));
-    }
+    let before = dir_side_now(n);
+    let rcs = on_cores(n, dir_links_loop)?;
     ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (1 link in own directory, 2 link in /dks, 3 symlink, 4 unlink)");
     let kept: Vec<u64> = (0..DK_ROUNDS).filter(|k| k % 3 == 0).collect();
     let st = fs_ok("stat /dks/t", fs::stat_walk("/dks/t"))?;
@@ -2504,10 +2488,7 @@ fn dir_links_to_one_file() -> TestResult {
     }
     // Per round 2 links and a symlink, fewer by the reserve refills and the unlinks that met
     // the target's stripe held (those ran exclusive).
-    for c in 0..n as usize {
-        let d = fs::dir_side_changes(c) - before[c];
-        ensure!(d >= DK_ROUNDS * 2, "core {c}: {d} changes on the per-directory side (want at least {})", DK_ROUNDS * 2);
-    }
+    dir_side_at_least(&before, DK_ROUNDS * 2)?;
     for c in 0..n {
         for k in &kept {
             for p in [alloc::format!("/dk{c}/n{k}"), alloc::format!("/dks/c{c}_{k}"), alloc::format!("/dk{c}/s{k}")] {
@@ -2517,8 +2498,7 @@ fn dir_links_to_one_file() -> TestResult {
     }
     ensure!(fs_ok("stat", fs::stat_walk("/dks/t"))?.links == 1, "/dks/t: links not back to 1");
     fs_ok("sync", fs::sync())?;
-    let df1 = fs_ok("df", fs::df())?;
-    ensure!((df1.free_blocks, df1.free_inodes) == (df0.free_blocks, df0.free_inodes), "free blocks {} -> {}, inodes {} -> {}", df0.free_blocks, df1.free_blocks, df0.free_inodes, df1.free_inodes);
+    df_as_before(&df0, "")?;
     Ok(Pass::Ok)
 }
 
@@ -2561,11 +2541,7 @@ fn dir_mkdirs_loop(c: u64) -> u64 {
 /// once: `fold_pending_dirs` folding nothing: the test itself passed, the `e2fsck -fn` after
 /// it failed ("Directories count wrong for group #0 (2, counted=30)").
 fn dir_mkdirs_own_and_shared_directories() -> TestResult {
-    let n = cores().min(4) as u64;
-    if n < 2 {
-        return Ok(Pass::Skipped("one core"));
-    }
-    fs_ok("mount", fs::mount())?;
+    let Some(n) = mounted_on_cores()? else { return Ok(Pass::Skipped("one core")) };
     for d in core::iter::once(alloc::string::String::from("/dms")).chain((0..n).map(|c| alloc::format!("/dm{c}"))) {
         // Left by an earlier run on this image: directories two levels deep, files in them.
         if fs::stat_walk(&d).is_ok() {
@@ -2582,15 +2558,8 @@ fn dir_mkdirs_own_and_shared_directories() -> TestResult {
     }
     fs_ok("sync", fs::sync())?;
     let df0 = fs_ok("df", fs::df())?;
-    let before: Vec<u64> = (0..n as usize).map(fs::dir_side_changes).collect();
-    let mut threads = Vec::new();
-    for c in 1..n {
-        threads.push(ok!(libos::thread::spawn(c, dir_mkdirs_loop, c)));
-    }
-    let mut rcs = vec![dir_mkdirs_loop(0)];
-    for t in threads {
-        rcs.push(ok!(t.join()));
-    }
+    let before = dir_side_now(n);
+    let rcs = on_cores(n, dir_mkdirs_loop)?;
     ensure!(rcs.iter().all(|r| *r == 0), "loops returned {rcs:?} (1 mkdir own, 2 mkdir shared, 3 create inside, 4 unlink/rmdir)");
     let kept: Vec<u64> = (0..DM_ROUNDS).filter(|k| k % 3 == 0).collect();
     let mut want: Vec<alloc::string::String> = (0..n).flat_map(|c| kept.iter().map(move |k| alloc::format!("c{c}_{k}"))).collect();
@@ -2608,10 +2577,7 @@ fn dir_mkdirs_own_and_shared_directories() -> TestResult {
         ensure!(names_in(&d)? == want, "{d}: {} names, want {}", names_in(&d)?.len(), want.len());
         ensure!(fs_ok("stat", fs::stat_walk(&d))?.links as usize == 2 + kept.len(), "{d}: wrong link count");
     }
-    for c in 0..n as usize {
-        let d = fs::dir_side_changes(c) - before[c];
-        ensure!(d >= DM_ROUNDS * 2, "core {c}: {d} changes on the per-directory side (want at least {})", DM_ROUNDS * 2);
-    }
+    dir_side_at_least(&before, DM_ROUNDS * 2)?;
     // Kept until the suite's `e2fsck -fn` (which checks `used_dirs`) unless a sync shows
     // the counts leaked: every directory made here, removed, gives back exactly what it took.
     for c in 0..n {
@@ -2623,8 +2589,7 @@ fn dir_mkdirs_own_and_shared_directories() -> TestResult {
     }
     fs_ok("sync", fs::sync())?;
     ensure!(fs_ok("reserved", fs::reserved())? == (0, 0), "reserves not given back by sync");
-    let df1 = fs_ok("df", fs::df())?;
-    ensure!((df1.free_blocks, df1.free_inodes) == (df0.free_blocks, df0.free_inodes), "free blocks {} -> {}, inodes {} -> {}", df0.free_blocks, df1.free_blocks, df0.free_inodes, df1.free_inodes);
+    df_as_before(&df0, "")?;
     // Directories made on the per-directory side (core 0's) left for the suite's
     // `e2fsck -fn`, synced.
     for c in 0..n {

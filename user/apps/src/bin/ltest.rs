@@ -842,8 +842,11 @@ fn t_pipe_late_writer(arg: u64) -> u64 {
 
 /// A read of an empty pipe waits while a write end is open: until a writer on another core
 /// writes, then until that writer closes (0). Bounded: the writer acts after 30 ms each time.
-/// Catches: a read answering 0 for "empty" while a writer is open (planted: the wait loop
-/// removed: "read returned Ok(0) before the writer wrote (step 0)").
+/// Each wait sleeps on the ring's waiters word and is ended by the writer's wake, not by the
+/// nap's timeout. Catches: a read answering 0 for "empty" while a writer is open (planted:
+/// the wait loop removed: "read returned Ok(0) before the writer wrote (step 0)"); a wait
+/// that spins ("the read did not sleep"); a write or a close that wakes no sleeper (planted:
+/// no `notify` after the write's put: "the read's naps were not woken").
 fn fd_pipe_blocking_read() -> TestResult {
     let Some(&other) = others().first() else { return Ok(Some(no_other_core())) };
     let (r, w) = ok!(fd::pipe(Scope::Process));
@@ -851,12 +854,15 @@ fn fd_pipe_blocking_read() -> TestResult {
     let boxed = Box::new(w);
     let t = ok!(thread::spawn(other, t_pipe_late_writer, &*boxed as *const fd::Fd as u64));
     let mut b = [0u8; 16];
-    let n = fd::read(r, &mut b);
-    let step = PIPE_ACTED.load(Ordering::SeqCst);
-    ensure!(n == Ok(4) && &b[..4] == b"wake" && step >= 1, "read returned {n:?} before the writer wrote (step {step})");
-    let n = fd::read(r, &mut b);
-    let step = PIPE_ACTED.load(Ordering::SeqCst);
-    ensure!(n == Ok(0) && step == 2, "read returned {n:?} before the writer closed (step {step})");
+    for (want, step_want, what) in [(4, 1, "wrote"), (0, 2, "closed")] {
+        let before = fd::wait_counts();
+        let n = fd::read(r, &mut b);
+        let after = fd::wait_counts();
+        let step = PIPE_ACTED.load(Ordering::SeqCst);
+        ensure!(n == Ok(want) && (want == 0 || &b[..4] == b"wake") && step >= step_want, "read returned {n:?} before the writer {what} (step {step})");
+        ensure!(after.naps > before.naps, "the read did not sleep until the writer {what}");
+        ensure!(after.woken > before.woken, "the read's naps were not woken when the writer {what} ({} naps)", after.naps - before.naps);
+    }
     ensure!(ok!(t.join()) == 0, "writer thread failed");
     ok!(fd::close(r));
     fd::unmap_all();

@@ -6,9 +6,14 @@
 //!
 //! `init=microbench -- NAME [iters=N]`, NAME one of: null, fault, share_private,
 //! share_global, segment, stat, ppc (a protected procedure call round trip), all; and grant (a core-scheduler request + release, with
-//! `sched=core0` and at least 2 cores; not in `all`). Prints `bench name=NAME ops=N ticks=T ns_per_op=X` per run.
+//! `sched=core0` and at least 2 cores; not in `all`); pipe (an 8-byte write and read of one
+//! pipe by one context: nobody waits) and pipe_pingpong (an 8-byte round trip over two
+//! pipes between this core and the next: each side's read waits for the other; at least 2
+//! cores; neither in `all`). Prints `bench name=NAME ops=N ticks=T ns_per_op=X` per run.
 #![no_std]
 #![no_main]
+
+extern crate alloc;
 
 use abi::{ObjName, SegMapping, MAP_READ, MAP_WRITE, MEMID_SELF, PAGE_SIZE, SHARE_PRIVATE};
 use libos::sys;
@@ -156,9 +161,83 @@ fn run(name: &str, iters: u64) -> Result<(), abi::Error> {
             marker::region(false);
             report(name, iters, t0, t1);
         }
+        "pipe" => {
+            // A pipe transfer that never waits: the library OS's ring, no system call.
+            let (r, w) = libos::fd::pipe(libos::fd::Scope::Private)?;
+            let mut b = [0u8; 8];
+            for _ in 0..100 {
+                libos::fd::write(w, &[1; 8])?;
+                libos::fd::read(r, &mut b)?;
+            }
+            marker::region(true);
+            let t0 = sys::time_now()?;
+            for i in 0..iters {
+                libos::fd::write(w, &i.to_ne_bytes())?;
+                libos::fd::read(r, &mut b)?;
+            }
+            let t1 = sys::time_now()?;
+            marker::region(false);
+            report(name, iters, t0, t1);
+            libos::fd::close(r)?;
+            libos::fd::close(w)?;
+        }
+        "pipe_pingpong" => {
+            // Each round trip: this core writes 8 bytes into `there`, the echo thread on the
+            // next core reads them and writes them back into `back`; each read finds its pipe
+            // empty first and waits (docs/fd.md, "Pipes"). The region is every vCPU's: the
+            // waiting is both sides' work.
+            let other = (libos::core_id() + 1) % libos::start_info().cores.max(1);
+            if other == libos::core_id() {
+                return Err(abi::Error::NoSuchCore);
+            }
+            let (there_r, there_w) = libos::fd::pipe(libos::fd::Scope::Process)?;
+            let (back_r, back_w) = libos::fd::pipe(libos::fd::Scope::Process)?;
+            let arg = alloc::boxed::Box::new((there_r, back_w, iters + 100));
+            let t = libos::thread::spawn(other, pipe_echo, &*arg as *const (libos::fd::Fd, libos::fd::Fd, u64) as u64)?;
+            let mut b = [0u8; 8];
+            let mut round = |i: u64| -> Result<bool, abi::Error> {
+                libos::fd::write(there_w, &i.to_ne_bytes())?;
+                Ok(libos::fd::read(back_r, &mut b)? == 8 && b == i.to_ne_bytes())
+            };
+            let mut good = true;
+            for i in 0..100 {
+                good &= round(i)?;
+            }
+            marker::region_all(true);
+            let t0 = sys::time_now()?;
+            for i in 0..iters {
+                good &= round(i)?;
+            }
+            let t1 = sys::time_now()?;
+            marker::region_all(false);
+            report(name, iters, t0, t1);
+            let echoed = t.join()?;
+            for f in [there_r, there_w, back_r, back_w] {
+                libos::fd::close(f)?;
+            }
+            libos::fd::unmap_all();
+            if !good || echoed != 0 {
+                return Err(abi::Error::InvalidArgument);
+            }
+        }
         _ => return Err(abi::Error::InvalidArgument),
     }
     Ok(())
+}
+
+/// `pipe_pingpong`'s other side: `arg` points at (read end, write end, rounds); echo each
+/// 8-byte message back. 0 if every round went through.
+fn pipe_echo(arg: u64) -> u64 {
+    // SAFETY: `arg` points at the benchmark's tuple, alive until this thread is joined.
+    let (r, w, rounds) = unsafe { *(arg as *const (libos::fd::Fd, libos::fd::Fd, u64)) };
+    let mut b = [0u8; 8];
+    let mut bad = 0;
+    for _ in 0..rounds {
+        bad |= (libos::fd::read(r, &mut b) != Ok(8)) as u64;
+        bad |= (libos::fd::write(w, &b) != Ok(8)) as u64;
+    }
+    libos::fd::unmap_all();
+    bad
 }
 
 /// The `ppc` benchmark's handler.
@@ -181,7 +260,7 @@ fn main(args: &'static str) -> u64 {
     let names: &[&str] = if which == "all" { &["null", "stat", "fault", "share_private", "share_global", "segment", "ppc"] } else { &[which] };
     for n in names {
         if let Err(e) = run(n, iters) {
-            libos::println!("microbench: {n}: {e:?} (benchmarks: null fault share_private share_global segment ppc grant all)");
+            libos::println!("microbench: {n}: {e:?} (benchmarks: null fault share_private share_global segment ppc grant pipe pipe_pingpong all)");
             return 1;
         }
     }

@@ -120,11 +120,40 @@ struct Job {
     fd_api: bool,
 }
 
-/// Empty polls in a row before an `idle=sleep` core sleeps (the kernel core's IPI wakes it
-/// when a frame comes, Dedicated and Polling).
-const IDLE_POLLS_BEFORE_SLEEP: u32 = 64;
-/// In Inline mode, also this long with nothing arriving (only a timeout wakes it there).
-const INLINE_IDLE_BEFORE_SLEEP_NS: u64 = 2_000_000;
+/// When a service core with nothing to do sleeps (`idle=sleep`): after `POLLS_BEFORE_SLEEP`
+/// empty polls in a row, and in Inline mode, where nothing but the timeout ends the sleep,
+/// only after `INLINE_NS_BEFORE_SLEEP` with nothing arriving, so that traffic with short gaps
+/// is served by polling.
+#[derive(Default)]
+struct Idle {
+    polls: u32,
+    since: u64,
+}
+
+impl Idle {
+    /// Empty polls in a row before the core sleeps (the kernel core's IPI wakes it when a
+    /// frame comes, Dedicated and Polling).
+    const POLLS_BEFORE_SLEEP: u32 = 64;
+    /// In Inline mode, also this long with nothing arriving (only a timeout wakes it there).
+    const INLINE_NS_BEFORE_SLEEP: u64 = 2_000_000;
+
+    /// The poll found work: count again from 0.
+    fn busy(&mut self) {
+        self.polls = 0;
+    }
+
+    /// The poll found nothing: how long to sleep now (microseconds), if at all. Until the
+    /// kernel core brings something (in Inline mode: the card's interrupt), or the timeout:
+    /// core 0 also watches the run's end, so it sleeps shorter.
+    fn nap_us(&mut self, job: &Job) -> Option<u64> {
+        self.polls += 1;
+        if self.polls == 1 {
+            self.since = libos::time::tsc_ns();
+        }
+        let long_enough = job.nic.mode != Mode::Inline || libos::time::tsc_ns() - self.since >= Self::INLINE_NS_BEFORE_SLEEP;
+        (job.sleep && self.polls >= Self::POLLS_BEFORE_SLEEP && long_enough).then_some(if job.channel == 0 { 10_000 } else { 100_000 })
+    }
+}
 
 /// The share-nothing calibration (common/calib.rs), run on every service core at once after
 /// the connections, only when every service core came up (the barrier counts all of them).
@@ -161,16 +190,12 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
     let mut next_stats = libos::time::tsc_ns() + STATS_EVERY_NS.load(Ordering::Relaxed);
     let mut last = libos::net::ChannelStats::default();
     let (mut after_work, mut measured, mut counting) = (true, false, false);
-    let mut idle_polls = 0u32;
-    let mut idle_since = 0u64;
+    let mut idle = Idle::default();
     while !STOP.load(Ordering::Relaxed) {
         if job.channel == 0 {
             // Core 0 ends the run: it reads the others' counts about once a millisecond.
-            let now = libos::time::tsc_ns();
-            if now >= next_check {
-                next_check = now + 1_000_000;
-                let n = NSERVICE.load(Ordering::Relaxed) as usize;
-                let served: u64 = (0..n).map(|c| COUNTS[c].served.load(Ordering::Relaxed)).sum();
+            if let Some(now) = check_due(&mut next_check) {
+                let served = served_total();
                 if !MEASURING.load(Ordering::Relaxed) && served >= WARMUP.load(Ordering::Relaxed) {
                     MEASURING.store(true, Ordering::Relaxed);
                     // SAFETY: the kernel's I/O bitmap lets user mode write the marker port.
@@ -179,7 +204,7 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
                 let every = STATS_EVERY_NS.load(Ordering::Relaxed);
                 if every > 0 && now >= next_stats {
                     next_stats = now + every;
-                    print_counts("tcpserv: stats", n);
+                    print_counts("tcpserv: stats", NSERVICE.load(Ordering::Relaxed) as usize);
                 }
                 if served >= TARGET.load(Ordering::Relaxed) || now >= DEADLINE_NS.load(Ordering::Relaxed) {
                     if MEASURING.load(Ordering::Relaxed) {
@@ -207,22 +232,12 @@ fn serve(job: &Job) -> Result<(), abi::Error> {
             }
         }
         if !busy {
-            idle_polls += 1;
-            if idle_polls == 1 {
-                idle_since = libos::time::tsc_ns();
-            }
-            // In Inline mode nothing but the timeout ends the sleep: sleep only after a
-            // stretch with nothing arriving, so traffic with short gaps is served by polling.
-            let long_enough = job.nic.mode != Mode::Inline || libos::time::tsc_ns() - idle_since >= INLINE_IDLE_BEFORE_SLEEP_NS;
-            if job.sleep && idle_polls >= IDLE_POLLS_BEFORE_SLEEP && long_enough {
-                // Sleep until the kernel core brings something (in Inline mode: the card's
-                // interrupt), or the timeout: core 0 also watches the run's end.
-                let max_us = if job.channel == 0 { 10_000 } else { 100_000 };
-                stack.wait_idle(max_us);
+            if let Some(us) = idle.nap_us(job) {
+                stack.wait_idle(us);
             }
             continue;
         }
-        idle_polls = 0;
+        idle.busy();
         after_work = stack.poll();
         for (h, sent) in handles.iter_mut() {
             let s = stack.sockets.get_mut::<tcp::Socket>(*h);
@@ -296,15 +311,12 @@ fn serve_fd(job: &Job) -> Result<(), abi::Error> {
     let me = &COUNTS[job.channel as usize];
     me.ready.store(true, Ordering::Release);
     let mut next_check = 0u64;
-    let (mut idle_polls, mut idle_since) = (0u32, 0u64);
+    let mut idle = Idle::default();
     let mut failed = None;
     while !STOP.load(Ordering::Relaxed) {
         if job.channel == 0 {
-            let now = libos::time::tsc_ns();
-            if now >= next_check {
-                next_check = now + 1_000_000;
-                let n = NSERVICE.load(Ordering::Relaxed) as usize;
-                let served: u64 = (0..n).map(|c| COUNTS[c].served.load(Ordering::Relaxed)).sum();
+            if let Some(now) = check_due(&mut next_check) {
+                let served = served_total();
                 if served >= TARGET.load(Ordering::Relaxed) || now >= DEADLINE_NS.load(Ordering::Relaxed) {
                     STOP.store(true, Ordering::Release);
                 }
@@ -331,17 +343,11 @@ fn serve_fd(job: &Job) -> Result<(), abi::Error> {
             break;
         }
         if busy {
-            idle_polls = 0;
+            idle.busy();
             continue;
         }
-        idle_polls += 1;
-        if idle_polls == 1 {
-            idle_since = libos::time::tsc_ns();
-        }
-        let long_enough = job.nic.mode != Mode::Inline || libos::time::tsc_ns() - idle_since >= INLINE_IDLE_BEFORE_SLEEP_NS;
-        if job.sleep && idle_polls >= IDLE_POLLS_BEFORE_SLEEP && long_enough {
-            let max_us = if job.channel == 0 { 10_000 } else { 100_000 };
-            host::with_host(|h| h.wait_idle(max_us))?;
+        if let Some(us) = idle.nap_us(job) {
+            host::with_host(|h| h.wait_idle(us))?;
         }
     }
     // The closed connections' goodbyes (FIN, ACK) finish; only the listener's sockets stay.
@@ -613,3 +619,19 @@ static WARMUP: AtomicU64 = AtomicU64::new(0);
 static DEADLINE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
 static TARGET: AtomicU64 = AtomicU64::new(u64::MAX);
 static NSERVICE: AtomicU64 = AtomicU64::new(1);
+
+/// Core 0's check of the run's end, about once a millisecond: the time now (ns) when one is
+/// due (and the next one then set), else `None`.
+fn check_due(next_check: &mut u64) -> Option<u64> {
+    let now = libos::time::tsc_ns();
+    (now >= *next_check).then(|| {
+        *next_check = now + 1_000_000;
+        now
+    })
+}
+
+/// Connections every service core has served so far (core 0 reads it to end the run).
+fn served_total() -> u64 {
+    let n = NSERVICE.load(Ordering::Relaxed) as usize;
+    (0..n).map(|c| COUNTS[c].served.load(Ordering::Relaxed)).sum()
+}

@@ -9,7 +9,7 @@ use abi::{Error, ObjName, ObjectId, MEMID_SELF};
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::file::{made_up_stat, FileLike, Kind, Ready, Stat, WakeOn, S_IFIFO};
-use super::ready::notify;
+use super::ready::{block_on, notify};
 use super::window::{map, unmap_one};
 use crate::layout::{MAPWIN_OFF, MAPWIN_SLOT};
 
@@ -32,10 +32,6 @@ const READ_END: u64 = 1;
 const WRITE_END: u64 = 1 << 32;
 /// Writes of at most this many bytes to a pipe are atomic (POSIX `PIPE_BUF`, Linux's value).
 pub const PIPE_BUF: usize = 4096;
-/// A reader of an empty pipe with a writer spins this many times between looks, then yields
-/// the core (`pcore_yield`: on a time-shared core the writer may be the one waiting to run).
-const READ_SPINS: u32 = 256;
-
 /// A pipe end, the open file of kinds `PipeRead` and `PipeWrite`: the ring, and which end.
 /// A new ring in table share `t`, its ends word counting one read end and one write end
 /// (the two open files `fd::pipe` makes next; nobody else can name the ring yet).
@@ -83,20 +79,19 @@ impl FileLike for PipeEnd {
             notify(waiters_at(va));
             return Ok(n);
         }
+        // Empty: sleep on the ring's waiters word until bytes come or the last write end
+        // closes (a writer's `notify` after its put, or `drop_end`'s, wakes this core).
         let ends = ends_at(va);
-        let mut spins = 0u32;
-        loop {
-            // The count before the bytes: a writer's bytes are in the ring before its
-            // close drops the count (release in `drop_end`), so "no writer" seen here
-            // and then an empty ring means no byte will ever come.
+        let n = block_on(waiters_at(va), || {
+            // The count before the bytes: a writer's bytes are in the ring before its close
+            // drops the count (release in `drop_end`), so "no writer" seen here and then an
+            // empty ring means no byte will ever come.
             let writers = ends.load(Ordering::Acquire) >> 32;
             let n = ring_take(va, buf);
-            if n != 0 || writers == 0 {
-                notify(waiters_at(va));
-                return Ok(n);
-            }
-            pipe_wait(&mut spins);
-        }
+            (n != 0 || writers == 0).then_some(n)
+        });
+        notify(waiters_at(va));
+        Ok(n)
     }
 
     /// Every byte, waiting while the ring is full, unless the last read end goes: then the
@@ -120,22 +115,24 @@ impl FileLike for PipeEnd {
         if done != 0 {
             notify(waiters_at(va));
         }
-        let mut spins = 0u32;
-        // A full ring: wait for a reader to make room (POSIX blocking write: every byte
-        // is written before it returns), unless the last read end goes meanwhile; then
-        // what was written so far, or `BrokenPipe` if nothing was (as Linux).
+        // A full ring: sleep on the ring's waiters word until a reader makes room (its
+        // `notify` after the take wakes this core; POSIX blocking write: every byte is
+        // written before it returns), unless the last read end goes meanwhile (`drop_end`
+        // notifies too); then what was written so far, or `BrokenPipe` if nothing was (as
+        // Linux).
         while done < data.len() {
-            if ends.load(Ordering::Acquire) & (WRITE_END - 1) == 0 {
+            let n = block_on(waiters_at(va), || {
+                if ends.load(Ordering::Acquire) & (WRITE_END - 1) == 0 {
+                    return Some(None);
+                }
+                let n = ring_put(va, &data[done..], whole);
+                (n != 0).then_some(Some(n))
+            });
+            let Some(n) = n else {
                 return if done == 0 { Err(Error::BrokenPipe) } else { Ok(done) };
-            }
-            let n = ring_put(va, &data[done..], whole);
-            if n != 0 {
-                notify(waiters_at(va));
-                done += n;
-                spins = 0;
-                continue;
-            }
-            pipe_wait(&mut spins);
+            };
+            notify(waiters_at(va));
+            done += n;
         }
         Ok(done)
     }
@@ -336,18 +333,6 @@ fn with_ring<R>(va: u64, f: impl FnOnce(&mut [u8], u64, u64) -> (u64, u64, R)) -
     tail.store(t2, Ordering::Release);
     ring_unlock(hdr);
     r
-}
-
-/// One step of waiting on a pipe's other side: spin `READ_SPINS` times, then yield the core
-/// (on a time-shared core the other side may be the one waiting to run).
-fn pipe_wait(spins: &mut u32) {
-    *spins += 1;
-    if *spins < READ_SPINS {
-        core::hint::spin_loop();
-    } else {
-        *spins = 0;
-        let _ = crate::sys::pcore_yield();
-    }
 }
 
 /// Put as many bytes of `data` as fit into the ring mapped at `va` (with `whole`, all of

@@ -93,23 +93,39 @@ pub fn wait_counts() -> WaitCounts {
 }
 
 /// Sleep at most `us` microseconds, or until a wake. Where the core cannot halt (an
-/// application core, whose calls are forwarded), yield instead.
-pub(super) fn nap(us: u64) {
+/// application core, whose calls are forwarded), yield instead. `false` if it neither was
+/// woken nor yielded: a timeout, or a halt the kernel refused at once.
+pub(super) fn nap(us: u64) -> bool {
     NAPS.fetch_add(1, Ordering::Relaxed);
     match crate::sys::wait(0, us.clamp(1, abi::MAX_WAIT_US)) {
         Ok(r) if r & abi::WAIT_WOKEN != 0 => {
             WOKEN.fetch_add(1, Ordering::Relaxed);
+            true
         }
-        Ok(_) => {}
+        Ok(_) => false,
         Err(_) => {
             let _ = crate::sys::pcore_yield();
+            true
         }
     }
 }
 
+/// How many times a blocking call looks before it sleeps: the other side already running on
+/// another core (a pipe's reader answering a request) often acts within a few hundred
+/// instructions, and a look is cheaper than a sleep and a wake (two system calls and an
+/// interrupt on each side).
+const LOOKS_BEFORE_SLEEP: u32 = 64;
+
 /// Block until `ready()` says yes: the blocking read or write of a kind with a waiters word
-/// (an eventfd). `ready` runs once before any sleep and once after the bit is set.
+/// (a pipe end, an eventfd). `ready` runs up to `LOOKS_BEFORE_SLEEP` times before the first
+/// sleep and once after the bit is set before each.
 pub(super) fn block_on<R>(word: &AtomicU64, mut ready: impl FnMut() -> Option<R>) -> R {
+    for _ in 0..LOOKS_BEFORE_SLEEP {
+        if let Some(r) = ready() {
+            return r;
+        }
+        core::hint::spin_loop();
+    }
     let bit = my_bit();
     loop {
         if let Some(r) = ready() {
@@ -120,7 +136,12 @@ pub(super) fn block_on<R>(word: &AtomicU64, mut ready: impl FnMut() -> Option<R>
             word.fetch_and(!bit, Ordering::Relaxed);
             return r;
         }
-        nap(WORD_NAP_US);
+        if !nap(WORD_NAP_US) {
+            // Not woken: a timeout, or a time-shared core that would not halt because other
+            // contexts wait to run on it (the other side may be one of them): give them the
+            // core now rather than at the next tick.
+            let _ = crate::sys::pcore_yield();
+        }
         // A nap that timed out leaves the bit: take it back (a wake took it already).
         word.fetch_and(!bit, Ordering::Relaxed);
     }

@@ -212,12 +212,8 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
             Err(FsError::NotFound) if flags & O_CREAT != 0 => Err(FsError::Contended),
             Err(e) => Err(e),
         });
-        if let Some(o) = taken_back.take() {
-            after_taken_back(&o);
-        }
-        match r {
-            Err(FsError::Contended) => {}
-            r => return r,
+        if let Some(r) = settle(r, &taken_back) {
+            return r;
         }
         // Put the path in the name cache under the lock (no change runs while we hold it, so
         // the entry is true now) and try the per-core list once more. An error here (no such
@@ -260,12 +256,8 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
                 Err(e) => Err(e),
             }
         });
-        if let Some(o) = taken_back.take() {
-            after_taken_back(&o);
-        }
-        match r {
-            Err(FsError::Contended) => {}
-            r => return r,
+        if let Some(r) = settle(r, &taken_back) {
+            return r;
         }
     }
     let body = |m: &mut Mounted| open_in(m, path, flags);
@@ -273,6 +265,19 @@ pub fn open(path: &str, flags: u32) -> Result<Fd> {
         with_change(body)
     } else {
         with(body)
+    }
+}
+
+/// After a try of `open` on a per-core side: finish what `open_existing` took back, and
+/// `Some(the answer)` unless the try gave up (`Contended`: the next side tries).
+#[inline(always)]
+fn settle(r: Result<Fd>, taken_back: &core::cell::Cell<Option<open_files::Opened>>) -> Option<Result<Fd>> {
+    if let Some(o) = taken_back.take() {
+        after_taken_back(&o);
+    }
+    match r {
+        Err(FsError::Contended) => None,
+        r => Some(r),
     }
 }
 
@@ -975,20 +980,23 @@ pub fn stat(path: &str) -> Result<Stat> {
     with(|m| fill_name(m, path))
 }
 
+/// Under the lock, `f` of the inode `path` names (its last component, if a symbolic link,
+/// followed with `follow`).
+fn with_inode<R>(path: &str, follow: bool, mut f: impl FnMut(&mut Mounted, &Inode) -> Result<R>) -> Result<R> {
+    with(|m| {
+        let ino = if follow { m.fs.resolve(path.as_bytes()) } else { m.fs.resolve_nofollow(path.as_bytes()) }?;
+        f(m, &ino)
+    })
+}
+
 /// `stat` of a path whose last component, if a symbolic link, is not followed.
 pub fn lstat(path: &str) -> Result<Stat> {
-    with(|m| {
-        let ino = m.fs.resolve_nofollow(path.as_bytes())?;
-        Ok(Ext2::<Cache>::stat_of(&ino))
-    })
+    with_inode(path, false, |_, ino| Ok(Ext2::<Cache>::stat_of(ino)))
 }
 
 /// The target of the symbolic link `path`.
 pub fn readlink(path: &str) -> Result<Vec<u8>> {
-    with(|m| {
-        let ino = m.fs.resolve_nofollow(path.as_bytes())?;
-        m.fs.read_link(&ino)
-    })
+    with_inode(path, false, |m, ino| m.fs.read_link(ino))
 }
 
 /// Make `path` a symbolic link to `target` (targets below 60 bytes for now).
@@ -1028,18 +1036,12 @@ pub fn set_attr(path: &str, follow: bool, mode: Option<u16>, owner: Option<(u16,
 
 /// `stat` through the walk under the lock, never the name cache (for comparison).
 pub fn stat_walk(path: &str) -> Result<Stat> {
-    with(|m| {
-        let ino = m.fs.resolve(path.as_bytes())?;
-        Ok(Ext2::<Cache>::stat_of(&ino))
-    })
+    with_inode(path, true, |_, ino| Ok(Ext2::<Cache>::stat_of(ino)))
 }
 
 /// Every entry of the directory `path`, `.` and `..` included, in on-disk order.
 pub fn readdir(path: &str) -> Result<Vec<DirEntry>> {
-    with(|m| {
-        let dir = m.fs.resolve(path.as_bytes())?;
-        m.fs.read_dir(&dir)
-    })
+    with_inode(path, true, |m, dir| m.fs.read_dir(dir))
 }
 
 /// Read a whole file (at most `max` bytes).
