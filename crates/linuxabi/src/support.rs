@@ -35,10 +35,17 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::PREAD64, Support::Partial("regular files only")),
     (nr::READV, Support::Partial("as read")),
     (nr::WRITEV, Support::Partial("as write")),
+    (nr::PIPE, Support::Partial("as pipe2 without flags")),
     (nr::SCHED_YIELD, Support::Full),
     (nr::NANOSLEEP, Support::Partial("never interrupted (no signals), so the remainder is always 0")),
-    (nr::GETPID, Support::Partial("always 1: one process per runtime")),
+    (nr::GETPID, Support::Full),
+    (nr::CLONE, Support::Partial("without CLONE_VM: a fork (exit signal SIGCHLD or none; CLONE_PARENT_SETTID, CLONE_CHILD_SETTID/CLEARTID accepted, the child ones without effect); other flags EINVAL")),
+    (nr::FORK, Support::Partial("a cfork of the whole context, copy-on-write; the child's pipe ends are its own open files; its regular files are copies (offsets not shared with the parent)")),
+    (nr::VFORK, Support::Partial("as fork (the parent does not wait for the child's exec or exit)")),
+    (nr::EXECVE, Support::Partial("static ELF programs only (no #! scripts, no interpreter)")),
     (nr::EXIT, Support::Partial("ends the program (single-threaded: as exit_group)")),
+    (nr::WAIT4, Support::Partial("no stopped or continued children (no job-control stops); rusage all zero")),
+    (nr::KILL, Support::Partial("any process of the program's session; a default or ignore action at the target's next system call, handlers through linux::signal")),
     (nr::UNAME, Support::Full),
     (nr::GETCWD, Support::Full),
     (nr::CHDIR, Support::Full),
@@ -47,7 +54,12 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::GETGID, Support::Partial("always 0")),
     (nr::GETEUID, Support::Partial("always 0")),
     (nr::GETEGID, Support::Partial("always 0")),
-    (nr::GETPPID, Support::Partial("always 0: no parent process")),
+    (nr::SETPGID, Support::Partial("no EACCES for a child that has called execve")),
+    (nr::GETPPID, Support::Partial("0 for the first program; a process whose parent ended still names it")),
+    (nr::GETPGRP, Support::Full),
+    (nr::SETSID, Support::Full),
+    (nr::GETPGID, Support::Full),
+    (nr::GETSID, Support::Full),
     (nr::ARCH_PRCTL, Support::Partial("ARCH_SET_FS and ARCH_GET_FS only")),
     (nr::GETTID, Support::Partial("the process id: one thread")),
     (nr::SCHED_GETAFFINITY, Support::Partial("the one core the program runs on")),
@@ -55,8 +67,10 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::SET_TID_ADDRESS, Support::Partial("recorded; nothing clears it (no threads)")),
     (nr::CLOCK_GETTIME, Support::Partial("every clock counts from boot: there is no wall clock")),
     (nr::EXIT_GROUP, Support::Full),
+    (nr::WAITID, Support::Partial("P_ALL, P_PID, P_PGID; WEXITED (no stopped or continued children); rusage all zero")),
     (nr::OPENAT, Support::Partial("O_RDONLY, O_WRONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_DIRECTORY; O_CLOEXEC and O_NOFOLLOW ignored; modes are 0644")),
     (nr::NEWFSTATAT, Support::Partial("as fstat; AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH")),
+    (nr::PIPE2, Support::Partial("O_CLOEXEC, O_NONBLOCK (O_DIRECT accepted: writes up to PIPE_BUF are records already)")),
     (nr::PRLIMIT64, Support::Partial("reads the limits; setting one is EPERM")),
     (nr::GETRANDOM, Support::Partial("time-stamp-counter seeded, not cryptographic")),
 ];
@@ -124,8 +138,8 @@ mod tests {
         for &(n, _) in SUPPORTED {
             assert!(crate::name(n).is_some(), "{n} is no Linux call");
         }
-        assert_eq!(support(nr::GETPID), Some(Support::Partial("always 1: one process per runtime")));
-        assert_eq!(support(nr::FORK), None);
+        assert_eq!(support(nr::GETPID), Some(Support::Full));
+        assert_eq!(support(nr::ACCT), None);
     }
 
     #[test]

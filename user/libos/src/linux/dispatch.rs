@@ -27,25 +27,46 @@ pub struct Process {
     /// Numbers already reported as unimplemented (bit per number below 512; above, one bit).
     reported: [u64; 9],
     /// `rt_sigaction` records (32 bytes each), `rt_sigprocmask`'s mask.
-    sigactions: [[u8; 32]; 65],
-    sigmask: u64,
-    fs_base: u64,
+    pub sigactions: [[u8; 32]; 65],
+    pub sigmask: u64,
+    pub fs_base: u64,
     tid_address: u64,
     /// Standard output and error go to the host as framed records (`out`), not as a terminal.
     pub framed: bool,
     /// System calls the program made.
     pub calls: u64,
+    /// Its process id, parent, slot in the process table and children (`proc.rs`).
+    pub procs: super::proc::ProcState,
 }
 
 impl Process {
     pub fn new(image: Loaded, files: Files, framed: bool) -> Process {
-        Process { image, files, cwd: String::from("/"), exit: None, reported: [0; 9], sigactions: [[0; 32]; 65], sigmask: 0, fs_base: 0, tid_address: 0, framed, calls: 0 }
+        Process { image, files, cwd: String::from("/"), exit: None, reported: [0; 9], sigactions: [[0; 32]; 65], sigmask: 0, fs_base: 0, tid_address: 0, framed, calls: 0, procs: Default::default() }
     }
 }
 
 pub static PROC: TicketLock<Option<Process>> = TicketLock::new(None);
 
 type Handler = fn(&mut Process, &[u64; 6]) -> i64;
+
+/// Calls that need the program's registers or block (`fork`, `execve`, `wait4`): they run
+/// without the process lock held (they take it themselves), from `linux_dispatch` before it
+/// locks. Their rows in `HANDLERS` name `frame_call`, which only says so.
+const FRAME_CALLS: &[(u64, fn(&mut Frame) -> i64)] = &[
+    (nr::CLONE, super::proc::sys_clone),
+    (nr::FORK, super::proc::sys_fork),
+    (nr::VFORK, super::proc::sys_fork),
+    (nr::EXECVE, super::exec::sys_execve),
+    (nr::WAIT4, super::proc::sys_wait4),
+    (nr::WAITID, super::proc::sys_waitid),
+];
+
+/// The `HANDLERS` row of a call in `FRAME_CALLS`: `linux_dispatch` runs those before it
+/// looks here, so this is reached only if a number is in `HANDLERS` as a frame call but
+/// missing from `FRAME_CALLS` (a const check below rules that out).
+fn frame_call(_p: &mut Process, _a: &[u64; 6]) -> i64 {
+    -ENOSYS
+}
 
 /// The handlers, by number (sorted).
 pub const HANDLERS: &[(u64, Handler)] = &[
@@ -67,10 +88,17 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::PREAD64, sys_pread64),
     (nr::READV, sys_readv),
     (nr::WRITEV, sys_writev),
+    (nr::PIPE, super::pipe::sys_pipe),
     (nr::SCHED_YIELD, sys_sched_yield),
     (nr::NANOSLEEP, sys_nanosleep),
-    (nr::GETPID, sys_getpid),
+    (nr::GETPID, super::proc::sys_getpid),
+    (nr::CLONE, frame_call),
+    (nr::FORK, frame_call),
+    (nr::VFORK, frame_call),
+    (nr::EXECVE, frame_call),
     (nr::EXIT, sys_exit),
+    (nr::WAIT4, frame_call),
+    (nr::KILL, super::proc::sys_kill),
     (nr::UNAME, sys_uname),
     (nr::GETCWD, sys_getcwd),
     (nr::CHDIR, sys_chdir),
@@ -79,16 +107,23 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::GETGID, sys_zero),
     (nr::GETEUID, sys_zero),
     (nr::GETEGID, sys_zero),
-    (nr::GETPPID, sys_zero),
+    (nr::SETPGID, super::proc::sys_setpgid),
+    (nr::GETPPID, super::proc::sys_getppid),
+    (nr::GETPGRP, super::proc::sys_getpgrp),
+    (nr::SETSID, super::proc::sys_setsid),
+    (nr::GETPGID, super::proc::sys_getpgid),
+    (nr::GETSID, super::proc::sys_getsid),
     (nr::ARCH_PRCTL, sys_arch_prctl),
-    (nr::GETTID, sys_getpid),
+    (nr::GETTID, super::proc::sys_getpid),
     (nr::SCHED_GETAFFINITY, sys_sched_getaffinity),
     (nr::GETDENTS64, sys_getdents64),
     (nr::SET_TID_ADDRESS, sys_set_tid_address),
     (nr::CLOCK_GETTIME, sys_clock_gettime),
     (nr::EXIT_GROUP, sys_exit),
+    (nr::WAITID, frame_call),
     (nr::OPENAT, sys_openat),
     (nr::NEWFSTATAT, sys_newfstatat),
+    (nr::PIPE2, super::pipe::sys_pipe2),
     (nr::PRLIMIT64, sys_prlimit64),
     (nr::GETRANDOM, sys_getrandom),
 ];
@@ -117,21 +152,56 @@ const _: () = {
     }
 };
 
+// Every frame call has a `frame_call` row, and every `frame_call` row a frame call.
+const _: () = {
+    let mut i = 0;
+    while i < FRAME_CALLS.len() {
+        let mut found = false;
+        let mut j = 0;
+        while j < HANDLERS.len() {
+            found |= HANDLERS[j].0 == FRAME_CALLS[i].0;
+            j += 1;
+        }
+        assert!(found, "a FRAME_CALLS number is missing from HANDLERS");
+        i += 1;
+    }
+};
+
 /// Called by the upcall stub with the program's registers.
 pub extern "C" fn linux_dispatch(f: &mut Frame) {
     let nr = (f.nr_flags >> 32) as u32;
+    if let Some((_, h)) = FRAME_CALLS.iter().find(|(n, _)| *n == u64::from(nr)) {
+        let r = h(f);
+        f.ret = r as u64;
+        return after_call(f);
+    }
     let args = [f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9];
     let mut g = PROC.lock();
     let Some(p) = g.as_mut() else {
         f.ret = -ENOSYS as u64;
         return;
     };
-    p.calls += 1;
     let r = match TABLE.get(nr as usize) {
         Some(Some(h)) => h(p, &args),
         _ => unknown(p, nr),
     };
     f.ret = r as u64;
+    p.calls += 1;
+    super::proc::take_pending(p);
+    let exit = p.exit;
+    drop(g);
+    if let Some(status) = exit {
+        super::upcall::leave(status);
+    }
+}
+
+/// After a frame call: the pending signals a default or ignore action settles (another process's
+/// `kill`, a `SIGPIPE`), then the program's end if it exited or a signal ended it.
+fn after_call(_f: &mut Frame) {
+    let mut g = PROC.lock();
+    let Some(p) = g.as_mut() else { return };
+    p.calls += 1;
+    super::proc::take_pending(p);
     let exit = p.exit;
     drop(g);
     if let Some(status) = exit {
@@ -422,12 +492,6 @@ fn sys_brk(p: &mut Process, a: &[u64; 6]) -> i64 {
 // ---------------------------------------------------------------------------------------
 // Identity, signals, threads
 
-/// The program's process (and thread) id: it is the only process of its runtime.
-pub const PID: i64 = 1;
-
-fn sys_getpid(_p: &mut Process, _a: &[u64; 6]) -> i64 {
-    PID
-}
 
 fn sys_zero(_p: &mut Process, _a: &[u64; 6]) -> i64 {
     0
@@ -440,7 +504,7 @@ fn sys_exit(p: &mut Process, a: &[u64; 6]) -> i64 {
 
 fn sys_set_tid_address(p: &mut Process, a: &[u64; 6]) -> i64 {
     p.tid_address = a[0];
-    PID
+    i64::from(p.procs.pid)
 }
 
 const ARCH_SET_FS: u64 = 0x1002;
@@ -528,7 +592,7 @@ fn sys_sched_yield(_p: &mut Process, _a: &[u64; 6]) -> i64 {
 
 fn sys_sched_getaffinity(p: &mut Process, a: &[u64; 6]) -> i64 {
     let (pid, len, mask) = (a[0] as i64, a[1], a[2]);
-    if pid != 0 && pid != PID {
+    if pid != 0 && pid != i64::from(p.procs.pid) {
         return -ESRCH;
     }
     if len < 8 || len % 8 != 0 {
@@ -548,7 +612,7 @@ const RLIMIT_NOFILE: u64 = 7;
 
 fn sys_prlimit64(p: &mut Process, a: &[u64; 6]) -> i64 {
     let (pid, res, new, old) = (a[0] as i64, a[1], a[2], a[3]);
-    if pid != 0 && pid != PID {
+    if pid != 0 && pid != i64::from(p.procs.pid) {
         return -ESRCH;
     }
     if res > 15 {

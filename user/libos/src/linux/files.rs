@@ -41,10 +41,15 @@ pub enum Desc {
     Console(Console),
     File { fd: Fd, path: String },
     Dir { path: String, entries: Vec<(u64, u8, Vec<u8>)>, at: usize },
+    /// A pipe end (`pipe.rs`): an open file of the session's table, which a forked child
+    /// gets its own open file of.
+    Pipe { fd: crate::fd::Fd, write: bool, nonblock: bool },
 }
 
 pub struct Files {
-    slots: Vec<Option<Desc>>,
+    pub(super) slots: Vec<Option<Desc>>,
+    /// `FD_CLOEXEC`, bit per descriptor: closed by `execve`.
+    pub cloexec: u64,
 }
 
 impl Files {
@@ -54,7 +59,7 @@ impl Files {
         slots[0] = Some(Desc::Console(Console::In { data: stdin, at: 0 }));
         slots[1] = Some(Desc::Console(Console::Out));
         slots[2] = Some(Desc::Console(Console::Err));
-        Files { slots }
+        Files { slots, cloexec: 0 }
     }
 
     /// Close every file (at exit).
@@ -130,7 +135,7 @@ pub fn dir_path(f: &Files, fd: i32) -> Result<String, i64> {
     }
 }
 
-fn free_slot(f: &Files) -> Option<usize> {
+pub(super) fn free_slot(f: &Files) -> Option<usize> {
     f.slots.iter().position(|s| s.is_none())
 }
 
@@ -144,6 +149,14 @@ pub fn stat(path: &str, nofollow: bool) -> Result<LinuxStat, i64> {
 }
 
 pub fn open(f: &mut Files, path: &str, flags: u32) -> i64 {
+    let r = open_desc(f, path, flags);
+    if r >= 0 && flags & O_CLOEXEC != 0 {
+        f.cloexec |= 1 << (r % 64);
+    }
+    r
+}
+
+fn open_desc(f: &mut Files, path: &str, flags: u32) -> i64 {
     let known = O_ACCMODE | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_APPEND | O_NONBLOCK | O_LARGEFILE | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
     if flags & !known != 0 || flags & O_ACCMODE == 3 {
         return -EINVAL;
@@ -187,8 +200,12 @@ pub fn open(f: &mut Files, path: &str, flags: u32) -> i64 {
 
 pub fn close(f: &mut Files, fd: i32) -> i64 {
     let Some(s) = usize::try_from(fd).ok().and_then(|i| f.slots.get_mut(i)) else { return -EBADF };
+    if let Ok(i) = u32::try_from(fd) {
+        f.cloexec &= !(1u64 << (i % 64));
+    }
     match s.take() {
         Some(Desc::File { fd, .. }) => fs::close(fd).map(|_| 0).unwrap_or_else(errno),
+        Some(Desc::Pipe { fd, .. }) => super::pipe::close(fd),
         Some(_) => 0,
         None => -EBADF,
     }
@@ -214,6 +231,8 @@ pub fn read(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
             r.map(|n| n as i64).unwrap_or_else(errno)
         }
         Some(Desc::Dir { .. }) => -EISDIR,
+        Some(Desc::Pipe { .. }) if at.is_some() => -ESPIPE,
+        Some(Desc::Pipe { fd, write, nonblock }) => super::pipe::read(*fd, *write, *nonblock, dst),
         None => -EBADF,
     }
 }
@@ -231,6 +250,7 @@ pub fn write(f: &mut Files, fd: i32, src: &[u8], framed: bool) -> i64 {
         Some(Desc::Console(Console::In { .. })) => -EBADF,
         Some(Desc::File { fd, .. }) => fs::write(*fd, src).map(|n| n as i64).unwrap_or_else(errno),
         Some(Desc::Dir { .. }) => -EBADF,
+        Some(Desc::Pipe { fd, write, nonblock }) => super::pipe::write(*fd, *write, *nonblock, src),
         None => -EBADF,
     }
 }
@@ -248,7 +268,7 @@ pub fn lseek(f: &mut Files, fd: i32, off: i64, whence: u32) -> i64 {
             0
         }
         Some(Desc::Dir { .. }) => -EINVAL,
-        Some(Desc::Console(_)) => -ESPIPE,
+        Some(Desc::Console(_) | Desc::Pipe { .. }) => -ESPIPE,
         None => -EBADF,
     }
 }
@@ -259,6 +279,8 @@ pub fn fstat(f: &Files, fd: i32) -> Result<LinuxStat, i64> {
         Some(Desc::Dir { path, .. }) => stat(path, false),
         // A character device, as a pipe-less console looks on Linux (mode 020620).
         Some(Desc::Console(_)) => Ok(LinuxStat { mode: 0o020620, nlink: 1, ..Default::default() }),
+        // A FIFO, as Linux's pipefs shows a pipe (mode 010600).
+        Some(Desc::Pipe { .. }) => Ok(LinuxStat { mode: 0o010600, nlink: 1, ..Default::default() }),
         None => Err(-EBADF),
     }
 }

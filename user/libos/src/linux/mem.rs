@@ -111,3 +111,14 @@ pub(super) fn mapped_slice(va: u64, len: u64) -> &'static mut [u8] {
     // space itself, with no other reference to those bytes alive while it fills them.
     unsafe { core::slice::from_raw_parts_mut(va as *mut u8, len as usize) }
 }
+
+/// The words `[va, va + 8 * n)` of a segment mapped read-write in this address space for as
+/// long as the caller uses them (the process table, `proc.rs`), as atomics: other processes
+/// map the same segment and change them concurrently.
+pub(super) fn mapped_words(va: u64, n: usize) -> &'static [core::sync::atomic::AtomicU64] {
+    // SAFETY: the caller mapped `[va, va + 8 * n)` read-write (8-byte aligned, page-aligned
+    // base) before the first call and unmaps it only after the last reference is dropped
+    // (the session's end); every access goes through the atomics, so concurrent writers in
+    // other address spaces mapping the same pages are fine.
+    unsafe { core::slice::from_raw_parts(va as *const core::sync::atomic::AtomicU64, n) }
+}

@@ -9,17 +9,23 @@
 //! descriptor table, address space, signal state and working directory are this module's
 //! private state (one `Process`), touched by no other core.
 //!
-//! NOT DONE: processes (`fork`, `clone`, `execve`, `wait4`), threads and `futex`, signal
-//! delivery, pipes and sockets as descriptors (`fd::FileLike`), file mappings, `poll`, the
+//! Processes (`fork`, `execve`, `wait4`, the process table) are `proc.rs` and `exec.rs`,
+//! pipes `pipe.rs`: each process is a context of its own, a `cfork` of its parent's.
+//!
+//! NOT DONE: threads and `futex`, signal
+//! delivery, sockets as descriptors (`fd::FileLike`), file mappings, `poll`, the
 //! file calls that change names (`mkdirat`, `unlinkat`, `renameat2`, ...), `fcntl`, `dup*`;
 //! standard input from a live terminal (it is a byte string given at start). The table of
 //! what is there: `linuxabi::support`, docs/linux-abi.md.
 
 pub mod dispatch;
+pub mod exec;
 pub mod files;
 pub mod load;
 pub mod mem;
 pub mod out;
+pub mod pipe;
+pub mod proc;
 pub mod vm;
 #[cfg(target_os = "none")]
 pub mod upcall;
@@ -69,11 +75,22 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     if o.cwd.starts_with('/') {
         process.cwd = files::normalize(&o.cwd);
     }
+    process.procs = match proc::start_session() {
+        Ok(s) => s,
+        Err(e) => {
+            load::unload(&mut process.image);
+            return Err(alloc::format!("{}: no process table: {e:?}", o.path));
+        }
+    };
     *dispatch::PROC.lock() = Some(process);
     let r = upcall::enter(entry, rsp);
     let mut p = dispatch::PROC.lock().take().ok_or_else(|| String::from("the program's state is gone"))?;
+    // Children first (they are halted), then the program's own files and memory, then the
+    // session (the process table and every pipe still open in it).
+    p.procs.children.clear();
     p.files.close_all();
     load::unload(&mut p.image);
+    proc::end_session(&mut p);
     let status = r.map_err(|e| alloc::format!("{}: the kernel refused the personality: {e:?}", o.path))?;
     Ok(Outcome { status, calls: p.calls })
 }
