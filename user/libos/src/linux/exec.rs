@@ -69,6 +69,9 @@ fn execve(p: &mut Process, path: u64, argv: u64, envp: u64) -> Result<(u64, u64)
         return Err(-E2BIG);
     }
     let abs = if given.starts_with('/') { super::files::normalize(&given) } else { super::files::join(&p.cwd, &given) };
+    // `/proc/self/exe` (there is no /proc): the program this process runs, which is how
+    // busybox's shell runs its own applets.
+    let abs = if abs == "/proc/self/exe" { p.procs.exe.clone() } else { abs };
     let st = super::files::stat(&abs, false)?;
     if st.mode & 0o170000 != 0o100000 || st.mode & 0o111 == 0 {
         // A directory, a device, or a file without an execute bit.
@@ -86,7 +89,10 @@ fn execve(p: &mut Process, path: u64, argv: u64, envp: u64) -> Result<(u64, u64)
     random[..8].copy_from_slice(&super::dispatch::random_u64(&mut seed).to_le_bytes());
     random[8..].copy_from_slice(&super::dispatch::random_u64(&mut seed).to_le_bytes());
     match super::load::load(&file, &given, &av, &ev, limit, random) {
-        Ok(l) => p.image = l,
+        Ok(l) => {
+            p.image = l;
+            p.procs.exe = abs;
+        }
         Err(msg) => {
             // Nothing to return to: the process ends as Linux ends it (SIGKILL) past this point.
             crate::println!("linux: execve {given}: {msg}");

@@ -76,7 +76,7 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
         process.cwd = files::normalize(&o.cwd);
     }
     process.procs = match proc::start_session() {
-        Ok(s) => s,
+        Ok(s) => proc::ProcState { exe: files::normalize(o.path), ..s },
         Err(e) => {
             load::unload(&mut process.image);
             return Err(alloc::format!("{}: no process table: {e:?}", o.path));

@@ -115,6 +115,8 @@ pub struct ProcState {
     pub children: Vec<ChildProc>,
     /// The signal that ends the process (its default action), if one did.
     pub killed_by: Option<u32>,
+    /// The absolute path of the program it runs (what Linux's `/proc/self/exe` names).
+    pub exe: alloc::string::String,
 }
 
 /// Make the session for a new program: its share, the table mapped at `TABLE_VA`, slot 1 for
@@ -145,7 +147,7 @@ pub fn start_session() -> Result<ProcState, abi::Error> {
         w.store(0, Ordering::Relaxed);
     }
     words()[H_NEXT_PID].store(2, Ordering::Relaxed);
-    let me = ProcState { pid: 1, ppid: 0, slot: 1, children: Vec::new(), killed_by: None };
+    let me = ProcState { pid: 1, ppid: 0, slot: 1, children: Vec::new(), killed_by: None, exe: alloc::string::String::new() };
     for (w, v) in [(W_PPID, 0), (W_PGID, 1), (W_SID, 1), (W_PENDING, 0), (W_PID, 1)] {
         slot_word(1, w).store(v, Ordering::Release);
     }
