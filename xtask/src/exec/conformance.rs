@@ -95,6 +95,8 @@ pub const CASES: &[Case] = &[
     Case { ci: true, ..c_prog("signals-segv", "signals", &["segv"], 139, Out::Is("touching address 0 with no handler\n")) },
     Case { ci: true, ..c_prog("forkstorm", "forkstorm", &[], 0, Out::Has(&["forkstorm: ok"])) },
     Case { ci: true, ..c_prog("mmapfile", "mmapfile", &[], 0, Out::Has(&["mmapfile: ok"])) },
+    // The file calls that make, change and remove names, and dup/fcntl (linux/progs/fscalls.c).
+    Case { ci: true, ..c_prog("fscalls", "fscalls", &[], 0, Out::Has(&["mode of b: 751", "fscalls: done"])) },
     Case { ci: true, ..c_prog("pipe2proc", "pipe2proc", &[], 0, Out::Has(&["pipe2proc: ok"])) },
     c_prog("hello", "hello", &["a b"], 3, Out::Is("hello from a static Linux program\nargv[0]=/bin/hello\nargv[1]=a b\n")),
 ];

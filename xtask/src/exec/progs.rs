@@ -48,13 +48,14 @@ fn newer(src: &Path, out: &Path) -> bool {
 }
 
 /// The C programs of linux/progs/ and the extra link arguments each needs.
-pub const C_PROGRAMS: [(&str, &[&str]); 7] = [
+pub const C_PROGRAMS: [(&str, &[&str]); 8] = [
     ("hello", &[]),
     ("pthreads", &["-lpthread"]),
     ("signals", &[]),
     ("forkstorm", &[]),
     ("mmapfile", &[]),
     ("pipe2proc", &[]),
+    ("fscalls", &[]),
     ("procs", &[]),
 ];
 

@@ -118,6 +118,13 @@ fn main(args: &'static str) -> u64 {
         },
         None => Vec::new(),
     };
+    // The program's descriptors live in this context's private descriptor table, whose share
+    // is made on first use and kept for the context: made here, before the first run's leak
+    // check counts the kernel objects.
+    if let Err(e) = libos::fd::table(libos::fd::Scope::Private) {
+        libos::println!("linuxrt: cannot make the private descriptor table: {e:?}");
+        return 1;
+    }
     if !cwd.starts_with('/') {
         libos::println!("linuxrt: --cwd {cwd}: not an absolute path");
         return 2;

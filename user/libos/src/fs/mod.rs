@@ -1002,6 +1002,30 @@ pub fn symlink(target: &str, path: &str) -> Result<()> {
     with_change(|m| m.fs.symlink(target.as_bytes(), path.as_bytes()).map(|_| ()))
 }
 
+/// Change an inode's attributes (for `chmod`, `chown`, `utimensat`): its permission bits
+/// (`mode`, the low 12 bits; the type stays), owner and group, modification time (seconds).
+/// `follow`: a symbolic link at the end of `path` is followed (else the link itself
+/// changes). On the exclusive side, as every change that the name cache's entries depend on.
+pub fn set_attr(path: &str, follow: bool, mode: Option<u16>, owner: Option<(u16, u16)>, mtime: Option<u32>) -> Result<()> {
+    with_change(|m| {
+        let mut ino = if follow { m.fs.resolve(path.as_bytes())? } else { m.fs.resolve_nofollow(path.as_bytes())? };
+        // Named to the name cache and the per-core descriptors before it changes: their
+        // `Stat`s of it stop being used (`names::begin`).
+        locks::change_hook(ino.ino)?;
+        if let Some(p) = mode {
+            ino.mode = (ino.mode & S_IFMT) | (p & 0o7777);
+        }
+        if let Some((u, g)) = owner {
+            ino.uid = u;
+            ino.gid = g;
+        }
+        if let Some(t) = mtime {
+            ino.mtime = t;
+        }
+        m.fs.write_inode(&mut ino)
+    })
+}
+
 /// `stat` through the walk under the lock, never the name cache (for comparison).
 pub fn stat_walk(path: &str) -> Result<Stat> {
     with(|m| {

@@ -13,7 +13,8 @@ use linuxabi::errno::*;
 use linuxabi::nr;
 use percore::spin::TicketLock;
 
-use super::files::{self, Desc, Files};
+use super::files::{self, Files, Stream};
+use super::fscalls;
 use super::load::Loaded;
 use super::upcall::Frame;
 
@@ -86,10 +87,14 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::RT_SIGPROCMASK, sys_rt_sigprocmask),
     (nr::IOCTL, sys_ioctl),
     (nr::PREAD64, sys_pread64),
+    (nr::PWRITE64, fscalls::sys_pwrite64),
     (nr::READV, sys_readv),
     (nr::WRITEV, sys_writev),
+    (nr::ACCESS, fscalls::sys_access),
     (nr::PIPE, super::pipe::sys_pipe),
     (nr::SCHED_YIELD, sys_sched_yield),
+    (nr::DUP, fscalls::sys_dup),
+    (nr::DUP2, fscalls::sys_dup2),
     (nr::NANOSLEEP, sys_nanosleep),
     (nr::GETPID, super::proc::sys_getpid),
     (nr::CLONE, frame_call),
@@ -100,8 +105,28 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::WAIT4, frame_call),
     (nr::KILL, super::proc::sys_kill),
     (nr::UNAME, sys_uname),
+    (nr::FCNTL, fscalls::sys_fcntl),
+    (nr::FSYNC, fscalls::sys_fsync),
+    (nr::FDATASYNC, fscalls::sys_fsync),
+    (nr::TRUNCATE, fscalls::sys_truncate),
+    (nr::FTRUNCATE, fscalls::sys_ftruncate),
     (nr::GETCWD, sys_getcwd),
     (nr::CHDIR, sys_chdir),
+    (nr::FCHDIR, fscalls::sys_fchdir),
+    (nr::RENAME, fscalls::sys_rename),
+    (nr::MKDIR, fscalls::sys_mkdir),
+    (nr::RMDIR, fscalls::sys_rmdir),
+    (nr::CREAT, fscalls::sys_creat),
+    (nr::LINK, fscalls::sys_link),
+    (nr::UNLINK, fscalls::sys_unlink),
+    (nr::SYMLINK, fscalls::sys_symlink),
+    (nr::READLINK, fscalls::sys_readlink),
+    (nr::CHMOD, fscalls::sys_chmod),
+    (nr::FCHMOD, fscalls::sys_fchmod),
+    (nr::CHOWN, fscalls::sys_chown),
+    (nr::FCHOWN, fscalls::sys_fchown),
+    (nr::LCHOWN, fscalls::sys_lchown),
+    (nr::UMASK, fscalls::sys_umask),
     (nr::GETTIMEOFDAY, sys_gettimeofday),
     (nr::GETUID, sys_zero),
     (nr::GETGID, sys_zero),
@@ -113,6 +138,8 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::SETSID, super::proc::sys_setsid),
     (nr::GETPGID, super::proc::sys_getpgid),
     (nr::GETSID, super::proc::sys_getsid),
+    (nr::STATFS, fscalls::sys_statfs),
+    (nr::FSTATFS, fscalls::sys_fstatfs),
     (nr::ARCH_PRCTL, sys_arch_prctl),
     (nr::GETTID, super::proc::sys_getpid),
     (nr::SCHED_GETAFFINITY, sys_sched_getaffinity),
@@ -122,10 +149,24 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::EXIT_GROUP, sys_exit),
     (nr::WAITID, frame_call),
     (nr::OPENAT, sys_openat),
+    (nr::MKDIRAT, fscalls::sys_mkdirat),
+    (nr::FCHOWNAT, fscalls::sys_fchownat),
     (nr::NEWFSTATAT, sys_newfstatat),
+    (nr::UNLINKAT, fscalls::sys_unlinkat),
+    (nr::RENAMEAT, fscalls::sys_renameat),
+    (nr::LINKAT, fscalls::sys_linkat),
+    (nr::SYMLINKAT, fscalls::sys_symlinkat),
+    (nr::READLINKAT, fscalls::sys_readlinkat),
+    (nr::FCHMODAT, fscalls::sys_fchmodat),
+    (nr::FACCESSAT, fscalls::sys_faccessat),
+    (nr::UTIMENSAT, fscalls::sys_utimensat),
+    (nr::DUP3, fscalls::sys_dup3),
     (nr::PIPE2, super::pipe::sys_pipe2),
     (nr::PRLIMIT64, sys_prlimit64),
+    (nr::RENAMEAT2, fscalls::sys_renameat2),
     (nr::GETRANDOM, sys_getrandom),
+    (nr::STATX, fscalls::sys_statx),
+    (nr::FACCESSAT2, fscalls::sys_faccessat2),
 ];
 
 /// Numbers below this index the handler array; the rest are unknown.
@@ -241,7 +282,7 @@ fn sys_pread64(p: &mut Process, a: &[u64; 6]) -> i64 {
 fn sys_write(p: &mut Process, a: &[u64; 6]) -> i64 {
     let (fd, buf, len) = (a[0] as i32, a[1], a[2]);
     let Some(src) = p.image.space.read(buf, len) else { return -EFAULT };
-    files::write(&mut p.files, fd, src, p.framed)
+    files::write(&mut p.files, fd, src, p.framed, None)
 }
 
 /// The `(base, len)` pairs of an iovec array.
@@ -266,7 +307,7 @@ fn sys_writev(p: &mut Process, a: &[u64; 6]) -> i64 {
             None => return -EFAULT,
         }
     }
-    files::write(&mut p.files, a[0] as i32, &all, p.framed)
+    files::write(&mut p.files, a[0] as i32, &all, p.framed, None)
 }
 
 fn sys_readv(p: &mut Process, a: &[u64; 6]) -> i64 {
@@ -290,7 +331,7 @@ fn sys_readv(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 /// A path argument, made absolute against the working directory.
-fn path_arg(p: &Process, dirfd: i32, addr: u64) -> Result<String, i64> {
+pub(super) fn path_arg(p: &Process, dirfd: i32, addr: u64) -> Result<String, i64> {
     let raw = p.image.space.cstr(addr, 4095)?;
     let s = core::str::from_utf8(raw).map_err(|_| -EINVAL)?;
     if s.is_empty() {
@@ -307,11 +348,18 @@ fn sys_open(p: &mut Process, a: &[u64; 6]) -> i64 {
     sys_openat(p, &[files::AT_FDCWD as u64, a[0], a[1], a[2], 0, 0])
 }
 
-fn sys_openat(p: &mut Process, a: &[u64; 6]) -> i64 {
-    match path_arg(p, a[0] as i32, a[1]) {
-        Ok(path) => files::open(&mut p.files, &path, a[2] as u32),
-        Err(e) => e,
+pub(super) fn sys_openat(p: &mut Process, a: &[u64; 6]) -> i64 {
+    let path = match path_arg(p, a[0] as i32, a[1]) {
+        Ok(path) => path,
+        Err(e) => return e,
+    };
+    let create = a[2] as u32 & files::O_CREAT != 0;
+    let existed = create && crate::fs::lstat(&path).is_ok();
+    let r = files::open(&mut p.files, &path, a[2] as u32);
+    if create && r >= 0 {
+        fscalls::after_create(p, &files::normalize(&path), existed, a[3]);
     }
+    r
 }
 
 fn sys_close(p: &mut Process, a: &[u64; 6]) -> i64 {
@@ -406,9 +454,8 @@ const TIOCGWINSZ: u64 = 0x5413;
 
 fn sys_ioctl(p: &mut Process, a: &[u64; 6]) -> i64 {
     let (fd, req, arg) = (a[0] as i32, a[1], a[2]);
-    let tty = match files::desc(&p.files, fd) {
-        Some(Desc::Console(_)) => !p.framed,
-        Some(_) => false,
+    let tty = match p.files.desc(fd) {
+        Some(d) => d.stream != Stream::None && !p.framed,
         None => return -EBADF,
     };
     if !tty {
@@ -648,7 +695,7 @@ fn sys_uname(p: &mut Process, a: &[u64; 6]) -> i64 {
 // ---------------------------------------------------------------------------------------
 // Time and randomness
 
-fn now_ns() -> u64 {
+pub(super) fn now_ns() -> u64 {
     crate::time::now_ns()
 }
 

@@ -101,7 +101,7 @@ fn execve(p: &mut Process, path: u64, argv: u64, envp: u64) -> Result<(u64, u64)
             return Err(-ENOEXEC);
         }
     }
-    close_on_exec(p);
+    p.files.close_on_exec();
     for a in p.sigactions.iter_mut() {
         let handler = u64::from_le_bytes(a[..8].try_into().unwrap_or([0; 8]));
         // SIG_IGN (1) stays; a handler's address means nothing in the new image.
@@ -111,14 +111,4 @@ fn execve(p: &mut Process, path: u64, argv: u64, envp: u64) -> Result<(u64, u64)
     }
     p.fs_base = 0;
     Ok((p.image.entry, p.image.rsp))
-}
-
-fn close_on_exec(p: &mut Process) {
-    let marked = p.files.cloexec;
-    for i in 0..64 {
-        if marked & (1 << i) != 0 {
-            let _ = super::files::close(&mut p.files, i);
-        }
-    }
-    p.files.cloexec = 0;
 }

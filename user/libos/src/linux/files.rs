@@ -1,81 +1,255 @@
-//! The program's descriptor table: Linux's small integers, each naming the console (standard
-//! input from a file the host provides, standard output and error to the host), a regular
-//! file of the library OS's file system (`crate::fs`), or a directory being listed.
+//! The program's descriptor table: Linux's small integers over the library OS's one
+//! descriptor model (`crate::fd`, docs/linux-abi.md "Descriptors").
+//!
+//! Each Linux descriptor is a slot holding an `fd::Fd` (an open file of the private
+//! descriptor table, of any `fd::Kind`: the console, an `fs` file or directory, and through
+//! the same calls a pipe end, a socket or an eventfd), its own `FD_CLOEXEC` flag, and the
+//! index of a *Linux open file description* (`Desc`): what Linux keeps per `struct file` that
+//! the descriptor layer does not (the status flags `O_APPEND`/`O_NONBLOCK` and the access
+//! mode, which console stream it is, the path it was opened by, a directory's listing).
+//! `dup` makes a new `fd::Fd` of the same open file (`fd::dup`: the offset stays shared) and
+//! points the new slot at the same `Desc`, as Linux shares `struct file`.
+//!
+//! The console is `fd::Kind::Console`; what Linux programs see through it is this module's:
+//! standard input is the byte string the runtime was given (`Files::stdin`), standard output
+//! and error go to the host (`out`, framed records under the exec command).
 
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::fs::{self, Fd, FsError};
+use crate::fd::{self, Kind, Scope};
+use crate::fs::{self, FsError};
+use abi::Error;
 use linuxabi::errno::*;
 use linuxabi::support::LinuxStat;
 
 pub const AT_FDCWD: i32 = -100;
 pub const AT_SYMLINK_NOFOLLOW: u32 = 0x100;
+pub const AT_REMOVEDIR: u32 = 0x200;
+pub const AT_SYMLINK_FOLLOW: u32 = 0x400;
 pub const AT_EMPTY_PATH: u32 = 0x1000;
 pub const AT_NO_AUTOMOUNT: u32 = 0x800;
 /// Descriptors a program may have open (`RLIMIT_NOFILE`).
 pub const MAX_FDS: usize = 64;
 
-const O_ACCMODE: u32 = 3;
-const O_CREAT: u32 = 0o100;
-const O_EXCL: u32 = 0o200;
-const O_NOCTTY: u32 = 0o400;
-const O_TRUNC: u32 = 0o1000;
-const O_APPEND: u32 = 0o2000;
-const O_NONBLOCK: u32 = 0o4000;
-const O_LARGEFILE: u32 = 0o100000;
-const O_DIRECTORY: u32 = 0o200000;
-const O_NOFOLLOW: u32 = 0o400000;
-const O_CLOEXEC: u32 = 0o2000000;
+pub const O_ACCMODE: u32 = 3;
+pub const O_RDONLY: u32 = 0;
+pub const O_WRONLY: u32 = 1;
+pub const O_RDWR: u32 = 2;
+pub const O_CREAT: u32 = 0o100;
+pub const O_EXCL: u32 = 0o200;
+pub const O_NOCTTY: u32 = 0o400;
+pub const O_TRUNC: u32 = 0o1000;
+pub const O_APPEND: u32 = 0o2000;
+pub const O_NONBLOCK: u32 = 0o4000;
+pub const O_DSYNC: u32 = 0o10000;
+pub const O_ASYNC: u32 = 0o20000;
+pub const O_DIRECT: u32 = 0o40000;
+pub const O_LARGEFILE: u32 = 0o100000;
+pub const O_DIRECTORY: u32 = 0o200000;
+pub const O_NOFOLLOW: u32 = 0o400000;
+pub const O_NOATIME: u32 = 0o1000000;
+pub const O_CLOEXEC: u32 = 0o2000000;
+pub const O_SYNC: u32 = 0o4010000;
+pub const O_PATH: u32 = 0o10000000;
+pub const O_TMPFILE: u32 = 0o20200000;
 
-#[derive(Debug)]
-pub enum Console {
-    /// Standard input: the bytes of a file (or none) and how far it was read.
-    In { data: Vec<u8>, at: usize },
-    Out,
-    Err,
+/// The status flags `F_SETFL` may change (Linux's `SETFL_MASK` less what has no meaning here
+/// but is still accepted and kept: `O_ASYNC`, `O_DIRECT`, `O_NOATIME`).
+const SETFL: u32 = O_APPEND | O_NONBLOCK | O_ASYNC | O_DIRECT | O_NOATIME;
+
+/// Which console stream a console descriptor is, for the Linux program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard input: `Files::stdin`.
+    In,
+    /// Standard output or error: to the host (`out`), stream 1 or 2.
+    Out(u8),
+    /// Not the console.
+    None,
 }
 
+/// A directory being listed by `getdents64`: its entries, read at the first call, and how
+/// many were returned.
 #[derive(Debug)]
-pub enum Desc {
-    Console(Console),
-    File { fd: Fd, path: String },
-    Dir { path: String, entries: Vec<(u64, u8, Vec<u8>)>, at: usize },
-    /// A pipe end (`pipe.rs`): an open file of the session's table, which a forked child
-    /// gets its own open file of.
-    Pipe { fd: crate::fd::Fd, write: bool, nonblock: bool },
+pub struct DirList {
+    pub entries: Vec<(u64, u8, Vec<u8>)>,
+    pub at: usize,
+}
+
+/// A Linux open file description: what Linux keeps per `struct file` beside the descriptor
+/// layer's open file (shared by every `dup` of it).
+#[derive(Debug)]
+pub struct Desc {
+    /// Descriptors pointing here.
+    refs: u32,
+    /// The access mode and status flags (`F_GETFL`).
+    pub flags: u32,
+    pub stream: Stream,
+    /// The absolute path it was opened by (empty for the console and for what has none).
+    pub path: String,
+    /// A directory: its listing (`None` until `getdents64` or for a non-directory).
+    pub dir: Option<DirList>,
+    pub is_dir: bool,
+}
+
+/// One Linux descriptor.
+#[derive(Debug)]
+pub struct Slot {
+    pub fd: fd::Fd,
+    pub cloexec: bool,
+    desc: usize,
 }
 
 pub struct Files {
-    pub(super) slots: Vec<Option<Desc>>,
-    /// `FD_CLOEXEC`, bit per descriptor: closed by `execve`.
-    pub cloexec: u64,
+    slots: Vec<Option<Slot>>,
+    descs: Vec<Option<Desc>>,
+    /// Standard input's bytes and how far they were read.
+    stdin: Vec<u8>,
+    stdin_at: usize,
+    /// Where the descriptors live: this context's private table (one thread on one core).
+    scope: Scope,
+    /// The file-creation mask (`umask`): process-wide in Linux (its `fs_struct`), kept here
+    /// beside the descriptors every `*at` call resolves against.
+    pub umask: u32,
+}
+
+fn errno_of(e: Error) -> i64 {
+    -match e {
+        Error::NotPermitted => EBADF,
+        Error::NoSuchObject => EBADF,
+        Error::WrongType => ESPIPE,
+        Error::NoMemory => ENOMEM,
+        Error::Busy => EMFILE,
+        Error::InvalidArgument => EINVAL,
+        Error::NotFound => ENOENT,
+        Error::AlreadyExists => EEXIST,
+        Error::NameTooLong => ENAMETOOLONG,
+        Error::WouldBlock => EAGAIN,
+        Error::BrokenPipe => EPIPE,
+        Error::Unsupported => EINVAL,
+        Error::BadAddress => EFAULT,
+        _ => EIO,
+    }
 }
 
 impl Files {
-    /// 0, 1, 2: the console; `stdin` is standard input's bytes.
-    pub fn new(stdin: Vec<u8>) -> Files {
-        let mut slots: Vec<Option<Desc>> = (0..MAX_FDS).map(|_| None).collect();
-        slots[0] = Some(Desc::Console(Console::In { data: stdin, at: 0 }));
-        slots[1] = Some(Desc::Console(Console::Out));
-        slots[2] = Some(Desc::Console(Console::Err));
-        Files { slots, cloexec: 0 }
+    /// 0, 1, 2: the console; `stdin` is standard input's bytes. `Err` if the descriptor
+    /// layer cannot make them (what it made is closed).
+    pub fn new(stdin: Vec<u8>) -> Result<Files, Error> {
+        let mut f = Files { slots: (0..MAX_FDS).map(|_| None).collect(), descs: Vec::new(), stdin, stdin_at: 0, scope: Scope::Private, umask: 0o022 };
+        for (i, (stream, flags)) in [(Stream::In, O_RDONLY), (Stream::Out(1), O_WRONLY), (Stream::Out(2), O_WRONLY)].into_iter().enumerate() {
+            let fd = match fd::open_console(f.scope) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    f.close_all();
+                    return Err(e);
+                }
+            };
+            let d = f.new_desc(Desc { refs: 0, flags, stream, path: String::new(), dir: None, is_dir: false });
+            f.put(i, fd, false, d);
+        }
+        Ok(f)
     }
 
-    /// Close every file (at exit).
+    /// Close every descriptor (at exit).
     pub fn close_all(&mut self) {
         for i in 0..MAX_FDS {
             let _ = close(self, i as i32);
         }
     }
-}
 
-pub fn desc(f: &Files, fd: i32) -> Option<&Desc> {
-    f.slots.get(usize::try_from(fd).ok()?)?.as_ref()
-}
+    /// Close the descriptors marked `FD_CLOEXEC` (for `execve`).
+    pub fn close_on_exec(&mut self) {
+        for i in 0..MAX_FDS {
+            if self.slots[i].as_ref().is_some_and(|s| s.cloexec) {
+                let _ = close(self, i as i32);
+            }
+        }
+    }
 
-fn desc_mut(f: &mut Files, fd: i32) -> Option<&mut Desc> {
-    f.slots.get_mut(usize::try_from(fd).ok()?)?.as_mut()
+    fn new_desc(&mut self, d: Desc) -> usize {
+        match self.descs.iter().position(|d| d.is_none()) {
+            Some(i) => {
+                self.descs[i] = Some(d);
+                i
+            }
+            None => {
+                self.descs.push(Some(d));
+                self.descs.len() - 1
+            }
+        }
+    }
+
+    fn put(&mut self, slot: usize, fd: fd::Fd, cloexec: bool, desc: usize) {
+        if let Some(d) = self.descs[desc].as_mut() {
+            d.refs += 1;
+        }
+        self.slots[slot] = Some(Slot { fd, cloexec, desc });
+    }
+
+    /// The descriptor `fd` (`None`: not open).
+    pub fn slot(&self, fd: i32) -> Option<&Slot> {
+        self.slots.get(usize::try_from(fd).ok()?)?.as_ref()
+    }
+
+    /// Descriptor `fd`'s open file description.
+    pub fn desc(&self, fd: i32) -> Option<&Desc> {
+        self.descs[self.slot(fd)?.desc].as_ref()
+    }
+
+    fn desc_mut(&mut self, fd: i32) -> Option<&mut Desc> {
+        let i = self.slot(fd)?.desc;
+        self.descs[i].as_mut()
+    }
+
+    /// The lowest free descriptor at or above `from`.
+    fn free_slot(&self, from: usize) -> Option<usize> {
+        (from..MAX_FDS).find(|&i| self.slots[i].is_none())
+    }
+
+    /// Install a newly opened `fd::Fd` with a new description in the lowest free slot; on
+    /// `EMFILE` the descriptor is closed.
+    pub fn install(&mut self, fd: fd::Fd, flags: u32, stream: Stream, path: String, is_dir: bool) -> i64 {
+        let Some(slot) = self.free_slot(0) else {
+            let _ = fd::close(fd);
+            return -EMFILE;
+        };
+        let d = self.new_desc(Desc { refs: 0, flags: flags & !(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_CLOEXEC), stream, path, dir: None, is_dir });
+        self.put(slot, fd, flags & O_CLOEXEC != 0, d);
+        slot as i64
+    }
+
+    /// The scope new descriptors are made in.
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    /// Every open descriptor: `(number, open file, its description)` (a fork carries each to
+    /// the child, `proc.rs`).
+    pub fn open_fds(&self) -> Vec<(usize, fd::Fd, &Desc)> {
+        (0..MAX_FDS).filter_map(|i| self.slots[i].as_ref().and_then(|s| Some((i, s.fd, self.descs[s.desc].as_ref()?)))).collect()
+    }
+
+    /// In a forked child: descriptor `i` is now `fd` (its copy names the parent's open file
+    /// in the parent's private table, which this context can neither use nor close), or gone
+    /// with `None` (a kind a child cannot be given: its description goes with its last slot).
+    pub fn reseat(&mut self, i: usize, new: Option<fd::Fd>) {
+        let Some(s) = self.slots.get_mut(i).and_then(|s| s.as_mut()) else { return };
+        match new {
+            Some(fd) => s.fd = fd,
+            None => {
+                let desc = s.desc;
+                self.slots[i] = None;
+                if let Some(d) = self.descs[desc].as_mut() {
+                    d.refs -= 1;
+                    if d.refs == 0 {
+                        self.descs[desc] = None;
+                    }
+                }
+            }
+        }
+    }
 }
 
 pub fn errno(e: FsError) -> i64 {
@@ -128,18 +302,14 @@ pub fn join(base: &str, rel: &str) -> String {
 
 /// The path of directory descriptor `fd` (for `*at` calls).
 pub fn dir_path(f: &Files, fd: i32) -> Result<String, i64> {
-    match desc(f, fd) {
-        Some(Desc::Dir { path, .. }) => Ok(path.clone()),
+    match f.desc(fd) {
+        Some(d) if d.is_dir => Ok(d.path.clone()),
         Some(_) => Err(-ENOTDIR),
         None => Err(-EBADF),
     }
 }
 
-pub(super) fn free_slot(f: &Files) -> Option<usize> {
-    f.slots.iter().position(|s| s.is_none())
-}
-
-fn linux_stat(st: &fs::Stat) -> LinuxStat {
+pub fn linux_stat(st: &fs::Stat) -> LinuxStat {
     LinuxStat { ino: u64::from(st.ino), nlink: u64::from(st.links), mode: u32::from(st.mode), uid: u32::from(st.uid), gid: u32::from(st.gid), size: st.size as i64, blocks: i64::from(st.blocks512), mtime: i64::from(st.mtime) }
 }
 
@@ -148,147 +318,275 @@ pub fn stat(path: &str, nofollow: bool) -> Result<LinuxStat, i64> {
     r.map(|s| linux_stat(&s)).map_err(errno)
 }
 
-pub fn open(f: &mut Files, path: &str, flags: u32) -> i64 {
-    let r = open_desc(f, path, flags);
-    if r >= 0 && flags & O_CLOEXEC != 0 {
-        f.cloexec |= 1 << (r % 64);
-    }
-    r
-}
+const S_IFMT: u32 = 0o170000;
+const S_IFDIR: u32 = 0o040000;
+const S_IFLNK: u32 = 0o120000;
 
-fn open_desc(f: &mut Files, path: &str, flags: u32) -> i64 {
-    let known = O_ACCMODE | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_APPEND | O_NONBLOCK | O_LARGEFILE | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-    if flags & !known != 0 || flags & O_ACCMODE == 3 {
-        return -EINVAL;
+/// `openat` of the absolute `path` (see docs/linux-abi.md "Descriptors").
+pub fn open(f: &mut Files, path: &str, flags: u32) -> i64 {
+    // Linux's `open` ignores flags it does not know, and access mode 3 opens for neither
+    // reading nor writing (`ioctl` only): so here, where `read` and `write` refuse it.
+    if flags & O_TMPFILE == O_TMPFILE {
+        return -EOPNOTSUPP;
     }
-    let Some(slot) = free_slot(f) else { return -EMFILE };
+    if f.free_slot(0).is_none() {
+        return -EMFILE;
+    }
     let path = normalize(path);
-    let existing = fs::stat(&path);
+    let existing = fs::lstat(&path);
     if let Ok(st) = &existing {
-        if u32::from(st.mode) & 0o170000 == 0o040000 {
-            if flags & O_ACCMODE != 0 {
-                return -EISDIR;
+        let mode = u32::from(st.mode);
+        if flags & O_CREAT != 0 && flags & O_EXCL != 0 {
+            return -EEXIST;
+        }
+        if mode & S_IFMT == S_IFLNK {
+            if flags & O_NOFOLLOW != 0 {
+                return -ELOOP;
             }
-            if flags & O_CREAT != 0 && flags & O_EXCL != 0 {
-                return -EEXIST;
-            }
-            let entries = match fs::readdir(&path) {
-                Ok(v) => v.into_iter().map(|e| (u64::from(e.ino), e.file_type, e.name)).collect(),
-                Err(e) => return errno(e),
-            };
-            f.slots[slot] = Some(Desc::Dir { path, entries, at: 0 });
-            return slot as i64;
         }
     }
-    if flags & O_DIRECTORY != 0 {
-        return if existing.is_ok() { -ENOTDIR } else { -ENOENT };
+    let target = fs::stat(&path);
+    if let Ok(st) = &target {
+        if u32::from(st.mode) & S_IFMT == S_IFDIR {
+            if flags & O_ACCMODE != O_RDONLY || flags & O_CREAT != 0 {
+                return -EISDIR;
+            }
+            return match fd::open(f.scope, &path, fs::O_RDONLY) {
+                Ok(fd) => f.install(fd, flags, Stream::None, path, true),
+                Err(e) => errno(e),
+            };
+        }
+        if flags & O_DIRECTORY != 0 {
+            return -ENOTDIR;
+        }
+    } else if flags & O_DIRECTORY != 0 && flags & O_CREAT == 0 {
+        return target.map(|_| 0).unwrap_or_else(errno);
     }
-    let mut ours = flags & O_ACCMODE;
-    for (l, o) in [(O_CREAT, fs::O_CREAT), (O_EXCL, fs::O_EXCL), (O_TRUNC, fs::O_TRUNC), (O_APPEND, fs::O_APPEND)] {
+    let mut ours = if flags & O_ACCMODE == 3 { fs::O_RDONLY } else { flags & O_ACCMODE };
+    // O_APPEND is this layer's (it can change with F_SETFL): `write` seeks to the end.
+    for (l, o) in [(O_CREAT, fs::O_CREAT), (O_EXCL, fs::O_EXCL), (O_TRUNC, fs::O_TRUNC)] {
         if flags & l != 0 {
             ours |= o;
         }
     }
-    match fs::open(&path, ours) {
-        Ok(fd) => {
-            f.slots[slot] = Some(Desc::File { fd, path });
-            slot as i64
-        }
+    if flags & O_TRUNC != 0 && flags & O_ACCMODE == O_RDONLY {
+        // Linux truncates even then; the file system wants a writable open for it.
+        ours = (ours & !O_ACCMODE) | fs::O_RDWR;
+    }
+    match fd::open(f.scope, &path, ours) {
+        Ok(fd) => f.install(fd, flags, Stream::None, path, false),
         Err(e) => errno(e),
     }
 }
 
 pub fn close(f: &mut Files, fd: i32) -> i64 {
     let Some(s) = usize::try_from(fd).ok().and_then(|i| f.slots.get_mut(i)) else { return -EBADF };
-    if let Ok(i) = u32::try_from(fd) {
-        f.cloexec &= !(1u64 << (i % 64));
+    let Some(slot) = s.take() else { return -EBADF };
+    if let Some(d) = f.descs[slot.desc].as_mut() {
+        d.refs -= 1;
+        if d.refs == 0 {
+            f.descs[slot.desc] = None;
+        }
     }
-    match s.take() {
-        Some(Desc::File { fd, .. }) => fs::close(fd).map(|_| 0).unwrap_or_else(errno),
-        Some(Desc::Pipe { fd, .. }) => super::pipe::close(fd),
-        Some(_) => 0,
-        None => -EBADF,
+    match fd::close(slot.fd) {
+        Ok(()) => 0,
+        Err(e) => errno_of(e),
+    }
+}
+
+/// A copy of descriptor `old` at `new` (closing what `new` was), or at the lowest free
+/// descriptor at or above `min` when `new` is `None`; the copy's `FD_CLOEXEC` is `cloexec`.
+pub fn dup(f: &mut Files, old: i32, new: Option<i32>, min: usize, cloexec: bool) -> i64 {
+    let Some(s) = f.slot(old) else { return -EBADF };
+    let (ofd, desc) = (s.fd, s.desc);
+    let slot = match new {
+        Some(n) => match usize::try_from(n) {
+            Ok(n) if n < MAX_FDS => n,
+            _ => return -EBADF,
+        },
+        None => match f.free_slot(min) {
+            Some(i) => i,
+            None => return -EMFILE,
+        },
+    };
+    if new == Some(old) {
+        return old as i64;
+    }
+    let nfd = match fd::dup(ofd, f.scope) {
+        Ok(x) => x,
+        Err(e) => return errno_of(e),
+    };
+    if f.slots[slot].is_some() {
+        let _ = close(f, slot as i32);
+    }
+    f.put(slot, nfd, cloexec, desc);
+    slot as i64
+}
+
+pub const F_DUPFD: u32 = 0;
+pub const F_GETFD: u32 = 1;
+pub const F_SETFD: u32 = 2;
+pub const F_GETFL: u32 = 3;
+pub const F_SETFL: u32 = 4;
+pub const F_DUPFD_CLOEXEC: u32 = 1030;
+const FD_CLOEXEC: u64 = 1;
+
+/// `fcntl`'s descriptor commands; anything else is `-EINVAL`.
+pub fn fcntl(f: &mut Files, fd: i32, cmd: u32, arg: u64) -> i64 {
+    let Some(s) = f.slot(fd) else { return -EBADF };
+    match cmd {
+        F_DUPFD | F_DUPFD_CLOEXEC => {
+            let min = arg as i32;
+            if min < 0 || min as usize >= MAX_FDS {
+                return -EINVAL;
+            }
+            dup(f, fd, None, min as usize, cmd == F_DUPFD_CLOEXEC)
+        }
+        F_GETFD => s.cloexec as i64,
+        F_SETFD => {
+            let c = arg & FD_CLOEXEC != 0;
+            if let Some(s) = f.slots[fd as usize].as_mut() {
+                s.cloexec = c;
+            }
+            0
+        }
+        F_GETFL => f.desc(fd).map_or(-EBADF, |d| (d.flags | O_LARGEFILE) as i64),
+        F_SETFL => {
+            let arg = arg as u32;
+            if let Some(d) = f.desc_mut(fd) {
+                d.flags = (d.flags & !SETFL) | (arg & SETFL);
+            }
+            0
+        }
+        _ => -EINVAL,
     }
 }
 
 pub fn read(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
-    match desc_mut(f, fd) {
-        Some(Desc::Console(Console::In { data, at: pos })) => {
+    let Some(s) = f.slot(fd) else { return -EBADF };
+    let ofd = s.fd;
+    let Some(d) = f.descs[s.desc].as_ref() else { return -EBADF };
+    if matches!(d.flags & O_ACCMODE, O_WRONLY | 3) {
+        return -EBADF;
+    }
+    if d.is_dir {
+        return -EISDIR;
+    }
+    match d.stream {
+        Stream::In => {
             if at.is_some() {
                 return -ESPIPE;
             }
-            let n = dst.len().min(data.len() - *pos);
-            dst[..n].copy_from_slice(&data[*pos..*pos + n]);
-            *pos += n;
+            let n = dst.len().min(f.stdin.len() - f.stdin_at);
+            dst[..n].copy_from_slice(&f.stdin[f.stdin_at..f.stdin_at + n]);
+            f.stdin_at += n;
             n as i64
         }
-        Some(Desc::Console(_)) => -EBADF,
-        Some(Desc::File { fd, .. }) => {
+        Stream::Out(_) => -EBADF,
+        Stream::None => {
+            if d.flags & O_NONBLOCK != 0 && super::pipe::would_block(ofd, dst.len()) {
+                return -EAGAIN;
+            }
             let r = match at {
-                Some(off) => fs::pread(*fd, dst, off),
-                None => fs::read(*fd, dst),
+                Some(off) => fd::read_at(ofd, off, dst),
+                None => fd::read(ofd, dst),
             };
-            r.map(|n| n as i64).unwrap_or_else(errno)
+            r.map(|n| n as i64).unwrap_or_else(errno_of)
         }
-        Some(Desc::Dir { .. }) => -EISDIR,
-        Some(Desc::Pipe { .. }) if at.is_some() => -ESPIPE,
-        Some(Desc::Pipe { fd, write, nonblock }) => super::pipe::read(*fd, *write, *nonblock, dst),
-        None => -EBADF,
     }
 }
 
-pub fn write(f: &mut Files, fd: i32, src: &[u8], framed: bool) -> i64 {
-    match desc_mut(f, fd) {
-        Some(Desc::Console(Console::Out)) => {
-            super::out::write(1, src, framed);
+/// Write `src` to `fd` (at `at`, its offset unchanged, for `pwrite64`).
+pub fn write(f: &mut Files, fd: i32, src: &[u8], framed: bool, at: Option<u64>) -> i64 {
+    let Some(s) = f.slot(fd) else { return -EBADF };
+    let ofd = s.fd;
+    let Some(d) = f.descs[s.desc].as_ref() else { return -EBADF };
+    if matches!(d.flags & O_ACCMODE, O_RDONLY | 3) {
+        return -EBADF;
+    }
+    match d.stream {
+        Stream::Out(n) => {
+            if at.is_some() {
+                return -ESPIPE;
+            }
+            super::out::write(u32::from(n), src, framed);
             src.len() as i64
         }
-        Some(Desc::Console(Console::Err)) => {
-            super::out::write(2, src, framed);
-            src.len() as i64
+        Stream::In => -EBADF,
+        Stream::None => {
+            let r = match at {
+                Some(off) => fd::write_at(ofd, off, src),
+                None => {
+                    if d.flags & O_APPEND != 0 {
+                        if let Err(e) = fd::lseek(ofd, 0, fs::SEEK_END) {
+                            if e != Error::WrongType {
+                                return errno_of(e);
+                            }
+                        }
+                    }
+                    if d.flags & O_NONBLOCK != 0 && super::pipe::would_block(ofd, src.len()) {
+                        return -EAGAIN;
+                    }
+                    fd::write(ofd, src)
+                }
+            };
+            match r {
+                Ok(n) => n as i64,
+                Err(Error::BrokenPipe) => {
+                    super::pipe::broken_pipe();
+                    -EPIPE
+                }
+                // The file system's "no room" arrives as `NoMemory` through the descriptor
+                // layer; for a file Linux says `ENOSPC`.
+                Err(Error::NoMemory) if matches!(fd::kind(ofd), Ok(Kind::Fs(_))) => -ENOSPC,
+                Err(e) => errno_of(e),
+            }
         }
-        Some(Desc::Console(Console::In { .. })) => -EBADF,
-        Some(Desc::File { fd, .. }) => fs::write(*fd, src).map(|n| n as i64).unwrap_or_else(errno),
-        Some(Desc::Dir { .. }) => -EBADF,
-        Some(Desc::Pipe { fd, write, nonblock }) => super::pipe::write(*fd, *write, *nonblock, src),
-        None => -EBADF,
     }
 }
 
 pub fn lseek(f: &mut Files, fd: i32, off: i64, whence: u32) -> i64 {
-    match desc_mut(f, fd) {
-        Some(Desc::File { fd, .. }) => {
-            if whence > 2 {
-                return -EINVAL;
-            }
-            fs::lseek(*fd, off, whence).map(|n| n as i64).unwrap_or_else(errno)
+    let Some(s) = f.slot(fd) else { return -EBADF };
+    let ofd = s.fd;
+    if whence > 2 {
+        return -EINVAL;
+    }
+    let Some(d) = f.desc_mut(fd) else { return -EBADF };
+    if d.stream != Stream::None {
+        return -ESPIPE;
+    }
+    if d.is_dir {
+        if whence == 0 && off == 0 {
+            d.dir = None;
+            return 0;
         }
-        Some(Desc::Dir { at, .. }) if whence == 0 && off == 0 => {
-            *at = 0;
-            0
-        }
-        Some(Desc::Dir { .. }) => -EINVAL,
-        Some(Desc::Console(_) | Desc::Pipe { .. }) => -ESPIPE,
-        None => -EBADF,
+        return -EINVAL;
+    }
+    match fd::lseek(ofd, off, whence) {
+        Ok(n) => n as i64,
+        Err(Error::InvalidArgument) => -EINVAL,
+        Err(e) => errno_of(e),
     }
 }
 
 pub fn fstat(f: &Files, fd: i32) -> Result<LinuxStat, i64> {
-    match desc(f, fd) {
-        Some(Desc::File { fd, .. }) => fs::fstat(*fd).map(|s| linux_stat(&s)).map_err(errno),
-        Some(Desc::Dir { path, .. }) => stat(path, false),
-        // A character device, as a pipe-less console looks on Linux (mode 020620).
-        Some(Desc::Console(_)) => Ok(LinuxStat { mode: 0o020620, nlink: 1, ..Default::default() }),
-        // A FIFO, as Linux's pipefs shows a pipe (mode 010600).
-        Some(Desc::Pipe { .. }) => Ok(LinuxStat { mode: 0o010600, nlink: 1, ..Default::default() }),
-        None => Err(-EBADF),
-    }
+    let s = f.slot(fd).ok_or(-EBADF)?;
+    fd::fstat(s.fd).map(|st| linux_stat(&st)).map_err(errno_of)
 }
 
 /// `linux_dirent64` records of the entries not listed yet that fit in `dst`.
 pub fn getdents64(f: &mut Files, fd: i32, dst: &mut [u8]) -> i64 {
-    let Some(d) = desc_mut(f, fd) else { return -EBADF };
-    let Desc::Dir { entries, at, .. } = d else { return -ENOTDIR };
+    let Some(d) = f.desc_mut(fd) else { return -EBADF };
+    if !d.is_dir {
+        return -ENOTDIR;
+    }
+    if d.dir.is_none() {
+        match fs::readdir(&d.path) {
+            Ok(v) => d.dir = Some(DirList { entries: v.into_iter().map(|e| (u64::from(e.ino), e.file_type, e.name)).collect(), at: 0 }),
+            Err(e) => return errno(e),
+        }
+    }
+    let Some(DirList { entries, at }) = d.dir.as_mut() else { return -EBADF };
     let mut used = 0usize;
     while *at < entries.len() {
         let (ino, ft, name) = &entries[*at];

@@ -21,6 +21,7 @@
 pub mod dispatch;
 pub mod exec;
 pub mod files;
+pub mod fscalls;
 pub mod load;
 pub mod mem;
 pub mod out;
@@ -71,13 +72,22 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     let loaded = load::load(&file, o.path, &argv, &envp, limit, random)?;
     drop(file);
     let (entry, rsp) = (loaded.entry, loaded.rsp);
-    let mut process = dispatch::Process::new(loaded, files::Files::new(o.stdin.clone()), o.framed);
+    let files = match files::Files::new(o.stdin.clone()) {
+        Ok(f) => f,
+        Err(e) => {
+            let mut image = loaded;
+            load::unload(&mut image);
+            return Err(alloc::format!("{}: cannot open the console descriptors: {e:?}", o.path));
+        }
+    };
+    let mut process = dispatch::Process::new(loaded, files, o.framed);
     if o.cwd.starts_with('/') {
         process.cwd = files::normalize(&o.cwd);
     }
     process.procs = match proc::start_session() {
         Ok(s) => proc::ProcState { exe: files::normalize(o.path), ..s },
         Err(e) => {
+            process.files.close_all();
             load::unload(&mut process.image);
             return Err(alloc::format!("{}: no process table: {e:?}", o.path));
         }

@@ -1,34 +1,25 @@
 //! Linux pipes on the library OS's pipes (`fd::pipe`, docs/fd.md "Pipes"): a ring in a
-//! segment, its ends open files of the session's table (`proc::Session::share`, a
-//! kernel-object table every process of the program has in its share set). A Linux
-//! descriptor of a pipe is `Desc::Pipe`; a forked child gets its own open file of every pipe
-//! end its parent had (`dup_for_child`: a new counted end of the same ring), so each process
-//! closes its own and the last writer's close is what gives the reader end of file, as on
-//! Linux. Blocking: the pipe layer's reader and writer spin a little, then yield the core
-//! (`pcore_yield`), so a writer queued behind the reader on a time-shared core runs.
+//! segment, its two ends open files of the process's private descriptor table like every
+//! other Linux descriptor (`files.rs`). What makes them Linux's is how they cross a `fork`
+//! (`carry`/`adopt`): the parent makes one open file of each end in the session's table
+//! (`proc::Session::share`, in every process's share set), a new counted end of the same
+//! ring; the child turns it into an open file of its own private table and closes the
+//! session's. So each process closes its own ends, and the reader sees end of file once the
+//! last writer anywhere has closed, as on Linux. Blocking: the pipe layer's reader and writer
+//! spin a little, then yield the core (`pcore_yield`), so a writer queued behind the reader
+//! on a time-shared core runs. `O_NONBLOCK` asks the pipe's readiness first (`would_block`).
 
+use alloc::string::String;
 use alloc::vec::Vec;
 
 use abi::Error;
 use linuxabi::errno::*;
 
 use super::dispatch::Process;
-use super::files::{Desc, Files};
-use crate::fd::{self, Fd, Scope};
+use super::files::{self, Files, Stream, O_CLOEXEC, O_NONBLOCK, O_RDONLY, O_WRONLY};
+use crate::fd::{self, Fd, Kind, Scope};
 
-const O_NONBLOCK: u64 = 0o4000;
 const O_DIRECT: u64 = 0o40000;
-const O_CLOEXEC: u64 = 0o2000000;
-
-fn errno(e: Error) -> i64 {
-    match e {
-        Error::BrokenPipe => -EPIPE,
-        Error::NoMemory => -ENOMEM,
-        Error::NotPermitted => -EBADF,
-        Error::WouldBlock => -EAGAIN,
-        _ => -EIO,
-    }
-}
 
 pub fn sys_pipe(p: &mut Process, a: &[u64; 6]) -> i64 {
     pipe2(p, a[0], 0)
@@ -41,29 +32,31 @@ pub fn sys_pipe2(p: &mut Process, a: &[u64; 6]) -> i64 {
 /// `pipe2(fds, flags)`: `O_CLOEXEC` and `O_NONBLOCK` (and `O_DIRECT`, accepted: every write
 /// of at most `PIPE_BUF` bytes is one record already); anything else `EINVAL`.
 fn pipe2(p: &mut Process, fds: u64, flags: u64) -> i64 {
-    if flags & !(O_NONBLOCK | O_DIRECT | O_CLOEXEC) != 0 {
+    if flags & !(u64::from(O_NONBLOCK | O_CLOEXEC) | O_DIRECT) != 0 {
         return -EINVAL;
     }
     if !p.image.space.ok(fds, 8, true) {
         return -EFAULT;
     }
-    let Some(r) = super::files::free_slot(&p.files) else { return -EMFILE };
-    // The second slot: the first free one after `r` (both found before anything is made).
-    let Some(w) = p.files.slots.iter().enumerate().skip(r + 1).find(|(_, s)| s.is_none()).map(|(i, _)| i) else { return -EMFILE };
-    let share = super::proc::session().share;
-    if share == 0 {
-        return -ENFILE;
+    if p.files.open_fds().len() + 2 > files::MAX_FDS {
+        return -EMFILE;
     }
-    let (rfd, wfd) = match fd::pipe(Scope::Table(share)) {
+    let (rfd, wfd) = match fd::pipe(p.files.scope()) {
         Ok(x) => x,
         Err(Error::NoMemory) => return -ENOMEM,
         Err(_) => return -ENFILE,
     };
-    let nonblock = flags & O_NONBLOCK != 0;
-    p.files.slots[r] = Some(Desc::Pipe { fd: rfd, write: false, nonblock });
-    p.files.slots[w] = Some(Desc::Pipe { fd: wfd, write: true, nonblock });
-    if flags & O_CLOEXEC != 0 {
-        p.files.cloexec |= (1 << r) | (1 << w);
+    let extra = flags as u32 & (O_NONBLOCK | O_CLOEXEC);
+    // Two free slots were there, so neither install fails.
+    let r = p.files.install(rfd, O_RDONLY | extra, Stream::None, String::new(), false);
+    let w = p.files.install(wfd, O_WRONLY | extra, Stream::None, String::new(), false);
+    if r < 0 || w < 0 {
+        for x in [r, w] {
+            if x >= 0 {
+                files::close(&mut p.files, x as i32);
+            }
+        }
+        return -EMFILE;
     }
     let mut b = [0u8; 8];
     b[..4].copy_from_slice(&(r as i32).to_le_bytes());
@@ -72,79 +65,99 @@ fn pipe2(p: &mut Process, fds: u64, flags: u64) -> i64 {
     0
 }
 
-pub fn close(fd: Fd) -> i64 {
-    match fd::close(fd) {
-        Ok(()) => 0,
-        Err(_) => -EIO,
+/// Whether a non-blocking read (`len` bytes wanted) or write of `fd` would wait: only a pipe
+/// end can; a write with no reader does not wait (it fails with `EPIPE`).
+pub fn would_block(fd: Fd, len: usize) -> bool {
+    if len == 0 {
+        return false;
+    }
+    match fd::kind(fd) {
+        Ok(Kind::PipeRead(_)) => fd::poll(fd).is_ok_and(|r| !r.read),
+        Ok(Kind::PipeWrite(_)) => fd::poll(fd).is_ok_and(|r| !r.write && !r.error),
+        _ => false,
     }
 }
 
-pub fn read(fd: Fd, write_end: bool, nonblock: bool, dst: &mut [u8]) -> i64 {
-    if write_end {
-        return -EBADF;
-    }
-    if nonblock && !dst.is_empty() && !fd::poll(fd).is_ok_and(|r| r.read) {
-        return -EAGAIN;
-    }
-    fd::read(fd, dst).map(|n| n as i64).unwrap_or_else(errno)
-}
-
-/// A write; with no read end open anywhere, `EPIPE` and `SIGPIPE` to the writer (its default
-/// action ends it: `proc::take_pending` after the call).
-pub fn write(fd: Fd, write_end: bool, nonblock: bool, src: &[u8]) -> i64 {
-    if !write_end {
-        return -EBADF;
-    }
-    if nonblock && !src.is_empty() {
-        match fd::poll(fd) {
-            Ok(r) if r.error => {}
-            Ok(r) if !r.write => return -EAGAIN,
-            _ => {}
-        }
-    }
-    match fd::write(fd, src) {
-        Ok(n) => n as i64,
-        Err(Error::BrokenPipe) => {
-            broken_pipe();
-            -EPIPE
-        }
-        Err(e) => errno(e),
-    }
-}
-
-/// `SIGPIPE` for the calling process (its pending word; the dispatcher's caller holds the
-/// process lock, so the slot is read from the table without it).
-fn broken_pipe() {
+/// A write found no read end open: `SIGPIPE` for the writer (its pending word; the
+/// dispatcher acts on it after the call: by default the process ends).
+pub fn broken_pipe() {
     if let Some(slot) = super::proc::my_slot() {
         super::proc::post_slot(slot, super::proc::SIGPIPE);
     }
 }
 
-/// For a fork: a new open file of every pipe end in `files`, in the session's table `share`,
-/// for the child (`(descriptor, new open file)`). On failure nothing is left open.
-pub fn dup_for_child(files: &Files, share: abi::ObjectId) -> Result<Vec<(usize, Fd)>, i64> {
-    let mut out = Vec::new();
-    for (i, s) in files.slots.iter().enumerate() {
-        if let Some(Desc::Pipe { fd, .. }) = s {
-            match fd::dup(*fd, Scope::Table(share)) {
-                Ok(n) => out.push((i, n)),
+/// How one descriptor crosses a fork.
+pub enum Carried {
+    /// An open file of the session's table (a pipe end), to be made private in the child.
+    Shared(Fd),
+    /// The console: the child opens its own.
+    Console,
+    /// A file or directory of the file system: the child opens its path again at this
+    /// offset (its own open file description: the offset is not shared afterwards).
+    Path { path: String, flags: u32, dir: bool, offset: u64 },
+    /// Not given to the child (sockets, eventfds, in-memory files).
+    Dropped,
+}
+
+/// In the parent, before the `cfork`: how each descriptor goes to the child. On failure
+/// nothing is left open.
+pub fn carry(files: &Files, share: abi::ObjectId) -> Result<Vec<(usize, Carried)>, i64> {
+    let mut out: Vec<(usize, Carried)> = Vec::new();
+    for (i, ofd, d) in files.open_fds() {
+        let c = match fd::kind(ofd) {
+            Ok(Kind::PipeRead(_) | Kind::PipeWrite(_)) => match fd::dup(ofd, Scope::Table(share)) {
+                Ok(n) => Carried::Shared(n),
                 Err(e) => {
-                    for (_, n) in out {
-                        let _ = fd::close(n);
-                    }
+                    release(out);
                     return Err(if e == Error::NoMemory { -ENOMEM } else { -EAGAIN });
                 }
+            },
+            Ok(Kind::Console) => Carried::Console,
+            Ok(Kind::Fs(_)) if !d.path.is_empty() => {
+                let offset = if d.is_dir { 0 } else { fd::lseek(ofd, 0, crate::fs::SEEK_CUR).unwrap_or(0) };
+                Carried::Path { path: d.path.clone(), flags: d.flags, dir: d.is_dir, offset }
             }
-        }
+            _ => Carried::Dropped,
+        };
+        out.push((i, c));
     }
     Ok(out)
 }
 
-/// In the child: its pipe descriptors become the open files made for it.
-pub fn adopt(files: &mut Files, pipes: &[(usize, Fd)]) {
-    for &(i, n) in pipes {
-        if let Some(Some(Desc::Pipe { fd, .. })) = files.slots.get_mut(i) {
-            *fd = n;
+/// The parent's side of a fork that failed: close what `carry` opened.
+pub fn release(carried: Vec<(usize, Carried)>) {
+    for (_, c) in carried {
+        if let Carried::Shared(n) = c {
+            let _ = fd::close(n);
         }
+    }
+}
+
+/// In the child: every descriptor becomes an open file of its own private table.
+pub fn adopt(files: &mut Files, carried: &[(usize, Carried)]) {
+    let scope = files.scope();
+    for (i, c) in carried {
+        let new = match c {
+            Carried::Shared(n) => {
+                let mine = fd::dup(*n, scope).ok();
+                let _ = fd::close(*n);
+                mine
+            }
+            Carried::Console => fd::open_console(scope).ok(),
+            Carried::Path { path, flags, dir, offset } => {
+                let how = if *dir || flags & files::O_ACCMODE == 3 { crate::fs::O_RDONLY } else { flags & files::O_ACCMODE };
+                match fd::open(scope, path, how) {
+                    Ok(n) => {
+                        if *offset != 0 {
+                            let _ = fd::lseek(n, *offset as i64, crate::fs::SEEK_SET);
+                        }
+                        Some(n)
+                    }
+                    Err(_) => None,
+                }
+            }
+            Carried::Dropped => None,
+        };
+        files.reseat(*i, new);
     }
 }

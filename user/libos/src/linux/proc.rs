@@ -261,8 +261,8 @@ struct ForkStart {
     slot: usize,
     /// The parent's root-range mappings `(voff, segment)`, to find each copy by address.
     parent_maps: Vec<(u64, ObjectId)>,
-    /// Pipe descriptors made for the child: `(descriptor number, the new open file)`.
-    pipes: Vec<(usize, crate::fd::Fd)>,
+    /// How each descriptor goes to the child (`pipe::carry`).
+    carried: Vec<(usize, super::pipe::Carried)>,
 }
 
 /// Handed to the child through its copy of memory (set just before the `cfork`, taken back
@@ -322,7 +322,7 @@ fn fork(f: &mut Frame) -> i64 {
     let me = p.procs.slot;
     let (pgid, sid) = (slot_word(me, W_PGID).load(Ordering::Relaxed) as u32, slot_word(me, W_SID).load(Ordering::Relaxed) as u32);
     let Some((slot, pid)) = alloc_slot(p.procs.pid, pgid, sid) else { return -EAGAIN };
-    let pipes = match super::pipe::dup_for_child(&p.files, sess.share) {
+    let carried = match super::pipe::carry(&p.files, sess.share) {
         Ok(v) => v,
         Err(e) => {
             free_slot(slot);
@@ -334,7 +334,7 @@ fn fork(f: &mut Frame) -> i64 {
     let parent_maps = maps[..n.min(maps.len())].iter().filter(|m| m.target_type == abi::ObjType::Segment as u32).map(|m| (m.voff, m.target)).collect();
     let mut frame = *f;
     frame.ret = 0;
-    *FORK_START.lock() = Some(ForkStart { frame, pid, slot, parent_maps, pipes });
+    *FORK_START.lock() = Some(ForkStart { frame, pid, slot, parent_maps, carried });
     // The child's copy of the dispatcher's state must not be locked: it resumes the program
     // without returning through this call.
     drop(g);
@@ -350,9 +350,7 @@ fn fork(f: &mut Frame) -> i64 {
         }
         Err(e) => {
             if let Some(s) = start {
-                for (_, fd) in s.pipes {
-                    let _ = crate::fd::close(fd);
-                }
+                super::pipe::release(s.carried);
             }
             free_slot(slot);
             crate::println!("linux: fork: the child could not start: {e:?}");
@@ -403,7 +401,7 @@ fn spawn(sess: &Session) -> Result<Child, abi::Error> {
 /// copies of the program's memory, its pipes and its slot, then continue the program.
 fn child_main(_: u64) -> u64 {
     let Some(start) = FORK_START.lock().take() else { return code_of_exit(127) };
-    let fs_base = match adopt(start.pid, start.slot, &start.parent_maps, &start.pipes) {
+    let fs_base = match adopt(start.pid, start.slot, &start.parent_maps, &start.carried) {
         Ok(b) => b,
         Err(_) => return code_of_signal(SIGKILL),
     };
@@ -415,7 +413,7 @@ fn child_main(_: u64) -> u64 {
 /// Rebuild the child's `Process` from its copy of the parent's: ids, memory (the program's
 /// segments are now the cfork's copies, moved into a program share of the child's own, so
 /// that `execve` and the exit delete them as the parent's are), pipes. Returns the FS base.
-fn adopt(pid: u32, slot: usize, parent_maps: &[(u64, ObjectId)], pipes: &[(usize, crate::fd::Fd)]) -> Result<u64, abi::Error> {
+fn adopt(pid: u32, slot: usize, parent_maps: &[(u64, ObjectId)], carried: &[(usize, super::pipe::Carried)]) -> Result<u64, abi::Error> {
     let mut g = PROC.lock();
     let p = g.as_mut().ok_or(abi::Error::NoSuchObject)?;
     // The copy of the parent's children list names the parent's children: not ours to halt.
@@ -468,7 +466,7 @@ fn adopt(pid: u32, slot: usize, parent_maps: &[(u64, ObjectId)], pipes: &[(usize
         }
     };
     p.image.space.mmaps.rebind(share, &rename)?;
-    super::pipe::adopt(&mut p.files, pipes);
+    super::pipe::adopt(&mut p.files, carried);
     Ok(p.fs_base)
 }
 
