@@ -48,7 +48,7 @@ fn newer(src: &Path, out: &Path) -> bool {
 }
 
 /// The C programs of linux/progs/ and the extra link arguments each needs.
-pub const C_PROGRAMS: [(&str, &[&str]); 8] = [
+pub const C_PROGRAMS: [(&str, &[&str]); 9] = [
     ("hello", &[]),
     ("pthreads", &["-lpthread"]),
     ("signals", &[]),
@@ -57,6 +57,7 @@ pub const C_PROGRAMS: [(&str, &[&str]); 8] = [
     ("pipe2proc", &[]),
     ("fscalls", &[]),
     ("procs", &[]),
+    ("fpswitch", &[]),
 ];
 
 /// The Linux guest's `/init` for `exec --system linux`, built into `target/linux-exec/`.

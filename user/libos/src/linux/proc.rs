@@ -51,8 +51,12 @@ const W_PID: usize = 0;
 const W_PPID: usize = 1;
 const W_PGID: usize = 2;
 const W_SID: usize = 3;
-/// Signals pending for the process (bit `sig - 1`): what `linux::signal` reads.
+/// Signals pending for the process (bit `sig - 1`), and the core + 1 of its runtime while it
+/// sleeps waiting for one (0: none): words 4 and 5 of a slot are laid out as
+/// `linux::signal::SignalSlot` (`repr(C)`: pending, sleeper), so a slot's signal part is
+/// that structure at `signal_slot_va(slot)`.
 pub const W_PENDING: usize = 4;
+pub const W_SLEEPER: usize = 5;
 // The header's words.
 const H_NEXT_PID: usize = 0;
 const H_NEXT_CORE: usize = 1;
@@ -180,6 +184,7 @@ fn alloc_slot(ppid: u32, pgid: u32, sid: u32) -> Option<(usize, u32)> {
                 slot_word(slot, k).store(u64::from(v), Ordering::Relaxed);
             }
             slot_word(slot, W_PENDING).store(0, Ordering::Relaxed);
+            slot_word(slot, W_SLEEPER).store(0, Ordering::Relaxed);
             w.store(u64::from(pid), Ordering::Release);
             return Some((slot, pid));
         }
@@ -208,11 +213,21 @@ fn live() -> impl Iterator<Item = (usize, u32)> {
     })
 }
 
+/// The address of slot `slot`'s signal words (pending, sleeper: `linux::signal::SignalSlot`).
+pub fn signal_slot_va(slot: usize) -> u64 {
+    TABLE_VA + ((slot * SLOT_WORDS + W_PENDING) * 8) as u64
+}
+
 /// Make signal `sig` pending for the process in `slot` (the word `linux::signal` and
-/// `take_pending` read).
+/// `take_pending` read) and wake its runtime if it sleeps waiting for a signal: what
+/// `linux::signal::post` does to a `SignalSlot`.
 pub fn post_slot(slot: usize, sig: u32) {
     if (1..=64).contains(&sig) {
-        slot_word(slot, W_PENDING).fetch_or(1 << (sig - 1), Ordering::AcqRel);
+        slot_word(slot, W_PENDING).fetch_or(1 << (sig - 1), Ordering::SeqCst);
+        let s = slot_word(slot, W_SLEEPER).load(Ordering::SeqCst);
+        if s != 0 {
+            let _ = crate::sys::wake(s - 1);
+        }
     }
 }
 
