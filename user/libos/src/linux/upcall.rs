@@ -74,6 +74,8 @@ core::arch::global_asm!(
     "    cld",
     "    mov rdi, rsp",
     "    call {dispatch}",
+    // The way back to the program: the registers from the frame at rsp.
+    "__linux_upcall_return:",
     "    pop r9",
     "    pop r8",
     "    pop r10",
@@ -125,7 +127,7 @@ core::arch::global_asm!(
     "    jmp rax",
     // __linux_resume(frame, saved: *mut u64): continue a program at a saved `Frame` (a
     // forked child: the parent's registers, rax = 0); returns (through __linux_leave) with
-    // its exit status. The tail is the upcall stub's own way back.
+    // its exit status, through the upcall stub's own way back.
     ".global __linux_resume",
     "__linux_resume:",
     "    push rbp",
@@ -136,26 +138,7 @@ core::arch::global_asm!(
     "    push r15",
     "    mov [rsi], rsp",
     "    mov rsp, rdi",
-    "    pop r9",
-    "    pop r8",
-    "    pop r10",
-    "    pop rdx",
-    "    pop rsi",
-    "    pop rdi",
-    "    pop r15",
-    "    pop r14",
-    "    pop r13",
-    "    pop r12",
-    "    pop rbp",
-    "    pop rbx",
-    "    pop rax",
-    "    pop r11",
-    "    mov r11d, r11d",
-    "    push r11",
-    "    popfq",
-    "    pop rcx",
-    "    pop rsp",
-    "    jmp rcx",
+    "    jmp __linux_upcall_return",
     // __linux_leave(saved_rsp, status): back into __linux_enter's frame.
     ".global __linux_leave",
     "__linux_leave:",
