@@ -271,6 +271,8 @@ fn run_task(area: &PerCpu, mut t: Task) -> Option<usize> {
     area.exit_code.store(0, Ordering::Relaxed);
     area.exit_requested.store(0, Ordering::Relaxed);
     let regs = t.regs;
+    // Its x87/SSE registers: what it left when it was switched out, or the initial state.
+    cpu::fxrstor(&t.fpu);
     running(area).set(Some(t.ctx));
     syscall::run_user_regs(&regs);
     // Back in the kernel, interrupts off, the running context has ended.

@@ -13,8 +13,11 @@
 //! saved in the outgoing context's queue entry and the incoming context's are written into
 //! the interrupt frame, so the ordinary interrupt return enters it. No kernel stack is
 //! switched (system calls are not preempted: a context in a system call is switched at the
-//! next tick that finds it in user mode). User programs are built soft-float and the kernel
-//! does not enable SSE, so there is no floating-point state to switch.
+//! next tick that finds it in user mode). The user x87/SSE registers (Linux programs use
+//! SSE; the kernel, the library OS and native programs do not) are saved in the outgoing
+//! context's entry and the incoming one's loaded at each switch (`cpu::fxsave`/`fxrstor`),
+//! and a context starts with the initial state, so contexts time-sharing a core never see
+//! each other's.
 //!
 //! XC and AC cores keep one context: `post` refuses a second one with `Busy` unless the core
 //! is a TC.
@@ -43,12 +46,14 @@ pub struct Task {
     pub started: bool,
     /// `pcore_halt` ended it while queued, with this code.
     pub halt: Option<u64>,
+    /// Its x87/SSE registers (loaded when it runs again).
+    pub fpu: cpu::FpState,
 }
 
 impl Task {
     pub fn new(ctx: Context) -> Task {
         let regs = UserRegs::fresh(ctx.rip, ctx.rsp, ctx.args);
-        Task { ctx, regs, started: false, halt: None }
+        Task { ctx, regs, started: false, halt: None, fpu: cpu::FpState::initial() }
     }
 }
 
@@ -305,7 +310,9 @@ pub fn on_user_interrupt(f: &mut TrapFrame, tick: bool) {
         return;
     };
     switch_root(area.index, &cur, &next.ctx);
-    let saved = Task { ctx: cur, regs: UserRegs::from_frame(f), started: true, halt: None };
+    let mut saved = Task { ctx: cur, regs: UserRegs::from_frame(f), started: true, halt: None, fpu: cpu::FpState::initial() };
+    cpu::fxsave(&mut saved.fpu);
+    cpu::fxrstor(&next.fpu);
     next.regs.to_frame(f);
     mark_started(area, &mut next);
     set_timer_for(area, &next.ctx.pcore);

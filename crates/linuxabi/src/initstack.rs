@@ -52,13 +52,20 @@ impl fmt::Display for TooBig {
     }
 }
 
+/// The bytes the initial block of these arguments needs (what `build` checks against its
+/// room; `execve` checks it before it replaces anything, for `E2BIG`).
+pub fn needed(argv: &[&[u8]], envp: &[&[u8]], execfn: &[u8]) -> usize {
+    let strings: usize = argv.iter().chain(envp.iter()).map(|s| s.len() + 1).sum::<usize>() + execfn.len() + 1 + 16;
+    let vectors = 8 * (1 + argv.len() + 1 + envp.len() + 1) + 16 * AUX_ENTRIES;
+    strings.next_multiple_of(16) + vectors + 16
+}
+
 /// Write the initial stack into `out`, which stands for `[top - out.len(), top)`: `argv`
 /// and `envp` strings (without their NULs), `execfn` (`AT_EXECFN`). Returns the initial
 /// `rsp` (where `argc` is). `top` must be 16-byte aligned.
 pub fn build(out: &mut [u8], top: u64, argv: &[&[u8]], envp: &[&[u8]], execfn: &[u8], aux: &AuxInfo) -> Result<u64, TooBig> {
-    let strings: usize = argv.iter().chain(envp.iter()).map(|s| s.len() + 1).sum::<usize>() + execfn.len() + 1 + 16;
     let vectors = 8 * (1 + argv.len() + 1 + envp.len() + 1) + 16 * AUX_ENTRIES;
-    let needed = strings.next_multiple_of(16) + vectors + 16;
+    let needed = needed(argv, envp, execfn);
     if needed > out.len() || argv.len() + envp.len() > MAX_STRINGS {
         return Err(TooBig { needed, room: out.len() });
     }

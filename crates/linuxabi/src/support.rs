@@ -38,6 +38,7 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::READV, Support::Partial("as read")),
     (nr::WRITEV, Support::Partial("as write")),
     (nr::ACCESS, Support::Partial("as faccessat2")),
+    (nr::PIPE, Support::Partial("as pipe2 without flags")),
     (nr::SCHED_YIELD, Support::Full),
     (nr::MREMAP, Support::Partial("anonymous and private mappings, whole: shrink, grow in place or (MREMAP_MAYMOVE) move without copying; shared file mappings, MREMAP_FIXED and MREMAP_DONTUNMAP are not built (EINVAL/ENOMEM)")),
     (nr::MSYNC, Support::Partial("writes the writable shared file mappings in the range back to their files (MS_ASYNC does the same, at once)")),
@@ -45,13 +46,18 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::DUP, Support::Full),
     (nr::DUP2, Support::Full),
     (nr::PAUSE, Support::Full),
-    (nr::NANOSLEEP, Support::Partial("a signal interrupts it with EINTR and the remainder; the remainder is also written (zero) when it completes")),
+    (nr::NANOSLEEP, Support::Partial("never interrupted (no signals), so the remainder is always 0")),
     (nr::GETITIMER, Support::Partial("ITIMER_REAL only (ITIMER_VIRTUAL and ITIMER_PROF: EINVAL)")),
     (nr::ALARM, Support::Partial("10 ms resolution while the program computes (timer ticks at 100 Hz)")),
     (nr::SETITIMER, Support::Partial("ITIMER_REAL only (ITIMER_VIRTUAL and ITIMER_PROF: EINVAL); 10 ms resolution")),
-    (nr::GETPID, Support::Partial("always 1: one process per runtime")),
+    (nr::GETPID, Support::Full),
+    (nr::CLONE, Support::Partial("without CLONE_VM: a fork (exit signal SIGCHLD or none; CLONE_PARENT_SETTID, CLONE_CHILD_SETTID/CLEARTID accepted, the child ones without effect); other flags EINVAL")),
+    (nr::FORK, Support::Partial("a cfork of the whole context, copy-on-write; the child's pipe ends are its own open files; its regular files are copies (offsets not shared with the parent)")),
+    (nr::VFORK, Support::Partial("as fork (the parent does not wait for the child's exec or exit)")),
+    (nr::EXECVE, Support::Partial("static ELF programs only (no #! scripts, no interpreter)")),
     (nr::EXIT, Support::Partial("ends the program (single-threaded: as exit_group)")),
-    (nr::KILL, Support::Partial("to the calling process (its pid, 0, -pid); other processes ESRCH until there are processes")),
+    (nr::WAIT4, Support::Partial("no stopped or continued children (no job-control stops); rusage all zero")),
+    (nr::KILL, Support::Partial("any process of the program's session; a default or ignore action at the target's next system call, handlers through linux::signal")),
     (nr::UNAME, Support::Full),
     (nr::FCNTL, Support::Partial("F_DUPFD, F_DUPFD_CLOEXEC, F_GETFD, F_SETFD, F_GETFL, F_SETFL (O_APPEND, O_NONBLOCK; O_ASYNC, O_DIRECT, O_NOATIME kept without effect); no locks, leases, owners or pipe sizes (EINVAL)")),
     (nr::FSYNC, Support::Partial("files of the file system (EINVAL for the console)")),
@@ -80,7 +86,12 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::GETGID, Support::Partial("always 0")),
     (nr::GETEUID, Support::Partial("always 0")),
     (nr::GETEGID, Support::Partial("always 0")),
-    (nr::GETPPID, Support::Partial("always 0: no parent process")),
+    (nr::SETPGID, Support::Partial("no EACCES for a child that has called execve")),
+    (nr::GETPPID, Support::Partial("0 for the first program; a process whose parent ended still names it")),
+    (nr::GETPGRP, Support::Full),
+    (nr::SETSID, Support::Full),
+    (nr::GETPGID, Support::Full),
+    (nr::GETSID, Support::Full),
     (nr::RT_SIGPENDING, Support::Full),
     (nr::RT_SIGSUSPEND, Support::Full),
     (nr::SIGALTSTACK, Support::Full),
@@ -95,6 +106,7 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::CLOCK_GETTIME, Support::Partial("every clock counts from boot: there is no wall clock")),
     (nr::EXIT_GROUP, Support::Full),
     (nr::TGKILL, Support::Partial("to the calling thread (the only one)")),
+    (nr::WAITID, Support::Partial("P_ALL, P_PID, P_PGID; WEXITED (no stopped or continued children); rusage all zero")),
     (nr::OPENAT, Support::Partial("O_RDONLY, O_WRONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_DIRECTORY; O_CLOEXEC and O_NOFOLLOW ignored; modes are 0644")),
     (nr::MKDIRAT, Support::Full),
     (nr::FCHOWNAT, Support::Partial("as chown")),
@@ -108,6 +120,7 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::FACCESSAT, Support::Partial("as faccessat2")),
     (nr::UTIMENSAT, Support::Partial("the modification time only (ext2's seconds); access times are not kept")),
     (nr::DUP3, Support::Full),
+    (nr::PIPE2, Support::Partial("O_CLOEXEC, O_NONBLOCK (O_DIRECT accepted: writes up to PIPE_BUF are records already)")),
     (nr::PRLIMIT64, Support::Partial("reads the limits; setting one is EPERM")),
     (nr::RENAMEAT2, Support::Partial("RENAME_NOREPLACE; RENAME_EXCHANGE and RENAME_WHITEOUT are EINVAL")),
     (nr::GETRANDOM, Support::Partial("time-stamp-counter seeded, not cryptographic")),
@@ -178,8 +191,8 @@ mod tests {
         for &(n, _) in SUPPORTED {
             assert!(crate::name(n).is_some(), "{n} is no Linux call");
         }
-        assert_eq!(support(nr::GETPID), Some(Support::Partial("always 1: one process per runtime")));
-        assert_eq!(support(nr::FORK), None);
+        assert_eq!(support(nr::GETPID), Some(Support::Full));
+        assert_eq!(support(nr::ACCT), None);
     }
 
     #[test]

@@ -90,8 +90,28 @@ impl Drop for Child {
     }
 }
 
+/// Shares besides the usual ones in which `cfork` looks for the objects it copies: shares a
+/// program keeps its own mappings' segments in (the Linux personality's program share),
+/// reachable from the process share but not one of `name_of`'s candidates. Per process.
+static LOOKUP_SHARES: [core::sync::atomic::AtomicU64; 4] = [const { core::sync::atomic::AtomicU64::new(0) }; 4];
+
+/// Also look for copied segments in `share` (until `remove_lookup_share`). `Busy` when four
+/// are registered already.
+pub fn add_lookup_share(share: ObjectId) -> Result<(), Error> {
+    use core::sync::atomic::Ordering;
+    LOOKUP_SHARES.iter().find(|s| s.compare_exchange(0, share, Ordering::AcqRel, Ordering::Relaxed).is_ok()).map(|_| ()).ok_or(Error::Busy)
+}
+
+pub fn remove_lookup_share(share: ObjectId) {
+    use core::sync::atomic::Ordering;
+    for s in &LOOKUP_SHARES {
+        let _ = s.compare_exchange(share, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
 /// Find a share through which this context can name object `id`: the root share, the
-/// process share, the heap shares, the share set, and shares those hold.
+/// process share, the heap shares, the share set, the registered lookup shares, and shares
+/// those hold.
 fn name_of(id: ObjectId) -> Result<ObjName, Error> {
     let c = crate::ctx::ctx();
     let mut cands = [0u64; 64];
@@ -112,6 +132,9 @@ fn name_of(id: ObjectId) -> Result<ObjName, Error> {
     let k = crate::sys::self_shares(&mut set).unwrap_or(0) as usize;
     for &s in &set[..k.min(set.len())] {
         push(s, &mut cands, &mut n);
+    }
+    for s in &LOOKUP_SHARES {
+        push(s.load(core::sync::atomic::Ordering::Relaxed), &mut cands, &mut n);
     }
     for &s in &cands[..n] {
         if crate::sys::obj_stat(ObjName::new(s, id)).is_ok() {

@@ -50,6 +50,9 @@ const CASES: &[Case] = &[
     },
     Case { prog: "abi_tls", args: &[], files: &[], stdin: b"", status: 0, stdout: &["counter=42 zeroed[0]=0 zeroed[99]=7", "arch_prctl=0 self-pointer=yes below-tp=yes"], console: &[], truncate: 0 },
     Case { prog: "abi_malloc", args: &[], files: &[], stdin: b"", status: 0, stdout: &["malloc ok: 2000 small blocks, one of 16 MiB"], console: &[], truncate: 0 },
+    // 64 rounds of fork + _exit + wait4, each checking the child's status: the second run's
+    // exact leak check says every child's context, memory and table slot came back.
+    Case { prog: "abi_fork", args: &["64"], files: &[], stdin: b"", status: 0, stdout: &["workload name=fork_exit_wait ops=64"], console: &[], truncate: 0 },
     Case {
         prog: "abi_file",
         args: &[],

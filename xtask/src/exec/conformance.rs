@@ -105,6 +105,10 @@ pub const CASES: &[Case] = &[
     // The file calls that make, change and remove names, and dup/fcntl (linux/progs/fscalls.c).
     Case { ci: true, ..c_prog("fscalls", "fscalls", &[], 0, Out::Has(&["mode of b: 751", "fscalls: done"])) },
     Case { ci: true, ..c_prog("pipe2proc", "pipe2proc", &[], 0, Out::Has(&["pipe2proc: ok"])) },
+    Case { ci: true, ..c_prog("procs", "procs", &[], 0, Out::Has(&["procs: ok"])) },
+    // Two processes time-sharing the one vCPU keep their own SSE registers (the kernel saves
+    // them at each switch of a time-sharing core).
+    Case { ci: true, ..c_prog("fpswitch", "fpswitch", &[], 0, Out::Is("parent saw another's SSE state: never\nchild saw another's SSE state: never\nfpswitch: ok\n")) },
     c_prog("hello", "hello", &["a b"], 3, Out::Is("hello from a static Linux program\nargv[0]=/bin/hello\nargv[1]=a b\n")),
 ];
 

@@ -57,6 +57,8 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     ("mmapfile", &[]),
     ("pipe2proc", &[]),
     ("fscalls", &[]),
+    ("procs", &[]),
+    ("fpswitch", &[]),
 ];
 
 /// The Linux guest's `/init` for `exec --system linux`, built into `target/linux-exec/`.

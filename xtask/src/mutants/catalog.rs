@@ -516,4 +516,21 @@ pub const CATALOG: &[Mutant] = &[
         checks: &[Check::Suite("linux-conformance")],
         plants: "a Linux program's bad access ends its runtime with it instead of becoming SIGSEGV (sigself, sigself-segv, signals-segv)",
     },
+    // ---- the Linux personality's processes ---------------------------------------------------------
+    Mutant {
+        name: "tc_fpu_not_switched",
+        file: "kernel/src/sched.rs",
+        original: "    cpu::fxsave(&mut saved.fpu);\n    cpu::fxrstor(&next.fpu);\n",
+        replacement: "",
+        checks: &[Check::Suite("linux-conformance")],
+        plants: "a time-sharing core switches contexts without saving and loading their x87/SSE registers: two Linux processes on one core see each other's (case fpswitch)",
+    },
+    Mutant {
+        name: "linux_fork_pipe_end_kept",
+        file: "user/libos/src/linux/pipe.rs",
+        original: "                let _ = fd::close(*n);\n                mine",
+        replacement: "                mine",
+        checks: &[Check::Suite("linux-conformance")],
+        plants: "a forked child keeps the session's open file of each pipe end it was given: a write end stays open after every process closed its own, and the reader never sees end of file (cases procs, pipe2proc, sh)",
+    },
 ];

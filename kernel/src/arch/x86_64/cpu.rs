@@ -61,6 +61,43 @@ pub fn cpuid(leaf: u32, subleaf: u32) -> CpuidResult {
     CpuidResult { eax: r.eax, ebx: r.ebx, ecx: r.ecx, edx: r.edx }
 }
 
+/// A user context's x87/SSE state: FXSAVE's 512-byte area. The kernel is built without SSE
+/// and uses no x87 instruction, so between a context's user code and the next context's the
+/// registers hold the first context's state; a time-sharing core saves and restores it at
+/// every switch (`sched`), so two programs on one core do not see each other's.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+pub struct FpState(pub [u8; 512]);
+
+impl FpState {
+    /// The state a new context starts with: x87 as after FNINIT (control word 0x037F, every
+    /// register empty), SSE's default MXCSR 0x1F80 (all exceptions masked), zeroed registers.
+    pub const fn initial() -> FpState {
+        let mut b = [0u8; 512];
+        b[0] = 0x7f;
+        b[1] = 0x03;
+        b[24] = 0x80;
+        b[25] = 0x1f;
+        FpState(b)
+    }
+}
+
+/// Save this core's x87/SSE registers into `area`.
+#[inline]
+pub fn fxsave(area: &mut FpState) {
+    // SAFETY: FXSAVE64 writes 512 bytes at a 16-byte-aligned address: `area` is exactly that
+    // (repr align 16), and CR4.OSFXSR is set at boot (syscall::init).
+    unsafe { asm!("fxsave64 [{}]", in(reg) area.0.as_mut_ptr(), options(nostack, preserves_flags)) }
+}
+
+/// Load this core's x87/SSE registers from `area` (saved by `fxsave`, or `FpState::initial`).
+#[inline]
+pub fn fxrstor(area: &FpState) {
+    // SAFETY: FXRSTOR64 reads 512 bytes at a 16-byte-aligned address; every `FpState` holds a
+    // valid image (reserved MXCSR bits clear: `initial`, or what FXSAVE wrote).
+    unsafe { asm!("fxrstor64 [{}]", in(reg) area.0.as_ptr(), options(nostack, readonly, preserves_flags)) }
+}
+
 #[inline]
 pub fn rdtsc() -> u64 {
     // SAFETY: RDTSC has no side effects.

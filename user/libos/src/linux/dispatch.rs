@@ -30,23 +30,44 @@ pub struct Process {
     reported: [u64; 9],
     /// Signal actions, mask, alternate stack, alarm (`signal`).
     pub sig: super::signal::State,
-    fs_base: u64,
+    pub fs_base: u64,
     tid_address: u64,
     /// Standard output and error go to the host as framed records (`out`), not as a terminal.
     pub framed: bool,
     /// System calls the program made.
     pub calls: u64,
+    /// Its process id, parent, slot in the process table and children (`proc.rs`).
+    pub procs: super::proc::ProcState,
 }
 
 impl Process {
     pub fn new(image: Loaded, files: Files, framed: bool) -> Process {
-        Process { image, files, cwd: String::from("/"), exit: None, reported: [0; 9], sig: super::signal::State::new(), fs_base: 0, tid_address: 0, framed, calls: 0 }
+        Process { image, files, cwd: String::from("/"), exit: None, reported: [0; 9], sig: super::signal::State::new(), fs_base: 0, tid_address: 0, framed, calls: 0, procs: Default::default() }
     }
 }
 
 pub static PROC: TicketLock<Option<Process>> = TicketLock::new(None);
 
 type Handler = fn(&mut Process, &[u64; 6]) -> i64;
+
+/// Calls that need the program's registers or block (`fork`, `execve`, `wait4`): they run
+/// without the process lock held (they take it themselves), from `linux_dispatch` before it
+/// locks. Their rows in `HANDLERS` name `frame_call`, which only says so.
+const FRAME_CALLS: &[(u64, fn(&mut Frame) -> i64)] = &[
+    (nr::CLONE, super::proc::sys_clone),
+    (nr::FORK, super::proc::sys_fork),
+    (nr::VFORK, super::proc::sys_fork),
+    (nr::EXECVE, super::exec::sys_execve),
+    (nr::WAIT4, super::proc::sys_wait4),
+    (nr::WAITID, super::proc::sys_waitid),
+];
+
+/// The `HANDLERS` row of a call in `FRAME_CALLS`: `linux_dispatch` runs those before it
+/// looks here, so this is reached only if a number is in `HANDLERS` as a frame call but
+/// missing from `FRAME_CALLS` (a const check below rules that out).
+fn frame_call(_p: &mut Process, _a: &[u64; 6]) -> i64 {
+    -ENOSYS
+}
 
 /// The handlers, by number (sorted).
 pub const HANDLERS: &[(u64, Handler)] = &[
@@ -71,6 +92,7 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::READV, sys_readv),
     (nr::WRITEV, sys_writev),
     (nr::ACCESS, fscalls::sys_access),
+    (nr::PIPE, super::pipe::sys_pipe),
     (nr::SCHED_YIELD, sys_sched_yield),
     (nr::MREMAP, super::vm::sys_mremap),
     (nr::MSYNC, super::vm::sys_msync),
@@ -82,9 +104,14 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::GETITIMER, signal::sys_getitimer),
     (nr::ALARM, signal::sys_alarm),
     (nr::SETITIMER, signal::sys_setitimer),
-    (nr::GETPID, sys_getpid),
+    (nr::GETPID, super::proc::sys_getpid),
+    (nr::CLONE, frame_call),
+    (nr::FORK, frame_call),
+    (nr::VFORK, frame_call),
+    (nr::EXECVE, frame_call),
     (nr::EXIT, sys_exit),
-    (nr::KILL, signal::sys_kill),
+    (nr::WAIT4, frame_call),
+    (nr::KILL, super::proc::sys_kill),
     (nr::UNAME, sys_uname),
     (nr::FCNTL, fscalls::sys_fcntl),
     (nr::FSYNC, fscalls::sys_fsync),
@@ -113,14 +140,19 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::GETGID, sys_zero),
     (nr::GETEUID, sys_zero),
     (nr::GETEGID, sys_zero),
-    (nr::GETPPID, sys_zero),
+    (nr::SETPGID, super::proc::sys_setpgid),
+    (nr::GETPPID, super::proc::sys_getppid),
+    (nr::GETPGRP, super::proc::sys_getpgrp),
+    (nr::SETSID, super::proc::sys_setsid),
+    (nr::GETPGID, super::proc::sys_getpgid),
+    (nr::GETSID, super::proc::sys_getsid),
     (nr::RT_SIGPENDING, signal::sys_rt_sigpending),
     (nr::RT_SIGSUSPEND, signal::sys_rt_sigsuspend),
     (nr::SIGALTSTACK, signal::sys_sigaltstack),
     (nr::STATFS, fscalls::sys_statfs),
     (nr::FSTATFS, fscalls::sys_fstatfs),
     (nr::ARCH_PRCTL, sys_arch_prctl),
-    (nr::GETTID, sys_getpid),
+    (nr::GETTID, super::proc::sys_getpid),
     (nr::TKILL, signal::sys_tkill),
     (nr::SCHED_GETAFFINITY, sys_sched_getaffinity),
     (nr::GETDENTS64, sys_getdents64),
@@ -128,6 +160,7 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::CLOCK_GETTIME, sys_clock_gettime),
     (nr::EXIT_GROUP, sys_exit),
     (nr::TGKILL, signal::sys_tgkill),
+    (nr::WAITID, frame_call),
     (nr::OPENAT, sys_openat),
     (nr::MKDIRAT, fscalls::sys_mkdirat),
     (nr::FCHOWNAT, fscalls::sys_fchownat),
@@ -141,6 +174,7 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::FACCESSAT, fscalls::sys_faccessat),
     (nr::UTIMENSAT, fscalls::sys_utimensat),
     (nr::DUP3, fscalls::sys_dup3),
+    (nr::PIPE2, super::pipe::sys_pipe2),
     (nr::PRLIMIT64, sys_prlimit64),
     (nr::RENAMEAT2, fscalls::sys_renameat2),
     (nr::GETRANDOM, sys_getrandom),
@@ -172,9 +206,29 @@ const _: () = {
     }
 };
 
+// Every frame call has a `frame_call` row, and every `frame_call` row a frame call.
+const _: () = {
+    let mut i = 0;
+    while i < FRAME_CALLS.len() {
+        let mut found = false;
+        let mut j = 0;
+        while j < HANDLERS.len() {
+            found |= HANDLERS[j].0 == FRAME_CALLS[i].0;
+            j += 1;
+        }
+        assert!(found, "a FRAME_CALLS number is missing from HANDLERS");
+        i += 1;
+    }
+};
+
 /// Called by the upcall stub with the program's registers.
 pub extern "C" fn linux_dispatch(f: &mut Frame) {
     let nr = (f.nr_flags >> 32) as u32;
+    if let Some((_, h)) = FRAME_CALLS.iter().find(|(n, _)| *n == u64::from(nr)) {
+        let r = h(f);
+        f.ret = r as u64;
+        return after_frame_call(f, nr);
+    }
     let args = [f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9];
     let mut g = PROC.lock();
     let Some(p) = g.as_mut() else {
@@ -192,6 +246,24 @@ pub extern "C" fn linux_dispatch(f: &mut Frame) {
     let next = if p.exit.is_none() { signal::after_call(p, f, nr) } else { None };
     let exit = p.exit;
     drop(g);
+    leave_or_resume(exit, next);
+}
+
+/// After a frame call (fork, execve, wait4, ...: run without the lock): what any call's way
+/// back does, signals delivered (a child's SIGCHLD, another process's kill, a SIGPIPE) and
+/// the program's end if it exited or a signal ended it.
+fn after_frame_call(f: &mut Frame, nr: u32) {
+    let mut g = PROC.lock();
+    let Some(p) = g.as_mut() else { return };
+    p.calls += 1;
+    p.sig.call_rsp = f.rsp;
+    let next = if p.exit.is_none() { signal::after_call(p, f, nr) } else { None };
+    let exit = p.exit;
+    drop(g);
+    leave_or_resume(exit, next);
+}
+
+fn leave_or_resume(exit: Option<u64>, next: Option<signal::Next>) {
     if let Some(status) = exit {
         super::upcall::leave(status);
     }
@@ -493,12 +565,6 @@ fn sys_brk(p: &mut Process, a: &[u64; 6]) -> i64 {
 // ---------------------------------------------------------------------------------------
 // Identity, signals, threads
 
-/// The program's process (and thread) id: it is the only process of its runtime.
-pub const PID: i64 = 1;
-
-fn sys_getpid(_p: &mut Process, _a: &[u64; 6]) -> i64 {
-    PID
-}
 
 fn sys_zero(_p: &mut Process, _a: &[u64; 6]) -> i64 {
     0
@@ -511,7 +577,7 @@ fn sys_exit(p: &mut Process, a: &[u64; 6]) -> i64 {
 
 fn sys_set_tid_address(p: &mut Process, a: &[u64; 6]) -> i64 {
     p.tid_address = a[0];
-    PID
+    i64::from(p.procs.pid)
 }
 
 const ARCH_SET_FS: u64 = 0x1002;
@@ -544,7 +610,7 @@ fn sys_sched_yield(_p: &mut Process, _a: &[u64; 6]) -> i64 {
 
 fn sys_sched_getaffinity(p: &mut Process, a: &[u64; 6]) -> i64 {
     let (pid, len, mask) = (a[0] as i64, a[1], a[2]);
-    if pid != 0 && pid != PID {
+    if pid != 0 && pid != i64::from(p.procs.pid) {
         return -ESRCH;
     }
     if len < 8 || len % 8 != 0 {
@@ -564,7 +630,7 @@ const RLIMIT_NOFILE: u64 = 7;
 
 fn sys_prlimit64(p: &mut Process, a: &[u64; 6]) -> i64 {
     let (pid, res, new, old) = (a[0] as i64, a[1], a[2], a[3]);
-    if pid != 0 && pid != PID {
+    if pid != 0 && pid != i64::from(p.procs.pid) {
         return -ESRCH;
     }
     if res > 15 {

@@ -224,6 +224,32 @@ impl Files {
     pub fn scope(&self) -> Scope {
         self.scope
     }
+
+    /// Every open descriptor: `(number, open file, its description)` (a fork carries each to
+    /// the child, `proc.rs`).
+    pub fn open_fds(&self) -> Vec<(usize, fd::Fd, &Desc)> {
+        (0..MAX_FDS).filter_map(|i| self.slots[i].as_ref().and_then(|s| Some((i, s.fd, self.descs[s.desc].as_ref()?)))).collect()
+    }
+
+    /// In a forked child: descriptor `i` is now `fd` (its copy names the parent's open file
+    /// in the parent's private table, which this context can neither use nor close), or gone
+    /// with `None` (a kind a child cannot be given: its description goes with its last slot).
+    pub fn reseat(&mut self, i: usize, new: Option<fd::Fd>) {
+        let Some(s) = self.slots.get_mut(i).and_then(|s| s.as_mut()) else { return };
+        match new {
+            Some(fd) => s.fd = fd,
+            None => {
+                let desc = s.desc;
+                self.slots[i] = None;
+                if let Some(d) = self.descs[desc].as_mut() {
+                    d.refs -= 1;
+                    if d.refs == 0 {
+                        self.descs[desc] = None;
+                    }
+                }
+            }
+        }
+    }
 }
 
 pub fn errno(e: FsError) -> i64 {
@@ -458,6 +484,9 @@ pub fn read(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
         }
         Stream::Out(_) => -EBADF,
         Stream::None => {
+            if d.flags & O_NONBLOCK != 0 && super::pipe::would_block(ofd, dst.len()) {
+                return -EAGAIN;
+            }
             let r = match at {
                 Some(off) => fd::read_at(ofd, off, dst),
                 None => fd::read(ofd, dst),
@@ -495,11 +524,18 @@ pub fn write(f: &mut Files, fd: i32, src: &[u8], framed: bool, at: Option<u64>) 
                             }
                         }
                     }
+                    if d.flags & O_NONBLOCK != 0 && super::pipe::would_block(ofd, src.len()) {
+                        return -EAGAIN;
+                    }
                     fd::write(ofd, src)
                 }
             };
             match r {
                 Ok(n) => n as i64,
+                Err(Error::BrokenPipe) => {
+                    super::pipe::broken_pipe();
+                    -EPIPE
+                }
                 // The file system's "no room" arrives as `NoMemory` through the descriptor
                 // layer; for a file Linux says `ENOSPC`.
                 Err(Error::NoMemory) if matches!(fd::kind(ofd), Ok(Kind::Fs(_))) => -ENOSPC,

@@ -49,7 +49,15 @@ pub fn load(file: &[u8], path: &str, argv: &[&[u8]], envp: &[&[u8]], limit: u64,
     let share = crate::process::new_share("linux-prog", MEMID_SELF).map_err(|e| alloc::format!("{path}: no share ({e:?})"))?;
     let mut l = Loaded { entry: plan.entry, rsp: 0, space: Space::default(), maps: Vec::new(), share, brk_seg: ObjName::default(), brk_limit: 0 };
     match fill(&mut l, &plan, file, path, argv, envp, limit, random, root) {
-        Ok(()) => Ok(l),
+        // `fork` copies the program's segments: `cfork` must find them here.
+        Ok(()) => match crate::cfork::add_lookup_share(share) {
+            Ok(()) => Ok(l),
+            Err(e) => {
+                let mut l = l;
+                unload(&mut l);
+                Err(alloc::format!("{path}: no room to register the program's share ({e:?})"))
+            }
+        },
         Err(e) => {
             let mut l = l;
             unload(&mut l);
@@ -143,5 +151,6 @@ pub fn unload(l: &mut Loaded) {
     if btop > blo {
         let _ = crate::sys::ar_unmap(root, blo, btop - blo);
     }
+    crate::cfork::remove_lookup_share(l.share);
     crate::process::del_share(l.share);
 }

@@ -114,3 +114,24 @@ pub(super) fn mapped_slice(va: u64, len: u64) -> &'static mut [u8] {
     // is stopped in a system call meanwhile.
     unsafe { core::slice::from_raw_parts_mut(va as *mut u8, len as usize) }
 }
+
+/// The words `[va, va + 8 * n)` of a segment mapped read-write in this address space for as
+/// long as the caller uses them (the process table, `proc.rs`), as atomics: other processes
+/// map the same segment and change them concurrently.
+pub(super) fn mapped_words(va: u64, n: usize) -> &'static [core::sync::atomic::AtomicU64] {
+    // SAFETY: the caller mapped `[va, va + 8 * n)` read-write (8-byte aligned, page-aligned
+    // base) before the first call and unmaps it only after the last reference is dropped
+    // (the session's end); every access goes through the atomics, so concurrent writers in
+    // other address spaces mapping the same pages are fine.
+    unsafe { core::slice::from_raw_parts(va as *const core::sync::atomic::AtomicU64, n) }
+}
+
+/// The two words at `va` (in a segment mapped as `mapped_words` requires) as a
+/// `signal::SignalSlot`: the process table's slots hold each process's pending signals in
+/// that layout, so delivery and remote posting use one structure.
+pub(super) fn mapped_signal_slot(va: u64) -> &'static super::signal::SignalSlot {
+    // SAFETY: as `mapped_words` (mapped read-write for as long as the reference is used:
+    // the session's end puts the process back on `signal::OWN` first); `SignalSlot` is
+    // `repr(C)` and two `AtomicU64`s, so any 8-byte-aligned pair of words is a valid one.
+    unsafe { &*(va as *const super::signal::SignalSlot) }
+}

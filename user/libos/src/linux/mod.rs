@@ -11,18 +11,22 @@
 //! descriptor table, address space, signal state and working directory are this module's
 //! private state (one `Process`), touched by no other core.
 //!
-//! NOT DONE: processes (`fork`, `clone`, `execve`, `wait4`), threads and `futex`, the Linux
-//! calls that make pipes and sockets (the descriptor model takes them:
-//! `files::Files::install`), `poll`; standard input from a live terminal (it is a byte
-//! string given at start). The table of what is there: `linuxabi::support`,
-//! docs/linux-abi.md.
+//! Processes (`fork`, `execve`, `wait4`, the process table) are `proc.rs` and `exec.rs`,
+//! pipes `pipe.rs`: each process is a context of its own, a `cfork` of its parent's.
+//!
+//! NOT DONE: threads and `futex`, sockets as Linux calls, `poll`; standard input from a live
+//! terminal (it is a byte string given at start). The table of what is there:
+//! `linuxabi::support`, docs/linux-abi.md.
 
 pub mod dispatch;
+pub mod exec;
 pub mod files;
 pub mod fscalls;
 pub mod load;
 pub mod mem;
 pub mod out;
+pub mod pipe;
+pub mod proc;
 pub mod signal;
 pub mod vm;
 #[cfg(target_os = "none")]
@@ -81,6 +85,15 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     if o.cwd.starts_with('/') {
         process.cwd = files::normalize(&o.cwd);
     }
+    process.procs = match proc::start_session() {
+        Ok(s) => proc::ProcState { exe: files::normalize(o.path), ..s },
+        Err(e) => {
+            process.files.close_all();
+            load::unload(&mut process.image);
+            return Err(alloc::format!("{}: no process table: {e:?}", o.path));
+        }
+    };
+    proc::use_table_slot(&mut process);
     *dispatch::PROC.lock() = Some(process);
     let r = upcall::enter(entry, rsp);
     let mut p = dispatch::PROC.lock().take().ok_or_else(|| String::from("the program's state is gone"))?;
@@ -88,8 +101,12 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     if let Some(sig) = p.sig.killed_by {
         crate::println!("linux: {} killed by signal {sig}", o.path);
     }
+    // Children first (they are halted), then the program's own files and memory, then the
+    // session (the process table and every pipe still open in it).
+    p.procs.children.clear();
     p.files.close_all();
     load::unload(&mut p.image);
+    proc::end_session(&mut p);
     let status = r.map_err(|e| alloc::format!("{}: the kernel refused the personality: {e:?}", o.path))?;
     Ok(Outcome { status, calls: p.calls })
 }

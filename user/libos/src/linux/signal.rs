@@ -16,7 +16,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use linuxabi::errno::*;
 use linuxabi::signal::{self as ls, bit, Action, AltStack, Regs, UNBLOCKABLE};
 
-use super::dispatch::{Process, PID, PROC};
+use super::dispatch::{Process, PROC};
 use super::upcall::{self, Frame, FpState};
 
 /// A process's (or, with threads, a thread's) pending signals: a bit per signal, and the
@@ -114,6 +114,30 @@ impl State {
             killed_by: None,
             slot: &OWN,
         }
+    }
+
+    /// What `execve` keeps and resets (as Linux): caught signals go back to their default
+    /// action (a handler's address means nothing in the new image), ignored ones stay
+    /// ignored; the mask, the pending set and the alarm stay; the alternate stack goes.
+    pub fn reset_on_exec(&mut self) {
+        for a in self.actions.iter_mut() {
+            if a.handler > 1 {
+                *a = Action::default();
+            }
+        }
+        self.alt = AltStack::DISABLED;
+        self.suspend_mask = None;
+        self.resume = None;
+    }
+
+    /// A forked child's copy (as Linux): no alarm (timers are not inherited), no ticks asked
+    /// for, nothing waiting to resume; actions, mask and alternate stack are kept.
+    pub fn after_fork(&mut self) {
+        self.timer = Timer::default();
+        self.ticks = None;
+        self.resume = None;
+        self.suspend_mask = None;
+        self.slow = false;
     }
 
     /// Stop the timer ticks (the program ended).
@@ -609,7 +633,7 @@ pub fn sys_sigaltstack(p: &mut Process, a: &[u64; 6]) -> i64 {
     0
 }
 
-/// `kill`/`tkill`/`tgkill` at this process: the only one a runtime runs (others: `ESRCH`).
+/// `kill`/`tkill`/`tgkill` at this process (`proc::sys_kill` sends to the others).
 fn send_self(p: &mut Process, sig: u64, code: i32) -> i64 {
     if sig > u64::from(ls::NSIG) {
         return -EINVAL;
@@ -617,25 +641,17 @@ fn send_self(p: &mut Process, sig: u64, code: i32) -> i64 {
     if sig == 0 {
         return 0;
     }
-    p.sig.info[sig as usize] = (code, PID as u32);
+    p.sig.info[sig as usize] = (code, p.procs.pid);
     match post(p.sig.slot, sig as u32) {
         Ok(()) => 0,
         Err(e) => e,
     }
 }
 
-pub fn sys_kill(p: &mut Process, a: &[u64; 6]) -> i64 {
-    let (pid, sig) = (a[0] as i32, a[1]);
-    if sig > u64::from(ls::NSIG) {
-        return -EINVAL;
-    }
-    // The process itself, its group (0, -pid) and "every process" (-1, which Linux does not
-    // send to the caller: so no one here).
-    match pid {
-        _ if i64::from(pid) == PID || pid == 0 || i64::from(pid) == -PID => send_self(p, sig, ls::SI_USER),
-        -1 => -ESRCH,
-        _ => -ESRCH,
-    }
+/// `kill` to the calling process itself (its pid): the sender's pid and `SI_USER` in the
+/// siginfo. `proc::sys_kill` calls it for that case and posts to the table for the others.
+pub fn kill_self(p: &mut Process, sig: u64) -> i64 {
+    send_self(p, sig, ls::SI_USER)
 }
 
 pub fn sys_tkill(p: &mut Process, a: &[u64; 6]) -> i64 {
@@ -643,7 +659,7 @@ pub fn sys_tkill(p: &mut Process, a: &[u64; 6]) -> i64 {
     if tid <= 0 || sig > u64::from(ls::NSIG) {
         return -EINVAL;
     }
-    if i64::from(tid) != PID {
+    if tid as u32 != p.procs.pid {
         return -ESRCH;
     }
     send_self(p, sig, ls::SI_TKILL)
@@ -654,7 +670,7 @@ pub fn sys_tgkill(p: &mut Process, a: &[u64; 6]) -> i64 {
     if tgid <= 0 || tid <= 0 || sig > u64::from(ls::NSIG) {
         return -EINVAL;
     }
-    if i64::from(tgid) != PID || i64::from(tid) != PID {
+    if tgid as u32 != p.procs.pid || tid as u32 != p.procs.pid {
         return -ESRCH;
     }
     send_self(p, sig, ls::SI_TKILL)

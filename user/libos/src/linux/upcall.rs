@@ -23,7 +23,7 @@ pub use linuxabi::signal::Regs;
 
 /// The registers of a reflected call, as the stub pushes them (lowest address first).
 #[repr(C)]
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct Frame {
     pub r9: u64,
     pub r8: u64,
@@ -82,6 +82,8 @@ core::arch::global_asm!(
     "    cld",
     "    mov rdi, rsp",
     "    call {dispatch}",
+    // The way back to the program: the registers from the frame at rsp.
+    "__linux_upcall_return:",
     "    pop r9",
     "    pop r8",
     "    pop r10",
@@ -131,6 +133,20 @@ core::arch::global_asm!(
     "    xor r14d, r14d",
     "    xor r15d, r15d",
     "    jmp rax",
+    // __linux_resume_child(frame, saved: *mut u64): continue a program at a saved `Frame` (a
+    // forked child: the parent's registers, rax = 0); returns (through __linux_leave) with
+    // its exit status, through the upcall stub's own way back.
+    ".global __linux_resume_child",
+    "__linux_resume_child:",
+    "    push rbp",
+    "    push rbx",
+    "    push r12",
+    "    push r13",
+    "    push r14",
+    "    push r15",
+    "    mov [rsi], rsp",
+    "    mov rsp, rdi",
+    "    jmp __linux_upcall_return",
     // __linux_leave(saved_rsp, status): back into __linux_enter's frame.
     ".global __linux_leave",
     "__linux_leave:",
@@ -238,6 +254,7 @@ extern "C" {
     fn __linux_resume(regs: *const Regs) -> !;
     fn __linux_enter(entry: u64, rsp: u64, saved: *mut u64) -> u64;
     fn __linux_leave(rsp: u64, status: u64) -> !;
+    fn __linux_resume_child(frame: *mut Frame, saved: *mut u64) -> u64;
     static __image_start: u8;
     static __image_end: u8;
 }
@@ -271,8 +288,32 @@ pub fn enter(entry: u64, rsp: u64) -> Result<u64, abi::Error> {
     Ok(status)
 }
 
+/// Register the personality and continue the program at `frame` (a forked child: a copy of
+/// its parent's registers at the `fork`, with `ret` = 0) until it exits; returns the status
+/// `leave` was given. `fs_base`: the program's FS base (the kernel keeps it per context, so
+/// the child's context needs it set again).
+pub fn resume_child(frame: &Frame, fs_base: u64) -> Result<u64, abi::Error> {
+    let (lo, hi) = native_range();
+    let top = STACK.0.get() as u64 + UPCALL_STACK as u64;
+    __linux_upcall_stack_top.store(top, Ordering::Relaxed);
+    crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
+    crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0)?;
+    if fs_base != 0 {
+        crate::sys::linux_personality(abi::LINUX_SET_FS, fs_base, 0, 0)?;
+    }
+    // The stub's tail pops the registers from the frame and pushes the flags back into it:
+    // it needs a copy it may write.
+    let mut f = alloc::boxed::Box::new(*frame);
+    // SAFETY: as in `enter`: the program runs on its own stack in this address space and
+    // comes back only through `leave`, which restores this frame's callee-saved registers
+    // and stack from what `__linux_resume_child` stored in SAVED_RSP. `f` outlives the call.
+    let status = unsafe { __linux_resume_child(&mut *f, SAVED_RSP.as_ptr()) };
+    let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
+    Ok(status)
+}
+
 /// End the program: back into `enter` with `status`. Only from the dispatcher, on the upcall
-/// stack, holding no lock, while `enter` runs the program.
+/// stack, holding no lock, while `enter` or `resume` runs the program.
 pub fn leave(status: u64) -> ! {
     // SAFETY: SAVED_RSP is what `__linux_enter` stored for the `enter` call that is still
     // live (the program runs inside it); nothing on the upcall stack needs dropping.

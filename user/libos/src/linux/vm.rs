@@ -393,6 +393,23 @@ impl Mmaps {
         self.covered(addr, end, |m| if write { m.prot & PROT_WRITE != 0 } else { m.prot & (PROT_READ | PROT_WRITE) != 0 })
     }
 
+    /// After a fork: the mappings' segments are now the copies `copy_of` names, in `share`.
+    /// A mapping that had no copy (mapped with no access, so the fork did not see it) gets a
+    /// fresh zeroed segment of its size.
+    pub fn rebind(&mut self, share: ObjectId, copy_of: &dyn Fn(ObjectId) -> Option<ObjectId>) -> Result<(), abi::Error> {
+        self.share = share;
+        for m in &mut self.v {
+            m.seg = match copy_of(m.seg) {
+                Some(new) => new,
+                None => {
+                    m.soff = 0;
+                    crate::sys::segment_alloc(share, "linux-mmap", MEMID_SELF, m.hi - m.lo)?
+                }
+            };
+        }
+        Ok(())
+    }
+
     /// Remove every mapping (the segments go with the program's share), writing shared ones
     /// back to their files first.
     pub fn release(&mut self) {

@@ -1,0 +1,108 @@
+//! `execve`: the process's image replaced in place (docs/linux-abi.md, "Processes"). Every
+//! argument is copied in and checked first (`EFAULT`, `E2BIG`), then the file (`ENOENT`,
+//! `EACCES` for a directory or a file nobody may execute, `ENOEXEC` for what the loader
+//! refuses); only then is the old image unloaded and the new one loaded (`load::load`, the
+//! same loader as the first program's: `AT_EXECFN` is the path as given). The descriptors
+//! marked `FD_CLOEXEC` are closed, handled signals go back to their default action (ignored
+//! ones stay ignored, the mask stays), and the upcall returns into the new program: its
+//! frame is rewritten to the new entry and stack with every register cleared.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use linuxabi::errno::*;
+
+use super::dispatch::{Process, PROC};
+use super::upcall::Frame;
+
+/// Longest path (Linux's `PATH_MAX` less the NUL).
+const PATH_MAX: usize = 4095;
+
+/// The strings of a NULL-terminated pointer array (`argv`, `envp`); `0` is an empty array.
+fn strings(p: &Process, mut at: u64) -> Result<Vec<Vec<u8>>, i64> {
+    let mut out = Vec::new();
+    if at == 0 {
+        return Ok(out);
+    }
+    let mut total = 0usize;
+    loop {
+        let ptr = p.image.space.get_u64(at).ok_or(-EFAULT)?;
+        if ptr == 0 {
+            return Ok(out);
+        }
+        let s = p.image.space.cstr(ptr, super::load::ARG_ROOM).map_err(|e| if e == -ENAMETOOLONG { -E2BIG } else { e })?;
+        total += s.len() + 1 + 8;
+        if total > super::load::ARG_ROOM || out.len() >= linuxabi::initstack::MAX_STRINGS {
+            return Err(-E2BIG);
+        }
+        out.push(Vec::from(s));
+        at = at.checked_add(8).ok_or(-EFAULT)?;
+    }
+}
+
+pub fn sys_execve(f: &mut Frame) -> i64 {
+    let mut g = PROC.lock();
+    let Some(p) = g.as_mut() else { return -ENOSYS };
+    match execve(p, f.rdi, f.rsi, f.rdx) {
+        Ok((entry, rsp)) => {
+            // The upcall returns into the new program as Linux starts one: rsp at argc,
+            // rdx = 0 (no exit handler), the other registers cleared.
+            *f = Frame { r9: 0, r8: 0, r10: 0, rdx: 0, rsi: 0, rdi: 0, r15: 0, r14: 0, r13: 0, r12: 0, rbp: 0, rbx: 0, ret: 0, nr_flags: 0x202, rip: entry, rsp };
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+fn execve(p: &mut Process, path: u64, argv: u64, envp: u64) -> Result<(u64, u64), i64> {
+    let raw = p.image.space.cstr(path, PATH_MAX)?;
+    let given = core::str::from_utf8(raw).map_err(|_| -ENOENT)?;
+    if given.is_empty() {
+        return Err(-ENOENT);
+    }
+    let given = String::from(given);
+    let argv = strings(p, argv)?;
+    let envp = strings(p, envp)?;
+    let av: Vec<&[u8]> = argv.iter().map(|s| s.as_slice()).collect();
+    let ev: Vec<&[u8]> = envp.iter().map(|s| s.as_slice()).collect();
+    if linuxabi::initstack::needed(&av, &ev, given.as_bytes()) > super::load::ARG_ROOM {
+        return Err(-E2BIG);
+    }
+    let abs = if given.starts_with('/') { super::files::normalize(&given) } else { super::files::join(&p.cwd, &given) };
+    // `/proc/self/exe` (there is no /proc): the program this process runs, which is how
+    // busybox's shell runs its own applets.
+    let abs = if abs == "/proc/self/exe" { p.procs.exe.clone() } else { abs };
+    let st = super::files::stat(&abs, false)?;
+    if st.mode & 0o170000 != 0o100000 || st.mode & 0o111 == 0 {
+        // A directory, a device, or a file without an execute bit.
+        return Err(-EACCES);
+    }
+    let file = crate::fs::read_all(&abs, 256 << 20).map_err(super::files::errno)?;
+    let (limit, _) = super::upcall::native_range();
+    if linuxabi::elf::plan(&file, super::load::PIE_BASE, super::load::MIN_ADDR, limit).is_err() {
+        return Err(-ENOEXEC);
+    }
+    // The point of no return: the old image goes.
+    super::load::unload(&mut p.image);
+    let mut seed = crate::time::tsc();
+    let mut random = [0u8; 16];
+    random[..8].copy_from_slice(&super::dispatch::random_u64(&mut seed).to_le_bytes());
+    random[8..].copy_from_slice(&super::dispatch::random_u64(&mut seed).to_le_bytes());
+    match super::load::load(&file, &given, &av, &ev, limit, random) {
+        Ok(l) => {
+            p.image = l;
+            p.procs.exe = abs;
+        }
+        Err(msg) => {
+            // Nothing to return to: the process ends as Linux ends it (SIGKILL) past this point.
+            crate::println!("linux: execve {given}: {msg}");
+            p.procs.killed_by = Some(super::proc::SIGKILL);
+            p.exit = Some(128 + u64::from(super::proc::SIGKILL));
+            return Err(-ENOEXEC);
+        }
+    }
+    p.files.close_on_exec();
+    p.sig.reset_on_exec();
+    p.fs_base = 0;
+    Ok((p.image.entry, p.image.rsp))
+}
