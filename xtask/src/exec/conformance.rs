@@ -29,7 +29,8 @@ pub enum Out {
 #[derive(Debug, Clone, Copy)]
 pub struct Case {
     pub name: &'static str,
-    /// `busybox` (Debian's busybox-static) or a C program of linux/progs/.
+    /// `busybox` (Debian's busybox-static), `busybox-musl` (the musl build) or a C program of
+    /// linux/progs/.
     pub program: &'static str,
     pub args: &'static [&'static str],
     pub stdin: &'static str,
@@ -44,11 +45,18 @@ pub struct Case {
 }
 
 const BB: &str = "busybox";
+/// busybox 1.35 built from Debian's source package with musl-gcc (`progs::busybox_musl`); in
+/// the guest it is `/bin/busybox` too.
+const BB_MUSL: &str = "busybox-musl";
 const WORDS: &str = "pear\napple\nfig\napple\nkiwi\n";
 const TEXT: (&str, &str) = ("text", "one two three\nfour five\nsix\n");
 
 const fn bb(name: &'static str, args: &'static [&'static str], stdout: Out) -> Case {
     Case { name, program: BB, args, stdin: "", files: &[], smp: 1, status: 0, stdout, ci: false }
+}
+
+const fn bb_musl(name: &'static str, args: &'static [&'static str], stdout: Out) -> Case {
+    Case { name, program: BB_MUSL, args, stdin: "", files: &[], smp: 1, status: 0, stdout, ci: false }
 }
 
 const fn c_prog(name: &'static str, program: &'static str, args: &'static [&'static str], status: i32, stdout: Out) -> Case {
@@ -96,6 +104,19 @@ pub const CASES: &[Case] = &[
     Case { ci: true, ..c_prog("forkstorm", "forkstorm", &[], 0, Out::Has(&["forkstorm: ok"])) },
     Case { ci: true, ..c_prog("mmapfile", "mmapfile", &[], 0, Out::Has(&["mmapfile: ok"])) },
     Case { ci: true, ..c_prog("pipe2proc", "pipe2proc", &[], 0, Out::Has(&["pipe2proc: ok"])) },
+    // The musl build: the same applets through the other C library.
+    bb_musl("musl-echo", &["echo", "hello", "  world", "-"], Out::Is("hello   world -\n")),
+    Case { stdin: WORDS, ..bb_musl("musl-sort", &["sort", "-u"], Out::Is("apple\nfig\nkiwi\npear\n")) },
+    Case { files: &[TEXT], ..bb_musl("musl-awk", &["awk", "{ n += NF; print NR \": \" $NF } END { print n }", "text"], Out::Is("1: three\n2: five\n3: six\n6\n")) },
+    Case {
+        ci: true,
+        stdin: WORDS,
+        ..bb_musl(
+            "musl-sh",
+            &["sh", "-c", "sort | uniq -c | sort -rn | head -1; mkdir -p t/d && echo one > t/1 && tar cf t.tar t && rm -r t && tar xf t.tar && cat t/1 && rm t.tar; x=$(echo sub | tr a-z A-Z); echo $x"],
+            Out::Is("      2 apple\none\nSUB\n"),
+        )
+    },
     c_prog("hello", "hello", &["a b"], 3, Out::Is("hello from a static Linux program\nargv[0]=/bin/hello\nargv[1]=a b\n")),
 ];
 
@@ -210,6 +231,8 @@ pub fn check_linux(case: &Case, out: &ExecOutput) -> Result<(), String> {
 pub fn request(case: &Case) -> Result<ExecRequest, String> {
     let program = if case.program == BB {
         super::progs::busybox_static()?
+    } else if case.program == BB_MUSL {
+        super::progs::busybox_musl()?
     } else {
         let extra = super::progs::C_PROGRAMS.iter().find(|(n, _)| *n == case.program).map(|(_, e)| *e).ok_or_else(|| format!("{}: no such program", case.program))?;
         super::progs::build(case.program, extra)?
