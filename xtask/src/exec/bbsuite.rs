@@ -310,31 +310,17 @@ pub fn differences_file() -> PathBuf {
 /// a line: `APPLET` or `APPLET: TEST NAME`. An entry before any reason, or listed twice, is
 /// an error.
 pub fn parse_listed(text: &str) -> Result<Vec<Listed>, String> {
-    let mut reason: Option<String> = None;
     let mut out: Vec<Listed> = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        let at = || format!("{}, line {}", differences_file().display(), i + 1);
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if let Some(r) = line.strip_prefix("reason:") {
-            if r.trim().is_empty() {
-                return Err(format!("{}: a reason with no text", at()));
-            }
-            reason = Some(r.trim().to_string());
-            continue;
-        }
-        let reason = reason.clone().ok_or_else(|| format!("{}: `{line}` comes before any `reason:` line", at()))?;
+    for (at, reason, line) in super::conformance::reason_groups(text, &differences_file().display().to_string())? {
         let (applet, test) = match line.split_once(": ") {
             Some((a, t)) => (a.trim().to_string(), Some(t.trim().to_string())),
-            None => (line.to_string(), None),
+            None => (line.clone(), None),
         };
         if applet.is_empty() || applet.contains(char::is_whitespace) {
-            return Err(format!("{}: `{applet}` is not an applet name", at()));
+            return Err(format!("{at}: `{applet}` is not an applet name"));
         }
         if out.iter().any(|l| l.applet == applet && l.test == test) {
-            return Err(format!("{}: `{line}` is listed twice", at()));
+            return Err(format!("{at}: `{line}` is listed twice"));
         }
         out.push(Listed { applet, test, reason });
     }

@@ -135,35 +135,48 @@ pub const ASPECTS: [&str; 4] = ["run", "stdout", "status", "files"];
 /// that start a group, and under each, `CASE [ASPECT...]` lines. Every case must be a case of
 /// the suite and every aspect one of [`ASPECTS`].
 pub fn parse_accepted(text: &str, known: &[&str]) -> Result<Vec<Accepted>, String> {
-    let mut reason: Option<String> = None;
     let mut out: Vec<Accepted> = Vec::new();
+    for (at, reason, line) in reason_groups(text, "accepted differences")? {
+        let mut words = line.split_whitespace();
+        let case = words.next().unwrap_or_default().to_string();
+        if !known.contains(&case.as_str()) {
+            return Err(format!("{at}: no case is named `{case}`"));
+        }
+        let aspects: Vec<String> = words.map(String::from).collect();
+        if let Some(a) = aspects.iter().find(|a| !ASPECTS.contains(&a.as_str())) {
+            return Err(format!("{at}: `{a}` is not one of {}", ASPECTS.join(", ")));
+        }
+        if out.iter().any(|e| e.case == case) {
+            return Err(format!("{at}: `{case}` is listed twice"));
+        }
+        out.push(Accepted { case, aspects, reason });
+    }
+    Ok(out)
+}
+
+/// The entries of a list of differences grouped by reason (this file's and busybox's
+/// testsuite's, `bbsuite::parse_listed`): `# comments` and blank lines skipped, a line
+/// `reason: TEXT` starting a group; each other line, trimmed, as (where, for messages: `FILE,
+/// line N`; its group's reason; the line). An entry before any reason, or a reason with no
+/// text, is an error.
+pub fn reason_groups(text: &str, file: &str) -> Result<Vec<(String, String, String)>, String> {
+    let mut reason: Option<String> = None;
+    let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
-        let at = || format!("accepted differences, line {}", i + 1);
+        let at = format!("{file}, line {}", i + 1);
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
         if let Some(r) = line.strip_prefix("reason:") {
             if r.trim().is_empty() {
-                return Err(format!("{}: a reason with no text", at()));
+                return Err(format!("{at}: a reason with no text"));
             }
             reason = Some(r.trim().to_string());
             continue;
         }
-        let reason = reason.clone().ok_or_else(|| format!("{}: `{line}` comes before any `reason:` line", at()))?;
-        let mut words = line.split_whitespace();
-        let case = words.next().unwrap_or_default().to_string();
-        if !known.contains(&case.as_str()) {
-            return Err(format!("{}: no case is named `{case}`", at()));
-        }
-        let aspects: Vec<String> = words.map(String::from).collect();
-        if let Some(a) = aspects.iter().find(|a| !ASPECTS.contains(&a.as_str())) {
-            return Err(format!("{}: `{a}` is not one of {}", at(), ASPECTS.join(", ")));
-        }
-        if out.iter().any(|e| e.case == case) {
-            return Err(format!("{}: `{case}` is listed twice", at()));
-        }
-        out.push(Accepted { case, aspects, reason });
+        let reason = reason.clone().ok_or_else(|| format!("{at}: `{line}` comes before any `reason:` line"))?;
+        out.push((at, reason, line.to_string()));
     }
     Ok(out)
 }
