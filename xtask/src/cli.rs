@@ -108,6 +108,8 @@ Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
     Exec(crate::exec::command::ExecArgs),
     /// Build the Linux test programs (linux/progs/*.c with musl-gcc, Debian's busybox-static) into target/linux-progs/; prints their paths
     LinuxProgs,
+    /// busybox's own testsuite inside each system, ours compared with Linux (docs/linux-exec.md)
+    BusyboxTests(crate::exec::bbsuite::BusyboxTestsArgs),
     /// Corey's figures 7, 8, 10, 11 in model time at 1-16 cores (exact counts + the amd16 cache model; docs/model.md)
     Model(crate::model::ModelArgs),
     // A new command is one variant here (its options declared in its own module, as the ones
@@ -303,6 +305,7 @@ pub fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
         Command::Linux(a) => crate::linux::main(a.command),
         Command::Exec(a) => crate::exec::command::main(a),
         Command::LinuxProgs => work(crate::exec::command::linux_progs()),
+        Command::BusyboxTests(a) => crate::exec::bbsuite::main(a),
         Command::Net(a) => crate::net::main(a.command),
         // `fs test` boots the guest through the test runner.
         Command::Fs(FsArgs { command: FsCommand::Test }) => work(crate::test::fs_command()),
@@ -410,7 +413,7 @@ mod tests {
     }
 
     /// Every command of the dispatch, in the order `help` lists them.
-    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate", "layers", "exec", "linux-progs", "model"];
+    const COMMANDS: &[&str] = &["run", "test", "iso", "build", "bench", "commute", "fuzz", "soak", "mutants", "plugin", "cachesim", "audit", "linux", "net", "webd", "fs", "metis", "idle", "completions", "insngate", "layers", "exec", "linux-progs", "busybox-tests", "model"];
 
     /// Catches: `--reason` accepted without `--update`, or the options not reaching the command.
     #[test]

@@ -1237,6 +1237,10 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // part, each case on the Linux guest (checked against what a Linux user expects) and on
     // this system (compared with Linux; linux/accepted-differences.txt lists what may differ).
     r.suite("linux-conformance", |_| crate::exec::conformance::ci_tests())?;
+    // busybox's own testsuite, a bounded part (a few text applets, Debian's binary) on both
+    // systems: a test that passes on Linux and not on ours fails unless
+    // linux/busybox-testsuite-differences.txt lists it (docs/linux-exec.md).
+    r.suite("busybox-testsuite", |_| crate::exec::bbsuite::ci())?;
     // The cycle model's 2-core smoke run (docs/model.md): two exact boots, identical, and the
     // model's numbers against xtask/src/model/smoke-expected.txt.
     r.suite("model-smoke", |_| crate::model::ci_check())?;

@@ -42,6 +42,11 @@ pub struct ExecArgs {
     /// Run the conformance suite (every case on both systems, compared) instead of one program
     #[arg(long, conflicts_with_all = ["program", "disk"])]
     pub conformance: bool,
+    /// Count the guest instructions between the program's region markers (port 0x501) under
+    /// the insncount plugin, exact mode, 1 vCPU, on ours, linux or both (the same-binary cost
+    /// comparison; per operation when the program prints `workload name=NAME ops=N`)
+    #[arg(long, conflicts_with = "conformance")]
+    pub insncount: bool,
     /// With --conformance: only the cases whose name contains PATTERN
     #[arg(long, value_name = "PATTERN")]
     pub only: Option<String>,
@@ -85,6 +90,7 @@ pub fn systems(a: &ExecArgs) -> Result<Vec<System>, String> {
     match (a.system.as_deref(), a.conformance) {
         (None | Some("ours"), false) => Ok(vec![System::Ours]),
         (Some("linux"), _) => Ok(vec![System::Linux]),
+        (Some("both"), false) if a.insncount => Ok(vec![System::Ours, System::Linux]),
         (Some("both"), false) => Err("--system both compares the two systems: it goes with --conformance (one program runs on ours or linux)".into()),
         (None | Some("both"), true) => Ok(vec![System::Ours, System::Linux]),
         (Some("ours"), true) => Ok(vec![System::Ours]),
@@ -114,6 +120,10 @@ pub fn main(a: ExecArgs) -> Result<(), Failure> {
     }
     // Everything about the program is checked before standard input is read or a guest boots.
     let probe = request(&a, Vec::new()).map_err(Failure::Usage)?;
+    if a.insncount {
+        // The measured program reads no standard input.
+        return crate::host::outcome::work(super::cost::command(&systems, &probe));
+    }
     let mut stdin = Vec::new();
     let tty = std::io::stdin().is_terminal();
     if tty {
@@ -169,6 +179,8 @@ mod tests {
         assert_eq!(systems(&p("exec --conformance").unwrap()), Ok(vec![System::Ours, System::Linux]));
         assert_eq!(systems(&p("exec --conformance --system linux").unwrap()), Ok(vec![System::Linux]));
         assert!(systems(&p("exec --system both prog").unwrap()).unwrap_err().contains("--conformance"));
+        assert_eq!(systems(&p("exec --insncount --system both prog").unwrap()), Ok(vec![System::Ours, System::Linux]));
+        assert!(p("exec --insncount --conformance").is_err());
         // Refused while parsing: no program, a bad system, --smp 0, a program with --conformance.
         assert!(p("exec").is_err());
         assert!(p("exec --system windows prog").is_err());

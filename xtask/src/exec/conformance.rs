@@ -29,7 +29,8 @@ pub enum Out {
 #[derive(Debug, Clone, Copy)]
 pub struct Case {
     pub name: &'static str,
-    /// `busybox` (Debian's busybox-static) or a C program of linux/progs/.
+    /// `busybox` (Debian's busybox-static), `busybox-musl` (the musl build) or a C program of
+    /// linux/progs/.
     pub program: &'static str,
     pub args: &'static [&'static str],
     pub stdin: &'static str,
@@ -44,11 +45,18 @@ pub struct Case {
 }
 
 const BB: &str = "busybox";
+/// busybox 1.35 built from Debian's source package with musl-gcc (`progs::busybox_musl`); in
+/// the guest it is `/bin/busybox` too.
+const BB_MUSL: &str = "busybox-musl";
 const WORDS: &str = "pear\napple\nfig\napple\nkiwi\n";
 const TEXT: (&str, &str) = ("text", "one two three\nfour five\nsix\n");
 
 const fn bb(name: &'static str, args: &'static [&'static str], stdout: Out) -> Case {
     Case { name, program: BB, args, stdin: "", files: &[], smp: 1, status: 0, stdout, ci: false }
+}
+
+const fn bb_musl(name: &'static str, args: &'static [&'static str], stdout: Out) -> Case {
+    Case { name, program: BB_MUSL, args, stdin: "", files: &[], smp: 1, status: 0, stdout, ci: false }
 }
 
 const fn c_prog(name: &'static str, program: &'static str, args: &'static [&'static str], status: i32, stdout: Out) -> Case {
@@ -109,6 +117,21 @@ pub const CASES: &[Case] = &[
     // Two processes time-sharing the one vCPU keep their own SSE registers (the kernel saves
     // them at each switch of a time-sharing core).
     Case { ci: true, ..c_prog("fpswitch", "fpswitch", &[], 0, Out::Is("parent saw another's SSE state: never\nchild saw another's SSE state: never\nfpswitch: ok\n")) },
+    // The musl build: the same applets through the other C library.
+    bb_musl("musl-echo", &["echo", "hello", "  world", "-"], Out::Is("hello   world -\n")),
+    Case { stdin: WORDS, ..bb_musl("musl-sort", &["sort", "-u"], Out::Is("apple\nfig\nkiwi\npear\n")) },
+    Case { files: &[TEXT], ..bb_musl("musl-awk", &["awk", "{ n += NF; print NR \": \" $NF } END { print n }", "text"], Out::Is("1: three\n2: five\n3: six\n6\n")) },
+    Case {
+        ci: true,
+        stdin: WORDS,
+        ..bb_musl(
+            "musl-sh",
+            // This build's sh finds applets on PATH only (no FEATURE_SH_STANDALONE), and the
+            // guest's PATH holds no applet links: each is called through `busybox`.
+            &["sh", "-c", "busybox sort | busybox uniq -c | busybox sort -rn | busybox head -1; busybox mkdir -p t/d && echo one > t/1 && busybox tar cf t.tar t && busybox rm -r t && busybox tar xf t.tar && busybox cat t/1 && busybox rm t.tar; x=$(echo sub | busybox tr a-z A-Z); echo $x"],
+            Out::Is("      2 apple\none\nSUB\n"),
+        )
+    },
     c_prog("hello", "hello", &["a b"], 3, Out::Is("hello from a static Linux program\nargv[0]=/bin/hello\nargv[1]=a b\n")),
 ];
 
@@ -127,35 +150,48 @@ pub const ASPECTS: [&str; 4] = ["run", "stdout", "status", "files"];
 /// that start a group, and under each, `CASE [ASPECT...]` lines. Every case must be a case of
 /// the suite and every aspect one of [`ASPECTS`].
 pub fn parse_accepted(text: &str, known: &[&str]) -> Result<Vec<Accepted>, String> {
-    let mut reason: Option<String> = None;
     let mut out: Vec<Accepted> = Vec::new();
+    for (at, reason, line) in reason_groups(text, "accepted differences")? {
+        let mut words = line.split_whitespace();
+        let case = words.next().unwrap_or_default().to_string();
+        if !known.contains(&case.as_str()) {
+            return Err(format!("{at}: no case is named `{case}`"));
+        }
+        let aspects: Vec<String> = words.map(String::from).collect();
+        if let Some(a) = aspects.iter().find(|a| !ASPECTS.contains(&a.as_str())) {
+            return Err(format!("{at}: `{a}` is not one of {}", ASPECTS.join(", ")));
+        }
+        if out.iter().any(|e| e.case == case) {
+            return Err(format!("{at}: `{case}` is listed twice"));
+        }
+        out.push(Accepted { case, aspects, reason });
+    }
+    Ok(out)
+}
+
+/// The entries of a list of differences grouped by reason (this file's and busybox's
+/// testsuite's, `bbsuite::parse_listed`): `# comments` and blank lines skipped, a line
+/// `reason: TEXT` starting a group; each other line, trimmed, as (where, for messages: `FILE,
+/// line N`; its group's reason; the line). An entry before any reason, or a reason with no
+/// text, is an error.
+pub fn reason_groups(text: &str, file: &str) -> Result<Vec<(String, String, String)>, String> {
+    let mut reason: Option<String> = None;
+    let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
-        let at = || format!("accepted differences, line {}", i + 1);
+        let at = format!("{file}, line {}", i + 1);
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
         if let Some(r) = line.strip_prefix("reason:") {
             if r.trim().is_empty() {
-                return Err(format!("{}: a reason with no text", at()));
+                return Err(format!("{at}: a reason with no text"));
             }
             reason = Some(r.trim().to_string());
             continue;
         }
-        let reason = reason.clone().ok_or_else(|| format!("{}: `{line}` comes before any `reason:` line", at()))?;
-        let mut words = line.split_whitespace();
-        let case = words.next().unwrap_or_default().to_string();
-        if !known.contains(&case.as_str()) {
-            return Err(format!("{}: no case is named `{case}`", at()));
-        }
-        let aspects: Vec<String> = words.map(String::from).collect();
-        if let Some(a) = aspects.iter().find(|a| !ASPECTS.contains(&a.as_str())) {
-            return Err(format!("{}: `{a}` is not one of {}", at(), ASPECTS.join(", ")));
-        }
-        if out.iter().any(|e| e.case == case) {
-            return Err(format!("{}: `{case}` is listed twice", at()));
-        }
-        out.push(Accepted { case, aspects, reason });
+        let reason = reason.clone().ok_or_else(|| format!("{at}: `{line}` comes before any `reason:` line"))?;
+        out.push((at, reason, line.to_string()));
     }
     Ok(out)
 }
@@ -223,6 +259,8 @@ pub fn check_linux(case: &Case, out: &ExecOutput) -> Result<(), String> {
 pub fn request(case: &Case) -> Result<ExecRequest, String> {
     let program = if case.program == BB {
         super::progs::busybox_static()?
+    } else if case.program == BB_MUSL {
+        super::progs::busybox_musl()?
     } else {
         let extra = super::progs::C_PROGRAMS.iter().find(|(n, _)| *n == case.program).map(|(_, e)| *e).ok_or_else(|| format!("{}: no such program", case.program))?;
         super::progs::build(case.program, extra)?

@@ -102,6 +102,16 @@ pub fn prepare() -> Result<(), String> {
 }
 
 pub fn run(req: &ExecRequest) -> Result<ExecOutput, String> {
+    run_inner(req, None)
+}
+
+/// `run`, under a QEMU plugin in the exact mode (`plugin`: the `-plugin` argument), for
+/// `exec --insncount`.
+pub fn run_measured(req: &ExecRequest, plugin: &str) -> Result<ExecOutput, String> {
+    run_inner(req, Some(plugin))
+}
+
+fn run_inner(req: &ExecRequest, plugin: Option<&str>) -> Result<ExecOutput, String> {
     super::check_request(req)?;
     let init = super::progs::build_init()?;
     let kernel = fetch_kernel()?;
@@ -111,18 +121,23 @@ pub fn run(req: &ExecRequest) -> Result<ExecOutput, String> {
         None => Vec::new(),
     };
     let dir = run_dir()?;
-    let result = boot(req, &init, &kernel, &elf, modules, &dir);
+    let result = boot(req, &init, &kernel, &elf, modules, &dir, plugin);
     let _ = fs::remove_dir_all(&dir);
     result
 }
 
-fn boot(req: &ExecRequest, init: &Path, kernel: &crate::guest::linux::LinuxKernel, elf: &Path, modules: Vec<CpioEntry>, dir: &Path) -> Result<ExecOutput, String> {
+fn boot(req: &ExecRequest, init: &Path, kernel: &crate::guest::linux::LinuxKernel, elf: &Path, modules: Vec<CpioEntry>, dir: &Path, plugin: Option<&str>) -> Result<ExecOutput, String> {
     let initrd = dir.join("initramfs.cpio");
     crate::guest::linux::build_initramfs_with(init, entries(req, modules)?, &initrd)?;
     let mut vm = LinuxVm::new(kernel, &initrd);
     vm.kernel = elf.to_path_buf();
     vm.smp = req.smp.max(1);
     vm.timeout = req.timeout;
+    if let Some(p) = plugin {
+        vm.single_thread = true;
+        vm.exact = true;
+        vm.plugins.push(p.to_string());
+    }
     let (out, err, rep) = (dir.join("stdout"), dir.join("stderr"), dir.join("report"));
     let mut args = vm.qemu_args();
     for f in [&out, &err, &rep] {

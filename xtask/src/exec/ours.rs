@@ -131,6 +131,17 @@ pub fn run_with(kernel: &Path, initrd: &Path, req: &ExecRequest) -> Result<ExecO
 /// `run_with`, the program run `runs` times in one boot (its output repeated; the status is
 /// the last run's).
 pub fn run_times(kernel: &Path, initrd: &Path, req: &ExecRequest, runs: u32) -> Result<ExecOutput, String> {
+    run_inner(kernel, initrd, req, runs, None)
+}
+
+/// `run`, under a QEMU plugin in the exact mode (`plugin`: the `-plugin` argument;
+/// single-threaded TCG, instruction-based time, docs/plugins.md), for `exec --insncount`.
+pub fn run_measured(req: &ExecRequest, plugin: &str) -> Result<ExecOutput, String> {
+    let (kernel, initrd) = prepare()?;
+    run_inner(&kernel, &initrd, req, 1, Some(plugin))
+}
+
+fn run_inner(kernel: &Path, initrd: &Path, req: &ExecRequest, runs: u32, plugin: Option<&str>) -> Result<ExecOutput, String> {
     if !req.program.is_file() {
         return Err(format!("{}: no such file", req.program.display()));
     }
@@ -146,7 +157,16 @@ pub fn run_times(kernel: &Path, initrd: &Path, req: &ExecRequest, runs: u32) -> 
         timeout: Some(req.timeout),
         ..Default::default()
     };
-    let out = crate::host::qemu::boot_captured(&cfg, None, false)?;
+    let out = match plugin {
+        None => crate::host::qemu::boot_captured(&cfg, None, false)?,
+        Some(p) => {
+            // The exact mode needs single-threaded TCG.
+            let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
+            args.extend(["-serial", "stdio", "-monitor", "none", "-plugin", p].iter().map(|s| s.to_string()));
+            args.extend(crate::guest::plugin::exact_qemu_args());
+            crate::host::qemu::run_captured(&args, cfg.timeout, None, false)?
+        }
+    };
     // The files left under /tmp, read from the image the guest wrote (as the Linux guest's
     // init lists them), before the run's folder goes.
     let files = list_tmp(&dir.join("root.img"));
