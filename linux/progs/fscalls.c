@@ -15,6 +15,7 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const char *en(int e) {
@@ -258,6 +259,96 @@ int main(void) {
     show("munmap", munmap(m2, 4096));
     show("msync unmapped", msync(m2, 4096, MS_SYNC));
     show("munmap unaligned", munmap(m2 + 1, 4096));
+    /* A file grown past its first blocks by many small writes (as tar writes its archive),
+     * then read back whole: every byte where it was written, and the size all of it. */
+    fd = open("big", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char blk[512];
+    long wrote = 0;
+    for (int i = 0; i < 20; i++) {
+        memset(blk, 'a' + i, sizeof blk);
+        wrote += write(fd, blk, sizeof blk);
+    }
+    show("20 writes of 512 bytes", wrote);
+    struct stat bs;
+    fstat(fd, &bs);
+    show("fstat size after them", (long)bs.st_size);
+    close(fd);
+    show("stat size after close", size_of("big"));
+    static char back[12000];
+    fd = open("big", O_RDONLY);
+    long got = 0, r;
+    while ((r = read(fd, back + got, sizeof back - got)) > 0)
+        got += r;
+    close(fd);
+    int same = got == 10240;
+    for (int i = 0; same && i < 10240; i++)
+        same = back[i] == 'a' + i / 512;
+    show("read back", got);
+    show("every byte as written", same);
+    show("unlink big", unlink("big"));
+
+    /* The device files: a character device each, mode 0666. */
+    struct stat ds;
+    show("stat /dev/null", stat("/dev/null", &ds));
+    show("/dev/null is a character device", S_ISCHR(ds.st_mode));
+    printf("mode of /dev/null: %o\n", ds.st_mode & 07777);
+    fd = open("/dev/null", O_RDWR);
+    show("write /dev/null", write(fd, "xyz", 3));
+    show("read /dev/null", read(fd, blk, sizeof blk));
+    fstat(fd, &ds);
+    show("fstat /dev/null is a character device", S_ISCHR(ds.st_mode));
+    close(fd);
+    fd = open("/dev/zero", O_RDONLY);
+    memset(blk, 1, sizeof blk);
+    show("read /dev/zero", read(fd, blk, 100));
+    show("and it gave zeros", blk[0] == 0 && blk[99] == 0 && blk[100] == 1);
+    close(fd);
+    fd = open("/dev/urandom", O_RDONLY);
+    show("read /dev/urandom", read(fd, blk, 16));
+    close(fd);
+    show("open /dev/null O_DIRECTORY", open("/dev/null", O_RDONLY | O_DIRECTORY));
+    /* A child makes a directory and a file of 10 KiB; then the parent makes one of its own.
+     * Each process must allocate inodes and blocks the other did not (both files keep their
+     * bytes, the directory stays a directory), and both are left for the file listing. */
+    pid_t kid = fork();
+    if (kid == 0) {
+        mkdir("kdir", 0755);
+        int k = open("kdir/kid", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        for (int i = 0; i < 20; i++) {
+            memset(blk, 'A' + i, sizeof blk);
+            write(k, blk, sizeof blk);
+        }
+        close(k);
+        _exit(0);
+    }
+    int kst = -1;
+    show("wait for the child that wrote", waitpid(kid, &kst, 0) == kid && kst == 0);
+    fd = open("mine", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    for (int i = 0; i < 20; i++) {
+        memset(blk, 'k' - i % 10, sizeof blk);
+        write(fd, blk, sizeof blk);
+    }
+    close(fd);
+    show("the child's directory is a directory", stat("kdir", &bs) == 0 && S_ISDIR(bs.st_mode));
+    show("size of the child's file", size_of("kdir/kid"));
+    fd = open("kdir/kid", O_RDONLY);
+    got = 0;
+    while ((r = read(fd, back + got, sizeof back - got)) > 0)
+        got += r;
+    close(fd);
+    same = got == 10240;
+    for (int i = 0; same && i < 10240; i++)
+        same = back[i] == 'A' + i / 512;
+    show("the child's file as it wrote it", same);
+    fd = open("mine", O_RDONLY);
+    got = 0;
+    while ((r = read(fd, back + got, sizeof back - got)) > 0)
+        got += r;
+    close(fd);
+    same = got == 10240;
+    for (int i = 0; same && i < 10240; i++)
+        same = back[i] == 'k' - (i / 512) % 10;
+    show("the parent's file as it wrote it", same);
     printf("fscalls: done\n");
     return 0;
 }

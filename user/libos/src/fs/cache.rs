@@ -17,9 +17,11 @@
 //! child's file-system calls then hit the pages its parent cached (and dirtied) without reading
 //! the disk, and both sides' misses and write-backs are serialised by the table's fill lock,
 //! which lives in the shared memory. What stays per process is the file system above the cache
-//! (the superblock's and group descriptors' counts, open files, the name cache): a child that
-//! shares the cache may read anything and overwrite file data in place, but must not allocate
-//! (create, extend, mkdir...), or the two processes' block and inode counts diverge (docs/fs.md).
+//! (the superblock's and group descriptors' counts, the per-core reserves, open files, the
+//! name cache): a child that shares the cache may read anything and overwrite file data in
+//! place, and allocates (create, extend, mkdir...) only through the hand-over of
+//! `fs::give_back_reserves` and `fs::reload_counts` (docs/fs.md, "Sharing the cache with a
+//! child that allocates").
 
 use abi::{ArKind, Error, ObjName, ObjectId, SegMapping, BLK_SECTOR, MAP_READ, MAP_WRITE, MEMID_SELF};
 use bcache::{IoError, Table};

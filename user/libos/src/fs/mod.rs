@@ -1097,6 +1097,37 @@ pub fn sync() -> Result<()> {
     with_all(|x| x.sync())
 }
 
+/// Before a `cfork` whose child shares the buffer cache (`cache_sharing`) and may allocate:
+/// every core's reserve goes back to the bitmaps (in the shared cache). A reserve is
+/// per-process memory, so the child's copy of a non-empty one would hand out the very inodes
+/// and blocks the parent hands out too (two files on one inode). The child gives its own
+/// back at its end (`give_back_reserves` again) and the parent then reads the counts the
+/// child left (`reload_counts`). This is exact while the two do not allocate at the same
+/// time (a shell waiting for its command); two processes allocating at once still share no
+/// lock (docs/fs.md, "Sharing the cache with a child").
+pub fn give_back_reserves() -> Result<()> {
+    with_all(|x| x.return_reserves())
+}
+
+/// After a child that shared the buffer cache ended: give back this process's reserves, then
+/// take the superblock's and group descriptors' counts from the cache (the child wrote its
+/// own there), and drop every cached name and `Stat` (the child may have made, changed or
+/// removed any of them): the name cache's epoch moves, as at a mount.
+pub fn reload_counts() -> Result<()> {
+    with_all(|x| {
+        x.return_reserves()?;
+        let me = x.me();
+        let dev = x.cores[me].as_ref().ok_or(FsError::NoDevice)?.dev.clone();
+        let fresh = Ext2::mount(dev)?;
+        names::NAMES.begin_change();
+        for fs in x.cores.iter_mut().filter_map(|g| g.as_mut()) {
+            fs.copy_counts_from(&fresh);
+        }
+        names::NAMES.end_change();
+        Ok(())
+    })
+}
+
 /// The cache's counters and the device's (requests and bytes each way).
 pub fn cache_stats() -> Result<(CacheStats, abi::DeviceStat)> {
     with_all(|_| {

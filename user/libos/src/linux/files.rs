@@ -91,6 +91,38 @@ pub struct Desc {
     /// A directory: its listing (`None` until `getdents64` or for a non-directory).
     pub dir: Option<DirList>,
     pub is_dir: bool,
+    /// A device file of [`DEVICES`] (`None` for everything else).
+    pub dev: Option<Dev>,
+}
+
+/// The character devices programs expect under `/dev`. They are not in the file system: `open`
+/// and `stat` of their paths give them, backed by a console descriptor of the descriptor layer
+/// (so `dup`, `close` and a fork's carrying treat them as any descriptor) whose reads and
+/// writes this layer answers itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dev {
+    /// Reads give end of file, writes are dropped.
+    Null,
+    /// Reads give zero bytes, writes are dropped.
+    Zero,
+    /// Reads give pseudo-random bytes (as `getrandom`), writes are dropped.
+    Urandom,
+}
+
+/// Each device's path, Linux's (major, minor) and inode number given by `stat`.
+const DEVICES: [(&str, Dev, u32, u32); 4] = [("/dev/null", Dev::Null, 1, 3), ("/dev/zero", Dev::Zero, 1, 5), ("/dev/urandom", Dev::Urandom, 1, 9), ("/dev/random", Dev::Urandom, 1, 8)];
+
+/// The device at `path` (normalized), if any.
+pub fn device(path: &str) -> Option<(Dev, u32, u32)> {
+    DEVICES.iter().find(|d| d.0 == path).map(|d| (d.1, d.2, d.3))
+}
+
+const S_IFCHR: u32 = 0o020000;
+
+/// What `stat` says of a device: a character device, mode 0666, owned by root, empty. The
+/// inode number is made from the device numbers (Linux's are devtmpfs's, unrelated to ext2).
+fn dev_stat(major: u32, minor: u32) -> LinuxStat {
+    LinuxStat { ino: u64::from(major << 8 | minor) | 1 << 32, nlink: 1, mode: S_IFCHR | 0o666, uid: 0, gid: 0, size: 0, blocks: 0, mtime: 0 }
 }
 
 /// One Linux descriptor.
@@ -146,7 +178,7 @@ impl Files {
                     return Err(e);
                 }
             };
-            let d = f.new_desc(Desc { refs: 0, flags, stream, path: String::new(), dir: None, is_dir: false });
+            let d = f.new_desc(Desc { refs: 0, flags, stream, path: String::new(), dir: None, is_dir: false, dev: None });
             f.put(i, fd, false, d);
         }
         Ok(f)
@@ -215,7 +247,7 @@ impl Files {
             let _ = fd::close(fd);
             return -EMFILE;
         };
-        let d = self.new_desc(Desc { refs: 0, flags: flags & !(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_CLOEXEC), stream, path, dir: None, is_dir });
+        let d = self.new_desc(Desc { refs: 0, flags: flags & !(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_CLOEXEC), stream, path, dir: None, is_dir, dev: None });
         self.put(slot, fd, flags & O_CLOEXEC != 0, d);
         slot as i64
     }
@@ -314,6 +346,9 @@ pub fn linux_stat(st: &fs::Stat) -> LinuxStat {
 }
 
 pub fn stat(path: &str, nofollow: bool) -> Result<LinuxStat, i64> {
+    if let Some((_, major, minor)) = device(&normalize(path)) {
+        return Ok(dev_stat(major, minor));
+    }
     let r = if nofollow { fs::lstat(path) } else { fs::stat(path) };
     r.map(|s| linux_stat(&s)).map_err(errno)
 }
@@ -333,6 +368,25 @@ pub fn open(f: &mut Files, path: &str, flags: u32) -> i64 {
         return -EMFILE;
     }
     let path = normalize(path);
+    if let Some((dev, _, _)) = device(&path) {
+        if flags & O_DIRECTORY != 0 {
+            return -ENOTDIR;
+        }
+        if flags & O_CREAT != 0 && flags & O_EXCL != 0 {
+            return -EEXIST;
+        }
+        let fd = match fd::open_console(f.scope) {
+            Ok(fd) => fd,
+            Err(e) => return errno_of(e),
+        };
+        let n = f.install(fd, flags, Stream::None, path, false);
+        if n >= 0 {
+            if let Some(d) = f.desc_mut(n as i32) {
+                d.dev = Some(dev);
+            }
+        }
+        return n;
+    }
     let existing = fs::lstat(&path);
     if let Ok(st) = &existing {
         let mode = u32::from(st.mode);
@@ -472,6 +526,22 @@ pub fn read(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
     if d.is_dir {
         return -EISDIR;
     }
+    match d.dev {
+        Some(Dev::Null) => return 0,
+        Some(Dev::Zero) => {
+            dst.fill(0);
+            return dst.len() as i64;
+        }
+        Some(Dev::Urandom) => {
+            let mut st = crate::time::tsc();
+            for c in dst.chunks_mut(8) {
+                let v = super::dispatch::random_u64(&mut st).to_le_bytes();
+                c.copy_from_slice(&v[..c.len()]);
+            }
+            return dst.len() as i64;
+        }
+        None => {}
+    }
     match d.stream {
         Stream::In => {
             if at.is_some() {
@@ -503,6 +573,9 @@ pub fn write(f: &mut Files, fd: i32, src: &[u8], framed: bool, at: Option<u64>) 
     let Some(d) = f.descs[s.desc].as_ref() else { return -EBADF };
     if matches!(d.flags & O_ACCMODE, O_RDONLY | 3) {
         return -EBADF;
+    }
+    if d.dev.is_some() {
+        return src.len() as i64;
     }
     match d.stream {
         Stream::Out(n) => {
@@ -555,6 +628,10 @@ pub fn lseek(f: &mut Files, fd: i32, off: i64, whence: u32) -> i64 {
     if d.stream != Stream::None {
         return -ESPIPE;
     }
+    if d.dev.is_some() {
+        // Linux's character devices here ignore the seek and report offset 0.
+        return 0;
+    }
     if d.is_dir {
         if whence == 0 && off == 0 {
             d.dir = None;
@@ -571,6 +648,9 @@ pub fn lseek(f: &mut Files, fd: i32, off: i64, whence: u32) -> i64 {
 
 pub fn fstat(f: &Files, fd: i32) -> Result<LinuxStat, i64> {
     let s = f.slot(fd).ok_or(-EBADF)?;
+    if let Some((_, major, minor)) = f.desc(fd).and_then(|d| d.dev).and_then(|_| device(&f.desc(fd)?.path)) {
+        return Ok(dev_stat(major, minor));
+    }
     fd::fstat(s.fd).map(|st| linux_stat(&st)).map_err(errno_of)
 }
 

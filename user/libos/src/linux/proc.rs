@@ -386,6 +386,8 @@ fn spawn(sess: &Session) -> Result<Child, abi::Error> {
     let mut ranges = [0];
     let (ns, nr) = match crate::fs::cache_sharing() {
         Ok(c) => {
+            // The child allocates from the shared bitmaps, never from a copy of our reserves.
+            crate::fs::give_back_reserves().map_err(|_| abi::Error::Busy)?;
             shares[1] = c.share;
             segs[1] = c.request_seg;
             ranges[0] = c.range;
@@ -507,6 +509,9 @@ fn finish(status: Option<u64>) -> u64 {
         (None, None) => code_of_exit(127),
     };
     release(p);
+    // What this child's reserves hold goes back to the shared bitmaps (the parent reads the
+    // counts when it reaps us: `wait_child`).
+    let _ = crate::fs::give_back_reserves();
     code
 }
 
@@ -566,6 +571,8 @@ fn wait_child(which: Which, nohang: bool, reap: bool) -> Result<Option<(u32, u32
                 let c = &mut p.procs.children[i];
                 let code = c.child.join_timeout(1000).map_err(|_| -ECHILD)?;
                 let r = (c.pid, wait_status(code));
+                // The child may have made, changed or removed files through the shared cache.
+                let _ = crate::fs::reload_counts();
                 if reap {
                     let c = p.procs.children.remove(i);
                     free_slot(c.slot);
