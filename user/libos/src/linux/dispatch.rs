@@ -1,53 +1,79 @@
 //! The Linux system-call dispatcher: every reflected `syscall` of the program lands here
-//! (from `upcall.rs`) and runs by its Linux number. [`HANDLERS`] lists the numbers with a
-//! handler; it must name exactly the numbers `linuxabi::support::SUPPORTED` lists, in order
-//! (a compile-time check below), which is the table docs/linux-abi.md is written from. Any
-//! other number is `-ENOSYS`, reported once per program on the console with its name.
-//! Pointer arguments are checked against the program's memory (`mem::Space`): `-EFAULT`
-//! before anything is touched.
+//! (from `upcall.rs`) and runs by its Linux number. [`HANDLERS`] and [`UNLOCKED`] list the
+//! numbers with a handler; together they must name exactly the numbers
+//! `linuxabi::support::SUPPORTED` lists (a compile-time check below), which is the table
+//! docs/linux-abi.md is written from. Any other number is `-ENOSYS`, reported once per
+//! program on the console with its name. Pointer arguments are checked against the
+//! program's memory (`mem::Space`): `-EFAULT` before anything is touched.
+//!
+//! Lock discipline: what the threads of the program share is one [`Process`] behind the
+//! process lock ([`PROC`], taken with [`lock_proc`]); what each thread has is its slot
+//! (`thread::SLOTS`). A [`HANDLERS`] row runs with the process lock held and never blocks;
+//! an [`UNLOCKED`] row (calls that may sleep or end a thread: `futex`, `nanosleep`,
+//! `sched_yield`, `clone`, `exit`, `exit_group`) gets the registers and takes the lock itself
+//! only around what touches shared state, so other threads go on while it sleeps.
 
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use linuxabi::errno::*;
 use linuxabi::nr;
-use percore::spin::TicketLock;
+use percore::spin::{TicketLock, TicketLockGuard};
 
 use super::files::{self, Desc, Files};
 use super::load::Loaded;
+use super::thread::{self, Threads};
 use super::upcall::Frame;
 
-/// Everything the dispatcher keeps about the running program.
+/// What the threads of the running program share (each thread's own state is its slot,
+/// `thread::SLOTS`).
 pub struct Process {
     pub image: Loaded,
     pub files: Files,
     pub cwd: String,
-    /// `Some(status)` once it called `exit`/`exit_group`.
+    /// `Some(status)` once the program ended (`exit` of its last thread, `exit_group`).
     pub exit: Option<u64>,
     /// Numbers already reported as unimplemented (bit per number below 512; above, one bit).
     reported: [u64; 9],
-    /// `rt_sigaction` records (32 bytes each), `rt_sigprocmask`'s mask.
+    /// `rt_sigaction` records (32 bytes each): shared by the threads (`CLONE_SIGHAND`).
     sigactions: [[u8; 32]; 65],
-    sigmask: u64,
-    fs_base: u64,
-    tid_address: u64,
     /// Standard output and error go to the host as framed records (`out`), not as a terminal.
     pub framed: bool,
-    /// System calls the program made.
-    pub calls: u64,
+    /// The thread table.
+    pub threads: Threads,
 }
 
 impl Process {
+    /// The process of a loaded program whose only thread is the runtime's own context.
     pub fn new(image: Loaded, files: Files, framed: bool) -> Process {
-        Process { image, files, cwd: String::from("/"), exit: None, reported: [0; 9], sigactions: [[0; 32]; 65], sigmask: 0, fs_base: 0, tid_address: 0, framed, calls: 0 }
+        CALLS.store(0, Ordering::Relaxed);
+        let threads = Threads::new(image.share);
+        Process { image, files, cwd: String::from("/"), exit: None, reported: [0; 9], sigactions: [[0; 32]; 65], framed, threads }
     }
 }
 
 pub static PROC: TicketLock<Option<Process>> = TicketLock::new(None);
 
-type Handler = fn(&mut Process, &[u64; 6]) -> i64;
+/// System calls the program made (all threads).
+pub static CALLS: AtomicU64 = AtomicU64::new(0);
 
-/// The handlers, by number (sorted).
+/// Take the process lock. A thread that finds it held gives its turn (`pcore_yield`) between
+/// tries: on a TC the holder may be a context queued behind it on the same core.
+pub fn lock_proc() -> TicketLockGuard<'static, Option<Process>> {
+    loop {
+        if let Some(g) = PROC.try_lock() {
+            return g;
+        }
+        let _ = crate::sys::pcore_yield();
+    }
+}
+
+type Handler = fn(&mut Process, &[u64; 6]) -> i64;
+/// A handler that takes the process lock itself (and may sleep without it).
+type FrameHandler = fn(&mut Frame) -> i64;
+
+/// The handlers run with the process lock held, by number (sorted).
 pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::READ, sys_read),
     (nr::WRITE, sys_write),
@@ -67,10 +93,7 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::PREAD64, sys_pread64),
     (nr::READV, sys_readv),
     (nr::WRITEV, sys_writev),
-    (nr::SCHED_YIELD, sys_sched_yield),
-    (nr::NANOSLEEP, sys_nanosleep),
     (nr::GETPID, sys_getpid),
-    (nr::EXIT, sys_exit),
     (nr::UNAME, sys_uname),
     (nr::GETCWD, sys_getcwd),
     (nr::CHDIR, sys_chdir),
@@ -81,60 +104,96 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::GETEGID, sys_zero),
     (nr::GETPPID, sys_zero),
     (nr::ARCH_PRCTL, sys_arch_prctl),
-    (nr::GETTID, sys_getpid),
-    (nr::SCHED_GETAFFINITY, sys_sched_getaffinity),
+    (nr::GETTID, thread::sys_gettid),
+    (nr::SCHED_SETAFFINITY, thread::sys_sched_setaffinity),
+    (nr::SCHED_GETAFFINITY, thread::sys_sched_getaffinity),
     (nr::GETDENTS64, sys_getdents64),
-    (nr::SET_TID_ADDRESS, sys_set_tid_address),
+    (nr::SET_TID_ADDRESS, thread::sys_set_tid_address),
     (nr::CLOCK_GETTIME, sys_clock_gettime),
-    (nr::EXIT_GROUP, sys_exit),
     (nr::OPENAT, sys_openat),
     (nr::NEWFSTATAT, sys_newfstatat),
+    (nr::SET_ROBUST_LIST, thread::sys_set_robust_list),
+    (nr::GET_ROBUST_LIST, thread::sys_get_robust_list),
     (nr::PRLIMIT64, sys_prlimit64),
     (nr::GETRANDOM, sys_getrandom),
+];
+
+/// The handlers that take the process lock themselves, by number (sorted).
+pub const UNLOCKED: &[(u64, FrameHandler)] = &[
+    (nr::SCHED_YIELD, sys_sched_yield),
+    (nr::NANOSLEEP, sys_nanosleep),
+    (nr::CLONE, thread::sys_clone),
+    (nr::EXIT, thread::sys_exit),
+    (nr::FUTEX, super::futex::sys_futex),
+    (nr::EXIT_GROUP, thread::sys_exit_group),
 ];
 
 /// Numbers below this index the handler array; the rest are unknown.
 const TABLE_LEN: usize = 512;
 
-static TABLE: [Option<Handler>; TABLE_LEN] = {
-    let mut t: [Option<Handler>; TABLE_LEN] = [None; TABLE_LEN];
+#[derive(Clone, Copy)]
+enum Entry {
+    None,
+    Locked(Handler),
+    Unlocked(FrameHandler),
+}
+
+static TABLE: [Entry; TABLE_LEN] = {
+    let mut t: [Entry; TABLE_LEN] = [Entry::None; TABLE_LEN];
     let mut i = 0;
     while i < HANDLERS.len() {
-        t[HANDLERS[i].0 as usize] = Some(HANDLERS[i].1);
+        t[HANDLERS[i].0 as usize] = Entry::Locked(HANDLERS[i].1);
+        i += 1;
+    }
+    let mut i = 0;
+    while i < UNLOCKED.len() {
+        t[UNLOCKED[i].0 as usize] = Entry::Unlocked(UNLOCKED[i].1);
         i += 1;
     }
     t
 };
 
-// The handler list and the support table name the same numbers in the same order.
+// The two handler lists, merged in order, name the numbers of the support table.
 const _: () = {
     let s = linuxabi::support::SUPPORTED;
-    assert!(s.len() == HANDLERS.len(), "linuxabi::support::SUPPORTED and HANDLERS differ in length");
-    let mut i = 0;
-    while i < s.len() {
-        assert!(s[i].0 == HANDLERS[i].0, "linuxabi::support::SUPPORTED and HANDLERS name different numbers");
-        i += 1;
+    assert!(s.len() == HANDLERS.len() + UNLOCKED.len(), "linuxabi::support::SUPPORTED and HANDLERS + UNLOCKED differ in length");
+    let (mut i, mut j, mut k) = (0, 0, 0);
+    while k < s.len() {
+        let n = s[k].0;
+        if i < HANDLERS.len() && HANDLERS[i].0 == n {
+            i += 1;
+        } else if j < UNLOCKED.len() && UNLOCKED[j].0 == n {
+            j += 1;
+        } else {
+            panic!("linuxabi::support::SUPPORTED names a number that HANDLERS and UNLOCKED do not have there (each list is sorted)");
+        }
+        k += 1;
     }
 };
 
-/// Called by the upcall stub with the program's registers.
+/// Called by the upcall stub with the program's registers (on the calling thread's upcall
+/// stack).
 pub extern "C" fn linux_dispatch(f: &mut Frame) {
     let nr = (f.nr_flags >> 32) as u32;
-    let args = [f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9];
-    let mut g = PROC.lock();
-    let Some(p) = g.as_mut() else {
-        f.ret = -ENOSYS as u64;
-        return;
-    };
-    p.calls += 1;
-    let r = match TABLE.get(nr as usize) {
-        Some(Some(h)) => h(p, &args),
-        _ => unknown(p, nr),
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    let entry = TABLE.get(nr as usize).copied().unwrap_or(Entry::None);
+    let r = match entry {
+        Entry::Unlocked(h) => h(f),
+        Entry::Locked(h) => {
+            let args = [f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9];
+            match lock_proc().as_mut() {
+                Some(p) => h(p, &args),
+                None => -ENOSYS,
+            }
+        }
+        Entry::None => match lock_proc().as_mut() {
+            Some(p) => unknown(p, nr),
+            None => -ENOSYS,
+        },
     };
     f.ret = r as u64;
-    let exit = p.exit;
-    drop(g);
-    if let Some(status) = exit {
+    // Another thread ended the program: this one ends too.
+    if let Some(status) = thread::group_exit() {
         super::upcall::leave(status);
     }
 }
@@ -433,16 +492,6 @@ fn sys_zero(_p: &mut Process, _a: &[u64; 6]) -> i64 {
     0
 }
 
-fn sys_exit(p: &mut Process, a: &[u64; 6]) -> i64 {
-    p.exit = Some(a[0] & 0xff);
-    0
-}
-
-fn sys_set_tid_address(p: &mut Process, a: &[u64; 6]) -> i64 {
-    p.tid_address = a[0];
-    PID
-}
-
 const ARCH_SET_FS: u64 = 0x1002;
 const ARCH_GET_FS: u64 = 0x1003;
 
@@ -450,13 +499,13 @@ fn sys_arch_prctl(p: &mut Process, a: &[u64; 6]) -> i64 {
     match a[0] {
         ARCH_SET_FS => match crate::sys::linux_personality(abi::LINUX_SET_FS, a[1], 0, 0) {
             Ok(_) => {
-                p.fs_base = a[1];
+                thread::me().fs_base.store(a[1], Ordering::Relaxed);
                 0
             }
             Err(_) => -EPERM,
         },
         ARCH_GET_FS => {
-            if p.image.space.put(a[1], &p.fs_base.to_le_bytes()) {
+            if p.image.space.put(a[1], &thread::me().fs_base.load(Ordering::Relaxed).to_le_bytes()) {
                 0
             } else {
                 -EFAULT
@@ -505,42 +554,28 @@ fn sys_rt_sigprocmask(p: &mut Process, a: &[u64; 6]) -> i64 {
     } else {
         None
     };
-    if old != 0 && !p.image.space.put(old, &p.sigmask.to_le_bytes()) {
+    let mask = &thread::me().sigmask;
+    let cur = mask.load(Ordering::Relaxed);
+    if old != 0 && !p.image.space.put(old, &cur.to_le_bytes()) {
         return -EFAULT;
     }
     // SIGKILL and SIGSTOP cannot be blocked.
     let unblockable = (1u64 << 8) | (1 << 18);
     if let Some(v) = new {
-        p.sigmask = match how {
-            0 => p.sigmask | v,
-            1 => p.sigmask & !v,
+        let next = match how {
+            0 => cur | v,
+            1 => cur & !v,
             2 => v,
             _ => return -EINVAL,
         } & !unblockable;
+        mask.store(next, Ordering::Relaxed);
     }
     0
 }
 
-fn sys_sched_yield(_p: &mut Process, _a: &[u64; 6]) -> i64 {
+fn sys_sched_yield(_f: &mut Frame) -> i64 {
     let _ = crate::sys::pcore_yield();
     0
-}
-
-fn sys_sched_getaffinity(p: &mut Process, a: &[u64; 6]) -> i64 {
-    let (pid, len, mask) = (a[0] as i64, a[1], a[2]);
-    if pid != 0 && pid != PID {
-        return -ESRCH;
-    }
-    if len < 8 || len % 8 != 0 {
-        return -EINVAL;
-    }
-    // The program runs on this core only.
-    let core = crate::core_id();
-    let mut m = [0u8; 8];
-    if core < 64 {
-        m = (1u64 << core).to_le_bytes();
-    }
-    if p.image.space.put(mask, &m) { 8 } else { -EFAULT }
 }
 
 const RLIMIT_STACK: u64 = 3;
@@ -614,21 +649,24 @@ fn sys_gettimeofday(p: &mut Process, a: &[u64; 6]) -> i64 {
     0
 }
 
-fn sys_nanosleep(p: &mut Process, a: &[u64; 6]) -> i64 {
-    let Some(b) = p.image.space.read(a[0], 16) else { return -EFAULT };
-    let (s, ns) = (i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])), i64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8])));
-    if s < 0 || !(0..1_000_000_000).contains(&ns) {
-        return -EINVAL;
-    }
-    let total = (s as u64).saturating_mul(1_000_000_000).saturating_add(ns as u64);
-    let end = now_ns().saturating_add(total);
-    while now_ns() < end {
-        let left_us = ((end - now_ns()) / 1000).clamp(1, abi::MAX_WAIT_US);
-        if crate::sys::wait(0, left_us).is_err() {
-            core::hint::spin_loop();
+/// Sleeps without the process lock (other threads go on).
+fn sys_nanosleep(f: &mut Frame) -> i64 {
+    let (req, rem) = (f.rdi, f.rsi);
+    let end = {
+        let g = lock_proc();
+        let Some(p) = g.as_ref() else { return -ENOSYS };
+        let Some(b) = p.image.space.read(req, 16) else { return -EFAULT };
+        let (s, ns) = (i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])), i64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8])));
+        if s < 0 || !(0..1_000_000_000).contains(&ns) {
+            return -EINVAL;
         }
-    }
-    if a[1] != 0 && !p.image.space.put(a[1], &[0u8; 16]) {
+        let total = (s as u64).saturating_mul(1_000_000_000).saturating_add(ns as u64);
+        now_ns().saturating_add(total)
+    };
+    super::futex::sleep_until(thread::me(), end, || false);
+    let g = lock_proc();
+    let Some(p) = g.as_ref() else { return -ENOSYS };
+    if rem != 0 && !p.image.space.put(rem, &[0u8; 16]) {
         return -EFAULT;
     }
     0

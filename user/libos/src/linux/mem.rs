@@ -78,6 +78,18 @@ impl Space {
         }
     }
 
+    /// The program's 32-bit word at `addr` as an atomic (futex words: other threads of the
+    /// program change it meanwhile), if it is 4-aligned and readable (writable if `write`).
+    pub fn atomic_u32(&self, addr: u64, write: bool) -> Option<&core::sync::atomic::AtomicU32> {
+        if !addr.is_multiple_of(4) || !self.ok(addr, 4, write) {
+            return None;
+        }
+        // SAFETY: `ok` found the 4 bytes mapped (writable if asked) in this address space and
+        // the address is 4-aligned; the caller holds the process lock, so no other thread
+        // unmaps them while the reference is used. Every access is atomic.
+        Some(unsafe { &*(addr as *const core::sync::atomic::AtomicU32) })
+    }
+
     pub fn get_u64(&self, addr: u64) -> Option<u64> {
         self.read(addr, 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
     }

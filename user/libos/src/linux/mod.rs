@@ -5,11 +5,14 @@
 //! ext2 file system (`files.rs`), memory from the program's own segments (`load.rs`,
 //! `vm.rs`, `mem.rs`), standard output and error to the host (`out.rs`).
 //!
-//! Sharing: the program is one process with one thread on the runtime's core; its
-//! descriptor table, address space, signal state and working directory are this module's
-//! private state (one `Process`), touched by no other core.
+//! Sharing: the program is one process; its first thread runs in the runtime's own context,
+//! each other thread (`thread.rs`) in a library-OS thread of the runtime, on a core of its
+//! own while there are enough (else time-shared on a TC). The descriptor table, address
+//! space, signal actions and working directory are one `Process` behind the process lock;
+//! each thread's own state is its slot (`thread::SLOTS`); futex waiters are in `futex.rs`'s
+//! buckets.
 //!
-//! NOT DONE: processes (`fork`, `clone`, `execve`, `wait4`), threads and `futex`, signal
+//! NOT DONE: processes (`fork`, `clone` without `CLONE_VM`, `execve`, `wait4`), signal
 //! delivery, pipes and sockets as descriptors (`fd::FileLike`), file mappings, `poll`, the
 //! file calls that change names (`mkdirat`, `unlinkat`, `renameat2`, ...), `fcntl`, `dup*`;
 //! standard input from a live terminal (it is a byte string given at start). The table of
@@ -17,9 +20,11 @@
 
 pub mod dispatch;
 pub mod files;
+pub mod futex;
 pub mod load;
 pub mod mem;
 pub mod out;
+pub mod thread;
 pub mod vm;
 #[cfg(target_os = "none")]
 pub mod upcall;
@@ -71,10 +76,16 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     }
     *dispatch::PROC.lock() = Some(process);
     let r = upcall::enter(entry, rsp);
+    // Every other thread ends (and is freed) before the process goes: they run in its memory.
+    let mut threads = match dispatch::lock_proc().as_mut() {
+        Some(p) => core::mem::replace(&mut p.threads, thread::Threads::empty()),
+        None => return Err(String::from("the program's state is gone")),
+    };
+    threads.finish(100);
     let mut p = dispatch::PROC.lock().take().ok_or_else(|| String::from("the program's state is gone"))?;
     p.files.close_all();
     load::unload(&mut p.image);
     let status = r.map_err(|e| alloc::format!("{}: the kernel refused the personality: {e:?}", o.path))?;
-    Ok(Outcome { status, calls: p.calls })
+    Ok(Outcome { status, calls: dispatch::CALLS.load(core::sync::atomic::Ordering::Relaxed) })
 }
 
