@@ -159,6 +159,8 @@ pub struct Threads {
     /// The first context's core and whether it was made a TC (undone at the end).
     main_core: u64,
     made_tc: bool,
+    /// Other cores made TCs for threads (bit per core; they stay TCs).
+    tc_cores: u64,
     /// The first context's root range, added to the process share so threads can name it.
     main_root: ObjName,
     shared_root: bool,
@@ -181,12 +183,16 @@ impl Threads {
         main.root_share.store(c.root_ar.share, Ordering::Relaxed);
         main.root_obj.store(c.root_ar.object, Ordering::Relaxed);
         upcall::set_my_slot(0);
-        Threads { recs: alloc::vec![Rec { slot: 0, handle: None, start: None }], zombies: Vec::new(), next_tid: PID + 1, created: 0, main_core: c.core, made_tc: false, main_root: c.root_ar, shared_root: false, prog_share }
+        // Room for every thread up front: the tables never grow, so no thread allocates a
+        // block of them on its own core's heap (which it gives back when it ends, `start`).
+        let mut recs = Vec::with_capacity(MAX_THREADS);
+        recs.push(Rec { slot: 0, handle: None, start: None });
+        Threads { recs, zombies: Vec::with_capacity(MAX_THREADS), next_tid: PID + 1, created: 0, main_core: c.core, made_tc: false, tc_cores: 0, main_root: c.root_ar, shared_root: false, prog_share }
     }
 
     /// A table with no thread (what the process holds once `finish` has taken its own).
     pub fn empty() -> Threads {
-        Threads { recs: Vec::new(), zombies: Vec::new(), next_tid: PID + 1, created: 0, main_core: 0, made_tc: false, main_root: ObjName::default(), shared_root: false, prog_share: 0 }
+        Threads { recs: Vec::new(), zombies: Vec::new(), next_tid: PID + 1, created: 0, main_core: 0, made_tc: false, tc_cores: 0, main_root: ObjName::default(), shared_root: false, prog_share: 0 }
     }
 
     /// Live threads besides the main one.
@@ -380,14 +386,30 @@ fn create(p: &mut Process, f: &Frame, slot: usize, flags: u64, ctid: u64, tls: u
     if !t.shared_root {
         // Threads name the first context's root through the process share (to copy the
         // program's mappings from it).
-        crate::sys::share_addobj(crate::process::proc_share(), t.main_root).map_err(|_| -EAGAIN)?;
+        crate::sys::share_addobj(crate::process::proc_share(), t.main_root).map_err(|e| {
+            crate::println!("linux: clone: cannot share the first root range: {e:?}");
+            -EAGAIN
+        })?;
         t.shared_root = true;
         SLOTS[0].root_share.store(crate::process::proc_share(), Ordering::Relaxed);
     }
     let cores = crate::heap::cores().max(1) as u64;
     let core = (t.main_core + t.created + 1) % cores;
+    if core != t.main_core && t.tc_cores & (1 << (core % 64)) == 0 {
+        // Several threads may share this core later: it time-shares from the start. Only the
+        // allocator of a pcore object may set its core's role, and only while the core is
+        // idle (or by its own context): a pcore object of ours, made for this and deleted.
+        make_tc(core).map_err(|e| {
+            crate::println!("linux: clone: cannot make core {core} a TC: {e:?}");
+            -EAGAIN
+        })?;
+        t.tc_cores |= 1 << (core % 64);
+    }
     if core == t.main_core && !t.made_tc {
-        crate::sys::pcore_set_role(crate::ctx::ctx().pcore, abi::ROLE_TC).map_err(|_| -EAGAIN)?;
+        crate::sys::pcore_set_role(crate::ctx::ctx().pcore, abi::ROLE_TC).map_err(|e| {
+            crate::println!("linux: clone: cannot make core {core} a TC: {e:?}");
+            -EAGAIN
+        })?;
         t.made_tc = true;
     }
     let tid = t.next_tid;
@@ -405,7 +427,7 @@ fn create(p: &mut Process, f: &Frame, slot: usize, flags: u64, ctid: u64, tls: u
     child.ret = 0;
     child.rsp = f.rsi;
     t.recs.push(Rec { slot, handle: None, start: Some(child) });
-    match crate::thread::spawn(core, start, slot as u64) {
+    match crate::thread::spawn(core, start, slot as u64).inspect_err(|e| crate::println!("linux: clone: no thread on core {core}: {e:?}")) {
         Ok(h) => {
             if let Some(r) = t.recs.last_mut() {
                 r.handle = Some(h);
@@ -431,21 +453,15 @@ fn start(slot: u64) -> u64 {
     let c = crate::ctx::ctx();
     let frame = {
         let mut g = lock_proc();
-        let ready = g.as_mut().and_then(|p| {
-            let frame = p.threads.recs.iter_mut().find(|r| r.slot == slot)?.start.take()?;
-            copy_program(&p.threads, c.root_ar).ok()?;
-            // Several threads may share this core: it time-shares (a no-op if it already does).
-            if crate::sys::pcore_set_role(c.pcore, abi::ROLE_TC).is_err() {
-                return None;
-            }
-            s.root_share.store(c.root_ar.share, Ordering::Relaxed);
-            s.root_obj.store(c.root_ar.object, Ordering::Relaxed);
-            Some(frame)
-        });
+        let ready = match g.as_mut() {
+            Some(p) => prepare(p, slot, c),
+            None => Err("the process is gone"),
+        };
         drop(g);
         match ready {
-            Some(f) => f,
-            None => {
+            Ok(f) => f,
+            Err(why) => {
+                crate::println!("linux: thread {} could not start: {why}", s.tid.load(Ordering::Relaxed));
                 s.started.store(2, Ordering::Release);
                 kick_all();
                 return 1;
@@ -454,14 +470,43 @@ fn start(slot: u64) -> u64 {
     };
     s.started.store(1, Ordering::Release);
     kick_all();
-    match upcall::enter_thread(&frame, s.fs_base.load(Ordering::Relaxed)) {
+    let status = match upcall::enter_thread(&frame, s.fs_base.load(Ordering::Relaxed)) {
         Ok(status) => status,
         Err(_) => {
             // The kernel refused the personality: the thread ends as if it had exited.
             end_thread(slot);
             1
         }
-    }
+    };
+    // This core's heap grew for the thread's set-up: give it back if nothing of it is live
+    // (under the process lock: another thread time-sharing the core may use the heap).
+    let g = lock_proc();
+    crate::heap::trim();
+    drop(g);
+    status
+}
+
+/// Make idle core `core` a TC.
+fn make_tc(core: u64) -> Result<(), abi::Error> {
+    let share = crate::process::proc_share();
+    let pc = ObjName::new(share, crate::sys::pcore_alloc(share, "linux-tc", core)?);
+    let r = crate::sys::pcore_set_role(pc, abi::ROLE_TC);
+    let _ = crate::sys::share_delobj(pc);
+    r.map(|_| ())
+}
+
+/// A new thread's set-up, under the process lock: its registers, the program's memory in its
+/// root, its core time-sharing.
+fn prepare(p: &mut Process, slot: usize, c: &crate::ctx::Ctx) -> Result<Frame, &'static str> {
+    let frame = p.threads.recs.iter_mut().find(|r| r.slot == slot).and_then(|r| r.start.take()).ok_or("no thread record")?;
+    copy_program(&p.threads, c.root_ar).map_err(|e| {
+        crate::println!("linux: copying the program's mappings: {e:?}");
+        "cannot map the program"
+    })?;
+    let s = &SLOTS[slot];
+    s.root_share.store(c.root_ar.share, Ordering::Relaxed);
+    s.root_obj.store(c.root_ar.object, Ordering::Relaxed);
+    Ok(frame)
 }
 
 // ---------------------------------------------------------------------------------------
