@@ -48,13 +48,14 @@ fn newer(src: &Path, out: &Path) -> bool {
 }
 
 /// The C programs of linux/progs/ and the extra link arguments each needs.
-pub const C_PROGRAMS: [(&str, &[&str]); 6] = [
+pub const C_PROGRAMS: [(&str, &[&str]); 7] = [
     ("hello", &[]),
     ("pthreads", &["-lpthread"]),
     ("signals", &[]),
     ("forkstorm", &[]),
     ("mmapfile", &[]),
     ("pipe2proc", &[]),
+    ("threads", &["-lpthread"]),
 ];
 
 /// The Linux guest's `/init` for `exec --system linux`, built into `target/linux-exec/`.

@@ -238,8 +238,8 @@ fn requeue(a: u64, b: u64, nwake: u64, nreq: u64, cmp: Option<u32>) -> i64 {
             Some(sb) => *sb |= moved,
             None => *sa |= moved,
         }
-        // CMP_REQUEUE returns the woken plus the moved; REQUEUE the woken.
-        ((nw + if cmp.is_some() { nm } else { 0 }) as i64, taken)
+        // Both return the woken plus the moved (Linux's futex_requeue).
+        ((nw + nm) as i64, taken)
     });
     drop(g);
     release(taken);
