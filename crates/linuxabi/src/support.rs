@@ -38,7 +38,7 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::SCHED_YIELD, Support::Full),
     (nr::NANOSLEEP, Support::Partial("never interrupted (no signals), so the remainder is always 0; sleeps without the process lock")),
     (nr::GETPID, Support::Partial("always 1: one process per runtime")),
-    (nr::CLONE, Support::Partial("threads only (musl's pthread_create set: CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD, with CLONE_SYSVSEM, CLONE_SETTLS, CLONE_PARENT_SETTID, CLONE_CHILD_SETTID, CLONE_CHILD_CLEARTID, CLONE_DETACHED); Linux's EINVAL checks; without CLONE_VM (a process) ENOSYS; other sharing EINVAL; at most 64 threads (EAGAIN)")),
+    (nr::CLONE, Support::Partial("threads only (musl's pthread_create set: CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND and CLONE_THREAD together, with any of CLONE_SYSVSEM, CLONE_SETTLS, CLONE_PARENT_SETTID, CLONE_CHILD_SETTID, CLONE_CHILD_CLEARTID, CLONE_DETACHED); Linux's EINVAL checks; without CLONE_VM (a process) ENOSYS; other sharing EINVAL; at most 64 threads (EAGAIN)")),
     (nr::EXIT, Support::Partial("ends the calling thread (clear_child_tid cleared and futex-woken); the main thread's exit ends the program once the other threads have; the robust list is not walked")),
     (nr::UNAME, Support::Full),
     (nr::GETCWD, Support::Full),

@@ -48,7 +48,7 @@ fn newer(src: &Path, out: &Path) -> bool {
 }
 
 /// The C programs of linux/progs/ and the extra link arguments each needs.
-pub const C_PROGRAMS: [(&str, &[&str]); 7] = [
+pub const C_PROGRAMS: [(&str, &[&str]); 8] = [
     ("hello", &[]),
     ("pthreads", &["-lpthread"]),
     ("signals", &[]),
@@ -56,6 +56,7 @@ pub const C_PROGRAMS: [(&str, &[&str]); 7] = [
     ("mmapfile", &[]),
     ("pipe2proc", &[]),
     ("threads", &["-lpthread"]),
+    ("threads_bench", &["-lpthread"]),
 ];
 
 /// The Linux guest's `/init` for `exec --system linux`, built into `target/linux-exec/`.

@@ -49,8 +49,9 @@ impl Space {
             return Some(&[]);
         }
         // SAFETY: `ok` found the whole range mapped readable in this address space, and the
-        // program (single-threaded, stopped in this call) does not change its mappings
-        // meanwhile. The bytes may alias program data; they are only read.
+        // program's mappings change only under the process lock, which the caller holds
+        // (`dispatch::lock_proc`). The bytes may alias program data (other threads may
+        // write them meanwhile); they are only read.
         Some(unsafe { core::slice::from_raw_parts(addr as *const u8, len as usize) })
     }
 
