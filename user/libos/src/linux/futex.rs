@@ -48,6 +48,8 @@ const FUTEX_CLOCK_REALTIME: u64 = 256;
 const NBUCKETS: usize = 64;
 const _: () = assert!(thread::MAX_THREADS <= 64, "a bucket's waiters are a 64-bit set of slots");
 
+// Only the initializer of the array below (each element is its own lock).
+#[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: CachePadded<TicketLock<u64>> = CachePadded::new(TicketLock::new(0));
 /// The futex table: per bucket, the set of slots waiting on an address that hashes there.
 static BUCKETS: [CachePadded<TicketLock<u64>>; NBUCKETS] = [EMPTY; NBUCKETS];
@@ -163,7 +165,7 @@ fn wait(addr: u64, val: u32, ts: u64, absolute: bool, bits: u32) -> i64 {
             Ok(e) => e,
             Err(e) => return e,
         };
-        if addr % 4 != 0 {
+        if !addr.is_multiple_of(4) {
             return -EINVAL;
         }
         let Some(word) = p.image.space.atomic_u32(addr, false) else { return -EFAULT };

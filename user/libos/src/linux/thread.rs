@@ -104,6 +104,8 @@ impl Slot {
     }
 }
 
+// Only the initializer of the array below (each element is its own slot).
+#[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: CachePadded<Slot> = CachePadded::new(Slot::new());
 /// Every thread's slot; slot 0 is the main thread's (the runtime's own context).
 pub static SLOTS: [CachePadded<Slot>; MAX_THREADS] = [EMPTY; MAX_THREADS];
@@ -523,7 +525,9 @@ pub fn sys_exit(f: &mut Frame) -> i64 {
         let main = &SLOTS[0];
         super::futex::sleep_until(main, u64::MAX, || lock_proc().as_ref().is_none_or(|p| p.threads.others() == 0));
         let st = group_exit().unwrap_or(status);
-        lock_proc().as_mut().map(|p| p.exit = Some(st));
+        if let Some(p) = lock_proc().as_mut() {
+            p.exit = Some(st);
+        }
         upcall::leave(st);
     }
     upcall::leave(status)
