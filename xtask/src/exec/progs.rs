@@ -59,6 +59,8 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     ("fscalls", &[]),
     ("procs", &[]),
     ("fpswitch", &[]),
+    ("threads", &["-lpthread"]),
+    ("threads_bench", &["-lpthread"]),
 ];
 
 /// The Linux guest's `/init` for `exec --system linux`, built into `target/linux-exec/`.
