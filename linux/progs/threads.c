@@ -3,7 +3,9 @@
  * a check: its result as Linux gives it (the conformance case compares the two systems'
  * output line by line). `threads` runs them all and ends with 0; `threads groupexit` ends
  * the program with _exit(7) from a second thread while the main thread waits in
- * pthread_join (status 7).
+ * pthread_join (status 7). `threads signals` checks signals with threads: a tgkill to
+ * another thread runs the handler in that thread, each thread's own mask, a futex wait
+ * interrupted by a handler (EINTR), and ends with 0.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,7 +92,115 @@ static long requeue_two(void) {
 /* Wake one on word_a; add 1 to word_b (nobody waits there). */
 static long wake_op_one(void) { return fx(&word_a, FUTEX_WAKE_OP_PRIVATE, 1, (void *)1L, &word_b, FUTEX_OP(FUTEX_OP_ADD, 1, FUTEX_OP_CMP_GE, 0)); }
 
+
+/* Signals and threads. */
+static volatile long handled_tid = 0, handled = 0;
+static volatile int sig_go = 0, sig_ready = 0;
+static int sig_word = 0;
+static volatile long sig_child_tid = 0;
+
+static void on_usr1(int s) {
+    (void)s;
+    handled_tid = syscall(SYS_gettid);
+    handled++;
+}
+
+/* Waits (with a system call in its loop, where signals are taken) until told to stop. */
+static void *spinner(void *arg) {
+    (void)arg;
+    sig_child_tid = syscall(SYS_gettid);
+    sig_ready = 1;
+    while (!sig_go)
+        sched_yield();
+    return NULL;
+}
+
+/* Blocks SIGUSR1 in itself only, then reports what its mask holds. */
+static void *masker(void *arg) {
+    (void)arg;
+    sigset_t s, cur;
+    sigemptyset(&s);
+    sigaddset(&s, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &s, NULL);
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    return (void *)(long)sigismember(&cur, SIGUSR1);
+}
+
+/* A futex wait with no timeout; returns its result (-errno). */
+static void *futex_sleeper(void *arg) {
+    (void)arg;
+    sig_child_tid = syscall(SYS_gettid);
+    sig_ready = 1;
+    return (void *)fx(&sig_word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+}
+
+static void wait_ready(void) {
+    for (int i = 0; i < 5000 && !sig_ready; i++) {
+        struct timespec d = {0, 1000000};
+        nanosleep(&d, NULL);
+    }
+}
+
+static int signals_main(void) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL); /* no SA_RESTART: an interrupted futex wait is EINTR */
+
+    pthread_t t;
+    void *ret;
+    sig_ready = 0;
+    sig_go = 0;
+    pthread_create(&t, NULL, spinner, NULL);
+    wait_ready();
+    check("tgkill to another thread", syscall(SYS_tgkill, getpid(), sig_child_tid, SIGUSR1) < 0 ? -errno : 0, 0);
+    for (int i = 0; i < 5000 && !handled; i++) {
+        struct timespec d = {0, 1000000};
+        nanosleep(&d, NULL);
+    }
+    check("the handler ran once", handled, 1);
+    check("in the thread it was sent to", handled_tid == sig_child_tid, 1);
+    sig_go = 1;
+    pthread_join(t, NULL);
+    check("tgkill to a tid of no thread", syscall(SYS_tgkill, getpid(), 999999, SIGUSR1) < 0 ? -errno : 0, -ESRCH);
+    check("tgkill with another process's tgid", syscall(SYS_tgkill, 999999, syscall(SYS_gettid), SIGUSR1) < 0 ? -errno : 0, -ESRCH);
+
+    pthread_create(&t, NULL, masker, NULL);
+    pthread_join(t, &ret);
+    check("a thread's mask holds what it blocked", (long)ret, 1);
+    sigset_t cur;
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    check("the main thread's mask does not", sigismember(&cur, SIGUSR1), 0);
+
+    handled = 0;
+    sig_ready = 0;
+    sig_word = 0;
+    pthread_create(&t, NULL, futex_sleeper, NULL);
+    wait_ready();
+    /* Give it time to reach the wait; a signal before the wait would be taken on the way back
+     * from an earlier call and the wait would sleep: so wake it by the word afterwards. */
+    struct timespec d = {0, 20000000};
+    nanosleep(&d, NULL);
+    syscall(SYS_tgkill, getpid(), sig_child_tid, SIGUSR1);
+    for (int i = 0; i < 5000 && !handled; i++) {
+        struct timespec e = {0, 1000000};
+        nanosleep(&e, NULL);
+    }
+    sig_word = 1;
+    fx(&sig_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    pthread_join(t, &ret);
+    check("a futex wait interrupted by a handler", (long)ret, -EINTR);
+    check("whose handler ran in the waiter", handled_tid == sig_child_tid, 1);
+
+    printf("threads signals: %s\n", failures == 0 ? "ok" : "FAILED");
+    return failures != 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "signals") == 0)
+        return signals_main();
     if (argc > 1 && strcmp(argv[1], "groupexit") == 0) {
         pthread_t t;
         pthread_create(&t, NULL, exiter, NULL);

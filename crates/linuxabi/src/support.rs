@@ -46,7 +46,7 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::DUP, Support::Full),
     (nr::DUP2, Support::Full),
     (nr::PAUSE, Support::Full),
-    (nr::NANOSLEEP, Support::Partial("a signal with a handler interrupts it (EINTR and the remainder); it sleeps holding the process lock, so the program's other threads wait for their next call meanwhile")),
+    (nr::NANOSLEEP, Support::Partial("a signal with a handler interrupts it (EINTR and the remainder); it sleeps without the process lock (the program's other threads go on)")),
     (nr::GETITIMER, Support::Partial("ITIMER_REAL only (ITIMER_VIRTUAL and ITIMER_PROF: EINVAL)")),
     (nr::ALARM, Support::Partial("10 ms resolution while the program computes (timer ticks at 100 Hz)")),
     (nr::SETITIMER, Support::Partial("ITIMER_REAL only (ITIMER_VIRTUAL and ITIMER_PROF: EINVAL); 10 ms resolution")),

@@ -109,7 +109,6 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::DUP, fscalls::sys_dup),
     (nr::DUP2, fscalls::sys_dup2),
     (nr::PAUSE, signal::sys_pause),
-    (nr::NANOSLEEP, sys_nanosleep),
     (nr::GETITIMER, signal::sys_getitimer),
     (nr::ALARM, signal::sys_alarm),
     (nr::SETITIMER, signal::sys_setitimer),
@@ -189,6 +188,7 @@ pub const HANDLERS: &[(u64, Handler)] = &[
 /// The handlers that take the process lock themselves, by number (sorted).
 pub const UNLOCKED: &[(u64, FrameHandler)] = &[
     (nr::SCHED_YIELD, sys_sched_yield),
+    (nr::NANOSLEEP, sys_nanosleep),
     (nr::CLONE, sys_clone),
     (nr::FORK, super::proc::sys_fork),
     (nr::VFORK, super::proc::sys_fork),
@@ -703,27 +703,49 @@ fn sys_gettimeofday(p: &mut Process, a: &[u64; 6]) -> i64 {
     0
 }
 
-fn sys_nanosleep(p: &mut Process, a: &[u64; 6]) -> i64 {
-    let Some(b) = p.image.space.read(a[0], 16) else { return -EFAULT };
-    let (s, ns) = (i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])), i64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8])));
-    if s < 0 || !(0..1_000_000_000).contains(&ns) {
-        return -EINVAL;
-    }
-    let total = (s as u64).saturating_mul(1_000_000_000).saturating_add(ns as u64);
-    let end = now_ns().saturating_add(total);
-    // A signal with a handler (or one that ends the program) interrupts the sleep: EINTR
-    // and what was left, as Linux (no restart, whatever SA_RESTART says).
-    if signal::sleep(p, Some(end)) {
-        let left = end.saturating_sub(now_ns());
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&(left / 1_000_000_000).to_le_bytes());
-        b[8..].copy_from_slice(&(left % 1_000_000_000).to_le_bytes());
-        if a[1] != 0 && !p.image.space.put(a[1], &b) {
-            return -EFAULT;
+/// Sleeps without the process lock (the program's other threads go on), until the time is
+/// up or a signal with a handler (or one that ends the program) comes: then EINTR and what
+/// was left, as Linux (no restart, whatever SA_RESTART says).
+fn sys_nanosleep(f: &mut Frame) -> i64 {
+    let (req, rem) = (f.rdi, f.rsi);
+    let (end, psig) = {
+        let g = lock_proc();
+        let Some(p) = g.as_ref() else { return -ENOSYS };
+        let Some(b) = p.image.space.read(req, 16) else { return -EFAULT };
+        let (s, ns) = (i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])), i64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8])));
+        if s < 0 || !(0..1_000_000_000).contains(&ns) {
+            return -EINVAL;
         }
-        return -EINTR;
+        let total = (s as u64).saturating_mul(1_000_000_000).saturating_add(ns as u64);
+        (now_ns().saturating_add(total), p.sig.slot)
+    };
+    let me = thread::me();
+    loop {
+        let (interrupted, until) = {
+            let mut g = lock_proc();
+            let Some(p) = g.as_mut() else { return -ENOSYS };
+            signal::wait_check(p, end)
+        };
+        if interrupted {
+            let left = end.saturating_sub(now_ns());
+            let mut b = [0u8; 16];
+            b[..8].copy_from_slice(&(left / 1_000_000_000).to_le_bytes());
+            b[8..].copy_from_slice(&(left % 1_000_000_000).to_le_bytes());
+            let g = lock_proc();
+            let Some(p) = g.as_ref() else { return -ENOSYS };
+            if rem != 0 && !p.image.space.put(rem, &b) {
+                return -EFAULT;
+            }
+            return -EINTR;
+        }
+        if now_ns() >= end || thread::group_exit().is_some() {
+            break;
+        }
+        super::futex::sleep_until(me, until, || signal::pending_for_me(psig));
     }
-    if a[1] != 0 && !p.image.space.put(a[1], &[0u8; 16]) {
+    let g = lock_proc();
+    let Some(p) = g.as_ref() else { return -ENOSYS };
+    if rem != 0 && !p.image.space.put(rem, &[0u8; 16]) {
         return -EFAULT;
     }
     0

@@ -157,9 +157,10 @@ fn wait(addr: u64, val: u32, ts: u64, absolute: bool, bits: u32) -> i64 {
     let me = thread::me();
     let i = super::upcall::my_slot();
     let b = bucket(addr);
-    let end = {
+    let (end, psig) = {
         let mut g = lock_proc();
         let Some(p) = g.as_mut() else { return -ENOSYS };
+        let psig = p.sig.slot;
         // Linux's order: the timeout, then the address.
         let end = match deadline(p, ts, absolute) {
             Ok(e) => e,
@@ -178,22 +179,36 @@ fn wait(addr: u64, val: u32, ts: u64, absolute: bool, bits: u32) -> i64 {
         me.futex_seq.store(SEQ.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         me.woken.store(0, Ordering::SeqCst);
         *set |= 1 << i;
-        end
+        (end, psig)
     };
-    if sleep_until(me, end, || me.woken.load(Ordering::SeqCst) != 0) {
+    // A signal for this thread (its own or the process's, unblocked) ends the wait too; a
+    // process-directed one wakes no futex sleeper, so it is seen at the next periodic check.
+    if sleep_until(me, end, || me.woken.load(Ordering::SeqCst) != 0 || super::signal::pending_for_me(psig)) && me.woken.load(Ordering::SeqCst) != 0 {
         return 0;
     }
     // Timed out (or the program ends): leave the queue unless a waker took us meanwhile. A
     // requeue may have moved us: look in the bucket of the address we wait on now, under the
     // process lock (requeues hold it), so it does not change meanwhile.
-    let _g = lock_proc();
+    let mut g = lock_proc();
     let now_addr = me.futex_addr.load(Ordering::Relaxed);
     let mut set = BUCKETS[bucket(now_addr)].lock();
     if me.woken.load(Ordering::SeqCst) != 0 {
         return 0;
     }
     *set &= !(1 << i);
-    if thread::group_exit().is_some() { -EINTR } else { -ETIMEDOUT }
+    drop(set);
+    if thread::group_exit().is_some() {
+        return -EINTR;
+    }
+    if super::signal::pending_for_me(psig) {
+        // Interrupted: the way back delivers the signal, then restarts the wait (SA_RESTART,
+        // or no handler ran) or returns EINTR, as Linux's -ERESTARTSYS.
+        return match g.as_mut() {
+            Some(p) => super::signal::interrupted(p, super::signal::ERESTARTSYS),
+            None => -EINTR,
+        };
+    }
+    -ETIMEDOUT
 }
 
 /// Lock the buckets of `a` and `b` in index order; run `f` with both sets (the same set

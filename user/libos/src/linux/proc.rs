@@ -503,6 +503,8 @@ fn adopt(pid: u32, slot: usize, parent_maps: &[(u64, ObjectId)], carried: &[(usi
     };
     p.image.space.mmaps.rebind(share, &rename)?;
     super::pipe::adopt(&mut p.files, carried);
+    // The child has the forking thread only (as Linux), now its main thread.
+    super::thread::after_fork(p);
     Ok(super::thread::me().fs_base.load(Ordering::Relaxed))
 }
 

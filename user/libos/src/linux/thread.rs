@@ -133,6 +133,22 @@ pub fn set_main_tid(pid: u32) {
     SLOTS[0].tid.store(i64::from(pid), Ordering::Relaxed);
 }
 
+/// A forked child's thread table (in the child, on its copy of the parent's): the forking
+/// thread only, now the main thread in slot 0 with its FS base and signal mask (Linux's
+/// child has no `clear_child_tid` and no robust list unless `clone` asked for them).
+pub fn after_fork(p: &mut Process) {
+    let mine = me();
+    let (fs, mask) = (mine.fs_base.load(Ordering::Relaxed), mine.sigmask.load(Ordering::Relaxed));
+    let old = core::mem::replace(&mut p.threads, Threads::new(p.image.share));
+    // The copy names the parent's threads (their contexts and stacks): not the child's to
+    // halt or free.
+    core::mem::forget(old);
+    let s = &SLOTS[0];
+    s.fs_base.store(fs, Ordering::Relaxed);
+    s.sigmask.store(mask, Ordering::Relaxed);
+    set_main_tid(p.procs.pid);
+}
+
 /// Wake the core of every thread that may be halted (after `exit_group`).
 fn kick_all() {
     for s in SLOTS.iter() {
@@ -618,6 +634,14 @@ fn find(tid: i64) -> Option<&'static Slot> {
         return Some(me());
     }
     SLOTS.iter().map(|s| &**s).find(|s| s.tid.load(Ordering::Relaxed) == tid)
+}
+
+/// The slot of live thread `tid` of this process (the main thread's tid is the pid).
+pub fn find_tid(tid: i64) -> Option<&'static Slot> {
+    if tid <= 0 {
+        return None;
+    }
+    SLOTS.iter().map(|s| &**s).find(|s| s.tid.load(Ordering::Acquire) == tid)
 }
 
 pub fn sys_get_robust_list(p: &mut Process, a: &[u64; 6]) -> i64 {
