@@ -54,6 +54,12 @@ pub struct Thread {
     join_word: Box<JoinWord>,
 }
 
+// SAFETY: the handle owns its stack block (`stack`, a heap block freed only in `Drop`, after
+// the thread has halted) and its join word; nothing in it is tied to the creating thread, so
+// another thread of the program may hold, join and drop it (the Linux personality's thread
+// table, behind its process lock, does).
+unsafe impl Send for Thread {}
+
 /// A thread's join word, on its own cache line.
 #[derive(Debug, Default)]
 #[repr(align(64))]

@@ -99,6 +99,13 @@ pub const CASES: &[Case] = &[
     Case { ci: true, ..c_prog("pthreads", "pthreads", &[], 0, Out::Has(&["hand-offs: 100000 of 100000", "pthreads: ok"])) },
     // The same 4 threads on 4 vCPUs: hand-offs between cores (futex wakes that cross vCPUs).
     Case { smp: 4, ..c_prog("pthreads-smp4", "pthreads", &[], 0, Out::Has(&["hand-offs: 100000 of 100000", "pthreads: ok"])) },
+    // Threads and futexes call by call, with Linux's errors for bad input; then a thread's
+    // exit_group while the main thread waits in pthread_join.
+    Case { ci: true, ..c_prog("threads", "threads", &[], 0, Out::Has(&["threads: ok"])) },
+    Case { ci: true, ..c_prog("threads-groupexit", "threads", &["groupexit"], 7, Out::Is("")) },
+    // Signals with threads: tgkill to another thread, per-thread masks, a futex wait
+    // interrupted (EINTR).
+    Case { ci: true, ..c_prog("threads-signals", "threads", &["signals"], 0, Out::Has(&["threads signals: ok"])) },
     Case { ci: true, ..c_prog("signals", "signals", &[], 0, Out::Has(&["signals: ok"])) },
     Case { ci: true, ..c_prog("signals-segv", "signals", &["segv"], 139, Out::Is("touching address 0 with no handler\n")) },
     // Signals a process sends itself and its own faults (no fork needed).

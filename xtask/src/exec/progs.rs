@@ -65,6 +65,8 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     // The same-binary cost comparison's programs (`cargo xtask exec --insncount`).
     ("abi_getpid", &[]),
     ("abi_read", &[]),
+    ("threads", &["-lpthread"]),
+    ("threads_bench", &["-lpthread"]),
 ];
 
 /// The Linux guest's `/init` for `exec --system linux`, built into `target/linux-exec/`.

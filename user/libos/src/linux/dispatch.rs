@@ -1,75 +1,85 @@
 //! The Linux system-call dispatcher: every reflected `syscall` of the program lands here
-//! (from `upcall.rs`) and runs by its Linux number. [`HANDLERS`] lists the numbers with a
-//! handler; it must name exactly the numbers `linuxabi::support::SUPPORTED` lists, in order
-//! (a compile-time check below), which is the table docs/linux-abi.md is written from. Any
-//! other number is `-ENOSYS`, reported once per program on the console with its name.
-//! Pointer arguments are checked against the program's memory (`mem::Space`): `-EFAULT`
-//! before anything is touched.
+//! (from `upcall.rs`) and runs by its Linux number. [`HANDLERS`] and [`UNLOCKED`] list the
+//! numbers with a handler; together they must name exactly the numbers
+//! `linuxabi::support::SUPPORTED` lists (a compile-time check below), which is the table
+//! docs/linux-abi.md is written from. Any other number is `-ENOSYS`, reported once per
+//! program on the console with its name. Pointer arguments are checked against the
+//! program's memory (`mem::Space`): `-EFAULT` before anything is touched.
+//!
+//! Lock discipline: what the threads of the program share is one [`Process`] behind the
+//! process lock ([`PROC`], taken with [`lock_proc`]); what each thread has is its slot
+//! (`thread::SLOTS`). A [`HANDLERS`] row runs with the process lock held and never blocks;
+//! an [`UNLOCKED`] row (calls that may sleep or end a thread: `futex`, `nanosleep`,
+//! `sched_yield`, `clone`, `exit`, `exit_group`) gets the registers and takes the lock itself
+//! only around what touches shared state, so other threads go on while it sleeps.
 
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use linuxabi::errno::*;
 use linuxabi::nr;
-use percore::spin::TicketLock;
+use percore::spin::{TicketLock, TicketLockGuard};
 
 use super::files::{self, Files, Stream};
 use super::fscalls;
 use super::signal;
 use super::load::Loaded;
+use super::thread::{self, Threads};
 use super::upcall::Frame;
 
-/// Everything the dispatcher keeps about the running program.
+/// What the threads of the running program share (each thread's own state is its slot,
+/// `thread::SLOTS`).
 pub struct Process {
     pub image: Loaded,
     pub files: Files,
     pub cwd: String,
-    /// `Some(status)` once it called `exit`/`exit_group`.
+    /// `Some(status)` once the program ended (`exit` of its last thread, `exit_group`).
     pub exit: Option<u64>,
     /// Numbers already reported as unimplemented (bit per number below 512; above, one bit).
     reported: [u64; 9],
-    /// Signal actions, mask, alternate stack, alarm (`signal`).
+    /// Signal actions, mask, alternate stack, alarm (`signal`): shared by the threads
+    /// (`CLONE_SIGHAND`). NOT DONE: the mask and thread-directed pending signals are the
+    /// process's, not each thread's (`thread::Slot::sigmask`/`pending` are unused yet).
     pub sig: super::signal::State,
-    pub fs_base: u64,
-    tid_address: u64,
     /// Standard output and error go to the host as framed records (`out`), not as a terminal.
     pub framed: bool,
-    /// System calls the program made.
-    pub calls: u64,
     /// Its process id, parent, slot in the process table and children (`proc.rs`).
     pub procs: super::proc::ProcState,
+    /// The thread table.
+    pub threads: Threads,
 }
 
 impl Process {
+    /// The process of a loaded program whose only thread is the runtime's own context.
     pub fn new(image: Loaded, files: Files, framed: bool) -> Process {
-        Process { image, files, cwd: String::from("/"), exit: None, reported: [0; 9], sig: super::signal::State::new(), fs_base: 0, tid_address: 0, framed, calls: 0, procs: Default::default() }
+        CALLS.store(0, Ordering::Relaxed);
+        let threads = Threads::new(image.share);
+        Process { image, files, cwd: String::from("/"), exit: None, reported: [0; 9], sig: super::signal::State::new(), framed, procs: Default::default(), threads }
     }
 }
 
 pub static PROC: TicketLock<Option<Process>> = TicketLock::new(None);
 
-type Handler = fn(&mut Process, &[u64; 6]) -> i64;
+/// System calls the program made (all threads).
+pub static CALLS: AtomicU64 = AtomicU64::new(0);
 
-/// Calls that need the program's registers or block (`fork`, `execve`, `wait4`): they run
-/// without the process lock held (they take it themselves), from `linux_dispatch` before it
-/// locks. Their rows in `HANDLERS` name `frame_call`, which only says so.
-const FRAME_CALLS: &[(u64, fn(&mut Frame) -> i64)] = &[
-    (nr::CLONE, super::proc::sys_clone),
-    (nr::FORK, super::proc::sys_fork),
-    (nr::VFORK, super::proc::sys_fork),
-    (nr::EXECVE, super::exec::sys_execve),
-    (nr::WAIT4, super::proc::sys_wait4),
-    (nr::WAITID, super::proc::sys_waitid),
-];
-
-/// The `HANDLERS` row of a call in `FRAME_CALLS`: `linux_dispatch` runs those before it
-/// looks here, so this is reached only if a number is in `HANDLERS` as a frame call but
-/// missing from `FRAME_CALLS` (a const check below rules that out).
-fn frame_call(_p: &mut Process, _a: &[u64; 6]) -> i64 {
-    -ENOSYS
+/// Take the process lock. A thread that finds it held gives its turn (`pcore_yield`) between
+/// tries: on a TC the holder may be a context queued behind it on the same core.
+pub fn lock_proc() -> TicketLockGuard<'static, Option<Process>> {
+    loop {
+        if let Some(g) = PROC.try_lock() {
+            return g;
+        }
+        let _ = crate::sys::pcore_yield();
+    }
 }
 
-/// The handlers, by number (sorted).
+type Handler = fn(&mut Process, &[u64; 6]) -> i64;
+/// A handler that takes the process lock itself (and may sleep without it).
+type FrameHandler = fn(&mut Frame) -> i64;
+
+/// The handlers run with the process lock held, by number (sorted).
 pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::READ, sys_read),
     (nr::WRITE, sys_write),
@@ -93,24 +103,16 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::WRITEV, sys_writev),
     (nr::ACCESS, fscalls::sys_access),
     (nr::PIPE, super::pipe::sys_pipe),
-    (nr::SCHED_YIELD, sys_sched_yield),
     (nr::MREMAP, super::vm::sys_mremap),
     (nr::MSYNC, super::vm::sys_msync),
     (nr::MADVISE, super::vm::sys_madvise),
     (nr::DUP, fscalls::sys_dup),
     (nr::DUP2, fscalls::sys_dup2),
     (nr::PAUSE, signal::sys_pause),
-    (nr::NANOSLEEP, sys_nanosleep),
     (nr::GETITIMER, signal::sys_getitimer),
     (nr::ALARM, signal::sys_alarm),
     (nr::SETITIMER, signal::sys_setitimer),
     (nr::GETPID, super::proc::sys_getpid),
-    (nr::CLONE, frame_call),
-    (nr::FORK, frame_call),
-    (nr::VFORK, frame_call),
-    (nr::EXECVE, frame_call),
-    (nr::EXIT, sys_exit),
-    (nr::WAIT4, frame_call),
     (nr::KILL, super::proc::sys_kill),
     (nr::UNAME, sys_uname),
     (nr::FCNTL, fscalls::sys_fcntl),
@@ -152,15 +154,14 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::STATFS, fscalls::sys_statfs),
     (nr::FSTATFS, fscalls::sys_fstatfs),
     (nr::ARCH_PRCTL, sys_arch_prctl),
-    (nr::GETTID, super::proc::sys_getpid),
+    (nr::GETTID, thread::sys_gettid),
     (nr::TKILL, signal::sys_tkill),
-    (nr::SCHED_GETAFFINITY, sys_sched_getaffinity),
+    (nr::SCHED_SETAFFINITY, thread::sys_sched_setaffinity),
+    (nr::SCHED_GETAFFINITY, thread::sys_sched_getaffinity),
     (nr::GETDENTS64, sys_getdents64),
-    (nr::SET_TID_ADDRESS, sys_set_tid_address),
+    (nr::SET_TID_ADDRESS, thread::sys_set_tid_address),
     (nr::CLOCK_GETTIME, sys_clock_gettime),
-    (nr::EXIT_GROUP, sys_exit),
     (nr::TGKILL, signal::sys_tgkill),
-    (nr::WAITID, frame_call),
     (nr::OPENAT, sys_openat),
     (nr::MKDIRAT, fscalls::sys_mkdirat),
     (nr::FCHOWNAT, fscalls::sys_fchownat),
@@ -175,6 +176,8 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::UTIMENSAT, fscalls::sys_utimensat),
     (nr::DUP3, fscalls::sys_dup3),
     (nr::PIPE2, super::pipe::sys_pipe2),
+    (nr::SET_ROBUST_LIST, thread::sys_set_robust_list),
+    (nr::GET_ROBUST_LIST, thread::sys_get_robust_list),
     (nr::PRLIMIT64, sys_prlimit64),
     (nr::RENAMEAT2, fscalls::sys_renameat2),
     (nr::GETRANDOM, sys_getrandom),
@@ -182,63 +185,93 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::FACCESSAT2, fscalls::sys_faccessat2),
 ];
 
+/// The handlers that take the process lock themselves, by number (sorted).
+pub const UNLOCKED: &[(u64, FrameHandler)] = &[
+    (nr::SCHED_YIELD, sys_sched_yield),
+    (nr::NANOSLEEP, sys_nanosleep),
+    (nr::CLONE, sys_clone),
+    (nr::FORK, super::proc::sys_fork),
+    (nr::VFORK, super::proc::sys_fork),
+    (nr::EXECVE, super::exec::sys_execve),
+    (nr::EXIT, thread::sys_exit),
+    (nr::WAIT4, super::proc::sys_wait4),
+    (nr::FUTEX, super::futex::sys_futex),
+    (nr::EXIT_GROUP, thread::sys_exit_group),
+    (nr::WAITID, super::proc::sys_waitid),
+];
+
+/// `clone`: a thread (`CLONE_VM`, `thread.rs`) or a process (a fork, `proc.rs`).
+fn sys_clone(f: &mut Frame) -> i64 {
+    if f.rdi & thread::CLONE_VM != 0 {
+        thread::sys_clone(f)
+    } else {
+        super::proc::sys_clone(f)
+    }
+}
+
 /// Numbers below this index the handler array; the rest are unknown.
 const TABLE_LEN: usize = 512;
 
-static TABLE: [Option<Handler>; TABLE_LEN] = {
-    let mut t: [Option<Handler>; TABLE_LEN] = [None; TABLE_LEN];
+#[derive(Clone, Copy)]
+enum Entry {
+    None,
+    Locked(Handler),
+    Unlocked(FrameHandler),
+}
+
+static TABLE: [Entry; TABLE_LEN] = {
+    let mut t: [Entry; TABLE_LEN] = [Entry::None; TABLE_LEN];
     let mut i = 0;
     while i < HANDLERS.len() {
-        t[HANDLERS[i].0 as usize] = Some(HANDLERS[i].1);
+        t[HANDLERS[i].0 as usize] = Entry::Locked(HANDLERS[i].1);
+        i += 1;
+    }
+    let mut i = 0;
+    while i < UNLOCKED.len() {
+        t[UNLOCKED[i].0 as usize] = Entry::Unlocked(UNLOCKED[i].1);
         i += 1;
     }
     t
 };
 
-// The handler list and the support table name the same numbers in the same order.
+// The two handler lists, merged in order, name the numbers of the support table.
 const _: () = {
     let s = linuxabi::support::SUPPORTED;
-    assert!(s.len() == HANDLERS.len(), "linuxabi::support::SUPPORTED and HANDLERS differ in length");
-    let mut i = 0;
-    while i < s.len() {
-        assert!(s[i].0 == HANDLERS[i].0, "linuxabi::support::SUPPORTED and HANDLERS name different numbers");
-        i += 1;
-    }
-};
-
-// Every frame call has a `frame_call` row, and every `frame_call` row a frame call.
-const _: () = {
-    let mut i = 0;
-    while i < FRAME_CALLS.len() {
-        let mut found = false;
-        let mut j = 0;
-        while j < HANDLERS.len() {
-            found |= HANDLERS[j].0 == FRAME_CALLS[i].0;
+    assert!(s.len() == HANDLERS.len() + UNLOCKED.len(), "linuxabi::support::SUPPORTED and HANDLERS + UNLOCKED differ in length");
+    let (mut i, mut j, mut k) = (0, 0, 0);
+    while k < s.len() {
+        let n = s[k].0;
+        if i < HANDLERS.len() && HANDLERS[i].0 == n {
+            i += 1;
+        } else if j < UNLOCKED.len() && UNLOCKED[j].0 == n {
             j += 1;
+        } else {
+            panic!("linuxabi::support::SUPPORTED names a number that HANDLERS and UNLOCKED do not have there (each list is sorted)");
         }
-        assert!(found, "a FRAME_CALLS number is missing from HANDLERS");
-        i += 1;
+        k += 1;
     }
 };
 
-/// Called by the upcall stub with the program's registers.
+/// Called by the upcall stub with the program's registers (on the calling thread's upcall
+/// stack).
 pub extern "C" fn linux_dispatch(f: &mut Frame) {
     let nr = (f.nr_flags >> 32) as u32;
-    if let Some((_, h)) = FRAME_CALLS.iter().find(|(n, _)| *n == u64::from(nr)) {
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    let entry = TABLE.get(nr as usize).copied().unwrap_or(Entry::None);
+    if let Entry::Unlocked(h) = entry {
         let r = h(f);
         f.ret = r as u64;
-        return after_frame_call(f, nr);
+        return after_unlocked(f, nr);
     }
     let args = [f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9];
-    let mut g = PROC.lock();
+    let mut g = lock_proc();
     let Some(p) = g.as_mut() else {
         f.ret = -ENOSYS as u64;
         return;
     };
-    p.calls += 1;
     p.sig.call_rsp = f.rsp;
-    let r = match TABLE.get(nr as usize) {
-        Some(Some(h)) => h(p, &args),
+    let r = match entry {
+        Entry::Locked(h) => h(p, &args),
         _ => unknown(p, nr),
     };
     f.ret = r as u64;
@@ -249,13 +282,13 @@ pub extern "C" fn linux_dispatch(f: &mut Frame) {
     leave_or_resume(exit, next);
 }
 
-/// After a frame call (fork, execve, wait4, ...: run without the lock): what any call's way
-/// back does, signals delivered (a child's SIGCHLD, another process's kill, a SIGPIPE) and
-/// the program's end if it exited or a signal ended it.
-fn after_frame_call(f: &mut Frame, nr: u32) {
-    let mut g = PROC.lock();
+/// After an `UNLOCKED` call (fork, execve, wait4, futex, ...: run without the lock): what any
+/// call's way back does, signals delivered (a child's SIGCHLD, another process's kill, a
+/// SIGPIPE) and the program's end if it exited, a signal ended it or another thread called
+/// `exit_group`.
+fn after_unlocked(f: &mut Frame, nr: u32) {
+    let mut g = lock_proc();
     let Some(p) = g.as_mut() else { return };
-    p.calls += 1;
     p.sig.call_rsp = f.rsp;
     let next = if p.exit.is_none() { signal::after_call(p, f, nr) } else { None };
     let exit = p.exit;
@@ -264,7 +297,8 @@ fn after_frame_call(f: &mut Frame, nr: u32) {
 }
 
 fn leave_or_resume(exit: Option<u64>, next: Option<signal::Next>) {
-    if let Some(status) = exit {
+    // The program ended (this thread or another's `exit_group`, a signal): this thread ends.
+    if let Some(status) = exit.or_else(thread::group_exit) {
         super::upcall::leave(status);
     }
     match next {
@@ -570,16 +604,6 @@ fn sys_zero(_p: &mut Process, _a: &[u64; 6]) -> i64 {
     0
 }
 
-fn sys_exit(p: &mut Process, a: &[u64; 6]) -> i64 {
-    p.exit = Some(a[0] & 0xff);
-    0
-}
-
-fn sys_set_tid_address(p: &mut Process, a: &[u64; 6]) -> i64 {
-    p.tid_address = a[0];
-    i64::from(p.procs.pid)
-}
-
 const ARCH_SET_FS: u64 = 0x1002;
 const ARCH_GET_FS: u64 = 0x1003;
 
@@ -587,13 +611,13 @@ fn sys_arch_prctl(p: &mut Process, a: &[u64; 6]) -> i64 {
     match a[0] {
         ARCH_SET_FS => match crate::sys::linux_personality(abi::LINUX_SET_FS, a[1], 0, 0) {
             Ok(_) => {
-                p.fs_base = a[1];
+                thread::me().fs_base.store(a[1], Ordering::Relaxed);
                 0
             }
             Err(_) => -EPERM,
         },
         ARCH_GET_FS => {
-            if p.image.space.put(a[1], &p.fs_base.to_le_bytes()) {
+            if p.image.space.put(a[1], &thread::me().fs_base.load(Ordering::Relaxed).to_le_bytes()) {
                 0
             } else {
                 -EFAULT
@@ -603,26 +627,9 @@ fn sys_arch_prctl(p: &mut Process, a: &[u64; 6]) -> i64 {
     }
 }
 
-fn sys_sched_yield(_p: &mut Process, _a: &[u64; 6]) -> i64 {
+fn sys_sched_yield(_f: &mut Frame) -> i64 {
     let _ = crate::sys::pcore_yield();
     0
-}
-
-fn sys_sched_getaffinity(p: &mut Process, a: &[u64; 6]) -> i64 {
-    let (pid, len, mask) = (a[0] as i64, a[1], a[2]);
-    if pid != 0 && pid != i64::from(p.procs.pid) {
-        return -ESRCH;
-    }
-    if len < 8 || len % 8 != 0 {
-        return -EINVAL;
-    }
-    // The program runs on this core only.
-    let core = crate::core_id();
-    let mut m = [0u8; 8];
-    if core < 64 {
-        m = (1u64 << core).to_le_bytes();
-    }
-    if p.image.space.put(mask, &m) { 8 } else { -EFAULT }
 }
 
 const RLIMIT_STACK: u64 = 3;
@@ -696,27 +703,49 @@ fn sys_gettimeofday(p: &mut Process, a: &[u64; 6]) -> i64 {
     0
 }
 
-fn sys_nanosleep(p: &mut Process, a: &[u64; 6]) -> i64 {
-    let Some(b) = p.image.space.read(a[0], 16) else { return -EFAULT };
-    let (s, ns) = (i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])), i64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8])));
-    if s < 0 || !(0..1_000_000_000).contains(&ns) {
-        return -EINVAL;
-    }
-    let total = (s as u64).saturating_mul(1_000_000_000).saturating_add(ns as u64);
-    let end = now_ns().saturating_add(total);
-    // A signal with a handler (or one that ends the program) interrupts the sleep: EINTR
-    // and what was left, as Linux (no restart, whatever SA_RESTART says).
-    if signal::sleep(p, Some(end)) {
-        let left = end.saturating_sub(now_ns());
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&(left / 1_000_000_000).to_le_bytes());
-        b[8..].copy_from_slice(&(left % 1_000_000_000).to_le_bytes());
-        if a[1] != 0 && !p.image.space.put(a[1], &b) {
-            return -EFAULT;
+/// Sleeps without the process lock (the program's other threads go on), until the time is
+/// up or a signal with a handler (or one that ends the program) comes: then EINTR and what
+/// was left, as Linux (no restart, whatever SA_RESTART says).
+fn sys_nanosleep(f: &mut Frame) -> i64 {
+    let (req, rem) = (f.rdi, f.rsi);
+    let (end, psig) = {
+        let g = lock_proc();
+        let Some(p) = g.as_ref() else { return -ENOSYS };
+        let Some(b) = p.image.space.read(req, 16) else { return -EFAULT };
+        let (s, ns) = (i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])), i64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8])));
+        if s < 0 || !(0..1_000_000_000).contains(&ns) {
+            return -EINVAL;
         }
-        return -EINTR;
+        let total = (s as u64).saturating_mul(1_000_000_000).saturating_add(ns as u64);
+        (now_ns().saturating_add(total), p.sig.slot)
+    };
+    let me = thread::me();
+    loop {
+        let (interrupted, until) = {
+            let mut g = lock_proc();
+            let Some(p) = g.as_mut() else { return -ENOSYS };
+            signal::wait_check(p, end)
+        };
+        if interrupted {
+            let left = end.saturating_sub(now_ns());
+            let mut b = [0u8; 16];
+            b[..8].copy_from_slice(&(left / 1_000_000_000).to_le_bytes());
+            b[8..].copy_from_slice(&(left % 1_000_000_000).to_le_bytes());
+            let g = lock_proc();
+            let Some(p) = g.as_ref() else { return -ENOSYS };
+            if rem != 0 && !p.image.space.put(rem, &b) {
+                return -EFAULT;
+            }
+            return -EINTR;
+        }
+        if now_ns() >= end || thread::group_exit().is_some() {
+            break;
+        }
+        super::futex::sleep_until(me, until, || signal::pending_for_me(psig));
     }
-    if a[1] != 0 && !p.image.space.put(a[1], &[0u8; 16]) {
+    let g = lock_proc();
+    let Some(p) = g.as_ref() else { return -ENOSYS };
+    if rem != 0 && !p.image.space.put(rem, &[0u8; 16]) {
         return -EFAULT;
     }
     0

@@ -103,6 +103,6 @@ fn execve(p: &mut Process, path: u64, argv: u64, envp: u64) -> Result<(u64, u64)
     }
     p.files.close_on_exec();
     p.sig.reset_on_exec();
-    p.fs_base = 0;
+    super::thread::me().fs_base.store(0, core::sync::atomic::Ordering::Relaxed);
     Ok((p.image.entry, p.image.rsp))
 }

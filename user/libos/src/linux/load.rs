@@ -124,17 +124,17 @@ pub fn set_brk(l: &mut Loaded, new: u64) -> u64 {
     if new < l.space.brk_lo || new > l.brk_limit {
         return cur;
     }
-    let root = crate::ctx::ctx().root_ar;
     let (old_top, new_top) = (cur.next_multiple_of(PAGE_SIZE), new.next_multiple_of(PAGE_SIZE));
+    // In every thread's root range (`thread::map_all`).
     if new_top > old_top {
         let m = SegMapping { voff: old_top, seg: l.brk_seg, soff: old_top - l.space.brk_lo, len: new_top - old_top, flags: MAP_READ | MAP_WRITE };
-        if crate::sys::ar_set_seg(root, &m).is_err() {
+        if super::thread::map_all(&m).is_err() {
             return cur;
         }
     } else if new_top < old_top {
         // Linux gives back zeroed pages if the break grows again: clear what is released.
         l_slice(new_top, old_top - new_top).fill(0);
-        let _ = crate::sys::ar_unmap(root, new_top, old_top - new_top);
+        super::thread::unmap_all(new_top, old_top - new_top);
     }
     l.space.brk = new;
     new

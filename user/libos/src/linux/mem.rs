@@ -49,8 +49,9 @@ impl Space {
             return Some(&[]);
         }
         // SAFETY: `ok` found the whole range mapped readable in this address space, and the
-        // program (single-threaded, stopped in this call) does not change its mappings
-        // meanwhile. The bytes may alias program data; they are only read.
+        // program's mappings change only under the process lock, which the caller holds
+        // (`dispatch::lock_proc`). The bytes may alias program data (other threads may
+        // write them meanwhile); they are only read.
         Some(unsafe { core::slice::from_raw_parts(addr as *const u8, len as usize) })
     }
 
@@ -76,6 +77,18 @@ impl Space {
             }
             None => false,
         }
+    }
+
+    /// The program's 32-bit word at `addr` as an atomic (futex words: other threads of the
+    /// program change it meanwhile), if it is 4-aligned and readable (writable if `write`).
+    pub fn atomic_u32(&self, addr: u64, write: bool) -> Option<&core::sync::atomic::AtomicU32> {
+        if !addr.is_multiple_of(4) || !self.ok(addr, 4, write) {
+            return None;
+        }
+        // SAFETY: `ok` found the 4 bytes mapped (writable if asked) in this address space and
+        // the address is 4-aligned; the caller holds the process lock, so no other thread
+        // unmaps them while the reference is used. Every access is atomic.
+        Some(unsafe { &*(addr as *const core::sync::atomic::AtomicU32) })
     }
 
     pub fn get_u64(&self, addr: u64) -> Option<u64> {

@@ -7,27 +7,33 @@
 //! program's own segments (`load.rs`, `vm.rs`, `mem.rs`), standard output and error to the
 //! host (`out.rs`), signals and the program's own faults (`signal.rs`).
 //!
-//! Sharing: the program is one process with one thread on the runtime's core; its
-//! descriptor table, address space, signal state and working directory are this module's
-//! private state (one `Process`), touched by no other core.
+//! Sharing: the program is one process; its first thread runs in the runtime's own context,
+//! each other thread (`thread.rs`) in a library-OS thread of the runtime, on a core of its
+//! own while there are enough (else time-shared on a TC). The descriptor table, address
+//! space, signal actions and working directory are one `Process` behind the process lock;
+//! each thread's own state is its slot (`thread::SLOTS`); futex waiters are in `futex.rs`'s
+//! buckets.
 //!
 //! Processes (`fork`, `execve`, `wait4`, the process table) are `proc.rs` and `exec.rs`,
-//! pipes `pipe.rs`: each process is a context of its own, a `cfork` of its parent's.
+//! pipes `pipe.rs`: each process is a context of its own, a `cfork` of its parent's (of the
+//! calling thread only, as Linux: the child has one thread).
 //!
-//! NOT DONE: threads and `futex`, sockets as Linux calls, `poll`; standard input from a live
-//! terminal (it is a byte string given at start). The table of what is there:
-//! `linuxabi::support`, docs/linux-abi.md.
+//! NOT DONE: sockets as Linux calls, `poll`; standard input from a live terminal (it is a
+//! byte string given at start). The table of what is there: `linuxabi::support`,
+//! docs/linux-abi.md.
 
 pub mod dispatch;
 pub mod exec;
 pub mod files;
 pub mod fscalls;
+pub mod futex;
 pub mod load;
 pub mod mem;
 pub mod out;
 pub mod pipe;
 pub mod proc;
 pub mod signal;
+pub mod thread;
 pub mod vm;
 #[cfg(target_os = "none")]
 pub mod upcall;
@@ -96,6 +102,12 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     proc::use_table_slot(&mut process);
     *dispatch::PROC.lock() = Some(process);
     let r = upcall::enter(entry, rsp);
+    // Every other thread ends (and is freed) before the process goes: they run in its memory.
+    let mut threads = match dispatch::lock_proc().as_mut() {
+        Some(p) => core::mem::replace(&mut p.threads, thread::Threads::empty()),
+        None => return Err(String::from("the program's state is gone")),
+    };
+    threads.finish(100);
     let mut p = dispatch::PROC.lock().take().ok_or_else(|| String::from("the program's state is gone"))?;
     p.sig.finish();
     if let Some(sig) = p.sig.killed_by {
@@ -108,6 +120,6 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     load::unload(&mut p.image);
     proc::end_session(&mut p);
     let status = r.map_err(|e| alloc::format!("{}: the kernel refused the personality: {e:?}", o.path))?;
-    Ok(Outcome { status, calls: p.calls })
+    Ok(Outcome { status, calls: dispatch::CALLS.load(core::sync::atomic::Ordering::Relaxed) })
 }
 

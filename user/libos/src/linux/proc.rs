@@ -159,6 +159,17 @@ pub fn start_session() -> Result<ProcState, abi::Error> {
     Ok(me)
 }
 
+/// Map the session's process table into `root` too (a new thread's root range: its calls
+/// read this process's slot, e.g. the pending signals on every way back).
+pub fn map_table(root: ObjName) -> Result<(), abi::Error> {
+    let (share, seg) = {
+        let s = SESSION.lock();
+        (s.share, s.table_seg)
+    };
+    let m = SegMapping { voff: TABLE_VA, seg: ObjName::new(share, seg), soff: 0, len: TABLE_BYTES, flags: MAP_READ | MAP_WRITE };
+    crate::sys::ar_set_seg(root, &m).map(|_| ())
+}
+
 /// End the session: every child still running is halted and deleted, the table unmapped, the
 /// share (and every pipe still open in it) deleted.
 pub fn end_session(p: &mut Process) {
@@ -172,6 +183,12 @@ pub fn end_session(p: &mut Process) {
     let _ = crate::sys::ar_unmap(crate::ctx::ctx().root_ar, TABLE_VA, TABLE_BYTES);
     let _ = crate::sys::share_delobj(ObjName::new(crate::process::proc_share(), s.table_seg));
     crate::process::del_share(s.share);
+}
+
+/// A fresh id from the pid counter (a new thread's tid). Only while a session runs (its
+/// table mapped).
+pub fn new_id() -> u32 {
+    words()[H_NEXT_PID].fetch_add(1, Ordering::Relaxed) as u32
 }
 
 /// A free slot for a new process with parent `ppid`, group `pgid`, session `sid`; its pid.
@@ -488,7 +505,9 @@ fn adopt(pid: u32, slot: usize, parent_maps: &[(u64, ObjectId)], carried: &[(usi
     };
     p.image.space.mmaps.rebind(share, &rename)?;
     super::pipe::adopt(&mut p.files, carried);
-    Ok(p.fs_base)
+    // The child has the forking thread only (as Linux), now its main thread.
+    super::thread::after_fork(p);
+    Ok(super::thread::me().fs_base.load(Ordering::Relaxed))
 }
 
 /// Whether `va` is one of the program's own addresses (image, stack, brk heap, mmaps), not
@@ -825,6 +844,7 @@ pub fn sys_kill(p: &mut Process, a: &[u64; 6]) -> i64 {
 /// The process's pending signals are its table slot's (so other processes' `kill` reaches
 /// `signal`'s delivery), from the session's start or the fork that made it.
 pub fn use_table_slot(p: &mut Process) {
+    super::thread::set_main_tid(p.procs.pid);
     p.sig.slot = super::mem::mapped_signal_slot(signal_slot_va(p.procs.slot));
 }
 

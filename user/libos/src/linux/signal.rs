@@ -17,6 +17,7 @@ use linuxabi::errno::*;
 use linuxabi::signal::{self as ls, bit, Action, AltStack, Regs, UNBLOCKABLE};
 
 use super::dispatch::{Process, PROC};
+use super::thread;
 use super::upcall::{self, Frame, FpState};
 
 /// A process's (or, with threads, a thread's) pending signals: a bit per signal, and the
@@ -76,7 +77,6 @@ pub const ERESTARTNOHAND: i64 = 514;
 /// A process's signal state (not the pending set: that is its slot's).
 pub struct State {
     actions: [Action; 65],
-    pub mask: u64,
     alt: AltStack,
     /// The mask `rt_sigsuspend` replaced, put back after the handler it waited for.
     suspend_mask: Option<u64>,
@@ -102,7 +102,6 @@ impl State {
         OWN.pending.store(0, Ordering::SeqCst);
         State {
             actions: [Action::default(); 65],
-            mask: 0,
             alt: AltStack::DISABLED,
             suspend_mask: None,
             info: [(ls::SI_USER, 0); 65],
@@ -144,6 +143,18 @@ impl State {
     pub fn finish(&mut self) {
         self.timer = Timer::default();
         set_ticks(self, false);
+    }
+}
+
+impl State {
+    /// The calling thread's mask (`rt_sigprocmask` is per thread: its slot's word).
+    #[inline]
+    pub fn mask(&self) -> u64 {
+        thread::me().sigmask.load(Ordering::Relaxed)
+    }
+
+    pub fn set_mask(&mut self, m: u64) {
+        thread::me().sigmask.store(m, Ordering::Relaxed);
     }
 }
 
@@ -196,7 +207,8 @@ fn regs_after_call(f: &Frame) -> Regs {
 #[inline]
 pub fn after_call(p: &mut Process, f: &Frame, nr: u32) -> Option<Next> {
     let s = &p.sig;
-    if !s.slow && s.slot.pending.load(Ordering::Relaxed) & !s.mask == 0 {
+    let me = thread::me();
+    if !s.slow && (s.slot.pending.load(Ordering::Relaxed) | me.pending.load(Ordering::Relaxed)) & !me.sigmask.load(Ordering::Relaxed) == 0 {
         return None;
     }
     after_call_slow(p, f, nr)
@@ -246,6 +258,15 @@ fn check_timer(p: &mut Process) {
     }
 }
 
+/// For a wait without the process lock (`nanosleep`): whether an unblocked signal that does
+/// something is pending for the calling thread now (the alarm checked first), and until when
+/// the wait may sleep at most (`end`, or the alarm's deadline if that is sooner).
+pub fn wait_check(p: &mut Process, end: u64) -> (bool, u64) {
+    check_timer(p);
+    let d = if p.sig.timer.deadline != 0 { end.min(p.sig.timer.deadline) } else { end };
+    (deliverable(p), d)
+}
+
 /// Timer ticks reflected to the runtime (`abi::LINUX_EV_TICKS`) at 100 Hz while an alarm is
 /// armed, so a program computing without calls still gets its `SIGALRM`; the core's own
 /// rate comes back afterwards.
@@ -281,11 +302,32 @@ fn ignored(a: &Action, sig: u32) -> bool {
     }
 }
 
+/// The calling thread's pending signals: its own (`tkill`/`tgkill` to it) and the process's.
+fn pending(p: &Process) -> u64 {
+    p.sig.slot.pending.load(Ordering::SeqCst) | thread::me().pending.load(Ordering::SeqCst)
+}
+
+/// Take `sig` off the pending sets: the thread's own first, else the process's.
+fn take(p: &Process, sig: u32) {
+    let me = thread::me();
+    if me.pending.fetch_and(!bit(sig), Ordering::SeqCst) & bit(sig) == 0 {
+        p.sig.slot.pending.fetch_and(!bit(sig), Ordering::SeqCst);
+    }
+}
+
+/// Whether the calling thread has an unblocked signal pending (the process's or its own),
+/// without the process lock: `slot` is the process's pending set. For waits that must end
+/// for a signal (`futex`).
+pub fn pending_for_me(slot: &SignalSlot) -> bool {
+    let me = thread::me();
+    (slot.pending.load(Ordering::SeqCst) | me.pending.load(Ordering::SeqCst)) & !me.sigmask.load(Ordering::SeqCst) != 0
+}
+
 /// Unblocked pending signals that would do something; ignored ones are dropped on the way
 /// (Linux discards them when they are sent).
 fn deliverable(p: &mut Process) -> bool {
     loop {
-        let set = p.sig.slot.pending.load(Ordering::SeqCst) & !p.sig.mask;
+        let set = pending(p) & !p.sig.mask();
         if set == 0 {
             return false;
         }
@@ -293,7 +335,7 @@ fn deliverable(p: &mut Process) -> bool {
         if !ignored(&p.sig.actions[sig as usize], sig) {
             return true;
         }
-        p.sig.slot.pending.fetch_and(!bit(sig), Ordering::SeqCst);
+        take(p, sig);
     }
 }
 
@@ -301,12 +343,12 @@ fn deliverable(p: &mut Process) -> bool {
 /// `regs`; `restart` is the call and its internal result when a call was interrupted.
 fn deliver(p: &mut Process, mut regs: Regs, restart: Option<(u64, i64)>) -> Next {
     loop {
-        let set = p.sig.slot.pending.load(Ordering::SeqCst) & !p.sig.mask;
+        let set = pending(p) & !p.sig.mask();
         if set == 0 {
             break;
         }
         let sig = set.trailing_zeros() + 1;
-        p.sig.slot.pending.fetch_and(!bit(sig), Ordering::SeqCst);
+        take(p, sig);
         let act = p.sig.actions[sig as usize];
         let (code, pid) = core::mem::replace(&mut p.sig.info[sig as usize], (ls::SI_USER, 0));
         if ignored(&act, sig) {
@@ -327,7 +369,7 @@ fn deliver(p: &mut Process, mut regs: Regs, restart: Option<(u64, i64)>) -> Next
     }
     // Nothing delivered: an interrupted call starts again; rt_sigsuspend's mask goes back.
     if let Some(m) = p.sig.suspend_mask.take() {
-        p.sig.mask = m;
+        p.sig.set_mask(m);
     }
     if restart.is_some() {
         let rax = restart_regs(&mut regs, restart);
@@ -362,7 +404,7 @@ fn frame(p: &mut Process, sig: u32, act: &Action, regs: &Regs, info: &[u8; 128],
     if !space.ok(place.frame, place.fpstate + ls::FPSTATE_SIZE - place.frame, true) {
         return None;
     }
-    let oldmask = p.sig.suspend_mask.take().unwrap_or(p.sig.mask);
+    let oldmask = p.sig.suspend_mask.take().unwrap_or(p.sig.mask());
     let (trapno, err, cr2) = fault;
     let uc = ls::encode_ucontext(regs, &ls::UcExtra { mask: oldmask, trapno, err, cr2, fpstate: place.fpstate }, &p.sig.alt.to_bytes(regs.rsp));
     let ok = space.put(place.fpstate, &fx.0) && space.put(place.frame, &act.restorer.to_le_bytes()) && space.put(place.frame + ls::FRAME_UC, &uc) && space.put(place.frame + ls::FRAME_INFO, info);
@@ -376,7 +418,7 @@ fn frame(p: &mut Process, sig: u32, act: &Action, regs: &Regs, info: &[u8; 128],
     if act.flags & ls::SA_NODEFER == 0 {
         m |= bit(sig);
     }
-    p.sig.mask = m & !UNBLOCKABLE;
+    p.sig.set_mask(m & !UNBLOCKABLE);
     if act.flags & ls::SA_RESETHAND != 0 {
         p.sig.actions[sig as usize] = Action::default();
     }
@@ -396,7 +438,7 @@ fn frame(p: &mut Process, sig: u32, act: &Action, regs: &Regs, info: &[u8; 128],
 fn on_fault(p: &mut Process, ev: &abi::LinuxEvent, regs: Regs) -> Next {
     let (sig, code, addr) = ls::fault_signal(ev.vector, ev.error, ev.addr, ev.rip);
     let act = p.sig.actions[sig as usize];
-    if act.handler <= ls::SIG_IGN || p.sig.mask & bit(sig) != 0 {
+    if act.handler <= ls::SIG_IGN || p.sig.mask() & bit(sig) != 0 {
         return kill(p, sig);
     }
     let info = ls::encode_siginfo(sig, code, addr, 0);
@@ -472,8 +514,10 @@ pub fn sleep(p: &mut Process, deadline: Option<u64>) -> bool {
             return false;
         }
         p.sig.slot.sleeper.store(me, Ordering::SeqCst);
+        thread::me().sleeper.store(me, Ordering::SeqCst);
         if deliverable(p) {
             p.sig.slot.sleeper.store(0, Ordering::SeqCst);
+            thread::me().sleeper.store(0, Ordering::SeqCst);
             return true;
         }
         let mut until = deadline.unwrap_or(u64::MAX);
@@ -485,6 +529,7 @@ pub fn sleep(p: &mut Process, deadline: Option<u64>) -> bool {
             core::hint::spin_loop();
         }
         p.sig.slot.sleeper.store(0, Ordering::SeqCst);
+        thread::me().sleeper.store(0, Ordering::SeqCst);
     }
 }
 
@@ -517,6 +562,9 @@ pub fn sys_rt_sigaction(p: &mut Process, a: &[u64; 6]) -> i64 {
         p.sig.actions[sig as usize] = n;
         if ignored(&n, sig) {
             p.sig.slot.pending.fetch_and(!bit(sig), Ordering::SeqCst);
+            for t in thread::SLOTS.iter() {
+                t.pending.fetch_and(!bit(sig), Ordering::SeqCst);
+            }
         }
     }
     if old != 0 {
@@ -530,7 +578,7 @@ pub fn sys_rt_sigprocmask(p: &mut Process, a: &[u64; 6]) -> i64 {
     if size != 8 {
         return -EINVAL;
     }
-    let prev = p.sig.mask;
+    let prev = p.sig.mask();
     if set != 0 {
         let Some(v) = p.image.space.get_u64(set) else { return -EFAULT };
         let m = match how {
@@ -542,7 +590,7 @@ pub fn sys_rt_sigprocmask(p: &mut Process, a: &[u64; 6]) -> i64 {
         if old != 0 && !p.image.space.ok(old, 8, true) {
             return -EFAULT;
         }
-        p.sig.mask = m & !UNBLOCKABLE;
+        p.sig.set_mask(m & !UNBLOCKABLE);
     }
     if old != 0 && !p.image.space.put(old, &prev.to_le_bytes()) {
         return -EFAULT;
@@ -555,7 +603,7 @@ pub fn sys_rt_sigpending(p: &mut Process, a: &[u64; 6]) -> i64 {
     if size > 8 {
         return -EINVAL;
     }
-    let v = p.sig.slot.pending.load(Ordering::SeqCst) & p.sig.mask;
+    let v = pending(p) & p.sig.mask();
     if !p.image.space.put(set, &v.to_le_bytes()[..size as usize]) {
         return -EFAULT;
     }
@@ -576,7 +624,7 @@ pub fn sys_rt_sigreturn(p: &mut Process, _a: &[u64; 6]) -> i64 {
     if regs.rip >= abi::USER_END || regs.rsp >= abi::USER_END {
         return bad_frame(p);
     }
-    p.sig.mask = mask & !UNBLOCKABLE;
+    p.sig.set_mask(mask & !UNBLOCKABLE);
     // The alternate stack the frame names, where it is valid (as sigaltstack takes it).
     if !alt.enabled() || alt.size >= ls::MINSIGSTKSZ {
         if !p.sig.alt.on(regs.rsp) {
@@ -593,7 +641,8 @@ pub fn sys_rt_sigreturn(p: &mut Process, _a: &[u64; 6]) -> i64 {
 /// A frame `rt_sigreturn` cannot use: Linux forces SIGSEGV.
 fn bad_frame(p: &mut Process) -> i64 {
     p.sig.actions[ls::SIGSEGV as usize] = Action::default();
-    p.sig.mask &= !bit(ls::SIGSEGV);
+    let m = p.sig.mask() & !bit(ls::SIGSEGV);
+    p.sig.set_mask(m);
     let _ = post(p.sig.slot, ls::SIGSEGV);
     0
 }
@@ -659,10 +708,7 @@ pub fn sys_tkill(p: &mut Process, a: &[u64; 6]) -> i64 {
     if tid <= 0 || sig > u64::from(ls::NSIG) {
         return -EINVAL;
     }
-    if tid as u32 != p.procs.pid {
-        return -ESRCH;
-    }
-    send_self(p, sig, ls::SI_TKILL)
+    send_thread(p, i64::from(tid), sig)
 }
 
 pub fn sys_tgkill(p: &mut Process, a: &[u64; 6]) -> i64 {
@@ -670,10 +716,24 @@ pub fn sys_tgkill(p: &mut Process, a: &[u64; 6]) -> i64 {
     if tgid <= 0 || tid <= 0 || sig > u64::from(ls::NSIG) {
         return -EINVAL;
     }
-    if tgid as u32 != p.procs.pid || tid as u32 != p.procs.pid {
+    if tgid as u32 != p.procs.pid {
         return -ESRCH;
     }
-    send_self(p, sig, ls::SI_TKILL)
+    send_thread(p, i64::from(tid), sig)
+}
+
+/// `tkill`/`tgkill` to thread `tid` of this process: pending for that thread alone (its
+/// slot's word), which it takes on its way back from its next call; a thread asleep in a
+/// futex wait or a signal wait is woken. `ESRCH` for a tid that is none of this process's.
+fn send_thread(p: &mut Process, tid: i64, sig: u64) -> i64 {
+    let Some(t) = thread::find_tid(tid) else { return -ESRCH };
+    if sig == 0 {
+        return 0;
+    }
+    p.sig.info[sig as usize] = (ls::SI_TKILL, p.procs.pid);
+    t.pending.fetch_or(bit(sig as u32), Ordering::SeqCst);
+    thread::kick(t);
+    0
 }
 
 pub fn sys_pause(p: &mut Process, _a: &[u64; 6]) -> i64 {
@@ -687,8 +747,8 @@ pub fn sys_rt_sigsuspend(p: &mut Process, a: &[u64; 6]) -> i64 {
         return -EINVAL;
     }
     let Some(m) = p.image.space.get_u64(set) else { return -EFAULT };
-    let old = p.sig.mask;
-    p.sig.mask = m & !UNBLOCKABLE;
+    let old = p.sig.mask();
+    p.sig.set_mask(m & !UNBLOCKABLE);
     p.sig.suspend_mask = Some(old);
     sleep(p, None);
     interrupted(p, ERESTARTNOHAND)

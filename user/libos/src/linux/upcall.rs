@@ -8,14 +8,18 @@
 //! touching the program's stack, whose red zone may be live), saves the registers as a
 //! [`Frame`], calls `linux_dispatch`, and returns to the program as Linux does: every
 //! register as it was except rax (the result), rcx (the return address) and r11 (rflags).
-//! One upcall stack: the program is single-threaded, and the dispatcher's own system calls
-//! are native (made from inside the runtime's image), so upcalls never nest.
+//! One upcall stack per thread: each context that runs Linux code (the runtime's own, and one
+//! per Linux thread, `thread.rs`) keeps the top of its upcall stack in a word of its context
+//! page (`ctx::arena()` + `W_TOP`, the page is private to each context's root range), and the
+//! stub reads it through [`__linux_upcall_slot`] (that word's address, the same in every
+//! context). The dispatcher's own system calls are native (made from inside the runtime's
+//! image), so upcalls never nest on one thread.
 //!
 //! Faults and timer ticks (`abi::LINUX_EVENTS`): the kernel keeps the interrupted
-//! registers and resumes at `__linux_event`, which calls `signal::linux_event` on the same
-//! upcall stack (an event comes only while the program, not the runtime, runs). Signal
-//! delivery and `rt_sigreturn` leave through `resume`, which loads every register (the
-//! program's rcx and r11 included) without touching the program's stack.
+//! registers and resumes at `__linux_event`, which calls `signal::linux_event` on the
+//! running thread's upcall stack (an event comes only while the program, not the runtime,
+//! runs). Signal delivery and `rt_sigreturn` leave through `resume`, which loads every
+//! register (the program's rcx and r11 included) without touching the program's stack.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -45,16 +49,46 @@ pub struct Frame {
     pub rsp: u64,
 }
 
-/// Top of the upcall stack (set by `enter`, read by the stub).
+/// The address of the word holding the running thread's upcall stack top: `arena()` +
+/// `W_TOP`, the same address in every context of the runtime (each maps its own context page
+/// there). Set by `enter`, read by the stub.
 #[no_mangle]
-static __linux_upcall_stack_top: AtomicU64 = AtomicU64::new(0);
+static __linux_upcall_slot: AtomicU64 = AtomicU64::new(0);
 
-/// The upcall stack: 256 KiB in the runtime's image (its .bss).
+/// Per-context words at the end of the context page (past `ctx::Ctx`, which nothing else
+/// uses): the upcall stack top, the stack pointer `leave` returns to, the thread's slot
+/// (`thread::SLOTS`) plus one (0: none).
+const W_TOP: u64 = abi::PAGE_SIZE - 8;
+const W_SAVED: u64 = abi::PAGE_SIZE - 16;
+const W_SLOT: u64 = abi::PAGE_SIZE - 24;
+const _: () = assert!(core::mem::size_of::<crate::ctx::Ctx>() as u64 <= W_SLOT);
+
+/// One of this context's words (`W_*`).
+fn word(off: u64) -> &'static AtomicU64 {
+    // SAFETY: every context of the runtime maps its own context page read-write at
+    // `arena()` (`ctx::map_new`, for the first context and each thread), and the words past
+    // `ctx::Ctx` in that page (checked above) are used by this module alone. The address is
+    // 8-aligned (the page is page-aligned).
+    unsafe { &*((crate::ctx::arena() + off) as *const AtomicU64) }
+}
+
+/// The running thread's slot in `thread::SLOTS` (0, the main thread's, if none was set).
+pub fn my_slot() -> usize {
+    word(W_SLOT).load(Ordering::Relaxed).saturating_sub(1) as usize
+}
+
+/// Record the running context's slot.
+pub fn set_my_slot(slot: usize) {
+    word(W_SLOT).store(slot as u64 + 1, Ordering::Relaxed);
+}
+
+/// The main thread's upcall stack: 256 KiB in the runtime's image (its .bss). Other threads
+/// use the part of their library-OS thread stack below `__linux_enter_frame`'s frame.
 const UPCALL_STACK: usize = 256 << 10;
 #[repr(C, align(16))]
 struct Stack(core::cell::UnsafeCell<[u8; UPCALL_STACK]>);
 // SAFETY: Rust code only takes the stack's address; the upcall stub alone reads and writes
-// it, on the one core the program runs on (one upcall at a time).
+// it, for the main thread only (one upcall at a time).
 unsafe impl Sync for Stack {}
 static STACK: Stack = Stack(core::cell::UnsafeCell::new([0; UPCALL_STACK]));
 
@@ -62,7 +96,8 @@ core::arch::global_asm!(
     ".global __linux_upcall",
     "__linux_upcall:",
     "    mov rcx, rsp",
-    "    mov rsp, [rip + __linux_upcall_stack_top]",
+    "    mov rsp, [rip + __linux_upcall_slot]",
+    "    mov rsp, [rsp]",
     "    push rcx",
     "    push rax",
     "    push r11",
@@ -147,6 +182,24 @@ core::arch::global_asm!(
     "    mov [rsi], rsp",
     "    mov rsp, rdi",
     "    jmp __linux_upcall_return",
+    // __linux_enter_frame(frame, saved: *mut u64, top: *mut u64): start a new thread with the
+    // registers of `frame` (as the stub returns to the program); `saved` gets the stack
+    // pointer `__linux_leave` returns through, `top` the 16-aligned top of this thread's upcall
+    // stack (everything below this frame). Called 16-aligned, so after the six pushes rsp is
+    // 8 mod 16 and rsp - 8 is aligned.
+    ".global __linux_enter_frame",
+    "__linux_enter_frame:",
+    "    push rbp",
+    "    push rbx",
+    "    push r12",
+    "    push r13",
+    "    push r14",
+    "    push r15",
+    "    mov [rsi], rsp",
+    "    lea rax, [rsp - 8]",
+    "    mov [rdx], rax",
+    "    mov rsp, rdi",
+    "    jmp __linux_upcall_return",
     // __linux_leave(saved_rsp, status): back into __linux_enter's frame.
     ".global __linux_leave",
     "__linux_leave:",
@@ -164,7 +217,8 @@ core::arch::global_asm!(
     // only takes the upcall stack (free: the program was running, not the runtime).
     ".global __linux_event",
     "__linux_event:",
-    "    mov rsp, [rip + __linux_upcall_stack_top]",
+    "    mov rsp, [rip + __linux_upcall_slot]",
+    "    mov rsp, [rsp]",
     "    cld",
     "    call {event}",
     "    ud2",
@@ -199,7 +253,10 @@ core::arch::global_asm!(
     event = sym super::signal::linux_event,
 );
 
-/// Where `__linux_resume` jumps (one program thread per runtime: one slot).
+/// Where `__linux_resume` jumps. NOT DONE for threads: one word for every thread of the
+/// runtime, so two threads resuming at the same instant (two signal deliveries or
+/// `rt_sigreturn`s at once) could race on it; it must become a per-context word (an
+/// `iretq` from the upcall stack would need none).
 #[no_mangle]
 static __linux_resume_rip: AtomicU64 = AtomicU64::new(0);
 
@@ -253,13 +310,12 @@ extern "C" {
     fn __linux_event();
     fn __linux_resume(regs: *const Regs) -> !;
     fn __linux_enter(entry: u64, rsp: u64, saved: *mut u64) -> u64;
+    fn __linux_enter_frame(frame: *const Frame, saved: *mut u64, top: *mut u64) -> u64;
     fn __linux_leave(rsp: u64, status: u64) -> !;
     fn __linux_resume_child(frame: *mut Frame, saved: *mut u64) -> u64;
     static __image_start: u8;
     static __image_end: u8;
 }
-
-static SAVED_RSP: AtomicU64 = AtomicU64::new(0);
 
 /// Where the kernel resumes the runtime with a reflected fault or tick.
 pub fn event_upcall() -> u64 {
@@ -276,14 +332,15 @@ pub fn native_range() -> (u64, u64) {
 pub fn enter(entry: u64, rsp: u64) -> Result<u64, abi::Error> {
     let (lo, hi) = native_range();
     let top = STACK.0.get() as u64 + UPCALL_STACK as u64;
-    __linux_upcall_stack_top.store(top, Ordering::Relaxed);
+    __linux_upcall_slot.store(crate::ctx::arena() + W_TOP, Ordering::Relaxed);
+    word(W_TOP).store(top, Ordering::Relaxed);
     crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
     // The program's own faults come back here as signals (`signal::linux_event`).
     crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0)?;
     // SAFETY: the program runs on its own stack in this address space and comes back only
     // through `leave` (its exit), which restores this frame's callee-saved registers and
-    // stack from what `__linux_enter` stored in SAVED_RSP.
-    let status = unsafe { __linux_enter(entry, rsp, SAVED_RSP.as_ptr()) };
+    // stack from what `__linux_enter` stored in this context's `W_SAVED` word.
+    let status = unsafe { __linux_enter(entry, rsp, word(W_SAVED).as_ptr()) };
     let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
     Ok(status)
 }
@@ -295,7 +352,8 @@ pub fn enter(entry: u64, rsp: u64) -> Result<u64, abi::Error> {
 pub fn resume_child(frame: &Frame, fs_base: u64) -> Result<u64, abi::Error> {
     let (lo, hi) = native_range();
     let top = STACK.0.get() as u64 + UPCALL_STACK as u64;
-    __linux_upcall_stack_top.store(top, Ordering::Relaxed);
+    __linux_upcall_slot.store(crate::ctx::arena() + W_TOP, Ordering::Relaxed);
+    word(W_TOP).store(top, Ordering::Relaxed);
     crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
     crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0)?;
     if fs_base != 0 {
@@ -306,16 +364,41 @@ pub fn resume_child(frame: &Frame, fs_base: u64) -> Result<u64, abi::Error> {
     let mut f = alloc::boxed::Box::new(*frame);
     // SAFETY: as in `enter`: the program runs on its own stack in this address space and
     // comes back only through `leave`, which restores this frame's callee-saved registers
-    // and stack from what `__linux_resume_child` stored in SAVED_RSP. `f` outlives the call.
-    let status = unsafe { __linux_resume_child(&mut *f, SAVED_RSP.as_ptr()) };
+    // and stack from what `__linux_resume_child` stored in this context's `W_SAVED` word.
+    // `f` outlives the call.
+    let status = unsafe { __linux_resume_child(&mut *f, word(W_SAVED).as_ptr()) };
     let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
     Ok(status)
 }
 
-/// End the program: back into `enter` with `status`. Only from the dispatcher, on the upcall
-/// stack, holding no lock, while `enter` or `resume` runs the program.
+/// Run a new Linux thread in this context (a library-OS thread of the runtime): register the
+/// personality with FS base `fs`, then return to the program with `frame`'s registers (the
+/// parent's at its `clone`, with the child's rax, rsp and rip). Returns the status `leave`
+/// was given when the thread ends.
+pub fn enter_thread(frame: &Frame, fs: u64) -> Result<u64, abi::Error> {
+    let (lo, hi) = native_range();
+    crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
+    // The thread's own faults come back as signals too (`signal::linux_event`).
+    if let Err(e) = crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0).and_then(|_| crate::sys::linux_personality(abi::LINUX_SET_FS, fs, 0, 0)) {
+        let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
+        return Err(e);
+    }
+    let copy = *frame;
+    // SAFETY: `copy` lives in this frame until `__linux_enter_frame` has loaded every
+    // register from it; the thread then runs on its own stack and comes back only through
+    // `leave`, which restores this frame from the context's `W_SAVED` word. Its upcalls use
+    // the stack below this frame (`W_TOP`), which nothing else uses while it runs.
+    let status = unsafe { __linux_enter_frame(&copy, word(W_SAVED).as_ptr(), word(W_TOP).as_ptr()) };
+    let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
+    Ok(status)
+}
+
+/// End the running thread (the main thread: the program): back into `enter` (or
+/// `enter_thread`) with `status`. Only from the dispatcher, on the upcall stack, holding no
+/// lock, while that call runs the thread.
 pub fn leave(status: u64) -> ! {
-    // SAFETY: SAVED_RSP is what `__linux_enter` stored for the `enter` call that is still
-    // live (the program runs inside it); nothing on the upcall stack needs dropping.
-    unsafe { __linux_leave(SAVED_RSP.load(Ordering::Relaxed), status) }
+    // SAFETY: the word is what `__linux_enter`/`__linux_enter_frame` stored for this
+    // context's call that is still live (the thread runs inside it); nothing on the upcall
+    // stack needs dropping.
+    unsafe { __linux_leave(word(W_SAVED).load(Ordering::Relaxed), status) }
 }

@@ -67,10 +67,6 @@ fn flags(prot: u64) -> u64 {
     }
 }
 
-fn root() -> ObjName {
-    crate::ctx::ctx().root_ar
-}
-
 impl Mmaps {
     pub fn new(share: ObjectId) -> Mmaps {
         Mmaps { v: Vec::new(), files: Vec::new(), share }
@@ -80,12 +76,13 @@ impl Mmaps {
         if flags(m.prot) == 0 {
             return Ok(());
         }
-        crate::sys::ar_set_seg(root(), &SegMapping { voff: m.lo, seg: ObjName::new(self.share, m.seg), soff: m.soff, len: m.hi - m.lo, flags: flags(m.prot) }).map(|_| ())
+        // In every thread's root range (`thread::map_all`).
+        super::thread::map_all(&SegMapping { voff: m.lo, seg: ObjName::new(self.share, m.seg), soff: m.soff, len: m.hi - m.lo, flags: flags(m.prot) })
     }
 
     fn unmap_kernel(m: &Vma) {
         if flags(m.prot) != 0 {
-            let _ = crate::sys::ar_unmap(root(), m.lo, m.hi - m.lo);
+            super::thread::unmap_all(m.lo, m.hi - m.lo);
         }
     }
 
