@@ -187,8 +187,14 @@ pub mod nr {
     pub const CONSOLE_READ: u64 = 71;
     /// `time_now() -> TSC ticks` (see `SysInfo::tsc_per_ms`).
     pub const TIME_NOW: u64 = 72;
-    /// `sys_info(*mut SysInfo) -> 0`.
+    /// `sys_info(*mut SysInfo, flags) -> 0`. `flags` is 0 or `SYS_INFO_ALL_CORES`; any other
+    /// bit is `InvalidArgument`.
     pub const SYS_INFO: u64 = 73;
+    /// `sys_info` flag: before counting, every core (by an active message) takes back the
+    /// objects other cores freed into its kernel heap and releases its empty slabs, so that
+    /// `free_pages` does not depend on which slabs another core happens to cache. For exact
+    /// leak checks while other cores have run; it interrupts every core, so not for hot paths.
+    pub const SYS_INFO_ALL_CORES: u64 = 1;
     /// `core_stats(core, *mut CoreStats) -> 0`.
     pub const CORE_STATS: u64 = 74;
     /// `initrd_get(share, name_ptr, name_len) -> segment id`: a copy-on-write segment with the

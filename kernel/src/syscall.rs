@@ -911,11 +911,21 @@ fn sys_time_now(_nr: u64, _a: &[u64; 6]) -> Result<u64, Error> {
 }
 
 fn sys_sys_info(_nr: u64, a: &[u64; 6]) -> Result<u64, Error> {
+    if a[1] & !nr::SYS_INFO_ALL_CORES != 0 {
+        return Err(Error::InvalidArgument);
+    }
     // Exact counts: free what removals from shared shares still hold back.
     crate::kobj::share::reclaim_all();
     // And this core's empty slabs go back, so the count does not depend on what the
-    // heap happens to cache (other cores' caches are theirs to trim).
-    crate::mm::heap::trim_local();
+    // heap happens to cache. Other cores' caches are theirs to trim, unless the caller asks
+    // for every core: a slab of another core's cache that this core's frees emptied stays
+    // cached there until that core drains its remote frees, one page more or less in the
+    // count depending on when it last allocated.
+    if a[1] & nr::SYS_INFO_ALL_CORES != 0 {
+        crate::smp::run_on_all(&|_| crate::mm::heap::trim_local());
+    } else {
+        crate::mm::heap::trim_local();
+    }
     let info = SysInfo {
         cores: percpu::online_count() as u64,
         numa_nodes: crate::mm::frame::node_count() as u64,

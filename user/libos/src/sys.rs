@@ -387,9 +387,20 @@ pub fn time_now() -> Result<u64, Error> {
 
 /// `sys_info(&mut SysInfo)`.
 pub fn sys_info() -> Result<SysInfo, Error> {
+    sys_info_with(0)
+}
+
+/// `sys_info` after every core has trimmed its kernel heap (`nr::SYS_INFO_ALL_CORES`): free
+/// pages that do not depend on what other cores' slab caches hold. For leak checks; it
+/// interrupts every core.
+pub fn sys_info_all_cores() -> Result<SysInfo, Error> {
+    sys_info_with(nr::SYS_INFO_ALL_CORES)
+}
+
+fn sys_info_with(flags: u64) -> Result<SysInfo, Error> {
     let mut si = SysInfo::default();
     // SAFETY: `si` is a live, writable `SysInfo`.
-    unsafe { call(nr::SYS_INFO, &mut si as *mut SysInfo as u64, 0, 0, 0, 0, 0)? };
+    unsafe { call(nr::SYS_INFO, &mut si as *mut SysInfo as u64, flags, 0, 0, 0, 0)? };
     Ok(si)
 }
 
