@@ -193,10 +193,33 @@ pub fn judge_run(serial: &str, end: Ending, expect: &Expect) -> Verdict {
     v
 }
 
+/// The guest suites' failure lines of this run, repeated at its end: a long run's log is
+/// often kept only in part (its head and tail), and the tail must say which test failed.
+static FAILURE_LINES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn note_failure(line: String) {
+    if let Ok(mut v) = FAILURE_LINES.lock() {
+        v.push(line);
+    }
+}
+
+/// The noted failure lines, each cut to `width` characters, at most `most` of them.
+fn failure_summary(lines: &[String], width: usize, most: usize) -> Vec<String> {
+    let mut out: Vec<String> = lines.iter().take(most).map(|l| {
+        let l = l.replace('\n', " ");
+        if l.chars().count() > width { format!("{}...", l.chars().take(width).collect::<String>()) } else { l }
+    }).collect();
+    if lines.len() > most {
+        out.push(format!("(and {} more above)", lines.len() - most));
+    }
+    out
+}
+
 /// Print a verdict's problems (and, if any, the run's last serial lines); return its tally.
 fn report(what: &str, v: &Verdict, serial: &str, last_lines: usize) -> TestTally {
     for p in &v.problems {
         println!("   FAILED: {what}: {p}");
+        note_failure(format!("{what}: {p}"));
     }
     if !v.problems.is_empty() {
         for l in serial.lines().rev().take(last_lines).collect::<Vec<_>>().into_iter().rev() {
@@ -337,6 +360,7 @@ fn bad_boot(kernel: &Path, what: &str, mut cfg: VmConfig, expect: &str) -> Resul
             "   FAILED: bad boot `{what}`: timed out={} exit={:?}, expected a line containing `{expect}`; serial:\n{}",
             out.timed_out, code, out.serial
         );
+        note_failure(format!("bad boot `{what}`: timed out={} exit={code:?}", out.timed_out));
         Ok(TestTally::FAIL)
     }
 }
@@ -852,6 +876,10 @@ impl Runner {
         println!("== {} suite(s) in {:.0} s", self.ran, self.start.elapsed().as_secs_f64());
         if !self.failed_suites.is_empty() {
             println!("failed suites: {}", self.failed_suites.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", "));
+            let lines = FAILURE_LINES.lock().map(|v| v.clone()).unwrap_or_default();
+            for l in failure_summary(&lines, 300, 20) {
+                println!("   failed: {l}");
+            }
         }
         let t = self.total;
         if self.full {
@@ -1278,6 +1306,14 @@ pub struct TestArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failure_summary_cuts_long_lines_and_counts_the_rest() {
+        let lines: Vec<String> = vec!["a\nb".into(), "x".repeat(10), "c".into(), "d".into()];
+        let s = failure_summary(&lines, 5, 3);
+        assert_eq!(s, vec!["a b".to_string(), "xxxxx...".to_string(), "c".to_string(), "(and 1 more above)".to_string()]);
+        assert!(failure_summary(&[], 5, 3).is_empty());
+    }
 
     #[test]
     fn shell_stat_tables_and_halted_time() {
