@@ -522,9 +522,16 @@ impl NetDev {
         let inline = self.mode.load(Ordering::Relaxed) == NET_MODE_INLINE;
         let armed = if inline && !pending { self.arm(me.apic_id) } else { Armed::NoLine };
         let timeout_us = if inline && armed == Armed::NoLine { timeout_us.min(abi::NET_KC_SLEEP_US) } else { timeout_us };
-        if !pending && armed != Armed::Work && !ch.broken.load(Ordering::Relaxed) {
+        // A `wake` (`nr::WAKE`) for this core ends this sleep as it ends `nr::WAIT`'s: one
+        // that came before this look (its IPI taken while interrupts were still on) is
+        // consumed here instead of halting; one after it ends the halt with its IPI and is
+        // consumed below. A program whose cores hand work through memory (webd's application
+        // core replying to a front-end that sleeps here) relies on it.
+        let woken = me.wake_pending.swap(false, Ordering::AcqRel);
+        if !pending && !woken && armed != Armed::Work && !ch.broken.load(Ordering::Relaxed) {
             // Any interrupt ends the sleep: the wake-up IPI, the timer, a shootdown.
             crate::smp::halt_at_most(me, timeout_us);
+            me.wake_pending.swap(false, Ordering::AcqRel);
         }
         if armed == Armed::Yes {
             self.line.disarm();

@@ -31,9 +31,16 @@
 //!   request wakes it (`nr::WAKE`); both poll without pause again from the first work on; a
 //!   kernel core polls adaptively (docs/net.md). `poll`: every core polls
 //!   without pause (Corey's configuration).
-//! - `wake`: `on` (default); `off`: front-ends do not wake sleeping application cores, which
-//!   then sleep 1 ms, doubling up to 32 ms, and a request can wait out such a sleep (kept to
-//!   measure what the wake saves; `webd: app sleeps` at the end counts the sleeps).
+//! - `wake`: `on` (default): a front-end wakes the application core it hands a request to if
+//!   that core sleeps, and an application core wakes a front-end that sleeps waiting for its
+//!   reply (so front-ends may sleep with requests out). `off`: front-ends do not wake sleeping
+//!   application cores, which then sleep 1 ms, doubling up to 32 ms, and a request can wait
+//!   out such a sleep; a front-end with a request out polls until the reply comes (kept to
+//!   measure what the wakes save; `webd: app sleeps` and `webd: front-end sleeps` at the end
+//!   count the sleeps).
+//! - `poll-us`: how long a front-end or application core polls with nothing arriving before
+//!   it sleeps (default 2000; 0: at the first empty look, so every hand-off between cores is
+//!   a wake; at most 1000000).
 //!
 //! HTTP: GET and HEAD, keep-alive; `/filesum/NAME` answers the decimal sum of the bytes of file
 //! `/NAME` (a path from `root`); `/stats` per-core counters as JSON; any other path the file
@@ -141,6 +148,13 @@ struct FrontCount {
     exited: AtomicBool,
     /// Times the host descheduled this core in the middle of a polling stretch (percore::poll).
     preempted: AtomicU64,
+    /// Sleeps taken while a request was out with an application core (`--wake on`, when the
+    /// polling window says sleep); those an application core's `wake` ended (it pushed a
+    /// reply); and those that ended otherwise with a reply already waiting (`late`: a reply
+    /// that waited for the front-end to wake for another reason).
+    out_naps: AtomicU64,
+    out_woken: AtomicU64,
+    out_late: AtomicU64,
 }
 
 /// Counts of one application core, written by that core only.
@@ -172,6 +186,9 @@ static FRONT: [CachePadded<FrontCount>; MAX_FRONTENDS] = [const {
         ready: AtomicBool::new(false),
         exited: AtomicBool::new(false),
         preempted: AtomicU64::new(0),
+        out_naps: AtomicU64::new(0),
+        out_woken: AtomicU64::new(0),
+        out_late: AtomicU64::new(0),
     })
 }; MAX_FRONTENDS];
 static APP: [CachePadded<AppCount>; MAX_APPS] = [const {
@@ -192,10 +209,22 @@ static APP: [CachePadded<AppCount>; MAX_APPS] = [const {
 /// own line, written only around sleeps, so the front-ends' look after every push costs no
 /// line transfer while the core is busy.
 static APP_ASLEEP: [CachePadded<AtomicBool>; MAX_APPS] = [const { CachePadded::new(AtomicBool::new(false)) }; MAX_APPS];
+/// Set by a front-end just before it sleeps with a request out at an application core (and
+/// cleared by whoever takes it): the application core that pushes a reply and then sees it set
+/// wakes the front-end (`nr::WAKE`, which ends its `CONF_NET_WAIT`). One line per front-end,
+/// written only around such sleeps, as `APP_ASLEEP`.
+static FRONT_ASLEEP: [CachePadded<AtomicBool>; MAX_FRONTENDS] = [const { CachePadded::new(AtomicBool::new(false)) }; MAX_FRONTENDS];
 /// `--wake on` (the default): front-ends wake a sleeping application core when they hand it a
-/// request. `off`: they do not; the core waits out its sleep (kept to measure what the wake
-/// saves). Written once by `main` before any other core starts.
+/// request, and an application core wakes a front-end that sleeps waiting for its reply (so a
+/// front-end may sleep with requests out). `off`: neither; an application core waits out its
+/// sleep and a front-end with a request out polls until the reply comes (kept to measure what
+/// the wakes save). Written once by `main` before any other core starts.
 static WAKE: AtomicBool = AtomicBool::new(true);
+/// How long (ns) a front-end or application core polls with nothing arriving before it sleeps
+/// (`--poll-us`, default `IDLE_BEFORE_SLEEP_NS`; 0: sleep at the first empty look, so every
+/// hand-off between cores goes through a wake). Written once by `main` before any other core
+/// starts.
+static POLL_NS: AtomicU64 = AtomicU64::new(IDLE_BEFORE_SLEEP_NS);
 /// Set by front-end 0 when the run is over (read by every core: one line, written once).
 static STOP: CachePadded<AtomicBool> = CachePadded::new(AtomicBool::new(false));
 /// `--idle sleep` (the default): cores with nothing to do sleep instead of polling. Written
@@ -325,7 +354,7 @@ fn app_main(arg: u64) -> u64 {
     let first_nap = if wake { APP_WOKEN_SLEEP_US } else { APP_SLEEP_US };
     // Poll 2 ms before sleeping, less once the host has descheduled this core mid-stretch
     // (percore::poll: then a wake-up is faster than waiting for the host to run a poller).
-    let mut window = percore::poll::PollWindow::new(IDLE_BEFORE_SLEEP_NS, 1_000_000);
+    let mut window = percore::poll::PollWindow::new(POLL_NS.load(Ordering::Relaxed), 1_000_000);
     let mut nap_us = first_nap;
     // The last sleep ended by its timeout, not by a wake: work found now waited it out.
     let mut after_timeout = false;
@@ -346,6 +375,7 @@ fn app_main(arg: u64) -> u64 {
                 marker(bench::harness::MARK_START_CPU);
                 counting = true;
             }
+            let before = sums;
             while outs[f].has_room() {
                 let Some((tag, idx)) = ins[f].pop() else { break };
                 let sum = match srv.files.get(idx as usize) {
@@ -363,8 +393,14 @@ fn app_main(arg: u64) -> u64 {
                 worked = true;
                 if sums >= halt_after {
                     println!("webd: application core {} halts after {sums} sums (--halt-app)", srv.app_cores[me]);
+                    if wake {
+                        wake_front(srv, f);
+                    }
                     break 'run;
                 }
+            }
+            if wake && sums != before {
+                wake_front(srv, f);
             }
         }
         if worked {
@@ -909,9 +945,11 @@ fn serve(srv: &'static Server, me: usize) -> Result<(), abi::Error> {
     let mut after_work = true;
     let (mut measured, mut counting) = (false, false);
     let sleep = SLEEP.load(Ordering::Relaxed);
+    let wake = WAKE.load(Ordering::Relaxed);
     // As an application core's: 2 ms of polling, none for a while after the host took this
     // core away mid-stretch (percore::poll).
-    let mut window = percore::poll::PollWindow::new(IDLE_BEFORE_SLEEP_NS, 1_000_000);
+    let mut window = percore::poll::PollWindow::new(POLL_NS.load(Ordering::Relaxed), 1_000_000);
+    let (mut out_naps, mut out_woken, mut out_late) = (0u64, 0u64, 0u64);
     while !STOP.load(Ordering::Relaxed) {
         let now = libos::time::tsc_ns();
         if now >= next_check {
@@ -937,14 +975,48 @@ fn serve(srv: &'static Server, me: usize) -> Result<(), abi::Error> {
             }
         }
         if !busy {
-            // Not while a request waits for an application core: its reply would wake nothing.
             // Every empty look goes to the window (a gap between two is the host's doing).
             let stretch_over = window.empty(now);
-            if sleep && stretch_over && f.conns.iter().all(|c| c.waiting.is_none() && c.pending.is_none()) {
-                // Woken by the kernel core filling our ring (Dedicated, Polling) or the card's
-                // interrupt (Inline).
+            // A request still to be handed over (its ring was full) keeps us polling. One
+            // with an application core does too with `--wake off`; with wakes on, the core
+            // that pushes its reply wakes us (FRONT_ASLEEP), so we may sleep: on a busy host
+            // a front-end polling for a reply is what the host deschedules, and the reply
+            // then waits for the host to run it again; a halted vCPU is run soon after the
+            // wake-up IPI.
+            let out = f.conns.iter().any(|c| c.waiting.is_some());
+            let pending = f.conns.iter().any(|c| c.pending.is_some());
+            if sleep && stretch_over && !pending && (wake || !out) {
+                // Woken by the kernel core filling our ring (Dedicated, Polling), the card's
+                // interrupt (Inline), or (requests out) an application core's `wake`.
+                let asleep = &FRONT_ASLEEP[me];
+                if out {
+                    // Announce, fence, look once more: an application core pushes a reply,
+                    // fences, then reads the flag (`wake_front`), so either we see its reply
+                    // here or it sees the flag and wakes us (a wake before the halt is kept
+                    // by the kernel and ends the next one at once).
+                    asleep.store(true, Ordering::Relaxed);
+                    core::sync::atomic::fence(Ordering::SeqCst);
+                    if f.from_apps.iter().any(|c| c.ready()) {
+                        asleep.store(false, Ordering::Relaxed);
+                        continue;
+                    }
+                }
                 stack.wait_idle(if me == 0 { COORDINATOR_SLEEP_US } else { FRONT_SLEEP_US });
                 window.woke();
+                if out {
+                    // Not ours to clear any more: an application core took it and woke us.
+                    let claimed = !asleep.swap(false, Ordering::AcqRel);
+                    out_naps += 1;
+                    if claimed {
+                        out_woken += 1;
+                    } else if f.from_apps.iter().any(|c| c.ready()) {
+                        out_late += 1;
+                    }
+                    let c = &FRONT[me];
+                    c.out_naps.store(out_naps, Ordering::Relaxed);
+                    c.out_woken.store(out_woken, Ordering::Relaxed);
+                    c.out_late.store(out_late, Ordering::Relaxed);
+                }
                 FRONT[me].preempted.store(window.preemptions(), Ordering::Relaxed);
             }
             continue;
@@ -1013,6 +1085,27 @@ fn wake_app(srv: &Server, a: usize) {
     if asleep.load(Ordering::Relaxed) && asleep.swap(false, Ordering::AcqRel) {
         let _ = libos::sys::wake(srv.app_cores[a]);
     }
+}
+
+/// After pushing replies to front-end `f`: wake it if it sleeps waiting for them. The fence
+/// orders the push before the look at the flag (the front-end's side: flag, fence, look at its
+/// reply rings); the swap makes one application core the waker.
+fn wake_front(srv: &Server, f: usize) {
+    core::sync::atomic::fence(Ordering::SeqCst);
+    let asleep = &FRONT_ASLEEP[f];
+    if asleep.load(Ordering::Relaxed) && asleep.swap(false, Ordering::AcqRel) {
+        let _ = libos::sys::wake(srv.front_cores[f]);
+    }
+}
+
+/// The front-ends' sleeps with a request out: `fe<CORE>=naps/woken/late` (see `FrontCount`).
+fn front_sleeps_line(srv: &Server) -> String {
+    let mut line = String::new();
+    for (f, &core) in srv.front_cores.iter().enumerate() {
+        let c = &FRONT[f];
+        line.push_str(&alloc::format!(" fe{core}={}/{}/{}", c.out_naps.load(Ordering::Relaxed), c.out_woken.load(Ordering::Relaxed), c.out_late.load(Ordering::Relaxed)));
+    }
+    line
 }
 
 /// The application cores' sleeps: `app<CORE>=naps/woken/late` (see `AppCount`).
@@ -1158,11 +1251,13 @@ struct Opts {
     halt_app: Option<(u64, u64)>,
     sleep: bool,
     wake: bool,
+    /// Polling window before sleeping, microseconds.
+    poll_us: u64,
 }
 
 const USAGE: &str = "usage: webd [--mode random|locality|same-core] [--frontends LIST] [--apps LIST] [--kc CORE] \
 [--net-mode dedicated|polling|inline] [--port P] [--root DIR] [--requests N] [--seconds S] [--warmup N] [--stats S] \
-[--sockets K] [--halt-app CORE:N] [--idle sleep|poll] [--wake on|off]   (LIST: 0 | 1,3 | 1-3)";
+[--sockets K] [--halt-app CORE:N] [--idle sleep|poll] [--wake on|off] [--poll-us US]   (LIST: 0 | 1,3 | 1-3)";
 
 fn parse_list(v: &str) -> Option<Vec<u64>> {
     let mut out = Vec::new();
@@ -1201,6 +1296,7 @@ fn parse(args: &str, ncores: u64, here: u64) -> Result<Opts, String> {
         halt_app: None,
         sleep: true,
         wake: true,
+        poll_us: IDLE_BEFORE_SLEEP_NS / 1_000,
     };
     let mut apps_given = false;
     let mut words = args.split_whitespace();
@@ -1242,6 +1338,7 @@ fn parse(args: &str, ncores: u64, here: u64) -> Result<Opts, String> {
                     _ => return Err(alloc::format!("wake={v:?}: on or off")),
                 }
             }
+            "poll-us" => o.poll_us = Some(num()?).filter(|&us| us <= 1_000_000).ok_or_else(|| alloc::format!("poll-us={v}: at most 1000000"))?,
             "halt-app" => {
                 let (c, n) = v.split_once(':').ok_or_else(|| alloc::format!("halt-app={v:?}: CORE:N"))?;
                 let (Some(c), Some(n)) = (libos::parse_u64(c), libos::parse_u64(n)) else {
@@ -1370,6 +1467,7 @@ fn main(args: &'static str) -> u64 {
     };
     SLEEP.store(o.sleep, Ordering::Relaxed);
     WAKE.store(o.wake, Ordering::Relaxed);
+    POLL_NS.store(o.poll_us * 1_000, Ordering::Relaxed);
     if !o.sleep && o.kc.is_some() {
         // Pure polling: the kernel core never sleeps either.
         if let Err(e) = nic.set_kc_idle(0) {
@@ -1558,6 +1656,8 @@ fn main(args: &'static str) -> u64 {
     if napps > 0 {
         println!("webd: app sleeps wake={}{}", if WAKE.load(Ordering::Relaxed) { "on" } else { "off" }, sleeps_line(srv));
         println!("webd: app sleeps: app=naps/woken/late");
+        println!("webd: front-end sleeps with a request out wake={}{}", if WAKE.load(Ordering::Relaxed) { "on" } else { "off" }, front_sleeps_line(srv));
+        println!("webd: front-end sleeps: fe=naps/woken/late");
         println!("webd: polling stretches the host cut short (percore::poll):{}", preempted_line(srv));
     }
     code
