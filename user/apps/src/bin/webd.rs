@@ -24,9 +24,10 @@
 //!   (default: run until killed).
 //! - `halt-app CORE:N`: application core CORE stops after N sums (the bad-input test of an
 //!   application core halted while requests are in flight).
-//! - `idle`: `sleep` (default): a front-end with nothing to do for `IDLE_BEFORE_SLEEP_NS`
-//!   sleeps in the kernel (`CONF_NET_WAIT`), woken when the
-//!   kernel core fills its ring or the card interrupts (Inline); an application core whose
+//! - `idle`: `sleep` (default): a front-end with nothing to do for `poll-us` (less after the
+//!   host descheduled it, `percore::poll`) sleeps in the kernel (`CONF_NET_WAIT`), woken when
+//!   the kernel core fills its ring, the card interrupts (Inline) or, with a request out, the
+//!   application core that pushes the reply wakes it (`nr::WAKE`); an application core whose
 //!   rings stayed empty as long sleeps (`nr::WAIT`) until the front-end that hands it a
 //!   request wakes it (`nr::WAKE`); both poll without pause again from the first work on; a
 //!   kernel core polls adaptively (docs/net.md). `poll`: every core polls
