@@ -261,7 +261,9 @@ fn copy_of_pa(src_pa: u64, home: u32) -> Result<KRef<Frame>, Error> {
 fn page_vec(n: u64, home: u32) -> Result<NodeVec<Option<KRef<Frame>>>, Error> {
     let mut v = NodeVec::new(super::node_of_core(home));
     v.try_reserve(n as usize).map_err(|_| Error::NoMemory)?;
-    v.resize_with(n as usize, || None);
+    // SAFETY: `Option<KRef<Frame>>` is one word whose zero is `None` (`KRef` is a
+    // `repr(transparent)` `NonNull`; the size assertion at `ReadLine`).
+    unsafe { v.grow_zeroed(n as usize) };
     Ok(v)
 }
 
