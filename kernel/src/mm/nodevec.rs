@@ -111,8 +111,9 @@ impl<T> NodeVec<T> {
     }
 
     /// Grow to `n` elements of all-zero bytes with one `memset` (room must have been
-    /// reserved; a no-op if the vector has `n` or more). A segment's page list is millions of
-    /// `None`s for a large segment; element by element it cost about six instructions each.
+    /// reserved; a no-op if the vector has `n` or more). A segment's page list is a `None` per
+    /// page of its size (2 048 for an 8 MiB stack); one by one they cost about six
+    /// instructions each.
     ///
     /// # Safety
     /// All-zero bytes must be a valid `T` (for example `Option` of a `repr(transparent)`
