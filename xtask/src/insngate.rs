@@ -28,6 +28,10 @@ enum Guest {
     /// `insngate`: a benchmark of the suite (crate `bench`) through ours' `Platform`, as
     /// `cargo xtask bench` runs it, one worker.
     Suite,
+    /// `linuxrt`: a static Linux program of linux/progs/ (built with `musl-gcc -static`, on an
+    /// image of its own) under the library OS's personality; it marks its region and prints
+    /// `workload name=NAME ops=N` (as for `cargo xtask exec --insncount`).
+    Linux,
 }
 
 /// One measured path.
@@ -84,6 +88,13 @@ pub const ROWS: &[Row] = &[
         what: "metis_wc:size=1048576",
         scale: 1 << 20,
         op: "suite `metis_wc`, 1 MiB of input, instructions per input MiB (library path + kernel faults)",
+    },
+    Row {
+        name: "linux_fork_exit_wait",
+        guest: Guest::Linux,
+        what: "abi_fork:20",
+        scale: 1,
+        op: "`fork` + `_exit` + `wait4` of a static musl program (`linux/progs/abi_fork.c`, 20 rounds), the child's instructions included (library path: cfork, kernel copies)",
     },
 ];
 
@@ -268,7 +279,7 @@ fn per_op(rows: &[Row], regions: &[&Record], ops: &[u64]) -> Result<Vec<(String,
 
 /// Boot `cmdline` on 1 vCPU with insncount (`regions=on`) in the exact mode; the plugin's
 /// records and the serial output.
-fn boot(kernel: &std::path::Path, initrd: &std::path::Path, tag: &str, cmdline: String, disk: bool) -> Result<(Vec<Record>, String), String> {
+fn boot(kernel: &std::path::Path, initrd: &std::path::Path, tag: &str, cmdline: String, disk: Option<&std::path::Path>) -> Result<(Vec<Record>, String), String> {
     let built = crate::guest::plugin::build()?;
     let dir = target_dir().join("insngate");
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -285,8 +296,8 @@ fn boot(kernel: &std::path::Path, initrd: &std::path::Path, tag: &str, cmdline: 
     cfg.validate()?;
     let mut args: Vec<String> = cfg.qemu_args().into_iter().map(|a| if a == "tcg,thread=multi" { "tcg,thread=single".to_string() } else { a }).collect();
     args.extend(["-serial", "stdio", "-monitor", "none"].iter().map(|x| x.to_string()));
-    if disk {
-        args.extend(crate::guest::fsimage::disk_args(&crate::guest::fsimage::image()?));
+    if let Some(img) = disk {
+        args.extend(crate::guest::fsimage::disk_args(img));
     }
     args.extend(crate::guest::plugin::exact_qemu_args());
     let run = crate::host::qemu::run_qemu(&args, Duration::from_secs(240))?;
@@ -319,7 +330,7 @@ pub fn measure(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<Vec
     let names: Vec<&str> = micro.iter().map(|r| r.what).collect();
     // `microbench all` runs exactly these, in this order; the region count check below
     // catches a change on either side.
-    let (recs, serial) = boot(kernel, initrd, "micro", format!("init=microbench -- all iters={MICRO_ITERS}"), false)?;
+    let (recs, serial) = boot(kernel, initrd, "micro", format!("init=microbench -- all iters={MICRO_ITERS}"), None)?;
     let regions: Vec<&Record> = recs.iter().filter(|r| r.kind == "region").collect();
     let mut ops = Vec::new();
     for l in serial.lines().filter(|l| l.starts_with("bench name=")) {
@@ -334,7 +345,7 @@ pub fn measure(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<Vec
     // The suite rows, one worker each, in one boot.
     let rows: Vec<Row> = ROWS.iter().copied().filter(|r| r.guest == Guest::Suite).collect();
     let words: Vec<&str> = rows.iter().map(|r| r.what).collect();
-    let (recs, serial) = boot(kernel, initrd, "suite", format!("init=insngate -- {}", words.join(" ")), true)?;
+    let (recs, serial) = boot(kernel, initrd, "suite", format!("init=insngate -- {}", words.join(" ")), Some(&crate::guest::fsimage::image()?))?;
     if let Some(e) = serial.lines().find(|l| l.starts_with("insngate-error")) {
         return Err(format!("insngate guest: {e}"));
     }
@@ -349,7 +360,34 @@ pub fn measure(kernel: &std::path::Path, initrd: &std::path::Path) -> Result<Vec
         ops.push(r.u("ops"));
     }
     all.extend(per_op(&rows, &regions, &ops)?);
+    // The Linux programs, one boot each (`linuxrt` runs one program).
+    for row in ROWS.iter().copied().filter(|r| r.guest == Guest::Linux) {
+        all.extend(measure_linux(kernel, initrd, row)?);
+    }
     Ok(all)
+}
+
+/// One `Guest::Linux` row: the program built, an image holding it at `/bin/NAME`, a boot of
+/// `init=linuxrt -- /bin/NAME ARGS` with it as the root.
+fn measure_linux(kernel: &std::path::Path, initrd: &std::path::Path, row: Row) -> Result<Vec<(String, f64)>, String> {
+    let (prog, args) = row.what.split_once(':').unwrap_or((row.what, ""));
+    let bin = crate::exec::progs::build(prog, &[])?;
+    let root = target_dir().join("insngate").join(format!("linux-{}", row.name));
+    let _ = fs::remove_dir_all(&root);
+    for d in ["bin", "tmp"] {
+        fs::create_dir_all(root.join(d)).map_err(|e| format!("cannot create {}: {e}", root.join(d).display()))?;
+    }
+    fs::copy(&bin, root.join("bin").join(prog)).map_err(|e| format!("{} -> {}: {e}", bin.display(), root.display()))?;
+    let img = target_dir().join("insngate").join(format!("linux-{}.img", row.name));
+    crate::host::ext2img::mkimage(&root, &img, None)?;
+    let (recs, serial) = boot(kernel, initrd, row.name, format!("init=linuxrt -- /bin/{prog} {}", args.replace(',', " ")), Some(&img))?;
+    let regions: Vec<&Record> = recs.iter().filter(|r| r.kind == "region").collect();
+    let (name, ops) = crate::exec::cost::workload_line(&serial);
+    let want = row.name.strip_prefix("linux_").unwrap_or(row.name);
+    if name.as_deref() != Some(want) {
+        return Err(format!("insngate {}: the program printed no `workload name={want} ops=N` line (it failed?); serial ends:\n{}", row.name, serial.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")));
+    }
+    per_op(&[row], &regions, &[ops.unwrap_or(0)])
 }
 
 fn read_baseline() -> Result<(String, Vec<BaselineLine>), String> {

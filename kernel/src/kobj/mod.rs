@@ -256,7 +256,34 @@ impl CoreSet {
     }
 }
 
-/// Iterate the cores in a snapshot bitmap.
+/// Iterate the cores in a snapshot bitmap, in order: a word at a time, a set bit at a time
+/// (a TLB flush of a range loaded on one core looks at four words, not 256 bits: every
+/// write protection, unmapping and copy-on-write fault calls this).
 pub fn cores_in(bits: &[u64; MAX_CORES / 64]) -> impl Iterator<Item = usize> + Clone + '_ {
-    (0..MAX_CORES).filter(move |&c| bits[c / 64] & (1 << (c % 64)) != 0)
+    CoresIn { bits, word: 0, rest: bits[0] }
+}
+
+#[derive(Clone)]
+struct CoresIn<'a> {
+    bits: &'a [u64; MAX_CORES / 64],
+    /// The word `rest` came from.
+    word: usize,
+    /// Its bits not yet given.
+    rest: u64,
+}
+
+impl Iterator for CoresIn<'_> {
+    type Item = usize;
+    fn next(&mut self) -> Option<usize> {
+        while self.rest == 0 {
+            self.word += 1;
+            if self.word >= self.bits.len() {
+                return None;
+            }
+            self.rest = self.bits[self.word];
+        }
+        let b = self.rest.trailing_zeros() as usize;
+        self.rest &= self.rest - 1;
+        Some(self.word * 64 + b)
+    }
 }

@@ -261,7 +261,9 @@ fn copy_of_pa(src_pa: u64, home: u32) -> Result<KRef<Frame>, Error> {
 fn page_vec(n: u64, home: u32) -> Result<NodeVec<Option<KRef<Frame>>>, Error> {
     let mut v = NodeVec::new(super::node_of_core(home));
     v.try_reserve(n as usize).map_err(|_| Error::NoMemory)?;
-    v.resize_with(n as usize, || None);
+    // SAFETY: `Option<KRef<Frame>>` is one word whose zero is `None` (`KRef` is a
+    // `repr(transparent)` `NonNull`; the size assertion at `ReadLine`).
+    unsafe { v.grow_zeroed(n as usize) };
     Ok(v)
 }
 
@@ -670,6 +672,27 @@ impl Segment {
         if !self.unchanged_since(g1) || len as u64 != pages_for(nbytes) {
             return None;
         }
+        if empty_only {
+            // Look for a present page before making the copy's list: a segment with one (the
+            // common case for a copy-on-write copy) gives up here without allocating, and a
+            // stack's pages are at its top, so the last slot is looked at first.
+            // SAFETY: `i < len`, and at the check above `ptr` was the live buffer of `len`
+            // slots (a freed buffer stays mapped: see the function's comment); a slot is one
+            // pointer-sized word, aligned as a pointer (const assertion at `ReadLine`).
+            let slot = |i: usize| unsafe { (*ptr.add(i)).load(Ordering::Relaxed) };
+            if len > 0 && (slot(len - 1) != 0 || (0..len).any(|i| slot(i) != 0)) {
+                return None;
+            }
+            let pages = match page_vec(len as u64, node_core) {
+                Ok(p) => p,
+                Err(e) => return Some(Err(e)),
+            };
+            // Every slot was empty in one state: the copy is an empty segment of that size.
+            if !self.unchanged_since(g1) {
+                return None;
+            }
+            return Some(Ok(Self::from_inner(node_core, SegInner { nbytes, pages, pins: 0, pinned_pages: 0 })));
+        }
         let mut pages = match page_vec(len as u64, node_core) {
             Ok(p) => p,
             Err(e) => return Some(Err(e)),
@@ -681,9 +704,6 @@ impl Segment {
             let raw = unsafe { (*ptr.add(i)).load(Ordering::Relaxed) };
             if raw == 0 {
                 continue;
-            }
-            if empty_only {
-                return None; // a present page: a copy-on-write copy shares it, under the lock
             }
             // The slot held a live frame reference at this check.
             if !self.unchanged_since(g1) {

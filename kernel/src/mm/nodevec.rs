@@ -110,6 +110,25 @@ impl<T> NodeVec<T> {
         }
     }
 
+    /// Grow to `n` elements of all-zero bytes with one `memset` (room must have been
+    /// reserved; a no-op if the vector has `n` or more). A segment's page list is a `None` per
+    /// page of its size (2 048 for an 8 MiB stack); one by one they cost about six
+    /// instructions each.
+    ///
+    /// # Safety
+    /// All-zero bytes must be a valid `T` (for example `Option` of a `repr(transparent)`
+    /// `NonNull` wrapper, whose zero is `None`).
+    pub unsafe fn grow_zeroed(&mut self, n: usize) {
+        if n <= self.len {
+            return;
+        }
+        assert!(n <= self.cap || core::mem::size_of::<T>() == 0, "NodeVec: no room reserved");
+        // SAFETY: `len..n` is inside the buffer (`n <= cap`) and not initialised; the caller
+        // promises zero bytes are a valid `T`, so those slots are initialised after this.
+        unsafe { ptr::write_bytes(self.ptr.as_ptr().add(self.len), 0, n - self.len) };
+        self.len = n;
+    }
+
     /// Drop the elements past `n`.
     pub fn truncate(&mut self, n: usize) {
         while self.len > n {

@@ -50,7 +50,13 @@ pub fn count(system: System, req: &ExecRequest) -> Result<Count, String> {
     let prog = req.program.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let out: PathBuf = runs.join(format!("insncount-exec-{}-{prog}-{}.txt", system.name(), std::process::id()));
     let _ = std::fs::remove_file(&out);
-    let arg = format!("{},out={}", built.plugin("insncount").display(), out.display());
+    let mut arg = format!("{},out={}", built.plugin("insncount").display(), out.display());
+    // A flat profile of the region (the plugin's `profile=`: instructions per translation
+    // block start address; docs/plugins.md), for a breakdown by symbol with `nm -n`.
+    if let Some(dir) = std::env::var_os("EXEC_INSNCOUNT_PROFILE") {
+        let p = PathBuf::from(dir).join(format!("profile-{}-{prog}.txt", system.name()));
+        arg.push_str(&format!(",profile={}", p.display()));
+    }
     let run = match system {
         System::Ours => super::ours::run_measured(req, &arg)?,
         System::Linux => super::linux::run_measured(req, &arg)?,

@@ -65,6 +65,8 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     // The same-binary cost comparison's programs (`cargo xtask exec --insncount`).
     ("abi_getpid", &[]),
     ("abi_read", &[]),
+    ("abi_fork", &[]),
+    ("pipecost", &[]),
     ("threads", &["-lpthread"]),
     ("threads_bench", &["-lpthread"]),
 ];

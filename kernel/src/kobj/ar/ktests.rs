@@ -228,3 +228,26 @@ fn past_segment_end(kind: ArKind) -> Result<(), String> {
     drop(seg);
     crate::tests::nothing_leaked_since((pages0, live0))
 }
+
+// Catches: a core of the bitmap skipped or given twice, or a core given that is not in it,
+// by the iterator TLB shootdowns use (`flush_cores`, `evict_loaded_root`): cores at the
+// ends of every word, an empty word between set ones, the last core, and the empty set.
+ktest! {
+fn cores_in_gives_exactly_the_set_cores_in_order() {
+    let sets: [&[usize]; 4] = [&[], &[0], &[0, 1, 63, 64, 130, 191, 255], &[5, 200]];
+    for want in sets {
+        let mut bits = [0u64; percore::MAX_CORES / 64];
+        for &c in want {
+            bits[c / 64] |= 1 << (c % 64);
+        }
+        let got: alloc::vec::Vec<usize> = crate::kobj::cores_in(&bits).collect();
+        kassert!(got == want, "cores_in of {want:?} gave {got:?}");
+        // The clone continues from where it was taken.
+        let mut it = crate::kobj::cores_in(&bits);
+        let first = it.next();
+        let rest: alloc::vec::Vec<usize> = it.clone().collect();
+        kassert!(first == want.first().copied() && rest[..] == want[want.len().min(1)..], "a clone after one step gave {rest:?}");
+    }
+    Ok(())
+}
+}

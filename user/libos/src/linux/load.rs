@@ -97,9 +97,12 @@ fn fill(l: &mut Loaded, plan: &elf::Plan, file: &[u8], path: &str, argv: &[&[u8]
     let aux = initstack::AuxInfo { phdr: plan.phdr, phent: elf::PHENT as u64, phnum: plan.phnum as u64, entry: plan.entry, hwcap: hwcap(), random };
     let block = l_slice(STACK_TOP - ARG_ROOM as u64, ARG_ROOM as u64);
     l.rsp = initstack::build(block, STACK_TOP, argv, envp, path.as_bytes(), &aux).map_err(|e| alloc::format!("{path}: {e}"))?;
-    // The brk heap: a segment mapped page by page as the break moves (`set_brk`).
+    // The brk heap: a segment mapped page by page as the break moves (`set_brk`). It starts
+    // empty and grows with the break: the kernel keeps a slot per page of a segment's size,
+    // which every fork's copy, and every delete, walks (a 64 MiB segment made up front cost a
+    // forked child about 250 000 instructions for a heap most programs never touch).
     let brk_limit = (hi + BRK_MAX).min(limit);
-    l.brk_seg = ObjName::new(l.share, crate::sys::segment_alloc(l.share, "linux-brk", MEMID_SELF, brk_limit - hi).map_err(|e| err("brk segment", e))?);
+    l.brk_seg = ObjName::new(l.share, crate::sys::segment_alloc(l.share, "linux-brk", MEMID_SELF, 0).map_err(|e| err("brk segment", e))?);
     l.brk_limit = brk_limit;
     l.space.brk_lo = hi;
     l.space.mmaps = super::vm::Mmaps::new(l.share);
@@ -127,6 +130,9 @@ pub fn set_brk(l: &mut Loaded, new: u64) -> u64 {
     let (old_top, new_top) = (cur.next_multiple_of(PAGE_SIZE), new.next_multiple_of(PAGE_SIZE));
     // In every thread's root range (`thread::map_all`).
     if new_top > old_top {
+        if grow_brk_seg(l, new_top - l.space.brk_lo).is_err() {
+            return cur;
+        }
         let m = SegMapping { voff: old_top, seg: l.brk_seg, soff: old_top - l.space.brk_lo, len: new_top - old_top, flags: MAP_READ | MAP_WRITE };
         if super::thread::map_all(&m).is_err() {
             return cur;
@@ -138,6 +144,19 @@ pub fn set_brk(l: &mut Loaded, new: u64) -> u64 {
     }
     l.space.brk = new;
     new
+}
+
+/// Make the brk segment at least `need` bytes: to twice its size or `need`, whichever is
+/// more (at most the brk limit), so a break that grows a page at a time resizes the segment
+/// a logarithmic number of times.
+pub fn grow_brk_seg(l: &Loaded, need: u64) -> Result<(), abi::Error> {
+    let have = crate::sys::segment_get_nbytes(l.brk_seg)?;
+    if have >= need {
+        return Ok(());
+    }
+    let room = l.brk_limit - l.space.brk_lo;
+    let want = need.max(have.saturating_mul(2)).max(16 * PAGE_SIZE).min(room);
+    crate::sys::segment_set_nbytes(l.brk_seg, want).map(|_| ())
 }
 
 /// Remove the program's mappings and objects.

@@ -494,14 +494,11 @@ fn adopt(pid: u32, slot: usize, parent_maps: &[(u64, ObjectId)], carried: &[(usi
     crate::cfork::add_lookup_share(share)?;
     p.image.share = share;
     let rename = |old: ObjectId| renamed.iter().find(|(o, _)| *o == old).map(|(_, n)| *n);
-    // The brk heap: its copy if any of it was mapped, else a fresh segment (nothing of it was
-    // in use).
+    // The brk heap: its copy if any of it was mapped, else a fresh empty segment (nothing of
+    // it was in use; it grows with the break, `load::set_brk`).
     p.image.brk_seg = match rename(p.image.brk_seg.object) {
         Some(new) => ObjName::new(share, new),
-        None => {
-            let len = p.image.brk_limit - p.image.space.brk_lo;
-            ObjName::new(share, crate::sys::segment_alloc(share, "linux-brk", MEMID_SELF, len)?)
-        }
+        None => ObjName::new(share, crate::sys::segment_alloc(share, "linux-brk", MEMID_SELF, 0)?),
     };
     p.image.space.mmaps.rebind(share, &rename)?;
     super::pipe::adopt(&mut p.files, carried);
