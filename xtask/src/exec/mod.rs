@@ -14,6 +14,7 @@ pub mod bbsuite;
 pub mod command;
 pub mod conformance;
 pub mod cost;
+pub mod fuzz;
 pub mod linux;
 pub mod ours;
 pub mod progs;

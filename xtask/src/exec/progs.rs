@@ -62,6 +62,7 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     ("fscalls", &[]),
     ("procs", &[]),
     ("fpswitch", &[]),
+    ("linuxfuzz", &[]),
     // The same-binary cost comparison's programs (`cargo xtask exec --insncount`).
     ("abi_getpid", &[]),
     ("abi_read", &[]),
