@@ -26,6 +26,7 @@
  * pause or a long sleep returns EINTR. */
 #define _GNU_SOURCE
 #include <signal.h>
+#include <ucontext.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -141,7 +142,15 @@ static const char *const PATHS[] = {
     "/tmp/fz0", "/tmp/fz1", "/tmp/fz2", "/tmp/fz3", "/tmp/fzd", "/tmp/fzd/a", "/tmp/fz0/x", "/tmp/.",
     "/", "", ".", "..", "/nonexistent/x", "fz0", "fzd/../fz1", "/tmp/fzl",
 };
-static char longname[300], longpath[5000];
+/* Long names: in pages of their own (two, then a guard), since calls may write into them. */
+static char *longname, *longpath;
+static void fill_names(void) {
+    memset(longname, 'n', 299);
+    longname[299] = 0;
+    for (unsigned i = 0; i + 1 < 5000; i++)
+        longpath[i] = i % 2 ? '/' : 'd';
+    longpath[4999] = 0;
+}
 
 /* Pointers no call may read: NULL, the first page, the kernel half, non-canonical, unmapped. */
 static unsigned long bad_ptr(void) {
@@ -236,6 +245,26 @@ static void unblock_watchdog(void) {
     raw6(14, SIG_UNBLOCK, (long)&m, 0, 8, 0, 0);
 }
 static void on_alarm(int s) { (void)s; }
+
+/* A fault of the fuzzer itself: say where, after which call, and end (the host sees the
+ * status and this line). */
+static volatile long last_k = -1, last_nr = -1;
+static void on_fault(int sig, siginfo_t *si, void *uc) {
+    ucontext_t *u = uc;
+    ostr("linuxfuzz: FAILED: signal ");
+    onum(sig);
+    ostr(" at rip ");
+    ohex(u->uc_mcontext.gregs[REG_RIP]);
+    ostr(" address ");
+    ohex((unsigned long)si->si_addr);
+    ostr(" after call #");
+    onum(last_k);
+    ostr(" nr=");
+    onum(last_nr);
+    ostr("\n");
+    oflush();
+    raw6(231, 3, 0, 0, 0, 0, 0);
+}
 
 enum { SKIP = -1, NORMAL = 0, CHILD = 1 };
 
@@ -422,6 +451,13 @@ int main(int argc, char **argv) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_alarm; /* no SA_RESTART: a blocked call returns EINTR */
     sigaction(SIGALRM, &sa, 0);
+    sa.sa_handler = 0;
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigaction(SIGSEGV, &sa, 0);
+    sigaction(SIGBUS, &sa, 0);
+    sigaction(SIGILL, &sa, 0);
+    sigaction(SIGFPE, &sa, 0);
 
     char *s = mmap(0, (SCRATCH_PAGES + 16) * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     window = mmap(0, WINDOW_PAGES * PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -439,14 +475,21 @@ int main(int argc, char **argv) {
         return 2;
     }
     scratch = s;
-    hole = (unsigned long)h;
-    munmap(h, PAGE);
     for (unsigned i = 0; i < PAGE; i++)
         ro[i] = (char)rnd();
     mprotect(ro, PAGE, PROT_READ);
-    memset(longname, 'n', sizeof longname - 1);
-    for (unsigned i = 0; i + 1 < sizeof longpath; i++)
-        longpath[i] = i % 2 ? '/' : 'd';
+    char *names = mmap(0, 3 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (names == MAP_FAILED || (mprotect(names + 2 * PAGE, PAGE, PROT_NONE) != 0 && munmap(names + 2 * PAGE, PAGE) != 0)) {
+        ostr("linuxfuzz: set-up failed: names\n");
+        oflush();
+        return 2;
+    }
+    longname = names + 2 * PAGE - 5000 - 300;
+    longpath = names + 2 * PAGE - 5000;
+    fill_names();
+    /* The hole last: no later mapping of the set-up takes its place. */
+    hole = (unsigned long)h;
+    munmap(h, PAGE);
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -469,6 +512,7 @@ int main(int argc, char **argv) {
                 default: w[at] = rnd();
                 }
             }
+            fill_names();
             /* Some path names in scratch, NUL-terminated or not. */
             memcpy(scratch + below(SCRATCH_PAGES * PAGE - 400), below(2) ? longname : "/tmp/fz1", below(2) ? 300 : 9);
         }
@@ -504,6 +548,8 @@ int main(int argc, char **argv) {
             ostr("\n");
             oflush();
         }
+        last_k = k;
+        last_nr = nr;
         long r = kind == CHILD ? call_child_exits(nr, a[0], a[1], a[2], a[3], a[4], a[5]) : raw6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
         done++;
         if (kind == CHILD && r > 0)
