@@ -266,6 +266,18 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
     raw6(231, 3, 0, 0, 0, 0, 0);
 }
 
+/* Set-up calls, tried again while they fail with ENOMEM (allocation injection). */
+#include <errno.h>
+static char *map_retrying(unsigned long len, int prot) {
+    for (int i = 0; i < 1000; i++) {
+        char *p = mmap(0, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED || errno != ENOMEM)
+            return p;
+    }
+    return MAP_FAILED;
+}
+#define retry_ok(call) ({ int _r = (call); for (int _i = 0; _r != 0 && errno == ENOMEM && _i < 1000; _i++) _r = (call); _r == 0; })
+
 enum { SKIP = -1, NORMAL = 0, CHILD = 1 };
 
 /* Make the arguments of call `nr` safe for the fuzzer itself (see the head comment);
@@ -459,17 +471,18 @@ int main(int argc, char **argv) {
     sigaction(SIGILL, &sa, 0);
     sigaction(SIGFPE, &sa, 0);
 
-    char *s = mmap(0, (SCRATCH_PAGES + 16) * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    window = mmap(0, WINDOW_PAGES * PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ro = mmap(0, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    char *h = mmap(0, PAGE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* Under allocation injection a set-up call may fail for want of memory: tried again. */
+    char *s = map_retrying((SCRATCH_PAGES + 16) * PAGE, PROT_READ | PROT_WRITE);
+    window = map_retrying(WINDOW_PAGES * PAGE, PROT_NONE);
+    ro = map_retrying(PAGE, PROT_READ | PROT_WRITE);
+    char *h = map_retrying(PAGE, PROT_READ);
     if (s == MAP_FAILED || window == MAP_FAILED || ro == MAP_FAILED || h == MAP_FAILED) {
         ostr("linuxfuzz: set-up failed: mmap\n");
         oflush();
         return 2;
     }
     /* The guard after the scratch pages: a write running off their end meets it. */
-    if (mprotect(s + SCRATCH_PAGES * PAGE, 16 * PAGE, PROT_NONE) != 0 && munmap(s + SCRATCH_PAGES * PAGE, 16 * PAGE) != 0) {
+    if (!retry_ok(mprotect(s + SCRATCH_PAGES * PAGE, 16 * PAGE, PROT_NONE)) && !retry_ok(munmap(s + SCRATCH_PAGES * PAGE, 16 * PAGE))) {
         ostr("linuxfuzz: set-up failed: guard\n");
         oflush();
         return 2;
@@ -477,9 +490,9 @@ int main(int argc, char **argv) {
     scratch = s;
     for (unsigned i = 0; i < PAGE; i++)
         ro[i] = (char)rnd();
-    mprotect(ro, PAGE, PROT_READ);
-    char *names = mmap(0, 3 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (names == MAP_FAILED || (mprotect(names + 2 * PAGE, PAGE, PROT_NONE) != 0 && munmap(names + 2 * PAGE, PAGE) != 0)) {
+    retry_ok(mprotect(ro, PAGE, PROT_READ));
+    char *names = map_retrying(3 * PAGE, PROT_READ | PROT_WRITE);
+    if (names == MAP_FAILED || (!retry_ok(mprotect(names + 2 * PAGE, PAGE, PROT_NONE)) && !retry_ok(munmap(names + 2 * PAGE, PAGE)))) {
         ostr("linuxfuzz: set-up failed: names\n");
         oflush();
         return 2;
@@ -489,7 +502,7 @@ int main(int argc, char **argv) {
     fill_names();
     /* The hole last: no later mapping of the set-up takes its place. */
     hole = (unsigned long)h;
-    munmap(h, PAGE);
+    retry_ok(munmap(h, PAGE));
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
