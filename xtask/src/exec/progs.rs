@@ -63,6 +63,7 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     ("procs", &[]),
     ("fpswitch", &[]),
     ("linuxfuzz", &[]),
+    ("badexec", &[]),
     // The same-binary cost comparison's programs (`cargo xtask exec --insncount`).
     ("abi_getpid", &[]),
     ("abi_read", &[]),
