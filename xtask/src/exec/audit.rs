@@ -30,7 +30,6 @@ pub struct Audit {
     pub shared_kernel: u64,
     pub transfers_kernel: u64,
     pub lines: Vec<Line>,
-    pub stdout: Vec<u8>,
 }
 
 /// Lines summed by symbol (heap lines by the function that first wrote them), most transfers
@@ -86,7 +85,6 @@ pub fn audit(req: &ExecRequest) -> Result<Audit, String> {
         shared_kernel: head.u("shared_kernel"),
         transfers_kernel: head.u("transfers_kernel"),
         lines,
-        stdout: run.stdout,
     })
 }
 
