@@ -285,6 +285,15 @@ pub fn dispatch(command: Command, args: &[String]) -> Result<(), Failure> {
             }
         },
         Command::Commute(a) => work(crate::commute::main(&a)),
+        Command::Fuzz(a) if a.linux => work(crate::exec::fuzz::main(crate::exec::fuzz::Run {
+            seed: a.seed,
+            calls: a.calls,
+            secs: a.timeout.unwrap_or(30),
+            smp: a.smp,
+            min_injected: u64::from(a.inject.is_some()),
+            inject: a.inject,
+            trace: a.trace,
+        })),
         Command::Fuzz(a) => work(crate::fuzz::main(crate::fuzz::FuzzOpts::from(a))),
         Command::Soak(a) => work(crate::fuzz::soak(a.minutes, a.smp)),
         Command::Mutants(a) => work(crate::mutants::main(&a)),

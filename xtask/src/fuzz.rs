@@ -740,6 +740,9 @@ pub struct FuzzArgs {
     /// Print every call before it is issued (to see the one that crashed the kernel)
     #[arg(long)]
     pub trace: bool,
+    /// Fuzz the Linux personality instead: linux/progs/linuxfuzz.c under the runtime (xtask/src/exec/fuzz.rs); --seed, --calls, --smp, --inject, --trace and --timeout (the program's own time bound) apply
+    #[arg(long)]
+    pub linux: bool,
     /// Kill the run after SECS (default: from the call count)
     #[arg(long, allow_negative_numbers = true, value_name = "SECS", value_parser = number)]
     pub timeout: Option<u64>,

@@ -1254,6 +1254,9 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     r.suite("fs", |a| fs_suite(&a.kernel()?, &a.initrd()?))?;
     r.suite("programs", |a| program_runs(&a.kernel()?, &a.initrd()?))?;
     r.suite("linux-abi", |a| crate::exec::abi_suite::ci_tests(&a.kernel()?, &a.initrd()?))?;
+    // The Linux personality under the Linux fuzzer (docs/fuzz.md, "The Linux fuzzer"): every
+    // Linux call number with bad arguments, without and with allocation fault injection.
+    r.suite("linux-fuzz", |a| crate::exec::fuzz::ci(&a.kernel()?, &a.initrd()?))?;
     // Metis MapReduce (docs/metis.md): wc, wri, wrmem equal to the host reference.
     r.suite("metis", |a| crate::metis::ci_check(&a.kernel()?))?;
     // Exact instructions per operation of the measured paths against the committed baseline

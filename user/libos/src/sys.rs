@@ -385,6 +385,13 @@ pub fn time_now() -> Result<u64, Error> {
     call_nomem3(nr::TIME_NOW, 0, 0, 0)
 }
 
+/// `inject_ctl(INJECT_ARM)`: start the allocation fault injection the command line configured
+/// with `inject_from=program` (nothing happens when none is configured).
+pub fn inject_arm() -> Result<u64, Error> {
+    // SAFETY: INJECT_ARM reads and writes no user memory.
+    unsafe { call(nr::INJECT_CTL, abi::INJECT_ARM, 0, 0, 0, 0, 0) }
+}
+
 /// `sys_info(&mut SysInfo)`.
 pub fn sys_info() -> Result<SysInfo, Error> {
     sys_info_with(0)

@@ -47,6 +47,13 @@ pub struct ExecArgs {
     /// comparison; per operation when the program prints `workload name=NAME ops=N`)
     #[arg(long, conflicts_with = "conformance")]
     pub insncount: bool,
+    /// The sharing audit on ours: the kernel cache lines one vCPU writes and another touches
+    /// while the program runs (the sharing plugin, exact mode, kernel accesses; docs/linux-abi.md)
+    #[arg(long, conflicts_with_all = ["conformance", "insncount"])]
+    pub audit: bool,
+    /// A file for the guest, GUEST=HOST (GUEST relative to /tmp unless absolute); repeatable
+    #[arg(long = "file", value_name = "GUEST=HOST")]
+    pub file: Vec<String>,
     /// With --conformance: only the cases whose name contains PATTERN
     #[arg(long, value_name = "PATTERN")]
     pub only: Option<String>,
@@ -107,7 +114,12 @@ pub fn request(a: &ExecArgs, stdin: Vec<u8>) -> Result<ExecRequest, String> {
     if program.is_dir() {
         return Err(format!("{}: a directory, not a program", program.display()));
     }
-    let req = ExecRequest { program, args: a.args.clone(), files: Vec::new(), stdin, smp: a.smp, disk: a.disk.clone(), timeout: Duration::from_secs(a.timeout) };
+    let mut files = Vec::new();
+    for f in &a.file {
+        let (guest, host) = f.split_once('=').ok_or_else(|| format!("--file {f}: expected GUEST=HOST"))?;
+        files.push((guest.to_string(), PathBuf::from(host)));
+    }
+    let req = ExecRequest { program, args: a.args.clone(), files, stdin, smp: a.smp, disk: a.disk.clone(), timeout: Duration::from_secs(a.timeout) };
     super::check_request(&req)?;
     Ok(req)
 }
@@ -120,6 +132,12 @@ pub fn main(a: ExecArgs) -> Result<(), Failure> {
     }
     // Everything about the program is checked before standard input is read or a guest boots.
     let probe = request(&a, Vec::new()).map_err(Failure::Usage)?;
+    if a.audit {
+        if systems != [System::Ours] {
+            return Err(Failure::Usage("--audit runs on ours only (cargo xtask plugin audit --system linux audits the Linux guest)".into()));
+        }
+        return crate::host::outcome::work(super::audit::command(&probe));
+    }
     if a.insncount {
         // The measured program reads no standard input.
         return crate::host::outcome::work(super::cost::command(&systems, &probe));

@@ -157,7 +157,16 @@ fn boot(req: &ExecRequest, init: &Path, kernel: &crate::guest::linux::LinuxKerne
     let report = fs::read_to_string(&rep).unwrap_or_default();
     let (status, files) = decode_report(&report).map_err(|e| {
         let q = r.stderr.lines().next().unwrap_or("").trim().to_string();
-        format!("{e} (QEMU status {:?} after {:.1} s{}); its console ended:\n{}", r.exit_code, start.elapsed().as_secs_f64(), if q.is_empty() { String::new() } else { format!(", QEMU said: {q}") }, tail())
+        // What the report port and standard output got, to show where the guest stopped.
+        let out_tail: String = String::from_utf8_lossy(&fs::read(&out).unwrap_or_default()).lines().rev().take(12).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+        let rep_head: String = report.chars().take(400).collect();
+        format!(
+            "{e} (QEMU status {:?} after {:.1} s{}); its console ended:\n{}\nthe report port had: {rep_head:?}\nstandard output ended:\n{out_tail}",
+            r.exit_code,
+            start.elapsed().as_secs_f64(),
+            if q.is_empty() { String::new() } else { format!(", QEMU said: {q}") },
+            tail()
+        )
     })?;
     Ok(ExecOutput {
         stdout: fs::read(&out).map_err(|e| format!("{}: {e}", out.display()))?,

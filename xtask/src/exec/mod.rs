@@ -10,10 +10,12 @@
 #[cfg(test)] // only the host test that keeps docs/linux-abi.md's table in step uses it
 pub mod abi_doc;
 pub mod abi_suite;
+pub mod audit;
 pub mod bbsuite;
 pub mod command;
 pub mod conformance;
 pub mod cost;
+pub mod fuzz;
 pub mod linux;
 pub mod ours;
 pub mod progs;

@@ -40,9 +40,32 @@ fn escape(s: &str) -> String {
 
 /// The kernel command line that runs `req` under the runtime (`runs` times: a leak check
 /// that is exact from the second run on, for tests).
+#[cfg(test)]
 pub fn cmdline(req: &ExecRequest, runs: u32) -> Result<String, String> {
+    cmdline_with(req, runs, &Extra::default())
+}
+
+/// Kernel options before `init=` and runtime options after `--framed` (both space-separated
+/// words; empty: none), for runs that need them (the Linux fuzzer's fault injection).
+#[derive(Debug, Clone, Default)]
+pub struct Extra {
+    pub kernel: String,
+    pub runtime: String,
+}
+
+fn cmdline_with(req: &ExecRequest, runs: u32, extra: &Extra) -> Result<String, String> {
     // The Linux guest's init runs the program in /tmp, where relative request files go.
-    let mut c = String::from("init=linuxrt -- --framed --cwd /tmp");
+    let mut c = String::new();
+    if !extra.kernel.is_empty() {
+        c.push_str(&extra.kernel);
+        c.push(' ');
+    }
+    c.push_str("init=linuxrt -- --framed");
+    if !extra.runtime.is_empty() {
+        c.push(' ');
+        c.push_str(&extra.runtime);
+    }
+    c.push_str(" --cwd /tmp");
     if runs > 1 {
         c.push_str(&format!(" --runs {runs}"));
     }
@@ -131,17 +154,29 @@ pub fn run_with(kernel: &Path, initrd: &Path, req: &ExecRequest) -> Result<ExecO
 /// `run_with`, the program run `runs` times in one boot (its output repeated; the status is
 /// the last run's).
 pub fn run_times(kernel: &Path, initrd: &Path, req: &ExecRequest, runs: u32) -> Result<ExecOutput, String> {
-    run_inner(kernel, initrd, req, runs, None)
+    run_inner(kernel, initrd, req, runs, None, &Extra::default())
+}
+
+/// `run_times` with kernel and runtime options of `extra` (a run that times out is an error
+/// quoting the console, as for `run_times`).
+pub fn run_extra(kernel: &Path, initrd: &Path, req: &ExecRequest, runs: u32, extra: &Extra) -> Result<ExecOutput, String> {
+    run_inner(kernel, initrd, req, runs, None, extra)
 }
 
 /// `run`, under a QEMU plugin in the exact mode (`plugin`: the `-plugin` argument;
 /// single-threaded TCG, instruction-based time, docs/plugins.md), for `exec --insncount`.
 pub fn run_measured(req: &ExecRequest, plugin: &str) -> Result<ExecOutput, String> {
     let (kernel, initrd) = prepare()?;
-    run_inner(&kernel, &initrd, req, 1, Some(plugin))
+    run_inner(&kernel, &initrd, req, 1, Some(plugin), &Extra::default())
 }
 
-fn run_inner(kernel: &Path, initrd: &Path, req: &ExecRequest, runs: u32, plugin: Option<&str>) -> Result<ExecOutput, String> {
+/// `run_measured` with kernel and runtime options (`exec --audit`'s marked region).
+pub fn run_measured_extra(req: &ExecRequest, plugin: &str, extra: &Extra) -> Result<ExecOutput, String> {
+    let (kernel, initrd) = prepare()?;
+    run_inner(&kernel, &initrd, req, 1, Some(plugin), extra)
+}
+
+fn run_inner(kernel: &Path, initrd: &Path, req: &ExecRequest, runs: u32, plugin: Option<&str>, extra: &Extra) -> Result<ExecOutput, String> {
     if !req.program.is_file() {
         return Err(format!("{}: no such file", req.program.display()));
     }
@@ -150,7 +185,7 @@ fn run_inner(kernel: &Path, initrd: &Path, req: &ExecRequest, runs: u32, plugin:
     let img = root_image(req, &dir)?;
     let cfg = VmConfig {
         smp: req.smp.max(1),
-        cmdline: cmdline(req, runs)?,
+        cmdline: cmdline_with(req, runs, extra)?,
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         disk: Some(img),

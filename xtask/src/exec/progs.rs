@@ -62,6 +62,8 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     ("fscalls", &[]),
     ("procs", &[]),
     ("fpswitch", &[]),
+    ("linuxfuzz", &[]),
+    ("badexec", &[]),
     // The same-binary cost comparison's programs (`cargo xtask exec --insncount`).
     ("abi_getpid", &[]),
     ("abi_read", &[]),

@@ -2,7 +2,15 @@
 //! root file system inside this context (user/libos/src/linux, docs/linux-abi.md), then
 //! checks that the kernel's free pages and objects are back to their counts from before it.
 //!
-//! `linuxrt [--framed] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]`
+//! `linuxrt [--framed] [--arm-inject] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]`
+//!
+//! `--arm-inject` arms the allocation fault injection the kernel's command line configured
+//! (`inject=... inject_from=program`) just before the program's first instruction (the Linux
+//! fuzzer's injection runs, docs/fuzz.md).
+//!
+//! `--mark` executes the plugins' region markers (start on every vCPU, stop on every vCPU)
+//! around the program's run, so a QEMU plugin measures exactly the Linux program with the
+//! runtime's work for it (`cargo xtask exec --audit`, docs/linux-abi.md "Sharing audit").
 //!
 //! `--runs N` runs the program N times (at most 10), each with its own leak check: from the
 //! second on the check is exact (see `run_once`).
@@ -77,6 +85,14 @@ fn run_once(opts: &libos::linux::Options, run: u64) -> u64 {
     status
 }
 
+/// Execute the plugins' region marker `m` (3: start on every vCPU, 4: stop on every vCPU).
+#[allow(unsafe_code)]
+fn marker(m: u8) {
+    // SAFETY: the kernel's I/O bitmap lets user mode write the marker port; the write has no
+    // effect outside a plugin run.
+    unsafe { bench::harness::marker_out(m) };
+}
+
 fn main(args: &'static str) -> u64 {
     let mut words = args.split_whitespace();
     let mut framed = false;
@@ -85,9 +101,13 @@ fn main(args: &'static str) -> u64 {
     let mut path = None;
     let mut runs = 1;
     let mut cwd = String::from("/");
+    let mut arm_injection = false;
+    let mut mark = false;
     while let Some(w) = words.next() {
         match w {
             "--framed" => framed = true,
+            "--arm-inject" => arm_injection = true,
+            "--mark" => mark = true,
             "--stdin" => stdin_path = words.next(),
             "--env" => envp.extend(words.next().map(unescape)),
             "--cwd" => cwd = words.next().map(unescape).unwrap_or_default(),
@@ -99,7 +119,7 @@ fn main(args: &'static str) -> u64 {
         }
     }
     let Some(path) = path else {
-        libos::println!("linuxrt: usage: linuxrt [--framed] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]");
+        libos::println!("linuxrt: usage: linuxrt [--framed] [--arm-inject] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]");
         return 2;
     };
     let mut argv = alloc::vec![path.clone()];
@@ -129,10 +149,16 @@ fn main(args: &'static str) -> u64 {
         libos::println!("linuxrt: --cwd {cwd}: not an absolute path");
         return 2;
     }
-    let opts = libos::linux::Options { path: &path, argv, envp, stdin, framed, cwd };
+    let opts = libos::linux::Options { path: &path, argv, envp, stdin, framed, cwd, arm_injection };
     let mut status = 0;
     for run in 1..=runs {
+        if mark {
+            marker(3);
+        }
         status = run_once(&opts, run);
+        if mark {
+            marker(4);
+        }
     }
     drop(opts);
     libos::println!("linuxrt: exit status {status}");

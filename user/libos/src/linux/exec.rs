@@ -79,8 +79,16 @@ fn execve(p: &mut Process, path: u64, argv: u64, envp: u64) -> Result<(u64, u64)
     }
     let file = crate::fs::read_all(&abs, 256 << 20).map_err(super::files::errno)?;
     let (limit, _) = super::upcall::native_range();
-    if linuxabi::elf::plan(&file, super::load::PIE_BASE, super::load::MIN_ADDR, limit).is_err() {
-        return Err(-ENOEXEC);
+    match linuxabi::elf::plan(&file, super::load::PIE_BASE, super::load::MIN_ADDR, limit) {
+        Ok(_) => {}
+        // Linux opens the interpreter first: a missing one is ENOENT. One that exists is still
+        // refused (no dynamic loading): ENOEXEC.
+        Err(linuxabi::elf::ElfError::Interp(name)) => {
+            let interp = core::str::from_utf8(name).unwrap_or("");
+            let abs = if interp.starts_with('/') { super::files::normalize(interp) } else { super::files::join(&p.cwd, interp) };
+            return Err(if interp.is_empty() || super::files::stat(&abs, true).is_err() { -ENOENT } else { -ENOEXEC });
+        }
+        Err(_) => return Err(-ENOEXEC),
     }
     // The point of no return: the old image goes.
     super::load::unload(&mut p.image);

@@ -53,6 +53,10 @@ pub struct Options<'a> {
     pub framed: bool,
     /// The working directory the program starts in (absolute; `/` if empty).
     pub cwd: String,
+    /// Arm the kernel's configured allocation fault injection (`inject=` with
+    /// `inject_from=program`) just before the program's first instruction, so every injected
+    /// failure meets a call the program made (the Linux fuzzer, docs/fuzz.md), not the load.
+    pub arm_injection: bool,
 }
 
 /// What the run left.
@@ -101,6 +105,11 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     };
     proc::use_table_slot(&mut process);
     *dispatch::PROC.lock() = Some(process);
+    if o.arm_injection {
+        if let Err(e) = crate::sys::inject_arm() {
+            crate::println!("linux: cannot arm fault injection: {e:?}");
+        }
+    }
     let r = upcall::enter(entry, rsp);
     // Every other thread ends (and is freed) before the process goes: they run in its memory.
     let mut threads = match dispatch::lock_proc().as_mut() {

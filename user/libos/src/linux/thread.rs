@@ -272,7 +272,7 @@ pub fn map_all(m: &SegMapping) -> Result<(), abi::Error> {
         let Some(root) = s.root().filter(|_| s.tid.load(Ordering::Relaxed) != 0) else { continue };
         if let Err(e) = crate::sys::ar_set_seg(root, m) {
             for r in done {
-                let _ = crate::sys::ar_unmap(r, m.voff, m.len);
+                unmap_retrying(r, m.voff, m.len);
             }
             return Err(e);
         }
@@ -286,7 +286,21 @@ pub fn map_all(m: &SegMapping) -> Result<(), abi::Error> {
 pub fn unmap_all(va: u64, len: u64) {
     for s in SLOTS.iter() {
         if let Some(root) = s.root().filter(|_| s.tid.load(Ordering::Relaxed) != 0) {
-            let _ = crate::sys::ar_unmap(root, va, len);
+            unmap_retrying(root, va, len);
+        }
+    }
+}
+
+/// `ar_unmap`, tried again while the kernel has no memory for it (splitting a mapping
+/// allocates): an unmap that gave up would leave the program's pages mapped after `munmap`
+/// said they were gone, and the segment alive after its name was deleted (found by the Linux
+/// fuzzer under allocation injection: a kernel object more after the program). Bounded: after
+/// 1000 refusals it gives up as before.
+fn unmap_retrying(root: ObjName, va: u64, len: u64) {
+    for _ in 0..1000 {
+        match crate::sys::ar_unmap(root, va, len) {
+            Err(abi::Error::NoMemory) => continue,
+            _ => return,
         }
     }
 }
