@@ -142,6 +142,7 @@ pub fn linux_progs() -> Result<(), String> {
     for (name, path) in super::progs::build_all()? {
         println!("{name:<10} {}", path.display());
     }
+    println!("{:<10} {}", "memcached", super::debsrc::memcached()?.display());
     Ok(())
 }
 

@@ -5,13 +5,15 @@
 //! and compares what they did.
 //!
 //! `progs` builds the project's own C test programs (linux/progs/*.c) with `musl-gcc -static`
-//! and fetches Debian's `busybox-static`; `command` is the command line's side.
+//! and fetches Debian's `busybox-static`; `debsrc` builds libevent and memcached from Debian's
+//! source packages; `command` is the command line's side.
 
 #[cfg(test)] // only the host test that keeps docs/linux-abi.md's table in step uses it
 pub mod abi_doc;
 pub mod abi_suite;
 pub mod command;
 pub mod conformance;
+pub mod debsrc;
 pub mod linux;
 pub mod ours;
 pub mod progs;
