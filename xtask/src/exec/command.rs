@@ -45,6 +45,14 @@ pub struct ExecArgs {
     /// With --conformance: only the cases whose name contains PATTERN
     #[arg(long, value_name = "PATTERN")]
     pub only: Option<String>,
+    /// Give the guest a NIC on QEMU's restricted user-mode network (with no --hostfwd: a free
+    /// host port to guest port 80); a program still running at --timeout is then stopped and
+    /// exec exits with 124
+    #[arg(long)]
+    pub net: bool,
+    /// Forward 127.0.0.1:HOST on the host to guest port GUEST (TCP; implies --net; repeatable)
+    #[arg(long, value_name = "HOST:GUEST", value_parser = crate::host::args::hostfwd, action = clap::ArgAction::Append)]
+    pub hostfwd: Vec<crate::host::vm::Forward>,
     /// The program (a static x86-64 ELF on the host)
     #[arg(value_name = "PROGRAM", required_unless_present = "conformance")]
     pub program: Option<PathBuf>,
@@ -101,7 +109,8 @@ pub fn request(a: &ExecArgs, stdin: Vec<u8>) -> Result<ExecRequest, String> {
     if program.is_dir() {
         return Err(format!("{}: a directory, not a program", program.display()));
     }
-    let req = ExecRequest { program, args: a.args.clone(), files: Vec::new(), stdin, smp: a.smp, disk: a.disk.clone(), timeout: Duration::from_secs(a.timeout) };
+    let req = ExecRequest { program, args: a.args.clone(), files: Vec::new(), stdin, smp: a.smp, disk: a.disk.clone(), timeout: Duration::from_secs(a.timeout), net: None };
+    let req = if a.net || !a.hostfwd.is_empty() { ExecRequest { net: Some(crate::host::vm::from_options(a.hostfwd.clone())?), ..req } } else { req };
     super::check_request(&req)?;
     Ok(req)
 }
@@ -121,6 +130,9 @@ pub fn main(a: ExecArgs) -> Result<(), Failure> {
     }
     std::io::stdin().read_to_end(&mut stdin).map_err(|e| Failure::Work(format!("reading standard input: {e}")))?;
     let req = ExecRequest { stdin, ..probe };
+    if let Some(n) = &req.net {
+        eprint!("{}", n.describe().replace("net: ", "xtask exec: "));
+    }
     let out = systems[0].run(&req).map_err(|e| Failure::Work(format!("exec --system {}: {e}", systems[0].name())))?;
     if a.console {
         eprint!("{}", out.console);
