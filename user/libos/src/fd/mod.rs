@@ -435,6 +435,13 @@ pub fn set_nonblocking(fd: Fd, on: bool) -> Result<(), Error> {
     socket::set_nonblocking(socket_of(fd)?, on)
 }
 
+/// Run `f` on a TCP connection descriptor's smoltcp socket (endpoints, shutdown, options:
+/// what the Linux socket calls need beyond read and write). `WrongType` for another kind,
+/// `InvalidArgument` for a listener.
+pub fn with_tcp<R>(fd: Fd, f: impl FnOnce(&mut smoltcp::socket::tcp::Socket<'static>) -> R) -> Result<R, Error> {
+    socket::with_tcp(socket_of(fd)?, f)
+}
+
 /// Whether this context can use the descriptor.
 pub fn visible(fd: Fd) -> bool {
     match resolve(fd) {

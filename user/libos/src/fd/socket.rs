@@ -257,6 +257,18 @@ pub(super) fn accept(id: u64) -> Result<u64, Error> {
     })
 }
 
+/// Run `f` on connection `id`'s smoltcp socket, then move the stack (what `f` queued goes
+/// out): its endpoints, shutting its sending side, its Nagle and keep-alive settings, for the
+/// Linux socket calls. `InvalidArgument` for a listener.
+pub(super) fn with_tcp<R>(id: u64, f: impl FnOnce(&mut tcp::Socket<'static>) -> R) -> Result<R, Error> {
+    at_home(id, |home| {
+        let (h, _) = conn(home, id)?;
+        let r = f(home.host.sockets().get_mut::<tcp::Socket>(h));
+        home.drive();
+        Ok(r)
+    })
+}
+
 /// Make socket `id`'s calls fail with `WouldBlock` instead of waiting (or wait again).
 pub(super) fn set_nonblocking(id: u64, on: bool) -> Result<(), Error> {
     at_home(id, |home| {

@@ -56,6 +56,7 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::STAT, sys_stat),
     (nr::FSTAT, sys_fstat),
     (nr::LSTAT, sys_lstat),
+    (nr::POLL, super::poll::sys_poll),
     (nr::LSEEK, sys_lseek),
     (nr::MMAP, sys_mmap),
     (nr::MPROTECT, sys_mprotect),
@@ -67,9 +68,24 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::PREAD64, sys_pread64),
     (nr::READV, sys_readv),
     (nr::WRITEV, sys_writev),
+    (nr::SELECT, super::poll::sys_select),
     (nr::SCHED_YIELD, sys_sched_yield),
     (nr::NANOSLEEP, sys_nanosleep),
     (nr::GETPID, sys_getpid),
+    (nr::SOCKET, super::net::sys_socket),
+    (nr::CONNECT, super::net::sys_connect),
+    (nr::ACCEPT, super::net::sys_accept),
+    (nr::SENDTO, super::net::sys_sendto),
+    (nr::RECVFROM, super::net::sys_recvfrom),
+    (nr::SENDMSG, super::net::sys_sendmsg),
+    (nr::RECVMSG, super::net::sys_recvmsg),
+    (nr::SHUTDOWN, super::net::sys_shutdown),
+    (nr::BIND, super::net::sys_bind),
+    (nr::LISTEN, super::net::sys_listen),
+    (nr::GETSOCKNAME, super::net::sys_getsockname),
+    (nr::GETPEERNAME, super::net::sys_getpeername),
+    (nr::SETSOCKOPT, super::net::sys_setsockopt),
+    (nr::GETSOCKOPT, super::net::sys_getsockopt),
     (nr::EXIT, sys_exit),
     (nr::UNAME, sys_uname),
     (nr::GETCWD, sys_getcwd),
@@ -83,12 +99,22 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::ARCH_PRCTL, sys_arch_prctl),
     (nr::GETTID, sys_getpid),
     (nr::SCHED_GETAFFINITY, sys_sched_getaffinity),
+    (nr::EPOLL_CREATE, super::epoll::sys_epoll_create),
     (nr::GETDENTS64, sys_getdents64),
     (nr::SET_TID_ADDRESS, sys_set_tid_address),
     (nr::CLOCK_GETTIME, sys_clock_gettime),
     (nr::EXIT_GROUP, sys_exit),
+    (nr::EPOLL_WAIT, super::epoll::sys_epoll_wait),
+    (nr::EPOLL_CTL, super::epoll::sys_epoll_ctl),
     (nr::OPENAT, sys_openat),
     (nr::NEWFSTATAT, sys_newfstatat),
+    (nr::PSELECT6, super::poll::sys_pselect6),
+    (nr::PPOLL, super::poll::sys_ppoll),
+    (nr::EPOLL_PWAIT, super::epoll::sys_epoll_pwait),
+    (nr::EVENTFD, super::net::sys_eventfd),
+    (nr::ACCEPT4, super::net::sys_accept4),
+    (nr::EVENTFD2, super::net::sys_eventfd2),
+    (nr::EPOLL_CREATE1, super::epoll::sys_epoll_create1),
     (nr::PRLIMIT64, sys_prlimit64),
     (nr::GETRANDOM, sys_getrandom),
 ];
@@ -336,6 +362,16 @@ const TIOCGWINSZ: u64 = 0x5413;
 
 fn sys_ioctl(p: &mut Process, a: &[u64; 6]) -> i64 {
     let (fd, req, arg) = (a[0] as i32, a[1], a[2]);
+    if let Some(Desc::Socket(s)) = files::desc_mut(&mut p.files, fd) {
+        // FIONBIO: an int, non-zero for non-blocking.
+        const FIONBIO: u64 = 0x5421;
+        if req != FIONBIO {
+            return -ENOTTY;
+        }
+        let Some(v) = p.image.space.get_u64(arg).map(|v| v as u32) else { return -EFAULT };
+        s.set_nonblock(v != 0);
+        return 0;
+    }
     let tty = match files::desc(&p.files, fd) {
         Some(Desc::Console(_)) => !p.framed,
         Some(_) => false,

@@ -41,6 +41,12 @@ pub enum Desc {
     Console(Console),
     File { fd: Fd, path: String },
     Dir { path: String, entries: Vec<(u64, u8, Vec<u8>)>, at: usize },
+    /// A TCP socket (`linux::net`).
+    Socket(alloc::boxed::Box<super::net::Socket>),
+    /// An eventfd: a library OS descriptor (`fd::eventfd`, private scope).
+    Event(crate::fd::Fd),
+    /// An epoll instance (`linux::epoll`).
+    Epoll(alloc::boxed::Box<super::epoll::Epoll>),
 }
 
 pub struct Files {
@@ -69,7 +75,31 @@ pub fn desc(f: &Files, fd: i32) -> Option<&Desc> {
     f.slots.get(usize::try_from(fd).ok()?)?.as_ref()
 }
 
-fn desc_mut(f: &mut Files, fd: i32) -> Option<&mut Desc> {
+/// Put `d` in the lowest free slot; its number, or `-EMFILE` (and `d` closed).
+pub fn install(f: &mut Files, d: Desc) -> i64 {
+    match free_slot(f) {
+        Some(i) => {
+            f.slots[i] = Some(d);
+            i as i64
+        }
+        None => {
+            release(d);
+            -EMFILE
+        }
+    }
+}
+
+/// Close what a descriptor holds.
+fn release(d: Desc) -> i64 {
+    match d {
+        Desc::File { fd, .. } => fs::close(fd).map(|_| 0).unwrap_or_else(errno),
+        Desc::Socket(s) => s.close(),
+        Desc::Event(l) => crate::fd::close(l).map(|_| 0).unwrap_or(-EIO),
+        _ => 0,
+    }
+}
+
+pub fn desc_mut(f: &mut Files, fd: i32) -> Option<&mut Desc> {
     f.slots.get_mut(usize::try_from(fd).ok()?)?.as_mut()
 }
 
@@ -188,8 +218,7 @@ pub fn open(f: &mut Files, path: &str, flags: u32) -> i64 {
 pub fn close(f: &mut Files, fd: i32) -> i64 {
     let Some(s) = usize::try_from(fd).ok().and_then(|i| f.slots.get_mut(i)) else { return -EBADF };
     match s.take() {
-        Some(Desc::File { fd, .. }) => fs::close(fd).map(|_| 0).unwrap_or_else(errno),
-        Some(_) => 0,
+        Some(d) => release(d),
         None => -EBADF,
     }
 }
@@ -214,6 +243,10 @@ pub fn read(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
             r.map(|n| n as i64).unwrap_or_else(errno)
         }
         Some(Desc::Dir { .. }) => -EISDIR,
+        Some(Desc::Socket(s)) if at.is_none() => s.recv(dst, 0),
+        Some(Desc::Event(l)) if at.is_none() => crate::fd::read(*l, dst).map(|n| n as i64).unwrap_or_else(super::net::errno),
+        Some(Desc::Socket(_) | Desc::Event(_)) => -ESPIPE,
+        Some(Desc::Epoll(_)) => -EINVAL,
         None => -EBADF,
     }
 }
@@ -231,6 +264,9 @@ pub fn write(f: &mut Files, fd: i32, src: &[u8], framed: bool) -> i64 {
         Some(Desc::Console(Console::In { .. })) => -EBADF,
         Some(Desc::File { fd, .. }) => fs::write(*fd, src).map(|n| n as i64).unwrap_or_else(errno),
         Some(Desc::Dir { .. }) => -EBADF,
+        Some(Desc::Socket(s)) => s.send(src, 0),
+        Some(Desc::Event(l)) => crate::fd::write(*l, src).map(|n| n as i64).unwrap_or_else(super::net::errno),
+        Some(Desc::Epoll(_)) => -EINVAL,
         None => -EBADF,
     }
 }
@@ -248,7 +284,7 @@ pub fn lseek(f: &mut Files, fd: i32, off: i64, whence: u32) -> i64 {
             0
         }
         Some(Desc::Dir { .. }) => -EINVAL,
-        Some(Desc::Console(_)) => -ESPIPE,
+        Some(Desc::Console(_) | Desc::Socket(_) | Desc::Event(_) | Desc::Epoll(_)) => -ESPIPE,
         None => -EBADF,
     }
 }
@@ -259,6 +295,9 @@ pub fn fstat(f: &Files, fd: i32) -> Result<LinuxStat, i64> {
         Some(Desc::Dir { path, .. }) => stat(path, false),
         // A character device, as a pipe-less console looks on Linux (mode 020620).
         Some(Desc::Console(_)) => Ok(LinuxStat { mode: 0o020620, nlink: 1, ..Default::default() }),
+        Some(Desc::Socket(_)) => Ok(LinuxStat { mode: 0o140777, nlink: 1, ..Default::default() }),
+        // An anonymous inode (eventfd, epoll), as Linux shows them: mode 0600, no type bits.
+        Some(Desc::Event(_) | Desc::Epoll(_)) => Ok(LinuxStat { mode: 0o600, nlink: 1, ..Default::default() }),
         None => Err(-EBADF),
     }
 }

@@ -16,10 +16,13 @@
 //! what is there: `linuxabi::support`, docs/linux-abi.md.
 
 pub mod dispatch;
+pub mod epoll;
 pub mod files;
 pub mod load;
 pub mod mem;
+pub mod net;
 pub mod out;
+pub mod poll;
 pub mod vm;
 #[cfg(target_os = "none")]
 pub mod upcall;
@@ -39,6 +42,8 @@ pub struct Options<'a> {
     pub framed: bool,
     /// The working directory the program starts in (absolute; `/` if empty).
     pub cwd: String,
+    /// Bring up the network card (Inline mode, this core's stack) for the program's sockets.
+    pub net: bool,
 }
 
 /// What the run left.
@@ -63,6 +68,7 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     random[..8].copy_from_slice(&dispatch::random_u64(&mut seed).to_le_bytes());
     random[8..].copy_from_slice(&dispatch::random_u64(&mut seed).to_le_bytes());
     let loaded = load::load(&file, o.path, &argv, &envp, limit, random)?;
+    let up = if o.net { Some(net::bring_up().map_err(|e| alloc::format!("cannot bring up the network card: {e:?} (boot with --net)"))?) } else { None };
     drop(file);
     let (entry, rsp) = (loaded.entry, loaded.rsp);
     let mut process = dispatch::Process::new(loaded, files::Files::new(o.stdin.clone()), o.framed);
@@ -73,6 +79,9 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     let r = upcall::enter(entry, rsp);
     let mut p = dispatch::PROC.lock().take().ok_or_else(|| String::from("the program's state is gone"))?;
     p.files.close_all();
+    if let Some(up) = up {
+        up.down();
+    }
     load::unload(&mut p.image);
     let status = r.map_err(|e| alloc::format!("{}: the kernel refused the personality: {e:?}", o.path))?;
     Ok(Outcome { status, calls: p.calls })
