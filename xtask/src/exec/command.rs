@@ -42,6 +42,13 @@ pub struct ExecArgs {
     /// Run the conformance suite (every case on both systems, compared) instead of one program
     #[arg(long, conflicts_with_all = ["program", "disk"])]
     pub conformance: bool,
+    /// Run the socket cases instead of one program: linux/progs/epollserv.c driven by a host
+    /// client on each system (compared), then memcached under a bounded checked load
+    #[arg(long, conflicts_with_all = ["program", "disk", "conformance"])]
+    pub sockets: bool,
+    /// With --sockets: memcached requests (sets and gets; every value read back is checked)
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    pub requests: u64,
     /// With --conformance: only the cases whose name contains PATTERN
     #[arg(long, value_name = "PATTERN")]
     pub only: Option<String>,
@@ -54,7 +61,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "HOST:GUEST", value_parser = crate::host::args::hostfwd, action = clap::ArgAction::Append)]
     pub hostfwd: Vec<crate::host::vm::Forward>,
     /// The program (a static x86-64 ELF on the host)
-    #[arg(value_name = "PROGRAM", required_unless_present = "conformance")]
+    #[arg(value_name = "PROGRAM", required_unless_present_any = ["conformance", "sockets"])]
     pub program: Option<PathBuf>,
     /// Its arguments (argv[1..]); options after PROGRAM are the program's
     #[arg(value_name = "ARGS", trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
@@ -90,7 +97,8 @@ pub fn systems(a: &ExecArgs) -> Result<Vec<System>, String> {
     if a.only.is_some() && !a.conformance {
         return Err("--only picks conformance cases: it goes with --conformance".into());
     }
-    match (a.system.as_deref(), a.conformance) {
+    let both = a.conformance || a.sockets;
+    match (a.system.as_deref(), both) {
         (None | Some("ours"), false) => Ok(vec![System::Ours]),
         (Some("linux"), _) => Ok(vec![System::Linux]),
         (Some("both"), false) => Err("--system both compares the two systems: it goes with --conformance (one program runs on ours or linux)".into()),
@@ -120,6 +128,9 @@ pub fn main(a: ExecArgs) -> Result<(), Failure> {
     let systems = systems(&a).map_err(Failure::Usage)?;
     if a.conformance {
         return crate::host::outcome::work(super::conformance::command(&systems, a.only.as_deref()));
+    }
+    if a.sockets {
+        return crate::host::outcome::work(super::sockets::command(&systems, a.smp, a.requests));
     }
     // Everything about the program is checked before standard input is read or a guest boots.
     let probe = request(&a, Vec::new()).map_err(Failure::Usage)?;

@@ -17,6 +17,7 @@ pub mod debsrc;
 pub mod linux;
 pub mod ours;
 pub mod progs;
+pub mod sockets;
 
 use std::path::PathBuf;
 use std::time::Duration;

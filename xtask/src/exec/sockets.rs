@@ -1,0 +1,110 @@
+//! Servers under `cargo xtask exec --net`, driven from the host (`cargo xtask exec --sockets`):
+//!
+//! - the socket conformance case: linux/progs/epollserv.c (a single-threaded epoll TCP
+//!   server of ours) on each system, sent the same lines by a bounded host client
+//!   (`host::memcload::lines`); its replies, its standard output and its status must be the
+//!   same on both;
+//! - memcached 1.6.18 from Debian's source (`debsrc`) under a bounded load
+//!   (`host::memcload::memcached`, every value read back checked), on the systems asked for.
+//!
+//! Each server runs in a thread of this process through the ordinary exec path (a forward
+//! from a free host port), the client waits for it to answer, talks, and ends it (`QUIT`,
+//! memcached's `shutdown` with `-A`); the guest's timeout bounds everything.
+
+use std::time::Duration;
+
+use super::command::System;
+use super::{ExecOutput, ExecRequest};
+use crate::host::memcload;
+use crate::host::vm::{free_port, Forward, NetConfig};
+
+/// The guest port the servers listen on.
+pub const GUEST_PORT: u16 = 11211;
+
+/// Run `req` on `system` with a forward from a free host port to `GUEST_PORT`, and `client`
+/// against that host port once the server answers `probe` with `want`.
+pub fn serve<T: Send + 'static>(
+    system: System,
+    req: ExecRequest,
+    probe: &'static [u8],
+    want: &'static str,
+    client: impl FnOnce(u16) -> Result<T, String> + Send + 'static,
+) -> Result<(ExecOutput, T), String> {
+    let host = free_port()?;
+    let req = ExecRequest { net: Some(NetConfig { forwards: vec![Forward { host, guest: GUEST_PORT }] }), ..req };
+    let within = req.timeout;
+    let guest = std::thread::spawn(move || system.run(&req));
+    let talk = memcload::wait_ready(host, probe, want, within).and_then(|()| client(host));
+    let out = guest.join().map_err(|_| "the guest's thread panicked".to_string())??;
+    match talk {
+        Ok(t) => Ok((out, t)),
+        Err(e) => Err(format!("{}: {e}; the server wrote:\n{}{}\nconsole:\n{}", system.name(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr), tail(&out.console))),
+    }
+}
+
+fn tail(s: &str) -> String {
+    let v: Vec<&str> = s.lines().collect();
+    v[v.len().saturating_sub(20)..].join("\n")
+}
+
+/// The lines the conformance case sends (the last ends the server).
+pub const SCRIPT: [&str; 8] = ["ECHO hello, sockets", "SET alpha 1", "SET beta two", "GET alpha", "GET gamma", "bogus command", "CHECKS", "QUIT"];
+
+/// What the epoll server did on one system: its replies, standard output and status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpollRun {
+    pub replies: Vec<String>,
+    pub stdout: String,
+    pub status: i32,
+}
+
+pub fn epollserv(system: System, smp: u32) -> Result<EpollRun, String> {
+    let program = super::progs::build("epollserv", &[])?;
+    let req = ExecRequest { program, args: vec![GUEST_PORT.to_string(), "100".into()], files: vec![], stdin: vec![], smp, disk: None, timeout: Duration::from_secs(120), net: None };
+    let (out, replies) = serve(system, req, b"ECHO ready\n", "ready", |port| memcload::lines(port, &SCRIPT))?;
+    Ok(EpollRun { replies, stdout: String::from_utf8_lossy(&out.stdout).into_owned(), status: out.status })
+}
+
+/// memcached under `load` on `system` with `threads` worker threads.
+pub fn memcached(system: System, smp: u32, threads: u32, load: memcload::Load) -> Result<(memcload::Report, ExecOutput), String> {
+    let program = super::debsrc::memcached()?;
+    let args = ["-t", &threads.to_string(), "-U", "0", "-p", &GUEST_PORT.to_string(), "-u", "root", "-A"].iter().map(|s| s.to_string()).collect();
+    let req = ExecRequest { program, args, files: vec![], stdin: vec![], smp, disk: None, timeout: load.deadline + Duration::from_secs(60), net: None };
+    let (out, rep) = serve(system, req, b"version\r\n", "VERSION", move |port| {
+        let rep = memcload::memcached(port, &load)?;
+        // Ends memcached (-A allows it); the connection just closes.
+        let _ = memcload::lines(port, &["shutdown\r"]);
+        Ok(rep)
+    })?;
+    Ok((rep, out))
+}
+
+/// `cargo xtask exec --sockets`: the conformance case on the systems asked for (compared when
+/// both ran), then memcached under a bounded load.
+pub fn command(systems: &[System], smp: u32, requests: u64) -> Result<(), String> {
+    let mut runs = Vec::new();
+    for &s in systems {
+        let r = epollserv(s, smp)?;
+        println!("epollserv on {}: status {}, replies {:?}", s.name(), r.status, r.replies);
+        runs.push((s, r));
+    }
+    if let [(_, a), (_, b)] = &runs[..] {
+        if a != b {
+            return Err(format!("epollserv differs between the systems:\nours:  {a:?}\nlinux: {b:?}"));
+        }
+        println!("epollserv: the same replies, output and status on both systems");
+    }
+    for &s in systems {
+        let load = memcload::Load { requests, ..memcload::Load::default() };
+        match memcached(s, smp, 2, load) {
+            Ok((rep, out)) => {
+                println!("memcached on {} ({smp} vCPUs, -t 2): {} sets, {} gets, {} wrong values, {} ms, status {}", s.name(), rep.sets, rep.gets, rep.wrong, rep.elapsed_ms, out.status);
+                if rep.wrong != 0 {
+                    return Err(format!("memcached on {}: {} values read back wrong", s.name(), rep.wrong));
+                }
+            }
+            Err(e) => println!("memcached on {}: did not serve: {}", s.name(), e.lines().next().unwrap_or("")),
+        }
+    }
+    Ok(())
+}
