@@ -30,6 +30,12 @@ pub fn serve<T: Send + 'static>(
     want: &'static str,
     client: impl FnOnce(u16) -> Result<T, String> + Send + 'static,
 ) -> Result<(ExecOutput, T), String> {
+    // Built before the clock starts (the first build takes minutes).
+    match system {
+        System::Ours => super::ours::prepare().map(|_| ())?,
+        System::Linux => super::linux::prepare()?,
+    }
+    super::check_request(&req)?;
     let host = free_port()?;
     let req = ExecRequest { net: Some(NetConfig { forwards: vec![Forward { host, guest: GUEST_PORT }] }), ..req };
     let within = req.timeout;
