@@ -40,7 +40,7 @@ pub fn serve<T: Send + 'static>(
     let req = ExecRequest { net: Some(NetConfig { forwards: vec![Forward { host, guest: GUEST_PORT }] }), ..req };
     let within = req.timeout;
     let guest = std::thread::spawn(move || system.run(&req));
-    let talk = memcload::wait_ready(host, probe, want, within).and_then(|()| client(host));
+    let talk = memcload::wait_ready(host, probe, want, within, || guest.is_finished()).and_then(|()| client(host));
     let out = guest.join().map_err(|_| "the guest's thread panicked".to_string())??;
     match talk {
         Ok(t) => Ok((out, t)),
@@ -109,7 +109,13 @@ pub fn command(systems: &[System], smp: u32, requests: u64) -> Result<(), String
                     return Err(format!("memcached on {}: {} values read back wrong", s.name(), rep.wrong));
                 }
             }
-            Err(e) => println!("memcached on {}: did not serve: {}", s.name(), e.lines().next().unwrap_or("")),
+            Err(e) => {
+                // What stopped it: the first line, and the runtime's reports (unimplemented calls, status).
+                println!("memcached on {}: did not serve: {}", s.name(), e.lines().next().unwrap_or(""));
+                for l in e.lines().filter(|l| l.contains("unimplemented system call") || l.starts_with("linuxrt:")) {
+                    println!("  {l}");
+                }
+            }
         }
     }
     Ok(())

@@ -77,11 +77,15 @@ fn line(r: &mut BufReader<TcpStream>, req: &[u8]) -> Result<String, String> {
 }
 
 /// Wait until a server on `port` answers `probe` with a line starting with `want` (QEMU's
-/// forward accepts connections before the guest listens, then drops them), up to `within`.
-pub fn wait_ready(port: u16, probe: &[u8], want: &str, within: Duration) -> Result<(), String> {
+/// forward accepts connections before the guest listens, then drops them), up to `within`,
+/// or until `gone` says the server ended.
+pub fn wait_ready(port: u16, probe: &[u8], want: &str, within: Duration, gone: impl Fn() -> bool) -> Result<(), String> {
     let end = Instant::now() + within;
     let mut last = String::new();
     while Instant::now() < end {
+        if gone() {
+            return Err("the server ended before it answered".into());
+        }
         match connect(port, Duration::from_secs(2)).and_then(|s| line(&mut BufReader::new(s), probe)) {
             Ok(l) if l.starts_with(want) => return Ok(()),
             Ok(l) => last = format!("answered {l:?}"),
