@@ -83,7 +83,7 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::ACCEPT4, Support::Partial("SOCK_NONBLOCK, SOCK_CLOEXEC; the connection is served by the core whose stack received it")),
     (nr::EVENTFD2, Support::Full),
     (nr::EPOLL_CREATE1, Support::Full),
-    (nr::PRLIMIT64, Support::Partial("reads the limits; setting one is EPERM")),
+    (nr::PRLIMIT64, Support::Partial("reads the limits; setting RLIMIT_NOFILE to at most its fixed 64 is accepted without effect, anything else is EPERM")),
     (nr::GETRANDOM, Support::Partial("time-stamp-counter seeded, not cryptographic")),
 ];
 

@@ -74,7 +74,10 @@ pub fn epollserv(system: System, smp: u32) -> Result<EpollRun, String> {
 /// memcached under `load` on `system` with `threads` worker threads.
 pub fn memcached(system: System, smp: u32, threads: u32, load: memcload::Load) -> Result<(memcload::Report, ExecOutput), String> {
     let program = super::debsrc::memcached()?;
-    let args = ["-t", &threads.to_string(), "-U", "0", "-p", &GUEST_PORT.to_string(), "-u", "root", "-A"].iter().map(|s| s.to_string()).collect();
+    // -c 60: this system's descriptor table has 64 slots (memcached sets RLIMIT_NOFILE to
+    // its connection limit and exits if it cannot); -u root: both guests run it as root;
+    // -A: the client ends it with `shutdown`.
+    let args = ["-t", &threads.to_string(), "-U", "0", "-p", &GUEST_PORT.to_string(), "-u", "root", "-A", "-c", "60"].iter().map(|s| s.to_string()).collect();
     let req = ExecRequest { program, args, files: vec![], stdin: vec![], smp, disk: None, timeout: load.deadline + Duration::from_secs(60), net: None };
     let (out, rep) = serve(system, req, b"version\r\n", "VERSION", move |port| {
         let rep = memcload::memcached(port, &load)?;

@@ -591,7 +591,14 @@ fn sys_prlimit64(p: &mut Process, a: &[u64; 6]) -> i64 {
         return -EINVAL;
     }
     if new != 0 {
-        return -EPERM; // limits are fixed
+        // Limits are fixed. Setting the descriptor limit to what it is or less is accepted
+        // without effect (memcached sets it to its connection count at start and exits if
+        // that fails); anything else, or more, is EPERM.
+        let Some(b) = p.image.space.read(new, 16) else { return -EFAULT };
+        let (cur, max) = (u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])), u64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8])));
+        if res != RLIMIT_NOFILE || cur > max || max > files::MAX_FDS as u64 {
+            return -EPERM;
+        }
     }
     let inf = u64::MAX;
     let (cur, max) = match res {
