@@ -1237,6 +1237,9 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // part, each case on the Linux guest (checked against what a Linux user expects) and on
     // this system (compared with Linux; linux/accepted-differences.txt lists what may differ).
     r.suite("linux-conformance", |_| crate::exec::conformance::ci_tests())?;
+    // Sockets and readiness for Linux programs (docs/linux-abi.md): an epoll server of ours
+    // on both systems against Linux's replies, memcached on the Linux guest, values checked.
+    r.suite("linux-sockets", |_| crate::exec::sockets::ci_tests())?;
     // The cycle model's 2-core smoke run (docs/model.md): two exact boots, identical, and the
     // model's numbers against xtask/src/model/smoke-expected.txt.
     r.suite("model-smoke", |_| crate::model::ci_check())?;

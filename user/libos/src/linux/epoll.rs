@@ -193,26 +193,33 @@ pub fn sys_epoll_wait(p: &mut Process, a: &[u64; 6]) -> i64 {
         Ok(e) => e,
         Err(err) => return err,
     };
-    let sleep_on: Vec<(Fd, bool, bool)> = e
-        .interests
-        .iter()
-        .filter(|i| !i.disabled)
-        .filter_map(|i| poll::ready(&p.files, i.fd).and_then(|(_, l)| l).map(|l| (l, i.events & EPOLLIN != 0, i.events & EPOLLOUT != 0)))
-        .collect();
     let timeout_ms = if timeout < 0 { None } else { Some(timeout as u64) };
     let files = &p.files;
-    let got = {
+    let first = collect(files, &mut e, max as usize);
+    let got = if !first.is_empty() || timeout_ms == Some(0) {
+        Some(first)
+    } else {
+        // What to sleep on, after that first look updated the edge-triggered state: an
+        // `EPOLLET` bit already reported and still set is no new edge (sleeping on it would
+        // wake at once, forever); one seen clear is watched again.
+        let sleep_on: Vec<(Fd, bool, bool)> = e
+            .interests
+            .iter()
+            .filter(|i| !i.disabled)
+            .filter_map(|i| {
+                let seen = if i.events & EPOLLET != 0 { i.seen } else { 0 };
+                let (r, w) = (i.events & EPOLLIN != 0 && seen & EPOLLIN == 0, i.events & EPOLLOUT != 0 && seen & EPOLLOUT == 0);
+                if !r && !w && seen & POLLHUP != 0 {
+                    return None;
+                }
+                poll::ready(files, i.fd).and_then(|(_, l)| l).map(|l| (l, r, w))
+            })
+            .collect();
         let e = &mut *e;
-        let look = || {
+        poll::wait(timeout_ms, &sleep_on, || {
             let v = collect(files, e, max as usize);
             (!v.is_empty()).then_some(v)
-        };
-        if timeout_ms == Some(0) {
-            let mut l = look;
-            l()
-        } else {
-            poll::wait(timeout_ms, &sleep_on, look)
-        }
+        })
     };
     put_back(&mut p.files, epfd, e);
     let got = got.unwrap_or_default();
