@@ -157,6 +157,11 @@ fn normalized(stdout: &str) -> String {
         .collect()
 }
 
+/// NOT FINISHED: on ours the epoll server passed the script in two runs by hand
+/// (`exec --sockets`) and hung in two suite runs (the host client's 20 s read timeout on one
+/// of its lines: a wake-up the server's `epoll_wait` missed, not found yet). The suite fails
+/// when that happens; it is not hidden.
+///
 /// `cargo xtask test` suite `linux-sockets`: the epoll server on both systems (replies,
 /// output, status as Linux's; on ours also the runtime's leak check), and memcached on the
 /// Linux guest under a small checked load (on ours it cannot run yet: it needs threads).
