@@ -2,7 +2,10 @@
 //! root file system inside this context (user/libos/src/linux, docs/linux-abi.md), then
 //! checks that the kernel's free pages and objects are back to their counts from before it.
 //!
-//! `linuxrt [--framed] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]`
+//! `linuxrt [--framed] [--net] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]`
+//!
+//! `--net` brings up the network card for the program's sockets (docs/linux-abi.md, "Sockets
+//! and readiness").
 //!
 //! `--runs N` runs the program N times (at most 10), each with its own leak check: from the
 //! second on the check is exact (see `run_once`).
@@ -80,6 +83,7 @@ fn run_once(opts: &libos::linux::Options, run: u64) -> u64 {
 fn main(args: &'static str) -> u64 {
     let mut words = args.split_whitespace();
     let mut framed = false;
+    let mut net = false;
     let mut stdin_path = None;
     let mut envp = Vec::new();
     let mut path = None;
@@ -88,6 +92,7 @@ fn main(args: &'static str) -> u64 {
     while let Some(w) = words.next() {
         match w {
             "--framed" => framed = true,
+            "--net" => net = true,
             "--stdin" => stdin_path = words.next(),
             "--env" => envp.extend(words.next().map(unescape)),
             "--cwd" => cwd = words.next().map(unescape).unwrap_or_default(),
@@ -99,7 +104,7 @@ fn main(args: &'static str) -> u64 {
         }
     }
     let Some(path) = path else {
-        libos::println!("linuxrt: usage: linuxrt [--framed] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]");
+        libos::println!("linuxrt: usage: linuxrt [--framed] [--net] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]");
         return 2;
     };
     let mut argv = alloc::vec![path.clone()];
@@ -129,7 +134,16 @@ fn main(args: &'static str) -> u64 {
         libos::println!("linuxrt: --cwd {cwd}: not an absolute path");
         return 2;
     }
-    let opts = libos::linux::Options { path: &path, argv, envp, stdin, framed, cwd };
+    let opts = libos::linux::Options { path: &path, argv, envp, stdin, framed, cwd, net };
+    if net {
+        // The program's sockets and eventfds are descriptors of this context's private table,
+        // a share the context makes on first use and keeps: made here, before the leak
+        // check's first count, it is the runtime's and not counted as the program's.
+        if let Err(e) = libos::fd::table(libos::fd::Scope::Private) {
+            libos::println!("linuxrt: cannot make the private descriptor table: {e:?}");
+            return 1;
+        }
+    }
     let mut status = 0;
     for run in 1..=runs {
         status = run_once(&opts, run);

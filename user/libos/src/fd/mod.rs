@@ -423,6 +423,25 @@ pub fn tcp_connect(scope: Scope, ip: [u8; 4], port: u16, local_port: u16) -> Res
     open_socket(scope, || socket::connect(ip, port, local_port))
 }
 
+/// A TCP socket of this core's stack that neither listens nor connects yet (what a Linux
+/// program's `socket` makes): `tcp_listen_on` or `tcp_connect_from` makes it one or the
+/// other; until then reads and writes are `InvalidArgument` and `poll` says writable and hung
+/// up. Private scope only.
+pub fn tcp_socket(scope: Scope) -> Result<Fd, Error> {
+    open_socket(scope, socket::unbound)
+}
+
+/// Make an unbound socket (`tcp_socket`) a listener on `port` with `backlog` (1..=64).
+pub fn tcp_listen_on(fd: Fd, port: u16, backlog: usize) -> Result<(), Error> {
+    socket::listen_unbound(socket_of(fd)?, port, backlog)
+}
+
+/// Make an unbound socket (`tcp_socket`) a connection from `local_port` to `ip:port`,
+/// started (as `tcp_connect`).
+pub fn tcp_connect_from(fd: Fd, ip: [u8; 4], port: u16, local_port: u16) -> Result<(), Error> {
+    socket::connect_unbound(socket_of(fd)?, ip, port, local_port)
+}
+
 /// The next connection of a listening socket, as a new private descriptor: waits for one
 /// (a non-blocking listener: `WouldBlock`). `InvalidArgument` for a connection's descriptor.
 pub fn accept(fd: Fd) -> Result<Fd, Error> {
@@ -433,6 +452,13 @@ pub fn accept(fd: Fd) -> Result<Fd, Error> {
 /// Make a socket's calls answer `WouldBlock` instead of waiting (`on`), or wait again.
 pub fn set_nonblocking(fd: Fd, on: bool) -> Result<(), Error> {
     socket::set_nonblocking(socket_of(fd)?, on)
+}
+
+/// Run `f` on a TCP connection descriptor's smoltcp socket (endpoints, shutdown, options:
+/// what the Linux socket calls need beyond read and write). `WrongType` for another kind,
+/// `InvalidArgument` for a listener.
+pub fn with_tcp<R>(fd: Fd, f: impl FnOnce(&mut smoltcp::socket::tcp::Socket<'static>) -> R) -> Result<R, Error> {
+    socket::with_tcp(socket_of(fd)?, f)
 }
 
 /// Whether this context can use the descriptor.
