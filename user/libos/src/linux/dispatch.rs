@@ -154,12 +154,15 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::GETTIMEOFDAY, sys_gettimeofday),
     (nr::GETUID, sys_zero),
     (nr::GETGID, sys_zero),
+    (nr::SETUID, sys_set_id),
+    (nr::SETGID, sys_set_id),
     (nr::GETEUID, sys_zero),
     (nr::GETEGID, sys_zero),
     (nr::SETPGID, super::proc::sys_setpgid),
     (nr::GETPPID, super::proc::sys_getppid),
     (nr::GETPGRP, super::proc::sys_getpgrp),
     (nr::SETSID, super::proc::sys_setsid),
+    (nr::SETGROUPS, sys_setgroups),
     (nr::GETPGID, super::proc::sys_getpgid),
     (nr::GETSID, super::proc::sys_getsid),
     (nr::RT_SIGPENDING, signal::sys_rt_sigpending),
@@ -641,6 +644,30 @@ fn sys_brk(p: &mut Process, a: &[u64; 6]) -> i64 {
 
 
 fn sys_zero(_p: &mut Process, _a: &[u64; 6]) -> i64 {
+    0
+}
+
+/// `setuid`/`setgid`: the program is root and stays root: id 0 is accepted (what a server's
+/// `-u root` asks), -1 is `EINVAL` as on Linux, any other id `EPERM` (the ids are not kept).
+fn sys_set_id(_p: &mut Process, a: &[u64; 6]) -> i64 {
+    match a[0] as u32 {
+        0 => 0,
+        u32::MAX => -EINVAL,
+        _ => -EPERM,
+    }
+}
+
+/// `setgroups(size, list)`: Linux's checks (more than `NGROUPS_MAX` `EINVAL`, an unreadable
+/// list `EFAULT`); the list is not kept (`getgroups` is not implemented).
+fn sys_setgroups(p: &mut Process, a: &[u64; 6]) -> i64 {
+    const NGROUPS_MAX: u64 = 65536;
+    let n = a[0] as i32;
+    if n < 0 || n as u64 > NGROUPS_MAX {
+        return -EINVAL;
+    }
+    if n > 0 && p.image.space.read(a[1], n as u64 * 4).is_none() {
+        return -EFAULT;
+    }
     0
 }
 

@@ -297,6 +297,28 @@ impl Files {
         self.scope
     }
 
+    /// Before the program's first thread: move every descriptor into the process-wide table
+    /// (`fd::dup` into `Scope::Process`, the private one closed) and make new ones there, so
+    /// that the threads, each a context of its own, can use them (a private descriptor is its
+    /// context's alone). Sockets move too: the process-wide table holds them, but their calls
+    /// still answer only on the core whose stack has them (`WrongCore` elsewhere). On an
+    /// error the descriptors moved so far stay moved (each is still the same open file).
+    pub fn to_process_scope(&mut self) -> Result<(), Error> {
+        if let Scope::Process = self.scope {
+            return Ok(());
+        }
+        for i in 0..MAX_FDS {
+            let Some(old) = self.slots[i].as_ref().map(|s| s.fd) else { continue };
+            let new = fd::dup(old, Scope::Process)?;
+            if let Some(s) = self.slots[i].as_mut() {
+                s.fd = new;
+            }
+            let _ = fd::close(old);
+        }
+        self.scope = Scope::Process;
+        Ok(())
+    }
+
     /// Every open descriptor: `(number, open file, its description)` (a fork carries each to
     /// the child, `proc.rs`).
     pub fn open_fds(&self) -> Vec<(usize, fd::Fd, &Desc)> {

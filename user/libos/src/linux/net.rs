@@ -209,13 +209,13 @@ impl SockInfo {
 
     /// `accept4`: the next connection as a new descriptor of the descriptor layer, its
     /// description's state, and its peer.
-    pub fn accept(&mut self, lib: Fd, nonblocking: bool, flags: u64) -> Result<(Fd, SockInfo, [u8; 4], u16), i64> {
+    pub fn accept(&mut self, lib: Fd, scope: fd::Scope, nonblocking: bool, flags: u64) -> Result<(Fd, SockInfo, [u8; 4], u16), i64> {
         if flags & !(SOCK_NONBLOCK | SOCK_CLOEXEC) != 0 {
             return Err(-EINVAL);
         }
         let State::Listen { .. } = &self.state else { return Err(-EINVAL) };
         self.blocking(lib, nonblocking);
-        let c = fd::accept(lib).map_err(errno)?;
+        let c = fd::accept_in(lib, scope).map_err(errno)?;
         let peer = fd::with_tcp(c, |s| s.remote_endpoint()).ok().flatten();
         let (ip, port) = peer.map(|e| (v4(e.addr), e.port)).unwrap_or(([0; 4], 0));
         let info = SockInfo { state: State::Conn { shut_rd: false, shut_wr: false }, opts: self.opts, pending: 0, lib_nb: false };
@@ -411,6 +411,19 @@ pub struct Up {
     nic: crate::net::Nic,
 }
 
+/// The card while the program runs with `--net`: each of its threads maps the channel
+/// segment into its own root (`map_in_thread`), since a thread on the runtime's core moves
+/// that core's stack too.
+static NIC: percore::spin::TicketLock<Option<crate::net::Nic>> = percore::spin::TicketLock::new(None);
+
+/// Map the card's channel segment in the calling thread's root (nothing without `--net`).
+pub fn map_in_thread() -> Result<(), Error> {
+    match *NIC.lock() {
+        Some(nic) => nic.map_here(),
+        None => Ok(()),
+    }
+}
+
 #[cfg(target_os = "none")]
 pub fn bring_up() -> Result<Up, Error> {
     use crate::net::{stack::Stack, Mode, Nic};
@@ -422,6 +435,7 @@ pub fn bring_up() -> Result<Up, Error> {
         let _ = nic.close();
         return Err(e);
     }
+    *NIC.lock() = Some(nic);
     Ok(Up { nic })
 }
 
@@ -430,6 +444,7 @@ impl Up {
     /// Detach the stack, unmap the channel segment and close the card (a mapped segment would
     /// outlive the close: the leak check sees one kernel object more).
     pub fn down(self) {
+        *NIC.lock() = None;
         drop(crate::net::host::detach());
         let _ = self.nic.unmap_here();
         let _ = self.nic.close();
@@ -571,7 +586,8 @@ pub fn sys_accept4(p: &mut Process, a: &[u64; 6]) -> i64 {
     if let Err(e) = addr_ok(p, addr, lenp) {
         return e;
     }
-    let (c, info, ip, port) = match sock(&mut p.files, fd).and_then(|(lib, nb, s)| s.accept(lib, nb, flags)) {
+    let scope = p.files.scope();
+    let (c, info, ip, port) = match sock(&mut p.files, fd).and_then(|(lib, nb, s)| s.accept(lib, scope, nb, flags)) {
         Ok(x) => x,
         Err(e) => {
             if e == -EAGAIN {

@@ -8,15 +8,14 @@
 //! interests would report.
 //!
 //! Waiting (`wait`): these calls are `dispatch::UNLOCKED` rows. Each round looks under the
-//! process lock (the program's descriptors are the process's), and if nothing is ready drops
-//! the lock and sleeps in `fd::poll_wait` over the descriptor-layer descriptors of what it
-//! waits for. `fd::poll_wait` arms each descriptor's wake-up (the waiters word of a pipe or
-//! eventfd: this core's bit) and looks once more before it halts, so a change between the
-//! look and the sleep ends the sleep at once; a socket has no word (its stack moves only when
-//! its core polls it), so a sleep that holds one naps `fd::POLL_NAP_US` at a time and looks
-//! again. A round sleeps at most `ROUND_MS`, then looks again under the lock (another thread
-//! may have changed an epoll's interests, or a signal come); a signal with a handler ends the
-//! wait with `EINTR`, as Linux (none of these calls is restarted).
+//! process lock (the program's descriptors are the process's); if nothing is ready it arms
+//! the wake-up of what it waits for (this core's bit in the waiters word of a pipe or
+//! eventfd), looks once more, and only then drops the lock and halts, so a change between
+//! the look and the halt ends the halt at once. A socket has no word (its stack moves only
+//! when its core polls it), so a halt while one is waited for lasts `fd::POLL_NAP_US` and the
+//! next look polls the stack. A round halts at most `ROUND_MS`, then looks again under the
+//! lock (another thread may have changed an epoll's interests, or a signal come); a signal
+//! with a handler ends the wait with `EINTR`, as Linux (none of these calls is restarted).
 
 use alloc::vec::Vec;
 
@@ -26,6 +25,7 @@ use super::dispatch::{lock_proc, Process};
 use super::files::{Files, Stream};
 use super::upcall::Frame;
 use crate::fd::{self, Fd, Kind, PollFd};
+
 
 pub const POLLIN: u32 = 0x1;
 pub const POLLPRI: u32 = 0x2;
@@ -116,39 +116,84 @@ pub enum Look<T> {
 /// Wait until `look` (run under the process lock) is `Done` or `timeout_ms` passes (`None`: no
 /// limit; `Some(0)`: one look). `Ok(None)`: the time ran out; `Err(-EINTR)`: a signal with a
 /// handler (or the program's end) came first; `Err(e)`: `look`'s own error.
+///
+/// No lost wake-up: under the lock, after a look that found nothing, this core's bit goes into
+/// the waiters word of every descriptor slept on that has one (`fd::WakeOn::Word`: pipes,
+/// eventfds) and `look` runs once more; only if that finds nothing too is the lock dropped and
+/// the core halted (`nr::WAIT`). A change made after the second look sees the bit and wakes
+/// the core (a wake that comes before the halt makes it return at once); one made before it
+/// is seen by it. A descriptor with no word (a socket: `WakeOn::Poll`) bounds the halt to
+/// `fd::POLL_NAP_US`, and each look moves its stack. Every descriptor-layer call is made
+/// under the process lock: the threads of a program share a core's heap and socket stack.
 pub fn wait<T>(timeout_ms: Option<u64>, mut look: impl FnMut(&mut Process) -> Result<Look<T>, i64>) -> Result<Option<T>, i64> {
     let start = crate::time::now_ns();
     let end = timeout_ms.map(|ms| start.saturating_add(ms.saturating_mul(1_000_000)));
+    let bit = 1u64 << crate::ctx::core_id().min(63);
+    let mut armed: Vec<Fd> = Vec::new();
     loop {
-        let sleep = {
+        let nap_us = {
             let mut g = lock_proc();
             let Some(p) = g.as_mut() else { return Err(-ENOSYS) };
-            match look(p)? {
-                Look::Done(t) => return Ok(Some(t)),
-                Look::Sleep(v) => {
-                    let now = crate::time::now_ns();
-                    if end.is_some_and(|e| now >= e) {
-                        return Ok(None);
-                    }
-                    let (interrupted, _) = super::signal::wait_check(p, end.unwrap_or(u64::MAX));
-                    if interrupted || super::thread::group_exit().is_some() || p.exit.is_some() {
-                        return Err(-EINTR);
-                    }
-                    v
+            // Take back the bits of the last round (a wake took them already, a timeout not).
+            for &l in &armed {
+                if let Ok(fd::WakeOn::Word(w)) = fd::wake_on(l) {
+                    w.fetch_and(!bit, core::sync::atomic::Ordering::Relaxed);
                 }
             }
+            armed.clear();
+            let sleep = match look(p)? {
+                Look::Done(t) => return Ok(Some(t)),
+                Look::Sleep(v) => v,
+            };
+            let now = crate::time::now_ns();
+            if end.is_some_and(|e| now >= e) {
+                return Ok(None);
+            }
+            let (interrupted, _) = super::signal::wait_check(p, end.unwrap_or(u64::MAX));
+            if interrupted || super::thread::group_exit().is_some() || p.exit.is_some() {
+                return Err(-EINTR);
+            }
+            let mut poll_only = false;
+            for pf in &sleep {
+                match fd::wake_on(pf.fd) {
+                    Ok(fd::WakeOn::Word(w)) => {
+                        w.fetch_or(bit, core::sync::atomic::Ordering::SeqCst);
+                        armed.push(pf.fd);
+                    }
+                    Ok(fd::WakeOn::Poll) => poll_only = true,
+                    _ => {}
+                }
+            }
+            // The look after arming (see above).
+            match look(p) {
+                Ok(Look::Sleep(_)) => {}
+                r => {
+                    for &l in &armed {
+                        if let Ok(fd::WakeOn::Word(w)) = fd::wake_on(l) {
+                            w.fetch_and(!bit, core::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    return match r? {
+                        Look::Done(t) => Ok(Some(t)),
+                        Look::Sleep(_) => Ok(None),
+                    };
+                }
+            }
+            let left_us = end.map_or(u64::MAX, |e| (e - now).div_ceil(1000));
+            left_us.min(if poll_only { fd::POLL_NAP_US } else { ROUND_MS * 1000 })
         };
-        // The lock is dropped: sleep on what the look left, at most one round.
-        let now = crate::time::now_ns();
-        let left_ms = end.map_or(ROUND_MS, |e| (e.saturating_sub(now)).div_ceil(1_000_000).min(ROUND_MS));
-        let mut sleep = sleep;
-        if sleep.is_empty() {
-            // Nothing that can change: sleep out the round (a wake or a signal ends it early).
-            if crate::sys::wait(0, (left_ms * 1000).clamp(1, abi::MAX_WAIT_US)).is_err() {
+        // The lock is dropped: halt until a wake, a signal's kick or the nap's end.
+        match crate::sys::wait(0, nap_us.clamp(1, abi::MAX_WAIT_US)) {
+            Ok(r) if r & abi::WAIT_WOKEN != 0 => {}
+            Ok(_) if nap_us > 0 => {
+                // Not woken: the nap ended, or the core time-shares and would not halt with
+                // another context queued (the other side may be it): give it the core.
                 let _ = crate::sys::pcore_yield();
             }
-        } else if fd::poll_wait(&mut sleep, Some(left_ms)).is_err() {
-            // A descriptor went away meanwhile (closed by another thread): look again now.
+            Ok(_) => {}
+            Err(_) => {
+                let _ = crate::sys::pcore_yield();
+            }
         }
     }
 }

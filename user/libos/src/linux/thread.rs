@@ -409,6 +409,11 @@ pub fn sys_clone(f: &mut Frame) -> i64 {
 
 /// Make the thread record and start its context; returns its tid.
 fn create(p: &mut Process, f: &Frame, slot: usize, flags: u64, ctid: u64, tls: u64) -> Result<i64, i64> {
+    // The descriptors go to the process-wide table, which every thread's context reaches.
+    p.files.to_process_scope().map_err(|e| {
+        crate::println!("linux: clone: cannot move the descriptors to the process-wide table: {e:?}");
+        -EAGAIN
+    })?;
     let t = &mut p.threads;
     if !t.shared_root {
         // Threads name the first context's root through the process share (to copy the
@@ -535,6 +540,10 @@ fn prepare(p: &mut Process, slot: usize, c: &crate::ctx::Ctx) -> Result<Frame, &
     super::proc::map_table(c.root_ar).map_err(|e| {
         crate::println!("linux: mapping the process table: {e:?}");
         "cannot map the process table"
+    })?;
+    super::net::map_in_thread().map_err(|e| {
+        crate::println!("linux: mapping the network card's channels: {e:?}");
+        "cannot map the network card"
     })?;
     let s = &SLOTS[slot];
     s.root_share.store(c.root_ar.share, Ordering::Relaxed);
