@@ -416,6 +416,11 @@ pub struct Up {
 /// that core's stack too.
 static NIC: percore::spin::TicketLock<Option<crate::net::Nic>> = percore::spin::TicketLock::new(None);
 
+/// Whether the program runs with the network (`--net`).
+pub fn is_up() -> bool {
+    NIC.lock().is_some()
+}
+
 /// Map the card's channel segment in the calling thread's root (nothing without `--net`).
 pub fn map_in_thread() -> Result<(), Error> {
     match *NIC.lock() {

@@ -426,7 +426,9 @@ fn create(p: &mut Process, f: &Frame, slot: usize, flags: u64, ctid: u64, tls: u
         SLOTS[0].root_share.store(crate::process::proc_share(), Ordering::Relaxed);
     }
     let cores = crate::heap::cores().max(1) as u64;
-    let core = (t.main_core + t.created + 1) % cores;
+    // A program with sockets keeps every thread on the runtime's core: its sockets are that
+    // core's stack's, which no other core can reach (`linux::net`).
+    let core = if super::net::is_up() { t.main_core } else { (t.main_core + t.created + 1) % cores };
     if core != t.main_core && t.tc_cores & (1 << (core % 64)) == 0 {
         // Several threads may share this core later: it time-shares from the start. Only the
         // allocator of a pcore object may set its core's role, and only while the core is
