@@ -135,12 +135,14 @@ fn main(args: &'static str) -> u64 {
         return 2;
     }
     let opts = libos::linux::Options { path: &path, argv, envp, stdin, framed, cwd, net };
-    if net {
-        // The program's sockets and eventfds are descriptors of this context's private table,
-        // a share the context makes on first use and keeps: made here, before the leak
-        // check's first count, it is the runtime's and not counted as the program's.
-        if let Err(e) = libos::fd::table(libos::fd::Scope::Private) {
-            libos::println!("linuxrt: cannot make the private descriptor table: {e:?}");
+    // The descriptor tables the program's descriptors go in: the private one, and the
+    // process-wide one (a threaded program's, from its first `clone`: its threads are
+    // contexts of their own). Each is a share (and memory) the runtime makes on first use and
+    // keeps: made here, before the leak check's first count, they are the runtime's and not
+    // counted as the program's.
+    for scope in [libos::fd::Scope::Private, libos::fd::Scope::Process] {
+        if let Err(e) = libos::fd::table(scope) {
+            libos::println!("linuxrt: cannot make the descriptor table ({scope:?}): {e:?}");
             return 1;
         }
     }
