@@ -10,7 +10,8 @@
 //! process lock ([`PROC`], taken with [`lock_proc`]); what each thread has is its slot
 //! (`thread::SLOTS`). A [`HANDLERS`] row runs with the process lock held and never blocks;
 //! an [`UNLOCKED`] row (calls that may sleep or end a thread: `futex`, `nanosleep`,
-//! `sched_yield`, `clone`, `exit`, `exit_group`) gets the registers and takes the lock itself
+//! `sched_yield`, `clone`, `exit`, `exit_group`, the readiness waits `poll`, `ppoll`,
+//! `select`, `pselect6`, `epoll_wait`, `epoll_pwait`) gets the registers and takes the lock itself
 //! only around what touches shared state, so other threads go on while it sleeps.
 
 use alloc::string::String;
