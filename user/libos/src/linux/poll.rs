@@ -26,7 +26,6 @@ use super::files::{Files, Stream};
 use super::upcall::Frame;
 use crate::fd::{self, Fd, Kind, PollFd};
 
-
 pub const POLLIN: u32 = 0x1;
 pub const POLLPRI: u32 = 0x2;
 pub const POLLOUT: u32 = 0x4;
