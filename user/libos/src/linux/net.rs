@@ -1,11 +1,14 @@
 //! Sockets for Linux programs (docs/linux-abi.md, "Sockets and readiness"): `AF_INET`
 //! `SOCK_STREAM` sockets over the runtime core's private smoltcp stack (`net::host`), as
-//! socket descriptors of the library OS (`fd::tcp_listen`, `fd::accept`, `fd::tcp_connect`,
-//! private scope: a socket's state is its core's, docs/net.md).
+//! socket descriptors of the library OS (`fd::Kind::Socket`; a socket's state is its core's,
+//! docs/net.md).
 //!
-//! Linux separates `socket`, `bind` and `listen`/`connect`; the stack makes a socket when it
-//! listens or connects. So a Linux socket is first `Fresh` (its options and bound port
-//! recorded here), and becomes a `Listen` or `Conn` holding the library OS descriptor.
+//! Linux separates `socket`, `bind` and `listen`/`connect`; the stack makes a smoltcp socket
+//! when it listens or connects. So `socket` makes a descriptor-layer socket that is neither
+//! yet (`fd::tcp_socket`), and `listen`/`connect` make it one or the other in place
+//! (`fd::tcp_listen_on`, `fd::tcp_connect_from`). What Linux keeps beside it (the bound port,
+//! options, `shutdown`'s state, `SO_ERROR`) is a `SockInfo` in the socket's open file
+//! description (`files::Desc::sock`).
 //!
 //! Options: `SO_REUSEADDR`, `SO_REUSEPORT`, `SO_LINGER`, `SO_SNDBUF`, `SO_RCVBUF` are recorded
 //! and read back but change nothing (the stack's buffers are `net::host::SOCKET_BUFFER` bytes
@@ -13,9 +16,12 @@
 //! `TCP_NODELAY` turns smoltcp's Nagle off, `SO_KEEPALIVE` its keep-alive on (75 s);
 //! `SO_ERROR` reports a failed non-blocking connect once.
 //!
-//! Not here: `SOCK_DGRAM` (the stack is built without UDP: `-EPROTONOSUPPORT`), `AF_UNIX`,
-//! `AF_INET6` (`-EAFNOSUPPORT`), `socketpair`, `SIGPIPE` (no signals are delivered: a write
-//! to a closed connection is `-EPIPE` only), `MSG_PEEK`/`MSG_OOB`.
+//! A write to a connection that can send no more is `-EPIPE` with `SIGPIPE` (unless
+//! `MSG_NOSIGNAL`), as a pipe's.
+//!
+//! NOT DONE: `SOCK_DGRAM` (the stack is built without UDP: `-EPROTONOSUPPORT`), `AF_UNIX`
+//! stream sockets and `socketpair` between processes, `AF_INET6` (`-EAFNOSUPPORT`),
+//! `MSG_PEEK`/`MSG_OOB`; a socket descriptor carried into a forked child.
 
 use alloc::vec::Vec;
 
