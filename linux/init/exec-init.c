@@ -9,6 +9,8 @@
  *                 the paths listed in /exec/copy (one a line) are copied into it first; the
  *                 block and ext2 modules are in /lib/modules (loaded in the order of
  *                 /lib/modules/order)
+ *   /exec/net     present with --net: the NIC's modules are in /lib/modules too; the first
+ *                 interface that is not loopback gets 10.0.2.15/24, route via 10.0.2.2
  *   the program, the request's files, /tmp
  *
  * The program runs in /tmp with standard input, output and error on three pipes (as in a
@@ -24,7 +26,13 @@
  * Then every process left is killed and the machine powers off.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -291,6 +299,66 @@ static void switch_to_disk(void) {
         fail("switch to the disk's root");
 }
 
+/* With --net (/exec/net): the NIC's modules loaded, the first interface that is not loopback
+ * at 10.0.2.15/24 with QEMU's gateway 10.0.2.2 as the default route, loopback up: the address
+ * QEMU's user network forwards to, as on this system. */
+static void net_ifreq(int s, const char *ifname, unsigned long req, const char *addr, const char *what) {
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    snprintf(ifr.ifr_name, IFNAMSIZ, "%s", ifname);
+    if (addr) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+        sin->sin_family = AF_INET;
+        inet_pton(AF_INET, addr, &sin->sin_addr);
+    } else {
+        if (ioctl(s, SIOCGIFFLAGS, &ifr) != 0)
+            fail(what);
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    }
+    if (ioctl(s, req, &ifr) != 0)
+        fail(what);
+}
+
+static void net_up(void) {
+    load_modules();
+    char ifname[IFNAMSIZ] = "";
+    /* The driver's probe may finish after finit_module returns (bounded: 10 s). */
+    for (int tries = 0; tries < 1000 && !ifname[0]; tries++) {
+        struct if_nameindex *ifs = if_nameindex();
+        for (struct if_nameindex *i = ifs; i && i->if_index; i++)
+            if (strcmp(i->if_name, "lo") != 0) {
+                snprintf(ifname, sizeof ifname, "%s", i->if_name);
+                break;
+            }
+        if (ifs)
+            if_freenameindex(ifs);
+        if (!ifname[0]) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (!ifname[0])
+        fail("no network interface appeared after loading the NIC's modules");
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        fail("socket for the interface ioctls");
+    net_ifreq(s, "lo", SIOCSIFFLAGS, NULL, "bring lo up");
+    net_ifreq(s, ifname, SIOCSIFADDR, "10.0.2.15", "SIOCSIFADDR 10.0.2.15");
+    net_ifreq(s, ifname, SIOCSIFNETMASK, "255.255.255.0", "SIOCSIFNETMASK 255.255.255.0");
+    net_ifreq(s, ifname, SIOCSIFFLAGS, NULL, "bring the interface up");
+    struct rtentry rt;
+    memset(&rt, 0, sizeof rt);
+    struct sockaddr_in *dst = (struct sockaddr_in *)&rt.rt_dst, *gw = (struct sockaddr_in *)&rt.rt_gateway,
+                       *mask = (struct sockaddr_in *)&rt.rt_genmask;
+    dst->sin_family = gw->sin_family = mask->sin_family = AF_INET;
+    inet_pton(AF_INET, "10.0.2.2", &gw->sin_addr);
+    rt.rt_flags = RTF_UP | RTF_GATEWAY;
+    rt.rt_dev = ifname;
+    if (ioctl(s, SIOCADDRT, &rt) != 0)
+        fail("SIOCADDRT default via 10.0.2.2");
+    close(s);
+}
+
 static void set_nonblock(int fd) {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
@@ -319,6 +387,9 @@ int main(void) {
         argv[k] = argv_buf + i;
         i += strlen(argv_buf + i) + 1;
     }
+    /* Before the disk: its root has no /lib/modules (switch_to_disk's load finds them loaded). */
+    if (access("/exec/net", F_OK) == 0)
+        net_up();
     if (access("/exec/disk", F_OK) == 0)
         switch_to_disk();
     chmod("/tmp", 01777);

@@ -106,7 +106,7 @@ Logs: target/mutants/logs/NAME.log; the table: target/mutants/report.txt.")]
     Layers(crate::layers::LayersArgs),
     /// Run a static Linux program on this system or the Linux guest, like qemu-x86_64; --conformance: the suite beside Linux (docs/linux-exec.md)
     Exec(crate::exec::command::ExecArgs),
-    /// Build the Linux test programs (linux/progs/*.c with musl-gcc, Debian's busybox-static) into target/linux-progs/; prints their paths
+    /// Build the Linux test programs (linux/progs/*.c with musl-gcc, Debian's busybox-static, memcached and libevent from Debian's sources) into target/linux-progs/; prints their paths
     LinuxProgs,
     /// busybox's own testsuite inside each system, ours compared with Linux (docs/linux-exec.md)
     BusyboxTests(crate::exec::bbsuite::BusyboxTestsArgs),

@@ -1272,6 +1272,9 @@ fn run_suites(r: &mut Runner, smp_list: &[u32], host_only: bool) -> Result<(), S
     // systems: a test that passes on Linux and not on ours fails unless
     // linux/busybox-testsuite-differences.txt lists it (docs/linux-exec.md).
     r.suite("busybox-testsuite", |_| crate::exec::bbsuite::ci())?;
+    // Sockets and readiness for Linux programs (docs/linux-abi.md): an epoll server of ours
+    // on both systems against Linux's replies, memcached on the Linux guest, values checked.
+    r.suite("linux-sockets", |_| crate::exec::sockets::ci_tests())?;
     // The cycle model's 2-core smoke run (docs/model.md): two exact boots, identical, and the
     // model's numbers against xtask/src/model/smoke-expected.txt.
     r.suite("model-smoke", |_| crate::model::ci_check())?;

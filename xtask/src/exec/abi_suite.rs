@@ -163,7 +163,7 @@ pub fn ci_tests(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
             std::fs::write(&host, bytes).map_err(|e| format!("{}: {e}", host.display()))?;
             files.push((guest.to_string(), host));
         }
-        let req = ExecRequest { program, args: c.args.iter().map(|s| s.to_string()).collect(), files, stdin: c.stdin.to_vec(), smp: 1, disk: None, timeout: Duration::from_secs(60) };
+        let req = ExecRequest { program, args: c.args.iter().map(|s| s.to_string()).collect(), files, stdin: c.stdin.to_vec(), smp: 1, disk: None, timeout: Duration::from_secs(60), net: None };
         match ours::run_times(kernel, initrd, &req, 2) {
             Ok(out) => {
                 let bad = check(c, &out);

@@ -248,6 +248,7 @@ pub fn request(binary: Binary, applets: &[String], timeout: Duration) -> Result<
         stdin: driver(applets, per_applet, binary == Binary::Musl).into_bytes(),
         smp: 1,
         disk: None,
+        net: None,
         timeout,
     })
 }

@@ -54,11 +54,26 @@ pub struct ExecArgs {
     /// A file for the guest, GUEST=HOST (GUEST relative to /tmp unless absolute); repeatable
     #[arg(long = "file", value_name = "GUEST=HOST")]
     pub file: Vec<String>,
+    /// Run the socket cases instead of one program: linux/progs/epollserv.c driven by a host
+    /// client on each system (compared), then memcached under a bounded checked load
+    #[arg(long, conflicts_with_all = ["program", "disk", "conformance"])]
+    pub sockets: bool,
+    /// With --sockets: memcached requests (sets and gets; every value read back is checked)
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    pub requests: u64,
     /// With --conformance: only the cases whose name contains PATTERN
     #[arg(long, value_name = "PATTERN")]
     pub only: Option<String>,
+    /// Give the guest a NIC on QEMU's restricted user-mode network (with no --hostfwd: a free
+    /// host port to guest port 80); a program still running at --timeout is then stopped and
+    /// exec exits with 124
+    #[arg(long)]
+    pub net: bool,
+    /// Forward 127.0.0.1:HOST on the host to guest port GUEST (TCP; implies --net; repeatable)
+    #[arg(long, value_name = "HOST:GUEST", value_parser = crate::host::args::hostfwd, action = clap::ArgAction::Append)]
+    pub hostfwd: Vec<crate::host::vm::Forward>,
     /// The program (a static x86-64 ELF on the host)
-    #[arg(value_name = "PROGRAM", required_unless_present = "conformance")]
+    #[arg(value_name = "PROGRAM", required_unless_present_any = ["conformance", "sockets"])]
     pub program: Option<PathBuf>,
     /// Its arguments (argv[1..]); options after PROGRAM are the program's
     #[arg(value_name = "ARGS", trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
@@ -94,7 +109,8 @@ pub fn systems(a: &ExecArgs) -> Result<Vec<System>, String> {
     if a.only.is_some() && !a.conformance {
         return Err("--only picks conformance cases: it goes with --conformance".into());
     }
-    match (a.system.as_deref(), a.conformance) {
+    let both = a.conformance || a.sockets;
+    match (a.system.as_deref(), both) {
         (None | Some("ours"), false) => Ok(vec![System::Ours]),
         (Some("linux"), _) => Ok(vec![System::Linux]),
         (Some("both"), false) if a.insncount => Ok(vec![System::Ours, System::Linux]),
@@ -119,7 +135,8 @@ pub fn request(a: &ExecArgs, stdin: Vec<u8>) -> Result<ExecRequest, String> {
         let (guest, host) = f.split_once('=').ok_or_else(|| format!("--file {f}: expected GUEST=HOST"))?;
         files.push((guest.to_string(), PathBuf::from(host)));
     }
-    let req = ExecRequest { program, args: a.args.clone(), files, stdin, smp: a.smp, disk: a.disk.clone(), timeout: Duration::from_secs(a.timeout) };
+    let req = ExecRequest { program, args: a.args.clone(), files, stdin, smp: a.smp, disk: a.disk.clone(), timeout: Duration::from_secs(a.timeout), net: None };
+    let req = if a.net || !a.hostfwd.is_empty() { ExecRequest { net: Some(crate::host::vm::from_options(a.hostfwd.clone())?), ..req } } else { req };
     super::check_request(&req)?;
     Ok(req)
 }
@@ -129,6 +146,9 @@ pub fn main(a: ExecArgs) -> Result<(), Failure> {
     let systems = systems(&a).map_err(Failure::Usage)?;
     if a.conformance {
         return crate::host::outcome::work(super::conformance::command(&systems, a.only.as_deref()));
+    }
+    if a.sockets {
+        return crate::host::outcome::work(super::sockets::command(&systems, a.smp, a.requests));
     }
     // Everything about the program is checked before standard input is read or a guest boots.
     let probe = request(&a, Vec::new()).map_err(Failure::Usage)?;
@@ -149,6 +169,9 @@ pub fn main(a: ExecArgs) -> Result<(), Failure> {
     }
     std::io::stdin().read_to_end(&mut stdin).map_err(|e| Failure::Work(format!("reading standard input: {e}")))?;
     let req = ExecRequest { stdin, ..probe };
+    if let Some(n) = &req.net {
+        eprint!("{}", n.describe().replace("net: ", "xtask exec: "));
+    }
     let out = systems[0].run(&req).map_err(|e| Failure::Work(format!("exec --system {}: {e}", systems[0].name())))?;
     if a.console {
         eprint!("{}", out.console);
@@ -170,6 +193,7 @@ pub fn linux_progs() -> Result<(), String> {
     for (name, path) in super::progs::build_all()? {
         println!("{name:<10} {}", path.display());
     }
+    println!("{:<10} {}", "memcached", super::debsrc::memcached()?.display());
     Ok(())
 }
 

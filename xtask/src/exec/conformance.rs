@@ -310,6 +310,7 @@ pub fn request(case: &Case) -> Result<ExecRequest, String> {
         smp: case.smp,
         disk: None,
         timeout: Duration::from_secs(90),
+        net: None,
     })
 }
 

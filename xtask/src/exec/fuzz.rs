@@ -158,7 +158,7 @@ pub fn check(run: &Run, out: &ExecOutput) -> Result<Summary, Vec<String>> {
 /// Run once on this system; `Err` holds why it failed (with the replay command).
 pub fn run_one(kernel: &Path, initrd: &Path, run: &Run) -> Result<Summary, String> {
     let program = progs::build("linuxfuzz", &[])?;
-    let req = ExecRequest { program, args: run.args(), files: vec![], stdin: vec![], smp: run.smp, disk: None, timeout: Duration::from_secs(run.secs + 90) };
+    let req = ExecRequest { program, args: run.args(), files: vec![], stdin: vec![], smp: run.smp, disk: None, timeout: Duration::from_secs(run.secs + 90), net: None };
     let replay = run.replay_command();
     match ours::run_extra(kernel, initrd, &req, 1, &run.extra()) {
         Ok(out) => check(run, &out).map_err(|bad| {

@@ -83,12 +83,24 @@ pub fn entries(req: &ExecRequest, modules: Vec<CpioEntry>) -> Result<Vec<CpioEnt
         argv.extend_from_slice(a.as_bytes());
         argv.push(0);
     }
+    for (path, text) in [("etc/passwd", super::ETC_PASSWD), ("etc/group", super::ETC_GROUP)] {
+        if req.disk.is_none() && !copy.iter().any(|c| c[1..] == *path) {
+            parents(path, &mut made, &mut out);
+            out.push(CpioEntry::File { path: path.into(), mode: 0o644, data: text.as_bytes().to_vec() });
+        }
+    }
     out.push(CpioEntry::Dir("exec".into()));
     out.push(CpioEntry::File { path: "exec/argv".into(), mode: 0o644, data: argv });
     out.push(CpioEntry::File { path: "exec/stdin".into(), mode: 0o644, data: req.stdin.clone() });
     if req.disk.is_some() {
         out.push(CpioEntry::File { path: "exec/disk".into(), mode: 0o644, data: Vec::new() });
         out.push(CpioEntry::File { path: "exec/copy".into(), mode: 0o644, data: copy.join("\n").into_bytes() });
+    }
+    if req.net.is_some() {
+        // exec-init.c loads the modules and configures eth0 as 10.0.2.15/24 before the program.
+        out.push(CpioEntry::File { path: "exec/net".into(), mode: 0o644, data: Vec::new() });
+    }
+    if !modules.is_empty() {
         out.extend(modules);
     }
     Ok(out)
@@ -116,10 +128,14 @@ fn run_inner(req: &ExecRequest, plugin: Option<&str>) -> Result<ExecOutput, Stri
     let init = super::progs::build_init()?;
     let kernel = fetch_kernel()?;
     let elf = vmlinux(&kernel)?;
-    let modules = match req.disk {
-        Some(_) => crate::guest::linux_net::module_entries(crate::guest::linux_net::modules_for(&kernel, &DISK_MODULES)?),
-        None => Vec::new(),
-    };
+    let mut roots: Vec<&str> = Vec::new();
+    if req.disk.is_some() {
+        roots.extend(DISK_MODULES);
+    }
+    if req.net.is_some() {
+        roots.extend(crate::guest::linux_net::ROOTS.iter().filter(|m| !roots.contains(m)).copied().collect::<Vec<_>>());
+    }
+    let modules = if roots.is_empty() { Vec::new() } else { crate::guest::linux_net::module_entries(crate::guest::linux_net::modules_for(&kernel, &roots)?) };
     let dir = run_dir()?;
     let result = boot(req, &init, &kernel, &elf, modules, &dir, plugin);
     let _ = fs::remove_dir_all(&dir);
@@ -138,6 +154,7 @@ fn boot(req: &ExecRequest, init: &Path, kernel: &crate::guest::linux::LinuxKerne
         vm.exact = true;
         vm.plugins.push(p.to_string());
     }
+    vm.net = req.net.clone();
     let (out, err, rep) = (dir.join("stdout"), dir.join("stderr"), dir.join("report"));
     let mut args = vm.qemu_args();
     for f in [&out, &err, &rep] {
@@ -151,6 +168,10 @@ fn boot(req: &ExecRequest, init: &Path, kernel: &crate::guest::linux::LinuxKerne
     let r = crate::host::qemu::run_qemu(&args, req.timeout)?;
     let console = r.serial.clone();
     let tail = || console.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    if r.timed_out && req.net.is_some() {
+        // A server: stopped at the timeout, what it wrote so far is its output.
+        return Ok(ExecOutput { stdout: fs::read(&out).unwrap_or_default(), stderr: fs::read(&err).unwrap_or_default(), status: super::TIMEOUT_STATUS, console, files: Vec::new() });
+    }
     if r.timed_out {
         return Err(format!("the Linux guest did not finish in {} s (killed); its console ended:\n{}", req.timeout.as_secs(), tail()));
     }
@@ -191,6 +212,7 @@ mod tests {
             smp: 1,
             disk: None,
             timeout: Duration::from_secs(1),
+            net: None,
         }
     }
 
@@ -208,7 +230,7 @@ mod tests {
     fn the_initramfs_holds_program_files_argv_and_stdin() {
         let f = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
         let e = entries(&req(vec![("in.txt".into(), f.clone()), ("/etc/x/y".into(), f)]), Vec::new()).unwrap();
-        assert_eq!(names(&e), ["bin/", "bin/Cargo.toml", "tmp/in.txt", "etc/", "etc/x/", "etc/x/y", "exec/", "exec/argv", "exec/stdin"]);
+        assert_eq!(names(&e), ["bin/", "bin/Cargo.toml", "tmp/in.txt", "etc/", "etc/x/", "etc/x/y", "etc/passwd", "etc/group", "exec/", "exec/argv", "exec/stdin"]);
         let argv = e.iter().find_map(|e| match e {
             CpioEntry::File { path, data, .. } if path == "exec/argv" => Some(data.clone()),
             _ => None,

@@ -5,7 +5,8 @@
 //! and compares what they did.
 //!
 //! `progs` builds the project's own C test programs (linux/progs/*.c) with `musl-gcc -static`
-//! and fetches Debian's `busybox-static`; `command` is the command line's side.
+//! and fetches Debian's `busybox-static`; `debsrc` builds libevent and memcached from Debian's
+//! source packages; `command` is the command line's side.
 
 #[cfg(test)] // only the host test that keeps docs/linux-abi.md's table in step uses it
 pub mod abi_doc;
@@ -16,9 +17,11 @@ pub mod command;
 pub mod conformance;
 pub mod cost;
 pub mod fuzz;
+pub mod debsrc;
 pub mod linux;
 pub mod ours;
 pub mod progs;
+pub mod sockets;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,9 +42,23 @@ pub struct ExecRequest {
     pub smp: u32,
     /// Root file system image (ext2); `None`: a fresh root holding the program and `/tmp`.
     pub disk: Option<PathBuf>,
-    /// Give up after this long (the run then fails; nothing is left running).
+    /// Give up after this long (the run then fails; nothing is left running). With a
+    /// network, a program still running then is a server: it is stopped and its output so
+    /// far returned with status [`TIMEOUT_STATUS`].
     pub timeout: Duration,
+    /// A NIC on QEMU's restricted user-mode network with TCP forwards from 127.0.0.1
+    /// (`--net`, `--hostfwd`); `None`: no NIC.
+    pub net: Option<crate::host::vm::NetConfig>,
 }
+
+/// `/etc/passwd` and `/etc/group` of a fresh root (both systems, without `--disk`): the
+/// superuser, whom programs that switch users look up (memcached run as root needs `-u root`).
+pub const ETC_PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\n";
+pub const ETC_GROUP: &str = "root:x:0:\n";
+
+/// The status of a program with a network that was still running at the timeout (a server),
+/// as `timeout(1)` reports it.
+pub const TIMEOUT_STATUS: i32 = 124;
 
 /// What a program did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -69,6 +69,9 @@ fn cmdline_with(req: &ExecRequest, runs: u32, extra: &Extra) -> Result<String, S
     if runs > 1 {
         c.push_str(&format!(" --runs {runs}"));
     }
+    if req.net.is_some() {
+        c.push_str(" --net");
+    }
     if !req.stdin.is_empty() {
         c.push_str(" --stdin ");
         c.push_str(STDIN_PATH);
@@ -102,6 +105,9 @@ pub fn root_image(req: &ExecRequest, dir: &Path) -> Result<PathBuf, String> {
             let root = dir.join("root");
             let _ = std::fs::remove_dir_all(&root);
             std::fs::create_dir_all(root.join("tmp")).map_err(|e| format!("{}: {e}", root.display()))?;
+            std::fs::create_dir_all(root.join("etc")).map_err(|e| format!("{}: {e}", root.display()))?;
+            std::fs::write(root.join("etc/passwd"), super::ETC_PASSWD).map_err(|e| format!("{}: {e}", root.display()))?;
+            std::fs::write(root.join("etc/group"), super::ETC_GROUP).map_err(|e| format!("{}: {e}", root.display()))?;
             for (guest, host) in &files {
                 let to = root.join(guest.trim_start_matches('/'));
                 if let Some(p) = to.parent() {
@@ -190,6 +196,7 @@ fn run_inner(kernel: &Path, initrd: &Path, req: &ExecRequest, runs: u32, plugin:
         initrd: Some(initrd.to_path_buf()),
         disk: Some(img),
         timeout: Some(req.timeout),
+        net: req.net.clone(),
         ..Default::default()
     };
     let out = match plugin {
@@ -207,6 +214,10 @@ fn run_inner(kernel: &Path, initrd: &Path, req: &ExecRequest, runs: u32, plugin:
     let files = list_tmp(&dir.join("root.img"));
     let _ = std::fs::remove_dir_all(&dir);
     let mut r = decode(&out.serial)?;
+    if out.timed_out && req.net.is_some() {
+        // A server: stopped at the timeout, what it wrote so far is its output.
+        return Ok(ExecOutput { stdout: r.stdout, stderr: r.stderr, status: super::TIMEOUT_STATUS, console: r.console, files: files.unwrap_or_default() });
+    }
     if out.timed_out {
         return Err(format!("{}: timed out after {:?}; console:\n{}", req.program.display(), req.timeout, r.console));
     }
@@ -339,6 +350,7 @@ mod tests {
             smp: 1,
             disk: None,
             timeout: std::time::Duration::from_secs(1),
+            net: None,
         };
         assert_eq!(cmdline(&req, 1).unwrap(), "init=linuxrt -- --framed --cwd /tmp --stdin /.stdin /bin/hello a%20b 50%25");
         assert_eq!(cmdline(&req, 2).unwrap(), "init=linuxrt -- --framed --cwd /tmp --runs 2 --stdin /.stdin /bin/hello a%20b 50%25");

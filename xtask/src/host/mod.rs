@@ -16,6 +16,7 @@ pub mod gdb;
 pub mod iso;
 pub mod json;
 pub mod ksyms;
+pub mod memcload;
 pub mod outcome;
 pub mod progress;
 pub mod qemu;

@@ -2,7 +2,7 @@
 //! root file system inside this context (user/libos/src/linux, docs/linux-abi.md), then
 //! checks that the kernel's free pages and objects are back to their counts from before it.
 //!
-//! `linuxrt [--framed] [--arm-inject] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]`
+//! `linuxrt [--framed] [--net] [--arm-inject] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]`
 //!
 //! `--arm-inject` arms the allocation fault injection the kernel's command line configured
 //! (`inject=... inject_from=program`) just before the program's first instruction (the Linux
@@ -11,6 +11,9 @@
 //! `--mark` executes the plugins' region markers (start on every vCPU, stop on every vCPU)
 //! around the program's run, so a QEMU plugin measures exactly the Linux program with the
 //! runtime's work for it (`cargo xtask exec --audit`, docs/linux-abi.md "Sharing audit").
+//!
+//! `--net` brings up the network card for the program's sockets (docs/linux-abi.md, "Sockets
+//! and readiness").
 //!
 //! `--runs N` runs the program N times (at most 10), each with its own leak check: from the
 //! second on the check is exact (see `run_once`).
@@ -96,6 +99,7 @@ fn marker(m: u8) {
 fn main(args: &'static str) -> u64 {
     let mut words = args.split_whitespace();
     let mut framed = false;
+    let mut net = false;
     let mut stdin_path = None;
     let mut envp = Vec::new();
     let mut path = None;
@@ -106,6 +110,7 @@ fn main(args: &'static str) -> u64 {
     while let Some(w) = words.next() {
         match w {
             "--framed" => framed = true,
+            "--net" => net = true,
             "--arm-inject" => arm_injection = true,
             "--mark" => mark = true,
             "--stdin" => stdin_path = words.next(),
@@ -119,7 +124,7 @@ fn main(args: &'static str) -> u64 {
         }
     }
     let Some(path) = path else {
-        libos::println!("linuxrt: usage: linuxrt [--framed] [--arm-inject] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]");
+        libos::println!("linuxrt: usage: linuxrt [--framed] [--net] [--arm-inject] [--stdin FILE] [--env NAME=VALUE]... [--cwd DIR] [--runs N] PATH [ARGS...]");
         return 2;
     };
     let mut argv = alloc::vec![path.clone()];
@@ -149,7 +154,18 @@ fn main(args: &'static str) -> u64 {
         libos::println!("linuxrt: --cwd {cwd}: not an absolute path");
         return 2;
     }
-    let opts = libos::linux::Options { path: &path, argv, envp, stdin, framed, cwd, arm_injection };
+    let opts = libos::linux::Options { path: &path, argv, envp, stdin, framed, cwd, net, arm_injection };
+    // The descriptor tables the program's descriptors go in: the private one, and the
+    // process-wide one (a threaded program's, from its first `clone`: its threads are
+    // contexts of their own). Each is a share (and memory) the runtime makes on first use and
+    // keeps: made here, before the leak check's first count, they are the runtime's and not
+    // counted as the program's.
+    for scope in [libos::fd::Scope::Private, libos::fd::Scope::Process] {
+        if let Err(e) = libos::fd::table(scope) {
+            libos::println!("linuxrt: cannot make the descriptor table ({scope:?}): {e:?}");
+            return 1;
+        }
+    }
     let mut status = 0;
     for run in 1..=runs {
         if mark {

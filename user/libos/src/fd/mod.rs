@@ -399,10 +399,14 @@ fn socket_of(fd: Fd) -> Result<u64, Error> {
     }
 }
 
-/// A private descriptor for socket `id` (which it owns from here: on an error its slot goes).
+/// A descriptor in `scope` for socket `id` (which it owns from here: on an error its slot
+/// goes). Private or process-wide scope (`Unsupported` for a core-set table).
 fn open_socket(scope: Scope, id: impl FnOnce() -> Result<u64, Error>) -> Result<Fd, Error> {
-    if !matches!(scope, Scope::Private) {
-        // A socket's state is its core's: only private tables, which no other core uses.
+    if let Scope::Table(_) = scope {
+        // A socket's state is its core's: a core-set table's descriptors are kernel objects
+        // that any core of the set may close, and a last close must reach the stack. The
+        // process-wide table is the threads' of one process (a Linux program's threads on
+        // one core; another core's call is `WrongCore`).
         return Err(Error::Unsupported);
     }
     let t = table(scope)?;
@@ -411,28 +415,59 @@ fn open_socket(scope: Scope, id: impl FnOnce() -> Result<u64, Error>) -> Result<
 
 /// A listening TCP socket on `port` of this core's stack (`net::host::attach`), with
 /// `backlog` (1..=64) connections that can complete their handshake before `accept` takes
-/// them. Private scope only (`Unsupported` otherwise).
+/// them. Private or process-wide scope (`Unsupported` otherwise).
 pub fn tcp_listen(scope: Scope, port: u16, backlog: usize) -> Result<Fd, Error> {
     open_socket(scope, || socket::listen(port, backlog))
 }
 
 /// A TCP connection from local port `local_port` of this core's stack to `ip:port`. Returns
 /// at once; a read or write waits for the handshake (a non-blocking one: `WouldBlock`), and
-/// `poll` says writable once it is done. Private scope only.
+/// `poll` says writable once it is done. Private or process-wide scope.
 pub fn tcp_connect(scope: Scope, ip: [u8; 4], port: u16, local_port: u16) -> Result<Fd, Error> {
     open_socket(scope, || socket::connect(ip, port, local_port))
+}
+
+/// A TCP socket of this core's stack that neither listens nor connects yet (what a Linux
+/// program's `socket` makes): `tcp_listen_on` or `tcp_connect_from` makes it one or the
+/// other; until then reads and writes are `InvalidArgument` and `poll` says writable and hung
+/// up. Private or process-wide scope.
+pub fn tcp_socket(scope: Scope) -> Result<Fd, Error> {
+    open_socket(scope, socket::unbound)
+}
+
+/// Make an unbound socket (`tcp_socket`) a listener on `port` with `backlog` (1..=64).
+pub fn tcp_listen_on(fd: Fd, port: u16, backlog: usize) -> Result<(), Error> {
+    socket::listen_unbound(socket_of(fd)?, port, backlog)
+}
+
+/// Make an unbound socket (`tcp_socket`) a connection from `local_port` to `ip:port`,
+/// started (as `tcp_connect`).
+pub fn tcp_connect_from(fd: Fd, ip: [u8; 4], port: u16, local_port: u16) -> Result<(), Error> {
+    socket::connect_unbound(socket_of(fd)?, ip, port, local_port)
 }
 
 /// The next connection of a listening socket, as a new private descriptor: waits for one
 /// (a non-blocking listener: `WouldBlock`). `InvalidArgument` for a connection's descriptor.
 pub fn accept(fd: Fd) -> Result<Fd, Error> {
+    accept_in(fd, Scope::Private)
+}
+
+/// `accept`, the new descriptor in `scope` (private or process-wide).
+pub fn accept_in(fd: Fd, scope: Scope) -> Result<Fd, Error> {
     let id = socket_of(fd)?;
-    open_socket(Scope::Private, || socket::accept(id))
+    open_socket(scope, || socket::accept(id))
 }
 
 /// Make a socket's calls answer `WouldBlock` instead of waiting (`on`), or wait again.
 pub fn set_nonblocking(fd: Fd, on: bool) -> Result<(), Error> {
     socket::set_nonblocking(socket_of(fd)?, on)
+}
+
+/// Run `f` on a TCP connection descriptor's smoltcp socket (endpoints, shutdown, options:
+/// what the Linux socket calls need beyond read and write). `WrongType` for another kind,
+/// `InvalidArgument` for a listener.
+pub fn with_tcp<R>(fd: Fd, f: impl FnOnce(&mut smoltcp::socket::tcp::Socket<'static>) -> R) -> Result<R, Error> {
+    socket::with_tcp(socket_of(fd)?, f)
 }
 
 /// Whether this context can use the descriptor.
@@ -500,7 +535,7 @@ pub fn dup(fd: Fd, scope: Scope) -> Result<Fd, Error> {
         (Kind::Fs(_), Scope::Table(_)) => return Err(Error::Unsupported),
         // A socket's state is its core's: only private tables, which no other core reads,
         // hold it (`socket.rs`).
-        (Kind::Socket(_), Scope::Table(_) | Scope::Process) => return Err(Error::Unsupported),
+        (Kind::Socket(_), Scope::Table(_)) => return Err(Error::Unsupported),
         _ => {}
     }
     let mut added = None;

@@ -121,6 +121,10 @@ impl FileLike for SocketFile {
                 Sock::Listen { backlog, .. } => Some(backlog.clone()),
                 _ => None,
             };
+            if matches!(slot.sock, Sock::Unbound) {
+                // Neither listening nor connected: as Linux, writable and hung up.
+                return Ok(Ready { write: true, hangup: true, ..Ready::default() });
+            }
             if let Some(backlog) = backlog {
                 let set = home.host.sockets();
                 let waiting = backlog.iter().any(|&h| established(set.get::<tcp::Socket>(h).state()));
@@ -176,41 +180,91 @@ pub(super) fn listen(port: u16, backlog: usize) -> Result<u64, Error> {
         return Err(Error::InvalidArgument);
     }
     with_home(crate::ctx::core_id() as u64, |home| {
-        let mut hs = alloc::vec::Vec::with_capacity(backlog);
-        for _ in 0..backlog {
-            let mut s = new_tcp();
-            if s.listen(port).is_err() {
-                break;
-            }
-            hs.push(home.host.sockets().add(s));
-        }
-        if hs.len() != backlog {
+        let hs = listeners(home, port, backlog)?;
+        home.new_slot(Sock::Listen { port, backlog: hs.clone() }).inspect_err(|_| {
             for h in hs {
                 home.host.sockets().remove(h);
             }
-            return Err(Error::InvalidArgument);
-        }
-        home.new_slot(Sock::Listen { port, backlog: hs })
+        })
     })
 }
 
 /// A new slot holding a connection from `local_port` to `ip:port`, started (SYN on the next
 /// poll); its socket id.
 pub(super) fn connect(ip: [u8; 4], port: u16, local_port: u16) -> Result<u64, Error> {
-    if port == 0 || local_port == 0 {
-        return Err(Error::InvalidArgument);
-    }
     with_home(crate::ctx::core_id() as u64, |home| {
-        let h = home.host.sockets().add(new_tcp());
-        let remote = IpEndpoint::new(IpAddress::v4(ip[0], ip[1], ip[2], ip[3]), port);
-        if let Err(e) = home.host.connect(h, remote, local_port) {
-            home.host.sockets().remove(h);
-            return Err(e);
-        }
+        let h = start_connect(home, ip, port, local_port)?;
         home.new_slot(Sock::Conn(h)).inspect_err(|_| {
             home.host.sockets().remove(h);
         })
     })
+}
+
+/// A smoltcp socket connecting from `local_port` to `ip:port` (SYN on the next poll).
+fn start_connect(home: &mut Home, ip: [u8; 4], port: u16, local_port: u16) -> Result<smoltcp::iface::SocketHandle, Error> {
+    if port == 0 || local_port == 0 {
+        return Err(Error::InvalidArgument);
+    }
+    let h = home.host.sockets().add(new_tcp());
+    let remote = IpEndpoint::new(IpAddress::v4(ip[0], ip[1], ip[2], ip[3]), port);
+    if let Err(e) = home.host.connect(h, remote, local_port) {
+        home.host.sockets().remove(h);
+        return Err(e);
+    }
+    Ok(h)
+}
+
+/// A new slot of this core's socket table that neither listens nor connects yet; its id.
+pub(super) fn unbound() -> Result<u64, Error> {
+    with_home(crate::ctx::core_id() as u64, |home| home.new_slot(Sock::Unbound))
+}
+
+/// Make unbound socket `id` a listener on `port` with `backlog` listening smoltcp sockets
+/// (`InvalidArgument` if it is not unbound, or the port cannot be listened on).
+pub(super) fn listen_unbound(id: u64, port: u16, backlog: usize) -> Result<(), Error> {
+    if port == 0 || backlog == 0 || backlog > MAX_BACKLOG {
+        return Err(Error::InvalidArgument);
+    }
+    at_home(id, |home| {
+        if !matches!(home.slot(id)?.sock, Sock::Unbound) {
+            return Err(Error::InvalidArgument);
+        }
+        let hs = listeners(home, port, backlog)?;
+        home.slot(id)?.sock = Sock::Listen { port, backlog: hs };
+        Ok(())
+    })
+}
+
+/// Make unbound socket `id` a connection from `local_port` to `ip:port`, started.
+pub(super) fn connect_unbound(id: u64, ip: [u8; 4], port: u16, local_port: u16) -> Result<(), Error> {
+    at_home(id, |home| {
+        if !matches!(home.slot(id)?.sock, Sock::Unbound) {
+            return Err(Error::InvalidArgument);
+        }
+        let h = start_connect(home, ip, port, local_port)?;
+        home.slot(id)?.sock = Sock::Conn(h);
+        home.drive();
+        Ok(())
+    })
+}
+
+/// `backlog` smoltcp sockets listening on `port` (none left behind on an error).
+fn listeners(home: &mut Home, port: u16, backlog: usize) -> Result<alloc::vec::Vec<smoltcp::iface::SocketHandle>, Error> {
+    let mut hs = alloc::vec::Vec::with_capacity(backlog);
+    for _ in 0..backlog {
+        let mut s = new_tcp();
+        if s.listen(port).is_err() {
+            break;
+        }
+        hs.push(home.host.sockets().add(s));
+    }
+    if hs.len() != backlog {
+        for h in hs {
+            home.host.sockets().remove(h);
+        }
+        return Err(Error::InvalidArgument);
+    }
+    Ok(hs)
 }
 
 /// The next connection of listener `id`, in a new slot; its socket id. Waits for one (a
@@ -254,6 +308,18 @@ pub(super) fn accept(id: u64) -> Result<u64, Error> {
         home.new_slot(Sock::Conn(h)).inspect_err(|_| {
             home.host.sockets().remove(h);
         })
+    })
+}
+
+/// Run `f` on connection `id`'s smoltcp socket, then move the stack (what `f` queued goes
+/// out): its endpoints, shutting its sending side, its Nagle and keep-alive settings, for the
+/// Linux socket calls. `InvalidArgument` for a listener.
+pub(super) fn with_tcp<R>(id: u64, f: impl FnOnce(&mut tcp::Socket<'static>) -> R) -> Result<R, Error> {
+    at_home(id, |home| {
+        let (h, _) = conn(home, id)?;
+        let r = f(home.host.sockets().get_mut::<tcp::Socket>(h));
+        home.drive();
+        Ok(r)
     })
 }
 

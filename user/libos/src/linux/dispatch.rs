@@ -10,7 +10,8 @@
 //! process lock ([`PROC`], taken with [`lock_proc`]); what each thread has is its slot
 //! (`thread::SLOTS`). A [`HANDLERS`] row runs with the process lock held and never blocks;
 //! an [`UNLOCKED`] row (calls that may sleep or end a thread: `futex`, `nanosleep`,
-//! `sched_yield`, `clone`, `exit`, `exit_group`) gets the registers and takes the lock itself
+//! `sched_yield`, `clone`, `exit`, `exit_group`, the readiness waits `poll`, `ppoll`,
+//! `select`, `pselect6`, `epoll_wait`, `epoll_pwait`) gets the registers and takes the lock itself
 //! only around what touches shared state, so other threads go on while it sleeps.
 
 use alloc::string::String;
@@ -113,6 +114,20 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::ALARM, signal::sys_alarm),
     (nr::SETITIMER, signal::sys_setitimer),
     (nr::GETPID, super::proc::sys_getpid),
+    (nr::SOCKET, super::net::sys_socket),
+    (nr::CONNECT, super::net::sys_connect),
+    (nr::ACCEPT, super::net::sys_accept),
+    (nr::SENDTO, super::net::sys_sendto),
+    (nr::RECVFROM, super::net::sys_recvfrom),
+    (nr::SENDMSG, super::net::sys_sendmsg),
+    (nr::RECVMSG, super::net::sys_recvmsg),
+    (nr::SHUTDOWN, super::net::sys_shutdown),
+    (nr::BIND, super::net::sys_bind),
+    (nr::LISTEN, super::net::sys_listen),
+    (nr::GETSOCKNAME, super::net::sys_getsockname),
+    (nr::GETPEERNAME, super::net::sys_getpeername),
+    (nr::SETSOCKOPT, super::net::sys_setsockopt),
+    (nr::GETSOCKOPT, super::net::sys_getsockopt),
     (nr::KILL, super::proc::sys_kill),
     (nr::UNAME, sys_uname),
     (nr::FCNTL, fscalls::sys_fcntl),
@@ -140,12 +155,15 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::GETTIMEOFDAY, sys_gettimeofday),
     (nr::GETUID, sys_zero),
     (nr::GETGID, sys_zero),
+    (nr::SETUID, sys_set_id),
+    (nr::SETGID, sys_set_id),
     (nr::GETEUID, sys_zero),
     (nr::GETEGID, sys_zero),
     (nr::SETPGID, super::proc::sys_setpgid),
     (nr::GETPPID, super::proc::sys_getppid),
     (nr::GETPGRP, super::proc::sys_getpgrp),
     (nr::SETSID, super::proc::sys_setsid),
+    (nr::SETGROUPS, sys_setgroups),
     (nr::GETPGID, super::proc::sys_getpgid),
     (nr::GETSID, super::proc::sys_getsid),
     (nr::RT_SIGPENDING, signal::sys_rt_sigpending),
@@ -158,9 +176,11 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::TKILL, signal::sys_tkill),
     (nr::SCHED_SETAFFINITY, thread::sys_sched_setaffinity),
     (nr::SCHED_GETAFFINITY, thread::sys_sched_getaffinity),
+    (nr::EPOLL_CREATE, super::epoll::sys_epoll_create),
     (nr::GETDENTS64, sys_getdents64),
     (nr::SET_TID_ADDRESS, thread::sys_set_tid_address),
     (nr::CLOCK_GETTIME, sys_clock_gettime),
+    (nr::EPOLL_CTL, super::epoll::sys_epoll_ctl),
     (nr::TGKILL, signal::sys_tgkill),
     (nr::OPENAT, sys_openat),
     (nr::MKDIRAT, fscalls::sys_mkdirat),
@@ -176,6 +196,10 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::SET_ROBUST_LIST, thread::sys_set_robust_list),
     (nr::GET_ROBUST_LIST, thread::sys_get_robust_list),
     (nr::UTIMENSAT, fscalls::sys_utimensat),
+    (nr::EVENTFD, super::net::sys_eventfd),
+    (nr::ACCEPT4, super::net::sys_accept4),
+    (nr::EVENTFD2, super::net::sys_eventfd2),
+    (nr::EPOLL_CREATE1, super::epoll::sys_epoll_create1),
     (nr::DUP3, fscalls::sys_dup3),
     (nr::PIPE2, super::pipe::sys_pipe2),
     (nr::PRLIMIT64, sys_prlimit64),
@@ -187,6 +211,8 @@ pub const HANDLERS: &[(u64, Handler)] = &[
 
 /// The handlers that take the process lock themselves, by number (sorted).
 pub const UNLOCKED: &[(u64, FrameHandler)] = &[
+    (nr::POLL, super::poll::sys_poll),
+    (nr::SELECT, super::poll::sys_select),
     (nr::SCHED_YIELD, sys_sched_yield),
     (nr::NANOSLEEP, sys_nanosleep),
     (nr::CLONE, sys_clone),
@@ -197,7 +223,11 @@ pub const UNLOCKED: &[(u64, FrameHandler)] = &[
     (nr::WAIT4, super::proc::sys_wait4),
     (nr::FUTEX, super::futex::sys_futex),
     (nr::EXIT_GROUP, thread::sys_exit_group),
+    (nr::EPOLL_WAIT, super::epoll::sys_epoll_wait),
     (nr::WAITID, super::proc::sys_waitid),
+    (nr::PSELECT6, super::poll::sys_pselect6),
+    (nr::PPOLL, super::poll::sys_ppoll),
+    (nr::EPOLL_PWAIT, super::epoll::sys_epoll_pwait),
 ];
 
 /// `clone`: a thread (`CLONE_VM`, `thread.rs`) or a process (a fork, `proc.rs`).
@@ -512,6 +542,20 @@ const TIOCGWINSZ: u64 = 0x5413;
 
 fn sys_ioctl(p: &mut Process, a: &[u64; 6]) -> i64 {
     let (fd, req, arg) = (a[0] as i32, a[1], a[2]);
+    // FIONBIO: an int, non-zero for non-blocking: the description's O_NONBLOCK, on any kind
+    // (as Linux).
+    const FIONBIO: u64 = 0x5421;
+    if req == FIONBIO {
+        let Some(b) = p.image.space.read(arg, 4) else { return -EFAULT };
+        let on = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) != 0;
+        return match p.files.desc_of(fd) {
+            Some(d) => {
+                d.flags = if on { d.flags | files::O_NONBLOCK } else { d.flags & !files::O_NONBLOCK };
+                0
+            }
+            None => -EBADF,
+        };
+    }
     let tty = match p.files.desc(fd) {
         Some(d) => d.stream != Stream::None && !p.framed,
         None => return -EBADF,
@@ -604,6 +648,30 @@ fn sys_zero(_p: &mut Process, _a: &[u64; 6]) -> i64 {
     0
 }
 
+/// `setuid`/`setgid`: the program is root and stays root: id 0 is accepted (what a server's
+/// `-u root` asks), -1 is `EINVAL` as on Linux, any other id `EPERM` (the ids are not kept).
+fn sys_set_id(_p: &mut Process, a: &[u64; 6]) -> i64 {
+    match a[0] as u32 {
+        0 => 0,
+        u32::MAX => -EINVAL,
+        _ => -EPERM,
+    }
+}
+
+/// `setgroups(size, list)`: Linux's checks (more than `NGROUPS_MAX` `EINVAL`, an unreadable
+/// list `EFAULT`); the list is not kept (`getgroups` is not implemented).
+fn sys_setgroups(p: &mut Process, a: &[u64; 6]) -> i64 {
+    const NGROUPS_MAX: u64 = 65536;
+    let n = a[0] as i32;
+    if n < 0 || n as u64 > NGROUPS_MAX {
+        return -EINVAL;
+    }
+    if n > 0 && p.image.space.read(a[1], n as u64 * 4).is_none() {
+        return -EFAULT;
+    }
+    0
+}
+
 const ARCH_SET_FS: u64 = 0x1002;
 const ARCH_GET_FS: u64 = 0x1003;
 
@@ -644,7 +712,14 @@ fn sys_prlimit64(p: &mut Process, a: &[u64; 6]) -> i64 {
         return -EINVAL;
     }
     if new != 0 {
-        return -EPERM; // limits are fixed
+        // Limits are fixed. Setting the descriptor limit to what it is or less is accepted
+        // without effect (memcached sets it to its connection count at start and exits if
+        // that fails); anything else, or more, is EPERM.
+        let Some(b) = p.image.space.read(new, 16) else { return -EFAULT };
+        let (cur, max) = (u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])), u64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8])));
+        if res != RLIMIT_NOFILE || cur > max || max > files::MAX_FDS as u64 {
+            return -EPERM;
+        }
     }
     let inf = u64::MAX;
     let (cur, max) = match res {

@@ -93,6 +93,20 @@ pub struct Desc {
     pub is_dir: bool,
     /// A device file of [`DEVICES`] (`None` for everything else).
     pub dev: Option<Dev>,
+    /// A socket: what Linux keeps of it beside the descriptor layer's socket (`net.rs`).
+    pub sock: Option<alloc::boxed::Box<super::net::SockInfo>>,
+    /// An epoll instance (`epoll.rs`), backed by a console descriptor of the descriptor layer
+    /// as the devices are (its interest list is this layer's).
+    pub epoll: Option<alloc::boxed::Box<super::epoll::Epoll>>,
+    /// How many calls on it answered `EAGAIN` (wrapping): an edge-triggered epoll interest
+    /// that sees it change treats what is ready next as a new edge (`epoll.rs`).
+    pub drained: u32,
+}
+
+/// What an `install_with` adds to a new description.
+pub enum Extra {
+    Sock(alloc::boxed::Box<super::net::SockInfo>),
+    Epoll(alloc::boxed::Box<super::epoll::Epoll>),
 }
 
 /// The character devices programs expect under `/dev`. They are not in the file system: `open`
@@ -146,7 +160,7 @@ pub struct Files {
     pub umask: u32,
 }
 
-fn errno_of(e: Error) -> i64 {
+pub fn errno_of(e: Error) -> i64 {
     -match e {
         Error::NotPermitted => EBADF,
         Error::NoSuchObject => EBADF,
@@ -178,7 +192,7 @@ impl Files {
                     return Err(e);
                 }
             };
-            let d = f.new_desc(Desc { refs: 0, flags, stream, path: String::new(), dir: None, is_dir: false, dev: None });
+            let d = f.new_desc(Desc { refs: 0, flags, stream, path: String::new(), dir: None, is_dir: false, dev: None, sock: None, epoll: None, drained: 0 });
             f.put(i, fd, false, d);
         }
         Ok(f)
@@ -247,14 +261,62 @@ impl Files {
             let _ = fd::close(fd);
             return -EMFILE;
         };
-        let d = self.new_desc(Desc { refs: 0, flags: flags & !(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_CLOEXEC), stream, path, dir: None, is_dir, dev: None });
+        let d = self.new_desc(Desc { refs: 0, flags: flags & !(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_CLOEXEC), stream, path, dir: None, is_dir, dev: None, sock: None, epoll: None, drained: 0 });
         self.put(slot, fd, flags & O_CLOEXEC != 0, d);
         slot as i64
+    }
+
+    /// `install` of a socket or an epoll (`O_RDWR` plus `flags`' `O_NONBLOCK`/`O_CLOEXEC`).
+    pub fn install_with(&mut self, fd: fd::Fd, flags: u32, extra: Extra) -> i64 {
+        let n = self.install(fd, O_RDWR | (flags & (O_NONBLOCK | O_CLOEXEC)), Stream::None, String::new(), false);
+        if n >= 0 {
+            if let Some(d) = self.desc_mut(n as i32) {
+                match extra {
+                    Extra::Sock(x) => d.sock = Some(x),
+                    Extra::Epoll(x) => d.epoll = Some(x),
+                }
+            }
+        }
+        n
+    }
+
+    /// A call on descriptor `fd` answered `EAGAIN` (`Desc::drained`).
+    pub fn note_drained(&mut self, fd: i32) {
+        if let Some(d) = self.desc_mut(fd) {
+            d.drained = d.drained.wrapping_add(1);
+        }
+    }
+
+    /// Descriptor `fd`'s description, to change (a socket's or epoll's state).
+    pub fn desc_of(&mut self, fd: i32) -> Option<&mut Desc> {
+        self.desc_mut(fd)
     }
 
     /// The scope new descriptors are made in.
     pub fn scope(&self) -> Scope {
         self.scope
+    }
+
+    /// Before the program's first thread: move every descriptor into the process-wide table
+    /// (`fd::dup` into `Scope::Process`, the private one closed) and make new ones there, so
+    /// that the threads, each a context of its own, can use them (a private descriptor is its
+    /// context's alone). Sockets move too: the process-wide table holds them, but their calls
+    /// still answer only on the core whose stack has them (`WrongCore` elsewhere). On an
+    /// error the descriptors moved so far stay moved (each is still the same open file).
+    pub fn to_process_scope(&mut self) -> Result<(), Error> {
+        if let Scope::Process = self.scope {
+            return Ok(());
+        }
+        for i in 0..MAX_FDS {
+            let Some(old) = self.slots[i].as_ref().map(|s| s.fd) else { continue };
+            let new = fd::dup(old, Scope::Process)?;
+            if let Some(s) = self.slots[i].as_mut() {
+                s.fd = new;
+            }
+            let _ = fd::close(old);
+        }
+        self.scope = Scope::Process;
+        Ok(())
     }
 
     /// Every open descriptor: `(number, open file, its description)` (a fork carries each to
@@ -517,6 +579,14 @@ pub fn fcntl(f: &mut Files, fd: i32, cmd: u32, arg: u64) -> i64 {
 }
 
 pub fn read(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
+    let r = read_inner(f, fd, dst, at);
+    if r == -EAGAIN {
+        f.note_drained(fd);
+    }
+    r
+}
+
+fn read_inner(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
     let Some(s) = f.slot(fd) else { return -EBADF };
     let ofd = s.fd;
     let Some(d) = f.descs[s.desc].as_ref() else { return -EBADF };
@@ -525,6 +595,12 @@ pub fn read(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
     }
     if d.is_dir {
         return -EISDIR;
+    }
+    if d.epoll.is_some() {
+        return -EINVAL;
+    }
+    if d.sock.is_some() {
+        return if at.is_some() { -ESPIPE } else { super::net::recv(f, fd, dst, 0) };
     }
     match d.dev {
         Some(Dev::Null) => return 0,
@@ -568,6 +644,14 @@ pub fn read(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
 
 /// Write `src` to `fd` (at `at`, its offset unchanged, for `pwrite64`).
 pub fn write(f: &mut Files, fd: i32, src: &[u8], framed: bool, at: Option<u64>) -> i64 {
+    let r = write_inner(f, fd, src, framed, at);
+    if r == -EAGAIN {
+        f.note_drained(fd);
+    }
+    r
+}
+
+fn write_inner(f: &mut Files, fd: i32, src: &[u8], framed: bool, at: Option<u64>) -> i64 {
     let Some(s) = f.slot(fd) else { return -EBADF };
     let ofd = s.fd;
     let Some(d) = f.descs[s.desc].as_ref() else { return -EBADF };
@@ -576,6 +660,12 @@ pub fn write(f: &mut Files, fd: i32, src: &[u8], framed: bool, at: Option<u64>) 
     }
     if d.dev.is_some() {
         return src.len() as i64;
+    }
+    if d.epoll.is_some() {
+        return -EINVAL;
+    }
+    if d.sock.is_some() {
+        return if at.is_some() { -ESPIPE } else { super::net::send(f, fd, src, 0) };
     }
     match d.stream {
         Stream::Out(n) => {
@@ -650,6 +740,10 @@ pub fn fstat(f: &Files, fd: i32) -> Result<LinuxStat, i64> {
     let s = f.slot(fd).ok_or(-EBADF)?;
     if let Some((_, major, minor)) = f.desc(fd).and_then(|d| d.dev).and_then(|_| device(&f.desc(fd)?.path)) {
         return Ok(dev_stat(major, minor));
+    }
+    if f.desc(fd).is_some_and(|d| d.epoll.is_some()) {
+        // An anonymous inode, as Linux shows an epoll: mode 0600, no type bits.
+        return Ok(LinuxStat { mode: 0o600, nlink: 1, ..Default::default() });
     }
     fd::fstat(s.fd).map(|st| linux_stat(&st)).map_err(errno_of)
 }

@@ -18,19 +18,25 @@
 //! pipes `pipe.rs`: each process is a context of its own, a `cfork` of its parent's (of the
 //! calling thread only, as Linux: the child has one thread).
 //!
-//! NOT DONE: sockets as Linux calls, `poll`; standard input from a live terminal (it is a
+//! Sockets, `epoll`, `poll`/`select` and eventfds are `net.rs`, `epoll.rs`, `poll.rs`
+//! (docs/linux-abi.md, "Sockets and readiness").
+//!
+//! NOT DONE: standard input from a live terminal (it is a
 //! byte string given at start). The table of what is there: `linuxabi::support`,
 //! docs/linux-abi.md.
 
 pub mod dispatch;
+pub mod epoll;
 pub mod exec;
 pub mod files;
 pub mod fscalls;
 pub mod futex;
 pub mod load;
 pub mod mem;
+pub mod net;
 pub mod out;
 pub mod pipe;
+pub mod poll;
 pub mod proc;
 pub mod signal;
 pub mod thread;
@@ -57,6 +63,8 @@ pub struct Options<'a> {
     /// `inject_from=program`) just before the program's first instruction, so every injected
     /// failure meets a call the program made (the Linux fuzzer, docs/fuzz.md), not the load.
     pub arm_injection: bool,
+    /// Bring up the network card (Inline mode, this core's stack) for the program's sockets.
+    pub net: bool,
 }
 
 /// What the run left.
@@ -81,6 +89,14 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     random[..8].copy_from_slice(&dispatch::random_u64(&mut seed).to_le_bytes());
     random[8..].copy_from_slice(&dispatch::random_u64(&mut seed).to_le_bytes());
     let loaded = load::load(&file, o.path, &argv, &envp, limit, random)?;
+    let up = match o.net.then(net::bring_up).transpose() {
+        Ok(up) => up,
+        Err(e) => {
+            let mut image = loaded;
+            load::unload(&mut image);
+            return Err(alloc::format!("cannot bring up the network card: {e:?} (boot with --net)"));
+        }
+    };
     drop(file);
     let (entry, rsp) = (loaded.entry, loaded.rsp);
     let files = match files::Files::new(o.stdin.clone()) {
@@ -88,6 +104,9 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
         Err(e) => {
             let mut image = loaded;
             load::unload(&mut image);
+            if let Some(up) = up {
+                up.down();
+            }
             return Err(alloc::format!("{}: cannot open the console descriptors: {e:?}", o.path));
         }
     };
@@ -100,6 +119,9 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
         Err(e) => {
             process.files.close_all();
             load::unload(&mut process.image);
+            if let Some(up) = up {
+                up.down();
+            }
             return Err(alloc::format!("{}: no process table: {e:?}", o.path));
         }
     };
@@ -126,6 +148,9 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
     // session (the process table and every pipe still open in it).
     p.procs.children.clear();
     p.files.close_all();
+    if let Some(up) = up {
+        up.down();
+    }
     load::unload(&mut p.image);
     proc::end_session(&mut p);
     let status = r.map_err(|e| alloc::format!("{}: the kernel refused the personality: {e:?}", o.path))?;

@@ -423,6 +423,11 @@ pub fn sys_clone(f: &mut Frame) -> i64 {
 
 /// Make the thread record and start its context; returns its tid.
 fn create(p: &mut Process, f: &Frame, slot: usize, flags: u64, ctid: u64, tls: u64) -> Result<i64, i64> {
+    // The descriptors go to the process-wide table, which every thread's context reaches.
+    p.files.to_process_scope().map_err(|e| {
+        crate::println!("linux: clone: cannot move the descriptors to the process-wide table: {e:?}");
+        -EAGAIN
+    })?;
     let t = &mut p.threads;
     if !t.shared_root {
         // Threads name the first context's root through the process share (to copy the
@@ -435,7 +440,9 @@ fn create(p: &mut Process, f: &Frame, slot: usize, flags: u64, ctid: u64, tls: u
         SLOTS[0].root_share.store(crate::process::proc_share(), Ordering::Relaxed);
     }
     let cores = crate::heap::cores().max(1) as u64;
-    let core = (t.main_core + t.created + 1) % cores;
+    // A program with sockets keeps every thread on the runtime's core: its sockets are that
+    // core's stack's, which no other core can reach (`linux::net`).
+    let core = if super::net::is_up() { t.main_core } else { (t.main_core + t.created + 1) % cores };
     if core != t.main_core && t.tc_cores & (1 << (core % 64)) == 0 {
         // Several threads may share this core later: it time-shares from the start. Only the
         // allocator of a pcore object may set its core's role, and only while the core is
@@ -549,6 +556,10 @@ fn prepare(p: &mut Process, slot: usize, c: &crate::ctx::Ctx) -> Result<Frame, &
     super::proc::map_table(c.root_ar).map_err(|e| {
         crate::println!("linux: mapping the process table: {e:?}");
         "cannot map the process table"
+    })?;
+    super::net::map_in_thread().map_err(|e| {
+        crate::println!("linux: mapping the network card's channels: {e:?}");
+        "cannot map the network card"
     })?;
     let s = &SLOTS[slot];
     s.root_share.store(c.root_ar.share, Ordering::Relaxed);

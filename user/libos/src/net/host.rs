@@ -65,6 +65,9 @@ pub const MAX_BACKLOG: usize = 64;
 /// What a slot of the socket table holds.
 pub(crate) enum Sock {
     Free,
+    /// A socket made before it listens or connects (a Linux program's `socket` before `bind`
+    /// and `listen` or `connect`: `fd::tcp_socket`); no smoltcp socket yet.
+    Unbound,
     /// A listening descriptor: `backlog` smoltcp sockets listening on `port`; a connection
     /// that completes its handshake on one of them waits there for `accept`.
     Listen { port: u16, backlog: Vec<SocketHandle> },
@@ -226,7 +229,7 @@ impl Home {
         self.free.push(i);
         let set = self.host.sockets();
         match sock {
-            Sock::Free => {}
+            Sock::Free | Sock::Unbound => {}
             Sock::Listen { backlog, .. } => {
                 for h in backlog {
                     set.get_mut::<tcp::Socket>(h).abort();
