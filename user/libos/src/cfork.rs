@@ -78,6 +78,14 @@ impl Child {
     pub fn join(mut self) -> Result<u64, Error> {
         self.join_timeout(u64::MAX / 4)
     }
+
+    /// Take over a child another process made (handed over through a share both reach,
+    /// then held by this process's share): `share` is its share, `pcore` its pcore object.
+    /// A cfork'd pcore is fresh (it had not run before its start), so it is waited for as
+    /// one the caller made itself.
+    pub fn adopt(share: ObjectId, pcore: ObjName) -> Child {
+        Child { core: 0, share, pcore, runs_before: 0, joined: false }
+    }
 }
 
 impl Drop for Child {

@@ -121,6 +121,15 @@ pub const CASES: &[Case] = &[
     Case { ci: true, ..c_prog("fscalls", "fscalls", &[], 0, Out::Has(&["mode of b: 751", "fscalls: done"])) },
     Case { ci: true, ..c_prog("pipe2proc", "pipe2proc", &[], 0, Out::Has(&["pipe2proc: ok"])) },
     Case { ci: true, ..c_prog("procs", "procs", &[], 0, Out::Has(&["procs: ok"])) },
+    // Processes and threads together (linux/progs/procrobust.c): a thread asleep in pause,
+    // rt_sigsuspend or wait4 leaves the process lock to the others; a process-directed
+    // signal wakes a futex waiter at once (two vCPUs: the waiter's core halts); orphans go
+    // on under init and orphaned zombies are reaped; fork and execve from a second thread.
+    Case { ci: true, ..c_prog("procrobust-lockwait", "procrobust", &["lockwait"], 0, Out::Has(&["procrobust lockwait: ok"])) },
+    Case { ci: true, smp: 2, ..c_prog("procrobust-futexsig", "procrobust", &["futexsig"], 0, Out::Has(&["rounds woken within 50 ms of the kill: 8 of 8", "procrobust futexsig: ok"])) },
+    Case { ci: true, ..c_prog("procrobust-orphan", "procrobust", &["orphan"], 0, Out::Has(&["grandchild: parent after its parent's exit: 1", "procrobust orphan: ok"])) },
+    Case { ci: true, ..c_prog("procrobust-forkthread", "procrobust", &["forkthread"], 0, Out::Has(&["procrobust forkthread: ok"])) },
+    Case { ci: true, smp: 2, ..c_prog("procrobust-execthread", "procrobust", &["execthread"], 0, Out::Has(&["procrobust execthread: ok"])) },
     // Two processes time-sharing the one vCPU keep their own SSE registers (the kernel saves
     // them at each switch of a time-sharing core).
     Case { ci: true, ..c_prog("fpswitch", "fpswitch", &[], 0, Out::Is("parent saw another's SSE state: never\nchild saw another's SSE state: never\nfpswitch: ok\n")) },

@@ -108,7 +108,6 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::MADVISE, super::vm::sys_madvise),
     (nr::DUP, fscalls::sys_dup),
     (nr::DUP2, fscalls::sys_dup2),
-    (nr::PAUSE, signal::sys_pause),
     (nr::GETITIMER, signal::sys_getitimer),
     (nr::ALARM, signal::sys_alarm),
     (nr::SETITIMER, signal::sys_setitimer),
@@ -149,7 +148,6 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::GETPGID, super::proc::sys_getpgid),
     (nr::GETSID, super::proc::sys_getsid),
     (nr::RT_SIGPENDING, signal::sys_rt_sigpending),
-    (nr::RT_SIGSUSPEND, signal::sys_rt_sigsuspend),
     (nr::SIGALTSTACK, signal::sys_sigaltstack),
     (nr::STATFS, fscalls::sys_statfs),
     (nr::FSTATFS, fscalls::sys_fstatfs),
@@ -188,6 +186,7 @@ pub const HANDLERS: &[(u64, Handler)] = &[
 /// The handlers that take the process lock themselves, by number (sorted).
 pub const UNLOCKED: &[(u64, FrameHandler)] = &[
     (nr::SCHED_YIELD, sys_sched_yield),
+    (nr::PAUSE, signal::sys_pause),
     (nr::NANOSLEEP, sys_nanosleep),
     (nr::CLONE, sys_clone),
     (nr::FORK, super::proc::sys_fork),
@@ -195,6 +194,7 @@ pub const UNLOCKED: &[(u64, FrameHandler)] = &[
     (nr::EXECVE, super::exec::sys_execve),
     (nr::EXIT, thread::sys_exit),
     (nr::WAIT4, super::proc::sys_wait4),
+    (nr::RT_SIGSUSPEND, signal::sys_rt_sigsuspend),
     (nr::FUTEX, super::futex::sys_futex),
     (nr::EXIT_GROUP, thread::sys_exit_group),
     (nr::WAITID, super::proc::sys_waitid),
@@ -300,6 +300,13 @@ fn leave_or_resume(exit: Option<u64>, next: Option<signal::Next>) {
     // The program ended (this thread or another's `exit_group`, a signal): this thread ends.
     if let Some(status) = exit.or_else(thread::group_exit) {
         super::upcall::leave(status);
+    }
+    // Another thread's execve ends this one (the main thread runs the new image instead).
+    if thread::exec_ends_me() {
+        match thread::leave_for_exec() {
+            Some(h) => super::exec::run_handed_over(h),
+            None => super::upcall::leave(thread::group_exit().unwrap_or(0)),
+        }
     }
     match next {
         None => {}
@@ -738,10 +745,10 @@ fn sys_nanosleep(f: &mut Frame) -> i64 {
             }
             return -EINTR;
         }
-        if now_ns() >= end || thread::group_exit().is_some() {
+        if now_ns() >= end || thread::must_leave() {
             break;
         }
-        super::futex::sleep_until(me, until, || signal::pending_for_me(psig));
+        super::futex::sleep_until_sig(me, Some(psig), until, || signal::pending_for_me(psig));
     }
     let g = lock_proc();
     let Some(p) = g.as_ref() else { return -ENOSYS };

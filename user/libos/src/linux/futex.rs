@@ -32,6 +32,7 @@ use percore::pad::CachePadded;
 use percore::spin::TicketLock;
 
 use super::dispatch::lock_proc;
+use super::signal::SignalSlot;
 use super::thread::{self, Slot, SLOTS};
 use super::upcall::Frame;
 
@@ -112,13 +113,23 @@ pub fn wake(addr: u64, n: u64, bits: u32) -> i64 {
 /// Sleep (halting the core, or giving the turn on a shared TC) until `done()` or the
 /// program ends (`exit_group`) or `deadline` (ns since boot) passes; returns whether `done()`.
 /// `s` is the caller's slot: a maker of the condition wakes it with `thread::kick`.
-pub fn sleep_until(s: &Slot, deadline: u64, mut done: impl FnMut() -> bool) -> bool {
+pub fn sleep_until(s: &Slot, deadline: u64, done: impl FnMut() -> bool) -> bool {
+    sleep_until_sig(s, None, deadline, done)
+}
+
+/// `sleep_until`, for a sleep that a signal to the process must end: while it may halt, the
+/// caller's core is also in `psig`'s sleeper mask, so a process-directed signal (`kill`
+/// from any process, `signal::post`) wakes it at once. Two threads of the process that
+/// sleep on one core share the bit: the first to leave clears it, and the other then sees a
+/// signal at its next look (at most 100 ms), the only case that still waits for one.
+pub fn sleep_until_sig(s: &Slot, psig: Option<&SignalSlot>, deadline: u64, mut done: impl FnMut() -> bool) -> bool {
     let core = crate::ctx::ctx().core;
+    let cbit = super::signal::core_bit(core);
     loop {
         if done() {
             return true;
         }
-        if thread::group_exit().is_some() {
+        if thread::must_leave() {
             return false;
         }
         let now = crate::time::now_ns();
@@ -128,9 +139,15 @@ pub fn sleep_until(s: &Slot, deadline: u64, mut done: impl FnMut() -> bool) -> b
         // Others queued on this core (a TC) run now; a no-op otherwise.
         let _ = crate::sys::pcore_yield();
         s.sleeper.store(core + 1, Ordering::SeqCst);
-        if !done() && thread::group_exit().is_none() {
+        if let Some(ps) = psig {
+            ps.sleeper.fetch_or(cbit, Ordering::SeqCst);
+        }
+        if !done() && !thread::must_leave() {
             let us = ((deadline - now) / 1000).clamp(1, 100_000);
             let _ = crate::sys::wait(0, us);
+        }
+        if let Some(ps) = psig {
+            ps.sleeper.fetch_and(!cbit, Ordering::SeqCst);
         }
         s.sleeper.store(0, Ordering::SeqCst);
     }
@@ -181,9 +198,10 @@ fn wait(addr: u64, val: u32, ts: u64, absolute: bool, bits: u32) -> i64 {
         *set |= 1 << i;
         (end, psig)
     };
-    // A signal for this thread (its own or the process's, unblocked) ends the wait too; a
-    // process-directed one wakes no futex sleeper, so it is seen at the next periodic check.
-    if sleep_until(me, end, || me.woken.load(Ordering::SeqCst) != 0 || super::signal::pending_for_me(psig)) && me.woken.load(Ordering::SeqCst) != 0 {
+    // A signal for this thread (its own or the process's, unblocked) ends the wait too: a
+    // thread-directed one kicks the slot, a process-directed one wakes the cores in the
+    // process's sleeper mask.
+    if sleep_until_sig(me, Some(psig), end, || me.woken.load(Ordering::SeqCst) != 0 || super::signal::pending_for_me(psig)) && me.woken.load(Ordering::SeqCst) != 0 {
         return 0;
     }
     // Timed out (or the program ends): leave the queue unless a waker took us meanwhile. A
@@ -197,7 +215,7 @@ fn wait(addr: u64, val: u32, ts: u64, absolute: bool, bits: u32) -> i64 {
     }
     *set &= !(1 << i);
     drop(set);
-    if thread::group_exit().is_some() {
+    if thread::must_leave() {
         return -EINTR;
     }
     if super::signal::pending_for_me(psig) {

@@ -34,7 +34,7 @@ use abi::{ObjName, ObjectId, SegMapping, MAP_READ, MAP_WRITE, MEMID_SELF};
 use linuxabi::errno::*;
 use percore::spin::TicketLock;
 
-use super::dispatch::{Process, PROC};
+use super::dispatch::{lock_proc, Process, PROC};
 use super::upcall::Frame;
 use crate::cfork::{cfork, CforkOpts, Child};
 
@@ -57,6 +57,13 @@ const W_SID: usize = 3;
 /// that structure at `signal_slot_va(slot)`.
 pub const W_PENDING: usize = 4;
 pub const W_SLEEPER: usize = 5;
+/// An orphan waiting for init (pid 1) to take it over: its share (held by the session share
+/// meanwhile; 0: none) and its pcore object in that share. Written by the exiting parent,
+/// taken by init (`adopt_orphans`).
+const W_ORPHAN_SHARE: usize = 6;
+const W_ORPHAN_PCORE: usize = 7;
+/// Init's pid: the session's first program, which adopts orphans.
+pub const INIT_PID: u32 = 1;
 // The header's words.
 const H_NEXT_PID: usize = 0;
 const H_NEXT_CORE: usize = 1;
@@ -173,6 +180,8 @@ pub fn map_table(root: ObjName) -> Result<(), abi::Error> {
 /// End the session: every child still running is halted and deleted, the table unmapped, the
 /// share (and every pipe still open in it) deleted.
 pub fn end_session(p: &mut Process) {
+    // Orphans not taken over yet are init's too: halted with its children.
+    adopt_orphans(p);
     p.procs.children.clear();
     p.sig.slot = &super::signal::OWN;
     MY_SLOT.store(0, Ordering::Relaxed);
@@ -201,8 +210,9 @@ fn alloc_slot(ppid: u32, pgid: u32, sid: u32) -> Option<(usize, u32)> {
             for (k, v) in [(W_PPID, ppid), (W_PGID, pgid), (W_SID, sid)] {
                 slot_word(slot, k).store(u64::from(v), Ordering::Relaxed);
             }
-            slot_word(slot, W_PENDING).store(0, Ordering::Relaxed);
-            slot_word(slot, W_SLEEPER).store(0, Ordering::Relaxed);
+            for k in [W_PENDING, W_SLEEPER, W_ORPHAN_SHARE, W_ORPHAN_PCORE] {
+                slot_word(slot, k).store(0, Ordering::Relaxed);
+            }
             w.store(u64::from(pid), Ordering::Release);
             return Some((slot, pid));
         }
@@ -242,10 +252,8 @@ pub fn signal_slot_va(slot: usize) -> u64 {
 pub fn post_slot(slot: usize, sig: u32) {
     if (1..=64).contains(&sig) {
         slot_word(slot, W_PENDING).fetch_or(1 << (sig - 1), Ordering::SeqCst);
-        let s = slot_word(slot, W_SLEEPER).load(Ordering::SeqCst);
-        if s != 0 {
-            let _ = crate::sys::wake(s - 1);
-        }
+        // Every core on which a thread of the process sleeps waiting for a signal.
+        super::signal::wake_cores(slot_word(slot, W_SLEEPER).load(Ordering::SeqCst));
     }
 }
 
@@ -534,14 +542,84 @@ fn finish(status: Option<u64>) -> u64 {
     code
 }
 
-/// Everything a process had, at its end: its children (halted), its files, its memory; then
-/// SIGCHLD to its parent.
+/// Everything a process had, at its end: its children (reparented to init: those that
+/// ended are reaped, the others go on), its files, its memory; then SIGCHLD to its parent
+/// (init, if the parent ended first).
 pub fn release(p: &mut Process) {
-    p.procs.children.clear();
+    orphan_children(p);
     p.files.close_all();
     super::load::unload(&mut p.image);
-    if let Some(ps) = find(p.procs.ppid) {
+    let ppid = slot_word(p.procs.slot, W_PPID).load(Ordering::Acquire) as u32;
+    if let Some(ps) = find(ppid) {
         post_slot(ps, SIGCHLD);
+    }
+}
+
+/// The exiting process's children, as Linux reparents them to init: one that has ended (a
+/// zombie) is reaped now (init would reap it at once); one still running is handed to init:
+/// its share moves to the session share, where init's next `wait4`/`waitid` (or the session's
+/// end) takes it (`adopt_orphans`), and its parent becomes pid 1. Each stays a context of its
+/// own; nothing of it is halted.
+fn orphan_children(p: &mut Process) {
+    let sess = session();
+    for mut c in core::mem::take(&mut p.procs.children) {
+        let halted = crate::sys::pcore_stat(c.child.pcore).is_ok_and(|s| s.state == abi::PCORE_HALTED);
+        if halted || sess.share == 0 || p.procs.pid == INIT_PID {
+            if halted {
+                let _ = c.child.join_timeout(1000);
+            }
+            free_slot(c.slot);
+            drop(c);
+            continue;
+        }
+        let share = c.child.share;
+        let held = crate::sys::share_addobj(sess.share, ObjName::new(crate::process::proc_share(), share));
+        if held.is_err() {
+            // No room to hand it over: it ends with us, as before reparenting.
+            free_slot(c.slot);
+            drop(c);
+            continue;
+        }
+        slot_word(c.slot, W_ORPHAN_PCORE).store(c.child.pcore.object, Ordering::Relaxed);
+        slot_word(c.slot, W_ORPHAN_SHARE).store(share, Ordering::Release);
+        slot_word(c.slot, W_PPID).store(u64::from(INIT_PID), Ordering::Release);
+        // The child is init's now: our process share lets go of its share, the handle is
+        // forgotten (dropping it would halt the child).
+        crate::process::del_share(share);
+        core::mem::forget(c.child);
+        if let Some(init) = find(INIT_PID) {
+            // Init learns of it at its next look (its wait4 sleeps on its signal slot).
+            super::signal::wake_cores(slot_word(init, W_SLEEPER).load(Ordering::SeqCst));
+        }
+    }
+}
+
+/// Init (pid 1) takes over the orphans handed to it (`orphan_children`): each becomes one of
+/// its children, waitable and reaped as its own. A no-op in any other process.
+fn adopt_orphans(p: &mut Process) {
+    if p.procs.pid != INIT_PID || session().share == 0 {
+        return;
+    }
+    let sess = session();
+    for slot in 1..SLOTS {
+        if slot_word(slot, W_ORPHAN_SHARE).load(Ordering::Acquire) == 0 {
+            continue;
+        }
+        let share = slot_word(slot, W_ORPHAN_SHARE).swap(0, Ordering::AcqRel);
+        let pcore = slot_word(slot, W_ORPHAN_PCORE).load(Ordering::Relaxed);
+        let pid = slot_word(slot, W_PID).load(Ordering::Acquire) as u32;
+        if share == 0 {
+            continue;
+        }
+        let moved = crate::sys::share_addobj(crate::process::proc_share(), ObjName::new(sess.share, share));
+        let _ = crate::sys::share_delobj(ObjName::new(sess.share, share));
+        if moved.is_err() {
+            crate::println!("linux: init cannot take over orphan {pid}");
+            free_slot(slot);
+            continue;
+        }
+        let child = crate::cfork::Child::adopt(share, ObjName::new(share, pcore));
+        p.procs.children.push(ChildProc { pid, slot, child });
     }
 }
 
@@ -575,11 +653,16 @@ fn matches(w: Which, c: &ChildProc) -> bool {
 
 /// Wait for a child that `which` names to end; `Ok(None)` with `nohang` if none has yet.
 /// `reap`: remove it (else it stays waitable, `WNOWAIT`). Returns `(pid, wait status)`.
+/// Sleeps without the process lock (the program's other threads go on), woken by a
+/// child's `SIGCHLD` or any signal to the process; a signal that does something ends the
+/// wait (`ERESTARTSYS`: restarted after an `SA_RESTART` handler, else `EINTR`).
 fn wait_child(which: Which, nohang: bool, reap: bool) -> Result<Option<(u32, u32)>, i64> {
+    let me = super::thread::me();
     loop {
-        {
-            let mut g = PROC.lock();
+        let psig = {
+            let mut g = lock_proc();
             let p = g.as_mut().ok_or(-ENOSYS)?;
+            adopt_orphans(p);
             if !p.procs.children.iter().any(|c| matches(which, c)) {
                 return Err(-ECHILD);
             }
@@ -602,10 +685,18 @@ fn wait_child(which: Which, nohang: bool, reap: bool) -> Result<Option<(u32, u32
             if nohang {
                 return Ok(None);
             }
+            if super::signal::wait_check(p, u64::MAX).0 {
+                return Err(super::signal::interrupted(p, super::signal::ERESTARTSYS));
+            }
+            p.sig.slot
+        };
+        if super::thread::must_leave() {
+            return Err(-EINTR);
         }
-        // Let the children run (they may be queued behind us on this core), then look again.
-        let _ = crate::sys::pcore_yield();
-        let _ = crate::sys::wait(0, 200);
+        // The children may be queued behind us on this core: `sleep_until_sig` gives them the
+        // turn. A child posts SIGCHLD just before its context halts: look again soon.
+        let step = crate::time::now_ns() + 1_000_000;
+        super::futex::sleep_until_sig(me, Some(psig), step, || super::signal::pending_for_me(psig));
     }
 }
 
@@ -625,7 +716,7 @@ pub fn sys_wait4(f: &mut Frame) -> i64 {
         return -EINVAL;
     }
     let which = {
-        let g = PROC.lock();
+        let g = lock_proc();
         let Some(p) = g.as_ref() else { return -ENOSYS };
         // Every pointer checked before a child is reaped.
         if st != 0 && !p.image.space.ok(st, 4, true) {
@@ -642,7 +733,7 @@ pub fn sys_wait4(f: &mut Frame) -> i64 {
     match wait_child(which, opts & WNOHANG != 0, true) {
         Ok(None) => 0,
         Ok(Some((pid, status))) => {
-            let g = PROC.lock();
+            let g = lock_proc();
             if let Some(p) = g.as_ref() {
                 if st != 0 {
                     p.image.space.put(st, &status.to_le_bytes());
@@ -671,7 +762,7 @@ pub fn sys_waitid(f: &mut Frame) -> i64 {
         return -EINVAL;
     }
     let which = {
-        let g = PROC.lock();
+        let g = lock_proc();
         let Some(p) = g.as_ref() else { return -ENOSYS };
         if info != 0 && !p.image.space.ok(info, 128, true) {
             return -EFAULT;
@@ -692,7 +783,7 @@ pub fn sys_waitid(f: &mut Frame) -> i64 {
         return if opts & WNOHANG != 0 { 0 } else { -ECHILD };
     }
     let r = wait_child(which, opts & WNOHANG != 0, opts & WNOWAIT == 0);
-    let g = PROC.lock();
+    let g = lock_proc();
     let Some(p) = g.as_ref() else { return -ENOSYS };
     match r {
         Ok(found) => {
@@ -726,7 +817,11 @@ pub fn sys_getpid(p: &mut Process, _a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_getppid(p: &mut Process, _a: &[u64; 6]) -> i64 {
-    i64::from(p.procs.ppid)
+    // The table's word: init's pid once the parent has exited (reparenting).
+    match p.procs.slot {
+        0 => i64::from(p.procs.ppid),
+        s => slot_word(s, W_PPID).load(Ordering::Acquire) as i64,
+    }
 }
 
 /// The slot of `pid` (0: the caller) for the group and session calls.
