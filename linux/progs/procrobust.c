@@ -9,6 +9,8 @@
  *             futex wait at once (every round under 50 ms);
  *   orphan    a process whose parent exits goes on running with init (pid 1) as its parent,
  *             and a zombie whose parent exits without reaping it is reaped;
+ *   offsets   a file's offset is shared by parent and child after a fork (writes, reads,
+ *             seeks, O_APPEND in turn);
  *   forkthread  fork from a thread other than the main one: the child runs and exits, the
  *             forking thread reaps it;
  *   execthread  execve from a second thread while a third one keeps printing: the other
@@ -101,8 +103,12 @@ static void *pauser(void *arg) {
 
 static void *suspender(void *arg) {
     (void)arg;
-    sigset_t none;
+    sigset_t none, usr1;
     sigemptyset(&none);
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    /* Blocked outside the suspend: the signal can only come in during it. */
+    pthread_sigmask(SIG_BLOCK, &usr1, NULL);
     t_ready = 1;
     t_result = sigsuspend(&none);
     t_errno = errno;
@@ -128,13 +134,9 @@ static int calls_go_on(void) {
 static int lockwait_main(void) {
     alarm(20);
     set_handler(SIGUSR1, on_usr1);
-    sigset_t usr1;
-    sigemptyset(&usr1);
-    sigaddset(&usr1, SIGUSR1);
 
     /* pause: the main thread's calls go on, then its tgkill wakes the pauser. */
     pthread_t t;
-    pthread_sigmask(SIG_BLOCK, &usr1, NULL);
     t_ready = 0;
     pthread_create(&t, NULL, pauser, NULL);
     await_flag(&t_ready, 1);
@@ -372,6 +374,7 @@ static int execthread_main(void) {
     /* The main thread waits; execve ends it (and the chatter). */
     for (;;)
         pause();
+    return 1;
 }
 
 static void *plain(void *arg) {
@@ -392,6 +395,64 @@ static int execthread_after(const char *pid) {
     return finish("execthread");
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* offsets */
+
+static int child_status(pid_t c) {
+    int st;
+    return waitpid(c, &st, 0) == c && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int offsets_main(void) {
+    alarm(20);
+    /* A child's write moves the offset the parent writes at next: both lines stay. */
+    int fd = open("shared.txt", O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    pid_t c = fork();
+    if (c == 0)
+        _exit(write(fd, "a\n", 2) == 2 ? 0 : 1);
+    check("the child wrote its line", child_status(c) == 0);
+    check("the parent's offset is after the child's line", lseek(fd, 0, SEEK_CUR) == 2);
+    check("the parent writes its line", write(fd, "b\n", 2) == 2);
+    close(fd);
+    char buf[64] = {0};
+    fd = open("shared.txt", O_RDONLY);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    check("the file holds both lines", n == 4 && memcmp(buf, "a\nb\n", 4) == 0);
+
+    /* A child's lseek and read move the parent's offset; the parent's moves the child's. */
+    lseek(fd, 0, SEEK_SET);
+    c = fork();
+    if (c == 0)
+        _exit(lseek(fd, 2, SEEK_SET) == 2 ? 0 : 1);
+    check("the child seeks to 2", child_status(c) == 0);
+    char b[3] = {0};
+    check("the parent reads on from 2", read(fd, b, 2) == 2 && memcmp(b, "b\n", 2) == 0);
+    lseek(fd, 1, SEEK_SET);
+    c = fork();
+    if (c == 0) {
+        char x;
+        _exit(read(fd, &x, 1) == 1 ? (unsigned char)x : 255);
+    }
+    check("the child reads at the parent's offset 1", child_status(c) == '\n');
+    check("and the parent goes on at 2", lseek(fd, 0, SEEK_CUR) == 2);
+    close(fd);
+
+    /* O_APPEND from two processes in turn. */
+    fd = open("shared.txt", O_WRONLY | O_APPEND);
+    c = fork();
+    if (c == 0)
+        _exit(write(fd, "c\n", 2) == 2 ? 0 : 1);
+    child_status(c);
+    write(fd, "d\n", 2);
+    close(fd);
+    fd = open("shared.txt", O_RDONLY);
+    memset(buf, 0, sizeof buf);
+    n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    check("appends from both stay", n == 8 && memcmp(buf, "a\nb\nc\nd\n", 8) == 0);
+    return finish("offsets");
+}
+
 int main(int argc, char **argv) {
     saved_argv = argv;
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -401,12 +462,14 @@ int main(int argc, char **argv) {
         return futexsig_main();
     if (argc >= 2 && strcmp(argv[1], "orphan") == 0)
         return orphan_main();
+    if (argc >= 2 && strcmp(argv[1], "offsets") == 0)
+        return offsets_main();
     if (argc >= 2 && strcmp(argv[1], "forkthread") == 0)
         return forkthread_main();
     if (argc >= 2 && strcmp(argv[1], "execthread") == 0)
         return execthread_main();
     if (argc >= 3 && strcmp(argv[1], "execthread-after") == 0)
         return execthread_after(argv[2]);
-    fprintf(stderr, "usage: procrobust lockwait|futexsig|orphan|forkthread|execthread\n");
+    fprintf(stderr, "usage: procrobust lockwait|futexsig|orphan|offsets|forkthread|execthread\n");
     return 2;
 }

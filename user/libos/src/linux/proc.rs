@@ -41,11 +41,14 @@ use crate::cfork::{cfork, CforkOpts, Child};
 /// Where every process of a session maps the process table (clear of the program's regions
 /// and of the library OS's arena: `layout::SHARED_BASE` + 1 TiB).
 const TABLE_VA: u64 = crate::layout::SHARED_BASE + (1 << 40);
-const TABLE_BYTES: u64 = 16 << 10;
+const TABLE_BYTES: u64 = 24 << 10;
+/// The process slots' part of the table; the rest holds the shared file offsets
+/// (`OFFSET_CELLS`).
+const SLOTS_BYTES: u64 = 16 << 10;
 /// Words per slot: one 64-byte line each.
 const SLOT_WORDS: usize = 8;
 /// Slots (slot 0 is the header: the next pid, the next core).
-pub const SLOTS: usize = (TABLE_BYTES as usize / 8) / SLOT_WORDS;
+pub const SLOTS: usize = (SLOTS_BYTES as usize / 8) / SLOT_WORDS;
 // The words of a slot.
 const W_PID: usize = 0;
 const W_PPID: usize = 1;
@@ -102,7 +105,7 @@ pub fn session() -> Session {
 }
 
 fn words() -> &'static [AtomicU64] {
-    super::mem::mapped_words(TABLE_VA, SLOTS * SLOT_WORDS)
+    super::mem::mapped_words(TABLE_VA, TABLE_BYTES as usize / 8)
 }
 
 fn slot_word(slot: usize, w: usize) -> &'static AtomicU64 {
@@ -363,7 +366,7 @@ fn fork(f: &mut Frame) -> i64 {
     let me = p.procs.slot;
     let (pgid, sid) = (slot_word(me, W_PGID).load(Ordering::Relaxed) as u32, slot_word(me, W_SID).load(Ordering::Relaxed) as u32);
     let Some((slot, pid)) = alloc_slot(p.procs.pid, pgid, sid) else { return -EAGAIN };
-    let carried = match super::pipe::carry(&p.files, sess.share) {
+    let carried = match super::pipe::carry(&mut p.files, sess.share) {
         Ok(v) => v,
         Err(e) => {
             free_slot(slot);
@@ -943,3 +946,60 @@ pub fn use_table_slot(p: &mut Process) {
     p.sig.slot = super::mem::mapped_signal_slot(signal_slot_va(p.procs.slot));
 }
 
+
+// ---------------------------------------------------------------------------------------
+// Shared file offsets
+
+/// Words per offset cell: a lock, the holders' count (0: free), the offset, one spare.
+const CELL_WORDS: usize = 4;
+/// Cells after the process slots (8 KiB of the table).
+pub const OFFSET_CELLS: usize = ((TABLE_BYTES - SLOTS_BYTES) as usize / 8) / CELL_WORDS;
+const C_LOCK: usize = 0;
+const C_REFS: usize = 1;
+const C_OFF: usize = 2;
+
+fn cell_word(cell: usize, w: usize) -> &'static AtomicU64 {
+    &words()[SLOTS * SLOT_WORDS + cell * CELL_WORDS + w]
+}
+
+/// A cell holding a file offset that several processes' open file descriptions share (a
+/// description carried across a `fork`, as Linux's `struct file` is shared): `offset` to
+/// start with, one holder. `None` without a session or with every cell taken (the caller
+/// keeps its offset private then, as before sharing).
+pub fn offset_cell_new(offset: u64) -> Option<usize> {
+    if session().share == 0 {
+        return None;
+    }
+    for c in 0..OFFSET_CELLS {
+        if cell_word(c, C_REFS).compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            cell_word(c, C_OFF).store(offset, Ordering::Relaxed);
+            cell_word(c, C_LOCK).store(0, Ordering::Release);
+            return Some(c);
+        }
+    }
+    None
+}
+
+/// One more holder of `cell` (a child given the description).
+pub fn offset_cell_ref(cell: usize) {
+    cell_word(cell, C_REFS).fetch_add(1, Ordering::AcqRel);
+}
+
+/// A holder let go of `cell` (its description closed); the last frees it.
+pub fn offset_cell_unref(cell: usize) {
+    let _ = cell_word(cell, C_REFS).fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
+}
+
+/// Run `f` with the shared offset of `cell` (it returns the new one), under the cell's lock:
+/// a read, write or seek of the description in any process is one step on the offset.
+/// The holder may be a process queued behind us on this core: the waiter gives its turn.
+pub fn with_offset_cell<R>(cell: usize, f: impl FnOnce(u64) -> (u64, R)) -> R {
+    let lock = cell_word(cell, C_LOCK);
+    while lock.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        let _ = crate::sys::pcore_yield();
+    }
+    let (off, r) = f(cell_word(cell, C_OFF).load(Ordering::Relaxed));
+    cell_word(cell, C_OFF).store(off, Ordering::Relaxed);
+    lock.store(0, Ordering::Release);
+    r
+}
