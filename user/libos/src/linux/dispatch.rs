@@ -9,8 +9,9 @@
 //! Lock discipline: what the threads of the program share is one [`Process`] behind the
 //! process lock ([`PROC`], taken with [`lock_proc`]); what each thread has is its slot
 //! (`thread::SLOTS`). A [`HANDLERS`] row runs with the process lock held and never blocks;
-//! an [`UNLOCKED`] row (calls that may sleep or end a thread: `futex`, `nanosleep`,
-//! `sched_yield`, `clone`, `exit`, `exit_group`) gets the registers and takes the lock itself
+//! an [`UNLOCKED`] row (calls that may sleep or end a thread: `futex`, `nanosleep`, `pause`,
+//! `rt_sigsuspend`, `wait4`, `waitid`, `sched_yield`, `clone`, `fork`, `execve`, `exit`,
+//! `exit_group`) gets the registers and takes the lock itself
 //! only around what touches shared state, so other threads go on while it sleeps.
 
 use alloc::string::String;

@@ -23,9 +23,14 @@
 //! (`code_of_exit`, `code_of_signal`); a fault the kernel reports as `EXIT_FAULT_BASE +
 //! vector` reads as the signal Linux would send for it (`wait_status`).
 //!
-//! Limits: a process that exits with children still running takes them with it (they are
-//! halted as `SIGKILL`ed: there is no reparenting to an init), and a pending signal from
-//! another process acts when the target next makes a system call.
+//! Reparenting: a process that exits hands its running children to init (pid 1, the first
+//! program) through the session share, and reaps the ones that have ended (`orphan_children`,
+//! `adopt_orphans`). Shared file offsets: a file's open file description carried across a
+//! fork keeps one offset in a cell of the table (`offset_cell_new`, `with_offset_cell`).
+//!
+//! Limits: a pending signal from another process acts when the target next makes a system
+//! call or wakes (every sleep a signal ends is woken by the poster); a process halted from
+//! outside while it holds an offset cell's lock (mid-read or write) leaves the cell locked.
 
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
