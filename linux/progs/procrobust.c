@@ -6,7 +6,8 @@
  *   lockwait  a thread asleep in pause, rt_sigsuspend or wait4 does not stop the other
  *             threads' calls (the main thread makes system calls meanwhile, then wakes it);
  *   futexsig  a process-directed signal (kill to the process) wakes a thread asleep in a
- *             futex wait at once (every round under 50 ms);
+ *             futex wait at once (every round under 500 ms: a wait woken only by a periodic
+ *             look of up to a second misses that in half the rounds);
  *   orphan    a process whose parent exits goes on running with init (pid 1) as its parent,
  *             and a zombie whose parent exits without reaping it is reaped;
  *   offsets   a file's offset is shared by parent and child after a fork (writes, reads,
@@ -126,9 +127,8 @@ static void *waiter(void *arg) {
 
 /* The main thread's calls while the other thread sleeps: each takes the process lock. */
 static int calls_go_on(void) {
-    pid_t pp = getppid();
     char cwd[64];
-    return pp > 0 && getcwd(cwd, sizeof cwd) != NULL && getpid() > 0;
+    return getcwd(cwd, sizeof cwd) != NULL && getpid() > 0 && getppid() >= 0;
 }
 
 static int lockwait_main(void) {
@@ -220,12 +220,12 @@ static int futexsig_main(void) {
         if (!await_flag(&fx_done, r))
             break;
         long us = fx_woke[r] - t0;
-        fast += us < 50000;
+        fast += us < 500000;
         eintr += fx_ret[r] == -EINTR;
     }
     pthread_join(t, NULL);
-    printf("rounds woken within 50 ms of the kill: %d of %d\n", fast, ROUNDS);
-    check("every round woken within 50 ms", fast == ROUNDS);
+    printf("rounds woken within 500 ms of the kill: %d of %d\n", fast, ROUNDS);
+    check("every round woken within 500 ms", fast == ROUNDS);
     check("every futex wait ended with EINTR after the handler", eintr == ROUNDS && handled == ROUNDS);
     return finish("futexsig");
 }

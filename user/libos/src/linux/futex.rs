@@ -117,11 +117,16 @@ pub fn sleep_until(s: &Slot, deadline: u64, done: impl FnMut() -> bool) -> bool 
     sleep_until_sig(s, None, deadline, done)
 }
 
+/// The longest single halt of a sleep that signals to the process also wake
+/// (`sleep_until_sig`): nothing it waits for relies on the periodic look.
+const SIGNAL_SLEEP_US: u64 = 1_000_000;
+
 /// `sleep_until`, for a sleep that a signal to the process must end: while it may halt, the
 /// caller's core is also in `psig`'s sleeper mask, so a process-directed signal (`kill`
 /// from any process, `signal::post`) wakes it at once. Two threads of the process that
 /// sleep on one core share the bit: the first to leave clears it, and the other then sees a
-/// signal at its next look (at most 100 ms), the only case that still waits for one.
+/// signal at its next look, the only case that still waits for one (on a shared TC the
+/// kernel's `wait` does not halt while another context is queued, so it is a rare one).
 pub fn sleep_until_sig(s: &Slot, psig: Option<&SignalSlot>, deadline: u64, mut done: impl FnMut() -> bool) -> bool {
     let core = crate::ctx::ctx().core;
     let cbit = super::signal::core_bit(core);
@@ -143,7 +148,11 @@ pub fn sleep_until_sig(s: &Slot, psig: Option<&SignalSlot>, deadline: u64, mut d
             ps.sleeper.fetch_or(cbit, Ordering::SeqCst);
         }
         if !done() && !thread::must_leave() {
-            let us = ((deadline - now) / 1000).clamp(1, 100_000);
+            // Every maker of the condition wakes the core (a waker or a thread-directed
+            // signal through the slot, a process-directed one through the mask): the sleep
+            // is bounded only as a safety net, longer when signals are covered too.
+            let most = if psig.is_some() { SIGNAL_SLEEP_US } else { 100_000 };
+            let us = ((deadline - now) / 1000).clamp(1, most);
             let _ = crate::sys::wait(0, us);
         }
         if let Some(ps) = psig {
