@@ -172,6 +172,8 @@ fn complete(p: &mut Process, x: Prepared) -> Result<(u64, u64), i64> {
         Ok(l) => {
             p.image = l;
             p.procs.exe = abs;
+            // Threads the new program makes map its segments from its share.
+            p.threads.set_prog_share(p.image.share);
         }
         Err(msg) => {
             // Nothing to return to: the process ends as Linux ends it (SIGKILL) past this point.

@@ -329,6 +329,12 @@ impl Threads {
         Threads { recs: Vec::new(), zombies: Vec::new(), next_tid: MAIN_TID + 1, created: 0, main_core: 0, made_tc: false, tc_cores: 0, main_root: ObjName::default(), shared_root: false, prog_share: 0 }
     }
 
+    /// After `execve`: the program's segments are in the new image's share, where a new
+    /// thread finds them to map (`copy_program`).
+    pub fn set_prog_share(&mut self, share: abi::ObjectId) {
+        self.prog_share = share;
+    }
+
     /// Live threads besides the main one.
     pub fn others(&self) -> usize {
         self.recs.iter().filter(|r| r.slot != 0).count()
