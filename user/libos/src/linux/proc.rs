@@ -312,6 +312,9 @@ struct ForkStart {
     parent_maps: Vec<(u64, ObjectId)>,
     /// How each descriptor goes to the child (`pipe::carry`).
     carried: Vec<(usize, super::pipe::Carried)>,
+    /// The forking thread's slot (`thread::SLOTS`): the child's only thread is that one, with
+    /// its FS base and mask (the child's new context page does not say which it was).
+    thread: usize,
 }
 
 /// Handed to the child through its copy of memory (set just before the `cfork`, taken back
@@ -383,7 +386,7 @@ fn fork(f: &mut Frame) -> i64 {
     let parent_maps = maps[..n.min(maps.len())].iter().filter(|m| m.target_type == abi::ObjType::Segment as u32).map(|m| (m.voff, m.target)).collect();
     let mut frame = *f;
     frame.ret = 0;
-    *FORK_START.lock() = Some(ForkStart { frame, pid, slot, parent_maps, carried });
+    *FORK_START.lock() = Some(ForkStart { frame, pid, slot, parent_maps, carried, thread: super::upcall::my_slot() });
     // The child's copy of the dispatcher's state must not be locked: it resumes the program
     // without returning through this call.
     drop(g);
@@ -452,7 +455,7 @@ fn spawn(sess: &Session) -> Result<Child, abi::Error> {
 /// copies of the program's memory, its pipes and its slot, then continue the program.
 fn child_main(_: u64) -> u64 {
     let Some(start) = FORK_START.lock().take() else { return code_of_exit(127) };
-    let fs_base = match adopt(start.pid, start.slot, &start.parent_maps, &start.carried) {
+    let fs_base = match adopt(start.pid, start.slot, &start.parent_maps, &start.carried, start.thread) {
         Ok(b) => b,
         Err(_) => return code_of_signal(SIGKILL),
     };
@@ -464,7 +467,7 @@ fn child_main(_: u64) -> u64 {
 /// Rebuild the child's `Process` from its copy of the parent's: ids, memory (the program's
 /// segments are now the cfork's copies, moved into a program share of the child's own, so
 /// that `execve` and the exit delete them as the parent's are), pipes. Returns the FS base.
-fn adopt(pid: u32, slot: usize, parent_maps: &[(u64, ObjectId)], carried: &[(usize, super::pipe::Carried)]) -> Result<u64, abi::Error> {
+fn adopt(pid: u32, slot: usize, parent_maps: &[(u64, ObjectId)], carried: &[(usize, super::pipe::Carried)], thread: usize) -> Result<u64, abi::Error> {
     let mut g = PROC.lock();
     let p = g.as_mut().ok_or(abi::Error::NoSuchObject)?;
     // The copy of the parent's children list names the parent's children: not ours to halt.
@@ -522,7 +525,7 @@ fn adopt(pid: u32, slot: usize, parent_maps: &[(u64, ObjectId)], carried: &[(usi
     p.image.space.mmaps.rebind(share, &rename)?;
     super::pipe::adopt(&mut p.files, carried);
     // The child has the forking thread only (as Linux), now its main thread.
-    super::thread::after_fork(p);
+    super::thread::after_fork(p, thread);
     Ok(super::thread::me().fs_base.load(Ordering::Relaxed))
 }
 

@@ -241,10 +241,13 @@ pub fn set_main_tid(pid: u32) {
 }
 
 /// A forked child's thread table (in the child, on its copy of the parent's): the forking
-/// thread only, now the main thread in slot 0 with its FS base and signal mask (Linux's
-/// child has no `clear_child_tid` and no robust list unless `clone` asked for them).
-pub fn after_fork(p: &mut Process) {
-    let mine = me();
+/// thread only (`forking`: its slot in the parent), now the main thread in slot 0 with its FS
+/// base and signal mask (Linux's child has no `clear_child_tid` and no robust list unless
+/// `clone` asked for them). The FS base must be the forking thread's: the C library's fork
+/// finds its own thread descriptor through it (musl's child walks its thread list from
+/// there, and loops forever on another thread's).
+pub fn after_fork(p: &mut Process, forking: usize) {
+    let mine = &SLOTS[forking.min(MAX_THREADS - 1)];
     let (fs, mask) = (mine.fs_base.load(Ordering::Relaxed), mine.sigmask.load(Ordering::Relaxed));
     let old = core::mem::replace(&mut p.threads, Threads::new(p.image.share));
     // The copy names the parent's threads (their contexts and stacks): not the child's to
