@@ -329,7 +329,20 @@ const CLONE_CHILD_SETTID: u64 = 0x0100_0000;
 const CSIGNAL: u64 = 0xff;
 
 pub fn sys_fork(f: &mut Frame) -> i64 {
-    fork(f)
+    fork_copying(f)
+}
+
+/// `fork` with the child's copies made as this process's threads need: with threads besides
+/// the caller, eagerly (`cfork::set_eager_copies`): the kernel's copy-on-write keeps one
+/// address range right, not the several (one per thread) that map the same segments, so
+/// after a copy-on-write break the other threads would see the child's pages. A single-
+/// threaded process copies on write as before.
+fn fork_copying(f: &mut Frame) -> i64 {
+    let threaded = lock_proc().as_ref().is_some_and(|p| p.threads.others() > 0);
+    crate::cfork::set_eager_copies(threaded);
+    let r = fork(f);
+    crate::cfork::set_eager_copies(false);
+    r
 }
 
 /// `clone` without `CLONE_VM`: a fork. The exit signal must be SIGCHLD (or none); the tid
@@ -355,7 +368,7 @@ pub fn sys_clone(f: &mut Frame) -> i64 {
             return -EFAULT;
         }
     }
-    let pid = fork(f);
+    let pid = fork_copying(f);
     if pid > 0 && flags & CLONE_PARENT_SETTID != 0 {
         if let Some(p) = PROC.lock().as_ref() {
             p.image.space.put(ptid, &(pid as u32).to_le_bytes());
