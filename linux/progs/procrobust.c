@@ -57,13 +57,13 @@ static void sleep_ms(long ms) {
         ;
 }
 
-/* Spin (with a system call per round) until *flag == want, at most 5 s. */
+/* Look every millisecond until *flag == want, at most 5 s. */
 static int await_flag(volatile int *flag, int want) {
     long end = now_ms() + 5000;
     while (*flag != want) {
         if (now_ms() > end)
             return 0;
-        sched_yield();
+        sleep_ms(1);
     }
     return 1;
 }
