@@ -117,9 +117,11 @@ pub fn sleep_until(s: &Slot, deadline: u64, done: impl FnMut() -> bool) -> bool 
     sleep_until_sig(s, None, deadline, done)
 }
 
-/// The longest single halt of a sleep that signals to the process also wake
-/// (`sleep_until_sig`): nothing it waits for relies on the periodic look.
-const SIGNAL_SLEEP_US: u64 = 1_000_000;
+/// The longest single halt of a sleep (`sleep_until`, `sleep_until_sig`): nothing it waits
+/// for relies on the periodic look (a process-directed signal wakes it through the process's
+/// sleeper mask, everything else through the thread's slot), so a wake that went missing
+/// costs up to a second and shows (conformance case `procrobust-futexsig`).
+const SLEEP_MOST_US: u64 = 1_000_000;
 
 /// `sleep_until`, for a sleep that a signal to the process must end: while it may halt, the
 /// caller's core is also in `psig`'s sleeper mask, so a process-directed signal (`kill`
@@ -148,11 +150,10 @@ pub fn sleep_until_sig(s: &Slot, psig: Option<&SignalSlot>, deadline: u64, mut d
             ps.sleeper.fetch_or(cbit, Ordering::SeqCst);
         }
         if !done() && !thread::must_leave() {
-            // Every maker of the condition wakes the core (a waker or a thread-directed
-            // signal through the slot, a process-directed one through the mask): the sleep
-            // is bounded only as a safety net, longer when signals are covered too.
-            let most = if psig.is_some() { SIGNAL_SLEEP_US } else { 100_000 };
-            let us = ((deadline - now) / 1000).clamp(1, most);
+            // Every maker of the condition wakes the core (a waker, `exit_group` or a
+            // thread-directed signal through the slot, a process-directed one through the
+            // mask): the bound is only a safety net, long enough that a missing wake shows.
+            let us = ((deadline - now) / 1000).clamp(1, SLEEP_MOST_US);
             let _ = crate::sys::wait(0, us);
         }
         if let Some(ps) = psig {
