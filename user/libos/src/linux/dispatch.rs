@@ -304,15 +304,23 @@ fn leave_or_resume(exit: Option<u64>, next: Option<signal::Next>) {
     }
     // Another thread's execve ends this one (the main thread runs the new image instead).
     if thread::exec_ends_me() {
-        match thread::leave_for_exec() {
-            Some(h) => super::exec::run_handed_over(h),
-            None => super::upcall::leave(thread::group_exit().unwrap_or(0)),
-        }
+        ended_by_exec();
     }
     match next {
         None => {}
         Some(signal::Next::Resume(regs)) => super::upcall::resume(&regs),
         Some(signal::Next::Exit(status)) => super::upcall::leave(status),
+    }
+}
+
+/// The way out of a thread that another thread's `execve` ends (out of line: the common way
+/// back only tests one word).
+#[cold]
+#[inline(never)]
+fn ended_by_exec() -> ! {
+    match thread::leave_for_exec() {
+        Some(h) => super::exec::run_handed_over(h),
+        None => super::upcall::leave(thread::group_exit().unwrap_or(0)),
     }
 }
 

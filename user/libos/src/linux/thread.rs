@@ -134,6 +134,7 @@ pub fn must_leave() -> bool {
 }
 
 /// Whether another thread's `execve` is ending this one.
+#[inline]
 pub fn exec_ends_me() -> bool {
     match EXEC_BY.load(Ordering::Acquire) {
         0 => false,
