@@ -78,6 +78,14 @@ impl Child {
     pub fn join(mut self) -> Result<u64, Error> {
         self.join_timeout(u64::MAX / 4)
     }
+
+    /// Take over a child another process made (handed over through a share both reach,
+    /// then held by this process's share): `share` is its share, `pcore` its pcore object.
+    /// A cfork'd pcore is fresh (it had not run before its start), so it is waited for as
+    /// one the caller made itself.
+    pub fn adopt(share: ObjectId, pcore: ObjName) -> Child {
+        Child { core: 0, share, pcore, runs_before: 0, joined: false }
+    }
 }
 
 impl Drop for Child {
@@ -88,6 +96,19 @@ impl Drop for Child {
         }
         crate::process::del_share(self.share);
     }
+}
+
+/// Copy every segment eagerly (all its pages now) instead of copy-on-write in the `cfork`s of
+/// this process, while set (`set_eager_copies`). For a process whose segments other address
+/// ranges of its own map as well (a Linux program's threads, each with its root range): a
+/// copy-on-write break replaces the page's frame in the segment for the range that wrote it,
+/// but the other ranges' entries keep the old frame, which is then the child's, so they
+/// would read (and write, once it is the child's alone) the child's page.
+static EAGER: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// See `EAGER`. Per process (a static of its image).
+pub fn set_eager_copies(on: bool) {
+    EAGER.store(on, core::sync::atomic::Ordering::Relaxed);
 }
 
 /// Shares besides the usual ones in which `cfork` looks for the objects it copies: shares a
@@ -168,7 +189,8 @@ fn copy_mappings(dst: ObjName, share: ObjectId, maps: &[ArMapping], opts: &Cfork
             } else if let Some(&(_, new)) = copied[..ncopied].iter().find(|(old, _)| *old == m.target) {
                 ObjName::new(share, new)
             } else {
-                let new = match crate::sys::segment_copy(share, name_of(m.target)?, "cfork", COPY_ON_WRITE) {
+                let how = if EAGER.load(core::sync::atomic::Ordering::Relaxed) { abi::COPY_EAGER } else { COPY_ON_WRITE };
+                let new = match crate::sys::segment_copy(share, name_of(m.target)?, "cfork", how) {
                     Ok(n) => n,
                     // A segment a device object pinned (a disk's or NIC's request memory)
                     // cannot be copied; the child gets nothing mapped there (the device is

@@ -143,6 +143,20 @@ pub const CASES: &[Case] = &[
         )
     },
     Case { ci: true, ..c_prog("badexec-undefined", "badexec", &["undefined"], 0, Out::Has(&["entry outside the image: status 139", "badexec: done"])) },
+    // Processes and threads together (linux/progs/procrobust.c): a thread asleep in pause,
+    // rt_sigsuspend or wait4 leaves the process lock to the others; a process-directed
+    // signal wakes a futex waiter at once (two vCPUs: the waiter's core halts); orphans go
+    // on under init and orphaned zombies are reaped; fork and execve from a second thread.
+    Case { ci: true, ..c_prog("procrobust-lockwait", "procrobust", &["lockwait"], 0, Out::Has(&["procrobust lockwait: ok"])) },
+    Case { ci: true, smp: 2, ..c_prog("procrobust-futexsig", "procrobust", &["futexsig"], 0, Out::Has(&["rounds woken within 500 ms of the kill: 8 of 8", "procrobust futexsig: ok"])) },
+    Case { ci: true, ..c_prog("procrobust-orphan", "procrobust", &["orphan"], 0, Out::Has(&["grandchild: parent after its parent's exit: 1", "procrobust orphan: ok"])) },
+    // Not in CI (its time): `sh-shared-offset` below checks the shared offset there.
+    c_prog("procrobust-offsets", "procrobust", &["offsets"], 0, Out::Has(&["procrobust offsets: ok"])),
+    // Two children of the shell write in turn to the group's one open file: both lines stay
+    // (the offset is the open file description's, shared across fork).
+    Case { ci: true, ..bb("sh-shared-offset", &["sh", "-c", "{ sh -c 'echo a'; sh -c 'echo b'; } > f; cat f"], Out::Is("a\nb\n")) },
+    Case { ci: true, ..c_prog("procrobust-forkthread", "procrobust", &["forkthread"], 0, Out::Has(&["procrobust forkthread: ok"])) },
+    Case { ci: true, smp: 2, ..c_prog("procrobust-execthread", "procrobust", &["execthread"], 0, Out::Has(&["procrobust execthread: ok"])) },
     // Two processes time-sharing the one vCPU keep their own SSE registers (the kernel saves
     // them at each switch of a time-sharing core).
     Case { ci: true, ..c_prog("fpswitch", "fpswitch", &[], 0, Out::Is("parent saw another's SSE state: never\nchild saw another's SSE state: never\nfpswitch: ok\n")) },

@@ -71,6 +71,7 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     ("pipecost", &[]),
     ("threads", &["-lpthread"]),
     ("threads_bench", &["-lpthread"]),
+    ("procrobust", &["-lpthread"]),
 ];
 
 /// The Linux guest's `/init` for `exec --system linux`, built into `target/linux-exec/`.

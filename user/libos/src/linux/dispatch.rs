@@ -9,9 +9,10 @@
 //! Lock discipline: what the threads of the program share is one [`Process`] behind the
 //! process lock ([`PROC`], taken with [`lock_proc`]); what each thread has is its slot
 //! (`thread::SLOTS`). A [`HANDLERS`] row runs with the process lock held and never blocks;
-//! an [`UNLOCKED`] row (calls that may sleep or end a thread: `futex`, `nanosleep`,
-//! `sched_yield`, `clone`, `exit`, `exit_group`, the readiness waits `poll`, `ppoll`,
-//! `select`, `pselect6`, `epoll_wait`, `epoll_pwait`) gets the registers and takes the lock itself
+//! an [`UNLOCKED`] row (calls that may sleep or end a thread: `futex`, `nanosleep`, `pause`,
+//! `rt_sigsuspend`, `wait4`, `waitid`, `sched_yield`, `clone`, `fork`, `execve`, `exit`,
+//! `exit_group`, the readiness waits `poll`, `ppoll`, `select`, `pselect6`, `epoll_wait`,
+//! `epoll_pwait`) gets the registers and takes the lock itself
 //! only around what touches shared state, so other threads go on while it sleeps.
 
 use alloc::string::String;
@@ -109,7 +110,6 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::MADVISE, super::vm::sys_madvise),
     (nr::DUP, fscalls::sys_dup),
     (nr::DUP2, fscalls::sys_dup2),
-    (nr::PAUSE, signal::sys_pause),
     (nr::GETITIMER, signal::sys_getitimer),
     (nr::ALARM, signal::sys_alarm),
     (nr::SETITIMER, signal::sys_setitimer),
@@ -167,7 +167,6 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::GETPGID, super::proc::sys_getpgid),
     (nr::GETSID, super::proc::sys_getsid),
     (nr::RT_SIGPENDING, signal::sys_rt_sigpending),
-    (nr::RT_SIGSUSPEND, signal::sys_rt_sigsuspend),
     (nr::SIGALTSTACK, signal::sys_sigaltstack),
     (nr::STATFS, fscalls::sys_statfs),
     (nr::FSTATFS, fscalls::sys_fstatfs),
@@ -214,6 +213,7 @@ pub const UNLOCKED: &[(u64, FrameHandler)] = &[
     (nr::POLL, super::poll::sys_poll),
     (nr::SELECT, super::poll::sys_select),
     (nr::SCHED_YIELD, sys_sched_yield),
+    (nr::PAUSE, signal::sys_pause),
     (nr::NANOSLEEP, sys_nanosleep),
     (nr::CLONE, sys_clone),
     (nr::FORK, super::proc::sys_fork),
@@ -221,6 +221,7 @@ pub const UNLOCKED: &[(u64, FrameHandler)] = &[
     (nr::EXECVE, super::exec::sys_execve),
     (nr::EXIT, thread::sys_exit),
     (nr::WAIT4, super::proc::sys_wait4),
+    (nr::RT_SIGSUSPEND, signal::sys_rt_sigsuspend),
     (nr::FUTEX, super::futex::sys_futex),
     (nr::EXIT_GROUP, thread::sys_exit_group),
     (nr::EPOLL_WAIT, super::epoll::sys_epoll_wait),
@@ -331,10 +332,25 @@ fn leave_or_resume(exit: Option<u64>, next: Option<signal::Next>) {
     if let Some(status) = exit.or_else(thread::group_exit) {
         super::upcall::leave(status);
     }
+    // Another thread's execve ends this one (the main thread runs the new image instead).
+    if thread::exec_ends_me() {
+        ended_by_exec();
+    }
     match next {
         None => {}
         Some(signal::Next::Resume(regs)) => super::upcall::resume(&regs),
         Some(signal::Next::Exit(status)) => super::upcall::leave(status),
+    }
+}
+
+/// The way out of a thread that another thread's `execve` ends (out of line: the common way
+/// back only tests one word).
+#[cold]
+#[inline(never)]
+fn ended_by_exec() -> ! {
+    match thread::leave_for_exec() {
+        Some(h) => super::exec::run_handed_over(h),
+        None => super::upcall::leave(thread::group_exit().unwrap_or(0)),
     }
 }
 
@@ -813,10 +829,10 @@ fn sys_nanosleep(f: &mut Frame) -> i64 {
             }
             return -EINTR;
         }
-        if now_ns() >= end || thread::group_exit().is_some() {
+        if now_ns() >= end || thread::must_leave() {
             break;
         }
-        super::futex::sleep_until(me, until, || signal::pending_for_me(psig));
+        super::futex::sleep_until_sig(me, Some(psig), until, || signal::pending_for_me(psig));
     }
     let g = lock_proc();
     let Some(p) = g.as_ref() else { return -ENOSYS };

@@ -5,14 +5,18 @@
 //! same loader as the first program's: `AT_EXECFN` is the path as given). The descriptors
 //! marked `FD_CLOEXEC` are closed, handled signals go back to their default action (ignored
 //! ones stay ignored, the mask stays), and the upcall returns into the new program: its
-//! frame is rewritten to the new entry and stack with every register cleared.
+//! frame is rewritten to the new entry and stack with every register cleared. The process's
+//! other threads end first (each at its next call or wake-up, halted after a grace period if
+//! it makes none); an `execve` from a thread other than the main one is completed by the main
+//! thread, so the new program runs with the pid as its tid.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 
 use linuxabi::errno::*;
 
-use super::dispatch::{Process, PROC};
+use super::dispatch::{lock_proc, Process};
+use super::thread;
 use super::upcall::Frame;
 
 /// Longest path (Linux's `PATH_MAX` less the NUL).
@@ -40,10 +44,47 @@ fn strings(p: &Process, mut at: u64) -> Result<Vec<Vec<u8>>, i64> {
     }
 }
 
+/// An `execve` checked up to the point of no return: the file's bytes (its ELF plan
+/// accepted), the path as given and made absolute, the arguments and environment.
+pub struct Prepared {
+    file: Vec<u8>,
+    given: String,
+    abs: String,
+    argv: Vec<Vec<u8>>,
+    envp: Vec<Vec<u8>>,
+}
+
+/// `execve(path, argv, envp)`. Everything that can fail with an error is checked first
+/// (`prepare`, under the process lock); then the program's other threads end (Linux's
+/// `de_thread`). From the main thread the image is replaced here; from another thread the
+/// checked exec is handed to the main thread, which replaces the image and runs the new
+/// program (with the pid as its tid, as Linux makes the caller the leader), and the caller
+/// ends.
 pub fn sys_execve(f: &mut Frame) -> i64 {
-    let mut g = PROC.lock();
+    let prepared = {
+        let mut g = lock_proc();
+        let Some(p) = g.as_mut() else { return -ENOSYS };
+        match prepare(p, f.rdi, f.rsi, f.rdx) {
+            Ok(x) => x,
+            Err(e) => return e,
+        }
+    };
+    let slot = super::upcall::my_slot();
+    let others = lock_proc().as_ref().is_some_and(|p| p.threads.others() > 0);
+    if slot != 0 || others {
+        thread::end_others_for_exec(slot, EXEC_GRACE_MS);
+    }
+    if slot != 0 {
+        *thread::EXEC_HANDOVER.lock() = Some(prepared);
+        thread::kick(&thread::SLOTS[0]);
+        // Ends this thread (never returns).
+        let _ = thread::leave_for_exec();
+        return -ENOSYS;
+    }
+    thread::exec_done();
+    let mut g = lock_proc();
     let Some(p) = g.as_mut() else { return -ENOSYS };
-    match execve(p, f.rdi, f.rsi, f.rdx) {
+    match complete(p, prepared) {
         Ok((entry, rsp)) => {
             // The upcall returns into the new program as Linux starts one: rsp at argc,
             // rdx = 0 (no exit handler), the other registers cleared.
@@ -54,7 +95,35 @@ pub fn sys_execve(f: &mut Frame) -> i64 {
     }
 }
 
-fn execve(p: &mut Process, path: u64, argv: u64, envp: u64) -> Result<(u64, u64), i64> {
+/// How long the other threads get to reach a system call before an `execve` halts them.
+const EXEC_GRACE_MS: u64 = 200;
+
+/// The main thread, handed a thread's `execve` (`thread::leave_for_exec`): replace the image
+/// and run the new program; if the load fails, the process ends (as `complete` says).
+pub fn run_handed_over(h: Prepared) -> ! {
+    let next = {
+        let mut g = lock_proc();
+        match g.as_mut() {
+            Some(p) => match complete(p, h) {
+                Ok((entry, rsp)) => Ok((entry, rsp)),
+                Err(_) => Err(p.exit.unwrap_or(128 + u64::from(super::proc::SIGKILL))),
+            },
+            None => Err(127),
+        }
+    };
+    match next {
+        Ok((rip, rsp)) => {
+            let r = linuxabi::signal::Regs { rip, rsp, rflags: 0x202, ..Default::default() };
+            super::upcall::resume(&r)
+        }
+        Err(status) => super::upcall::leave(status),
+    }
+}
+
+/// Every check an `execve` makes before anything changes: the path (`EFAULT`, `ENOENT`),
+/// the arguments and environment (`EFAULT`, `E2BIG`), the file (`EACCES` for a directory or
+/// a file without an execute bit, `ENOEXEC` for what the loader refuses).
+fn prepare(p: &Process, path: u64, argv: u64, envp: u64) -> Result<Prepared, i64> {
     let raw = p.image.space.cstr(path, PATH_MAX)?;
     let given = core::str::from_utf8(raw).map_err(|_| -ENOENT)?;
     if given.is_empty() {
@@ -63,10 +132,12 @@ fn execve(p: &mut Process, path: u64, argv: u64, envp: u64) -> Result<(u64, u64)
     let given = String::from(given);
     let argv = strings(p, argv)?;
     let envp = strings(p, envp)?;
-    let av: Vec<&[u8]> = argv.iter().map(|s| s.as_slice()).collect();
-    let ev: Vec<&[u8]> = envp.iter().map(|s| s.as_slice()).collect();
-    if linuxabi::initstack::needed(&av, &ev, given.as_bytes()) > super::load::ARG_ROOM {
-        return Err(-E2BIG);
+    {
+        let av: Vec<&[u8]> = argv.iter().map(|s| s.as_slice()).collect();
+        let ev: Vec<&[u8]> = envp.iter().map(|s| s.as_slice()).collect();
+        if linuxabi::initstack::needed(&av, &ev, given.as_bytes()) > super::load::ARG_ROOM {
+            return Err(-E2BIG);
+        }
     }
     let abs = if given.starts_with('/') { super::files::normalize(&given) } else { super::files::join(&p.cwd, &given) };
     // `/proc/self/exe` (there is no /proc): the program this process runs, which is how
@@ -90,7 +161,16 @@ fn execve(p: &mut Process, path: u64, argv: u64, envp: u64) -> Result<(u64, u64)
         }
         Err(_) => return Err(-ENOEXEC),
     }
-    // The point of no return: the old image goes.
+    Ok(Prepared { file, given, abs, argv, envp })
+}
+
+/// Past the point of no return (the caller is the process's only thread): the old image
+/// goes, the new one is loaded; returns its entry and stack pointer.
+fn complete(p: &mut Process, x: Prepared) -> Result<(u64, u64), i64> {
+    let Prepared { file, given, abs, argv, envp } = x;
+    let av: Vec<&[u8]> = argv.iter().map(|s| s.as_slice()).collect();
+    let ev: Vec<&[u8]> = envp.iter().map(|s| s.as_slice()).collect();
+    let (limit, _) = super::upcall::native_range();
     super::load::unload(&mut p.image);
     let mut seed = crate::time::tsc();
     let mut random = [0u8; 16];
@@ -100,6 +180,8 @@ fn execve(p: &mut Process, path: u64, argv: u64, envp: u64) -> Result<(u64, u64)
         Ok(l) => {
             p.image = l;
             p.procs.exe = abs;
+            // Threads the new program makes map its segments from its share.
+            p.threads.set_prog_share(p.image.share);
         }
         Err(msg) => {
             // Nothing to return to: the process ends as Linux ends it (SIGKILL) past this point.

@@ -101,6 +101,18 @@ pub struct Desc {
     /// How many calls on it answered `EAGAIN` (wrapping): an edge-triggered epoll interest
     /// that sees it change treats what is ready next as a new edge (`epoll.rs`).
     pub drained: u32,
+    /// A file's offset cell in the session's table once the description was carried across a
+    /// `fork` (`proc::offset_cell_new`): parent and child then read, write and seek one
+    /// offset, as Linux's processes share a `struct file`. `None`: the descriptor layer's
+    /// own offset (private to this process).
+    pub shared: Option<usize>,
+}
+
+/// A description is gone (its last descriptor closed): let go of its shared offset.
+fn drop_desc(d: Desc) {
+    if let Some(c) = d.shared {
+        super::proc::offset_cell_unref(c);
+    }
 }
 
 /// What an `install_with` adds to a new description.
@@ -192,7 +204,7 @@ impl Files {
                     return Err(e);
                 }
             };
-            let d = f.new_desc(Desc { refs: 0, flags, stream, path: String::new(), dir: None, is_dir: false, dev: None, sock: None, epoll: None, drained: 0 });
+            let d = f.new_desc(Desc { refs: 0, flags, stream, path: String::new(), dir: None, is_dir: false, dev: None, sock: None, epoll: None, drained: 0, shared: None });
             f.put(i, fd, false, d);
         }
         Ok(f)
@@ -261,7 +273,7 @@ impl Files {
             let _ = fd::close(fd);
             return -EMFILE;
         };
-        let d = self.new_desc(Desc { refs: 0, flags: flags & !(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_CLOEXEC), stream, path, dir: None, is_dir, dev: None, sock: None, epoll: None, drained: 0 });
+        let d = self.new_desc(Desc { refs: 0, flags: flags & !(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_CLOEXEC), stream, path, dir: None, is_dir, dev: None, sock: None, epoll: None, drained: 0, shared: None });
         self.put(slot, fd, flags & O_CLOEXEC != 0, d);
         slot as i64
     }
@@ -325,6 +337,37 @@ impl Files {
         (0..MAX_FDS).filter_map(|i| self.slots[i].as_ref().and_then(|s| Some((i, s.fd, self.descs[s.desc].as_ref()?)))).collect()
     }
 
+    /// Before a `fork`: every open description of a file (not a directory) gets a shared
+    /// offset cell (from its current offset) if it has none, and the cell one more holder for
+    /// the child's copy of the description. Returns, per descriptor number, the cell counted
+    /// for the child (once per description, at its lowest descriptor), so a fork that fails
+    /// lets go of them (`proc::offset_cell_unref`).
+    pub fn share_offsets_for_child(&mut self) -> Vec<(usize, usize)> {
+        let mut counted: Vec<(usize, usize)> = Vec::new();
+        let mut seen: Vec<usize> = Vec::new();
+        for i in 0..MAX_FDS {
+            let Some(s) = self.slots[i].as_ref() else { continue };
+            let (ofd, di) = (s.fd, s.desc);
+            if seen.contains(&di) {
+                continue;
+            }
+            seen.push(di);
+            let Some(d) = self.descs[di].as_mut() else { continue };
+            if d.is_dir || d.path.is_empty() || d.dev.is_some() || !matches!(fd::kind(ofd), Ok(Kind::Fs(_))) {
+                continue;
+            }
+            if d.shared.is_none() {
+                let Ok(off) = fd::lseek(ofd, 0, fs::SEEK_CUR) else { continue };
+                d.shared = super::proc::offset_cell_new(off);
+            }
+            if let Some(c) = d.shared {
+                super::proc::offset_cell_ref(c);
+                counted.push((i, c));
+            }
+        }
+        counted
+    }
+
     /// In a forked child: descriptor `i` is now `fd` (its copy names the parent's open file
     /// in the parent's private table, which this context can neither use nor close), or gone
     /// with `None` (a kind a child cannot be given: its description goes with its last slot).
@@ -338,7 +381,7 @@ impl Files {
                 if let Some(d) = self.descs[desc].as_mut() {
                     d.refs -= 1;
                     if d.refs == 0 {
-                        self.descs[desc] = None;
+                        self.descs[desc].take().map(drop_desc);
                     }
                 }
             }
@@ -501,7 +544,7 @@ pub fn close(f: &mut Files, fd: i32) -> i64 {
     if let Some(d) = f.descs[slot.desc].as_mut() {
         d.refs -= 1;
         if d.refs == 0 {
-            f.descs[slot.desc] = None;
+            f.descs[slot.desc].take().map(drop_desc);
         }
     }
     match fd::close(slot.fd) {
@@ -633,9 +676,14 @@ fn read_inner(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
             if d.flags & O_NONBLOCK != 0 && super::pipe::would_block(ofd, dst.len()) {
                 return -EAGAIN;
             }
-            let r = match at {
-                Some(off) => fd::read_at(ofd, off, dst),
-                None => fd::read(ofd, dst),
+            let r = match (at, d.shared) {
+                (Some(off), _) => fd::read_at(ofd, off, dst),
+                // The offset parent and child share: one step on it under its lock.
+                (None, Some(c)) => super::proc::with_offset_cell(c, |off| match fd::read_at(ofd, off, dst) {
+                    Ok(n) => (off + n as u64, Ok(n)),
+                    Err(e) => (off, Err(e)),
+                }),
+                (None, None) => fd::read(ofd, dst),
             };
             r.map(|n| n as i64).unwrap_or_else(errno_of)
         }
@@ -677,9 +725,21 @@ fn write_inner(f: &mut Files, fd: i32, src: &[u8], framed: bool, at: Option<u64>
         }
         Stream::In => -EBADF,
         Stream::None => {
-            let r = match at {
-                Some(off) => fd::write_at(ofd, off, src),
-                None => {
+            let r = match (at, d.shared) {
+                (Some(off), _) => fd::write_at(ofd, off, src),
+                (None, Some(c)) => {
+                    let append = d.flags & O_APPEND != 0;
+                    super::proc::with_offset_cell(c, |off| {
+                        // O_APPEND: at the end as it is now (under the cell's lock, so two
+                        // processes' appends do not overwrite each other).
+                        let at = if append { fd::lseek(ofd, 0, fs::SEEK_END).unwrap_or(off) } else { off };
+                        match fd::write_at(ofd, at, src) {
+                            Ok(n) => (at + n as u64, Ok(n)),
+                            Err(e) => (off, Err(e)),
+                        }
+                    })
+                }
+                (None, None) => {
                     if d.flags & O_APPEND != 0 {
                         if let Err(e) = fd::lseek(ofd, 0, fs::SEEK_END) {
                             if e != Error::WrongType {
@@ -729,7 +789,19 @@ pub fn lseek(f: &mut Files, fd: i32, off: i64, whence: u32) -> i64 {
         }
         return -EINVAL;
     }
-    match fd::lseek(ofd, off, whence) {
+    let r = match d.shared {
+        // The shared offset: the descriptor layer's own is set to it, then moved as asked
+        // (its checks: a negative result is EINVAL), and the result shared again.
+        Some(c) => super::proc::with_offset_cell(c, |cur| {
+            let r = fd::lseek(ofd, cur as i64, fs::SEEK_SET).and_then(|_| fd::lseek(ofd, off, whence));
+            match r {
+                Ok(n) => (n, Ok(n)),
+                Err(e) => (cur, Err(e)),
+            }
+        }),
+        None => fd::lseek(ofd, off, whence),
+    };
+    match r {
         Ok(n) => n as i64,
         Err(Error::InvalidArgument) => -EINVAL,
         Err(e) => errno_of(e),

@@ -32,6 +32,7 @@ use percore::pad::CachePadded;
 use percore::spin::TicketLock;
 
 use super::dispatch::lock_proc;
+use super::signal::SignalSlot;
 use super::thread::{self, Slot, SLOTS};
 use super::upcall::Frame;
 
@@ -112,13 +113,30 @@ pub fn wake(addr: u64, n: u64, bits: u32) -> i64 {
 /// Sleep (halting the core, or giving the turn on a shared TC) until `done()` or the
 /// program ends (`exit_group`) or `deadline` (ns since boot) passes; returns whether `done()`.
 /// `s` is the caller's slot: a maker of the condition wakes it with `thread::kick`.
-pub fn sleep_until(s: &Slot, deadline: u64, mut done: impl FnMut() -> bool) -> bool {
+pub fn sleep_until(s: &Slot, deadline: u64, done: impl FnMut() -> bool) -> bool {
+    sleep_until_sig(s, None, deadline, done)
+}
+
+/// The longest single halt of a sleep (`sleep_until`, `sleep_until_sig`): nothing it waits
+/// for relies on the periodic look (a process-directed signal wakes it through the process's
+/// sleeper mask, everything else through the thread's slot), so a wake that went missing
+/// costs up to a second and shows (conformance case `procrobust-futexsig`).
+const SLEEP_MOST_US: u64 = 1_000_000;
+
+/// `sleep_until`, for a sleep that a signal to the process must end: while it may halt, the
+/// caller's core is also in `psig`'s sleeper mask, so a process-directed signal (`kill`
+/// from any process, `signal::post`) wakes it at once. Two threads of the process that
+/// sleep on one core share the bit: the first to leave clears it, and the other then sees a
+/// signal at its next look, the only case that still waits for one (on a shared TC the
+/// kernel's `wait` does not halt while another context is queued, so it is a rare one).
+pub fn sleep_until_sig(s: &Slot, psig: Option<&SignalSlot>, deadline: u64, mut done: impl FnMut() -> bool) -> bool {
     let core = crate::ctx::ctx().core;
+    let cbit = super::signal::core_bit(core);
     loop {
         if done() {
             return true;
         }
-        if thread::group_exit().is_some() {
+        if thread::must_leave() {
             return false;
         }
         let now = crate::time::now_ns();
@@ -128,9 +146,18 @@ pub fn sleep_until(s: &Slot, deadline: u64, mut done: impl FnMut() -> bool) -> b
         // Others queued on this core (a TC) run now; a no-op otherwise.
         let _ = crate::sys::pcore_yield();
         s.sleeper.store(core + 1, Ordering::SeqCst);
-        if !done() && thread::group_exit().is_none() {
-            let us = ((deadline - now) / 1000).clamp(1, 100_000);
+        if let Some(ps) = psig {
+            ps.sleeper.fetch_or(cbit, Ordering::SeqCst);
+        }
+        if !done() && !thread::must_leave() {
+            // Every maker of the condition wakes the core (a waker, `exit_group` or a
+            // thread-directed signal through the slot, a process-directed one through the
+            // mask): the bound is only a safety net, long enough that a missing wake shows.
+            let us = ((deadline - now) / 1000).clamp(1, SLEEP_MOST_US);
             let _ = crate::sys::wait(0, us);
+        }
+        if let Some(ps) = psig {
+            ps.sleeper.fetch_and(!cbit, Ordering::SeqCst);
         }
         s.sleeper.store(0, Ordering::SeqCst);
     }
@@ -181,9 +208,10 @@ fn wait(addr: u64, val: u32, ts: u64, absolute: bool, bits: u32) -> i64 {
         *set |= 1 << i;
         (end, psig)
     };
-    // A signal for this thread (its own or the process's, unblocked) ends the wait too; a
-    // process-directed one wakes no futex sleeper, so it is seen at the next periodic check.
-    if sleep_until(me, end, || me.woken.load(Ordering::SeqCst) != 0 || super::signal::pending_for_me(psig)) && me.woken.load(Ordering::SeqCst) != 0 {
+    // A signal for this thread (its own or the process's, unblocked) ends the wait too: a
+    // thread-directed one kicks the slot, a process-directed one wakes the cores in the
+    // process's sleeper mask.
+    if sleep_until_sig(me, Some(psig), end, || me.woken.load(Ordering::SeqCst) != 0 || super::signal::pending_for_me(psig)) && me.woken.load(Ordering::SeqCst) != 0 {
         return 0;
     }
     // Timed out (or the program ends): leave the queue unless a waker took us meanwhile. A
@@ -197,7 +225,7 @@ fn wait(addr: u64, val: u32, ts: u64, absolute: bool, bits: u32) -> i64 {
     }
     *set &= !(1 << i);
     drop(set);
-    if thread::group_exit().is_some() {
+    if thread::must_leave() {
         return -EINTR;
     }
     if super::signal::pending_for_me(psig) {

@@ -93,15 +93,19 @@ pub enum Carried {
     /// The console: the child opens its own.
     Console,
     /// A file or directory of the file system: the child opens its path again at this
-    /// offset (its own open file description: the offset is not shared afterwards).
-    Path { path: String, flags: u32, dir: bool, offset: u64 },
+    /// offset. A file's description carries a shared offset cell (`Desc::shared`, set up by
+    /// `Files::share_offsets_for_child`), so parent and child go on with one offset; `cell`
+    /// is the holder counted for the child at this descriptor, if any (let go of if the
+    /// fork fails).
+    Path { path: String, flags: u32, dir: bool, offset: u64, cell: Option<usize> },
     /// Not given to the child (sockets, eventfds, in-memory files).
     Dropped,
 }
 
 /// In the parent, before the `cfork`: how each descriptor goes to the child. On failure
 /// nothing is left open.
-pub fn carry(files: &Files, share: abi::ObjectId) -> Result<Vec<(usize, Carried)>, i64> {
+pub fn carry(files: &mut Files, share: abi::ObjectId) -> Result<Vec<(usize, Carried)>, i64> {
+    let cells = files.share_offsets_for_child();
     let mut out: Vec<(usize, Carried)> = Vec::new();
     for (i, ofd, d) in files.open_fds() {
         let c = match fd::kind(ofd) {
@@ -109,13 +113,17 @@ pub fn carry(files: &Files, share: abi::ObjectId) -> Result<Vec<(usize, Carried)
                 Ok(n) => Carried::Shared(n),
                 Err(e) => {
                     release(out);
+                    for &(_, c) in cells.iter().filter(|&&(n, _)| n >= i) {
+                        super::proc::offset_cell_unref(c);
+                    }
                     return Err(if e == Error::NoMemory { -ENOMEM } else { -EAGAIN });
                 }
             },
             Ok(Kind::Console) => Carried::Console,
             Ok(Kind::Fs(_)) if !d.path.is_empty() => {
                 let offset = if d.is_dir { 0 } else { fd::lseek(ofd, 0, crate::fs::SEEK_CUR).unwrap_or(0) };
-                Carried::Path { path: d.path.clone(), flags: d.flags, dir: d.is_dir, offset }
+                let cell = cells.iter().find(|&&(n, _)| n == i).map(|&(_, c)| c);
+                Carried::Path { path: d.path.clone(), flags: d.flags, dir: d.is_dir, offset, cell }
             }
             _ => Carried::Dropped,
         };
@@ -127,8 +135,12 @@ pub fn carry(files: &Files, share: abi::ObjectId) -> Result<Vec<(usize, Carried)
 /// The parent's side of a fork that failed: close what `carry` opened.
 pub fn release(carried: Vec<(usize, Carried)>) {
     for (_, c) in carried {
-        if let Carried::Shared(n) = c {
-            let _ = fd::close(n);
+        match c {
+            Carried::Shared(n) => {
+                let _ = fd::close(n);
+            }
+            Carried::Path { cell: Some(c), .. } => super::proc::offset_cell_unref(c),
+            _ => {}
         }
     }
 }
@@ -144,7 +156,7 @@ pub fn adopt(files: &mut Files, carried: &[(usize, Carried)]) {
                 mine
             }
             Carried::Console => fd::open_console(scope).ok(),
-            Carried::Path { path, flags, dir, offset } => {
+            Carried::Path { path, flags, dir, offset, .. } => {
                 let how = if *dir || flags & files::O_ACCMODE == 3 { crate::fs::O_RDONLY } else { flags & files::O_ACCMODE };
                 match fd::open(scope, path, how) {
                     Ok(n) => {

@@ -23,9 +23,14 @@
 //! (`code_of_exit`, `code_of_signal`); a fault the kernel reports as `EXIT_FAULT_BASE +
 //! vector` reads as the signal Linux would send for it (`wait_status`).
 //!
-//! Limits: a process that exits with children still running takes them with it (they are
-//! halted as `SIGKILL`ed: there is no reparenting to an init), and a pending signal from
-//! another process acts when the target next makes a system call.
+//! Reparenting: a process that exits hands its running children to init (pid 1, the first
+//! program) through the session share, and reaps the ones that have ended (`orphan_children`,
+//! `adopt_orphans`). Shared file offsets: a file's open file description carried across a
+//! fork keeps one offset in a cell of the table (`offset_cell_new`, `with_offset_cell`).
+//!
+//! Limits: a pending signal from another process acts when the target next makes a system
+//! call or wakes (every sleep a signal ends is woken by the poster); a process halted from
+//! outside while it holds an offset cell's lock (mid-read or write) leaves the cell locked.
 
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -34,18 +39,21 @@ use abi::{ObjName, ObjectId, SegMapping, MAP_READ, MAP_WRITE, MEMID_SELF};
 use linuxabi::errno::*;
 use percore::spin::TicketLock;
 
-use super::dispatch::{Process, PROC};
+use super::dispatch::{lock_proc, Process, PROC};
 use super::upcall::Frame;
 use crate::cfork::{cfork, CforkOpts, Child};
 
 /// Where every process of a session maps the process table (clear of the program's regions
 /// and of the library OS's arena: `layout::SHARED_BASE` + 1 TiB).
 const TABLE_VA: u64 = crate::layout::SHARED_BASE + (1 << 40);
-const TABLE_BYTES: u64 = 16 << 10;
+const TABLE_BYTES: u64 = 24 << 10;
+/// The process slots' part of the table; the rest holds the shared file offsets
+/// (`OFFSET_CELLS`).
+const SLOTS_BYTES: u64 = 16 << 10;
 /// Words per slot: one 64-byte line each.
 const SLOT_WORDS: usize = 8;
 /// Slots (slot 0 is the header: the next pid, the next core).
-pub const SLOTS: usize = (TABLE_BYTES as usize / 8) / SLOT_WORDS;
+pub const SLOTS: usize = (SLOTS_BYTES as usize / 8) / SLOT_WORDS;
 // The words of a slot.
 const W_PID: usize = 0;
 const W_PPID: usize = 1;
@@ -57,6 +65,13 @@ const W_SID: usize = 3;
 /// that structure at `signal_slot_va(slot)`.
 pub const W_PENDING: usize = 4;
 pub const W_SLEEPER: usize = 5;
+/// An orphan waiting for init (pid 1) to take it over: its share (held by the session share
+/// meanwhile; 0: none) and its pcore object in that share. Written by the exiting parent,
+/// taken by init (`adopt_orphans`).
+const W_ORPHAN_SHARE: usize = 6;
+const W_ORPHAN_PCORE: usize = 7;
+/// Init's pid: the session's first program, which adopts orphans.
+pub const INIT_PID: u32 = 1;
 // The header's words.
 const H_NEXT_PID: usize = 0;
 const H_NEXT_CORE: usize = 1;
@@ -95,7 +110,7 @@ pub fn session() -> Session {
 }
 
 fn words() -> &'static [AtomicU64] {
-    super::mem::mapped_words(TABLE_VA, SLOTS * SLOT_WORDS)
+    super::mem::mapped_words(TABLE_VA, TABLE_BYTES as usize / 8)
 }
 
 fn slot_word(slot: usize, w: usize) -> &'static AtomicU64 {
@@ -173,6 +188,8 @@ pub fn map_table(root: ObjName) -> Result<(), abi::Error> {
 /// End the session: every child still running is halted and deleted, the table unmapped, the
 /// share (and every pipe still open in it) deleted.
 pub fn end_session(p: &mut Process) {
+    // Orphans not taken over yet are init's too: halted with its children.
+    adopt_orphans(p);
     p.procs.children.clear();
     p.sig.slot = &super::signal::OWN;
     MY_SLOT.store(0, Ordering::Relaxed);
@@ -201,8 +218,9 @@ fn alloc_slot(ppid: u32, pgid: u32, sid: u32) -> Option<(usize, u32)> {
             for (k, v) in [(W_PPID, ppid), (W_PGID, pgid), (W_SID, sid)] {
                 slot_word(slot, k).store(u64::from(v), Ordering::Relaxed);
             }
-            slot_word(slot, W_PENDING).store(0, Ordering::Relaxed);
-            slot_word(slot, W_SLEEPER).store(0, Ordering::Relaxed);
+            for k in [W_PENDING, W_SLEEPER, W_ORPHAN_SHARE, W_ORPHAN_PCORE] {
+                slot_word(slot, k).store(0, Ordering::Relaxed);
+            }
             w.store(u64::from(pid), Ordering::Release);
             return Some((slot, pid));
         }
@@ -242,10 +260,8 @@ pub fn signal_slot_va(slot: usize) -> u64 {
 pub fn post_slot(slot: usize, sig: u32) {
     if (1..=64).contains(&sig) {
         slot_word(slot, W_PENDING).fetch_or(1 << (sig - 1), Ordering::SeqCst);
-        let s = slot_word(slot, W_SLEEPER).load(Ordering::SeqCst);
-        if s != 0 {
-            let _ = crate::sys::wake(s - 1);
-        }
+        // Every core on which a thread of the process sleeps waiting for a signal.
+        super::signal::wake_cores(slot_word(slot, W_SLEEPER).load(Ordering::SeqCst));
     }
 }
 
@@ -296,6 +312,9 @@ struct ForkStart {
     parent_maps: Vec<(u64, ObjectId)>,
     /// How each descriptor goes to the child (`pipe::carry`).
     carried: Vec<(usize, super::pipe::Carried)>,
+    /// The forking thread's slot (`thread::SLOTS`): the child's only thread is that one, with
+    /// its FS base and mask (the child's new context page does not say which it was).
+    thread: usize,
 }
 
 /// Handed to the child through its copy of memory (set just before the `cfork`, taken back
@@ -310,7 +329,20 @@ const CLONE_CHILD_SETTID: u64 = 0x0100_0000;
 const CSIGNAL: u64 = 0xff;
 
 pub fn sys_fork(f: &mut Frame) -> i64 {
-    fork(f)
+    fork_copying(f)
+}
+
+/// `fork` with the child's copies made as this process's threads need: with threads besides
+/// the caller, eagerly (`cfork::set_eager_copies`): the kernel's copy-on-write keeps one
+/// address range right, not the several (one per thread) that map the same segments, so
+/// after a copy-on-write break the other threads would see the child's pages. A single-
+/// threaded process copies on write as before.
+fn fork_copying(f: &mut Frame) -> i64 {
+    let threaded = lock_proc().as_ref().is_some_and(|p| p.threads.others() > 0);
+    crate::cfork::set_eager_copies(threaded);
+    let r = fork(f);
+    crate::cfork::set_eager_copies(false);
+    r
 }
 
 /// `clone` without `CLONE_VM`: a fork. The exit signal must be SIGCHLD (or none); the tid
@@ -336,7 +368,7 @@ pub fn sys_clone(f: &mut Frame) -> i64 {
             return -EFAULT;
         }
     }
-    let pid = fork(f);
+    let pid = fork_copying(f);
     if pid > 0 && flags & CLONE_PARENT_SETTID != 0 {
         if let Some(p) = PROC.lock().as_ref() {
             p.image.space.put(ptid, &(pid as u32).to_le_bytes());
@@ -355,7 +387,7 @@ fn fork(f: &mut Frame) -> i64 {
     let me = p.procs.slot;
     let (pgid, sid) = (slot_word(me, W_PGID).load(Ordering::Relaxed) as u32, slot_word(me, W_SID).load(Ordering::Relaxed) as u32);
     let Some((slot, pid)) = alloc_slot(p.procs.pid, pgid, sid) else { return -EAGAIN };
-    let carried = match super::pipe::carry(&p.files, sess.share) {
+    let carried = match super::pipe::carry(&mut p.files, sess.share) {
         Ok(v) => v,
         Err(e) => {
             free_slot(slot);
@@ -367,7 +399,7 @@ fn fork(f: &mut Frame) -> i64 {
     let parent_maps = maps[..n.min(maps.len())].iter().filter(|m| m.target_type == abi::ObjType::Segment as u32).map(|m| (m.voff, m.target)).collect();
     let mut frame = *f;
     frame.ret = 0;
-    *FORK_START.lock() = Some(ForkStart { frame, pid, slot, parent_maps, carried });
+    *FORK_START.lock() = Some(ForkStart { frame, pid, slot, parent_maps, carried, thread: super::upcall::my_slot() });
     // The child's copy of the dispatcher's state must not be locked: it resumes the program
     // without returning through this call.
     drop(g);
@@ -436,7 +468,7 @@ fn spawn(sess: &Session) -> Result<Child, abi::Error> {
 /// copies of the program's memory, its pipes and its slot, then continue the program.
 fn child_main(_: u64) -> u64 {
     let Some(start) = FORK_START.lock().take() else { return code_of_exit(127) };
-    let fs_base = match adopt(start.pid, start.slot, &start.parent_maps, &start.carried) {
+    let fs_base = match adopt(start.pid, start.slot, &start.parent_maps, &start.carried, start.thread) {
         Ok(b) => b,
         Err(_) => return code_of_signal(SIGKILL),
     };
@@ -448,7 +480,7 @@ fn child_main(_: u64) -> u64 {
 /// Rebuild the child's `Process` from its copy of the parent's: ids, memory (the program's
 /// segments are now the cfork's copies, moved into a program share of the child's own, so
 /// that `execve` and the exit delete them as the parent's are), pipes. Returns the FS base.
-fn adopt(pid: u32, slot: usize, parent_maps: &[(u64, ObjectId)], carried: &[(usize, super::pipe::Carried)]) -> Result<u64, abi::Error> {
+fn adopt(pid: u32, slot: usize, parent_maps: &[(u64, ObjectId)], carried: &[(usize, super::pipe::Carried)], thread: usize) -> Result<u64, abi::Error> {
     let mut g = PROC.lock();
     let p = g.as_mut().ok_or(abi::Error::NoSuchObject)?;
     // The copy of the parent's children list names the parent's children: not ours to halt.
@@ -503,7 +535,7 @@ fn adopt(pid: u32, slot: usize, parent_maps: &[(u64, ObjectId)], carried: &[(usi
     p.image.space.mmaps.rebind(share, &rename)?;
     super::pipe::adopt(&mut p.files, carried);
     // The child has the forking thread only (as Linux), now its main thread.
-    super::thread::after_fork(p);
+    super::thread::after_fork(p, thread);
     Ok(super::thread::me().fs_base.load(Ordering::Relaxed))
 }
 
@@ -531,14 +563,84 @@ fn finish(status: Option<u64>) -> u64 {
     code
 }
 
-/// Everything a process had, at its end: its children (halted), its files, its memory; then
-/// SIGCHLD to its parent.
+/// Everything a process had, at its end: its children (reparented to init: those that
+/// ended are reaped, the others go on), its files, its memory; then SIGCHLD to its parent
+/// (init, if the parent ended first).
 pub fn release(p: &mut Process) {
-    p.procs.children.clear();
+    orphan_children(p);
     p.files.close_all();
     super::load::unload(&mut p.image);
-    if let Some(ps) = find(p.procs.ppid) {
+    let ppid = slot_word(p.procs.slot, W_PPID).load(Ordering::Acquire) as u32;
+    if let Some(ps) = find(ppid) {
         post_slot(ps, SIGCHLD);
+    }
+}
+
+/// The exiting process's children, as Linux reparents them to init: one that has ended (a
+/// zombie) is reaped now (init would reap it at once); one still running is handed to init:
+/// its share moves to the session share, where init's next `wait4`/`waitid` (or the session's
+/// end) takes it (`adopt_orphans`), and its parent becomes pid 1. Each stays a context of its
+/// own; nothing of it is halted.
+fn orphan_children(p: &mut Process) {
+    let sess = session();
+    for mut c in core::mem::take(&mut p.procs.children) {
+        let halted = crate::sys::pcore_stat(c.child.pcore).is_ok_and(|s| s.state == abi::PCORE_HALTED);
+        if halted || sess.share == 0 || p.procs.pid == INIT_PID {
+            if halted {
+                let _ = c.child.join_timeout(1000);
+            }
+            free_slot(c.slot);
+            drop(c);
+            continue;
+        }
+        let share = c.child.share;
+        let held = crate::sys::share_addobj(sess.share, ObjName::new(crate::process::proc_share(), share));
+        if held.is_err() {
+            // No room to hand it over: it ends with us, as before reparenting.
+            free_slot(c.slot);
+            drop(c);
+            continue;
+        }
+        slot_word(c.slot, W_ORPHAN_PCORE).store(c.child.pcore.object, Ordering::Relaxed);
+        slot_word(c.slot, W_ORPHAN_SHARE).store(share, Ordering::Release);
+        slot_word(c.slot, W_PPID).store(u64::from(INIT_PID), Ordering::Release);
+        // The child is init's now: our process share lets go of its share, the handle is
+        // forgotten (dropping it would halt the child).
+        crate::process::del_share(share);
+        core::mem::forget(c.child);
+        if let Some(init) = find(INIT_PID) {
+            // Init learns of it at its next look (its wait4 sleeps on its signal slot).
+            super::signal::wake_cores(slot_word(init, W_SLEEPER).load(Ordering::SeqCst));
+        }
+    }
+}
+
+/// Init (pid 1) takes over the orphans handed to it (`orphan_children`): each becomes one of
+/// its children, waitable and reaped as its own. A no-op in any other process.
+fn adopt_orphans(p: &mut Process) {
+    if p.procs.pid != INIT_PID || session().share == 0 {
+        return;
+    }
+    let sess = session();
+    for slot in 1..SLOTS {
+        if slot_word(slot, W_ORPHAN_SHARE).load(Ordering::Acquire) == 0 {
+            continue;
+        }
+        let share = slot_word(slot, W_ORPHAN_SHARE).swap(0, Ordering::AcqRel);
+        let pcore = slot_word(slot, W_ORPHAN_PCORE).load(Ordering::Relaxed);
+        let pid = slot_word(slot, W_PID).load(Ordering::Acquire) as u32;
+        if share == 0 {
+            continue;
+        }
+        let moved = crate::sys::share_addobj(crate::process::proc_share(), ObjName::new(sess.share, share));
+        let _ = crate::sys::share_delobj(ObjName::new(sess.share, share));
+        if moved.is_err() {
+            crate::println!("linux: init cannot take over orphan {pid}");
+            free_slot(slot);
+            continue;
+        }
+        let child = crate::cfork::Child::adopt(share, ObjName::new(share, pcore));
+        p.procs.children.push(ChildProc { pid, slot, child });
     }
 }
 
@@ -572,11 +674,16 @@ fn matches(w: Which, c: &ChildProc) -> bool {
 
 /// Wait for a child that `which` names to end; `Ok(None)` with `nohang` if none has yet.
 /// `reap`: remove it (else it stays waitable, `WNOWAIT`). Returns `(pid, wait status)`.
+/// Sleeps without the process lock (the program's other threads go on), woken by a
+/// child's `SIGCHLD` or any signal to the process; a signal that does something ends the
+/// wait (`ERESTARTSYS`: restarted after an `SA_RESTART` handler, else `EINTR`).
 fn wait_child(which: Which, nohang: bool, reap: bool) -> Result<Option<(u32, u32)>, i64> {
+    let me = super::thread::me();
     loop {
-        {
-            let mut g = PROC.lock();
+        let psig = {
+            let mut g = lock_proc();
             let p = g.as_mut().ok_or(-ENOSYS)?;
+            adopt_orphans(p);
             if !p.procs.children.iter().any(|c| matches(which, c)) {
                 return Err(-ECHILD);
             }
@@ -599,10 +706,18 @@ fn wait_child(which: Which, nohang: bool, reap: bool) -> Result<Option<(u32, u32
             if nohang {
                 return Ok(None);
             }
+            if super::signal::wait_check(p, u64::MAX).0 {
+                return Err(super::signal::interrupted(p, super::signal::ERESTARTSYS));
+            }
+            p.sig.slot
+        };
+        if super::thread::must_leave() {
+            return Err(-EINTR);
         }
-        // Let the children run (they may be queued behind us on this core), then look again.
-        let _ = crate::sys::pcore_yield();
-        let _ = crate::sys::wait(0, 200);
+        // The children may be queued behind us on this core: `sleep_until_sig` gives them the
+        // turn. A child posts SIGCHLD just before its context halts: look again soon.
+        let step = crate::time::now_ns() + 1_000_000;
+        super::futex::sleep_until_sig(me, Some(psig), step, || super::signal::pending_for_me(psig));
     }
 }
 
@@ -622,7 +737,7 @@ pub fn sys_wait4(f: &mut Frame) -> i64 {
         return -EINVAL;
     }
     let which = {
-        let g = PROC.lock();
+        let g = lock_proc();
         let Some(p) = g.as_ref() else { return -ENOSYS };
         // Every pointer checked before a child is reaped.
         if st != 0 && !p.image.space.ok(st, 4, true) {
@@ -639,7 +754,7 @@ pub fn sys_wait4(f: &mut Frame) -> i64 {
     match wait_child(which, opts & WNOHANG != 0, true) {
         Ok(None) => 0,
         Ok(Some((pid, status))) => {
-            let g = PROC.lock();
+            let g = lock_proc();
             if let Some(p) = g.as_ref() {
                 if st != 0 {
                     p.image.space.put(st, &status.to_le_bytes());
@@ -668,7 +783,7 @@ pub fn sys_waitid(f: &mut Frame) -> i64 {
         return -EINVAL;
     }
     let which = {
-        let g = PROC.lock();
+        let g = lock_proc();
         let Some(p) = g.as_ref() else { return -ENOSYS };
         if info != 0 && !p.image.space.ok(info, 128, true) {
             return -EFAULT;
@@ -689,7 +804,7 @@ pub fn sys_waitid(f: &mut Frame) -> i64 {
         return if opts & WNOHANG != 0 { 0 } else { -ECHILD };
     }
     let r = wait_child(which, opts & WNOHANG != 0, opts & WNOWAIT == 0);
-    let g = PROC.lock();
+    let g = lock_proc();
     let Some(p) = g.as_ref() else { return -ENOSYS };
     match r {
         Ok(found) => {
@@ -723,7 +838,11 @@ pub fn sys_getpid(p: &mut Process, _a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_getppid(p: &mut Process, _a: &[u64; 6]) -> i64 {
-    i64::from(p.procs.ppid)
+    // The table's word: init's pid once the parent has exited (reparenting).
+    match p.procs.slot {
+        0 => i64::from(p.procs.ppid),
+        s => slot_word(s, W_PPID).load(Ordering::Acquire) as i64,
+    }
 }
 
 /// The slot of `pid` (0: the caller) for the group and session calls.
@@ -845,3 +964,60 @@ pub fn use_table_slot(p: &mut Process) {
     p.sig.slot = super::mem::mapped_signal_slot(signal_slot_va(p.procs.slot));
 }
 
+
+// ---------------------------------------------------------------------------------------
+// Shared file offsets
+
+/// Words per offset cell: a lock, the holders' count (0: free), the offset, one spare.
+const CELL_WORDS: usize = 4;
+/// Cells after the process slots (8 KiB of the table).
+pub const OFFSET_CELLS: usize = ((TABLE_BYTES - SLOTS_BYTES) as usize / 8) / CELL_WORDS;
+const C_LOCK: usize = 0;
+const C_REFS: usize = 1;
+const C_OFF: usize = 2;
+
+fn cell_word(cell: usize, w: usize) -> &'static AtomicU64 {
+    &words()[SLOTS * SLOT_WORDS + cell * CELL_WORDS + w]
+}
+
+/// A cell holding a file offset that several processes' open file descriptions share (a
+/// description carried across a `fork`, as Linux's `struct file` is shared): `offset` to
+/// start with, one holder. `None` without a session or with every cell taken (the caller
+/// keeps its offset private then, as before sharing).
+pub fn offset_cell_new(offset: u64) -> Option<usize> {
+    if session().share == 0 {
+        return None;
+    }
+    for c in 0..OFFSET_CELLS {
+        if cell_word(c, C_REFS).compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            cell_word(c, C_OFF).store(offset, Ordering::Relaxed);
+            cell_word(c, C_LOCK).store(0, Ordering::Release);
+            return Some(c);
+        }
+    }
+    None
+}
+
+/// One more holder of `cell` (a child given the description).
+pub fn offset_cell_ref(cell: usize) {
+    cell_word(cell, C_REFS).fetch_add(1, Ordering::AcqRel);
+}
+
+/// A holder let go of `cell` (its description closed); the last frees it.
+pub fn offset_cell_unref(cell: usize) {
+    let _ = cell_word(cell, C_REFS).fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
+}
+
+/// Run `f` with the shared offset of `cell` (it returns the new one), under the cell's lock:
+/// a read, write or seek of the description in any process is one step on the offset.
+/// The holder may be a process queued behind us on this core: the waiter gives its turn.
+pub fn with_offset_cell<R>(cell: usize, f: impl FnOnce(u64) -> (u64, R)) -> R {
+    let lock = cell_word(cell, C_LOCK);
+    while lock.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        let _ = crate::sys::pcore_yield();
+    }
+    let (off, r) = f(cell_word(cell, C_OFF).load(Ordering::Relaxed));
+    cell_word(cell, C_OFF).store(off, Ordering::Relaxed);
+    lock.store(0, Ordering::Release);
+    r
+}

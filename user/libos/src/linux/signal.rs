@@ -20,14 +20,30 @@ use super::dispatch::{Process, PROC};
 use super::thread;
 use super::upcall::{self, Frame, FpState};
 
-/// A process's (or, with threads, a thread's) pending signals: a bit per signal, and the
-/// core + 1 of a runtime sleeping until one comes (0: none). `repr(C)` and nothing but
-/// atomics, so it can sit in a segment several processes map (the process table's slots);
-/// `post` is all a sender does.
+/// A process's pending signals: a bit per signal, and the cores on which a thread of the
+/// process may be halted waiting for one (bit `core % 64`; 0: none). `repr(C)` and nothing
+/// but atomics, so it can sit in a segment several processes map (the process table's
+/// slots); `post` is all a sender does. Every sleeper of the process that a signal must
+/// end (`pause`, `rt_sigsuspend`, `nanosleep`, a futex wait, `wait4`) sets its core's bit
+/// while it sleeps (`futex::sleep_until_sig`), so a process-directed signal wakes it at once.
 #[repr(C)]
 pub struct SignalSlot {
     pub pending: AtomicU64,
     pub sleeper: AtomicU64,
+}
+
+/// The `SignalSlot::sleeper` bit of `core`.
+pub fn core_bit(core: u64) -> u64 {
+    1 << (core % 64)
+}
+
+/// Wake every core of a `SignalSlot::sleeper` mask.
+pub fn wake_cores(mut mask: u64) {
+    while mask != 0 {
+        let c = u64::from(mask.trailing_zeros());
+        mask &= mask - 1;
+        let _ = crate::sys::wake(c);
+    }
 }
 
 impl SignalSlot {
@@ -54,10 +70,7 @@ pub fn post(target: &SignalSlot, sig: u32) -> Result<(), i64> {
         return Err(-EINVAL);
     }
     target.pending.fetch_or(bit(sig), Ordering::SeqCst);
-    let s = target.sleeper.load(Ordering::SeqCst);
-    if s != 0 {
-        let _ = crate::sys::wake(s - 1);
-    }
+    wake_cores(target.sleeper.load(Ordering::SeqCst));
     Ok(())
 }
 
@@ -497,39 +510,27 @@ pub extern "C" fn linux_event() {
     }
 }
 
-/// Wait until an unblocked signal that does something is pending (true) or `deadline` (ns
-/// since boot) passes (false). Sleeps in the kernel's `wait`, woken by `post`.
-/// NOT DONE for threads: the caller holds the process lock (`PROC`) while it sleeps, which
-/// is harmless with one thread per process (a poster never takes it) but must become a
-/// sleep without the lock once several threads share the process.
-pub fn sleep(p: &mut Process, deadline: Option<u64>) -> bool {
-    let me = crate::core_id() as u64 + 1;
+/// Wait until an unblocked signal that does something is pending for the calling thread
+/// (true), or the program ends (false). Sleeps without the process lock (the program's
+/// other threads go on), taking it only to look (the alarm is checked there, and ignored
+/// signals dropped); a poster wakes it through the process's sleeper mask or the thread's
+/// slot (`tgkill`), the alarm's deadline bounds each sleep.
+fn wait_for_signal(psig: &'static SignalSlot) -> bool {
+    let me = thread::me();
     loop {
-        check_timer(p);
-        if deliverable(p) {
-            return true;
-        }
-        let n = now();
-        if deadline.is_some_and(|d| n >= d) {
+        let until = {
+            let mut g = super::dispatch::lock_proc();
+            let Some(p) = g.as_mut() else { return false };
+            let (hit, until) = wait_check(p, u64::MAX);
+            if hit {
+                return true;
+            }
+            until
+        };
+        if thread::must_leave() {
             return false;
         }
-        p.sig.slot.sleeper.store(me, Ordering::SeqCst);
-        thread::me().sleeper.store(me, Ordering::SeqCst);
-        if deliverable(p) {
-            p.sig.slot.sleeper.store(0, Ordering::SeqCst);
-            thread::me().sleeper.store(0, Ordering::SeqCst);
-            return true;
-        }
-        let mut until = deadline.unwrap_or(u64::MAX);
-        if p.sig.timer.deadline != 0 {
-            until = until.min(p.sig.timer.deadline);
-        }
-        let us = (until.saturating_sub(n) / 1000).clamp(1, abi::MAX_WAIT_US);
-        if crate::sys::wait(0, us).is_err() {
-            core::hint::spin_loop();
-        }
-        p.sig.slot.sleeper.store(0, Ordering::SeqCst);
-        thread::me().sleeper.store(0, Ordering::SeqCst);
+        super::futex::sleep_until_sig(me, Some(psig), until, || pending_for_me(psig));
     }
 }
 
@@ -736,22 +737,42 @@ fn send_thread(p: &mut Process, tid: i64, sig: u64) -> i64 {
     0
 }
 
-pub fn sys_pause(p: &mut Process, _a: &[u64; 6]) -> i64 {
-    sleep(p, None);
-    interrupted(p, ERESTARTNOHAND)
+/// `pause`: sleeps (without the process lock) until a signal that does something comes;
+/// always `EINTR` once a handler ran (`ERESTARTNOHAND`).
+pub fn sys_pause(_f: &mut Frame) -> i64 {
+    let psig = match super::dispatch::lock_proc().as_ref() {
+        Some(p) => p.sig.slot,
+        None => return -ENOSYS,
+    };
+    wait_for_signal(psig);
+    match super::dispatch::lock_proc().as_mut() {
+        Some(p) => interrupted(p, ERESTARTNOHAND),
+        None => -EINTR,
+    }
 }
 
-pub fn sys_rt_sigsuspend(p: &mut Process, a: &[u64; 6]) -> i64 {
-    let (set, size) = (a[0], a[1]);
-    if size != 8 {
-        return -EINVAL;
+/// `rt_sigsuspend(set, size)`: the calling thread's mask is `set` until a signal that does
+/// something comes (sleeping without the process lock); the handler runs with it and the
+/// mask before comes back after (`suspend_mask`, put back by `deliver`).
+pub fn sys_rt_sigsuspend(f: &mut Frame) -> i64 {
+    let (set, size) = (f.rdi, f.rsi);
+    let psig = {
+        let mut g = super::dispatch::lock_proc();
+        let Some(p) = g.as_mut() else { return -ENOSYS };
+        if size != 8 {
+            return -EINVAL;
+        }
+        let Some(m) = p.image.space.get_u64(set) else { return -EFAULT };
+        let old = p.sig.mask();
+        p.sig.set_mask(m & !UNBLOCKABLE);
+        p.sig.suspend_mask = Some(old);
+        p.sig.slot
+    };
+    wait_for_signal(psig);
+    match super::dispatch::lock_proc().as_mut() {
+        Some(p) => interrupted(p, ERESTARTNOHAND),
+        None => -EINTR,
     }
-    let Some(m) = p.image.space.get_u64(set) else { return -EFAULT };
-    let old = p.sig.mask();
-    p.sig.set_mask(m & !UNBLOCKABLE);
-    p.sig.suspend_mask = Some(old);
-    sleep(p, None);
-    interrupted(p, ERESTARTNOHAND)
 }
 
 /// `struct timeval` pairs as `setitimer` passes them: (interval, value) in ns, or `EINVAL`.

@@ -117,6 +117,114 @@ pub static SLOTS: [CachePadded<Slot>; MAX_THREADS] = [EMPTY; MAX_THREADS];
 /// its next system call or wake-up.
 pub static GROUP_EXIT: AtomicU64 = AtomicU64::new(0);
 
+/// While a thread's `execve` ends the others: its slot + 1 (0: none). Every other thread
+/// leaves at its next system call or wake-up (`must_leave`); the main thread, if it is not
+/// the caller, waits instead for the exec to hand it the new image (`EXEC_HANDOVER`) and
+/// runs it, so the new program runs in the process's first context with the pid as its
+/// tid, as Linux's exec makes the caller the leader.
+static EXEC_BY: AtomicU64 = AtomicU64::new(0);
+
+/// What a thread's `execve` hands the main thread (the checked file and arguments).
+pub static EXEC_HANDOVER: percore::spin::TicketLock<Option<super::exec::Prepared>> = percore::spin::TicketLock::new(None);
+
+/// Whether the calling thread must stop what it waits for and leave its call: the program
+/// ends (`exit_group`), or another thread's `execve` ends this one.
+pub fn must_leave() -> bool {
+    group_exit().is_some() || exec_ends_me()
+}
+
+/// Whether another thread's `execve` is ending this one.
+#[inline]
+pub fn exec_ends_me() -> bool {
+    match EXEC_BY.load(Ordering::Acquire) {
+        0 => false,
+        by => by - 1 != upcall::my_slot() as u64,
+    }
+}
+
+/// `execve` from `slot` ends every other thread: each leaves at its next call or wake-up;
+/// one that makes none within `grace_ms` (spinning in the program's code) is halted. The
+/// main thread, when it is not the caller, is left parked (`park_for_exec`). Returns once
+/// only the caller (and a parked main thread) is left. No lock held by the caller.
+pub fn end_others_for_exec(slot: usize, grace_ms: u64) {
+    EXEC_BY.store(slot as u64 + 1, Ordering::Release);
+    kick_all();
+    let me = &SLOTS[slot];
+    let deadline = crate::time::now_ns() + grace_ms * 1_000_000;
+    let others_gone = || {
+        SLOTS.iter().enumerate().all(|(i, s)| i == slot || i == 0 || s.tid.load(Ordering::Acquire) == 0) && (slot == 0 || MAIN_PARKED.load(Ordering::Acquire) != 0)
+    };
+    loop {
+        // Polled in short steps: a leaving thread kicks only the main thread's slot.
+        let step = crate::time::now_ns() + 1_000_000;
+        if super::futex::sleep_until(me, step.min(deadline), others_gone) || crate::time::now_ns() >= deadline {
+            break;
+        }
+        kick_all();
+    }
+    // Threads that made no call: halted (their contexts are freed with the table's zombies).
+    let mut g = lock_proc();
+    if let Some(p) = g.as_mut() {
+        let t = &mut p.threads;
+        let mut i = 0;
+        while i < t.recs.len() {
+            let r = t.recs[i].slot;
+            if r != 0 && r != slot {
+                let rec = t.recs.swap_remove(i);
+                if let Some(h) = rec.handle {
+                    drop(h); // halts it and waits for the halt
+                }
+                SLOTS[r].tid.store(0, Ordering::Release);
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// The exec is over (done or failed before the others were told): threads run normally.
+pub fn exec_done() {
+    EXEC_BY.store(0, Ordering::Release);
+    MAIN_PARKED.store(0, Ordering::Release);
+}
+
+/// Set while the main thread waits for a thread's `execve` to hand it the new image.
+static MAIN_PARKED: AtomicU64 = AtomicU64::new(0);
+
+/// The calling thread's way out when another thread's `execve` ends it: a thread other than
+/// the main one leaves its table entry and ends; the main thread waits for the handover and
+/// returns it (the caller loads the new image and resumes into it), or `None` if the program
+/// ended meanwhile.
+pub fn leave_for_exec() -> Option<super::exec::Prepared> {
+    let slot = upcall::my_slot();
+    if slot != 0 {
+        // Linux's de_thread kills them: no clear_child_tid store, the memory goes anyway.
+        SLOTS[slot].clear_child_tid.store(0, Ordering::Relaxed);
+        end_thread(slot);
+        upcall::leave(0);
+    }
+    let main = &SLOTS[0];
+    MAIN_PARKED.store(1, Ordering::Release);
+    for s in SLOTS.iter() {
+        if s.tid.load(Ordering::Relaxed) != 0 {
+            kick(s);
+        }
+    }
+    // Not `futex::sleep_until`: that gives up at once while an exec ends this thread.
+    let core = crate::ctx::ctx().core;
+    while EXEC_HANDOVER.lock().is_none() && group_exit().is_none() {
+        let _ = crate::sys::pcore_yield();
+        main.sleeper.store(core + 1, Ordering::SeqCst);
+        if EXEC_HANDOVER.lock().is_none() && group_exit().is_none() {
+            let _ = crate::sys::wait(0, 100_000);
+        }
+        main.sleeper.store(0, Ordering::SeqCst);
+    }
+    let h = EXEC_HANDOVER.lock().take();
+    exec_done();
+    h
+}
+
 /// The running thread's slot.
 pub fn me() -> &'static Slot {
     &SLOTS[upcall::my_slot()]
@@ -134,10 +242,13 @@ pub fn set_main_tid(pid: u32) {
 }
 
 /// A forked child's thread table (in the child, on its copy of the parent's): the forking
-/// thread only, now the main thread in slot 0 with its FS base and signal mask (Linux's
-/// child has no `clear_child_tid` and no robust list unless `clone` asked for them).
-pub fn after_fork(p: &mut Process) {
-    let mine = me();
+/// thread only (`forking`: its slot in the parent), now the main thread in slot 0 with its FS
+/// base and signal mask (Linux's child has no `clear_child_tid` and no robust list unless
+/// `clone` asked for them). The FS base must be the forking thread's: the C library's fork
+/// finds its own thread descriptor through it (musl's child walks its thread list from
+/// there, and loops forever on another thread's).
+pub fn after_fork(p: &mut Process, forking: usize) {
+    let mine = &SLOTS[forking.min(MAX_THREADS - 1)];
     let (fs, mask) = (mine.fs_base.load(Ordering::Relaxed), mine.sigmask.load(Ordering::Relaxed));
     let old = core::mem::replace(&mut p.threads, Threads::new(p.image.share));
     // The copy names the parent's threads (their contexts and stacks): not the child's to
@@ -220,6 +331,12 @@ impl Threads {
     /// A table with no thread (what the process holds once `finish` has taken its own).
     pub fn empty() -> Threads {
         Threads { recs: Vec::new(), zombies: Vec::new(), next_tid: MAIN_TID + 1, created: 0, main_core: 0, made_tc: false, tc_cores: 0, main_root: ObjName::default(), shared_root: false, prog_share: 0 }
+    }
+
+    /// After `execve`: the program's segments are in the new image's share, where a new
+    /// thread finds them to map (`copy_program`).
+    pub fn set_prog_share(&mut self, share: abi::ObjectId) {
+        self.prog_share = share;
     }
 
     /// Live threads besides the main one.
