@@ -67,6 +67,7 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     ("abi_read", &[]),
     ("threads", &["-lpthread"]),
     ("threads_bench", &["-lpthread"]),
+    ("sigthreads", &["-lpthread"]),
 ];
 
 /// The Linux guest's `/init` for `exec --system linux`, built into `target/linux-exec/`.

@@ -19,7 +19,9 @@
 //! registers and resumes at `__linux_event`, which calls `signal::linux_event` on the
 //! running thread's upcall stack (an event comes only while the program, not the runtime,
 //! runs). Signal delivery and `rt_sigreturn` leave through `resume`, which loads every
-//! register (the program's rcx and r11 included) without touching the program's stack.
+//! register (the program's rcx and r11 included) without touching the program's stack and
+//! jumps through a word of the thread's own stack below the red zone, so threads resuming at
+//! once share no word (linux/progs/sigthreads.c checks it at 4 vCPUs).
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -225,11 +227,11 @@ core::arch::global_asm!(
     // __linux_resume(regs: *const Regs): load every register of `Regs` (linuxabi::signal,
     // repr(C): r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, rflags at 8-byte steps)
     // and jump to its rip. The flags go through the upcall stack before rsp changes; the rip
-    // through a slot of the runtime's, so nothing is written to the program's stack.
+    // through the word `RIP_BELOW` bytes below the program's rsp (`resume` wrote it there):
+    // below the red zone, where a Linux signal frame would go, and the thread's own, so
+    // threads resuming at once share nothing.
     ".global __linux_resume",
     "__linux_resume:",
-    "    mov rax, [rdi + 128]",
-    "    mov [rip + __linux_resume_rip], rax",
     "    push qword ptr [rdi + 136]",
     "    mov r8, [rdi + 0]",
     "    mov r9, [rdi + 8]",
@@ -248,17 +250,16 @@ core::arch::global_asm!(
     "    popfq",
     "    mov rsp, [rdi + 120]",
     "    mov rdi, [rdi + 64]",
-    "    jmp qword ptr [rip + __linux_resume_rip]",
+    "    jmp qword ptr [rsp - {rip_below}]",
     dispatch = sym super::dispatch::linux_dispatch,
     event = sym super::signal::linux_event,
+    rip_below = const RIP_BELOW,
 );
 
-/// Where `__linux_resume` jumps. NOT DONE for threads: one word for every thread of the
-/// runtime, so two threads resuming at the same instant (two signal deliveries or
-/// `rt_sigreturn`s at once) could race on it; it must become a per-context word (an
-/// `iretq` from the upcall stack would need none).
-#[no_mangle]
-static __linux_resume_rip: AtomicU64 = AtomicU64::new(0);
+/// How far below the program's rsp `resume` keeps the address `__linux_resume` jumps to:
+/// just past the 128-byte red zone the x86-64 ABI lets a function use below rsp. Linux
+/// writes its signal frames from there down, so a program keeps nothing of its own there.
+const RIP_BELOW: u64 = 128 + 8;
 
 // The stub's offsets are `Regs`'s.
 const _: () = {
@@ -269,12 +270,35 @@ const _: () = {
 /// Resume the program with exactly these registers (a handler's entry, `rt_sigreturn`, an
 /// event with nothing to deliver). The trap flag is dropped: single-stepping would trap in
 /// the runtime's own resume path. Only with no lock held, from the upcall stack.
+///
+/// The rip is written `RIP_BELOW` bytes below the program's rsp, a word of this thread's
+/// stack (each thread resumes through its own). Where the program's rsp leaves no writable
+/// word there (a stack pointer a handler made up), the program ends as killed by SIGSEGV,
+/// as Linux ends one whose stack cannot be used.
 pub fn resume(regs: &Regs) -> ! {
     let mut r = *regs;
     r.rflags = (r.rflags & !0x100) | 0x202;
+    let below = r.rsp.wrapping_sub(RIP_BELOW);
+    let placed = {
+        let mut g = super::dispatch::lock_proc();
+        match g.as_mut() {
+            Some(p) if r.rsp >= RIP_BELOW && p.image.space.put(below, &r.rip.to_le_bytes()) => true,
+            Some(p) => {
+                p.sig.killed_by = Some(linuxabi::signal::SIGSEGV);
+                p.sig.finish();
+                false
+            }
+            None => false,
+        }
+    };
+    if !placed {
+        crate::println!("linux: no writable stack word below rsp {:#x} to resume at {:#x}; ending the program by SIGSEGV", r.rsp, r.rip);
+        leave(128 + u64::from(linuxabi::signal::SIGSEGV));
+    }
     // SAFETY: `__linux_resume` reads `r` (a live `Regs`) before it leaves the upcall stack
-    // and never returns; nothing on the upcall stack needs dropping (the caller holds no
-    // lock or allocation, as documented).
+    // and never returns; it reads its jump target from the program's word checked writable
+    // just above; nothing on the upcall stack needs dropping (the caller holds no lock or
+    // allocation, as documented).
     unsafe { __linux_resume(&r) }
 }
 
