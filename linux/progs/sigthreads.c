@@ -10,7 +10,11 @@
  * jumped to another thread's address: the check compares the site's number with the
  * thread's own, kept in thread-local storage) counts as a mix-up; every thread saw every one
  * of its signals; the plain calls gave the right answer. Prints the counts and `sigthreads:
- * ok` when all hold. `sigthreads N`: N rounds per thread (20 000 by default: enough that the shared-word race this checks for showed 4 to 6 times a run at 4 vCPUs).
+ * ok` when all hold. `sigthreads N`: N rounds per thread (20 000 by default: enough that
+ * a race on one word shared by every thread's resume showed 4 to 6 times a run at 4 vCPUs).
+ *
+ * `sigthreads badrsp`: a handler sets the stack pointer it returns to to 8 (no stack there);
+ * the program ends killed by SIGSEGV (status 139) on both systems.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -18,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ucontext.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -86,8 +91,26 @@ static void *run(void *arg) {
     return NULL;
 }
 
+static void bad_rsp(int sig, siginfo_t *info, void *ctx) {
+    (void)sig;
+    (void)info;
+    ((ucontext_t *)ctx)->uc_mcontext.gregs[REG_RSP] = 8;
+}
+
 int main(int argc, char **argv) {
     alarm(100);
+    if (argc > 1 && strcmp(argv[1], "badrsp") == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = bad_rsp;
+        sa.sa_flags = SA_SIGINFO;
+        sigaction(SIGUSR1, &sa, NULL);
+        printf("returning to rsp 8\n");
+        fflush(stdout);
+        raise(SIGUSR1);
+        printf("still running\n");
+        return 0;
+    }
     if (argc > 1 && (rounds = atoi(argv[1])) <= 0) {
         printf("usage: sigthreads [ROUNDS > 0]\n");
         return 2;
