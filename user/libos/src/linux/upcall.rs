@@ -145,12 +145,7 @@ core::arch::global_asm!(
     // __linux_leave) with its exit status.
     ".global __linux_enter",
     "__linux_enter:",
-    "    push rbp",
-    "    push rbx",
-    "    push r12",
-    "    push r13",
-    "    push r14",
-    "    push r15",
+    push_callee_saved!(),
     "    mov [rdx], rsp",
     "    mov rsp, rsi",
     // Linux's start state: rdx = 0 (no exit handler), the other registers cleared.
@@ -175,12 +170,7 @@ core::arch::global_asm!(
     // its exit status, through the upcall stub's own way back.
     ".global __linux_resume_child",
     "__linux_resume_child:",
-    "    push rbp",
-    "    push rbx",
-    "    push r12",
-    "    push r13",
-    "    push r14",
-    "    push r15",
+    push_callee_saved!(),
     "    mov [rsi], rsp",
     "    mov rsp, rdi",
     "    jmp __linux_upcall_return",
@@ -191,12 +181,7 @@ core::arch::global_asm!(
     // 8 mod 16 and rsp - 8 is aligned.
     ".global __linux_enter_frame",
     "__linux_enter_frame:",
-    "    push rbp",
-    "    push rbx",
-    "    push r12",
-    "    push r13",
-    "    push r14",
-    "    push r15",
+    push_callee_saved!(),
     "    mov [rsi], rsp",
     "    lea rax, [rsp - 8]",
     "    mov [rdx], rax",
@@ -205,15 +190,7 @@ core::arch::global_asm!(
     // __linux_leave(saved_rsp, status): back into __linux_enter's frame.
     ".global __linux_leave",
     "__linux_leave:",
-    "    mov rsp, rdi",
-    "    mov rax, rsi",
-    "    pop r15",
-    "    pop r14",
-    "    pop r13",
-    "    pop r12",
-    "    pop rbx",
-    "    pop rbp",
-    "    ret",
+    return_to_saved_frame!(),
     // __linux_event: where the kernel resumes the context after keeping a fault or tick of
     // the program (`abi::LINUX_EVENTS`); every register is in the kept event, so the stub
     // only takes the upcall stack (free: the program was running, not the runtime).
