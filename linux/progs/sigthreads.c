@@ -117,24 +117,24 @@ int main(int argc, char **argv) {
     }
     pid = getpid();
     ppid = getppid();
+    /* Thread i's handler is in place before thread i starts. */
+    pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = HANDLERS[i];
-        if (sigaction(SIGS[i], &sa, NULL) != 0) {
-            printf("sigaction failed\n");
+        const char *failed = sigaction(SIGS[i], &sa, NULL) != 0                          ? "sigaction"
+                             : pthread_create(&t[i], NULL, run, (void *)(long)i) != 0 ? "pthread_create"
+                                                                                        : NULL;
+        if (failed) {
+            printf("%s failed for thread %d\n", failed, i);
             return 1;
         }
     }
-    pthread_t t[THREADS];
+    int joined = 0;
     for (int i = 0; i < THREADS; i++)
-        if (pthread_create(&t[i], NULL, run, (void *)(long)i) != 0) {
-            printf("pthread_create failed\n");
-            return 1;
-        }
-    for (int i = 0; i < THREADS; i++)
-        pthread_join(t[i], NULL);
-    int ok = mixups == 0 && bad_calls == 0;
+        joined += pthread_join(t[i], NULL) == 0;
+    int ok = joined == THREADS && mixups == 0 && bad_calls == 0;
     for (int i = 0; i < THREADS; i++) {
         printf("thread %d handled %ld of %d\n", i, hits[i], rounds);
         ok &= hits[i] == rounds;

@@ -328,21 +328,38 @@ pub fn native_range() -> (u64, u64) {
     (core::ptr::addr_of!(__image_start) as u64, core::ptr::addr_of!(__image_end) as u64)
 }
 
+/// Register the personality for this context: reflected calls to the upcall stub, the
+/// program's own faults back as signals (`signal::linux_event`), the FS base `fs` (if
+/// given). `main`: this context runs the main thread, whose upcall stack is `STACK` (a new
+/// thread's is set by `__linux_enter_frame`). On an error the personality is off again.
+fn personality_on(main: bool, fs: Option<u64>) -> Result<(), abi::Error> {
+    if main {
+        __linux_upcall_slot.store(crate::ctx::arena() + W_TOP, Ordering::Relaxed);
+        word(W_TOP).store(STACK.0.get() as u64 + UPCALL_STACK as u64, Ordering::Relaxed);
+    }
+    let (lo, hi) = native_range();
+    crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
+    let rest = crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0).and_then(|_| fs.map_or(Ok(0), |fs| crate::sys::linux_personality(abi::LINUX_SET_FS, fs, 0, 0)));
+    if let Err(e) = rest {
+        personality_off();
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn personality_off() {
+    let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
+}
+
 /// Register the personality and run the program at `entry` with stack `rsp` until it exits;
 /// returns the status `leave` was given. The personality is off again afterwards.
 pub fn enter(entry: u64, rsp: u64) -> Result<u64, abi::Error> {
-    let (lo, hi) = native_range();
-    let top = STACK.0.get() as u64 + UPCALL_STACK as u64;
-    __linux_upcall_slot.store(crate::ctx::arena() + W_TOP, Ordering::Relaxed);
-    word(W_TOP).store(top, Ordering::Relaxed);
-    crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
-    // The program's own faults come back here as signals (`signal::linux_event`).
-    crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0)?;
+    personality_on(true, None)?;
     // SAFETY: the program runs on its own stack in this address space and comes back only
     // through `leave` (its exit), which restores this frame's callee-saved registers and
     // stack from what `__linux_enter` stored in this context's `W_SAVED` word.
     let status = unsafe { __linux_enter(entry, rsp, word(W_SAVED).as_ptr()) };
-    let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
+    personality_off();
     Ok(status)
 }
 
@@ -351,15 +368,7 @@ pub fn enter(entry: u64, rsp: u64) -> Result<u64, abi::Error> {
 /// `leave` was given. `fs_base`: the program's FS base (the kernel keeps it per context, so
 /// the child's context needs it set again).
 pub fn resume_child(frame: &Frame, fs_base: u64) -> Result<u64, abi::Error> {
-    let (lo, hi) = native_range();
-    let top = STACK.0.get() as u64 + UPCALL_STACK as u64;
-    __linux_upcall_slot.store(crate::ctx::arena() + W_TOP, Ordering::Relaxed);
-    word(W_TOP).store(top, Ordering::Relaxed);
-    crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
-    crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0)?;
-    if fs_base != 0 {
-        crate::sys::linux_personality(abi::LINUX_SET_FS, fs_base, 0, 0)?;
-    }
+    personality_on(true, (fs_base != 0).then_some(fs_base))?;
     // The stub's tail pops the registers from the frame and pushes the flags back into it:
     // it needs a copy it may write.
     let mut f = alloc::boxed::Box::new(*frame);
@@ -368,7 +377,7 @@ pub fn resume_child(frame: &Frame, fs_base: u64) -> Result<u64, abi::Error> {
     // and stack from what `__linux_resume_child` stored in this context's `W_SAVED` word.
     // `f` outlives the call.
     let status = unsafe { __linux_resume_child(&mut *f, word(W_SAVED).as_ptr()) };
-    let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
+    personality_off();
     Ok(status)
 }
 
@@ -377,20 +386,14 @@ pub fn resume_child(frame: &Frame, fs_base: u64) -> Result<u64, abi::Error> {
 /// parent's at its `clone`, with the child's rax, rsp and rip). Returns the status `leave`
 /// was given when the thread ends.
 pub fn enter_thread(frame: &Frame, fs: u64) -> Result<u64, abi::Error> {
-    let (lo, hi) = native_range();
-    crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
-    // The thread's own faults come back as signals too (`signal::linux_event`).
-    if let Err(e) = crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0).and_then(|_| crate::sys::linux_personality(abi::LINUX_SET_FS, fs, 0, 0)) {
-        let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
-        return Err(e);
-    }
+    personality_on(false, Some(fs))?;
     let copy = *frame;
     // SAFETY: `copy` lives in this frame until `__linux_enter_frame` has loaded every
     // register from it; the thread then runs on its own stack and comes back only through
     // `leave`, which restores this frame from the context's `W_SAVED` word. Its upcalls use
     // the stack below this frame (`W_TOP`), which nothing else uses while it runs.
     let status = unsafe { __linux_enter_frame(&copy, word(W_SAVED).as_ptr(), word(W_TOP).as_ptr()) };
-    let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
+    personality_off();
     Ok(status)
 }
 
