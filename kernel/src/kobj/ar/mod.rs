@@ -357,12 +357,7 @@ impl AddressRange {
         while a < rel + len {
             match self.table_at(inner, a, 1, false) {
                 Ok(Some(t)) => {
-                    let i = index(1, a);
-                    let e = read_entry(t, i);
-                    if e & PTE_PRESENT != 0 {
-                        write_entry(t, i, if only_write { e & !PTE_WRITE } else { 0 });
-                        any = true;
-                    }
+                    any |= clear_leaves_of_table(t, a, PAGE_SIZE, only_write);
                     a += PAGE_SIZE;
                 }
                 // No page table here: skip to the next 2 MiB.
