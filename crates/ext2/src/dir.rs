@@ -189,15 +189,21 @@ impl<D: Disk> Ext2<D> {
         Inode { ino, mode, uid: 0, gid: 0, size: 0, atime: t, ctime: t, mtime: t, links, blocks512: 0, flags: 0, block: [0; 15], raw: [0; 128] }
     }
 
+    /// The directory a new name of `path` goes into, and that name: `Exists` if the name is
+    /// taken already (and the lookup's own error if it fails otherwise).
+    fn parent_for_new<'p>(&mut self, path: &'p [u8]) -> Result<(Inode, &'p [u8])> {
+        let (dir, name) = self.parent_of(path)?;
+        match self.lookup(&dir, name) {
+            Ok(_) => Err(FsError::Exists),
+            Err(FsError::NotFound) => Ok((dir, name)),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Make an empty regular file (`Exists` if the name is taken).
     pub fn create(&mut self, path: &[u8], perm: u16) -> Result<Inode> {
         self.writable()?;
-        let (mut dir, name) = self.parent_of(path)?;
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(FsError::Exists),
-            Err(FsError::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        let (mut dir, name) = self.parent_for_new(path)?;
         let n = self.alloc_inode(false, self.group_of(dir.ino))?;
         let mut ino = self.new_inode(n, S_IFREG | (perm & 0o7777), 1);
         self.write_inode(&mut ino)?;
@@ -211,12 +217,7 @@ impl<D: Disk> Ext2<D> {
     /// Make a directory with `.` and `..`.
     pub fn mkdir(&mut self, path: &[u8], perm: u16) -> Result<Inode> {
         self.writable()?;
-        let (mut dir, name) = self.parent_of(path)?;
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(FsError::Exists),
-            Err(FsError::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        let (mut dir, name) = self.parent_for_new(path)?;
         let n = self.alloc_inode(true, self.group_of(dir.ino))?;
         let mut ino = self.new_inode(n, S_IFDIR | (perm & 0o7777), 2);
         let b = match self.alloc_block(self.group_of(n)) {
@@ -303,12 +304,7 @@ impl<D: Disk> Ext2<D> {
         if target.len() >= 4096 || target.len() as u64 >= self.bs {
             return Err(FsError::NameTooLong);
         }
-        let (mut dir, name) = self.parent_of(path)?;
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(FsError::Exists),
-            Err(FsError::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        let (mut dir, name) = self.parent_for_new(path)?;
         let n = self.alloc_inode(false, self.group_of(dir.ino))?;
         let mut ino = self.new_inode(n, S_IFLNK | 0o777, 1);
         if target.len() <= FAST_SYMLINK_MAX {
