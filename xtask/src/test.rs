@@ -367,32 +367,23 @@ fn bad_boot(kernel: &Path, what: &str, mut cfg: VmConfig, expect: &str) -> Resul
 
 fn bad_boot_conditions(kernel: &Path) -> Result<TestTally, String> {
     println!("== bad boot conditions");
-    let mut t = TestTally::default();
-    t.add(bad_boot(kernel, "--mem 16M", VmConfig { smp: 1, mem_mib: 16, ..Default::default() }, "boot: failed: too little memory")?);
-    t.add(bad_boot(
-        kernel,
-        "no ACPI",
+    let with = |smp: u32, cmdline: &str| VmConfig { smp, cmdline: cmdline.into(), ..Default::default() };
+    let cases = [
+        ("--mem 16M", VmConfig { mem_mib: 16, ..with(1, "") }, "boot: failed: too little memory"),
         // q35 always builds ACPI tables; the i440FX machine can go without.
-        VmConfig { smp: 1, machine: "pc,acpi=off".into(), ..Default::default() },
-        "boot: failed: no ACPI",
-    )?);
-    t.add(bad_boot(kernel, "32-bit CPU", VmConfig { smp: 1, cpu: "qemu32".into(), ..Default::default() }, "boot: failed: CPU lacks")?);
-    // A deliberate kernel page fault must be reported with its symbolized backtrace.
-    t.add(bad_boot(
-        kernel,
-        "crash=pagefault",
-        VmConfig { smp: 2, cmdline: "crash=pagefault".into(), ..Default::default() },
-        "deliberate_page_fault",
-    )?);
-    t.add(bad_boot(kernel, "crash=panic", VmConfig { smp: 1, cmdline: "crash=panic".into(), ..Default::default() }, "KERNEL PANIC")?);
-    // A placement that cannot be applied (core 4 of 0-3): one `boot: error:` line, nothing
-    // applied, and the boot's exit says failure (so a test run under it cannot pass).
-    t.add(bad_boot(
-        kernel,
-        "roles=kc:4,ac:1-2 at 4 vCPUs",
-        VmConfig { smp: 4, cmdline: "roles=kc:4,ac:1-2".into(), ..Default::default() },
-        "boot: error: roles=kc:4,ac:1-2 not applied: cores 4-4 are not all online",
-    )?);
+        ("no ACPI", VmConfig { machine: "pc,acpi=off".into(), ..with(1, "") }, "boot: failed: no ACPI"),
+        ("32-bit CPU", VmConfig { cpu: "qemu32".into(), ..with(1, "") }, "boot: failed: CPU lacks"),
+        // A deliberate kernel page fault must be reported with its symbolized backtrace.
+        ("crash=pagefault", with(2, "crash=pagefault"), "deliberate_page_fault"),
+        ("crash=panic", with(1, "crash=panic"), "KERNEL PANIC"),
+        // A placement that cannot be applied (core 4 of 0-3): one `boot: error:` line, nothing
+        // applied, and the boot's exit says failure (so a test run under it cannot pass).
+        ("roles=kc:4,ac:1-2 at 4 vCPUs", with(4, "roles=kc:4,ac:1-2"), "boot: error: roles=kc:4,ac:1-2 not applied: cores 4-4 are not all online"),
+    ];
+    let mut t = TestTally::default();
+    for (what, cfg, expect) in cases {
+        t.add(bad_boot(kernel, what, cfg, expect)?);
+    }
     Ok(t)
 }
 
