@@ -470,20 +470,26 @@ fn program_runs(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     Ok(t)
 }
 
-/// The shell (`init=sh`) with commands on its serial input: programs run on chosen cores
-/// (its own included), bad input gets one line each and the shell keeps going, `halt` ends
-/// it with nothing leaked.
-fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
-    println!("== shell smoke test");
-    let cfg = VmConfig {
-        smp: 2,
-        mem_mib: 192, // the initrd holds only the programs' loadable bytes (user::loadable_image): about 10 MB
+/// A boot of `kernel` with the program archive `initrd` at `smp` vCPUs into the shell, which
+/// reads its commands from the serial input.
+fn shell_boot(kernel: &Path, initrd: &Path, smp: u32) -> VmConfig {
+    VmConfig {
+        smp,
         cmdline: "init=sh".into(),
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         timeout: Some(BOOT_TIMEOUT),
         ..Default::default()
-    };
+    }
+}
+
+/// The shell (`init=sh`) with commands on its serial input: programs run on chosen cores
+/// (its own included), bad input gets one line each and the shell keeps going, `halt` ends
+/// it with nothing leaked.
+fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
+    println!("== shell smoke test");
+    // The initrd holds only the programs' loadable bytes (user::loadable_image): about 10 MB.
+    let cfg = VmConfig { mem_mib: 192, ..shell_boot(kernel, initrd, 2) };
     // Input sent while the kernel boots can lose its first bytes (the UART is reset): lead
     // with blank lines, which the shell ignores.
     let input = format!("{}run -c 0,1 hello a b\nfoo\nrun -c 7 hello\nrun -c 1,x hello\nrun nosuch\ncores\nstat\nobjs\ngrant 1\nrun -c 1 hog\nrun -c 0 hog\nrun -c 1 hello after\nstat\nsleep 2000\nstat\nhalt\n", "\n".repeat(16));
@@ -664,14 +670,7 @@ fn tcpserv_halts(serial: &str) -> Vec<CoreHalts> {
 /// have found core 0 busy, and `halt` must end cleanly with nothing leaked.
 fn shell_ltest(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     println!("== ltest under the shell at 3 vCPUs (its core, then another)");
-    let cfg = VmConfig {
-        smp: 3,
-        cmdline: "init=sh".into(),
-        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
-        initrd: Some(initrd.to_path_buf()),
-        timeout: Some(BOOT_TIMEOUT),
-        ..Default::default()
-    };
+    let cfg = shell_boot(kernel, initrd, 3);
     // Blank lines first: input sent while the kernel boots can lose bytes (see shell_smoke).
     let input = format!("{}run -c 0 ltest nomeasure\nrun -c 1 ltest nomeasure\nhalt\n", "\n".repeat(16));
     let out = boot_captured(&cfg, Some(&input), false)?;

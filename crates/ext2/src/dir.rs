@@ -29,6 +29,17 @@ fn rec_need(n: usize) -> usize {
     (8 + n).next_multiple_of(4)
 }
 
+/// The directory entry at `at` of block `blk`: its inode (0: a free record), its record length
+/// and its name's length, checked to lie inside the block.
+fn entry_at(blk: &[u8], at: usize) -> Result<(u32, usize, usize)> {
+    let rec = le16(blk, at + 4) as usize;
+    let nl = blk[at + 6] as usize;
+    if rec < 8 || at + rec > blk.len() || 8 + nl > rec {
+        return Err(FsError::Corrupt("directory entry with an impossible length"));
+    }
+    Ok((le32(blk, at), rec, nl))
+}
+
 /// Split a path into its parent directory and last name (trailing slashes ignored).
 #[inline]
 pub fn split_path(path: &[u8]) -> Result<(&[u8], &[u8])> {
@@ -73,12 +84,7 @@ impl<D: Disk> Ext2<D> {
             self.read_block(b, &mut blk)?;
             let mut at = 0;
             while at + 8 <= bs {
-                let e_ino = le32(&blk, at);
-                let rec = le16(&blk, at + 4) as usize;
-                let nl = blk[at + 6] as usize;
-                if rec < 8 || at + rec > bs || 8 + nl > rec {
-                    return Err(FsError::Corrupt("directory entry with an impossible length"));
-                }
+                let (e_ino, rec, nl) = entry_at(&blk, at)?;
                 let used = if e_ino == 0 { 0 } else { rec_need(nl) };
                 if rec - used >= need {
                     if e_ino == 0 {
@@ -123,12 +129,7 @@ impl<D: Disk> Ext2<D> {
             self.read_block(b, &mut blk)?;
             let (mut at, mut prev) = (0usize, None);
             while at + 8 <= bs {
-                let e_ino = le32(&blk, at);
-                let rec = le16(&blk, at + 4) as usize;
-                let nl = blk[at + 6] as usize;
-                if rec < 8 || at + rec > bs || 8 + nl > rec {
-                    return Err(FsError::Corrupt("directory entry with an impossible length"));
-                }
+                let (e_ino, rec, nl) = entry_at(&blk, at)?;
                 if e_ino != 0 && &blk[at + 8..at + 8 + nl] == name {
                     let (lo, hi) = match prev {
                         Some(p) => {
@@ -498,11 +499,7 @@ impl<D: Disk> Ext2<D> {
             let mut at = 0usize;
             let mut fixed = false;
             while at + 8 <= blk.len() {
-                let rec = le16(&blk, at + 4) as usize;
-                let nl = blk[at + 6] as usize;
-                if rec < 8 || at + rec > blk.len() || 8 + nl > rec {
-                    return Err(FsError::Corrupt("directory entry with an impossible length"));
-                }
+                let (_, rec, nl) = entry_at(&blk, at)?;
                 if &blk[at + 8..at + 8 + nl] == b".." {
                     put32(&mut blk, at, np_n);
                     fixed = true;

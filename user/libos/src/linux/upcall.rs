@@ -236,7 +236,7 @@ core::arch::global_asm!(
 /// How far below the program's rsp `resume` keeps the address `__linux_resume` jumps to:
 /// just past the 128-byte red zone the x86-64 ABI lets a function use below rsp. Linux
 /// writes its signal frames from there down, so a program keeps nothing of its own there.
-const RIP_BELOW: u64 = 128 + 8;
+const RIP_BELOW: u64 = linuxabi::signal::RED_ZONE + 8;
 
 // The stub's offsets are `Regs`'s.
 const _: () = {
