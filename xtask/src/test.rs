@@ -276,25 +276,9 @@ fn host_tests() -> Result<TestTally, String> {
     Ok(t)
 }
 
-/// The in-kernel tests that check NUMA placement: they skip on a one-node boot and must run
-/// on the two-node one (kernel/src/tests.rs).
-const NUMA_KTESTS: &[&str] = &[
-    "kernel::tests::numa_pages_come_from_the_local_node",
-    "kernel::tests::object_metadata_comes_from_the_memid_node",
-    "kernel::tests::segment_pages_come_from_the_memid_node",
-];
-
-/// The in-kernel tests that need a second core (remote frees): they skip at 1 vCPU only.
-const TWO_CORE_KTESTS: &[&str] = &[
-    "kernel::tests::remote_frees_are_reused_without_a_trim",
-    "kernel::tests::fault_walk_races_the_unmap_of_its_parent_link",
-    "kernel::tests::kernel_core_has_left_its_loop_when_set_role_returns",
-    "kernel::kobj::ar::ktests::ar_view_disjoint_and_same_slot_from_several_cores",
-    "kernel::kobj::ar::slot_ktests::ar_slots_neighbouring_writers_and_overlapping_claims",
-    "kernel::kobj::ar::slot_ktests::ar_slots_get_sees_one_state_of_the_range",
-];
-
-/// The NUMA placement tests and the two-core tests: what may skip on a one-node, one-core boot.
+/// The in-kernel tests a small boot may skip: first those that need two or more NUMA nodes
+/// (placement by node), then those that need a second core (remote frees). A one-node,
+/// one-core boot may skip them all.
 const NUMA_AND_TWO_CORE_KTESTS: &[&str] = &[
     "kernel::tests::numa_pages_come_from_the_local_node",
     "kernel::tests::object_metadata_comes_from_the_memid_node",
@@ -306,6 +290,10 @@ const NUMA_AND_TWO_CORE_KTESTS: &[&str] = &[
     "kernel::kobj::ar::slot_ktests::ar_slots_neighbouring_writers_and_overlapping_claims",
     "kernel::kobj::ar::slot_ktests::ar_slots_get_sees_one_state_of_the_range",
 ];
+/// The NUMA placement tests: they skip on one node.
+const NUMA_KTESTS: &[&str] = NUMA_AND_TWO_CORE_KTESTS.split_at(3).0;
+/// The tests that need a second core: they skip at 1 vCPU only.
+const TWO_CORE_KTESTS: &[&str] = NUMA_AND_TWO_CORE_KTESTS.split_at(3).1;
 
 /// What the in-kernel test boot at `smp` vCPUs and `numa_nodes` nodes declares: on one node
 /// the NUMA placement tests may skip (nothing to place), over two or more they must pass; at
