@@ -656,7 +656,7 @@ fn calls_on_an_application_core() -> TestResult {
     }
     let pg = page()?;
     let s = server(&pg)?;
-    let (g, mut h) = call_from_core(1, &s, &pg)?;
+    let (_, mut h) = call_from_core(1, &s, &pg)?;
     let sh = shared();
     let mut ctx = h.context(ac_client, 0);
     ctx.role = abi::ROLE_AC;
