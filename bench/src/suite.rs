@@ -266,6 +266,23 @@ impl TreePath {
     }
 }
 
+/// `iters` calls of `size_of` (a `stat` or `fstat` of a file of `size` bytes) between the
+/// gate's marks; their sizes are summed, and a sum other than `size * iters` is the error
+/// `wrong`. Inlined, so the timed loop is the one written out.
+#[inline(always)]
+fn timed_sizes<P: Platform>(gate: &Gate<'_, P>, iters: usize, size: u64, wrong: &'static str, size_of: impl Fn() -> Result<u64, Error>) -> Result<u64, Error> {
+    gate.start();
+    let mut sum = 0u64;
+    for _ in 0..iters {
+        sum = sum.wrapping_add(size_of()?);
+    }
+    gate.stop();
+    if sum != size * iters as u64 {
+        return Err(Error::Check(wrong));
+    }
+    Ok(iters as u64)
+}
+
 /// The file-system rows (docs/fs.md) over the tree of catalog `FS_*`. Every read is checked
 /// against the tree's known bytes and every `stat`/`fstat` against its size.
 fn files<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Error> {
@@ -285,16 +302,7 @@ fn files<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Error
             if p.fs_stat(FS_SHARED_FILE)? != size {
                 return Err(Error::Check("stat gave a wrong size"));
             }
-            gate.start();
-            let mut sum = 0u64;
-            for _ in 0..iters {
-                sum = sum.wrapping_add(p.fs_stat(FS_SHARED_FILE)?);
-            }
-            gate.stop();
-            if sum != size * iters as u64 {
-                return Err(Error::Check("stat gave a wrong size"));
-            }
-            Ok(iters as u64)
+            timed_sizes(gate, iters, size, "stat gave a wrong size", || p.fs_stat(FS_SHARED_FILE))
         }),
         "fs_open_same" | "fs_open_private" => go(&|w, gate| {
             let mine = own(w);
@@ -371,16 +379,7 @@ fn files<P: Platform>(p: &P, params: &Params, n: usize) -> Result<Outcome, Error
             let fd = p.fs_open(path)?;
             let r = (|| {
                 p.fs_fstat(fd)?;
-                gate.start();
-                let mut sum = 0u64;
-                for _ in 0..iters {
-                    sum = sum.wrapping_add(p.fs_fstat(fd)?);
-                }
-                gate.stop();
-                if sum != size * iters as u64 {
-                    return Err(Error::Check("fstat gave a wrong size"));
-                }
-                Ok(iters as u64)
+                timed_sizes(gate, iters, size, "fstat gave a wrong size", || p.fs_fstat(fd))
             })();
             p.fs_close(fd)?;
             r

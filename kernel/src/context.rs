@@ -8,7 +8,7 @@ use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 
-use crate::arch::x86_64::idt::TrapFrame;
+use crate::arch::x86_64::idt::{GeneralRegs, TrapFrame};
 use crate::arch::x86_64::{apic, cpu, paging, syscall};
 use crate::sched::{self, Task};
 use crate::kobj::{ar, ObjRef};
@@ -479,13 +479,10 @@ fn abort_call(f: &mut TrapFrame) -> bool {
     let Some(c) = running(area).get_mut() else { return false };
     let mut caller = crate::arch::x86_64::syscall::UserReturn::default();
     let Some(gate) = crate::kobj::gate::leave(c, &mut caller) else { return false };
-    for r in [&mut f.r15, &mut f.r14, &mut f.r13, &mut f.r12, &mut f.r11, &mut f.r10, &mut f.r9, &mut f.r8, &mut f.rbp, &mut f.rdi, &mut f.rsi, &mut f.rdx, &mut f.rcx, &mut f.rbx] {
-        *r = 0;
-    }
+    f.regs = GeneralRegs { rax: abi::encode(Err(Error::CallAborted)) as u64, ..GeneralRegs::default() };
     f.rip = caller.rip;
     f.rsp = caller.rsp;
     f.rflags = caller.rflags;
-    f.rax = abi::encode(Err(Error::CallAborted)) as u64;
     // The caller's root range is loaded: the gate may go now (its last reference may be
     // this one), with interrupts on as for any free.
     let reenable = f.rflags & (1 << 9) != 0;

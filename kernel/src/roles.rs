@@ -160,6 +160,13 @@ pub fn forward(nr: u64, args: [u64; 6]) -> Result<u64, Error> {
     }
 }
 
+/// Announce that this core polls again (here and in every ring's header): the end of a
+/// stop announced before a look that found work, or before a sleep.
+fn poll_again(me: &'static PerCpu) {
+    me.polling.store(true, Ordering::SeqCst);
+    set_rings_state(me.index, None, 1);
+}
+
 /// Run one pending request from a core this kernel core serves. Returns true if one ran.
 fn serve_one(me: &'static PerCpu, root: &mut LoadedRoot) -> bool {
     let n = percpu::online_count();
@@ -370,8 +377,7 @@ pub fn kernel_core_loop() {
         me.polling.store(false, Ordering::SeqCst);
         set_rings_state(me.index, None, 0);
         if serve_one(me, &mut root) | serve_rings(me, &mut root, &mut buf) {
-            me.polling.store(true, Ordering::SeqCst);
-            set_rings_state(me.index, None, 1);
+            poll_again(me);
             idle = 0;
             window.worked();
             worked = true;
@@ -379,8 +385,7 @@ pub fn kernel_core_loop() {
         }
         if root.0.is_some() {
             // The last look loaded a range (and found nothing): poll on.
-            me.polling.store(true, Ordering::SeqCst);
-            set_rings_state(me.index, None, 1);
+            poll_again(me);
             idle = 0;
             continue;
         }
@@ -389,8 +394,7 @@ pub fn kernel_core_loop() {
         // loop's top (leaving a range enables them) would otherwise be spent before this halt,
         // which then lasts until some other interrupt (`role_change_under_load` hung so).
         if me.role.load(Ordering::SeqCst) != ROLE_KC {
-            me.polling.store(true, Ordering::SeqCst);
-            set_rings_state(me.index, None, 1);
+            poll_again(me);
             continue;
         }
         // The devices' interrupts end the sleep when a frame comes or a request completes
@@ -412,8 +416,7 @@ pub fn kernel_core_loop() {
             // Some drivers may have been armed before one found work.
             crate::dev::disarm_attached(me.index);
             crate::dev::set_asleep_attached(me.index, false);
-            me.polling.store(true, Ordering::SeqCst);
-            set_rings_state(me.index, None, 1);
+            poll_again(me);
             idle = 0;
             window.worked();
             worked = true;
@@ -433,8 +436,7 @@ pub fn kernel_core_loop() {
                 apic::timer_periodic_us(0);
             }
         }
-        me.polling.store(true, Ordering::SeqCst);
-        set_rings_state(me.index, None, 1);
+        poll_again(me);
         // Asleep with devices, the next empty poll sleeps again at once (the window's
         // stretch goes on); work found starts a new one.
         window.woke();

@@ -54,6 +54,16 @@ static long size_of(const char *p) {
     return stat(p, &st) == 0 ? (long)st.st_size : -1;
 }
 
+/* Read all of `p` into `buf` (at most `size` bytes): the number of bytes read. */
+static long read_all(const char *p, char *buf, long size) {
+    int fd = open(p, O_RDONLY);
+    long got = 0, r;
+    while ((r = read(fd, buf + got, size - got)) > 0)
+        got += r;
+    close(fd);
+    return got;
+}
+
 static void contents(const char *p) {
     char b[128] = {0};
     int fd = open(p, O_RDONLY);
@@ -275,11 +285,7 @@ int main(void) {
     close(fd);
     show("stat size after close", size_of("big"));
     static char back[12000];
-    fd = open("big", O_RDONLY);
-    long got = 0, r;
-    while ((r = read(fd, back + got, sizeof back - got)) > 0)
-        got += r;
-    close(fd);
+    long got = read_all("big", back, sizeof back);
     int same = got == 10240;
     for (int i = 0; same && i < 10240; i++)
         same = back[i] == 'a' + i / 512;
@@ -331,20 +337,12 @@ int main(void) {
     close(fd);
     show("the child's directory is a directory", stat("kdir", &bs) == 0 && S_ISDIR(bs.st_mode));
     show("size of the child's file", size_of("kdir/kid"));
-    fd = open("kdir/kid", O_RDONLY);
-    got = 0;
-    while ((r = read(fd, back + got, sizeof back - got)) > 0)
-        got += r;
-    close(fd);
+    got = read_all("kdir/kid", back, sizeof back);
     same = got == 10240;
     for (int i = 0; same && i < 10240; i++)
         same = back[i] == 'A' + i / 512;
     show("the child's file as it wrote it", same);
-    fd = open("mine", O_RDONLY);
-    got = 0;
-    while ((r = read(fd, back + got, sizeof back - got)) > 0)
-        got += r;
-    close(fd);
+    got = read_all("mine", back, sizeof back);
     same = got == 10240;
     for (int i = 0; same && i < 10240; i++)
         same = back[i] == 'k' - (i / 512) % 10;

@@ -276,25 +276,9 @@ fn host_tests() -> Result<TestTally, String> {
     Ok(t)
 }
 
-/// The in-kernel tests that check NUMA placement: they skip on a one-node boot and must run
-/// on the two-node one (kernel/src/tests.rs).
-const NUMA_KTESTS: &[&str] = &[
-    "kernel::tests::numa_pages_come_from_the_local_node",
-    "kernel::tests::object_metadata_comes_from_the_memid_node",
-    "kernel::tests::segment_pages_come_from_the_memid_node",
-];
-
-/// The in-kernel tests that need a second core (remote frees): they skip at 1 vCPU only.
-const TWO_CORE_KTESTS: &[&str] = &[
-    "kernel::tests::remote_frees_are_reused_without_a_trim",
-    "kernel::tests::fault_walk_races_the_unmap_of_its_parent_link",
-    "kernel::tests::kernel_core_has_left_its_loop_when_set_role_returns",
-    "kernel::kobj::ar::ktests::ar_view_disjoint_and_same_slot_from_several_cores",
-    "kernel::kobj::ar::slot_ktests::ar_slots_neighbouring_writers_and_overlapping_claims",
-    "kernel::kobj::ar::slot_ktests::ar_slots_get_sees_one_state_of_the_range",
-];
-
-/// The NUMA placement tests and the two-core tests: what may skip on a one-node, one-core boot.
+/// The in-kernel tests a small boot may skip: first those that need two or more NUMA nodes
+/// (placement by node), then those that need a second core (remote frees). A one-node,
+/// one-core boot may skip them all.
 const NUMA_AND_TWO_CORE_KTESTS: &[&str] = &[
     "kernel::tests::numa_pages_come_from_the_local_node",
     "kernel::tests::object_metadata_comes_from_the_memid_node",
@@ -306,6 +290,10 @@ const NUMA_AND_TWO_CORE_KTESTS: &[&str] = &[
     "kernel::kobj::ar::slot_ktests::ar_slots_neighbouring_writers_and_overlapping_claims",
     "kernel::kobj::ar::slot_ktests::ar_slots_get_sees_one_state_of_the_range",
 ];
+/// The NUMA placement tests: they skip on one node.
+const NUMA_KTESTS: &[&str] = NUMA_AND_TWO_CORE_KTESTS.split_at(3).0;
+/// The tests that need a second core: they skip at 1 vCPU only.
+const TWO_CORE_KTESTS: &[&str] = NUMA_AND_TWO_CORE_KTESTS.split_at(3).1;
 
 /// What the in-kernel test boot at `smp` vCPUs and `numa_nodes` nodes declares: on one node
 /// the NUMA placement tests may skip (nothing to place), over two or more they must pass; at
@@ -367,32 +355,23 @@ fn bad_boot(kernel: &Path, what: &str, mut cfg: VmConfig, expect: &str) -> Resul
 
 fn bad_boot_conditions(kernel: &Path) -> Result<TestTally, String> {
     println!("== bad boot conditions");
-    let mut t = TestTally::default();
-    t.add(bad_boot(kernel, "--mem 16M", VmConfig { smp: 1, mem_mib: 16, ..Default::default() }, "boot: failed: too little memory")?);
-    t.add(bad_boot(
-        kernel,
-        "no ACPI",
+    let with = |smp: u32, cmdline: &str| VmConfig { smp, cmdline: cmdline.into(), ..Default::default() };
+    let cases = [
+        ("--mem 16M", VmConfig { mem_mib: 16, ..with(1, "") }, "boot: failed: too little memory"),
         // q35 always builds ACPI tables; the i440FX machine can go without.
-        VmConfig { smp: 1, machine: "pc,acpi=off".into(), ..Default::default() },
-        "boot: failed: no ACPI",
-    )?);
-    t.add(bad_boot(kernel, "32-bit CPU", VmConfig { smp: 1, cpu: "qemu32".into(), ..Default::default() }, "boot: failed: CPU lacks")?);
-    // A deliberate kernel page fault must be reported with its symbolized backtrace.
-    t.add(bad_boot(
-        kernel,
-        "crash=pagefault",
-        VmConfig { smp: 2, cmdline: "crash=pagefault".into(), ..Default::default() },
-        "deliberate_page_fault",
-    )?);
-    t.add(bad_boot(kernel, "crash=panic", VmConfig { smp: 1, cmdline: "crash=panic".into(), ..Default::default() }, "KERNEL PANIC")?);
-    // A placement that cannot be applied (core 4 of 0-3): one `boot: error:` line, nothing
-    // applied, and the boot's exit says failure (so a test run under it cannot pass).
-    t.add(bad_boot(
-        kernel,
-        "roles=kc:4,ac:1-2 at 4 vCPUs",
-        VmConfig { smp: 4, cmdline: "roles=kc:4,ac:1-2".into(), ..Default::default() },
-        "boot: error: roles=kc:4,ac:1-2 not applied: cores 4-4 are not all online",
-    )?);
+        ("no ACPI", VmConfig { machine: "pc,acpi=off".into(), ..with(1, "") }, "boot: failed: no ACPI"),
+        ("32-bit CPU", VmConfig { cpu: "qemu32".into(), ..with(1, "") }, "boot: failed: CPU lacks"),
+        // A deliberate kernel page fault must be reported with its symbolized backtrace.
+        ("crash=pagefault", with(2, "crash=pagefault"), "deliberate_page_fault"),
+        ("crash=panic", with(1, "crash=panic"), "KERNEL PANIC"),
+        // A placement that cannot be applied (core 4 of 0-3): one `boot: error:` line, nothing
+        // applied, and the boot's exit says failure (so a test run under it cannot pass).
+        ("roles=kc:4,ac:1-2 at 4 vCPUs", with(4, "roles=kc:4,ac:1-2"), "boot: error: roles=kc:4,ac:1-2 not applied: cores 4-4 are not all online"),
+    ];
+    let mut t = TestTally::default();
+    for (what, cfg, expect) in cases {
+        t.add(bad_boot(kernel, what, cfg, expect)?);
+    }
     Ok(t)
 }
 
@@ -479,20 +458,26 @@ fn program_runs(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     Ok(t)
 }
 
-/// The shell (`init=sh`) with commands on its serial input: programs run on chosen cores
-/// (its own included), bad input gets one line each and the shell keeps going, `halt` ends
-/// it with nothing leaked.
-fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
-    println!("== shell smoke test");
-    let cfg = VmConfig {
-        smp: 2,
-        mem_mib: 192, // the initrd holds only the programs' loadable bytes (user::loadable_image): about 10 MB
+/// A boot of `kernel` with the program archive `initrd` at `smp` vCPUs into the shell, which
+/// reads its commands from the serial input.
+fn shell_boot(kernel: &Path, initrd: &Path, smp: u32) -> VmConfig {
+    VmConfig {
+        smp,
         cmdline: "init=sh".into(),
         medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
         initrd: Some(initrd.to_path_buf()),
         timeout: Some(BOOT_TIMEOUT),
         ..Default::default()
-    };
+    }
+}
+
+/// The shell (`init=sh`) with commands on its serial input: programs run on chosen cores
+/// (its own included), bad input gets one line each and the shell keeps going, `halt` ends
+/// it with nothing leaked.
+fn shell_smoke(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
+    println!("== shell smoke test");
+    // The initrd holds only the programs' loadable bytes (user::loadable_image): about 10 MB.
+    let cfg = VmConfig { mem_mib: 192, ..shell_boot(kernel, initrd, 2) };
     // Input sent while the kernel boots can lose its first bytes (the UART is reset): lead
     // with blank lines, which the shell ignores.
     let input = format!("{}run -c 0,1 hello a b\nfoo\nrun -c 7 hello\nrun -c 1,x hello\nrun nosuch\ncores\nstat\nobjs\ngrant 1\nrun -c 1 hog\nrun -c 0 hog\nrun -c 1 hello after\nstat\nsleep 2000\nstat\nhalt\n", "\n".repeat(16));
@@ -673,14 +658,7 @@ fn tcpserv_halts(serial: &str) -> Vec<CoreHalts> {
 /// have found core 0 busy, and `halt` must end cleanly with nothing leaked.
 fn shell_ltest(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
     println!("== ltest under the shell at 3 vCPUs (its core, then another)");
-    let cfg = VmConfig {
-        smp: 3,
-        cmdline: "init=sh".into(),
-        medium: Some(BootMedium::Kernel(kernel.to_path_buf())),
-        initrd: Some(initrd.to_path_buf()),
-        timeout: Some(BOOT_TIMEOUT),
-        ..Default::default()
-    };
+    let cfg = shell_boot(kernel, initrd, 3);
     // Blank lines first: input sent while the kernel boots can lose bytes (see shell_smoke).
     let input = format!("{}run -c 0 ltest nomeasure\nrun -c 1 ltest nomeasure\nhalt\n", "\n".repeat(16));
     let out = boot_captured(&cfg, Some(&input), false)?;

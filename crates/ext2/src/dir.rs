@@ -29,6 +29,17 @@ fn rec_need(n: usize) -> usize {
     (8 + n).next_multiple_of(4)
 }
 
+/// The directory entry at `at` of block `blk`: its inode (0: a free record), its record length
+/// and its name's length, checked to lie inside the block.
+fn entry_at(blk: &[u8], at: usize) -> Result<(u32, usize, usize)> {
+    let rec = le16(blk, at + 4) as usize;
+    let nl = blk[at + 6] as usize;
+    if rec < 8 || at + rec > blk.len() || 8 + nl > rec {
+        return Err(FsError::Corrupt("directory entry with an impossible length"));
+    }
+    Ok((le32(blk, at), rec, nl))
+}
+
 /// Split a path into its parent directory and last name (trailing slashes ignored).
 #[inline]
 pub fn split_path(path: &[u8]) -> Result<(&[u8], &[u8])> {
@@ -73,12 +84,7 @@ impl<D: Disk> Ext2<D> {
             self.read_block(b, &mut blk)?;
             let mut at = 0;
             while at + 8 <= bs {
-                let e_ino = le32(&blk, at);
-                let rec = le16(&blk, at + 4) as usize;
-                let nl = blk[at + 6] as usize;
-                if rec < 8 || at + rec > bs || 8 + nl > rec {
-                    return Err(FsError::Corrupt("directory entry with an impossible length"));
-                }
+                let (e_ino, rec, nl) = entry_at(&blk, at)?;
                 let used = if e_ino == 0 { 0 } else { rec_need(nl) };
                 if rec - used >= need {
                     if e_ino == 0 {
@@ -123,12 +129,7 @@ impl<D: Disk> Ext2<D> {
             self.read_block(b, &mut blk)?;
             let (mut at, mut prev) = (0usize, None);
             while at + 8 <= bs {
-                let e_ino = le32(&blk, at);
-                let rec = le16(&blk, at + 4) as usize;
-                let nl = blk[at + 6] as usize;
-                if rec < 8 || at + rec > bs || 8 + nl > rec {
-                    return Err(FsError::Corrupt("directory entry with an impossible length"));
-                }
+                let (e_ino, rec, nl) = entry_at(&blk, at)?;
                 if e_ino != 0 && &blk[at + 8..at + 8 + nl] == name {
                     let (lo, hi) = match prev {
                         Some(p) => {
@@ -189,15 +190,21 @@ impl<D: Disk> Ext2<D> {
         Inode { ino, mode, uid: 0, gid: 0, size: 0, atime: t, ctime: t, mtime: t, links, blocks512: 0, flags: 0, block: [0; 15], raw: [0; 128] }
     }
 
+    /// The directory a new name of `path` goes into, and that name: `Exists` if the name is
+    /// taken already (and the lookup's own error if it fails otherwise).
+    fn parent_for_new<'p>(&mut self, path: &'p [u8]) -> Result<(Inode, &'p [u8])> {
+        let (dir, name) = self.parent_of(path)?;
+        match self.lookup(&dir, name) {
+            Ok(_) => Err(FsError::Exists),
+            Err(FsError::NotFound) => Ok((dir, name)),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Make an empty regular file (`Exists` if the name is taken).
     pub fn create(&mut self, path: &[u8], perm: u16) -> Result<Inode> {
         self.writable()?;
-        let (mut dir, name) = self.parent_of(path)?;
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(FsError::Exists),
-            Err(FsError::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        let (mut dir, name) = self.parent_for_new(path)?;
         let n = self.alloc_inode(false, self.group_of(dir.ino))?;
         let mut ino = self.new_inode(n, S_IFREG | (perm & 0o7777), 1);
         self.write_inode(&mut ino)?;
@@ -211,12 +218,7 @@ impl<D: Disk> Ext2<D> {
     /// Make a directory with `.` and `..`.
     pub fn mkdir(&mut self, path: &[u8], perm: u16) -> Result<Inode> {
         self.writable()?;
-        let (mut dir, name) = self.parent_of(path)?;
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(FsError::Exists),
-            Err(FsError::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        let (mut dir, name) = self.parent_for_new(path)?;
         let n = self.alloc_inode(true, self.group_of(dir.ino))?;
         let mut ino = self.new_inode(n, S_IFDIR | (perm & 0o7777), 2);
         let b = match self.alloc_block(self.group_of(n)) {
@@ -303,12 +305,7 @@ impl<D: Disk> Ext2<D> {
         if target.len() >= 4096 || target.len() as u64 >= self.bs {
             return Err(FsError::NameTooLong);
         }
-        let (mut dir, name) = self.parent_of(path)?;
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(FsError::Exists),
-            Err(FsError::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        let (mut dir, name) = self.parent_for_new(path)?;
         let n = self.alloc_inode(false, self.group_of(dir.ino))?;
         let mut ino = self.new_inode(n, S_IFLNK | 0o777, 1);
         if target.len() <= FAST_SYMLINK_MAX {
@@ -502,11 +499,7 @@ impl<D: Disk> Ext2<D> {
             let mut at = 0usize;
             let mut fixed = false;
             while at + 8 <= blk.len() {
-                let rec = le16(&blk, at + 4) as usize;
-                let nl = blk[at + 6] as usize;
-                if rec < 8 || at + rec > blk.len() || 8 + nl > rec {
-                    return Err(FsError::Corrupt("directory entry with an impossible length"));
-                }
+                let (_, rec, nl) = entry_at(&blk, at)?;
                 if &blk[at + 8..at + 8 + nl] == b".." {
                     put32(&mut blk, at, np_n);
                     fixed = true;

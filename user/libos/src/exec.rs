@@ -221,12 +221,7 @@ core::arch::global_asm!(
     // embed_call(info, entry, exit_slot, root_share, pcore) -> exit code
     ".global __libos_embed_call",
     "__libos_embed_call:",
-    "    push rbp",
-    "    push rbx",
-    "    push r12",
-    "    push r13",
-    "    push r14",
-    "    push r15",
+    push_callee_saved!(),
     "    mov [rdx], rsp",
     "    mov rax, rsi",
     "    mov rsp, rdi",
@@ -237,15 +232,7 @@ core::arch::global_asm!(
     // embed_return(saved_rsp, code): back into __libos_embed_call's frame.
     ".global __libos_embed_return",
     "__libos_embed_return:",
-    "    mov rsp, rdi",
-    "    mov rax, rsi",
-    "    pop r15",
-    "    pop r14",
-    "    pop r13",
-    "    pop r12",
-    "    pop rbx",
-    "    pop rbp",
-    "    ret",
+    return_to_saved_frame!(),
 );
 
 #[cfg(target_os = "none")]

@@ -22,6 +22,27 @@ extern crate alloc;
 
 pub use abi;
 
+/// For the `global_asm!` stubs that leave a Rust frame for another stack and come back to it
+/// later (`exec`'s embedded programs, the Linux personality's entries): push the System V
+/// callee-saved registers, in the order `return_to_saved_frame!` pops them. The stub then
+/// stores rsp where its way back finds it.
+#[allow(unused_macros)]
+macro_rules! push_callee_saved {
+    () => {
+        "push rbp\npush rbx\npush r12\npush r13\npush r14\npush r15"
+    };
+}
+
+/// The way back into a frame `push_callee_saved!` saved, as a function `(saved_rsp, value)`:
+/// switch to `saved_rsp` (rdi), pop the callee-saved registers and return `value` (rsi) from
+/// the call that saved them.
+#[allow(unused_macros)]
+macro_rules! return_to_saved_frame {
+    () => {
+        "mov rsp, rdi\nmov rax, rsi\npop r15\npop r14\npop r13\npop r12\npop rbx\npop rbp\nret"
+    };
+}
+
 pub mod cfork;
 pub mod console;
 pub mod cores;

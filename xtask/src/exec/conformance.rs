@@ -106,6 +106,11 @@ pub const CASES: &[Case] = &[
     // Signals with threads: tgkill to another thread, per-thread masks, a futex wait
     // interrupted (EINTR).
     Case { ci: true, ..c_prog("threads-signals", "threads", &["signals"], 0, Out::Has(&["threads signals: ok"])) },
+    // Four threads on 4 vCPUs each sending itself signals from its own call site to its own
+    // handler: every resume must land in the thread it belongs to.
+    Case { ci: true, smp: 4, ..c_prog("sigthreads-smp4", "sigthreads", &[], 0, Out::Has(&["mix-ups: 0", "sigthreads: ok"])) },
+    // A handler that returns to a stack pointer with no stack: killed by SIGSEGV.
+    Case { ci: true, ..c_prog("sigthreads-badrsp", "sigthreads", &["badrsp"], 139, Out::Is("returning to rsp 8\n")) },
     Case { ci: true, ..c_prog("signals", "signals", &[], 0, Out::Has(&["signals: ok"])) },
     Case { ci: true, ..c_prog("signals-segv", "signals", &["segv"], 139, Out::Is("touching address 0 with no handler\n")) },
     // Signals a process sends itself and its own faults (no fork needed).

@@ -72,6 +72,7 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     ("threads", &["-lpthread"]),
     ("threads_bench", &["-lpthread"]),
     ("procrobust", &["-lpthread"]),
+    ("sigthreads", &["-lpthread"]),
 ];
 
 /// The Linux guest's `/init` for `exec --system linux`, built into `target/linux-exec/`.

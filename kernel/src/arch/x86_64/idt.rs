@@ -66,10 +66,12 @@ extern "C" {
     static trap_stub_table: [u64; 256];
 }
 
-/// Registers saved by `trap_common`, then what the CPU pushed.
+/// The general registers in the order `trap_common` pushes them (lowest address first):
+/// the start of a `TrapFrame`, and of a `syscall::UserRegs` (a context's registers while it
+/// does not run), so one is copied into the other whole.
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct TrapFrame {
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GeneralRegs {
     pub r15: u64,
     pub r14: u64,
     pub r13: u64,
@@ -85,6 +87,13 @@ pub struct TrapFrame {
     pub rcx: u64,
     pub rbx: u64,
     pub rax: u64,
+}
+
+/// Registers saved by `trap_common`, then what the CPU pushed.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TrapFrame {
+    pub regs: GeneralRegs,
     pub vector: u64,
     pub error: u64,
     pub rip: u64,
@@ -276,14 +285,14 @@ pub fn report_exception(f: &TrapFrame) {
     }
     w(format_args!(
         "[{cpu}]   rax {:#018x} rbx {:#018x} rcx {:#018x} rdx {:#018x}\n",
-        f.rax, f.rbx, f.rcx, f.rdx
+        f.regs.rax, f.regs.rbx, f.regs.rcx, f.regs.rdx
     ));
     w(format_args!(
         "[{cpu}]   rsi {:#018x} rdi {:#018x} rbp {:#018x} rsp {:#018x}\n",
-        f.rsi, f.rdi, f.rbp, f.rsp
+        f.regs.rsi, f.regs.rdi, f.regs.rbp, f.rsp
     ));
-    w(format_args!("[{cpu}]   r8  {:#018x} r9  {:#018x} r10 {:#018x} r11 {:#018x}\n", f.r8, f.r9, f.r10, f.r11));
-    w(format_args!("[{cpu}]   r12 {:#018x} r13 {:#018x} r14 {:#018x} r15 {:#018x}\n", f.r12, f.r13, f.r14, f.r15));
+    w(format_args!("[{cpu}]   r8  {:#018x} r9  {:#018x} r10 {:#018x} r11 {:#018x}\n", f.regs.r8, f.regs.r9, f.regs.r10, f.regs.r11));
+    w(format_args!("[{cpu}]   r12 {:#018x} r13 {:#018x} r14 {:#018x} r15 {:#018x}\n", f.regs.r12, f.regs.r13, f.regs.r14, f.regs.r15));
     w(format_args!("[{cpu}]   cs {:#x} ss {:#x} rflags {:#x}\n", f.cs, f.ss, f.rflags));
     // Which page tables were in use: a stale user root (freed, then reused) shows up here as
     // kernel faults on addresses that are always mapped.
@@ -291,7 +300,7 @@ pub fn report_exception(f: &TrapFrame) {
     let kernel_root = super::boot::boot_pml4_phys();
     w(format_args!("[{cpu}]   cr3 {cr3:#x} ({})\n", if cr3 == kernel_root { "the kernel's root" } else { "a user address range's root" }));
     if f.cs & 3 == 0 {
-        backtrace_from(f.rbp);
+        backtrace_from(f.regs.rbp);
     }
 }
 

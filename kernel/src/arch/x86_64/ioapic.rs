@@ -58,6 +58,19 @@ pub fn entries() -> u32 {
 /// delivery, physical destination, edge-triggered, active high (the ISA convention).
 /// Returns false if the I/O APIC has no such input.
 pub fn route(gsi: u32, vector: u8, apic_id: u32) -> bool {
+    program(gsi, vector as u32, apic_id)
+}
+
+/// Route `gsi` to `vector` on `apic_id`, level-triggered, active high, unmasked: a PCI
+/// device's INTx line as QEMU models it. The handler masks it (`mask`) before its EOI, so a
+/// line still asserted does not interrupt again at once. False if there is no such input.
+pub fn route_level(gsi: u32, vector: u8, apic_id: u32) -> bool {
+    program(gsi, vector as u32 | 1 << 15, apic_id)
+}
+
+/// Write `gsi`'s redirection entry: `low` (vector and mode bits) to the core `apic_id`.
+/// False if there is no such input.
+fn program(gsi: u32, low_bits: u32, apic_id: u32) -> bool {
     let Some(pin) = gsi.checked_sub(GSI_BASE.load(Ordering::Relaxed)) else { return false };
     if pin >= entries() {
         return false;
@@ -67,23 +80,7 @@ pub fn route(gsi: u32, vector: u8, apic_id: u32) -> bool {
     // Masked while the destination changes, so no half-written entry delivers.
     write(low, 1 << 16);
     write(low + 1, apic_id << 24);
-    write(low, vector as u32);
-    true
-}
-
-/// Route `gsi` to `vector` on `apic_id`, level-triggered, active high, unmasked: a PCI
-/// device's INTx line as QEMU models it. The handler masks it (`mask`) before its EOI, so a
-/// line still asserted does not interrupt again at once. False if there is no such input.
-pub fn route_level(gsi: u32, vector: u8, apic_id: u32) -> bool {
-    let Some(pin) = gsi.checked_sub(GSI_BASE.load(Ordering::Relaxed)) else { return false };
-    if pin >= entries() {
-        return false;
-    }
-    let _g = LOCK.lock_irqsave();
-    let low = 0x10 + 2 * pin;
-    write(low, 1 << 16);
-    write(low + 1, apic_id << 24);
-    write(low, vector as u32 | 1 << 15);
+    write(low, low_bits);
     true
 }
 

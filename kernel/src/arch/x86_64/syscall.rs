@@ -10,6 +10,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use super::cpu::{self, rdmsr, wrmsr, MSR_EFER};
 use super::gdt::{KERNEL_CS, USER_BASE};
+use super::idt::{GeneralRegs, TrapFrame};
 use crate::percpu::{CpuStats, PerCpu, NOT_IN_CALL};
 
 /// One past the highest system-call number: the size of the call tables (`FAST_HANDLERS`,
@@ -470,35 +471,20 @@ pub fn run_user(rip: u64, rsp: u64, args: [u64; 3]) {
     unsafe { enter_user_mode(rip, rsp, args[0], args[1], args[2]) }
 }
 
-/// A user context's registers while it is not running (time-shared cores). The field order
-/// matches `TrapFrame`'s general registers, then rip, rflags, rsp; `enter_user_regs` depends
-/// on these offsets.
+/// A user context's registers while it is not running (time-shared cores): `TrapFrame`'s
+/// general registers, then rip, rflags, rsp; `enter_user_regs` depends on these offsets.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UserRegs {
-    pub r15: u64,
-    pub r14: u64,
-    pub r13: u64,
-    pub r12: u64,
-    pub r11: u64,
-    pub r10: u64,
-    pub r9: u64,
-    pub r8: u64,
-    pub rbp: u64,
-    pub rdi: u64,
-    pub rsi: u64,
-    pub rdx: u64,
-    pub rcx: u64,
-    pub rbx: u64,
-    pub rax: u64,
+    pub regs: GeneralRegs,
     pub rip: u64,
     pub rflags: u64,
     pub rsp: u64,
 }
 
 const _: () = {
-    assert!(core::mem::offset_of!(UserRegs, rdi) == 72);
-    assert!(core::mem::offset_of!(UserRegs, rax) == 112);
+    assert!(core::mem::offset_of!(UserRegs, regs) + core::mem::offset_of!(GeneralRegs, rdi) == 72);
+    assert!(core::mem::offset_of!(UserRegs, regs) + core::mem::offset_of!(GeneralRegs, rax) == 112);
     assert!(core::mem::offset_of!(UserRegs, rip) == 120);
     assert!(core::mem::offset_of!(UserRegs, rflags) == 128);
     assert!(core::mem::offset_of!(UserRegs, rsp) == 136);
@@ -511,50 +497,18 @@ const USER_RFLAGS: u64 = 0x0000_0CD5 | (1 << 8) | (1 << 18) | (1 << 21);
 impl UserRegs {
     /// The registers a fresh context starts with (what `enter_user_mode` sets).
     pub fn fresh(rip: u64, rsp: u64, args: [u64; 3]) -> UserRegs {
-        UserRegs { rip, rsp, rdi: args[0], rsi: args[1], rdx: args[2], rflags: 0x202, ..Default::default() }
+        let regs = GeneralRegs { rdi: args[0], rsi: args[1], rdx: args[2], ..Default::default() };
+        UserRegs { regs, rip, rsp, rflags: 0x202 }
     }
 
     /// Save the user registers of an interrupt taken in user mode.
-    pub fn from_frame(f: &super::idt::TrapFrame) -> UserRegs {
-        UserRegs {
-            r15: f.r15,
-            r14: f.r14,
-            r13: f.r13,
-            r12: f.r12,
-            r11: f.r11,
-            r10: f.r10,
-            r9: f.r9,
-            r8: f.r8,
-            rbp: f.rbp,
-            rdi: f.rdi,
-            rsi: f.rsi,
-            rdx: f.rdx,
-            rcx: f.rcx,
-            rbx: f.rbx,
-            rax: f.rax,
-            rip: f.rip,
-            rflags: f.rflags,
-            rsp: f.rsp,
-        }
+    pub fn from_frame(f: &TrapFrame) -> UserRegs {
+        UserRegs { regs: f.regs, rip: f.rip, rflags: f.rflags, rsp: f.rsp }
     }
 
     /// Make the interrupt taken in user mode return into these registers instead.
-    pub fn to_frame(&self, f: &mut super::idt::TrapFrame) {
-        f.r15 = self.r15;
-        f.r14 = self.r14;
-        f.r13 = self.r13;
-        f.r12 = self.r12;
-        f.r11 = self.r11;
-        f.r10 = self.r10;
-        f.r9 = self.r9;
-        f.r8 = self.r8;
-        f.rbp = self.rbp;
-        f.rdi = self.rdi;
-        f.rsi = self.rsi;
-        f.rdx = self.rdx;
-        f.rcx = self.rcx;
-        f.rbx = self.rbx;
-        f.rax = self.rax;
+    pub fn to_frame(&self, f: &mut TrapFrame) {
+        f.regs = self.regs;
         f.rip = self.rip;
         f.rflags = (self.rflags & USER_RFLAGS) | 0x202;
         f.rsp = self.rsp;

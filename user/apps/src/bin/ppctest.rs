@@ -224,6 +224,29 @@ fn page() -> Result<SharedPage, Msg> {
     SharedPage::new("ppc-page")
 }
 
+/// The words of `shared()` that name the gate a helper core calls (`call_from_core`).
+const GATE_SHARE: usize = 20;
+const GATE_OBJECT: usize = 21;
+
+/// The gate `call_from_core` published, for the helper running on `core`.
+fn published_gate(core: u64) -> Gate {
+    let sh = shared();
+    Gate { name: ObjName::new(sh[GATE_SHARE].load(Ordering::Relaxed), sh[GATE_OBJECT].load(Ordering::Relaxed)), core }
+}
+
+/// A helper core that will call `s`'s gate for `core` (named to it through `shared()`,
+/// `published_gate`): prepared on `core` with the server's share and `pg` mapped, not yet
+/// started.
+fn call_from_core(core: u64, s: &Server, pg: &SharedPage) -> Result<(Gate, Core), Msg> {
+    let g = s.gate(core);
+    let sh = shared();
+    sh[GATE_SHARE].store(g.name.share, Ordering::Relaxed);
+    sh[GATE_OBJECT].store(g.name.object, Ordering::Relaxed);
+    let h = ok!(Core::prepare(core, &CoreOpts { shares: &[s.p], ..Default::default() }));
+    ok!(pg.map_into(h.root_ar));
+    Ok((g, h))
+}
+
 /// Catches: a register call that takes a bad entry, stack, core, share list or root range;
 /// a private share of another core in a gate (its lock-free table used from two cores); a
 /// gate that holds a share holding it (a reference cycle that never frees); objects left
@@ -388,7 +411,7 @@ fn busy_helper(c: &CoreCtx) -> u64 {
     while sh[IN_CALL].load(Ordering::Acquire) == 0 {
         core::hint::spin_loop();
     }
-    let name = ObjName::new(sh[20].load(Ordering::Relaxed), sh[21].load(Ordering::Relaxed));
+    let name = published_gate(0).name;
     let r = Gate { name, core: 0 }.call(OP_MARK, 0, 0, 0);
     sh[BUSY_RES].store(abi::encode(r) as u64, Ordering::Relaxed);
     // The same through a slot this context binds (its own slots, not the client's).
@@ -413,12 +436,8 @@ fn preempted_call_busy_gate_and_delete_during_call() -> TestResult {
     }
     let pg = page()?;
     let s = server(&pg)?;
-    let g = s.gate(0);
+    let (g, mut helper) = call_from_core(0, &s, &pg)?;
     let sh = shared();
-    sh[20].store(g.name.share, Ordering::Relaxed);
-    sh[21].store(g.name.object, Ordering::Relaxed);
-    let mut helper = ok!(Core::prepare(0, &CoreOpts { shares: &[s.p], ..Default::default() }));
-    ok!(pg.map_into(helper.root_ar));
     let sw0 = ok!(sys::core_stats(0)).context_switches;
     ok!(helper.start(busy_helper, 0));
     let r = g.call(OP_WAIT, RELEASE as u64, 60_000, IN_CALL as u64);
@@ -439,9 +458,8 @@ fn preempted_call_busy_gate_and_delete_during_call() -> TestResult {
 /// On core 0: call the gate with a handler that waits for ever (until halted).
 fn stuck_caller(c: &CoreCtx) -> u64 {
     let sh = shared();
-    let name = ObjName::new(sh[20].load(Ordering::Relaxed), sh[21].load(Ordering::Relaxed));
     let _ = c;
-    let r = Gate { name, core: 0 }.call(OP_WAIT, NEVER as u64, 600_000, IN_CALL2 as u64);
+    let r = published_gate(0).call(OP_WAIT, NEVER as u64, 600_000, IN_CALL2 as u64);
     sh[HELPER_DONE].store(1, Ordering::Release);
     abi::encode(r) as u64
 }
@@ -452,12 +470,8 @@ fn stuck_caller(c: &CoreCtx) -> u64 {
 fn halted_client_gives_the_gate_back() -> TestResult {
     let pg = page()?;
     let s = server(&pg)?;
-    let g = s.gate(0);
+    let (g, mut stuck) = call_from_core(0, &s, &pg)?;
     let sh = shared();
-    sh[20].store(g.name.share, Ordering::Relaxed);
-    sh[21].store(g.name.object, Ordering::Relaxed);
-    let mut stuck = ok!(Core::prepare(0, &CoreOpts { shares: &[s.p], ..Default::default() }));
-    ok!(pg.map_into(stuck.root_ar));
     ok!(stuck.start(stuck_caller, 0));
     let started = libos::time::wait_until(60_000, || {
         let _ = sys::pcore_yield();
@@ -615,7 +629,7 @@ fn nested_calls_and_depth() -> TestResult {
 /// handler's identity).
 fn ac_client(_c: &CoreCtx) -> u64 {
     let sh = shared();
-    let g = Gate { name: ObjName::new(sh[20].load(Ordering::Relaxed), sh[21].load(Ordering::Relaxed)), core: 1 };
+    let g = published_gate(1);
     sh[30].store(abi::encode(g.call(OP_MARK, 0, 0, 0)) as u64, Ordering::Relaxed);
     sh[31].store(abi::encode(g.call(OP_CALLER, 0, 0, 0)) as u64, Ordering::Relaxed);
     sh[32].store(abi::encode(g.call(OP_MIX | (7 << 8), 1, 2, 3)) as u64, Ordering::Relaxed);
@@ -642,12 +656,8 @@ fn calls_on_an_application_core() -> TestResult {
     }
     let pg = page()?;
     let s = server(&pg)?;
-    let g = s.gate(1);
+    let (_, mut h) = call_from_core(1, &s, &pg)?;
     let sh = shared();
-    sh[20].store(g.name.share, Ordering::Relaxed);
-    sh[21].store(g.name.object, Ordering::Relaxed);
-    let mut h = ok!(Core::prepare(1, &CoreOpts { shares: &[s.p], ..Default::default() }));
-    ok!(pg.map_into(h.root_ar));
     let mut ctx = h.context(ac_client, 0);
     ctx.role = abi::ROLE_AC;
     ok!(sys::pcore_run(h.pcore, &ctx));

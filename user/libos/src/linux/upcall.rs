@@ -19,7 +19,9 @@
 //! registers and resumes at `__linux_event`, which calls `signal::linux_event` on the
 //! running thread's upcall stack (an event comes only while the program, not the runtime,
 //! runs). Signal delivery and `rt_sigreturn` leave through `resume`, which loads every
-//! register (the program's rcx and r11 included) without touching the program's stack.
+//! register (the program's rcx and r11 included) without touching the program's stack and
+//! jumps through a word of the thread's own stack below the red zone, so threads resuming at
+//! once share no word (linux/progs/sigthreads.c checks it at 4 vCPUs).
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -143,12 +145,7 @@ core::arch::global_asm!(
     // __linux_leave) with its exit status.
     ".global __linux_enter",
     "__linux_enter:",
-    "    push rbp",
-    "    push rbx",
-    "    push r12",
-    "    push r13",
-    "    push r14",
-    "    push r15",
+    push_callee_saved!(),
     "    mov [rdx], rsp",
     "    mov rsp, rsi",
     // Linux's start state: rdx = 0 (no exit handler), the other registers cleared.
@@ -173,12 +170,7 @@ core::arch::global_asm!(
     // its exit status, through the upcall stub's own way back.
     ".global __linux_resume_child",
     "__linux_resume_child:",
-    "    push rbp",
-    "    push rbx",
-    "    push r12",
-    "    push r13",
-    "    push r14",
-    "    push r15",
+    push_callee_saved!(),
     "    mov [rsi], rsp",
     "    mov rsp, rdi",
     "    jmp __linux_upcall_return",
@@ -189,12 +181,7 @@ core::arch::global_asm!(
     // 8 mod 16 and rsp - 8 is aligned.
     ".global __linux_enter_frame",
     "__linux_enter_frame:",
-    "    push rbp",
-    "    push rbx",
-    "    push r12",
-    "    push r13",
-    "    push r14",
-    "    push r15",
+    push_callee_saved!(),
     "    mov [rsi], rsp",
     "    lea rax, [rsp - 8]",
     "    mov [rdx], rax",
@@ -203,15 +190,7 @@ core::arch::global_asm!(
     // __linux_leave(saved_rsp, status): back into __linux_enter's frame.
     ".global __linux_leave",
     "__linux_leave:",
-    "    mov rsp, rdi",
-    "    mov rax, rsi",
-    "    pop r15",
-    "    pop r14",
-    "    pop r13",
-    "    pop r12",
-    "    pop rbx",
-    "    pop rbp",
-    "    ret",
+    return_to_saved_frame!(),
     // __linux_event: where the kernel resumes the context after keeping a fault or tick of
     // the program (`abi::LINUX_EVENTS`); every register is in the kept event, so the stub
     // only takes the upcall stack (free: the program was running, not the runtime).
@@ -225,11 +204,11 @@ core::arch::global_asm!(
     // __linux_resume(regs: *const Regs): load every register of `Regs` (linuxabi::signal,
     // repr(C): r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, rflags at 8-byte steps)
     // and jump to its rip. The flags go through the upcall stack before rsp changes; the rip
-    // through a slot of the runtime's, so nothing is written to the program's stack.
+    // through the word `RIP_BELOW` bytes below the program's rsp (`resume` wrote it there):
+    // below the red zone, where a Linux signal frame would go, and the thread's own, so
+    // threads resuming at once share nothing.
     ".global __linux_resume",
     "__linux_resume:",
-    "    mov rax, [rdi + 128]",
-    "    mov [rip + __linux_resume_rip], rax",
     "    push qword ptr [rdi + 136]",
     "    mov r8, [rdi + 0]",
     "    mov r9, [rdi + 8]",
@@ -248,17 +227,16 @@ core::arch::global_asm!(
     "    popfq",
     "    mov rsp, [rdi + 120]",
     "    mov rdi, [rdi + 64]",
-    "    jmp qword ptr [rip + __linux_resume_rip]",
+    "    jmp qword ptr [rsp - {rip_below}]",
     dispatch = sym super::dispatch::linux_dispatch,
     event = sym super::signal::linux_event,
+    rip_below = const RIP_BELOW,
 );
 
-/// Where `__linux_resume` jumps. NOT DONE for threads: one word for every thread of the
-/// runtime, so two threads resuming at the same instant (two signal deliveries or
-/// `rt_sigreturn`s at once) could race on it; it must become a per-context word (an
-/// `iretq` from the upcall stack would need none).
-#[no_mangle]
-static __linux_resume_rip: AtomicU64 = AtomicU64::new(0);
+/// How far below the program's rsp `resume` keeps the address `__linux_resume` jumps to:
+/// just past the 128-byte red zone the x86-64 ABI lets a function use below rsp. Linux
+/// writes its signal frames from there down, so a program keeps nothing of its own there.
+const RIP_BELOW: u64 = linuxabi::signal::RED_ZONE + 8;
 
 // The stub's offsets are `Regs`'s.
 const _: () = {
@@ -269,12 +247,35 @@ const _: () = {
 /// Resume the program with exactly these registers (a handler's entry, `rt_sigreturn`, an
 /// event with nothing to deliver). The trap flag is dropped: single-stepping would trap in
 /// the runtime's own resume path. Only with no lock held, from the upcall stack.
+///
+/// The rip is written `RIP_BELOW` bytes below the program's rsp, a word of this thread's
+/// stack (each thread resumes through its own). Where the program's rsp leaves no writable
+/// word there (a stack pointer a handler made up), the program ends as killed by SIGSEGV,
+/// as Linux ends one whose stack cannot be used.
 pub fn resume(regs: &Regs) -> ! {
     let mut r = *regs;
     r.rflags = (r.rflags & !0x100) | 0x202;
+    let below = r.rsp.wrapping_sub(RIP_BELOW);
+    let placed = {
+        let mut g = super::dispatch::lock_proc();
+        match g.as_mut() {
+            Some(p) if r.rsp >= RIP_BELOW && p.image.space.put(below, &r.rip.to_le_bytes()) => true,
+            Some(p) => {
+                p.sig.killed_by = Some(linuxabi::signal::SIGSEGV);
+                p.sig.finish();
+                false
+            }
+            None => false,
+        }
+    };
+    if !placed {
+        crate::println!("linux: no writable stack word below rsp {:#x} to resume at {:#x}; ending the program by SIGSEGV", r.rsp, r.rip);
+        leave(128 + u64::from(linuxabi::signal::SIGSEGV));
+    }
     // SAFETY: `__linux_resume` reads `r` (a live `Regs`) before it leaves the upcall stack
-    // and never returns; nothing on the upcall stack needs dropping (the caller holds no
-    // lock or allocation, as documented).
+    // and never returns; it reads its jump target from the program's word checked writable
+    // just above; nothing on the upcall stack needs dropping (the caller holds no lock or
+    // allocation, as documented).
     unsafe { __linux_resume(&r) }
 }
 
@@ -327,21 +328,38 @@ pub fn native_range() -> (u64, u64) {
     (core::ptr::addr_of!(__image_start) as u64, core::ptr::addr_of!(__image_end) as u64)
 }
 
+/// Register the personality for this context: reflected calls to the upcall stub, the
+/// program's own faults back as signals (`signal::linux_event`), the FS base `fs` (if
+/// given). `main`: this context runs the main thread, whose upcall stack is `STACK` (a new
+/// thread's is set by `__linux_enter_frame`). On an error the personality is off again.
+fn personality_on(main: bool, fs: Option<u64>) -> Result<(), abi::Error> {
+    if main {
+        __linux_upcall_slot.store(crate::ctx::arena() + W_TOP, Ordering::Relaxed);
+        word(W_TOP).store(STACK.0.get() as u64 + UPCALL_STACK as u64, Ordering::Relaxed);
+    }
+    let (lo, hi) = native_range();
+    crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
+    let rest = crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0).and_then(|_| fs.map_or(Ok(0), |fs| crate::sys::linux_personality(abi::LINUX_SET_FS, fs, 0, 0)));
+    if let Err(e) = rest {
+        personality_off();
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn personality_off() {
+    let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
+}
+
 /// Register the personality and run the program at `entry` with stack `rsp` until it exits;
 /// returns the status `leave` was given. The personality is off again afterwards.
 pub fn enter(entry: u64, rsp: u64) -> Result<u64, abi::Error> {
-    let (lo, hi) = native_range();
-    let top = STACK.0.get() as u64 + UPCALL_STACK as u64;
-    __linux_upcall_slot.store(crate::ctx::arena() + W_TOP, Ordering::Relaxed);
-    word(W_TOP).store(top, Ordering::Relaxed);
-    crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
-    // The program's own faults come back here as signals (`signal::linux_event`).
-    crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0)?;
+    personality_on(true, None)?;
     // SAFETY: the program runs on its own stack in this address space and comes back only
     // through `leave` (its exit), which restores this frame's callee-saved registers and
     // stack from what `__linux_enter` stored in this context's `W_SAVED` word.
     let status = unsafe { __linux_enter(entry, rsp, word(W_SAVED).as_ptr()) };
-    let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
+    personality_off();
     Ok(status)
 }
 
@@ -350,15 +368,7 @@ pub fn enter(entry: u64, rsp: u64) -> Result<u64, abi::Error> {
 /// `leave` was given. `fs_base`: the program's FS base (the kernel keeps it per context, so
 /// the child's context needs it set again).
 pub fn resume_child(frame: &Frame, fs_base: u64) -> Result<u64, abi::Error> {
-    let (lo, hi) = native_range();
-    let top = STACK.0.get() as u64 + UPCALL_STACK as u64;
-    __linux_upcall_slot.store(crate::ctx::arena() + W_TOP, Ordering::Relaxed);
-    word(W_TOP).store(top, Ordering::Relaxed);
-    crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
-    crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0)?;
-    if fs_base != 0 {
-        crate::sys::linux_personality(abi::LINUX_SET_FS, fs_base, 0, 0)?;
-    }
+    personality_on(true, (fs_base != 0).then_some(fs_base))?;
     // The stub's tail pops the registers from the frame and pushes the flags back into it:
     // it needs a copy it may write.
     let mut f = alloc::boxed::Box::new(*frame);
@@ -367,7 +377,7 @@ pub fn resume_child(frame: &Frame, fs_base: u64) -> Result<u64, abi::Error> {
     // and stack from what `__linux_resume_child` stored in this context's `W_SAVED` word.
     // `f` outlives the call.
     let status = unsafe { __linux_resume_child(&mut *f, word(W_SAVED).as_ptr()) };
-    let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
+    personality_off();
     Ok(status)
 }
 
@@ -376,20 +386,14 @@ pub fn resume_child(frame: &Frame, fs_base: u64) -> Result<u64, abi::Error> {
 /// parent's at its `clone`, with the child's rax, rsp and rip). Returns the status `leave`
 /// was given when the thread ends.
 pub fn enter_thread(frame: &Frame, fs: u64) -> Result<u64, abi::Error> {
-    let (lo, hi) = native_range();
-    crate::sys::linux_personality(abi::LINUX_ON, __linux_upcall as *const () as u64, lo, hi)?;
-    // The thread's own faults come back as signals too (`signal::linux_event`).
-    if let Err(e) = crate::sys::linux_personality(abi::LINUX_EVENTS, event_upcall(), abi::LINUX_EV_FAULTS, 0).and_then(|_| crate::sys::linux_personality(abi::LINUX_SET_FS, fs, 0, 0)) {
-        let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
-        return Err(e);
-    }
+    personality_on(false, Some(fs))?;
     let copy = *frame;
     // SAFETY: `copy` lives in this frame until `__linux_enter_frame` has loaded every
     // register from it; the thread then runs on its own stack and comes back only through
     // `leave`, which restores this frame from the context's `W_SAVED` word. Its upcalls use
     // the stack below this frame (`W_TOP`), which nothing else uses while it runs.
     let status = unsafe { __linux_enter_frame(&copy, word(W_SAVED).as_ptr(), word(W_TOP).as_ptr()) };
-    let _ = crate::sys::linux_personality(abi::LINUX_OFF, 0, 0, 0);
+    personality_off();
     Ok(status)
 }
 
