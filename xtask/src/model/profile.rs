@@ -2,21 +2,22 @@
 //! systems. One insncount run per system (exact mode) with the plugin's flat profile
 //! (`profile=PATH`: instructions per translation-block start address), mapped to functions:
 //! ours' kernel ELF and user program (`bench-ours`, linked at fixed addresses); Linux's
-//! `System.map` and `bench-linux`. Linux's `bench-linux` is a stripped static PIE, so this
-//! builds the same program once more with its symbols kept (into target/model-syms/, checked to
-//! have the same `.text` bytes) and finds the load base from the profile itself: the one
-//! page-aligned base at which the most profiled block starts are function entries.
+//! `System.map` and `bench-linux`. Linux's `bench-linux` is a stripped static PIE: its
+//! functions come from its unwind table (`.eh_frame`, one FDE per function, named by offset and
+//! size, to be identified by disassembly; a rebuild that keeps the symbols lays the functions
+//! out differently, so its symbols do not apply), and the load base from the profile itself:
+//! the one page-aligned base at which the most profiled block starts are function entries.
 //!
 //! This is how the model's figure-10 question (why ours' Metis reduce runs more user
 //! instructions than Linux's, on the same library code) is answered by exact counts.
 
 use std::collections::HashMap;
 use std::fmt::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::host::ksyms::{function_symbols, sections};
+use crate::host::ksyms::function_symbols;
 
 /// A symbol table: (address, name), sorted by address.
 pub type Symbols = Vec<(u64, String)>;
@@ -62,38 +63,32 @@ pub fn pie_base(addrs: &[u64], syms: &Symbols) -> Option<(u64, usize)> {
     votes.into_iter().max_by_key(|&(b, v)| (v, std::cmp::Reverse(b)))
 }
 
-/// `.text`'s bytes of an ELF file.
-fn text_bytes(path: &Path) -> Result<Vec<u8>, String> {
-    let elf = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let secs = sections(&elf)?;
-    let t = secs.iter().find(|s| s.name == ".text").ok_or_else(|| format!("{}: no .text", path.display()))?;
-    Ok(elf[t.offset..t.offset + t.size].to_vec())
+/// A stripped program's functions from its unwind table (`.eh_frame`, which stripping keeps):
+/// one FDE per function, named by its offset and size (`fn@0x1a2b0+312`), to be identified by
+/// disassembly (`objdump -d --start-address=...`).
+fn fde_functions(path: &Path) -> Result<Symbols, String> {
+    let out = Command::new("readelf").args(["--debug-dump=frames"]).arg(path).output().map_err(|e| format!("cannot run readelf: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = parse_fdes(&text);
+    if v.is_empty() {
+        return Err(format!("{}: no FDE in its .eh_frame", path.display()));
+    }
+    Ok(v)
 }
 
-/// `bench-linux` once more with its symbols (the guest's copy is stripped): same package, target
-/// and profile as `linux_sys::build_static`, another target dir. Checked against the guest's.
-fn bench_linux_with_symbols(guest_copy: &Path) -> Result<PathBuf, String> {
-    let target = guest_copy.parent().and_then(|p| p.parent()).and_then(|p| p.file_name()).and_then(|s| s.to_str()).ok_or("bench-linux: unexpected path")?.to_string();
-    let dir = crate::host::env::workspace_root().join("target").join("model-syms");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(crate::host::env::workspace_root())
-        .args(["build", "--quiet", "--release", "-p", "bench", "--bin", "bench-linux", "--target", &target])
-        .env("CARGO_TARGET_DIR", &dir)
-        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
-        .env("CARGO_PROFILE_RELEASE_STRIP", "none");
-    if !target.contains("musl") {
-        cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS", "-C target-feature=+crt-static");
-    }
-    let st = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !st.success() {
-        return Err("building bench-linux with symbols failed".into());
-    }
-    let out = dir.join(&target).join("release").join("bench-linux");
-    if text_bytes(&out)? != text_bytes(guest_copy)? {
-        return Err(format!("{}: its .text differs from the guest's {}; cannot map the profile", out.display(), guest_copy.display()));
-    }
-    Ok(out)
+/// `readelf --debug-dump=frames` FDE lines (`... FDE cie=... pc=START..END`).
+pub fn parse_fdes(text: &str) -> Symbols {
+    let mut v: Symbols = text
+        .lines()
+        .filter_map(|l| {
+            let (a, b) = l.split_once("pc=")?.1.split_once("..")?;
+            let (a, b) = (u64::from_str_radix(a.trim(), 16).ok()?, u64::from_str_radix(b.split_whitespace().next()?, 16).ok()?);
+            (b > a).then(|| (a, format!("fn@{a:#x}+{}", b - a)))
+        })
+        .collect();
+    v.sort();
+    v.dedup_by_key(|e| e.0);
+    v
 }
 
 fn read_syms(path: &Path) -> Result<Symbols, String> {
@@ -168,14 +163,15 @@ fn run_one(system: &'static str, workload: &'static str, smp: u32, params: &str,
             let k = crate::guest::linux::fetch_kernel()?;
             let map = crate::guest::linux::cache_dir().join("root").join("boot").join(format!("System.map-{}", k.version));
             let ksyms = parse_system_map(&std::fs::read_to_string(&map).map_err(|e| format!("cannot read {}: {e}", map.display()))?);
-            let guest_copy = crate::guest::linux_sys::build_guest_program()?;
-            let user = bench_linux_with_symbols(&guest_copy)?;
-            let usyms = read_syms(&user)?;
+            // The guest's copy is stripped (and a build that keeps its symbols lays the
+            // functions out differently), so its functions come from its unwind table.
+            let user = crate::guest::linux_sys::build_guest_program()?;
+            let usyms = fde_functions(&user)?;
             let mut hot: Vec<&(u64, u64)> = p.iter().filter(|(a, _)| *a < KERNEL_HALF).collect();
             hot.sort_by(|a, b| b.1.cmp(&a.1));
             let addrs: Vec<u64> = hot.iter().take(3000).map(|(a, _)| *a).collect();
             let (base, hits) = pie_base(&addrs, &usyms).ok_or("no user addresses in the profile")?;
-            by_function(&p, other, &ksyms, &usyms, base, format!("kernel {}, user {} loaded at {base:#x} ({hits} of {} block starts are function entries there)", map.display(), user.display(), addrs.len()))
+            by_function(&p, other, &ksyms, &usyms, base, format!("kernel {}, user {} (stripped: functions from .eh_frame) loaded at {base:#x} ({hits} of {} block starts are function entries there)", map.display(), user.display(), addrs.len()))
         }
     };
     Ok((by, vcpus))
@@ -243,6 +239,12 @@ mod tests {
         // Three entries and two blocks inside functions.
         let addrs = [base + 0x1000, base + 0x1040, base + 0x2010, base + 0x1013, base + 0x3007];
         assert_eq!(pie_base(&addrs, &s), Some((base, 3)));
+    }
+
+    #[test]
+    fn fde_lines_give_functions() {
+        let t = "00000018 0000000000000014 0000001c FDE cie=00000000 pc=000000000000a040..000000000000a0a0\n  DW_CFA_nop\n00000030 0000000000000014 0000001c FDE cie=00000000 pc=0000000000001000..0000000000001010\n";
+        assert_eq!(parse_fdes(t), vec![(0x1000, "fn@0x1000+16".to_string()), (0xa040, "fn@0xa040+96".to_string())]);
     }
 
     #[test]
