@@ -479,7 +479,7 @@ fn reduce_phase(sh: &Shared, app: App, input_len: usize, w: usize, n: usize, are
         // SAFETY: `refs` holds `total` initialised `Ref`s in this worker's arena.
         let refs = unsafe { core::slice::from_raw_parts_mut(refs, total) };
         // SAFETY: the entries' keys are in live arenas (see above).
-        refs.sort_unstable_by(|a, b| unsafe { (*a.e).key().cmp((*b.e).key()).then(a.w.cmp(&b.w)) });
+        refs.sort_unstable_by(|a, b| unsafe { table::key_cmp((*a.e).key(), (*b.e).key()).then(a.w.cmp(&b.w)) });
         let outs = arena.alloc::<Entry>(total).map_err(full(arena.used()))?;
         let mut nout = 0;
         let mut i = 0;
@@ -490,7 +490,7 @@ fn reduce_phase(sh: &Shared, app: App, input_len: usize, w: usize, n: usize, are
             let key = unsafe { first.key() };
             let mut j = i + 1;
             // SAFETY: as above.
-            while j < total && unsafe { (*refs[j].e).key() } == key {
+            while j < total && table::key_cmp(unsafe { (*refs[j].e).key() }, key).is_eq() {
                 j += 1;
             }
             let group = &refs[i..j];
@@ -570,7 +570,7 @@ fn merge_round(sh: &Shared, input_len: usize, w: usize, n: usize, stride: usize,
         let (mut x, mut y, mut o) = (0, 0, 0);
         while x < la || y < lb {
             // SAFETY: as above (keys of live entries); keys never repeat across partitions.
-            let take_a = y == lb || (x < la && unsafe { (*xa[x]).key() < (*xb[y]).key() });
+            let take_a = y == lb || (x < la && unsafe { table::key_cmp((*xa[x]).key(), (*xb[y]).key()) }.is_lt());
             let e = if take_a {
                 x += 1;
                 xa[x - 1]

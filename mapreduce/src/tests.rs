@@ -308,3 +308,22 @@ fn outgrown_value_arrays_are_reused_only_at_their_size() {
     assert_eq!(a.alloc_vals(8).unwrap(), eight);
     assert_eq!(a.alloc_vals(4).unwrap(), four);
 }
+
+#[test]
+fn key_order_is_the_byte_order() {
+    // Lengths around the 8-byte step, shared prefixes, and bytes whose order differs when
+    // read as signed or as little-endian words.
+    let mut keys: Vec<Vec<u8>> = vec![Vec::new()];
+    for base in [&b"abcdefghijklmnopq"[..], b"abcdefgh\xffjklmnopq", b"abcdefgi", b"\x00\x80\x7f\xff\x01abcdefghi"] {
+        for n in 0..=base.len() {
+            keys.push(base[..n].to_vec());
+        }
+    }
+    keys.push(b"abcdefghzbcdefgh".to_vec());
+    keys.push(b"abcdefgha".to_vec());
+    for a in &keys {
+        for b in &keys {
+            assert_eq!(crate::table::key_cmp(a, b), a.as_slice().cmp(b.as_slice()), "{a:?} {b:?}");
+        }
+    }
+}

@@ -42,6 +42,8 @@ impl Latencies {
 pub struct CoreCounts {
     pub vcpu: u64,
     pub insns: u64,
+    /// Of `insns`, those in kernel mode (the `os` party).
+    pub kernel_insns: u64,
     /// L1I + L1D misses.
     pub l1_miss: u64,
     pub l2_miss: u64,
@@ -56,6 +58,9 @@ pub struct CoreCounts {
 impl CoreCounts {
     fn add(&mut self, r: &Record) {
         self.insns += r.u("insns");
+        if r.get("party") == Some("os") {
+            self.kernel_insns += r.u("insns");
+        }
         self.l1_miss += r.u("l1i_miss") + r.u("l1d_miss");
         self.l2_miss += r.u("l2_miss");
         self.l3_miss += r.u("l3_miss");

@@ -7,6 +7,7 @@
 
 pub mod cycles;
 mod plot;
+mod profile;
 mod runs;
 mod smoke;
 mod validate;
@@ -28,7 +29,8 @@ pub use smoke::ci_check;
 pub struct ModelArgs {
     /// fig7 (mempass), fig8 (tcp_accept Dedicated/Polling), fig10 (metis wri by phase),
     /// fig11 (filesum Random/Locality), validate (model against the measured matrix at 1 and 2
-    /// vCPUs), smoke (the 2-core check of `cargo xtask test`)
+    /// vCPUs), smoke (the 2-core check of `cargo xtask test`), profile (a benchmark's region
+    /// instructions by function, both systems: --workload, --params, first --smp)
     #[arg(value_enum)]
     pub figure: FigureName,
     /// vCPU counts (one vCPU per amd16 core, so at most 16); validate and smoke use 1,2 and 2
@@ -52,9 +54,21 @@ pub struct ModelArgs {
     /// Boot every point again instead of reading target/model-cache/
     #[arg(long)]
     pub fresh: bool,
+    /// Boot nothing: draw from target/model-cache/ alone, a missing point reported as not run
+    #[arg(long, conflicts_with = "fresh")]
+    pub cached_only: bool,
     /// smoke: rewrite the committed expectation from this run
     #[arg(long)]
     pub bless: bool,
+    /// profile: the benchmark (a name of `cargo xtask bench --list`)
+    #[arg(long, value_name = "NAME")]
+    pub workload: Option<String>,
+    /// profile: its parameters ("k=v ...", e.g. "phase=2 prep=0 size=1048576")
+    #[arg(long, value_name = "\"k=v ...\"", default_value = "", allow_hyphen_values = true)]
+    pub params: String,
+    /// profile: functions to list
+    #[arg(long, value_name = "N", default_value_t = 25)]
+    pub top: usize,
     /// Seconds allowed per plugin run
     #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(10..=7200), value_name = "SECS")]
     pub timeout: u64,
@@ -68,6 +82,7 @@ pub enum FigureName {
     Fig11,
     Validate,
     Smoke,
+    Profile,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,14 +118,23 @@ pub fn main(a: ModelArgs) -> Result<(), Failure> {
     if a.bless && a.figure != FigureName::Smoke {
         return Err(Failure::Usage("--bless goes with `smoke`".into()));
     }
+    if (a.workload.is_some() || !a.params.is_empty()) != (a.figure == FigureName::Profile) {
+        return Err(Failure::Usage("`profile` needs --workload (and may take --params); no other command takes them".into()));
+    }
     work(run(&a))
 }
 
 fn run(a: &ModelArgs) -> Result<(), String> {
     let out = a.out.clone().unwrap_or_else(|| crate::host::env::workspace_root().join("target").join("model"));
     let mut runs = Runs::new(Duration::from_secs(a.timeout), a.fresh);
+    runs.cached_only = a.cached_only;
     let fig = match a.figure {
         FigureName::Smoke => return smoke::command(a.bless),
+        FigureName::Profile => {
+            let systems: Vec<&'static str> = ["ours", "linux"].into_iter().filter(|s| a.system.has(s)).collect();
+            let smp = a.smp.0.first().copied().unwrap_or(1);
+            return profile::command(&systems, a.workload.as_deref().unwrap_or_default(), smp, &a.params, a.top, Duration::from_secs(a.timeout), &out);
+        }
         FigureName::Validate => return validate::command(&mut runs, a.only.as_deref(), a.latency_scale, &out),
         f => f,
     };
@@ -287,7 +311,7 @@ fn figure(f: FigureName) -> FigureDef {
                 v
             },
         },
-        FigureName::Validate | FigureName::Smoke => unreachable!("not a figure"),
+        FigureName::Validate | FigureName::Smoke | FigureName::Profile => unreachable!("not a figure"),
     }
 }
 

@@ -70,6 +70,8 @@ pub struct Runs {
     timeout: Duration,
     /// Ignore the cache (still write to it).
     fresh: bool,
+    /// Boot nothing: a point not in the cache is an error ("not run").
+    pub cached_only: bool,
     /// Runs that booted QEMU, and runs read from the cache.
     pub booted: usize,
     pub cached: usize,
@@ -77,7 +79,7 @@ pub struct Runs {
 
 impl Runs {
     pub fn new(timeout: Duration, fresh: bool) -> Runs {
-        Runs { dir: crate::host::env::workspace_root().join("target").join("model-cache"), keys: Vec::new(), timeout, fresh, booted: 0, cached: 0 }
+        Runs { dir: crate::host::env::workspace_root().join("target").join("model-cache"), keys: Vec::new(), timeout, fresh, cached_only: false, booted: 0, cached: 0 }
     }
 
     fn build_key(&mut self, system: &'static str) -> Result<u64, String> {
@@ -104,6 +106,9 @@ impl Runs {
                 self.cached += 1;
                 return Ok(r);
             }
+        }
+        if self.cached_only {
+            return Err(format!("not run (no cached point; --cached-only): {} {} at {}", key.system, key.workload, key.smp));
         }
         let (text, ops) = self.boot(key)?;
         fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;

@@ -22,6 +22,8 @@ pub struct Measured {
     pub ratio: Option<f64>,
     /// Ours' ops/s per core, median (for the 2/1 scaling).
     pub ours_per_core: Option<f64>,
+    /// Instructions per operation (insncount, whole marked region): Linux, ours.
+    pub insns_per_op: (Option<f64>, Option<f64>),
 }
 
 /// `1.23k` → 1230, `4.5M` → 4.5e6; `-` or `unavailable` → None.
@@ -46,7 +48,7 @@ pub fn parse_matrix(text: &str) -> Vec<Measured> {
             continue;
         }
         let Ok(smp) = cols[1].parse::<u32>() else { continue };
-        out.push(Measured { bench: cols[0].to_string(), smp, ratio: si(cols[7]), ours_per_core: si(cols[4]) });
+        out.push(Measured { bench: cols[0].to_string(), smp, ratio: si(cols[7]), ours_per_core: si(cols[4]), insns_per_op: (si(cols[3]), si(cols[5])) });
     }
     out
 }
@@ -68,6 +70,30 @@ fn per_core(r: &RunCounts, smp: u32, scale: f64) -> Option<f64> {
     r.ops.filter(|&o| o > 0).map(|o| o as f64 / s / smp as f64)
 }
 
+/// The counts behind one comparison (see the header printed above them).
+fn detail_line(b: &str, smp: u32, o: &RunCounts, l: &RunCounts, m: &Measured, scale: f64) -> String {
+    let per_op = |r: &RunCounts| r.ops.filter(|&x| x > 0).map(|x| r.total(|c| c.insns) as f64 / x as f64);
+    let kshare = |r: &RunCounts| r.total(|c| c.kernel_insns) as f64 / r.total(|c| c.insns).max(1) as f64;
+    let mshare = |r: &RunCounts| {
+        let lat = r.lat.scaled(scale);
+        let mem: f64 = r.cores.iter().filter_map(|c| c.memory_cycles(&lat).ok()).sum();
+        mem / (mem + r.total(|c| c.insns) as f64 * BASE_CPI).max(1.0)
+    };
+    let drift = |matrix: Option<f64>, run: Option<f64>| matrix.zip(run).map(|(a, b)| format!("{:.2}", a / b)).unwrap_or("-".into());
+    let (po, pl) = (per_op(o), per_op(l));
+    format!(
+        "{b:<26} {smp:>2}  insns/op {:>9} / {:<9} kernel {:>4} / {:<4}  misses {:>4} / {:<4}  matrix/run {} / {}",
+        po.map(|x| format!("{x:.0}")).unwrap_or("-".into()),
+        pl.map(|x| format!("{x:.0}")).unwrap_or("-".into()),
+        format!("{:.0}%", kshare(o) * 100.0),
+        format!("{:.0}%", kshare(l) * 100.0),
+        format!("{:.0}%", mshare(o) * 100.0),
+        format!("{:.0}%", mshare(l) * 100.0),
+        drift(m.insns_per_op.1, po),
+        drift(m.insns_per_op.0, pl)
+    )
+}
+
 pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path) -> Result<(), String> {
     let path = crate::host::env::workspace_root().join(MATRIX);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -86,10 +112,12 @@ pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path) -> R
     }
     let mut t = String::new();
     let _ = writeln!(t, "model against measurement (evidence: model (exact counts + amd16 cache model), base CPI {BASE_CPI}, latencies × {scale}; measured: {MATRIX}, TCG timing, calibrated medians of 5 boots)");
-    let _ = writeln!(t, "{:<26} {:>5} {:>10} {:>10} {:>8} {:>6}", "benchmark", "vCPUs", "model o/L", "measured", "error", "±25%");
+    let _ = writeln!(t, "insn-only: the same model with every latency 0 (instructions alone, as if every instruction cost the same: what TCG timing would give if QEMU's cost per guest instruction were one figure); insn err: insn-only against the measurement; why (outside ±25 %): `misses` when the larger gap is between the model and insn-only (the misses the model charges and TCG does not), `per-insn` when it is between insn-only and the measurement (TCG's cost per guest instruction differs between the two systems)");
+    let _ = writeln!(t, "{:<26} {:>5} {:>9} {:>9} {:>9} {:>7} {:>5} {:>9} {:>8}", "benchmark", "vCPUs", "model o/L", "insn-only", "measured", "error", "±25%", "insn err", "why");
     let (mut within, mut compared) = (0, 0);
     let mut notes = Vec::new();
     let mut scaling = Vec::new();
+    let mut detail = Vec::new();
     for b in benches {
         if let Some(why) = not_modelled(b) {
             notes.push(format!("{b}: not modelled: {why}"));
@@ -118,21 +146,42 @@ pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path) -> R
             let po = per_core(&o, smp, scale);
             ours_pc[smp as usize - 1] = po.zip(m.ours_per_core);
             let model = po.zip(per_core(&l, smp, scale)).map(|(a, b)| a / b);
+            let insn_only = per_core(&o, smp, 0.0).zip(per_core(&l, smp, 0.0)).map(|(a, b)| a / b);
             let err = model.zip(m.ratio).map(|(mo, me)| relative_error(mo, me));
+            let ierr = insn_only.zip(m.ratio).map(|(mo, me)| relative_error(mo, me));
             if let Some(e) = err {
                 compared += 1;
                 if e.abs() <= 0.25 {
                     within += 1;
                 }
             }
+            // Which of the two gaps is larger: the misses the model charges (model against
+            // insn-only) or TCG's cost per instruction (insn-only against the measurement).
+            let why = match (err, model, insn_only, m.ratio) {
+                (Some(e), _, _, _) if e.abs() <= 0.25 => "-",
+                (Some(_), Some(mo), Some(io), Some(me)) => {
+                    if (mo / io).ln().abs() >= (io / me).ln().abs() {
+                        "misses"
+                    } else {
+                        "per-insn"
+                    }
+                }
+                _ => "-",
+            };
+            let f2 = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or("-".into());
+            let pc = |x: Option<f64>| x.map(|e| format!("{:+.0}%", e * 100.0)).unwrap_or("-".into());
             let _ = writeln!(
                 t,
-                "{b:<26} {smp:>5} {:>10} {:>10} {:>8} {:>6}",
-                model.map(|x| format!("{x:.2}")).unwrap_or("-".into()),
-                m.ratio.map(|x| format!("{x:.2}")).unwrap_or("-".into()),
-                err.map(|e| format!("{:+.0}%", e * 100.0)).unwrap_or("-".into()),
-                err.map(|e| if e.abs() <= 0.25 { "yes" } else { "NO" }).unwrap_or("-")
+                "{b:<26} {smp:>5} {:>9} {:>9} {:>9} {:>7} {:>5} {:>9} {:>8}",
+                f2(model),
+                f2(insn_only),
+                f2(m.ratio),
+                pc(err),
+                err.map(|e| if e.abs() <= 0.25 { "yes" } else { "NO" }).unwrap_or("-"),
+                pc(ierr),
+                why
             );
+            detail.push(detail_line(b, smp, &o, &l, m, scale));
         }
         if let [Some((m1, me1)), Some((m2, me2))] = ours_pc {
             scaling.push(format!("{b:<26} model {:.2} measured (raw) {:.2}", m2 / m1, me2 / me1));
@@ -143,6 +192,12 @@ pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path) -> R
         let _ = writeln!(t, "\nours' per-core scaling 2/1 vCPUs:");
         for s in scaling {
             let _ = writeln!(t, "{s}");
+        }
+    }
+    if !detail.is_empty() {
+        let _ = writeln!(t, "\nper run (exact counts of the model runs; per op = all vCPUs' instructions / operations): instructions per op ours / Linux; of them in the kernel ours / Linux; share of the model's cycles that are misses ours / Linux; the matrix's insns/op (2026-11-29) over the model run's, ours / Linux (1.00 = the matrix measured the same code)");
+        for d in detail {
+            let _ = writeln!(t, "{d}");
         }
     }
     for n in notes {
@@ -168,7 +223,7 @@ mod tests {
                  | webd_x | 1 | unavailable | - | unavailable | - | - | - |\n";
         let m = parse_matrix(t);
         assert_eq!(m.len(), 2);
-        assert_eq!(m[0], Measured { bench: "nullsyscall".into(), smp: 1, ratio: Some(4.20), ours_per_core: Some(5.04e6) });
+        assert_eq!(m[0], Measured { bench: "nullsyscall".into(), smp: 1, ratio: Some(4.20), ours_per_core: Some(5.04e6), insns_per_op: (Some(394.0), Some(58.0)) });
         assert_eq!((m[1].ratio, m[1].ours_per_core), (None, None));
         assert_eq!(si("36.1k [32.8k–68.5k]"), Some(36100.0));
         assert_eq!(si("-"), None);
