@@ -42,6 +42,25 @@ pub struct BusyboxTestsArgs {
     /// Print every test's outcome
     #[arg(long)]
     pub verbose: bool,
+    /// Run runtest with `-v`: a failing test prints its command and the diff of expected
+    /// against actual output (see it with `--save`)
+    #[arg(long)]
+    pub runtest_verbose: bool,
+    /// Write each boot's standard output, standard error and console to
+    /// DIR/SYSTEM-BINARY.{stdout,stderr,console}
+    #[arg(long, value_name = "DIR")]
+    pub save: Option<PathBuf>,
+}
+
+/// How a run reports beyond its counts.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    /// Every test's outcome printed.
+    pub verbose: bool,
+    /// `runtest -v`.
+    pub runtest_verbose: bool,
+    /// Where each boot's raw output goes.
+    pub save: Option<PathBuf>,
 }
 
 pub fn main(a: BusyboxTestsArgs) -> Result<(), crate::host::outcome::Failure> {
@@ -55,7 +74,8 @@ pub fn main(a: BusyboxTestsArgs) -> Result<(), crate::host::outcome::Failure> {
         "both" => vec![Binary::Debian, Binary::Musl],
         b => vec![Binary::parse(b).map_err(Failure::Usage)?],
     };
-    let t = run(&systems, &binaries, a.only.as_deref(), a.verbose).map_err(Failure::Work)?;
+    let report = Report { verbose: a.verbose, runtest_verbose: a.runtest_verbose, save: a.save.clone() };
+    let t = run(&systems, &binaries, a.only.as_deref(), &report).map_err(Failure::Work)?;
     println!("busybox-tests: {} passed, {} failed, {} skipped (accepted differences)", t.passed, t.failed, t.skipped);
     if t.failed > 0 {
         return Err(Failure::Work(format!("{} check(s) failed", t.failed)));
@@ -123,7 +143,7 @@ pub type Results = BTreeMap<String, Vec<(String, Outcome)>>;
 /// With `links`, the script first links every applet of the binary into /bin (a busybox built
 /// without FEATURE_SH_STANDALONE, the musl one, finds applets on PATH only; runtest itself
 /// runs tr, grep, sed, ln before its own links are on PATH).
-pub fn driver(applets: &[String], per_applet: Duration, links: bool) -> String {
+pub fn driver(applets: &[String], per_applet: Duration, links: bool, runtest_verbose: bool) -> String {
     let mut s = String::from("#!/bin/sh\n# busybox's testsuite, one runtest per applet (written by cargo xtask busybox-tests)\ncd /tmp/testsuite || exit 99\n");
     if links {
         // The applet list as runtest reads it: the words after "Currently defined functions:"
@@ -131,8 +151,9 @@ pub fn driver(applets: &[String], per_applet: Duration, links: bool) -> String {
         s.push_str("busybox 2>&1 | { while read -r l; do [ \"$l\" = 'Currently defined functions:' ] && break; done; while read -r l; do for a in $l; do a=${a%,}; [ -e \"/bin/$a\" ] || busybox ln -s busybox \"/bin/$a\"; done; done; }\n");
     }
     s.push_str("export bindir=/bin tsdir=/tmp/testsuite\n");
+    let v = if runtest_verbose { "-v " } else { "" };
     for a in applets {
-        s.push_str(&format!("echo 'bbsuite-applet {a}'\ntimeout {} sh ./runtest '{a}' </dev/null 2>&1\necho \"bbsuite-done {a} $?\"\n", per_applet.as_secs()));
+        s.push_str(&format!("echo 'bbsuite-applet {a}'\ntimeout {} sh ./runtest {v}'{a}' </dev/null 2>&1\necho \"bbsuite-done {a} $?\"\n", per_applet.as_secs()));
     }
     s.push_str("echo bbsuite-end\n");
     s
@@ -218,7 +239,7 @@ pub fn tested_applets(testsuite: &Path, config: &str) -> Result<Vec<String>, Str
 }
 
 /// The request that runs `applets` of busybox's testsuite with `binary`.
-pub fn request(binary: Binary, applets: &[String], timeout: Duration) -> Result<ExecRequest, String> {
+pub fn request(binary: Binary, applets: &[String], timeout: Duration, runtest_verbose: bool) -> Result<ExecRequest, String> {
     let (bin, config) = binary.files()?;
     let tree = super::progs::busybox_source()?;
     let ts = tree.join("testsuite");
@@ -245,7 +266,7 @@ pub fn request(binary: Binary, applets: &[String], timeout: Duration) -> Result<
         program: bin,
         args: vec!["sh".into(), "-s".into()],
         files,
-        stdin: driver(applets, per_applet, binary == Binary::Musl).into_bytes(),
+        stdin: driver(applets, per_applet, binary == Binary::Musl, runtest_verbose).into_bytes(),
         smp: 1,
         disk: None,
         timeout,
@@ -254,9 +275,22 @@ pub fn request(binary: Binary, applets: &[String], timeout: Duration) -> Result<
 
 /// Run `applets` on `system`; a boot that fails outright (timed out, no report) gives every
 /// applet as unfinished, with the reason.
-pub fn run_on(system: System, binary: Binary, applets: &[String], timeout: Duration) -> Result<(Results, Option<String>), String> {
-    let req = request(binary, applets, timeout)?;
-    match system.run(&req) {
+pub fn run_on(system: System, binary: Binary, applets: &[String], timeout: Duration, report: &Report) -> Result<(Results, Option<String>), String> {
+    let req = request(binary, applets, timeout, report.runtest_verbose)?;
+    let result = system.run(&req);
+    if let Some(dir) = &report.save {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let base = dir.join(format!("{}-{}", system.name(), binary.name()));
+        let (o, e, c) = match &result {
+            Ok(out) => (out.stdout.clone(), out.stderr.clone(), out.console.clone()),
+            Err(e) => (Vec::new(), Vec::new(), e.clone()),
+        };
+        for (ext, bytes) in [("stdout", o), ("stderr", e), ("console", c.into_bytes())] {
+            let f = base.with_extension(ext);
+            std::fs::write(&f, bytes).map_err(|e| format!("{}: {e}", f.display()))?;
+        }
+    }
+    match result {
         Ok(out) => {
             let text = String::from_utf8_lossy(&out.stdout);
             // A driver that never reached its end says why (the shell's message, its status).
@@ -410,7 +444,7 @@ fn print_results(system: &str, binary: Binary, r: &Results, err: &Option<String>
 
 /// Run and compare; the tally counts, per binary: each system's run that completed (a pass),
 /// and the comparison (a pass, or a fail for unlisted or stale entries).
-pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, verbose: bool) -> Result<TestTally, String> {
+pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, report: &Report) -> Result<TestTally, String> {
     let listed = parse_listed(&std::fs::read_to_string(differences_file()).map_err(|e| format!("{}: {e}", differences_file().display()))?)?;
     let mut tally = TestTally::default();
     // Over the binaries compared: which entries excused something, which were judged.
@@ -432,16 +466,16 @@ pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, verbose:
             return Err(format!("--only {}: no tested applet of the {} busybox matches", only.unwrap_or(""), binary.name()));
         }
         // One boot per system: both at once (each guest is one vCPU of TCG).
-        let timeout = Duration::from_secs(60 + 30 * applets.len() as u64).min(Duration::from_secs(1800));
+        let timeout = Duration::from_secs(60 + 30 * applets.len() as u64).min(Duration::from_secs(3600));
         let runs: Vec<(System, Result<(Results, Option<String>), String>)> = std::thread::scope(|s| {
-            let hs: Vec<_> = systems.iter().map(|&sys| { let applets = &applets; (sys, s.spawn(move || run_on(sys, binary, applets, timeout))) }).collect();
+            let hs: Vec<_> = systems.iter().map(|&sys| { let applets = &applets; (sys, s.spawn(move || run_on(sys, binary, applets, timeout, report))) }).collect();
             hs.into_iter().map(|(sys, h)| (sys, h.join().unwrap_or_else(|_| Err("the run's thread panicked".into())))).collect()
         });
         let mut by_system: BTreeMap<&str, Results> = BTreeMap::new();
         for (sys, r) in runs {
             let (res, err) = r?;
             print_results(sys.name(), binary, &res, &err);
-            if verbose {
+            if report.verbose {
                 for (a, tests) in &res {
                     for (n, o) in tests {
                         println!("    {} {a}: {n}: {o:?}", sys.name());
@@ -512,7 +546,7 @@ pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, verbose:
 /// The bounded part for `cargo xtask test`: [`CI_APPLETS`] of the Debian binary on both
 /// systems.
 pub fn ci() -> Result<TestTally, String> {
-    run(&[System::Linux, System::Ours], &[Binary::Debian], Some(&CI_APPLETS.join(",")), false)
+    run(&[System::Linux, System::Ours], &[Binary::Debian], Some(&CI_APPLETS.join(",")), &Report::default())
 }
 
 #[cfg(test)]
@@ -583,9 +617,10 @@ mod tests {
 
     #[test]
     fn the_driver_bounds_each_applet() {
-        let s = driver(&v(&["cat", "sed"]), Duration::from_secs(30), false);
+        let s = driver(&v(&["cat", "sed"]), Duration::from_secs(30), false, false);
         assert!(!s.contains("--list"));
-        assert!(driver(&v(&["cat"]), Duration::from_secs(30), true).contains("busybox ln -s busybox"));
+        assert!(driver(&v(&["cat"]), Duration::from_secs(30), true, false).contains("busybox ln -s busybox"));
+        assert!(driver(&v(&["cat"]), Duration::from_secs(30), false, true).contains("sh ./runtest -v 'cat'"));
         assert!(!s.contains("ln -s"));
         assert!(s.contains("timeout 30 sh ./runtest 'cat'"));
         assert!(s.contains("echo \"bbsuite-done sed $?\""));
