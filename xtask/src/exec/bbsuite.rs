@@ -121,8 +121,11 @@ impl Binary {
 
 /// The applets of the bounded run in `cargo xtask test`: text tools whose tests are quick on
 /// Linux (a few seconds together) and cover the shell's pipes, redirections, command
-/// substitution and file writes, which is what the personality is growing into.
-pub const CI_APPLETS: &[&str] = &["basename", "cat", "cut", "dirname", "echo", "expr", "head", "printf", "sed", "sort", "tr", "uniq", "wc"];
+/// substitution and file writes, and file tools whose old-style tests (`sh -x -e` scripts)
+/// link, rename, remove, make directories, set times and compare files.
+pub const CI_APPLETS: &[&str] = &[
+    "basename", "cat", "cmp", "cut", "dirname", "du", "echo", "expr", "false", "head", "id", "ln", "mkdir", "mv", "paste", "printf", "rm", "rmdir", "sed", "sort", "tee", "touch", "tr", "true", "uniq", "wc",
+];
 
 /// How one test came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,6 +337,15 @@ pub struct Listed {
     /// `None`: the whole applet.
     pub test: Option<String>,
     pub reason: String,
+    /// `Some`: the entry holds for this binary only (its group's reason starts with
+    /// `(debian)` or `(musl)`); `None`: for both.
+    pub binary: Option<Binary>,
+}
+
+impl Listed {
+    fn holds_for(&self, binary: Binary) -> bool {
+        self.binary.map_or(true, |b| b == binary)
+    }
 }
 
 pub fn differences_file() -> PathBuf {
@@ -341,8 +353,10 @@ pub fn differences_file() -> PathBuf {
 }
 
 /// Parse the differences file: `# comments`, `reason: TEXT` starting a group, then one entry
-/// a line: `APPLET` or `APPLET: TEST NAME`. An entry before any reason, or listed twice, is
-/// an error.
+/// a line: `APPLET` or `APPLET: TEST NAME`. A reason that starts with `(debian)` or `(musl)`
+/// makes its group's entries hold for that binary only (an applet whose tests all pass with
+/// one binary and none run with the other). An entry before any reason, or listed twice for
+/// the same binary, is an error.
 pub fn parse_listed(text: &str) -> Result<Vec<Listed>, String> {
     let mut out: Vec<Listed> = Vec::new();
     for (at, reason, line) in super::conformance::reason_groups(text, &differences_file().display().to_string())? {
@@ -353,10 +367,17 @@ pub fn parse_listed(text: &str) -> Result<Vec<Listed>, String> {
         if applet.is_empty() || applet.contains(char::is_whitespace) {
             return Err(format!("{at}: `{applet}` is not an applet name"));
         }
-        if out.iter().any(|l| l.applet == applet && l.test == test) {
+        let binary = if reason.starts_with("(debian) ") {
+            Some(Binary::Debian)
+        } else if reason.starts_with("(musl) ") {
+            Some(Binary::Musl)
+        } else {
+            None
+        };
+        if out.iter().any(|l| l.applet == applet && l.test == test && (l.binary.is_none() || binary.is_none() || l.binary == binary)) {
             return Err(format!("{at}: `{line}` is listed twice"));
         }
-        out.push(Listed { applet, test, reason });
+        out.push(Listed { applet, test, reason, binary });
     }
     Ok(out)
 }
@@ -383,8 +404,9 @@ pub struct Comparison {
     pub judged: Vec<bool>,
 }
 
-/// Compare ours with Linux over `applets`. A listed entry is judged only when its applet ran.
-pub fn compare(linux: &Results, ours: &Results, listed: &[Listed], applets: &[String]) -> Comparison {
+/// Compare ours with Linux over `applets` of `binary`. A listed entry is judged only when its
+/// applet ran with a binary it holds for.
+pub fn compare(linux: &Results, ours: &Results, listed: &[Listed], applets: &[String], binary: Binary) -> Comparison {
     let mut c = Comparison::default();
     let mut used: Vec<bool> = vec![false; listed.len()];
     for a in applets {
@@ -398,7 +420,10 @@ pub fn compare(linux: &Results, ours: &Results, listed: &[Listed], applets: &[St
                 c.both_pass += 1;
                 continue;
             }
-            let hit = listed.iter().position(|l| l.applet == *a && l.test.as_deref() == Some(name.as_str())).or_else(|| listed.iter().position(|l| l.applet == *a && l.test.is_none()));
+            let hit = listed
+                .iter()
+                .position(|l| l.holds_for(binary) && l.applet == *a && l.test.as_deref() == Some(name.as_str()))
+                .or_else(|| listed.iter().position(|l| l.holds_for(binary) && l.applet == *a && l.test.is_none()));
             match hit {
                 Some(i) => {
                     used[i] = true;
@@ -408,7 +433,7 @@ pub fn compare(linux: &Results, ours: &Results, listed: &[Listed], applets: &[St
             }
         }
     }
-    c.judged = listed.iter().map(|l| applets.contains(&l.applet)).collect();
+    c.judged = listed.iter().map(|l| l.holds_for(binary) && applets.contains(&l.applet)).collect();
     for ((l, u), j) in listed.iter().zip(&used).zip(&c.judged) {
         if !u && *j {
             c.stale.push(entry_name(l));
@@ -495,7 +520,7 @@ pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, report: 
             by_system.insert(sys.name(), res);
         }
         if let (Some(l), Some(o)) = (by_system.get("linux"), by_system.get("ours")) {
-            let c = compare(l, o, &listed, &applets);
+            let c = compare(l, o, &listed, &applets, binary);
             let pct = if c.linux_pass == 0 { 0.0 } else { 100.0 * c.both_pass as f64 / c.linux_pass as f64 };
             println!(
                 "busybox-tests ({} busybox, {} applets): ours passes {} of the {} tests that pass on Linux ({pct:.1} %); {} listed differences, {} unlisted",
@@ -586,18 +611,27 @@ mod tests {
         let apps = v(&["cat", "sed"]);
         // Nothing listed: cat's b and sed's s are unlisted differences; c (fails on Linux) is
         // not compared.
-        let c = compare(&linux, &ours, &[], &apps);
+        let c = compare(&linux, &ours, &[], &apps, Binary::Debian);
         assert_eq!((c.linux_pass, c.both_pass), (3, 1));
         assert_eq!(c.unlisted, vec![("cat".to_string(), "b".to_string()), ("sed".to_string(), "s".to_string())]);
         let listed = parse_listed("reason: no fork yet\nsed\nreason: one test\ncat: b\n").unwrap();
-        let c = compare(&linux, &ours, &listed, &apps);
+        let c = compare(&linux, &ours, &listed, &apps, Binary::Debian);
         assert!(c.unlisted.is_empty() && c.stale.is_empty(), "{c:?}");
         assert_eq!(c.accepted.len(), 2);
         // A listed test that passes on ours now is stale; an entry for an applet that did not
         // run is not judged.
         let listed = parse_listed("reason: r\ncat: a\ncat: b\nsed\ngrep\n").unwrap();
-        let c = compare(&linux, &ours, &listed, &apps);
+        let c = compare(&linux, &ours, &listed, &apps, Binary::Debian);
         assert_eq!(c.stale, vec!["cat: a".to_string()]);
+        // An entry for the other binary neither excuses a difference nor is judged; one for
+        // this binary does both.
+        let listed = parse_listed("reason: (musl) nothing runs\nsed\ncat: b\nreason: (debian) r\ncat: a\n").unwrap();
+        let c = compare(&linux, &ours, &listed, &apps, Binary::Debian);
+        assert_eq!(c.unlisted, vec![("cat".to_string(), "b".to_string()), ("sed".to_string(), "s".to_string())]);
+        assert_eq!(c.judged, vec![false, false, true]);
+        assert_eq!(c.stale, vec!["cat: a".to_string()]);
+        let c = compare(&linux, &ours, &listed, &apps, Binary::Musl);
+        assert!(c.unlisted.is_empty() && c.stale.is_empty(), "{c:?}");
     }
 
     #[test]
@@ -605,6 +639,8 @@ mod tests {
         assert!(parse_listed("cat\n").unwrap_err().contains("before any"));
         assert!(parse_listed("reason:\n").unwrap_err().contains("no text"));
         assert!(parse_listed("reason: r\ncat\ncat\n").unwrap_err().contains("twice"));
+        assert!(parse_listed("reason: r\ncat\nreason: (musl) m\ncat\n").unwrap_err().contains("twice"));
+        assert_eq!(parse_listed("reason: (debian) d\ncat\nreason: (musl) m\ncat\n").unwrap()[1].binary, Some(Binary::Musl));
         assert!(parse_listed("reason: r\nbad name\n").unwrap_err().contains("not an applet"));
         assert_eq!(parse_listed("# c\n\nreason: r\nsed: sed n (x)\n").unwrap()[0].test.as_deref(), Some("sed n (x)"));
     }
