@@ -261,7 +261,11 @@ pub fn request(binary: Binary, applets: &[String], timeout: Duration, runtest_ve
         }
     }
     files.sort();
-    let per_applet = Duration::from_secs(120);
+    // Generous: at a host load of about 20 (TCG), runtest of one text applet took more than
+    // 120 s on both systems, and busybox's `timeout` kills runtest only: the test script it
+    // started goes on and its results land under the next applet's marker. The boot's own
+    // deadline bounds the whole run.
+    let per_applet = Duration::from_secs(300);
     // The driver is the shell's standard input (`sh -s`): a script file would need the
     // shell to move its descriptor (fcntl F_DUPFD) before the first line runs; each runtest
     // gets /dev/null as its input so that nothing it starts reads the driver.
