@@ -42,6 +42,25 @@ pub struct BusyboxTestsArgs {
     /// Print every test's outcome
     #[arg(long)]
     pub verbose: bool,
+    /// Run runtest with `-v`: a failing test prints its command and the diff of expected
+    /// against actual output (see it with `--save`)
+    #[arg(long)]
+    pub runtest_verbose: bool,
+    /// Write each boot's standard output, standard error and console to
+    /// DIR/SYSTEM-BINARY.{stdout,stderr,console}
+    #[arg(long, value_name = "DIR")]
+    pub save: Option<PathBuf>,
+}
+
+/// How a run reports beyond its counts.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    /// Every test's outcome printed.
+    pub verbose: bool,
+    /// `runtest -v`.
+    pub runtest_verbose: bool,
+    /// Where each boot's raw output goes.
+    pub save: Option<PathBuf>,
 }
 
 pub fn main(a: BusyboxTestsArgs) -> Result<(), crate::host::outcome::Failure> {
@@ -55,7 +74,8 @@ pub fn main(a: BusyboxTestsArgs) -> Result<(), crate::host::outcome::Failure> {
         "both" => vec![Binary::Debian, Binary::Musl],
         b => vec![Binary::parse(b).map_err(Failure::Usage)?],
     };
-    let t = run(&systems, &binaries, a.only.as_deref(), a.verbose).map_err(Failure::Work)?;
+    let report = Report { verbose: a.verbose, runtest_verbose: a.runtest_verbose, save: a.save.clone() };
+    let t = run(&systems, &binaries, a.only.as_deref(), &report).map_err(Failure::Work)?;
     println!("busybox-tests: {} passed, {} failed, {} skipped (accepted differences)", t.passed, t.failed, t.skipped);
     if t.failed > 0 {
         return Err(Failure::Work(format!("{} check(s) failed", t.failed)));
@@ -101,8 +121,11 @@ impl Binary {
 
 /// The applets of the bounded run in `cargo xtask test`: text tools whose tests are quick on
 /// Linux (a few seconds together) and cover the shell's pipes, redirections, command
-/// substitution and file writes, which is what the personality is growing into.
-pub const CI_APPLETS: &[&str] = &["basename", "cat", "cut", "dirname", "echo", "expr", "head", "printf", "sed", "sort", "tr", "uniq", "wc"];
+/// substitution and file writes, and file tools whose old-style tests (`sh -x -e` scripts)
+/// link, rename, remove, make directories, set times and compare files.
+pub const CI_APPLETS: &[&str] = &[
+    "basename", "cat", "cmp", "cut", "dirname", "du", "echo", "expr", "head", "ln", "mkdir", "mv", "printf", "rm", "rmdir", "sed", "sort", "touch", "tr", "uniq", "wc",
+];
 
 /// How one test came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,7 +146,7 @@ pub type Results = BTreeMap<String, Vec<(String, Outcome)>>;
 /// With `links`, the script first links every applet of the binary into /bin (a busybox built
 /// without FEATURE_SH_STANDALONE, the musl one, finds applets on PATH only; runtest itself
 /// runs tr, grep, sed, ln before its own links are on PATH).
-pub fn driver(applets: &[String], per_applet: Duration, links: bool) -> String {
+pub fn driver(applets: &[String], per_applet: Duration, links: bool, runtest_verbose: bool) -> String {
     let mut s = String::from("#!/bin/sh\n# busybox's testsuite, one runtest per applet (written by cargo xtask busybox-tests)\ncd /tmp/testsuite || exit 99\n");
     if links {
         // The applet list as runtest reads it: the words after "Currently defined functions:"
@@ -131,8 +154,9 @@ pub fn driver(applets: &[String], per_applet: Duration, links: bool) -> String {
         s.push_str("busybox 2>&1 | { while read -r l; do [ \"$l\" = 'Currently defined functions:' ] && break; done; while read -r l; do for a in $l; do a=${a%,}; [ -e \"/bin/$a\" ] || busybox ln -s busybox \"/bin/$a\"; done; done; }\n");
     }
     s.push_str("export bindir=/bin tsdir=/tmp/testsuite\n");
+    let v = if runtest_verbose { "-v " } else { "" };
     for a in applets {
-        s.push_str(&format!("echo 'bbsuite-applet {a}'\ntimeout {} sh ./runtest '{a}' </dev/null 2>&1\necho \"bbsuite-done {a} $?\"\n", per_applet.as_secs()));
+        s.push_str(&format!("echo 'bbsuite-applet {a}'\ntimeout {} sh ./runtest {v}'{a}' </dev/null 2>&1\necho \"bbsuite-done {a} $?\"\n", per_applet.as_secs()));
     }
     s.push_str("echo bbsuite-end\n");
     s
@@ -218,7 +242,7 @@ pub fn tested_applets(testsuite: &Path, config: &str) -> Result<Vec<String>, Str
 }
 
 /// The request that runs `applets` of busybox's testsuite with `binary`.
-pub fn request(binary: Binary, applets: &[String], timeout: Duration) -> Result<ExecRequest, String> {
+pub fn request(binary: Binary, applets: &[String], timeout: Duration, runtest_verbose: bool) -> Result<ExecRequest, String> {
     let (bin, config) = binary.files()?;
     let tree = super::progs::busybox_source()?;
     let ts = tree.join("testsuite");
@@ -237,7 +261,11 @@ pub fn request(binary: Binary, applets: &[String], timeout: Duration) -> Result<
         }
     }
     files.sort();
-    let per_applet = Duration::from_secs(120);
+    // Generous: at a host load of about 20 (TCG), runtest of one text applet took more than
+    // 120 s on both systems, and busybox's `timeout` kills runtest only: the test script it
+    // started goes on and its results land under the next applet's marker. The boot's own
+    // deadline bounds the whole run.
+    let per_applet = Duration::from_secs(300);
     // The driver is the shell's standard input (`sh -s`): a script file would need the
     // shell to move its descriptor (fcntl F_DUPFD) before the first line runs; each runtest
     // gets /dev/null as its input so that nothing it starts reads the driver.
@@ -245,7 +273,7 @@ pub fn request(binary: Binary, applets: &[String], timeout: Duration) -> Result<
         program: bin,
         args: vec!["sh".into(), "-s".into()],
         files,
-        stdin: driver(applets, per_applet, binary == Binary::Musl).into_bytes(),
+        stdin: driver(applets, per_applet, binary == Binary::Musl, runtest_verbose).into_bytes(),
         smp: 1,
         disk: None,
         net: None,
@@ -255,9 +283,22 @@ pub fn request(binary: Binary, applets: &[String], timeout: Duration) -> Result<
 
 /// Run `applets` on `system`; a boot that fails outright (timed out, no report) gives every
 /// applet as unfinished, with the reason.
-pub fn run_on(system: System, binary: Binary, applets: &[String], timeout: Duration) -> Result<(Results, Option<String>), String> {
-    let req = request(binary, applets, timeout)?;
-    match system.run(&req) {
+pub fn run_on(system: System, binary: Binary, applets: &[String], timeout: Duration, report: &Report) -> Result<(Results, Option<String>), String> {
+    let req = request(binary, applets, timeout, report.runtest_verbose)?;
+    let result = system.run(&req);
+    if let Some(dir) = &report.save {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let base = dir.join(format!("{}-{}", system.name(), binary.name()));
+        let (o, e, c) = match &result {
+            Ok(out) => (out.stdout.clone(), out.stderr.clone(), out.console.clone()),
+            Err(e) => (Vec::new(), Vec::new(), e.clone()),
+        };
+        for (ext, bytes) in [("stdout", o), ("stderr", e), ("console", c.into_bytes())] {
+            let f = base.with_extension(ext);
+            std::fs::write(&f, bytes).map_err(|e| format!("{}: {e}", f.display()))?;
+        }
+    }
+    match result {
         Ok(out) => {
             let text = String::from_utf8_lossy(&out.stdout);
             // A driver that never reached its end says why (the shell's message, its status).
@@ -301,6 +342,15 @@ pub struct Listed {
     /// `None`: the whole applet.
     pub test: Option<String>,
     pub reason: String,
+    /// `Some`: the entry holds for this binary only (its group's reason starts with
+    /// `(debian)` or `(musl)`); `None`: for both.
+    pub binary: Option<Binary>,
+}
+
+impl Listed {
+    fn holds_for(&self, binary: Binary) -> bool {
+        self.binary.map_or(true, |b| b == binary)
+    }
 }
 
 pub fn differences_file() -> PathBuf {
@@ -308,8 +358,10 @@ pub fn differences_file() -> PathBuf {
 }
 
 /// Parse the differences file: `# comments`, `reason: TEXT` starting a group, then one entry
-/// a line: `APPLET` or `APPLET: TEST NAME`. An entry before any reason, or listed twice, is
-/// an error.
+/// a line: `APPLET` or `APPLET: TEST NAME`. A reason that starts with `(debian)` or `(musl)`
+/// makes its group's entries hold for that binary only (an applet whose tests all pass with
+/// one binary and none run with the other). An entry before any reason, or listed twice for
+/// the same binary, is an error.
 pub fn parse_listed(text: &str) -> Result<Vec<Listed>, String> {
     let mut out: Vec<Listed> = Vec::new();
     for (at, reason, line) in super::conformance::reason_groups(text, &differences_file().display().to_string())? {
@@ -320,10 +372,17 @@ pub fn parse_listed(text: &str) -> Result<Vec<Listed>, String> {
         if applet.is_empty() || applet.contains(char::is_whitespace) {
             return Err(format!("{at}: `{applet}` is not an applet name"));
         }
-        if out.iter().any(|l| l.applet == applet && l.test == test) {
+        let binary = if reason.starts_with("(debian) ") {
+            Some(Binary::Debian)
+        } else if reason.starts_with("(musl) ") {
+            Some(Binary::Musl)
+        } else {
+            None
+        };
+        if out.iter().any(|l| l.applet == applet && l.test == test && (l.binary.is_none() || binary.is_none() || l.binary == binary)) {
             return Err(format!("{at}: `{line}` is listed twice"));
         }
-        out.push(Listed { applet, test, reason });
+        out.push(Listed { applet, test, reason, binary });
     }
     Ok(out)
 }
@@ -350,8 +409,9 @@ pub struct Comparison {
     pub judged: Vec<bool>,
 }
 
-/// Compare ours with Linux over `applets`. A listed entry is judged only when its applet ran.
-pub fn compare(linux: &Results, ours: &Results, listed: &[Listed], applets: &[String]) -> Comparison {
+/// Compare ours with Linux over `applets` of `binary`. A listed entry is judged only when its
+/// applet ran with a binary it holds for.
+pub fn compare(linux: &Results, ours: &Results, listed: &[Listed], applets: &[String], binary: Binary) -> Comparison {
     let mut c = Comparison::default();
     let mut used: Vec<bool> = vec![false; listed.len()];
     for a in applets {
@@ -365,7 +425,10 @@ pub fn compare(linux: &Results, ours: &Results, listed: &[Listed], applets: &[St
                 c.both_pass += 1;
                 continue;
             }
-            let hit = listed.iter().position(|l| l.applet == *a && l.test.as_deref() == Some(name.as_str())).or_else(|| listed.iter().position(|l| l.applet == *a && l.test.is_none()));
+            let hit = listed
+                .iter()
+                .position(|l| l.holds_for(binary) && l.applet == *a && l.test.as_deref() == Some(name.as_str()))
+                .or_else(|| listed.iter().position(|l| l.holds_for(binary) && l.applet == *a && l.test.is_none()));
             match hit {
                 Some(i) => {
                     used[i] = true;
@@ -375,7 +438,7 @@ pub fn compare(linux: &Results, ours: &Results, listed: &[Listed], applets: &[St
             }
         }
     }
-    c.judged = listed.iter().map(|l| applets.contains(&l.applet)).collect();
+    c.judged = listed.iter().map(|l| l.holds_for(binary) && applets.contains(&l.applet)).collect();
     for ((l, u), j) in listed.iter().zip(&used).zip(&c.judged) {
         if !u && *j {
             c.stale.push(entry_name(l));
@@ -411,7 +474,7 @@ fn print_results(system: &str, binary: Binary, r: &Results, err: &Option<String>
 
 /// Run and compare; the tally counts, per binary: each system's run that completed (a pass),
 /// and the comparison (a pass, or a fail for unlisted or stale entries).
-pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, verbose: bool) -> Result<TestTally, String> {
+pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, report: &Report) -> Result<TestTally, String> {
     let listed = parse_listed(&std::fs::read_to_string(differences_file()).map_err(|e| format!("{}: {e}", differences_file().display()))?)?;
     let mut tally = TestTally::default();
     // Over the binaries compared: which entries excused something, which were judged.
@@ -433,16 +496,16 @@ pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, verbose:
             return Err(format!("--only {}: no tested applet of the {} busybox matches", only.unwrap_or(""), binary.name()));
         }
         // One boot per system: both at once (each guest is one vCPU of TCG).
-        let timeout = Duration::from_secs(60 + 30 * applets.len() as u64).min(Duration::from_secs(1800));
+        let timeout = Duration::from_secs(60 + 30 * applets.len() as u64).min(Duration::from_secs(3600));
         let runs: Vec<(System, Result<(Results, Option<String>), String>)> = std::thread::scope(|s| {
-            let hs: Vec<_> = systems.iter().map(|&sys| { let applets = &applets; (sys, s.spawn(move || run_on(sys, binary, applets, timeout))) }).collect();
+            let hs: Vec<_> = systems.iter().map(|&sys| { let applets = &applets; (sys, s.spawn(move || run_on(sys, binary, applets, timeout, report))) }).collect();
             hs.into_iter().map(|(sys, h)| (sys, h.join().unwrap_or_else(|_| Err("the run's thread panicked".into())))).collect()
         });
         let mut by_system: BTreeMap<&str, Results> = BTreeMap::new();
         for (sys, r) in runs {
             let (res, err) = r?;
             print_results(sys.name(), binary, &res, &err);
-            if verbose {
+            if report.verbose {
                 for (a, tests) in &res {
                     for (n, o) in tests {
                         println!("    {} {a}: {n}: {o:?}", sys.name());
@@ -462,7 +525,7 @@ pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, verbose:
             by_system.insert(sys.name(), res);
         }
         if let (Some(l), Some(o)) = (by_system.get("linux"), by_system.get("ours")) {
-            let c = compare(l, o, &listed, &applets);
+            let c = compare(l, o, &listed, &applets, binary);
             let pct = if c.linux_pass == 0 { 0.0 } else { 100.0 * c.both_pass as f64 / c.linux_pass as f64 };
             println!(
                 "busybox-tests ({} busybox, {} applets): ours passes {} of the {} tests that pass on Linux ({pct:.1} %); {} listed differences, {} unlisted",
@@ -513,7 +576,7 @@ pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, verbose:
 /// The bounded part for `cargo xtask test`: [`CI_APPLETS`] of the Debian binary on both
 /// systems.
 pub fn ci() -> Result<TestTally, String> {
-    run(&[System::Linux, System::Ours], &[Binary::Debian], Some(&CI_APPLETS.join(",")), false)
+    run(&[System::Linux, System::Ours], &[Binary::Debian], Some(&CI_APPLETS.join(",")), &Report::default())
 }
 
 #[cfg(test)]
@@ -553,18 +616,27 @@ mod tests {
         let apps = v(&["cat", "sed"]);
         // Nothing listed: cat's b and sed's s are unlisted differences; c (fails on Linux) is
         // not compared.
-        let c = compare(&linux, &ours, &[], &apps);
+        let c = compare(&linux, &ours, &[], &apps, Binary::Debian);
         assert_eq!((c.linux_pass, c.both_pass), (3, 1));
         assert_eq!(c.unlisted, vec![("cat".to_string(), "b".to_string()), ("sed".to_string(), "s".to_string())]);
         let listed = parse_listed("reason: no fork yet\nsed\nreason: one test\ncat: b\n").unwrap();
-        let c = compare(&linux, &ours, &listed, &apps);
+        let c = compare(&linux, &ours, &listed, &apps, Binary::Debian);
         assert!(c.unlisted.is_empty() && c.stale.is_empty(), "{c:?}");
         assert_eq!(c.accepted.len(), 2);
         // A listed test that passes on ours now is stale; an entry for an applet that did not
         // run is not judged.
         let listed = parse_listed("reason: r\ncat: a\ncat: b\nsed\ngrep\n").unwrap();
-        let c = compare(&linux, &ours, &listed, &apps);
+        let c = compare(&linux, &ours, &listed, &apps, Binary::Debian);
         assert_eq!(c.stale, vec!["cat: a".to_string()]);
+        // An entry for the other binary neither excuses a difference nor is judged; one for
+        // this binary does both.
+        let listed = parse_listed("reason: (musl) nothing runs\nsed\ncat: b\nreason: (debian) r\ncat: a\n").unwrap();
+        let c = compare(&linux, &ours, &listed, &apps, Binary::Debian);
+        assert_eq!(c.unlisted, vec![("cat".to_string(), "b".to_string()), ("sed".to_string(), "s".to_string())]);
+        assert_eq!(c.judged, vec![false, false, true]);
+        assert_eq!(c.stale, vec!["cat: a".to_string()]);
+        let c = compare(&linux, &ours, &listed, &apps, Binary::Musl);
+        assert!(c.unlisted.is_empty() && c.stale.is_empty(), "{c:?}");
     }
 
     #[test]
@@ -572,6 +644,8 @@ mod tests {
         assert!(parse_listed("cat\n").unwrap_err().contains("before any"));
         assert!(parse_listed("reason:\n").unwrap_err().contains("no text"));
         assert!(parse_listed("reason: r\ncat\ncat\n").unwrap_err().contains("twice"));
+        assert!(parse_listed("reason: r\ncat\nreason: (musl) m\ncat\n").unwrap_err().contains("twice"));
+        assert_eq!(parse_listed("reason: (debian) d\ncat\nreason: (musl) m\ncat\n").unwrap()[1].binary, Some(Binary::Musl));
         assert!(parse_listed("reason: r\nbad name\n").unwrap_err().contains("not an applet"));
         assert_eq!(parse_listed("# c\n\nreason: r\nsed: sed n (x)\n").unwrap()[0].test.as_deref(), Some("sed n (x)"));
     }
@@ -584,9 +658,10 @@ mod tests {
 
     #[test]
     fn the_driver_bounds_each_applet() {
-        let s = driver(&v(&["cat", "sed"]), Duration::from_secs(30), false);
+        let s = driver(&v(&["cat", "sed"]), Duration::from_secs(30), false, false);
         assert!(!s.contains("--list"));
-        assert!(driver(&v(&["cat"]), Duration::from_secs(30), true).contains("busybox ln -s busybox"));
+        assert!(driver(&v(&["cat"]), Duration::from_secs(30), true, false).contains("busybox ln -s busybox"));
+        assert!(driver(&v(&["cat"]), Duration::from_secs(30), false, true).contains("sh ./runtest -v 'cat'"));
         assert!(!s.contains("ln -s"));
         assert!(s.contains("timeout 30 sh ./runtest 'cat'"));
         assert!(s.contains("echo \"bbsuite-done sed $?\""));
