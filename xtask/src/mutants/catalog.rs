@@ -460,8 +460,8 @@ pub const CATALOG: &[Mutant] = &[
     Mutant {
         name: "metis_reduce_keeps_duplicate_keys",
         file: "mapreduce/src/lib.rs",
-        original: "while j < total && unsafe { (*refs[j].e).key() } == key {",
-        replacement: "while false && j < total && unsafe { (*refs[j].e).key() } == key {",
+        original: "while j < total && table::key_cmp(unsafe { (*refs[j].e).key() }, key).is_eq() {",
+        replacement: "while false && j < total && table::key_cmp(unsafe { (*refs[j].e).key() }, key).is_eq() {",
         checks: &[Check::Cargo(&["-p", "mapreduce"]), Check::Suite("metis")],
         plants: "reduce does not combine one key's entries from different workers: the output repeats keys",
     },
