@@ -126,6 +126,7 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::GETDENTS64, Support::Full),
     (nr::SET_TID_ADDRESS, Support::Full),
     (nr::CLOCK_GETTIME, Support::Partial("every clock counts from boot: there is no wall clock")),
+    (nr::CLOCK_NANOSLEEP, Support::Partial("the realtime, monotonic, boot-time and TAI clocks (one clock from boot here), relative or TIMER_ABSTIME; a signal with a handler interrupts it (EINTR and the remainder); the process CPU-time clock is EOPNOTSUPP")),
     (nr::EXIT_GROUP, Support::Partial("every thread ends at its next system call or futex wake-up; one that makes none is halted after 100 ms")),
     (nr::EPOLL_WAIT, Support::Partial("level-triggered, EPOLLET (a new edge when a bit reappears after being seen clear), EPOLLONESHOT; naps 1 ms at a time while a socket is involved")),
     (nr::EPOLL_CTL, Support::Partial("sockets, eventfds, epoll, the console (regular files EPERM); an interest goes when its descriptor closes")),

@@ -223,6 +223,7 @@ pub const UNLOCKED: &[(u64, FrameHandler)] = &[
     (nr::WAIT4, super::proc::sys_wait4),
     (nr::RT_SIGSUSPEND, signal::sys_rt_sigsuspend),
     (nr::FUTEX, super::futex::sys_futex),
+    (nr::CLOCK_NANOSLEEP, sys_clock_nanosleep),
     (nr::EXIT_GROUP, thread::sys_exit_group),
     (nr::EPOLL_WAIT, super::epoll::sys_epoll_wait),
     (nr::WAITID, super::proc::sys_waitid),
@@ -802,14 +803,56 @@ fn sys_nanosleep(f: &mut Frame) -> i64 {
     let (end, psig) = {
         let g = lock_proc();
         let Some(p) = g.as_ref() else { return -ENOSYS };
-        let Some(b) = p.image.space.read(req, 16) else { return -EFAULT };
-        let (s, ns) = (i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])), i64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8])));
-        if s < 0 || !(0..1_000_000_000).contains(&ns) {
-            return -EINVAL;
+        match read_timespec_ns(p, req) {
+            Ok(total) => (now_ns().saturating_add(total), p.sig.slot),
+            Err(e) => return e,
         }
-        let total = (s as u64).saturating_mul(1_000_000_000).saturating_add(ns as u64);
-        (now_ns().saturating_add(total), p.sig.slot)
     };
+    sleep_until_ns(end, psig, rem)
+}
+
+/// `clock_nanosleep(clock, flags, req, rem)`: `nanosleep` on a clock, relative or (with
+/// `TIMER_ABSTIME`) until `req` on that clock. Every clock here counts from boot
+/// (`clock_gettime`), so the realtime, monotonic and boot-time clocks are one clock; the CPU-time
+/// clocks and the others Linux refuses for sleeping are `EINVAL` (Linux sleeps on the
+/// process CPU-time clock; not here: `EOPNOTSUPP`). An absolute sleep writes no remainder,
+/// as Linux.
+fn sys_clock_nanosleep(f: &mut Frame) -> i64 {
+    const TIMER_ABSTIME: u64 = 1;
+    const EOPNOTSUPP: i64 = 95;
+    let (clock, flags, req, rem) = (f.rdi, f.rsi, f.rdx, f.r10);
+    match clock {
+        0 | 1 | 7 | 11 => {}  // REALTIME, MONOTONIC, BOOTTIME, TAI
+        2 => return -EOPNOTSUPP, // PROCESS_CPUTIME_ID
+        _ => return -EINVAL,
+    }
+    let (end, psig) = {
+        let g = lock_proc();
+        let Some(p) = g.as_ref() else { return -ENOSYS };
+        match read_timespec_ns(p, req) {
+            Ok(t) if flags & TIMER_ABSTIME != 0 => (t, p.sig.slot),
+            Ok(t) => (now_ns().saturating_add(t), p.sig.slot),
+            Err(e) => return e,
+        }
+    };
+    sleep_until_ns(end, psig, if flags & TIMER_ABSTIME != 0 { 0 } else { rem })
+}
+
+/// A `struct timespec` at `addr` in nanoseconds: `EFAULT` if unreadable, `EINVAL` if negative
+/// or its nanoseconds are out of range.
+fn read_timespec_ns(p: &Process, addr: u64) -> Result<u64, i64> {
+    let b = p.image.space.read(addr, 16).ok_or(-EFAULT)?;
+    let (s, ns) = (i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])), i64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8])));
+    if s < 0 || !(0..1_000_000_000).contains(&ns) {
+        return Err(-EINVAL);
+    }
+    Ok((s as u64).saturating_mul(1_000_000_000).saturating_add(ns as u64))
+}
+
+/// Sleep until `now_ns()` reaches `end`, without the process lock; a signal with a handler
+/// (or one that ends the program) ends it with EINTR and, if `rem` is not 0, what was left
+/// written there. Nothing is written at a normal end (as Linux).
+fn sleep_until_ns(end: u64, psig: &'static signal::SignalSlot, rem: u64) -> i64 {
     let me = thread::me();
     loop {
         let (interrupted, until) = {
@@ -830,16 +873,10 @@ fn sys_nanosleep(f: &mut Frame) -> i64 {
             return -EINTR;
         }
         if now_ns() >= end || thread::must_leave() {
-            break;
+            return 0;
         }
         super::futex::sleep_until_sig(me, Some(psig), until, || signal::pending_for_me(psig));
     }
-    let g = lock_proc();
-    let Some(p) = g.as_ref() else { return -ENOSYS };
-    if rem != 0 && !p.image.space.put(rem, &[0u8; 16]) {
-        return -EFAULT;
-    }
-    0
 }
 
 /// splitmix64 over the time-stamp counter: unpredictable enough for hash seeds, not for keys.
