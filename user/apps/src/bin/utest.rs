@@ -1474,8 +1474,13 @@ fn run_measured(f: fn() -> TestResult, kept: &mut i64) -> Result<Pass, Msg> {
     // does one that loses pages on every run.
     let mut runs = alloc::vec![(before, after)];
     let mut balanced_at = None;
-    for i in 0..WARM_UP_RUNS + CONFIRM_RUNS {
-        if balanced_at.is_none() && i == WARM_UP_RUNS {
+    // One loss after a balanced run is taken as a cache that grew once more (a page table or
+    // slab page for a layout the earlier runs did not reach): the runs after it must balance
+    // again, CONFIRM_RUNS of them; a second loss is a leak. Its pages count against the
+    // whole run's warm-up budget like any warm-up's.
+    let mut late_loss = false;
+    for i in 0..WARM_UP_RUNS + 2 * CONFIRM_RUNS + 1 {
+        if balanced_at.is_none() && !late_loss && i == WARM_UP_RUNS {
             break;
         }
         let b = free_pages();
@@ -1486,7 +1491,12 @@ fn run_measured(f: fn() -> TestResult, kept: &mut i64) -> Result<Pass, Msg> {
         runs.push((b, a));
         match balanced_at {
             None if a == b => balanced_at = Some(runs.len()),
+            Some(_) if a != b && !late_loss => {
+                late_loss = true;
+                balanced_at = None;
+            }
             Some(_) if a != b => break,
+            None if late_loss => break,
             _ => {}
         }
         if balanced_at.is_some_and(|at| runs.len() == at + CONFIRM_RUNS) {
