@@ -339,6 +339,18 @@ pub fn run_once(kernel: &Path, initrd: &Path, o: &FuzzOpts, echo: bool) -> Resul
     };
     let out = boot_captured(&cfg, None, echo)?;
     let mut v = judge(&out.serial, out.timed_out, out.kernel_exit_ok(), o.inject.is_some(), o.smp);
+    if !v.passed && v.done_line.is_none() && v.evidence.is_empty() {
+        // The guest printed none of the lines the verdict looks for: say how QEMU ended (an
+        // exit code the kernel did not choose, or none: killed by a signal) and what the
+        // serial port had, so a run that died before or inside the fuzzer can be told apart.
+        v.reason += &format!(
+            " [QEMU exit code {}, {} serial lines, {:.1} s]",
+            out.exit_code.map_or("none (a signal)".to_string(), |c| c.to_string()),
+            out.serial.lines().count(),
+            out.elapsed.as_secs_f64()
+        );
+        v.evidence = out.serial.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().map(|l| l.to_string()).collect();
+    }
     require_work(&mut v, o);
     Ok((v, out))
 }
