@@ -10,7 +10,7 @@ pub struct Call<Op: 'static> {
 }
 
 /// One case: its index in the enumeration, and the two calls (A on core 0, B on core 1).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Case<Op> {
     pub index: usize,
     pub call_a: &'static str,

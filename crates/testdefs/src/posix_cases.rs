@@ -377,23 +377,10 @@ pub const CALLS: &[Call] = &[
     },
 ];
 
-/// One case: its index in the enumeration, and the two calls (A on core 0, B on core 1).
+/// One case: its index in the enumeration, and the two calls (A on core 0, B on core 1);
+/// `crate::pairs::{for_each_case, case, count}` over `CALLS` enumerate them.
 pub type Case = crate::pairs::Case<Op>;
 
-/// Every case, in the order of `crate::pairs::for_each_case` over `CALLS`.
-pub fn for_each_case(f: impl FnMut(Case)) {
-    crate::pairs::for_each_case(CALLS, f)
-}
-
-/// The case with this index.
-pub fn case(index: usize) -> Option<Case> {
-    crate::pairs::case(CALLS, index)
-}
-
-/// How many cases there are.
-pub fn count() -> usize {
-    crate::pairs::count(CALLS)
-}
 
 /// The error names results use (both systems' errors are mapped onto these).
 pub const ERR_NOT_FOUND: &str = "E:NotFound";
