@@ -565,7 +565,7 @@ pub fn run<T: Platform + PosixFs>(p: &T, pick: Option<&str>, emit: fn(&str)) -> 
                     return;
                 }
                 last = g;
-                let Some(c) = pc::case(g - 1) else { return };
+                let Some(c) = testdefs::pairs::case(pc::CALLS, g - 1) else { return };
                 let mut prep = prepare(p, p.root(), c.b, 1, &fds);
                 p.marker(1);
                 let r = call(p, c.b, &mut prep);
@@ -584,11 +584,11 @@ pub fn run<T: Platform + PosixFs>(p: &T, pick: Option<&str>, emit: fn(&str)) -> 
             return;
         }
         let mut outcome = Ok(());
-        for i in 0..pc::count() {
+        for i in 0..testdefs::pairs::count(pc::CALLS) {
             if !picked(pick, i) {
                 continue;
             }
-            let Some(c) = pc::case(i) else { break };
+            let Some(c) = testdefs::pairs::case(pc::CALLS, i) else { break };
             if let Err(why) = make_fixture(p, &fds, &inos) {
                 outcome = Err(why);
                 break;

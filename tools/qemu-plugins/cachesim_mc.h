@@ -1,5 +1,5 @@
 /*
- * Multi-core cache hierarchies for cachesim (issue 18): every simulated core has private L1
+ * Multi-core cache hierarchies for cachesim (docs/plugins.md): every simulated core has private L1
  * (split I/D) and L2 caches, the cores of one chip share an L3, and each vCPU drives its own
  * core. Per-core, per-party (kernel/user) counts of accesses, misses at each level, where the
  * L3 misses were served from, and cycles, so that memory CPI can be computed per vCPU.

@@ -293,6 +293,52 @@ fn writes_outside_a_page_are_refused() {
     assert_eq!(b[..8], [7u8; 8]);
 }
 
+/// One writer thread calling `write(k)` for `k = 0, 1, ..` and two reader threads calling
+/// `read(r, n)` (reader `r` in 0..2, its `n`-th copy, from 1; true when its lock-free read
+/// succeeded). The writer writes at least `min_writes` times and on until the readers have
+/// copied `min_copies` times together (its first writes may otherwise be over before a reader
+/// starts), at most 20 000 000 times; each reader copies until the writer is done, and at
+/// least 1 000 times. Returns how many lock-free reads succeeded.
+fn one_writer_two_readers(
+    min_writes: u32,
+    min_copies: u64,
+    write: impl Fn(u32) + Send + 'static,
+    read: impl Fn(usize, u64) -> bool + Send + Sync + 'static,
+) -> u64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let copies = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let writer = std::thread::spawn({
+        let copies = copies.clone();
+        move || {
+            let mut k = 0u32;
+            while k < min_writes || (copies.load(Ordering::Relaxed) < min_copies && k < 20_000_000) {
+                write(k);
+                k += 1;
+            }
+        }
+    });
+    let read = Arc::new(read);
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (stop, copies, read) = (stop.clone(), copies.clone(), read.clone());
+            std::thread::spawn(move || {
+                let (mut ok, mut n) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) || n < 1000 {
+                    n += 1;
+                    copies.fetch_add(1, Ordering::Relaxed);
+                    if read(r, n) {
+                        ok += 1;
+                    }
+                }
+                ok
+            })
+        })
+        .collect();
+    writer.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    readers.into_iter().map(|r| r.join().unwrap()).sum()
+}
+
 /// Catches, with real threads and the real (non-loom) word storage: a ranged write whose words
 /// a lock-free reader can see half stored (a range mixing two writes), or that disturbs bytes
 /// outside its range. A writer thread rewrites two unaligned ranges of one cached page
@@ -305,53 +351,35 @@ fn lock_free_readers_never_see_a_ranged_write_half_done() {
     let disk = Arc::new(Mutex::new(MemDisk::new(4)));
     t.write(0, &mut *disk.lock().unwrap(), 2, 0, &[0xEE; PAGE], false).unwrap();
     const RANGES: [(usize, usize); 2] = [(3, 133), (2001, 2100)];
-    let stop = Arc::new(AtomicBool::new(false));
     // One writer, alternating ranges (two writer threads would also work, but a ticket lock
     // handed between more threads than the host has cores crawls: minutes, not milliseconds).
-    // The writer runs until the readers have copied 20 000 times (its first writes may
-    // otherwise be over before a reader starts).
-    let copies = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let writer = std::thread::spawn({
-        let copies = copies.clone();
-        move || {
-        let mut k = 0u32;
-        while k < 40_000 || (copies.load(Ordering::Relaxed) < 20_000 && k < 20_000_000) {
-            k += 1;
+    let ok = one_writer_two_readers(
+        40_000,
+        20_000,
+        move |k| {
+            let k = k + 1;
             let (a, b) = RANGES[k as usize % 2];
             let v = (k / 2 % 200) as u8 + 1;
             assert!(t.try_write(1, 2, a, &vec![v; b - a], false), "page 2 left the cache");
-        }
-    }});
-    let readers: Vec<_> = (0..2)
-        .map(|r| {
-            let (stop, copies) = (stop.clone(), copies.clone());
-            std::thread::spawn(move || {
-                let (mut ok, mut n) = (0u64, 0u64);
-                let mut page = vec![0u8; PAGE];
-                while !stop.load(Ordering::Relaxed) || n < 1000 {
-                    n += 1;
-                    copies.fetch_add(1, Ordering::Relaxed);
-                    let (a, b) = RANGES[(n as usize + r) % 2];
-                    let mut buf = vec![0u8; b - a];
-                    if t.try_read(3 + r, 2, a, &mut buf) {
-                        ok += 1;
-                        assert!(buf.iter().all(|&x| x == buf[0]), "range {a}..{b} half written: {buf:?}");
-                    }
-                    if n % 16 == 0 && t.try_read(3 + r, 2, 0, &mut page) {
-                        let outside = |i: usize| !RANGES.iter().any(|&(a, b)| (a..b).contains(&i));
-                        assert!((0..PAGE).filter(|&i| outside(i)).all(|i| page[i] == 0xEE), "a byte outside the ranges changed");
-                        for (a, b) in RANGES {
-                            assert!(page[a..b].iter().all(|&x| x == page[a]), "range {a}..{b} torn in a page copy");
-                        }
-                    }
+        },
+        move |r, n| {
+            let (a, b) = RANGES[(n as usize + r) % 2];
+            let mut buf = vec![0u8; b - a];
+            let ok = t.try_read(3 + r, 2, a, &mut buf);
+            if ok {
+                assert!(buf.iter().all(|&x| x == buf[0]), "range {a}..{b} half written: {buf:?}");
+            }
+            let mut page = if n % 16 == 0 { vec![0u8; PAGE] } else { Vec::new() };
+            if n % 16 == 0 && t.try_read(3 + r, 2, 0, &mut page) {
+                let outside = |i: usize| !RANGES.iter().any(|&(a, b)| (a..b).contains(&i));
+                assert!((0..PAGE).filter(|&i| outside(i)).all(|i| page[i] == 0xEE), "a byte outside the ranges changed");
+                for (a, b) in RANGES {
+                    assert!(page[a..b].iter().all(|&x| x == page[a]), "range {a}..{b} torn in a page copy");
                 }
-                ok
-            })
-        })
-        .collect();
-    writer.join().unwrap();
-    stop.store(true, Ordering::Relaxed);
-    let ok: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+            }
+            ok
+        },
+    );
     assert!(ok > 0, "no lock-free read succeeded");
     assert_eq!(t.stats().misses, 1, "the page was evicted or refilled");
 }
@@ -379,61 +407,43 @@ fn readers_of_parts_never_see_a_neighbours_write_torn() {
     let disk = Arc::new(Mutex::new(MemDisk::new(4)));
     // Round -1 everywhere (byte 200).
     t.write(0, &mut *disk.lock().unwrap(), 2, 0, &[200; PAGE], false).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let copies = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let writer = std::thread::spawn({
-        let copies = copies.clone();
-        move || {
-            let mut k = 0u32;
-            while k < 200_000 || (copies.load(Ordering::Relaxed) < 100_000 && k < 20_000_000) {
-                let (a, b) = RANGES[k as usize % 4];
-                assert!(t.try_write(1, 2, a, &vec![byte(k / 4); b - a], false), "page 2 left the cache");
-                k += 1;
+    let ok = one_writer_two_readers(
+        200_000,
+        100_000,
+        move |k| {
+            let (a, b) = RANGES[k as usize % 4];
+            assert!(t.try_write(1, 2, a, &vec![byte(k / 4); b - a], false), "page 2 left the cache");
+        },
+        move |r, n| {
+            let (a, b) = RANGES[(n as usize + r) % 4];
+            let mut buf = vec![0u8; b - a];
+            let ok = t.try_read(3 + r, 2, a, &mut buf);
+            if ok {
+                assert!(buf.iter().all(|&x| x == buf[0]), "range {a}..{b} half written: {buf:?}");
             }
-        }
-    });
-    let readers: Vec<_> = (0..2)
-        .map(|r| {
-            let (stop, copies) = (stop.clone(), copies.clone());
-            std::thread::spawn(move || {
-                let (mut ok, mut n) = (0u64, 0u64);
-                let mut all = vec![0u8; 1280 - 512];
-                while !stop.load(Ordering::Relaxed) || n < 1000 {
-                    n += 1;
-                    copies.fetch_add(1, Ordering::Relaxed);
-                    let (a, b) = RANGES[(n as usize + r) % 4];
-                    let mut buf = vec![0u8; b - a];
-                    if t.try_read(3 + r, 2, a, &mut buf) {
-                        ok += 1;
-                        assert!(buf.iter().all(|&x| x == buf[0]), "range {a}..{b} half written: {buf:?}");
-                    }
-                    // The straddling record's half in part 4 alone: only part 4's generation
-                    // tells this reader about writes of the record.
-                    let mut half = [0u8; 1100 - 1024];
-                    if t.try_read(3 + r, 2, 1024, &mut half) {
-                        assert!(half.iter().all(|&x| x == half[0]), "the record's half in part 4 half written: {half:?}");
-                    }
-                    if t.try_read(3 + r, 2, 512, &mut all) {
-                        let vals: Vec<u8> = RANGES
-                            .iter()
-                            .map(|&(a, b)| {
-                                let s = &all[a - 512..b - 512];
-                                assert!(s.iter().all(|&x| x == s[0]), "range {a}..{b} torn in a copy of parts 2-4");
-                                s[0]
-                            })
-                            .collect();
-                        // Rounds [R, .., R, R-1, .., R-1]: a prefix written this round.
-                        let split = vals.iter().position(|&v| v != vals[0]).unwrap_or(4);
-                        assert!(vals[split..].iter().all(|&v| v == prev(vals[0])), "a copy of parts 2-4 mixes writes out of order: {vals:?}");
-                    }
-                }
-                ok
-            })
-        })
-        .collect();
-    writer.join().unwrap();
-    stop.store(true, Ordering::Relaxed);
-    let ok: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+            // The straddling record's half in part 4 alone: only part 4's generation
+            // tells this reader about writes of the record.
+            let mut half = [0u8; 1100 - 1024];
+            if t.try_read(3 + r, 2, 1024, &mut half) {
+                assert!(half.iter().all(|&x| x == half[0]), "the record's half in part 4 half written: {half:?}");
+            }
+            let mut all = vec![0u8; 1280 - 512];
+            if t.try_read(3 + r, 2, 512, &mut all) {
+                let vals: Vec<u8> = RANGES
+                    .iter()
+                    .map(|&(a, b)| {
+                        let s = &all[a - 512..b - 512];
+                        assert!(s.iter().all(|&x| x == s[0]), "range {a}..{b} torn in a copy of parts 2-4");
+                        s[0]
+                    })
+                    .collect();
+                // Rounds [R, .., R, R-1, .., R-1]: a prefix written this round.
+                let split = vals.iter().position(|&v| v != vals[0]).unwrap_or(4);
+                assert!(vals[split..].iter().all(|&v| v == prev(vals[0])), "a copy of parts 2-4 mixes writes out of order: {vals:?}");
+            }
+            ok
+        },
+    );
     assert!(ok > 0, "no lock-free read succeeded");
     assert_eq!(t.stats().misses, 1, "the page was evicted or refilled");
 }

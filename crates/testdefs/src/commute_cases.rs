@@ -85,11 +85,8 @@ pub enum Op {
     ArUnmap { ar: Name, voff: u64, len: u64 },
 }
 
-/// A system call and its argument classes.
-pub struct Call {
-    pub name: &'static str,
-    pub variants: &'static [Op],
-}
+/// A call and its argument classes.
+pub type Call = crate::pairs::Call<Op>;
 
 use Sym::*;
 
@@ -135,46 +132,7 @@ pub const CALLS: &[Call] = &[
     },
 ];
 
-/// One case: its index in the enumeration, and the two calls (A on core 0, B on core 1).
-#[derive(Clone, Copy, Debug)]
-pub struct Case {
-    pub index: usize,
-    pub call_a: &'static str,
-    pub a: Op,
-    pub call_b: &'static str,
-    pub b: Op,
-}
+/// One case: its index in the enumeration, and the two calls (A on core 0, B on core 1);
+/// `crate::pairs::{for_each_case, case, count}` over `CALLS` enumerate them.
+pub type Case = crate::pairs::Case<Op>;
 
-/// Every case, in the one order both sides use: pairs of calls `(i, j >= i)` in `CALLS`
-/// order, then A's argument classes, then B's.
-pub fn for_each_case(mut f: impl FnMut(Case)) {
-    let mut index = 0;
-    for i in 0..CALLS.len() {
-        for j in i..CALLS.len() {
-            for &a in CALLS[i].variants {
-                for &b in CALLS[j].variants {
-                    f(Case { index, call_a: CALLS[i].name, a, call_b: CALLS[j].name, b });
-                    index += 1;
-                }
-            }
-        }
-    }
-}
-
-/// The case with this index.
-pub fn case(index: usize) -> Option<Case> {
-    let mut found = None;
-    for_each_case(|c| {
-        if c.index == index {
-            found = Some(c);
-        }
-    });
-    found
-}
-
-/// How many cases there are.
-pub fn count() -> usize {
-    let mut n = 0;
-    for_each_case(|_| n += 1);
-    n
-}

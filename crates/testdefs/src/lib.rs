@@ -8,6 +8,7 @@
 //! | `bench_catalog` | the benchmark suite (`bench::catalog`) and `cargo xtask bench` |
 //! | `commute_cases` | the kernel commutativity cases: `user/apps/src/bin/commute.rs` and `cargo xtask commute` |
 //! | `posix_cases` | the POSIX commutativity cases: `bench::commute_posix` and `cargo xtask commute-posix` |
+//! | `pairs` | the enumeration of cases (pairs of calls) both commutativity tables use |
 //! | `fstest_files` | the files of `fstest`'s disk image: `fstest`, `fscrash` and `cargo xtask fs` |
 
 #![no_std]
@@ -15,4 +16,5 @@
 pub mod bench_catalog;
 pub mod commute_cases;
 pub mod fstest_files;
+pub mod pairs;
 pub mod posix_cases;

@@ -1,5 +1,5 @@
 /*
- * The Linux baseline of Corey's TCP service (seeds/000 section 8.2, issue 15): `wl=tcpserv`.
+ * The Linux baseline of Corey's TCP service (seeds/000 section 8.2; docs/net.md): `wl=tcpserv`.
  * Linked into the measurement guest's /init with workload.c, which calls tcpserv_main.
  *
  * 1. Loads the NIC's driver modules listed in /lib/modules/order (packed into the initramfs by

@@ -15,6 +15,29 @@ use abi::{
 };
 use core::arch::asm;
 
+/// The `syscall` instruction as the kernel defines it: the number in rax and the result back
+/// in rax, rcx and r11 clobbered, the stack not touched (`nostack`); `"reg" = value` pairs are
+/// the argument registers (rdi, rsi, rdx, r10, r8, r9 in that order), and the ones not named
+/// are left as they are (the kernel ignores and preserves them). Memory effects are left
+/// unrestricted (no `nomem`/`readonly`) because the kernel may read and write user memory
+/// named by the arguments. Expands to one `asm!`: the raw functions below are the same
+/// instructions as if each had written it out. Use inside an `unsafe` block whose caller
+/// vouches for the pointer arguments.
+macro_rules! syscall_asm {
+    ($n:expr $(, $reg:tt = $val:expr)* $(,)?) => {{
+        let ret: i64;
+        asm!(
+            "syscall",
+            inlateout("rax") $n as i64 => ret,
+            $(in($reg) $val,)*
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+        ret
+    }};
+}
+
 /// Issue system call `n` with six arguments and return the raw `rax`.
 ///
 /// # Safety
@@ -22,28 +45,11 @@ use core::arch::asm;
 /// kernel checks that they are user memory, not that they belong to live Rust objects).
 #[inline(always)]
 pub unsafe fn raw6(n: u64, a0: u64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64) -> i64 {
-    let ret: i64;
     // SAFETY: the `syscall` instruction enters the kernel, which preserves every register
-    // except rax (result), rcx and r11 (declared clobbered); it does not touch the user stack
-    // (`nostack`). Memory effects are left unrestricted (no `nomem`/`readonly`) because the
-    // kernel may read and write user memory named by the arguments; the caller vouches for
-    // those pointers.
-    unsafe {
-        asm!(
-            "syscall",
-            inlateout("rax") n as i64 => ret,
-            in("rdi") a0,
-            in("rsi") a1,
-            in("rdx") a2,
-            in("r10") a3,
-            in("r8") a4,
-            in("r9") a5,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
+    // except rax (result), rcx and r11 (declared clobbered); it does not touch the user stack.
+    // The kernel may read and write user memory named by the arguments; the caller vouches
+    // for those pointers.
+    unsafe { syscall_asm!(n, "rdi" = a0, "rsi" = a1, "rdx" = a2, "r10" = a3, "r8" = a4, "r9" = a5) }
 }
 
 /// Issue system call `n` with three arguments (the calls that take no more): the other
@@ -53,21 +59,8 @@ pub unsafe fn raw6(n: u64, a0: u64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64)
 /// As `raw6`.
 #[inline(always)]
 pub unsafe fn raw3(n: u64, a0: u64, a1: u64, a2: u64) -> i64 {
-    let ret: i64;
     // SAFETY: as in `raw6`; r8-r10 are not inputs, and the kernel preserves them.
-    unsafe {
-        asm!(
-            "syscall",
-            inlateout("rax") n as i64 => ret,
-            in("rdi") a0,
-            in("rsi") a1,
-            in("rdx") a2,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
+    unsafe { syscall_asm!(n, "rdi" = a0, "rsi" = a1, "rdx" = a2) }
 }
 
 /// Issue system call `n` with no arguments (the argument registers are left as they are,
@@ -77,18 +70,8 @@ pub unsafe fn raw3(n: u64, a0: u64, a1: u64, a2: u64) -> i64 {
 /// As `raw6`.
 #[inline(always)]
 pub unsafe fn raw0(n: u64) -> i64 {
-    let ret: i64;
     // SAFETY: as in `raw6`; no argument registers are inputs, and the kernel preserves them.
-    unsafe {
-        asm!(
-            "syscall",
-            inlateout("rax") n as i64 => ret,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
+    unsafe { syscall_asm!(n) }
 }
 
 /// `raw6` decoded into a `Result`.

@@ -34,7 +34,7 @@ const CI_SEED: u64 = 19;
 /// in the CI sample, so the sample is shown to catch it (`cargo xtask commute --planted`).
 fn planted_target() -> usize {
     let mut idx = usize::MAX;
-    cases::for_each_case(|c| {
+    testdefs::pairs::for_each_case(cases::CALLS, |c| {
         if c.a == Op::SegmentAlloc(cases::Sym::SA) && c.b == Op::SegmentAlloc(cases::Sym::SB) {
             idx = c.index;
         }
@@ -306,7 +306,7 @@ mod tests {
     #[test]
     fn jobs_merge_equals_one_job() {
         let start = model::State::fixture();
-        let all: Vec<Outcome<Op>> = (0..cases::count())
+        let all: Vec<Outcome<Op>> = (0..testdefs::pairs::count(cases::CALLS))
             .filter(|i| i % 3 != 1)
             .map(|i| {
                 let c = Kernel::case(i).unwrap();

@@ -55,12 +55,12 @@ macro_rules! model_of_case_table {
 
             fn cases() -> Vec<$crate::commute::pipeline::Case<$cases::Op>> {
                 let mut v = Vec::new();
-                $cases::for_each_case(|c| v.push($crate::commute::pipeline::Case { index: c.index, call_a: c.call_a, a: c.a, call_b: c.call_b, b: c.b }));
+                testdefs::pairs::for_each_case($cases::CALLS, |c| v.push(c));
                 v
             }
 
             fn case(index: usize) -> Option<$crate::commute::pipeline::Case<$cases::Op>> {
-                $cases::case(index).map(|c| $crate::commute::pipeline::Case { index: c.index, call_a: c.call_a, a: c.a, call_b: c.call_b, b: c.b })
+                testdefs::pairs::case($cases::CALLS, index)
             }
 
             fn fixture() -> State {
@@ -91,15 +91,9 @@ pub struct Style {
     pub results_word: &'static str,
 }
 
-/// One case: call A (core 0) with its arguments against call B (core 1).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Case<Op> {
-    pub index: usize,
-    pub call_a: &'static str,
-    pub a: Op,
-    pub call_b: &'static str,
-    pub b: Op,
-}
+/// One case: call A (core 0) with its arguments against call B (core 1), as both the host and
+/// the guest enumerate them.
+pub use testdefs::pairs::Case;
 
 /// What running a pair in each order gives.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -84,7 +84,8 @@ impl Status {
     }
 }
 
-/// The kind of evidence a timing is: the labelling rule.
+/// The kind of evidence a timing is: an emulated timing at 1-2 vCPUs, functional only above
+/// (more vCPUs than the 2-core host has cores; docs/bench.md).
 pub fn evidence(cores: u32) -> &'static str {
     if cores <= 2 {
         "TCG, emulated timing"

@@ -191,12 +191,7 @@ pub struct LoadReport {
 impl LoadReport {
     /// Good connections per second of the run.
     pub fn conns_per_s(&self) -> f64 {
-        let s = self.elapsed.as_secs_f64();
-        if s > 0.0 {
-            self.ok as f64 / s
-        } else {
-            0.0
-        }
+        per_second(self.ok, self.elapsed)
     }
 
     /// The `p`-th percentile (0..=100, nearest rank) of the good connections' latency.
@@ -242,6 +237,17 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
     }
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// `count` things done in `elapsed`, per second (0 for an empty run). Shared with the HTTP
+/// load generator.
+pub fn per_second(count: u64, elapsed: Duration) -> f64 {
+    let s = elapsed.as_secs_f64();
+    if s > 0.0 {
+        count as f64 / s
+    } else {
+        0.0
+    }
 }
 
 /// The work tickets of a bounded load: at most `count` are handed out, none after

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::files::{filesum, Expect};
 use super::http::{self, Conn, Failure};
-use crate::host::tcpload::{check_count, check_port, check_times, drive, percentile};
+use crate::host::tcpload::{check_count, check_port, check_times, drive, per_second, percentile};
 
 /// Every loop here is bounded.
 pub const MAX_REQUESTS: u64 = 10_000_000;
@@ -126,12 +126,7 @@ impl WebLoadReport {
     }
 
     pub fn requests_per_s(&self) -> f64 {
-        let s = self.elapsed.as_secs_f64();
-        if s > 0.0 {
-            self.ok as f64 / s
-        } else {
-            0.0
-        }
+        per_second(self.ok, self.elapsed)
     }
 
     pub fn percentile(&self, p: f64) -> Option<Duration> {

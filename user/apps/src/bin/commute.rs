@@ -286,7 +286,7 @@ fn worker(_arg: u64) -> u64 {
             for (i, f) in FIX.iter().enumerate() {
                 fx.ids[i] = f.load(Ordering::Relaxed);
             }
-            let Some(case) = cases::case(CASE.load(Ordering::Relaxed)) else { return 1 };
+            let Some(case) = testdefs::pairs::case(cases::CALLS, CASE.load(Ordering::Relaxed)) else { return 1 };
             let mut raw = Raw::new();
             marker::region(true);
             exec(case.b, &fx, &mut raw);
@@ -317,7 +317,7 @@ fn parse_pick(v: &str, n: usize) -> Result<Vec<usize>, String> {
 }
 
 fn select(args: &str) -> Result<Vec<Case>, String> {
-    let n = cases::count();
+    let n = testdefs::pairs::count(cases::CALLS);
     let mut calls: Option<Vec<&str>> = None;
     let mut pick: Option<Vec<usize>> = None;
     for w in args.split_whitespace() {
@@ -334,7 +334,7 @@ fn select(args: &str) -> Result<Vec<Case>, String> {
         }
     }
     let mut out = Vec::new();
-    cases::for_each_case(|c| {
+    testdefs::pairs::for_each_case(cases::CALLS, |c| {
         let by_calls = calls.as_ref().is_none_or(|l| l.contains(&c.call_a) && l.contains(&c.call_b));
         let by_pick = pick.as_ref().is_none_or(|p| p.contains(&c.index));
         if by_calls && by_pick {
