@@ -71,26 +71,92 @@ pub fn epollserv(system: System, smp: u32) -> Result<EpollRun, String> {
     Ok(EpollRun { replies, stdout: String::from_utf8_lossy(&out.stdout).into_owned(), status: out.status })
 }
 
+/// The host CPU the guest's QEMU process used over an idle stretch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IdleCost {
+    /// The stretch's wall time.
+    pub seconds: f64,
+    /// QEMU's user + system CPU time over it, in percent of one host CPU.
+    pub cpu_percent: f64,
+    /// The host's one-minute load average at the stretch's start and end.
+    pub load: (f64, f64),
+}
+
+/// The processes this process started whose command name starts with `qemu` (the guest's
+/// QEMU: `exec` runs one guest at a time).
+fn qemu_children() -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { return false };
+            let comm = &stat[open + 1..close];
+            // After the name: state, then the parent's pid.
+            let ppid = stat[close + 1..].split_whitespace().nth(1).and_then(|v| v.parse::<u32>().ok());
+            comm.starts_with("qemu") && ppid == Some(me)
+        })
+        .collect()
+}
+
+/// QEMU's host CPU over `stretch` of wall time during which the host sends nothing.
+fn idle_cost(stretch: std::time::Duration) -> Result<IdleCost, String> {
+    let pid = match qemu_children()[..] {
+        [pid] => pid,
+        ref v => return Err(format!("idle stretch: expected one QEMU child process, found {}", v.len())),
+    };
+    let load0 = crate::bench::load1().unwrap_or(f64::NAN);
+    let t0 = (std::time::Instant::now(), crate::idle::cpu_ticks(pid)?);
+    std::thread::sleep(stretch);
+    let t1 = (std::time::Instant::now(), crate::idle::cpu_ticks(pid)?);
+    let load1 = crate::bench::load1().unwrap_or(f64::NAN);
+    let seconds = (t1.0 - t0.0).as_secs_f64();
+    let cpu_s = t1.1.saturating_sub(t0.1) as f64 / crate::idle::clock_ticks_per_s() as f64;
+    Ok(IdleCost { seconds, cpu_percent: 100.0 * cpu_s / seconds, load: (load0, load1) })
+}
+
+/// The runtime's readiness-wait counts from ours' console (`linuxrt: readiness waits: ...`).
+pub fn wait_counts_line(console: &str) -> Option<&str> {
+    console.lines().find(|l| l.starts_with("linuxrt: readiness waits:"))
+}
+
 /// memcached under `load` on `system` with `threads` worker threads.
 pub fn memcached(system: System, smp: u32, threads: u32, load: memcload::Load) -> Result<(memcload::Report, ExecOutput), String> {
+    memcached_idle(system, smp, threads, load, std::time::Duration::ZERO).map(|(r, o, _)| (r, o))
+}
+
+/// `memcached`, then (if `idle` is not zero) `idle` with no connection open, QEMU's host CPU
+/// measured over it, before the `shutdown`.
+pub fn memcached_idle(system: System, smp: u32, threads: u32, load: memcload::Load, idle: std::time::Duration) -> Result<(memcload::Report, ExecOutput, Option<IdleCost>), String> {
     let program = super::debsrc::memcached()?;
     // -c 60: this system's descriptor table has 64 slots (memcached sets RLIMIT_NOFILE to
     // its connection limit and exits if it cannot); -u root: both guests run it as root;
     // -A: the client ends it with `shutdown`.
     let args = ["-t", &threads.to_string(), "-U", "0", "-p", &GUEST_PORT.to_string(), "-u", "root", "-A", "-c", "60"].iter().map(|s| s.to_string()).collect();
-    let req = ExecRequest { program, args, files: vec![], stdin: vec![], smp, disk: None, timeout: load.deadline + Duration::from_secs(60), net: None };
-    let (out, rep) = serve(system, req, b"version\r\n", "VERSION", move |port| {
+    let req = ExecRequest { program, args, files: vec![], stdin: vec![], smp, disk: None, timeout: load.deadline + idle + Duration::from_secs(60), net: None };
+    let (out, (rep, cost)) = serve(system, req, b"version\r\n", "VERSION", move |port| {
         let rep = memcload::memcached(port, &load)?;
+        // The load's connections are closed: give the guest a moment to finish their
+        // goodbyes, so the stretch holds no work of theirs.
+        let cost = if idle.is_zero() {
+            None
+        } else {
+            std::thread::sleep(Duration::from_secs(1));
+            Some(idle_cost(idle)?)
+        };
         // Ends memcached (-A allows it); the connection just closes.
         let _ = memcload::lines(port, &["shutdown\r"]);
-        Ok(rep)
+        Ok((rep, cost))
     })?;
-    Ok((rep, out))
+    Ok((rep, out, cost))
 }
 
 /// `cargo xtask exec --sockets`: the conformance case on the systems asked for (compared when
 /// both ran), then memcached under a bounded load.
-pub fn command(systems: &[System], smp: u32, requests: u64) -> Result<(), String> {
+pub fn command(systems: &[System], smp: u32, requests: u64, idle_secs: u64) -> Result<(), String> {
+    if idle_secs > 0 {
+        return idle_command(systems, smp, requests, idle_secs);
+    }
     let mut runs = Vec::new();
     for &s in systems {
         let r = epollserv(s, smp)?;
@@ -120,6 +186,34 @@ pub fn command(systems: &[System], smp: u32, requests: u64) -> Result<(), String
                     println!("  {l}");
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// `exec --sockets --idle-secs S`: memcached under the load, then idle for S seconds with
+/// QEMU's host CPU measured, on each system asked for.
+fn idle_command(systems: &[System], smp: u32, requests: u64, idle_secs: u64) -> Result<(), String> {
+    for &s in systems {
+        let load = memcload::Load { requests, ..memcload::Load::default() };
+        let (rep, out, cost) = memcached_idle(s, smp, 2, load, Duration::from_secs(idle_secs))?;
+        if rep.wrong != 0 {
+            return Err(format!("memcached on {}: {} values read back wrong", s.name(), rep.wrong));
+        }
+        let c = cost.ok_or("no idle stretch measured")?;
+        println!(
+            "memcached on {} ({smp} vCPUs, -t 2): {} requests in {} ms, 0 wrong; then idle {:.1} s: QEMU used {:.2} % of a host CPU (host load {:.1}-{:.1}); status {}",
+            s.name(),
+            rep.sets + rep.gets,
+            rep.elapsed_ms,
+            c.seconds,
+            c.cpu_percent,
+            c.load.0,
+            c.load.1,
+            out.status
+        );
+        if let Some(l) = wait_counts_line(&out.console) {
+            println!("  {l}");
         }
     }
     Ok(())
