@@ -120,6 +120,26 @@ pub fn wait_counts_line(console: &str) -> Option<&str> {
     console.lines().find(|l| l.starts_with("linuxrt: readiness waits:"))
 }
 
+/// The runtime's readiness-wait counts: `(sleeps, ended by a wake, on the card)`, from
+/// `linuxrt: readiness waits: S sleeps, W ended by a wake, C on the card`.
+pub fn wait_counts(console: &str) -> Option<(u64, u64, u64)> {
+    let rest = wait_counts_line(console)?.strip_prefix("linuxrt: readiness waits: ")?;
+    let mut n = rest.split(", ").map(|part| part.split(' ').next().and_then(|v| v.parse::<u64>().ok()));
+    Some((n.next()??, n.next()??, n.next()??))
+}
+
+/// The CI check's idle stretch after memcached's load on ours.
+const CI_IDLE: Duration = Duration::from_secs(3);
+
+/// The most readiness-wait sleeps the CI's memcached run on ours may take in all: its
+/// startup, `CI_IDLE_REQUESTS` requests, the idle stretch and the shutdown. A waiter that
+/// polls its sockets (a 1 ms nap per look, what the card's wait replaced) takes about a
+/// thousand a second per waiting thread, three threads here: 3 000 a second, 9 000 in the
+/// idle stretch alone, and 104 735 in a 35 s run (500 requests, 30 s idle) before the change.
+/// Waiting on the card, the requests' own wake-ups are most of it.
+const CI_MAX_SLEEPS: u64 = 4_000;
+const CI_IDLE_REQUESTS: u64 = 500;
+
 /// memcached under `load` on `system` with `threads` worker threads.
 pub fn memcached(system: System, smp: u32, threads: u32, load: memcload::Load) -> Result<(memcload::Report, ExecOutput), String> {
     memcached_idle(system, smp, threads, load, std::time::Duration::ZERO).map(|(r, o, _)| (r, o))
@@ -293,14 +313,30 @@ pub fn ci_tests() -> Result<crate::host::outcome::TestTally, String> {
     }
     // memcached (Debian's source, unmodified) on both systems, 2 vCPUs, two worker threads,
     // a small checked load; on ours the runtime's leak check after memcached's `shutdown`.
+    // On ours it then sits idle for `CI_IDLE` with no connection open: its threads blocked
+    // in `epoll_wait` on sockets must sleep on the card's wait, not nap and look 1 000
+    // times a second (the runtime's count of sleeps, `CI_MAX_SLEEPS`).
     for system in [System::Ours, System::Linux] {
-        let load = memcload::Load { requests: 500, conns: 4, deadline: Duration::from_secs(60), ..memcload::Load::default() };
+        let load = memcload::Load { requests: CI_IDLE_REQUESTS, conns: 4, deadline: Duration::from_secs(60), ..memcload::Load::default() };
         let name = format!("memcached on {} (2 vCPUs, -t 2, 500 checked requests)", system.name());
-        match memcached(system, 2, 2, load) {
-            Ok((rep, out)) => {
+        let idle = if system == System::Ours { CI_IDLE } else { Duration::ZERO };
+        match memcached_idle(system, 2, 2, load, idle) {
+            Ok((rep, out, _)) => {
                 let mut bad = Vec::new();
-                if rep.wrong != 0 || rep.sets + rep.gets != 500 {
+                if rep.wrong != 0 || rep.sets + rep.gets != CI_IDLE_REQUESTS {
                     bad.push(format!("{rep:?}"));
+                }
+                if system == System::Ours {
+                    match wait_counts(&out.console) {
+                        Some((sleeps, _, on_card)) if sleeps <= CI_MAX_SLEEPS && on_card > 0 => {
+                            println!("   memcached on ours: {sleeps} readiness-wait sleeps ({on_card} on the card) over 500 requests and {} s idle", CI_IDLE.as_secs());
+                        }
+                        Some((sleeps, _, on_card)) => bad.push(format!(
+                            "{sleeps} readiness-wait sleeps ({on_card} on the card) over 500 requests and {} s idle: at most {CI_MAX_SLEEPS}, some on the card (a waiter polling its sockets?)",
+                            CI_IDLE.as_secs()
+                        )),
+                        None => bad.push("no `linuxrt: readiness waits:` line".into()),
+                    }
                 }
                 if out.status != 0 {
                     bad.push(format!("status {}", out.status));
@@ -320,6 +356,14 @@ pub fn ci_tests() -> Result<crate::host::outcome::TestTally, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_counts_are_read_from_the_runtimes_line() {
+        let c = "x\nlinuxrt: readiness waits: 1234 sleeps, 5 ended by a wake, 1200 on the card\nlinuxrt: leak check";
+        assert_eq!(wait_counts(c), Some((1234, 5, 1200)));
+        assert_eq!(wait_counts("linuxrt: readiness waits: many sleeps"), None);
+        assert_eq!(wait_counts("nothing"), None);
+    }
 
     #[test]
     fn the_served_count_is_normalized_only_when_plausible() {

@@ -12,8 +12,9 @@
 //! the wake-up of what it waits for (this core's bit in the waiters word of a pipe or
 //! eventfd), looks once more, and only then drops the lock and halts, so a change between
 //! the look and the halt ends the halt at once. A socket has no word (its stack moves only
-//! when its core polls it), so a halt while one is waited for lasts `fd::POLL_NAP_US` and the
-//! next look polls the stack. A round halts at most `ROUND_MS`, then looks again under the
+//! when its core polls it), so while one is waited for the halt is the card's wait
+//! (`net::host::wait_idle`: `CONF_NET_WAIT`, which the card's interrupt, smoltcp's next timer
+//! and a wake for this core all end) and the next look polls the stack. A round halts at most `ROUND_MS`, then looks again under the
 //! lock (another thread may have changed an epoll's interests, or a signal come); a signal
 //! with a handler ends the wait with `EINTR`, as Linux (none of these calls is restarted).
 
@@ -135,8 +136,9 @@ pub enum Look<T> {
 /// eventfds) and `look` runs once more; only if that finds nothing too is the lock dropped and
 /// the core halted (`nr::WAIT`). A change made after the second look sees the bit and wakes
 /// the core (a wake that comes before the halt makes it return at once); one made before it
-/// is seen by it. A descriptor with no word (a socket: `WakeOn::Poll`) bounds the halt to
-/// `fd::POLL_NAP_US`, and each look moves its stack. Every descriptor-layer call is made
+/// is seen by it. With a descriptor that has no word (a socket: `WakeOn::Poll`) in the set
+/// the halt is the card's wait (`net::host::wait_idle`), which a frame from the card, the
+/// stack's next timer, or a wake for this core ends; each look moves the stack. Every descriptor-layer call is made
 /// under the process lock: the threads of a program share a core's heap and socket stack.
 pub fn wait<T>(timeout_ms: Option<u64>, mut look: impl FnMut(&mut Process) -> Result<Look<T>, i64>) -> Result<Option<T>, i64> {
     let start = crate::time::now_ns();
@@ -162,7 +164,7 @@ pub fn wait<T>(timeout_ms: Option<u64>, mut look: impl FnMut(&mut Process) -> Re
             if end.is_some_and(|e| now >= e) {
                 return Ok(None);
             }
-            let (interrupted, _) = super::signal::wait_check(p, end.unwrap_or(u64::MAX));
+            let (interrupted, until) = super::signal::wait_check(p, end.unwrap_or(u64::MAX));
             if interrupted || super::thread::group_exit().is_some() || p.exit.is_some() {
                 return Err(-EINTR);
             }
@@ -192,11 +194,25 @@ pub fn wait<T>(timeout_ms: Option<u64>, mut look: impl FnMut(&mut Process) -> Re
                     };
                 }
             }
-            let left_us = end.map_or(u64::MAX, |e| (e - now).div_ceil(1000));
-            left_us.min(if poll_only { fd::POLL_NAP_US } else { ROUND_MS * 1000 })
+            // Until the timeout or the alarm's deadline, whichever is first.
+            let left_us = if until == u64::MAX { u64::MAX } else { until.saturating_sub(now).div_ceil(1000) };
+            (left_us.min(ROUND_MS * 1000), poll_only)
         };
+        let (nap_us, on_card) = nap_us;
         // The lock is dropped: halt until a wake, a signal's kick or the nap's end.
         SLEEPS.fetch_add(1, Ordering::Relaxed);
+        // A socket in the set: the card's wait, which the card's interrupt, smoltcp's next
+        // timer and a wake for this core (a pipe's or eventfd's changer, a signal) all end.
+        // Without a stack to wait on (none attached, or another call of this core holds it)
+        // the wait naps `fd::POLL_NAP_US` and looks again.
+        if on_card && crate::net::host::wait_idle(nap_us.clamp(1, abi::NET_MAX_WAIT_US)).is_ok() {
+            SLEEPS_ON_CARD.fetch_add(1, Ordering::Relaxed);
+            // The card's wait returns at once while other contexts are queued on this core:
+            // let them run.
+            let _ = crate::sys::pcore_yield();
+            continue;
+        }
+        let nap_us = if on_card { nap_us.min(fd::POLL_NAP_US) } else { nap_us };
         match crate::sys::wait(0, nap_us.clamp(1, abi::MAX_WAIT_US)) {
             Ok(r) if r & abi::WAIT_WOKEN != 0 => {
                 SLEEPS_WOKEN.fetch_add(1, Ordering::Relaxed);
