@@ -13,7 +13,7 @@
 //! eventfd), looks once more, and only then drops the lock and halts, so a change between
 //! the look and the halt ends the halt at once. A socket has no word (its stack moves only
 //! when its core polls it), so while one is waited for the halt is the card's wait
-//! (`net::host::wait_idle`: `CONF_NET_WAIT`, which the card's interrupt, smoltcp's next timer
+//! (`net::host::idle_plan`/`idle_sleep`: `CONF_NET_WAIT`, which the card's interrupt, smoltcp's next timer
 //! and a wake for this core all end) and the next look polls the stack. A round halts at most `ROUND_MS`, then looks again under the
 //! lock (another thread may have changed an epoll's interests, or a signal come); a signal
 //! with a handler ends the wait with `EINTR`, as Linux (none of these calls is restarted).
@@ -137,7 +137,7 @@ pub enum Look<T> {
 /// the core halted (`nr::WAIT`). A change made after the second look sees the bit and wakes
 /// the core (a wake that comes before the halt makes it return at once); one made before it
 /// is seen by it. With a descriptor that has no word (a socket: `WakeOn::Poll`) in the set
-/// the halt is the card's wait (`net::host::wait_idle`), which a frame from the card, the
+/// the halt is the card's wait (`net::host::idle_plan`, planned under the lock), which a frame from the card, the
 /// stack's next timer, or a wake for this core ends; each look moves the stack. Every descriptor-layer call is made
 /// under the process lock: the threads of a program share a core's heap and socket stack.
 pub fn wait<T>(timeout_ms: Option<u64>, mut look: impl FnMut(&mut Process) -> Result<Look<T>, i64>) -> Result<Option<T>, i64> {
@@ -196,16 +196,22 @@ pub fn wait<T>(timeout_ms: Option<u64>, mut look: impl FnMut(&mut Process) -> Re
             }
             // Until the timeout or the alarm's deadline, whichever is first.
             let left_us = if until == u64::MAX { u64::MAX } else { until.saturating_sub(now).div_ceil(1000) };
-            (left_us.min(ROUND_MS * 1000), poll_only)
+            let nap_us = left_us.min(ROUND_MS * 1000);
+            // The card's wait is planned here, under the process lock like every other use of
+            // the stack (a plan made without it could leave the stack held when a tick
+            // preempts this thread, and another thread's socket call would find it `Busy`).
+            let plan = if poll_only { crate::net::host::idle_plan(nap_us.clamp(1, abi::NET_MAX_WAIT_US)).ok() } else { None };
+            (nap_us, poll_only, plan)
         };
-        let (nap_us, on_card) = nap_us;
+        let (nap_us, on_card, plan) = nap_us;
         // The lock is dropped: halt until a wake, a signal's kick or the nap's end.
         SLEEPS.fetch_add(1, Ordering::Relaxed);
         // A socket in the set: the card's wait, which the card's interrupt, smoltcp's next
         // timer and a wake for this core (a pipe's or eventfd's changer, a signal) all end.
         // Without a stack to wait on (none attached, or another call of this core holds it)
         // the wait naps `fd::POLL_NAP_US` and looks again.
-        if on_card && crate::net::host::wait_idle(nap_us.clamp(1, abi::NET_MAX_WAIT_US)).is_ok() {
+        if let Some(plan) = plan {
+            crate::net::host::idle_sleep(plan);
             SLEEPS_ON_CARD.fetch_add(1, Ordering::Relaxed);
             // The card's wait returns at once while other contexts are queued on this core:
             // let them run.

@@ -164,16 +164,22 @@ pub fn with_host<R>(f: impl FnOnce(&mut dyn SocketHost) -> R) -> Result<R, Error
     with_place(|h| h.as_mut().map(|home| f(&mut *home.host)).ok_or(Error::NotFound))?
 }
 
-/// Sleep until this core's stack may have something to do: a frame or completion from the
-/// card (its interrupt, in Inline mode), smoltcp's next timer, a wake (`nr::WAKE`) for this
-/// core, or `max_us` passes (`SocketHost::wait_idle`). One halt that both the card and a
-/// descriptor's waiters word can end: a waiter that also sleeps on pipes or eventfds sets
-/// this core's bit in their words first, and their changers' wake ends this sleep.
+/// How to sleep until this core's stack may have something to do: a frame or completion from
+/// the card (its interrupt, in Inline mode), smoltcp's next timer, a wake (`nr::WAKE`) for
+/// this core, or `max_us` passes (`SocketHost::idle_wait`); `idle_sleep` sleeps it. One halt
+/// that both the card and a descriptor's waiters word can end: a waiter that also sleeps on
+/// pipes or eventfds sets this core's bit in their words first, and their changers' wake
+/// ends this sleep. Planned while the stack is held, slept after letting go of it: the caller
+/// plans under the same lock as its other socket calls (a Linux program's process lock), so
+/// a context time-sharing this core never finds the stack `Busy` because of a sleeper.
 /// `NotFound` without a stack; `Busy` while another call of this core holds it.
-pub fn wait_idle(max_us: u64) -> Result<(), Error> {
-    // Planned under the place, slept outside it: a context time-sharing this core that runs
-    // while this one sleeps (or is preempted on its way in) finds the stack free, not `Busy`.
-    match with_host(|h| h.idle_wait(max_us))? {
+pub fn idle_plan(max_us: u64) -> Result<IdleWait, Error> {
+    with_host(|h| h.idle_wait(max_us))
+}
+
+/// Sleep as `plan` says (see `idle_plan`).
+pub fn idle_sleep(plan: IdleWait) {
+    match plan {
         IdleWait::Card(dev, conf) => {
             if conf.value >> 8 != 0 {
                 let _ = crate::sys::device_conf(dev, &conf);
@@ -185,7 +191,6 @@ pub fn wait_idle(max_us: u64) -> Result<(), Error> {
             }
         }
     }
-    Ok(())
 }
 
 /// Poll this core's stack and free the sockets whose goodbye is over; whether a socket may
