@@ -100,8 +100,10 @@ pub const CONF_NET_MODE: u64 = 0x100;
 /// Poll the device once on the calling core (`NET_MODE_INLINE`); the value is ignored.
 pub const CONF_NET_POLL: u64 = 0x101;
 /// Sleep until the kernel puts something on channel `value & 0xFF`'s `RX` or `TXDONE` ring, or
-/// `value >> 8` microseconds pass (at most `NET_MAX_WAIT_US`), or any interrupt comes: for a
-/// service core with nothing to do, instead of polling. Returns at once if an entry is
+/// `value >> 8` microseconds pass (at most `NET_MAX_WAIT_US`), or an interrupt other than the
+/// core's periodic timer tick comes (a tick alone does not end it): for a service core with
+/// nothing to do, instead of polling. Returns at once on a time-shared core with other
+/// contexts queued (as `nr::WAIT`). Returns at once if an entry is
 /// already there. A `wake` (`nr::WAKE`) for the calling core ends it as it ends `nr::WAIT`
 /// (and one pending makes it return at once); either way the wake is consumed. The kernel core sends a wake-up IPI when it fills a waiting channel's ring
 /// (Dedicated and Polling modes). In Inline mode nothing else brings frames in, so the call

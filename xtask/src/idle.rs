@@ -54,7 +54,7 @@ pub fn summary(v: &[f64]) -> Option<(f64, f64, f64)> {
 }
 
 /// QEMU's CPU time so far (user + system), in clock ticks of `sysconf(_SC_CLK_TCK)`.
-fn cpu_ticks(pid: u32) -> Result<u64, String> {
+pub(crate) fn cpu_ticks(pid: u32) -> Result<u64, String> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| format!("idle: /proc/{pid}/stat: {e}"))?;
     // The command name (field 2) is in parentheses and may hold spaces: count from after it.
     let rest = s.rsplit_once(')').map(|(_, r)| r).ok_or("idle: unreadable /proc/PID/stat")?;
@@ -64,7 +64,7 @@ fn cpu_ticks(pid: u32) -> Result<u64, String> {
     Ok(get(11)? + get(12)?)
 }
 
-fn clock_ticks_per_s() -> u64 {
+pub(crate) fn clock_ticks_per_s() -> u64 {
     std::process::Command::new("getconf").arg("CLK_TCK").output().ok().and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok()).unwrap_or(100)
 }
 

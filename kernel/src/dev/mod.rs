@@ -201,12 +201,22 @@ static LINES: [AtomicBool; MAX_LINES] = [const { AtomicBool::new(false) }; MAX_L
 /// the EOI (`Line::arm` routes and unmasks one again). Devices may share a line; masking one
 /// that is masked already does nothing.
 fn line_interrupt(_f: &mut crate::arch::x86_64::idt::TrapFrame) {
+    LINE_INTERRUPTS.fetch_add(1, Ordering::Relaxed);
     for (gsi, used) in LINES.iter().enumerate() {
         if used.load(Ordering::Relaxed) {
             crate::arch::x86_64::ioapic::mask(gsi as u32);
         }
     }
     crate::arch::x86_64::apic::eoi();
+}
+
+/// Device-line interrupts taken so far, on every core: a sleeper that armed a line and woke
+/// for another reason (a timer tick) sees the count unchanged and may sleep again.
+static LINE_INTERRUPTS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// How many device-line interrupts every core has taken so far.
+pub fn line_interrupts() -> u64 {
+    LINE_INTERRUPTS.load(Ordering::Relaxed)
 }
 
 /// A PCI function's INTx line (its I/O APIC input), or none known.

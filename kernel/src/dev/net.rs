@@ -501,7 +501,16 @@ impl NetDev {
     }
 
     /// `CONF_NET_WAIT`: sleep on this core until channel `c` has something, `timeout_us`
-    /// passes, or an interrupt comes.
+    /// passes, a wake (`nr::WAKE`) comes, or something else needs the core.
+    ///
+    /// What ends the sleep: an entry on the channel's `RX` or `TXDONE` ring (the kernel
+    /// core's IPI), the card's interrupt (Inline mode: the sleeper arms it), a wake, the
+    /// timeout, any other IPI (a context handed to this core, a role change, a message), an
+    /// exit request. A periodic timer tick alone does not: a time-shared core ticks at 100 Hz,
+    /// and returning to the program at each tick would make an idle socket waiter look at its
+    /// stack a hundred times a second for nothing; the halt goes on after the tick instead
+    /// (the tick's handler still runs). With contexts queued behind the caller on a
+    /// time-shared core it returns at once, as `nr::WAIT` does: sleeping would hold them up.
     fn wait(&self, c: u64, timeout_us: u64) -> Result<(), Error> {
         use crate::arch::x86_64::cpu;
         if c >= self.nchannels || timeout_us > abi::NET_MAX_WAIT_US {
@@ -510,17 +519,22 @@ impl NetDev {
         if timeout_us == 0 || self.dead.load(Ordering::Acquire) {
             return Ok(());
         }
-        let ch = &self.chans[c as usize];
         let me = crate::percpu::this();
+        if crate::sched::queued() > 0 {
+            me.wake_pending.swap(false, Ordering::AcqRel);
+            return Ok(());
+        }
+        let ch = &self.chans[c as usize];
         cpu::disable_interrupts();
         self.waiters[c as usize].store(me.apic_id + 1, Ordering::Relaxed);
         core::sync::atomic::fence(Ordering::SeqCst);
         let cons = |ring: u64| self.ring(c, ring)[(NET_RING_CONSUMER / 8) as usize].load(Ordering::Acquire);
-        let pending = ch.rx_put.load(Ordering::Relaxed) > cons(NET_RING_RX) || ch.txdone_put.load(Ordering::Relaxed) > cons(NET_RING_TXDONE);
+        let pending = || ch.rx_put.load(Ordering::Relaxed) > cons(NET_RING_RX) || ch.txdone_put.load(Ordering::Relaxed) > cons(NET_RING_TXDONE);
         // Inline: only this core polls the card, so the card's interrupt must wake it; without
         // one the sleep is short (the caller polls again after it).
         let inline = self.mode.load(Ordering::Relaxed) == NET_MODE_INLINE;
-        let armed = if inline && !pending { self.arm(me.apic_id) } else { Armed::NoLine };
+        let lines_before = super::line_interrupts();
+        let armed = if inline && !pending() { self.arm(me.apic_id) } else { Armed::NoLine };
         let timeout_us = if inline && armed == Armed::NoLine { timeout_us.min(abi::NET_KC_SLEEP_US) } else { timeout_us };
         // A `wake` (`nr::WAKE`) for this core ends this sleep as it ends `nr::WAIT`'s: one
         // that came before this look (its IPI taken while interrupts were still on) is
@@ -528,10 +542,29 @@ impl NetDev {
         // consumed below. A program whose cores hand work through memory (webd's application
         // core replying to a front-end that sleeps here) relies on it.
         let woken = me.wake_pending.swap(false, Ordering::AcqRel);
-        if !pending && !woken && armed != Armed::Work && !ch.broken.load(Ordering::Relaxed) {
-            // Any interrupt ends the sleep: the wake-up IPI, the timer, a shootdown.
-            crate::smp::halt_at_most(me, timeout_us);
-            me.wake_pending.swap(false, Ordering::AcqRel);
+        if !pending() && !woken && armed != Armed::Work && !ch.broken.load(Ordering::Relaxed) && me.exit_requested.load(Ordering::Relaxed) == 0 {
+            let per_us = crate::time::tsc_per_ms() / 1000;
+            let end = crate::time::now_ticks().saturating_add(timeout_us.saturating_mul(per_us));
+            loop {
+                let ipis = me.stats.ipis_received.load(Ordering::Relaxed);
+                let left_us = end.saturating_sub(crate::time::now_ticks()) / per_us.max(1);
+                // Any interrupt ends the halt: the wake-up IPI, the timer, a shootdown.
+                crate::smp::halt_at_most(me, left_us.max(1));
+                if me.wake_pending.swap(false, Ordering::AcqRel) {
+                    break;
+                }
+                let only_a_tick = me.stats.ipis_received.load(Ordering::Relaxed) == ipis && super::line_interrupts() == lines_before;
+                if !only_a_tick
+                    || pending()
+                    || ch.broken.load(Ordering::Relaxed)
+                    || crate::sched::queued() > 0
+                    || me.exit_requested.load(Ordering::Relaxed) != 0
+                    || self.dead.load(Ordering::Acquire)
+                    || crate::time::now_ticks() >= end
+                {
+                    break;
+                }
+            }
         }
         if armed == Armed::Yes {
             self.line.disarm();

@@ -61,6 +61,11 @@ pub struct ExecArgs {
     /// With --sockets: memcached requests (sets and gets; every value read back is checked)
     #[arg(long, value_name = "N", default_value_t = 2000)]
     pub requests: u64,
+    /// With --sockets: after memcached's load, leave it idle S seconds (no connection open) and
+    /// print the QEMU process's host CPU time over them, and the runtime's readiness-wait
+    /// counts (ours); the epoll server case is skipped
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(0..=600), default_value_t = 0)]
+    pub idle_secs: u64,
     /// With --conformance: only the cases whose name contains PATTERN
     #[arg(long, value_name = "PATTERN")]
     pub only: Option<String>,
@@ -148,7 +153,7 @@ pub fn main(a: ExecArgs) -> Result<(), Failure> {
         return crate::host::outcome::work(super::conformance::command(&systems, a.only.as_deref()));
     }
     if a.sockets {
-        return crate::host::outcome::work(super::sockets::command(&systems, a.smp, a.requests));
+        return crate::host::outcome::work(super::sockets::command(&systems, a.smp, a.requests, a.idle_secs));
     }
     // Everything about the program is checked before standard input is read or a guest boots.
     let probe = request(&a, Vec::new()).map_err(Failure::Usage)?;

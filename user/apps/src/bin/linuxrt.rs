@@ -50,6 +50,8 @@ fn run_once(opts: &libos::linux::Options, run: u64) -> u64 {
     let status = match libos::linux::run(opts) {
         Ok(o) => {
             libos::println!("linuxrt: {} made {} system calls", opts.path, o.calls);
+            let (sleeps, woken, card) = libos::linux::poll::wait_counts();
+            libos::println!("linuxrt: readiness waits: {sleeps} sleeps, {woken} ended by a wake, {card} on the card");
             o.status
         }
         Err(msg) => {

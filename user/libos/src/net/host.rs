@@ -33,6 +33,10 @@ pub trait SocketHost {
     fn poll(&mut self) -> bool;
     /// Sleep until something may have arrived, or `max_us` passes.
     fn wait_idle(&mut self, max_us: u64);
+    /// How to sleep until something may arrive, at most `max_us`, for a caller that sleeps
+    /// after letting go of the stack (`wait_idle` below): other contexts of this core may use
+    /// the stack while it sleeps.
+    fn idle_wait(&mut self, max_us: u64) -> IdleWait;
     /// Start connecting socket `h` of `sockets()` from `local_port` to `remote` (smoltcp's
     /// `connect`, which needs the interface).
     fn connect(&mut self, h: SocketHandle, remote: IpEndpoint, local_port: u16) -> Result<(), Error>;
@@ -48,9 +52,21 @@ impl SocketHost for Stack {
     fn wait_idle(&mut self, max_us: u64) {
         Stack::wait_idle(self, max_us)
     }
+    fn idle_wait(&mut self, max_us: u64) -> IdleWait {
+        let (dev, conf) = Stack::idle_wait(self, max_us);
+        IdleWait::Card(dev, conf)
+    }
     fn connect(&mut self, h: SocketHandle, remote: IpEndpoint, local_port: u16) -> Result<(), Error> {
         self.sockets.get_mut::<tcp::Socket>(h).connect(self.iface.context(), remote, local_port).map_err(|_| Error::InvalidArgument)
     }
+}
+
+/// How a waiter sleeps on a stack (`SocketHost::idle_wait`).
+pub enum IdleWait {
+    /// The card's wait (`device_conf` of the device with this `CONF_NET_WAIT`).
+    Card(abi::ObjName, abi::DeviceConf),
+    /// A plain sleep of this many microseconds (`nr::WAIT`): nothing from outside wakes it.
+    Nap(u64),
 }
 
 /// Cores with a home (a socket descriptor names its core in 8 bits).
@@ -146,6 +162,35 @@ pub fn detach() -> Result<Box<dyn SocketHost>, Error> {
 /// call may be made inside `f` (`Busy`). `NotFound` without a stack.
 pub fn with_host<R>(f: impl FnOnce(&mut dyn SocketHost) -> R) -> Result<R, Error> {
     with_place(|h| h.as_mut().map(|home| f(&mut *home.host)).ok_or(Error::NotFound))?
+}
+
+/// How to sleep until this core's stack may have something to do: a frame or completion from
+/// the card (its interrupt, in Inline mode), smoltcp's next timer, a wake (`nr::WAKE`) for
+/// this core, or `max_us` passes (`SocketHost::idle_wait`); `idle_sleep` sleeps it. One halt
+/// that both the card and a descriptor's waiters word can end: a waiter that also sleeps on
+/// pipes or eventfds sets this core's bit in their words first, and their changers' wake
+/// ends this sleep. Planned while the stack is held, slept after letting go of it: the caller
+/// plans under the same lock as its other socket calls (a Linux program's process lock), so
+/// a context time-sharing this core never finds the stack `Busy` because of a sleeper.
+/// `NotFound` without a stack; `Busy` while another call of this core holds it.
+pub fn idle_plan(max_us: u64) -> Result<IdleWait, Error> {
+    with_host(|h| h.idle_wait(max_us))
+}
+
+/// Sleep as `plan` says (see `idle_plan`).
+pub fn idle_sleep(plan: IdleWait) {
+    match plan {
+        IdleWait::Card(dev, conf) => {
+            if conf.value >> 8 != 0 {
+                let _ = crate::sys::device_conf(dev, &conf);
+            }
+        }
+        IdleWait::Nap(us) => {
+            if us > 0 {
+                let _ = crate::sys::wait(0, us.clamp(1, abi::MAX_WAIT_US));
+            }
+        }
+    }
 }
 
 /// Poll this core's stack and free the sockets whose goodbye is over; whether a socket may
@@ -307,11 +352,16 @@ impl SocketHost for LoopStack {
         changed
     }
     fn wait_idle(&mut self, max_us: u64) {
+        if let IdleWait::Nap(us) = self.idle_wait(max_us) {
+            if us > 0 {
+                let _ = crate::sys::wait(0, us.clamp(1, abi::MAX_WAIT_US));
+            }
+        }
+    }
+    fn idle_wait(&mut self, max_us: u64) -> IdleWait {
         // Nothing arrives from outside: sleep until smoltcp's next timer, at most `max_us`.
         let due = self.iface.poll_delay(super::stack::now(), &self.sockets).map_or(max_us, |d| d.total_micros());
-        if due > 0 {
-            let _ = crate::sys::wait(0, due.min(max_us).clamp(1, abi::MAX_WAIT_US));
-        }
+        IdleWait::Nap(due.min(max_us))
     }
     fn connect(&mut self, h: SocketHandle, remote: IpEndpoint, local_port: u16) -> Result<(), Error> {
         self.sockets.get_mut::<tcp::Socket>(h).connect(self.iface.context(), remote, local_port).map_err(|_| Error::InvalidArgument)

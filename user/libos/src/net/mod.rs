@@ -329,8 +329,14 @@ impl Channel {
         if timeout_us == 0 {
             return;
         }
+        let (dev, conf) = self.wait_request(timeout_us);
+        let _ = crate::sys::device_conf(dev, &conf);
+    }
+
+    /// The `device_conf` call `wait(timeout_us)` makes (for a caller that makes it later).
+    pub fn wait_request(&self, timeout_us: u64) -> (ObjName, DeviceConf) {
         let t = timeout_us.min(abi::NET_MAX_WAIT_US);
-        let _ = crate::sys::device_conf(self.nic.dev, &DeviceConf { key: abi::CONF_NET_WAIT, value: self.c | t << 8 });
+        (self.nic.dev, DeviceConf { key: abi::CONF_NET_WAIT, value: self.c | t << 8 })
     }
 
     /// Give a received buffer back for receiving.

@@ -260,6 +260,14 @@ impl Stack {
         self.dev.chan.borrow().wait(due.min(max_us));
     }
 
+    /// What `wait_idle` would ask of the kernel (the device and its `CONF_NET_WAIT`; a
+    /// timeout of 0 in it means do not sleep), for a caller that sleeps after letting go of
+    /// the stack.
+    pub fn idle_wait(&mut self, max_us: u64) -> (abi::ObjName, abi::DeviceConf) {
+        let due = self.iface.poll_delay(now(), &self.sockets).map(|d| d.total_micros()).unwrap_or(max_us);
+        self.dev.chan.borrow().wait_request(due.min(max_us))
+    }
+
     /// Move packets: give the kernel our buffers, poll the card if we must (Inline), and run
     /// the stack once. Returns whether any socket may have changed.
     pub fn poll(&mut self) -> bool {
