@@ -82,7 +82,9 @@ const fn webd(name: &'static str, op: &'static str) -> BenchSpec {
     // thread served all 208 requests), with 8 a thread is left idle ~1% of the time.
     // wake 1: ours' front-ends wake a sleeping application core when they hand it a request;
     // 0 runs webd with `--wake off` (the core waits out its sleep), to measure what that saves.
-    net(name, op, &[("files", 8), ("requests", 400), ("conns", 8), ("warmup", 8), ("wake", 1)])
+    // steal 2 (random-mode rows only): ours' front-end sums a file itself when the application
+    // core has 2 of its requests unanswered; 0 never (Corey's configuration).
+    net(name, op, &[("files", 8), ("requests", 400), ("conns", 8), ("warmup", 8), ("wake", 1), ("steal", 2)])
 }
 
 /// A single-worker benchmark on an application core served by a kernel core.

@@ -64,6 +64,24 @@ fn param(params: &[(String, u64)], k: &str, default: u64) -> u64 {
     params.iter().find(|(kk, _)| kk == k).map(|(_, v)| *v).unwrap_or(default)
 }
 
+/// Ours' webd switches a row's `--param`s ask for: `wake=0`, front-ends do not wake sleeping
+/// application cores (webd's `--wake off`), to measure what the wake saves; `steal=N` (random
+/// mode only: in locality mode a file's data stays with its home core, and same-core mode has
+/// no application core), a front-end sums a file itself when the application core has N of
+/// its requests unanswered (`steal=0`: never, Corey's configuration).
+fn guest_switches(params: &[(String, u64)], mode: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    if param(params, "wake", 1) == 0 {
+        v.extend(["--wake".into(), "off".into()]);
+    }
+    if mode == "random" {
+        if let Some((_, n)) = params.iter().find(|(k, _)| k == "steal") {
+            v.extend(["--steal".into(), n.to_string()]);
+        }
+    }
+    v
+}
+
 /// Boot one cell and make its record. `tag` is appended to the log files' names.
 /// `tuned`: the Linux baseline's kernel command line gets `linux_sys::TUNED_WORDS`.
 #[allow(clippy::too_many_arguments)]
@@ -100,9 +118,7 @@ pub fn run_one(common: &Common, art: &Artifacts, spec: &'static BenchSpec, param
         requests: Some(requests * reps),
         warmup,
         extra,
-        // `--param wake=0`: ours' front-ends do not wake sleeping application cores (webd's
-        // `--wake off`), to measure what the wake saves.
-        guest_extra: if !linux && param(params, "wake", 1) == 0 { vec!["--wake".into(), "off".into()] } else { Vec::new() },
+        guest_extra: if linux { Vec::new() } else { guest_switches(params, mode) },
     };
     let mut p = match webd_run::prepare(&b, art) {
         Ok(p) => p,
@@ -248,6 +264,16 @@ mod tests {
         // Random mode runs at 1 vCPU (ours' front-end sums itself; Linux's one thread).
         assert!(unsupported(false, catalog::find("webd_filesum_random_64k").unwrap(), 1).is_none());
         assert!(unsupported(false, catalog::find("webd_filesum_same_core_64k").unwrap(), 1).unwrap().contains("2 vCPUs"));
+    }
+
+    #[test]
+    fn params_become_webd_switches() {
+        let p = |v: &[(&str, u64)]| v.iter().map(|(k, n)| (k.to_string(), *n)).collect::<Vec<_>>();
+        assert!(guest_switches(&p(&[("wake", 1)]), "random").is_empty());
+        assert_eq!(guest_switches(&p(&[("wake", 0), ("steal", 0)]), "random"), ["--wake", "off", "--steal", "0"]);
+        assert_eq!(guest_switches(&p(&[("wake", 1), ("steal", 2)]), "random"), ["--steal", "2"]);
+        // Locality keeps a file's sums on its home core whatever `steal` says.
+        assert!(guest_switches(&p(&[("steal", 2)]), "locality").is_empty());
     }
 
     fn outcome(ready: &str, done: Option<&str>, exit: i32) -> webd_run::WebdOutcome {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::check;
 use super::http;
+use super::load;
 use super::files::FileSpec;
 use super::run::{self, Artifacts, Running, Sys, WebdBoot};
 use crate::host::outcome::TestTally;
@@ -25,7 +26,13 @@ fn one_mode(art: &Artifacts, mode: &str, smp: u32) -> TestTally {
     // boots keep the default window.
     let zero_window = mode == "random" && smp == 2;
     if zero_window {
-        b.guest_extra = vec!["--poll-us".into(), "0".into()];
+        // And requests in flight at once, so the front-end finds the application core busy
+        // and sums some files itself. `--steal 1` (the default is 2): with 8 connections and
+        // a core that sums 64 KiB in ~0.1 ms, the default stole 4-30 times in 64 requests
+        // here; at 1 it steals whenever a request arrives with another out, so the check
+        // below does not depend on the host's timing.
+        b.guest_extra = vec!["--poll-us".into(), "0".into(), "--steal".into(), "1".into()];
+        b.requests = b.requests.map(|n| n + STEAL_LOAD.1);
     }
     let Some(r) = t.start(&b, art, "webd ready") else { return t.done() };
     // Catches: a wrong sum (summing code, the wrong file, a torn copy on the application
@@ -47,8 +54,37 @@ fn one_mode(art: &Artifacts, mode: &str, smp: u32) -> TestTally {
     // Catches: a server that does not stop after --requests, a leak of pages, kernel heap
     // objects or kernel objects (the NIC, the rings' segments, the application cores'
     // copies), a crash on the way out.
+    // Catches: a front-end that sums the wrong file or a torn copy when it steals (a wrong
+    // body), a reply counted twice or never (a request unanswered: a timeout).
+    if zero_window {
+        let ls = load::WebLoadSpec {
+            port: r.port,
+            conns: STEAL_LOAD.0,
+            requests: STEAL_LOAD.1,
+            max_time: Duration::from_secs(60),
+            timeout: Duration::from_secs(20),
+            paths: r.sums.keys().map(|n| format!("/filesum/{n}")).collect(),
+            expect: Some(r.sums.clone()),
+            ..load::WebLoadSpec::default()
+        };
+        t.record(
+            &format!("{} requests on {} connections at once, every sum right", STEAL_LOAD.1, STEAL_LOAD.0),
+            match load::run(&ls) {
+                Ok(l) if l.failed() == 0 && l.ok == STEAL_LOAD.1 => Ok(format!("{} right", l.ok)),
+                Ok(l) => Err(format!("{} of {} failed ({}){}", l.failed(), l.attempted, l.failure_words(), l.first_failure.map(|f| format!("; first: {f}")).unwrap_or_default())),
+                Err(e) => Err(e),
+            },
+        );
+    }
     let o = r.finish(b.requests.unwrap_or(0), Duration::from_secs(60));
     t.record("stops by itself after --requests; init exits 0 and nothing leaked", stopped(&o, Sys::Ours, 4, 10));
+    // Catches: random mode's front-end never summing itself with the application core busy
+    // (`--steal` lost or its count of requests out never reaching 2: front_sums=0), a
+    // front-end that sums everything (the application core summed nothing), and locality
+    // mode's front-end reading a home core's files by default (front_sums > 0 there).
+    if zero_window || (mode == "locality" && smp > 1) {
+        t.record("who sums: random mode's front-end when the application core is busy, locality's never", front_sums_checked(&o, mode));
+    }
     // Catches: a front-end that hands a sleeping application core a request without waking
     // it (the request waits out the core's 100 ms sleep: `late` > 0), and wakes that never
     // arrive or are never counted (`woken` = 0: the host's pauses between requests, its
@@ -64,6 +100,43 @@ fn one_mode(art: &Artifacts, mode: &str, smp: u32) -> TestTally {
         t.record("a reply for a sleeping front-end wakes it (no reply waits for another wake-up)", front_sleeps_checked(&o.finished.serial));
     }
     t.done()
+}
+
+/// The random-mode boot's concurrent load: (connections, requests).
+const STEAL_LOAD: (usize, u64) = (8, 64);
+
+/// webd's `front_sums` (filesums a front-end computed itself) against the application cores'
+/// sums, from the closing line: random mode must have both (the front-end stole while the
+/// core was busy, and the core still summed), locality mode no front-end sum at all.
+fn front_sums_checked(o: &run::WebdOutcome, mode: &str) -> Result<String, String> {
+    let done = o.done.as_deref().ok_or("no `webd: done` line")?;
+    let (front, apps) = parse_sums(done).ok_or_else(|| format!("no front_sums= or app sums in `{done}`"))?;
+    let how = format!("front-end {front}, application cores {apps}");
+    match mode {
+        "locality" if front == 0 => Ok(how),
+        "locality" => Err(format!("the front-end summed {front} files in locality mode ({how})")),
+        _ if front == 0 => Err(format!("the front-end never summed a file with the application core busy ({how})")),
+        _ if apps == 0 => Err(format!("the application core summed nothing ({how})")),
+        _ => Ok(how),
+    }
+}
+
+/// From a `webd: done` line: (`front_sums`, the application cores' sums added up, from their
+/// `app<CORE>=sums/bytes` words).
+pub fn parse_sums(done: &str) -> Option<(u64, u64)> {
+    let mut front = None;
+    let mut apps = 0u64;
+    for w in done.split_whitespace() {
+        if let Some(v) = w.strip_prefix("front_sums=") {
+            front = v.parse().ok();
+        } else if let Some((core, counts)) = w.strip_prefix("app").and_then(|r| r.split_once('=')) {
+            // `app<CORE>=`, not `apps=`.
+            if core.parse::<u32>().is_ok() {
+                apps += counts.split('/').next()?.parse::<u64>().ok()?;
+            }
+        }
+    }
+    Some((front?, apps))
 }
 
 /// The image every boot of the suite serves: 4 files of 64 KiB.
@@ -347,6 +420,15 @@ mod tests {
         assert!(app_sleeps_checked("webd: app sleeps wake=off app1=4/2/0\n").is_err());
         assert!(app_sleeps_checked("webd: done\n").is_err());
         assert_eq!(parse_app_sleeps("webd: app sleeps wake=on app1=4/0\n"), None);
+    }
+
+    #[test]
+    fn front_sums_are_read() {
+        assert_eq!(parse_sums("webd: done requests=80 errors=0 front_sums=30 mode=random frontends=1 apps=1 fe0=9/80/0/0/100 app1=50/3276800"), Some((30, 50)));
+        assert_eq!(parse_sums("webd: done requests=80 front_sums=0 app1=5/10 app2=7/14"), Some((0, 12)));
+        // No front_sums word (a webd from before it), or a malformed application count.
+        assert_eq!(parse_sums("webd: done requests=80 app1=50/3276800"), None);
+        assert_eq!(parse_sums("webd: done front_sums=1 app1=x/3"), None);
     }
 
     #[test]

@@ -42,6 +42,12 @@
 //! - `poll-us`: how long a front-end or application core polls with nothing arriving before
 //!   it sleeps (default 2000; 0: at the first empty look, so every hand-off between cores is
 //!   a wake; at most 1000000).
+//! - `steal`: a front-end sums a file itself when the application core it would hand the
+//!   request to already has this many of its requests unanswered (1..=64; `off` or 0: never,
+//!   Corey's configuration). Default 2 in random mode (any core may sum any file there, so the
+//!   front-end is one more summer and a request waits behind at most two others), off in
+//!   locality mode (the front-end would read the home core's data: Corey's point is that it
+//!   does not); same-core mode has no application core.
 //!
 //! HTTP: GET and HEAD, keep-alive; `/filesum/NAME` answers the decimal sum of the bytes of file
 //! `/NAME` (a path from `root`); `/stats` per-core counters as JSON; any other path the file
@@ -142,6 +148,9 @@ impl File {
 struct FrontCount {
     conns: AtomicU64,
     requests: AtomicU64,
+    /// Filesums this front-end computed itself because the application core had `--steal`
+    /// requests unanswered.
+    stolen: AtomicU64,
     bad: AtomicU64,
     errors: AtomicU64,
     bytes: AtomicU64,
@@ -181,6 +190,7 @@ static FRONT: [CachePadded<FrontCount>; MAX_FRONTENDS] = [const {
     CachePadded::new(FrontCount {
         conns: AtomicU64::new(0),
         requests: AtomicU64::new(0),
+        stolen: AtomicU64::new(0),
         bad: AtomicU64::new(0),
         errors: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
@@ -226,6 +236,13 @@ static WAKE: AtomicBool = AtomicBool::new(true);
 /// hand-off between cores goes through a wake). Written once by `main` before any other core
 /// starts.
 static POLL_NS: AtomicU64 = AtomicU64::new(IDLE_BEFORE_SLEEP_NS);
+/// `--steal N`: a front-end sums a file itself when the application core it picked already has
+/// N of its requests unanswered (0: never). Written once by `main` before any other core
+/// starts.
+static STEAL: AtomicU64 = AtomicU64::new(0);
+/// The default `--steal` in random mode: the application core always has a next request
+/// queued (no idle gap between two sums) and a request waits behind at most two others.
+const STEAL_RANDOM: u64 = 2;
 /// Set by front-end 0 when the run is over (read by every core: one line, written once).
 static STOP: CachePadded<AtomicBool> = CachePadded::new(AtomicBool::new(false));
 /// `--idle sleep` (the default): cores with nothing to do sleep instead of polling. Written
@@ -553,6 +570,13 @@ struct Front {
     conns: Vec<Conn>,
     to_apps: Vec<Producer<'static>>,
     from_apps: Vec<Consumer<'static>>,
+    /// Per application core, this front-end's requests pushed and not yet answered (what
+    /// `--steal` compares with; a reply popped counts, whether or not its connection is
+    /// still there).
+    out: Vec<u64>,
+    /// `--steal`, read once (0: never sum here while an application core lives).
+    steal: u64,
+    stolen: u64,
     rng: u64,
     /// same-core mode: this core's gate into the filesum server.
     gate: Option<libos::ppc::Gate>,
@@ -577,6 +601,7 @@ impl Front {
     fn publish(&self) {
         let c = &FRONT[self.me];
         c.requests.store(self.requests, Ordering::Relaxed);
+        c.stolen.store(self.stolen, Ordering::Relaxed);
         c.bad.store(self.bad, Ordering::Relaxed);
         c.errors.store(self.errors, Ordering::Relaxed);
         c.bytes.store(self.bytes, Ordering::Relaxed);
@@ -664,6 +689,21 @@ impl Front {
                     match self.pick_app(idx) {
                         None => self.respond(i, Status::Unavailable, b"application core halted\n", &[], "text/plain"),
                         Some(a) => {
+                            if self.steal > 0 && self.out[a] >= self.steal {
+                                // Count the replies already back before deciding.
+                                self.take_replies();
+                            }
+                            if self.steal > 0 && self.out[a] >= self.steal {
+                                // The application core has `steal` of our requests queued: sum
+                                // here rather than queue another behind them. In random mode
+                                // any core may sum any file; in locality mode (only with an
+                                // explicit `--steal`) this reads the home core's copy.
+                                let mut digits = [0u8; 20];
+                                let s = fmt_u64(webcore::filesum(self.srv.files[idx].data()), &mut digits);
+                                self.stolen += 1;
+                                self.respond(i, Status::Ok, s, &[], "text/plain");
+                                return;
+                            }
                             self.conns[i].pending = Some((idx, a));
                             self.conns[i].sent_ns = now;
                             self.dispatch(i);
@@ -704,12 +744,26 @@ impl Front {
         let Some((idx, a)) = self.conns[i].pending else { return };
         let tag = self.conns[i].tag(i);
         if self.to_apps[a].push(tag, idx as u64) {
+            self.out[a] += 1;
             self.conns[i].pending = None;
             self.conns[i].waiting = Some(a);
             if WAKE.load(Ordering::Relaxed) {
                 wake_app(self.srv, a);
             }
         }
+    }
+
+    /// Take every reply waiting in the reply rings. Returns whether there was one.
+    fn take_replies(&mut self) -> bool {
+        let mut any = false;
+        for a in 0..self.srv.napps {
+            while let Some((tag, sum)) = self.from_apps[a].pop() {
+                self.out[a] = self.out[a].saturating_sub(1);
+                self.reply(tag, sum);
+                any = true;
+            }
+        }
+        any
     }
 
     /// A filesum came back.
@@ -914,6 +968,9 @@ fn serve(srv: &'static Server, me: usize) -> Result<(), abi::Error> {
         conns: Vec::new(),
         to_apps: (0..srv.napps).map(|a| Producer::new(&srv.requests[me * srv.napps + a])).collect(),
         from_apps: (0..srv.napps).map(|a| Consumer::new(&srv.replies[me * srv.napps + a])).collect(),
+        out: alloc::vec![0; srv.napps],
+        steal: STEAL.load(Ordering::Relaxed),
+        stolen: 0,
         rng: 0x9e37_79b9_7f4a_7c15 ^ (me as u64 + 1),
         gate: None,
         requests: 0,
@@ -1024,11 +1081,8 @@ fn serve(srv: &'static Server, me: usize) -> Result<(), abi::Error> {
         }
         window.worked();
         after_work = stack.poll();
-        for a in 0..srv.napps {
-            while let Some((tag, sum)) = f.from_apps[a].pop() {
-                f.reply(tag, sum);
-                after_work = true;
-            }
+        if f.take_replies() {
+            after_work = true;
         }
         for i in 0..f.conns.len() {
             if f.conns[i].pending.is_some() {
@@ -1254,11 +1308,13 @@ struct Opts {
     wake: bool,
     /// Polling window before sleeping, microseconds.
     poll_us: u64,
+    /// `--steal` (None: the mode's default).
+    steal: Option<u64>,
 }
 
 const USAGE: &str = "usage: webd [--mode random|locality|same-core] [--frontends LIST] [--apps LIST] [--kc CORE] \
 [--net-mode dedicated|polling|inline] [--port P] [--root DIR] [--requests N] [--seconds S] [--warmup N] [--stats S] \
-[--sockets K] [--halt-app CORE:N] [--idle sleep|poll] [--wake on|off] [--poll-us US]   (LIST: 0 | 1,3 | 1-3)";
+[--sockets K] [--halt-app CORE:N] [--idle sleep|poll] [--wake on|off] [--poll-us US] [--steal N|off]   (LIST: 0 | 1,3 | 1-3)";
 
 fn parse_list(v: &str) -> Option<Vec<u64>> {
     let mut out = Vec::new();
@@ -1298,6 +1354,7 @@ fn parse(args: &str, ncores: u64, here: u64) -> Result<Opts, String> {
         sleep: true,
         wake: true,
         poll_us: IDLE_BEFORE_SLEEP_NS / 1_000,
+        steal: None,
     };
     let mut apps_given = false;
     let mut words = args.split_whitespace();
@@ -1338,6 +1395,12 @@ fn parse(args: &str, ncores: u64, here: u64) -> Result<Opts, String> {
                     "off" => false,
                     _ => return Err(alloc::format!("wake={v:?}: on or off")),
                 }
+            }
+            "steal" => {
+                o.steal = Some(match v {
+                    "off" => 0,
+                    _ => Some(num()?).filter(|&n| n <= RING_SLOTS as u64).ok_or_else(|| alloc::format!("steal={v}: off or 0..={RING_SLOTS}"))?,
+                })
             }
             "poll-us" => o.poll_us = Some(num()?).filter(|&us| us <= 1_000_000).ok_or_else(|| alloc::format!("poll-us={v}: at most 1000000"))?,
             "halt-app" => {
@@ -1469,6 +1532,8 @@ fn main(args: &'static str) -> u64 {
     SLEEP.store(o.sleep, Ordering::Relaxed);
     WAKE.store(o.wake, Ordering::Relaxed);
     POLL_NS.store(o.poll_us * 1_000, Ordering::Relaxed);
+    let steal = o.steal.unwrap_or(if o.mode == Mode::Random { STEAL_RANDOM } else { 0 });
+    STEAL.store(steal, Ordering::Relaxed);
     if !o.sleep && o.kc.is_some() {
         // Pure polling: the kernel core never sleeps either.
         if let Err(e) = nic.set_kc_idle(0) {
@@ -1585,7 +1650,7 @@ fn main(args: &'static str) -> u64 {
             CALIB_OK.store(true, Ordering::Release);
             srv.deadline_ns.store(if o.seconds > 0 { libos::time::tsc_ns() + o.seconds * 1_000_000_000 } else { u64::MAX }, Ordering::Relaxed);
             println!(
-                "webd: ready mode={} port={} frontends={} apps={} kc={} net={} files={} bytes={}",
+                "webd: ready mode={} port={} frontends={} apps={} kc={} net={} files={} bytes={} steal={}",
                 o.mode.name(),
                 o.port,
                 join(&o.frontends),
@@ -1593,7 +1658,8 @@ fn main(args: &'static str) -> u64 {
                 o.kc.map(|k| k as i64).unwrap_or(-1),
                 net_mode.name(),
                 srv.files.len(),
-                total_bytes
+                total_bytes,
+                steal
             );
         } else {
             println!("webd: front-end cores did not come up");
@@ -1642,8 +1708,9 @@ fn main(args: &'static str) -> u64 {
     let _ = nic.close();
     let requests = srv.total_requests().saturating_sub(o.warmup.min(srv.total_requests()));
     let errors: u64 = (0..nfront).map(|f| FRONT[f].errors.load(Ordering::Relaxed)).sum();
+    let stolen: u64 = (0..nfront).map(|f| FRONT[f].stolen.load(Ordering::Relaxed)).sum();
     println!(
-        "webd: done requests={requests} errors={errors} mode={} frontends={nfront} apps={napps} ms={elapsed_ms} calib_ops={} calib_ns={} calib_cores={} dev_in={} dev_out={} dev_drops={}{}",
+        "webd: done requests={requests} errors={errors} front_sums={stolen} mode={} frontends={nfront} apps={napps} ms={elapsed_ms} calib_ops={} calib_ns={} calib_cores={} dev_in={} dev_out={} dev_drops={}{}",
         o.mode.name(),
         calib::STEPS * (nfront + napps) as u64,
         CALIB.best_ns(),
