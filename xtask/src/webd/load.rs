@@ -558,13 +558,18 @@ pub(crate) mod tests {
         });
         let t = std::time::Instant::now();
         let r = run(&WebLoadSpec { max_time: Duration::from_secs(1), timeout: Duration::from_millis(400), requests: 1_000_000, ..spec(port, 2, 1) }).unwrap();
-        assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+        // Bounded, not fast: a loaded host may stretch the 1 s bound, never to half a minute.
+        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
         assert!(r.stopped_by_time && r.attempted < 20 && r.ok == 0, "{}", r.table());
-        // Steering: each connection from a port of its channel, counted per channel.
-        let port = server(4, Serve::Good);
-        let r = run(&WebLoadSpec { steer: vec![0, 1], steer_channels: 2, ..spec(port, 2, 40) }).unwrap();
+        // Steering: connection k from a port of channel steer[k % 2], counted per channel.
+        // One connection per request on one thread, so the connections are numbered 0..40 in
+        // order whatever the host's scheduling (with two threads sharing the tickets, one
+        // thread could take all of them, and its connections are all of one parity).
+        let port = server(40, Serve::Good);
+        let r = run(&WebLoadSpec { steer: vec![0, 1], steer_channels: 2, no_keepalive: true, ..spec(port, 1, 40) }).unwrap();
         assert_eq!(r.ok, 40, "{}", r.table());
         assert_eq!(r.per_channel.values().sum::<u64>(), 40);
-        assert_eq!(r.per_channel.len(), 2, "both channels used: {:?}", r.per_channel);
+        assert_eq!(r.per_channel.get(&0).copied(), Some(20), "connections alternate channels: {:?}", r.per_channel);
+        assert_eq!(r.per_channel.get(&1).copied(), Some(20), "connections alternate channels: {:?}", r.per_channel);
     }
 }
