@@ -42,6 +42,10 @@ struct Ent {
 pub(crate) struct DirIndex {
     pub(crate) dir: u32,
     pub(crate) stamp: [u64; 2],
+    /// The directory's inode, read after the stamp (its size and blocks are those the scan
+    /// read; a path walk through the directory takes it from here while the stamp holds:
+    /// every change of a directory's inode names the directory, as a change of its entries).
+    pub(crate) inode: crate::Inode,
     names: Vec<u8>,
     ents: Vec<Ent>,
     /// Open addressing, a power of two at least twice the entries: 0 empty, else an index
@@ -60,8 +64,8 @@ fn hash(name: &[u8]) -> u32 {
 }
 
 impl DirIndex {
-    pub(crate) fn new(dir: u32, stamp: [u64; 2]) -> DirIndex {
-        DirIndex { dir, stamp, names: Vec::new(), ents: Vec::new(), slots: Vec::new() }
+    pub(crate) fn new(inode: crate::Inode, stamp: [u64; 2]) -> DirIndex {
+        DirIndex { dir: inode.ino, stamp, inode, names: Vec::new(), ents: Vec::new(), slots: Vec::new() }
     }
 
     /// Add an entry (during the scan, in on-disk order; names at most 255 bytes).

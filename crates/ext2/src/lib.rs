@@ -692,8 +692,16 @@ impl<D: Disk> Ext2<D> {
         // index it made is never used.
         let stamp = self.dev.dir_stamp(dir.ino)?;
         if self.dir_index.find(dir.ino, stamp).is_none() {
-            let mut x = index::DirIndex::new(dir.ino, stamp);
-            self.scan_dir(dir, |ino, ft, name| {
+            // The inode read again after the stamp: the caller's copy may be older than a
+            // change that ended just before it (another core's create that grew the
+            // directory), and an index made from its size would miss that change's entries
+            // although the stamp already counts it.
+            let dir = self.inode(dir.ino).ok()?;
+            if !dir.is_dir() || dir.size > index::MAX_BYTES {
+                return None;
+            }
+            let mut x = index::DirIndex::new(dir, stamp);
+            self.scan_dir(&dir, |ino, ft, name| {
                 x.push(ino, ft, name);
                 None::<()>
             })
@@ -787,13 +795,22 @@ impl<D: Disk> Ext2<D> {
         }
     }
 
+    /// Inode `ino`: from its directory index when it is a directory with one made at the
+    /// stamp the device gives now (a walk through it reads no inode), else read.
+    fn inode_indexed(&mut self, ino: u32) -> Result<Inode> {
+        if let Some(x) = self.dev.dir_stamp(ino).and_then(|s| self.dir_index.find(ino, s)) {
+            return Ok(x.inode);
+        }
+        self.inode(ino)
+    }
+
     /// The walk of `resolve_at` over the path in place, with no copy of it: `None` at the
     /// first symbolic link it would follow (the caller then walks again, splicing the
     /// targets). The same steps in the same order as `resolve_at`'s loop, so the same answer
     /// and the same error.
     fn resolve_plain(&mut self, path: &[u8], follow_last: bool) -> Option<Result<Inode>> {
         let start = if path.first() == Some(&b'/') { ROOT_INO } else { self.base };
-        let mut cur = match self.inode(start) {
+        let mut cur = match self.inode_indexed(start) {
             Ok(i) => i,
             Err(e) => return Some(Err(e)),
         };
@@ -805,7 +822,7 @@ impl<D: Disk> Ext2<D> {
             if !cur.is_dir() {
                 return Some(Err(FsError::NotDir));
             }
-            let next = match self.lookup(&cur, comp).and_then(|ino| self.inode(ino)) {
+            let next = match self.lookup(&cur, comp).and_then(|ino| self.inode_indexed(ino)) {
                 Ok(i) => i,
                 Err(e) => return Some(Err(e)),
             };

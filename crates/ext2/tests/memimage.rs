@@ -382,6 +382,18 @@ fn an_index_is_used_only_at_its_stamp() {
     other.unlink(format!("/d/{}", name(7)).as_bytes()).unwrap();
     disk.stamp.set(Some(2));
     assert_eq!(fs.lookup(&d, name(7).as_bytes()), Err(FsError::NotFound));
+    // A copy of the directory's inode older than a change that ended before the stamp was
+    // read (the other core's links grow the directory by a block): the index is made from
+    // the inode as it is at the stamp, not from the caller's copy.
+    let stale = fs.resolve(b"/d").unwrap();
+    for i in 0..40 {
+        other.link(format!("/d/{}", name(0)).as_bytes(), format!("/d/{}-link", name(i)).as_bytes()).unwrap();
+    }
+    assert!(other.resolve(b"/d").unwrap().size > stale.size, "the directory grew");
+    disk.stamp.set(Some(3));
+    assert_eq!(fs.lookup(&stale, format!("{}-link", name(39)).as_bytes()), fs.lookup(&stale, name(0).as_bytes()));
+    assert!(fs.lookup(&stale, name(0).as_bytes()).is_ok());
+    assert_eq!(fs.resolve(b"/d").unwrap().size, other.resolve(b"/d").unwrap().size, "the walk's copy of the directory is the new one");
     // No stamp: no index made or used, every lookup scans.
     disk.stamp.set(None);
     let (b0, u0) = (fs.dir_index.builds, fs.dir_index.uses);
