@@ -101,8 +101,8 @@ impl DirIndex {
         }
     }
 
-    /// The inode `name` names here, if any.
-    pub(crate) fn get(&self, name: &[u8]) -> Option<u32> {
+    /// The inode `name` names here and the entry's file type, if any.
+    pub(crate) fn get(&self, name: &[u8]) -> Option<(u32, u8)> {
         if self.slots.is_empty() {
             return None;
         }
@@ -116,7 +116,7 @@ impl DirIndex {
             let e = self.ents[k as usize - 1];
             // Length first: most names that share a slot differ in length.
             if e.len as usize == name.len() && self.names[e.off as usize..e.off as usize + name.len()] == *name {
-                return Some(e.ino);
+                return Some((e.ino, e.ft));
             }
             s = (s + 1) & mask;
         }

@@ -672,13 +672,18 @@ impl<D: Disk> Ext2<D> {
 
     /// The inode number `name` has in directory `dir`.
     pub fn lookup(&mut self, dir: &Inode, name: &[u8]) -> Result<u32> {
+        self.lookup_typed(dir, name).map(|(ino, _)| ino)
+    }
+
+    /// `lookup`, with the file type the entry gives (0 where the file system keeps none).
+    fn lookup_typed(&mut self, dir: &Inode, name: &[u8]) -> Result<(u32, u8)> {
         if name.len() > NAME_MAX {
             return Err(FsError::NameTooLong);
         }
         if let Some(r) = self.with_index(dir, |x| x.get(name)) {
             return r.ok_or(FsError::NotFound);
         }
-        self.scan_dir(dir, |ino, _, n| (n == name).then_some(ino))?.ok_or(FsError::NotFound)
+        self.scan_dir(dir, |ino, ft, n| (n == name).then_some((ino, ft)))?.ok_or(FsError::NotFound)
     }
 
     /// `f` of directory `dir`'s index (`index`): the one made at the stamp the device gives
@@ -822,7 +827,9 @@ impl<D: Disk> Ext2<D> {
             if !cur.is_dir() {
                 return Some(Err(FsError::NotDir));
             }
-            let next = match self.lookup(&cur, comp).and_then(|ino| self.inode_indexed(ino)) {
+            // The entry's file type says where an index may hold the inode (a directory's);
+            // only a hint: `inode_indexed` finds an index only for a directory's inode.
+            let next = match self.lookup_typed(&cur, comp).and_then(|(ino, ft)| if ft == FT_DIR { self.inode_indexed(ino) } else { self.inode(ino) }) {
                 Ok(i) => i,
                 Err(e) => return Some(Err(e)),
             };
