@@ -90,6 +90,19 @@ pub const MAX_BLOCK: u64 = (1 << (64 - SLOT_BITS)) - 2;
 pub trait BlockIo {
     /// Read page `block` (fewer bytes than `PAGE` for a short last page).
     fn read_page(&mut self, block: u64, buf: &mut [u8]) -> Result<(), IoError>;
+    /// Read page `block` (its `page_len` bytes) into `words`, as little-endian words; words
+    /// past a short last page are left as they are. By default through `read_page` and a
+    /// byte buffer; a device that copies straight into the words saves the buffer's zeroing
+    /// and the conversion, on every miss (`Table::slot_for`).
+    fn read_page_words(&mut self, block: u64, words: &mut [u64; PAGE_WORDS]) -> Result<(), IoError> {
+        let n = self.page_len(block).min(PAGE);
+        let mut bytes = [0u8; PAGE];
+        self.read_page(block, &mut bytes[..n])?;
+        for (w, c) in words.iter_mut().zip(bytes[..n].chunks_exact(8)) {
+            *w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+        }
+        Ok(())
+    }
     fn write_page(&mut self, block: u64, buf: &[u8]) -> Result<(), IoError>;
     fn flush(&mut self) -> Result<(), IoError>;
     /// Bytes of page `block` that exist on the disk.
@@ -490,16 +503,15 @@ impl Table {
         if sw.tombs > self.lay.index_len / 4 {
             self.index_rebuild(sw);
         }
+        // Zero past a short last page.
         let mut p = [0u64; PAGE_WORDS];
         let from_disk;
-        let mut bytes = [0u8; PAGE];
-        let (src, flags): (&[u8], u32) = match fill {
+        let flags = match fill {
             Fill::Disk => {
-                let n = io.page_len(block).min(PAGE);
-                io.read_page(block, &mut bytes[..n])?;
+                io.read_page_words(block, &mut p)?;
                 st.disk_reads.fetch_add(1, Ordering::Relaxed);
                 from_disk = true;
-                (&bytes, 0)
+                0
             }
             // A whole page written: its bytes go in with the tag, dirty, in the one write that
             // fills the slot. (An earlier version published the slot zeroed and the bytes
@@ -507,12 +519,16 @@ impl Table {
             // 4 KiB of zeros for a block that never held them.)
             Fill::Bytes(data, is_data) => {
                 from_disk = false;
-                (data, if is_data { DIRTY | DATA } else { DIRTY })
+                for (w, c) in p.iter_mut().zip(data.chunks_exact(8)) {
+                    *w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+                }
+                if is_data {
+                    DIRTY | DATA
+                } else {
+                    DIRTY
+                }
             }
         };
-        for (w, c) in p.iter_mut().zip(src.chunks_exact(8)) {
-            *w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
-        }
         // Fill before publishing: a reader that finds the entry finds the page whole. Every
         // part locked and bumped (the tag changes), every word stored, the flags set.
         self.page(s).write_all(|w| {

@@ -95,12 +95,14 @@ impl<D: Disk> Ext2<D> {
                     }
                     // Only the bytes that changed: the rest of the block's lines stay
                     // untouched for other cores using the directory.
+                    self.dir_index.forget(dir.ino);
                     self.write_block_range(b, &blk, at, at + used + 8 + name.len())?;
                     return self.touch_dir(dir);
                 }
                 at += rec;
             }
         }
+        self.dir_index.forget(dir.ino);
         let (b, _) = self.bmap_alloc(dir, nblocks)?;
         blk.fill(0);
         fill(&mut blk, 0, bs);
@@ -142,6 +144,7 @@ impl<D: Disk> Ext2<D> {
                             (at, at + 4)
                         }
                     };
+                    self.dir_index.forget(dir.ino);
                     self.write_block_range(b, &blk, lo, hi)?;
                     self.touch_dir(dir)?;
                     return Ok(e_ino);
@@ -179,6 +182,7 @@ impl<D: Disk> Ext2<D> {
     /// links, removes, moves or replaces; `write` and `truncate` for their file. The hook's
     /// error stops the change before it writes.
     pub(crate) fn changing(&mut self, ino: u32) -> Result<()> {
+        self.dir_index.forget(ino);
         match self.change_hook {
             Some(hook) => hook(ino),
             None => Ok(()),
@@ -245,6 +249,8 @@ impl<D: Disk> Ext2<D> {
         ino.block[0] = b as u32;
         ino.size = self.bs;
         ino.blocks512 = (self.bs / 512) as u32;
+        // A new directory on an inode number an index may still name (a removed directory's).
+        self.dir_index.forget(n);
         let made = match self.write_block(b, &blk) {
             Ok(()) => self.write_inode(&mut ino),
             Err(e) => Err(e),
@@ -510,6 +516,7 @@ impl<D: Disk> Ext2<D> {
             if !fixed {
                 return Err(FsError::Corrupt("directory without `..`"));
             }
+            self.dir_index.forget(ino_n);
             self.write_block(b, &blk)?;
             let mut op = self.inode(op_n)?;
             op.links = op.links.saturating_sub(1);

@@ -32,6 +32,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod dir;
+pub mod index;
 pub mod write;
 
 pub use dir::split_path;
@@ -117,6 +118,13 @@ pub trait Disk {
     fn note_data(&mut self, _off: u64) {}
     /// Bytes on the device.
     fn size(&self) -> u64;
+    /// A value that stays the same while nothing changes the entries of directory `dir`, and
+    /// `None` while such a change may run or when the device cannot tell: the directory
+    /// indexes (`index`) are used only while it is the one they were made at. `None` by
+    /// default (no index: every lookup scans the directory).
+    fn dir_stamp(&self, _dir: u32) -> Option<[u64; 2]> {
+        None
+    }
 }
 
 pub const MAGIC: u16 = 0xEF53;
@@ -408,6 +416,9 @@ pub struct Ext2<D: Disk> {
     /// of the counts: the library OS copies them to the other cores' `Ext2`s only when it
     /// moved (`copy_counts_from`).
     pub counts_gen: u64,
+    /// Directories read once and kept as hashes of their names (`index`), used while the
+    /// device's `dir_stamp` for them is unchanged.
+    pub dir_index: index::DirIndexes,
 }
 
 impl<D: Disk> Ext2<D> {
@@ -421,7 +432,7 @@ impl<D: Disk> Ext2<D> {
         let sb = Superblock::parse(&sbb, dev.size())?;
         let bs = sb.block_size();
         let ngroups = sb.groups();
-        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), reserves: Vec::new(), reserve_core: None, dirty_data: Default::default(), base: ROOT_INO, change_hook: None, frozen: false, spilled_inodes: Vec::new(), spilled_blocks: Vec::new(), pending_dirs: Vec::new(), counts_gen: 0 };
+        let mut fs = Ext2 { dev, sb, bs, groups: Vec::new(), reserves: Vec::new(), reserve_core: None, dirty_data: Default::default(), base: ROOT_INO, change_hook: None, frozen: false, spilled_inodes: Vec::new(), spilled_blocks: Vec::new(), pending_dirs: Vec::new(), counts_gen: 0, dir_index: Default::default() };
         let gdt_block = sb.first_data_block as u64 + 1;
         let gdt_blocks = (ngroups * 32).div_ceil(bs);
         let mut gdt = vec![0u8; (gdt_blocks * bs) as usize];
@@ -469,6 +480,7 @@ impl<D: Disk> Ext2<D> {
             spilled_blocks: Vec::new(),
             pending_dirs: Vec::new(),
             counts_gen: 0,
+            dir_index: Default::default(),
         }
     }
 
@@ -625,6 +637,9 @@ impl<D: Disk> Ext2<D> {
 
     /// Every entry of directory `dir` (including `.` and `..`).
     pub fn read_dir(&mut self, dir: &Inode) -> Result<Vec<DirEntry>> {
+        if let Some(v) = self.with_index(dir, |x| x.entries().map(|(ino, ft, name)| DirEntry { ino, file_type: ft, name: name.to_vec() }).collect()) {
+            return Ok(v);
+        }
         let mut v = Vec::new();
         self.scan_dir(dir, |ino, ft, name| {
             v.push(DirEntry { ino, file_type: ft, name: name.to_vec() });
@@ -657,10 +672,51 @@ impl<D: Disk> Ext2<D> {
 
     /// The inode number `name` has in directory `dir`.
     pub fn lookup(&mut self, dir: &Inode, name: &[u8]) -> Result<u32> {
+        self.lookup_typed(dir, name).map(|(ino, _)| ino)
+    }
+
+    /// `lookup`, with the file type the entry gives (0 where the file system keeps none).
+    fn lookup_typed(&mut self, dir: &Inode, name: &[u8]) -> Result<(u32, u8)> {
         if name.len() > NAME_MAX {
             return Err(FsError::NameTooLong);
         }
-        self.scan_dir(dir, |ino, _, n| (n == name).then_some(ino))?.ok_or(FsError::NotFound)
+        if let Some(r) = self.with_index(dir, |x| x.get(name)) {
+            return r.ok_or(FsError::NotFound);
+        }
+        self.scan_dir(dir, |ino, ft, n| (n == name).then_some((ino, ft)))?.ok_or(FsError::NotFound)
+    }
+
+    /// `f` of directory `dir`'s index (`index`): the one made at the stamp the device gives
+    /// now, else one made now by a scan. `None` (the caller scans) when the device gives no
+    /// stamp, the directory is too large to index or its scan fails.
+    fn with_index<R>(&mut self, dir: &Inode, f: impl FnOnce(&index::DirIndex) -> R) -> Option<R> {
+        if !dir.is_dir() || dir.size > index::MAX_BYTES {
+            return None;
+        }
+        // Read before the scan: a change that starts during the scan moves the stamp, so the
+        // index it made is never used.
+        let stamp = self.dev.dir_stamp(dir.ino)?;
+        if self.dir_index.find(dir.ino, stamp).is_none() {
+            // The inode read again after the stamp: the caller's copy may be older than a
+            // change that ended just before it (another core's create that grew the
+            // directory), and an index made from its size would miss that change's entries
+            // although the stamp already counts it.
+            let dir = self.inode(dir.ino).ok()?;
+            if !dir.is_dir() || dir.size > index::MAX_BYTES {
+                return None;
+            }
+            let mut x = index::DirIndex::new(dir, stamp);
+            self.scan_dir(&dir, |ino, ft, name| {
+                x.push(ino, ft, name);
+                None::<()>
+            })
+            .ok()?;
+            x.seal();
+            self.dir_index.put(x);
+        }
+        let r = f(self.dir_index.find(dir.ino, stamp)?);
+        self.dir_index.uses += 1;
+        Some(r)
     }
 
     /// Whether `ino` is a symbolic link whose target is stored in its block pointers.
@@ -699,6 +755,9 @@ impl<D: Disk> Ext2<D> {
     }
 
     fn resolve_at(&mut self, path: &[u8], follow_last: bool) -> Result<Inode> {
+        if let Some(r) = self.resolve_plain(path, follow_last) {
+            return r;
+        }
         let start = if path.first() == Some(&b'/') { ROOT_INO } else { self.base };
         let mut cur = self.inode(start)?;
         // The path still to walk (owned: a link's target is spliced in front of the rest).
@@ -739,6 +798,48 @@ impl<D: Disk> Ext2<D> {
             }
             cur = next;
         }
+    }
+
+    /// Inode `ino`: from its directory index when it is a directory with one made at the
+    /// stamp the device gives now (a walk through it reads no inode), else read.
+    fn inode_indexed(&mut self, ino: u32) -> Result<Inode> {
+        if let Some(x) = self.dev.dir_stamp(ino).and_then(|s| self.dir_index.find(ino, s)) {
+            return Ok(x.inode);
+        }
+        self.inode(ino)
+    }
+
+    /// The walk of `resolve_at` over the path in place, with no copy of it: `None` at the
+    /// first symbolic link it would follow (the caller then walks again, splicing the
+    /// targets). The same steps in the same order as `resolve_at`'s loop, so the same answer
+    /// and the same error.
+    fn resolve_plain(&mut self, path: &[u8], follow_last: bool) -> Option<Result<Inode>> {
+        let start = if path.first() == Some(&b'/') { ROOT_INO } else { self.base };
+        let mut cur = match self.inode_indexed(start) {
+            Ok(i) => i,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut comps = path.split(|&c| c == b'/').filter(|c| !c.is_empty()).peekable();
+        while let Some(comp) = comps.next() {
+            if comp == b"." {
+                continue;
+            }
+            if !cur.is_dir() {
+                return Some(Err(FsError::NotDir));
+            }
+            // The entry's file type says where an index may hold the inode (a directory's);
+            // only a hint: `inode_indexed` finds an index only for a directory's inode.
+            let next = match self.lookup_typed(&cur, comp).and_then(|(ino, ft)| if ft == FT_DIR { self.inode_indexed(ino) } else { self.inode(ino) }) {
+                Ok(i) => i,
+                Err(e) => return Some(Err(e)),
+            };
+            let last = comps.peek().is_none();
+            if next.is_symlink() && (!last || follow_last) {
+                return None;
+            }
+            cur = next;
+        }
+        Some(Ok(cur))
     }
 
     pub fn stat_of(ino: &Inode) -> Stat {

@@ -252,3 +252,152 @@ fn what_is_written_survives_a_remount_and_the_counts_match() {
     let root = fs.inode(ROOT_INO).unwrap();
     assert_eq!(fs.lookup(&root, b"f"), Ok(ino));
 }
+
+/// An image in memory shared by several `Ext2`s (two cores' copies of the file system), with a
+/// directory stamp the test sets (`Disk::dir_stamp`): `None` gives no index.
+#[derive(Clone)]
+struct Stamped {
+    img: std::rc::Rc<std::cell::RefCell<Vec<u8>>>,
+    stamp: std::rc::Rc<std::cell::Cell<Option<u64>>>,
+}
+
+impl Disk for Stamped {
+    fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let img = self.img.borrow();
+        let end = off.checked_add(buf.len() as u64).filter(|&e| e <= img.len() as u64).ok_or(FsError::Io)?;
+        buf.copy_from_slice(&img[off as usize..end as usize]);
+        Ok(())
+    }
+    fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<()> {
+        let mut img = self.img.borrow_mut();
+        let end = off.checked_add(buf.len() as u64).filter(|&e| e <= img.len() as u64).ok_or(FsError::Io)?;
+        img[off as usize..end as usize].copy_from_slice(buf);
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.img.borrow().len() as u64
+    }
+    fn dir_stamp(&self, _dir: u32) -> Option<[u64; 2]> {
+        self.stamp.get().map(|s| [0, s])
+    }
+}
+
+/// Name `i` of the test directory: long enough that 40 of them take two 1 KiB blocks.
+fn name(i: u32) -> String {
+    format!("a-rather-long-file-name-{i}")
+}
+
+/// Names `name(0)` .. `name(39)` in `/d` (a directory of two 1 KiB blocks), over a stamped
+/// disk.
+fn indexed_image() -> (Ext2<Stamped>, Stamped) {
+    let disk = Stamped { img: std::rc::Rc::new(std::cell::RefCell::new(format())), stamp: std::rc::Rc::new(std::cell::Cell::new(Some(1))) };
+    let mut fs = Ext2::mount(disk.clone()).unwrap();
+    fs.mkdir(b"/d", 0o755).unwrap();
+    for i in 0..40 {
+        fs.create(format!("/d/{}", name(i)).as_bytes(), 0o644).unwrap();
+    }
+    (fs, disk)
+}
+
+/// Catches: an index that answers differently from a scan (a lost entry, a hash probe that
+/// stops early, a name compared by a prefix, a wrong inode), a listing from the index in
+/// another order or with other entries than the scan's, and an index built more than once
+/// while nothing changed.
+#[test]
+fn a_directory_index_answers_as_the_scan_does() {
+    let (mut fs, disk) = indexed_image();
+    let mut plain = Ext2::mount(Mem(disk.img.borrow().clone())).unwrap();
+    let d = fs.resolve(b"/d").unwrap();
+    let pd = plain.resolve(b"/d").unwrap();
+    assert!(d.size > 1024, "the directory spans two blocks");
+    let builds = fs.dir_index.builds;
+    let mut names: Vec<Vec<u8>> = (0..40).map(|i| name(i).into_bytes()).collect();
+    names.extend([b".".to_vec(), b"..".to_vec()]);
+    for n in &names {
+        assert_eq!(fs.lookup(&d, n), plain.lookup(&pd, n), "{}", String::from_utf8_lossy(n));
+        assert!(fs.lookup(&d, n).is_ok());
+    }
+    for miss in [name(40).into_bytes(), name(1).as_bytes()[..20].to_vec(), format!("{}x", name(3)).into_bytes(), format!("{} ", name(39)).into_bytes(), b"A-rather-long-file-name-1".to_vec(), Vec::new()] {
+        assert_eq!(fs.lookup(&d, &miss), Err(FsError::NotFound), "{}", String::from_utf8_lossy(&miss));
+    }
+    assert_eq!(fs.dir_index.builds, builds + 1, "one scan for all of them");
+    assert!(fs.dir_index.uses >= 48);
+    let a: Vec<_> = fs.read_dir(&d).unwrap().into_iter().map(|e| (e.ino, e.file_type, e.name)).collect();
+    let b: Vec<_> = plain.read_dir(&pd).unwrap().into_iter().map(|e| (e.ino, e.file_type, e.name)).collect();
+    assert_eq!(a, b);
+    assert_eq!(a.len(), 42);
+    // Paths through the index resolve as through the scan.
+    assert_eq!(fs.resolve(format!("/d/{}", name(17)).as_bytes()).unwrap().ino, plain.resolve(format!("/d/{}", name(17)).as_bytes()).unwrap().ino);
+    assert_eq!(fs.resolve(format!("/d/./{}/", name(17)).as_bytes()).unwrap().ino, plain.resolve(format!("/d/{}", name(17)).as_bytes()).unwrap().ino);
+    assert_eq!(fs.resolve(format!("/d/{}/x", name(17)).as_bytes()).err(), Some(FsError::NotDir));
+    assert_eq!(fs.resolve(format!("/d/../d/{}", name(3)).as_bytes()).unwrap().ino, plain.resolve(format!("/d/{}", name(3)).as_bytes()).unwrap().ino);
+}
+
+/// Catches: an index kept after this `Ext2`'s own create, unlink, rename, mkdir or rmdir in
+/// its directory (the disk's stamp never moves here, so only the crate's own `forget` keeps
+/// the answers right).
+#[test]
+fn own_changes_drop_the_directory_index() {
+    let (mut fs, _disk) = indexed_image();
+    let look = |fs: &mut Ext2<Stamped>, n: &[u8]| {
+        let d = fs.resolve(b"/d").unwrap();
+        fs.lookup(&d, n)
+    };
+    assert!(look(&mut fs, name(5).as_bytes()).is_ok());
+    fs.unlink(format!("/d/{}", name(5)).as_bytes()).unwrap();
+    assert_eq!(look(&mut fs, name(5).as_bytes()), Err(FsError::NotFound), "unlink");
+    let made = fs.create(b"/d/new", 0o644).unwrap();
+    assert_eq!(look(&mut fs, b"new"), Ok(made.ino), "create");
+    fs.rename(b"/d/new", b"/d/moved").unwrap();
+    assert_eq!(look(&mut fs, b"new"), Err(FsError::NotFound), "rename: old name");
+    assert_eq!(look(&mut fs, b"moved"), Ok(made.ino), "rename: new name");
+    let sub = fs.mkdir(b"/d/sub", 0o755).unwrap();
+    assert_eq!(look(&mut fs, b"sub"), Ok(sub.ino), "mkdir");
+    fs.rename(b"/d/moved", b"/d/sub/inner").unwrap();
+    assert_eq!(look(&mut fs, b"moved"), Err(FsError::NotFound), "rename across directories");
+    assert_eq!(fs.resolve(b"/d/sub/inner").unwrap().ino, made.ino);
+    // A directory moved to another parent: its `..` follows.
+    fs.mkdir(b"/e", 0o755).unwrap();
+    fs.rename(b"/d/sub", b"/e/sub").unwrap();
+    assert_eq!(fs.resolve(b"/e/sub/..").unwrap().ino, fs.resolve(b"/e").unwrap().ino);
+    fs.unlink(b"/e/sub/inner").unwrap();
+    fs.rmdir(b"/e/sub").unwrap();
+    assert_eq!(fs.resolve(b"/e/sub").err(), Some(FsError::NotFound), "rmdir");
+    // A directory made again on the removed one's inode is read afresh.
+    let again = fs.mkdir(b"/e/sub2", 0o755).unwrap();
+    let names: Vec<_> = fs.read_dir(&again).unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, [b".".to_vec(), b"..".to_vec()]);
+}
+
+/// Catches: an index used although the stamp moved (another `Ext2` over the same disk, i.e.
+/// another core, changed the directory), and one made while the disk says no stamp (a change
+/// running).
+#[test]
+fn an_index_is_used_only_at_its_stamp() {
+    let (mut fs, disk) = indexed_image();
+    let mut other = Ext2::mount(disk.clone()).unwrap();
+    let d = fs.resolve(b"/d").unwrap();
+    assert!(fs.lookup(&d, name(7).as_bytes()).is_ok());
+    // The other core's unlink, and the stamp moved as the library OS's change hook moves it.
+    other.unlink(format!("/d/{}", name(7)).as_bytes()).unwrap();
+    disk.stamp.set(Some(2));
+    assert_eq!(fs.lookup(&d, name(7).as_bytes()), Err(FsError::NotFound));
+    // A copy of the directory's inode older than a change that ended before the stamp was
+    // read (the other core's links grow the directory by a block): the index is made from
+    // the inode as it is at the stamp, not from the caller's copy.
+    let stale = fs.resolve(b"/d").unwrap();
+    for i in 0..40 {
+        other.link(format!("/d/{}", name(0)).as_bytes(), format!("/d/{}-link", name(i)).as_bytes()).unwrap();
+    }
+    assert!(other.resolve(b"/d").unwrap().size > stale.size, "the directory grew");
+    disk.stamp.set(Some(3));
+    assert_eq!(fs.lookup(&stale, format!("{}-link", name(39)).as_bytes()), fs.lookup(&stale, name(0).as_bytes()));
+    assert!(fs.lookup(&stale, name(0).as_bytes()).is_ok());
+    assert_eq!(fs.resolve(b"/d").unwrap().size, other.resolve(b"/d").unwrap().size, "the walk's copy of the directory is the new one");
+    // No stamp: no index made or used, every lookup scans.
+    disk.stamp.set(None);
+    let (b0, u0) = (fs.dir_index.builds, fs.dir_index.uses);
+    other.create(format!("/d/{}", name(7)).as_bytes(), 0o644).unwrap();
+    assert!(fs.lookup(&d, name(7).as_bytes()).is_ok());
+    assert_eq!((fs.dir_index.builds, fs.dir_index.uses), (b0, u0));
+}

@@ -443,6 +443,17 @@ impl Disk for CoreDisk {
         with_cache(|c| c.write_at(off, buf))
     }
 
+    /// The name cache's stamp of the directory (the mount epoch and its inode's generation
+    /// stripe, `names::stamp`): every change to a directory's entries names the directory
+    /// first (`fs::change_hook`), and a change it cannot name moves the epoch, as for the
+    /// name cache's entries. So an ext2 directory index made at this stamp stays right while
+    /// the stamp is unchanged (docs/fs.md, "Directory indexes").
+    fn dir_stamp(&self, dir: u32) -> Option<[u64; 2]> {
+        // The loads before (an index's scan) are ordered before the stamp's loads.
+        core::sync::atomic::fence(Ordering::Acquire);
+        super::names::stamp(dir).map(|s| [s.epoch, s.gen])
+    }
+
     fn note_data(&mut self, off: u64) {
         if self.here().is_some() {
             self.table.note_data(off / PAGE);

@@ -400,6 +400,28 @@ impl BlockDevice {
         Ok(())
     }
 
+    /// `read_shared` into words (`words.len() * 8` bytes, whole sectors): the bytes land in
+    /// the words as they are on the disk (little-endian, as `u64::from_le_bytes` reads them),
+    /// with no byte buffer between (the buffer cache's misses: `BlockIo::read_page_words`).
+    fn read_shared_words(&self, sector: u64, words: &mut [u64]) -> Result<(), Error> {
+        self.map_here()?;
+        let (_, base) = self.area()?;
+        let len = words.len() * 8;
+        let mut done = 0usize;
+        while done < len {
+            let n = (len - done).min(REQ_BYTES as usize);
+            self.request(BUF_BLK_READ, sector + (done as u64) / BLK_SECTOR, base, n as u64)?;
+            // SAFETY: the source is this core's data area, as in `read_shared` (mapped, n <=
+            // REQ_BYTES bytes from `base`, used by no other thread, written by the disk before
+            // the request returned). The destination is bytes `done..done + n` of `words`
+            // (done + n <= len = its size in bytes), which this function borrows mutably; any
+            // bytes are a valid `u64`, and a byte copy needs no alignment of either side.
+            unsafe { core::ptr::copy_nonoverlapping((BLK_VA + base) as *const u8, (words.as_mut_ptr() as *mut u8).add(done), n) };
+            done += n;
+        }
+        Ok(())
+    }
+
     fn write_shared(&self, sector: u64, buf: &[u8]) -> Result<(), Error> {
         self.map_here()?;
         let (r, base) = self.area()?;
@@ -476,6 +498,11 @@ impl Drop for BlockDevice {
 impl BlockIo for BlockDevice {
     fn read_page(&mut self, block: u64, buf: &mut [u8]) -> Result<(), IoError> {
         self.read(block * CACHE_PAGE / BLK_SECTOR, buf).map_err(io_error)
+    }
+    fn read_page_words(&mut self, block: u64, words: &mut [u64; bcache::PAGE_WORDS]) -> Result<(), IoError> {
+        // Whole sectors: the page's bytes on the disk (a multiple of the sector) as words.
+        let n = self.page_len(block) / 8;
+        self.read_shared_words(block * CACHE_PAGE / BLK_SECTOR, &mut words[..n]).map_err(io_error)
     }
     fn write_page(&mut self, block: u64, buf: &[u8]) -> Result<(), IoError> {
         self.write(block * CACHE_PAGE / BLK_SECTOR, buf).map_err(io_error)
