@@ -482,6 +482,9 @@ fn sock(f: &mut Files, fd: i32) -> Result<(Fd, bool, &mut SockInfo), i64> {
 
 /// `read` of a socket descriptor (`files::read`).
 pub fn recv(f: &mut Files, fd: i32, dst: &mut [u8], flags: u64) -> i64 {
+    if super::unix::is_unix(f, fd) {
+        return super::unix::recv(f, fd, dst, flags);
+    }
     let r = match sock(f, fd) {
         Ok((lib, nb, s)) => s.recv(lib, nb, dst, flags),
         Err(e) => e,
@@ -494,6 +497,9 @@ pub fn recv(f: &mut Files, fd: i32, dst: &mut [u8], flags: u64) -> i64 {
 
 /// `write` of a socket descriptor (`files::write`).
 pub fn send(f: &mut Files, fd: i32, src: &[u8], flags: u64) -> i64 {
+    if super::unix::is_unix(f, fd) {
+        return super::unix::send(f, fd, src, flags);
+    }
     let r = match sock(f, fd) {
         Ok((lib, nb, s)) => s.send(lib, nb, src, flags),
         Err(e) => e,
@@ -558,6 +564,9 @@ fn get_addr(p: &Process, addr: u64, len: u64) -> Result<([u8; 4], u16), i64> {
 }
 
 pub fn sys_socket(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if a[0] == super::unix::AF_UNIX {
+        return super::unix::sys_socket(p, a);
+    }
     if let Err(e) = check_socket(a[0], a[1], a[2]) {
         return e;
     }
@@ -570,6 +579,9 @@ pub fn sys_socket(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_bind(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_bind(p, a);
+    }
     let fd = a[0] as i32;
     let (ip, port) = match get_addr(p, a[1], a[2]) {
         Ok(x) => x,
@@ -583,6 +595,9 @@ pub fn sys_bind(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_listen(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_listen(p, a);
+    }
     let fd = a[0] as i32;
     let taken = ports_taken(&p.files, fd);
     match sock(&mut p.files, fd) {
@@ -592,6 +607,9 @@ pub fn sys_listen(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_accept4(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_accept4(p, a);
+    }
     let (fd, addr, lenp, flags) = (a[0] as i32, a[1], a[2], a[3]);
     // Every pointer before a connection is taken (it would be lost on an EFAULT after).
     if let Err(e) = addr_ok(p, addr, lenp) {
@@ -624,6 +642,9 @@ pub fn sys_accept(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_connect(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_connect(p, a);
+    }
     let fd = a[0] as i32;
     let (ip, port) = match get_addr(p, a[1], a[2]) {
         Ok(x) => x,
@@ -637,6 +658,9 @@ pub fn sys_connect(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_getsockname(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_getsockname(p, a);
+    }
     let (ip, port) = match sock(&mut p.files, a[0] as i32) {
         Ok((lib, _, s)) => s.local(lib),
         Err(e) => return e,
@@ -648,6 +672,9 @@ pub fn sys_getsockname(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_getpeername(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_getpeername(p, a);
+    }
     let (ip, port) = match sock(&mut p.files, a[0] as i32).and_then(|(lib, _, s)| s.peer(lib)) {
         Ok(x) => x,
         Err(e) => return e,
@@ -659,6 +686,9 @@ pub fn sys_getpeername(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_setsockopt(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_setsockopt(p, a);
+    }
     let (fd, level, name, val, len) = (a[0] as i32, a[1], a[2], a[3], a[4]);
     if (len as i32) < 0 || len > 256 {
         return -EINVAL;
@@ -671,6 +701,9 @@ pub fn sys_setsockopt(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_getsockopt(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_getsockopt(p, a);
+    }
     let (fd, level, name, val, lenp) = (a[0] as i32, a[1], a[2], a[3], a[4]);
     let Some(len) = p.image.space.read(lenp, 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) else { return -EFAULT };
     if (len as i32) < 0 {
@@ -794,6 +827,9 @@ pub fn sys_recvmsg(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_shutdown(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_shutdown(p, a);
+    }
     match sock(&mut p.files, a[0] as i32) {
         Ok((lib, _, s)) => s.shutdown(lib, a[1]),
         Err(e) => e,
