@@ -125,6 +125,14 @@ pub const CASES: &[Case] = &[
     // The file calls that make, change and remove names, and dup/fcntl (linux/progs/fscalls.c).
     Case { ci: true, ..c_prog("fscalls", "fscalls", &[], 0, Out::Has(&["mode of b: 751", "fscalls: done"])) },
     Case { ci: true, ..c_prog("pipe2proc", "pipe2proc", &[], 0, Out::Has(&["pipe2proc: ok"])) },
+    // AF_UNIX stream sockets (socketpair, names, fork, readiness, Linux's errors for bad
+    // input) and the waits with a signal mask (linux/progs/unixsock.c); at 2 vCPUs the forked
+    // peers run on the other core.
+    Case {
+        ci: true,
+        smp: 2,
+        ..c_prog("unixsock", "unixsock", &[], 0, Out::Has(&["the child's answer: SHOUT THIS", "accepted: len 16 name @unixsock-test", "bind the same name again: -1 EADDRINUSE", "ppoll, SIGUSR1 let through: -1 EINTR", "unixsock: ok"]))
+    },
     Case { ci: true, ..c_prog("procs", "procs", &[], 0, Out::Has(&["procs: ok"])) },
     // Bad ELF files and bad execve/clone input (docs/linux-abi.md, "Bad input"): the errors
     // Linux defines must match; what Linux takes past its point of no return differs.
