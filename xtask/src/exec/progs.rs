@@ -73,7 +73,7 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     ("threads_bench", &["-lpthread"]),
     ("procrobust", &["-lpthread"]),
     ("sigthreads", &["-lpthread"]),
-    ("unixsock", &[]),
+    ("sockcalls", &[]),
 ];
 
 /// The Linux guest's `/init` for `exec --system linux`, built into `target/linux-exec/`.

@@ -294,7 +294,10 @@ impl SockInfo {
                 self.blocking(lib, nonblocking || flags & MSG_DONTWAIT != 0);
                 fd::write(lib, src).map(|n| n as i64).unwrap_or_else(errno)
             }
-            State::Fresh { .. } | State::Listen { .. } | State::Failed => -ENOTCONN,
+            // Linux's `tcp_sendmsg` on a socket that never connected (or listens): EPIPE,
+            // with SIGPIPE.
+            State::Fresh { .. } | State::Listen { .. } => -EPIPE,
+            State::Failed => -ENOTCONN,
         };
         if r == -EPIPE && flags & MSG_NOSIGNAL == 0 {
             super::pipe::broken_pipe();

@@ -13,14 +13,18 @@
  *            EFAULT for every pointer);
  *   masks    ppoll, pselect6 and epoll_pwait with a signal mask: a blocked pending signal
  *            the mask lets through ends the wait (EINTR, handler run, the old mask back); a
- *            signal the mask blocks does not, and is delivered after the call.
+ *            signal the mask blocks does not, and is delivered after the call;
+ *   tcp      Linux's errors for bad input to TCP sockets that need no packet (a port in use,
+ *            accept before listen, send and recv unconnected, SO_ERROR, unknown levels and
+ *            options, EFAULT for the pointers Linux checks first, epoll_ctl on a closed one).
  *
- * With no argument, every part in turn; the last line is "unixsock: ok" when every check
+ * With no argument, every part in turn; the last line is "sockcalls: ok" when every check
  * held.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
@@ -66,6 +70,7 @@ static const char *ename(int e) {
     case EBADF: return "EBADF";
     case ENOTSOCK: return "ENOTSOCK";
     case EINTR: return "EINTR";
+    case EEXIST: return "EEXIST";
     default: return "other";
     }
 }
@@ -464,6 +469,56 @@ static void part_masks(void) {
     res("pselect6 with an unmapped mask pair", syscall(SYS_pselect6, 0, NULL, NULL, NULL, &ts, (void *)8));
 }
 
+static void part_tcp(void) {
+    int s = socket(AF_INET, SOCK_STREAM, 0), s2 = socket(AF_INET, SOCK_STREAM, 0);
+    check("two TCP sockets", s >= 0 && s2 >= 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(7777) };
+    res("bind port 7777", bind(s, (struct sockaddr *)&a, sizeof a));
+    res("bind port 7777 again", bind(s2, (struct sockaddr *)&a, sizeof a));
+    res("accept before listen", accept(s, NULL, NULL));
+    res("send unconnected, MSG_NOSIGNAL", send(s2, "x", 1, MSG_NOSIGNAL));
+    signal(SIGPIPE, on_sig);
+    sigs = 0;
+    res("write unconnected", write(s2, "x", 1));
+    printf("SIGPIPEs: %d\n", sigs);
+    signal(SIGPIPE, SIG_DFL);
+    char b[8];
+    res("recv unconnected", recv(s2, b, sizeof b, MSG_DONTWAIT));
+    int v = -1;
+    socklen_t vl = sizeof v;
+    res("SO_ERROR of a fresh socket", getsockopt(s2, SOL_SOCKET, SO_ERROR, &v, &vl));
+    printf("SO_ERROR is %d\n", v);
+    res("SO_TYPE", getsockopt(s2, SOL_SOCKET, SO_TYPE, &v, &vl));
+    printf("SO_TYPE is %d\n", v);
+    v = 1;
+    res("setsockopt level 999", setsockopt(s, 999, 1, &v, sizeof v));
+    res("getsockopt level 999", getsockopt(s, 999, 1, &v, &vl));
+    res("setsockopt unknown SOL_SOCKET option", setsockopt(s, SOL_SOCKET, 9999, &v, sizeof v));
+    res("setsockopt with an unmapped value", setsockopt(s, SOL_SOCKET, SO_REUSEADDR, (void *)8, 4));
+    res("getsockopt with an unmapped value", getsockopt(s, SOL_SOCKET, SO_TYPE, (void *)8, &vl));
+    res("getsockopt with an unmapped length", getsockopt(s, SOL_SOCKET, SO_TYPE, &v, (socklen_t *)8));
+    res("bind with an unmapped address", bind(s2, (struct sockaddr *)8, sizeof a));
+    res("connect with an unmapped address", connect(s2, (struct sockaddr *)8, sizeof a));
+    struct sockaddr_in g;
+    socklen_t gl = sizeof g;
+    res("getsockname with an unmapped address", getsockname(s, (struct sockaddr *)8, &gl));
+    res("getsockname with an unmapped length", getsockname(s, (struct sockaddr *)&g, (socklen_t *)8));
+    res("getpeername unconnected", getpeername(s2, (struct sockaddr *)&g, &gl));
+    res("shutdown unconnected", shutdown(s2, SHUT_RDWR));
+    res("listen", listen(s, 4));
+    fcntl(s, F_SETFL, O_NONBLOCK);
+    res("accept, nothing there, non-blocking", accept(s, NULL, NULL));
+    int ep = epoll_create1(0);
+    close(s2);
+    struct epoll_event ev = { .events = EPOLLIN };
+    res("epoll_ctl ADD a closed TCP socket", epoll_ctl(ep, EPOLL_CTL_ADD, s2, &ev));
+    res("epoll_ctl ADD the listener", epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev));
+    res("epoll_ctl ADD it twice", epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev));
+    res("epoll_ctl MOD with an unmapped event", epoll_ctl(ep, EPOLL_CTL_MOD, s, (struct epoll_event *)8));
+    close(ep);
+    close(s);
+}
+
 int main(int argc, char **argv) {
     argc_zero = argc > 99;
     alarm(60);
@@ -479,6 +534,8 @@ int main(int argc, char **argv) {
         part_errors();
     if (!*only || !strcmp(only, "masks"))
         part_masks();
-    printf("unixsock: %s\n", failed ? "FAILED" : "ok");
+    if (!*only || !strcmp(only, "tcp"))
+        part_tcp();
+    printf("sockcalls: %s\n", failed ? "FAILED" : "ok");
     return failed;
 }
