@@ -74,6 +74,7 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     ("procrobust", &["-lpthread"]),
     ("sigthreads", &["-lpthread"]),
     ("sockcalls", &[]),
+    ("unixcost", &[]),
 ];
 
 /// The Linux guest's `/init` for `exec --system linux`, built into `target/linux-exec/`.

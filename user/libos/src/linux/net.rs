@@ -401,6 +401,9 @@ impl SockInfo {
                 return Ok(b);
             }
             (IPPROTO_TCP, TCP_NODELAY) => self.opts.nodelay,
+            // A level neither the socket layer, TCP nor IP knows: Linux's `ip_getsockopt`
+            // answers EOPNOTSUPP (its `setsockopt` ENOPROTOOPT).
+            (l, _) if l != SOL_SOCKET && l != IPPROTO_TCP && l != 0 => return Err(-EOPNOTSUPP),
             _ => return Err(-ENOPROTOOPT),
         };
         Ok(v.to_le_bytes().to_vec())
