@@ -19,9 +19,12 @@
 //! A write to a connection that can send no more is `-EPIPE` with `SIGPIPE` (unless
 //! `MSG_NOSIGNAL`), as a pipe's.
 //!
-//! NOT DONE: `SOCK_DGRAM` (the stack is built without UDP: `-EPROTONOSUPPORT`), `AF_UNIX`
-//! stream sockets and `socketpair` between processes, `AF_INET6` (`-EAFNOSUPPORT`),
-//! `MSG_PEEK`/`MSG_OOB`; a socket descriptor carried into a forked child.
+//! `AF_UNIX` stream sockets are `unix.rs`'s: `socket`, each socket call and `recv`/`send`
+//! hand a local socket to it first.
+//!
+//! NOT DONE: `SOCK_DGRAM` (the stack is built without UDP: `-EPROTONOSUPPORT`), `AF_INET6`
+//! (`-EAFNOSUPPORT`), `MSG_PEEK`/`MSG_OOB`; a TCP socket descriptor carried into a forked
+//! child.
 
 use alloc::vec::Vec;
 
