@@ -42,6 +42,9 @@ pub struct Case {
     pub stdout: Out,
     /// Part of the bounded run in `cargo xtask test`.
     pub ci: bool,
+    /// A network card on both systems (QEMU's restricted user network, no forwards): for
+    /// programs that make TCP sockets.
+    pub net: bool,
 }
 
 const BB: &str = "busybox";
@@ -52,15 +55,15 @@ const WORDS: &str = "pear\napple\nfig\napple\nkiwi\n";
 const TEXT: (&str, &str) = ("text", "one two three\nfour five\nsix\n");
 
 const fn bb(name: &'static str, args: &'static [&'static str], stdout: Out) -> Case {
-    Case { name, program: BB, args, stdin: "", files: &[], smp: 1, status: 0, stdout, ci: false }
+    Case { name, program: BB, args, stdin: "", files: &[], smp: 1, status: 0, stdout, ci: false, net: false }
 }
 
 const fn bb_musl(name: &'static str, args: &'static [&'static str], stdout: Out) -> Case {
-    Case { name, program: BB_MUSL, args, stdin: "", files: &[], smp: 1, status: 0, stdout, ci: false }
+    Case { name, program: BB_MUSL, args, stdin: "", files: &[], smp: 1, status: 0, stdout, ci: false, net: false }
 }
 
 const fn c_prog(name: &'static str, program: &'static str, args: &'static [&'static str], status: i32, stdout: Out) -> Case {
-    Case { name, program, args, stdin: "", files: &[], smp: 1, status, stdout, ci: false }
+    Case { name, program, args, stdin: "", files: &[], smp: 1, status, stdout, ci: false, net: false }
 }
 
 /// Every case, in the order they run.
@@ -125,6 +128,15 @@ pub const CASES: &[Case] = &[
     // The file calls that make, change and remove names, and dup/fcntl (linux/progs/fscalls.c).
     Case { ci: true, ..c_prog("fscalls", "fscalls", &[], 0, Out::Has(&["mode of b: 751", "fscalls: done"])) },
     Case { ci: true, ..c_prog("pipe2proc", "pipe2proc", &[], 0, Out::Has(&["pipe2proc: ok"])) },
+    // AF_UNIX stream sockets (socketpair, names, fork, readiness, Linux's errors for bad
+    // input), the waits with a signal mask, and TCP sockets' errors for bad input
+    // (linux/progs/sockcalls.c); at 2 vCPUs the forked peers run on the other core.
+    Case {
+        ci: true,
+        smp: 2,
+        net: true,
+        ..c_prog("sockcalls", "sockcalls", &[], 0, Out::Has(&["the child's answer: SHOUT THIS", "accepted: len 16 name @unixsock-test", "bind the same name again: -1 EADDRINUSE", "ppoll, SIGUSR1 let through: -1 EINTR", "bind port 7777 again: -1 EADDRINUSE", "sockcalls: ok"]))
+    },
     Case { ci: true, ..c_prog("procs", "procs", &[], 0, Out::Has(&["procs: ok"])) },
     // Bad ELF files and bad execve/clone input (docs/linux-abi.md, "Bad input"): the errors
     // Linux defines must match; what Linux takes past its point of no return differs.
@@ -329,7 +341,7 @@ pub fn request(case: &Case) -> Result<ExecRequest, String> {
         smp: case.smp,
         disk: None,
         timeout: Duration::from_secs(90),
-        net: None,
+        net: case.net.then(|| crate::host::vm::NetConfig { forwards: Vec::new() }),
     })
 }
 

@@ -73,6 +73,8 @@ pub const C_PROGRAMS: &[(&str, &[&str])] = &[
     ("threads_bench", &["-lpthread"]),
     ("procrobust", &["-lpthread"]),
     ("sigthreads", &["-lpthread"]),
+    ("sockcalls", &[]),
+    ("unixcost", &[]),
 ];
 
 /// The Linux guest's `/init` for `exec --system linux`, built into `target/linux-exec/`.

@@ -135,6 +135,12 @@ pub enum Kind {
     /// A TCP socket (`socket.rs`): `core << 48 | generation << 24 | slot` in the socket table
     /// of the core whose stack holds the connection (`net::host`). Private tables only.
     Socket(u64),
+    /// One side of a local stream connection (`unix.rs`): its pair segment, side B with
+    /// `unix::SIDE_B` set.
+    Unix(u64),
+    /// A local stream socket that is not connected (made, bound or listening): its page
+    /// (`unix.rs`).
+    UnixSock(ObjectId),
 }
 
 impl Kind {
@@ -142,7 +148,8 @@ impl Kind {
     pub(super) fn behind(self) -> Option<ObjectId> {
         match self {
             Kind::Console | Kind::Fs(_) | Kind::Socket(_) => None,
-            Kind::PipeRead(id) | Kind::PipeWrite(id) | Kind::File(id) | Kind::Event(id) => Some(id),
+            Kind::PipeRead(id) | Kind::PipeWrite(id) | Kind::File(id) | Kind::Event(id) | Kind::UnixSock(id) => Some(id),
+            Kind::Unix(id) => Some(id & (super::unix::SIDE_B - 1)),
         }
     }
 }
@@ -158,6 +165,8 @@ pub(super) fn encode(k: Kind) -> u64 {
         Kind::Fs(i) => 5 << 56 | i as u64,
         Kind::Event(id) => 6 << 56 | id,
         Kind::Socket(id) => 7 << 56 | id,
+        Kind::Unix(id) => 8 << 56 | id,
+        Kind::UnixSock(id) => 9 << 56 | id,
     }
 }
 
@@ -171,6 +180,8 @@ pub(super) fn decode(w: u64) -> Option<Kind> {
         5 if id <= u32::MAX as u64 => Some(Kind::Fs(id as u32)),
         6 => Some(Kind::Event(id)),
         7 => Some(Kind::Socket(id)),
+        8 => Some(Kind::Unix(id)),
+        9 => Some(Kind::UnixSock(id)),
         _ => None,
     }
 }

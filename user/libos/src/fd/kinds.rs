@@ -21,6 +21,8 @@ pub(super) fn with_file<R>(k: Kind, f: impl FnOnce(&dyn FileLike) -> R) -> R {
         Kind::Fs(i) => f(&FsFile(crate::fs::Fd(i))),
         Kind::Event(seg) => f(&super::eventfd::EventFd(seg)),
         Kind::Socket(id) => f(&super::socket::SocketFile(id)),
+        Kind::Unix(id) => f(&super::unix::UnixEnd::of(id)),
+        Kind::UnixSock(page) => f(&super::unix::UnixSock(page)),
     }
 }
 
@@ -52,6 +54,8 @@ fn kind_name(k: Kind) -> NameBuf {
         Kind::Fs(i) => write!(n, "fd:F{i:x}"),
         Kind::Event(id) => write!(n, "fd:e{id:x}"),
         Kind::Socket(id) => write!(n, "fd:s{id:x}"),
+        Kind::Unix(id) => write!(n, "fd:u{id:x}"),
+        Kind::UnixSock(id) => write!(n, "fd:U{id:x}"),
     };
     n
 }
@@ -78,6 +82,8 @@ fn parse_kind(name: &[u8]) -> Option<Kind> {
         (b'w', false) => Some(Kind::PipeWrite(id)),
         (b'f', false) => Some(Kind::File(id)),
         (b'e', false) => Some(Kind::Event(id)),
+        (b'u', false) => Some(Kind::Unix(id)),
+        (b'U', false) => Some(Kind::UnixSock(id)),
         _ => None,
     }
 }

@@ -63,6 +63,7 @@ mod private;
 mod ready;
 mod shared;
 mod socket;
+mod unix;
 mod window;
 
 pub use eventfd::{EFD_CLOEXEC, EFD_NONBLOCK, EFD_SEMAPHORE};
@@ -72,6 +73,7 @@ pub use pipe::{rings_freed, PIPE_BUF, PIPE_BYTES};
 pub use private::{close_private_at_exit, private_counts, PrivateCounts, PrivateTable, PRIVATE_FD, PRIVATE_SLOTS};
 pub(crate) use shared::{after_cfork, shared_with_child};
 pub use shared::{cfork_share_table, proc_counts, shares_for_core, Table, SHARED_FD, SHARED_SLOTS};
+pub use unix::{BOUND as UNIX_BOUND, FRESH as UNIX_FRESH, LISTENING as UNIX_LISTENING, MAX_BACKLOG as UNIX_MAX_BACKLOG, NAME_MAX as UNIX_NAME_MAX};
 pub use window::unmap_all;
 
 use file::decode;
@@ -580,6 +582,103 @@ pub fn close(fd: Fd) -> Result<(), Error> {
                 _ => Ok(()),
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Local stream sockets (`unix.rs`)
+
+/// What a local stream socket descriptor is (`unix_info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnixState {
+    /// Not connected: `UNIX_FRESH`, `UNIX_BOUND` or `UNIX_LISTENING`.
+    Sock(u64),
+    /// A connection; `true` for the side `accept` made (its name is the listener's).
+    Conn { accepted: bool },
+}
+
+/// A local stream socket that is not connected yet, in `scope` (any table).
+pub fn unix_socket(scope: Scope) -> Result<Fd, Error> {
+    let t = table(scope)?;
+    let page = unix::new_sock(t)?;
+    open_counted(scope, t, Kind::UnixSock(page)).inspect_err(|_| {
+        let _ = with_file(Kind::UnixSock(page), |f| f.last_close(t));
+    })
+}
+
+/// Two connected local stream sockets (`socketpair`), both in `scope`.
+pub fn unix_pair(scope: Scope) -> Result<(Fd, Fd), Error> {
+    let t = table(scope)?;
+    unix::pair(t, |k| open_counted(scope, t, k))
+}
+
+fn unix_page(fd: Fd) -> Result<ObjectId, Error> {
+    match kind(fd)? {
+        Kind::UnixSock(p) => Ok(p),
+        _ => Err(Error::WrongType),
+    }
+}
+
+/// What a local stream socket descriptor is, and its name (into `name`: a bound or listening
+/// socket's own, a connection's listener's; its length). `WrongType` for another kind.
+pub fn unix_info(fd: Fd, name: &mut [u8]) -> Result<(UnixState, usize), Error> {
+    match kind(fd)? {
+        Kind::UnixSock(p) => unix::sock_state(fd.table, p, name).map(|(s, n)| (UnixState::Sock(s), n)),
+        Kind::Unix(id) => unix::pair_name(fd.table, id, name).map(|n| (UnixState::Conn { accepted: id & unix::SIDE_B != 0 }, n)),
+        _ => Err(Error::WrongType),
+    }
+}
+
+/// Give a fresh local socket `name`, findable through rendezvous share `rv` (a share every
+/// process that may connect has: the Linux personality's session share). `AlreadyExists`:
+/// a socket of `rv` has the name; `InvalidArgument`: this one has a name already.
+pub fn unix_bind(fd: Fd, rv: ObjectId, name: &[u8]) -> Result<(), Error> {
+    unix::bind(fd.table, unix_page(fd)?, rv, name)
+}
+
+/// Make a bound local socket listen (or change a listener's backlog).
+pub fn unix_listen(fd: Fd, backlog: u64) -> Result<(), Error> {
+    unix::listen(fd.table, unix_page(fd)?, backlog)
+}
+
+/// A new connection to the socket of rendezvous share `rv` listening on `name`, as a
+/// descriptor in `scope`. `NotFound`: nothing has the name; `NotPermitted`: it does not
+/// listen; `WouldBlock`: its queue is full.
+pub fn unix_connect(scope: Scope, rv: ObjectId, name: &[u8]) -> Result<Fd, Error> {
+    let t = table(scope)?;
+    unix::connect(t, rv, name, |k| open_counted(scope, t, k))
+}
+
+/// The next connection of a listening local socket, as a descriptor in `scope`; waits for
+/// one unless `nonblocking` (`WouldBlock`). `InvalidArgument` if it does not listen.
+pub fn unix_accept(fd: Fd, scope: Scope, nonblocking: bool) -> Result<Fd, Error> {
+    let page = unix_page(fd)?;
+    let t = table(scope)?;
+    unix::accept(fd.table, page, t, nonblocking, |k| open_counted(scope, t, k))
+}
+
+/// `shutdown` of a local connection (0 reads, 1 writes, 2 both). `WrongType` for another
+/// kind (a socket that is not connected included).
+pub fn unix_shutdown(fd: Fd, how: u32) -> Result<(), Error> {
+    match kind(fd)? {
+        Kind::Unix(id) => unix::shutdown(fd.table, id, how),
+        _ => Err(Error::WrongType),
+    }
+}
+
+/// Write to a local connection without waiting: what fits now (`WouldBlock`: nothing).
+pub fn unix_write_now(fd: Fd, data: &[u8]) -> Result<usize, Error> {
+    match kind(fd)? {
+        Kind::Unix(id) => unix::write_now(fd.table, id, data),
+        _ => Err(Error::WrongType),
+    }
+}
+
+/// Whether a local connection reads no more (its `POLLRDHUP`); `false` for other kinds.
+pub fn unix_read_shut(fd: Fd) -> bool {
+    match kind(fd) {
+        Ok(Kind::Unix(id)) => unix::read_shut(fd.table, id).unwrap_or(false),
+        _ => false,
     }
 }
 

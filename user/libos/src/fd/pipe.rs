@@ -182,7 +182,7 @@ impl FileLike for PipeEnd {
 }
 
 /// The head (bytes ever put) and tail (bytes ever taken) of the ring mapped at `va`.
-fn head_tail(va: u64) -> (u64, u64) {
+pub(super) fn head_tail(va: u64) -> (u64, u64) {
     // SAFETY: the ring's header words are mapped at `va` (by `map`, read-write, at least one
     // page); words 1 and 2 are the head and tail, only ever accessed atomically.
     unsafe { ((*(va as *const AtomicU64).add(1)).load(Ordering::Acquire), (*(va as *const AtomicU64).add(2)).load(Ordering::Acquire)) }
@@ -337,7 +337,7 @@ fn with_ring<R>(va: u64, f: impl FnOnce(&mut [u8], u64, u64) -> (u64, u64, R)) -
 
 /// Put as many bytes of `data` as fit into the ring mapped at `va` (with `whole`, all of
 /// them or none); returns how many.
-fn ring_put(va: u64, data: &[u8], whole: bool) -> usize {
+pub(super) fn ring_put(va: u64, data: &[u8], whole: bool) -> usize {
     with_ring(va, |bytes, h, t| {
         let cap = bytes.len() as u64;
         let room = cap - (h - t);
@@ -350,7 +350,7 @@ fn ring_put(va: u64, data: &[u8], whole: bool) -> usize {
 }
 
 /// Take up to `buf.len()` waiting bytes out of the ring mapped at `va`.
-fn ring_take(va: u64, buf: &mut [u8]) -> usize {
+pub(super) fn ring_take(va: u64, buf: &mut [u8]) -> usize {
     with_ring(va, |bytes, h, t| {
         let cap = bytes.len() as u64;
         let n = (h - t).min(buf.len() as u64);

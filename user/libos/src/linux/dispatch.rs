@@ -126,6 +126,7 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::LISTEN, super::net::sys_listen),
     (nr::GETSOCKNAME, super::net::sys_getsockname),
     (nr::GETPEERNAME, super::net::sys_getpeername),
+    (nr::SOCKETPAIR, super::unix::sys_socketpair),
     (nr::SETSOCKOPT, super::net::sys_setsockopt),
     (nr::GETSOCKOPT, super::net::sys_getsockopt),
     (nr::KILL, super::proc::sys_kill),

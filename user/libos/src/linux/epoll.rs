@@ -259,7 +259,7 @@ pub fn sys_epoll_wait(f: &mut Frame) -> i64 {
 }
 
 pub fn sys_epoll_pwait(f: &mut Frame) -> i64 {
-    // The signal mask (r8) is not swapped in for the wait: a signal it would block still
-    // interrupts it.
-    epoll_wait(f.rdi as i32, f.rsi, f.rdx as i32, f.r10 as i32)
+    // The signal mask (r8, r9 bytes) is the thread's for the wait (`poll::with_wait_mask`).
+    let (epfd, events, max, timeout) = (f.rdi as i32, f.rsi, f.rdx as i32, f.r10 as i32);
+    poll::with_wait_mask(f.r8, f.r9, || epoll_wait(epfd, events, max, timeout))
 }

@@ -368,6 +368,39 @@ impl Files {
         counted
     }
 
+    /// Descriptor `fd`'s open file becomes `new` in every descriptor of its description (a
+    /// local socket that connects becomes a connection of the descriptor layer); the other
+    /// descriptors get `dup`s of `new` (one that cannot is closed). Returns the open files
+    /// replaced, for the caller to close.
+    pub fn replace_open_file(&mut self, fd: i32, new: fd::Fd) -> Vec<fd::Fd> {
+        let Some(desc) = self.slot(fd).map(|s| s.desc) else {
+            let _ = fd::close(new);
+            return Vec::new();
+        };
+        let mut old = Vec::new();
+        let mut first = Some(new);
+        for i in 0..MAX_FDS {
+            let Some(s) = self.slots[i].as_ref() else { continue };
+            if s.desc != desc {
+                continue;
+            }
+            let next = match first.take() {
+                Some(n) => Some(n),
+                None => fd::dup(new, self.scope).ok(),
+            };
+            old.push(s.fd);
+            match next {
+                Some(n) => {
+                    if let Some(s) = self.slots[i].as_mut() {
+                        s.fd = n;
+                    }
+                }
+                None => self.reseat(i, None),
+            }
+        }
+        old
+    }
+
     /// In a forked child: descriptor `i` is now `fd` (its copy names the parent's open file
     /// in the parent's private table, which this context can neither use nor close), or gone
     /// with `None` (a kind a child cannot be given: its description goes with its last slot).

@@ -40,6 +40,7 @@ pub mod poll;
 pub mod proc;
 pub mod signal;
 pub mod thread;
+pub mod unix;
 pub mod vm;
 #[cfg(target_os = "none")]
 pub mod upcall;

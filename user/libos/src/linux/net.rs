@@ -19,9 +19,12 @@
 //! A write to a connection that can send no more is `-EPIPE` with `SIGPIPE` (unless
 //! `MSG_NOSIGNAL`), as a pipe's.
 //!
-//! NOT DONE: `SOCK_DGRAM` (the stack is built without UDP: `-EPROTONOSUPPORT`), `AF_UNIX`
-//! stream sockets and `socketpair` between processes, `AF_INET6` (`-EAFNOSUPPORT`),
-//! `MSG_PEEK`/`MSG_OOB`; a socket descriptor carried into a forked child.
+//! `AF_UNIX` stream sockets are `unix.rs`'s: `socket`, each socket call and `recv`/`send`
+//! hand a local socket to it first.
+//!
+//! NOT DONE: `SOCK_DGRAM` (the stack is built without UDP: `-EPROTONOSUPPORT`), `AF_INET6`
+//! (`-EAFNOSUPPORT`), `MSG_PEEK`/`MSG_OOB`; a TCP socket descriptor carried into a forked
+//! child.
 
 use alloc::vec::Vec;
 
@@ -294,7 +297,10 @@ impl SockInfo {
                 self.blocking(lib, nonblocking || flags & MSG_DONTWAIT != 0);
                 fd::write(lib, src).map(|n| n as i64).unwrap_or_else(errno)
             }
-            State::Fresh { .. } | State::Listen { .. } | State::Failed => -ENOTCONN,
+            // Linux's `tcp_sendmsg` on a socket that never connected (or listens): EPIPE,
+            // with SIGPIPE.
+            State::Fresh { .. } | State::Listen { .. } => -EPIPE,
+            State::Failed => -ENOTCONN,
         };
         if r == -EPIPE && flags & MSG_NOSIGNAL == 0 {
             super::pipe::broken_pipe();
@@ -398,6 +404,9 @@ impl SockInfo {
                 return Ok(b);
             }
             (IPPROTO_TCP, TCP_NODELAY) => self.opts.nodelay,
+            // A level neither the socket layer, TCP nor IP knows: Linux's `ip_getsockopt`
+            // answers EOPNOTSUPP (its `setsockopt` ENOPROTOOPT).
+            (l, _) if l != SOL_SOCKET && l != IPPROTO_TCP && l != 0 => return Err(-EOPNOTSUPP),
             _ => return Err(-ENOPROTOOPT),
         };
         Ok(v.to_le_bytes().to_vec())
@@ -482,6 +491,9 @@ fn sock(f: &mut Files, fd: i32) -> Result<(Fd, bool, &mut SockInfo), i64> {
 
 /// `read` of a socket descriptor (`files::read`).
 pub fn recv(f: &mut Files, fd: i32, dst: &mut [u8], flags: u64) -> i64 {
+    if super::unix::is_unix(f, fd) {
+        return super::unix::recv(f, fd, dst, flags);
+    }
     let r = match sock(f, fd) {
         Ok((lib, nb, s)) => s.recv(lib, nb, dst, flags),
         Err(e) => e,
@@ -494,6 +506,9 @@ pub fn recv(f: &mut Files, fd: i32, dst: &mut [u8], flags: u64) -> i64 {
 
 /// `write` of a socket descriptor (`files::write`).
 pub fn send(f: &mut Files, fd: i32, src: &[u8], flags: u64) -> i64 {
+    if super::unix::is_unix(f, fd) {
+        return super::unix::send(f, fd, src, flags);
+    }
     let r = match sock(f, fd) {
         Ok((lib, nb, s)) => s.send(lib, nb, src, flags),
         Err(e) => e,
@@ -558,6 +573,9 @@ fn get_addr(p: &Process, addr: u64, len: u64) -> Result<([u8; 4], u16), i64> {
 }
 
 pub fn sys_socket(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if a[0] == super::unix::AF_UNIX {
+        return super::unix::sys_socket(p, a);
+    }
     if let Err(e) = check_socket(a[0], a[1], a[2]) {
         return e;
     }
@@ -570,6 +588,9 @@ pub fn sys_socket(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_bind(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_bind(p, a);
+    }
     let fd = a[0] as i32;
     let (ip, port) = match get_addr(p, a[1], a[2]) {
         Ok(x) => x,
@@ -583,6 +604,9 @@ pub fn sys_bind(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_listen(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_listen(p, a);
+    }
     let fd = a[0] as i32;
     let taken = ports_taken(&p.files, fd);
     match sock(&mut p.files, fd) {
@@ -592,6 +616,9 @@ pub fn sys_listen(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_accept4(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_accept4(p, a);
+    }
     let (fd, addr, lenp, flags) = (a[0] as i32, a[1], a[2], a[3]);
     // Every pointer before a connection is taken (it would be lost on an EFAULT after).
     if let Err(e) = addr_ok(p, addr, lenp) {
@@ -624,6 +651,9 @@ pub fn sys_accept(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_connect(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_connect(p, a);
+    }
     let fd = a[0] as i32;
     let (ip, port) = match get_addr(p, a[1], a[2]) {
         Ok(x) => x,
@@ -637,6 +667,9 @@ pub fn sys_connect(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_getsockname(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_getsockname(p, a);
+    }
     let (ip, port) = match sock(&mut p.files, a[0] as i32) {
         Ok((lib, _, s)) => s.local(lib),
         Err(e) => return e,
@@ -648,6 +681,9 @@ pub fn sys_getsockname(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_getpeername(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_getpeername(p, a);
+    }
     let (ip, port) = match sock(&mut p.files, a[0] as i32).and_then(|(lib, _, s)| s.peer(lib)) {
         Ok(x) => x,
         Err(e) => return e,
@@ -659,6 +695,9 @@ pub fn sys_getpeername(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_setsockopt(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_setsockopt(p, a);
+    }
     let (fd, level, name, val, len) = (a[0] as i32, a[1], a[2], a[3], a[4]);
     if (len as i32) < 0 || len > 256 {
         return -EINVAL;
@@ -671,6 +710,9 @@ pub fn sys_setsockopt(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_getsockopt(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_getsockopt(p, a);
+    }
     let (fd, level, name, val, lenp) = (a[0] as i32, a[1], a[2], a[3], a[4]);
     let Some(len) = p.image.space.read(lenp, 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) else { return -EFAULT };
     if (len as i32) < 0 {
@@ -794,6 +836,9 @@ pub fn sys_recvmsg(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 pub fn sys_shutdown(p: &mut Process, a: &[u64; 6]) -> i64 {
+    if super::unix::is_unix(&p.files, a[0] as i32) {
+        return super::unix::sys_shutdown(p, a);
+    }
     match sock(&mut p.files, a[0] as i32) {
         Ok((lib, _, s)) => s.shutdown(lib, a[1]),
         Err(e) => e,

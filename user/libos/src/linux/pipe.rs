@@ -88,7 +88,8 @@ pub fn broken_pipe() {
 
 /// How one descriptor crosses a fork.
 pub enum Carried {
-    /// An open file of the session's table (a pipe end), to be made private in the child.
+    /// An open file of the session's table (a pipe end, a local socket), to be made private
+    /// in the child.
     Shared(Fd),
     /// The console: the child opens its own.
     Console,
@@ -109,7 +110,8 @@ pub fn carry(files: &mut Files, share: abi::ObjectId) -> Result<Vec<(usize, Carr
     let mut out: Vec<(usize, Carried)> = Vec::new();
     for (i, ofd, d) in files.open_fds() {
         let c = match fd::kind(ofd) {
-            Ok(Kind::PipeRead(_) | Kind::PipeWrite(_)) => match fd::dup(ofd, Scope::Table(share)) {
+            // Local sockets cross as pipes do: a new open file of the same pair or page.
+            Ok(Kind::PipeRead(_) | Kind::PipeWrite(_) | Kind::Unix(_) | Kind::UnixSock(_)) => match fd::dup(ofd, Scope::Table(share)) {
                 Ok(n) => Carried::Shared(n),
                 Err(e) => {
                     release(out);

@@ -17,6 +17,8 @@
 //! and a wake for this core all end) and the next look polls the stack. A round halts at most `ROUND_MS`, then looks again under the
 //! lock (another thread may have changed an epoll's interests, or a signal come); a signal
 //! with a handler ends the wait with `EINTR`, as Linux (none of these calls is restarted).
+//! `ppoll`, `pselect6` and `epoll_pwait` swap their signal mask in for the wait
+//! (`with_wait_mask`).
 
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -107,6 +109,8 @@ pub fn ready(f: &Files, fd: i32) -> Option<(u32, Option<Fd>)> {
                             }
                         }
                         super::net::State::Failed => m = POLLOUT | POLLWRNORM | POLLHUP | POLLERR,
+                        // A local connection (always `Fresh` here) that reads no more.
+                        super::net::State::Fresh { .. } if fd::unix_read_shut(s.fd) => m |= POLLRDHUP,
                         _ => {}
                     }
                 }
@@ -318,11 +322,42 @@ pub fn sys_poll(f: &mut Frame) -> i64 {
 }
 
 pub fn sys_ppoll(f: &mut Frame) -> i64 {
-    // The signal mask (r10) is not swapped in for the wait: a signal it would block still
-    // interrupts it.
+    let (set, size) = (f.r10, f.r8);
     match with_proc(|p| timespec_ms(p, f.rdx)) {
-        Ok(t) => do_poll(f.rdi, f.rsi, t),
+        Ok(t) => with_wait_mask(set, size, || do_poll(f.rdi, f.rsi, t)),
         Err(e) => e,
+    }
+}
+
+/// Run `wait` (a `ppoll`, `pselect6` or `epoll_pwait`) with the signal mask at `set`
+/// (`size` bytes; none if `set` is null) in place for it (`signal::State::begin_wait_mask`):
+/// swapped in under the process lock before the wait's first look, the old one back after,
+/// unless a signal ended the wait with `EINTR` (its handler runs with the wait's mask, and
+/// the old one comes back with the handler's return, as Linux). `EINVAL` for a size other
+/// than 8, `EFAULT` for a mask that cannot be read, before anything waits.
+pub fn with_wait_mask(set: u64, size: u64, wait: impl FnOnce() -> i64) -> i64 {
+    if set == 0 {
+        return wait();
+    }
+    if let Err(e) = with_proc(|p| {
+        if size != 8 {
+            return Err(-EINVAL);
+        }
+        let m = p.image.space.get_u64(set).ok_or(-EFAULT)?;
+        p.sig.begin_wait_mask(m);
+        Ok(())
+    }) {
+        return e;
+    }
+    let r = wait();
+    let mut g = lock_proc();
+    let Some(p) = g.as_mut() else { return r };
+    if r == -EINTR {
+        // The way back delivers what ended the wait and then puts the mask back.
+        super::signal::interrupted(p, EINTR)
+    } else {
+        p.sig.end_wait_mask();
+        r
     }
 }
 
@@ -415,9 +450,20 @@ pub fn sys_select(f: &mut Frame) -> i64 {
     }
 }
 
+/// `pselect6(nfds, in, out, ex, timeout, sig)`: `sig` points at `{ const sigset_t *ss;
+/// size_t ss_len; }` (null: no mask).
 pub fn sys_pselect6(f: &mut Frame) -> i64 {
-    match with_proc(|p| timespec_ms(p, f.r8)) {
-        Ok(t) => do_select(f.rdi, [f.rsi, f.rdx, f.r10], t),
+    let r = with_proc(|p| {
+        let (set, size) = if f.r9 == 0 {
+            (0, 0)
+        } else {
+            let b = p.image.space.read(f.r9, 16).ok_or(-EFAULT)?;
+            (u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])), u64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8])))
+        };
+        Ok((timespec_ms(p, f.r8)?, set, size))
+    });
+    match r {
+        Ok((t, set, size)) => with_wait_mask(set, size, || do_select(f.rdi, [f.rsi, f.rdx, f.r10], t)),
         Err(e) => e,
     }
 }

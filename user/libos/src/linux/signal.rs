@@ -169,6 +169,25 @@ impl State {
     pub fn set_mask(&mut self, m: u64) {
         thread::me().sigmask.store(m, Ordering::Relaxed);
     }
+
+    /// `ppoll`, `pselect6`, `epoll_pwait` with a mask: the calling thread's mask is `m` (less
+    /// what cannot be blocked) for the wait, set under the process lock before its first look
+    /// (so the swap and the wait are one step for a signal: one `m` unblocks ends the wait);
+    /// the mask before is kept, as `rt_sigsuspend` keeps it, to come back by `end_wait_mask`
+    /// or, when a signal ended the wait, after its handler (`deliver`).
+    pub fn begin_wait_mask(&mut self, m: u64) {
+        let old = self.mask();
+        self.set_mask(m & !UNBLOCKABLE);
+        self.suspend_mask = Some(old);
+    }
+
+    /// The wait ended without a signal: the mask before `begin_wait_mask` comes back now (a
+    /// signal only `m` unblocked stays pending, as Linux's `restore_saved_sigmask_unless`).
+    pub fn end_wait_mask(&mut self) {
+        if let Some(m) = self.suspend_mask.take() {
+            self.set_mask(m);
+        }
+    }
 }
 
 impl core::default::Default for State {
