@@ -30,6 +30,16 @@ impl Drop for Frame {
     }
 }
 
+/// A copy-on-write break (`Segment::fault_page`): the other mappings of the page, whose
+/// entries may still name the old frame, and the old frame, kept until they are cleared.
+/// Dropping it before the entries are cleared would let the copy write the frame in place
+/// while they still read it.
+pub struct CowBreak {
+    /// (range, the mapping's `voff`, the page's offset in the range).
+    pub others: Vec<(Peek, u64, u64)>,
+    pub old: KRef<Frame>,
+}
+
 /// A place this segment is mapped: `[voff, voff + len)` of an address range, starting at
 /// segment offset `soff`. The link to the range writes none of its counts (`KLink`): the
 /// range's drop removes this entry (`AddressRange::drop` -> `remove_map`) before its memory
@@ -551,31 +561,72 @@ impl Segment {
 
     /// The frame for page `idx`, allocated on first touch, copied first if `write` and it is
     /// shared with another segment. Returns (physical address, may be mapped writable,
-    /// whether a copy-on-write copy happened).
-    pub fn fault_page(&self, idx: u64, write: bool) -> Result<(u64, bool, bool), Error> {
+    /// whether a copy-on-write copy happened, the break's other mappings if it has any).
+    ///
+    /// `me` is the faulting mapping (its range's key and `voff`). A break replaces the page's
+    /// frame for every mapping of this segment, not only the faulting one: the others may
+    /// hold entries for the old frame (read-only since the copy), which from now on belongs
+    /// to the copy alone. The break returns those mappings and the old frame; the caller
+    /// clears their entries (`ar::drop_stale_entries`) after it lets its range's lock go, and
+    /// only then drops the old frame, so until every stale entry is gone the old frame still
+    /// counts as shared and a write through the copy copies it too (none can show through a
+    /// stale entry). Their list is made before anything changes: a failed allocation leaves
+    /// the page as it was.
+    pub fn fault_page(&self, idx: u64, write: bool, me: (usize, u64)) -> Result<(u64, bool, bool, Option<CowBreak>), Error> {
         let mut g = self.inner.lock();
         let slot = g.pages.get_mut(idx as usize).ok_or(Error::OutOfRange)?;
-        let mut copied = false;
+        let mut others = None;
         // A new frame in the slot is a change for lock-free readers (`duplicate`): made first,
         // then put in under an odd generation.
         let fresh = match slot {
             None => Some(zeroed_page(self.read.node_core)?),
             Some(f) if write && KRef::strong_count(f) > 1 => {
-                copied = true;
+                others = Some(self.other_mappings_of(idx, me)?);
                 Some(copy_of(f, self.read.node_core)?)
             }
             Some(_) => None,
         };
+        let mut broken = None;
+        let copied = others.is_some();
         if let Some(fresh) = fresh {
             let s = self.begin_write();
-            // The frame it replaces (a copy-on-write original) is dropped after the generation
-            // moves on; a reader that saw it still checks the generation before using it.
+            // The frame it replaces (a copy-on-write original) goes to the caller, which drops
+            // it after the generation moved on; a reader that saw it still checks the
+            // generation before using it.
             let old = g.pages[idx as usize].replace(fresh);
             self.end_write(&g, s);
-            drop(old);
+            match (old, others) {
+                (Some(old), Some(others)) if !others.is_empty() => broken = Some(CowBreak { others, old }),
+                (old, _) => drop(old),
+            }
         }
         let f = g.pages[idx as usize].as_ref().ok_or(Error::NoMemory)?;
-        Ok((f.pa, KRef::strong_count(f) == 1, copied))
+        Ok((f.pa, KRef::strong_count(f) == 1, copied, broken))
+    }
+
+    /// The mappings of page `idx` other than `me` (range key, `voff`), each as (its range,
+    /// borrowed, the mapping's `voff`, the page's offset in the range). Under `inner` (the
+    /// order `duplicate` takes too: `inner`, then each bucket).
+    fn other_mappings_of(&self, idx: u64, me: (usize, u64)) -> Result<Vec<(Peek, u64, u64)>, Error> {
+        let at = idx * PAGE_SIZE;
+        let mut v = Vec::new();
+        for bucket in self.rmap.iter() {
+            if bucket.end.load(Ordering::Acquire) <= at {
+                continue; // no record of this bucket reaches the page
+            }
+            let list = bucket.list.lock();
+            for m in list.iter() {
+                if m.soff <= at && at < m.soff + m.len && (m.ar_key, m.voff) != me {
+                    // SAFETY: the entry is in its bucket and the bucket's lock is held, so the
+                    // range's drop has not removed it yet and its allocation is alive
+                    // (`SegMap`).
+                    if let Some(p) = unsafe { Peek::of_link(&m.ar) } {
+                        try_push(&mut v, (p, m.voff, m.voff + (at - m.soff)))?;
+                    }
+                }
+            }
+        }
+        Ok(v)
     }
 
     /// Duplicate: `cow == false` copies every present page now; `cow == true` shares them.
@@ -1157,7 +1208,7 @@ mod segmaps_ktests {
         let r = seg.set_nbytes(3 * PAGE_SIZE);
         kassert!(r == Err(Error::Busy), "shrinking under the mapping of page 3 gave {r:?}");
         // A present page makes the copy-on-write copy take the locked path and read the map.
-        seg.fault_page(0, true).map_err(err)?;
+        seg.fault_page(0, true, (0, 0)).map_err(err)?;
         let (copy, maps) = seg.duplicate(true, me).map_err(err)?;
         kassert!(maps.len() == 2, "{} mappings to protect, expected 2 (one in each bucket)", maps.len());
         kassert!(maps.iter().any(|(p, v, _)| p.is(&a) && *v == 4 * PAGE_SIZE) && maps.iter().any(|(p, v, _)| p.is(&b) && *v == 0), "the mappings found are not A's and B's");

@@ -6,6 +6,7 @@ use core::sync::atomic::Ordering;
 use super::*;
 use crate::kobj::kref::{KBorrow, KRef};
 use crate::kobj::{KObject, ObjRef};
+use crate::kobj::segment::CowBreak;
 use crate::arch::x86_64::paging::{
     index, read_entry, write_entry, PTE_ACCESSED, PTE_DIRTY, PTE_NX, PTE_PRESENT, PTE_USER, PTE_WRITE,
 };
@@ -76,9 +77,18 @@ pub fn resolve_fault(root_obj: &KObject, rel: u64, write: bool, exec: bool) -> R
                 }
                 Target::Seg { obj, soff } => {
                     // `obj` is the mapping's counted reference, and `g` holds the mapping.
-                    let (pte, copied) = seg_entry(m, obj, *soff, rel, write, exec)?;
-                    let t = ar.table_at(&mut g, rel, 1, true).map_err(|_| FaultError::OutOfMemory)?.ok_or(FaultError::OutOfMemory)?;
+                    let (pte, copied, broken) = seg_entry(ar, m, obj, *soff, rel, write, exec)?;
+                    let t = match ar.table_at(&mut g, rel, 1, true) {
+                        Ok(Some(t)) => t,
+                        _ => {
+                            drop(g);
+                            drop_stale_entries(broken);
+                            return Err(FaultError::OutOfMemory);
+                        }
+                    };
                     install_entry(ar, t, rel, pte, copied);
+                    drop(g);
+                    drop_stale_entries(broken);
                     return Ok(copied);
                 }
             }
@@ -88,16 +98,18 @@ pub fn resolve_fault(root_obj: &KObject, rel: u64, write: bool, exec: bool) -> R
     }
 }
 
-/// The entry a fault at `rel` in segment mapping `m` (of `obj` at `soff`) gets, with whether
-/// the page was copied (copy-on-write). The caller holds the lock that keeps the mapping (and
-/// so its counted reference `obj`): the range's, or the mapping's slot's.
+/// The entry a fault at `rel` in segment mapping `m` of range `ar` (of `obj` at `soff`)
+/// gets, whether the page was copied (copy-on-write), and the break's stale entries
+/// in other mappings, which the caller clears (`drop_stale_entries`) after it lets go of the
+/// lock that keeps the mapping (and so its counted reference `obj`): the range's, or the
+/// mapping's slot's.
 #[inline(always)] // the fault path: as inline as it was before it was shared with `fault_paged`
-pub(super) fn seg_entry(m: &Mapping, obj: &ObjRef, soff: u64, rel: u64, write: bool, exec: bool) -> Result<(u64, bool), FaultError> {
+pub(super) fn seg_entry(ar: &AddressRange, m: &Mapping, obj: &ObjRef, soff: u64, rel: u64, write: bool, exec: bool) -> Result<(u64, bool, Option<CowBreak>), FaultError> {
     if (write && m.flags & MAP_WRITE == 0) || (exec && m.flags & MAP_EXEC == 0) {
         return Err(FaultError::Protection);
     }
     let page = (soff + (rel - m.voff)) / PAGE_SIZE;
-    let (pa, exclusive, copied) = obj.as_segment().map_err(|_| FaultError::NotMapped)?.fault_page(page, write).map_err(|e| match e {
+    let (pa, exclusive, copied, broken) = obj.as_segment().map_err(|_| FaultError::NotMapped)?.fault_page(page, write, (ar.key(), m.voff)).map_err(|e| match e {
         Error::NoMemory => FaultError::OutOfMemory,
         _ => FaultError::NotMapped,
     })?;
@@ -108,7 +120,22 @@ pub(super) fn seg_entry(m: &Mapping, obj: &ObjRef, soff: u64, rel: u64, write: b
     if m.flags & MAP_EXEC == 0 && nx_supported() {
         pte |= PTE_NX;
     }
-    Ok((pte, copied))
+    Ok((pte, copied, broken))
+}
+
+/// After a copy-on-write break (`Segment::fault_page`), outside the faulting range's lock:
+/// clear the entries the segment's other mappings may hold for the page (each under its own
+/// range's or slot's lock, flushed where it was present), then let the old frame go.
+#[inline(never)] // rare: only a break of a page mapped more than once
+pub(super) fn drop_stale_entries(broken: Option<CowBreak>) {
+    let Some(b) = broken else { return };
+    for (ar_obj, map_voff, rel) in b.others.iter() {
+        super::map::drop_entry(ar_obj, *map_voff, *rel);
+    }
+    // The ranges' borrows end first (ending one may drop a range, which takes the segment's
+    // bucket lock: none is held here), then the old frame.
+    drop(b.others);
+    drop(b.old);
 }
 
 /// Write `pte` for `rel` into page table `t` of `ar` (under the same lock as `seg_entry`) and
@@ -145,8 +172,10 @@ pub(super) fn fault_paged(ar: &AddressRange, paged: &Paged, rel: u64, write: boo
                 // Gone since the word was read (an unmap claimed the page first): read it again.
                 let Some(m) = g.iter().find(|m| m.voff <= rel && rel < m.voff + m.len) else { continue };
                 let Target::Seg { obj, soff } = &m.target else { return Err(FaultError::NotMapped) };
-                let (pte, copied) = seg_entry(m, obj, *soff, rel, write, exec)?;
+                let (pte, copied, broken) = seg_entry(ar, m, obj, *soff, rel, write, exec)?;
                 install_entry(ar, ar.table, rel, pte, copied);
+                drop(g);
+                drop_stale_entries(broken);
                 return Ok(copied);
             }
             _ => core::hint::spin_loop(),
