@@ -64,6 +64,32 @@ pub struct SegInner {
     pinned_pages: usize,
 }
 
+impl Drop for SegInner {
+    /// Drop the present pages, found eight slots at a time, then forget the list's `None`s
+    /// instead of dropping them one by one: most of a segment's slots are empty (the 8 MiB
+    /// stack of a Linux program is 2 048 slots for a few pages), and a slot at a time cost
+    /// about eight instructions each at every process's teardown.
+    fn drop(&mut self) {
+        let n = self.pages.len();
+        let base = self.pages.as_ptr() as *const usize;
+        let mut i = 0;
+        while i < n {
+            let k = (n - i).min(8);
+            // SAFETY: slots `i..i + k` are inside the list; a slot is one word whose zero is
+            // `None` (the assertion at `ReadLine`); read as words only to test for zero.
+            let any = (0..k).fold(0usize, |a, j| a | unsafe { *base.add(i + j) });
+            if any != 0 {
+                for slot in &mut self.pages[i..i + k] {
+                    drop(slot.take());
+                }
+            }
+            i += k;
+        }
+        // SAFETY: every slot is `None` now (the non-zero ones were taken above).
+        unsafe { self.pages.forget_all() };
+    }
+}
+
 pub struct Segment {
     /// What readers read without the lock (`nbytes`, the lock-free side of `duplicate` and of
     /// `set_nbytes`' `Busy` check), written only under the lock, on a line apart from it: a
