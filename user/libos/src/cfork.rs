@@ -98,19 +98,6 @@ impl Drop for Child {
     }
 }
 
-/// Copy every segment eagerly (all its pages now) instead of copy-on-write in the `cfork`s of
-/// this process, while set (`set_eager_copies`). For a process whose segments other address
-/// ranges of its own map as well (a Linux program's threads, each with its root range): a
-/// copy-on-write break replaces the page's frame in the segment for the range that wrote it,
-/// but the other ranges' entries keep the old frame, which is then the child's, so they
-/// would read (and write, once it is the child's alone) the child's page.
-static EAGER: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-
-/// See `EAGER`. Per process (a static of its image).
-pub fn set_eager_copies(on: bool) {
-    EAGER.store(on, core::sync::atomic::Ordering::Relaxed);
-}
-
 /// Shares besides the usual ones in which `cfork` looks for the objects it copies: shares a
 /// program keeps its own mappings' segments in (the Linux personality's program share),
 /// reachable from the process share but not one of `name_of`'s candidates. Per process.
@@ -210,8 +197,10 @@ fn copy_mappings(names: &mut Names, dst: ObjName, share: ObjectId, maps: &[ArMap
             } else if let Some(&(_, new)) = copied[..ncopied].iter().find(|(old, _)| *old == m.target) {
                 ObjName::new(share, new)
             } else {
-                let how = if EAGER.load(core::sync::atomic::Ordering::Relaxed) { abi::COPY_EAGER } else { COPY_ON_WRITE };
-                let new = match crate::sys::segment_copy(share, names.name_of(m.target)?, "cfork", how) {
+                // Copy-on-write also for a segment other ranges of this process map as well (a
+                // Linux program's threads, each with its root range): a break clears their
+                // entries for the page (the kernel's `fault_page`).
+                let new = match crate::sys::segment_copy(share, names.name_of(m.target)?, "cfork", COPY_ON_WRITE) {
                     Ok(n) => n,
                     // A segment a device object pinned (a disk's or NIC's request memory)
                     // cannot be copied; the child gets nothing mapped there (the device is
