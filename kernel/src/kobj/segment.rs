@@ -71,6 +71,9 @@ impl Drop for SegInner {
     /// about eight instructions each at every process's teardown.
     fn drop(&mut self) {
         let n = self.pages.len();
+        if n <= 16 {
+            return; // a small list: the list's own drop, a slot at a time, costs less
+        }
         let base = self.pages.as_ptr() as *const usize;
         let mut i = 0;
         while i < n {
@@ -587,7 +590,8 @@ impl Segment {
 
     /// The frame for page `idx`, allocated on first touch, copied first if `write` and it is
     /// shared with another segment. Returns (physical address, may be mapped writable,
-    /// whether a copy-on-write copy happened, the break's other mappings if it has any).
+    /// whether a copy-on-write copy happened); a break with other mappings of the page is put
+    /// in `broken`.
     ///
     /// `me` is the faulting mapping (its range's key and `voff`). A break replaces the page's
     /// frame for every mapping of this segment, not only the faulting one: the others may
@@ -598,36 +602,54 @@ impl Segment {
     /// counts as shared and a write through the copy copies it too (none can show through a
     /// stale entry). Their list is made before anything changes: a failed allocation leaves
     /// the page as it was.
-    pub fn fault_page(&self, idx: u64, write: bool, me: (usize, u64)) -> Result<(u64, bool, bool, Option<CowBreak>), Error> {
+    pub fn fault_page(&self, idx: u64, write: bool, me: (usize, u64), broken: &mut Option<CowBreak>) -> Result<(u64, bool, bool), Error> {
         let mut g = self.inner.lock();
         let slot = g.pages.get_mut(idx as usize).ok_or(Error::OutOfRange)?;
-        let mut others = None;
-        // A new frame in the slot is a change for lock-free readers (`duplicate`): made first,
-        // then put in under an odd generation.
-        let fresh = match slot {
-            None => Some(zeroed_page(self.read.node_core)?),
+        let mut copied = false;
+        match slot {
+            None => {
+                // A new frame in the slot is a change for lock-free readers (`duplicate`):
+                // made first, then put in under an odd generation.
+                let fresh = zeroed_page(self.read.node_core)?;
+                let s = self.begin_write();
+                g.pages[idx as usize] = Some(fresh);
+                self.end_write(&g, s);
+            }
             Some(f) if write && KRef::strong_count(f) > 1 => {
-                others = Some(self.other_mappings_of(idx, me)?);
-                Some(copy_of(f, self.read.node_core)?)
+                *broken = self.break_page(&mut g, idx, me)?;
+                copied = true;
             }
-            Some(_) => None,
-        };
-        let mut broken = None;
-        let copied = others.is_some();
-        if let Some(fresh) = fresh {
-            let s = self.begin_write();
-            // The frame it replaces (a copy-on-write original) goes to the caller, which drops
-            // it after the generation moved on; a reader that saw it still checks the
-            // generation before using it.
-            let old = g.pages[idx as usize].replace(fresh);
-            self.end_write(&g, s);
-            match (old, others) {
-                (Some(old), Some(others)) if !others.is_empty() => broken = Some(CowBreak { others, old }),
-                (old, _) => drop(old),
-            }
+            Some(_) => {}
         }
         let f = g.pages[idx as usize].as_ref().ok_or(Error::NoMemory)?;
-        Ok((f.pa, KRef::strong_count(f) == 1, copied, broken))
+        Ok((f.pa, KRef::strong_count(f) == 1, copied))
+    }
+
+    /// `fault_page`'s copy-on-write break (under `inner`, the slot holding a shared frame):
+    /// the other mappings first (nothing changed if that fails), then the copy in the slot.
+    /// Out of line: the common faults (a new page, a page already the segment's own) do
+    /// not pay for it.
+    #[cold]
+    #[inline(never)]
+    fn break_page(&self, g: &mut SegInner, idx: u64, me: (usize, u64)) -> Result<Option<CowBreak>, Error> {
+        let others = self.other_mappings_of(idx, me)?;
+        let fresh = match &g.pages[idx as usize] {
+            Some(f) => copy_of(f, self.read.node_core)?,
+            None => return Err(Error::NoMemory),
+        };
+        let s = self.begin_write();
+        // The frame it replaces (a copy-on-write original) is dropped after the generation
+        // moved on (a reader that saw it still checks the generation before using it): here,
+        // or by the caller once the other mappings' entries are cleared.
+        let old = g.pages[idx as usize].replace(fresh);
+        self.end_write(g, s);
+        Ok(match old {
+            Some(old) if !others.is_empty() => Some(CowBreak { others, old }),
+            old => {
+                drop(old);
+                None
+            }
+        })
     }
 
     /// The mappings of page `idx` other than `me` (range key, `voff`), each as (its range,
@@ -1234,7 +1256,7 @@ mod segmaps_ktests {
         let r = seg.set_nbytes(3 * PAGE_SIZE);
         kassert!(r == Err(Error::Busy), "shrinking under the mapping of page 3 gave {r:?}");
         // A present page makes the copy-on-write copy take the locked path and read the map.
-        seg.fault_page(0, true, (0, 0)).map_err(err)?;
+        seg.fault_page(0, true, (0, 0), &mut None).map_err(err)?;
         let (copy, maps) = seg.duplicate(true, me).map_err(err)?;
         kassert!(maps.len() == 2, "{} mappings to protect, expected 2 (one in each bucket)", maps.len());
         kassert!(maps.iter().any(|(p, v, _)| p.is(&a) && *v == 4 * PAGE_SIZE) && maps.iter().any(|(p, v, _)| p.is(&b) && *v == 0), "the mappings found are not A's and B's");

@@ -77,19 +77,19 @@ pub fn resolve_fault(root_obj: &KObject, rel: u64, write: bool, exec: bool) -> R
                 }
                 Target::Seg { obj, soff } => {
                     // `obj` is the mapping's counted reference, and `g` holds the mapping.
-                    let (pte, copied, broken) = seg_entry(ar, m, obj, *soff, rel, write, exec)?;
-                    let t = match ar.table_at(&mut g, rel, 1, true) {
-                        Ok(Some(t)) => t,
-                        _ => {
-                            drop(g);
-                            drop_stale_entries(broken);
-                            return Err(FaultError::OutOfMemory);
-                        }
-                    };
-                    install_entry(ar, t, rel, pte, copied);
-                    drop(g);
-                    drop_stale_entries(broken);
-                    return Ok(copied);
+                    let mut broken = None;
+                    let r = seg_entry(ar, m, obj, *soff, rel, write, exec, &mut broken).and_then(|(pte, copied)| {
+                        let t = ar.table_at(&mut g, rel, 1, true).map_err(|_| FaultError::OutOfMemory)?.ok_or(FaultError::OutOfMemory)?;
+                        install_entry(ar, t, rel, pte, copied);
+                        Ok(copied)
+                    });
+                    // After a break the segment holds the new frame whatever followed: the
+                    // other mappings' entries are cleared on every path.
+                    if let Some(b) = broken {
+                        drop(g);
+                        drop_stale_entries(b);
+                    }
+                    return r;
                 }
             }
         };
@@ -99,17 +99,17 @@ pub fn resolve_fault(root_obj: &KObject, rel: u64, write: bool, exec: bool) -> R
 }
 
 /// The entry a fault at `rel` in segment mapping `m` of range `ar` (of `obj` at `soff`)
-/// gets, whether the page was copied (copy-on-write), and the break's stale entries
+/// gets and whether the page was copied (copy-on-write); a break's stale entries go in `broken`
 /// in other mappings, which the caller clears (`drop_stale_entries`) after it lets go of the
 /// lock that keeps the mapping (and so its counted reference `obj`): the range's, or the
 /// mapping's slot's.
 #[inline(always)] // the fault path: as inline as it was before it was shared with `fault_paged`
-pub(super) fn seg_entry(ar: &AddressRange, m: &Mapping, obj: &ObjRef, soff: u64, rel: u64, write: bool, exec: bool) -> Result<(u64, bool, Option<CowBreak>), FaultError> {
+pub(super) fn seg_entry(ar: &AddressRange, m: &Mapping, obj: &ObjRef, soff: u64, rel: u64, write: bool, exec: bool, broken: &mut Option<CowBreak>) -> Result<(u64, bool), FaultError> {
     if (write && m.flags & MAP_WRITE == 0) || (exec && m.flags & MAP_EXEC == 0) {
         return Err(FaultError::Protection);
     }
     let page = (soff + (rel - m.voff)) / PAGE_SIZE;
-    let (pa, exclusive, copied, broken) = obj.as_segment().map_err(|_| FaultError::NotMapped)?.fault_page(page, write, (ar.key(), m.voff)).map_err(|e| match e {
+    let (pa, exclusive, copied) = obj.as_segment().map_err(|_| FaultError::NotMapped)?.fault_page(page, write, (ar.key(), m.voff), broken).map_err(|e| match e {
         Error::NoMemory => FaultError::OutOfMemory,
         _ => FaultError::NotMapped,
     })?;
@@ -120,15 +120,15 @@ pub(super) fn seg_entry(ar: &AddressRange, m: &Mapping, obj: &ObjRef, soff: u64,
     if m.flags & MAP_EXEC == 0 && nx_supported() {
         pte |= PTE_NX;
     }
-    Ok((pte, copied, broken))
+    Ok((pte, copied))
 }
 
 /// After a copy-on-write break (`Segment::fault_page`), outside the faulting range's lock:
 /// clear the entries the segment's other mappings may hold for the page (each under its own
 /// range's or slot's lock, flushed where it was present), then let the old frame go.
 #[inline(never)] // rare: only a break of a page mapped more than once
-pub(super) fn drop_stale_entries(broken: Option<CowBreak>) {
-    let Some(b) = broken else { return };
+#[cold]
+pub(super) fn drop_stale_entries(b: CowBreak) {
     for (ar_obj, map_voff, rel) in b.others.iter() {
         super::map::drop_entry(ar_obj, *map_voff, *rel);
     }
@@ -172,11 +172,16 @@ pub(super) fn fault_paged(ar: &AddressRange, paged: &Paged, rel: u64, write: boo
                 // Gone since the word was read (an unmap claimed the page first): read it again.
                 let Some(m) = g.iter().find(|m| m.voff <= rel && rel < m.voff + m.len) else { continue };
                 let Target::Seg { obj, soff } = &m.target else { return Err(FaultError::NotMapped) };
-                let (pte, copied, broken) = seg_entry(ar, m, obj, *soff, rel, write, exec)?;
-                install_entry(ar, ar.table, rel, pte, copied);
-                drop(g);
-                drop_stale_entries(broken);
-                return Ok(copied);
+                let mut broken = None;
+                let r = seg_entry(ar, m, obj, *soff, rel, write, exec, &mut broken).map(|(pte, copied)| {
+                    install_entry(ar, ar.table, rel, pte, copied);
+                    copied
+                });
+                if let Some(b) = broken {
+                    drop(g);
+                    drop_stale_entries(b);
+                }
+                return r;
             }
             _ => core::hint::spin_loop(),
         }
