@@ -637,7 +637,7 @@ fn segment_pages_come_from_the_memid_node() -> Outcome {
         }
         let seg = crate::kobj::segment::Segment::new(4 * PAGE_SIZE, c as u32).map_err(|e| e.as_str())?;
         for i in 0..4 {
-            let (pa, _, _) = seg.fault_page(i, true).map_err(|e| e.as_str())?;
+            let (pa, _, _) = seg.fault_page(i, true, (0, 0), &mut None).map_err(|e| e.as_str())?;
             kassert!(frame::node_of(pa) == Some(node), "page for core {c} came from node {:?}, want {node}", frame::node_of(pa));
         }
         drop(seg);

@@ -30,6 +30,16 @@ impl Drop for Frame {
     }
 }
 
+/// A copy-on-write break (`Segment::fault_page`): the other mappings of the page, whose
+/// entries may still name the old frame, and the old frame, kept until they are cleared.
+/// Dropping it before the entries are cleared would let the copy write the frame in place
+/// while they still read it.
+pub struct CowBreak {
+    /// (range, the mapping's `voff`, the page's offset in the range).
+    pub others: Vec<(Peek, u64, u64)>,
+    pub old: KRef<Frame>,
+}
+
 /// A place this segment is mapped: `[voff, voff + len)` of an address range, starting at
 /// segment offset `soff`. The link to the range writes none of its counts (`KLink`): the
 /// range's drop removes this entry (`AddressRange::drop` -> `remove_map`) before its memory
@@ -52,6 +62,35 @@ pub struct SegInner {
     pins: u32,
     /// The most pages any pin covers (from page 0).
     pinned_pages: usize,
+}
+
+impl Drop for SegInner {
+    /// Drop the present pages, found eight slots at a time, then forget the list's `None`s
+    /// instead of dropping them one by one: most of a segment's slots are empty (the 8 MiB
+    /// stack of a Linux program is 2 048 slots for a few pages), and a slot at a time cost
+    /// about eight instructions each at every process's teardown.
+    fn drop(&mut self) {
+        let n = self.pages.len();
+        if n <= 16 {
+            return; // a small list: the list's own drop, a slot at a time, costs less
+        }
+        let base = self.pages.as_ptr() as *const usize;
+        let mut i = 0;
+        while i < n {
+            let k = (n - i).min(8);
+            // SAFETY: slots `i..i + k` are inside the list; a slot is one word whose zero is
+            // `None` (the assertion at `ReadLine`); read as words only to test for zero.
+            let any = (0..k).fold(0usize, |a, j| a | unsafe { *base.add(i + j) });
+            if any != 0 {
+                for slot in &mut self.pages[i..i + k] {
+                    drop(slot.take());
+                }
+            }
+            i += k;
+        }
+        // SAFETY: every slot is `None` now (the non-zero ones were taken above).
+        unsafe { self.pages.forget_all() };
+    }
 }
 
 pub struct Segment {
@@ -551,31 +590,91 @@ impl Segment {
 
     /// The frame for page `idx`, allocated on first touch, copied first if `write` and it is
     /// shared with another segment. Returns (physical address, may be mapped writable,
-    /// whether a copy-on-write copy happened).
-    pub fn fault_page(&self, idx: u64, write: bool) -> Result<(u64, bool, bool), Error> {
+    /// whether a copy-on-write copy happened); a break with other mappings of the page is put
+    /// in `broken`.
+    ///
+    /// `me` is the faulting mapping (its range's key and `voff`). A break replaces the page's
+    /// frame for every mapping of this segment, not only the faulting one: the others may
+    /// hold entries for the old frame (read-only since the copy), which from now on belongs
+    /// to the copy alone. The break returns those mappings and the old frame; the caller
+    /// clears their entries (`ar::drop_stale_entries`) after it lets its range's lock go, and
+    /// only then drops the old frame, so until every stale entry is gone the old frame still
+    /// counts as shared and a write through the copy copies it too (none can show through a
+    /// stale entry). Their list is made before anything changes: a failed allocation leaves
+    /// the page as it was.
+    pub fn fault_page(&self, idx: u64, write: bool, me: (usize, u64), broken: &mut Option<CowBreak>) -> Result<(u64, bool, bool), Error> {
         let mut g = self.inner.lock();
         let slot = g.pages.get_mut(idx as usize).ok_or(Error::OutOfRange)?;
         let mut copied = false;
-        // A new frame in the slot is a change for lock-free readers (`duplicate`): made first,
-        // then put in under an odd generation.
-        let fresh = match slot {
-            None => Some(zeroed_page(self.read.node_core)?),
-            Some(f) if write && KRef::strong_count(f) > 1 => {
-                copied = true;
-                Some(copy_of(f, self.read.node_core)?)
+        match slot {
+            None => {
+                // A new frame in the slot is a change for lock-free readers (`duplicate`):
+                // made first, then put in under an odd generation.
+                let fresh = zeroed_page(self.read.node_core)?;
+                let s = self.begin_write();
+                g.pages[idx as usize] = Some(fresh);
+                self.end_write(&g, s);
             }
-            Some(_) => None,
-        };
-        if let Some(fresh) = fresh {
-            let s = self.begin_write();
-            // The frame it replaces (a copy-on-write original) is dropped after the generation
-            // moves on; a reader that saw it still checks the generation before using it.
-            let old = g.pages[idx as usize].replace(fresh);
-            self.end_write(&g, s);
-            drop(old);
+            Some(f) if write && KRef::strong_count(f) > 1 => {
+                *broken = self.break_page(&mut g, idx, me)?;
+                copied = true;
+            }
+            Some(_) => {}
         }
         let f = g.pages[idx as usize].as_ref().ok_or(Error::NoMemory)?;
         Ok((f.pa, KRef::strong_count(f) == 1, copied))
+    }
+
+    /// `fault_page`'s copy-on-write break (under `inner`, the slot holding a shared frame):
+    /// the other mappings first (nothing changed if that fails), then the copy in the slot.
+    /// Out of line: the common faults (a new page, a page already the segment's own) do
+    /// not pay for it.
+    #[cold]
+    #[inline(never)]
+    fn break_page(&self, g: &mut SegInner, idx: u64, me: (usize, u64)) -> Result<Option<CowBreak>, Error> {
+        let others = self.other_mappings_of(idx, me)?;
+        let fresh = match &g.pages[idx as usize] {
+            Some(f) => copy_of(f, self.read.node_core)?,
+            None => return Err(Error::NoMemory),
+        };
+        let s = self.begin_write();
+        // The frame it replaces (a copy-on-write original) is dropped after the generation
+        // moved on (a reader that saw it still checks the generation before using it): here,
+        // or by the caller once the other mappings' entries are cleared.
+        let old = g.pages[idx as usize].replace(fresh);
+        self.end_write(g, s);
+        Ok(match old {
+            Some(old) if !others.is_empty() => Some(CowBreak { others, old }),
+            old => {
+                drop(old);
+                None
+            }
+        })
+    }
+
+    /// The mappings of page `idx` other than `me` (range key, `voff`), each as (its range,
+    /// borrowed, the mapping's `voff`, the page's offset in the range). Under `inner` (the
+    /// order `duplicate` takes too: `inner`, then each bucket).
+    fn other_mappings_of(&self, idx: u64, me: (usize, u64)) -> Result<Vec<(Peek, u64, u64)>, Error> {
+        let at = idx * PAGE_SIZE;
+        let mut v = Vec::new();
+        for bucket in self.rmap.iter() {
+            if bucket.end.load(Ordering::Acquire) <= at {
+                continue; // no record of this bucket reaches the page
+            }
+            let list = bucket.list.lock();
+            for m in list.iter() {
+                if m.soff <= at && at < m.soff + m.len && (m.ar_key, m.voff) != me {
+                    // SAFETY: the entry is in its bucket and the bucket's lock is held, so the
+                    // range's drop has not removed it yet and its allocation is alive
+                    // (`SegMap`).
+                    if let Some(p) = unsafe { Peek::of_link(&m.ar) } {
+                        try_push(&mut v, (p, m.voff, m.voff + (at - m.soff)))?;
+                    }
+                }
+            }
+        }
+        Ok(v)
     }
 
     /// Duplicate: `cow == false` copies every present page now; `cow == true` shares them.
@@ -1157,7 +1256,7 @@ mod segmaps_ktests {
         let r = seg.set_nbytes(3 * PAGE_SIZE);
         kassert!(r == Err(Error::Busy), "shrinking under the mapping of page 3 gave {r:?}");
         // A present page makes the copy-on-write copy take the locked path and read the map.
-        seg.fault_page(0, true).map_err(err)?;
+        seg.fault_page(0, true, (0, 0), &mut None).map_err(err)?;
         let (copy, maps) = seg.duplicate(true, me).map_err(err)?;
         kassert!(maps.len() == 2, "{} mappings to protect, expected 2 (one in each bucket)", maps.len());
         kassert!(maps.iter().any(|(p, v, _)| p.is(&a) && *v == 4 * PAGE_SIZE) && maps.iter().any(|(p, v, _)| p.is(&b) && *v == 0), "the mappings found are not A's and B's");

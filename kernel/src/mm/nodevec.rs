@@ -129,6 +129,14 @@ impl<T> NodeVec<T> {
         self.len = n;
     }
 
+    /// Forget every element without dropping it (the buffer stays).
+    ///
+    /// # Safety
+    /// No element may need its drop to run (a list of `None`s whose `Some`s were taken out).
+    pub unsafe fn forget_all(&mut self) {
+        self.len = 0;
+    }
+
     /// Drop the elements past `n`.
     pub fn truncate(&mut self, n: usize) {
         while self.len > n {

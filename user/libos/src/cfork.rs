@@ -98,19 +98,6 @@ impl Drop for Child {
     }
 }
 
-/// Copy every segment eagerly (all its pages now) instead of copy-on-write in the `cfork`s of
-/// this process, while set (`set_eager_copies`). For a process whose segments other address
-/// ranges of its own map as well (a Linux program's threads, each with its root range): a
-/// copy-on-write break replaces the page's frame in the segment for the range that wrote it,
-/// but the other ranges' entries keep the old frame, which is then the child's, so they
-/// would read (and write, once it is the child's alone) the child's page.
-static EAGER: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-
-/// See `EAGER`. Per process (a static of its image).
-pub fn set_eager_copies(on: bool) {
-    EAGER.store(on, core::sync::atomic::Ordering::Relaxed);
-}
-
 /// Shares besides the usual ones in which `cfork` looks for the objects it copies: shares a
 /// program keeps its own mappings' segments in (the Linux personality's program share),
 /// reachable from the process share but not one of `name_of`'s candidates. Per process.
@@ -130,39 +117,60 @@ pub fn remove_lookup_share(share: ObjectId) {
     }
 }
 
-/// Find a share through which this context can name object `id`: the root share, the
-/// process share, the heap shares, the share set, the registered lookup shares, and shares
-/// those hold.
-fn name_of(id: ObjectId) -> Result<ObjName, Error> {
-    let c = crate::ctx::ctx();
-    let mut cands = [0u64; 64];
-    let mut n = 0;
-    let push = |s: ObjectId, cands: &mut [u64; 64], n: &mut usize| {
-        if s != 0 && *n < cands.len() && !cands[..*n].contains(&s) {
-            cands[*n] = s;
-            *n += 1;
+/// The shares through which this context may name an object `cfork` copies: the root
+/// share, the process share, the heap shares, the share set, the registered lookup shares.
+/// Gathered once per `cfork` (the share set is a system call), with the share the last
+/// object was found in: a process keeps most of its segments in one or two shares, so
+/// trying that one first finds most objects with one `obj_stat` instead of one per share
+/// tried before it (about 40 per fork of a Linux program).
+struct Names {
+    cands: [u64; 64],
+    n: usize,
+    last: usize,
+}
+
+impl Names {
+    fn new() -> Names {
+        let c = crate::ctx::ctx();
+        let mut names = Names { cands: [0; 64], n: 0, last: 0 };
+        names.push(c.root_share);
+        names.push(c.root_ar.share);
+        names.push(crate::process::proc_share());
+        for h in 0..crate::heap::cores() {
+            names.push(crate::heap::range_of(h).share);
         }
-    };
-    push(c.root_share, &mut cands, &mut n);
-    push(c.root_ar.share, &mut cands, &mut n);
-    push(crate::process::proc_share(), &mut cands, &mut n);
-    for h in 0..crate::heap::cores() {
-        push(crate::heap::range_of(h).share, &mut cands, &mut n);
+        let mut set = [0u64; 1 + MAX_CONTEXT_SHARES];
+        let k = crate::sys::self_shares(&mut set).unwrap_or(0) as usize;
+        for &s in &set[..k.min(set.len())] {
+            names.push(s);
+        }
+        for s in &LOOKUP_SHARES {
+            names.push(s.load(core::sync::atomic::Ordering::Relaxed));
+        }
+        names
     }
-    let mut set = [0u64; 1 + MAX_CONTEXT_SHARES];
-    let k = crate::sys::self_shares(&mut set).unwrap_or(0) as usize;
-    for &s in &set[..k.min(set.len())] {
-        push(s, &mut cands, &mut n);
-    }
-    for s in &LOOKUP_SHARES {
-        push(s.load(core::sync::atomic::Ordering::Relaxed), &mut cands, &mut n);
-    }
-    for &s in &cands[..n] {
-        if crate::sys::obj_stat(ObjName::new(s, id)).is_ok() {
-            return Ok(ObjName::new(s, id));
+
+    fn push(&mut self, s: ObjectId) {
+        if s != 0 && self.n < self.cands.len() && !self.cands[..self.n].contains(&s) {
+            self.cands[self.n] = s;
+            self.n += 1;
         }
     }
-    Err(Error::NoSuchObject)
+
+    /// A name of object `id` (object ids are kernel-wide: any share holding it names the
+    /// same object): the share of the last hit first, then the others in order.
+    fn name_of(&mut self, id: ObjectId) -> Result<ObjName, Error> {
+        let last = self.last;
+        let order = core::iter::once(last).chain((0..self.n).filter(move |&i| i != last));
+        for i in order.take(self.n) {
+            let s = self.cands[i];
+            if crate::sys::obj_stat(ObjName::new(s, id)).is_ok() {
+                self.last = i;
+                return Ok(ObjName::new(s, id));
+            }
+        }
+        Err(Error::NoSuchObject)
+    }
 }
 
 fn kind_of_span(len: u64) -> Option<ArKind> {
@@ -172,7 +180,7 @@ fn kind_of_span(len: u64) -> Option<ArKind> {
 /// Copy the mappings of `src` (listed in `maps`) into `dst`, segments copy-on-write.
 /// `base` is the virtual address of offset 0 of `src` (to skip the context page and the
 /// descriptor windows, which exist only in the root).
-fn copy_mappings(dst: ObjName, share: ObjectId, maps: &[ArMapping], opts: &CforkOpts, base: u64, depth: u32) -> Result<(), Error> {
+fn copy_mappings(names: &mut Names, dst: ObjName, share: ObjectId, maps: &[ArMapping], opts: &CforkOpts, base: u64, depth: u32) -> Result<(), Error> {
     let c = crate::ctx::ctx();
     let arena = crate::ctx::arena();
     // Copies of segments mapped more than once (the image) are made once.
@@ -185,12 +193,14 @@ fn copy_mappings(dst: ObjName, share: ObjectId, maps: &[ArMapping], opts: &Cfork
                 continue;
             }
             let seg = if opts.segments.contains(&m.target) {
-                name_of(m.target)?
+                names.name_of(m.target)?
             } else if let Some(&(_, new)) = copied[..ncopied].iter().find(|(old, _)| *old == m.target) {
                 ObjName::new(share, new)
             } else {
-                let how = if EAGER.load(core::sync::atomic::Ordering::Relaxed) { abi::COPY_EAGER } else { COPY_ON_WRITE };
-                let new = match crate::sys::segment_copy(share, name_of(m.target)?, "cfork", how) {
+                // Copy-on-write also for a segment other ranges of this process map as well (a
+                // Linux program's threads, each with its root range): a break clears their
+                // entries for the page (the kernel's `fault_page`).
+                let new = match crate::sys::segment_copy(share, names.name_of(m.target)?, "cfork", COPY_ON_WRITE) {
                     Ok(n) => n,
                     // A segment a device object pinned (a disk's or NIC's request memory)
                     // cannot be copied; the child gets nothing mapped there (the device is
@@ -207,7 +217,7 @@ fn copy_mappings(dst: ObjName, share: ObjectId, maps: &[ArMapping], opts: &Cfork
             };
             crate::sys::ar_set_seg(dst, &SegMapping { voff: m.voff, seg, soff: m.soff, len: m.len, flags: m.flags })?;
         } else if m.target_type == ObjType::AddressRange as u32 {
-            let src = name_of(m.target)?;
+            let src = names.name_of(m.target)?;
             if opts.ranges.contains(&m.target) {
                 crate::sys::ar_set_ar(dst, m.voff, src)?;
                 continue;
@@ -219,7 +229,7 @@ fn copy_mappings(dst: ObjName, share: ObjectId, maps: &[ArMapping], opts: &Cfork
             let new = ObjName::new(share, crate::sys::ar_alloc(share, "cfork", abi::MEMID_SELF, kind)?);
             let mut inner = alloc_maps();
             let k = crate::sys::ar_get(src, &mut inner[..])? as usize;
-            copy_mappings(new, share, &inner[..k], opts, va, depth + 1)?;
+            copy_mappings(names, new, share, &inner[..k], opts, va, depth + 1)?;
             crate::sys::ar_set_ar(dst, m.voff, new)?;
         }
     }
@@ -323,7 +333,7 @@ pub fn cfork(core: u64, opts: &CforkOpts, f: fn(u64) -> u64, arg: u64) -> Result
         let ctx_seg = crate::ctx::map_new(share, root, core)?;
         // SAFETY: `start` is our live block; the child reads its copy, made below.
         unsafe { (*start).ctx_seg = ctx_seg };
-        copy_mappings(root, share, maps, opts, 0, 0)?;
+        copy_mappings(&mut Names::new(), root, share, maps, opts, 0, 0)?;
         let stack = crate::sys::segment_alloc(share, "cfork-stack", core, THREAD_STACK_SIZE)?;
         let sm = SegMapping { voff: stack_top - THREAD_STACK_SIZE, seg: ObjName::new(share, stack), soff: 0, len: THREAD_STACK_SIZE, flags: MAP_READ | MAP_WRITE };
         crate::sys::ar_set_seg(root, &sm)?;

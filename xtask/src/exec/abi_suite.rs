@@ -53,6 +53,19 @@ const CASES: &[Case] = &[
     // 64 rounds of fork + _exit + wait4, each checking the child's status: the second run's
     // exact leak check says every child's context, memory and table slot came back.
     Case { prog: "abi_fork", args: &["64"], files: &[], stdin: b"", status: 0, stdout: &["workload name=fork_exit_wait ops=64"], console: &[], truncate: 0 },
+    // The same from a process with a second thread, which reads a word the parent writes
+    // after each fork (a copy-on-write break): it must see the parent's value each time,
+    // never the old page (the child's after the break) or the child's write.
+    Case {
+        prog: "abi_fork",
+        args: &["16", "threads"],
+        files: &[],
+        stdin: b"",
+        status: 0,
+        stdout: &["reads of the parent's word through the second thread: 0 stale", "workload name=fork_exit_wait ops=16"],
+        console: &[],
+        truncate: 0,
+    },
     Case {
         prog: "abi_file",
         args: &[],

@@ -39,6 +39,37 @@ pub fn read_entry(table_pa: u64, idx: usize) -> u64 {
     unsafe { table(table_pa).add(idx).read_volatile() }
 }
 
+/// The first index in `[from, end)` (`end <= 512`) whose entry is not zero, or `end`. Eight
+/// entries are read and or-ed together per step: a teardown scans mostly empty tables
+/// (`kobj::ar::free_below`), where an entry at a time cost about six instructions each. The
+/// caller holds the table (no entry of it changes meanwhile).
+pub fn next_nonzero(table_pa: u64, from: usize, end: usize) -> usize {
+    debug_assert!(end <= 512);
+    let mut i = from;
+    while i < end && i % 8 != 0 {
+        if read_entry(table_pa, i) != 0 {
+            return i;
+        }
+        i += 1;
+    }
+    while i + 8 <= end {
+        // SAFETY: as for read_entry: `i + 8 <= end <= 512`, inside the table, which is
+        // 8-byte aligned (a page); the caller holds the table, so plain reads see its state.
+        let w = unsafe { core::ptr::read(table(table_pa).add(i) as *const [u64; 8]) };
+        if w.iter().fold(0, |a, &e| a | e) != 0 {
+            break;
+        }
+        i += 8;
+    }
+    while i < end {
+        if read_entry(table_pa, i) != 0 {
+            return i;
+        }
+        i += 1;
+    }
+    end
+}
+
 pub fn write_entry(table_pa: u64, idx: usize, value: u64) {
     debug_assert!(idx < 512);
     // SAFETY: as for read_entry; the caller holds the owning range's lock.

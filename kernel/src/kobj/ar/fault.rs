@@ -6,6 +6,7 @@ use core::sync::atomic::Ordering;
 use super::*;
 use crate::kobj::kref::{KBorrow, KRef};
 use crate::kobj::{KObject, ObjRef};
+use crate::kobj::segment::CowBreak;
 use crate::arch::x86_64::paging::{
     index, read_entry, write_entry, PTE_ACCESSED, PTE_DIRTY, PTE_NX, PTE_PRESENT, PTE_USER, PTE_WRITE,
 };
@@ -76,10 +77,19 @@ pub fn resolve_fault(root_obj: &KObject, rel: u64, write: bool, exec: bool) -> R
                 }
                 Target::Seg { obj, soff } => {
                     // `obj` is the mapping's counted reference, and `g` holds the mapping.
-                    let (pte, copied) = seg_entry(m, obj, *soff, rel, write, exec)?;
-                    let t = ar.table_at(&mut g, rel, 1, true).map_err(|_| FaultError::OutOfMemory)?.ok_or(FaultError::OutOfMemory)?;
-                    install_entry(ar, t, rel, pte, copied);
-                    return Ok(copied);
+                    let mut broken = None;
+                    let r = seg_entry(ar, m, obj, *soff, rel, write, exec, &mut broken).and_then(|(pte, copied)| {
+                        let t = ar.table_at(&mut g, rel, 1, true).map_err(|_| FaultError::OutOfMemory)?.ok_or(FaultError::OutOfMemory)?;
+                        install_entry(ar, t, rel, pte, copied);
+                        Ok(copied)
+                    });
+                    // After a break the segment holds the new frame whatever followed: the
+                    // other mappings' entries are cleared on every path.
+                    if let Some(b) = broken {
+                        drop(g);
+                        drop_stale_entries(b);
+                    }
+                    return r;
                 }
             }
         };
@@ -88,16 +98,18 @@ pub fn resolve_fault(root_obj: &KObject, rel: u64, write: bool, exec: bool) -> R
     }
 }
 
-/// The entry a fault at `rel` in segment mapping `m` (of `obj` at `soff`) gets, with whether
-/// the page was copied (copy-on-write). The caller holds the lock that keeps the mapping (and
-/// so its counted reference `obj`): the range's, or the mapping's slot's.
+/// The entry a fault at `rel` in segment mapping `m` of range `ar` (of `obj` at `soff`)
+/// gets and whether the page was copied (copy-on-write); a break's stale entries go in `broken`
+/// in other mappings, which the caller clears (`drop_stale_entries`) after it lets go of the
+/// lock that keeps the mapping (and so its counted reference `obj`): the range's, or the
+/// mapping's slot's.
 #[inline(always)] // the fault path: as inline as it was before it was shared with `fault_paged`
-pub(super) fn seg_entry(m: &Mapping, obj: &ObjRef, soff: u64, rel: u64, write: bool, exec: bool) -> Result<(u64, bool), FaultError> {
+pub(super) fn seg_entry(ar: &AddressRange, m: &Mapping, obj: &ObjRef, soff: u64, rel: u64, write: bool, exec: bool, broken: &mut Option<CowBreak>) -> Result<(u64, bool), FaultError> {
     if (write && m.flags & MAP_WRITE == 0) || (exec && m.flags & MAP_EXEC == 0) {
         return Err(FaultError::Protection);
     }
     let page = (soff + (rel - m.voff)) / PAGE_SIZE;
-    let (pa, exclusive, copied) = obj.as_segment().map_err(|_| FaultError::NotMapped)?.fault_page(page, write).map_err(|e| match e {
+    let (pa, exclusive, copied) = obj.as_segment().map_err(|_| FaultError::NotMapped)?.fault_page(page, write, (ar.key(), m.voff), broken).map_err(|e| match e {
         Error::NoMemory => FaultError::OutOfMemory,
         _ => FaultError::NotMapped,
     })?;
@@ -109,6 +121,21 @@ pub(super) fn seg_entry(m: &Mapping, obj: &ObjRef, soff: u64, rel: u64, write: b
         pte |= PTE_NX;
     }
     Ok((pte, copied))
+}
+
+/// After a copy-on-write break (`Segment::fault_page`), outside the faulting range's lock:
+/// clear the entries the segment's other mappings may hold for the page (each under its own
+/// range's or slot's lock, flushed where it was present), then let the old frame go.
+#[inline(never)] // rare: only a break of a page mapped more than once
+#[cold]
+pub(super) fn drop_stale_entries(b: CowBreak) {
+    for (ar_obj, map_voff, rel) in b.others.iter() {
+        super::map::drop_entry(ar_obj, *map_voff, *rel);
+    }
+    // The ranges' borrows end first (ending one may drop a range, which takes the segment's
+    // bucket lock: none is held here), then the old frame.
+    drop(b.others);
+    drop(b.old);
 }
 
 /// Write `pte` for `rel` into page table `t` of `ar` (under the same lock as `seg_entry`) and
@@ -145,9 +172,16 @@ pub(super) fn fault_paged(ar: &AddressRange, paged: &Paged, rel: u64, write: boo
                 // Gone since the word was read (an unmap claimed the page first): read it again.
                 let Some(m) = g.iter().find(|m| m.voff <= rel && rel < m.voff + m.len) else { continue };
                 let Target::Seg { obj, soff } = &m.target else { return Err(FaultError::NotMapped) };
-                let (pte, copied) = seg_entry(m, obj, *soff, rel, write, exec)?;
-                install_entry(ar, ar.table, rel, pte, copied);
-                return Ok(copied);
+                let mut broken = None;
+                let r = seg_entry(ar, m, obj, *soff, rel, write, exec, &mut broken).map(|(pte, copied)| {
+                    install_entry(ar, ar.table, rel, pte, copied);
+                    copied
+                });
+                if let Some(b) = broken {
+                    drop(g);
+                    drop_stale_entries(b);
+                }
+                return r;
             }
             _ => core::hint::spin_loop(),
         }

@@ -349,6 +349,25 @@ pub fn write_protect(ar_obj: &KObject, voff: u64, len: u64) {
     }
 }
 
+/// Clear the entry of the page at `rel` of a range, if it has one, in the mapping that starts
+/// at `map_voff` (a copy-on-write break's stale entry: `fault::drop_stale_entries`), and
+/// flush it where it was present. The next access faults and finds the segment's new frame.
+pub(super) fn drop_entry(ar_obj: &KObject, map_voff: u64, rel: u64) {
+    let Ok(ar) = ar_obj.as_ar() else { return };
+    if let Some(paged) = &ar.paged {
+        // The mapping's slot's lock: the one a fault on it holds while it fills an entry.
+        let _g = paged.locks[slot_of(map_voff / PAGE_SIZE)].0.lock();
+        if clear_leaves_of_table(ar.table, rel, PAGE_SIZE, false) {
+            flush_cores(&ar.shootdown_targets());
+        }
+        return;
+    }
+    let mut g = ar.inner.lock();
+    if ar.clear_leaves(&mut g, rel, PAGE_SIZE, false) {
+        flush_cores(&ar.shootdown_targets());
+    }
+}
+
 /// `ar_get`: the mappings, by `voff`. Read from the view without the lock (writes no shared
 /// line) unless writers keep intervening or the range has more than `VIEW_MAPS` mappings.
 pub fn mappings(ar_obj: &KObject) -> Result<Vec<ArMapping>, Error> {

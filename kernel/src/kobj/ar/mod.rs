@@ -396,8 +396,15 @@ fn free_below(t: u64, level: u32, entries: usize) {
     if level <= 1 {
         return;
     }
-    for i in 0..entries {
+    let mut i = 0;
+    loop {
+        // Skip the empty entries eight at a time (most of a table is empty).
+        i = crate::arch::x86_64::paging::next_nonzero(t, i, entries);
+        if i >= entries {
+            break;
+        }
         let e = read_entry(t, i);
+        i += 1;
         if e & PTE_PRESENT == 0 || e & PTE_HUGE != 0 {
             continue;
         }

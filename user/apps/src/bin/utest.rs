@@ -497,6 +497,55 @@ fn t_segment_copy_cow() -> TestResult {
     copy_test(COPY_ON_WRITE)
 }
 
+/// A segment mapped in several places (two mappings in the root's range and one in a linked
+/// 1 GiB range, as a threaded Linux process maps its segments once per thread's range), then
+/// copied copy-on-write: a write through one mapping breaks the sharing for the segment, and
+/// every other mapping of it must then read the new page, not keep an entry for the old one
+/// (which from then on belongs to the copy alone, so the copy's writes would show through it).
+fn t_segment_cow_several_mappings() -> TestResult {
+    const A: u64 = SCRATCH_BASE;
+    const A2: u64 = SCRATCH_BASE + 64 * PAGE_SIZE;
+    const B: u64 = SCRATCH_BASE + (1 << 30);
+    let src = ok!(new_seg(root(), 2));
+    let sub = Del(ObjName::new(root(), ok!(sys::ar_alloc(root(), "utest-cow-1g", MEMID_SELF, ArKind::Span1G))));
+    ok!(sys::ar_set_seg(sub.0, &SegMapping { voff: 0, seg: src.0, soff: 0, len: 2 * PAGE_SIZE, flags: rw() }));
+    ok!(sys::ar_set_ar(rar(), SHARED_BASE, sub.0));
+    let _link = Unmap(rar(), SHARED_BASE, ArKind::Span1G.span());
+    let _ma = ok!(map(rar(), A, src.0, 0, 2 * PAGE_SIZE, rw()));
+    let _ma2 = ok!(map(rar(), A2, src.0, 0, 2 * PAGE_SIZE, rw()));
+    for p in 0..2 {
+        wr(A + p * PAGE_SIZE, 0x100 + p);
+    }
+    // Every view has an entry for both pages before the copy.
+    for (name, v) in [("A2", A2), ("the linked range", SHARED_BASE)] {
+        for p in 0..2 {
+            ensure!(rd(v + p * PAGE_SIZE) == 0x100 + p, "{name} page {p} before the copy: {:#x}", rd(v + p * PAGE_SIZE));
+        }
+    }
+    let copy = Del(ObjName::new(root(), ok!(sys::segment_copy(root(), src.0, "utest-cow-copy", COPY_ON_WRITE))));
+    let _mb = ok!(map(rar(), B, copy.0, 0, 2 * PAGE_SIZE, rw()));
+    // Page 0 written through A (the break), page 1 through the linked range.
+    wr(A, 0x200);
+    wr(SHARED_BASE + PAGE_SIZE, 0x201);
+    for (name, v) in [("A", A), ("A2", A2), ("the linked range", SHARED_BASE)] {
+        for p in 0..2 {
+            ensure!(rd(v + p * PAGE_SIZE) == 0x200 + p, "after the write, {name} page {p} reads {:#x}, expected {:#x}", rd(v + p * PAGE_SIZE), 0x200 + p);
+        }
+    }
+    // The copy kept the old contents, and its own writes stay its own.
+    for p in 0..2 {
+        ensure!(rd(B + p * PAGE_SIZE) == 0x100 + p, "copy page {p} reads {:#x}", rd(B + p * PAGE_SIZE));
+        wr(B + p * PAGE_SIZE, 0x300 + p);
+    }
+    for (name, v) in [("A", A), ("A2", A2), ("the linked range", SHARED_BASE)] {
+        for p in 0..2 {
+            ensure!(rd(v + p * PAGE_SIZE) == 0x200 + p, "the copy's write shows through {name} page {p}: {:#x}", rd(v + p * PAGE_SIZE));
+        }
+    }
+    ensure!(rd(B) == 0x300 && rd(B + PAGE_SIZE) == 0x301, "the copy's writes were lost");
+    Ok(Pass::Ok)
+}
+
 // ---------------------------------------------------------------------------------------
 // Address ranges
 
@@ -1380,6 +1429,7 @@ const TESTS: &[Test] = &[
     ("segment_demand_zero", t_segment_demand_zero),
     ("segment_copy_eager", t_segment_copy_eager),
     ("segment_copy_cow", t_segment_copy_cow),
+    ("segment_cow_several_mappings", t_segment_cow_several_mappings),
     ("ar_set_seg_errors", t_ar_set_seg_errors),
     ("ar_get", t_ar_get),
     ("ar_unmap", t_ar_unmap),

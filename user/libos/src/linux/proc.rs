@@ -332,17 +332,11 @@ pub fn sys_fork(f: &mut Frame) -> i64 {
     fork_copying(f)
 }
 
-/// `fork` with the child's copies made as this process's threads need: with threads besides
-/// the caller, eagerly (`cfork::set_eager_copies`): the kernel's copy-on-write keeps one
-/// address range right, not the several (one per thread) that map the same segments, so
-/// after a copy-on-write break the other threads would see the child's pages. A single-
-/// threaded process copies on write as before.
+/// `fork`: the child's copies are copy-on-write, from a threaded process too (each thread's
+/// root range maps the same segments; a copy-on-write break clears the other ranges' entries
+/// for the page, so none keeps the page the child then owns).
 fn fork_copying(f: &mut Frame) -> i64 {
-    let threaded = lock_proc().as_ref().is_some_and(|p| p.threads.others() > 0);
-    crate::cfork::set_eager_copies(threaded);
-    let r = fork(f);
-    crate::cfork::set_eager_copies(false);
-    r
+    fork(f)
 }
 
 /// `clone` without `CLONE_VM`: a fork. The exit signal must be SIGCHLD (or none); the tid
