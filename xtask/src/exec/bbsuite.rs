@@ -50,6 +50,10 @@ pub struct BusyboxTestsArgs {
     /// DIR/SYSTEM-BINARY.{stdout,stderr,console}
     #[arg(long, value_name = "DIR")]
     pub save: Option<PathBuf>,
+    /// Each boot's deadline in seconds (default: 60 s and 30 s an applet, at most an hour;
+    /// a full run on a loaded host needs more)
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
 }
 
 /// How a run reports beyond its counts.
@@ -61,6 +65,8 @@ pub struct Report {
     pub runtest_verbose: bool,
     /// Where each boot's raw output goes.
     pub save: Option<PathBuf>,
+    /// Each boot's deadline, when not the default.
+    pub timeout: Option<Duration>,
 }
 
 pub fn main(a: BusyboxTestsArgs) -> Result<(), crate::host::outcome::Failure> {
@@ -74,7 +80,7 @@ pub fn main(a: BusyboxTestsArgs) -> Result<(), crate::host::outcome::Failure> {
         "both" => vec![Binary::Debian, Binary::Musl],
         b => vec![Binary::parse(b).map_err(Failure::Usage)?],
     };
-    let report = Report { verbose: a.verbose, runtest_verbose: a.runtest_verbose, save: a.save.clone() };
+    let report = Report { verbose: a.verbose, runtest_verbose: a.runtest_verbose, save: a.save.clone(), timeout: a.timeout.map(Duration::from_secs) };
     let t = run(&systems, &binaries, a.only.as_deref(), &report).map_err(Failure::Work)?;
     println!("busybox-tests: {} passed, {} failed, {} skipped (accepted differences)", t.passed, t.failed, t.skipped);
     if t.failed > 0 {
@@ -496,7 +502,7 @@ pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, report: 
             return Err(format!("--only {}: no tested applet of the {} busybox matches", only.unwrap_or(""), binary.name()));
         }
         // One boot per system: both at once (each guest is one vCPU of TCG).
-        let timeout = Duration::from_secs(60 + 30 * applets.len() as u64).min(Duration::from_secs(3600));
+        let timeout = report.timeout.unwrap_or_else(|| Duration::from_secs(60 + 30 * applets.len() as u64).min(Duration::from_secs(3600)));
         let runs: Vec<(System, Result<(Results, Option<String>), String>)> = std::thread::scope(|s| {
             let hs: Vec<_> = systems.iter().map(|&sys| { let applets = &applets; (sys, s.spawn(move || run_on(sys, binary, applets, timeout, report))) }).collect();
             hs.into_iter().map(|(sys, h)| (sys, h.join().unwrap_or_else(|_| Err("the run's thread panicked".into())))).collect()
