@@ -54,6 +54,10 @@ pub struct BusyboxTestsArgs {
     /// a full run on a loaded host needs more)
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
+    /// Boot nothing: compare the standard output `--save DIR` kept of earlier runs
+    /// (DIR/SYSTEM-BINARY.stdout), e.g. a Linux run and an ours run made apart
+    #[arg(long, value_name = "DIR", conflicts_with = "save")]
+    pub saved: Option<PathBuf>,
 }
 
 /// How a run reports beyond its counts.
@@ -67,6 +71,8 @@ pub struct Report {
     pub save: Option<PathBuf>,
     /// Each boot's deadline, when not the default.
     pub timeout: Option<Duration>,
+    /// Read each run's standard output from here (`--saved`) instead of booting.
+    pub saved: Option<PathBuf>,
 }
 
 pub fn main(a: BusyboxTestsArgs) -> Result<(), crate::host::outcome::Failure> {
@@ -80,7 +86,7 @@ pub fn main(a: BusyboxTestsArgs) -> Result<(), crate::host::outcome::Failure> {
         "both" => vec![Binary::Debian, Binary::Musl],
         b => vec![Binary::parse(b).map_err(Failure::Usage)?],
     };
-    let report = Report { verbose: a.verbose, runtest_verbose: a.runtest_verbose, save: a.save.clone(), timeout: a.timeout.map(Duration::from_secs) };
+    let report = Report { verbose: a.verbose, runtest_verbose: a.runtest_verbose, save: a.save.clone(), timeout: a.timeout.map(Duration::from_secs), saved: a.saved.clone() };
     let t = run(&systems, &binaries, a.only.as_deref(), &report).map_err(Failure::Work)?;
     println!("busybox-tests: {} passed, {} failed, {} skipped (accepted differences)", t.passed, t.failed, t.skipped);
     if t.failed > 0 {
@@ -290,6 +296,13 @@ pub fn request(binary: Binary, applets: &[String], timeout: Duration, runtest_ve
 /// Run `applets` on `system`; a boot that fails outright (timed out, no report) gives every
 /// applet as unfinished, with the reason.
 pub fn run_on(system: System, binary: Binary, applets: &[String], timeout: Duration, report: &Report) -> Result<(Results, Option<String>), String> {
+    if let Some(dir) = &report.saved {
+        let f = dir.join(format!("{}-{}.stdout", system.name(), binary.name()));
+        let text = std::fs::read(&f).map_err(|e| format!("--saved: {}: {e}", f.display()))?;
+        let text = String::from_utf8_lossy(&text);
+        let why = (!text.contains("bbsuite-end")).then(|| format!("the saved run {} has no end marker", f.display()));
+        return Ok((parse(&text, applets), why));
+    }
     let req = request(binary, applets, timeout, report.runtest_verbose)?;
     let result = system.run(&req);
     if let Some(dir) = &report.save {
@@ -486,7 +499,7 @@ pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, report: 
     // Over the binaries compared: which entries excused something, which were judged.
     let (mut any_used, mut any_judged) = (vec![false; listed.len()], vec![false; listed.len()]);
     let mut compared = false;
-    if systems.contains(&System::Linux) {
+    if systems.contains(&System::Linux) && report.saved.is_none() {
         super::linux::prepare()?;
     }
     for &binary in binaries {
