@@ -11,7 +11,8 @@
 //! points the new slot at the same `Desc`, as Linux shares `struct file`.
 //!
 //! The console is `fd::Kind::Console`; what Linux programs see through it is this module's:
-//! standard input is the byte string the runtime was given (`Files::stdin`), standard output
+//! standard input is the byte string the runtime was given (`Files::stdin`) or, for the first
+//! program of a boot, the serial console itself (`Files::console_in`), standard output
 //! and error go to the host (`out`, framed records under the exec command).
 
 use alloc::string::String;
@@ -165,6 +166,10 @@ pub struct Files {
     /// Standard input's bytes and how far they were read.
     stdin: Vec<u8>,
     stdin_at: usize,
+    /// Standard input is the live console (the serial line) instead of `stdin`: a read
+    /// waits for at least one byte typed (or sent) there. Set for a program run as the first
+    /// program (`init=/PATH`), as a terminal is its input.
+    pub console_in: bool,
     /// Where the descriptors live: this context's private table (one thread on one core).
     scope: Scope,
     /// The file-creation mask (`umask`): process-wide in Linux (its `fs_struct`), kept here
@@ -195,7 +200,7 @@ impl Files {
     /// 0, 1, 2: the console; `stdin` is standard input's bytes. `Err` if the descriptor
     /// layer cannot make them (what it made is closed).
     pub fn new(stdin: Vec<u8>) -> Result<Files, Error> {
-        let mut f = Files { slots: (0..MAX_FDS).map(|_| None).collect(), descs: Vec::new(), stdin, stdin_at: 0, scope: Scope::Private, umask: 0o022 };
+        let mut f = Files { slots: (0..MAX_FDS).map(|_| None).collect(), descs: Vec::new(), stdin, stdin_at: 0, console_in: false, scope: Scope::Private, umask: 0o022 };
         for (i, (stream, flags)) in [(Stream::In, O_RDONLY), (Stream::Out(1), O_WRONLY), (Stream::Out(2), O_WRONLY)].into_iter().enumerate() {
             let fd = match fd::open_console(f.scope) {
                 Ok(fd) => fd,
@@ -665,6 +670,10 @@ fn read_inner(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
         Stream::In => {
             if at.is_some() {
                 return -ESPIPE;
+            }
+            if f.console_in {
+                // The console has no end of input: a read waits for what is typed.
+                return if dst.is_empty() { 0 } else { crate::console::read_blocking(dst, 0) as i64 };
             }
             let n = dst.len().min(f.stdin.len() - f.stdin_at);
             dst[..n].copy_from_slice(&f.stdin[f.stdin_at..f.stdin_at + n]);
