@@ -33,7 +33,7 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::RT_SIGACTION, Support::Partial("SA_SIGINFO, SA_RESTORER (required, as on Linux x86-64), SA_RESTART, SA_NODEFER, SA_RESETHAND, SA_ONSTACK; SA_NOCLDSTOP/SA_NOCLDWAIT recorded only (no child processes)")),
     (nr::RT_SIGPROCMASK, Support::Full),
     (nr::RT_SIGRETURN, Support::Partial("x87/SSE state by fxsave (no AVX upper halves); the trap flag is not restored")),
-    (nr::IOCTL, Support::Partial("TCGETS and TIOCGWINSZ on the console when it is a terminal (not under cargo xtask exec, where output is captured: ENOTTY, as for a pipe); everything else ENOTTY")),
+    (nr::IOCTL, Support::Partial("TCGETS, TCSETS/TCSETSW/TCSETSF (kept, not applied: the console has no line discipline) and TIOCGWINSZ on the console when it is a terminal (not under cargo xtask exec, where output is captured: ENOTTY, as for a pipe); FIONBIO on any descriptor; everything else ENOTTY")),
     (nr::PREAD64, Support::Partial("regular files only")),
     (nr::PWRITE64, Support::Partial("regular files only (ESPIPE for the console)")),
     (nr::READV, Support::Partial("as read")),
