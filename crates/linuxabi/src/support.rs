@@ -119,6 +119,7 @@ pub const SUPPORTED: &[(u64, Support)] = &[
     (nr::ARCH_PRCTL, Support::Partial("ARCH_SET_FS and ARCH_GET_FS only")),
     (nr::GETTID, Support::Full),
     (nr::TKILL, Support::Partial("to the calling process: the signal is pending for the process, not the named thread (ESRCH for a tid of another process)")),
+    (nr::TIME, Support::Partial("seconds since boot, as gettimeofday: there is no wall clock")),
     (nr::FUTEX, Support::Partial("FUTEX_WAIT, FUTEX_WAKE, FUTEX_WAIT_BITSET, FUTEX_WAKE_BITSET, FUTEX_REQUEUE, FUTEX_CMP_REQUEUE, FUTEX_WAKE_OP, FUTEX_PRIVATE_FLAG, FUTEX_CLOCK_REALTIME (every clock counts from boot); no PI or FUTEX_WAIT_REQUEUE_PI (ENOSYS); shared futexes are private (one process)")),
     (nr::SCHED_SETAFFINITY, Support::Partial("threads do not move: a mask that keeps the thread's core is accepted, any other EINVAL")),
     (nr::SCHED_GETAFFINITY, Support::Partial("the one core the thread runs on")),

@@ -173,6 +173,7 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::ARCH_PRCTL, sys_arch_prctl),
     (nr::GETTID, thread::sys_gettid),
     (nr::TKILL, signal::sys_tkill),
+    (nr::TIME, sys_time),
     (nr::SCHED_SETAFFINITY, thread::sys_sched_setaffinity),
     (nr::SCHED_GETAFFINITY, thread::sys_sched_getaffinity),
     (nr::EPOLL_CREATE, super::epoll::sys_epoll_create),
@@ -800,6 +801,16 @@ fn sys_gettimeofday(p: &mut Process, a: &[u64; 6]) -> i64 {
         return -EFAULT;
     }
     0
+}
+
+/// `time(tloc)`: whole seconds of the same clock as `gettimeofday`, also stored at `tloc`
+/// unless it is null (a bad one: `EFAULT`, as Linux).
+fn sys_time(p: &mut Process, a: &[u64; 6]) -> i64 {
+    let s = now_ns() / 1_000_000_000;
+    if a[0] != 0 && !p.image.space.put(a[0], &s.to_le_bytes()) {
+        return -EFAULT;
+    }
+    s as i64
 }
 
 /// Sleeps without the process lock (the program's other threads go on), until the time is
