@@ -636,9 +636,85 @@ pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, report: 
 }
 
 /// The bounded part for `cargo xtask test`: [`CI_APPLETS`] of the Debian binary on both
-/// systems.
+/// systems, and beside them (at once) busybox as the first program of a boot
+/// ([`init_check`]).
 pub fn ci() -> Result<TestTally, String> {
-    run(&[System::Linux, System::Ours], &[Binary::Debian], Some(&CI_APPLETS.join(",")), &Report::default())
+    std::thread::scope(|s| {
+        let init = s.spawn(init_check);
+        let mut t = run(&[System::Linux, System::Ours], &[Binary::Debian], Some(&CI_APPLETS.join(",")), &Report::default())?;
+        match init.join().unwrap_or_else(|_| Err("the check's thread panicked".into())) {
+            Ok(()) => {
+                println!("busybox-tests: busybox sh as the first program (init=/bin/busybox -- sh, input on the console): ok");
+                t.add(TestTally::PASS);
+            }
+            Err(e) => {
+                println!("  FAILED: busybox sh as the first program (init=/bin/busybox -- sh): {e}");
+                t.add(TestTally::FAIL);
+            }
+        }
+        Ok(t)
+    })
+}
+
+/// What [`init_check`] types: the shell must expand and run it (arithmetic, a command
+/// substitution that forks), and exit with 7.
+const INIT_INPUT: &str = "echo bb-init-$((6*7)) $(basename /a/b/leaf); exit 7\n";
+
+/// busybox as the first program of a boot, as a user starts it (docs/linux-exec.md): `cargo
+/// xtask run --smp 1 --disk IMG --cmdline "init=/bin/busybox -- sh"` (this xtask binary) with
+/// [`INIT_INPUT`] piped in, on an image holding Debian's binary as /bin/busybox. The kernel
+/// runs it with the Linux runtime, whose standard input is the console: the shell must print
+/// `bb-init-42 leaf` (not in the input it echoes), exit with 7, and the runtime's leak check
+/// must pass.
+pub fn init_check() -> Result<(), String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let bin = super::progs::busybox_static()?;
+    let dir = crate::host::env::target_dir().join("linux-exec").join(format!("init-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let root = dir.join("root");
+    for d in ["bin", "tmp"] {
+        std::fs::create_dir_all(root.join(d)).map_err(|e| format!("{}: {e}", root.join(d).display()))?;
+    }
+    std::fs::copy(&bin, root.join("bin/busybox")).map_err(|e| format!("{}: {e}", bin.display()))?;
+    let img = dir.join("root.img");
+    let result = (|| {
+        crate::host::ext2img::mkimage(&root, &img, None)?;
+        let exe = std::env::current_exe().map_err(|e| format!("this xtask binary: {e}"))?;
+        let mut child = Command::new(exe)
+            .args(["run", "--smp", "1", "--timeout", "240", "--cmdline", "init=/bin/busybox -- sh", "--disk"])
+            .arg(&img)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start `xtask run`: {e}"))?;
+        // `run` reads its input to the end before it sends it: closed here.
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin.write_all(INIT_INPUT.as_bytes()).map_err(|e| format!("writing to `xtask run`: {e}"))?;
+        drop(stdin);
+        let out = child.wait_with_output().map_err(|e| format!("`xtask run`: {e}"))?;
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        judge_init(&text)
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// [`init_check`]'s verdict on the boot's output.
+fn judge_init(text: &str) -> Result<(), String> {
+    let tail = || text.lines().rev().take(12).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n    ");
+    let line_is = |want: &str| text.lines().any(|l| l.trim_end() == want);
+    if !line_is("bb-init-42 leaf") {
+        return Err(format!("the shell did not print `bb-init-42 leaf`; the output ended:\n    {}", tail()));
+    }
+    if !text.contains("init: `linuxrt` exited with code 7") {
+        return Err(format!("busybox did not exit with the status 7 it was told; the output ended:\n    {}", tail()));
+    }
+    if !text.lines().any(|l| l.starts_with("linuxrt: leak check") && l.trim_end().ends_with(": ok")) {
+        return Err(format!("the runtime's leak check did not pass; the output ended:\n    {}", tail()));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -719,6 +795,18 @@ mod tests {
         assert_eq!(parse_listed("reason: (debian) d\ncat\nreason: (musl) m\ncat\n").unwrap()[1].binary, Some(Binary::Musl));
         assert!(parse_listed("reason: r\nbad name\n").unwrap_err().contains("not an applet"));
         assert_eq!(parse_listed("# c\n\nreason: r\nsed: sed n (x)\n").unwrap()[0].test.as_deref(), Some("sed n (x)"));
+    }
+
+    #[test]
+    fn the_init_check_judges_output_and_status() {
+        let good = "init: starting `linuxrt` on core 0\n/ # echo bb-init-$((6*7)) $(basename /a/b/leaf); exit 7\nbb-init-42 leaf\n\
+                    linuxrt: leak check (run 1, first): kernel objects 17 -> 17, free pages 1 -> 1 (+0 in the buffer cache): ok\n[0] init: `linuxrt` exited with code 7\n";
+        judge_init(good).unwrap();
+        // Only the echoed input (the shell read nothing or printed nothing): a failure.
+        assert!(judge_init(&good.replace("bb-init-42 leaf\n", "")).unwrap_err().contains("did not print"));
+        assert!(judge_init(&good.replace("code 7", "code 0")).unwrap_err().contains("status 7"));
+        assert!(judge_init(&good.replace(": ok\n", ": LEAK\n")).unwrap_err().contains("leak check"));
+        assert!(INIT_INPUT.ends_with('\n') && !INIT_INPUT.contains("bb-init-42"));
     }
 
     #[test]
