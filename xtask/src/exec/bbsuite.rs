@@ -551,9 +551,11 @@ pub fn run(systems: &[System], binaries: &[Binary], only: Option<&str>, report: 
         }
         // One boot per system: both at once (each guest is one vCPU of TCG).
         // With a budget: the last applet may start just before it ends and run its full
-        // timeout (300 s), and the boot and the links come before.
+        // timeout (300 s), and the boot and the links come before. 420 s was too little for
+        // ours on a host at load 20: its boot was killed at budget + 420 s with its output
+        // lost (a killed boot keeps nothing), so the margin is generous.
         let timeout = report.timeout.unwrap_or_else(|| match report.budget {
-            Some(b) => b + Duration::from_secs(420),
+            Some(b) => b + Duration::from_secs(1200),
             None => Duration::from_secs(60 + 30 * applets.len() as u64).min(Duration::from_secs(3600)),
         });
         let runs: Vec<(System, Result<(Results, Option<String>), String>)> = std::thread::scope(|s| {
