@@ -327,7 +327,14 @@ extern "C" fn kernel_entry(protocol: u32, info_phys: u32) -> ! {
     if let Some(name) = bi.option("init").filter(|n| !n.is_empty()) {
         // Everything after `--` is the program's arguments.
         let args = bi.cmdline().split_once(" -- ").map(|(_, a)| a).unwrap_or("");
-        let ok = init::run(name, args, bi.option("inject"), bi.option("inject_from"));
+        // A path (`init=/bin/busybox -- sh`) names a static Linux program on the root file
+        // system: the Linux runtime of the boot image runs it (docs/linux-exec.md).
+        let ok = if name.starts_with('/') {
+            let words = alloc::format!("{name} {args}");
+            init::run("linuxrt", words.trim_end(), bi.option("inject"), bi.option("inject_from"))
+        } else {
+            init::run(name, args, bi.option("inject"), bi.option("inject_from"))
+        };
         finish(ok);
     }
     kprintln!("kernel: boot complete; no init= program given, halting");

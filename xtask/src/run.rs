@@ -47,6 +47,9 @@ pub fn run_command(mut cfg: VmConfig, gdb_port: Option<u16>) -> Result<(), Strin
         let _ = std::io::stdout().flush();
     }
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
+    // A Linux program as the first program (`init=/PATH`): the Linux runtime runs it with the
+    // console as its standard input; it has no `sh> ` prompt and no `halt` command.
+    let linux_init = linux_first_program(&cfg.cmdline);
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.args(cfg.qemu_args());
     if interactive {
@@ -76,7 +79,7 @@ pub fn run_command(mut cfg: VmConfig, gdb_port: Option<u16>) -> Result<(), Strin
                         let _ = out.flush();
                         if ready.is_some() {
                             tail.extend_from_slice(&buf[..n]);
-                            if tail.windows(4).any(|w| w == b"sh> ") {
+                            if tail.windows(4).any(|w| w == b"sh> ") || (linux_init && tail.windows(READY_LINUX.len()).any(|w| w == READY_LINUX)) {
                                 let _ = ready.take().map(|t| t.send(()));
                             }
                             if tail.len() > 8192 {
@@ -94,7 +97,7 @@ pub fn run_command(mut cfg: VmConfig, gdb_port: Option<u16>) -> Result<(), Strin
             let mut input = Vec::new();
             let _ = std::io::stdin().read_to_end(&mut input);
             let _ = ready_rx.recv_timeout(Duration::from_secs(60));
-            let _ = to_guest.write_all(&with_halt(&input));
+            let _ = to_guest.write_all(&if linux_init { input } else { with_halt(&input) });
             let _ = to_guest.flush();
             // Keep the pipe open: QEMU reads it as the guest drains its receive FIFO.
             loop {
@@ -126,6 +129,18 @@ pub fn run_command(mut cfg: VmConfig, gdb_port: Option<u16>) -> Result<(), Strin
         Some(c) => Err(format!("QEMU exited with status {c}")),
         None => Err("QEMU was killed by a signal".into()),
     }
+}
+
+/// The kernel's line when the Linux runtime starts a first program given by path: piped
+/// input may go from then on (the serial port is set up; what the program has not read yet
+/// waits in QEMU).
+const READY_LINUX: &[u8] = b"init: starting `linuxrt`";
+
+/// Whether the command line's first program is a Linux program given by its path
+/// (`init=/bin/busybox -- sh`; the kernel runs it with `linuxrt`).
+pub fn linux_first_program(cmdline: &str) -> bool {
+    let before_args = cmdline.split_once(" -- ").map_or(cmdline, |(k, _)| k);
+    before_args.split_whitespace().any(|w| w.strip_prefix("init=").is_some_and(|p| p.starts_with('/')))
 }
 
 /// Piped shell input with a `halt` line at the end unless its last line is one already.
@@ -230,6 +245,16 @@ mod tests {
         assert_eq!(with_halt(b"run hello"), b"run hello\nhalt\n");
         assert_eq!(with_halt(b"run hello\nhalt\n"), b"run hello\nhalt\n");
         assert_eq!(with_halt(b""), b"halt\n");
+    }
+
+    #[test]
+    fn a_path_as_init_is_a_linux_program() {
+        assert!(linux_first_program("init=/bin/busybox -- sh"));
+        assert!(linux_first_program("smp=2 init=/bin/busybox"));
+        assert!(!linux_first_program("init=sh"));
+        assert!(!linux_first_program("init=linuxrt -- /bin/busybox sh"));
+        // A path among the program's own arguments is not the first program.
+        assert!(!linux_first_program("init=sh -- init=/bin/x"));
     }
 
     fn args(s: &str) -> Vec<String> {

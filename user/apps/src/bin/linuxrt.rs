@@ -15,6 +15,10 @@
 //! `--net` brings up the network card for the program's sockets (docs/linux-abi.md, "Sockets
 //! and readiness").
 //!
+//! Without `--framed` and `--stdin`, the program's standard input is the serial console (what
+//! is typed there; a read waits for it): the kernel runs a first program given by path
+//! (`init=/bin/busybox -- sh`) as `linuxrt PATH ARGS`.
+//!
 //! `--runs N` runs the program N times (at most 10), each with its own leak check: from the
 //! second on the check is exact (see `run_once`).
 //!
@@ -156,7 +160,10 @@ fn main(args: &'static str) -> u64 {
         libos::println!("linuxrt: --cwd {cwd}: not an absolute path");
         return 2;
     }
-    let opts = libos::linux::Options { path: &path, argv, envp, stdin, framed, cwd, net, arm_injection };
+    // Unframed with no --stdin (the first program of a boot, `init=/PATH`): standard input is
+    // the console, as a terminal is.
+    let console_in = !framed && stdin_path.is_none();
+    let opts = libos::linux::Options { path: &path, argv, envp, stdin, console_in, framed, cwd, net, arm_injection };
     // The descriptor tables the program's descriptors go in: the private one, and the
     // process-wide one (a threaded program's, from its first `clone`: its threads are
     // contexts of their own). Each is a share (and memory) the runtime makes on first use and

@@ -174,6 +174,7 @@ pub const HANDLERS: &[(u64, Handler)] = &[
     (nr::ARCH_PRCTL, sys_arch_prctl),
     (nr::GETTID, thread::sys_gettid),
     (nr::TKILL, signal::sys_tkill),
+    (nr::TIME, sys_time),
     (nr::SCHED_SETAFFINITY, thread::sys_sched_setaffinity),
     (nr::SCHED_GETAFFINITY, thread::sys_sched_getaffinity),
     (nr::EPOLL_CREATE, super::epoll::sys_epoll_create),
@@ -556,6 +557,9 @@ fn sys_chdir(p: &mut Process, a: &[u64; 6]) -> i64 {
 }
 
 const TCGETS: u64 = 0x5401;
+const TCSETS: u64 = 0x5402;
+const TCSETSW: u64 = 0x5403;
+const TCSETSF: u64 = 0x5404;
 const TIOCGWINSZ: u64 = 0x5413;
 
 fn sys_ioctl(p: &mut Process, a: &[u64; 6]) -> i64 {
@@ -588,14 +592,18 @@ fn sys_ioctl(p: &mut Process, a: &[u64; 6]) -> i64 {
             let b: Vec<u8> = ws.iter().flat_map(|v| v.to_le_bytes()).collect();
             if p.image.space.put(arg, &b) { 0 } else { -EFAULT }
         }
+        // The kernel's struct termios is 36 bytes (NCCS 19), not the C libraries' larger
+        // one: glibc converts from a 36-byte copy on its stack, so writing more smashes it.
         TCGETS => {
-            // struct termios (60 bytes): the serial console's cooked mode as Linux sets it.
-            let mut t = [0u8; 60];
-            t[0..4].copy_from_slice(&0x0500u32.to_le_bytes()); // c_iflag: ICRNL | IXON
-            t[4..8].copy_from_slice(&0x0005u32.to_le_bytes()); // c_oflag: OPOST | ONLCR
-            t[8..12].copy_from_slice(&0x00bfu32.to_le_bytes()); // c_cflag: B38400 | CS8 | CREAD
-            t[12..16].copy_from_slice(&0x8a3bu32.to_le_bytes()); // c_lflag: ISIG | ICANON | ECHO...
+            let t = p.files.termios;
             if p.image.space.put(arg, &t) { 0 } else { -EFAULT }
+        }
+        TCSETS | TCSETSW | TCSETSF => {
+            // Kept and given back by TCGETS; the console has no line discipline to apply
+            // it to (input comes as typed, output as written).
+            let Some(b) = p.image.space.read(arg, files::TERMIOS_LEN as u64) else { return -EFAULT };
+            p.files.termios.copy_from_slice(&b);
+            0
         }
         _ => -ENOTTY,
     }
@@ -794,6 +802,16 @@ fn sys_gettimeofday(p: &mut Process, a: &[u64; 6]) -> i64 {
         return -EFAULT;
     }
     0
+}
+
+/// `time(tloc)`: whole seconds of the same clock as `gettimeofday`, also stored at `tloc`
+/// unless it is null (a bad one: `EFAULT`, as Linux).
+fn sys_time(p: &mut Process, a: &[u64; 6]) -> i64 {
+    let s = now_ns() / 1_000_000_000;
+    if a[0] != 0 && !p.image.space.put(a[0], &s.to_le_bytes()) {
+        return -EFAULT;
+    }
+    s as i64
 }
 
 /// Sleeps without the process lock (the program's other threads go on), until the time is

@@ -11,7 +11,8 @@
 //! points the new slot at the same `Desc`, as Linux shares `struct file`.
 //!
 //! The console is `fd::Kind::Console`; what Linux programs see through it is this module's:
-//! standard input is the byte string the runtime was given (`Files::stdin`), standard output
+//! standard input is the byte string the runtime was given (`Files::stdin`) or, for the first
+//! program of a boot, the serial console itself (`Files::console_in`), standard output
 //! and error go to the host (`out`, framed records under the exec command).
 
 use alloc::string::String;
@@ -151,6 +152,34 @@ fn dev_stat(major: u32, minor: u32) -> LinuxStat {
     LinuxStat { ino: u64::from(major << 8 | minor) | 1 << 32, nlink: 1, mode: S_IFCHR | 0o666, uid: 0, gid: 0, size: 0, blocks: 0, mtime: 0 }
 }
 
+/// The size of the kernel's `struct termios` (`TCGETS`/`TCSETS`): four flag words, `c_line`,
+/// `c_cc[19]`.
+pub const TERMIOS_LEN: usize = 36;
+
+/// The serial console's settings as Linux starts it: `ICRNL | IXON`, `OPOST | ONLCR`,
+/// `B38400 | CS8 | CREAD | HUPCL`, `ISIG | ICANON | ECHO | ECHOE | ECHOK | ECHOCTL | ECHOKE |
+/// IEXTEN`, line discipline 0, and Linux's `INIT_C_CC` (^C ^\\ DEL ^U ^D, VTIME 0, VMIN 1, ...).
+pub const DEFAULT_TERMIOS: [u8; TERMIOS_LEN] = {
+    let mut t = [0u8; TERMIOS_LEN];
+    let words: [u32; 4] = [0x0500, 0x0005, 0x04bf, 0x8a3b];
+    let mut i = 0;
+    while i < 4 {
+        let b = words[i].to_le_bytes();
+        t[i * 4] = b[0];
+        t[i * 4 + 1] = b[1];
+        t[i * 4 + 2] = b[2];
+        t[i * 4 + 3] = b[3];
+        i += 1;
+    }
+    let cc: [u8; 17] = [3, 0x1c, 0x7f, 0x15, 4, 0, 1, 0, 0x11, 0x13, 0x1a, 0, 0x12, 0x0f, 0x17, 0x16, 0];
+    let mut j = 0;
+    while j < cc.len() {
+        t[17 + j] = cc[j];
+        j += 1;
+    }
+    t
+};
+
 /// One Linux descriptor.
 #[derive(Debug)]
 pub struct Slot {
@@ -165,6 +194,13 @@ pub struct Files {
     /// Standard input's bytes and how far they were read.
     stdin: Vec<u8>,
     stdin_at: usize,
+    /// Standard input is the live console (the serial line) instead of `stdin`: a read
+    /// waits for at least one byte typed (or sent) there. Set for a program run as the first
+    /// program (`init=/PATH`), as a terminal is its input.
+    pub console_in: bool,
+    /// The console's terminal settings (the kernel's 36-byte `struct termios`) as `TCSETS`
+    /// left them; a new process's are the serial console's cooked mode ([`DEFAULT_TERMIOS`]).
+    pub termios: [u8; TERMIOS_LEN],
     /// Where the descriptors live: this context's private table (one thread on one core).
     scope: Scope,
     /// The file-creation mask (`umask`): process-wide in Linux (its `fs_struct`), kept here
@@ -195,7 +231,7 @@ impl Files {
     /// 0, 1, 2: the console; `stdin` is standard input's bytes. `Err` if the descriptor
     /// layer cannot make them (what it made is closed).
     pub fn new(stdin: Vec<u8>) -> Result<Files, Error> {
-        let mut f = Files { slots: (0..MAX_FDS).map(|_| None).collect(), descs: Vec::new(), stdin, stdin_at: 0, scope: Scope::Private, umask: 0o022 };
+        let mut f = Files { slots: (0..MAX_FDS).map(|_| None).collect(), descs: Vec::new(), stdin, stdin_at: 0, console_in: false, termios: DEFAULT_TERMIOS, scope: Scope::Private, umask: 0o022 };
         for (i, (stream, flags)) in [(Stream::In, O_RDONLY), (Stream::Out(1), O_WRONLY), (Stream::Out(2), O_WRONLY)].into_iter().enumerate() {
             let fd = match fd::open_console(f.scope) {
                 Ok(fd) => fd,
@@ -698,6 +734,10 @@ fn read_inner(f: &mut Files, fd: i32, dst: &mut [u8], at: Option<u64>) -> i64 {
         Stream::In => {
             if at.is_some() {
                 return -ESPIPE;
+            }
+            if f.console_in {
+                // The console has no end of input: a read waits for what is typed.
+                return if dst.is_empty() { 0 } else { crate::console::read_blocking(dst, 0) as i64 };
             }
             let n = dst.len().min(f.stdin.len() - f.stdin_at);
             dst[..n].copy_from_slice(&f.stdin[f.stdin_at..f.stdin_at + n]);

@@ -56,6 +56,8 @@ pub struct Options<'a> {
     pub envp: Vec<String>,
     /// Standard input's bytes.
     pub stdin: Vec<u8>,
+    /// Standard input is the console (`stdin` unused): what is typed on the serial line.
+    pub console_in: bool,
     /// Standard output and error as framed records for the host (`out`).
     pub framed: bool,
     /// The working directory the program starts in (absolute; `/` if empty).
@@ -111,6 +113,8 @@ pub fn run(o: &Options) -> Result<Outcome, String> {
             return Err(alloc::format!("{}: cannot open the console descriptors: {e:?}", o.path));
         }
     };
+    let mut files = files;
+    files.console_in = o.console_in;
     let mut process = dispatch::Process::new(loaded, files, o.framed);
     if o.cwd.starts_with('/') {
         process.cwd = files::normalize(&o.cwd);
