@@ -3,9 +3,11 @@
 //! cachesim plugin, the workload, its parameters and the vCPU count. A figure drawn again
 //! reads the cache and does not boot QEMU; a rebuilt kernel or program is a new key.
 
+use std::collections::VecDeque;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::cycles::RunCounts;
 use crate::guest::plugin::{self as plugins, parse_records};
@@ -75,11 +77,20 @@ pub struct Runs {
     /// Runs that booted QEMU, and runs read from the cache.
     pub booted: usize,
     pub cached: usize,
+    /// Points [`Runs::prefetch`] booted (written to the cache) or failed to boot: `get` reads
+    /// the first without counting them again and returns the second's error without booting.
+    prefetched: Vec<(PathBuf, Result<(), String>)>,
 }
+
+/// Between two starts of parallel plugin runs: every run rebuilds the plugins and the Linux
+/// guest's /init in place (`plugins::build`), so a run that starts while another's QEMU is
+/// still loading them could load a half-written file. Each run's build and load take well
+/// under this; the runs themselves take minutes, so the gap costs little.
+const START_GAP: Duration = Duration::from_secs(90);
 
 impl Runs {
     pub fn new(timeout: Duration, fresh: bool) -> Runs {
-        Runs { dir: crate::host::env::workspace_root().join("target").join("model-cache"), keys: Vec::new(), timeout, fresh, cached_only: false, booted: 0, cached: 0 }
+        Runs { dir: crate::host::env::workspace_root().join("target").join("model-cache"), keys: Vec::new(), timeout, fresh, cached_only: false, booted: 0, cached: 0, prefetched: Vec::new() }
     }
 
     fn build_key(&mut self, system: &'static str) -> Result<u64, String> {
@@ -101,6 +112,10 @@ impl Runs {
     /// The counts of `key`: from the cache, or from a plugin run (then cached).
     pub fn get(&mut self, key: &RunKey) -> Result<RunCounts, String> {
         let path = self.path(key)?;
+        if let Some((_, done)) = self.prefetched.iter().find(|(p, _)| *p == path) {
+            done.clone()?;
+            return read_cached(&path)?.ok_or_else(|| format!("{}: written by this run, now missing", path.display()));
+        }
         if !self.fresh {
             if let Some(r) = read_cached(&path)? {
                 self.cached += 1;
@@ -111,24 +126,85 @@ impl Runs {
             return Err(format!("not run (no cached point; --cached-only): {} {} at {}", key.system, key.workload, key.smp));
         }
         let (text, ops) = self.boot(key)?;
-        fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
-        let body = format!("ops {}\n{text}", ops.map(|o| o.to_string()).unwrap_or_else(|| "none".into()));
-        // The counts are checked before they are kept.
-        let counts = parse_cached(&body)?;
-        fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        Ok(counts)
+        keep(&self.dir, &path, &text, ops)
     }
 
     /// A plugin run of `key`, whatever the cache holds: the report's text and the ops.
     pub fn boot(&mut self, key: &RunKey) -> Result<(String, Option<u64>), String> {
-        println!("model: booting {} {} at {} vCPU(s) under cachesim amd16 ({})", key.system, key.workload, key.smp, key.params);
-        let extra: Vec<String> = PLUGIN_ARGS.iter().map(|s| s.to_string()).collect();
-        let (report, ops) = crate::guest::measure::run_report(key.system, key.workload, key.smp, &key.params, self.timeout, "cachesim", &extra)
-            .map_err(|e| format!("{} {} at {} vCPUs: {e}", key.system, key.workload, key.smp))?;
+        let r = boot_key(key, self.timeout)?;
         self.booted += 1;
-        let text: String = report.iter().map(|r| format!("{} {}\n", r.kind, r.fields.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "))).collect();
-        Ok((text, ops))
+        Ok(r)
     }
+
+    /// Boots the points of `keys` that the cache lacks (all of them with `fresh`), `jobs` QEMUs
+    /// at a time, their starts [`START_GAP`] apart, and keeps them in the cache; `get` then
+    /// reads them. With `jobs` ≤ 1 or `cached_only` it does nothing (`get` boots one at a
+    /// time). A failed point is printed, remembered and reported by `get`, not booted again.
+    pub fn prefetch(&mut self, keys: &[RunKey], jobs: usize) -> Result<(), String> {
+        if jobs <= 1 || self.cached_only {
+            return Ok(());
+        }
+        let mut todo: VecDeque<(RunKey, PathBuf)> = VecDeque::new();
+        for k in keys {
+            let p = self.path(k)?;
+            let have = !self.fresh && read_cached(&p)?.is_some();
+            if !have && !todo.iter().any(|(_, q)| *q == p) && !self.prefetched.iter().any(|(q, _)| *q == p) {
+                todo.push_back((k.clone(), p));
+            }
+        }
+        if todo.is_empty() {
+            return Ok(());
+        }
+        println!("model: {} point(s) to boot, {} at a time, starts {} s apart", todo.len(), jobs.min(todo.len()), START_GAP.as_secs());
+        let queue = Mutex::new(todo);
+        let last_start: Mutex<Option<Instant>> = Mutex::new(None);
+        let done: Mutex<Vec<(PathBuf, Result<(), String>)>> = Mutex::new(Vec::new());
+        let (dir, timeout) = (self.dir.clone(), self.timeout);
+        std::thread::scope(|s| {
+            for _ in 0..jobs {
+                s.spawn(|| loop {
+                    let Some((key, path)) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else { break };
+                    {
+                        // Hold the gate until this run may start.
+                        let mut last = last_start.lock().unwrap_or_else(|e| e.into_inner());
+                        if let Some(t) = *last {
+                            std::thread::sleep(START_GAP.saturating_sub(t.elapsed()));
+                        }
+                        *last = Some(Instant::now());
+                    }
+                    let r = boot_key(&key, timeout).and_then(|(text, ops)| keep(&dir, &path, &text, ops).map(|_| ()));
+                    if let Err(e) = &r {
+                        println!("model: {e}");
+                    }
+                    done.lock().unwrap_or_else(|e| e.into_inner()).push((path, r));
+                });
+            }
+        });
+        let done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+        self.booted += done.iter().filter(|(_, r)| r.is_ok()).count();
+        self.prefetched.extend(done);
+        Ok(())
+    }
+}
+
+/// One plugin run of `key`: the report's text and the guest's operation count.
+fn boot_key(key: &RunKey, timeout: Duration) -> Result<(String, Option<u64>), String> {
+    println!("model: booting {} {} at {} vCPU(s) under cachesim amd16 ({})", key.system, key.workload, key.smp, key.params);
+    let extra: Vec<String> = PLUGIN_ARGS.iter().map(|s| s.to_string()).collect();
+    let (report, ops) = crate::guest::measure::run_report(key.system, key.workload, key.smp, &key.params, timeout, "cachesim", &extra)
+        .map_err(|e| format!("{} {} at {} vCPUs: {e}", key.system, key.workload, key.smp))?;
+    let text: String = report.iter().map(|r| format!("{} {}\n", r.kind, r.fields.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "))).collect();
+    Ok((text, ops))
+}
+
+/// Checks a run's counts and keeps them at `path`.
+fn keep(dir: &Path, path: &Path, text: &str, ops: Option<u64>) -> Result<RunCounts, String> {
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let body = format!("ops {}\n{text}", ops.map(|o| o.to_string()).unwrap_or_else(|| "none".into()));
+    // The counts are checked before they are kept.
+    let counts = parse_cached(&body)?;
+    fs::write(path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(counts)
 }
 
 fn read_cached(path: &Path) -> Result<Option<RunCounts>, String> {
