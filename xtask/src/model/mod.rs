@@ -69,7 +69,8 @@ pub struct ModelArgs {
     /// profile: functions to list
     #[arg(long, value_name = "N", default_value_t = 25)]
     pub top: usize,
-    /// Plugin runs booted at a time (their starts 90 s apart); 1 boots them one after another
+    /// Plugin runs booted at a time (each starts once the one before has built and loaded its
+    /// plugin); 1 boots them one after another
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4), value_name = "N")]
     pub jobs: u64,
     /// Seconds allowed per plugin run
