@@ -64,6 +64,15 @@ fn not_modelled(bench: &str) -> Option<&'static str> {
     }
 }
 
+/// The model run of benchmark `b` of the matrix on `system` at `smp` vCPUs: the catalog's
+/// default parameters (`workload` needs a 'static name: the matrix's names are the catalog's).
+fn run_key(b: &str, system: &'static str, smp: u32) -> Option<RunKey> {
+    let name = testdefs::bench_catalog::find(b).map(|s| s.name)?;
+    // Linux has one TCP service; the matrix sets both of ours' modes beside it.
+    let name = if system == "linux" && name == "tcp_accept_polling" { "tcp_accept" } else { name };
+    Some(RunKey { system, workload: name, smp, params: String::new() })
+}
+
 /// Model throughput per vCPU: operations / (slowest core's model seconds × vCPUs).
 fn per_core(r: &RunCounts, smp: u32, scale: f64) -> Option<f64> {
     let s = r.seconds(scale, BASE_CPI).ok()?;
@@ -94,7 +103,7 @@ fn detail_line(b: &str, smp: u32, o: &RunCounts, l: &RunCounts, m: &Measured, sc
     )
 }
 
-pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path) -> Result<(), String> {
+pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path, jobs: usize) -> Result<(), String> {
     let path = crate::host::env::workspace_root().join(MATRIX);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let rows: Vec<Measured> = parse_matrix(&text).into_iter().filter(|m| m.smp <= 2).collect();
@@ -110,6 +119,18 @@ pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path) -> R
             benches.push(&r.bench);
         }
     }
+    // Every point first, so that `--jobs` can boot them side by side.
+    let mut keys = Vec::new();
+    for &b in benches.iter().filter(|b| not_modelled(b).is_none()) {
+        for smp in [1u32, 2].into_iter().filter(|&n| rows.iter().any(|r| r.bench == b && r.smp == n)) {
+            for system in ["ours", "linux"] {
+                if let Some(k) = run_key(b, system, smp) {
+                    keys.push(k);
+                }
+            }
+        }
+    }
+    runs.prefetch(&keys, jobs)?;
     let mut t = String::new();
     let _ = writeln!(t, "model against measurement (evidence: model (exact counts + amd16 cache model), base CPI {BASE_CPI}, latencies × {scale}; measured: {MATRIX}, TCG timing, calibrated medians of 5 boots)");
     let _ = writeln!(t, "insn-only: the same model with every latency 0 (instructions alone, as if every instruction cost the same: what TCG timing would give if QEMU's cost per guest instruction were one figure); insn err: insn-only against the measurement; why (outside ±25 %): `misses` when the larger gap is between the model and insn-only (the misses the model charges and TCG does not), `per-insn` when it is between insn-only and the measurement (TCG's cost per guest instruction differs between the two systems)");
@@ -118,6 +139,7 @@ pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path) -> R
     let mut notes = Vec::new();
     let mut scaling = Vec::new();
     let mut detail = Vec::new();
+    let mut pairs: Vec<(String, f64, f64)> = Vec::new();
     for b in benches {
         if let Some(why) = not_modelled(b) {
             notes.push(format!("{b}: not modelled: {why}"));
@@ -127,12 +149,7 @@ pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path) -> R
         for smp in [1u32, 2] {
             let Some(m) = rows.iter().find(|r| r.bench == b && r.smp == smp) else { continue };
             let get = |runs: &mut Runs, system: &'static str| -> Result<RunCounts, String> {
-                // Catalog defaults; `workload` needs a 'static name: the matrix's names are the
-                // catalog's.
-                let name = testdefs::bench_catalog::find(b).map(|s| s.name).ok_or_else(|| format!("{b}: not in the benchmark catalog"))?;
-                // Linux has one TCP service; the matrix sets both of ours' modes beside it.
-                let name = if system == "linux" && name == "tcp_accept_polling" { "tcp_accept" } else { name };
-                runs.get(&RunKey { system, workload: name, smp, params: String::new() })
+                runs.get(&run_key(b, system, smp).ok_or_else(|| format!("{b}: not in the benchmark catalog"))?)
             };
             let o = get(runs, "ours");
             let l = get(runs, "linux");
@@ -149,6 +166,9 @@ pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path) -> R
             let insn_only = per_core(&o, smp, 0.0).zip(per_core(&l, smp, 0.0)).map(|(a, b)| a / b);
             let err = model.zip(m.ratio).map(|(mo, me)| relative_error(mo, me));
             let ierr = insn_only.zip(m.ratio).map(|(mo, me)| relative_error(mo, me));
+            if let (Some(io), Some(me)) = (insn_only, m.ratio) {
+                pairs.push((format!("{b} {smp}"), io, me));
+            }
             if let Some(e) = err {
                 compared += 1;
                 if e.abs() <= 0.25 {
@@ -188,6 +208,17 @@ pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path) -> R
         }
     }
     let _ = writeln!(t, "within ±25 %: {within} of {compared} compared ({:.0} %)", if compared > 0 { within as f64 * 100.0 / compared as f64 } else { 0.0 });
+    if let Some((f, fit_within)) = one_factor(&pairs) {
+        let _ = writeln!(
+            t,
+            "\nTCG-equivalent check (not a validation: one factor fitted across all {} rows, none per benchmark): if TCG's cost per guest instruction differed between the systems by one figure, measured = insn-only × f for every row; the median of measured / insn-only is f = {f:.2}, and with it {fit_within} of {} rows are within ±25 %:",
+            pairs.len(),
+            pairs.len()
+        );
+        for (name, io, me) in &pairs {
+            let _ = writeln!(t, "  {name:<28} insn-only × f {:>7.2} measured {me:>7.2} error {:+.0}%", io * f, relative_error(io * f, *me) * 100.0);
+        }
+    }
     if !scaling.is_empty() {
         let _ = writeln!(t, "\nours' per-core scaling 2/1 vCPUs:");
         for s in scaling {
@@ -212,9 +243,36 @@ pub fn command(runs: &mut Runs, only: Option<&str>, scale: f64, out: &Path) -> R
     Ok(())
 }
 
+/// One factor for all rows (the median of measured / instruction-only: TCG's cost per guest
+/// instruction on Linux over ours', if it were one figure per system) and how many rows it
+/// brings within ±25 %. None without rows.
+pub fn one_factor(pairs: &[(String, f64, f64)]) -> Option<(f64, usize)> {
+    let mut q: Vec<f64> = pairs.iter().filter(|(_, io, _)| *io > 0.0).map(|(_, io, me)| me / io).collect();
+    if q.is_empty() {
+        return None;
+    }
+    q.sort_by(f64::total_cmp);
+    let f = if q.len() % 2 == 1 { q[q.len() / 2] } else { (q[q.len() / 2 - 1] + q[q.len() / 2]) / 2.0 };
+    let within = pairs.iter().filter(|(_, io, me)| relative_error(io * f, *me).abs() <= 0.25).count();
+    Some((f, within))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_factor_is_the_median_quotient() {
+        let p = |io: f64, me: f64| (String::new(), io, me);
+        assert_eq!(one_factor(&[]), None);
+        // Quotients 0.5, 1, 2: f = 1; rows within ±25 % of insn-only × 1: only the middle one.
+        assert_eq!(one_factor(&[p(2.0, 1.0), p(3.0, 3.0), p(1.0, 2.0)]), Some((1.0, 1)));
+        // Even count: the mean of the middle two (0.85 and 1.15); with f = 1 the rows at 0.85
+        // and 1.15 are within ±25 % (+18 %, −13 %), those at 3 and 0.1 are not.
+        let (f, n) = one_factor(&[p(1.0, 0.85), p(1.0, 1.15), p(1.0, 3.0), p(1.0, 0.1)]).unwrap();
+        assert!((f - 1.0).abs() < 1e-12);
+        assert_eq!(n, 2);
+    }
 
     #[test]
     fn matrix_rows_parse() {
