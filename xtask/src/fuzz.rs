@@ -350,6 +350,7 @@ pub fn run_once(kernel: &Path, initrd: &Path, o: &FuzzOpts, echo: bool) -> Resul
             out.elapsed.as_secs_f64()
         );
         v.evidence = out.serial.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().map(|l| l.to_string()).collect();
+        v.evidence.extend(out.stderr.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev().map(|l| format!("QEMU stderr: {l}")));
     }
     require_work(&mut v, o);
     Ok((v, out))
@@ -492,7 +493,17 @@ pub fn ci_fuzz(kernel: &Path, initrd: &Path) -> Result<TestTally, String> {
             if r.net { ", with the network card" } else { "" }
         );
         println!("{}", ci_progress(i + 1, total, &what, calls, t.failed, start));
-        let (v, out) = run_once(kernel, initrd, &o, false)?;
+        let (mut v, mut out) = run_once(kernel, initrd, &o, false)?;
+        if !v.passed && out.exit_code.is_none() && !out.timed_out {
+            // QEMU itself ended by a signal mid-run (not the guest's exit, not our timeout):
+            // the emulator failed, not the kernel, so the run says nothing either way. Say so,
+            // with what QEMU printed, and run the stage once more; a second such end fails.
+            // (Seen in 3 of about 30 CI runs, only in this stage with the network card,
+            // 1.1 s in, after ordinary progress; not reproduced in 4 replays.)
+            println!("   QEMU ended by a signal after {:.1} s ({} serial lines); its stderr: {}", out.elapsed.as_secs_f64(), out.serial.lines().count(), out.stderr.lines().last().unwrap_or("(nothing)"));
+            println!("   running this stage once more");
+            (v, out) = run_once(kernel, initrd, &o, false)?;
+        }
         calls += v.calls;
         match report(&o, &v, &out) {
             Ok(()) => t.passed += 1,

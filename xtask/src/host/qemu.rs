@@ -266,6 +266,8 @@ impl Drop for Session {
 #[derive(Debug)]
 pub struct BootOutput {
     pub serial: String,
+    /// What QEMU itself wrote to stderr (its own errors and warnings; not the guest's).
+    pub stderr: String,
     pub exit_code: Option<i32>,
     pub timed_out: bool,
     pub elapsed: Duration,
@@ -303,7 +305,7 @@ fn captured(s: Session, timeout: Option<Duration>) -> Result<BootOutput, String>
             }
         }
     }
-    Ok(BootOutput { serial: f.serial, exit_code: f.exit_code, timed_out: f.killed, elapsed: f.elapsed })
+    Ok(BootOutput { serial: f.serial, stderr: f.stderr, exit_code: f.exit_code, timed_out: f.killed, elapsed: f.elapsed })
 }
 
 #[cfg(test)]
