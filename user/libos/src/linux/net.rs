@@ -42,20 +42,20 @@ pub const SOCK_NONBLOCK: u64 = 0o4000;
 pub const SOCK_CLOEXEC: u64 = 0o2000000;
 const IPPROTO_TCP: u64 = 6;
 
-const SOL_SOCKET: u64 = 1;
-const SO_REUSEADDR: u64 = 2;
-const SO_TYPE: u64 = 3;
-const SO_ERROR: u64 = 4;
-const SO_SNDBUF: u64 = 7;
-const SO_RCVBUF: u64 = 8;
-const SO_KEEPALIVE: u64 = 9;
-const SO_LINGER: u64 = 13;
-const SO_REUSEPORT: u64 = 15;
+pub(super) const SOL_SOCKET: u64 = 1;
+pub(super) const SO_REUSEADDR: u64 = 2;
+pub(super) const SO_TYPE: u64 = 3;
+pub(super) const SO_ERROR: u64 = 4;
+pub(super) const SO_SNDBUF: u64 = 7;
+pub(super) const SO_RCVBUF: u64 = 8;
+pub(super) const SO_KEEPALIVE: u64 = 9;
+pub(super) const SO_LINGER: u64 = 13;
+pub(super) const SO_REUSEPORT: u64 = 15;
 const TCP_NODELAY: u64 = 1;
 
 pub const MSG_DONTWAIT: u64 = 0x40;
 pub const MSG_NOSIGNAL: u64 = 0x4000;
-const MSG_WAITALL: u64 = 0x100;
+pub(super) const MSG_WAITALL: u64 = 0x100;
 
 /// The first port `connect` (and `bind` to port 0) takes when the program names none.
 const EPHEMERAL_FIRST: u16 = 49152;

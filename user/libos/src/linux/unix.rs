@@ -33,26 +33,18 @@ use linuxabi::errno::*;
 
 use super::dispatch::Process;
 use super::files::{Extra, Files, O_CLOEXEC, O_NONBLOCK};
-use super::net::{SockInfo, MSG_DONTWAIT, MSG_NOSIGNAL, SOCK_CLOEXEC, SOCK_NONBLOCK, SOCK_STREAM};
+use super::net::{
+    SockInfo, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_WAITALL, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOCK_STREAM, SOL_SOCKET, SO_ERROR,
+    SO_KEEPALIVE, SO_LINGER, SO_RCVBUF, SO_REUSEADDR, SO_REUSEPORT, SO_SNDBUF, SO_TYPE,
+};
 use crate::fd::{self, Fd, Kind, UnixState};
 
 pub const AF_UNIX: u64 = 1;
-const SOCK_DGRAM: u64 = 2;
 const SOCK_RAW: u64 = 3;
 const SOCK_SEQPACKET: u64 = 5;
 const SOCK_PACKET: u64 = 10;
-const MSG_WAITALL: u64 = 0x100;
 const MSG_CMSG_CLOEXEC: u64 = 0x4000_0000;
 
-const SOL_SOCKET: u64 = 1;
-const SO_REUSEADDR: u64 = 2;
-const SO_TYPE: u64 = 3;
-const SO_ERROR: u64 = 4;
-const SO_SNDBUF: u64 = 7;
-const SO_RCVBUF: u64 = 8;
-const SO_KEEPALIVE: u64 = 9;
-const SO_LINGER: u64 = 13;
-const SO_REUSEPORT: u64 = 15;
 const SO_PASSCRED: u64 = 16;
 const SO_ACCEPTCONN: u64 = 30;
 const SO_DOMAIN: u64 = 39;
