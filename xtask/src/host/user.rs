@@ -157,8 +157,25 @@ pub fn loadable_image(data: &[u8]) -> Vec<u8> {
 }
 
 /// Write `programs` (name, ELF bytes) as a newc archive at `out`.
+///
+/// Several commands of one test run build the archive at the same path while others boot
+/// from it (the busybox suite boots beside its init check). A plain rewrite truncates the
+/// file under a QEMU that is reading it, and that boot finds half its programs ("no such
+/// program in the boot image"). So the archive is written to a file of this process and
+/// thread and renamed over `out` (atomic on one file system: a reader sees the old file or
+/// the new one), and an archive whose bytes are already there is left alone.
 pub fn write_archive(out: &Path, programs: &[(String, Vec<u8>)]) -> Result<(), String> {
-    fs::write(out, pack(programs)).map_err(|e| format!("user: cannot write {}: {e}", out.display()))
+    let bytes = pack(programs);
+    if fs::read(out).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("archive");
+    let tmp = out.with_file_name(format!(".{name}.{}.{:?}.tmp", std::process::id(), std::thread::current().id()));
+    fs::write(&tmp, &bytes).map_err(|e| format!("user: cannot write {}: {e}", tmp.display()))?;
+    fs::rename(&tmp, out).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        format!("user: cannot move {} to {}: {e}", tmp.display(), out.display())
+    })
 }
 
 /// Pack files into a newc archive: regular files, mode 0755, no directories.
@@ -219,6 +236,29 @@ mod tests {
             assert_eq!(*bmode, 0o100755, "{name}: regular file, mode 755");
             assert_eq!(data, bdata, "{name}: contents");
         }
+    }
+
+    /// The archive is replaced whole (never truncated in place under a reader: an open
+    /// handle keeps the old bytes), and no temporary file is left beside it.
+    #[test]
+    fn write_archive_replaces_the_file_whole() {
+        let dir = std::env::temp_dir().join(format!("xtask-archive-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("initrd.cpio");
+        let first = vec![("a".to_string(), vec![1u8; 100])];
+        let second = vec![("b".to_string(), vec![2u8; 10])];
+        write_archive(&out, &first).unwrap();
+        let reader = fs::File::open(&out).unwrap();
+        write_archive(&out, &second).unwrap();
+        let mut old = Vec::new();
+        std::io::Read::read_to_end(&mut &reader, &mut old).unwrap();
+        assert_eq!(parse(&old)[0].0, "a", "a reader opened before keeps the old archive");
+        assert_eq!(parse(&fs::read(&out).unwrap())[0].0, "b");
+        write_archive(&out, &second).unwrap();
+        let names: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("initrd.cpio")], "only the archive is left");
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
